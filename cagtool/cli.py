@@ -1,0 +1,66 @@
+"""cagtool's command line: parses arguments, calls one function, maps errors to exit codes."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import typer
+
+from cagtool.errors import EXIT_UNREADABLE, EXIT_USAGE, CagtoolError
+
+app = typer.Typer(
+    name="cagtool",
+    help=(
+        "Profile and diagnose PyTorch compiled autograd.\n\n"
+        "Start with `cagtool run train.py`, then `cagtool summary`, `cagtool recompiles --explain`, "
+        "`cagtool diff-graphs` and `cagtool gate`. Exit codes: 0 ok; 1 gate failed, graphs differ, "
+        "or the target's own non-zero code on `run`; 2 usage error; 3 unreadable input."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+_state = {"debug": False}
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks for errors."),
+) -> None:
+    _state["debug"] = debug
+
+
+def _register_commands() -> None:
+    from cagtool.commands import baseline, compare, diff_graphs, gate, recompiles, run, runs, summary
+
+    for module in (run, summary, runs, compare, recompiles, diff_graphs, gate, baseline):
+        module.register(app)
+
+
+_register_commands()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point. Exits with the documented code."""
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        app(args=args, prog_name="cagtool", standalone_mode=True)
+    except SystemExit:
+        raise
+    except CagtoolError as exc:
+        if debug:
+            traceback.print_exc()
+        print(f"cagtool: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        print("cagtool: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
+        if debug:
+            traceback.print_exc()
+        print(f"cagtool: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", file=sys.stderr)
+        sys.exit(EXIT_UNREADABLE if isinstance(exc, OSError) else EXIT_USAGE)

@@ -1,0 +1,17 @@
+"""Arguments and options shared by the report commands."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Optional
+
+import typer
+
+RUN_ARG = typer.Argument(None, metavar="[RUN]", help="Run directory (default: the latest under ./.cagtool/runs).")
+STRICT_OPT = typer.Option(False, "--strict", help="Fail on any unreadable line or unknown event instead of skipping it.")
+MODE_OPT: Optional[str] = typer.Option(None, "--mode", help="Which mode's record to read: ca, aot or eager (default: ca if present).")
+
+
+class TextOrJson(str, Enum):
+    text = "text"
+    json = "json"

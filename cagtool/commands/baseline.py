@@ -1,0 +1,9 @@
+"""`cagtool baseline` (not written yet)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    pass

@@ -1,0 +1,217 @@
+"""The one loader: finds a run directory, checks format and version, and reads it leniently."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, TypeVar
+
+from cagtool.errors import UnreadableInput
+from cagtool.record.manifest import ModeManifest, RunMeta, mode_manifest_from_dict, run_meta_from_dict
+from cagtool.record.schema import (
+    EVENTS_FILE,
+    MANIFEST_FILE,
+    MODE_FORMAT,
+    MODES,
+    RUN_FORMAT,
+    RUN_META_FILE,
+    SCHEMA_VERSION,
+    Event,
+    GraphNode,
+    event_from_dict,
+    graph_node_from_dict,
+)
+
+DEFAULT_RUNS_DIR = Path(".cagtool") / "runs"
+RUNS_DIR_ENV = "CAGTOOL_RUNS_DIR"
+
+E = TypeVar("E", bound=Event)
+
+
+def runs_dir() -> Path:
+    return Path(os.environ.get(RUNS_DIR_ENV, DEFAULT_RUNS_DIR))
+
+
+@dataclass
+class ModeRecord:
+    path: Path
+    manifest: ModeManifest
+    events: list[Event]
+    skipped_lines: int = 0  # lines that were not valid JSON (e.g. a truncated last line)
+    unknown_kinds: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def mode(self) -> str:
+        return self.manifest.mode
+
+    def of(self, cls: type[E]) -> list[E]:
+        return [e for e in self.events if isinstance(e, cls)]
+
+    def graph_nodes(self, ca_id: int) -> list[GraphNode]:
+        return load_graph_nodes(self.path / "graphs" / f"ca_{ca_id}.json")
+
+
+@dataclass
+class RunRecord:
+    path: Path
+    meta: RunMeta
+    modes: dict[str, ModeRecord]
+
+    def mode(self, name: str | None = None) -> ModeRecord:
+        """The named mode, or the most informative one present (ca, then aot, then eager)."""
+        if name is not None:
+            if name not in self.modes:
+                have = ", ".join(self.modes) or "none"
+                raise UnreadableInput(f"run {self.path} has no mode {name!r} (it has: {have})")
+            return self.modes[name]
+        for candidate in reversed(MODES):
+            if candidate in self.modes:
+                return self.modes[candidate]
+        raise UnreadableInput(f"run {self.path} has no mode records")
+
+
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise UnreadableInput(f"{what} not found: {path}") from None
+    except OSError as exc:
+        raise UnreadableInput(f"cannot read {what} {path}: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UnreadableInput(f"{what} {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise UnreadableInput(f"{what} {path} is not a JSON object")
+    return data
+
+
+def _check_format(data: dict, expected: str, path: Path) -> None:
+    if data.get("format") != expected:
+        raise UnreadableInput(f"{path} is not a cagtool record (format {data.get('format')!r}, expected {expected!r})")
+    version = data.get("schema_version")
+    if not isinstance(version, int):
+        raise UnreadableInput(f"{path} has no integer schema_version")
+    if version > SCHEMA_VERSION:
+        raise UnreadableInput(
+            f"{path} was written with record schema {version}, newer than this cagtool reads "
+            f"({SCHEMA_VERSION}); upgrade cagtool"
+        )
+
+
+def iter_event_lines(path: Path) -> Iterator[tuple[dict | None, str]]:
+    with path.open() as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError:
+                yield None, line
+                continue
+            yield (data if isinstance(data, dict) else None), line
+
+
+def load_mode(path: Path, strict: bool = False) -> ModeRecord:
+    """Read one mode directory. Lenient by default: bad lines and unknown kinds are counted;
+    with strict=True either is an error."""
+    path = Path(path)
+    data = _read_json(path / MANIFEST_FILE, "mode manifest")
+    _check_format(data, MODE_FORMAT, path / MANIFEST_FILE)
+    manifest = mode_manifest_from_dict(data)
+    events: list[Event] = []
+    skipped = 0
+    unknown: Counter[str] = Counter()
+    events_path = path / EVENTS_FILE
+    if events_path.exists():
+        for number, (raw, _line) in enumerate(iter_event_lines(events_path), start=1):
+            if raw is None:
+                if strict:
+                    raise UnreadableInput(f"{events_path}: line {number} is not a JSON object (--strict)")
+                skipped += 1
+                continue
+            try:
+                event = event_from_dict(raw)
+            except (TypeError, ValueError) as exc:
+                if strict:
+                    raise UnreadableInput(f"{events_path}: line {number}: {exc} (--strict)") from None
+                skipped += 1
+                continue
+            if event is None:
+                if strict:
+                    raise UnreadableInput(f"{events_path}: line {number}: unknown event kind {raw.get('kind')!r} (--strict)")
+                unknown[str(raw.get("kind"))] += 1
+                continue
+            events.append(event)
+    elif strict:
+        raise UnreadableInput(f"{events_path} is missing (--strict)")
+    return ModeRecord(path=path, manifest=manifest, events=events, skipped_lines=skipped, unknown_kinds=unknown)
+
+
+def resolve_run_path(path: str | Path | None) -> Path:
+    """A run directory from what the user typed: a run dir, a mode dir inside one, or None for the latest."""
+    if path is None or str(path) == "":
+        return latest_run()
+    candidate = Path(path)
+    if not candidate.exists():
+        raise UnreadableInput(f"no run at {candidate}")
+    if candidate.is_file():
+        candidate = candidate.parent
+    if (candidate / RUN_META_FILE).exists():
+        return candidate
+    if (candidate / MANIFEST_FILE).exists() and (candidate.parent / RUN_META_FILE).exists():
+        return candidate.parent
+    raise UnreadableInput(f"{candidate} is not a cagtool run directory (no {RUN_META_FILE})")
+
+
+def load_run(path: str | Path | None = None, strict: bool = False) -> RunRecord:
+    run_path = resolve_run_path(path)
+    data = _read_json(run_path / RUN_META_FILE, "run record")
+    _check_format(data, RUN_FORMAT, run_path / RUN_META_FILE)
+    meta = run_meta_from_dict(data)
+    modes: dict[str, ModeRecord] = {}
+    for mode in meta.modes:
+        mode_path = run_path / mode
+        if (mode_path / MANIFEST_FILE).exists():
+            modes[mode] = load_mode(mode_path, strict=strict)
+        elif strict:
+            raise UnreadableInput(f"mode {mode!r} of {run_path} has no manifest (--strict)")
+    return RunRecord(path=run_path, meta=meta, modes=modes)
+
+
+def list_runs(root: Path | None = None) -> list[Path]:
+    """Run directories under root, oldest first (by the creation time each run.json records)."""
+    root = root or runs_dir()
+    if not root.is_dir():
+        return []
+
+    def created(run: Path) -> str:
+        try:
+            return str(json.loads((run / RUN_META_FILE).read_text()).get("created_at", ""))
+        except (OSError, ValueError):
+            return ""
+
+    found = [p for p in root.iterdir() if (p / RUN_META_FILE).is_file()]
+    return sorted(found, key=lambda p: (created(p), p.name))
+
+
+def latest_run(root: Path | None = None) -> Path:
+    runs = list_runs(root)
+    if not runs:
+        where = root or runs_dir()
+        raise UnreadableInput(f"no runs recorded yet under {where}; start one with: cagtool run train.py")
+    return runs[-1]
+
+
+def load_graph_nodes(path: Path) -> list[GraphNode]:
+    data = _read_json(path, "graph file")
+    nodes = data.get("nodes")
+    if not isinstance(nodes, list):
+        raise UnreadableInput(f"graph file {path} has no node list")
+    try:
+        return [graph_node_from_dict(n) for n in nodes]
+    except TypeError as exc:
+        raise UnreadableInput(f"graph file {path} is malformed: {exc}") from None

@@ -1,0 +1,78 @@
+"""The two JSON documents of a run directory: run.json (the whole run) and a mode's manifest.json."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from cagtool.record.schema import MODE_FORMAT, RUN_FORMAT, SCHEMA_VERSION
+
+
+@dataclass
+class ExceptionInfo:
+    type: str
+    message: str
+    traceback: str = ""
+
+
+@dataclass
+class ModeManifest:
+    mode: str  # eager | aot | ca
+    argv: list[str]  # the target's sys.argv
+    target: dict[str, str]  # {"kind": "script"|"module", "name": path or module}
+    cwd: str
+    versions: dict[str, str]  # cagtool, torch, depyf, python
+    backend: str  # backend cagtool compiles CA graphs with (ca mode)
+    dynamic: bool
+    started_at: str  # ISO 8601, UTC
+    format: str = MODE_FORMAT
+    schema_version: int = SCHEMA_VERSION
+    status: str = "running"
+    ended_at: str | None = None
+    duration_s: float | None = None
+    exit_code: int | None = None
+    exception: ExceptionInfo | None = None
+    peak_rss_bytes: int | None = None
+    torch_counters: dict[str, dict[str, int]] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # steps limit, trace-nodes, depyf...
+
+
+@dataclass
+class RunMeta:
+    run_id: str
+    created_at: str
+    cagtool_argv: list[str]
+    target: dict[str, str]
+    target_argv: list[str]
+    cwd: str
+    modes: list[str]
+    versions: dict[str, str]
+    machine: dict[str, Any]
+    format: str = RUN_FORMAT
+    schema_version: int = SCHEMA_VERSION
+    status: str = "running"
+    ended_at: str | None = None
+    exit_code: int | None = None
+    mode_exit_codes: dict[str, int | None] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    return dataclasses.asdict(obj)
+
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def mode_manifest_from_dict(data: dict[str, Any]) -> ModeManifest:
+    manifest = _build(ModeManifest, data)
+    if isinstance(manifest.exception, dict):
+        manifest.exception = _build(ExceptionInfo, manifest.exception)
+    return manifest
+
+
+def run_meta_from_dict(data: dict[str, Any]) -> RunMeta:
+    return _build(RunMeta, data)

@@ -1,0 +1,321 @@
+"""The run record's format: file names, versions and the typed events of the event stream.
+
+A *run directory* holds one `run.json` (format `cagtool-run`) and one sub-directory per mode
+(`ca`, `aot`, `eager`), each a *mode record*:
+
+    <run>/run.json                 RunMeta: argv, target, modes, machine, versions, exit code
+    <run>/<mode>/manifest.json     ModeManifest: versions, backend, start/end, status, exception
+    <run>/<mode>/events.jsonl      one event per line, appended and flushed as it happens
+    <run>/<mode>/graphs/ca_<N>.py  readable code of compiled-autograd graph N (GraphModule.print_readable)
+    <run>/<mode>/graphs/ca_<N>.json  its nodes, structured (GraphNode), for diff-graphs
+    <run>/<mode>/trace/            TORCH_TRACE-format log (tlparse can open it), when enabled
+    <run>/<mode>/depyf/            depyf's dump, with --depyf
+
+Every event line is a JSON object with `kind`, `seq` (0, 1, 2... in write order) and `t`
+(seconds since the mode started, monotonic clock). Steps are numbered from 1: step N is the
+N-th top-level backward of the run. Compile ids are torch's own strings: `!N` for the
+compiled-autograd capture N, `!N/F/C` for Dynamo's compile of that graph, `F/C` for a forward frame.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+RUN_FORMAT = "cagtool-run"
+MODE_FORMAT = "cagtool-mode-record"
+# Bump when a reader of the old version would misread the new one. Additive fields don't bump it.
+SCHEMA_VERSION = 1
+
+RUN_META_FILE = "run.json"
+MANIFEST_FILE = "manifest.json"
+EVENTS_FILE = "events.jsonl"
+GRAPHS_DIR = "graphs"
+TRACE_DIR = "trace"
+DEPYF_DIR = "depyf"
+
+MODES = ("eager", "aot", "ca")
+
+# Mode status values in the manifest.
+STATUS_RUNNING = "running"  # still running, or the process was killed before it could finish the record
+STATUS_FINISHED = "finished"  # the target returned or called sys.exit(0)
+STATUS_FAILED = "failed"  # the target raised or exited non-zero
+STATUS_INTERRUPTED = "interrupted"  # Ctrl-C
+STATUS_TIMEOUT = "timeout"  # stopped by --max-time
+
+MISS_NEW_NODE = "new_node"
+MISS_CHANGED_SHAPES = "changed_shapes"
+MISS_UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    """A line of the user's code. `how` says how it was found:
+    `node_traceback` (the autograd node's creation traceback, exact; needs --trace-nodes),
+    `compiled_frame` (the torch.compile'd function whose AOT backward the node is),
+    `backward_call` (the line that called backward: the node was created in that step's forward)."""
+
+    file: str
+    line: int
+    code: str = ""
+    function: str = ""
+    how: str = "backward_call"
+
+
+@dataclass(frozen=True)
+class ChangedSize:
+    """One entry of a changed-shapes miss: `sizes[index]` of the CA graph inputs."""
+
+    index: int
+    value: int | None = None  # the new value
+    previous: int | None = None  # the old value, when it could be recovered
+    node: str | None = None  # the autograd node owning this size
+    node_call: int | None = None
+
+
+@dataclass(frozen=True)
+class AutogradNodeRef:
+    node_call: int
+    name: str
+
+
+@dataclass(frozen=True)
+class HookRef:
+    name: str  # FX node name, e.g. call_hook
+    hook_type: str  # tensor_pre_hook, pre_hook, post_hook, post_acc_grad_hook, unpack_hook...
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: ClassVar[str] = ""
+    seq: int
+    t: float
+
+
+@dataclass(frozen=True)
+class StepEvent(Event):
+    """One top-level backward (Tensor.backward, autograd.backward or autograd.grad)."""
+
+    kind: ClassVar[str] = "step"  # written when the backward returns: `t` is its end
+    step: int
+    backward_s: float  # wall time of the backward call itself
+    loss: float | None = None  # the scalar backward was called on, when it is one
+    ca_captures: int = 0  # CA graphs captured during this backward (cache misses)
+    compiles: int = 0  # Dynamo compiles that finished since the previous step began (forward or CA)
+    compile_s: float = 0.0  # wall seconds spent in those compiles and captures
+
+
+@dataclass(frozen=True)
+class OptimizerStepEvent(Event):
+    kind: ClassVar[str] = "optimizer_step"
+    step: int  # the step (backward) it follows
+    wall_s: float
+    optimizer: str = ""
+
+
+@dataclass(frozen=True)
+class CacheMissEvent(Event):
+    """A compiled-autograd cache miss: the reason torch gave for capturing graph `ca_id`."""
+
+    kind: ClassVar[str] = "ca_cache_miss"
+    ca_id: int
+    compile_id: str  # "!N"
+    step: int | None
+    miss_kind: str  # MISS_NEW_NODE | MISS_CHANGED_SHAPES | MISS_UNKNOWN
+    message: str  # verbatim from torch
+    node: str | None = None
+    node_call: int | None = None
+    key_size: int | None = None
+    previous_key_sizes: list[int] = field(default_factory=list)
+    changed_sizes: list[ChangedSize] = field(default_factory=list)
+    total_changed: int | None = None
+    source: SourceRef | None = None
+    backward_call: SourceRef | None = None  # the user line that called the backward of that step
+
+
+@dataclass(frozen=True)
+class CAGraphEvent(Event):
+    """A compiled-autograd graph, captured."""
+
+    kind: ClassVar[str] = "ca_graph"
+    ca_id: int
+    compile_id: str  # "!N"
+    step: int | None
+    node_count: int
+    op_histogram: dict[str, int]
+    autograd_nodes: list[AutogradNodeRef]
+    aot_ids: list[int]  # AOT backward graphs inlined (nodes named aot<id>_*)
+    hooks: list[HookRef]
+    num_sizes: int  # dynamic sizes the graph takes
+    capture_s: float
+    code_file: str  # relative to the mode dir
+    nodes_file: str
+    compiler: str = ""  # "cagtool:<backend>" or "script" when the script's own compiler ran
+
+
+@dataclass(frozen=True)
+class CACompileEvent(Event):
+    """The first call of compiled-autograd graph `ca_id`: compile (lazy) plus one execution."""
+
+    kind: ClassVar[str] = "ca_compile"
+    ca_id: int
+    first_call_s: float
+    step: int | None = None
+    ok: bool = True
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class DynamoCompileEvent(Event):
+    """One Dynamo compile (torch's compilation_metrics). `is_ca_graph` when it compiles a CA graph."""
+
+    kind: ClassVar[str] = "dynamo_compile"
+    compile_id: str
+    is_ca_graph: bool
+    step: int | None
+    co_name: str = ""
+    co_filename: str = ""
+    co_firstlineno: int | None = None
+    entire_frame_compile_time_s: float | None = None
+    backend_compile_time_s: float | None = None
+    inductor_compile_time_s: float | None = None
+    dynamo_cumulative_compile_time_s: float | None = None
+    aot_autograd_cumulative_compile_time_s: float | None = None
+    inductor_cumulative_compile_time_s: float | None = None
+    graph_op_count: int | None = None
+    guard_count: int | None = None
+    fail_type: str | None = None
+    fail_reason: str | None = None
+    has_guarded_code: bool | None = None
+
+
+@dataclass(frozen=True)
+class DynamoRecompileEvent(Event):
+    """Dynamo recompiled a frame (or a CA graph) because a guard failed; reasons verbatim."""
+
+    kind: ClassVar[str] = "dynamo_recompile"
+    compile_id: str
+    is_ca_graph: bool
+    step: int | None
+    reasons: list[str]
+
+
+@dataclass(frozen=True)
+class GraphBreakEvent(Event):
+    kind: ClassVar[str] = "graph_break"
+    compile_id: str
+    step: int | None
+    reason: str  # the first lines of torch's message
+    file: str = ""
+    line: int | None = None
+    code: str = ""
+
+
+@dataclass(frozen=True)
+class AotBackwardGraphEvent(Event):
+    """AOTAutograd built a backward graph for a forward frame (counted as a backward graph in `aot`)."""
+
+    kind: ClassVar[str] = "aot_backward_graph"
+    compile_id: str
+    step: int | None
+
+
+@dataclass(frozen=True)
+class FindingEvent(Event):
+    """Something the user should know that is not an error, e.g. `ca_flag_without_compiled_backward`."""
+
+    kind: ClassVar[str] = "finding"
+    code: str
+    message: str
+    step: int | None = None
+    source: SourceRef | None = None
+
+
+@dataclass(frozen=True)
+class FinalStateEvent(Event):
+    """Numerics at the end of the run, for comparing modes."""
+
+    kind: ClassVar[str] = "final_state"
+    param_norm: float | None
+    grad_norm: float | None
+    num_params: int
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls
+    for cls in (
+        StepEvent,
+        OptimizerStepEvent,
+        CacheMissEvent,
+        CAGraphEvent,
+        CACompileEvent,
+        DynamoCompileEvent,
+        DynamoRecompileEvent,
+        GraphBreakEvent,
+        AotBackwardGraphEvent,
+        FindingEvent,
+        FinalStateEvent,
+    )
+}
+
+_NESTED: dict[str, Any] = {
+    "source": SourceRef,
+    "backward_call": SourceRef,
+    "changed_sizes": ChangedSize,
+    "autograd_nodes": AutogradNodeRef,
+    "hooks": HookRef,
+}
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    data = dataclasses.asdict(event)
+    return {"kind": event.kind, **data}
+
+
+def event_from_dict(data: dict[str, Any]) -> Event | None:
+    """The typed event, or None for an unknown kind. Unknown fields are ignored (additive changes)."""
+    cls = EVENT_TYPES.get(data.get("kind", ""))
+    if cls is None:
+        return None
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in names:
+            continue
+        nested = _NESTED.get(key)
+        if nested is not None and value is not None:
+            if isinstance(value, list):
+                value = [nested(**v) for v in value]
+            else:
+                value = nested(**value)
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class GraphNode:
+    """One FX node of a CA graph, as stored in graphs/ca_<N>.json (`nodes` list).
+
+    `args` is the node's arguments rendered as text with other nodes written `%name`;
+    `origin` is the autograd node it came from; `shape`/`dtype`/`stride` come from the
+    traced fake tensor when it had one (symbolic sizes are strings such as "s3")."""
+
+    name: str
+    op: str  # placeholder, call_function, call_method, get_attr, output
+    target: str
+    args: str = ""
+    origin: AutogradNodeRef | None = None
+    aot_id: int | None = None
+    hook_type: str | None = None
+    shape: list[int | str] | None = None
+    dtype: str | None = None
+    stride: list[int | str] | None = None
+
+
+def graph_node_from_dict(data: dict[str, Any]) -> GraphNode:
+    names = {f.name for f in dataclasses.fields(GraphNode)}
+    kwargs = {k: v for k, v in data.items() if k in names}
+    if kwargs.get("origin") is not None:
+        kwargs["origin"] = AutogradNodeRef(**kwargs["origin"])
+    return GraphNode(**kwargs)

@@ -1,0 +1,1 @@
+"""Reading run records and rendering them. Never imports cagtool.capture."""

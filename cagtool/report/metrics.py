@@ -1,0 +1,156 @@
+"""Per-mode figures computed from a mode record: counts, compile time, step-time statistics.
+
+Pure functions of the record; every renderer (summary, compare, gate) reads these.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from cagtool.record.loader import ModeRecord
+from cagtool.record.schema import (
+    AotBackwardGraphEvent,
+    CACompileEvent,
+    CacheMissEvent,
+    CAGraphEvent,
+    DynamoCompileEvent,
+    DynamoRecompileEvent,
+    FinalStateEvent,
+    GraphBreakEvent,
+    StepEvent,
+)
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """Steady-state step time: the interval between consecutive backward starts, over the steps
+    not affected by compilation (no compile or capture since the previous step began)."""
+
+    count: int  # steady steps used
+    excluded: list[int]  # steps left out because compilation touched them
+    median_s: float | None
+    p10_s: float | None
+    p90_s: float | None
+    mean_s: float | None
+    first_step_s: float | None  # from mode start to the end of the first backward
+
+
+@dataclass(frozen=True)
+class ModeMetrics:
+    mode: str
+    status: str
+    exit_code: int | None
+    steps: int
+    forward_graphs: int  # Dynamo graphs of forward frames (compiles without a CA id that produced code)
+    backward_graphs: int  # AOT backward graphs in eager/aot; CA graphs in ca
+    aot_backward_graphs: int
+    ca_graphs: int
+    ca_cache_misses: int  # every CA capture after the first
+    graph_breaks: int
+    dynamo_recompiles: int  # forward frames and CA graphs alike
+    recompiles: int  # ca_cache_misses + dynamo_recompiles
+    unique_graphs: int | None  # torch's own counters["stats"]["unique_graphs"], when recorded
+    autograd_captures: int | None  # torch's counters["compiled_autograd"]["captures"]
+    compile_time_s: float  # Dynamo entire-frame compile time (forward and CA graphs) + CA capture time
+    compile_phases_s: dict[str, float] = field(default_factory=dict)  # dynamo, aot, inductor, ca_capture
+    step_time: StepStats | None = None
+    peak_rss_bytes: int | None = None
+    final_param_norm: float | None = None
+    final_grad_norm: float | None = None
+    losses: list[float] = field(default_factory=list)
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    pos = (len(sorted_values) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def step_stats(steps: list[StepEvent], run_start_to_first_end: float | None = None) -> StepStats:
+    """Iteration time of step i = start of step i+1 minus start of step i. Step i is affected by
+    compilation when it or the step after it compiled or captured anything (the interval covers
+    both a forward and a backward)."""
+    ordered = sorted(steps, key=lambda s: s.step)
+    intervals: list[float] = []
+    excluded: list[int] = []
+    for current, following in zip(ordered, ordered[1:]):
+        start_current = current.t - current.backward_s
+        start_following = following.t - following.backward_s
+        touched = current.compiles or current.ca_captures or following.compiles or following.ca_captures
+        if touched:
+            excluded.append(current.step)
+            continue
+        intervals.append(start_following - start_current)
+    if ordered and (ordered[-1].compiles or ordered[-1].ca_captures):
+        excluded.append(ordered[-1].step)
+    if not intervals:
+        return StepStats(0, excluded, None, None, None, None, run_start_to_first_end)
+    intervals.sort()
+    return StepStats(
+        count=len(intervals),
+        excluded=excluded,
+        median_s=statistics.median(intervals),
+        p10_s=_percentile(intervals, 0.10),
+        p90_s=_percentile(intervals, 0.90),
+        mean_s=statistics.fmean(intervals),
+        first_step_s=run_start_to_first_end,
+    )
+
+
+def mode_metrics(record: ModeRecord) -> ModeMetrics:
+    manifest = record.manifest
+    steps = record.of(StepEvent)
+    dynamo = record.of(DynamoCompileEvent)
+    ca_graphs = record.of(CAGraphEvent)
+    misses = record.of(CacheMissEvent)
+    recompiles = record.of(DynamoRecompileEvent)
+    aot_backward = record.of(AotBackwardGraphEvent)
+    final = record.of(FinalStateEvent)
+
+    forward_graphs = sum(1 for d in dynamo if not d.is_ca_graph and d.graph_op_count and not d.fail_type)
+    phases = {
+        "dynamo": sum((d.dynamo_cumulative_compile_time_s or 0.0) for d in dynamo),
+        "aot": sum((d.aot_autograd_cumulative_compile_time_s or 0.0) for d in dynamo),
+        "inductor": sum((d.inductor_cumulative_compile_time_s or 0.0) for d in dynamo),
+        "ca_capture": sum(g.capture_s for g in ca_graphs),
+    }
+    compile_time = sum((d.entire_frame_compile_time_s or 0.0) for d in dynamo) + phases["ca_capture"]
+    first_step_end = min((s.t for s in steps), default=None)
+    counters = manifest.torch_counters or {}
+    unique = counters.get("stats", {}).get("unique_graphs")
+    captures = counters.get("compiled_autograd", {}).get("captures")
+    ca_misses = max(len(ca_graphs) - 1, 0) if ca_graphs else 0
+    uses_ca = manifest.mode == "ca" or bool(ca_graphs)
+    return ModeMetrics(
+        mode=manifest.mode,
+        status=manifest.status,
+        exit_code=manifest.exit_code,
+        steps=len(steps),
+        forward_graphs=forward_graphs,
+        backward_graphs=len(ca_graphs) if uses_ca else len(aot_backward),
+        aot_backward_graphs=len(aot_backward),
+        ca_graphs=len(ca_graphs),
+        ca_cache_misses=ca_misses if misses or ca_graphs else 0,
+        graph_breaks=len(record.of(GraphBreakEvent)),
+        dynamo_recompiles=len(recompiles),
+        recompiles=ca_misses + len(recompiles),
+        unique_graphs=unique,
+        autograd_captures=captures,
+        compile_time_s=compile_time,
+        compile_phases_s=phases,
+        step_time=step_stats(steps, first_step_end),
+        peak_rss_bytes=manifest.peak_rss_bytes,
+        final_param_norm=final[-1].param_norm if final else None,
+        final_grad_norm=final[-1].grad_norm if final else None,
+        losses=[s.loss for s in sorted(steps, key=lambda s: s.step) if s.loss is not None],
+    )
+
+
+def ca_first_call_seconds(record: ModeRecord) -> dict[int, float]:
+    """ca_id -> wall seconds of the first call of its compiled graph (lazy compile + one run)."""
+    return {e.ca_id: e.first_call_s for e in record.of(CACompileEvent)}

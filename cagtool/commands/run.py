@@ -1,9 +1,103 @@
-"""`cagtool summary` (not written yet)."""
+"""`cagtool run`: run a training script under instrumented compiled autograd and record it."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import List, Optional
+
 import typer
+
+from cagtool.errors import UsageError
+from cagtool.record.schema import MODES
+
+
+def parse_modes(text: str) -> tuple[str, ...]:
+    modes = tuple(m.strip() for m in text.split(",") if m.strip())
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise UsageError(f"--modes takes a comma-separated list of {', '.join(MODES)} (got {text!r})")
+    if len(set(modes)) != len(modes):
+        raise UsageError(f"--modes lists a mode twice: {text!r}")
+    return modes
+
+
+def run_command(
+    ctx: typer.Context,
+    script: Optional[str] = typer.Argument(None, metavar="SCRIPT [ARGS]...", help="The training script, then its own arguments.", show_default=False),
+    module: Optional[str] = typer.Option(None, "-m", "--module", help="Run a module as `python -m MODULE` would."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Run directory to write (default: ./.cagtool/runs/<script>-<time>)."),
+    modes: str = typer.Option(",".join(MODES), "--modes", help="Modes to run, each in a fresh process: eager (torch.compile off), aot (torch.compile as written, CA forced off), ca (compiled autograd on every backward)."),
+    backend: str = typer.Option("inductor", "--backend", help="Backend that compiles compiled-autograd graphs: inductor, aot_eager or eager."),
+    dynamic: bool = typer.Option(False, "--dynamic", help="Start CA sizes dynamic (default: static, as in the tutorial, so shape-change misses show)."),
+    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Stop each mode after N steps (top-level backwards)."),
+    max_time: Optional[float] = typer.Option(None, "--max-time", min=0.1, help="Stop each mode after S seconds."),
+    repeat: int = typer.Option(1, "--repeat", min=1, help="Run the modes K times, interleaved (eager, aot, ca, eager, ...)."),
+    warm_cache: bool = typer.Option(False, "--warm-cache", help="Share the Inductor cache between modes instead of a fresh one per mode."),
+    trace_nodes: bool = typer.Option(False, "--trace-nodes", help="Record where each autograd node was created (anomaly-mode tracebacks: exact source lines for recompiles, slower)."),
+    depyf: bool = typer.Option(False, "--depyf", help="Also write depyf's readable dump of every compiled graph into the run directory."),
+    torch_trace: bool = typer.Option(True, "--torch-trace/--no-torch-trace", help="Write a TORCH_TRACE log (open it with tlparse) in each mode's directory."),
+    fmt: str = typer.Option("text", "--format", help="Summary format: text or json (json goes to stdout)."),
+) -> None:
+    """Run SCRIPT exactly as `python SCRIPT ARGS` would, under compiled autograd, and record it.
+
+    Every backward the script makes is compiled by compiled autograd (CA) in the `ca` mode,
+    whether or not the script asks for it; each CA graph, cache miss (recompile) and Dynamo
+    compile is recorded in a run directory that the other commands read. By default the script
+    also runs in `eager` and `aot` mode, each in its own process, for a side-by-side comparison.
+
+    Everything after SCRIPT goes to the script:
+
+        cagtool run train.py --lr 3e-4
+        cagtool run --modes ca --backend eager train.py
+        cagtool run -m mypkg.train -- --lr 3e-4
+
+    The script's stdout is its own; cagtool writes to stderr. The exit code is the script's
+    (130 after Ctrl-C; 2 for bad arguments).
+    """
+    from cagtool.capture.orchestrate import RunOptions, run
+    from cagtool.capture.target import check_target
+
+    args = list(ctx.args)
+    if module and script is not None:
+        args.insert(0, script)
+        script = None
+    if args and args[0] == "--":
+        args = args[1:]
+    if fmt not in ("text", "json"):
+        raise UsageError(f"--format takes text or json (got {fmt!r})")
+    if backend not in ("inductor", "aot_eager", "eager"):
+        raise UsageError(f"--backend takes inductor, aot_eager or eager (got {backend!r})")
+    target = check_target(script, module, args)
+    options = RunOptions(
+        target=target,
+        modes=parse_modes(modes),
+        output=output,
+        backend=backend,
+        dynamic=dynamic,
+        steps=steps,
+        max_time=max_time,
+        repeat=repeat,
+        warm_cache=warm_cache,
+        trace_nodes=trace_nodes,
+        depyf=depyf,
+        torch_trace=torch_trace,
+        cagtool_argv=tuple(sys.argv),
+    )
+
+    def progress(name: str, index: int, total: int) -> None:
+        if total > 1:
+            print(f"cagtool: mode {name} ({index}/{total}): running {target.name}", file=sys.stderr, flush=True)
+
+    outcome = run(options, on_progress=progress)
+    from cagtool.commands.summary import print_run_report
+
+    print_run_report(outcome.path, fmt=fmt, after_run=True)
+    raise typer.Exit(outcome.exit_code)
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command(
+        "run",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False},
+    )(run_command)

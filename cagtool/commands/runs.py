@@ -1,9 +1,42 @@
-"""`cagtool runs` (not written yet)."""
+"""`cagtool runs`: list recorded runs."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
 
 import typer
 
 
+def runs_command(
+    root: Optional[Path] = typer.Argument(None, help="Directory holding runs (default: ./.cagtool/runs)."),
+) -> None:
+    """List recorded runs, oldest first, with their modes and exit codes.
+
+        cagtool runs
+    """
+    from rich.table import Table
+
+    from cagtool.record.loader import list_runs, load_run
+    from cagtool.report.console import make_console
+    from cagtool.errors import CagtoolError
+
+    console = make_console()
+    paths = list_runs(root)
+    if not paths:
+        console.print(f"no runs under {root or '.cagtool/runs'}; record one with: cagtool run train.py")
+        return
+    table = Table("run", "created", "target", "modes", "exit", box=None, pad_edge=False)
+    for path in paths:
+        try:
+            run = load_run(path)
+        except CagtoolError as exc:
+            table.add_row(str(path), "?", "?", "?", f"unreadable: {exc}")
+            continue
+        modes = ", ".join(f"{name}:{rec.manifest.status}" for name, rec in run.modes.items())
+        table.add_row(str(path), run.meta.created_at, run.meta.target.get("name", "?"), modes, str(run.meta.exit_code))
+    console.print(table)
+
+
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("runs")(runs_command)

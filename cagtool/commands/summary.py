@@ -1,9 +1,61 @@
-"""`cagtool summary` (not written yet)."""
+"""`cagtool summary`: re-render a recorded run's summary, without re-running anything."""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
 import typer
+
+from cagtool.commands._common import RUN_ARG, STRICT_OPT
+from cagtool.errors import UsageError
+
+
+def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: bool = False, strict: bool = False) -> None:
+    from cagtool.record.loader import load_run
+    from cagtool.report.console import make_console
+    from cagtool.report.summary import next_steps, render_summary, summary_json
+
+    run = load_run(run_path, strict=strict)
+    if fmt == "json":
+        print(json.dumps(summary_json(run), indent=2, default=str))
+        return
+    # After a run the script owns stdout; the report goes to stderr.
+    console = make_console(stderr=after_run)
+    render_summary(console, run)
+    if len(run.modes) > 1:
+        try:
+            from cagtool.report.compare import build_comparison
+            from cagtool.report.compare_render import render_comparison
+        except ImportError:
+            pass
+        else:
+            render_comparison(build_comparison(run), "table", console)
+    console.print(f"record: {run.path}")
+    if after_run:
+        console.print("next: " + "\n      ".join(next_steps(str(run.path))))
+
+
+def summary_command(
+    run: Optional[str] = RUN_ARG,
+    fmt: str = typer.Option("text", "--format", help="text or json."),
+    strict: bool = STRICT_OPT,
+) -> None:
+    """Print the summary of a recorded run (the one `cagtool run` printed at the end).
+
+    JSON (`--format json`) has ca_graphs, cache_misses (kind, node, node_call, key_size,
+    previous_key_sizes, changed_sizes, step, source), unique_graphs, graph_breaks,
+    dynamo_recompiles, steps, exit_code, and every mode under `modes`.
+
+        cagtool summary                     # the latest run
+        cagtool summary .cagtool/runs/train-20260101-120000 --format json
+    """
+    if fmt not in ("text", "json"):
+        raise UsageError(f"--format takes text or json (got {fmt!r})")
+    print_run_report(run, fmt=fmt, strict=strict)
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("summary")(summary_command)

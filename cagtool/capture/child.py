@@ -1,0 +1,266 @@
+"""One mode of one run, in its own process: `python -m cagtool.capture.child SPEC.json`.
+
+Sets the mode up before torch is imported, runs the target like python, and finishes the record
+whatever the target does (returns, raises, exits, is interrupted or times out). Exits with the
+target's exit code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+EXIT_NO_CA = 2
+
+
+@dataclass
+class ModeSpec:
+    mode: str  # eager | aot | ca
+    mode_dir: str
+    target: dict[str, Any]  # Target fields incl. args
+    backend: str = "inductor"
+    dynamic: bool = False
+    max_steps: int | None = None
+    max_time: float | None = None
+    trace_nodes: bool = False
+    depyf: bool = False
+    torch_trace: bool = True
+    label: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class TimeLimitReached(BaseException):
+    pass
+
+
+def _prepare_environment(spec: ModeSpec) -> None:
+    """What must be decided before `import torch`."""
+    if spec.torch_trace:
+        os.environ["TORCH_TRACE"] = str(Path(spec.mode_dir) / "trace")
+    if spec.mode == "eager":
+        os.environ["TORCHDYNAMO_DISABLE"] = "1"
+
+
+def _versions() -> dict[str, str]:
+    import platform
+
+    import torch
+
+    import cagtool
+
+    try:
+        from importlib.metadata import version
+
+        depyf_version = version("depyf")
+    except Exception:  # noqa: BLE001
+        depyf_version = "not installed"
+    return {"cagtool": cagtool.__version__, "torch": torch.__version__, "depyf": depyf_version, "python": platform.python_version()}
+
+
+def _has_compiled_autograd() -> bool:
+    import torch
+
+    ca_module = getattr(torch._dynamo, "compiled_autograd", None)
+    return bool(
+        ca_module is not None
+        and hasattr(ca_module, "_enable")
+        and hasattr(ca_module, "AutogradCompilerInstance")
+        and hasattr(getattr(torch._C, "_dynamo", None), "compiled_autograd")
+    )
+
+
+@contextlib.contextmanager
+def _mode_context(spec: ModeSpec, observer: Any) -> Iterator[None]:
+    """ca: cagtool's compiler on for every backward; aot/eager: compiled autograd forced off."""
+    import torch
+    from torch._dynamo import compiled_autograd as ca
+
+    if spec.mode == "eager":
+        torch._dynamo.config.disable = True
+    if spec.mode != "ca":
+        original_enable = ca._enable
+
+        @contextlib.contextmanager
+        def _forced_off(*args: Any, **kwargs: Any) -> Iterator[None]:
+            yield
+
+        ca._enable = _forced_off
+        try:
+            yield
+        finally:
+            ca._enable = original_enable
+        return
+
+    compiler = observer.cagtool_compiler
+    original_reset = ca.reset
+
+    def reset_and_rearm() -> None:
+        # torch._dynamo.reset() drops the compiler and the verbose logger (TORCH_2_13_NOTES.md):
+        # put cagtool's back so later backwards are still compiled and observed.
+        original_reset()
+        if ca.depth >= 1:
+            torch._C._dynamo.compiled_autograd.set_autograd_compiler(
+                __import__("functools").partial(ca.AutogradCompilerInstance, compiler), spec.dynamic
+            )
+            ca.compiled_autograd_enabled = True
+        observer.install_logger()
+
+    ca.reset = reset_and_rearm
+    try:
+        with ca._enable(compiler, dynamic=spec.dynamic):
+            observer.install_logger()
+            yield
+    finally:
+        ca.reset = original_reset
+
+
+def _make_compiler(backend: str) -> Any:
+    import torch
+
+    def cagtool_compiler(gm: Any) -> Any:
+        return torch.compile(gm, backend=backend)
+
+    return cagtool_compiler
+
+
+def _counters() -> dict[str, dict[str, int]]:
+    from torch._dynamo.utils import counters
+
+    out: dict[str, dict[str, int]] = {}
+    for name, counter in counters.items():
+        out[name] = {str(k)[:300]: int(v) for k, v in counter.items()}
+    return out
+
+
+def _peak_rss_bytes() -> int | None:
+    try:
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    except Exception:  # noqa: BLE001 - not on this platform
+        return None
+
+
+def main(spec_path: str) -> int:
+    spec = ModeSpec(**json.loads(Path(spec_path).read_text()))
+    _prepare_environment(spec)
+    started = time.perf_counter()
+    from datetime import datetime, timezone
+
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+    import torch  # noqa: F401 - after the environment is set
+
+    from cagtool.capture.ca_observer import CaptureObserver
+    from cagtool.capture.status import LiveStatus, status_enabled
+    from cagtool.capture.steps import StepLimitReached, StepTracker
+    from cagtool.capture.target import Target, print_user_traceback, run_target
+    from cagtool.capture.torch_logs import StructuredLogHandler
+    from cagtool.capture.torch_logs import install as install_log_handler
+    from cagtool.capture.writer import RecordWriter
+    from cagtool.record.manifest import ExceptionInfo, ModeManifest
+    from cagtool.record.schema import STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED, STATUS_TIMEOUT
+
+    if not _has_compiled_autograd():
+        print(f"cagtool: error: this torch build ({torch.__version__}) has no compiled autograd (torch._dynamo.compiled_autograd._enable); install torch 2.13", file=sys.stderr)
+        return EXIT_NO_CA
+
+    target = Target(**spec.target)
+    mode_dir = Path(spec.mode_dir)
+    manifest = ModeManifest(
+        mode=spec.mode,
+        argv=[target.name, *target.args],
+        target=target.to_dict(),
+        cwd=os.getcwd(),
+        versions=_versions(),
+        backend=spec.backend,
+        dynamic=spec.dynamic,
+        started_at=started_at,
+        options={"max_steps": spec.max_steps, "max_time": spec.max_time, "trace_nodes": spec.trace_nodes, "depyf": spec.depyf, "torch_trace": spec.torch_trace},
+    )
+    writer = RecordWriter(mode_dir, manifest, clock_start=started)
+    steps = StepTracker(writer, spec.mode, max_steps=spec.max_steps)
+    observer = CaptureObserver(writer, steps, _make_compiler(spec.backend) if spec.mode == "ca" else None)
+    handler = StructuredLogHandler(writer, steps)
+    install_log_handler(handler)
+    steps.install()
+    observer.install()
+
+    def probe() -> dict[str, Any]:
+        return {"step": steps.current_step, "graphs": observer._next_record_id, "compiling": steps.compile_in_progress}
+
+    exit_code = 0
+    status = STATUS_FINISHED
+    exception: ExceptionInfo | None = None
+    if spec.max_time:
+        def _on_alarm(signum: int, frame: Any) -> None:
+            raise TimeLimitReached()
+
+        signal.signal(signal.SIGALRM, _on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, spec.max_time)
+    if spec.trace_nodes:
+        torch.autograd.set_detect_anomaly(True, check_nan=False)
+    live = LiveStatus(f"{spec.label or spec.mode}", probe) if status_enabled() else contextlib.nullcontext()
+    depyf_ctx: Any = contextlib.nullcontext()
+    if spec.depyf:
+        import depyf
+
+        depyf_ctx = depyf.prepare_debug(str(mode_dir / "depyf"))
+    try:
+        with live, depyf_ctx, _mode_context(spec, observer):
+            run_target(target)
+    except SystemExit as exc:
+        code = exc.code
+        if code is None:
+            exit_code = 0
+        elif isinstance(code, int):
+            exit_code = code
+        else:
+            print(code, file=sys.stderr)
+            exit_code = 1
+        status = STATUS_FINISHED if exit_code == 0 else STATUS_FAILED
+        if exit_code:
+            exception = ExceptionInfo("SystemExit", str(code))
+    except StepLimitReached:
+        status = STATUS_FINISHED
+    except TimeLimitReached:
+        status = STATUS_TIMEOUT
+        exception = ExceptionInfo("TimeLimitReached", f"stopped after {spec.max_time} s (--max-time)")
+    except KeyboardInterrupt:
+        status, exit_code = STATUS_INTERRUPTED, 130
+        exception = ExceptionInfo("KeyboardInterrupt", "interrupted (Ctrl-C)")
+    except BaseException as exc:  # noqa: BLE001 - the target's own failure, recorded and passed on
+        text = print_user_traceback(exc)
+        status, exit_code = STATUS_FAILED, 1
+        exception = ExceptionInfo(type(exc).__name__, str(exc)[:2000], text[-20000:])
+    finally:
+        if spec.max_time:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        try:
+            steps.emit_final_state()
+        except Exception:  # noqa: BLE001 - numerics are a bonus; the record must still close
+            pass
+        steps.uninstall()
+        observer.uninstall()
+        manifest.status = status
+        manifest.exit_code = exit_code
+        manifest.exception = exception
+        manifest.ended_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        manifest.duration_s = time.perf_counter() - started
+        manifest.peak_rss_bytes = _peak_rss_bytes()
+        manifest.torch_counters = _counters()
+        writer.write_manifest()
+        writer.close()
+        sys.stdout.flush()
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,155 @@
+"""Turns a compiled-autograd GraphModule into the record's structured form (GraphNode list,
+op histogram, autograd nodes covered, inlined AOT graphs, hooks)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from cagtool.record.schema import AutogradNodeRef, GraphNode, HookRef
+
+# set_node_origin writes "<name>[aot_id] (NodeCall <k>)" as the code line of the stack trace.
+_ORIGIN = re.compile(r"code: (?P<name>\S.*?) \(NodeCall (?P<call>\d+)\)\s*$")
+_AOT_PREFIX = re.compile(r"^aot(\d+)_")
+
+
+@dataclass(frozen=True)
+class GraphSummary:
+    nodes: list[GraphNode]
+    op_histogram: dict[str, int]
+    autograd_nodes: list[AutogradNodeRef]
+    aot_ids: list[int]
+    hooks: list[HookRef]
+    num_sizes: int
+
+
+def target_name(target: Any) -> str:
+    if isinstance(target, str):
+        return target
+    name = getattr(target, "__name__", None)
+    module = getattr(target, "__module__", None)
+    if hasattr(target, "_schema") or type(target).__name__ == "OpOverload":
+        return str(target)  # aten.mm.default
+    if name and module:
+        return f"{module}.{name}"
+    return str(target)
+
+
+def short_op(node_op: str, target: str) -> str:
+    """The histogram key: `aten.mm`, `call_hook`, `accumulate_grad_`..."""
+    if node_op != "call_function":
+        return node_op
+    text = target
+    if text.startswith("aten.") or text.startswith("inductor."):
+        return ".".join(text.split(".")[:2])
+    return text.rsplit(".", 1)[-1]
+
+
+def _origin(meta: dict[str, Any]) -> AutogradNodeRef | None:
+    trace = meta.get("stack_trace") or ""
+    last = trace.strip().splitlines()[-1] if trace.strip() else ""
+    match = _ORIGIN.search(last)
+    if not match:
+        return None
+    return AutogradNodeRef(node_call=int(match.group("call")), name=match.group("name"))
+
+
+def _render_arg(arg: Any) -> str:
+    import torch.fx
+
+    if isinstance(arg, torch.fx.Node):
+        return f"%{arg.name}"
+    if isinstance(arg, (list, tuple)):
+        inner = ", ".join(_render_arg(a) for a in arg)
+        return f"[{inner}]" if isinstance(arg, list) else f"({inner}{',' if len(arg) == 1 else ''})"
+    if isinstance(arg, dict):
+        return "{" + ", ".join(f"{k}: {_render_arg(v)}" for k, v in arg.items()) + "}"
+    return repr(arg)
+
+
+def _render_args(node: Any) -> str:
+    parts = [_render_arg(a) for a in node.args]
+    parts += [f"{k}={_render_arg(v)}" for k, v in node.kwargs.items()]
+    return ", ".join(parts)
+
+
+def _dim(value: Any) -> int | str:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def tensor_meta(value: Any) -> tuple[list[int | str] | None, str | None, list[int | str] | None]:
+    """shape, dtype, stride of a traced (fake) tensor; symbolic sizes as strings."""
+    shape = getattr(value, "shape", None)
+    if shape is None or not hasattr(value, "dtype"):
+        return None, None, None
+    try:
+        stride = [_dim(s) for s in value.stride()]
+    except Exception:  # noqa: BLE001 - sparse and other layouts have no strides
+        stride = None
+    return [_dim(s) for s in shape], str(value.dtype).replace("torch.", ""), stride
+
+
+def snapshot_meta(graph: Any) -> dict[str, tuple[Any, Any, Any]]:
+    """Shapes of every node while the fake values are still attached (end_capture deletes them)."""
+    out: dict[str, tuple[Any, Any, Any]] = {}
+    for node in graph.nodes:
+        value = node.meta.get("val", node.meta.get("example_value"))
+        if value is not None:
+            meta = tensor_meta(value)
+            if meta[0] is not None:
+                out[node.name] = meta
+    return out
+
+
+def summarize_graph(gm: Any, shapes: dict[str, tuple[Any, Any, Any]] | None = None) -> GraphSummary:
+    shapes = shapes or {}
+    nodes: list[GraphNode] = []
+    histogram: Counter[str] = Counter()
+    autograd: dict[int, str] = {}
+    aot_ids: set[int] = set()
+    hooks: list[HookRef] = []
+    num_sizes = 0
+    for node in gm.graph.nodes:
+        target = target_name(node.target)
+        origin = _origin(node.meta)
+        if origin is not None:
+            autograd.setdefault(origin.node_call, origin.name)
+        aot_match = _AOT_PREFIX.match(node.name)
+        aot_id = int(aot_match.group(1)) if aot_match else None
+        if aot_id is not None:
+            aot_ids.add(aot_id)
+        hook_type = node.kwargs.get("hook_type") if node.op == "call_function" else None
+        if hook_type is not None:
+            hooks.append(HookRef(name=node.name, hook_type=str(hook_type)))
+        if node.op == "call_function" and target.endswith("unwrap_maybe_dynamic_int"):
+            num_sizes += 1
+        if node.op in ("call_function", "call_method", "call_module"):
+            histogram[short_op(node.op, target)] += 1
+        shape, dtype, stride = shapes.get(node.name, (None, None, None))
+        nodes.append(
+            GraphNode(
+                name=node.name,
+                op=node.op,
+                target=target,
+                args=_render_args(node),
+                origin=origin,
+                aot_id=aot_id,
+                hook_type=str(hook_type) if hook_type is not None else None,
+                shape=shape,
+                dtype=dtype,
+                stride=stride,
+            )
+        )
+    return GraphSummary(
+        nodes=nodes,
+        op_histogram=dict(sorted(histogram.items(), key=lambda kv: (-kv[1], kv[0]))),
+        autograd_nodes=[AutogradNodeRef(node_call=k, name=v) for k, v in sorted(autograd.items())],
+        aot_ids=sorted(aot_ids),
+        hooks=hooks,
+        num_sizes=num_sizes,
+    )

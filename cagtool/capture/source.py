@@ -1,0 +1,92 @@
+"""Finding the user's source line behind an autograd node or a backward call."""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import sysconfig
+from types import FrameType
+from typing import Any
+
+from cagtool.record.schema import SourceRef
+
+_LIBRARY_ROOTS = tuple(
+    {os.path.realpath(p) + os.sep for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])}
+)
+_CAGTOOL_ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
+
+
+def is_user_file(filename: str) -> bool:
+    if not filename or filename.startswith("<"):
+        return False
+    real = os.path.realpath(filename)
+    if real.startswith(_CAGTOOL_ROOT):
+        return False
+    return not real.startswith(_LIBRARY_ROOTS)
+
+
+def ref(filename: str, line: int, function: str, how: str) -> SourceRef:
+    code = linecache.getline(filename, line).strip()
+    return SourceRef(file=filename, line=line, code=code, function=function, how=how)
+
+
+def user_caller(frame: FrameType | None = None) -> SourceRef | None:
+    """The innermost frame on the current stack that belongs to the user's code."""
+    frame = frame or sys._getframe(1)
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            return ref(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, "backward_call")
+        frame = frame.f_back
+    return None
+
+
+def _walk_graph(roots: list[Any], limit: int = 20000):
+    seen: set[int] = set()
+    stack = [r for r in roots if r is not None]
+    while stack and len(seen) < limit:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        for child, _ in getattr(node, "next_functions", ()):
+            if child is not None:
+                stack.append(child)
+
+
+def node_creation(roots: list[Any], node_name: str) -> SourceRef | None:
+    """Where the forward op behind autograd node `node_name` ran, from the node's creation
+    traceback (recorded by anomaly mode, i.e. --trace-nodes). None when it is not available."""
+    base = node_name.split(" ")[0]
+    for node in _walk_graph(roots):
+        try:
+            name = node.name()
+        except Exception:  # noqa: BLE001
+            continue
+        if name != base and not name.endswith(base.split("::")[-1]):
+            continue
+        trace = getattr(node, "metadata", {}).get("traceback_") if hasattr(node, "metadata") else None
+        if not trace:
+            continue
+        text = "".join(trace) if isinstance(trace, list) else str(trace)
+        found = _from_text_traceback(text)
+        if found is not None:
+            return found
+    return None
+
+
+def _from_text_traceback(text: str) -> SourceRef | None:
+    best = None
+    for raw in text.splitlines():
+        raw = raw.strip()
+        if raw.startswith('File "'):
+            try:
+                filename = raw.split('"')[1]
+                line = int(raw.split("line ")[1].split(",")[0])
+                function = raw.split(" in ")[-1] if " in " in raw else ""
+            except (IndexError, ValueError):
+                continue
+            if is_user_file(filename):
+                best = ref(filename, line, function, "node_traceback")
+    return best

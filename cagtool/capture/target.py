@@ -1,0 +1,99 @@
+"""The user's program: checked before anything starts, then run exactly as `python` would."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import runpy
+import sys
+import traceback
+from dataclasses import asdict, dataclass, field
+
+from cagtool.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str  # "script" | "module"
+    name: str  # the script path as given, or the module name
+    args: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return os.path.splitext(os.path.basename(self.name))[0] if self.kind == "script" else self.name.rsplit(".", 1)[-1]
+
+    def to_dict(self) -> dict[str, str]:
+        data = asdict(self)
+        data.pop("args")
+        return data
+
+
+def check_target(script: str | None, module: str | None, args: list[str]) -> Target:
+    """Fail fast, with one clear line, on a script that is missing or is not valid Python, or a
+    module that cannot be found."""
+    if script and module:
+        raise UsageError("give a script or -m MODULE, not both")
+    if module:
+        _check_module(module)
+        return Target("module", module, list(args))
+    if not script:
+        raise UsageError("no script given: cagtool run train.py [ARGS...]  or  cagtool run -m package.module [ARGS...]")
+    if not os.path.exists(script):
+        raise UsageError(f"script not found: {script}")
+    if os.path.isdir(script):
+        raise UsageError(f"{script} is a directory; give a .py file, or -m for a package with __main__")
+    try:
+        with open(script, "rb") as handle:
+            ast.parse(handle.read(), filename=script)
+    except SyntaxError as exc:
+        raise UsageError(f"{script} is not valid Python: {exc.msg} (line {exc.lineno})") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read {script}: {exc}") from None
+    return Target("script", script, list(args))
+
+
+def _check_module(module: str) -> None:
+    added = os.getcwd() not in sys.path
+    if added:
+        sys.path.insert(0, os.getcwd())  # python -m puts the cwd first
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as exc:
+        raise UsageError(f"module not found: {module} ({exc})") from None
+    finally:
+        if added:
+            sys.path.remove(os.getcwd())
+    if spec is None:
+        raise UsageError(f"module not found: {module}")
+
+
+def run_target(target: Target) -> None:
+    """Run it as `python SCRIPT ARGS` / `python -m MODULE ARGS` would: __name__ == "__main__",
+    sys.argv, sys.path[0], cwd untouched. Exceptions propagate to the caller."""
+    if target.kind == "script":
+        sys.argv = [target.name, *target.args]
+        sys.path[0] = os.path.dirname(os.path.realpath(target.name))
+        runpy.run_path(target.name, run_name="__main__")
+    else:
+        sys.argv = [target.name, *target.args]  # runpy replaces argv[0] with the module's file
+        sys.path[0] = os.getcwd()
+        runpy.run_module(target.name, run_name="__main__", alter_sys=True)
+
+
+def print_user_traceback(exc: BaseException) -> str:
+    """Print the target's exception the way python would, without cagtool's and runpy's frames."""
+    tb = exc.__traceback__
+    cagtool_root = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    runpy_file = os.path.realpath(runpy.__file__)
+
+    def ours(filename: str) -> bool:
+        real = os.path.realpath(filename)
+        return real.startswith(cagtool_root + os.sep) or real == runpy_file or filename.startswith("<frozen runpy")
+
+    while tb is not None and ours(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    sys.stderr.write(text)
+    sys.stderr.flush()
+    return text

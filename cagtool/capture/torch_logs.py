@@ -1,0 +1,115 @@
+"""Dynamo's side of the story, read from torch's structured log (`torch.__trace`): compiles with
+their metrics, recompiles with guard-failure reasons, graph breaks, AOT backward graphs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+from cagtool.capture.steps import StepTracker
+from cagtool.capture.writer import RecordWriter
+from cagtool.record.schema import AotBackwardGraphEvent, DynamoCompileEvent, DynamoRecompileEvent, GraphBreakEvent
+
+TRACE_LOGGER = "torch.__trace"
+_BREAK_AT = re.compile(r"Graph break in user code at (?P<file>.+):(?P<line>\d+)")
+_US = 1e-6
+
+
+def compile_id_of(metadata: dict[str, Any]) -> str:
+    """torch's CompileId string: `F/C`, `!N/F/C`, or `!N` (what torch prints)."""
+    ca = metadata.get("compiled_autograd_id")
+    frame, attempt = metadata.get("frame_id"), metadata.get("frame_compile_id")
+    parts = []
+    if ca is not None:
+        parts.append(f"!{ca}")
+    if frame is not None:
+        parts.append(f"{frame}/{attempt}")
+    return "/".join(parts) if parts else "?"
+
+
+def _seconds(value: Any, scale: float = 1.0) -> float | None:
+    return float(value) * scale if isinstance(value, (int, float)) else None
+
+
+class StructuredLogHandler(logging.Handler):
+    def __init__(self, writer: RecordWriter, steps: StepTracker) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.writer = writer
+        self.steps = steps
+
+    def emit(self, record: logging.LogRecord) -> None:
+        metadata = getattr(record, "metadata", None)
+        if not isinstance(metadata, dict):
+            return
+        try:
+            self._handle(metadata, getattr(record, "payload", None))
+        except Exception:  # noqa: BLE001 - never break the target's compile over a log record
+            pass
+
+    def _handle(self, metadata: dict[str, Any], payload: str | None) -> None:
+        step = self.steps.current_step
+        if "compilation_metrics" in metadata:
+            self._compile(metadata["compilation_metrics"], step)
+        elif "aot_backward_graph" in metadata:
+            self.writer.emit(AotBackwardGraphEvent, compile_id=compile_id_of(metadata), step=step)
+        elif "artifact" in metadata:
+            name = metadata["artifact"].get("name")
+            if name == "recompile_reasons" and payload:
+                cid = compile_id_of(metadata)
+                reasons = json.loads(payload)
+                self.writer.emit(
+                    DynamoRecompileEvent,
+                    compile_id=cid,
+                    is_ca_graph=cid.startswith("!"),
+                    step=step,
+                    reasons=[str(r) for r in reasons] if isinstance(reasons, list) else [str(reasons)],
+                )
+            elif name == "dynamo_graph_break_reason" and payload:
+                self._graph_break(compile_id_of(metadata), payload, step)
+
+    def _compile(self, m: dict[str, Any], step: int | None) -> None:
+        cid = str(m.get("compile_id") or "?")
+        total = _seconds(m.get("entire_frame_compile_time_s"))
+        self.writer.emit(
+            DynamoCompileEvent,
+            compile_id=cid,
+            is_ca_graph=cid.startswith("!"),
+            step=step,
+            co_name=str(m.get("co_name") or ""),
+            co_filename=str(m.get("co_filename") or ""),
+            co_firstlineno=m.get("co_firstlineno"),
+            entire_frame_compile_time_s=total,
+            backend_compile_time_s=_seconds(m.get("backend_compile_time_s")),
+            inductor_compile_time_s=_seconds(m.get("inductor_compile_time_s")),
+            dynamo_cumulative_compile_time_s=_seconds(m.get("dynamo_cumulative_compile_time_us"), _US),
+            aot_autograd_cumulative_compile_time_s=_seconds(m.get("aot_autograd_cumulative_compile_time_us"), _US),
+            inductor_cumulative_compile_time_s=_seconds(m.get("inductor_cumulative_compile_time_us"), _US),
+            graph_op_count=m.get("graph_op_count"),
+            guard_count=m.get("guard_count"),
+            fail_type=m.get("fail_type"),
+            fail_reason=(str(m["fail_reason"])[:2000] if m.get("fail_reason") else None),
+            has_guarded_code=m.get("has_guarded_code"),
+        )
+        self.steps.note_dynamo_compile(total or 0.0)
+
+    def _graph_break(self, cid: str, payload: str, step: int | None) -> None:
+        lines = [l for l in payload.splitlines() if l.strip()]
+        where = _BREAK_AT.search(payload)
+        reason_lines = [l for l in lines if not l.startswith("Graph break in user code")][:4]
+        reason = "\n".join(reason_lines).replace("Graph Break Reason: ", "", 1)
+        file, line = (where.group("file"), int(where.group("line"))) if where else ("", None)
+        code = ""
+        if file and line:
+            import linecache
+
+            code = linecache.getline(file, line).strip()
+        self.writer.emit(GraphBreakEvent, compile_id=cid, step=step, reason=reason, file=file, line=line, code=code)
+
+
+def install(handler: StructuredLogHandler) -> logging.Logger:
+    logger = logging.getLogger(TRACE_LOGGER)
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    return logger

@@ -1,0 +1,81 @@
+"""Writes one mode record: the manifest (atomically replaced), the event stream (appended and
+flushed per event, so a crash loses nothing written so far) and the graph files."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
+from cagtool.record.schema import (
+    EVENTS_FILE,
+    GRAPHS_DIR,
+    MANIFEST_FILE,
+    RUN_META_FILE,
+    SCHEMA_VERSION,
+    Event,
+    GraphNode,
+    event_to_dict,
+)
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def write_run_meta(run_dir: Path, meta: RunMeta) -> None:
+    write_json_atomic(run_dir / RUN_META_FILE, to_dict(meta))
+
+
+class RecordWriter:
+    """Appends typed events for one mode. Thread-safe; `seq` and `t` are assigned here."""
+
+    def __init__(self, mode_dir: Path, manifest: ModeManifest, clock_start: float | None = None) -> None:
+        self.mode_dir = mode_dir
+        self.manifest = manifest
+        self.t0 = time.perf_counter() if clock_start is None else clock_start
+        (mode_dir / GRAPHS_DIR).mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._events = open(mode_dir / EVENTS_FILE, "a", buffering=1)  # noqa: SIM115 - lives as long as the run
+        self.write_manifest()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def emit(self, event_cls: type[Event], **fields: Any) -> Event:
+        with self._lock:
+            event = event_cls(seq=self._seq, t=fields.pop("t", None) or self.now(), **fields)
+            self._seq += 1
+            if not self._events.closed:
+                self._events.write(json.dumps(event_to_dict(event), default=str) + "\n")
+                self._events.flush()
+        return event
+
+    def write_graph(self, ca_id: int, compile_id: str, code: str, nodes: list[GraphNode]) -> tuple[str, str]:
+        code_rel = f"{GRAPHS_DIR}/ca_{ca_id}.py"
+        nodes_rel = f"{GRAPHS_DIR}/ca_{ca_id}.json"
+        (self.mode_dir / code_rel).write_text(code)
+        payload = {
+            "format": "cagtool-ca-graph",
+            "schema_version": SCHEMA_VERSION,
+            "ca_id": ca_id,
+            "compile_id": compile_id,
+            "nodes": [to_dict(n) for n in nodes],
+        }
+        (self.mode_dir / nodes_rel).write_text(json.dumps(payload, default=str) + "\n")
+        return code_rel, nodes_rel
+
+    def write_manifest(self) -> None:
+        write_json_atomic(self.mode_dir / MANIFEST_FILE, to_dict(self.manifest))
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._events.closed:
+                self._events.close()

@@ -1,0 +1,172 @@
+"""The end-of-run summary: the same text `cagtool run` prints and `cagtool summary` re-renders,
+and its JSON form."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from typing import Any
+
+from rich.console import Console
+
+from cagtool.record.loader import ModeRecord, RunRecord
+from cagtool.record.schema import CacheMissEvent, CAGraphEvent, DynamoRecompileEvent, FindingEvent, GraphBreakEvent, SourceRef
+from cagtool.report.metrics import ModeMetrics, mode_metrics
+
+SUMMARY_SCHEMA = "cagtool-summary"
+SUMMARY_SCHEMA_VERSION = 1
+
+
+def _where(src: SourceRef | None) -> str:
+    if src is None:
+        return ""
+    return f"{os.path.basename(src.file)}:{src.line}"
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.2f} ms"
+
+
+def _mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2**20:.0f} MiB"
+
+
+def miss_text(miss: CacheMissEvent) -> str:
+    if miss.miss_kind == "new_node":
+        text = f"new node {miss.node} (NodeCall {miss.node_call}), key size {miss.key_size}"
+        if miss.previous_key_sizes:
+            text += f", previous key sizes {miss.previous_key_sizes}"
+        return text
+    if miss.miss_kind == "changed_shapes":
+        parts = []
+        for size in miss.changed_sizes[:4]:
+            owner = f" of {size.node} (NodeCall {size.node_call})" if size.node else ""
+            value = f" -> {size.value}" if size.value is not None else ""
+            parts.append(f"sizes[{size.index}]{owner}{value}")
+        more = f" (+{len(miss.changed_sizes) - 4} more)" if len(miss.changed_sizes) > 4 else ""
+        return f"{miss.total_changed or len(miss.changed_sizes)} changed sizes: " + ", ".join(parts) + more
+    return miss.message
+
+
+def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
+    metrics = mode_metrics(record)
+    misses = record.of(CacheMissEvent)
+    graphs = record.of(CAGraphEvent)
+    return {
+        "mode": record.mode,
+        "status": record.manifest.status,
+        "exit_code": record.manifest.exit_code,
+        "exception": asdict(record.manifest.exception) if record.manifest.exception else None,
+        "ca_graphs": len(graphs),
+        "autograd_captures": metrics.autograd_captures,
+        "cache_misses": [
+            {
+                "ca_id": m.ca_id,
+                "compile_id": m.compile_id,
+                "kind": m.miss_kind,
+                "node": m.node,
+                "node_call": m.node_call,
+                "key_size": m.key_size,
+                "previous_key_sizes": m.previous_key_sizes,
+                "changed_sizes": [asdict(s) for s in m.changed_sizes],
+                "step": m.step,
+                "source": asdict(m.source) if m.source else None,
+                "message": m.message,
+            }
+            for m in misses
+        ],
+        "unique_graphs": metrics.unique_graphs,
+        "forward_graphs": metrics.forward_graphs,
+        "backward_graphs": metrics.backward_graphs,
+        "graph_breaks": metrics.graph_breaks,
+        "dynamo_recompiles": metrics.dynamo_recompiles,
+        "steps": metrics.steps,
+        "compile_time_s": metrics.compile_time_s,
+        "compile_phases_s": metrics.compile_phases_s,
+        "step_time": asdict(metrics.step_time) if metrics.step_time else None,
+        "peak_rss_bytes": metrics.peak_rss_bytes,
+        "findings": [{"code": f.code, "message": f.message, "step": f.step} for f in record.of(FindingEvent)],
+        "skipped_lines": record.skipped_lines,
+    }
+
+
+def summary_json(run: RunRecord) -> dict[str, Any]:
+    modes = {name: mode_summary_json(rec) for name, rec in run.modes.items()}
+    main = run.mode()
+    body = modes[main.path.name]
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "schema_version": SUMMARY_SCHEMA_VERSION,
+        "run": str(run.path),
+        "target": run.meta.target,
+        "argv": run.meta.target_argv,
+        "versions": run.meta.versions,
+        "exit_code": run.meta.exit_code,
+        # The top-level figures are the ca mode's (or the only mode's); all modes are under `modes`.
+        **{k: body[k] for k in ("ca_graphs", "cache_misses", "unique_graphs", "graph_breaks", "dynamo_recompiles", "steps")},
+        "modes": modes,
+    }
+
+
+def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | None = None) -> None:
+    m = metrics or mode_metrics(record)
+    manifest = record.manifest
+    state = manifest.status if manifest.exit_code in (0, None) else f"{manifest.status}, exit {manifest.exit_code}"
+    duration = f"{manifest.duration_s:.1f} s" if manifest.duration_s else "?"
+    console.print(f"[bold]mode {record.path.name}[/bold]: {state} in {duration}, {m.steps} steps (backend {manifest.backend})")
+    if manifest.exception:
+        console.print(f"  [red]exception:[/red] {manifest.exception.type}: {manifest.exception.message.splitlines()[0] if manifest.exception.message else ''}")
+    graphs = record.of(CAGraphEvent)
+    misses = record.of(CacheMissEvent)
+    if graphs or record.mode == "ca":
+        torch_says = f" (torch counted {m.autograd_captures} captures)" if m.autograd_captures is not None else ""
+        recompiles = max(len(graphs) - 1, 0)
+        console.print(f"  CA graphs: {len(graphs)} ({'1 initial' if graphs else 'none'}, {recompiles} recompile{'s' if recompiles != 1 else ''}){torch_says}")
+        for miss in misses[:12]:
+            step = f"step {miss.step}" if miss.step is not None else "step ?"
+            where = f"  {_where(miss.source)}" if miss.source else ""
+            console.print(f"    {step:>8}  {miss.compile_id:>4}  {miss_text(miss)}{where}", overflow="fold")
+        if len(misses) > 12:
+            console.print(f"    ... {len(misses) - 12} more: cagtool recompiles {record.path.parent}")
+    console.print(f"  Dynamo: {m.forward_graphs} forward graphs, {m.backward_graphs} backward graphs, {m.graph_breaks} graph breaks, {m.dynamo_recompiles} recompiles")
+    for brk in record.of(GraphBreakEvent)[:3]:
+        first = brk.reason.splitlines()[0] if brk.reason else ""
+        console.print(f"    graph break at {brk.file and os.path.basename(brk.file)}:{brk.line}: {first}", overflow="ellipsis", no_wrap=True)
+    for rec in record.of(DynamoRecompileEvent)[:3]:
+        console.print(f"    recompile {rec.compile_id}: {'; '.join(rec.reasons)[:150]}", overflow="ellipsis", no_wrap=True)
+    phases = ", ".join(f"{k} {v:.2f}" for k, v in m.compile_phases_s.items() if v)
+    console.print(f"  compile: {m.compile_time_s:.2f} s" + (f" ({phases})" if phases else ""))
+    st = m.step_time
+    if st and st.median_s is not None:
+        excluded = f"; {len(st.excluded)} compile-affected step(s) left out" if st.excluded else ""
+        console.print(f"  step time: median {_ms(st.median_s)} (p10 {_ms(st.p10_s)}, p90 {_ms(st.p90_s)}) over {st.count} steady steps{excluded}")
+    elif m.steps:
+        console.print(f"  step time: too few steps unaffected by compilation to measure (steps: {m.steps})")
+    if st and st.first_step_s is not None:
+        console.print(f"  time to first step: {st.first_step_s:.2f} s")
+    console.print(f"  peak RSS: {_mib(m.peak_rss_bytes)}")
+    for finding in record.of(FindingEvent):
+        where = f" ({_where(finding.source)})" if finding.source else ""
+        console.print(f"  [yellow]finding:[/yellow] {finding.message}{where}")
+    if record.skipped_lines or record.unknown_kinds:
+        console.print(f"  note: skipped {record.skipped_lines} unreadable line(s) and {sum(record.unknown_kinds.values())} unknown event(s)")
+
+
+def render_summary(console: Console, run: RunRecord, modes: list[str] | None = None) -> None:
+    meta = run.meta
+    target = meta.target.get("name", "?")
+    console.print(f"[bold]cagtool run[/bold] {target} {' '.join(meta.target_argv[1:])}".rstrip() + f"  (torch {meta.versions.get('torch', '?')})")
+    for name in modes or list(run.modes):
+        render_mode(console, run.modes[name])
+    missing = [m for m in meta.modes if m not in run.modes]
+    for name in missing:
+        console.print(f"[bold]mode {name}[/bold]: no record (the process did not start or was killed)")
+
+
+def next_steps(run_path: str) -> list[str]:
+    return [
+        f"cagtool summary {run_path}",
+        f"cagtool recompiles --explain {run_path}",
+        f"cagtool diff-graphs {run_path}",
+        f"cagtool compare {run_path}",
+    ]

@@ -1,9 +1,157 @@
-"""`cagtool diff-graphs` (not written yet)."""
+"""`cagtool diff-graphs`: a structural diff of compiled-autograd graphs, within a run or across two."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import List, Optional
+
 import typer
+
+from cagtool.errors import EXIT_GATE_FAILED, UsageError
+from cagtool.record.loader import load_run
+from cagtool.report.console import make_console
+from cagtool.report.graph_diff_render import JsonRenderer, SideBySideRenderer, UnifiedRenderer
+from cagtool.report.graph_diff_runs import GraphComparison, compare, compare_replaced, graph_ids
+
+from ._common import MODE_OPT, STRICT_OPT
+
+_ID = re.compile(r"^(?:!|ca_)?(\d+)$")
+
+
+class DiffFormat(str, Enum):
+    side = "side"
+    unified = "unified"
+    json = "json"
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    run: str | None  # None: the run given separately (or the latest)
+    ca_id: int
+
+
+@dataclass(frozen=True)
+class DiffGraphsOptions:
+    run: str | None
+    old: GraphSpec | None  # both None: each graph against the one it replaced
+    new: GraphSpec | None
+    mode: str | None = None
+    format: DiffFormat = DiffFormat.side
+    context: int = 3
+    strict: bool = False
+
+
+def _graph_id(text: str) -> int | None:
+    match = _ID.match(text.strip())
+    return int(match.group(1)) if match else None
+
+
+def _run_graph(text: str) -> GraphSpec | None:
+    """`RUN:ID` -> GraphSpec, or None when the text is not of that form."""
+    if ":" not in text:
+        return None
+    run, _, ident = text.rpartition(":")
+    ca_id = _graph_id(ident)
+    return GraphSpec(run, ca_id) if run and ca_id is not None else None
+
+
+_SHAPES = "give `[RUN] A B` (graph ids of one run) or `RUN_A:ID RUN_B:ID` (across runs)"
+
+
+def parse_graph_args(args: list[str]) -> tuple[str | None, GraphSpec | None, GraphSpec | None]:
+    """(run, old, new) from the positional arguments `[RUN] [A B]` or `RUN_A:ID RUN_B:ID`."""
+    if not args:
+        return None, None, None
+    if len(args) == 1:
+        if _graph_id(args[0]) is not None or _run_graph(args[0]) is not None:
+            raise UsageError(f"one graph given ({args[0]}); {_SHAPES}")
+        return args[0], None, None
+    if len(args) == 2:
+        cross = [_run_graph(a) for a in args]
+        if cross[0] is not None and cross[1] is not None:
+            return None, cross[0], cross[1]
+        ids = [_graph_id(a) for a in args]
+        if ids[0] is not None and ids[1] is not None:
+            return None, GraphSpec(None, ids[0]), GraphSpec(None, ids[1])
+        raise UsageError(f"cannot read graphs from {args[0]!r} {args[1]!r}; {_SHAPES}")
+    if len(args) == 3:
+        ids = [_graph_id(a) for a in args[1:]]
+        if ids[0] is not None and ids[1] is not None:
+            return args[0], GraphSpec(None, ids[0]), GraphSpec(None, ids[1])
+        raise UsageError(f"cannot read graph ids from {args[1]!r} {args[2]!r}; {_SHAPES}")
+    raise UsageError(f"too many arguments ({len(args)}); {_SHAPES}")
+
+
+def run_diff_graphs(options: DiffGraphsOptions) -> list[GraphComparison]:
+    """Load the runs and compare the graphs the options name (no rendering)."""
+    if options.old is None or options.new is None:
+        return compare_replaced(load_run(options.run, strict=options.strict), options.mode)
+    old_run = load_run(options.old.run or options.run, strict=options.strict)
+    if options.new.run is None or options.new.run == options.old.run:
+        new_run = old_run
+    else:
+        new_run = load_run(options.new.run, strict=options.strict)
+    return [compare(old_run, options.old.ca_id, new_run, options.new.ca_id, options.mode)]
+
+
+def diff_graphs_command(
+    graphs: Optional[List[str]] = typer.Argument(
+        None, metavar="[RUN] [A B]", show_default=False, help="A run (default: the latest), then two graph ids; or RUN_A:ID RUN_B:ID."
+    ),
+    format: DiffFormat = typer.Option(DiffFormat.side, "--format", "-f", help="side (a table), unified (diff -u like) or json."),
+    context: int = typer.Option(3, "--context", "-U", min=0, help="Unchanged nodes shown around each difference."),
+    mode: Optional[str] = MODE_OPT,
+    strict: bool = STRICT_OPT,
+) -> None:
+    """Show how one compiled-autograd graph differs from another, node by node.
+
+    A structural diff, not a text diff: FX counters (getitem_7 vs getitem_6),
+    aot<id>_ prefixes and eval_with_key numbers are normalised away; nodes are
+    aligned by op and by the autograd node they came from. You see inserted
+    (+), removed (-) and changed (~) nodes, then a summary: node counts, op
+    counts, autograd nodes and hooks added or removed, sizes that became
+    symbolic. The header names the recompile (cache miss) that produced the
+    newer graph, and the line of your code where it happened.
+
+    Examples:
+
+      cagtool diff-graphs                   # latest run: each graph vs the one it replaced
+      cagtool diff-graphs runs/op_loop      # the same, for that run
+      cagtool diff-graphs runs/op_loop 0 1  # graph !0 vs graph !1
+      cagtool diff-graphs before:0 after:0  # graph 0 of run `before` vs of run `after`
+      cagtool diff-graphs -f unified -U 1   # diff -u style, 1 line of context
+      cagtool diff-graphs -f json | jq '.comparisons[].summary'
+
+    Graph ids are compiled-autograd ids as torch prints them: 3, !3 or ca_3
+    (the run's graphs/ca_3.py holds its code). Exit code, like diff: 0 the
+    graphs are identical, 1 they differ, 3 unreadable input (no such run or
+    graph, a run without graphs, a missing graph file).
+    """
+    run, old, new = parse_graph_args(list(graphs or []))
+    options = DiffGraphsOptions(run=run, old=old, new=new, mode=mode, format=format, context=context, strict=strict)
+    comparisons = run_diff_graphs(options)
+    console = make_console()
+    if not comparisons:
+        # Only reachable with no ids: a run with exactly one graph.
+        record = load_run(options.run, strict=options.strict)
+        only = graph_ids(record.mode(options.mode))
+        console.print(
+            f"{record.path} has one compiled-autograd graph (!{only[0]}): nothing replaced it. "
+            f"To compare it with another run: cagtool diff-graphs {record.path}:{only[0]} OTHER_RUN:{only[0]}",
+            markup=False,
+        )
+        return
+    renderer = {
+        DiffFormat.side: SideBySideRenderer(context=options.context),
+        DiffFormat.unified: UnifiedRenderer(context=options.context),
+        DiffFormat.json: JsonRenderer(),
+    }[options.format]
+    renderer.render(comparisons, console)
+    if not all(c.identical for c in comparisons):
+        raise typer.Exit(EXIT_GATE_FAILED)
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("diff-graphs")(diff_graphs_command)

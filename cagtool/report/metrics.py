@@ -71,10 +71,11 @@ def _percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def step_stats(steps: list[StepEvent], run_start_to_first_end: float | None = None) -> StepStats:
-    """Iteration time of step i = start of step i+1 minus start of step i. Step i is affected by
-    compilation when it or the step after it compiled or captured anything (the interval covers
-    both a forward and a backward)."""
+def steady_intervals(steps: list[StepEvent]) -> tuple[list[float], list[int]]:
+    """(iteration times of the steady steps in step order, steps excluded). Iteration time of step i
+    = start of step i+1 minus start of step i. Step i is affected by compilation when it or the
+    step after it compiled or captured anything (the interval covers both a forward and a backward).
+    Shared by `step_stats` and by the mode comparison, which pools the intervals of repetitions."""
     ordered = sorted(steps, key=lambda s: s.step)
     intervals: list[float] = []
     excluded: list[int] = []
@@ -88,18 +89,29 @@ def step_stats(steps: list[StepEvent], run_start_to_first_end: float | None = No
         intervals.append(start_following - start_current)
     if ordered and (ordered[-1].compiles or ordered[-1].ca_captures):
         excluded.append(ordered[-1].step)
+    return intervals, excluded
+
+
+def stats_of_intervals(intervals: list[float], excluded: list[int], first_step_s: float | None = None) -> StepStats:
+    """Median, p10, p90 and mean of steady iteration times (any order)."""
     if not intervals:
-        return StepStats(0, excluded, None, None, None, None, run_start_to_first_end)
-    intervals.sort()
+        return StepStats(0, list(excluded), None, None, None, None, first_step_s)
+    ordered = sorted(intervals)
     return StepStats(
-        count=len(intervals),
-        excluded=excluded,
-        median_s=statistics.median(intervals),
-        p10_s=_percentile(intervals, 0.10),
-        p90_s=_percentile(intervals, 0.90),
-        mean_s=statistics.fmean(intervals),
-        first_step_s=run_start_to_first_end,
+        count=len(ordered),
+        excluded=list(excluded),
+        median_s=statistics.median(ordered),
+        p10_s=_percentile(ordered, 0.10),
+        p90_s=_percentile(ordered, 0.90),
+        mean_s=statistics.fmean(ordered),
+        first_step_s=first_step_s,
     )
+
+
+def step_stats(steps: list[StepEvent], run_start_to_first_end: float | None = None) -> StepStats:
+    """Steady-state statistics of one mode's steps (see `steady_intervals`)."""
+    intervals, excluded = steady_intervals(steps)
+    return stats_of_intervals(intervals, excluded, run_start_to_first_end)
 
 
 def mode_metrics(record: ModeRecord) -> ModeMetrics:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 EXIT_NO_CA = 2
+STARTUP_ERROR_FILE = "startup_error.txt"
 
 
 @dataclass
@@ -169,7 +170,11 @@ def main(spec_path: str) -> int:
     from cagtool.record.schema import STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED, STATUS_TIMEOUT
 
     if not _has_compiled_autograd():
-        print(f"cagtool: error: this torch build ({torch.__version__}) has no compiled autograd (torch._dynamo.compiled_autograd._enable); install torch 2.13", file=sys.stderr)
+        # The parent turns this into its one-line error and stops the run.
+        (Path(spec.mode_dir) / STARTUP_ERROR_FILE).write_text(
+            f"this torch build ({torch.__version__}) has no compiled autograd "
+            "(torch._dynamo.compiled_autograd._enable is missing); cagtool needs torch 2.13"
+        )
         return EXIT_NO_CA
 
     target = Target(**spec.target)

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from cagtool.capture.child import ModeSpec
+from cagtool.capture.child import STARTUP_ERROR_FILE, ModeSpec
 from cagtool.capture.target import Target
 from cagtool.capture.writer import write_run_meta
 from cagtool.errors import UsageError
@@ -58,6 +58,7 @@ class RunOutcome:
     path: Path
     outcomes: list[ModeOutcome] = field(default_factory=list)
     interrupted: bool = False
+    startup_error: str = ""  # the environment cannot run a mode at all (e.g. torch without CA)
 
     @property
     def exit_code(self) -> int:
@@ -156,6 +157,11 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
             if on_progress is not None:
                 on_progress(name, index, len(names))
             result = _run_mode(options, run_dir, name, cache_root)
+            startup_error = run_dir / name / STARTUP_ERROR_FILE
+            if startup_error.exists():
+                outcome.startup_error = startup_error.read_text().strip()
+                outcome.outcomes.append(result)
+                break
             outcome.outcomes.append(result)
             meta.mode_exit_codes[name] = result.exit_code
             write_run_meta(run_dir, meta)

@@ -74,11 +74,30 @@ def run_target(target: Target) -> None:
     if target.kind == "script":
         sys.argv = [target.name, *target.args]
         sys.path[0] = os.path.dirname(os.path.realpath(target.name))
-        runpy.run_path(target.name, run_name="__main__")
+        _exec_as_main(os.path.abspath(target.name))  # python 3.11 makes __file__ absolute
     else:
         sys.argv = [target.name, *target.args]  # runpy replaces argv[0] with the module's file
         sys.path[0] = os.getcwd()
         runpy.run_module(target.name, run_name="__main__", alter_sys=True)
+
+
+def _exec_as_main(path: str) -> None:
+    """What `python path` does: a fresh __main__ module (so pickling classes from the script
+    works) whose code runs with sys.argv[0] left as the user typed it (runpy.run_path rewrites it)."""
+    import builtins
+    import types
+
+    with open(path, "rb") as handle:
+        code = compile(handle.read(), path, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update({"__file__": path, "__builtins__": builtins, "__cached__": None, "__spec__": None, "__loader__": None, "__package__": None})
+    previous = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if previous is not None:
+            sys.modules["__main__"] = previous
 
 
 def print_user_traceback(exc: BaseException) -> str:

@@ -90,6 +90,8 @@ def run_command(
             print(f"cagtool: mode {name} ({index}/{total}): running {target.name}", file=sys.stderr, flush=True)
 
     outcome = run(options, on_progress=progress)
+    if outcome.startup_error:
+        raise UsageError(outcome.startup_error)
     from cagtool.commands.summary import print_run_report
 
     print_run_report(outcome.path, fmt=fmt, after_run=True)

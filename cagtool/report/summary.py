@@ -38,13 +38,14 @@ def miss_text(miss: CacheMissEvent) -> str:
             text += f", previous key sizes {miss.previous_key_sizes}"
         return text
     if miss.miss_kind == "changed_shapes":
-        parts = []
-        for size in miss.changed_sizes[:4]:
-            owner = f" of {size.node} (NodeCall {size.node_call})" if size.node else ""
-            value = f" -> {size.value}" if size.value is not None else ""
-            parts.append(f"sizes[{size.index}]{owner}{value}")
-        more = f" (+{len(miss.changed_sizes) - 4} more)" if len(miss.changed_sizes) > 4 else ""
-        return f"{miss.total_changed or len(miss.changed_sizes)} changed sizes: " + ", ".join(parts) + more
+        groups: dict[tuple[str | None, int | None], list[str]] = {}
+        for size in miss.changed_sizes:
+            groups.setdefault((size.node, size.node_call), []).append(f"{size.index}" + (f"={size.value}" if size.value is not None else ""))
+        parts = [
+            f"sizes[{', '.join(items)}]" + (f" of {node} (NodeCall {call})" if node else "")
+            for (node, call), items in groups.items()
+        ]
+        return f"{miss.total_changed or len(miss.changed_sizes)} changed sizes: " + "; ".join(parts)
     return miss.message
 
 
@@ -124,7 +125,7 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         console.print(f"  CA graphs: {len(graphs)} ({'1 initial' if graphs else 'none'}, {recompiles} recompile{'s' if recompiles != 1 else ''}){torch_says}")
         for miss in misses[:12]:
             step = f"step {miss.step}" if miss.step is not None else "step ?"
-            where = f"  {_where(miss.source)}" if miss.source else ""
+            where = f"  ({_where(miss.source)})" if miss.source else ""
             console.print(f"    {step:>8}  {miss.compile_id:>4}  {miss_text(miss)}{where}", overflow="fold")
         if len(misses) > 12:
             console.print(f"    ... {len(misses) - 12} more: cagtool recompiles {record.path.parent}")

@@ -1,0 +1,108 @@
+"""The tutorial's facts, asserted on records that `cagtool run` made of the sample scripts."""
+
+from __future__ import annotations
+
+import json
+
+from cagtool.record.loader import load_run
+from cagtool.record.schema import CacheMissEvent, CAGraphEvent, FindingEvent, StepEvent
+from cagtool.report.metrics import mode_metrics
+
+
+def _ca(run):
+    assert run.returncode == 0, run.stderr
+    return load_run(run.path).modes["ca"]
+
+
+def test_op_loop_new_node_misses_match_tutorial(record_run):
+    ca = _ca(record_run("op_loop.py"))
+    misses = ca.of(CacheMissEvent)
+    assert [(m.node, m.node_call, m.key_size) for m in misses] == [
+        ("torch::autograd::GraphRoot", 0, 39),
+        ("SubBackward0", 2, 56),
+        ("MulBackward0", 2, 71),
+        ("DivBackward0", 2, 70),
+    ]
+    assert all(m.miss_kind == "new_node" for m in misses)
+    assert [m.step for m in misses] == [1, 2, 3, 4]
+    assert [m.ca_id for m in misses] == [0, 1, 2, 3]
+    # The source line is the user's backward call in op_loop.py.
+    assert all(m.source and m.source.file.endswith("op_loop.py") and m.source.line == 12 for m in misses)
+    # Counts equal torch's own counter.
+    assert len(ca.of(CAGraphEvent)) == ca.manifest.torch_counters["compiled_autograd"]["captures"] == 4
+
+
+def test_shape_loop_one_changed_shapes_miss_then_none(record_run):
+    ca = _ca(record_run("shape_loop.py"))
+    misses = ca.of(CacheMissEvent)
+    assert [m.miss_kind for m in misses] == ["new_node", "changed_shapes"]
+    changed = misses[1]
+    assert changed.step == 2 and changed.total_changed == 4
+    assert [s.index for s in changed.changed_sizes] == [0, 1, 2, 3]
+    assert {(s.node, s.node_call, s.value) for s in changed.changed_sizes} == {("SumBackward0", 1, 100)}
+    assert len(ca.of(StepEvent)) == 3  # the third step (10 again) hits the cache
+    assert ca.manifest.torch_counters["compiled_autograd"]["captures"] == 2
+
+
+def test_graph_breaks_give_one_ca_graph_covering_whole_backward(record_run):
+    ca = _ca(record_run("graph_breaks.py", "3"))
+    graphs = ca.of(CAGraphEvent)
+    assert len(graphs) == 1
+    # The three AOT backward graphs of the three forward graphs are inlined into the one CA graph.
+    assert len(graphs[0].aot_ids) == 3
+    metrics = mode_metrics(ca)
+    assert metrics.graph_breaks == 2 and metrics.forward_graphs == 3 and metrics.backward_graphs == 1
+
+
+def test_tensor_hook_appears_as_call_hook_node(record_run):
+    ca = _ca(record_run("tensor_hook.py"))
+    graph = ca.of(CAGraphEvent)[0]
+    assert [h.hook_type for h in graph.hooks] == ["tensor_pre_hook"]
+    nodes = ca.graph_nodes(graph.ca_id)
+    assert any(n.hook_type == "tensor_pre_hook" and n.target.endswith("call_hook") for n in nodes)
+    assert "call_hook" in (ca.path / graph.code_file).read_text()
+
+
+def test_record_layout_and_summary_json(record_run):
+    run = record_run("op_loop.py")
+    assert (run.path / "run.json").is_file()
+    mode_dir = run.path / "ca"
+    for name in ("manifest.json", "events.jsonl", "graphs/ca_0.py", "graphs/ca_0.json"):
+        assert (mode_dir / name).is_file(), name
+    assert any((mode_dir / "trace").iterdir()), "TORCH_TRACE log for tlparse"
+    manifest = json.loads((mode_dir / "manifest.json").read_text())
+    assert manifest["schema_version"] == 1 and manifest["status"] == "finished" and manifest["exit_code"] == 0
+    assert set(manifest["versions"]) == {"cagtool", "torch", "depyf", "python"}
+    # The end-of-run summary names the record and the next commands.
+    assert f"record: {run.path}" in run.stderr and "cagtool recompiles --explain" in run.stderr
+
+
+def test_summary_command_json_rerenders_without_rerun(record_run):
+    import subprocess
+    import sys
+
+    run = record_run("op_loop.py")
+    proc = subprocess.run([sys.executable, "-m", "cagtool", "summary", str(run.path), "--format", "json"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["ca_graphs"] == 4 and data["exit_code"] == 0 and data["steps"] == 4
+    assert data["cache_misses"][1] | {"source": None, "changed_sizes": []} == data["cache_misses"][1] | {"source": None, "changed_sizes": []}
+    miss = data["cache_misses"][2]
+    assert (miss["kind"], miss["node"], miss["node_call"], miss["key_size"], miss["previous_key_sizes"], miss["step"]) == ("new_node", "MulBackward0", 2, 71, [], 3)
+    assert miss["source"]["line"] == 12
+    for key in ("unique_graphs", "graph_breaks", "dynamo_recompiles"):
+        assert key in data
+
+
+def test_flag_set_but_backward_outside_compiled_region_is_a_finding(record_run):
+    run = record_run("../tests/scripts/ca_flag_outside.py")
+    ca = _ca(run)
+    findings = ca.of(FindingEvent)
+    assert [f.code for f in findings] == ["ca_flag_without_compiled_backward"]
+    assert findings[0].source is not None and findings[0].source.file.endswith("ca_flag_outside.py")
+    # cagtool still compiled every backward: graph 0, then graph 1 once .grad went from None to
+    # defined (AccumulateGrad's key changes), then a cache hit.
+    misses = ca.of(CacheMissEvent)
+    assert [(m.node, m.step) for m in misses] == [("torch::autograd::GraphRoot", 1), ("torch::autograd::AccumulateGrad", 2)]
+    assert len(ca.of(CAGraphEvent)) == ca.manifest.torch_counters["compiled_autograd"]["captures"] == 2
+    assert len(ca.of(StepEvent)) == 3

@@ -1,0 +1,114 @@
+"""Bad input to `cagtool run`: one clear line on stderr and a documented exit code; the record
+is complete whatever the target does."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import ROOT, cagtool_cmd
+
+from cagtool.record.loader import load_run
+from cagtool.record.schema import StepEvent
+
+SCRIPTS = Path(__file__).parent / "scripts"
+ENV = {**os.environ, "CI": "true"}
+
+
+def _run(tmp_path, *args, env=None):
+    cmd = cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", str(tmp_path / "r"), *args)
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env or ENV, timeout=300)
+
+
+def _one_error_line(proc) -> str:
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("cagtool: error: ")
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+def test_missing_script(tmp_path):
+    proc = _run(tmp_path, "no_such_train.py")
+    assert proc.returncode == 2
+    assert "script not found: no_such_train.py" in _one_error_line(proc)
+
+
+def test_not_valid_python(tmp_path):
+    proc = _run(tmp_path, str(SCRIPTS / "not_python.py"))
+    assert proc.returncode == 2
+    assert "is not valid Python" in _one_error_line(proc)
+
+
+def test_module_not_found(tmp_path):
+    proc = _run(tmp_path, "-m", "no_such_pkg.train")
+    assert proc.returncode == 2
+    assert "module not found: no_such_pkg.train" in _one_error_line(proc)
+
+
+def test_output_dir_not_writable(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    proc = subprocess.run(cagtool_cmd("run", "-o", str(blocker / "run"), str(SCRIPTS / "exit_code.py")), capture_output=True, text=True, cwd=ROOT, env=ENV)
+    assert proc.returncode == 2
+    assert "cannot write the run record" in _one_error_line(proc)
+
+
+def test_bad_modes_option(tmp_path):
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "ca,fast", str(SCRIPTS / "exit_code.py")), capture_output=True, text=True, cwd=ROOT, env=ENV)
+    assert proc.returncode == 2
+    assert "--modes" in _one_error_line(proc)
+
+
+def test_script_raises_mid_training_record_is_complete(tmp_path):
+    proc = _run(tmp_path, str(SCRIPTS / "crash_mid_training.py"))
+    assert proc.returncode == 1
+    # The target's own traceback is shown, as python would, without cagtool's frames.
+    assert "RuntimeError: boom at step 4" in proc.stderr and "cagtool/capture" not in proc.stderr
+    ca = load_run(tmp_path / "r").modes["ca"]
+    assert ca.manifest.status == "failed" and ca.manifest.exit_code == 1
+    assert ca.manifest.exception.type == "RuntimeError" and "boom" in ca.manifest.exception.message
+    assert [s.step for s in ca.of(StepEvent)] == [1, 2, 3]
+    assert "mode ca: failed, exit 1" in proc.stderr  # the summary is still printed
+
+
+def test_sys_exit_code_passes_through(tmp_path):
+    proc = _run(tmp_path, str(SCRIPTS / "exit_code.py"), "7")
+    assert proc.returncode == 7
+    ca = load_run(tmp_path / "r").modes["ca"]
+    assert ca.manifest.exit_code == 7 and len(ca.of(StepEvent)) == 1
+
+
+def test_ctrl_c_keeps_the_record(tmp_path):
+    cmd = cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", str(tmp_path / "r"), str(SCRIPTS / "endless_training.py"))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV, start_new_session=True)
+    assert proc.stdout.readline().strip() == "READY"
+    time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    ca = load_run(tmp_path / "r").modes["ca"]
+    assert ca.manifest.status == "interrupted" and ca.manifest.exit_code == 130
+    assert len(ca.of(StepEvent)) >= 2
+
+
+def test_torch_without_compiled_autograd(tmp_path):
+    env = {**ENV, "PYTHONPATH": str(SCRIPTS / "no_ca_torch")}
+    proc = _run(tmp_path, str(SCRIPTS / "exit_code.py"), env=env)
+    assert proc.returncode == 2
+    assert "has no compiled autograd" in _one_error_line(proc)
+
+
+def test_report_commands_on_missing_and_garbage_runs(tmp_path):
+    (tmp_path / "garbage").mkdir()
+    (tmp_path / "garbage" / "run.json").write_text("{not json")
+    for target, expected in ((tmp_path / "nothing", "no run at"), (tmp_path / "garbage", "not valid JSON")):
+        proc = subprocess.run(cagtool_cmd("summary", str(target)), capture_output=True, text=True, cwd=ROOT)
+        assert proc.returncode == 3
+        assert expected in _one_error_line(proc)
+    proc = subprocess.run(cagtool_cmd("summary"), capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 3 and "no runs recorded yet" in _one_error_line(proc)

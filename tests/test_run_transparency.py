@@ -1,0 +1,41 @@
+"""The target sees the same __name__, argv, sys.path[0], cwd and __file__ under cagtool as under python."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT, cagtool_cmd
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def _first_json_line(text: str) -> dict:
+    return json.loads(next(line for line in text.splitlines() if line.startswith("{")))
+
+
+def test_script_sees_what_python_gives_it(tmp_path):
+    script = "tests/scripts/transparency.py"
+    args = ["--lr", "3e-4", "--steps", "2"]
+    plain = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, cwd=ROOT)
+    under = subprocess.run(
+        cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", str(tmp_path / "r"), script, *args),
+        capture_output=True, text=True, cwd=ROOT, env={**__import__("os").environ, "CI": "true"},
+    )
+    assert under.returncode == 0, under.stderr
+    assert _first_json_line(under.stdout) == _first_json_line(plain.stdout)
+    # cagtool's own output goes to stderr: the script's stdout is exactly its own.
+    assert under.stdout == plain.stdout
+
+
+def test_module_mode_passes_args_after_double_dash(tmp_path):
+    env = {**__import__("os").environ, "CI": "true", "PYTHONPATH": str(SCRIPTS)}
+    plain = subprocess.run([sys.executable, "-m", "pkg_demo.train", "--lr", "3e-4"], capture_output=True, text=True, cwd=SCRIPTS, env=env)
+    under = subprocess.run(
+        cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", str(tmp_path / "r"), "-m", "pkg_demo.train", "--", "--lr", "3e-4"),
+        capture_output=True, text=True, cwd=SCRIPTS, env=env,
+    )
+    assert under.returncode == 0, under.stderr
+    assert _first_json_line(under.stdout) == _first_json_line(plain.stdout) == {"name": "__main__", "argv": ["--lr", "3e-4"], "path0": str(SCRIPTS)}

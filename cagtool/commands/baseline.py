@@ -1,9 +1,91 @@
-"""`cagtool baseline` (not written yet)."""
+"""`cagtool baseline save|show`: the small JSON a CI gate compares against."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Optional
+
 import typer
+
+from cagtool.commands._common import RUN_ARG, STRICT_OPT, TextOrJson
+from cagtool.errors import UsageError
+from cagtool.record.loader import load_run
+from cagtool.report.baseline import DEFAULT_BASELINE_FILE, baseline_from_run, baseline_to_dict, load_baseline, save_baseline
+from cagtool.report.console import make_console
+
+SAVE_HELP = """Save a run's counts, compile time and step-time statistics as a baseline JSON to commit.
+
+`cagtool gate --baseline FILE` then fails on more CA graphs, recompiles or graph breaks than the baseline had, and with --max-regression / --max-compile-regression on slower steps or compiles. It warns when torch version or machine differ from the baseline's. A run with a failed mode is refused (use --allow-failed to save it anyway).
+
+Examples:
+
+  cagtool run --modes aot,ca train.py && cagtool baseline save -o cagtool-baseline.json
+
+  cagtool baseline save .cagtool/runs/20260101-120000 -o ci/cagtool-baseline.json
+"""
+
+SHOW_HELP = """Print a baseline file (checks that it reads).
+
+Example:
+
+  cagtool baseline show cagtool-baseline.json
+"""
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    group = typer.Typer(help="Save and inspect the baselines `cagtool gate --baseline` compares against.", no_args_is_help=True)
+
+    @group.command("save", help=SAVE_HELP)
+    def save(
+        run: Optional[str] = RUN_ARG,
+        output: Path = typer.Option(Path(DEFAULT_BASELINE_FILE), "-o", "--output", metavar="FILE", help="Where to write the baseline."),
+        allow_failed: bool = typer.Option(False, "--allow-failed", help="Save even when a mode failed or was interrupted."),
+        strict: bool = STRICT_OPT,
+    ) -> None:
+        record = load_run(run, strict=strict)
+        baseline = baseline_from_run(record)
+        bad = {name: snap.status for name, snap in baseline.modes.items() if snap.status not in ("finished", "timeout")}
+        if bad and not allow_failed:
+            listed = ", ".join(f"{name} {status}" for name, status in bad.items())
+            raise UsageError(
+                f"not saving a baseline from a run whose modes did not finish ({listed}); "
+                "fix the run or pass --allow-failed",
+            )
+        path = save_baseline(baseline, output)
+        console = make_console()
+        modes = ", ".join(
+            f"{name}: {snap.ca_graphs} CA graphs, {snap.recompiles} recompiles, {snap.graph_breaks} graph breaks"
+            for name, snap in baseline.modes.items()
+        )
+        console.print(f"baseline saved: {path} ({modes})", markup=False, soft_wrap=True)
+        console.print(f"gate against it with: cagtool gate --baseline {path} --max-regression 10%", markup=False, soft_wrap=True)
+
+    @group.command("show", help=SHOW_HELP)
+    def show(
+        file: Path = typer.Argument(Path(DEFAULT_BASELINE_FILE), metavar="[FILE]", help="Baseline file."),
+        format: TextOrJson = typer.Option(TextOrJson.text, "--format", help="Output format."),
+    ) -> None:
+        baseline = load_baseline(file)
+        data = baseline_to_dict(baseline)
+        if format is TextOrJson.json:
+            typer.echo(json.dumps(data, indent=2))
+            return
+        console = make_console()
+        console.print(f"baseline {file}: from run {baseline.source_run}, saved {baseline.created_at}", markup=False, soft_wrap=True)
+        console.print(f"torch {baseline.versions.get('torch', '?')}, target {baseline.target.get('name', '?')}", markup=False, soft_wrap=True)
+        for name, snap in baseline.modes.items():
+            step = snap.step_time
+            timing = "no steady-state steps" if step is None or step.median_s is None else (
+                f"step median {step.median_s * 1e3:.3f} ms (p10 {step.p10_s * 1e3:.3f}, p90 {step.p90_s * 1e3:.3f}, n={step.count})"
+                if step.p10_s is not None and step.p90_s is not None else f"step median {step.median_s * 1e3:.3f} ms"
+            )
+            console.print(
+                f"  {name}: {snap.status}, {snap.steps} steps, {snap.ca_graphs} CA graphs, "
+                f"recompiles {snap.recompiles} (ca {snap.ca_cache_misses}, dynamo {snap.dynamo_recompiles}), "
+                f"{snap.graph_breaks} graph breaks, compile {snap.compile_time_s:.3f} s, {timing}",
+                markup=False,
+                soft_wrap=True,
+            )
+
+    app.add_typer(group, name="baseline")

@@ -1,9 +1,154 @@
-"""`cagtool gate` (not written yet)."""
+"""`cagtool gate`: fail CI when compiled autograd gets worse. Also the gate flags that
+`cagtool run --gate` shares (`with_gate_options`)."""
 
 from __future__ import annotations
 
+import functools
+import inspect
+import typing
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable, List, Optional
+
 import typer
+
+from cagtool.commands._common import RUN_ARG, STRICT_OPT, TextOrJson
+from cagtool.report.gate import GateOptions, run_gate
+from cagtool.report.gate_config import merge, settings_from_values
+from cagtool.report.gate_output import emit_gate_result
+
+GATE_HELP = """Check a recorded run against CI thresholds; exit 1 when one is exceeded.
+
+Thresholds come from flags and from \\[tool.cagtool.gate] in the nearest pyproject.toml (flags win). Counts are exact and direction-aware: more than allowed fails; fewer is reported as IMPROVED (tighten the limit or refresh the baseline), and --fail-on-improvement makes that fail too. With --baseline, the baseline's own counts are the limits of the counts not given. Step time is compared with the baseline's beyond a noise floor (half the wider p10-p90 spread): a change inside the noise never fails.
+
+Threshold grammar: counts N or KIND:N (--max-recompiles kinds: total, ca, dynamo; repeat the flag for several); speedups X or NUM/DEN:X (default ca/aot, i.e. aot step time / ca step time); times PCT, PCT%, or SECONDSs, and for --max-regression FIELD:... with FIELD median (default), mean, p10 or p90.
+
+Exit codes: 0 passed; 1 a check failed; 2 usage error; 3 unreadable run or baseline.
+
+Examples:
+
+  cagtool gate --max-ca-graphs 1 --max-recompiles ca:0 --max-graph-breaks 0
+
+  cagtool gate RUN --min-speedup 1.05 --junit gate.xml
+
+  cagtool gate --baseline cagtool-baseline.json --max-regression 10% --max-compile-regression 25%
+
+  cagtool gate --format json | jq .checks
+"""
+
+# The flags `cagtool gate` and `cagtool run --gate` share: name -> (annotation, typer option).
+_GATE_FLAG_PARAMS: dict[str, tuple[Any, Any]] = {
+    "max_ca_graphs": (Optional[str], typer.Option(None, "--max-ca-graphs", metavar="N", help="Most compiled-autograd graphs allowed.", rich_help_panel="Gate")),
+    "max_recompiles": (
+        Optional[List[str]],
+        typer.Option(None, "--max-recompiles", metavar="[KIND:]N", help="Most recompiles allowed: N (total), ca:N (CA cache misses), dynamo:N (Dynamo recompiles). Repeatable.", rich_help_panel="Gate"),
+    ),
+    "max_graph_breaks": (Optional[str], typer.Option(None, "--max-graph-breaks", metavar="N", help="Most graph breaks allowed.", rich_help_panel="Gate")),
+    "min_speedup": (
+        Optional[List[str]],
+        typer.Option(None, "--min-speedup", metavar="[NUM/DEN:]X", help="Least speedup of step time: X for ca/aot, or e.g. ca/eager:1.2. Repeatable.", rich_help_panel="Gate"),
+    ),
+    "baseline": (Optional[Path], typer.Option(None, "--baseline", metavar="FILE", help="Baseline JSON (cagtool baseline save); its counts become limits unless given.", rich_help_panel="Gate")),
+    "max_regression": (
+        Optional[str],
+        typer.Option(None, "--max-regression", metavar="PCT", help="Most step-time regression vs the baseline: 10, 10%, p90:15%, 0.002s.", rich_help_panel="Gate"),
+    ),
+    "max_compile_regression": (
+        Optional[str],
+        typer.Option(None, "--max-compile-regression", metavar="PCT", help="Most compile-time regression vs the baseline: 25, 25%, 0.5s.", rich_help_panel="Gate"),
+    ),
+    "fail_on_improvement": (
+        Optional[bool],
+        typer.Option(None, "--fail-on-improvement/--no-fail-on-improvement", help="Fail when a check improved, so the limit or baseline gets refreshed.", show_default=False, rich_help_panel="Gate"),
+    ),
+    "junit": (Optional[Path], typer.Option(None, "--junit", metavar="FILE", help="Also write JUnit XML, one testcase per check.", rich_help_panel="Gate")),
+    "no_config": (bool, typer.Option(False, "--no-config", help="Ignore \\[tool.cagtool.gate] in pyproject.toml.", rich_help_panel="Gate")),
+}
+_THRESHOLD_KEYS = (
+    "max_ca_graphs", "max_recompiles", "max_graph_breaks", "min_speedup", "baseline",
+    "max_regression", "max_compile_regression", "fail_on_improvement",
+)
+
+
+def gate_options_from_flags(
+    *,
+    config: Optional[Path] = None,
+    no_config: bool = False,
+    junit: Optional[Path] = None,
+    format: str = "text",
+    strict: bool = False,
+    mode: Optional[str] = None,
+    **thresholds: Any,
+) -> GateOptions:
+    """GateOptions from raw flag values (strings, as typed); parses the threshold grammar now,
+    so a bad threshold is a usage error before anything runs."""
+    unknown = set(thresholds) - set(_THRESHOLD_KEYS)
+    if unknown:
+        raise TypeError(f"unknown gate flags: {sorted(unknown)}")
+    settings = settings_from_values({**thresholds, "mode": mode}, "flag")
+    return GateOptions(settings=settings, config=config, use_config=not no_config, strict=strict, format=format, junit=junit)
+
+
+def with_gate_options(config_flag: str = "--gate-config") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator for a typer command: adds the gate flags (thresholds, --baseline,
+    --fail-on-improvement, --junit, CONFIG_FLAG, --no-config) and passes them to the command,
+    parsed, as its keyword argument `gate_options: GateOptions`.
+
+        @with_gate_options()
+        def run(script: str = typer.Argument(...), gate: bool = typer.Option(False, "--gate"),
+                *, gate_options: GateOptions) -> None:
+            ...
+            if gate or gate_options.settings.has_thresholds():
+                raise typer.Exit(gate_and_report(run_dir, gate_options))
+    """
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(func)
+        hints = typing.get_type_hints(func)
+        own = [p for p in signature.parameters.values() if p.name != "gate_options"]
+        added = {**_GATE_FLAG_PARAMS, "config": (Optional[Path], typer.Option(None, config_flag, metavar="PYPROJECT", help="Read \\[tool.cagtool.gate] from this file instead of the nearest pyproject.toml.", rich_help_panel="Gate"))}
+        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p.kind is inspect.Parameter.VAR_KEYWORD else p for p in own]
+        params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann) for name, (ann, opt) in added.items()]
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            raw = {name: kwargs.pop(name) for name in added if name in kwargs}
+            kwargs["gate_options"] = gate_options_from_flags(**raw)
+            return func(*args, **kwargs)
+
+        wrapper.__signature__ = inspect.Signature(params, return_annotation=signature.return_annotation)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {
+            **{k: v for k, v in hints.items() if k != "gate_options"},
+            **{name: ann for name, (ann, _opt) in added.items()},
+        }
+        return wrapper
+
+    return decorate
+
+
+def gate_and_report(run_path: str | Path | None, options: GateOptions) -> int:
+    """Gate a run and write its report (stdout, --junit, GitHub annotations and step summary);
+    returns the exit code (0 passed, 1 failed). Usage and unreadable-input problems raise
+    CagtoolError as usual."""
+    return emit_gate_result(run_gate(run_path, options), options)
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command("gate", help=GATE_HELP, no_args_is_help=False)
+    @with_gate_options(config_flag="--config")
+    def gate(
+        run: Optional[str] = RUN_ARG,
+        mode: Optional[str] = typer.Option(None, "--mode", help="Mode whose counts and step time are gated: ca, aot or eager (default: ca if recorded)."),
+        format: TextOrJson = typer.Option(TextOrJson.text, "--format", help="Report format on stdout."),
+        strict: bool = STRICT_OPT,
+        *,
+        gate_options: GateOptions,
+    ) -> None:
+        settings = gate_options.settings
+        if mode is not None:
+            settings = merge(settings, settings_from_values({"mode": mode}, "flag"))
+        options = replace(gate_options, settings=settings, strict=strict, format=format.value)
+        code = gate_and_report(run, options)
+        if code:
+            raise typer.Exit(code)
+

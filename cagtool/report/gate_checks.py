@@ -1,0 +1,294 @@
+"""Gate checks: small objects, each comparing one figure of the run (and maybe of the baseline)
+with a threshold and producing a `CheckResult` with a fixed-format message.
+
+Counts are exact and direction-aware, like PyTorch's own benchmark gates: more than allowed
+fails, fewer is reported as an *improvement* (so the limit or the baseline gets tightened), and
+`fail_on_improvement` turns that into a failure. Step time is compared beyond a noise floor taken
+from the measured spread. Pure functions of `ModeSnapshot`s: no torch, no files.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any, Protocol
+
+from cagtool.report.baseline import ModeSnapshot
+from cagtool.report.gate_thresholds import SpeedupThreshold, TimeThreshold
+
+# ---------------------------------------------------------------- results
+
+
+class Outcome(str, Enum):
+    PASS = "pass"
+    FAIL = "fail"  # worse than allowed
+    IMPROVED = "improved"  # better than the limit or baseline says: tighten it
+    ERROR = "error"  # could not be measured (missing mode, no steady-state steps): never a pass
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    check: str  # the threshold's name, e.g. "max-recompiles:ca"
+    mode: str  # the mode it reads ("ca/aot" for a speedup)
+    outcome: Outcome
+    failed: bool  # the gate fails because of this check
+    actual: str  # the figure, formatted
+    limit: str  # what it was held to, formatted
+    message: str  # one line, fixed format: "<check> (<mode>): <detail>"
+    source: str = "flag"  # flag | config | baseline | run
+    notes: list[str] = field(default_factory=list)  # e.g. "inside the noise"
+    data: dict[str, Any] = field(default_factory=dict)  # raw numbers for --format json
+
+    @property
+    def testcase(self) -> str:
+        return f"{self.check} [{self.mode}]"
+
+
+class Check(Protocol):
+    name: str
+
+    def evaluate(self, run: dict[str, ModeSnapshot], baseline: dict[str, ModeSnapshot] | None) -> CheckResult: ...
+
+
+def finish(result: CheckResult, fail_on_improvement: bool) -> CheckResult:
+    """Decide `failed` from the outcome and the improvement policy."""
+    failed = result.outcome in (Outcome.FAIL, Outcome.ERROR) or (
+        result.outcome is Outcome.IMPROVED and fail_on_improvement
+    )
+    return result if failed == result.failed else replace(result, failed=failed)
+
+
+def _error(name: str, mode: str, why: str, limit: str, source: str) -> CheckResult:
+    return CheckResult(name, mode, Outcome.ERROR, True, "-", limit, f"{name} ({mode}): cannot check: {why}", source)
+
+
+def _missing_mode(name: str, mode: str, where: dict[str, ModeSnapshot], what: str, limit: str, source: str) -> CheckResult:
+    have = ", ".join(sorted(where)) or "none"
+    hint = f"; record it with --modes including {mode}" if what == "run" else "; save the baseline from a run with that mode"
+    return _error(name, mode, f"the {what} has no {mode} mode (it has: {have}){hint}", limit, source)
+
+
+# ---------------------------------------------------------------- checks
+
+_COUNT_LABELS = {
+    "ca_graphs": "CA graphs",
+    "recompiles": "recompiles",
+    "ca_cache_misses": "CA recompiles",
+    "dynamo_recompiles": "Dynamo recompiles",
+    "graph_breaks": "graph breaks",
+}
+
+
+@dataclass(frozen=True)
+class MaxCountCheck:
+    """`metric` of `mode` must be at most `limit` (from a flag, the config, or the baseline's own count)."""
+
+    name: str
+    metric: str  # a ModeSnapshot field
+    mode: str
+    limit: int | None = None  # None: take the baseline's count
+    source: str = "flag"
+
+    def evaluate(self, run: dict[str, ModeSnapshot], baseline: dict[str, ModeSnapshot] | None) -> CheckResult:
+        label = _COUNT_LABELS.get(self.metric, self.metric)
+        limit = self.limit
+        limit_text = "-" if limit is None else f"<= {limit}"
+        if self.mode not in run:
+            return _missing_mode(self.name, self.mode, run, "run", limit_text, self.source)
+        if limit is None:
+            if baseline is None or self.mode not in baseline:
+                return _missing_mode(self.name, self.mode, baseline or {}, "baseline", limit_text, self.source)
+            limit = int(getattr(baseline[self.mode], self.metric))
+            limit_text = f"<= {limit} (baseline)"
+        actual = int(getattr(run[self.mode], self.metric))
+        delta = actual - limit
+        head = f"{self.name} ({self.mode}): {label} {actual}"
+        if delta > 0:
+            outcome, message = Outcome.FAIL, f"{head} > {limit} allowed (+{delta})"
+        elif delta < 0:
+            what = "refresh the baseline" if self.limit is None else "lower the limit"
+            outcome, message = Outcome.IMPROVED, f"{head} < {limit} allowed ({delta}): improved, {what}"
+        else:
+            outcome, message = Outcome.PASS, f"{head} = {limit} allowed"
+        data = {"metric": self.metric, "actual": actual, "limit": limit, "delta": delta}
+        return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, str(actual), limit_text, message, self.source, data=data)
+
+
+@dataclass(frozen=True)
+class ModeStatusCheck:
+    """The mode must have run to the end: a crashed mode's counts would pass every limit."""
+
+    mode: str
+    name: str = "mode-finished"
+    source: str = "run"
+
+    def evaluate(self, run: dict[str, ModeSnapshot], baseline: dict[str, ModeSnapshot] | None) -> CheckResult:
+        if self.mode not in run:
+            return _missing_mode(self.name, self.mode, run, "run", "finished", self.source)
+        snap = run[self.mode]
+        # "timeout" is a run bounded by --max-time: the steps it made are complete and count.
+        ok = snap.status in ("finished", "timeout")
+        exit_text = "" if snap.exit_code in (None, 0) else f", exit code {snap.exit_code}"
+        message = f"{self.name} ({self.mode}): status {snap.status}{exit_text}, {snap.steps} steps"
+        outcome = Outcome.PASS if ok else Outcome.FAIL
+        return CheckResult(
+            self.name, self.mode, outcome, not ok, snap.status, "finished", message, self.source,
+            data={"status": snap.status, "exit_code": snap.exit_code, "steps": snap.steps},
+        )
+
+
+def _fmt_s(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if abs(seconds) >= 1:
+        return f"{seconds:.3f} s"
+    if abs(seconds) >= 1e-3:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e6:.1f} us"
+
+
+def speedup_with_spread(num: ModeSnapshot, den: ModeSnapshot) -> tuple[float, float, float] | None:
+    """time(den)/time(num) at the medians, and its low/high from the p10-p90 bands (worst and
+    best pairing). None without steady-state steps on both sides."""
+    a, b = num.step_time, den.step_time
+    if a is None or b is None or not a.median_s or not b.median_s:
+        return None
+    mid = b.median_s / a.median_s
+    low = (b.p10_s or b.median_s) / (a.p90_s or a.median_s)
+    high = (b.p90_s or b.median_s) / (a.p10_s or a.median_s)
+    return mid, min(low, mid), max(high, mid)
+
+
+@dataclass(frozen=True)
+class MinSpeedupCheck:
+    threshold: SpeedupThreshold
+    name: str = "min-speedup"
+    source: str = "flag"
+
+    def evaluate(self, run: dict[str, ModeSnapshot], baseline: dict[str, ModeSnapshot] | None) -> CheckResult:
+        t = self.threshold
+        pair = f"{t.numerator}/{t.denominator}"
+        limit = f">= {t.minimum:g}x"
+        for mode in (t.numerator, t.denominator):
+            if mode not in run:
+                return replace(_missing_mode(self.name, mode, run, "run", limit, self.source), mode=pair)
+        spread = speedup_with_spread(run[t.numerator], run[t.denominator])
+        if spread is None:
+            return _error(self.name, pair, "no steady-state steps to time in both modes (run more steps)", limit, self.source)
+        mid, low, high = spread
+        detail = f"speedup {mid:.3f}x (p10-p90 {low:.3f}x-{high:.3f}x)"
+        notes: list[str] = []
+        if mid < t.minimum:
+            outcome, message = Outcome.FAIL, f"{self.name} ({pair}): {detail} < {t.minimum:g}x required"
+        else:
+            outcome, message = Outcome.PASS, f"{self.name} ({pair}): {detail} >= {t.minimum:g}x required"
+            if low < t.minimum:
+                notes.append(f"inside the noise: the low end {low:.3f}x is under {t.minimum:g}x")
+        data = {"speedup": mid, "low": low, "high": high, "minimum": t.minimum}
+        return CheckResult(self.name, pair, outcome, outcome is Outcome.FAIL, f"{mid:.3f}x", limit, message, self.source, notes, data)
+
+
+def _pct(change: float) -> str:
+    return f"{change:+.1f}%"
+
+
+@dataclass(frozen=True)
+class StepTimeRegressionCheck:
+    """Step time against the baseline's, with a noise floor: a change is only counted when it
+    exceeds both the threshold and half the wider of the two p10-p90 bands (the measured spread)."""
+
+    threshold: TimeThreshold
+    mode: str
+    name: str = "max-regression"
+    source: str = "flag"
+
+    def evaluate(self, run: dict[str, ModeSnapshot], baseline: dict[str, ModeSnapshot] | None) -> CheckResult:
+        t = self.threshold
+        limit = f"+{t}"
+        if self.mode not in run:
+            return _missing_mode(self.name, self.mode, run, "run", limit, self.source)
+        if baseline is None or self.mode not in baseline:
+            return _missing_mode(self.name, self.mode, baseline or {}, "baseline", limit, self.source)
+        cur, base = run[self.mode].step_time, baseline[self.mode].step_time
+        if cur is None or base is None:
+            side = "this run" if cur is None else "the baseline"
+            return _error(self.name, self.mode, f"{side} has no steady-state steps (every step compiled; run more steps)", limit, self.source)
+        now, before = getattr(cur, f"{t.field}_s"), getattr(base, f"{t.field}_s")
+        if now is None or before is None or before <= 0:
+            return _error(self.name, self.mode, f"no {t.field} step time to compare", limit, self.source)
+        noise_s = max(_half_band(cur), _half_band(base))
+        change_s = now - before
+        change_pct = 100.0 * change_s / before
+        noise_pct = 100.0 * noise_s / before
+        if t.unit == "%":
+            allowed_pct = max(t.value, noise_pct)
+            allowed_s = before * allowed_pct / 100.0
+        else:
+            allowed_s = max(t.value, noise_s)
+            allowed_pct = 100.0 * allowed_s / before
+        detail = (
+            f"step time {t.field} {_fmt_s(now)} vs baseline {_fmt_s(before)}: {_pct(change_pct)}"
+        )
+        bound = f"{allowed_pct:.1f}% ({_fmt_s(allowed_s)}; threshold {t}, noise +/-{noise_pct:.1f}%)"
+        if change_s > allowed_s:
+            outcome, message = Outcome.FAIL, f"{self.name} ({self.mode}): {detail} > +{bound}"
+        elif change_s < -allowed_s:
+            outcome, message = Outcome.IMPROVED, f"{self.name} ({self.mode}): {detail} < -{bound}: improved, refresh the baseline"
+        else:
+            outcome, message = Outcome.PASS, f"{self.name} ({self.mode}): {detail} within +/-{bound}"
+        notes = []
+        if min(cur.count, base.count) < 5:
+            notes.append(f"few steady-state steps (this run {cur.count}, baseline {base.count}): the noise floor is rough")
+        data = {
+            "field": t.field, "actual_s": now, "baseline_s": before, "change_pct": change_pct,
+            "noise_pct": noise_pct, "allowed_pct": allowed_pct, "steps": cur.count, "baseline_steps": base.count,
+        }
+        return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, _pct(change_pct), limit, message, self.source, notes, data)
+
+
+def _half_band(stats: Any) -> float:
+    if stats.p10_s is None or stats.p90_s is None:
+        return 0.0
+    return max(stats.p90_s - stats.p10_s, 0.0) / 2.0
+
+
+@dataclass(frozen=True)
+class CompileTimeRegressionCheck:
+    """Total compile time against the baseline's. One measurement per run, so no spread: use an
+    absolute threshold (`0.5s`) when compile times are tiny and percentages jumpy."""
+
+    threshold: TimeThreshold
+    mode: str
+    name: str = "max-compile-regression"
+    source: str = "flag"
+
+    def evaluate(self, run: dict[str, ModeSnapshot], baseline: dict[str, ModeSnapshot] | None) -> CheckResult:
+        t = self.threshold
+        limit = f"+{t}"
+        if self.mode not in run:
+            return _missing_mode(self.name, self.mode, run, "run", limit, self.source)
+        if baseline is None or self.mode not in baseline:
+            return _missing_mode(self.name, self.mode, baseline or {}, "baseline", limit, self.source)
+        now, before = run[self.mode].compile_time_s, baseline[self.mode].compile_time_s
+        change_s = now - before
+        allowed_s = before * t.value / 100.0 if t.unit == "%" else t.value
+        change_pct = 100.0 * change_s / before if before > 0 else (0.0 if change_s == 0 else math.inf)
+        detail = f"compile time {_fmt_s(now)} vs baseline {_fmt_s(before)}: {_pct(change_pct)}"
+        if change_s > allowed_s:
+            outcome, message = Outcome.FAIL, f"{self.name} ({self.mode}): {detail} > +{t}"
+        elif change_s < -allowed_s:
+            outcome, message = Outcome.IMPROVED, f"{self.name} ({self.mode}): {detail} < -{t}: improved, refresh the baseline"
+        else:
+            outcome, message = Outcome.PASS, f"{self.name} ({self.mode}): {detail} within +/-{t}"
+        data = {"actual_s": now, "baseline_s": before, "change_pct": change_pct if math.isfinite(change_pct) else None}
+        return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, _pct(change_pct), limit, message, self.source, data=data)
+
+
+def evaluate_all(
+    checks: list[Check],
+    run: dict[str, ModeSnapshot],
+    baseline: dict[str, ModeSnapshot] | None,
+    fail_on_improvement: bool = False,
+) -> list[CheckResult]:
+    return [finish(check.evaluate(run, baseline), fail_on_improvement) for check in checks]

@@ -1,0 +1,363 @@
+"""Gate checks, threshold grammar, config merging and renderers on small hand-built snapshots."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from cagtool.errors import UnreadableInput, UsageError
+from cagtool.report.baseline import ModeSnapshot, StepTimeSnapshot, load_baseline
+from cagtool.report.gate import GateResult, build_checks
+from cagtool.report.gate_checks import (
+    CompileTimeRegressionCheck,
+    MaxCountCheck,
+    MinSpeedupCheck,
+    ModeStatusCheck,
+    Outcome,
+    StepTimeRegressionCheck,
+    evaluate_all,
+    speedup_with_spread,
+)
+from cagtool.report.gate_config import GateSettings, find_config, load_config, merge, settings_from_values
+from cagtool.report.gate_output import github_annotations, render_junit, render_markdown
+from cagtool.report.gate_thresholds import (
+    CountLimit,
+    SpeedupThreshold,
+    TimeThreshold,
+    parse_count,
+    parse_speedup,
+    parse_time_threshold,
+)
+
+
+def snap(mode: str = "ca", *, median: float | None = 0.010, p10: float | None = None, p90: float | None = None,
+         count: int = 20, status: str = "finished", compile_s: float = 1.0, **counts: int) -> ModeSnapshot:
+    step = None
+    if median is not None:
+        step = StepTimeSnapshot(count, median, p10 if p10 is not None else median, p90 if p90 is not None else median, median)
+    values = dict(ca_graphs=1, ca_cache_misses=0, dynamo_recompiles=0, recompiles=0, graph_breaks=0)
+    values.update(counts)
+    return ModeSnapshot(mode=mode, status=status, steps=count + 2, forward_graphs=1, backward_graphs=values["ca_graphs"],
+                        compile_time_s=compile_s, step_time=step, **values)
+
+
+# ------------------------------------------------------------------ grammar
+
+@pytest.mark.parametrize("text, kind, limit", [("3", "total", 3), (3, "total", 3), ("ca:0", "ca", 0), (" dynamo : 2 ", "dynamo", 2)])
+def test_parse_count(text, kind, limit):
+    assert parse_count(text, "--max-recompiles", ("total", "ca", "dynamo")) == CountLimit(kind, limit)
+
+
+@pytest.mark.parametrize("text", ["-1", "1.5", "x", "ca:", "foo:1", True, ""])
+def test_parse_count_rejects(text):
+    with pytest.raises(UsageError) as info:
+        parse_count(text, "--max-recompiles", ("total", "ca", "dynamo"))
+    assert "--max-recompiles" in str(info.value)
+
+
+def test_parse_count_kind_only_where_allowed():
+    with pytest.raises(UsageError, match="unknown kind 'ca'"):
+        parse_count("ca:1", "--max-ca-graphs")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("1.05", SpeedupThreshold("ca", "aot", 1.05)),
+    ("1.05x", SpeedupThreshold("ca", "aot", 1.05)),
+    (2, SpeedupThreshold("ca", "aot", 2.0)),
+    ("ca/eager:1.2", SpeedupThreshold("ca", "eager", 1.2)),
+    ("aot/eager:0.9x", SpeedupThreshold("aot", "eager", 0.9)),
+])
+def test_parse_speedup(text, expected):
+    assert parse_speedup(text) == expected
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "fast", "ca/ca:1", "ca/gpu:1", "ca:1.1"])
+def test_parse_speedup_rejects(text):
+    with pytest.raises(UsageError):
+        parse_speedup(text)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("10", TimeThreshold(10, "%")),
+    (10, TimeThreshold(10, "%")),
+    ("7.5%", TimeThreshold(7.5, "%")),
+    ("0.002s", TimeThreshold(0.002, "s")),
+    ("p90:15%", TimeThreshold(15, "%", "p90")),
+    ("mean:1e-3s", TimeThreshold(0.001, "s", "mean")),
+])
+def test_parse_time_threshold(text, expected):
+    assert parse_time_threshold(text, "--max-regression", ("median", "mean", "p10", "p90")) == expected
+
+
+@pytest.mark.parametrize("text", ["ten", "10ms", "-5%", "max:10%", True])
+def test_parse_time_threshold_rejects(text):
+    with pytest.raises(UsageError):
+        parse_time_threshold(text, "--max-regression", ("median", "mean", "p10", "p90"))
+
+
+def test_compile_threshold_has_no_field():
+    with pytest.raises(UsageError, match="no FIELD"):
+        parse_time_threshold("p90:10%", "--max-compile-regression")
+
+
+# ------------------------------------------------------------------ count checks
+
+@pytest.mark.parametrize("actual, limit, outcome", [(2, 2, Outcome.PASS), (3, 2, Outcome.FAIL), (1, 2, Outcome.IMPROVED)])
+def test_count_check_is_exact_and_direction_aware(actual, limit, outcome):
+    run = {"ca": snap(ca_graphs=actual)}
+    [result] = evaluate_all([MaxCountCheck("max-ca-graphs", "ca_graphs", "ca", limit)], run, None)
+    assert result.outcome is outcome
+    assert result.failed is (outcome is Outcome.FAIL)
+    assert result.data == {"metric": "ca_graphs", "actual": actual, "limit": limit, "delta": actual - limit}
+
+
+def test_count_messages_have_a_fixed_format():
+    run = {"ca": snap(ca_cache_misses=3)}
+    check = MaxCountCheck("max-recompiles:ca", "ca_cache_misses", "ca", 1)
+    assert check.evaluate(run, None).message == "max-recompiles:ca (ca): CA recompiles 3 > 1 allowed (+2)"
+    assert MaxCountCheck("max-recompiles:ca", "ca_cache_misses", "ca", 3).evaluate(run, None).message == (
+        "max-recompiles:ca (ca): CA recompiles 3 = 3 allowed"
+    )
+    assert MaxCountCheck("max-recompiles:ca", "ca_cache_misses", "ca", 5).evaluate(run, None).message == (
+        "max-recompiles:ca (ca): CA recompiles 3 < 5 allowed (-2): improved, lower the limit"
+    )
+
+
+def test_fail_on_improvement_fails_improvements_only():
+    run = {"ca": snap(graph_breaks=0, ca_graphs=1)}
+    checks = [MaxCountCheck("max-graph-breaks", "graph_breaks", "ca", 2), MaxCountCheck("max-ca-graphs", "ca_graphs", "ca", 1)]
+    improved, exact = evaluate_all(checks, run, None, fail_on_improvement=True)
+    assert improved.outcome is Outcome.IMPROVED and improved.failed
+    assert exact.outcome is Outcome.PASS and not exact.failed
+
+
+def test_count_limit_from_baseline():
+    check = MaxCountCheck("max-graph-breaks", "graph_breaks", "ca", None, "baseline")
+    worse = check.evaluate({"ca": snap(graph_breaks=3)}, {"ca": snap(graph_breaks=2)})
+    assert worse.outcome is Outcome.FAIL and worse.limit == "<= 2 (baseline)"
+    better = check.evaluate({"ca": snap(graph_breaks=1)}, {"ca": snap(graph_breaks=2)})
+    assert better.outcome is Outcome.IMPROVED and "refresh the baseline" in better.message
+
+
+def test_missing_mode_is_an_error_not_a_pass():
+    [result] = evaluate_all([MaxCountCheck("max-ca-graphs", "ca_graphs", "ca", 9)], {"aot": snap("aot")}, None)
+    assert result.outcome is Outcome.ERROR and result.failed
+    assert "has no ca mode" in result.message
+
+
+def test_failed_mode_fails_the_status_check():
+    ok = ModeStatusCheck("ca").evaluate({"ca": snap(status="timeout")}, None)
+    assert ok.outcome is Outcome.PASS
+    crashed = ModeStatusCheck("ca").evaluate({"ca": snap(status="failed")}, None)
+    assert crashed.failed and crashed.message.startswith("mode-finished (ca): status failed")
+
+
+# ------------------------------------------------------------------ speedup
+
+def test_speedup_and_spread():
+    mid, low, high = speedup_with_spread(snap("ca", median=0.010, p10=0.009, p90=0.011), snap("aot", median=0.020, p10=0.018, p90=0.022))
+    assert mid == pytest.approx(2.0)
+    assert low == pytest.approx(0.018 / 0.011)
+    assert high == pytest.approx(0.022 / 0.009)
+
+
+def test_min_speedup_pass_fail_and_noise_note():
+    run = {"ca": snap("ca", median=0.010, p10=0.008, p90=0.012), "aot": snap("aot", median=0.011, p10=0.010, p90=0.012)}
+    passing = MinSpeedupCheck(SpeedupThreshold("ca", "aot", 1.05)).evaluate(run, None)
+    assert passing.outcome is Outcome.PASS and passing.actual == "1.100x"
+    assert passing.notes and "inside the noise" in passing.notes[0]
+    failing = MinSpeedupCheck(SpeedupThreshold("ca", "aot", 1.2)).evaluate(run, None)
+    assert failing.outcome is Outcome.FAIL
+    assert failing.message.startswith("min-speedup (ca/aot): speedup 1.100x (p10-p90 ")
+    assert failing.message.endswith("< 1.2x required")
+
+
+def test_min_speedup_without_steady_steps_is_an_error():
+    run = {"ca": snap("ca", median=None), "aot": snap("aot")}
+    result = MinSpeedupCheck(SpeedupThreshold("ca", "aot", 1.0)).evaluate(run, None)
+    assert result.outcome is Outcome.ERROR and result.failed
+
+
+# ------------------------------------------------------------------ step and compile time
+
+def test_step_time_regression_beyond_threshold_fails():
+    check = StepTimeRegressionCheck(TimeThreshold(10, "%"), "ca")
+    base = {"ca": snap(median=0.010)}
+    assert check.evaluate({"ca": snap(median=0.0105)}, base).outcome is Outcome.PASS
+    worse = check.evaluate({"ca": snap(median=0.012)}, base)
+    assert worse.outcome is Outcome.FAIL and worse.actual == "+20.0%"
+    assert worse.message.startswith("max-regression (ca): step time median 12.000 ms vs baseline 10.000 ms: +20.0% > +10.0%")
+    better = check.evaluate({"ca": snap(median=0.008)}, base)
+    assert better.outcome is Outcome.IMPROVED
+
+
+def test_step_time_noise_floor_from_spread():
+    # +20% is beyond the 10% threshold, but the spread (p10-p90 of 8..14 ms: +/-30%) hides it.
+    check = StepTimeRegressionCheck(TimeThreshold(10, "%"), "ca")
+    noisy = check.evaluate({"ca": snap(median=0.012, p10=0.008, p90=0.014)}, {"ca": snap(median=0.010)})
+    assert noisy.outcome is Outcome.PASS
+    assert noisy.data["noise_pct"] == pytest.approx(30.0)
+    assert noisy.data["allowed_pct"] == pytest.approx(30.0)
+    # The baseline's spread counts too.
+    noisy_base = check.evaluate({"ca": snap(median=0.012)}, {"ca": snap(median=0.010, p10=0.007, p90=0.013)})
+    assert noisy_base.outcome is Outcome.PASS
+
+
+def test_step_time_field_and_absolute_threshold():
+    base = {"ca": snap(median=0.010, p10=0.0099, p90=0.0101)}
+    run = {"ca": snap(median=0.010, p10=0.0098, p90=0.0150)}
+    assert StepTimeRegressionCheck(TimeThreshold(10, "%"), "ca").evaluate(run, base).outcome is Outcome.PASS
+    p90 = StepTimeRegressionCheck(TimeThreshold(10, "%", "p90"), "ca").evaluate(run, base)
+    # The median held but the tail got worse: +48.5% at p90, beyond the +/-26% noise floor.
+    assert p90.outcome is Outcome.FAIL and p90.data["noise_pct"] == pytest.approx(25.74, abs=0.01)
+    absolute = StepTimeRegressionCheck(TimeThreshold(0.0001, "s"), "ca").evaluate(
+        {"ca": snap(median=0.0102, p10=0.0102, p90=0.0102)}, {"ca": snap(median=0.010)}
+    )
+    assert absolute.outcome is Outcome.FAIL
+
+
+def test_step_time_without_steady_steps_is_an_error():
+    check = StepTimeRegressionCheck(TimeThreshold(10, "%"), "ca")
+    result = check.evaluate({"ca": snap(median=None)}, {"ca": snap()})
+    assert result.outcome is Outcome.ERROR and "this run has no steady-state steps" in result.message
+
+
+def test_compile_time_regression():
+    check = CompileTimeRegressionCheck(TimeThreshold(25, "%"), "ca")
+    base = {"ca": snap(compile_s=2.0)}
+    assert check.evaluate({"ca": snap(compile_s=2.4)}, base).outcome is Outcome.PASS
+    assert check.evaluate({"ca": snap(compile_s=2.6)}, base).outcome is Outcome.FAIL
+    assert check.evaluate({"ca": snap(compile_s=1.4)}, base).outcome is Outcome.IMPROVED
+    absolute = CompileTimeRegressionCheck(TimeThreshold(0.5, "s"), "ca")
+    assert absolute.evaluate({"ca": snap(compile_s=2.4)}, base).outcome is Outcome.PASS
+    from_zero = check.evaluate({"ca": snap(compile_s=0.1)}, {"ca": snap(compile_s=0.0)})
+    assert from_zero.outcome is Outcome.FAIL and from_zero.data["change_pct"] is None
+
+
+# ------------------------------------------------------------------ settings
+
+def test_settings_from_flags_and_merge_flags_win(tmp_path):
+    config = settings_from_values(
+        {"max-ca-graphs": 2, "max_recompiles": {"ca": 0, "dynamo": 1}, "baseline": "ci/b.json", "fail-on-improvement": True},
+        str(tmp_path / "pyproject.toml"), base_dir=tmp_path,
+    )
+    assert config.baseline == tmp_path / "ci" / "b.json"
+    flags = settings_from_values({"max_ca_graphs": "3", "max_recompiles": ["dynamo:4"], "fail_on_improvement": False}, "flag")
+    merged = merge(config, flags)
+    assert merged.max_ca_graphs == CountLimit("total", 3)
+    assert merged.max_recompiles == {"ca": CountLimit("ca", 0), "dynamo": CountLimit("dynamo", 4)}
+    assert merged.fail_on_improvement is False
+    assert merged.baseline == tmp_path / "ci" / "b.json"
+    assert merged.sources["max_ca_graphs"] == "flag"
+    assert merged.sources["baseline"] == str(tmp_path / "pyproject.toml")
+
+
+def test_unknown_config_key_is_a_usage_error():
+    with pytest.raises(UsageError, match="unknown gate setting 'max-graphs'"):
+        settings_from_values({"max-graphs": 1}, "pyproject.toml")
+
+
+def test_config_found_upward(tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text('[tool.cagtool.gate]\nmax-graph-breaks = 0\nmin-speedup = { "ca/eager" = 1.5 }\n')
+    deep = tmp_path / "a" / "b"
+    deep.mkdir(parents=True)
+    (tmp_path / "a" / "pyproject.toml").write_text("[project]\nname = 'x'\n")  # no gate table: skipped
+    monkeypatch.chdir(deep)
+    found = find_config()
+    assert found == (tmp_path / "pyproject.toml").resolve()
+    settings = load_config(found)
+    assert settings.max_graph_breaks == CountLimit("total", 0)
+    assert settings.min_speedup == {"ca/eager": SpeedupThreshold("ca", "eager", 1.5)}
+
+
+def test_bad_toml_is_a_usage_error(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool.cagtool.gate\n")
+    with pytest.raises(UsageError, match="not valid TOML"):
+        load_config(tmp_path / "pyproject.toml")
+
+
+def test_build_checks_needs_thresholds_and_a_baseline_for_regressions():
+    with pytest.raises(UsageError, match="no gate thresholds"):
+        build_checks(GateSettings(), "ca", None)
+    with pytest.raises(UsageError, match="--max-regression compares against a baseline"):
+        build_checks(GateSettings(max_regression=TimeThreshold(10, "%")), "ca", None)
+
+
+# ------------------------------------------------------------------ baseline file
+
+@pytest.mark.parametrize("content, message", [
+    (None, "baseline not found"),
+    ("{not json", "not valid JSON"),
+    ('{"format": "something-else"}', "is not a cagtool baseline"),
+    ('{"format": "cagtool-baseline", "version": 99, "modes": {}}', "newer than this cagtool reads"),
+    ('{"format": "cagtool-baseline", "version": 1, "modes": {}}', "has no modes"),
+    ('{"format": "cagtool-baseline", "version": 1, "modes": {"ca": {"steps": 1}}}', "lacks 'ca_graphs'"),
+])
+def test_unreadable_baselines(tmp_path, content, message):
+    path = tmp_path / "b.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(UnreadableInput, match=message):
+        load_baseline(path)
+
+
+# ------------------------------------------------------------------ renderers
+
+def _gate(results, warnings=()) -> GateResult:
+    return GateResult(Path("/runs/r1"), "ca", GateSettings(), None, None, list(results), list(warnings))
+
+
+def _results():
+    run = {"ca": snap(ca_graphs=3, graph_breaks=0)}
+    return evaluate_all(
+        [
+            ModeStatusCheck("ca"),
+            MaxCountCheck("max-ca-graphs", "ca_graphs", "ca", 1),
+            MaxCountCheck("max-graph-breaks", "graph_breaks", "ca", 2),
+            MinSpeedupCheck(SpeedupThreshold("ca", "aot", 1.0)),
+        ],
+        run,
+        None,
+    )
+
+
+def test_junit_one_testcase_per_check():
+    gate = _gate(_results(), ["torch version differs"])
+    root = ET.fromstring(render_junit(gate))
+    suite = root.find("testsuite")
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == ["mode-finished", "max-ca-graphs", "max-graph-breaks", "min-speedup"]
+    assert suite.get("tests") == "4" and suite.get("failures") == "1" and suite.get("errors") == "1"
+    failure = cases[1].find("failure")
+    assert failure.get("type") == "regression" and "CA graphs 3 > 1 allowed" in failure.get("message")
+    assert cases[2].find("failure") is None and "improved" in cases[2].find("system-out").text
+    assert cases[3].find("error") is not None
+    assert "torch version differs" in suite.find("system-err").text
+
+
+def test_github_annotations_are_escaped():
+    gate = _gate(_results(), ["machine differs: 100%\nreally"])
+    lines = github_annotations(gate)
+    assert lines[0] == "::error title=cagtool gate%3A max-ca-graphs (ca)::max-ca-graphs (ca): CA graphs 3 > 1 allowed (+2)"
+    assert any(line.startswith("::warning title=cagtool gate%3A max-graph-breaks (ca)::") for line in lines)
+    assert lines[-1] == "::warning title=cagtool gate%3A environment::machine differs: 100%25%0Areally"
+    assert all("\n" not in line for line in lines)
+
+
+def test_markdown_summary_table():
+    text = render_markdown(_gate(_results()))
+    assert text.startswith("### cagtool gate: ❌ failed")
+    assert "| ❌ | `max-ca-graphs` | ca | 3 | <= 1 | FAIL |" in text
+    assert text.count("\n| ") == 5  # header + 4 checks
+
+
+def test_json_round_trips():
+    from cagtool.report.gate_output import render_json
+
+    data = json.loads(render_json(_gate(_results())))
+    assert data["passed"] is False and data["exit_code"] == 1
+    assert data["summary"] == {"checks": 4, "failed": 2, "pass": 1, "fail": 1, "improved": 1, "error": 1}
+    assert [c["outcome"] for c in data["checks"]] == ["pass", "fail", "improved", "error"]

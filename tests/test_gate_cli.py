@@ -1,0 +1,330 @@
+"""`cagtool gate` and `cagtool baseline` end to end, on real records of the sample scripts.
+
+Records (shared with the other tests through the session fixture):
+    cagtool run --modes ca --backend eager sample_scripts/op_loop.py          4 CA graphs, 3 CA recompiles
+    cagtool run --modes aot,ca --backend eager sample_scripts/graph_breaks.py 30   2 graph breaks, ~28 steady steps
+Limits are derived from the record's own metrics (N passes, N-1 fails, N+1 is an improvement),
+so the tests check the gate, not the exact numbers capture produces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from cagtool.record.loader import load_run
+from cagtool.report.baseline import load_baseline
+from cagtool.report.metrics import mode_metrics
+
+pytestmark = pytest.mark.slow
+
+_GITHUB_VARS = ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY")
+
+
+def cagtool(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in _GITHUB_VARS}
+    return subprocess.run(
+        [sys.executable, "-m", "cagtool", *[str(a) for a in args]], capture_output=True, text=True, timeout=120, cwd=str(cwd), env={**base, **(env or {})}
+    )
+
+
+def gate_json(*args: str, cwd: Path, code: int) -> dict:
+    proc = cagtool("gate", "--format", "json", *args, cwd=cwd)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)
+
+
+def outcomes(data: dict) -> dict[str, str]:
+    return {c["check"]: c["outcome"] for c in data["checks"]}
+
+
+@pytest.fixture(scope="module")
+def op_loop(record_run):
+    run = record_run("op_loop.py")
+    assert run.returncode == 0, run.stderr
+    return run.path
+
+
+@pytest.fixture(scope="module")
+def graph_breaks(record_run):
+    run = record_run("graph_breaks.py", "30", modes="aot,ca")
+    assert run.returncode == 0, run.stderr
+    return run.path
+
+
+@pytest.fixture
+def work(tmp_path) -> Path:
+    """A working directory with no pyproject.toml above it that has a gate table."""
+    path = tmp_path / "work"
+    path.mkdir()
+    return path
+
+
+# ------------------------------------------------------------------ count thresholds
+
+@pytest.mark.parametrize("flag, check, metric", [
+    ("--max-ca-graphs", "max-ca-graphs", "ca_graphs"),
+    ("--max-recompiles", "max-recompiles", "recompiles"),
+    ("--max-recompiles ca:", "max-recompiles:ca", "ca_cache_misses"),
+    ("--max-graph-breaks", "max-graph-breaks", "graph_breaks"),
+])
+def test_count_thresholds_pass_fail_and_improve(op_loop, work, flag, check, metric):
+    actual = getattr(mode_metrics(load_run(op_loop).mode("ca")), metric)
+    assert actual >= 1, f"op_loop.py should show at least one {metric}"
+    option, _, kind = flag.partition(" ")
+
+    def run(limit: int, *extra: str, code: int) -> dict:
+        return gate_json(op_loop, option, f"{kind}{limit}", *extra, cwd=work, code=code)
+
+    passed = run(actual, code=0)
+    assert outcomes(passed)[check] == "pass"
+    assert passed["checks"][-1]["data"]["actual"] == actual
+    failed = run(actual - 1, code=1)
+    assert outcomes(failed)[check] == "fail"
+    assert [c["check"] for c in failed["checks"] if c["failed"]] == [check]
+    improved = run(actual + 1, code=0)
+    assert outcomes(improved)[check] == "improved"
+    strict = run(actual + 1, "--fail-on-improvement", code=1)
+    assert outcomes(strict)[check] == "improved" and strict["checks"][-1]["failed"]
+
+
+def test_min_speedup_pass_and_fail(graph_breaks, work):
+    passed = gate_json(graph_breaks, "--min-speedup", "0.01", cwd=work, code=0)
+    speedup = [c for c in passed["checks"] if c["check"] == "min-speedup"][0]
+    assert speedup["mode"] == "ca/aot" and speedup["outcome"] == "pass" and speedup["data"]["speedup"] > 0
+    failed = gate_json(graph_breaks, "--min-speedup", "ca/aot:100x", cwd=work, code=1)
+    assert outcomes(failed)["min-speedup"] == "fail"
+    # A pair the run did not record is an error, never a pass.
+    missing = gate_json(graph_breaks, "--min-speedup", "ca/eager:0.01", cwd=work, code=1)
+    assert outcomes(missing)["min-speedup"] == "error"
+
+
+def test_text_report(op_loop, work):
+    actual = mode_metrics(load_run(op_loop).mode("ca")).ca_graphs
+    proc = cagtool("gate", op_loop, "--max-ca-graphs", "1", "--max-graph-breaks", "9", cwd=work)
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"cagtool gate: run {op_loop}, mode ca"
+    assert any(line.startswith("max-ca-graphs ") and "FAIL" in line for line in lines)
+    assert any(line.startswith("FAIL: max-ca-graphs (ca): CA graphs ") and line.endswith(f"{actual} > 1 allowed (+{actual - 1})") for line in lines)
+    assert "IMPROVED: max-graph-breaks (ca): graph breaks" in proc.stdout
+    assert lines[-1] == "gate FAILED: 1 of 3 checks failed, 1 improved"
+
+
+# ------------------------------------------------------------------ baselines
+
+@pytest.fixture
+def baseline_file(graph_breaks, work) -> Path:
+    path = work / "ci" / "cagtool-baseline.json"
+    proc = cagtool("baseline", "save", graph_breaks, "-o", path, cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    assert f"baseline saved: {path}" in proc.stdout
+    return path
+
+
+def edit(path: Path, change) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def test_baseline_round_trip(graph_breaks, baseline_file, work):
+    baseline = load_baseline(baseline_file)
+    run = load_run(graph_breaks)
+    assert set(baseline.modes) == {"aot", "ca"}
+    for name, record in run.modes.items():
+        metrics, saved = mode_metrics(record), baseline.modes[name]
+        assert (saved.ca_graphs, saved.recompiles, saved.graph_breaks, saved.steps) == (
+            metrics.ca_graphs, metrics.recompiles, metrics.graph_breaks, metrics.steps
+        )
+        assert saved.step_time.median_s == pytest.approx(metrics.step_time.median_s, rel=1e-5)
+        assert saved.compile_time_s == pytest.approx(metrics.compile_time_s, rel=1e-5)
+    assert baseline.versions["torch"] == run.meta.versions["torch"]
+    assert json.loads(baseline_file.read_text())["version"] == 1
+    show = cagtool("baseline", "show", baseline_file, cwd=work)
+    assert show.returncode == 0 and "ca: finished" in show.stdout
+    # The run against its own baseline: every count equal, no time change.
+    data = gate_json(graph_breaks, "--baseline", baseline_file, "--max-regression", "10%", "--max-compile-regression", "10%", cwd=work, code=0)
+    assert outcomes(data) == {
+        "mode-finished": "pass", "max-ca-graphs": "pass", "max-recompiles:ca": "pass", "max-recompiles:dynamo": "pass",
+        "max-graph-breaks": "pass", "max-regression": "pass", "max-compile-regression": "pass",
+    }
+    assert [c["source"] for c in data["checks"]][1:5] == ["baseline"] * 4
+    assert data["warnings"] == []
+
+
+def _scale_step_time(factor: float):
+    def change(data: dict) -> None:
+        step = data["modes"]["ca"]["step_time"]
+        for key in ("median_s", "p10_s", "p90_s", "mean_s"):
+            step[key] *= factor
+    return change
+
+
+def test_step_time_regression_pass_fail_improve(graph_breaks, baseline_file, work):
+    args = (graph_breaks, "--baseline", baseline_file, "--max-regression", "10%")
+    edit(baseline_file, _scale_step_time(0.25))  # the baseline was 4x faster: +300%
+    failed = gate_json(*args, cwd=work, code=1)
+    check = [c for c in failed["checks"] if c["check"] == "max-regression"][0]
+    assert check["outcome"] == "fail" and check["data"]["change_pct"] > 100
+    edit(baseline_file, _scale_step_time(16))  # now 4x slower: -75%
+    improved = gate_json(*args, cwd=work, code=0)
+    assert outcomes(improved)["max-regression"] == "improved"
+    gate_json(*args, "--fail-on-improvement", cwd=work, code=1)
+    gate_json(graph_breaks, "--baseline", baseline_file, "--max-regression", "p90:1000%", cwd=work, code=0)
+
+
+def test_compile_time_regression_pass_and_fail(graph_breaks, baseline_file, work):
+    args = (graph_breaks, "--baseline", baseline_file, "--max-compile-regression")
+    assert outcomes(gate_json(*args, "25%", cwd=work, code=0))["max-compile-regression"] == "pass"
+    edit(baseline_file, lambda d: d["modes"]["ca"].update(compile_time_s=d["modes"]["ca"]["compile_time_s"] / 4))
+    assert outcomes(gate_json(*args, "25%", cwd=work, code=1))["max-compile-regression"] == "fail"
+    assert outcomes(gate_json(*args, "1000s", cwd=work, code=0))["max-compile-regression"] == "pass"
+
+
+def test_baseline_counts_are_direction_aware(graph_breaks, baseline_file, work):
+    edit(baseline_file, lambda d: d["modes"]["ca"].update(graph_breaks=d["modes"]["ca"]["graph_breaks"] + 1))
+    data = gate_json(graph_breaks, "--baseline", baseline_file, cwd=work, code=0)
+    assert outcomes(data)["max-graph-breaks"] == "improved"
+    edit(baseline_file, lambda d: d["modes"]["ca"].update(graph_breaks=0))
+    data = gate_json(graph_breaks, "--baseline", baseline_file, cwd=work, code=1)
+    assert outcomes(data)["max-graph-breaks"] == "fail"
+
+
+def test_environment_mismatch_warns(graph_breaks, baseline_file, work):
+    def change(data: dict) -> None:
+        data["versions"]["torch"] = "2.12.0"
+        data["machine"]["cpu_count"] = 512
+        data["machine"]["hostname"] = "another-runner"  # differs between CI runners: no warning
+    edit(baseline_file, change)
+    data = gate_json(graph_breaks, "--baseline", baseline_file, cwd=work, code=0)
+    assert len(data["warnings"]) == 2
+    assert data["warnings"][0].startswith("torch version differs: baseline 2.12.0, this run ")
+    assert "cpu_count 512 ->" in data["warnings"][1] and "hostname" not in data["warnings"][1]
+    text = cagtool("gate", graph_breaks, "--baseline", baseline_file, cwd=work)
+    assert text.returncode == 0 and "warning: torch version differs" in text.stdout
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "baseline not found"),
+    ("{garbage", "is not valid JSON"),
+    ('{"format": "cagtool-run", "schema_version": 1}', "is not a cagtool baseline"),
+])
+def test_missing_or_corrupt_baseline_is_exit_3(op_loop, work, content, message):
+    path = work / "b.json"
+    if content is not None:
+        path.write_text(content)
+    proc = cagtool("gate", op_loop, "--baseline", path, "--max-ca-graphs", "9", cwd=work)
+    assert proc.returncode == 3
+    assert message in proc.stderr and proc.stdout == ""
+
+
+# ------------------------------------------------------------------ CI outputs
+
+def test_junit_parsed_back(op_loop, work):
+    junit = work / "reports" / "gate.xml"
+    data = gate_json(op_loop, "--max-ca-graphs", "1", "--max-recompiles", "99", "--junit", junit, cwd=work, code=1)
+    suite = ET.parse(junit).getroot().find("testsuite")
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == [c["check"] for c in data["checks"]]
+    assert suite.get("tests") == str(len(cases)) and suite.get("failures") == "1" and suite.get("errors") == "0"
+    failed = [c for c in cases if c.find("failure") is not None]
+    assert [c.get("name") for c in failed] == ["max-ca-graphs"]
+    assert failed[0].get("classname") == "cagtool.gate.ca"
+    assert "> 1 allowed" in failed[0].find("failure").get("message")
+    assert "improved" in cases[-1].find("system-out").text
+
+
+def test_github_annotations_and_step_summary(op_loop, work):
+    summary = work / "summary.md"
+    summary.write_text("# earlier step\n\n")
+    env = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
+    proc = cagtool("gate", op_loop, "--max-ca-graphs", "1", "--max-graph-breaks", "9", cwd=work, env=env)
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("::error title=cagtool gate%3A max-ca-graphs (ca)::max-ca-graphs (ca): CA graphs") for line in lines)
+    assert any(line.startswith("::warning title=cagtool gate%3A max-graph-breaks (ca)::") for line in lines)
+    text = summary.read_text()
+    assert text.startswith("# earlier step\n\n### cagtool gate: ❌ failed\n")
+    assert "| ❌ | `max-ca-graphs` | ca |" in text and "| ✅ | `mode-finished` | ca |" in text
+    # JSON keeps stdout parseable: the annotations go to stderr, where the runner reads them too.
+    proc = cagtool("gate", op_loop, "--max-ca-graphs", "1", "--format", "json", cwd=work, env=env)
+    assert json.loads(proc.stdout)["passed"] is False
+    assert "::error title=cagtool gate%3A max-ca-graphs (ca)::" in proc.stderr
+    assert summary.read_text().count("### cagtool gate:") == 2
+
+
+def test_no_annotations_outside_github(op_loop, work):
+    proc = cagtool("gate", op_loop, "--max-ca-graphs", "1", cwd=work)
+    assert "::error" not in proc.stdout + proc.stderr
+
+
+# ------------------------------------------------------------------ config and usage
+
+def test_pyproject_config_and_flags_win(op_loop, work):
+    actual = mode_metrics(load_run(op_loop).mode("ca")).ca_graphs
+    (work / "pyproject.toml").write_text(
+        f'[project]\nname = "demo"\n\n[tool.cagtool.gate]\nmax-ca-graphs = {actual - 1}\nmax-recompiles = {{ dynamo = 0 }}\n'
+    )
+    sub = work / "src" / "pkg"
+    sub.mkdir(parents=True)
+    data = gate_json(op_loop, cwd=sub, code=1)
+    assert data["config"] == str((work / "pyproject.toml").resolve())
+    assert outcomes(data)["max-ca-graphs"] == "fail" and outcomes(data)["max-recompiles:dynamo"] == "pass"
+    assert [c["source"] for c in data["checks"] if c["check"] == "max-ca-graphs"] == [str((work / "pyproject.toml").resolve())]
+    flagged = gate_json(op_loop, "--max-ca-graphs", str(actual), cwd=sub, code=0)
+    assert [c["source"] for c in flagged["checks"] if c["check"] == "max-ca-graphs"] == ["flag"]
+    assert cagtool("gate", op_loop, "--no-config", cwd=sub).returncode == 2
+
+
+def test_config_baseline_path_is_relative_to_pyproject(graph_breaks, baseline_file, work):
+    (work / "pyproject.toml").write_text('[tool.cagtool.gate]\nbaseline = "ci/cagtool-baseline.json"\nmax-regression = "10%"\n')
+    sub = work / "deeper"
+    sub.mkdir()
+    data = gate_json(graph_breaks, cwd=sub, code=0)
+    assert Path(data["baseline"]).resolve() == baseline_file.resolve()
+    assert outcomes(data)["max-regression"] == "pass"
+
+
+@pytest.mark.parametrize("args, message", [
+    ((), "no gate thresholds"),
+    (("--max-ca-graphs", "many"), "--max-ca-graphs: expected a whole number"),
+    (("--max-recompiles", "aot:1"), "unknown kind 'aot'"),
+    (("--min-speedup", "fast"), "--min-speedup"),
+    (("--max-regression", "10%"), "--max-regression compares against a baseline"),
+    (("--mode", "gpu", "--max-ca-graphs", "1"), "--mode: expected one of"),
+])
+def test_usage_errors_are_exit_2(op_loop, work, args, message):
+    proc = cagtool("gate", op_loop, *args, cwd=work)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr
+
+
+def test_unreadable_run_is_exit_3(work):
+    garbage = work / "garbage"
+    garbage.mkdir()
+    (garbage / "run.json").write_text("not json")
+    for target in (garbage, work / "missing"):
+        proc = cagtool("gate", target, "--max-ca-graphs", "1", cwd=work)
+        assert proc.returncode == 3, proc.stderr
+        assert proc.stderr.startswith("cagtool: error:")
+    proc = cagtool("baseline", "save", work / "missing", "-o", work / "b.json", cwd=work)
+    assert proc.returncode == 3 and not (work / "b.json").exists()
+
+
+def test_failed_mode_fails_the_gate_and_is_not_a_baseline(op_loop, work):
+    broken = work / "broken-run"
+    shutil.copytree(op_loop, broken)
+    edit(broken / "ca" / "manifest.json", lambda d: d.update(status="failed", exit_code=1))
+    data = gate_json(broken, "--max-ca-graphs", "99", cwd=work, code=1)
+    assert outcomes(data)["mode-finished"] == "fail"
+    proc = cagtool("baseline", "save", broken, "-o", work / "b.json", cwd=work)
+    assert proc.returncode == 2 and "--allow-failed" in proc.stderr
+    assert cagtool("baseline", "save", broken, "-o", work / "b.json", "--allow-failed", cwd=work).returncode == 0

@@ -23,7 +23,7 @@ from difflib import SequenceMatcher
 from typing import Sequence
 
 from cagtool.record.schema import GraphNode
-from cagtool.report.graph_normalize import NormGraph, NormNode, normalize_graph
+from cagtool.report.graph_normalize import NormGraph, NormNode, OriginGroup, fine_tokens, normalize_graph
 
 EQUAL = "equal"
 INSERTED = "inserted"
@@ -97,18 +97,56 @@ def diff_graphs(old: Sequence[GraphNode] | NormGraph, new: Sequence[GraphNode] |
     return GraphDiff(old_graph, new_graph, entries, _summarise(old_graph, new_graph, entries))
 
 
+def _group_content(graph: NormGraph, group: OriginGroup) -> tuple:
+    return (group.origin, tuple(n.signature for n in graph.group_nodes(group)))
+
+
+def _trimmed_opcodes(a: Sequence[object], b: Sequence[object]) -> list[tuple[str, int, int, int, int]]:
+    """difflib opcodes, with the common prefix and suffix taken off first: the matcher is
+    quadratic on sequences of few distinct items, and long equal runs are the common case."""
+    head = 0
+    while head < len(a) and head < len(b) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < len(a) - head and tail < len(b) - head and a[len(a) - 1 - tail] == b[len(b) - 1 - tail]:
+        tail += 1
+    ops: list[tuple[str, int, int, int, int]] = []
+    if head:
+        ops.append(("equal", 0, head, 0, head))
+    middle = SequenceMatcher(None, a[head : len(a) - tail], b[head : len(b) - tail], autojunk=False)
+    for tag, i1, i2, j1, j2 in middle.get_opcodes():
+        ops.append((tag, i1 + head, i2 + head, j1 + head, j2 + head))
+    if tail:
+        ops.append(("equal", len(a) - tail, len(a), len(b) - tail, len(b)))
+    return ops
+
+
 def _align_groups(old: NormGraph, new: NormGraph) -> list[NodeDiff]:
-    old_keys = [g.origin or "" for g in old.groups]
-    new_keys = [g.origin or "" for g in new.groups]
+    # Pass 1: whole groups by content, which is nearly unique per group, so difflib is fast and
+    # every unchanged group is settled. Pass 2: what is left, by autograd-node name.
     out: list[NodeDiff] = []
-    matcher = SequenceMatcher(None, old_keys, new_keys, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    old_content = [_group_content(old, g) for g in old.groups]
+    new_content = [_group_content(new, g) for g in new.groups]
+    for tag, i1, i2, j1, j2 in _trimmed_opcodes(old_content, new_content):
         if tag == "equal":
             for og, ng in zip(old.groups[i1:i2], new.groups[j1:j2]):
+                out.extend(NodeDiff(EQUAL, o, n) for o, n in zip(old.group_nodes(og), new.group_nodes(ng)))
+        else:
+            out.extend(_align_groups_by_name(old, old.groups[i1:i2], new, new.groups[j1:j2]))
+    return out
+
+
+def _align_groups_by_name(old: NormGraph, old_groups: Sequence[OriginGroup], new: NormGraph, new_groups: Sequence[OriginGroup]) -> list[NodeDiff]:
+    out: list[NodeDiff] = []
+    old_keys = [g.origin or "" for g in old_groups]
+    new_keys = [g.origin or "" for g in new_groups]
+    for tag, i1, i2, j1, j2 in _trimmed_opcodes(old_keys, new_keys):
+        if tag == "equal":
+            for og, ng in zip(old_groups[i1:i2], new_groups[j1:j2]):
                 out.extend(_align_nodes(old.group_nodes(og), new.group_nodes(ng)))
         else:
-            old_span = old.nodes[old.groups[i1].start : old.groups[i2 - 1].stop] if i2 > i1 else ()
-            new_span = new.nodes[new.groups[j1].start : new.groups[j2 - 1].stop] if j2 > j1 else ()
+            old_span = old.nodes[old_groups[i1].start : old_groups[i2 - 1].stop] if i2 > i1 else ()
+            new_span = new.nodes[new_groups[j1].start : new_groups[j2 - 1].stop] if j2 > j1 else ()
             out.extend(_align_nodes(old_span, new_span))
     return out
 
@@ -213,12 +251,13 @@ def symbolic_sizes(old: NormNode, new: NormNode, new_graph: NormGraph) -> list[S
             for dim, (x, y) in enumerate(zip(a, b)):
                 if isinstance(x, int) and isinstance(y, str):
                     found.append(SymbolicSize(new.label, f"{name}[{dim}]", str(x), y))
-    matcher = SequenceMatcher(None, old.tokens, new.tokens, autojunk=False)
+    old_tokens, new_tokens = fine_tokens(old.tokens), fine_tokens(new.tokens)
+    matcher = SequenceMatcher(None, old_tokens, new_tokens, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag != "replace":
             continue
-        numbers = [t for t in old.tokens[i1:i2] if t not in (",", " ")]
-        symbols = [t for t in new.tokens[j1:j2] if t not in (",", " ")]
+        numbers = [t for t in old_tokens[i1:i2] if t != ","]
+        symbols = [t for t in new_tokens[j1:j2] if t != ","]
         if len(numbers) != len(symbols) or not all(t.lstrip("-").isdigit() for t in numbers):
             continue
         if not all(t.startswith("%") and t[1:].isdigit() and new_graph.nodes[int(t[1:])].is_size for t in symbols):

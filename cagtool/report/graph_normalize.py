@@ -34,19 +34,16 @@ _EVAL_WITH_KEY = re.compile(r"eval_with_key>?\.\d+")
 _WRAPPED = re.compile(r"^<(?:built-in function|built-in method|function|method|class) ([^ >]+)")
 # print_readable's global names for the CA helper functions, e.g. torch__dynamo_external_utils_call_hook
 _MANGLED = re.compile(r"^torch__dynamo_(?:external_utils|compiled_autograd_ops)_")
-_TOKEN = re.compile(
-    r"%(?P<ref>[A-Za-z_]\w*)"
-    r"|(?P<str>'[^']*'|\"[^\"]*\")"
-    r"|(?P<num>-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
-    r"|(?P<word>[A-Za-z_][\w.]*)"
-    r"|(?P<space>\s+)"
-    r"|(?P<other>.)"
-)
+_REF = re.compile(r"%([A-Za-z_]\w*)")
+_GETITEM_ARGS = re.compile(r"^\(?\s*%(\d+)\s*,\s*(-?\d+)\s*,?\s*\)?$")
+_FINE_TOKEN = re.compile(r"-?\d+(?:\.\d+)?|[A-Za-z_][\w.]*|'[^']*'|\"[^\"]*\"|\S")
 UNWRAP_SIZE = "unwrap_maybe_dynamic_int"
 
 
 def normalize_target(target: str) -> str:
     """A target string without memory addresses or eval_with_key counters (comparable across runs)."""
+    if "0x" not in target and "eval_with_key" not in target:
+        return target  # the common case, without running two regexes
     return _EVAL_WITH_KEY.sub("eval_with_key.N", _ADDRESS.sub("", target))
 
 
@@ -136,34 +133,40 @@ def _origin_of(node: GraphNode, previous: tuple[str | None, int | None]) -> tupl
 
 
 def _tokenize(args: str, index_of: dict[str, int], labels: list[str]) -> tuple[str, tuple[str, ...]]:
+    """(args with labels, tokens): tokens alternate literal text and `%<index>` references."""
+    parts = _REF.split(normalize_target(args))
     text: list[str] = []
     tokens: list[str] = []
-    for match in _TOKEN.finditer(args):
-        kind = match.lastgroup
-        if kind == "ref":
-            ref = match.group("ref")
-            position = index_of.get(ref)
+    for k, part in enumerate(parts):
+        if k % 2:  # a reference
+            position = index_of.get(part)
             if position is None:
-                text.append(ref)
-                tokens.append("%?" + ref)
+                text.append(part)
+                tokens.append("%?" + part)
             else:
                 text.append(labels[position])
                 tokens.append(f"%{position}")
-        elif kind == "space":
-            text.append(" ")
-        else:
-            piece = normalize_target(match.group(0)) if kind == "word" else match.group(0)
-            text.append(piece)
-            tokens.append(piece)
+        elif part:
+            text.append(part)
+            tokens.append(part)
     return "".join(text).strip(), tuple(tokens)
+
+
+def fine_tokens(tokens: tuple[str, ...]) -> list[str]:
+    """References kept whole, literal text split into numbers, words and punctuation."""
+    out: list[str] = []
+    for token in tokens:
+        if token.startswith("%"):
+            out.append(token)
+        else:
+            out.extend(_FINE_TOKEN.findall(token))
+    return out
 
 
 def _getitem_parts(tokens: tuple[str, ...]) -> tuple[int, str] | None:
     """(source node index, item) for `getitem(%node, i)` written as `%node, i` or `(%node, i)`."""
-    core = [t for t in tokens if t not in ("(", ")")]
-    if len(core) == 3 and core[0].startswith("%") and core[0][1:].isdigit() and core[1] == "," and core[2].lstrip("-").isdigit():
-        return int(core[0][1:]), core[2]
-    return None
+    match = _GETITEM_ARGS.match("".join(tokens))
+    return (int(match.group(1)), match.group(2)) if match else None
 
 
 def normalize_graph(nodes: Sequence[GraphNode]) -> NormGraph:

@@ -1,0 +1,325 @@
+"""diff-graphs' pure layers on small hand-built graphs: normalising, aligning, summarising, rendering.
+
+The node shapes (targets, `%name` arguments, NodeCall origins) are those `cagtool run` writes
+for torch 2.13 compiled-autograd graphs, trimmed; tests/test_diff_graphs_cli.py covers real records.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from cagtool.record.schema import AutogradNodeRef, CacheMissEvent, ChangedSize, GraphNode, SourceRef
+from cagtool.report.console import make_console
+from cagtool.report.graph_diff import CHANGED, EQUAL, INSERTED, REMOVED, diff_graphs
+from cagtool.report.graph_diff_render import JsonRenderer, SideBySideRenderer, UnifiedRenderer, hunks
+from cagtool.report.graph_diff_runs import GraphComparison, GraphSide, describe_recompile, origins_from_code
+from cagtool.report.graph_normalize import normalize_graph, short_target
+
+OPS = "torch._dynamo.compiled_autograd.ops."
+UTILS = "torch._dynamo.external_utils."
+GETITEM = "_operator.getitem"
+
+
+def ph(name: str) -> GraphNode:
+    return GraphNode(name=name, op="placeholder", target=name)
+
+
+def fn(name: str, target: str, args: str = "", origin: tuple[int, str] | None = None, **extra) -> GraphNode:
+    ref = AutogradNodeRef(node_call=origin[0], name=origin[1]) if origin else None
+    return GraphNode(name=name, op="call_function", target=target, args=args, origin=ref, **extra)
+
+
+def out() -> GraphNode:
+    return GraphNode(name="output", op="output", target="output", args="[]")
+
+
+def inputs_prologue(n_inputs: int = 2) -> list[GraphNode]:
+    nodes = [ph(p) for p in ("inputs", "sizes", "scalars", "hooks", "packed_data")]
+    first = "getitem"
+    nodes.append(fn(first, GETITEM, "%inputs, 0", (0, "torch::autograd::GraphRoot")))
+    for i in range(1, n_inputs):
+        nodes.append(fn(f"getitem_{i}", GETITEM, f"%inputs, {i}", (9, "torch::autograd::AccumulateGrad")))
+    return nodes
+
+
+def sum_then(op: str | None, counter: int = 2, dims: str = "10") -> list[GraphNode]:
+    """GraphRoot -> SumBackward0 -> [op] -> AccumulateGrad, FX counters starting at `counter`."""
+    c = counter
+    root = (0, "torch::autograd::GraphRoot")
+    nodes = [
+        fn("validate_outputs", OPS + "validate_outputs", "[%getitem], [((None,), [], False, 6)]", root),
+        fn(f"getitem_{c}", GETITEM, "%validate_outputs, 0", root),
+        fn("sum_backward0", OPS + "SumBackward0", f"[%getitem_{c}], [True], [{dims}]", (1, "SumBackward0")),
+        fn(f"getitem_{c + 1}", GETITEM, "%sum_backward0, 0", (1, "SumBackward0")),
+    ]
+    grad = f"getitem_{c + 1}"
+    call = 2
+    if op is not None:
+        lower = op.replace("Backward0", "").lower() + "_backward0"
+        nodes += [
+            fn(lower, OPS + op, f"[%{grad}], [True, True], 1, 6, 6", (2, op)),
+            fn(f"getitem_{c + 2}", GETITEM, f"%{lower}, 0", (2, op)),
+        ]
+        grad, call = f"getitem_{c + 2}", 3
+    nodes.append(fn("call_accumulate_grad", UTILS + "call_accumulate_grad", f"%getitem_1, None, %{grad}, False", (call, "torch::autograd::AccumulateGrad")))
+    return nodes
+
+
+def graph(op: str | None = "AddBackward0", counter: int = 2, dims: str = "10") -> list[GraphNode]:
+    return inputs_prologue() + sum_then(op, counter, dims) + [out()]
+
+
+# --- normalising -------------------------------------------------------------------------------
+
+
+def test_labels_name_nodes_by_what_they_are():
+    nodes = inputs_prologue() + [
+        fn("getitem_5", GETITEM, "%sizes, 0"),
+        fn("unwrap_maybe_dynamic_int", UTILS + "unwrap_maybe_dynamic_int", "%getitem_5"),
+        fn("mul_backward0", OPS + "MulBackward0", "[%getitem], [True], %unwrap_maybe_dynamic_int", (1, "MulBackward0")),
+        fn("getitem_9", GETITEM, "%mul_backward0, 1", (1, "MulBackward0")),
+        fn("aot3_mul_1", "aten.mul.Tensor", "%getitem_9, 2", aot_id=3),
+        fn("add", "torch.add", "%aot3_mul_1, %aot3_mul_1", (1, "MulBackward0")),
+        fn("add_1", "torch.add", "%add, %add", (1, "MulBackward0")),
+    ]
+    norm = normalize_graph(nodes)
+    labels = [n.label for n in norm.nodes]
+    assert labels[5:7] == ["inputs[0]", "inputs[1]"]
+    assert labels[7:] == ["sizes[0]", "sizes[0]", "mul_backward0", "mul_backward0[1]", "mul_1", "add", "add#1"]
+    assert norm.nodes[9].args == "[inputs[0]], [True], sizes[0]"
+    assert norm.nodes[8].is_size
+    # the AOT node has no NodeCall of its own: it belongs to the group it sits in
+    assert norm.nodes[11].origin == "MulBackward0"
+
+
+def test_short_targets():
+    assert short_target(OPS + "SumBackward0") == "SumBackward0"
+    assert short_target("<function call_hook at 0x7f0ee5614900>") == "call_hook"
+    assert short_target("aten.mul.Tensor") == "aten.mul.Tensor"
+    assert short_target("torch__dynamo_external_utils_call_hook") == "call_hook"
+
+
+def test_renamed_temporaries_prefixes_and_addresses_are_not_differences():
+    old = graph(counter=2)
+    new = graph(counter=7)  # every getitem_<k> renamed
+    old.insert(-1, fn("aot0_mul_1", "aten.mul.Tensor", "%call_accumulate_grad, 2", aot_id=0))
+    old.insert(-1, fn("hook", "<function call_hook at 0x7f0ee5614900>", "%aot0_mul_1, <eval_with_key>.12"))
+    new.insert(-1, fn("aot5_mul_1", "aten.mul.Tensor", "%call_accumulate_grad, 2", aot_id=5))
+    new.insert(-1, fn("hook", "<function call_hook at 0x7fffffff0000>", "%aot5_mul_1, <eval_with_key>.3"))
+    diff = diff_graphs(old, new)
+    assert diff.identical, [e for e in diff.entries if e.kind != EQUAL]
+
+
+def test_input_unpacking_is_one_group_whatever_origin_torch_gave_it():
+    old = graph()
+    new = graph()
+    # torch tags inputs[1] with the first autograd node that uses it; that moves with unrelated changes
+    new[6] = fn("getitem_1", GETITEM, "%inputs, 1", (2, "MulBackward0"))
+    assert diff_graphs(old, new).identical
+
+
+# --- aligning ----------------------------------------------------------------------------------
+
+
+def test_a_new_autograd_node_is_one_inserted_group():
+    old = graph(op=None, counter=2)
+    new = graph(op="MulBackward0", counter=2)
+    diff = diff_graphs(old, new)
+    kinds = [(e.kind, (e.new or e.old).label) for e in diff.entries if e.kind != EQUAL]
+    assert kinds == [
+        (INSERTED, "mul_backward0"),
+        (INSERTED, "mul_backward0[0]"),
+        (CHANGED, "call_accumulate_grad"),
+    ]
+    s = diff.summary
+    assert s.autograd_nodes_added == ["MulBackward0 (NodeCall 2)"]
+    assert s.autograd_nodes_removed == []
+    assert s.op_histogram_delta == {"MulBackward0": 1, "getitem": 1}
+    assert (s.old_nodes, s.new_nodes, s.inserted, s.removed, s.changed) == (len(old), len(new), 2, 0, 1)
+
+
+def test_a_replaced_autograd_node_is_one_changed_node_without_ripples():
+    diff = diff_graphs(graph("AddBackward0"), graph("SubBackward0"))
+    changed = [e for e in diff.entries if e.kind != EQUAL]
+    assert len(changed) == 1
+    (entry,) = changed
+    assert entry.kind == CHANGED
+    assert [(c.field, c.old, c.new) for c in entry.changes] == [("target", "AddBackward0", "SubBackward0")]
+    # getitem_4 = sub_backward0[0] and the accumulate that reads it are the same nodes as before
+    assert diff.summary.autograd_nodes_added == ["SubBackward0 (NodeCall 2)"]
+    assert diff.summary.autograd_nodes_removed == ["AddBackward0 (NodeCall 2)"]
+
+
+def test_removed_nodes():
+    diff = diff_graphs(graph("MulBackward0"), graph(None))
+    assert [e.kind for e in diff.entries if e.kind != EQUAL] == [REMOVED, REMOVED, CHANGED]
+    assert diff.summary.autograd_nodes_removed == ["MulBackward0 (NodeCall 2)"]
+
+
+def test_static_sizes_that_became_symbolic_are_listed():
+    static = graph(dims="10, 10")
+    dynamic = graph(dims="%unwrap_maybe_dynamic_int, %unwrap_maybe_dynamic_int_1")
+    sizes = [
+        fn("getitem_20", GETITEM, "%sizes, 0"),
+        fn("getitem_21", GETITEM, "%sizes, 1"),
+        fn("unwrap_maybe_dynamic_int", UTILS + "unwrap_maybe_dynamic_int", "%getitem_20"),
+        fn("unwrap_maybe_dynamic_int_1", UTILS + "unwrap_maybe_dynamic_int", "%getitem_21"),
+    ]
+    dynamic[7:7] = sizes
+    diff = diff_graphs(static, dynamic)
+    symbolic = [(b.node, b.where, b.old, b.new) for b in diff.summary.became_symbolic]
+    assert symbolic == [("sum_backward0", "args", "10", "sizes[0]"), ("sum_backward0", "args", "10", "sizes[1]")]
+    assert diff.summary.inserted == 4
+
+
+def test_shape_dtype_stride_and_hook_changes():
+    old = graph(None)
+    new = graph(None)
+    old[-2] = GraphNode(**{**old[-2].__dict__, "shape": [10, 4], "dtype": "float32", "stride": [4, 1]})
+    new[-2] = GraphNode(**{**new[-2].__dict__, "shape": [10, "s1"], "dtype": "bfloat16", "stride": ["s1", 1]})
+    diff = diff_graphs(old, new)
+    (entry,) = [e for e in diff.entries if e.kind != EQUAL]
+    assert [c.field for c in entry.changes] == ["shape", "dtype", "stride"]
+    assert [(b.where, b.old, b.new) for b in diff.summary.became_symbolic] == [("shape[1]", "4", "s1"), ("stride[0]", "4", "s1")]
+
+
+def test_a_hook_added_is_an_inserted_call_hook():
+    old = graph(None)
+    new = graph(None)
+    acc = (2, "torch::autograd::AccumulateGrad")
+    new[-2:-1] = [
+        fn("getitem_30", GETITEM, "%hooks, 0", acc),
+        fn("call_hook", UTILS + "call_hook", "%getitem_30, %getitem_3, hook_type='tensor_pre_hook'", acc, hook_type="tensor_pre_hook"),
+        fn("call_accumulate_grad", UTILS + "call_accumulate_grad", "%getitem_1, None, %call_hook, False", acc),
+    ]
+    diff = diff_graphs(old, new)
+    inserted = [e.new.label for e in diff.entries if e.kind == INSERTED]
+    assert inserted == ["hooks[0]", "call_hook"]
+    assert diff.summary.hooks_added == ["tensor_pre_hook"]
+
+
+def test_empty_graphs():
+    assert diff_graphs([], []).identical
+    diff = diff_graphs([], graph())
+    assert diff.summary.inserted == len(graph())
+
+
+# --- the run side: origins, recompile headers ------------------------------------------------------
+
+READABLE = '''class CompiledAutograd1(torch.nn.Module):
+    def forward(self, inputs, sizes, scalars, hooks, packed_data):
+        # File: /x/torch/_dynamo/compiled_autograd.py:1582 in set_node_origin, code: torch::autograd::GraphRoot (NodeCall 0)
+        getitem = inputs[0]
+
+        # File: /x/torch/_dynamo/compiled_autograd.py:1582 in set_node_origin, code: SubBackward0 (NodeCall 2)
+        sub_backward0 = torch__dynamo_compiled_autograd_ops_SubBackward0([getitem], [True, True], 1, 6, 6);  getitem = None
+        getitem_6 = sub_backward0[0]
+
+        # File: /home/me/train.py:5 in fn, code: return (x.sin() * 2).sum()
+        aot0_mul_1 = torch.ops.aten.mul.Tensor(getitem_6, 2)
+
+        # No stacktrace found for following nodes
+        output_1 = None
+        return []
+'''
+
+
+def test_origins_from_print_readable_comments():
+    origins = origins_from_code(READABLE)
+    assert origins["getitem"] == AutogradNodeRef(0, "torch::autograd::GraphRoot")
+    assert origins["sub_backward0"] == AutogradNodeRef(2, "SubBackward0")
+    assert origins["getitem_6"] == AutogradNodeRef(2, "SubBackward0")
+    assert "aot0_mul_1" not in origins and "output_1" not in origins
+
+
+def _miss(**kw) -> CacheMissEvent:
+    base = dict(seq=1, t=0.0, ca_id=3, compile_id="!3", step=3, miss_kind="new_node", message="Cache miss due to ...")
+    return CacheMissEvent(**{**base, **kw})
+
+
+def test_recompile_header_for_a_new_node_and_for_changed_shapes():
+    src = SourceRef(file="/home/me/train.py", line=14)
+    assert describe_recompile(_miss(node="MulBackward0", node_call=2, source=src)) == "new autograd node MulBackward0 at NodeCall 2, step 3, train.py:14"
+    shapes = _miss(
+        miss_kind="changed_shapes",
+        total_changed=2,
+        changed_sizes=[ChangedSize(0, 100, 10, "SumBackward0", 1), ChangedSize(1, 100, None, "SumBackward0", 1)],
+        backward_call=src,
+    )
+    assert describe_recompile(shapes) == "2 changed tensor shapes: sizes[0] 10→100, sizes[1]=100 of SumBackward0 at NodeCall 1, step 3, train.py:14"
+    assert describe_recompile(_miss(miss_kind="unknown", message="Cache miss due to something", step=None)) == "Cache miss due to something"
+
+
+# --- rendering ---------------------------------------------------------------------------------------
+
+
+def _comparison(old, new) -> GraphComparison:
+    run = Path("runs/r")
+    miss = _miss(ca_id=1, compile_id="!1", step=2, node="SubBackward0", node_call=2, source=SourceRef("train.py", 12))
+    return GraphComparison(
+        GraphSide(run, "ca", 0, 1, run / "ca/graphs/ca_0.py", None, None),
+        GraphSide(run, "ca", 1, 2, run / "ca/graphs/ca_1.py", describe_recompile(miss), miss),
+        diff_graphs(old, new),
+    )
+
+
+def _render(renderer, comparison, width: int = 100) -> str:
+    buffer = io.StringIO()
+    renderer.render([comparison], make_console(file=buffer, width=width))
+    return buffer.getvalue()
+
+
+def test_unified_golden():
+    text = _render(UnifiedRenderer(context=1), _comparison(graph("AddBackward0"), graph("SubBackward0")))
+    assert text == (
+        "--- !0  runs/r/ca/graphs/ca_0.py  (step 1, 15 nodes)\n"
+        "+++ !1  runs/r/ca/graphs/ca_1.py  (step 2, 15 nodes)\n"
+        "recompile that produced !1: new autograd node SubBackward0 at NodeCall 2, step 2, train.py:12\n"
+        "@@ 10 unchanged before @@\n"
+        "  # SumBackward0 (NodeCall 1)\n"
+        " sum_backward0[0] = getitem(sum_backward0, 0)\n"
+        "  # AddBackward0 (NodeCall 2) → SubBackward0 (NodeCall 2)\n"
+        "-add_backward0 = AddBackward0([sum_backward0[0]], [True, True], 1, 6, 6)\n"
+        "+sub_backward0 = SubBackward0([sum_backward0[0]], [True, True], 1, 6, 6)  # changed: target\n"
+        " sub_backward0[0] = getitem(sub_backward0, 0)\n"
+        "@@ 2 unchanged after @@\n"
+        "0 inserted, 0 removed, 1 changed, 14 unchanged (15 → 15 nodes)\n"
+        "autograd nodes: +SubBackward0 (NodeCall 2), -AddBackward0 (NodeCall 2)\n"
+        "ops: AddBackward0 -1, SubBackward0 +1\n"
+    )
+
+
+def test_side_by_side_shows_both_graphs_and_no_colour_off_a_terminal():
+    text = _render(SideBySideRenderer(context=0), _comparison(graph(None), graph("MulBackward0")), width=200)
+    assert "!0 (old)" in text and "!1 (new)" in text
+    row = next(line for line in text.splitlines() if "mul_backward0 = MulBackward0(" in line)
+    assert row.startswith("│+ │ ")  # nothing on the old side
+    assert "⋯ 11 unchanged" in text and "⋯ 1 unchanged" in text
+    assert "\x1b[" not in text
+
+
+def test_identical_graphs_render_one_line():
+    text = _render(UnifiedRenderer(), _comparison(graph(), graph(counter=5)))
+    assert text.splitlines()[-1] == "identical: 15 nodes, same structure"
+
+
+def test_json_document():
+    document = json.loads(_render(JsonRenderer(), _comparison(graph(None), graph("MulBackward0"))))
+    assert document["format"] == "cagtool-graph-diff" and document["schema_version"] == 1
+    assert document["identical"] is False
+    (comparison,) = document["comparisons"]
+    assert comparison["new"]["recompile"].startswith("new autograd node SubBackward0")
+    assert [c["kind"] for c in comparison["changes"]] == ["inserted", "inserted", "changed"]
+    assert comparison["changes"][0]["new"]["origin"] == "MulBackward0"
+    assert comparison["summary"]["autograd_nodes_added"] == ["MulBackward0 (NodeCall 2)"]
+
+
+def test_hunks_merge_nearby_differences():
+    entries = diff_graphs(graph(None), graph("MulBackward0")).entries
+    spans, after = hunks(entries, context=1)
+    assert len(spans) == 1
+    assert spans[0].skipped_before + (spans[0].stop - spans[0].start) + after == len(entries)
+    all_spans, none_after = hunks(entries, context=100)
+    assert (all_spans[0].start, all_spans[0].stop, none_after) == (0, len(entries), 0)

@@ -1,0 +1,370 @@
+"""The mode comparison on small hand-built records: pooling, speedups and noise, numerics, failures,
+before/after, and the four renderers on a fixed-width, colourless console."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from cagtool.record.loader import ModeRecord, RunRecord
+from cagtool.record.manifest import ExceptionInfo, ModeManifest, RunMeta
+from cagtool.record.schema import (
+    AotBackwardGraphEvent,
+    CAGraphEvent,
+    DynamoCompileEvent,
+    Event,
+    FinalStateEvent,
+    GraphBreakEvent,
+    StepEvent,
+)
+from cagtool.report.compare import (
+    MIN_STEADY_STEPS,
+    Tolerance,
+    base_mode,
+    compare_modes,
+    compare_runs,
+    relative_difference,
+)
+from cagtool.report.compare_render import CSV_COLUMNS, comparison_to_json, format_comparison, render_comparison
+from cagtool.report.console import make_console
+
+BACKWARD_S = 0.0001
+
+
+def make_steps(intervals: list[float], losses: list[float] | None = None, compiling: tuple[int, ...] = (1,)) -> list[Event]:
+    """Steps whose iteration times (start to next start) are `intervals`; one more step closes the
+    last interval. Steps in `compiling` compiled something (so they and the step before are not steady)."""
+    events: list[Event] = []
+    start = 1.0
+    count = len(intervals) + 1
+    for i in range(count):
+        step = i + 1
+        loss = losses[i] if losses is not None and i < len(losses) else None
+        events.append(
+            StepEvent(
+                seq=i, t=start + BACKWARD_S, step=step, backward_s=BACKWARD_S, loss=loss,
+                compiles=1 if step in compiling else 0, compile_s=0.5 if step in compiling else 0.0,
+            )
+        )
+        if i < len(intervals):
+            start += intervals[i]
+    return events
+
+
+def mode_record(
+    name: str,
+    events: list[Event],
+    status: str = "finished",
+    exit_code: int | None = 0,
+    exception: ExceptionInfo | None = None,
+    peak: int = 100 * 2**20,
+) -> ModeRecord:
+    manifest = ModeManifest(
+        mode=base_mode(name), argv=["train.py"], target={"kind": "script", "name": "train.py"}, cwd="/",
+        versions={}, backend="eager", dynamic=False, started_at="2026-01-01T00:00:00+00:00",
+        status=status, exit_code=exit_code, exception=exception, peak_rss_bytes=peak,
+    )
+    return ModeRecord(path=Path("/runs/r") / name, manifest=manifest, events=events)
+
+
+def run_record(records: dict[str, ModeRecord | None], path: str = "/runs/r") -> RunRecord:
+    """`None` for a mode listed in run.json whose process never wrote a manifest."""
+    meta = RunMeta(
+        run_id="r", created_at="2026-01-01T00:00:00+00:00", cagtool_argv=[], target={"kind": "script", "name": "train.py"},
+        target_argv=["train.py"], cwd="/", modes=list(records), versions={}, machine={},
+        mode_exit_codes={n: (r.manifest.exit_code if r else -9) for n, r in records.items()},
+    )
+    return RunRecord(path=Path(path), meta=meta, modes={n: r for n, r in records.items() if r is not None})
+
+
+def final(param: float = 10.0, grad: float | None = 1.0) -> FinalStateEvent:
+    return FinalStateEvent(seq=999, t=99.0, param_norm=param, grad_norm=grad, num_params=3)
+
+
+LOSSES = [2.0, 1.9, 1.8, 1.7, 1.6, 1.5, 1.4, 1.3, 1.2, 1.1, 1.05, 1.0]
+
+
+def steady(ms: float, n: int = 10, jitter: float = 0.02) -> list[float]:
+    """n iteration times around `ms` milliseconds (+-jitter relative, deterministic)."""
+    return [ms / 1000 * (1 + jitter * ((i % 3) - 1)) for i in range(n)]
+
+
+def three_modes(eager_ms: float = 10.0, aot_ms: float = 8.0, ca_ms: float = 6.0, **ca_kwargs) -> RunRecord:
+    compile_event = DynamoCompileEvent(seq=0, t=0.5, compile_id="0/0", is_ca_graph=False, step=1,
+                                        entire_frame_compile_time_s=1.5, dynamo_cumulative_compile_time_s=1.5,
+                                        aot_autograd_cumulative_compile_time_s=1.0, graph_op_count=5)
+    ca_events = ca_kwargs.pop("events", None)
+    return run_record({
+        "eager": mode_record("eager", [*make_steps([0.05, *steady(eager_ms)], LOSSES, compiling=()), final()], peak=100 * 2**20),
+        "aot": mode_record("aot", [compile_event, *[AotBackwardGraphEvent(seq=1 + i, t=0.6, compile_id=f"{i}/0", step=1) for i in range(3)],
+                                   GraphBreakEvent(seq=5, t=0.6, compile_id="0/0", step=1, reason="graph_break()"),
+                                   *make_steps([0.05, *steady(aot_ms)], LOSSES), final()], peak=120 * 2**20),
+        "ca": mode_record("ca", ca_events if ca_events is not None else [compile_event, ca_graph(0), *make_steps([0.05, *steady(ca_ms)], LOSSES), final()],
+                          **ca_kwargs),
+    })
+
+
+def ca_graph(ca_id: int) -> CAGraphEvent:
+    return CAGraphEvent(seq=10 + ca_id, t=0.7, ca_id=ca_id, compile_id=f"!{ca_id}", step=1, node_count=5, op_histogram={},
+                        autograd_nodes=[], aot_ids=[], hooks=[], num_sizes=0, capture_s=0.05, code_file="", nodes_file="")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_base_mode_and_relative_difference():
+    assert [base_mode(n) for n in ("ca", "ca.2", "aot.10", "eager")] == ["ca", "ca", "aot", "eager"]
+    assert relative_difference(1.001, 1.0) == pytest.approx(1e-3)
+    assert relative_difference(0.0, 0.0) == 0.0
+    assert relative_difference(1.0, 0.0) == float("inf")
+    assert Tolerance().agrees(1.0005, 1.0) and not Tolerance().agrees(1.002, 1.0)
+
+
+def test_columns_carry_counts_per_mode():
+    comparison = compare_modes(three_modes())
+    assert list(comparison.modes) == ["eager", "aot", "ca"]
+    aot, ca = comparison.modes["aot"].metrics, comparison.modes["ca"].metrics
+    assert aot.backward_graphs == 3 and aot.graph_breaks == 1
+    assert ca.backward_graphs == 1 and ca.ca_graphs == 1
+    assert comparison.modes["aot"].compile_time_s == pytest.approx(1.5)
+    # Step 1 compiled in aot: it is left out of the steady state, and shown.
+    assert comparison.modes["aot"].step_time.excluded == [1]
+    assert comparison.modes["eager"].step_time.excluded == []
+
+
+def test_speedups_clear_difference_is_not_noise():
+    comparison = compare_modes(three_modes(eager_ms=10, aot_ms=8, ca_ms=5))
+    by_label = {s.label: s for s in comparison.speedups}
+    assert set(by_label) == {"aot/eager", "ca/eager", "ca/aot"}
+    ca_eager = by_label["ca/eager"]
+    assert ca_eager.ratio == pytest.approx(2.0, rel=1e-6)
+    assert ca_eager.low < ca_eager.ratio < ca_eager.high
+    assert ca_eager.within_noise is False and ca_eager.verdict == "faster"
+    assert by_label["ca/aot"].ratio == pytest.approx(1.6, rel=1e-6)
+
+
+def test_speedup_inside_the_spread_says_so():
+    comparison = compare_modes(three_modes(eager_ms=10, aot_ms=10.05, ca_ms=9.95))
+    for s in comparison.speedups:
+        assert s.within_noise is True, s
+        assert s.verdict == "within noise"
+
+
+def test_slower_mode_is_called_slower():
+    comparison = compare_modes(three_modes(eager_ms=5, aot_ms=5, ca_ms=8))
+    ca_eager = next(s for s in comparison.speedups if s.label == "ca/eager")
+    assert ca_eager.ratio < 1 and ca_eager.verdict == "slower"
+
+
+def test_too_few_steady_steps_is_not_claimed():
+    run = run_record({
+        "eager": mode_record("eager", make_steps([0.05, 0.010, 0.010], compiling=())),
+        "ca": mode_record("ca", make_steps([0.05, 0.001, 0.001])),
+    })
+    s = compare_modes(run).speedups[0]
+    assert s.label == "ca/eager" and s.ratio == pytest.approx(10.0)
+    assert min(s.steady_steps) < MIN_STEADY_STEPS
+    assert s.within_noise is True and s.verdict == "too few steady steps" and "steady step" in s.note
+
+
+def test_repetitions_pool_into_their_mode():
+    run = run_record({
+        "eager": mode_record("eager", make_steps([0.05, *steady(10, n=6)], compiling=())),
+        "ca": mode_record("ca", make_steps([0.05, *steady(5, n=6)])),
+        "eager.2": mode_record("eager.2", make_steps([0.05, *steady(10, n=6)], compiling=())),
+        "ca.2": mode_record("ca.2", make_steps([0.05, *steady(5.5, n=6)])),
+    })
+    comparison = compare_modes(run)
+    assert list(comparison.modes) == ["eager", "ca"]
+    ca = comparison.modes["ca"]
+    assert ca.records == ("ca", "ca.2")
+    assert ca.step_time.count == 12  # 6 steady intervals from each repetition
+    assert len(ca.repetition_medians) == 2
+    s = comparison.speedups[0]
+    assert len(s.repetition_ratios) == 2
+    assert s.repetition_ratios[0] == pytest.approx(2.0, rel=1e-6)
+    assert s.repetition_ratios[1] == pytest.approx(10 / 5.5, rel=1e-6)
+
+
+def test_numerics_agree_within_tolerance():
+    comparison = compare_modes(three_modes())
+    numerics = comparison.numerics
+    assert numerics.reference == "eager"
+    assert numerics.agree and numerics.max_rel_diff == 0.0
+    quantities = {(d.record, d.quantity) for d in numerics.diffs}
+    assert ("ca", "loss") in quantities and ("ca", "param_norm") in quantities and ("aot", "grad_norm") in quantities
+    assert comparison.problems == []
+
+
+def test_numerics_disagreement_is_a_problem():
+    off = [*LOSSES[:4], LOSSES[4] * 1.01, *LOSSES[5:]]
+    events = [*make_steps([0.05, *steady(6)], off), final()]
+    comparison = compare_modes(three_modes(events=events))
+    numerics = comparison.numerics
+    assert not numerics.agree
+    (bad,) = numerics.disagreements
+    assert bad.record == "ca" and bad.quantity == "loss" and bad.worst_step == 5
+    assert bad.max_rel_diff == pytest.approx(0.01, rel=1e-6)
+    assert any("numerics: loss of ca differs from eager at step 5" in p for p in comparison.problems)
+    # A looser tolerance accepts it.
+    assert compare_modes(three_modes(events=events), Tolerance(rtol=0.02)).numerics.agree
+
+
+def test_numerics_small_float_noise_agrees():
+    noisy = [v * (1 + 3e-6) for v in LOSSES]
+    events = [*make_steps([0.05, *steady(6)], noisy), final(param=10.0 * (1 + 1e-7))]
+    numerics = compare_modes(three_modes(events=events)).numerics
+    assert numerics.agree
+    assert numerics.worst_for("ca") == pytest.approx(3e-6, rel=1e-3)
+
+
+def test_numerics_of_a_failed_mode_compare_common_steps_only():
+    events = [*make_steps([0.05, 0.006, 0.006], LOSSES[:4]), final(param=55.0)]
+    comparison = compare_modes(three_modes(events=events, status="failed", exit_code=1,
+                                           exception=ExceptionInfo("RuntimeError", "boom\nmore")))
+    ca_diffs = [d for d in comparison.numerics.diffs if d.record == "ca"]
+    # Losses of the 4 steps it ran agree; its final norms (at the crash) are not compared.
+    assert [(d.quantity, d.compared, d.agrees) for d in ca_diffs] == [("loss", 4, True)]
+    assert "compared the 4 steps both ran" in ca_diffs[0].note
+
+
+def test_failed_mode_is_carried_with_its_reason():
+    comparison = compare_modes(three_modes(status="failed", exit_code=1, exception=ExceptionInfo("RuntimeError", "boom\ntraceback...")))
+    ca = comparison.modes["ca"]
+    assert not ca.ok and ca.status == "failed" and ca.exit_code == 1
+    (failure,) = ca.failures
+    assert failure.reason == "RuntimeError: boom"
+    assert comparison.problems == ["mode ca: failed, exit code 1: RuntimeError: boom"]
+    # The others still report.
+    assert comparison.modes["aot"].ok and comparison.modes["aot"].step_time.median_s is not None
+
+
+def test_missing_and_killed_modes():
+    run = run_record({
+        "eager": mode_record("eager", make_steps([0.05, *steady(10)], compiling=())),
+        "aot": mode_record("aot", make_steps([0.05, 0.01]), status="running", exit_code=None),
+        "ca": None,
+    })
+    comparison = compare_modes(run)
+    assert comparison.modes["aot"].status == "running"
+    assert "killed" in comparison.modes["aot"].failures[0].reason
+    ca = comparison.modes["ca"]
+    assert ca.metrics is None and ca.status == "missing" and ca.exit_code == -9
+    s = next(s for s in comparison.speedups if s.label == "ca/eager")
+    assert s.ratio is None and s.verdict == "n/a" and "ca" in s.note
+
+
+def test_timeout_reason():
+    comparison = compare_modes(three_modes(status="timeout", exit_code=0,
+                                           exception=ExceptionInfo("TimeLimitReached", "stopped after 5.0 s (--max-time)")))
+    (failure,) = comparison.modes["ca"].failures
+    assert failure.status == "timeout" and "--max-time" in failure.reason
+
+
+def test_compare_runs_before_after():
+    before = three_modes(eager_ms=10, aot_ms=8, ca_ms=8)
+    after = three_modes(eager_ms=10, aot_ms=8, ca_ms=4)
+    rc = compare_runs(before, after)
+    assert [c.mode for c in rc.changes] == ["eager", "aot", "ca"]
+    ca = next(c for c in rc.changes if c.mode == "ca")
+    assert ca.speedup.ratio == pytest.approx(2.0, rel=1e-6) and ca.speedup.verdict == "faster"
+    assert ca.deltas["step_time_median_s"] == pytest.approx(-0.004, rel=1e-6)
+    assert ca.deltas["backward_graphs"] == 0
+    assert all(d.agrees for d in ca.numerics) and ca.numerics
+    eager = next(c for c in rc.changes if c.mode == "eager")
+    assert eager.speedup.verdict == "within noise"
+    assert rc.problems == []
+
+
+def test_compare_runs_mode_only_in_one_run():
+    before = run_record({"eager": mode_record("eager", make_steps([0.05, *steady(10)], compiling=()))})
+    rc = compare_runs(before, three_modes())
+    ca = next(c for c in rc.changes if c.mode == "ca")
+    assert ca.before is None and ca.after is not None and ca.speedup is None and ca.deltas == {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Renderers
+
+
+def rendered(comparison, fmt: str) -> str:
+    buffer = io.StringIO()
+    render_comparison(comparison, fmt, make_console(file=buffer, width=120))
+    return buffer.getvalue()
+
+
+def test_table_shows_modes_speedups_numerics_and_failures():
+    comparison = compare_modes(three_modes(ca_ms=5, status="failed", exit_code=1, exception=ExceptionInfo("RuntimeError", "boom")))
+    text = rendered(comparison, "table")
+    assert "\x1b[" not in text  # colourless off a terminal
+    for expected in ("eager", "aot", "ca", "backward graphs", "3 (AOT)", "1 (CA)", "FAILED, exit 1", "ca/eager",
+                     "2.00x", "Numerics: losses and final norms agree with eager", "Problems:",
+                     "ca: failed, exit code 1: RuntimeError: boom", "Steps left out of the steady state"):
+        assert expected in text, expected
+
+
+def test_table_flags_numerics_disagreement():
+    off = [v * 1.05 for v in LOSSES]
+    comparison = compare_modes(three_modes(events=[*make_steps([0.05, *steady(6)], off), final()]))
+    text = rendered(comparison, "table")
+    assert "Numerics DISAGREE with eager" in text and "DISAGREES" in text
+    assert "loss of ca: 5.00e-02 relative" in text
+
+
+def test_json_schema():
+    data = json.loads(rendered(compare_modes(three_modes()), "json"))
+    assert data["format"] == "cagtool-compare" and data["schema_version"] == 1
+    required = {
+        "forward_graphs": int, "backward_graphs": int, "ca_graphs": int, "graph_breaks": int, "recompiles": int,
+        "compile_time_s": (int, float), "first_step_s": float, "step_time_median_s": float, "step_time_p10_s": float,
+        "step_time_p90_s": float, "peak_rss_bytes": int, "exit_code": int,
+    }
+    assert list(data["modes"]) == ["eager", "aot", "ca"]
+    for name, mode in data["modes"].items():
+        for key, kind in required.items():
+            assert isinstance(mode[key], kind), (name, key, mode[key])
+    assert set(data["speedups"]) == {"aot/eager", "ca/eager", "ca/aot"}
+    for s in data["speedups"].values():
+        assert {"speedup", "low", "high", "within_noise", "verdict"} <= set(s)
+    assert data["numerics"]["agree"] is True and data["numerics"]["reference"] == "eager"
+    assert data["problems"] == []
+
+
+def test_json_of_failed_mode_has_nulls_and_reason():
+    run = run_record({"eager": mode_record("eager", make_steps([0.05, *steady(10)], compiling=())), "ca": None})
+    data = json.loads(format_comparison(compare_modes(run), "json"))
+    ca = data["modes"]["ca"]
+    assert ca["status"] == "missing" and ca["backward_graphs"] is None and ca["failures"][0]["status"] == "missing"
+    assert data["speedups"]["ca/eager"]["speedup"] is None
+
+
+def test_csv_columns_follow_pytorch_names():
+    text = format_comparison(compare_modes(three_modes(ca_ms=5)), "csv")
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert tuple(rows[0]) == CSV_COLUMNS
+    for name in ("unique_graphs", "graph_breaks", "autograd_captures", "compilation_latency", "speedup", "abs_latency"):
+        assert name in CSV_COLUMNS
+    by_mode = {r["mode"]: r for r in rows}
+    assert float(by_mode["eager"]["speedup"]) == 1.0
+    assert float(by_mode["ca"]["speedup"]) == pytest.approx(2.0, rel=1e-6)
+    assert float(by_mode["ca"]["abs_latency"]) == pytest.approx(5.0, rel=1e-6)  # ms, as benchmarks/dynamo writes it
+    assert by_mode["ca"]["autograd_captures"] == "1"
+
+
+def test_markdown_and_before_after_formats():
+    md = rendered(compare_modes(three_modes()), "markdown")
+    assert "| backward graphs | 0 | 3 (AOT) | 1 (CA) |" in md
+    rc = compare_runs(three_modes(ca_ms=8), three_modes(ca_ms=4))
+    table = rendered(rc, "table")
+    assert "A (before)" in table and "speedup B over A" in table and "2.00x" in table
+    runs_json = json.loads(rendered(rc, "json"))
+    assert runs_json["format"] == "cagtool-compare-runs"
+    assert runs_json["changes"]["ca"]["speedup"]["speedup"] == pytest.approx(2.0, rel=1e-6)
+    rows = list(csv.DictReader(io.StringIO(rendered(rc, "csv"))))
+    assert [(r["run"], r["mode"]) for r in rows] == [("A", "eager"), ("A", "aot"), ("A", "ca"), ("B", "eager"), ("B", "aot"), ("B", "ca")]
+    assert float(rows[5]["speedup_vs_baseline"]) == pytest.approx(2.0, rel=1e-6)
+    assert "| ca | status | ok | ok |" in rendered(rc, "markdown")

@@ -1,0 +1,180 @@
+"""`cagtool compare` end to end on real records of the sample scripts (eager backends, small step counts)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, cagtool_cmd
+
+THREE = "eager,aot,ca"
+
+# Crashes under compiled autograd only, after two good steps: aot and eager finish.
+CRASH_UNDER_CA = '''\
+import torch
+from torch._dynamo import compiled_autograd
+
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 4)
+step_fn = torch.compile(model, backend="eager")
+for step in range(5):
+    loss = step_fn(torch.randn(2, 4)).pow(2).sum()
+    loss.backward()
+    if step == 1 and compiled_autograd.compiled_autograd_enabled:
+        raise RuntimeError("boom under compiled autograd")
+'''
+
+
+def compare(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CI": "true", "COLUMNS": "120"}
+    proc = subprocess.run(cagtool_cmd("compare", *args), capture_output=True, text=True, timeout=120, env=env, cwd=str(ROOT))
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def compare_json(*args: str) -> dict:
+    return json.loads(compare(*args, "--format", "json").stdout)
+
+
+@pytest.fixture(scope="module")
+def graph_breaks_run(record_run):
+    run = record_run("graph_breaks.py", "3", modes=THREE)
+    assert run.returncode == 0, run.stderr
+    return run
+
+
+@pytest.fixture(scope="module")
+def transformer_run(record_run):
+    run = record_run("transformer_lm.py", "--steps", "6", "--backend", "eager", modes=THREE)
+    assert run.returncode == 0, run.stderr
+    return run
+
+
+@pytest.fixture(scope="module")
+def crash_run(tmp_path_factory, inductor_cache):
+    root = tmp_path_factory.mktemp("crash")
+    script = root / "crash_under_ca.py"
+    script.write_text(CRASH_UNDER_CA)
+    out = root / "run"
+    env = {**os.environ, "CI": "true", "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache)}
+    cmd = cagtool_cmd("run", "--modes", THREE, "--backend", "eager", "-o", str(out), str(script))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=str(ROOT))
+    return out, proc
+
+
+def test_graph_break_script_backward_graphs_aot_3_ca_1(graph_breaks_run):
+    """The tutorial's claim, in the tool's own JSON: two graph breaks give 3 backward graphs under
+    torch.compile alone and 1 under compiled autograd."""
+    data = compare_json(str(graph_breaks_run.path))
+    modes = data["modes"]
+    assert modes["aot"]["backward_graphs"] == 3
+    assert modes["ca"]["backward_graphs"] == 1
+    assert modes["ca"]["ca_graphs"] == 1
+    assert modes["aot"]["forward_graphs"] == 3 and modes["aot"]["graph_breaks"] == 2
+    assert modes["eager"]["forward_graphs"] == 0 and modes["eager"]["backward_graphs"] == 0
+    assert data["numerics"]["agree"] is True
+
+
+def test_json_schema_on_a_real_run(graph_breaks_run):
+    data = compare_json(str(graph_breaks_run.path))
+    assert data["format"] == "cagtool-compare" and data["schema_version"] == 1
+    ints = ("forward_graphs", "backward_graphs", "ca_graphs", "graph_breaks", "recompiles", "peak_rss_bytes", "exit_code")
+    floats = ("compile_time_s", "first_step_s", "step_time_median_s", "step_time_p10_s", "step_time_p90_s")
+    assert list(data["modes"]) == ["eager", "aot", "ca"]
+    for name, mode in data["modes"].items():
+        for key in ints:
+            assert isinstance(mode[key], int) and not isinstance(mode[key], bool), (name, key)
+        for key in floats:
+            assert isinstance(mode[key], (int, float)), (name, key)
+        assert mode["exit_code"] == 0 and mode["status"] == "finished"
+        assert mode["step_time_p10_s"] <= mode["step_time_median_s"] <= mode["step_time_p90_s"]
+        assert set(mode["compile_phases_s"]) == {"dynamo", "aot", "inductor", "ca_capture"}
+    assert set(data["speedups"]) == {"aot/eager", "ca/eager", "ca/aot"}
+    for pair in data["speedups"].values():
+        assert pair["speedup"] > 0 and pair["low"] <= pair["speedup"] <= pair["high"]
+        assert isinstance(pair["within_noise"], bool)
+    # Compilation touched step 1 in the compiled modes: left out of the steady state, and said so.
+    assert 1 in data["modes"]["ca"]["excluded_steps"]
+
+
+def test_transformer_numerics_agree(transformer_run):
+    data = compare_json(str(transformer_run.path))
+    numerics = data["numerics"]
+    assert numerics["reference"] == "eager"
+    assert numerics["agree"] is True, numerics
+    assert numerics["max_rel_diff"] <= numerics["rtol"]
+    losses = {d["record"]: d["compared"] for d in numerics["diffs"] if d["quantity"] == "loss"}
+    assert losses == {"aot": 6, "ca": 6}
+    norms = {(d["record"], d["quantity"]) for d in numerics["diffs"]}
+    assert ("ca", "param_norm") in norms and ("ca", "grad_norm") in norms
+    table = compare(str(transformer_run.path)).stdout
+    assert "Numerics: losses and final norms agree with eager" in table
+    assert "ca/eager" in table and "Problems" not in table
+
+
+def test_a_crashing_mode_is_shown_as_failed_while_the_others_report(crash_run):
+    out, proc = crash_run
+    assert proc.returncode == 1, proc.stderr  # `cagtool run` says so in its exit code
+    data = compare_json(str(out))
+    ca = data["modes"]["ca"]
+    assert ca["status"] == "failed" and ca["exit_code"] == 1
+    assert ca["failures"][0]["reason"] == "RuntimeError: boom under compiled autograd"
+    for other in ("eager", "aot"):
+        assert data["modes"][other]["status"] == "finished"
+        assert data["modes"][other]["step_time_median_s"] is not None
+    assert data["speedups"]["aot/eager"]["speedup"] is not None
+    assert any("ca: failed, exit code 1: RuntimeError: boom under compiled autograd" in p for p in data["problems"])
+    # The two steps ca ran before the crash still have their losses compared.
+    ca_loss = next(d for d in data["numerics"]["diffs"] if d["record"] == "ca" and d["quantity"] == "loss")
+    assert ca_loss["compared"] == 2 and ca_loss["agrees"] is True
+    table = compare(str(out)).stdout
+    assert "FAILED, exit 1" in table and "Problems:" in table
+
+
+def test_two_runs_before_after(graph_breaks_run, transformer_run):
+    a, b = str(graph_breaks_run.path), str(graph_breaks_run.path)
+    table = compare(a, b).stdout
+    assert "A (before)" in table and "B (after)" in table and "speedup B over A" in table
+    data = compare_json(a, b)
+    assert data["format"] == "cagtool-compare-runs"
+    assert data["changes"]["ca"]["deltas"]["backward_graphs"] == 0
+    assert data["changes"]["ca"]["numerics"][0]["max_rel_diff"] == 0.0
+
+
+def test_csv_and_markdown(graph_breaks_run):
+    rows = list(csv.DictReader(io.StringIO(compare(str(graph_breaks_run.path), "--format", "csv").stdout)))
+    assert [r["mode"] for r in rows] == ["eager", "aot", "ca"]
+    for column in ("unique_graphs", "graph_breaks", "autograd_captures", "compilation_latency", "speedup", "abs_latency"):
+        assert column in rows[0]
+    assert rows[2]["autograd_captures"] == "1" and rows[1]["graph_breaks"] == "2"
+    md = compare(str(graph_breaks_run.path), "--format", "markdown").stdout
+    assert "| backward graphs | 0 | 3 (AOT) | 1 (CA) |" in md
+
+
+def test_bad_input_exits_3(tmp_path: Path):
+    missing = compare(str(tmp_path / "nope"), check=False)
+    assert missing.returncode == 3 and missing.stderr.startswith("cagtool: error: no run at")
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (garbage / "run.json").write_text("not json {")
+    bad = compare(str(garbage), check=False)
+    assert bad.returncode == 3 and "not valid JSON" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    empty = tmp_path / "runs"
+    env_proc = subprocess.run(
+        cagtool_cmd("compare"), capture_output=True, text=True, timeout=60, cwd=str(ROOT),
+        env={**os.environ, "CAGTOOL_RUNS_DIR": str(empty)},
+    )
+    assert env_proc.returncode == 3 and "no runs recorded yet" in env_proc.stderr
+
+
+def test_bad_format_is_a_usage_error(graph_breaks_run):
+    proc = compare(str(graph_breaks_run.path), "--format", "yaml", check=False)
+    assert proc.returncode == 2

@@ -1,0 +1,209 @@
+"""`cagtool diff-graphs` end to end: the real CLI on runs that `cagtool run` recorded from
+sample_scripts/ (backend eager), plus argument parsing and bad inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cagtool.commands.diff_graphs import GraphSpec, parse_graph_args
+from cagtool.errors import UsageError
+
+from conftest import ROOT, cagtool_cmd
+
+pytestmark = pytest.mark.slow
+
+# A hook registered between the first and second backward: the second backward misses the CA
+# cache and its graph gains a call_hook node.
+HOOK_ADDED = """\
+import torch
+
+x = torch.randn(4, 4, requires_grad=True)
+for step in range(3):
+    if step == 1:
+        x.register_hook(lambda grad: grad * 2)
+    (x * x).sum().backward()
+"""
+
+
+def diff(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CI": "true", "COLUMNS": "120"}
+    return subprocess.run(cagtool_cmd("diff-graphs", *args), capture_output=True, text=True, timeout=120, cwd=str(ROOT), env=env)
+
+
+def diff_json(*args: str) -> tuple[int, dict]:
+    proc = diff(*args, "--format", "json")
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def op_loop(record_run) -> Path:
+    run = record_run("op_loop.py")
+    assert run.returncode == 0, run.stderr
+    return run.path
+
+
+@pytest.fixture(scope="module")
+def shape_loop(record_run) -> Path:
+    run = record_run("shape_loop.py")
+    assert run.returncode == 0, run.stderr
+    return run.path
+
+
+@pytest.fixture(scope="module")
+def hook_added(record_run, tmp_path_factory) -> Path:
+    script = tmp_path_factory.mktemp("scripts") / "hook_added.py"
+    script.write_text(HOOK_ADDED)
+    run = record_run(str(script))  # an absolute path replaces sample_scripts/
+    assert run.returncode == 0, run.stderr
+    return run.path
+
+
+def test_op_loop_graphs_differ_by_the_one_autograd_node(op_loop):
+    code, doc = diff_json(str(op_loop), "1", "2")
+    assert code == 1
+    (c,) = doc["comparisons"]
+    s = c["summary"]
+    assert (s["inserted"], s["removed"], s["changed"]) == (0, 0, 1)
+    (change,) = c["changes"]
+    assert (change["old"]["target"], change["new"]["target"]) == ("SubBackward0", "MulBackward0")
+    assert s["autograd_nodes_added"] == ["MulBackward0 (NodeCall 2)"]
+    assert s["autograd_nodes_removed"] == ["SubBackward0 (NodeCall 2)"]
+    assert c["new"]["recompile"] == "new autograd node MulBackward0 at NodeCall 2, step 3, op_loop.py:12"
+
+
+def test_no_ids_compares_each_graph_with_the_one_it_replaced(op_loop):
+    code, doc = diff_json(str(op_loop))
+    assert code == 1
+    pairs = [(c["old"]["ca_id"], c["new"]["ca_id"]) for c in doc["comparisons"]]
+    assert pairs == [(0, 1), (1, 2), (2, 3)]
+    added = [c["summary"]["autograd_nodes_added"] for c in doc["comparisons"]]
+    assert added == [["SubBackward0 (NodeCall 2)"], ["MulBackward0 (NodeCall 2)"], ["DivBackward0 (NodeCall 2)"]]
+
+
+def test_shape_loop_sizes_become_symbolic(shape_loop):
+    code, doc = diff_json(str(shape_loop), "0", "1")
+    assert code == 1
+    (c,) = doc["comparisons"]
+    symbolic = c["summary"]["became_symbolic"]
+    assert symbolic and all(b["old"] == "10" and b["new"].startswith("sizes[") for b in symbolic)
+    assert c["new"]["miss_kind"] == "changed_shapes"
+    assert c["new"]["recompile"].startswith("4 changed tensor shapes")
+
+
+def test_unified_text_names_the_recompile_and_the_symbolic_sizes(shape_loop):
+    proc = diff(str(shape_loop), "--format", "unified")
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("--- !0 ") and lines[1].startswith("+++ !1 ")
+    assert lines[2].startswith("recompile that produced !1: 4 changed tensor shapes")
+    assert "+sum_backward0 = SumBackward0([validate_outputs[0]], [True], [sizes[0], sizes[1]])  # changed: args" in lines
+    assert any(line.startswith("became symbolic (4): 10 → sizes[0]") for line in lines)
+
+
+def test_the_same_script_recorded_twice_gives_identical_graphs(record_run, op_loop):
+    again = record_run("op_loop.py", "again")  # a second, separate recording
+    assert again.returncode == 0, again.stderr
+    for ca_id in range(4):
+        proc = diff(f"{op_loop}:{ca_id}", f"{again.path}:{ca_id}")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "identical" in proc.stdout
+
+
+def test_a_hook_added_inserts_a_call_hook_node(hook_added):
+    code, doc = diff_json(str(hook_added), "0", "1")
+    assert code == 1
+    (c,) = doc["comparisons"]
+    inserted = [ch["new"]["target"] for ch in c["changes"] if ch["kind"] == "inserted"]
+    assert "call_hook" in inserted
+    assert c["summary"]["hooks_added"] == ["tensor_pre_hook"]
+
+
+def test_across_two_runs(op_loop, shape_loop):
+    code, doc = diff_json(f"{op_loop}:0", f"{shape_loop}:0")
+    assert code == 1
+    (c,) = doc["comparisons"]
+    assert (c["old"]["run"], c["new"]["run"]) == (str(op_loop), str(shape_loop))
+    assert c["summary"]["autograd_nodes_removed"] == ["AddBackward0 (NodeCall 2)"]
+
+
+def test_side_by_side_is_the_default(op_loop):
+    proc = diff(str(op_loop), "0", "1")
+    assert proc.returncode == 1, proc.stderr
+    assert "!0 (old)" in proc.stdout and "!1 (new)" in proc.stdout
+    assert "new autograd node SubBackward0 at NodeCall 2, step 2, op_loop.py:12" in proc.stdout
+    assert "\x1b[" not in proc.stdout  # not a terminal: no colour
+
+
+def test_tensor_hook_sample_renders(record_run):
+    run = record_run("tensor_hook.py")
+    assert run.returncode == 0, run.stderr
+    proc = diff(str(run.path), "-f", "unified")
+    assert proc.returncode == 1, proc.stderr
+    assert "call_hook(hooks[" in proc.stdout
+
+
+# --- bad input: one clear line, exit 3 (2 for bad arguments) ------------------------------------------
+
+
+def _one_error_line(proc: subprocess.CompletedProcess, code: int, *needles: str) -> None:
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cagtool: error: "), proc.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_unknown_graph_id(op_loop):
+    _one_error_line(diff(str(op_loop), "0", "9"), 3, "has no graph 9", "0, 1, 2, 3")
+    _one_error_line(diff(f"{op_loop}:7", f"{op_loop}:0"), 3, "has no graph 7")
+
+
+def test_a_run_without_graphs(op_loop, tmp_path):
+    run = tmp_path / "no_graphs"
+    shutil.copytree(op_loop, run)
+    shutil.rmtree(run / "ca" / "graphs")
+    events = run / "ca" / "events.jsonl"
+    events.write_text("".join(line + "\n" for line in events.read_text().splitlines() if '"kind": "ca_graph"' not in line))
+    _one_error_line(diff(str(run)), 3, "has no compiled-autograd graphs")
+
+
+def test_a_missing_and_a_corrupt_graph_file(op_loop, tmp_path):
+    run = tmp_path / "damaged"
+    shutil.copytree(op_loop, run)
+    (run / "ca" / "graphs" / "ca_1.json").unlink()
+    _one_error_line(diff(str(run), "0", "1"), 3, "graph 1", "missing")
+    (run / "ca" / "graphs" / "ca_2.json").write_text("{not json")
+    _one_error_line(diff(str(run), "2", "3"), 3, "not valid JSON")
+
+
+def test_a_missing_run_and_bad_arguments(tmp_path):
+    _one_error_line(diff(str(tmp_path / "nope")), 3, "no run at")
+    _one_error_line(diff("0"), 2, "one graph given")
+    _one_error_line(diff("a", "b", "c", "d"), 2, "too many arguments")
+
+
+def test_help_teaches():
+    proc = diff("--help")
+    assert proc.returncode == 0
+    assert "Examples" in proc.stdout and "RUN_A:ID RUN_B:ID" in proc.stdout
+
+
+# --- argument parsing (pure) ----------------------------------------------------------------------------
+
+
+def test_parse_graph_args():
+    assert parse_graph_args([]) == (None, None, None)
+    assert parse_graph_args(["runs/a"]) == ("runs/a", None, None)
+    assert parse_graph_args(["1", "!2"]) == (None, GraphSpec(None, 1), GraphSpec(None, 2))
+    assert parse_graph_args(["runs/a", "ca_0", "3"]) == ("runs/a", GraphSpec(None, 0), GraphSpec(None, 3))
+    assert parse_graph_args(["runs/a:0", "runs/b:!1"]) == (None, GraphSpec("runs/a", 0), GraphSpec("runs/b", 1))
+    for bad in (["3"], ["runs/a:0"], ["runs/a", "1"], ["runs/a", "x", "y"], ["runs/a:0", "1"]):
+        with pytest.raises(UsageError):
+            parse_graph_args(bad)

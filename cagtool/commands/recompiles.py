@@ -1,9 +1,112 @@
-"""`cagtool recompiles` (not written yet)."""
+"""`cagtool recompiles`: every recompile of a recorded run, and with --explain why and what to do."""
 
 from __future__ import annotations
 
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Optional
+
 import typer
+
+from cagtool.commands._common import MODE_OPT, RUN_ARG, STRICT_OPT, TextOrJson
+from cagtool.record.loader import RunRecord, load_run
+from cagtool.report.console import make_console
+from cagtool.report.explain import explain
+from cagtool.report.recompiles import RecompileTable, recompile_table
+from cagtool.report.recompiles_render import (
+    ExplanationRenderer,
+    RecompilesJsonRenderer,
+    RecompilesTableRenderer,
+    record_notes,
+)
+
+
+@dataclass(frozen=True)
+class RecompilesOptions:
+    run: Optional[str] = None  # run directory; None: the latest
+    explain: bool = False
+    format: str = "text"  # text | json
+    strict: bool = False
+    mode: Optional[str] = None  # one mode; None: every mode of the run
+    width: Optional[int] = None  # console width (tests); None: the terminal's or 100
+
+
+def recompile_tables(record: RunRecord, mode: str | None = None) -> list[RecompileTable]:
+    """The tables of the named mode, or of every mode of the run (ca last, as `cagtool run` orders them)."""
+    modes = [record.mode(mode)] if mode is not None else list(record.modes.values())
+    return [recompile_table(m) for m in modes]
+
+
+def run_recompiles(options: RecompilesOptions, out: IO[str] | None = None, err: IO[str] | None = None) -> int:
+    """Load, analyse, render. Raises UnreadableInput (exit 3) for a missing, corrupt or newer record."""
+    out = out if out is not None else sys.stdout
+    err = err if err is not None else sys.stderr
+    record = load_run(options.run, strict=options.strict)
+    tables = recompile_tables(record, options.mode)
+    run_label = str(options.run) if options.run else ""
+    run_label = run_label or str(record.path)
+    explanations = [explain(t) for t in tables] if options.explain else None
+    if options.format == TextOrJson.json.value:
+        out.write(RecompilesJsonRenderer().render(str(record.path), tables, explanations) + "\n")
+        for table in tables:
+            for note in record_notes(table):
+                print(f"cagtool: {note}", file=err)
+        return 0
+    console = make_console(out, width=options.width)
+    if explanations is not None:
+        ExplanationRenderer(console).render(explanations, run_label)
+    else:
+        RecompilesTableRenderer(console).render(tables, run_label)
+    return 0
+
+
+def recompiles(
+    run: Optional[Path] = RUN_ARG,
+    explain_: bool = typer.Option(False, "--explain", help="Group recompiles by root cause; say why and what to do."),
+    format: TextOrJson = typer.Option(TextOrJson.text, "--format", help="text (a table or the explanation) or json."),
+    strict: bool = STRICT_OPT,
+    mode: Optional[str] = MODE_OPT,
+) -> None:
+    """Every recompile of a recorded run: why the backward (or a forward frame) was compiled again.
+
+    Reads the record `cagtool run` wrote (the latest run by default); nothing is re-run.
+
+    Three sources of recompiles, with the ids torch prints:
+
+      CA miss !N       compiled autograd missed its cache and captured graph !N
+                       (kind new_node: the autograd graph's structure differs; kind changed_shapes: sizes changed)
+
+      Dynamo guard F/C Dynamo recompiled forward frame F because a guard failed
+
+      Dynamo on CA graph !N/F/C  Dynamo recompiled the code of CA graph !N
+
+    The first capture of a run (!0, a miss on GraphRoot) is the initial compile: listed, not counted.
+
+    With --explain, recompiles are grouped by root cause (graph structure changing between steps, a
+    hook added or removed, .grad None vs defined, changed shapes, Dynamo guard failures); recompile
+    storms and recompile-limit fallbacks to eager come first. Each cause names its evidence
+    (compile ids, steps, and the `seq` of the events in <run>/<mode>/events.jsonl) and a fix.
+
+    Examples:
+
+      cagtool recompiles                      # the latest run, as a table
+
+      cagtool recompiles --explain            # why, and what to do
+
+      cagtool recompiles RUN --format json    # for scripts (schema "cagtool-recompiles", version 1)
+
+    Exit codes: 0 ok; 3 the record is missing, corrupt (with --strict) or from a newer cagtool.
+    """
+    options = RecompilesOptions(
+        run=str(run) if run is not None else None,
+        explain=explain_,
+        format=format.value,
+        strict=strict,
+        mode=mode,
+    )
+    raise typer.Exit(run_recompiles(options))
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("recompiles")(recompiles)

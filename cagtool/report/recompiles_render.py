@@ -1,0 +1,330 @@
+"""Renderers for `cagtool recompiles`: a rich table, the --explain text, and JSON.
+
+Each renderer is a class whose constructor takes its options and whose `render` does the work.
+
+JSON schema (`"schema": "cagtool-recompiles"`, `"schema_version": 1`; additive fields do not bump it):
+
+    {
+      "schema": "cagtool-recompiles", "schema_version": 1,
+      "run": "<run dir>",
+      "modes": {
+        "<mode>": {
+          "status": "finished", "steps": 4, "last_step": 4,
+          "skipped_lines": 0, "unknown_kinds": {},
+          "counts": {"recompiles": 3, "ca_cache_misses": 3, "dynamo_frame_recompiles": 0,
+                     "dynamo_ca_graph_recompiles": 0, "initial_compiles": 1, "recompile_limit_hits": 0},
+          "initial": [<row>], "recompiles": [<row>, ...],
+          "limit_hits": [{"compile_id", "step", "seq", "limit_type", "limit_value", "function", "file", "line"}],
+          "explanation": {            # only with --explain
+            "alerts": [{"code": "recompile_storm"|"recompile_limit", "title", "why": [..], "fix": [..],
+                        "evidence", "causes": [cause numbers], "facts": {...}}],
+            "causes": [{"number", "code", "count", "steps", "title", "why", "fix", "evidence",
+                        "evidence_ids": [{"compile_id", "step", "seq"}], "source": <source>|null,
+                        "stabilised": bool|null, "last_recompile_step"}]
+          }
+        }
+      }
+    }
+
+    <row> = {"compile_id", "source": "ca_cache_miss"|"dynamo_frame"|"dynamo_ca_graph", "step", "kind",
+             "initial", "seqs", "ca_id", "node", "node_call", "key_size", "previous_key_sizes",
+             "changed_sizes": [{"index", "value", "previous", "node", "node_call"}], "total_changed",
+             "messages", "source_line": <source>|null, "produced"}
+    <source> = {"file" (relative to the run's cwd when inside it), "line", "code", "function", "how"}
+
+Cause codes: graph_structure, hook_changed, grad_defined_changed, changed_shapes,
+dynamo_guard_failure, dynamo_ca_graph_guard_failure, unknown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import textwrap
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from cagtool.record.schema import SourceRef
+from cagtool.report.explain import Explanation, guard_text
+from cagtool.report.explain_text import alert_words, cause_words, plural, step_list
+from cagtool.report.recompiles import (
+    SOURCE_CA,
+    SOURCE_DYNAMO_CA_GRAPH,
+    SOURCE_DYNAMO_FRAME,
+    RecompileRow,
+    RecompileTable,
+    display_path,
+    format_source,
+    node_label,
+)
+
+JSON_SCHEMA = "cagtool-recompiles"
+JSON_SCHEMA_VERSION = 1
+
+_SOURCE_LABEL = {SOURCE_CA: "CA miss", SOURCE_DYNAMO_FRAME: "Dynamo", SOURCE_DYNAMO_CA_GRAPH: "Dynamo CA"}
+
+
+def counts_line(table: RecompileTable) -> str:
+    initial = table.initial
+    first = f"; initial compile {initial[0].compile_id} at step {initial[0].step}" if initial else ""
+    return (
+        f"mode {table.mode}: {plural(len(table.recompiles), 'recompile')} in {plural(table.steps, 'step')} "
+        f"({plural(table.count(SOURCE_CA), 'CA cache miss', 'CA cache misses')}, "
+        f"{table.count(SOURCE_DYNAMO_FRAME)} Dynamo forward-frame, "
+        f"{table.count(SOURCE_DYNAMO_CA_GRAPH)} Dynamo CA-graph){first}"
+    )
+
+
+def print_wrapped(console: Console, text: str, indent: int = 0) -> None:
+    """Wrapped here, not by rich: continuation lines are indented two more and carry no trailing spaces."""
+    pad = " " * indent
+    width = max(console.width - 1, 40)
+    lines = textwrap.wrap(text, width=width, initial_indent=pad, subsequent_indent=pad + "  ",
+                          break_long_words=False, break_on_hyphens=False)
+    for line in lines or [""]:
+        console.print(Text(line), soft_wrap=True)
+
+
+def record_notes(table: RecompileTable) -> list[str]:
+    notes = []
+    if table.skipped_lines:
+        notes.append(f"note: skipped {plural(table.skipped_lines, 'unreadable line')} of the {table.mode} record (--strict makes this an error)")
+    if table.unknown_kinds:
+        kinds = ", ".join(f"{k} x{n}" for k, n in sorted(table.unknown_kinds.items()))
+        notes.append(f"note: ignored events of unknown kinds: {kinds}")
+    if table.status and table.status != "finished":
+        notes.append(f"note: the {table.mode} run's status is {table.status!r}; the record may end early")
+    return notes
+
+
+_KIND_LABEL = {"new_node": "new node", "changed_shapes": "shapes", "guard_failure": "guard", "unknown": "unknown"}
+
+
+def _sizes_text(row: RecompileRow) -> str:
+    """`4 changed sizes: sizes[0-3] of SumBackward0 ?->100`: sizes with the same owner and the same
+    change are listed together."""
+    groups: dict[tuple, list[int]] = {}
+    for size in row.changed_sizes:
+        old = "?" if size.previous is None else str(size.previous)
+        new = "?" if size.value is None else str(size.value)
+        groups.setdefault((size.node, old, new), []).append(size.index)
+    parts = []
+    for (node, old, new), indices in groups.items():
+        owner = f" of {node_label(node, None)}" if node else ""
+        parts.append(f"sizes[{step_list(indices).replace(', ', ',')}]{owner} {old}->{new}")
+    total = row.total_changed if row.total_changed is not None else len(row.changed_sizes)
+    return f"{plural(total, 'changed size')}: " + ", ".join(parts) if parts else plural(total, "changed size")
+
+
+def detail_cell(row: RecompileRow) -> str:
+    """What changed, in one cell: the node and key sizes, the sizes old -> new, or the failing guard."""
+    if row.kind == "changed_shapes":
+        return _sizes_text(row)
+    if row.node:
+        previous = ",".join(str(s) for s in row.previous_key_sizes)
+        key = f"; key size {row.key_size} vs [{previous}]" if row.key_size is not None else ""
+        return node_label(row.node, row.node_call) + key
+    if row.source != SOURCE_CA:
+        guard = guard_text(row.messages[0]) if row.messages else ""
+        return f"`{guard}`" if guard else "(guard not recorded)"
+    return "(no reason recorded)"
+
+
+class RecompilesTableRenderer:
+    """One row per recompile, the initial compile listed first and marked as such; the code of each
+    user source line is listed once under the table."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def render(self, tables: list[RecompileTable], run_label: str) -> None:
+        for table in tables:
+            print_wrapped(self.console, counts_line(table))
+            for note in record_notes(table):
+                print_wrapped(self.console, note)
+            if not table.rows:
+                continue
+            grid = Table(show_header=True, header_style="bold", pad_edge=False, box=box.SIMPLE_HEAD)
+            grid.add_column("#", justify="right", no_wrap=True)
+            grid.add_column("step", justify="right", no_wrap=True)
+            grid.add_column("source", no_wrap=True)
+            grid.add_column("kind", no_wrap=True)
+            grid.add_column("what changed", overflow="fold", ratio=3)
+            grid.add_column("user source", overflow="fold", ratio=2)
+            grid.add_column("graph", no_wrap=True)
+            number = 0
+            for row in table.rows:
+                if row.initial:
+                    label, kind = "-", "initial"
+                else:
+                    number += 1
+                    label, kind = str(number), _KIND_LABEL.get(row.kind, row.kind)
+                cells = (
+                    label,
+                    "" if row.step is None else str(row.step),
+                    f"{_SOURCE_LABEL.get(row.source, row.source)} {row.compile_id}",
+                    kind,
+                    detail_cell(row),
+                    format_source(row.user_source, table.cwd, with_code=False),
+                    row.produced or "",
+                )
+                grid.add_row(*(Text(cell) for cell in cells))  # Text: guard texts may contain [brackets]
+            self.console.print(grid)
+            lines = sorted(
+                {format_source(r.user_source, table.cwd) for r in table.rows if r.user_source is not None and r.user_source.code}
+            )
+            if lines:
+                self.console.print("user source lines:")
+                for line in lines:
+                    self.console.print(Text(f"  {line}"), soft_wrap=True)
+        if any(t.recompiles for t in tables):
+            self.console.print(Text(f"Why, and what to do: cagtool recompiles {run_label} --explain"), soft_wrap=True)
+
+
+class ExplanationRenderer:
+    """The --explain text: alerts first, then each root cause with why, the fix and the evidence."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def _line(self, text: str, indent: int) -> None:
+        print_wrapped(self.console, text, indent)
+
+    def _block(self, heading: str, why: list[str], fix: list[str], evidence: str) -> None:
+        self.console.print(Text(heading, style="bold"))
+        for sentence in why:
+            self._line(sentence, 2)
+        for sentence in fix:
+            self._line(f"Fix: {sentence}", 2)
+        if evidence:
+            self._line(f"Evidence: {evidence}", 2)
+        self.console.print()
+
+    def render(self, explanations: list[Explanation], run_label: str) -> None:
+        for explanation in explanations:
+            table = explanation.table
+            print_wrapped(self.console, counts_line(table))
+            for note in record_notes(table):
+                print_wrapped(self.console, note)
+            if not explanation.causes and not explanation.alerts:
+                self.console.print("No recompiles: every step after the first reused the cached graphs.")
+                continue
+            self.console.print()
+            for alert in explanation.alerts:
+                words = alert_words(alert, table.cwd)
+                self._block(f"!! {words.title}", words.why, words.fix, words.evidence)
+            for cause in explanation.causes:
+                words = cause_words(cause, table.cwd)
+                steps = cause.steps
+                at = f", {'step' if len(steps) == 1 else 'steps'} {step_list(steps)}" if steps else ""
+                self._block(f"#{cause.number} {words.title}{at}", words.why, words.fix, words.evidence)
+        self.console.print(Text(f"Every recompile, one per row: cagtool recompiles {run_label}"), soft_wrap=True)
+
+
+def _source_json(ref: SourceRef | None, cwd: str) -> dict[str, Any] | None:
+    if ref is None:
+        return None
+    return {"file": display_path(ref.file, cwd), "line": ref.line, "code": ref.code, "function": ref.function, "how": ref.how}
+
+
+def row_json(row: RecompileRow, cwd: str) -> dict[str, Any]:
+    return {
+        "compile_id": row.compile_id,
+        "source": row.source,
+        "step": row.step,
+        "kind": row.kind,
+        "initial": row.initial,
+        "seqs": list(row.seqs),
+        "ca_id": row.ca_id,
+        "node": row.node,
+        "node_call": row.node_call,
+        "key_size": row.key_size,
+        "previous_key_sizes": list(row.previous_key_sizes),
+        "changed_sizes": [dataclasses.asdict(c) for c in row.changed_sizes],
+        "total_changed": row.total_changed,
+        "messages": list(row.messages),
+        "source_line": _source_json(row.user_source, cwd),
+        "produced": row.produced,
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _jsonable(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def explanation_json(explanation: Explanation) -> dict[str, Any]:
+    cwd = explanation.table.cwd
+    alerts = []
+    for alert in explanation.alerts:
+        words = alert_words(alert, cwd)
+        alerts.append(
+            {"code": alert.code, "title": words.title, "why": words.why, "fix": words.fix,
+             "evidence": words.evidence, "causes": alert.causes, "facts": _jsonable(alert.facts)}
+        )
+    causes = []
+    for cause in explanation.causes:
+        words = cause_words(cause, cwd)
+        causes.append(
+            {
+                "number": cause.number,
+                "code": cause.code,
+                "count": cause.count,
+                "steps": cause.steps,
+                "title": words.title,
+                "why": words.why,
+                "fix": words.fix,
+                "evidence": words.evidence,
+                "evidence_ids": [dataclasses.asdict(e) for e in cause.evidence],
+                "source": _source_json(cause.source, cwd),
+                "stabilised": cause.facts.get("stabilised"),
+                "last_recompile_step": cause.facts.get("last_recompile_step"),
+            }
+        )
+    return {"alerts": alerts, "causes": causes}
+
+
+class RecompilesJsonRenderer:
+    """The versioned JSON document; `explanations` adds each mode's `explanation`."""
+
+    def __init__(self, indent: int | None = 2) -> None:
+        self.indent = indent
+
+    def render(self, run: str, tables: list[RecompileTable], explanations: list[Explanation] | None = None) -> str:
+        by_mode = {e.table.mode: e for e in explanations or []}
+        modes: dict[str, Any] = {}
+        for table in tables:
+            entry: dict[str, Any] = {
+                "status": table.status,
+                "steps": table.steps,
+                "last_step": table.last_step,
+                "skipped_lines": table.skipped_lines,
+                "unknown_kinds": table.unknown_kinds,
+                "counts": {
+                    "recompiles": len(table.recompiles),
+                    "ca_cache_misses": table.count(SOURCE_CA),
+                    "dynamo_frame_recompiles": table.count(SOURCE_DYNAMO_FRAME),
+                    "dynamo_ca_graph_recompiles": table.count(SOURCE_DYNAMO_CA_GRAPH),
+                    "initial_compiles": len(table.initial),
+                    "recompile_limit_hits": len(table.limit_hits),
+                },
+                "initial": [row_json(r, table.cwd) for r in table.initial],
+                "recompiles": [row_json(r, table.cwd) for r in table.recompiles],
+                "limit_hits": [
+                    {**dataclasses.asdict(h), "file": display_path(h.file, table.cwd)} for h in table.limit_hits
+                ],
+            }
+            if table.mode in by_mode:
+                entry["explanation"] = explanation_json(by_mode[table.mode])
+            modes[table.mode] = entry
+        document = {"schema": JSON_SCHEMA, "schema_version": JSON_SCHEMA_VERSION, "run": run, "modes": modes}
+        return json.dumps(document, indent=self.indent)

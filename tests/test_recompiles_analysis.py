@@ -1,0 +1,374 @@
+"""`recompiles` analysis on small hand-built records: rows, root-cause groups, alerts, JSON.
+
+The records are written in the documented layout (run.json + ca/manifest.json + ca/events.jsonl)
+from the schema's own dataclasses and read back with the one loader, so these tests exercise the
+same path as a real run without running torch.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from cagtool.commands.recompiles import RecompilesOptions, run_recompiles
+from cagtool.record.loader import load_run
+from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
+from cagtool.record.schema import (
+    AutogradNodeRef,
+    CacheMissEvent,
+    CAGraphEvent,
+    ChangedSize,
+    DynamoCompileEvent,
+    DynamoRecompileEvent,
+    Event,
+    HookRef,
+    SourceRef,
+    StepEvent,
+    event_to_dict,
+)
+from cagtool.report.explain import (
+    ALERT_LIMIT,
+    ALERT_STORM,
+    CAUSE_DYNAMO_FRAME,
+    CAUSE_GRAD_DEFINED,
+    CAUSE_HOOK,
+    CAUSE_SHAPES,
+    CAUSE_STRUCTURE,
+    CAUSE_UNKNOWN,
+    explain,
+    guard_shape,
+    guard_text,
+)
+from cagtool.report.explain_text import alert_words, cause_words, elide, step_list
+from cagtool.report.recompiles import (
+    SOURCE_CA,
+    SOURCE_DYNAMO_CA_GRAPH,
+    SOURCE_DYNAMO_FRAME,
+    compile_attempt,
+    display_path,
+    recompile_table,
+)
+from cagtool.report.recompiles_render import JSON_SCHEMA, JSON_SCHEMA_VERSION, RecompilesJsonRenderer
+
+CWD = "/proj"
+BACKWARD_LINE = SourceRef(file="/proj/train.py", line=30, code="loss.backward()", function="main", how="backward_call")
+ROOT = "torch::autograd::GraphRoot"
+
+
+class RecordBuilder:
+    """Events in write order with `seq` assigned; `write(dir)` lays them out as a run directory."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def add(self, cls: type[Event], **fields) -> Event:
+        event = cls(seq=len(self.events), t=0.01 * len(self.events), **fields)
+        self.events.append(event)
+        return event
+
+    def miss(self, ca_id: int, step: int, node: str | None, node_call: int | None, kind: str = "new_node", **fields) -> None:
+        fields.setdefault("source", BACKWARD_LINE)
+        self.add(CacheMissEvent, ca_id=ca_id, compile_id=f"!{ca_id}", step=step, miss_kind=kind,
+                 message=f"Cache miss ({kind})", node=node, node_call=node_call, **fields)
+
+    def graph(self, ca_id: int, step: int, nodes: list[str] | None = None, hooks: tuple[str, ...] = (),
+              histogram: dict[str, int] | None = None, num_sizes: int = 0) -> None:
+        self.add(CAGraphEvent, ca_id=ca_id, compile_id=f"!{ca_id}", step=step, node_count=10,
+                 op_histogram=histogram or {}, autograd_nodes=[AutogradNodeRef(i, n) for i, n in enumerate(nodes or [])],
+                 aot_ids=[], hooks=[HookRef("call_hook", h) for h in hooks], num_sizes=num_sizes, capture_s=0.01,
+                 code_file=f"graphs/ca_{ca_id}.py", nodes_file=f"graphs/ca_{ca_id}.json")
+
+    def step(self, step: int, captures: int = 0) -> None:
+        self.add(StepEvent, step=step, backward_s=0.001, ca_captures=captures)
+
+    def write(self, root: Path, schema_version: int = 1) -> Path:
+        (root / "ca").mkdir(parents=True, exist_ok=True)
+        meta = RunMeta(run_id="t", created_at="2026-01-01T00:00:00Z", cagtool_argv=[], target={"kind": "script", "name": "train.py"},
+                       target_argv=[], cwd=CWD, modes=["ca"], versions={}, machine={}, status="finished", exit_code=0)
+        meta.schema_version = schema_version
+        manifest = ModeManifest(mode="ca", argv=["train.py"], target={}, cwd=CWD, versions={}, backend="eager",
+                                dynamic=False, started_at="2026-01-01T00:00:00Z", status="finished")
+        (root / "run.json").write_text(json.dumps(to_dict(meta)))
+        (root / "ca" / "manifest.json").write_text(json.dumps(to_dict(manifest)))
+        with (root / "ca" / "events.jsonl").open("w") as handle:
+            for event in self.events:
+                handle.write(json.dumps(event_to_dict(event)) + "\n")
+        return root
+
+
+def table_of(builder: RecordBuilder, tmp_path: Path):
+    return recompile_table(load_run(builder.write(tmp_path / "run")).mode("ca"))
+
+
+def op_loop_builder(with_node_map: bool = True) -> RecordBuilder:
+    """The tutorial's add/sub/mul/div loop: a new node at NodeCall 2 every step."""
+    b = RecordBuilder()
+    for step, op in enumerate(["AddBackward0", "SubBackward0", "MulBackward0", "DivBackward0"], start=1):
+        ca_id = step - 1
+        b.miss(ca_id, step, ROOT if step == 1 else op, 0 if step == 1 else 2, key_size=39 if step == 1 else 56)
+        nodes = [ROOT, "SumBackward0", op, "torch::autograd::AccumulateGrad"]
+        if with_node_map:
+            b.graph(ca_id, step, nodes)
+        else:
+            b.graph(ca_id, step, histogram={"getitem": 9, "SumBackward0": 1, op: 1, "call_accumulate_grad": 1})
+        b.step(step, captures=1)
+    return b
+
+
+# -- rows --------------------------------------------------------------------------------------
+
+def test_initial_capture_is_listed_but_not_counted(tmp_path):
+    table = table_of(op_loop_builder(), tmp_path)
+    assert [r.compile_id for r in table.initial] == ["!0"]
+    assert [r.compile_id for r in table.recompiles] == ["!1", "!2", "!3"]
+    assert [r.step for r in table.recompiles] == [2, 3, 4]
+    assert table.count(SOURCE_CA) == 3 and table.count(SOURCE_DYNAMO_FRAME) == 0
+    assert table.recompiles[0].produced == "!1"
+    assert table.steps == 4 and table.last_step == 4
+
+
+def test_a_graph_without_a_miss_event_is_an_unknown_recompile(tmp_path):
+    b = op_loop_builder()
+    b.graph(4, 5, [ROOT])
+    b.step(5, captures=1)
+    table = table_of(b, tmp_path)
+    assert len(table.recompiles) == 4
+    assert table.recompiles[-1].kind == "unknown" and table.recompiles[-1].compile_id == "!4"
+    assert [c.code for c in explain(table).causes] == [CAUSE_STRUCTURE, CAUSE_UNKNOWN]
+
+
+def test_dynamo_recompiles_from_events_and_from_compile_attempts(tmp_path):
+    b = RecordBuilder()
+    b.add(DynamoCompileEvent, compile_id="0/0", is_ca_graph=False, step=None, co_name="fwd", co_filename="/proj/m.py", co_firstlineno=5)
+    b.miss(0, 1, ROOT, 0)
+    b.graph(0, 1, [ROOT])
+    b.step(1, captures=1)
+    # 0/1 has no dynamo_recompile event (reason lost), 0/2 has one: both are recompiles, once each.
+    b.add(DynamoCompileEvent, compile_id="0/1", is_ca_graph=False, step=1, co_name="fwd", co_filename="/proj/m.py", co_firstlineno=5)
+    b.step(2)
+    reason = '0/1: n == 2  # for _ in range(n):  # m.py:7 in fwd\nUser stack trace:\n  File "/proj/m.py", line 7, in fwd\n    for _ in range(n):'
+    b.add(DynamoRecompileEvent, compile_id="0/2", is_ca_graph=False, step=2, reasons=[reason])
+    b.add(DynamoCompileEvent, compile_id="0/2", is_ca_graph=False, step=2, co_name="fwd", co_filename="/proj/m.py", co_firstlineno=5)
+    b.add(DynamoRecompileEvent, compile_id="!0/1/1", is_ca_graph=True, step=3, reasons=["L['sizes'][0] == 10"])
+    b.step(3)
+    table = table_of(b, tmp_path)
+    ids = [(r.compile_id, r.source) for r in table.recompiles]
+    assert ids == [("0/1", SOURCE_DYNAMO_FRAME), ("0/2", SOURCE_DYNAMO_FRAME), ("!0/1/1", SOURCE_DYNAMO_CA_GRAPH)]
+    # A forward frame compiles before its step's backward: stamped with the step last begun, it belongs to the next.
+    assert [r.step for r in table.recompiles] == [2, 3, 3]
+    guarded = table.recompiles[1]
+    assert guarded.failing_guard.startswith("0/1: n == 2")
+    assert (guarded.user_source.file, guarded.user_source.line, guarded.user_source.code) == ("/proj/m.py", 7, "for _ in range(n):")
+    assert table.recompiles[0].user_source.how == "compiled_frame"
+
+
+def test_compile_attempt_and_paths():
+    assert compile_attempt("0/0") == 0 and compile_attempt("3/2") == 2 and compile_attempt("!1/2/1") == 1
+    assert compile_attempt("!4") is None
+    assert display_path("/proj/sub/train.py", "/proj") == "sub/train.py"
+    assert display_path("/elsewhere/x.py", "/proj") == "/elsewhere/x.py"
+    assert display_path("rel.py", "/proj") == "rel.py"
+
+
+def test_guard_text_and_shape():
+    message = "0/3: depth == 4  # for _ in range(depth):  # m.py:14 in forward (_dynamo/variables/tensor.py:2606 in evaluate_expr)"
+    assert guard_text(message) == "depth == 4"
+    assert guard_shape(message) == guard_shape("0/1: depth == 2  # x") == "depth == N"
+    assert guard_text("tensor 'x' size mismatch at index 0. expected 10, actual 100") == "tensor 'x' size mismatch at index 0. expected 10, actual 100"
+
+
+# -- causes ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("with_node_map", [True, False])
+def test_structure_change_names_the_node_that_differs(tmp_path, with_node_map):
+    explanation = explain(table_of(op_loop_builder(with_node_map), tmp_path))
+    assert [c.code for c in explanation.causes] == [CAUSE_STRUCTURE]
+    cause = explanation.causes[0]
+    assert cause.count == 3 and cause.steps == [2, 3, 4]
+    changes = [(c.node_call, c.before, c.after) for c in cause.facts["changes"]]
+    assert changes == [(2, "AddBackward0", "SubBackward0"), (2, "SubBackward0", "MulBackward0"), (2, "MulBackward0", "DivBackward0")]
+    assert cause.facts["distinct_structures"] == 4
+    assert cause.facts["stabilised"] is False
+    assert cause.source == BACKWARD_LINE
+    # Every step after the first recompiled: a storm, and it comes first.
+    assert [a.code for a in explanation.alerts] == [ALERT_STORM]
+    assert explanation.alerts[0].facts["every_step"] and explanation.alerts[0].causes == [1]
+
+
+def test_growing_graph_and_stabilised_branch(tmp_path):
+    b = RecordBuilder()
+    b.miss(0, 1, ROOT, 0)
+    b.graph(0, 1, histogram={"MulBackward0": 1, "SumBackward0": 1})
+    b.step(1, 1)
+    for step in (2, 3):
+        b.miss(step - 1, step, "MulBackward0", step + 1)
+        b.graph(step - 1, step, histogram={"MulBackward0": step, "SumBackward0": 1})
+        b.step(step, 1)
+    cause = explain(table_of(b, tmp_path / "grow")).causes[0]
+    assert cause.facts["grew"] == 2 and [c.before for c in cause.facts["changes"]] == [None, None]
+    assert "the graph grows" in " ".join(cause_words(cause, CWD).why)
+
+    b = RecordBuilder()
+    tanh_line = SourceRef(file="/proj/model.py", line=21, code="h = torch.tanh(h)", function="forward", how="node_traceback")
+    b.miss(0, 1, ROOT, 0)
+    b.graph(0, 1, [ROOT, "SumBackward0", "ReluBackward0"])
+    b.step(1, 1)
+    b.miss(1, 2, "TanhBackward0", 2, source=tanh_line, backward_call=BACKWARD_LINE)
+    b.graph(1, 2, [ROOT, "SumBackward0", "TanhBackward0"])
+    for step in range(2, 7):
+        b.step(step, 1 if step == 2 else 0)
+    explanation = explain(table_of(b, tmp_path / "branch"))
+    cause = explanation.causes[0]
+    assert explanation.alerts == []
+    assert cause.source == tanh_line
+    assert cause.facts["stabilised"] is True and cause.facts["quiet_steps_after"] == 4
+    assert cause.facts["variants"] == {2: ["ReluBackward0", "TanhBackward0"]}
+    words = cause_words(cause, CWD)
+    assert any("model.py:21  h = torch.tanh(h)" in w for w in words.why)
+    assert words.fix[0].startswith("Nothing urgent")
+
+
+def test_hook_added_and_grad_defined(tmp_path):
+    b = RecordBuilder()
+    b.miss(0, 1, ROOT, 0)
+    b.graph(0, 1, [ROOT])
+    b.step(1, 1)
+    # step 2: .grad defined now (AccumulateGrad key grows, no hook change)
+    b.miss(1, 2, "torch::autograd::AccumulateGrad", 4, key_size=33, previous_key_sizes=[22])
+    b.graph(1, 2, [ROOT])
+    b.step(2, 1)
+    # step 3: a tensor hook appears
+    b.miss(2, 3, "torch::autograd::AccumulateGrad", 4, key_size=35, previous_key_sizes=[22, 33])
+    b.graph(2, 3, [ROOT], hooks=("tensor_pre_hook",))
+    for step in (3, 4, 5):
+        b.step(step, 1 if step == 3 else 0)
+    causes = {c.code: c for c in explain(table_of(b, tmp_path)).causes}
+    assert set(causes) == {CAUSE_GRAD_DEFINED, CAUSE_HOOK}
+    assert causes[CAUSE_GRAD_DEFINED].steps == [2]
+    hook = causes[CAUSE_HOOK]
+    assert hook.steps == [3]
+    assert hook.facts["hook_diffs"] == [
+        {"compile_id": "!2", "step": 3, "added": ["tensor_pre_hook"], "removed": [], "previous_graph": "!1"}
+    ]
+    assert "AccumulateGrad (NodeCall 4)" in cause_words(hook, CWD).why[0]
+
+
+def test_changed_shapes_and_dynamo_recompile_of_that_graph_are_one_cause(tmp_path):
+    b = RecordBuilder()
+    b.miss(0, 1, ROOT, 0)
+    b.graph(0, 1, [ROOT])
+    b.step(1, 1)
+    sizes = [ChangedSize(index=i, value=100, previous=10, node="SumBackward0", node_call=1) for i in range(2)]
+    b.miss(1, 2, None, None, kind="changed_shapes", changed_sizes=sizes, total_changed=2)
+    b.graph(1, 2, [ROOT], num_sizes=2)
+    b.step(2, 1)
+    b.add(DynamoCompileEvent, compile_id="!1/2/1", is_ca_graph=True, step=3)
+    b.step(3)
+    b.step(4)
+    explanation = explain(table_of(b, tmp_path))
+    assert len(explanation.causes) == 1
+    cause = explanation.causes[0]
+    assert cause.code == CAUSE_SHAPES and cause.count == 2 and cause.steps == [2, 3]
+    assert cause.facts["sizes"][0]["values"] == [10, 100]
+    assert cause.facts["dynamic_graphs"] == {"!1": 2}
+    assert cause.facts["stabilised"] is True
+    text = " ".join(cause_words(cause, CWD).why + cause_words(cause, CWD).fix)
+    assert "sizes[0-1] of SumBackward0 (NodeCall 1): 10, 100" in text
+    assert "mark_dynamic" in text and "!1/2/1 at step 3" in text
+
+
+def test_recompile_limit_comes_first_and_names_the_cause(tmp_path):
+    b = RecordBuilder()
+    b.add(DynamoCompileEvent, compile_id="0/0", is_ca_graph=False, step=None, co_name="fwd", co_filename="/proj/m.py", co_firstlineno=5)
+    b.miss(0, 1, ROOT, 0)
+    b.graph(0, 1, [ROOT])
+    b.step(1, 1)
+    for attempt in range(1, 5):
+        b.add(DynamoRecompileEvent, compile_id=f"0/{attempt}", is_ca_graph=False, step=attempt,
+              reasons=[f"0/{attempt - 1}: n == {attempt}  # for _ in range(n):  # m.py:7 in fwd"])
+        if attempt < 4:
+            b.add(DynamoCompileEvent, compile_id=f"0/{attempt}", is_ca_graph=False, step=attempt, co_name="fwd",
+                  co_filename="/proj/m.py", co_firstlineno=5)
+        b.step(attempt + 1)
+    b.add(DynamoCompileEvent, compile_id="0/4", is_ca_graph=False, step=4, fail_type="Unsupported",
+          fail_reason="Dynamo recompile limit exceeded\n  Explanation: Dynamo attempted to recompile the code object too many "
+                      "times, exceeding the recompile_limit cache size limit (currently set to 4).")
+    b.step(6)
+    table = table_of(b, tmp_path)
+    assert [(h.compile_id, h.limit_type, h.limit_value, h.function, h.step) for h in table.limit_hits] == [
+        ("0/4", "recompile_limit", 4, "fwd", 5)
+    ]
+    explanation = explain(table)
+    assert [a.code for a in explanation.alerts] == [ALERT_LIMIT, ALERT_STORM]
+    (cause,) = explanation.causes
+    assert cause.code == CAUSE_DYNAMO_FRAME and cause.count == 4
+    assert explanation.alerts[0].causes == [1]
+    assert cause.facts["stopped_by_limit"] is True and cause.facts["stabilised"] is False
+    words = alert_words(explanation.alerts[0], CWD)
+    assert words.title == "Dynamo hit config.recompile_limit (4) and fell back to eager"
+    assert "`fwd` (m.py:5)" in words.why[0]
+    guard_words = cause_words(cause, CWD)
+    assert "`n == 1`" in guard_words.why[0] and "Python number" in guard_words.fix[0]
+
+
+def test_not_a_storm_below_three_recompiling_steps(tmp_path):
+    b = RecordBuilder()
+    b.miss(0, 1, ROOT, 0)
+    b.graph(0, 1, [ROOT, "A"])
+    b.step(1, 1)
+    for step in (2, 3):
+        b.miss(step - 1, step, f"Op{step}Backward0", 1)
+        b.graph(step - 1, step, [ROOT, f"Op{step}Backward0"])
+        b.step(step, 1)
+    assert explain(table_of(b, tmp_path)).alerts == []
+
+
+def test_text_helpers():
+    assert step_list([2, 3, 4, 7, 9, 10]) == "2-4, 7, 9-10"
+    assert step_list([]) == ""
+    assert elide([str(i) for i in range(10)]) == "0, 1, 2, 3, ... (6 more), 8, 9"
+
+
+# -- JSON and the in-process command ---------------------------------------------------------------
+
+def test_json_document_is_versioned_and_counts_match(tmp_path):
+    run = op_loop_builder().write(tmp_path / "run")
+    out, err = io.StringIO(), io.StringIO()
+    assert run_recompiles(RecompilesOptions(run=str(run), explain=True, format="json"), out, err) == 0
+    document = json.loads(out.getvalue())
+    assert document["schema"] == JSON_SCHEMA == "cagtool-recompiles"
+    assert document["schema_version"] == JSON_SCHEMA_VERSION == 1
+    mode = document["modes"]["ca"]
+    assert mode["counts"] == {
+        "recompiles": 3, "ca_cache_misses": 3, "dynamo_frame_recompiles": 0, "dynamo_ca_graph_recompiles": 0,
+        "initial_compiles": 1, "recompile_limit_hits": 0,
+    }
+    assert [r["compile_id"] for r in mode["recompiles"]] == ["!1", "!2", "!3"]
+    assert mode["initial"][0]["initial"] is True
+    assert mode["recompiles"][0]["source_line"] == {"file": "train.py", "line": 30, "code": "loss.backward()", "function": "main", "how": "backward_call"}
+    causes = mode["explanation"]["causes"]
+    assert [(c["number"], c["code"], c["count"], c["steps"]) for c in causes] == [(1, "graph_structure", 3, [2, 3, 4])]
+    assert [e["compile_id"] for e in causes[0]["evidence_ids"]] == ["!1", "!2", "!3"]
+    assert mode["explanation"]["alerts"][0]["code"] == "recompile_storm"
+    assert err.getvalue() == ""
+
+
+def test_json_without_explain_has_no_explanation(tmp_path):
+    table = recompile_table(load_run(op_loop_builder().write(tmp_path / "run")).mode("ca"))
+    document = json.loads(RecompilesJsonRenderer().render("run", [table]))
+    assert "explanation" not in document["modes"]["ca"]
+
+
+def test_no_recompiles_says_so(tmp_path):
+    b = RecordBuilder()
+    b.miss(0, 1, ROOT, 0)
+    b.graph(0, 1, [ROOT])
+    for step in (1, 2, 3):
+        b.step(step, 1 if step == 1 else 0)
+    out = io.StringIO()
+    run_recompiles(RecompilesOptions(run=str(b.write(tmp_path / "run")), explain=True, width=100), out)
+    assert "0 recompiles in 3 steps" in out.getvalue()
+    assert "No recompiles" in out.getvalue()

@@ -1,0 +1,283 @@
+"""`cagtool recompiles` end to end on real records of the sample scripts (recorded once per session
+by the `record_run` fixture: `cagtool run --modes ca --backend eager -o DIR sample_scripts/X.py`),
+plus the bad-input contract: one clear line on stderr and exit code 3.
+
+Golden texts are the real CLI's output on a 100-column colourless console (not a TTY), with the
+run directory written RUN and event seqs written N, so they do not depend on temp paths or on how
+many events the capture writes before a miss.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, cagtool_cmd
+
+pytestmark = pytest.mark.slow
+
+
+def cagtool(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "CI": "true", "COLUMNS": "100", **(env or {})}
+    full_env.pop("FORCE_COLOR", None)
+    return subprocess.run(cagtool_cmd(*args), capture_output=True, text=True, timeout=120, cwd=str(cwd), env=full_env)
+
+
+def recorded(record_run, script: str, *extra: str) -> Path:
+    run = record_run(script, extra=tuple(extra))
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.path
+
+
+def explain_json(run: Path) -> dict:
+    proc = cagtool("recompiles", str(run), "--explain", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["modes"]["ca"]
+
+
+def normalised(text: str, run: Path) -> str:
+    text = text.replace(str(run), "RUN")
+    text = re.sub(r"seq \d+", "seq N", text)
+    return "\n".join(line.rstrip() for line in text.strip().splitlines())
+
+
+def raw_events(run: Path, kind: str) -> list[dict]:
+    lines = (run / "ca" / "events.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e["kind"] == kind]
+
+
+# -- golden explanations ---------------------------------------------------------------------------
+
+GOLDEN_OP_LOOP = """\
+mode ca: 3 recompiles in 4 steps (3 CA cache misses, 0 Dynamo forward-frame, 0 Dynamo CA-graph);
+  initial compile !0 at step 1
+
+!! Recompile storm: recompiles on every step after the first
+  3 recompiles on steps 2-4 of 4; each one is a capture plus a compile, paid inside the training
+    step.
+  Still recompiling at the last recorded step.
+  Fix: Fix cause #1 below; the storm ends when that cause does.
+  Evidence: steps 2-4
+
+#1 The autograd graph's structure changes between iterations (3 recompiles), steps 2-4
+  Compiled autograd caches one graph per graph structure; a backward whose graph has different
+    nodes is a cache miss and a new capture. Seen 4 distinct structures in the backward called at
+    sample_scripts/op_loop.py:12  torch.compile(lambda: loss.backward(), backend="eager")().
+  The node that differs: !1 step 2: NodeCall 2 AddBackward0 -> SubBackward0, !2 step 3: NodeCall 2
+    SubBackward0 -> MulBackward0, !3 step 4: NodeCall 2 MulBackward0 -> DivBackward0.
+  The same position holds different ops (NodeCall 2: AddBackward0 / SubBackward0 / MulBackward0 /
+    DivBackward0): a Python branch or an op picked per step.
+  It has not stabilised: still recompiling at the last recorded step (4).
+  Fix: Make the backward graph the same every step: use the same ops every step (select results
+    with torch.where instead of choosing ops in Python).
+  Fix: If the variation is by design, compiled autograd will keep recompiling: run that part
+    without it (torch._dynamo.compiled_autograd._disable()).
+  Evidence: !1 (step 2, seq N), !2 (step 3, seq N), !3 (step 4, seq N)
+
+Every recompile, one per row: cagtool recompiles RUN"""
+
+GOLDEN_BRANCH = """\
+mode ca: 1 recompile in 6 steps (1 CA cache miss, 0 Dynamo forward-frame, 0 Dynamo CA-graph);
+  initial compile !0 at step 1
+
+#1 The autograd graph's structure changes between iterations (1 recompile), step 2
+  Compiled autograd caches one graph per graph structure; a backward whose graph has different
+    nodes is a cache miss and a new capture. Seen 2 distinct structures created at
+    sample_scripts/branching_model.py:21  h = torch.tanh(h).
+  The node that differs: !1 step 2: NodeCall 5 ReluBackward0 -> TanhBackward0.
+  The same position holds different ops (NodeCall 5: ReluBackward0 / TanhBackward0): a Python
+    branch or an op picked per step.
+  It has stabilised: no new structure after step 2; the last 4 steps reused cached graphs.
+  Fix: Nothing urgent: each distinct structure is captured once and then reused.
+  Fix: If a data-dependent branch picks the ops, computing both sides and selecting with
+    torch.where keeps a single graph.
+  Evidence: !1 (step 2, seq N)
+
+Every recompile, one per row: cagtool recompiles RUN"""
+
+GOLDEN_HOOK = """\
+mode ca: 1 recompile in 5 steps (1 CA cache miss, 0 Dynamo forward-frame, 0 Dynamo CA-graph);
+  initial compile !0 at step 1
+
+#1 A backward hook was added or removed during the run (1 recompile), step 3
+  The key of AccumulateGrad (NodeCall 5) changed (key size 24, previous 22): hooks are part of the
+    graph compiled autograd caches, so a new set of hooks is a new graph.
+  Hooks per graph: !1 at step 3: added tensor_pre_hook (vs !0).
+  It has stabilised: no hook change after step 3; the last 2 steps reused cached graphs.
+  Fix: Register hooks once, before the first backward, and keep them; a hook that checks a flag is
+    cheaper than adding and removing it.
+  Fix: Removing a hook returns to an already cached graph (no recompile); adding a new one costs a
+    capture each time.
+  Evidence: !1 (step 3, seq N)
+
+Every recompile, one per row: cagtool recompiles RUN"""
+
+
+@pytest.mark.parametrize(
+    "script, extra, golden",
+    [
+        ("op_loop.py", (), GOLDEN_OP_LOOP),
+        ("branching_model.py", ("--trace-nodes",), GOLDEN_BRANCH),
+        ("hook_added_midrun.py", (), GOLDEN_HOOK),
+    ],
+    ids=["op_loop", "branching_model", "hook_added_midrun"],
+)
+def test_golden_explanation(record_run, script, extra, golden):
+    run = recorded(record_run, script, *extra)
+    proc = cagtool("recompiles", str(run), "--explain")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert normalised(proc.stdout, run) == golden
+
+
+# -- root causes, counts and source lines on real records --------------------------------------------
+
+def test_op_loop_counts_match_the_record(record_run):
+    run = recorded(record_run, "op_loop.py")
+    mode = explain_json(run)
+    misses = raw_events(run, "ca_cache_miss")
+    assert mode["counts"]["ca_cache_misses"] == len(misses) - 1 == 3
+    assert mode["initial"][0]["node"] == "torch::autograd::GraphRoot"
+    assert [(r["node"], r["node_call"], r["step"]) for r in mode["recompiles"]] == [
+        ("SubBackward0", 2, 2), ("MulBackward0", 2, 3), ("DivBackward0", 2, 4)
+    ]
+    assert [r["key_size"] for r in mode["recompiles"]] == [m["key_size"] for m in misses[1:]]
+    (cause,) = mode["explanation"]["causes"]
+    assert (cause["code"], cause["count"], cause["steps"], cause["stabilised"]) == ("graph_structure", 3, [2, 3, 4], False)
+    assert cause["source"]["file"] == "sample_scripts/op_loop.py" and cause["source"]["line"] == 12
+
+
+def test_shape_loop_changed_shapes_then_dynamic(record_run):
+    run = recorded(record_run, "shape_loop.py")
+    mode = explain_json(run)
+    assert mode["counts"]["ca_cache_misses"] == len(raw_events(run, "ca_cache_miss")) - 1 == 1
+    shape_rows = [r for r in mode["recompiles"] if r["kind"] == "changed_shapes"]
+    assert len(shape_rows) == 1 and shape_rows[0]["step"] == 2
+    assert {(c["node"], c["value"]) for c in shape_rows[0]["changed_sizes"]} == {("SumBackward0", 100)}
+    causes = mode["explanation"]["causes"]
+    assert causes[0]["code"] == "changed_shapes"
+    assert causes[0]["count"] == mode["counts"]["recompiles"]  # Dynamo's recompile of that graph is the same cause
+    assert "mark_dynamic" in " ".join(causes[0]["fix"])
+    assert mode["explanation"]["alerts"] == []
+
+
+def test_storm_script_storm_and_recompile_limit_first(record_run):
+    run = recorded(record_run, "recompile_storm.py")
+    mode = explain_json(run)
+    alerts = mode["explanation"]["alerts"]
+    assert [a["code"] for a in alerts] == ["recompile_limit", "recompile_storm"]
+    assert alerts[0]["title"] == "Dynamo hit config.recompile_limit (4) and fell back to eager"
+    assert alerts[1]["facts"]["every_step"] is True
+    causes = {c["code"]: c for c in mode["explanation"]["causes"]}
+    structure = causes["graph_structure"]
+    assert structure["count"] == 5 and structure["steps"] == [2, 3, 4, 5, 6]
+    guard = causes["dynamo_guard_failure"]
+    assert guard["count"] == 4 and guard["steps"] == [2, 3, 4, 5]  # 0/1..0/4; 0/4 is the one that hit the limit
+    assert guard["number"] in alerts[0]["causes"]
+    assert guard["source"]["file"] == "sample_scripts/recompile_storm.py" and guard["source"]["line"] == 14
+    assert guard["source"]["code"].startswith("for _ in range(depth):")
+    assert "depth == " in " ".join(guard["why"])
+    assert mode["counts"]["ca_cache_misses"] == len(raw_events(run, "ca_cache_miss")) - 1 == 5
+    compile_ids = {e["compile_id"] for e in raw_events(run, "dynamo_recompile")}
+    compile_ids |= {e["compile_id"] for e in raw_events(run, "dynamo_compile") if not e["compile_id"].endswith("/0")}
+    assert mode["counts"]["dynamo_frame_recompiles"] + mode["counts"]["dynamo_ca_graph_recompiles"] == len(compile_ids)
+
+
+def test_branching_model_names_the_branch_line(record_run):
+    run = recorded(record_run, "branching_model.py", "--trace-nodes")
+    (cause,) = explain_json(run)["explanation"]["causes"]
+    assert cause["code"] == "graph_structure" and cause["stabilised"] is True
+    assert (cause["source"]["line"], cause["source"]["code"], cause["source"]["how"]) == (21, "h = torch.tanh(h)", "node_traceback")
+
+
+def test_hook_added_midrun(record_run):
+    run = recorded(record_run, "hook_added_midrun.py")
+    mode = explain_json(run)
+    (cause,) = mode["explanation"]["causes"]
+    assert (cause["code"], cause["steps"], cause["count"]) == ("hook_changed", [3], 1)
+    assert mode["recompiles"][0]["node"] == "torch::autograd::AccumulateGrad"
+
+
+def test_table_lists_the_initial_compile_and_every_recompile(record_run):
+    run = recorded(record_run, "op_loop.py")
+    proc = cagtool("recompiles", str(run))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("mode ca: 3 recompiles in 4 steps")
+    rows = [line.split() for line in lines if re.match(r"^ +(-|\d+) +\d+ +CA miss", line)]
+    assert [(r[0], r[1], r[4]) for r in rows] == [("-", "1", "!0"), ("1", "2", "!1"), ("2", "3", "!2"), ("3", "4", "!3")]
+    assert "initial" in rows[0] and all("new" in r for r in rows[1:])
+    assert '  sample_scripts/op_loop.py:12  torch.compile(lambda: loss.backward(), backend="eager")()' in lines
+    assert lines[-1] == f"Why, and what to do: cagtool recompiles {run} --explain"
+
+
+# -- bad input ----------------------------------------------------------------------------------------
+
+def assert_one_line_exit_3(proc: subprocess.CompletedProcess, *words: str) -> None:
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("cagtool: error: ") and "Traceback" not in proc.stderr
+    for word in words:
+        assert word in lines[0]
+
+
+def copy_run(record_run, tmp_path: Path) -> Path:
+    target = tmp_path / "copy"
+    shutil.copytree(recorded(record_run, "op_loop.py"), target)
+    return target
+
+
+def test_no_run_yet(tmp_path):
+    proc = cagtool("recompiles", "--explain", cwd=tmp_path, env={"CAGTOOL_RUNS_DIR": str(tmp_path / "runs")})
+    assert_one_line_exit_3(proc, "no runs recorded yet", "cagtool run")
+
+
+def test_missing_run_path(tmp_path):
+    assert_one_line_exit_3(cagtool("recompiles", str(tmp_path / "nope")), "no run at")
+
+
+def test_truncated_record_is_read_leniently_and_fails_with_strict(record_run, tmp_path):
+    run = copy_run(record_run, tmp_path)
+    events = run / "ca" / "events.jsonl"
+    text = events.read_text()
+    events.write_text(text[: len(text) - 40])  # the process died while writing the last line
+    manifest = json.loads((run / "ca" / "manifest.json").read_text())
+    manifest["status"] = "running"
+    (run / "ca" / "manifest.json").write_text(json.dumps(manifest))
+    lenient = cagtool("recompiles", str(run), "--explain")
+    assert lenient.returncode == 0, lenient.stderr
+    assert "note: skipped 1 unreadable line of the ca record (--strict makes this an error)" in lenient.stdout
+    assert "3 recompiles in 4 steps" in lenient.stdout
+    as_json = cagtool("recompiles", str(run), "--format", "json")
+    assert json.loads(as_json.stdout)["modes"]["ca"]["skipped_lines"] == 1
+    assert "skipped 1 unreadable line" in as_json.stderr
+    assert_one_line_exit_3(cagtool("recompiles", str(run), "--strict"), "is not a JSON object (--strict)")
+
+
+def test_garbage_manifest(record_run, tmp_path):
+    run = copy_run(record_run, tmp_path)
+    (run / "ca" / "manifest.json").write_text("\x00garbage{")
+    assert_one_line_exit_3(cagtool("recompiles", str(run)), "not valid JSON")
+
+
+def test_newer_schema(record_run, tmp_path):
+    run = copy_run(record_run, tmp_path)
+    meta = json.loads((run / "run.json").read_text())
+    meta["schema_version"] = 99
+    (run / "run.json").write_text(json.dumps(meta))
+    assert_one_line_exit_3(cagtool("recompiles", str(run), "--explain"), "newer than this cagtool reads", "upgrade cagtool")
+
+
+def test_help_teaches():
+    proc = cagtool("recompiles", "--help")
+    assert proc.returncode == 0
+    for phrase in ("--explain", "initial compile", "!N/F/C", "--format", "cagtool-recompiles"):
+        assert phrase in proc.stdout, phrase

@@ -368,3 +368,15 @@ def test_markdown_and_before_after_formats():
     assert [(r["run"], r["mode"]) for r in rows] == [("A", "eager"), ("A", "aot"), ("A", "ca"), ("B", "eager"), ("B", "aot"), ("B", "ca")]
     assert float(rows[5]["speedup_vs_baseline"]) == pytest.approx(2.0, rel=1e-6)
     assert "| ca | status | ok | ok |" in rendered(rc, "markdown")
+
+
+def test_compare_runs_notes_what_makes_runs_incomparable():
+    before, after = three_modes(), three_modes()
+    assert compare_runs(before, after).notes == []
+    after.meta.target_argv = ["train.py", "--lr", "1"]
+    after.meta.machine = {"hostname": "other", "cpu_count": 64}
+    before.meta.machine = {"hostname": "laptop", "cpu_count": 8}
+    notes = compare_runs(before, after).notes
+    assert any("different commands" in n for n in notes)
+    assert any("different machines" in n for n in notes)
+    assert "note: the runs were recorded on different machines" in rendered(compare_runs(before, after), "table")

@@ -457,6 +457,9 @@ class Comparison:
     speedups: tuple[Speedup, ...]
     numerics: Numerics
     options: dict[str, Any] = field(default_factory=dict)  # the run's options (steps, repeat, backend...)
+    target_argv: tuple[str, ...] = ()
+    versions: dict[str, str] = field(default_factory=dict)
+    machine: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failures(self) -> list[ModeFailure]:
@@ -502,6 +505,9 @@ def compare_modes(run: RunRecord, tolerance: Tolerance | None = None) -> Compari
         speedups=speedups,
         numerics=run_numerics(run, tol),
         options=dict(run.meta.options or {}),
+        target_argv=tuple(run.meta.target_argv or ()),
+        versions=dict(run.meta.versions or {}),
+        machine=dict(run.meta.machine or {}),
     )
 
 
@@ -538,6 +544,27 @@ class RunComparison:
     after: Comparison
     changes: tuple[ModeChange, ...]
     tolerance: Tolerance
+
+    @property
+    def notes(self) -> list[str]:
+        """Differences between the two runs that change how far their figures compare."""
+        a, b = self.before, self.after
+        found = []
+        if a.target_argv != b.target_argv:
+            found.append(f"the runs ran different commands: A `{' '.join(a.target_argv)}`, B `{' '.join(b.target_argv)}`")
+        for key in ("torch", "python"):
+            va, vb = a.versions.get(key), b.versions.get(key)
+            if va and vb and va != vb:
+                found.append(f"{key} differs: A {va}, B {vb}")
+        machine_a = (a.machine.get("hostname"), a.machine.get("cpu_count"), a.machine.get("processor"))
+        machine_b = (b.machine.get("hostname"), b.machine.get("cpu_count"), b.machine.get("processor"))
+        if a.machine and b.machine and machine_a != machine_b:
+            found.append("the runs were recorded on different machines: their timings do not compare")
+        for key in ("backend", "dynamic", "warm_cache"):
+            va, vb = a.options.get(key), b.options.get(key)
+            if va != vb and (va is not None or vb is not None):
+                found.append(f"option {key} differs: A {va}, B {vb}")
+        return found
 
     @property
     def problems(self) -> list[str]:

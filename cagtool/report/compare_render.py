@@ -341,6 +341,8 @@ class TableRenderer:
     def render(self, comparison: AnyComparison) -> None:
         if isinstance(comparison, RunComparison):
             self.console.print(self._table(_change_grid(comparison)))
+            for note in comparison.notes:
+                self.console.print(Text(f"note: {note}", style="yellow"))
             self._problems(comparison.problems, failures_only=False)
             return
         self.console.print(self._table(_mode_grid(comparison)))
@@ -386,6 +388,9 @@ def _md_table(grid: Grid) -> list[str]:
 def comparison_markdown(comparison: AnyComparison) -> str:
     if isinstance(comparison, RunComparison):
         lines = _md_table(_change_grid(comparison))
+        lines += [f"- note: {_md_escape(n)}" for n in comparison.notes]
+        if comparison.notes:
+            lines.append("")
         problems = comparison.problems
     else:
         lines = _md_table(_mode_grid(comparison))
@@ -488,6 +493,7 @@ def comparison_to_json(comparison: AnyComparison) -> dict[str, Any]:
                 }
                 for c in comparison.changes
             },
+            "notes": comparison.notes,
             "problems": comparison.problems,
         }
     return {
@@ -495,6 +501,8 @@ def comparison_to_json(comparison: AnyComparison) -> dict[str, Any]:
         "schema_version": JSON_SCHEMA_VERSION,
         "run": str(comparison.run_path),
         "target": comparison.target,
+        "target_argv": list(comparison.target_argv),
+        "versions": comparison.versions,
         "options": comparison.options,
         "modes": {name: _mode_json(c, comparison.numerics) for name, c in comparison.modes.items()},
         "speedups": {s.label: _speedup_json(s) for s in comparison.speedups},

@@ -11,9 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from cagtool.commands.diff_graphs import GraphSpec, parse_graph_args
-from cagtool.errors import UsageError
-
 from conftest import ROOT, cagtool_cmd
 
 pytestmark = pytest.mark.slow
@@ -189,21 +186,20 @@ def test_a_missing_run_and_bad_arguments(tmp_path):
     _one_error_line(diff("a", "b", "c", "d"), 2, "too many arguments")
 
 
+def test_a_run_with_one_graph_has_nothing_to_compare(op_loop, tmp_path):
+    run = tmp_path / "one_graph"
+    shutil.copytree(op_loop, run)
+    for ca_id in (1, 2, 3):
+        (run / "ca" / "graphs" / f"ca_{ca_id}.json").unlink()
+    events = run / "ca" / "events.jsonl"
+    keep = [line for line in events.read_text().splitlines() if not any(f'"ca_id": {i},' in line for i in (1, 2, 3))]
+    events.write_text("".join(line + "\n" for line in keep))
+    proc = diff(str(run))
+    assert proc.returncode == 0, proc.stderr
+    assert "has one compiled-autograd graph (!0)" in proc.stdout
+
+
 def test_help_teaches():
     proc = diff("--help")
     assert proc.returncode == 0
     assert "Examples" in proc.stdout and "RUN_A:ID RUN_B:ID" in proc.stdout
-
-
-# --- argument parsing (pure) ----------------------------------------------------------------------------
-
-
-def test_parse_graph_args():
-    assert parse_graph_args([]) == (None, None, None)
-    assert parse_graph_args(["runs/a"]) == ("runs/a", None, None)
-    assert parse_graph_args(["1", "!2"]) == (None, GraphSpec(None, 1), GraphSpec(None, 2))
-    assert parse_graph_args(["runs/a", "ca_0", "3"]) == ("runs/a", GraphSpec(None, 0), GraphSpec(None, 3))
-    assert parse_graph_args(["runs/a:0", "runs/b:!1"]) == (None, GraphSpec("runs/a", 0), GraphSpec("runs/b", 1))
-    for bad in (["3"], ["runs/a:0"], ["runs/a", "1"], ["runs/a", "x", "y"], ["runs/a:0", "1"]):
-        with pytest.raises(UsageError):
-            parse_graph_args(bad)

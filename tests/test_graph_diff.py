@@ -10,6 +10,10 @@ import io
 import json
 from pathlib import Path
 
+import pytest
+
+from cagtool.commands.diff_graphs import GraphSpec, parse_graph_args
+from cagtool.errors import UsageError
 from cagtool.record.schema import AutogradNodeRef, CacheMissEvent, ChangedSize, GraphNode, SourceRef
 from cagtool.report.console import make_console
 from cagtool.report.graph_diff import CHANGED, EQUAL, INSERTED, REMOVED, diff_graphs
@@ -323,3 +327,59 @@ def test_hunks_merge_nearby_differences():
     assert spans[0].skipped_before + (spans[0].stop - spans[0].start) + after == len(entries)
     all_spans, none_after = hunks(entries, context=100)
     assert (all_spans[0].start, all_spans[0].stop, none_after) == (0, len(entries), 0)
+
+
+# --- command-line arguments ---------------------------------------------------------------------------
+
+
+def test_parse_graph_args():
+    assert parse_graph_args([]) == (None, None, None)
+    assert parse_graph_args(["runs/a"]) == ("runs/a", None, None)
+    assert parse_graph_args(["1", "!2"]) == (None, GraphSpec(None, 1), GraphSpec(None, 2))
+    assert parse_graph_args(["runs/a", "ca_0", "3"]) == ("runs/a", GraphSpec(None, 0), GraphSpec(None, 3))
+    assert parse_graph_args(["runs/a:0", "runs/b:!1"]) == (None, GraphSpec("runs/a", 0), GraphSpec("runs/b", 1))
+    for bad in (["3"], ["runs/a:0"], ["runs/a", "1"], ["runs/a", "x", "y"], ["runs/a:0", "1"]):
+        with pytest.raises(UsageError):
+            parse_graph_args(bad)
+
+
+# --- sequence alignment -------------------------------------------------------------------------------
+
+
+def _tiles(ops, a, b) -> int:
+    """Check that opcodes cover both sequences in order; return how many items they match."""
+    i = j = matched = 0
+    for tag, i1, i2, j1, j2 in ops:
+        assert (i1, j1) == (i, j)
+        if tag == "equal":
+            assert a[i1:i2] == b[j1:j2]
+            matched += i2 - i1
+        i, j = i2, j2
+    assert (i, j) == (len(a), len(b))
+    return matched
+
+
+def test_patience_alignment_matches_as_much_as_difflib_on_edited_sequences():
+    import random
+    from difflib import SequenceMatcher
+
+    from cagtool.report.sequence_align import opcodes
+
+    ours = theirs = 0
+    for seed in range(200):
+        rng = random.Random(seed)
+        a = [rng.randrange(rng.choice([2, 5, 50])) for _ in range(rng.randrange(0, 60))]
+        b = list(a)
+        for _ in range(rng.randrange(0, 8)):
+            roll = rng.random()
+            if roll < 0.3 and b:
+                del b[rng.randrange(len(b))]
+            elif roll < 0.6:
+                b.insert(rng.randrange(len(b) + 1), rng.randrange(60))
+            elif b:
+                b[rng.randrange(len(b))] = rng.randrange(60)
+        ours += _tiles(opcodes(a, b), a, b)
+        theirs += sum(size for *_, size in SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks())
+    assert ours >= theirs * 0.99
+    assert opcodes("abcxdef", "abcdyef") == [("equal", 0, 3, 0, 3), ("delete", 3, 4, 3, 3), ("equal", 4, 5, 3, 4), ("insert", 5, 5, 4, 5), ("equal", 5, 7, 5, 7)]
+    assert opcodes([], []) == [] and opcodes([], [1]) == [("insert", 0, 0, 0, 1)]

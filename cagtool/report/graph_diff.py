@@ -1,18 +1,19 @@
 """A structural diff of two compiled-autograd graphs: pure functions from node lists to a GraphDiff.
 
-Alignment works in two levels, because a CA graph is a sequence of autograd nodes, each
-expanded into a few FX nodes:
+A CA graph is a sequence of autograd nodes, each expanded into a few FX nodes (an *origin
+group*), so alignment goes from coarse to fine:
 
-1. the *origin groups* (contiguous nodes from one autograd node) are aligned by autograd-node
-   name with difflib, so a new `MulBackward0` is one inserted group, not a shift of everything;
-2. inside aligned groups (or a span of groups that changed) FX nodes are aligned first on their
+1. whole groups are matched by content: every unchanged group is settled at once;
+2. the groups left are aligned by autograd-node name, so a new `MulBackward0` is one inserted
+   group, not a shift of everything after it;
+3. inside a pair of groups (or a stretch of groups that changed) FX nodes are aligned on their
    full normalised signature, then, in what is left, on (op, target) alone: a node that keeps
    its op and target but not its arguments, shape, dtype, stride or hook is *changed*; a lone
    node replaced by a lone node (`AddBackward0` -> `SubBackward0`) is changed too.
 
 Finally references are compared through the alignment: `add_backward0[0]` and `sub_backward0[0]`
-are the same input when the two nodes were aligned, so a change does not ripple into every
-node downstream of it.
+are the same input when the two nodes were aligned, so one change does not ripple into every
+node downstream of it. Each level uses `sequence_align.opcodes` (patience diff).
 """
 
 from __future__ import annotations

@@ -144,7 +144,8 @@ class UnifiedRenderer:
             entries = comparison.diff.entries
             spans, skipped_after = hunks(entries, self.context)
             for hunk in spans:
-                console.print(Text(f"@@ {hunk.skipped_before} unchanged before @@", style="cyan"), soft_wrap=True)
+                where = f"{hunk.skipped_before} unchanged before" if hunk.start else "start of graph"
+                console.print(Text(f"@@ {where} @@", style="cyan"), soft_wrap=True)
                 origin = None
                 for entry in entries[hunk.start : hunk.stop]:
                     if _origin(entry) != origin:
@@ -227,6 +228,7 @@ def _node_json(node: NormNode | None) -> dict[str, Any] | None:
         "label": node.label,
         "op": node.op,
         "target": node.short,
+        "target_full": node.target,
         "args": node.args,
         "origin": node.origin,
         "node_call": node.node_call,

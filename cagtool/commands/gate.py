@@ -104,7 +104,7 @@ def with_gate_options(config_flag: str = "--gate-config") -> Callable[[Callable[
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         signature = inspect.signature(func)
-        hints = typing.get_type_hints(func)
+        hints = _type_hints(func, skip="gate_options")
         own = [p for p in signature.parameters.values() if p.name != "gate_options"]
         added = {**_GATE_FLAG_PARAMS, "config": (Optional[Path], typer.Option(None, config_flag, metavar="PYPROJECT", help="Read \\[tool.cagtool.gate] from this file instead of the nearest pyproject.toml.", rich_help_panel="Gate"))}
         params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p.kind is inspect.Parameter.VAR_KEYWORD else p for p in own]
@@ -124,6 +124,17 @@ def with_gate_options(config_flag: str = "--gate-config") -> Callable[[Callable[
         return wrapper
 
     return decorate
+
+
+def _type_hints(func: Callable[..., Any], skip: str) -> dict[str, Any]:
+    """The function's annotations resolved, as typing.get_type_hints would (string annotations are
+    evaluated in the function's module), minus `skip`, which may name a type imported locally."""
+    namespace = getattr(func, "__globals__", {})
+    return {
+        name: eval(annotation, namespace) if isinstance(annotation, str) else annotation  # noqa: S307 - source annotations
+        for name, annotation in getattr(func, "__annotations__", {}).items()
+        if name != skip
+    }
 
 
 def gate_and_report(run_path: str | Path | None, options: GateOptions) -> int:

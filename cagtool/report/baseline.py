@@ -17,7 +17,7 @@ from typing import Any
 
 from cagtool.errors import UnreadableInput
 from cagtool.record.loader import RunRecord
-from cagtool.report.metrics import ModeMetrics, mode_metrics
+from cagtool.report.compare import ModeColumn, mode_columns
 
 BASELINE_FORMAT = "cagtool-baseline"
 # Bump when an older reader would misread the file; additive fields do not bump it.
@@ -57,32 +57,44 @@ class ModeSnapshot:
     compile_time_s: float
     step_time: StepTimeSnapshot | None = None
     exit_code: int | None = None
+    repetitions: int = 1
+    problem: str = ""  # why the mode did not finish cleanly (not saved: a baseline comes from a clean run)
 
 
-def snapshot_of(metrics: ModeMetrics) -> ModeSnapshot:
-    stats = metrics.step_time
+def snapshot_of(column: ModeColumn) -> ModeSnapshot:
+    """A mode of a run as the gate sees it: the comparison's pooled column (counts of the first
+    repetition, steady step times pooled over repetitions, median compile time), so `gate` and
+    `compare` never disagree on a figure."""
+    stats = column.step_time
     step_time = None
-    if stats is not None and stats.count > 0:
+    if stats.count > 0:
         step_time = StepTimeSnapshot(stats.count, stats.median_s, stats.p10_s, stats.p90_s, stats.mean_s)
+    problem = "; ".join(f.describe() for f in column.failures)
+    m = column.metrics
+    if m is None:  # no repetition left a record
+        return ModeSnapshot(column.name, column.status, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, None, column.exit_code, len(column.records), problem)
     return ModeSnapshot(
-        mode=metrics.mode,
-        status=metrics.status,
-        steps=metrics.steps,
-        ca_graphs=metrics.ca_graphs,
-        ca_cache_misses=metrics.ca_cache_misses,
-        dynamo_recompiles=metrics.dynamo_recompiles,
-        recompiles=metrics.recompiles,
-        graph_breaks=metrics.graph_breaks,
-        forward_graphs=metrics.forward_graphs,
-        backward_graphs=metrics.backward_graphs,
-        compile_time_s=metrics.compile_time_s,
+        mode=column.name,
+        status=column.status,
+        steps=m.steps,
+        ca_graphs=m.ca_graphs,
+        ca_cache_misses=m.ca_cache_misses,
+        dynamo_recompiles=m.dynamo_recompiles,
+        recompiles=m.recompiles,
+        graph_breaks=m.graph_breaks,
+        forward_graphs=m.forward_graphs,
+        backward_graphs=m.backward_graphs,
+        compile_time_s=column.compile_time_s if column.compile_time_s is not None else m.compile_time_s,
         step_time=step_time,
-        exit_code=metrics.exit_code,
+        exit_code=column.exit_code,
+        repetitions=len(column.records),
+        problem=problem,
     )
 
 
 def run_snapshots(run: RunRecord) -> dict[str, ModeSnapshot]:
-    return {name: snapshot_of(mode_metrics(record)) for name, record in run.modes.items()}
+    """Base mode (eager, aot, ca) -> snapshot; repetitions (`ca.2`...) are pooled into their mode."""
+    return {name: snapshot_of(column) for name, column in mode_columns(run).items()}
 
 
 @dataclass(frozen=True)
@@ -122,6 +134,7 @@ def _mode_to_dict(snap: ModeSnapshot) -> dict[str, Any]:
         "status": snap.status,
         "exit_code": snap.exit_code,
         "steps": snap.steps,
+        "repetitions": snap.repetitions,
         "ca_graphs": snap.ca_graphs,
         "ca_cache_misses": snap.ca_cache_misses,
         "dynamo_recompiles": snap.dynamo_recompiles,
@@ -197,6 +210,7 @@ def _mode_from_dict(name: str, data: Any, where: str) -> ModeSnapshot:
             backward_graphs=int(data.get("backward_graphs", 0)),
             compile_time_s=float(data["compile_time_s"]),
             step_time=step_time,
+            repetitions=int(data.get("repetitions", 1)),
         )
     except KeyError as exc:
         raise UnreadableInput(f"{where}: mode {name!r} lacks {exc.args[0]!r}") from None

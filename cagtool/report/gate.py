@@ -24,7 +24,7 @@ from cagtool.report.gate_checks import (
     evaluate_all,
 )
 from cagtool.report.gate_config import GateSettings, resolve_settings
-from cagtool.report.gate_thresholds import RECOMPILE_KINDS
+from cagtool.report.gate_thresholds import RECOMPILE_KINDS, CountLimit
 
 
 @dataclass(frozen=True)
@@ -87,9 +87,9 @@ def build_checks(settings: GateSettings, mode: str, baseline: Baseline | None) -
     modes = [mode, *(m for t in settings.min_speedup.values() for m in (t.numerator, t.denominator))]
     checks: list[Check] = [ModeStatusCheck(m) for m in dict.fromkeys(modes)]
 
-    def count(name: str, metric: str, given: object, source_key: str) -> None:
+    def count(name: str, metric: str, given: CountLimit | None, source_key: str) -> None:
         if given is not None:
-            checks.append(MaxCountCheck(name, metric, mode, given.limit, src.get(source_key, "flag")))  # type: ignore[attr-defined]
+            checks.append(MaxCountCheck(name, metric, mode, given.limit, src.get(source_key, "flag")))
         elif baseline is not None:
             checks.append(MaxCountCheck(name, metric, mode, None, "baseline"))
 

@@ -15,6 +15,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from cagtool.report.baseline import ModeSnapshot
+from cagtool.report.compare import MIN_STEADY_STEPS
 from cagtool.report.gate_thresholds import SpeedupThreshold, TimeThreshold
 
 # ---------------------------------------------------------------- results
@@ -63,6 +64,13 @@ def _error(name: str, mode: str, why: str, limit: str, source: str) -> CheckResu
     return CheckResult(name, mode, Outcome.ERROR, True, "-", limit, f"{name} ({mode}): cannot check: {why}", source)
 
 
+def _unrecorded(name: str, snap: ModeSnapshot, limit: str, source: str) -> CheckResult | None:
+    """An error when the mode ran but left no record to count from."""
+    if snap.status != "missing":
+        return None
+    return _error(name, snap.mode, f"mode {snap.mode} left no record ({snap.problem or 'it did not start'})", limit, source)
+
+
 def _missing_mode(name: str, mode: str, where: dict[str, ModeSnapshot], what: str, limit: str, source: str) -> CheckResult:
     have = ", ".join(sorted(where)) or "none"
     hint = f"; record it with --modes including {mode}" if what == "run" else "; save the baseline from a run with that mode"
@@ -96,6 +104,8 @@ class MaxCountCheck:
         limit_text = "-" if limit is None else f"<= {limit}"
         if self.mode not in run:
             return _missing_mode(self.name, self.mode, run, "run", limit_text, self.source)
+        if (unrecorded := _unrecorded(self.name, run[self.mode], limit_text, self.source)) is not None:
+            return unrecorded
         if limit is None:
             if baseline is None or self.mode not in baseline:
                 return _missing_mode(self.name, self.mode, baseline or {}, "baseline", limit_text, self.source)
@@ -128,9 +138,12 @@ class ModeStatusCheck:
             return _missing_mode(self.name, self.mode, run, "run", "finished", self.source)
         snap = run[self.mode]
         # "timeout" is a run bounded by --max-time: the steps it made are complete and count.
-        ok = snap.status in ("finished", "timeout")
+        ok = (snap.status == "finished" and snap.exit_code in (None, 0)) or snap.status == "timeout"
         exit_text = "" if snap.exit_code in (None, 0) else f", exit code {snap.exit_code}"
-        message = f"{self.name} ({self.mode}): status {snap.status}{exit_text}, {snap.steps} steps"
+        reps = f" x{snap.repetitions} repetitions" if snap.repetitions > 1 else ""
+        message = f"{self.name} ({self.mode}): status {snap.status}{exit_text}, {snap.steps} steps{reps}"
+        if snap.problem:
+            message += f": {snap.problem}"
         outcome = Outcome.PASS if ok else Outcome.FAIL
         return CheckResult(
             self.name, self.mode, outcome, not ok, snap.status, "finished", message, self.source,
@@ -150,7 +163,8 @@ def _fmt_s(seconds: float | None) -> str:
 
 def speedup_with_spread(num: ModeSnapshot, den: ModeSnapshot) -> tuple[float, float, float] | None:
     """time(den)/time(num) at the medians, and its low/high from the p10-p90 bands (worst and
-    best pairing). None without steady-state steps on both sides."""
+    best pairing): the convention of report.compare's `speedup`, on snapshots so that baselines
+    and runs are treated alike. None without steady-state steps on both sides."""
     a, b = num.step_time, den.step_time
     if a is None or b is None or not a.median_s or not b.median_s:
         return None
@@ -185,6 +199,9 @@ class MinSpeedupCheck:
             outcome, message = Outcome.PASS, f"{self.name} ({pair}): {detail} >= {t.minimum:g}x required"
             if low < t.minimum:
                 notes.append(f"inside the noise: the low end {low:.3f}x is under {t.minimum:g}x")
+        steady = min(s.step_time.count for s in (run[t.numerator], run[t.denominator]) if s.step_time)
+        if steady < MIN_STEADY_STEPS:
+            notes.append(f"only {steady} steady steps: too few to judge a speedup (run more steps)")
         data = {"speedup": mid, "low": low, "high": high, "minimum": t.minimum}
         return CheckResult(self.name, pair, outcome, outcome is Outcome.FAIL, f"{mid:.3f}x", limit, message, self.source, notes, data)
 
@@ -195,8 +212,11 @@ def _pct(change: float) -> str:
 
 @dataclass(frozen=True)
 class StepTimeRegressionCheck:
-    """Step time against the baseline's, with a noise floor: a change is only counted when it
-    exceeds both the threshold and half the wider of the two p10-p90 bands (the measured spread)."""
+    """Step time against the baseline's, with a noise floor: a change only counts when it exceeds
+    both the threshold and the noise of the two measurements, twice the standard error of the
+    difference (about 95%). Each side's standard error comes from its measured spread: sigma is
+    estimated as (p90 - p10) / 2.563 (the p10-p90 width of a normal), and SE = 1.2533 sigma / sqrt(n)
+    for a median (used for mean, p10 and p90 too: rough, and said so in the docs)."""
 
     threshold: TimeThreshold
     mode: str
@@ -217,7 +237,7 @@ class StepTimeRegressionCheck:
         now, before = getattr(cur, f"{t.field}_s"), getattr(base, f"{t.field}_s")
         if now is None or before is None or before <= 0:
             return _error(self.name, self.mode, f"no {t.field} step time to compare", limit, self.source)
-        noise_s = max(_half_band(cur), _half_band(base))
+        noise_s = 2.0 * math.sqrt(_standard_error(cur) ** 2 + _standard_error(base) ** 2)
         change_s = now - before
         change_pct = 100.0 * change_s / before
         noise_pct = 100.0 * noise_s / before
@@ -238,7 +258,7 @@ class StepTimeRegressionCheck:
         else:
             outcome, message = Outcome.PASS, f"{self.name} ({self.mode}): {detail} within +/-{bound}"
         notes = []
-        if min(cur.count, base.count) < 5:
+        if min(cur.count, base.count) < MIN_STEADY_STEPS:
             notes.append(f"few steady-state steps (this run {cur.count}, baseline {base.count}): the noise floor is rough")
         data = {
             "field": t.field, "actual_s": now, "baseline_s": before, "change_pct": change_pct,
@@ -247,10 +267,12 @@ class StepTimeRegressionCheck:
         return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, _pct(change_pct), limit, message, self.source, notes, data)
 
 
-def _half_band(stats: Any) -> float:
-    if stats.p10_s is None or stats.p90_s is None:
+def _standard_error(stats: Any) -> float:
+    """Standard error of the median step time, from the p10-p90 spread and the step count."""
+    if stats.p10_s is None or stats.p90_s is None or stats.count < 1:
         return 0.0
-    return max(stats.p90_s - stats.p10_s, 0.0) / 2.0
+    sigma = max(stats.p90_s - stats.p10_s, 0.0) / 2.5631
+    return 1.2533 * sigma / math.sqrt(stats.count)
 
 
 @dataclass(frozen=True)

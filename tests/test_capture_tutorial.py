@@ -106,3 +106,16 @@ def test_flag_set_but_backward_outside_compiled_region_is_a_finding(record_run):
     assert [(m.node, m.step) for m in misses] == [("torch::autograd::GraphRoot", 1), ("torch::autograd::AccumulateGrad", 2)]
     assert len(ca.of(CAGraphEvent)) == ca.manifest.torch_counters["compiled_autograd"]["captures"] == 2
     assert len(ca.of(StepEvent)) == 3
+
+
+def test_trace_nodes_ties_new_node_to_the_line_that_created_it(record_run):
+    ca = _ca(record_run("op_loop.py", extra=("--trace-nodes",)))
+    sub = [m for m in ca.of(CacheMissEvent) if m.node == "SubBackward0"][0]
+    assert (sub.source.how, sub.source.line, sub.source.code) == ("node_traceback", 11, "loss = op(x, x).sum()")
+    assert sub.backward_call is not None and sub.backward_call.line == 12
+
+
+def test_depyf_dump_lands_in_the_run_dir(record_run):
+    ca = _ca(record_run("graph_breaks.py", "2", extra=("--depyf",)))
+    files = [p.name for p in (ca.path / "depyf").iterdir()]
+    assert any("Compiled_autograd_graph" in name for name in files), files

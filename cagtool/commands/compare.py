@@ -49,8 +49,8 @@ def compare(options: CompareOptions) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("compare")
     def compare_command(
-        run_a: Optional[str] = typer.Argument(None, metavar="[RUN_A]", help="Run directory (default: the latest under ./.cagtool/runs)."),
-        run_b: Optional[str] = typer.Argument(None, metavar="[RUN_B]", help="A second run: compare A (before) with B (after)."),
+        run_a: Optional[str] = typer.Argument(None, metavar="RUN_A", help="Run directory (default: the latest under ./.cagtool/runs)."),
+        run_b: Optional[str] = typer.Argument(None, metavar="RUN_B", help="A second run: compare A (before) with B (after)."),
         fmt: CompareFormat = typer.Option(CompareFormat.table, "--format", "-f", help="table, json, csv or markdown."),
         rtol: float = typer.Option(1e-3, "--rtol", help="Relative tolerance for losses and final norms."),
         atol: float = typer.Option(1e-6, "--atol", help="Absolute tolerance for losses and final norms."),

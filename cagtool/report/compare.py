@@ -273,7 +273,9 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
             return Speedup(mode_label, baseline_label, None, None, None, note=f"{label}: {why}")
     assert mode is not None and baseline is not None
     m, b = mode.step_time, baseline.step_time
-    assert m.median_s and b.median_s and m.p10_s and m.p90_s and b.p10_s is not None and b.p90_s is not None
+    if not (m.median_s and m.p10_s and m.p90_s and b.median_s and b.p10_s is not None and b.p90_s is not None):
+        # Zero-length intervals can only come from a clock that did not move: nothing to divide by.
+        return Speedup(mode_label, baseline_label, None, None, None, note="step times of zero length")
     reps = tuple(
         bm / mm
         for bm, mm in zip(baseline.repetition_medians, mode.repetition_medians)

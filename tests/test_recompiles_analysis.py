@@ -51,7 +51,7 @@ from cagtool.report.recompiles import (
     display_path,
     recompile_table,
 )
-from cagtool.report.recompiles_render import JSON_SCHEMA, JSON_SCHEMA_VERSION, RecompilesJsonRenderer
+from cagtool.report.recompiles_json import JSON_SCHEMA, JSON_SCHEMA_VERSION, RecompilesJsonRenderer
 
 CWD = "/proj"
 BACKWARD_LINE = SourceRef(file="/proj/train.py", line=30, code="loss.backward()", function="main", how="backward_call")

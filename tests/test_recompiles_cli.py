@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -281,3 +280,41 @@ def test_help_teaches():
     assert proc.returncode == 0
     for phrase in ("--explain", "initial compile", "!N/F/C", "--format", "cagtool-recompiles"):
         assert phrase in proc.stdout, phrase
+
+
+# -- the fast lenient reader agrees with the one loader -----------------------------------------------
+
+def _tables_agree(run: Path) -> None:
+    from cagtool.record.loader import load_run
+    from cagtool.report.recompiles import recompile_table
+    from cagtool.report.recompiles_load import load_filtered
+
+    full = load_run(run)
+    filtered, steps = load_filtered(run)
+    for name, mode in full.modes.items():
+        a, b = recompile_table(mode), recompile_table(filtered.modes[name], steps[name])
+        assert (a.rows, a.steps, a.last_step, a.limit_hits, a.skipped_lines, a.unknown_kinds) == (
+            b.rows, b.steps, b.last_step, b.limit_hits, b.skipped_lines, b.unknown_kinds
+        )
+
+
+@pytest.mark.parametrize("script", ["op_loop.py", "shape_loop.py", "recompile_storm.py", "hook_added_midrun.py"])
+def test_filtered_reader_matches_the_loader(record_run, script):
+    _tables_agree(recorded(record_run, script))
+
+
+def test_filtered_reader_matches_the_loader_on_damaged_records(record_run, tmp_path):
+    run = copy_run(record_run, tmp_path)
+    events = run / "ca" / "events.jsonl"
+    lines = events.read_text().splitlines()
+    step_line = next(i for i, line in enumerate(lines) if '"kind": "step"' in line)
+    lines.insert(step_line, '{"kind": "from_the_future", "seq": 999, "t": 0}')
+    lines.insert(0, "not json at all")
+    lines[-1] = lines[-1][:25]  # truncated
+    events.write_text("\n".join(lines) + "\n")
+    _tables_agree(run)
+    from cagtool.report.recompiles_load import load_filtered
+
+    filtered, _ = load_filtered(run)
+    assert filtered.modes["ca"].skipped_lines == 2
+    assert dict(filtered.modes["ca"].unknown_kinds) == {"from_the_future": 1}

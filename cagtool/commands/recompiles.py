@@ -13,13 +13,10 @@ from cagtool.commands._common import MODE_OPT, RUN_ARG, STRICT_OPT, TextOrJson
 from cagtool.record.loader import RunRecord, load_run
 from cagtool.report.console import make_console
 from cagtool.report.explain import explain
-from cagtool.report.recompiles import RecompileTable, recompile_table
-from cagtool.report.recompiles_render import (
-    ExplanationRenderer,
-    RecompilesJsonRenderer,
-    RecompilesTableRenderer,
-    record_notes,
-)
+from cagtool.report.recompiles import RecompileTable, recompile_table, step_summary
+from cagtool.report.recompiles_load import load_filtered
+from cagtool.report.recompiles_json import RecompilesJsonRenderer
+from cagtool.report.recompiles_render import ExplanationRenderer, RecompilesTableRenderer, record_notes
 
 
 @dataclass(frozen=True)
@@ -32,18 +29,23 @@ class RecompilesOptions:
     width: Optional[int] = None  # console width (tests); None: the terminal's or 100
 
 
-def recompile_tables(record: RunRecord, mode: str | None = None) -> list[RecompileTable]:
-    """The tables of the named mode, or of every mode of the run (ca last, as `cagtool run` orders them)."""
+def recompile_tables(run: str | None, strict: bool = False, mode: str | None = None) -> tuple[RunRecord, list[RecompileTable]]:
+    """The tables of the named mode, or of every mode of the run. Lenient reads parse only what
+    recompiles needs (recompiles_load); --strict reads and validates every line with the one loader."""
+    if strict:
+        record = load_run(run, strict=True)
+        steps = {name: step_summary(m) for name, m in record.modes.items()}
+    else:
+        record, steps = load_filtered(run)
     modes = [record.mode(mode)] if mode is not None else list(record.modes.values())
-    return [recompile_table(m) for m in modes]
+    return record, [recompile_table(m, steps[m.mode]) for m in modes]
 
 
 def run_recompiles(options: RecompilesOptions, out: IO[str] | None = None, err: IO[str] | None = None) -> int:
     """Load, analyse, render. Raises UnreadableInput (exit 3) for a missing, corrupt or newer record."""
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
-    record = load_run(options.run, strict=options.strict)
-    tables = recompile_tables(record, options.mode)
+    record, tables = recompile_tables(options.run, options.strict, options.mode)
     run_label = str(options.run) if options.run else ""
     run_label = run_label or str(record.path)
     explanations = [explain(t) for t in tables] if options.explain else None

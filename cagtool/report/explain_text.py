@@ -6,8 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cagtool.report.explain import (
-    ALERT_LIMIT,
+from cagtool.report.explain_model import (
     ALERT_STORM,
     CAUSE_DYNAMO_CA_GRAPH,
     CAUSE_DYNAMO_FRAME,

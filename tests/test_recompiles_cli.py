@@ -59,8 +59,8 @@ mode ca: 3 recompiles in 4 steps (3 CA cache misses, 0 Dynamo forward-frame, 0 D
   initial compile !0 at step 1
 
 !! Recompile storm: recompiles on every step after the first
-  3 recompiles on steps 2-4 of 4; each one is a capture plus a compile, paid inside the training
-    step.
+  3 recompiles on steps 2-4 of 4; each one costs a compile (and, for compiled autograd, a capture)
+    inside the training step.
   Still recompiling at the last recorded step.
   Fix: Fix cause #1 below; the storm ends when that cause does.
   Evidence: steps 2-4
@@ -273,6 +273,19 @@ def test_newer_schema(record_run, tmp_path):
     meta["schema_version"] = 99
     (run / "run.json").write_text(json.dumps(meta))
     assert_one_line_exit_3(cagtool("recompiles", str(run), "--explain"), "newer than this cagtool reads", "upgrade cagtool")
+
+
+def test_mode_option(record_run, tmp_path):
+    run = recorded(record_run, "hook_added_midrun.py")
+    proc = cagtool("recompiles", str(run), "--mode", "ca", "--format", "json")
+    assert proc.returncode == 0 and list(json.loads(proc.stdout)["modes"]) == ["ca"]
+    assert_one_line_exit_3(cagtool("recompiles", str(run), "--mode", "aot"), "has no mode 'aot'")
+
+
+def test_run_with_no_mode_records(record_run, tmp_path):
+    run = copy_run(record_run, tmp_path)
+    shutil.rmtree(run / "ca")
+    assert_one_line_exit_3(cagtool("recompiles", str(run)), "has no mode records")
 
 
 def test_help_teaches():

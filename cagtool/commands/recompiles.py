@@ -9,7 +9,7 @@ from typing import IO, Optional
 
 import typer
 
-from cagtool.commands._common import MODE_OPT, RUN_ARG, STRICT_OPT, TextOrJson
+from cagtool.commands._common import RUN_ARG, STRICT_OPT, TextOrJson
 from cagtool.record.loader import RunRecord, load_run
 from cagtool.report.console import make_console
 from cagtool.report.explain import explain
@@ -37,6 +37,8 @@ def recompile_tables(run: str | None, strict: bool = False, mode: str | None = N
         steps = {name: step_summary(m) for name, m in record.modes.items()}
     else:
         record, steps = load_filtered(run)
+    if mode is None and not record.modes:
+        record.mode()  # raises UnreadableInput: the run has no mode records (killed before any began)
     modes = [record.mode(mode)] if mode is not None else list(record.modes.values())
     return record, [recompile_table(m, steps[m.mode]) for m in modes]
 
@@ -68,27 +70,27 @@ def recompiles(
     explain_: bool = typer.Option(False, "--explain", help="Group recompiles by root cause; say why and what to do."),
     format: TextOrJson = typer.Option(TextOrJson.text, "--format", help="text (a table or the explanation) or json."),
     strict: bool = STRICT_OPT,
-    mode: Optional[str] = MODE_OPT,
+    mode: Optional[str] = typer.Option(None, "--mode", help="Only this mode's record: ca, aot or eager (default: every mode of the run)."),
 ) -> None:
     """Every recompile of a recorded run: why the backward (or a forward frame) was compiled again.
 
     Reads the record `cagtool run` wrote (the latest run by default); nothing is re-run.
 
-    Three sources of recompiles, with the ids torch prints:
+    Three sources of recompiles, named with the ids torch prints:
 
-      CA miss !N       compiled autograd missed its cache and captured graph !N
-                       (kind new_node: the autograd graph's structure differs; kind changed_shapes: sizes changed)
+      CA miss !N: compiled autograd missed its cache and captured graph !N; kind "new node" (the
+      autograd graph's structure differs) or "shapes" (sizes changed).
 
-      Dynamo guard F/C Dynamo recompiled forward frame F because a guard failed
+      Dynamo F/C: Dynamo recompiled forward frame F because a guard failed.
 
-      Dynamo on CA graph !N/F/C  Dynamo recompiled the code of CA graph !N
+      Dynamo CA !N/F/C: Dynamo recompiled the code of compiled-autograd graph !N.
 
     The first capture of a run (!0, a miss on GraphRoot) is the initial compile: listed, not counted.
 
-    With --explain, recompiles are grouped by root cause (graph structure changing between steps, a
-    hook added or removed, .grad None vs defined, changed shapes, Dynamo guard failures); recompile
-    storms and recompile-limit fallbacks to eager come first. Each cause names its evidence
-    (compile ids, steps, and the `seq` of the events in <run>/<mode>/events.jsonl) and a fix.
+    With --explain, recompiles are grouped by root cause (the graph's structure changing between
+    steps, a hook added or removed, .grad None vs defined, changed shapes, Dynamo guard failures);
+    recompile storms and recompile-limit fallbacks to eager come first. Each cause names its
+    evidence (compile ids, steps, and the seq of its events in <run>/<mode>/events.jsonl) and a fix.
 
     Examples:
 

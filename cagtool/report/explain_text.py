@@ -316,7 +316,7 @@ def alert_words(alert: Alert, cwd: str) -> Words:
         title = f"Recompile storm: recompiles on {share} after the first"
         why = [
             f"{plural(facts['recompiles'], 'recompile')} on steps {step_list(facts['recompiling_steps'])} "
-            f"of {facts['last_step']}; each one is a capture plus a compile, paid inside the training step.",
+            f"of {facts['last_step']}; each one costs a compile (and, for compiled autograd, a capture) inside the training step.",
         ]
         why.append(
             "Still recompiling at the last recorded step."

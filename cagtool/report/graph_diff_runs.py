@@ -16,13 +16,13 @@ from pathlib import Path
 from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord, load_graph_nodes
 from cagtool.record.schema import (
-    GraphNode,
     GRAPHS_DIR,
     MISS_CHANGED_SHAPES,
     MISS_NEW_NODE,
+    AutogradNodeRef,
     CacheMissEvent,
     CAGraphEvent,
-    AutogradNodeRef,
+    GraphNode,
     SourceRef,
 )
 from cagtool.report.graph_diff import GraphDiff, diff_graphs
@@ -44,7 +44,7 @@ class GraphSide:
     ca_id: int
     step: int | None
     code_file: Path  # the readable .py next to the nodes file
-    recompile: str | None  # why this graph was captured, in one line; None for a first capture
+    recompile: str | None  # why this graph was captured (its cache miss), in one line; None if unrecorded
     miss: CacheMissEvent | None
 
     @property

@@ -148,6 +148,11 @@ def test_missing_mode_is_an_error_not_a_pass():
     assert "has no ca mode" in result.message
 
 
+def test_fewer_counts_from_a_crashed_mode_are_not_an_improvement():
+    result = MaxCountCheck("max-ca-graphs", "ca_graphs", "ca", 4).evaluate({"ca": snap(ca_graphs=1, status="failed")}, None)
+    assert result.outcome is Outcome.PASS and "did not finish: not an improvement" in result.message
+
+
 def test_failed_mode_fails_the_status_check():
     ok = ModeStatusCheck("ca").evaluate({"ca": snap(status="timeout")}, None)
     assert ok.outcome is Outcome.PASS
@@ -367,3 +372,51 @@ def test_json_round_trips():
     assert data["passed"] is False and data["exit_code"] == 1
     assert data["summary"] == {"checks": 4, "failed": 2, "pass": 1, "fail": 1, "improved": 1, "error": 1}
     assert [c["outcome"] for c in data["checks"]] == ["pass", "fail", "improved", "error"]
+
+
+def test_text_report_golden():
+    import io
+
+    from cagtool.report.console import make_console
+    from cagtool.report.gate_output import render_text
+
+    buffer = io.StringIO()
+    gate = _gate(_results(), ["torch version differs: baseline 2.12.0, this run 2.13.0+cpu"])
+    render_text(gate, make_console(file=buffer, width=100))
+    lines = [line.rstrip() for line in buffer.getvalue().splitlines()]
+    assert lines == [
+        "cagtool gate: run /runs/r1, mode ca",
+        "Check             Mode    Actual    Limit     Result    Source",
+        "mode-finished     ca      finished  finished  PASS      run",
+        "max-ca-graphs     ca      3         <= 1      FAIL      flag",
+        "max-graph-breaks  ca      0         <= 2      IMPROVED  flag",
+        "min-speedup       ca/aot  -         >= 1x     ERROR     flag",
+        "FAIL: max-ca-graphs (ca): CA graphs 3 > 1 allowed (+2)",
+        "IMPROVED: max-graph-breaks (ca): graph breaks 0 < 2 allowed (-2): improved, lower the limit",
+        "ERROR: min-speedup (ca/aot): cannot check: the run has no aot mode (it has: ca); record it with --modes including aot",
+        "warning: torch version differs: baseline 2.12.0, this run 2.13.0+cpu",
+        "improved: tighten the improved limits (flags or [tool.cagtool.gate]) so the gain is kept",
+        "gate FAILED: 2 of 4 checks failed, 1 improved",
+    ]
+
+
+def test_the_documented_config_table_parses(tmp_path):
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "ci.md").read_text()
+    table = docs.split("```toml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "pyproject.toml").write_text(table)
+    settings = load_config(tmp_path / "pyproject.toml")
+    assert settings.mode == "ca"
+    assert settings.max_recompiles == {"ca": CountLimit("ca", 0), "dynamo": CountLimit("dynamo", 2)}
+    assert settings.baseline == tmp_path / "ci" / "cagtool-baseline.json"
+    assert settings.max_regression == TimeThreshold(10, "%")
+    checks = build_checks(settings, "ca", load_baseline_stub())
+    assert [c.name for c in checks] == [
+        "mode-finished", "mode-finished", "max-ca-graphs", "max-recompiles:ca", "max-recompiles:dynamo",
+        "max-graph-breaks", "min-speedup", "max-regression", "max-compile-regression",
+    ]
+
+
+def load_baseline_stub():
+    from cagtool.report.baseline import Baseline
+
+    return Baseline(modes={"ca": snap()})

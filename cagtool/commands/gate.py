@@ -8,7 +8,7 @@ import inspect
 import typing
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import IO, Any, Callable, List, Optional
 
 import typer
 
@@ -137,11 +137,12 @@ def _type_hints(func: Callable[..., Any], skip: str) -> dict[str, Any]:
     }
 
 
-def gate_and_report(run_path: str | Path | None, options: GateOptions) -> int:
-    """Gate a run and write its report (stdout, --junit, GitHub annotations and step summary);
-    returns the exit code (0 passed, 1 failed). Usage and unreadable-input problems raise
-    CagtoolError as usual."""
-    return emit_gate_result(run_gate(run_path, options), options)
+def gate_and_report(run_path: str | Path | None, options: GateOptions, stdout: Optional[IO[str]] = None) -> int:
+    """Gate a run and write its report (to `stdout`, default sys.stdout: `cagtool run --gate`
+    passes sys.stderr, the script owning stdout), plus --junit, GitHub annotations and the step
+    summary; returns the exit code (0 passed, 1 failed). Usage and unreadable-input problems
+    raise CagtoolError (exit 2 / 3) as usual."""
+    return emit_gate_result(run_gate(run_path, options), options, stdout=stdout)
 
 
 def register(app: typer.Typer) -> None:

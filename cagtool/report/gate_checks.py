@@ -71,10 +71,12 @@ def _unrecorded(name: str, snap: ModeSnapshot, limit: str, source: str) -> Check
     return _error(name, snap.mode, f"mode {snap.mode} left no record ({snap.problem or 'it did not start'})", limit, source)
 
 
-def _missing_mode(name: str, mode: str, where: dict[str, ModeSnapshot], what: str, limit: str, source: str) -> CheckResult:
+def _missing_mode(
+    name: str, mode: str, where: dict[str, ModeSnapshot], what: str, limit: str, source: str, label: str = ""
+) -> CheckResult:
     have = ", ".join(sorted(where)) or "none"
     hint = f"; record it with --modes including {mode}" if what == "run" else "; save the baseline from a run with that mode"
-    return _error(name, mode, f"the {what} has no {mode} mode (it has: {have}){hint}", limit, source)
+    return _error(name, label or mode, f"the {what} has no {mode} mode (it has: {have}){hint}", limit, source)
 
 
 # ---------------------------------------------------------------- checks
@@ -116,6 +118,8 @@ class MaxCountCheck:
         head = f"{self.name} ({self.mode}): {label} {actual}"
         if delta > 0:
             outcome, message = Outcome.FAIL, f"{head} > {limit} allowed (+{delta})"
+        elif delta < 0 and not finished_cleanly(run[self.mode]):
+            outcome, message = Outcome.PASS, f"{head} < {limit} allowed ({delta}), but the mode did not finish: not an improvement"
         elif delta < 0:
             what = "refresh the baseline" if self.limit is None else "lower the limit"
             outcome, message = Outcome.IMPROVED, f"{head} < {limit} allowed ({delta}): improved, {what}"
@@ -137,8 +141,7 @@ class ModeStatusCheck:
         if self.mode not in run:
             return _missing_mode(self.name, self.mode, run, "run", "finished", self.source)
         snap = run[self.mode]
-        # "timeout" is a run bounded by --max-time: the steps it made are complete and count.
-        ok = (snap.status == "finished" and snap.exit_code in (None, 0)) or snap.status == "timeout"
+        ok = finished_cleanly(snap)
         exit_text = "" if snap.exit_code in (None, 0) else f", exit code {snap.exit_code}"
         reps = f" x{snap.repetitions} repetitions" if snap.repetitions > 1 else ""
         message = f"{self.name} ({self.mode}): status {snap.status}{exit_text}, {snap.steps} steps{reps}"
@@ -149,6 +152,11 @@ class ModeStatusCheck:
             self.name, self.mode, outcome, not ok, snap.status, "finished", message, self.source,
             data={"status": snap.status, "exit_code": snap.exit_code, "steps": snap.steps},
         )
+
+
+def finished_cleanly(snap: ModeSnapshot) -> bool:
+    """Finished with exit code 0, or stopped by --max-time (a bounded run: its steps count)."""
+    return (snap.status == "finished" and snap.exit_code in (None, 0)) or snap.status == "timeout"
 
 
 def _fmt_s(seconds: float | None) -> str:
@@ -186,7 +194,7 @@ class MinSpeedupCheck:
         limit = f">= {t.minimum:g}x"
         for mode in (t.numerator, t.denominator):
             if mode not in run:
-                return replace(_missing_mode(self.name, mode, run, "run", limit, self.source), mode=pair)
+                return _missing_mode(self.name, mode, run, "run", limit, self.source, label=pair)
         spread = speedup_with_spread(run[t.numerator], run[t.denominator])
         if spread is None:
             return _error(self.name, pair, "no steady-state steps to time in both modes (run more steps)", limit, self.source)

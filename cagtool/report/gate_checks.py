@@ -143,7 +143,7 @@ class ModeStatusCheck:
         snap = run[self.mode]
         ok = finished_cleanly(snap)
         exit_text = "" if snap.exit_code in (None, 0) else f", exit code {snap.exit_code}"
-        reps = f" x{snap.repetitions} repetitions" if snap.repetitions > 1 else ""
+        reps = f", {snap.repetitions} repetitions" if snap.repetitions > 1 else ""
         message = f"{self.name} ({self.mode}): status {snap.status}{exit_text}, {snap.steps} steps{reps}"
         if snap.problem:
             message += f": {snap.problem}"

@@ -12,17 +12,16 @@ from cagtool.errors import UnreadableInput, UsageError
 from cagtool.report.baseline import ModeSnapshot, StepTimeSnapshot, load_baseline
 from cagtool.report.gate import GateResult, build_checks
 from cagtool.report.gate_checks import (
-    CompileTimeRegressionCheck,
     MaxCountCheck,
     MinSpeedupCheck,
     ModeStatusCheck,
     Outcome,
-    StepTimeRegressionCheck,
     evaluate_all,
     speedup_with_spread,
 )
 from cagtool.report.gate_config import GateSettings, find_config, load_config, merge, settings_from_values
 from cagtool.report.gate_output import github_annotations, render_junit, render_markdown
+from cagtool.report.gate_time_checks import CompileTimeRegressionCheck, StepTimeRegressionCheck
 from cagtool.report.gate_thresholds import (
     CountLimit,
     SpeedupThreshold,

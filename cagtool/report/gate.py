@@ -15,16 +15,15 @@ from cagtool.report.baseline import Baseline, environment_warnings, load_baselin
 from cagtool.report.gate_checks import (
     Check,
     CheckResult,
-    CompileTimeRegressionCheck,
     MaxCountCheck,
     MinSpeedupCheck,
     ModeStatusCheck,
     Outcome,
-    StepTimeRegressionCheck,
     evaluate_all,
 )
 from cagtool.report.gate_config import GateSettings, resolve_settings
 from cagtool.report.gate_thresholds import RECOMPILE_KINDS, CountLimit
+from cagtool.report.gate_time_checks import CompileTimeRegressionCheck, StepTimeRegressionCheck
 
 
 @dataclass(frozen=True)

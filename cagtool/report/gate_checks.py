@@ -3,20 +3,19 @@ with a threshold and producing a `CheckResult` with a fixed-format message.
 
 Counts are exact and direction-aware, like PyTorch's own benchmark gates: more than allowed
 fails, fewer is reported as an *improvement* (so the limit or the baseline gets tightened), and
-`fail_on_improvement` turns that into a failure. Step time is compared beyond a noise floor taken
-from the measured spread. Pure functions of `ModeSnapshot`s: no torch, no files.
+`fail_on_improvement` turns that into a failure. The checks against a baseline's times live in
+report.gate_time_checks. Pure functions of `ModeSnapshot`s: no torch, no files.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Protocol
 
 from cagtool.report.baseline import ModeSnapshot
 from cagtool.report.compare import MIN_STEADY_STEPS
-from cagtool.report.gate_thresholds import SpeedupThreshold, TimeThreshold
+from cagtool.report.gate_thresholds import SpeedupThreshold
 
 # ---------------------------------------------------------------- results
 
@@ -60,7 +59,8 @@ def finish(result: CheckResult, fail_on_improvement: bool) -> CheckResult:
     return result if failed == result.failed else replace(result, failed=failed)
 
 
-def _error(name: str, mode: str, why: str, limit: str, source: str) -> CheckResult:
+def unmeasurable(name: str, mode: str, why: str, limit: str, source: str) -> CheckResult:
+    """An ERROR result: the figure could not be measured, which fails the gate (never a pass)."""
     return CheckResult(name, mode, Outcome.ERROR, True, "-", limit, f"{name} ({mode}): cannot check: {why}", source)
 
 
@@ -68,15 +68,15 @@ def _unrecorded(name: str, snap: ModeSnapshot, limit: str, source: str) -> Check
     """An error when the mode ran but left no record to count from."""
     if snap.status != "missing":
         return None
-    return _error(name, snap.mode, f"mode {snap.mode} left no record ({snap.problem or 'it did not start'})", limit, source)
+    return unmeasurable(name, snap.mode, f"mode {snap.mode} left no record ({snap.problem or 'it did not start'})", limit, source)
 
 
-def _missing_mode(
+def missing_mode(  # the run or baseline lacks the mode a check reads
     name: str, mode: str, where: dict[str, ModeSnapshot], what: str, limit: str, source: str, label: str = ""
 ) -> CheckResult:
     have = ", ".join(sorted(where)) or "none"
     hint = f"; record it with --modes including {mode}" if what == "run" else "; save the baseline from a run with that mode"
-    return _error(name, label or mode, f"the {what} has no {mode} mode (it has: {have}){hint}", limit, source)
+    return unmeasurable(name, label or mode, f"the {what} has no {mode} mode (it has: {have}){hint}", limit, source)
 
 
 # ---------------------------------------------------------------- checks
@@ -105,12 +105,12 @@ class MaxCountCheck:
         limit = self.limit
         limit_text = "-" if limit is None else f"<= {limit}"
         if self.mode not in run:
-            return _missing_mode(self.name, self.mode, run, "run", limit_text, self.source)
+            return missing_mode(self.name, self.mode, run, "run", limit_text, self.source)
         if (unrecorded := _unrecorded(self.name, run[self.mode], limit_text, self.source)) is not None:
             return unrecorded
         if limit is None:
             if baseline is None or self.mode not in baseline:
-                return _missing_mode(self.name, self.mode, baseline or {}, "baseline", limit_text, self.source)
+                return missing_mode(self.name, self.mode, baseline or {}, "baseline", limit_text, self.source)
             limit = int(getattr(baseline[self.mode], self.metric))
             limit_text = f"<= {limit} (baseline)"
         actual = int(getattr(run[self.mode], self.metric))
@@ -139,7 +139,7 @@ class ModeStatusCheck:
 
     def evaluate(self, run: dict[str, ModeSnapshot], baseline: dict[str, ModeSnapshot] | None) -> CheckResult:
         if self.mode not in run:
-            return _missing_mode(self.name, self.mode, run, "run", "finished", self.source)
+            return missing_mode(self.name, self.mode, run, "run", "finished", self.source)
         snap = run[self.mode]
         ok = finished_cleanly(snap)
         exit_text = "" if snap.exit_code in (None, 0) else f", exit code {snap.exit_code}"
@@ -157,16 +157,6 @@ class ModeStatusCheck:
 def finished_cleanly(snap: ModeSnapshot) -> bool:
     """Finished with exit code 0, or stopped by --max-time (a bounded run: its steps count)."""
     return (snap.status == "finished" and snap.exit_code in (None, 0)) or snap.status == "timeout"
-
-
-def _fmt_s(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if abs(seconds) >= 1:
-        return f"{seconds:.3f} s"
-    if abs(seconds) >= 1e-3:
-        return f"{seconds * 1e3:.3f} ms"
-    return f"{seconds * 1e6:.1f} us"
 
 
 def speedup_with_spread(num: ModeSnapshot, den: ModeSnapshot) -> tuple[float, float, float] | None:
@@ -194,10 +184,10 @@ class MinSpeedupCheck:
         limit = f">= {t.minimum:g}x"
         for mode in (t.numerator, t.denominator):
             if mode not in run:
-                return _missing_mode(self.name, mode, run, "run", limit, self.source, label=pair)
+                return missing_mode(self.name, mode, run, "run", limit, self.source, label=pair)
         spread = speedup_with_spread(run[t.numerator], run[t.denominator])
         if spread is None:
-            return _error(self.name, pair, "no steady-state steps to time in both modes (run more steps)", limit, self.source)
+            return unmeasurable(self.name, pair, "no steady-state steps to time in both modes (run more steps)", limit, self.source)
         mid, low, high = spread
         detail = f"speedup {mid:.3f}x (p10-p90 {low:.3f}x-{high:.3f}x)"
         notes: list[str] = []
@@ -212,107 +202,6 @@ class MinSpeedupCheck:
             notes.append(f"only {steady} steady steps: too few to judge a speedup (run more steps)")
         data = {"speedup": mid, "low": low, "high": high, "minimum": t.minimum}
         return CheckResult(self.name, pair, outcome, outcome is Outcome.FAIL, f"{mid:.3f}x", limit, message, self.source, notes, data)
-
-
-def _pct(change: float) -> str:
-    return f"{change:+.1f}%"
-
-
-@dataclass(frozen=True)
-class StepTimeRegressionCheck:
-    """Step time against the baseline's, with a noise floor: a change only counts when it exceeds
-    both the threshold and the noise of the two measurements, twice the standard error of the
-    difference (about 95%). Each side's standard error comes from its measured spread: sigma is
-    estimated as (p90 - p10) / 2.563 (the p10-p90 width of a normal), and SE = 1.2533 sigma / sqrt(n)
-    for a median (used for mean, p10 and p90 too: rough, and said so in the docs)."""
-
-    threshold: TimeThreshold
-    mode: str
-    name: str = "max-regression"
-    source: str = "flag"
-
-    def evaluate(self, run: dict[str, ModeSnapshot], baseline: dict[str, ModeSnapshot] | None) -> CheckResult:
-        t = self.threshold
-        limit = f"+{t}"
-        if self.mode not in run:
-            return _missing_mode(self.name, self.mode, run, "run", limit, self.source)
-        if baseline is None or self.mode not in baseline:
-            return _missing_mode(self.name, self.mode, baseline or {}, "baseline", limit, self.source)
-        cur, base = run[self.mode].step_time, baseline[self.mode].step_time
-        if cur is None or base is None:
-            side = "this run" if cur is None else "the baseline"
-            return _error(self.name, self.mode, f"{side} has no steady-state steps (every step compiled; run more steps)", limit, self.source)
-        now, before = getattr(cur, f"{t.field}_s"), getattr(base, f"{t.field}_s")
-        if now is None or before is None or before <= 0:
-            return _error(self.name, self.mode, f"no {t.field} step time to compare", limit, self.source)
-        noise_s = 2.0 * math.sqrt(_standard_error(cur) ** 2 + _standard_error(base) ** 2)
-        change_s = now - before
-        change_pct = 100.0 * change_s / before
-        noise_pct = 100.0 * noise_s / before
-        if t.unit == "%":
-            allowed_pct = max(t.value, noise_pct)
-            allowed_s = before * allowed_pct / 100.0
-        else:
-            allowed_s = max(t.value, noise_s)
-            allowed_pct = 100.0 * allowed_s / before
-        detail = (
-            f"step time {t.field} {_fmt_s(now)} vs baseline {_fmt_s(before)}: {_pct(change_pct)}"
-        )
-        bound = f"{allowed_pct:.1f}% ({_fmt_s(allowed_s)}; threshold {t}, noise +/-{noise_pct:.1f}%)"
-        if change_s > allowed_s:
-            outcome, message = Outcome.FAIL, f"{self.name} ({self.mode}): {detail} > +{bound}"
-        elif change_s < -allowed_s:
-            outcome, message = Outcome.IMPROVED, f"{self.name} ({self.mode}): {detail} < -{bound}: improved, refresh the baseline"
-        else:
-            outcome, message = Outcome.PASS, f"{self.name} ({self.mode}): {detail} within +/-{bound}"
-        notes = []
-        if min(cur.count, base.count) < MIN_STEADY_STEPS:
-            notes.append(f"few steady-state steps (this run {cur.count}, baseline {base.count}): the noise floor is rough")
-        data = {
-            "field": t.field, "actual_s": now, "baseline_s": before, "change_pct": change_pct,
-            "noise_pct": noise_pct, "allowed_pct": allowed_pct, "steps": cur.count, "baseline_steps": base.count,
-        }
-        return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, _pct(change_pct), limit, message, self.source, notes, data)
-
-
-def _standard_error(stats: Any) -> float:
-    """Standard error of the median step time, from the p10-p90 spread and the step count."""
-    if stats.p10_s is None or stats.p90_s is None or stats.count < 1:
-        return 0.0
-    sigma = max(stats.p90_s - stats.p10_s, 0.0) / 2.5631
-    return 1.2533 * sigma / math.sqrt(stats.count)
-
-
-@dataclass(frozen=True)
-class CompileTimeRegressionCheck:
-    """Total compile time against the baseline's. One measurement per run, so no spread: use an
-    absolute threshold (`0.5s`) when compile times are tiny and percentages jumpy."""
-
-    threshold: TimeThreshold
-    mode: str
-    name: str = "max-compile-regression"
-    source: str = "flag"
-
-    def evaluate(self, run: dict[str, ModeSnapshot], baseline: dict[str, ModeSnapshot] | None) -> CheckResult:
-        t = self.threshold
-        limit = f"+{t}"
-        if self.mode not in run:
-            return _missing_mode(self.name, self.mode, run, "run", limit, self.source)
-        if baseline is None or self.mode not in baseline:
-            return _missing_mode(self.name, self.mode, baseline or {}, "baseline", limit, self.source)
-        now, before = run[self.mode].compile_time_s, baseline[self.mode].compile_time_s
-        change_s = now - before
-        allowed_s = before * t.value / 100.0 if t.unit == "%" else t.value
-        change_pct = 100.0 * change_s / before if before > 0 else (0.0 if change_s == 0 else math.inf)
-        detail = f"compile time {_fmt_s(now)} vs baseline {_fmt_s(before)}: {_pct(change_pct)}"
-        if change_s > allowed_s:
-            outcome, message = Outcome.FAIL, f"{self.name} ({self.mode}): {detail} > +{t}"
-        elif change_s < -allowed_s:
-            outcome, message = Outcome.IMPROVED, f"{self.name} ({self.mode}): {detail} < -{t}: improved, refresh the baseline"
-        else:
-            outcome, message = Outcome.PASS, f"{self.name} ({self.mode}): {detail} within +/-{t}"
-        data = {"actual_s": now, "baseline_s": before, "change_pct": change_pct if math.isfinite(change_pct) else None}
-        return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, _pct(change_pct), limit, message, self.source, data=data)
 
 
 def evaluate_all(

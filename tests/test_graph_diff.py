@@ -210,6 +210,33 @@ def test_empty_graphs():
     assert diff.summary.inserted == len(graph())
 
 
+def test_inputs_renumbered_by_an_insertion_are_not_changes():
+    """A new saved tensor at inputs[1] shifts every later input: only the new one is reported."""
+    acc = (3, "torch::autograd::AccumulateGrad")
+    old = inputs_prologue() + sum_then(None) + [out()]
+    new = [ph(p) for p in ("inputs", "sizes", "scalars", "hooks", "packed_data")] + [
+        fn("getitem", GETITEM, "%inputs, 0", (0, "torch::autograd::GraphRoot")),
+        fn("getitem_1", GETITEM, "%inputs, 1", shape=[3, 3], dtype="float32"),
+        fn("getitem_2", GETITEM, "%inputs, 2", acc),
+    ] + [n if n.name != "call_accumulate_grad" else fn(n.name, n.target, n.args.replace("%getitem_1", "%getitem_2"), acc) for n in sum_then(None, counter=5)] + [out()]
+    diff = diff_graphs(old, new)
+    assert [(e.kind, e.new.label) for e in diff.entries if e.kind != EQUAL] == [(INSERTED, "inputs[1]")]
+
+
+def test_added_autograd_nodes_are_named_by_the_alignment():
+    """Two MulBackward0s where there was one: the added one is the second, at its own NodeCall."""
+    mul = lambda call, grad, c: [  # noqa: E731
+        fn(f"mul_backward0_{c}", OPS + "MulBackward0", f"[%{grad}], [True], 2", (call, "MulBackward0")),
+        fn(f"getitem_{c}", GETITEM, f"%mul_backward0_{c}, 0", (call, "MulBackward0")),
+    ]
+    base = inputs_prologue() + sum_then(None)[:-1]
+    old = base + mul(2, "getitem_3", 10) + [out()]
+    new = base + mul(2, "getitem_3", 10) + mul(3, "getitem_10", 11) + [out()]
+    diff = diff_graphs(old, new)
+    assert diff.summary.autograd_nodes_added == ["MulBackward0 (NodeCall 3)"]
+    assert diff.summary.autograd_nodes_removed == []
+
+
 # --- the run side: origins, recompile headers ------------------------------------------------------
 
 READABLE = '''class CompiledAutograd1(torch.nn.Module):
@@ -254,6 +281,16 @@ def test_recompile_header_for_a_new_node_and_for_changed_shapes():
     )
     assert describe_recompile(shapes) == "2 changed tensor shapes: sizes[0] 10→100, sizes[1]=100 of SumBackward0 at NodeCall 1, step 3, train.py:14"
     assert describe_recompile(_miss(miss_kind="unknown", message="Cache miss due to something", step=None)) == "Cache miss due to something"
+    root = _miss(ca_id=0, node="torch::autograd::GraphRoot", node_call=0, step=1, source=src)
+    assert describe_recompile(root) == "nothing cached yet at the graph root, step 1, train.py:14"
+
+
+def test_many_autograd_nodes_are_counted_by_name():
+    from cagtool.report.graph_diff_render import _listed
+
+    assert _listed("+", ["A (NodeCall 1)", "B (NodeCall 2)"]) == ["+A (NodeCall 1)", "+B (NodeCall 2)"]
+    many = [f"View (NodeCall {i})" for i in range(5)] + ["Mm (NodeCall 9)", "Mm (NodeCall 10)"]
+    assert _listed("-", many) == ["-5 View", "-2 Mm"]
 
 
 # --- rendering ---------------------------------------------------------------------------------------

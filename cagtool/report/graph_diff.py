@@ -202,7 +202,8 @@ def _compare(entry: NodeDiff, mapping: dict[int, int]) -> NodeDiff:
         changes.append(FieldChange("target", old.short, new.short))
     # Equal text is equal args even when a reference's node was not aligned: saying
     # "changed" over two identical lines helps nobody.
-    if old.args != new.args and not _same_tokens(old, new, mapping):
+    renumbered_input = old.input_list is not None and old.input_list == new.input_list
+    if old.args != new.args and not renumbered_input and not _same_tokens(old, new, mapping):
         changes.append(FieldChange("args", old.args, new.args))
     for name in ("shape", "dtype", "stride", "hook_type"):
         a, b = getattr(old, name), getattr(new, name)
@@ -217,24 +218,21 @@ def _histogram(graph: NormGraph) -> Counter[str]:
     return Counter(n.short for n in graph.nodes if n.op not in ("placeholder", "output"))
 
 
-def _autograd_nodes(graph: NormGraph) -> Counter[str]:
-    seen = {(g.origin, g.node_call) for g in graph.groups if g.origin is not None}
-    return Counter(name for name, _ in seen)
-
-
-def _autograd_node_texts(graph: NormGraph, names: Counter[str]) -> list[str]:
-    """The groups of `graph` whose autograd-node names are in `names` (with multiplicity), in graph order."""
-    wanted = Counter(names)
-    out: list[str] = []
-    seen: set[tuple[str | None, int | None]] = set()
-    for group in graph.groups:
-        key = (group.origin, group.node_call)
-        if group.origin is None or key in seen or wanted[group.origin] <= 0:
+def _unmatched_autograd_nodes(graph: NormGraph, other: NormGraph, partner: dict[int, int]) -> list[str]:
+    """Autograd nodes of `graph` none of whose FX nodes is aligned with a node of the same
+    autograd-node name in `other`: the ones added (or, the other way round, removed). Going by
+    the alignment, not by counting names, names the right NodeCall when a model gains a layer."""
+    matched: set[tuple[str, int | None]] = set()
+    order: dict[tuple[str, int | None], None] = {}
+    for node in graph.nodes:
+        if node.origin is None:
             continue
-        seen.add(key)
-        wanted[group.origin] -= 1
-        out.append(group.origin if group.node_call is None else f"{group.origin} (NodeCall {group.node_call})")
-    return out
+        key = (node.origin, node.node_call)
+        order.setdefault(key)
+        other_index = partner.get(node.index)
+        if other_index is not None and other.nodes[other_index].origin == node.origin:
+            matched.add(key)
+    return [name if call is None else f"{name} (NodeCall {call})" for name, call in order if (name, call) not in matched]
 
 
 def symbolic_sizes(old: NormNode, new: NormNode, new_graph: NormGraph) -> list[SymbolicSize]:
@@ -267,7 +265,8 @@ def _summarise(old: NormGraph, new: NormGraph, entries: tuple[NodeDiff, ...]) ->
     kinds = Counter(e.kind for e in entries)
     delta = _histogram(new)
     delta.subtract(_histogram(old))
-    old_ag, new_ag = _autograd_nodes(old), _autograd_nodes(new)
+    old_to_new = {e.old.index: e.new.index for e in entries if e.old is not None and e.new is not None}
+    new_to_old = {n: o for o, n in old_to_new.items()}
     symbolic: list[SymbolicSize] = []
     for e in entries:
         if e.kind == CHANGED and e.old is not None and e.new is not None:
@@ -280,8 +279,8 @@ def _summarise(old: NormGraph, new: NormGraph, entries: tuple[NodeDiff, ...]) ->
         removed=kinds[REMOVED],
         changed=kinds[CHANGED],
         op_histogram_delta={k: v for k, v in sorted(delta.items()) if v != 0},
-        autograd_nodes_added=_autograd_node_texts(new, new_ag - old_ag),
-        autograd_nodes_removed=_autograd_node_texts(old, old_ag - new_ag),
+        autograd_nodes_added=_unmatched_autograd_nodes(new, old, new_to_old),
+        autograd_nodes_removed=_unmatched_autograd_nodes(old, new, old_to_new),
         hooks_added=[e.new.hook_type or e.new.short for e in entries if e.kind == INSERTED and e.new is not None and _is_hook(e.new)],
         hooks_removed=[e.old.hook_type or e.old.short for e in entries if e.kind == REMOVED and e.old is not None and _is_hook(e.old)],
         became_symbolic=symbolic,

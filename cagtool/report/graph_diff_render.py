@@ -7,6 +7,7 @@ Node text goes through rich `Text` objects, never markup: FX arguments are full 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
@@ -94,9 +95,19 @@ def header_lines(comparison: GraphComparison) -> list[Text]:
         Text("--- " + _side_text(comparison.old, s.old_nodes), style="bold red"),
         Text("+++ " + _side_text(comparison.new, s.new_nodes), style="bold green"),
     ]
-    if comparison.new.recompile:
-        lines.append(Text(f"recompile that produced {comparison.new.compile_id}: {comparison.new.recompile}", style="bold"))
+    new = comparison.new
+    if new.recompile:
+        what = f"{new.compile_id} is a first capture" if new.first_capture else f"recompile that produced {new.compile_id}"
+        lines.append(Text(f"{what}: {new.recompile}", style="bold"))
     return lines
+
+
+def _listed(sign: str, nodes: list[str], most: int = 6) -> list[str]:
+    """Each autograd node with its NodeCall when there are few; counts per name when there are many."""
+    if len(nodes) <= most:
+        return [f"{sign}{n}" for n in nodes]
+    names = Counter(n.split(" (NodeCall ")[0] for n in nodes)
+    return [f"{sign}{count} {name}" for name, count in names.most_common()]
 
 
 def summary_lines(comparison: GraphComparison) -> list[Text]:
@@ -111,7 +122,7 @@ def summary_lines(comparison: GraphComparison) -> list[Text]:
         )
     ]
     if s.autograd_nodes_added or s.autograd_nodes_removed:
-        parts = [f"+{n}" for n in s.autograd_nodes_added] + [f"-{n}" for n in s.autograd_nodes_removed]
+        parts = _listed("+", s.autograd_nodes_added) + _listed("-", s.autograd_nodes_removed)
         lines.append(Text("autograd nodes: " + ", ".join(parts)))
     if s.hooks_added or s.hooks_removed:
         parts = [f"+{n}" for n in s.hooks_added] + [f"-{n}" for n in s.hooks_removed]

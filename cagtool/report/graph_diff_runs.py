@@ -51,6 +51,10 @@ class GraphSide:
     def compile_id(self) -> str:
         return f"!{self.ca_id}"
 
+    @property
+    def first_capture(self) -> bool:
+        return self.miss is not None and is_first_capture(self.miss)
+
 
 @dataclass(frozen=True)
 class GraphComparison:
@@ -86,9 +90,17 @@ def _size_text(index: int, previous: int | None, value: int | None) -> str:
     return f"sizes[{index}]" + (f"={value}" if value is not None else "")
 
 
+def is_first_capture(miss: CacheMissEvent) -> bool:
+    """A miss at NodeCall 0 (the GraphRoot) means the cache had nothing: the first backward, or
+    the first after a reset, not a recompile of an existing graph."""
+    return miss.miss_kind == MISS_NEW_NODE and miss.node_call == 0
+
+
 def describe_recompile(miss: CacheMissEvent) -> str:
     """'new autograd node MulBackward0 at NodeCall 2, step 3, train.py:14' and the like."""
-    if miss.miss_kind == MISS_NEW_NODE and miss.node:
+    if is_first_capture(miss):
+        what = "nothing cached yet at the graph root"
+    elif miss.miss_kind == MISS_NEW_NODE and miss.node:
         what = f"new autograd node {miss.node}"
         if miss.node_call is not None:
             what += f" at NodeCall {miss.node_call}"

@@ -89,6 +89,10 @@ class NormNode:
     dtype: str | None = None
     stride: tuple[int | str, ...] | None = None
     is_size: bool = False  # a dynamic size read from the `sizes` input
+    # The graph input this node reads an item of (`inputs`, `sizes`, `hooks`...), for getitems of a
+    # placeholder. Item numbers are positions in a list that shifts when anything is added before
+    # them, so such nodes are compared by what they hold (shape, dtype, stride), not by index.
+    input_list: str | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -98,7 +102,8 @@ class NormNode:
     @property
     def signature(self) -> tuple:
         """Fine identity: equal signatures are equal nodes (up to renamed references)."""
-        return (self.op, self.target, self.args, self.shape, self.dtype, self.stride, self.hook_type)
+        args = ("item of", self.input_list) if self.input_list is not None else self.args
+        return (self.op, self.target, args, self.shape, self.dtype, self.stride, self.hook_type)
 
     @property
     def origin_text(self) -> str:
@@ -220,6 +225,7 @@ def normalize_graph(nodes: Sequence[GraphNode]) -> NormGraph:
                 dtype=node.dtype,
                 stride=tuple(node.stride) if node.stride is not None else None,
                 is_size=is_size,
+                input_list=_input_list(node, tokens, out) if is_input and node.op != PLACEHOLDER else None,
             )
         )
     if nodes:
@@ -246,6 +252,14 @@ def _structural_label(node: GraphNode, short: str, tokens: tuple[str, ...], done
     if node.op == "output":
         return "output", False, False
     return None
+
+
+def _input_list(node: GraphNode, tokens: tuple[str, ...], done: list[NormNode]) -> str | None:
+    refs = [t for t in tokens if t.startswith("%") and t[1:].isdigit()]
+    if not refs:
+        return None
+    source = done[int(refs[0][1:])]
+    return source.name if source.op == PLACEHOLDER else source.input_list
 
 
 def _counted_label(node: GraphNode, occurrences: dict[str, int]) -> str:

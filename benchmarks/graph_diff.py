@@ -127,7 +127,8 @@ def main() -> None:
     print(f"diff_graphs: {len(old):,} vs {len(new):,} nodes, {args.repeat} repetitions")
     print(f"  median {result['median_s'] * 1000:.0f} ms  (min {result['min_s'] * 1000:.0f}, max {result['max_s'] * 1000:.0f}, stdev {result['stdev_s'] * 1000:.0f})")
     print(f"  found: {s.inserted} inserted, {s.removed} removed, {s.changed} changed, {s.equal} equal, {len(s.became_symbolic)} sizes became symbolic")
-    print(f"  target < 1 s: {'met' if result['median_s'] < 1.0 else 'MISSED'}")
+    if args.nodes == 10_000:
+        print(f"  target (10,000 nodes in under 1 s): {'met' if result['median_s'] < 1.0 else 'MISSED'}")
 
 
 if __name__ == "__main__":

@@ -112,3 +112,16 @@ def test_report_commands_on_missing_and_garbage_runs(tmp_path):
         assert expected in _one_error_line(proc)
     proc = subprocess.run(cagtool_cmd("summary"), capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 3 and "no runs recorded yet" in _one_error_line(proc)
+
+
+def test_misspelt_option_before_script(tmp_path):
+    proc = subprocess.run(cagtool_cmd("run", "--max-recompile", "0", str(SCRIPTS / "exit_code.py")), capture_output=True, text=True, cwd=ROOT, env=ENV)
+    assert proc.returncode == 2
+    assert "no such option: --max-recompile" in _one_error_line(proc)
+
+
+def test_run_gate_fails_the_run_when_a_check_fails(tmp_path):
+    proc = _run(tmp_path, "--gate", "--max-ca-graphs", "3", "--no-config", str(ROOT / "sample_scripts" / "op_loop.py"))
+    assert proc.returncode == 1, proc.stderr
+    assert "max-ca-graphs" in proc.stderr
+    assert proc.stdout == ""  # the gate report goes to stderr; stdout is the script's

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from cagtool.errors import UsageError
 from cagtool.record.schema import MODES
+
+if TYPE_CHECKING:
+    from cagtool.report.gate import GateOptions
 
 
 def parse_modes(text: str) -> tuple[str, ...]:
@@ -38,6 +41,9 @@ def run_command(
     depyf: bool = typer.Option(False, "--depyf", help="Also write depyf's readable dump of every compiled graph into the run directory."),
     torch_trace: bool = typer.Option(True, "--torch-trace/--no-torch-trace", help="Write a TORCH_TRACE log (open it with tlparse) in each mode's directory."),
     fmt: str = typer.Option("text", "--format", help="Summary format: text or json (json goes to stdout)."),
+    gate: bool = typer.Option(False, "--gate", help="Gate the run when it ends (thresholds from the flags below or [tool.cagtool.gate]); exit 1 if a check fails.", rich_help_panel="Gate"),
+    *,
+    gate_options: "GateOptions",
 ) -> None:
     """Run SCRIPT exactly as `python SCRIPT ARGS` would, under compiled autograd, and record it.
 
@@ -52,8 +58,11 @@ def run_command(
         cagtool run --modes ca --backend eager train.py
         cagtool run -m mypkg.train -- --lr 3e-4
 
+        cagtool run --gate --max-recompiles ca:0 train.py     # record, then gate (CI)
+
     The script's stdout is its own; cagtool writes to stderr. The exit code is the script's
-    (130 after Ctrl-C; 2 for bad arguments).
+    (130 after Ctrl-C; 2 for bad arguments); with --gate, 1 when the script succeeded but a
+    gate check failed.
     """
     from cagtool.capture.orchestrate import RunOptions, run
     from cagtool.capture.target import check_target
@@ -64,6 +73,8 @@ def run_command(
         script = None
     if args and args[0] == "--":
         args = args[1:]
+    if script is not None and script.startswith("-") and script != "-":
+        raise UsageError(f"no such option: {script} (cagtool run [OPTIONS] SCRIPT [ARGS]...; see cagtool run --help)")
     if fmt not in ("text", "json"):
         raise UsageError(f"--format takes text or json (got {fmt!r})")
     if backend not in ("inductor", "aot_eager", "eager"):
@@ -95,11 +106,18 @@ def run_command(
     from cagtool.commands.summary import print_run_report
 
     print_run_report(outcome.path, fmt=fmt, after_run=True)
-    raise typer.Exit(outcome.exit_code)
+    code = outcome.exit_code
+    if (gate or gate_options.settings.has_thresholds()) and code == 0:
+        from cagtool.commands.gate import gate_and_report
+
+        code = gate_and_report(outcome.path, gate_options, stdout=sys.stderr)
+    raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:
+    from cagtool.commands.gate import with_gate_options
+
     app.command(
         "run",
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False},
-    )(run_command)
+    )(with_gate_options()(run_command))

@@ -314,6 +314,26 @@ def test_recompile_limit_comes_first_and_names_the_cause(tmp_path):
     assert "`n == 1`" in guard_words.why[0] and "Python number" in guard_words.fix[0]
 
 
+def test_recompile_limit_on_a_ca_graph_frame_names_its_cause(tmp_path):
+    b = RecordBuilder()
+    b.miss(0, 1, ROOT, 0)
+    b.graph(0, 1, [ROOT])
+    b.step(1, 1)
+    for attempt in (1, 2):
+        b.add(DynamoRecompileEvent, compile_id=f"!0/1/{attempt}", is_ca_graph=True, step=attempt + 1,
+              reasons=[f"!0/1/{attempt - 1}: L['ctx'] == {attempt}"])
+        b.step(attempt + 1)
+    b.add(DynamoCompileEvent, compile_id="!0/1/2", is_ca_graph=True, step=3, fail_type="Unsupported",
+          fail_reason="Dynamo recompile limit exceeded ... exceeding the accumulated_recompile_limit cache size limit (currently set to 256).")
+    explanation = explain(table_of(b, tmp_path))
+    (cause,) = explanation.causes
+    assert cause.code == "dynamo_ca_graph_guard_failure" and cause.facts["frame"] == "1"
+    limit = explanation.alerts[0]
+    assert limit.code == ALERT_LIMIT and limit.causes == [1]
+    assert (limit.limit_hits[0].limit_type, limit.limit_hits[0].limit_value) == ("accumulated_recompile_limit", 256)
+    assert "gave up recompiling the code of compiled-autograd graph !0 (compile !0/1/2)" in alert_words(limit, CWD).why[0]
+
+
 def test_not_a_storm_below_three_recompiling_steps(tmp_path):
     b = RecordBuilder()
     b.miss(0, 1, ROOT, 0)

@@ -32,6 +32,7 @@ from cagtool.report.recompiles import (  # noqa: F401
     SOURCE_DYNAMO_CA_GRAPH,
     RecompileRow,
     RecompileTable,
+    compile_frame,
     guard_shape,
     guard_text,
 )
@@ -71,7 +72,7 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
         if row.kind == MISS_CHANGED_SHAPES:
             return (CAUSE_SHAPES, _location(row.user_source))
         return (CAUSE_UNKNOWN,)
-    frame = row.compile_id.lstrip("!").split("/")
+    frame = compile_frame(row.compile_id)
     if row.source == SOURCE_DYNAMO_CA_GRAPH:
         # Dynamo compiles a CA graph for the sizes of its first call; when a graph that a
         # changed-shapes miss made is recompiled, the sizes changed again: the same root cause.
@@ -79,8 +80,8 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
         first = guard_text(row.messages[0]) if row.messages else ""
         if ca_id in shape_keys and (not first or "size" in first.lower()):
             return shape_keys[ca_id]
-        return (CAUSE_DYNAMO_CA_GRAPH, frame[1] if len(frame) > 2 else frame[0])
-    return (CAUSE_DYNAMO_FRAME, frame[0])
+        return (CAUSE_DYNAMO_CA_GRAPH, frame)
+    return (CAUSE_DYNAMO_FRAME, frame)
 
 
 _SOURCE_RANK = {"node_traceback": 0, "guard": 1, "compiled_frame": 2, "backward_call": 3}
@@ -136,7 +137,7 @@ def _storm(table: RecompileTable, causes: list[Cause]) -> Alert | None:
 def _limit_alert(table: RecompileTable, causes: list[Cause]) -> Alert | None:
     if not table.limit_hits:
         return None
-    frames = {hit.compile_id.lstrip("!").split("/")[0] for hit in table.limit_hits if hit.compile_id}
+    frames = {compile_frame(hit.compile_id) for hit in table.limit_hits if hit.compile_id}
     behind = [
         c.number
         for c in causes

@@ -21,7 +21,7 @@ from cagtool.report.explain_model import (
     CAUSE_SHAPES,
     CAUSE_STRUCTURE,
 )
-from cagtool.report.recompiles import SOURCE_CA, RecompileRow, RecompileTable, guard_shape, guard_text
+from cagtool.report.recompiles import SOURCE_CA, RecompileRow, RecompileTable, compile_frame, guard_shape, guard_text
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,6 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     for row in cause.rows:
         failures.append((row.compile_id, guard_text(row.messages[0]) if row.messages else ""))
     known = [g for _, g in failures if g]
-    frame = cause.rows[0].compile_id.lstrip("!").split("/")
     function = ""
     for row in cause.rows:
         if row.user_source is not None and row.user_source.function:
@@ -145,7 +144,7 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "failures": failures,
         "guard": known[0] if known else "",
         "guard_kinds": sorted({guard_shape(g) for g in known}),
-        "frame": frame[1] if cause.code == CAUSE_DYNAMO_CA_GRAPH and len(frame) > 2 else frame[0],
+        "frame": compile_frame(cause.rows[0].compile_id),
         "function": function,
         **_stability(table, cause),
     }

@@ -18,7 +18,7 @@ from cagtool.report.explain_model import (
     Cause,
     Evidence,
 )
-from cagtool.report.recompiles import display_path, format_source, node_label
+from cagtool.report.recompiles import compile_frame, display_path, format_source, node_label
 
 MAX_LISTED = 6  # evidence items and node changes listed before eliding the middle
 
@@ -332,7 +332,10 @@ def alert_words(alert: Alert, cwd: str) -> Words:
     hits = alert.limit_hits
     first = hits[0]
     limit = f"config.{first.limit_type}" + (f" ({first.limit_value})" if first.limit_value is not None else "")
-    function = f"`{first.function}`" if first.function else f"frame {first.compile_id.split('/')[0] or '?'}"
+    if first.compile_id.startswith("!"):
+        function = f"the code of compiled-autograd graph {first.compile_id.split('/')[0]}"
+    else:
+        function = f"`{first.function}`" if first.function else f"frame {compile_frame(first.compile_id) or '?'}"
     where = f" ({display_path(first.file, cwd)}:{first.line})" if first.file else ""
     title = f"Dynamo hit {limit} and fell back to eager"
     why = [

@@ -25,6 +25,7 @@ from cagtool.report.recompile_rows import (  # noqa: F401 - re-exported: the mod
 )
 from cagtool.report.recompiles_dynamo import (  # noqa: F401
     compile_attempt,
+    compile_frame,
     dynamo_rows,
     forward_step,
     guard_shape,

@@ -33,6 +33,12 @@ def compile_attempt(compile_id: str) -> int | None:
     return int(match["attempt"]) if match else None
 
 
+def compile_frame(compile_id: str) -> str | None:
+    """F of `F/C` or `!N/F/C`: the frame (code object) Dynamo compiled."""
+    match = _COMPILE_ID.match(compile_id or "")
+    return match["frame"] if match else None
+
+
 def forward_step(step: int | None) -> int:
     """The step a forward-frame compile belongs to. The capture stamps Dynamo events with the step
     last begun (None before the first backward), but a forward frame runs before its step's

@@ -40,14 +40,14 @@ def counts_line(table: RecompileTable) -> str:
     )
 
 
-def print_wrapped(console: Console, text: str, indent: int = 0) -> None:
+def print_wrapped(console: Console, text: str, indent: int = 0, style: str = "") -> None:
     """Wrapped here, not by rich: continuation lines are indented two more and carry no trailing spaces."""
     pad = " " * indent
     width = max(console.width - 1, 40)
     lines = textwrap.wrap(text, width=width, initial_indent=pad, subsequent_indent=pad + "  ",
                           break_long_words=False, break_on_hyphens=False)
     for line in lines or [""]:
-        console.print(Text(line), soft_wrap=True)
+        console.print(Text(line, style=style), soft_wrap=True)
 
 
 def record_notes(table: RecompileTable) -> list[str]:
@@ -156,7 +156,7 @@ class ExplanationRenderer:
         print_wrapped(self.console, text, indent)
 
     def _block(self, heading: str, why: list[str], fix: list[str], evidence: str) -> None:
-        self.console.print(Text(heading, style="bold"))
+        print_wrapped(self.console, heading, 0, style="bold")
         for sentence in why:
             self._line(sentence, 2)
         for sentence in fix:

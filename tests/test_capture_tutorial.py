@@ -29,7 +29,16 @@ def test_op_loop_new_node_misses_match_tutorial(record_run):
     # The source line is the user's backward call in op_loop.py.
     assert all(m.source and m.source.file.endswith("op_loop.py") and m.source.line == 12 for m in misses)
     # Counts equal torch's own counter.
-    assert len(ca.of(CAGraphEvent)) == ca.manifest.torch_counters["compiled_autograd"]["captures"] == 4
+    graphs = ca.of(CAGraphEvent)
+    assert len(graphs) == ca.manifest.torch_counters["compiled_autograd"]["captures"] == 4
+    # Each graph covers the autograd nodes NodeCall -> name, the op that changed at NodeCall 2.
+    assert [(n.node_call, n.name) for n in graphs[2].autograd_nodes] == [
+        (0, "torch::autograd::GraphRoot"),
+        (1, "SumBackward0"),
+        (2, "MulBackward0"),
+        (3, "torch::autograd::AccumulateGrad"),
+    ]
+    assert any(n.origin is not None and n.origin.name == "MulBackward0" for n in ca.graph_nodes(2))
 
 
 def test_shape_loop_one_changed_shapes_miss_then_none(record_run):

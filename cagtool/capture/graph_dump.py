@@ -10,8 +10,11 @@ from typing import Any
 
 from cagtool.record.schema import AutogradNodeRef, GraphNode, HookRef
 
-# set_node_origin writes "<name>[aot_id] (NodeCall <k>)" as the code line of the stack trace.
-_ORIGIN = re.compile(r"code: (?P<name>\S.*?) \(NodeCall (?P<call>\d+)\)\s*$")
+# set_node_origin makes "<name>[aot_id] (NodeCall <k>)" the last line of the node's stack trace
+# (print_readable shows it after "code: ").
+_ORIGIN = re.compile(r"^\s*(?:.*code: )?(?P<name>\S.*?) \(NodeCall (?P<call>\d+)\)\s*$")
+# CA traces through placeholder tensors of this size (allocate_dummy): their shapes mean nothing.
+_DUMMY_SIZE = 123456789
 _AOT_PREFIX = re.compile(r"^aot(\d+)_")
 
 
@@ -101,7 +104,7 @@ def snapshot_meta(graph: Any) -> dict[str, tuple[Any, Any, Any]]:
         value = node.meta.get("val", node.meta.get("example_value"))
         if value is not None:
             meta = tensor_meta(value)
-            if meta[0] is not None:
+            if meta[0] is not None and _DUMMY_SIZE not in meta[0]:
                 out[node.name] = meta
     return out
 

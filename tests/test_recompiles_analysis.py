@@ -256,7 +256,8 @@ def test_hook_added_and_grad_defined(tmp_path):
     assert "AccumulateGrad (NodeCall 4)" in cause_words(hook, CWD).why[0]
 
 
-def test_changed_shapes_and_dynamo_recompile_of_that_graph_are_one_cause(tmp_path):
+@pytest.mark.parametrize("reason_recorded", [False, True])
+def test_changed_shapes_and_dynamo_recompile_of_that_graph_are_one_cause(tmp_path, reason_recorded):
     b = RecordBuilder()
     b.miss(0, 1, ROOT, 0)
     b.graph(0, 1, [ROOT])
@@ -265,10 +266,15 @@ def test_changed_shapes_and_dynamo_recompile_of_that_graph_are_one_cause(tmp_pat
     b.miss(1, 2, None, None, kind="changed_shapes", changed_sizes=sizes, total_changed=2)
     b.graph(1, 2, [ROOT], num_sizes=2)
     b.step(2, 1)
+    if reason_recorded:  # as torch 2.13 words it for the tutorial's shape loop
+        b.add(DynamoRecompileEvent, compile_id="!1/2/1", is_ca_graph=True, step=3,
+              reasons=["!1/2/0: tensor 'sizes[0]' size mismatch at index 1. expected 100, actual 10"])
     b.add(DynamoCompileEvent, compile_id="!1/2/1", is_ca_graph=True, step=3)
     b.step(3)
     b.step(4)
-    explanation = explain(table_of(b, tmp_path))
+    table = table_of(b, tmp_path)
+    assert [r.compile_id for r in table.recompiles] == ["!1", "!1/2/1"]
+    explanation = explain(table)
     assert len(explanation.causes) == 1
     cause = explanation.causes[0]
     assert cause.code == CAUSE_SHAPES and cause.count == 2 and cause.steps == [2, 3]
@@ -278,6 +284,8 @@ def test_changed_shapes_and_dynamo_recompile_of_that_graph_are_one_cause(tmp_pat
     text = " ".join(cause_words(cause, CWD).why + cause_words(cause, CWD).fix)
     assert "sizes[0-1] of SumBackward0 (NodeCall 1): 10, 100" in text
     assert "mark_dynamic" in text and "!1/2/1 at step 3" in text
+    if reason_recorded:
+        assert "(`tensor 'sizes[0]' size mismatch at index 1. expected 100, actual 10`)" in text
 
 
 def test_recompile_limit_comes_first_and_names_the_cause(tmp_path):

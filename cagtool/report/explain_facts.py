@@ -52,18 +52,16 @@ def _autograd_names(graph: CAGraphEvent) -> Counter[str]:
 
 
 def _node_change(table: RecompileTable, row: RecompileRow) -> NodeChange:
-    if row.ca_id is not None and row.node_call is not None:
-        # The most recent earlier graph that has a node at that NodeCall tells what was there before.
-        found = table.node_before(row.ca_id, row.node_call)
-        if found is not None:
-            return NodeChange(row.compile_id, row.step, row.node_call, row.node or "?", found[1], f"!{found[0]}")
+    """What the new node replaced, read by comparing the autograd nodes of the graph this miss
+    produced with the graph captured before it: the node that left when this one came in. (Not by
+    NodeCall: the number in torch's miss message counts the cache lookup, which can differ by one
+    from the NodeCall numbers in the graph's stack traces.) None when nothing left: the graph grew."""
     produced = table.graphs.get(row.ca_id) if row.ca_id is not None else None
     previous = table.previous_graph(row.ca_id)
     before = None
-    if produced is not None and previous is not None and not produced.autograd_nodes:
-        # No NodeCall map: the node that left the graph when this one came in is what it replaced.
+    if produced is not None and previous is not None:
         gone = sorted((_autograd_names(previous) - _autograd_names(produced)).keys())
-        before = gone[0] if len(gone) == 1 else None
+        before = " + ".join(gone) if gone else None
     where = f"!{previous.ca_id}" if previous is not None else None
     return NodeChange(row.compile_id, row.step, row.node_call, row.node or "?", before, where)
 

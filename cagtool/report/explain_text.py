@@ -4,7 +4,6 @@ for each alert and cause of an Explanation. Shared by the text and JSON renderer
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from cagtool.report.explain_model import (
     ALERT_STORM,
@@ -16,81 +15,18 @@ from cagtool.report.explain_model import (
     CAUSE_STRUCTURE,
     Alert,
     Cause,
-    Evidence,
 )
-from cagtool.report.recompiles import compile_frame, display_path, format_source, node_label
-
-MAX_LISTED = 6  # evidence items and node changes listed before eliding the middle
-
-
-@dataclass(frozen=True)
-class Words:
-    title: str
-    why: list[str]
-    fix: list[str]
-    evidence: str
-
-
-def plural(n: int, word: str, many: str | None = None) -> str:
-    return f"{n} {word if n == 1 else (many or word + 's')}"
-
-
-def step_list(steps: list[int]) -> str:
-    """2, 3, 4, 7 -> '2-4, 7' (ranges of consecutive numbers; steps, size indices)."""
-    parts: list[str] = []
-    start = prev = None
-    for step in steps:
-        if prev is not None and step == prev + 1:
-            prev = step
-            continue
-        if start is not None:
-            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-        start = prev = step
-    if start is not None:
-        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-    return ", ".join(parts)
-
-
-def elide(items: list[str], limit: int = MAX_LISTED) -> str:
-    if len(items) <= limit:
-        return ", ".join(items)
-    head = items[: limit - 2]
-    return ", ".join(head) + f", ... ({len(items) - limit + 2} more), " + ", ".join(items[-2:])
-
-
-def evidence_text(evidence: list[Evidence]) -> str:
-    items = [f"{e.compile_id} (step {e.step if e.step is not None else '?'}, seq {e.seq})" for e in evidence]
-    return elide(items)
-
-
-def _short(name: str | None) -> str:
-    return (name or "?").replace("torch::autograd::", "")
-
-
-def _stability_sentence(facts: dict, what: str) -> str:
-    stabilised = facts.get("stabilised")
-    if facts.get("stopped_by_limit"):
-        return (f"Recompiles stopped after step {facts['last_recompile_step']} only because Dynamo hit its "
-                "recompile limit: the frame has run uncompiled since.")
-    if stabilised is None:
-        return ""
-    if stabilised:
-        quiet = facts["quiet_steps_after"]
-        later = "the last step" if quiet == 1 else f"the last {quiet} steps"
-        return f"It has stabilised: no {what} after step {facts['last_recompile_step']}; {later} reused cached graphs."
-    return f"It has not stabilised: still recompiling at the last recorded step ({facts['last_step']})."
-
-
-def _where(cause: Cause, cwd: str) -> str:
-    if cause.source is None:
-        return ""
-    how = {
-        "node_traceback": "created at",
-        "compiled_frame": "in the compiled function at",
-        "backward_call": "in the backward called at",
-        "guard": "guarded at",
-    }.get(cause.source.how, "at")
-    return f"{how} {format_source(cause.source, cwd)}"
+from cagtool.report.explain_words import (  # noqa: F401 - plural and step_list are re-exported
+    Words,
+    elide,
+    evidence_text,
+    plural,
+    short_name,
+    stability_sentence,
+    step_list,
+    where,
+)
+from cagtool.report.recompiles import compile_frame, display_path, node_label
 
 
 def _structure(cause: Cause, cwd: str) -> Words:
@@ -101,24 +37,24 @@ def _structure(cause: Cause, cwd: str) -> Words:
     for change in changes:
         label = f"NodeCall {change.node_call}" if change.node_call is not None else "a node"
         if change.before is None:
-            items.append(f"{change.compile_id} step {change.step}: new {_short(change.after)} at {label}")
+            items.append(f"{change.compile_id} step {change.step}: new {short_name(change.after)} at {label}")
         else:
-            items.append(f"{change.compile_id} step {change.step}: {label} {_short(change.before)} -> {_short(change.after)}")
+            items.append(f"{change.compile_id} step {change.step}: {label} {short_name(change.before)} -> {short_name(change.after)}")
     title = f"The autograd graph's structure changes between iterations ({plural(cause.count, 'recompile')})"
     why = [
         "Compiled autograd caches one graph per graph structure; a backward whose graph has "
         "different nodes is a cache miss and a new capture. "
-        f"Seen {facts['distinct_structures']} distinct structures {_where(cause, cwd)}".rstrip() + ".",
+        f"Seen {facts['distinct_structures']} distinct structures {where(cause, cwd)}".rstrip() + ".",
         "The node that differs: " + elide(items) + ".",
     ]
     if grew == len(changes) and len(changes) > 1:
         why.append("Every miss is a node the earlier graphs did not have: the graph grows (a loop whose trip count changes per step, or ops chosen per step).")
     elif any(len(v) > 1 for v in facts["variants"].values()):
         alternatives = "; ".join(
-            f"NodeCall {nc}: {' / '.join(_short(n) for n in names)}" for nc, names in facts["variants"].items() if len(names) > 1
+            f"NodeCall {nc}: {' / '.join(short_name(n) for n in names)}" for nc, names in facts["variants"].items() if len(names) > 1
         )
         why.append(f"The same position holds different ops ({alternatives}): a Python branch or an op picked per step.")
-    stability = _stability_sentence(facts, "new structure")
+    stability = stability_sentence(facts, "new structure")
     if stability:
         why.append(stability)
     grows = grew == len(changes)
@@ -157,7 +93,7 @@ def _hook(cause: Cause, cwd: str) -> Words:
         "hooks are part of the graph compiled autograd caches, so a new set of hooks is a new graph.",
         "Hooks per graph: " + elide(parts) + ".",
     ]
-    stability = _stability_sentence(facts, "hook change")
+    stability = stability_sentence(facts, "hook change")
     if stability:
         why.append(stability)
     fix = [
@@ -177,7 +113,7 @@ def _grad_defined(cause: Cause, cwd: str) -> Words:
         "with no change in hooks: the parameter's .grad was None in one backward and defined in another, "
         "and AccumulateGrad compiles differently for each.",
     ]
-    stability = _stability_sentence(cause.facts, "such miss")
+    stability = stability_sentence(cause.facts, "such miss")
     if stability:
         why.append(stability)
     fix = [
@@ -221,7 +157,7 @@ def _shapes(cause: Cause, cwd: str) -> Words:
             + elide(again)
             + "): it compiles a CA graph for the sizes of its first call."
         )
-    stability = _stability_sentence(facts, "shape recompile")
+    stability = stability_sentence(facts, "shape recompile")
     if stability:
         why.append(stability)
     fix = []
@@ -257,7 +193,7 @@ def _guard(cause: Cause, cwd: str) -> Words:
     facts = cause.facts
     on_ca = cause.code == CAUSE_DYNAMO_CA_GRAPH
     first = cause.rows[0]
-    where = _where(cause, cwd)
+    location = where(cause, cwd)
     if on_ca:
         subject = f"the code of compiled-autograd graph !{first.compile_id.lstrip('!').split('/')[0]}"
     else:
@@ -267,11 +203,11 @@ def _guard(cause: Cause, cwd: str) -> Words:
     failures = [f"{cid} `{guard}`" if guard else f"{cid} (guard not recorded)" for cid, guard in facts["failures"]]
     why = []
     if facts["guard"]:
-        why.append(f"A guard Dynamo installed stopped holding: `{facts['guard']}`" + (f", {where}." if where else "."))
+        why.append(f"A guard Dynamo installed stopped holding: `{facts['guard']}`" + (f", {location}." if location else "."))
     else:
-        why.append("Dynamo recompiled it; the failing guard was not recorded" + (f" ({where})." if where else "."))
+        why.append("Dynamo recompiled it; the failing guard was not recorded" + (f" ({location})." if location else "."))
     why.append("Failing guard per recompile: " + elide(failures) + ".")
-    stability = _stability_sentence(facts, "recompile")
+    stability = stability_sentence(facts, "recompile")
     if stability:
         why.append(stability)
     fix = [_guard_advice(facts["guard"])]

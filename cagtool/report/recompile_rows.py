@@ -95,9 +95,8 @@ class RecompileTable:
     skipped_lines: int = 0
     unknown_kinds: dict[str, int] = field(default_factory=dict)
     status: str = ""
-    # Lookup indexes over `graphs`, built on first use (explanations of 1,000s of graphs).
+    # Sorted graph ids, built on first use (explanations of 1,000s of graphs).
     _graph_ids: list[int] | None = field(default=None, repr=False, compare=False)
-    _nodes: dict[int, list[tuple[int, str]]] | None = field(default=None, repr=False, compare=False)
 
     def previous_graph(self, ca_id: int | None) -> CAGraphEvent | None:
         """The graph captured just before `!ca_id`."""
@@ -106,18 +105,6 @@ class RecompileTable:
         ids = self._ids()
         index = bisect.bisect_left(ids, ca_id)
         return self.graphs[ids[index - 1]] if index > 0 else None
-
-    def node_before(self, ca_id: int, node_call: int) -> tuple[int, str] | None:
-        """(graph id, node name) at `node_call` in the latest graph before `!ca_id` that has one."""
-        if self._nodes is None:
-            index: dict[int, list[tuple[int, str]]] = {}
-            for graph_id in self._ids():
-                for ref in self.graphs[graph_id].autograd_nodes:
-                    index.setdefault(ref.node_call, []).append((graph_id, ref.name))
-            self._nodes = index
-        entries = self._nodes.get(node_call, [])
-        position = bisect.bisect_left(entries, (ca_id, ""))
-        return entries[position - 1] if position > 0 else None
 
     def _ids(self) -> list[int]:
         if self._graph_ids is None or len(self._graph_ids) != len(self.graphs):

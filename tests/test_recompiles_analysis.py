@@ -24,6 +24,7 @@ from cagtool.record.schema import (
     DynamoCompileEvent,
     DynamoRecompileEvent,
     Event,
+    FindingEvent,
     HookRef,
     SourceRef,
     StepEvent,
@@ -340,6 +341,14 @@ def test_recompile_limit_on_a_ca_graph_frame_names_its_cause(tmp_path):
     assert limit.code == ALERT_LIMIT and limit.causes == [1]
     assert (limit.limit_hits[0].limit_type, limit.limit_hits[0].limit_value) == ("accumulated_recompile_limit", 256)
     assert "gave up recompiling the code of compiled-autograd graph !0 (compile !0/1/2)" in alert_words(limit, CWD).why[0]
+
+
+def test_recompile_limit_from_a_finding(tmp_path):
+    b = op_loop_builder()
+    b.add(FindingEvent, code="recompile_limit_hit", step=3,
+          message="[0/8] torch._dynamo hit config.recompile_limit (8)\n   function: 'fwd' (/proj/m.py:5)")
+    (hit,) = table_of(b, tmp_path).limit_hits
+    assert (hit.compile_id, hit.limit_type, hit.limit_value, hit.step) == ("0/8", "recompile_limit", 8, 3)
 
 
 def test_not_a_storm_below_three_recompiling_steps(tmp_path):

@@ -131,6 +131,8 @@ def _limit_from_text(text: str) -> tuple[str, int | None] | None:
 
 
 def limit_hits(record: ModeRecord, compiles: list[DynamoCompileEvent]) -> list[LimitHit]:
+    """Frames Dynamo gave up on: compiles that failed with "recompile limit exceeded" (torch's
+    compilation metrics), and findings about a recompile limit, once per compile id."""
     hits: list[LimitHit] = []
     seen: set[str] = set()
     # A compile that failed on the limit has no code info; an earlier compile of its frame does.
@@ -140,10 +142,11 @@ def limit_hits(record: ModeRecord, compiles: list[DynamoCompileEvent]) -> list[L
         if found is None or event.compile_id in seen:
             continue
         seen.add(event.compile_id)
-        if not event.co_name and _frame_key(event.compile_id) in named:
-            event = dataclasses.replace(event, co_name=named[_frame_key(event.compile_id)].co_name,
-                                        co_filename=named[_frame_key(event.compile_id)].co_filename,
-                                        co_firstlineno=named[_frame_key(event.compile_id)].co_firstlineno)
+        earlier = named.get(_frame_key(event.compile_id))
+        if not event.co_name and earlier is not None:
+            event = dataclasses.replace(
+                event, co_name=earlier.co_name, co_filename=earlier.co_filename, co_firstlineno=earlier.co_firstlineno
+            )
         hits.append(
             LimitHit(
                 mode=record.mode,
@@ -159,7 +162,7 @@ def limit_hits(record: ModeRecord, compiles: list[DynamoCompileEvent]) -> list[L
         )
     for finding in record.of(FindingEvent):
         found = _limit_from_text(f"{finding.code} {finding.message}")
-        if found is None or "recompile_limit" not in finding.code + finding.message and "recompile limit" not in finding.message.lower():
+        if found is None:
             continue
         compile_id = re.search(r"\[?(!?\d+/\d+(?:/\d+)?)\]?", finding.message)
         key = compile_id.group(1) if compile_id else f"finding:{finding.seq}"

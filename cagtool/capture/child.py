@@ -261,6 +261,8 @@ def main(spec_path: str) -> int:
         manifest.duration_s = time.perf_counter() - started
         manifest.peak_rss_bytes = _peak_rss_bytes()
         manifest.torch_counters = _counters()
+        if handler.errors:
+            manifest.options["structured_log_errors"] = {"count": handler.errors, "last": handler.last_error}
         writer.write_manifest()
         writer.close()
         sys.stdout.flush()

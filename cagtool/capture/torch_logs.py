@@ -38,6 +38,8 @@ class StructuredLogHandler(logging.Handler):
         super().__init__(level=logging.DEBUG)
         self.writer = writer
         self.steps = steps
+        self.errors = 0  # records that could not be turned into events (kept in the manifest)
+        self.last_error = ""
 
     def emit(self, record: logging.LogRecord) -> None:
         metadata = getattr(record, "metadata", None)
@@ -45,8 +47,9 @@ class StructuredLogHandler(logging.Handler):
             return
         try:
             self._handle(metadata, getattr(record, "payload", None))
-        except Exception:  # noqa: BLE001 - never break the target's compile over a log record
-            pass
+        except Exception as exc:  # noqa: BLE001 - never break the target's compile over a log record
+            self.errors += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
 
     def _handle(self, metadata: dict[str, Any], payload: str | None) -> None:
         step = self.steps.current_step
@@ -58,7 +61,10 @@ class StructuredLogHandler(logging.Handler):
             name = metadata["artifact"].get("name")
             if name == "recompile_reasons" and payload:
                 cid = compile_id_of(metadata)
-                reasons = json.loads(payload)
+                try:
+                    reasons = json.loads(payload)
+                except ValueError:
+                    reasons = [payload]  # torch logs a single reason as a plain string (guards.py)
                 self.writer.emit(
                     DynamoRecompileEvent,
                     compile_id=cid,

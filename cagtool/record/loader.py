@@ -7,11 +7,12 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, TypeVar
+from typing import TypeVar
 
 from cagtool.errors import UnreadableInput
 from cagtool.record.manifest import ModeManifest, RunMeta, mode_manifest_from_dict, run_meta_from_dict
 from cagtool.record.schema import (
+    EVENT_TYPES,
     EVENTS_FILE,
     MANIFEST_FILE,
     MODE_FORMAT,
@@ -42,6 +43,7 @@ class ModeRecord:
     events: list[Event]
     skipped_lines: int = 0  # lines that were not valid JSON (e.g. a truncated last line)
     unknown_kinds: Counter[str] = field(default_factory=Counter)
+    kind_counts: Counter[str] = field(default_factory=Counter)  # every known event line, loaded or not
 
     @property
     def mode(self) -> str:
@@ -102,22 +104,23 @@ def _check_format(data: dict, expected: str, path: Path) -> None:
         )
 
 
-def iter_event_lines(path: Path) -> Iterator[tuple[dict | None, str]]:
-    with path.open() as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError:
-                yield None, line
-                continue
-            yield (data if isinstance(data, dict) else None), line
+_KIND_PREFIX = '{"kind": "'
 
 
-def load_mode(path: Path, strict: bool = False) -> ModeRecord:
+def _fast_kind(line: str) -> str | None:
+    """The kind of a line shaped as the writer writes it (`{"kind": "<kind>", ... }`), without
+    parsing it; None for anything else (which then gets the full treatment)."""
+    if not line.startswith(_KIND_PREFIX) or not line.rstrip().endswith("}"):
+        return None
+    end = line.find('"', len(_KIND_PREFIX))
+    return line[len(_KIND_PREFIX) : end] if end > 0 else None
+
+
+def load_mode(path: Path, strict: bool = False, kinds: frozenset[str] | set[str] | None = None) -> ModeRecord:
     """Read one mode directory. Lenient by default: bad lines and unknown kinds are counted;
-    with strict=True either is an error."""
+    with strict=True either is an error. With `kinds`, only events of those kinds are built
+    (the others are only counted in `kind_counts`): what lets a report over a 100,000-event
+    record stay fast."""
     path = Path(path)
     data = _read_json(path / MANIFEST_FILE, "mode manifest")
     _check_format(data, MODE_FORMAT, path / MANIFEST_FILE)
@@ -125,30 +128,45 @@ def load_mode(path: Path, strict: bool = False) -> ModeRecord:
     events: list[Event] = []
     skipped = 0
     unknown: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
     events_path = path / EVENTS_FILE
     if events_path.exists():
-        for number, (raw, _line) in enumerate(iter_event_lines(events_path), start=1):
-            if raw is None:
-                if strict:
-                    raise UnreadableInput(f"{events_path}: line {number} is not a JSON object (--strict)")
-                skipped += 1
-                continue
-            try:
-                event = event_from_dict(raw)
-            except (TypeError, ValueError) as exc:
-                if strict:
-                    raise UnreadableInput(f"{events_path}: line {number}: {exc} (--strict)") from None
-                skipped += 1
-                continue
-            if event is None:
-                if strict:
-                    raise UnreadableInput(f"{events_path}: line {number}: unknown event kind {raw.get('kind')!r} (--strict)")
-                unknown[str(raw.get("kind"))] += 1
-                continue
-            events.append(event)
+        with events_path.open() as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                if kinds is not None and not strict:
+                    kind = _fast_kind(line)
+                    if kind is not None and kind not in kinds and kind in EVENT_TYPES:
+                        counts[kind] += 1
+                        continue
+                try:
+                    raw = json.loads(line)
+                except json.JSONDecodeError:
+                    raw = None
+                if not isinstance(raw, dict):
+                    if strict:
+                        raise UnreadableInput(f"{events_path}: line {number} is not a JSON object (--strict)")
+                    skipped += 1
+                    continue
+                try:
+                    event = event_from_dict(raw)
+                except (TypeError, ValueError) as exc:
+                    if strict:
+                        raise UnreadableInput(f"{events_path}: line {number}: {exc} (--strict)") from None
+                    skipped += 1
+                    continue
+                if event is None:
+                    if strict:
+                        raise UnreadableInput(f"{events_path}: line {number}: unknown event kind {raw.get('kind')!r} (--strict)")
+                    unknown[str(raw.get("kind"))] += 1
+                    continue
+                counts[event.kind] += 1
+                if kinds is None or event.kind in kinds:
+                    events.append(event)
     elif strict:
         raise UnreadableInput(f"{events_path} is missing (--strict)")
-    return ModeRecord(path=path, manifest=manifest, events=events, skipped_lines=skipped, unknown_kinds=unknown)
+    return ModeRecord(path=path, manifest=manifest, events=events, skipped_lines=skipped, unknown_kinds=unknown, kind_counts=counts)
 
 
 def resolve_run_path(path: str | Path | None) -> Path:
@@ -167,7 +185,7 @@ def resolve_run_path(path: str | Path | None) -> Path:
     raise UnreadableInput(f"{candidate} is not a cagtool run directory (no {RUN_META_FILE})")
 
 
-def load_run(path: str | Path | None = None, strict: bool = False) -> RunRecord:
+def load_run(path: str | Path | None = None, strict: bool = False, kinds: frozenset[str] | set[str] | None = None) -> RunRecord:
     run_path = resolve_run_path(path)
     data = _read_json(run_path / RUN_META_FILE, "run record")
     _check_format(data, RUN_FORMAT, run_path / RUN_META_FILE)
@@ -176,7 +194,7 @@ def load_run(path: str | Path | None = None, strict: bool = False) -> RunRecord:
     for mode in meta.modes:
         mode_path = run_path / mode
         if (mode_path / MANIFEST_FILE).exists():
-            modes[mode] = load_mode(mode_path, strict=strict)
+            modes[mode] = load_mode(mode_path, strict=strict, kinds=kinds)
         elif strict:
             raise UnreadableInput(f"mode {mode!r} of {run_path} has no manifest (--strict)")
     return RunRecord(path=run_path, meta=meta, modes=modes)

@@ -259,6 +259,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
     )
 }
 
+_FIELD_NAMES: dict[type, frozenset[str]] = {cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in EVENT_TYPES.values()}
+
 _NESTED: dict[str, Any] = {
     "source": SourceRef,
     "backward_call": SourceRef,
@@ -278,7 +280,7 @@ def event_from_dict(data: dict[str, Any]) -> Event | None:
     cls = EVENT_TYPES.get(data.get("kind", ""))
     if cls is None:
         return None
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = _FIELD_NAMES[cls]
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if key not in names:

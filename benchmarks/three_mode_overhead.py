@@ -20,6 +20,7 @@ manifest (the child process from start to record closed), to show where any over
     /work/venv/bin/python benchmarks/three_mode_overhead.py --reps 3 --json
     /work/venv/bin/python benchmarks/three_mode_overhead.py -- sample_scripts/graph_breaks.py 50
     /work/venv/bin/python benchmarks/three_mode_overhead.py --cagtool-arg=--no-torch-trace
+    /work/venv/bin/python benchmarks/three_mode_overhead.py --threads 1      # steadier on a shared machine
 """
 
 from __future__ import annotations
@@ -93,6 +94,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--backend", default="eager", help="backend compiling CA graphs (cagtool --backend, ca_by_hand.py)")
     parser.add_argument("--cagtool-arg", action="append", default=[], help="extra argument for `cagtool run` (repeatable)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="OMP_NUM_THREADS for every process, both sides (1 keeps a shared machine's noise down)")
     parser.add_argument("--json", action="store_true", help="print the results as one JSON object")
     parser.add_argument("target", nargs=argparse.REMAINDER, help="SCRIPT [ARGS] after --; default: transformer_lm.py --steps 24 --backend eager")
     args = parser.parse_args()
@@ -100,6 +103,8 @@ def main() -> None:
     # CI=true keeps cagtool's progress display quiet, as in a log.
     base_env = {**os.environ, "CI": "true"}
     base_env.pop("TORCHDYNAMO_DISABLE", None)
+    if args.threads is not None:
+        base_env["OMP_NUM_THREADS"] = str(args.threads)
 
     reps: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="three-mode-bench-") as tmp:
@@ -139,6 +144,7 @@ def main() -> None:
         "target": target,
         "backend": args.backend,
         "cagtool_args": args.cagtool_arg,
+        "threads": args.threads,
         "reps": args.reps,
         "wall_ratio_median": statistics.median(wall_ratios),
         "wall_ratio_range": [wall_ratios[0], wall_ratios[-1]],

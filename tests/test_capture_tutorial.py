@@ -128,3 +128,19 @@ def test_depyf_dump_lands_in_the_run_dir(record_run):
     ca = _ca(record_run("graph_breaks.py", "2", extra=("--depyf",)))
     files = [p.name for p in (ca.path / "depyf").iterdir()]
     assert any("Compiled_autograd_graph" in name for name in files), files
+
+
+def test_runs_lists_recorded_runs_and_latest_is_the_default(record_run, tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    run = record_run("op_loop.py")
+    root = tmp_path / ".cagtool" / "runs"
+    shutil.copytree(run.path, root / "op_loop-1")
+    env = {**__import__("os").environ, "COLUMNS": "200"}
+    listed = subprocess.run([sys.executable, "-m", "cagtool", "runs"], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert listed.returncode == 0 and "op_loop-1" in listed.stdout and "ca:finished" in listed.stdout
+    latest = subprocess.run([sys.executable, "-m", "cagtool", "summary", "--format", "json"], capture_output=True, text=True, cwd=tmp_path)
+    assert latest.returncode == 0, latest.stderr
+    assert json.loads(latest.stdout)["ca_graphs"] == 4

@@ -380,3 +380,15 @@ def test_compare_runs_notes_what_makes_runs_incomparable():
     assert any("different commands" in n for n in notes)
     assert any("different machines" in n for n in notes)
     assert "note: the runs were recorded on different machines" in rendered(compare_runs(before, after), "table")
+
+
+def test_repetitions_that_differ_point_at_an_unseeded_script():
+    run = run_record({
+        "eager": mode_record("eager", make_steps([0.05, *steady(10)], LOSSES, compiling=())),
+        "eager.2": mode_record("eager.2", make_steps([0.05, *steady(10)], [v * 1.1 for v in LOSSES], compiling=())),
+    })
+    (problem,) = compare_modes(run).problems
+    assert "loss of eager.2 differs from eager" in problem and "not deterministic" in problem
+    # Before/after: the same mode differing between two runs is the change, not nondeterminism.
+    rc = compare_runs(three_modes(), three_modes(events=[*make_steps([0.05, *steady(6)], [v * 1.1 for v in LOSSES]), final()]))
+    assert rc.problems and not any("deterministic" in p for p in rc.problems)

@@ -478,10 +478,14 @@ class Comparison:
 
 def numerics_problem(diff: NumericsDiff, tol: Tolerance) -> str:
     where = f" at step {diff.worst_step}" if diff.worst_step is not None else ""
+    hint = ""
+    within_one_run = " " not in diff.record and " " not in diff.reference  # before/after names are "A ca", "B ca"
+    if within_one_run and base_mode(diff.record) == base_mode(diff.reference) and diff.record != diff.reference:
+        hint = "; the same mode differs from itself, so the script is not deterministic (seed it with torch.manual_seed)"
     return (
         f"numerics: {diff.quantity} of {diff.record} differs from {diff.reference}{where} by "
         f"{format_rel(diff.max_rel_diff)} relative ({diff.value!r} vs {diff.reference_value!r}; "
-        f"tolerance rtol {tol.rtol:g}, atol {tol.atol:g})"
+        f"tolerance rtol {tol.rtol:g}, atol {tol.atol:g}){hint}"
     )
 
 

@@ -392,3 +392,52 @@ def test_repetitions_that_differ_point_at_an_unseeded_script():
     # Before/after: the same mode differing between two runs is the change, not nondeterminism.
     rc = compare_runs(three_modes(), three_modes(events=[*make_steps([0.05, *steady(6)], [v * 1.1 for v in LOSSES]), final()]))
     assert rc.problems and not any("deterministic" in p for p in rc.problems)
+
+
+GOLDEN_TABLE = """\
+Modes side by side: train.py
+┏━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━┓
+┃                                  ┃             eager ┃              aot ┃               ca ┃
+┡━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━┩
+│ status                           │                ok │               ok │   FAILED, exit 1 │
+│ forward graphs                   │                 0 │                1 │                1 │
+│ backward graphs                  │                 0 │          3 (AOT) │           1 (CA) │
+│ graph breaks                     │                 0 │                1 │                0 │
+│ recompiles                       │                 0 │                0 │                0 │
+│ compile time                     │               0 s │          1.500 s │          1.550 s │
+│   Dynamo                         │               0 s │          1.500 s │          1.500 s │
+│   AOTAutograd                    │               0 s │          1.000 s │          1.000 s │
+│   Inductor                       │               0 s │              0 s │              0 s │
+│   CA capture                     │               0 s │              0 s │          0.050 s │
+│ time to first step               │           1.000 s │          1.000 s │          1.000 s │
+│ step time (median)               │         10.000 ms │         8.000 ms │         5.000 ms │
+│ step time p10 - p90              │ 9.800 - 10.200 ms │ 7.840 - 8.160 ms │ 4.900 - 5.100 ms │
+│ steady steps                     │                11 │  10 (1 excluded) │  10 (1 excluded) │
+│ peak RSS                         │           100 MiB │          120 MiB │          100 MiB │
+│ numerics vs eager (max rel diff) │         reference │                0 │                0 │
+└──────────────────────────────────┴───────────────────┴──────────────────┴──────────────────┘
+Speedups (steady-state step time)
+┏━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓
+┃           ┃ speedup ┃ range (p10/p90) ┃ verdict ┃ note                                    ┃
+┡━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩
+│ aot/eager │   1.25x │    1.20 - 1.30x │ faster  │                                         │
+│ ca/eager  │   2.00x │    1.92 - 2.08x │ faster  │ from a mode that did not finish cleanly │
+│ ca/aot    │   1.60x │    1.54 - 1.67x │ faster  │ from a mode that did not finish cleanly │
+└───────────┴─────────┴─────────────────┴─────────┴─────────────────────────────────────────┘
+speedup = baseline median step time / mode median step time (> 1: faster); a range containing 1.0 is
+within noise.
+Steps left out of the steady state because compilation touched them: aot: 1; ca: 1
+Numerics: losses and final norms agree with eager within rtol 0.001, atol 1e-06; largest relative
+difference 0
+Problems:
+  mode ca: failed, exit code 1: RuntimeError: boom
+"""
+
+
+def test_table_golden_text():
+    """The whole table of a hand-built run with a failed ca mode, on a 100-column colourless console."""
+    comparison = compare_modes(three_modes(ca_ms=5, status="failed", exit_code=1, exception=ExceptionInfo("RuntimeError", "boom")))
+    buffer = io.StringIO()
+    render_comparison(comparison, "table", make_console(file=buffer, width=100))
+    text = "\n".join(line.rstrip() for line in buffer.getvalue().splitlines())
+    assert text + "\n" == GOLDEN_TABLE

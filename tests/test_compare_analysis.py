@@ -29,7 +29,7 @@ from cagtool.report.compare import (
     compare_runs,
     relative_difference,
 )
-from cagtool.report.compare_render import CSV_COLUMNS, comparison_to_json, format_comparison, render_comparison
+from cagtool.report.compare_render import CSV_COLUMNS, format_comparison, render_comparison
 from cagtool.report.console import make_console
 
 BACKWARD_S = 0.0001

@@ -21,7 +21,6 @@ from rich.text import Text
 from cagtool.report.compare import (
     LOSS,
     Comparison,
-    ModeChange,
     ModeColumn,
     Numerics,
     NumericsDiff,

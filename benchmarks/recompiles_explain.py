@@ -35,6 +35,7 @@ from cagtool.record.schema import (
     SourceRef,
     StepEvent,
     event_to_dict,
+    json_default,
 )
 
 TOTAL_EVENTS = 100_000
@@ -117,7 +118,7 @@ def write_run(root: Path, events: list[Event]) -> Path:
     (root / "ca" / "manifest.json").write_text(json.dumps(to_dict(manifest)))
     with (root / "ca" / "events.jsonl").open("w") as handle:
         for event in events:
-            handle.write(json.dumps(event_to_dict(event)) + "\n")
+            handle.write(json.dumps(event_to_dict(event), default=json_default) + "\n")
     return root
 
 

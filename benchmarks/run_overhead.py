@@ -30,8 +30,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--backend", default="eager")
+    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS for both sides (1 cuts run-to-run noise on a small machine)")
     args = parser.parse_args()
-    env = {**os.environ, "CI": "true"}
+    env = {**os.environ, "CI": "true", "OMP_NUM_THREADS": str(args.threads)}
     bare, tool = [], []
     for rep in range(args.reps):
         proc = subprocess.run([sys.executable, str(HERE / "ca_by_hand.py"), args.backend, str(SCRIPT), str(args.steps)], capture_output=True, text=True, env=env, check=True)

@@ -29,6 +29,7 @@ from cagtool.record.schema import (
     SourceRef,
     StepEvent,
     event_to_dict,
+    json_default,
 )
 from cagtool.report.explain import (
     ALERT_LIMIT,
@@ -96,7 +97,7 @@ class RecordBuilder:
         (root / "ca" / "manifest.json").write_text(json.dumps(to_dict(manifest)))
         with (root / "ca" / "events.jsonl").open("w") as handle:
             for event in self.events:
-                handle.write(json.dumps(event_to_dict(event)) + "\n")
+                handle.write(json.dumps(event_to_dict(event), default=json_default) + "\n")
         return root
 
 

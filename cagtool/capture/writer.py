@@ -20,6 +20,7 @@ from cagtool.record.schema import (
     Event,
     GraphNode,
     event_to_dict,
+    json_default,
 )
 
 
@@ -54,7 +55,7 @@ class RecordWriter:
             event = event_cls(seq=self._seq, t=fields.pop("t", None) or self.now(), **fields)
             self._seq += 1
             if not self._events.closed:
-                self._events.write(json.dumps(event_to_dict(event), default=str) + "\n")
+                self._events.write(json.dumps(event_to_dict(event), default=json_default) + "\n")
                 self._events.flush()
         return event
 

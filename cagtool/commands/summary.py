@@ -26,13 +26,10 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
     console = make_console(stderr=after_run)
     render_summary(console, run)
     if len(run.modes) > 1:
-        try:
-            from cagtool.report.compare import build_comparison
-            from cagtool.report.compare_render import render_comparison
-        except ImportError:
-            pass
-        else:
-            render_comparison(build_comparison(run), "table", console)
+        from cagtool.report.compare import compare_modes
+        from cagtool.report.compare_render import render_comparison
+
+        render_comparison(compare_modes(run), "table", console)
     console.print(f"record: {run.path}")
     if after_run:
         console.print("next: " + "\n      ".join(next_steps(str(run.path))))

@@ -271,8 +271,16 @@ _NESTED: dict[str, Any] = {
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:
-    data = dataclasses.asdict(event)
-    return {"kind": event.kind, **data}
+    """The event as JSON-ready data; nested records stay dataclasses (see `json_default`).
+    Shallow on purpose: dataclasses.asdict's deep copy cost tens of microseconds per step."""
+    return {"kind": event.kind, **event.__dict__}
+
+
+def json_default(obj: Any) -> Any:
+    """json.dumps(default=...) for the nested records of an event (SourceRef, ChangedSize...)."""
+    if dataclasses.is_dataclass(obj):
+        return obj.__dict__
+    return str(obj)
 
 
 def event_from_dict(data: dict[str, Any]) -> Event | None:

@@ -24,6 +24,10 @@ from cagtool.record.schema import (
 )
 
 
+# One encoder for all events: json.dumps(default=...) builds a new encoder per call (~5 us a step).
+_ENCODER = json.JSONEncoder(default=json_default)
+
+
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
@@ -51,12 +55,12 @@ class RecordWriter:
         return time.perf_counter() - self.t0
 
     def emit(self, event_cls: type[Event], **fields: Any) -> Event:
+        """Append one event. The file is line-buffered: each event reaches the OS as it is written."""
         with self._lock:
             event = event_cls(seq=self._seq, t=fields.pop("t", None) or self.now(), **fields)
             self._seq += 1
             if not self._events.closed:
-                self._events.write(json.dumps(event_to_dict(event), default=json_default) + "\n")
-                self._events.flush()
+                self._events.write(_ENCODER.encode(event_to_dict(event)) + "\n")
         return event
 
     def write_graph(self, ca_id: int, compile_id: str, code: str, nodes: list[GraphNode]) -> tuple[str, str]:

@@ -61,6 +61,10 @@ def test_graph_breaks_give_one_ca_graph_covering_whole_backward(record_run):
     assert len(graphs[0].aot_ids) == 3
     metrics = mode_metrics(ca)
     assert metrics.graph_breaks == 2 and metrics.forward_graphs == 3 and metrics.backward_graphs == 1
+    # The same counts torch keeps: graph breaks, and unique graphs = 3 forward + 1 CA graph.
+    counters = ca.manifest.torch_counters
+    assert sum(counters["graph_break"].values()) == metrics.graph_breaks
+    assert counters["stats"]["unique_graphs"] == metrics.forward_graphs + metrics.ca_graphs
 
 
 def test_tensor_hook_appears_as_call_hook_node(record_run):

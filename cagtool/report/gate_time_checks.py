@@ -31,27 +31,50 @@ def _pct(change: float) -> str:
     return f"{change:+.1f}%"
 
 
+def _verdict(head: str, detail: str, change_s: float, allowed_s: float, bound: str) -> tuple[Outcome, str]:
+    """Worse than allowed fails, as much better is an improvement, anything between passes."""
+    if change_s > allowed_s:
+        return Outcome.FAIL, f"{head}: {detail} > +{bound}"
+    if change_s < -allowed_s:
+        return Outcome.IMPROVED, f"{head}: {detail} < -{bound}: improved, refresh the baseline"
+    return Outcome.PASS, f"{head}: {detail} within +/-{bound}"
+
+
 @dataclass(frozen=True)
-class StepTimeRegressionCheck:
+class _TimeCheck:
+    """A time of one mode against the baseline's, held to `threshold`; an error when either lacks the mode."""
+
+    threshold: TimeThreshold
+    mode: str
+    name: str  # each check sets its own default
+    source: str = "flag"
+
+    def evaluate(self, run: dict[str, ModeSnapshot], baseline: dict[str, ModeSnapshot] | None) -> CheckResult:
+        limit = f"+{self.threshold}"
+        if self.mode not in run:
+            return missing_mode(self.name, self.mode, run, "run", limit, self.source)
+        if baseline is None or self.mode not in baseline:
+            return missing_mode(self.name, self.mode, baseline or {}, "baseline", limit, self.source)
+        return self._against(run[self.mode], baseline[self.mode], limit)
+
+    def _against(self, current: ModeSnapshot, previous: ModeSnapshot, limit: str) -> CheckResult:
+        """The check proper, once both the run and the baseline have the mode."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class StepTimeRegressionCheck(_TimeCheck):
     """Step time against the baseline's, with a noise floor: a change only counts when it exceeds
     both the threshold and the noise of the two measurements, twice the standard error of the
     difference (about 95%). Each side's standard error comes from its measured spread: sigma is
     estimated as (p90 - p10) / 2.563 (the p10-p90 width of a normal), and SE = 1.2533 sigma / sqrt(n)
     for a median (used for mean, p10 and p90 too: rough, and said so in the docs)."""
 
-    threshold: TimeThreshold
-    mode: str
     name: str = "max-regression"
-    source: str = "flag"
 
-    def evaluate(self, run: dict[str, ModeSnapshot], baseline: dict[str, ModeSnapshot] | None) -> CheckResult:
+    def _against(self, current: ModeSnapshot, previous: ModeSnapshot, limit: str) -> CheckResult:
         t = self.threshold
-        limit = f"+{t}"
-        if self.mode not in run:
-            return missing_mode(self.name, self.mode, run, "run", limit, self.source)
-        if baseline is None or self.mode not in baseline:
-            return missing_mode(self.name, self.mode, baseline or {}, "baseline", limit, self.source)
-        cur, base = run[self.mode].step_time, baseline[self.mode].step_time
+        cur, base = current.step_time, previous.step_time
         if cur is None or base is None:
             side = "this run" if cur is None else "the baseline"
             return unmeasurable(self.name, self.mode, f"{side} has no steady-state steps (every step compiled; run more steps)", limit, self.source)
@@ -72,12 +95,7 @@ class StepTimeRegressionCheck:
             f"step time {t.field} {_fmt_s(now)} vs baseline {_fmt_s(before)}: {_pct(change_pct)}"
         )
         bound = f"{allowed_pct:.1f}% ({_fmt_s(allowed_s)}; threshold {t}, noise +/-{noise_pct:.1f}%)"
-        if change_s > allowed_s:
-            outcome, message = Outcome.FAIL, f"{self.name} ({self.mode}): {detail} > +{bound}"
-        elif change_s < -allowed_s:
-            outcome, message = Outcome.IMPROVED, f"{self.name} ({self.mode}): {detail} < -{bound}: improved, refresh the baseline"
-        else:
-            outcome, message = Outcome.PASS, f"{self.name} ({self.mode}): {detail} within +/-{bound}"
+        outcome, message = _verdict(f"{self.name} ({self.mode})", detail, change_s, allowed_s, bound)
         notes = []
         if min(cur.count, base.count) < MIN_STEADY_STEPS:
             notes.append(f"few steady-state steps (this run {cur.count}, baseline {base.count}): the noise floor is rough")
@@ -97,32 +115,19 @@ def _standard_error(stats: Any) -> float:
 
 
 @dataclass(frozen=True)
-class CompileTimeRegressionCheck:
+class CompileTimeRegressionCheck(_TimeCheck):
     """Total compile time against the baseline's. One measurement per run, so no spread: use an
     absolute threshold (`0.5s`) when compile times are tiny and percentages jumpy."""
 
-    threshold: TimeThreshold
-    mode: str
     name: str = "max-compile-regression"
-    source: str = "flag"
 
-    def evaluate(self, run: dict[str, ModeSnapshot], baseline: dict[str, ModeSnapshot] | None) -> CheckResult:
+    def _against(self, current: ModeSnapshot, previous: ModeSnapshot, limit: str) -> CheckResult:
         t = self.threshold
-        limit = f"+{t}"
-        if self.mode not in run:
-            return missing_mode(self.name, self.mode, run, "run", limit, self.source)
-        if baseline is None or self.mode not in baseline:
-            return missing_mode(self.name, self.mode, baseline or {}, "baseline", limit, self.source)
-        now, before = run[self.mode].compile_time_s, baseline[self.mode].compile_time_s
+        now, before = current.compile_time_s, previous.compile_time_s
         change_s = now - before
         allowed_s = before * t.value / 100.0 if t.unit == "%" else t.value
         change_pct = 100.0 * change_s / before if before > 0 else (0.0 if change_s == 0 else math.inf)
         detail = f"compile time {_fmt_s(now)} vs baseline {_fmt_s(before)}: {_pct(change_pct)}"
-        if change_s > allowed_s:
-            outcome, message = Outcome.FAIL, f"{self.name} ({self.mode}): {detail} > +{t}"
-        elif change_s < -allowed_s:
-            outcome, message = Outcome.IMPROVED, f"{self.name} ({self.mode}): {detail} < -{t}: improved, refresh the baseline"
-        else:
-            outcome, message = Outcome.PASS, f"{self.name} ({self.mode}): {detail} within +/-{t}"
+        outcome, message = _verdict(f"{self.name} ({self.mode})", detail, change_s, allowed_s, f"{t}")
         data = {"actual_s": now, "baseline_s": before, "change_pct": change_pct if math.isfinite(change_pct) else None}
         return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, _pct(change_pct), limit, message, self.source, data=data)

@@ -140,8 +140,9 @@ def _changed_fields(entry: NodeDiff) -> str:
     return ", ".join(c.field for c in entry.changes)
 
 
-class UnifiedRenderer:
-    """`diff -u`-like text: `-` old, `+` new; a changed node is a `-`/`+` pair."""
+class _HunkRenderer:
+    """Each comparison as its header, its differences with `context` unchanged nodes around them
+    (the part a subclass draws), then its summary."""
 
     def __init__(self, context: int = 3) -> None:
         self.context = context
@@ -152,21 +153,31 @@ class UnifiedRenderer:
                 console.print()
             for line in header_lines(comparison):
                 console.print(line, soft_wrap=True)
-            entries = comparison.diff.entries
-            spans, skipped_after = hunks(entries, self.context)
-            for hunk in spans:
-                where = f"{hunk.skipped_before} unchanged before" if hunk.start else "start of graph"
-                console.print(Text(f"@@ {where} @@", style="cyan"), soft_wrap=True)
-                origin = None
-                for entry in entries[hunk.start : hunk.stop]:
-                    if _origin(entry) != origin:
-                        origin = _origin(entry)
-                        console.print(Text(f"  # {origin}", style="cyan"), soft_wrap=True)
-                    self._entry(entry, console)
-            if spans and skipped_after:
-                console.print(Text(f"@@ {skipped_after} unchanged after @@", style="cyan"), soft_wrap=True)
+            spans, skipped_after = hunks(comparison.diff.entries, self.context)
+            self._differences(comparison, spans, skipped_after, console)
             for line in summary_lines(comparison):
                 console.print(line, soft_wrap=True)
+
+    def _differences(self, comparison: GraphComparison, spans: list[Hunk], skipped_after: int, console: Console) -> None:
+        raise NotImplementedError
+
+
+class UnifiedRenderer(_HunkRenderer):
+    """`diff -u`-like text: `-` old, `+` new; a changed node is a `-`/`+` pair."""
+
+    def _differences(self, comparison: GraphComparison, spans: list[Hunk], skipped_after: int, console: Console) -> None:
+        entries = comparison.diff.entries
+        for hunk in spans:
+            where = f"{hunk.skipped_before} unchanged before" if hunk.start else "start of graph"
+            console.print(Text(f"@@ {where} @@", style="cyan"), soft_wrap=True)
+            origin = None
+            for entry in entries[hunk.start : hunk.stop]:
+                if _origin(entry) != origin:
+                    origin = _origin(entry)
+                    console.print(Text(f"  # {origin}", style="cyan"), soft_wrap=True)
+                self._entry(entry, console)
+        if spans and skipped_after:
+            console.print(Text(f"@@ {skipped_after} unchanged after @@", style="cyan"), soft_wrap=True)
 
     def _entry(self, entry: NodeDiff, console: Console) -> None:
         # One node, one line: no wrapping, so the output greps like `diff -u`.
@@ -183,36 +194,27 @@ class UnifiedRenderer:
             console.print(line, soft_wrap=True)
 
 
-class SideBySideRenderer:
+class SideBySideRenderer(_HunkRenderer):
     """A table, old graph left and new graph right, one aligned node per row."""
 
-    def __init__(self, context: int = 3) -> None:
-        self.context = context
+    def _differences(self, comparison: GraphComparison, spans: list[Hunk], skipped_after: int, console: Console) -> None:
+        if not spans:
+            return
+        entries = comparison.diff.entries
+        table = Table(show_header=True, header_style="bold", expand=True, show_lines=False, pad_edge=False)
+        table.add_column("", width=1, no_wrap=True)
+        table.add_column(f"{comparison.old.compile_id} (old)", ratio=1, overflow="fold")
+        table.add_column(f"{comparison.new.compile_id} (new)", ratio=1, overflow="fold")
+        for hunk in spans:
+            self._gap(table, hunk.skipped_before)
+            self._hunk(table, entries[hunk.start : hunk.stop])
+        self._gap(table, skipped_after)
+        console.print(table)
 
-    def render(self, comparisons: Sequence[GraphComparison], console: Console) -> None:
-        for number, comparison in enumerate(comparisons):
-            if number:
-                console.print()
-            for line in header_lines(comparison):
-                console.print(line, soft_wrap=True)
-            entries = comparison.diff.entries
-            spans, skipped_after = hunks(entries, self.context)
-            if spans:
-                table = Table(show_header=True, header_style="bold", expand=True, show_lines=False, pad_edge=False)
-                table.add_column("", width=1, no_wrap=True)
-                table.add_column(f"{comparison.old.compile_id} (old)", ratio=1, overflow="fold")
-                table.add_column(f"{comparison.new.compile_id} (new)", ratio=1, overflow="fold")
-                for hunk in spans:
-                    if hunk.skipped_before:
-                        gap = Text(f"⋯ {hunk.skipped_before} unchanged", style="dim italic")
-                        table.add_row("", gap, gap)
-                    self._hunk(table, entries[hunk.start : hunk.stop])
-                if skipped_after:
-                    gap = Text(f"⋯ {skipped_after} unchanged", style="dim italic")
-                    table.add_row("", gap, gap)
-                console.print(table)
-            for line in summary_lines(comparison):
-                console.print(line, soft_wrap=True)
+    def _gap(self, table: Table, unchanged: int) -> None:
+        if unchanged:
+            gap = Text(f"⋯ {unchanged} unchanged", style="dim italic")
+            table.add_row("", gap, gap)
 
     def _hunk(self, table: Table, entries: Sequence[NodeDiff]) -> None:
         origin = None

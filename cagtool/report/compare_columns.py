@@ -1,0 +1,215 @@
+"""One mode of a run as a column: its repetitions pooled, why it failed, its flat figures.
+
+`mode_columns(run)` groups a run's records by base mode (`ca`, `ca.2`... pool into `ca`) and turns
+each group into a `ModeColumn`; `mode_fields` flattens a column into the per-mode figures every
+format shows. Pure analysis of run records; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from cagtool.record.loader import ModeRecord, RunRecord
+from cagtool.record.schema import STATUS_FINISHED, STATUS_RUNNING, StepEvent
+from cagtool.report.metrics import ModeMetrics, StepStats, mode_metrics, stats_of_intervals, steady_intervals
+
+STATUS_MISSING = "missing"  # listed in run.json but no manifest was written (the process died early)
+
+
+def base_mode(record_name: str) -> str:
+    """`ca.2` -> `ca`: repetitions are stored as `<mode>.<n>` directories."""
+    head, dot, tail = record_name.rpartition(".")
+    return head if dot and tail.isdigit() else record_name
+
+
+def repetition_index(record_name: str) -> int:
+    head, dot, tail = record_name.rpartition(".")
+    return int(tail) if dot and tail.isdigit() else 1
+
+
+@dataclass(frozen=True)
+class ModeFailure:
+    """Why one recorded mode (or repetition) did not finish cleanly."""
+
+    record: str  # directory name: "ca" or "ca.2"
+    status: str  # failed | timeout | interrupted | running (killed) | missing
+    exit_code: int | None
+    reason: str  # one line: "RuntimeError: boom", "stopped after 5 s (--max-time)"...
+
+    def describe(self) -> str:
+        code = f", exit code {self.exit_code}" if self.exit_code not in (None, 0) else ""
+        return f"{self.record}: {self.status}{code}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class ModeColumn:
+    """One mode of a run, repetitions pooled.
+
+    Counts (graphs, breaks, recompiles) come from the first repetition that left a record: they
+    are deterministic. Step times pool the steady intervals of every repetition; compile time and
+    time to first step are the median over repetitions (each ran with a fresh compile cache unless
+    --warm-cache); peak memory is the largest."""
+
+    name: str  # eager | aot | ca
+    records: tuple[str, ...]  # directory names pooled, in run order: ("ca", "ca.2")
+    metrics: ModeMetrics | None  # of the first repetition with a record; None when none has one
+    step_time: StepStats  # pooled over repetitions
+    repetition_medians: tuple[float | None, ...] = ()
+    compile_time_s: float | None = None
+    compile_phases_s: dict[str, float] = field(default_factory=dict)
+    first_step_s: float | None = None
+    peak_rss_bytes: int | None = None
+    failures: tuple[ModeFailure, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and self.metrics is not None
+
+    @property
+    def status(self) -> str:
+        return self.failures[0].status if self.failures else STATUS_FINISHED
+
+    @property
+    def exit_code(self) -> int | None:
+        for failure in self.failures:
+            if failure.exit_code not in (None, 0):
+                return failure.exit_code
+        if self.failures:
+            return self.failures[0].exit_code
+        return self.metrics.exit_code if self.metrics is not None else None
+
+
+def _failure_of(name: str, record: ModeRecord | None, exit_code: int | None) -> ModeFailure | None:
+    if record is None:
+        reason = "no record was written (the process died before starting the target)"
+        return ModeFailure(name, STATUS_MISSING, exit_code, reason)
+    manifest = record.manifest
+    if manifest.status == STATUS_FINISHED and manifest.exit_code in (0, None):
+        return None
+    code = manifest.exit_code if manifest.exit_code is not None else exit_code
+    if manifest.status == STATUS_RUNNING:
+        signal_note = f" (exit code {code})" if code not in (None, 0) else ""
+        return ModeFailure(name, STATUS_RUNNING, code, f"the record was never finished: the process was killed{signal_note}")
+    if manifest.exception is not None:
+        exc = manifest.exception
+        first_line = (exc.message or "").strip().splitlines()[0] if (exc.message or "").strip() else ""
+        reason = f"{exc.type}: {first_line}" if first_line else exc.type
+    else:
+        reason = f"exited with code {code}"
+    return ModeFailure(name, manifest.status, code, reason)
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def mode_column(name: str, records: list[tuple[str, ModeRecord | None]], exit_codes: dict[str, int | None]) -> ModeColumn:
+    """Pool one mode's repetitions, given as (directory name, record or None) in run order."""
+    present = [(n, r) for n, r in records if r is not None]
+    failures = tuple(f for n, r in records if (f := _failure_of(n, r, exit_codes.get(n))) is not None)
+    if not present:
+        return ModeColumn(name, tuple(n for n, _ in records), None, stats_of_intervals([], []), failures=failures)
+    per_rep = [(r, mode_metrics(r)) for _, r in present]
+    intervals: list[float] = []
+    excluded: list[int] = []
+    for record, _metrics in per_rep:
+        rep_intervals, rep_excluded = steady_intervals(record.of(StepEvent))
+        intervals.extend(rep_intervals)
+        excluded.extend(rep_excluded)
+    firsts = [m.step_time.first_step_s for _, m in per_rep if m.step_time and m.step_time.first_step_s is not None]
+    first = per_rep[0][1]
+    phases = {
+        key: _median([m.compile_phases_s.get(key, 0.0) for _, m in per_rep]) or 0.0
+        for key in first.compile_phases_s
+    }
+    peaks = [m.peak_rss_bytes for _, m in per_rep if m.peak_rss_bytes is not None]
+    return ModeColumn(
+        name=name,
+        records=tuple(n for n, _ in records),
+        metrics=first,
+        # Excluded steps are listed per repetition; the first one's are the informative ones.
+        step_time=stats_of_intervals(intervals, sorted(set(excluded)), _median(firsts)),
+        repetition_medians=tuple(m.step_time.median_s if m.step_time else None for _, m in per_rep),
+        compile_time_s=_median([m.compile_time_s for _, m in per_rep]),
+        compile_phases_s=phases,
+        first_step_s=_median(firsts),
+        peak_rss_bytes=max(peaks) if peaks else None,
+        failures=failures,
+    )
+
+
+def mode_columns(run: RunRecord) -> dict[str, ModeColumn]:
+    """Base mode -> pooled column, in the order modes first ran (eager, aot, ca for the default)."""
+    grouped: dict[str, list[tuple[str, ModeRecord | None]]] = {}
+    names = list(run.meta.modes) or list(run.modes)
+    for extra in run.modes:  # a record on disk that run.json does not list (an older writer)
+        if extra not in names:
+            names.append(extra)
+    for record_name in names:
+        grouped.setdefault(base_mode(record_name), []).append((record_name, run.modes.get(record_name)))
+    for reps in grouped.values():
+        reps.sort(key=lambda item: repetition_index(item[0]))
+    exit_codes = dict(run.meta.mode_exit_codes or {})
+    return {name: mode_column(name, reps, exit_codes) for name, reps in grouped.items()}
+
+
+# The per-mode fields every format shows (JSON keys; the table and CSV read the same values).
+NUMERIC_FIELDS = (
+    "forward_graphs",
+    "backward_graphs",
+    "aot_backward_graphs",
+    "ca_graphs",
+    "graph_breaks",
+    "recompiles",
+    "dynamo_recompiles",
+    "ca_cache_misses",
+    "compile_time_s",
+    "compile_dynamo_s",
+    "compile_aot_s",
+    "compile_inductor_s",
+    "compile_ca_capture_s",
+    "first_step_s",
+    "step_time_median_s",
+    "step_time_p10_s",
+    "step_time_p90_s",
+    "steady_steps",
+    "steps",
+    "peak_rss_bytes",
+)
+
+
+def mode_fields(column: ModeColumn) -> dict[str, Any]:
+    """The flat per-mode figures, keyed as in the JSON output (`modes.<name>`)."""
+    m = column.metrics
+    st = column.step_time
+    phases = column.compile_phases_s
+    return {
+        "status": column.status,
+        "exit_code": column.exit_code,
+        "repetitions": len(column.records),
+        "forward_graphs": m.forward_graphs if m else None,
+        "backward_graphs": m.backward_graphs if m else None,
+        "aot_backward_graphs": m.aot_backward_graphs if m else None,
+        "ca_graphs": m.ca_graphs if m else None,
+        "graph_breaks": m.graph_breaks if m else None,
+        "recompiles": m.recompiles if m else None,
+        "dynamo_recompiles": m.dynamo_recompiles if m else None,
+        "ca_cache_misses": m.ca_cache_misses if m else None,
+        "compile_time_s": column.compile_time_s,
+        "compile_dynamo_s": phases.get("dynamo") if m else None,
+        "compile_aot_s": phases.get("aot") if m else None,
+        "compile_inductor_s": phases.get("inductor") if m else None,
+        "compile_ca_capture_s": phases.get("ca_capture") if m else None,
+        "first_step_s": column.first_step_s,
+        "step_time_median_s": st.median_s,
+        "step_time_p10_s": st.p10_s,
+        "step_time_p90_s": st.p90_s,
+        "steady_steps": st.count,
+        "excluded_steps": list(st.excluded),
+        "steps": m.steps if m else None,
+        "peak_rss_bytes": column.peak_rss_bytes,
+        "unique_graphs": m.unique_graphs if m else None,
+        "autograd_captures": m.autograd_captures if m else None,
+    }

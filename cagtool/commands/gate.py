@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import typing
 from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, Callable, List, Optional

@@ -1,5 +1,4 @@
 """Trains until interrupted; prints READY after the first step so a test knows when to press Ctrl-C."""
-import sys
 
 import torch
 

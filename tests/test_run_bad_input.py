@@ -124,3 +124,24 @@ def test_run_gate_fails_the_run_when_a_check_fails(tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert "max-ca-graphs" in proc.stderr
     assert proc.stdout == ""  # the gate report goes to stderr; stdout is the script's
+
+
+def test_steps_and_max_time_bound_a_run_cleanly(tmp_path):
+    script = str(SCRIPTS / "endless_training.py")
+    by_steps = subprocess.run(
+        cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "--steps", "5", "-o", str(tmp_path / "s"), script),
+        capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300,
+    )
+    assert by_steps.returncode == 0, by_steps.stderr
+    ca = load_run(tmp_path / "s").modes["ca"]
+    assert [s.step for s in ca.of(StepEvent)] == [1, 2, 3, 4, 5]
+    assert ca.manifest.status == "finished" and ca.manifest.options["stopped_by"] == "steps"
+    assert "(stopped by --steps)" in by_steps.stderr
+    by_time = subprocess.run(
+        cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "--max-time", "4", "-o", str(tmp_path / "t"), script),
+        capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300,
+    )
+    assert by_time.returncode == 0, by_time.stderr
+    ca = load_run(tmp_path / "t").modes["ca"]
+    assert ca.manifest.status == "finished" and ca.manifest.options["stopped_by"] == "max_time"
+    assert len(ca.of(StepEvent)) >= 2 and ca.manifest.duration_s < 30

@@ -167,7 +167,7 @@ def main(spec_path: str) -> int:
     from cagtool.capture.torch_logs import install as install_log_handler
     from cagtool.capture.writer import RecordWriter
     from cagtool.record.manifest import ExceptionInfo, ModeManifest
-    from cagtool.record.schema import STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED, STATUS_TIMEOUT
+    from cagtool.record.schema import STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED
 
     if not _has_compiled_autograd():
         # The parent turns this into its one-line error and stops the run.
@@ -234,10 +234,10 @@ def main(spec_path: str) -> int:
         if exit_code:
             exception = ExceptionInfo("SystemExit", str(code))
     except StepLimitReached:
-        status = STATUS_FINISHED
+        # A bound the user asked for: the record up to here is a complete, valid run.
+        manifest.options["stopped_by"] = "steps"
     except TimeLimitReached:
-        status = STATUS_TIMEOUT
-        exception = ExceptionInfo("TimeLimitReached", f"stopped after {spec.max_time} s (--max-time)")
+        manifest.options["stopped_by"] = "max_time"
     except KeyboardInterrupt:
         status, exit_code = STATUS_INTERRUPTED, 130
         exception = ExceptionInfo("KeyboardInterrupt", "interrupted (Ctrl-C)")

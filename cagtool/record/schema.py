@@ -39,10 +39,11 @@ MODES = ("eager", "aot", "ca")
 
 # Mode status values in the manifest.
 STATUS_RUNNING = "running"  # still running, or the process was killed before it could finish the record
-STATUS_FINISHED = "finished"  # the target returned or called sys.exit(0)
+STATUS_FINISHED = "finished"  # the target returned or called sys.exit(0), or --steps / --max-time stopped it
+# (manifest.options["stopped_by"] is then "steps" or "max_time")
 STATUS_FAILED = "failed"  # the target raised or exited non-zero
 STATUS_INTERRUPTED = "interrupted"  # Ctrl-C
-STATUS_TIMEOUT = "timeout"  # stopped by --max-time
+STATUS_TIMEOUT = "timeout"  # cut off by a time limit it did not choose (readers accept it; --max-time is a clean stop)
 
 MISS_NEW_NODE = "new_node"
 MISS_CHANGED_SHAPES = "changed_shapes"

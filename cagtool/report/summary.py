@@ -114,7 +114,8 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     manifest = record.manifest
     state = manifest.status if manifest.exit_code in (0, None) else f"{manifest.status}, exit {manifest.exit_code}"
     duration = f"{manifest.duration_s:.1f} s" if manifest.duration_s else "?"
-    console.print(f"[bold]mode {record.path.name}[/bold]: {state} in {duration}, {m.steps} steps (backend {manifest.backend})")
+    stopped = {"steps": " (stopped by --steps)", "max_time": " (stopped by --max-time)"}.get(str(manifest.options.get("stopped_by")), "")
+    console.print(f"[bold]mode {record.path.name}[/bold]: {state} in {duration}, {m.steps} steps{stopped} (backend {manifest.backend})")
     if manifest.exception:
         console.print(f"  [red]exception:[/red] {manifest.exception.type}: {manifest.exception.message.splitlines()[0] if manifest.exception.message else ''}")
     graphs = record.of(CAGraphEvent)

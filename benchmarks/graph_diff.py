@@ -20,7 +20,8 @@ import random
 import statistics
 import time
 
-from cagtool.record.schema import AutogradNodeRef, GraphNode
+from cagtool.record.graph_file import GraphNode
+from cagtool.record.schema import AutogradNodeRef
 from cagtool.report.graph_diff import diff_graphs
 
 OPS = ["MulBackward0", "AddBackward0", "MmBackward0", "ReluBackward0", "SumBackward0", "ViewBackward0", "TBackward0"]

@@ -14,7 +14,8 @@ import pytest
 
 from cagtool.commands.diff_graphs import GraphSpec, parse_graph_args
 from cagtool.errors import UsageError
-from cagtool.record.schema import AutogradNodeRef, CacheMissEvent, ChangedSize, GraphNode, SourceRef
+from cagtool.record.graph_file import GraphNode
+from cagtool.record.schema import AutogradNodeRef, CacheMissEvent, ChangedSize, SourceRef
 from cagtool.report.console import make_console
 from cagtool.report.graph_diff import CHANGED, EQUAL, INSERTED, REMOVED, diff_graphs
 from cagtool.report.graph_diff_render import JsonRenderer, SideBySideRenderer, UnifiedRenderer, hunks

@@ -8,7 +8,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from cagtool.record.schema import AutogradNodeRef, GraphNode, HookRef
+from cagtool.record.graph_file import GraphNode
+from cagtool.record.schema import AutogradNodeRef, HookRef
 
 # set_node_origin makes "<name>[aot_id] (NodeCall <k>)" the last line of the node's stack trace
 # (print_readable shows it after "code: ").

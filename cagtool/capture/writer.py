@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
+from cagtool.record.graph_file import GRAPH_FORMAT, GraphNode
 from cagtool.record.schema import (
     EVENTS_FILE,
     GRAPHS_DIR,
@@ -18,7 +19,6 @@ from cagtool.record.schema import (
     RUN_META_FILE,
     SCHEMA_VERSION,
     Event,
-    GraphNode,
     event_to_dict,
     json_default,
 )
@@ -68,7 +68,7 @@ class RecordWriter:
         nodes_rel = f"{GRAPHS_DIR}/ca_{ca_id}.json"
         (self.mode_dir / code_rel).write_text(code)
         payload = {
-            "format": "cagtool-ca-graph",
+            "format": GRAPH_FORMAT,
             "schema_version": SCHEMA_VERSION,
             "ca_id": ca_id,
             "compile_id": compile_id,

@@ -11,6 +11,7 @@ from typing import TypeVar
 
 from cagtool.errors import UnreadableInput
 from cagtool.record.manifest import ModeManifest, RunMeta, mode_manifest_from_dict, run_meta_from_dict
+from cagtool.record.graph_file import GraphNode, graph_node_from_dict
 from cagtool.record.schema import (
     EVENT_TYPES,
     EVENTS_FILE,
@@ -21,9 +22,7 @@ from cagtool.record.schema import (
     RUN_META_FILE,
     SCHEMA_VERSION,
     Event,
-    GraphNode,
     event_from_dict,
-    graph_node_from_dict,
 )
 
 DEFAULT_RUNS_DIR = Path(".cagtool") / "runs"
@@ -75,11 +74,12 @@ class RunRecord:
         raise UnreadableInput(f"run {self.path} has no mode records")
 
 
-def _read_json(path: Path, what: str) -> dict:
+def read_json_object(path: Path, what: str, missing_hint: str = "") -> dict:
+    """A JSON object from a file, or one clear UnreadableInput line saying what is wrong."""
     try:
         text = path.read_text()
     except FileNotFoundError:
-        raise UnreadableInput(f"{what} not found: {path}") from None
+        raise UnreadableInput(f"{what} not found: {path}{missing_hint}") from None
     except OSError as exc:
         raise UnreadableInput(f"cannot read {what} {path}: {exc.strerror}") from None
     try:
@@ -91,17 +91,19 @@ def _read_json(path: Path, what: str) -> dict:
     return data
 
 
-def _check_format(data: dict, expected: str, path: Path) -> None:
+def check_format(
+    data: dict, expected: str, path: Path, what: str = "cagtool record", version_key: str = "schema_version", readable: int = SCHEMA_VERSION
+) -> int:
+    """The document's format name and integer version, checked: a newer version than this cagtool
+    reads is refused. Returns the version."""
     if data.get("format") != expected:
-        raise UnreadableInput(f"{path} is not a cagtool record (format {data.get('format')!r}, expected {expected!r})")
-    version = data.get("schema_version")
+        raise UnreadableInput(f"{path} is not a {what} (format {data.get('format')!r}, expected {expected!r})")
+    version = data.get(version_key)
     if not isinstance(version, int):
-        raise UnreadableInput(f"{path} has no integer schema_version")
-    if version > SCHEMA_VERSION:
-        raise UnreadableInput(
-            f"{path} was written with record schema {version}, newer than this cagtool reads "
-            f"({SCHEMA_VERSION}); upgrade cagtool"
-        )
+        raise UnreadableInput(f"{path} has no integer {version_key}")
+    if version > readable:
+        raise UnreadableInput(f"{path} has {version_key} {version}, newer than this cagtool reads ({readable}); upgrade cagtool")
+    return version
 
 
 _KIND_PREFIX = '{"kind": "'
@@ -122,8 +124,8 @@ def load_mode(path: Path, strict: bool = False, kinds: frozenset[str] | set[str]
     (the others are only counted in `kind_counts`): what lets a report over a 100,000-event
     record stay fast."""
     path = Path(path)
-    data = _read_json(path / MANIFEST_FILE, "mode manifest")
-    _check_format(data, MODE_FORMAT, path / MANIFEST_FILE)
+    data = read_json_object(path / MANIFEST_FILE, "mode manifest")
+    check_format(data, MODE_FORMAT, path / MANIFEST_FILE)
     manifest = mode_manifest_from_dict(data)
     events: list[Event] = []
     skipped = 0
@@ -187,8 +189,8 @@ def resolve_run_path(path: str | Path | None) -> Path:
 
 def load_run(path: str | Path | None = None, strict: bool = False, kinds: frozenset[str] | set[str] | None = None) -> RunRecord:
     run_path = resolve_run_path(path)
-    data = _read_json(run_path / RUN_META_FILE, "run record")
-    _check_format(data, RUN_FORMAT, run_path / RUN_META_FILE)
+    data = read_json_object(run_path / RUN_META_FILE, "run record")
+    check_format(data, RUN_FORMAT, run_path / RUN_META_FILE)
     meta = run_meta_from_dict(data)
     modes: dict[str, ModeRecord] = {}
     for mode in meta.modes:
@@ -225,7 +227,7 @@ def latest_run(root: Path | None = None) -> Path:
 
 
 def load_graph_nodes(path: Path) -> list[GraphNode]:
-    data = _read_json(path, "graph file")
+    data = read_json_object(path, "graph file")
     nodes = data.get("nodes")
     if not isinstance(nodes, list):
         raise UnreadableInput(f"graph file {path} has no node list")

@@ -7,7 +7,7 @@ A *run directory* holds one `run.json` (format `cagtool-run`) and one sub-direct
     <run>/<mode>/manifest.json     ModeManifest: versions, backend, start/end, status, exception
     <run>/<mode>/events.jsonl      one event per line, appended and flushed as it happens
     <run>/<mode>/graphs/ca_<N>.py  readable code of compiled-autograd graph N (GraphModule.print_readable)
-    <run>/<mode>/graphs/ca_<N>.json  its nodes, structured (GraphNode), for diff-graphs
+    <run>/<mode>/graphs/ca_<N>.json  its nodes, structured (record/graph_file.py), for diff-graphs
     <run>/<mode>/trace/            TORCH_TRACE-format log (tlparse can open it), when enabled
     <run>/<mode>/depyf/            depyf's dump, with --depyf
 
@@ -37,10 +37,10 @@ DEPYF_DIR = "depyf"
 
 MODES = ("eager", "aot", "ca")
 
-# Mode status values in the manifest.
+# Mode status values in the manifest. "finished" covers a stop by --steps / --max-time
+# (manifest.options["stopped_by"] is then "steps" or "max_time").
 STATUS_RUNNING = "running"  # still running, or the process was killed before it could finish the record
-STATUS_FINISHED = "finished"  # the target returned or called sys.exit(0), or --steps / --max-time stopped it
-# (manifest.options["stopped_by"] is then "steps" or "max_time")
+STATUS_FINISHED = "finished"  # the target returned, called sys.exit(0), or a --steps/--max-time bound stopped it
 STATUS_FAILED = "failed"  # the target raised or exited non-zero
 STATUS_INTERRUPTED = "interrupted"  # Ctrl-C
 STATUS_TIMEOUT = "timeout"  # cut off by a time limit it did not choose (readers accept it; --max-time is a clean stop)
@@ -302,31 +302,3 @@ def event_from_dict(data: dict[str, Any]) -> Event | None:
                 value = nested(**value)
         kwargs[key] = value
     return cls(**kwargs)
-
-
-@dataclass(frozen=True)
-class GraphNode:
-    """One FX node of a CA graph, as stored in graphs/ca_<N>.json (`nodes` list).
-
-    `args` is the node's arguments rendered as text with other nodes written `%name`;
-    `origin` is the autograd node it came from; `shape`/`dtype`/`stride` come from the
-    traced fake tensor when it had one (symbolic sizes are strings such as "s3")."""
-
-    name: str
-    op: str  # placeholder, call_function, call_method, get_attr, output
-    target: str
-    args: str = ""
-    origin: AutogradNodeRef | None = None
-    aot_id: int | None = None
-    hook_type: str | None = None
-    shape: list[int | str] | None = None
-    dtype: str | None = None
-    stride: list[int | str] | None = None
-
-
-def graph_node_from_dict(data: dict[str, Any]) -> GraphNode:
-    names = {f.name for f in dataclasses.fields(GraphNode)}
-    kwargs = {k: v for k, v in data.items() if k in names}
-    if kwargs.get("origin") is not None:
-        kwargs["origin"] = AutogradNodeRef(**kwargs["origin"])
-    return GraphNode(**kwargs)

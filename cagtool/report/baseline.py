@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cagtool.errors import UnreadableInput
-from cagtool.record.loader import RunRecord
+from cagtool.record.loader import RunRecord, check_format, read_json_object
 from cagtool.report.compare import ModeColumn, mode_columns
 
 BASELINE_FORMAT = "cagtool-baseline"
@@ -225,28 +225,8 @@ def _opt_float(value: Any) -> float | None:
 def load_baseline(path: str | Path) -> Baseline:
     """Read a baseline file; anything missing or malformed is an UnreadableInput (exit 3)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UnreadableInput(
-            f"baseline not found: {path} (create it with: cagtool baseline save RUN -o {path})"
-        ) from None
-    except OSError as exc:
-        raise UnreadableInput(f"cannot read baseline {path}: {exc.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UnreadableInput(f"baseline {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT:
-        found = data.get("format") if isinstance(data, dict) else type(data).__name__
-        raise UnreadableInput(f"{path} is not a cagtool baseline (format {found!r}, expected {BASELINE_FORMAT!r})")
-    version = data.get("version")
-    if not isinstance(version, int):
-        raise UnreadableInput(f"baseline {path} has no integer version")
-    if version > BASELINE_VERSION:
-        raise UnreadableInput(
-            f"baseline {path} has version {version}, newer than this cagtool reads ({BASELINE_VERSION}); upgrade cagtool"
-        )
+    data = read_json_object(path, "baseline", missing_hint=f" (create it with: cagtool baseline save RUN -o {path})")
+    check_format(data, BASELINE_FORMAT, path, what="cagtool baseline", version_key="version", readable=BASELINE_VERSION)
     modes = data.get("modes")
     if not isinstance(modes, dict) or not modes:
         raise UnreadableInput(f"baseline {path} has no modes")

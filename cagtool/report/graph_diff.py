@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Iterator, Sequence
 
-from cagtool.record.schema import GraphNode
+from cagtool.record.graph_file import GraphNode
 from cagtool.report.graph_normalize import NormGraph, NormNode, OriginGroup, fine_tokens, normalize_graph
 from cagtool.report.sequence_align import opcodes
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord, load_graph_nodes
+from cagtool.record.graph_file import GraphNode
 from cagtool.record.schema import (
     GRAPHS_DIR,
     MISS_CHANGED_SHAPES,
@@ -22,7 +23,6 @@ from cagtool.record.schema import (
     AutogradNodeRef,
     CacheMissEvent,
     CAGraphEvent,
-    GraphNode,
     SourceRef,
 )
 from cagtool.report.graph_diff import GraphDiff, diff_graphs

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
 
-from cagtool.record.schema import GraphNode
+from cagtool.record.graph_file import GraphNode
 
 PLACEHOLDER = "placeholder"
 SIZES_INPUT = "sizes"

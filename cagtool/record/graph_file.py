@@ -1,0 +1,41 @@
+"""The graph file format: graphs/ca_<N>.json, one compiled-autograd graph's nodes, structured
+(written by capture, read by diff-graphs): `{"format": "cagtool-ca-graph", "schema_version": 1,
+"ca_id": N, "compile_id": "!N", "nodes": [GraphNode...]}`."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from cagtool.record.schema import AutogradNodeRef
+
+GRAPH_FORMAT = "cagtool-ca-graph"
+
+
+@dataclass(frozen=True)
+class GraphNode:
+    """One FX node of a CA graph, as stored in graphs/ca_<N>.json (`nodes` list).
+
+    `args` is the node's arguments rendered as text with other nodes written `%name`;
+    `origin` is the autograd node it came from; `shape`/`dtype`/`stride` come from the
+    traced fake tensor when it had one (symbolic sizes are strings such as "s3")."""
+
+    name: str
+    op: str  # placeholder, call_function, call_method, get_attr, output
+    target: str
+    args: str = ""
+    origin: AutogradNodeRef | None = None
+    aot_id: int | None = None
+    hook_type: str | None = None
+    shape: list[int | str] | None = None
+    dtype: str | None = None
+    stride: list[int | str] | None = None
+
+
+def graph_node_from_dict(data: dict[str, Any]) -> GraphNode:
+    names = {f.name for f in dataclasses.fields(GraphNode)}
+    kwargs = {k: v for k, v in data.items() if k in names}
+    if kwargs.get("origin") is not None:
+        kwargs["origin"] = AutogradNodeRef(**kwargs["origin"])
+    return GraphNode(**kwargs)

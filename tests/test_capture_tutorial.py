@@ -148,3 +148,19 @@ def test_runs_lists_recorded_runs_and_latest_is_the_default(record_run, tmp_path
     latest = subprocess.run([sys.executable, "-m", "cagtool", "summary", "--format", "json"], capture_output=True, text=True, cwd=tmp_path)
     assert latest.returncode == 0, latest.stderr
     assert json.loads(latest.stdout)["ca_graphs"] == 4
+
+
+def test_different_flags_context_manager_is_observed(record_run):
+    """The tutorial's `_enable(torch.compile(fullgraph=True))` around backward: the script's own
+    compiler compiles the CA graphs, and cagtool still records them."""
+    ca = _ca(record_run("different_flags.py", "context"))
+    graphs = ca.of(CAGraphEvent)
+    assert len(graphs) == ca.manifest.torch_counters["compiled_autograd"]["captures"] == 2
+    assert {g.compiler for g in graphs} == {"script"}
+    assert len(ca.of(StepEvent)) == 3
+
+
+def test_different_flags_traced_backward_is_explained(record_run):
+    ca = _ca(record_run("different_flags.py", "flag"))
+    assert ca.of(StepEvent) == [] and ca.of(CAGraphEvent) == []
+    assert [f.code for f in ca.of(FindingEvent)] == ["backward_traced_by_dynamo"]

@@ -252,6 +252,7 @@ def main(spec_path: str) -> int:
             steps.emit_final_state()
         except Exception:  # noqa: BLE001 - numerics are a bonus; the record must still close
             pass
+        steps.note_traced_backward()
         steps.uninstall()
         observer.uninstall()
         manifest.status = status

@@ -16,6 +16,7 @@ from cagtool.capture.writer import RecordWriter
 from cagtool.record.schema import FinalStateEvent, FindingEvent, OptimizerStepEvent, StepEvent
 
 FLAG_WITHOUT_COMPILED_BACKWARD = "ca_flag_without_compiled_backward"
+TRACED_BACKWARD = "backward_traced_by_dynamo"
 
 
 class StepTracker:
@@ -151,6 +152,22 @@ class StepTracker:
                 ),
                 step=step,
                 source=where,
+            )
+
+    def note_traced_backward(self) -> None:
+        """With trace_autograd_ops, Dynamo traces `loss.backward()` into its own graph: no backward
+        reaches the autograd engine's entry point, so there are no steps and no CA graphs to record."""
+        import torch
+
+        if self.current_step is None and getattr(torch._dynamo.config, "trace_autograd_ops", False):
+            self.writer.emit(
+                FindingEvent,
+                code=TRACED_BACKWARD,
+                message=(
+                    "the script sets torch._dynamo.config.trace_autograd_ops = True: Dynamo traced its "
+                    "backward calls into the compiled graphs, so no backward ran through the autograd "
+                    "engine (no steps, no compiled-autograd graphs to record)"
+                ),
             )
 
     def emit_final_state(self) -> None:

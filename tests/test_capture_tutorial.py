@@ -164,3 +164,17 @@ def test_different_flags_traced_backward_is_explained(record_run):
     ca = _ca(record_run("different_flags.py", "flag"))
     assert ca.of(StepEvent) == [] and ca.of(CAGraphEvent) == []
     assert [f.code for f in ca.of(FindingEvent)] == ["backward_traced_by_dynamo"]
+
+
+def test_ca_graphs_compile_through_inductor_by_default(record_run):
+    """The default backend: cagtool's compiler sends each CA graph through Inductor (the session's
+    shared Inductor cache keeps this to seconds)."""
+    from cagtool.record.schema import DynamoCompileEvent
+
+    ca = _ca(record_run("tensor_hook.py", backend="inductor", extra=("--warm-cache",)))
+    graphs = ca.of(CAGraphEvent)
+    assert graphs and {g.compiler for g in graphs} == {"cagtool"}
+    ca_compiles = [d for d in ca.of(DynamoCompileEvent) if d.is_ca_graph]
+    assert len(ca_compiles) == len(graphs)
+    assert all((d.inductor_cumulative_compile_time_s or 0) > 0 for d in ca_compiles)
+    assert ca.manifest.backend == "inductor"

@@ -156,7 +156,7 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
         for index, name in enumerate(names, start=1):
             if on_progress is not None:
                 on_progress(name, index, len(names))
-            result = _run_mode(options, run_dir, name, cache_root)
+            result = _run_mode(options, run_dir, name, cache_root, label=f"{name} ({index}/{len(names)})" if len(names) > 1 else name)
             startup_error = run_dir / name / STARTUP_ERROR_FILE
             if startup_error.exists():
                 outcome.startup_error = startup_error.read_text().strip()
@@ -178,7 +178,7 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
     return outcome
 
 
-def _run_mode(options: RunOptions, run_dir: Path, name: str, cache_root: Path | None) -> ModeOutcome:
+def _run_mode(options: RunOptions, run_dir: Path, name: str, cache_root: Path | None, label: str) -> ModeOutcome:
     mode = name.split(".")[0]
     mode_dir = run_dir / name
     mode_dir.mkdir()
@@ -193,7 +193,7 @@ def _run_mode(options: RunOptions, run_dir: Path, name: str, cache_root: Path | 
         trace_nodes=options.trace_nodes,
         depyf=options.depyf,
         torch_trace=options.torch_trace,
-        label=name,
+        label=label,
     )
     spec_path = mode_dir / "spec.json"
     spec_path.write_text(json.dumps(asdict(spec), indent=2))

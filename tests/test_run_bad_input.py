@@ -84,7 +84,13 @@ def test_sys_exit_code_passes_through(tmp_path):
 
 def test_ctrl_c_keeps_the_record(tmp_path):
     cmd = cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", str(tmp_path / "r"), str(SCRIPTS / "endless_training.py"))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV, start_new_session=True)
+    # SIGINT back to its default in the child: a runner that starts the suite as a background job
+    # without job control makes every descendant inherit an *ignored* SIGINT, and then python (and
+    # so cagtool, like python) ignores Ctrl-C.
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     assert proc.stdout.readline().strip() == "READY"
     time.sleep(0.3)
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group

@@ -8,12 +8,13 @@ target's exit code.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -34,7 +35,6 @@ class ModeSpec:
     depyf: bool = False
     torch_trace: bool = True
     label: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class TimeLimitReached(BaseException):
@@ -108,7 +108,7 @@ def _mode_context(spec: ModeSpec, observer: Any) -> Iterator[None]:
         original_reset()
         if ca.depth >= 1:
             torch._C._dynamo.compiled_autograd.set_autograd_compiler(
-                __import__("functools").partial(ca.AutogradCompilerInstance, compiler), spec.dynamic
+                functools.partial(ca.AutogradCompilerInstance, compiler), spec.dynamic
             )
             ca.compiled_autograd_enabled = True
         observer.install_logger()

@@ -7,7 +7,7 @@ import os
 import sys
 import sysconfig
 from types import FrameType
-from typing import Any
+from typing import Any, Iterator
 
 from cagtool.record.schema import SourceRef
 
@@ -41,7 +41,8 @@ def user_caller(frame: FrameType | None = None) -> SourceRef | None:
     return None
 
 
-def _walk_graph(roots: list[Any], limit: int = 20000):
+def walk_graph(roots: list[Any], limit: int = 20000) -> Iterator[Any]:
+    """The autograd nodes reachable from roots (each once), at most `limit` of them."""
     seen: set[int] = set()
     stack = [r for r in roots if r is not None]
     while stack and len(seen) < limit:
@@ -59,7 +60,7 @@ def node_creation(roots: list[Any], node_name: str) -> SourceRef | None:
     """Where the forward op behind autograd node `node_name` ran, from the node's creation
     traceback (recorded by anomaly mode, i.e. --trace-nodes). None when it is not available."""
     base = node_name.split(" ")[0]
-    for node in _walk_graph(roots):
+    for node in walk_graph(roots):
         try:
             name = node.name()
         except Exception:  # noqa: BLE001

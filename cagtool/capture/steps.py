@@ -27,7 +27,6 @@ class StepTracker:
         self.max_steps = max_steps
         self.current_step: int | None = None  # the step in progress or last finished
         self.current_roots: list[Any] = []
-        self.in_backward = False
         self.compile_in_progress = False
         self._depth = 0
         self._captures_this_step = 0
@@ -101,14 +100,12 @@ class StepTracker:
         self.current_roots = roots
         self._check_flag_finding(step)
         self._depth += 1
-        self.in_backward = True
         start = time.perf_counter()
         try:
             result = original(t_outputs, *args, **kwargs)
         finally:
             elapsed = time.perf_counter() - start
             self._depth -= 1
-            self.in_backward = False
             self._last_roots_ref = roots
             self.current_roots = []
             self.writer.emit(
@@ -220,7 +217,7 @@ def _params_of(optimizers: Any) -> list[Any]:
 
 def _leaf_params(roots: list[Any]) -> list[Any]:
     found: dict[int, Any] = {}
-    for node in source._walk_graph(roots):
+    for node in source.walk_graph(roots):
         variable = getattr(node, "variable", None)
         if variable is not None:
             found.setdefault(id(variable), variable)

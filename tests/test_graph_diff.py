@@ -19,7 +19,7 @@ from cagtool.record.schema import AutogradNodeRef, CacheMissEvent, ChangedSize, 
 from cagtool.report.console import make_console
 from cagtool.report.graph_diff import CHANGED, EQUAL, INSERTED, REMOVED, diff_graphs
 from cagtool.report.graph_diff_render import JsonRenderer, SideBySideRenderer, UnifiedRenderer, hunks
-from cagtool.report.graph_diff_runs import GraphComparison, GraphSide, describe_recompile, origins_from_code
+from cagtool.report.graph_diff_runs import GraphComparison, GraphSide, describe_recompile
 from cagtool.report.graph_normalize import normalize_graph, short_target
 
 OPS = "torch._dynamo.compiled_autograd.ops."
@@ -239,32 +239,6 @@ def test_added_autograd_nodes_are_named_by_the_alignment():
 
 
 # --- the run side: origins, recompile headers ------------------------------------------------------
-
-READABLE = '''class CompiledAutograd1(torch.nn.Module):
-    def forward(self, inputs, sizes, scalars, hooks, packed_data):
-        # File: /x/torch/_dynamo/compiled_autograd.py:1582 in set_node_origin, code: torch::autograd::GraphRoot (NodeCall 0)
-        getitem = inputs[0]
-
-        # File: /x/torch/_dynamo/compiled_autograd.py:1582 in set_node_origin, code: SubBackward0 (NodeCall 2)
-        sub_backward0 = torch__dynamo_compiled_autograd_ops_SubBackward0([getitem], [True, True], 1, 6, 6);  getitem = None
-        getitem_6 = sub_backward0[0]
-
-        # File: /home/me/train.py:5 in fn, code: return (x.sin() * 2).sum()
-        aot0_mul_1 = torch.ops.aten.mul.Tensor(getitem_6, 2)
-
-        # No stacktrace found for following nodes
-        output_1 = None
-        return []
-'''
-
-
-def test_origins_from_print_readable_comments():
-    origins = origins_from_code(READABLE)
-    assert origins["getitem"] == AutogradNodeRef(0, "torch::autograd::GraphRoot")
-    assert origins["sub_backward0"] == AutogradNodeRef(2, "SubBackward0")
-    assert origins["getitem_6"] == AutogradNodeRef(2, "SubBackward0")
-    assert "aot0_mul_1" not in origins and "output_1" not in origins
-
 
 def _miss(**kw) -> CacheMissEvent:
     base = dict(seq=1, t=0.0, ca_id=3, compile_id="!3", step=3, miss_kind="new_node", message="Cache miss due to ...")

@@ -8,7 +8,6 @@ changed shapes) and where (step, user line); that becomes the header of the comp
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,6 @@ from cagtool.record.schema import (
     GRAPHS_DIR,
     MISS_CHANGED_SHAPES,
     MISS_NEW_NODE,
-    AutogradNodeRef,
     CacheMissEvent,
     CAGraphEvent,
     SourceRef,
@@ -28,11 +26,6 @@ from cagtool.record.schema import (
 from cagtool.report.graph_diff import GraphDiff, diff_graphs
 
 _GRAPH_FILE = re.compile(r"^ca_(\d+)\.json$")
-# print_readable's comments above each run of nodes: the stack trace's last frame. For nodes from
-# set_node_origin its code is "<autograd node> (NodeCall <k>)".
-_CODE_COMMENT = re.compile(r"^\s*# (?:File: .*?, code: (?P<code>.*)|No stacktrace found.*)$")
-_NODE_CALL = re.compile(r"^(?P<name>\S.*?) \(NodeCall (?P<call>\d+)\)\s*$")
-_ASSIGNMENT = re.compile(r"^\s*(?P<name>[A-Za-z_]\w*) = ")
 
 
 @dataclass(frozen=True)
@@ -168,38 +161,11 @@ def _check_id(run: RunRecord, mode: ModeRecord, ca_id: int) -> None:
         raise UnreadableInput(f"run {run.path} (mode {mode.mode}) has no graph {ca_id}; its graphs are: {have}")
 
 
-def origins_from_code(code: str) -> dict[str, AutogradNodeRef]:
-    """Node name -> autograd node, read from the comments of a print_readable dump."""
-    origins: dict[str, AutogradNodeRef] = {}
-    current: AutogradNodeRef | None = None
-    for line in code.splitlines():
-        comment = _CODE_COMMENT.match(line)
-        if comment:
-            match = _NODE_CALL.match((comment.group("code") or "").strip())
-            current = AutogradNodeRef(int(match.group("call")), match.group("name")) if match else None
-            continue
-        assignment = _ASSIGNMENT.match(line)
-        if assignment and current is not None:
-            origins[assignment.group("name")] = current
-    return origins
-
-
-def _with_origins_from_code(nodes: list[GraphNode], code_file: Path) -> list[GraphNode]:
-    """Records whose nodes lack origins still have them in the readable code's comments."""
-    if any(node.origin is not None for node in nodes) or not code_file.is_file():
-        return nodes
-    try:
-        origins = origins_from_code(code_file.read_text())
-    except OSError:
-        return nodes
-    return [dataclasses.replace(node, origin=origins.get(node.name)) for node in nodes]
-
-
 def _load_nodes(mode: ModeRecord, ca_id: int) -> list[GraphNode]:
     path = _nodes_path(mode, ca_id)
     if not path.exists():
         raise UnreadableInput(f"graph {ca_id} of {mode.path} is recorded but its file is missing: {path}")
-    return _with_origins_from_code(load_graph_nodes(path), _side_code_file(mode, ca_id))
+    return load_graph_nodes(path)
 
 
 def compare(old_run: RunRecord, old_id: int, new_run: RunRecord, new_id: int, mode_name: str | None = None) -> GraphComparison:

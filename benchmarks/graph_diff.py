@@ -22,7 +22,7 @@ import time
 
 from cagtool.record.graph_file import GraphNode
 from cagtool.record.schema import AutogradNodeRef
-from cagtool.report.graph_diff import diff_graphs
+from cagtool.report.graphs.diff import diff_graphs
 
 OPS = ["MulBackward0", "AddBackward0", "MmBackward0", "ReluBackward0", "SumBackward0", "ViewBackward0", "TBackward0"]
 ATEN = ["aten.mul.Tensor", "aten.mm.default", "aten.add.Tensor", "aten.threshold_backward.default", "aten.sum.dim_IntList"]

@@ -21,7 +21,7 @@ from cagtool.record.schema import (
     GraphBreakEvent,
     StepEvent,
 )
-from cagtool.report.compare import (
+from cagtool.report.compare.core import (
     MIN_STEADY_STEPS,
     Tolerance,
     base_mode,
@@ -29,7 +29,7 @@ from cagtool.report.compare import (
     compare_runs,
     relative_difference,
 )
-from cagtool.report.compare_render import CSV_COLUMNS, format_comparison, render_comparison
+from cagtool.report.compare.render import CSV_COLUMNS, format_comparison, render_comparison
 from cagtool.report.console import make_console
 
 BACKWARD_S = 0.0001

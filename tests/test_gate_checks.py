@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from cagtool.errors import UnreadableInput, UsageError
-from cagtool.report.baseline import ModeSnapshot, StepTimeSnapshot, load_baseline
-from cagtool.report.gate import GateResult, build_checks
-from cagtool.report.gate_checks import (
+from cagtool.report.gate.baseline import ModeSnapshot, StepTimeSnapshot, load_baseline
+from cagtool.report.gate.core import GateResult, build_checks
+from cagtool.report.gate.checks import (
     MaxCountCheck,
     MinSpeedupCheck,
     ModeStatusCheck,
@@ -19,10 +19,10 @@ from cagtool.report.gate_checks import (
     evaluate_all,
     speedup_with_spread,
 )
-from cagtool.report.gate_config import GateSettings, find_config, load_config, merge, settings_from_values
-from cagtool.report.gate_output import github_annotations, render_junit, render_markdown
-from cagtool.report.gate_time_checks import CompileTimeRegressionCheck, StepTimeRegressionCheck
-from cagtool.report.gate_thresholds import (
+from cagtool.report.gate.config import GateSettings, find_config, load_config, merge, settings_from_values
+from cagtool.report.gate.output import github_annotations, render_junit, render_markdown
+from cagtool.report.gate.time_checks import CompileTimeRegressionCheck, StepTimeRegressionCheck
+from cagtool.report.gate.thresholds import (
     CountLimit,
     SpeedupThreshold,
     TimeThreshold,
@@ -365,7 +365,7 @@ def test_markdown_summary_table():
 
 
 def test_json_round_trips():
-    from cagtool.report.gate_output import render_json
+    from cagtool.report.gate.output import render_json
 
     data = json.loads(render_json(_gate(_results())))
     assert data["passed"] is False and data["exit_code"] == 1
@@ -377,7 +377,7 @@ def test_text_report_golden():
     import io
 
     from cagtool.report.console import make_console
-    from cagtool.report.gate_output import render_text
+    from cagtool.report.gate.output import render_text
 
     buffer = io.StringIO()
     gate = _gate(_results(), ["torch version differs: baseline 2.12.0, this run 2.13.0+cpu"])
@@ -416,6 +416,6 @@ def test_the_documented_config_table_parses(tmp_path):
 
 
 def load_baseline_stub():
-    from cagtool.report.baseline import Baseline
+    from cagtool.report.gate.baseline import Baseline
 
     return Baseline(modes={"ca": snap()})

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from cagtool.record.loader import load_run
-from cagtool.report.baseline import load_baseline
+from cagtool.report.gate.baseline import load_baseline
 from cagtool.report.metrics import mode_metrics
 
 pytestmark = pytest.mark.slow
@@ -338,7 +338,7 @@ def test_with_gate_options_adds_the_flags_to_another_command(op_loop, work, monk
     from typer.testing import CliRunner
 
     from cagtool.commands.gate import gate_and_report, with_gate_options
-    from cagtool.report.gate import GateOptions
+    from cagtool.report.gate.core import GateOptions
 
     app = typer.Typer()
     seen: list[GateOptions] = []

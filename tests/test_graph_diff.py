@@ -17,10 +17,10 @@ from cagtool.errors import UsageError
 from cagtool.record.graph_file import GraphNode
 from cagtool.record.schema import AutogradNodeRef, CacheMissEvent, ChangedSize, SourceRef
 from cagtool.report.console import make_console
-from cagtool.report.graph_diff import CHANGED, EQUAL, INSERTED, REMOVED, diff_graphs
-from cagtool.report.graph_diff_render import JsonRenderer, SideBySideRenderer, UnifiedRenderer, hunks
-from cagtool.report.graph_diff_runs import GraphComparison, GraphSide, describe_recompile
-from cagtool.report.graph_normalize import normalize_graph, short_target
+from cagtool.report.graphs.diff import CHANGED, EQUAL, INSERTED, REMOVED, diff_graphs
+from cagtool.report.graphs.render import JsonRenderer, SideBySideRenderer, UnifiedRenderer, hunks
+from cagtool.report.graphs.runs import GraphComparison, GraphSide, describe_recompile
+from cagtool.report.graphs.normalize import normalize_graph, short_target
 
 OPS = "torch._dynamo.compiled_autograd.ops."
 UTILS = "torch._dynamo.external_utils."
@@ -261,7 +261,7 @@ def test_recompile_header_for_a_new_node_and_for_changed_shapes():
 
 
 def test_many_autograd_nodes_are_counted_by_name():
-    from cagtool.report.graph_diff_render import _listed
+    from cagtool.report.graphs.render import _listed
 
     assert _listed("+", ["A (NodeCall 1)", "B (NodeCall 2)"]) == ["+A (NodeCall 1)", "+B (NodeCall 2)"]
     many = [f"View (NodeCall {i})" for i in range(5)] + ["Mm (NodeCall 9)", "Mm (NodeCall 10)"]
@@ -375,7 +375,7 @@ def test_patience_alignment_matches_as_much_as_difflib_on_edited_sequences():
     import random
     from difflib import SequenceMatcher
 
-    from cagtool.report.sequence_align import opcodes
+    from cagtool.report.graphs.align import opcodes
 
     ours = theirs = 0
     for seed in range(200):

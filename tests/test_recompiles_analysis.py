@@ -31,7 +31,7 @@ from cagtool.record.schema import (
     event_to_dict,
     json_default,
 )
-from cagtool.report.explain import (
+from cagtool.report.recompiles.explain import (
     ALERT_LIMIT,
     ALERT_STORM,
     CAUSE_DYNAMO_FRAME,
@@ -44,8 +44,8 @@ from cagtool.report.explain import (
     guard_shape,
     guard_text,
 )
-from cagtool.report.explain_text import alert_words, cause_words, elide, step_list
-from cagtool.report.recompiles import (
+from cagtool.report.recompiles.explain_text import alert_words, cause_words, elide, step_list
+from cagtool.report.recompiles.table import (
     SOURCE_CA,
     SOURCE_DYNAMO_CA_GRAPH,
     SOURCE_DYNAMO_FRAME,
@@ -53,7 +53,7 @@ from cagtool.report.recompiles import (
     display_path,
     recompile_table,
 )
-from cagtool.report.recompiles_json import JSON_SCHEMA, JSON_SCHEMA_VERSION, RecompilesJsonRenderer
+from cagtool.report.recompiles.json_out import JSON_SCHEMA, JSON_SCHEMA_VERSION, RecompilesJsonRenderer
 
 CWD = "/proj"
 BACKWARD_LINE = SourceRef(file="/proj/train.py", line=30, code="loss.backward()", function="main", how="backward_call")

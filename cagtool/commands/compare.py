@@ -30,8 +30,8 @@ class CompareOptions:
 
 
 def compare(options: CompareOptions) -> None:
-    from cagtool.report.compare import Tolerance, compare_modes, compare_runs
-    from cagtool.report.compare_render import render_comparison
+    from cagtool.report.compare.core import Tolerance, compare_modes, compare_runs
+    from cagtool.report.compare.render import render_comparison
     from cagtool.report.console import make_console
 
     if options.rtol < 0 or options.atol < 0:

@@ -12,8 +12,8 @@ import typer
 from cagtool.errors import EXIT_GATE_FAILED, UsageError
 from cagtool.record.loader import load_run
 from cagtool.report.console import make_console
-from cagtool.report.graph_diff_render import JsonRenderer, SideBySideRenderer, UnifiedRenderer
-from cagtool.report.graph_diff_runs import GraphComparison, compare, compare_replaced, graph_ids
+from cagtool.report.graphs.render import JsonRenderer, SideBySideRenderer, UnifiedRenderer
+from cagtool.report.graphs.runs import GraphComparison, compare, compare_replaced, graph_ids
 
 from ._common import MODE_OPT, STRICT_OPT
 

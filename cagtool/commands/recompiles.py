@@ -12,11 +12,11 @@ import typer
 from cagtool.commands._common import RUN_ARG, STRICT_OPT, TextOrJson
 from cagtool.record.loader import RunRecord, load_run
 from cagtool.report.console import make_console
-from cagtool.report.explain import explain
-from cagtool.report.recompiles import RecompileTable, recompile_table, step_summary
-from cagtool.report.recompiles_load import load_filtered
-from cagtool.report.recompiles_json import RecompilesJsonRenderer
-from cagtool.report.recompiles_render import ExplanationRenderer, RecompilesTableRenderer, record_notes
+from cagtool.report.recompiles.explain import explain
+from cagtool.report.recompiles.table import RecompileTable, recompile_table, step_summary
+from cagtool.report.recompiles.load import load_filtered
+from cagtool.report.recompiles.json_out import RecompilesJsonRenderer
+from cagtool.report.recompiles.render import ExplanationRenderer, RecompilesTableRenderer, record_notes
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,107 @@
+"""A comparison as CSV: one row per mode, PyTorch benchmark column names where they exist."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from cagtool.report.compare.core import AnyComparison, Comparison, RunComparison, Speedup, mode_fields, speedup
+from cagtool.report.compare.json_out import finite
+
+CSV_COLUMNS = (
+    "name",  # the script (benchmarks/dynamo: the model)
+    "mode",
+    "status",
+    "exit_code",
+    "repetitions",
+    "speedup",  # over eager: eager median step / this mode's (benchmarks/dynamo's meaning)
+    "speedup_low",
+    "speedup_high",
+    "speedup_within_noise",
+    "abs_latency",  # median steady step time, ms (as benchmarks/dynamo writes it)
+    "abs_latency_p10",
+    "abs_latency_p90",
+    "compilation_latency",  # seconds
+    "compression_ratio",  # eager peak memory / this mode's (peak RSS here)
+    "peak_rss_bytes",
+    "unique_graphs",
+    "graph_breaks",
+    "autograd_captures",
+    "forward_graphs",
+    "backward_graphs",
+    "recompiles",
+    "first_step_s",
+    "steady_steps",
+    "loss_max_rel_diff",
+)
+
+
+def _csv_rows(comparison: Comparison, run_label: str | None = None, baseline: Comparison | None = None) -> list[dict[str, Any]]:
+    rows = []
+    eager = comparison.modes.get("eager")
+    for name, column in comparison.modes.items():
+        f = mode_fields(column)
+        m = column.metrics
+        vs_eager = speedup(column, eager) if eager is not None else None
+        within_noise = vs_eager.within_noise if vs_eager else None
+        if name == "eager" and vs_eager is not None and vs_eager.ratio is not None:
+            vs_eager, within_noise = Speedup("eager", "eager", 1.0, 1.0, 1.0), None
+        eager_peak = eager.peak_rss_bytes if eager is not None else None
+        unique = None
+        if m is not None:
+            unique = m.unique_graphs if m.unique_graphs is not None else m.forward_graphs + m.ca_graphs
+        captures = None
+        if m is not None:
+            captures = m.autograd_captures if m.autograd_captures is not None else m.ca_graphs
+        row: dict[str, Any] = {
+            "name": comparison.target,
+            "mode": name,
+            "status": f["status"],
+            "exit_code": f["exit_code"],
+            "repetitions": f["repetitions"],
+            "speedup": vs_eager.ratio if vs_eager else None,
+            "speedup_low": vs_eager.low if vs_eager else None,
+            "speedup_high": vs_eager.high if vs_eager else None,
+            "speedup_within_noise": within_noise,
+            "abs_latency": _ms(f["step_time_median_s"]),
+            "abs_latency_p10": _ms(f["step_time_p10_s"]),
+            "abs_latency_p90": _ms(f["step_time_p90_s"]),
+            "compilation_latency": f["compile_time_s"],
+            "compression_ratio": (eager_peak / column.peak_rss_bytes) if eager_peak and column.peak_rss_bytes else None,
+            "peak_rss_bytes": f["peak_rss_bytes"],
+            "unique_graphs": unique,
+            "graph_breaks": f["graph_breaks"],
+            "autograd_captures": captures,
+            "forward_graphs": f["forward_graphs"],
+            "backward_graphs": f["backward_graphs"],
+            "recompiles": f["recompiles"],
+            "first_step_s": f["first_step_s"],
+            "steady_steps": f["steady_steps"],
+            "loss_max_rel_diff": finite(comparison.numerics.worst_for(name)),
+        }
+        if run_label is not None:
+            row = {"run": run_label, **row}
+            before = baseline.modes.get(name) if baseline is not None else None
+            change = speedup(column, before) if before is not None else None
+            row["speedup_vs_baseline"] = change.ratio if change else None
+        rows.append(row)
+    return rows
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else value * 1000
+
+
+def comparison_csv(comparison: AnyComparison) -> str:
+    buffer = io.StringIO()
+    if isinstance(comparison, RunComparison):
+        columns = ["run", *CSV_COLUMNS, "speedup_vs_baseline"]
+        rows = _csv_rows(comparison.before, "A") + _csv_rows(comparison.after, "B", baseline=comparison.before)
+    else:
+        columns, rows = list(CSV_COLUMNS), _csv_rows(comparison)
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buffer.getvalue()

@@ -1,0 +1,273 @@
+"""The baseline file: the few figures of a run that a gate compares against, as a small,
+versioned JSON meant to be committed next to the code it guards.
+
+    cagtool baseline save RUN -o cagtool-baseline.json
+
+A missing, corrupt or newer-than-understood baseline is an `UnreadableInput` (exit 3): a gate
+never skips a comparison silently.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cagtool.errors import UnreadableInput
+from cagtool.record.loader import RunRecord, check_format, read_json_object
+from cagtool.report.compare.core import ModeColumn, mode_columns
+
+BASELINE_FORMAT = "cagtool-baseline"
+# Bump when an older reader would misread the file; additive fields do not bump it.
+BASELINE_VERSION = 1
+DEFAULT_BASELINE_FILE = "cagtool-baseline.json"
+
+# Machine keys that differ between two CI runners of the same kind: never a reason to warn.
+_VOLATILE_MACHINE_KEYS = frozenset({"hostname", "host", "node", "user", "pid", "boot_time", "uptime_s", "load_avg"})
+
+
+@dataclass(frozen=True)
+class StepTimeSnapshot:
+    """Steady-state step time, seconds (see report.metrics.StepStats)."""
+
+    count: int
+    median_s: float | None
+    p10_s: float | None
+    p90_s: float | None
+    mean_s: float | None = None
+
+
+@dataclass(frozen=True)
+class ModeSnapshot:
+    """What a gate needs of one mode: its counts, compile time and step-time statistics.
+    Built from `ModeMetrics` for the run under test and read back from the baseline file."""
+
+    mode: str
+    status: str
+    steps: int
+    ca_graphs: int
+    ca_cache_misses: int
+    dynamo_recompiles: int
+    recompiles: int
+    graph_breaks: int
+    forward_graphs: int
+    backward_graphs: int
+    compile_time_s: float
+    step_time: StepTimeSnapshot | None = None
+    exit_code: int | None = None
+    repetitions: int = 1
+    problem: str = ""  # why the mode did not finish cleanly (not saved: a baseline comes from a clean run)
+
+
+def snapshot_of(column: ModeColumn) -> ModeSnapshot:
+    """A mode of a run as the gate sees it: the comparison's pooled column (counts of the first
+    repetition, steady step times pooled over repetitions, median compile time), so `gate` and
+    `compare` never disagree on a figure."""
+    stats = column.step_time
+    step_time = None
+    if stats.count > 0:
+        step_time = StepTimeSnapshot(stats.count, stats.median_s, stats.p10_s, stats.p90_s, stats.mean_s)
+    problem = "; ".join(f.describe() for f in column.failures)
+    m = column.metrics
+    if m is None:  # no repetition left a record
+        return ModeSnapshot(column.name, column.status, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, None, column.exit_code, len(column.records), problem)
+    return ModeSnapshot(
+        mode=column.name,
+        status=column.status,
+        steps=m.steps,
+        ca_graphs=m.ca_graphs,
+        ca_cache_misses=m.ca_cache_misses,
+        dynamo_recompiles=m.dynamo_recompiles,
+        recompiles=m.recompiles,
+        graph_breaks=m.graph_breaks,
+        forward_graphs=m.forward_graphs,
+        backward_graphs=m.backward_graphs,
+        compile_time_s=column.compile_time_s if column.compile_time_s is not None else m.compile_time_s,
+        step_time=step_time,
+        exit_code=column.exit_code,
+        repetitions=len(column.records),
+        problem=problem,
+    )
+
+
+def run_snapshots(run: RunRecord) -> dict[str, ModeSnapshot]:
+    """Base mode (eager, aot, ca) -> snapshot; repetitions (`ca.2`...) are pooled into their mode."""
+    return {name: snapshot_of(column) for name, column in mode_columns(run).items()}
+
+
+@dataclass(frozen=True)
+class Baseline:
+    modes: dict[str, ModeSnapshot]
+    versions: dict[str, str] = field(default_factory=dict)  # torch, python, cagtool...
+    machine: dict[str, Any] = field(default_factory=dict)
+    target: dict[str, str] = field(default_factory=dict)
+    target_argv: list[str] = field(default_factory=list)
+    source_run: str = ""
+    created_at: str = ""
+    path: Path | None = None  # where it was read from
+
+    def mode(self, name: str) -> ModeSnapshot | None:
+        return self.modes.get(name)
+
+
+def baseline_from_run(run: RunRecord) -> Baseline:
+    return Baseline(
+        modes=run_snapshots(run),
+        versions=dict(run.meta.versions),
+        machine=dict(run.meta.machine),
+        target=dict(run.meta.target),
+        target_argv=list(run.meta.target_argv),
+        source_run=run.meta.run_id or str(run.path),
+        created_at=_dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+    )
+
+
+def _round(value: float | None) -> float | None:
+    # Six significant digits: stable diffs when the file is committed, far below timing noise.
+    return None if value is None else float(f"{value:.6g}")
+
+
+def _mode_to_dict(snap: ModeSnapshot) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "status": snap.status,
+        "exit_code": snap.exit_code,
+        "steps": snap.steps,
+        "repetitions": snap.repetitions,
+        "ca_graphs": snap.ca_graphs,
+        "ca_cache_misses": snap.ca_cache_misses,
+        "dynamo_recompiles": snap.dynamo_recompiles,
+        "recompiles": snap.recompiles,
+        "graph_breaks": snap.graph_breaks,
+        "forward_graphs": snap.forward_graphs,
+        "backward_graphs": snap.backward_graphs,
+        "compile_time_s": _round(snap.compile_time_s),
+        "step_time": None,
+    }
+    if snap.step_time is not None:
+        st = snap.step_time
+        data["step_time"] = {
+            "count": st.count,
+            "median_s": _round(st.median_s),
+            "p10_s": _round(st.p10_s),
+            "p90_s": _round(st.p90_s),
+            "mean_s": _round(st.mean_s),
+        }
+    return data
+
+
+def baseline_to_dict(baseline: Baseline) -> dict[str, Any]:
+    return {
+        "format": BASELINE_FORMAT,
+        "version": BASELINE_VERSION,
+        "created_at": baseline.created_at,
+        "source_run": baseline.source_run,
+        "target": baseline.target,
+        "target_argv": baseline.target_argv,
+        "versions": baseline.versions,
+        "machine": baseline.machine,
+        "modes": {name: _mode_to_dict(snap) for name, snap in baseline.modes.items()},
+    }
+
+
+def save_baseline(baseline: Baseline, path: Path) -> Path:
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(baseline_to_dict(baseline), indent=2, sort_keys=False) + "\n"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)  # never leave a half-written baseline behind
+    return path
+
+
+def _mode_from_dict(name: str, data: Any, where: str) -> ModeSnapshot:
+    if not isinstance(data, dict):
+        raise UnreadableInput(f"{where}: mode {name!r} is not an object")
+    try:
+        step = data.get("step_time")
+        step_time = None
+        if step is not None:
+            step_time = StepTimeSnapshot(
+                count=int(step["count"]),
+                median_s=_opt_float(step.get("median_s")),
+                p10_s=_opt_float(step.get("p10_s")),
+                p90_s=_opt_float(step.get("p90_s")),
+                mean_s=_opt_float(step.get("mean_s")),
+            )
+        return ModeSnapshot(
+            mode=name,
+            status=str(data.get("status", "finished")),
+            exit_code=data.get("exit_code"),
+            steps=int(data["steps"]),
+            ca_graphs=int(data["ca_graphs"]),
+            ca_cache_misses=int(data["ca_cache_misses"]),
+            dynamo_recompiles=int(data["dynamo_recompiles"]),
+            recompiles=int(data["recompiles"]),
+            graph_breaks=int(data["graph_breaks"]),
+            forward_graphs=int(data.get("forward_graphs", 0)),
+            backward_graphs=int(data.get("backward_graphs", 0)),
+            compile_time_s=float(data["compile_time_s"]),
+            step_time=step_time,
+            repetitions=int(data.get("repetitions", 1)),
+        )
+    except KeyError as exc:
+        raise UnreadableInput(f"{where}: mode {name!r} lacks {exc.args[0]!r}") from None
+    except (TypeError, ValueError) as exc:
+        raise UnreadableInput(f"{where}: mode {name!r} has a bad value ({exc})") from None
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def load_baseline(path: str | Path) -> Baseline:
+    """Read a baseline file; anything missing or malformed is an UnreadableInput (exit 3)."""
+    path = Path(path)
+    data = read_json_object(path, "baseline", missing_hint=f" (create it with: cagtool baseline save RUN -o {path})")
+    check_format(data, BASELINE_FORMAT, path, what="cagtool baseline", version_key="version", readable=BASELINE_VERSION)
+    modes = data.get("modes")
+    if not isinstance(modes, dict) or not modes:
+        raise UnreadableInput(f"baseline {path} has no modes")
+    return Baseline(
+        modes={name: _mode_from_dict(name, value, str(path)) for name, value in modes.items()},
+        versions={str(k): str(v) for k, v in (data.get("versions") or {}).items()},
+        machine=dict(data.get("machine") or {}),
+        target=dict(data.get("target") or {}),
+        target_argv=list(data.get("target_argv") or []),
+        source_run=str(data.get("source_run", "")),
+        created_at=str(data.get("created_at", "")),
+        path=path,
+    )
+
+
+def environment_warnings(baseline: Baseline, run: RunRecord) -> list[str]:
+    """Why timings of this run may not compare with the baseline's: another torch, another
+    machine, another target. Warnings, not failures: counts still compare exactly."""
+    where = baseline.path or "the baseline"
+    warnings: list[str] = []
+    base_torch = baseline.versions.get("torch")
+    run_torch = run.meta.versions.get("torch")
+    if base_torch and run_torch and base_torch != run_torch:
+        warnings.append(
+            f"torch version differs: baseline {base_torch}, this run {run_torch}; "
+            f"refresh {where} if the change is intended"
+        )
+    differing = []
+    for key in sorted(set(baseline.machine) & set(run.meta.machine)):
+        if key in _VOLATILE_MACHINE_KEYS:
+            continue
+        if baseline.machine[key] != run.meta.machine[key]:
+            differing.append(f"{key} {baseline.machine[key]!r} -> {run.meta.machine[key]!r}")
+    if differing:
+        warnings.append(f"machine differs from the baseline's ({'; '.join(differing)}): timings may not compare")
+    base_name = Path(baseline.target.get("name", "")).name
+    run_name = Path(run.meta.target.get("name", "")).name
+    if base_name and run_name and base_name != run_name:
+        warnings.append(f"target differs: baseline was recorded from {base_name}, this run is {run_name}")
+    elif baseline.target_argv and baseline.target_argv[1:] != run.meta.target_argv[1:] and run.meta.target_argv:
+        warnings.append(
+            f"target arguments differ: baseline {baseline.target_argv[1:]}, this run {run.meta.target_argv[1:]}"
+        )
+    return warnings

@@ -1,0 +1,145 @@
+"""Run a gate: load the run (and baseline), build the checks from the settings, evaluate them.
+
+The library half of `cagtool gate` and `cagtool run --gate`: returns a `GateResult`, writes
+nothing (report.gate_output renders and writes files).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cagtool.errors import EXIT_GATE_FAILED, EXIT_OK, UsageError
+from cagtool.record.loader import RunRecord, load_run
+from cagtool.report.gate.baseline import Baseline, environment_warnings, load_baseline, run_snapshots
+from cagtool.report.gate.checks import (
+    Check,
+    CheckResult,
+    MaxCountCheck,
+    MinSpeedupCheck,
+    ModeStatusCheck,
+    Outcome,
+    evaluate_all,
+)
+from cagtool.report.gate.config import GateSettings, resolve_settings
+from cagtool.report.gate.thresholds import RECOMPILE_KINDS, CountLimit
+from cagtool.report.gate.time_checks import CompileTimeRegressionCheck, StepTimeRegressionCheck
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    """Everything a gate needs besides the run. `settings` holds the thresholds given as flags;
+    they are merged over `[tool.cagtool.gate]` of `config` (or of the pyproject.toml found
+    upward from cwd) unless `use_config` is False."""
+
+    settings: GateSettings = field(default_factory=GateSettings)
+    config: Path | None = None
+    use_config: bool = True
+    strict: bool = False
+    format: str = "text"  # text | json
+    junit: Path | None = None
+
+
+@dataclass(frozen=True)
+class GateResult:
+    run_path: Path
+    mode: str
+    settings: GateSettings  # merged: flags over config
+    config_path: Path | None
+    baseline_path: Path | None
+    results: list[CheckResult]
+    warnings: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return not any(r.failed for r in self.results)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if self.passed else EXIT_GATE_FAILED
+
+    def count(self, outcome: Outcome) -> int:
+        return sum(1 for r in self.results if r.outcome is outcome)
+
+    @property
+    def failures(self) -> list[CheckResult]:
+        return [r for r in self.results if r.failed]
+
+
+def default_mode(run: RunRecord) -> str:
+    return "ca" if "ca" in run.modes else run.mode(None).mode
+
+
+def build_checks(settings: GateSettings, mode: str, baseline: Baseline | None) -> list[Check]:
+    """The checks the settings ask for, in a stable order. Without explicit count limits, a
+    baseline's own counts are the limits (exact, direction-aware)."""
+    src = settings.sources
+    if not settings.has_thresholds():
+        raise UsageError(
+            "no gate thresholds: give flags such as --max-recompiles 0 or --baseline FILE, "
+            "or a [tool.cagtool.gate] table in pyproject.toml (see cagtool gate --help)"
+        )
+    for name, value in (("--max-regression", settings.max_regression), ("--max-compile-regression", settings.max_compile_regression)):
+        if value is not None and baseline is None:
+            raise UsageError(f"{name} compares against a baseline: give --baseline FILE (or baseline = ... in the config)")
+
+    modes = [mode, *(m for t in settings.min_speedup.values() for m in (t.numerator, t.denominator))]
+    checks: list[Check] = [ModeStatusCheck(m) for m in dict.fromkeys(modes)]
+
+    def count(name: str, metric: str, given: CountLimit | None, source_key: str) -> None:
+        if given is not None:
+            checks.append(MaxCountCheck(name, metric, mode, given.limit, src.get(source_key, "flag")))
+        elif baseline is not None:
+            checks.append(MaxCountCheck(name, metric, mode, None, "baseline"))
+
+    count("max-ca-graphs", "ca_graphs", settings.max_ca_graphs, "max_ca_graphs")
+    if settings.max_recompiles:
+        for kind in RECOMPILE_KINDS:
+            if kind in settings.max_recompiles:
+                name = "max-recompiles" if kind == "total" else f"max-recompiles:{kind}"
+                count(name, RECOMPILE_KINDS[kind], settings.max_recompiles[kind], "max_recompiles")
+    elif baseline is not None:
+        for kind in ("ca", "dynamo"):
+            checks.append(MaxCountCheck(f"max-recompiles:{kind}", RECOMPILE_KINDS[kind], mode, None, "baseline"))
+    count("max-graph-breaks", "graph_breaks", settings.max_graph_breaks, "max_graph_breaks")
+    for threshold in settings.min_speedup.values():
+        checks.append(MinSpeedupCheck(threshold, source=src.get("min_speedup", "flag")))
+    if settings.max_regression is not None:
+        checks.append(StepTimeRegressionCheck(settings.max_regression, mode, source=src.get("max_regression", "flag")))
+    if settings.max_compile_regression is not None:
+        checks.append(
+            CompileTimeRegressionCheck(settings.max_compile_regression, mode, source=src.get("max_compile_regression", "flag"))
+        )
+    return checks
+
+
+def run_gate(run_path: str | Path | None, options: GateOptions | None = None) -> GateResult:
+    """Gate a recorded run. Raises UsageError (exit 2) for bad or missing thresholds and
+    UnreadableInput (exit 3) for an unreadable run or baseline; a failed check is in the result."""
+    options = options or GateOptions()
+    settings, config_path = resolve_settings(options.settings, options.config, options.use_config)
+    if not settings.has_thresholds():
+        build_checks(settings, "ca", None)  # raises the usage error before any loading
+    run = load_run(run_path, strict=options.strict)
+    baseline = load_baseline(settings.baseline) if settings.baseline is not None else None
+    mode = settings.mode or default_mode(run)
+    checks = build_checks(settings, mode, baseline)
+    results = evaluate_all(
+        checks,
+        run_snapshots(run),
+        baseline.modes if baseline is not None else None,
+        fail_on_improvement=bool(settings.fail_on_improvement),
+    )
+    warnings = environment_warnings(baseline, run) if baseline is not None else []
+    for name, record in run.modes.items():
+        if record.skipped_lines:
+            warnings.append(f"mode {name}: {record.skipped_lines} unreadable event lines skipped (--strict makes this an error)")
+    return GateResult(
+        run_path=run.path,
+        mode=mode,
+        settings=settings,
+        config_path=config_path,
+        baseline_path=settings.baseline,
+        results=results,
+        warnings=warnings,
+    )

@@ -1,0 +1,241 @@
+"""Renderers of a gate result: a human table, JSON, JUnit XML (one testcase per check),
+GitHub Actions annotations and a Markdown step summary. Each renders; `emit_gate_result`
+decides which to write where."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import IO, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from cagtool.errors import UnreadableInput
+from cagtool.report.console import make_console
+from cagtool.report.gate.core import GateOptions, GateResult
+from cagtool.report.gate.checks import CheckResult, Outcome
+
+_LABEL = {Outcome.PASS: "PASS", Outcome.FAIL: "FAIL", Outcome.IMPROVED: "IMPROVED", Outcome.ERROR: "ERROR"}
+_STYLE = {Outcome.PASS: "green", Outcome.FAIL: "bold red", Outcome.IMPROVED: "yellow", Outcome.ERROR: "bold red"}
+
+
+def result_label(result: CheckResult) -> str:
+    label = _LABEL[result.outcome]
+    if result.outcome is Outcome.IMPROVED and result.failed:
+        label += " (fails)"
+    return label
+
+
+def verdict_line(gate: GateResult) -> str:
+    total = len(gate.results)
+    failed = len(gate.failures)
+    improved = gate.count(Outcome.IMPROVED)
+    extra = f", {improved} improved" if improved else ""
+    if gate.passed:
+        return f"gate passed: {total} checks{extra}"
+    return f"gate FAILED: {failed} of {total} checks failed{extra}"
+
+
+def _sources(gate: GateResult) -> str:
+    parts = [f"run {gate.run_path}", f"mode {gate.mode}"]
+    if gate.baseline_path is not None:
+        parts.append(f"baseline {gate.baseline_path}")
+    if gate.config_path is not None:
+        parts.append(f"config {gate.config_path}")
+    return ", ".join(parts)
+
+
+_BASELINE_CHECKS = ("max-regression", "max-compile-regression")
+
+
+def refresh_hint(gate: GateResult) -> str | None:
+    """What to do about improvements: refresh the baseline, or tighten the limits."""
+    improved = [r for r in gate.results if r.outcome is Outcome.IMPROVED]
+    if not improved:
+        return None
+    if gate.baseline_path is not None and any(r.source == "baseline" or r.check in _BASELINE_CHECKS for r in improved):
+        return f"improved: refresh the baseline with: cagtool baseline save {gate.run_path} -o {gate.baseline_path}"
+    return "improved: tighten the improved limits (flags or [tool.cagtool.gate]) so the gain is kept"
+
+
+def render_text(gate: GateResult, console: Console) -> None:
+    console.print(f"cagtool gate: {_sources(gate)}", markup=False, soft_wrap=True)
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for column in ("Check", "Mode", "Actual", "Limit", "Result", "Source"):
+        table.add_column(column, no_wrap=True)
+    for r in gate.results:
+        table.add_row(r.check, r.mode, r.actual, r.limit, f"[{_STYLE[r.outcome]}]{result_label(r)}[/]", _short_source(r.source))
+    console.print(table)
+    for r in gate.results:
+        if r.outcome is not Outcome.PASS or r.notes:
+            console.print(f"{result_label(r)}: {r.message}", style=_STYLE[r.outcome], markup=False, soft_wrap=True)
+            for note in r.notes:
+                console.print(f"  note: {note}", markup=False, soft_wrap=True)
+    for warning in gate.warnings:
+        console.print(f"warning: {warning}", style="yellow", markup=False, soft_wrap=True)
+    hint = refresh_hint(gate)
+    if hint:
+        console.print(hint, markup=False, soft_wrap=True)
+    console.print(verdict_line(gate), style="bold green" if gate.passed else "bold red", markup=False)
+
+
+def _short_source(source: str) -> str:
+    return Path(source).name if source not in ("flag", "baseline", "run") and "+" not in source else source
+
+
+def result_to_dict(r: CheckResult) -> dict[str, Any]:
+    return {
+        "check": r.check,
+        "mode": r.mode,
+        "outcome": r.outcome.value,
+        "failed": r.failed,
+        "actual": r.actual,
+        "limit": r.limit,
+        "message": r.message,
+        "source": r.source,
+        "notes": list(r.notes),
+        "data": r.data,
+    }
+
+
+def gate_to_dict(gate: GateResult) -> dict[str, Any]:
+    return {
+        "passed": gate.passed,
+        "exit_code": gate.exit_code,
+        "run": str(gate.run_path),
+        "mode": gate.mode,
+        "baseline": None if gate.baseline_path is None else str(gate.baseline_path),
+        "config": None if gate.config_path is None else str(gate.config_path),
+        "summary": {
+            "checks": len(gate.results),
+            "failed": len(gate.failures),
+            **{outcome.value: gate.count(outcome) for outcome in Outcome},
+        },
+        "checks": [result_to_dict(r) for r in gate.results],
+        "warnings": list(gate.warnings),
+    }
+
+
+def render_json(gate: GateResult) -> str:
+    return json.dumps(gate_to_dict(gate), indent=2, default=str)
+
+
+def render_junit(gate: GateResult) -> str:
+    """JUnit XML as CI systems read it: one <testcase> per check; a failed check has <failure>
+    (an unmeasurable one <error>), every check's message is in <system-out>."""
+    failures = sum(1 for r in gate.results if r.failed and r.outcome is not Outcome.ERROR)
+    errors = sum(1 for r in gate.results if r.outcome is Outcome.ERROR)
+    counts = {"tests": str(len(gate.results)), "failures": str(failures), "errors": str(errors), "skipped": "0"}
+    suites = ET.Element("testsuites", {"name": "cagtool gate", **counts, "time": "0"})
+    suite = ET.SubElement(suites, "testsuite", {"name": "cagtool.gate", **counts, "time": "0", "hostname": platform.node()})
+    props = ET.SubElement(suite, "properties")
+    for name, value in (("run", gate.run_path), ("mode", gate.mode), ("baseline", gate.baseline_path), ("config", gate.config_path)):
+        if value is not None:
+            ET.SubElement(props, "property", {"name": name, "value": str(value)})
+    for r in gate.results:
+        case = ET.SubElement(suite, "testcase", {"classname": f"cagtool.gate.{r.mode.replace('/', '_')}", "name": r.check, "time": "0"})
+        text = "\n".join([r.message, *(f"note: {n}" for n in r.notes)])
+        if r.outcome is Outcome.ERROR:
+            element = ET.SubElement(case, "error", {"message": r.message, "type": "unmeasurable"})
+            element.text = text
+        elif r.failed:
+            kind = "improvement" if r.outcome is Outcome.IMPROVED else "regression"
+            element = ET.SubElement(case, "failure", {"message": r.message, "type": kind})
+            element.text = text
+        ET.SubElement(case, "system-out").text = text
+    if gate.warnings:
+        ET.SubElement(suite, "system-err").text = "\n".join(f"warning: {w}" for w in gate.warnings)
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_annotations(gate: GateResult) -> list[str]:
+    """Workflow commands: ::error for each failed check, ::warning for a reported improvement
+    and for each environment warning, ::notice for notes (e.g. a speedup inside the noise)."""
+    lines = []
+    for r in gate.results:
+        title = _escape_property(f"cagtool gate: {r.check} ({r.mode})")
+        if r.failed:
+            lines.append(f"::error title={title}::{_escape_data(r.message)}")
+        elif r.outcome is Outcome.IMPROVED:
+            lines.append(f"::warning title={title}::{_escape_data(r.message)}")
+        for note in r.notes:
+            lines.append(f"::notice title={title}::{_escape_data(note)}")
+    for warning in gate.warnings:
+        lines.append(f"::warning title={_escape_property('cagtool gate: environment')}::{_escape_data(warning)}")
+    return lines
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(gate: GateResult) -> str:
+    icon = {Outcome.PASS: "✅", Outcome.FAIL: "❌", Outcome.IMPROVED: "⬇️", Outcome.ERROR: "❌"}
+    head = "✅ passed" if gate.passed else "❌ failed"
+    lines = [
+        f"### cagtool gate: {head}",
+        "",
+        f"{_md(verdict_line(gate))} ({_md(_sources(gate))})",
+        "",
+        "| | Check | Mode | Actual | Limit | Result | Message |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in gate.results:
+        lines.append(
+            f"| {icon[r.outcome]} | `{r.check}` | {r.mode} | {_md(r.actual)} | {_md(r.limit)} | {result_label(r)} | {_md(r.message)} |"
+        )
+    if gate.warnings:
+        lines.append("")
+        lines.extend(f"> **warning:** {_md(w)}" for w in gate.warnings)
+    hint = refresh_hint(gate)
+    if hint:
+        lines += ["", _md(hint)]
+    return "\n".join(lines) + "\n\n"
+
+
+def _write(path: Path, text: str, mode: str = "w") -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open(mode, encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        raise UnreadableInput(f"cannot write {path}: {exc.strerror}") from None
+
+
+def emit_gate_result(gate: GateResult, options: GateOptions, stdout: IO[str] | None = None, stderr: IO[str] | None = None) -> int:
+    """Render the result as asked and write the CI files; returns the gate's exit code.
+
+    On GitHub Actions (GITHUB_ACTIONS=true) the annotations go to stdout after a text report and
+    to stderr with --format json (the runner reads workflow commands from both, and stdout must
+    stay parseable JSON). A Markdown table is appended to $GITHUB_STEP_SUMMARY when it is set."""
+    out = stdout if stdout is not None else sys.stdout
+    err = stderr if stderr is not None else sys.stderr
+    if options.format == "json":
+        out.write(render_json(gate) + "\n")
+    else:
+        render_text(gate, make_console(file=out))
+    if options.junit is not None:
+        _write(Path(options.junit), render_junit(gate))
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        stream = err if options.format == "json" else out
+        for line in github_annotations(gate):
+            stream.write(line + "\n")
+        stream.flush()
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        _write(Path(summary), render_markdown(gate), mode="a")
+    return gate.exit_code

@@ -1,0 +1,291 @@
+"""A structural diff of two compiled-autograd graphs: pure functions from node lists to a GraphDiff.
+
+A CA graph is a sequence of autograd nodes, each expanded into a few FX nodes (an *origin
+group*), so alignment goes from coarse to fine:
+
+1. whole groups are matched by content: every unchanged group is settled at once;
+2. the groups left are aligned by autograd-node name, so a new `MulBackward0` is one inserted
+   group, not a shift of everything after it;
+3. inside a pair of groups (or a stretch of groups that changed) FX nodes are aligned on their
+   full normalised signature, then, in what is left, on (op, target) alone: a node that keeps
+   its op and target but not its arguments, shape, dtype, stride or hook is *changed*; a lone
+   node replaced by a lone node (`AddBackward0` -> `SubBackward0`) is changed too.
+
+Finally references are compared through the alignment: `add_backward0[0]` and `sub_backward0[0]`
+are the same input when the two nodes were aligned, so one change does not ripple into every
+node downstream of it. Each level uses `sequence_align.opcodes` (patience diff).
+"""
+
+from __future__ import annotations
+
+import gc
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from difflib import SequenceMatcher
+from typing import Iterator, Sequence
+
+from cagtool.record.graph_file import GraphNode
+from cagtool.report.graphs.normalize import NormGraph, NormNode, OriginGroup, fine_tokens, normalize_graph
+from cagtool.report.graphs.align import opcodes
+
+EQUAL = "equal"
+INSERTED = "inserted"
+REMOVED = "removed"
+CHANGED = "changed"
+
+COMPARED_FIELDS = ("target", "args", "shape", "dtype", "stride", "hook_type")
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    field: str
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class NodeDiff:
+    kind: str  # EQUAL | INSERTED | REMOVED | CHANGED
+    old: NormNode | None
+    new: NormNode | None
+    changes: tuple[FieldChange, ...] = ()
+
+
+@dataclass(frozen=True)
+class SymbolicSize:
+    """A size that was a number in the old graph and is a symbol (a `sizes[i]` input) in the new."""
+
+    node: str  # label of the node in the new graph
+    where: str  # "args", "shape[1]", "stride[0]"
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class GraphDiffSummary:
+    old_nodes: int
+    new_nodes: int
+    equal: int
+    inserted: int
+    removed: int
+    changed: int
+    op_histogram_delta: dict[str, int]  # short target -> new count minus old count, non-zero only
+    autograd_nodes_added: list[str]  # "MulBackward0 (NodeCall 2)", from the new graph
+    autograd_nodes_removed: list[str]  # from the old graph
+    hooks_added: list[str]  # hook types of inserted call_hook nodes
+    hooks_removed: list[str]
+    became_symbolic: list[SymbolicSize] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class GraphDiff:
+    old: NormGraph
+    new: NormGraph
+    entries: tuple[NodeDiff, ...]
+    summary: GraphDiffSummary
+
+    @property
+    def identical(self) -> bool:
+        s = self.summary
+        return s.inserted == 0 and s.removed == 0 and s.changed == 0
+
+
+def diff_graphs(old: Sequence[GraphNode] | NormGraph, new: Sequence[GraphNode] | NormGraph) -> GraphDiff:
+    """Align two graphs and summarise what differs. Accepts raw nodes or normalised graphs."""
+    with _cyclic_gc_paused():
+        old_graph = old if isinstance(old, NormGraph) else normalize_graph(old)
+        new_graph = new if isinstance(new, NormGraph) else normalize_graph(new)
+        raw = _align_groups(old_graph, new_graph)
+        mapping = {e.old.index: e.new.index for e in raw if e.old is not None and e.new is not None}
+        entries = tuple(_compare(e, mapping) for e in raw)
+        return GraphDiff(old_graph, new_graph, entries, _summarise(old_graph, new_graph, entries))
+
+
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """A diff allocates tens of objects per node, none in reference cycles; the cyclic collector
+    would rescan all of them again and again (a third of the time on 50,000 nodes)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _group_content(graph: NormGraph, group: OriginGroup) -> tuple:
+    return (group.origin, tuple(n.signature for n in graph.group_nodes(group)))
+
+
+def _align_groups(old: NormGraph, new: NormGraph) -> list[NodeDiff]:
+    # Pass 1: whole groups by content, which settles every unchanged group.
+    # Pass 2: what is left, by autograd-node name.
+    out: list[NodeDiff] = []
+    old_content = [_group_content(old, g) for g in old.groups]
+    new_content = [_group_content(new, g) for g in new.groups]
+    for tag, i1, i2, j1, j2 in opcodes(old_content, new_content):
+        if tag == "equal":
+            for og, ng in zip(old.groups[i1:i2], new.groups[j1:j2]):
+                out.extend(NodeDiff(EQUAL, o, n) for o, n in zip(old.group_nodes(og), new.group_nodes(ng)))
+        else:
+            out.extend(_align_groups_by_name(old, old.groups[i1:i2], new, new.groups[j1:j2]))
+    return out
+
+
+def _align_groups_by_name(old: NormGraph, old_groups: Sequence[OriginGroup], new: NormGraph, new_groups: Sequence[OriginGroup]) -> list[NodeDiff]:
+    out: list[NodeDiff] = []
+    old_keys = [g.origin or "" for g in old_groups]
+    new_keys = [g.origin or "" for g in new_groups]
+    for tag, i1, i2, j1, j2 in opcodes(old_keys, new_keys):
+        if tag == "equal":
+            for og, ng in zip(old_groups[i1:i2], new_groups[j1:j2]):
+                out.extend(_align_nodes(old.group_nodes(og), new.group_nodes(ng)))
+        else:
+            old_span = old.nodes[old_groups[i1].start : old_groups[i2 - 1].stop] if i2 > i1 else ()
+            new_span = new.nodes[new_groups[j1].start : new_groups[j2 - 1].stop] if j2 > j1 else ()
+            out.extend(_align_nodes(old_span, new_span))
+    return out
+
+
+def _align_nodes(old: Sequence[NormNode], new: Sequence[NormNode]) -> list[NodeDiff]:
+    out: list[NodeDiff] = []
+    for tag, i1, i2, j1, j2 in opcodes([n.signature for n in old], [n.signature for n in new]):
+        if tag == "equal":
+            out.extend(NodeDiff(EQUAL, o, n) for o, n in zip(old[i1:i2], new[j1:j2]))
+        else:
+            out.extend(_align_coarse(old[i1:i2], new[j1:j2]))
+    return out
+
+
+def _align_coarse(old: Sequence[NormNode], new: Sequence[NormNode]) -> list[NodeDiff]:
+    out: list[NodeDiff] = []
+    for tag, i1, i2, j1, j2 in opcodes([n.key for n in old], [n.key for n in new]):
+        if tag == "equal" or (tag == "replace" and i2 - i1 == 1 and j2 - j1 == 1 and old[i1].op == new[j1].op):
+            out.extend(NodeDiff(CHANGED, o, n) for o, n in zip(old[i1:i2], new[j1:j2]))
+        else:
+            out.extend(NodeDiff(REMOVED, o, None) for o in old[i1:i2])
+            out.extend(NodeDiff(INSERTED, None, n) for n in new[j1:j2])
+    return out
+
+
+def _same_tokens(old: NormNode, new: NormNode, mapping: dict[int, int]) -> bool:
+    if len(old.tokens) != len(new.tokens):
+        return False
+    for a, b in zip(old.tokens, new.tokens):
+        if a == b and not a.startswith("%"):
+            continue
+        if a.startswith("%") and b.startswith("%") and a[1:].isdigit() and b[1:].isdigit():
+            if mapping.get(int(a[1:])) == int(b[1:]):
+                continue
+        elif a == b:  # unresolved references with the same name
+            continue
+        return False
+    return True
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return str(value)
+
+
+def _compare(entry: NodeDiff, mapping: dict[int, int]) -> NodeDiff:
+    old, new = entry.old, entry.new
+    if old is None or new is None:
+        return entry
+    changes: list[FieldChange] = []
+    if old.target != new.target:
+        changes.append(FieldChange("target", old.short, new.short))
+    # Equal text is equal args even when a reference's node was not aligned: saying
+    # "changed" over two identical lines helps nobody.
+    renumbered_input = old.input_list is not None and old.input_list == new.input_list
+    if old.args != new.args and not renumbered_input and not _same_tokens(old, new, mapping):
+        changes.append(FieldChange("args", old.args, new.args))
+    for name in ("shape", "dtype", "stride", "hook_type"):
+        a, b = getattr(old, name), getattr(new, name)
+        if a != b:
+            changes.append(FieldChange(name, _text(a), _text(b)))
+    if not changes:
+        return NodeDiff(EQUAL, old, new)
+    return NodeDiff(CHANGED, old, new, tuple(changes))
+
+
+def _histogram(graph: NormGraph) -> Counter[str]:
+    return Counter(n.short for n in graph.nodes if n.op not in ("placeholder", "output"))
+
+
+def _unmatched_autograd_nodes(graph: NormGraph, other: NormGraph, partner: dict[int, int]) -> list[str]:
+    """Autograd nodes of `graph` none of whose FX nodes is aligned with a node of the same
+    autograd-node name in `other`: the ones added (or, the other way round, removed). Going by
+    the alignment, not by counting names, names the right NodeCall when a model gains a layer."""
+    matched: set[tuple[str, int | None]] = set()
+    order: dict[tuple[str, int | None], None] = {}
+    for node in graph.nodes:
+        if node.origin is None:
+            continue
+        key = (node.origin, node.node_call)
+        order.setdefault(key)
+        other_index = partner.get(node.index)
+        if other_index is not None and other.nodes[other_index].origin == node.origin:
+            matched.add(key)
+    return [name if call is None else f"{name} (NodeCall {call})" for name, call in order if (name, call) not in matched]
+
+
+def symbolic_sizes(old: NormNode, new: NormNode, new_graph: NormGraph) -> list[SymbolicSize]:
+    """Sizes that were numbers in `old` and are symbols in `new`: from the shape and stride when
+    capture recorded them, and from the arguments (a literal replaced by a `sizes[i]` input)."""
+    found: list[SymbolicSize] = []
+    for name in ("shape", "stride"):
+        a, b = getattr(old, name), getattr(new, name)
+        if a is not None and b is not None and len(a) == len(b):
+            for dim, (x, y) in enumerate(zip(a, b)):
+                if isinstance(x, int) and isinstance(y, str):
+                    found.append(SymbolicSize(new.label, f"{name}[{dim}]", str(x), y))
+    old_tokens, new_tokens = fine_tokens(old.tokens), fine_tokens(new.tokens)
+    matcher = SequenceMatcher(None, old_tokens, new_tokens, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag != "replace":
+            continue
+        numbers = [t for t in old_tokens[i1:i2] if t != ","]
+        symbols = [t for t in new_tokens[j1:j2] if t != ","]
+        if len(numbers) != len(symbols) or not all(t.lstrip("-").isdigit() for t in numbers):
+            continue
+        if not all(t.startswith("%") and t[1:].isdigit() and new_graph.nodes[int(t[1:])].is_size for t in symbols):
+            continue
+        for number, symbol in zip(numbers, symbols):
+            found.append(SymbolicSize(new.label, "args", number, new_graph.nodes[int(symbol[1:])].label))
+    return found
+
+
+def _summarise(old: NormGraph, new: NormGraph, entries: tuple[NodeDiff, ...]) -> GraphDiffSummary:
+    kinds = Counter(e.kind for e in entries)
+    delta = _histogram(new)
+    delta.subtract(_histogram(old))
+    old_to_new = {e.old.index: e.new.index for e in entries if e.old is not None and e.new is not None}
+    new_to_old = {n: o for o, n in old_to_new.items()}
+    symbolic: list[SymbolicSize] = []
+    for e in entries:
+        if e.kind == CHANGED and e.old is not None and e.new is not None:
+            symbolic.extend(symbolic_sizes(e.old, e.new, new))
+    return GraphDiffSummary(
+        old_nodes=len(old.nodes),
+        new_nodes=len(new.nodes),
+        equal=kinds[EQUAL],
+        inserted=kinds[INSERTED],
+        removed=kinds[REMOVED],
+        changed=kinds[CHANGED],
+        op_histogram_delta={k: v for k, v in sorted(delta.items()) if v != 0},
+        autograd_nodes_added=_unmatched_autograd_nodes(new, old, new_to_old),
+        autograd_nodes_removed=_unmatched_autograd_nodes(old, new, old_to_new),
+        hooks_added=[e.new.hook_type or e.new.short for e in entries if e.kind == INSERTED and e.new is not None and _is_hook(e.new)],
+        hooks_removed=[e.old.hook_type or e.old.short for e in entries if e.kind == REMOVED and e.old is not None and _is_hook(e.old)],
+        became_symbolic=symbolic,
+    )
+
+
+def _is_hook(node: NormNode) -> bool:
+    return node.hook_type is not None or node.short == "call_hook"

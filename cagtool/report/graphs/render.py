@@ -1,0 +1,300 @@
+"""Renderers for graph comparisons: side by side (a rich table), unified (diff-like text), JSON.
+
+Each renderer's constructor takes its options; `render(comparisons, console)` writes them.
+Node text goes through rich `Text` objects, never markup: FX arguments are full of brackets.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from cagtool.report.graphs.diff import CHANGED, EQUAL, INSERTED, REMOVED, NodeDiff
+from cagtool.report.graphs.runs import GraphComparison, GraphSide
+from cagtool.report.graphs.normalize import NormNode
+
+JSON_FORMAT = "cagtool-graph-diff"
+JSON_SCHEMA_VERSION = 1
+
+STYLE = {INSERTED: "green", REMOVED: "red", CHANGED: "yellow", EQUAL: "dim"}
+CA_DUMMY_SIZE = 123456789  # torch/_dynamo/compiled_autograd.py allocate_dummy
+MARK = {INSERTED: "+", REMOVED: "-", CHANGED: "~", EQUAL: " "}
+
+
+def node_text(node: NormNode) -> str:
+    """One node as a line of pseudo-code: `sum_backward0 = SumBackward0([validate_outputs[0]], ...)`."""
+    if node.op == "placeholder":
+        text = f"{node.label}  (input)"
+    elif node.op == "output":
+        text = f"return {node.args}"
+    elif node.op == "call_method":
+        text = f"{node.label} = .{node.short}({node.args})"
+    else:
+        text = f"{node.label} = {node.short}({node.args})"
+    # CA traces through dummy tensors of shape [0, 123456789]; their "shape" is not the data's.
+    if node.shape is not None and CA_DUMMY_SIZE in node.shape:
+        pass
+    elif node.shape is not None or node.dtype is not None:
+        shape = "[" + ", ".join(str(d) for d in node.shape) + "]" if node.shape is not None else ""
+        text += f"  : {node.dtype or ''}{shape}"
+    if node.stride is not None and CA_DUMMY_SIZE not in node.stride:
+        text += "  stride [" + ", ".join(str(d) for d in node.stride) + "]"
+    if node.hook_type and node.hook_type not in node.args:
+        text += f"  hook {node.hook_type}"
+    return text
+
+
+@dataclass(frozen=True)
+class Hunk:
+    start: int  # entry indices, stop exclusive
+    stop: int
+    skipped_before: int  # equal entries left out before this hunk
+
+
+def hunks(entries: Sequence[NodeDiff], context: int) -> tuple[list[Hunk], int]:
+    """Spans of entries to show (each difference with `context` equal entries around it), and the
+    number of equal entries left out after the last span."""
+    changed = [i for i, e in enumerate(entries) if e.kind != EQUAL]
+    spans: list[list[int]] = []
+    for i in changed:
+        start, stop = max(0, i - context), min(len(entries), i + context + 1)
+        if spans and start <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], stop)
+        else:
+            spans.append([start, stop])
+    out: list[Hunk] = []
+    previous_stop = 0
+    for start, stop in spans:
+        out.append(Hunk(start, stop, start - previous_stop))
+        previous_stop = stop
+    return out, len(entries) - previous_stop
+
+
+def _origin(entry: NodeDiff) -> str:
+    old = entry.old.origin_text if entry.old is not None else None
+    new = entry.new.origin_text if entry.new is not None else None
+    if old is None or new is None or old == new:
+        return (old or new) or ""
+    return f"{old} → {new}"
+
+
+def _side_text(side: GraphSide, nodes: int) -> str:
+    step = f"step {side.step}, " if side.step is not None else ""
+    return f"{side.compile_id}  {side.code_file}  ({step}{nodes} nodes)"
+
+
+def header_lines(comparison: GraphComparison) -> list[Text]:
+    s = comparison.diff.summary
+    lines = [
+        Text("--- " + _side_text(comparison.old, s.old_nodes), style="bold red"),
+        Text("+++ " + _side_text(comparison.new, s.new_nodes), style="bold green"),
+    ]
+    new = comparison.new
+    if new.recompile:
+        what = f"{new.compile_id} is a first capture" if new.first_capture else f"recompile that produced {new.compile_id}"
+        lines.append(Text(f"{what}: {new.recompile}", style="bold"))
+    return lines
+
+
+def _listed(sign: str, nodes: list[str], most: int = 6) -> list[str]:
+    """Each autograd node with its NodeCall when there are few; counts per name when there are many."""
+    if len(nodes) <= most:
+        return [f"{sign}{n}" for n in nodes]
+    names = Counter(n.split(" (NodeCall ")[0] for n in nodes)
+    return [f"{sign}{count} {name}" for name, count in names.most_common()]
+
+
+def summary_lines(comparison: GraphComparison) -> list[Text]:
+    s = comparison.diff.summary
+    if comparison.identical:
+        return [Text(f"identical: {s.new_nodes} nodes, same structure", style="bold")]
+    lines = [
+        Text(
+            f"{s.inserted} inserted, {s.removed} removed, {s.changed} changed, {s.equal} unchanged "
+            f"({s.old_nodes} → {s.new_nodes} nodes)",
+            style="bold",
+        )
+    ]
+    if s.autograd_nodes_added or s.autograd_nodes_removed:
+        parts = _listed("+", s.autograd_nodes_added) + _listed("-", s.autograd_nodes_removed)
+        lines.append(Text("autograd nodes: " + ", ".join(parts)))
+    if s.hooks_added or s.hooks_removed:
+        parts = [f"+{n}" for n in s.hooks_added] + [f"-{n}" for n in s.hooks_removed]
+        lines.append(Text("hooks: " + ", ".join(parts)))
+    if s.op_histogram_delta:
+        lines.append(Text("ops: " + ", ".join(f"{op} {d:+d}" for op, d in s.op_histogram_delta.items())))
+    if s.became_symbolic:
+        parts = [f"{b.old} → {b.new} ({b.node} {b.where})" for b in s.became_symbolic[:8]]
+        more = f", … {len(s.became_symbolic) - 8} more" if len(s.became_symbolic) > 8 else ""
+        lines.append(Text(f"became symbolic ({len(s.became_symbolic)}): " + ", ".join(parts) + more))
+    return lines
+
+
+def _changed_fields(entry: NodeDiff) -> str:
+    return ", ".join(c.field for c in entry.changes)
+
+
+class _HunkRenderer:
+    """Each comparison as its header, its differences with `context` unchanged nodes around them
+    (the part a subclass draws), then its summary."""
+
+    def __init__(self, context: int = 3) -> None:
+        self.context = context
+
+    def render(self, comparisons: Sequence[GraphComparison], console: Console) -> None:
+        for number, comparison in enumerate(comparisons):
+            if number:
+                console.print()
+            for line in header_lines(comparison):
+                console.print(line, soft_wrap=True)
+            spans, skipped_after = hunks(comparison.diff.entries, self.context)
+            self._differences(comparison, spans, skipped_after, console)
+            for line in summary_lines(comparison):
+                console.print(line, soft_wrap=True)
+
+    def _differences(self, comparison: GraphComparison, spans: list[Hunk], skipped_after: int, console: Console) -> None:
+        raise NotImplementedError
+
+
+class UnifiedRenderer(_HunkRenderer):
+    """`diff -u`-like text: `-` old, `+` new; a changed node is a `-`/`+` pair."""
+
+    def _differences(self, comparison: GraphComparison, spans: list[Hunk], skipped_after: int, console: Console) -> None:
+        entries = comparison.diff.entries
+        for hunk in spans:
+            where = f"{hunk.skipped_before} unchanged before" if hunk.start else "start of graph"
+            console.print(Text(f"@@ {where} @@", style="cyan"), soft_wrap=True)
+            origin = None
+            for entry in entries[hunk.start : hunk.stop]:
+                if _origin(entry) != origin:
+                    origin = _origin(entry)
+                    console.print(Text(f"  # {origin}", style="cyan"), soft_wrap=True)
+                self._entry(entry, console)
+        if spans and skipped_after:
+            console.print(Text(f"@@ {skipped_after} unchanged after @@", style="cyan"), soft_wrap=True)
+
+    def _entry(self, entry: NodeDiff, console: Console) -> None:
+        # One node, one line: no wrapping, so the output greps like `diff -u`.
+        lines: list[Text] = []
+        if entry.old is not None and entry.kind != EQUAL:
+            lines.append(Text("-" + node_text(entry.old), style="red"))
+        if entry.new is not None:
+            if entry.kind == EQUAL:
+                lines.append(Text(" " + node_text(entry.new), style=STYLE[EQUAL]))
+            else:
+                changed = f"  # changed: {_changed_fields(entry)}" if entry.kind == CHANGED else ""
+                lines.append(Text("+" + node_text(entry.new) + changed, style="green"))
+        for line in lines:
+            console.print(line, soft_wrap=True)
+
+
+class SideBySideRenderer(_HunkRenderer):
+    """A table, old graph left and new graph right, one aligned node per row."""
+
+    def _differences(self, comparison: GraphComparison, spans: list[Hunk], skipped_after: int, console: Console) -> None:
+        if not spans:
+            return
+        entries = comparison.diff.entries
+        table = Table(show_header=True, header_style="bold", expand=True, show_lines=False, pad_edge=False)
+        table.add_column("", width=1, no_wrap=True)
+        table.add_column(f"{comparison.old.compile_id} (old)", ratio=1, overflow="fold")
+        table.add_column(f"{comparison.new.compile_id} (new)", ratio=1, overflow="fold")
+        for hunk in spans:
+            self._gap(table, hunk.skipped_before)
+            self._hunk(table, entries[hunk.start : hunk.stop])
+        self._gap(table, skipped_after)
+        console.print(table)
+
+    def _gap(self, table: Table, unchanged: int) -> None:
+        if unchanged:
+            gap = Text(f"⋯ {unchanged} unchanged", style="dim italic")
+            table.add_row("", gap, gap)
+
+    def _hunk(self, table: Table, entries: Sequence[NodeDiff]) -> None:
+        origin = None
+        for entry in entries:
+            here = _origin(entry)
+            if here != origin:
+                old_o = entry.old.origin_text if entry.old is not None else ""
+                new_o = entry.new.origin_text if entry.new is not None else ""
+                table.add_row("", Text(f"# {old_o}" if old_o else "", style="cyan"), Text(f"# {new_o}" if new_o else "", style="cyan"))
+                origin = here
+            style = STYLE[entry.kind]
+            left = Text(node_text(entry.old), style=style) if entry.old is not None else Text("")
+            right = Text(node_text(entry.new), style=style) if entry.new is not None else Text("")
+            if entry.kind == CHANGED:
+                right.append(f"  # {_changed_fields(entry)}", style="yellow italic")
+            table.add_row(Text(MARK[entry.kind], style=style), left, right)
+
+
+def _node_json(node: NormNode | None) -> dict[str, Any] | None:
+    if node is None:
+        return None
+    return {
+        "name": node.name,
+        "label": node.label,
+        "op": node.op,
+        "target": node.short,
+        "target_full": node.target,
+        "args": node.args,
+        "origin": node.origin,
+        "node_call": node.node_call,
+        "aot_id": node.aot_id,
+        "hook_type": node.hook_type,
+        "shape": list(node.shape) if node.shape is not None else None,
+        "dtype": node.dtype,
+        "stride": list(node.stride) if node.stride is not None else None,
+    }
+
+
+def _side_json(side: GraphSide, nodes: int) -> dict[str, Any]:
+    return {
+        "run": str(side.run),
+        "mode": side.mode,
+        "ca_id": side.ca_id,
+        "compile_id": side.compile_id,
+        "step": side.step,
+        "nodes": nodes,
+        "code_file": str(side.code_file),
+        "recompile": side.recompile,
+        "miss_kind": side.miss.miss_kind if side.miss is not None else None,
+    }
+
+
+def comparison_json(comparison: GraphComparison) -> dict[str, Any]:
+    s = comparison.diff.summary
+    return {
+        "old": _side_json(comparison.old, s.old_nodes),
+        "new": _side_json(comparison.new, s.new_nodes),
+        "identical": comparison.identical,
+        "summary": asdict(s),
+        "changes": [
+            {
+                "kind": e.kind,
+                "old": _node_json(e.old),
+                "new": _node_json(e.new),
+                "fields": [asdict(c) for c in e.changes],
+            }
+            for e in comparison.diff.entries
+            if e.kind != EQUAL
+        ],
+    }
+
+
+class JsonRenderer:
+    """One JSON document: every comparison with its summary and its non-equal nodes."""
+
+    def render(self, comparisons: Sequence[GraphComparison], console: Console) -> None:
+        document = {
+            "format": JSON_FORMAT,
+            "schema_version": JSON_SCHEMA_VERSION,
+            "identical": all(c.identical for c in comparisons),
+            "comparisons": [comparison_json(c) for c in comparisons],
+        }
+        console.file.write(json.dumps(document, indent=2) + "\n")

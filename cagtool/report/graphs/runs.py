@@ -1,0 +1,189 @@
+"""Which graphs `diff-graphs` compares, read from run records, and the recompile behind each one.
+
+A graph is named by (run, mode, ca_id). Within a run, with no ids given, every graph is compared
+with the one it replaced: the graph captured just before it, i.e. the graph the previous step ran
+with until the cache miss that produced this one. The miss event says why (a new autograd node,
+changed shapes) and where (step, user line); that becomes the header of the comparison.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from cagtool.errors import UnreadableInput
+from cagtool.record.loader import ModeRecord, RunRecord, load_graph_nodes
+from cagtool.record.graph_file import GraphNode
+from cagtool.record.schema import (
+    GRAPHS_DIR,
+    MISS_CHANGED_SHAPES,
+    MISS_NEW_NODE,
+    CacheMissEvent,
+    CAGraphEvent,
+    SourceRef,
+)
+from cagtool.report.graphs.diff import GraphDiff, diff_graphs
+
+_GRAPH_FILE = re.compile(r"^ca_(\d+)\.json$")
+
+
+@dataclass(frozen=True)
+class GraphSide:
+    """One graph of a comparison and what the record says about it."""
+
+    run: Path
+    mode: str
+    ca_id: int
+    step: int | None
+    code_file: Path  # the readable .py next to the nodes file
+    recompile: str | None  # why this graph was captured (its cache miss), in one line; None if unrecorded
+    miss: CacheMissEvent | None
+
+    @property
+    def compile_id(self) -> str:
+        return f"!{self.ca_id}"
+
+    @property
+    def first_capture(self) -> bool:
+        return self.miss is not None and is_first_capture(self.miss)
+
+
+@dataclass(frozen=True)
+class GraphComparison:
+    old: GraphSide
+    new: GraphSide
+    diff: GraphDiff
+
+    @property
+    def identical(self) -> bool:
+        return self.diff.identical
+
+
+def graph_ids(mode: ModeRecord) -> list[int]:
+    """CA graph ids of a mode record: from its events, plus any graph file the events lost
+    (a crash can cut the event stream after a graph file was written)."""
+    ids = {event.ca_id for event in mode.of(CAGraphEvent)}
+    graphs = mode.path / GRAPHS_DIR
+    if graphs.is_dir():
+        for path in graphs.iterdir():
+            match = _GRAPH_FILE.match(path.name)
+            if match:
+                ids.add(int(match.group(1)))
+    return sorted(ids)
+
+
+def _where(source: SourceRef | None) -> str:
+    return f"{Path(source.file).name}:{source.line}" if source is not None else ""
+
+
+def _size_text(index: int, previous: int | None, value: int | None) -> str:
+    if previous is not None and value is not None:
+        return f"sizes[{index}] {previous}→{value}"
+    return f"sizes[{index}]" + (f"={value}" if value is not None else "")
+
+
+def is_first_capture(miss: CacheMissEvent) -> bool:
+    """A miss at NodeCall 0 (the GraphRoot) means the cache had nothing: the first backward, or
+    the first after a reset, not a recompile of an existing graph."""
+    return miss.miss_kind == MISS_NEW_NODE and miss.node_call == 0
+
+
+def describe_recompile(miss: CacheMissEvent) -> str:
+    """'new autograd node MulBackward0 at NodeCall 2, step 3, train.py:14' and the like."""
+    if is_first_capture(miss):
+        what = "nothing cached yet at the graph root"
+    elif miss.miss_kind == MISS_NEW_NODE and miss.node:
+        what = f"new autograd node {miss.node}"
+        if miss.node_call is not None:
+            what += f" at NodeCall {miss.node_call}"
+    elif miss.miss_kind == MISS_CHANGED_SHAPES:
+        count = miss.total_changed if miss.total_changed is not None else len(miss.changed_sizes)
+        what = f"{count} changed tensor shape{'s' if count != 1 else ''}"
+        sizes = [_size_text(size.index, size.previous, size.value) for size in miss.changed_sizes[:6]]
+        if sizes:
+            what += ": " + ", ".join(sizes) + (", …" if len(miss.changed_sizes) > 6 else "")
+        owners = {(s.node, s.node_call) for s in miss.changed_sizes if s.node}
+        if len(owners) == 1:
+            node, call = owners.pop()
+            what += f" of {node}" + (f" at NodeCall {call}" if call is not None else "")
+    else:
+        what = miss.message.strip() or "cache miss"
+    parts = [what]
+    if miss.step is not None:
+        parts.append(f"step {miss.step}")
+    where = _where(miss.source or miss.backward_call)
+    if where:
+        parts.append(where)
+    return ", ".join(parts)
+
+
+def _side_code_file(mode: ModeRecord, ca_id: int) -> Path:
+    event = next((e for e in mode.of(CAGraphEvent) if e.ca_id == ca_id), None)
+    return mode.path / (event.code_file if event is not None and event.code_file else f"{GRAPHS_DIR}/ca_{ca_id}.py")
+
+
+def _side(run: RunRecord, mode: ModeRecord, ca_id: int) -> GraphSide:
+    event = next((e for e in mode.of(CAGraphEvent) if e.ca_id == ca_id), None)
+    miss = next((e for e in mode.of(CacheMissEvent) if e.ca_id == ca_id), None)
+    code = _side_code_file(mode, ca_id)
+    step = event.step if event is not None else (miss.step if miss is not None else None)
+    return GraphSide(
+        run=run.path,
+        mode=mode.mode,
+        ca_id=ca_id,
+        step=step,
+        code_file=code,
+        recompile=describe_recompile(miss) if miss is not None else None,
+        miss=miss,
+    )
+
+
+def _nodes_path(mode: ModeRecord, ca_id: int) -> Path:
+    event = next((e for e in mode.of(CAGraphEvent) if e.ca_id == ca_id), None)
+    return mode.path / (event.nodes_file if event is not None and event.nodes_file else f"{GRAPHS_DIR}/ca_{ca_id}.json")
+
+
+def _mode_with_graphs(run: RunRecord, mode_name: str | None) -> ModeRecord:
+    mode = run.mode(mode_name)
+    if not graph_ids(mode):
+        raise UnreadableInput(
+            f"run {run.path} (mode {mode.mode}) has no compiled-autograd graphs to diff; "
+            f"was compiled autograd active? `cagtool summary {run.path}` shows what ran"
+        )
+    return mode
+
+
+def _check_id(run: RunRecord, mode: ModeRecord, ca_id: int) -> None:
+    ids = graph_ids(mode)
+    if ca_id not in ids:
+        have = ", ".join(str(i) for i in ids)
+        raise UnreadableInput(f"run {run.path} (mode {mode.mode}) has no graph {ca_id}; its graphs are: {have}")
+
+
+def _load_nodes(mode: ModeRecord, ca_id: int) -> list[GraphNode]:
+    path = _nodes_path(mode, ca_id)
+    if not path.exists():
+        raise UnreadableInput(f"graph {ca_id} of {mode.path} is recorded but its file is missing: {path}")
+    return load_graph_nodes(path)
+
+
+def compare(old_run: RunRecord, old_id: int, new_run: RunRecord, new_id: int, mode_name: str | None = None) -> GraphComparison:
+    """Diff graph `old_id` of `old_run` against graph `new_id` of `new_run` (the same run is fine)."""
+    old_mode = _mode_with_graphs(old_run, mode_name)
+    new_mode = old_mode if new_run is old_run else _mode_with_graphs(new_run, mode_name)
+    _check_id(old_run, old_mode, old_id)
+    _check_id(new_run, new_mode, new_id)
+    diff = diff_graphs(_load_nodes(old_mode, old_id), _load_nodes(new_mode, new_id))
+    return GraphComparison(_side(old_run, old_mode, old_id), _side(new_run, new_mode, new_id), diff)
+
+
+def replaced_pairs(run: RunRecord, mode_name: str | None = None) -> list[tuple[int, int]]:
+    """(old, new) for every graph after the first: each against the graph captured before it."""
+    ids = graph_ids(_mode_with_graphs(run, mode_name))
+    return list(zip(ids, ids[1:]))
+
+
+def compare_replaced(run: RunRecord, mode_name: str | None = None) -> list[GraphComparison]:
+    return [compare(run, old, run, new, mode_name) for old, new in replaced_pairs(run, mode_name)]
+

@@ -1,0 +1,188 @@
+"""Text renderers for `cagtool recompiles`: the table of every recompile and the --explain text.
+
+Each renderer is a class whose constructor takes its options and whose `render` does the work;
+the JSON document is written by `recompiles_json`."""
+
+from __future__ import annotations
+
+import textwrap
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from cagtool.report.recompiles.explain_model import Explanation
+from cagtool.report.recompiles.explain_text import alert_words, cause_words, plural, step_list
+from cagtool.report.recompiles.table import (
+    SOURCE_CA,
+    SOURCE_DYNAMO_CA_GRAPH,
+    SOURCE_DYNAMO_FRAME,
+    RecompileRow,
+    RecompileTable,
+    format_source,
+    guard_text,
+    node_label,
+)
+
+
+_SOURCE_LABEL = {SOURCE_CA: "CA miss", SOURCE_DYNAMO_FRAME: "Dynamo", SOURCE_DYNAMO_CA_GRAPH: "Dynamo CA"}
+
+
+def counts_line(table: RecompileTable) -> str:
+    initial = table.initial
+    first = f"; initial compile {initial[0].compile_id} at step {initial[0].step}" if initial else ""
+    return (
+        f"mode {table.mode}: {plural(len(table.recompiles), 'recompile')} in {plural(table.steps, 'step')} "
+        f"({plural(table.count(SOURCE_CA), 'CA cache miss', 'CA cache misses')}, "
+        f"{table.count(SOURCE_DYNAMO_FRAME)} Dynamo forward-frame, "
+        f"{table.count(SOURCE_DYNAMO_CA_GRAPH)} Dynamo CA-graph){first}"
+    )
+
+
+def print_wrapped(console: Console, text: str, indent: int = 0, style: str = "") -> None:
+    """Wrapped here, not by rich: continuation lines are indented two more and carry no trailing spaces."""
+    pad = " " * indent
+    width = max(console.width - 1, 40)
+    lines = textwrap.wrap(text, width=width, initial_indent=pad, subsequent_indent=pad + "  ",
+                          break_long_words=False, break_on_hyphens=False)
+    for line in lines or [""]:
+        console.print(Text(line, style=style), soft_wrap=True)
+
+
+def record_notes(table: RecompileTable) -> list[str]:
+    notes = []
+    if table.skipped_lines:
+        notes.append(f"note: skipped {plural(table.skipped_lines, 'unreadable line')} of the {table.mode} record (--strict makes this an error)")
+    if table.unknown_kinds:
+        kinds = ", ".join(f"{k} x{n}" for k, n in sorted(table.unknown_kinds.items()))
+        notes.append(f"note: ignored events of unknown kinds: {kinds}")
+    if table.status and table.status != "finished":
+        notes.append(f"note: the {table.mode} run's status is {table.status!r}; the record may end early")
+    return notes
+
+
+_KIND_LABEL = {"new_node": "new node", "changed_shapes": "shapes", "guard_failure": "guard", "unknown": "unknown"}
+
+
+def _sizes_text(row: RecompileRow) -> str:
+    """`4 changed sizes: sizes[0-3] of SumBackward0 ?->100`: sizes with the same owner and the same
+    change are listed together."""
+    groups: dict[tuple, list[int]] = {}
+    for size in row.changed_sizes:
+        old = "?" if size.previous is None else str(size.previous)
+        new = "?" if size.value is None else str(size.value)
+        groups.setdefault((size.node, old, new), []).append(size.index)
+    parts = []
+    for (node, old, new), indices in groups.items():
+        owner = f" of {node_label(node, None)}" if node else ""
+        parts.append(f"sizes[{step_list(indices).replace(', ', ',')}]{owner} {old}->{new}")
+    total = row.total_changed if row.total_changed is not None else len(row.changed_sizes)
+    return f"{plural(total, 'changed size')}: " + ", ".join(parts) if parts else plural(total, "changed size")
+
+
+def detail_cell(row: RecompileRow) -> str:
+    """What changed, in one cell: the node and key sizes, the sizes old -> new, or the failing guard."""
+    if row.kind == "changed_shapes":
+        return _sizes_text(row)
+    if row.node:
+        previous = ",".join(str(s) for s in row.previous_key_sizes)
+        key = f"; key size {row.key_size} vs [{previous}]" if row.key_size is not None else ""
+        return node_label(row.node, row.node_call) + key
+    if row.source != SOURCE_CA:
+        guard = guard_text(row.messages[0]) if row.messages else ""
+        return f"`{guard}`" if guard else "(guard not recorded)"
+    return "(no reason recorded)"
+
+
+class RecompilesTableRenderer:
+    """One row per recompile, the initial compile listed first and marked as such; the code of each
+    user source line is listed once under the table."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def render(self, tables: list[RecompileTable], run_label: str) -> None:
+        for table in tables:
+            print_wrapped(self.console, counts_line(table))
+            for note in record_notes(table):
+                print_wrapped(self.console, note)
+            if not table.rows:
+                continue
+            grid = Table(show_header=True, header_style="bold", pad_edge=False, box=box.SIMPLE_HEAD)
+            grid.add_column("#", justify="right", no_wrap=True)
+            grid.add_column("step", justify="right", no_wrap=True)
+            grid.add_column("source", no_wrap=True)
+            grid.add_column("kind", no_wrap=True)
+            grid.add_column("what changed", overflow="fold", ratio=3)
+            grid.add_column("user source", overflow="fold", ratio=2)
+            grid.add_column("graph", no_wrap=True)
+            number = 0
+            for row in table.rows:
+                if row.initial:
+                    label, kind = "-", "initial"
+                else:
+                    number += 1
+                    label, kind = str(number), _KIND_LABEL.get(row.kind, row.kind)
+                cells = (
+                    label,
+                    "" if row.step is None else str(row.step),
+                    f"{_SOURCE_LABEL.get(row.source, row.source)} {row.compile_id}",
+                    kind,
+                    detail_cell(row),
+                    format_source(row.user_source, table.cwd, with_code=False),
+                    row.produced or "",
+                )
+                grid.add_row(*(Text(cell) for cell in cells))  # Text: guard texts may contain [brackets]
+            self.console.print(grid)
+            lines = sorted(
+                {format_source(r.user_source, table.cwd) for r in table.rows if r.user_source is not None and r.user_source.code}
+            )
+            if lines:
+                self.console.print("user source lines:")
+                for line in lines:
+                    self.console.print(Text(f"  {line}"), soft_wrap=True)
+        if any(t.recompiles for t in tables):
+            self.console.print(Text(f"Why, and what to do: cagtool recompiles {run_label} --explain"), soft_wrap=True)
+
+
+class ExplanationRenderer:
+    """The --explain text: alerts first, then each root cause with why, the fix and the evidence."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def _line(self, text: str, indent: int) -> None:
+        print_wrapped(self.console, text, indent)
+
+    def _block(self, heading: str, why: list[str], fix: list[str], evidence: str) -> None:
+        print_wrapped(self.console, heading, 0, style="bold")
+        for sentence in why:
+            self._line(sentence, 2)
+        for sentence in fix:
+            self._line(f"Fix: {sentence}", 2)
+        if evidence:
+            self._line(f"Evidence: {evidence}", 2)
+        self.console.print()
+
+    def render(self, explanations: list[Explanation], run_label: str) -> None:
+        for explanation in explanations:
+            table = explanation.table
+            print_wrapped(self.console, counts_line(table))
+            for note in record_notes(table):
+                print_wrapped(self.console, note)
+            if not explanation.causes and not explanation.alerts:
+                self.console.print("No recompiles: every step after the first reused the cached graphs.")
+                continue
+            self.console.print()
+            for alert in explanation.alerts:
+                words = alert_words(alert, table.cwd)
+                self._block(f"!! {words.title}", words.why, words.fix, words.evidence)
+            for cause in explanation.causes:
+                words = cause_words(cause, table.cwd)
+                steps = cause.steps
+                at = f", {'step' if len(steps) == 1 else 'steps'} {step_list(steps)}" if steps else ""
+                self._block(f"#{cause.number} {words.title}{at}", words.why, words.fix, words.evidence)
+        self.console.print(Text(f"Every recompile, one per row: cagtool recompiles {run_label}"), soft_wrap=True)
+
+

@@ -136,7 +136,11 @@ def _counters() -> dict[str, dict[str, int]]:
 
     out: dict[str, dict[str, int]] = {}
     for name, counter in counters.items():
-        out[name] = {str(k)[:300]: int(v) for k, v in counter.items()}
+        # Keys are cut to 300 characters; reasons that only differ later add up (totals stay torch's).
+        cut: dict[str, int] = {}
+        for key, value in counter.items():
+            cut[str(key)[:300]] = cut.get(str(key)[:300], 0) + int(value)
+        out[name] = cut
     return out
 
 

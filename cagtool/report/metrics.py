@@ -37,6 +37,18 @@ class StepStats:
 
 
 @dataclass(frozen=True)
+class GraphBreakSite:
+    """One place in the user's code where Dynamo broke the graph. `logged` is how many times torch
+    logged it, which is not a count of graph breaks: torch logs one break once per trace attempt
+    (a break inside a loop is logged again when Dynamo restarts), so counts come from its counter."""
+
+    file: str
+    line: int | None
+    reason: str  # the first line of torch's message
+    logged: int
+
+
+@dataclass(frozen=True)
 class ModeMetrics:
     mode: str
     status: str
@@ -47,7 +59,7 @@ class ModeMetrics:
     aot_backward_graphs: int
     ca_graphs: int
     ca_cache_misses: int  # every CA capture after the first
-    graph_breaks: int
+    graph_breaks: int  # torch's counters["graph_break"] total; distinct sites when torch's counters were not recorded
     dynamo_recompiles: int  # forward frames and CA graphs alike
     recompiles: int  # ca_cache_misses + dynamo_recompiles
     unique_graphs: int | None  # torch's own counters["stats"]["unique_graphs"], when recorded
@@ -59,6 +71,8 @@ class ModeMetrics:
     final_param_norm: float | None = None
     final_grad_norm: float | None = None
     losses: list[float] = field(default_factory=list)
+    graph_break_sites: list[GraphBreakSite] = field(default_factory=list)
+    graph_breaks_from_torch: bool = True  # False: the process died before torch's counters were saved
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -114,6 +128,26 @@ def step_stats(steps: list[StepEvent], run_start_to_first_end: float | None = No
     return stats_of_intervals(intervals, excluded, run_start_to_first_end)
 
 
+def graph_break_sites(events: list[GraphBreakEvent]) -> list[GraphBreakSite]:
+    """The distinct places of the graph-break log records, in first-seen order (a record without a
+    place is keyed by its reason)."""
+    sites: dict[tuple[str, int | None, str], GraphBreakSite] = {}
+    for event in events:
+        reason = event.reason.splitlines()[0] if event.reason else ""
+        key = (event.file, event.line, "" if event.file else reason)
+        seen = sites.get(key)
+        sites[key] = GraphBreakSite(event.file, event.line, seen.reason if seen else reason, (seen.logged if seen else 0) + 1)
+    return list(sites.values())
+
+
+def torch_graph_breaks(counters: dict[str, dict[str, int]]) -> int | None:
+    """torch's own graph-break count (`counters["graph_break"]`, one entry per reason), or None
+    when the manifest holds no counters (the process was killed before it could save them)."""
+    if not counters:
+        return None
+    return sum(counters.get("graph_break", {}).values())
+
+
 def mode_metrics(record: ModeRecord) -> ModeMetrics:
     manifest = record.manifest
     steps = record.of(StepEvent)
@@ -137,6 +171,8 @@ def mode_metrics(record: ModeRecord) -> ModeMetrics:
     unique = counters.get("stats", {}).get("unique_graphs")
     captures = counters.get("compiled_autograd", {}).get("captures")
     ca_misses = max(len(ca_graphs) - 1, 0) if ca_graphs else 0
+    sites = graph_break_sites(record.of(GraphBreakEvent))
+    torch_breaks = torch_graph_breaks(counters)
     uses_ca = manifest.mode == "ca" or bool(ca_graphs)
     return ModeMetrics(
         mode=manifest.mode,
@@ -148,7 +184,7 @@ def mode_metrics(record: ModeRecord) -> ModeMetrics:
         aot_backward_graphs=len(aot_backward),
         ca_graphs=len(ca_graphs),
         ca_cache_misses=ca_misses if misses or ca_graphs else 0,
-        graph_breaks=len(record.of(GraphBreakEvent)),
+        graph_breaks=torch_breaks if torch_breaks is not None else len(sites),
         dynamo_recompiles=len(recompiles),
         recompiles=ca_misses + len(recompiles),
         unique_graphs=unique,
@@ -160,6 +196,8 @@ def mode_metrics(record: ModeRecord) -> ModeMetrics:
         final_param_norm=final[-1].param_norm if final else None,
         final_grad_norm=final[-1].grad_norm if final else None,
         losses=[s.loss for s in sorted(steps, key=lambda s: s.step) if s.loss is not None],
+        graph_break_sites=sites,
+        graph_breaks_from_torch=torch_breaks is not None,
     )
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from cagtool.record.loader import ModeRecord, RunRecord
-from cagtool.record.schema import CacheMissEvent, CAGraphEvent, DynamoRecompileEvent, FindingEvent, GraphBreakEvent, SourceRef
+from cagtool.record.schema import CacheMissEvent, CAGraphEvent, DynamoRecompileEvent, FindingEvent, SourceRef
 from cagtool.report.metrics import ModeMetrics, mode_metrics
 
 SUMMARY_SCHEMA = "cagtool-summary"
@@ -80,6 +80,8 @@ def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
         "forward_graphs": metrics.forward_graphs,
         "backward_graphs": metrics.backward_graphs,
         "graph_breaks": metrics.graph_breaks,
+        "graph_breaks_counted_by": "torch" if metrics.graph_breaks_from_torch else "distinct_sites",
+        "graph_break_sites": [asdict(site) for site in metrics.graph_break_sites],
         "dynamo_recompiles": metrics.dynamo_recompiles,
         "steps": metrics.steps,
         "compile_time_s": metrics.compile_time_s,
@@ -130,10 +132,15 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
             console.print(f"    {step:>8}  {miss.compile_id:>4}  {miss_text(miss)}{where}", overflow="fold")
         if len(misses) > 12:
             console.print(f"    ... {len(misses) - 12} more: cagtool recompiles {record.path.parent}")
-    console.print(f"  Dynamo: {m.forward_graphs} forward graphs, {m.backward_graphs} backward graphs, {m.graph_breaks} graph breaks, {m.dynamo_recompiles} recompiles")
-    for brk in record.of(GraphBreakEvent)[:3]:
-        first = brk.reason.splitlines()[0] if brk.reason else ""
-        console.print(f"    graph break at {brk.file and os.path.basename(brk.file)}:{brk.line}: {first}", overflow="ellipsis", no_wrap=True)
+    # The count is torch's own counter; the log's records are only used to name the places.
+    sites = m.graph_break_sites
+    counted_by = "" if m.graph_breaks_from_torch else " (distinct sites: torch's counters were not saved)"
+    at = f" at {len(sites)} site{'s' if len(sites) != 1 else ''}" if sites else ""
+    console.print(f"  Dynamo: {m.forward_graphs} forward graphs, {m.backward_graphs} backward graphs, {m.graph_breaks} graph breaks{at}{counted_by}, {m.dynamo_recompiles} recompiles")
+    for site in sites[:3]:
+        console.print(f"    graph break site {site.file and os.path.basename(site.file)}:{site.line}: {site.reason}", overflow="ellipsis", no_wrap=True)
+    if len(sites) > 3:
+        console.print(f"    ... {len(sites) - 3} more site(s): cagtool summary --format json {record.path.parent}")
     for rec in record.of(DynamoRecompileEvent)[:3]:
         console.print(f"    recompile {rec.compile_id}: {'; '.join(rec.reasons)[:150]}", overflow="ellipsis", no_wrap=True)
     phases = ", ".join(f"{k} {v:.2f}" for k, v in m.compile_phases_s.items() if v)

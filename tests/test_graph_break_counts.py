@@ -1,0 +1,38 @@
+"""Graph-break counts are torch's counter, never the number of log records (issue 10 item 9)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cagtool.record.loader import load_run
+from cagtool.record.schema import GraphBreakEvent
+from cagtool.report.metrics import mode_metrics
+
+SCRIPT = str(Path(__file__).parent / "scripts" / "graph_break_logged_twice.py")
+
+
+def test_duplicated_graph_break_log_counts_once(record_run):
+    run = record_run(SCRIPT, modes="aot")
+    assert run.returncode == 0, run.stderr
+    aot = load_run(run.path).mode("aot")
+    torch_count = sum(aot.manifest.torch_counters["graph_break"].values())
+    logged = aot.of(GraphBreakEvent)
+    # The situation this guards: torch logged the break more often than it counted it.
+    assert len(logged) > torch_count == 1
+    metrics = mode_metrics(aot)
+    assert metrics.graph_breaks == torch_count and metrics.graph_breaks_from_torch
+    assert [(Path(s.file).name, s.line, s.logged) for s in metrics.graph_break_sites] == [("graph_break_logged_twice.py", 11, len(logged))]
+    assert "1 graph breaks at 1 site," in run.stderr
+    assert "graph break site graph_break_logged_twice.py:11" in run.stderr
+
+
+def test_summary_json_gives_torch_count_and_sites(record_run):
+    import subprocess
+    import sys
+
+    run = record_run(SCRIPT, modes="aot")
+    out = subprocess.run([sys.executable, "-m", "cagtool", "summary", "--format", "json", str(run.path)], capture_output=True, text=True, check=True)
+    body = json.loads(out.stdout)["modes"]["aot"]
+    assert body["graph_breaks"] == 1 and body["graph_breaks_counted_by"] == "torch"
+    assert [site["line"] for site in body["graph_break_sites"]] == [11]

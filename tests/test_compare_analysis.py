@@ -21,7 +21,7 @@ from cagtool.record.schema import (
     GraphBreakEvent,
     StepEvent,
 )
-from cagtool.report.compare.core import (
+from cagtool.report.compare.analysis import (
     MIN_STEADY_STEPS,
     Tolerance,
     base_mode,
@@ -29,7 +29,8 @@ from cagtool.report.compare.core import (
     compare_runs,
     relative_difference,
 )
-from cagtool.report.compare.render import CSV_COLUMNS, format_comparison, render_comparison
+from cagtool.report.compare.export import CSV_COLUMNS
+from cagtool.report.compare.render import format_comparison, render_comparison
 from cagtool.report.console import make_console
 
 BACKWARD_S = 0.0001

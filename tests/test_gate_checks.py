@@ -10,26 +10,31 @@ import pytest
 
 from cagtool.errors import UnreadableInput, UsageError
 from cagtool.report.gate.baseline import ModeSnapshot, StepTimeSnapshot, load_baseline
-from cagtool.report.gate.core import GateResult, build_checks
 from cagtool.report.gate.checks import (
+    CompileTimeRegressionCheck,
+    CountLimit,
     MaxCountCheck,
     MinSpeedupCheck,
     ModeStatusCheck,
     Outcome,
-    evaluate_all,
-    speedup_with_spread,
-)
-from cagtool.report.gate.config import GateSettings, find_config, load_config, merge, settings_from_values
-from cagtool.report.gate.output import github_annotations, render_junit, render_markdown
-from cagtool.report.gate.time_checks import CompileTimeRegressionCheck, StepTimeRegressionCheck
-from cagtool.report.gate.thresholds import (
-    CountLimit,
     SpeedupThreshold,
+    StepTimeRegressionCheck,
     TimeThreshold,
+    evaluate_all,
     parse_count,
     parse_speedup,
     parse_time_threshold,
+    speedup_with_spread,
 )
+from cagtool.report.gate.config import (
+    GateSettings,
+    find_config,
+    load_config,
+    merge,
+    settings_from_values,
+)
+from cagtool.report.gate.output import github_annotations, render_junit, render_markdown
+from cagtool.report.gate.run import GateResult, build_checks
 
 
 def snap(mode: str = "ca", *, median: float | None = 0.010, p10: float | None = None, p90: float | None = None,

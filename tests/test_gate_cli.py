@@ -338,7 +338,7 @@ def test_with_gate_options_adds_the_flags_to_another_command(op_loop, work, monk
     from typer.testing import CliRunner
 
     from cagtool.commands.gate import gate_and_report, with_gate_options
-    from cagtool.report.gate.core import GateOptions
+    from cagtool.report.gate.run import GateOptions
 
     app = typer.Typer()
     seen: list[GateOptions] = []

@@ -40,11 +40,19 @@ from cagtool.report.recompiles.explain import (
     CAUSE_SHAPES,
     CAUSE_STRUCTURE,
     CAUSE_UNKNOWN,
+    alert_words,
+    cause_words,
+    elide,
     explain,
     guard_shape,
     guard_text,
+    step_list,
 )
-from cagtool.report.recompiles.explain_text import alert_words, cause_words, elide, step_list
+from cagtool.report.recompiles.render import (
+    JSON_SCHEMA,
+    JSON_SCHEMA_VERSION,
+    RecompilesJsonRenderer,
+)
 from cagtool.report.recompiles.table import (
     SOURCE_CA,
     SOURCE_DYNAMO_CA_GRAPH,
@@ -53,7 +61,6 @@ from cagtool.report.recompiles.table import (
     display_path,
     recompile_table,
 )
-from cagtool.report.recompiles.json_out import JSON_SCHEMA, JSON_SCHEMA_VERSION, RecompilesJsonRenderer
 
 CWD = "/proj"
 BACKWARD_LINE = SourceRef(file="/proj/train.py", line=30, code="loss.backward()", function="main", how="backward_call")

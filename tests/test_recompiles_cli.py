@@ -17,7 +17,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, cagtool_cmd
 
 pytestmark = pytest.mark.slow
@@ -299,8 +298,7 @@ def test_help_teaches():
 
 def _tables_agree(run: Path) -> None:
     from cagtool.record.loader import load_run
-    from cagtool.report.recompiles.table import recompile_table
-    from cagtool.report.recompiles.load import load_filtered
+    from cagtool.report.recompiles.table import load_filtered, recompile_table
 
     full = load_run(run)
     filtered, steps = load_filtered(run)
@@ -326,7 +324,7 @@ def test_filtered_reader_matches_the_loader_on_damaged_records(record_run, tmp_p
     lines[-1] = lines[-1][:25]  # truncated
     events.write_text("\n".join(lines) + "\n")
     _tables_agree(run)
-    from cagtool.report.recompiles.load import load_filtered
+    from cagtool.report.recompiles.table import load_filtered
 
     filtered, _ = load_filtered(run)
     assert filtered.modes["ca"].skipped_lines == 2

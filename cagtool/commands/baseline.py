@@ -11,8 +11,14 @@ import typer
 from cagtool.commands._common import RUN_ARG, STRICT_OPT, TextOrJson
 from cagtool.errors import UsageError
 from cagtool.record.loader import load_run
-from cagtool.report.gate.baseline import DEFAULT_BASELINE_FILE, baseline_from_run, baseline_to_dict, load_baseline, save_baseline
 from cagtool.report.console import make_console
+from cagtool.report.gate.baseline import (
+    DEFAULT_BASELINE_FILE,
+    baseline_from_run,
+    baseline_to_dict,
+    load_baseline,
+    save_baseline,
+)
 
 SAVE_HELP = """Save a run's counts, compile time and step-time statistics as a baseline JSON to commit.
 

@@ -30,7 +30,7 @@ class CompareOptions:
 
 
 def compare(options: CompareOptions) -> None:
-    from cagtool.report.compare.core import Tolerance, compare_modes, compare_runs
+    from cagtool.report.compare.analysis import Tolerance, compare_modes, compare_runs
     from cagtool.report.compare.render import render_comparison
     from cagtool.report.console import make_console
 

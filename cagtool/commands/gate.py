@@ -12,9 +12,9 @@ from typing import IO, Any, Callable, List, Optional
 import typer
 
 from cagtool.commands._common import RUN_ARG, STRICT_OPT, TextOrJson
-from cagtool.report.gate.core import GateOptions, run_gate
 from cagtool.report.gate.config import merge, settings_from_values
 from cagtool.report.gate.output import emit_gate_result
+from cagtool.report.gate.run import GateOptions, run_gate
 
 GATE_HELP = """Check a recorded run against CI thresholds; exit 1 when one is exceeded.
 

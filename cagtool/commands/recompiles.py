@@ -13,10 +13,18 @@ from cagtool.commands._common import RUN_ARG, STRICT_OPT, TextOrJson
 from cagtool.record.loader import RunRecord, load_run
 from cagtool.report.console import make_console
 from cagtool.report.recompiles.explain import explain
-from cagtool.report.recompiles.table import RecompileTable, recompile_table, step_summary
-from cagtool.report.recompiles.load import load_filtered
-from cagtool.report.recompiles.json_out import RecompilesJsonRenderer
-from cagtool.report.recompiles.render import ExplanationRenderer, RecompilesTableRenderer, record_notes
+from cagtool.report.recompiles.render import (
+    ExplanationRenderer,
+    RecompilesJsonRenderer,
+    RecompilesTableRenderer,
+    record_notes,
+)
+from cagtool.report.recompiles.table import (
+    RecompileTable,
+    load_filtered,
+    recompile_table,
+    step_summary,
+)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from cagtool.errors import UsageError
 from cagtool.record.schema import MODES
 
 if TYPE_CHECKING:
-    from cagtool.report.gate.core import GateOptions
+    from cagtool.report.gate.run import GateOptions
 
 
 def parse_modes(text: str) -> tuple[str, ...]:

@@ -25,7 +25,7 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
     console = make_console(stderr=after_run)
     render_summary(console, run)
     if len(run.modes) > 1:
-        from cagtool.report.compare.core import compare_modes
+        from cagtool.report.compare.analysis import compare_modes
         from cagtool.report.compare.render import render_comparison
 
         render_comparison(compare_modes(run), "table", console)

@@ -1,0 +1,1 @@
+"""Modes side by side and runs before/after: analysis.py (pure), render.py (table, Markdown), export.py (JSON, CSV)."""

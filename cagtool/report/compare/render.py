@@ -1,37 +1,404 @@
 """Renderers for mode comparisons (`compare.py`): rich table, JSON, CSV and Markdown.
 
 `render_comparison(comparison, fmt, console)` is the one entry point: `cagtool compare` and the end
-of a multi-mode `cagtool run` both call it. The formats live in `compare_table`, `compare_markdown`
-(both drawn from the same grids of `compare_grids`, so the two never say different things),
-`compare_json` and `compare_csv`.
+of a multi-mode `cagtool run` both call it. The table and Markdown are
+drawn from the same grids (`mode_grid`, `speedup_grid`), so the two never say different things;
+JSON and CSV live in `export.py`.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
-from cagtool.report.compare.core import AnyComparison
-from cagtool.report.compare.csv_out import CSV_COLUMNS, comparison_csv
-from cagtool.report.compare.json_out import JSON_FORMAT, JSON_RUNS_FORMAT, JSON_SCHEMA_VERSION, comparison_to_json
-from cagtool.report.compare.markdown import comparison_markdown
-from cagtool.report.compare.table import TableRenderer
+from cagtool.report.compare.analysis import (
+    LOSS,
+    AnyComparison,
+    Comparison,
+    ModeColumn,
+    Numerics,
+    NumericsDiff,
+    RunComparison,
+    Speedup,
+    format_rel,
+    mode_fields,
+)
+from cagtool.report.compare.export import (
+    comparison_csv,
+    comparison_to_json,
+)
 
-__all__ = [
-    "CSV_COLUMNS",
-    "FORMATS",
-    "JSON_FORMAT",
-    "JSON_RUNS_FORMAT",
-    "JSON_SCHEMA_VERSION",
-    "AnyComparison",
-    "TableRenderer",
-    "comparison_csv",
-    "comparison_markdown",
-    "comparison_to_json",
-    "format_comparison",
-    "render_comparison",
-]
+
+def seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value == 0:
+        return "0 s"
+    return f"{value:.3f} s" if value < 10 else f"{value:.1f} s"
+
+
+def millis(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.3f} ms"
+
+
+def mib(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**20:.0f} MiB"
+
+
+def count(value: int | None, detail: str = "") -> str:
+    """A count, with its breakdown in brackets when it has one (`3 (AOT)`); "-" when unknown."""
+    if value is None:
+        return "-"
+    return f"{value} ({detail})" if detail else str(value)
+
+
+def ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def signed(value: float | int | None, fmt: Callable[[Any], str]) -> str:
+    if value is None:
+        return "-"
+    if value == 0:
+        return "="
+    text = fmt(abs(value))
+    return f"+{text}" if value > 0 else f"-{text}"
+
+
+def steps_list(steps: list[int], limit: int = 6) -> str:
+    shown = ", ".join(str(s) for s in steps[:limit])
+    return shown + (", ..." if len(steps) > limit else "")
+
+
+def status_cell(column: ModeColumn) -> str:
+    if column.ok:
+        return "ok" if len(column.records) == 1 else f"ok ({len(column.records)} runs)"
+    first = column.failures[0]
+    code = f", exit {first.exit_code}" if first.exit_code not in (None, 0) else ""
+    extra = f" ({len(column.failures)} of {len(column.records)} runs)" if len(column.records) > 1 else ""
+    return f"{first.status.upper()}{code}{extra}"
+
+
+def backward_cell(column: ModeColumn) -> str:
+    m = column.metrics
+    if m is None:
+        return "-"
+    kind = "CA" if m.ca_graphs or column.name == "ca" else "AOT"
+    return count(m.backward_graphs, kind if m.backward_graphs else "")
+
+
+def recompiles_cell(column: ModeColumn) -> str:
+    m = column.metrics
+    if m is None:
+        return "-"
+    return count(m.recompiles, f"{m.dynamo_recompiles} Dynamo, {m.ca_cache_misses} CA" if m.recompiles else "")
+
+
+def steady_cell(column: ModeColumn) -> str:
+    st = column.step_time
+    if column.metrics is None:
+        return "-"
+    return count(st.count, f"{len(st.excluded)} excluded" if st.excluded else "")
+
+
+def spread_cell(column: ModeColumn) -> str:
+    st = column.step_time
+    if st.p10_s is None or st.p90_s is None:
+        return "-"
+    return f"{st.p10_s * 1000:.3f} - {st.p90_s * 1000:.3f} ms"
+
+
+def diffs_cell(diffs: list[NumericsDiff] | tuple[NumericsDiff, ...]) -> str:
+    """The largest relative difference of some numerics diffs, flagged when any disagrees."""
+    worst = worst_diff(list(diffs))
+    flag = "" if all(d.agrees for d in diffs) else " DISAGREES"
+    return f"{format_rel(worst.max_rel_diff if worst else None)}{flag}"
+
+
+def numerics_cell(numerics: Numerics, column: ModeColumn) -> str:
+    if numerics.reference is None:
+        return "-"
+    if any(r == numerics.reference for r in column.records[:1]):
+        return "reference"
+    mine = [d for d in numerics.diffs if d.record in column.records]
+    if not mine:
+        return "-"
+    return diffs_cell(mine)
+
+
+def worst_diff(diffs: list[NumericsDiff]) -> NumericsDiff | None:
+    with_values = [d for d in diffs if d.max_rel_diff is not None]
+    return max(with_values, key=lambda d: d.max_rel_diff or 0.0) if with_values else None
+
+
+def speedup_range(s: Speedup) -> str:
+    if s.low is None or s.high is None:
+        return "-"
+    return f"{s.low:.2f} - {s.high:.2f}x"
+
+
+SPEEDUP_FOOTNOTE = (
+    "speedup = baseline median step time / mode median step time (> 1: faster); a range containing 1.0 is within noise."
+)
+
+
+# A cell that starts or ends so is something the user must not miss.
+_PROBLEM_PREFIXES = ("FAILED", "TIMEOUT", "INTERRUPTED", "RUNNING", "MISSING")
+
+
+_PROBLEM_SUFFIX = "DISAGREES"
+
+
+@dataclass
+class Grid:
+    title: str
+    header: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    sections: list[int] = field(default_factory=list)  # row indexes that start a new section
+    problem_cells: set[tuple[int, int]] = field(default_factory=set)  # (row, column) to highlight
+
+    def mark_problems(self, first_column: int) -> None:
+        """Highlight the failed statuses and numerics disagreements from `first_column` on."""
+        for r, row in enumerate(self.rows):
+            for k, value in enumerate(row[first_column:], start=first_column):
+                if value.startswith(_PROBLEM_PREFIXES) or value.endswith(_PROBLEM_SUFFIX):
+                    self.problem_cells.add((r, k))
+
+
+def left_aligned(index: int, name: str) -> bool:
+    """Labels and words align left, figures right."""
+    return index == 0 or name in ("", "mode", "note", "verdict")
+
+
+_PHASES = (("dynamo", "  Dynamo"), ("aot", "  AOTAutograd"), ("inductor", "  Inductor"), ("ca_capture", "  CA capture"))
+
+
+# (label, cell) for the per-mode rows of the one-run view.
+_MODE_ROWS: tuple[tuple[str, Callable[[ModeColumn], str]], ...] = (
+    ("status", status_cell),
+    ("forward graphs", lambda c: count(c.metrics.forward_graphs if c.metrics else None)),
+    ("backward graphs", backward_cell),
+    ("graph breaks", lambda c: count(c.metrics.graph_breaks if c.metrics else None)),
+    ("recompiles", recompiles_cell),
+    ("compile time", lambda c: seconds(c.compile_time_s)),
+    *(
+        (label, (lambda key: lambda c: seconds(c.compile_phases_s.get(key)) if c.metrics else "-")(key))
+        for key, label in _PHASES
+    ),
+    ("time to first step", lambda c: seconds(c.first_step_s)),
+    ("step time (median)", lambda c: millis(c.step_time.median_s)),
+    ("step time p10 - p90", spread_cell),
+    ("steady steps", steady_cell),
+    ("peak RSS", lambda c: mib(c.peak_rss_bytes)),
+)
+
+
+def mode_grid(comparison: Comparison) -> Grid:
+    columns = list(comparison.modes.values())
+    grid = Grid(f"Modes side by side: {comparison.target}", ["", *[c.name for c in columns]])
+    for label, cell in _MODE_ROWS:
+        grid.rows.append([label, *[cell(c) for c in columns]])
+    reference = comparison.numerics.reference
+    label = f"numerics vs {reference} (max rel diff)" if reference else "numerics"
+    grid.rows.append([label, *[numerics_cell(comparison.numerics, c) for c in columns]])
+    grid.mark_problems(first_column=1)
+    return grid
+
+
+def _speedup_row(s: Speedup) -> list[str]:
+    note = s.note
+    if s.repetition_ratios:
+        reps = ", ".join(f"{r:.2f}" for r in s.repetition_ratios)
+        note = f"per repetition: {reps}" + (f"; {note}" if note else "")
+    return [s.label, ratio(s.ratio), speedup_range(s), s.verdict, note]
+
+
+def speedup_grid(speedups: tuple[Speedup, ...] | list[Speedup], title: str = "Speedups (steady-state step time)") -> Grid:
+    grid = Grid(title, ["", "speedup", "range (p10/p90)", "verdict", "note"])
+    for s in speedups:
+        grid.rows.append(_speedup_row(s))
+    return grid
+
+
+def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
+    """(line, is_problem)."""
+    tol = numerics.tolerance
+    if numerics.reference is None:
+        return [(f"Numerics: {n}", False) for n in numerics.notes] or [("Numerics: nothing to compare", False)]
+    lines: list[tuple[str, bool]] = []
+    worst = worst_diff(list(numerics.diffs))
+    tolerance = f"rtol {tol.rtol:g}, atol {tol.atol:g}"
+    if not numerics.diffs:
+        lines.append((f"Numerics: only {numerics.reference} recorded values; nothing to compare", False))
+    elif numerics.agree:
+        where = _where(worst) if worst and worst.max_rel_diff else ""
+        lines.append(
+            (f"Numerics: losses and final norms agree with {numerics.reference} within {tolerance}; "
+             f"largest relative difference {format_rel(numerics.max_rel_diff)}{where}", False)
+        )
+    else:
+        lines.append((f"Numerics DISAGREE with {numerics.reference} ({tolerance}):", True))
+        for d in numerics.disagreements:
+            lines.append((f"  {d.quantity} of {d.record}: {format_rel(d.max_rel_diff)} relative{_where(d, quantity=False)} "
+                          f"({d.value!r} vs {d.reference_value!r})", True))
+    for d in numerics.diffs:
+        if d.note:
+            lines.append((f"  note: {d.note}", False))
+    for note in numerics.notes:
+        lines.append((f"  note: {note}", False))
+    return lines
+
+
+def _where(d: NumericsDiff, quantity: bool = True) -> str:
+    what = f"{d.quantity} of {d.record}" if quantity else ""
+    step = f" at step {d.worst_step}" if d.quantity == LOSS and d.worst_step is not None else ""
+    if quantity:
+        return f" ({what}{step})"
+    return step
+
+
+def excluded_line(comparison: Comparison) -> str | None:
+    parts = [f"{c.name}: {steps_list(c.step_time.excluded)}" for c in comparison.modes.values() if c.step_time.excluded]
+    if not parts:
+        return None
+    return "Steps left out of the steady state because compilation touched them: " + "; ".join(parts)
+
+
+# Before/after rows: (label, field key in mode_fields, value formatter, also used for the delta).
+_CHANGE_ROWS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("forward graphs", "forward_graphs", count),
+    ("backward graphs", "backward_graphs", count),
+    ("graph breaks", "graph_breaks", count),
+    ("recompiles", "recompiles", count),
+    ("compile time", "compile_time_s", seconds),
+    ("time to first step", "first_step_s", seconds),
+    ("step time (median)", "step_time_median_s", millis),
+    ("step time p10", "step_time_p10_s", millis),
+    ("step time p90", "step_time_p90_s", millis),
+    ("steady steps", "steady_steps", count),
+    ("peak RSS", "peak_rss_bytes", mib),
+)
+
+
+def change_grid(rc: RunComparison) -> Grid:
+    grid = Grid(
+        f"Before/after: A = {rc.before.run_path}  B = {rc.after.run_path}",
+        ["mode", "", "A (before)", "B (after)", "change"],
+    )
+    for change in rc.changes:
+        grid.sections.append(len(grid.rows))
+        a, b = change.before, change.after
+        fa = mode_fields(a) if a else {}
+        fb = mode_fields(b) if b else {}
+        status_a = status_cell(a) if a else "not run"
+        status_b = status_cell(b) if b else "not run"
+        grid.rows.append([change.mode, "status", status_a, status_b, ""])
+        if a is None or b is None:
+            continue
+        deltas = change.deltas
+        for label, key, fmt in _CHANGE_ROWS:
+            grid.rows.append(["", label, fmt(fa.get(key)), fmt(fb.get(key)), signed(deltas.get(key), fmt)])
+        s = change.speedup
+        if s is not None:
+            verdict = f"{ratio(s.ratio)} ({speedup_range(s)}) {s.verdict}"
+            grid.rows.append(["", "speedup B over A", "", "", verdict])
+        if change.numerics:
+            grid.rows.append(["", "numerics B vs A (max rel diff)", "", "", diffs_cell(change.numerics)])
+    grid.mark_problems(first_column=2)
+    return grid
+
+
+class TableRenderer:
+    """The terminal view. Options are constructor arguments; `render` prints."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def _table(self, grid: Grid) -> Table:
+        table = Table(title=grid.title, title_justify="left", show_lines=False)
+        for i, name in enumerate(grid.header):
+            table.add_column(name, justify="left" if left_aligned(i, name) else "right", overflow="fold")
+        for r, row in enumerate(grid.rows):
+            if r in grid.sections and r:
+                table.add_section()
+            cells = [Text(v, style="bold red") if (r, k) in grid.problem_cells else Text(v) for k, v in enumerate(row)]
+            table.add_row(*cells)
+        return table
+
+    def _lines(self, lines: list[tuple[str, bool]]) -> None:
+        for line, problem in lines:
+            self.console.print(Text(line, style="bold red" if problem else ""))
+
+    def render(self, comparison: AnyComparison) -> None:
+        if isinstance(comparison, RunComparison):
+            self.console.print(self._table(change_grid(comparison)))
+            for note in comparison.notes:
+                self.console.print(Text(f"note: {note}", style="yellow"))
+            self._problems(comparison.problems, failures_only=False)
+            return
+        self.console.print(self._table(mode_grid(comparison)))
+        if comparison.speedups:
+            self.console.print(self._table(speedup_grid(comparison.speedups)))
+            self.console.print(Text(SPEEDUP_FOOTNOTE, style="dim"))
+        excluded = excluded_line(comparison)
+        if excluded:
+            self.console.print(Text(excluded, style="dim"))
+        self._lines(numerics_lines(comparison.numerics))
+        self._problems(comparison.failure_problems, failures_only=True)
+
+    def _problems(self, problems: list[str], failures_only: bool) -> None:
+        if not problems:
+            return
+        self.console.print(Text("Problems:", style="bold red"))
+        for p in problems:
+            self.console.print(Text(f"  {p}", style="red"))
+
+
+def _md_escape(value: str) -> str:
+    return value.replace("|", "\\|")
+
+
+def _md_table(grid: Grid) -> list[str]:
+    lines = [f"**{_md_escape(grid.title)}**", ""]
+    lines.append("| " + " | ".join(_md_escape(h) or " " for h in grid.header) + " |")
+    lines.append("|" + "|".join(":---" if left_aligned(i, h) else "---:" for i, h in enumerate(grid.header)) + "|")
+    for r, row in enumerate(grid.rows):
+        cells = [f"**{_md_escape(v)}**" if (r, k) in grid.problem_cells else _md_escape(v) for k, v in enumerate(row)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
+
+
+def comparison_markdown(comparison: AnyComparison) -> str:
+    if isinstance(comparison, RunComparison):
+        lines = _md_table(change_grid(comparison))
+        lines += [f"- note: {_md_escape(n)}" for n in comparison.notes]
+        if comparison.notes:
+            lines.append("")
+        problems = comparison.problems
+    else:
+        lines = _md_table(mode_grid(comparison))
+        if comparison.speedups:
+            lines += _md_table(speedup_grid(comparison.speedups))
+            lines += [SPEEDUP_FOOTNOTE, ""]
+        excluded = excluded_line(comparison)
+        if excluded:
+            lines += [excluded, ""]
+        for line, problem in numerics_lines(comparison.numerics):
+            lines.append(f"- **{line.strip()}**" if problem else f"- {line.strip()}")
+        lines.append("")
+        problems = comparison.failure_problems
+    if problems:
+        lines.append("**Problems:**")
+        lines += [f"- {_md_escape(p)}" for p in problems]
+        lines.append("")
+    return "\n".join(lines)
+
 
 FORMATS = ("table", "json", "csv", "markdown")
 

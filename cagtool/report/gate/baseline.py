@@ -17,7 +17,7 @@ from typing import Any
 
 from cagtool.errors import UnreadableInput
 from cagtool.record.loader import RunRecord, check_format, read_json_object
-from cagtool.report.compare.core import ModeColumn, mode_columns
+from cagtool.report.compare.analysis import ModeColumn, mode_columns
 
 BASELINE_FORMAT = "cagtool-baseline"
 # Bump when an older reader would misread the file; additive fields do not bump it.

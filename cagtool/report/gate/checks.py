@@ -9,15 +9,103 @@ report.gate_time_checks. Pure functions of `ModeSnapshot`s: no torch, no files.
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Protocol
 
+from cagtool.errors import UsageError
+from cagtool.report.compare.analysis import MIN_STEADY_STEPS
 from cagtool.report.gate.baseline import ModeSnapshot
-from cagtool.report.compare.core import MIN_STEADY_STEPS
-from cagtool.report.gate.thresholds import SpeedupThreshold
 
-# ---------------------------------------------------------------- results
+RECOMPILE_KINDS: dict[str, str] = {
+    "total": "recompiles",  # CA cache misses + Dynamo recompiles
+    "ca": "ca_cache_misses",  # a new CA graph after the first
+    "dynamo": "dynamo_recompiles",  # a guard failure of a forward frame or a CA graph
+}
+
+
+STEP_TIME_FIELDS = ("median", "mean", "p10", "p90")
+
+
+_NUMBER = r"[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?"
+
+
+@dataclass(frozen=True)
+class CountLimit:
+    kind: str  # total | ca | dynamo for recompiles; "total" for the others
+    limit: int
+
+
+@dataclass(frozen=True)
+class SpeedupThreshold:
+    numerator: str  # the faster-hoped mode: speedup = time(denominator) / time(numerator)
+    denominator: str
+    minimum: float
+
+    def __str__(self) -> str:
+        return f"{self.numerator}/{self.denominator}:{self.minimum:g}x"
+
+
+@dataclass(frozen=True)
+class TimeThreshold:
+    value: float
+    unit: str  # "%" or "s"
+    field: str = "median"  # for step time: median | mean | p10 | p90
+
+    def __str__(self) -> str:
+        prefix = "" if self.field == "median" else f"{self.field}:"
+        return f"{prefix}{self.value:g}{self.unit}"
+
+
+def parse_count(text: Any, flag: str, kinds: tuple[str, ...] = ("total",)) -> CountLimit:
+    """`3` or `KIND:3`. Ints from TOML are accepted as they are."""
+    if isinstance(text, bool):
+        raise UsageError(f"{flag}: expected a count, got {text!r}")
+    if isinstance(text, int):
+        kind, number = "total", str(text)
+    else:
+        raw = str(text).strip()
+        kind, _, number = raw.rpartition(":")
+        kind = kind.strip().lower() or "total"
+    if kind not in kinds:
+        raise UsageError(f"{flag}: unknown kind {kind!r} in {text!r} (kinds: {', '.join(kinds)})")
+    if not re.fullmatch(r"[0-9]+", number.strip()):
+        raise UsageError(f"{flag}: expected a whole number >= 0 or KIND:N, got {text!r}")
+    return CountLimit(kind, int(number))
+
+
+def parse_speedup(text: Any, flag: str = "--min-speedup", modes: tuple[str, ...] = ("eager", "aot", "ca")) -> SpeedupThreshold:
+    """`1.05` (ca/aot), `1.05x`, or `ca/eager:1.2`."""
+    raw = str(text).strip()
+    pair, _, number = raw.rpartition(":")
+    numerator, denominator = "ca", "aot"
+    if pair:
+        num, slash, den = pair.partition("/")
+        if not slash or num.strip() not in modes or den.strip() not in modes or num.strip() == den.strip():
+            raise UsageError(f"{flag}: expected X or MODE/MODE:X with modes {'/'.join(modes)}, got {text!r}")
+        numerator, denominator = num.strip(), den.strip()
+    number = number.strip().rstrip("xX")
+    if not re.fullmatch(_NUMBER, number) or float(number) <= 0:
+        raise UsageError(f"{flag}: expected a positive speedup such as 1.05 or ca/eager:1.2x, got {text!r}")
+    return SpeedupThreshold(numerator, denominator, float(number))
+
+
+def parse_time_threshold(text: Any, flag: str, fields: tuple[str, ...] = ()) -> TimeThreshold:
+    """`10`, `10%`, `0.002s`, and with `fields`, `p90:10%`."""
+    if isinstance(text, bool):
+        raise UsageError(f"{flag}: expected a percentage, got {text!r}")
+    raw = str(text).strip()
+    field_name, _, rest = raw.rpartition(":")
+    field_name = field_name.strip().lower()
+    if field_name and field_name not in fields:
+        allowed = f" (fields: {', '.join(fields)})" if fields else " (no FIELD: here)"
+        raise UsageError(f"{flag}: unknown field {field_name!r} in {text!r}{allowed}")
+    match = re.fullmatch(rf"({_NUMBER})\s*(%|s)?", rest.strip())
+    if not match:
+        raise UsageError(f"{flag}: expected a percentage (10 or 10%) or seconds (0.5s), got {text!r}")
+    return TimeThreshold(float(match.group(1)), match.group(2) or "%", field_name or "median")
 
 
 class Outcome(str, Enum):
@@ -78,8 +166,6 @@ def missing_mode(  # the run or baseline lacks the mode a check reads
     hint = f"; record it with --modes including {mode}" if what == "run" else "; save the baseline from a run with that mode"
     return unmeasurable(name, label or mode, f"the {what} has no {mode} mode (it has: {have}){hint}", limit, source)
 
-
-# ---------------------------------------------------------------- checks
 
 _COUNT_LABELS = {
     "ca_graphs": "CA graphs",
@@ -211,3 +297,119 @@ def evaluate_all(
     fail_on_improvement: bool = False,
 ) -> list[CheckResult]:
     return [finish(check.evaluate(run, baseline), fail_on_improvement) for check in checks]
+
+
+def _fmt_s(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if abs(seconds) >= 1:
+        return f"{seconds:.3f} s"
+    if abs(seconds) >= 1e-3:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e6:.1f} us"
+
+
+def _pct(change: float) -> str:
+    return f"{change:+.1f}%"
+
+
+def _verdict(head: str, detail: str, change_s: float, allowed_s: float, bound: str) -> tuple[Outcome, str]:
+    """Worse than allowed fails, as much better is an improvement, anything between passes."""
+    if change_s > allowed_s:
+        return Outcome.FAIL, f"{head}: {detail} > +{bound}"
+    if change_s < -allowed_s:
+        return Outcome.IMPROVED, f"{head}: {detail} < -{bound}: improved, refresh the baseline"
+    return Outcome.PASS, f"{head}: {detail} within +/-{bound}"
+
+
+@dataclass(frozen=True)
+class _TimeCheck:
+    """A time of one mode against the baseline's, held to `threshold`; an error when either lacks the mode."""
+
+    threshold: TimeThreshold
+    mode: str
+    name: str  # each check sets its own default
+    source: str = "flag"
+
+    def evaluate(self, run: dict[str, ModeSnapshot], baseline: dict[str, ModeSnapshot] | None) -> CheckResult:
+        limit = f"+{self.threshold}"
+        if self.mode not in run:
+            return missing_mode(self.name, self.mode, run, "run", limit, self.source)
+        if baseline is None or self.mode not in baseline:
+            return missing_mode(self.name, self.mode, baseline or {}, "baseline", limit, self.source)
+        return self._against(run[self.mode], baseline[self.mode], limit)
+
+    def _against(self, current: ModeSnapshot, previous: ModeSnapshot, limit: str) -> CheckResult:
+        """The check proper, once both the run and the baseline have the mode."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class StepTimeRegressionCheck(_TimeCheck):
+    """Step time against the baseline's, with a noise floor: a change only counts when it exceeds
+    both the threshold and the noise of the two measurements, twice the standard error of the
+    difference (about 95%). Each side's standard error comes from its measured spread: sigma is
+    estimated as (p90 - p10) / 2.563 (the p10-p90 width of a normal), and SE = 1.2533 sigma / sqrt(n)
+    for a median (used for mean, p10 and p90 too: rough, and said so in the docs)."""
+
+    name: str = "max-regression"
+
+    def _against(self, current: ModeSnapshot, previous: ModeSnapshot, limit: str) -> CheckResult:
+        t = self.threshold
+        cur, base = current.step_time, previous.step_time
+        if cur is None or base is None:
+            side = "this run" if cur is None else "the baseline"
+            return unmeasurable(self.name, self.mode, f"{side} has no steady-state steps (every step compiled; run more steps)", limit, self.source)
+        now, before = getattr(cur, f"{t.field}_s"), getattr(base, f"{t.field}_s")
+        if now is None or before is None or before <= 0:
+            return unmeasurable(self.name, self.mode, f"no {t.field} step time to compare", limit, self.source)
+        noise_s = 2.0 * math.sqrt(_standard_error(cur) ** 2 + _standard_error(base) ** 2)
+        change_s = now - before
+        change_pct = 100.0 * change_s / before
+        noise_pct = 100.0 * noise_s / before
+        if t.unit == "%":
+            allowed_pct = max(t.value, noise_pct)
+            allowed_s = before * allowed_pct / 100.0
+        else:
+            allowed_s = max(t.value, noise_s)
+            allowed_pct = 100.0 * allowed_s / before
+        detail = (
+            f"step time {t.field} {_fmt_s(now)} vs baseline {_fmt_s(before)}: {_pct(change_pct)}"
+        )
+        bound = f"{allowed_pct:.1f}% ({_fmt_s(allowed_s)}; threshold {t}, noise +/-{noise_pct:.1f}%)"
+        outcome, message = _verdict(f"{self.name} ({self.mode})", detail, change_s, allowed_s, bound)
+        notes = []
+        if min(cur.count, base.count) < MIN_STEADY_STEPS:
+            notes.append(f"few steady-state steps (this run {cur.count}, baseline {base.count}): the noise floor is rough")
+        data = {
+            "field": t.field, "actual_s": now, "baseline_s": before, "change_pct": change_pct,
+            "noise_pct": noise_pct, "allowed_pct": allowed_pct, "steps": cur.count, "baseline_steps": base.count,
+        }
+        return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, _pct(change_pct), limit, message, self.source, notes, data)
+
+
+def _standard_error(stats: Any) -> float:
+    """Standard error of the median step time, from the p10-p90 spread and the step count."""
+    if stats.p10_s is None or stats.p90_s is None or stats.count < 1:
+        return 0.0
+    sigma = max(stats.p90_s - stats.p10_s, 0.0) / 2.5631
+    return 1.2533 * sigma / math.sqrt(stats.count)
+
+
+@dataclass(frozen=True)
+class CompileTimeRegressionCheck(_TimeCheck):
+    """Total compile time against the baseline's. One measurement per run, so no spread: use an
+    absolute threshold (`0.5s`) when compile times are tiny and percentages jumpy."""
+
+    name: str = "max-compile-regression"
+
+    def _against(self, current: ModeSnapshot, previous: ModeSnapshot, limit: str) -> CheckResult:
+        t = self.threshold
+        now, before = current.compile_time_s, previous.compile_time_s
+        change_s = now - before
+        allowed_s = before * t.value / 100.0 if t.unit == "%" else t.value
+        change_pct = 100.0 * change_s / before if before > 0 else (0.0 if change_s == 0 else math.inf)
+        detail = f"compile time {_fmt_s(now)} vs baseline {_fmt_s(before)}: {_pct(change_pct)}"
+        outcome, message = _verdict(f"{self.name} ({self.mode})", detail, change_s, allowed_s, f"{t}")
+        data = {"actual_s": now, "baseline_s": before, "change_pct": change_pct if math.isfinite(change_pct) else None}
+        return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, _pct(change_pct), limit, message, self.source, data=data)

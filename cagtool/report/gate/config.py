@@ -26,7 +26,7 @@ from typing import Any
 
 from cagtool.errors import UsageError
 from cagtool.record.schema import MODES
-from cagtool.report.gate.thresholds import (
+from cagtool.report.gate.checks import (
     RECOMPILE_KINDS,
     STEP_TIME_FIELDS,
     CountLimit,

@@ -17,8 +17,8 @@ from rich.table import Table
 
 from cagtool.errors import UnreadableInput
 from cagtool.report.console import make_console
-from cagtool.report.gate.core import GateOptions, GateResult
 from cagtool.report.gate.checks import CheckResult, Outcome
+from cagtool.report.gate.run import GateOptions, GateResult
 
 _LABEL = {Outcome.PASS: "PASS", Outcome.FAIL: "FAIL", Outcome.IMPROVED: "IMPROVED", Outcome.ERROR: "ERROR"}
 _STYLE = {Outcome.PASS: "green", Outcome.FAIL: "bold red", Outcome.IMPROVED: "yellow", Outcome.ERROR: "bold red"}

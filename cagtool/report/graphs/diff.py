@@ -13,7 +13,7 @@ group*), so alignment goes from coarse to fine:
 
 Finally references are compared through the alignment: `add_backward0[0]` and `sub_backward0[0]`
 are the same input when the two nodes were aligned, so one change does not ripple into every
-node downstream of it. Each level uses `sequence_align.opcodes` (patience diff).
+node downstream of it. Each level uses `align.opcodes` (patience diff).
 """
 
 from __future__ import annotations

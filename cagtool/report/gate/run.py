@@ -11,19 +11,26 @@ from pathlib import Path
 
 from cagtool.errors import EXIT_GATE_FAILED, EXIT_OK, UsageError
 from cagtool.record.loader import RunRecord, load_run
-from cagtool.report.gate.baseline import Baseline, environment_warnings, load_baseline, run_snapshots
+from cagtool.report.gate.baseline import (
+    Baseline,
+    environment_warnings,
+    load_baseline,
+    run_snapshots,
+)
 from cagtool.report.gate.checks import (
+    RECOMPILE_KINDS,
     Check,
     CheckResult,
+    CompileTimeRegressionCheck,
+    CountLimit,
     MaxCountCheck,
     MinSpeedupCheck,
     ModeStatusCheck,
     Outcome,
+    StepTimeRegressionCheck,
     evaluate_all,
 )
 from cagtool.report.gate.config import GateSettings, resolve_settings
-from cagtool.report.gate.thresholds import RECOMPILE_KINDS, CountLimit
-from cagtool.report.gate.time_checks import CompileTimeRegressionCheck, StepTimeRegressionCheck
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,670 @@
+"""Modes side by side (eager / aot / ca) and runs before/after: pure analysis of run records.
+
+`compare_modes(run)` answers "did compiled autograd help?" for one run: per mode its counts and
+times (repetitions `ca.2`, `ca.3`... pooled into their mode), the speedups aot/eager, ca/eager and
+ca/aot with their spread and a noise verdict, and whether the numerics agree. `compare_runs(a, b)`
+puts the same columns of two runs next to each other (before/after a change). Renderers live in
+`render.py` and `export.py`; nothing here prints.
+
+In order below: one mode's repetitions pooled into a `ModeColumn`; one mode's speedup over
+another, with its spread and noise verdict; losses and final norms against a reference within a
+`Tolerance`; a run's modes side by side (`compare_modes`); two runs before/after (`compare_runs`).
+
+Conventions, chosen to match PyTorch's own benchmarks where they have one:
+- *speedup* of X over Y = median steady step time of Y / that of X (> 1: X is faster), like
+  `benchmarks/dynamo` (eager time / compiled time).
+- *spread* of a speedup: the range [Y.p10 / X.p90, Y.p90 / X.p10] of the pooled steady step times.
+  It is deliberately conservative: a speedup whose range contains 1.0 is reported as *within
+  noise*, and so is one measured on fewer than `MIN_STEADY_STEPS` steady steps per side. With
+  repetitions, the per-repetition ratios of medians are listed as well (run-to-run noise).
+- *numerics*: per-step losses and final parameter/gradient norms of each mode against a reference
+  (eager when it has values, else the first mode that does), `|x - ref| <= atol + rtol * |ref|`
+  like `torch.allclose`. Default rtol 1e-3, atol 1e-6 (see `Tolerance`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+from cagtool.record.loader import ModeRecord, RunRecord
+from cagtool.record.schema import (
+    MODES,
+    STATUS_FINISHED,
+    STATUS_RUNNING,
+    FinalStateEvent,
+    StepEvent,
+)
+from cagtool.report.metrics import (
+    ModeMetrics,
+    StepStats,
+    mode_metrics,
+    stats_of_intervals,
+    steady_intervals,
+)
+
+STATUS_MISSING = "missing"  # listed in run.json but no manifest was written (the process died early)
+
+
+def base_mode(record_name: str) -> str:
+    """`ca.2` -> `ca`: repetitions are stored as `<mode>.<n>` directories."""
+    head, dot, tail = record_name.rpartition(".")
+    return head if dot and tail.isdigit() else record_name
+
+
+def repetition_index(record_name: str) -> int:
+    head, dot, tail = record_name.rpartition(".")
+    return int(tail) if dot and tail.isdigit() else 1
+
+
+@dataclass(frozen=True)
+class ModeFailure:
+    """Why one recorded mode (or repetition) did not finish cleanly."""
+
+    record: str  # directory name: "ca" or "ca.2"
+    status: str  # failed | timeout | interrupted | running (killed) | missing
+    exit_code: int | None
+    reason: str  # one line: "RuntimeError: boom", "stopped after 5 s (--max-time)"...
+
+    def describe(self) -> str:
+        code = f", exit code {self.exit_code}" if self.exit_code not in (None, 0) else ""
+        return f"{self.record}: {self.status}{code}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class ModeColumn:
+    """One mode of a run, repetitions pooled.
+
+    Counts (graphs, breaks, recompiles) come from the first repetition that left a record: they
+    are deterministic. Step times pool the steady intervals of every repetition; compile time and
+    time to first step are the median over repetitions (each ran with a fresh compile cache unless
+    --warm-cache); peak memory is the largest."""
+
+    name: str  # eager | aot | ca
+    records: tuple[str, ...]  # directory names pooled, in run order: ("ca", "ca.2")
+    metrics: ModeMetrics | None  # of the first repetition with a record; None when none has one
+    step_time: StepStats  # pooled over repetitions
+    repetition_medians: tuple[float | None, ...] = ()
+    compile_time_s: float | None = None
+    compile_phases_s: dict[str, float] = field(default_factory=dict)
+    first_step_s: float | None = None
+    peak_rss_bytes: int | None = None
+    failures: tuple[ModeFailure, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and self.metrics is not None
+
+    @property
+    def status(self) -> str:
+        return self.failures[0].status if self.failures else STATUS_FINISHED
+
+    @property
+    def exit_code(self) -> int | None:
+        for failure in self.failures:
+            if failure.exit_code not in (None, 0):
+                return failure.exit_code
+        if self.failures:
+            return self.failures[0].exit_code
+        return self.metrics.exit_code if self.metrics is not None else None
+
+
+def _failure_of(name: str, record: ModeRecord | None, exit_code: int | None) -> ModeFailure | None:
+    if record is None:
+        reason = "no record was written (the process died before starting the target)"
+        return ModeFailure(name, STATUS_MISSING, exit_code, reason)
+    manifest = record.manifest
+    if manifest.status == STATUS_FINISHED and manifest.exit_code in (0, None):
+        return None
+    code = manifest.exit_code if manifest.exit_code is not None else exit_code
+    if manifest.status == STATUS_RUNNING:
+        signal_note = f" (exit code {code})" if code not in (None, 0) else ""
+        return ModeFailure(name, STATUS_RUNNING, code, f"the record was never finished: the process was killed{signal_note}")
+    if manifest.exception is not None:
+        exc = manifest.exception
+        first_line = (exc.message or "").strip().splitlines()[0] if (exc.message or "").strip() else ""
+        reason = f"{exc.type}: {first_line}" if first_line else exc.type
+    else:
+        reason = f"exited with code {code}"
+    return ModeFailure(name, manifest.status, code, reason)
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def mode_column(name: str, records: list[tuple[str, ModeRecord | None]], exit_codes: dict[str, int | None]) -> ModeColumn:
+    """Pool one mode's repetitions, given as (directory name, record or None) in run order."""
+    present = [(n, r) for n, r in records if r is not None]
+    failures = tuple(f for n, r in records if (f := _failure_of(n, r, exit_codes.get(n))) is not None)
+    if not present:
+        return ModeColumn(name, tuple(n for n, _ in records), None, stats_of_intervals([], []), failures=failures)
+    per_rep = [(r, mode_metrics(r)) for _, r in present]
+    intervals: list[float] = []
+    excluded: list[int] = []
+    for record, _metrics in per_rep:
+        rep_intervals, rep_excluded = steady_intervals(record.of(StepEvent))
+        intervals.extend(rep_intervals)
+        excluded.extend(rep_excluded)
+    firsts = [m.step_time.first_step_s for _, m in per_rep if m.step_time and m.step_time.first_step_s is not None]
+    first = per_rep[0][1]
+    phases = {
+        key: _median([m.compile_phases_s.get(key, 0.0) for _, m in per_rep]) or 0.0
+        for key in first.compile_phases_s
+    }
+    peaks = [m.peak_rss_bytes for _, m in per_rep if m.peak_rss_bytes is not None]
+    return ModeColumn(
+        name=name,
+        records=tuple(n for n, _ in records),
+        metrics=first,
+        # Excluded steps are listed per repetition; the first one's are the informative ones.
+        step_time=stats_of_intervals(intervals, sorted(set(excluded)), _median(firsts)),
+        repetition_medians=tuple(m.step_time.median_s if m.step_time else None for _, m in per_rep),
+        compile_time_s=_median([m.compile_time_s for _, m in per_rep]),
+        compile_phases_s=phases,
+        first_step_s=_median(firsts),
+        peak_rss_bytes=max(peaks) if peaks else None,
+        failures=failures,
+    )
+
+
+def mode_columns(run: RunRecord) -> dict[str, ModeColumn]:
+    """Base mode -> pooled column, in the order modes first ran (eager, aot, ca for the default)."""
+    grouped: dict[str, list[tuple[str, ModeRecord | None]]] = {}
+    names = list(run.meta.modes) or list(run.modes)
+    for extra in run.modes:  # a record on disk that run.json does not list (an older writer)
+        if extra not in names:
+            names.append(extra)
+    for record_name in names:
+        grouped.setdefault(base_mode(record_name), []).append((record_name, run.modes.get(record_name)))
+    for reps in grouped.values():
+        reps.sort(key=lambda item: repetition_index(item[0]))
+    exit_codes = dict(run.meta.mode_exit_codes or {})
+    return {name: mode_column(name, reps, exit_codes) for name, reps in grouped.items()}
+
+
+# The per-mode fields every format shows (JSON keys; the table and CSV read the same values).
+NUMERIC_FIELDS = (
+    "forward_graphs",
+    "backward_graphs",
+    "aot_backward_graphs",
+    "ca_graphs",
+    "graph_breaks",
+    "recompiles",
+    "dynamo_recompiles",
+    "ca_cache_misses",
+    "compile_time_s",
+    "compile_dynamo_s",
+    "compile_aot_s",
+    "compile_inductor_s",
+    "compile_ca_capture_s",
+    "first_step_s",
+    "step_time_median_s",
+    "step_time_p10_s",
+    "step_time_p90_s",
+    "steady_steps",
+    "steps",
+    "peak_rss_bytes",
+)
+
+
+def mode_fields(column: ModeColumn) -> dict[str, Any]:
+    """The flat per-mode figures, keyed as in the JSON output (`modes.<name>`)."""
+    m = column.metrics
+    st = column.step_time
+    phases = column.compile_phases_s
+    return {
+        "status": column.status,
+        "exit_code": column.exit_code,
+        "repetitions": len(column.records),
+        "forward_graphs": m.forward_graphs if m else None,
+        "backward_graphs": m.backward_graphs if m else None,
+        "aot_backward_graphs": m.aot_backward_graphs if m else None,
+        "ca_graphs": m.ca_graphs if m else None,
+        "graph_breaks": m.graph_breaks if m else None,
+        "recompiles": m.recompiles if m else None,
+        "dynamo_recompiles": m.dynamo_recompiles if m else None,
+        "ca_cache_misses": m.ca_cache_misses if m else None,
+        "compile_time_s": column.compile_time_s,
+        "compile_dynamo_s": phases.get("dynamo") if m else None,
+        "compile_aot_s": phases.get("aot") if m else None,
+        "compile_inductor_s": phases.get("inductor") if m else None,
+        "compile_ca_capture_s": phases.get("ca_capture") if m else None,
+        "first_step_s": column.first_step_s,
+        "step_time_median_s": st.median_s,
+        "step_time_p10_s": st.p10_s,
+        "step_time_p90_s": st.p90_s,
+        "steady_steps": st.count,
+        "excluded_steps": list(st.excluded),
+        "steps": m.steps if m else None,
+        "peak_rss_bytes": column.peak_rss_bytes,
+        "unique_graphs": m.unique_graphs if m else None,
+        "autograd_captures": m.autograd_captures if m else None,
+    }
+
+
+# Fewer steady steps than this on either side and a speedup is not claimed, whatever its value.
+MIN_STEADY_STEPS = 5
+
+
+# The pairs reported for one run, as (mode, baseline): "aot/eager" is aot's speedup over eager.
+SPEEDUP_PAIRS: tuple[tuple[str, str], ...] = (("aot", "eager"), ("ca", "eager"), ("ca", "aot"))
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """`mode` over `baseline`: baseline median step time / mode median step time (> 1: faster)."""
+
+    mode: str
+    baseline: str
+    ratio: float | None
+    low: float | None  # baseline p10 / mode p90
+    high: float | None  # baseline p90 / mode p10
+    repetition_ratios: tuple[float, ...] = ()  # repetition i of baseline / repetition i of mode
+    steady_steps: tuple[int, int] = (0, 0)  # (mode, baseline)
+    note: str = ""  # why there is no ratio, or why it is not claimed
+
+    @property
+    def label(self) -> str:
+        return f"{self.mode}/{self.baseline}"
+
+    @property
+    def within_noise(self) -> bool | None:
+        """True when the spread contains 1.0 (or there are too few steady steps to tell)."""
+        if self.ratio is None:
+            return None
+        if min(self.steady_steps) < MIN_STEADY_STEPS:
+            return True
+        assert self.low is not None and self.high is not None
+        inside = self.low <= 1.0 <= self.high
+        if self.repetition_ratios and len(self.repetition_ratios) > 1:
+            # Repetitions that disagree on the direction are noise too.
+            inside = inside or (min(self.repetition_ratios) <= 1.0 <= max(self.repetition_ratios))
+        return inside
+
+    @property
+    def verdict(self) -> str:
+        if self.ratio is None:
+            return "n/a"
+        if self.within_noise:
+            if min(self.steady_steps) < MIN_STEADY_STEPS:
+                return "too few steady steps"
+            return "within noise"
+        return "faster" if self.ratio > 1 else "slower"
+
+
+def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: str = "", baseline_label: str = "") -> Speedup:
+    mode_label = mode_label or (mode.name if mode else "?")
+    baseline_label = baseline_label or (baseline.name if baseline else "?")
+    for column, label in ((mode, mode_label), (baseline, baseline_label)):
+        if column is None:
+            return Speedup(mode_label, baseline_label, None, None, None, note=f"{label} was not run")
+        if column.step_time.median_s is None:
+            why = "it failed before a steady step" if not column.ok else "no steady-state steps (all were compiling, or fewer than 2 steps)"
+            return Speedup(mode_label, baseline_label, None, None, None, note=f"{label}: {why}")
+    assert mode is not None and baseline is not None
+    m, b = mode.step_time, baseline.step_time
+    if not (m.median_s and m.p10_s and m.p90_s and b.median_s and b.p10_s is not None and b.p90_s is not None):
+        # Zero-length intervals can only come from a clock that did not move: nothing to divide by.
+        return Speedup(mode_label, baseline_label, None, None, None, note="step times of zero length")
+    reps = tuple(
+        bm / mm
+        for bm, mm in zip(baseline.repetition_medians, mode.repetition_medians)
+        if bm is not None and mm is not None and mm > 0
+    )
+    note = ""
+    if min(m.count, b.count) < MIN_STEADY_STEPS:
+        fewest = min(m.count, b.count)
+        note = f"only {fewest} steady step{'s' if fewest != 1 else ''}; run more steps to judge"
+    elif not mode.ok or not baseline.ok:
+        note = "from a mode that did not finish cleanly"
+    return Speedup(
+        mode=mode_label,
+        baseline=baseline_label,
+        ratio=b.median_s / m.median_s,
+        low=b.p10_s / m.p90_s,
+        high=b.p90_s / m.p10_s,
+        repetition_ratios=reps if len(reps) > 1 else (),
+        steady_steps=(m.count, b.count),
+        note=note,
+    )
+
+
+# Numerics quantities, in display order.
+LOSS = "loss"
+
+
+PARAM_NORM = "param_norm"
+
+
+GRAD_NORM = "grad_norm"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """When two values agree: |x - ref| <= atol + rtol * |ref| (torch.allclose's rule).
+
+    rtol 1e-3: in float32, a compiled forward/backward reorders reductions and fuses ops, which
+    moves a loss by about 1e-7..1e-5 relative per step, and training trajectories drift apart
+    slowly after that; 1e-3 leaves room for that drift over tens of steps while a real error (a
+    hook that did not run, a stale or missing gradient) moves the loss by 1e-2 or more within a
+    few steps. atol 1e-6 only matters for values near zero (a loss that converged to 0)."""
+
+    rtol: float = 1e-3
+    atol: float = 1e-6
+
+    def agrees(self, value: float, reference: float) -> bool:
+        return abs(value - reference) <= self.atol + self.rtol * abs(reference)
+
+
+def relative_difference(value: float, reference: float) -> float:
+    """|value - reference| / |reference|; 0 when both are 0, inf when only the reference is."""
+    diff = abs(value - reference)
+    if diff == 0:
+        return 0.0
+    scale = abs(reference)
+    return diff / scale if scale > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class NumericsDiff:
+    """One quantity of one recorded mode against the reference."""
+
+    quantity: str  # loss | param_norm | grad_norm
+    record: str  # the directory compared, e.g. "ca" or "ca.2"
+    reference: str  # the reference directory, e.g. "eager"
+    compared: int  # values compared (steps, for the loss)
+    max_rel_diff: float | None
+    worst_step: int | None = None  # where the loss differs most
+    value: float | None = None  # at the worst point
+    reference_value: float | None = None
+    agrees: bool = True
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Numerics:
+    reference: str | None
+    tolerance: Tolerance
+    diffs: tuple[NumericsDiff, ...] = ()
+    notes: tuple[str, ...] = ()  # e.g. "no losses recorded (backward called on a non-scalar)"
+
+    @property
+    def agree(self) -> bool:
+        return all(d.agrees for d in self.diffs)
+
+    @property
+    def max_rel_diff(self) -> float | None:
+        values = [d.max_rel_diff for d in self.diffs if d.max_rel_diff is not None]
+        return max(values) if values else None
+
+    @property
+    def disagreements(self) -> list[NumericsDiff]:
+        return [d for d in self.diffs if not d.agrees]
+
+    def worst_for(self, mode: str) -> float | None:
+        """Largest relative difference of any repetition of `mode` (None: nothing compared)."""
+        values = [d.max_rel_diff for d in self.diffs if base_mode(d.record) == mode and d.max_rel_diff is not None]
+        return max(values) if values else None
+
+
+@dataclass(frozen=True)
+class NumericsSample:
+    """What a mode record says about its numerics."""
+
+    record: str
+    losses: dict[int, float]  # step -> loss
+    param_norm: float | None
+    grad_norm: float | None
+    finished: bool  # final norms only mean something when the run ended normally
+
+
+def numerics_sample(name: str, record: ModeRecord) -> NumericsSample:
+    losses = {s.step: s.loss for s in record.of(StepEvent) if s.loss is not None}
+    final = record.of(FinalStateEvent)
+    finished = record.manifest.status == STATUS_FINISHED and record.manifest.exit_code in (0, None)
+    return NumericsSample(
+        record=name,
+        losses=losses,
+        param_norm=final[-1].param_norm if final else None,
+        grad_norm=final[-1].grad_norm if final else None,
+        finished=finished,
+    )
+
+
+def _loss_diff(sample: NumericsSample, reference: NumericsSample, tol: Tolerance) -> NumericsDiff | None:
+    common = sorted(set(sample.losses) & set(reference.losses))
+    if not common:
+        if sample.losses and reference.losses:
+            return NumericsDiff(LOSS, sample.record, reference.record, 0, None, agrees=True, note="no step in common")
+        return None
+    worst_step = max(common, key=lambda step: relative_difference(sample.losses[step], reference.losses[step]))
+    agrees = all(tol.agrees(sample.losses[s], reference.losses[s]) for s in common)
+    note = ""
+    if len(sample.losses) != len(reference.losses):
+        note = f"{sample.record} has {len(sample.losses)} losses, {reference.record} {len(reference.losses)}: compared the {len(common)} steps both ran"
+    return NumericsDiff(
+        quantity=LOSS,
+        record=sample.record,
+        reference=reference.record,
+        compared=len(common),
+        max_rel_diff=relative_difference(sample.losses[worst_step], reference.losses[worst_step]),
+        worst_step=worst_step,
+        value=sample.losses[worst_step],
+        reference_value=reference.losses[worst_step],
+        agrees=agrees,
+        note=note,
+    )
+
+
+def _norm_diff(quantity: str, sample: NumericsSample, reference: NumericsSample, tol: Tolerance) -> NumericsDiff | None:
+    value, ref = getattr(sample, quantity), getattr(reference, quantity)
+    if value is None or ref is None or not (sample.finished and reference.finished):
+        return None
+    return NumericsDiff(
+        quantity=quantity,
+        record=sample.record,
+        reference=reference.record,
+        compared=1,
+        max_rel_diff=relative_difference(value, ref),
+        value=value,
+        reference_value=ref,
+        agrees=tol.agrees(value, ref),
+    )
+
+
+def compare_samples(samples: list[NumericsSample], reference: NumericsSample | None, tol: Tolerance) -> Numerics:
+    if reference is None:
+        return Numerics(None, tol, notes=("no mode recorded a scalar loss or final norms: nothing to compare",))
+    diffs: list[NumericsDiff] = []
+    notes: list[str] = []
+    for sample in samples:
+        if sample.record == reference.record:
+            continue
+        found = [
+            _loss_diff(sample, reference, tol),
+            _norm_diff(PARAM_NORM, sample, reference, tol),
+            _norm_diff(GRAD_NORM, sample, reference, tol),
+        ]
+        kept = [d for d in found if d is not None]
+        if not kept:
+            notes.append(f"{sample.record}: nothing to compare with {reference.record}")
+        diffs.extend(kept)
+    return Numerics(reference.record, tol, tuple(diffs), tuple(notes))
+
+
+def _pick_reference(samples: list[NumericsSample]) -> NumericsSample | None:
+    """eager (the ground truth: no compiler involved) when it has values, else the first that does."""
+    useful = [s for s in samples if s.losses or (s.finished and (s.param_norm is not None or s.grad_norm is not None))]
+    if not useful:
+        return None
+    by_mode = {base_mode(s.record): s for s in reversed(useful)}  # first repetition wins
+    for mode in MODES:
+        if mode in by_mode:
+            return by_mode[mode]
+    return useful[0]
+
+
+def run_numerics(run: RunRecord, tol: Tolerance) -> Numerics:
+    samples = [numerics_sample(name, record) for name, record in run.modes.items()]
+    return compare_samples(samples, _pick_reference(samples), tol)
+
+
+def numerics_problem(diff: NumericsDiff, tol: Tolerance) -> str:
+    """The one-line problem a disagreeing diff is reported as."""
+    where = f" at step {diff.worst_step}" if diff.worst_step is not None else ""
+    hint = ""
+    within_one_run = " " not in diff.record and " " not in diff.reference  # before/after names are "A ca", "B ca"
+    if within_one_run and base_mode(diff.record) == base_mode(diff.reference) and diff.record != diff.reference:
+        hint = "; the same mode differs from itself, so the script is not deterministic (seed it with torch.manual_seed)"
+    return (
+        f"numerics: {diff.quantity} of {diff.record} differs from {diff.reference}{where} by "
+        f"{format_rel(diff.max_rel_diff)} relative ({diff.value!r} vs {diff.reference_value!r}; "
+        f"tolerance rtol {tol.rtol:g}, atol {tol.atol:g}){hint}"
+    )
+
+
+def format_rel(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    if value == 0:
+        return "0"
+    if value == float("inf"):
+        return "inf"
+    return f"{value:.2e}"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    run_path: Path
+    target: str  # the script or module, as the user gave it
+    modes: dict[str, ModeColumn]
+    speedups: tuple[Speedup, ...]
+    numerics: Numerics
+    options: dict[str, Any] = field(default_factory=dict)  # the run's options (steps, repeat, backend...)
+    target_argv: tuple[str, ...] = ()
+    versions: dict[str, str] = field(default_factory=dict)
+    machine: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failures(self) -> list[ModeFailure]:
+        return [f for column in self.modes.values() for f in column.failures]
+
+    @property
+    def failure_problems(self) -> list[str]:
+        """One problem line per mode (or repetition) that did not finish cleanly."""
+        return [f"mode {f.describe()}" for f in self.failures]
+
+    @property
+    def problems(self) -> list[str]:
+        """What the user must not miss: failed modes and numerics that disagree."""
+        found = self.failure_problems
+        for diff in self.numerics.disagreements:
+            found.append(numerics_problem(diff, self.numerics.tolerance))
+        return found
+
+
+def compare_modes(run: RunRecord, tolerance: Tolerance | None = None) -> Comparison:
+    """The side-by-side comparison of one run's modes."""
+    tol = tolerance or Tolerance()
+    columns = mode_columns(run)
+    speedups = tuple(speedup(columns[m], columns[b]) for m, b in SPEEDUP_PAIRS if m in columns and b in columns)
+    return Comparison(
+        run_path=run.path,
+        target=str(run.meta.target.get("name", "")),
+        modes=columns,
+        speedups=speedups,
+        numerics=run_numerics(run, tol),
+        options=dict(run.meta.options or {}),
+        target_argv=tuple(run.meta.target_argv or ()),
+        versions=dict(run.meta.versions or {}),
+        machine=dict(run.meta.machine or {}),
+    )
+
+
+@dataclass(frozen=True)
+class ModeChange:
+    """One mode in run A (before) and run B (after)."""
+
+    mode: str
+    before: ModeColumn | None
+    after: ModeColumn | None
+    speedup: Speedup | None  # after over before (> 1: B is faster)
+    numerics: tuple[NumericsDiff, ...] = ()  # B's first repetition against A's
+
+    @property
+    def deltas(self) -> dict[str, float | int | None]:
+        """after - before for each numeric field of `mode_fields` (None when either is missing)."""
+        if self.before is None or self.after is None:
+            return {}
+        a, b = mode_fields(self.before), mode_fields(self.after)
+        out: dict[str, float | int | None] = {}
+        for key in NUMERIC_FIELDS:
+            va, vb = a.get(key), b.get(key)
+            out[key] = vb - va if isinstance(va, (int, float)) and isinstance(vb, (int, float)) else None
+        return out
+
+
+@dataclass(frozen=True)
+class RunComparison:
+    before: Comparison
+    after: Comparison
+    changes: tuple[ModeChange, ...]
+    tolerance: Tolerance
+
+    @property
+    def notes(self) -> list[str]:
+        """Differences between the two runs that change how far their figures compare."""
+        a, b = self.before, self.after
+        found = []
+        if a.target_argv != b.target_argv:
+            found.append(f"the runs ran different commands: A `{' '.join(a.target_argv)}`, B `{' '.join(b.target_argv)}`")
+        for key in ("torch", "python"):
+            va, vb = a.versions.get(key), b.versions.get(key)
+            if va and vb and va != vb:
+                found.append(f"{key} differs: A {va}, B {vb}")
+        machine_a = (a.machine.get("hostname"), a.machine.get("cpu_count"), a.machine.get("processor"))
+        machine_b = (b.machine.get("hostname"), b.machine.get("cpu_count"), b.machine.get("processor"))
+        if a.machine and b.machine and machine_a != machine_b:
+            found.append("the runs were recorded on different machines: their timings do not compare")
+        for key in ("backend", "dynamic", "warm_cache"):
+            va, vb = a.options.get(key), b.options.get(key)
+            if va != vb and (va is not None or vb is not None):
+                found.append(f"option {key} differs: A {va}, B {vb}")
+        return found
+
+    @property
+    def problems(self) -> list[str]:
+        found = [f"A: {p}" for p in self.before.failure_problems]
+        found += [f"B: {p}" for p in self.after.failure_problems]
+        for change in self.changes:
+            for diff in change.numerics:
+                if not diff.agrees:
+                    found.append(numerics_problem(diff, self.tolerance))
+        return found
+
+
+def compare_runs(run_a: RunRecord, run_b: RunRecord, tolerance: Tolerance | None = None) -> RunComparison:
+    """Run A (before) against run B (after), mode by mode."""
+    tol = tolerance or Tolerance()
+    before, after = compare_modes(run_a, tol), compare_modes(run_b, tol)
+    names = list(before.modes) + [m for m in after.modes if m not in before.modes]
+    changes = []
+    for name in names:
+        a, b = before.modes.get(name), after.modes.get(name)
+        change_speedup = speedup(b, a, f"B {name}", f"A {name}") if a is not None and b is not None else None
+        diffs: tuple[NumericsDiff, ...] = ()
+        if a is not None and b is not None and a.records and b.records:
+            rec_a, rec_b = run_a.modes.get(a.records[0]), run_b.modes.get(b.records[0])
+            if rec_a is not None and rec_b is not None:
+                sample_a = numerics_sample(f"A {a.records[0]}", rec_a)
+                sample_b = numerics_sample(f"B {b.records[0]}", rec_b)
+                diffs = compare_samples([sample_b], sample_a, tol).diffs
+        changes.append(ModeChange(name, a, b, change_speedup, diffs))
+    return RunComparison(before, after, tuple(changes), tol)
+
+
+# What the renderers take: one run's modes, or two runs.
+AnyComparison = Union[Comparison, RunComparison]

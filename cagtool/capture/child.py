@@ -164,6 +164,7 @@ def main(spec_path: str) -> int:
     import torch  # noqa: F401 - after the environment is set
 
     from cagtool.capture.ca_observer import CaptureObserver
+    from cagtool.capture.process_identity import ROLE_MAIN, process_info
     from cagtool.capture.status import LiveStatus, status_enabled
     from cagtool.capture.steps import StepLimitReached, StepTracker
     from cagtool.capture.target import Target, print_user_traceback, run_target
@@ -193,6 +194,7 @@ def main(spec_path: str) -> int:
         dynamic=spec.dynamic,
         started_at=started_at,
         options={"max_steps": spec.max_steps, "max_time": spec.max_time, "trace_nodes": spec.trace_nodes, "depyf": spec.depyf, "torch_trace": spec.torch_trace},
+        process=process_info(ROLE_MAIN, "main", argv=[target.name, *target.args]),
     )
     writer = RecordWriter(mode_dir, manifest, clock_start=started)
     steps = StepTracker(writer, spec.mode, max_steps=spec.max_steps)

@@ -18,6 +18,7 @@ from cagtool.record.schema import (
     MANIFEST_FILE,
     MODE_FORMAT,
     MODES,
+    PROCS_DIR,
     RUN_FORMAT,
     RUN_META_FILE,
     SCHEMA_VERSION,
@@ -43,10 +44,31 @@ class ModeRecord:
     skipped_lines: int = 0  # lines that were not valid JSON (e.g. a truncated last line)
     unknown_kinds: Counter[str] = field(default_factory=Counter)
     kind_counts: Counter[str] = field(default_factory=Counter)  # every known event line, loaded or not
+    # The Python processes the target started and cagtool followed (<mode>/procs/<key>/), by key
+    # ("rank1", "pid4242"); empty for a single-process job and for the child records themselves.
+    processes: dict[str, ModeRecord] = field(default_factory=dict)
 
     @property
     def mode(self) -> str:
         return self.manifest.mode
+
+    @property
+    def rank(self) -> int | None:
+        """The process's distributed rank (RANK env, or the process group once it was up)."""
+        rank = (self.manifest.process or {}).get("rank")
+        return rank if isinstance(rank, int) else None
+
+    @property
+    def process_key(self) -> str:
+        return str((self.manifest.process or {}).get("key") or "main")
+
+    def ranks(self) -> dict[int, ModeRecord]:
+        """Every record of this mode that has a rank, this one included, by rank (sorted)."""
+        found: dict[int, ModeRecord] = {}
+        for record in (self, *self.processes.values()):
+            if record.rank is not None and record.rank not in found:
+                found[record.rank] = record
+        return dict(sorted(found.items()))
 
     def of(self, cls: type[E]) -> list[E]:
         return [e for e in self.events if isinstance(e, cls)]
@@ -61,8 +83,19 @@ class RunRecord:
     meta: RunMeta
     modes: dict[str, ModeRecord]
 
-    def mode(self, name: str | None = None) -> ModeRecord:
-        """The named mode, or the most informative one present (ca, then aot, then eager)."""
+    def mode(self, name: str | None = None, rank: int | None = None) -> ModeRecord:
+        """The named mode, or the most informative one present (ca, then aot, then eager); with
+        `rank`, that rank's record of it (the main process's or a followed process's)."""
+        record = self._mode(name)
+        if rank is None:
+            return record
+        ranks = record.ranks()
+        if rank not in ranks:
+            have = ", ".join(str(r) for r in ranks) or "none"
+            raise UnreadableInput(f"run {self.path}, mode {record.mode!r} has no rank {rank} (ranks: {have})")
+        return ranks[rank]
+
+    def _mode(self, name: str | None) -> ModeRecord:
         if name is not None:
             if name not in self.modes:
                 have = ", ".join(self.modes) or "none"
@@ -119,11 +152,31 @@ def _fast_kind(line: str) -> str | None:
 
 
 def load_mode(path: Path, strict: bool = False, kinds: frozenset[str] | set[str] | None = None) -> ModeRecord:
-    """Read one mode directory. Lenient by default: bad lines and unknown kinds are counted;
-    with strict=True either is an error. With `kinds`, only events of those kinds are built
-    (the others are only counted in `kind_counts`): what lets a report over a 100,000-event
-    record stay fast."""
-    path = Path(path)
+    """Read one mode directory and the records of the processes it followed (procs/*).
+    Lenient by default: bad lines and unknown kinds are counted; with strict=True either is an
+    error. With `kinds`, only events of those kinds are built (the others are only counted in
+    `kind_counts`): what lets a report over a 100,000-event record stay fast."""
+    record = _load_one(Path(path), strict, kinds)
+    procs = Path(path) / PROCS_DIR
+    if procs.is_dir():
+        for child in sorted(procs.iterdir(), key=_process_sort_key):
+            if (child / MANIFEST_FILE).exists():
+                record.processes[child.name] = _load_one(child, strict, kinds)
+            elif strict and child.is_dir():
+                raise UnreadableInput(f"process record {child} has no manifest (--strict)")
+    return record
+
+
+def _process_sort_key(path: Path) -> tuple[int, int, str]:
+    """rank0, rank1, ..., then pid records, each numerically."""
+    name = path.name
+    for order, prefix in enumerate(("rank", "pid")):
+        if name.startswith(prefix) and name[len(prefix) :].isdigit():
+            return (order, int(name[len(prefix) :]), name)
+    return (2, 0, name)
+
+
+def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None) -> ModeRecord:
     data = read_json_object(path / MANIFEST_FILE, "mode manifest")
     check_format(data, MODE_FORMAT, path / MANIFEST_FILE)
     manifest = mode_manifest_from_dict(data)

@@ -36,6 +36,9 @@ class ModeManifest:
     peak_rss_bytes: int | None = None
     torch_counters: dict[str, dict[str, int]] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)  # steps limit, trace-nodes, depyf...
+    # Which process of the job this record is (PROTOCOL layout): key "main" | "rank<N>" | "pid<PID>",
+    # pid, ppid, rank, local_rank, world_size (None when unknown), role "main" | "child", argv.
+    process: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

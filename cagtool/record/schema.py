@@ -10,6 +10,9 @@ A *run directory* holds one `run.json` (format `cagtool-run`) and one sub-direct
     <run>/<mode>/graphs/ca_<N>.json  its nodes, structured (record/graph_file.py), for diff-graphs
     <run>/<mode>/trace/            TORCH_TRACE-format log (tlparse can open it), when enabled
     <run>/<mode>/depyf/            depyf's dump, with --depyf
+    <run>/<mode>/procs/<key>/      the same mode-record layout for each Python process the target
+                                   started and cagtool followed: key rank<N> when its rank is known,
+                                   else pid<PID>; the manifest's `process` says which it is
 
 Every event line is a JSON object with `kind`, `seq` (0, 1, 2... in write order) and `t`
 (seconds since the mode started, monotonic clock). Steps are numbered from 1: step N is the
@@ -34,6 +37,7 @@ EVENTS_FILE = "events.jsonl"
 GRAPHS_DIR = "graphs"
 TRACE_DIR = "trace"
 DEPYF_DIR = "depyf"
+PROCS_DIR = "procs"
 
 MODES = ("eager", "aot", "ca")
 

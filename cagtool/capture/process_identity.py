@@ -1,0 +1,42 @@
+"""Which process of a job a mode record belongs to: the `process` field of its manifest and the
+key of its directory (`main`, `rank<N>`, `pid<PID>`; PROTOCOL layout in record/schema.py)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+ROLE_MAIN = "main"
+ROLE_CHILD = "child"
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name, "")
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def rank_from_env() -> int | None:
+    """torchrun sets RANK for its workers (the launcher itself has none)."""
+    return _env_int("RANK")
+
+
+def child_key(rank: int | None, pid: int | None = None) -> str:
+    return f"rank{rank}" if rank is not None else f"pid{pid if pid is not None else os.getpid()}"
+
+
+def process_info(role: str, key: str, argv: list[str] | None = None, rank: int | None = None) -> dict[str, Any]:
+    """The manifest's `process` dict. `rank` overrides the environment (known from the process group)."""
+    return {
+        "key": key,
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "rank": rank if rank is not None else rank_from_env(),
+        "local_rank": _env_int("LOCAL_RANK"),
+        "world_size": _env_int("WORLD_SIZE"),
+        "role": role,
+        "argv": list(sys.argv if argv is None else argv),
+    }

@@ -1,7 +1,7 @@
 """diff-graphs' pure layers on small hand-built graphs: normalising, aligning, summarising, rendering.
 
 The node shapes (targets, `%name` arguments, NodeCall origins) are those `cagtool run` writes
-for torch 2.13 compiled-autograd graphs, trimmed; tests/test_diff_graphs_cli.py covers real records.
+for torch 2.13 compiled-autograd graphs, trimmed; tests/report/graphs/test_diff_graphs_cli.py covers real records.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ROOT
+
 from cagtool.errors import UnreadableInput, UsageError
 from cagtool.report.gate.baseline import ModeSnapshot, StepTimeSnapshot, load_baseline
 from cagtool.report.gate.checks import (
@@ -405,7 +407,7 @@ def test_text_report_golden():
 
 
 def test_the_documented_config_table_parses(tmp_path):
-    docs = (Path(__file__).resolve().parent.parent / "docs" / "ci.md").read_text()
+    docs = (ROOT / "docs" / "ci.md").read_text()
     table = docs.split("```toml\n", 1)[1].split("```", 1)[0]
     (tmp_path / "pyproject.toml").write_text(table)
     settings = load_config(tmp_path / "pyproject.toml")

@@ -8,22 +8,27 @@ from typing import Optional
 
 import typer
 
-from cagtool.commands._common import RUN_ARG, STRICT_OPT
+from cagtool.commands._common import RANK_OPT, RUN_ARG, STRICT_OPT
 from cagtool.errors import UsageError
 
 
-def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: bool = False, strict: bool = False) -> None:
+def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: bool = False, strict: bool = False, rank: int | None = None) -> None:
     from cagtool.record.loader import load_run
     from cagtool.report.console import make_console
+    from cagtool.report.ranks.analysis import default_rank, run_for_rank
     from cagtool.report.summary import next_steps, render_summary, summary_json
 
     run = load_run(run_path, strict=strict)
+    if rank is not None:
+        for name in run.modes:
+            default_rank(run, rank, name)  # a mode without that rank is unreadable input, said once
+        run = run_for_rank(run, rank)
     if fmt == "json":
-        print(json.dumps(summary_json(run), indent=2, default=str))
+        print(json.dumps(summary_json(run, rank=rank), indent=2, default=str))
         return
     # After a run the script owns stdout; the report goes to stderr.
     console = make_console(stderr=after_run)
-    render_summary(console, run)
+    render_summary(console, run, rank=rank)
     if len(run.modes) > 1:
         from cagtool.report.compare.analysis import compare_modes
         from cagtool.report.compare.render import render_comparison
@@ -38,6 +43,7 @@ def summary_command(
     run: Optional[str] = RUN_ARG,
     fmt: str = typer.Option("text", "--format", help="text or json."),
     strict: bool = STRICT_OPT,
+    rank: Optional[int] = RANK_OPT,
 ) -> None:
     """Print the summary of a recorded run (the one `cagtool run` printed at the end).
 
@@ -45,12 +51,19 @@ def summary_command(
     previous_key_sizes, changed_sizes, step, source), unique_graphs, graph_breaks,
     dynamo_recompiles, steps, exit_code, and every mode under `modes`.
 
+    A multi-process job (DDP over mp.spawn or torchrun) adds, per mode, a table of its ranks
+    (steps, CA graphs, cache misses, graph breaks, step time, peak RSS) with totals, and findings
+    where the ranks disagree: different CA graphs or cache misses (named by the first step and
+    miss where they part: what hangs collectives), different final norms (gradients not
+    synchronised), a missing or failed rank, a process cagtool could not follow. JSON carries
+    them under `ranks` (top level: the main mode's). `--rank N` shows rank N's own record.
+
         cagtool summary                     # the latest run
         cagtool summary .cagtool/runs/train-20260101-120000 --format json
     """
     if fmt not in ("text", "json"):
         raise UsageError(f"--format takes text or json (got {fmt!r})")
-    print_run_report(run, fmt=fmt, strict=strict)
+    print_run_report(run, fmt=fmt, strict=strict, rank=rank)
 
 
 def register(app: typer.Typer) -> None:

@@ -12,6 +12,8 @@ from rich.console import Console
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import CacheMissEvent, CAGraphEvent, DynamoRecompileEvent, FindingEvent, SourceRef
 from cagtool.report.metrics import ModeMetrics, mode_metrics
+from cagtool.report.ranks.analysis import analysis_json, analyze_ranks, run_dir_of
+from cagtool.report.ranks.render import render_ranks
 
 SUMMARY_SCHEMA = "cagtool-summary"
 SUMMARY_SCHEMA_VERSION = 1
@@ -53,7 +55,7 @@ def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
     metrics = mode_metrics(record)
     misses = record.of(CacheMissEvent)
     graphs = record.of(CAGraphEvent)
-    return {
+    body: dict[str, Any] = {
         "mode": record.mode,
         "status": record.manifest.status,
         "exit_code": record.manifest.exit_code,
@@ -91,12 +93,26 @@ def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
         "findings": [{"code": f.code, "message": f.message, "step": f.step} for f in record.of(FindingEvent)],
         "skipped_lines": record.skipped_lines,
     }
+    # Multi-process jobs only (single-process JSON is unchanged): each rank's figures, the totals
+    # and what the ranks disagree on.
+    analysis = analyze_ranks(record)
+    if analysis is not None:
+        body["ranks"] = analysis_json(analysis)
+    return body
 
 
-def summary_json(run: RunRecord) -> dict[str, Any]:
+def summary_json(run: RunRecord, rank: int | None = None) -> dict[str, Any]:
+    """With `rank`, `run` is that rank's view (ranks.run_for_rank) and the figures are its own."""
     modes = {name: mode_summary_json(rec) for name, rec in run.modes.items()}
     main = run.mode()
-    body = modes[main.path.name]
+    body = modes[next(name for name, rec in run.modes.items() if rec is main)]
+    extra: dict[str, Any] = {}
+    if rank is not None:
+        extra["rank"] = rank
+    elif "ranks" in body:
+        # The top-level figures stay the main process's (the launcher of a spawned job); each
+        # rank's, the totals and the findings are here.
+        extra["ranks"] = body["ranks"]
     return {
         "schema": SUMMARY_SCHEMA,
         "schema_version": SUMMARY_SCHEMA_VERSION,
@@ -108,16 +124,21 @@ def summary_json(run: RunRecord) -> dict[str, Any]:
         # The top-level figures are the ca mode's (or the only mode's); all modes are under `modes`.
         **{k: body[k] for k in ("ca_graphs", "cache_misses", "unique_graphs", "graph_breaks", "dynamo_recompiles", "steps")},
         "modes": modes,
+        **extra,
     }
 
 
-def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | None = None) -> None:
+def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | None = None, label: str | None = None) -> None:
     m = metrics or mode_metrics(record)
     manifest = record.manifest
+    run_dir = run_dir_of(record)
+    analysis = analyze_ranks(record) if label is None else None
+    if analysis is not None:
+        label = f"{record.path.name} (main process)"
     state = manifest.status if manifest.exit_code in (0, None) else f"{manifest.status}, exit {manifest.exit_code}"
     duration = f"{manifest.duration_s:.1f} s" if manifest.duration_s else "?"
     stopped = {"steps": " (stopped by --steps)", "max_time": " (stopped by --max-time)"}.get(str(manifest.options.get("stopped_by")), "")
-    console.print(f"[bold]mode {record.path.name}[/bold]: {state} in {duration}, {m.steps} steps{stopped} (backend {manifest.backend})")
+    console.print(f"[bold]mode {label or record.path.name}[/bold]: {state} in {duration}, {m.steps} steps{stopped} (backend {manifest.backend})")
     if manifest.exception:
         console.print(f"  [red]exception:[/red] {manifest.exception.type}: {manifest.exception.message.splitlines()[0] if manifest.exception.message else ''}")
     graphs = record.of(CAGraphEvent)
@@ -131,7 +152,7 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
             where = f"  ({_where(miss.source)})" if miss.source else ""
             console.print(f"    {step:>8}  {miss.compile_id:>4}  {miss_text(miss)}{where}", overflow="fold")
         if len(misses) > 12:
-            console.print(f"    ... {len(misses) - 12} more: cagtool recompiles {record.path.parent}")
+            console.print(f"    ... {len(misses) - 12} more: cagtool recompiles {run_dir}")
     # The count is torch's own counter; the log's records are only used to name the places.
     sites = m.graph_break_sites
     counted_by = "" if m.graph_breaks_from_torch else " (distinct sites: torch's counters were not saved)"
@@ -140,7 +161,7 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     for site in sites[:3]:
         console.print(f"    graph break site {site.file and os.path.basename(site.file)}:{site.line}: {site.reason}", overflow="ellipsis", no_wrap=True)
     if len(sites) > 3:
-        console.print(f"    ... {len(sites) - 3} more site(s): cagtool summary --format json {record.path.parent}")
+        console.print(f"    ... {len(sites) - 3} more site(s): cagtool summary --format json {run_dir}")
     for rec in record.of(DynamoRecompileEvent)[:3]:
         console.print(f"    recompile {rec.compile_id}: {'; '.join(rec.reasons)[:150]}", overflow="ellipsis", no_wrap=True)
     phases = ", ".join(f"{k} {v:.2f}" for k, v in m.compile_phases_s.items() if v)
@@ -159,14 +180,17 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         console.print(f"  [yellow]finding:[/yellow] {finding.message}{where}")
     if record.skipped_lines or record.unknown_kinds:
         console.print(f"  note: skipped {record.skipped_lines} unreadable line(s) and {sum(record.unknown_kinds.values())} unknown event(s)")
+    if analysis is not None:
+        render_ranks(console, analysis)
 
 
-def render_summary(console: Console, run: RunRecord, modes: list[str] | None = None) -> None:
+def render_summary(console: Console, run: RunRecord, modes: list[str] | None = None, rank: int | None = None) -> None:
+    """With `rank`, `run` is that rank's view (ranks.run_for_rank): each mode is that rank's record."""
     meta = run.meta
     target = meta.target.get("name", "?")
     console.print(f"[bold]cagtool run[/bold] {target} {' '.join(meta.target_argv[1:])}".rstrip() + f"  (torch {meta.versions.get('torch', '?')})")
     for name in modes or list(run.modes):
-        render_mode(console, run.modes[name])
+        render_mode(console, run.modes[name], label=f"{name}, rank {rank}" if rank is not None else None)
     missing = [m for m in meta.modes if m not in run.modes]
     for name in missing:
         console.print(f"[bold]mode {name}[/bold]: no record (the process did not start or was killed)")

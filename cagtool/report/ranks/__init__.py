@@ -1,0 +1,1 @@
+"""Multi-process (distributed) runs: per-rank figures, totals and divergence across ranks."""

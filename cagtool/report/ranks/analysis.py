@@ -1,0 +1,456 @@
+"""The ranks of a multi-process (distributed) run: one row of figures per rank, their totals, and
+what the ranks disagree on. Pure functions of the records; summary, compare, recompiles,
+diff-graphs and gate all read this one analysis.
+
+What counts as a problem, and why:
+- *graphs diverge*: two ranks' sequences of compiled-autograd captures differ (a capture at a
+  different step, for a different cache miss, or of a different graph). Under DDP the gradient
+  all-reduce runs inside the backward, so ranks that run different backward graphs issue their
+  collectives in a different order or number: this is what hangs real jobs. The finding names the
+  first step and the miss where the ranks part.
+- *norms diverge*: final parameter or gradient norms that differ across ranks: the gradients were
+  not synchronised (or the parameters were not broadcast), whatever the graphs did.
+- *steps differ*: ranks that both finished ran a different number of steps (a collective waits).
+- a rank *missing* (fewer rank records than the world size), a rank that *failed*, and a process
+  cagtool *could not follow* (`process_not_followed`, written by the process that started it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from cagtool.record.loader import ModeRecord, RunRecord
+from cagtool.record.schema import (
+    MISS_CHANGED_SHAPES,
+    PROCS_DIR,
+    STATUS_FINISHED,
+    CacheMissEvent,
+    CAGraphEvent,
+    FinalStateEvent,
+    FindingEvent,
+    StepEvent,
+)
+from cagtool.report.compare.analysis import Tolerance, relative_difference
+from cagtool.report.metrics import mode_metrics
+
+PROCESS_NOT_FOLLOWED = "process_not_followed"  # the capture side's finding code (PROTOCOL layout)
+
+# Finding codes of this analysis (JSON `code`; gate check names are derived from them).
+RANKS_GRAPHS_DIVERGE = "ranks_graphs_diverge"
+RANKS_NORMS_DIVERGE = "ranks_norms_diverge"
+RANKS_STEPS_DIFFER = "ranks_steps_differ"
+RANK_MISSING = "rank_missing"
+RANK_FAILED = "rank_failed"
+
+
+@dataclass(frozen=True)
+class RankRow:
+    """One rank's figures, as the per-rank table shows them."""
+
+    rank: int
+    key: str  # the process record's key: "rank1", or "main" when the launcher itself had the rank
+    status: str
+    exit_code: int | None
+    steps: int
+    ca_graphs: int
+    cache_misses: int  # CA captures after the first, as everywhere else
+    graph_breaks: int
+    step_time_median_s: float | None
+    peak_rss_bytes: int | None
+    param_norm: float | None
+    grad_norm: float | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status == STATUS_FINISHED and self.exit_code in (0, None)
+
+
+@dataclass(frozen=True)
+class RankTotals:
+    """Counts summed over the ranks; step time is the slowest rank's median (a synchronous job
+    goes at its slowest rank's pace); peak memory is summed (what the job held on the machine)."""
+
+    ranks: int
+    steps: int
+    ca_graphs: int
+    cache_misses: int
+    graph_breaks: int
+    step_time_median_s: float | None
+    peak_rss_bytes: int | None
+
+
+@dataclass(frozen=True)
+class Capture:
+    """One compiled-autograd capture of one rank: the unit two ranks' sequences are compared in."""
+
+    ca_id: int
+    step: int | None
+    miss: str  # why it was captured, one line ("" when no miss was recorded)
+    miss_key: tuple[Any, ...]  # what must match across ranks (values of changed sizes may differ)
+    graph_key: tuple[Any, ...]  # the graph's structure: node count, op histogram, autograd nodes
+
+    @property
+    def compile_id(self) -> str:
+        return f"!{self.ca_id}"
+
+    def describe(self) -> str:
+        step = f" at step {self.step}" if self.step is not None else ""
+        why = f" ({self.miss})" if self.miss else ""
+        return f"captured CA graph {self.compile_id}{step}{why}"
+
+
+@dataclass(frozen=True)
+class RankFinding:
+    """Something the ranks disagree on, or a rank or process that is not there as it should be."""
+
+    code: str
+    message: str  # one line
+    ranks: tuple[int, ...] = ()
+    step: int | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RankAnalysis:
+    mode: str
+    world_size: int | None  # from the records' process info; None when no record said
+    rows: tuple[RankRow, ...]
+    totals: RankTotals
+    findings: tuple[RankFinding, ...]
+    other_processes: tuple[str, ...] = ()  # followed processes without a rank ("pid4242")
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        return tuple(r.rank for r in self.rows)
+
+    @property
+    def missing(self) -> tuple[int, ...]:
+        if self.world_size is None:
+            return ()
+        return tuple(r for r in range(self.world_size) if r not in self.ranks)
+
+    @property
+    def diverge(self) -> bool:
+        return any(f.code in (RANKS_GRAPHS_DIVERGE, RANKS_NORMS_DIVERGE, RANKS_STEPS_DIFFER) for f in self.findings)
+
+    def of(self, code: str) -> list[RankFinding]:
+        return [f for f in self.findings if f.code == code]
+
+
+def is_multi_process(record: ModeRecord) -> bool:
+    """A mode record of a job with ranks or followed processes (single-process records say no)."""
+    return bool(record.processes) or record.rank is not None
+
+
+def step_count(record: ModeRecord) -> int:
+    """Steps of a record, also when it was loaded without its step events (`kinds=`)."""
+    return max(len(record.of(StepEvent)), record.kind_counts.get(StepEvent.kind, 0))
+
+
+def world_size(record: ModeRecord) -> int | None:
+    sizes = [
+        size
+        for rec in (record, *record.processes.values())
+        if isinstance(size := (rec.manifest.process or {}).get("world_size"), int) and size > 0
+    ]
+    return max(sizes) if sizes else None
+
+
+def rank_row(rank: int, record: ModeRecord) -> RankRow:
+    metrics = mode_metrics(record)
+    final = record.of(FinalStateEvent)
+    return RankRow(
+        rank=rank,
+        key=record.process_key,
+        status=record.manifest.status,
+        exit_code=record.manifest.exit_code,
+        steps=step_count(record),
+        ca_graphs=metrics.ca_graphs,
+        cache_misses=metrics.ca_cache_misses,
+        graph_breaks=metrics.graph_breaks,
+        step_time_median_s=metrics.step_time.median_s if metrics.step_time else None,
+        peak_rss_bytes=metrics.peak_rss_bytes,
+        param_norm=final[-1].param_norm if final else None,
+        grad_norm=final[-1].grad_norm if final else None,
+    )
+
+
+def totals_of(rows: list[RankRow] | tuple[RankRow, ...]) -> RankTotals:
+    times = [r.step_time_median_s for r in rows if r.step_time_median_s is not None]
+    peaks = [r.peak_rss_bytes for r in rows if r.peak_rss_bytes is not None]
+    return RankTotals(
+        ranks=len(rows),
+        steps=sum(r.steps for r in rows),
+        ca_graphs=sum(r.ca_graphs for r in rows),
+        cache_misses=sum(r.cache_misses for r in rows),
+        graph_breaks=sum(r.graph_breaks for r in rows),
+        step_time_median_s=max(times) if times else None,
+        peak_rss_bytes=sum(peaks) if peaks else None,
+    )
+
+
+def _miss_text(miss: CacheMissEvent | None) -> str:
+    if miss is None:
+        return ""
+    if miss.miss_kind == MISS_CHANGED_SHAPES:
+        count = miss.total_changed if miss.total_changed is not None else len(miss.changed_sizes)
+        owners = sorted({s.node for s in miss.changed_sizes if s.node})
+        return f"cache miss: {count} changed sizes" + (f" of {', '.join(owners)}" if owners else "")
+    if miss.node:
+        call = f" at NodeCall {miss.node_call}" if miss.node_call is not None else ""
+        return f"cache miss: new autograd node {miss.node}{call}"
+    return f"cache miss: {miss.message.strip() or miss.miss_kind}"
+
+
+def captures(record: ModeRecord) -> list[Capture]:
+    """A rank's CA captures in capture order, each with the miss that caused it. CA ids are per
+    process (each rank counts from 0), so two ranks' sequences are compared by position."""
+    misses: dict[int, CacheMissEvent] = {}
+    for miss in record.of(CacheMissEvent):
+        misses.setdefault(miss.ca_id, miss)
+    graphs = {g.ca_id: g for g in record.of(CAGraphEvent)}
+    found = []
+    for ca_id in sorted(set(graphs) | set(misses)):
+        graph, miss = graphs.get(ca_id), misses.get(ca_id)
+        step = graph.step if graph is not None else (miss.step if miss is not None else None)
+        miss_key: tuple[Any, ...] = ()
+        if miss is not None:
+            sizes = tuple(sorted(s.index for s in miss.changed_sizes))
+            miss_key = (miss.miss_kind, miss.node, miss.node_call, sizes)
+        graph_key: tuple[Any, ...] = ()
+        if graph is not None:
+            graph_key = (
+                graph.node_count,
+                tuple(sorted(graph.op_histogram.items())),
+                tuple(n.name for n in graph.autograd_nodes),
+                tuple(h.hook_type for h in graph.hooks),
+            )
+        found.append(Capture(ca_id, step, _miss_text(miss), miss_key, graph_key))
+    return found
+
+
+def _same(a: Capture, b: Capture) -> bool:
+    # A side without a recorded graph (cut short by a crash) is compared on what it has.
+    same_graph = not a.graph_key or not b.graph_key or a.graph_key == b.graph_key
+    same_miss = not a.miss_key or not b.miss_key or a.miss_key == b.miss_key
+    return a.step == b.step and same_graph and same_miss
+
+
+def graphs_divergence(ref_rank: int, ref: list[Capture], rank: int, other: list[Capture]) -> RankFinding | None:
+    """Where `rank`'s captures first part from the reference rank's, or None when they agree."""
+    for index in range(max(len(ref), len(other))):
+        a = ref[index] if index < len(ref) else None
+        b = other[index] if index < len(other) else None
+        if a is not None and b is not None and _same(a, b):
+            continue
+        steps = [c.step for c in (a, b) if c is not None and c.step is not None]
+        step = min(steps) if steps else None
+        sides = []
+        for who, capture in ((ref_rank, a), (rank, b)):
+            sides.append(f"rank {who} {capture.describe()}" if capture is not None else f"rank {who} captured {_nth(index)}")
+        where = f" at step {step}" if step is not None else ""
+        differs = ""
+        if a is not None and b is not None and a.step == b.step and a.miss_key == b.miss_key and a.graph_key != b.graph_key:
+            differs = " (the graphs differ)"
+        message = (
+            f"ranks {ref_rank} and {rank} part{where}: {sides[0]}; {sides[1]}{differs}: ranks that run different backward "
+            f"graphs issue different collectives (what hangs distributed jobs)"
+        )
+        data = {
+            "index": index,
+            "ref_rank": ref_rank,
+            "rank": rank,
+            "ref_capture": _capture_json(a),
+            "capture": _capture_json(b),
+        }
+        return RankFinding(RANKS_GRAPHS_DIVERGE, message, (ref_rank, rank), step, data)
+    return None
+
+
+def _nth(index: int) -> str:
+    return "no more CA graphs" if index else "no CA graph"
+
+
+def _exception_text(record: ModeRecord) -> str:
+    exc = record.manifest.exception
+    if exc is None:
+        return ""
+    first = (exc.message or "").strip().splitlines()
+    return f": {exc.type}: {first[0]}" if first else f": {exc.type}"
+
+
+def _capture_json(capture: Capture | None) -> dict[str, Any] | None:
+    if capture is None:
+        return None
+    return {"ca_id": capture.ca_id, "compile_id": capture.compile_id, "step": capture.step, "miss": capture.miss}
+
+
+def norms_divergence(rows: list[RankRow], tolerance: Tolerance) -> list[RankFinding]:
+    """Final parameter and gradient norms of finished ranks against the first finished rank's."""
+    finished = [r for r in rows if r.finished]
+    found = []
+    for quantity, label, meaning in (
+        ("grad_norm", "gradient norm", "the gradients were not synchronised across ranks"),
+        ("param_norm", "parameter norm", "the ranks' parameters drifted apart (gradients not synchronised, or parameters not broadcast)"),
+    ):
+        valued = [(r.rank, getattr(r, quantity)) for r in finished if getattr(r, quantity) is not None]
+        if len(valued) < 2:
+            continue
+        ref_rank, ref = valued[0]
+        apart = [(rank, value) for rank, value in valued[1:] if not tolerance.agrees(value, ref)]
+        if not apart:
+            continue
+        worst = max(relative_difference(value, ref) for _, value in apart)
+        values = ", ".join(f"rank {rank} {value:.6g}" for rank, value in valued)
+        message = (
+            f"final {label} differs across ranks ({values}; up to {worst:.2e} relative, tolerance "
+            f"rtol {tolerance.rtol:g}, atol {tolerance.atol:g}): {meaning}"
+        )
+        data = {"quantity": quantity, "values": {str(rank): value for rank, value in valued}, "max_rel_diff": worst}
+        found.append(RankFinding(RANKS_NORMS_DIVERGE, message, tuple(rank for rank, _ in valued), None, data))
+    return found
+
+
+def steps_divergence(rows: list[RankRow]) -> RankFinding | None:
+    finished = [r for r in rows if r.finished]
+    counts = {r.rank: r.steps for r in finished}
+    if len(set(counts.values())) < 2:
+        return None
+    text = ", ".join(f"rank {rank} {steps}" for rank, steps in counts.items())
+    message = f"ranks ran different numbers of steps ({text}): a collective of the extra steps has no partner"
+    return RankFinding(RANKS_STEPS_DIFFER, message, tuple(counts), None, {"steps": {str(k): v for k, v in counts.items()}})
+
+
+def not_followed(record: ModeRecord) -> list[RankFinding]:
+    """The `process_not_followed` findings of every record of the mode, main's included."""
+    found = []
+    for rec in (record, *record.processes.values()):
+        for event in rec.of(FindingEvent):
+            if event.code == PROCESS_NOT_FOLLOWED:
+                where = "" if rec.process_key == "main" else f" (in {rec.process_key})"
+                ranks = (rec.rank,) if rec.rank is not None else ()
+                found.append(RankFinding(PROCESS_NOT_FOLLOWED, event.message + where, ranks, event.step, {"process": rec.process_key}))
+    return found
+
+
+def analyze_ranks(record: ModeRecord, tolerance: Tolerance | None = None) -> RankAnalysis | None:
+    """The per-rank view of one mode, or None for a single-process record."""
+    if not is_multi_process(record):
+        return None
+    tol = tolerance or Tolerance()
+    by_rank = record.ranks()
+    rows = [rank_row(rank, rec) for rank, rec in by_rank.items()]
+    size = world_size(record)
+    findings: list[RankFinding] = []
+    if size is not None:
+        for rank in range(size):
+            if rank not in by_rank:
+                findings.append(RankFinding(RANK_MISSING, f"rank {rank} of {size} left no record (it did not start, or cagtool did not follow it)", (rank,)))
+    for row in rows:
+        if not row.finished:
+            code = f", exit code {row.exit_code}" if row.exit_code not in (None, 0) else ""
+            why = _exception_text(by_rank[row.rank])
+            findings.append(RankFinding(RANK_FAILED, f"rank {row.rank} did not finish (status {row.status}{code}){why}", (row.rank,)))
+    findings.extend(not_followed(record))
+    if len(by_rank) > 1:
+        ranks = list(by_rank)
+        ref_rank = ranks[0]
+        ref = captures(by_rank[ref_rank])
+        for rank in ranks[1:]:
+            finding = graphs_divergence(ref_rank, ref, rank, captures(by_rank[rank]))
+            if finding is not None:
+                findings.append(finding)
+        steps = steps_divergence(rows)
+        if steps is not None:
+            findings.append(steps)
+        findings.extend(norms_divergence(rows, tol))
+    others = tuple(key for key, rec in record.processes.items() if rec.rank is None)
+    return RankAnalysis(record.mode, size, tuple(rows), totals_of(rows), tuple(findings), others)
+
+
+def run_dir_of(record: ModeRecord) -> Path:
+    """The run directory a mode record belongs to, for a followed process's record too
+    (<run>/<mode>/procs/<key>/)."""
+    parent = record.path.parent
+    return parent.parent.parent if parent.name == PROCS_DIR else parent
+
+
+def run_for_rank(run: RunRecord, rank: int | None) -> RunRecord:
+    """The run as one rank saw it: each mode's record replaced by that rank's (a mode without the
+    rank keeps its own record). With rank None, or a single-process run, the run itself."""
+    if rank is None or not any(is_multi_process(m) for m in run.modes.values()):
+        return run
+    modes = {}
+    for name, record in run.modes.items():
+        ranks = record.ranks()
+        modes[name] = ranks.get(rank, record)
+    return replace(run, modes=modes)
+
+
+def default_rank(run: RunRecord, rank: int | None, mode: str | None = None) -> int | None:
+    """The rank a report focuses on: the one asked for; else rank 0 (the lowest) of a multi-rank
+    run; else None (single process). Raises UnreadableInput for a rank the run does not have."""
+    record = run.mode(mode)
+    if rank is not None:
+        run.mode(record.mode, rank=rank)  # raises with the ranks the run has
+        return rank
+    ranks = record.ranks()
+    return next(iter(ranks)) if ranks else None
+
+
+def ranks_line(analysis: RankAnalysis, focus: int | None) -> str:
+    """One line for reports that show one rank: which ranks exist and whether they diverge."""
+    have = ", ".join(str(r) for r in analysis.ranks) or "none"
+    size = f" of world size {analysis.world_size}" if analysis.world_size is not None else ""
+    missing = f"; missing: {', '.join(str(r) for r in analysis.missing)}" if analysis.missing else ""
+    shown = f"showing rank {focus}" if focus is not None else "showing the main process"
+    if analysis.diverge:
+        first = next(f for f in analysis.findings if f.code in (RANKS_GRAPHS_DIVERGE, RANKS_STEPS_DIFFER, RANKS_NORMS_DIVERGE))
+        verdict = f"the ranks DIVERGE: {first.message}"
+    else:
+        verdict = "the ranks agree (same CA graphs and cache misses, same final norms)"
+    return f"mode {analysis.mode}: ranks {have}{size}{missing}; {shown} (--rank N for another); {verdict}"
+
+
+def row_json(row: RankRow) -> dict[str, Any]:
+    return {
+        "rank": row.rank,
+        "process": row.key,
+        "status": row.status,
+        "exit_code": row.exit_code,
+        "steps": row.steps,
+        "ca_graphs": row.ca_graphs,
+        "cache_misses": row.cache_misses,
+        "graph_breaks": row.graph_breaks,
+        "step_time_median_s": row.step_time_median_s,
+        "peak_rss_bytes": row.peak_rss_bytes,
+        "final_param_norm": row.param_norm,
+        "final_grad_norm": row.grad_norm,
+    }
+
+
+def analysis_json(analysis: RankAnalysis) -> dict[str, Any]:
+    t = analysis.totals
+    return {
+        "mode": analysis.mode,
+        "world_size": analysis.world_size,
+        "ranks": [row_json(r) for r in analysis.rows],
+        "missing_ranks": list(analysis.missing),
+        "other_processes": list(analysis.other_processes),
+        "totals": {
+            "ranks": t.ranks,
+            "steps": t.steps,
+            "ca_graphs": t.ca_graphs,
+            "cache_misses": t.cache_misses,
+            "graph_breaks": t.graph_breaks,
+            "step_time_median_s_slowest": t.step_time_median_s,
+            "peak_rss_bytes_sum": t.peak_rss_bytes,
+        },
+        "diverge": analysis.diverge,
+        "findings": [
+            {"code": f.code, "message": f.message, "ranks": list(f.ranks), "step": f.step, "data": f.data}
+            for f in analysis.findings
+        ],
+    }

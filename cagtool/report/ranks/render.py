@@ -1,0 +1,57 @@
+"""The per-rank table and the ranks' findings, as summary and compare print them."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.padding import Padding
+from rich.table import Table
+
+from cagtool.report.ranks.analysis import RankAnalysis
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.2f} ms"
+
+
+def _mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2**20:.0f} MiB"
+
+
+def _status(status: str, exit_code: int | None) -> str:
+    return status if exit_code in (0, None) else f"{status}, exit {exit_code}"
+
+
+def rank_table(analysis: RankAnalysis) -> Table:
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for column in ("rank", "status", "steps", "CA graphs", "cache misses", "graph breaks", "step time", "peak RSS"):
+        table.add_column(column, no_wrap=True, justify="left" if column == "status" else "right")
+    for r in analysis.rows:
+        table.add_row(
+            str(r.rank), _status(r.status, r.exit_code), str(r.steps), str(r.ca_graphs), str(r.cache_misses),
+            str(r.graph_breaks), _ms(r.step_time_median_s), _mib(r.peak_rss_bytes),
+        )
+    for rank in analysis.missing:
+        table.add_row(str(rank), "no record", "-", "-", "-", "-", "-", "-")
+    t = analysis.totals
+    table.add_row(
+        "total", f"{t.ranks} rank{'s' if t.ranks != 1 else ''}", str(t.steps), str(t.ca_graphs), str(t.cache_misses),
+        str(t.graph_breaks), _ms(t.step_time_median_s), _mib(t.peak_rss_bytes),
+    )
+    return table
+
+
+def render_ranks(console: Console, analysis: RankAnalysis, indent: int = 2) -> None:
+    """The ranks of one mode: a table (with a totals row), then one line per finding."""
+    pad = " " * indent
+    size = f" of world size {analysis.world_size}" if analysis.world_size is not None else ""
+    console.print(f"{pad}ranks: {len(analysis.rows)}{size} recorded", markup=False)
+    if analysis.rows or analysis.missing:
+        console.print(Padding(rank_table(analysis), (0, 0, 0, indent + 2), expand=False))
+        console.print(f"{pad}  (total: counts and peak RSS summed, step time the slowest rank's median)", markup=False)
+    if analysis.other_processes:
+        console.print(f"{pad}  other processes followed (no rank): {', '.join(analysis.other_processes)}", markup=False)
+    for finding in analysis.findings:
+        console.print(f"{pad}[yellow]rank finding:[/yellow] {escape(finding.message)}", overflow="fold")
+    if len(analysis.rows) > 1 and not analysis.diverge:
+        console.print(f"{pad}the ranks agree: same CA graphs and cache misses, same final norms", markup=False)

@@ -1,0 +1,113 @@
+"""Per-rank analysis on small hand-made multi-rank records: the table's figures, divergence of CA
+graphs and cache misses (first step and miss), final norms, missing and failed ranks."""
+
+from __future__ import annotations
+
+from cagtool.record.loader import load_run
+from cagtool.report.ranks.analysis import (
+    PROCESS_NOT_FOLLOWED,
+    RANK_FAILED,
+    RANK_MISSING,
+    RANKS_GRAPHS_DIVERGE,
+    RANKS_NORMS_DIVERGE,
+    RANKS_STEPS_DIFFER,
+    analysis_json,
+    analyze_ranks,
+    run_for_rank,
+)
+
+from rank_records import Cap, Rank
+
+EXTRA = Cap(3, node="MulBackward0", call=2, ops=("MulBackward0", "MulBackward0"))
+
+
+def _analysis(path):
+    return analyze_ranks(load_run(path).mode("ca"))
+
+
+def test_same_sequences_no_finding_and_table(multi_rank_run):
+    analysis = _analysis(multi_rank_run({0: Rank(), 1: Rank(step_s=0.02)}))
+    assert analysis.ranks == (0, 1) and analysis.world_size == 2 and analysis.missing == ()
+    assert analysis.findings == () and not analysis.diverge
+    row = analysis.rows[1]
+    assert (row.key, row.steps, row.ca_graphs, row.cache_misses, row.graph_breaks) == ("rank1", 6, 1, 0, 0)
+    assert row.step_time_median_s is not None and abs(row.step_time_median_s - 0.02) < 1e-9
+    totals = analysis.totals
+    assert (totals.steps, totals.ca_graphs, totals.cache_misses) == (12, 2, 0)
+    assert abs(totals.step_time_median_s - 0.02) < 1e-9  # the slowest rank
+    assert totals.peak_rss_bytes == 2 * 200 * 2**20
+
+
+def test_extra_capture_on_one_rank_is_found_with_step_and_miss(multi_rank_run):
+    analysis = _analysis(multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA])}))
+    [finding] = analysis.of(RANKS_GRAPHS_DIVERGE)
+    assert finding.ranks == (0, 1) and finding.step == 3
+    assert finding.data["ref_capture"] is None
+    assert finding.data["capture"] == {"ca_id": 1, "compile_id": "!1", "step": 3, "miss": "cache miss: new autograd node MulBackward0 at NodeCall 2"}
+    assert "part at step 3" in finding.message and "new autograd node MulBackward0 at NodeCall 2" in finding.message
+    assert "rank 0 captured no more CA graphs" in finding.message
+    assert analysis.diverge and analysis.rows[1].cache_misses == 1
+
+
+def test_same_step_different_miss_is_found(multi_rank_run):
+    other = Cap(3, node="AddBackward0", call=2, ops=("MulBackward0", "AddBackward0"))
+    analysis = _analysis(multi_rank_run({0: Rank(caps=[Cap(1), EXTRA]), 1: Rank(caps=[Cap(1), other])}))
+    [finding] = analysis.of(RANKS_GRAPHS_DIVERGE)
+    assert finding.step == 3 and finding.data["index"] == 1
+    assert "MulBackward0" in finding.data["ref_capture"]["miss"] and "AddBackward0" in finding.data["capture"]["miss"]
+
+
+def test_same_miss_at_another_step_is_found_at_the_earlier_step(multi_rank_run):
+    later = Cap(5, node="MulBackward0", call=2, ops=("MulBackward0", "MulBackward0"))
+    analysis = _analysis(multi_rank_run({0: Rank(caps=[Cap(1), EXTRA]), 1: Rank(caps=[Cap(1), later])}))
+    [finding] = analysis.of(RANKS_GRAPHS_DIVERGE)
+    assert finding.step == 3
+
+
+def test_same_miss_different_graph_is_found(multi_rank_run):
+    other_graph = Cap(3, node="MulBackward0", call=2, ops=("MulBackward0", "MulBackward0", "MulBackward0"))
+    analysis = _analysis(multi_rank_run({0: Rank(caps=[Cap(1), EXTRA]), 1: Rank(caps=[Cap(1), other_graph])}))
+    [finding] = analysis.of(RANKS_GRAPHS_DIVERGE)
+    assert "(the graphs differ)" in finding.message
+
+
+def test_differing_grad_norms_are_a_finding(multi_rank_run):
+    analysis = _analysis(multi_rank_run({0: Rank(grad_norm=0.5), 1: Rank(grad_norm=0.9)}))
+    [finding] = analysis.of(RANKS_NORMS_DIVERGE)
+    assert finding.data["quantity"] == "grad_norm" and "not synchronised" in finding.message
+    assert not analysis.of(RANKS_GRAPHS_DIVERGE)
+
+
+def test_norms_within_tolerance_agree(multi_rank_run):
+    analysis = _analysis(multi_rank_run({0: Rank(grad_norm=0.5), 1: Rank(grad_norm=0.5 * (1 + 1e-7))}))
+    assert analysis.findings == ()
+
+
+def test_missing_rank_and_failed_rank(multi_rank_run):
+    analysis = _analysis(multi_rank_run({0: Rank(status="failed", exit_code=1, exception="gloo timeout")}, world_size=2))
+    assert analysis.missing == (1,)
+    assert [f.code for f in analysis.findings] == [RANK_MISSING, RANK_FAILED]
+    assert "rank 1 of 2 left no record" in analysis.findings[0].message
+    assert "RuntimeError: gloo timeout" in analysis.findings[1].message
+
+
+def test_different_step_counts_and_not_followed(multi_rank_run):
+    path = multi_rank_run({0: Rank(steps=6), 1: Rank(steps=5)}, main_findings=[(PROCESS_NOT_FOLLOWED, "pid 77 (python -c ...) was not followed")])
+    analysis = _analysis(path)
+    assert [f.code for f in analysis.findings] == [PROCESS_NOT_FOLLOWED, RANKS_STEPS_DIFFER]
+    data = analysis_json(analysis)
+    assert data["diverge"] and data["ranks"][1]["steps"] == 5
+
+
+def test_single_process_record_has_no_rank_analysis(multi_rank_run, tmp_path):
+    run = load_run(multi_rank_run({0: Rank()}))
+    single = run.mode("ca")
+    single.processes.clear()
+    assert analyze_ranks(single) is None
+
+
+def test_run_for_rank_swaps_each_mode_record(multi_rank_run):
+    run = load_run(multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA])}))
+    view = run_for_rank(run, 1)
+    assert view.mode("ca").process_key == "rank1" and run.mode("ca").process_key == "main"
+    assert run_for_rank(run, None) is run

@@ -1,0 +1,75 @@
+"""The report commands on hand-made multi-rank runs, in-process through the real CLI entry point
+(the same argument parsing and exit codes; no torch import, so these stay fast)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from rank_records import Cap, Rank
+
+from cagtool.cli import main
+
+EXTRA = Cap(3, node="MulBackward0", call=2, ops=("MulBackward0", "MulBackward0"))
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def _text(out: str) -> str:
+    return "\n".join(line.rstrip() for line in out.splitlines())
+
+
+def test_summary_per_rank_table_totals_and_divergence(cli, multi_rank_run):
+    run = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA], step_s=0.02)})
+    code, out, _ = cli("summary", str(run))
+    assert code == 0
+    text = _text(out)
+    assert "mode ca (main process): finished" in text
+    assert """\
+  ranks: 2 of world size 2 recorded
+     rank  status    steps  CA graphs  cache misses  graph breaks  step time  peak RSS
+        0  finished      6          1             0             0   10.00 ms   200 MiB
+        1  finished      6          2             1             0   20.00 ms   200 MiB
+    total  2 ranks      12          3             1             0   20.00 ms   400 MiB""" in text
+    assert "rank finding: ranks 0 and 1 part at step 3" in text
+
+
+def test_summary_json_carries_ranks_and_findings(cli, multi_rank_run):
+    run = multi_rank_run({0: Rank(grad_norm=0.5), 1: Rank(grad_norm=2.0)})
+    code, out, _ = cli("summary", str(run), "--format", "json")
+    assert code == 0
+    data = json.loads(out)
+    assert [r["rank"] for r in data["ranks"]["ranks"]] == [0, 1]
+    assert data["ranks"]["totals"]["steps"] == 12
+    assert [f["code"] for f in data["ranks"]["findings"]] == ["ranks_norms_diverge"]
+    assert data["modes"]["ca"]["ranks"] == data["ranks"]
+
+
+def test_summary_rank_focus_and_unknown_rank(cli, multi_rank_run):
+    run = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA])})
+    code, out, _ = cli("summary", str(run), "--rank", "1")
+    assert code == 0
+    assert "mode ca, rank 1: finished in 1.0 s, 6 steps" in out and "CA graphs: 2 (1 initial, 1 recompile)" in out
+    assert "ranks: 2" not in out
+    code, out, _ = cli("summary", str(run), "--rank", "1", "--format", "json")
+    data = json.loads(out)
+    assert data["rank"] == 1 and data["ca_graphs"] == 2 and "ranks" not in data
+    code, _, err = cli("summary", str(run), "--rank", "5")
+    assert code == 3 and "no rank 5 (ranks: 0, 1)" in err

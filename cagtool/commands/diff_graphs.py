@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import List, Optional
 
 import typer
 
 from cagtool.errors import EXIT_GATE_FAILED, UsageError
-from cagtool.record.loader import load_run
+from cagtool.record.loader import RunRecord, load_run
+from cagtool.report.ranks.analysis import RankFocus, focus_note, focus_record
 from cagtool.report.console import make_console
 from cagtool.report.graphs.render import JsonRenderer, SideBySideRenderer, UnifiedRenderer
 from cagtool.report.graphs.runs import GraphComparison, compare, compare_replaced, graph_ids
@@ -41,6 +42,7 @@ class DiffGraphsOptions:
     format: DiffFormat = DiffFormat.side
     context: int = 3
     strict: bool = False
+    rank: int | None = None  # multi-rank runs: this rank's graphs; None: rank 0
 
 
 def _graph_id(text: str) -> int | None:
@@ -84,15 +86,32 @@ def parse_graph_args(args: list[str]) -> tuple[str | None, GraphSpec | None, Gra
     raise UsageError(f"too many arguments ({len(args)}); {_SHAPES}")
 
 
-def run_diff_graphs(options: DiffGraphsOptions) -> list[GraphComparison]:
-    """Load the runs and compare the graphs the options name (no rendering)."""
+def _load_focused(path: str | None, options: DiffGraphsOptions, notes: list[RankFocus]) -> RunRecord:
+    """A run with the compared mode's record replaced by the rank's (rank 0 by default) in a
+    multi-rank run; the note saying which ranks exist and whether they diverge goes to `notes`."""
+    run = load_run(path, strict=options.strict)
+    main = run.mode(options.mode)
+    record, focus = focus_record(run, main, options.rank)
+    if record is main:
+        return run
+    note = focus_note(main, focus)
+    if note is not None:
+        notes.append(note)
+    name = next(key for key, value in run.modes.items() if value is main)
+    return replace(run, modes={**run.modes, name: record})
+
+
+def run_diff_graphs(options: DiffGraphsOptions, notes: list[RankFocus] | None = None) -> list[GraphComparison]:
+    """Load the runs and compare the graphs the options name (no rendering). Multi-rank runs are
+    read at `options.rank` (default rank 0), with a RankFocus per run appended to `notes`."""
+    notes = notes if notes is not None else []
     if options.old is None or options.new is None:
-        return compare_replaced(load_run(options.run, strict=options.strict), options.mode)
-    old_run = load_run(options.old.run or options.run, strict=options.strict)
+        return compare_replaced(_load_focused(options.run, options, notes), options.mode)
+    old_run = _load_focused(options.old.run or options.run, options, notes)
     if options.new.run is None or options.new.run == options.old.run:
         new_run = old_run
     else:
-        new_run = load_run(options.new.run, strict=options.strict)
+        new_run = _load_focused(options.new.run, options, notes)
     return [compare(old_run, options.old.ca_id, new_run, options.new.ca_id, options.mode)]
 
 
@@ -104,6 +123,7 @@ def diff_graphs_command(
     context: int = typer.Option(3, "--context", "-U", min=0, help="Unchanged nodes shown around each difference."),
     mode: Optional[str] = MODE_OPT,
     strict: bool = STRICT_OPT,
+    rank: Optional[int] = typer.Option(None, "--rank", min=0, metavar="N", help="Multi-rank runs: rank N's graphs (default: rank 0)."),
 ) -> None:
     """Show how one compiled-autograd graph differs from another, node by node.
 
@@ -125,17 +145,22 @@ def diff_graphs_command(
       cagtool diff-graphs -f json | jq '.comparisons[].summary'
 
     Graph ids are compiled-autograd ids as torch prints them: 3, !3 or ca_3
-    (the run's graphs/ca_3.py holds its code). Exit code, like diff: 0 the
+    (the run's graphs/ca_3.py holds its code). In a multi-rank run (DDP) the
+    graphs are rank 0's unless --rank N, after a line naming the ranks and
+    whether they diverge. Exit code, like diff: 0 the
     graphs are identical, 1 they differ, 3 unreadable input (no such run or
     graph, a run without graphs, a missing graph file).
     """
     run, old, new = parse_graph_args(list(graphs or []))
-    options = DiffGraphsOptions(run=run, old=old, new=new, mode=mode, format=format, context=context, strict=strict)
-    comparisons = run_diff_graphs(options)
+    options = DiffGraphsOptions(run=run, old=old, new=new, mode=mode, format=format, context=context, strict=strict, rank=rank)
+    notes: list[RankFocus] = []
+    comparisons = run_diff_graphs(options, notes)
     console = make_console()
+    for note in notes:  # on stderr with --format json, so stdout stays one JSON document
+        (make_console(stderr=True) if options.format is DiffFormat.json else console).print(note.line, markup=False, overflow="fold")
     if not comparisons:
         # Only reachable with no ids: a run with exactly one graph.
-        record = load_run(options.run, strict=options.strict)
+        record = _load_focused(options.run, options, [])
         only = graph_ids(record.mode(options.mode))
         console.print(
             f"{record.path} has one compiled-autograd graph (!{only[0]}): nothing replaced it. "

@@ -13,14 +13,18 @@ from cagtool.commands._common import RUN_ARG, STRICT_OPT, TextOrJson
 from cagtool.record.loader import RunRecord, load_run
 from cagtool.report.console import make_console
 from cagtool.report.recompiles.explain import explain
+from cagtool.record.schema import StepEvent
+from cagtool.report.ranks.analysis import RankFocus, focus_note, focus_record
 from cagtool.report.recompiles.render import (
     ExplanationRenderer,
     RecompilesJsonRenderer,
     RecompilesTableRenderer,
+    print_wrapped,
     record_notes,
 )
 from cagtool.report.recompiles.table import (
     RecompileTable,
+    StepSummary,
     load_filtered,
     recompile_table,
     step_summary,
@@ -34,38 +38,49 @@ class RecompilesOptions:
     format: str = "text"  # text | json
     strict: bool = False
     mode: Optional[str] = None  # one mode; None: every mode of the run
+    rank: Optional[int] = None  # multi-rank runs: this rank's record; None: rank 0
     width: Optional[int] = None  # console width (tests); None: the terminal's or 100
 
 
-def recompile_tables(run: str | None, strict: bool = False, mode: str | None = None) -> tuple[RunRecord, list[RecompileTable]]:
-    """The tables of the named mode, or of every mode of the run. Lenient reads parse only what
-    recompiles needs (recompiles_load); --strict reads and validates every line with the one loader."""
-    if strict:
-        record = load_run(run, strict=True)
-        steps = {name: step_summary(m) for name, m in record.modes.items()}
-    else:
-        record, steps = load_filtered(run)
+def recompile_tables(
+    run: str | None, strict: bool = False, mode: str | None = None, rank: int | None = None
+) -> tuple[RunRecord, list[RecompileTable], list[RankFocus]]:
+    """The tables of the named mode, or of every mode of the run, and one line per multi-rank mode
+    saying which ranks exist and whether they diverge. A multi-rank mode's table is rank `rank`'s
+    (default: rank 0). Lenient reads parse only what recompiles needs (recompiles_load); --strict
+    reads and validates every line with the one loader."""
+    record = load_run(run, strict=True) if strict else load_filtered(run)[0]
     if mode is None and not record.modes:
         record.mode()  # raises UnreadableInput: the run has no mode records (killed before any began)
     modes = [record.mode(mode)] if mode is not None else list(record.modes.values())
-    return record, [recompile_table(m, steps[m.mode]) for m in modes]
+    tables, notes = [], []
+    for main in modes:
+        focused, focus = focus_record(record, main, rank)
+        steps = step_summary(focused) if strict else StepSummary(focused.kind_counts[StepEvent.kind], focused.kind_counts[StepEvent.kind] or None)
+        tables.append(recompile_table(focused, steps))
+        note = focus_note(main, focus)
+        if note is not None:
+            notes.append(note)
+    return record, tables, notes
 
 
 def run_recompiles(options: RecompilesOptions, out: IO[str] | None = None, err: IO[str] | None = None) -> int:
     """Load, analyse, render. Raises UnreadableInput (exit 3) for a missing, corrupt or newer record."""
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
-    record, tables = recompile_tables(options.run, options.strict, options.mode)
+    record, tables, rank_notes = recompile_tables(options.run, options.strict, options.mode, options.rank)
     run_label = str(options.run) if options.run else ""
     run_label = run_label or str(record.path)
     explanations = [explain(t) for t in tables] if options.explain else None
     if options.format == TextOrJson.json.value:
-        out.write(RecompilesJsonRenderer().render(str(record.path), tables, explanations) + "\n")
+        out.write(RecompilesJsonRenderer().render(str(record.path), tables, explanations, ranks=[n.to_json() for n in rank_notes]) + "\n")
         for table in tables:
             for note in record_notes(table):
                 print(f"cagtool: {note}", file=err)
         return 0
     console = make_console(out, width=options.width)
+    for note in rank_notes:
+        print_wrapped(console, note.line)
     if explanations is not None:
         ExplanationRenderer(console).render(explanations, run_label)
     else:
@@ -79,6 +94,7 @@ def recompiles(
     format: TextOrJson = typer.Option(TextOrJson.text, "--format", help="text (a table or the explanation) or json."),
     strict: bool = STRICT_OPT,
     mode: Optional[str] = typer.Option(None, "--mode", help="Only this mode's record: ca, aot or eager (default: every mode of the run)."),
+    rank: Optional[int] = typer.Option(None, "--rank", min=0, metavar="N", help="Multi-rank runs: rank N's recompiles (default: rank 0)."),
 ) -> None:
     """Every recompile of a recorded run: why the backward (or a forward frame) was compiled again.
 
@@ -94,6 +110,9 @@ def recompiles(
       Dynamo CA !N/F/C: Dynamo recompiled the code of compiled-autograd graph !N.
 
     The first capture of a run (!0, a miss on GraphRoot) is the initial compile: listed, not counted.
+
+    A multi-rank run (DDP) shows rank 0's recompiles (--rank N for another), after a line naming
+    the ranks recorded and whether they diverge (see `cagtool summary` for the per-rank table).
 
     With --explain, recompiles are grouped by root cause (the graph's structure changing between
     steps, a hook added or removed, .grad None vs defined, changed shapes, Dynamo guard failures);
@@ -116,6 +135,7 @@ def recompiles(
         format=format.value,
         strict=strict,
         mode=mode,
+        rank=rank,
     )
     raise typer.Exit(run_recompiles(options))
 

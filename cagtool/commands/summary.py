@@ -15,14 +15,11 @@ from cagtool.errors import UsageError
 def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: bool = False, strict: bool = False, rank: int | None = None) -> None:
     from cagtool.record.loader import load_run
     from cagtool.report.console import make_console
-    from cagtool.report.ranks.analysis import default_rank, run_for_rank
+    from cagtool.report.ranks.analysis import run_for_rank
     from cagtool.report.summary import next_steps, render_summary, summary_json
 
     run = load_run(run_path, strict=strict)
-    if rank is not None:
-        for name in run.modes:
-            default_rank(run, rank, name)  # a mode without that rank is unreadable input, said once
-        run = run_for_rank(run, rank)
+    run = run_for_rank(run, rank)
     if fmt == "json":
         print(json.dumps(summary_json(run, rank=rank), indent=2, default=str))
         return

@@ -377,27 +377,24 @@ def run_dir_of(record: ModeRecord) -> Path:
     return parent.parent.parent if parent.name == PROCS_DIR else parent
 
 
-def run_for_rank(run: RunRecord, rank: int | None) -> RunRecord:
-    """The run as one rank saw it: each mode's record replaced by that rank's (a mode without the
-    rank keeps its own record). With rank None, or a single-process run, the run itself."""
-    if rank is None or not any(is_multi_process(m) for m in run.modes.values()):
-        return run
-    modes = {}
-    for name, record in run.modes.items():
-        ranks = record.ranks()
-        modes[name] = ranks.get(rank, record)
-    return replace(run, modes=modes)
-
-
-def default_rank(run: RunRecord, rank: int | None, mode: str | None = None) -> int | None:
-    """The rank a report focuses on: the one asked for; else rank 0 (the lowest) of a multi-rank
-    run; else None (single process). Raises UnreadableInput for a rank the run does not have."""
-    record = run.mode(mode)
-    if rank is not None:
-        run.mode(record.mode, rank=rank)  # raises with the ranks the run has
-        return rank
+def focus_record(run: RunRecord, record: ModeRecord, rank: int | None) -> tuple[ModeRecord, int | None]:
+    """The record a one-rank report reads for this mode, and its rank: rank `rank` when given,
+    else the lowest rank of a multi-rank mode (rank 0), else the record itself (rank None).
+    Raises UnreadableInput, naming the ranks there are, for a rank the mode does not have."""
     ranks = record.ranks()
-    return next(iter(ranks)) if ranks else None
+    if rank is None:
+        return (ranks[next(iter(ranks))], next(iter(ranks))) if ranks else (record, None)
+    if rank not in ranks:
+        run.mode(record.path.name, rank=rank)  # raises: "... has no rank N (ranks: 0, 1)"
+    return ranks[rank], rank
+
+
+def run_for_rank(run: RunRecord, rank: int | None) -> RunRecord:
+    """The run as one rank saw it: each mode's record replaced by that rank's. With rank None,
+    the run itself. Raises UnreadableInput when a mode lacks the rank."""
+    if rank is None:
+        return run
+    return replace(run, modes={name: focus_record(run, record, rank)[0] for name, record in run.modes.items()})
 
 
 def ranks_line(analysis: RankAnalysis, focus: int | None) -> str:
@@ -454,3 +451,23 @@ def analysis_json(analysis: RankAnalysis) -> dict[str, Any]:
             for f in analysis.findings
         ],
     }
+
+
+@dataclass(frozen=True)
+class RankFocus:
+    """A one-rank report's note on a multi-rank mode: which rank it shows, and the ranks' analysis."""
+
+    analysis: RankAnalysis
+    rank: int | None
+
+    @property
+    def line(self) -> str:
+        return ranks_line(self.analysis, self.rank)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"shown_rank": self.rank, "line": self.line, **analysis_json(self.analysis)}
+
+
+def focus_note(record: ModeRecord, rank: int | None) -> RankFocus | None:
+    analysis = analyze_ranks(record)
+    return RankFocus(analysis, rank) if analysis is not None else None

@@ -275,7 +275,8 @@ class RecompilesJsonRenderer:
     def __init__(self, indent: int | None = 2) -> None:
         self.indent = indent
 
-    def render(self, run: str, tables: list[RecompileTable], explanations: list[Explanation] | None = None) -> str:
+    def render(self, run: str, tables: list[RecompileTable], explanations: list[Explanation] | None = None, ranks: list[dict[str, Any]] | None = None) -> str:
+        """`ranks`: for a multi-rank run, per mode which rank is shown and the ranks' analysis."""
         by_mode = {e.table.mode: e for e in explanations or []}
         modes: dict[str, Any] = {}
         for table in tables:
@@ -302,5 +303,7 @@ class RecompilesJsonRenderer:
             if table.mode in by_mode:
                 entry["explanation"] = explanation_json(by_mode[table.mode])
             modes[table.mode] = entry
-        document = {"schema": JSON_SCHEMA, "schema_version": JSON_SCHEMA_VERSION, "run": run, "modes": modes}
+        document: dict[str, Any] = {"schema": JSON_SCHEMA, "schema_version": JSON_SCHEMA_VERSION, "run": run, "modes": modes}
+        if ranks:
+            document["ranks"] = ranks
         return json.dumps(document, indent=self.indent)

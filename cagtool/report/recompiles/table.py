@@ -21,6 +21,7 @@ from cagtool.record.schema import (
     ChangedSize,
     DynamoCompileEvent,
     DynamoRecompileEvent,
+    FinalStateEvent,
     FindingEvent,
     SourceRef,
     StepEvent,
@@ -347,7 +348,8 @@ def limit_hits(record: ModeRecord, compiles: list[DynamoCompileEvent]) -> list[L
 
 
 NEEDED_KINDS = frozenset(
-    cls.kind for cls in (CacheMissEvent, CAGraphEvent, DynamoCompileEvent, DynamoRecompileEvent, FindingEvent)
+    # FinalStateEvent: one per process, for the ranks' divergence line of a multi-rank run.
+    cls.kind for cls in (CacheMissEvent, CAGraphEvent, DynamoCompileEvent, DynamoRecompileEvent, FindingEvent, FinalStateEvent)
 )
 
 

@@ -73,3 +73,31 @@ def test_summary_rank_focus_and_unknown_rank(cli, multi_rank_run):
     assert data["rank"] == 1 and data["ca_graphs"] == 2 and "ranks" not in data
     code, _, err = cli("summary", str(run), "--rank", "5")
     assert code == 3 and "no rank 5 (ranks: 0, 1)" in err
+
+
+def test_recompiles_defaults_to_rank_0_and_says_the_ranks_diverge(cli, multi_rank_run):
+    run = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA])})
+    code, out, _ = cli("recompiles", str(run))
+    assert code == 0
+    text = " ".join(out.split())
+    assert "mode ca: ranks 0, 1 of world size 2; showing rank 0 (--rank N for another); the ranks DIVERGE: ranks 0 and 1 part at step 3" in text
+    assert "mode ca: 0 recompiles in 6 steps" in text
+    code, out, _ = cli("recompiles", str(run), "--rank", "1", "--format", "json")
+    data = json.loads(out)
+    assert data["modes"]["ca"]["counts"]["ca_cache_misses"] == 1
+    assert data["ranks"][0]["shown_rank"] == 1 and data["ranks"][0]["diverge"] is True
+
+
+def test_recompiles_says_when_ranks_agree(cli, multi_rank_run):
+    code, out, _ = cli("recompiles", str(multi_rank_run({0: Rank(), 1: Rank()})))
+    assert code == 0 and "the ranks agree (same CA graphs and cache misses, same final norms)" in " ".join(out.split())
+
+
+def test_diff_graphs_reads_the_rank(cli, multi_rank_run):
+    run = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA])})
+    code, out, _ = cli("diff-graphs", str(run))
+    assert code == 0 and "showing rank 0" in out and "has one compiled-autograd graph (!0)" in " ".join(out.split())
+    code, out, _ = cli("diff-graphs", str(run), "--rank", "1", "-f", "unified")
+    assert code == 1  # the graphs differ, like diff
+    assert "showing rank 1" in out and "procs/rank1/graphs/ca_1.py" in out
+    assert "new autograd node MulBackward0 at NodeCall 2, step 3" in out

@@ -52,6 +52,7 @@ def register(app: typer.Typer) -> None:
         record = load_run(run, strict=strict)
         baseline = baseline_from_run(record)
         bad = {name: snap.status for name, snap in baseline.modes.items() if snap.status not in ("finished", "timeout")}
+        bad.update({name: "; ".join(snap.process_problems) for name, snap in baseline.modes.items() if snap.process_problems})
         if bad and not allow_failed:
             listed = ", ".join(f"{name} {status}" for name, status in bad.items())
             raise UsageError(

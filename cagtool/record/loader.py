@@ -84,7 +84,8 @@ class RunRecord:
     modes: dict[str, ModeRecord]
 
     def mode(self, name: str | None = None, rank: int | None = None) -> ModeRecord:
-        """The named mode, or the most informative one present (ca, then aot, then eager); with
+        """The named mode, or the most informative one the run asked for (ca, then aot, then
+        eager; an error when that one left no record, never another in its place); with
         `rank`, that rank's record of it (the main process's or a followed process's)."""
         record = self._mode(name)
         if rank is None:
@@ -95,16 +96,33 @@ class RunRecord:
             raise UnreadableInput(f"run {self.path}, mode {record.mode!r} has no rank {rank} (ranks: {have})")
         return ranks[rank]
 
+    def default_mode_name(self) -> str | None:
+        """The most informative mode the run asked for (ca, then aot, then eager), whether or
+        not it left a record; a record that run.json does not list counts as asked for."""
+        asked = [*self.meta.modes, *self.modes]
+        for candidate in reversed(MODES):
+            if candidate in asked:
+                return candidate
+        return None
+
     def _mode(self, name: str | None) -> ModeRecord:
         if name is not None:
             if name not in self.modes:
                 have = ", ".join(self.modes) or "none"
                 raise UnreadableInput(f"run {self.path} has no mode {name!r} (it has: {have})")
             return self.modes[name]
-        for candidate in reversed(MODES):
-            if candidate in self.modes:
-                return self.modes[candidate]
-        raise UnreadableInput(f"run {self.path} has no mode records")
+        # Never another mode in place of the one asked for: a ca mode that died before writing
+        # its record must not be read as eager's "0 CA graphs".
+        default = self.default_mode_name()
+        if default is None:
+            raise UnreadableInput(f"run {self.path} has no mode records")
+        if default not in self.modes:
+            have = ", ".join(self.modes) or "none"
+            raise UnreadableInput(
+                f"run {self.path}: mode {default!r} left no record (the process did not start or was killed); "
+                f"recorded modes: {have} (--mode to read one)"
+            )
+        return self.modes[default]
 
 
 def read_json_object(path: Path, what: str, missing_hint: str = "") -> dict:

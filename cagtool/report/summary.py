@@ -104,8 +104,10 @@ def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
 def summary_json(run: RunRecord, rank: int | None = None) -> dict[str, Any]:
     """With `rank`, `run` is that rank's view (ranks.run_for_rank) and the figures are its own."""
     modes = {name: mode_summary_json(rec) for name, rec in run.modes.items()}
-    main = run.mode()
-    body = modes[next(name for name, rec in run.modes.items() if rec is main)]
+    # The top-level figures are those of the most informative mode the run asked for; when that
+    # mode left no record they are null (never another mode's figures under its name).
+    main = run.default_mode_name()
+    body = modes.get(main or "", {})
     extra: dict[str, Any] = {}
     if rank is not None:
         extra["rank"] = rank
@@ -121,8 +123,9 @@ def summary_json(run: RunRecord, rank: int | None = None) -> dict[str, Any]:
         "argv": run.meta.target_argv,
         "versions": run.meta.versions,
         "exit_code": run.meta.exit_code,
-        # The top-level figures are the ca mode's (or the only mode's); all modes are under `modes`.
-        **{k: body[k] for k in ("ca_graphs", "cache_misses", "unique_graphs", "graph_breaks", "dynamo_recompiles", "steps")},
+        "mode": main,
+        "mode_recorded": main in modes,
+        **{k: body.get(k) for k in ("ca_graphs", "cache_misses", "unique_graphs", "graph_breaks", "dynamo_recompiles", "steps")},
         "modes": modes,
         **extra,
     }

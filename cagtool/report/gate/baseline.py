@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from cagtool.errors import UnreadableInput
-from cagtool.record.loader import RunRecord, check_format, read_json_object
+from cagtool.record.loader import ModeRecord, RunRecord, check_format, read_json_object
 from cagtool.report.compare.analysis import ModeColumn, mode_columns
 
 BASELINE_FORMAT = "cagtool-baseline"
@@ -59,6 +59,9 @@ class ModeSnapshot:
     exit_code: int | None = None
     repetitions: int = 1
     problem: str = ""  # why the mode did not finish cleanly (not saved: a baseline comes from a clean run)
+    # Followed processes (ranks) of the mode that failed, were interrupted or left no record: the
+    # main process finishing says nothing about rank 1 (not saved either).
+    process_problems: tuple[str, ...] = ()
 
 
 def snapshot_of(column: ModeColumn) -> ModeSnapshot:
@@ -94,7 +97,34 @@ def snapshot_of(column: ModeColumn) -> ModeSnapshot:
 
 def run_snapshots(run: RunRecord) -> dict[str, ModeSnapshot]:
     """Base mode (eager, aot, ca) -> snapshot; repetitions (`ca.2`...) are pooled into their mode."""
-    return {name: snapshot_of(column) for name, column in mode_columns(run).items()}
+    snapshots = {}
+    for name, column in mode_columns(run).items():
+        snap = snapshot_of(column)
+        problems = tuple(p for record_name in column.records if (rec := run.modes.get(record_name)) is not None for p in process_problems(rec))
+        snapshots[name] = replace(snap, process_problems=problems) if problems else snap
+    return snapshots
+
+
+def process_problems(record: ModeRecord) -> list[str]:
+    """What went wrong in the processes a mode followed: a rank or child that did not finish
+    cleanly, and ranks below the recorded world size that left no record at all."""
+    problems = []
+    for key, child in record.processes.items():
+        manifest = child.manifest
+        if manifest.status in ("finished", "timeout") and manifest.exit_code in (0, None):
+            continue
+        code = f", exit code {manifest.exit_code}" if manifest.exit_code not in (None, 0) else ""
+        why = f": {manifest.exception.type}" if manifest.exception is not None else ""
+        status = "killed (record never finished)" if manifest.status == "running" else manifest.status
+        problems.append(f"{record.path.name} process {key}: {status}{code}{why}")
+    sizes = [ws for rec in (record, *record.processes.values()) if isinstance(ws := (rec.manifest.process or {}).get("world_size"), int)]
+    if sizes:
+        have = record.ranks()
+        missing = [r for r in range(max(sizes)) if r not in have]
+        if missing:
+            listed = ", ".join(str(r) for r in missing)
+            problems.append(f"{record.path.name}: rank {listed} of world size {max(sizes)} left no record")
+    return problems
 
 
 @dataclass(frozen=True)

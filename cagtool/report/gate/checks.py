@@ -227,12 +227,14 @@ class ModeStatusCheck:
         if self.mode not in run:
             return missing_mode(self.name, self.mode, run, "run", "finished", self.source)
         snap = run[self.mode]
-        ok = finished_cleanly(snap)
+        ok = finished_cleanly(snap) and not snap.process_problems
         exit_text = "" if snap.exit_code in (None, 0) else f", exit code {snap.exit_code}"
         reps = f", {snap.repetitions} repetitions" if snap.repetitions > 1 else ""
         message = f"{self.name} ({self.mode}): status {snap.status}{exit_text}, {snap.steps} steps{reps}"
         if snap.problem:
             message += f": {snap.problem}"
+        if snap.process_problems:
+            message += "; " + "; ".join(snap.process_problems)
         outcome = Outcome.PASS if ok else Outcome.FAIL
         return CheckResult(
             self.name, self.mode, outcome, not ok, snap.status, "finished", message, self.source,

@@ -74,7 +74,10 @@ class GateResult:
 
 
 def default_mode(run: RunRecord) -> str:
-    return "ca" if "ca" in run.modes else run.mode(None).mode
+    """The mode gated when --mode is not given: the most informative one the run *asked for*
+    (ca, then aot, then eager), recorded or not. A ca mode that never ran is then gated, and fails
+    as missing, rather than eager's record being read in its place."""
+    return run.default_mode_name() or "ca"
 
 
 def build_checks(settings: GateSettings, mode: str, baseline: Baseline | None) -> list[Check]:
@@ -138,6 +141,8 @@ def run_gate(run_path: str | Path | None, options: GateOptions | None = None) ->
         fail_on_improvement=bool(settings.fail_on_improvement),
     )
     warnings = environment_warnings(baseline, run) if baseline is not None else []
+    if settings.mode is None and mode != "ca":
+        warnings.append(f"the run did not ask for the ca mode: gating mode {mode} (--mode to choose)")
     for name, record in run.modes.items():
         if record.skipped_lines:
             warnings.append(f"mode {name}: {record.skipped_lines} unreadable event lines skipped (--strict makes this an error)")

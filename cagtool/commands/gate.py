@@ -22,6 +22,8 @@ Thresholds come from flags and from \\[tool.cagtool.gate] in the nearest pyproje
 
 Threshold grammar: counts N or KIND:N (--max-recompiles kinds: total, ca, dynamo; repeat the flag for several); speedups X or NUM/DEN:X (default ca/aot, i.e. aot step time / ca step time); times PCT, PCT%, or SECONDSs, and for --max-regression FIELD:... with FIELD median (default), mean, p10 or p90.
 
+Multi-rank runs (DDP): every threshold holds for every rank on its own (per rank, not summed: --max-recompiles ca:0 means no rank recompiled; results labelled ca@rank1; --rank N checks one), and the gate fails when a rank is missing (fewer rank records than the world size), failed, or was not followed (process_not_followed), or when the ranks diverge (different CA graphs or cache misses, step counts, or final norms).
+
 Exit codes: 0 passed; 1 a check failed; 2 usage error; 3 unreadable run or baseline.
 
 Examples:
@@ -152,13 +154,14 @@ def register(app: typer.Typer) -> None:
         mode: Optional[str] = typer.Option(None, "--mode", help="Mode whose counts and step time are gated: ca, aot or eager (default: ca if recorded)."),
         format: TextOrJson = typer.Option(TextOrJson.text, "--format", help="Report format on stdout."),
         strict: bool = STRICT_OPT,
+        rank: Optional[int] = typer.Option(None, "--rank", min=0, metavar="N", help="Multi-rank runs: hold only rank N to the thresholds (default: every rank)."),
         *,
         gate_options: GateOptions,
     ) -> None:
         settings = gate_options.settings
         if mode is not None:
             settings = merge(settings, settings_from_values({"mode": mode}, "flag"))
-        options = replace(gate_options, settings=settings, strict=strict, format=format.value)
+        options = replace(gate_options, settings=settings, strict=strict, format=format.value, rank=rank)
         code = gate_and_report(run, options)
         if code:
             raise typer.Exit(code)

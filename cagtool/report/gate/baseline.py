@@ -18,6 +18,7 @@ from typing import Any
 from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord, check_format, read_json_object
 from cagtool.report.compare.analysis import ModeColumn, mode_columns
+from cagtool.report.ranks.analysis import lowest_rank, rank_view
 
 BASELINE_FORMAT = "cagtool-baseline"
 # Bump when an older reader would misread the file; additive fields do not bump it.
@@ -143,8 +144,11 @@ class Baseline:
 
 
 def baseline_from_run(run: RunRecord) -> Baseline:
+    """A multi-rank run's baseline holds rank 0's figures (its launcher ran no steps); the gate
+    holds every rank to them."""
+    rank = lowest_rank(run)
     return Baseline(
-        modes=run_snapshots(run),
+        modes=run_snapshots(rank_view(run, rank) if rank is not None else run),
         versions=dict(run.meta.versions),
         machine=dict(run.meta.machine),
         target=dict(run.meta.target),

@@ -43,6 +43,8 @@ def verdict_line(gate: GateResult) -> str:
 
 def _sources(gate: GateResult) -> str:
     parts = [f"run {gate.run_path}", f"mode {gate.mode}"]
+    if gate.ranks:
+        parts.append(f"ranks {', '.join(str(r) for r in gate.ranks)}")
     if gate.baseline_path is not None:
         parts.append(f"baseline {gate.baseline_path}")
     if gate.config_path is not None:
@@ -118,6 +120,7 @@ def gate_to_dict(gate: GateResult) -> dict[str, Any]:
         },
         "checks": [result_to_dict(r) for r in gate.results],
         "warnings": list(gate.warnings),
+        **({"ranks": list(gate.ranks)} if gate.ranks else {}),  # multi-rank runs: the ranks checked
     }
 
 

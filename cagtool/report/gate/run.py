@@ -31,6 +31,8 @@ from cagtool.report.gate.checks import (
     evaluate_all,
 )
 from cagtool.report.gate.config import GateSettings, resolve_settings
+from cagtool.report.gate.ranks import per_rank_results, processes_followed, run_level_results
+from cagtool.report.ranks.analysis import analyze_ranks, not_followed
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class GateOptions:
     strict: bool = False
     format: str = "text"  # text | json
     junit: Path | None = None
+    rank: int | None = None  # multi-rank runs: check only this rank's thresholds (None: every rank)
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class GateResult:
     baseline_path: Path | None
     results: list[CheckResult]
     warnings: list[str]
+    ranks: tuple[int, ...] = ()  # the ranks whose records were checked (multi-rank runs only)
 
     @property
     def passed(self) -> bool:
@@ -123,6 +127,32 @@ def build_checks(settings: GateSettings, mode: str, baseline: Baseline | None) -
     return checks
 
 
+def _evaluate(
+    checks: list[Check], run: RunRecord, mode: str, baseline: Baseline | None, fail_on_improvement: bool, rank: int | None
+) -> tuple[list[CheckResult], tuple[int, ...]]:
+    """The checks on the run: on its records as they are for a single-process run; for a multi-rank
+    one, the launcher's status, then every check on every rank's record (gate/ranks.py), then the
+    run-level rank checks."""
+    base = baseline.modes if baseline is not None else None
+    snapshots = run_snapshots(run)
+    record = run.modes.get(mode)
+    analysis = analyze_ranks(record) if record is not None else None
+    if analysis is None or not analysis.rows:
+        results = evaluate_all(checks, snapshots, base, fail_on_improvement)
+        blind = [f.message for f in not_followed(record)] if record is not None else []
+        if blind:
+            results.append(processes_followed(mode, blind))
+        return results, ()
+    if rank is not None:
+        run.mode(record.path.name, rank=rank)  # raises UnreadableInput naming the ranks there are
+    ranks = (rank,) if rank is not None else analysis.ranks
+    launcher = [c for c in checks if isinstance(c, ModeStatusCheck)]
+    results = evaluate_all(launcher, snapshots, base, fail_on_improvement) if record.rank is None else []
+    results += per_rank_results(checks, run, ranks, base, fail_on_improvement)
+    results += run_level_results(analysis)
+    return results, ranks
+
+
 def run_gate(run_path: str | Path | None, options: GateOptions | None = None) -> GateResult:
     """Gate a recorded run. Raises UsageError (exit 2) for bad or missing thresholds and
     UnreadableInput (exit 3) for an unreadable run or baseline; a failed check is in the result."""
@@ -134,12 +164,7 @@ def run_gate(run_path: str | Path | None, options: GateOptions | None = None) ->
     baseline = load_baseline(settings.baseline) if settings.baseline is not None else None
     mode = settings.mode or default_mode(run)
     checks = build_checks(settings, mode, baseline)
-    results = evaluate_all(
-        checks,
-        run_snapshots(run),
-        baseline.modes if baseline is not None else None,
-        fail_on_improvement=bool(settings.fail_on_improvement),
-    )
+    results, ranks = _evaluate(checks, run, mode, baseline, bool(settings.fail_on_improvement), options.rank)
     warnings = environment_warnings(baseline, run) if baseline is not None else []
     if settings.mode is None and mode != "ca":
         warnings.append(f"the run did not ask for the ca mode: gating mode {mode} (--mode to choose)")
@@ -154,4 +179,5 @@ def run_gate(run_path: str | Path | None, options: GateOptions | None = None) ->
         baseline_path=settings.baseline,
         results=results,
         warnings=warnings,
+        ranks=ranks,
     )

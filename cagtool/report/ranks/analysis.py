@@ -389,6 +389,18 @@ def focus_record(run: RunRecord, record: ModeRecord, rank: int | None) -> tuple[
     return ranks[rank], rank
 
 
+def rank_view(run: RunRecord, rank: int) -> RunRecord:
+    """Leniently, the run as rank `rank` saw it: each mode's record replaced by that rank's where the
+    mode has it (others keep their own record; the gate's ranks-present check reports the gap)."""
+    return replace(run, modes={name: record.ranks().get(rank, record) for name, record in run.modes.items()})
+
+
+def lowest_rank(run: RunRecord) -> int | None:
+    """Rank 0 (the lowest recorded) of the run's most informative mode; None for a single process."""
+    ranks = run.mode().ranks() if run.modes else {}
+    return next(iter(ranks)) if ranks else None
+
+
 def run_for_rank(run: RunRecord, rank: int | None) -> RunRecord:
     """The run as one rank saw it: each mode's record replaced by that rank's. With rank None,
     the run itself. Raises UnreadableInput when a mode lacks the rank."""

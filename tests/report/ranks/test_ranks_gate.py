@@ -1,0 +1,89 @@
+"""`gate` on multi-rank runs: thresholds per rank, and failures for a missing or failed rank, a
+process not followed, and ranks that diverge."""
+
+from __future__ import annotations
+
+import pytest
+from rank_records import Cap, Rank
+
+from cagtool.errors import UnreadableInput
+from cagtool.report.gate.checks import CountLimit, Outcome
+from cagtool.report.gate.config import GateSettings
+from cagtool.report.gate.run import GateOptions, run_gate
+
+EXTRA = Cap(3, node="MulBackward0", call=2, ops=("MulBackward0", "MulBackward0"))
+NO_RECOMPILES = GateSettings(max_recompiles={"ca": CountLimit("ca", 0)})
+
+
+def _gate(path, settings: GateSettings = NO_RECOMPILES, rank: int | None = None):
+    return run_gate(path, GateOptions(settings=settings, use_config=False, rank=rank))
+
+
+def _outcomes(gate) -> dict[tuple[str, str], Outcome]:
+    return {(r.check, r.mode): r.outcome for r in gate.results}
+
+
+def test_agreeing_ranks_pass_every_check_per_rank(multi_rank_run):
+    gate = _gate(multi_rank_run({0: Rank(), 1: Rank()}))
+    assert gate.passed and gate.ranks == (0, 1)
+    assert _outcomes(gate) == {
+        ("mode-finished", "ca"): Outcome.PASS,  # the launcher
+        ("mode-finished", "ca@rank0"): Outcome.PASS,
+        ("max-recompiles:ca", "ca@rank0"): Outcome.PASS,
+        ("mode-finished", "ca@rank1"): Outcome.PASS,
+        ("max-recompiles:ca", "ca@rank1"): Outcome.PASS,
+        ("ranks-present", "ca"): Outcome.PASS,
+        ("processes-followed", "ca"): Outcome.PASS,
+        ("ranks-agree", "ca"): Outcome.PASS,
+    }
+
+
+def test_thresholds_apply_per_rank_not_to_totals(multi_rank_run):
+    # Two ranks with 1 CA graph each: 2 in total, but each rank is within --max-ca-graphs 1.
+    gate = _gate(multi_rank_run({0: Rank(), 1: Rank()}), GateSettings(max_ca_graphs=CountLimit("total", 1)))
+    assert gate.passed
+    gate = _gate(multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA])}, name="diverging"))
+    failed = {(r.check, r.mode) for r in gate.failures}
+    assert failed == {("max-recompiles:ca", "ca@rank1"), ("ranks-agree", "ca")}
+    [recompiles] = [r for r in gate.failures if r.check == "max-recompiles:ca"]
+    assert recompiles.message == "max-recompiles:ca (ca@rank1): CA recompiles 1 > 0 allowed (+1)" and recompiles.data["rank"] == 1
+
+
+def test_missing_rank_fails(multi_rank_run):
+    gate = _gate(multi_rank_run({0: Rank()}, world_size=2))
+    [failure] = gate.failures
+    assert failure.check == "ranks-present" and failure.actual == "1/2"
+    assert "missing rank 1" in failure.message
+
+
+def test_failed_rank_fails_with_its_reason(multi_rank_run):
+    gate = _gate(multi_rank_run({0: Rank(), 1: Rank(status="failed", exit_code=1, exception="Connection closed by peer")}))
+    [failure] = gate.failures
+    assert (failure.check, failure.mode) == ("mode-finished", "ca@rank1")
+    assert "RuntimeError: Connection closed by peer" in failure.message
+
+
+def test_process_not_followed_fails(multi_rank_run):
+    found = [("process_not_followed", "pid 4242 (python worker.py) was not followed: it was started with os.execv")]
+    gate = _gate(multi_rank_run({0: Rank(), 1: Rank()}, main_findings=found))
+    [failure] = gate.failures
+    assert failure.check == "processes-followed" and "pid 4242" in failure.message
+    # A run whose only record is the main process's (nothing followed at all) fails the same way.
+    gate = _gate(multi_rank_run({}, main_findings=found, name="none-followed"), GateSettings(max_graph_breaks=CountLimit("total", 0)))
+    assert [r.check for r in gate.failures] == ["processes-followed"]
+
+
+def test_diverging_norms_fail(multi_rank_run):
+    gate = _gate(multi_rank_run({0: Rank(param_norm=3.0), 1: Rank(param_norm=3.5)}))
+    [failure] = gate.failures
+    assert failure.check == "ranks-agree" and "final parameter norm differs across ranks" in failure.message
+
+
+def test_rank_option_checks_one_rank(multi_rank_run):
+    path = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA])})
+    gate = _gate(path, rank=0)
+    assert gate.ranks == (0,)
+    assert not [r for r in gate.results if r.mode == "ca@rank1"]
+    assert [r.check for r in gate.failures] == ["ranks-agree"]  # the run-level checks still hold
+    with pytest.raises(UnreadableInput, match="no rank 4"):
+        _gate(path, rank=4)

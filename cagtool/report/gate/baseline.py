@@ -119,7 +119,9 @@ def process_problems(record: ModeRecord) -> list[str]:
         status = "killed (record never finished)" if manifest.status == "running" else manifest.status
         problems.append(f"{record.path.name} process {key}: {status}{code}{why}")
     sizes = [ws for rec in (record, *record.processes.values()) if isinstance(ws := (rec.manifest.process or {}).get("world_size"), int)]
-    if sizes:
+    # A followed process's own record (one rank's view, as the gate checks each rank) knows only
+    # itself: the other ranks are its launcher's to account for.
+    if sizes and (record.manifest.process or {}).get("role") != "child":
         have = record.ranks()
         missing = [r for r in range(max(sizes)) if r not in have]
         if missing:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from cagtool.capture.writer import RecordWriter, write_run_meta
 from cagtool.record.graph_file import GraphNode
 from cagtool.record.manifest import ExceptionInfo, ModeManifest, RunMeta
@@ -103,3 +105,15 @@ def write_multi_rank_run(root: Path, ranks: dict[int, Rank], world_size: int | N
             manifest.exception = ExceptionInfo("RuntimeError", spec.exception)
         _write_process(root / "ca" / "procs" / f"rank{rank}", manifest, spec)
     return root
+
+
+@pytest.fixture
+def multi_rank_run(tmp_path):
+    """make(ranks, world_size=None, main_findings=None, name="run") -> a run directory under tmp_path.
+    Imported by the test modules (not a conftest.py: `from conftest import ROOT` elsewhere must keep
+    finding tests/conftest.py)."""
+
+    def make(ranks: dict[int, Rank], world_size: int | None = None, main_findings: list[tuple[str, str]] | None = None, name: str = "run") -> Path:
+        return write_multi_rank_run(tmp_path / name, ranks, world_size, main_findings)
+
+    return make

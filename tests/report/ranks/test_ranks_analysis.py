@@ -16,7 +16,7 @@ from cagtool.report.ranks.analysis import (
     run_for_rank,
 )
 
-from rank_records import Cap, Rank
+from rank_records import Cap, Rank, multi_rank_run  # noqa: F401 - a fixture
 
 EXTRA = Cap(3, node="MulBackward0", call=2, ops=("MulBackward0", "MulBackward0"))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from rank_records import Cap, Rank
+from rank_records import Cap, Rank, multi_rank_run  # noqa: F401 - a fixture
 
 from cagtool.cli import main
 

@@ -38,6 +38,9 @@ def _register_commands() -> None:
 
     for module in (run, summary, runs, compare, recompiles, diff_graphs, gate, baseline):
         module.register(app)
+    from cagtool.commands import import_trace
+
+    import_trace.register(app)
 
 
 _register_commands()

@@ -45,9 +45,14 @@ class StructuredLogHandler(logging.Handler):
         metadata = getattr(record, "metadata", None)
         if not isinstance(metadata, dict):
             return
+        self.handle(metadata, getattr(record, "payload", None))  # never raises: the target's compile goes on
+
+    def handle(self, metadata: dict[str, Any], payload: str | None) -> None:
+        """One structured record, from a live run (`emit`) or read back from a TORCH_TRACE log
+        (trace_import); errors are counted, never raised."""
         try:
-            self._handle(metadata, getattr(record, "payload", None))
-        except Exception as exc:  # noqa: BLE001 - never break the target's compile over a log record
+            self._handle(metadata, payload)
+        except Exception as exc:  # noqa: BLE001 - one bad record never stops the rest
             self.errors += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
 

@@ -57,7 +57,8 @@ class RecordWriter:
     def emit(self, event_cls: type[Event], **fields: Any) -> Event:
         """Append one event. The file is line-buffered: each event reaches the OS as it is written."""
         with self._lock:
-            event = event_cls(seq=self._seq, t=fields.pop("t", None) or self.now(), **fields)
+            t = fields.pop("t", None)  # given when the time is not now (an imported log's timestamps)
+            event = event_cls(seq=self._seq, t=self.now() if t is None else t, **fields)
             self._seq += 1
             if not self._events.closed:
                 self._events.write(_ENCODER.encode(event_to_dict(event)) + "\n")

@@ -103,7 +103,8 @@ class RunRecord:
         for candidate in reversed(MODES):
             if candidate in asked:
                 return candidate
-        return None
+        # A run of another kind of mode: an imported log's one mode, `imported`.
+        return asked[0] if asked else None
 
     def _mode(self, name: str | None) -> ModeRecord:
         if name is not None:

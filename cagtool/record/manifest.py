@@ -39,6 +39,9 @@ class ModeManifest:
     # Which process of the job this record is (PROTOCOL layout): key "main" | "rank<N>" | "pid<PID>",
     # pid, ppid, rank, local_rank, world_size (None when unknown), role "main" | "child", argv.
     process: dict[str, Any] = field(default_factory=dict)
+    # Set on records built by `cagtool import` (mode "imported"): the source logs, what was read,
+    # skipped or inferred, and `not_in_log` (what such a record cannot have: step times...).
+    imported: dict[str, Any] | None = None
 
 
 @dataclass

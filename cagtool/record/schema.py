@@ -40,6 +40,9 @@ DEPYF_DIR = "depyf"
 PROCS_DIR = "procs"
 
 MODES = ("eager", "aot", "ca")
+# The one mode of a record built by `cagtool import` from a TORCH_TRACE log of a job cagtool did
+# not run (its manifest's `imported` says from what, and what such a record cannot hold).
+IMPORTED_MODE = "imported"
 
 # Mode status values in the manifest. "finished" covers a stop by --steps / --max-time
 # (manifest.options["stopped_by"] is then "steps" or "max_time").
@@ -137,6 +140,7 @@ class CacheMissEvent(Event):
     total_changed: int | None = None
     source: SourceRef | None = None
     backward_call: SourceRef | None = None  # the user line that called the backward of that step
+    inferred: bool = False  # not torch's reason: read off the diff with the previous graph (imported logs without CA verbose logging)
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ class ModeMetrics:
     aot_backward_graphs: int
     ca_graphs: int
     ca_cache_misses: int  # every CA capture after the first
-    graph_breaks: int  # torch's counters["graph_break"] total; distinct sites when torch's counters were not recorded
+    graph_breaks: int  # torch's counters["graph_break"] total; one per compile and site when torch's counters were not recorded
     dynamo_recompiles: int  # forward frames and CA graphs alike
     recompiles: int  # ca_cache_misses + dynamo_recompiles
     unique_graphs: int | None  # torch's own counters["stats"]["unique_graphs"], when recorded
@@ -140,6 +140,13 @@ def graph_break_sites(events: list[GraphBreakEvent]) -> list[GraphBreakSite]:
     return list(sites.values())
 
 
+def graph_breaks_per_compile(events: list[GraphBreakEvent]) -> int:
+    """Graph breaks counted as torch counts them when its counters are missing (a killed process,
+    an imported log): once per compile (compile id) and site. Torch logs a break inside a loop
+    again when it restarts the frame's analysis, within the same compile, and counts it once."""
+    return len({(e.compile_id, e.file, e.line, "" if e.file else e.reason.splitlines()[0] if e.reason else "") for e in events})
+
+
 def torch_graph_breaks(counters: dict[str, dict[str, int]]) -> int | None:
     """torch's own graph-break count (`counters["graph_break"]`, one entry per reason), or None
     when the manifest holds no counters (the process was killed before it could save them)."""
@@ -171,7 +178,8 @@ def mode_metrics(record: ModeRecord) -> ModeMetrics:
     unique = counters.get("stats", {}).get("unique_graphs")
     captures = counters.get("compiled_autograd", {}).get("captures")
     ca_misses = max(len(ca_graphs) - 1, 0) if ca_graphs else 0
-    sites = graph_break_sites(record.of(GraphBreakEvent))
+    breaks = record.of(GraphBreakEvent)
+    sites = graph_break_sites(breaks)
     torch_breaks = torch_graph_breaks(counters)
     uses_ca = manifest.mode == "ca" or bool(ca_graphs)
     return ModeMetrics(
@@ -184,7 +192,7 @@ def mode_metrics(record: ModeRecord) -> ModeMetrics:
         aot_backward_graphs=len(aot_backward),
         ca_graphs=len(ca_graphs),
         ca_cache_misses=ca_misses if misses or ca_graphs else 0,
-        graph_breaks=torch_breaks if torch_breaks is not None else len(sites),
+        graph_breaks=torch_breaks if torch_breaks is not None else graph_breaks_per_compile(breaks),
         dynamo_recompiles=len(recompiles),
         recompiles=ca_misses + len(recompiles),
         unique_graphs=unique,

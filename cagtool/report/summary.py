@@ -35,10 +35,12 @@ def _mib(n: int | None) -> str:
 
 def miss_text(miss: CacheMissEvent) -> str:
     if miss.miss_kind == "new_node":
-        text = f"new node {miss.node} (NodeCall {miss.node_call}), key size {miss.key_size}"
+        text = f"new node {miss.node} (NodeCall {miss.node_call})"
+        if miss.key_size is not None:
+            text += f", key size {miss.key_size}"
         if miss.previous_key_sizes:
             text += f", previous key sizes {miss.previous_key_sizes}"
-        return text
+        return text + (" (inferred from the graph diff)" if miss.inferred else "")
     if miss.miss_kind == "changed_shapes":
         groups: dict[tuple[str | None, int | None], list[str]] = {}
         for size in miss.changed_sizes:
@@ -47,7 +49,8 @@ def miss_text(miss: CacheMissEvent) -> str:
             f"sizes[{', '.join(items)}]" + (f" of {node} (NodeCall {call})" if node else "")
             for (node, call), items in groups.items()
         ]
-        return f"{miss.total_changed or len(miss.changed_sizes)} changed sizes: " + "; ".join(parts)
+        inferred = " (inferred from the graph diff)" if miss.inferred else ""
+        return f"{miss.total_changed or len(miss.changed_sizes)} changed sizes: " + "; ".join(parts) + inferred
     return miss.message
 
 
@@ -75,6 +78,7 @@ def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
                 "step": m.step,
                 "source": asdict(m.source) if m.source else None,
                 "message": m.message,
+                "inferred": m.inferred,
             }
             for m in misses
         ],
@@ -141,7 +145,15 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     state = manifest.status if manifest.exit_code in (0, None) else f"{manifest.status}, exit {manifest.exit_code}"
     duration = f"{manifest.duration_s:.1f} s" if manifest.duration_s else "?"
     stopped = {"steps": " (stopped by --steps)", "max_time": " (stopped by --max-time)"}.get(str(manifest.options.get("stopped_by")), "")
-    console.print(f"[bold]mode {label or record.path.name}[/bold]: {state} in {duration}, {m.steps} steps{stopped} (backend {manifest.backend})")
+    imported = manifest.imported
+    if imported is not None:
+        # A log holds what torch compiled, not how the job ran: say what is missing, invent nothing.
+        files = imported.get("files") or []
+        rank = f", rank {record.rank}" if record.rank is not None else ""
+        console.print(f"[bold]mode {label or record.path.name}[/bold]: imported from {len(files)} TORCH_TRACE log(s){rank}, spanning {duration}")
+        console.print(f"  not in a log: {', '.join(imported.get('not_in_log') or [])}")
+    else:
+        console.print(f"[bold]mode {label or record.path.name}[/bold]: {state} in {duration}, {m.steps} steps{stopped} (backend {manifest.backend})")
     if manifest.exception:
         console.print(f"  [red]exception:[/red] {manifest.exception.type}: {manifest.exception.message.splitlines()[0] if manifest.exception.message else ''}")
     graphs = record.of(CAGraphEvent)
@@ -158,7 +170,7 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
             console.print(f"    ... {len(misses) - 12} more: cagtool recompiles {run_dir}")
     # The count is torch's own counter; the log's records are only used to name the places.
     sites = m.graph_break_sites
-    counted_by = "" if m.graph_breaks_from_torch else " (distinct sites: torch's counters were not saved)"
+    counted_by = "" if m.graph_breaks_from_torch else " (one per compile and site: torch's counters were not saved)"
     at = f" at {len(sites)} site{'s' if len(sites) != 1 else ''}" if sites else ""
     console.print(f"  Dynamo: {m.forward_graphs} forward graphs, {m.backward_graphs} backward graphs, {m.graph_breaks} graph breaks{at}{counted_by}, {m.dynamo_recompiles} recompiles")
     for site in sites[:3]:
@@ -177,7 +189,13 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         console.print(f"  step time: too few steps unaffected by compilation to measure (steps: {m.steps})")
     if st and st.first_step_s is not None:
         console.print(f"  time to first step: {st.first_step_s:.2f} s")
-    console.print(f"  peak RSS: {_mib(m.peak_rss_bytes)}")
+    if imported is None:
+        console.print(f"  peak RSS: {_mib(m.peak_rss_bytes)}")
+    else:
+        skipped = sum((imported.get("unknown_envelopes") or {}).values())
+        if skipped or imported.get("bad_lines") or imported.get("truncated_last_line"):
+            cut = ", the last line was truncated" if imported.get("truncated_last_line") else ""
+            console.print(f"  note: the log had {skipped} unknown envelope(s) and {imported.get('bad_lines', 0)} unreadable line(s){cut}; skipped")
     for finding in record.of(FindingEvent):
         where = f" ({_where(finding.source)})" if finding.source else ""
         console.print(f"  [yellow]finding:[/yellow] {finding.message}{where}")
@@ -191,7 +209,10 @@ def render_summary(console: Console, run: RunRecord, modes: list[str] | None = N
     """With `rank`, `run` is that rank's view (ranks.run_for_rank): each mode is that rank's record."""
     meta = run.meta
     target = meta.target.get("name", "?")
-    console.print(f"[bold]cagtool run[/bold] {target} {' '.join(meta.target_argv[1:])}".rstrip() + f"  (torch {meta.versions.get('torch', '?')})")
+    if meta.options.get("imported"):
+        console.print(f"[bold]cagtool import[/bold] {target}  (torch {meta.versions.get('torch', '?')})")
+    else:
+        console.print(f"[bold]cagtool run[/bold] {target} {' '.join(meta.target_argv[1:])}".rstrip() + f"  (torch {meta.versions.get('torch', '?')})")
     for name in modes or list(run.modes):
         render_mode(console, run.modes[name], label=f"{name}, rank {rank}" if rank is not None else None)
     missing = [m for m in meta.modes if m not in run.modes]

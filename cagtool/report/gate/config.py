@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cagtool.errors import UsageError
-from cagtool.record.schema import MODES
+from cagtool.record.schema import IMPORTED_MODE, MODES
 from cagtool.report.gate.checks import (
     RECOMPILE_KINDS,
     STEP_TIME_FIELDS,
@@ -98,8 +98,8 @@ def settings_from_values(values: dict[str, Any], source: str, base_dir: Path | N
 
     if "mode" in normalized:
         mode = str(normalized["mode"]).strip()
-        if mode not in MODES:
-            raise UsageError(f"{flag('mode')}: expected one of {', '.join(MODES)}, got {mode!r}")
+        if mode not in (*MODES, IMPORTED_MODE):
+            raise UsageError(f"{flag('mode')}: expected one of {', '.join((*MODES, IMPORTED_MODE))}, got {mode!r}")
         settings["mode"] = mode
     for key in ("max-ca-graphs", "max-graph-breaks"):
         if key in normalized:

@@ -66,6 +66,14 @@ def record_notes(table: RecompileTable) -> list[str]:
     if table.unknown_kinds:
         kinds = ", ".join(f"{k} x{n}" for k, n in sorted(table.unknown_kinds.items()))
         notes.append(f"note: ignored events of unknown kinds: {kinds}")
+    if table.imported is not None:
+        notes.append("note: imported from a TORCH_TRACE log: no step boundaries (steps show ?)")
+        inferred = table.imported.get("ca_reasons_inferred") or 0
+        if inferred:
+            notes.append(
+                f"note: {plural(inferred, 'CA cache-miss reason')} inferred from the diff of consecutive graphs "
+                "(the job did not log compiled_autograd_verbose); torch's own reasons need TORCH_LOGS=compiled_autograd_verbose"
+            )
     if table.status and table.status != "finished":
         notes.append(f"note: the {table.mode} run's status is {table.status!r}; the record may end early")
     return notes

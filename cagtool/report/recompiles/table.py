@@ -113,6 +113,7 @@ class RecompileTable:
     skipped_lines: int = 0
     unknown_kinds: dict[str, int] = field(default_factory=dict)
     status: str = ""
+    imported: dict | None = None  # the manifest's `imported` (a record built by `cagtool import`)
     # Sorted graph ids, built on first use (explanations of 1,000s of graphs).
     _graph_ids: list[int] | None = field(default=None, repr=False, compare=False)
 
@@ -449,4 +450,5 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         skipped_lines=record.skipped_lines,
         unknown_kinds=dict(record.unknown_kinds),
         status=manifest.status,
+        imported=manifest.imported,
     )

@@ -1,0 +1,67 @@
+"""Which trace logs a PATH names, and which process each belongs to: one log file, a TORCH_TRACE
+directory of them, or a multi-rank directory (`dedicated_log_torch_trace_rank_<N>_*.log`)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cagtool.errors import UnreadableInput
+from cagtool.trace_import.log_reader import looks_like_trace_log
+
+_RANK = re.compile(r"rank_(\d+)")
+_LOG_NAME = re.compile(r"^dedicated_log_torch_trace.*\.log$")
+
+
+@dataclass
+class ProcessLogs:
+    """The log files of one process (several when a rank restarted), oldest first."""
+
+    key: str  # "rank<N>", or "pid<N>"/"main" for logs without a rank
+    rank: int | None
+    files: list[Path] = field(default_factory=list)
+
+
+def _pid_of(path: Path) -> int | None:
+    """The thread id of the first glog line: the process id of the job's main thread."""
+    try:
+        with path.open("rb") as handle:
+            first = handle.readline()
+    except OSError:
+        return None
+    parts = first.split(b" ", 3)
+    return int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None
+
+
+def find_logs(path: Path) -> list[ProcessLogs]:
+    """The processes in PATH, the main one first: rank 0 (or the lowest rank) when ranks are
+    known, else the first log. Raises UnreadableInput when PATH holds no trace log."""
+    path = Path(path)
+    if not path.exists():
+        raise UnreadableInput(f"no trace log at {path}")
+    if path.is_file():
+        candidates = [path]
+    else:
+        named = sorted(p for p in path.iterdir() if p.is_file() and _LOG_NAME.match(p.name))
+        candidates = named or sorted(p for p in path.iterdir() if p.is_file() and p.suffix == ".log")
+        if not candidates:
+            raise UnreadableInput(f"{path} holds no TORCH_TRACE log (dedicated_log_torch_trace*.log)")
+    logs = [p for p in candidates if looks_like_trace_log(p)]
+    if not logs:
+        what = candidates[0] if len(candidates) == 1 else f"any of the {len(candidates)} .log files in {path}"
+        raise UnreadableInput(f"{what} is not a TORCH_TRACE log (no glog-prefixed JSON envelope in its first lines)")
+    by_key: dict[str, ProcessLogs] = {}
+    for log in sorted(logs, key=lambda p: (p.stat().st_mtime, p.name)):
+        match = _RANK.search(log.name)
+        if match:
+            rank = int(match.group(1))
+            key = f"rank{rank}"
+        else:
+            rank = None
+            pid = _pid_of(log)
+            key = f"pid{pid}" if pid is not None else f"log{len(by_key)}"
+        by_key.setdefault(key, ProcessLogs(key, rank)).files.append(log)
+    processes = list(by_key.values())
+    processes.sort(key=lambda p: (p.rank is None, p.rank if p.rank is not None else 0))
+    return processes

@@ -1,0 +1,246 @@
+"""Turns the envelopes of one process's trace log into the events of one mode record.
+
+Dynamo's side (compiles with per-phase metrics, recompiles with guard-failure reasons, graph
+breaks, AOT backward graphs) goes through the same translation as a live run
+(capture/torch_logs.StructuredLogHandler). Compiled autograd's side is rebuilt here: each
+`compiled_autograd_graph` becomes graphs/ca_<N>.py (the logged code, verbatim) and ca_<N>.json
+(its nodes, read back from the code) and a `ca_graph` event; its cache miss comes from
+`compiled_autograd_compile_reasons` when the job logged them, otherwise it is inferred from the
+diff with the previous graph and says so. Capture time is torch's own `compiled_autograd`
+chromium span. Event times are the log's timestamps, relative to its first envelope.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from cagtool.capture.ca_observer import parse_miss
+from cagtool.capture.graph_dump import GraphSummary
+from cagtool.capture.torch_logs import StructuredLogHandler
+from cagtool.capture.writer import RecordWriter
+from cagtool.record.schema import CacheMissEvent, CAGraphEvent, ChangedSize, Event
+from cagtool.trace_import.graph_code import parse_graph_code
+from cagtool.trace_import.infer import infer_miss
+from cagtool.trace_import.log_reader import Envelope
+
+# The envelopes an import reads; every other kind is only counted.
+WANTED_KINDS = frozenset({"compilation_metrics", "aot_backward_graph", "artifact", "compiled_autograd_graph", "chromium_event"})
+_ARTIFACTS = frozenset({"recompile_reasons", "dynamo_graph_break_reason", "compiled_autograd_compile_reasons", "torch_version"})
+_ID_PREFIX = re.compile(r"^!(\d+): ")
+_CA_SPAN = '"name": "compiled_autograd",'
+
+
+class _NoSteps:
+    """An imported log has no step boundaries: every event's step is unknown (None)."""
+
+    current_step: int | None = None
+
+    def note_dynamo_compile(self, seconds: float) -> None:
+        pass
+
+
+class _LogTimeWriter:
+    """The record writer, with each event stamped with the log's time instead of the clock's."""
+
+    def __init__(self, writer: RecordWriter) -> None:
+        self.writer = writer
+        self.t = 0.0
+
+    def emit(self, event_cls: type[Event], **fields: Any) -> Event:
+        fields["t"] = self.t
+        return self.writer.emit(event_cls, **fields)
+
+
+@dataclass
+class _PendingGraph:
+    torch_id: int
+    record_id: int
+    summary: GraphSummary
+    code_file: str
+    nodes_file: str
+    t: float
+    capture_s: float = 0.0
+
+
+@dataclass
+class TranslationStats:
+    ca_graphs: int = 0
+    reasons_logged: int = 0  # CA misses read from torch's compile reasons
+    reasons_inferred: int = 0  # CA misses inferred from the graph diff
+    torch_version: str = ""
+    first_ts: float | None = None
+    last_ts: float | None = None
+    handler_errors: int = 0
+    handler_last_error: str = ""
+    unused_reasons: list[str] = field(default_factory=list)
+
+
+class RankTranslator:
+    """Feed every envelope of one process's log (in order), then call `finish()`."""
+
+    def __init__(self, writer: RecordWriter, year: int) -> None:
+        self.writer = writer
+        self.timed = _LogTimeWriter(writer)
+        self.handler = StructuredLogHandler(self.timed, _NoSteps())  # type: ignore[arg-type]
+        self.year = year
+        self.stats = TranslationStats()
+        self._reasons: dict[int, str] = {}  # torch CA id -> its newest logged reason
+        self._span_start: dict[int, float] = {}  # torch CA id -> `compiled_autograd` span begin (us)
+        self._pending: _PendingGraph | None = None
+        self._previous: GraphSummary | None = None
+        self._seen_ids: set[int] = set()
+        self._next_record_id = 0
+
+    def feed(self, envelope: Envelope) -> None:
+        kind = envelope.kind
+        if kind == "chromium_event":
+            self._chromium(envelope)
+            return
+        if kind == "artifact" and envelope.artifact_name not in _ARTIFACTS:
+            return
+        self._stamp(envelope)
+        if kind == "compiled_autograd_graph":
+            self._graph(envelope)
+        elif kind == "artifact" and envelope.artifact_name == "compiled_autograd_compile_reasons":
+            self._compile_reasons(envelope)
+        elif kind == "artifact" and envelope.artifact_name == "torch_version":
+            try:
+                self.stats.torch_version = str(json.loads(envelope.payload or "{}").get("pytorch_version", ""))
+            except (ValueError, AttributeError):
+                pass
+        else:
+            self.handler.handle(envelope.data, envelope.payload)
+
+    def finish(self) -> None:
+        self._flush_graph()
+        self.stats.handler_errors = self.handler.errors
+        self.stats.handler_last_error = self.handler.last_error
+
+    # -- time -----------------------------------------------------------------------------------
+    def _stamp(self, envelope: Envelope) -> None:
+        ts = envelope.timestamp(self.year)
+        if ts is None:
+            return
+        if self.stats.first_ts is None:
+            self.stats.first_ts = ts
+        self.stats.last_ts = ts
+        self.timed.t = max(ts - self.stats.first_ts, 0.0)
+
+    # -- compiled autograd ------------------------------------------------------------------------
+    def _chromium(self, envelope: Envelope) -> None:
+        payload = envelope.payload or ""
+        if _CA_SPAN not in payload[:80]:
+            return
+        try:
+            event = json.loads(payload)
+            graph_id = int(event["args"]["graph_id"])
+            ts = float(event["ts"])
+        except (ValueError, KeyError, TypeError):
+            return
+        if event.get("ph") == "B":
+            self._span_start[graph_id] = ts
+        elif event.get("ph") == "E":
+            start = self._span_start.pop(graph_id, None)
+            pending = self._pending
+            if pending is not None and pending.torch_id == graph_id and start is not None:
+                pending.capture_s = max(ts - start, 0.0) / 1e6
+            if pending is not None and pending.torch_id == graph_id:
+                self._flush_graph()
+
+    def _compile_reasons(self, envelope: Envelope) -> None:
+        try:
+            reasons = json.loads(envelope.payload or "[]")
+        except ValueError:
+            return
+        if not isinstance(reasons, list):
+            return
+        # The list accumulates per cache node; each entry names its graph ("!6: Cache miss ...").
+        for reason in reasons:
+            match = _ID_PREFIX.match(str(reason))
+            if match:
+                self._reasons[int(match.group(1))] = str(reason)[match.end() :]
+        ca_id = envelope.data.get("compiled_autograd_id")
+        if isinstance(ca_id, int) and ca_id not in self._reasons and reasons:
+            self._reasons[ca_id] = _ID_PREFIX.sub("", str(reasons[-1]))
+
+    def _record_id(self, torch_id: int) -> int:
+        """torch restarts ids after torch._dynamo.reset() (and a concatenated log repeats them):
+        the record keeps its ids unique, as a live capture does."""
+        record_id = torch_id if torch_id not in self._seen_ids and torch_id >= self._next_record_id else self._next_record_id
+        self._seen_ids.add(torch_id)
+        self._next_record_id = max(self._next_record_id, record_id + 1)
+        return record_id
+
+    def _graph(self, envelope: Envelope) -> None:
+        self._flush_graph()
+        code = envelope.payload or ""
+        torch_id = envelope.data.get("compiled_autograd_id")
+        if not isinstance(torch_id, int):
+            return
+        record_id = self._record_id(torch_id)
+        summary = parse_graph_code(code)
+        code_rel, nodes_rel = self.writer.write_graph(record_id, f"!{torch_id}", code + "\n", summary.nodes)
+        self._emit_miss(torch_id, record_id, summary)
+        self._pending = _PendingGraph(torch_id, record_id, summary, code_rel, nodes_rel, self.timed.t)
+
+    def _emit_miss(self, torch_id: int, record_id: int, summary: GraphSummary) -> None:
+        message = self._reasons.pop(torch_id, None)
+        if message is not None:
+            self.stats.reasons_logged += 1
+            parsed = parse_miss(message)
+            indices = parsed.pop("indices", [])
+            self.timed.emit(
+                CacheMissEvent,
+                ca_id=record_id,
+                compile_id=f"!{torch_id}",
+                step=None,
+                message=message,
+                changed_sizes=[ChangedSize(index=i) for i in indices],
+                **parsed,
+            )
+        else:
+            self.stats.reasons_inferred += 1
+            inferred = infer_miss(self._previous, summary)
+            self.timed.emit(
+                CacheMissEvent,
+                ca_id=record_id,
+                compile_id=f"!{torch_id}",
+                step=None,
+                miss_kind=inferred.miss_kind,
+                message=inferred.message,
+                node=inferred.node,
+                node_call=inferred.node_call,
+                changed_sizes=inferred.changed_sizes,
+                total_changed=inferred.total_changed,
+                inferred=True,
+            )
+        self._previous = summary
+
+    def _flush_graph(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        s = pending.summary
+        saved_t = self.timed.t
+        self.timed.t = pending.t
+        self.timed.emit(
+            CAGraphEvent,
+            ca_id=pending.record_id,
+            compile_id=f"!{pending.torch_id}",
+            step=None,
+            node_count=len(s.nodes),
+            op_histogram=s.op_histogram,
+            autograd_nodes=s.autograd_nodes,
+            aot_ids=s.aot_ids,
+            hooks=s.hooks,
+            num_sizes=s.num_sizes,
+            capture_s=pending.capture_s,
+            code_file=pending.code_file,
+            nodes_file=pending.nodes_file,
+            compiler="unknown (imported)",
+        )
+        self.timed.t = saved_t
+        self.stats.ca_graphs += 1

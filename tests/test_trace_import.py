@@ -1,0 +1,175 @@
+"""`cagtool import` on logs that real jobs wrote: each test job runs with TORCH_TRACE set and no
+cagtool (tests/scripts/trace_jobs/), prints torch's own counters, and the imported record's counts
+must equal them. Also: lenient and --strict reading, corrupt input, and the report commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cagtool.record.loader import load_run
+from cagtool.record.schema import CacheMissEvent, CAGraphEvent, DynamoCompileEvent, DynamoRecompileEvent
+from cagtool.report.metrics import mode_metrics
+ROOT = Path(__file__).resolve().parent.parent
+JOBS = ROOT / "tests" / "scripts" / "trace_jobs"
+
+
+def cagtool_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "cagtool", *args]
+
+
+def _job(script: str, trace_dir: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAGTOOL")}
+    env["TORCH_TRACE"] = str(trace_dir)
+    env.pop("TORCH_LOGS", None)
+    proc = subprocess.run([sys.executable, str(JOBS / script), *args], capture_output=True, text=True, env=env, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def _import(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(cagtool_cmd("import", *args), capture_output=True, text=True, cwd=str(ROOT), timeout=120)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(cagtool_cmd(*args), capture_output=True, text=True, cwd=str(ROOT), timeout=120)
+
+
+@pytest.fixture(scope="module")
+def single_logs(tmp_path_factory):
+    """The single-process job, with and without compiled_autograd_verbose: (trace dir, counters)."""
+    out = {}
+    for name, extra in (("plain", ()), ("verbose", ("verbose",))):
+        trace = tmp_path_factory.mktemp(f"trace-{name}")
+        proc = _job("single_job.py", trace, *extra)
+        out[name] = (trace, json.loads(proc.stdout.strip().splitlines()[-1]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def ddp_logs(tmp_path_factory):
+    trace = tmp_path_factory.mktemp("trace-ddp")
+    port = str(29500 + os.getpid() % 500)
+    _job("ddp_job.py", trace, str(trace), port)
+    counters = {r: json.loads((trace / f"counters_rank{r}.json").read_text()) for r in (0, 1)}
+    return trace, counters
+
+
+def _check_counts(record, counters: dict) -> int:
+    metrics = mode_metrics(record)
+    assert metrics.ca_graphs == counters["compiled_autograd"]["captures"]
+    assert metrics.graph_breaks == sum(counters.get("graph_break", {}).values())
+    # unique_graphs counts Dynamo's graphs: the forward frames' and the CA graphs' compiles
+    assert metrics.forward_graphs + sum(1 for d in record.of(DynamoCompileEvent) if d.is_ca_graph and d.graph_op_count) == counters["stats"]["unique_graphs"]
+    # every Dynamo compile after a frame's first is a recompile
+    frames_recompiled = sum(1 for d in record.of(DynamoCompileEvent) if not d.compile_id.endswith("/0"))
+    assert len(record.of(DynamoRecompileEvent)) == frames_recompiled
+    return frames_recompiled
+
+
+@pytest.mark.parametrize("variant", ["plain", "verbose"])
+def test_single_process_counts_equal_torch_counters(single_logs, tmp_path, variant):
+    trace, counters = single_logs[variant]
+    proc = _import(str(trace), "-o", str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr
+    run = load_run(tmp_path / "run")
+    assert list(run.modes) == ["imported"] and run.meta.options["imported"] is True
+    record = run.mode()
+    assert _check_counts(record, counters) == 3
+    misses = record.of(CacheMissEvent)
+    graphs = record.of(CAGraphEvent)
+    assert [m.compile_id for m in misses] == [g.compile_id for g in graphs] == ["!0", "!1", "!2", "!3"]
+    assert all(m.step is None for m in misses)  # a log has no steps: unknown, not invented
+    kinds = [m.miss_kind for m in misses]
+    assert kinds == ["new_node", "new_node", "changed_shapes", "new_node"]
+    if variant == "verbose":
+        assert not any(m.inferred for m in misses)
+        assert misses[2].message.startswith("Cache miss due to 6 changed tensor shapes")
+        assert record.manifest.imported["ca_reasons"] == "logged"
+    else:
+        assert all(m.inferred for m in misses) and "inferred" in proc.stderr
+        assert record.manifest.imported["ca_reasons"] == "inferred"
+        assert misses[3].node == "torch::autograd::AccumulateGrad"  # the parameter that got a hook
+    assert graphs[3].hooks and graphs[3].hooks[0].hook_type == "tensor_pre_hook"
+    assert graphs[2].num_sizes == 6  # sizes became dynamic after the shape change
+    assert all(g.capture_s > 0 for g in graphs)  # torch's own compiled_autograd span
+    for g in graphs:
+        assert (record.path / g.code_file).read_text().startswith(f"class CompiledAutograd{g.ca_id}")
+    assert "step times" in record.manifest.imported["not_in_log"]
+
+
+def test_report_commands_read_an_imported_run(single_logs, tmp_path):
+    trace, _ = single_logs["plain"]
+    run = tmp_path / "run"
+    assert _import(str(trace), "-o", str(run)).returncode == 0
+    summary = _cli("summary", str(run))
+    assert summary.returncode == 0, summary.stderr
+    assert "cagtool import" in summary.stdout and "not in a log: step times" in summary.stdout
+    assert "inferred from the graph diff" in summary.stdout
+    data = json.loads(_cli("summary", str(run), "--format", "json").stdout)
+    assert data["ca_graphs"] == 4 and data["graph_breaks"] == 4
+    explain = _cli("recompiles", "--explain", str(run))
+    assert explain.returncode == 0, explain.stderr
+    assert "hook was added" in explain.stdout and "inferred from the diff" in explain.stdout
+    diff = _cli("diff-graphs", str(run), "2", "3")
+    assert diff.returncode == 1 and "hooks: +tensor_pre_hook" in diff.stdout
+    gate = _cli("gate", str(run), "--max-recompiles", "0")
+    assert gate.returncode == 1 and "max-recompiles" in gate.stdout
+    assert _cli("gate", str(run), "--max-ca-graphs", "4", "--mode", "imported").returncode == 0
+
+
+def test_two_ranks_over_gloo(ddp_logs, tmp_path):
+    trace, counters = ddp_logs
+    proc = _import(str(trace), "-o", str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr
+    run = load_run(tmp_path / "run")
+    main = run.mode("imported")
+    ranks = main.ranks()
+    assert sorted(ranks) == [0, 1]
+    assert (tmp_path / "run" / "imported" / "procs" / "rank1" / "manifest.json").exists()
+    for rank, record in ranks.items():
+        _check_counts(record, counters[rank])
+        assert record.manifest.process["world_size"] == 2
+    # rank 1 changed shape on its last step: one more CA graph than rank 0
+    assert mode_metrics(ranks[1]).ca_graphs == mode_metrics(ranks[0]).ca_graphs + 1
+    hooks = {h.hook_type for g in ranks[0].of(CAGraphEvent) for h in g.hooks}
+    assert hooks == {"post_acc_grad_hook"}  # DDP's python reducer, traced into the CA graph
+
+
+def _copy_log(trace: Path, dest: Path) -> Path:
+    log = next(trace.glob("dedicated_log_torch_trace*.log"))
+    dest.write_bytes(log.read_bytes())
+    return dest
+
+
+def test_lenient_by_default_strict_on_request(single_logs, tmp_path):
+    trace, counters = single_logs["plain"]
+    log = _copy_log(trace, tmp_path / "dedicated_log_torch_trace_x.log")
+    data = log.read_bytes()
+    unknown = b'V1123 10:00:00.000000 1 torch/x.py:1] {"brand_new_envelope": {}, "frame_id": 0}\n'
+    cut = data.rindex(b"\nV") + 1
+    log.write_bytes(data[:cut] + unknown + data[cut:-20])  # an unknown envelope, and the last line cut short
+    proc = _import(str(log), "-o", str(tmp_path / "lenient"))
+    assert proc.returncode == 0, proc.stderr
+    assert "1 unknown envelope(s): brand_new_envelope" in proc.stderr and "truncated" in proc.stderr
+    record = load_run(tmp_path / "lenient").mode()
+    assert record.manifest.imported["truncated_last_line"] is True
+    assert record.manifest.imported["unknown_envelopes"] == {"brand_new_envelope": 1}
+    assert mode_metrics(record).ca_graphs == counters["compiled_autograd"]["captures"]
+    strict = _import(str(log), "-o", str(tmp_path / "strict"), "--strict")
+    assert strict.returncode == 3
+    assert strict.stderr.count("\n") == 1 and "unknown envelope 'brand_new_envelope'" in strict.stderr
+
+
+def test_corrupt_or_missing_input_is_one_line_exit_3(tmp_path):
+    garbage = tmp_path / "dedicated_log_torch_trace_bad.log"
+    garbage.write_bytes(os.urandom(4096))
+    for target in (garbage, tmp_path / "nope", tmp_path):
+        proc = _import(str(target), "-o", str(tmp_path / f"out-{target.name}"))
+        assert proc.returncode == 3, (target, proc.stderr)
+        assert proc.stderr.startswith("cagtool: error:") and proc.stderr.count("\n") == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from enum import Enum
 from typing import Optional
@@ -9,7 +10,8 @@ from typing import Optional
 import typer
 
 from cagtool.errors import UsageError
-from cagtool.record.loader import load_run
+from cagtool.record.loader import RunRecord, load_run
+from cagtool.report.ranks.analysis import RankAnalysis, analyze_ranks
 
 
 class CompareFormat(str, Enum):
@@ -27,23 +29,58 @@ class CompareOptions:
     rtol: float = 1e-3
     atol: float = 1e-6
     strict: bool = False
+    rank: Optional[int] = None  # multi-rank runs: compare this rank's records; None: rank 0
 
 
 def compare(options: CompareOptions) -> None:
     from cagtool.report.compare.analysis import Tolerance, compare_modes, compare_runs
+    from cagtool.report.compare.export import comparison_to_json
     from cagtool.report.compare.render import render_comparison
     from cagtool.report.console import make_console
+    from cagtool.report.ranks.analysis import analysis_json, focused_run
+    from cagtool.report.ranks.render import render_ranks
 
     if options.rtol < 0 or options.atol < 0:
         raise UsageError("--rtol and --atol must not be negative")
     tolerance = Tolerance(rtol=options.rtol, atol=options.atol)
-    run_a = load_run(options.run_a, strict=options.strict)
-    if options.run_b is None:
-        comparison = compare_modes(run_a, tolerance)
+    # A multi-rank run is compared on one rank's records (its launcher ran no steps); the per-rank
+    # tables of every mode follow (in JSON: `ranks`).
+    runs = [load_run(options.run_a, strict=options.strict)]
+    if options.run_b is not None:
+        runs.append(load_run(options.run_b, strict=options.strict))
+    focused = [focused_run(run, options.rank) for run in runs]
+    if len(focused) == 1:
+        comparison = compare_modes(focused[0][0], tolerance)
     else:
-        run_b = load_run(options.run_b, strict=options.strict)
-        comparison = compare_runs(run_a, run_b, tolerance)
-    render_comparison(comparison, options.fmt, make_console())
+        comparison = compare_runs(focused[0][0], focused[1][0], tolerance)
+    labels = [""] if len(runs) == 1 else ["A ", "B "]
+    rank_parts = [(label, run, focus) for label, run, (_, focus) in zip(labels, runs, focused) if focus is not None]
+    console = make_console()
+    if not rank_parts:
+        render_comparison(comparison, options.fmt, console)
+        return
+    if options.fmt == "json":
+        data = comparison_to_json(comparison)
+        data["ranks"] = {
+            f"{label.strip() or 'run'}": {"compared_rank": focus, "modes": {name: analysis_json(a) for name, a in _analyses(run)}}
+            for label, run, focus in rank_parts
+        }
+        console.file.write(json.dumps(data, indent=2, default=str) + "\n")
+        return
+    if options.fmt == "table":
+        for label, run, focus in rank_parts:
+            have = sorted({r for record in run.modes.values() for r in record.ranks()})
+            console.print(f"{label}{run.path}: a multi-rank run (ranks {', '.join(map(str, have))}): comparing rank {focus}'s records (--rank N for another)", markup=False)
+    render_comparison(comparison, options.fmt, console)
+    if options.fmt == "table":
+        for label, run, _ in rank_parts:
+            for name, analysis in _analyses(run):
+                console.print(f"[bold]{label}mode {name}[/bold]:")
+                render_ranks(console, analysis)
+
+
+def _analyses(run: RunRecord) -> list[tuple[str, RankAnalysis]]:
+    return [(name, a) for name, record in run.modes.items() if (a := analyze_ranks(record)) is not None]
 
 
 def register(app: typer.Typer) -> None:
@@ -55,6 +92,7 @@ def register(app: typer.Typer) -> None:
         rtol: float = typer.Option(1e-3, "--rtol", help="Relative tolerance for losses and final norms."),
         atol: float = typer.Option(1e-6, "--atol", help="Absolute tolerance for losses and final norms."),
         strict: bool = typer.Option(False, "--strict", help="Fail on any unreadable line or unknown event instead of skipping it."),
+        rank: Optional[int] = typer.Option(None, "--rank", min=0, metavar="N", help="Multi-rank runs: compare rank N's records (default: rank 0)."),
     ) -> None:
         """Compare eager, aot (torch.compile alone) and ca (compiled autograd) side by side.
 
@@ -66,6 +104,9 @@ def register(app: typer.Typer) -> None:
         failed is shown with its reason.
 
         With two runs: the same figures for run A (before) and run B (after), with changes.
+
+        A multi-rank run (DDP) is compared on rank 0's records (--rank N for another), followed by
+        each mode's per-rank table and what the ranks disagree on (JSON: `ranks`).
 
         Examples:
 
@@ -81,4 +122,4 @@ def register(app: typer.Typer) -> None:
         modes and numerics that disagree are reported, not turned into an exit code (use
         `cagtool gate` for that).
         """
-        compare(CompareOptions(run_a, run_b, fmt.value, rtol, atol, strict))
+        compare(CompareOptions(run_a, run_b, fmt.value, rtol, atol, strict, rank))

@@ -15,7 +15,7 @@ from cagtool.errors import UsageError
 def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: bool = False, strict: bool = False, rank: int | None = None) -> None:
     from cagtool.record.loader import load_run
     from cagtool.report.console import make_console
-    from cagtool.report.ranks.analysis import run_for_rank
+    from cagtool.report.ranks.analysis import focused_run, run_for_rank
     from cagtool.report.summary import next_steps, render_summary, summary_json
 
     run = load_run(run_path, strict=strict)
@@ -30,7 +30,10 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
         from cagtool.report.compare.analysis import compare_modes
         from cagtool.report.compare.render import render_comparison
 
-        render_comparison(compare_modes(run), "table", console)
+        compared, focus = focused_run(run, None)  # a multi-rank run's launchers ran no steps
+        if focus is not None and rank is None:
+            console.print(f"modes compared on rank {focus}'s records (cagtool compare --rank N for another)", markup=False)
+        render_comparison(compare_modes(compared), "table", console)
     console.print(f"record: {run.path}")
     if after_run:
         console.print("next: " + "\n      ".join(next_steps(str(run.path))))

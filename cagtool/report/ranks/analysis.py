@@ -396,9 +396,23 @@ def rank_view(run: RunRecord, rank: int) -> RunRecord:
 
 
 def lowest_rank(run: RunRecord) -> int | None:
-    """Rank 0 (the lowest recorded) of the run's most informative mode; None for a single process."""
-    ranks = run.mode().ranks() if run.modes else {}
-    return next(iter(ranks)) if ranks else None
+    """Rank 0 (the lowest recorded in any mode); None for a single-process run."""
+    ranks = {rank for record in run.modes.values() for rank in record.ranks()}
+    return min(ranks) if ranks else None
+
+
+def focused_run(run: RunRecord, rank: int | None) -> tuple[RunRecord, int | None]:
+    """For reports that read one record per mode (compare, the end of `cagtool run`): the run as
+    rank `rank` saw it (default: the lowest rank), and that rank; the run itself and None for a
+    single-process run. Raises UnreadableInput for a rank no mode has."""
+    focus = rank if rank is not None else lowest_rank(run)
+    if focus is None:
+        if rank is not None:
+            run.mode(rank=rank)  # raises: no ranks
+        return run, None
+    if not any(focus in record.ranks() for record in run.modes.values()):
+        run.mode(next(iter(run.modes)), rank=focus)  # raises, naming the ranks there are
+    return rank_view(run, focus), focus
 
 
 def run_for_rank(run: RunRecord, rank: int | None) -> RunRecord:

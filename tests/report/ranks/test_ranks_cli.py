@@ -101,3 +101,16 @@ def test_diff_graphs_reads_the_rank(cli, multi_rank_run):
     assert code == 1  # the graphs differ, like diff
     assert "showing rank 1" in out and "procs/rank1/graphs/ca_1.py" in out
     assert "new autograd node MulBackward0 at NodeCall 2, step 3" in out
+
+
+def test_compare_reads_rank_0_then_shows_every_rank(cli, multi_rank_run):
+    run = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA], step_s=0.02)})
+    code, out, _ = cli("compare", str(run))
+    assert code == 0
+    assert "a multi-rank run (ranks 0, 1): comparing rank 0's records" in " ".join(out.split())
+    assert "10.000 ms" in out  # rank 0's step time, not the launcher's (it ran no steps)
+    assert "mode ca:" in out and "rank finding: ranks 0 and 1 part at step 3" in " ".join(out.split())
+    code, out, _ = cli("compare", str(run), "--rank", "1", "-f", "json")
+    data = json.loads(out)
+    assert data["modes"]["ca"]["ca_graphs"] == 2 and data["ranks"]["run"]["compared_rank"] == 1
+    assert data["ranks"]["run"]["modes"]["ca"]["diverge"] is True

@@ -18,7 +18,8 @@ from cagtool.report.graphs.runs import GraphComparison, compare, compare_replace
 
 from ._common import MODE_OPT, STRICT_OPT
 
-_ID = re.compile(r"^(?:!|ca_)?(\d+)$")
+# A graph id as torch prints it (3, !3, ca_3), optionally of one rank of a multi-rank run (3@1).
+_ID = re.compile(r"^(?:!|ca_)?(\d+)(?:@(?:rank)?(\d+))?$")
 
 
 class DiffFormat(str, Enum):
@@ -31,6 +32,7 @@ class DiffFormat(str, Enum):
 class GraphSpec:
     run: str | None  # None: the run given separately (or the latest)
     ca_id: int
+    rank: int | None = None  # ID@RANK: that rank's graph (default: --rank, else rank 0)
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,12 @@ class DiffGraphsOptions:
     rank: int | None = None  # multi-rank runs: this rank's graphs; None: rank 0
 
 
-def _graph_id(text: str) -> int | None:
+def _graph_id(text: str) -> GraphSpec | None:
+    """`3`, `!3`, `ca_3` or `3@1` -> a spec of that graph (run unset), or None."""
     match = _ID.match(text.strip())
-    return int(match.group(1)) if match else None
+    if not match:
+        return None
+    return GraphSpec(None, int(match.group(1)), int(match.group(2)) if match.group(2) is not None else None)
 
 
 def _run_graph(text: str) -> GraphSpec | None:
@@ -55,8 +60,8 @@ def _run_graph(text: str) -> GraphSpec | None:
     if ":" not in text:
         return None
     run, _, ident = text.rpartition(":")
-    ca_id = _graph_id(ident)
-    return GraphSpec(run, ca_id) if run and ca_id is not None else None
+    spec = _graph_id(ident)
+    return replace(spec, run=run) if run and spec is not None else None
 
 
 _SHAPES = "give `[RUN] A B` (graph ids of one run) or `RUN_A:ID RUN_B:ID` (across runs)"
@@ -76,25 +81,31 @@ def parse_graph_args(args: list[str]) -> tuple[str | None, GraphSpec | None, Gra
             return None, cross[0], cross[1]
         ids = [_graph_id(a) for a in args]
         if ids[0] is not None and ids[1] is not None:
-            return None, GraphSpec(None, ids[0]), GraphSpec(None, ids[1])
+            return None, ids[0], ids[1]
         raise UsageError(f"cannot read graphs from {args[0]!r} {args[1]!r}; {_SHAPES}")
     if len(args) == 3:
         ids = [_graph_id(a) for a in args[1:]]
         if ids[0] is not None and ids[1] is not None:
-            return args[0], GraphSpec(None, ids[0]), GraphSpec(None, ids[1])
+            return args[0], ids[0], ids[1]
         raise UsageError(f"cannot read graph ids from {args[1]!r} {args[2]!r}; {_SHAPES}")
     raise UsageError(f"too many arguments ({len(args)}); {_SHAPES}")
 
 
-def _load_focused(path: str | None, options: DiffGraphsOptions, notes: list[RankFocus]) -> RunRecord:
-    """A run with the compared mode's record replaced by the rank's (rank 0 by default) in a
-    multi-rank run; the note saying which ranks exist and whether they diverge goes to `notes`."""
+def _load_focused(path: str | None, options: DiffGraphsOptions, notes: list[RankFocus], rank: int | None = None) -> RunRecord:
+    """A run with the compared mode's record replaced by the rank's (`rank`, else --rank, else
+    rank 0) in a multi-rank run; the note saying which ranks exist and whether they diverge goes
+    to `notes` (once per run and rank)."""
     run = load_run(path, strict=options.strict)
     main = run.mode(options.mode)
-    record, focus = focus_record(run, main, options.rank)
+    record, focus = focus_record(run, main, rank if rank is not None else options.rank)
     if record is main:
         return run
     note = focus_note(main, focus)
+    for i, seen in enumerate(notes):  # two ranks of one run (ID@RANK): one line naming both
+        if note is not None and seen.analysis == note.analysis:
+            shown = seen.rank if isinstance(seen.rank, tuple) else (seen.rank,)
+            notes[i] = replace(seen, rank=tuple(dict.fromkeys((*shown, focus))))
+            note = None
     if note is not None:
         notes.append(note)
     name = next(key for key, value in run.modes.items() if value is main)
@@ -107,11 +118,11 @@ def run_diff_graphs(options: DiffGraphsOptions, notes: list[RankFocus] | None = 
     notes = notes if notes is not None else []
     if options.old is None or options.new is None:
         return compare_replaced(_load_focused(options.run, options, notes), options.mode)
-    old_run = _load_focused(options.old.run or options.run, options, notes)
-    if options.new.run is None or options.new.run == options.old.run:
+    old_run = _load_focused(options.old.run or options.run, options, notes, options.old.rank)
+    if (options.new.run is None or options.new.run == options.old.run) and options.new.rank == options.old.rank:
         new_run = old_run
     else:
-        new_run = _load_focused(options.new.run, options, notes)
+        new_run = _load_focused(options.new.run or options.old.run or options.run, options, notes, options.new.rank)
     return [compare(old_run, options.old.ca_id, new_run, options.new.ca_id, options.mode)]
 
 
@@ -141,6 +152,7 @@ def diff_graphs_command(
       cagtool diff-graphs runs/op_loop      # the same, for that run
       cagtool diff-graphs runs/op_loop 0 1  # graph !0 vs graph !1
       cagtool diff-graphs before:0 after:0  # graph 0 of run `before` vs of run `after`
+      cagtool diff-graphs RUN 0@0 1@1       # rank 0's graph !0 vs rank 1's !1 (multi-rank run)
       cagtool diff-graphs -f unified -U 1   # diff -u style, 1 line of context
       cagtool diff-graphs -f json | jq '.comparisons[].summary'
 

@@ -238,8 +238,10 @@ def _same(a: Capture, b: Capture) -> bool:
     return a.step == b.step and same_graph and same_miss
 
 
-def graphs_divergence(ref_rank: int, ref: list[Capture], rank: int, other: list[Capture]) -> RankFinding | None:
-    """Where `rank`'s captures first part from the reference rank's, or None when they agree."""
+def graphs_divergence(ref_rank: int, ref: list[Capture], rank: int, other: list[Capture], diff_prefix: str = "") -> RankFinding | None:
+    """Where `rank`'s captures first part from the reference rank's, or None when they agree.
+    With `diff_prefix` (`cagtool diff-graphs RUN`), the finding's data holds the command that
+    diffs the two ranks' graphs there (a rank that captured nothing new still runs its last one)."""
     for index in range(max(len(ref), len(other))):
         a = ref[index] if index < len(ref) else None
         b = other[index] if index < len(other) else None
@@ -265,6 +267,9 @@ def graphs_divergence(ref_rank: int, ref: list[Capture], rank: int, other: list[
             "ref_capture": _capture_json(a),
             "capture": _capture_json(b),
         }
+        running = [c if c is not None else (seq[index - 1] if 0 < index <= len(seq) else None) for c, seq in ((a, ref), (b, other))]
+        if diff_prefix and running[0] is not None and running[1] is not None:
+            data["diff_command"] = f"{diff_prefix} {running[0].ca_id}@{ref_rank} {running[1].ca_id}@{rank}"
         return RankFinding(RANKS_GRAPHS_DIVERGE, message, (ref_rank, rank), step, data)
     return None
 
@@ -358,8 +363,10 @@ def analyze_ranks(record: ModeRecord, tolerance: Tolerance | None = None) -> Ran
         ranks = list(by_rank)
         ref_rank = ranks[0]
         ref = captures(by_rank[ref_rank])
+        mode_flag = "" if record.mode == "ca" else f" --mode {record.path.name}"
+        diff_prefix = f"cagtool diff-graphs {run_dir_of(record)}{mode_flag}"
         for rank in ranks[1:]:
-            finding = graphs_divergence(ref_rank, ref, rank, captures(by_rank[rank]))
+            finding = graphs_divergence(ref_rank, ref, rank, captures(by_rank[rank]), diff_prefix)
             if finding is not None:
                 findings.append(finding)
         steps = steps_divergence(rows)
@@ -423,12 +430,15 @@ def run_for_rank(run: RunRecord, rank: int | None) -> RunRecord:
     return replace(run, modes={name: focus_record(run, record, rank)[0] for name, record in run.modes.items()})
 
 
-def ranks_line(analysis: RankAnalysis, focus: int | None) -> str:
+def ranks_line(analysis: RankAnalysis, focus: int | None | tuple[int, ...]) -> str:
     """One line for reports that show one rank: which ranks exist and whether they diverge."""
     have = ", ".join(str(r) for r in analysis.ranks) or "none"
     size = f" of world size {analysis.world_size}" if analysis.world_size is not None else ""
     missing = f"; missing: {', '.join(str(r) for r in analysis.missing)}" if analysis.missing else ""
-    shown = f"showing rank {focus}" if focus is not None else "showing the main process"
+    if isinstance(focus, tuple):
+        shown = f"showing ranks {' and '.join(str(r) for r in focus)}"
+    else:
+        shown = f"showing rank {focus}" if focus is not None else "showing the main process"
     if analysis.diverge:
         first = next(f for f in analysis.findings if f.code in (RANKS_GRAPHS_DIVERGE, RANKS_STEPS_DIFFER, RANKS_NORMS_DIVERGE))
         verdict = f"the ranks DIVERGE: {first.message}"
@@ -484,7 +494,7 @@ class RankFocus:
     """A one-rank report's note on a multi-rank mode: which rank it shows, and the ranks' analysis."""
 
     analysis: RankAnalysis
-    rank: int | None
+    rank: int | None | tuple[int, ...]  # a tuple when a report shows several ranks (diff-graphs 0@0 1@1)
 
     @property
     def line(self) -> str:

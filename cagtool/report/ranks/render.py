@@ -53,5 +53,7 @@ def render_ranks(console: Console, analysis: RankAnalysis, indent: int = 2) -> N
         console.print(f"{pad}  other processes followed (no rank): {', '.join(analysis.other_processes)}", markup=False)
     for finding in analysis.findings:
         console.print(f"{pad}[yellow]rank finding:[/yellow] {escape(finding.message)}", overflow="fold")
+        if "diff_command" in finding.data:
+            console.print(f"{pad}  the two graphs: {finding.data['diff_command']}", markup=False, overflow="fold")
     if len(analysis.rows) > 1 and not analysis.diverge:
         console.print(f"{pad}the ranks agree: same CA graphs and cache misses, same final norms", markup=False)

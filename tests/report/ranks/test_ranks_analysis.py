@@ -111,3 +111,10 @@ def test_run_for_rank_swaps_each_mode_record(multi_rank_run):
     view = run_for_rank(run, 1)
     assert view.mode("ca").process_key == "rank1" and run.mode("ca").process_key == "main"
     assert run_for_rank(run, None) is run
+
+
+def test_divergence_names_the_diff_of_the_two_running_graphs(multi_rank_run):
+    path = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA])})
+    [finding] = _analysis(path).of(RANKS_GRAPHS_DIVERGE)
+    # Rank 0 captured nothing new at step 3: it still runs !0, which rank 1's !1 replaced.
+    assert finding.data["diff_command"] == f"cagtool diff-graphs {path} 0@0 1@1"

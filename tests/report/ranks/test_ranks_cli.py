@@ -114,3 +114,16 @@ def test_compare_reads_rank_0_then_shows_every_rank(cli, multi_rank_run):
     data = json.loads(out)
     assert data["modes"]["ca"]["ca_graphs"] == 2 and data["ranks"]["run"]["compared_rank"] == 1
     assert data["ranks"]["run"]["modes"]["ca"]["diverge"] is True
+
+
+def test_diff_graphs_across_ranks_as_the_finding_suggests(cli, multi_rank_run):
+    run = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA])})
+    code, out, _ = cli("summary", str(run))
+    assert "the two graphs: cagtool diff-graphs" in out and "".join(out.split()).count(f"{run}0@01@1") == 1
+    code, out, _ = cli("diff-graphs", str(run), "0@0", "1@rank1", "-f", "unified")
+    assert code == 1
+    assert "showing ranks 0 and 1" in " ".join(out.split())
+    assert "procs/rank0/graphs/ca_0.py" in out and "procs/rank1/graphs/ca_1.py" in out
+    assert "autograd nodes: +MulBackward0 (NodeCall 2)" in out
+    code, _, err = cli("diff-graphs", str(run), "0@0", "0@7")
+    assert code == 3 and "no rank 7" in err

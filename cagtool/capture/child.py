@@ -8,7 +8,6 @@ target's exit code.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import signal
@@ -16,7 +15,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+
+from cagtool.capture.mode_setup import make_compiler, mode_context, prepare_environment
 
 EXIT_NO_CA = 2
 STARTUP_ERROR_FILE = "startup_error.txt"
@@ -39,14 +40,6 @@ class ModeSpec:
 
 class TimeLimitReached(BaseException):
     pass
-
-
-def _prepare_environment(spec: ModeSpec) -> None:
-    """What must be decided before `import torch`."""
-    if spec.torch_trace:
-        os.environ["TORCH_TRACE"] = str(Path(spec.mode_dir) / "trace")
-    if spec.mode == "eager":
-        os.environ["TORCHDYNAMO_DISABLE"] = "1"
 
 
 def _versions() -> dict[str, str]:
@@ -77,60 +70,6 @@ def _has_compiled_autograd() -> bool:
     )
 
 
-@contextlib.contextmanager
-def _mode_context(spec: ModeSpec, observer: Any) -> Iterator[None]:
-    """ca: cagtool's compiler on for every backward; aot/eager: compiled autograd forced off."""
-    import torch
-    from torch._dynamo import compiled_autograd as ca
-
-    if spec.mode == "eager":
-        torch._dynamo.config.disable = True
-    if spec.mode != "ca":
-        original_enable = ca._enable
-
-        @contextlib.contextmanager
-        def _forced_off(*args: Any, **kwargs: Any) -> Iterator[None]:
-            yield
-
-        ca._enable = _forced_off
-        try:
-            yield
-        finally:
-            ca._enable = original_enable
-        return
-
-    compiler = observer.cagtool_compiler
-    original_reset = ca.reset
-
-    def reset_and_rearm() -> None:
-        # torch._dynamo.reset() drops the compiler and the verbose logger (TORCH_2_13_NOTES.md):
-        # put cagtool's back so later backwards are still compiled and observed.
-        original_reset()
-        if ca.depth >= 1:
-            torch._C._dynamo.compiled_autograd.set_autograd_compiler(
-                functools.partial(ca.AutogradCompilerInstance, compiler), spec.dynamic
-            )
-            ca.compiled_autograd_enabled = True
-        observer.install_logger()
-
-    ca.reset = reset_and_rearm
-    try:
-        with ca._enable(compiler, dynamic=spec.dynamic):
-            observer.install_logger()
-            yield
-    finally:
-        ca.reset = original_reset
-
-
-def _make_compiler(backend: str) -> Any:
-    import torch
-
-    def cagtool_compiler(gm: Any) -> Any:
-        return torch.compile(gm, backend=backend)
-
-    return cagtool_compiler
-
-
 def _counters() -> dict[str, dict[str, int]]:
     from torch._dynamo.utils import counters
 
@@ -155,7 +94,7 @@ def _peak_rss_bytes() -> int | None:
 
 def main(spec_path: str) -> int:
     spec = ModeSpec(**json.loads(Path(spec_path).read_text()))
-    _prepare_environment(spec)
+    prepare_environment(spec.mode, Path(spec.mode_dir) if spec.torch_trace else None)
     started = time.perf_counter()
     from datetime import datetime, timezone
 
@@ -198,11 +137,14 @@ def main(spec_path: str) -> int:
     )
     writer = RecordWriter(mode_dir, manifest, clock_start=started)
     steps = StepTracker(writer, spec.mode, max_steps=spec.max_steps)
-    observer = CaptureObserver(writer, steps, _make_compiler(spec.backend) if spec.mode == "ca" else None)
+    observer = CaptureObserver(writer, steps, make_compiler(spec.backend) if spec.mode == "ca" else None)
     handler = StructuredLogHandler(writer, steps)
     install_log_handler(handler)
     steps.install()
     observer.install()
+    from cagtool.capture.follow import attach_main
+
+    followed = attach_main(spec, writer, manifest, steps, observer)  # the Python processes the target starts
 
     def probe() -> dict[str, Any]:
         return {"step": steps.current_step, "graphs": observer._next_record_id, "compiling": steps.compile_in_progress}
@@ -225,7 +167,7 @@ def main(spec_path: str) -> int:
 
         depyf_ctx = depyf.prepare_debug(str(mode_dir / "depyf"))
     try:
-        with live, depyf_ctx, _mode_context(spec, observer):
+        with live, depyf_ctx, mode_context(spec.mode, observer, spec.dynamic):
             run_target(target)
     except SystemExit as exc:
         code = exc.code
@@ -259,6 +201,10 @@ def main(spec_path: str) -> int:
         except Exception:  # noqa: BLE001 - numerics are a bonus; the record must still close
             pass
         steps.note_traced_backward()
+        try:
+            followed.before_close()
+        except Exception:  # noqa: BLE001 - the record must still close
+            pass
         steps.uninstall()
         observer.uninstall()
         manifest.status = status

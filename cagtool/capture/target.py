@@ -5,7 +5,9 @@ from __future__ import annotations
 import ast
 import importlib.util
 import os
+import re
 import runpy
+import shutil
 import sys
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -40,6 +42,9 @@ def check_target(script: str | None, module: str | None, args: list[str]) -> Tar
     if not script:
         raise UsageError("no script given: cagtool run train.py [ARGS...]  or  cagtool run -m package.module [ARGS...]")
     if not os.path.exists(script):
+        console = _console_script(script)
+        if console is not None:
+            return Target(console.kind, console.name, list(args))
         raise UsageError(f"script not found: {script}")
     if os.path.isdir(script):
         raise UsageError(f"{script} is a directory; give a .py file, or -m for a package with __main__")
@@ -51,6 +56,32 @@ def check_target(script: str | None, module: str | None, args: list[str]) -> Tar
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read {script}: {exc}") from None
     return Target("script", script, list(args))
+
+
+# Console scripts whose module runs the same entry point under `python -m` (torchrun's does).
+_CONSOLE_MODULES = {"torch.distributed.run": "main"}
+_ENTRY = re.compile(r"^from\s+([\w.]+)\s+import\s+(\w+)\s*$", re.MULTILINE)
+
+
+def _console_script(name: str) -> Target | None:
+    """`torchrun` and other console scripts beside this interpreter (or on PATH): torchrun as
+    `-m torch.distributed.run`, any other Python console script as the script file itself."""
+    if os.sep in name:
+        return None
+    path = shutil.which(name, path=os.path.dirname(sys.executable)) or shutil.which(name)
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read(4096).decode("utf-8", "replace")
+    except OSError:
+        return None
+    if not text.startswith("#!") or "python" not in text.splitlines()[0]:
+        return None
+    entry = _ENTRY.search(text)
+    if entry and _CONSOLE_MODULES.get(entry.group(1)) == entry.group(2):
+        return Target("module", entry.group(1))
+    return Target("script", path)
 
 
 def _check_module(module: str) -> None:

@@ -81,6 +81,28 @@ class RecordWriter:
     def write_manifest(self) -> None:
         write_json_atomic(self.mode_dir / MANIFEST_FILE, to_dict(self.manifest))
 
+    def reopen(self, mode_dir: Path) -> None:
+        """In a forked child: the same writer object (whoever holds it keeps writing through it),
+        now writing a new record at `mode_dir`. The inherited lock may be held by a thread that
+        did not survive the fork, and the inherited file is the parent's: close only our copy of
+        its descriptor, dropping any unflushed parent bytes (as torch's trace handler does)."""
+        self._lock = threading.Lock()
+        self._seq = 0
+        self.t0 = time.perf_counter()
+        try:
+            os.close(self._events.fileno())
+            self._events.close()
+        except (OSError, ValueError):
+            pass
+        self.mode_dir = mode_dir
+        (mode_dir / GRAPHS_DIR).mkdir(parents=True, exist_ok=True)
+        self._events = open(mode_dir / EVENTS_FILE, "a", buffering=1)  # noqa: SIM115 - lives as long as the run
+        self.write_manifest()
+
+    @property
+    def events_written(self) -> int:
+        return self._seq
+
     def close(self) -> None:
         with self._lock:
             if not self._events.closed:

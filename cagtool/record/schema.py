@@ -239,6 +239,32 @@ class FindingEvent(Event):
     message: str
     step: int | None = None
     source: SourceRef | None = None
+    # What the finding is about, as data (e.g. process_not_followed: the argv that was started,
+    # the executable, the reason).
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DDPModelEvent(Event):
+    """A DistributedDataParallel model was built. `reducer`: "python" (per-parameter all-reduce in
+    post-accumulate-grad hooks, what compiled autograd needs) or "cpp" (torch's C++ Reducer with
+    buckets). `optimize_ddp` is the setting DDP read; `set_by` says who chose it ("cagtool" in
+    ca mode, else "script"); `script_optimize_ddp` is what the script itself assigned, if anything."""
+
+    kind: ClassVar[str] = "ddp_model"
+    reducer: str
+    optimize_ddp: str
+    set_by: str
+    script_optimize_ddp: str | None = None
+    rank: int | None = None
+    world_size: int | None = None
+    num_params: int = 0  # parameters that require grad
+    all_reduce_hooks: int = 0  # post-accumulate-grad hooks DDP registered (python reducer)
+    bucket_cap_mb: float | None = None
+    find_unused_parameters: bool | None = None
+    static_graph: bool | None = None
+    gradient_as_bucket_view: bool | None = None
+    step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -265,6 +291,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         AotBackwardGraphEvent,
         FindingEvent,
         FinalStateEvent,
+        DDPModelEvent,
     )
 }
 

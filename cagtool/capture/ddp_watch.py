@@ -1,0 +1,141 @@
+"""DistributedDataParallel under the profiler: which reducer each DDP model got, and whether its
+all-reduces made it into the compiled-autograd graphs.
+
+With the Python reducer DDP registers one post-accumulate-grad hook per trainable parameter that
+all-reduces its gradient; compiled autograd puts each into the CA graph as
+`call_hook(..., hook_type='post_acc_grad_hook')` (Dynamo then inlines the hook, so the compiled
+graph holds `_c10d_functional.all_reduce`). A CA graph of a DDP job without those hooks means the
+gradients were not synchronised by the graph (docs/torch-internals.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from cagtool.capture.mode_setup import CA_OPTIMIZE_DDP, script_config_value
+from cagtool.record.schema import EVENTS_FILE, DDPModelEvent, FindingEvent
+
+DDP_COLLECTIVES_MISSING = "ddp_collectives_not_in_ca_graphs"
+DDP_CPP_REDUCER_UNDER_CA = "ddp_cpp_reducer_under_ca"
+POST_ACC_GRAD_HOOK = "post_acc_grad_hook"
+_MB = 1024 * 1024
+
+
+def model_event_fields(model: Any, mode: str) -> dict[str, Any]:
+    """The ddp_model event's fields, read off a constructed DDP model."""
+    import torch
+    import torch.distributed as dist
+
+    group = getattr(model, "process_group", None)
+    rank = world_size = None
+    try:
+        rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    except Exception:  # noqa: BLE001 - a group we cannot query: leave them unknown
+        pass
+    script_value = script_config_value("optimize_ddp")
+    cap = getattr(model, "bucket_bytes_cap", None)
+    return {
+        "reducer": "python" if getattr(model, "_use_python_reducer", False) else "cpp",
+        "optimize_ddp": str(torch._dynamo.utils.get_optimize_ddp_mode()),
+        "set_by": "cagtool" if mode == "ca" else "script",
+        "script_optimize_ddp": None if script_value is None else str(script_value),
+        "rank": rank,
+        "world_size": world_size,
+        "num_params": sum(1 for p in model.module.parameters() if p.requires_grad),
+        "all_reduce_hooks": len(getattr(model, "_accum_grad_hooks", []) or []),
+        "bucket_cap_mb": cap / _MB if isinstance(cap, (int, float)) else None,
+        "find_unused_parameters": getattr(model, "find_unused_parameters", None),
+        "static_graph": getattr(model, "static_graph", None),
+        "gradient_as_bucket_view": getattr(model, "gradient_as_bucket_view", None),
+    }
+
+
+def install(on_model: Callable[[Any], None]) -> None:
+    """Call `on_model(model)` after each DistributedDataParallel.__init__ (subclasses included)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    original = DistributedDataParallel.__init__
+    if getattr(original, "_cagtool_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        try:
+            on_model(self)
+        except Exception:  # noqa: BLE001 - never fail the user's model construction
+            pass
+
+    __init__._cagtool_wrapped = True  # type: ignore[attr-defined]
+    DistributedDataParallel.__init__ = __init__
+
+
+class DDPWatch:
+    """One process's DDP models: their events, the run-output line, the end-of-run check."""
+
+    def __init__(self, mode: str, emit: Callable[..., Any], current_step: Callable[[], int | None], announce: bool) -> None:
+        self.mode = mode
+        self.emit = emit
+        self.current_step = current_step
+        self.announce = announce  # print the one line about the reducer (rank 0 / single process)
+        self.models: list[dict[str, Any]] = []
+
+    def on_model(self, model: Any) -> None:
+        fields = model_event_fields(model, self.mode)
+        self.models.append(fields)
+        self.emit(DDPModelEvent, step=self.current_step(), **fields)
+        if self.mode == "ca" and fields["reducer"] == "cpp":
+            self.emit(
+                FindingEvent,
+                code=DDP_CPP_REDUCER_UNDER_CA,
+                message=(
+                    "a DistributedDataParallel model uses the C++ reducer in ca mode; compiled autograd "
+                    "refuses it. Fix: build DDP with torch._dynamo.config.optimize_ddp = \"python_reducer\" in effect."
+                ),
+                step=self.current_step(),
+            )
+        if self.announce and len(self.models) == 1 and self.mode == "ca":
+            self.announce = False
+            where = f"rank {fields['rank']}" if fields["rank"] is not None else "this process"
+            print(
+                f"cagtool: ca mode: DDP ({where}) uses the Python reducer: cagtool set "
+                f"torch._dynamo.config.optimize_ddp = {CA_OPTIMIZE_DDP!r} (the C++ reducer does not work "
+                "under compiled autograd); aot and eager keep the script's setting",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def check_collectives(self, record_dir: Path) -> None:
+        """At the end of a ca-mode process: a DDP model with the Python reducer whose CA graphs hold
+        no post-accumulate-grad hook had its gradients all-reduced outside compiled autograd, or not at all."""
+        if self.mode != "ca" or not any(m["reducer"] == "python" for m in self.models):
+            return
+        graphs, with_hooks = 0, 0
+        try:
+            with (record_dir / EVENTS_FILE).open() as handle:
+                for line in handle:
+                    if '"ca_graph"' not in line:
+                        continue
+                    event = json.loads(line)
+                    if event.get("kind") != "ca_graph":
+                        continue
+                    graphs += 1
+                    if any(h.get("hook_type") == POST_ACC_GRAD_HOOK for h in event.get("hooks", [])):
+                        with_hooks += 1
+        except (OSError, ValueError):
+            return
+        if graphs and not with_hooks:
+            self.emit(
+                FindingEvent,
+                code=DDP_COLLECTIVES_MISSING,
+                message=(
+                    f"DDP (Python reducer) trained under compiled autograd, but none of this process's {graphs} "
+                    "CA graph(s) holds DDP's all-reduce hooks (call_hook post_acc_grad_hook): gradients were not "
+                    "synchronised inside the compiled backward. Fix: build the DDP model after compiled autograd and "
+                    "optimize_ddp=\"python_reducer\" are in effect, and do not remove its _accum_grad_hooks."
+                ),
+            )

@@ -1,0 +1,522 @@
+"""Following every Python process the target starts (mp.spawn workers, multiprocessing children,
+torchrun workers, `subprocess` pythons): each gets the mode's setup and its own record at
+`<run>/<mode>/procs/<key>/` (key `rank<N>`, else `pid<PID>`; record/schema.py).
+
+How a process is reached:
+- spawned and exec'd children: the main process puts `bootstrap/` first on PYTHONPATH (keeping the
+  user's entries) and the configuration in CAGTOOL_FOLLOW; `bootstrap/sitecustomize.py` calls
+  `start_in_child()` at start-up in every Python child that inherits the environment;
+- forked children inherit the parent's set-up torch and its open record: `os.register_at_fork`
+  gives each its own record.
+
+Lazy by design: a child is set up when it imports torch (a post-import hook), and its record is
+made then (the manifest is written at start, status "running", and again at exit). Processes that
+never import torch (multiprocessing's resource tracker, a `python -c` helper) get no record unless
+they start a process cagtool cannot follow (that finding needs a record). A record that holds
+nothing at exit (no event, no graph, no trace: e.g. the torchrun launcher, a DataLoader worker) is
+removed. torch's own helper interpreters (Inductor compile workers) are not followed.
+
+Exit: multiprocessing children close their record when `BaseProcess._bootstrap` returns (their
+exit code; fork children leave through os._exit, past atexit); other children at `atexit`, with
+the code given to sys.exit or 1 after an uncaught exception. A child killed hard keeps status
+"running", which readers show as killed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import importlib.abc
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from cagtool.capture import launch_audit
+from cagtool.capture.ddp_watch import DDPWatch
+from cagtool.capture.process_identity import ROLE_CHILD, ROLE_MAIN, child_key, process_info, rank_from_env
+from cagtool.record.manifest import ExceptionInfo, ModeManifest
+from cagtool.record.schema import GRAPHS_DIR, PROCS_DIR, STATUS_FAILED, STATUS_FINISHED, STATUS_RUNNING, TRACE_DIR, FindingEvent
+
+FOLLOW_ENV = "CAGTOOL_FOLLOW"
+BOOTSTRAP_DIR = Path(__file__).resolve().with_name("bootstrap")
+PROCESS_NOT_FOLLOWED = "process_not_followed"
+_TORCH_HELPERS = ("torch._inductor.compile_worker", os.path.join("_inductor", "compile_worker"))
+
+
+@dataclass(frozen=True)
+class FollowConfig:
+    """What a followed process needs to set itself up like the main one (CAGTOOL_FOLLOW, JSON)."""
+
+    mode: str
+    mode_dir: str  # the main process's record; children write under its procs/
+    backend: str
+    dynamic: bool
+    torch_trace: bool
+    trace_nodes: bool
+    target: dict[str, str]
+    cagtool_root: str  # the directory holding the cagtool package
+
+    @property
+    def procs_dir(self) -> Path:
+        return Path(self.mode_dir) / PROCS_DIR
+
+    @classmethod
+    def from_env(cls) -> FollowConfig:
+        return cls(**json.loads(os.environ[FOLLOW_ENV]))
+
+
+def set_child_environment(config: FollowConfig) -> None:
+    """Every Python child that inherits os.environ from now on starts with cagtool's bootstrap."""
+    entries = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != str(BOOTSTRAP_DIR)]
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(BOOTSTRAP_DIR), *entries])
+    os.environ[FOLLOW_ENV] = json.dumps(asdict(config))
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _counters_minus(now: dict[str, dict[str, int]], base: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for name, counter in now.items():
+        diff = {k: v - base.get(name, {}).get(k, 0) for k, v in counter.items()}
+        diff = {k: v for k, v in diff.items() if v}
+        if diff:
+            out[name] = diff
+    return out
+
+
+def _retarget_torch_trace(old: Path, new: Path) -> None:
+    """torch's trace handler opens its file lazily under the TORCH_TRACE dir it read at import: point
+    it at the record's new place (an already open file moved with its directory)."""
+    import logging
+
+    os.environ["TORCH_TRACE"] = str(new)
+    for handler in logging.getLogger("torch.__trace").handlers:
+        root = getattr(handler, "root_dir", None)
+        if isinstance(root, str) and Path(root) == old:
+            handler.root_dir = str(new)
+
+
+class ProcessRecord:
+    """One process's record and the instruments writing it. The main process's is built from
+    child.py's objects (child.py closes it); a followed process's is built and closed here."""
+
+    def __init__(self, config: FollowConfig, writer: Any, manifest: ModeManifest, role: str,
+                 steps: Any = None, observer: Any = None) -> None:
+        self.config = config
+        self.writer = writer
+        self.manifest = manifest
+        self.role = role
+        self.steps = steps
+        self.observer = observer
+        self.started = time.perf_counter()
+        self.counters_baseline: dict[str, dict[str, int]] = {}
+        self.closed = False
+        self.exit_code: int | None = None
+        self.exception: ExceptionInfo | None = None
+        self.ddp = self._new_ddp_watch()
+
+    @property
+    def key(self) -> str:
+        return str(self.manifest.process.get("key", "main"))
+
+    def _new_ddp_watch(self) -> DDPWatch:
+        rank = self.manifest.process.get("rank")
+        return DDPWatch(self.config.mode, self.writer.emit, lambda: self.steps.current_step if self.steps else None,
+                        announce=rank in (None, 0))
+
+    # -- events -------------------------------------------------------------------------------
+    def report_unfollowed(self, launch: launch_audit.UnfollowedLaunch) -> None:
+        from cagtool.capture import source
+
+        self.writer.emit(
+            FindingEvent,
+            code=PROCESS_NOT_FOLLOWED,
+            message=launch.message(),
+            step=self.steps.current_step if self.steps else None,
+            source=source.user_caller(),
+            detail={"argv": launch.argv, "executable": launch.executable, "reason": launch.reason, "fix": launch.fix},
+        )
+        print(f"cagtool: {launch.message()}", file=sys.stderr, flush=True)
+
+    # -- identity -----------------------------------------------------------------------------
+    def adopt_rank(self) -> None:
+        """Once the process group is up: the rank in the manifest, and a `pid<PID>` record renamed
+        to `rank<N>` (unless that name is taken: then the key stays)."""
+        try:
+            import torch.distributed as dist
+
+            if not (dist.is_available() and dist.is_initialized()):
+                return
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+        except Exception:  # noqa: BLE001
+            return
+        process = self.manifest.process
+        if process.get("rank") == rank and not self.key.startswith("pid"):
+            return
+        process["rank"], process["world_size"] = rank, world_size
+        if self.role == ROLE_CHILD and self.key.startswith("pid"):
+            old = Path(self.writer.mode_dir)
+            new = old.with_name(f"rank{rank}")
+            if not new.exists():
+                try:
+                    os.rename(old, new)
+                except OSError:
+                    new = old
+                if new != old:
+                    self.writer.mode_dir = new
+                    process["key"] = new.name
+                    if self.config.torch_trace:
+                        _retarget_torch_trace(old / TRACE_DIR, new / TRACE_DIR)
+        self.ddp.announce = self.ddp.announce and rank == 0
+        self.writer.write_manifest()
+
+    def after_fork(self) -> None:
+        """In a forked child: a new record `pid<PID>` for the same (inherited) instruments."""
+        from cagtool.capture.child import _counters
+
+        parent = self.manifest.process.get("pid")
+        key = child_key(None)
+        new_dir = self.config.procs_dir / key
+        info = process_info(ROLE_CHILD, key, argv=list(self.manifest.process.get("argv") or sys.argv))
+        # The rank variables in the environment are the parent's, not this process's.
+        info.update(rank=None, local_rank=None, world_size=None, forked_from=parent)
+        self.manifest.process = info
+        self.manifest.status = STATUS_RUNNING
+        self.manifest.started_at = _now()
+        self.manifest.ended_at = self.manifest.duration_s = self.manifest.exit_code = self.manifest.exception = None
+        self.manifest.torch_counters = {}
+        self.role = ROLE_CHILD
+        self.closed = False
+        self.started = time.perf_counter()
+        # torch's counters and compiled-autograd cache are inherited: the record counts from here.
+        self.counters_baseline = _counters() if "torch._dynamo" in sys.modules else {}
+        if self.steps is not None:
+            self.steps.current_step = None
+        self.ddp = self._new_ddp_watch()
+        old_dir = Path(self.writer.mode_dir)
+        self.writer.reopen(new_dir)
+        if self.config.torch_trace:
+            _retarget_torch_trace(old_dir / TRACE_DIR, new_dir / TRACE_DIR)
+
+    # -- the end ------------------------------------------------------------------------------
+    def before_close(self) -> None:
+        """What every process's record does last (the main's child.py calls this too)."""
+        self.adopt_rank()
+        self.ddp.check_collectives(Path(self.writer.mode_dir))
+
+    def close(self, exit_code: int | None = None) -> None:
+        """Finish a followed process's record (never the main's: child.py owns that)."""
+        if self.closed or self.role != ROLE_CHILD:
+            return
+        self.closed = True
+        from cagtool.capture.child import _counters, _peak_rss_bytes
+
+        code = self.exit_code if exit_code is None else exit_code
+        code = 0 if code is None else code
+        try:
+            if self.steps is not None and self.steps.current_step is not None:
+                self.steps.emit_final_state()
+            self.before_close()
+        except Exception:  # noqa: BLE001 - the record must still close
+            pass
+        manifest = self.manifest
+        manifest.status = STATUS_FINISHED if code == 0 else STATUS_FAILED
+        manifest.exit_code = code
+        manifest.exception = self.exception
+        manifest.ended_at = _now()
+        manifest.duration_s = time.perf_counter() - self.started
+        manifest.peak_rss_bytes = _peak_rss_bytes()
+        if "torch._dynamo" in sys.modules:
+            manifest.torch_counters = _counters_minus(_counters(), self.counters_baseline)
+        self.writer.write_manifest()
+        self.writer.close()
+        self._drop_if_empty()
+
+    def _drop_if_empty(self) -> None:
+        """A process that recorded nothing (the launcher, a helper) leaves no record."""
+        record_dir = Path(self.writer.mode_dir)
+        if self.writer.events_written:
+            return
+        graphs, trace = record_dir / GRAPHS_DIR, record_dir / TRACE_DIR
+        if (graphs.is_dir() and any(graphs.iterdir())) or (trace.is_dir() and any(trace.iterdir())):
+            return
+        shutil.rmtree(record_dir, ignore_errors=True)
+        try:
+            record_dir.parent.rmdir()  # procs/ itself, when no process left a record
+        except OSError:
+            pass
+
+
+# -- one per process --------------------------------------------------------------------------
+_current: ProcessRecord | None = None
+_child_config: FollowConfig | None = None
+
+
+def _install_process_hooks(config: FollowConfig) -> None:
+    """What every followed process has from its start, the main one included."""
+    launch_audit.install(_on_unfollowed, str(BOOTSTRAP_DIR), FOLLOW_ENV)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+    _wrap_multiprocessing_bootstrap()
+
+
+def _install_torch_hooks(record: ProcessRecord) -> None:
+    """Once torch is imported: DDP models and the process group's rank reach the record."""
+    from cagtool.capture import ddp_watch
+
+    ddp_watch.install(lambda model: _current.ddp.on_model(model) if _current is not None else None)
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available():
+            c10d = dist.distributed_c10d
+            original = c10d.init_process_group
+            if not getattr(original, "_cagtool_wrapped", False):
+
+                @functools.wraps(original)
+                def init_process_group(*args: Any, **kwargs: Any) -> Any:
+                    result = original(*args, **kwargs)
+                    if _current is not None:
+                        _current.adopt_rank()
+                    return result
+
+                init_process_group._cagtool_wrapped = True  # type: ignore[attr-defined]
+                c10d.init_process_group = init_process_group
+                dist.init_process_group = init_process_group
+    except Exception:  # noqa: BLE001 - a torch without distributed: nothing to name by rank
+        pass
+
+
+def attach_main(spec: Any, writer: Any, manifest: ModeManifest, steps: Any, observer: Any) -> ProcessRecord:
+    """The process cagtool started (child.py's ModeSpec and instruments): its children will be
+    followed; its own record stays child.py's to close."""
+    global _current
+    import cagtool
+    from cagtool.capture.mode_setup import CA_OPTIMIZE_DDP
+
+    config = FollowConfig(
+        mode=spec.mode,
+        mode_dir=str(Path(spec.mode_dir).resolve()),
+        backend=spec.backend,
+        dynamic=spec.dynamic,
+        torch_trace=spec.torch_trace,
+        trace_nodes=spec.trace_nodes,
+        target=manifest.target,
+        cagtool_root=str(Path(cagtool.__file__).resolve().parent.parent),
+    )
+    if spec.mode == "ca":
+        manifest.options["optimize_ddp"] = {"value": CA_OPTIMIZE_DDP, "set_by": "cagtool"}
+    record = ProcessRecord(config, writer, manifest, ROLE_MAIN, steps, observer)
+    _current = record
+    set_child_environment(config)
+    _install_process_hooks(config)
+    _install_torch_hooks(record)
+    return record
+
+
+def _on_unfollowed(launch: launch_audit.UnfollowedLaunch) -> None:
+    record = _current or _make_child_record(with_torch=False)
+    if record is not None:
+        record.report_unfollowed(launch)
+
+
+def _after_fork_in_child() -> None:
+    try:
+        if _current is not None:
+            _current.after_fork()
+        elif _child_config is not None and _child_config.torch_trace:
+            os.environ["TORCH_TRACE"] = str(_child_config.procs_dir / child_key(None) / TRACE_DIR)
+    except Exception as exc:  # noqa: BLE001 - never break the user's fork
+        print(f"cagtool: the forked process {os.getpid()} is not profiled: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+def _wrap_multiprocessing_bootstrap() -> None:
+    import multiprocessing.process as mp_process
+
+    original = mp_process.BaseProcess._bootstrap
+    if getattr(original, "_cagtool_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def _bootstrap(self: Any, *args: Any, **kwargs: Any) -> int:
+        code = original(self, *args, **kwargs)
+        if _current is not None and _current.role == ROLE_CHILD:
+            try:
+                _current.close(code)
+            except Exception:  # noqa: BLE001
+                pass
+        return code
+
+    _bootstrap._cagtool_wrapped = True  # type: ignore[attr-defined]
+    mp_process.BaseProcess._bootstrap = _bootstrap
+
+
+# -- a followed child -------------------------------------------------------------------------
+class _OnTorchImport(importlib.abc.MetaPathFinder):
+    """Runs a callback right after `import torch` finishes executing torch/__init__.py."""
+
+    def __init__(self, callback: Any) -> None:
+        self.callback = callback
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "torch":
+            return None
+        sys.meta_path.remove(self)
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find else None
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        original_exec = loader.exec_module
+        callback = self.callback
+
+        def exec_module(module: Any) -> None:
+            original_exec(module)
+            loader.exec_module = original_exec
+            callback()
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _make_child_record(with_torch: bool) -> ProcessRecord | None:
+    """The record of this followed process, made the first time there is something to record."""
+    global _current
+    config = _child_config
+    if config is None:
+        return None
+    from cagtool.capture.child import _versions
+    from cagtool.capture.writer import RecordWriter
+
+    key = child_key(rank_from_env())
+    record_dir = config.procs_dir / key
+    if record_dir.exists():  # a stale directory of a reused pid, or a rank taken twice
+        key = child_key(None)
+        record_dir = config.procs_dir / f"{key}"
+    record_dir.mkdir(parents=True, exist_ok=True)
+    argv = list(getattr(sys, "orig_argv", sys.argv))
+    manifest = ModeManifest(
+        mode=config.mode,
+        argv=argv,
+        target=config.target,
+        cwd=os.getcwd(),
+        versions=_versions() if with_torch else _versions_without_torch(),
+        backend=config.backend,
+        dynamic=config.dynamic,
+        started_at=_now(),
+        options={"followed": True, "trace_nodes": config.trace_nodes, "torch_trace": config.torch_trace},
+        process=process_info(ROLE_CHILD, key, argv=argv),
+    )
+    writer = RecordWriter(record_dir, manifest)
+    record = ProcessRecord(config, writer, manifest, ROLE_CHILD)
+    _current = record
+    return record
+
+
+def _versions_without_torch() -> dict[str, str]:
+    import platform
+
+    import cagtool
+
+    return {"cagtool": cagtool.__version__, "python": platform.python_version()}
+
+
+def _on_torch_imported() -> None:
+    try:
+        _setup_torch_in_child()
+    except Exception as exc:  # noqa: BLE001 - never break the user's import of torch
+        print(f"cagtool: this process (pid {os.getpid()}) is not profiled: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+def _setup_torch_in_child() -> None:
+    """The same mode setup and instruments as the main process (child.py), for the rest of this
+    process's life. --steps / --max-time bound the main process only."""
+    import torch
+
+    from cagtool.capture import mode_setup
+    from cagtool.capture.ca_observer import CaptureObserver
+    from cagtool.capture.steps import StepTracker
+    from cagtool.capture.torch_logs import StructuredLogHandler
+    from cagtool.capture.torch_logs import install as install_log_handler
+
+    config = _child_config
+    assert config is not None
+    record = _current or _make_child_record(with_torch=True)
+    assert record is not None
+    steps = StepTracker(record.writer, config.mode)
+    observer = CaptureObserver(record.writer, steps, mode_setup.make_compiler(config.backend) if config.mode == "ca" else None)
+    install_log_handler(StructuredLogHandler(record.writer, steps))
+    steps.install()
+    observer.install()
+    record.steps, record.observer = steps, observer
+    if config.trace_nodes:
+        torch.autograd.set_detect_anomaly(True, check_nan=False)
+    record.mode_stack = mode_setup.enter_for_process(config.mode, observer, config.dynamic)  # type: ignore[attr-defined]
+    if config.mode == "ca":
+        record.manifest.options["optimize_ddp"] = {"value": mode_setup.CA_OPTIMIZE_DDP, "set_by": "cagtool"}
+    _install_torch_hooks(record)
+    record.adopt_rank()
+    record.writer.write_manifest()
+
+
+def _is_torch_helper() -> bool:
+    argv = " ".join(getattr(sys, "orig_argv", sys.argv))
+    return any(helper in argv for helper in _TORCH_HELPERS)
+
+
+def _wrap_exit_paths() -> None:
+    """What an exec'd child's atexit cannot see: the code given to sys.exit, an uncaught exception."""
+    original_exit = sys.exit
+    original_hook = sys.excepthook
+
+    def exit(code: Any = None) -> None:
+        if _current is not None:
+            _current.exit_code = code if isinstance(code, int) else (0 if code is None else 1)
+        original_exit(code)
+
+    def excepthook(exc_type: Any, exc: Any, tb: Any) -> None:
+        if _current is not None and not issubclass(exc_type, SystemExit):
+            _current.exit_code = 1
+            _current.exception = ExceptionInfo(exc_type.__name__, str(exc)[:2000])
+        original_hook(exc_type, exc, tb)
+
+    sys.exit = exit
+    sys.excepthook = excepthook
+
+
+def _close_at_exit() -> None:
+    if _current is not None and _current.role == ROLE_CHILD:
+        try:
+            _current.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def start_in_child() -> None:
+    """Called by bootstrap/sitecustomize.py at the start of every Python process that inherits
+    the environment of a process cagtool follows."""
+    global _child_config
+    if _child_config is not None or _is_torch_helper():
+        return
+    config = FollowConfig.from_env()
+    _child_config = config
+    from cagtool.capture.mode_setup import prepare_environment
+
+    prepare_environment(config.mode, config.procs_dir / child_key(rank_from_env()) if config.torch_trace else None)
+    _install_process_hooks(config)
+    _wrap_exit_paths()
+    atexit.register(_close_at_exit)
+    if "torch" in sys.modules:
+        _on_torch_imported()
+    else:
+        sys.meta_path.insert(0, _OnTorchImport(_on_torch_imported))

@@ -1,0 +1,120 @@
+"""What a mode does to torch, in any process of the job (the one cagtool started and every one it
+follows): `ca` turns compiled autograd on with cagtool's compiler for every backward and selects
+DDP's Python reducer; `aot` and `eager` force compiled autograd off whatever the script assigns;
+`eager` also turns Dynamo off. See docs/torch-internals.md for the torch internals relied on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+from cagtool.record.schema import TRACE_DIR
+
+# DDP picks its reducer in __init__ from this setting; under compiled autograd only the Python
+# reducer works (the C++ one raises "Compiled autograd is not compatible with C++ DDP Reducer").
+CA_OPTIMIZE_DDP = "python_reducer"
+
+
+def prepare_environment(mode: str, record_dir: Path | None) -> None:
+    """What must be decided before `import torch` (read by torch at import)."""
+    if record_dir is not None:
+        os.environ["TORCH_TRACE"] = str(record_dir / TRACE_DIR)
+    if mode == "eager":
+        os.environ["TORCHDYNAMO_DISABLE"] = "1"
+
+
+def _force_config(name: str, value: Any) -> None:
+    """A value the script's own `torch._dynamo.config.<name> = ...` cannot override: the config
+    module returns `env_value_force` before any user assignment (utils/_config_module.py)."""
+    import torch
+
+    torch._dynamo.config._config[name].env_value_force = value
+
+
+def script_config_value(name: str) -> Any:
+    """What the script itself assigned in this context (None when it assigned nothing)."""
+    import torch
+    from torch.utils._config_module import _UNSET_SENTINEL
+
+    value = torch._dynamo.config._config[name].user_override.get()
+    return None if value is _UNSET_SENTINEL else value
+
+
+def make_compiler(backend: str) -> Any:
+    """The compiler_fn cagtool gives compiled autograd in `ca` mode."""
+    import torch
+
+    def cagtool_compiler(gm: Any) -> Any:
+        return torch.compile(gm, backend=backend)
+
+    return cagtool_compiler
+
+
+@contextlib.contextmanager
+def mode_context(mode: str, observer: Any, dynamic: bool) -> Iterator[None]:
+    """ca: cagtool's compiler on for every backward, DDP's Python reducer; aot/eager: compiled
+    autograd forced off. Torch's state is restored on exit."""
+    import torch
+    from torch._dynamo import compiled_autograd as ca
+
+    if mode == "eager":
+        torch._dynamo.config.disable = True
+    if mode != "ca":
+        original_enable = ca._enable
+
+        @contextlib.contextmanager
+        def _forced_off(*args: Any, **kwargs: Any) -> Iterator[None]:
+            yield
+
+        # The flag must read False too: with it on, Dynamo traces the forward differently
+        # (backward hooks, loss.backward() inside a compiled function) even without _enable.
+        _force_config("compiled_autograd", False)
+        ca._enable = _forced_off
+        try:
+            yield
+        finally:
+            ca._enable = original_enable
+            _force_config("compiled_autograd", _unset())
+        return
+
+    _force_config("optimize_ddp", CA_OPTIMIZE_DDP)
+    compiler = observer.cagtool_compiler
+    original_reset = ca.reset
+
+    def reset_and_rearm() -> None:
+        # torch._dynamo.reset() drops the compiler and the verbose logger (TORCH_2_13_NOTES.md):
+        # put cagtool's back so later backwards are still compiled and observed.
+        original_reset()
+        if ca.depth >= 1:
+            torch._C._dynamo.compiled_autograd.set_autograd_compiler(
+                functools.partial(ca.AutogradCompilerInstance, compiler), dynamic
+            )
+            ca.compiled_autograd_enabled = True
+        observer.install_logger()
+
+    ca.reset = reset_and_rearm
+    try:
+        with ca._enable(compiler, dynamic=dynamic):
+            observer.install_logger()
+            yield
+    finally:
+        ca.reset = original_reset
+        _force_config("optimize_ddp", _unset())
+
+
+def enter_for_process(mode: str, observer: Any, dynamic: bool) -> contextlib.ExitStack:
+    """The mode for the rest of a followed process's life (nothing to wrap: its code is already
+    running). The returned stack is left open; the process's exit ends it."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(mode_context(mode, observer, dynamic))
+    return stack
+
+
+def _unset() -> Any:
+    from torch.utils._config_module import _UNSET_SENTINEL
+
+    return _UNSET_SENTINEL

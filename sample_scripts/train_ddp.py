@@ -1,0 +1,79 @@
+"""DistributedDataParallel over gloo, 2 ranks started with torch.multiprocessing.spawn (or by
+torchrun, which sets RANK / WORLD_SIZE / MASTER_PORT itself).
+
+A real job's shape: the launching process does no training; each rank builds its model, wraps it
+in DDP, and trains with SGD on random data. The script never sets
+`torch._dynamo.config.optimize_ddp`: under compiled autograd DDP needs the Python reducer
+(the C++ one refuses), which `cagtool run` selects in `ca` mode. Each rank prints its torch
+counters as one JSON line, so a test can compare them with the record.
+
+    python train_ddp.py [--steps 4] [--world-size 2]
+    torchrun --nproc-per-node 2 train_ddp.py [--steps 4]
+"""
+
+import argparse
+import json
+import os
+import sys
+import socket
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def train(rank: int, world_size: int, steps: int, port: int | None) -> None:
+    if port is not None:
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    torch.manual_seed(0)
+    model = DDP(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    generator = torch.Generator().manual_seed(rank)
+    for _ in range(steps):
+        x = torch.randn(8, 16, generator=generator)
+        loss = model(x).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    # The ranks stay in sync only if the gradients were all-reduced.
+    weights = model.module[0].weight.detach().clone()
+    gathered = [torch.empty_like(weights) for _ in range(world_size)]
+    dist.all_gather(gathered, weights)
+    in_sync = all(torch.equal(gathered[0], g) for g in gathered)
+    from torch._dynamo.utils import counters
+
+    # One write per line: the ranks share stdout and must not interleave.
+    sys.stdout.write(json.dumps({
+        "rank": rank,
+        "in_sync": in_sync,
+        "ca_captures": counters["compiled_autograd"]["captures"],
+        "optimize_ddp": str(torch._dynamo.config.optimize_ddp),
+        "python_reducer": model._use_python_reducer,
+    }) + "\n")
+    sys.stdout.flush()
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--world-size", type=int, default=2)
+    args = parser.parse_args()
+    if "RANK" in os.environ:  # started by torchrun: this process is one rank
+        train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args.steps, None)
+        return
+    mp.spawn(train, args=(args.world_size, args.steps, free_port()), nprocs=args.world_size, join=True)
+
+
+if __name__ == "__main__":
+    main()

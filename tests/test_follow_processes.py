@@ -1,0 +1,191 @@
+"""Following the processes a target starts: DDP over gloo (mp.spawn and torchrun), fork children,
+launches cagtool cannot follow, and aot's compiled autograd forced off. Real torch, CPU, 2 ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, SAMPLES, cagtool_cmd
+
+from cagtool.capture.launch_audit import check_launch
+from cagtool.capture.target import Target, check_target
+from cagtool.record.loader import load_run
+from cagtool.record.schema import CAGraphEvent, DDPModelEvent, FindingEvent, StepEvent
+
+SCRIPTS = Path(__file__).parent / "scripts"
+ENV = {**os.environ, "CI": "true"}
+
+
+def _cagtool_run(out: Path, *args: str, modes: str = "ca") -> subprocess.CompletedProcess:
+    cmd = cagtool_cmd("run", "--modes", modes, "--backend", "eager", "-o", str(out), *args)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def _printed(stdout: str, key: str) -> dict:
+    """The JSON lines the script's processes printed, by `key`."""
+    lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    return {line[key]: line for line in lines}
+
+
+def _check_ddp_ranks(run_path: Path, stdout: str, steps: int) -> None:
+    """Each rank has its record, its CA graphs equal torch's captures (manifest) and what the rank
+    printed, the ranks stayed in sync, and DDP's all-reduce hooks are in every CA graph."""
+    ca = load_run(run_path).mode("ca")
+    printed = _printed(stdout, "rank")
+    assert sorted(ca.ranks()) == [0, 1] == sorted(printed)
+    assert sorted(ca.processes) == ["rank0", "rank1"]
+    for rank, record in ca.ranks().items():
+        assert record.manifest.status == "finished" and record.manifest.exit_code == 0
+        graphs = record.of(CAGraphEvent)
+        captures = record.manifest.torch_counters["compiled_autograd"]["captures"]
+        assert len(graphs) == captures == printed[rank]["ca_captures"] >= 1
+        assert len(record.of(StepEvent)) == steps
+        assert printed[rank]["in_sync"] and printed[rank]["python_reducer"]
+        (model,) = record.of(DDPModelEvent)
+        assert (model.reducer, model.optimize_ddp, model.set_by, model.script_optimize_ddp) == ("python", "python_reducer", "cagtool", None)
+        assert (model.rank, model.world_size) == (rank, 2)
+        # One post-accumulate-grad hook (DDP's all-reduce) per trainable parameter, in each CA graph.
+        for graph in graphs:
+            assert sum(h.hook_type == "post_acc_grad_hook" for h in graph.hooks) == model.num_params == model.all_reduce_hooks == 4
+        assert not [f for f in record.of(FindingEvent) if f.code.startswith("ddp_")]
+        # Dynamo inlines the hook when it compiles the CA graph: the functional all-reduce is there.
+        trace = "".join(p.read_text() for p in (record.path / "trace").glob("*.log"))
+        assert "_c10d_functional.all_reduce" in trace
+
+
+def test_ddp_mp_spawn_ranks_are_followed(tmp_path):
+    """sample_scripts/train_ddp.py never sets optimize_ddp: in ca mode cagtool selects the Python
+    reducer; in aot the script's (C++) reducer stays."""
+    proc = _cagtool_run(tmp_path / "r", str(SAMPLES / "train_ddp.py"), "--steps", "3", modes="aot,ca")
+    _check_ddp_ranks(tmp_path / "r", proc.stdout, steps=3)
+    assert "uses the Python reducer" in proc.stderr
+    run = load_run(tmp_path / "r")
+    assert run.mode("ca").rank is None and run.mode("ca").manifest.process["role"] == "main"
+    assert run.mode("ca").manifest.options["optimize_ddp"] == {"value": "python_reducer", "set_by": "cagtool"}
+    aot = run.mode("aot")
+    assert sorted(aot.ranks()) == [0, 1]
+    for record in aot.ranks().values():
+        (model,) = record.of(DDPModelEvent)
+        assert (model.reducer, model.set_by) == ("cpp", "script")
+        assert not record.of(CAGraphEvent)
+
+
+def test_ddp_torchrun_module_form(tmp_path):
+    proc = _cagtool_run(tmp_path / "r", "-m", "torch.distributed.run", "--", "--nproc-per-node", "2",
+                        str(SAMPLES / "train_ddp.py"), "--steps", "2")
+    _check_ddp_ranks(tmp_path / "r", proc.stdout, steps=2)
+    for rank, record in load_run(tmp_path / "r").mode("ca").ranks().items():
+        assert record.manifest.process["local_rank"] == rank  # torchrun's env, known from the start
+
+
+def test_torchrun_console_script_runs_as_module():
+    target = check_target("torchrun", None, ["--nproc-per-node", "2", "train.py"])
+    assert target == Target("module", "torch.distributed.run", ["--nproc-per-node", "2", "train.py"])
+
+
+def test_fork_children_get_their_own_records(tmp_path):
+    proc = _cagtool_run(tmp_path / "r", str(SCRIPTS / "fork_workers.py"))
+    printed = _printed(proc.stdout, "pid")
+    ca = load_run(tmp_path / "r").mode("ca")
+    assert sorted(ca.processes) == sorted(f"pid{pid}" for pid in printed)
+    assert not ca.of(StepEvent)  # the parent trained nothing: the children's steps are theirs
+    for key, record in ca.processes.items():
+        pid = int(key[3:])
+        assert record.manifest.process["forked_from"] == ca.manifest.process["pid"]
+        assert record.manifest.status == "finished" and record.manifest.exit_code == 0
+        assert len(record.of(StepEvent)) == 3
+        assert len(record.of(CAGraphEvent)) == record.manifest.torch_counters["compiled_autograd"]["captures"] == printed[pid]["ca_captures"]
+
+
+def test_unfollowable_launches_are_findings(tmp_path):
+    _cagtool_run(tmp_path / "r", str(SCRIPTS / "launch_children.py"), modes="aot")
+    aot = load_run(tmp_path / "r").mode("aot")
+    findings = [f for f in aot.of(FindingEvent) if f.code == "process_not_followed"]
+    assert [f.detail["argv"][1:] for f in findings] == [["-c", "pass"], ["-I", "-c", "pass"]]
+    assert "env=" in findings[0].message and "-I" in findings[1].message
+    # The followed child imported torch but recorded nothing: no record left behind.
+    assert aot.processes == {} and not (tmp_path / "r" / "aot" / "procs").exists()
+    summary = subprocess.run(cagtool_cmd("summary", str(tmp_path / "r"), "--format", "json"), capture_output=True, text=True, cwd=ROOT)
+    assert "process_not_followed" in summary.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "reason"),
+    [
+        ([sys.executable, "-Iu", "x.py"], None, "-I"),
+        ([sys.executable, "-E", "x.py"], None, "-E"),
+        ([sys.executable, "-S", "-c", "pass"], None, "-S"),
+        ([sys.executable, "x.py"], {"PATH": "/usr/bin"}, "PYTHONPATH"),
+        ([sys.executable, "-c", "import x", "-I"], None, None),  # -I after -c is the script's argument
+        (["ls", "-l"], {}, None),
+    ],
+)
+def test_check_launch(argv, env, reason):
+    bootstrap = "/opt/cagtool/bootstrap"
+    parent = {"PYTHONPATH": bootstrap, "CAGTOOL_FOLLOW": "{}", "PATH": os.environ.get("PATH", "")}
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in parent.items():
+            mp.setenv(key, value)
+        found = check_launch(argv[0], argv, env, bootstrap, "CAGTOOL_FOLLOW")
+    assert (found.reason if found else None) is None if reason is None else reason in found.reason
+
+
+def test_console_script_with_isolated_shebang_is_seen(tmp_path):
+    tool = tmp_path / "tool"
+    tool.write_text(f"#!{sys.executable} -I\nprint(1)\n")
+    found = check_launch(str(tool), [str(tool)], None, "/b", "CAGTOOL_FOLLOW")
+    assert found is not None and "-I" in found.reason
+
+
+def test_aot_counts_equal_plain_python_with_the_flag_off(tmp_path):
+    """The script sets torch._dynamo.config.compiled_autograd = True itself; under `aot` cagtool
+    forces it off, so Dynamo's counts equal the script run by python with the flag off (and not
+    with it on: forcing matters)."""
+    script = str(SCRIPTS / "ca_flag_hooks.py")
+    wrapper = (
+        "import json, runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__'); "
+        "from torch._dynamo.utils import counters; "
+        "print(json.dumps({k: {str(a): b for a, b in v.items()} for k, v in counters.items()}))"
+    )
+
+    def plain(flag: str) -> dict:
+        out = subprocess.run([sys.executable, "-c", wrapper, script, "--ca-flag", flag], capture_output=True, text=True, cwd=ROOT, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def key_counts(counters: dict) -> dict:
+        return {
+            "unique_graphs": counters.get("stats", {}).get("unique_graphs"),
+            "calls_captured": counters.get("stats", {}).get("calls_captured"),
+            "graph_breaks": sorted((reason[:300], n) for reason, n in counters.get("graph_break", {}).items()),  # the manifest keeps 300 chars
+            "recompiles": counters.get("recompiles", {}),
+            "ca_captures": counters.get("compiled_autograd", {}).get("captures", 0),
+        }
+
+    _cagtool_run(tmp_path / "r", script, "--ca-flag", "1", modes="aot")
+    recorded = load_run(tmp_path / "r").mode("aot").manifest.torch_counters
+    flag_off = key_counts(plain("0"))
+    assert key_counts(recorded) == flag_off
+    assert key_counts(plain("1")) != flag_off
+
+
+def test_forced_flag_reads_false_after_the_script_sets_it():
+    """docs/torch-internals.md: env_value_force wins over the script's assignment."""
+    import torch
+    from torch.utils._config_module import _UNSET_SENTINEL
+
+    entry = torch._dynamo.config._config["compiled_autograd"]
+    entry.env_value_force = False
+    try:
+        torch._dynamo.config.compiled_autograd = True
+        assert torch._dynamo.config.compiled_autograd is False
+    finally:
+        entry.env_value_force = _UNSET_SENTINEL
+        torch._dynamo.config.compiled_autograd = False

@@ -45,9 +45,9 @@ class StructuredLogHandler(logging.Handler):
         metadata = getattr(record, "metadata", None)
         if not isinstance(metadata, dict):
             return
-        self.handle(metadata, getattr(record, "payload", None))  # never raises: the target's compile goes on
+        self.handle_structured(metadata, getattr(record, "payload", None))  # never raises: the target's compile goes on
 
-    def handle(self, metadata: dict[str, Any], payload: str | None) -> None:
+    def handle_structured(self, metadata: dict[str, Any], payload: str | None) -> None:
         """One structured record, from a live run (`emit`) or read back from a TORCH_TRACE log
         (trace_import); errors are counted, never raised."""
         try:

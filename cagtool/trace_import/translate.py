@@ -112,7 +112,7 @@ class RankTranslator:
             except (ValueError, AttributeError):
                 pass
         else:
-            self.handler.handle(envelope.data, envelope.payload)
+            self.handler.handle_structured(envelope.data, envelope.payload)
 
     def finish(self) -> None:
         self._flush_graph()

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
-from cagtool.record.graph_file import GRAPH_FORMAT, GraphNode
+from cagtool.record.graph_file import GRAPH_FORMAT, GraphNode, graph_node_to_dict
 from cagtool.record.schema import (
     EVENTS_FILE,
     GRAPHS_DIR,
@@ -73,7 +73,7 @@ class RecordWriter:
             "schema_version": SCHEMA_VERSION,
             "ca_id": ca_id,
             "compile_id": compile_id,
-            "nodes": [to_dict(n) for n in nodes],
+            "nodes": [graph_node_to_dict(n) for n in nodes],
         }
         (self.mode_dir / nodes_rel).write_text(json.dumps(payload, default=str) + "\n")
         return code_rel, nodes_rel

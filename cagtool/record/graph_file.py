@@ -33,6 +33,15 @@ class GraphNode:
     stride: list[int | str] | None = None
 
 
+def graph_node_to_dict(node: GraphNode) -> dict[str, Any]:
+    """The node as JSON-ready data. Shallow on purpose: dataclasses.asdict's deep copy cost most
+    of an import's time on logs with thousands of graphs."""
+    data = dict(node.__dict__)
+    if node.origin is not None:
+        data["origin"] = {"node_call": node.origin.node_call, "name": node.origin.name}
+    return data
+
+
 def graph_node_from_dict(data: dict[str, Any]) -> GraphNode:
     names = {f.name for f in dataclasses.fields(GraphNode)}
     kwargs = {k: v for k, v in data.items() if k in names}

@@ -21,7 +21,7 @@ from cagtool.record.manifest import ModeManifest, RunMeta
 from cagtool.record.schema import IMPORTED_MODE, STATUS_FINISHED
 from cagtool.trace_import.discover import ProcessLogs, find_logs
 from cagtool.trace_import.log_reader import ReadStats, TraceLogReader
-from cagtool.trace_import.translate import WANTED_KINDS, RankTranslator, TranslationStats
+from cagtool.trace_import.translate import PEEK, WANTED_KINDS, GraphCache, RankTranslator, TranslationStats
 
 PROCS_DIR = "procs"
 NOT_IN_LOG = ["step times", "optimizer steps", "losses and final numerics", "other modes (eager, aot)", "torch counters", "peak RSS"]
@@ -85,7 +85,7 @@ def _iso(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
 
 
-def _import_process(proc: ProcessLogs, mode_dir: Path, options: ImportOptions, versions: dict[str, str], world: int | None) -> ProcessImport:
+def _import_process(proc: ProcessLogs, mode_dir: Path, options: ImportOptions, versions: dict[str, str], world: int | None, cache: GraphCache) -> ProcessImport:
     mode_dir.mkdir(parents=True, exist_ok=True)
     first = proc.files[0]
     year = datetime.fromtimestamp(first.stat().st_mtime).year  # glog lines carry no year
@@ -100,11 +100,11 @@ def _import_process(proc: ProcessLogs, mode_dir: Path, options: ImportOptions, v
         started_at="",
     )
     writer = RecordWriter(mode_dir, manifest, clock_start=0.0)
-    translator = RankTranslator(writer, year)
+    translator = RankTranslator(writer, year, cache)
     read = ReadStats()
     try:
         for log in proc.files:
-            reader = TraceLogReader(log, wanted=WANTED_KINDS, strict=options.strict)
+            reader = TraceLogReader(log, wanted=WANTED_KINDS, strict=options.strict, peek=PEEK)
             for envelope in reader.envelopes():
                 translator.feed(envelope)
             read.add(reader.stats)
@@ -171,10 +171,11 @@ def import_trace(options: ImportOptions) -> ImportResult:
     write_run_meta(run_dir, meta)
     result = ImportResult(run_dir)
     main_dir = run_dir / IMPORTED_MODE
+    cache = GraphCache()  # shared by the ranks: they usually log the same graphs
     try:
         for index, proc in enumerate(processes):
             mode_dir = main_dir if index == 0 else main_dir / PROCS_DIR / proc.key
-            result.processes.append(_import_process(proc, mode_dir, options, versions, world))
+            result.processes.append(_import_process(proc, mode_dir, options, versions, world, cache))
     except BaseException:
         meta.status = "failed"
         write_run_meta(run_dir, meta)

@@ -31,6 +31,8 @@ WANTED_KINDS = frozenset({"compilation_metrics", "aot_backward_graph", "artifact
 _ARTIFACTS = frozenset({"recompile_reasons", "dynamo_graph_break_reason", "compiled_autograd_compile_reasons", "torch_version"})
 _ID_PREFIX = re.compile(r"^!(\d+): ")
 _CA_SPAN = '"name": "compiled_autograd",'
+# Of the chromium events (a fifth of a log's envelopes) only compiled autograd's span is read.
+PEEK = {"chromium_event": _CA_SPAN.encode()}
 
 
 class _NoSteps:
@@ -78,10 +80,33 @@ class TranslationStats:
     unused_reasons: list[str] = field(default_factory=list)
 
 
+class GraphCache:
+    """Parsed graphs by their payload's md5 (torch's has_payload): ranks of one job, and a job
+    that resets Dynamo, log the same graph code again; it is parsed once. Bounded."""
+
+    def __init__(self, size: int = 128) -> None:
+        self.size = size
+        self._parsed: dict[str, GraphSummary] = {}
+        self.hits = 0
+
+    def parse(self, code: str, digest: object) -> GraphSummary:
+        if not isinstance(digest, str):
+            return parse_graph_code(code)
+        found = self._parsed.get(digest)
+        if found is not None:
+            self.hits += 1
+            return found
+        summary = parse_graph_code(code)
+        if len(self._parsed) >= self.size:
+            self._parsed.pop(next(iter(self._parsed)))
+        self._parsed[digest] = summary
+        return summary
+
+
 class RankTranslator:
     """Feed every envelope of one process's log (in order), then call `finish()`."""
 
-    def __init__(self, writer: RecordWriter, year: int) -> None:
+    def __init__(self, writer: RecordWriter, year: int, graph_cache: "GraphCache | None" = None) -> None:
         self.writer = writer
         self.timed = _LogTimeWriter(writer)
         self.handler = StructuredLogHandler(self.timed, _NoSteps())  # type: ignore[arg-type]
@@ -92,6 +117,7 @@ class RankTranslator:
         self._pending: _PendingGraph | None = None
         self._previous: GraphSummary | None = None
         self._seen_ids: set[int] = set()
+        self._graph_cache = graph_cache if graph_cache is not None else GraphCache()
         self._next_record_id = 0
 
     def feed(self, envelope: Envelope) -> None:
@@ -181,7 +207,7 @@ class RankTranslator:
         if not isinstance(torch_id, int):
             return
         record_id = self._record_id(torch_id)
-        summary = parse_graph_code(code)
+        summary = self._graph_cache.parse(code, envelope.data.get("has_payload"))
         code_rel, nodes_rel = self.writer.write_graph(record_id, f"!{torch_id}", code + "\n", summary.nodes)
         self._emit_miss(torch_id, record_id, summary)
         self._pending = _PendingGraph(torch_id, record_id, summary, code_rel, nodes_rel, self.timed.t)

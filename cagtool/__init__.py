@@ -1,3 +1,23 @@
-"""cagtool: profiling and diagnosis for PyTorch compiled autograd."""
+"""cagtool: profiling and diagnosis for PyTorch compiled autograd.
+
+From Python: `with cagtool.capture(...) as cap:` records a block, `cagtool.load(path)` reads any
+record (cagtool/api.py). Both load on first use, so `import cagtool` stays cheap (no torch)."""
+
+from typing import Any
 
 __version__ = "0.1.0"
+__all__ = ["capture", "load", "Capture", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "capture":
+        # The capture/ package, callable (see its __init__): the same object whether or not a
+        # capture module was imported before.
+        import cagtool.capture
+
+        return cagtool.capture
+    if name in ("load", "Capture"):
+        from cagtool import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'cagtool' has no attribute {name!r}")

@@ -1,0 +1,85 @@
+"""The Python API (cagtool.capture / cagtool.load), in this process on real torch: the block is
+recorded as a normal run that the CLI reads, twice in one process, and torch is as it was after."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch._dynamo import compiled_autograd as ca
+from torch._dynamo.utils import counters
+
+import cagtool
+from cagtool.record.schema import CacheMissEvent, CAGraphEvent
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _torch_state() -> tuple:
+    cls = ca.AutogradCompilerInstance
+    return (
+        cls.begin_capture, cls.end_capture, cls.log_compile_reasons, torch.autograd._engine_run_backward,
+        ca.reset, ca._enable, ca.compiled_autograd_enabled,
+        # cagtool's handlers only: torch adds its own LazyTraceHandler on first compile
+        tuple(h for h in logging.getLogger("torch.__trace").handlers if type(h).__module__.startswith("cagtool")),
+        logging.getLogger("torch.__trace").level,
+        torch._dynamo.config.optimize_ddp,
+    )
+
+
+def _train(model: torch.nn.Module, rows: list[int]) -> None:
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for n in rows:
+        opt.zero_grad()
+        model(torch.randn(n, 8)).sum().backward()
+        opt.step()
+
+
+def test_capture_twice_records_runs_and_restores_torch(tmp_path, capsys):
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    before = _torch_state()
+    for i in range(2):
+        with cagtool.capture(backend="eager", output=tmp_path / f"run{i}", reset=True) as cap:
+            assert ca.compiled_autograd_enabled is True
+            _train(model, [4, 4, 6])
+        assert _torch_state() == before  # CA off again, patches and handlers removed
+        captures = counters["compiled_autograd"]["captures"]
+        _train(model, [4])
+        assert counters["compiled_autograd"]["captures"] == captures  # later backwards: no CA
+        record = cagtool.load(cap.path).mode("ca")
+        graphs = record.of(CAGraphEvent)
+        # zero_grad(set_to_none) every step: .grad is None at each backward, so only the shape change recompiles
+        assert len(graphs) == 2 == record.manifest.torch_counters["compiled_autograd"]["captures"]
+        assert [m.miss_kind for m in record.of(CacheMissEvent)] == ["new_node", "changed_shapes"]
+        assert len(cap.steps_frame()) == 3
+        assert list(cap.events_frame("ca_cache_miss")["compile_id"]) == ["!0", "!1"]
+    cap.summary()
+    assert "CA graphs: 2" in capsys.readouterr().out
+    assert cap.summary("json")["ca_graphs"] == 2
+    proc = subprocess.run([sys.executable, "-m", "cagtool", "summary", str(cap.path), "--format", "json"], capture_output=True, text=True, cwd=str(ROOT))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["ca_graphs"] == 2
+
+
+def test_an_exception_in_the_block_is_recorded_raised_and_torch_restored(tmp_path):
+    model = torch.nn.Linear(4, 2)
+    before = _torch_state()
+    with pytest.raises(ValueError, match="boom"):
+        with cagtool.capture(backend="eager", output=tmp_path / "run") as cap:
+            model(torch.randn(3, 4)).sum().backward()
+            raise ValueError("boom")
+    assert _torch_state() == before
+    manifest = cagtool.load(cap.path).mode("ca").manifest
+    assert manifest.status == "failed" and manifest.exception.type == "ValueError"
+
+
+def test_import_cagtool_stays_cheap():
+    code = "import sys, cagtool; assert callable(cagtool.capture) and callable(cagtool.load); print('torch' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"

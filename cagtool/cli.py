@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
+from typing import Any
 
 import typer
 
@@ -46,10 +48,64 @@ def _register_commands() -> None:
 _register_commands()
 
 
+def _debug_requested(args: list[str]) -> bool:
+    """--debug is cagtool's own option only before the command name: `cagtool run train.py
+    --debug` passes --debug to the script."""
+    for arg in args:
+        if arg == "--debug":
+            return True
+        if not arg.startswith("-"):
+            return False
+    return False
+
+
+class _ClosedPipeSafe:
+    """sys.stdout that stops writing, silently, once the reader has gone (`cagtool summary | head -1`):
+    the command finishes and exits with the code it would have had, as if all was written."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._closed = False
+
+    def _reader_gone(self) -> None:
+        self._closed = True
+        try:  # later writes and the interpreter's final flush go nowhere, quietly
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def write(self, text: str) -> int:
+        if not self._closed:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._reader_gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._closed:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._reader_gone()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _survive_closed_stdout() -> None:
+    if not isinstance(sys.stdout, _ClosedPipeSafe) and sys.stdout is not None:
+        sys.stdout = _ClosedPipeSafe(sys.stdout)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point. Exits with the documented code."""
     args = sys.argv[1:] if argv is None else argv
-    debug = "--debug" in args
+    debug = _debug_requested(args)
+    stdout = sys.stdout
+    _survive_closed_stdout()
     try:
         app(args=args, prog_name="cagtool", standalone_mode=True)
     except SystemExit:
@@ -67,3 +123,7 @@ def main(argv: list[str] | None = None) -> None:
             traceback.print_exc()
         print(f"cagtool: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", file=sys.stderr)
         sys.exit(EXIT_UNREADABLE if isinstance(exc, OSError) else EXIT_USAGE)
+    finally:
+        if isinstance(sys.stdout, _ClosedPipeSafe):
+            sys.stdout.flush()  # a reader that left during the last lines is noticed here, quietly
+            sys.stdout = stdout

@@ -36,6 +36,8 @@ class ModeSpec:
     depyf: bool = False
     torch_trace: bool = True
     label: str = ""
+    parent_pid: int = 0  # the cagtool process: this one dies with it
+    ack_fd: int | None = None  # pipe to the parent: the signals this process received (lifeline.py)
 
 
 class TimeLimitReached(BaseException):
@@ -94,6 +96,20 @@ def _peak_rss_bytes() -> int | None:
 
 def main(spec_path: str) -> int:
     spec = ModeSpec(**json.loads(Path(spec_path).read_text()))
+    from cagtool.capture.lifeline import SignalStop, die_with_parent, exit_code_for, install_child_handlers
+
+    install_child_handlers(spec.parent_pid, spec.ack_fd)
+    try:
+        if spec.parent_pid:
+            die_with_parent(spec.parent_pid)
+        return _record_mode(spec)
+    except SignalStop as stop:  # before the record existed (e.g. while torch imported)
+        return exit_code_for(stop.signum)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _record_mode(spec: ModeSpec) -> int:
     prepare_environment(spec.mode, Path(spec.mode_dir) if spec.torch_trace else None)
     started = time.perf_counter()
     from datetime import datetime, timezone
@@ -104,10 +120,11 @@ def main(spec_path: str) -> int:
 
     from cagtool.capture.ca_observer import CaptureObserver
     from cagtool.capture.process_identity import ROLE_MAIN, process_info
+    from cagtool.capture.lifeline import SignalStop, exit_code_for, ignore_further_stops
     from cagtool.capture.status import LiveStatus, status_enabled
     from cagtool.capture.steps import StepLimitReached, StepTracker
     from cagtool.capture.target import Target, print_user_traceback, run_target
-    from cagtool.capture.torch_logs import StructuredLogHandler
+    from cagtool.capture.torch_logs import StructuredLogHandler, guard_trace_output
     from cagtool.capture.torch_logs import install as install_log_handler
     from cagtool.capture.writer import RecordWriter
     from cagtool.record.manifest import ExceptionInfo, ModeManifest
@@ -140,6 +157,8 @@ def main(spec_path: str) -> int:
     observer = CaptureObserver(writer, steps, make_compiler(spec.backend) if spec.mode == "ca" else None)
     handler = StructuredLogHandler(writer, steps)
     install_log_handler(handler)
+    if spec.torch_trace:
+        guard_trace_output(lambda stopped: setattr(manifest, "trace_stopped", stopped))
     steps.install()
     observer.install()
     from cagtool.capture.follow import attach_main
@@ -189,11 +208,16 @@ def main(spec_path: str) -> int:
     except KeyboardInterrupt:
         status, exit_code = STATUS_INTERRUPTED, 130
         exception = ExceptionInfo("KeyboardInterrupt", "interrupted (Ctrl-C)")
+    except SignalStop as stop:
+        status, exit_code = STATUS_INTERRUPTED, exit_code_for(stop.signum)
+        why = "cagtool's own process died" if stop.parent_died else f"stopped by {signal.Signals(stop.signum).name}"
+        exception = ExceptionInfo(signal.Signals(stop.signum).name, why)
     except BaseException as exc:  # noqa: BLE001 - the target's own failure, recorded and passed on
         text = print_user_traceback(exc)
         status, exit_code = STATUS_FAILED, 1
         exception = ExceptionInfo(type(exc).__name__, str(exc)[:2000], text[-20000:])
     finally:
+        ignore_further_stops()
         if spec.max_time:
             signal.setitimer(signal.ITIMER_REAL, 0)
         try:

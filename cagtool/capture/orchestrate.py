@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import shutil
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -20,11 +21,18 @@ from pathlib import Path
 from typing import Callable
 
 from cagtool.capture.child import STARTUP_ERROR_FILE, ModeSpec
+from cagtool.capture.lifeline import ChildSupervisor, exit_code_for
+from cagtool.capture.status import restore_terminal
+from cagtool.capture.stdin_feed import StdinFeed
 from cagtool.capture.target import Target
-from cagtool.capture.writer import write_run_meta
+from cagtool.capture.writer import write_json_atomic, write_run_meta
 from cagtool.errors import UsageError
 from cagtool.record.manifest import RunMeta
-from cagtool.record.schema import MODES
+from cagtool.record.liveness import this_process
+from cagtool.record.schema import MANIFEST_FILE, MODES, STATUS_INTERRUPTED, STATUS_KILLED, STATUS_RUNNING
+
+
+KEPT_CACHE_DIR = "inductor-cache"
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,7 @@ class RunOptions:
     trace_nodes: bool = False
     depyf: bool = False
     torch_trace: bool = True
+    keep_cache: bool = False  # keep the per-mode Inductor caches under <run>/inductor-cache
     cagtool_argv: tuple[str, ...] = ()
 
 
@@ -51,6 +60,7 @@ class ModeOutcome:
     exit_code: int | None
     wall_s: float
     error: str = ""
+    status: str = ""  # the mode manifest's final status
 
 
 @dataclass
@@ -58,13 +68,14 @@ class RunOutcome:
     path: Path
     outcomes: list[ModeOutcome] = field(default_factory=list)
     interrupted: bool = False
+    signal: int | None = None  # the signal that stopped the run (SIGINT, SIGTERM, SIGHUP)
     startup_error: str = ""  # the environment cannot run a mode at all (e.g. torch without CA)
 
     @property
     def exit_code(self) -> int:
         """The target's own code: the ca mode's if it failed, else the first failing mode's."""
         if self.interrupted:
-            return 130
+            return exit_code_for(self.signal or signal.SIGINT)
         failing = [o for o in self.outcomes if o.exit_code not in (0, None)]
         for outcome in failing:
             if outcome.mode.split(".")[0] == "ca":
@@ -145,40 +156,73 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
             "max_time": options.max_time,
             "repeat": options.repeat,
             "warm_cache": options.warm_cache,
+            "keep_cache": options.keep_cache,
             "user": getpass.getuser(),
         },
     )
+    meta.process = this_process()
     write_run_meta(run_dir, meta)
     outcome = RunOutcome(path=run_dir)
-    cache_root = Path(tempfile.mkdtemp(prefix="cagtool-inductor-")) if not options.warm_cache else None
+    cache_root = _cache_root(options, run_dir)
     names = mode_dirs(options)
+    stdin_feed = StdinFeed(len(names))
     try:
-        for index, name in enumerate(names, start=1):
-            if on_progress is not None:
-                on_progress(name, index, len(names))
-            result = _run_mode(options, run_dir, name, cache_root, label=f"{name} ({index}/{len(names)})" if len(names) > 1 else name)
-            startup_error = run_dir / name / STARTUP_ERROR_FILE
-            if startup_error.exists():
-                outcome.startup_error = startup_error.read_text().strip()
+        with ChildSupervisor() as supervisor:
+            for index, name in enumerate(names, start=1):
+                if supervisor.stop_requested:
+                    break
+                if on_progress is not None:
+                    on_progress(name, index, len(names))
+                label = f"{name} ({index}/{len(names)})" if len(names) > 1 else name
+                result = _run_mode(options, run_dir, name, cache_root, label, supervisor, stdin_feed)
                 outcome.outcomes.append(result)
-                break
-            outcome.outcomes.append(result)
-            meta.mode_exit_codes[name] = result.exit_code
-            write_run_meta(run_dir, meta)
-            if result.exit_code == 130:
-                outcome.interrupted = True
-                break
-    except KeyboardInterrupt:
-        outcome.interrupted = True
+                startup_error = run_dir / name / STARTUP_ERROR_FILE
+                if startup_error.exists():
+                    outcome.startup_error = startup_error.read_text().strip()
+                    break
+                meta.mode_exit_codes[name] = result.exit_code
+                _try_write_run_meta(run_dir, meta)
+                if result.status == STATUS_INTERRUPTED or supervisor.stop_requested:
+                    break
+            if supervisor.stop_requested:
+                supervisor.settle()
+                outcome.interrupted, outcome.signal = True, supervisor.first_signal
+            elif outcome.outcomes and outcome.outcomes[-1].status == STATUS_INTERRUPTED:
+                # The mode process alone was stopped (a signal sent to it, not to cagtool).
+                code = outcome.outcomes[-1].exit_code or 130
+                outcome.interrupted, outcome.signal = True, code - 128 if code > 128 else signal.SIGINT
     finally:
-        meta.status = "interrupted" if outcome.interrupted else "finished"
+        meta.status = STATUS_INTERRUPTED if outcome.interrupted else "finished"
         meta.ended_at = _timestamp()
         meta.exit_code = outcome.exit_code
-        write_run_meta(run_dir, meta)
+        _try_write_run_meta(run_dir, meta)
+        if cache_root is not None and not options.keep_cache:
+            shutil.rmtree(cache_root, ignore_errors=True)
     return outcome
 
 
-def _run_mode(options: RunOptions, run_dir: Path, name: str, cache_root: Path | None, label: str) -> ModeOutcome:
+def _cache_root(options: RunOptions, run_dir: Path) -> Path | None:
+    """Where each mode's fresh Inductor cache goes: a temporary directory removed when the run
+    ends, or <run>/inductor-cache with --keep-cache. None with --warm-cache (torch's own)."""
+    if options.warm_cache:
+        return None
+    if options.keep_cache:
+        path = run_dir / KEPT_CACHE_DIR
+        path.mkdir(exist_ok=True)
+        return path
+    return Path(tempfile.mkdtemp(prefix="cagtool-inductor-"))
+
+
+def _try_write_run_meta(run_dir: Path, meta: RunMeta) -> None:
+    """run.json is rewritten as modes end; a full disk must not stop the run (the loader reads a
+    dead "running" run as killed)."""
+    try:
+        write_run_meta(run_dir, meta)
+    except OSError as exc:
+        print(f"cagtool: could not update {run_dir / 'run.json'}: {exc.strerror or exc}", file=sys.stderr)
+
+
+def _run_mode(options: RunOptions, run_dir: Path, name: str, cache_root: Path | None, label: str, supervisor: ChildSupervisor, stdin_feed: StdinFeed) -> ModeOutcome:
     mode = name.split(".")[0]
     mode_dir = run_dir / name
     mode_dir.mkdir()
@@ -196,24 +240,57 @@ def _run_mode(options: RunOptions, run_dir: Path, name: str, cache_root: Path | 
         label=label,
     )
     spec_path = mode_dir / "spec.json"
-    spec_path.write_text(json.dumps(asdict(spec), indent=2))
     env = dict(os.environ)
     if cache_root is not None:
         # A fresh Inductor cache per mode, so compile times compare like with like.
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root / name)
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "cagtool.capture.child", str(spec_path)], env=env)
+    ack_r, ack_w = os.pipe()
+    spec.parent_pid, spec.ack_fd = os.getpid(), ack_w
+    spec_path.write_text(json.dumps(asdict(spec), indent=2))
+    stdin_fd = stdin_feed.for_mode()
     try:
-        code = proc.wait()
-    except KeyboardInterrupt:
-        # The child got the same SIGINT; give it time to finish its record.
-        try:
-            code = proc.wait(timeout=30)
-        except (subprocess.TimeoutExpired, KeyboardInterrupt):
-            proc.send_signal(signal.SIGKILL)
-            code = proc.wait()
-        return ModeOutcome(name, 130, time.perf_counter() - start, "interrupted")
+        proc = subprocess.Popen([sys.executable, "-m", "cagtool.capture.child", str(spec_path)], env=env, pass_fds=(ack_w,), stdin=stdin_fd)
+    finally:
+        os.close(ack_w)
+        if stdin_fd is not None:
+            os.close(stdin_fd)
+    try:
+        code = supervisor.wait(proc, ack_r)
+    finally:
+        os.close(ack_r)
     wall = time.perf_counter() - start
-    if code < 0:
-        return ModeOutcome(name, 128 - code, wall, f"killed by signal {-code}")
-    return ModeOutcome(name, code, wall)
+    restore_terminal()
+    status = settle_mode_record(mode_dir, code)
+    signum = -code if code < 0 else None
+    exit_code = exit_code_for(signum) if signum else code
+    if signum:
+        return ModeOutcome(name, exit_code, wall, f"killed by {signal.Signals(signum).name}", status=status)
+    return ModeOutcome(name, exit_code, wall, status=status)
+
+
+def settle_mode_record(mode_dir: Path, code: int) -> str:
+    """After the mode process ended: a manifest it could not finish (it was SIGKILLed, or died
+    before writing it) is closed here as "killed", so run.json and the manifest agree.
+    Returns the mode's final status."""
+    path = mode_dir / MANIFEST_FILE
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return STATUS_KILLED if code < 0 else ""
+    if not isinstance(data, dict):
+        return ""
+    status = str(data.get("status") or "")
+    if status != STATUS_RUNNING:
+        return status
+    signum = -code if code < 0 else None
+    data["status"] = STATUS_KILLED
+    data["exit_code"] = exit_code_for(signum) if signum else code
+    data["ended_at"] = _timestamp()
+    what = f"killed by {signal.Signals(signum).name}" if signum else f"exited with code {code} before closing its record"
+    data["exception"] = {"type": signal.Signals(signum).name if signum else "Exit", "message": what, "traceback": ""}
+    try:
+        write_json_atomic(path, data)
+    except OSError:
+        pass  # disk full: the loader reads a dead "running" record as killed anyway
+    return STATUS_KILLED

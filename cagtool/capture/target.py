@@ -90,6 +90,12 @@ def _check_module(module: str) -> None:
         sys.path.insert(0, os.getcwd())  # python -m puts the cwd first
     try:
         spec = importlib.util.find_spec(module)
+        if spec is not None and spec.submodule_search_locations is not None:
+            spec = importlib.util.find_spec(module + ".__main__")  # a package runs its __main__
+            if spec is None:
+                raise UsageError(f"{module} is a package without __main__; give its module, e.g. -m {module}.train")
+    except SyntaxError as exc:  # a parent package's __init__ does not parse
+        raise UsageError(f"{exc.filename} is not valid Python: {exc.msg} (line {exc.lineno})") from None
     except (ImportError, ValueError) as exc:
         raise UsageError(f"module not found: {module} ({exc})") from None
     finally:
@@ -97,6 +103,15 @@ def _check_module(module: str) -> None:
             sys.path.remove(os.getcwd())
     if spec is None:
         raise UsageError(f"module not found: {module}")
+    # Like a script: a module that is not valid Python fails here, with one line and no record.
+    if spec.origin and spec.origin.endswith(".py") and os.path.isfile(spec.origin):
+        try:
+            with open(spec.origin, "rb") as handle:
+                ast.parse(handle.read(), filename=spec.origin)
+        except SyntaxError as exc:
+            raise UsageError(f"{spec.origin} is not valid Python: {exc.msg} (line {exc.lineno})") from None
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"cannot read {spec.origin}: {exc}") from None
 
 
 def run_target(target: Target) -> None:

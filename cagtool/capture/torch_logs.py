@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import Any
+import sys
+from typing import Any, Callable
 
 from cagtool.capture.steps import StepTracker
-from cagtool.capture.writer import RecordWriter
+from cagtool.capture.writer import RecordWriter, warn
 from cagtool.record.schema import AotBackwardGraphEvent, DynamoCompileEvent, DynamoRecompileEvent, GraphBreakEvent
 
 TRACE_LOGGER = "torch.__trace"
@@ -117,6 +118,49 @@ class StructuredLogHandler(logging.Handler):
 
             code = linecache.getline(file, line).strip()
         self.writer.emit(GraphBreakEvent, compile_id=cid, step=step, reason=reason, file=file, line=line, code=code)
+
+
+def guard_trace_output(on_stop: Callable[[dict[str, Any]], None]) -> None:
+    """torch's TORCH_TRACE handler writes from inside the script's compiles: a write error there
+    (disk full) would print a logging traceback per record, or raise from the handler's file
+    creation into the script. Make the first error stop trace output, with one line."""
+    try:
+        from torch._logging import _internal
+    except ImportError:
+        return
+    handler = getattr(_internal, "LOG_TRACE_HANDLER", None)
+    if handler is None:
+        return
+    original_emit = handler.emit
+    state = {"stopped": False}
+
+    def stop(exc: BaseException | None) -> None:
+        if state["stopped"]:
+            return
+        state["stopped"] = True
+        path = str(getattr(handler, "_stream_path", "") or "")
+        logging.getLogger(TRACE_LOGGER).removeHandler(handler)
+        try:
+            handler.close()
+        except Exception:  # noqa: BLE001 - it is being given up
+            pass
+        reason = f"{getattr(exc, 'strerror', None) or exc}"
+        on_stop({"error": reason, "file": path})
+        warn(f"TORCH_TRACE output stopped: {reason}; the script goes on, the trace up to here stays readable")
+
+    def guarded_emit(record: logging.LogRecord) -> None:
+        if state["stopped"]:
+            return
+        try:
+            original_emit(record)
+        except Exception as exc:  # noqa: BLE001 - opening the trace file failed
+            stop(exc)
+
+    def quiet_handle_error(record: logging.LogRecord) -> None:
+        stop(sys.exc_info()[1])  # StreamHandler.emit caught a write error
+
+    handler.emit = guarded_emit
+    handler.handleError = quiet_handle_error
 
 
 def install(handler: StructuredLogHandler) -> logging.Logger:

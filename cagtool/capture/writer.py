@@ -1,8 +1,14 @@
 """Writes one mode record: the manifest (atomically replaced), the event stream (appended and
-flushed per event, so a crash loses nothing written so far) and the graph files."""
+flushed per event, so a crash loses nothing written so far) and the graph files.
+
+A write error (disk full, quota, permission) never reaches the user's code: the writer stops
+recording with one line on stderr, keeps what it wrote, and the manifest says where it stopped
+(`recording_stopped`). A small reserve file, deleted at that moment, leaves room for that
+manifest on a full disk."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import threading
@@ -28,10 +34,30 @@ from cagtool.record.schema import (
 _ENCODER = json.JSONEncoder(default=json_default)
 
 
+RESERVE_FILE = ".cagtool-reserve"
+RESERVE_BYTES = 64 * 1024
+
+
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Replace path with data, or leave the old file as it was (never a half-written one)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            tmp.unlink()  # a partial temp file would only take more of a full disk
+        except OSError:
+            pass
+        raise
+
+
+def warn(message: str) -> None:
+    """One line on the real stderr, whatever the script did to sys.stderr."""
+    try:
+        os.write(2, f"cagtool: {message}\n".encode("utf-8", "replace"))
+    except OSError:
+        pass
 
 
 def write_run_meta(run_dir: Path, meta: RunMeta) -> None:
@@ -45,11 +71,68 @@ class RecordWriter:
         self.mode_dir = mode_dir
         self.manifest = manifest
         self.t0 = time.perf_counter() if clock_start is None else clock_start
-        (mode_dir / GRAPHS_DIR).mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._seq = 0
-        self._events = open(mode_dir / EVENTS_FILE, "a", buffering=1)  # noqa: SIM115 - lives as long as the run
-        self.write_manifest()
+        self.stopped: dict[str, Any] | None = None  # set when a write failed: recording ended there
+        self._events: Any = None
+        try:
+            (mode_dir / GRAPHS_DIR).mkdir(parents=True, exist_ok=True)
+            self._events = open(mode_dir / EVENTS_FILE, "a", buffering=1)  # noqa: SIM115 - lives as long as the run
+            error = self._write_manifest_quietly()
+        except OSError as exc:
+            error = exc
+        if error is not None:
+            with self._lock:
+                self._stop(error, MANIFEST_FILE if self._events is not None else EVENTS_FILE)
+        else:
+            self._make_reserve()
+
+    def _make_reserve(self) -> None:
+        try:
+            with open(self.mode_dir / RESERVE_FILE, "wb") as handle:
+                handle.write(b"\0" * RESERVE_BYTES)  # real blocks, not a sparse file
+        except OSError:
+            self._drop_reserve()
+
+    def _drop_reserve(self) -> None:
+        try:
+            (self.mode_dir / RESERVE_FILE).unlink()
+        except OSError:
+            pass
+
+    def _stop(self, exc: OSError, what: str) -> None:
+        """Called with the lock held, on the first write error: recording ends here."""
+        if self.stopped is not None:
+            return
+        reason = f"{exc.strerror or exc}" + (f" [{errno.errorcode.get(exc.errno, exc.errno)}]" if exc.errno else "")
+        self.stopped = {"at_seq": self._seq, "error": reason, "file": what}
+        self.manifest.recording_stopped = self.stopped
+        self._discard_events_file()
+        self._drop_reserve()
+        warn(f"recording stopped at event {self._seq}: cannot write {self.mode_dir / what}: {reason}; the script goes on, the record up to here stays readable")
+        self._write_manifest_quietly()
+
+    def _discard_events_file(self) -> None:
+        """Close it, dropping what the failed write left buffered (a later flush would only fail
+        again, at exit, with a traceback)."""
+        events, self._events = self._events, None
+        if events is None:
+            return
+        try:
+            os.close(events.fileno())  # close the fd first: the buffered tail is given up
+        except (OSError, ValueError):
+            pass
+        try:
+            events.close()
+        except (OSError, ValueError):
+            pass
+
+    def _write_manifest_quietly(self) -> OSError | None:
+        try:
+            write_json_atomic(self.mode_dir / MANIFEST_FILE, to_dict(self.manifest))
+            return None
+        except OSError as exc:
+            return exc
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -59,15 +142,18 @@ class RecordWriter:
         with self._lock:
             t = fields.pop("t", None)  # given when the time is not now (an imported log's timestamps)
             event = event_cls(seq=self._seq, t=self.now() if t is None else t, **fields)
+            if self.stopped is None and self._events is not None:
+                try:
+                    self._events.write(_ENCODER.encode(event_to_dict(event)) + "\n")
+                except OSError as exc:
+                    self._stop(exc, EVENTS_FILE)
             self._seq += 1
-            if not self._events.closed:
-                self._events.write(_ENCODER.encode(event_to_dict(event)) + "\n")
         return event
 
     def write_graph(self, ca_id: int, compile_id: str, code: str, nodes: list[GraphNode]) -> tuple[str, str]:
+        """The graph's two files; ("", "") when recording has stopped (or stops here)."""
         code_rel = f"{GRAPHS_DIR}/ca_{ca_id}.py"
         nodes_rel = f"{GRAPHS_DIR}/ca_{ca_id}.json"
-        (self.mode_dir / code_rel).write_text(code)
         payload = {
             "format": GRAPH_FORMAT,
             "schema_version": SCHEMA_VERSION,
@@ -75,11 +161,31 @@ class RecordWriter:
             "compile_id": compile_id,
             "nodes": [graph_node_to_dict(n) for n in nodes],
         }
-        (self.mode_dir / nodes_rel).write_text(json.dumps(payload, default=str) + "\n")
+        with self._lock:
+            if self.stopped is not None:
+                return "", ""
+            for rel, text in ((code_rel, code), (nodes_rel, json.dumps(payload, default=str) + "\n")):
+                try:
+                    (self.mode_dir / rel).write_text(text)
+                except OSError as exc:
+                    try:
+                        (self.mode_dir / rel).unlink()  # no half-written graph file
+                    except OSError:
+                        pass
+                    self._stop(exc, rel)
+                    return "", ""
         return code_rel, nodes_rel
 
     def write_manifest(self) -> None:
-        write_json_atomic(self.mode_dir / MANIFEST_FILE, to_dict(self.manifest))
+        """Never raises: on a full disk the reserve is given up for it; if even that fails, one
+        line says so and the parent or the loader reads the record as it was left."""
+        with self._lock:
+            if self._write_manifest_quietly() is None:
+                return
+            self._drop_reserve()
+            error = self._write_manifest_quietly()
+            if error is not None:
+                warn(f"could not write {self.mode_dir / MANIFEST_FILE}: {error.strerror or error}; its status is not up to date")
 
     def reopen(self, mode_dir: Path) -> None:
         """In a forked child: the same writer object (whoever holds it keeps writing through it),
@@ -105,5 +211,10 @@ class RecordWriter:
 
     def close(self) -> None:
         with self._lock:
-            if not self._events.closed:
-                self._events.close()
+            if self._events is not None:
+                try:
+                    self._events.close()
+                except OSError as exc:
+                    self._stop(exc, EVENTS_FILE)
+                self._events = None
+            self._drop_reserve()

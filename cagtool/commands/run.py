@@ -25,11 +25,25 @@ def parse_modes(text: str) -> tuple[str, ...]:
     return modes
 
 
+def write_summary_json(run_path: Path, dest: Path) -> None:
+    """The machine-readable summary goes to a file: cagtool's stdout is the script's."""
+    import json
+
+    from cagtool.record.loader import load_run
+    from cagtool.report.summary import summary_json
+
+    text = json.dumps(summary_json(load_run(run_path)), indent=2, default=str) + "\n"
+    try:
+        Path(dest).write_text(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write --json {dest}: {exc.strerror or exc}") from None
+
+
 def run_command(
     ctx: typer.Context,
     script: Optional[str] = typer.Argument(None, metavar="SCRIPT [ARGS]...", help="The training script, then its own arguments.", show_default=False),
     module: Optional[str] = typer.Option(None, "-m", "--module", help="Run a module as `python -m MODULE` would."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Run directory to write (default: ./.cagtool/runs/<script>-<time>)."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Run directory to write (default: ./.cagtool/runs/<script>-<time>)."),
     modes: str = typer.Option(",".join(MODES), "--modes", help="Modes to run, each in a fresh process: eager (torch.compile off), aot (torch.compile as written, CA forced off), ca (compiled autograd on every backward)."),
     backend: str = typer.Option("inductor", "--backend", help="Backend that compiles compiled-autograd graphs: inductor, aot_eager or eager."),
     dynamic: bool = typer.Option(False, "--dynamic", help="Start CA sizes dynamic (default: static, as in the tutorial, so shape-change misses show)."),
@@ -40,7 +54,9 @@ def run_command(
     trace_nodes: bool = typer.Option(False, "--trace-nodes", help="Record where each autograd node was created (anomaly-mode tracebacks: exact source lines for recompiles, slower)."),
     depyf: bool = typer.Option(False, "--depyf", help="Also write depyf's readable dump of every compiled graph into the run directory."),
     torch_trace: bool = typer.Option(True, "--torch-trace/--no-torch-trace", help="Write a TORCH_TRACE log (open it with tlparse) in each mode's directory."),
-    fmt: str = typer.Option("text", "--format", help="Summary format: text or json (json goes to stdout)."),
+    keep_cache: bool = typer.Option(False, "--keep-cache", help="Keep each mode's Inductor cache under <run>/inductor-cache (default: a temporary directory, removed when the run ends)."),
+    fmt: str = typer.Option("text", "--format", help="Summary format on stderr: text. For JSON use --json FILE (stdout is the script's)."),
+    json_file: Optional[str] = typer.Option(None, "--json", metavar="FILE", help="Also write the summary as JSON to FILE (what `cagtool summary --format json` prints)."),
     gate: bool = typer.Option(False, "--gate", help="Gate the run when it ends (thresholds from the flags below or [tool.cagtool.gate]); exit 1 if a check fails.", rich_help_panel="Gate"),
     *,
     gate_options: "GateOptions",
@@ -60,9 +76,10 @@ def run_command(
 
         cagtool run --gate --max-recompiles ca:0 train.py     # record, then gate (CI)
 
-    The script's stdout is its own; cagtool writes to stderr. The exit code is the script's
-    (130 after Ctrl-C; 2 for bad arguments); with --gate, 1 when the script succeeded but a
-    gate check failed.
+    The script's stdout and stderr are its own (the live status is drawn on the terminal's
+    bottom row, never by capturing them); cagtool writes to stderr, and JSON with --json FILE.
+    The exit code is the script's (130 after Ctrl-C, 143 after SIGTERM, 129 after SIGHUP;
+    2 for bad arguments); with --gate, 1 when the script succeeded but a gate check failed.
     """
     from cagtool.capture.orchestrate import RunOptions, run
     from cagtool.capture.target import check_target
@@ -75,15 +92,22 @@ def run_command(
         args = args[1:]
     if script is not None and script.startswith("-") and script != "-":
         raise UsageError(f"no such option: {script} (cagtool run [OPTIONS] SCRIPT [ARGS]...; see cagtool run --help)")
-    if fmt not in ("text", "json"):
-        raise UsageError(f"--format takes text or json (got {fmt!r})")
+    if fmt == "json":
+        raise UsageError("cagtool run --format json would mix JSON into the script's own stdout; use --json FILE, or `cagtool summary --format json` after the run")
+    if fmt != "text":
+        raise UsageError(f"--format on run takes text (got {fmt!r}); for JSON use --json FILE")
+    if output is not None and not output.strip():
+        raise UsageError("-o/--output is empty (an unset variable?); give a run directory, or leave -o out for the default")
+    if json_file is not None and not str(json_file).strip():
+        raise UsageError("--json is empty; give a file name")
     if backend not in ("inductor", "aot_eager", "eager"):
         raise UsageError(f"--backend takes inductor, aot_eager or eager (got {backend!r})")
     target = check_target(script, module, args)
     options = RunOptions(
         target=target,
         modes=parse_modes(modes),
-        output=output,
+        output=Path(output) if output is not None else None,
+        keep_cache=keep_cache,
         backend=backend,
         dynamic=dynamic,
         steps=steps,
@@ -105,7 +129,9 @@ def run_command(
         raise UsageError(outcome.startup_error)
     from cagtool.commands.summary import print_run_report
 
-    print_run_report(outcome.path, fmt=fmt, after_run=True)
+    print_run_report(outcome.path, fmt="text", after_run=True)
+    if json_file is not None:
+        write_summary_json(outcome.path, Path(json_file))
     code = outcome.exit_code
     if (gate or gate_options.settings.has_thresholds()) and code == 0:
         from cagtool.commands.gate import gate_and_report

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from cagtool.errors import UnreadableInput
+from cagtool.record.liveness import read_vanished_as_killed
 from cagtool.record.manifest import ModeManifest, RunMeta, mode_manifest_from_dict, run_meta_from_dict
 from cagtool.record.graph_file import GraphNode, graph_node_from_dict
 from cagtool.record.schema import (
@@ -271,6 +272,7 @@ def load_run(path: str | Path | None = None, strict: bool = False, kinds: frozen
             modes[mode] = load_mode(mode_path, strict=strict, kinds=kinds)
         elif strict:
             raise UnreadableInput(f"mode {mode!r} of {run_path} has no manifest (--strict)")
+    read_vanished_as_killed(meta, [m.manifest for m in modes.values()])
     return RunRecord(path=run_path, meta=meta, modes=modes)
 
 

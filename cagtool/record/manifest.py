@@ -42,6 +42,10 @@ class ModeManifest:
     # Set on records built by `cagtool import` (mode "imported"): the source logs, what was read,
     # skipped or inferred, and `not_in_log` (what such a record cannot have: step times...).
     imported: dict[str, Any] | None = None
+    # A write error ended recording early: {"at_seq": first event not written, "error", "file"};
+    # the events before at_seq are in events.jsonl. trace_stopped: the same for TORCH_TRACE.
+    recording_stopped: dict[str, Any] | None = None
+    trace_stopped: dict[str, Any] | None = None
 
 
 @dataclass
@@ -62,6 +66,9 @@ class RunMeta:
     exit_code: int | None = None
     mode_exit_codes: dict[str, int | None] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
+    # The cagtool process writing it: {"pid", "hostname", "start_ticks"} (record/liveness.py), so a
+    # reader can tell a run still going from one whose process vanished.
+    process: dict[str, Any] = field(default_factory=dict)
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

@@ -49,7 +49,8 @@ IMPORTED_MODE = "imported"
 STATUS_RUNNING = "running"  # still running, or the process was killed before it could finish the record
 STATUS_FINISHED = "finished"  # the target returned, called sys.exit(0), or a --steps/--max-time bound stopped it
 STATUS_FAILED = "failed"  # the target raised or exited non-zero
-STATUS_INTERRUPTED = "interrupted"  # Ctrl-C
+STATUS_INTERRUPTED = "interrupted"  # Ctrl-C, SIGTERM or SIGHUP (exit code 128+N), or cagtool's own process died
+STATUS_KILLED = "killed"  # the process vanished without closing its record (SIGKILL, OOM killer); set by the parent or the loader
 STATUS_TIMEOUT = "timeout"  # cut off by a time limit it did not choose (readers accept it; --max-time is a clean stop)
 
 MISS_NEW_NODE = "new_node"

@@ -96,6 +96,8 @@ def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
         "peak_rss_bytes": metrics.peak_rss_bytes,
         "findings": [{"code": f.code, "message": f.message, "step": f.step} for f in record.of(FindingEvent)],
         "skipped_lines": record.skipped_lines,
+        "recording_stopped": record.manifest.recording_stopped,
+        "trace_stopped": record.manifest.trace_stopped,
     }
     # Multi-process jobs only (single-process JSON is unchanged): each rank's figures, the totals
     # and what the ranks disagree on.
@@ -199,6 +201,9 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     for finding in record.of(FindingEvent):
         where = f" ({_where(finding.source)})" if finding.source else ""
         console.print(f"  [yellow]finding:[/yellow] {finding.message}{where}")
+    stopped = record.manifest.recording_stopped
+    if isinstance(stopped, dict):
+        console.print(f"  note: recording stopped at event {stopped.get('at_seq')} ({stopped.get('error')}): the counts cover only the job up to there", markup=False)
     if record.skipped_lines or record.unknown_kinds:
         console.print(f"  note: skipped {record.skipped_lines} unreadable line(s) and {sum(record.unknown_kinds.values())} unknown event(s)")
     if analysis is not None:

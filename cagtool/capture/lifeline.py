@@ -1,0 +1,187 @@
+"""Signals between the cagtool parent and a mode child, and dying together.
+
+The parent forwards SIGINT, SIGTERM and SIGHUP to the mode child unless the child already got
+the same signal (a terminal's Ctrl-C or a `kill -- -PGID` reaches both): the child reports every
+signal it receives on a pipe (Python's wakeup fd, written from the C-level handler, so it works
+while the child is busy in C code). The child asks the kernel for SIGTERM when the parent dies
+(PR_SET_PDEATHSIG), so a SIGKILLed parent leaves no orphan training on.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_PR_SET_PDEATHSIG = 1
+
+
+class SignalStop(BaseException):
+    """Raised in the target's main thread on SIGTERM/SIGHUP: unwinds the script (its `finally`
+    blocks run) so the record closes as interrupted. A BaseException, so `except Exception` in
+    the script does not swallow it."""
+
+    def __init__(self, signum: int, parent_died: bool = False) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.parent_died = parent_died
+
+
+def exit_code_for(signum: int) -> int:
+    """The shell's convention: 128 + N (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP)."""
+    return 128 + int(signum)
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Linux: SIGTERM this process when the parent dies, including by SIGKILL. If the parent is
+    already gone (it died before this ran), act as if the signal came now."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the parent still forwards its signals
+        return
+    if os.getppid() != parent_pid:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def install_child_handlers(parent_pid: int, ack_fd: int | None) -> None:
+    """In the mode child, before the target runs: SIGTERM/SIGHUP raise SignalStop (SIGINT keeps
+    python's KeyboardInterrupt); a signal the child was started with ignored (nohup, a
+    background job) stays ignored, as under python. Every signal received is reported on ack_fd."""
+
+    def _stop(signum: int, frame: Any) -> None:
+        raise SignalStop(signum, parent_died=os.getppid() != parent_pid)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) == signal.SIG_DFL:
+            signal.signal(signum, _stop)
+    if ack_fd is not None:
+        try:
+            os.set_inheritable(ack_fd, False)  # the script's own children must not hold it open
+            os.set_blocking(ack_fd, False)
+            signal.set_wakeup_fd(ack_fd, warn_on_full_buffer=False)
+        except (OSError, ValueError):
+            pass
+
+
+def ignore_further_stops() -> None:
+    """While the record is being closed, a second signal (the forwarded copy of one the child
+    already got, a second Ctrl-C) must not abort the manifest write."""
+    for signum in STOP_SIGNALS:
+        try:
+            signal.signal(signum, signal.SIG_IGN)
+        except (OSError, ValueError):
+            pass
+
+
+@dataclass
+class ChildSupervisor:
+    """The parent's side while one mode child runs: receives the parent's stop signals, forwards
+    each to the child once (unless the child reported the same signal), and kills the child if it
+    has not finished its record `grace_s` after the first signal, or on a second, later signal."""
+
+    forward_delay_s: float = 0.3  # how long to wait for the child's own copy of a group signal
+    repeat_window_s: float = 1.0  # deliveries closer than this are one event (timeout sends two)
+    grace_s: float = 20.0
+    first_signal: int | None = None
+    first_at: float | None = None
+    killed: bool = False  # the parent SIGKILLed the child
+    _pending: list[tuple[int, float]] = field(default_factory=list)
+    _child_got: dict[int, float] = field(default_factory=dict)
+    _previous: dict[int, Any] = field(default_factory=dict)
+    _wake_r: int | None = None
+    _wake_w: int | None = None
+    _old_wakeup: int = -1
+
+    def __enter__(self) -> "ChildSupervisor":
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        os.set_blocking(self._wake_r, False)
+        self._old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        for signum in STOP_SIGNALS:
+            current = signal.getsignal(signum)
+            if current == signal.SIG_IGN:
+                continue  # started ignored (nohup, background job): stays ignored, like the child
+            self._previous[signum] = current
+            signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        signal.set_wakeup_fd(self._old_wakeup)
+        for fd in (self._wake_r, self._wake_w):
+            if fd is not None:
+                os.close(fd)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._pending.append((signum, time.monotonic()))
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.first_signal is not None or bool(self._pending)
+
+    def settle(self) -> None:
+        """Account for signals that came while no mode process ran (between modes)."""
+        while self._pending:
+            signum, at = self._pending.pop(0)
+            if self.first_at is None:
+                self.first_signal, self.first_at = signum, at
+
+    def wait(self, proc: Any, ack_r: int | None) -> int:
+        """Wait for the child, handling signals; returns its wait status code (Popen.returncode)."""
+        watch = [fd for fd in (ack_r, self._wake_r) if fd is not None]
+        forward_at: dict[int, float] = {}
+        while True:
+            code = proc.poll()
+            if code is not None:
+                return code
+            timeout = 0.2
+            if forward_at:
+                timeout = max(0.0, min(timeout, min(forward_at.values()) - time.monotonic()))
+            try:
+                ready, _, _ = select.select(watch, [], [], timeout)
+            except InterruptedError:
+                ready = []
+            now = time.monotonic()
+            for fd in ready:
+                try:
+                    data = os.read(fd, 512)
+                except BlockingIOError:
+                    continue
+                if fd == ack_r:
+                    if not data:  # the child closed it (exited, or exec'd something else)
+                        watch.remove(fd)
+                    for signum in data:
+                        self._child_got[signum] = now
+            while self._pending:
+                signum, at = self._pending.pop(0)
+                if self.first_at is None:
+                    self.first_signal, self.first_at = signum, at
+                elif at - self.first_at > self.repeat_window_s:
+                    self._kill(proc)  # asked twice: stop now
+                    continue
+                if signum not in forward_at:
+                    forward_at[signum] = at + self.forward_delay_s
+            for signum, due in list(forward_at.items()):
+                got = self._child_got.get(signum)
+                if got is not None and got >= due - self.forward_delay_s - self.repeat_window_s:
+                    del forward_at[signum]  # the child has its own copy
+                elif now >= due:
+                    del forward_at[signum]
+                    try:
+                        os.kill(proc.pid, signum)
+                    except ProcessLookupError:
+                        pass
+            if self.first_at is not None and now - self.first_at > self.grace_s:
+                self._kill(proc)
+
+    def _kill(self, proc: Any) -> None:
+        if proc.poll() is None:
+            self.killed = True
+            proc.kill()

@@ -71,6 +71,8 @@ def run_recompiles(options: RecompilesOptions, out: IO[str] | None = None, err: 
     record, tables, rank_notes = recompile_tables(options.run, options.strict, options.mode, options.rank)
     run_label = str(options.run) if options.run else ""
     run_label = run_label or str(record.path)
+    if options.rank is not None:
+        run_label += f" --rank {options.rank}"  # the hints it ends up in name the same rank
     explanations = [explain(t) for t in tables] if options.explain else None
     if options.format == TextOrJson.json.value:
         out.write(RecompilesJsonRenderer().render(str(record.path), tables, explanations, ranks=[n.to_json() for n in rank_notes]) + "\n")

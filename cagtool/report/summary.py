@@ -143,7 +143,7 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     run_dir = run_dir_of(record)
     analysis = analyze_ranks(record) if label is None else None
     if analysis is not None:
-        label = f"{record.path.name} (main process)"
+        label = f"{record.path.name} (main process{'' if record.rank is None else f', rank {record.rank}'})"
     state = manifest.status if manifest.exit_code in (0, None) else f"{manifest.status}, exit {manifest.exit_code}"
     duration = f"{manifest.duration_s:.1f} s" if manifest.duration_s else "?"
     stopped = {"steps": " (stopped by --steps)", "max_time": " (stopped by --max-time)"}.get(str(manifest.options.get("stopped_by")), "")

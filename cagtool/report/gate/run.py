@@ -11,6 +11,7 @@ from pathlib import Path
 
 from cagtool.errors import EXIT_GATE_FAILED, EXIT_OK, UsageError
 from cagtool.record.loader import RunRecord, load_run
+from cagtool.record.schema import IMPORTED_MODE
 from cagtool.report.gate.baseline import (
     Baseline,
     environment_warnings,
@@ -166,7 +167,7 @@ def run_gate(run_path: str | Path | None, options: GateOptions | None = None) ->
     checks = build_checks(settings, mode, baseline)
     results, ranks = _evaluate(checks, run, mode, baseline, bool(settings.fail_on_improvement), options.rank)
     warnings = environment_warnings(baseline, run) if baseline is not None else []
-    if settings.mode is None and mode != "ca":
+    if settings.mode is None and mode not in ("ca", IMPORTED_MODE):  # an imported run has only that mode
         warnings.append(f"the run did not ask for the ca mode: gating mode {mode} (--mode to choose)")
     for name, record in run.modes.items():
         if record.skipped_lines:

@@ -50,6 +50,11 @@ def train(rank: int, world_size: int, steps: int, port: int | None) -> None:
     gathered = [torch.empty_like(weights) for _ in range(world_size)]
     dist.all_gather(gathered, weights)
     in_sync = all(torch.equal(gathered[0], g) for g in gathered)
+    # gloo's worker thread releases the all_gather's tensors (it needs the GIL for that) after the
+    # call returns; freeing the process group meanwhile (at the end of this function) can deadlock
+    # in torch 2.13 (~ProcessGroupGloo joins that thread holding the GIL). A barrier holds no
+    # Python tensors and completes only after the all_gather was released.
+    dist.barrier()
     from torch._dynamo.utils import counters
 
     # One write per line: the ranks share stdout and must not interleave.

@@ -189,3 +189,26 @@ def test_forced_flag_reads_false_after_the_script_sets_it():
     finally:
         entry.env_value_force = _UNSET_SENTINEL
         torch._dynamo.config.compiled_autograd = False
+
+
+def test_subprocess_python_children_record_their_exit(tmp_path):
+    proc = _cagtool_run(tmp_path / "r", str(SCRIPTS / "subprocess_children.py"), modes="aot")
+    assert proc.stdout.split() == ["ok", "0", "exit3", "3", "raise", "1"]
+    children = load_run(tmp_path / "r").mode("aot").processes.values()
+    outcomes = {r.manifest.argv[-1]: (r.manifest.status, r.manifest.exit_code, r.manifest.exception.type if r.manifest.exception else None, len(r.of(StepEvent)))
+                for r in children}
+    assert outcomes == {"ok": ("finished", 0, None, 2), "exit3": ("failed", 3, None, 2), "raise": ("failed", 1, "ValueError", 2)}
+
+
+def test_launches_by_torchs_compiler_are_not_reported():
+    """Inductor starts `python -c` with an env of its own to check a kernel loads: not the job's."""
+    from cagtool.capture.launch_audit import started_by_compiler
+
+    def launched_from(filename: str) -> bool:
+        code = compile("result = check(sys._getframe())", filename, "exec")
+        scope = {"check": started_by_compiler, "sys": sys}
+        exec(code, scope)
+        return scope["result"]
+
+    assert launched_from(os.path.join(os.sep, "env", "site-packages", "torch", "_inductor", "codecache.py"))
+    assert not launched_from(os.path.join(os.sep, "home", "me", "train.py"))

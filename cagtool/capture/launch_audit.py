@@ -21,6 +21,10 @@ _PYTHON_NAME = re.compile(r"^(python|pypy)[\d.]*m?$")
 _EVENTS = frozenset({"subprocess.Popen", "os.exec", "os.posix_spawn", "os.system"})
 # torch's own helper interpreters: not the user's training, not followed on purpose.
 _TORCH_HELPERS = ("torch._inductor.compile_worker", os.path.join("_inductor", "compile_worker"))
+# Launches made by torch's compiler stack (Inductor checks that a compiled kernel loads in a fresh
+# `python -c` with an env of its own; Triton does similar): the compiler's business, not the job's.
+_COMPILER_DIRS = (f"{os.sep}torch{os.sep}_inductor{os.sep}", f"{os.sep}triton{os.sep}", f"{os.sep}cagtool{os.sep}capture{os.sep}")
+_STDLIB = os.path.dirname(os.path.realpath(os.__file__)) + os.sep
 
 
 @dataclass(frozen=True)
@@ -31,13 +35,31 @@ class UnfollowedLaunch:
     fix: str
 
     def message(self) -> str:
-        shown = shlex.join(self.argv)
+        shown = shlex.join(_short(a) for a in self.argv)
         if len(shown) > 300:
             shown = shown[:297] + "..."
         return (
             f"a Python process was started that cagtool cannot follow: `{shown}`: {self.reason}. "
             f"It runs without the mode's setup and leaves no record. Fix: {self.fix}"
         )
+
+
+def _short(arg: str) -> str:
+    """One line of a long argument (a `-c` program), for a message."""
+    first = arg.strip().splitlines()[0] if arg.strip() else arg
+    return first if len(first) <= 80 and first == arg else first[:77] + "..."
+
+
+def started_by_compiler(frame: Any) -> bool:
+    """Whether the code that made this launch (the first frame from `frame` outwards that is
+    outside the standard library) belongs to torch's compiler stack or to cagtool."""
+    while frame is not None:
+        filename = os.path.realpath(frame.f_code.co_filename) if not frame.f_code.co_filename.startswith("<") else ""
+        in_stdlib = filename.startswith(_STDLIB) and "-packages" + os.sep not in filename
+        if filename and not in_stdlib:
+            return any(part in filename for part in _COMPILER_DIRS)
+        frame = frame.f_back
+    return False
 
 
 def _interpreter_flags(argv: Sequence[str]) -> set[str]:
@@ -164,6 +186,8 @@ def install(report: Callable[[UnfollowedLaunch], None], bootstrap_dir: str, foll
             if launch is None:
                 return
             program, argv, env = launch
+            if started_by_compiler(sys._getframe(1)):
+                return
             commands = _shell_commands(program, argv)
             candidates = [(c[0], c, env) for c in commands] if commands is not None else [(program, argv, env)]
             for cand_program, cand_argv, cand_env in candidates:

@@ -1,0 +1,21 @@
+"""Starts `python child_train.py` three times: it trains two steps, then ends normally, with
+sys.exit(3), or by raising. Prints each child's return code."""
+
+import os
+import subprocess
+import sys
+
+CHILD = """
+import sys, torch
+model = torch.nn.Linear(3, 1)
+for _ in range(2):
+    model(torch.randn(2, 3)).sum().backward()
+if sys.argv[1] == "exit3":
+    sys.exit(3)
+if sys.argv[1] == "raise":
+    raise ValueError("boom")
+"""
+
+for how in ("ok", "exit3", "raise"):
+    code = subprocess.run([sys.executable, "-c", CHILD, how], stderr=subprocess.DEVNULL).returncode
+    print(how, code, flush=True)

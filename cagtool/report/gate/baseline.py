@@ -149,8 +149,17 @@ def baseline_from_run(run: RunRecord) -> Baseline:
     """A multi-rank run's baseline holds rank 0's figures (its launcher ran no steps); the gate
     holds every rank to them."""
     rank = lowest_rank(run)
+    modes = run_snapshots(run)
+    if rank is not None:
+        # Rank 0's figures, with the whole job's process problems (a failed or missing rank), so
+        # `baseline save` still refuses a run whose other ranks did not finish.
+        whole = modes
+        modes = {
+            name: replace(snap, process_problems=whole[name].process_problems) if name in whole else snap
+            for name, snap in run_snapshots(rank_view(run, rank)).items()
+        }
     return Baseline(
-        modes=run_snapshots(rank_view(run, rank) if rank is not None else run),
+        modes=modes,
         versions=dict(run.meta.versions),
         machine=dict(run.meta.machine),
         target=dict(run.meta.target),

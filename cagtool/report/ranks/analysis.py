@@ -251,7 +251,7 @@ def graphs_divergence(ref_rank: int, ref: list[Capture], rank: int, other: list[
         step = min(steps) if steps else None
         sides = []
         for who, capture in ((ref_rank, a), (rank, b)):
-            sides.append(f"rank {who} {capture.describe()}" if capture is not None else f"rank {who} captured {_nth(index)}")
+            sides.append(f"rank {who} {capture.describe()}" if capture is not None else f"rank {who} captured {_no_capture(index)}")
         where = f" at step {step}" if step is not None else ""
         differs = ""
         if a is not None and b is not None and a.step == b.step and a.miss_key == b.miss_key and a.graph_key != b.graph_key:
@@ -274,7 +274,7 @@ def graphs_divergence(ref_rank: int, ref: list[Capture], rank: int, other: list[
     return None
 
 
-def _nth(index: int) -> str:
+def _no_capture(index: int) -> str:
     return "no more CA graphs" if index else "no CA graph"
 
 

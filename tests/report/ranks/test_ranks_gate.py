@@ -88,3 +88,14 @@ def test_rank_option_checks_one_rank(multi_rank_run):
     assert [r.check for r in gate.failures] == ["ranks-agree"]  # the run-level checks still hold
     with pytest.raises(UnreadableInput, match="no rank 4"):
         _gate(path, rank=4)
+
+
+def test_baseline_of_a_multi_rank_run_is_rank_0s_and_refused_when_a_rank_failed(multi_rank_run):
+    from cagtool.record.loader import load_run
+    from cagtool.report.gate.baseline import baseline_from_run
+
+    baseline = baseline_from_run(load_run(multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA])})))
+    assert (baseline.modes["ca"].steps, baseline.modes["ca"].ca_graphs) == (6, 1)  # rank 0's, not the launcher's 0
+    assert baseline.modes["ca"].process_problems == ()
+    failed = baseline_from_run(load_run(multi_rank_run({0: Rank(), 1: Rank(status="failed", exit_code=1)}, name="failed")))
+    assert any("rank1: failed" in p for p in failed.modes["ca"].process_problems)

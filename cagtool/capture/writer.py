@@ -75,9 +75,12 @@ class RecordWriter:
         self._seq = 0
         self.stopped: dict[str, Any] | None = None  # set when a write failed: recording ended there
         self._events: Any = None
+        self._open()
+
+    def _open(self) -> None:
         try:
-            (mode_dir / GRAPHS_DIR).mkdir(parents=True, exist_ok=True)
-            self._events = open(mode_dir / EVENTS_FILE, "a", buffering=1)  # noqa: SIM115 - lives as long as the run
+            (self.mode_dir / GRAPHS_DIR).mkdir(parents=True, exist_ok=True)
+            self._events = open(self.mode_dir / EVENTS_FILE, "a", buffering=1)  # noqa: SIM115 - lives as long as the run
             error = self._write_manifest_quietly()
         except OSError as exc:
             error = exc
@@ -195,15 +198,11 @@ class RecordWriter:
         self._lock = threading.Lock()
         self._seq = 0
         self.t0 = time.perf_counter()
-        try:
-            os.close(self._events.fileno())
-            self._events.close()
-        except (OSError, ValueError):
-            pass
+        self._discard_events_file()
+        self.stopped = None
+        self.manifest.recording_stopped = None
         self.mode_dir = mode_dir
-        (mode_dir / GRAPHS_DIR).mkdir(parents=True, exist_ok=True)
-        self._events = open(mode_dir / EVENTS_FILE, "a", buffering=1)  # noqa: SIM115 - lives as long as the run
-        self.write_manifest()
+        self._open()
 
     @property
     def events_written(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import traceback
@@ -9,7 +10,7 @@ from typing import Any
 
 import typer
 
-from cagtool.errors import EXIT_UNREADABLE, EXIT_USAGE, CagtoolError
+from cagtool.errors import EXIT_INTERNAL, EXIT_UNREADABLE, CagtoolError
 
 app = typer.Typer(
     name="cagtool",
@@ -17,11 +18,14 @@ app = typer.Typer(
         "Profile and diagnose PyTorch compiled autograd.\n\n"
         "Start with `cagtool run train.py`, then `cagtool summary`, `cagtool recompiles --explain`, "
         "`cagtool diff-graphs` and `cagtool gate`. Exit codes: 0 ok; 1 gate failed, graphs differ, "
-        "or the target's own non-zero code on `run`; 2 usage error; 3 unreadable input."
+        "or the target's own non-zero code on `run`; 2 usage error; 3 unreadable input; 4 internal error (a bug)."
     ),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain (click) help: no rich markup to eat `[tool.cagtool.gate]`, no boxed table that cuts
+    # option names or adds a `<bool>` metavar on flags, nothing wrapped mid-word in a CI log.
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -45,7 +49,26 @@ def _register_commands() -> None:
     import_trace.register(app)
 
 
+def _keep_example_blocks(text: str) -> str:
+    """Help text whose indented paragraphs (examples, commands to copy) click prints verbatim:
+    a `\\b` line before a paragraph stops click from re-wrapping it."""
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(f"\b\n{p}" if p[:1].isspace() else p for p in paragraphs)
+
+
+def _plain_help(app_: typer.Typer) -> None:
+    for info in app_.registered_commands:
+        doc = info.help or (info.callback.__doc__ if info.callback else None)
+        if doc:
+            info.help = _keep_example_blocks(doc)
+    for group in app_.registered_groups:
+        if group.typer_instance is not None:
+            group.typer_instance.rich_markup_mode = None
+            _plain_help(group.typer_instance)
+
+
 _register_commands()
+_plain_help(app)
 
 
 def _debug_requested(args: list[str]) -> bool:
@@ -122,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
         if debug:
             traceback.print_exc()
         print(f"cagtool: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", file=sys.stderr)
-        sys.exit(EXIT_UNREADABLE if isinstance(exc, OSError) else EXIT_USAGE)
+        sys.exit(EXIT_UNREADABLE if isinstance(exc, OSError) else EXIT_INTERNAL)
     finally:
         if isinstance(sys.stdout, _ClosedPipeSafe):
             sys.stdout.flush()  # a reader that left during the last lines is noticed here, quietly

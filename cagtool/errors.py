@@ -7,6 +7,7 @@ EXIT_OK = 0
 EXIT_GATE_FAILED = 1  # also: the target's own non-zero code on `run`; `diff-graphs` found a difference
 EXIT_USAGE = 2
 EXIT_UNREADABLE = 3
+EXIT_INTERNAL = 4  # a bug in cagtool (an exception it did not expect): never mistaken for a usage error or a gate
 
 
 class CagtoolError(Exception):

@@ -10,6 +10,7 @@ import typer
 
 from cagtool.commands._common import RUN_ARG, STRICT_OPT, TextOrJson
 from cagtool.errors import UsageError
+from cagtool.record.integrity import refuse_damaged
 from cagtool.record.loader import load_run
 from cagtool.report.console import make_console
 from cagtool.report.gate.baseline import (
@@ -50,6 +51,7 @@ def register(app: typer.Typer) -> None:
         strict: bool = STRICT_OPT,
     ) -> None:
         record = load_run(run, strict=strict)
+        refuse_damaged(record, "saving a baseline from it")
         baseline = baseline_from_run(record)
         bad = {name: snap.status for name, snap in baseline.modes.items() if snap.status not in ("finished", "timeout")}
         bad.update({name: "; ".join(snap.process_problems) for name, snap in baseline.modes.items() if snap.process_problems})

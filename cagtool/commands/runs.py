@@ -26,7 +26,10 @@ def runs_command(
     if not paths:
         console.print(f"no runs under {root or '.cagtool/runs'}; record one with: cagtool run train.py")
         return
-    table = Table("run", "created", "target", "modes", "exit", box=None, pad_edge=False)
+    table = Table(box=None, pad_edge=False)
+    for column in ("run", "created", "target", "modes", "exit"):
+        # Fold, never "…": the run path is the one thing to copy from this list.
+        table.add_column(column, overflow="fold")
     for path in paths:
         try:
             run = load_run(path)

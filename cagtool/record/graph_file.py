@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cagtool.record.schema import AutogradNodeRef
+from cagtool.record.validate import check_types
 
 GRAPH_FORMAT = "cagtool-ca-graph"
 
@@ -43,8 +44,11 @@ def graph_node_to_dict(node: GraphNode) -> dict[str, Any]:
 
 
 def graph_node_from_dict(data: dict[str, Any]) -> GraphNode:
+    """Raises TypeError for a node that is not an object or has a field of the wrong type."""
+    if not isinstance(data, dict):
+        raise TypeError(f"a node is {type(data).__name__}, not an object")
     names = {f.name for f in dataclasses.fields(GraphNode)}
     kwargs = {k: v for k, v in data.items() if k in names}
     if kwargs.get("origin") is not None:
         kwargs["origin"] = AutogradNodeRef(**kwargs["origin"])
-    return GraphNode(**kwargs)
+    return check_types(GraphNode(**kwargs))

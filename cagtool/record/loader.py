@@ -12,7 +12,7 @@ from typing import TypeVar
 from cagtool.errors import UnreadableInput
 from cagtool.record.liveness import read_vanished_as_killed
 from cagtool.record.manifest import ModeManifest, RunMeta, mode_manifest_from_dict, run_meta_from_dict
-from cagtool.record.graph_file import GraphNode, graph_node_from_dict
+from cagtool.record.graph_file import GRAPH_FORMAT, GraphNode, graph_node_from_dict
 from cagtool.record.schema import (
     EVENT_TYPES,
     EVENTS_FILE,
@@ -130,11 +130,13 @@ class RunRecord:
 def read_json_object(path: Path, what: str, missing_hint: str = "") -> dict:
     """A JSON object from a file, or one clear UnreadableInput line saying what is wrong."""
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise UnreadableInput(f"{what} not found: {path}{missing_hint}") from None
     except OSError as exc:
         raise UnreadableInput(f"cannot read {what} {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise UnreadableInput(f"{what} {path} is not UTF-8 text (bad byte at offset {exc.start}): corrupt") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -199,15 +201,26 @@ def _process_sort_key(path: Path) -> tuple[int, int, str]:
 def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None) -> ModeRecord:
     data = read_json_object(path / MANIFEST_FILE, "mode manifest")
     check_format(data, MODE_FORMAT, path / MANIFEST_FILE)
-    manifest = mode_manifest_from_dict(data)
+    try:
+        manifest = mode_manifest_from_dict(data)
+    except TypeError as exc:
+        raise UnreadableInput(f"mode manifest {path / MANIFEST_FILE} is malformed: {exc}") from None
     events: list[Event] = []
     skipped = 0
     unknown: Counter[str] = Counter()
     counts: Counter[str] = Counter()
     events_path = path / EVENTS_FILE
     if events_path.exists():
-        with events_path.open() as handle:
-            for number, line in enumerate(handle, start=1):
+        with events_path.open("rb") as handle:
+            for number, raw_line in enumerate(handle, start=1):
+                try:
+                    line = raw_line.decode("utf-8")
+                except UnicodeDecodeError:
+                    # Corrupt bytes are a bad line like any other: counted, or fatal with --strict.
+                    if strict:
+                        raise UnreadableInput(f"{events_path}: line {number} is not UTF-8 text (--strict)") from None
+                    skipped += 1
+                    continue
                 if not line.strip():
                     continue
                 if kinds is not None and not strict:
@@ -264,10 +277,13 @@ def load_run(path: str | Path | None = None, strict: bool = False, kinds: frozen
     run_path = resolve_run_path(path)
     data = read_json_object(run_path / RUN_META_FILE, "run record")
     check_format(data, RUN_FORMAT, run_path / RUN_META_FILE)
-    meta = run_meta_from_dict(data)
+    try:
+        meta = run_meta_from_dict(data)
+    except TypeError as exc:
+        raise UnreadableInput(f"run record {run_path / RUN_META_FILE} is malformed: {exc}") from None
     modes: dict[str, ModeRecord] = {}
     for mode in meta.modes:
-        mode_path = run_path / mode
+        mode_path = inside(run_path, mode, f"mode {mode!r} of {run_path / RUN_META_FILE}")
         if (mode_path / MANIFEST_FILE).exists():
             modes[mode] = load_mode(mode_path, strict=strict, kinds=kinds)
         elif strict:
@@ -283,10 +299,12 @@ def list_runs(root: Path | None = None) -> list[Path]:
         return []
 
     def created(run: Path) -> str:
+        # Sorting only: a corrupt run.json sorts first here and is reported by whoever loads it.
         try:
-            return str(json.loads((run / RUN_META_FILE).read_text()).get("created_at", ""))
+            data = json.loads((run / RUN_META_FILE).read_bytes())
         except (OSError, ValueError):
             return ""
+        return str(data.get("created_at", "")) if isinstance(data, dict) else ""
 
     found = [p for p in root.iterdir() if (p / RUN_META_FILE).is_file()]
     return sorted(found, key=lambda p: (created(p), p.name))
@@ -300,12 +318,27 @@ def latest_run(root: Path | None = None) -> Path:
     return runs[-1]
 
 
+def inside(root: Path, relative: str, what: str) -> Path:
+    """`root / relative`, refused (UnreadableInput) unless it stays inside `root`: names and paths
+    read from a record (a mode name in run.json, a graph event's code_file) are data, and a
+    `../../other` in one must not make a report read another run or any file on the machine."""
+    candidate = Path(relative)
+    if not relative or candidate.is_absolute() or ".." in candidate.parts:
+        raise UnreadableInput(f"{what}: {relative!r} points outside the record; refusing to read it")
+    resolved_root = Path(os.path.realpath(root))
+    target = Path(os.path.realpath(root / candidate))
+    if target != resolved_root and resolved_root not in target.parents:
+        raise UnreadableInput(f"{what}: {relative!r} points outside the record; refusing to read it")
+    return root / candidate
+
+
 def load_graph_nodes(path: Path) -> list[GraphNode]:
     data = read_json_object(path, "graph file")
+    check_format(data, GRAPH_FORMAT, path, what="cagtool graph file")
     nodes = data.get("nodes")
     if not isinstance(nodes, list):
         raise UnreadableInput(f"graph file {path} has no node list")
     try:
         return [graph_node_from_dict(n) for n in nodes]
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise UnreadableInput(f"graph file {path} is malformed: {exc}") from None

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cagtool.record.schema import MODE_FORMAT, RUN_FORMAT, SCHEMA_VERSION
+from cagtool.record.validate import check_types
 
 
 @dataclass
@@ -81,11 +82,13 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
 
 
 def mode_manifest_from_dict(data: dict[str, Any]) -> ModeManifest:
+    """Raises TypeError for a field of the wrong type (the loader names the file)."""
     manifest = _build(ModeManifest, data)
     if isinstance(manifest.exception, dict):
         manifest.exception = _build(ExceptionInfo, manifest.exception)
-    return manifest
+    return check_types(manifest)
 
 
 def run_meta_from_dict(data: dict[str, Any]) -> RunMeta:
-    return _build(RunMeta, data)
+    """Raises TypeError for a field of the wrong type (the loader names the file)."""
+    return check_types(_build(RunMeta, data))

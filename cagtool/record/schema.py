@@ -26,6 +26,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from cagtool.record.validate import check_types
+
 RUN_FORMAT = "cagtool-run"
 MODE_FORMAT = "cagtool-mode-record"
 # Bump when a reader of the old version would misread the new one. Additive fields don't bump it.
@@ -337,4 +339,4 @@ def event_from_dict(data: dict[str, Any]) -> Event | None:
             else:
                 value = nested(**value)
         kwargs[key] = value
-    return cls(**kwargs)
+    return check_types(cls(**kwargs))  # a field of the wrong type: TypeError, the loader says where

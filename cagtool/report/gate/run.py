@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cagtool.errors import EXIT_GATE_FAILED, EXIT_OK, UsageError
+from cagtool.record.integrity import refuse_damaged
 from cagtool.record.loader import RunRecord, load_run
 from cagtool.record.schema import IMPORTED_MODE
 from cagtool.report.gate.baseline import (
@@ -162,6 +163,7 @@ def run_gate(run_path: str | Path | None, options: GateOptions | None = None) ->
     if not settings.has_thresholds():
         build_checks(settings, "ca", None)  # raises the usage error before any loading
     run = load_run(run_path, strict=options.strict)
+    refuse_damaged(run, "gating it")
     baseline = load_baseline(settings.baseline) if settings.baseline is not None else None
     mode = settings.mode or default_mode(run)
     checks = build_checks(settings, mode, baseline)

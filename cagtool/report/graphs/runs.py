@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cagtool.errors import UnreadableInput
-from cagtool.record.loader import ModeRecord, RunRecord, load_graph_nodes
+from cagtool.record.loader import ModeRecord, RunRecord, inside, load_graph_nodes
 from cagtool.record.graph_file import GraphNode
 from cagtool.record.schema import (
+    EVENTS_FILE,
     GRAPHS_DIR,
     MISS_CHANGED_SHAPES,
     MISS_NEW_NODE,
@@ -120,7 +121,8 @@ def describe_recompile(miss: CacheMissEvent) -> str:
 
 def _side_code_file(mode: ModeRecord, ca_id: int) -> Path:
     event = next((e for e in mode.of(CAGraphEvent) if e.ca_id == ca_id), None)
-    return mode.path / (event.code_file if event is not None and event.code_file else f"{GRAPHS_DIR}/ca_{ca_id}.py")
+    relative = event.code_file if event is not None and event.code_file else f"{GRAPHS_DIR}/ca_{ca_id}.py"
+    return inside(mode.path, relative, f"graph !{ca_id} of {mode.path / EVENTS_FILE}")
 
 
 def _side(run: RunRecord, mode: ModeRecord, ca_id: int) -> GraphSide:
@@ -141,7 +143,8 @@ def _side(run: RunRecord, mode: ModeRecord, ca_id: int) -> GraphSide:
 
 def _nodes_path(mode: ModeRecord, ca_id: int) -> Path:
     event = next((e for e in mode.of(CAGraphEvent) if e.ca_id == ca_id), None)
-    return mode.path / (event.nodes_file if event is not None and event.nodes_file else f"{GRAPHS_DIR}/ca_{ca_id}.json")
+    relative = event.nodes_file if event is not None and event.nodes_file else f"{GRAPHS_DIR}/ca_{ca_id}.json"
+    return inside(mode.path, relative, f"graph !{ca_id} of {mode.path / EVENTS_FILE}")
 
 
 def _mode_with_graphs(run: RunRecord, mode_name: str | None) -> ModeRecord:

@@ -1,0 +1,74 @@
+"""Type checks of record data read back from JSON: a well-formed line whose `step` is a string or
+whose `changed_sizes` is a number is damaged, and must be refused (or skipped and counted) where it
+is read, not crash a renderer later with a TypeError far from the file and line it came from."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from functools import lru_cache
+from typing import Any, Callable, Union
+
+Checker = Callable[[Any], bool]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_float(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _checker(hint: Any) -> Checker:
+    """A predicate for values of `hint`; permissive (always True) for hints it does not know."""
+    if hint is Any:
+        return lambda value: True
+    if hint is type(None):
+        return lambda value: value is None
+    if hint is bool:
+        return lambda value: isinstance(value, bool)
+    if hint is int:
+        return _is_int
+    if hint is float:
+        return _is_float
+    if hint is str:
+        return lambda value: isinstance(value, str)
+    if dataclasses.is_dataclass(hint):
+        return lambda value: isinstance(value, hint) and not invalid_fields(value)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        options = [_checker(a) for a in args]
+        return lambda value: any(check(value) for check in options)
+    if origin in (list, tuple) and args:
+        item = _checker(args[0])
+        return lambda value: isinstance(value, (list, tuple)) and all(item(v) for v in value)
+    if origin is dict and len(args) == 2:
+        key, val = _checker(args[0]), _checker(args[1])
+        return lambda value: isinstance(value, dict) and all(key(k) and val(v) for k, v in value.items())
+    if origin is not None and isinstance(origin, type):
+        return lambda value: isinstance(value, origin)
+    if isinstance(hint, type):
+        return lambda value: isinstance(value, hint)
+    return lambda value: True
+
+
+@lru_cache(maxsize=None)
+def _field_checkers(cls: type) -> tuple[tuple[str, Checker], ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, _checker(hints[f.name])) for f in dataclasses.fields(cls) if f.name in hints)
+
+
+def invalid_fields(obj: Any) -> list[str]:
+    """Names of the dataclass `obj`'s fields whose values do not match their annotations."""
+    return [name for name, check in _field_checkers(type(obj)) if not check(getattr(obj, name))]
+
+
+def check_types(obj: Any) -> Any:
+    """`obj` itself, or a TypeError naming each field of the wrong type and its value."""
+    bad = invalid_fields(obj)
+    if bad:
+        shown = ", ".join(f"{name}={getattr(obj, name)!r:.40}" for name in bad)
+        raise TypeError(f"{type(obj).__name__}: wrong type for {shown}")
+    return obj

@@ -83,7 +83,7 @@ def _steps(n: int = 8, ms: float = 10.0) -> list[dict]:
     events, t = [], 0.0
     for i in range(1, n + 1):
         t += ms / 1000
-        events.append({"kind": "step", "seq": i, "t": t, "step": i, "loss": 1.0 / i})
+        events.append({"kind": "step", "seq": i, "t": t, "step": i, "backward_s": ms / 3000, "loss": 1.0 / i})
     return events
 
 
@@ -401,3 +401,253 @@ def test_mode_process_killed_alone_is_closed_as_killed(tmp_path):
     ca = run.modes["ca"]
     assert ca.manifest.status == "killed" and ca.manifest.exit_code == 137 and ca.manifest.exception.type == "SIGKILL"
     assert run.meta.status == "finished" and run.meta.exit_code == 137 and run.meta.mode_exit_codes == {"ca": 137}
+
+
+# ------------------------------------------------------------------ reading: hostile and damaged records, honest output
+
+def test_corrupt_bytes_in_events_are_counted_or_fatal_with_line(tmp_path):
+    """Random bytes in events.jsonl: lenient readers skip and count the line; --strict is exit 3
+    naming the file and line; never an internal error."""
+    run = write_run(tmp_path / "r", {"ca": _manifest("ca")})
+    events = run / "ca" / "events.jsonl"
+    events.write_bytes(events.read_bytes() + b"\xff\xfe\x00garbage\x9c\n" + json.dumps(_steps(9)[-1]).encode() + b"\n")
+    code, out, err = cagtool("summary", str(run), "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["modes"]["ca"]["skipped_lines"] == 1
+    code, out, err = cagtool("summary", str(run), "--strict")
+    assert code == 3 and f"{events}: line 9 is not UTF-8" in err
+
+
+def test_wrong_field_types_in_well_formed_lines(tmp_path):
+    """`"step": "three"` in a well-formed line: skipped and counted, --strict names the line."""
+    bad = {"kind": "step", "seq": 99, "t": 1.0, "step": "three", "backward_s": [1]}
+    run = write_run(tmp_path / "r", {"ca": _manifest("ca")}, events={"ca": [*_steps(3), bad]})
+    code, out, err = cagtool("summary", str(run), "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["modes"]["ca"]["skipped_lines"] == 1
+    code, _, err = cagtool("gate", str(run), "--max-ca-graphs", "0", "--no-config", "--strict")
+    assert code == 3 and "line 4" in err and "step='three'" in err
+    # a manifest field of the wrong type: exit 3 with the file, not a TypeError
+    run2 = write_run(tmp_path / "r2", {"ca": _manifest("ca", torch_counters={"compiled_autograd": {"captures": "two"}})})
+    code, _, err = cagtool("summary", str(run2))
+    assert code == 3 and "manifest.json is malformed" in err and "internal error" not in err
+
+
+def test_runs_lists_unreadable_run_among_others(tmp_path):
+    """A non-UTF-8 run.json among several runs is listed as unreadable; the others are listed."""
+    root = tmp_path / "runs"
+    for i in range(3):
+        write_run(root / f"good-{i}", {"ca": _manifest("ca")})
+    bad = write_run(root / "bad", {"ca": _manifest("ca")})
+    (bad / "run.json").write_bytes(b"\x89PNG\r\n\x1a\n\xff\xff")
+    wrong = write_run(root / "wrong-types", {"ca": _manifest("ca")}, meta_extra={"target": ["not", "a", "dict"]})
+    code, out, err = cagtool("runs", str(root))
+    assert code == 0, err
+    for i in range(3):
+        assert str(root / f"good-{i}") in out
+    assert f"{bad}" in out and "not UTF-8" in out
+    assert f"{wrong}" in out and "malformed" in out
+    assert "…" not in out
+    # and reading it directly is exit 3, with the file
+    code, _, err = cagtool("summary", str(bad))
+    assert code == 3 and "run.json is not UTF-8" in err
+
+
+def test_internal_error_has_its_own_exit_code(tmp_path, monkeypatch):
+    """An exception cagtool did not expect: exit 4 (README), one line, not 2 (usage) or 3."""
+    import cagtool.commands.summary as summary
+
+    def boom(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(summary, "print_run_report", boom)
+    code, _, err = cagtool("summary", str(tmp_path))
+    assert code == 4 and "internal error: ZeroDivisionError: a bug" in err
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert "| 4 | internal error" in readme
+
+
+MARKUP = "[b, c] and [/x] and [bold red]not bold[/]"
+
+
+def test_markup_in_record_text_is_shown_verbatim(tmp_path):
+    """Record text with rich markup: shown as is, never eaten, never a MarkupError."""
+    manifest = _manifest("ca", status="failed", exception={"type": "ValueError", "message": MARKUP, "traceback": ""})
+    finding = {"kind": "finding", "seq": 50, "t": 1.0, "code": "x", "message": f"finding {MARKUP}"}
+    run = write_run(tmp_path / "r", {"eager": _manifest("eager"), "ca": manifest}, events={"ca": [*_steps(3), finding]})
+    code, out, err = cagtool("summary", str(run))
+    assert code == 0, err
+    assert f"ValueError: {MARKUP}" in out and f"finding {MARKUP}" in out
+    code, out, err = cagtool("gate", str(run), "--max-ca-graphs", "1", "--no-config")
+    assert code == 1 and MARKUP in out and "MarkupError" not in err
+    code, out, err = cagtool("compare", str(run))
+    assert code == 0 and MARKUP in out
+
+
+def test_help_shows_brackets_and_full_option_names():
+    code, out, _ = cagtool("run", "--help")
+    assert code == 0 and "[tool.cagtool.gate]" in out and "\\[" not in out
+    code, out, _ = cagtool("gate", "--help")
+    assert "--fail-on-improvement / --no-fail-on-improvement" in out and "--max-compile-regression" in out
+    assert "<bool>" not in out and "…" not in out
+
+
+def test_off_terminal_lines_are_not_wrapped(tmp_path):
+    """CI logs: a long line stays one line (greppable), whatever its length."""
+    long_reason = "a reason " * 30
+    finding = {"kind": "finding", "seq": 50, "t": 1.0, "code": "x", "message": long_reason.strip()}
+    run = write_run(tmp_path / "r", {"ca": _manifest("ca")}, events={"ca": [*_steps(3), finding]})
+    code, out, _ = cagtool("summary", str(run))
+    assert code == 0
+    assert any(line.strip() == f"finding: {long_reason.strip()}" for line in out.splitlines())
+
+
+def test_path_escape_from_record_is_refused(tmp_path):
+    """run.json `modes: ["../../other/ca"]` and a graph event with code_file outside the mode dir."""
+    other = write_run(tmp_path / "other", {"ca": _manifest("ca")})
+    run = write_run(tmp_path / "a" / "b" / "r", {"ca": _manifest("ca")}, meta_extra={"modes": ["../../../other/ca"]})
+    assert (run / "../../../other/ca/manifest.json").resolve() == (other / "ca" / "manifest.json").resolve()
+    code, _, err = cagtool("summary", str(run))
+    assert code == 3 and "points outside the record" in err
+    graph = {"kind": "ca_graph", "seq": 40, "t": 1.0, "ca_id": 0, "compile_id": "!0", "step": 1, "node_count": 1,
+             "op_histogram": {}, "autograd_nodes": [], "aot_ids": [], "hooks": [], "num_sizes": 0, "capture_s": 0.1,
+             "code_file": "../../../../etc/passwd", "nodes_file": "../../../../etc/passwd"}
+    run2 = write_run(tmp_path / "r2", {"ca": _manifest("ca")}, events={"ca": [*_steps(2), graph, {**graph, "seq": 41, "ca_id": 1, "compile_id": "!1"}]})
+    code, out, err = cagtool("diff-graphs", str(run2), "0", "1")
+    assert code == 3 and "points outside the record" in err and "root:" not in out
+
+
+def test_graph_file_with_newer_schema_is_refused(tmp_path):
+    from cagtool.record.loader import load_graph_nodes
+    from cagtool.errors import UnreadableInput
+
+    path = tmp_path / "ca_0.json"
+    path.write_text(json.dumps({"format": "cagtool-ca-graph", "schema_version": 99, "ca_id": 0, "nodes": []}))
+    with pytest.raises(UnreadableInput, match="schema_version 99, newer"):
+        load_graph_nodes(path)
+    path.write_text(json.dumps({"format": "cagtool-ca-graph", "schema_version": 1, "ca_id": 0, "nodes": [{"name": 3, "op": "x", "target": "y"}]}))
+    with pytest.raises(UnreadableInput, match="malformed"):
+        load_graph_nodes(path)
+
+
+HOSTILE = '<img src=x onerror=alert(1)> [link](http://x) `code` **b** | cell\n::warning::injected'
+
+
+def test_markdown_outputs_escape_record_text(tmp_path):
+    """A script and an exception text with HTML/Markdown: `compare --format markdown` and the
+    GitHub step summary show them as text (no tag, no link, no new cell or line)."""
+    from cagtool.report.markdown import md_text
+
+    assert md_text("<= 1 and p10 - p90") == "<= 1 and p10 - p90"
+    escaped = md_text(HOSTILE)
+    assert "<img" not in escaped and "&lt;img" in escaped and "\\[link\\]" in escaped and "\\|" in escaped
+    assert "\n" not in escaped
+    manifest = _manifest("ca", status="failed", exception={"type": "RuntimeError", "message": HOSTILE, "traceback": ""})
+    run = write_run(tmp_path / "r", {"eager": _manifest("eager"), "ca": manifest},
+                    meta_extra={"target": {"kind": "script", "name": "<img src=x onerror=alert(1)>.py"}})
+    code, out, err = cagtool("compare", str(run), "--format", "markdown")
+    assert code == 0, err
+    assert "<img" not in out and "&lt;img src=x onerror=alert(1)>.py" in out
+    assert not any(line.startswith("::") for line in out.splitlines())
+    summary = tmp_path / "summary.md"
+    code, out, err = cagtool("gate", str(run), "--max-ca-graphs", "1", "--no-config",
+                             env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)})
+    assert code == 1, err
+    text = summary.read_text()
+    assert "<img" not in text and "&lt;img" in text
+    assert not any(line.startswith("::") for line in text.splitlines())
+    # the workflow commands on stdout carry it escaped, on their own line
+    assert not any(line.startswith("::warning::injected") for line in out.splitlines())
+
+
+def test_record_contradicting_torch_counters_is_refused(tmp_path):
+    """events.jsonl deleted while torch counted 2 captures: gate and baseline save refuse (exit 3)."""
+    counters = {"compiled_autograd": {"captures": 2}, "graph_break": {}}
+    run = write_run(tmp_path / "r", {"ca": _manifest("ca", torch_counters=counters)})
+    (run / "ca" / "events.jsonl").unlink()
+    code, _, err = cagtool("gate", str(run), "--max-ca-graphs", "2", "--no-config")
+    assert code == 3 and "is damaged" in err and "events.jsonl is missing" in err
+    code, _, err = cagtool("baseline", "save", str(run), "-o", str(tmp_path / "b.json"))
+    assert code == 3 and "is damaged" in err and not (tmp_path / "b.json").exists()
+    # events present but short of torch's count: damaged too
+    run2 = write_run(tmp_path / "r2", {"ca": _manifest("ca", torch_counters=counters)})
+    code, _, err = cagtool("gate", str(run2), "--max-ca-graphs", "2", "--no-config")
+    assert code == 3 and "has 0 CA graph events, but torch counted 2 captures" in err
+
+
+# ------------------------------------------------------------------ headlines (issue 14, item 7)
+
+def _ca_events(nodes: list[tuple[str, str]], steps: int = 8) -> list[dict]:
+    """Steps plus one CA graph per (miss kind, node) entry, graph i captured at step i + 1."""
+    events = _steps(steps)
+    for ca_id, (kind, node) in enumerate(nodes):
+        seq = 100 + 2 * ca_id
+        events.append({"kind": "ca_cache_miss", "seq": seq, "t": 0.0, "ca_id": ca_id, "compile_id": f"!{ca_id}", "step": ca_id + 1,
+                       "miss_kind": kind, "message": f"Cache miss due to {kind}", "node": node, "node_call": 1})
+        events.append({"kind": "ca_graph", "seq": seq + 1, "t": 0.0, "ca_id": ca_id, "compile_id": f"!{ca_id}", "step": ca_id + 1,
+                       "node_count": 5, "op_histogram": {}, "autograd_nodes": [], "aot_ids": [], "hooks": [], "num_sizes": 0,
+                       "capture_s": 0.01, "code_file": f"graphs/ca_{ca_id}.py", "nodes_file": f"graphs/ca_{ca_id}.json"})
+    return events
+
+
+def _ca_run(root: Path, nodes: list[tuple[str, str]]) -> Path:
+    counters = {"compiled_autograd": {"captures": len(nodes)}, "graph_break": {}}
+    return write_run(root, {"eager": _manifest("eager"), "ca": _manifest("ca", torch_counters=counters)},
+                     events={"ca": _ca_events(nodes)})
+
+
+ROOT_MISS = ("new_node", "torch::autograd::GraphRoot")
+
+
+def test_recompiles_use_torchs_words_and_gate_counts_what_users_expect(tmp_path):
+    """An ordinary loop that keeps .grad: !1 at step 2 is AccumulateGrad's .grad None -> defined
+    miss, explained and not counted by `--max-recompiles ca:0`; a new node every step, or a size
+    change, are counted."""
+    ordinary = _ca_run(tmp_path / "ordinary", [ROOT_MISS, ("new_node", "torch::autograd::AccumulateGrad")])
+    code, out, _ = cagtool("summary", str(ordinary))
+    assert "CA graphs: 2 (1 initial, 1 for a new autograd node)" in out
+    assert "CA recompiles: 0 (not counted: the second graph, AccumulateGrad's one-time .grad None -> defined warm-up)" in out
+    assert "(CA backend eager)" in out and "mode eager: finished in 1.0 s, 8 steps\n" in out  # no backend on eager
+    assert "0 forward graphs, 2 backward graphs, 0 graph breaks, 0 recompiles" in out
+    code, out, _ = cagtool("gate", str(ordinary), "--max-recompiles", "ca:0", "--no-config", "--format", "json")
+    assert code == 0, out
+    check = [c for c in json.loads(out)["checks"] if c["check"] == "max-recompiles:ca"][0]
+    assert check["outcome"] == "pass" and "one-time .grad None -> defined warm-up" in check["notes"][0]
+
+    storm = _ca_run(tmp_path / "storm", [ROOT_MISS, *[("new_node", f"{op}Backward0") for op in ("Sub", "Mul", "Div")]])
+    code, out, _ = cagtool("gate", str(storm), "--max-recompiles", "ca:0", "--no-config")
+    assert code == 1 and "CA recompiles 3 > 0 allowed" in out
+    shapes = _ca_run(tmp_path / "shapes", [ROOT_MISS, ("changed_shapes", None)])
+    code, out, _ = cagtool("summary", str(shapes))
+    assert "CA graphs: 2 (1 initial, 1 recompile for changed sizes)" in out and "CA recompiles: 1" in out
+    code, out, _ = cagtool("gate", str(shapes), "--max-recompiles", "ca:0", "--no-config")
+    assert code == 1
+    code, out, _ = cagtool("summary", str(write_run(tmp_path / "one", {"eager": _manifest("eager")},
+                                                    events={"eager": _steps(8)})))
+    assert "1 forward graphs" not in out
+
+
+def test_speedup_noise_is_the_same_in_compare_and_gate(tmp_path):
+    """A ca/aot ratio whose p10-p90 range contains the bound: compare says within noise, and a
+    gate with that minimum does not fail on it (it used to flap); a clear shortfall fails."""
+    import random
+
+    rng = random.Random(0)
+
+    def noisy(ms: float) -> list[dict]:
+        events, t = [], 0.0
+        for i in range(1, 41):
+            t += ms * rng.uniform(0.7, 1.3) / 1000
+            events.append({"kind": "step", "seq": i, "t": t, "step": i, "backward_s": 0.001, "loss": 1.0})
+        return events
+
+    run = write_run(tmp_path / "r", {"aot": _manifest("aot"), "ca": _manifest("ca")}, events={"aot": noisy(10.0), "ca": noisy(10.0)})
+    code, out, _ = cagtool("compare", str(run), "--format", "json")
+    ca_aot = json.loads(out)["speedups"]["ca/aot"]
+    assert ca_aot["verdict"] == "within noise"
+    code, out, _ = cagtool("gate", str(run), "--min-speedup", "1.0", "--no-config", "--format", "json")
+    assert code == 0, out
+    speed = [c for c in json.loads(out)["checks"] if c["check"] == "min-speedup"][0]
+    assert speed["data"]["verdict"] == "within noise" and "within noise" in speed["notes"][0]
+    code, out, _ = cagtool("gate", str(run), "--min-speedup", "3.0", "--no-config")
+    assert code == 1 and "beyond the noise" in out

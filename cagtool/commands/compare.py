@@ -75,7 +75,7 @@ def compare(options: CompareOptions) -> None:
     if options.fmt == "table":
         for label, run, _ in rank_parts:
             for name, analysis in _analyses(run):
-                console.print(f"[bold]{label}mode {name}[/bold]:")
+                console.print(f"{label}mode {name}:", style="bold")
                 render_ranks(console, analysis)
 
 

@@ -18,7 +18,7 @@ from cagtool.report.gate.run import GateOptions, run_gate
 
 GATE_HELP = """Check a recorded run against CI thresholds; exit 1 when one is exceeded.
 
-Thresholds come from flags and from \\[tool.cagtool.gate] in the nearest pyproject.toml (flags win). Counts are exact and direction-aware: more than allowed fails; fewer is reported as IMPROVED (tighten the limit or refresh the baseline), and --fail-on-improvement makes that fail too. With --baseline, the baseline's own counts are the limits of the counts not given. Step time is compared with the baseline's beyond a noise floor (half the wider p10-p90 spread): a change inside the noise never fails.
+Thresholds come from flags and from [tool.cagtool.gate] in the nearest pyproject.toml (flags win). Counts are exact and direction-aware: more than allowed fails; fewer is reported as IMPROVED (tighten the limit or refresh the baseline), and --fail-on-improvement makes that fail too. With --baseline, the baseline's own counts are the limits of the counts not given. Step time is compared with the baseline's beyond a noise floor (half the wider p10-p90 spread): a change inside the noise never fails.
 
 Threshold grammar: counts N or KIND:N (--max-recompiles kinds: total, ca, dynamo; repeat the flag for several); speedups X or NUM/DEN:X (default ca/aot, i.e. aot step time / ca step time); times PCT, PCT%, or SECONDSs, and for --max-regression FIELD:... with FIELD median (default), mean, p10 or p90.
 
@@ -63,7 +63,7 @@ _GATE_FLAG_PARAMS: dict[str, tuple[Any, Any]] = {
         typer.Option(None, "--fail-on-improvement/--no-fail-on-improvement", help="Fail when a check improved, so the limit or baseline gets refreshed.", show_default=False, rich_help_panel="Gate"),
     ),
     "junit": (Optional[Path], typer.Option(None, "--junit", metavar="FILE", help="Also write JUnit XML, one testcase per check.", rich_help_panel="Gate")),
-    "no_config": (bool, typer.Option(False, "--no-config", help="Ignore \\[tool.cagtool.gate] in pyproject.toml.", rich_help_panel="Gate")),
+    "no_config": (bool, typer.Option(False, "--no-config", help="Ignore [tool.cagtool.gate] in pyproject.toml.", rich_help_panel="Gate")),
 }
 _THRESHOLD_KEYS = (
     "max_ca_graphs", "max_recompiles", "max_graph_breaks", "min_speedup", "baseline",
@@ -107,7 +107,7 @@ def with_gate_options(config_flag: str = "--gate-config") -> Callable[[Callable[
         signature = inspect.signature(func)
         hints = _type_hints(func, skip="gate_options")
         own = [p for p in signature.parameters.values() if p.name != "gate_options"]
-        added = {**_GATE_FLAG_PARAMS, "config": (Optional[Path], typer.Option(None, config_flag, metavar="PYPROJECT", help="Read \\[tool.cagtool.gate] from this file instead of the nearest pyproject.toml.", rich_help_panel="Gate"))}
+        added = {**_GATE_FLAG_PARAMS, "config": (Optional[Path], typer.Option(None, config_flag, metavar="PYPROJECT", help="Read [tool.cagtool.gate] from this file instead of the nearest pyproject.toml.", rich_help_panel="Gate"))}
         params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p.kind is inspect.Parameter.VAR_KEYWORD else p for p in own]
         params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann) for name, (ann, opt) in added.items()]
 

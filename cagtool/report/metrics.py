@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 from cagtool.record.loader import ModeRecord
 from cagtool.record.schema import (
+    MISS_CHANGED_SHAPES,
+    MISS_NEW_NODE,
     AotBackwardGraphEvent,
     CACompileEvent,
     CacheMissEvent,
@@ -58,10 +60,10 @@ class ModeMetrics:
     backward_graphs: int  # AOT backward graphs in eager/aot; CA graphs in ca
     aot_backward_graphs: int
     ca_graphs: int
-    ca_cache_misses: int  # every CA capture after the first
+    ca_cache_misses: int  # every CA capture after the first (torch: "Cache miss due to ...")
     graph_breaks: int  # torch's counters["graph_break"] total; one per compile and site when torch's counters were not recorded
     dynamo_recompiles: int  # forward frames and CA graphs alike
-    recompiles: int  # ca_cache_misses + dynamo_recompiles
+    recompiles: int  # ca_recompiles + dynamo_recompiles: what `gate --max-recompiles N` counts
     unique_graphs: int | None  # torch's own counters["stats"]["unique_graphs"], when recorded
     autograd_captures: int | None  # torch's counters["compiled_autograd"]["captures"]
     compile_time_s: float  # Dynamo entire-frame compile time (forward and CA graphs) + CA capture time
@@ -73,6 +75,49 @@ class ModeMetrics:
     losses: list[float] = field(default_factory=list)
     graph_break_sites: list[GraphBreakSite] = field(default_factory=list)
     graph_breaks_from_torch: bool = True  # False: the process died before torch's counters were saved
+    # The CA cache misses by torch's reason (see `CAMisses`).
+    ca_new_node_misses: int = 0
+    ca_shape_recompiles: int = 0
+    ca_grad_warmup_misses: int = 0
+    ca_recompiles: int = 0
+
+
+@dataclass(frozen=True)
+class CAMisses:
+    """A mode's compiled-autograd cache misses in torch's words. The first capture (!0) is the
+    initial compile, not a miss. After it, torch logs each miss as "new autograd node" (the graph's
+    structure changed: a node, a hook, AccumulateGrad's key) or "N changed tensor shapes" (a
+    recompile for new sizes, which become dynamic).
+
+    `grad_warmup`: the first miss when it is a new node on AccumulateGrad. In an ordinary training
+    loop that does not reset .grad to None, the first backward sees every .grad None and the second
+    accumulates into the defined .grad: AccumulateGrad's key changes once, torch captures a second
+    graph, and that is the last one. It is reported, not counted as a recompile; any later
+    AccumulateGrad miss (.grad switching back and forth) counts.
+
+    `recompiles`: every miss but the warm-up, i.e. what keeps costing compiles in steady state. This
+    is what `gate --max-recompiles ca:N` holds to N (docs/ci.md)."""
+
+    total: int
+    new_node: int
+    changed_shapes: int
+    grad_warmup: int
+
+    @property
+    def recompiles(self) -> int:
+        return self.total - self.grad_warmup
+
+
+def ca_misses(graphs: list[CAGraphEvent], misses: list[CacheMissEvent]) -> CAMisses:
+    total = max(len(graphs) - 1, 0) if graphs else 0
+    if not total:
+        return CAMisses(0, 0, 0, 0)
+    # The miss that produced !0 (GraphRoot, first capture) is the initial compile, not a miss.
+    later = sorted((m for m in misses if m.ca_id != min(g.ca_id for g in graphs)), key=lambda m: m.ca_id)
+    shapes = sum(1 for m in later if m.miss_kind == MISS_CHANGED_SHAPES)
+    new_node = sum(1 for m in later if m.miss_kind == MISS_NEW_NODE)
+    warmup = 1 if later and later[0].miss_kind == MISS_NEW_NODE and (later[0].node or "").endswith("AccumulateGrad") else 0
+    return CAMisses(total, new_node, shapes, warmup)
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -177,7 +222,8 @@ def mode_metrics(record: ModeRecord) -> ModeMetrics:
     counters = manifest.torch_counters or {}
     unique = counters.get("stats", {}).get("unique_graphs")
     captures = counters.get("compiled_autograd", {}).get("captures")
-    ca_misses = max(len(ca_graphs) - 1, 0) if ca_graphs else 0
+    by_reason = ca_misses(ca_graphs, misses)
+    ca_misses_total = by_reason.total
     breaks = record.of(GraphBreakEvent)
     sites = graph_break_sites(breaks)
     torch_breaks = torch_graph_breaks(counters)
@@ -191,10 +237,10 @@ def mode_metrics(record: ModeRecord) -> ModeMetrics:
         backward_graphs=len(ca_graphs) if uses_ca else len(aot_backward),
         aot_backward_graphs=len(aot_backward),
         ca_graphs=len(ca_graphs),
-        ca_cache_misses=ca_misses if misses or ca_graphs else 0,
+        ca_cache_misses=ca_misses_total,
         graph_breaks=torch_breaks if torch_breaks is not None else graph_breaks_per_compile(breaks),
         dynamo_recompiles=len(recompiles),
-        recompiles=ca_misses + len(recompiles),
+        recompiles=by_reason.recompiles + len(recompiles),
         unique_graphs=unique,
         autograd_captures=captures,
         compile_time_s=compile_time,
@@ -206,6 +252,10 @@ def mode_metrics(record: ModeRecord) -> ModeMetrics:
         losses=[s.loss for s in sorted(steps, key=lambda s: s.step) if s.loss is not None],
         graph_break_sites=sites,
         graph_breaks_from_torch=torch_breaks is not None,
+        ca_new_node_misses=by_reason.new_node,
+        ca_shape_recompiles=by_reason.changed_shapes,
+        ca_grad_warmup_misses=by_reason.grad_warmup,
+        ca_recompiles=by_reason.recompiles,
     )
 
 

@@ -8,7 +8,9 @@ from dataclasses import asdict
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
+from cagtool.record.integrity import mode_damage
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import CacheMissEvent, CAGraphEvent, DynamoRecompileEvent, FindingEvent, SourceRef
 from cagtool.report.metrics import ModeMetrics, mode_metrics
@@ -54,6 +56,32 @@ def miss_text(miss: CacheMissEvent) -> str:
     return miss.message
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def ca_graph_breakdown(m: ModeMetrics) -> str:
+    """Why each CA graph was captured, in torch's words: the initial compile, a cache miss for a
+    new autograd node (the structure changed), a recompile for changed sizes."""
+    parts = ["1 initial"]
+    if m.ca_new_node_misses:
+        parts.append(f"{m.ca_new_node_misses} for a new autograd node")
+    if m.ca_shape_recompiles:
+        parts.append(f"{plural(m.ca_shape_recompiles, 'recompile')} for changed sizes")
+    other = m.ca_cache_misses - m.ca_new_node_misses - m.ca_shape_recompiles
+    if other > 0:
+        parts.append(f"{other} for a reason torch did not log")
+    return ", ".join(parts)
+
+
+def ca_recompiles_text(m: ModeMetrics) -> str:
+    """The figure `gate --max-recompiles ca:N` holds, with what it leaves out."""
+    text = f"CA recompiles: {m.ca_recompiles}"
+    if m.ca_grad_warmup_misses:
+        text += " (not counted: the second graph, AccumulateGrad's one-time .grad None -> defined warm-up)"
+    return text
+
+
 def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
     metrics = mode_metrics(record)
     misses = record.of(CacheMissEvent)
@@ -65,6 +93,11 @@ def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
         "exception": asdict(record.manifest.exception) if record.manifest.exception else None,
         "ca_graphs": len(graphs),
         "autograd_captures": metrics.autograd_captures,
+        # CA cache misses in torch's words, and what `gate --max-recompiles ca:N` counts (docs/ci.md)
+        "ca_new_node_misses": metrics.ca_new_node_misses,
+        "ca_shape_recompiles": metrics.ca_shape_recompiles,
+        "ca_grad_warmup_misses": metrics.ca_grad_warmup_misses,
+        "ca_recompiles": metrics.ca_recompiles,
         "cache_misses": [
             {
                 "ca_id": m.ca_id,
@@ -152,18 +185,20 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         # A log holds what torch compiled, not how the job ran: say what is missing, invent nothing.
         files = imported.get("files") or []
         rank = f", rank {record.rank}" if record.rank is not None else ""
-        console.print(f"[bold]mode {label or record.path.name}[/bold]: imported from {len(files)} TORCH_TRACE log(s){rank}, spanning {duration}")
+        console.print(Text.assemble((f"mode {label or record.path.name}", "bold"), f": imported from {len(files)} TORCH_TRACE log(s){rank}, spanning {duration}"))
         console.print(f"  not in a log: {', '.join(imported.get('not_in_log') or [])}")
     else:
-        console.print(f"[bold]mode {label or record.path.name}[/bold]: {state} in {duration}, {m.steps} steps{stopped} (backend {manifest.backend})")
+        # --backend compiles compiled-autograd graphs only: eager and aot modes never use it.
+        backend = f" (CA backend {manifest.backend})" if record.mode == "ca" else ""
+        console.print(Text.assemble((f"mode {label or record.path.name}", "bold"), f": {state} in {duration}, {m.steps} steps{stopped}{backend}"))
     if manifest.exception:
-        console.print(f"  [red]exception:[/red] {manifest.exception.type}: {manifest.exception.message.splitlines()[0] if manifest.exception.message else ''}")
+        first_line = manifest.exception.message.splitlines()[0] if manifest.exception.message else ""
+        console.print(Text.assemble("  ", ("exception:", "red"), f" {manifest.exception.type}: {first_line}"))
     graphs = record.of(CAGraphEvent)
     misses = record.of(CacheMissEvent)
     if graphs or record.mode == "ca":
         torch_says = f" (torch counted {m.autograd_captures} captures)" if m.autograd_captures is not None else ""
-        recompiles = max(len(graphs) - 1, 0)
-        console.print(f"  CA graphs: {len(graphs)} ({'1 initial' if graphs else 'none'}, {recompiles} recompile{'s' if recompiles != 1 else ''}){torch_says}")
+        console.print(f"  CA graphs: {len(graphs)} ({ca_graph_breakdown(m) if graphs else 'none'}){torch_says}; {ca_recompiles_text(m)}")
         for miss in misses[:12]:
             step = f"step {miss.step}" if miss.step is not None else "step ?"
             where = f"  ({_where(miss.source)})" if miss.source else ""
@@ -174,7 +209,10 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     sites = m.graph_break_sites
     counted_by = "" if m.graph_breaks_from_torch else " (one per compile and site: torch's counters were not saved)"
     at = f" at {len(sites)} site{'s' if len(sites) != 1 else ''}" if sites else ""
-    console.print(f"  Dynamo: {m.forward_graphs} forward graphs, {m.backward_graphs} backward graphs, {m.graph_breaks} graph breaks{at}{counted_by}, {m.dynamo_recompiles} recompiles")
+    console.print(
+        f"  Dynamo: {plural(m.forward_graphs, 'forward graph')}, {plural(m.backward_graphs, 'backward graph')}, "
+        f"{plural(m.graph_breaks, 'graph break')}{at}{counted_by}, {plural(m.dynamo_recompiles, 'recompile')}"
+    )
     for site in sites[:3]:
         console.print(f"    graph break site {site.file and os.path.basename(site.file)}:{site.line}: {site.reason}", overflow="ellipsis", no_wrap=True)
     if len(sites) > 3:
@@ -200,10 +238,12 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
             console.print(f"  note: the log had {skipped} unknown envelope(s) and {imported.get('bad_lines', 0)} unreadable line(s){cut}; skipped")
     for finding in record.of(FindingEvent):
         where = f" ({_where(finding.source)})" if finding.source else ""
-        console.print(f"  [yellow]finding:[/yellow] {finding.message}{where}")
+        console.print(Text.assemble("  ", ("finding:", "yellow"), f" {finding.message}{where}"))
     stopped = record.manifest.recording_stopped
     if isinstance(stopped, dict):
         console.print(f"  note: recording stopped at event {stopped.get('at_seq')} ({stopped.get('error')}): the counts cover only the job up to there", markup=False)
+    for problem in mode_damage(record):
+        console.print(Text.assemble("  ", ("damaged:", "red"), f" {problem}"))
     if record.skipped_lines or record.unknown_kinds:
         console.print(f"  note: skipped {record.skipped_lines} unreadable line(s) and {sum(record.unknown_kinds.values())} unknown event(s)")
     if analysis is not None:
@@ -215,14 +255,14 @@ def render_summary(console: Console, run: RunRecord, modes: list[str] | None = N
     meta = run.meta
     target = meta.target.get("name", "?")
     if meta.options.get("imported"):
-        console.print(f"[bold]cagtool import[/bold] {target}  (torch {meta.versions.get('torch', '?')})")
+        console.print(Text.assemble(("cagtool import", "bold"), f" {target}  (torch {meta.versions.get('torch', '?')})"))
     else:
-        console.print(f"[bold]cagtool run[/bold] {target} {' '.join(meta.target_argv[1:])}".rstrip() + f"  (torch {meta.versions.get('torch', '?')})")
+        console.print(Text.assemble(("cagtool run", "bold"), f" {target} {' '.join(meta.target_argv[1:])}".rstrip() + f"  (torch {meta.versions.get('torch', '?')})"))
     for name in modes or list(run.modes):
         render_mode(console, run.modes[name], label=f"{name}, rank {rank}" if rank is not None else None)
     missing = [m for m in meta.modes if m not in run.modes]
     for name in missing:
-        console.print(f"[bold]mode {name}[/bold]: no record (the process did not start or was killed)")
+        console.print(Text.assemble((f"mode {name}", "bold"), ": no record (the process did not start or was killed)"))
 
 
 def next_steps(run_path: str) -> list[str]:

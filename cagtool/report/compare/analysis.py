@@ -195,6 +195,7 @@ NUMERIC_FIELDS = (
     "recompiles",
     "dynamo_recompiles",
     "ca_cache_misses",
+    "ca_recompiles",
     "compile_time_s",
     "compile_dynamo_s",
     "compile_aot_s",
@@ -227,6 +228,7 @@ def mode_fields(column: ModeColumn) -> dict[str, Any]:
         "recompiles": m.recompiles if m else None,
         "dynamo_recompiles": m.dynamo_recompiles if m else None,
         "ca_cache_misses": m.ca_cache_misses if m else None,
+        "ca_recompiles": m.ca_recompiles if m else None,
         "compile_time_s": column.compile_time_s,
         "compile_dynamo_s": phases.get("dynamo") if m else None,
         "compile_aot_s": phases.get("aot") if m else None,
@@ -247,6 +249,30 @@ def mode_fields(column: ModeColumn) -> dict[str, Any]:
 
 # Fewer steady steps than this on either side and a speedup is not claimed, whatever its value.
 MIN_STEADY_STEPS = 5
+
+
+# Verdicts of a speedup against a bound (1.0 in compare: faster or slower; the minimum in gate).
+TOO_FEW_STEPS = "too few steady steps"
+WITHIN_NOISE = "within noise"
+ABOVE = "above"
+BELOW = "below"
+
+
+def speedup_verdict(
+    ratio: float, low: float, high: float, steady_steps: int, bound: float = 1.0, repetition_ratios: tuple[float, ...] = ()
+) -> str:
+    """The one noise rule for a speedup, used by `compare` (bound 1.0) and `gate --min-speedup`
+    (bound = the minimum): too few steady steps on either side and nothing is claimed; a p10-p90
+    range (or repetitions) straddling the bound is within noise; otherwise above or below it."""
+    if steady_steps < MIN_STEADY_STEPS:
+        return TOO_FEW_STEPS
+    inside = low <= bound <= high
+    if len(repetition_ratios) > 1:
+        # Repetitions that disagree on the side of the bound are noise too.
+        inside = inside or (min(repetition_ratios) <= bound <= max(repetition_ratios))
+    if inside:
+        return WITHIN_NOISE
+    return ABOVE if ratio > bound else BELOW
 
 
 # The pairs reported for one run, as (mode, baseline): "aot/eager" is aot's speedup over eager.
@@ -275,14 +301,9 @@ class Speedup:
         """True when the spread contains 1.0 (or there are too few steady steps to tell)."""
         if self.ratio is None:
             return None
-        if min(self.steady_steps) < MIN_STEADY_STEPS:
-            return True
         assert self.low is not None and self.high is not None
-        inside = self.low <= 1.0 <= self.high
-        if self.repetition_ratios and len(self.repetition_ratios) > 1:
-            # Repetitions that disagree on the direction are noise too.
-            inside = inside or (min(self.repetition_ratios) <= 1.0 <= max(self.repetition_ratios))
-        return inside
+        verdict = speedup_verdict(self.ratio, self.low, self.high, min(self.steady_steps), 1.0, self.repetition_ratios)
+        return verdict in (TOO_FEW_STEPS, WITHIN_NOISE)
 
     @property
     def verdict(self) -> str:

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from cagtool.report.markdown import md_text
 from cagtool.report.compare.analysis import (
     LOSS,
     AnyComparison,
@@ -96,7 +97,9 @@ def recompiles_cell(column: ModeColumn) -> str:
     m = column.metrics
     if m is None:
         return "-"
-    return count(m.recompiles, f"{m.dynamo_recompiles} Dynamo, {m.ca_cache_misses} CA" if m.recompiles else "")
+    warmup = f", +{m.ca_grad_warmup_misses} CA warm-up not counted" if m.ca_grad_warmup_misses else ""
+    detail = f"{m.dynamo_recompiles} Dynamo, {m.ca_recompiles} CA{warmup}" if m.recompiles or warmup else ""
+    return count(m.recompiles, detail)
 
 
 def steady_cell(column: ModeColumn) -> str:
@@ -360,7 +363,7 @@ class TableRenderer:
 
 
 def _md_escape(value: str) -> str:
-    return value.replace("|", "\\|")
+    return md_text(value)
 
 
 def _md_table(grid: Grid) -> list[str]:
@@ -388,9 +391,10 @@ def comparison_markdown(comparison: AnyComparison) -> str:
             lines += [SPEEDUP_FOOTNOTE, ""]
         excluded = excluded_line(comparison)
         if excluded:
-            lines += [excluded, ""]
+            lines += [_md_escape(excluded), ""]
         for line, problem in numerics_lines(comparison.numerics):
-            lines.append(f"- **{line.strip()}**" if problem else f"- {line.strip()}")
+            text = _md_escape(line.strip())
+            lines.append(f"- **{text}**" if problem else f"- {text}")
         lines.append("")
         problems = comparison.failure_problems
     if problems:

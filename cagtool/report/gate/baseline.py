@@ -63,6 +63,13 @@ class ModeSnapshot:
     # Followed processes (ranks) of the mode that failed, were interrupted or left no record: the
     # main process finishing says nothing about rank 1 (not saved either).
     process_problems: tuple[str, ...] = ()
+    # CA cache misses but the one-time .grad warm-up (report.metrics.CAMisses): `--max-recompiles ca:N`.
+    # Baselines written before it existed read it as ca_cache_misses.
+    ca_recompiles: int = None  # type: ignore[assignment]  # None: as ca_cache_misses
+
+    def __post_init__(self) -> None:
+        if self.ca_recompiles is None:
+            object.__setattr__(self, "ca_recompiles", self.ca_cache_misses)
 
 
 def snapshot_of(column: ModeColumn) -> ModeSnapshot:
@@ -83,6 +90,7 @@ def snapshot_of(column: ModeColumn) -> ModeSnapshot:
         steps=m.steps,
         ca_graphs=m.ca_graphs,
         ca_cache_misses=m.ca_cache_misses,
+        ca_recompiles=m.ca_recompiles,
         dynamo_recompiles=m.dynamo_recompiles,
         recompiles=m.recompiles,
         graph_breaks=m.graph_breaks,
@@ -182,6 +190,7 @@ def _mode_to_dict(snap: ModeSnapshot) -> dict[str, Any]:
         "repetitions": snap.repetitions,
         "ca_graphs": snap.ca_graphs,
         "ca_cache_misses": snap.ca_cache_misses,
+        "ca_recompiles": snap.ca_recompiles,
         "dynamo_recompiles": snap.dynamo_recompiles,
         "recompiles": snap.recompiles,
         "graph_breaks": snap.graph_breaks,
@@ -248,6 +257,7 @@ def _mode_from_dict(name: str, data: Any, where: str) -> ModeSnapshot:
             steps=int(data["steps"]),
             ca_graphs=int(data["ca_graphs"]),
             ca_cache_misses=int(data["ca_cache_misses"]),
+            ca_recompiles=int(data.get("ca_recompiles", data["ca_cache_misses"])),
             dynamo_recompiles=int(data["dynamo_recompiles"]),
             recompiles=int(data["recompiles"]),
             graph_breaks=int(data["graph_breaks"]),

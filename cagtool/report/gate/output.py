@@ -14,9 +14,11 @@ from typing import IO, Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from cagtool.errors import UnreadableInput
 from cagtool.report.console import make_console
+from cagtool.report.markdown import md_text
 from cagtool.report.gate.checks import CheckResult, Outcome
 from cagtool.report.gate.run import GateOptions, GateResult
 
@@ -71,7 +73,7 @@ def render_text(gate: GateResult, console: Console) -> None:
     for column in ("Check", "Mode", "Actual", "Limit", "Result", "Source"):
         table.add_column(column, no_wrap=True)
     for r in gate.results:
-        table.add_row(r.check, r.mode, r.actual, r.limit, f"[{_STYLE[r.outcome]}]{result_label(r)}[/]", _short_source(r.source))
+        table.add_row(r.check, r.mode, r.actual, r.limit, Text(result_label(r), style=_STYLE[r.outcome]), _short_source(r.source))
     console.print(table)
     for r in gate.results:
         if r.outcome is not Outcome.PASS or r.notes:
@@ -183,7 +185,7 @@ def github_annotations(gate: GateResult) -> list[str]:
 
 
 def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return md_text(text)
 
 
 def render_markdown(gate: GateResult) -> str:
@@ -199,7 +201,7 @@ def render_markdown(gate: GateResult) -> str:
     ]
     for r in gate.results:
         lines.append(
-            f"| {icon[r.outcome]} | `{r.check}` | {r.mode} | {_md(r.actual)} | {_md(r.limit)} | {result_label(r)} | {_md(r.message)} |"
+            f"| {icon[r.outcome]} | `{r.check}` | {_md(r.mode)} | {_md(r.actual)} | {_md(r.limit)} | {result_label(r)} | {_md(r.message)} |"
         )
     if gate.warnings:
         lines.append("")

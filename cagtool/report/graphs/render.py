@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from cagtool.report.console import is_unbounded
+
 from cagtool.report.graphs.diff import CHANGED, EQUAL, INSERTED, REMOVED, NodeDiff
 from cagtool.report.graphs.runs import GraphComparison, GraphSide
 from cagtool.report.graphs.normalize import NormNode
@@ -201,7 +203,7 @@ class SideBySideRenderer(_HunkRenderer):
         if not spans:
             return
         entries = comparison.diff.entries
-        table = Table(show_header=True, header_style="bold", expand=True, show_lines=False, pad_edge=False)
+        table = Table(show_header=True, header_style="bold", expand=not is_unbounded(console), show_lines=False, pad_edge=False)
         table.add_column("", width=1, no_wrap=True)
         table.add_column(f"{comparison.old.compile_id} (old)", ratio=1, overflow="fold")
         table.add_column(f"{comparison.new.compile_id} (new)", ratio=1, overflow="fold")

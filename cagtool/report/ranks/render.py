@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 from rich.padding import Padding
 from rich.table import Table
 
@@ -52,7 +52,7 @@ def render_ranks(console: Console, analysis: RankAnalysis, indent: int = 2) -> N
     if analysis.other_processes:
         console.print(f"{pad}  other processes followed (no rank): {', '.join(analysis.other_processes)}", markup=False)
     for finding in analysis.findings:
-        console.print(f"{pad}[yellow]rank finding:[/yellow] {escape(finding.message)}", overflow="fold")
+        console.print(Text.assemble(pad, ("rank finding:", "yellow"), f" {finding.message}"), overflow="fold")
         if "diff_command" in finding.data:
             console.print(f"{pad}  the two graphs: {finding.data['diff_command']}", markup=False, overflow="fold")
     if len(analysis.rows) > 1 and not analysis.diverge:

@@ -72,7 +72,7 @@ def work(tmp_path) -> Path:
 @pytest.mark.parametrize("flag, check, metric", [
     ("--max-ca-graphs", "max-ca-graphs", "ca_graphs"),
     ("--max-recompiles", "max-recompiles", "recompiles"),
-    ("--max-recompiles ca:", "max-recompiles:ca", "ca_cache_misses"),
+    ("--max-recompiles ca:", "max-recompiles:ca", "ca_recompiles"),
     ("--max-graph-breaks", "max-graph-breaks", "graph_breaks"),
 ])
 def test_count_thresholds_pass_fail_and_improve(op_loop, work, flag, check, metric):

@@ -49,6 +49,8 @@ def cagtool(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
     old_env = dict(os.environ)
     old_cwd = os.getcwd()
     os.environ.update(env or {})
+    if "COLUMNS" not in (env or {}):
+        os.environ.pop("COLUMNS", None)  # off a terminal with no COLUMNS: what a CI log gets
     if "GITHUB_ACTIONS" not in (env or {}):
         os.environ.pop("GITHUB_ACTIONS", None)
         os.environ.pop("GITHUB_STEP_SUMMARY", None)

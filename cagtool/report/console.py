@@ -27,12 +27,14 @@ def is_unbounded(console: Console) -> bool:
 
 def make_console(file: IO[str] | None = None, width: int | None = None, stderr: bool = False) -> Console:
     """A rich console for reports. On a terminal: its width (or COLUMNS) and colour. Off a
-    terminal (pipes, files, CI logs): colourless and unbounded, so no line is wrapped mid-phrase
-    or cut with an ellipsis. `width` fixes it (golden tests)."""
+    terminal (pipes, files, CI logs): colourless and, unless COLUMNS is set, unbounded, so no line
+    is wrapped mid-phrase or cut with an ellipsis. `width` fixes it (golden tests)."""
     stream = file if file is not None else (sys.stderr if stderr else sys.stdout)
     is_tty = hasattr(stream, "isatty") and stream.isatty()
     if width is None and not is_tty:
-        width = UNBOUNDED_WIDTH
+        # An explicit COLUMNS is a request for that width (shells do not export it by default).
+        columns = os.environ.get("COLUMNS", "")
+        width = int(columns) if columns.isdigit() and int(columns) > 0 else UNBOUNDED_WIDTH
     return Console(
         file=stream,
         width=width,

@@ -185,6 +185,9 @@ def _record_mode(spec: ModeSpec) -> int:
         import depyf
 
         depyf_ctx = depyf.prepare_debug(str(mode_dir / "depyf"))
+    from cagtool.capture.seeding import script_reseeded, seed_all
+
+    manifest.options["seed"] = seed_all()  # every mode alike, so their numerics compare
     try:
         with live, depyf_ctx, mode_context(spec.mode, observer, spec.dynamic):
             run_target(target)
@@ -238,6 +241,7 @@ def _record_mode(spec: ModeSpec) -> int:
         manifest.duration_s = time.perf_counter() - started
         manifest.peak_rss_bytes = _peak_rss_bytes()
         manifest.torch_counters = _counters()
+        manifest.options["seed"]["script_reseeded"] = script_reseeded(manifest.options["seed"])
         if handler.errors:
             manifest.options["structured_log_errors"] = {"count": handler.errors, "last": handler.last_error}
         writer.write_manifest()

@@ -25,7 +25,7 @@ Conventions, chosen to match PyTorch's own benchmarks where they have one:
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Union
 
@@ -403,6 +403,9 @@ class NumericsDiff:
     reference_value: float | None = None
     agrees: bool = True
     note: str = ""
+    # The first step's losses already differ: the forward saw other inputs or randomness before any
+    # backward (compiled or not) could matter, so this is not a verdict on compiled autograd.
+    inputs_differ: bool = False
 
 
 @dataclass(frozen=True)
@@ -417,13 +420,19 @@ class Numerics:
         return all(d.agrees for d in self.diffs)
 
     @property
+    def inputs_differ(self) -> list[str]:
+        """Records whose first-step loss already differs from the reference's (not comparable)."""
+        return list(dict.fromkeys(d.record for d in self.diffs if d.inputs_differ))
+
+    @property
     def max_rel_diff(self) -> float | None:
         values = [d.max_rel_diff for d in self.diffs if d.max_rel_diff is not None]
         return max(values) if values else None
 
     @property
     def disagreements(self) -> list[NumericsDiff]:
-        return [d for d in self.diffs if not d.agrees]
+        """Real disagreements: same first-step loss, different later on."""
+        return [d for d in self.diffs if not d.agrees and not d.inputs_differ]
 
     def worst_for(self, mode: str) -> float | None:
         """Largest relative difference of any repetition of `mode` (None: nothing compared)."""
@@ -512,8 +521,21 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
         kept = [d for d in found if d is not None]
         if not kept:
             notes.append(f"{sample.record}: nothing to compare with {reference.record}")
+        if first_losses_differ(sample, reference, tol):
+            kept = [replace(d, inputs_differ=not d.agrees) for d in kept]
         diffs.extend(kept)
     return Numerics(reference.record, tol, tuple(diffs), tuple(notes))
+
+
+def first_losses_differ(sample: NumericsSample, reference: NumericsSample, tol: Tolerance) -> bool:
+    """The honest rule for "input randomness, not a disagreement": the loss of the first step
+    both ran comes from the forward before any backward could change a parameter, so when it
+    already differs beyond tolerance the two modes computed on different inputs (an unseeded
+    script, dropout, data order), and nothing later says anything about compiled autograd.
+    Only when that first step is the run's first step (step 1 on both sides)."""
+    if 1 not in sample.losses or 1 not in reference.losses:
+        return False
+    return not tol.agrees(sample.losses[1], reference.losses[1])
 
 
 def _pick_reference(samples: list[NumericsSample]) -> NumericsSample | None:
@@ -662,7 +684,7 @@ class RunComparison:
         found += [f"B: {p}" for p in self.after.failure_problems]
         for change in self.changes:
             for diff in change.numerics:
-                if not diff.agrees:
+                if not diff.agrees and not diff.inputs_differ:
                     found.append(numerics_problem(diff, self.tolerance))
         return found
 

@@ -61,6 +61,7 @@ def _diff_json(d: NumericsDiff) -> dict[str, Any]:
         "value": finite(d.value),
         "reference_value": finite(d.reference_value),
         "agrees": d.agrees,
+        "inputs_differ": d.inputs_differ,
         "note": d.note,
     }
 

@@ -119,6 +119,8 @@ def spread_cell(column: ModeColumn) -> str:
 def diffs_cell(diffs: list[NumericsDiff] | tuple[NumericsDiff, ...]) -> str:
     """The largest relative difference of some numerics diffs, flagged when any disagrees."""
     worst = worst_diff(list(diffs))
+    if any(d.inputs_differ for d in diffs):
+        return "inputs differ (unseeded?)"
     flag = "" if all(d.agrees for d in diffs) else " DISAGREES"
     return f"{format_rel(worst.max_rel_diff if worst else None)}{flag}"
 
@@ -245,10 +247,19 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
              f"largest relative difference {format_rel(numerics.max_rel_diff)}{where}", False)
         )
     else:
-        lines.append((f"Numerics DISAGREE with {numerics.reference} ({tolerance}):", True))
-        for d in numerics.disagreements:
-            lines.append((f"  {d.quantity} of {d.record}: {format_rel(d.max_rel_diff)} relative{_where(d, quantity=False)} "
-                          f"({d.value!r} vs {d.reference_value!r})", True))
+        if numerics.disagreements:
+            lines.append((f"Numerics DISAGREE with {numerics.reference} ({tolerance}):", True))
+            for d in numerics.disagreements:
+                lines.append((f"  {d.quantity} of {d.record}: {format_rel(d.max_rel_diff)} relative{_where(d, quantity=False)} "
+                              f"({d.value!r} vs {d.reference_value!r})", True))
+        for record in numerics.inputs_differ:
+            first = next(d for d in numerics.diffs if d.record == record and d.quantity == "loss")
+            lines.append((
+                f"Numerics: inputs differ (unseeded?): {record}'s first-step loss already differs from {numerics.reference}'s "
+                f"({first.value!r} vs {first.reference_value!r}, before any backward could matter): the modes computed on "
+                "different inputs or randomness, so their numerics say nothing about compiled autograd. "
+                "cagtool seeds every mode alike; a script that draws from another source (data order, os.urandom, "
+                "compiled dropout) needs to fix it to compare", False))
     for d in numerics.diffs:
         if d.note:
             lines.append((f"  note: {d.note}", False))

@@ -653,3 +653,64 @@ def test_speedup_noise_is_the_same_in_compare_and_gate(tmp_path):
     assert speed["data"]["verdict"] == "within noise" and "within noise" in speed["notes"][0]
     code, out, _ = cagtool("gate", str(run), "--min-speedup", "3.0", "--no-config")
     assert code == 1 and "beyond the noise" in out
+
+
+def test_unseeded_script_modes_compare_and_seed_is_recorded(tmp_path):
+    """An unseeded script under eager and ca: every mode starts from the same seed, so the
+    numerics agree (no DISAGREE from random inputs), and the manifest records the seed."""
+    import subprocess
+
+    from conftest import cagtool_cmd
+
+    script = Path(__file__).parent / "scripts" / "unseeded_training.py"
+    out = tmp_path / "run"
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "eager,ca", "--backend", "eager", "--no-torch-trace", "-o", str(out), str(script)),
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "CI": "true"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for mode in ("eager", "ca"):
+        seed = json.loads((out / mode / "manifest.json").read_text())["options"]["seed"]
+        assert seed["seed"] == 0 and "torch" in seed["seeded"] and seed["script_reseeded"] is False
+    code, text, _ = cagtool("compare", str(out), "--format", "json")
+    numerics = json.loads(text)["numerics"]
+    assert numerics["agree"] is True, numerics
+
+
+def test_first_step_loss_difference_is_inputs_not_a_disagreement(tmp_path):
+    """Modes whose step-1 losses already differ computed on other inputs: 'inputs differ
+    (unseeded?)', never DISAGREE; a difference that starts later is a real disagreement."""
+    def losses(values: list[float]) -> list[dict]:
+        return [{**e, "loss": v} for e, v in zip(_steps(len(values)), values)]
+
+    base = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5]
+    other_inputs = write_run(tmp_path / "a", {"eager": _manifest("eager"), "ca": _manifest("ca")},
+                             events={"eager": losses(base), "ca": losses([1.7, 1.2, 0.6, 0.9, 0.4, 0.45])})
+    code, out, _ = cagtool("compare", str(other_inputs))
+    assert code == 0 and "inputs differ (unseeded?)" in out and "DISAGREE" not in out
+    real = write_run(tmp_path / "b", {"eager": _manifest("eager"), "ca": _manifest("ca")},
+                     events={"eager": losses(base), "ca": losses([1.0, 0.9, 0.95, 1.1, 1.3, 1.5])})
+    code, out, _ = cagtool("compare", str(real))
+    assert "Numerics DISAGREE with eager" in out and "inputs differ" not in out
+
+
+def test_explain_words_are_honest(tmp_path):
+    """explain: a size seen before is not "earlier value not recorded"; a 3-step run is not "has
+    not stabilised"; a one-time warm-up gets no "Fix:" that is not a fix."""
+    def miss_with_sizes(ca_id: int, step: int, sizes: list[dict]) -> list[dict]:
+        events = _ca_events([ROOT_MISS, *[("changed_shapes", None)] * ca_id])[-2:]
+        events[0].update(step=step, changed_sizes=sizes, total_changed=len(sizes), node=None, node_call=None)
+        events[1].update(step=step)
+        return events
+
+    events = [*_steps(3), *_ca_events([ROOT_MISS])[-2:],
+              *miss_with_sizes(1, 2, [{"index": 0, "value": 100, "previous": 10}]),
+              *miss_with_sizes(2, 3, [{"index": 0, "value": 10}])]
+    counters = {"compiled_autograd": {"captures": 3}, "graph_break": {}}
+    run = write_run(tmp_path / "shapes", {"ca": _manifest("ca", torch_counters=counters)}, events={"ca": events})
+    code, out, err = cagtool("recompiles", str(run), "--explain")
+    assert code == 0, err
+    assert "earlier value not recorded" not in out and "sizes[0]: 10, 100" in out
+    assert "has not stabilised" not in out and "too few steps to tell" in out
+    ordinary = _ca_run(tmp_path / "ordinary", [ROOT_MISS, ("new_node", "torch::autograd::AccumulateGrad")])
+    code, out, _ = cagtool("recompiles", str(ordinary), "--explain")
+    assert ".grad switched between None and a tensor" in out and "No fix needed." in out
+    assert "Fix: Once" not in out and "user source lines:" not in out

@@ -160,6 +160,7 @@ def _stability(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "last_recompile_step": steps[-1],
         "quiet_steps_after": last - steps[-1],
         "last_step": last,
+        "recompiling_steps": len(set(steps)),
     }
 
 
@@ -191,7 +192,9 @@ def _shape_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
                 size.index, {"values": [], "node": None, "node_call": None, "changes": 0, "previous_missing": False}
             )
             entry["changes"] += 1
-            entry["previous_missing"] = entry["previous_missing"] or size.previous is None
+            # Missing only when no earlier value of this size is known at all: a later change
+            # without `previous` follows a value an earlier change already showed.
+            entry["previous_missing"] = entry["previous_missing"] or (size.previous is None and not entry["values"])
             for value in (size.previous, size.value):
                 if value is not None and value not in entry["values"]:
                     entry["values"].append(value)
@@ -326,6 +329,11 @@ def stability_sentence(facts: dict, what: str) -> str:
         quiet = facts["quiet_steps_after"]
         later = "the last step" if quiet == 1 else f"the last {quiet} steps"
         return f"It has stabilised: no {what} after step {facts['last_recompile_step']}; {later} reused cached graphs."
+    if facts.get("recompiling_steps", 3) < 3:
+        # One or two recompiles that happen to fall on the last step of a short run say nothing
+        # about the steps it did not run.
+        return (f"The run ended at step {facts['last_step']}, right after it: too few steps to tell whether "
+                "it stabilises (run more steps).")
     return f"It has not stabilised: still recompiling at the last recorded step ({facts['last_step']})."
 
 
@@ -371,7 +379,8 @@ def _structure(cause: Cause, cwd: str) -> Words:
         why.append(stability)
     grows = grew == len(changes)
     if facts.get("stabilised"):
-        fix = ["Nothing urgent: each distinct structure is captured once and then reused."]
+        why.append("Nothing urgent: each distinct structure is captured once and then reused.")
+        fix = []
         if not grows:
             fix.append("If a data-dependent branch picks the ops, computing both sides and selecting with "
                        "torch.where keeps a single graph.")
@@ -408,10 +417,10 @@ def _hook(cause: Cause, cwd: str) -> Words:
     stability = stability_sentence(facts, "hook change")
     if stability:
         why.append(stability)
+    why.append("Removing a hook returns to an already cached graph (no recompile); adding a new one costs a capture each time.")
     fix = [
         "Register hooks once, before the first backward, and keep them; a hook that checks a flag "
         "is cheaper than adding and removing it.",
-        "Removing a hook returns to an already cached graph (no recompile); adding a new one costs a capture each time.",
     ]
     return Words(title, why, fix, evidence_text(cause.evidence))
 
@@ -428,11 +437,13 @@ def _grad_defined(cause: Cause, cwd: str) -> Words:
     stability = stability_sentence(cause.facts, "such miss")
     if stability:
         why.append(stability)
-    fix = [
-        "Once (the first backward sees .grad None, the next accumulates) this costs one extra graph and is harmless.",
-        "If it repeats, clear gradients the same way every step: optimizer.zero_grad(set_to_none=True) "
-        "(the default) on every step, not only on some.",
-    ]
+    fix = []
+    if cause.count == 1:
+        why.append("Once (the first backward sees .grad None, the next accumulates) this costs one extra graph "
+                   "and is harmless: `gate --max-recompiles ca:N` does not count it.")
+    else:
+        fix.append("Clear gradients the same way every step: optimizer.zero_grad(set_to_none=True) "
+                   "(the default) on every step, not only on some.")
     return Words(title, why, fix, evidence_text(cause.evidence))
 
 
@@ -480,7 +491,7 @@ def _shapes(cause: Cause, cwd: str) -> Words:
         "torch._dynamo.mark_dynamic(tensor, dim) on the varying dimension, or `cagtool run --dynamic`."
     )
     if not facts["repeated"]:
-        fix.append("A single recompile on the first change is expected and usually cheap.")
+        why.append("A single recompile on the first change is expected and usually cheap.")
     return Words(title, why, fix, evidence_text(cause.evidence))
 
 
@@ -525,7 +536,7 @@ def _guard(cause: Cause, cwd: str) -> Words:
     fix = [_guard_advice(facts["guard"])]
     if on_ca:
         fix.append("For size guards on CA graphs, start compiled autograd dynamic (`cagtool run --dynamic`).")
-    fix.append('TORCH_LOGS="recompiles" prints every guard failure as it happens.')
+    why.append('TORCH_LOGS="recompiles" prints every guard failure as it happens.')
     return Words(title, why, fix, evidence_text(cause.evidence))
 
 

@@ -153,7 +153,8 @@ class RecompilesTableRenderer:
                 grid.add_row(*(Text(cell) for cell in cells))  # Text: guard texts may contain [brackets]
             self.console.print(grid)
             lines = sorted(
-                {format_source(r.user_source, table.cwd) for r in table.rows if r.user_source is not None and r.user_source.code}
+                {line for r in table.rows if r.user_source is not None and r.user_source.code
+                 and (line := format_source(r.user_source, table.cwd)).strip()}
             )
             if lines:
                 self.console.print("user source lines:")
@@ -178,6 +179,8 @@ class ExplanationRenderer:
             self._line(sentence, 2)
         for sentence in fix:
             self._line(f"Fix: {sentence}", 2)
+        if not fix:
+            self._line("No fix needed.", 2)
         if evidence:
             self._line(f"Evidence: {evidence}", 2)
         self.console.print()

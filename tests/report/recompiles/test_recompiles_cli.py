@@ -93,7 +93,7 @@ mode ca: 1 recompile in 6 steps (1 CA cache miss, 0 Dynamo forward-frame, 0 Dyna
   The same position holds different ops (NodeCall 5: ReluBackward0 / TanhBackward0): a Python
     branch or an op picked per step.
   It has stabilised: no new structure after step 2; the last 4 steps reused cached graphs.
-  Fix: Nothing urgent: each distinct structure is captured once and then reused.
+  Nothing urgent: each distinct structure is captured once and then reused.
   Fix: If a data-dependent branch picks the ops, computing both sides and selecting with
     torch.where keeps a single graph.
   Evidence: !1 (step 2, seq N)
@@ -109,10 +109,10 @@ mode ca: 1 recompile in 5 steps (1 CA cache miss, 0 Dynamo forward-frame, 0 Dyna
     graph compiled autograd caches, so a new set of hooks is a new graph.
   Hooks per graph: !1 at step 3: added tensor_pre_hook (vs !0).
   It has stabilised: no hook change after step 3; the last 2 steps reused cached graphs.
+  Removing a hook returns to an already cached graph (no recompile); adding a new one costs a
+    capture each time.
   Fix: Register hooks once, before the first backward, and keep them; a hook that checks a flag is
     cheaper than adding and removing it.
-  Fix: Removing a hook returns to an already cached graph (no recompile); adding a new one costs a
-    capture each time.
   Evidence: !1 (step 3, seq N)
 
 Every recompile, one per row: cagtool recompiles RUN"""

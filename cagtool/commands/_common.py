@@ -12,7 +12,7 @@ STRICT_OPT = typer.Option(False, "--strict", help="Fail on any unreadable line o
 RANK_OPT: Optional[int] = typer.Option(
     None, "--rank", min=0, metavar="N", help="Multi-process runs: report rank N's record (default: every rank's table, or rank 0 where one record is shown)."
 )
-MODE_OPT: Optional[str] = typer.Option(None, "--mode", help="Which mode's record to read: ca, aot or eager (default: ca if present).")
+MODE_OPT: Optional[str] = typer.Option(None, "--mode", help="Which mode's record to read: ca, aot or eager (default: the most informative the run asked for, ca first).")
 
 
 class TextOrJson(str, Enum):

@@ -151,7 +151,7 @@ def register(app: typer.Typer) -> None:
     @with_gate_options(config_flag="--config")
     def gate(
         run: Optional[str] = RUN_ARG,
-        mode: Optional[str] = typer.Option(None, "--mode", help="Mode whose counts and step time are gated: ca, aot or eager (default: ca if recorded)."),
+        mode: Optional[str] = typer.Option(None, "--mode", help="Mode whose counts and step time are gated: ca, aot or eager (default: the most informative the run asked for, ca first, recorded or not)."),
         format: TextOrJson = typer.Option(TextOrJson.text, "--format", help="Report format on stdout."),
         strict: bool = STRICT_OPT,
         rank: Optional[int] = typer.Option(None, "--rank", min=0, metavar="N", help="Multi-rank runs: hold only rank N to the thresholds (default: every rank)."),

@@ -116,7 +116,7 @@ class RunRecord:
         # Never another mode in place of the one asked for: a ca mode that died before writing
         # its record must not be read as eager's "0 CA graphs".
         default = self.default_mode_name()
-        if default is None:
+        if default is None or not self.modes:
             raise UnreadableInput(f"run {self.path} has no mode records")
         if default not in self.modes:
             have = ", ".join(self.modes) or "none"

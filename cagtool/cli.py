@@ -40,9 +40,9 @@ def _root(
 
 
 def _register_commands() -> None:
-    from cagtool.commands import baseline, compare, diff_graphs, gate, recompiles, run, runs, summary
+    from cagtool.commands import baseline, compare, diff_graphs, export, gate, recompiles, report, run, runs, summary
 
-    for module in (run, summary, runs, compare, recompiles, diff_graphs, gate, baseline):
+    for module in (run, summary, runs, compare, recompiles, diff_graphs, gate, baseline, report, export):
         module.register(app)
     from cagtool.commands import import_trace
 

@@ -57,6 +57,7 @@ def run_command(
     keep_cache: bool = typer.Option(False, "--keep-cache", help="Keep each mode's Inductor cache under <run>/inductor-cache (default: a temporary directory, removed when the run ends)."),
     fmt: str = typer.Option("text", "--format", help="Summary format on stderr: text. For JSON use --json FILE (stdout is the script's)."),
     json_file: Optional[str] = typer.Option(None, "--json", metavar="FILE", help="Also write the summary as JSON to FILE (what `cagtool summary --format json` prints)."),
+    no_report: bool = typer.Option(False, "--no-report", help="Do not write report.html (the HTML report) into the run directory."),
     gate: bool = typer.Option(False, "--gate", help="Gate the run when it ends (thresholds from the flags below or [tool.cagtool.gate]); exit 1 if a check fails.", rich_help_panel="Gate"),
     *,
     gate_options: "GateOptions",
@@ -133,10 +134,17 @@ def run_command(
     if json_file is not None:
         write_summary_json(outcome.path, Path(json_file))
     code = outcome.exit_code
+    gate_result = None
     if (gate or gate_options.settings.has_thresholds()) and code == 0:
-        from cagtool.commands.gate import gate_and_report
+        from cagtool.report.gate.output import emit_gate_result
+        from cagtool.report.gate.run import run_gate
 
-        code = gate_and_report(outcome.path, gate_options, stdout=sys.stderr)
+        gate_result = run_gate(outcome.path, gate_options)
+        code = emit_gate_result(gate_result, gate_options, stdout=sys.stderr)
+    if not no_report:
+        from cagtool.commands.report import report_after_run
+
+        report_after_run(outcome.path, gate_result)
     raise typer.Exit(code)
 
 

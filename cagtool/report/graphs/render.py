@@ -78,7 +78,7 @@ def hunks(entries: Sequence[NodeDiff], context: int) -> tuple[list[Hunk], int]:
     return out, len(entries) - previous_stop
 
 
-def _origin(entry: NodeDiff) -> str:
+def origin_label(entry: NodeDiff) -> str:
     old = entry.old.origin_text if entry.old is not None else None
     new = entry.new.origin_text if entry.new is not None else None
     if old is None or new is None or old == new:
@@ -138,7 +138,7 @@ def summary_lines(comparison: GraphComparison) -> list[Text]:
     return lines
 
 
-def _changed_fields(entry: NodeDiff) -> str:
+def changed_fields(entry: NodeDiff) -> str:
     return ", ".join(c.field for c in entry.changes)
 
 
@@ -174,8 +174,8 @@ class UnifiedRenderer(_HunkRenderer):
             console.print(Text(f"@@ {where} @@", style="cyan"), soft_wrap=True)
             origin = None
             for entry in entries[hunk.start : hunk.stop]:
-                if _origin(entry) != origin:
-                    origin = _origin(entry)
+                if origin_label(entry) != origin:
+                    origin = origin_label(entry)
                     console.print(Text(f"  # {origin}", style="cyan"), soft_wrap=True)
                 self._entry(entry, console)
         if spans and skipped_after:
@@ -190,7 +190,7 @@ class UnifiedRenderer(_HunkRenderer):
             if entry.kind == EQUAL:
                 lines.append(Text(" " + node_text(entry.new), style=STYLE[EQUAL]))
             else:
-                changed = f"  # changed: {_changed_fields(entry)}" if entry.kind == CHANGED else ""
+                changed = f"  # changed: {changed_fields(entry)}" if entry.kind == CHANGED else ""
                 lines.append(Text("+" + node_text(entry.new) + changed, style="green"))
         for line in lines:
             console.print(line, soft_wrap=True)
@@ -221,7 +221,7 @@ class SideBySideRenderer(_HunkRenderer):
     def _hunk(self, table: Table, entries: Sequence[NodeDiff]) -> None:
         origin = None
         for entry in entries:
-            here = _origin(entry)
+            here = origin_label(entry)
             if here != origin:
                 old_o = entry.old.origin_text if entry.old is not None else ""
                 new_o = entry.new.origin_text if entry.new is not None else ""
@@ -231,7 +231,7 @@ class SideBySideRenderer(_HunkRenderer):
             left = Text(node_text(entry.old), style=style) if entry.old is not None else Text("")
             right = Text(node_text(entry.new), style=style) if entry.new is not None else Text("")
             if entry.kind == CHANGED:
-                right.append(f"  # {_changed_fields(entry)}", style="yellow italic")
+                right.append(f"  # {changed_fields(entry)}", style="yellow italic")
             table.add_row(Text(MARK[entry.kind], style=style), left, right)
 
 

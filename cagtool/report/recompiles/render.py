@@ -112,6 +112,34 @@ def detail_cell(row: RecompileRow) -> str:
     return "(no reason recorded)"
 
 
+TABLE_HEADER = ("#", "step", "source", "kind", "what changed", "user source", "graph")
+
+
+def table_cells(table: RecompileTable) -> list[tuple[str, ...]]:
+    """The cells of each row under TABLE_HEADER (the terminal table and the HTML report's):
+    the initial compile is numbered `-`, recompiles 1, 2, ..."""
+    out = []
+    number = 0
+    for row in table.rows:
+        if row.initial:
+            label, kind = "-", "initial"
+        else:
+            number += 1
+            label, kind = str(number), _KIND_LABEL.get(row.kind, row.kind)
+        out.append(
+            (
+                label,
+                "" if row.step is None else str(row.step),
+                f"{_SOURCE_LABEL.get(row.source, row.source)} {row.compile_id}",
+                kind,
+                detail_cell(row),
+                format_source(row.user_source, table.cwd, with_code=False),
+                row.produced or "",
+            )
+        )
+    return out
+
+
 class RecompilesTableRenderer:
     """One row per recompile, the initial compile listed first and marked as such; the code of each
     user source line is listed once under the table."""
@@ -134,22 +162,7 @@ class RecompilesTableRenderer:
             grid.add_column("what changed", overflow="fold", ratio=3)
             grid.add_column("user source", overflow="fold", ratio=2)
             grid.add_column("graph", no_wrap=True)
-            number = 0
-            for row in table.rows:
-                if row.initial:
-                    label, kind = "-", "initial"
-                else:
-                    number += 1
-                    label, kind = str(number), _KIND_LABEL.get(row.kind, row.kind)
-                cells = (
-                    label,
-                    "" if row.step is None else str(row.step),
-                    f"{_SOURCE_LABEL.get(row.source, row.source)} {row.compile_id}",
-                    kind,
-                    detail_cell(row),
-                    format_source(row.user_source, table.cwd, with_code=False),
-                    row.produced or "",
-                )
+            for cells in table_cells(table):
                 grid.add_row(*(Text(cell) for cell in cells))  # Text: guard texts may contain [brackets]
             self.console.print(grid)
             lines = sorted(

@@ -1,0 +1,45 @@
+"""`cagtool export`: a run in another tool's format (a Perfetto / chrome://tracing trace)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from cagtool.commands._common import RUN_ARG, STRICT_OPT
+from cagtool.errors import UnreadableInput, UsageError
+
+
+def export_perfetto(run: Optional[str], output: Path, strict: bool = False) -> Path:
+    from cagtool.record.loader import load_run
+    from cagtool.report.perfetto import write_trace
+
+    record = load_run(run, strict=strict)
+    try:
+        return write_trace(record, output)
+    except OSError as exc:
+        raise UnreadableInput(f"cannot write {output}: {exc.strerror or exc}") from None
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("export")
+    def export_command(
+        run: Optional[str] = RUN_ARG,
+        perfetto: Optional[Path] = typer.Option(None, "--perfetto", metavar="FILE", help="Write a Chrome trace-event JSON (opens in Perfetto and chrome://tracing)."),
+        strict: bool = STRICT_OPT,
+    ) -> None:
+        """Export a recorded run for another tool.
+
+        --perfetto FILE: one process per mode (and rank), tracks for steps, backward calls,
+        optimizer steps, CA captures, CA graph first calls and Dynamo compiles, in
+        microseconds; open it at ui.perfetto.dev or chrome://tracing, next to a torch.profiler
+        trace.
+
+            cagtool export RUN --perfetto trace.json
+        """
+        if perfetto is None:
+            raise UsageError("say what to export: --perfetto FILE")
+        path = export_perfetto(run, perfetto, strict)
+        print(f"trace: {path}", file=sys.stderr)

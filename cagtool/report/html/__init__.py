@@ -1,0 +1,7 @@
+"""The self-contained HTML report (`cagtool report`, and report.html after `cagtool run`).
+
+`document.write_report(run_path, out)` is the entry point. Content comes from the analyses the
+text commands use (compare/, recompiles/, graphs/, gate/, frames); charts are Vega-Lite specs
+built with altair (`charts.py`) and drawn by the Vega JavaScript bundled into the page once
+(`vega_bundle.py`), so the file opens offline and asks no host for anything.
+"""

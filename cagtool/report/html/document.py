@@ -1,0 +1,299 @@
+"""The report page: gathers each section from its analysis, embeds the chart specs and the Vega
+bundle, and writes one self-contained file.
+
+The page asks nothing of any host: the JavaScript is inline, charts are drawn as SVG from specs
+in `<script type="application/json">` blocks, vega-embed's action menu (which links to the online
+editor) is off, and a Content-Security-Policy forbids every fetch, image, font or frame from
+elsewhere, so even a bug cannot phone out.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cagtool.errors import UnreadableInput
+from cagtool.record.loader import ModeRecord, RunRecord
+from cagtool.report.compare.analysis import (
+    Comparison,
+    RunComparison,
+    base_mode,
+    compare_modes,
+    compare_runs,
+)
+from cagtool.report.graphs.runs import compare_replaced, graph_ids
+from cagtool.report.html import charts, sections
+from cagtool.report.html.markup import esc, script_json, tag, text
+from cagtool.report.recompiles.explain import Explanation, explain
+from cagtool.report.recompiles.table import recompile_table
+
+if TYPE_CHECKING:
+    from cagtool.report.gate.run import GateResult
+
+REPORT_FILE = "report.html"
+
+_CSP = (
+    "default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
+    "img-src data: blob:; font-src data:; connect-src 'none'; frame-src 'none'; base-uri 'none'; form-action 'none'"
+)
+
+# Draws every chart spec into its placeholder. The specs are JSON data, parsed, never evaluated.
+# `data-rendered` on <body> counts the charts drawn (the browser tests wait for it).
+_EMBED_SCRIPT = """
+(function () {
+  var blocks = document.querySelectorAll('script[type="application/json"][data-chart]');
+  var done = 0;
+  blocks.forEach(function (block) {
+    var target = document.getElementById(block.getAttribute('data-chart'));
+    var spec = JSON.parse(block.textContent);
+    vegaEmbed(target, spec, {renderer: 'svg', actions: false}).then(function () {
+      target.setAttribute('data-rendered', 'true');
+    }).catch(function (error) {
+      console.error('chart ' + target.id + ': ' + error);
+    }).finally(function () {
+      done += 1;
+      document.body.setAttribute('data-charts-done', String(done));
+    });
+  });
+  document.body.setAttribute('data-charts', String(blocks.length));
+})();
+"""
+
+_CSS = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0; color: #1b1b1b; background: #fafafa; }
+header.top { background: #20232a; color: #fff; padding: 10px 24px; position: sticky; top: 0; z-index: 5; }
+header.top h1 { font-size: 17px; margin: 0 0 4px; }
+header.top nav a { color: #9cdcfe; margin-right: 14px; text-decoration: none; }
+main { padding: 8px 24px 40px; max-width: 1400px; }
+section { background: #fff; border: 1px solid #e3e3e3; border-radius: 6px; padding: 6px 18px 14px; margin: 16px 0; }
+h2 { font-size: 18px; border-bottom: 1px solid #eee; padding-bottom: 4px; }
+h3 { font-size: 15px; margin: 18px 0 6px; }
+h4 { font-size: 14px; margin: 10px 0 4px; }
+table { border-collapse: collapse; margin: 6px 0 10px; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
+thead th { background: #f2f2f2; }
+table.facts th { background: #f7f7f7; width: 9em; }
+table.grid td:not(:first-child) { text-align: right; font-variant-numeric: tabular-nums; }
+table.recompiles td, table.gate td { font-size: 13px; }
+.problem { color: #b00020; font-weight: 600; }
+.ok { color: #1b7f3b; font-weight: 600; }
+.note { color: #666; font-size: 13px; }
+.alert { border-left: 4px solid #b00020; padding: 2px 12px; margin: 8px 0; background: #fff5f5; }
+.cause { border-left: 4px solid #f0a000; padding: 2px 12px; margin: 8px 0; background: #fffaf0; }
+.fix { color: #1b5e20; }
+.chart { width: 100%; min-height: 120px; margin: 8px 0; }
+article.graph { border-top: 1px solid #eee; padding-top: 4px; }
+.graph-facts { display: flex; gap: 32px; flex-wrap: wrap; }
+.graph-facts > div { min-width: 260px; flex: 1; }
+p.nodes { font-family: ui-monospace, monospace; font-size: 12px; word-break: break-word; }
+pre { overflow-x: auto; font-size: 12px; line-height: 1.35; }
+pre.diff { background: #fbfbfb; border: 1px solid #eee; padding: 6px; }
+pre.diff .ins { color: #1b7f3b; } pre.diff .del { color: #b00020; } pre.diff .chg { color: #9a6700; }
+pre.diff .eq { color: #888; } pre.diff .hunk { color: #0a7ea4; }
+.diff-head, .diff-summary { font-family: ui-monospace, monospace; font-size: 12px; margin: 2px 0; }
+details > summary { cursor: pointer; color: #0a5fad; }
+.code { background: #f8f8f8; border: 1px solid #eee; }
+#vg-tooltip-element { max-width: 640px; white-space: pre-wrap; }
+#vg-tooltip-element td.value { white-space: pre-wrap; word-break: break-word; }
+"""
+
+
+@dataclass
+class Page:
+    """The page being assembled: its sections, in order, and the chart specs they placed."""
+
+    title: str
+    nav: list[tuple[str, str]] = field(default_factory=list)  # (anchor, label)
+    body: list[str] = field(default_factory=list)
+    specs: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (placeholder id, Vega-Lite spec)
+
+    def add(self, anchor: str, label: str, html: str) -> None:
+        self.nav.append((anchor, label))
+        self.body.append(html)
+
+    def chart(self, spec: dict[str, Any], caption: str = "") -> str:
+        chart_id = f"chart-{len(self.specs)}"
+        self.specs.append((chart_id, spec))
+        return sections.chart_block(chart_id, caption)
+
+    def render(self, css: str) -> str:
+        from cagtool.report.html.vega_bundle import javascript_bundle
+
+        nav = "".join(tag("a", esc(label), href=f"#{anchor}") for anchor, label in self.nav)
+        specs = "".join(
+            f'<script type="application/json" data-chart="{esc(chart_id)}">{script_json(spec)}</script>' for chart_id, spec in self.specs
+        )
+        bundle = javascript_bundle() if self.specs else ""
+        return (
+            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f'<meta http-equiv="Content-Security-Policy" content="{esc(_CSP)}">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"{text('title', self.title)}<style>{_CSS}{css}</style></head><body>"
+            f'<header class="top">{text("h1", self.title)}<nav>{nav}</nav></header>'
+            f"<main>{''.join(self.body)}</main>{specs}"
+            # The bundle is library code vl-convert ships; it holds no `</script`, which is checked.
+            f"<script>{_checked_script(bundle)}</script><script>{_EMBED_SCRIPT}</script>"
+            "</body></html>\n"
+        )
+
+
+def _checked_script(code: str) -> str:
+    if "</script" in code.lower() or "<!--" in code:
+        raise RuntimeError("the Vega bundle contains a sequence that would end its <script> element")
+    return code
+
+
+def _series(run: RunRecord, names: list[str], tables: dict[str, Any], prefix: str = "") -> list[charts.Series]:
+    """The timeline's lines for records `names`: one per record, or one per rank when the record
+    followed several ranked processes."""
+    out = []
+    for name in names:
+        record = run.modes[name]
+        ranks = record.ranks()
+        if len(ranks) > 1:
+            for rank, rec in ranks.items():
+                out.append(charts.Series(f"{prefix}{name} rank {rank}", rec, recompile_table(rec) if rec is not record else tables.get(name)))
+        else:
+            out.append(charts.Series(f"{prefix}{name}", record, tables.get(name)))
+    return out
+
+
+def _modes_by_base(run: RunRecord) -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = {}
+    for name in run.modes:
+        grouped.setdefault(base_mode(name), []).append(name)
+    return grouped
+
+
+def _phase_rows(comparison: Comparison, label_prefix: str = "") -> list[dict[str, Any]]:
+    rows = []
+    for name, column in comparison.modes.items():
+        if column.metrics is None:
+            continue
+        label = f"{label_prefix}{name}"
+        for key, phase in charts.PHASE_LABELS.items():
+            rows.append({"mode": label, "phase": phase, "seconds": column.compile_phases_s.get(key, 0.0)})
+        rows.append({"mode": label, "phase": "total", "seconds": column.compile_time_s or 0.0})
+    return rows
+
+
+def _timeline_section(page: Page, groups: list[tuple[str, list[charts.Series]]]) -> str:
+    parts = [text("h2", "Step time")]
+    parts.append(
+        text(
+            "p",
+            "Iteration time of each step (start of its backward to the start of the next), log scale. "
+            "Ringed: compile-affected steps, left out of the steady-state figures. Markers at the top: "
+            "each CA capture, Dynamo recompile and graph break; hover for the reason, node and source line. "
+            "Drag to pan, scroll to zoom.",
+            class_="note",
+        )
+    )
+    for title, series in groups:
+        steps = charts.step_rows(series)
+        markers = charts.marker_rows(series)
+        if not steps and not markers:
+            parts.append(text("p", f"{title}: no steps recorded.", class_="note"))
+            continue
+        parts.append(page.chart(charts.timeline_spec(title, steps, markers)))
+    return tag("section", "".join(parts), id="timeline")
+
+
+def _graphs_section(run: RunRecord, highlight: sections.CodeHighlighter, label_prefix: str = "", anchor: str = "graphs") -> str:
+    parts = [text("h2", f"{label_prefix}Compiled-autograd graphs")]
+    for name, record in run.modes.items():
+        for key, rec in [("", record), *record.processes.items()]:
+            if not graph_ids(rec):
+                continue
+            view = run if rec is record else RunRecord(path=run.path, meta=run.meta, modes={name: rec})
+            try:
+                comparisons = compare_replaced(view, name)
+            except UnreadableInput as exc:  # a graph file missing: show the graphs, say why there is no diff
+                parts.append(text("p", f"{name}: no structural diffs: {exc}", class_="note"))
+                comparisons = []
+            if key:
+                parts.append(text("h3", f"{name}, process {key}"))
+            parts.append(sections.graphs(rec, comparisons, highlight))
+    if len(parts) == 1:
+        parts.append(text("p", "No mode captured a compiled-autograd graph."))
+    return tag("section", "".join(parts), id=anchor)
+
+
+def run_report(run: RunRecord, gate: "GateResult | None" = None) -> str:
+    """The HTML of one run's report."""
+    target = run.meta.target.get("name", "?")
+    page = Page(f"cagtool report: {target}")
+    highlight = sections.CodeHighlighter()
+    comparison = compare_modes(run)
+    tables = {name: recompile_table(record) for name, record in run.modes.items()}
+    explanations: dict[str, Explanation] = {name: explain(t) for name, t in tables.items()}
+
+    page.add("run", "run", sections.header(run))
+    page.add("verdict", "verdict", sections.verdict(comparison, run, explanations))
+    groups = [(f"mode {base}", _series(run, names, tables)) for base, names in _modes_by_base(run).items()]
+    page.add("timeline", "step time", _timeline_section(page, groups))
+    phases = _phase_rows(comparison)
+    if phases:
+        block = page.chart(charts.compile_phase_spec(phases), "Median over repetitions; torch's cumulative phase times nest, so bars are not stacked.")
+        page.add("compile", "compile time", tag("section", text("h2", "Compile time by phase") + block, id="compile"))
+    page.add("recompiles", "recompiles", sections.recompiles(explanations))
+    page.add("graphs", "CA graphs", _graphs_section(run, highlight))
+    if gate is not None:
+        page.add("gate", "gate", sections.gate(gate))
+    return page.render(highlight.css())
+
+
+def comparison_report(run_a: RunRecord, run_b: RunRecord) -> str:
+    """Before (A) and after (B): the change grid, both runs' timelines and compile phases side by
+    side, and each run's recompiles and graphs."""
+    page = Page(f"cagtool report: {run_a.meta.target.get('name', '?')} before/after")
+    highlight = sections.CodeHighlighter()
+    rc: RunComparison = compare_runs(run_a, run_b)
+    page.add("run-a", "A", sections.header(run_a, anchor="run-a", title=f"A (before): {run_a.path}"))
+    page.add("run-b", "B", sections.header(run_b, anchor="run-b", title=f"B (after): {run_b.path}"))
+    page.add("verdict", "verdict", sections.run_change(rc))
+    tables_a = {name: recompile_table(r) for name, r in run_a.modes.items()}
+    tables_b = {name: recompile_table(r) for name, r in run_b.modes.items()}
+    by_a, by_b = _modes_by_base(run_a), _modes_by_base(run_b)
+    groups = []
+    for base in list(by_a) + [m for m in by_b if m not in by_a]:
+        series = _series(run_a, by_a.get(base, []), tables_a, "A ") + _series(run_b, by_b.get(base, []), tables_b, "B ")
+        groups.append((f"mode {base}: A and B", series))
+    page.add("timeline", "step time", _timeline_section(page, groups))
+    phases = _phase_rows(rc.before, "A ") + _phase_rows(rc.after, "B ")
+    if phases:
+        block = page.chart(charts.compile_phase_spec(phases))
+        page.add("compile", "compile time", tag("section", text("h2", "Compile time by phase") + block, id="compile"))
+    page.add("recompiles-a", "A recompiles", sections.recompiles({f"A {k}": explain(t) for k, t in tables_a.items()}, "recompiles-a", "A: recompiles and their causes"))
+    page.add("recompiles-b", "B recompiles", sections.recompiles({f"B {k}": explain(t) for k, t in tables_b.items()}, "recompiles-b", "B: recompiles and their causes"))
+    page.add("graphs-a", "A graphs", _graphs_section(run_a, highlight, "A: ", "graphs-a"))
+    page.add("graphs-b", "B graphs", _graphs_section(run_b, highlight, "B: ", "graphs-b"))
+    return page.render(highlight.css())
+
+
+@dataclass(frozen=True)
+class Written:
+    path: Path
+    bytes: int
+    seconds: float
+
+
+def write_html(html: str, out: Path) -> Path:
+    """Write atomically: a report being rewritten is never seen half-written."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp.write_text(html, encoding="utf-8")
+    tmp.replace(out)
+    return out
+
+
+def write_report(run: RunRecord, out: Path | None = None, gate: "GateResult | None" = None, run_b: RunRecord | None = None) -> Written:
+    """Render and write the report of `run` (or of `run` against `run_b`); default path:
+    <run>/report.html. Returns where, how big and how long it took."""
+    start = time.perf_counter()
+    html = run_report(run, gate) if run_b is None else comparison_report(run, run_b)
+    path = write_html(html, out if out is not None else run.path / REPORT_FILE)
+    return Written(path, len(html.encode("utf-8")), time.perf_counter() - start)

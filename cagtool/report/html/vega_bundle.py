@@ -1,0 +1,52 @@
+"""The Vega, Vega-Lite and vega-embed JavaScript, inlined into every report.
+
+vl-convert ships the libraries and bundles them into one script (about 0.9 MB) that sets
+`window.vegaEmbed`; bundling takes about 1.4 s, so the result is kept in a per-user cache keyed
+by the library versions, and later reports read it back in milliseconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+CACHE_ENV = "CAGTOOL_CACHE_DIR"
+
+
+def vegalite_version() -> str:
+    """The Vega-Lite version altair writes specs for ("6.4" style, as vl-convert names them)."""
+    from altair.utils._importers import vl_version_for_vl_convert
+
+    return vl_version_for_vl_convert()
+
+
+def _cache_dir() -> Path:
+    explicit = os.environ.get(CACHE_ENV)
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "cagtool"
+
+
+def javascript_bundle() -> str:
+    """The bundle, from the cache when a copy for these versions is there."""
+    import vl_convert
+
+    vl_version = vegalite_version()
+    key = f"{vl_convert.__version__ if hasattr(vl_convert, '__version__') else ''}-{vl_convert.get_vega_version()}-{vl_version}-{vl_convert.get_vega_embed_version()}"
+    name = f"vega-bundle-{hashlib.sha256(key.encode()).hexdigest()[:16]}.js"
+    path = _cache_dir() / name
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        pass
+    bundle = vl_convert.javascript_bundle(vl_version=vl_version)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(bundle, encoding="utf-8")
+        tmp.replace(path)  # atomic: two reports written at once never read half a file
+    except OSError:
+        pass  # a read-only home only costs the next report the bundling time again
+    return bundle

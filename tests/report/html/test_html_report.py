@@ -1,0 +1,245 @@
+"""The HTML report, opened in headless Chromium with the network cut: it draws its charts from
+the recorded values, shows reasons in tooltips, asks no host for anything, logs no error, and
+shows everything from the record as text (never as markup or script).
+
+Chromium is Debian's `chromium` package (`.ci/run` installs it); without it these tests skip.
+Screenshots go to test-artifacts/ (gitignored) for a person to look at.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from browser import Browser, find_chromium
+from conftest import ROOT, cagtool_cmd
+
+from cagtool.record.loader import load_run
+from cagtool.record.schema import CacheMissEvent, GraphBreakEvent
+from cagtool.report.frames import steps_frame
+from cagtool.report.html.document import write_report
+
+ARTIFACTS = ROOT / "test-artifacts"
+THREE = "eager,aot,ca"
+CHARTS_DONE = "document.body.dataset.charts !== undefined && document.body.dataset.chartsDone === document.body.dataset.charts"
+MAX_BYTES = 3 * 2**20
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if find_chromium() is None:
+        pytest.skip("chromium is not installed: `apt-get install chromium` (Debian; .ci/run installs it)")
+    with Browser.start() as b:
+        yield b
+
+
+def open_report(browser: Browser, path: Path, shot: str):
+    page = browser.open(path)
+    page.wait_for(CHARTS_DONE, timeout=60)
+    page.screenshot(ARTIFACTS / f"{shot}.png")
+    return page
+
+
+def assert_clean(page, path: Path) -> None:
+    """No console error or exception, and no request but the file itself."""
+    assert page.console_errors == []
+    assert page.failed_requests == []
+    assert page.requests == [path.resolve().as_uri()]
+
+
+def hover_tooltip(page, selector: str, index: int) -> str:
+    """Move the mouse onto the index-th mark under `selector` and return the tooltip's text."""
+    x, y = page.evaluate(
+        f"(() => {{ const e = document.querySelectorAll({json.dumps(selector)})[{index}]; e.scrollIntoView({{block: 'center'}});"
+        " const r = e.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+    )
+    page.hover(x, y)
+    return page.wait_for(
+        "(() => { const t = document.getElementById('vg-tooltip-element');"
+        " return t && t.classList.contains('visible') ? t.innerText : ''; })()",
+        timeout=10,
+    )
+
+
+@pytest.fixture(scope="module")
+def three_modes(record_run):
+    run = record_run("graph_breaks.py", "3", modes=THREE)
+    assert run.returncode == 0, run.stderr
+    return run
+
+
+@pytest.fixture(scope="module")
+def op_loop(record_run):
+    run = record_run("op_loop.py")
+    assert run.returncode == 0, run.stderr
+    return run
+
+
+def test_run_writes_report_and_says_where(three_modes):
+    report = three_modes.path / "report.html"
+    assert report.is_file()
+    assert f"report: {report}" in three_modes.stderr
+    assert report.stat().st_size < MAX_BYTES
+
+
+def test_three_modes_in_browser(browser, three_modes):
+    path = three_modes.path / "report.html"
+    page = open_report(browser, path, "report-graph-breaks-three-modes")
+    assert_clean(page, path)
+    run = load_run(three_modes.path)
+    # Every chart drew: three timelines (one per mode) and the compile phases.
+    assert page.evaluate("document.querySelectorAll('.chart[data-rendered]').length") == 4
+    # One point per step that has an iteration time, with the recorded value in its label.
+    labels = page.evaluate("Array.from(document.querySelectorAll('.step_points_marks path')).map(e => e.getAttribute('aria-label'))")
+    expected = []
+    for name, record in run.modes.items():
+        frame = steps_frame(record)
+        for step, row in frame.dropna(subset=["iteration_s"]).iterrows():
+            expected.append((f"step: {step};", f"record: {name};", f"iteration (ms): {row['iteration_s'] * 1000:.3f};"))
+    assert len(labels) == len(expected)
+    for want in expected:
+        assert any(all(part in label for part in want) for label in labels), (want, labels)
+    # A marker per graph break (aot and ca), and its tooltip gives the reason and the source line.
+    breaks = sum(len(r.of(GraphBreakEvent)) for r in run.modes.values())
+    assert breaks >= 4
+    markers = page.evaluate("Array.from(document.querySelectorAll('.event_markers_marks path')).map(e => e.getAttribute('aria-label'))")
+    assert sum("event: graph break" in m for m in markers) == breaks
+    index = next(i for i, m in enumerate(markers) if "event: graph break" in m)
+    tip = hover_tooltip(page, ".event_markers_marks path", index)
+    assert "graph break" in tip and "torch._dynamo.graph_break()" in tip
+    assert "graph_breaks.py:1" in tip  # the source line (12 or 14)
+    # Compile phases: a bar per mode and phase.
+    assert page.evaluate("document.querySelectorAll('.phase_bars_marks path').length") == 3 * 5
+    # The verdict table shows the modes side by side.
+    verdict = page.evaluate("document.getElementById('verdict').innerText")
+    assert "Modes side by side" in verdict and "speedup" in verdict
+
+
+def test_ca_misses_diffs_and_code(browser, op_loop):
+    path = op_loop.path / "report.html"
+    page = open_report(browser, path, "report-op-loop")
+    assert_clean(page, path)
+    run = load_run(op_loop.path)
+    ca = run.mode("ca")
+    misses = ca.of(CacheMissEvent)
+    assert len(misses) >= 3
+    markers = page.evaluate("Array.from(document.querySelectorAll('.event_markers_marks path')).map(e => e.getAttribute('aria-label'))")
+    assert sum("CA cache miss" in m or "CA first capture" in m for m in markers) == len({m.ca_id for m in misses})
+    miss = next(m for m in misses if m.node_call != 0)
+    index = next(i for i, m in enumerate(markers) if f"compile id: {miss.compile_id};" in m)
+    tip = hover_tooltip(page, ".event_markers_marks path", index)
+    assert miss.message.splitlines()[0] in tip  # torch's reason, verbatim
+    assert miss.node.replace("torch::autograd::", "") in tip
+    # Each graph has highlighted code; each graph after the first, a diff against the one it replaced.
+    graphs = page.evaluate("document.querySelectorAll('article.graph').length")
+    assert graphs == len({m.ca_id for m in misses})
+    assert page.evaluate("document.querySelectorAll('.graph-diff').length") == graphs - 1
+    assert page.evaluate("document.querySelectorAll('article.graph .code .k').length") > 0  # pygments keyword spans
+    recompiles = page.evaluate("document.getElementById('recompiles').innerText")
+    assert "Fix:" in recompiles and "new node" in recompiles
+
+
+PAYLOAD = "</script><script>window.__pwned=1</script><!--<img src=\"http://evil.invalid/x.png\" onerror=\"window.__pwned=2\">'é"
+
+
+def _inject(run_dir: Path) -> None:
+    """Put hostile text everywhere the record holds text: the script name and argv, torch's
+    reasons, a finding, the exception, and a graph's code."""
+    meta_path = run_dir / "run.json"
+    meta = json.loads(meta_path.read_text())
+    meta["target"]["name"] = f"train{PAYLOAD}.py"
+    meta["target_argv"] = [meta["target"]["name"], PAYLOAD]
+    meta_path.write_text(json.dumps(meta))
+    mode = run_dir / "ca"
+    manifest = json.loads((mode / "manifest.json").read_text())
+    manifest["exception"] = {"type": "RuntimeError", "message": PAYLOAD, "traceback": PAYLOAD}
+    manifest["status"] = "failed"
+    manifest["exit_code"] = 1
+    (mode / "manifest.json").write_text(json.dumps(manifest))
+    lines = []
+    for line in (mode / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event["kind"] == "ca_cache_miss":
+            event["message"] = event["message"] + PAYLOAD
+            event["node"] = f"Mul{PAYLOAD}"
+        lines.append(json.dumps(event))
+    lines.append(json.dumps({"kind": "finding", "seq": 10_000, "t": 9.0, "code": "x", "message": PAYLOAD}))
+    (mode / "events.jsonl").write_text("\n".join(lines) + "\n")
+    code = next((mode / "graphs").glob("ca_*.py"))
+    code.write_text(code.read_text() + f"\n# {PAYLOAD}\n")
+
+
+def test_everything_from_the_record_is_text(browser, op_loop, tmp_path):
+    run_dir = tmp_path / "hostile"
+    shutil.copytree(op_loop.path, run_dir)
+    _inject(run_dir)
+    out = tmp_path / "hostile.html"
+    proc = subprocess.run(cagtool_cmd("report", str(run_dir), "-o", str(out)), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    html = out.read_text()
+    assert PAYLOAD not in html and "<script>window.__pwned" not in html
+    page = open_report(browser, out, "report-hostile")
+    assert page.evaluate("window.__pwned === undefined")
+    assert page.evaluate("document.querySelectorAll('img').length") == 0
+    assert_clean(page, out)  # the <img> would have asked evil.invalid for x.png
+    body = page.evaluate("document.body.innerText")
+    assert f"train{PAYLOAD}.py" in body  # the script name, shown as text
+    assert f"RuntimeError: {PAYLOAD}" in body  # the exception
+    code = page.evaluate("Array.from(document.querySelectorAll('article.graph .code')).map(e => e.textContent).join('\\n')")
+    assert PAYLOAD in code
+    # Inside the chart: the reason in the tooltip is text too.
+    markers = page.evaluate("Array.from(document.querySelectorAll('.event_markers_marks path')).map(e => e.getAttribute('aria-label'))")
+    index = next(i for i, m in enumerate(markers) if "CA cache miss" in m)
+    tip = hover_tooltip(page, ".event_markers_marks path", index)
+    assert PAYLOAD in tip
+    assert page.evaluate("document.getElementById('vg-tooltip-element').querySelectorAll('img, script').length") == 0
+    assert page.evaluate("window.__pwned === undefined")
+
+
+def test_before_after_report(browser, op_loop, three_modes, tmp_path):
+    out = tmp_path / "ab.html"
+    proc = subprocess.run(cagtool_cmd("report", str(three_modes.path), str(op_loop.path), "-o", str(out)), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    page = open_report(browser, out, "report-before-after")
+    assert_clean(page, out)
+    verdict = page.evaluate("document.getElementById('verdict').innerText")
+    assert "Before/after" in verdict and "speedup B over A" in verdict
+    # The ca timeline holds both runs.
+    labels = page.evaluate("Array.from(document.querySelectorAll('.step_points_marks path')).map(e => e.getAttribute('aria-label'))")
+    assert any("record: A ca;" in label for label in labels)
+    assert any("record: B ca;" in label for label in labels)
+
+
+def test_size_and_write_time(op_loop, three_modes, tmp_path):
+    for recorded in (op_loop, three_modes):
+        run = load_run(recorded.path)
+        write_report(run, tmp_path / "warm.html")  # imports and the cached Vega bundle
+        start = time.process_time()
+        written = write_report(run, tmp_path / "report.html")
+        cpu = time.process_time() - start
+        assert written.bytes < MAX_BYTES
+        assert cpu < 3.0, f"writing the report took {cpu:.2f} s of CPU"
+
+
+def test_report_of_unreadable_runs(tmp_path):
+    missing = subprocess.run(cagtool_cmd("report", str(tmp_path / "nope")), capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 3 and "no run at" in missing.stderr
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (garbage / "run.json").write_text("{not json")
+    bad = subprocess.run(cagtool_cmd("report", str(garbage)), capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 3 and "not valid JSON" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+def test_run_no_report(record_run):
+    run = record_run("../tests/scripts/exit_code.py", "0", extra=("--no-report",))
+    assert run.returncode == 0, run.stderr
+    assert not (run.path / "report.html").exists()
+    assert "report:" not in run.stderr

@@ -285,8 +285,12 @@ def write_html(html: str, out: Path) -> Path:
     """Write atomically: a report being rewritten is never seen half-written."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text(html, encoding="utf-8")
-    tmp.replace(out)
+    try:
+        tmp.write_text(html, encoding="utf-8")
+        tmp.replace(out)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind
+        raise
     return out
 
 

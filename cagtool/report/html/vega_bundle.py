@@ -42,11 +42,11 @@ def javascript_bundle() -> str:
     except OSError:
         pass
     bundle = vl_convert.javascript_bundle(vl_version=vl_version)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(bundle, encoding="utf-8")
         tmp.replace(path)  # atomic: two reports written at once never read half a file
     except OSError:
-        pass  # a read-only home only costs the next report the bundling time again
+        tmp.unlink(missing_ok=True)  # a read-only or full home only costs the next report the bundling time again
     return bundle

@@ -89,6 +89,7 @@ def test_ddp_torchrun_module_form(tmp_path):
 def test_torchrun_console_script_runs_as_module():
     target = check_target("torchrun", None, ["--nproc-per-node", "2", "train.py"])
     assert target == Target("module", "torch.distributed.run", ["--nproc-per-node", "2", "train.py"])
+    assert target.label == "train"  # the run directory is named after the training script
 
 
 def test_fork_children_get_their_own_records(tmp_path):
@@ -212,3 +213,15 @@ def test_launches_by_torchs_compiler_are_not_reported():
 
     assert launched_from(os.path.join(os.sep, "env", "site-packages", "torch", "_inductor", "codecache.py"))
     assert not launched_from(os.path.join(os.sep, "home", "me", "train.py"))
+
+
+def test_ddp_without_its_hooks_in_the_ca_graph_is_a_finding(tmp_path):
+    """DDP in the main process (world size 1): the main record has rank 0; a DDP model whose
+    all-reduce hooks never reach the CA graph is a finding that names the fix."""
+    _cagtool_run(tmp_path / "r", str(SCRIPTS / "ddp_one_rank.py"), "--remove-hooks")
+    run = load_run(tmp_path / "r")
+    ca = run.mode("ca")
+    assert ca.rank == 0 and run.mode("ca", rank=0) is ca and ca.processes == {}
+    assert ca.of(CAGraphEvent) and not any(h.hook_type == "post_acc_grad_hook" for g in ca.of(CAGraphEvent) for h in g.hooks)
+    (finding,) = [f for f in ca.of(FindingEvent) if f.code == "ddp_collectives_not_in_ca_graphs"]
+    assert "post_acc_grad_hook" in finding.message and "Fix:" in finding.message

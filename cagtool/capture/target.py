@@ -15,6 +15,9 @@ from dataclasses import asdict, dataclass, field
 from cagtool.errors import UsageError
 
 
+_LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+
+
 @dataclass(frozen=True)
 class Target:
     kind: str  # "script" | "module"
@@ -23,6 +26,11 @@ class Target:
 
     @property
     def label(self) -> str:
+        if self.kind == "module" and self.name in _LAUNCHER_MODULES:
+            # `-m torch.distributed.run ... train.py`: the run is named after the training script.
+            script = next((a for a in self.args if a.endswith(".py")), None)
+            if script is not None:
+                return os.path.splitext(os.path.basename(script))[0]
         return os.path.splitext(os.path.basename(self.name))[0] if self.kind == "script" else self.name.rsplit(".", 1)[-1]
 
     def to_dict(self) -> dict[str, str]:

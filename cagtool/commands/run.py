@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from cagtool.errors import UsageError
+from cagtool.errors import CagtoolError, UsageError
 from cagtool.record.schema import MODES
 
 if TYPE_CHECKING:
@@ -136,11 +136,15 @@ def run_command(
     code = outcome.exit_code
     gate_result = None
     if (gate or gate_options.settings.has_thresholds()) and code == 0:
-        from cagtool.report.gate.output import emit_gate_result
+        from cagtool.report.gate.output import emit_gate_result, save_gate_result
         from cagtool.report.gate.run import run_gate
 
         gate_result = run_gate(outcome.path, gate_options)
         code = emit_gate_result(gate_result, gate_options, stdout=sys.stderr)
+        try:
+            save_gate_result(gate_result, outcome.path)  # for report.html, now and when re-rendered
+        except CagtoolError as exc:
+            print(f"cagtool: gate result not saved: {exc}", file=sys.stderr)
     if not no_report:
         from cagtool.commands.report import report_after_run
 

@@ -126,6 +126,51 @@ def gate_to_dict(gate: GateResult) -> dict[str, Any]:
     }
 
 
+# `cagtool run --gate` keeps its result in the run directory, so a report written later shows it.
+GATE_RESULT_FILE = "gate.json"
+
+
+def gate_from_dict(data: dict[str, Any]) -> GateResult:
+    """A GateResult read back from `gate_to_dict`'s document (for rendering: thresholds are not kept)."""
+    from cagtool.report.gate.config import GateSettings
+
+    def optional_path(value: Any) -> Path | None:
+        return None if value is None else Path(value)
+
+    try:
+        results = [
+            CheckResult(
+                check=c["check"], mode=c["mode"], outcome=Outcome(c["outcome"]), failed=bool(c["failed"]),
+                actual=c["actual"], limit=c["limit"], message=c["message"], source=c.get("source", "flag"),
+                notes=list(c.get("notes", [])), data=dict(c.get("data", {})),
+            )
+            for c in data["checks"]
+        ]
+        return GateResult(
+            run_path=Path(data["run"]), mode=data["mode"], settings=GateSettings(),
+            config_path=optional_path(data.get("config")), baseline_path=optional_path(data.get("baseline")),
+            results=results, warnings=list(data.get("warnings", [])), ranks=tuple(data.get("ranks", ())),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UnreadableInput(f"gate result is malformed: {exc}") from None
+
+
+def save_gate_result(gate: GateResult, run_dir: Path) -> Path:
+    path = run_dir / GATE_RESULT_FILE
+    _write(path, render_json(gate) + "\n")
+    return path
+
+
+def load_gate_result(run_dir: Path) -> GateResult | None:
+    """The gate result `cagtool run --gate` saved in the run, or None when it was not gated."""
+    path = run_dir / GATE_RESULT_FILE
+    if not path.exists():
+        return None
+    from cagtool.record.loader import read_json_object
+
+    return gate_from_dict(read_json_object(path, "gate result"))
+
+
 def render_json(gate: GateResult) -> str:
     return json.dumps(gate_to_dict(gate), indent=2, default=str)
 

@@ -28,7 +28,8 @@ from cagtool.report.graphs.runs import compare_replaced, graph_ids
 from cagtool.report.html import charts, sections
 from cagtool.report.html.markup import esc, script_json, tag, text
 from cagtool.report.recompiles.explain import Explanation, explain
-from cagtool.report.recompiles.table import recompile_table
+from cagtool.report.ranks.analysis import focused_run
+from cagtool.report.recompiles.table import RecompileTable, recompile_table
 
 if TYPE_CHECKING:
     from cagtool.report.gate.run import GateResult
@@ -146,18 +147,31 @@ def _checked_script(code: str) -> str:
     return code
 
 
-def _series(run: RunRecord, names: list[str], tables: dict[str, Any], prefix: str = "") -> list[charts.Series]:
-    """The timeline's lines for records `names`: one per record, or one per rank when the record
-    followed several ranked processes."""
+class Tables:
+    """Each record's recompile table, built once whichever section asks first."""
+
+    def __init__(self) -> None:
+        self._by_record: dict[int, tuple[ModeRecord, RecompileTable]] = {}
+
+    def __call__(self, record: ModeRecord) -> RecompileTable:
+        found = self._by_record.get(id(record))
+        if found is None:
+            found = (record, recompile_table(record))  # the record is kept so its id stays unique
+            self._by_record[id(record)] = found
+        return found[1]
+
+
+def _series(run: RunRecord, names: list[str], tables: Tables, prefix: str = "") -> list[charts.Series]:
+    """The timeline's lines for records `names`: one per record, or one per rank when the mode
+    followed ranked processes."""
     out = []
     for name in names:
         record = run.modes[name]
         ranks = record.ranks()
-        if len(ranks) > 1:
-            for rank, rec in ranks.items():
-                out.append(charts.Series(f"{prefix}{name} rank {rank}", rec, recompile_table(rec) if rec is not record else tables.get(name)))
+        if ranks and (len(ranks) > 1 or record.rank is None):
+            out.extend(charts.Series(f"{prefix}{name} rank {rank}", rec, tables(rec)) for rank, rec in ranks.items())
         else:
-            out.append(charts.Series(f"{prefix}{name}", record, tables.get(name)))
+            out.append(charts.Series(f"{prefix}{name}", record, tables(record)))
     return out
 
 
@@ -227,12 +241,15 @@ def run_report(run: RunRecord, gate: "GateResult | None" = None) -> str:
     target = run.meta.target.get("name", "?")
     page = Page(f"cagtool report: {target}")
     highlight = sections.CodeHighlighter()
-    comparison = compare_modes(run)
-    tables = {name: recompile_table(record) for name, record in run.modes.items()}
-    explanations: dict[str, Explanation] = {name: explain(t) for name, t in tables.items()}
+    # A multi-rank run is read on one rank's records (its launcher ran no steps), as `compare` and
+    # `recompiles` read it; the timeline shows every rank.
+    view, focus = focused_run(run, None)
+    comparison = compare_modes(view)
+    tables = Tables()
+    explanations: dict[str, Explanation] = {name: explain(tables(record)) for name, record in view.modes.items()}
 
     page.add("run", "run", sections.header(run))
-    page.add("verdict", "verdict", sections.verdict(comparison, run, explanations))
+    page.add("verdict", "verdict", sections.verdict(comparison, view, explanations, sections.ranks(run, focus)))
     groups = [(f"mode {base}", _series(run, names, tables)) for base, names in _modes_by_base(run).items()]
     page.add("timeline", "step time", _timeline_section(page, groups))
     phases = _phase_rows(comparison)
@@ -240,7 +257,7 @@ def run_report(run: RunRecord, gate: "GateResult | None" = None) -> str:
         block = page.chart(charts.compile_phase_spec(phases), "Median over repetitions; torch's cumulative phase times nest, so bars are not stacked.")
         page.add("compile", "compile time", tag("section", text("h2", "Compile time by phase") + block, id="compile"))
     page.add("recompiles", "recompiles", sections.recompiles(explanations))
-    page.add("graphs", "CA graphs", _graphs_section(run, highlight))
+    page.add("graphs", "CA graphs", _graphs_section(view, highlight, f"rank {focus}: " if focus is not None else ""))
     if gate is not None:
         page.add("gate", "gate", sections.gate(gate))
     return page.render(highlight.css())
@@ -251,24 +268,23 @@ def comparison_report(run_a: RunRecord, run_b: RunRecord) -> str:
     side, and each run's recompiles and graphs."""
     page = Page(f"cagtool report: {run_a.meta.target.get('name', '?')} before/after")
     highlight = sections.CodeHighlighter()
-    rc: RunComparison = compare_runs(run_a, run_b)
+    rc: RunComparison = compare_runs(focused_run(run_a, None)[0], focused_run(run_b, None)[0])
     page.add("run-a", "A", sections.header(run_a, anchor="run-a", title=f"A (before): {run_a.path}"))
     page.add("run-b", "B", sections.header(run_b, anchor="run-b", title=f"B (after): {run_b.path}"))
     page.add("verdict", "verdict", sections.run_change(rc))
-    tables_a = {name: recompile_table(r) for name, r in run_a.modes.items()}
-    tables_b = {name: recompile_table(r) for name, r in run_b.modes.items()}
+    tables = Tables()
     by_a, by_b = _modes_by_base(run_a), _modes_by_base(run_b)
     groups = []
     for base in list(by_a) + [m for m in by_b if m not in by_a]:
-        series = _series(run_a, by_a.get(base, []), tables_a, "A ") + _series(run_b, by_b.get(base, []), tables_b, "B ")
+        series = _series(run_a, by_a.get(base, []), tables, "A ") + _series(run_b, by_b.get(base, []), tables, "B ")
         groups.append((f"mode {base}: A and B", series))
     page.add("timeline", "step time", _timeline_section(page, groups))
     phases = _phase_rows(rc.before, "A ") + _phase_rows(rc.after, "B ")
     if phases:
         block = page.chart(charts.compile_phase_spec(phases))
         page.add("compile", "compile time", tag("section", text("h2", "Compile time by phase") + block, id="compile"))
-    page.add("recompiles-a", "A recompiles", sections.recompiles({f"A {k}": explain(t) for k, t in tables_a.items()}, "recompiles-a", "A: recompiles and their causes"))
-    page.add("recompiles-b", "B recompiles", sections.recompiles({f"B {k}": explain(t) for k, t in tables_b.items()}, "recompiles-b", "B: recompiles and their causes"))
+    page.add("recompiles-a", "A recompiles", sections.recompiles({f"A {k}": explain(tables(r)) for k, r in run_a.modes.items()}, "recompiles-a", "A: recompiles and their causes"))
+    page.add("recompiles-b", "B recompiles", sections.recompiles({f"B {k}": explain(tables(r)) for k, r in run_b.modes.items()}, "recompiles-b", "B: recompiles and their causes"))
     page.add("graphs-a", "A graphs", _graphs_section(run_a, highlight, "A: ", "graphs-a"))
     page.add("graphs-b", "B graphs", _graphs_section(run_b, highlight, "B: ", "graphs-b"))
     return page.render(highlight.css())
@@ -298,6 +314,10 @@ def write_report(run: RunRecord, out: Path | None = None, gate: "GateResult | No
     """Render and write the report of `run` (or of `run` against `run_b`); default path:
     <run>/report.html. Returns where, how big and how long it took."""
     start = time.perf_counter()
+    if gate is None and run_b is None:
+        from cagtool.report.gate.output import load_gate_result
+
+        gate = load_gate_result(run.path)  # the run was gated when it was recorded
     html = run_report(run, gate) if run_b is None else comparison_report(run, run_b)
     path = write_html(html, out if out is not None else run.path / REPORT_FILE)
     return Written(path, len(html.encode("utf-8")), time.perf_counter() - start)

@@ -83,7 +83,7 @@ def _mode_status(record: ModeRecord) -> str:
     return state
 
 
-def verdict(comparison: Comparison, run: RunRecord, explanations: dict[str, Explanation]) -> str:
+def verdict(comparison: Comparison, run: RunRecord, explanations: dict[str, Explanation], ranks_html: str = "") -> str:
     """Modes side by side, the speedups with their noise verdict, numerics, then what the user
     must not miss: failed modes, findings and recompile alerts."""
     parts = [grid_table(mode_grid(comparison))]
@@ -98,6 +98,7 @@ def verdict(comparison: Comparison, run: RunRecord, explanations: dict[str, Expl
     problems = comparison.failure_problems
     if problems:
         parts.append(text("h3", "Problems") + bullet_list(problems, class_="problem"))
+    parts.append(ranks_html)
     parts.append(findings(run, explanations))
     return tag("section", text("h2", "Verdict") + "".join(parts), id="verdict")
 
@@ -120,6 +121,32 @@ def findings(run: RunRecord, explanations: dict[str, Explanation]) -> str:
     if not items and not alerts:
         return out + text("p", "None: no finding was recorded and no recompile alert was raised.")
     return out + "".join(alerts) + bullet_list(items, class_="findings")
+
+
+def ranks(run: RunRecord, focus: int | None) -> str:
+    """Multi-rank runs: which rank the figures above are from, then per mode the ranks' table
+    (as `summary` and `compare` print it) and their findings (divergence, missing or failed ranks)."""
+    from cagtool.report.ranks.analysis import analyze_ranks
+    from cagtool.report.ranks.render import RANK_HEADER, rank_cells
+
+    parts = []
+    for name, record in run.modes.items():
+        analysis = analyze_ranks(record)
+        if analysis is None:
+            continue
+        size = f" of world size {analysis.world_size}" if analysis.world_size is not None else ""
+        parts.append(text("h4", f"mode {name}: {len(analysis.rows)} ranks{size} recorded"))
+        parts.append(table(RANK_HEADER, rank_cells(analysis), classes="grid ranks"))
+        parts.append(text("p", "total: counts and peak RSS summed, step time the slowest rank's median", class_="note"))
+        if analysis.other_processes:
+            parts.append(text("p", "other processes followed (no rank): " + ", ".join(analysis.other_processes), class_="note"))
+        parts.append(bullet_list([f"rank finding: {f.message}" for f in analysis.findings], class_="problem"))
+        if len(analysis.rows) > 1 and not analysis.diverge:
+            parts.append(text("p", "The ranks agree: same CA graphs and cache misses, same final norms.", class_="ok"))
+    if not parts:
+        return ""
+    lead = f"A multi-rank run: the tables above, the recompiles and the graphs are rank {focus}'s records; the timeline shows every rank."
+    return text("h3", "Ranks") + text("p", lead, class_="note") + "".join(parts)
 
 
 def run_change(rc: RunComparison) -> str:

@@ -22,22 +22,36 @@ def _status(status: str, exit_code: int | None) -> str:
     return status if exit_code in (0, None) else f"{status}, exit {exit_code}"
 
 
-def rank_table(analysis: RankAnalysis) -> Table:
-    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for column in ("rank", "status", "steps", "CA graphs", "cache misses", "graph breaks", "step time", "peak RSS"):
-        table.add_column(column, no_wrap=True, justify="left" if column == "status" else "right")
-    for r in analysis.rows:
-        table.add_row(
+RANK_HEADER = ("rank", "status", "steps", "CA graphs", "cache misses", "graph breaks", "step time", "peak RSS")
+
+
+def rank_cells(analysis: RankAnalysis) -> list[tuple[str, ...]]:
+    """The rows under RANK_HEADER (the terminal table and the HTML report's): one per rank, one per
+    missing rank, and the totals."""
+    rows = [
+        (
             str(r.rank), _status(r.status, r.exit_code), str(r.steps), str(r.ca_graphs), str(r.cache_misses),
             str(r.graph_breaks), _ms(r.step_time_median_s), _mib(r.peak_rss_bytes),
         )
-    for rank in analysis.missing:
-        table.add_row(str(rank), "no record", "-", "-", "-", "-", "-", "-")
+        for r in analysis.rows
+    ]
+    rows += [(str(rank), "no record", "-", "-", "-", "-", "-", "-") for rank in analysis.missing]
     t = analysis.totals
-    table.add_row(
-        "total", f"{t.ranks} rank{'s' if t.ranks != 1 else ''}", str(t.steps), str(t.ca_graphs), str(t.cache_misses),
-        str(t.graph_breaks), _ms(t.step_time_median_s), _mib(t.peak_rss_bytes),
+    rows.append(
+        (
+            "total", f"{t.ranks} rank{'s' if t.ranks != 1 else ''}", str(t.steps), str(t.ca_graphs), str(t.cache_misses),
+            str(t.graph_breaks), _ms(t.step_time_median_s), _mib(t.peak_rss_bytes),
+        )
     )
+    return rows
+
+
+def rank_table(analysis: RankAnalysis) -> Table:
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for column in RANK_HEADER:
+        table.add_column(column, no_wrap=True, justify="left" if column == "status" else "right")
+    for cells in rank_cells(analysis):
+        table.add_row(*cells)
     return table
 
 

@@ -243,3 +243,50 @@ def test_run_no_report(record_run):
     assert run.returncode == 0, run.stderr
     assert not (run.path / "report.html").exists()
     assert "report:" not in run.stderr
+
+
+def _rank_records():
+    """tests/report/ranks/rank_records.py (hand-made multi-rank records), loaded by path: test
+    folders are not packages."""
+    import importlib.util
+
+    path = ROOT / "tests" / "report" / "ranks" / "rank_records.py"
+    spec = importlib.util.spec_from_file_location("rank_records_for_html", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_multi_rank_timeline_and_table(browser, tmp_path):
+    rr = _rank_records()
+    run_dir = rr.write_multi_rank_run(
+        tmp_path / "ddp",
+        {0: rr.Rank(), 1: rr.Rank(caps=[rr.Cap(1), rr.Cap(3, "MulBackward0", 2, ("MulBackward0", "AddBackward0"))])},
+    )
+    written = write_report(load_run(run_dir))
+    page = open_report(browser, written.path, "report-multi-rank")
+    assert_clean(page, written.path)
+    labels = page.evaluate("Array.from(document.querySelectorAll('.step_points_marks path')).map(e => e.getAttribute('aria-label'))")
+    assert sum("record: ca rank 0;" in label for label in labels) == 5  # 6 steps: 5 iterations
+    assert sum("record: ca rank 1;" in label for label in labels) == 5
+    markers = page.evaluate("Array.from(document.querySelectorAll('.event_markers_marks path')).map(e => e.getAttribute('aria-label'))")
+    miss = [m for m in markers if "record: ca rank 1;" in m and "CA cache miss" in m]
+    assert len(miss) == 1 and "step: 3;" in miss[0] and "MulBackward0 (NodeCall 2)" in miss[0]
+    verdict = page.evaluate("document.getElementById('verdict').innerText")
+    assert "2 ranks of world size 2 recorded" in verdict
+    assert "rank finding:" in verdict  # rank 1 captured a graph rank 0 did not
+
+
+def test_gated_run_shows_the_gate(browser, record_run, tmp_path):
+    run = record_run("op_loop.py", extra=("--gate", "--max-ca-graphs", "1", "--no-config"))
+    assert run.returncode == 1, run.stderr  # op_loop captures several graphs: the gate fails
+    assert (run.path / "gate.json").is_file()
+    for path in (run.path / "report.html", tmp_path / "again.html"):
+        if path.parent == tmp_path:  # re-rendered later: the saved gate result is shown too
+            proc = subprocess.run(cagtool_cmd("report", str(run.path), "-o", str(path)), capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 0, proc.stderr
+        page = open_report(browser, path, f"report-gated-{path.stem}")
+        assert_clean(page, path)
+        gate = page.evaluate("document.getElementById('gate').innerText")
+        assert "gate FAILED" in gate and "max-ca-graphs" in gate and "FAIL" in gate

@@ -405,12 +405,11 @@ def _hook(cause: Cause, cwd: str) -> Words:
         if diff["removed"]:
             change.append("removed " + ", ".join(diff["removed"]))
         what = " and ".join(change) or "a hook changed"
-        parts.append(f"{diff['compile_id']} at step {diff['step']}: {what} (vs {diff['previous_graph'] or 'none'})")
+        parts.append(f"{diff['compile_id']} at step {'?' if diff['step'] is None else diff['step']}: {what} (vs {diff['previous_graph'] or 'none'})")
     row = cause.rows[0]
-    sizes = ", ".join(str(s) for s in row.previous_key_sizes) or "none"
     title = f"A backward hook was added or removed during the run ({plural(cause.count, 'recompile')})"
     why = [
-        f"The key of {node_label(row.node, row.node_call)} changed (key size {row.key_size}, previous {sizes}): "
+        f"The key of {node_label(row.node, row.node_call)} changed{_key_size_text(row)}: "
         "hooks are part of the graph compiled autograd caches, so a new set of hooks is a new graph.",
         "Hooks per graph: " + elide(parts) + ".",
     ]
@@ -425,12 +424,20 @@ def _hook(cause: Cause, cwd: str) -> Words:
     return Words(title, why, fix, evidence_text(cause.evidence))
 
 
+def _key_size_text(row: Any) -> str:
+    """` (key size 33, previous 22)`; nothing when torch gave no key sizes (an imported log
+    without compiled_autograd_verbose: the miss was inferred from the graphs)."""
+    if row.key_size is None:
+        return " (inferred from the graph diff)" if any(m.startswith("inferred from the graph diff") for m in row.messages) else ""
+    sizes = ", ".join(str(s) for s in row.previous_key_sizes) or "none"
+    return f" (key size {row.key_size}, previous {sizes})"
+
+
 def _grad_defined(cause: Cause, cwd: str) -> Words:
     row = cause.rows[0]
-    sizes = ", ".join(str(s) for s in row.previous_key_sizes) or "none"
     title = f".grad switched between None and a tensor ({plural(cause.count, 'recompile')})"
     why = [
-        f"The key of {node_label(row.node, row.node_call)} changed (key size {row.key_size}, previous {sizes}) "
+        f"The key of {node_label(row.node, row.node_call)} changed{_key_size_text(row)} "
         "with no change in hooks: the parameter's .grad was None in one backward and defined in another, "
         "and AccumulateGrad compiles differently for each.",
     ]
@@ -474,7 +481,7 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     if dynamic:
         why.append("Graphs made: " + elide(dynamic) + ".")
     if facts["dynamo_recompiles"]:
-        again = [f"{cid} at step {step}" + (f" (`{guard}`)" if guard else "") for cid, step, guard in facts["dynamo_recompiles"]]
+        again = [f"{cid} at step {'?' if step is None else step}" + (f" (`{guard}`)" if guard else "") for cid, step, guard in facts["dynamo_recompiles"]]
         why.append(
             "Dynamo then recompiled the code of that graph when the sizes changed again ("
             + elide(again)

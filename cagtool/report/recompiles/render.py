@@ -40,7 +40,7 @@ _SOURCE_LABEL = {SOURCE_CA: "CA miss", SOURCE_DYNAMO_FRAME: "Dynamo", SOURCE_DYN
 
 def counts_line(table: RecompileTable) -> str:
     initial = table.initial
-    first = f"; initial compile {initial[0].compile_id} at step {initial[0].step}" if initial else ""
+    first = f"; initial compile {initial[0].compile_id} at step {'?' if initial[0].step is None else initial[0].step}" if initial else ""
     return (
         f"mode {table.mode}: {plural(len(table.recompiles), 'recompile')} in {plural(table.steps, 'step')} "
         f"({plural(table.count(SOURCE_CA), 'CA cache miss', 'CA cache misses')}, "

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from cagtool.record.loader import ModeRecord, RunRecord, load_run
 from cagtool.record.schema import (
+    IMPORTED_MODE,
     MISS_UNKNOWN,
     CacheMissEvent,
     CAGraphEvent,
@@ -199,10 +200,12 @@ def compile_frame(compile_id: str) -> str | None:
     return match["frame"] if match else None
 
 
-def forward_step(step: int | None) -> int:
+def forward_step(step: int | None, mode: str = "") -> int | None:
     """The step a forward-frame compile belongs to. The capture stamps Dynamo events with the step
     last begun (None before the first backward), but a forward frame runs before its step's
-    backward, so its compile belongs to the next step."""
+    backward, so its compile belongs to the next step. An imported log has no steps: None."""
+    if mode == IMPORTED_MODE:
+        return None
     return (step or 0) + 1
 
 
@@ -268,7 +271,7 @@ def _dynamo_row(
         mode=mode,
         source=SOURCE_DYNAMO_CA_GRAPH if is_ca_graph else SOURCE_DYNAMO_FRAME,
         compile_id=compile_id,
-        step=step if is_ca_graph else forward_step(step),
+        step=step if is_ca_graph else forward_step(step, mode),
         kind=KIND_GUARD,
         seqs=(seq,),
         messages=reasons,
@@ -313,7 +316,7 @@ def limit_hits(record: ModeRecord, compiles: list[DynamoCompileEvent]) -> list[L
             LimitHit(
                 mode=record.mode,
                 compile_id=event.compile_id,
-                step=event.step if event.is_ca_graph else forward_step(event.step),
+                step=event.step if event.is_ca_graph else forward_step(event.step, record.mode),
                 seq=event.seq,
                 limit_type=found[0],
                 limit_value=found[1],

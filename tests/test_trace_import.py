@@ -173,3 +173,36 @@ def test_corrupt_or_missing_input_is_one_line_exit_3(tmp_path):
         proc = _import(str(target), "-o", str(tmp_path / f"out-{target.name}"))
         assert proc.returncode == 3, (target, proc.stderr)
         assert proc.stderr.startswith("cagtool: error:") and proc.stderr.count("\n") == 1
+
+
+def test_block_boundaries_do_not_change_what_is_read(single_logs, monkeypatch):
+    """The reader scans 8 MiB blocks; with tiny blocks every envelope and payload straddles one."""
+    from cagtool.trace_import import log_reader
+
+    log = next(single_logs["verbose"][0].glob("dedicated_log_torch_trace*.log"))
+
+    def read() -> tuple[list, log_reader.ReadStats]:
+        reader = log_reader.TraceLogReader(log)
+        return [(e.kind, e.line, e.data, e.payload) for e in reader.envelopes()], reader.stats
+
+    whole, whole_stats = read()
+    monkeypatch.setattr(log_reader, "_BLOCK", 997)
+    small, small_stats = read()
+    assert small == whole and len(whole) == whole_stats.envelopes > 100
+    assert small_stats.lines == whole_stats.lines == len(log.read_bytes().splitlines())
+    assert whole_stats.payload_mismatches == 0 and whole_stats.bad_lines == 0
+
+
+def test_several_processes_without_ranks(single_logs, tmp_path):
+    """A TORCH_TRACE directory shared by two processes (no rank in the names): main + procs/pid<N>."""
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    for variant in ("plain", "verbose"):
+        _copy_log(single_logs[variant][0], trace / f"dedicated_log_torch_trace_{variant}.log")
+    proc = _import(str(trace), "-o", str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr
+    main = load_run(tmp_path / "run").mode()
+    assert len(main.processes) == 1 and next(iter(main.processes)).startswith("pid")
+    assert main.manifest.process["role"] == "main"
+    for record in (main, *main.processes.values()):
+        assert mode_metrics(record).ca_graphs == single_logs["plain"][1]["compiled_autograd"]["captures"]

@@ -171,18 +171,28 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _start_endless(tmp_path: Path) -> tuple[subprocess.Popen, int]:
-    """cagtool on a script that trains until stopped; returns once it has trained 2 steps, with
-    the mode process's pid. SIGINT back to default (a CI runner may start the suite with it ignored)."""
-    cmd = cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", str(tmp_path / "r"), str(SCRIPTS / "endless_training.py"))
+def _start_endless(tmp_path: Path) -> tuple[subprocess.Popen, int, int]:
+    """cagtool on a script that trains until stopped and has a worker process of its own; returns
+    once it has trained 2 steps, with the mode process's and the worker's pids. SIGINT back to
+    default (a CI runner may start the suite with it ignored)."""
+    cmd = cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", str(tmp_path / "r"), str(SCRIPTS / "with_worker.py"))
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV, start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    assert proc.stdout.readline().strip() == "READY"
+    ready, worker = proc.stdout.readline().split()
+    assert ready == "READY"
     children = _children(proc.pid)
     assert len(children) == 1, children
-    return proc, children[0]
+    assert int(worker) in _children(children[0])
+    return proc, children[0], int(worker)
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not _alive(pid)
 
 
 # --- 1. the script's stdout and stderr are its own, on a terminal too -----------------------
@@ -236,13 +246,14 @@ def test_run_format_json_refused_json_file_written(tmp_path):
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_signal_to_parent_pid_reaches_the_mode_and_closes_the_record(tmp_path, signum):
-    """kill, `timeout -s INT`, a closed terminal: the signal goes to cagtool's pid only."""
-    proc, child = _start_endless(tmp_path)
+    """kill, `timeout -s INT`, a closed terminal: the signal goes to cagtool's pid only. It reaches
+    the mode process and the job's own worker, as a signal to the process group would."""
+    proc, child, worker = _start_endless(tmp_path)
     sent = time.monotonic()
     os.kill(proc.pid, signum)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signum, stderr
-    assert not _alive(child)
+    assert not _alive(child) and _gone_within(worker, 5)
     assert time.monotonic() - sent < 60  # closed by the signal, not by the 20 s kill fallback
     run = load_run(tmp_path / "r")
     ca = run.modes["ca"]
@@ -254,13 +265,11 @@ def test_signal_to_parent_pid_reaches_the_mode_and_closes_the_record(tmp_path, s
 
 
 def test_sigkill_of_parent_leaves_no_orphan_and_reads_as_killed(tmp_path):
-    proc, child = _start_endless(tmp_path)
+    proc, child, worker = _start_endless(tmp_path)
     proc.kill()
     proc.wait(timeout=30)
-    deadline = time.monotonic() + 15
-    while _alive(child) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(child), "the mode process outlived a SIGKILLed cagtool"
+    assert _gone_within(child, 15), "the mode process outlived a SIGKILLed cagtool"
+    assert _gone_within(worker, 5), "the job's worker outlived a SIGKILLed cagtool"
     run = load_run(tmp_path / "r")
     assert run.meta.status == "killed"  # run.json still says running: its writer vanished
     ca = run.modes["ca"]
@@ -394,8 +403,8 @@ def test_closed_stdout_pipe_is_not_a_failure(record_run):
 
 def test_mode_process_killed_alone_is_closed_as_killed(tmp_path):
     """The OOM killer's SIGKILL to the mode process: cagtool closes its manifest as killed, and
-    run.json agrees (exit 137)."""
-    proc, child = _start_endless(tmp_path)
+    run.json agrees (exit 137); the worker the job left behind is stopped (cagtool adopts it)."""
+    proc, child, worker = _start_endless(tmp_path)
     os.kill(child, signal.SIGKILL)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 137, stderr
@@ -403,6 +412,7 @@ def test_mode_process_killed_alone_is_closed_as_killed(tmp_path):
     ca = run.modes["ca"]
     assert ca.manifest.status == "killed" and ca.manifest.exit_code == 137 and ca.manifest.exception.type == "SIGKILL"
     assert run.meta.status == "finished" and run.meta.exit_code == 137 and run.meta.mode_exit_codes == {"ca": 137}
+    assert not _alive(worker)
 
 
 # ------------------------------------------------------------------ reading: hostile and damaged records, honest output

@@ -120,7 +120,7 @@ def _record_mode(spec: ModeSpec) -> int:
 
     from cagtool.capture.ca_observer import CaptureObserver
     from cagtool.capture.process_identity import ROLE_MAIN, process_info
-    from cagtool.capture.lifeline import SignalStop, exit_code_for, ignore_further_stops
+    from cagtool.capture.lifeline import SignalStop, exit_code_for, ignore_further_stops, signal_tree
     from cagtool.capture.status import LiveStatus, status_enabled
     from cagtool.capture.steps import StepLimitReached, StepTracker
     from cagtool.capture.target import Target, print_user_traceback, run_target
@@ -213,6 +213,8 @@ def _record_mode(spec: ModeSpec) -> int:
         exception = ExceptionInfo("KeyboardInterrupt", "interrupted (Ctrl-C)")
     except SignalStop as stop:
         status, exit_code = STATUS_INTERRUPTED, exit_code_for(stop.signum)
+        if stop.parent_died:  # no cagtool to pass the signal on to the script's own workers
+            signal_tree(os.getpid(), stop.signum, include_root=False)
         why = "cagtool's own process died" if stop.parent_died else f"stopped by {signal.Signals(stop.signum).name}"
         exception = ExceptionInfo(signal.Signals(stop.signum).name, why)
     except BaseException as exc:  # noqa: BLE001 - the target's own failure, recorded and passed on

@@ -19,6 +19,7 @@ from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 class SignalStop(BaseException):
@@ -37,14 +38,103 @@ def exit_code_for(signum: int) -> int:
     return 128 + int(signum)
 
 
+def descendants(pid: int) -> list[int]:
+    """Every living process below pid (children first), read from /proc; [] where there is none."""
+    parents: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                ppid = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry))
+    found: list[int] = []
+    queue = [pid]
+    while queue:
+        for child in parents.get(queue.pop(0), []):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
+def signal_tree(pid: int, signum: int, include_root: bool = True) -> None:
+    """What a signal to the whole process group would have done, for the job's process tree: the
+    workers the script started (mp.spawn, torchrun, DataLoader) get it too."""
+    for target in ([pid] if include_root else []) + descendants(pid):
+        try:
+            os.kill(target, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _prctl(option: int, value: int) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):  # not Linux
+        return False
+
+
+def adopt_orphans() -> bool:
+    """Linux: processes the job leaves behind when a mode process dies are re-parented to cagtool
+    (PR_SET_CHILD_SUBREAPER) instead of init, so end_orphans can stop them."""
+    return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def end_orphans(grace_s: float = 2.0) -> list[int]:
+    """After a mode process was killed or interrupted: stop what it left running (SIGTERM, then
+    SIGKILL after grace_s) and reap it. Only call once the mode process itself was waited for."""
+    left = descendants(os.getpid())
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + grace_s
+    while left and time.monotonic() < deadline:
+        _reap()
+        left = [pid for pid in left if _exists(pid)]
+        if left:
+            time.sleep(0.05)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    time.sleep(0.05)
+    _reap()
+    return left
+
+
+def _exists(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def die_with_parent(parent_pid: int) -> None:
     """Linux: SIGTERM this process when the parent dies, including by SIGKILL. If the parent is
     already gone (it died before this ran), act as if the signal came now."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the parent still forwards its signals
-        return
+    if not _prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM)):
+        return  # not Linux: the parent still forwards its signals
     if os.getppid() != parent_pid:
         os.kill(os.getpid(), signal.SIGTERM)
 
@@ -174,10 +264,9 @@ class ChildSupervisor:
                     del forward_at[signum]  # the child has its own copy
                 elif now >= due:
                     del forward_at[signum]
-                    try:
-                        os.kill(proc.pid, signum)
-                    except ProcessLookupError:
-                        pass
+                    # Nobody in the job got this one (it was sent to cagtool's pid only): give it
+                    # to the whole tree, as a signal to the process group would have.
+                    signal_tree(proc.pid, signum)
             if self.first_at is not None and now - self.first_at > self.grace_s:
                 self._kill(proc)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from cagtool.capture.child import STARTUP_ERROR_FILE, ModeSpec
-from cagtool.capture.lifeline import ChildSupervisor, exit_code_for
+from cagtool.capture.lifeline import ChildSupervisor, adopt_orphans, end_orphans, exit_code_for
 from cagtool.capture.status import restore_terminal
 from cagtool.capture.stdin_feed import StdinFeed
 from cagtool.capture.target import Target
@@ -166,6 +166,7 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
     cache_root = _cache_root(options, run_dir)
     names = mode_dirs(options)
     stdin_feed = StdinFeed(len(names))
+    adopt_orphans()
     try:
         with ChildSupervisor() as supervisor:
             for index, name in enumerate(names, start=1):
@@ -262,6 +263,8 @@ def _run_mode(options: RunOptions, run_dir: Path, name: str, cache_root: Path | 
     wall = time.perf_counter() - start
     restore_terminal()
     status = settle_mode_record(mode_dir, code)
+    if code < 0 or status in (STATUS_INTERRUPTED, STATUS_KILLED):
+        end_orphans()  # what the job left running when it was stopped (adopted: adopt_orphans)
     signum = -code if code < 0 else None
     exit_code = exit_code_for(signum) if signum else code
     if signum:

@@ -415,6 +415,48 @@ def test_mode_process_killed_alone_is_closed_as_killed(tmp_path):
     assert not _alive(worker)
 
 
+def test_group_ctrl_c_is_seen_once_by_a_script_that_handles_it(tmp_path):
+    """A terminal's Ctrl-C reaches cagtool and the mode process both (the process group): cagtool
+    must not forward a second copy. The script catches it, tidies up and exits 0: so does cagtool."""
+    cmd = cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", str(tmp_path / "r"), str(SCRIPTS / "catches_ctrl_c.py"))
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert proc.stdout.readline().strip() == "READY"
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert stdout == "CAUGHT\nCLEAN EXIT\n", stderr
+    assert proc.returncode == 0, stderr
+    run = load_run(tmp_path / "r")
+    assert run.meta.status == "finished" and run.modes["ca"].manifest.status == "finished"
+
+
+TRACE_ON_FULL_DISK = """
+import json, os
+from torch._logging import _internal, trace_structured
+from cagtool.capture.torch_logs import guard_trace_output
+stopped = []
+guard_trace_output(stopped.append)
+handler = _internal.LOG_TRACE_HANDLER
+handler.stream = open("/dev/full", "w")  # every write fails with ENOSPC, as on a full disk
+handler._pid = os.getpid()
+for _ in range(20):
+    trace_structured("artifact", metadata_fn=lambda: {"name": "cagtool_test", "encoding": "string"}, payload_fn=lambda: "y" * 20000)
+print(json.dumps(stopped))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (writes fail with ENOSPC)")
+def test_torch_trace_on_full_disk_stops_with_one_line(tmp_path):
+    """torch's own TORCH_TRACE handler, writing to /dev/full: one line, then no more trace output,
+    instead of a logging traceback per record."""
+    proc = subprocess.run([sys.executable, "-c", TRACE_ON_FULL_DISK], capture_output=True, text=True, cwd=ROOT,
+                          env={**ENV, "TORCH_TRACE": str(tmp_path)}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [{"error": "No space left on device", "file": ""}]
+    assert proc.stderr.splitlines() == ["cagtool: TORCH_TRACE output stopped: No space left on device; the script goes on, the trace up to here stays readable"]
+
 # ------------------------------------------------------------------ reading: hostile and damaged records, honest output
 
 def test_corrupt_bytes_in_events_are_counted_or_fatal_with_line(tmp_path):

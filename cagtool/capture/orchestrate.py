@@ -187,7 +187,11 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
                     break
             if supervisor.stop_requested:
                 supervisor.settle()
-                outcome.interrupted, outcome.signal = True, supervisor.first_signal
+                last = outcome.outcomes[-1].status if outcome.outcomes else ""
+                # A script that caught the signal and ended normally keeps its own exit code,
+                # as under python; the run is interrupted if modes were left out or the last stopped.
+                if len(outcome.outcomes) < len(names) or last in (STATUS_INTERRUPTED, STATUS_KILLED):
+                    outcome.interrupted, outcome.signal = True, supervisor.first_signal
             elif outcome.outcomes and outcome.outcomes[-1].status == STATUS_INTERRUPTED:
                 # The mode process alone was stopped (a signal sent to it, not to cagtool).
                 code = outcome.outcomes[-1].exit_code or 130

@@ -133,7 +133,8 @@ def timeline_spec(title: str, steps: list[dict[str, Any]], markers: list[dict[st
 
     step_data = pd.DataFrame(steps, columns=list(_STEP_COLUMNS))
     zoom = alt.selection_interval(name="zoom", bind="scales", encodings=["x"])
-    x = alt.X("step:Q", title="step", axis=alt.Axis(tickMinStep=1, format="d"))
+    # Steps are whole numbers: ticks between them (a zoomed axis has some) carry no label.
+    x = alt.X("step:Q", title="step", axis=alt.Axis(tickMinStep=1, labelExpr="datum.value % 1 ? '' : datum.label"))
     y = alt.Y("iteration_ms:Q", title="iteration time (ms, log)", scale=alt.Scale(type="log"))
     color = alt.Color("series:N", title="record", legend=alt.Legend(orient="top"))
     tooltip = [

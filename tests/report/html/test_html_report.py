@@ -114,6 +114,19 @@ def test_three_modes_in_browser(browser, three_modes):
     tip = hover_tooltip(page, ".event_markers_marks path", index)
     assert "graph break" in tip and "torch._dynamo.graph_break()" in tip
     assert "graph_breaks.py:1" in tip  # the source line (12 or 14)
+    # The timeline zooms: the mouse wheel over the ca chart narrows its step axis.
+    ticks = (
+        "(() => { const a = Array.from(document.querySelectorAll('#chart-2 g.role-axis'))"
+        ".find(a => (a.getAttribute('aria-label') || '').startsWith('X-axis'));"
+        " return Array.from(a.querySelectorAll('.role-axis-label text')).map(t => t.textContent); })()"
+    )
+    before = page.evaluate(ticks)
+    x, y = page.evaluate(
+        "(() => { const e = document.querySelector('#chart-2 .step_points_marks'); e.scrollIntoView({block: 'center'});"
+        " const r = e.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+    )
+    page.call("Input.dispatchMouseEvent", {"type": "mouseWheel", "x": x, "y": y, "deltaX": 0, "deltaY": -600})
+    page.wait_for(f"JSON.stringify({ticks}) !== {json.dumps(json.dumps(before))}", timeout=10)
     # Compile phases: a bar per mode and phase.
     assert page.evaluate("document.querySelectorAll('.phase_bars_marks path').length") == 3 * 5
     # The verdict table shows the modes side by side.

@@ -432,6 +432,18 @@ def test_group_ctrl_c_is_seen_once_by_a_script_that_handles_it(tmp_path):
     assert run.meta.status == "finished" and run.modes["ca"].manifest.status == "finished"
 
 
+def test_os_exit_in_the_script_is_closed_by_its_exit_code(tmp_path):
+    """os._exit(3) skips the mode process's own closing: cagtool closes the manifest by the exit
+    code (failed, 3), not as killed or running, and run.json agrees."""
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", str(tmp_path / "r"), str(SCRIPTS / "hard_exit.py")),
+                          capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
+    assert proc.returncode == 3 and proc.stdout == "BYE\n", proc.stderr
+    run = load_run(tmp_path / "r")
+    ca = run.modes["ca"].manifest
+    assert ca.status == "failed" and ca.exit_code == 3 and ca.options["closed_by"] == "cagtool"
+    assert run.meta.exit_code == 3 and run.meta.mode_exit_codes == {"ca": 3}
+
+
 TRACE_ON_FULL_DISK = """
 import json, os
 from torch._logging import _internal, trace_structured

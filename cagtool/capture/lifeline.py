@@ -13,6 +13,7 @@ import ctypes
 import os
 import select
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -189,6 +190,8 @@ class ChildSupervisor:
     _old_wakeup: int = -1
 
     def __enter__(self) -> "ChildSupervisor":
+        if threading.current_thread() is not threading.main_thread():
+            return self  # signal handlers live in the main thread: just wait for the child
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
         os.set_blocking(self._wake_r, False)
@@ -202,6 +205,8 @@ class ChildSupervisor:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        if self._wake_r is None:
+            return
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
         signal.set_wakeup_fd(self._old_wakeup)

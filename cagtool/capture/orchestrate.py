@@ -29,7 +29,7 @@ from cagtool.capture.writer import write_json_atomic, write_run_meta
 from cagtool.errors import UsageError
 from cagtool.record.manifest import RunMeta
 from cagtool.record.liveness import this_process
-from cagtool.record.schema import MANIFEST_FILE, MODES, STATUS_INTERRUPTED, STATUS_KILLED, STATUS_RUNNING
+from cagtool.record.schema import MANIFEST_FILE, MODES, STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED, STATUS_KILLED, STATUS_RUNNING
 
 
 KEPT_CACHE_DIR = "inductor-cache"
@@ -277,8 +277,9 @@ def _run_mode(options: RunOptions, run_dir: Path, name: str, cache_root: Path | 
 
 
 def settle_mode_record(mode_dir: Path, code: int) -> str:
-    """After the mode process ended: a manifest it could not finish (it was SIGKILLed, or died
-    before writing it) is closed here as "killed", so run.json and the manifest agree.
+    """After the mode process ended: a manifest it could not finish is closed here, so run.json
+    and the manifest agree: "killed" when a signal ended it (SIGKILL, the OOM killer), else by its
+    exit code (the script called os._exit, or the disk was too full for the last write).
     Returns the mode's final status."""
     path = mode_dir / MANIFEST_FILE
     try:
@@ -291,13 +292,16 @@ def settle_mode_record(mode_dir: Path, code: int) -> str:
     if status != STATUS_RUNNING:
         return status
     signum = -code if code < 0 else None
-    data["status"] = STATUS_KILLED
-    data["exit_code"] = exit_code_for(signum) if signum else code
-    data["ended_at"] = _timestamp()
-    what = f"killed by {signal.Signals(signum).name}" if signum else f"exited with code {code} before closing its record"
-    data["exception"] = {"type": signal.Signals(signum).name if signum else "Exit", "message": what, "traceback": ""}
+    if signum:
+        status = STATUS_KILLED
+        exception = {"type": signal.Signals(signum).name, "message": f"killed by {signal.Signals(signum).name}", "traceback": ""}
+    else:
+        status = STATUS_FINISHED if code == 0 else STATUS_FAILED
+        exception = None if code == 0 else {"type": "Exit", "message": f"exited with code {code} without closing its record", "traceback": ""}
+    data.update(status=status, exit_code=exit_code_for(signum) if signum else code, ended_at=_timestamp(), exception=exception)
+    data.setdefault("options", {})["closed_by"] = "cagtool"  # the mode process could not close it itself
     try:
         write_json_atomic(path, data)
     except OSError:
         pass  # disk full: the loader reads a dead "running" record as killed anyway
-    return STATUS_KILLED
+    return status

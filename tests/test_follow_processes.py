@@ -225,3 +225,22 @@ def test_ddp_without_its_hooks_in_the_ca_graph_is_a_finding(tmp_path):
     assert ca.of(CAGraphEvent) and not any(h.hook_type == "post_acc_grad_hook" for g in ca.of(CAGraphEvent) for h in g.hooks)
     (finding,) = [f for f in ca.of(FindingEvent) if f.code == "ddp_collectives_not_in_ca_graphs"]
     assert "post_acc_grad_hook" in finding.message and "Fix:" in finding.message
+
+
+def test_users_own_sitecustomize_still_runs_in_followed_children(tmp_path):
+    """cagtool's bootstrap shadows the user's sitecustomize on PYTHONPATH and runs it."""
+    user_site = tmp_path / "site"
+    user_site.mkdir()
+    (user_site / "sitecustomize.py").write_text("MARK = 'users-own'\n")
+    script = tmp_path / "launch.py"
+    script.write_text(
+        "import subprocess, sys\n"
+        "out = subprocess.run([sys.executable, '-c', 'import os, sitecustomize; print(sitecustomize.MARK, \"CAGTOOL_FOLLOW\" in os.environ)'],"
+        " capture_output=True, text=True, check=True).stdout\n"
+        "print('child:', out.strip())\n"
+    )
+    env = {**ENV, "PYTHONPATH": str(user_site)}
+    cmd = cagtool_cmd("run", "--modes", "eager", "-o", str(tmp_path / "r"), str(script))
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "child: users-own True" in proc.stdout

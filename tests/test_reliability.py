@@ -271,9 +271,15 @@ def test_sigkill_of_parent_leaves_no_orphan_and_reads_as_killed(tmp_path):
     assert _gone_within(child, 15), "the mode process outlived a SIGKILLed cagtool"
     assert _gone_within(worker, 5), "the job's worker outlived a SIGKILLed cagtool"
     run = load_run(tmp_path / "r")
-    assert run.meta.status == "killed"  # run.json still says running: its writer vanished
+    assert run.meta.status == "killed" and run.meta.mode_exit_codes == {"ca": 143}
+    on_disk = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert on_disk["status"] == "killed"  # closed by the mode process, for readers other than cagtool
     ca = run.modes["ca"]
     assert ca.manifest.status == "interrupted" and "cagtool's own process died" in ca.manifest.exception.message
+    # and a run.json left "running" by a writer that vanished reads as killed too
+    on_disk["status"] = "running"
+    (tmp_path / "r" / "run.json").write_text(json.dumps(on_disk))
+    assert load_run(tmp_path / "r").meta.status == "killed"
 
 
 # --- 4. a full disk never reaches the user's code --------------------------------------------

@@ -126,7 +126,7 @@ def _record_mode(spec: ModeSpec) -> int:
     from cagtool.capture.target import Target, print_user_traceback, run_target
     from cagtool.capture.torch_logs import StructuredLogHandler, guard_trace_output
     from cagtool.capture.torch_logs import install as install_log_handler
-    from cagtool.capture.writer import RecordWriter
+    from cagtool.capture.writer import RecordWriter, close_run_of_dead_parent
     from cagtool.record.manifest import ExceptionInfo, ModeManifest
     from cagtool.record.schema import STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED
 
@@ -169,6 +169,7 @@ def _record_mode(spec: ModeSpec) -> int:
         return {"step": steps.current_step, "graphs": observer._next_record_id, "compiling": steps.compile_in_progress}
 
     exit_code = 0
+    parent_died = False
     status = STATUS_FINISHED
     exception: ExceptionInfo | None = None
     if spec.max_time:
@@ -214,6 +215,7 @@ def _record_mode(spec: ModeSpec) -> int:
     except SignalStop as stop:
         status, exit_code = STATUS_INTERRUPTED, exit_code_for(stop.signum)
         if stop.parent_died:  # no cagtool to pass the signal on to the script's own workers
+            parent_died = True
             signal_tree(os.getpid(), stop.signum, include_root=False)
         why = "cagtool's own process died" if stop.parent_died else f"stopped by {signal.Signals(stop.signum).name}"
         exception = ExceptionInfo(signal.Signals(stop.signum).name, why)
@@ -248,6 +250,8 @@ def _record_mode(spec: ModeSpec) -> int:
             manifest.options["structured_log_errors"] = {"count": handler.errors, "last": handler.last_error}
         writer.write_manifest()
         writer.close()
+        if parent_died:
+            close_run_of_dead_parent(mode_dir.parent, mode_dir.name, exit_code, manifest.ended_at)
         sys.stdout.flush()
     return exit_code
 

@@ -24,6 +24,8 @@ from cagtool.record.schema import (
     MANIFEST_FILE,
     RUN_META_FILE,
     SCHEMA_VERSION,
+    STATUS_KILLED,
+    STATUS_RUNNING,
     Event,
     event_to_dict,
     json_default,
@@ -62,6 +64,26 @@ def warn(message: str) -> None:
 
 def write_run_meta(run_dir: Path, meta: RunMeta) -> None:
     write_json_atomic(run_dir / RUN_META_FILE, to_dict(meta))
+
+
+def close_run_of_dead_parent(run_dir: Path, mode_name: str, exit_code: int, ended_at: str) -> None:
+    """The mode process outlived cagtool (SIGKILLed): nobody else will close run.json, so it says
+    here that the run was killed, with this mode's code. Best effort: the loader reads a dead
+    "running" run as killed anyway."""
+    path = run_dir / RUN_META_FILE
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict) or data.get("status") != STATUS_RUNNING:
+            return
+        data["status"] = STATUS_KILLED
+        data["ended_at"] = ended_at
+        data["exit_code"] = exit_code
+        codes = data.get("mode_exit_codes")
+        if isinstance(codes, dict):
+            codes[mode_name] = exit_code
+        write_json_atomic(path, data)
+    except (OSError, ValueError):
+        pass
 
 
 class RecordWriter:

@@ -438,6 +438,29 @@ def test_group_ctrl_c_is_seen_once_by_a_script_that_handles_it(tmp_path):
     assert run.meta.status == "finished" and run.modes["ca"].manifest.status == "finished"
 
 
+def test_second_signal_later_kills_the_mode_and_closes_it_as_killed(tmp_path):
+    """A CI runner's cancel: SIGINT, then SIGTERM while the script is still tidying up. The second
+    signal, a second or more after the first, stops the mode process at once (SIGKILL); cagtool
+    closes its manifest as killed and exits with the first signal's code."""
+    cmd = cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", str(tmp_path / "r"), str(SCRIPTS / "catches_ctrl_c.py"))
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert proc.stdout.readline().strip() == "READY"
+    os.kill(proc.pid, signal.SIGINT)
+    assert proc.stdout.readline().strip() == "CAUGHT"  # forwarded: the script is tidying up (3 s)
+    time.sleep(1.2)
+    os.kill(proc.pid, signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert "CLEAN EXIT" not in stdout, stdout
+    assert proc.returncode == 130, stderr
+    run = load_run(tmp_path / "r")
+    ca = run.modes["ca"].manifest
+    assert ca.status == "killed" and ca.exit_code == 137
+    assert run.meta.status == "interrupted" and run.meta.mode_exit_codes == {"ca": 137}
+
+
 def test_os_exit_in_the_script_is_closed_by_its_exit_code(tmp_path):
     """os._exit(3) skips the mode process's own closing: cagtool closes the manifest by the exit
     code (failed, 3), not as killed or running, and run.json agrees."""

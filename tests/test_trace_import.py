@@ -113,6 +113,7 @@ def test_report_commands_read_an_imported_run(single_logs, tmp_path):
     assert "inferred from the graph diff" in summary.stdout
     data = json.loads(_cli("summary", str(run), "--format", "json").stdout)
     assert data["ca_graphs"] == 4 and data["graph_breaks"] == 4
+    assert data["modes"]["imported"]["imported"]["ca_reasons"] == "inferred"
     explain = _cli("recompiles", "--explain", str(run))
     assert explain.returncode == 0, explain.stderr
     assert "hook was added" in explain.stdout and "inferred from the diff" in explain.stdout
@@ -164,6 +165,9 @@ def test_lenient_by_default_strict_on_request(single_logs, tmp_path):
     strict = _import(str(log), "-o", str(tmp_path / "strict"), "--strict")
     assert strict.returncode == 3
     assert strict.stderr.count("\n") == 1 and "unknown envelope 'brand_new_envelope'" in strict.stderr
+    log.write_bytes(data[:-20])  # only the truncation left
+    strict = _import(str(log), "-o", str(tmp_path / "strict2"), "--strict")
+    assert strict.returncode == 3 and "truncated" in strict.stderr and strict.stderr.count("\n") == 1
 
 
 def test_corrupt_or_missing_input_is_one_line_exit_3(tmp_path):

@@ -129,6 +129,9 @@ def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
         "peak_rss_bytes": metrics.peak_rss_bytes,
         "findings": [{"code": f.code, "message": f.message, "step": f.step} for f in record.of(FindingEvent)],
         "skipped_lines": record.skipped_lines,
+        # A record built by `cagtool import`: its source logs, what was skipped or inferred, and
+        # `not_in_log` (what it cannot hold); None for recorded runs.
+        "imported": record.manifest.imported,
         "recording_stopped": record.manifest.recording_stopped,
         "trace_stopped": record.manifest.trace_stopped,
     }

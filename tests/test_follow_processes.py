@@ -107,7 +107,8 @@ def test_fork_children_get_their_own_records(tmp_path):
 
 
 def test_unfollowable_launches_are_findings(tmp_path):
-    _cagtool_run(tmp_path / "r", str(SCRIPTS / "launch_children.py"), modes="aot")
+    proc = _cagtool_run(tmp_path / "r", str(SCRIPTS / "launch_children.py"), modes="aot")
+    assert "flag False" in proc.stdout  # aot forces the flag off in the followed child too
     aot = load_run(tmp_path / "r").mode("aot")
     findings = [f for f in aot.of(FindingEvent) if f.code == "process_not_followed"]
     assert [f.detail["argv"][1:] for f in findings] == [["-c", "pass"], ["-I", "-c", "pass"]]

@@ -461,6 +461,24 @@ def test_second_signal_later_kills_the_mode_and_closes_it_as_killed(tmp_path):
     assert run.meta.status == "interrupted" and run.meta.mode_exit_codes == {"ca": 137}
 
 
+def test_sighup_ignored_at_start_stays_ignored_as_under_nohup(tmp_path):
+    """`nohup cagtool run ...`: SIGHUP to cagtool or to the mode process changes nothing, as
+    under `nohup python`; a later SIGTERM still stops the run cleanly."""
+    cmd = cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", str(tmp_path / "r"), str(SCRIPTS / "endless_training.py"))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    assert proc.stdout.readline().strip() == "READY"
+    (child,) = _children(proc.pid)
+    os.kill(proc.pid, signal.SIGHUP)
+    os.kill(child, signal.SIGHUP)
+    time.sleep(1.5)
+    assert proc.poll() is None and _alive(child)
+    os.kill(proc.pid, signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr
+    assert load_run(tmp_path / "r").modes["ca"].manifest.status == "interrupted"
+
+
 def test_os_exit_in_the_script_is_closed_by_its_exit_code(tmp_path):
     """os._exit(3) skips the mode process's own closing: cagtool closes the manifest by the exit
     code (failed, 3), not as killed or running, and run.json agrees."""

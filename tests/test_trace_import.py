@@ -203,8 +203,10 @@ def test_several_processes_without_ranks(single_logs, tmp_path):
     trace.mkdir()
     for variant in ("plain", "verbose"):
         _copy_log(single_logs[variant][0], trace / f"dedicated_log_torch_trace_{variant}.log")
+    (trace / "dedicated_log_torch_trace_garbage.log").write_bytes(b"\x00\x01 not a log\n")
     proc = _import(str(trace), "-o", str(tmp_path / "run"))
     assert proc.returncode == 0, proc.stderr
+    assert "skipped" in proc.stderr and "dedicated_log_torch_trace_garbage.log: not a TORCH_TRACE log" in proc.stderr
     main = load_run(tmp_path / "run").mode()
     assert len(main.processes) == 1 and next(iter(main.processes)).startswith("pid")
     assert main.manifest.process["role"] == "main"

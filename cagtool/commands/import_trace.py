@@ -60,6 +60,8 @@ def import_command(
             print(f"cagtool: {proc.key}: the last line is truncated (the job was cut off mid-write); read up to it", file=out)
         if read.payload_mismatches:
             print(f"cagtool: {proc.key}: {read.payload_mismatches} payload(s) did not match their md5 (incomplete)", file=out)
+    for path in result.not_logs:
+        print(f"cagtool: skipped {path}: not a TORCH_TRACE log", file=out)
     print(f"record: {result.path}", file=out)
     print(f"next: cagtool summary {result.path}\n      cagtool recompiles --explain {result.path}\n      cagtool diff-graphs {result.path}", file=out)
 

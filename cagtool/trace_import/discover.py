@@ -34,9 +34,10 @@ def _pid_of(path: Path) -> int | None:
     return int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None
 
 
-def find_logs(path: Path) -> list[ProcessLogs]:
+def find_logs(path: Path, not_logs: list[Path] | None = None) -> list[ProcessLogs]:
     """The processes in PATH, the main one first: rank 0 (or the lowest rank) when ranks are
-    known, else the first log. Raises UnreadableInput when PATH holds no trace log."""
+    known, else the first log. Raises UnreadableInput when PATH holds no trace log; files that
+    are named like logs but are not go to `not_logs` (the caller reports them)."""
     path = Path(path)
     if not path.exists():
         raise UnreadableInput(f"no trace log at {path}")
@@ -48,6 +49,8 @@ def find_logs(path: Path) -> list[ProcessLogs]:
         if not candidates:
             raise UnreadableInput(f"{path} holds no TORCH_TRACE log (dedicated_log_torch_trace*.log)")
     logs = [p for p in candidates if looks_like_trace_log(p)]
+    if not_logs is not None:
+        not_logs.extend(p for p in candidates if p not in logs)
     if not logs:
         what = candidates[0] if len(candidates) == 1 else f"any of the {len(candidates)} .log files in {path}"
         raise UnreadableInput(f"{what} is not a TORCH_TRACE log (no glog-prefixed JSON envelope in its first lines)")

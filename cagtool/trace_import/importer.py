@@ -49,6 +49,7 @@ class ProcessImport:
 class ImportResult:
     path: Path
     processes: list[ProcessImport] = field(default_factory=list)
+    not_logs: list[Path] = field(default_factory=list)  # files named like logs that were not: skipped
 
     @property
     def unknown_envelopes(self) -> int:
@@ -152,7 +153,10 @@ def import_trace(options: ImportOptions) -> ImportResult:
     for a missing or corrupt log (or, with strict, an unknown envelope or a truncated line)."""
     import cagtool
 
-    processes = find_logs(options.path)
+    not_logs: list[Path] = []
+    processes = find_logs(options.path, not_logs)
+    if not_logs and options.strict:
+        raise UnreadableInput(f"{not_logs[0]} is not a TORCH_TRACE log (--strict)")
     run_dir = _run_dir(options)
     versions = {"cagtool": cagtool.__version__, "python": platform.python_version()}
     world = len([p for p in processes if p.rank is not None]) or None
@@ -166,10 +170,16 @@ def import_trace(options: ImportOptions) -> ImportResult:
         modes=[IMPORTED_MODE],
         versions=dict(versions),
         machine={},
-        options={"imported": True, "source": str(options.path), "processes": [p.key for p in processes], "world_size": world},
+        options={
+            "imported": True,
+            "source": str(options.path),
+            "processes": [p.key for p in processes],
+            "world_size": world,
+            "skipped_files": [str(p) for p in not_logs],
+        },
     )
     write_run_meta(run_dir, meta)
-    result = ImportResult(run_dir)
+    result = ImportResult(run_dir, not_logs=not_logs)
     main_dir = run_dir / IMPORTED_MODE
     cache = GraphCache()  # shared by the ranks: they usually log the same graphs
     try:

@@ -25,6 +25,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     # Plain (click) help: no rich markup to eat `[tool.cagtool.gate]`, no boxed table that cuts
     # option names or adds a `<bool>` metavar on flags, nothing wrapped mid-word in a CI log.
+    # It is also fast: typer's rich help cost ~0.15 s of imports and layout per `--help`.
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )

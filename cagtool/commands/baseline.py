@@ -10,16 +10,10 @@ import typer
 
 from cagtool.commands._common import RUN_ARG, STRICT_OPT, TextOrJson
 from cagtool.errors import UsageError
-from cagtool.record.integrity import refuse_damaged
-from cagtool.record.loader import load_run
-from cagtool.report.console import make_console
-from cagtool.report.gate.baseline import (
-    DEFAULT_BASELINE_FILE,
-    baseline_from_run,
-    baseline_to_dict,
-    load_baseline,
-    save_baseline,
-)
+
+# cagtool.report.gate.DEFAULT_BASELINE_FILE, spelled out so that registering the command imports
+# nothing from report/ (start-up time; tests/test_cli_startup.py checks the two agree).
+DEFAULT_BASELINE_FILE = "cagtool-baseline.json"
 
 SAVE_HELP = """Save a run's counts, compile time and step-time statistics as a baseline JSON to commit.
 
@@ -27,8 +21,10 @@ SAVE_HELP = """Save a run's counts, compile time and step-time statistics as a b
 
 Examples:
 
+  \b
   cagtool run --modes aot,ca train.py && cagtool baseline save -o cagtool-baseline.json
 
+  \b
   cagtool baseline save .cagtool/runs/20260101-120000 -o ci/cagtool-baseline.json
 """
 
@@ -36,6 +32,7 @@ SHOW_HELP = """Print a baseline file (checks that it reads).
 
 Example:
 
+  \b
   cagtool baseline show cagtool-baseline.json
 """
 
@@ -50,6 +47,11 @@ def register(app: typer.Typer) -> None:
         allow_failed: bool = typer.Option(False, "--allow-failed", help="Save even when a mode failed or was interrupted."),
         strict: bool = STRICT_OPT,
     ) -> None:
+        from cagtool.record.integrity import refuse_damaged
+        from cagtool.record.loader import load_run
+        from cagtool.report.console import make_console
+        from cagtool.report.gate import baseline_from_run, save_baseline
+
         record = load_run(run, strict=strict)
         refuse_damaged(record, "saving a baseline from it")
         baseline = baseline_from_run(record)
@@ -75,6 +77,9 @@ def register(app: typer.Typer) -> None:
         file: Path = typer.Argument(Path(DEFAULT_BASELINE_FILE), metavar="[FILE]", help="Baseline file."),
         format: TextOrJson = typer.Option(TextOrJson.text, "--format", help="Output format."),
     ) -> None:
+        from cagtool.report.console import make_console
+        from cagtool.report.gate import baseline_to_dict, load_baseline
+
         baseline = load_baseline(file)
         data = baseline_to_dict(baseline)
         if format is TextOrJson.json:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from enum import Enum
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from cagtool.errors import UsageError
-from cagtool.record.loader import RunRecord, load_run
-from cagtool.report.ranks.analysis import RankAnalysis, analyze_ranks
+
+if TYPE_CHECKING:
+    from cagtool.record.loader import RunRecord
+    from cagtool.report.ranks.analysis import RankAnalysis
 
 
 class CompareFormat(str, Enum):
@@ -33,9 +35,8 @@ class CompareOptions:
 
 
 def compare(options: CompareOptions) -> None:
-    from cagtool.report.compare.analysis import Tolerance, compare_modes, compare_runs
-    from cagtool.report.compare.export import comparison_to_json
-    from cagtool.report.compare.render import render_comparison
+    from cagtool.record.loader import load_run
+    from cagtool.report.compare import Tolerance, compare_modes, compare_runs, comparison_to_json, render_comparison
     from cagtool.report.console import make_console
     from cagtool.report.ranks.analysis import analysis_json, focused_run
     from cagtool.report.ranks.render import render_ranks
@@ -80,6 +81,8 @@ def compare(options: CompareOptions) -> None:
 
 
 def _analyses(run: RunRecord) -> list[tuple[str, RankAnalysis]]:
+    from cagtool.report.ranks.analysis import analyze_ranks
+
     return [(name, a) for name, record in run.modes.items() if (a := analyze_ranks(record)) is not None]
 
 
@@ -110,12 +113,16 @@ def register(app: typer.Typer) -> None:
 
         Examples:
 
+          \b
           cagtool run --modes eager,aot,ca train.py     # record the three modes
 
+          \b
           cagtool compare                               # the latest run, modes side by side
 
+          \b
           cagtool compare .cagtool/runs/train-20260101-120000 --format json
 
+          \b
           cagtool compare RUN_BEFORE RUN_AFTER --format markdown > change.md
 
         The exit code is 0 when the report was written, 3 when a run cannot be read; failed

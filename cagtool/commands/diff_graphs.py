@@ -5,18 +5,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
 from cagtool.errors import EXIT_GATE_FAILED, UsageError
-from cagtool.record.loader import RunRecord, load_run
-from cagtool.report.ranks.analysis import RankFocus, focus_note, focus_record
-from cagtool.report.console import make_console
-from cagtool.report.graphs.render import JsonRenderer, SideBySideRenderer, UnifiedRenderer
-from cagtool.report.graphs.runs import GraphComparison, compare, compare_replaced, graph_ids
 
 from ._common import MODE_OPT, STRICT_OPT
+
+if TYPE_CHECKING:
+    from cagtool.record.loader import RunRecord
+    from cagtool.report.graphs import GraphComparison
+    from cagtool.report.ranks.analysis import RankFocus
 
 # A graph id as torch prints it (3, !3, ca_3), optionally of one rank of a multi-rank run (3@1).
 _ID = re.compile(r"^(?:!|ca_)?(\d+)(?:@(?:rank)?(\d+))?$")
@@ -95,6 +95,9 @@ def _load_focused(path: str | None, options: DiffGraphsOptions, notes: list[Rank
     """A run with the compared mode's record replaced by the rank's (`rank`, else --rank, else
     rank 0) in a multi-rank run; the note saying which ranks exist and whether they diverge goes
     to `notes` (once per run and rank)."""
+    from cagtool.record.loader import load_run
+    from cagtool.report.ranks.analysis import focus_note, focus_record
+
     run = load_run(path, strict=options.strict)
     main = run.mode(options.mode)
     record, focus = focus_record(run, main, rank if rank is not None else options.rank)
@@ -115,6 +118,8 @@ def _load_focused(path: str | None, options: DiffGraphsOptions, notes: list[Rank
 def run_diff_graphs(options: DiffGraphsOptions, notes: list[RankFocus] | None = None) -> list[GraphComparison]:
     """Load the runs and compare the graphs the options name (no rendering). Multi-rank runs are
     read at `options.rank` (default rank 0), with a RankFocus per run appended to `notes`."""
+    from cagtool.report.graphs import compare, compare_replaced
+
     notes = notes if notes is not None else []
     if options.old is None or options.new is None:
         return compare_replaced(_load_focused(options.run, options, notes), options.mode)
@@ -148,6 +153,7 @@ def diff_graphs_command(
 
     Examples:
 
+      \b
       cagtool diff-graphs                   # latest run: each graph vs the one it replaced
       cagtool diff-graphs runs/op_loop      # the same, for that run
       cagtool diff-graphs runs/op_loop 0 1  # graph !0 vs graph !1
@@ -163,6 +169,9 @@ def diff_graphs_command(
     graphs are identical, 1 they differ, 3 unreadable input (no such run or
     graph, a run without graphs, a missing graph file).
     """
+    from cagtool.report.console import make_console
+    from cagtool.report.graphs import JsonRenderer, SideBySideRenderer, UnifiedRenderer, graph_ids
+
     run, old, new = parse_graph_args(list(graphs or []))
     options = DiffGraphsOptions(run=run, old=old, new=new, mode=mode, format=format, context=context, strict=strict, rank=rank)
     notes: list[RankFocus] = []

@@ -7,14 +7,14 @@ import functools
 import inspect
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, Any, Callable, List, Optional
+from typing import IO, TYPE_CHECKING, Any, Callable, List, Optional
 
 import typer
 
 from cagtool.commands._common import RUN_ARG, STRICT_OPT, TextOrJson
-from cagtool.report.gate.config import merge, settings_from_values
-from cagtool.report.gate.output import emit_gate_result
-from cagtool.report.gate.run import GateOptions, run_gate
+
+if TYPE_CHECKING:
+    from cagtool.report.gate import GateOptions
 
 GATE_HELP = """Check a recorded run against CI thresholds; exit 1 when one is exceeded.
 
@@ -28,12 +28,16 @@ Exit codes: 0 passed; 1 a check failed; 2 usage error; 3 unreadable run or basel
 
 Examples:
 
+  \b
   cagtool gate --max-ca-graphs 1 --max-recompiles ca:0 --max-graph-breaks 0
 
+  \b
   cagtool gate RUN --min-speedup 1.05 --junit gate.xml
 
+  \b
   cagtool gate --baseline cagtool-baseline.json --max-regression 10% --max-compile-regression 25%
 
+  \b
   cagtool gate --format json | jq .checks
 """
 
@@ -83,6 +87,8 @@ def gate_options_from_flags(
 ) -> GateOptions:
     """GateOptions from raw flag values (strings, as typed); parses the threshold grammar now,
     so a bad threshold is a usage error before anything runs."""
+    from cagtool.report.gate import GateOptions, settings_from_values
+
     unknown = set(thresholds) - set(_THRESHOLD_KEYS)
     if unknown:
         raise TypeError(f"unknown gate flags: {sorted(unknown)}")
@@ -143,6 +149,8 @@ def gate_and_report(run_path: str | Path | None, options: GateOptions, stdout: O
     passes sys.stderr, the script owning stdout), plus --junit, GitHub annotations and the step
     summary; returns the exit code (0 passed, 1 failed). Usage and unreadable-input problems
     raise CagtoolError (exit 2 / 3) as usual."""
+    from cagtool.report.gate import emit_gate_result, run_gate
+
     return emit_gate_result(run_gate(run_path, options), options, stdout=stdout)
 
 
@@ -158,6 +166,8 @@ def register(app: typer.Typer) -> None:
         *,
         gate_options: GateOptions,
     ) -> None:
+        from cagtool.report.gate import merge, settings_from_values
+
         settings = gate_options.settings
         if mode is not None:
             settings = merge(settings, settings_from_values({"mode": mode}, "flag"))

@@ -5,30 +5,16 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Optional
+from typing import IO, TYPE_CHECKING, Optional
 
 import typer
 
 from cagtool.commands._common import RUN_ARG, STRICT_OPT, TextOrJson
-from cagtool.record.loader import RunRecord, load_run
-from cagtool.report.console import make_console
-from cagtool.report.recompiles.explain import explain
-from cagtool.record.schema import StepEvent
-from cagtool.report.ranks.analysis import RankFocus, focus_note, focus_record
-from cagtool.report.recompiles.render import (
-    ExplanationRenderer,
-    RecompilesJsonRenderer,
-    RecompilesTableRenderer,
-    print_wrapped,
-    record_notes,
-)
-from cagtool.report.recompiles.table import (
-    RecompileTable,
-    StepSummary,
-    load_filtered,
-    recompile_table,
-    step_summary,
-)
+
+if TYPE_CHECKING:
+    from cagtool.record.loader import RunRecord
+    from cagtool.report.ranks.analysis import RankFocus
+    from cagtool.report.recompiles import RecompileTable
 
 
 @dataclass(frozen=True)
@@ -49,6 +35,11 @@ def recompile_tables(
     saying which ranks exist and whether they diverge. A multi-rank mode's table is rank `rank`'s
     (default: rank 0). Lenient reads parse only what recompiles needs (recompiles_load); --strict
     reads and validates every line with the one loader."""
+    from cagtool.record.loader import load_run
+    from cagtool.record.schema import StepEvent
+    from cagtool.report.ranks.analysis import focus_note, focus_record
+    from cagtool.report.recompiles import StepSummary, load_filtered, recompile_table, step_summary
+
     record = load_run(run, strict=True) if strict else load_filtered(run)[0]
     if mode is None and not record.modes:
         record.mode()  # raises UnreadableInput: the run has no mode records (killed before any began)
@@ -68,6 +59,16 @@ def run_recompiles(options: RecompilesOptions, out: IO[str] | None = None, err: 
     """Load, analyse, render. Raises UnreadableInput (exit 3) for a missing, corrupt or newer record."""
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
+    from cagtool.report.console import make_console
+    from cagtool.report.recompiles import (
+        ExplanationRenderer,
+        RecompilesJsonRenderer,
+        RecompilesTableRenderer,
+        explain,
+        print_wrapped,
+        record_notes,
+    )
+
     record, tables, rank_notes = recompile_tables(options.run, options.strict, options.mode, options.rank)
     run_label = str(options.run) if options.run else ""
     run_label = run_label or str(record.path)
@@ -123,10 +124,13 @@ def recompiles(
 
     Examples:
 
+      \b
       cagtool recompiles                      # the latest run, as a table
 
+      \b
       cagtool recompiles --explain            # why, and what to do
 
+      \b
       cagtool recompiles RUN --format json    # for scripts (schema "cagtool-recompiles", version 1)
 
     Exit codes: 0 ok; 3 the record is missing, corrupt (with --strict) or from a newer cagtool.

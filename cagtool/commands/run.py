@@ -9,13 +9,18 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from cagtool.errors import CagtoolError, UsageError
-from cagtool.record.schema import MODES
+
+# cagtool.record.schema.MODES, spelled out so that registering `run` loads no record code
+# (start-up time; tests/test_cli_startup.py checks the two agree).
+DEFAULT_MODES = "eager,aot,ca"
 
 if TYPE_CHECKING:
-    from cagtool.report.gate.run import GateOptions
+    from cagtool.report.gate import GateOptions
 
 
 def parse_modes(text: str) -> tuple[str, ...]:
+    from cagtool.record.schema import MODES
+
     modes = tuple(m.strip() for m in text.split(",") if m.strip())
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
@@ -44,7 +49,7 @@ def run_command(
     script: Optional[str] = typer.Argument(None, metavar="SCRIPT [ARGS]...", help="The training script, then its own arguments.", show_default=False),
     module: Optional[str] = typer.Option(None, "-m", "--module", help="Run a module as `python -m MODULE` would."),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Run directory to write (default: ./.cagtool/runs/<script>-<time>)."),
-    modes: str = typer.Option(",".join(MODES), "--modes", help="Modes to run, each in a fresh process: eager (torch.compile off), aot (torch.compile as written, CA forced off), ca (compiled autograd on every backward)."),
+    modes: str = typer.Option(DEFAULT_MODES, "--modes", help="Modes to run, each in a fresh process: eager (torch.compile off), aot (torch.compile as written, CA forced off), ca (compiled autograd on every backward)."),
     backend: str = typer.Option("inductor", "--backend", help="Backend that compiles compiled-autograd graphs: inductor, aot_eager or eager."),
     dynamic: bool = typer.Option(False, "--dynamic", help="Start CA sizes dynamic (default: static, as in the tutorial, so shape-change misses show)."),
     steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Stop each mode after N steps (top-level backwards)."),
@@ -71,10 +76,12 @@ def run_command(
 
     Everything after SCRIPT goes to the script:
 
+        \b
         cagtool run train.py --lr 3e-4
         cagtool run --modes ca --backend eager train.py
         cagtool run -m mypkg.train -- --lr 3e-4
 
+        \b
         cagtool run --gate --max-recompiles ca:0 train.py     # record, then gate (CI)
 
     The script's stdout and stderr are its own (the live status is drawn on the terminal's

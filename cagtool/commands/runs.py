@@ -13,6 +13,7 @@ def runs_command(
 ) -> None:
     """List recorded runs, oldest first, with their modes and exit codes.
 
+        \b
         cagtool runs
     """
     from rich.table import Table

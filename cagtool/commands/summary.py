@@ -58,6 +58,7 @@ def summary_command(
     synchronised), a missing or failed rank, a process cagtool could not follow. JSON carries
     them under `ranks` (top level: the main mode's). `--rank N` shows rank N's own record.
 
+        \b
         cagtool summary                     # the latest run
         cagtool summary .cagtool/runs/train-20260101-120000 --format json
     """

@@ -1,1 +1,34 @@
-"""Every recompile of a run: table.py (rows from the record), explain.py (root causes and fixes), render.py (text and JSON)."""
+"""Every recompile of a run: table.py (rows from the record), explain.py (root causes and fixes), render.py (text and JSON).
+
+The names below are what `cagtool recompiles` uses."""
+
+from cagtool.report.recompiles.explain import Explanation, explain
+from cagtool.report.recompiles.render import (
+    ExplanationRenderer,
+    RecompilesJsonRenderer,
+    RecompilesTableRenderer,
+    print_wrapped,
+    record_notes,
+)
+from cagtool.report.recompiles.table import (
+    RecompileTable,
+    StepSummary,
+    load_filtered,
+    recompile_table,
+    step_summary,
+)
+
+__all__ = [
+    "Explanation",
+    "ExplanationRenderer",
+    "RecompileTable",
+    "RecompilesJsonRenderer",
+    "RecompilesTableRenderer",
+    "StepSummary",
+    "explain",
+    "load_filtered",
+    "print_wrapped",
+    "record_notes",
+    "recompile_table",
+    "step_summary",
+]

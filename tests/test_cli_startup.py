@@ -1,0 +1,62 @@
+"""Start-up cost: `cagtool --help` and the report commands load only what they use (issue 12's
+speed targets; benchmarks/cli_speed.py times them). Checked by the modules a fresh interpreter
+holds, which does not depend on how busy the machine is."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import ROOT
+
+HEAVY = ("torch", "pandas", "numpy", "typer.rich_utils", "rich.markdown", "cagtool.capture")
+
+
+def loaded_after(code: str) -> set[str]:
+    """The modules a fresh interpreter holds after running `code` (SystemExit from the CLI is fine)."""
+    probe = (
+        "import json, sys\n"
+        f"try:\n    {code}\nexcept SystemExit:\n    pass\n"
+        "sys.__stdout__.write('\\n' + json.dumps(sorted(sys.modules)))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=str(ROOT), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return set(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def test_importing_the_cli_loads_typer_and_no_cagtool_internals():
+    loaded = loaded_after("import cagtool.cli")
+    assert "typer" in loaded
+    assert not [m for m in loaded if m.startswith(("cagtool.report", "cagtool.record", "cagtool.capture"))]
+    assert not [m for m in loaded if m.split(".")[0] in ("torch", "pandas", "numpy")]
+
+
+def test_help_loads_nothing_heavy():
+    loaded = loaded_after("from cagtool.cli import main; main(['--help'])")
+    assert not [m for m in loaded if m.startswith(HEAVY)], sorted(m for m in loaded if m.startswith(HEAVY))
+    assert not [m for m in loaded if m.startswith("cagtool.report")]
+
+
+def test_runs_and_report_commands_never_load_pandas_or_torch(tmp_path):
+    # `runs` on an empty directory and `recompiles` on a missing run both reach their bodies.
+    for args in (["runs", str(tmp_path)], ["recompiles", str(tmp_path / "missing"), "--explain"], ["summary", str(tmp_path / "missing")]):
+        loaded = loaded_after(f"from cagtool.cli import main; main({args!r})")
+        assert not [m for m in loaded if m.split(".")[0] in ("torch", "pandas")], args
+
+
+def test_spelled_out_defaults_agree_with_their_owners():
+    from cagtool.commands.baseline import DEFAULT_BASELINE_FILE
+    from cagtool.commands.run import DEFAULT_MODES
+    from cagtool.record.schema import MODES
+    from cagtool.report import gate
+
+    assert DEFAULT_MODES == ",".join(MODES)
+    assert DEFAULT_BASELINE_FILE == gate.DEFAULT_BASELINE_FILE
+
+
+def test_capability_packages_name_what_the_commands_use():
+    from cagtool.report import compare, gate, graphs, recompiles
+
+    for package in (compare, gate, graphs, recompiles):
+        assert package.__all__ and all(hasattr(package, name) for name in package.__all__), package.__name__

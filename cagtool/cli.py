@@ -41,9 +41,9 @@ def _root(
 
 
 def _register_commands() -> None:
-    from cagtool.commands import baseline, compare, diff_graphs, export, gate, recompiles, report, run, runs, summary
+    from cagtool.commands import baseline, compare, diff_graphs, doctor, export, gate, recompiles, report, run, runs, summary
 
-    for module in (run, summary, runs, compare, recompiles, diff_graphs, gate, baseline, report, export):
+    for module in (run, summary, runs, compare, recompiles, diff_graphs, gate, baseline, report, export, doctor):
         module.register(app)
     from cagtool.commands import import_trace
 

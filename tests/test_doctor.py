@@ -1,0 +1,47 @@
+"""`cagtool doctor` on this machine (real torch, real compiler), and its failures on real broken setups."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from conftest import ROOT, cagtool_cmd
+
+from cagtool.doctor import FAIL, OK, check_cxx, check_runs_dir
+
+
+def test_doctor_passes_here_and_says_why_in_json():
+    proc = subprocess.run(cagtool_cmd("doctor", "--format", "json"), capture_output=True, text=True, cwd=str(ROOT), timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["format"] == "cagtool-doctor" and report["ok"] is True
+    checks = {c["name"]: c for c in report["checks"]}
+    assert list(checks) == ["python", "torch", "c++ compiler", "ca capture", "runs dir"]
+    assert checks["torch"]["facts"]["missing"] == []
+    capture = checks["ca capture"]["facts"]
+    assert capture["kinds"] == ["new_node", "changed_shapes"]
+    assert [name.startswith("CompiledAutograd") for name in capture["graphs"]] == [True, True]
+    assert checks["runs dir"]["facts"]["path"] == str((ROOT / ".cagtool" / "runs").resolve())
+
+
+def test_doctor_fails_on_a_compiler_inductor_cannot_find():
+    import torch._inductor.config as inductor_config
+    from torch._inductor import cpp_builder
+
+    saved = inductor_config.cpp.cxx
+    inductor_config.cpp.cxx = (None, "/nonexistent/g++")
+    cpp_builder.cpp_compiler_search.cache_clear()
+    try:
+        check = check_cxx()
+    finally:
+        inductor_config.cpp.cxx = saved
+        cpp_builder.cpp_compiler_search.cache_clear()
+    assert check.status == FAIL and "/nonexistent/g++" in check.detail and "--backend eager" in check.detail
+    assert check_cxx().status == OK
+
+
+def test_doctor_fails_where_runs_cannot_be_written(tmp_path):
+    (tmp_path / ".cagtool").write_text("a file where the runs directory would go")
+    check = check_runs_dir(tmp_path)
+    assert check.status == FAIL and "-o DIR" in check.detail
+    assert check_runs_dir(tmp_path / "fresh").status == OK

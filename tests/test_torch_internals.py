@@ -1,0 +1,272 @@
+"""Pins, on the installed torch, each private behaviour and message format cagtool relies on
+(docs/torch-internals.md). Every test drives real torch (eager backend, tiny tensors) and reads
+what torch produced with cagtool's own parsers, so a torch upgrade that changes a format fails
+here, by name, before it silently empties a report."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import pytest
+import torch
+from torch._dynamo import compiled_autograd as ca
+
+from cagtool.capture import graph_dump
+from cagtool.capture.ca_observer import parse_miss
+from cagtool.capture.torch_logs import TRACE_LOGGER, StructuredLogHandler, compile_id_of
+from cagtool.record.loader import load_mode
+from cagtool.record.manifest import ModeManifest
+from cagtool.record.schema import DynamoCompileEvent, DynamoRecompileEvent, GraphBreakEvent
+from cagtool.report.recompiles.table import compile_attempt, compile_frame, limit_hits
+
+NEW_NODE = re.compile(r"^Cache miss due to new autograd node: \S+ \(NodeCall \d+\) with key size \d+, previous key sizes=\[[\d, ]*\]$")
+CHANGED = re.compile(r"^Cache miss due to (\d+) changed tensor shapes \(total of \d+\): sizes\[\d+\](, sizes\[\d+\])*$")
+
+
+@contextmanager
+def structured_records() -> Iterator[list[tuple[dict[str, Any], Any]]]:
+    """(metadata, payload) of every record torch sends to its structured logger, without TORCH_TRACE."""
+    records: list[tuple[dict[str, Any], Any]] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if isinstance(getattr(record, "metadata", None), dict):
+                records.append((record.metadata, getattr(record, "payload", None)))
+
+    handler = Collect(level=logging.DEBUG)
+    logger = logging.getLogger(TRACE_LOGGER)
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+
+
+@dataclass
+class CACapture:
+    messages: list[str] = field(default_factory=list)  # what C++ passed to the verbose logger
+    begin_args: list[tuple[list[int], Any]] = field(default_factory=list)  # (sizes, origins) per capture
+    graphs: list[Any] = field(default_factory=list)  # the GraphModules the compiler received
+    records: list[tuple[dict[str, Any], Any]] = field(default_factory=list)
+
+
+def run_under_ca(*backwards: Callable[[], None]) -> CACapture:
+    """Each callable runs one backward inside _enable (eager backend, static sizes), with a verbose
+    logger installed and begin_capture observed, the way cagtool's observer does it."""
+    out = CACapture()
+
+    class VerboseLogger:
+        def debug(self, message: str, *args: Any) -> None:
+            out.messages.append(message)
+
+    logger = VerboseLogger()  # C++ keeps a borrowed pointer: alive until reset
+    original = ca.AutogradCompilerInstance.begin_capture
+
+    def begin_capture(inst, inputs, sizes, scalars, origins, *args, **kwargs):
+        out.begin_args.append((list(sizes), origins))
+        return original(inst, inputs, sizes, scalars, origins, *args, **kwargs)
+
+    def compiler(gm: Any) -> Any:
+        out.graphs.append(gm)
+        return torch.compile(gm, backend="eager")
+
+    ca.AutogradCompilerInstance.begin_capture = begin_capture
+    torch._C._dynamo.compiled_autograd.set_verbose_logger(logger)
+    try:
+        with structured_records() as records, ca._enable(compiler, dynamic=False):
+            for backward in backwards:
+                backward()
+        out.records = records
+    finally:
+        ca.AutogradCompilerInstance.begin_capture = original
+        torch._dynamo.reset()
+    return out
+
+
+def mul_backward(n: int = 2) -> Callable[[], None]:
+    def run() -> None:
+        x = torch.ones(n, 3, requires_grad=True)
+        (x * 2).sum().backward()
+
+    return run
+
+
+def add_backward(n: int = 2) -> Callable[[], None]:
+    def run() -> None:
+        x = torch.ones(n, 3, requires_grad=True)
+        (x + 1).sum().backward()
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def three_captures() -> CACapture:
+    """GraphRoot miss, a new node (mul -> add), a repeated backward (hit), changed shapes."""
+    return run_under_ca(mul_backward(2), add_backward(2), add_backward(2), add_backward(3))
+
+
+# -- compiled autograd: cache-miss messages ------------------------------------------------------
+
+def test_new_node_miss_message_parses(three_captures):
+    first, second = three_captures.messages[0], three_captures.messages[1]
+    assert NEW_NODE.match(first) and NEW_NODE.match(second), three_captures.messages
+    root, add = parse_miss(first), parse_miss(second)
+    assert (root["miss_kind"], root["node"], root["node_call"]) == ("new_node", "torch::autograd::GraphRoot", 0)
+    assert add["miss_kind"] == "new_node" and add["node"] == "AddBackward0" and add["key_size"] > 0
+    assert isinstance(add["previous_key_sizes"], list)
+
+
+def test_changed_shapes_miss_message_parses_and_origins_name_each_size(three_captures):
+    message = three_captures.messages[-1]
+    match = CHANGED.match(message)
+    assert match, three_captures.messages
+    parsed = parse_miss(message)
+    assert parsed["miss_kind"] == "changed_shapes" and len(parsed["indices"]) == int(match.group(1)) > 0
+    # begin_capture's origins[1][i] is (NodeCall, autograd node name) of sizes[i]: how a changed
+    # size is tied to the node that owns it.
+    sizes, origins = three_captures.begin_args[-1]
+    assert len(origins[1]) == len(sizes) > max(parsed["indices"])
+    for index in parsed["indices"]:
+        node_call, name = origins[1][index]
+        assert isinstance(node_call, int) and name.endswith("Backward0")
+
+
+def test_one_capture_per_miss_and_a_hit_leaves_nothing(three_captures):
+    misses = [m for m in three_captures.messages if m.startswith("Cache miss")]
+    assert len(misses) == len(three_captures.graphs) == len(three_captures.begin_args) == 3
+
+
+def test_compile_reasons_artifact_is_a_json_list_with_ids_newest_last(three_captures):
+    reasons = [(meta, payload) for meta, payload in three_captures.records
+               if meta.get("artifact", {}).get("name") == "compiled_autograd_compile_reasons"]
+    assert len(reasons) == 3
+    for index, (meta, payload) in enumerate(reasons):
+        listed = json.loads(payload) if isinstance(payload, str) else payload
+        assert meta["compiled_autograd_id"] == index and compile_id_of(meta) == f"!{index}"
+        newest = listed[-1]
+        assert newest.startswith(f"!{index}: Cache miss due to ")
+        assert parse_miss(re.sub(r"^!\d+: ", "", newest))["miss_kind"] in ("new_node", "changed_shapes")
+
+
+# -- compiled autograd: the graph ------------------------------------------------------------------
+
+def test_graph_class_names_the_ca_id_and_nodes_name_their_autograd_node(three_captures):
+    assert [type(gm).__name__ for gm in three_captures.graphs] == ["CompiledAutograd0", "CompiledAutograd1", "CompiledAutograd2"]
+    summary = graph_dump.summarize_graph(three_captures.graphs[0])
+    names = {ref.name for ref in summary.autograd_nodes}
+    assert {"torch::autograd::GraphRoot", "MulBackward0", "torch::autograd::AccumulateGrad"} <= names
+    last_lines = [n.meta["stack_trace"].strip().splitlines()[-1].strip() for n in three_captures.graphs[0].graph.nodes if n.meta.get("stack_trace")]
+    assert "MulBackward0 (NodeCall 2)" in last_lines or any(re.fullmatch(r"MulBackward0 \(NodeCall \d+\)", line) for line in last_lines)
+
+
+def test_ca_graph_compiles_carry_ids_of_the_form_bang_n_f_c(three_captures):
+    metrics = [meta["compilation_metrics"] for meta, _ in three_captures.records if "compilation_metrics" in meta]
+    ids = [m["compile_id"] for m in metrics]
+    assert len(ids) == 3 and all(re.fullmatch(r"!\d+/\d+/0", i) for i in ids), ids
+    assert compile_frame(ids[0]) is not None and compile_attempt(ids[0]) == 0
+
+
+# -- enabling, resetting, entry points ----------------------------------------------------------
+
+def test_reset_inside_enable_turns_compiled_autograd_off_until_re_armed():
+    from torch._dynamo.utils import counters
+
+    def compiler(gm: Any) -> Any:
+        return torch.compile(gm, backend="eager")
+
+    counters.clear()
+    try:
+        with ca._enable(compiler, dynamic=False):
+            mul_backward()()
+            assert counters["compiled_autograd"]["captures"] == 1
+            torch._dynamo.reset()  # what a script calling torch._dynamo.reset() does to cagtool
+            add_backward()()
+            assert counters["compiled_autograd"]["captures"] == 1, "reset no longer drops the compiler: re-arming is moot"
+            torch._C._dynamo.compiled_autograd.set_autograd_compiler(lambda: ca.AutogradCompilerInstance(compiler), False)
+            add_backward()()
+            assert counters["compiled_autograd"]["captures"] == 2
+    finally:
+        torch._dynamo.reset()
+
+
+def test_every_backward_goes_through_engine_run_backward_and_optimizer_hooks_fire():
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    calls: list[str] = []
+    original = torch.autograd._engine_run_backward
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append("backward")
+        return original(*args, **kwargs)
+
+    torch.autograd._engine_run_backward = counting
+    pre = register_optimizer_step_pre_hook(lambda opt, args, kwargs: calls.append("pre"))
+    post = register_optimizer_step_post_hook(lambda opt, args, kwargs: calls.append("post"))
+    try:
+        w = torch.ones(3, requires_grad=True)
+        (w * 2).sum().backward()
+        torch.autograd.backward((w * 3).sum())
+        torch.autograd.grad((w * 4).sum(), w)
+        torch.optim.SGD([w], lr=0.1).step()
+    finally:
+        torch.autograd._engine_run_backward = original
+        pre.remove()
+        post.remove()
+    assert calls == ["backward", "backward", "backward", "pre", "post"]
+
+
+# -- Dynamo: recompile reasons, graph breaks, compile metrics, the recompile limit ---------------
+
+def test_dynamo_records_parse_into_cagtool_events(tmp_path):
+    from cagtool.capture.steps import StepTracker
+    from cagtool.capture.writer import RecordWriter
+
+    manifest = ModeManifest(mode="aot", argv=[], target={}, cwd=str(tmp_path), versions={}, backend="eager", dynamic=False, started_at="")
+    writer = RecordWriter(tmp_path / "aot", manifest)
+    handler = StructuredLogHandler(writer, StepTracker(writer, "aot"))
+
+    def f(x: torch.Tensor, n: int) -> torch.Tensor:
+        for _ in range(n):
+            x = x + 1
+        print("", end="")  # a graph break: Dynamo cannot trace print
+        return x * 2
+
+    compiled = torch.compile(f, backend="eager")
+    logger = logging.getLogger(TRACE_LOGGER)
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        with torch._dynamo.config.patch(recompile_limit=2):
+            for n in (1, 2, 3):
+                compiled(torch.ones(3), n)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+        writer.close()
+    assert handler.errors == 0, handler.last_error
+    record = load_mode(tmp_path / "aot")
+
+    recompiles = record.of(DynamoRecompileEvent)
+    # The first recompile's reason arrives as a plain string, later ones as a JSON list.
+    assert [r.compile_id for r in recompiles] == ["0/1", "0/2"]
+    assert recompiles[0].reasons[0].startswith("0/0: n == 1")
+    assert any(reason.startswith("0/1: n == 2") for reason in recompiles[1].reasons)
+
+    breaks = record.of(GraphBreakEvent)
+    assert breaks and breaks[0].file == __file__ and breaks[0].code.startswith("print(")
+
+    compiles = record.of(DynamoCompileEvent)
+    assert [c.compile_id for c in compiles][:2] == ["0/0", "1/0"]  # frame 1: the code after the break
+    failed = [c for c in compiles if c.fail_type]
+    assert failed and failed[-1].compile_id == "0/2"
+    hits = limit_hits(record, compiles)
+    assert [(h.limit_type, h.limit_value) for h in hits] == [("recompile_limit", 2)]

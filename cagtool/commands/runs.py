@@ -33,7 +33,7 @@ def runs_command(
         table.add_column(column, overflow="fold")
     for path in paths:
         try:
-            run = load_run(path)
+            run = load_run(path, events=False)  # the listing needs the manifests only
         except CagtoolError as exc:
             table.add_row(str(path), "?", "?", "?", f"unreadable: {exc}")
             continue

@@ -7,7 +7,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, Iterator, TypeVar
 
 from cagtool.errors import UnreadableInput
 from cagtool.record.liveness import read_vanished_as_killed
@@ -48,6 +48,7 @@ class ModeRecord:
     # The Python processes the target started and cagtool followed (<mode>/procs/<key>/), by key
     # ("rank1", "pid4242"); empty for a single-process job and for the child records themselves.
     processes: dict[str, ModeRecord] = field(default_factory=dict)
+    _of_cache: dict[tuple[type, int, int], list[Any]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def mode(self) -> str:
@@ -72,7 +73,13 @@ class ModeRecord:
         return dict(sorted(found.items()))
 
     def of(self, cls: type[E]) -> list[E]:
-        return [e for e in self.events if isinstance(e, cls)]
+        # Reports ask for the same kinds dozens of times over tens of thousands of events: each
+        # answer is kept until `events` changes (another list, or appended to).
+        key = (cls, id(self.events), len(self.events))
+        found = self._of_cache.get(key)
+        if found is None:
+            found = self._of_cache[key] = [e for e in self.events if isinstance(e, cls)]
+        return list(found)
 
     def graph_nodes(self, ca_id: int) -> list[GraphNode]:
         return load_graph_nodes(self.path / "graphs" / f"ca_{ca_id}.json")
@@ -173,17 +180,18 @@ def _fast_kind(line: str) -> str | None:
     return line[len(_KIND_PREFIX) : end] if end > 0 else None
 
 
-def load_mode(path: Path, strict: bool = False, kinds: frozenset[str] | set[str] | None = None) -> ModeRecord:
+def load_mode(path: Path, strict: bool = False, kinds: frozenset[str] | set[str] | None = None, events: bool = True) -> ModeRecord:
     """Read one mode directory and the records of the processes it followed (procs/*).
     Lenient by default: bad lines and unknown kinds are counted; with strict=True either is an
     error. With `kinds`, only events of those kinds are built (the others are only counted in
-    `kind_counts`): what lets a report over a 100,000-event record stay fast."""
-    record = _load_one(Path(path), strict, kinds)
+    `kind_counts`): what lets a report over a 100,000-event record stay fast. With events=False
+    only the manifests are read (listing runs)."""
+    record = _load_one(Path(path), strict, kinds, events)
     procs = Path(path) / PROCS_DIR
     if procs.is_dir():
         for child in sorted(procs.iterdir(), key=_process_sort_key):
             if (child / MANIFEST_FILE).exists():
-                record.processes[child.name] = _load_one(child, strict, kinds)
+                record.processes[child.name] = _load_one(child, strict, kinds, events)
             elif strict and child.is_dir():
                 raise UnreadableInput(f"process record {child} has no manifest (--strict)")
     return record
@@ -198,7 +206,7 @@ def _process_sort_key(path: Path) -> tuple[int, int, str]:
     return (2, 0, name)
 
 
-def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None) -> ModeRecord:
+def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None, read_events: bool = True) -> ModeRecord:
     data = read_json_object(path / MANIFEST_FILE, "mode manifest")
     check_format(data, MODE_FORMAT, path / MANIFEST_FILE)
     try:
@@ -210,7 +218,12 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None)
     unknown: Counter[str] = Counter()
     counts: Counter[str] = Counter()
     events_path = path / EVENTS_FILE
-    if events_path.exists():
+    if not read_events:
+        pass  # manifests only (listing runs): the stream is neither read nor counted
+    elif events_path.exists():
+        entries: list[tuple[int, str]] = []  # (line number, text) of the lines to build events from
+        # The line prefixes of the kinds not asked for: one startswith per line picks them out.
+        unwanted = tuple(f'{_KIND_PREFIX}{kind}"' for kind in EVENT_TYPES if kind not in kinds) if kinds is not None and not strict else ()
         with events_path.open("rb") as handle:
             for number, raw_line in enumerate(handle, start=1):
                 try:
@@ -221,40 +234,55 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None)
                         raise UnreadableInput(f"{events_path}: line {number} is not UTF-8 text (--strict)") from None
                     skipped += 1
                     continue
+                if unwanted and line.startswith(unwanted) and line.rstrip().endswith("}"):
+                    counts[_fast_kind(line) or ""] += 1
+                    continue
                 if not line.strip():
                     continue
-                if kinds is not None and not strict:
-                    kind = _fast_kind(line)
-                    if kind is not None and kind not in kinds and kind in EVENT_TYPES:
-                        counts[kind] += 1
-                        continue
-                try:
-                    raw = json.loads(line)
-                except json.JSONDecodeError:
-                    raw = None
-                if not isinstance(raw, dict):
-                    if strict:
-                        raise UnreadableInput(f"{events_path}: line {number} is not a JSON object (--strict)")
-                    skipped += 1
-                    continue
-                try:
-                    event = event_from_dict(raw)
-                except (TypeError, ValueError) as exc:
-                    if strict:
-                        raise UnreadableInput(f"{events_path}: line {number}: {exc} (--strict)") from None
-                    skipped += 1
-                    continue
-                if event is None:
-                    if strict:
-                        raise UnreadableInput(f"{events_path}: line {number}: unknown event kind {raw.get('kind')!r} (--strict)")
-                    unknown[str(raw.get("kind"))] += 1
-                    continue
-                counts[event.kind] += 1
-                if kinds is None or event.kind in kinds:
-                    events.append(event)
+                entries.append((number, line))
+        for number, raw in _decode_lines(entries):
+            if not isinstance(raw, dict):
+                if strict:
+                    raise UnreadableInput(f"{events_path}: line {number} is not a JSON object (--strict)")
+                skipped += 1
+                continue
+            try:
+                event = event_from_dict(raw)
+            except (TypeError, ValueError) as exc:
+                if strict:
+                    raise UnreadableInput(f"{events_path}: line {number}: {exc} (--strict)") from None
+                skipped += 1
+                continue
+            if event is None:
+                if strict:
+                    raise UnreadableInput(f"{events_path}: line {number}: unknown event kind {raw.get('kind')!r} (--strict)")
+                unknown[str(raw.get("kind"))] += 1
+                continue
+            counts[event.kind] += 1
+            if kinds is None or event.kind in kinds:
+                events.append(event)
     elif strict:
         raise UnreadableInput(f"{events_path} is missing (--strict)")
     return ModeRecord(path=path, manifest=manifest, events=events, skipped_lines=skipped, unknown_kinds=unknown, kind_counts=counts)
+
+
+def _decode_lines(entries: list[tuple[int, str]]) -> Iterator[tuple[int, Any]]:
+    """(line number, decoded value or None) per line. When every line is one JSON object, as the
+    writer writes them, all are decoded in one json.loads call (a call per line was most of the
+    time spent loading a long run); otherwise line by line, so a bad line costs only itself."""
+    if entries and all(text.lstrip().startswith("{") and text.rstrip().endswith("}") for _, text in entries):
+        try:
+            values = json.loads("[" + ",".join(text for _, text in entries) + "]")
+        except json.JSONDecodeError:
+            values = None
+        if isinstance(values, list) and len(values) == len(entries):
+            yield from zip((number for number, _ in entries), values)
+            return
+    for number, text in entries:
+        try:
+            yield number, json.loads(text)
+        except json.JSONDecodeError:
+            yield number, None
 
 
 def resolve_run_path(path: str | Path | None) -> Path:
@@ -273,7 +301,7 @@ def resolve_run_path(path: str | Path | None) -> Path:
     raise UnreadableInput(f"{candidate} is not a cagtool run directory (no {RUN_META_FILE})")
 
 
-def load_run(path: str | Path | None = None, strict: bool = False, kinds: frozenset[str] | set[str] | None = None) -> RunRecord:
+def load_run(path: str | Path | None = None, strict: bool = False, kinds: frozenset[str] | set[str] | None = None, events: bool = True) -> RunRecord:
     run_path = resolve_run_path(path)
     data = read_json_object(run_path / RUN_META_FILE, "run record")
     check_format(data, RUN_FORMAT, run_path / RUN_META_FILE)
@@ -285,7 +313,7 @@ def load_run(path: str | Path | None = None, strict: bool = False, kinds: frozen
     for mode in meta.modes:
         mode_path = inside(run_path, mode, f"mode {mode!r} of {run_path / RUN_META_FILE}")
         if (mode_path / MANIFEST_FILE).exists():
-            modes[mode] = load_mode(mode_path, strict=strict, kinds=kinds)
+            modes[mode] = load_mode(mode_path, strict=strict, kinds=kinds, events=events)
         elif strict:
             raise UnreadableInput(f"mode {mode!r} of {run_path} has no manifest (--strict)")
     read_vanished_as_killed(meta, [m.manifest for m in modes.values()])

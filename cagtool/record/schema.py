@@ -298,7 +298,6 @@ EVENT_TYPES: dict[str, type[Event]] = {
     )
 }
 
-_FIELD_NAMES: dict[type, frozenset[str]] = {cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in EVENT_TYPES.values()}
 
 _NESTED: dict[str, Any] = {
     "source": SourceRef,
@@ -322,21 +321,68 @@ def json_default(obj: Any) -> Any:
     return str(obj)
 
 
+@dataclasses.dataclass(frozen=True)
+class _EventShape:
+    """What building one event class from a JSON object needs, computed once per class."""
+
+    names: frozenset[str]
+    allowed: frozenset[str]  # names and "kind": the keys of a line the writer wrote
+    required: frozenset[str]
+    defaults: dict[str, Any]
+    factories: dict[str, Any]
+    nested: tuple[str, ...]
+
+
+def _shape(cls: type) -> _EventShape:
+    fields = dataclasses.fields(cls)
+    return _EventShape(
+        names=frozenset(f.name for f in fields),
+        allowed=frozenset(f.name for f in fields) | {"kind"},
+        required=frozenset(f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING),
+        defaults={f.name: f.default for f in fields if f.default is not dataclasses.MISSING},
+        factories={f.name: f.default_factory for f in fields if f.default_factory is not dataclasses.MISSING},
+        nested=tuple(f.name for f in fields if f.name in _NESTED),
+    )
+
+
+_SHAPES: dict[type, _EventShape] = {cls: _shape(cls) for cls in EVENT_TYPES.values()}
+
+
 def event_from_dict(data: dict[str, Any]) -> Event | None:
-    """The typed event, or None for an unknown kind. Unknown fields are ignored (additive changes)."""
+    """The typed event, or None for an unknown kind. Unknown fields are ignored (additive changes);
+    a missing required field raises TypeError, as the dataclass would."""
     cls = EVENT_TYPES.get(data.get("kind", ""))
     if cls is None:
         return None
-    names = _FIELD_NAMES[cls]
-    kwargs: dict[str, Any] = {}
-    for key, value in data.items():
-        if key not in names:
-            continue
-        nested = _NESTED.get(key)
-        if nested is not None and value is not None:
-            if isinstance(value, list):
-                value = [nested(**v) for v in value]
-            else:
-                value = nested(**value)
-        kwargs[key] = value
-    return check_types(cls(**kwargs))  # a field of the wrong type: TypeError, the loader says where
+    shape = _SHAPES[cls]
+    if not shape.nested and data.keys() <= shape.allowed:
+        # The common case (steps): the line's keys are the fields; no copy, no nested records.
+        if not shape.required <= data.keys():
+            raise TypeError(f"{cls.__name__} is missing {', '.join(sorted(shape.required - data.keys()))}")
+        event = object.__new__(cls)
+        state = event.__dict__
+        state.update(shape.defaults)
+        for key, factory in shape.factories.items():
+            if key not in data:
+                state[key] = factory()
+        state.update(data)
+        del state["kind"]
+        return check_types(event)  # a field of the wrong type: TypeError, the loader says where
+    values = {key: value for key, value in data.items() if key in shape.names}
+    for key in shape.nested:
+        value = values.get(key)
+        if value is not None:
+            nested = _NESTED[key]
+            values[key] = [nested(**v) for v in value] if isinstance(value, list) else nested(**value)
+    if not shape.required <= values.keys():
+        raise TypeError(f"{cls.__name__} is missing {', '.join(sorted(shape.required - values.keys()))}")
+    # What the frozen dataclass's __init__ does, without its per-field object.__setattr__: a
+    # 20,000-step record builds 40,000 events, and this is 3x faster (the events are plain data).
+    event = object.__new__(cls)
+    state = event.__dict__
+    state.update(shape.defaults)
+    for key, factory in shape.factories.items():
+        if key not in values:
+            state[key] = factory()
+    state.update(values)
+    return check_types(event)

@@ -12,10 +12,22 @@ from rich.text import Text
 
 from cagtool.record.integrity import mode_damage
 from cagtool.record.loader import ModeRecord, RunRecord
-from cagtool.record.schema import CacheMissEvent, CAGraphEvent, DynamoRecompileEvent, FindingEvent, SourceRef
+from cagtool.record.schema import (
+    EVENT_TYPES,
+    CacheMissEvent,
+    CAGraphEvent,
+    DynamoRecompileEvent,
+    FindingEvent,
+    OptimizerStepEvent,
+    SourceRef,
+)
 from cagtool.report.metrics import ModeMetrics, mode_metrics
 from cagtool.report.ranks.analysis import analysis_json, analyze_ranks, run_dir_of
 from cagtool.report.ranks.render import render_ranks
+
+# The event kinds the summary and the end-of-run comparison read (the loader counts the others
+# without building them): every kind but the optimizer steps.
+SUMMARY_KINDS = frozenset(EVENT_TYPES) - {OptimizerStepEvent.kind}
 
 SUMMARY_SCHEMA = "cagtool-summary"
 SUMMARY_SCHEMA_VERSION = 1

@@ -1,0 +1,78 @@
+"""The loader's fast paths (one json.loads for a whole well-formed stream, events built without the
+frozen dataclass's __init__, kinds skipped by line prefix, `of()` answers kept) give exactly what
+the plain path gives, and a bad line still costs only itself."""
+
+from __future__ import annotations
+
+import json
+
+from cagtool.record.loader import load_mode
+from cagtool.record.manifest import ModeManifest, to_dict
+from cagtool.record.schema import (
+    CacheMissEvent,
+    ChangedSize,
+    OptimizerStepEvent,
+    SourceRef,
+    StepEvent,
+    event_from_dict,
+    event_to_dict,
+    json_default,
+)
+
+
+def write_mode(path, lines: list[str]):
+    path.mkdir(parents=True)
+    manifest = ModeManifest(mode="ca", argv=[], target={}, cwd="/", versions={}, backend="eager", dynamic=False, started_at="")
+    (path / "manifest.json").write_text(json.dumps(to_dict(manifest)))
+    (path / "events.jsonl").write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def line(event) -> str:
+    return json.dumps(event_to_dict(event), default=json_default)
+
+
+EVENTS = [
+    CacheMissEvent(seq=0, t=0.1, ca_id=0, compile_id="!0", step=1, miss_kind="changed_shapes", message="Cache miss due to 1 changed tensor shapes (total of 1): sizes[0]",
+                   changed_sizes=[ChangedSize(index=0, value=3, previous=2, node="AddBackward0", node_call=2)], total_changed=1,
+                   source=SourceRef(file="train.py", line=3, code="loss.backward()", function="main", how="backward_call")),
+    StepEvent(seq=1, t=0.2, step=1, backward_s=0.01, loss=2.0, ca_captures=1),
+    OptimizerStepEvent(seq=2, t=0.3, step=1, wall_s=0.001, optimizer="SGD"),
+    StepEvent(seq=3, t=0.4, step=2, backward_s=0.01),
+]
+
+
+def test_fast_paths_equal_the_dataclass_constructors(tmp_path):
+    record = load_mode(write_mode(tmp_path / "ca", [line(e) for e in EVENTS]))
+    assert record.events == EVENTS and record.skipped_lines == 0
+    # Built without __init__, the events are still frozen, hash and compare like constructed ones.
+    assert hash(record.events[1]) == hash(EVENTS[1])
+    built = event_from_dict({"kind": "step", "seq": 9, "t": 1.0, "step": 5, "backward_s": 0.5, "added_later": "ignored"})
+    assert built == StepEvent(seq=9, t=1.0, step=5, backward_s=0.5) and not hasattr(built, "added_later")
+
+
+def test_a_bad_line_costs_only_itself(tmp_path):
+    lines = [line(e) for e in EVENTS]
+    lines.insert(2, '{"kind": "step", "seq": 7, "t": 0.25, "step": 9, "backw')  # truncated by a crash
+    lines.append('{"kind": "step", "seq": 8}')  # valid JSON, missing required fields
+    record = load_mode(write_mode(tmp_path / "ca", lines))
+    assert record.events == EVENTS and record.skipped_lines == 2
+
+
+def test_kinds_not_asked_for_are_counted_not_built(tmp_path):
+    record = load_mode(write_mode(tmp_path / "ca", [line(e) for e in EVENTS]), kinds=frozenset({"step", "ca_cache_miss"}))
+    assert [e.seq for e in record.events] == [0, 1, 3]
+    assert record.kind_counts == {"ca_cache_miss": 1, "step": 2, "optimizer_step": 1}
+
+
+def test_of_answers_follow_the_events(tmp_path):
+    record = load_mode(write_mode(tmp_path / "ca", [line(e) for e in EVENTS]))
+    assert [s.step for s in record.of(StepEvent)] == [1, 2]
+    record.of(StepEvent).clear()  # a caller's list is its own
+    record.events.append(StepEvent(seq=4, t=0.5, step=3, backward_s=0.01))
+    assert [s.step for s in record.of(StepEvent)] == [1, 2, 3]
+
+
+def test_events_false_reads_the_manifest_only(tmp_path):
+    record = load_mode(write_mode(tmp_path / "ca", [line(e) for e in EVENTS]), events=False)
+    assert record.manifest.mode == "ca" and record.events == [] and not record.kind_counts

@@ -133,7 +133,7 @@ def run_diff_graphs(options: DiffGraphsOptions, notes: list[RankFocus] | None = 
 
 def diff_graphs_command(
     graphs: Optional[List[str]] = typer.Argument(
-        None, metavar="[RUN] [A B]", show_default=False, help="A run (default: the latest), then two graph ids; or RUN_A:ID RUN_B:ID."
+        None, metavar="[RUN] [A B]", show_default=False, help="RUN_A:ID RUN_B:ID (across runs), or a run (default: the latest) then two graph ids."
     ),
     format: DiffFormat = typer.Option(DiffFormat.side, "--format", "-f", help="side (a table), unified (diff -u like) or json."),
     context: int = typer.Option(3, "--context", "-U", min=0, help="Unchanged nodes shown around each difference."),

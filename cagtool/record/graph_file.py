@@ -43,11 +43,14 @@ def graph_node_to_dict(node: GraphNode) -> dict[str, Any]:
     return data
 
 
+_NODE_FIELDS = frozenset(f.name for f in dataclasses.fields(GraphNode))  # once: a graph has 10,000s of nodes
+
+
 def graph_node_from_dict(data: dict[str, Any]) -> GraphNode:
     """Raises TypeError for a node that is not an object or has a field of the wrong type."""
     if not isinstance(data, dict):
         raise TypeError(f"a node is {type(data).__name__}, not an object")
-    names = {f.name for f in dataclasses.fields(GraphNode)}
+    names = _NODE_FIELDS
     kwargs = {k: v for k, v in data.items() if k in names}
     if kwargs.get("origin") is not None:
         kwargs["origin"] = AutogradNodeRef(**kwargs["origin"])

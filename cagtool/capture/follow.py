@@ -453,6 +453,10 @@ def _setup_torch_in_child() -> None:
     assert config is not None
     record = _current or _make_child_record(with_torch=True)
     assert record is not None
+    if "torch" not in record.manifest.versions:  # the record began before torch was imported
+        from cagtool.capture.child import _versions
+
+        record.manifest.versions = _versions()
     steps = StepTracker(record.writer, config.mode)
     observer = CaptureObserver(record.writer, steps, mode_setup.make_compiler(config.backend) if config.mode == "ca" else None)
     install_log_handler(StructuredLogHandler(record.writer, steps))

@@ -92,15 +92,17 @@ def test_torchrun_console_script_runs_as_module():
     assert target.label == "train"  # the run directory is named after the training script
 
 
-def test_fork_children_get_their_own_records(tmp_path):
-    proc = _cagtool_run(tmp_path / "r", str(SCRIPTS / "fork_workers.py"))
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_multiprocessing_children_get_their_own_records(tmp_path, start_method):
+    proc = _cagtool_run(tmp_path / "r", str(SCRIPTS / "fork_workers.py"), start_method)
     printed = _printed(proc.stdout, "pid")
     ca = load_run(tmp_path / "r").mode("ca")
     assert sorted(ca.processes) == sorted(f"pid{pid}" for pid in printed)
     assert not ca.of(StepEvent)  # the parent trained nothing: the children's steps are theirs
     for key, record in ca.processes.items():
         pid = int(key[3:])
-        assert record.manifest.process["forked_from"] == ca.manifest.process["pid"]
+        assert record.manifest.process["ppid"] == ca.manifest.process["pid"]
+        assert record.manifest.process.get("forked_from") == (ca.manifest.process["pid"] if start_method == "fork" else None)
         assert record.manifest.status == "finished" and record.manifest.exit_code == 0
         assert len(record.of(StepEvent)) == 3
         assert len(record.of(CAGraphEvent)) == record.manifest.torch_counters["compiled_autograd"]["captures"] == printed[pid]["ca_captures"]

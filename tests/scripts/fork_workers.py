@@ -1,5 +1,6 @@
-"""Two multiprocessing.Process children started with fork, each training a tiny model; each
-prints its pid and torch's compiled-autograd capture count as one JSON line."""
+"""Two multiprocessing.Process children started with fork (or the start method given as the
+first argument), each training a tiny model; each prints its pid and torch's compiled-autograd
+capture count as one JSON line."""
 
 import json
 import multiprocessing as mp
@@ -25,7 +26,7 @@ def work(steps: int) -> None:
 
 
 if __name__ == "__main__":
-    ctx = mp.get_context("fork")
+    ctx = mp.get_context(sys.argv[1] if len(sys.argv) > 1 else "fork")
     procs = [ctx.Process(target=work, args=(3,)) for _ in range(2)]
     for p in procs:
         p.start()

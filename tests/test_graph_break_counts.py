@@ -23,7 +23,7 @@ def test_duplicated_graph_break_log_counts_once(record_run):
     metrics = mode_metrics(aot)
     assert metrics.graph_breaks == torch_count and metrics.graph_breaks_from_torch
     assert [(Path(s.file).name, s.line, s.logged) for s in metrics.graph_break_sites] == [("graph_break_logged_twice.py", 11, len(logged))]
-    assert "1 graph breaks at 1 site," in run.stderr
+    assert "1 graph break at 1 site," in run.stderr
     assert "graph break site graph_break_logged_twice.py:11" in run.stderr
 
 

@@ -824,4 +824,18 @@ def test_explain_words_are_honest(tmp_path):
     ordinary = _ca_run(tmp_path / "ordinary", [ROOT_MISS, ("new_node", "torch::autograd::AccumulateGrad")])
     code, out, _ = cagtool("recompiles", str(ordinary), "--explain")
     assert ".grad switched between None and a tensor" in out and "No fix needed." in out
+    assert "!1 is the one-time .grad warm-up, not counted by gate --max-recompiles" in out
     assert "Fix: Once" not in out and "user source lines:" not in out
+
+
+def test_a_hook_added_on_accumulategrad_is_not_the_grad_warmup(tmp_path):
+    """AccumulateGrad's key also changes when a hook is added: that is a hook change, counted,
+    not the one-time .grad warm-up (same rule in summary, gate and recompiles)."""
+    events = _ca_events([ROOT_MISS, ("new_node", "torch::autograd::AccumulateGrad")])
+    events[-1]["hooks"] = [{"name": "call_hook", "hook_type": "tensor_pre_hook"}]
+    counters = {"compiled_autograd": {"captures": 2}, "graph_break": {}}
+    run = write_run(tmp_path / "hook", {"ca": _manifest("ca", torch_counters=counters)}, events={"ca": events})
+    code, out, _ = cagtool("gate", str(run), "--max-recompiles", "ca:0", "--no-config")
+    assert code == 1 and "CA recompiles 1 > 0 allowed" in out
+    code, out, _ = cagtool("recompiles", str(run), "--explain")
+    assert "warm-up" not in out and "A backward hook was added or removed" in out

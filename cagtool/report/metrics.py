@@ -108,15 +108,34 @@ class CAMisses:
         return self.total - self.grad_warmup
 
 
+def is_grad_warmup(miss: CacheMissEvent, produced: CAGraphEvent | None, previous: CAGraphEvent | None, initial_step: int | None) -> bool:
+    """The one rule (summary, gate, recompiles) for AccumulateGrad's one-time warm-up miss: the
+    first miss, a new node on AccumulateGrad, in the backward right after the initial capture,
+    with the same hooks as the graph before (a hook added there is a hook change, not .grad)."""
+    if miss.miss_kind != MISS_NEW_NODE or not (miss.node or "").endswith("AccumulateGrad"):
+        return False
+    if initial_step is not None and miss.step is not None and miss.step != initial_step + 1:
+        return False
+    hooks = [sorted(h.hook_type for h in g.hooks) if g is not None else None for g in (produced, previous)]
+    return hooks[0] == hooks[1]
+
+
 def ca_misses(graphs: list[CAGraphEvent], misses: list[CacheMissEvent]) -> CAMisses:
     total = max(len(graphs) - 1, 0) if graphs else 0
     if not total:
         return CAMisses(0, 0, 0, 0)
+    by_id = {g.ca_id: g for g in graphs}
+    first_id = min(by_id)
     # The miss that produced !0 (GraphRoot, first capture) is the initial compile, not a miss.
-    later = sorted((m for m in misses if m.ca_id != min(g.ca_id for g in graphs)), key=lambda m: m.ca_id)
+    later = sorted((m for m in misses if m.ca_id != first_id), key=lambda m: m.ca_id)
     shapes = sum(1 for m in later if m.miss_kind == MISS_CHANGED_SHAPES)
     new_node = sum(1 for m in later if m.miss_kind == MISS_NEW_NODE)
-    warmup = 1 if later and later[0].miss_kind == MISS_NEW_NODE and (later[0].node or "").endswith("AccumulateGrad") else 0
+    warmup = 0
+    if later:
+        first = later[0]
+        earlier = [i for i in by_id if i < first.ca_id]
+        previous = by_id[max(earlier)] if earlier else None
+        warmup = int(is_grad_warmup(first, by_id.get(first.ca_id), previous, by_id[first_id].step))
     return CAMisses(total, new_node, shapes, warmup)
 
 

@@ -238,8 +238,8 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     console.print(f"  compile: {m.compile_time_s:.2f} s" + (f" ({phases})" if phases else ""))
     st = m.step_time
     if st and st.median_s is not None:
-        excluded = f"; {len(st.excluded)} compile-affected step(s) left out" if st.excluded else ""
-        console.print(f"  step time: median {_ms(st.median_s)} (p10 {_ms(st.p10_s)}, p90 {_ms(st.p90_s)}) over {st.count} steady steps{excluded}")
+        excluded = f"; {plural(len(st.excluded), 'compile-affected step')} left out" if st.excluded else ""
+        console.print(f"  step time: median {_ms(st.median_s)} (p10 {_ms(st.p10_s)}, p90 {_ms(st.p90_s)}) over {plural(st.count, 'steady step')}{excluded}")
     elif m.steps:
         console.print(f"  step time: too few steps unaffected by compilation to measure (steps: {m.steps})")
     if st and st.first_step_s is not None:

@@ -16,9 +16,11 @@ from typing import Any
 from cagtool.record.schema import (
     MISS_CHANGED_SHAPES,
     MISS_NEW_NODE,
+    CacheMissEvent,
     CAGraphEvent,
     SourceRef,
 )
+from cagtool.report.metrics import is_grad_warmup
 from cagtool.report.recompiles.table import (
     SOURCE_CA,
     SOURCE_DYNAMO_CA_GRAPH,
@@ -257,6 +259,22 @@ def _key_sizes(cause: Cause) -> list[tuple[tuple[int, ...], int | None]]:
     return [(r.previous_key_sizes, r.key_size) for r in cause.rows]
 
 
+def grad_warmup_row(table: RecompileTable) -> RecompileRow | None:
+    """The first CA cache miss when it is AccumulateGrad's one-time .grad None -> defined change,
+    which `gate --max-recompiles` does not count (the rule of report.metrics.CAMisses)."""
+    ca = [r for r in table.recompiles if r.source == SOURCE_CA]
+    first = ca[0] if ca else None
+    if first is None or first.ca_id is None or first.kind != MISS_NEW_NODE:
+        return None
+    initial = [r.step for r in table.initial if r.source == SOURCE_CA]
+    miss = CacheMissEvent(seq=first.seq, t=0.0, ca_id=first.ca_id, compile_id=first.compile_id, step=first.step,
+                          miss_kind=first.kind, message="", node=first.node)
+    produced = table.graphs.get(first.ca_id)
+    if is_grad_warmup(miss, produced, table.previous_graph(first.ca_id), initial[0] if initial else None):
+        return first
+    return None
+
+
 def cause_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     if cause.code == CAUSE_STRUCTURE:
         return _structure_facts(table, cause)
@@ -267,7 +285,8 @@ def cause_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     if cause.code == CAUSE_HOOK:
         return _hook_facts(table, cause)
     if cause.code == CAUSE_GRAD_DEFINED:
-        return {"key_sizes": _key_sizes(cause), **_stability(table, cause)}
+        warmup = grad_warmup_row(table)
+        return {"key_sizes": _key_sizes(cause), "grad_warmup": warmup is not None and warmup in cause.rows, **_stability(table, cause)}
     return _stability(table, cause)
 
 
@@ -445,7 +464,7 @@ def _grad_defined(cause: Cause, cwd: str) -> Words:
     if stability:
         why.append(stability)
     fix = []
-    if cause.count == 1:
+    if cause.count == 1 and cause.facts.get("grad_warmup"):
         why.append("Once (the first backward sees .grad None, the next accumulates) this costs one extra graph "
                    "and is harmless: `gate --max-recompiles ca:N` does not count it.")
     else:

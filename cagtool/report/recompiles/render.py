@@ -17,6 +17,7 @@ from rich.text import Text
 
 from cagtool.record.schema import SourceRef
 from cagtool.report.recompiles.explain import (
+    grad_warmup_row,
     Explanation,
     alert_words,
     cause_words,
@@ -41,11 +42,13 @@ _SOURCE_LABEL = {SOURCE_CA: "CA miss", SOURCE_DYNAMO_FRAME: "Dynamo", SOURCE_DYN
 def counts_line(table: RecompileTable) -> str:
     initial = table.initial
     first = f"; initial compile {initial[0].compile_id} at step {'?' if initial[0].step is None else initial[0].step}" if initial else ""
+    warmup = grad_warmup_row(table)
+    gate = f"; {warmup.compile_id} is the one-time .grad warm-up, not counted by gate --max-recompiles" if warmup else ""
     return (
         f"mode {table.mode}: {plural(len(table.recompiles), 'recompile')} in {plural(table.steps, 'step')} "
         f"({plural(table.count(SOURCE_CA), 'CA cache miss', 'CA cache misses')}, "
         f"{table.count(SOURCE_DYNAMO_FRAME)} Dynamo forward-frame, "
-        f"{table.count(SOURCE_DYNAMO_CA_GRAPH)} Dynamo CA-graph){first}"
+        f"{table.count(SOURCE_DYNAMO_CA_GRAPH)} Dynamo CA-graph){first}{gate}"
     )
 
 

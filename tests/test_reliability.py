@@ -350,6 +350,31 @@ def test_stdin_is_given_to_every_mode_and_caches_are_removed(tmp_path):
     assert set(summary["modes"]) == {"eager", "aot", "ca"}
 
 
+def test_stdin_file_rewound_per_mode_and_silent_pipe_never_waited_for(tmp_path):
+    """`< data.txt` with two modes: each reads the file from where cagtool found it. An open pipe
+    that never sends anything (`docker run -i` in CI) does not hold up a script that never reads
+    stdin: the run ends."""
+    data = tmp_path / "data.txt"
+    data.write_text("skip me\none\ntwo\nthree\n")
+    with open(data, "rb", buffering=0) as handle:
+        handle.seek(len("skip me\n"))  # cagtool finds the file past its first line, as a shell script might leave it
+        from_file = subprocess.run(
+            cagtool_cmd("run", "--modes", "eager,ca", "--backend", "eager", "-o", str(tmp_path / "f"), str(SCRIPTS / "reads_stdin.py")),
+            stdin=handle, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300,
+        )
+    assert from_file.returncode == 0, from_file.stderr[-2000:]
+    lines = from_file.stdout.splitlines()
+    assert len(lines) == 2 and len(set(lines)) == 1 and lines[0].startswith("LINES 3 "), from_file.stdout
+    silent = subprocess.Popen(
+        cagtool_cmd("run", "--modes", "eager,ca", "--backend", "eager", "-o", str(tmp_path / "p"), str(SCRIPTS / "exit_code.py"), "0"),
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, env=ENV,
+    )
+    try:
+        assert silent.wait(timeout=300) == 0  # stdin is still open: nothing was waited for
+    finally:
+        silent.stdin.close()
+
+
 def test_keep_cache_keeps_inductor_caches_under_the_run(tmp_path):
     proc = subprocess.run(
         cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "--keep-cache", "-o", str(tmp_path / "r"), str(SCRIPTS / "exit_code.py"), "0"),
@@ -383,6 +408,9 @@ def test_module_with_syntax_error_is_a_usage_error(tmp_path):
     proc = subprocess.run(cagtool_cmd("run", "-o", str(tmp_path / "r"), "-m", "badpkg.train"), capture_output=True, text=True, cwd=tmp_path, env=ENV)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "train.py is not valid Python" in proc.stderr
+    assert not (tmp_path / "r").exists()
+    no_main = subprocess.run(cagtool_cmd("run", "-o", str(tmp_path / "r"), "-m", "badpkg"), capture_output=True, text=True, cwd=tmp_path, env=ENV)
+    assert no_main.returncode == 2 and "badpkg is a package without __main__" in no_main.stderr
     assert not (tmp_path / "r").exists()
 
 

@@ -224,22 +224,25 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
         entries: list[tuple[int, str]] = []  # (line number, text) of the lines to build events from
         # The line prefixes of the kinds not asked for: one startswith per line picks them out.
         unwanted = tuple(f'{_KIND_PREFIX}{kind}"' for kind in EVENT_TYPES if kind not in kinds) if kinds is not None and not strict else ()
-        with events_path.open("rb") as handle:
-            for number, raw_line in enumerate(handle, start=1):
-                try:
-                    line = raw_line.decode("utf-8")
-                except UnicodeDecodeError:
-                    # Corrupt bytes are a bad line like any other: counted, or fatal with --strict.
-                    if strict:
-                        raise UnreadableInput(f"{events_path}: line {number} is not UTF-8 text (--strict)") from None
-                    skipped += 1
-                    continue
-                if unwanted and line.startswith(unwanted) and line.rstrip().endswith("}"):
-                    counts[_fast_kind(line) or ""] += 1
-                    continue
-                if not line.strip():
-                    continue
-                entries.append((number, line))
+        data = events_path.read_bytes()
+        try:
+            lines: list[str | None] = data.decode("utf-8").split("\n")  # the whole stream at once
+        except UnicodeDecodeError:
+            lines = [_utf8_or_none(raw) for raw in data.split(b"\n")]
+        kind_at = len(_KIND_PREFIX)
+        for number, line in enumerate(lines, start=1):
+            if line is None:
+                # Corrupt bytes are a bad line like any other: counted, or fatal with --strict.
+                if strict:
+                    raise UnreadableInput(f"{events_path}: line {number} is not UTF-8 text (--strict)") from None
+                skipped += 1
+                continue
+            if unwanted and line.startswith(unwanted) and line.rstrip().endswith("}"):
+                counts[line[kind_at : line.find('"', kind_at)]] += 1
+                continue
+            if not line.strip():
+                continue
+            entries.append((number, line))
         for number, raw in _decode_lines(entries):
             if not isinstance(raw, dict):
                 if strict:
@@ -264,6 +267,13 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
     elif strict:
         raise UnreadableInput(f"{events_path} is missing (--strict)")
     return ModeRecord(path=path, manifest=manifest, events=events, skipped_lines=skipped, unknown_kinds=unknown, kind_counts=counts)
+
+
+def _utf8_or_none(raw: bytes) -> str | None:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _decode_lines(entries: list[tuple[int, str]]) -> Iterator[tuple[int, Any]]:

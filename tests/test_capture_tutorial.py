@@ -84,7 +84,7 @@ def test_record_layout_and_summary_json(record_run):
         assert (mode_dir / name).is_file(), name
     assert any((mode_dir / "trace").iterdir()), "TORCH_TRACE log for tlparse"
     manifest = json.loads((mode_dir / "manifest.json").read_text())
-    assert manifest["schema_version"] == 1 and manifest["status"] == "finished" and manifest["exit_code"] == 0
+    assert manifest["schema_version"] == 2 and manifest["status"] == "finished" and manifest["exit_code"] == 0
     assert set(manifest["versions"]) == {"cagtool", "torch", "depyf", "python"}
     # The end-of-run summary names the record and the next commands.
     assert f"record: {run.path}" in run.stderr and "cagtool recompiles --explain" in run.stderr

@@ -94,6 +94,19 @@ def _peak_rss_bytes() -> int | None:
         return None
 
 
+def _peak_cuda_bytes() -> int | None:
+    """torch.cuda.max_memory_allocated, summed over the devices this process used; None when the
+    job never initialised CUDA (cagtool does not initialise it for the job)."""
+    try:
+        import torch
+
+        if not torch.cuda.is_initialized():
+            return None
+        return sum(int(torch.cuda.max_memory_allocated(d)) for d in range(torch.cuda.device_count()))
+    except Exception:  # noqa: BLE001 - a broken CUDA state must not lose the record
+        return None
+
+
 def main(spec_path: str) -> int:
     spec = ModeSpec(**json.loads(Path(spec_path).read_text()))
     from cagtool.capture.lifeline import SignalStop, die_with_parent, exit_code_for, install_child_handlers
@@ -110,6 +123,8 @@ def main(spec_path: str) -> int:
 
 
 def _record_mode(spec: ModeSpec) -> int:
+    # Every record path is absolute before the script runs: it may os.chdir.
+    spec.mode_dir = os.path.abspath(spec.mode_dir)
     prepare_environment(spec.mode, Path(spec.mode_dir) if spec.torch_trace else None)
     started = time.perf_counter()
     from datetime import datetime, timezone
@@ -244,8 +259,13 @@ def _record_mode(spec: ModeSpec) -> int:
         manifest.ended_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         manifest.duration_s = time.perf_counter() - started
         manifest.peak_rss_bytes = _peak_rss_bytes()
+        manifest.peak_device_memory_bytes = _peak_cuda_bytes()
         manifest.torch_counters = _counters()
         manifest.options["seed"]["script_reseeded"] = script_reseeded(manifest.options["seed"])
+        if steps.errors:
+            manifest.options["step_tracking_errors"] = {"count": steps.errors, "last": steps.last_error}
+        if steps.device.dropped_losses:
+            manifest.options["losses_not_kept"] = steps.device.dropped_losses
         if handler.errors:
             manifest.options["structured_log_errors"] = {"count": handler.errors, "last": handler.last_error}
         writer.write_manifest()

@@ -199,7 +199,7 @@ class ProcessRecord:
         # torch's counters and compiled-autograd cache are inherited: the record counts from here.
         self.counters_baseline = _counters() if "torch._dynamo" in sys.modules else {}
         if self.steps is not None:
-            self.steps.current_step = None
+            self.steps.restart()
         self.ddp = self._new_ddp_watch()
         old_dir = Path(self.writer.mode_dir)
         self.writer.reopen(new_dir)
@@ -217,13 +217,15 @@ class ProcessRecord:
         if self.closed or self.role != ROLE_CHILD:
             return
         self.closed = True
-        from cagtool.capture.child import _counters, _peak_rss_bytes
+        from cagtool.capture.child import _counters, _peak_cuda_bytes, _peak_rss_bytes
 
         code = self.exit_code if exit_code is None else exit_code
         code = 0 if code is None else code
         try:
-            if self.steps is not None and self.steps.current_step is not None:
+            if self.steps is not None and self.steps.backward_calls:
                 self.steps.emit_final_state()
+            if self.steps is not None:
+                self.steps.device.finish()  # CUDA step times and losses, read now that the job is done
             self.before_close()
         except Exception:  # noqa: BLE001 - the record must still close
             pass
@@ -234,6 +236,7 @@ class ProcessRecord:
         manifest.ended_at = _now()
         manifest.duration_s = time.perf_counter() - self.started
         manifest.peak_rss_bytes = _peak_rss_bytes()
+        manifest.peak_device_memory_bytes = _peak_cuda_bytes()
         if "torch._dynamo" in sys.modules:
             manifest.torch_counters = _counters_minus(_counters(), self.counters_baseline)
         self.writer.write_manifest()

@@ -1,22 +1,40 @@
-"""Steps: every top-level backward is one step, timed; optimizer steps are recorded too.
+"""Steps: one training iteration each, ended by the optimizer's step() (or by each backward call
+when the script has no optimizer); every top-level backward call is recorded within its step.
 
 Wraps `torch.autograd._engine_run_backward`, the entry of Tensor.backward, autograd.backward
-and autograd.grad (TORCH_2_13_NOTES.md, "Counting and timing").
+and autograd.grad (TORCH_2_13_NOTES.md, "Counting and timing"), and uses torch's global optimizer
+step hooks. What a step is, with one, several or no optimizers: record/schema.py's docstring.
+Thread-safe: backward may run in several threads (each has its own nesting depth).
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
 import time
 import weakref
 from typing import Any, Callable
 
 from cagtool.capture import source
+from cagtool.capture.device_readings import DeviceReadings
 from cagtool.capture.writer import RecordWriter
-from cagtool.record.schema import FinalStateEvent, FindingEvent, OptimizerStepEvent, StepEvent
+from cagtool.record.schema import (
+    FIRST_STEP,
+    STEP_BOUNDARY_BACKWARD,
+    STEP_BOUNDARY_OPTIMIZER,
+    BackwardEvent,
+    FinalStateEvent,
+    FindingEvent,
+    OptimizerStepEvent,
+    StepEvent,
+)
 
 FLAG_WITHOUT_COMPILED_BACKWARD = "ca_flag_without_compiled_backward"
 TRACED_BACKWARD = "backward_traced_by_dynamo"
+# An optimizer that does not step while another steps this many times in one open step stops
+# being waited for (e.g. a second optimizer used only in a later phase of training).
+IDLE_OPTIMIZER_STEPS = 10
 
 
 class StepTracker:
@@ -25,19 +43,39 @@ class StepTracker:
         self.mode = mode
         self.on_step = on_step
         self.max_steps = max_steps
-        self.current_step: int | None = None  # the step in progress or last finished
+        self.device = DeviceReadings(writer)
+        self.closed_steps = 0
+        self.backward_calls = 0  # every top-level backward of the run
         self.current_roots: list[Any] = []
         self.compile_in_progress = False
-        self._depth = 0
-        self._captures_this_step = 0
-        self._compiles_since = 0
-        self._compile_s_since = 0.0
-        self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.step_limit_reached = False
+        self.errors = 0
+        self.last_error = ""
+        self._lock = threading.RLock()
+        self._local = threading.local()  # per thread: backward nesting depth, captures of its backward
+        self._open = _OpenStep()
+        self._last_boundary_t: float | None = None
+        self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()  # every optimizer seen (final state)
+        self._required: dict[int, weakref.ref[Any]] = {}  # optimizers a step waits for
         self._last_roots_ref: list[Any] = []
         self._flag_finding_done = False
         self._handles: list[Any] = []
         self._original_run_backward: Any = None
-        self.step_limit_reached = False
+        self._original_optimizer_init: Any = None
+
+    def restart(self) -> None:
+        """A forked child starts its own record: its steps count from the first again."""
+        with self._lock:
+            self.closed_steps = 0
+            self.backward_calls = 0
+            self._open = _OpenStep()
+            self._last_boundary_t = None
+            self.device = DeviceReadings(self.writer)
+
+    @property
+    def current_step(self) -> int:
+        """The step in progress: events are stamped with it."""
+        return FIRST_STEP + self.closed_steps
 
     # -- compile bookkeeping, called by the observers ------------------------------------------
     def note_capture_started(self) -> None:
@@ -45,12 +83,20 @@ class StepTracker:
 
     def note_capture_finished(self, seconds: float) -> None:
         self.compile_in_progress = False
-        self._captures_this_step += 1
-        self._compile_s_since += seconds
+        self._local.captures = getattr(self._local, "captures", 0) + 1
+        with self._lock:
+            self._open.captures += 1
+            self._open.compile_s += seconds
 
     def note_dynamo_compile(self, seconds: float) -> None:
-        self._compiles_since += 1
-        self._compile_s_since += seconds
+        with self._lock:
+            self._open.compiles += 1
+            self._open.compile_s += seconds
+
+    def note_error(self, exc: BaseException) -> None:
+        """A bug in the bookkeeping: counted (the manifest keeps it), never raised into the script."""
+        self.errors += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"
 
     # -- installation -------------------------------------------------------------------------
     def install(self) -> None:
@@ -63,21 +109,44 @@ class StepTracker:
         tracker = self
 
         def _engine_run_backward(t_outputs, *args, **kwargs):
-            if tracker._depth or torch.compiler.is_compiling():
+            # Nested: a backward in this thread's backward, or one run by the autograd engine
+            # while it executes a graph (reentrant checkpointing, on a device thread too).
+            if getattr(tracker._local, "depth", 0) or torch.compiler.is_compiling() or torch._C._current_graph_task_id() != -1:
                 return original(t_outputs, *args, **kwargs)
             return tracker._top_level_backward(original, t_outputs, args, kwargs)
 
         torch.autograd._engine_run_backward = torch._dynamo.disable(_engine_run_backward)
-        opt_start: dict[int, float] = {}
+
+        # Knowing an optimizer exists before its first step() tells a GAN's two optimizers apart
+        # from one (schema docstring); subclasses reach it through super().__init__.
+        original_init = torch.optim.Optimizer.__init__
+        self._original_optimizer_init = original_init
+
+        @functools.wraps(original_init)
+        def optimizer_init(optimizer: Any, *args: Any, **kwargs: Any) -> None:
+            original_init(optimizer, *args, **kwargs)
+            try:
+                tracker._note_optimizer(optimizer)
+            except Exception:  # noqa: BLE001 - never fail the script's optimizer over bookkeeping
+                pass
+
+        torch.optim.Optimizer.__init__ = optimizer_init
+        opt_start: dict[tuple[int, int], float] = {}
 
         def pre_hook(optimizer, args, kwargs):
-            opt_start[id(optimizer)] = time.perf_counter()
-            self._optimizers.add(optimizer)
+            opt_start[(threading.get_ident(), id(optimizer))] = time.perf_counter()
+            tracker._note_optimizer(optimizer)
 
         def post_hook(optimizer, args, kwargs):
-            start = opt_start.pop(id(optimizer), None)
-            if start is not None:
-                self.writer.emit(OptimizerStepEvent, step=self.current_step or 0, wall_s=time.perf_counter() - start, optimizer=type(optimizer).__name__)
+            start = opt_start.pop((threading.get_ident(), id(optimizer)), None)
+            try:
+                limit = start is not None and tracker._optimizer_stepped(optimizer, time.perf_counter() - start)
+            except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's step()
+                tracker.note_error(exc)
+                limit = False
+            if limit:
+                tracker.step_limit_reached = True
+                raise StepLimitReached(tracker.closed_steps)
 
         self._handles = [
             register_optimizer_step_pre_hook(torch._dynamo.disable(pre_hook)),
@@ -89,43 +158,125 @@ class StepTracker:
 
         if self._original_run_backward is not None:
             torch.autograd._engine_run_backward = self._original_run_backward
+        if self._original_optimizer_init is not None:
+            torch.optim.Optimizer.__init__ = self._original_optimizer_init
         for handle in self._handles:
             handle.remove()
+        self.device.finish()
+
+    # -- step boundaries ----------------------------------------------------------------------
+    def _note_optimizer(self, optimizer: Any) -> None:
+        with self._lock:
+            self._optimizers.add(optimizer)
+            key = id(optimizer)
+            if key not in self._required or self._required[key]() is not optimizer:
+                self._required[key] = weakref.ref(optimizer)
+
+    def _waiting_for(self) -> dict[int, Any]:
+        alive = {key: ref() for key, ref in self._required.items()}
+        self._required = {key: self._required[key] for key, opt in alive.items() if opt is not None}
+        return {key: opt for key, opt in alive.items() if opt is not None}
+
+    def _optimizer_stepped(self, optimizer: Any, seconds: float) -> bool:
+        """An optimizer's step() returned. True when that ended the step and --steps is reached."""
+        with self._lock:
+            self._note_optimizer(optimizer)
+            step = self.current_step
+            self.writer.emit(OptimizerStepEvent, step=step, wall_s=seconds, optimizer=type(optimizer).__name__)
+            opened = self._open
+            opened.optimizer_s += seconds
+            opened.stepped[id(optimizer)] = opened.stepped.get(id(optimizer), 0) + 1
+            waiting = self._waiting_for()
+            if all(key in opened.stepped for key in waiting):
+                return self._close(STEP_BOUNDARY_OPTIMIZER)
+            if opened.stepped[id(optimizer)] >= IDLE_OPTIMIZER_STEPS:
+                for key in [k for k in waiting if k not in opened.stepped]:
+                    del self._required[key]
+                return self._close(STEP_BOUNDARY_OPTIMIZER)
+            return False
+
+    def _close(self, boundary: str) -> bool:
+        """End the step in progress (caller holds the lock). True when --steps is reached."""
+        opened = self._open
+        step = self.current_step
+        now = self.writer.now()
+        self.writer.emit(
+            StepEvent,
+            t=now,
+            step=step,
+            backward_s=opened.backward_s,
+            loss=opened.loss,
+            ca_captures=opened.captures,
+            compiles=opened.compiles,
+            compile_s=opened.compile_s,
+            wall_s=None if self._last_boundary_t is None else now - self._last_boundary_t,
+            backward_calls=opened.backward_calls,
+            boundary=boundary,
+            optimizer_s=opened.optimizer_s,
+        )
+        if opened.loss_tensor is not None:
+            self.device.defer_loss(step, opened.loss_tensor)
+        self.device.boundary(step)
+        self._last_boundary_t = now
+        self.closed_steps += 1
+        self._open = _OpenStep()
+        if self.on_step is not None:
+            self.on_step(step)
+        return self.max_steps is not None and self.closed_steps >= self.max_steps and not self.step_limit_reached
 
     # -- the wrapper's body -------------------------------------------------------------------
     def _top_level_backward(self, original: Callable[..., Any], t_outputs: Any, args: tuple, kwargs: dict) -> Any:
-        step = (self.current_step or 0) + 1
-        self.current_step = step
-        roots = [getattr(t, "grad_fn", None) for t in t_outputs] if isinstance(t_outputs, (tuple, list)) else [getattr(t_outputs, "grad_fn", None)]
-        self.current_roots = roots
+        outputs = t_outputs if isinstance(t_outputs, (tuple, list)) else [t_outputs]
+        roots = [getattr(t, "grad_fn", None) for t in outputs]
+        with self._lock:
+            step = self.current_step
+            index = self._open.next_index
+            self._open.next_index += 1
+            self.current_roots = roots
         self._check_flag_finding(step)
-        self._depth += 1
+        local = self._local
+        local.depth, local.captures = 1, 0
         start = time.perf_counter()
         try:
             result = original(t_outputs, *args, **kwargs)
         finally:
             elapsed = time.perf_counter() - start
-            self._depth -= 1
+            local.depth = 0
+            try:
+                limit = self._backward_finished(step, index, elapsed, local.captures, outputs, roots, kwargs)
+            except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
+                self.note_error(exc)
+                limit = False
+        if limit:
+            self.step_limit_reached = True
+            raise StepLimitReached(self.closed_steps)
+        return result
+
+    def _backward_finished(self, step: int, index: int, elapsed: float, captures: int, outputs: list[Any], roots: list[Any], kwargs: dict) -> bool:
+        value, device_tensor = _loss(outputs[0] if outputs else None)
+        thread = threading.current_thread()
+        with self._lock:
+            self.backward_calls += 1
             self._last_roots_ref = roots
             self.current_roots = []
             self.writer.emit(
-                StepEvent,
+                BackwardEvent,
                 step=step,
+                index=index,
                 backward_s=elapsed,
-                loss=_scalar(t_outputs),
-                ca_captures=self._captures_this_step,
-                compiles=self._compiles_since,
-                compile_s=self._compile_s_since,
+                ca_captures=captures,
+                call="backward" if kwargs.get("accumulate_grad", True) else "grad",
+                loss=value,
+                thread="" if thread is threading.main_thread() else thread.name,
             )
-            self._captures_this_step = 0
-            self._compiles_since = 0
-            self._compile_s_since = 0.0
-            if self.on_step is not None:
-                self.on_step(step)
-        if self.max_steps is not None and step >= self.max_steps and not self.step_limit_reached:
-            self.step_limit_reached = True
-            raise StepLimitReached(step)
-        return result
+            opened = self._open
+            if step == self.current_step:  # not a backward that outlived its step in another thread
+                opened.backward_calls += 1
+                opened.backward_s += elapsed
+                opened.loss, opened.loss_tensor = value, device_tensor
+            if self._waiting_for():
+                return False  # the optimizer ends the step
+            return self._close(STEP_BOUNDARY_BACKWARD)
 
     def _check_flag_finding(self, step: int) -> None:
         """The script set the CA flag but this backward runs outside any compiled region, so as
@@ -156,7 +307,7 @@ class StepTracker:
         reaches the autograd engine's entry point, so there are no steps and no CA graphs to record."""
         import torch
 
-        if self.current_step is None and getattr(torch._dynamo.config, "trace_autograd_ops", False):
+        if self.backward_calls == 0 and getattr(torch._dynamo.config, "trace_autograd_ops", False):
             self.writer.emit(
                 FindingEvent,
                 code=TRACED_BACKWARD,
@@ -196,14 +347,36 @@ class StepLimitReached(BaseException):
         self.step = step
 
 
-def _scalar(t_outputs: Any) -> float | None:
-    tensor = t_outputs[0] if isinstance(t_outputs, (tuple, list)) and t_outputs else t_outputs
+class _OpenStep:
+    """The step in progress: what it has done so far."""
+
+    def __init__(self) -> None:
+        self.next_index = 0  # the next backward call's index (taken when it starts)
+        self.backward_calls = 0  # calls that finished
+        self.backward_s = 0.0
+        self.captures = 0
+        self.compiles = 0
+        self.compile_s = 0.0
+        self.optimizer_s = 0.0
+        self.stepped: dict[int, int] = {}  # id(optimizer) -> step() calls in this step
+        self.loss: float | None = None
+        self.loss_tensor: Any = None  # the last loss when it lives on an accelerator
+
+
+def _loss(tensor: Any) -> tuple[float | None, Any]:
+    """(value, None) for a CPU scalar, read now (no device to wait for); (None, detached tensor)
+    for a scalar on an accelerator, read at the end of the run; (None, None) for anything else."""
     try:
-        if tensor.numel() == 1 and not tensor.is_complex():
-            return float(tensor.detach())
+        if tensor.numel() != 1 or tensor.is_complex():
+            return None, None
+        detached = tensor.detach()
+        if detached.device.type == "cpu":
+            return float(detached), None
+        if detached.device.type == "meta":
+            return None, None
+        return None, detached
     except Exception:  # noqa: BLE001 - not a tensor, or a subclass without numel
-        return None
-    return None
+        return None, None
 
 
 def _params_of(optimizers: Any) -> list[Any]:

@@ -90,7 +90,7 @@ class RecordWriter:
     """Appends typed events for one mode. Thread-safe; `seq` and `t` are assigned here."""
 
     def __init__(self, mode_dir: Path, manifest: ModeManifest, clock_start: float | None = None) -> None:
-        self.mode_dir = mode_dir
+        self.mode_dir = Path(mode_dir).resolve()  # absolute: the script may os.chdir
         self.manifest = manifest
         self.t0 = time.perf_counter() if clock_start is None else clock_start
         self._lock = threading.Lock()
@@ -223,7 +223,7 @@ class RecordWriter:
         self._discard_events_file()
         self.stopped = None
         self.manifest.recording_stopped = None
-        self.mode_dir = mode_dir
+        self.mode_dir = Path(mode_dir).resolve()
         self._open()
 
     @property

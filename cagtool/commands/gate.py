@@ -20,7 +20,7 @@ GATE_HELP = """Check a recorded run against CI thresholds; exit 1 when one is ex
 
 Thresholds come from flags and from [tool.cagtool.gate] in the nearest pyproject.toml (flags win). Counts are exact and direction-aware: more than allowed fails; fewer is reported as IMPROVED (tighten the limit or refresh the baseline), and --fail-on-improvement makes that fail too. With --baseline, the baseline's own counts are the limits of the counts not given. Step time is compared with the baseline's beyond a noise floor (half the wider p10-p90 spread): a change inside the noise never fails.
 
-Threshold grammar: counts N or KIND:N (--max-recompiles kinds: total, ca, dynamo; repeat the flag for several); speedups X or NUM/DEN:X (default ca/aot, i.e. aot step time / ca step time); times PCT, PCT%, or SECONDSs, and for --max-regression FIELD:... with FIELD median (default), mean, p10 or p90.
+Threshold grammar: counts N or KIND:N (--max-recompiles kinds: total, ca, dynamo; repeat the flag for several); speedups X or NUM/DEN:X (default ca/aot, i.e. aot step time / ca step time); memory ratios R, NUM/DEN:R (default ca/aot) or baseline:R; times PCT, PCT%, or SECONDSs, and for --max-regression FIELD:... with FIELD median (default), mean, p10 or p90.
 
 Multi-rank runs (DDP): every threshold holds for every rank on its own (per rank, not summed: --max-recompiles ca:0 means no rank recompiled; results labelled ca@rank1; --rank N checks one), and the gate fails when a rank is missing (fewer rank records than the world size), failed, or was not followed (process_not_followed), or when the ranks diverge (different CA graphs or cache misses, step counts, or final norms).
 
@@ -53,6 +53,10 @@ _GATE_FLAG_PARAMS: dict[str, tuple[Any, Any]] = {
         Optional[List[str]],
         typer.Option(None, "--min-speedup", metavar="[NUM/DEN:]X", help="Least speedup of step time: X for ca/aot, or e.g. ca/eager:1.2. Repeatable.", rich_help_panel="Gate"),
     ),
+    "max_memory_ratio": (
+        Optional[List[str]],
+        typer.Option(None, "--max-memory-ratio", metavar="[NUM/DEN:|baseline:]R", help="Most peak memory ratio (CUDA max allocated, else peak RSS): R for ca/aot, e.g. ca/eager:1.5, or baseline:1.1 (the gated mode vs the baseline's). Repeatable.", rich_help_panel="Gate"),
+    ),
     "baseline": (Optional[Path], typer.Option(None, "--baseline", metavar="FILE", help="Baseline JSON (cagtool baseline save); its counts become limits unless given.", rich_help_panel="Gate")),
     "max_regression": (
         Optional[str],
@@ -70,7 +74,7 @@ _GATE_FLAG_PARAMS: dict[str, tuple[Any, Any]] = {
     "no_config": (bool, typer.Option(False, "--no-config", help="Ignore [tool.cagtool.gate] in pyproject.toml.", rich_help_panel="Gate")),
 }
 _THRESHOLD_KEYS = (
-    "max_ca_graphs", "max_recompiles", "max_graph_breaks", "min_speedup", "baseline",
+    "max_ca_graphs", "max_recompiles", "max_graph_breaks", "min_speedup", "max_memory_ratio", "baseline",
     "max_regression", "max_compile_regression", "fail_on_improvement",
 )
 

@@ -35,6 +35,7 @@ class ModeManifest:
     exit_code: int | None = None
     exception: ExceptionInfo | None = None
     peak_rss_bytes: int | None = None
+    peak_device_memory_bytes: int | None = None  # torch.cuda.max_memory_allocated (all devices), when the job used CUDA
     torch_counters: dict[str, dict[str, int]] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)  # steps limit, trace-nodes, depyf...
     # Which process of the job this record is (PROTOCOL layout): key "main" | "rank<N>" | "pid<PID>",

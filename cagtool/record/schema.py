@@ -15,9 +15,24 @@ A *run directory* holds one `run.json` (format `cagtool-run`) and one sub-direct
                                    else pid<PID>; the manifest's `process` says which it is
 
 Every event line is a JSON object with `kind`, `seq` (0, 1, 2... in write order) and `t`
-(seconds since the mode started, monotonic clock). Steps are numbered from 1: step N is the
-N-th top-level backward of the run. Compile ids are torch's own strings: `!N` for the
-compiled-autograd capture N, `!N/F/C` for Dynamo's compile of that graph, `F/C` for a forward frame.
+(seconds since the mode started, monotonic clock). Compile ids are torch's own strings: `!N` for
+the compiled-autograd capture N, `!N/F/C` for Dynamo's compile of that graph, `F/C` for a forward frame.
+
+Steps (schema 2). A step is one training iteration, numbered from FIRST_STEP (1):
+- when the script has an optimizer (a torch.optim.Optimizer was created or stepped), a step ends
+  when its `step()` returns; with several optimizers (a GAN), when every optimizer the script
+  holds has stepped at least once since the previous step ended, so the step count is the
+  number of training iterations whatever the order of the `step()` calls (a discriminator
+  stepped k times per generator step gives one step per generator step). An optimizer that is
+  created but never steps keeps the step open until it is garbage-collected;
+- with no optimizer, every top-level backward call (Tensor.backward, autograd.backward,
+  autograd.grad) is a step, and the step events say so (`boundary == "backward"`).
+Every top-level backward call is a `backward` event with its step and its index within the
+step; the `step` event (written when the step ends) has the step's backward count, and `wall_s`,
+the interval since the previous step ended (forward, every backward, optimizer). Every other
+event's `step` is the step in progress when it happened (a forward compile belongs to the step
+whose forward it is). Schema 1 records had one step per backward, and events were stamped with
+the step last begun (None before the first backward): readers handle both (`stamps_step_in_progress`).
 """
 
 from __future__ import annotations
@@ -31,7 +46,20 @@ from cagtool.record.validate import check_types
 RUN_FORMAT = "cagtool-run"
 MODE_FORMAT = "cagtool-mode-record"
 # Bump when a reader of the old version would misread the new one. Additive fields don't bump it.
-SCHEMA_VERSION = 1
+# 2: steps are optimizer steps with `backward` events; a step's events carry the step in progress.
+SCHEMA_VERSION = 2
+FIRST_STEP = 1  # the number of a run's first step: the one place that decides it
+# Records from this version on stamp events with the step in progress (see the module docstring).
+STEP_IN_PROGRESS_VERSION = 2
+
+
+def stamps_step_in_progress(schema_version: int) -> bool:
+    """Whether a record's events carry the step in progress (2+) or the step last begun (1)."""
+    return schema_version >= STEP_IN_PROGRESS_VERSION
+
+
+STEP_BOUNDARY_OPTIMIZER = "optimizer"  # the step ended at an optimizer's step()
+STEP_BOUNDARY_BACKWARD = "backward"  # no optimizer: the step is one backward call
 
 RUN_META_FILE = "run.json"
 MANIFEST_FILE = "manifest.json"
@@ -106,21 +134,52 @@ class Event:
 
 @dataclass(frozen=True)
 class StepEvent(Event):
-    """One top-level backward (Tensor.backward, autograd.backward or autograd.grad)."""
+    """One step (see the module docstring): written when it ends, so `t` is its end."""
 
-    kind: ClassVar[str] = "step"  # written when the backward returns: `t` is its end
+    kind: ClassVar[str] = "step"
     step: int
-    backward_s: float  # wall time of the backward call itself
-    loss: float | None = None  # the scalar backward was called on, when it is one
-    ca_captures: int = 0  # CA graphs captured during this backward (cache misses)
-    compiles: int = 0  # Dynamo compiles that finished since the previous step began (forward or CA)
+    backward_s: float  # wall time of the step's backward calls, summed
+    loss: float | None = None  # the scalar its last backward was called on (None: not a scalar, or read later, see StepDeviceEvent)
+    ca_captures: int = 0  # CA graphs captured during the step (cache misses)
+    compiles: int = 0  # Dynamo compiles that finished during the step (forward or CA)
     compile_s: float = 0.0  # wall seconds spent in those compiles and captures
+    # schema 2:
+    wall_s: float | None = None  # since the previous step ended (None for the first step)
+    backward_calls: int = 1
+    boundary: str = ""  # STEP_BOUNDARY_OPTIMIZER | STEP_BOUNDARY_BACKWARD ("" in schema 1)
+    optimizer_s: float = 0.0  # wall time in optimizer step() calls during the step
+
+
+@dataclass(frozen=True)
+class BackwardEvent(Event):
+    """One top-level backward call (Tensor.backward, autograd.backward or autograd.grad)."""
+
+    kind: ClassVar[str] = "backward"  # written when the call returns: `t` is its end
+    step: int  # the step it belongs to
+    index: int  # 0, 1, ... within the step (gradient accumulation: one per micro-batch)
+    backward_s: float  # wall time of the call
+    ca_captures: int = 0  # CA graphs captured during it
+    call: str = "backward"  # "backward" (accumulates into .grad) or "grad" (autograd.grad)
+    loss: float | None = None  # the scalar it was called on, when read without a device sync (CPU)
+    thread: str = ""  # the thread's name when it is not the main thread
+
+
+@dataclass(frozen=True)
+class StepDeviceEvent(Event):
+    """Figures of step `step` read from the device after the fact, never stalling it: `device_s`,
+    the time between CUDA events recorded on the stream at the step's two boundaries (written once
+    the later one has completed), and `loss`, read at the end of the run. Either may be None."""
+
+    kind: ClassVar[str] = "step_device"
+    step: int
+    device_s: float | None = None
+    loss: float | None = None
 
 
 @dataclass(frozen=True)
 class OptimizerStepEvent(Event):
     kind: ClassVar[str] = "optimizer_step"
-    step: int  # the step (backward) it follows
+    step: int  # the step it belongs to (schema 1: the backward it follows)
     wall_s: float
     optimizer: str = ""
 
@@ -284,6 +343,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
         StepEvent,
+        BackwardEvent,
+        StepDeviceEvent,
         OptimizerStepEvent,
         CacheMissEvent,
         CAGraphEvent,

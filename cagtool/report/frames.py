@@ -3,7 +3,8 @@
     from cagtool.record.loader import load_run
     from cagtool.report.frames import events_frame, steps_frame
     run = load_run(".cagtool/runs/train-20260101-120000")
-    steps = steps_frame(run.mode("ca"))          # one row per step: iteration_s, backward_s, loss, ...
+    steps = steps_frame(run.mode("ca"))          # one row per step: iteration_s, backward_calls, loss, ...
+    backwards = events_frame(run.mode("ca"), "backward")  # one row per backward call, with its step
     misses = events_frame(run.mode("ca"), "ca_cache_miss")
 """
 
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from cagtool.record.loader import ModeRecord
 from cagtool.record.schema import EVENT_TYPES, StepEvent, event_to_dict
+from cagtool.report.metrics import device_step_seconds
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,11 +39,19 @@ def events_frame(record: ModeRecord, kind: str) -> "pd.DataFrame":
 
 
 def steps_frame(record: ModeRecord) -> "pd.DataFrame":
-    """One row per step, indexed by step number, with the iteration time (start of this backward to
-    the start of the next; NaN for the last) and whether compilation touched the step."""
+    """One row per step, indexed by step number, with its time (`iteration_s`: since the previous
+    step ended, on the device clock when the job ran on CUDA; NaN for the first step), its backward
+    calls, and whether compilation touched it. Schema 1 records (one step per backward): the time
+    from this backward's start to the next one's, NaN for the last."""
     frame = events_frame(record, StepEvent.kind).set_index("step").sort_index()
+    touched = (frame["compiles"] > 0) | (frame["ca_captures"] > 0)
+    if (frame["boundary"].fillna("") != "").any():
+        device = device_step_seconds(record)
+        frame["device_s"] = frame.index.map(lambda step: device.get(step, float("nan")))
+        frame["iteration_s"] = frame["device_s"].where(frame["device_s"].notna(), frame["wall_s"]).astype(float)
+        frame["compile_affected"] = touched
+        return frame
     start = frame["t"] - frame["backward_s"]
     frame["iteration_s"] = start.shift(-1) - start
-    touched = (frame["compiles"] > 0) | (frame["ca_captures"] > 0)
     frame["compile_affected"] = touched | touched.shift(-1, fill_value=False)
     return frame

@@ -12,22 +12,30 @@ from cagtool.record.loader import ModeRecord
 from cagtool.record.schema import (
     MISS_CHANGED_SHAPES,
     MISS_NEW_NODE,
+    STEP_BOUNDARY_BACKWARD,
+    STEP_BOUNDARY_OPTIMIZER,
     AotBackwardGraphEvent,
     CACompileEvent,
     CacheMissEvent,
     CAGraphEvent,
     DynamoCompileEvent,
     DynamoRecompileEvent,
+    BackwardEvent,
     FinalStateEvent,
     GraphBreakEvent,
+    StepDeviceEvent,
     StepEvent,
+    stamps_step_in_progress,
 )
 
 
 @dataclass(frozen=True)
 class StepStats:
-    """Steady-state step time: the interval between consecutive backward starts, over the steps
-    not affected by compilation (no compile or capture since the previous step began)."""
+    """Steady-state step time over the steps not affected by compilation (no compile or capture
+    during the step). Schema 2: a step's time is the interval since the previous step ended
+    (forward, every backward, optimizer), measured on the device with CUDA events when the job ran
+    on CUDA (`clock == "device"`), else on the wall clock. Schema 1 records: the interval between
+    consecutive backward starts."""
 
     count: int  # steady steps used
     excluded: list[int]  # steps left out because compilation touched them
@@ -35,7 +43,8 @@ class StepStats:
     p10_s: float | None
     p90_s: float | None
     mean_s: float | None
-    first_step_s: float | None  # from mode start to the end of the first backward
+    first_step_s: float | None  # from mode start to the end of the first step
+    clock: str = "wall"  # wall | device
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,11 @@ class ModeMetrics:
     final_param_norm: float | None = None
     final_grad_norm: float | None = None
     losses: list[float] = field(default_factory=list)
+    backward_calls: int = 0  # top-level backward calls (schema 1 records: one per step)
+    step_boundary: str = ""  # "optimizer", "backward" (no optimizer: one step per backward call), "" unknown
+    backward_calls_per_step: tuple[int, ...] = ()  # the distinct counts, e.g. (4,) for 4x gradient accumulation
+    backward_calls_after_last_step: int = 0  # calls in a step that never ended (no optimizer step followed)
+    peak_device_memory_bytes: int | None = None  # torch.cuda.max_memory_allocated, when the job used CUDA
     graph_break_sites: list[GraphBreakSite] = field(default_factory=list)
     graph_breaks_from_torch: bool = True  # False: the process died before torch's counters were saved
     # The CA cache misses by torch's reason (see `CAMisses`).
@@ -149,14 +163,26 @@ def _percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def steady_intervals(steps: list[StepEvent]) -> tuple[list[float], list[int]]:
-    """(iteration times of the steady steps in step order, steps excluded). Iteration time of step i
-    = start of step i+1 minus start of step i. Step i is affected by compilation when it or the
-    step after it compiled or captured anything (the interval covers both a forward and a backward).
-    Shared by `step_stats` and by the mode comparison, which pools the intervals of repetitions."""
+def steady_intervals(steps: list[StepEvent], device_s: dict[int, float] | None = None) -> tuple[list[float], list[int]]:
+    """(times of the steady steps in step order, steps excluded by compilation). Shared by
+    `step_stats` and by the mode comparison, which pools the intervals of repetitions.
+
+    Schema 2 (steps have a `boundary`): a step's time is its `wall_s`, or its device time when
+    `device_s` has one for every steady step; a step that compiled or captured is excluded; the
+    first step has no previous boundary and is not timed. Schema 1: iteration time of step i =
+    start of step i+1 minus start of step i, excluded when it or the next step compiled."""
     ordered = sorted(steps, key=lambda s: s.step)
     intervals: list[float] = []
     excluded: list[int] = []
+    if any(s.boundary for s in ordered):
+        steady = []
+        for step in ordered:
+            if step.compiles or step.ca_captures:
+                excluded.append(step.step)
+            elif step.wall_s is not None:
+                steady.append(step)
+        use_device = bool(device_s) and all(s.step in device_s for s in steady)
+        return [device_s[s.step] if use_device and device_s else s.wall_s for s in steady], excluded  # type: ignore[misc]
     for current, following in zip(ordered, ordered[1:]):
         start_current = current.t - current.backward_s
         start_following = following.t - following.backward_s
@@ -170,10 +196,34 @@ def steady_intervals(steps: list[StepEvent]) -> tuple[list[float], list[int]]:
     return intervals, excluded
 
 
-def stats_of_intervals(intervals: list[float], excluded: list[int], first_step_s: float | None = None) -> StepStats:
+def device_step_seconds(record: ModeRecord) -> dict[int, float]:
+    """step -> device time (CUDA events at its boundaries), when the job ran on CUDA."""
+    return {e.step: e.device_s for e in record.of(StepDeviceEvent) if e.device_s is not None}
+
+
+def record_step_intervals(record: ModeRecord) -> tuple[list[float], list[int], str]:
+    """`steady_intervals` of a mode record, with the clock they were measured on."""
+    steps = record.of(StepEvent)
+    device = device_step_seconds(record)
+    intervals, excluded = steady_intervals(steps, device)
+    steady = {s.step for s in steps if s.wall_s is not None and not (s.compiles or s.ca_captures)}
+    clock = "device" if device and steady and steady <= set(device) else "wall"
+    return intervals, excluded, clock
+
+
+def step_losses(record: ModeRecord) -> dict[int, float]:
+    """step -> loss of its last backward: read at once on CPU, at the end of the run on a device."""
+    losses = {s.step: s.loss for s in record.of(StepEvent) if s.loss is not None}
+    for late in record.of(StepDeviceEvent):
+        if late.loss is not None:
+            losses[late.step] = late.loss
+    return losses
+
+
+def stats_of_intervals(intervals: list[float], excluded: list[int], first_step_s: float | None = None, clock: str = "wall") -> StepStats:
     """Median, p10, p90 and mean of steady iteration times (any order)."""
     if not intervals:
-        return StepStats(0, list(excluded), None, None, None, None, first_step_s)
+        return StepStats(0, list(excluded), None, None, None, None, first_step_s, clock)
     ordered = sorted(intervals)
     return StepStats(
         count=len(ordered),
@@ -183,11 +233,12 @@ def stats_of_intervals(intervals: list[float], excluded: list[int], first_step_s
         p90_s=_percentile(ordered, 0.90),
         mean_s=statistics.fmean(ordered),
         first_step_s=first_step_s,
+        clock=clock,
     )
 
 
 def step_stats(steps: list[StepEvent], run_start_to_first_end: float | None = None) -> StepStats:
-    """Steady-state statistics of one mode's steps (see `steady_intervals`)."""
+    """Steady-state statistics of one mode's steps on the wall clock (see `steady_intervals`)."""
     intervals, excluded = steady_intervals(steps)
     return stats_of_intervals(intervals, excluded, run_start_to_first_end)
 
@@ -245,6 +296,9 @@ def mode_metrics(record: ModeRecord) -> ModeMetrics:
     ca_misses_total = by_reason.total
     breaks = record.of(GraphBreakEvent)
     sites = graph_break_sites(breaks)
+    intervals, excluded, clock = record_step_intervals(record)
+    backwards = record.of(BackwardEvent)
+    boundaries = {s.boundary for s in steps if s.boundary}
     torch_breaks = torch_graph_breaks(counters)
     uses_ca = manifest.mode == "ca" or bool(ca_graphs)
     return ModeMetrics(
@@ -264,11 +318,16 @@ def mode_metrics(record: ModeRecord) -> ModeMetrics:
         autograd_captures=captures,
         compile_time_s=compile_time,
         compile_phases_s=phases,
-        step_time=step_stats(steps, first_step_end),
+        step_time=stats_of_intervals(intervals, excluded, first_step_end, clock),
         peak_rss_bytes=manifest.peak_rss_bytes,
         final_param_norm=final[-1].param_norm if final else None,
         final_grad_norm=final[-1].grad_norm if final else None,
-        losses=[s.loss for s in sorted(steps, key=lambda s: s.step) if s.loss is not None],
+        losses=[loss for _, loss in sorted(step_losses(record).items())],
+        backward_calls=len(backwards) if stamps_step_in_progress(manifest.schema_version) else len(steps),
+        step_boundary=_step_boundary(boundaries),
+        backward_calls_per_step=tuple(sorted({s.backward_calls for s in steps})) if boundaries else ((1,) if steps else ()),
+        backward_calls_after_last_step=sum(1 for b in backwards if b.step not in {s.step for s in steps}),
+        peak_device_memory_bytes=manifest.peak_device_memory_bytes,
         graph_break_sites=sites,
         graph_breaks_from_torch=torch_breaks is not None,
         ca_new_node_misses=by_reason.new_node,
@@ -276,6 +335,13 @@ def mode_metrics(record: ModeRecord) -> ModeMetrics:
         ca_grad_warmup_misses=by_reason.grad_warmup,
         ca_recompiles=by_reason.recompiles,
     )
+
+
+def _step_boundary(boundaries: set[str]) -> str:
+    """What ended the run's steps: "optimizer" as soon as one step ended at an optimizer."""
+    if STEP_BOUNDARY_OPTIMIZER in boundaries:
+        return STEP_BOUNDARY_OPTIMIZER
+    return STEP_BOUNDARY_BACKWARD if boundaries else ""
 
 
 def ca_first_call_seconds(record: ModeRecord) -> dict[int, float]:

@@ -14,6 +14,8 @@ from cagtool.record.integrity import mode_damage
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import (
     EVENT_TYPES,
+    STEP_BOUNDARY_BACKWARD,
+    STEP_BOUNDARY_OPTIMIZER,
     CacheMissEvent,
     CAGraphEvent,
     DynamoRecompileEvent,
@@ -94,6 +96,26 @@ def ca_recompiles_text(m: ModeMetrics) -> str:
     return text
 
 
+def steps_text(m: ModeMetrics) -> str:
+    """What the step count counts: "3 steps (optimizer steps), 4 backward calls per step (12 in all)"."""
+    text = f"{m.steps} step{'s' if m.steps != 1 else ''}"
+    if m.step_boundary == STEP_BOUNDARY_BACKWARD:
+        text += " (no optimizer: one per backward call)"
+    elif m.step_boundary == STEP_BOUNDARY_OPTIMIZER:
+        per = m.backward_calls_per_step
+        if per == (1,):
+            text += " (optimizer steps, one backward call each)"
+        elif len(per) == 1:
+            text += f" (optimizer steps), {per[0]} backward calls per step ({m.backward_calls - m.backward_calls_after_last_step} in all)"
+        elif per:
+            text += f" (optimizer steps), {per[0]} to {per[-1]} backward calls per step ({m.backward_calls - m.backward_calls_after_last_step} in all)"
+        if m.backward_calls_after_last_step:
+            text += f", {m.backward_calls_after_last_step} backward call(s) after the last optimizer step"
+    elif m.backward_calls and not m.steps:
+        text += f" ({m.backward_calls} backward calls, no optimizer step ended)"
+    return text
+
+
 def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
     metrics = mode_metrics(record)
     misses = record.of(CacheMissEvent)
@@ -135,10 +157,15 @@ def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
         "graph_break_sites": [asdict(site) for site in metrics.graph_break_sites],
         "dynamo_recompiles": metrics.dynamo_recompiles,
         "steps": metrics.steps,
+        "step_boundary": metrics.step_boundary,
+        "backward_calls": metrics.backward_calls,
+        "backward_calls_per_step": list(metrics.backward_calls_per_step),
+        "backward_calls_after_last_step": metrics.backward_calls_after_last_step,
         "compile_time_s": metrics.compile_time_s,
         "compile_phases_s": metrics.compile_phases_s,
         "step_time": asdict(metrics.step_time) if metrics.step_time else None,
         "peak_rss_bytes": metrics.peak_rss_bytes,
+        "peak_device_memory_bytes": metrics.peak_device_memory_bytes,
         "findings": [{"code": f.code, "message": f.message, "step": f.step} for f in record.of(FindingEvent)],
         "skipped_lines": record.skipped_lines,
         # A record built by `cagtool import`: its source logs, what was skipped or inferred, and
@@ -205,7 +232,7 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     else:
         # --backend compiles compiled-autograd graphs only: eager and aot modes never use it.
         backend = f" (CA backend {manifest.backend})" if record.mode == "ca" else ""
-        console.print(Text.assemble((f"mode {label or record.path.name}", "bold"), f": {state} in {duration}, {m.steps} steps{stopped}{backend}"))
+        console.print(Text.assemble((f"mode {label or record.path.name}", "bold"), f": {state} in {duration}, {steps_text(m)}{stopped}{backend}"))
     if manifest.exception:
         first_line = manifest.exception.message.splitlines()[0] if manifest.exception.message else ""
         console.print(Text.assemble("  ", ("exception:", "red"), f" {manifest.exception.type}: {first_line}"))
@@ -239,13 +266,15 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     st = m.step_time
     if st and st.median_s is not None:
         excluded = f"; {plural(len(st.excluded), 'compile-affected step')} left out" if st.excluded else ""
-        console.print(f"  step time: median {_ms(st.median_s)} (p10 {_ms(st.p10_s)}, p90 {_ms(st.p90_s)}) over {plural(st.count, 'steady step')}{excluded}")
+        clock = " (device time, CUDA events)" if st.clock == "device" else ""
+        console.print(f"  step time{clock}: median {_ms(st.median_s)} (p10 {_ms(st.p10_s)}, p90 {_ms(st.p90_s)}) over {plural(st.count, 'steady step')}{excluded}")
     elif m.steps:
         console.print(f"  step time: too few steps unaffected by compilation to measure (steps: {m.steps})")
     if st and st.first_step_s is not None:
         console.print(f"  time to first step: {st.first_step_s:.2f} s")
     if imported is None:
-        console.print(f"  peak RSS: {_mib(m.peak_rss_bytes)}")
+        cuda = f", CUDA max allocated {_mib(m.peak_device_memory_bytes)}" if m.peak_device_memory_bytes is not None else ""
+        console.print(f"  peak memory: RSS {_mib(m.peak_rss_bytes)}{cuda}")
     else:
         skipped = sum((imported.get("unknown_envelopes") or {}).values())
         if skipped or imported.get("bad_lines") or imported.get("truncated_last_line"):

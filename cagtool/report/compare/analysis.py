@@ -35,14 +35,14 @@ from cagtool.record.schema import (
     STATUS_FINISHED,
     STATUS_RUNNING,
     FinalStateEvent,
-    StepEvent,
 )
 from cagtool.report.metrics import (
     ModeMetrics,
     StepStats,
     mode_metrics,
+    record_step_intervals,
     stats_of_intervals,
-    steady_intervals,
+    step_losses,
 )
 
 STATUS_MISSING = "missing"  # listed in run.json but no manifest was written (the process died early)
@@ -91,6 +91,7 @@ class ModeColumn:
     compile_phases_s: dict[str, float] = field(default_factory=dict)
     first_step_s: float | None = None
     peak_rss_bytes: int | None = None
+    peak_device_memory_bytes: int | None = None  # CUDA max allocated, when the job used CUDA
     failures: tuple[ModeFailure, ...] = ()
 
     @property
@@ -144,10 +145,12 @@ def mode_column(name: str, records: list[tuple[str, ModeRecord | None]], exit_co
     per_rep = [(r, mode_metrics(r)) for _, r in present]
     intervals: list[float] = []
     excluded: list[int] = []
+    clocks: set[str] = set()
     for record, _metrics in per_rep:
-        rep_intervals, rep_excluded = steady_intervals(record.of(StepEvent))
+        rep_intervals, rep_excluded, clock = record_step_intervals(record)
         intervals.extend(rep_intervals)
         excluded.extend(rep_excluded)
+        clocks.add(clock)
     firsts = [m.step_time.first_step_s for _, m in per_rep if m.step_time and m.step_time.first_step_s is not None]
     first = per_rep[0][1]
     phases = {
@@ -155,17 +158,19 @@ def mode_column(name: str, records: list[tuple[str, ModeRecord | None]], exit_co
         for key in first.compile_phases_s
     }
     peaks = [m.peak_rss_bytes for _, m in per_rep if m.peak_rss_bytes is not None]
+    device_peaks = [m.peak_device_memory_bytes for _, m in per_rep if m.peak_device_memory_bytes is not None]
     return ModeColumn(
         name=name,
         records=tuple(n for n, _ in records),
         metrics=first,
         # Excluded steps are listed per repetition; the first one's are the informative ones.
-        step_time=stats_of_intervals(intervals, sorted(set(excluded)), _median(firsts)),
+        step_time=stats_of_intervals(intervals, sorted(set(excluded)), _median(firsts), "device" if clocks == {"device"} else "wall"),
         repetition_medians=tuple(m.step_time.median_s if m.step_time else None for _, m in per_rep),
         compile_time_s=_median([m.compile_time_s for _, m in per_rep]),
         compile_phases_s=phases,
         first_step_s=_median(firsts),
         peak_rss_bytes=max(peaks) if peaks else None,
+        peak_device_memory_bytes=max(device_peaks) if device_peaks else None,
         failures=failures,
     )
 
@@ -208,6 +213,7 @@ NUMERIC_FIELDS = (
     "steady_steps",
     "steps",
     "peak_rss_bytes",
+    "peak_device_memory_bytes",
 )
 
 
@@ -242,6 +248,7 @@ def mode_fields(column: ModeColumn) -> dict[str, Any]:
         "excluded_steps": list(st.excluded),
         "steps": m.steps if m else None,
         "peak_rss_bytes": column.peak_rss_bytes,
+        "peak_device_memory_bytes": column.peak_device_memory_bytes,
         "unique_graphs": m.unique_graphs if m else None,
         "autograd_captures": m.autograd_captures if m else None,
     }
@@ -452,7 +459,7 @@ class NumericsSample:
 
 
 def numerics_sample(name: str, record: ModeRecord) -> NumericsSample:
-    losses = {s.step: s.loss for s in record.of(StepEvent) if s.loss is not None}
+    losses = step_losses(record)
     final = record.of(FinalStateEvent)
     finished = record.manifest.status == STATUS_FINISHED and record.manifest.exit_code in (0, None)
     return NumericsSample(

@@ -200,14 +200,21 @@ _MODE_ROWS: tuple[tuple[str, Callable[[ModeColumn], str]], ...] = (
     ("step time p10 - p90", spread_cell),
     ("steady steps", steady_cell),
     ("peak RSS", lambda c: mib(c.peak_rss_bytes)),
+    ("peak CUDA memory", lambda c: mib(c.peak_device_memory_bytes)),
 )
+
+
+_OPTIONAL_ROWS = frozenset({"peak CUDA memory"})  # shown only when some mode has a figure
 
 
 def mode_grid(comparison: Comparison) -> Grid:
     columns = list(comparison.modes.values())
     grid = Grid(f"Modes side by side: {comparison.target}", ["", *[c.name for c in columns]])
     for label, cell in _MODE_ROWS:
-        grid.rows.append([label, *[cell(c) for c in columns]])
+        cells = [cell(c) for c in columns]
+        if label in _OPTIONAL_ROWS and all(text == "-" for text in cells):
+            continue  # e.g. no CUDA memory on a CPU job
+        grid.rows.append([label, *cells])
     reference = comparison.numerics.reference
     label = f"numerics vs {reference} (max rel diff)" if reference else "numerics"
     grid.rows.append([label, *[numerics_cell(comparison.numerics, c) for c in columns]])
@@ -296,6 +303,7 @@ _CHANGE_ROWS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("step time p90", "step_time_p90_s", millis),
     ("steady steps", "steady_steps", count),
     ("peak RSS", "peak_rss_bytes", mib),
+    ("peak CUDA memory", "peak_device_memory_bytes", mib),
 )
 
 
@@ -316,6 +324,8 @@ def change_grid(rc: RunComparison) -> Grid:
             continue
         deltas = change.deltas
         for label, key, fmt in _CHANGE_ROWS:
+            if label in _OPTIONAL_ROWS and fa.get(key) is None and fb.get(key) is None:
+                continue
             grid.rows.append(["", label, fmt(fa.get(key)), fmt(fb.get(key)), signed(deltas.get(key), fmt)])
         s = change.speedup
         if s is not None:

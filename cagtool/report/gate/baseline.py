@@ -59,6 +59,8 @@ class ModeSnapshot:
     step_time: StepTimeSnapshot | None = None
     exit_code: int | None = None
     repetitions: int = 1
+    peak_rss_bytes: int | None = None
+    peak_device_memory_bytes: int | None = None  # CUDA max allocated, when the job used CUDA
     problem: str = ""  # why the mode did not finish cleanly (not saved: a baseline comes from a clean run)
     # Followed processes (ranks) of the mode that failed, were interrupted or left no record: the
     # main process finishing says nothing about rank 1 (not saved either).
@@ -100,6 +102,8 @@ def snapshot_of(column: ModeColumn) -> ModeSnapshot:
         step_time=step_time,
         exit_code=column.exit_code,
         repetitions=len(column.records),
+        peak_rss_bytes=column.peak_rss_bytes,
+        peak_device_memory_bytes=column.peak_device_memory_bytes,
         problem=problem,
     )
 
@@ -197,6 +201,8 @@ def _mode_to_dict(snap: ModeSnapshot) -> dict[str, Any]:
         "forward_graphs": snap.forward_graphs,
         "backward_graphs": snap.backward_graphs,
         "compile_time_s": _round(snap.compile_time_s),
+        "peak_rss_bytes": snap.peak_rss_bytes,
+        "peak_device_memory_bytes": snap.peak_device_memory_bytes,
         "step_time": None,
     }
     if snap.step_time is not None:
@@ -266,6 +272,8 @@ def _mode_from_dict(name: str, data: Any, where: str) -> ModeSnapshot:
             compile_time_s=float(data["compile_time_s"]),
             step_time=step_time,
             repetitions=int(data.get("repetitions", 1)),
+            peak_rss_bytes=_opt_int(data.get("peak_rss_bytes")),
+            peak_device_memory_bytes=_opt_int(data.get("peak_device_memory_bytes")),
         )
     except KeyError as exc:
         raise UnreadableInput(f"{where}: mode {name!r} lacks {exc.args[0]!r}") from None
@@ -275,6 +283,10 @@ def _mode_from_dict(name: str, data: Any, where: str) -> ModeSnapshot:
 
 def _opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def load_baseline(path: str | Path) -> Baseline:

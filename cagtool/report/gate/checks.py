@@ -94,6 +94,41 @@ def parse_speedup(text: Any, flag: str = "--min-speedup", modes: tuple[str, ...]
     return SpeedupThreshold(numerator, denominator, float(number))
 
 
+BASELINE = "baseline"
+
+
+@dataclass(frozen=True)
+class MemoryRatioThreshold:
+    """peak memory of `numerator` / peak of `denominator` must be at most `maximum`. Denominator
+    BASELINE: the same mode in the baseline; numerator "" is the gated mode (filled in by the gate)."""
+
+    numerator: str
+    denominator: str
+    maximum: float
+
+    @property
+    def key(self) -> str:
+        return BASELINE if self.denominator == BASELINE else f"{self.numerator}/{self.denominator}"
+
+
+def parse_memory_ratio(text: Any, flag: str = "--max-memory-ratio", modes: tuple[str, ...] = ("eager", "aot", "ca")) -> MemoryRatioThreshold:
+    """`1.2` (ca/aot), `ca/eager:1.5`, or `baseline:1.1`."""
+    raw = str(text).strip()
+    pair, _, number = raw.rpartition(":")
+    numerator, denominator = "ca", "aot"
+    if pair.strip().lower() == BASELINE:
+        numerator, denominator = "", BASELINE
+    elif pair:
+        num, slash, den = pair.partition("/")
+        if not slash or num.strip() not in modes or den.strip() not in modes or num.strip() == den.strip():
+            raise UsageError(f"{flag}: expected R, MODE/MODE:R with modes {'/'.join(modes)}, or baseline:R, got {text!r}")
+        numerator, denominator = num.strip(), den.strip()
+    number = number.strip().rstrip("xX")
+    if not re.fullmatch(_NUMBER, number) or float(number) <= 0:
+        raise UsageError(f"{flag}: expected a positive ratio such as 1.2, ca/eager:1.5 or baseline:1.1, got {text!r}")
+    return MemoryRatioThreshold(numerator, denominator, float(number))
+
+
 def parse_time_threshold(text: Any, flag: str, fields: tuple[str, ...] = ()) -> TimeThreshold:
     """`10`, `10%`, `0.002s`, and with `fields`, `p90:10%`."""
     if isinstance(text, bool):
@@ -307,6 +342,53 @@ class MinSpeedupCheck:
             outcome, message = Outcome.PASS, f"{self.name} ({pair}): {detail} >= {t.minimum:g}x required"
         data = {"speedup": mid, "low": low, "high": high, "minimum": t.minimum, "verdict": verdict}
         return CheckResult(self.name, pair, outcome, outcome is Outcome.FAIL, f"{mid:.3f}x", limit, message, self.source, notes, data)
+
+
+def peak_memory(a: ModeSnapshot, b: ModeSnapshot) -> tuple[int, int, str] | None:
+    """The two peaks to compare, on the same footing: CUDA max allocated when both have it,
+    else peak RSS; None when neither figure is in both."""
+    if a.peak_device_memory_bytes and b.peak_device_memory_bytes:
+        return a.peak_device_memory_bytes, b.peak_device_memory_bytes, "CUDA max allocated"
+    if a.peak_rss_bytes and b.peak_rss_bytes:
+        return a.peak_rss_bytes, b.peak_rss_bytes, "peak RSS"
+    return None
+
+
+@dataclass(frozen=True)
+class MaxMemoryRatioCheck:
+    """Peak memory of one mode over another's (ca/aot by default), or over the baseline's same mode."""
+
+    threshold: MemoryRatioThreshold  # numerator filled in (the gated mode for a baseline ratio)
+    name: str = "max-memory-ratio"
+    source: str = "flag"
+
+    def evaluate(self, run: dict[str, ModeSnapshot], baseline: dict[str, ModeSnapshot] | None) -> CheckResult:
+        t = self.threshold
+        against_baseline = t.denominator == BASELINE
+        label = f"{t.numerator}/baseline" if against_baseline else f"{t.numerator}/{t.denominator}"
+        limit = f"<= {t.maximum:g}x"
+        if t.numerator not in run:
+            return missing_mode(self.name, t.numerator, run, "run", limit, self.source, label=label)
+        if against_baseline:
+            if baseline is None or t.numerator not in baseline:
+                return missing_mode(self.name, t.numerator, baseline or {}, "baseline", limit, self.source, label=label)
+            below = baseline[t.numerator]
+        else:
+            if t.denominator not in run:
+                return missing_mode(self.name, t.denominator, run, "run", limit, self.source, label=label)
+            below = run[t.denominator]
+        peaks = peak_memory(run[t.numerator], below)
+        if peaks is None:
+            return unmeasurable(self.name, label, "no peak memory recorded on both sides", limit, self.source)
+        top, bottom, what = peaks
+        ratio = top / bottom
+        detail = f"{what} {top / 2**20:.0f} MiB / {bottom / 2**20:.0f} MiB = {ratio:.3f}x"
+        if ratio > t.maximum:
+            outcome, message = Outcome.FAIL, f"{self.name} ({label}): {detail} > {t.maximum:g}x allowed"
+        else:
+            outcome, message = Outcome.PASS, f"{self.name} ({label}): {detail} <= {t.maximum:g}x allowed"
+        data = {"ratio": ratio, "maximum": t.maximum, "numerator_bytes": top, "denominator_bytes": bottom, "memory": what}
+        return CheckResult(self.name, label, outcome, outcome is Outcome.FAIL, f"{ratio:.3f}x", limit, message, self.source, [], data)
 
 
 def evaluate_all(

@@ -7,6 +7,7 @@ flags (flags win, key by key; for the keyed thresholds, kind by kind).
     max-recompiles = { ca = 0, dynamo = 2 }     # or 2, or "ca:0", or ["ca:0", "dynamo:2"]
     max-graph-breaks = 0
     min-speedup = 1.0                           # ca/aot; or { "ca/eager" = 1.2 }
+    max-memory-ratio = 1.2                      # ca peak / aot peak; or { baseline = 1.1 }
     baseline = "ci/cagtool-baseline.json"       # relative to this pyproject.toml
     max-regression = "10%"                      # or "p90:15%", or "0.002s"
     max-compile-regression = "25%"
@@ -30,9 +31,11 @@ from cagtool.report.gate.checks import (
     RECOMPILE_KINDS,
     STEP_TIME_FIELDS,
     CountLimit,
+    MemoryRatioThreshold,
     SpeedupThreshold,
     TimeThreshold,
     parse_count,
+    parse_memory_ratio,
     parse_speedup,
     parse_time_threshold,
 )
@@ -50,6 +53,7 @@ class GateSettings:
     max_recompiles: dict[str, CountLimit] = field(default_factory=dict)  # by kind: total, ca, dynamo
     max_graph_breaks: CountLimit | None = None
     min_speedup: dict[str, SpeedupThreshold] = field(default_factory=dict)  # by pair "ca/aot"
+    max_memory_ratio: dict[str, MemoryRatioThreshold] = field(default_factory=dict)  # by pair "ca/aot" or "baseline"
     baseline: Path | None = None
     max_regression: TimeThreshold | None = None
     max_compile_regression: TimeThreshold | None = None
@@ -59,13 +63,13 @@ class GateSettings:
 
     def has_thresholds(self) -> bool:
         return any(
-            (self.max_ca_graphs, self.max_recompiles, self.max_graph_breaks, self.min_speedup,
+            (self.max_ca_graphs, self.max_recompiles, self.max_graph_breaks, self.min_speedup, self.max_memory_ratio,
              self.baseline, self.max_regression, self.max_compile_regression)
         )
 
 
 _KEYS = (
-    "mode", "max-ca-graphs", "max-recompiles", "max-graph-breaks", "min-speedup", "baseline",
+    "mode", "max-ca-graphs", "max-recompiles", "max-graph-breaks", "min-speedup", "max-memory-ratio", "baseline",
     "max-regression", "max-compile-regression", "fail-on-improvement",
 )
 
@@ -117,6 +121,11 @@ def settings_from_values(values: dict[str, Any], source: str, base_dir: Path | N
         items = [f"{k}:{v}" for k, v in raw.items()] if isinstance(raw, dict) else _as_list(raw)
         thresholds = [parse_speedup(item, flag("min-speedup")) for item in items]
         settings["min_speedup"] = {f"{t.numerator}/{t.denominator}": t for t in thresholds}
+    if "max-memory-ratio" in normalized:
+        raw = normalized["max-memory-ratio"]
+        items = [f"{k}:{v}" for k, v in raw.items()] if isinstance(raw, dict) else _as_list(raw)
+        ratios = [parse_memory_ratio(item, flag("max-memory-ratio")) for item in items]
+        settings["max_memory_ratio"] = {r.key: r for r in ratios}
     if "baseline" in normalized:
         path = Path(str(normalized["baseline"])).expanduser()
         if base_dir is not None and not path.is_absolute():

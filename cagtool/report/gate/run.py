@@ -6,7 +6,7 @@ nothing (report.gate_output renders and writes files).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cagtool.errors import EXIT_GATE_FAILED, EXIT_OK, UsageError
@@ -20,12 +20,14 @@ from cagtool.report.gate.baseline import (
     run_snapshots,
 )
 from cagtool.report.gate.checks import (
+    BASELINE,
     RECOMPILE_KINDS,
     Check,
     CheckResult,
     CompileTimeRegressionCheck,
     CountLimit,
     MaxCountCheck,
+    MaxMemoryRatioCheck,
     MinSpeedupCheck,
     ModeStatusCheck,
     Outcome,
@@ -99,7 +101,16 @@ def build_checks(settings: GateSettings, mode: str, baseline: Baseline | None) -
         if value is not None and baseline is None:
             raise UsageError(f"{name} compares against a baseline: give --baseline FILE (or baseline = ... in the config)")
 
-    modes = [mode, *(m for t in settings.min_speedup.values() for m in (t.numerator, t.denominator))]
+    ratios = [
+        replace(r, numerator=r.numerator or mode) for r in settings.max_memory_ratio.values()
+    ]
+    if any(r.denominator == BASELINE for r in ratios) and baseline is None:
+        raise UsageError("--max-memory-ratio baseline:R compares against a baseline: give --baseline FILE (or baseline = ... in the config)")
+    modes = [
+        mode,
+        *(m for t in settings.min_speedup.values() for m in (t.numerator, t.denominator)),
+        *(m for r in ratios for m in (r.numerator, r.denominator) if m != BASELINE),
+    ]
     checks: list[Check] = [ModeStatusCheck(m) for m in dict.fromkeys(modes)]
 
     def count(name: str, metric: str, given: CountLimit | None, source_key: str) -> None:
@@ -120,6 +131,8 @@ def build_checks(settings: GateSettings, mode: str, baseline: Baseline | None) -
     count("max-graph-breaks", "graph_breaks", settings.max_graph_breaks, "max_graph_breaks")
     for threshold in settings.min_speedup.values():
         checks.append(MinSpeedupCheck(threshold, source=src.get("min_speedup", "flag")))
+    for ratio in ratios:
+        checks.append(MaxMemoryRatioCheck(ratio, source=src.get("max_memory_ratio", "flag")))
     if settings.max_regression is not None:
         checks.append(StepTimeRegressionCheck(settings.max_regression, mode, source=src.get("max_regression", "flag")))
     if settings.max_compile_regression is not None:

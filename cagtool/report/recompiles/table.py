@@ -16,6 +16,7 @@ from pathlib import Path
 from cagtool.record.loader import ModeRecord, RunRecord, load_run
 from cagtool.record.schema import (
     IMPORTED_MODE,
+    FIRST_STEP,
     MISS_UNKNOWN,
     CacheMissEvent,
     CAGraphEvent,
@@ -26,6 +27,7 @@ from cagtool.record.schema import (
     FindingEvent,
     SourceRef,
     StepEvent,
+    stamps_step_in_progress,
 )
 
 SOURCE_CA = "ca_cache_miss"
@@ -200,12 +202,15 @@ def compile_frame(compile_id: str) -> str | None:
     return match["frame"] if match else None
 
 
-def forward_step(step: int | None, mode: str = "") -> int | None:
-    """The step a forward-frame compile belongs to. The capture stamps Dynamo events with the step
-    last begun (None before the first backward), but a forward frame runs before its step's
-    backward, so its compile belongs to the next step. An imported log has no steps: None."""
+def forward_step(step: int | None, mode: str = "", in_progress: bool = False) -> int | None:
+    """The step a forward-frame compile belongs to. Schema 2 records stamp events with the step in
+    progress (`in_progress`), which is that step. Schema 1 records stamped them with the step last
+    begun (None before the first backward), but a forward frame runs before its step's backward,
+    so its compile belongs to the next step. An imported log has no steps: None."""
     if mode == IMPORTED_MODE:
         return None
+    if in_progress:
+        return FIRST_STEP if step is None else step
     return (step or 0) + 1
 
 
@@ -251,7 +256,7 @@ def dynamo_rows(record: ModeRecord, compile_events: list[DynamoCompileEvent]) ->
             source = SourceRef(
                 file=compiled.co_filename, line=compiled.co_firstlineno or 0, function=compiled.co_name, how="compiled_frame"
             )
-        rows.append(_dynamo_row(record.mode, event.compile_id, event.is_ca_graph, event.step, event.seq, tuple(event.reasons), source))
+        rows.append(_dynamo_row(record, event.compile_id, event.is_ca_graph, event.step, event.seq, tuple(event.reasons), source))
     for event in compile_events:
         attempt = compile_attempt(event.compile_id)
         if not attempt or event.compile_id in seen:
@@ -260,18 +265,18 @@ def dynamo_rows(record: ModeRecord, compile_events: list[DynamoCompileEvent]) ->
         source = None
         if event.co_filename and not event.is_ca_graph:
             source = SourceRef(file=event.co_filename, line=event.co_firstlineno or 0, function=event.co_name, how="compiled_frame")
-        rows.append(_dynamo_row(record.mode, event.compile_id, event.is_ca_graph, event.step, event.seq, (), source))
+        rows.append(_dynamo_row(record, event.compile_id, event.is_ca_graph, event.step, event.seq, (), source))
     return rows
 
 
 def _dynamo_row(
-    mode: str, compile_id: str, is_ca_graph: bool, step: int | None, seq: int, reasons: tuple[str, ...], source: SourceRef | None
+    record: ModeRecord, compile_id: str, is_ca_graph: bool, step: int | None, seq: int, reasons: tuple[str, ...], source: SourceRef | None
 ) -> RecompileRow:
     return RecompileRow(
-        mode=mode,
+        mode=record.mode,
         source=SOURCE_DYNAMO_CA_GRAPH if is_ca_graph else SOURCE_DYNAMO_FRAME,
         compile_id=compile_id,
-        step=step if is_ca_graph else forward_step(step, mode),
+        step=step if is_ca_graph else forward_step(step, record.mode, stamps_step_in_progress(record.manifest.schema_version)),
         kind=KIND_GUARD,
         seqs=(seq,),
         messages=reasons,
@@ -316,7 +321,7 @@ def limit_hits(record: ModeRecord, compiles: list[DynamoCompileEvent]) -> list[L
             LimitHit(
                 mode=record.mode,
                 compile_id=event.compile_id,
-                step=event.step if event.is_ca_graph else forward_step(event.step, record.mode),
+                step=event.step if event.is_ca_graph else forward_step(event.step, record.mode, stamps_step_in_progress(record.manifest.schema_version)),
                 seq=event.seq,
                 limit_type=found[0],
                 limit_value=found[1],

@@ -424,7 +424,7 @@ def test_the_documented_config_table_parses(tmp_path):
     checks = build_checks(settings, "ca", load_baseline_stub())
     assert [c.name for c in checks] == [
         "mode-finished", "mode-finished", "max-ca-graphs", "max-recompiles:ca", "max-recompiles:dynamo",
-        "max-graph-breaks", "min-speedup", "max-regression", "max-compile-regression",
+        "max-graph-breaks", "min-speedup", "max-memory-ratio", "max-regression", "max-compile-regression",
     ]
 
 

@@ -100,6 +100,7 @@ class RecordBuilder:
         meta.schema_version = schema_version
         manifest = ModeManifest(mode="ca", argv=["train.py"], target={}, cwd=CWD, versions={}, backend="eager",
                                 dynamic=False, started_at="2026-01-01T00:00:00Z", status="finished")
+        manifest.schema_version = schema_version  # 1: step events per backward, forward compiles stamped with the step last begun
         (root / "run.json").write_text(json.dumps(to_dict(meta)))
         (root / "ca" / "manifest.json").write_text(json.dumps(to_dict(manifest)))
         with (root / "ca" / "events.jsonl").open("w") as handle:
@@ -168,10 +169,22 @@ def test_dynamo_recompiles_from_events_and_from_compile_attempts(tmp_path):
     assert ids == [("0/1", SOURCE_DYNAMO_FRAME), ("0/2", SOURCE_DYNAMO_FRAME), ("!0/1/1", SOURCE_DYNAMO_CA_GRAPH)]
     # A forward frame compiles before its step's backward: stamped with the step last begun, it belongs to the next.
     assert [r.step for r in table.recompiles] == [2, 3, 3]
+
     guarded = table.recompiles[1]
     assert guarded.failing_guard.startswith("0/1: n == 2")
     assert (guarded.user_source.file, guarded.user_source.line, guarded.user_source.code) == ("/proj/m.py", 7, "for _ in range(n):")
     assert table.recompiles[0].user_source.how == "compiled_frame"
+
+
+def test_schema_2_forward_compiles_carry_their_own_step(tmp_path):
+    """Schema 2 stamps every event with the step in progress: a forward recompile stays in its step."""
+    b = RecordBuilder()
+    b.add(DynamoCompileEvent, compile_id="0/0", is_ca_graph=False, step=1, co_name="fwd", co_filename="/proj/m.py", co_firstlineno=5)
+    b.step(1)
+    b.add(DynamoCompileEvent, compile_id="0/1", is_ca_graph=False, step=2, co_name="fwd", co_filename="/proj/m.py", co_firstlineno=5)
+    b.step(2)
+    table = recompile_table(load_run(b.write(tmp_path / "run", schema_version=2)).mode("ca"))
+    assert [(r.compile_id, r.step) for r in table.recompiles] == [("0/1", 2)]
 
 
 def test_compile_attempt_and_paths():

@@ -1,0 +1,92 @@
+"""Training-loop shapes for the step tests: `python step_shapes.py VARIANT [ITERATIONS]`.
+
+gan-dg / gan-gd   two optimizers (generator created first), discriminator stepped first / last
+grad-and-backward autograd.grad (a gradient penalty) and backward in one optimizer step
+threads           no optimizer; two threads call backward at the same time
+chdir             os.chdir to a scratch directory, then train (relative record paths must survive)
+reset             torch._dynamo.reset() after the first iteration
+cuda              a CUDA training loop (skipped by the tests without a GPU)
+"""
+
+import os
+import sys
+import tempfile
+import threading
+
+import torch
+
+variant = sys.argv[1]
+iterations = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+torch.manual_seed(0)
+device = "cuda" if variant == "cuda" else "cpu"
+
+
+def mlp() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1)).to(device)
+
+
+if variant.startswith("gan"):
+    gen, disc = mlp(), mlp()
+    opt_g = torch.optim.SGD(gen.parameters(), lr=0.01)
+    opt_d = torch.optim.SGD(disc.parameters(), lr=0.01)
+
+    def train_d() -> None:
+        opt_d.zero_grad()
+        disc(torch.randn(2, 4)).mean().backward()
+        opt_d.step()
+
+    def train_g() -> None:
+        opt_g.zero_grad()
+        gen(torch.randn(2, 4)).mean().backward()
+        opt_g.step()
+
+    order = [train_d, train_g] if variant == "gan-dg" else [train_g, train_d]
+    for step in range(iterations):
+        for train in order:
+            train()
+        print(f"iteration {step}")
+
+elif variant == "grad-and-backward":
+    model = mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for step in range(iterations):
+        x = torch.randn(2, 4, requires_grad=True)
+        out = model(x).sum()
+        (grad_x,) = torch.autograd.grad(out, x, create_graph=True)
+        loss = out + grad_x.pow(2).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+elif variant == "threads":
+    model = mlp()
+    barrier = threading.Barrier(2)
+
+    def work() -> None:
+        barrier.wait()
+        for _ in range(iterations):
+            model(torch.randn(2, 4)).sum().backward()
+
+    threads = [threading.Thread(target=work, name=f"worker{i}") for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+elif variant in ("chdir", "reset", "cuda"):
+    if variant == "chdir":
+        os.chdir(tempfile.mkdtemp(prefix="cagtool-chdir-"))
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(iterations):
+        if variant == "reset" and step == 1:
+            torch._dynamo.reset()
+        x = torch.randn(3 + step % 2, 4, device=device)  # two shapes: a CA recompile
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    if device == "cuda":
+        torch.cuda.synchronize()
+else:
+    raise SystemExit(f"unknown variant {variant}")

@@ -1,0 +1,161 @@
+"""Steps are optimizer steps (issue 10 item 4): gradient accumulation, two optimizers, no
+optimizer, autograd.grad beside backward, --steps; and the job's own shapes the tracker must
+survive (item 6): threads calling backward, os.chdir, torch._dynamo.reset(), CUDA."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cagtool.record.loader import load_run
+from cagtool.record.schema import (
+    SCHEMA_VERSION,
+    BackwardEvent,
+    CAGraphEvent,
+    OptimizerStepEvent,
+    StepDeviceEvent,
+    StepEvent,
+)
+from cagtool.report.frames import events_frame, steps_frame
+from cagtool.report.metrics import mode_metrics
+
+from conftest import ROOT, cagtool_cmd
+
+SHAPES = str(Path(__file__).parent / "scripts" / "step_shapes.py")
+
+
+def _mode(run, mode: str = "eager"):
+    assert run.returncode == 0, run.stderr
+    return load_run(run.path).mode(mode)
+
+
+def test_gradient_accumulation_4x3_is_3_steps_of_4_backward_calls(record_run):
+    run = record_run("grad_accumulation.py", modes="ca")
+    ca = _mode(run, "ca")
+    steps = ca.of(StepEvent)
+    backwards = ca.of(BackwardEvent)
+    assert [s.step for s in steps] == [1, 2, 3] and len(backwards) == 12
+    assert [s.backward_calls for s in steps] == [4, 4, 4] and {s.boundary for s in steps} == {"optimizer"}
+    assert [(b.step, b.index) for b in backwards] == [(step, i) for step in (1, 2, 3) for i in range(4)]
+    # A step's time spans its four backward calls and the optimizer: more than their sum.
+    for step in steps[1:]:
+        assert step.wall_s is not None and step.wall_s > step.backward_s + step.optimizer_s
+    assert steps[0].wall_s is None
+    # CA captures are attributed to the backward call that made them, and add up per step.
+    assert sum(b.ca_captures for b in backwards) == len(ca.of(CAGraphEvent)) == sum(s.ca_captures for s in steps)
+    metrics = mode_metrics(ca)
+    assert (metrics.steps, metrics.backward_calls, metrics.backward_calls_per_step) == (3, 12, (4,))
+    assert "3 steps (optimizer steps), 4 backward calls per step (12 in all)" in run.stderr
+    frame = steps_frame(ca)
+    assert list(frame["backward_calls"]) == [4, 4, 4]
+    assert len(events_frame(ca, "backward")) == 12
+    assert ca.manifest.schema_version == SCHEMA_VERSION == 2
+
+
+def test_steps_flag_counts_optimizer_steps(record_run):
+    run = record_run("grad_accumulation.py", modes="eager", extra=("--steps", "2"))
+    eager = _mode(run)
+    assert eager.manifest.options.get("stopped_by") == "steps"
+    assert [s.step for s in eager.of(StepEvent)] == [1, 2] and len(eager.of(BackwardEvent)) == 8
+
+
+@pytest.mark.parametrize("variant", ["gan-dg", "gan-gd"])
+def test_two_optimizers_give_one_step_per_training_iteration(record_run, variant):
+    eager = _mode(record_run(SHAPES, variant, "3", modes="eager"))
+    steps = eager.of(StepEvent)
+    assert [s.step for s in steps] == [1, 2, 3]
+    assert [s.backward_calls for s in steps] == [2, 2, 2]
+    # Both optimizers' step() calls fall inside each step, whichever order the script uses.
+    by_step: dict[int, list[str]] = {}
+    for opt in eager.of(OptimizerStepEvent):
+        by_step.setdefault(opt.step, []).append(opt.optimizer)
+    assert by_step == {1: ["SGD", "SGD"], 2: ["SGD", "SGD"], 3: ["SGD", "SGD"]}
+    assert mode_metrics(eager).backward_calls_after_last_step == 0
+
+
+def test_no_optimizer_falls_back_to_backward_calls_and_says_so(record_run):
+    run = record_run("graph_breaks.py", "3")
+    ca = _mode(run, "ca")
+    steps = ca.of(StepEvent)
+    assert [s.step for s in steps] == [1, 2, 3] and {s.boundary for s in steps} == {"backward"}
+    assert mode_metrics(ca).step_boundary == "backward"
+    assert "3 steps (no optimizer: one per backward call)" in run.stderr
+
+
+def test_autograd_grad_and_backward_in_one_step(record_run):
+    eager = _mode(record_run(SHAPES, "grad-and-backward", "2", modes="eager"))
+    assert [s.backward_calls for s in eager.of(StepEvent)] == [2, 2]
+    assert [(b.step, b.index, b.call) for b in eager.of(BackwardEvent)] == [
+        (1, 0, "grad"), (1, 1, "backward"), (2, 0, "grad"), (2, 1, "backward"),
+    ]
+
+
+def test_threads_calling_backward_are_all_counted(record_run):
+    eager = _mode(record_run(SHAPES, "threads", "5", modes="eager"))
+    backwards = eager.of(BackwardEvent)
+    assert len(backwards) == 10 and len(eager.of(StepEvent)) == 10
+    assert {b.thread for b in backwards} == {"worker0", "worker1"}
+    assert sorted(s.step for s in eager.of(StepEvent)) == list(range(1, 11))
+
+
+def test_record_survives_the_script_changing_directory(tmp_path):
+    env = {**os.environ, "CI": "true", "PYTHONPATH": str(ROOT)}
+    cmd = cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", "rec", SHAPES, "chdir", "2")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    ca = load_run(tmp_path / "rec").mode("ca")
+    assert ca.manifest.status == "finished" and len(ca.of(StepEvent)) == 2
+    graphs = ca.of(CAGraphEvent)
+    assert graphs and all((ca.path / g.code_file).is_file() for g in graphs)
+    assert (ca.path / "trace").is_dir()
+
+
+def test_dynamo_reset_mid_run_keeps_counting(record_run):
+    ca = _mode(record_run(SHAPES, "reset", "3", modes="ca"), "ca")
+    assert [s.step for s in ca.of(StepEvent)] == [1, 2, 3]
+    # After the reset the CA cache is empty: the next backward is captured again, and recorded.
+    assert {g.step for g in ca.of(CAGraphEvent)} >= {1, 2}
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_steps_are_timed_on_the_device_and_losses_read_at_the_end(record_run):
+    ca = _mode(record_run(SHAPES, "cuda", "6", modes="ca"), "ca")
+    steps = ca.of(StepEvent)
+    assert len(steps) == 6 and all(s.loss is None for s in steps)  # never read during the run
+    late = ca.of(StepDeviceEvent)
+    assert {e.step for e in late if e.loss is not None} == {1, 2, 3, 4, 5, 6}
+    assert {e.step for e in late if e.device_s is not None} == {2, 3, 4, 5, 6}
+    metrics = mode_metrics(ca)
+    assert metrics.peak_device_memory_bytes and metrics.peak_device_memory_bytes > 0
+    assert metrics.step_time is not None and metrics.step_time.clock in ("device", "wall")
+
+
+def test_schema_1_records_still_read(tmp_path):
+    """A record written before steps were optimizer steps: one step per backward, timed from
+    backward start to backward start."""
+    import json
+
+    from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
+    from cagtool.record.schema import event_to_dict, json_default
+
+    run = tmp_path / "old"
+    (run / "ca").mkdir(parents=True)
+    meta = RunMeta(run_id="old", created_at="", cagtool_argv=[], target={"kind": "script", "name": "t.py"},
+                   target_argv=["t.py"], cwd=str(tmp_path), modes=["ca"], versions={}, machine={}, status="finished", exit_code=0)
+    meta.schema_version = 1
+    manifest = ModeManifest(mode="ca", argv=["t.py"], target={}, cwd=str(tmp_path), versions={}, backend="eager",
+                            dynamic=False, started_at="", status="finished", exit_code=0)
+    manifest.schema_version = 1
+    (run / "run.json").write_text(json.dumps(to_dict(meta)))
+    (run / "ca" / "manifest.json").write_text(json.dumps(to_dict(manifest)))
+    # backward i starts at 1.0 + 0.1 i and lasts 0.02 s; step 1 compiled.
+    steps = [StepEvent(seq=i, t=1.0 + 0.1 * i + 0.02, step=i + 1, backward_s=0.02, compiles=int(i == 0)) for i in range(5)]
+    (run / "ca" / "events.jsonl").write_text("".join(json.dumps(event_to_dict(e), default=json_default) + "\n" for e in steps))
+    metrics = mode_metrics(load_run(run).mode("ca"))
+    assert metrics.steps == 5 and metrics.backward_calls == 5 and metrics.step_boundary == ""
+    assert metrics.step_time.count == 3 and abs(metrics.step_time.median_s - 0.1) < 1e-9
+    frame = steps_frame(load_run(run).mode("ca"))
+    assert abs(frame.loc[2, "iteration_s"] - 0.1) < 1e-9

@@ -99,6 +99,9 @@ def test_threads_calling_backward_are_all_counted(record_run):
     assert len(backwards) == 10 and len(eager.of(StepEvent)) == 10
     assert {b.thread for b in backwards} == {"worker0", "worker1"}
     assert sorted(s.step for s in eager.of(StepEvent)) == list(range(1, 11))
+    # No optimizer: each call is its own step, even when another thread's call closed the step it began in.
+    assert sorted(b.step for b in backwards) == list(range(1, 11))
+    assert [s.backward_calls for s in eager.of(StepEvent)] == [1] * 10
 
 
 def test_record_survives_the_script_changing_directory(tmp_path):

@@ -259,6 +259,11 @@ class StepTracker:
             self.backward_calls += 1
             self._last_roots_ref = roots
             self.current_roots = []
+            opened = self._open
+            by_backward = not self._waiting_for()  # no optimizer: this call is a step of its own
+            if by_backward and step != self.current_step:
+                # Another thread's backward closed the step this one began in: it closes the next.
+                step, index = self.current_step, opened.backward_calls
             self.writer.emit(
                 BackwardEvent,
                 step=step,
@@ -269,14 +274,11 @@ class StepTracker:
                 loss=value,
                 thread="" if thread is threading.main_thread() else thread.name,
             )
-            opened = self._open
-            if step == self.current_step:  # not a backward that outlived its step in another thread
+            if step == self.current_step:  # not a backward that outlived its step (optimizer stepped in another thread)
                 opened.backward_calls += 1
                 opened.backward_s += elapsed
                 opened.loss, opened.loss_tensor = value, device_tensor
-            if self._waiting_for():
-                return False  # the optimizer ends the step
-            return self._close(STEP_BOUNDARY_BACKWARD)
+            return self._close(STEP_BOUNDARY_BACKWARD) if by_backward else False
 
     def _check_flag_finding(self, step: int) -> None:
         """The script set the CA flag but this backward runs outside any compiled region, so as

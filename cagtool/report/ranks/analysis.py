@@ -61,6 +61,7 @@ class RankRow:
     peak_rss_bytes: int | None
     param_norm: float | None
     grad_norm: float | None
+    peak_device_memory_bytes: int | None = None  # torch.cuda.max_memory_allocated, when the rank used CUDA
 
     @property
     def finished(self) -> bool:
@@ -70,7 +71,7 @@ class RankRow:
 @dataclass(frozen=True)
 class RankTotals:
     """Counts summed over the ranks; step time is the slowest rank's median (a synchronous job
-    goes at its slowest rank's pace); peak memory is summed (what the job held on the machine)."""
+    goes at its slowest rank's pace); peak memory (RSS, CUDA) is summed (what the job held)."""
 
     ranks: int
     steps: int
@@ -79,6 +80,7 @@ class RankTotals:
     graph_breaks: int
     step_time_median_s: float | None
     peak_rss_bytes: int | None
+    peak_device_memory_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -174,12 +176,14 @@ def rank_row(rank: int, record: ModeRecord) -> RankRow:
         peak_rss_bytes=metrics.peak_rss_bytes,
         param_norm=final[-1].param_norm if final else None,
         grad_norm=final[-1].grad_norm if final else None,
+        peak_device_memory_bytes=metrics.peak_device_memory_bytes,
     )
 
 
 def totals_of(rows: list[RankRow] | tuple[RankRow, ...]) -> RankTotals:
     times = [r.step_time_median_s for r in rows if r.step_time_median_s is not None]
     peaks = [r.peak_rss_bytes for r in rows if r.peak_rss_bytes is not None]
+    device = [r.peak_device_memory_bytes for r in rows if r.peak_device_memory_bytes is not None]
     return RankTotals(
         ranks=len(rows),
         steps=sum(r.steps for r in rows),
@@ -188,6 +192,7 @@ def totals_of(rows: list[RankRow] | tuple[RankRow, ...]) -> RankTotals:
         graph_breaks=sum(r.graph_breaks for r in rows),
         step_time_median_s=max(times) if times else None,
         peak_rss_bytes=sum(peaks) if peaks else None,
+        peak_device_memory_bytes=sum(device) if device else None,
     )
 
 
@@ -459,6 +464,7 @@ def row_json(row: RankRow) -> dict[str, Any]:
         "graph_breaks": row.graph_breaks,
         "step_time_median_s": row.step_time_median_s,
         "peak_rss_bytes": row.peak_rss_bytes,
+        "peak_device_memory_bytes": row.peak_device_memory_bytes,
         "final_param_norm": row.param_norm,
         "final_grad_norm": row.grad_norm,
     }
@@ -480,6 +486,7 @@ def analysis_json(analysis: RankAnalysis) -> dict[str, Any]:
             "graph_breaks": t.graph_breaks,
             "step_time_median_s_slowest": t.step_time_median_s,
             "peak_rss_bytes_sum": t.peak_rss_bytes,
+            "peak_device_memory_bytes_sum": t.peak_device_memory_bytes,
         },
         "diverge": analysis.diverge,
         "findings": [

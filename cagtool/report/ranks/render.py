@@ -47,11 +47,26 @@ def rank_cells(analysis: RankAnalysis) -> list[tuple[str, ...]]:
 
 
 def rank_table(analysis: RankAnalysis) -> Table:
+    # The CUDA column only when a rank used CUDA: CPU jobs keep the table narrow.
+    cuda = any(r.peak_device_memory_bytes is not None for r in analysis.rows)
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for column in RANK_HEADER:
+    columns = ["rank", "status", "steps", "CA graphs", "cache misses", "graph breaks", "step time", "peak RSS"]
+    for column in columns + (["peak CUDA"] if cuda else []):
         table.add_column(column, no_wrap=True, justify="left" if column == "status" else "right")
-    for cells in rank_cells(analysis):
-        table.add_row(*cells)
+    for r in analysis.rows:
+        cells = [
+            str(r.rank), _status(r.status, r.exit_code), str(r.steps), str(r.ca_graphs), str(r.cache_misses),
+            str(r.graph_breaks), _ms(r.step_time_median_s), _mib(r.peak_rss_bytes),
+        ]
+        table.add_row(*cells, *([_mib(r.peak_device_memory_bytes)] if cuda else []))
+    for rank in analysis.missing:
+        table.add_row(str(rank), "no record", *["-"] * (len(columns) - 2 + cuda))
+    t = analysis.totals
+    cells = [
+        "total", f"{t.ranks} rank{'s' if t.ranks != 1 else ''}", str(t.steps), str(t.ca_graphs), str(t.cache_misses),
+        str(t.graph_breaks), _ms(t.step_time_median_s), _mib(t.peak_rss_bytes),
+    ]
+    table.add_row(*cells, *([_mib(t.peak_device_memory_bytes)] if cuda else []))
     return table
 
 
@@ -62,7 +77,7 @@ def render_ranks(console: Console, analysis: RankAnalysis, indent: int = 2) -> N
     console.print(f"{pad}ranks: {len(analysis.rows)}{size} recorded", markup=False)
     if analysis.rows or analysis.missing:
         console.print(Padding(rank_table(analysis), (0, 0, 0, indent + 2), expand=False))
-        console.print(f"{pad}  (total: counts and peak RSS summed, step time the slowest rank's median)", markup=False)
+        console.print(f"{pad}  (total: counts and peak memory summed, step time the slowest rank's median)", markup=False)
     if analysis.other_processes:
         console.print(f"{pad}  other processes followed (no rank): {', '.join(analysis.other_processes)}", markup=False)
     for finding in analysis.findings:

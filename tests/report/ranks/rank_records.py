@@ -43,6 +43,7 @@ class Rank:
     exception: str | None = None
     findings: list[tuple[str, str]] = field(default_factory=list)  # (code, message)
     step_s: float = 0.01
+    cuda_peak: int | None = None  # manifest peak_device_memory_bytes
 
 
 def _manifest(key: str, rank: int | None, world_size: int | None, role: str, status: str, exit_code: int | None) -> ModeManifest:
@@ -101,6 +102,7 @@ def write_multi_rank_run(root: Path, ranks: dict[int, Rank], world_size: int | N
                    Rank(steps=0, caps=[], param_norm=None, grad_norm=None, findings=main_findings or []))
     for rank, spec in ranks.items():
         manifest = _manifest(f"rank{rank}", rank, size, "child", spec.status, spec.exit_code)
+        manifest.peak_device_memory_bytes = spec.cuda_peak
         if spec.exception:
             manifest.exception = ExceptionInfo("RuntimeError", spec.exception)
         _write_process(root / "ca" / "procs" / f"rank{rank}", manifest, spec)

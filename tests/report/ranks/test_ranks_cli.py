@@ -127,3 +127,12 @@ def test_diff_graphs_across_ranks_as_the_finding_suggests(cli, multi_rank_run):
     assert "autograd nodes: +MulBackward0 (NodeCall 2)" in out
     code, _, err = cli("diff-graphs", str(run), "0@0", "0@7")
     assert code == 3 and "no rank 7" in err
+
+
+def test_summary_shows_peak_cuda_memory_only_when_a_rank_used_cuda(cli, multi_rank_run):
+    code, out, _ = cli("summary", str(multi_rank_run({0: Rank(cuda_peak=2**30), 1: Rank(cuda_peak=3 * 2**29)})))
+    text = _text(out)
+    assert "graph breaks  step time  peak RSS  peak CUDA" in text
+    assert "   400 MiB   2560 MiB" in text  # totals: RSS and CUDA summed
+    code, out, _ = cli("summary", str(multi_rank_run({0: Rank(), 1: Rank()}, name="cpu")))
+    assert "peak CUDA" not in out

@@ -53,6 +53,9 @@ def test_gradient_accumulation_4x3_is_3_steps_of_4_backward_calls(record_run):
     assert list(frame["backward_calls"]) == [4, 4, 4]
     assert len(events_frame(ca, "backward")) == 12
     assert ca.manifest.schema_version == SCHEMA_VERSION == 2
+    # A reader that skips the backward events (loader `kinds`) still counts them.
+    lean = load_run(run.path, kinds=frozenset({StepEvent.kind})).mode("ca")
+    assert not lean.of(BackwardEvent) and mode_metrics(lean).backward_calls == 12
 
 
 def test_steps_flag_counts_optimizer_steps(record_run):

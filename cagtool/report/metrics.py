@@ -323,7 +323,7 @@ def mode_metrics(record: ModeRecord) -> ModeMetrics:
         final_param_norm=final[-1].param_norm if final else None,
         final_grad_norm=final[-1].grad_norm if final else None,
         losses=[loss for _, loss in sorted(step_losses(record).items())],
-        backward_calls=len(backwards) if stamps_step_in_progress(manifest.schema_version) else len(steps),
+        backward_calls=max(len(backwards), record.kind_counts.get(BackwardEvent.kind, 0)) if stamps_step_in_progress(manifest.schema_version) else len(steps),
         step_boundary=_step_boundary(boundaries),
         backward_calls_per_step=tuple(sorted({s.backward_calls for s in steps})) if boundaries else ((1,) if steps else ()),
         backward_calls_after_last_step=sum(1 for b in backwards if b.step not in {s.step for s in steps}),

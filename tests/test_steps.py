@@ -79,6 +79,12 @@ def test_two_optimizers_give_one_step_per_training_iteration(record_run, variant
     assert mode_metrics(eager).backward_calls_after_last_step == 0
 
 
+def test_discriminator_stepped_more_often_gives_one_step_per_generator_step(record_run):
+    eager = _mode(record_run(SHAPES, "wgan", "3", modes="eager"))
+    assert [s.backward_calls for s in eager.of(StepEvent)] == [4, 4, 4]
+    assert len(eager.of(OptimizerStepEvent)) == 12
+
+
 def test_no_optimizer_falls_back_to_backward_calls_and_says_so(record_run):
     run = record_run("graph_breaks.py", "3")
     ca = _mode(run, "ca")

@@ -1,6 +1,7 @@
 """Training-loop shapes for the step tests: `python step_shapes.py VARIANT [ITERATIONS]`.
 
 gan-dg / gan-gd   two optimizers (generator created first), discriminator stepped first / last
+wgan              the discriminator stepped 3 times per generator step (WGAN's n_critic)
 grad-and-backward autograd.grad (a gradient penalty) and backward in one optimizer step
 threads           no optimizer; two threads call backward at the same time
 chdir             os.chdir to a scratch directory, then train (relative record paths must survive)
@@ -25,7 +26,7 @@ def mlp() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1)).to(device)
 
 
-if variant.startswith("gan"):
+if variant.startswith(("gan", "wgan")):
     gen, disc = mlp(), mlp()
     opt_g = torch.optim.SGD(gen.parameters(), lr=0.01)
     opt_d = torch.optim.SGD(disc.parameters(), lr=0.01)
@@ -40,7 +41,7 @@ if variant.startswith("gan"):
         gen(torch.randn(2, 4)).mean().backward()
         opt_g.step()
 
-    order = [train_d, train_g] if variant == "gan-dg" else [train_g, train_d]
+    order = {"gan-dg": [train_d, train_g], "gan-gd": [train_g, train_d], "wgan": [train_d, train_d, train_d, train_g]}[variant]
     for step in range(iterations):
         for train in order:
             train()

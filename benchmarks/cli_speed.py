@@ -1,0 +1,234 @@
+"""How long cagtool's report commands take as the user sees them: the whole process, start-up
+included (issue 12). Each command runs as a subprocess, once to warm up (OS file cache, .pyc),
+then --repeat times; the median, min and max wall times (and the median CPU time, user + system,
+which a busy machine inflates far less) are printed with the machine, its load and the commit. A verdict is "met" only when the slowest repetition is under the target.
+
+    python benchmarks/cli_speed.py                      # every command, 5 repetitions
+    python benchmarks/cli_speed.py --only help,runs     # some of them
+    python benchmarks/cli_speed.py --json results.json  # also write the figures
+    python benchmarks/cli_speed.py --keep DIR           # keep the synthetic records in DIR
+
+The records are synthetic, written with the schema's own dataclasses:
+- `runs`: a runs directory of 10 runs (3 modes each, 2,000 steps per mode);
+- `recompiles --explain`: 100,000 events with 1,000 recompiles (benchmarks/recompiles_explain.py);
+- `diff-graphs`: a run with two 10,000-node CA graphs (benchmarks/graph_diff.py), side by side;
+- `summary`: a 3-mode run of 20,000 steps per mode, with a few CA graphs and recompiles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))  # the sibling benchmarks' record builders
+
+from graph_diff import synthetic_graph  # noqa: E402
+from recompiles_explain import build_events, write_run  # noqa: E402
+
+from cagtool.record.graph_file import GRAPH_FORMAT  # noqa: E402
+from cagtool.record.manifest import ModeManifest, RunMeta, to_dict  # noqa: E402
+from cagtool.record.schema import (  # noqa: E402
+    SCHEMA_VERSION,
+    AutogradNodeRef,
+    CacheMissEvent,
+    CAGraphEvent,
+    DynamoCompileEvent,
+    Event,
+    FinalStateEvent,
+    OptimizerStepEvent,
+    StepEvent,
+    event_to_dict,
+    json_default,
+)
+
+TARGETS = {"help": 0.15, "runs": 0.15, "recompiles": 0.35, "diff-graphs": 0.6, "summary": 0.5}
+
+
+@dataclass
+class Timing:
+    name: str
+    argv: list[str]
+    target_s: float
+    times: list[float]
+    cpu: list[float]  # user + system seconds of the process: what the machine's load inflates least
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def verdict(self) -> str:
+        return "met" if max(self.times) <= self.target_s else ("median met, spread not" if self.median <= self.target_s else "NOT met")
+
+
+def _write_mode(mode_dir: Path, mode: str, events: list[Event]) -> None:
+    mode_dir.mkdir(parents=True, exist_ok=True)
+    manifest = ModeManifest(mode=mode, argv=["train.py"], target={"kind": "script", "name": "train.py"}, cwd="/bench", versions={"torch": "2.13.0+cpu"},
+                            backend="eager", dynamic=False, started_at="2026-01-01T00:00:00Z", status="finished", exit_code=0, duration_s=100.0,
+                            torch_counters={"compiled_autograd": {"captures": sum(isinstance(e, CAGraphEvent) for e in events)}})
+    (mode_dir / "manifest.json").write_text(json.dumps(to_dict(manifest)))
+    with (mode_dir / "events.jsonl").open("w") as handle:
+        for event in events:
+            handle.write(json.dumps(event_to_dict(event), default=json_default) + "\n")
+
+
+def _write_meta(root: Path, modes: list[str]) -> None:
+    meta = RunMeta(run_id=root.name, created_at="2026-01-01T00:00:00Z", cagtool_argv=["cagtool", "run", "train.py"], target={"kind": "script", "name": "train.py"},
+                   target_argv=[], cwd="/bench", modes=modes, versions={}, machine={}, status="finished", exit_code=0)
+    (root / "run.json").write_text(json.dumps(to_dict(meta)))
+
+
+def training_events(steps: int, mode: str, recompiles: int = 3) -> list[Event]:
+    """A mode's events as capture writes them today: per step a `step` and an `optimizer_step`,
+    plus (ca) a CA graph and cache miss at the first steps and a compile per graph."""
+    events: list[Event] = []
+
+    def add(cls: type[Event], **fields) -> None:
+        events.append(cls(seq=len(events), t=len(events) * 1e-3, **fields))
+
+    for step in range(1, steps + 1):
+        if mode == "ca" and step <= recompiles + 1:
+            node = "torch::autograd::GraphRoot" if step == 1 else f"Op{step}Backward0"
+            add(CacheMissEvent, ca_id=step - 1, compile_id=f"!{step - 1}", step=step, miss_kind="new_node",
+                message=f"Cache miss due to new autograd node: {node} (NodeCall {0 if step == 1 else 2}) with key size 40, previous key sizes=[]",
+                node=node, node_call=0 if step == 1 else 2, key_size=40, previous_key_sizes=[])
+            add(CAGraphEvent, ca_id=step - 1, compile_id=f"!{step - 1}", step=step, node_count=120, op_histogram={"getitem": 60},
+                autograd_nodes=[AutogradNodeRef(0, "torch::autograd::GraphRoot")], aot_ids=[], hooks=[], num_sizes=0, capture_s=0.05,
+                code_file=f"graphs/ca_{step - 1}.py", nodes_file=f"graphs/ca_{step - 1}.json")
+            add(DynamoCompileEvent, compile_id=f"!{step - 1}/{step}/0", is_ca_graph=True, step=step, co_name="forward",
+                co_filename="<eval_with_key>", entire_frame_compile_time_s=0.3)
+        add(StepEvent, step=step, backward_s=0.002 + (step % 7) * 1e-5, loss=1.0 / step, ca_captures=int(mode == "ca" and step <= recompiles + 1),
+            compiles=0, compile_s=0.0)
+        add(OptimizerStepEvent, step=step, wall_s=0.0005, optimizer="AdamW")
+    add(FinalStateEvent, param_norm=10.0, grad_norm=1.0, num_params=4)
+    return events
+
+
+def write_training_run(root: Path, steps: int, modes: tuple[str, ...] = ("eager", "aot", "ca")) -> Path:
+    for mode in modes:
+        _write_mode(root / mode, mode, training_events(steps, mode))
+    _write_meta(root, list(modes))
+    return root
+
+
+def write_graph_run(root: Path, nodes: int) -> Path:
+    """A ca-mode record with two CA graphs of about `nodes` nodes, the second recompiled from the first."""
+    events: list[Event] = []
+    graphs = root / "ca" / "graphs"
+    graphs.mkdir(parents=True, exist_ok=True)
+    for ca_id, variant in ((0, False), (1, True)):
+        graph = synthetic_graph(nodes, seed=1, variant=variant)
+        payload = {"format": GRAPH_FORMAT, "schema_version": SCHEMA_VERSION, "ca_id": ca_id, "compile_id": f"!{ca_id}", "nodes": [to_dict(n) for n in graph]}
+        (graphs / f"ca_{ca_id}.json").write_text(json.dumps(payload, default=str) + "\n")
+        (graphs / f"ca_{ca_id}.py").write_text(f"class CompiledAutograd{ca_id}(torch.nn.Module): ...\n")
+        node = "torch::autograd::GraphRoot" if ca_id == 0 else "MulBackward0"
+        events.append(CacheMissEvent(seq=len(events), t=float(ca_id), ca_id=ca_id, compile_id=f"!{ca_id}", step=ca_id + 1, miss_kind="new_node",
+                                     message=f"Cache miss due to new autograd node: {node} (NodeCall {2 * ca_id}) with key size 40, previous key sizes=[]",
+                                     node=node, node_call=2 * ca_id, key_size=40, previous_key_sizes=[]))
+        events.append(CAGraphEvent(seq=len(events), t=float(ca_id), ca_id=ca_id, compile_id=f"!{ca_id}", step=ca_id + 1, node_count=len(graph), op_histogram={},
+                                   autograd_nodes=[], aot_ids=[], hooks=[], num_sizes=0, capture_s=0.5,
+                                   code_file=f"graphs/ca_{ca_id}.py", nodes_file=f"graphs/ca_{ca_id}.json"))
+    _write_mode(root / "ca", "ca", events)
+    _write_meta(root, ["ca"])
+    return root
+
+
+def build_fixtures(base: Path) -> dict[str, list[str]]:
+    """The records, and the argv (after `cagtool`) of each timed command."""
+    runs_root = base / "runs"
+    for index in range(10):
+        write_training_run(runs_root / f"train-20260101-12000{index}", 2_000)
+    explain_run = write_run(base / "explain", build_events())
+    graph_run = write_graph_run(base / "graphs", 10_000)
+    summary_run = write_training_run(base / "summary", 20_000)
+    return {
+        "help": ["--help"],
+        "runs": ["runs", str(runs_root)],
+        "recompiles": ["recompiles", str(explain_run), "--explain"],
+        "diff-graphs": ["diff-graphs", str(graph_run), "0", "1"],
+        "summary": ["summary", str(summary_run)],
+    }
+
+
+def cagtool_argv() -> list[str]:
+    """The console script a user runs (next to this interpreter), else `python -m cagtool`."""
+    script = Path(sys.executable).parent / "cagtool"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "cagtool"]
+
+
+def time_command(argv: list[str], repeat: int) -> tuple[list[float], list[float]]:
+    env = {**os.environ, "CI": "true", "COLUMNS": "100"}
+    ok_codes = (0, 1)  # diff-graphs exits 1 when the graphs differ, as diff does
+
+    def once() -> tuple[float, float]:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=str(REPO))
+        elapsed = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if proc.returncode not in ok_codes:
+            raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.decode()[-2000:]}")
+        return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+    once()  # warm-up
+    runs = [once() for _ in range(repeat)]
+    return [wall for wall, _ in runs], [cpu for _, cpu in runs]
+
+
+def machine() -> dict[str, object]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=str(REPO)).stdout.strip()
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "commit": commit}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--only", default=",".join(TARGETS), help="comma-separated: " + ", ".join(TARGETS))
+    parser.add_argument("--keep", type=Path, help="write the synthetic records here and keep them")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = parser.parse_args()
+    names = [n for n in args.only.split(",") if n]
+    base = args.keep or Path(tempfile.mkdtemp(prefix="cagtool-cli-speed-"))
+    try:
+        commands = build_fixtures(base)
+        info = machine()
+        load_before = os.getloadavg()
+        results = [Timing(name, cagtool_argv() + commands[name], TARGETS[name], *time_command(cagtool_argv() + commands[name], args.repeat)) for name in names]
+        load_after = os.getloadavg()
+    finally:
+        if args.keep is None:
+            shutil.rmtree(base, ignore_errors=True)
+    print(f"{info['cpu']}, {info['cores']} cores, Python {info['python']}, commit {info['commit']}; "
+          f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after; {args.repeat} repetitions after a warm-up")
+    print(f"{'command':<12} {'median':>8} {'min':>8} {'max':>8} {'cpu med':>8} {'target':>8}  verdict (wall)")
+    for r in results:
+        print(f"{r.name:<12} {r.median:8.3f} {min(r.times):8.3f} {max(r.times):8.3f} {statistics.median(r.cpu):8.3f} {r.target_s:8.2f}  {r.verdict}")
+    if args.json:
+        args.json.write_text(json.dumps({"machine": info, "load_before": load_before, "load_after": load_after,
+                                         "results": [{"name": r.name, "argv": r.argv[len(cagtool_argv()):], "target_s": r.target_s, "times": r.times, "cpu": r.cpu,
+                                                      "median": r.median, "verdict": r.verdict} for r in results]}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

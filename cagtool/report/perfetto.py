@@ -2,8 +2,8 @@
 or chrome://tracing, next to a torch.profiler trace.
 
 One process per mode record and rank (`ca`, `ca rank1`, ...), one track (thread) per kind of span:
-steps (start of a backward to the start of the next, as `frames.steps_frame` measures them),
-backward calls, optimizer steps, CA captures, CA graph first calls (lazy compile + one run) and
+steps (from the previous step's end to this one's; schema 1 records: start of a backward to the
+start of the next, as `frames.steps_frame` measures them), backward calls, optimizer steps, CA captures, CA graph first calls (lazy compile + one run) and
 Dynamo compiles. Every span is a complete event (`ph: "X"`) in microseconds; events record their
 end time `t`, so a span is [t - duration, t]. Times are relative to the earliest mode start of the
 run (each mode's clock starts at its manifest's `started_at`), so modes and ranks line up.
@@ -19,6 +19,7 @@ from typing import Any
 
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import (
+    BackwardEvent,
     CACompileEvent,
     CAGraphEvent,
     DynamoCompileEvent,
@@ -86,15 +87,24 @@ def process_events(proc: TraceProcess, offset_s: float) -> list[dict[str, Any]]:
         events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
         events.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
     steps = record.of(StepEvent)
+    by_boundary = any(s.boundary for s in steps)  # schema 2: a step ends at its boundary (record/schema.py)
     if steps:
         frame = steps_frame(record)
         for number, row in frame.iterrows():
-            start = float(row["t"]) - float(row["backward_s"])
-            iteration = row["iteration_s"]
-            if iteration == iteration:  # not NaN: the last step has no following start
+            if by_boundary:
+                # On the host clock: from the previous step's end to this one's (the first has no start).
+                duration = row["wall_s"]
+                start = float(row["t"]) - float(duration) if duration == duration and duration is not None else None
+            else:
+                start, duration = float(row["t"]) - float(row["backward_s"]), row["iteration_s"]
+            if start is not None and duration == duration:  # not NaN: the last step has no following start
                 args = {"step": int(number), "compile_affected": bool(row["compile_affected"]), "loss": _num(row["loss"])}
-                events.append(_span(f"step {number}", TRACK_STEPS, pid, offset_s + start, float(iteration), args))
-    for s in steps:
+                events.append(_span(f"step {number}", TRACK_STEPS, pid, offset_s + start, float(duration), args))
+    if by_boundary:
+        for b in record.of(BackwardEvent):
+            args = {"step": b.step, "index": b.index, "call": b.call, "ca_captures": b.ca_captures, "loss": _num(b.loss)}
+            events.append(_span(f"backward {b.step}.{b.index}", TRACK_BACKWARD, pid, offset_s + b.t - b.backward_s, b.backward_s, args))
+    for s in steps if not by_boundary else ():
         args = {"step": s.step, "ca_captures": s.ca_captures, "compiles": s.compiles, "compile_s": s.compile_s, "loss": _num(s.loss)}
         events.append(_span(f"backward {s.step}", TRACK_BACKWARD, pid, offset_s + s.t - s.backward_s, s.backward_s, args))
     for o in record.of(OptimizerStepEvent):

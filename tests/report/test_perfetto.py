@@ -13,7 +13,7 @@ import pytest
 from conftest import cagtool_cmd
 
 from cagtool.record.loader import load_run
-from cagtool.record.schema import CAGraphEvent, DynamoCompileEvent, StepEvent
+from cagtool.record.schema import BackwardEvent, CAGraphEvent, DynamoCompileEvent, StepEvent
 from cagtool.report.perfetto import TRACKS
 
 # The parts of the Trace Event Format (Google's "Trace Event Format" document) this export uses.
@@ -93,11 +93,15 @@ def test_spans_match_the_record(trace):
         spans = [e for e in events if e["ph"] == "X" and e["pid"] == pid_of[name]]
         backward = [e for e in spans if e["tid"] == tid["backward"]]
         steps = record.of(StepEvent)
-        assert len(backward) == len(steps)
-        for event, step in zip(sorted(backward, key=lambda e: e["ts"]), sorted(steps, key=lambda s: s.step)):
-            assert event["dur"] == pytest.approx(step.backward_s * 1e6, abs=1)
-        # Steps: start of one backward to the start of the next (the last has no end).
-        assert len([e for e in spans if e["tid"] == tid["steps"]]) == max(len(steps) - 1, 0)
+        calls = record.of(BackwardEvent)  # one span per backward call
+        assert len(backward) == len(calls) >= len(steps)
+        for event, call in zip(sorted(backward, key=lambda e: e["ts"]), sorted(calls, key=lambda b: b.seq)):
+            assert event["dur"] == pytest.approx(call.backward_s * 1e6, abs=1)
+        # Steps: from the previous step's end to this one's (the first has no start).
+        step_spans = [e for e in spans if e["tid"] == tid["steps"]]
+        assert len(step_spans) == max(len(steps) - 1, 0)
+        for event, step in zip(sorted(step_spans, key=lambda e: e["ts"]), sorted(steps, key=lambda s: s.step)[1:]):
+            assert event["dur"] == pytest.approx(step.wall_s * 1e6, abs=1)
         assert len([e for e in spans if e["tid"] == tid["CA capture"]]) == len(record.of(CAGraphEvent))
         assert len([e for e in spans if e["tid"] == tid["Dynamo compile"]]) == len(record.of(DynamoCompileEvent))
     ca_pid = pid_of["ca"]

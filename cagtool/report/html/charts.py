@@ -81,6 +81,34 @@ def step_rows(series: Sequence[Series]) -> list[dict[str, Any]]:
     return rows
 
 
+# A long run's timeline keeps at most this many points per line (about 200 bytes each in the page):
+# every compile-affected step stays, steady steps are thinned evenly. The figures (medians,
+# percentiles) come from every step; only the drawing is thinned.
+MAX_POINTS_PER_SERIES = 2500
+
+
+def thin_steps(rows: list[dict[str, Any]], limit: int = MAX_POINTS_PER_SERIES) -> tuple[list[dict[str, Any]], int]:
+    """(the rows to draw, how many were left out)."""
+    by_series: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_series.setdefault(row["series"], []).append(row)
+    kept: list[dict[str, Any]] = []
+    dropped = 0
+    for series_rows in by_series.values():
+        if len(series_rows) <= limit:
+            kept.extend(series_rows)
+            continue
+        affected = [r for r in series_rows if r["compile_affected"]]
+        steady = [r for r in series_rows if not r["compile_affected"]]
+        room = max(limit - len(affected), 1)
+        stride = -(-len(steady) // room)  # ceil
+        chosen = affected + steady[::stride]
+        chosen.sort(key=lambda r: r["step"])
+        dropped += len(series_rows) - len(chosen)
+        kept.extend(chosen)
+    return kept, dropped
+
+
 def marker_rows(series: Sequence[Series]) -> list[dict[str, Any]]:
     """One row per CA capture, Dynamo recompile and graph break of each series: its kind, step,
     compile id, torch's reason verbatim, the autograd node and the user's source line."""

@@ -207,12 +207,13 @@ def _timeline_section(page: Page, groups: list[tuple[str, list[charts.Series]]])
         )
     )
     for title, series in groups:
-        steps = charts.step_rows(series)
+        steps, dropped = charts.thin_steps(charts.step_rows(series))
         markers = charts.marker_rows(series)
         if not steps and not markers:
             parts.append(text("p", f"{title}: no steps recorded.", class_="note"))
             continue
-        parts.append(page.chart(charts.timeline_spec(title, steps, markers)))
+        caption = f"{dropped:,} steady steps not drawn (every compile-affected step is); the figures use them all." if dropped else ""
+        parts.append(page.chart(charts.timeline_spec(title, steps, markers), caption))
     return tag("section", "".join(parts), id="timeline")
 
 

@@ -9,6 +9,7 @@ and compile time by phase, modes side by side. The rows come from `frames.steps_
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -209,8 +210,13 @@ def timeline_spec(title: str, steps: list[dict[str, Any]], markers: list[dict[st
         rules = marks.mark_rule(strokeDash=[3, 3], opacity=0.5).encode(
             x=x, color=alt.Color("kind:N", scale=alt.Scale(domain=kinds, range=[c for _, _, c in _MARKERS]), legend=None)
         )
+        # Each kind has its own lane along the top, in pixels (no scale), so a miss and a break at
+        # one step stay apart.
+        lane = alt.Y("lane:Q", scale=None, axis=None)
+        lanes = {k: 7 + 11 * i for i, k in enumerate(kinds)}
+        marks = marks.transform_calculate(lane=f"{json.dumps(lanes)}[datum.kind]")
         symbols = marks.mark_point(filled=True, size=110, opacity=0.9).encode(
-            x=x, y=alt.value(8), color=kind_color, shape=kind_shape, tooltip=marker_tooltip
+            x=x, y=lane, color=kind_color, shape=kind_shape, tooltip=marker_tooltip
         ).properties(name=EVENT_MARKS)
         layers += [rules, symbols]
     # Colour scales are per layer: records for the steps, event kinds for the markers. The points'

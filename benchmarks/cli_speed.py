@@ -43,6 +43,7 @@ from cagtool.record.manifest import ModeManifest, RunMeta, to_dict  # noqa: E402
 from cagtool.record.schema import (  # noqa: E402
     SCHEMA_VERSION,
     AutogradNodeRef,
+    BackwardEvent,
     CacheMissEvent,
     CAGraphEvent,
     DynamoCompileEvent,
@@ -92,7 +93,7 @@ def _write_meta(root: Path, modes: list[str]) -> None:
 
 
 def training_events(steps: int, mode: str, recompiles: int = 3) -> list[Event]:
-    """A mode's events as capture writes them today: per step a `step` and an `optimizer_step`,
+    """A mode's events as capture writes them (schema 2): per step a `backward`, an `optimizer_step` and a `step`,
     plus (ca) a CA graph and cache miss at the first steps and a compile per graph."""
     events: list[Event] = []
 
@@ -110,9 +111,12 @@ def training_events(steps: int, mode: str, recompiles: int = 3) -> list[Event]:
                 code_file=f"graphs/ca_{step - 1}.py", nodes_file=f"graphs/ca_{step - 1}.json")
             add(DynamoCompileEvent, compile_id=f"!{step - 1}/{step}/0", is_ca_graph=True, step=step, co_name="forward",
                 co_filename="<eval_with_key>", entire_frame_compile_time_s=0.3)
-        add(StepEvent, step=step, backward_s=0.002 + (step % 7) * 1e-5, loss=1.0 / step, ca_captures=int(mode == "ca" and step <= recompiles + 1),
-            compiles=0, compile_s=0.0)
+        captures = int(mode == "ca" and step <= recompiles + 1)
+        backward_s = 0.002 + (step % 7) * 1e-5
+        add(BackwardEvent, step=step, index=0, backward_s=backward_s, ca_captures=captures, loss=1.0 / step)
         add(OptimizerStepEvent, step=step, wall_s=0.0005, optimizer="AdamW")
+        add(StepEvent, step=step, backward_s=backward_s, loss=1.0 / step, ca_captures=captures, compiles=0, compile_s=0.0,
+            wall_s=None if step == 1 else 0.004, backward_calls=1, boundary="optimizer", optimizer_s=0.0005)
     add(FinalStateEvent, param_norm=10.0, grad_norm=1.0, num_params=4)
     return events
 

@@ -298,6 +298,7 @@ def mode_metrics(record: ModeRecord) -> ModeMetrics:
     sites = graph_break_sites(breaks)
     intervals, excluded, clock = record_step_intervals(record)
     backwards = record.of(BackwardEvent)
+    step_numbers = {s.step for s in steps}  # once: inside the count below it was rebuilt per backward (quadratic)
     boundaries = {s.boundary for s in steps if s.boundary}
     torch_breaks = torch_graph_breaks(counters)
     uses_ca = manifest.mode == "ca" or bool(ca_graphs)
@@ -326,7 +327,7 @@ def mode_metrics(record: ModeRecord) -> ModeMetrics:
         backward_calls=max(len(backwards), record.kind_counts.get(BackwardEvent.kind, 0)) if stamps_step_in_progress(manifest.schema_version) else len(steps),
         step_boundary=_step_boundary(boundaries),
         backward_calls_per_step=tuple(sorted({s.backward_calls for s in steps})) if boundaries else ((1,) if steps else ()),
-        backward_calls_after_last_step=sum(1 for b in backwards if b.step not in {s.step for s in steps}),
+        backward_calls_after_last_step=sum(1 for b in backwards if b.step not in step_numbers),
         peak_device_memory_bytes=manifest.peak_device_memory_bytes,
         graph_break_sites=sites,
         graph_breaks_from_torch=torch_breaks is not None,

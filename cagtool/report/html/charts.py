@@ -164,13 +164,13 @@ def timeline_spec(title: str, steps: list[dict[str, Any]], markers: list[dict[st
     zoom = alt.selection_interval(name="zoom", bind="scales", encodings=["x"])
     # Steps are whole numbers: ticks between them (a zoomed axis has some) carry no label.
     x = alt.X("step:Q", title="step", axis=alt.Axis(tickMinStep=1, labelExpr="datum.value % 1 ? '' : datum.label"))
-    y = alt.Y("iteration_ms:Q", title="iteration time (ms, log)", scale=alt.Scale(type="log"))
+    y = alt.Y("iteration_ms:Q", title="step time (ms, log)", scale=alt.Scale(type="log"))
     color = alt.Color("series:N", title="record", legend=alt.Legend(orient="top"))
     tooltip = [
         alt.Tooltip("series:N", title="record"),
         alt.Tooltip("step:Q"),
-        alt.Tooltip("iteration_ms:Q", title="iteration (ms)", format=".3f"),
-        alt.Tooltip("backward_ms:Q", title="backward (ms)", format=".3f"),
+        alt.Tooltip("iteration_ms:Q", title="step time (ms)", format=".3f"),
+        alt.Tooltip("backward_ms:Q", title="backward calls (ms)", format=".3f"),
         alt.Tooltip("compile_affected:N", title="compile-affected"),
         alt.Tooltip("compiles:Q"),
         alt.Tooltip("ca_captures:Q", title="CA captures"),

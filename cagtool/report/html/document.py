@@ -199,7 +199,8 @@ def _timeline_section(page: Page, groups: list[tuple[str, list[charts.Series]]])
     parts.append(
         text(
             "p",
-            "Iteration time of each step (start of its backward to the start of the next), log scale. "
+            "Time of each step as the steady-state figures measure it (`frames.steps_frame`: since the "
+            "previous step ended; records of schema 1: from one backward's start to the next), log scale. "
             "Ringed: compile-affected steps, left out of the steady-state figures. Markers at the top: "
             "each CA capture, Dynamo recompile and graph break; hover for the reason, node and source line. "
             "Drag to pan, scroll to zoom.",

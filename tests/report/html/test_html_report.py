@@ -101,7 +101,7 @@ def test_three_modes_in_browser(browser, three_modes):
     for name, record in run.modes.items():
         frame = steps_frame(record)
         for step, row in frame.dropna(subset=["iteration_s"]).iterrows():
-            expected.append((f"step: {step};", f"record: {name};", f"iteration (ms): {row['iteration_s'] * 1000:.3f};"))
+            expected.append((f"step: {step};", f"record: {name};", f"step time (ms): {row['iteration_s'] * 1000:.3f};"))
     assert len(labels) == len(expected)
     for want in expected:
         assert any(all(part in label for part in want) for label in labels), (want, labels)

@@ -96,7 +96,7 @@ class Capture:
         from cagtool.capture.ca_observer import CaptureObserver
         from cagtool.capture.child import _has_compiled_autograd
         from cagtool.capture.mode_setup import make_compiler, mode_context
-        from cagtool.capture.process_identity import ROLE_MAIN, process_info
+        from cagtool.capture.processes.identity import ROLE_MAIN, process_info
         from cagtool.capture.steps import StepTracker
         from cagtool.capture.torch_logs import TRACE_LOGGER, StructuredLogHandler
         from cagtool.capture.writer import RecordWriter, write_run_meta

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT, SAMPLES, cagtool_cmd
 
-from cagtool.capture.launch_audit import check_launch
+from cagtool.capture.processes.launch_audit import check_launch
 from cagtool.capture.target import Target, check_target
 from cagtool.record.loader import load_run
 from cagtool.record.schema import CAGraphEvent, DDPModelEvent, FindingEvent, StepEvent
@@ -206,7 +206,7 @@ def test_subprocess_python_children_record_their_exit(tmp_path):
 
 def test_launches_by_torchs_compiler_are_not_reported():
     """Inductor starts `python -c` with an env of its own to check a kernel loads: not the job's."""
-    from cagtool.capture.launch_audit import started_by_compiler
+    from cagtool.capture.processes.launch_audit import started_by_compiler
 
     def launched_from(filename: str) -> bool:
         code = compile("result = check(sys._getframe())", filename, "exec")

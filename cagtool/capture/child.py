@@ -109,7 +109,7 @@ def _peak_cuda_bytes() -> int | None:
 
 def main(spec_path: str) -> int:
     spec = ModeSpec(**json.loads(Path(spec_path).read_text()))
-    from cagtool.capture.lifeline import SignalStop, die_with_parent, exit_code_for, install_child_handlers
+    from cagtool.capture.processes.lifeline import SignalStop, die_with_parent, exit_code_for, install_child_handlers
 
     install_child_handlers(spec.parent_pid, spec.ack_fd)
     try:
@@ -134,8 +134,8 @@ def _record_mode(spec: ModeSpec) -> int:
     import torch  # noqa: F401 - after the environment is set
 
     from cagtool.capture.ca_observer import CaptureObserver
-    from cagtool.capture.process_identity import ROLE_MAIN, process_info
-    from cagtool.capture.lifeline import SignalStop, exit_code_for, ignore_further_stops, signal_tree
+    from cagtool.capture.processes.identity import ROLE_MAIN, process_info
+    from cagtool.capture.processes.lifeline import SignalStop, exit_code_for, ignore_further_stops, signal_tree
     from cagtool.capture.status import LiveStatus, status_enabled
     from cagtool.capture.steps import StepLimitReached, StepTracker
     from cagtool.capture.target import Target, print_user_traceback, run_target
@@ -176,7 +176,7 @@ def _record_mode(spec: ModeSpec) -> int:
         guard_trace_output(lambda stopped: setattr(manifest, "trace_stopped", stopped))
     steps.install()
     observer.install()
-    from cagtool.capture.follow import attach_main
+    from cagtool.capture.processes.follow import attach_main
 
     followed = attach_main(spec, writer, manifest, steps, observer)  # the Python processes the target starts
 

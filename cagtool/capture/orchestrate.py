@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from cagtool.capture.child import STARTUP_ERROR_FILE, ModeSpec
-from cagtool.capture.lifeline import ChildSupervisor, adopt_orphans, end_orphans, exit_code_for
+from cagtool.capture.processes.lifeline import ChildSupervisor, adopt_orphans, end_orphans, exit_code_for
 from cagtool.capture.status import restore_terminal
 from cagtool.capture.stdin_feed import StdinFeed
 from cagtool.capture.target import Target

@@ -2,7 +2,6 @@
 all-reduce hooks after construction, so no collective can reach the compiled-autograd graph."""
 
 import argparse
-import os
 import socket
 
 import torch

@@ -1,7 +1,6 @@
 """Starts `python child_train.py` three times: it trains two steps, then ends normally, with
 sys.exit(3), or by raising. Prints each child's return code."""
 
-import os
 import subprocess
 import sys
 

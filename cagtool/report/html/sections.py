@@ -28,7 +28,7 @@ from cagtool.report.compare.render import (
 from cagtool.report.graphs.diff import CHANGED, EQUAL, INSERTED, REMOVED, NodeDiff
 from cagtool.report.graphs.render import changed_fields, header_lines, hunks, node_text, origin_label, summary_lines
 from cagtool.report.graphs.runs import GraphComparison
-from cagtool.report.html.markup import bullet_list, esc, paragraphs, table, tag, text
+from cagtool.report.html.markup import bullet_list, paragraphs, table, tag, text
 from cagtool.report.recompiles.explain import Explanation, alert_words, cause_words, step_list
 from cagtool.report.recompiles.render import TABLE_HEADER, counts_line, record_notes, table_cells
 from cagtool.report.recompiles.table import format_source

@@ -37,9 +37,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from cagtool.capture import launch_audit
+from cagtool.capture.processes import launch_audit
 from cagtool.capture.ddp_watch import DDPWatch
-from cagtool.capture.process_identity import ROLE_CHILD, ROLE_MAIN, child_key, process_info, rank_from_env
+from cagtool.capture.processes.identity import ROLE_CHILD, ROLE_MAIN, child_key, process_info, rank_from_env
 from cagtool.record.manifest import ExceptionInfo, ModeManifest
 from cagtool.record.schema import GRAPHS_DIR, PROCS_DIR, STATUS_FAILED, STATUS_FINISHED, STATUS_RUNNING, TRACE_DIR, FindingEvent
 

@@ -3,7 +3,7 @@
 `cagtool run` puts this directory first on PYTHONPATH for the target, so every Python child that
 inherits the environment imports this module at start-up (site.py imports the first
 `sitecustomize` on sys.path). It runs the user's own sitecustomize, if any, then hands over to
-cagtool.capture.follow, which sets the process up lazily (when it imports torch). Nothing here
+cagtool.capture.processes.follow, which sets the process up lazily (when it imports torch). Nothing here
 may stop the user's process: errors become one line on stderr.
 """
 
@@ -39,7 +39,7 @@ def _start_following() -> None:
         return
     try:
         try:
-            from cagtool.capture import follow
+            from cagtool.capture.processes import follow
         except ImportError:
             # Another interpreter than cagtool's (a `python` found on PATH): import cagtool from
             # where the parent found it, without leaving that directory on the user's sys.path.
@@ -48,7 +48,7 @@ def _start_following() -> None:
             root = json.loads(config)["cagtool_root"]
             sys.path.insert(0, root)
             try:
-                from cagtool.capture import follow
+                from cagtool.capture.processes import follow
             finally:
                 sys.path.remove(root)
         follow.start_in_child()

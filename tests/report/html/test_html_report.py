@@ -9,7 +9,6 @@ Screenshots go to test-artifacts/ (gitignored) for a person to look at.
 
 from __future__ import annotations
 
-
 import json
 import os
 import shutil

@@ -38,6 +38,13 @@ CA_ENTRY_POINTS = (
     "torch._C._dynamo.compiled_autograd.set_verbose_logger",
     "torch._C._dynamo.compiled_autograd.set_autograd_compiler",
     "torch.autograd._engine_run_backward",
+    # what steps.py's replacement of _engine_run_backward runs in its place (torch 2.13's body)
+    "torch.autograd.graph.log",
+    "torch.autograd.graph._register_logging_hooks_on_whole_graph",
+    "torch.autograd.variable.Variable._execution_engine.run_backward",
+    "torch._C._stash_obj_in_tls",
+    "torch._C._remove_obj_from_tls",
+    "torch._dynamo.trace_rules.add",
     "torch.optim.optimizer.register_optimizer_step_pre_hook",
     "torch.optim.optimizer.register_optimizer_step_post_hook",
 )

@@ -171,6 +171,9 @@ def test_aot_counts_equal_plain_python_with_the_flag_off(tmp_path):
             "graph_breaks": sorted((reason[:300], n) for reason, n in counters.get("graph_break", {}).items()),  # the manifest keeps 300 chars
             "recompiles": counters.get("recompiles", {}),
             "ca_captures": counters.get("compiled_autograd", {}).get("captures", 0),
+            # every frame offered to Dynamo: the script's backward hooks reached from the compiled
+            # train_step's loss.backward() included, cagtool's own frames never (capture/dynamo_skip.py)
+            "frames": counters.get("frames", {}),
         }
 
     _cagtool_run(tmp_path / "r", script, "--ca-flag", "1", modes="aot")

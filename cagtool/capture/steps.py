@@ -1,7 +1,7 @@
 """Steps: one training iteration each, ended by the optimizer's step() (or by each backward call
 when the script has no optimizer); every top-level backward call is recorded within its step.
 
-Wraps `torch.autograd._engine_run_backward`, the entry of Tensor.backward, autograd.backward
+Replaces `torch.autograd._engine_run_backward`, the entry of Tensor.backward, autograd.backward
 and autograd.grad (TORCH_2_13_NOTES.md, "Counting and timing"), and uses torch's global optimizer
 step hooks. What a step is, with one, several or no optimizers: record/schema.py's docstring.
 Thread-safe: backward may run in several threads (each has its own nesting depth).
@@ -9,14 +9,16 @@ Thread-safe: backward may run in several threads (each has its own nesting depth
 
 from __future__ import annotations
 
+import contextvars
 import functools
+import logging
 import math
 import threading
 import time
 import weakref
 from typing import Any, Callable
 
-from cagtool.capture import source
+from cagtool.capture import dynamo_skip, source
 from cagtool.capture.device_readings import DeviceReadings
 from cagtool.capture.writer import RecordWriter
 from cagtool.record.schema import (
@@ -102,20 +104,53 @@ class StepTracker:
     def install(self) -> None:
         import torch
         import torch.autograd
+        from torch.autograd import graph as autograd_graph
+        from torch.autograd.variable import Variable
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         original = torch.autograd._engine_run_backward
         self._original_run_backward = original
         tracker = self
+        # The bookkeeping runs with Dynamo off (its stdlib calls are not the script's frames);
+        # the backward itself does not (dynamo_skip.py).
+        starting = torch._dynamo.disable(tracker._backward_starting)
+        ending = torch._dynamo.disable(tracker._backward_ending)
+        engine_log = autograd_graph.log
 
         def _engine_run_backward(t_outputs, *args, **kwargs):
+            # torch 2.13's torch/autograd/graph.py:_engine_run_backward with the step bookkeeping
+            # around the engine call, in place of it rather than calling it: no extra Python
+            # frame between the script's backward call and the engine, so a warning raised in a
+            # backward hook (stacklevel counted from the hook) names the script's line as under
+            # plain python, and is shown, or not, as often. Dynamo skips this frame (cagtool's
+            # directory is in its skip list) and is offered the frames it calls, as it is
+            # torch's function's.
             # Nested: a backward in this thread's backward, or one run by the autograd engine
             # while it executes a graph (reentrant checkpointing, on a device thread too).
-            if getattr(tracker._local, "depth", 0) or torch.compiler.is_compiling() or torch._C._current_graph_task_id() != -1:
-                return original(t_outputs, *args, **kwargs)
-            return tracker._top_level_backward(original, t_outputs, args, kwargs)
+            nested = getattr(tracker._local, "depth", 0) or torch.compiler.is_compiling() or torch._C._current_graph_task_id() != -1
+            started = None if nested else starting(t_outputs, kwargs)
+            limit = False
+            try:
+                attach_logging_hooks = engine_log.getEffectiveLevel() <= logging.DEBUG
+                if attach_logging_hooks:
+                    unregister_hooks = autograd_graph._register_logging_hooks_on_whole_graph(t_outputs)
+                torch._C._stash_obj_in_tls("context", contextvars.copy_context())
+                try:
+                    result = Variable._execution_engine.run_backward(t_outputs, *args, **kwargs)
+                finally:
+                    if attach_logging_hooks:
+                        unregister_hooks()
+                    torch._C._remove_obj_from_tls("context")
+            finally:
+                if started is not None:
+                    limit = ending(started)
+            if limit:
+                tracker.step_limit_reached = True
+                raise StepLimitReached(tracker.closed_steps)
+            return result
 
-        torch.autograd._engine_run_backward = torch._dynamo.disable(_engine_run_backward)
+        dynamo_skip.hide_cagtool_frames()
+        torch.autograd._engine_run_backward = _engine_run_backward
 
         # Knowing an optimizer exists before its first step() tells a GAN's two optimizers apart
         # from one (schema docstring); subclasses reach it through super().__init__.
@@ -225,7 +260,8 @@ class StepTracker:
         return self.max_steps is not None and self.closed_steps >= self.max_steps and not self.step_limit_reached
 
     # -- the wrapper's body -------------------------------------------------------------------
-    def _top_level_backward(self, original: Callable[..., Any], t_outputs: Any, args: tuple, kwargs: dict) -> Any:
+    def _backward_starting(self, t_outputs: Any, kwargs: dict) -> tuple:
+        """A top-level backward begins: what _backward_ending needs."""
         outputs = t_outputs if isinstance(t_outputs, (tuple, list)) else [t_outputs]
         roots = [getattr(t, "grad_fn", None) for t in outputs]
         with self._lock:
@@ -236,21 +272,19 @@ class StepTracker:
         self._check_flag_finding(step)
         local = self._local
         local.depth, local.captures = 1, 0
-        start = time.perf_counter()
+        return step, index, outputs, roots, kwargs, time.perf_counter()
+
+    def _backward_ending(self, started: tuple) -> bool:
+        """The backward begun by _backward_starting returned or raised. True when --steps is reached."""
+        step, index, outputs, roots, kwargs, start = started
+        elapsed = time.perf_counter() - start
+        local = self._local
+        local.depth = 0
         try:
-            result = original(t_outputs, *args, **kwargs)
-        finally:
-            elapsed = time.perf_counter() - start
-            local.depth = 0
-            try:
-                limit = self._backward_finished(step, index, elapsed, local.captures, outputs, roots, kwargs)
-            except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
-                self.note_error(exc)
-                limit = False
-        if limit:
-            self.step_limit_reached = True
-            raise StepLimitReached(self.closed_steps)
-        return result
+            return self._backward_finished(step, index, elapsed, local.captures, outputs, roots, kwargs)
+        except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
+            self.note_error(exc)
+            return False
 
     def _backward_finished(self, step: int, index: int, elapsed: float, captures: int, outputs: list[Any], roots: list[Any], kwargs: dict) -> bool:
         value, device_tensor = _loss(outputs[0] if outputs else None)

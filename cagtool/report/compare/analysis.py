@@ -266,12 +266,20 @@ BELOW = "below"
 
 
 def speedup_verdict(
-    ratio: float, low: float, high: float, steady_steps: int, bound: float = 1.0, repetition_ratios: tuple[float, ...] = ()
+    ratio: float,
+    low: float,
+    high: float,
+    steady_steps: int,
+    bound: float = 1.0,
+    repetition_ratios: tuple[float, ...] = (),
+    min_samples: int = MIN_STEADY_STEPS,
 ) -> str:
-    """The one noise rule for a speedup, used by `compare` (bound 1.0) and `gate --min-speedup`
-    (bound = the minimum): too few steady steps on either side and nothing is claimed; a p10-p90
-    range (or repetitions) straddling the bound is within noise; otherwise above or below it."""
-    if steady_steps < MIN_STEADY_STEPS:
+    """The one noise rule for every timing ratio: `compare`'s speedups (bound 1.0), `gate
+    --min-speedup` (bound = the minimum) and gate's regressions against a baseline (ratio = now /
+    baseline, bound = 1 + the allowed regression; report.gate.checks). Too few samples on either
+    side (`steady_steps` < `min_samples`) and nothing is claimed; a p10-p90 range (or repetitions)
+    straddling the bound is within noise; otherwise the whole range is above or below it."""
+    if steady_steps < min_samples:
         return TOO_FEW_STEPS
     inside = low <= bound <= high
     if len(repetition_ratios) > 1:

@@ -16,7 +16,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from cagtool.errors import UsageError
-from cagtool.report.compare.analysis import BELOW, MIN_STEADY_STEPS, TOO_FEW_STEPS, WITHIN_NOISE, speedup_verdict
+from cagtool.report.compare.analysis import ABOVE, BELOW, MIN_STEADY_STEPS, TOO_FEW_STEPS, WITHIN_NOISE, speedup_verdict
 from cagtool.report.gate.baseline import ModeSnapshot
 
 RECOMPILE_KINDS: dict[str, str] = {
@@ -414,13 +414,53 @@ def _pct(change: float) -> str:
     return f"{change:+.1f}%"
 
 
-def _verdict(head: str, detail: str, change_s: float, allowed_s: float, bound: str) -> tuple[Outcome, str]:
-    """Worse than allowed fails, as much better is an improvement, anything between passes."""
-    if change_s > allowed_s:
-        return Outcome.FAIL, f"{head}: {detail} > +{bound}"
-    if change_s < -allowed_s:
-        return Outcome.IMPROVED, f"{head}: {detail} < -{bound}: improved, refresh the baseline"
-    return Outcome.PASS, f"{head}: {detail} within +/-{bound}"
+@dataclass(frozen=True)
+class RegressionVerdict:
+    """A ratio (now / baseline) judged against the allowed regression by the one noise rule."""
+
+    outcome: Outcome
+    verdict: str  # the rule's word against the allowed bound: above | within noise | below | too few steady steps
+    note: str = ""  # why it passed although the median alone would not have
+
+
+def regression_verdict(
+    ratio: float, low: float, high: float, samples: int, allowed: float, improved: float, min_samples: int = MIN_STEADY_STEPS
+) -> RegressionVerdict:
+    """The noise rule of `compare` and `--min-speedup` (report.compare.analysis.speedup_verdict)
+    applied to a time against its baseline: a FAIL only when the whole range [low, high] of the
+    ratio lies above `allowed` (1 + the threshold), an IMPROVED only when it lies wholly below
+    `improved` (1 - the threshold), an ERROR with too few samples (never a silent pass), else a
+    PASS, with a note when the range straddles a bound (within noise)."""
+    up = speedup_verdict(ratio, low, high, samples, allowed, min_samples=min_samples)
+    if up == TOO_FEW_STEPS:
+        return RegressionVerdict(Outcome.ERROR, up)
+    if up == ABOVE:
+        return RegressionVerdict(Outcome.FAIL, up)
+    down = speedup_verdict(ratio, low, high, samples, improved, min_samples=min_samples)
+    if down == BELOW:
+        return RegressionVerdict(Outcome.IMPROVED, up)
+    if up == WITHIN_NOISE:
+        side = "beyond" if ratio > allowed else "inside"
+        return RegressionVerdict(Outcome.PASS, up, f"within noise: the median is {side} the allowed regression, but the p10-p90 range of the ratio contains it (run more steps to narrow it)")
+    if down == WITHIN_NOISE and ratio < improved:
+        return RegressionVerdict(Outcome.PASS, up, "within noise: the median improved beyond the threshold, but the p10-p90 range of the ratio does not clearly")
+    return RegressionVerdict(Outcome.PASS, up)
+
+
+def _regression_message(head: str, detail: str, verdict: RegressionVerdict, threshold: TimeThreshold, spread: str) -> str:
+    if verdict.outcome is Outcome.FAIL:
+        return f"{head}: {detail} > +{threshold}, beyond the noise{spread}"
+    if verdict.outcome is Outcome.IMPROVED:
+        return f"{head}: {detail} < -{threshold}, beyond the noise{spread}: improved, refresh the baseline"
+    if verdict.verdict == WITHIN_NOISE:
+        return f"{head}: {detail}: +{threshold} allowed is within the noise{spread}"
+    return f"{head}: {detail} within +/-{threshold}{spread}"
+
+
+def _bounds(threshold: TimeThreshold, before: float) -> tuple[float, float]:
+    """(allowed, improved) bounds on the ratio now / before for a threshold in % or seconds."""
+    delta = threshold.value / 100.0 if threshold.unit == "%" else threshold.value / before
+    return 1.0 + delta, 1.0 - delta
 
 
 @dataclass(frozen=True)
@@ -447,11 +487,9 @@ class _TimeCheck:
 
 @dataclass(frozen=True)
 class StepTimeRegressionCheck(_TimeCheck):
-    """Step time against the baseline's, with a noise floor: a change only counts when it exceeds
-    both the threshold and the noise of the two measurements, twice the standard error of the
-    difference (about 95%). Each side's standard error comes from its measured spread: sigma is
-    estimated as (p90 - p10) / 2.563 (the p10-p90 width of a normal), and SE = 1.2533 sigma / sqrt(n)
-    for a median (used for mean, p10 and p90 too: rough, and said so in the docs)."""
+    """Step time against the baseline's, by the one noise rule (`regression_verdict`): the ratio
+    now / baseline of the chosen field, with the range p10(now)/p90(baseline) ... p90(now)/p10(baseline)
+    of the steady step times, fails only when that whole range exceeds the threshold."""
 
     name: str = "max-regression"
 
@@ -464,43 +502,36 @@ class StepTimeRegressionCheck(_TimeCheck):
         now, before = getattr(cur, f"{t.field}_s"), getattr(base, f"{t.field}_s")
         if now is None or before is None or before <= 0:
             return unmeasurable(self.name, self.mode, f"no {t.field} step time to compare", limit, self.source)
-        noise_s = 2.0 * math.sqrt(_standard_error(cur) ** 2 + _standard_error(base) ** 2)
-        change_s = now - before
-        change_pct = 100.0 * change_s / before
-        noise_pct = 100.0 * noise_s / before
-        if t.unit == "%":
-            allowed_pct = max(t.value, noise_pct)
-            allowed_s = before * allowed_pct / 100.0
-        else:
-            allowed_s = max(t.value, noise_s)
-            allowed_pct = 100.0 * allowed_s / before
-        detail = (
-            f"step time {t.field} {_fmt_s(now)} vs baseline {_fmt_s(before)}: {_pct(change_pct)}"
-        )
-        bound = f"{allowed_pct:.1f}% ({_fmt_s(allowed_s)}; threshold {t}, noise +/-{noise_pct:.1f}%)"
-        outcome, message = _verdict(f"{self.name} ({self.mode})", detail, change_s, allowed_s, bound)
-        notes = []
-        if min(cur.count, base.count) < MIN_STEADY_STEPS:
-            notes.append(f"few steady-state steps (this run {cur.count}, baseline {base.count}): the noise floor is rough")
+        ratio = now / before
+        low = min(ratio, (cur.p10_s or now) / (base.p90_s or before))
+        high = max(ratio, (cur.p90_s or now) / (base.p10_s or before)) if (base.p10_s or before) > 0 else math.inf
+        change_pct = 100.0 * (ratio - 1.0)
+        detail = f"step time {t.field} {_fmt_s(now)} vs baseline {_fmt_s(before)}: {_pct(change_pct)}"
+        samples = min(cur.count, base.count)
+        allowed, improved = _bounds(t, before)
+        verdict = regression_verdict(ratio, low, high, samples, allowed, improved)
+        if verdict.outcome is Outcome.ERROR:
+            return unmeasurable(
+                self.name, self.mode, f"{detail} from only {samples} steady steps (this run {cur.count}, baseline {base.count}): "
+                f"too few to judge a regression (run at least {MIN_STEADY_STEPS} steady steps)", limit, self.source,
+            )
+        spread = f" (p10-p90 {_pct(100.0 * (low - 1.0))}..{_pct(100.0 * (high - 1.0))})"
+        message = _regression_message(f"{self.name} ({self.mode})", detail, verdict, t, spread)
         data = {
             "field": t.field, "actual_s": now, "baseline_s": before, "change_pct": change_pct,
-            "noise_pct": noise_pct, "allowed_pct": allowed_pct, "steps": cur.count, "baseline_steps": base.count,
+            "ratio": ratio, "low": low, "high": high, "allowed_ratio": allowed, "verdict": verdict.verdict,
+            "steps": cur.count, "baseline_steps": base.count,
         }
+        notes = [verdict.note] if verdict.note else []
+        outcome = verdict.outcome
         return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, _pct(change_pct), limit, message, self.source, notes, data)
-
-
-def _standard_error(stats: Any) -> float:
-    """Standard error of the median step time, from the p10-p90 spread and the step count."""
-    if stats.p10_s is None or stats.p90_s is None or stats.count < 1:
-        return 0.0
-    sigma = max(stats.p90_s - stats.p10_s, 0.0) / 2.5631
-    return 1.2533 * sigma / math.sqrt(stats.count)
 
 
 @dataclass(frozen=True)
 class CompileTimeRegressionCheck(_TimeCheck):
-    """Total compile time against the baseline's. One measurement per run, so no spread: use an
-    absolute threshold (`0.5s`) when compile times are tiny and percentages jumpy."""
+    """Total compile time against the baseline's, by the same rule. Each side is one figure (the
+    median over repetitions), with no spread recorded, so its range is the point itself: the
+    threshold is the only margin for noise, and the result says so."""
 
     name: str = "max-compile-regression"
 
@@ -508,9 +539,24 @@ class CompileTimeRegressionCheck(_TimeCheck):
         t = self.threshold
         now, before = current.compile_time_s, previous.compile_time_s
         change_s = now - before
-        allowed_s = before * t.value / 100.0 if t.unit == "%" else t.value
         change_pct = 100.0 * change_s / before if before > 0 else (0.0 if change_s == 0 else math.inf)
         detail = f"compile time {_fmt_s(now)} vs baseline {_fmt_s(before)}: {_pct(change_pct)}"
-        outcome, message = _verdict(f"{self.name} ({self.mode})", detail, change_s, allowed_s, f"{t}")
-        data = {"actual_s": now, "baseline_s": before, "change_pct": change_pct if math.isfinite(change_pct) else None}
-        return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, _pct(change_pct), limit, message, self.source, data=data)
+        if before > 0:
+            ratio = now / before
+            allowed, improved = _bounds(t, before)
+        else:  # nothing compiled before: no ratio; any compile time fails a %, or one over an absolute threshold
+            fails = now > 0 and (t.unit == "%" or now > t.value)
+            ratio, allowed, improved = (math.inf if fails else 1.0), 2.0, 0.5
+        # One compile measurement per repetition; the gate has their median, so each side counts once.
+        samples = min(current.repetitions, previous.repetitions)
+        verdict = regression_verdict(ratio, ratio, ratio, samples, allowed, improved, min_samples=1)
+        message = _regression_message(f"{self.name} ({self.mode})", detail, verdict, t, "")
+        notes = [] if verdict.outcome is Outcome.PASS and ratio == 1.0 else [
+            "compile time is one figure per run, with no spread: the threshold is its only noise margin (an absolute one, e.g. 0.5s, suits tiny compile times)"
+        ]
+        data = {
+            "actual_s": now, "baseline_s": before, "change_pct": change_pct if math.isfinite(change_pct) else None,
+            "verdict": verdict.verdict,
+        }
+        outcome = verdict.outcome
+        return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, _pct(change_pct), limit, message, self.source, notes, data)

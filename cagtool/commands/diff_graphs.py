@@ -96,10 +96,13 @@ def _load_focused(path: str | None, options: DiffGraphsOptions, notes: list[Rank
     rank 0) in a multi-rank run; the note saying which ranks exist and whether they diverge goes
     to `notes` (once per run and rank)."""
     from cagtool.record.loader import load_run
-    from cagtool.report.ranks.analysis import focus_note, focus_record
 
     run = load_run(path, strict=options.strict)
     main = run.mode(options.mode)
+    if (rank if rank is not None else options.rank) is None and not main.processes and main.rank is None:
+        return run  # one process: nothing to focus on or say (and the ranks analysis is not imported)
+    from cagtool.report.ranks.analysis import focus_note, focus_record
+
     record, focus = focus_record(run, main, rank if rank is not None else options.rank)
     if record is main:
         return run

@@ -37,7 +37,6 @@ def recompile_tables(
     reads and validates every line with the one loader."""
     from cagtool.record.loader import load_run
     from cagtool.record.schema import StepEvent
-    from cagtool.report.ranks.analysis import focus_note, focus_record
     from cagtool.report.recompiles import StepSummary, load_filtered, recompile_table, step_summary
 
     record = load_run(run, strict=True) if strict else load_filtered(run)[0]
@@ -46,10 +45,15 @@ def recompile_tables(
     modes = [record.mode(mode)] if mode is not None else list(record.modes.values())
     tables, notes = [], []
     for main in modes:
-        focused, focus = focus_record(record, main, rank)
+        if rank is None and not main.processes and main.rank is None:
+            focused, note = main, None  # one process: nothing to focus on or say (no ranks analysis imported)
+        else:
+            from cagtool.report.ranks.analysis import focus_note, focus_record
+
+            focused, focus = focus_record(record, main, rank)
+            note = focus_note(main, focus)
         steps = step_summary(focused) if strict else StepSummary(focused.kind_counts[StepEvent.kind], focused.kind_counts[StepEvent.kind] or None)
         tables.append(recompile_table(focused, steps))
-        note = focus_note(main, focus)
         if note is not None:
             notes.append(note)
     return record, tables, notes

@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 from cagtool.errors import UnreadableInput
 from cagtool.record.liveness import read_vanished_as_killed
@@ -26,13 +26,14 @@ from cagtool.record.schema import (
     RUN_META_FILE,
     SCHEMA_VERSION,
     Event,
-    event_from_dict,
+    event_builder,
 )
 
 DEFAULT_RUNS_DIR = Path(".cagtool") / "runs"
 RUNS_DIR_ENV = "CAGTOOL_RUNS_DIR"
 
 E = TypeVar("E", bound=Event)
+T = TypeVar("T")
 
 
 def runs_dir() -> Path:
@@ -51,6 +52,10 @@ class ModeRecord:
     # ("rank1", "pid4242"); empty for a single-process job and for the child records themselves.
     processes: dict[str, ModeRecord] = field(default_factory=dict)
     _of_cache: dict[tuple[type, int, int], list[Any]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # The events grouped by class, built in one pass the first time `of` is asked (then each kind
+    # is a lookup, not a scan of every event), and figures derived from the events (`derived`).
+    _by_type: tuple[tuple[int, int], dict[type, list[Event]]] | None = field(default=None, init=False, repr=False, compare=False)
+    _derived: dict[tuple[str, int, int], Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def mode(self) -> str:
@@ -80,8 +85,35 @@ class ModeRecord:
         key = (cls, id(self.events), len(self.events))
         found = self._of_cache.get(key)
         if found is None:
-            found = self._of_cache[key] = [e for e in self.events if isinstance(e, cls)]
+            found = self._of_cache[key] = self._collect(cls)
         return list(found)
+
+    def _collect(self, cls: type) -> list[Any]:
+        state = (id(self.events), len(self.events))
+        if self._by_type is None or self._by_type[0] != state:
+            grouped: dict[type, list[Event]] = {}
+            for event in self.events:
+                group = grouped.get(type(event))
+                if group is None:
+                    grouped[type(event)] = [event]
+                else:
+                    group.append(event)
+            self._by_type = (state, grouped)
+        grouped = self._by_type[1]
+        matching = [t for t in grouped if issubclass(t, cls)]
+        if len(matching) == 1:
+            return list(grouped[matching[0]])
+        if not matching:
+            return []
+        return [e for e in self.events if isinstance(e, cls)]  # several classes: keep file order
+
+    def derived(self, name: str, compute: Callable[[ModeRecord], T]) -> T:
+        """`compute(self)`, kept until `events` changes: the summary and the end-of-run comparison
+        both ask for each mode's metrics and step intervals (issue 12)."""
+        key = (name, id(self.events), len(self.events))
+        if key not in self._derived:
+            self._derived[key] = compute(self)
+        return self._derived[key]
 
     def graph_nodes(self, ca_id: int) -> list[GraphNode]:
         return load_graph_nodes(self.path / "graphs" / f"ca_{ca_id}.json")
@@ -240,6 +272,7 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
         except UnicodeDecodeError:
             lines = [_utf8_or_none(raw) for raw in data.split(b"\n")]
         kind_at = len(_KIND_PREFIX)
+        shaped = True  # every line kept is one JSON object's text (as far as its ends tell)
         for number, line in enumerate(lines, start=1):
             if line is None:
                 # Corrupt bytes are a bad line like any other: counted, or fatal with --strict.
@@ -250,17 +283,20 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
             if unwanted and line.startswith(unwanted) and line.rstrip().endswith("}"):
                 counts[line[kind_at : line.find('"', kind_at)]] += 1
                 continue
-            if not line.strip():
-                continue
+            if not (line.startswith("{") and line.endswith("}")):
+                if not line.strip():
+                    continue
+                # Not shaped as the writer writes lines: _decode_lines checks them all one by one.
+                shaped = shaped and line.lstrip().startswith("{") and line.rstrip().endswith("}")
             entries.append((number, line))
-        for number, raw in _decode_lines(entries):
+        for number, raw in _decode_lines(entries, shaped):
             if not isinstance(raw, dict):
                 if strict:
                     raise UnreadableInput(f"{events_path}: line {number} is not a JSON object (--strict)")
                 skipped += 1
                 continue
             try:
-                event = event_from_dict(raw)
+                event = event_builder(raw.get("kind"))(raw)
             except (TypeError, ValueError) as exc:
                 if strict:
                     raise UnreadableInput(f"{events_path}: line {number}: {exc} (--strict)") from None
@@ -294,11 +330,13 @@ def _utf8_or_none(raw: bytes) -> str | None:
         return None
 
 
-def _decode_lines(entries: list[tuple[int, str]]) -> Iterator[tuple[int, Any]]:
+def _decode_lines(entries: list[tuple[int, str]], shaped: bool | None = None) -> Iterator[tuple[int, Any]]:
     """(line number, decoded value or None) per line. When every line is one JSON object, as the
     writer writes them, all are decoded in one json.loads call (a call per line was most of the
     time spent loading a long run); otherwise line by line, so a bad line costs only itself."""
-    if entries and all(text.lstrip().startswith("{") and text.rstrip().endswith("}") for _, text in entries):
+    if shaped is None:  # the caller did not look at the lines' ends while collecting them
+        shaped = all(text.lstrip().startswith("{") and text.rstrip().endswith("}") for _, text in entries)
+    if entries and shaped:
         try:
             values = json.loads("[" + ",".join(text for _, text in entries) + "]")
         except json.JSONDecodeError:

@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
-from cagtool.record.validate import check_types
+from cagtool.record.validate import check_types, fast_check
 
 RUN_FORMAT = "cagtool-run"
 MODE_FORMAT = "cagtool-mode-record"
@@ -407,6 +407,49 @@ def _shape(cls: type) -> _EventShape:
 
 
 _SHAPES: dict[type, _EventShape] = {cls: _shape(cls) for cls in EVENT_TYPES.values()}
+
+
+def _builder(cls: type[Event]) -> Callable[[dict[str, Any]], Event]:
+    """`event_from_dict` for one class, the common case inlined: a line whose keys are the
+    class's fields (no nested records) becomes the event without a per-field call, its types
+    checked by `fast_check` in the same function; anything else takes `event_from_dict`."""
+    shape = _SHAPES[cls]
+    fast = fast_check(cls)
+    if shape.nested or fast is None:
+        return event_from_dict  # type: ignore[return-value]
+    allowed, required, defaults, factories = shape.allowed, shape.required, shape.defaults, tuple(shape.factories.items())
+    new = object.__new__
+
+    def build(data: dict[str, Any]) -> Event:
+        keys = data.keys()
+        if keys <= allowed and required <= keys:
+            event = new(cls)
+            state = event.__dict__
+            state.update(defaults)
+            for key, factory in factories:
+                if key not in data:
+                    state[key] = factory()
+            state.update(data)
+            del state["kind"]
+            return event if fast(event) else check_types(event)
+        return event_from_dict(data)  # type: ignore[return-value]
+
+    return build
+
+
+_BUILDERS: dict[str, Callable[[dict[str, Any]], Event | None]] = {}
+
+
+def event_builder(kind: Any) -> Callable[[dict[str, Any]], Event | None]:
+    """A function building an event of `kind` from its decoded line (the loader's hot loop), made
+    the first time the kind is seen; `event_from_dict` itself for unknown kinds."""
+    build = _BUILDERS.get(kind) if isinstance(kind, str) else None
+    if build is None:
+        cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
+        if cls is None:
+            return event_from_dict
+        build = _BUILDERS[kind] = _builder(cls)
+    return build
 
 
 def event_from_dict(data: dict[str, Any]) -> Event | None:

@@ -133,6 +133,12 @@ def _compiled_check(cls: type) -> Callable[[Any], bool] | None:
     return namespace["check"]
 
 
+def fast_check(cls: type) -> Callable[[Any], bool] | None:
+    """The generated all-fields check of `cls` (see `_compiled_check`): True means valid, False
+    means ask `check_types`; None when `cls` has a hint it cannot test inline."""
+    return _compiled_check(cls)
+
+
 def check_types(obj: Any) -> Any:
     """`obj` itself, or a TypeError naming each field of the wrong type and its value."""
     fast = _compiled_check(type(obj))

@@ -202,7 +202,13 @@ def device_step_seconds(record: ModeRecord) -> dict[int, float]:
 
 
 def record_step_intervals(record: ModeRecord) -> tuple[list[float], list[int], str]:
-    """`steady_intervals` of a mode record, with the clock they were measured on."""
+    """`steady_intervals` of a mode record, with the clock they were measured on (computed once
+    per record: the summary and the comparison both read them)."""
+    intervals, excluded, clock = record.derived("step_intervals", _record_step_intervals)
+    return list(intervals), list(excluded), clock
+
+
+def _record_step_intervals(record: ModeRecord) -> tuple[list[float], list[int], str]:
     steps = record.of(StepEvent)
     device = device_step_seconds(record)
     intervals, excluded = steady_intervals(steps, device)
@@ -271,6 +277,11 @@ def torch_graph_breaks(counters: dict[str, dict[str, int]]) -> int | None:
 
 
 def mode_metrics(record: ModeRecord) -> ModeMetrics:
+    """The mode's figures, computed once per record (summary, comparison and ranks ask again)."""
+    return record.derived("mode_metrics", _mode_metrics)
+
+
+def _mode_metrics(record: ModeRecord) -> ModeMetrics:
     manifest = record.manifest
     steps = record.of(StepEvent)
     dynamo = record.of(DynamoCompileEvent)

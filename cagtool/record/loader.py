@@ -268,7 +268,14 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
                 counts.update(pattern.findall(text))
                 text = pattern.sub("", text)
                 unwanted = ()
-            lines: list[str | None] = text.split("\n")  # the whole stream at once
+                # Only the lines left with text go on, with their line numbers (counted in C).
+                number, previous = 1, 0
+                for match in _TEXT_LINE.finditer(text):
+                    number += text.count("\n", previous, match.start())
+                    previous = match.start()
+                    entries.append((number, match.group(0)))
+                text = ""
+            lines: list[str | None] = text.split("\n") if text else []  # the whole stream at once
         except UnicodeDecodeError:
             lines = [_utf8_or_none(raw) for raw in data.split(b"\n")]
         kind_at = len(_KIND_PREFIX)
@@ -313,6 +320,9 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
     elif strict:
         raise UnreadableInput(f"{events_path} is missing (--strict)")
     return ModeRecord(path=path, manifest=manifest, events=events, skipped_lines=skipped, unknown_kinds=unknown, kind_counts=counts)
+
+
+_TEXT_LINE = re.compile(r"^[^\n]*\S[^\n]*$", re.MULTILINE)  # a line that `line.strip()` leaves non-empty
 
 
 @lru_cache(maxsize=8)

@@ -265,8 +265,12 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
                 # The per-line filter below, over the whole stream in C: each unwanted line counted
                 # and blanked (line numbers kept). The Python loop was most of `recompiles --explain`.
                 pattern = _unwanted_lines(tuple(sorted(kind for kind in EVENT_TYPES if kind not in kinds)))  # type: ignore[operator]
+                # Each match starts at its line's newline (one is put before the first line): a
+                # literal prefix lets the regex engine jump from line to line instead of trying a
+                # `^` at every character (3 x 10 MB in `summary`: 0.1 s per mode -> 0.03 s).
+                text = "\n" + text
                 counts.update(pattern.findall(text))
-                text = pattern.sub("", text)
+                text = pattern.sub("\n", text)[1:]
                 unwanted = ()
                 # Only the lines left with text go on, with their line numbers (counted in C).
                 number, previous = 1, 0
@@ -279,7 +283,9 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
         except UnicodeDecodeError:
             lines = [_utf8_or_none(raw) for raw in data.split(b"\n")]
         kind_at = len(_KIND_PREFIX)
-        shaped = True  # every line kept is one JSON object's text (as far as its ends tell)
+        # Whether every line kept is one JSON object's text (as far as its ends tell), checked in the
+        # loop below; lines the kinds filter already collected are checked by _decode_lines (None).
+        shaped: bool | None = None if entries else True
         for number, line in enumerate(lines, start=1):
             if line is None:
                 # Corrupt bytes are a bad line like any other: counted, or fatal with --strict.
@@ -294,7 +300,7 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
                 if not line.strip():
                     continue
                 # Not shaped as the writer writes lines: _decode_lines checks them all one by one.
-                shaped = shaped and line.lstrip().startswith("{") and line.rstrip().endswith("}")
+                shaped = bool(shaped) and line.lstrip().startswith("{") and line.rstrip().endswith("}")
             entries.append((number, line))
         for number, raw in _decode_lines(entries, shaped):
             if not isinstance(raw, dict):
@@ -330,7 +336,7 @@ def _unwanted_lines(kinds: tuple[str, ...]) -> re.Pattern[str]:
     """A whole line the writer wrote for one of `kinds` (group 1: the kind): what the per-line test
     `line.startswith(prefix + kind + '"') and line.rstrip().endswith("}")` accepts."""
     names = "|".join(re.escape(kind) for kind in kinds)
-    return re.compile("^" + re.escape(_KIND_PREFIX) + "(" + names + ')"[^\n]*\\}[^\\S\n]*$', re.MULTILINE)
+    return re.compile("\n" + re.escape(_KIND_PREFIX) + "(" + names + ')"[^\n]*\\}[^\\S\n]*(?=\n|\\Z)')
 
 
 def _utf8_or_none(raw: bytes) -> str | None:

@@ -7,8 +7,8 @@ a few autograd nodes inserted and removed, a hook added, sizes that became symbo
 every FX counter renamed. What is timed is `diff_graphs` from raw GraphNode lists:
 normalising both graphs, aligning them and summarising (rendering is not included).
 
-    /work/venv/bin/python benchmarks/graph_diff.py            # 10,000 nodes, 7 repetitions
-    /work/venv/bin/python benchmarks/graph_diff.py --nodes 50000 --repeat 3 --json
+    python benchmarks/graph_diff.py            # 10,000 nodes, 7 repetitions
+    python benchmarks/graph_diff.py --nodes 50000 --repeat 3 --json
 """
 
 from __future__ import annotations

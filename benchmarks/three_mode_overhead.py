@@ -16,11 +16,11 @@ the steadier figure, and so is the ratio of minimums (the least disturbed cagtoo
 of each mode's least disturbed bare run). The per-mode lines compare each bare run with the mode's `duration_s` in its
 manifest (the child process from start to record closed), to show where any overhead sits.
 
-    /work/venv/bin/python benchmarks/three_mode_overhead.py                      # transformer sample, 5 reps
-    /work/venv/bin/python benchmarks/three_mode_overhead.py --reps 3 --json
-    /work/venv/bin/python benchmarks/three_mode_overhead.py -- sample_scripts/graph_breaks.py 50
-    /work/venv/bin/python benchmarks/three_mode_overhead.py --cagtool-arg=--no-torch-trace
-    /work/venv/bin/python benchmarks/three_mode_overhead.py --threads 1      # steadier on a shared machine
+    python benchmarks/three_mode_overhead.py                      # transformer sample, 5 reps
+    python benchmarks/three_mode_overhead.py --reps 3 --json
+    python benchmarks/three_mode_overhead.py -- sample_scripts/graph_breaks.py 50
+    python benchmarks/three_mode_overhead.py --cagtool-arg=--no-torch-trace
+    python benchmarks/three_mode_overhead.py --threads 1      # steadier on a shared machine
 """
 
 from __future__ import annotations

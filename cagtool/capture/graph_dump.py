@@ -28,6 +28,20 @@ class GraphSummary:
     hooks: list[HookRef]
     num_sizes: int
 
+    @classmethod
+    def from_tallies(
+        cls, nodes: list[GraphNode], histogram: Counter[str], autograd: dict[int, str], aot_ids: set[int], hooks: list[HookRef], num_sizes: int
+    ) -> "GraphSummary":
+        """The one ordering of a graph's tallies, whether they came from a live GraphModule or a log."""
+        return cls(
+            nodes=nodes,
+            op_histogram=dict(sorted(histogram.items(), key=lambda kv: (-kv[1], kv[0]))),
+            autograd_nodes=[AutogradNodeRef(node_call=k, name=v) for k, v in sorted(autograd.items())],
+            aot_ids=sorted(aot_ids),
+            hooks=hooks,
+            num_sizes=num_sizes,
+        )
+
 
 def target_name(target: Any) -> str:
     if isinstance(target, str):
@@ -149,11 +163,4 @@ def summarize_graph(gm: Any, shapes: dict[str, tuple[Any, Any, Any]] | None = No
                 stride=stride,
             )
         )
-    return GraphSummary(
-        nodes=nodes,
-        op_histogram=dict(sorted(histogram.items(), key=lambda kv: (-kv[1], kv[0]))),
-        autograd_nodes=[AutogradNodeRef(node_call=k, name=v) for k, v in sorted(autograd.items())],
-        aot_ids=sorted(aot_ids),
-        hooks=hooks,
-        num_sizes=num_sizes,
-    )
+    return GraphSummary.from_tallies(nodes, histogram, autograd, aot_ids, hooks, num_sizes)

@@ -128,14 +128,7 @@ def parse_graph_code(code: str) -> GraphSummary:
         if op in ("call_function", "call_method", "call_module"):
             histogram[short_op(op, target)] += 1
         nodes.append(GraphNode(name=name, op=op, target=target, args=args, origin=origin, aot_id=aot_id, hook_type=hook_type))
-    return GraphSummary(
-        nodes=nodes,
-        op_histogram=dict(sorted(histogram.items(), key=lambda kv: (-kv[1], kv[0]))),
-        autograd_nodes=[AutogradNodeRef(node_call=k, name=v) for k, v in sorted(autograd.items())],
-        aot_ids=sorted(aot_ids),
-        hooks=hooks,
-        num_sizes=num_sizes,
-    )
+    return GraphSummary.from_tallies(nodes, histogram, autograd, aot_ids, hooks, num_sizes)
 
 
 def _classify(rhs: str, known: set[str]) -> tuple[str, str, str]:

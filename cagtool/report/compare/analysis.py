@@ -370,11 +370,7 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
 
 # Numerics quantities, in display order.
 LOSS = "loss"
-
-
 PARAM_NORM = "param_norm"
-
-
 GRAD_NORM = "grad_norm"
 
 

@@ -20,11 +20,7 @@ from cagtool.report.compare.analysis import (
 )
 
 JSON_FORMAT = "cagtool-compare"
-
-
 JSON_RUNS_FORMAT = "cagtool-compare-runs"
-
-
 JSON_SCHEMA_VERSION = 1
 
 

@@ -154,8 +154,6 @@ SPEEDUP_FOOTNOTE = (
 
 # A cell that starts or ends so is something the user must not miss.
 _PROBLEM_PREFIXES = ("FAILED", "TIMEOUT", "INTERRUPTED", "RUNNING", "MISSING")
-
-
 _PROBLEM_SUFFIX = "DISAGREES"
 
 

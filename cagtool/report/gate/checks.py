@@ -29,8 +29,6 @@ RECOMPILE_KINDS: dict[str, str] = {
 
 
 STEP_TIME_FIELDS = ("median", "mean", "p10", "p90")
-
-
 _NUMBER = r"[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?"
 
 

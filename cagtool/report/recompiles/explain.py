@@ -37,29 +37,13 @@ from cagtool.report.recompiles.table import (
 
 # Cause codes (stable: they are part of the JSON schema).
 CAUSE_STRUCTURE = "graph_structure"  # different ops / a branch / a loop of varying length
-
-
 CAUSE_HOOK = "hook_changed"  # a backward hook added or removed
-
-
 CAUSE_GRAD_DEFINED = "grad_defined_changed"  # .grad None vs defined (AccumulateGrad's key)
-
-
 CAUSE_SHAPES = "changed_shapes"
-
-
 CAUSE_DYNAMO_FRAME = "dynamo_guard_failure"
-
-
 CAUSE_DYNAMO_CA_GRAPH = "dynamo_ca_graph_guard_failure"
-
-
 CAUSE_UNKNOWN = "unknown"
-
-
 ALERT_LIMIT = "recompile_limit"
-
-
 ALERT_STORM = "recompile_storm"
 
 
@@ -639,8 +623,6 @@ def alert_words(alert: Alert, cwd: str) -> Words:
 
 
 STORM_FRACTION = 0.5  # a storm: recompiles on more than half of the steps after the first
-
-
 STORM_MIN_STEPS = 3  # fewer recompiling steps than this is not a storm, whatever the fraction
 
 

@@ -223,8 +223,6 @@ class ExplanationRenderer:
 
 
 JSON_SCHEMA = "cagtool-recompiles"
-
-
 JSON_SCHEMA_VERSION = 1
 
 

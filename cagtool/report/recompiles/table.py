@@ -31,17 +31,9 @@ from cagtool.record.schema import (
 )
 
 SOURCE_CA = "ca_cache_miss"
-
-
 SOURCE_DYNAMO_FRAME = "dynamo_frame"
-
-
 SOURCE_DYNAMO_CA_GRAPH = "dynamo_ca_graph"
-
-
 KIND_GUARD = "guard_failure"
-
-
 GRAPH_ROOT = "torch::autograd::GraphRoot"
 
 
@@ -179,14 +171,8 @@ def node_label(name: str | None, node_call: int | None) -> str:
 
 # `File "/x/train.py", line 10, in f` followed by the code line, as in Dynamo's recompile reasons.
 _USER_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>[^\n]*)')
-
-
 _LIMIT = re.compile(r"exceeding the (?P<type>\w*recompile_limit) cache size limit \(currently set to (?P<value>\d+)\)")
-
-
 _LIMIT_LOG = re.compile(r"hit config\.(?P<type>\w*recompile_limit) \((?P<value>\d+)\)")
-
-
 _COMPILE_ID = re.compile(r"^(?:!(?P<ca>\d+)/)?(?P<frame>\d+)/(?P<attempt>\d+)$")
 
 
@@ -215,8 +201,6 @@ def forward_step(step: int | None, mode: str = "", in_progress: bool = False) ->
 
 
 _NUMBER = re.compile(r"\b\d+(\.\d+)?\b")
-
-
 _ID_PREFIX = re.compile(r"^\s*-?\s*!?\d+/\d+(/\d+)?:\s*")
 
 

@@ -57,3 +57,47 @@ def test_process_dir_without_manifest_is_skipped_unless_strict(tmp_path):
     assert list(load_run(root).mode("ca").processes) == ["rank0"]
     with pytest.raises(UnreadableInput, match="pid9"):
         load_run(root, strict=True)
+
+
+def test_followed_process_that_vanished_reads_as_killed_and_is_a_finding(tmp_path):
+    """A rank-less worker SIGKILLed (the OOM killer) while the job went on never closed its record:
+    it reads as killed, with a finding that names it, never as "running". A worker that is still
+    alive keeps "running" (a run read while it is going)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from cagtool.capture.processes.identity import ROLE_CHILD, process_info
+    from cagtool.report.ranks.analysis import PROCESS_FAILED, analyze_ranks
+
+    root = _write_run(tmp_path / "run", {"pid1": None, "pid2": None})
+    workers = {}
+    for key in ("pid1", "pid2"):
+        # the process_info a real child writes, with a real process's identity in it
+        worker = subprocess.Popen([sys.executable, "-c", "import os, sys; print(os.getpid(), flush=True); sys.stdin.read()"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        pid = int(worker.stdout.readline())
+        info = process_info(ROLE_CHILD, key)
+        assert {"hostname", "start_ticks"} <= set(info)
+        info["pid"] = pid
+        with open(f"/proc/{pid}/stat") as handle:
+            info["start_ticks"] = int(handle.read().rsplit(")", 1)[1].split()[19])
+        path = root / "ca" / "procs" / key / "manifest.json"
+        data = json.loads(path.read_text())
+        data.update(status="running", process=info)
+        path.write_text(json.dumps(data))
+        workers[key] = worker
+    os.kill(workers["pid1"].pid, signal.SIGKILL)
+    workers["pid1"].wait()
+    try:
+        ca = load_run(root).mode("ca")
+        assert ca.processes["pid1"].manifest.status == "killed"
+        assert "vanished" in ca.processes["pid1"].manifest.exception.message
+        assert ca.processes["pid2"].manifest.status == "running"
+        failed = [f for f in analyze_ranks(ca).findings if f.code == PROCESS_FAILED]
+        assert [f.data["process"] for f in failed] == ["pid1", "pid2"]
+        assert "status killed" in failed[0].message and "status running" in failed[1].message
+    finally:
+        workers["pid2"].kill()
+        workers["pid2"].wait()

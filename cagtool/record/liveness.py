@@ -62,3 +62,18 @@ def read_vanished_as_killed(meta: Any, manifests: list[Any]) -> None:
             manifest.status = STATUS_KILLED
             if manifest.exception is None:
                 manifest.exception = ExceptionInfo("killed", "the cagtool process vanished before this record was closed")
+
+
+def read_dead_writer_as_killed(manifest: Any) -> None:
+    """A mode record still "running" whose own process is gone (a followed rank or worker killed
+    by SIGKILL or the OOM killer, while the rest of the job went on): it was killed. Needs the
+    manifest's `process` to carry hostname and start_ticks (process_info adds them); older records
+    are judged by the pid alone only when it is certainly gone."""
+    from cagtool.record.manifest import ExceptionInfo
+    from cagtool.record.schema import STATUS_KILLED, STATUS_RUNNING
+
+    if manifest.status != STATUS_RUNNING or not process_gone(manifest.process):
+        return
+    manifest.status = STATUS_KILLED
+    if manifest.exception is None:
+        manifest.exception = ExceptionInfo("killed", "its process vanished before it closed this record (SIGKILL, OOM killer)")

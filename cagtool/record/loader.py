@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 from cagtool.errors import UnreadableInput
-from cagtool.record.liveness import read_vanished_as_killed
+from cagtool.record.liveness import read_dead_writer_as_killed, read_vanished_as_killed
 from cagtool.record.manifest import ModeManifest, RunMeta, mode_manifest_from_dict, run_meta_from_dict
 from cagtool.record.graph_file import GRAPH_FORMAT, GraphNode, graph_node_from_dict
 from cagtool.record.schema import (
@@ -247,6 +247,7 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
         manifest = mode_manifest_from_dict(data)
     except TypeError as exc:
         raise UnreadableInput(f"mode manifest {path / MANIFEST_FILE} is malformed: {exc}") from None
+    read_dead_writer_as_killed(manifest)
     events: list[Event] = []
     skipped = 0
     unknown: Counter[str] = Counter()

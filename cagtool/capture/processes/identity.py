@@ -7,6 +7,8 @@ import os
 import sys
 from typing import Any
 
+from cagtool.record.liveness import this_process
+
 ROLE_MAIN = "main"
 ROLE_CHILD = "child"
 
@@ -39,4 +41,7 @@ def process_info(role: str, key: str, argv: list[str] | None = None, rank: int |
         "world_size": _env_int("WORLD_SIZE"),
         "role": role,
         "argv": list(sys.argv if argv is None else argv),
+        # hostname and start_ticks: a reader can tell this process died without closing the record
+        # (record/liveness.py), e.g. a rank the OOM killer took while the job went on.
+        **{k: v for k, v in this_process().items() if k != "pid"},
     }

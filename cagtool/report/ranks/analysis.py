@@ -11,8 +11,8 @@ What counts as a problem, and why:
 - *norms diverge*: final parameter or gradient norms that differ across ranks: the gradients were
   not synchronised (or the parameters were not broadcast), whatever the graphs did.
 - *steps differ*: ranks that both finished ran a different number of steps (a collective waits).
-- a rank *missing* (fewer rank records than the world size), a rank that *failed*, and a process
-  cagtool *could not follow* (`process_not_followed`, written by the process that started it).
+- a rank *missing* (fewer rank records than the world size), a rank or another followed process
+  that *failed* (or was killed: its record was never closed), and a process cagtool *could not follow* (`process_not_followed`, written by the process that started it).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ RANKS_NORMS_DIVERGE = "ranks_norms_diverge"
 RANKS_STEPS_DIFFER = "ranks_steps_differ"
 RANK_MISSING = "rank_missing"
 RANK_FAILED = "rank_failed"
+PROCESS_FAILED = "process_failed"  # a followed process without a rank that did not finish cleanly
 
 
 @dataclass(frozen=True)
@@ -379,6 +380,12 @@ def analyze_ranks(record: ModeRecord, tolerance: Tolerance | None = None) -> Ran
             findings.append(steps)
         findings.extend(norms_divergence(rows, tol))
     others = tuple(key for key, rec in record.processes.items() if rec.rank is None)
+    for key in others:
+        manifest = record.processes[key].manifest
+        if manifest.status != STATUS_FINISHED or manifest.exit_code not in (0, None):
+            code = f", exit code {manifest.exit_code}" if manifest.exit_code not in (None, 0) else ""
+            why = _exception_text(record.processes[key])
+            findings.append(RankFinding(PROCESS_FAILED, f"process {key} did not finish (status {manifest.status}{code}){why}", (), None, {"process": key}))
     return RankAnalysis(record.mode, size, tuple(rows), totals_of(rows), tuple(findings), others)
 
 

@@ -68,3 +68,24 @@ def test_capability_packages_name_what_the_commands_use():
 
     for package in (compare, gate, graphs, recompiles):
         assert package.__all__ and all(hasattr(package, name) for name in package.__all__), package.__name__
+
+
+def test_a_command_loads_its_own_module_only(tmp_path):
+    # Commands are built when looked up (cli._CommandsOnDemand): `runs` imports no other
+    # command's module, and typer reads no other command's signature.
+    loaded = loaded_after(f"from cagtool.cli import main; main(['runs', {str(tmp_path)!r}])")
+    assert {m for m in loaded if m.startswith("cagtool.commands.")} == {"cagtool.commands.runs"}
+    loaded = loaded_after(f"from cagtool.cli import main; main(['recompiles', {str(tmp_path / 'missing')!r}, '--explain'])")
+    assert {m for m in loaded if m.startswith("cagtool.commands.")} == {"cagtool.commands.recompiles", "cagtool.commands._common"}
+
+
+def test_every_command_module_is_listed_and_builds_its_own_command():
+    from cagtool import cli
+
+    modules = {p.stem for p in (ROOT / "cagtool" / "commands").glob("*.py") if not p.stem.startswith("_")}
+    assert set(cli._COMMAND_MODULES.values()) == modules  # a new command module must be listed
+    group = cli.typer.main.get_command(cli.app)
+    assert group.list_commands(None) == list(cli._COMMAND_MODULES)
+    for name in cli._COMMAND_MODULES:
+        assert group.get_command(None, name).name == name  # _build_command raises if the module registers another
+    assert group.get_command(None, "no-such-command") is None

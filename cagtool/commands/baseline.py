@@ -17,7 +17,7 @@ DEFAULT_BASELINE_FILE = "cagtool-baseline.json"
 
 SAVE_HELP = """Save a run's counts, compile time and step-time statistics as a baseline JSON to commit.
 
-`cagtool gate --baseline FILE` then fails on more CA graphs, recompiles or graph breaks than the baseline had, and with --max-regression / --max-compile-regression on slower steps or compiles. It warns when torch version or machine differ from the baseline's. A run with a failed mode is refused (use --allow-failed to save it anyway).
+`cagtool gate --baseline FILE` then fails on more CA graphs, recompiles or graph breaks than the baseline had, and with --max-regression / --max-compile-regression on slower steps or compiles. It warns when torch version or machine differ from the baseline's. A run with a failed mode is refused (use --allow-failed to save it anyway). With --accumulate, the compile times already in FILE are kept beside this run's (the gate measures compile-time noise from 3 or more; see docs/ci.md).
 
 Examples:
 
@@ -26,6 +26,9 @@ Examples:
 
   \b
   cagtool baseline save .cagtool/runs/20260101-120000 -o ci/cagtool-baseline.json
+
+  \b
+  cagtool baseline save RUN2 -o ci/cagtool-baseline.json --accumulate
 """
 
 SHOW_HELP = """Print a baseline file (checks that it reads).
@@ -45,6 +48,7 @@ def register(app: typer.Typer) -> None:
         run: Optional[str] = RUN_ARG,
         output: Path = typer.Option(Path(DEFAULT_BASELINE_FILE), "-o", "--output", metavar="FILE", help="Where to write the baseline."),
         allow_failed: bool = typer.Option(False, "--allow-failed", help="Save even when a mode failed or was interrupted."),
+        accumulate: bool = typer.Option(False, "--accumulate", help="Keep the compile times of the runs already saved in FILE (up to 20) beside this run's, so --max-compile-regression has a measured spread; every other figure is this run's."),
         strict: bool = STRICT_OPT,
     ) -> None:
         from cagtool.record.integrity import refuse_damaged
@@ -63,6 +67,10 @@ def register(app: typer.Typer) -> None:
                 f"not saving a baseline from a run whose modes did not finish ({listed}); "
                 "fix the run or pass --allow-failed",
             )
+        if accumulate and Path(output).exists():
+            from cagtool.report.gate.baseline import accumulate_baseline, load_baseline
+
+            baseline = accumulate_baseline(load_baseline(output), baseline)
         path = save_baseline(baseline, output)
         console = make_console()
         modes = ", ".join(
@@ -70,6 +78,9 @@ def register(app: typer.Typer) -> None:
             for name, snap in baseline.modes.items()
         )
         console.print(f"baseline saved: {path} ({modes})", markup=False, soft_wrap=True)
+        if accumulate:
+            held = ", ".join(f"{name}: {len(snap.compile_samples)}" for name, snap in baseline.modes.items())
+            console.print(f"compile times held: {held} (3 or more give --max-compile-regression a measured spread)", markup=False, soft_wrap=True)
         console.print(f"gate against it with: cagtool gate --baseline {path} --max-regression 10%", markup=False, soft_wrap=True)
 
     @group.command("show", help=SHOW_HELP)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 GATE_HELP = """Check a recorded run against CI thresholds; exit 1 when one is exceeded.
 
-Thresholds come from flags and from [tool.cagtool.gate] in the nearest pyproject.toml (flags win). Counts are exact and direction-aware: more than allowed fails; fewer is reported as IMPROVED (tighten the limit or refresh the baseline), and --fail-on-improvement makes that fail too. With --baseline, the baseline's own counts are the limits of the counts not given. Speedups, step time and compile time against the baseline go through one noise rule (docs/ci.md): only a p10-p90 range of the ratio wholly beyond the threshold fails, and fewer than 5 steady steps is an error, never a pass.
+Thresholds come from flags and from [tool.cagtool.gate] in the nearest pyproject.toml (flags win). Counts are exact and direction-aware: more than allowed fails; fewer is reported as IMPROVED (tighten the limit or refresh the baseline), and --fail-on-improvement makes that fail too. With --baseline, the baseline's own counts are the limits of the counts not given. Speedups, step time and compile time against the baseline go through one noise rule (docs/ci.md): only a range of the ratio wholly beyond the threshold fails (median and mean: the p10-p90 spread of the step times; p10 and p90: their 90% confidence bands; compile time: the baseline's compile times when it has 3 or more, else a fixed +/-10% floor), and fewer than 5 steady steps is an error, never a pass. A median step-time threshold also warns (one line naming the tail) when the p90 alone regressed beyond the noise; --max-regression p90:PCT fails on it.
 
 Threshold grammar: counts N or KIND:N (--max-recompiles kinds: total, ca, dynamo; repeat the flag for several); speedups X or NUM/DEN:X (default ca/aot, i.e. aot step time / ca step time); memory ratios R, NUM/DEN:R (default ca/aot) or baseline:R; times PCT, PCT%, or SECONDSs, and for --max-regression FIELD:... with FIELD median (default), mean, p10 or p90.
 
@@ -35,7 +35,7 @@ Examples:
   cagtool gate RUN --min-speedup 1.05 --junit gate.xml
 
   \b
-  cagtool gate --baseline cagtool-baseline.json --max-regression 10% --max-compile-regression 25%
+  cagtool gate --baseline cagtool-baseline.json --max-regression 10% --max-regression p90:20% --max-compile-regression 25%
 
   \b
   cagtool gate --format json | jq .checks
@@ -59,12 +59,12 @@ _GATE_FLAG_PARAMS: dict[str, tuple[Any, Any]] = {
     ),
     "baseline": (Optional[Path], typer.Option(None, "--baseline", metavar="FILE", help="Baseline JSON (cagtool baseline save); its counts become limits unless given.", rich_help_panel="Gate")),
     "max_regression": (
-        Optional[str],
-        typer.Option(None, "--max-regression", metavar="PCT", help="Most step-time regression vs the baseline: 10, 10%, p90:15%, 0.002s.", rich_help_panel="Gate"),
+        Optional[List[str]],
+        typer.Option(None, "--max-regression", metavar="[FIELD:]PCT", help="Most step-time regression vs the baseline: 10, 10%, 0.002s (median), or FIELD:... with FIELD mean, p10 or p90 (p90:15% gates the tail). Repeatable. A median or mean threshold warns on a p90 regression beyond the noise unless p90 has its own.", rich_help_panel="Gate"),
     ),
     "max_compile_regression": (
         Optional[str],
-        typer.Option(None, "--max-compile-regression", metavar="PCT", help="Most compile-time regression vs the baseline: 25, 25%, 0.5s.", rich_help_panel="Gate"),
+        typer.Option(None, "--max-compile-regression", metavar="PCT", help="Most total compile-time regression vs the baseline: 25, 25%, 0.5s. Noise: the baseline's compile times when it holds 3 or more (run --repeat 3), else a fixed +/-10% floor; the result says which.", rich_help_panel="Gate"),
     ),
     "fail_on_improvement": (
         Optional[bool],

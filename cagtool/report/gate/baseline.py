@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord, check_format, read_json_object
 from cagtool.report.compare.analysis import ModeColumn, mode_columns
+from cagtool.report.metrics import mode_metrics, record_step_intervals
 from cagtool.report.ranks.analysis import lowest_rank, rank_view
 
 BASELINE_FORMAT = "cagtool-baseline"
@@ -38,6 +40,40 @@ class StepTimeSnapshot:
     p10_s: float | None
     p90_s: float | None
     mean_s: float | None = None
+    # Where the p10 and p90 themselves may lie: their 90% distribution-free confidence bands
+    # (`quantile_band`). A tail check needs them: the p10-p90 spread of the step times says how
+    # wide the distribution is, not how well its p90 is known. None in baselines saved before them.
+    p10_band_s: tuple[float, float] | None = None
+    p90_band_s: tuple[float, float] | None = None
+
+    def band(self, field_name: str) -> tuple[float, float] | None:
+        return {"p10": self.p10_band_s, "p90": self.p90_band_s}.get(field_name)
+
+
+# Confidence of the quantile bands: 90%, i.e. a 5% chance on each side that the true quantile is
+# outside; two such bands (run and baseline) must not overlap the threshold for a check to fail.
+QUANTILE_BAND_CONFIDENCE = 0.90
+
+
+def quantile_band(samples: list[float], q: float, confidence: float = QUANTILE_BAND_CONFIDENCE) -> tuple[float, float] | None:
+    """The distribution-free confidence band of the q-quantile of `samples`: the order statistics
+    X(l) <= X(u) with P(X(l) <= true quantile <= X(u)) >= confidence, from the binomial
+    distribution of how many samples fall below the quantile (no assumption on the step times'
+    shape, which is skewed). With few samples a side reaches the smallest or largest sample.
+    None without samples."""
+    ordered = sorted(samples)
+    n = len(ordered)
+    if n == 0:
+        return None
+    tail = (1.0 - confidence) / 2.0
+    cdf, below = 0.0, []  # below[k] = P(Binomial(n, q) <= k)
+    for k in range(n + 1):
+        cdf += math.comb(n, k) * q**k * (1.0 - q) ** (n - k)
+        below.append(cdf)
+    # lower rank l (1-based): the largest with P(B <= l - 1) <= tail; upper u: the smallest with P(B <= u - 1) >= 1 - tail
+    lower = max((k + 1 for k in range(n) if below[k] <= tail), default=1)
+    upper = min((k + 1 for k in range(n) if below[k] >= 1.0 - tail), default=n)
+    return ordered[min(lower, n) - 1], ordered[min(upper, n) - 1]
 
 
 @dataclass(frozen=True)
@@ -68,10 +104,17 @@ class ModeSnapshot:
     # CA cache misses but the one-time .grad warm-up (report.metrics.CAMisses): `--max-recompiles ca:N`.
     # Baselines written before it existed read it as ca_cache_misses.
     ca_recompiles: int = None  # type: ignore[assignment]  # None: as ca_cache_misses
+    # Total compile time of each repetition (`run --repeat K`), and in a baseline of each run saved
+    # into it (`baseline save --accumulate`): the only spread a compile time has. Empty: one figure.
+    compile_time_samples_s: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.ca_recompiles is None:
             object.__setattr__(self, "ca_recompiles", self.ca_cache_misses)
+
+    @property
+    def compile_samples(self) -> tuple[float, ...]:
+        return self.compile_time_samples_s or (self.compile_time_s,)
 
 
 def snapshot_of(column: ModeColumn) -> ModeSnapshot:
@@ -113,9 +156,25 @@ def run_snapshots(run: RunRecord) -> dict[str, ModeSnapshot]:
     snapshots = {}
     for name, column in mode_columns(run).items():
         snap = snapshot_of(column)
-        problems = tuple(p for record_name in column.records if (rec := run.modes.get(record_name)) is not None for p in process_problems(rec))
-        snapshots[name] = replace(snap, process_problems=problems) if problems else snap
+        records = [rec for record_name in column.records if (rec := run.modes.get(record_name)) is not None]
+        problems = tuple(p for rec in records for p in process_problems(rec))
+        if problems:
+            snap = replace(snap, process_problems=problems)
+        snapshots[name] = _with_spread(snap, records)
     return snapshots
+
+
+def _with_spread(snap: ModeSnapshot, records: list[ModeRecord]) -> ModeSnapshot:
+    """The spreads the timing checks judge noise by: the p10 and p90 bands of the pooled steady
+    step times (the same intervals `compare` pools), and one compile time per repetition."""
+    if not records:
+        return snap
+    intervals = [t for rec in records for t in record_step_intervals(rec)[0]]
+    step_time = snap.step_time
+    if step_time is not None and intervals:
+        step_time = replace(step_time, p10_band_s=quantile_band(intervals, 0.10), p90_band_s=quantile_band(intervals, 0.90))
+    samples = tuple(mode_metrics(rec).compile_time_s for rec in records)
+    return replace(snap, step_time=step_time, compile_time_samples_s=samples if len(samples) > 1 else ())
 
 
 def process_problems(record: ModeRecord) -> list[str]:
@@ -181,6 +240,33 @@ def baseline_from_run(run: RunRecord) -> Baseline:
     )
 
 
+# Compile times a baseline keeps when runs are accumulated into it: the newest, enough to measure a
+# spread, few enough to follow a slow drift of the runner.
+MAX_COMPILE_SAMPLES = 20
+
+
+def accumulate_baseline(previous: Baseline, new: Baseline) -> Baseline:
+    """`baseline save --accumulate`: the new run's figures, with the compile times of every run
+    saved into the file before it (per mode, newest last, at most MAX_COMPILE_SAMPLES), so that
+    `--max-compile-regression` has a measured spread. Compile times of another target or torch
+    are not comparable: refused (UsageError)."""
+    from cagtool.errors import UsageError
+
+    where = previous.path or "the baseline"
+    old_target, new_target = Path(previous.target.get("name", "")).name, Path(new.target.get("name", "")).name
+    if old_target and new_target and old_target != new_target:
+        raise UsageError(f"not accumulating into {where}: it holds {old_target}, this run is {new_target} (save a new baseline)")
+    old_torch, new_torch = previous.versions.get("torch"), new.versions.get("torch")
+    if old_torch and new_torch and old_torch != new_torch:
+        raise UsageError(f"not accumulating into {where}: its compile times are from torch {old_torch}, this run has {new_torch} (save a new baseline)")
+    modes = {}
+    for name, snap in new.modes.items():
+        before = previous.modes.get(name)
+        samples = (*(before.compile_samples if before is not None else ()), *snap.compile_samples)[-MAX_COMPILE_SAMPLES:]
+        modes[name] = replace(snap, compile_time_samples_s=samples if len(samples) > 1 else ())
+    return replace(new, modes=modes)
+
+
 def _round(value: float | None) -> float | None:
     # Six significant digits: stable diffs when the file is committed, far below timing noise.
     return None if value is None else float(f"{value:.6g}")
@@ -201,6 +287,7 @@ def _mode_to_dict(snap: ModeSnapshot) -> dict[str, Any]:
         "forward_graphs": snap.forward_graphs,
         "backward_graphs": snap.backward_graphs,
         "compile_time_s": _round(snap.compile_time_s),
+        "compile_time_samples_s": [_round(v) for v in snap.compile_time_samples_s] or None,
         "peak_rss_bytes": snap.peak_rss_bytes,
         "peak_device_memory_bytes": snap.peak_device_memory_bytes,
         "step_time": None,
@@ -213,6 +300,8 @@ def _mode_to_dict(snap: ModeSnapshot) -> dict[str, Any]:
             "p10_s": _round(st.p10_s),
             "p90_s": _round(st.p90_s),
             "mean_s": _round(st.mean_s),
+            "p10_band_s": None if st.p10_band_s is None else [_round(v) for v in st.p10_band_s],
+            "p90_band_s": None if st.p90_band_s is None else [_round(v) for v in st.p90_band_s],
         }
     return data
 
@@ -255,6 +344,8 @@ def _mode_from_dict(name: str, data: Any, where: str) -> ModeSnapshot:
                 p10_s=_opt_float(step.get("p10_s")),
                 p90_s=_opt_float(step.get("p90_s")),
                 mean_s=_opt_float(step.get("mean_s")),
+                p10_band_s=_opt_band(step.get("p10_band_s")),
+                p90_band_s=_opt_band(step.get("p90_band_s")),
             )
         return ModeSnapshot(
             mode=name,
@@ -274,6 +365,7 @@ def _mode_from_dict(name: str, data: Any, where: str) -> ModeSnapshot:
             repetitions=int(data.get("repetitions", 1)),
             peak_rss_bytes=_opt_int(data.get("peak_rss_bytes")),
             peak_device_memory_bytes=_opt_int(data.get("peak_device_memory_bytes")),
+            compile_time_samples_s=tuple(float(v) for v in data.get("compile_time_samples_s") or ()),
         )
     except KeyError as exc:
         raise UnreadableInput(f"{where}: mode {name!r} lacks {exc.args[0]!r}") from None
@@ -283,6 +375,13 @@ def _mode_from_dict(name: str, data: Any, where: str) -> ModeSnapshot:
 
 def _opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def _opt_band(value: Any) -> tuple[float, float] | None:
+    if value is None:
+        return None
+    low, high = (float(v) for v in value)  # ValueError on another length: a bad value
+    return (low, high)
 
 
 def _opt_int(value: Any) -> int | None:

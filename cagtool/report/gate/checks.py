@@ -3,8 +3,8 @@ with a threshold and producing a `CheckResult` with a fixed-format message.
 
 Counts are exact and direction-aware, like PyTorch's own benchmark gates: more than allowed
 fails, fewer is reported as an *improvement* (so the limit or the baseline gets tightened), and
-`fail_on_improvement` turns that into a failure. The checks against a baseline's times live in
-report.gate_time_checks. Pure functions of `ModeSnapshot`s: no torch, no files.
+`fail_on_improvement` turns that into a failure. The checks against a baseline's times live at
+the bottom of this file. Pure functions of `ModeSnapshot`s: no torch, no files.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from cagtool.errors import UsageError
 from cagtool.report.compare.analysis import ABOVE, BELOW, MIN_STEADY_STEPS, TOO_FEW_STEPS, WITHIN_NOISE, speedup_verdict
-from cagtool.report.gate.baseline import ModeSnapshot
+from cagtool.report.gate.baseline import ModeSnapshot, StepTimeSnapshot
 
 RECOMPILE_KINDS: dict[str, str] = {
     "total": "recompiles",  # CA recompiles + Dynamo recompiles
@@ -56,7 +56,12 @@ class TimeThreshold:
 
     def __str__(self) -> str:
         prefix = "" if self.field == "median" else f"{self.field}:"
-        return f"{prefix}{self.value:g}{self.unit}"
+        return f"{prefix}{self.amount}"
+
+    @property
+    def amount(self) -> str:
+        """The threshold without its field ("10%", "0.002s"): messages name the field already."""
+        return f"{self.value:g}{self.unit}"
 
 
 def parse_count(text: Any, flag: str, kinds: tuple[str, ...] = ("total",)) -> CountLimit:
@@ -162,6 +167,9 @@ class CheckResult:
     source: str = "flag"  # flag | config | baseline | run
     notes: list[str] = field(default_factory=list)  # e.g. "inside the noise"
     data: dict[str, Any] = field(default_factory=dict)  # raw numbers for --format json
+    # Worth a look although the check passed (e.g. a slower tail under a median check): each one
+    # line that names the check, shown as `warning:` and as a GitHub ::warning.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def testcase(self) -> str:
@@ -422,13 +430,15 @@ class RegressionVerdict:
 
 
 def regression_verdict(
-    ratio: float, low: float, high: float, samples: int, allowed: float, improved: float, min_samples: int = MIN_STEADY_STEPS
+    ratio: float, low: float, high: float, samples: int, allowed: float, improved: float, min_samples: int = MIN_STEADY_STEPS,
+    range_name: str = "p10-p90 range",
 ) -> RegressionVerdict:
     """The noise rule of `compare` and `--min-speedup` (report.compare.analysis.speedup_verdict)
     applied to a time against its baseline: a FAIL only when the whole range [low, high] of the
     ratio lies above `allowed` (1 + the threshold), an IMPROVED only when it lies wholly below
     `improved` (1 - the threshold), an ERROR with too few samples (never a silent pass), else a
-    PASS, with a note when the range straddles a bound (within noise)."""
+    PASS, with a note when the range straddles a bound (within noise). `range_name` says in the
+    note where the range came from."""
     up = speedup_verdict(ratio, low, high, samples, allowed, min_samples=min_samples)
     if up == TOO_FEW_STEPS:
         return RegressionVerdict(Outcome.ERROR, up)
@@ -439,20 +449,20 @@ def regression_verdict(
         return RegressionVerdict(Outcome.IMPROVED, up)
     if up == WITHIN_NOISE:
         side = "beyond" if ratio > allowed else "inside"
-        return RegressionVerdict(Outcome.PASS, up, f"within noise: the median is {side} the allowed regression, but the p10-p90 range of the ratio contains it (run more steps to narrow it)")
+        return RegressionVerdict(Outcome.PASS, up, f"within noise: the ratio is {side} the allowed regression, but the ratio's range ({range_name}) contains it (more steps or repetitions narrow it)")
     if down == WITHIN_NOISE and ratio < improved:
-        return RegressionVerdict(Outcome.PASS, up, "within noise: the median improved beyond the threshold, but the p10-p90 range of the ratio does not clearly")
+        return RegressionVerdict(Outcome.PASS, up, f"within noise: the ratio improved beyond the threshold, but the ratio's range ({range_name}) does not clearly")
     return RegressionVerdict(Outcome.PASS, up)
 
 
 def _regression_message(head: str, detail: str, verdict: RegressionVerdict, threshold: TimeThreshold, spread: str) -> str:
     if verdict.outcome is Outcome.FAIL:
-        return f"{head}: {detail} > +{threshold}, beyond the noise{spread}"
+        return f"{head}: {detail} > +{threshold.amount}, beyond the noise{spread}"
     if verdict.outcome is Outcome.IMPROVED:
-        return f"{head}: {detail} < -{threshold}, beyond the noise{spread}: improved, refresh the baseline"
+        return f"{head}: {detail} < -{threshold.amount}, beyond the noise{spread}: improved, refresh the baseline"
     if verdict.verdict == WITHIN_NOISE:
-        return f"{head}: {detail}: +{threshold} allowed is within the noise{spread}"
-    return f"{head}: {detail} within +/-{threshold}{spread}"
+        return f"{head}: {detail}: +{threshold.amount} allowed is within the noise{spread}"
+    return f"{head}: {detail} within +/-{threshold.amount}{spread}"
 
 
 def _bounds(threshold: TimeThreshold, before: float) -> tuple[float, float]:
@@ -471,7 +481,7 @@ class _TimeCheck:
     source: str = "flag"
 
     def evaluate(self, run: dict[str, ModeSnapshot], baseline: dict[str, ModeSnapshot] | None) -> CheckResult:
-        limit = f"+{self.threshold}"
+        limit = f"+{self.threshold.amount}"
         if self.mode not in run:
             return missing_mode(self.name, self.mode, run, "run", limit, self.source)
         if baseline is None or self.mode not in baseline:
@@ -483,13 +493,62 @@ class _TimeCheck:
         raise NotImplementedError
 
 
+# The quantiles whose own confidence bands (baseline.quantile_band) make the range of a tail check.
+_BANDED_FIELDS = ("p10", "p90")
+
+
+@dataclass(frozen=True)
+class StepRatio:
+    """FIELD(run) / FIELD(baseline) of the steady step times, with the range the noise rule judges."""
+
+    now: float
+    before: float
+    ratio: float
+    low: float
+    high: float
+    range_name: str  # where the range comes from, as printed
+    note: str = ""  # why the range is wider than it should be (an old baseline without bands)
+
+
+def step_ratio(cur: StepTimeSnapshot, base: StepTimeSnapshot, field_name: str) -> StepRatio | None:
+    """The ratio of one statistic of the step times and its range. For the median and the mean:
+    p10(run)/p90(baseline) .. p90(run)/p10(baseline), the spread of the step times. For a
+    quantile (p10, p90), the spread would contain any tail shift that leaves the median alone, so
+    the range is that of the quantile itself: its 90% confidence band on each side, lower(run) /
+    upper(baseline) .. upper(run) / lower(baseline)."""
+    now, before = getattr(cur, f"{field_name}_s"), getattr(base, f"{field_name}_s")
+    if now is None or before is None or before <= 0:
+        return None
+    ratio = now / before
+    note = ""
+    if field_name in _BANDED_FIELDS:
+        band_now, band_before = cur.band(field_name), base.band(field_name)
+        if band_now is not None and band_before is not None and band_before[0] > 0:
+            low = min(ratio, band_now[0] / band_before[1])
+            high = max(ratio, band_now[1] / band_before[0])
+            return StepRatio(now, before, ratio, low, high, f"{field_name} confidence bands")
+        note = (
+            f"the {'baseline' if band_before is None else 'run'} has no {field_name} confidence band (a baseline saved by an older "
+            f"cagtool: re-save it): the range is the p10-p90 spread of the step times, which a slower tail alone rarely leaves"
+        )
+    low = min(ratio, (cur.p10_s or now) / (base.p90_s or before))
+    high = max(ratio, (cur.p90_s or now) / (base.p10_s or before)) if (base.p10_s or before) > 0 else math.inf
+    return StepRatio(now, before, ratio, low, high, "p10-p90 range", note)
+
+
+def _range_text(name: str, low: float, high: float) -> str:
+    return f" ({name} {_pct(100.0 * (low - 1.0))}..{_pct(100.0 * (high - 1.0))})"
+
+
 @dataclass(frozen=True)
 class StepTimeRegressionCheck(_TimeCheck):
     """Step time against the baseline's, by the one noise rule (`regression_verdict`): the ratio
-    now / baseline of the chosen field, with the range p10(now)/p90(baseline) ... p90(now)/p10(baseline)
-    of the steady step times, fails only when that whole range exceeds the threshold."""
+    now / baseline of the chosen field fails only when its whole range (`step_ratio`) exceeds the
+    threshold. A median or mean check with `watch_tail` also judges the p90 by the same rule and
+    threshold, and warns (without failing) when the tail alone regressed beyond the noise."""
 
     name: str = "max-regression"
+    watch_tail: bool = False
 
     def _against(self, current: ModeSnapshot, previous: ModeSnapshot, limit: str) -> CheckResult:
         t = self.threshold
@@ -497,64 +556,114 @@ class StepTimeRegressionCheck(_TimeCheck):
         if cur is None or base is None:
             side = "this run" if cur is None else "the baseline"
             return unmeasurable(self.name, self.mode, f"{side} has no steady-state steps (every step compiled; run more steps)", limit, self.source)
-        now, before = getattr(cur, f"{t.field}_s"), getattr(base, f"{t.field}_s")
-        if now is None or before is None or before <= 0:
+        r = step_ratio(cur, base, t.field)
+        if r is None:
             return unmeasurable(self.name, self.mode, f"no {t.field} step time to compare", limit, self.source)
-        ratio = now / before
-        low = min(ratio, (cur.p10_s or now) / (base.p90_s or before))
-        high = max(ratio, (cur.p90_s or now) / (base.p10_s or before)) if (base.p10_s or before) > 0 else math.inf
-        change_pct = 100.0 * (ratio - 1.0)
-        detail = f"step time {t.field} {_fmt_s(now)} vs baseline {_fmt_s(before)}: {_pct(change_pct)}"
+        change_pct = 100.0 * (r.ratio - 1.0)
+        detail = f"step time {t.field} {_fmt_s(r.now)} vs baseline {_fmt_s(r.before)}: {_pct(change_pct)}"
         samples = min(cur.count, base.count)
-        allowed, improved = _bounds(t, before)
-        verdict = regression_verdict(ratio, low, high, samples, allowed, improved)
+        allowed, improved = _bounds(t, r.before)
+        verdict = regression_verdict(r.ratio, r.low, r.high, samples, allowed, improved, range_name=r.range_name)
         if verdict.outcome is Outcome.ERROR:
             return unmeasurable(
                 self.name, self.mode, f"{detail} from only {samples} steady steps (this run {cur.count}, baseline {base.count}): "
                 f"too few to judge a regression (run at least {MIN_STEADY_STEPS} steady steps)", limit, self.source,
             )
-        spread = f" (p10-p90 {_pct(100.0 * (low - 1.0))}..{_pct(100.0 * (high - 1.0))})"
-        message = _regression_message(f"{self.name} ({self.mode})", detail, verdict, t, spread)
+        message = _regression_message(f"{self.name} ({self.mode})", detail, verdict, t, _range_text(r.range_name, r.low, r.high))
         data = {
-            "field": t.field, "actual_s": now, "baseline_s": before, "change_pct": change_pct,
-            "ratio": ratio, "low": low, "high": high, "allowed_ratio": allowed, "verdict": verdict.verdict,
+            "field": t.field, "actual_s": r.now, "baseline_s": r.before, "change_pct": change_pct,
+            "ratio": r.ratio, "low": r.low, "high": r.high, "range": r.range_name, "allowed_ratio": allowed, "verdict": verdict.verdict,
             "steps": cur.count, "baseline_steps": base.count,
         }
-        notes = [verdict.note] if verdict.note else []
+        notes = [n for n in (verdict.note, r.note) if n]
+        warnings = []
+        if self.watch_tail and t.field not in _BANDED_FIELDS and verdict.outcome is not Outcome.FAIL:
+            tail = self._tail(cur, base)
+            if tail is not None:
+                data["tail"] = tail[1]
+                warnings.append(tail[0])
         outcome = verdict.outcome
-        return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, _pct(change_pct), limit, message, self.source, notes, data)
+        return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, _pct(change_pct), limit, message, self.source, notes, data, warnings)
+
+    def _tail(self, cur: StepTimeSnapshot, base: StepTimeSnapshot) -> tuple[str, dict[str, Any]] | None:
+        """(warning, data) when the p90 regressed beyond the noise by this check's threshold."""
+        tail_threshold = replace(self.threshold, field="p90")
+        r = step_ratio(cur, base, "p90")
+        if r is None or r.note:  # no bands: a tail shift cannot be told from the spread
+            return None
+        allowed, improved = _bounds(tail_threshold, r.before)
+        verdict = regression_verdict(r.ratio, r.low, r.high, min(cur.count, base.count), allowed, improved, range_name=r.range_name)
+        if verdict.outcome is not Outcome.FAIL:
+            return None
+        change = _pct(100.0 * (r.ratio - 1.0))
+        warning = (
+            f"{self.name} ({self.mode}): slower tail: step time p90 {_fmt_s(r.now)} vs baseline {_fmt_s(r.before)}: {change} "
+            f"> +{self.threshold.amount}, beyond the noise{_range_text(r.range_name, r.low, r.high)}, "
+            f"while the {self.threshold.field} is not; gate the tail with --max-regression p90:{self.threshold.amount}"
+        )
+        return warning, {"field": "p90", "actual_s": r.now, "baseline_s": r.before, "ratio": r.ratio, "low": r.low, "high": r.high, "verdict": verdict.verdict}
+
+
+# Compile time has one figure per run. Without repetitions to measure its spread, the ratio gets
+# this fixed relative noise band on each side: run-to-run compile times of the same code on one
+# CI runner type move by several percent (cache state, load, allocator), so a lone figure is
+# never judged as exact.
+COMPILE_NOISE_FLOOR = 0.10
+# Baseline compile samples (`run --repeat K`, `baseline save --accumulate`) needed to use their
+# measured spread instead of the fixed floor.
+MIN_COMPILE_SAMPLES = 3
 
 
 @dataclass(frozen=True)
 class CompileTimeRegressionCheck(_TimeCheck):
-    """Total compile time against the baseline's, by the same rule. Each side is one figure (the
-    median over repetitions), with no spread recorded, so its range is the point itself: the
-    threshold is the only margin for noise, and the result says so."""
+    """Total compile time (Dynamo, AOT, Inductor, CA capture) against the baseline's, by the same
+    rule. Its range is measured when the baseline holds at least MIN_COMPILE_SAMPLES compile times
+    (min(run)/max(baseline) .. max(run)/min(baseline)), else the fixed COMPILE_NOISE_FLOOR around
+    the ratio; the message names which, and the figures compared."""
 
     name: str = "max-compile-regression"
 
     def _against(self, current: ModeSnapshot, previous: ModeSnapshot, limit: str) -> CheckResult:
         t = self.threshold
         now, before = current.compile_time_s, previous.compile_time_s
+        ours, theirs = current.compile_samples, previous.compile_samples
         change_s = now - before
         change_pct = 100.0 * change_s / before if before > 0 else (0.0 if change_s == 0 else math.inf)
-        detail = f"compile time {_fmt_s(now)} vs baseline {_fmt_s(before)}: {_pct(change_pct)}"
+
+        def figure(value: float, samples: tuple[float, ...]) -> str:
+            return f"median {_fmt_s(value)} of {len(samples)} runs" if len(samples) > 1 else _fmt_s(value)
+
+        detail = f"total compile time {figure(now, ours)} vs baseline {figure(before, theirs)}: {_pct(change_pct)}"
+        data: dict[str, Any] = {"samples": len(ours), "baseline_samples": len(theirs)}
         if before > 0:
             ratio = now / before
             allowed, improved = _bounds(t, before)
+            if len(theirs) >= MIN_COMPILE_SAMPLES and min(theirs) > 0:
+                low, high = min(ratio, min(ours) / max(theirs)), max(ratio, max(ours) / min(theirs))
+                noise, range_name = "samples", "range"
+                how = f"noise measured: {len(ours)} run vs {len(theirs)} baseline compile times"
+            else:
+                low, high = ratio / (1.0 + COMPILE_NOISE_FLOOR), ratio * (1.0 + COMPILE_NOISE_FLOOR)
+                noise, range_name = "floor", "range"
+                how = (
+                    f"noise: fixed +/-{100 * COMPILE_NOISE_FLOOR:g}% floor, {len(theirs)} baseline compile time"
+                    f"{'s' if len(theirs) > 1 else ''} (save it from run --repeat {MIN_COMPILE_SAMPLES} to measure it)"
+                )
+            spread = f" ({range_name} {_pct(100.0 * (low - 1.0))}..{_pct(100.0 * (high - 1.0))}; {how})"
+            data.update(low=low, high=high, noise=noise, noise_floor=COMPILE_NOISE_FLOOR if noise == "floor" else None)
         else:  # nothing compiled before: no ratio; any compile time fails a %, or one over an absolute threshold
             fails = now > 0 and (t.unit == "%" or now > t.value)
             ratio, allowed, improved = (math.inf if fails else 1.0), 2.0, 0.5
-        # One compile measurement per repetition; the gate has their median, so each side counts once.
-        samples = min(current.repetitions, previous.repetitions)
-        verdict = regression_verdict(ratio, ratio, ratio, samples, allowed, improved, min_samples=1)
-        message = _regression_message(f"{self.name} ({self.mode})", detail, verdict, t, "")
-        notes = [] if verdict.outcome is Outcome.PASS and ratio == 1.0 else [
-            "compile time is one figure per run, with no spread: the threshold is its only noise margin (an absolute one, e.g. 0.5s, suits tiny compile times)"
-        ]
-        data = {
-            "actual_s": now, "baseline_s": before, "change_pct": change_pct if math.isfinite(change_pct) else None,
-            "verdict": verdict.verdict,
-        }
+            low = high = ratio
+            spread, range_name = " (nothing compiled in the baseline: no ratio, no noise margin)", "range"
+            data.update(noise="none")
+        verdict = regression_verdict(ratio, low, high, MIN_STEADY_STEPS, allowed, improved, range_name=f"noise {range_name}")
+        message = _regression_message(f"{self.name} ({self.mode})", detail, verdict, t, spread)
+        notes = [verdict.note] if verdict.note else []
+        data.update(
+            actual_s=now, baseline_s=before, change_pct=change_pct if math.isfinite(change_pct) else None,
+            ratio=ratio if math.isfinite(ratio) else None, allowed_ratio=allowed, verdict=verdict.verdict,
+            run_samples_s=list(ours), baseline_samples_s=list(theirs),
+        )
         outcome = verdict.outcome
         return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, _pct(change_pct), limit, message, self.source, notes, data)

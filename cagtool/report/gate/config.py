@@ -9,7 +9,7 @@ flags (flags win, key by key; for the keyed thresholds, kind by kind).
     min-speedup = 1.0                           # ca/aot; or { "ca/eager" = 1.2 }
     max-memory-ratio = 1.2                      # ca peak / aot peak; or { baseline = 1.1 }
     baseline = "ci/cagtool-baseline.json"       # relative to this pyproject.toml
-    max-regression = "10%"                      # or "p90:15%", or "0.002s"
+    max-regression = ["10%", "p90:15%"]         # median and tail; or "10%", or { median = "10%", p90 = "15%" }, or "0.002s"
     max-compile-regression = "25%"
     fail-on-improvement = true
 
@@ -55,7 +55,7 @@ class GateSettings:
     min_speedup: dict[str, SpeedupThreshold] = field(default_factory=dict)  # by pair "ca/aot"
     max_memory_ratio: dict[str, MemoryRatioThreshold] = field(default_factory=dict)  # by pair "ca/aot" or "baseline"
     baseline: Path | None = None
-    max_regression: TimeThreshold | None = None
+    max_regression: dict[str, TimeThreshold] = field(default_factory=dict)  # by field: median, mean, p10, p90
     max_compile_regression: TimeThreshold | None = None
     fail_on_improvement: bool | None = None
     # Where each given setting came from ("flag" or the config path), for the report.
@@ -132,7 +132,10 @@ def settings_from_values(values: dict[str, Any], source: str, base_dir: Path | N
             path = base_dir / path
         settings["baseline"] = path
     if "max-regression" in normalized:
-        settings["max_regression"] = parse_time_threshold(normalized["max-regression"], flag("max-regression"), STEP_TIME_FIELDS)
+        raw = normalized["max-regression"]
+        items = [f"{k}:{v}" for k, v in raw.items()] if isinstance(raw, dict) else _as_list(raw)
+        thresholds = [parse_time_threshold(item, flag("max-regression"), STEP_TIME_FIELDS) for item in items]
+        settings["max_regression"] = {t.field: t for t in thresholds}
     if "max-compile-regression" in normalized:
         settings["max_compile_regression"] = parse_time_threshold(
             normalized["max-compile-regression"], flag("max-compile-regression")

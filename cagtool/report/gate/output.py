@@ -76,10 +76,12 @@ def render_text(gate: GateResult, console: Console) -> None:
         table.add_row(r.check, r.mode, r.actual, r.limit, Text(result_label(r), style=_STYLE[r.outcome]), _short_source(r.source))
     console.print(table)
     for r in gate.results:
-        if r.outcome is not Outcome.PASS or r.notes:
+        if r.outcome is not Outcome.PASS or r.notes or r.warnings:
             console.print(f"{result_label(r)}: {r.message}", style=_STYLE[r.outcome], markup=False, soft_wrap=True)
             for note in r.notes:
                 console.print(f"  note: {note}", markup=False, soft_wrap=True)
+            for warning in r.warnings:
+                console.print(f"  warning: {warning}", style="yellow", markup=False, soft_wrap=True)
     for warning in gate.warnings:
         console.print(f"warning: {warning}", style="yellow", markup=False, soft_wrap=True)
     hint = refresh_hint(gate)
@@ -103,6 +105,7 @@ def result_to_dict(r: CheckResult) -> dict[str, Any]:
         "message": r.message,
         "source": r.source,
         "notes": list(r.notes),
+        "warnings": list(r.warnings),
         "data": r.data,
     }
 
@@ -142,7 +145,7 @@ def gate_from_dict(data: dict[str, Any]) -> GateResult:
             CheckResult(
                 check=c["check"], mode=c["mode"], outcome=Outcome(c["outcome"]), failed=bool(c["failed"]),
                 actual=c["actual"], limit=c["limit"], message=c["message"], source=c.get("source", "flag"),
-                notes=list(c.get("notes", [])), data=dict(c.get("data", {})),
+                notes=list(c.get("notes", [])), data=dict(c.get("data", {})), warnings=list(c.get("warnings", [])),
             )
             for c in data["checks"]
         ]
@@ -189,7 +192,7 @@ def render_junit(gate: GateResult) -> str:
             ET.SubElement(props, "property", {"name": name, "value": str(value)})
     for r in gate.results:
         case = ET.SubElement(suite, "testcase", {"classname": f"cagtool.gate.{r.mode.replace('/', '_')}", "name": r.check, "time": "0"})
-        text = "\n".join([r.message, *(f"note: {n}" for n in r.notes)])
+        text = "\n".join([r.message, *(f"note: {n}" for n in r.notes), *(f"warning: {w}" for w in r.warnings)])
         if r.outcome is Outcome.ERROR:
             element = ET.SubElement(case, "error", {"message": r.message, "type": "unmeasurable"})
             element.text = text
@@ -222,6 +225,8 @@ def github_annotations(gate: GateResult) -> list[str]:
             lines.append(f"::error title={title}::{_escape_data(r.message)}")
         elif r.outcome is Outcome.IMPROVED:
             lines.append(f"::warning title={title}::{_escape_data(r.message)}")
+        for warning in r.warnings:
+            lines.append(f"::warning title={title}::{_escape_data(warning)}")
         for note in r.notes:
             lines.append(f"::notice title={title}::{_escape_data(note)}")
     for warning in gate.warnings:
@@ -248,9 +253,10 @@ def render_markdown(gate: GateResult) -> str:
         lines.append(
             f"| {icon[r.outcome]} | `{r.check}` | {_md(r.mode)} | {_md(r.actual)} | {_md(r.limit)} | {result_label(r)} | {_md(r.message)} |"
         )
-    if gate.warnings:
+    warnings = [*(w for r in gate.results for w in r.warnings), *gate.warnings]
+    if warnings:
         lines.append("")
-        lines.extend(f"> **warning:** {_md(w)}" for w in gate.warnings)
+        lines.extend(f"> **warning:** {_md(w)}" for w in warnings)
     hint = refresh_hint(gate)
     if hint:
         lines += ["", _md(hint)]

@@ -97,7 +97,7 @@ def build_checks(settings: GateSettings, mode: str, baseline: Baseline | None) -
             "no gate thresholds: give flags such as --max-recompiles 0 or --baseline FILE, "
             "or a [tool.cagtool.gate] table in pyproject.toml (see cagtool gate --help)"
         )
-    for name, value in (("--max-regression", settings.max_regression), ("--max-compile-regression", settings.max_compile_regression)):
+    for name, value in (("--max-regression", settings.max_regression or None), ("--max-compile-regression", settings.max_compile_regression)):
         if value is not None and baseline is None:
             raise UsageError(f"{name} compares against a baseline: give --baseline FILE (or baseline = ... in the config)")
 
@@ -133,8 +133,12 @@ def build_checks(settings: GateSettings, mode: str, baseline: Baseline | None) -
         checks.append(MinSpeedupCheck(threshold, source=src.get("min_speedup", "flag")))
     for ratio in ratios:
         checks.append(MaxMemoryRatioCheck(ratio, source=src.get("max_memory_ratio", "flag")))
-    if settings.max_regression is not None:
-        checks.append(StepTimeRegressionCheck(settings.max_regression, mode, source=src.get("max_regression", "flag")))
+    # One check per step-time field; a median or mean check watches the tail (warns on a p90
+    # regression beyond the noise) unless the p90 has a threshold of its own.
+    for field_name, threshold in settings.max_regression.items():
+        name = "max-regression" if field_name == "median" else f"max-regression:{field_name}"
+        watch = "p90" not in settings.max_regression
+        checks.append(StepTimeRegressionCheck(threshold, mode, name=name, source=src.get("max_regression", "flag"), watch_tail=watch))
     if settings.max_compile_regression is not None:
         checks.append(
             CompileTimeRegressionCheck(settings.max_compile_regression, mode, source=src.get("max_compile_regression", "flag"))

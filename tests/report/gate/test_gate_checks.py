@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
+import random
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,7 @@ import pytest
 from conftest import ROOT
 
 from cagtool.errors import UnreadableInput, UsageError
-from cagtool.report.gate.baseline import ModeSnapshot, StepTimeSnapshot, load_baseline
+from cagtool.report.gate.baseline import ModeSnapshot, StepTimeSnapshot, load_baseline, quantile_band
 from cagtool.report.gate.checks import (
     CompileTimeRegressionCheck,
     CountLimit,
@@ -263,21 +266,106 @@ def test_step_time_without_steady_steps_is_an_error():
     assert result.outcome is Outcome.ERROR and "this run has no steady-state steps" in result.message
 
 
-def test_compile_time_regression():
+def test_compile_time_regression_with_the_fixed_noise_floor():
+    """One compile figure per side: the ratio gets a fixed +/-10% band, and the line says so."""
     check = CompileTimeRegressionCheck(TimeThreshold(25, "%"), "ca")
     base = {"ca": snap(compile_s=2.0)}
     assert check.evaluate({"ca": snap(compile_s=2.4)}, base).outcome is Outcome.PASS
-    assert check.evaluate({"ca": snap(compile_s=2.6)}, base).outcome is Outcome.FAIL
-    assert check.evaluate({"ca": snap(compile_s=1.4)}, base).outcome is Outcome.IMPROVED
+    # +30% against a 25% threshold: the band 1.18..1.43 contains 1.25, so within the noise, not a failure.
+    noisy = check.evaluate({"ca": snap(compile_s=2.6)}, base)
+    assert noisy.outcome is Outcome.PASS and noisy.data["noise"] == "floor"
+    assert noisy.data["low"] == pytest.approx(1.3 / 1.1) and noisy.data["high"] == pytest.approx(1.3 * 1.1)
+    assert "+25% allowed is within the noise" in noisy.message and "noise: fixed +/-10% floor" in noisy.message
+    # +40%: the whole band (1.27..1.54) is above 1.25.
+    failed = check.evaluate({"ca": snap(compile_s=2.8)}, base)
+    assert failed.outcome is Outcome.FAIL and failed.failed
+    assert failed.message.startswith("max-compile-regression (ca): total compile time 2.800 s vs baseline 2.000 s: +40.0% > +25%, beyond the noise (range +27.3%..+54.0%; noise: fixed +/-10% floor")
+    assert "\n" not in failed.message
+    assert check.evaluate({"ca": snap(compile_s=1.3)}, base).outcome is Outcome.IMPROVED  # 0.65 x 1.1 < 0.75
+    assert check.evaluate({"ca": snap(compile_s=1.4)}, base).outcome is Outcome.PASS  # 0.70 x 1.1 is not
     absolute = CompileTimeRegressionCheck(TimeThreshold(0.5, "s"), "ca")
     assert absolute.evaluate({"ca": snap(compile_s=2.4)}, base).outcome is Outcome.PASS
     from_zero = check.evaluate({"ca": snap(compile_s=0.1)}, {"ca": snap(compile_s=0.0)})
-    assert from_zero.outcome is Outcome.FAIL and from_zero.data["change_pct"] is None
+    assert from_zero.outcome is Outcome.FAIL and from_zero.data["change_pct"] is None and from_zero.data["noise"] == "none"
     assert check.evaluate({"ca": snap(compile_s=0.0)}, {"ca": snap(compile_s=0.0)}).outcome is Outcome.PASS
     assert absolute.evaluate({"ca": snap(compile_s=0.1)}, {"ca": snap(compile_s=0.0)}).outcome is Outcome.PASS
-    # No spread is recorded for compile time: the result says the threshold is its only margin.
-    failed = check.evaluate({"ca": snap(compile_s=2.6)}, base)
-    assert failed.message.endswith("> +25%, beyond the noise") and "no spread" in failed.notes[0]
+
+
+def test_compile_time_regression_uses_the_baselines_measured_spread():
+    """Three or more baseline compile times (run --repeat, baseline save --accumulate): the range is
+    min(run)/max(baseline) .. max(run)/min(baseline), and the line names the samples compared."""
+    check = CompileTimeRegressionCheck(TimeThreshold(25, "%"), "ca")
+    base = {"ca": replace(snap(compile_s=2.0), compile_time_samples_s=(1.9, 2.0, 2.1))}
+    inside = check.evaluate({"ca": snap(compile_s=2.6)}, base)  # 2.6 / 2.1 = 1.238 < 1.25
+    assert inside.outcome is Outcome.PASS and inside.data["noise"] == "samples"
+    assert "noise measured: 1 run vs 3 baseline compile times" in inside.message and "median 2.000 s of 3 runs" in inside.message
+    beyond = check.evaluate({"ca": snap(compile_s=2.7)}, base)  # 2.7 / 2.1 = 1.286: beyond, though the floor would not fail it
+    assert beyond.outcome is Outcome.FAIL and beyond.data["low"] == pytest.approx(2.7 / 2.1)
+    assert check.evaluate({"ca": snap(compile_s=2.7)}, {"ca": snap(compile_s=2.0)}).outcome is Outcome.PASS
+    # A wide spread in the baseline widens the range: +40% is no longer a clear regression.
+    wide = {"ca": replace(snap(compile_s=2.0), compile_time_samples_s=(1.5, 2.0, 2.5))}
+    assert check.evaluate({"ca": snap(compile_s=2.8)}, wide).outcome is Outcome.PASS
+    # Two samples are not enough to measure a spread: the floor applies.
+    two = {"ca": replace(snap(compile_s=2.0), compile_time_samples_s=(2.0, 2.0))}
+    assert check.evaluate({"ca": snap(compile_s=2.6)}, two).data["noise"] == "floor"
+
+
+def test_quantile_band_is_distribution_free_and_covers():
+    # n = 20, q = 0.9: P(Bin(20, 0.9) <= 15) = 0.043 <= 5%, P(<= 16) = 0.133: the band is X(16)..X(20).
+    assert quantile_band([float(i) for i in range(1, 21)], 0.9) == (16.0, 20.0)
+    assert quantile_band([float(i) for i in range(20, 0, -1)], 0.1) == (1.0, 5.0)  # any order
+    assert quantile_band([], 0.9) is None and quantile_band([3.0], 0.9) == (3.0, 3.0)
+    # Coverage: over many random samples the true p90 of a skewed distribution lies in the band
+    # at least about 90% of the time.
+    rng = random.Random(7)
+    true_p90 = -math.log(0.1)  # exponential(1)
+    hits = sum(lo <= true_p90 <= hi for lo, hi in (quantile_band([rng.expovariate(1.0) for _ in range(60)], 0.9) for _ in range(400)))
+    assert hits >= 0.86 * 400
+
+
+def _banded(median: float, p10: float, p90: float, count: int = 60, spread: float = 0.05) -> ModeSnapshot:
+    step = StepTimeSnapshot(count, median, p10, p90, median, p10_band_s=(p10 * (1 - spread), p10 * (1 + spread)),
+                            p90_band_s=(p90 * (1 - spread), p90 * (1 + spread)))
+    return replace(snap(median=median, p10=p10, p90=p90, count=count), step_time=step)
+
+
+def test_tail_regression_fails_a_p90_threshold_and_warns_under_a_median_one():
+    """The weak spot: the p90 +50% with the median unchanged. The p10-p90 spread contains any tail
+    shift; the p90's own confidence bands do not."""
+    base = {"ca": _banded(0.010, 0.009, 0.012)}
+    run = {"ca": _banded(0.010, 0.009, 0.018)}
+    tail = StepTimeRegressionCheck(TimeThreshold(10, "%", "p90"), "ca", name="max-regression:p90").evaluate(run, base)
+    assert tail.outcome is Outcome.FAIL and tail.data["range"] == "p90 confidence bands"
+    assert tail.data["low"] == pytest.approx(0.018 * 0.95 / (0.012 * 1.05))
+    assert tail.message.startswith("max-regression:p90 (ca): step time p90 18.000 ms vs baseline 12.000 ms: +50.0% > +10%, beyond the noise (p90 confidence bands")
+    median = StepTimeRegressionCheck(TimeThreshold(10, "%"), "ca", watch_tail=True).evaluate(run, base)
+    assert median.outcome is Outcome.PASS and not median.failed
+    assert len(median.warnings) == 1 and median.data["tail"]["verdict"] == "above"
+    assert median.warnings[0].startswith("max-regression (ca): slower tail: step time p90 18.000 ms vs baseline 12.000 ms: +50.0% > +10%, beyond the noise")
+    assert median.warnings[0].endswith("while the median is not; gate the tail with --max-regression p90:10%")
+    # No warning when the tail moved within its noise, or when the p90 has a threshold of its own.
+    assert not StepTimeRegressionCheck(TimeThreshold(10, "%"), "ca", watch_tail=True).evaluate({"ca": _banded(0.010, 0.009, 0.0125)}, base).warnings
+    assert not StepTimeRegressionCheck(TimeThreshold(10, "%"), "ca").evaluate(run, base).warnings
+    checks = build_checks(settings_from_values({"max_regression": ["10%", "p90:20%"]}, "flag"), "ca", object())  # type: ignore[arg-type]
+    assert [(c.name, c.watch_tail) for c in checks if isinstance(c, StepTimeRegressionCheck)] == [("max-regression", False), ("max-regression:p90", False)]
+    checks = build_checks(settings_from_values({"max_regression": "10%"}, "flag"), "ca", object())  # type: ignore[arg-type]
+    assert [(c.name, c.watch_tail) for c in checks if isinstance(c, StepTimeRegressionCheck)] == [("max-regression", True)]
+
+
+def test_tail_warning_reaches_every_output():
+    base = {"ca": _banded(0.010, 0.009, 0.012)}
+    result = StepTimeRegressionCheck(TimeThreshold(10, "%"), "ca", watch_tail=True).evaluate({"ca": _banded(0.010, 0.009, 0.018)}, base)
+    gate = GateResult(Path("run"), "ca", GateSettings(), None, Path("b.json"), [result], [])
+    assert gate.passed
+    lines = github_annotations(gate)
+    assert any(line.startswith("::warning title=cagtool gate%3A max-regression (ca)::max-regression (ca): slower tail") for line in lines)
+    assert all("\n" not in line for line in lines)
+    assert "> **warning:** max-regression (ca): slower tail" in render_markdown(gate)
+    root = ET.fromstring(render_junit(gate))
+    assert "warning: max-regression (ca): slower tail" in root.find(".//system-out").text
+    from cagtool.report.gate.output import gate_from_dict, gate_to_dict
+
+    assert gate_from_dict(json.loads(json.dumps(gate_to_dict(gate)))).results[0].warnings == result.warnings
 
 
 # ------------------------------------------------------------------ settings
@@ -440,11 +528,11 @@ def test_the_documented_config_table_parses(tmp_path):
     assert settings.mode == "ca"
     assert settings.max_recompiles == {"ca": CountLimit("ca", 0), "dynamo": CountLimit("dynamo", 2)}
     assert settings.baseline == tmp_path / "ci" / "cagtool-baseline.json"
-    assert settings.max_regression == TimeThreshold(10, "%")
+    assert settings.max_regression == {"median": TimeThreshold(10, "%"), "p90": TimeThreshold(20, "%", "p90")}
     checks = build_checks(settings, "ca", load_baseline_stub())
     assert [c.name for c in checks] == [
         "mode-finished", "mode-finished", "max-ca-graphs", "max-recompiles:ca", "max-recompiles:dynamo",
-        "max-graph-breaks", "min-speedup", "max-memory-ratio", "max-regression", "max-compile-regression",
+        "max-graph-breaks", "min-speedup", "max-memory-ratio", "max-regression", "max-regression:p90", "max-compile-regression",
     ]
 
 

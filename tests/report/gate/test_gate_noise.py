@@ -1,0 +1,203 @@
+"""The gate's noise rule where it was weakest, end to end on a real record and records derived from it:
+a slower tail under an unchanged median, and compile time (one figure per run).
+
+Record (shared with test_gate_cli.py through the session fixture):
+    cagtool run --modes aot,ca --backend eager sample_scripts/graph_breaks.py 60   ~58 steady steps
+Derived records change only what the test is about (step times of the slowest quarter of the
+steady steps; compile times of copied repetitions), so the rest stays what torch recorded. Limits
+are derived from the record's own figures, never from exact timings of this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cagtool.record.loader import load_run
+from cagtool.report.gate.baseline import load_baseline, run_snapshots
+from cagtool.report.markdown import md_text
+from cagtool.report.metrics import mode_metrics
+
+from test_gate_cli import cagtool, edit, gate_json, outcomes
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def real_run(record_run) -> Path:
+    run = record_run("graph_breaks.py", "60", modes="aot,ca")
+    assert run.returncode == 0, run.stderr
+    return run.path
+
+
+@pytest.fixture
+def work(tmp_path) -> Path:
+    path = tmp_path / "work"
+    path.mkdir()
+    return path
+
+
+def _events(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _write_events(path: Path, events: list[dict]) -> None:
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+
+
+def slow_tail_copy(run: Path, dest: Path, mode: str = "ca") -> Path:
+    """The run with a stall in a quarter of its steady steps (the slowest quarter, so the median and
+    everything below it are untouched): each now takes 3x the slowest step the run had, the shape
+    of a periodic checkpoint or a noisy neighbour."""
+    shutil.copytree(run, dest)
+    events_file = dest / mode / "events.jsonl"
+    events = _events(events_file)
+    steady = [e for e in events if e["kind"] == "step" and e.get("wall_s") is not None and not e.get("compiles") and not e.get("ca_captures")]
+    slowest = max(e["wall_s"] for e in steady)
+    for event in sorted(steady, key=lambda e: e["wall_s"])[-(len(steady) // 4):]:
+        event["wall_s"] = 3 * slowest
+    _write_events(events_file, events)
+    return dest
+
+
+def test_a_slower_tail_warns_under_a_median_threshold_and_fails_a_p90_one(real_run, work):
+    baseline = work / "baseline.json"
+    assert cagtool("baseline", "save", real_run, "-o", baseline, cwd=work).returncode == 0
+    saved = load_baseline(baseline).modes["ca"].step_time
+    assert saved.p90_band_s is not None and saved.p90_band_s[0] <= saved.p90_s <= saved.p90_band_s[1]
+    # The run against its own baseline: no tail warning, p90 within its bands.
+    same = gate_json(real_run, "--baseline", baseline, "--max-regression", "20%", "--no-config", cwd=work, code=0)
+    assert [c["warnings"] for c in same["checks"] if c["check"] == "max-regression"] == [[]]
+
+    slow = slow_tail_copy(real_run, work / "slow-tail")
+    before, after = mode_metrics(load_run(real_run).modes["ca"]).step_time, mode_metrics(load_run(slow).modes["ca"]).step_time
+    assert after.median_s == before.median_s and after.p90_s > 2 * before.p90_s  # what the derived record is
+
+    # Median threshold only: passes (the median did not move), with one warning line naming the tail.
+    data = gate_json(slow, "--baseline", baseline, "--max-regression", "20%", "--no-config", cwd=work, code=0)
+    median = next(c for c in data["checks"] if c["check"] == "max-regression")
+    assert median["outcome"] == "pass" and median["data"]["tail"]["verdict"] == "above"
+    [warning] = median["warnings"]
+    assert warning.startswith("max-regression (ca): slower tail: step time p90 ") and "beyond the noise (p90 confidence bands" in warning
+    assert warning.endswith("gate the tail with --max-regression p90:20%")
+    text = cagtool("gate", slow, "--baseline", baseline, "--max-regression", "20%", "--no-config", cwd=work)
+    assert text.returncode == 0
+    assert f"  warning: {warning}" in text.stdout.splitlines()  # one line, unwrapped, greppable
+    github = cagtool("gate", slow, "--baseline", baseline, "--max-regression", "20%", "--no-config", cwd=work,
+                     env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(work / "summary.md")})
+    assert "::warning title=cagtool gate%3A max-regression (ca)::max-regression (ca): slower tail" in github.stdout
+    assert f"> **warning:** {md_text(warning)}" in (work / "summary.md").read_text()
+
+    # A p90 threshold fails on it, by the same rule: the whole range of the p90 bands is beyond +20%.
+    failed = gate_json(slow, "--baseline", baseline, "--max-regression", "20%", "--max-regression", "p90:20%", "--no-config", cwd=work, code=1)
+    tail = next(c for c in failed["checks"] if c["check"] == "max-regression:p90")
+    assert tail["outcome"] == "fail" and tail["data"]["low"] > 1.2 and tail["data"]["range"] == "p90 confidence bands"
+    assert tail["message"].startswith("max-regression:p90 (ca): step time p90 ") and "> +20%, beyond the noise" in tail["message"]
+    assert all(not c["warnings"] for c in failed["checks"])  # the tail has its own check: no second word on it
+    junit = work / "gate.xml"
+    assert cagtool("gate", slow, "--baseline", baseline, "--max-regression", "p90:20%", "--no-config", "--junit", junit, cwd=work).returncode == 1
+    assert 'name="max-regression:p90"' in junit.read_text() and 'type="regression"' in junit.read_text()
+
+
+def test_a_baseline_without_bands_falls_back_and_says_so(real_run, work):
+    """Baselines saved before the bands: the p90 check uses the step-time spread, with a note."""
+    baseline = work / "baseline.json"
+    assert cagtool("baseline", "save", real_run, "-o", baseline, cwd=work).returncode == 0
+    edit(baseline, lambda d: [d["modes"][m]["step_time"].pop(k) for m in d["modes"] for k in ("p10_band_s", "p90_band_s")])
+    slow = slow_tail_copy(real_run, work / "slow-tail")
+    data = gate_json(slow, "--baseline", baseline, "--max-regression", "p90:20%", "--no-config", cwd=work, code=0)
+    tail = next(c for c in data["checks"] if c["check"] == "max-regression:p90")
+    assert tail["data"]["range"] == "p10-p90 range" and any("no p90 confidence band" in n for n in tail["notes"])
+
+
+def repeated_copy(run: Path, dest: Path, factors: tuple[float, ...], mode: str = "ca") -> Path:
+    """The run as if recorded with --repeat: repetition k (`ca.2`, ...) is a copy of the mode whose
+    compile times (Dynamo entire-frame and CA capture) are scaled by factors[k - 2]."""
+    shutil.copytree(run, dest)
+    meta = json.loads((dest / "run.json").read_text())
+    for index, factor in enumerate(factors, start=2):
+        name = f"{mode}.{index}"
+        shutil.copytree(dest / mode, dest / name)
+        events = _events(dest / name / "events.jsonl")
+        for event in events:
+            if event["kind"] == "dynamo_compile" and event.get("entire_frame_compile_time_s"):
+                event["entire_frame_compile_time_s"] *= factor
+            if event["kind"] == "ca_graph" and event.get("capture_s"):
+                event["capture_s"] *= factor
+        _write_events(dest / name / "events.jsonl", events)
+        meta["modes"].append(name)
+        meta.setdefault("mode_exit_codes", {})[name] = 0
+    (dest / "run.json").write_text(json.dumps(meta))
+    return dest
+
+
+def test_compile_time_noise_is_a_fixed_floor_or_the_baselines_measured_spread(real_run, work):
+    compile_s = mode_metrics(load_run(real_run).modes["ca"]).compile_time_s
+    assert compile_s > 0
+    baseline = work / "baseline.json"
+    assert cagtool("baseline", "save", real_run, "-o", baseline, cwd=work).returncode == 0
+    args = ("--baseline", baseline, "--max-compile-regression", "25%", "--no-config")
+
+    # One figure per side: the fixed +/-10% floor, named in the line. A run whose compile took 1.3x
+    # is within the noise of a 25% threshold; 1.5x is beyond it.
+    for factor, code, outcome in ((1.3, 0, "pass"), (1.5, 1, "fail")):
+        slower = work / f"slower-{factor}"
+        repeated_copy(real_run, slower, ())
+        edit_compile(slower, factor)
+        data = gate_json(slower, *args, cwd=work, code=code)
+        check = next(c for c in data["checks"] if c["check"] == "max-compile-regression")
+        assert check["outcome"] == outcome and check["data"]["noise"] == "floor", check["message"]
+        assert "noise: fixed +/-10% floor, 1 baseline compile time" in check["message"]
+        assert check["data"]["ratio"] == pytest.approx(factor, rel=1e-3)
+
+    # A baseline from three repetitions (0.8x, 1x, 1.2x): its measured spread replaces the floor.
+    # Against a 30% threshold 1.5x fails by the floor (1.5 / 1.1 = 1.36), but is within the
+    # measured noise (1.5 / 1.2 = 1.25), and the line names the samples compared.
+    assert outcomes(gate_json(work / "slower-1.5", "--baseline", baseline, "--max-compile-regression", "30%", "--no-config", cwd=work, code=1))["max-compile-regression"] == "fail"
+    repeated = repeated_copy(real_run, work / "repeated", (0.8, 1.2))
+    assert [len(s.compile_samples) for n, s in run_snapshots(load_run(repeated)).items() if n == "ca"] == [3]
+    wide = work / "wide.json"
+    assert cagtool("baseline", "save", repeated, "-o", wide, cwd=work).returncode == 0
+    assert sorted(load_baseline(wide).modes["ca"].compile_samples) == pytest.approx([0.8 * compile_s, compile_s, 1.2 * compile_s], rel=1e-4)
+    data = gate_json(work / "slower-1.5", "--baseline", wide, "--max-compile-regression", "30%", "--no-config", cwd=work, code=0)
+    check = next(c for c in data["checks"] if c["check"] == "max-compile-regression")
+    assert check["data"]["noise"] == "samples" and "noise measured: 1 run vs 3 baseline compile times" in check["message"]
+    assert check["data"]["low"] == pytest.approx(1.5 / 1.2, rel=1e-3) and "within the noise" in check["message"]
+
+
+def edit_compile(run: Path, factor: float, mode: str = "ca") -> None:
+    events = _events(run / mode / "events.jsonl")
+    for event in events:
+        if event["kind"] == "dynamo_compile" and event.get("entire_frame_compile_time_s"):
+            event["entire_frame_compile_time_s"] *= factor
+        if event["kind"] == "ca_graph" and event.get("capture_s"):
+            event["capture_s"] *= factor
+    _write_events(run / mode / "events.jsonl", events)
+
+
+def test_baseline_save_accumulate_gives_compile_time_a_measured_spread(real_run, work):
+    baseline = work / "baseline.json"
+    runs = []
+    for factor in (1.0, 0.9, 1.1):
+        copy = repeated_copy(real_run, work / f"run-{factor}", ())
+        edit_compile(copy, factor)
+        runs.append(copy)
+    assert cagtool("baseline", "save", runs[0], "-o", baseline, cwd=work).returncode == 0
+    assert load_baseline(baseline).modes["ca"].compile_time_samples_s == ()
+    for copy in runs[1:]:
+        proc = cagtool("baseline", "save", copy, "-o", baseline, "--accumulate", cwd=work)
+        assert proc.returncode == 0, proc.stderr
+    assert "compile times held: aot: 3, ca: 3" in proc.stdout
+    saved = load_baseline(baseline).modes["ca"]
+    compile_s = mode_metrics(load_run(real_run).modes["ca"]).compile_time_s
+    assert saved.compile_samples == pytest.approx((compile_s, 0.9 * compile_s, 1.1 * compile_s), rel=1e-4)
+    assert saved.compile_time_s == pytest.approx(1.1 * compile_s, rel=1e-4)  # every other figure is the newest run's
+    data = gate_json(real_run, "--baseline", baseline, "--max-compile-regression", "25%", "--no-config", cwd=work, code=0)
+    assert next(c for c in data["checks"] if c["check"] == "max-compile-regression")["data"]["noise"] == "samples"
+    # Another target's compile times are not comparable: refused, a usage error.
+    edit(baseline, lambda d: d["target"].update(name="other.py"))
+    refused = cagtool("baseline", "save", runs[0], "-o", baseline, "--accumulate", cwd=work)
+    assert refused.returncode == 2 and "holds other.py" in refused.stderr

@@ -7,6 +7,15 @@ which a busy machine inflates far less) are printed with the machine, its load a
     python benchmarks/cli_speed.py --only help,runs     # some of them
     python benchmarks/cli_speed.py --json results.json  # also write the figures
     python benchmarks/cli_speed.py --keep DIR           # keep the synthetic records in DIR
+    python benchmarks/cli_speed.py --cagtool .venv/bin/cagtool   # time another install (here the editable one)
+
+What is timed is what the README's quickstart installs for users, `pip install .`: by default the
+checkout is built into a wheel and installed into a fresh virtualenv, where pip byte-compiles it
+(its dependencies are this environment's, added by a .pth file, not installed again). The
+development install (`pip install -e`) differs in two ways: setuptools' editable finder is
+imported at every start, and where PYTHONDONTWRITEBYTECODE is set (or the checkout is read-only)
+Python never caches the .pyc files, so every run compiles cagtool's modules from source again
+(+0.02 s for `runs`, +0.05 s for `recompiles --explain`, in CPU, on the 2-core VM).
 
 The records are synthetic, written with the schema's own dataclasses:
 - `runs`: a runs directory of 10 runs (3 modes each, 2,000 steps per mode);
@@ -26,6 +35,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
@@ -167,10 +177,25 @@ def build_fixtures(base: Path) -> dict[str, list[str]]:
     }
 
 
-def cagtool_argv() -> list[str]:
-    """The console script a user runs (next to this interpreter), else `python -m cagtool`."""
-    script = Path(sys.executable).parent / "cagtool"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "cagtool"]
+def readme_install(base: Path) -> Path:
+    """The README's `pip install .` of this checkout into a fresh virtualenv under `base`; returns
+    its `cagtool` console script. The wheel is built from a copy of the package sources (an in-tree
+    build/ could hold a module deleted since); pip byte-compiles what it installs. The venv reads
+    this environment's site-packages through a .pth file for torch, typer, rich..."""
+    src = base / "src"
+    shutil.copytree(REPO / "cagtool", src / "cagtool", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    quiet = {"stdout": subprocess.DEVNULL, "check": True}
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(base / "wheel"), str(src)], **quiet)
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], **quiet)
+    python = venv / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True).stdout.strip()
+    (Path(site) / "cagtool_bench_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    wheel = next((base / "wheel").glob("cagtool-*.whl"))
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], **quiet)
+    return venv / "bin" / "cagtool"
 
 
 def time_command(argv: list[str], repeat: int) -> tuple[list[float], list[float]]:
@@ -211,26 +236,29 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(TARGETS), help="comma-separated: " + ", ".join(TARGETS))
     parser.add_argument("--keep", type=Path, help="write the synthetic records here and keep them")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--cagtool", type=Path, help="time this console script instead of a fresh `pip install .` of the checkout")
     args = parser.parse_args()
     names = [n for n in args.only.split(",") if n]
     base = args.keep or Path(tempfile.mkdtemp(prefix="cagtool-cli-speed-"))
     try:
         commands = build_fixtures(base)
+        cagtool = [str(args.cagtool.resolve() if args.cagtool else readme_install(base / "install"))]
         info = machine()
+        info["cagtool"] = str(args.cagtool) if args.cagtool else "pip install . (fresh virtualenv)"
         load_before = os.getloadavg()
-        results = [Timing(name, cagtool_argv() + commands[name], TARGETS[name], *time_command(cagtool_argv() + commands[name], args.repeat)) for name in names]
+        results = [Timing(name, cagtool + commands[name], TARGETS[name], *time_command(cagtool + commands[name], args.repeat)) for name in names]
         load_after = os.getloadavg()
     finally:
         if args.keep is None:
             shutil.rmtree(base, ignore_errors=True)
-    print(f"{info['cpu']}, {info['cores']} cores, Python {info['python']}, commit {info['commit']}; "
+    print(f"{info['cpu']}, {info['cores']} cores, Python {info['python']}, commit {info['commit']}, cagtool from {info['cagtool']}; "
           f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after; {args.repeat} repetitions after a warm-up")
     print(f"{'command':<12} {'median':>8} {'min':>8} {'max':>8} {'cpu med':>8} {'target':>8}  verdict (wall)")
     for r in results:
         print(f"{r.name:<12} {r.median:8.3f} {min(r.times):8.3f} {max(r.times):8.3f} {statistics.median(r.cpu):8.3f} {r.target_s:8.2f}  {r.verdict}")
     if args.json:
         args.json.write_text(json.dumps({"machine": info, "load_before": load_before, "load_after": load_after,
-                                         "results": [{"name": r.name, "argv": r.argv[len(cagtool_argv()):], "target_s": r.target_s, "times": r.times, "cpu": r.cpu,
+                                         "results": [{"name": r.name, "argv": r.argv[len(cagtool):], "target_s": r.target_s, "times": r.times, "cpu": r.cpu,
                                                       "median": r.median, "verdict": r.verdict} for r in results]}, indent=2))
 
 

@@ -20,9 +20,11 @@ GATE_HELP = """Check a recorded run against CI thresholds; exit 1 when one is ex
 
 Thresholds come from flags and from [tool.cagtool.gate] in the nearest pyproject.toml (flags win). Counts are exact and direction-aware: more than allowed fails; fewer is reported as IMPROVED (tighten the limit or refresh the baseline), and --fail-on-improvement makes that fail too. With --baseline, the baseline's own counts are the limits of the counts not given. Speedups, step time and compile time against the baseline go through one noise rule (docs/ci.md): only a range of the ratio wholly beyond the threshold fails (median and mean: the p10-p90 spread of the step times; p10 and p90: their 90% confidence bands; compile time: the baseline's compile times when it has 3 or more, else a fixed +/-10% floor), and fewer than 5 steady steps is an error, never a pass. A median step-time threshold also warns (one line naming the tail) when the p90 alone regressed beyond the noise; --max-regression p90:PCT fails on it.
 
-Threshold grammar: counts N or KIND:N (--max-recompiles kinds: total, ca, dynamo; repeat the flag for several); speedups X or NUM/DEN:X (default ca/aot, i.e. aot step time / ca step time); memory ratios R, NUM/DEN:R (default ca/aot) or baseline:R; times PCT, PCT%, or SECONDSs, and for --max-regression FIELD:... with FIELD median (default), mean, p10 or p90.
+Threshold grammar: counts N or KIND:N (--max-recompiles kinds: total, ca, dynamo; repeat the flag for several); speedups X or NUM/DEN:X (default ca/aot, i.e. aot step time / ca step time); memory ratios R, NUM/DEN:R (default ca/aot) or baseline:R; times PCT, PCT%, or SECONDSs, and for --max-regression FIELD:... with FIELD median (default), mean, p10 or p90 (repeat the flag for several fields).
 
 Multi-rank runs (DDP): every threshold holds for every rank on its own (per rank, not summed: --max-recompiles ca:0 means no rank recompiled; results labelled ca@rank1; --rank N checks one), and the gate fails when a rank is missing (fewer rank records than the world size), failed, or was not followed (process_not_followed), or when the ranks diverge (different CA graphs or cache misses, step counts, or final norms).
+
+The result is kept in the run (gate.json, the latest gate's), so `cagtool report RUN` shows it.
 
 Exit codes: 0 passed; 1 a check failed; 2 usage error; 3 unreadable run or baseline.
 
@@ -70,6 +72,7 @@ _GATE_FLAG_PARAMS: dict[str, tuple[Any, Any]] = {
         Optional[bool],
         typer.Option(None, "--fail-on-improvement/--no-fail-on-improvement", help="Fail when a check improved, so the limit or baseline gets refreshed.", show_default=False, rich_help_panel="Gate"),
     ),
+    "rank": (Optional[int], typer.Option(None, "--rank", min=0, metavar="N", help="Multi-rank runs: hold only rank N to the thresholds (default: every rank).", rich_help_panel="Gate")),
     "junit": (Optional[Path], typer.Option(None, "--junit", metavar="FILE", help="Also write JUnit XML, one testcase per check.", rich_help_panel="Gate")),
     "no_config": (bool, typer.Option(False, "--no-config", help="Ignore [tool.cagtool.gate] in pyproject.toml.", rich_help_panel="Gate")),
 }
@@ -87,6 +90,7 @@ def gate_options_from_flags(
     format: str = "text",
     strict: bool = False,
     mode: Optional[str] = None,
+    rank: Optional[int] = None,
     **thresholds: Any,
 ) -> GateOptions:
     """GateOptions from raw flag values (strings, as typed); parses the threshold grammar now,
@@ -97,7 +101,7 @@ def gate_options_from_flags(
     if unknown:
         raise TypeError(f"unknown gate flags: {sorted(unknown)}")
     settings = settings_from_values({**thresholds, "mode": mode}, "flag")
-    return GateOptions(settings=settings, config=config, use_config=not no_config, strict=strict, format=format, junit=junit)
+    return GateOptions(settings=settings, config=config, use_config=not no_config, strict=strict, format=format, junit=junit, rank=rank)
 
 
 def with_gate_options(config_flag: str = "--gate-config") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -148,14 +152,20 @@ def _type_hints(func: Callable[..., Any], skip: str) -> dict[str, Any]:
     }
 
 
-def gate_and_report(run_path: str | Path | None, options: GateOptions, stdout: Optional[IO[str]] = None) -> int:
+def gate_and_report(run_path: str | Path | None, options: GateOptions, stdout: Optional[IO[str]] = None, save: bool = False) -> int:
     """Gate a run and write its report (to `stdout`, default sys.stdout: `cagtool run --gate`
     passes sys.stderr, the script owning stdout), plus --junit, GitHub annotations and the step
-    summary; returns the exit code (0 passed, 1 failed). Usage and unreadable-input problems
-    raise CagtoolError (exit 2 / 3) as usual."""
+    summary; with `save`, keep the result in the run (gate.json) for `cagtool report`. Returns
+    the exit code (0 passed, 1 failed). Usage and unreadable-input problems raise CagtoolError
+    (exit 2 / 3) as usual."""
     from cagtool.report.gate import emit_gate_result, run_gate
+    from cagtool.report.gate.output import keep_gate_result
 
-    return emit_gate_result(run_gate(run_path, options), options, stdout=stdout)
+    result = run_gate(run_path, options)
+    code = emit_gate_result(result, options, stdout=stdout)
+    if save:
+        keep_gate_result(result)
+    return code
 
 
 def register(app: typer.Typer) -> None:
@@ -166,7 +176,6 @@ def register(app: typer.Typer) -> None:
         mode: Optional[str] = typer.Option(None, "--mode", help="Mode whose counts and step time are gated: ca, aot or eager (default: the most informative the run asked for, ca first, recorded or not)."),
         format: TextOrJson = typer.Option(TextOrJson.text, "--format", help="Report format on stdout."),
         strict: bool = STRICT_OPT,
-        rank: Optional[int] = typer.Option(None, "--rank", min=0, metavar="N", help="Multi-rank runs: hold only rank N to the thresholds (default: every rank)."),
         *,
         gate_options: GateOptions,
     ) -> None:
@@ -175,8 +184,8 @@ def register(app: typer.Typer) -> None:
         settings = gate_options.settings
         if mode is not None:
             settings = merge(settings, settings_from_values({"mode": mode}, "flag"))
-        options = replace(gate_options, settings=settings, strict=strict, format=format.value, rank=rank)
-        code = gate_and_report(run, options)
+        options = replace(gate_options, settings=settings, strict=strict, format=format.value)
+        code = gate_and_report(run, options, save=True)
         if code:
             raise typer.Exit(code)
 

@@ -129,7 +129,7 @@ def gate_to_dict(gate: GateResult) -> dict[str, Any]:
     }
 
 
-# `cagtool run --gate` keeps its result in the run directory, so a report written later shows it.
+# `cagtool gate` and `cagtool run --gate` keep their result in the run directory, so a report written later shows it.
 GATE_RESULT_FILE = "gate.json"
 
 
@@ -160,12 +160,24 @@ def gate_from_dict(data: dict[str, Any]) -> GateResult:
 
 def save_gate_result(gate: GateResult, run_dir: Path) -> Path:
     path = run_dir / GATE_RESULT_FILE
-    _write(path, render_json(gate) + "\n")
+    tmp = path.with_name(path.name + ".tmp")
+    _write(tmp, render_json(gate) + "\n")
+    tmp.replace(path)  # a report rendered meanwhile reads the previous result or this one, never half of one
     return path
 
 
+def keep_gate_result(gate: GateResult, stderr: IO[str] | None = None) -> Path | None:
+    """Save the result in its run for `cagtool report` (the latest gate's wins). A run that cannot
+    be written (a read-only CI artifact) costs one line on stderr, never the gate's exit code."""
+    try:
+        return save_gate_result(gate, gate.run_path)
+    except (UnreadableInput, OSError) as exc:
+        print(f"cagtool: gate result not saved in the run: {exc}", file=stderr if stderr is not None else sys.stderr)
+        return None
+
+
 def load_gate_result(run_dir: Path) -> GateResult | None:
-    """The gate result `cagtool run --gate` saved in the run, or None when it was not gated."""
+    """The gate result `cagtool gate` or `run --gate` saved in the run, or None when it was not gated."""
     path = run_dir / GATE_RESULT_FILE
     if not path.exists():
         return None

@@ -157,6 +157,8 @@ def _evaluate(
     record = run.modes.get(mode)
     analysis = analyze_ranks(record) if record is not None else None
     if analysis is None or not analysis.rows:
+        if rank is not None and record is not None:
+            run.mode(record.path.name, rank=rank)  # --rank on a run without that rank: UnreadableInput naming the ranks (none)
         results = evaluate_all(checks, snapshots, base, fail_on_improvement)
         blind = [f.message for f in not_followed(record)] if record is not None else []
         if blind:

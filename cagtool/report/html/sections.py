@@ -323,7 +323,8 @@ def gate(result: "GateResult") -> str:
         text("p", verdict_line(result), class_="problem" if not result.passed else "ok"),
         table(("check", "mode", "actual", "limit", "result", "source", "message"), rows, classes="gate", cell_classes=marks),
     ]
-    parts += [text("p", f"warning: {w}", class_="note") for w in result.warnings]
+    # A check's own warnings (a slower tail under a median threshold) first, then the environment's.
+    parts += [text("p", f"warning: {w}", class_="note") for w in (*(w for r in result.results for w in r.warnings), *result.warnings)]
     hint = refresh_hint(result)
     if hint:
         parts.append(text("p", hint, class_="note"))

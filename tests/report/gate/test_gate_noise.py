@@ -10,6 +10,7 @@ are derived from the record's own figures, never from exact timings of this mach
 
 from __future__ import annotations
 
+import html
 import json
 import shutil
 from pathlib import Path
@@ -90,6 +91,9 @@ def test_a_slower_tail_warns_under_a_median_threshold_and_fails_a_p90_one(real_r
                      env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(work / "summary.md")})
     assert "::warning title=cagtool gate%3A max-regression (ca)::max-regression (ca): slower tail" in github.stdout
     assert f"> **warning:** {md_text(warning)}" in (work / "summary.md").read_text()
+    # The gate kept its result in the run: the HTML report shows the warning too.
+    assert cagtool("report", slow, "-o", work / "report.html", cwd=work).returncode == 0
+    assert f"warning: {html.escape(warning, quote=False)}" in (work / "report.html").read_text()
 
     # A p90 threshold fails on it, by the same rule: the whole range of the p90 bands is beyond +20%.
     failed = gate_json(slow, "--baseline", baseline, "--max-regression", "20%", "--max-regression", "p90:20%", "--no-config", cwd=work, code=1)

@@ -44,6 +44,11 @@ def graph_node_to_dict(node: GraphNode) -> dict[str, Any]:
 
 
 _NODE_FIELDS = frozenset(f.name for f in dataclasses.fields(GraphNode))  # once: a graph has 10,000s of nodes
+_NODE_REQUIRED = frozenset(f.name for f in dataclasses.fields(GraphNode) if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+# Every field in declaration order, with its default (required ones are always overwritten): the
+# state a node starts from, so its __dict__ keeps the order GraphNode(**kwargs) gives it.
+_NODE_TEMPLATE = {f.name: (None if f.default is dataclasses.MISSING else f.default) for f in dataclasses.fields(GraphNode)}
+assert not any(f.default_factory is not dataclasses.MISSING for f in dataclasses.fields(GraphNode)), "graph_node_from_dict has no factories"
 
 
 def graph_node_from_dict(data: dict[str, Any]) -> GraphNode:
@@ -51,10 +56,18 @@ def graph_node_from_dict(data: dict[str, Any]) -> GraphNode:
     if not isinstance(data, dict):
         raise TypeError(f"a node is {type(data).__name__}, not an object")
     names = _NODE_FIELDS
-    kwargs = {k: v for k, v in data.items() if k in names}
-    if kwargs.get("origin") is not None:
-        kwargs["origin"] = AutogradNodeRef(**kwargs["origin"])
-    node = GraphNode(**kwargs)
+    kwargs = data if data.keys() <= names else {k: v for k, v in data.items() if k in names}
+    if not _NODE_REQUIRED <= kwargs.keys():
+        GraphNode(**kwargs)  # raises the dataclass's own TypeError, naming the missing field
+    # What the frozen dataclass's __init__ does, without its per-field object.__setattr__ (most
+    # of reading a 10,000-node graph); GraphNode has no __post_init__.
+    node = object.__new__(GraphNode)
+    state = node.__dict__
+    state.update(_NODE_TEMPLATE)
+    state.update(kwargs)
+    origin = kwargs.get("origin")
+    if origin is not None:
+        state["origin"] = AutogradNodeRef(**origin)
     return node if _plainly_valid(node) else check_types(node)
 
 

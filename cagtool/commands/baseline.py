@@ -105,10 +105,12 @@ def register(app: typer.Typer) -> None:
                 f"step median {step.median_s * 1e3:.3f} ms (p10 {step.p10_s * 1e3:.3f}, p90 {step.p90_s * 1e3:.3f}, n={step.count})"
                 if step.p10_s is not None and step.p90_s is not None else f"step median {step.median_s * 1e3:.3f} ms"
             )
+            samples = snap.compile_time_samples_s
+            held = f" ({len(samples)} compile times, {min(samples):.3f}-{max(samples):.3f} s)" if samples else ""
             console.print(
                 f"  {name}: {snap.status}, {snap.steps} steps, {snap.ca_graphs} CA graphs, "
                 f"recompiles {snap.recompiles} (ca {snap.ca_cache_misses}, dynamo {snap.dynamo_recompiles}), "
-                f"{snap.graph_breaks} graph breaks, compile {snap.compile_time_s:.3f} s, {timing}",
+                f"{snap.graph_breaks} graph breaks, compile {snap.compile_time_s:.3f} s{held}, {timing}",
                 markup=False,
                 soft_wrap=True,
             )

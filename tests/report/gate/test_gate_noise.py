@@ -199,6 +199,8 @@ def test_baseline_save_accumulate_gives_compile_time_a_measured_spread(real_run,
     compile_s = mode_metrics(load_run(real_run).modes["ca"]).compile_time_s
     assert saved.compile_samples == pytest.approx((compile_s, 0.9 * compile_s, 1.1 * compile_s), rel=1e-4)
     assert saved.compile_time_s == pytest.approx(1.1 * compile_s, rel=1e-4)  # every other figure is the newest run's
+    show = cagtool("baseline", "show", baseline, cwd=work)
+    assert show.returncode == 0 and f"(3 compile times, {0.9 * compile_s:.3f}-{1.1 * compile_s:.3f} s)" in show.stdout
     data = gate_json(real_run, "--baseline", baseline, "--max-compile-regression", "25%", "--no-config", cwd=work, code=0)
     assert next(c for c in data["checks"] if c["check"] == "max-compile-regression")["data"]["noise"] == "samples"
     # Another target's compile times are not comparable: refused, a usage error.

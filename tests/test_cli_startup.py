@@ -89,3 +89,43 @@ def test_every_command_module_is_listed_and_builds_its_own_command():
     for name in cli._COMMAND_MODULES:
         assert group.get_command(None, name).name == name  # _build_command raises if the module registers another
     assert group.get_command(None, "no-such-command") is None
+
+
+def _recompiling_run(root):
+    """A one-mode record with an initial capture and one recompile (a new autograd node)."""
+    from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
+    from cagtool.record.schema import CacheMissEvent, CAGraphEvent, StepEvent, event_to_dict, json_default
+
+    events = []
+    for ca_id, node in enumerate(("torch::autograd::GraphRoot", "MulBackward0")):
+        events.append(CacheMissEvent(seq=len(events), t=float(ca_id), ca_id=ca_id, compile_id=f"!{ca_id}", step=ca_id + 1, miss_kind="new_node",
+                                     message=f"Cache miss due to new autograd node: {node} (NodeCall 1) with key size 40, previous key sizes=[]",
+                                     node=node, node_call=1, key_size=40, previous_key_sizes=[]))
+        events.append(CAGraphEvent(seq=len(events), t=float(ca_id), ca_id=ca_id, compile_id=f"!{ca_id}", step=ca_id + 1, node_count=3, op_histogram={},
+                                   autograd_nodes=[], aot_ids=[], hooks=[], num_sizes=0, capture_s=0.1,
+                                   code_file=f"graphs/ca_{ca_id}.py", nodes_file=f"graphs/ca_{ca_id}.json"))
+        events.append(StepEvent(seq=len(events), t=float(ca_id), step=ca_id + 1, backward_s=0.01))
+    (root / "ca").mkdir(parents=True)
+    meta = RunMeta(run_id="r", created_at="2026-01-01T00:00:00Z", cagtool_argv=[], target={"kind": "script", "name": "train.py"},
+                   target_argv=[], cwd=str(root), modes=["ca"], versions={}, machine={}, status="finished", exit_code=0)
+    manifest = ModeManifest(mode="ca", argv=["train.py"], target={}, cwd=str(root), versions={}, backend="eager", dynamic=False,
+                            started_at="2026-01-01T00:00:00Z", status="finished")
+    (root / "run.json").write_text(json.dumps(to_dict(meta)))
+    (root / "ca" / "manifest.json").write_text(json.dumps(to_dict(manifest)))
+    (root / "ca" / "events.jsonl").write_text("".join(json.dumps(event_to_dict(e), default=json_default) + "\n" for e in events))
+    return root
+
+
+def test_runs_and_recompiles_explain_load_only_what_they_print(tmp_path):
+    # What each command's start-up leaves out (benchmarks/README.md, issue 12): checked on a real
+    # record, so the command's body ran. `runs` lists manifests: no analysis module; --explain
+    # prints paragraphs: no rich table (the table view imports it), no step statistics.
+    run = _recompiling_run(tmp_path / "runs" / "r")
+    loaded = loaded_after(f"from cagtool.cli import main; main(['runs', {str(tmp_path / 'runs')!r}])")
+    assert "rich.table" in loaded  # it did print its table
+    assert {m for m in loaded if m.startswith("cagtool.report")} == {"cagtool.report", "cagtool.report.console"}
+    assert not [m for m in loaded if m.split(".")[0] in ("torch", "pandas", "numpy", "pydantic")]
+    loaded = loaded_after(f"from cagtool.cli import main; main(['recompiles', {str(run)!r}, '--explain'])")
+    assert "cagtool.report.recompiles.explain" in loaded  # it did explain
+    assert not {"rich.table", "statistics", "cagtool.report.compare"} & loaded
+    assert not [m for m in loaded if m.split(".")[0] in ("torch", "pandas", "numpy", "pydantic")]

@@ -5,7 +5,6 @@ Pure functions of the record; every renderer (summary, compare, gate) reads thes
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 
 from cagtool.record.loader import ModeRecord
@@ -230,6 +229,8 @@ def stats_of_intervals(intervals: list[float], excluded: list[int], first_step_s
     """Median, p10, p90 and mean of steady iteration times (any order)."""
     if not intervals:
         return StepStats(0, list(excluded), None, None, None, None, first_step_s, clock)
+    import statistics  # here: `recompiles --explain` imports this module for is_grad_warmup alone (statistics: ~5 ms of start-up)
+
     ordered = sorted(intervals)
     return StepStats(
         count=len(ordered),

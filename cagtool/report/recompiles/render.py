@@ -10,9 +10,7 @@ import json
 import textwrap
 from typing import Any
 
-from rich import box
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from cagtool.record.schema import SourceRef
@@ -151,6 +149,11 @@ class RecompilesTableRenderer:
         self.console = console
 
     def render(self, tables: list[RecompileTable], run_label: str) -> None:
+        # Here, not at the top: `--explain` and `--format json` never draw a table, and rich.table
+        # (with the fractions and decimal its column ratios import) is ~8 ms of their start-up.
+        from rich import box
+        from rich.table import Table
+
         for table in tables:
             print_wrapped(self.console, counts_line(table))
             for note in record_notes(table):

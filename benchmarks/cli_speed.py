@@ -48,6 +48,7 @@ sys.path.insert(0, str(HERE))  # the sibling benchmarks' record builders
 from graph_diff import synthetic_graph  # noqa: E402
 from recompiles_explain import build_events, write_run  # noqa: E402
 
+from cagtool.record.columns import write_sidecar  # noqa: E402
 from cagtool.record.graph_file import GRAPH_FORMAT  # noqa: E402
 from cagtool.record.manifest import ModeManifest, RunMeta, to_dict  # noqa: E402
 from cagtool.record.schema import (  # noqa: E402
@@ -94,6 +95,7 @@ def _write_mode(mode_dir: Path, mode: str, events: list[Event]) -> None:
     with (mode_dir / "events.jsonl").open("w") as handle:
         for event in events:
             handle.write(json.dumps(event_to_dict(event), default=json_default) + "\n")
+    write_sidecar(mode_dir)  # as the writer does when a mode closes its record
 
 
 def _write_meta(root: Path, modes: list[str]) -> None:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cagtool.record.columns import write_sidecar
 from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
 from cagtool.record.graph_file import GRAPH_FORMAT, GraphNode, graph_node_to_dict
 from cagtool.record.schema import (
@@ -239,3 +240,15 @@ class RecordWriter:
                     self._stop(exc, EVENTS_FILE)
                 self._events = None
             self._drop_reserve()
+            if self.stopped is None:
+                self._write_columns()
+
+    def _write_columns(self) -> None:
+        """The step, backward and optimizer-step lines as columns beside events.jsonl, read back
+        from it (record/columns.py): what lets `cagtool summary` of a long run skip decoding them.
+        Only a speed-up: readers check it against events.jsonl, so any failure here just leaves
+        none (a record that never closes has none either)."""
+        try:
+            write_sidecar(self.mode_dir)
+        except Exception:  # noqa: BLE001 - never the job's problem, nor the record's
+            pass

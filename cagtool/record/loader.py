@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TypeVar
 
 from cagtool.errors import UnreadableInput
 from cagtool.record.liveness import read_dead_writer_as_killed, read_vanished_as_killed
@@ -28,6 +28,9 @@ from cagtool.record.schema import (
     Event,
     event_builder,
 )
+
+if TYPE_CHECKING:
+    from cagtool.record.columns import EventColumns
 
 DEFAULT_RUNS_DIR = Path(".cagtool") / "runs"
 RUNS_DIR_ENV = "CAGTOOL_RUNS_DIR"
@@ -51,11 +54,16 @@ class ModeRecord:
     # The Python processes the target started and cagtool followed (<mode>/procs/<key>/), by key
     # ("rank1", "pid4242"); empty for a single-process job and for the child records themselves.
     processes: dict[str, ModeRecord] = field(default_factory=dict)
+    # Events of the column kinds (steps, backward calls, optimizer steps) held as columns instead of
+    # in `events` when the loader was asked for columns and the record's sidecar matched its
+    # events.jsonl (record/columns.py); `of` builds them when asked.
+    columns: dict[str, EventColumns] = field(default_factory=dict)
     _of_cache: dict[tuple[type, int, int], list[Any]] = field(default_factory=dict, init=False, repr=False, compare=False)
     # The events grouped by class, built in one pass the first time `of` is asked (then each kind
     # is a lookup, not a scan of every event), and figures derived from the events (`derived`).
     _by_type: tuple[tuple[int, int], dict[type, list[Event]]] | None = field(default=None, init=False, repr=False, compare=False)
     _derived: dict[tuple[str, int, int], Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _built_columns: dict[type, list[Event]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def mode(self) -> str:
@@ -100,12 +108,22 @@ class ModeRecord:
                     group.append(event)
             self._by_type = (state, grouped)
         grouped = self._by_type[1]
+        held = [EVENT_TYPES[kind] for kind in self.columns if issubclass(EVENT_TYPES[kind], cls)]
         matching = [t for t in grouped if issubclass(t, cls)]
-        if len(matching) == 1:
-            return list(grouped[matching[0]])
-        if not matching:
+        if len(matching) + len(held) == 1:
+            return list(grouped[matching[0]]) if matching else list(self._column_events(held[0]))
+        if not matching and not held:
             return []
-        return [e for e in self.events if isinstance(e, cls)]  # several classes: keep file order
+        found = [e for e in self.events if isinstance(e, cls)]  # several classes: keep file order
+        if held:
+            found = sorted(found + [e for t in held for e in self._column_events(t)], key=lambda e: e.seq)
+        return found
+
+    def _column_events(self, cls: type) -> list[Event]:
+        built = self._built_columns.get(cls)
+        if built is None:
+            built = self._built_columns[cls] = self.columns[cls.kind].events()  # type: ignore[attr-defined]
+        return built
 
     def derived(self, name: str, compute: Callable[[ModeRecord], T]) -> T:
         """`compute(self)`, kept until `events` changes: the summary and the end-of-run comparison
@@ -214,18 +232,20 @@ def _fast_kind(line: str) -> str | None:
     return line[len(_KIND_PREFIX) : end] if end > 0 else None
 
 
-def load_mode(path: Path, strict: bool = False, kinds: frozenset[str] | set[str] | None = None, events: bool = True) -> ModeRecord:
+def load_mode(path: Path, strict: bool = False, kinds: frozenset[str] | set[str] | None = None, events: bool = True, columns: bool = False) -> ModeRecord:
     """Read one mode directory and the records of the processes it followed (procs/*).
     Lenient by default: bad lines and unknown kinds are counted; with strict=True either is an
     error. With `kinds`, only events of those kinds are built (the others are only counted in
     `kind_counts`): what lets a report over a 100,000-event record stay fast. With events=False
-    only the manifests are read (listing runs)."""
-    record = _load_one(Path(path), strict, kinds, events)
+    only the manifests are read (listing runs). With columns=True, a record whose sidecar matches
+    its events.jsonl holds its step, backward and optimizer-step events as `columns` (readers of
+    `of` see no difference; readers of `events` would miss them, hence opt-in)."""
+    record = _load_one(Path(path), strict, kinds, events, columns)
     procs = Path(path) / PROCS_DIR
     if procs.is_dir():
         for child in sorted(procs.iterdir(), key=_process_sort_key):
             if (child / MANIFEST_FILE).exists():
-                record.processes[child.name] = _load_one(child, strict, kinds, events)
+                record.processes[child.name] = _load_one(child, strict, kinds, events, columns)
             elif strict and child.is_dir():
                 raise UnreadableInput(f"process record {child} has no manifest (--strict)")
     return record
@@ -240,7 +260,7 @@ def _process_sort_key(path: Path) -> tuple[int, int, str]:
     return (2, 0, name)
 
 
-def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None, read_events: bool = True) -> ModeRecord:
+def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None, read_events: bool = True, columns: bool = False) -> ModeRecord:
     data = read_json_object(path / MANIFEST_FILE, "mode manifest")
     check_format(data, MODE_FORMAT, path / MANIFEST_FILE)
     try:
@@ -252,6 +272,7 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
     skipped = 0
     unknown: Counter[str] = Counter()
     counts: Counter[str] = Counter()
+    column_events: dict[str, EventColumns] = {}
     events_path = path / EVENTS_FILE
     if not read_events:
         pass  # manifests only (listing runs): the stream is neither read nor counted
@@ -260,34 +281,30 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
         # The line prefixes of the kinds not asked for: one startswith per line picks them out.
         unwanted = tuple(f'{_KIND_PREFIX}{kind}"' for kind in EVENT_TYPES if kind not in kinds) if kinds is not None and not strict else ()
         data = events_path.read_bytes()
-        try:
-            text = data.decode("utf-8")
-            if unwanted:
-                # The per-line filter below, over the whole stream in C: each unwanted line counted
-                # and blanked (line numbers kept). The Python loop was most of `recompiles --explain`.
-                pattern = _unwanted_lines(tuple(sorted(kind for kind in EVENT_TYPES if kind not in kinds)))  # type: ignore[operator]
-                # Each match starts at its line's newline (one is put before the first line): a
-                # literal prefix lets the regex engine jump from line to line instead of trying a
-                # `^` at every character (3 x 10 MB in `summary`: 0.1 s per mode -> 0.03 s).
-                text = "\n" + text
-                counts.update(pattern.findall(text))
-                text = pattern.sub("\n", text)[1:]
+        # The step, backward and optimizer-step lines as columns, from the sidecar the writer left
+        # when it closed the record, used only when derived from exactly these bytes (issue 12).
+        sidecar = None
+        if columns:
+            from cagtool.record.columns import read_sidecar  # only readers that asked for columns pay its import
+
+            sidecar = read_sidecar(path, data)
+        lines: Iterable[tuple[int, str | None]]
+        if sidecar is not None:
+            for kind, held in sidecar.columns.items():
+                if held.count:
+                    counts[kind] += held.count
+                if kinds is None or kind in kinds:
+                    column_events[kind] = held
+            lines = [(number, _utf8_or_none(data[start:end])) for number, start, end in sidecar.other]
+        else:
+            lines = enumerate(_stream_lines(data, kinds, unwanted, counts, entries), start=1)
+            if entries:
                 unwanted = ()
-                # Only the lines left with text go on, with their line numbers (counted in C).
-                number, previous = 1, 0
-                for match in _TEXT_LINE.finditer(text):
-                    number += text.count("\n", previous, match.start())
-                    previous = match.start()
-                    entries.append((number, match.group(0)))
-                text = ""
-            lines: list[str | None] = text.split("\n") if text else []  # the whole stream at once
-        except UnicodeDecodeError:
-            lines = [_utf8_or_none(raw) for raw in data.split(b"\n")]
         kind_at = len(_KIND_PREFIX)
         # Whether every line kept is one JSON object's text (as far as its ends tell), checked in the
         # loop below; lines the kinds filter already collected are checked by _decode_lines (None).
         shaped: bool | None = None if entries else True
-        for number, line in enumerate(lines, start=1):
+        for number, line in lines:
             if line is None:
                 # Corrupt bytes are a bad line like any other: counted, or fatal with --strict.
                 if strict:
@@ -324,9 +341,40 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
             counts[event.kind] += 1
             if kinds is None or event.kind in kinds:
                 events.append(event)
+        if sidecar is not None and any(counts[kind] != held.count for kind, held in sidecar.columns.items()):
+            # An event of a column kind on a line the sidecar does not hold (its key spelled with a
+            # JSON escape): the file order of that kind's events is not known here; read it all.
+            return _load_one(path, strict, kinds, read_events, columns=False)
     elif strict:
         raise UnreadableInput(f"{events_path} is missing (--strict)")
-    return ModeRecord(path=path, manifest=manifest, events=events, skipped_lines=skipped, unknown_kinds=unknown, kind_counts=counts)
+    return ModeRecord(path=path, manifest=manifest, events=events, skipped_lines=skipped, unknown_kinds=unknown, kind_counts=counts, columns=column_events)
+
+
+def _stream_lines(data: bytes, kinds: frozenset[str] | set[str] | None, unwanted: tuple[str, ...], counts: Counter[str], entries: list[tuple[int, str]]) -> list[str | None]:
+    """The stream's lines (None: not UTF-8), or none when the kinds filter ran: it counts the
+    unwanted lines in `counts` and puts the others, numbered, in `entries`."""
+    try:
+        text = data.decode("utf-8")
+        if unwanted:
+            # The per-line filter below, over the whole stream in C: each unwanted line counted
+            # and blanked (line numbers kept). The Python loop was most of `recompiles --explain`.
+            pattern = _unwanted_lines(tuple(sorted(kind for kind in EVENT_TYPES if kind not in kinds)))  # type: ignore[operator]
+            # Each match starts at its line's newline (one is put before the first line): a
+            # literal prefix lets the regex engine jump from line to line instead of trying a
+            # `^` at every character (3 x 10 MB in `summary`: 0.1 s per mode -> 0.03 s).
+            text = "\n" + text
+            counts.update(pattern.findall(text))
+            text = pattern.sub("\n", text)[1:]
+            # Only the lines left with text go on, with their line numbers (counted in C).
+            number, previous = 1, 0
+            for match in _TEXT_LINE.finditer(text):
+                number += text.count("\n", previous, match.start())
+                previous = match.start()
+                entries.append((number, match.group(0)))
+            return []
+        return text.split("\n") if text else []  # the whole stream at once
+    except UnicodeDecodeError:
+        return [_utf8_or_none(raw) for raw in data.split(b"\n")]
 
 
 _TEXT_LINE = re.compile(r"^[^\n]*\S[^\n]*$", re.MULTILINE)  # a line that `line.strip()` leaves non-empty
@@ -384,7 +432,7 @@ def resolve_run_path(path: str | Path | None) -> Path:
     raise UnreadableInput(f"{candidate} is not a cagtool run directory (no {RUN_META_FILE})")
 
 
-def load_run(path: str | Path | None = None, strict: bool = False, kinds: frozenset[str] | set[str] | None = None, events: bool = True) -> RunRecord:
+def load_run(path: str | Path | None = None, strict: bool = False, kinds: frozenset[str] | set[str] | None = None, events: bool = True, columns: bool = False) -> RunRecord:
     run_path = resolve_run_path(path)
     data = read_json_object(run_path / RUN_META_FILE, "run record")
     check_format(data, RUN_FORMAT, run_path / RUN_META_FILE)
@@ -396,7 +444,7 @@ def load_run(path: str | Path | None = None, strict: bool = False, kinds: frozen
     for mode in meta.modes:
         mode_path = inside(run_path, mode, f"mode {mode!r} of {run_path / RUN_META_FILE}")
         if (mode_path / MANIFEST_FILE).exists():
-            modes[mode] = load_mode(mode_path, strict=strict, kinds=kinds, events=events)
+            modes[mode] = load_mode(mode_path, strict=strict, kinds=kinds, events=events, columns=columns)
         elif strict:
             raise UnreadableInput(f"mode {mode!r} of {run_path} has no manifest (--strict)")
     read_vanished_as_killed(meta, [m.manifest for m in modes.values()])

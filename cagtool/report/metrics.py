@@ -5,7 +5,7 @@ Pure functions of the record; every renderer (summary, compare, gate) reads thes
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from cagtool.record.loader import ModeRecord
 from cagtool.record.schema import (
@@ -162,7 +162,54 @@ def _percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def steady_intervals(steps: list[StepEvent], device_s: dict[int, float] | None = None) -> tuple[list[float], list[int]]:
+@dataclass(frozen=True)
+class StepColumns:
+    """A mode's step events as columns, in file order: what the step figures read, without an
+    object per step (a 20,000-step summary, issue 12). From the record's sidecar when the loader
+    used it, else from the step events."""
+
+    step: list[int]
+    t: list[float]
+    backward_s: list[float]
+    loss: list[float | None]
+    ca_captures: list[int]
+    compiles: list[int]
+    wall_s: list[float | None]
+    backward_calls: list[int]
+    boundary: list[str]
+
+    @classmethod
+    def of_events(cls, steps: list[StepEvent]) -> StepColumns:
+        return cls(*([getattr(s, name) for s in steps] for name in _STEP_COLUMNS))
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+
+_STEP_COLUMNS = tuple(f.name for f in fields(StepColumns))
+
+
+def step_columns(record: ModeRecord) -> StepColumns:
+    """The record's steps as columns (computed once per record)."""
+    return record.derived("step_columns", _step_columns)
+
+
+def _step_columns(record: ModeRecord) -> StepColumns:
+    held = record.columns.get(StepEvent.kind)
+    if held is None:
+        return StepColumns.of_events(record.of(StepEvent))
+    return StepColumns(*(held.column(name) for name in _STEP_COLUMNS))
+
+
+def backward_steps(record: ModeRecord) -> list[int]:
+    """The step of each backward event, in file order."""
+    held = record.columns.get(BackwardEvent.kind)
+    if held is not None:
+        return held.column("step")
+    return [b.step for b in record.of(BackwardEvent)]
+
+
+def steady_intervals(steps: list[StepEvent] | StepColumns, device_s: dict[int, float] | None = None) -> tuple[list[float], list[int]]:
     """(times of the steady steps in step order, steps excluded by compilation). Shared by
     `step_stats` and by the mode comparison, which pools the intervals of repetitions.
 
@@ -170,28 +217,32 @@ def steady_intervals(steps: list[StepEvent], device_s: dict[int, float] | None =
     `device_s` has one for every steady step; a step that compiled or captured is excluded; the
     first step has no previous boundary and is not timed. Schema 1: iteration time of step i =
     start of step i+1 minus start of step i, excluded when it or the next step compiled."""
-    ordered = sorted(steps, key=lambda s: s.step)
+    c = steps if isinstance(steps, StepColumns) else StepColumns.of_events(steps)
+    number, compiles, captures = c.step, c.compiles, c.ca_captures
+    ordered = sorted(range(len(number)), key=number.__getitem__)  # stable, as sorting the events was
     intervals: list[float] = []
     excluded: list[int] = []
-    if any(s.boundary for s in ordered):
+    if any(c.boundary):
+        wall = c.wall_s
         steady = []
-        for step in ordered:
-            if step.compiles or step.ca_captures:
-                excluded.append(step.step)
-            elif step.wall_s is not None:
-                steady.append(step)
-        use_device = bool(device_s) and all(s.step in device_s for s in steady)
-        return [device_s[s.step] if use_device and device_s else s.wall_s for s in steady], excluded  # type: ignore[misc]
+        for i in ordered:
+            if compiles[i] or captures[i]:
+                excluded.append(number[i])
+            elif wall[i] is not None:
+                steady.append(i)
+        use_device = bool(device_s) and all(number[i] in device_s for i in steady)  # type: ignore[operator]
+        return [device_s[number[i]] if use_device and device_s else wall[i] for i in steady], excluded  # type: ignore[misc]
+    t, backward = c.t, c.backward_s
     for current, following in zip(ordered, ordered[1:]):
-        start_current = current.t - current.backward_s
-        start_following = following.t - following.backward_s
-        touched = current.compiles or current.ca_captures or following.compiles or following.ca_captures
+        start_current = t[current] - backward[current]
+        start_following = t[following] - backward[following]
+        touched = compiles[current] or captures[current] or compiles[following] or captures[following]
         if touched:
-            excluded.append(current.step)
+            excluded.append(number[current])
             continue
         intervals.append(start_following - start_current)
-    if ordered and (ordered[-1].compiles or ordered[-1].ca_captures):
-        excluded.append(ordered[-1].step)
+    if ordered and (compiles[ordered[-1]] or captures[ordered[-1]]):
+        excluded.append(number[ordered[-1]])
     return intervals, excluded
 
 
@@ -208,17 +259,18 @@ def record_step_intervals(record: ModeRecord) -> tuple[list[float], list[int], s
 
 
 def _record_step_intervals(record: ModeRecord) -> tuple[list[float], list[int], str]:
-    steps = record.of(StepEvent)
+    steps = step_columns(record)
     device = device_step_seconds(record)
     intervals, excluded = steady_intervals(steps, device)
-    steady = {s.step for s in steps if s.wall_s is not None and not (s.compiles or s.ca_captures)}
+    steady = {n for n, wall, compiles, captures in zip(steps.step, steps.wall_s, steps.compiles, steps.ca_captures) if wall is not None and not (compiles or captures)}
     clock = "device" if device and steady and steady <= set(device) else "wall"
     return intervals, excluded, clock
 
 
 def step_losses(record: ModeRecord) -> dict[int, float]:
     """step -> loss of its last backward: read at once on CPU, at the end of the run on a device."""
-    losses = {s.step: s.loss for s in record.of(StepEvent) if s.loss is not None}
+    steps = step_columns(record)
+    losses = {step: loss for step, loss in zip(steps.step, steps.loss) if loss is not None}
     for late in record.of(StepDeviceEvent):
         if late.loss is not None:
             losses[late.step] = late.loss
@@ -284,7 +336,7 @@ def mode_metrics(record: ModeRecord) -> ModeMetrics:
 
 def _mode_metrics(record: ModeRecord) -> ModeMetrics:
     manifest = record.manifest
-    steps = record.of(StepEvent)
+    steps = step_columns(record)
     dynamo = record.of(DynamoCompileEvent)
     ca_graphs = record.of(CAGraphEvent)
     misses = record.of(CacheMissEvent)
@@ -300,7 +352,7 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
         "ca_capture": sum(g.capture_s for g in ca_graphs),
     }
     compile_time = sum((d.entire_frame_compile_time_s or 0.0) for d in dynamo) + phases["ca_capture"]
-    first_step_end = min((s.t for s in steps), default=None)
+    first_step_end = min(steps.t, default=None)
     counters = manifest.torch_counters or {}
     unique = counters.get("stats", {}).get("unique_graphs")
     captures = counters.get("compiled_autograd", {}).get("captures")
@@ -309,9 +361,9 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
     breaks = record.of(GraphBreakEvent)
     sites = graph_break_sites(breaks)
     intervals, excluded, clock = record_step_intervals(record)
-    backwards = record.of(BackwardEvent)
-    step_numbers = {s.step for s in steps}  # once: inside the count below it was rebuilt per backward (quadratic)
-    boundaries = {s.boundary for s in steps if s.boundary}
+    backwards = backward_steps(record)
+    step_numbers = set(steps.step)  # once: inside the count below it was rebuilt per backward (quadratic)
+    boundaries = {b for b in steps.boundary if b}
     torch_breaks = torch_graph_breaks(counters)
     uses_ca = manifest.mode == "ca" or bool(ca_graphs)
     return ModeMetrics(
@@ -338,8 +390,8 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
         losses=[loss for _, loss in sorted(step_losses(record).items())],
         backward_calls=max(len(backwards), record.kind_counts.get(BackwardEvent.kind, 0)) if stamps_step_in_progress(manifest.schema_version) else len(steps),
         step_boundary=_step_boundary(boundaries),
-        backward_calls_per_step=tuple(sorted({s.backward_calls for s in steps})) if boundaries else ((1,) if steps else ()),
-        backward_calls_after_last_step=sum(1 for b in backwards if b.step not in step_numbers),
+        backward_calls_per_step=tuple(sorted(set(steps.backward_calls))) if boundaries else ((1,) if len(steps) else ()),
+        backward_calls_after_last_step=sum(1 for step in backwards if step not in step_numbers),
         peak_device_memory_bytes=manifest.peak_device_memory_bytes,
         graph_break_sites=sites,
         graph_breaks_from_torch=torch_breaks is not None,

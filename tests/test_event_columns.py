@@ -1,0 +1,238 @@
+"""The columns sidecar (record/columns.py): a summary read through it says exactly what the event
+lines say, and a sidecar that does not match its events.jsonl (appended to, truncated, edited in
+place, damaged itself) or that could not be written (corrupt or foreign step lines) is never used."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+
+from cagtool.capture.writer import RecordWriter
+from cagtool.commands.summary import print_run_report
+from cagtool.errors import UnreadableInput
+from cagtool.record.columns import COLUMNS_FILE, derive, write_sidecar
+from cagtool.record.loader import load_mode, load_run
+from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
+from cagtool.record.schema import (
+    BackwardEvent,
+    CAGraphEvent,
+    CacheMissEvent,
+    Event,
+    OptimizerStepEvent,
+    StepEvent,
+    event_to_dict,
+    json_default,
+)
+from cagtool.report.metrics import mode_metrics
+from cagtool.report.summary import SUMMARY_KINDS, summary_json
+
+
+def _manifest(mode: str = "ca") -> ModeManifest:
+    return ModeManifest(mode=mode, argv=[], target={"kind": "script", "name": "train.py"}, cwd="/", versions={}, backend="eager", dynamic=False,
+                        started_at="", status="finished", exit_code=0)
+
+
+def _line(event: Event) -> str:
+    return json.dumps(event_to_dict(event), default=json_default)
+
+
+def training(steps: int = 40) -> list[Event]:
+    """Steps as capture writes them, with what makes columns hard: a NaN loss, a first step with no
+    interval (null), an integer where a float is declared, two backward calls in one step, a
+    compile-affected step and a few events of other kinds between them."""
+    events: list[Event] = []
+
+    def add(cls, **fields) -> None:
+        events.append(cls(seq=len(events), t=len(events) * 0.01 + 0.001, **fields))
+
+    for step in range(1, steps + 1):
+        if step == 3:
+            add(CacheMissEvent, ca_id=1, compile_id="!1", step=3, miss_kind="new_node", message="Cache miss due to new autograd node: MulBackward0",
+                node="MulBackward0", node_call=2)
+            add(CAGraphEvent, ca_id=1, compile_id="!1", step=3, node_count=7, op_histogram={"mul": 2}, autograd_nodes=[], aot_ids=[], hooks=[],
+                num_sizes=0, capture_s=0.05, code_file="graphs/ca_1.py", nodes_file="graphs/ca_1.json")
+        calls = 2 if step == 5 else 1
+        for index in range(calls):
+            add(BackwardEvent, step=step, index=index, backward_s=0.002 + step * 1e-5, ca_captures=int(step == 3), loss=float("nan") if step == 7 else 1.0 / step)
+        add(OptimizerStepEvent, step=step, wall_s=0.0005, optimizer="SGD")
+        add(StepEvent, step=step, backward_s=0.002 * calls, loss=float("nan") if step == 7 else 1.0 / step, ca_captures=int(step == 3),
+            compiles=int(step == 3), wall_s=None if step == 1 else (0 if step == 9 else 0.004 + (step % 5) * 1e-4), backward_calls=calls,
+            boundary="optimizer", optimizer_s=0.0005)
+    return events
+
+
+def write_run(root, lines_by_mode: dict[str, list[str]], sidecar: bool = True):
+    for mode, lines in lines_by_mode.items():
+        (root / mode).mkdir(parents=True)
+        (root / mode / "manifest.json").write_text(json.dumps(to_dict(_manifest(mode))))
+        (root / mode / "events.jsonl").write_text("".join(text + "\n" for text in lines))
+        if sidecar:
+            write_sidecar(root / mode)
+    meta = RunMeta(run_id=root.name, created_at="", cagtool_argv=[], target={"kind": "script", "name": "train.py"}, target_argv=[], cwd="/",
+                   modes=list(lines_by_mode), versions={}, machine={}, status="finished", exit_code=0)
+    (root / "run.json").write_text(json.dumps(to_dict(meta)))
+    return root
+
+
+def same_events(a: list[Event], b: list[Event]) -> bool:
+    """Equal field for field and type for type (NaN equal to NaN, 0 not equal to 0.0)."""
+    def key(event: Event) -> list:
+        return [type(event).__name__] + [(type(v).__name__, "nan" if isinstance(v, float) and math.isnan(v) else v) for v in event.__dict__.values()]
+    return [key(e) for e in a] == [key(e) for e in b]
+
+
+def both_loads(mode_dir, **options):
+    """The record read through the sidecar and read line by line."""
+    return load_mode(mode_dir, columns=True, **options), load_mode(mode_dir, columns=False, **options)
+
+
+def assert_same_record(fast, slow) -> None:
+    for cls in (StepEvent, BackwardEvent, OptimizerStepEvent, CAGraphEvent, CacheMissEvent, Event):
+        assert same_events(fast.of(cls), slow.of(cls)), cls
+    assert fast.kind_counts == slow.kind_counts
+    assert (fast.skipped_lines, fast.unknown_kinds) == (slow.skipped_lines, slow.unknown_kinds)
+
+
+def test_columns_give_exactly_the_events_the_lines_give(tmp_path):
+    run = write_run(tmp_path / "r", {"ca": [_line(e) for e in training()]})
+    assert (run / "ca" / COLUMNS_FILE).exists()
+    fast, slow = both_loads(run / "ca")
+    assert set(fast.columns) == {"step", "backward", "optimizer_step"} and not slow.columns
+    assert not any(isinstance(e, (StepEvent, BackwardEvent)) for e in fast.events)  # held as columns, not built
+    assert_same_record(fast, slow)
+    assert type(fast.of(StepEvent)[8].wall_s) is int  # `0` in the line stays an int, as json.loads gives it
+    fast_kinds, slow_kinds = both_loads(run / "ca", kinds=SUMMARY_KINDS)
+    assert "optimizer_step" not in fast_kinds.columns and fast_kinds.kind_counts == slow_kinds.kind_counts
+    assert mode_metrics(fast_kinds) == mode_metrics(slow_kinds) and mode_metrics(fast_kinds).steps == 40
+
+
+def test_summary_text_and_json_unchanged_through_the_sidecar(tmp_path, capsys):
+    lines = {mode: [_line(e) for e in training()] for mode in ("eager", "ca")}
+    run = write_run(tmp_path / "r", lines)
+    outputs = []
+    for keep in (True, False):
+        if not keep:
+            for mode in lines:
+                (run / mode / COLUMNS_FILE).unlink()
+        assert bool(load_run(run, columns=True).modes["ca"].columns) is keep
+        print_run_report(run, "text")
+        print_run_report(run, "json")
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and "40 steps" in outputs[0]
+
+
+def test_lines_the_columns_cannot_hold_leave_no_sidecar(tmp_path):
+    """A corrupt or truncated step line, or a step line of another layout: no sidecar, the loader
+    reads every line (and counts the bad one) as before."""
+    good = [_line(e) for e in training(6)]
+    cut = good[:5] + [good[5][:40]] + good[6:]  # a torn line in the middle
+    other_layout = good + [json.dumps({"kind": "step", "step": 7, "seq": 99, "t": 1.0, "backward_s": 0.1})]
+    assert derive(("\n".join(good) + "\n").encode()) is not None
+    for lines in (cut, other_layout):
+        assert derive(("\n".join(lines) + "\n").encode()) is None
+    run = write_run(tmp_path / "r", {"ca": cut})
+    assert not (run / "ca" / COLUMNS_FILE).exists()
+    fast, slow = both_loads(run / "ca")
+    assert not fast.columns and fast.skipped_lines == 1
+    assert_same_record(fast, slow)
+
+
+def test_corrupt_lines_of_other_kinds_are_still_read_leniently_or_strictly(tmp_path):
+    lines = [_line(e) for e in training(6)]
+    lines.insert(4, '{"kind": "ca_graph", "seq": 1000, "t": 0.5, "ca_id": 9')  # a torn line that is not a step
+    lines.insert(8, "\xff garbage")
+    lines.insert(9, '{"kind": "from_the_future", "seq": 1001, "t": 0.6}')
+    run = write_run(tmp_path / "r", {"ca": lines})
+    assert (run / "ca" / COLUMNS_FILE).exists()
+    fast, slow = both_loads(run / "ca")
+    assert fast.columns and fast.skipped_lines == 2 and fast.unknown_kinds == {"from_the_future": 1}
+    assert_same_record(fast, slow)
+    for columns in (True, False):
+        with pytest.raises(UnreadableInput, match="line 5"):
+            load_mode(run / "ca", strict=True, columns=columns)
+
+
+def test_a_sidecar_that_does_not_match_events_jsonl_is_not_used(tmp_path):
+    lines = [_line(e) for e in training(12)]
+    run = write_run(tmp_path / "r", {"ca": lines})
+    events = run / "ca" / "events.jsonl"
+    original = events.read_bytes()
+    sidecar = run / "ca" / COLUMNS_FILE
+    stored = sidecar.read_bytes()
+
+    # Appended to after the sidecar was written: a truncated last line (a crash mid-write).
+    events.write_bytes(original + b'{"kind": "step", "seq": 500, "t": 9.0, "st')
+    fast, slow = both_loads(run / "ca")
+    assert not fast.columns and fast.skipped_lines == 1
+    assert_same_record(fast, slow)
+
+    # Edited in place, same size: a step's interval changed from 0.0042 to 0.0043.
+    assert original.count(b'"wall_s": 0.0042') >= 1
+    events.write_bytes(original.replace(b'"wall_s": 0.0042', b'"wall_s": 0.0043', 1))
+    fast, slow = both_loads(run / "ca")
+    assert not fast.columns and 0.0043 in [s.wall_s for s in fast.of(StepEvent)]
+    assert_same_record(fast, slow)
+
+    # Truncated to fewer lines.
+    events.write_bytes(original[: original.rindex(b"\n", 0, len(original) - 1) + 1])
+    fast, slow = both_loads(run / "ca")
+    assert not fast.columns and len(fast.of(StepEvent)) == 11
+    assert_same_record(fast, slow)
+
+    # The sidecar itself damaged (one byte of a column flipped) or cut short: ignored.
+    events.write_bytes(original)
+    body = stored.index(b"\n") + 10
+    for damaged in (stored[:body] + bytes([stored[body] ^ 1]) + stored[body + 1 :], stored[: len(stored) // 2], b"not json\n"):
+        sidecar.write_bytes(damaged)
+        fast, slow = both_loads(run / "ca")
+        assert not fast.columns
+        assert_same_record(fast, slow)
+    sidecar.write_bytes(stored)
+    assert load_mode(run / "ca", columns=True).columns  # and the intact one is used again
+
+
+def test_the_writer_leaves_a_matching_sidecar_when_it_closes(tmp_path):
+    writer = RecordWriter(tmp_path / "ca", _manifest())
+    for event in training(10):
+        fields = {k: v for k, v in event.__dict__.items() if k != "seq"}
+        writer.emit(type(event), **fields)
+    assert not (tmp_path / "ca" / COLUMNS_FILE).exists()  # a record still being written has none
+    writer.close()
+    fast, slow = both_loads(tmp_path / "ca")
+    assert fast.columns["step"].count == 10 and fast.columns["backward"].count == 11
+    assert_same_record(fast, slow)
+
+
+def test_a_step_the_sidecar_cannot_see_is_read_with_the_others_in_order(tmp_path):
+    """A step line whose key only JSON decoding reveals (`"\\u006bind"`) is an other line to the
+    sidecar; the loader then reads every line, as without a sidecar."""
+    lines = [_line(e) for e in training(4)]
+    lines.insert(3, '{"\\u006bind": "step", "seq": 2.5, "t": 0.02, "step": 99, "backward_s": 0.1}'.replace("2.5", "1000"))
+    run = write_run(tmp_path / "r", {"ca": lines})
+    assert (run / "ca" / COLUMNS_FILE).exists()
+    fast, slow = both_loads(run / "ca")
+    assert not fast.columns
+    assert 99 in [s.step for s in fast.of(StepEvent)]
+    assert_same_record(fast, slow)
+
+
+def test_real_run_summary_is_the_same_through_the_sidecar(record_run, tmp_path, capsys):
+    """A real 3-mode run: every mode's record closed with a sidecar, and the summary (text and
+    JSON, the end comparison included) is the same read through it as read line by line."""
+    recorded = record_run("graph_breaks.py", "3", modes="eager,aot,ca")
+    run = shutil.copytree(recorded.path, tmp_path / "run")
+    loaded = load_run(run, columns=True, kinds=SUMMARY_KINDS)
+    assert all(record.columns["step"].count == 3 for record in loaded.modes.values())
+    outputs = []
+    for through_sidecar in (True, False):
+        if not through_sidecar:
+            for mode in ("eager", "aot", "ca"):
+                (run / mode / COLUMNS_FILE).unlink()
+        print_run_report(run, "text")
+        print_run_report(run, "json")
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and "3 steps" in outputs[0]
+    assert summary_json(load_run(run))["modes"]["ca"]["steps"] == 3

@@ -17,6 +17,7 @@ from cagtool.record.columns import COLUMNS_FILE, derive, write_sidecar
 from cagtool.record.loader import load_mode, load_run
 from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
 from cagtool.record.schema import (
+    SCHEMA_VERSION,
     BackwardEvent,
     CAGraphEvent,
     CacheMissEvent,
@@ -30,9 +31,9 @@ from cagtool.report.metrics import mode_metrics
 from cagtool.report.summary import SUMMARY_KINDS, summary_json
 
 
-def _manifest(mode: str = "ca") -> ModeManifest:
+def _manifest(mode: str = "ca", schema_version: int = SCHEMA_VERSION) -> ModeManifest:
     return ModeManifest(mode=mode, argv=[], target={"kind": "script", "name": "train.py"}, cwd="/", versions={}, backend="eager", dynamic=False,
-                        started_at="", status="finished", exit_code=0)
+                        started_at="", status="finished", exit_code=0, schema_version=schema_version)
 
 
 def _line(event: Event) -> str:
@@ -64,10 +65,10 @@ def training(steps: int = 40) -> list[Event]:
     return events
 
 
-def write_run(root, lines_by_mode: dict[str, list[str]], sidecar: bool = True):
+def write_run(root, lines_by_mode: dict[str, list[str]], sidecar: bool = True, schema_version: int = SCHEMA_VERSION):
     for mode, lines in lines_by_mode.items():
         (root / mode).mkdir(parents=True)
-        (root / mode / "manifest.json").write_text(json.dumps(to_dict(_manifest(mode))))
+        (root / mode / "manifest.json").write_text(json.dumps(to_dict(_manifest(mode, schema_version))))
         (root / mode / "events.jsonl").write_text("".join(text + "\n" for text in lines))
         if sidecar:
             write_sidecar(root / mode)
@@ -96,8 +97,11 @@ def assert_same_record(fast, slow) -> None:
     assert (fast.skipped_lines, fast.unknown_kinds) == (slow.skipped_lines, slow.unknown_kinds)
 
 
-def test_columns_give_exactly_the_events_the_lines_give(tmp_path):
-    run = write_run(tmp_path / "r", {"ca": [_line(e) for e in training()]})
+@pytest.mark.parametrize("schema_version", [2, SCHEMA_VERSION])
+def test_columns_give_exactly_the_events_the_lines_give(tmp_path, schema_version):
+    """Older schemas included: whatever the loader converts in an old record's events (step
+    numbers) it converts in its columns too."""
+    run = write_run(tmp_path / "r", {"ca": [_line(e) for e in training()]}, schema_version=schema_version)
     assert (run / "ca" / COLUMNS_FILE).exists()
     fast, slow = both_loads(run / "ca")
     assert set(fast.columns) == {"step", "backward", "optimizer_step"} and not slow.columns

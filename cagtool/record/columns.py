@@ -181,7 +181,7 @@ def derive(data: bytes) -> bytes | None:
     """The sidecar's bytes for an events.jsonl holding `data`, or None when its column-kind lines
     cannot all be held exactly (a line of another layout, a corrupt or truncated one). Runs when a
     record closes: each kind's lines are matched in one regex pass over the stream, not line by
-    line (0.1 s for a 20,000-step record)."""
+    line (about 0.27 s CPU for a 20,000-step record)."""
     text = b"\n" + data
     layouts: dict[str, tuple[re.Pattern[bytes], list[str]]] = {}
     rows: dict[str, list[tuple[bytes, ...]]] = {}

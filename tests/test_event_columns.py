@@ -240,3 +240,12 @@ def test_real_run_summary_is_the_same_through_the_sidecar(record_run, tmp_path, 
         outputs.append(capsys.readouterr().out)
     assert outputs[0] == outputs[1] and "3 steps" in outputs[0]
     assert summary_json(load_run(run))["modes"]["ca"]["steps"] == 3
+
+
+def test_a_step_shift_reaches_the_columns_and_the_events_built_from_them(tmp_path):
+    run = write_run(tmp_path / "r", {"ca": [_line(e) for e in training(5)]})
+    record = load_mode(run / "ca", columns=True)
+    held = record.columns["step"]
+    held.step_shift = -1
+    assert held.column("step") == [0, 1, 2, 3, 4]
+    assert [s.step for s in held.events()] == [0, 1, 2, 3, 4]

@@ -52,6 +52,9 @@ class EventColumns:
     kind: str
     count: int
     encoded: dict[str, tuple[str, bytes]]  # field -> (encoding, its JSON text), in line order
+    # Added to every `step` value read: the loader's conversion of an older record's step numbers
+    # (the one it applies to the events it builds) reaches the columns through this.
+    step_shift: int = 0
     _decoded: dict[str, list[Any]] = field(default_factory=dict, repr=False)
 
     def column(self, name: str) -> list[Any]:
@@ -64,6 +67,8 @@ class EventColumns:
                     raise ValueError(f"column {self.kind}.{name} holds {len(found)} values, not {self.count}")
             else:
                 found = _default_column(self.kind, name, self.count)
+            if name == "step" and self.step_shift:
+                found = [step + self.step_shift for step in found]
             self._decoded[name] = found
         return found
 

@@ -249,3 +249,15 @@ def test_a_step_shift_reaches_the_columns_and_the_events_built_from_them(tmp_pat
     held.step_shift = -1
     assert held.column("step") == [0, 1, 2, 3, 4]
     assert [s.step for s in held.events()] == [0, 1, 2, 3, 4]
+
+
+def test_no_sidecar_without_step_lines_or_for_a_stream_over_the_cap(tmp_path, monkeypatch):
+    from cagtool.record import columns
+
+    only_graphs = [_line(e) for e in training(4) if not isinstance(e, (StepEvent, BackwardEvent, OptimizerStepEvent))]
+    run = write_run(tmp_path / "a", {"ca": only_graphs})
+    assert not (run / "ca" / COLUMNS_FILE).exists()  # an imported log's record: nothing to hold
+    monkeypatch.setattr(columns, "MAX_EVENTS_BYTES", 1000)
+    run = write_run(tmp_path / "b", {"ca": [_line(e) for e in training(10)]})
+    assert not (run / "ca" / COLUMNS_FILE).exists()
+    assert len(load_mode(run / "ca", columns=True).of(StepEvent)) == 10

@@ -5,6 +5,7 @@ Pure functions of the record; every renderer (summary, compare, gate) reads thes
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field, fields
 
 from cagtool.record.loader import ModeRecord
@@ -219,7 +220,8 @@ def steady_intervals(steps: list[StepEvent] | StepColumns, device_s: dict[int, f
     start of step i+1 minus start of step i, excluded when it or the next step compiled."""
     c = steps if isinstance(steps, StepColumns) else StepColumns.of_events(steps)
     number, compiles, captures = c.step, c.compiles, c.ca_captures
-    ordered = sorted(range(len(number)), key=number.__getitem__)  # stable, as sorting the events was
+    # In step order, stable as sorting the events was; written in order, they need no sort.
+    ordered = range(len(number)) if all(map(operator.le, number, number[1:])) else sorted(range(len(number)), key=number.__getitem__)
     intervals: list[float] = []
     excluded: list[int] = []
     if any(c.boundary):
@@ -268,7 +270,12 @@ def _record_step_intervals(record: ModeRecord) -> tuple[list[float], list[int], 
 
 
 def step_losses(record: ModeRecord) -> dict[int, float]:
-    """step -> loss of its last backward: read at once on CPU, at the end of the run on a device."""
+    """step -> loss of its last backward: read at once on CPU, at the end of the run on a device
+    (computed once per record: the metrics and the numerics comparison both read them)."""
+    return dict(record.derived("step_losses", _step_losses))
+
+
+def _step_losses(record: ModeRecord) -> dict[int, float]:
     steps = step_columns(record)
     losses = {step: loss for step, loss in zip(steps.step, steps.loss) if loss is not None}
     for late in record.of(StepDeviceEvent):

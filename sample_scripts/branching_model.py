@@ -27,8 +27,8 @@ def main() -> None:
     torch.manual_seed(0)
     model = BranchingModel()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    for step in range(1, steps + 1):
-        sign = 1.0 if step % 2 else -1.0  # odd steps take the relu side, even steps the tanh side
+    for step in range(steps):
+        sign = 1.0 if step % 2 == 0 else -1.0  # even steps (0, 2, ...) take the relu side, odd steps the tanh side
         x = torch.randn(4, 8) * 0.1 + sign
         opt.zero_grad()
         loss = model(x)

@@ -1,4 +1,4 @@
-"""A gradient hook registered partway through training (say, clipping switched on at step 3):
+"""A gradient hook registered partway through training (say, clipping switched on at step 2):
 the new hook changes the autograd graph, so compiled autograd recompiles once at that step."""
 
 import sys
@@ -11,8 +11,8 @@ def main() -> None:
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    for step in range(1, steps + 1):
-        if step == 3:
+    for step in range(steps):
+        if step == 2:
             model.weight.register_hook(lambda grad: grad.clamp(-1.0, 1.0))
         x = torch.randn(4, 8)
         opt.zero_grad()

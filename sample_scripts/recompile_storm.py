@@ -20,8 +20,8 @@ def main() -> None:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 6
     torch.manual_seed(0)
     x = torch.randn(8, requires_grad=True)
-    for step in range(1, steps + 1):
-        loss = forward(x, step)
+    for step in range(steps):
+        loss = forward(x, step + 1)  # one more multiplication each step
         loss.backward()
         x.grad = None
     print(f"loss {loss.item():.4f}")

@@ -24,7 +24,7 @@ def test_op_loop_new_node_misses_match_tutorial(record_run):
         ("DivBackward0", 2, 70),
     ]
     assert all(m.miss_kind == "new_node" for m in misses)
-    assert [m.step for m in misses] == [1, 2, 3, 4]
+    assert [m.step for m in misses] == [0, 1, 2, 3]  # the loop's iterations over add, sub, mul, div
     assert [m.ca_id for m in misses] == [0, 1, 2, 3]
     # The source line is the user's backward call in op_loop.py.
     assert all(m.source and m.source.file.endswith("op_loop.py") and m.source.line == 12 for m in misses)
@@ -46,7 +46,7 @@ def test_shape_loop_one_changed_shapes_miss_then_none(record_run):
     misses = ca.of(CacheMissEvent)
     assert [m.miss_kind for m in misses] == ["new_node", "changed_shapes"]
     changed = misses[1]
-    assert changed.step == 2 and changed.total_changed == 4
+    assert changed.step == 1 and changed.total_changed == 4  # the second iteration (size 100)
     assert [s.index for s in changed.changed_sizes] == [0, 1, 2, 3]
     assert {(s.node, s.node_call, s.value) for s in changed.changed_sizes} == {("SumBackward0", 1, 100)}
     assert len(ca.of(StepEvent)) == 3  # the third step (10 again) hits the cache
@@ -84,7 +84,7 @@ def test_record_layout_and_summary_json(record_run):
         assert (mode_dir / name).is_file(), name
     assert any((mode_dir / "trace").iterdir()), "TORCH_TRACE log for tlparse"
     manifest = json.loads((mode_dir / "manifest.json").read_text())
-    assert manifest["schema_version"] == 2 and manifest["status"] == "finished" and manifest["exit_code"] == 0
+    assert manifest["schema_version"] == 3 and manifest["status"] == "finished" and manifest["exit_code"] == 0
     assert set(manifest["versions"]) == {"cagtool", "torch", "depyf", "python"}
     # The end-of-run summary names the record and the next commands.
     assert f"record: {run.path}" in run.stderr and "cagtool recompiles --explain" in run.stderr
@@ -101,7 +101,7 @@ def test_summary_command_json_rerenders_without_rerun(record_run):
     assert data["ca_graphs"] == 4 and data["exit_code"] == 0 and data["steps"] == 4
     assert data["cache_misses"][1] | {"source": None, "changed_sizes": []} == data["cache_misses"][1] | {"source": None, "changed_sizes": []}
     miss = data["cache_misses"][2]
-    assert (miss["kind"], miss["node"], miss["node_call"], miss["key_size"], miss["previous_key_sizes"], miss["step"]) == ("new_node", "MulBackward0", 2, 71, [], 3)
+    assert (miss["kind"], miss["node"], miss["node_call"], miss["key_size"], miss["previous_key_sizes"], miss["step"]) == ("new_node", "MulBackward0", 2, 71, [], 2)
     assert miss["source"]["line"] == 12
     for key in ("unique_graphs", "graph_breaks", "dynamo_recompiles"):
         assert key in data
@@ -116,7 +116,7 @@ def test_flag_set_but_backward_outside_compiled_region_is_a_finding(record_run):
     # cagtool still compiled every backward: graph 0, then graph 1 once .grad went from None to
     # defined (AccumulateGrad's key changes), then a cache hit.
     misses = ca.of(CacheMissEvent)
-    assert [(m.node, m.step) for m in misses] == [("torch::autograd::GraphRoot", 1), ("torch::autograd::AccumulateGrad", 2)]
+    assert [(m.node, m.step) for m in misses] == [("torch::autograd::GraphRoot", 0), ("torch::autograd::AccumulateGrad", 1)]
     assert len(ca.of(CAGraphEvent)) == ca.manifest.torch_counters["compiled_autograd"]["captures"] == 2
     assert len(ca.of(StepEvent)) == 3
 

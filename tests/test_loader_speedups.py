@@ -9,6 +9,7 @@ import json
 from cagtool.record.loader import load_mode
 from cagtool.record.manifest import ModeManifest, to_dict
 from cagtool.record.schema import (
+    SCHEMA_VERSION,
     CacheMissEvent,
     ChangedSize,
     OptimizerStepEvent,
@@ -20,9 +21,10 @@ from cagtool.record.schema import (
 )
 
 
-def write_mode(path, lines: list[str]):
+def write_mode(path, lines: list[str], schema_version: int = SCHEMA_VERSION):
     path.mkdir(parents=True)
     manifest = ModeManifest(mode="ca", argv=[], target={}, cwd="/", versions={}, backend="eager", dynamic=False, started_at="")
+    manifest.schema_version = schema_version
     (path / "manifest.json").write_text(json.dumps(to_dict(manifest)))
     (path / "events.jsonl").write_text("".join(line + "\n" for line in lines))
     return path
@@ -32,13 +34,13 @@ def line(event) -> str:
     return json.dumps(event_to_dict(event), default=json_default)
 
 
-EVENTS = [
-    CacheMissEvent(seq=0, t=0.1, ca_id=0, compile_id="!0", step=1, miss_kind="changed_shapes", message="Cache miss due to 1 changed tensor shapes (total of 1): sizes[0]",
+EVENTS = [  # steps numbered from 0, as schema 3 writes them
+    CacheMissEvent(seq=0, t=0.1, ca_id=0, compile_id="!0", step=0, miss_kind="changed_shapes", message="Cache miss due to 1 changed tensor shapes (total of 1): sizes[0]",
                    changed_sizes=[ChangedSize(index=0, value=3, previous=2, node="AddBackward0", node_call=2)], total_changed=1,
                    source=SourceRef(file="train.py", line=3, code="loss.backward()", function="main", how="backward_call")),
-    StepEvent(seq=1, t=0.2, step=1, backward_s=0.01, loss=2.0, ca_captures=1),
-    OptimizerStepEvent(seq=2, t=0.3, step=1, wall_s=0.001, optimizer="SGD"),
-    StepEvent(seq=3, t=0.4, step=2, backward_s=0.01),
+    StepEvent(seq=1, t=0.2, step=0, backward_s=0.01, loss=2.0, ca_captures=1),
+    OptimizerStepEvent(seq=2, t=0.3, step=0, wall_s=0.001, optimizer="SGD"),
+    StepEvent(seq=3, t=0.4, step=1, backward_s=0.01),
 ]
 
 
@@ -67,12 +69,23 @@ def test_kinds_not_asked_for_are_counted_not_built(tmp_path):
 
 def test_of_answers_follow_the_events(tmp_path):
     record = load_mode(write_mode(tmp_path / "ca", [line(e) for e in EVENTS]))
-    assert [s.step for s in record.of(StepEvent)] == [1, 2]
+    assert [s.step for s in record.of(StepEvent)] == [0, 1]
     record.of(StepEvent).clear()  # a caller's list is its own
-    record.events.append(StepEvent(seq=4, t=0.5, step=3, backward_s=0.01))
-    assert [s.step for s in record.of(StepEvent)] == [1, 2, 3]
+    record.events.append(StepEvent(seq=4, t=0.5, step=2, backward_s=0.01))
+    assert [s.step for s in record.of(StepEvent)] == [0, 1, 2]
 
 
 def test_events_false_reads_the_manifest_only(tmp_path):
     record = load_mode(write_mode(tmp_path / "ca", [line(e) for e in EVENTS]), events=False)
     assert record.manifest.mode == "ca" and record.events == [] and not record.kind_counts
+
+
+def test_schema_2_steps_from_1_read_from_0_on_every_path(tmp_path):
+    """The same events as a schema-2 record wrote them (steps from 1): the whole stream at once,
+    line by line (a bad line), and kinds filtered all give the fresh record's numbering."""
+    old = [line(e).replace(f'"step": {e.step},', f'"step": {e.step + 1},') for e in EVENTS]
+    assert all('"step": 0,' not in text for text in old)
+    assert load_mode(write_mode(tmp_path / "whole", old, 2)).events == EVENTS
+    assert load_mode(write_mode(tmp_path / "lines", [*old, '{"kind": "step", "se'], 2)).events == EVENTS
+    filtered = load_mode(write_mode(tmp_path / "kinds", old, 2), kinds=frozenset({"step", "ca_cache_miss"}))
+    assert filtered.events == [EVENTS[0], EVENTS[1], EVENTS[3]]

@@ -82,10 +82,11 @@ def _manifest(mode: str, status: str = "finished", **extra) -> dict:
 
 
 def _steps(n: int = 8, ms: float = 10.0) -> list[dict]:
+    """n steps as a schema-3 record numbers them: from 0, like the script's loop."""
     events, t = [], 0.0
     for i in range(1, n + 1):
         t += ms / 1000
-        events.append({"kind": "step", "seq": i, "t": t, "step": i, "backward_s": ms / 3000, "loss": 1.0 / i})
+        events.append({"kind": "step", "seq": i, "t": t, "step": i - 1, "backward_s": ms / 3000, "loss": 1.0 / i})
     return events
 
 
@@ -719,13 +720,13 @@ def test_record_contradicting_torch_counters_is_refused(tmp_path):
 # ------------------------------------------------------------------ headlines (issue 14, item 7)
 
 def _ca_events(nodes: list[tuple[str, str]], steps: int = 8) -> list[dict]:
-    """Steps plus one CA graph per (miss kind, node) entry, graph i captured at step i + 1."""
+    """Steps plus one CA graph per (miss kind, node) entry, graph i captured at step i."""
     events = _steps(steps)
     for ca_id, (kind, node) in enumerate(nodes):
         seq = 100 + 2 * ca_id
-        events.append({"kind": "ca_cache_miss", "seq": seq, "t": 0.0, "ca_id": ca_id, "compile_id": f"!{ca_id}", "step": ca_id + 1,
+        events.append({"kind": "ca_cache_miss", "seq": seq, "t": 0.0, "ca_id": ca_id, "compile_id": f"!{ca_id}", "step": ca_id,
                        "miss_kind": kind, "message": f"Cache miss due to {kind}", "node": node, "node_call": 1})
-        events.append({"kind": "ca_graph", "seq": seq + 1, "t": 0.0, "ca_id": ca_id, "compile_id": f"!{ca_id}", "step": ca_id + 1,
+        events.append({"kind": "ca_graph", "seq": seq + 1, "t": 0.0, "ca_id": ca_id, "compile_id": f"!{ca_id}", "step": ca_id,
                        "node_count": 5, "op_histogram": {}, "autograd_nodes": [], "aot_ids": [], "hooks": [], "num_sizes": 0,
                        "capture_s": 0.01, "code_file": f"graphs/ca_{ca_id}.py", "nodes_file": f"graphs/ca_{ca_id}.json"})
     return events
@@ -741,7 +742,7 @@ ROOT_MISS = ("new_node", "torch::autograd::GraphRoot")
 
 
 def test_recompiles_use_torchs_words_and_gate_counts_what_users_expect(tmp_path):
-    """An ordinary loop that keeps .grad: !1 at step 2 is AccumulateGrad's .grad None -> defined
+    """An ordinary loop that keeps .grad: !1 at step 1 is AccumulateGrad's .grad None -> defined
     miss, explained and not counted by `--max-recompiles ca:0`; a new node every step, or a size
     change, are counted."""
     ordinary = _ca_run(tmp_path / "ordinary", [ROOT_MISS, ("new_node", "torch::autograd::AccumulateGrad")])
@@ -779,7 +780,7 @@ def test_speedup_noise_is_the_same_in_compare_and_gate(tmp_path):
         events, t = [], 0.0
         for i in range(1, 41):
             t += ms * rng.uniform(0.7, 1.3) / 1000
-            events.append({"kind": "step", "seq": i, "t": t, "step": i, "backward_s": 0.001, "loss": 1.0})
+            events.append({"kind": "step", "seq": i, "t": t, "step": i - 1, "backward_s": 0.001, "loss": 1.0})
         return events
 
     run = write_run(tmp_path / "r", {"aot": _manifest("aot"), "ca": _manifest("ca")}, events={"aot": noisy(10.0), "ca": noisy(10.0)})
@@ -815,7 +816,7 @@ def test_unseeded_script_modes_compare_and_seed_is_recorded(tmp_path):
 
 
 def test_first_step_loss_difference_is_inputs_not_a_disagreement(tmp_path):
-    """Modes whose step-1 losses already differ computed on other inputs: 'inputs differ
+    """Modes whose first-step (step 0) losses already differ computed on other inputs: 'inputs differ
     (unseeded?)', never DISAGREE; a difference that starts later is a real disagreement."""
     def losses(values: list[float]) -> list[dict]:
         return [{**e, "loss": v} for e, v in zip(_steps(len(values)), values)]
@@ -841,8 +842,8 @@ def test_explain_words_are_honest(tmp_path):
         return events
 
     events = [*_steps(3), *_ca_events([ROOT_MISS])[-2:],
-              *miss_with_sizes(1, 2, [{"index": 0, "value": 100, "previous": 10}]),
-              *miss_with_sizes(2, 3, [{"index": 0, "value": 10}])]
+              *miss_with_sizes(1, 1, [{"index": 0, "value": 100, "previous": 10}]),
+              *miss_with_sizes(2, 2, [{"index": 0, "value": 10}])]
     counters = {"compiled_autograd": {"captures": 3}, "graph_break": {}}
     run = write_run(tmp_path / "shapes", {"ca": _manifest("ca", torch_counters=counters)}, events={"ca": events})
     code, out, err = cagtool("recompiles", str(run), "--explain")

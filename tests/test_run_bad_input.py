@@ -67,11 +67,11 @@ def test_script_raises_mid_training_record_is_complete(tmp_path):
     proc = _run(tmp_path, str(SCRIPTS / "crash_mid_training.py"))
     assert proc.returncode == 1
     # The target's own traceback is shown, as python would, without cagtool's frames.
-    assert "RuntimeError: boom at step 4" in proc.stderr and "cagtool/capture" not in proc.stderr
+    assert "RuntimeError: boom at step 3" in proc.stderr and "cagtool/capture" not in proc.stderr
     ca = load_run(tmp_path / "r").modes["ca"]
     assert ca.manifest.status == "failed" and ca.manifest.exit_code == 1
     assert ca.manifest.exception.type == "RuntimeError" and "boom" in ca.manifest.exception.message
-    assert [s.step for s in ca.of(StepEvent)] == [1, 2, 3]
+    assert [s.step for s in ca.of(StepEvent)] == [0, 1, 2]  # the steps the script finished before its step 3 raised
     assert "mode ca: failed, exit 1" in proc.stderr  # the summary is still printed
 
 
@@ -140,7 +140,7 @@ def test_steps_and_max_time_bound_a_run_cleanly(tmp_path):
     )
     assert by_steps.returncode == 0, by_steps.stderr
     ca = load_run(tmp_path / "s").modes["ca"]
-    assert [s.step for s in ca.of(StepEvent)] == [1, 2, 3, 4, 5]
+    assert [s.step for s in ca.of(StepEvent)] == [0, 1, 2, 3, 4]
     assert ca.manifest.status == "finished" and ca.manifest.options["stopped_by"] == "steps"
     assert "(stopped by --steps)" in by_steps.stderr
     by_time = subprocess.run(

@@ -37,9 +37,9 @@ def test_gradient_accumulation_4x3_is_3_steps_of_4_backward_calls(record_run):
     ca = _mode(run, "ca")
     steps = ca.of(StepEvent)
     backwards = ca.of(BackwardEvent)
-    assert [s.step for s in steps] == [1, 2, 3] and len(backwards) == 12
+    assert [s.step for s in steps] == [0, 1, 2] and len(backwards) == 12  # as the script prints them
     assert [s.backward_calls for s in steps] == [4, 4, 4] and {s.boundary for s in steps} == {"optimizer"}
-    assert [(b.step, b.index) for b in backwards] == [(step, i) for step in (1, 2, 3) for i in range(4)]
+    assert [(b.step, b.index) for b in backwards] == [(step, i) for step in (0, 1, 2) for i in range(4)]
     # A step's time spans its four backward calls and the optimizer: more than their sum.
     for step in steps[1:]:
         assert step.wall_s is not None and step.wall_s > step.backward_s + step.optimizer_s
@@ -52,7 +52,7 @@ def test_gradient_accumulation_4x3_is_3_steps_of_4_backward_calls(record_run):
     frame = steps_frame(ca)
     assert list(frame["backward_calls"]) == [4, 4, 4]
     assert len(events_frame(ca, "backward")) == 12
-    assert ca.manifest.schema_version == SCHEMA_VERSION == 2
+    assert ca.manifest.schema_version == SCHEMA_VERSION == 3
     # A reader that skips the backward events (loader `kinds`) still counts them.
     lean = load_run(run.path, kinds=frozenset({StepEvent.kind})).mode("ca")
     assert not lean.of(BackwardEvent) and mode_metrics(lean).backward_calls == 12
@@ -62,20 +62,20 @@ def test_steps_flag_counts_optimizer_steps(record_run):
     run = record_run("grad_accumulation.py", modes="eager", extra=("--steps", "2"))
     eager = _mode(run)
     assert eager.manifest.options.get("stopped_by") == "steps"
-    assert [s.step for s in eager.of(StepEvent)] == [1, 2] and len(eager.of(BackwardEvent)) == 8
+    assert [s.step for s in eager.of(StepEvent)] == [0, 1] and len(eager.of(BackwardEvent)) == 8
 
 
 @pytest.mark.parametrize("variant", ["gan-dg", "gan-gd"])
 def test_two_optimizers_give_one_step_per_training_iteration(record_run, variant):
     eager = _mode(record_run(SHAPES, variant, "3", modes="eager"))
     steps = eager.of(StepEvent)
-    assert [s.step for s in steps] == [1, 2, 3]
+    assert [s.step for s in steps] == [0, 1, 2]
     assert [s.backward_calls for s in steps] == [2, 2, 2]
     # Both optimizers' step() calls fall inside each step, whichever order the script uses.
     by_step: dict[int, list[str]] = {}
     for opt in eager.of(OptimizerStepEvent):
         by_step.setdefault(opt.step, []).append(opt.optimizer)
-    assert by_step == {1: ["SGD", "SGD"], 2: ["SGD", "SGD"], 3: ["SGD", "SGD"]}
+    assert by_step == {0: ["SGD", "SGD"], 1: ["SGD", "SGD"], 2: ["SGD", "SGD"]}
     assert mode_metrics(eager).backward_calls_after_last_step == 0
 
 
@@ -89,7 +89,7 @@ def test_no_optimizer_falls_back_to_backward_calls_and_says_so(record_run):
     run = record_run("graph_breaks.py", "3")
     ca = _mode(run, "ca")
     steps = ca.of(StepEvent)
-    assert [s.step for s in steps] == [1, 2, 3] and {s.boundary for s in steps} == {"backward"}
+    assert [s.step for s in steps] == [0, 1, 2] and {s.boundary for s in steps} == {"backward"}
     assert mode_metrics(ca).step_boundary == "backward"
     assert "3 steps (no optimizer: one per backward call)" in run.stderr
 
@@ -98,7 +98,7 @@ def test_autograd_grad_and_backward_in_one_step(record_run):
     eager = _mode(record_run(SHAPES, "grad-and-backward", "2", modes="eager"))
     assert [s.backward_calls for s in eager.of(StepEvent)] == [2, 2]
     assert [(b.step, b.index, b.call) for b in eager.of(BackwardEvent)] == [
-        (1, 0, "grad"), (1, 1, "backward"), (2, 0, "grad"), (2, 1, "backward"),
+        (0, 0, "grad"), (0, 1, "backward"), (1, 0, "grad"), (1, 1, "backward"),
     ]
 
 
@@ -107,9 +107,9 @@ def test_threads_calling_backward_are_all_counted(record_run):
     backwards = eager.of(BackwardEvent)
     assert len(backwards) == 10 and len(eager.of(StepEvent)) == 10
     assert {b.thread for b in backwards} == {"worker0", "worker1"}
-    assert sorted(s.step for s in eager.of(StepEvent)) == list(range(1, 11))
+    assert sorted(s.step for s in eager.of(StepEvent)) == list(range(10))
     # No optimizer: each call is its own step, even when another thread's call closed the step it began in.
-    assert sorted(b.step for b in backwards) == list(range(1, 11))
+    assert sorted(b.step for b in backwards) == list(range(10))
     assert [s.backward_calls for s in eager.of(StepEvent)] == [1] * 10
 
 
@@ -127,9 +127,9 @@ def test_record_survives_the_script_changing_directory(tmp_path):
 
 def test_dynamo_reset_mid_run_keeps_counting(record_run):
     ca = _mode(record_run(SHAPES, "reset", "3", modes="ca"), "ca")
-    assert [s.step for s in ca.of(StepEvent)] == [1, 2, 3]
-    # After the reset the CA cache is empty: the next backward is captured again, and recorded.
-    assert {g.step for g in ca.of(CAGraphEvent)} >= {1, 2}
+    assert [s.step for s in ca.of(StepEvent)] == [0, 1, 2]
+    # After the reset (the script's step 1) the CA cache is empty: that step's backward is captured again, and recorded.
+    assert {g.step for g in ca.of(CAGraphEvent)} >= {0, 1}
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
@@ -138,8 +138,8 @@ def test_cuda_steps_are_timed_on_the_device_and_losses_read_at_the_end(record_ru
     steps = ca.of(StepEvent)
     assert len(steps) == 6 and all(s.loss is None for s in steps)  # never read during the run
     late = ca.of(StepDeviceEvent)
-    assert {e.step for e in late if e.loss is not None} == {1, 2, 3, 4, 5, 6}
-    assert {e.step for e in late if e.device_s is not None} == {2, 3, 4, 5, 6}
+    assert {e.step for e in late if e.loss is not None} == {0, 1, 2, 3, 4, 5}
+    assert {e.step for e in late if e.device_s is not None} == {1, 2, 3, 4, 5}
     metrics = mode_metrics(ca)
     assert metrics.peak_device_memory_bytes and metrics.peak_device_memory_bytes > 0
     assert metrics.step_time is not None and metrics.step_time.clock in ("device", "wall")
@@ -170,4 +170,5 @@ def test_schema_1_records_still_read(tmp_path):
     assert metrics.steps == 5 and metrics.backward_calls == 5 and metrics.step_boundary == ""
     assert metrics.step_time.count == 3 and abs(metrics.step_time.median_s - 0.1) < 1e-9
     frame = steps_frame(load_run(run).mode("ca"))
-    assert abs(frame.loc[2, "iteration_s"] - 0.1) < 1e-9
+    assert list(frame.index) == [0, 1, 2, 3, 4]  # written 1..5: schema 1 numbered steps from 1, read from 0
+    assert abs(frame.loc[1, "iteration_s"] - 0.1) < 1e-9 and frame.loc[0, "compile_affected"]

@@ -52,7 +52,7 @@ def recompile_tables(
 
             focused, focus = focus_record(record, main, rank)
             note = focus_note(main, focus)
-        steps = step_summary(focused) if strict else StepSummary(focused.kind_counts[StepEvent.kind], focused.kind_counts[StepEvent.kind] or None)
+        steps = step_summary(focused) if strict else StepSummary.counted(focused.kind_counts[StepEvent.kind])
         tables.append(recompile_table(focused, steps))
         if note is not None:
             notes.append(note)

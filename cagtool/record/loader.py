@@ -18,6 +18,8 @@ from cagtool.record.graph_file import GRAPH_FORMAT, GraphNode, graph_node_from_d
 from cagtool.record.schema import (
     EVENT_TYPES,
     EVENTS_FILE,
+    FIRST_STEP,
+    FIRST_STEP_BEFORE_SCHEMA_3,
     MANIFEST_FILE,
     MODE_FORMAT,
     MODES,
@@ -25,6 +27,7 @@ from cagtool.record.schema import (
     RUN_FORMAT,
     RUN_META_FILE,
     SCHEMA_VERSION,
+    STEPS_FROM_ZERO_VERSION,
     Event,
     event_builder,
 )
@@ -347,6 +350,10 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
             return _load_one(path, strict, kinds, read_events, columns=False)
     elif strict:
         raise UnreadableInput(f"{events_path} is missing (--strict)")
+    # Records before schema 3 numbered steps from 1: renumbered here, in the events and the columns alike.
+    renumber_steps_from_zero(events, manifest.schema_version)
+    for held in column_events.values():
+        held.step_shift = step_number_shift(manifest.schema_version)
     return ModeRecord(path=path, manifest=manifest, events=events, skipped_lines=skipped, unknown_kinds=unknown, kind_counts=counts, columns=column_events)
 
 
@@ -375,6 +382,29 @@ def _stream_lines(data: bytes, kinds: frozenset[str] | set[str] | None, unwanted
         return text.split("\n") if text else []  # the whole stream at once
     except UnicodeDecodeError:
         return [_utf8_or_none(raw) for raw in data.split(b"\n")]
+
+
+def step_number_shift(schema_version: int) -> int:
+    """What to add to a step number read from a record of `schema_version` to number it from
+    FIRST_STEP: -1 for schemas 1 and 2 (steps from 1), 0 from schema 3 on (steps from 0, as the
+    script's own `for step in range(n)` numbers them)."""
+    return 0 if schema_version >= STEPS_FROM_ZERO_VERSION else FIRST_STEP - FIRST_STEP_BEFORE_SCHEMA_3
+
+
+def renumber_steps_from_zero(events: list[Event], schema_version: int) -> None:
+    """The one conversion of an old record's step numbers, in place: every event's `step` (the
+    only field of an event or manifest that holds a step number) is shifted by
+    `step_number_shift`, so every report reads steps numbered from FIRST_STEP whatever the
+    record's schema. The step, backward and optimizer-step events a columns sidecar holds get
+    the same shift through `EventColumns.step_shift` (set beside the call to this in `_load_one`)."""
+    shift = step_number_shift(schema_version)
+    if not shift:
+        return
+    for event in events:
+        state = event.__dict__  # frozen dataclasses, built by the loader: not yet seen by anyone
+        step = state.get("step")
+        if step is not None:
+            state["step"] = step + shift
 
 
 _TEXT_LINE = re.compile(r"^[^\n]*\S[^\n]*$", re.MULTILINE)  # a line that `line.strip()` leaves non-empty

@@ -18,7 +18,8 @@ Every event line is a JSON object with `kind`, `seq` (0, 1, 2... in write order)
 (seconds since the mode started, monotonic clock). Compile ids are torch's own strings: `!N` for
 the compiled-autograd capture N, `!N/F/C` for Dynamo's compile of that graph, `F/C` for a forward frame.
 
-Steps (schema 2). A step is one training iteration, numbered from FIRST_STEP (1):
+Steps (schema 3). A step is one training iteration, numbered from FIRST_STEP (0), as a
+script's `for step in range(n)` numbers it, so "at step 2" is the step the script printed as 2:
 - when the script has an optimizer (a torch.optim.Optimizer was created or stepped), a step ends
   when its `step()` returns; with several optimizers (a GAN), when every optimizer the script
   holds has stepped at least once since the previous step ended, so the step count is the
@@ -31,8 +32,13 @@ Every top-level backward call is a `backward` event with its step and its index 
 step; the `step` event (written when the step ends) has the step's backward count, and `wall_s`,
 the interval since the previous step ended (forward, every backward, optimizer). Every other
 event's `step` is the step in progress when it happened (a forward compile belongs to the step
-whose forward it is). Schema 1 records had one step per backward, and events were stamped with
-the step last begun (None before the first backward): readers handle both (`stamps_step_in_progress`).
+whose forward it is).
+
+Older records, still read: schema 2 had the same steps numbered from 1; schema 1 records had one
+step per backward, numbered from 1, and events were stamped with the step last begun (None before
+the first backward). The loader renumbers both from 0 as it reads them
+(`record.loader.renumber_steps_from_zero`), so readers only ever see FIRST_STEP-based numbers; a
+schema 1 record keeps its "step last begun" stamping (`stamps_step_in_progress`).
 """
 
 from __future__ import annotations
@@ -47,8 +53,12 @@ RUN_FORMAT = "cagtool-run"
 MODE_FORMAT = "cagtool-mode-record"
 # Bump when a reader of the old version would misread the new one. Additive fields don't bump it.
 # 2: steps are optimizer steps with `backward` events; a step's events carry the step in progress.
-SCHEMA_VERSION = 2
-FIRST_STEP = 1  # the number of a run's first step: the one place that decides it
+# 3: steps are numbered from 0, as the script's own loop numbers them (schemas 1 and 2: from 1).
+SCHEMA_VERSION = 3
+FIRST_STEP = 0  # the number of a run's first step: the one place that decides it
+# Records before this version numbered steps from 1; the loader renumbers them on reading.
+STEPS_FROM_ZERO_VERSION = 3
+FIRST_STEP_BEFORE_SCHEMA_3 = 1
 # Records from this version on stamp events with the step in progress (see the module docstring).
 STEP_IN_PROGRESS_VERSION = 2
 

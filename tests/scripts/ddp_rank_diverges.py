@@ -1,8 +1,9 @@
-"""DDP over gloo, 2 ranks by mp.spawn, where rank 1 runs one extra op in its forward at step 3 only:
+"""DDP over gloo, 2 ranks by mp.spawn, where rank 1 runs one extra op in its forward at step 2 only:
 its backward graph then has an extra autograd node (TanhBackward0) that rank 0's never has, so
 compiled autograd misses its cache on rank 1 alone. What `cagtool summary` must report as ranks
-whose CA graphs part at step 3. (Scaling the loss on rank 1 on every step would not do: the
-difference would be there from step 1, not where the ranks part mid-run.)
+whose CA graphs part at step 2 (steps numbered from 0, as this loop and cagtool number them).
+(Scaling the loss on rank 1 on every step would not do: the difference would be there from
+step 0, not where the ranks part mid-run.)
 
     python ddp_rank_diverges.py [--steps 5]
 """
@@ -19,7 +20,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 DIVERGING_RANK = 1
-DIVERGING_STEP = 3
+DIVERGING_STEP = 2
 
 
 class Net(nn.Module):
@@ -51,7 +52,7 @@ def train(rank: int, world_size: int, steps: int, port: int) -> None:
     model = DDP(net)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     generator = torch.Generator().manual_seed(rank)
-    for step in range(1, steps + 1):
+    for step in range(steps):
         net.extra_op = rank == DIVERGING_RANK and step == DIVERGING_STEP
         loss = model(torch.randn(4, 8, generator=generator)).pow(2).mean()
         optimizer.zero_grad()

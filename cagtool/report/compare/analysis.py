@@ -31,6 +31,7 @@ from typing import Any, Union
 
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import (
+    FIRST_STEP,
     MODES,
     STATUS_FINISHED,
     STATUS_RUNNING,
@@ -550,10 +551,10 @@ def first_losses_differ(sample: NumericsSample, reference: NumericsSample, tol: 
     both ran comes from the forward before any backward could change a parameter, so when it
     already differs beyond tolerance the two modes computed on different inputs (an unseeded
     script, dropout, data order), and nothing later says anything about compiled autograd.
-    Only when that first step is the run's first step (step 1 on both sides)."""
-    if 1 not in sample.losses or 1 not in reference.losses:
+    Only when that first step is the run's first step (FIRST_STEP on both sides)."""
+    if FIRST_STEP not in sample.losses or FIRST_STEP not in reference.losses:
         return False
-    return not tol.agrees(sample.losses[1], reference.losses[1])
+    return not tol.agrees(sample.losses[FIRST_STEP], reference.losses[FIRST_STEP])
 
 
 def _pick_reference(samples: list[NumericsSample]) -> NumericsSample | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from cagtool.record.loader import ModeRecord
-from cagtool.record.schema import GraphBreakEvent
+from cagtool.record.schema import GraphBreakEvent, stamps_step_in_progress
 from cagtool.report.frames import steps_frame
 from cagtool.report.recompiles.render import detail_cell
 from cagtool.report.recompiles.table import (
@@ -142,7 +142,7 @@ def marker_rows(series: Sequence[Series]) -> list[dict[str, Any]]:
                     "series": s.label,
                     "kind": MARKER_BREAK,
                     # Breaks happen while tracing a forward frame, before its step's backward.
-                    "step": forward_step(event.step),
+                    "step": forward_step(event.step, in_progress=stamps_step_in_progress(s.record.manifest.schema_version)),
                     "compile_id": event.compile_id,
                     "what": event.reason.splitlines()[0] if event.reason else "",
                     "reason": event.reason,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cagtool.record.schema import (
+    FIRST_STEP,
     MISS_CHANGED_SHAPES,
     MISS_NEW_NODE,
     CacheMissEvent,
@@ -585,7 +586,7 @@ def alert_words(alert: Alert, cwd: str) -> Words:
         title = f"Recompile storm: recompiles on {share} after the first"
         why = [
             f"{plural(facts['recompiles'], 'recompile')} on steps {step_list(facts['recompiling_steps'])} "
-            f"of {facts['last_step']}; each one costs a compile (and, for compiled autograd, a capture) inside the training step.",
+            f"of {FIRST_STEP}-{facts['last_step']}; each one costs a compile (and, for compiled autograd, a capture) inside the training step.",
         ]
         why.append(
             "Still recompiling at the last recorded step."
@@ -698,10 +699,12 @@ def group_causes(table: RecompileTable) -> list[Cause]:
 
 def _storm(table: RecompileTable, causes: list[Cause]) -> Alert | None:
     last = table.last_step
-    if last is None or last < STORM_MIN_STEPS + 1:
+    # The first step compiles whatever the script does: a storm is in the steps after it.
+    after_first = FIRST_STEP + 1
+    if last is None or last < after_first + STORM_MIN_STEPS - 1:
         return None
-    later_steps = range(2, last + 1)
-    recompiling = sorted({r.step for r in table.recompiles if r.step is not None and r.step >= 2})
+    later_steps = range(after_first, last + 1)
+    recompiling = sorted({r.step for r in table.recompiles if r.step is not None and r.step >= after_first})
     if len(recompiling) < STORM_MIN_STEPS or len(recompiling) / len(later_steps) <= STORM_FRACTION:
         return None
     in_storm = [c for c in causes if any(s in recompiling for s in c.steps)]
@@ -711,7 +714,7 @@ def _storm(table: RecompileTable, causes: list[Cause]) -> Alert | None:
             "recompiling_steps": recompiling,
             "steps_after_first": len(later_steps),
             "every_step": len(recompiling) == len(later_steps),
-            "recompiles": sum(1 for r in table.recompiles if r.step is not None and r.step >= 2),
+            "recompiles": sum(1 for r in table.recompiles if r.step is not None and r.step >= after_first),
             "still_recompiling": recompiling[-1] == last,
             "last_step": last,
         },

@@ -78,6 +78,12 @@ class StepSummary:
     count: int
     last: int | None
 
+    @classmethod
+    def counted(cls, count: int) -> StepSummary:
+        """From the number of step events alone (a record read without them): steps are numbered
+        FIRST_STEP, FIRST_STEP + 1, ... in write order."""
+        return cls(count, FIRST_STEP + count - 1 if count else None)
+
 
 @dataclass(frozen=True)
 class LimitHit:
@@ -189,15 +195,16 @@ def compile_frame(compile_id: str) -> str | None:
 
 
 def forward_step(step: int | None, mode: str = "", in_progress: bool = False) -> int | None:
-    """The step a forward-frame compile belongs to. Schema 2 records stamp events with the step in
+    """The step a forward-frame compile belongs to. Schema 2+ records stamp events with the step in
     progress (`in_progress`), which is that step. Schema 1 records stamped them with the step last
     begun (None before the first backward), but a forward frame runs before its step's backward,
-    so its compile belongs to the next step. An imported log has no steps: None."""
+    so its compile belongs to the next step (the first one before any backward). An imported log
+    has no steps: None. Step numbers here are the loader's (from FIRST_STEP, whatever the schema)."""
     if mode == IMPORTED_MODE:
         return None
     if in_progress:
         return FIRST_STEP if step is None else step
-    return (step or 0) + 1
+    return FIRST_STEP if step is None else step + 1
 
 
 _NUMBER = re.compile(r"\b\d+(\.\d+)?\b")
@@ -348,12 +355,11 @@ NEEDED_KINDS = frozenset(
 
 def load_filtered(path: str | Path | None) -> tuple[RunRecord, dict[str, StepSummary]]:
     """A RunRecord holding only the events `recompiles` reads, with each mode's step count and
-    last step (steps are numbered 1..N in write order). Raises UnreadableInput like `load_run`."""
+    last step (steps are numbered FIRST_STEP.. in write order). Raises UnreadableInput like `load_run`."""
     run = load_run(path, kinds=NEEDED_KINDS)
     steps = {}
     for name, mode in run.modes.items():
-        count = mode.kind_counts[StepEvent.kind]
-        steps[name] = StepSummary(count, count or None)
+        steps[name] = StepSummary.counted(mode.kind_counts[StepEvent.kind])
     return run, steps
 
 

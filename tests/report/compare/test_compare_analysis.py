@@ -36,14 +36,14 @@ from cagtool.report.console import make_console
 BACKWARD_S = 0.0001
 
 
-def make_steps(intervals: list[float], losses: list[float] | None = None, compiling: tuple[int, ...] = (1,)) -> list[Event]:
+def make_steps(intervals: list[float], losses: list[float] | None = None, compiling: tuple[int, ...] = (0,)) -> list[Event]:
     """Steps whose iteration times (start to next start) are `intervals`; one more step closes the
     last interval. Steps in `compiling` compiled something (so they and the step before are not steady)."""
     events: list[Event] = []
     start = 1.0
     count = len(intervals) + 1
     for i in range(count):
-        step = i + 1
+        step = i  # from 0, as cagtool numbers steps
         loss = losses[i] if losses is not None and i < len(losses) else None
         events.append(
             StepEvent(
@@ -95,14 +95,14 @@ def steady(ms: float, n: int = 10, jitter: float = 0.02) -> list[float]:
 
 
 def three_modes(eager_ms: float = 10.0, aot_ms: float = 8.0, ca_ms: float = 6.0, **ca_kwargs) -> RunRecord:
-    compile_event = DynamoCompileEvent(seq=0, t=0.5, compile_id="0/0", is_ca_graph=False, step=1,
+    compile_event = DynamoCompileEvent(seq=0, t=0.5, compile_id="0/0", is_ca_graph=False, step=0,
                                         entire_frame_compile_time_s=1.5, dynamo_cumulative_compile_time_s=1.5,
                                         aot_autograd_cumulative_compile_time_s=1.0, graph_op_count=5)
     ca_events = ca_kwargs.pop("events", None)
     return run_record({
         "eager": mode_record("eager", [*make_steps([0.05, *steady(eager_ms)], LOSSES, compiling=()), final()], peak=100 * 2**20),
-        "aot": mode_record("aot", [compile_event, *[AotBackwardGraphEvent(seq=1 + i, t=0.6, compile_id=f"{i}/0", step=1) for i in range(3)],
-                                   GraphBreakEvent(seq=5, t=0.6, compile_id="0/0", step=1, reason="graph_break()"),
+        "aot": mode_record("aot", [compile_event, *[AotBackwardGraphEvent(seq=1 + i, t=0.6, compile_id=f"{i}/0", step=0) for i in range(3)],
+                                   GraphBreakEvent(seq=5, t=0.6, compile_id="0/0", step=0, reason="graph_break()"),
                                    *make_steps([0.05, *steady(aot_ms)], LOSSES), final()], peak=120 * 2**20),
         "ca": mode_record("ca", ca_events if ca_events is not None else [compile_event, ca_graph(0), *make_steps([0.05, *steady(ca_ms)], LOSSES), final()],
                           **ca_kwargs),
@@ -110,7 +110,7 @@ def three_modes(eager_ms: float = 10.0, aot_ms: float = 8.0, ca_ms: float = 6.0,
 
 
 def ca_graph(ca_id: int) -> CAGraphEvent:
-    return CAGraphEvent(seq=10 + ca_id, t=0.7, ca_id=ca_id, compile_id=f"!{ca_id}", step=1, node_count=5, op_histogram={},
+    return CAGraphEvent(seq=10 + ca_id, t=0.7, ca_id=ca_id, compile_id=f"!{ca_id}", step=0, node_count=5, op_histogram={},
                         autograd_nodes=[], aot_ids=[], hooks=[], num_sizes=0, capture_s=0.05, code_file="", nodes_file="")
 
 
@@ -132,8 +132,8 @@ def test_columns_carry_counts_per_mode():
     assert aot.backward_graphs == 3 and aot.graph_breaks == 1
     assert ca.backward_graphs == 1 and ca.ca_graphs == 1
     assert comparison.modes["aot"].compile_time_s == pytest.approx(1.5)
-    # Step 1 compiled in aot: it is left out of the steady state, and shown.
-    assert comparison.modes["aot"].step_time.excluded == [1]
+    # The first step (0) compiled in aot: it is left out of the steady state, and shown.
+    assert comparison.modes["aot"].step_time.excluded == [0]
     assert comparison.modes["eager"].step_time.excluded == []
 
 
@@ -208,9 +208,9 @@ def test_numerics_disagreement_is_a_problem():
     numerics = comparison.numerics
     assert not numerics.agree
     (bad,) = numerics.disagreements
-    assert bad.record == "ca" and bad.quantity == "loss" and bad.worst_step == 5
+    assert bad.record == "ca" and bad.quantity == "loss" and bad.worst_step == 4  # LOSSES[4]
     assert bad.max_rel_diff == pytest.approx(0.01, rel=1e-6)
-    assert any("numerics: loss of ca differs from eager at step 5" in p for p in comparison.problems)
+    assert any("numerics: loss of ca differs from eager at step 4" in p for p in comparison.problems)
     # A looser tolerance accepts it.
     assert compare_modes(three_modes(events=events), Tolerance(rtol=0.02)).numerics.agree
 
@@ -428,7 +428,7 @@ Speedups (steady-state step time)
 └───────────┴─────────┴─────────────────┴─────────┴─────────────────────────────────────────┘
 speedup = baseline median step time / mode median step time (> 1: faster); a range containing 1.0 is
 within noise.
-Steps left out of the steady state because compilation touched them: aot: 1; ca: 1
+Steps left out of the steady state because compilation touched them: aot: 0; ca: 0
 Numerics: losses and final norms agree with eager within rtol 0.001, atol 1e-06; largest relative
 difference 0
 Problems:

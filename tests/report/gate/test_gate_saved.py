@@ -1,6 +1,6 @@
 """`--rank` on `cagtool run --gate`, and the gate result kept in the run by `cagtool gate` as by
 `run --gate`, so `cagtool report` shows the latest one. One real 2-rank gloo DDP job (mp.spawn,
-eager backend; rank 1 runs one extra op at step 3: tests/scripts/ddp_rank_diverges.py), gated as
+eager backend; rank 1 runs one extra op at step 2: tests/scripts/ddp_rank_diverges.py), gated as
 it is recorded."""
 
 from __future__ import annotations

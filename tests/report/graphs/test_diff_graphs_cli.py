@@ -72,7 +72,7 @@ def test_op_loop_graphs_differ_by_the_one_autograd_node(op_loop):
     assert (change["old"]["target"], change["new"]["target"]) == ("SubBackward0", "MulBackward0")
     assert s["autograd_nodes_added"] == ["MulBackward0 (NodeCall 2)"]
     assert s["autograd_nodes_removed"] == ["SubBackward0 (NodeCall 2)"]
-    assert c["new"]["recompile"] == "new autograd node MulBackward0 at NodeCall 2, step 3, op_loop.py:12"
+    assert c["new"]["recompile"] == "new autograd node MulBackward0 at NodeCall 2, step 2, op_loop.py:12"  # mul: the loop's third op
 
 
 def test_no_ids_compares_each_graph_with_the_one_it_replaced(op_loop):
@@ -134,7 +134,7 @@ def test_side_by_side_is_the_default(op_loop):
     proc = diff(str(op_loop), "0", "1")
     assert proc.returncode == 1, proc.stderr
     assert "!0 (old)" in proc.stdout and "!1 (new)" in proc.stdout
-    assert "new autograd node SubBackward0 at NodeCall 2, step 2, op_loop.py:12" in proc.stdout
+    assert "new autograd node SubBackward0 at NodeCall 2, step 1, op_loop.py:12" in proc.stdout
     assert "\x1b[" not in proc.stdout  # not a terminal: no colour
 
 

@@ -256,8 +256,8 @@ def test_recompile_header_for_a_new_node_and_for_changed_shapes():
     )
     assert describe_recompile(shapes) == "2 changed tensor shapes: sizes[0] 10→100, sizes[1]=100 of SumBackward0 at NodeCall 1, step 3, train.py:14"
     assert describe_recompile(_miss(miss_kind="unknown", message="Cache miss due to something", step=None)) == "Cache miss due to something"
-    root = _miss(ca_id=0, node="torch::autograd::GraphRoot", node_call=0, step=1, source=src)
-    assert describe_recompile(root) == "nothing cached yet at the graph root, step 1, train.py:14"
+    root = _miss(ca_id=0, node="torch::autograd::GraphRoot", node_call=0, step=0, source=src)  # the first step is 0
+    assert describe_recompile(root) == "nothing cached yet at the graph root, step 0, train.py:14"
 
 
 def test_many_autograd_nodes_are_counted_by_name():
@@ -273,10 +273,11 @@ def test_many_autograd_nodes_are_counted_by_name():
 
 def _comparison(old, new) -> GraphComparison:
     run = Path("runs/r")
-    miss = _miss(ca_id=1, compile_id="!1", step=2, node="SubBackward0", node_call=2, source=SourceRef("train.py", 12))
+    # !0 in the first step (0), !1 in the next, as op_loop.py records them.
+    miss = _miss(ca_id=1, compile_id="!1", step=1, node="SubBackward0", node_call=2, source=SourceRef("train.py", 12))
     return GraphComparison(
-        GraphSide(run, "ca", 0, 1, run / "ca/graphs/ca_0.py", None, None),
-        GraphSide(run, "ca", 1, 2, run / "ca/graphs/ca_1.py", describe_recompile(miss), miss),
+        GraphSide(run, "ca", 0, 0, run / "ca/graphs/ca_0.py", None, None),
+        GraphSide(run, "ca", 1, 1, run / "ca/graphs/ca_1.py", describe_recompile(miss), miss),
         diff_graphs(old, new),
     )
 
@@ -290,9 +291,9 @@ def _render(renderer, comparison, width: int = 100) -> str:
 def test_unified_golden():
     text = _render(UnifiedRenderer(context=1), _comparison(graph("AddBackward0"), graph("SubBackward0")))
     assert text == (
-        "--- !0  runs/r/ca/graphs/ca_0.py  (step 1, 15 nodes)\n"
-        "+++ !1  runs/r/ca/graphs/ca_1.py  (step 2, 15 nodes)\n"
-        "recompile that produced !1: new autograd node SubBackward0 at NodeCall 2, step 2, train.py:12\n"
+        "--- !0  runs/r/ca/graphs/ca_0.py  (step 0, 15 nodes)\n"
+        "+++ !1  runs/r/ca/graphs/ca_1.py  (step 1, 15 nodes)\n"
+        "recompile that produced !1: new autograd node SubBackward0 at NodeCall 2, step 1, train.py:12\n"
         "@@ 10 unchanged before @@\n"
         "  # SumBackward0 (NodeCall 1)\n"
         " sum_backward0[0] = getitem(sum_backward0, 0)\n"

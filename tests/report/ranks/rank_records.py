@@ -23,8 +23,8 @@ from cagtool.record.schema import (
 
 @dataclass(frozen=True)
 class Cap:
-    """A CA capture at `step` caused by a new-node miss on `node` (NodeCall `call`); the graph
-    holds one mul per name in `ops`."""
+    """A CA capture at `step` (numbered from 0, as the script's loop and cagtool number steps)
+    caused by a new-node miss on `node` (NodeCall `call`); the graph holds one mul per name in `ops`."""
 
     step: int
     node: str = "torch::autograd::GraphRoot"
@@ -35,7 +35,7 @@ class Cap:
 @dataclass
 class Rank:
     steps: int = 6
-    caps: list[Cap] = field(default_factory=lambda: [Cap(1)])
+    caps: list[Cap] = field(default_factory=lambda: [Cap(0)])
     param_norm: float | None = 3.0
     grad_norm: float | None = 0.5
     status: str = "finished"
@@ -69,7 +69,7 @@ def _write_process(mode_dir: Path, manifest: ModeManifest, spec: Rank) -> None:
     writer = RecordWriter(mode_dir, manifest, clock_start=0.0)
     caps = {c.step: (i, c) for i, c in enumerate(spec.caps)}
     t = 0.5
-    for step in range(1, spec.steps + 1):
+    for step in range(spec.steps):
         captured = 0
         if step in caps:
             ca_id, cap = caps[step]
@@ -82,7 +82,7 @@ def _write_process(mode_dir: Path, manifest: ModeManifest, spec: Rank) -> None:
                         aot_ids=[], hooks=[], num_sizes=0, capture_s=0.01, code_file=code, nodes_file=nodes)
             captured = 1
         t += spec.step_s
-        writer.emit(StepEvent, t=t, step=step, backward_s=0.001, loss=1.0 / step, ca_captures=captured, compiles=captured)
+        writer.emit(StepEvent, t=t, step=step, backward_s=0.001, loss=1.0 / (step + 1), ca_captures=captured, compiles=captured)
     for code, message in spec.findings:
         writer.emit(FindingEvent, t=t, code=code, message=message)
     if spec.param_norm is not None or spec.grad_norm is not None:

@@ -18,7 +18,7 @@ from cagtool.report.ranks.analysis import (
 
 from rank_records import Cap, Rank, multi_rank_run  # noqa: F401 - a fixture
 
-EXTRA = Cap(3, node="MulBackward0", call=2, ops=("MulBackward0", "MulBackward0"))
+EXTRA = Cap(2, node="MulBackward0", call=2, ops=("MulBackward0", "MulBackward0"))
 
 
 def _analysis(path):
@@ -39,34 +39,34 @@ def test_same_sequences_no_finding_and_table(multi_rank_run):
 
 
 def test_extra_capture_on_one_rank_is_found_with_step_and_miss(multi_rank_run):
-    analysis = _analysis(multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA])}))
+    analysis = _analysis(multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(0), EXTRA])}))
     [finding] = analysis.of(RANKS_GRAPHS_DIVERGE)
-    assert finding.ranks == (0, 1) and finding.step == 3
+    assert finding.ranks == (0, 1) and finding.step == 2
     assert finding.data["ref_capture"] is None
-    assert finding.data["capture"] == {"ca_id": 1, "compile_id": "!1", "step": 3, "miss": "cache miss: new autograd node MulBackward0 at NodeCall 2"}
-    assert "part at step 3" in finding.message and "new autograd node MulBackward0 at NodeCall 2" in finding.message
+    assert finding.data["capture"] == {"ca_id": 1, "compile_id": "!1", "step": 2, "miss": "cache miss: new autograd node MulBackward0 at NodeCall 2"}
+    assert "part at step 2" in finding.message and "new autograd node MulBackward0 at NodeCall 2" in finding.message
     assert "rank 0 captured no more CA graphs" in finding.message
     assert analysis.diverge and analysis.rows[1].cache_misses == 1
 
 
 def test_same_step_different_miss_is_found(multi_rank_run):
-    other = Cap(3, node="AddBackward0", call=2, ops=("MulBackward0", "AddBackward0"))
-    analysis = _analysis(multi_rank_run({0: Rank(caps=[Cap(1), EXTRA]), 1: Rank(caps=[Cap(1), other])}))
+    other = Cap(2, node="AddBackward0", call=2, ops=("MulBackward0", "AddBackward0"))
+    analysis = _analysis(multi_rank_run({0: Rank(caps=[Cap(0), EXTRA]), 1: Rank(caps=[Cap(0), other])}))
     [finding] = analysis.of(RANKS_GRAPHS_DIVERGE)
-    assert finding.step == 3 and finding.data["index"] == 1
+    assert finding.step == 2 and finding.data["index"] == 1
     assert "MulBackward0" in finding.data["ref_capture"]["miss"] and "AddBackward0" in finding.data["capture"]["miss"]
 
 
 def test_same_miss_at_another_step_is_found_at_the_earlier_step(multi_rank_run):
-    later = Cap(5, node="MulBackward0", call=2, ops=("MulBackward0", "MulBackward0"))
-    analysis = _analysis(multi_rank_run({0: Rank(caps=[Cap(1), EXTRA]), 1: Rank(caps=[Cap(1), later])}))
+    later = Cap(4, node="MulBackward0", call=2, ops=("MulBackward0", "MulBackward0"))
+    analysis = _analysis(multi_rank_run({0: Rank(caps=[Cap(0), EXTRA]), 1: Rank(caps=[Cap(0), later])}))
     [finding] = analysis.of(RANKS_GRAPHS_DIVERGE)
-    assert finding.step == 3
+    assert finding.step == 2
 
 
 def test_same_miss_different_graph_is_found(multi_rank_run):
-    other_graph = Cap(3, node="MulBackward0", call=2, ops=("MulBackward0", "MulBackward0", "MulBackward0"))
-    analysis = _analysis(multi_rank_run({0: Rank(caps=[Cap(1), EXTRA]), 1: Rank(caps=[Cap(1), other_graph])}))
+    other_graph = Cap(2, node="MulBackward0", call=2, ops=("MulBackward0", "MulBackward0", "MulBackward0"))
+    analysis = _analysis(multi_rank_run({0: Rank(caps=[Cap(0), EXTRA]), 1: Rank(caps=[Cap(0), other_graph])}))
     [finding] = analysis.of(RANKS_GRAPHS_DIVERGE)
     assert "(the graphs differ)" in finding.message
 
@@ -107,14 +107,14 @@ def test_single_process_record_has_no_rank_analysis(multi_rank_run, tmp_path):
 
 
 def test_run_for_rank_swaps_each_mode_record(multi_rank_run):
-    run = load_run(multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA])}))
+    run = load_run(multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(0), EXTRA])}))
     view = run_for_rank(run, 1)
     assert view.mode("ca").process_key == "rank1" and run.mode("ca").process_key == "main"
     assert run_for_rank(run, None) is run
 
 
 def test_divergence_names_the_diff_of_the_two_running_graphs(multi_rank_run):
-    path = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA])})
+    path = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(0), EXTRA])})
     [finding] = _analysis(path).of(RANKS_GRAPHS_DIVERGE)
-    # Rank 0 captured nothing new at step 3: it still runs !0, which rank 1's !1 replaced.
+    # Rank 0 captured nothing new at step 2: it still runs !0, which rank 1's !1 replaced.
     assert finding.data["diff_command"] == f"cagtool diff-graphs {path} 0@0 1@1"

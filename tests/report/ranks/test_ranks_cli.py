@@ -10,7 +10,7 @@ from rank_records import Cap, Rank, multi_rank_run  # noqa: F401 - a fixture
 
 from cagtool.cli import main
 
-EXTRA = Cap(3, node="MulBackward0", call=2, ops=("MulBackward0", "MulBackward0"))
+EXTRA = Cap(2, node="MulBackward0", call=2, ops=("MulBackward0", "MulBackward0"))
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def _text(out: str) -> str:
 
 
 def test_summary_per_rank_table_totals_and_divergence(cli, multi_rank_run):
-    run = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA], step_s=0.02)})
+    run = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(0), EXTRA], step_s=0.02)})
     code, out, _ = cli("summary", str(run))
     assert code == 0
     text = _text(out)
@@ -48,7 +48,7 @@ def test_summary_per_rank_table_totals_and_divergence(cli, multi_rank_run):
         0  finished      6          1             0             0   10.00 ms   200 MiB
         1  finished      6          2             1             0   20.00 ms   200 MiB
     total  2 ranks      12          3             1             0   20.00 ms   400 MiB""" in text
-    assert "rank finding: ranks 0 and 1 part at step 3" in text
+    assert "rank finding: ranks 0 and 1 part at step 2" in text
 
 
 def test_summary_json_carries_ranks_and_findings(cli, multi_rank_run):
@@ -63,7 +63,7 @@ def test_summary_json_carries_ranks_and_findings(cli, multi_rank_run):
 
 
 def test_summary_rank_focus_and_unknown_rank(cli, multi_rank_run):
-    run = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA])})
+    run = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(0), EXTRA])})
     code, out, _ = cli("summary", str(run), "--rank", "1")
     assert code == 0
     assert "mode ca, rank 1: finished in 1.0 s, 6 steps" in out and "CA graphs: 2 (1 initial, 1 for a new autograd node)" in out
@@ -76,11 +76,11 @@ def test_summary_rank_focus_and_unknown_rank(cli, multi_rank_run):
 
 
 def test_recompiles_defaults_to_rank_0_and_says_the_ranks_diverge(cli, multi_rank_run):
-    run = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA])})
+    run = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(0), EXTRA])})
     code, out, _ = cli("recompiles", str(run))
     assert code == 0
     text = " ".join(out.split())
-    assert "mode ca: ranks 0, 1 of world size 2; showing rank 0 (--rank N for another); the ranks DIVERGE: ranks 0 and 1 part at step 3" in text
+    assert "mode ca: ranks 0, 1 of world size 2; showing rank 0 (--rank N for another); the ranks DIVERGE: ranks 0 and 1 part at step 2" in text
     assert "mode ca: 0 recompiles in 6 steps" in text
     code, out, _ = cli("recompiles", str(run), "--rank", "1", "--format", "json")
     data = json.loads(out)
@@ -94,22 +94,22 @@ def test_recompiles_says_when_ranks_agree(cli, multi_rank_run):
 
 
 def test_diff_graphs_reads_the_rank(cli, multi_rank_run):
-    run = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA])})
+    run = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(0), EXTRA])})
     code, out, _ = cli("diff-graphs", str(run))
     assert code == 0 and "showing rank 0" in out and "has one compiled-autograd graph (!0)" in " ".join(out.split())
     code, out, _ = cli("diff-graphs", str(run), "--rank", "1", "-f", "unified")
     assert code == 1  # the graphs differ, like diff
     assert "showing rank 1" in out and "procs/rank1/graphs/ca_1.py" in out
-    assert "new autograd node MulBackward0 at NodeCall 2, step 3" in out
+    assert "new autograd node MulBackward0 at NodeCall 2, step 2" in out
 
 
 def test_compare_reads_rank_0_then_shows_every_rank(cli, multi_rank_run):
-    run = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA], step_s=0.02)})
+    run = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(0), EXTRA], step_s=0.02)})
     code, out, _ = cli("compare", str(run))
     assert code == 0
     assert "a multi-rank run (ranks 0, 1): comparing rank 0's records" in " ".join(out.split())
     assert "10.000 ms" in out  # rank 0's step time, not the launcher's (it ran no steps)
-    assert "mode ca:" in out and "rank finding: ranks 0 and 1 part at step 3" in " ".join(out.split())
+    assert "mode ca:" in out and "rank finding: ranks 0 and 1 part at step 2" in " ".join(out.split())
     code, out, _ = cli("compare", str(run), "--rank", "1", "-f", "json")
     data = json.loads(out)
     assert data["modes"]["ca"]["ca_graphs"] == 2 and data["ranks"]["run"]["compared_rank"] == 1
@@ -117,7 +117,7 @@ def test_compare_reads_rank_0_then_shows_every_rank(cli, multi_rank_run):
 
 
 def test_diff_graphs_across_ranks_as_the_finding_suggests(cli, multi_rank_run):
-    run = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA])})
+    run = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(0), EXTRA])})
     code, out, _ = cli("summary", str(run))
     assert "the two graphs: cagtool diff-graphs" in out and "".join(out.split()).count(f"{run}0@01@1") == 1
     code, out, _ = cli("diff-graphs", str(run), "0@0", "1@rank1", "-f", "unified")

@@ -1,6 +1,7 @@
 """End to end: a real 2-rank gloo DDP job (mp.spawn, eager backend) where rank 1 runs one extra op
-in its forward at step 3 (tests/scripts/ddp_rank_diverges.py). `cagtool run` follows both ranks;
-summary, gate and diff-graphs must find where the ranks' CA graphs part. One run (~20 s of CPU)."""
+in its forward at step 2 (tests/scripts/ddp_rank_diverges.py; its loop and cagtool both number
+steps from 0). `cagtool run` follows both ranks; summary, gate and diff-graphs must find where the
+ranks' CA graphs part. One run (~20 s of CPU)."""
 
 from __future__ import annotations
 
@@ -50,13 +51,13 @@ def test_summary_finds_where_the_ranks_part(ddp_run):
     codes = [f["code"] for f in ranks["findings"]]
     assert codes == ["ranks_graphs_diverge"], context  # DDP kept the gradients in sync: the norms agree
     [finding] = ranks["findings"]
-    assert finding["step"] == 3 and finding["ranks"] == [0, 1]
+    assert finding["step"] == 2 and finding["ranks"] == [0, 1]
     assert finding["data"]["ref_capture"] is None
-    assert finding["data"]["capture"]["step"] == 3 and "new autograd node TanhBackward0" in finding["data"]["capture"]["miss"]
+    assert finding["data"]["capture"]["step"] == 2 and "new autograd node TanhBackward0" in finding["data"]["capture"]["miss"]
     # The text report: the per-rank table and the finding.
     text = " ".join(proc.stderr.split())
     assert "rank status steps CA graphs cache misses graph breaks step time peak RSS" in text, proc.stderr[-3000:]
-    assert "rank finding: ranks 0 and 1 part at step 3" in text, proc.stderr[-3000:]
+    assert "rank finding: ranks 0 and 1 part at step 2" in text, proc.stderr[-3000:]
 
 
 def test_gate_and_diff_graphs_on_the_diverging_ranks(ddp_run):

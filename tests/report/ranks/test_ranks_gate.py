@@ -11,7 +11,7 @@ from cagtool.report.gate.checks import CountLimit, Outcome
 from cagtool.report.gate.config import GateSettings
 from cagtool.report.gate.run import GateOptions, run_gate
 
-EXTRA = Cap(3, node="MulBackward0", call=2, ops=("MulBackward0", "MulBackward0"))
+EXTRA = Cap(2, node="MulBackward0", call=2, ops=("MulBackward0", "MulBackward0"))
 NO_RECOMPILES = GateSettings(max_recompiles={"ca": CountLimit("ca", 0)})
 
 
@@ -42,7 +42,7 @@ def test_thresholds_apply_per_rank_not_to_totals(multi_rank_run):
     # Two ranks with 1 CA graph each: 2 in total, but each rank is within --max-ca-graphs 1.
     gate = _gate(multi_rank_run({0: Rank(), 1: Rank()}), GateSettings(max_ca_graphs=CountLimit("total", 1)))
     assert gate.passed
-    gate = _gate(multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA])}, name="diverging"))
+    gate = _gate(multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(0), EXTRA])}, name="diverging"))
     failed = {(r.check, r.mode) for r in gate.failures}
     assert failed == {("max-recompiles:ca", "ca@rank1"), ("ranks-agree", "ca")}
     [recompiles] = [r for r in gate.failures if r.check == "max-recompiles:ca"]
@@ -81,7 +81,7 @@ def test_diverging_norms_fail(multi_rank_run):
 
 
 def test_rank_option_checks_one_rank(multi_rank_run):
-    path = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA])})
+    path = multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(0), EXTRA])})
     gate = _gate(path, rank=0)
     assert gate.ranks == (0,)
     assert not [r for r in gate.results if r.mode == "ca@rank1"]
@@ -94,7 +94,7 @@ def test_baseline_of_a_multi_rank_run_is_rank_0s_and_refused_when_a_rank_failed(
     from cagtool.record.loader import load_run
     from cagtool.report.gate.baseline import baseline_from_run
 
-    baseline = baseline_from_run(load_run(multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(1), EXTRA])})))
+    baseline = baseline_from_run(load_run(multi_rank_run({0: Rank(), 1: Rank(caps=[Cap(0), EXTRA])})))
     assert (baseline.modes["ca"].steps, baseline.modes["ca"].ca_graphs) == (6, 1)  # rank 0's, not the launcher's 0
     assert baseline.modes["ca"].process_problems == ()
     failed = baseline_from_run(load_run(multi_rank_run({0: Rank(), 1: Rank(status="failed", exit_code=1)}, name="failed")))

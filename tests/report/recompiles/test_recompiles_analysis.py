@@ -68,7 +68,10 @@ ROOT = "torch::autograd::GraphRoot"
 
 
 class RecordBuilder:
-    """Events in write order with `seq` assigned; `write(dir)` lays them out as a run directory."""
+    """Events in write order with `seq` assigned; `write(dir)` lays them out as a run directory.
+    The records are old ones (schema 1 by default, 2 on request): steps numbered from 1 as written
+    here, read back numbered from 0 (the loader renumbers them), so the expected steps below are
+    one less than the ones written."""
 
     def __init__(self) -> None:
         self.events: list[Event] = []
@@ -134,10 +137,10 @@ def test_initial_capture_is_listed_but_not_counted(tmp_path):
     table = table_of(op_loop_builder(), tmp_path)
     assert [r.compile_id for r in table.initial] == ["!0"]
     assert [r.compile_id for r in table.recompiles] == ["!1", "!2", "!3"]
-    assert [r.step for r in table.recompiles] == [2, 3, 4]
+    assert [r.step for r in table.recompiles] == [1, 2, 3]  # written 2, 3, 4
     assert table.count(SOURCE_CA) == 3 and table.count(SOURCE_DYNAMO_FRAME) == 0
     assert table.recompiles[0].produced == "!1"
-    assert table.steps == 4 and table.last_step == 4
+    assert table.steps == 4 and table.last_step == 3
 
 
 def test_a_graph_without_a_miss_event_is_an_unknown_recompile(tmp_path):
@@ -168,7 +171,7 @@ def test_dynamo_recompiles_from_events_and_from_compile_attempts(tmp_path):
     ids = [(r.compile_id, r.source) for r in table.recompiles]
     assert ids == [("0/1", SOURCE_DYNAMO_FRAME), ("0/2", SOURCE_DYNAMO_FRAME), ("!0/1/1", SOURCE_DYNAMO_CA_GRAPH)]
     # A forward frame compiles before its step's backward: stamped with the step last begun, it belongs to the next.
-    assert [r.step for r in table.recompiles] == [2, 3, 3]
+    assert [r.step for r in table.recompiles] == [1, 2, 2]
 
     guarded = table.recompiles[1]
     assert guarded.failing_guard.startswith("0/1: n == 2")
@@ -184,7 +187,7 @@ def test_schema_2_forward_compiles_carry_their_own_step(tmp_path):
     b.add(DynamoCompileEvent, compile_id="0/1", is_ca_graph=False, step=2, co_name="fwd", co_filename="/proj/m.py", co_firstlineno=5)
     b.step(2)
     table = recompile_table(load_run(b.write(tmp_path / "run", schema_version=2)).mode("ca"))
-    assert [(r.compile_id, r.step) for r in table.recompiles] == [("0/1", 2)]
+    assert [(r.compile_id, r.step) for r in table.recompiles] == [("0/1", 1)]
 
 
 def test_compile_attempt_and_paths():
@@ -209,7 +212,7 @@ def test_structure_change_names_the_node_that_differs(tmp_path, with_node_map):
     explanation = explain(table_of(op_loop_builder(with_node_map), tmp_path))
     assert [c.code for c in explanation.causes] == [CAUSE_STRUCTURE]
     cause = explanation.causes[0]
-    assert cause.count == 3 and cause.steps == [2, 3, 4]
+    assert cause.count == 3 and cause.steps == [1, 2, 3]
     changes = [(c.node_call, c.before, c.after) for c in cause.facts["changes"]]
     assert changes == [(2, "AddBackward0", "SubBackward0"), (2, "SubBackward0", "MulBackward0"), (2, "MulBackward0", "DivBackward0")]
     assert cause.facts["distinct_structures"] == 4
@@ -270,11 +273,11 @@ def test_hook_added_and_grad_defined(tmp_path):
         b.step(step, 1 if step == 3 else 0)
     causes = {c.code: c for c in explain(table_of(b, tmp_path)).causes}
     assert set(causes) == {CAUSE_GRAD_DEFINED, CAUSE_HOOK}
-    assert causes[CAUSE_GRAD_DEFINED].steps == [2]
+    assert causes[CAUSE_GRAD_DEFINED].steps == [1]
     hook = causes[CAUSE_HOOK]
-    assert hook.steps == [3]
+    assert hook.steps == [2]
     assert hook.facts["hook_diffs"] == [
-        {"compile_id": "!2", "step": 3, "added": ["tensor_pre_hook"], "removed": [], "previous_graph": "!1"}
+        {"compile_id": "!2", "step": 2, "added": ["tensor_pre_hook"], "removed": [], "previous_graph": "!1"}
     ]
     assert "AccumulateGrad (NodeCall 4)" in cause_words(hook, CWD).why[0]
 
@@ -300,13 +303,13 @@ def test_changed_shapes_and_dynamo_recompile_of_that_graph_are_one_cause(tmp_pat
     explanation = explain(table)
     assert len(explanation.causes) == 1
     cause = explanation.causes[0]
-    assert cause.code == CAUSE_SHAPES and cause.count == 2 and cause.steps == [2, 3]
+    assert cause.code == CAUSE_SHAPES and cause.count == 2 and cause.steps == [1, 2]
     assert cause.facts["sizes"][0]["values"] == [10, 100]
     assert cause.facts["dynamic_graphs"] == {"!1": 2}
     assert cause.facts["stabilised"] is True
     text = " ".join(cause_words(cause, CWD).why + cause_words(cause, CWD).fix)
     assert "sizes[0-1] of SumBackward0 (NodeCall 1): 10, 100" in text
-    assert "mark_dynamic" in text and "!1/2/1 at step 3" in text
+    assert "mark_dynamic" in text and "!1/2/1 at step 2" in text
     if reason_recorded:
         assert "(`tensor 'sizes[0]' size mismatch at index 1. expected 100, actual 10`)" in text
 
@@ -330,7 +333,7 @@ def test_recompile_limit_comes_first_and_names_the_cause(tmp_path):
     b.step(6)
     table = table_of(b, tmp_path)
     assert [(h.compile_id, h.limit_type, h.limit_value, h.function, h.step) for h in table.limit_hits] == [
-        ("0/4", "recompile_limit", 4, "fwd", 5)
+        ("0/4", "recompile_limit", 4, "fwd", 4)
     ]
     explanation = explain(table)
     assert [a.code for a in explanation.alerts] == [ALERT_LIMIT, ALERT_STORM]
@@ -370,7 +373,7 @@ def test_recompile_limit_from_a_finding(tmp_path):
     b.add(FindingEvent, code="recompile_limit_hit", step=3,
           message="[0/8] torch._dynamo hit config.recompile_limit (8)\n   function: 'fwd' (/proj/m.py:5)")
     (hit,) = table_of(b, tmp_path).limit_hits
-    assert (hit.compile_id, hit.limit_type, hit.limit_value, hit.step) == ("0/8", "recompile_limit", 8, 3)
+    assert (hit.compile_id, hit.limit_type, hit.limit_value, hit.step) == ("0/8", "recompile_limit", 8, 2)
 
 
 def test_not_a_storm_below_three_recompiling_steps(tmp_path):
@@ -409,7 +412,7 @@ def test_json_document_is_versioned_and_counts_match(tmp_path):
     assert mode["initial"][0]["initial"] is True
     assert mode["recompiles"][0]["source_line"] == {"file": "train.py", "line": 30, "code": "loss.backward()", "function": "main", "how": "backward_call"}
     causes = mode["explanation"]["causes"]
-    assert [(c["number"], c["code"], c["count"], c["steps"]) for c in causes] == [(1, "graph_structure", 3, [2, 3, 4])]
+    assert [(c["number"], c["code"], c["count"], c["steps"]) for c in causes] == [(1, "graph_structure", 3, [1, 2, 3])]
     assert [e["compile_id"] for e in causes[0]["evidence_ids"]] == ["!1", "!2", "!3"]
     assert mode["explanation"]["alerts"][0]["code"] == "recompile_storm"
     assert err.getvalue() == ""

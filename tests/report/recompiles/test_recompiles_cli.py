@@ -55,65 +55,65 @@ def raw_events(run: Path, kind: str) -> list[dict]:
 
 GOLDEN_OP_LOOP = """\
 mode ca: 3 recompiles in 4 steps (3 CA cache misses, 0 Dynamo forward-frame, 0 Dynamo CA-graph);
-  initial compile !0 at step 1
+  initial compile !0 at step 0
 
 !! Recompile storm: recompiles on every step after the first
-  3 recompiles on steps 2-4 of 4; each one costs a compile (and, for compiled autograd, a capture)
-    inside the training step.
+  3 recompiles on steps 1-3 of 0-3; each one costs a compile (and, for compiled autograd, a
+    capture) inside the training step.
   Still recompiling at the last recorded step.
   Fix: Fix cause #1 below; the storm ends when that cause does.
-  Evidence: steps 2-4
+  Evidence: steps 1-3
 
-#1 The autograd graph's structure changes between iterations (3 recompiles), steps 2-4
+#1 The autograd graph's structure changes between iterations (3 recompiles), steps 1-3
   Compiled autograd caches one graph per graph structure; a backward whose graph has different
     nodes is a cache miss and a new capture. Seen 4 distinct structures in the backward called at
     sample_scripts/op_loop.py:12  torch.compile(lambda: loss.backward(), backend="eager")().
-  The node that differs: !1 step 2: NodeCall 2 AddBackward0 -> SubBackward0, !2 step 3: NodeCall 2
-    SubBackward0 -> MulBackward0, !3 step 4: NodeCall 2 MulBackward0 -> DivBackward0.
+  The node that differs: !1 step 1: NodeCall 2 AddBackward0 -> SubBackward0, !2 step 2: NodeCall 2
+    SubBackward0 -> MulBackward0, !3 step 3: NodeCall 2 MulBackward0 -> DivBackward0.
   The same position holds different ops (NodeCall 2: AddBackward0 / SubBackward0 / MulBackward0 /
     DivBackward0): a Python branch or an op picked per step.
-  It has not stabilised: still recompiling at the last recorded step (4).
+  It has not stabilised: still recompiling at the last recorded step (3).
   Fix: Make the backward graph the same every step: use the same ops every step (select results
     with torch.where instead of choosing ops in Python).
   Fix: If the variation is by design, compiled autograd will keep recompiling: run that part
     without it (torch._dynamo.compiled_autograd._disable()).
-  Evidence: !1 (step 2, seq N), !2 (step 3, seq N), !3 (step 4, seq N)
+  Evidence: !1 (step 1, seq N), !2 (step 2, seq N), !3 (step 3, seq N)
 
 Every recompile, one per row: cagtool recompiles RUN"""
 
 GOLDEN_BRANCH = """\
 mode ca: 1 recompile in 6 steps (1 CA cache miss, 0 Dynamo forward-frame, 0 Dynamo CA-graph);
-  initial compile !0 at step 1
+  initial compile !0 at step 0
 
-#1 The autograd graph's structure changes between iterations (1 recompile), step 2
+#1 The autograd graph's structure changes between iterations (1 recompile), step 1
   Compiled autograd caches one graph per graph structure; a backward whose graph has different
     nodes is a cache miss and a new capture. Seen 2 distinct structures created at
     sample_scripts/branching_model.py:21  h = torch.tanh(h).
-  The node that differs: !1 step 2: NodeCall 5 ReluBackward0 -> TanhBackward0.
+  The node that differs: !1 step 1: NodeCall 5 ReluBackward0 -> TanhBackward0.
   The same position holds different ops (NodeCall 5: ReluBackward0 / TanhBackward0): a Python
     branch or an op picked per step.
-  It has stabilised: no new structure after step 2; the last 4 steps reused cached graphs.
+  It has stabilised: no new structure after step 1; the last 4 steps reused cached graphs.
   Nothing urgent: each distinct structure is captured once and then reused.
   Fix: If a data-dependent branch picks the ops, computing both sides and selecting with
     torch.where keeps a single graph.
-  Evidence: !1 (step 2, seq N)
+  Evidence: !1 (step 1, seq N)
 
 Every recompile, one per row: cagtool recompiles RUN"""
 
 GOLDEN_HOOK = """\
 mode ca: 1 recompile in 5 steps (1 CA cache miss, 0 Dynamo forward-frame, 0 Dynamo CA-graph);
-  initial compile !0 at step 1
+  initial compile !0 at step 0
 
-#1 A backward hook was added or removed during the run (1 recompile), step 3
+#1 A backward hook was added or removed during the run (1 recompile), step 2
   The key of AccumulateGrad (NodeCall 5) changed (key size 24, previous 22): hooks are part of the
     graph compiled autograd caches, so a new set of hooks is a new graph.
-  Hooks per graph: !1 at step 3: added tensor_pre_hook (vs !0).
-  It has stabilised: no hook change after step 3; the last 2 steps reused cached graphs.
+  Hooks per graph: !1 at step 2: added tensor_pre_hook (vs !0).
+  It has stabilised: no hook change after step 2; the last 2 steps reused cached graphs.
   Removing a hook returns to an already cached graph (no recompile); adding a new one costs a
     capture each time.
   Fix: Register hooks once, before the first backward, and keep them; a hook that checks a flag is
     cheaper than adding and removing it.
-  Evidence: !1 (step 3, seq N)
+  Evidence: !1 (step 2, seq N)
 
 Every recompile, one per row: cagtool recompiles RUN"""
 
@@ -144,11 +144,11 @@ def test_op_loop_counts_match_the_record(record_run):
     assert mode["counts"]["ca_cache_misses"] == len(misses) - 1 == 3
     assert mode["initial"][0]["node"] == "torch::autograd::GraphRoot"
     assert [(r["node"], r["node_call"], r["step"]) for r in mode["recompiles"]] == [
-        ("SubBackward0", 2, 2), ("MulBackward0", 2, 3), ("DivBackward0", 2, 4)
+        ("SubBackward0", 2, 1), ("MulBackward0", 2, 2), ("DivBackward0", 2, 3)  # the loop's iterations 1-3 over sub, mul, div
     ]
     assert [r["key_size"] for r in mode["recompiles"]] == [m["key_size"] for m in misses[1:]]
     (cause,) = mode["explanation"]["causes"]
-    assert (cause["code"], cause["count"], cause["steps"], cause["stabilised"]) == ("graph_structure", 3, [2, 3, 4], False)
+    assert (cause["code"], cause["count"], cause["steps"], cause["stabilised"]) == ("graph_structure", 3, [1, 2, 3], False)
     assert cause["source"]["file"] == "sample_scripts/op_loop.py" and cause["source"]["line"] == 12
 
 
@@ -157,7 +157,7 @@ def test_shape_loop_changed_shapes_then_dynamic(record_run):
     mode = explain_json(run)
     assert mode["counts"]["ca_cache_misses"] == len(raw_events(run, "ca_cache_miss")) - 1 == 1
     shape_rows = [r for r in mode["recompiles"] if r["kind"] == "changed_shapes"]
-    assert len(shape_rows) == 1 and shape_rows[0]["step"] == 2
+    assert len(shape_rows) == 1 and shape_rows[0]["step"] == 1  # the second iteration, size 100
     assert {(c["node"], c["value"]) for c in shape_rows[0]["changed_sizes"]} == {("SumBackward0", 100)}
     causes = mode["explanation"]["causes"]
     assert causes[0]["code"] == "changed_shapes"
@@ -175,9 +175,9 @@ def test_storm_script_storm_and_recompile_limit_first(record_run):
     assert alerts[1]["facts"]["every_step"] is True
     causes = {c["code"]: c for c in mode["explanation"]["causes"]}
     structure = causes["graph_structure"]
-    assert structure["count"] == 5 and structure["steps"] == [2, 3, 4, 5, 6]
+    assert structure["count"] == 5 and structure["steps"] == [1, 2, 3, 4, 5]  # every step of range(6) after the first
     guard = causes["dynamo_guard_failure"]
-    assert guard["count"] == 4 and guard["steps"] == [2, 3, 4, 5]  # 0/1..0/4; 0/4 is the one that hit the limit
+    assert guard["count"] == 4 and guard["steps"] == [1, 2, 3, 4]  # 0/1..0/4; 0/4 is the one that hit the limit
     assert guard["number"] in alerts[0]["causes"]
     assert guard["source"]["file"] == "sample_scripts/recompile_storm.py" and guard["source"]["line"] == 14
     assert guard["source"]["code"].startswith("for _ in range(depth):")
@@ -199,7 +199,7 @@ def test_hook_added_midrun(record_run):
     run = recorded(record_run, "hook_added_midrun.py")
     mode = explain_json(run)
     (cause,) = mode["explanation"]["causes"]
-    assert (cause["code"], cause["steps"], cause["count"]) == ("hook_changed", [3], 1)
+    assert (cause["code"], cause["steps"], cause["count"]) == ("hook_changed", [2], 1)  # the script's `if step == 2`
     assert mode["recompiles"][0]["node"] == "torch::autograd::AccumulateGrad"
 
 
@@ -210,7 +210,7 @@ def test_table_lists_the_initial_compile_and_every_recompile(record_run):
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("mode ca: 3 recompiles in 4 steps")
     rows = [line.split() for line in lines if re.match(r"^ +(-|\d+) +\d+ +CA miss", line)]
-    assert [(r[0], r[1], r[4]) for r in rows] == [("-", "1", "!0"), ("1", "2", "!1"), ("2", "3", "!2"), ("3", "4", "!3")]
+    assert [(r[0], r[1], r[4]) for r in rows] == [("-", "0", "!0"), ("1", "1", "!1"), ("2", "2", "!2"), ("3", "3", "!3")]
     assert "initial" in rows[0] and all("new" in r for r in rows[1:])
     assert '  sample_scripts/op_loop.py:12  torch.compile(lambda: loss.backward(), backend="eager")()' in lines
     assert lines[-1] == f"Why, and what to do: cagtool recompiles {run} --explain"

@@ -65,6 +65,8 @@ class EventColumns:
                 found = _decode_column(*self.encoded[name])
                 if len(found) != self.count:
                     raise ValueError(f"column {self.kind}.{name} holds {len(found)} values, not {self.count}")
+            elif not self.count:
+                found = []  # a kind with no line (a record with steps but no backward events): no field is held
             else:
                 found = _default_column(self.kind, name, self.count)
             if name == "step" and self.step_shift:

@@ -261,3 +261,15 @@ def test_no_sidecar_without_step_lines_or_for_a_stream_over_the_cap(tmp_path, mo
     run = write_run(tmp_path / "b", {"ca": [_line(e) for e in training(10)]})
     assert not (run / "ca" / COLUMNS_FILE).exists()
     assert len(load_mode(run / "ca", columns=True).of(StepEvent)) == 10
+
+
+def test_a_kind_with_no_lines_has_empty_columns(tmp_path):
+    """Steps with no backward or optimizer-step line (hand-made or imported records): the figures
+    read empty columns for those kinds, as they read no events without the sidecar."""
+    steps_only = [_line(e) for e in training(5) if not isinstance(e, (BackwardEvent, OptimizerStepEvent))]
+    run = write_run(tmp_path / "r", {"ca": steps_only})
+    fast, slow = both_loads(run / "ca", kinds=SUMMARY_KINDS)
+    assert fast.columns["backward"].count == 0 and fast.columns["backward"].column("step") == []
+    assert fast.of(BackwardEvent) == []
+    assert mode_metrics(fast) == mode_metrics(slow)
+    assert_same_record(fast, slow)

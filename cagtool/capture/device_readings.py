@@ -18,14 +18,21 @@ from cagtool.record.schema import StepDeviceEvent
 MAX_DEFERRED_LOSSES = 1_000_000
 
 
-def _cuda_in_use() -> Any:
-    """torch.cuda when the job has initialised CUDA (cagtool never does it for the job)."""
-    import torch
+_torch_cuda: Any = None
 
-    cuda = getattr(torch, "cuda", None)
-    if cuda is None or not cuda.is_initialized():
-        return None
-    return cuda
+
+def _cuda_in_use() -> Any:
+    """torch.cuda when the job has initialised CUDA (cagtool never does it for the job). Once per
+    step: the module is looked up once."""
+    global _torch_cuda
+    cuda = _torch_cuda
+    if cuda is None:
+        import torch
+
+        cuda = _torch_cuda = getattr(torch, "cuda", None)
+        if cuda is None:
+            return None
+    return cuda if cuda.is_initialized() else None
 
 
 class DeviceReadings:

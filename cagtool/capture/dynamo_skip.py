@@ -14,6 +14,9 @@ and not inherited by the frames a skipped one calls) does both.
 
 from __future__ import annotations
 
+import functools
+from typing import Any, Callable
+
 _done = False
 
 
@@ -26,3 +29,24 @@ def hide_cagtool_frames() -> None:
 
     trace_rules.add("cagtool")
     _done = True
+
+
+def without_dynamo(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` run with Dynamo's frame callback off, so that the stdlib frames it calls (threading,
+    weakref, json) are never offered to Dynamo, as `torch._dynamo.disable(fn)` would: for the step
+    tracker's callbacks, called several times per training step. torch's wrapper also resolves the
+    compiler stance, checks export mode and a JustKnob on every call (about 5 us for four calls a
+    step); this is the same callback swap (eval_frame.py's DisableContext), two C calls. Like the
+    rest of cagtool's frames this wrapper is in Dynamo's skip list (hide_cagtool_frames). Call after
+    `import torch`."""
+    from torch._C._dynamo.eval_frame import set_eval_frame
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        prior = set_eval_frame(None)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            set_eval_frame(prior)
+
+    return call

@@ -37,6 +37,10 @@ TRACED_BACKWARD = "backward_traced_by_dynamo"
 # An optimizer that does not step while another steps this many times in one open step stops
 # being waited for (e.g. a second optimizer used only in a later phase of training).
 IDLE_OPTIMIZER_STEPS = 10
+FLAG_CHECK_EVERY = 64  # backward calls between two looks at the script's CA flag (_check_flag_finding)
+# The events written with their step's `step` line rather than as they happen (writer.emit_held),
+# named in the manifest: a process killed hard may lack these for its last, open step.
+HELD_UNTIL_STEP_END = ["backward", "optimizer_step"]
 
 
 class StepTracker:
@@ -62,6 +66,9 @@ class StepTracker:
         self._last_roots_ref: list[Any] = []
         self._flag_finding_done = False
         self._handles: list[Any] = []
+        self._main_thread_id = threading.main_thread().ident
+        self._dynamo_config: Any = None
+        self._compiled_autograd: Any = None
         self._original_run_backward: Any = None
         self._original_optimizer_init: Any = None
 
@@ -73,6 +80,7 @@ class StepTracker:
             self._open = _OpenStep()
             self._last_boundary_t = None
             self.device = DeviceReadings(self.writer)
+            self._main_thread_id = threading.main_thread().ident
 
     @property
     def current_step(self) -> int:
@@ -111,10 +119,18 @@ class StepTracker:
         original = torch.autograd._engine_run_backward
         self._original_run_backward = original
         tracker = self
+        from torch._dynamo import compiled_autograd
+
+        self._dynamo_config, self._compiled_autograd = torch._dynamo.config, compiled_autograd  # _check_flag_finding, per backward
+        # A step's backward and optimizer_step lines are written with its step line (writer.py):
+        # the record says so, from its first manifest on, for a process killed mid-step.
+        if self.writer.manifest.options.get("held_until_step_end") != HELD_UNTIL_STEP_END:
+            self.writer.manifest.options["held_until_step_end"] = HELD_UNTIL_STEP_END
+            self.writer.write_manifest()
         # The bookkeeping runs with Dynamo off (its stdlib calls are not the script's frames);
         # the backward itself does not (dynamo_skip.py).
-        starting = torch._dynamo.disable(tracker._backward_starting)
-        ending = torch._dynamo.disable(tracker._backward_ending)
+        starting = dynamo_skip.without_dynamo(tracker._backward_starting)
+        ending = dynamo_skip.without_dynamo(tracker._backward_ending)
         engine_log = autograd_graph.log
 
         def _engine_run_backward(t_outputs, *args, **kwargs):
@@ -184,8 +200,8 @@ class StepTracker:
                 raise StepLimitReached(tracker.closed_steps)
 
         self._handles = [
-            register_optimizer_step_pre_hook(torch._dynamo.disable(pre_hook)),
-            register_optimizer_step_post_hook(torch._dynamo.disable(post_hook)),
+            register_optimizer_step_pre_hook(dynamo_skip.without_dynamo(pre_hook)),
+            register_optimizer_step_post_hook(dynamo_skip.without_dynamo(post_hook)),
         ]
 
     def uninstall(self) -> None:
@@ -201,28 +217,38 @@ class StepTracker:
 
     # -- step boundaries ----------------------------------------------------------------------
     def _note_optimizer(self, optimizer: Any) -> None:
+        ref = self._required.get(id(optimizer))
+        if ref is not None and ref() is optimizer:
+            return  # known and waited for: twice a step, so no lock and no new weak reference
         with self._lock:
             self._optimizers.add(optimizer)
             key = id(optimizer)
             if key not in self._required or self._required[key]() is not optimizer:
                 self._required[key] = weakref.ref(optimizer)
 
-    def _waiting_for(self) -> dict[int, Any]:
-        alive = {key: ref() for key, ref in self._required.items()}
-        self._required = {key: self._required[key] for key, opt in alive.items() if opt is not None}
-        return {key: opt for key, opt in alive.items() if opt is not None}
+    def _waiting_for(self) -> dict[int, weakref.ref[Any]]:
+        """The optimizers a step waits for (id -> weak reference), forgetting those garbage-collected.
+        Called twice a step: the common case (all alive) copies nothing."""
+        required = self._required
+        for ref in required.values():
+            if ref() is None:
+                break
+        else:
+            return required
+        self._required = {key: ref for key, ref in required.items() if ref() is not None}
+        return self._required
 
     def _optimizer_stepped(self, optimizer: Any, seconds: float) -> bool:
         """An optimizer's step() returned. True when that ended the step and --steps is reached."""
         with self._lock:
             self._note_optimizer(optimizer)
-            step = self.current_step
-            self.writer.emit(OptimizerStepEvent, step=step, wall_s=seconds, optimizer=type(optimizer).__name__)
+            step = FIRST_STEP + self.closed_steps
+            self.writer.emit_held(OptimizerStepEvent, step=step, wall_s=seconds, optimizer=type(optimizer).__name__)
             opened = self._open
             opened.optimizer_s += seconds
             opened.stepped[id(optimizer)] = opened.stepped.get(id(optimizer), 0) + 1
             waiting = self._waiting_for()
-            if all(key in opened.stepped for key in waiting):
+            if waiting.keys() <= opened.stepped.keys():  # every optimizer waited for has stepped
                 return self._close(STEP_BOUNDARY_OPTIMIZER)
             if opened.stepped[id(optimizer)] >= IDLE_OPTIMIZER_STEPS:
                 for key in [k for k in waiting if k not in opened.stepped]:
@@ -233,9 +259,9 @@ class StepTracker:
     def _close(self, boundary: str) -> bool:
         """End the step in progress (caller holds the lock). True when --steps is reached."""
         opened = self._open
-        step = self.current_step
+        step = FIRST_STEP + self.closed_steps
         now = self.writer.now()
-        self.writer.emit(
+        self.writer.emit_step_line(
             StepEvent,
             t=now,
             step=step,
@@ -263,13 +289,14 @@ class StepTracker:
     def _backward_starting(self, t_outputs: Any, kwargs: dict) -> tuple:
         """A top-level backward begins: what _backward_ending needs."""
         outputs = t_outputs if isinstance(t_outputs, (tuple, list)) else [t_outputs]
-        roots = [getattr(t, "grad_fn", None) for t in outputs]
+        roots = [getattr(outputs[0], "grad_fn", None)] if len(outputs) == 1 else [getattr(t, "grad_fn", None) for t in outputs]
         with self._lock:
-            step = self.current_step
+            step = FIRST_STEP + self.closed_steps
             index = self._open.next_index
             self._open.next_index += 1
             self.current_roots = roots
-        self._check_flag_finding(step)
+        if not self.backward_calls % FLAG_CHECK_EVERY:
+            self._check_flag_finding(step)
         local = self._local
         local.depth, local.captures = 1, 0
         return step, index, outputs, roots, kwargs, time.perf_counter()
@@ -288,17 +315,18 @@ class StepTracker:
 
     def _backward_finished(self, step: int, index: int, elapsed: float, captures: int, outputs: list[Any], roots: list[Any], kwargs: dict) -> bool:
         value, device_tensor = _loss(outputs[0] if outputs else None)
-        thread = threading.current_thread()
+        thread = "" if threading.get_ident() == self._main_thread_id else threading.current_thread().name
         with self._lock:
             self.backward_calls += 1
             self._last_roots_ref = roots
             self.current_roots = []
             opened = self._open
+            current = FIRST_STEP + self.closed_steps
             by_backward = not self._waiting_for()  # no optimizer: this call is a step of its own
-            if by_backward and step != self.current_step:
+            if by_backward and step != current:
                 # Another thread's backward closed the step this one began in: it closes the next.
-                step, index = self.current_step, opened.backward_calls
-            self.writer.emit(
+                step, index = current, opened.backward_calls
+            self.writer.emit_held(
                 BackwardEvent,
                 step=step,
                 index=index,
@@ -306,9 +334,9 @@ class StepTracker:
                 ca_captures=captures,
                 call="backward" if kwargs.get("accumulate_grad", True) else "grad",
                 loss=value,
-                thread="" if thread is threading.main_thread() else thread.name,
+                thread=thread,
             )
-            if step == self.current_step:  # not a backward that outlived its step (optimizer stepped in another thread)
+            if step == current:  # not a backward that outlived its step (optimizer stepped in another thread)
                 opened.backward_calls += 1
                 opened.backward_s += elapsed
                 opened.loss, opened.loss_tensor = value, device_tensor
@@ -316,13 +344,12 @@ class StepTracker:
 
     def _check_flag_finding(self, step: int) -> None:
         """The script set the CA flag but this backward runs outside any compiled region, so as
-        written it would get no compiled autograd (only cagtool's own enable is active)."""
+        written it would get no compiled autograd (only cagtool's own enable is active). Asked at
+        the first backward and every FLAG_CHECK_EVERY-th after it: reading a Dynamo config value is
+        several Python calls, and a script sets the flag once, usually before training."""
         if self._flag_finding_done or self.mode != "ca":
             return
-        import torch
-        from torch._dynamo import compiled_autograd as ca
-
-        if torch._dynamo.config.compiled_autograd and ca.depth <= 1:
+        if self._dynamo_config.compiled_autograd and self._compiled_autograd.depth <= 1:
             self._flag_finding_done = True
             where = source.user_caller()
             self.writer.emit(
@@ -401,17 +428,18 @@ class _OpenStep:
 
 def _loss(tensor: Any) -> tuple[float | None, Any]:
     """(value, None) for a CPU scalar, read now (no device to wait for); (None, detached tensor)
-    for a scalar on an accelerator, read at the end of the run; (None, None) for anything else."""
+    for a scalar on an accelerator, read at the end of the run; (None, None) for anything else.
+    Once per backward call: the CPU case asks torch as little as it can (each call into torch costs
+    a few microseconds in a training step, writer.py's docstring says why)."""
     try:
-        if tensor.numel() != 1 or tensor.is_complex():
+        if tensor.is_cpu:
+            if tensor.dtype.is_complex:
+                return None, None
+            return float(tensor.detach()), None  # ValueError when not one element: None below
+        if tensor.numel() != 1 or tensor.is_complex() or tensor.device.type == "meta":
             return None, None
-        detached = tensor.detach()
-        if detached.device.type == "cpu":
-            return float(detached), None
-        if detached.device.type == "meta":
-            return None, None
-        return None, detached
-    except Exception:  # noqa: BLE001 - not a tensor, or a subclass without numel
+        return None, tensor.detach()
+    except Exception:  # noqa: BLE001 - not a tensor, a subclass without these, or not one element
         return None, None
 
 

@@ -1,5 +1,13 @@
 """Writes one mode record: the manifest (atomically replaced), the event stream (appended and
-flushed per event, so a crash loses nothing written so far) and the graph files.
+flushed as events happen, so a crash loses nothing written so far) and the graph files.
+
+One write per step, not per event: a step's `backward` and `optimizer_step` lines are held in
+memory (`emit_held`) and written in one system call with the next line that is not held, which is
+the step's own `step` line (or an event such as a cache miss in between, or `close`). A system call
+per event was most of what recording cost a training step (benchmarks/README.md, step overhead). A
+process killed hard (SIGKILL, os._exit) therefore loses at most the held lines of its open step;
+every closed step is complete on disk, and the manifest says which kinds are held
+(`options["held_until_step_end"]`, set by the step tracker, the one caller of `emit_held`).
 
 A write error (disk full, quota, permission) never reaches the user's code: the writer stops
 recording with one line on stderr, keeps what it wrote, and the manifest says where it stopped
@@ -14,8 +22,9 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from cagtool.capture.event_lines import line_encoder
 from cagtool.record.columns import write_sidecar
 from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
 from cagtool.record.graph_file import GRAPH_FORMAT, GraphNode, graph_node_to_dict
@@ -35,7 +44,24 @@ from cagtool.record.schema import (
 
 # One encoder for all events: json.dumps(default=...) builds a new encoder per call (~5 us a step).
 _ENCODER = json.JSONEncoder(default=json_default)
+# Per event class, `encode(seq, t, **fields) -> line`: event_lines.py's, or the dataclass and _ENCODER.
+_LINE_ENCODERS: dict[type, Callable[..., str]] = {}
 
+
+def _encoder_of(event_cls: type[Event]) -> Callable[..., str]:
+    encode = _LINE_ENCODERS.get(event_cls)
+    if encode is None:
+        encode = line_encoder(event_cls)
+        if encode is None:
+            def encode(seq: int, t: float, **fields: Any) -> str:
+                return _ENCODER.encode(event_to_dict(event_cls(seq=seq, t=t, **fields))) + "\n"
+        _LINE_ENCODERS[event_cls] = encode
+    return encode
+
+
+# Held lines are written anyway once this many wait (a step that stays open for long: an optimizer
+# that never steps, thousands of backward calls per step), so memory and the loss stay bounded.
+MAX_HELD_LINES = 256
 
 RESERVE_FILE = ".cagtool-reserve"
 RESERVE_BYTES = 64 * 1024
@@ -97,13 +123,17 @@ class RecordWriter:
         self._lock = threading.Lock()
         self._seq = 0
         self.stopped: dict[str, Any] | None = None  # set when a write failed: recording ended there
-        self._events: Any = None
+        self._events: int | None = None  # events.jsonl's descriptor, opened for appending
+        self._held: list[tuple[Callable[..., str], int, float, dict[str, Any]]] = []  # emit_held's events, not written yet
+        self._held_from = 0  # the seq of the first of them
         self._open()
 
     def _open(self) -> None:
         try:
             (self.mode_dir / GRAPHS_DIR).mkdir(parents=True, exist_ok=True)
-            self._events = open(self.mode_dir / EVENTS_FILE, "a", buffering=1)  # noqa: SIM115 - lives as long as the run
+            # A bare descriptor: each write is one os.write of whole lines, no buffer of ours that a
+            # crash could lose or a fork could duplicate (and two layers less per step than a text file).
+            self._events = os.open(self.mode_dir / EVENTS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
             error = self._write_manifest_quietly()
         except OSError as exc:
             error = exc
@@ -126,31 +156,28 @@ class RecordWriter:
         except OSError:
             pass
 
-    def _stop(self, exc: OSError, what: str) -> None:
-        """Called with the lock held, on the first write error: recording ends here."""
+    def _stop(self, exc: OSError, what: str, at_seq: int | None = None) -> None:
+        """Called with the lock held, on the first write error: recording ends here, at event
+        `at_seq` (default: the next one)."""
         if self.stopped is not None:
             return
         reason = f"{exc.strerror or exc}" + (f" [{errno.errorcode.get(exc.errno, exc.errno)}]" if exc.errno else "")
-        self.stopped = {"at_seq": self._seq, "error": reason, "file": what}
+        at_seq = self._seq if at_seq is None else at_seq
+        self.stopped = {"at_seq": at_seq, "error": reason, "file": what}
         self.manifest.recording_stopped = self.stopped
         self._discard_events_file()
         self._drop_reserve()
-        warn(f"recording stopped at event {self._seq}: cannot write {self.mode_dir / what}: {reason}; the script goes on, the record up to here stays readable")
+        warn(f"recording stopped at event {at_seq}: cannot write {self.mode_dir / what}: {reason}; the script goes on, the record up to here stays readable")
         self._write_manifest_quietly()
 
     def _discard_events_file(self) -> None:
-        """Close it, dropping what the failed write left buffered (a later flush would only fail
-        again, at exit, with a traceback)."""
+        """Close it (in a forked child: our copy of the parent's descriptor)."""
         events, self._events = self._events, None
         if events is None:
             return
         try:
-            os.close(events.fileno())  # close the fd first: the buffered tail is given up
-        except (OSError, ValueError):
-            pass
-        try:
-            events.close()
-        except (OSError, ValueError):
+            os.close(events)
+        except OSError:
             pass
 
     def _write_manifest_quietly(self) -> OSError | None:
@@ -164,17 +191,83 @@ class RecordWriter:
         return time.perf_counter() - self.t0
 
     def emit(self, event_cls: type[Event], **fields: Any) -> Event:
-        """Append one event. The file is line-buffered: each event reaches the OS as it is written."""
+        """Append one event, written to the OS now with any held lines before it (one system call)."""
         with self._lock:
-            t = fields.pop("t", None)  # given when the time is not now (an imported log's timestamps)
-            event = event_cls(seq=self._seq, t=self.now() if t is None else t, **fields)
-            if self.stopped is None and self._events is not None:
-                try:
-                    self._events.write(_ENCODER.encode(event_to_dict(event)) + "\n")
-                except OSError as exc:
-                    self._stop(exc, EVENTS_FILE)
-            self._seq += 1
+            if self._held:
+                first = self._held_from
+                text = self._held_text()
+                event, line = self._encode(event_cls, fields)
+                self._write(text + line, first)
+            else:
+                event, line = self._encode(event_cls, fields)
+                self._write(line, event.seq)
         return event
+
+    def emit_held(self, event_cls: type[Event], **fields: Any) -> None:
+        """Append one event whose line may wait in memory until the next line written now (or
+        `close`): the step tracker's per-call events, written with their step's line (module
+        docstring). Numbered and timed now; its text is made when it is written, beside the step
+        line's, straight from the fields (event_lines.py): no Event is built."""
+        with self._lock:
+            held = self._held
+            if not held:
+                self._held_from = self._seq
+            t = fields.pop("t", None)
+            held.append((_LINE_ENCODERS.get(event_cls) or _encoder_of(event_cls), self._seq, time.perf_counter() - self.t0 if t is None else t, fields))
+            self._seq += 1
+            if len(held) >= MAX_HELD_LINES:
+                self._write_held()
+
+    def emit_step_line(self, event_cls: type[Event], **fields: Any) -> None:
+        """`emit` for an event written every step, held lines first, without building the Event."""
+        with self._lock:
+            t = fields.pop("t", None)
+            seq = self._seq
+            self._seq += 1
+            line = (_LINE_ENCODERS.get(event_cls) or _encoder_of(event_cls))(seq, time.perf_counter() - self.t0 if t is None else t, **fields)
+            if self._held:
+                first = self._held_from
+                line = self._held_text() + line
+            else:
+                first = seq
+            self._write(line, first)
+
+    def _encode(self, event_cls: type[Event], fields: dict[str, Any]) -> tuple[Event, str]:
+        """The event and its line, numbered (caller holds the lock)."""
+        t = fields.pop("t", None)  # given when the time is not now (an imported log's timestamps)
+        event = event_cls(seq=self._seq, t=self.now() if t is None else t, **fields)
+        self._seq += 1
+        return event, _ENCODER.encode(event_to_dict(event)) + "\n"
+
+    def _held_text(self) -> str:
+        """The held events' lines, taken out of memory (caller holds the lock). Made together, one
+        after the other, their code stays in the CPU's caches (event_lines.py says why it matters)."""
+        held, self._held = self._held, []
+        return "".join([encode(seq, t, **fields) for encode, seq, t, fields in held])
+
+    def _write(self, text: str, first_seq: int) -> None:
+        """Caller holds the lock. A failed write stops recording at `first_seq`, the first event of
+        `text` (lines after a failed write are not written, so the record ends before it)."""
+        if self.stopped is None and self._events is not None:
+            data = text.encode()  # ASCII: json's ensure_ascii, and event_lines.py's the same
+            try:
+                written = os.write(self._events, data)
+                while written < len(data):  # a short write (a disk filling up): the rest, or the error
+                    data = data[written:]
+                    written = os.write(self._events, data)
+            except OSError as exc:
+                self._stop(exc, EVENTS_FILE, first_seq)
+
+    def _write_held(self) -> None:
+        """Caller holds the lock."""
+        if self._held:
+            first = self._held_from
+            self._write(self._held_text(), first)
+
+    def flush_held(self) -> None:
+        """Write the held lines now."""
+        with self._lock:
+            self._write_held()
 
     def write_graph(self, ca_id: int, compile_id: str, code: str, nodes: list[GraphNode]) -> tuple[str, str]:
         """The graph's two files; ("", "") when recording has stopped (or stops here)."""
@@ -220,6 +313,7 @@ class RecordWriter:
         its descriptor, dropping any unflushed parent bytes (as torch's trace handler does)."""
         self._lock = threading.Lock()
         self._seq = 0
+        self._held = []  # the parent's open step: its own record has them
         self.t0 = time.perf_counter()
         self._discard_events_file()
         self.stopped = None
@@ -233,9 +327,10 @@ class RecordWriter:
 
     def close(self) -> None:
         with self._lock:
+            self._write_held()
             if self._events is not None:
                 try:
-                    self._events.close()
+                    os.close(self._events)
                 except OSError as exc:
                     self._stop(exc, EVENTS_FILE)
                 self._events = None

@@ -1,0 +1,26 @@
+"""Gradient accumulation (2 backward calls per optimizer step) that ends in the middle of its third
+step, after that step's two backward calls and before its optimizer step: `python dies_mid_step.py
+HOW` with HOW `os_exit` (gone at once, as a SIGKILL or the OOM killer leaves it) or `sigterm` (a CI
+runner's stop: the process closes its record)."""
+
+import os
+import signal
+import sys
+
+import torch
+
+how = sys.argv[1]
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(3):
+    opt.zero_grad()
+    for _ in range(2):
+        model(torch.randn(2, 4)).sum().backward()
+    if step == 2:
+        print("DYING", flush=True)
+        if how == "os_exit":
+            os._exit(3)
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.pause()
+    opt.step()

@@ -1,0 +1,125 @@
+"""The per-step events are written without building their dataclass (capture/event_lines.py) and a
+step's backward and optimizer_step lines wait for its step line (capture/writer.py, one write per
+step): the text is json's own, the order and numbering are the dataclass path's, the held lines
+reach the file when the step ends, at close, or when too many wait, and a failed write stops the
+record at the first line not written."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cagtool.capture import writer as writer_module
+from cagtool.capture.event_lines import line_encoder
+from cagtool.capture.writer import RecordWriter
+from cagtool.record.loader import load_run
+from cagtool.record.manifest import ModeManifest
+from cagtool.record.schema import EVENT_TYPES, BackwardEvent, FindingEvent, OptimizerStepEvent, StepEvent, event_to_dict, json_default
+
+from conftest import ROOT, cagtool_cmd
+
+ENCODER = json.JSONEncoder(default=json_default)
+SAMPLES = {
+    "int": [0, 7, -3, 2**70, True],
+    "float": [0.0, -0.0, 1.5e-7, 1e300, math.nan, math.inf, -math.inf, 3, None],
+    "str": ["", "optimizer", 'a "quoted"\\ name\n', "Thréad-ü ✓"],
+    "bool": [True, False],
+}
+
+
+def _values(annotation: str) -> list:
+    kinds = [part.strip() for part in annotation.split("|")]
+    found = [v for kind in kinds for v in SAMPLES.get(kind, [])]
+    return found + ([None] if "None" in kinds else [])
+
+
+@pytest.mark.parametrize("cls", [c for c in EVENT_TYPES.values() if line_encoder(c) is not None], ids=lambda c: c.kind)
+def test_line_is_jsons_text_of_the_dataclass(cls):
+    import dataclasses
+
+    fields = dataclasses.fields(cls)[2:]  # after seq, t
+    encode = line_encoder(cls)
+    for position in range(max(len(_values(f.type)) for f in fields)):
+        values = {f.name: _values(f.type)[position % len(_values(f.type))] for f in fields}
+        expected = ENCODER.encode(event_to_dict(cls(seq=12, t=0.25, **values))) + "\n"
+        assert encode(12, 0.25, **values) == expected
+    required = {f.name: _values(f.type)[0] for f in fields if f.default is dataclasses.MISSING}
+    assert encode(3, 1.0, **required) == ENCODER.encode(event_to_dict(cls(seq=3, t=1.0, **required))) + "\n"  # defaults
+    with pytest.raises(TypeError):
+        encode(3, 1.0, not_a_field=1, **required)
+
+
+def test_events_with_nested_records_take_the_dataclass():
+    assert line_encoder(FindingEvent) is None
+    assert all(line_encoder(c) is not None for c in (StepEvent, BackwardEvent, OptimizerStepEvent))
+
+
+def _writer(tmp_path: Path) -> RecordWriter:
+    manifest = ModeManifest(mode="ca", argv=["t"], target={}, cwd=str(tmp_path), versions={}, backend="eager", dynamic=False, started_at="")
+    return RecordWriter(tmp_path / "ca", manifest)
+
+
+def _lines(tmp_path: Path) -> list[dict]:
+    return [json.loads(line) for line in (tmp_path / "ca" / "events.jsonl").read_text().splitlines()]
+
+
+def test_held_lines_are_written_with_the_next_line_in_order(tmp_path):
+    writer = _writer(tmp_path)
+    writer.emit_held(BackwardEvent, step=0, index=0, backward_s=0.5, loss=1.0)
+    writer.emit_held(OptimizerStepEvent, step=0, wall_s=0.1, optimizer="SGD")
+    assert _lines(tmp_path) == []  # held: nothing written yet
+    writer.emit_step_line(StepEvent, step=0, backward_s=0.5, boundary="optimizer")
+    assert [(e["kind"], e["seq"]) for e in _lines(tmp_path)] == [("backward", 0), ("optimizer_step", 1), ("step", 2)]
+    writer.emit_held(BackwardEvent, step=1, index=0, backward_s=0.5)
+    writer.emit(FindingEvent, code="x", message="y")  # any line written now takes the held ones first
+    assert [(e["kind"], e["seq"]) for e in _lines(tmp_path)][3:] == [("backward", 3), ("finding", 4)]
+    writer.emit_held(BackwardEvent, step=1, index=1, backward_s=0.5)
+    writer.close()  # the open step's lines are not lost when the record closes
+    assert [e["seq"] for e in _lines(tmp_path)] == [0, 1, 2, 3, 4, 5]
+    assert all(e["t"] >= 0 for e in _lines(tmp_path))
+
+
+def test_held_lines_are_bounded(tmp_path):
+    writer = _writer(tmp_path)
+    for index in range(writer_module.MAX_HELD_LINES):
+        writer.emit_held(BackwardEvent, step=0, index=index, backward_s=0.0)
+    assert len(_lines(tmp_path)) == writer_module.MAX_HELD_LINES  # written once that many wait
+    writer.close()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (writes fail with ENOSPC)")
+def test_failed_write_stops_at_the_first_held_line(tmp_path):
+    writer = _writer(tmp_path)
+    writer.emit_step_line(StepEvent, step=0, backward_s=0.5)
+    writer.emit_held(BackwardEvent, step=1, index=0, backward_s=0.5)
+    os.close(writer._events)
+    writer._events = os.open("/dev/full", os.O_WRONLY)  # the disk is full from here on
+    writer.emit_step_line(StepEvent, step=1, backward_s=0.5)
+    assert writer.stopped is not None and writer.stopped["at_seq"] == 1 and "ENOSPC" in writer.stopped["error"]
+    writer.emit_held(BackwardEvent, step=2, index=0, backward_s=0.5)
+    writer.close()
+    assert [e["seq"] for e in _lines(tmp_path)] == [0]
+
+
+@pytest.mark.parametrize("how", ["os_exit", "sigterm"])
+def test_a_process_ending_mid_step_loses_at_most_that_steps_held_lines(tmp_path, how):
+    """Killed hard (os._exit, as SIGKILL): every closed step is on disk with its backward and
+    optimizer lines, the open step's two backward lines were still held, and the manifest says
+    which kinds are held. Stopped by SIGTERM: the record closes, the open step's lines included."""
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(tmp_path / "r"), str(ROOT / "tests" / "scripts" / "dies_mid_step.py"), how),
+                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, "CI": "true"}, timeout=300)
+    assert proc.returncode == (3 if how == "os_exit" else 143), proc.stderr[-3000:]
+    ca = load_run(tmp_path / "r").modes["ca"]
+    assert ca.manifest.options["held_until_step_end"] == ["backward", "optimizer_step"]
+    assert [s.step for s in ca.of(StepEvent)] == [0, 1]
+    assert [o.step for o in ca.of(OptimizerStepEvent)] == [0, 1]
+    backwards = [(b.step, b.index) for b in ca.of(BackwardEvent)]
+    open_step = [(2, 0), (2, 1)] if how == "sigterm" else []
+    assert backwards == [(0, 0), (0, 1), (1, 0), (1, 1), *open_step]
+    assert [e.seq for e in ca.events] == list(range(len(ca.events)))

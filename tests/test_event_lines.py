@@ -123,3 +123,25 @@ def test_a_process_ending_mid_step_loses_at_most_that_steps_held_lines(tmp_path,
     open_step = [(2, 0), (2, 1)] if how == "sigterm" else []
     assert backwards == [(0, 0), (0, 1), (1, 0), (1, 1), *open_step]
     assert [e.seq for e in ca.events] == list(range(len(ca.events)))
+
+
+def test_short_write_then_error_stops_after_the_lines_written_whole(tmp_path, monkeypatch):
+    """A disk filling up: the first write takes a line and a half, the next fails."""
+    writer = _writer(tmp_path)
+    for index in range(3):
+        writer.emit_held(BackwardEvent, step=0, index=index, backward_s=0.5)
+    real_write, calls = os.write, []
+
+    def filling_disk(fd, data):
+        calls.append(len(data))
+        if len(calls) == 1:
+            first = bytes(data).index(b"\n") + 1
+            return real_write(fd, bytes(data)[: first + 10])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer_module.os, "write", filling_disk)
+    writer.emit_step_line(StepEvent, step=0, backward_s=0.5)
+    monkeypatch.undo()
+    assert writer.stopped is not None and writer.stopped["at_seq"] == 1  # event 0 is whole on disk
+    writer.close()
+    assert (tmp_path / "ca" / "events.jsonl").read_text().count("\n") == 1

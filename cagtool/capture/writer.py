@@ -246,17 +246,18 @@ class RecordWriter:
         return "".join([encode(seq, t, **fields) for encode, seq, t, fields in held])
 
     def _write(self, text: str, first_seq: int) -> None:
-        """Caller holds the lock. A failed write stops recording at `first_seq`, the first event of
-        `text` (lines after a failed write are not written, so the record ends before it)."""
+        """Caller holds the lock. A failed write stops recording at the first line of `text` (whose
+        event is `first_seq`) that did not reach the file whole."""
         if self.stopped is None and self._events is not None:
             data = text.encode()  # ASCII: json's ensure_ascii, and event_lines.py's the same
+            done = 0
             try:
-                written = os.write(self._events, data)
-                while written < len(data):  # a short write (a disk filling up): the rest, or the error
-                    data = data[written:]
-                    written = os.write(self._events, data)
+                done = os.write(self._events, data)
+                while done < len(data):  # a short write (a disk filling up): the rest, or the error
+                    done += os.write(self._events, data[done:])
             except OSError as exc:
-                self._stop(exc, EVENTS_FILE, first_seq)
+                # The lines that reached the file whole are in the record; it stops at the next.
+                self._stop(exc, EVENTS_FILE, first_seq + data.count(b"\n", 0, done))
 
     def _write_held(self) -> None:
         """Caller holds the lock."""

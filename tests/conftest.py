@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
 import os
+import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -26,30 +32,74 @@ def cagtool_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "cagtool", *args]
 
 
+def _session_dir(tmp_path_factory, name: str) -> Path:
+    """A directory of this pytest session that every xdist worker sees: the workers' basetemps
+    (`popen-gwN`) share the session's basetemp as parent; without xdist, the basetemp itself."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    path = base / name
+    path.mkdir(exist_ok=True)
+    return path
+
+
+@contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """One process at a time (xdist workers asking for the same recording wait for the first)."""
+    with open(lock_path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
 def inductor_cache(tmp_path_factory) -> Path:
-    """One Inductor cache dir for the whole session (cold compiles cost ~10 s each)."""
-    path = tmp_path_factory.mktemp("inductor-cache")
+    """One Inductor cache dir for the whole session, xdist workers included (cold compiles cost
+    ~10 s each)."""
+    path = _session_dir(tmp_path_factory, "inductor-cache")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
     return path
 
 
+# Requests served by a larger recording of the same script, arguments, backend and options: each
+# mode of `cagtool run` is its own fresh process, so the ca mode of a three-mode run is the same
+# recording as a ca-only run (the tests that ask for ca alone read only the ca mode).
+_SERVED_BY: dict[tuple, str] = {
+    ("graph_breaks.py", ("3",), "ca", "eager", ()): "eager,aot,ca",
+}
+
+
 @pytest.fixture(scope="session")
 def record_run(tmp_path_factory, inductor_cache):
-    """record_run("op_loop.py", modes="ca", backend="eager") -> RecordedRun, cached per session.
+    """record_run("op_loop.py", modes="ca", backend="eager") -> RecordedRun, recorded once per
+    session (once for all xdist workers: the first to ask records it, the others read its result).
 
     Runs `cagtool run --modes MODES --backend BACKEND -o DIR [extra...] SCRIPT [args...]` in a
     subprocess, like a user would."""
     cache: dict[tuple, RecordedRun] = {}
+    shared = _session_dir(tmp_path_factory, "recordings")
 
     def _run(script: str, *args: str, modes: str = "ca", backend: str = "eager", extra: tuple[str, ...] = ()) -> RecordedRun:
         key = (script, args, modes, backend, extra)
+        modes = _SERVED_BY.get(key, modes)
+        key = (script, args, modes, backend, extra)
         if key not in cache:
-            out = tmp_path_factory.mktemp("run") / Path(script).stem
-            env = {**os.environ, "CI": "true", "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache)}
-            cmd = cagtool_cmd("run", "--modes", modes, "--backend", backend, "-o", str(out), *extra, str(SAMPLES / script), *args)
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=str(ROOT))
-            cache[key] = RecordedRun(out, proc.returncode, proc.stdout, proc.stderr)
+            slot = shared / f"{Path(script).stem}-{hashlib.sha1(repr(key).encode()).hexdigest()[:12]}"
+            result = slot / "result.json"
+            with _exclusive(shared / f"{slot.name}.lock"):
+                if not result.is_file():
+                    out = slot / Path(script).stem
+                    shutil.rmtree(slot, ignore_errors=True)  # what a worker killed mid-recording left
+                    slot.mkdir()
+                    env = {**os.environ, "CI": "true", "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache)}
+                    cmd = cagtool_cmd("run", "--modes", modes, "--backend", backend, "-o", str(out), *extra, str(SAMPLES / script), *args)
+                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=str(ROOT))
+                    recorded = RecordedRun(out, proc.returncode, proc.stdout, proc.stderr)
+                    result.write_text(json.dumps({**asdict(recorded), "path": str(out)}))
+                data = json.loads(result.read_text())
+            cache[key] = RecordedRun(Path(data["path"]), data["returncode"], data["stdout"], data["stderr"])
         return cache[key]
 
     return _run

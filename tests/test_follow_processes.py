@@ -160,9 +160,13 @@ def test_aot_counts_equal_plain_python_with_the_flag_off(tmp_path):
         "print(json.dumps({k: {str(a): b for a, b in v.items()} for k, v in counters.items()}))"
     )
 
-    def plain(flag: str) -> dict:
-        out = subprocess.run([sys.executable, "-c", wrapper, script, "--ca-flag", flag], capture_output=True, text=True, cwd=ROOT, check=True)
-        return json.loads(out.stdout.strip().splitlines()[-1])
+    def start_plain(flag: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", wrapper, script, "--ca-flag", flag], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+    def plain(proc: subprocess.Popen) -> dict:
+        stdout, stderr = proc.communicate(timeout=600)
+        assert proc.returncode == 0, stderr[-2000:]
+        return json.loads(stdout.strip().splitlines()[-1])
 
     def key_counts(counters: dict) -> dict:
         return {
@@ -176,11 +180,18 @@ def test_aot_counts_equal_plain_python_with_the_flag_off(tmp_path):
             "frames": counters.get("frames", {}),
         }
 
-    _cagtool_run(tmp_path / "r", script, "--ca-flag", "1", modes="aot")
+    # The three processes are independent: run them side by side.
+    plain_off, plain_on = start_plain("0"), start_plain("1")
+    try:
+        _cagtool_run(tmp_path / "r", script, "--ca-flag", "1", modes="aot")
+        flag_off, flag_on = key_counts(plain(plain_off)), key_counts(plain(plain_on))
+    finally:
+        for proc in (plain_off, plain_on):
+            proc.kill()  # a no-op once it ended; stops it when the run above failed
+            proc.wait()
     recorded = load_run(tmp_path / "r").mode("aot").manifest.torch_counters
-    flag_off = key_counts(plain("0"))
     assert key_counts(recorded) == flag_off
-    assert key_counts(plain("1")) != flag_off
+    assert flag_on != flag_off
 
 
 def test_forced_flag_reads_false_after_the_script_sets_it():

@@ -23,13 +23,25 @@ def cagtool_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "cagtool", *args]
 
 
-def _job(script: str, trace_dir: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+def _start_job(script: str, trace_dir: Path, *args: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAGTOOL")}
     env["TORCH_TRACE"] = str(trace_dir)
     env.pop("TORCH_LOGS", None)
-    proc = subprocess.run([sys.executable, str(JOBS / script), *args], capture_output=True, text=True, env=env, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
+    return subprocess.Popen([sys.executable, str(JOBS / script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _finish_job(proc: subprocess.Popen, timeout: int = 300) -> str:
+    """The job's stdout, once it ended with exit code 0."""
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        proc.kill()  # a no-op once it ended
+    assert proc.returncode == 0, stderr[-3000:]
+    return stdout
+
+
+def _job(script: str, trace_dir: Path, *args: str, timeout: int = 300) -> str:
+    return _finish_job(_start_job(script, trace_dir, *args), timeout)
 
 
 def _import(*args: str) -> subprocess.CompletedProcess:
@@ -43,12 +55,11 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def single_logs(tmp_path_factory):
     """The single-process job, with and without compiled_autograd_verbose: (trace dir, counters)."""
-    out = {}
-    for name, extra in (("plain", ()), ("verbose", ("verbose",))):
+    jobs = {}
+    for name, extra in (("plain", ()), ("verbose", ("verbose",))):  # independent jobs: side by side
         trace = tmp_path_factory.mktemp(f"trace-{name}")
-        proc = _job("single_job.py", trace, *extra)
-        out[name] = (trace, json.loads(proc.stdout.strip().splitlines()[-1]))
-    return out
+        jobs[name] = (trace, _start_job("single_job.py", trace, *extra))
+    return {name: (trace, json.loads(_finish_job(proc).strip().splitlines()[-1])) for name, (trace, proc) in jobs.items()}
 
 
 @pytest.fixture(scope="module")

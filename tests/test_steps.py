@@ -14,6 +14,7 @@ from cagtool.record.loader import load_run
 from cagtool.record.schema import (
     SCHEMA_VERSION,
     BackwardEvent,
+    CacheMissEvent,
     CAGraphEvent,
     OptimizerStepEvent,
     StepDeviceEvent,
@@ -49,6 +50,12 @@ def test_gradient_accumulation_4x3_is_3_steps_of_4_backward_calls(record_run):
     metrics = mode_metrics(ca)
     assert (metrics.steps, metrics.backward_calls, metrics.backward_calls_per_step) == (3, 12, (4,))
     assert "3 steps (optimizer steps), 4 backward calls per step (12 in all)" in run.stderr
+    # The second micro-batch's backward finds .grad defined: AccumulateGrad's one-time warm-up,
+    # in the first step here, is not a recompile (same rule as without accumulation).
+    initial, miss = ca.of(CacheMissEvent)  # torch logs the initial capture as a miss too
+    assert initial.step == miss.step == 0 and miss.node.endswith("AccumulateGrad")
+    assert (metrics.ca_recompiles, metrics.ca_grad_warmup_misses) == (0, 1)
+    assert "CA recompiles: 0 (not counted: the second graph, AccumulateGrad's one-time .grad None -> defined warm-up)" in run.stderr
     frame = steps_frame(ca)
     assert list(frame["backward_calls"]) == [4, 4, 4]
     assert len(events_frame(ca, "backward")) == 12

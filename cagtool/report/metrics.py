@@ -125,10 +125,12 @@ class CAMisses:
 def is_grad_warmup(miss: CacheMissEvent, produced: CAGraphEvent | None, previous: CAGraphEvent | None, initial_step: int | None) -> bool:
     """The one rule (summary, gate, recompiles) for AccumulateGrad's one-time warm-up miss: the
     first miss, a new node on AccumulateGrad, in the backward right after the initial capture,
-    with the same hooks as the graph before (a hook added there is a hook change, not .grad)."""
+    with the same hooks as the graph before (a hook added there is a hook change, not .grad).
+    That backward is in the next step, or in the same step under gradient accumulation (the
+    second micro-batch's backward finds .grad defined)."""
     if miss.miss_kind != MISS_NEW_NODE or not (miss.node or "").endswith("AccumulateGrad"):
         return False
-    if initial_step is not None and miss.step is not None and miss.step != initial_step + 1:
+    if initial_step is not None and miss.step is not None and miss.step not in (initial_step, initial_step + 1):
         return False
     hooks = [sorted(h.hook_type for h in g.hooks) if g is not None else None for g in (produced, previous)]
     return hooks[0] == hooks[1]

@@ -19,6 +19,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_scripts"
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # An xdist worker starts with COLUMNS=80 and LINES=24 that the suite's own process does not
+    # have: cagtool (and every `cagtool run` a test starts) would wrap its output at 80 columns,
+    # unlike the same test run without xdist. Tests that want a width set COLUMNS themselves.
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
+
 
 @dataclass
 class RecordedRun:

@@ -46,7 +46,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))  # the sibling benchmarks' record builders
 
 from graph_diff import synthetic_graph  # noqa: E402
-from recompiles_explain import build_events, write_run  # noqa: E402
+from recompiles_explain import build_events, from_first_step, write_run  # noqa: E402
 
 from cagtool.record.columns import write_sidecar  # noqa: E402
 from cagtool.record.graph_file import GRAPH_FORMAT  # noqa: E402
@@ -105,7 +105,7 @@ def _write_meta(root: Path, modes: list[str]) -> None:
 
 
 def training_events(steps: int, mode: str, recompiles: int = 3) -> list[Event]:
-    """A mode's events as capture writes them (schema 2): per step a `backward`, an `optimizer_step` and a `step`,
+    """A mode's events as capture writes them (schema 3, steps from 0): per step a `backward`, an `optimizer_step` and a `step`,
     plus (ca) a CA graph and cache miss at the first steps and a compile per graph."""
     events: list[Event] = []
 
@@ -130,7 +130,7 @@ def training_events(steps: int, mode: str, recompiles: int = 3) -> list[Event]:
         add(StepEvent, step=step, backward_s=backward_s, loss=1.0 / step, ca_captures=captures, compiles=0, compile_s=0.0,
             wall_s=None if step == 1 else 0.004, backward_calls=1, boundary="optimizer", optimizer_s=0.0005)
     add(FinalStateEvent, param_norm=10.0, grad_norm=1.0, num_params=4)
-    return events
+    return from_first_step(events)
 
 
 def write_training_run(root: Path, steps: int, modes: tuple[str, ...] = ("eager", "aot", "ca")) -> Path:
@@ -151,10 +151,10 @@ def write_graph_run(root: Path, nodes: int) -> Path:
         (graphs / f"ca_{ca_id}.json").write_text(json.dumps(payload, default=str) + "\n")
         (graphs / f"ca_{ca_id}.py").write_text(f"class CompiledAutograd{ca_id}(torch.nn.Module): ...\n")
         node = "torch::autograd::GraphRoot" if ca_id == 0 else "MulBackward0"
-        events.append(CacheMissEvent(seq=len(events), t=float(ca_id), ca_id=ca_id, compile_id=f"!{ca_id}", step=ca_id + 1, miss_kind="new_node",
+        events.append(CacheMissEvent(seq=len(events), t=float(ca_id), ca_id=ca_id, compile_id=f"!{ca_id}", step=ca_id, miss_kind="new_node",
                                      message=f"Cache miss due to new autograd node: {node} (NodeCall {2 * ca_id}) with key size 40, previous key sizes=[]",
                                      node=node, node_call=2 * ca_id, key_size=40, previous_key_sizes=[]))
-        events.append(CAGraphEvent(seq=len(events), t=float(ca_id), ca_id=ca_id, compile_id=f"!{ca_id}", step=ca_id + 1, node_count=len(graph), op_histogram={},
+        events.append(CAGraphEvent(seq=len(events), t=float(ca_id), ca_id=ca_id, compile_id=f"!{ca_id}", step=ca_id, node_count=len(graph), op_histogram={},
                                    autograd_nodes=[], aot_ids=[], hooks=[], num_sizes=0, capture_s=0.5,
                                    code_file=f"graphs/ca_{ca_id}.py", nodes_file=f"graphs/ca_{ca_id}.json"))
     _write_mode(root / "ca", "ca", events)

@@ -11,6 +11,7 @@ repetitions. Target: median < 0.5 s.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import platform
@@ -23,6 +24,7 @@ from pathlib import Path
 from cagtool.commands.recompiles import RecompilesOptions, run_recompiles
 from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
 from cagtool.record.schema import (
+    FIRST_STEP,
     AutogradNodeRef,
     CacheMissEvent,
     CAGraphEvent,
@@ -105,7 +107,14 @@ def build_events() -> list[Event]:
         fail_reason="Dynamo recompile limit exceeded\n  Explanation: ... exceeding the recompile_limit cache size limit (currently set to 8).")
     add(StepEvent, step=step + 1, backward_s=0.002)
     assert recompiles == RECOMPILES, recompiles
-    return events
+    return from_first_step(events)
+
+
+def from_first_step(events: list[Event]) -> list[Event]:
+    """The builders count steps from 1 (readable arithmetic); a record numbers them from
+    FIRST_STEP (0 since schema 3, as the script's own loop does): every step shifted to that."""
+    shift = FIRST_STEP - 1
+    return [dataclasses.replace(e, step=e.step + shift) if getattr(e, "step", None) is not None else e for e in events]
 
 
 def write_run(root: Path, events: list[Event]) -> Path:

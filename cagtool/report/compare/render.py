@@ -282,7 +282,9 @@ def _where(d: NumericsDiff, quantity: bool = True) -> str:
 
 
 def excluded_line(comparison: Comparison) -> str | None:
-    parts = [f"{c.name}: {steps_list(c.step_time.excluded)}" for c in comparison.modes.values() if c.step_time.excluded]
+    # "step 0", not "0": with steps numbered from 0 a bare number reads as a count.
+    parts = [f"{c.name}: step{'s' if len(c.step_time.excluded) > 1 else ''} {steps_list(c.step_time.excluded)}"
+             for c in comparison.modes.values() if c.step_time.excluded]
     if not parts:
         return None
     return "Steps left out of the steady state because compilation touched them: " + "; ".join(parts)

@@ -428,7 +428,7 @@ Speedups (steady-state step time)
 └───────────┴─────────┴─────────────────┴─────────┴─────────────────────────────────────────┘
 speedup = baseline median step time / mode median step time (> 1: faster); a range containing 1.0 is
 within noise.
-Steps left out of the steady state because compilation touched them: aot: 0; ca: 0
+Steps left out of the steady state because compilation touched them: aot: step 0; ca: step 0
 Numerics: losses and final norms agree with eager within rtol 0.001, atol 1e-06; largest relative
 difference 0
 Problems:

@@ -751,6 +751,9 @@ def test_recompiles_use_torchs_words_and_gate_counts_what_users_expect(tmp_path)
     assert "CA recompiles: 0 (not counted: the second graph, AccumulateGrad's one-time .grad None -> defined warm-up)" in out
     assert "(CA backend eager)" in out and "mode eager: finished in 1.0 s, 8 steps\n" in out  # no backend on eager
     assert "0 forward graphs, 2 backward graphs, 0 graph breaks, 0 recompiles" in out
+    # eager (Dynamo off) saves no counters: nothing to qualify its 0 graph breaks with
+    assert "Dynamo: 0 forward graphs, 0 backward graphs, 0 graph breaks, 0 recompiles\n" in out
+    assert "(torch counted 2 captures)" in out
     code, out, _ = cagtool("gate", str(ordinary), "--max-recompiles", "ca:0", "--no-config", "--format", "json")
     assert code == 0, out
     check = [c for c in json.loads(out)["checks"] if c["check"] == "max-recompiles:ca"][0]

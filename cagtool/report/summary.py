@@ -239,7 +239,7 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     graphs = record.of(CAGraphEvent)
     misses = record.of(CacheMissEvent)
     if graphs or record.mode == "ca":
-        torch_says = f" (torch counted {m.autograd_captures} captures)" if m.autograd_captures is not None else ""
+        torch_says = f" (torch counted {plural(m.autograd_captures, 'capture')})" if m.autograd_captures is not None else ""
         console.print(f"  CA graphs: {len(graphs)} ({ca_graph_breakdown(m) if graphs else 'none'}){torch_says}; {ca_recompiles_text(m)}")
         for miss in misses[:12]:
             step = f"step {miss.step}" if miss.step is not None else "step ?"
@@ -249,7 +249,9 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
             console.print(f"    ... {len(misses) - 12} more: cagtool recompiles {run_dir}")
     # The count is torch's own counter; the log's records are only used to name the places.
     sites = m.graph_break_sites
-    counted_by = "" if m.graph_breaks_from_torch else " (one per compile and site: torch's counters were not saved)"
+    # eager runs with Dynamo disabled: nothing to count, so no caveat about how it was counted.
+    exact = m.graph_breaks_from_torch or record.mode == "eager"
+    counted_by = "" if exact else " (one per compile and site: torch's counters were not saved)"
     at = f" at {len(sites)} site{'s' if len(sites) != 1 else ''}" if sites else ""
     console.print(
         f"  Dynamo: {plural(m.forward_graphs, 'forward graph')}, {plural(m.backward_graphs, 'backward graph')}, "

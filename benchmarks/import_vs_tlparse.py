@@ -5,7 +5,7 @@ The log: the real logs of tests/scripts/trace_jobs/single_job.py (CA verbose on 
 captured here with TORCH_TRACE, concatenated and replicated up to the target size (what a long
 job's log looks like: the same kinds of envelopes many times over).
 
-    python benchmarks/import_vs_tlparse.py [--size-mb 200] [--runs 5] [--work /tmp/cag-import-bench]
+    python benchmarks/import_vs_tlparse.py [--size-mb 200] [--runs 5] [--work DIR]   # default: cag-import-bench in the temp dir
 
 Needs `pip install tlparse==0.4.3` in the same environment (the `tlparse` binary on PATH or next
 to this Python)."""
@@ -20,6 +20,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -77,7 +78,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size-mb", type=int, default=200)
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--work", type=Path, default=Path("/tmp/cag-import-bench"))
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "cag-import-bench")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     log = build_log(args.work, args.size_mb)

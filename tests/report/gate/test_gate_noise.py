@@ -22,23 +22,14 @@ from cagtool.report.gate.baseline import load_baseline, run_snapshots
 from cagtool.report.markdown import md_text
 from cagtool.report.metrics import mode_metrics
 
-from test_gate_cli import cagtool, edit, gate_json, outcomes
+from test_gate_cli import cagtool, edit, gate_json, graph_breaks, outcomes, work  # noqa: F401 - the shared fixtures
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def real_run(record_run) -> Path:
-    run = record_run("graph_breaks.py", "60", modes="aot,ca")
-    assert run.returncode == 0, run.stderr
-    return run.path
-
-
-@pytest.fixture
-def work(tmp_path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
+def real_run(graph_breaks) -> Path:  # noqa: F811 - test_gate_cli's recording of graph_breaks.py 60, aot and ca
+    return graph_breaks
 
 
 def _events(path: Path) -> list[dict]:
@@ -125,13 +116,7 @@ def repeated_copy(run: Path, dest: Path, factors: tuple[float, ...], mode: str =
     for index, factor in enumerate(factors, start=2):
         name = f"{mode}.{index}"
         shutil.copytree(dest / mode, dest / name)
-        events = _events(dest / name / "events.jsonl")
-        for event in events:
-            if event["kind"] == "dynamo_compile" and event.get("entire_frame_compile_time_s"):
-                event["entire_frame_compile_time_s"] *= factor
-            if event["kind"] == "ca_graph" and event.get("capture_s"):
-                event["capture_s"] *= factor
-        _write_events(dest / name / "events.jsonl", events)
+        edit_compile(dest, factor, mode=name)
         meta["modes"].append(name)
         meta.setdefault("mode_exit_codes", {})[name] = 0
     (dest / "run.json").write_text(json.dumps(meta))

@@ -16,30 +16,25 @@ def runs_command(
         \b
         cagtool runs
     """
-    from rich.table import Table
-
-    from cagtool.record.loader import list_runs, load_run
-    from cagtool.report.console import make_console
     from cagtool.errors import CagtoolError
+    from cagtool.record.loader import list_runs, load_run
+    from cagtool.report.console import print_table, print_text
 
-    console = make_console()
     paths = list_runs(root)
     if not paths:
-        console.print(f"no runs under {root or '.cagtool/runs'}; record one with: cagtool run train.py")
+        print_text(f"no runs under {root or '.cagtool/runs'}; record one with: cagtool run train.py")
         return
-    table = Table(box=None, pad_edge=False)
-    for column in ("run", "created", "target", "modes", "exit"):
-        # Fold, never "…": the run path is the one thing to copy from this list.
-        table.add_column(column, overflow="fold")
+    rows = []
     for path in paths:
         try:
             run = load_run(path, events=False)  # the listing needs the manifests only
         except CagtoolError as exc:
-            table.add_row(str(path), "?", "?", "?", f"unreadable: {exc}")
+            rows.append((str(path), "?", "?", "?", f"unreadable: {exc}"))
             continue
         modes = ", ".join(f"{name}:{rec.manifest.status}" for name, rec in run.modes.items())
-        table.add_row(str(path), run.meta.created_at, run.meta.target.get("name", "?"), modes, str(run.meta.exit_code))
-    console.print(table)
+        rows.append((str(path), run.meta.created_at, run.meta.target.get("name", "?"), modes, str(run.meta.exit_code)))
+    # Columns fold, never "…": the run path is the one thing to copy from this list.
+    print_table(("run", "created", "target", "modes", "exit"), rows)
 
 
 def register(app: typer.Typer) -> None:

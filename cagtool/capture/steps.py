@@ -38,9 +38,9 @@ TRACED_BACKWARD = "backward_traced_by_dynamo"
 # being waited for (e.g. a second optimizer used only in a later phase of training).
 IDLE_OPTIMIZER_STEPS = 10
 FLAG_CHECK_EVERY = 64  # backward calls between two looks at the script's CA flag (_check_flag_finding)
-# The events written with their step's `step` line rather than as they happen (writer.emit_held),
-# named in the manifest: a process killed hard may lack these for its last, open step.
-HELD_UNTIL_STEP_END = ["backward", "optimizer_step"]
+# The events whose lines wait in memory up to the writer's hold_s (writer.emit_held), named in the
+# manifest with that bound: a process killed hard may lack these for its last hold_s seconds.
+HELD_EVENTS = ["backward", "optimizer_step", "step"]
 
 
 class StepTracker:
@@ -122,10 +122,11 @@ class StepTracker:
         from torch._dynamo import compiled_autograd
 
         self._dynamo_config, self._compiled_autograd = torch._dynamo.config, compiled_autograd  # _check_flag_finding, per backward
-        # A step's backward and optimizer_step lines are written with its step line (writer.py):
-        # the record says so, from its first manifest on, for a process killed mid-step.
-        if self.writer.manifest.options.get("held_until_step_end") != HELD_UNTIL_STEP_END:
-            self.writer.manifest.options["held_until_step_end"] = HELD_UNTIL_STEP_END
+        # The per-step lines wait in memory up to hold_s (writer.py): the record says so, from its
+        # first manifest on, for a process killed hard.
+        held = {"kinds": HELD_EVENTS, "up_to_s": self.writer.hold_s}
+        if self.writer.manifest.options.get("held_events") != held:
+            self.writer.manifest.options["held_events"] = held
             self.writer.write_manifest()
         # The bookkeeping runs with Dynamo off (its stdlib calls are not the script's frames);
         # the backward itself does not (dynamo_skip.py).
@@ -261,7 +262,7 @@ class StepTracker:
         opened = self._open
         step = FIRST_STEP + self.closed_steps
         now = self.writer.now()
-        self.writer.emit_step_line(
+        self.writer.emit_held(
             StepEvent,
             t=now,
             step=step,
@@ -433,9 +434,11 @@ def _loss(tensor: Any) -> tuple[float | None, Any]:
     a few microseconds in a training step, writer.py's docstring says why)."""
     try:
         if tensor.is_cpu:
-            if tensor.dtype.is_complex:
-                return None, None
-            return float(tensor.detach()), None  # ValueError when not one element: None below
+            value = tensor.item()  # exact; RuntimeError when not one element: None below
+            kind = value.__class__
+            if kind is float:
+                return value, None
+            return (float(value) if kind is int or kind is bool else None), None  # complex: None
         if tensor.numel() != 1 or tensor.is_complex() or tensor.device.type == "meta":
             return None, None
         return None, tensor.detach()

@@ -1,13 +1,17 @@
-"""Writes one mode record: the manifest (atomically replaced), the event stream (appended and
-flushed as events happen, so a crash loses nothing written so far) and the graph files.
+"""Writes one mode record: the manifest (atomically replaced), the event stream (appended as events
+happen) and the graph files.
 
-One write per step, not per event: a step's `backward` and `optimizer_step` lines are held in
-memory (`emit_held`) and written in one system call with the next line that is not held, which is
-the step's own `step` line (or an event such as a cache miss in between, or `close`). A system call
-per event was most of what recording cost a training step (benchmarks/README.md, step overhead). A
-process killed hard (SIGKILL, os._exit) therefore loses at most the held lines of its open step;
-every closed step is complete on disk, and the manifest says which kinds are held
-(`options["held_until_step_end"]`, set by the step tracker, the one caller of `emit_held`).
+The per-step lines (`step`, `backward`, `optimizer_step`: `emit_held`) wait in memory and are
+written together, in one system call, at most `HOLD_S` after the first of them was made: by the
+training thread when it holds a line and the oldest waiting one is HOLD_S / 2 old, or by a small
+daemon thread (`_Flusher`) that looks every HOLD_S / 2 while the job does something else. Every
+other event (`emit`: a cache miss, a finding...) is written at once, the waiting lines first, and
+`close` writes what waits. A system call and the encoding of each line at every step end were most
+of what recording cost a training step (benchmarks/README.md, step overhead); made together the
+lines cost a fraction (event_lines.py says why). SIGTERM, Ctrl-C, a normal exit and an exception
+in the script close the record, held lines included; a process killed hard (SIGKILL, os._exit)
+loses at most the per-step lines of its last HOLD_S, and the manifest says so
+(`options["held_events"]`, set by the step tracker, the one caller of `emit_held`).
 
 A write error (disk full, quota, permission) never reaches the user's code: the writer stops
 recording with one line on stderr, keeps what it wrote, and the manifest says where it stopped
@@ -59,9 +63,11 @@ def _encoder_of(event_cls: type[Event]) -> Callable[..., str]:
     return encode
 
 
-# Held lines are written anyway once this many wait (a step that stays open for long: an optimizer
-# that never steps, thousands of backward calls per step), so memory and the loss stay bounded.
-MAX_HELD_LINES = 256
+# The most time a held line waits before it is written (module docstring): what a process killed
+# hard can lose. About HOLD_S / 2 of steps share one write: at 4 ms steps, a dozen steps.
+HOLD_S = 0.1
+# Held lines are written anyway once this many wait (very short steps), so memory stays bounded.
+MAX_HELD_LINES = 1024
 
 RESERVE_FILE = ".cagtool-reserve"
 RESERVE_BYTES = 64 * 1024
@@ -116,16 +122,19 @@ def close_run_of_dead_parent(run_dir: Path, mode_name: str, exit_code: int, ende
 class RecordWriter:
     """Appends typed events for one mode. Thread-safe; `seq` and `t` are assigned here."""
 
-    def __init__(self, mode_dir: Path, manifest: ModeManifest, clock_start: float | None = None) -> None:
+    def __init__(self, mode_dir: Path, manifest: ModeManifest, clock_start: float | None = None, hold_s: float = HOLD_S) -> None:
         self.mode_dir = Path(mode_dir).resolve()  # absolute: the script may os.chdir
         self.manifest = manifest
         self.t0 = time.perf_counter() if clock_start is None else clock_start
+        self.hold_s = hold_s
         self._lock = threading.Lock()
         self._seq = 0
         self.stopped: dict[str, Any] | None = None  # set when a write failed: recording ended there
         self._events: int | None = None  # events.jsonl's descriptor, opened for appending
         self._held: list[tuple[Callable[..., str], int, float, dict[str, Any]]] = []  # emit_held's events, not written yet
         self._held_from = 0  # the seq of the first of them
+        self._write_after = 0.0  # perf_counter time from which the training thread writes them (the first's + hold_s / 2)
+        self._flusher: _Flusher | None = None  # started with the first held line
         self._open()
 
     def _open(self) -> None:
@@ -204,33 +213,29 @@ class RecordWriter:
         return event
 
     def emit_held(self, event_cls: type[Event], **fields: Any) -> None:
-        """Append one event whose line may wait in memory until the next line written now (or
-        `close`): the step tracker's per-call events, written with their step's line (module
-        docstring). Numbered and timed now; its text is made when it is written, beside the step
-        line's, straight from the fields (event_lines.py): no Event is built."""
+        """Append one per-step event whose line may wait in memory up to `hold_s` (module
+        docstring). Numbered and timed now; its text is made when it is written, with the other
+        waiting lines, straight from the fields (event_lines.py): no Event is built."""
         with self._lock:
             held = self._held
+            now = time.perf_counter()
+            t = fields.pop("t", None)
             if not held:
                 self._held_from = self._seq
-            t = fields.pop("t", None)
-            held.append((_LINE_ENCODERS.get(event_cls) or _encoder_of(event_cls), self._seq, time.perf_counter() - self.t0 if t is None else t, fields))
+                self._write_after = now + self.hold_s / 2
+                if self._flusher is None and self._events is not None:
+                    self._flusher = _Flusher(self)
+            held.append((_LINE_ENCODERS.get(event_cls) or _encoder_of(event_cls), self._seq, now - self.t0 if t is None else t, fields))
             self._seq += 1
-            if len(held) >= MAX_HELD_LINES:
+            if now >= self._write_after or len(held) >= MAX_HELD_LINES:
                 self._write_held()
 
-    def emit_step_line(self, event_cls: type[Event], **fields: Any) -> None:
-        """`emit` for an event written every step, held lines first, without building the Event."""
-        with self._lock:
-            t = fields.pop("t", None)
-            seq = self._seq
-            self._seq += 1
-            line = (_LINE_ENCODERS.get(event_cls) or _encoder_of(event_cls))(seq, time.perf_counter() - self.t0 if t is None else t, **fields)
-            if self._held:
-                first = self._held_from
-                line = self._held_text() + line
-            else:
-                first = seq
-            self._write(line, first)
+    def _flush_if_due(self) -> None:
+        """The flusher's look: write the held lines when the oldest has waited hold_s / 2."""
+        if self._held and time.perf_counter() >= self._write_after:  # read without the lock: cheap, and rechecked
+            with self._lock:
+                if self._held and time.perf_counter() >= self._write_after:
+                    self._write_held()
 
     def _encode(self, event_cls: type[Event], fields: dict[str, Any]) -> tuple[Event, str]:
         """The event and its line, numbered (caller holds the lock)."""
@@ -310,11 +315,13 @@ class RecordWriter:
     def reopen(self, mode_dir: Path) -> None:
         """In a forked child: the same writer object (whoever holds it keeps writing through it),
         now writing a new record at `mode_dir`. The inherited lock may be held by a thread that
-        did not survive the fork, and the inherited file is the parent's: close only our copy of
-        its descriptor, dropping any unflushed parent bytes (as torch's trace handler does)."""
+        did not survive the fork (the flusher did not either), and the inherited file is the
+        parent's: close only our copy of its descriptor, dropping any unflushed parent bytes (as
+        torch's trace handler does)."""
         self._lock = threading.Lock()
         self._seq = 0
-        self._held = []  # the parent's open step: its own record has them
+        self._held = []  # the parent's: its own record has them
+        self._flusher = None
         self.t0 = time.perf_counter()
         self._discard_events_file()
         self.stopped = None
@@ -327,6 +334,9 @@ class RecordWriter:
         return self._seq
 
     def close(self) -> None:
+        flusher, self._flusher = self._flusher, None
+        if flusher is not None:
+            flusher.stop()
         with self._lock:
             self._write_held()
             if self._events is not None:
@@ -348,3 +358,31 @@ class RecordWriter:
             write_sidecar(self.mode_dir)
         except Exception:  # noqa: BLE001 - never the job's problem, nor the record's
             pass
+
+
+class _Flusher:
+    """A daemon thread that writes the writer's held lines when the job stops making them (an
+    evaluation phase, a hang, the end of training before the script exits): what bounds in time
+    what a process killed hard loses. It wakes every hold_s / 2 and mostly finds nothing due (the
+    training thread writes them as it makes more); `stop` ends it. Not one of the script's threads
+    to wait for (daemon), nor in Dynamo's way (a new thread has no frame callback)."""
+
+    def __init__(self, writer: RecordWriter) -> None:
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = threading.Thread(target=self._run, args=(writer, writer.hold_s / 2), name="cagtool-writer", daemon=True)
+        try:
+            self._thread.start()
+        except RuntimeError:  # at interpreter shutdown: the lines are written at close, or with the next step's
+            self._thread = None
+
+    def _run(self, writer: RecordWriter, period: float) -> None:
+        while not self._stopped.wait(period):
+            try:
+                writer._flush_if_due()
+            except Exception:  # noqa: BLE001 - never a traceback on the script's stderr
+                pass
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)

@@ -1,11 +1,13 @@
 """Gradient accumulation (2 backward calls per optimizer step) that ends in the middle of its third
 step, after that step's two backward calls and before its optimizer step: `python dies_mid_step.py
-HOW` with HOW `os_exit` (gone at once, as a SIGKILL or the OOM killer leaves it) or `sigterm` (a CI
-runner's stop: the process closes its record)."""
+HOW` with HOW `os_exit` (gone at once, as a SIGKILL or the OOM killer leaves it), `pause_os_exit`
+(the same after a second without a step: longer than cagtool holds a line in memory) or `sigterm`
+(a CI runner's stop: the process closes its record)."""
 
 import os
 import signal
 import sys
+import time
 
 import torch
 
@@ -19,7 +21,9 @@ for step in range(3):
         model(torch.randn(2, 4)).sum().backward()
     if step == 2:
         print("DYING", flush=True)
-        if how == "os_exit":
+        if how == "pause_os_exit":
+            time.sleep(1.0)
+        if how.endswith("os_exit"):
             os._exit(3)
         os.kill(os.getpid(), signal.SIGTERM)
         signal.pause()

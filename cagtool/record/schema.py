@@ -44,10 +44,49 @@ schema 1 record keeps its "step last begun" stamping (`stamps_step_in_progress`)
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from dataclasses import field
+from typing import Any, Callable, ClassVar, TypeVar
 
 from cagtool.record.validate import check_types, fast_check
+
+_C = TypeVar("_C", bound=type)
+# The classes decorated by `dataclass` whose methods are not installed yet; None once the
+# module's own classes have theirs (see the end of the class definitions).
+_PENDING: list[type] | None = []
+
+
+def dataclass(cls: _C | None = None, /, **options: Any) -> Any:
+    """`@dataclasses.dataclass(frozen=True)` for the record types of this module, without its
+    import-time cost (issue 12: every command imports them). The standard decorator compiles six
+    methods per class at import, ~1 ms a class, 16 ms of every command's start, for methods most
+    commands never call: the loader builds events without `__init__`, and `cagtool runs` builds
+    none. Here the fields are the standard decorator's (fields(), asdict, replace, is_dataclass,
+    __match_args__, __dataclass_params__ as for a frozen dataclass), and each method --
+    `__init__`, `__repr__`, `__eq__`, `__hash__`, the frozen `__setattr__`/`__delattr__`, the
+    code Python 3.11's dataclasses writes -- is compiled the first time it is looked up
+    (`_CompiledOnFirstUse`). tests/test_schema_dataclasses.py checks every class against the
+    standard decorator's. Plain fields only: a field with other settings (init=False,
+    kw_only...) or a __post_init__ is refused at import; a class that is not plain frozen
+    (@dataclass, @dataclass(order=True)), or is defined after this module's own classes, gets
+    the standard decorator."""
+    if options != {"frozen": True} or _PENDING is None:
+        return dataclasses.dataclass(cls, **options) if cls is not None else dataclasses.dataclass(**options)
+
+    def decorate(cls: _C) -> _C:
+        documented = cls.__dict__.get("__doc__") is not None
+        if not documented:
+            cls.__doc__ = "-"  # spares the decorator an inspect.signature: _install_methods writes the doc
+        # Not frozen yet: the classes derived from this one are decorated the same way before
+        # _install_methods marks them all frozen (the decorator refuses a non-frozen class
+        # derived from a frozen one).
+        cls = dataclasses.dataclass(init=False, repr=False, eq=False)(cls)
+        if not documented:
+            cls.__doc__ = None
+        _PENDING.append(cls)  # type: ignore[union-attr]
+        return cls
+
+    return decorate(cls) if cls is not None else decorate
+
 
 RUN_FORMAT = "cagtool-run"
 MODE_FORMAT = "cagtool-mode-record"
@@ -347,6 +386,124 @@ class FinalStateEvent(Event):
     param_norm: float | None
     grad_norm: float | None
     num_params: int
+
+
+class _Factory:
+    def __repr__(self) -> str:
+        return "<factory>"  # as the standard decorator's sentinel shows in signatures
+
+
+_HAS_FACTORY = _Factory()
+
+
+_METHODS = ("__init__", "__repr__", "__eq__", "__hash__", "__setattr__", "__delattr__")
+
+
+class _CompiledOnFirstUse:
+    """A method of a record class as a descriptor that compiles it, puts it on the class in its
+    own place, and returns it: the first call pays for the compile, later ones find the function."""
+
+    def __init__(self, cls: type, name: str) -> None:
+        self.cls, self.name = cls, name
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        method = _compile_method(self.cls, self.name)
+        setattr(self.cls, self.name, method)
+        return method.__get__(instance, owner)
+
+
+def _compile_method(cls: type, name: str) -> Callable[..., Any]:
+    """What `@dataclasses.dataclass(frozen=True)` (Python 3.11) compiles as `cls.<name>`."""
+    fields = dataclasses.fields(cls)
+    namespace: dict[str, Any] = {"_cls": cls, "_setattr": object.__setattr__, "_FACTORY": _HAS_FACTORY, "FrozenInstanceError": dataclasses.FrozenInstanceError}
+    mine = "(" + "".join(f"self.{f.name}," for f in fields) + ")"
+    names = "(" + "".join(f"{f.name!r}," for f in fields) + ")"
+    if name == "__init__":
+        parameters, body = [], []
+        for f in fields:
+            value = f.name
+            if f.default is not dataclasses.MISSING:
+                namespace[f"_dflt_{f.name}"] = f.default
+                parameters.append(f"{f.name}=_dflt_{f.name}")
+            elif f.default_factory is not dataclasses.MISSING:
+                namespace[f"_dflt_{f.name}"] = f.default_factory
+                parameters.append(f"{f.name}=_FACTORY")
+                value = f"_dflt_{f.name}() if {f.name} is _FACTORY else {f.name}"
+            else:
+                parameters.append(f.name)
+            body.append(f"    _setattr(self, {f.name!r}, {value})")
+        lines = [f"def __init__(self, {', '.join(parameters)}):", *(body or ["    pass"])]
+    elif name == "__repr__":
+        shown = ", ".join(f"{f.name}={{self.{f.name}!r}}" for f in fields)
+        lines = ["def __repr__(self):", f'    return self.__class__.__qualname__ + f"({shown})"']
+    elif name == "__eq__":
+        theirs = "(" + "".join(f"other.{f.name}," for f in fields) + ")"
+        lines = ["def __eq__(self, other):", "    if other.__class__ is self.__class__:", f"        return {mine}=={theirs}", "    return NotImplemented"]
+    elif name == "__hash__":
+        lines = ["def __hash__(self):", f"    return hash({mine})"]
+    else:
+        verb = "assign to" if name == "__setattr__" else "delete"
+        arguments = "name, value" if name == "__setattr__" else "name"
+        lines = [
+            f"def {name}(self, {arguments}):",
+            f"    if type(self) is _cls or name in {names}:",
+            f'        raise FrozenInstanceError(f"cannot {verb} field {{name!r}}")',
+            f"    super(_cls, self).{name}({arguments})",
+        ]
+    exec("\n".join(lines), namespace)  # noqa: S102 - built from the class's field names
+    method = namespace[name]
+    method.__qualname__ = f"{cls.__qualname__}.{name}"
+    if name == "__init__":
+        method.__annotations__ = {**{f.name: f.type for f in fields}, "return": None}
+    if name == "__repr__":
+        from reprlib import recursive_repr
+
+        method = recursive_repr("...")(method)
+    return method
+
+
+def _install_methods(classes: list[type]) -> None:
+    """The frozen-dataclass methods of each class, as `_CompiledOnFirstUse` descriptors."""
+    for cls in classes:
+        fields = dataclasses.fields(cls)
+        if "__post_init__" in dir(cls) or any(
+            not f.init or not f.repr or not f.compare or f.hash is not None or f.kw_only is True or f.name == "self" for f in fields
+        ):
+            raise TypeError(f"{cls.__name__}: schema.dataclass makes plain frozen fields only; use dataclasses.dataclass for this class")
+        defaulted = [f.name for f in fields if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING]
+        required_after = [f.name for f in fields[len(fields) - len(defaulted) :] if f.name not in defaulted]
+        if required_after:
+            raise TypeError(f"non-default argument {required_after[0]!r} follows default argument")
+        for name in _METHODS:
+            setattr(cls, name, _CompiledOnFirstUse(cls, name))
+        params = cls.__dataclass_params__  # type: ignore[attr-defined]
+        params.init = params.repr = params.eq = params.frozen = True
+        if cls.__doc__ is None:  # the standard decorator's: the class's name and __init__'s signature
+            cls.__doc__ = cls.__name__ + _signature_text(cls, fields)
+
+
+def _signature_text(cls: type, fields: tuple[dataclasses.Field, ...]) -> str:
+    """str(inspect.signature(cls)) less " -> None", written from the fields when their
+    annotations are strings (this module's: `from __future__ import annotations`)."""
+    if not all(isinstance(f.type, str) for f in fields):
+        import inspect
+
+        return str(inspect.signature(cls)).replace(" -> None", "")
+    parts = []
+    for f in fields:
+        text = f"{f.name}: {f.type!r}"
+        if f.default is not dataclasses.MISSING:
+            text += f" = {f.default!r}"
+        elif f.default_factory is not dataclasses.MISSING:
+            text += " = <factory>"
+        parts.append(text)
+    return "(" + ", ".join(parts) + ")"
+
+
+# Every record type above is defined: their methods, compiled when first used. (A class
+# defined below this line gets the standard decorator.)
+_install_methods(_PENDING)
+_PENDING = None
 
 
 EVENT_TYPES: dict[str, type[Event]] = {

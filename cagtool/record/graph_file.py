@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from itertools import chain
+from operator import itemgetter
+from typing import Any, Sequence
 
 from cagtool.record.schema import AutogradNodeRef
 from cagtool.record.validate import check_types
@@ -92,3 +94,83 @@ def _plainly_valid(node: GraphNode) -> bool:
         and _sizes_ok(node.shape)
         and _sizes_ok(node.stride)
     )
+
+
+@dataclass(frozen=True)
+class GraphColumns:
+    """A graph's nodes as one list per GraphNode field, node i at position i of each; `origins`
+    holds (name, node_call) or None. What diff-graphs reads: a 10,000-node graph is 10 lists, not
+    10,000 GraphNode objects built and checked field by field (most of reading one)."""
+
+    names: list[str]
+    ops: list[str]
+    targets: list[str]
+    args: list[str]
+    origins: list[tuple[str, int] | None]
+    aot_ids: list[int | None]
+    hook_types: list[str | None]
+    shapes: list[list[int | str] | None]
+    dtypes: list[str | None]
+    strides: list[list[int | str] | None]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def graph_columns(nodes: Sequence[GraphNode]) -> GraphColumns:
+    """The columns of GraphNode objects (whatever their origin: built by hand, or read and checked)."""
+    origins = [None if node.origin is None else (node.origin.name, node.origin.node_call) for node in nodes]
+    return GraphColumns(
+        [n.name for n in nodes], [n.op for n in nodes], [n.target for n in nodes], [n.args for n in nodes], origins,
+        [n.aot_id for n in nodes], [n.hook_type for n in nodes], [n.shape for n in nodes], [n.dtype for n in nodes], [n.stride for n in nodes],
+    )
+
+
+_NODE_ORDER = tuple(_NODE_TEMPLATE)  # the dataclass's field order
+assert _NODE_ORDER == ("name", "op", "target", "args", "origin", "aot_id", "hook_type", "shape", "dtype", "stride"), "GraphColumns follows GraphNode"
+_STR = {str}
+_INT = {int}
+_NONE = type(None)
+
+
+def _only(values: Any, allowed: set[type]) -> bool:
+    return set(map(type, values)) <= allowed
+
+
+def _sizes_column_ok(column: list[Any]) -> bool:
+    return _only(column, {list, _NONE}) and _only(chain.from_iterable(s for s in column if s is not None), {int, str})
+
+
+def graph_columns_from_dicts(nodes: list[Any]) -> GraphColumns | None:
+    """The columns of a graph file's decoded `nodes`, when every node is an object with exactly
+    GraphNode's fields, each of the JSON type graph_node_from_dict accepts without asking
+    check_types (_plainly_valid): the same nodes it would build. Else None (a node with a field
+    missing, unknown or of another type): graph_node_from_dict then reads them one by one, and
+    names what is wrong. The checks run column by column in C (map, set), not node by node."""
+    if not nodes:
+        return GraphColumns([], [], [], [], [], [], [], [], [], [])
+    if not _only(nodes, {dict}) or set(map(len, nodes)) != {len(_NODE_ORDER)}:
+        return None
+    try:  # with 10 keys each, all of them present means exactly GraphNode's
+        names, ops, targets, args, origins, aot_ids, hook_types, shapes, dtypes, strides = (list(map(itemgetter(f), nodes)) for f in _NODE_ORDER)
+    except KeyError:
+        return None
+    if not (_only(names, _STR) and _only(ops, _STR) and _only(targets, _STR) and _only(args, _STR)):
+        return None
+    if not (_only(aot_ids, {int, _NONE}) and _only(hook_types, {str, _NONE}) and _only(dtypes, {str, _NONE})):
+        return None
+    if not (_sizes_column_ok(shapes) and _sizes_column_ok(strides) and _only(origins, {dict, _NONE})):
+        return None
+    refs = [o for o in origins if o is not None]
+    if refs:
+        if set(map(len, refs)) != {2}:
+            return None
+        try:
+            calls, ref_names = list(map(itemgetter("node_call"), refs)), list(map(itemgetter("name"), refs))
+        except KeyError:
+            return None
+        if not (_only(calls, _INT) and _only(ref_names, _STR)):
+            return None
+        pairs = iter(zip(ref_names, calls))
+        origins = [None if o is None else next(pairs) for o in origins]
+    return GraphColumns(names, ops, targets, args, origins, aot_ids, hook_types, shapes, dtypes, strides)

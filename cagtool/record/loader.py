@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TypeVar
 from cagtool.errors import UnreadableInput
 from cagtool.record.liveness import read_dead_writer_as_killed, read_vanished_as_killed
 from cagtool.record.manifest import ModeManifest, RunMeta, mode_manifest_from_dict, run_meta_from_dict
-from cagtool.record.graph_file import GRAPH_FORMAT, GraphNode, graph_node_from_dict
+from cagtool.record.graph_file import GRAPH_FORMAT, GraphColumns, GraphNode, graph_columns, graph_columns_from_dicts, graph_node_from_dict
 from cagtool.record.schema import (
     EVENT_TYPES,
     EVENTS_FILE,
@@ -522,11 +522,27 @@ def inside(root: Path, relative: str, what: str) -> Path:
 
 
 def load_graph_nodes(path: Path) -> list[GraphNode]:
+    return _graph_nodes(path, _graph_node_list(path))
+
+
+def load_graph_columns(path: Path) -> GraphColumns:
+    """The graph file's nodes as columns (what diff-graphs reads): the same nodes, and for a
+    malformed file the same error, as load_graph_nodes."""
+    nodes = _graph_node_list(path)
+    columns = graph_columns_from_dicts(nodes)
+    return columns if columns is not None else graph_columns(_graph_nodes(path, nodes))
+
+
+def _graph_node_list(path: Path) -> list[Any]:
     data = read_json_object(path, "graph file")
     check_format(data, GRAPH_FORMAT, path, what="cagtool graph file")
     nodes = data.get("nodes")
     if not isinstance(nodes, list):
         raise UnreadableInput(f"graph file {path} has no node list")
+    return nodes
+
+
+def _graph_nodes(path: Path, nodes: list[Any]) -> list[GraphNode]:
     try:
         return [graph_node_from_dict(n) for n in nodes]
     except (TypeError, ValueError) as exc:

@@ -2,7 +2,7 @@
 
 The names below are what `cagtool diff-graphs` uses."""
 
-from cagtool.report.graphs.diff import GraphDiff, diff_graphs
+from cagtool.report.graphs.diff import GraphDiff, cyclic_gc_paused, diff_graphs
 from cagtool.report.graphs.render import JsonRenderer, SideBySideRenderer, UnifiedRenderer
 from cagtool.report.graphs.runs import GraphComparison, compare, compare_replaced, graph_ids
 
@@ -14,6 +14,7 @@ __all__ = [
     "UnifiedRenderer",
     "compare",
     "compare_replaced",
+    "cyclic_gc_paused",
     "diff_graphs",
     "graph_ids",
 ]

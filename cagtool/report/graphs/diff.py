@@ -23,9 +23,10 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
+from itertools import repeat
 from typing import Iterator, Sequence
 
-from cagtool.record.graph_file import GraphNode
+from cagtool.record.graph_file import GraphColumns, GraphNode
 from cagtool.report.graphs.normalize import NormGraph, NormNode, OriginGroup, fine_tokens, normalize_graph
 from cagtool.report.graphs.align import opcodes
 
@@ -91,21 +92,24 @@ class GraphDiff:
         return s.inserted == 0 and s.removed == 0 and s.changed == 0
 
 
-def diff_graphs(old: Sequence[GraphNode] | NormGraph, new: Sequence[GraphNode] | NormGraph) -> GraphDiff:
-    """Align two graphs and summarise what differs. Accepts raw nodes or normalised graphs."""
-    with _cyclic_gc_paused():
+def diff_graphs(old: Sequence[GraphNode] | GraphColumns | NormGraph, new: Sequence[GraphNode] | GraphColumns | NormGraph) -> GraphDiff:
+    """Align two graphs and summarise what differs. Accepts raw nodes, their columns or normalised graphs."""
+    with cyclic_gc_paused():
         old_graph = old if isinstance(old, NormGraph) else normalize_graph(old)
         new_graph = new if isinstance(new, NormGraph) else normalize_graph(new)
         raw = _align_groups(old_graph, new_graph)
         mapping = {e.old.index: e.new.index for e in raw if e.old is not None and e.new is not None}
-        entries = tuple(_compare(e, mapping) for e in raw)
-        return GraphDiff(old_graph, new_graph, entries, _summarise(old_graph, new_graph, entries))
+        # Nodes aligned on their full signature are equal (nothing _compare could find): only the
+        # pairs aligned on (op, target) alone are compared field by field.
+        entries = tuple([_compare(e, mapping) if e.kind == CHANGED else e for e in raw])
+        return GraphDiff(old_graph, new_graph, entries, _summarise(old_graph, new_graph, entries, mapping))
 
 
 @contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
+def cyclic_gc_paused() -> Iterator[None]:
     """A diff allocates tens of objects per node, none in reference cycles; the cyclic collector
-    would rescan all of them again and again (a third of the time on 50,000 nodes)."""
+    would rescan all of them again and again (a third of the time on 50,000 nodes, and as much
+    while reading the graph files and rendering)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -115,45 +119,58 @@ def _cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _group_content(graph: NormGraph, group: OriginGroup) -> tuple:
-    return (group.origin, tuple(n.signature for n in graph.group_nodes(group)))
+def _node_diff(kind: str, old: NormNode | None, new: NormNode | None) -> NodeDiff:
+    """NodeDiff(kind, old, new) without the frozen dataclass's per-field object.__setattr__ (a
+    diff builds one per node); NodeDiff has no __post_init__."""
+    entry = _new_object(NodeDiff)
+    entry.__dict__.update(kind=kind, old=old, new=new, changes=())
+    return entry
+
+
+_new_object = object.__new__
 
 
 def _align_groups(old: NormGraph, new: NormGraph) -> list[NodeDiff]:
     # Pass 1: whole groups by content, which settles every unchanged group.
     # Pass 2: what is left, by autograd-node name.
     out: list[NodeDiff] = []
-    old_content = [_group_content(old, g) for g in old.groups]
-    new_content = [_group_content(new, g) for g in new.groups]
+    old_signatures = [n.signature for n in old.nodes]
+    new_signatures = [n.signature for n in new.nodes]
+    old_content = [(g.origin, tuple(old_signatures[g.start : g.stop])) for g in old.groups]
+    new_content = [(g.origin, tuple(new_signatures[g.start : g.stop])) for g in new.groups]
+    old_nodes, new_nodes = old.nodes, new.nodes
     for tag, i1, i2, j1, j2 in opcodes(old_content, new_content):
         if tag == "equal":
-            for og, ng in zip(old.groups[i1:i2], new.groups[j1:j2]):
-                out.extend(NodeDiff(EQUAL, o, n) for o, n in zip(old.group_nodes(og), new.group_nodes(ng)))
+            if i2 > i1:  # equal groups have equal lengths: one stretch of nodes on each side
+                start, stop, other = old.groups[i1].start, old.groups[i2 - 1].stop, new.groups[j1].start
+                out.extend(map(_node_diff, repeat(EQUAL, stop - start), old_nodes[start:stop], new_nodes[other : other + stop - start]))
         else:
-            out.extend(_align_groups_by_name(old, old.groups[i1:i2], new, new.groups[j1:j2]))
+            out.extend(_align_groups_by_name(old, old.groups[i1:i2], new, new.groups[j1:j2], old_signatures, new_signatures))
     return out
 
 
-def _align_groups_by_name(old: NormGraph, old_groups: Sequence[OriginGroup], new: NormGraph, new_groups: Sequence[OriginGroup]) -> list[NodeDiff]:
+def _align_groups_by_name(
+    old: NormGraph, old_groups: Sequence[OriginGroup], new: NormGraph, new_groups: Sequence[OriginGroup], old_signatures: list[tuple], new_signatures: list[tuple]
+) -> list[NodeDiff]:
     out: list[NodeDiff] = []
     old_keys = [g.origin or "" for g in old_groups]
     new_keys = [g.origin or "" for g in new_groups]
     for tag, i1, i2, j1, j2 in opcodes(old_keys, new_keys):
         if tag == "equal":
             for og, ng in zip(old_groups[i1:i2], new_groups[j1:j2]):
-                out.extend(_align_nodes(old.group_nodes(og), new.group_nodes(ng)))
+                out.extend(_align_nodes(old.group_nodes(og), new.group_nodes(ng), old_signatures[og.start : og.stop], new_signatures[ng.start : ng.stop]))
         else:
-            old_span = old.nodes[old_groups[i1].start : old_groups[i2 - 1].stop] if i2 > i1 else ()
-            new_span = new.nodes[new_groups[j1].start : new_groups[j2 - 1].stop] if j2 > j1 else ()
-            out.extend(_align_nodes(old_span, new_span))
+            a, b = (old_groups[i1].start, old_groups[i2 - 1].stop) if i2 > i1 else (0, 0)
+            c, d = (new_groups[j1].start, new_groups[j2 - 1].stop) if j2 > j1 else (0, 0)
+            out.extend(_align_nodes(old.nodes[a:b], new.nodes[c:d], old_signatures[a:b], new_signatures[c:d]))
     return out
 
 
-def _align_nodes(old: Sequence[NormNode], new: Sequence[NormNode]) -> list[NodeDiff]:
+def _align_nodes(old: Sequence[NormNode], new: Sequence[NormNode], old_signatures: Sequence[tuple], new_signatures: Sequence[tuple]) -> list[NodeDiff]:
     out: list[NodeDiff] = []
-    for tag, i1, i2, j1, j2 in opcodes([n.signature for n in old], [n.signature for n in new]):
+    for tag, i1, i2, j1, j2 in opcodes(old_signatures, new_signatures):
         if tag == "equal":
-            out.extend(NodeDiff(EQUAL, o, n) for o, n in zip(old[i1:i2], new[j1:j2]))
+            out.extend(_node_diff(EQUAL, o, n) for o, n in zip(old[i1:i2], new[j1:j2]))
         else:
             out.extend(_align_coarse(old[i1:i2], new[j1:j2]))
     return out
@@ -224,14 +241,19 @@ def _unmatched_autograd_nodes(graph: NormGraph, other: NormGraph, partner: dict[
     the alignment, not by counting names, names the right NodeCall when a model gains a layer."""
     matched: set[tuple[str, int | None]] = set()
     order: dict[tuple[str, int | None], None] = {}
-    for node in graph.nodes:
-        if node.origin is None:
+    nodes, other_nodes = graph.nodes, other.nodes
+    for group in graph.groups:  # a group's nodes share its autograd node: one look each, mostly
+        if group.origin is None:
             continue
-        key = (node.origin, node.node_call)
+        key = (group.origin, group.node_call)
         order.setdefault(key)
-        other_index = partner.get(node.index)
-        if other_index is not None and other.nodes[other_index].origin == node.origin:
-            matched.add(key)
+        if key in matched:
+            continue
+        for index in range(group.start, group.stop):
+            other_index = partner.get(index)
+            if other_index is not None and other_nodes[other_index].origin == group.origin:
+                matched.add(key)
+                break
     return [name if call is None else f"{name} (NodeCall {call})" for name, call in order if (name, call) not in matched]
 
 
@@ -261,11 +283,10 @@ def symbolic_sizes(old: NormNode, new: NormNode, new_graph: NormGraph) -> list[S
     return found
 
 
-def _summarise(old: NormGraph, new: NormGraph, entries: tuple[NodeDiff, ...]) -> GraphDiffSummary:
+def _summarise(old: NormGraph, new: NormGraph, entries: tuple[NodeDiff, ...], old_to_new: dict[int, int]) -> GraphDiffSummary:
     kinds = Counter(e.kind for e in entries)
     delta = _histogram(new)
     delta.subtract(_histogram(old))
-    old_to_new = {e.old.index: e.new.index for e in entries if e.old is not None and e.new is not None}
     new_to_old = {n: o for o, n in old_to_new.items()}
     symbolic: list[SymbolicSize] = []
     for e in entries:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
 
-from cagtool.record.graph_file import GraphNode
+from cagtool.record.graph_file import GraphColumns, GraphNode, graph_columns
 
 PLACEHOLDER = "placeholder"
 SIZES_INPUT = "sizes"
@@ -131,36 +131,6 @@ class NormGraph:
         return self.nodes[group.start : group.stop]
 
 
-def _origin_of(node: GraphNode, previous: tuple[str | None, int | None]) -> tuple[str | None, int | None]:
-    if node.origin is not None:
-        return node.origin.name, node.origin.node_call
-    # AOT-inlined nodes' stack traces point at user code, not at a NodeCall: they belong to the
-    # CompiledFunctionBackward node whose backward they are, i.e. the group they sit in.
-    if node.op != PLACEHOLDER and (node.aot_id is not None or _AOT_PREFIX.match(node.name)):
-        return previous
-    return None, None
-
-
-def _tokenize(args: str, index_of: dict[str, int], labels: list[str]) -> tuple[str, tuple[str, ...]]:
-    """(args with labels, tokens): tokens alternate literal text and `%<index>` references."""
-    parts = _REF.split(normalize_target(args))
-    text: list[str] = []
-    tokens: list[str] = []
-    for k, part in enumerate(parts):
-        if k % 2:  # a reference
-            position = index_of.get(part)
-            if position is None:
-                text.append(part)
-                tokens.append("%?" + part)
-            else:
-                text.append(labels[position])
-                tokens.append(f"%{position}")
-        elif part:
-            text.append(part)
-            tokens.append(part)
-    return "".join(text).strip(), tuple(tokens)
-
-
 def fine_tokens(tokens: tuple[str, ...]) -> list[str]:
     """References kept whole, literal text split into numbers, words and punctuation."""
     out: list[str] = []
@@ -172,98 +142,153 @@ def fine_tokens(tokens: tuple[str, ...]) -> list[str]:
     return out
 
 
-def _getitem_parts(tokens: tuple[str, ...]) -> tuple[int, str] | None:
-    """(source node index, item) for `getitem(%node, i)` written as `%node, i` or `(%node, i)`."""
-    match = _GETITEM_ARGS.match("".join(tokens))
-    return (int(match.group(1)), match.group(2)) if match else None
+def normalize_graph(nodes: Sequence[GraphNode] | GraphColumns) -> NormGraph:
+    """Label, tokenise and group one graph's nodes (linear in the number of nodes).
 
-
-def normalize_graph(nodes: Sequence[GraphNode]) -> NormGraph:
-    """Label, tokenise and group one graph's nodes (linear in the number of nodes)."""
-    index_of = {node.name: i for i, node in enumerate(nodes)}
+    One loop over the graph's columns with its helpers written inline: per-node function calls
+    and regexes were most of the time a 10,000-node graph took."""
+    columns = nodes if isinstance(nodes, GraphColumns) else graph_columns(nodes)
+    names, ops, targets, all_args = columns.names, columns.ops, columns.targets, columns.args
+    origins, aot_ids, hook_types = columns.origins, columns.aot_ids, columns.hook_types
+    shapes, dtypes, strides = columns.shapes, columns.dtypes, columns.strides
+    index_of = {name: i for i, name in enumerate(names)}
     labels: list[str] = []
     out: list[NormNode] = []
     groups: list[OriginGroup] = []
     occurrences: dict[str, int] = {}
-    origin: tuple[str | None, int | None] = (None, None)
+    no_origin: tuple[str | None, int | None] = (None, None)
+    origin = no_origin
     group_start = 0
     in_prologue = True
-    for i, node in enumerate(nodes):
-        labels.append(node.name)  # provisional, so a self-reference cannot fail
-        args, tokens = _tokenize(node.args or "", index_of, labels)
-        short = short_target(node.target or node.op)
-        structural = _structural_label(node, short, tokens, out)
-        is_input = structural is not None and structural[2]
+    shorts: dict[str, str] = {}
+    clean_targets: dict[str, str] = {}
+    split_refs = _REF.split
+    aot_prefix = _AOT_PREFIX.match
+    getitem_args = _GETITEM_ARGS.match
+    for i, name in enumerate(names):
+        op = ops[i]
+        labels.append(name)  # provisional, so a self-reference cannot fail
+        # The arguments with labels, and as tokens: literal text and `%<index>` references.
+        text = all_args[i] or ""
+        if "0x" in text or "eval_with_key" in text:
+            text = normalize_target(text)
+        if "%" not in text:
+            args = text.strip()
+            tokens: tuple[str, ...] = (text,) if text else ()
+        else:
+            pieces: list[str] = []
+            found: list[str] = []
+            reference = False
+            for part in split_refs(text):
+                if reference:
+                    position = index_of.get(part)
+                    if position is None:
+                        pieces.append(part)
+                        found.append("%?" + part)
+                    else:
+                        pieces.append(labels[position])
+                        found.append(f"%{position}")
+                elif part:
+                    pieces.append(part)
+                    found.append(part)
+                reference = not reference
+            args = "".join(pieces).strip()
+            tokens = tuple(found)
+        target = targets[i]
+        what = target or op
+        short = shorts.get(what)
+        if short is None:
+            short = shorts[what] = short_target(what)
+        # Nodes named by what they are (structural labels).
+        label: str | None = None
+        is_size = is_input = False
+        aot = None
+        if op == PLACEHOLDER:
+            label, is_input = name, True
+        else:
+            aot = aot_prefix(name) if name.startswith("aot") else None
+            if aot is not None:
+                label = name[aot.end() :]
+            else:
+                if short == "getitem":
+                    item = getitem_args("".join(tokens))
+                    if item is not None:
+                        source = out[int(item.group(1))]
+                        is_input = source.op == PLACEHOLDER
+                        label, is_size = f"{source.label}[{item.group(2)}]", is_input and source.name == SIZES_INPUT
+                if label is None and short == UNWRAP_SIZE:
+                    refs = [t for t in tokens if t.startswith("%") and t[1:].isdigit()]
+                    if len(refs) == 1 and out[int(refs[0][1:])].is_size:
+                        label, is_size, is_input = out[int(refs[0][1:])].label, True, True
+                if label is None and op == "output":
+                    label = "output"
         in_prologue = in_prologue and is_input
         # The graph opens by unpacking its inputs. Torch tags each unpacking with the autograd
         # node that first needs it, which moves with unrelated changes: keep them all in one group.
-        new_origin = (None, None) if in_prologue else _origin_of(node, origin)
+        if in_prologue:
+            new_origin = no_origin
+        elif origins[i] is not None:
+            new_origin = origins[i]
+        elif op != PLACEHOLDER and (aot_ids[i] is not None or aot is not None):
+            # AOT-inlined nodes' stack traces point at user code, not at a NodeCall: they belong to
+            # the CompiledFunctionBackward node whose backward they are, i.e. the group they sit in.
+            new_origin = origin
+        else:
+            new_origin = no_origin
         if i == 0 or new_origin != origin:
             if i > 0:
                 groups.append(OriginGroup(origin[0], origin[1], group_start, i))
             origin, group_start, occurrences = new_origin, i, {}
-        if structural is not None:
-            label, is_size = structural[0], structural[1]
-        else:
-            label, is_size = _counted_label(node, occurrences), False
+        if label is None:  # the name without its FX counter, numbered by occurrence in the group
+            base = _counter_stripped(name)
+            seen = occurrences.get(base, 0)
+            occurrences[base] = seen + 1
+            label = base if seen == 0 else f"{base}#{seen}"
         labels[i] = label
+        input_list = None
+        if is_input and op != PLACEHOLDER:
+            for t in tokens:
+                if t.startswith("%") and t[1:].isdigit():
+                    source = out[int(t[1:])]
+                    input_list = source.name if source.op == PLACEHOLDER else source.input_list
+                    break
+        clean = clean_targets.get(target)
+        if clean is None:
+            clean = clean_targets[target] = normalize_target(target or "")
+        shape, stride = shapes[i], strides[i]
         out.append(
             NormNode(
-                index=i,
-                name=node.name,
-                label=label,
-                op=node.op,
-                target=normalize_target(node.target or ""),
-                short=short,
-                args=args,
-                tokens=tokens,
-                origin=origin[0],
-                node_call=origin[1],
-                aot_id=node.aot_id,
-                hook_type=node.hook_type,
-                shape=tuple(node.shape) if node.shape is not None else None,
-                dtype=node.dtype,
-                stride=tuple(node.stride) if node.stride is not None else None,
-                is_size=is_size,
-                input_list=_input_list(node, tokens, out) if is_input and node.op != PLACEHOLDER else None,
+                i,
+                name,
+                label,
+                op,
+                clean,
+                short,
+                args,
+                tokens,
+                origin[0],
+                origin[1],
+                aot_ids[i],
+                hook_types[i],
+                tuple(shape) if shape is not None else None,
+                dtypes[i],
+                tuple(stride) if stride is not None else None,
+                is_size,
+                input_list,
             )
         )
-    if nodes:
-        groups.append(OriginGroup(origin[0], origin[1], group_start, len(nodes)))
+    if names:
+        groups.append(OriginGroup(origin[0], origin[1], group_start, len(names)))
     return NormGraph(tuple(out), tuple(groups))
 
 
-def _structural_label(node: GraphNode, short: str, tokens: tuple[str, ...], done: list[NormNode]) -> tuple[str, bool, bool] | None:
-    """(label, is_size, is_input_access) for nodes named by what they are, else None."""
-    if node.op == PLACEHOLDER:
-        return node.name, False, True
-    if _AOT_PREFIX.match(node.name):
-        return strip_aot_prefix(node.name), False, False
-    if short == "getitem":
-        parts = _getitem_parts(tokens)
-        if parts is not None:
-            source = done[parts[0]]
-            from_input = source.op == PLACEHOLDER
-            return f"{source.label}[{parts[1]}]", from_input and source.name == SIZES_INPUT, from_input
-    if short == UNWRAP_SIZE:
-        refs = [t for t in tokens if t.startswith("%") and t[1:].isdigit()]
-        if len(refs) == 1 and done[int(refs[0][1:])].is_size:
-            return done[int(refs[0][1:])].label, True, True
-    if node.op == "output":
-        return "output", False, False
-    return None
-
-
-def _input_list(node: GraphNode, tokens: tuple[str, ...], done: list[NormNode]) -> str | None:
-    refs = [t for t in tokens if t.startswith("%") and t[1:].isdigit()]
-    if not refs:
-        return None
-    source = done[int(refs[0][1:])]
-    return source.name if source.op == PLACEHOLDER else source.input_list
-
-
-def _counted_label(node: GraphNode, occurrences: dict[str, int]) -> str:
-    base = _FX_COUNTER.sub("", node.name)
-    seen = occurrences.get(base, 0)
-    occurrences[base] = seen + 1
-    return base if seen == 0 else f"{base}#{seen}"
+def _counter_stripped(name: str) -> str:
+    """`_FX_COUNTER.sub("", name)` (`getitem_7` -> `getitem`), without the regex for plain names."""
+    if name.isascii():
+        last = name[-1:]
+        if last.isdigit():
+            stripped = name.rstrip("0123456789")
+            return stripped[:-1] if stripped.endswith("_") else name
+        if last != "\n":  # `$` also matches before a final newline
+            return name
+    return _FX_COUNTER.sub("", name)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cagtool.errors import UnreadableInput
-from cagtool.record.loader import ModeRecord, RunRecord, inside, load_graph_nodes
-from cagtool.record.graph_file import GraphNode
+from cagtool.record.loader import ModeRecord, RunRecord, inside, load_graph_columns
+from cagtool.record.graph_file import GraphColumns
 from cagtool.record.schema import (
     EVENTS_FILE,
     GRAPHS_DIR,
@@ -24,7 +24,7 @@ from cagtool.record.schema import (
     CAGraphEvent,
     SourceRef,
 )
-from cagtool.report.graphs.diff import GraphDiff, diff_graphs
+from cagtool.report.graphs.diff import GraphDiff, cyclic_gc_paused, diff_graphs
 
 _GRAPH_FILE = re.compile(r"^ca_(\d+)\.json$")
 
@@ -164,11 +164,11 @@ def _check_id(run: RunRecord, mode: ModeRecord, ca_id: int) -> None:
         raise UnreadableInput(f"run {run.path} (mode {mode.mode}) has no graph {ca_id}; its graphs are: {have}")
 
 
-def _load_nodes(mode: ModeRecord, ca_id: int) -> list[GraphNode]:
+def _load_nodes(mode: ModeRecord, ca_id: int) -> GraphColumns:
     path = _nodes_path(mode, ca_id)
     if not path.exists():
         raise UnreadableInput(f"graph {ca_id} of {mode.path} is recorded but its file is missing: {path}")
-    return load_graph_nodes(path)
+    return load_graph_columns(path)
 
 
 def compare(old_run: RunRecord, old_id: int, new_run: RunRecord, new_id: int, mode_name: str | None = None) -> GraphComparison:
@@ -177,7 +177,8 @@ def compare(old_run: RunRecord, old_id: int, new_run: RunRecord, new_id: int, mo
     new_mode = old_mode if new_run is old_run else _mode_with_graphs(new_run, mode_name)
     _check_id(old_run, old_mode, old_id)
     _check_id(new_run, new_mode, new_id)
-    diff = diff_graphs(_load_nodes(old_mode, old_id), _load_nodes(new_mode, new_id))
+    with cyclic_gc_paused():  # reading a graph file allocates as many objects as diffing it
+        diff = diff_graphs(_load_nodes(old_mode, old_id), _load_nodes(new_mode, new_id))
     return GraphComparison(_side(old_run, old_mode, old_id), _side(new_run, new_mode, new_id), diff)
 
 

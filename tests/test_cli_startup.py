@@ -5,12 +5,17 @@ holds, which does not depend on how busy the machine is."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
 from conftest import ROOT
+
+# As a pipe or a CI log gets it: no COLUMNS (pytest's environment may carry the terminal's), so
+# an off-terminal listing is never folded to a width (which only rich does).
+UNBOUNDED_ENV = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
 
 HEAVY = ("torch", "pandas", "numpy", "typer.rich_utils", "rich.markdown", "cagtool.capture")
 
@@ -22,7 +27,7 @@ def loaded_after(code: str) -> set[str]:
         f"try:\n    {code}\nexcept SystemExit:\n    pass\n"
         "sys.__stdout__.write('\\n' + json.dumps(sorted(sys.modules)))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=str(ROOT), timeout=60)
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=str(ROOT), timeout=60, env=UNBOUNDED_ENV)
     assert proc.returncode == 0, proc.stderr
     return set(json.loads(proc.stdout.strip().splitlines()[-1]))
 
@@ -133,3 +138,28 @@ def test_runs_and_recompiles_explain_load_only_what_they_print(tmp_path):
     assert "cagtool.report.recompiles.explain" in loaded  # it did explain
     assert not {"rich.table", "statistics", "cagtool.report.compare"} & loaded
     assert not [m for m in loaded if m.split(".")[0] in ("torch", "pandas", "numpy", "pydantic")]
+
+
+def test_runs_builds_no_event_and_compiles_no_record_method(tmp_path):
+    # `runs` reads manifests only: the record types' methods, compiled on first use
+    # (schema.dataclass), are never compiled, and the listing prints without rich (issue 12).
+    _recompiling_run(tmp_path / "runs" / "r")
+    probe = (
+        "import io, json, sys\n"
+        "from cagtool.cli import main\n"
+        "out, sys.stdout = sys.stdout, io.StringIO()\n"
+        "try:\n"
+        f"    main(['runs', {str(tmp_path / 'runs')!r}])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "listing, sys.stdout = sys.stdout.getvalue(), out\n"
+        "from cagtool.record import schema\n"
+        "compiled = [f'{c.__name__}.{m}' for c in schema.EVENT_TYPES.values() for m in schema._METHODS\n"
+        "            if not isinstance(vars(c)[m], schema._CompiledOnFirstUse)]\n"
+        "print(json.dumps({'listing': listing, 'compiled': compiled, 'rich': [m for m in sys.modules if m.startswith('rich')]}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=str(ROOT), timeout=60, env=UNBOUNDED_ENV)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found["listing"].startswith("run ") and "ca:finished" in found["listing"]
+    assert found["compiled"] == [] and found["rich"] == [], found["listing"]

@@ -30,6 +30,7 @@ SIZES_INPUT = "sizes"
 # Graph inputs that `getitem` nodes index into; their labels read like the Python the user sees.
 _AOT_PREFIX = re.compile(r"^aot(\d+)_")
 _FX_COUNTER = re.compile(r"_\d+$")
+_FX_COUNTER_LINES = re.compile(_FX_COUNTER.pattern, re.MULTILINE)
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _EVAL_WITH_KEY = re.compile(r"eval_with_key>?\.\d+")
 _WRAPPED = re.compile(r"^<(?:built-in function|built-in method|function|method|class) ([^ >]+)")
@@ -152,6 +153,7 @@ def normalize_graph(nodes: Sequence[GraphNode] | GraphColumns) -> NormGraph:
     origins, aot_ids, hook_types = columns.origins, columns.aot_ids, columns.hook_types
     shapes, dtypes, strides = columns.shapes, columns.dtypes, columns.strides
     index_of = {name: i for i, name in enumerate(names)}
+    bases = _counter_stripped(names)
     labels: list[str] = []
     out: list[NormNode] = []
     groups: list[OriginGroup] = []
@@ -165,36 +167,34 @@ def normalize_graph(nodes: Sequence[GraphNode] | GraphColumns) -> NormGraph:
     split_refs = _REF.split
     aot_prefix = _AOT_PREFIX.match
     getitem_args = _GETITEM_ARGS.match
-    for i, name in enumerate(names):
-        op = ops[i]
+    rows = zip(names, ops, targets, all_args, origins, aot_ids, hook_types, shapes, dtypes, strides)
+    for i, (name, op, target, text, node_origin, aot_id, hook_type, shape, dtype, stride) in enumerate(rows):
         labels.append(name)  # provisional, so a self-reference cannot fail
         # The arguments with labels, and as tokens: literal text and `%<index>` references.
-        text = all_args[i] or ""
+        text = text or ""
         if "0x" in text or "eval_with_key" in text:
             text = normalize_target(text)
         if "%" not in text:
             args = text.strip()
             tokens: tuple[str, ...] = (text,) if text else ()
         else:
-            pieces: list[str] = []
-            found: list[str] = []
-            reference = False
-            for part in split_refs(text):
-                if reference:
-                    position = index_of.get(part)
-                    if position is None:
-                        pieces.append(part)
-                        found.append("%?" + part)
-                    else:
-                        pieces.append(labels[position])
-                        found.append(f"%{position}")
-                elif part:
-                    pieces.append(part)
-                    found.append(part)
-                reference = not reference
+            parts = iter(split_refs(text))  # literal, reference, literal, ..., literal
+            literal = next(parts)
+            pieces = [literal] if literal else []
+            found = pieces[:]
+            for reference, literal in zip(parts, parts):
+                position = index_of.get(reference)
+                if position is None:
+                    pieces.append(reference)
+                    found.append("%?" + reference)
+                else:
+                    pieces.append(labels[position])
+                    found.append(f"%{position}")
+                if literal:
+                    pieces.append(literal)
+                    found.append(literal)
             args = "".join(pieces).strip()
             tokens = tuple(found)
-        target = targets[i]
         what = target or op
         short = shorts.get(what)
         if short is None:
@@ -227,9 +227,9 @@ def normalize_graph(nodes: Sequence[GraphNode] | GraphColumns) -> NormGraph:
         # node that first needs it, which moves with unrelated changes: keep them all in one group.
         if in_prologue:
             new_origin = no_origin
-        elif origins[i] is not None:
-            new_origin = origins[i]
-        elif op != PLACEHOLDER and (aot_ids[i] is not None or aot is not None):
+        elif node_origin is not None:
+            new_origin = node_origin
+        elif op != PLACEHOLDER and (aot_id is not None or aot is not None):
             # AOT-inlined nodes' stack traces point at user code, not at a NodeCall: they belong to
             # the CompiledFunctionBackward node whose backward they are, i.e. the group they sit in.
             new_origin = origin
@@ -240,7 +240,7 @@ def normalize_graph(nodes: Sequence[GraphNode] | GraphColumns) -> NormGraph:
                 groups.append(OriginGroup(origin[0], origin[1], group_start, i))
             origin, group_start, occurrences = new_origin, i, {}
         if label is None:  # the name without its FX counter, numbered by occurrence in the group
-            base = _counter_stripped(name)
+            base = bases[i]
             seen = occurrences.get(base, 0)
             occurrences[base] = seen + 1
             label = base if seen == 0 else f"{base}#{seen}"
@@ -255,7 +255,6 @@ def normalize_graph(nodes: Sequence[GraphNode] | GraphColumns) -> NormGraph:
         clean = clean_targets.get(target)
         if clean is None:
             clean = clean_targets[target] = normalize_target(target or "")
-        shape, stride = shapes[i], strides[i]
         out.append(
             NormNode(
                 i,
@@ -268,10 +267,10 @@ def normalize_graph(nodes: Sequence[GraphNode] | GraphColumns) -> NormGraph:
                 tokens,
                 origin[0],
                 origin[1],
-                aot_ids[i],
-                hook_types[i],
+                aot_id,
+                hook_type,
                 tuple(shape) if shape is not None else None,
-                dtypes[i],
+                dtype,
                 tuple(stride) if stride is not None else None,
                 is_size,
                 input_list,
@@ -282,13 +281,10 @@ def normalize_graph(nodes: Sequence[GraphNode] | GraphColumns) -> NormGraph:
     return NormGraph(tuple(out), tuple(groups))
 
 
-def _counter_stripped(name: str) -> str:
-    """`_FX_COUNTER.sub("", name)` (`getitem_7` -> `getitem`), without the regex for plain names."""
-    if name.isascii():
-        last = name[-1:]
-        if last.isdigit():
-            stripped = name.rstrip("0123456789")
-            return stripped[:-1] if stripped.endswith("_") else name
-        if last != "\n":  # `$` also matches before a final newline
-            return name
-    return _FX_COUNTER.sub("", name)
+def _counter_stripped(names: list[str]) -> list[str]:
+    """`_FX_COUNTER.sub("", name)` for each name (`getitem_7` -> `getitem`), as one regex pass over
+    the names joined by newlines where no name holds one (`$` then matches where it would alone)."""
+    joined = "\n".join(names)
+    if joined.count("\n") != len(names) - 1:
+        return [_FX_COUNTER.sub("", name) for name in names]
+    return _FX_COUNTER_LINES.sub("", joined).split("\n") if names else []

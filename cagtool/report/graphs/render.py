@@ -247,7 +247,8 @@ def _cell_lines(text: str, width: int, wrap: bool) -> list[str]:
     for line in text.split("\n"):
         if "\t" in line:
             line = line.expandtabs(8)
-        if not wrap or cell_len(line) <= width:
+        # An ASCII character is at most one cell wide: a line no longer than the width fits.
+        if not wrap or (len(line) <= width and line.isascii()) or cell_len(line) <= width:
             parts = [line]
         else:
             offsets = divide_line(line, width, fold=True)
@@ -267,7 +268,8 @@ def _print_plain_table(table: Table, console: Console) -> None:
     cell gives the column widths (the same as the whole table's) and the border lines."""
     columns = table.columns
     cells = [[cell if isinstance(cell, Text) else Text(str(cell)) for cell in column._cells] for column in columns]
-    widest = [max(column, key=lambda t: max(cell_len(line) for line in t.plain.split("\n"))) if column else Text("") for column in cells]
+    plains = [[cell.plain for cell in column] for column in cells]
+    widest = [column[_widest(texts)] if column else Text("") for column, texts in zip(cells, plains)]
 
     def probe(rows: int) -> list[str]:
         frame = Table(show_header=table.show_header, header_style=table.header_style, expand=table.expand, show_lines=False, pad_edge=table.pad_edge)
@@ -290,11 +292,16 @@ def _print_plain_table(table: Table, console: Console) -> None:
         edges.append(edges[-1] + 1 + width)
     verticals = [row_line[e] for e in edges]
     out = head[:]
+    laid_out: dict[tuple[str, int, bool], list[str]] = {}  # cells repeat: the marks, empty cells
     for r in range(len(cells[0]) if cells else 0):
         column_lines = []
         for i, column in enumerate(columns):
             left, right = pads[i]
-            column_lines.append(_cell_lines(cells[i][r].plain, widths[i] - left - right, not column.no_wrap))
+            key = (plains[i][r], widths[i] - left - right, not column.no_wrap)
+            lines = laid_out.get(key)
+            if lines is None:
+                lines = laid_out[key] = _cell_lines(*key)
+            column_lines.append(lines)
         rows = max(len(lines) for lines in column_lines)
         for k in range(rows):
             parts = [verticals[0]]
@@ -305,6 +312,12 @@ def _print_plain_table(table: Table, console: Console) -> None:
             out.append("".join(parts))
     out.append(bottom)
     console.file.write("\n".join(out) + "\n")
+
+
+def _widest(texts: list[str]) -> int:
+    """The index of the first text whose longest line is the widest (in cells)."""
+    widths = [max(map(cell_len, text.split("\n"))) if "\n" in text else cell_len(text) for text in texts]
+    return widths.index(max(widths))
 
 
 def _column_widths(top: str, count: int) -> list[int]:

@@ -396,3 +396,21 @@ def test_patience_alignment_matches_as_much_as_difflib_on_edited_sequences():
     assert ours >= theirs * 0.99
     assert opcodes("abcxdef", "abcdyef") == [("equal", 0, 3, 0, 3), ("delete", 3, 4, 3, 3), ("equal", 4, 5, 3, 4), ("insert", 5, 5, 4, 5), ("equal", 5, 7, 5, 7)]
     assert opcodes([], []) == [] and opcodes([], [1]) == [("insert", 0, 0, 0, 1)]
+
+
+def test_the_plain_side_by_side_writer_prints_what_rich_draws():
+    """Off a terminal the side-by-side table is written line by line (render._print_plain_table);
+    rich drawing the same table without colour must give the same text, at widths that wrap and
+    fold cells, with wide characters and repeated cells (a tab is expanded differently: not covered)."""
+    from rich.console import Console
+
+    old = graph("AddBackward0")
+    new = graph("SubBackward0", dims="10, 日本語テンソル_" + "x" * 70 + " end, " + "word " * 12)
+    comparison = _comparison(old, new)
+    for width in (37, 60, 100, 160):
+        plain = _render(SideBySideRenderer(context=2), comparison, width=width)
+        buffer = io.StringIO()
+        drawn = Console(file=buffer, width=width, no_color=False, color_system=None, highlight=False, markup=False, emoji=False)
+        SideBySideRenderer(context=2).render([comparison], drawn)
+        assert plain == buffer.getvalue(), width
+        assert "日本語" in plain and "│" in plain

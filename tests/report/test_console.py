@@ -83,6 +83,7 @@ def test_print_table_exact_layout(monkeypatch):
         "no runs under /tmp/[b]x[/b]  two  spaces ; record one",
         "no runs under /tmp/wide 表; record one",
         "no runs under /tmp/tab\there",
+        "  no runs under /tmp/ending in spaces  ; record one   ",
     ],
 )
 def test_print_text_matches_rich(monkeypatch, columns, text):
@@ -111,3 +112,21 @@ def test_on_a_terminal_rich_renders_the_table(monkeypatch):
     rich_table(HEADERS, rows, reference)
     assert plain.getvalue() == reference.getvalue()
     assert "\x1b[1m" in plain.getvalue()  # the bold header only rich draws: the plain writer stood aside
+
+
+@pytest.mark.parametrize("margin", [-1, 0, 1])
+def test_plain_writers_at_the_width_boundary(monkeypatch, margin):
+    # A table or line exactly as wide as COLUMNS, one narrower, one wider (rich folds that one).
+    rows = [("runs/train-1", "2026-01-01T00:00:00Z", "train.py", "eager:finished, ca:finished", "0")]
+    table_width = sum(max(len(h), len(c)) for h, c in zip(HEADERS, rows[0])) + 2 * (len(HEADERS) - 1)
+    monkeypatch.setenv("COLUMNS", str(table_width + margin))
+    plain, reference = io.StringIO(), io.StringIO()
+    print_table(HEADERS, rows, file=plain)
+    rich_table(HEADERS, rows, reference)
+    assert plain.getvalue() == reference.getvalue()
+    text = "no runs under some/where; record one with: cagtool run train.py"
+    monkeypatch.setenv("COLUMNS", str(len(text) + margin))
+    plain, reference = io.StringIO(), io.StringIO()
+    print_text(text, file=plain)
+    make_console(reference).print(text)
+    assert plain.getvalue() == reference.getvalue()

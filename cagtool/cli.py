@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 import os
 import sys
@@ -42,11 +43,16 @@ class _CommandsOnDemand(MutableMapping[str, Any]):
 
     def __init__(self) -> None:
         self._built: dict[str, Any] = {}
+        # True while the root help lists the commands: a command not built yet is then built
+        # without its parameters and not kept (see _build_command's `listing`).
+        self.listing = False
 
     def __getitem__(self, name: str) -> Any:
         if name not in self._built:
             if name not in _COMMAND_MODULES:
                 raise KeyError(name)
+            if self.listing:
+                return _build_command(name, listing=True)
             self._built[name] = _build_command(name)
         return self._built[name]
 
@@ -72,6 +78,13 @@ class _LazyGroup(typer.core.TyperGroup):
 
     def list_commands(self, ctx: Any) -> list[str]:
         return list(self.commands)  # the names only: TyperGroup's .items() would build them all
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        self.commands.listing = True
+        try:
+            super().format_commands(ctx, formatter)
+        finally:
+            self.commands.listing = False
 
 
 app = typer.Typer(
@@ -103,16 +116,21 @@ def _root(
     _state["debug"] = debug
 
 
-def _build_command(name: str) -> Any:
+def _build_command(name: str, listing: bool = False) -> Any:
     """The click command `name`, built from its module's `register` exactly as typer builds the
-    commands and groups of an app registered up front (same help, options and settings)."""
+    commands and groups of an app registered up front (same help, options and settings). With
+    `listing`, a plain command comes without its parameters: `cagtool --help` shows only each
+    command's name and first help line, and typer reading the twelve signatures was ~4 ms of
+    it (issue 12). A group (`baseline`) is built whole either way."""
     # __import__ rather than importlib.import_module: `python -X importtime` only reports the former.
     module = __import__(f"cagtool.commands.{_COMMAND_MODULES[name]}", fromlist=["register"])
     holder = typer.Typer(rich_markup_mode=None)
     module.register(holder)
     _plain_help(holder)
     built = [
-        typer.main.get_command_from_info(info, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode)
+        typer.main.get_command_from_info(
+            _without_parameters(info) if listing else info, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode
+        )
         for info in holder.registered_commands
     ] + [
         typer.main.get_group_from_info(info, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode, suggest_commands=app.suggest_commands)
@@ -121,6 +139,21 @@ def _build_command(name: str) -> Any:
     if [command.name for command in built] != [name]:
         raise RuntimeError(f"cagtool.commands.{_COMMAND_MODULES[name]} registered {[c.name for c in built]}, not {name!r}")
     return built[0]
+
+
+def _without_parameters(info: Any) -> Any:
+    """A copy of typer's CommandInfo `info` whose callback takes nothing: the command typer builds
+    from it has the same name, help and settings, and no parameters to read."""
+    callback = info.callback
+
+    def nothing() -> None:
+        raise RuntimeError(f"cagtool: {callback.__name__} was built for the command list only")
+
+    nothing.__name__ = callback.__name__  # typer names a command without `name` after its callback
+    light = copy.copy(info)
+    light.callback = nothing
+    light.help = info.help if info.help is not None else inspect.getdoc(callback)
+    return light
 
 
 def _keep_example_blocks(text: str) -> str:

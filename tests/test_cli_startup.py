@@ -163,3 +163,26 @@ def test_runs_builds_no_event_and_compiles_no_record_method(tmp_path):
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     assert found["listing"].startswith("run ") and "ca:finished" in found["listing"]
     assert found["compiled"] == [] and found["rich"] == [], found["listing"]
+
+
+
+def test_root_help_lists_commands_as_fully_built_ones_would():
+    # `cagtool --help` builds each command without its parameters (cli._build_command's
+    # `listing`): the list must be what the fully built commands give, and nothing built for
+    # the list may be kept for running a command.
+    from cagtool import cli
+
+    def root_help(prebuilt: bool) -> tuple[str, dict]:
+        group = cli.typer.main.get_command(cli.app)
+        if prebuilt:
+            for name in cli._COMMAND_MODULES:
+                group.commands[name]  # built whole, with its parameters, and kept
+        ctx = group.context_class(group, info_name="cagtool", terminal_width=100, max_content_width=100)
+        return group.get_help(ctx), dict(group.commands._built)
+
+    listed, kept = root_help(prebuilt=False)
+    full, built = root_help(prebuilt=True)
+    assert "Commands:" in listed and "runs " in listed
+    assert listed == full
+    assert set(kept) <= {"baseline"}  # a group is built whole either way
+    assert [p.name for p in built["runs"].params] == ["root"] and built["summary"].params

@@ -19,7 +19,8 @@ Python never caches the .pyc files, so every run compiles cagtool's modules from
 
 The records are synthetic, written with the schema's own dataclasses:
 - `runs`: a runs directory of 10 runs (3 modes each, 2,000 steps per mode);
-- `recompiles --explain`: 100,000 events with 1,000 recompiles (benchmarks/recompiles_explain.py);
+- `recompiles --explain`: 100,000 events with 1,000 recompiles (benchmarks/recompiles_explain.py),
+  closed with the columns sidecar a mode process writes (`write_sidecar`, the writer's function);
 - `diff-graphs`: a run with two 10,000-node CA graphs (benchmarks/graph_diff.py), side by side;
 - `summary`: a 3-mode run of 20,000 steps per mode, with a few CA graphs and recompiles.
 """

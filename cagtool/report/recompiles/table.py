@@ -355,8 +355,11 @@ NEEDED_KINDS = frozenset(
 
 def load_filtered(path: str | Path | None) -> tuple[RunRecord, dict[str, StepSummary]]:
     """A RunRecord holding only the events `recompiles` reads, with each mode's step count and
-    last step (steps are numbered FIRST_STEP.. in write order). Raises UnreadableInput like `load_run`."""
-    run = load_run(path, kinds=NEEDED_KINDS)
+    last step (steps are numbered FIRST_STEP.. in write order). Raises UnreadableInput like `load_run`.
+    A record whose columns sidecar matches its events.jsonl (every record a mode process closed)
+    is read through it: the step, backward and optimizer-step lines, most of a long record, are
+    counted from the sidecar and never scanned; only the other lines' spans are read (issue 12)."""
+    run = load_run(path, kinds=NEEDED_KINDS, columns=True)
     steps = {}
     for name, mode in run.modes.items():
         steps[name] = StepSummary.counted(mode.kind_counts[StepEvent.kind])

@@ -329,3 +329,55 @@ def test_filtered_reader_matches_the_loader_on_damaged_records(record_run, tmp_p
     filtered, _ = load_filtered(run)
     assert filtered.modes["ca"].skipped_lines == 2
     assert dict(filtered.modes["ca"].unknown_kinds) == {"from_the_future": 1}
+
+
+# -- the columns sidecar: a closed record is read without scanning its step lines --------------------
+
+def _explained(run: Path) -> tuple[str, str]:
+    """`recompiles RUN --explain` as text (100 columns) and as JSON, in-process."""
+    import io
+
+    from cagtool.commands.recompiles import RecompilesOptions, run_recompiles
+
+    texts = []
+    for fmt in ("text", "json"):
+        out = io.StringIO()
+        assert run_recompiles(RecompilesOptions(run=str(run), explain=True, format=fmt, width=100), out, io.StringIO()) == 0
+        texts.append(out.getvalue())
+    return texts[0], texts[1]
+
+
+def test_a_closed_record_is_read_through_its_sidecar_without_scanning_the_lines(record_run, tmp_path, monkeypatch):
+    from cagtool.record import loader
+    from cagtool.record.columns import COLUMNS_FILE
+
+    run = tmp_path / "storm"
+    shutil.copytree(recorded(record_run, "recompile_storm.py"), run)
+    assert (run / "ca" / COLUMNS_FILE).is_file()  # the writer left one when the mode closed its record
+    sidecar = run / "ca" / COLUMNS_FILE
+    kept = sidecar.read_bytes()
+    sidecar.unlink()  # as a killed run leaves the record: read line by line
+    expected = _explained(run)
+    sidecar.write_bytes(kept)
+
+    def scanned(*args, **kwargs):
+        raise AssertionError("the step lines were scanned although the sidecar matches")
+
+    monkeypatch.setattr(loader, "_stream_lines", scanned)
+    assert _explained(run) == expected  # same text and JSON, step count included
+    steps = json.loads(expected[1])["modes"]["ca"]["steps"]
+    assert steps > 1 and f"in {steps} steps" in expected[0].splitlines()[0]
+
+
+def test_a_stale_sidecar_is_ignored_and_the_lines_are_read(record_run, tmp_path):
+    run = tmp_path / "storm"
+    shutil.copytree(recorded(record_run, "recompile_storm.py"), run)
+    before = json.loads(_explained(run)[1])["modes"]["ca"]
+    events = run / "ca" / "events.jsonl"
+    last_step = [line for line in events.read_text().splitlines() if line.startswith('{"kind": "step"')][-1]
+    with events.open("a") as handle:  # appended after the sidecar was written: it no longer matches
+        handle.write(last_step + "\n" + "not json\n")
+    after = json.loads(_explained(run)[1])["modes"]["ca"]
+    assert after["steps"] == before["steps"] + 1
+    assert after["skipped_lines"] == before["skipped_lines"] + 1
+    assert after["counts"] == before["counts"]

@@ -72,6 +72,7 @@ def run_recompiles(options: RecompilesOptions, out: IO[str] | None = None, err: 
         print_wrapped,
         record_notes,
     )
+    from cagtool.report.recompiles.plain import PlainConsole
 
     record, tables, rank_notes = recompile_tables(options.run, options.strict, options.mode, options.rank)
     run_label = str(options.run) if options.run else ""
@@ -85,7 +86,8 @@ def run_recompiles(options: RecompilesOptions, out: IO[str] | None = None, err: 
             for note in record_notes(table):
                 print(f"cagtool: {note}", file=err)
         return 0
-    console = make_console(out, width=options.width)
+    # --explain's text is lines of text: off a terminal they are written without rich (plain.py).
+    console = (PlainConsole.where_plain(out, options.width) if explanations is not None else None) or make_console(out, width=options.width)
     for note in rank_notes:
         print_wrapped(console, note.line)
     if explanations is not None:

@@ -8,12 +8,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import textwrap
-from typing import Any
-
-from rich.console import Console
-from rich.text import Text
+from typing import TYPE_CHECKING, Any, Union
 
 from cagtool.record.schema import SourceRef
+from cagtool.report.recompiles.plain import PlainConsole
 from cagtool.report.recompiles.explain import (
     grad_warmup_row,
     Explanation,
@@ -34,6 +32,12 @@ from cagtool.report.recompiles.table import (
     node_label,
 )
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    # rich's Console, or on a colourless stream the PlainConsole that writes what it would (plain.py).
+    AnyConsole = Union[Console, PlainConsole]
+
 _SOURCE_LABEL = {SOURCE_CA: "CA miss", SOURCE_DYNAMO_FRAME: "Dynamo", SOURCE_DYNAMO_CA_GRAPH: "Dynamo CA"}
 
 
@@ -50,14 +54,24 @@ def counts_line(table: RecompileTable) -> str:
     )
 
 
-def print_wrapped(console: Console, text: str, indent: int = 0, style: str = "") -> None:
+def print_wrapped(console: AnyConsole, text: str, indent: int = 0, style: str = "") -> None:
     """Wrapped here, not by rich: continuation lines are indented two more and carry no trailing spaces."""
     pad = " " * indent
     width = max(console.width - 1, 40)
     lines = textwrap.wrap(text, width=width, initial_indent=pad, subsequent_indent=pad + "  ",
                           break_long_words=False, break_on_hyphens=False)
     for line in lines or [""]:
-        console.print(Text(line, style=style), soft_wrap=True)
+        print_line(console, line, style)
+
+
+def print_line(console: AnyConsole, line: str, style: str = "") -> None:
+    """One line as it is, never wrapped; `style` only where the console shows styles (a terminal)."""
+    if isinstance(console, PlainConsole):  # no style to show: rich not needed
+        console.line(line)
+        return
+    from rich.text import Text  # Text, not a str: the line may contain [brackets] (record data)
+
+    console.print(Text(line, style=style), soft_wrap=True)
 
 
 def record_notes(table: RecompileTable) -> list[str]:
@@ -153,6 +167,7 @@ class RecompilesTableRenderer:
         # (with the fractions and decimal its column ratios import) is ~8 ms of their start-up.
         from rich import box
         from rich.table import Table
+        from rich.text import Text
 
         for table in tables:
             print_wrapped(self.console, counts_line(table))
@@ -186,7 +201,7 @@ class RecompilesTableRenderer:
 class ExplanationRenderer:
     """The --explain text: alerts first, then each root cause with why, the fix and the evidence."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: AnyConsole) -> None:
         self.console = console
 
     def _line(self, text: str, indent: int) -> None:
@@ -222,7 +237,7 @@ class ExplanationRenderer:
                 steps = cause.steps
                 at = f", {'step' if len(steps) == 1 else 'steps'} {step_list(steps)}" if steps else ""
                 self._block(f"#{cause.number} {words.title}{at}", words.why, words.fix, words.evidence)
-        self.console.print(Text(f"Every recompile, one per row: cagtool recompiles {run_label}"), soft_wrap=True)
+        print_line(self.console, f"Every recompile, one per row: cagtool recompiles {run_label}")
 
 
 JSON_SCHEMA = "cagtool-recompiles"

@@ -113,6 +113,14 @@ def hook_counts(graph: CAGraphEvent | None) -> Counter[str]:
     return Counter(h.hook_type for h in graph.hooks) if graph is not None else Counter()
 
 
+def _hooks_differ(graph: CAGraphEvent, previous: CAGraphEvent | None) -> bool:
+    """hook_counts(graph) != hook_counts(previous), without counting when neither has a hook (most
+    graphs: a thousand recompiles asked this once each)."""
+    if not graph.hooks and (previous is None or not previous.hooks):
+        return False
+    return hook_counts(graph) != hook_counts(previous)
+
+
 def _autograd_names(graph: CAGraphEvent) -> Counter[str]:
     """The autograd nodes a graph covers, by name; from the op histogram when the capture could not
     map NodeCalls (its keys include each autograd node's name, e.g. `MulBackward0`)."""
@@ -632,7 +640,7 @@ STORM_MIN_STEPS = 3  # fewer recompiling steps than this is not a storm, whateve
 def _ca_new_node_code(table: RecompileTable, row: RecompileRow) -> str:
     node = row.node or ""
     produced = table.graphs.get(row.ca_id) if row.ca_id is not None else None
-    hooks_changed = produced is not None and hook_counts(produced) != hook_counts(table.previous_graph(row.ca_id))
+    hooks_changed = produced is not None and _hooks_differ(produced, table.previous_graph(row.ca_id))
     if hooks_changed or "BackwardHookFunction" in node:
         return CAUSE_HOOK
     if node.endswith("AccumulateGrad"):

@@ -7,8 +7,9 @@ themselves are judged on wall time by benchmarks/cli_speed.py on a quiet machine
     python benchmarks/cli_speed.py --only runs --keep DIR          # records in DIR/runs, DIR/install/venv: the checkout
     python benchmarks/startup_cpu.py --records DIR --before OLD/bin/cagtool --after DIR/install/venv/bin/cagtool
 
-Commands: `cagtool --help` and `cagtool runs DIR/runs` (10 three-mode runs), with CI=true and stdout
-to a pipe, as cli_speed.py runs them. Prints the median, min and max CPU per command and install,
+Commands: `cagtool --help` and `cagtool runs DIR/runs` (10 three-mode runs), and with `--only
+recompiles` `cagtool recompiles DIR/explain --explain` (100,000 events, 1,000 recompiles), with
+CI=true and stdout to a pipe, as cli_speed.py runs them. Prints the median, min and max CPU per command and install,
 and the median of the per-repetition differences (after - before).
 """
 
@@ -35,9 +36,10 @@ def main() -> None:
     parser.add_argument("--before", type=Path, required=True, help="the cagtool console script of the install before the change")
     parser.add_argument("--after", type=Path, required=True, help="the cagtool console script of the install after it")
     parser.add_argument("--reps", type=int, default=15)
-    parser.add_argument("--only", default="help,runs")
+    parser.add_argument("--only", default="help,runs", help="comma-separated: help, runs, recompiles (`recompiles DIR/explain --explain`)")
     args = parser.parse_args()
-    commands = {"help": ["--help"], "runs": ["runs", str(args.records / "runs")]}
+    commands = {"help": ["--help"], "runs": ["runs", str(args.records / "runs")],
+                "recompiles": ["recompiles", str(args.records / "explain"), "--explain"]}  # 100k events, 1k recompiles
     names = [n for n in args.only.split(",") if n]
     # As cli_speed.py runs them; no PYTHONDONTWRITEBYTECODE, so both installs use their .pyc files.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "COLUMNS")}

@@ -22,8 +22,7 @@ _torch_cuda: Any = None
 
 
 def _cuda_in_use() -> Any:
-    """torch.cuda when the job has initialised CUDA (cagtool never does it for the job). Once per
-    step: the module is looked up once."""
+    """torch.cuda when the job has initialised CUDA (cagtool never does it for the job)."""
     global _torch_cuda
     cuda = _torch_cuda
     if cuda is None:
@@ -45,6 +44,10 @@ class DeviceReadings:
 
     def boundary(self, step: int) -> None:
         """Step `step` just ended: mark the stream, and write the device times that are ready."""
+        # Once per step. torch.cuda.is_initialized() is `_initialized and not _is_in_bad_fork()`:
+        # its flag, read first, spares two Python calls a step where CUDA is not in use.
+        if _torch_cuda is not None and not getattr(_torch_cuda, "_initialized", True):
+            return
         cuda = _cuda_in_use()
         if cuda is None or cuda.is_current_stream_capturing():
             return

@@ -128,11 +128,17 @@ class StepTracker:
         if self.writer.manifest.options.get("held_events") != held:
             self.writer.manifest.options["held_events"] = held
             self.writer.write_manifest()
-        # The bookkeeping runs with Dynamo off (its stdlib calls are not the script's frames);
-        # the backward itself does not (dynamo_skip.py).
-        starting = dynamo_skip.without_dynamo(tracker._backward_starting)
-        ending = dynamo_skip.without_dynamo(tracker._backward_ending)
+        # The bookkeeping runs with Dynamo's frame callback off (its stdlib calls are not the
+        # script's frames); the backward itself does not (dynamo_skip.py). The callback is swapped
+        # here, in the wrapper, as dynamo_skip.without_dynamo does: a Python frame less per call.
+        from torch._C._dynamo.eval_frame import set_eval_frame
+
+        starting, ending = tracker._backward_starting, tracker._backward_ending
         engine_log = autograd_graph.log
+        local, current_graph_task_id = tracker._local, torch._C._current_graph_task_id
+        # torch.compiler.is_compiling() is this flag outside TorchScript (two Python calls less).
+        compiler = torch.compiler
+        compiling_flag = hasattr(compiler, "_is_compiling_flag")
 
         def _engine_run_backward(t_outputs, *args, **kwargs):
             # torch 2.13's torch/autograd/graph.py:_engine_run_backward with the step bookkeeping
@@ -144,8 +150,15 @@ class StepTracker:
             # torch's function's.
             # Nested: a backward in this thread's backward, or one run by the autograd engine
             # while it executes a graph (reentrant checkpointing, on a device thread too).
-            nested = getattr(tracker._local, "depth", 0) or torch.compiler.is_compiling() or torch._C._current_graph_task_id() != -1
-            started = None if nested else starting(t_outputs, kwargs)
+            nested = getattr(local, "depth", 0) or (compiler._is_compiling_flag if compiling_flag else compiler.is_compiling()) or current_graph_task_id() != -1
+            if nested:
+                started = None
+            else:
+                prior = set_eval_frame(None)
+                try:
+                    started = starting(t_outputs, kwargs)
+                finally:
+                    set_eval_frame(prior)
             limit = False
             try:
                 attach_logging_hooks = engine_log.getEffectiveLevel() <= logging.DEBUG
@@ -160,7 +173,11 @@ class StepTracker:
                     torch._C._remove_obj_from_tls("context")
             finally:
                 if started is not None:
-                    limit = ending(started)
+                    prior = set_eval_frame(None)
+                    try:
+                        limit = ending(started)
+                    finally:
+                        set_eval_frame(prior)
             if limit:
                 tracker.step_limit_reached = True
                 raise StepLimitReached(tracker.closed_steps)
@@ -185,25 +202,37 @@ class StepTracker:
         torch.optim.Optimizer.__init__ = optimizer_init
         opt_start: dict[tuple[int, int], float] = {}
 
+        get_ident, perf_counter = threading.get_ident, time.perf_counter
+
+        # Dynamo's frame callback is off where these call Python code of the stdlib (as around the
+        # backward bookkeeping above); the pre-hook's usual path calls only C.
         def pre_hook(optimizer, args, kwargs):
-            opt_start[(threading.get_ident(), id(optimizer))] = time.perf_counter()
-            tracker._note_optimizer(optimizer)
+            opt_start[(get_ident(), id(optimizer))] = perf_counter()
+            ref = tracker._required.get(id(optimizer))
+            if ref is None or ref() is not optimizer:  # not known yet (_note_optimizer's own test)
+                prior = set_eval_frame(None)
+                try:
+                    tracker._note_optimizer(optimizer)
+                finally:
+                    set_eval_frame(prior)
 
         def post_hook(optimizer, args, kwargs):
-            start = opt_start.pop((threading.get_ident(), id(optimizer)), None)
+            start = opt_start.pop((get_ident(), id(optimizer)), None)
+            if start is None:
+                return
+            prior = set_eval_frame(None)
             try:
-                limit = start is not None and tracker._optimizer_stepped(optimizer, time.perf_counter() - start)
+                limit = tracker._optimizer_stepped(optimizer, perf_counter() - start)
             except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's step()
                 tracker.note_error(exc)
                 limit = False
+            finally:
+                set_eval_frame(prior)
             if limit:
                 tracker.step_limit_reached = True
                 raise StepLimitReached(tracker.closed_steps)
 
-        self._handles = [
-            register_optimizer_step_pre_hook(dynamo_skip.without_dynamo(pre_hook)),
-            register_optimizer_step_post_hook(dynamo_skip.without_dynamo(post_hook)),
-        ]
+        self._handles = [register_optimizer_step_pre_hook(pre_hook), register_optimizer_step_post_hook(post_hook)]
 
     def uninstall(self) -> None:
         import torch.autograd
@@ -242,7 +271,9 @@ class StepTracker:
     def _optimizer_stepped(self, optimizer: Any, seconds: float) -> bool:
         """An optimizer's step() returned. True when that ended the step and --steps is reached."""
         with self._lock:
-            self._note_optimizer(optimizer)
+            ref = self._required.get(id(optimizer))
+            if ref is None or ref() is not optimizer:
+                self._note_optimizer(optimizer)
             step = FIRST_STEP + self.closed_steps
             self.writer.emit_held(OptimizerStepEvent, step=step, wall_s=seconds, optimizer=type(optimizer).__name__)
             opened = self._open
@@ -261,7 +292,7 @@ class StepTracker:
         """End the step in progress (caller holds the lock). True when --steps is reached."""
         opened = self._open
         step = FIRST_STEP + self.closed_steps
-        now = self.writer.now()
+        now = time.perf_counter() - self.writer.t0  # writer.now(), a call less
         self.writer.emit_held(
             StepEvent,
             t=now,
@@ -309,39 +340,41 @@ class StepTracker:
         local = self._local
         local.depth = 0
         try:
-            return self._backward_finished(step, index, elapsed, local.captures, outputs, roots, kwargs)
+            captures = local.captures
+            value, device_tensor = _loss(outputs[0] if outputs else None)
+            thread = "" if threading.get_ident() == self._main_thread_id else threading.current_thread().name
+            with self._lock:
+                self.backward_calls += 1
+                self._last_roots_ref = roots
+                self.current_roots = []
+                opened = self._open
+                current = FIRST_STEP + self.closed_steps
+                by_backward = True  # no optimizer alive: this call is a step of its own (_waiting_for's test, inline)
+                for ref in self._required.values():
+                    if ref() is not None:
+                        by_backward = False
+                        break
+                if by_backward and step != current:
+                    # Another thread's backward closed the step this one began in: it closes the next.
+                    step, index = current, opened.backward_calls
+                self.writer.emit_held(
+                    BackwardEvent,
+                    step=step,
+                    index=index,
+                    backward_s=elapsed,
+                    ca_captures=captures,
+                    call="backward" if kwargs.get("accumulate_grad", True) else "grad",
+                    loss=value,
+                    thread=thread,
+                )
+                if step == current:  # not a backward that outlived its step (optimizer stepped in another thread)
+                    opened.backward_calls += 1
+                    opened.backward_s += elapsed
+                    opened.loss, opened.loss_tensor = value, device_tensor
+                return self._close(STEP_BOUNDARY_BACKWARD) if by_backward else False
         except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
             self.note_error(exc)
             return False
-
-    def _backward_finished(self, step: int, index: int, elapsed: float, captures: int, outputs: list[Any], roots: list[Any], kwargs: dict) -> bool:
-        value, device_tensor = _loss(outputs[0] if outputs else None)
-        thread = "" if threading.get_ident() == self._main_thread_id else threading.current_thread().name
-        with self._lock:
-            self.backward_calls += 1
-            self._last_roots_ref = roots
-            self.current_roots = []
-            opened = self._open
-            current = FIRST_STEP + self.closed_steps
-            by_backward = not self._waiting_for()  # no optimizer: this call is a step of its own
-            if by_backward and step != current:
-                # Another thread's backward closed the step this one began in: it closes the next.
-                step, index = current, opened.backward_calls
-            self.writer.emit_held(
-                BackwardEvent,
-                step=step,
-                index=index,
-                backward_s=elapsed,
-                ca_captures=captures,
-                call="backward" if kwargs.get("accumulate_grad", True) else "grad",
-                loss=value,
-                thread=thread,
-            )
-            if step == current:  # not a backward that outlived its step (optimizer stepped in another thread)
-                opened.backward_calls += 1
-                opened.backward_s += elapsed
-                opened.loss, opened.loss_tensor = value, device_tensor
-            return self._close(STEP_BOUNDARY_BACKWARD) if by_backward else False
 
     def _check_flag_finding(self, step: int) -> None:
         """The script set the CA flag but this backward runs outside any compiled region, so as

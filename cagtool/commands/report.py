@@ -39,16 +39,17 @@ def write_run_report(run: "RunRecord", output: Path | None = None, gate: "GateRe
         raise UnreadableInput(f"cannot write the report to {where}: {exc.strerror or exc}") from None
 
 
-REPORT_DEPS_HINT = "pip install altair vl-convert-python"
+REPORT_DEPS_HINT = "pip install vl-convert-python"
 
 
-def report_after_run(run_path: Path, gate: "GateResult | None" = None) -> Path | None:
-    """`cagtool run`'s report.html. A report that cannot be written costs one line on stderr,
-    never the run's exit code: the record is already safe and `cagtool report` can retry."""
+def report_after_run(run_path: Path, gate: "GateResult | None" = None, run: "RunRecord | None" = None) -> Path | None:
+    """`cagtool run`'s report.html, from `run` when the record was already read (else read here).
+    A report that cannot be written costs one line on stderr, never the run's exit code: the
+    record is already safe and `cagtool report` can retry."""
     from cagtool.record.loader import load_run
 
     try:
-        written = write_run_report(load_run(run_path), gate=gate)
+        written = write_run_report(run if run is not None else load_run(run_path), gate=gate)
     except ImportError as exc:
         print(f"cagtool: report skipped: {exc.name or exc} is not installed ({REPORT_DEPS_HINT})", file=sys.stderr)
         return None

@@ -2,6 +2,8 @@
 
 `document.write_report(run_path, out)` is the entry point. Content comes from the analyses the
 text commands use (compare/, recompiles/, graphs/, gate/, frames); charts are Vega-Lite specs
-built with altair (`charts.py`) and drawn by the Vega JavaScript bundled into the page once
-(`vega_bundle.py`), so the file opens offline and asks no host for anything.
+written as plain dicts (`charts.py`: the JSON altair made for them; neither pandas nor altair is
+imported) and drawn by the Vega JavaScript bundled into the page once (`vega_bundle.py`), graph
+code highlighted as pygments highlights it (`highlight.py`), so the file opens offline and asks no
+host for anything.
 """

@@ -1,21 +1,28 @@
-"""The report's charts as Vega-Lite specs, built with altair from the frames cagtool already has.
+"""The report's charts as Vega-Lite specs, written as plain dicts (the JSON altair wrote for
+them before, key for key: tests/report/html/test_html_pieces.py compares the two where altair is
+installed), from the figures cagtool already has.
 
 Two charts: the step-time timeline of one mode (a line per record: repetitions and ranks), with
 compile-affected steps ringed and one marker per CA cache miss, Dynamo recompile and graph break;
-and compile time by phase, modes side by side. The rows come from `frames.steps_frame` and
+and compile time by phase, modes side by side. The step rows are the figures of `frames.steps_frame`
+(read from the record's step columns, without pandas), the markers come from
 `recompiles.table.recompile_table` (the figures `compare` and `recompiles` print), the phases from
-`compare.analysis.ModeColumn`; nothing is computed again here.
+`compare.analysis.ModeColumn`; nothing is computed again here. Neither pandas nor altair is
+imported: together they cost `cagtool run`'s end-of-run report about 0.9 s of a 15 s job (issue 12).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from cagtool.record.loader import ModeRecord
-from cagtool.record.schema import GraphBreakEvent, stamps_step_in_progress
-from cagtool.report.frames import steps_frame
+from cagtool.record.schema import GraphBreakEvent, StepEvent, stamps_step_in_progress
+from cagtool.report.html.vega_bundle import VEGALITE_SCHEMA
+from cagtool.report.metrics import device_step_seconds, step_columns
 from cagtool.report.recompiles.render import detail_cell
 from cagtool.report.recompiles.table import (
     SOURCE_CA,
@@ -60,26 +67,57 @@ class Series:
 
 
 def step_rows(series: Sequence[Series]) -> list[dict[str, Any]]:
-    """One row per recorded step of each series, from `steps_frame` (iteration time, backward
-    time, loss, compile-affected flag)."""
+    """One row per recorded step of each series, in step order: iteration time, backward time,
+    loss, compile-affected flag (the figures of `frames.steps_frame`, computed the same way)."""
     rows: list[dict[str, Any]] = []
     for s in series:
-        frame = steps_frame(s.record)
-        for step, row in frame.iterrows():
+        for step, iteration_s, backward_s, loss, affected, compiles, captures, compile_s in step_figures(s.record):
             rows.append(
                 {
                     "series": s.label,
-                    "step": int(step),
-                    "iteration_ms": _ms(row["iteration_s"]),
-                    "backward_ms": _ms(row["backward_s"]),
-                    "loss": _float(row["loss"]),
-                    "compile_affected": bool(row["compile_affected"]),
-                    "compiles": int(row["compiles"]),
-                    "ca_captures": int(row["ca_captures"]),
-                    "compile_ms": _ms(row["compile_s"]),
+                    "step": step,
+                    "iteration_ms": _ms(iteration_s),
+                    "backward_ms": _ms(backward_s),
+                    "loss": _float(loss),
+                    "compile_affected": affected,
+                    "compiles": compiles,
+                    "ca_captures": captures,
+                    "compile_ms": _ms(compile_s),
                 }
             )
     return rows
+
+
+def step_figures(record: ModeRecord) -> list[tuple[int, float | None, float, float | None, bool, int, int, float]]:
+    """Per step, in step order: (step, iteration_s, backward_s, loss, compile_affected, compiles,
+    ca_captures, compile_s), as `frames.steps_frame` defines them. `iteration_s`: schema 2, the
+    step's device time when the job ran on CUDA, else its wall time since the previous step ended
+    (None for the first); schema 1, from this step's backward start to the next one's (None for
+    the last), compile-affected when either step compiled. Read from the record's step columns
+    (its sidecar, when the loader used it), so no pandas and no event per step."""
+    c = step_columns(record)
+    held = record.columns.get(StepEvent.kind)
+    compile_s = held.column("compile_s") if held is not None else [e.compile_s for e in record.of(StepEvent)]
+    order = sorted(range(len(c.step)), key=c.step.__getitem__)  # stable, as the frame's sort was for these
+    touched = [bool(c.compiles[i] > 0 or c.ca_captures[i] > 0) for i in order]
+    if any(b for b in c.boundary if b is not None):
+        device = device_step_seconds(record)
+        iteration = [_device_or_wall(device.get(c.step[i]), c.wall_s[i]) for i in order]
+        affected = touched
+    else:
+        start = [c.t[i] - c.backward_s[i] for i in order]
+        iteration = [following - current for current, following in zip(start, start[1:])] + ([None] if start else [])
+        affected = [t or following for t, following in zip(touched, touched[1:] + [False])]
+    return [
+        (int(c.step[i]), iteration[k], c.backward_s[i], c.loss[i], affected[k], int(c.compiles[i]), int(c.ca_captures[i]), compile_s[i])
+        for k, i in enumerate(order)
+    ]
+
+
+def _device_or_wall(device_s: float | None, wall_s: float | None) -> float | None:
+    if device_s is not None and device_s == device_s:  # not NaN
+        return device_s
+    return wall_s
 
 
 # A long run's timeline keeps at most this many points per line (about 200 bytes each in the page):
@@ -157,96 +195,165 @@ def timeline_spec(title: str, steps: list[dict[str, Any]], markers: list[dict[st
     """Iteration time per step (log scale: compile-affected steps are often 100x the steady ones),
     a line and a point per step; compile-affected steps ringed; each marker a rule at its step with
     a symbol on top whose tooltip holds the reason. Drag to pan, wheel to zoom the steps."""
-    import altair as alt
-    import pandas as pd
-
-    step_data = pd.DataFrame(steps, columns=list(_STEP_COLUMNS))
-    zoom = alt.selection_interval(name="zoom", bind="scales", encodings=["x"])
+    step_data = _dataset(steps, _STEP_COLUMNS)
     # Steps are whole numbers: ticks between them (a zoomed axis has some) carry no label.
-    x = alt.X("step:Q", title="step", axis=alt.Axis(tickMinStep=1, labelExpr="datum.value % 1 ? '' : datum.label"))
-    y = alt.Y("iteration_ms:Q", title="step time (ms, log)", scale=alt.Scale(type="log"))
-    color = alt.Color("series:N", title="record", legend=alt.Legend(orient="top"))
+    x = {"axis": {"labelExpr": "datum.value % 1 ? '' : datum.label", "tickMinStep": 1}, "field": "step", "title": "step", "type": "quantitative"}
+    y = {"field": "iteration_ms", "scale": {"type": "log"}, "title": "step time (ms, log)", "type": "quantitative"}
     tooltip = [
-        alt.Tooltip("series:N", title="record"),
-        alt.Tooltip("step:Q"),
-        alt.Tooltip("iteration_ms:Q", title="step time (ms)", format=".3f"),
-        alt.Tooltip("backward_ms:Q", title="backward calls (ms)", format=".3f"),
-        alt.Tooltip("compile_affected:N", title="compile-affected"),
-        alt.Tooltip("compiles:Q"),
-        alt.Tooltip("ca_captures:Q", title="CA captures"),
-        alt.Tooltip("compile_ms:Q", title="compile (ms)", format=".1f"),
-        alt.Tooltip("loss:Q", format=".6g"),
+        _tooltip("series", "nominal", title="record"),
+        _tooltip("step", "quantitative"),
+        _tooltip("iteration_ms", "quantitative", ".3f", "step time (ms)"),
+        _tooltip("backward_ms", "quantitative", ".3f", "backward calls (ms)"),
+        _tooltip("compile_affected", "nominal", title="compile-affected"),
+        _tooltip("compiles", "quantitative"),
+        _tooltip("ca_captures", "quantitative", title="CA captures"),
+        _tooltip("compile_ms", "quantitative", ".1f", "compile (ms)"),
+        _tooltip("loss", "quantitative", ".6g"),
     ]
-    base = alt.Chart(step_data).transform_filter("isValid(datum.iteration_ms) && datum.iteration_ms > 0")
-    line = base.mark_line(opacity=0.6).encode(x=x, y=y, color=alt.Color("series:N", legend=None)).add_params(zoom)
-    points = base.mark_point(filled=True, size=30).encode(x=x, y=y, color=color, tooltip=tooltip).properties(name=STEP_MARKS)
-    affected = (
-        base.transform_filter("datum.compile_affected")
-        .mark_point(filled=False, size=160, strokeWidth=1.5, color="#d62728")
-        .encode(x=x, y=y, tooltip=tooltip)
-        .properties(name=AFFECTED_MARKS)
-    )
+    valid = {"filter": "isValid(datum.iteration_ms) && datum.iteration_ms > 0"}
+    line = {
+        "data": {"name": step_data[0]},
+        "mark": {"type": "line", "opacity": 0.6},
+        "encoding": {"color": {"field": "series", "legend": None, "type": "nominal"}, "x": x, "y": y},
+        "name": STEP_LINE_VIEW,
+        "transform": [valid],
+    }
+    points = {
+        "data": {"name": step_data[0]},
+        "mark": {"type": "point", "filled": True, "size": 30},
+        "encoding": {"color": {"field": "series", "legend": {"orient": "top"}, "title": "record", "type": "nominal"}, "tooltip": tooltip, "x": x, "y": y},
+        "name": STEP_MARKS,
+        "transform": [valid],
+    }
     layers = [line, points]
     if any(row["compile_affected"] and row["iteration_ms"] for row in steps):
-        layers.append(affected)  # an empty layer only draws Vega warnings about empty extents
+        # An empty layer only draws Vega warnings about empty extents.
+        layers.append(
+            {
+                "data": {"name": step_data[0]},
+                "mark": {"type": "point", "color": "#d62728", "filled": False, "size": 160, "strokeWidth": 1.5},
+                "encoding": {"tooltip": tooltip, "x": x, "y": y},
+                "name": AFFECTED_MARKS,
+                "transform": [valid, {"filter": "datum.compile_affected"}],
+            }
+        )
+    datasets = dict([step_data])
     if markers:
-        marker_data = pd.DataFrame(markers, columns=list(_MARKER_COLUMNS))
+        marker_data = _dataset(markers, _MARKER_COLUMNS)
+        datasets[marker_data[0]] = marker_data[1]
         kinds = [k for k, _, _ in _MARKERS]
-        kind_color = alt.Color(
-            "kind:N", title="event", scale=alt.Scale(domain=kinds, range=[c for _, _, c in _MARKERS]), legend=alt.Legend(orient="top")
-        )
-        kind_shape = alt.Shape("kind:N", scale=alt.Scale(domain=kinds, range=[s for _, s, _ in _MARKERS]), legend=None)
+        colours = {"domain": kinds, "range": [c for _, _, c in _MARKERS]}
         marker_tooltip = [
-            alt.Tooltip("kind:N", title="event"),
-            alt.Tooltip("series:N", title="record"),
-            alt.Tooltip("step:Q"),
-            alt.Tooltip("compile_id:N", title="compile id"),
-            alt.Tooltip("reason:N"),
-            alt.Tooltip("what:N", title="what changed"),
-            alt.Tooltip("node:N", title="autograd node"),
-            alt.Tooltip("source:N", title="source line"),
+            _tooltip("kind", "nominal", title="event"),
+            _tooltip("series", "nominal", title="record"),
+            _tooltip("step", "quantitative"),
+            _tooltip("compile_id", "nominal", title="compile id"),
+            _tooltip("reason", "nominal"),
+            _tooltip("what", "nominal", title="what changed"),
+            _tooltip("node", "nominal", title="autograd node"),
+            _tooltip("source", "nominal", title="source line"),
         ]
-        marks = alt.Chart(marker_data)
-        rules = marks.mark_rule(strokeDash=[3, 3], opacity=0.5).encode(
-            x=x, color=alt.Color("kind:N", scale=alt.Scale(domain=kinds, range=[c for _, _, c in _MARKERS]), legend=None)
-        )
+        rules = {
+            "data": {"name": marker_data[0]},
+            "mark": {"type": "rule", "opacity": 0.5, "strokeDash": [3, 3]},
+            "encoding": {"color": {"field": "kind", "legend": None, "scale": colours, "type": "nominal"}, "x": x},
+        }
         # Each kind has its own lane along the top, in pixels (no scale), so a miss and a break at
         # one step stay apart.
-        lane = alt.Y("lane:Q", scale=None, axis=None)
         lanes = {k: 7 + 11 * i for i, k in enumerate(kinds)}
-        marks = marks.transform_calculate(lane=f"{json.dumps(lanes)}[datum.kind]")
-        symbols = marks.mark_point(filled=True, size=110, opacity=0.9).encode(
-            x=x, y=lane, color=kind_color, shape=kind_shape, tooltip=marker_tooltip
-        ).properties(name=EVENT_MARKS)
+        symbols = {
+            "data": {"name": marker_data[0]},
+            "mark": {"type": "point", "filled": True, "opacity": 0.9, "size": 110},
+            "encoding": {
+                "color": {"field": "kind", "legend": {"orient": "top"}, "scale": colours, "title": "event", "type": "nominal"},
+                "shape": {"field": "kind", "legend": None, "scale": {"domain": kinds, "range": [s for _, s, _ in _MARKERS]}, "type": "nominal"},
+                "tooltip": marker_tooltip,
+                "x": x,
+                "y": {"axis": None, "field": "lane", "scale": None, "type": "quantitative"},
+            },
+            "name": EVENT_MARKS,
+            "transform": [{"calculate": f"{json.dumps(lanes)}[datum.kind]", "as": "lane"}],
+        }
         layers += [rules, symbols]
     # Colour scales are per layer: records for the steps, event kinds for the markers. The points'
     # legend stands for the line too (same field, same domain, so the same colours).
-    chart = alt.layer(*layers).resolve_scale(color="independent")
-    chart = chart.properties(title=title, width="container", height=240)
-    return chart.to_dict(validate=False)
+    spec: dict[str, Any] = {"config": _CONFIG, "layer": layers}
+    if len(datasets) == 1:  # one dataset for every layer: named once, at the top (as altair did)
+        for layer in layers:
+            del layer["data"]
+        spec["data"] = {"name": step_data[0]}
+    return {
+        **spec,
+        "height": 240,
+        "params": [{"name": "zoom", "select": {"type": "interval", "encodings": ["x"]}, "bind": "scales", "views": [STEP_LINE_VIEW]}],
+        "resolve": {"scale": {"color": "independent"}},
+        "title": title,
+        "width": "container",
+        "$schema": VEGALITE_SCHEMA,
+        "datasets": datasets,
+    }
 
 
 def compile_phase_spec(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Compile seconds by phase, one group of bars per mode (grouped, not stacked: torch's
     cumulative phase times nest, so stacking them would add time twice)."""
-    import altair as alt
-    import pandas as pd
-
-    data = pd.DataFrame(rows, columns=["mode", "phase", "seconds"])
+    name, values = _dataset(rows, ("mode", "phase", "seconds"))
     phases = list(dict.fromkeys(r["phase"] for r in rows))
-    chart = (
-        alt.Chart(data)
-        .mark_bar()
-        .encode(
-            y=alt.Y("mode:N", title=None, sort=None),
-            yOffset=alt.YOffset("phase:N", sort=phases),
-            x=alt.X("seconds:Q", title="compile time (s)"),
-            color=alt.Color("phase:N", sort=phases, legend=alt.Legend(orient="top", title=None)),
-            tooltip=[alt.Tooltip("mode:N"), alt.Tooltip("phase:N"), alt.Tooltip("seconds:Q", format=".3f")],
-        )
-        .properties(name=PHASE_MARKS, title="Compile time by phase", width="container", height=max(60, 12 * len(rows)))
-    )
-    return chart.to_dict(validate=False)
+    return {
+        "config": _CONFIG,
+        "data": {"name": name},
+        "mark": {"type": "bar"},
+        "encoding": {
+            "color": {"field": "phase", "legend": {"orient": "top", "title": None}, "sort": phases, "type": "nominal"},
+            "tooltip": [_tooltip("mode", "nominal"), _tooltip("phase", "nominal"), _tooltip("seconds", "quantitative", ".3f")],
+            "x": {"field": "seconds", "title": "compile time (s)", "type": "quantitative"},
+            "y": {"field": "mode", "sort": None, "title": None, "type": "nominal"},
+            "yOffset": {"field": "phase", "sort": phases, "type": "nominal"},
+        },
+        "height": max(60, 12 * len(rows)),
+        "name": PHASE_MARKS,
+        "title": "Compile time by phase",
+        "width": "container",
+        "$schema": VEGALITE_SCHEMA,
+        "datasets": {name: values},
+    }
+
+
+# The view the zoom parameter binds to (altair named it after a hash of the layer; any name
+# unique in the spec does).
+STEP_LINE_VIEW = "view_step_line"
+_CONFIG = {"view": {"continuousWidth": 300, "continuousHeight": 300}}
+
+
+def _tooltip(field: str, kind: str, fmt: str | None = None, title: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"field": field}
+    if fmt is not None:
+        out["format"] = fmt
+    if title is not None:
+        out["title"] = title
+    out["type"] = kind
+    return out
+
+
+def _dataset(rows: list[dict[str, Any]], columns: Sequence[str]) -> tuple[str, list[dict[str, Any]]]:
+    """(name, values) of an inline dataset, as altair made them from a DataFrame of `rows`: the
+    columns in order, values as pandas typed the column (a numeric column holding a float or a
+    gap is all floats; NaN and infinities are null), named after a hash of the values."""
+    values = [{c: row.get(c) for c in columns} for row in rows]
+    for column in columns:
+        present = [row[column] for row in values if row[column] is not None]
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present)
+        if numeric and present and (len(present) < len(values) or any(isinstance(v, float) for v in present)):
+            for row in values:
+                v = row[column]
+                row[column] = None if v is None or not math.isfinite(v) else float(v)
+        elif not numeric:
+            for row in values:
+                v = row[column]
+                if isinstance(v, float) and v != v:
+                    row[column] = None
+    digest = hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:32]
+    return "data-" + digest, values
 
 
 _STEP_COLUMNS = ("series", "step", "iteration_ms", "backward_ms", "loss", "compile_affected", "compiles", "ca_captures", "compile_ms")

@@ -281,22 +281,18 @@ def _diff_lines(entry: NodeDiff) -> list[str]:
 
 
 class CodeHighlighter:
-    """Python code as highlighted HTML (pygments escapes every token); its CSS goes in the page once."""
-
-    def __init__(self) -> None:
-        from pygments.formatters import HtmlFormatter
-        from pygments.lexers import PythonLexer
-
-        self._lexer = PythonLexer()
-        self._formatter = HtmlFormatter(cssclass="code", nowrap=False)
+    """Python code as highlighted HTML, pygments' HTML for it (`highlight.py`: every token
+    escaped); its CSS goes in the page once."""
 
     def css(self) -> str:
-        return self._formatter.get_style_defs(".code")
+        from cagtool.report.html.highlight import css
+
+        return css()
 
     def highlight(self, source: str) -> str:
-        from pygments import highlight
+        from cagtool.report.html.highlight import highlight_python
 
-        return highlight(source, self._lexer, self._formatter)
+        return highlight_python(source)
 
     def code_details(self, path: Path | None, summary: str) -> str:
         if path is None:

@@ -15,6 +15,7 @@ from cagtool.errors import CagtoolError, UsageError
 DEFAULT_MODES = "eager,aot,ca"
 
 if TYPE_CHECKING:
+    from cagtool.record.loader import RunRecord
     from cagtool.report.gate import GateOptions
 
 
@@ -30,14 +31,14 @@ def parse_modes(text: str) -> tuple[str, ...]:
     return modes
 
 
-def write_summary_json(run_path: Path, dest: Path) -> None:
+def write_summary_json(run_path: Path, dest: Path, run: "RunRecord | None" = None) -> None:
     """The machine-readable summary goes to a file: cagtool's stdout is the script's."""
     import json
 
     from cagtool.record.loader import load_run
     from cagtool.report.summary import summary_json
 
-    text = json.dumps(summary_json(load_run(run_path)), indent=2, default=str) + "\n"
+    text = json.dumps(summary_json(run if run is not None else load_run(run_path)), indent=2, default=str) + "\n"
     try:
         Path(dest).write_text(text)
     except OSError as exc:
@@ -136,10 +137,14 @@ def run_command(
     if outcome.startup_error:
         raise UsageError(outcome.startup_error)
     from cagtool.commands.summary import print_run_report
+    from cagtool.record.loader import load_run
 
-    print_run_report(outcome.path, fmt="text", after_run=True)
+    # The record is read once, with its step columns: the summary, --json and report.html come
+    # from this one copy in memory (issue 12).
+    record = load_run(outcome.path, columns=True)
+    print_run_report(outcome.path, fmt="text", after_run=True, loaded=record)
     if json_file is not None:
-        write_summary_json(outcome.path, Path(json_file))
+        write_summary_json(outcome.path, Path(json_file), record)
     code = outcome.exit_code
     gate_result = None
     if (gate or gate_options.settings.has_thresholds()) and code == 0:
@@ -155,7 +160,7 @@ def run_command(
     if not no_report:
         from cagtool.commands.report import report_after_run
 
-        report_after_run(outcome.path, gate_result)
+        report_after_run(outcome.path, gate_result, record)
     raise typer.Exit(code)
 
 

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from cagtool.commands._common import RANK_OPT, RUN_ARG, STRICT_OPT
 from cagtool.errors import UsageError
 
+if TYPE_CHECKING:
+    from cagtool.record.loader import RunRecord
 
-def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: bool = False, strict: bool = False, rank: int | None = None) -> None:
+def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: bool = False, strict: bool = False, rank: int | None = None, loaded: "RunRecord | None" = None) -> None:
+    """`loaded`: the run already read (`cagtool run` reads its record once for the summary, --json
+    and report.html); else it is read here."""
     from cagtool.record.loader import load_run
     from cagtool.report.console import make_console
     from cagtool.report.ranks.analysis import focused_run, run_for_rank
@@ -21,7 +25,7 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
     # Optimizer-step events are half of a long run's lines and no summary figure reads them: they
     # are counted, not built; steps and backward calls are read as columns from the record's
     # sidecar when it matches events.jsonl (issue 12: a 20,000-step summary in under 0.5 s).
-    run = load_run(run_path, strict=strict, kinds=SUMMARY_KINDS, columns=True)
+    run = loaded if loaded is not None else load_run(run_path, strict=strict, kinds=SUMMARY_KINDS, columns=True)
     run = run_for_rank(run, rank)
     if fmt == "json":
         print(json.dumps(summary_json(run, rank=rank), indent=2, default=str))

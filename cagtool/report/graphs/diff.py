@@ -134,8 +134,11 @@ def _align_groups(old: NormGraph, new: NormGraph) -> list[NodeDiff]:
     # Pass 1: whole groups by content, which settles every unchanged group.
     # Pass 2: what is left, by autograd-node name.
     out: list[NodeDiff] = []
-    old_signatures = [n.signature for n in old.nodes]
-    new_signatures = [n.signature for n in new.nodes]
+    # Each signature as a small int (equal signatures, equal ints): a group's content is then a
+    # tuple of ints, hashed and compared without walking every node's signature again.
+    ids: dict[tuple, int] = {}
+    old_signatures = [ids.setdefault(n.signature, len(ids)) for n in old.nodes]
+    new_signatures = [ids.setdefault(n.signature, len(ids)) for n in new.nodes]
     old_content = [(g.origin, tuple(old_signatures[g.start : g.stop])) for g in old.groups]
     new_content = [(g.origin, tuple(new_signatures[g.start : g.stop])) for g in new.groups]
     old_nodes, new_nodes = old.nodes, new.nodes
@@ -150,7 +153,7 @@ def _align_groups(old: NormGraph, new: NormGraph) -> list[NodeDiff]:
 
 
 def _align_groups_by_name(
-    old: NormGraph, old_groups: Sequence[OriginGroup], new: NormGraph, new_groups: Sequence[OriginGroup], old_signatures: list[tuple], new_signatures: list[tuple]
+    old: NormGraph, old_groups: Sequence[OriginGroup], new: NormGraph, new_groups: Sequence[OriginGroup], old_signatures: list[int], new_signatures: list[int]
 ) -> list[NodeDiff]:
     out: list[NodeDiff] = []
     old_keys = [g.origin or "" for g in old_groups]
@@ -166,7 +169,7 @@ def _align_groups_by_name(
     return out
 
 
-def _align_nodes(old: Sequence[NormNode], new: Sequence[NormNode], old_signatures: Sequence[tuple], new_signatures: Sequence[tuple]) -> list[NodeDiff]:
+def _align_nodes(old: Sequence[NormNode], new: Sequence[NormNode], old_signatures: Sequence[int], new_signatures: Sequence[int]) -> list[NodeDiff]:
     out: list[NodeDiff] = []
     for tag, i1, i2, j1, j2 in opcodes(old_signatures, new_signatures):
         if tag == "equal":

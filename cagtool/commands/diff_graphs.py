@@ -178,12 +178,17 @@ def diff_graphs_command(
     options = DiffGraphsOptions(run=run, old=old, new=new, mode=mode, format=format, context=context, strict=strict, rank=rank)
     # Reading, diffing and rendering two large graphs allocate hundreds of thousands of objects
     # and free them by reference counting; the cyclic collector's passes over them cost a fifth
-    # of the command.
+    # of the command. The exit code is raised after the pause: an exception raised inside it
+    # would keep the diff alive (its traceback holds the frames) when collection resumes, and
+    # the first collection would then walk every object the diff made.
     with cyclic_gc_paused():
-        _diff_and_render(options)
+        identical = _diff_and_render(options)
+    if not identical:
+        raise typer.Exit(EXIT_GATE_FAILED)
 
 
-def _diff_and_render(options: DiffGraphsOptions) -> None:
+def _diff_and_render(options: DiffGraphsOptions) -> bool:
+    """Diff and print; True when every comparison found the graphs identical."""
     from cagtool.report.console import make_console
     from cagtool.report.graphs import JsonRenderer, SideBySideRenderer, UnifiedRenderer, graph_ids
 
@@ -201,15 +206,14 @@ def _diff_and_render(options: DiffGraphsOptions) -> None:
             f"To compare it with another run: cagtool diff-graphs {record.path}:{only[0]} OTHER_RUN:{only[0]}",
             markup=False,
         )
-        return
+        return True
     renderer = {
         DiffFormat.side: SideBySideRenderer(context=options.context),
         DiffFormat.unified: UnifiedRenderer(context=options.context),
         DiffFormat.json: JsonRenderer(),
     }[options.format]
     renderer.render(comparisons, console)
-    if not all(c.identical for c in comparisons):
-        raise typer.Exit(EXIT_GATE_FAILED)
+    return all(c.identical for c in comparisons)
 
 
 def register(app: typer.Typer) -> None:

@@ -89,3 +89,37 @@ def test_schema_2_steps_from_1_read_from_0_on_every_path(tmp_path):
     assert load_mode(write_mode(tmp_path / "lines", [*old, '{"kind": "step", "se'], 2)).events == EVENTS
     filtered = load_mode(write_mode(tmp_path / "kinds", old, 2), kinds=frozenset({"step", "ca_cache_miss"}))
     assert filtered.events == [EVENTS[0], EVENTS[1], EVENTS[3]]
+
+
+def test_the_kinds_filter_keeps_and_numbers_exactly_the_lines_the_per_line_test_keeps():
+    """The kinds filter's one regex split (record/loader.py `_stream_lines`) against its definition,
+    line by line: a line of an unwanted kind is `{"kind": "<kind>"` ... `}` (trailing whitespace
+    allowed) and is counted; every other line with text is kept with its line number."""
+    import random
+    from collections import Counter
+
+    from cagtool.record.loader import _KIND_PREFIX, _stream_lines
+    from cagtool.record.schema import EVENT_TYPES
+
+    kinds = frozenset({"ca_cache_miss", "ca_graph"})
+    unwanted = tuple(f'{_KIND_PREFIX}{kind}"' for kind in EVENT_TYPES if kind not in kinds)
+    pieces = [line(e) for e in EVENTS] + [
+        "", " ", "\t", "\u3000", "\r", "not json", '{"kind": "step", "seq": 7, "t": 0.25, "step": 9, "backw',  # torn
+        '{"kind": "step", "seq": 8}  \t', '{"kind": "step", "seq": 8}\r', '{"kind": "step", "seq": 8}\u3000', '{"kind": "step", "seq": 8} x',
+        '{"kind": "steps", "seq": 1}', ' {"kind": "step", "seq": 1}', '{"kind": "ca_graph", "seq": 3}', '{"kind": "from_the_future"}',
+    ]
+    rng = random.Random(12)
+    for trial in range(200):
+        lines = [rng.choice(pieces) for _ in range(rng.randint(0, 30))]
+        text = "\n".join(lines) + rng.choice(["", "\n", "\n\n"])
+        counts: Counter[str] = Counter()
+        entries: list[tuple[int, str]] = []
+        assert _stream_lines(text.encode(), kinds, unwanted, counts, entries) == []
+        expected_counts: Counter[str] = Counter()
+        expected_entries = []
+        for number, one in enumerate(text.split("\n"), start=1):
+            if one.startswith(unwanted) and one.rstrip().endswith("}"):
+                expected_counts[one[len(_KIND_PREFIX) : one.index('"', len(_KIND_PREFIX))]] += 1
+            elif one.strip():
+                expected_entries.append((number, one))
+        assert (counts, entries) == (expected_counts, expected_entries), (trial, text)

@@ -369,15 +369,19 @@ def _stream_lines(data: bytes, kinds: frozenset[str] | set[str] | None, unwanted
             # Each match starts at its line's newline (one is put before the first line): a
             # literal prefix lets the regex engine jump from line to line instead of trying a
             # `^` at every character (3 x 10 MB in `summary`: 0.1 s per mode -> 0.03 s).
-            text = "\n" + text
-            counts.update(pattern.findall(text))
-            text = pattern.sub("\n", text)[1:]
-            # Only the lines left with text go on, with their line numbers (counted in C).
-            number, previous = 1, 0
-            for match in _TEXT_LINE.finditer(text):
-                number += text.count("\n", previous, match.start())
-                previous = match.start()
-                entries.append((number, match.group(0)))
+            # One split gives [gap, kind, gap, kind, ..., gap]: each unwanted line's kind, and
+            # between them the other lines, each "\n" + its text (a gap is "" between two
+            # unwanted lines): one regex pass instead of a findall, a sub and a third scan.
+            parts = pattern.split("\n" + text)
+            counts.update(parts[1::2])
+            gaps = parts[::2]
+            newlines = 0  # the newlines in the gaps before this one: each unwanted line has one
+            for index in [i for i, gap in enumerate(gaps) if gap]:
+                lines = gaps[index].split("\n")  # "" first: a gap starts with its first line's newline
+                first = index + newlines  # the number of the line before this gap's first
+                # Only the lines with text go on, numbered as in the file.
+                entries.extend((first + offset, line) for offset, line in enumerate(lines) if offset and line.strip())
+                newlines += len(lines) - 1
             return []
         return text.split("\n") if text else []  # the whole stream at once
     except UnicodeDecodeError:
@@ -405,9 +409,6 @@ def renumber_steps_from_zero(events: list[Event], schema_version: int) -> None:
         step = state.get("step")
         if step is not None:
             state["step"] = step + shift
-
-
-_TEXT_LINE = re.compile(r"^[^\n]*\S[^\n]*$", re.MULTILINE)  # a line that `line.strip()` leaves non-empty
 
 
 @lru_cache(maxsize=8)

@@ -9,16 +9,28 @@ normalising both graphs, aligning them and summarising (rendering is not include
 
     python benchmarks/graph_diff.py            # 10,000 nodes, 7 repetitions
     python benchmarks/graph_diff.py --nodes 50000 --repeat 3 --json
+
+With --before/--after it times the whole command instead (issue 12): `cagtool diff-graphs RUN 0 1`
+(side by side, CI=true, COLUMNS=100, stdout to a pipe, as benchmarks/cli_speed.py runs it) with two
+installs, alternately, and prints each one's CPU time (user + system, from getrusage), which a
+busy machine inflates far less than wall time, and the median of the per-repetition differences:
+
+    python benchmarks/cli_speed.py --only diff-graphs --keep bench     # bench/graphs, bench/install (this checkout)
+    python benchmarks/graph_diff.py --record bench/graphs --before OLD/venv/bin/cagtool --after bench/install/venv/bin/cagtool
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
+import resource
 import statistics
+import subprocess
 import time
+from pathlib import Path
 
 from cagtool.record.graph_file import GraphNode
 from cagtool.record.schema import AutogradNodeRef
@@ -94,12 +106,43 @@ def synthetic_graph(n_nodes: int, seed: int, variant: bool) -> list[GraphNode]:
     return b.nodes
 
 
+def command_cpu(record: Path, installs: dict[str, str], repeat: int) -> None:
+    """CPU of `cagtool diff-graphs RECORD 0 1` per install, interleaved (the order alternates)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # both use their .pyc files
+    env.update(CI="true", COLUMNS="100")
+    cpu: dict[str, list[float]] = {name: [] for name in installs}
+    for rep in range(repeat + 1):  # the first is a warm-up
+        order = list(installs.items()) if rep % 2 else list(reversed(installs.items()))
+        for name, script in order:
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            proc = subprocess.run([script, "diff-graphs", str(record), "0", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if proc.returncode not in (0, 1):
+                raise SystemExit(f"{script} failed ({proc.returncode}): {proc.stderr.decode()[-2000:]}")
+            if rep:
+                cpu[name].append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+    print(f"`diff-graphs {record} 0 1`, {repeat} interleaved repetitions after a warm-up; load average {os.getloadavg()[0]:.2f} at the end; CPU = user + system")
+    for name, values in cpu.items():
+        print(f"  {name:<7} median {statistics.median(values):.3f} s  (min {min(values):.3f}, max {max(values):.3f})  {installs[name]}")
+    if len(cpu) == 2:
+        (a, xs), (b, ys) = cpu.items()
+        print(f"  median of per-repetition differences ({b} - {a}): {statistics.median(y - x for x, y in zip(xs, ys)):+.3f} s")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--json", action="store_true", help="print one JSON line instead of text")
+    parser.add_argument("--record", type=Path, help="with --before/--after: a run with graphs 0 and 1 (cli_speed.py --keep DIR writes DIR/graphs)")
+    parser.add_argument("--before", help="the cagtool console script of the install before a change")
+    parser.add_argument("--after", help="the cagtool console script of the install after it")
     args = parser.parse_args()
+    if args.before or args.after:
+        if not (args.record and args.before and args.after):
+            parser.error("--before and --after need each other and --record")
+        command_cpu(args.record, {"before": args.before, "after": args.after}, args.repeat)
+        return
     old = synthetic_graph(args.nodes, seed=0, variant=False)
     new = synthetic_graph(args.nodes, seed=0, variant=True)
     diff_graphs(old, new)  # warm-up (imports, regex compilation)

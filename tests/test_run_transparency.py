@@ -39,3 +39,24 @@ def test_module_mode_passes_args_after_double_dash(tmp_path):
     )
     assert under.returncode == 0, under.stderr
     assert _first_json_line(under.stdout) == _first_json_line(plain.stdout) == {"name": "__main__", "argv": ["--lr", "3e-4"], "path0": str(SCRIPTS)}
+
+
+def test_exit_duties_run_as_under_python(tmp_path):
+    """What the interpreter's exit does for a script (atexit handlers, joining a thread still
+    running, flushing a file never closed whose namespace is a cycle) happens under cagtool as
+    under python, and the exit code is the script's: a guard for any faster exit of the mode
+    process (issue 12; freezing the collector at exit lost that file's contents)."""
+    script = "tests/scripts/exit_duties.py"
+    seen = {}
+    for name, cmd in (
+        ("python", [sys.executable, script]),
+        ("cagtool", cagtool_cmd("run", "--modes", "eager", "--no-report", "-o", str(tmp_path / "r"), script)),
+    ):
+        out = tmp_path / name
+        out.mkdir()
+        proc = subprocess.run([*cmd, str(out)], capture_output=True, text=True, cwd=ROOT, env={**__import__("os").environ, "CI": "true"}, timeout=300)
+        assert proc.returncode == 3, proc.stderr
+        assert proc.stdout == "script done\n"
+        seen[name] = {p.name: p.read_text() for p in sorted(out.iterdir())}
+    assert seen["cagtool"] == seen["python"]
+    assert seen["python"] == {"atexit.txt": "ran", "thread.txt": "joined", "unclosed.txt": "buffered " * 100}

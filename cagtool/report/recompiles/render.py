@@ -11,7 +11,7 @@ import textwrap
 from typing import TYPE_CHECKING, Any, Union
 
 from cagtool.record.schema import SourceRef
-from cagtool.report.recompiles.plain import PlainConsole
+from cagtool.report.console import PlainConsole
 from cagtool.report.recompiles.explain import (
     grad_warmup_row,
     Explanation,
@@ -35,7 +35,7 @@ from cagtool.report.recompiles.table import (
 if TYPE_CHECKING:
     from rich.console import Console
 
-    # rich's Console, or on a colourless stream the PlainConsole that writes what it would (plain.py).
+    # rich's Console, or on a colourless stream the PlainConsole that writes what it would (report/console.py).
     AnyConsole = Union[Console, PlainConsole]
 
 _SOURCE_LABEL = {SOURCE_CA: "CA miss", SOURCE_DYNAMO_FRAME: "Dynamo", SOURCE_DYNAMO_CA_GRAPH: "Dynamo CA"}

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from cagtool.report.console import UNBOUNDED_WIDTH, make_console
-from cagtool.report.recompiles.plain import PlainConsole
+from cagtool.report.console import PlainConsole
 from cagtool.report.recompiles.render import print_line, print_wrapped
 
 # What record data can put in a line: control codes rich drops or keeps, tabs, newlines, Unicode

@@ -64,10 +64,33 @@ def make_console(file: IO[str] | None = None, width: int | None = None, stderr: 
     )
 
 
-# Start-up (issue 12): rich.console and rich.table are ~40 ms of imports, more than `cagtool runs`
-# spends on anything else. Where what rich would print is plain text laid out without wrapping,
-# the two functions below write it themselves, byte for byte what the console from `make_console`
-# prints (tests/test_plain_output.py compares them with rich); anything else goes to rich.
+# Start-up (issue 12): rich.console and rich.table are ~40 ms of imports, and rich lays out a long
+# table row by row through its full renderable machinery. Where what rich would print is plain
+# text, the writers below write it themselves, byte for byte what the console from `make_console`
+# prints (tests/report/test_console.py and tests/report/graphs compare them with rich); anything
+# else goes to rich. Whether a stream is such a place is decided here, once, for all of them.
+
+
+def plain_width(stream: IO[str], width: int | None = None) -> int | None:
+    """The width of `make_console(stream, width=width)` where rich writes to `stream` exactly the
+    text it is given (no colour, no style, no terminal control); None where it may not: on a
+    terminal, where rich's own switches make it treat any stream as one (TTY_COMPATIBLE=1, a
+    non-empty FORCE_COLOR: make_console's colourless console would still print the text, but what
+    rich does for a terminal is rich's to do), and in a notebook (rich displays there instead of
+    writing to the stream)."""
+    if _is_tty(stream):
+        return None
+    environ = os.environ
+    if environ.get("TTY_COMPATIBLE") == "1" or environ.get("FORCE_COLOR") or hasattr(builtins, "get_ipython"):
+        return None
+    return width if width is not None else _off_terminal_width()
+
+
+def prints_plain(console: "Console") -> bool:
+    """True when the rich `console` writes exactly the text it is given, so a writer may lay the
+    text out itself: a console with no colour system (no style is rendered: make_console's off a
+    terminal) on a stream `plain_width` accepts."""
+    return console.color_system is None and plain_width(console.file) is not None
 
 
 def _plain(text: str) -> bool:
@@ -76,16 +99,10 @@ def _plain(text: str) -> bool:
     return text.isascii() and text.isprintable()
 
 
-def _plain_width(stream: IO[str]) -> int | None:
-    """The width `make_console` gives a console on `stream`, or None on a terminal (colour, bold
-    headers: rich renders those)."""
-    return None if _is_tty(stream) else _off_terminal_width()
-
-
 def print_text(text: str, file: IO[str] | None = None) -> None:
     """`make_console(file).print(text)`: one line of text, no markup."""
     stream = _stream(file, False)
-    width = _plain_width(stream)
+    width = plain_width(stream)
     if width is not None and len(text) <= width and _plain(text):
         stream.write(text + "\n")
         stream.flush()
@@ -98,7 +115,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], file: IO[
     `Table(box=None, pad_edge=False)` whose columns fold (`overflow="fold"`): each column as wide
     as its widest cell, two spaces between columns, every cell padded to its column's width."""
     stream = _stream(file, False)
-    width = _plain_width(stream)
+    width = plain_width(stream)
     if width is not None and all(len(row) == len(headers) for row in rows):
         cells = [list(headers), *(list(row) for row in rows)]
         widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
@@ -123,9 +140,8 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], file: IO[
 # exactly that, so `recompiles --explain | less` neither imports rich nor lays out through it
 # (about 40 ms of the command's 0.25 s CPU on a 100,000-event record, issue 12). What it does not
 # reproduce exactly itself (tabs, several lines, a line longer than the width, a table) it hands
-# to a rich Console made, on first use, as `make_console` makes it for the same stream; on a
-# terminal, or where rich's own environment switches would make it treat the stream as one, the
-# renderers get rich's Console.
+# to a rich Console made, on first use, as `make_console` makes it for the same stream; where
+# `plain_width` says rich may not write the plain text, the renderers get rich's Console.
 
 # What rich's Text drops from every string (rich.control.STRIP_CONTROL_CODES: bell, backspace,
 # vertical tab, form feed, carriage return), as a str.translate table.
@@ -143,18 +159,11 @@ class PlainConsole:
 
     @classmethod
     def where_plain(cls, file: IO[str], width: int | None = None) -> PlainConsole | None:
-        """A PlainConsole for `file` when rich would write it no colour, no style and no terminal
-        control (what make_console(file, width) gives off a terminal); None otherwise."""
-        if hasattr(file, "isatty") and file.isatty():
+        """A PlainConsole for `file` where rich would write exactly the text (`plain_width`), as
+        wide as make_console(file, width) would be; None otherwise."""
+        width = plain_width(file, width)
+        if width is None:
             return None
-        environ = os.environ
-        # rich's own switches that make it treat any stream as a terminal, and a notebook (rich
-        # displays there instead of writing to the stream).
-        if environ.get("TTY_COMPATIBLE") == "1" or environ.get("FORCE_COLOR") or hasattr(builtins, "get_ipython"):
-            return None
-        if width is None:  # make_console's width off a terminal
-            columns = environ.get("COLUMNS", "")
-            width = int(columns) if columns.isdigit() and int(columns) > 0 else UNBOUNDED_WIDTH
         return cls(file, width)
 
     def line(self, text: str) -> None:
@@ -177,7 +186,7 @@ class PlainConsole:
             return
         if not options and len(objects) == 1 and isinstance(objects[0], str):
             text = objects[0]
-            if text.isascii() and text.isprintable() and len(text) <= self.width:
+            if _plain(text) and len(text) <= self.width:
                 self._write(text + "\n")
                 return
         self.rich().print(*objects, **options)

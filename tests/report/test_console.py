@@ -1,16 +1,23 @@
-"""report/console.py's plain writers print byte for byte what rich prints on the same console
-(they exist to spare `cagtool runs` the import of rich.table and rich.console, issue 12)."""
+"""report/console.py's plain writers (print_text, print_table, PlainConsole) print byte for byte
+what rich prints on the same console, and they, like the side-by-side diff table, skip rich
+exactly where `plain_width` says rich writes plain text (they exist to spare `cagtool runs` and
+`recompiles --explain` the import of rich, issue 12)."""
 
 from __future__ import annotations
 
+import builtins
 import io
+import os
 import random
 import string
+import subprocess
+import sys
 
 import pytest
 from rich.table import Table
 
-from cagtool.report.console import make_console, print_table, print_text
+from cagtool.report.console import UNBOUNDED_WIDTH, PlainConsole, make_console, plain_width, print_table, print_text, prints_plain
+from cagtool.report.recompiles.render import print_line, print_wrapped
 
 HEADERS = ("run", "created", "target", "modes", "exit")
 
@@ -130,3 +137,97 @@ def test_plain_writers_at_the_width_boundary(monkeypatch, margin):
     print_text(text, file=plain)
     make_console(reference).print(text)
     assert plain.getvalue() == reference.getvalue()
+
+
+# PlainConsole (the recompiles --explain text off a terminal). What record data can put in a line:
+# control codes rich drops or keeps, tabs, newlines, Unicode spaces (rich crops trailing whitespace
+# past the width by str's idea of whitespace), wide and combining characters, markup-looking brackets.
+ALPHABET = ["a", "b", "Z", "0", " ", "  ", "\t", "\n", "\r", "\x07", "\x08", "\x0b", "\x0c", "\x1b[1m", "\x00", "\x1c",
+            "\xa0", "\u3000", "\u2028", "é", "e\u0301", "漢", "🙂", "[b]", "[/x]", ":smile:", "}", "-", "/"]
+
+
+def _strings(count: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    out = ["", " ", "x" * 150, "x" * 99 + "   ", "y" * 40 + "\u3000\u3000", "No recompiles: every step after the first reused the cached graphs."]
+    for _ in range(count):
+        out.append("".join(rng.choice(ALPHABET) for _ in range(rng.randint(1, 60))))
+    return out
+
+
+def _both(width: int | None, calls) -> tuple[str, str]:
+    plain_out, rich_out = io.StringIO(), io.StringIO()
+    plain = PlainConsole.where_plain(plain_out, width)
+    assert plain is not None
+    rich = make_console(rich_out, width=width)
+    calls(plain)
+    calls(rich)
+    return plain_out.getvalue(), rich_out.getvalue()
+
+
+@pytest.mark.parametrize("width", [100, 37, 8, None])
+def test_plain_console_writes_lines_blank_lines_and_strings_as_rich_writes_them(width, monkeypatch):
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
+    monkeypatch.delenv("COLUMNS", raising=False)
+    for text in _strings(150, seed=width or 0):
+        def calls(console, text=text):
+            print_line(console, text, style="bold")
+            console.print()
+            console.print(text)
+            print_wrapped(console, text * 3, indent=2, style="bold")
+        plain, rich = _both(width, calls)
+        assert plain == rich, repr(text)
+
+
+def test_one_rule_decides_where_rich_is_skipped(monkeypatch):
+    """plain_width is the decision; PlainConsole, the diff table (prints_plain) and print_text /
+    print_table (below, in a process of their own) all follow it."""
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
+    monkeypatch.setenv("COLUMNS", "61")
+
+    def agree(stream) -> int | None:
+        width = plain_width(stream)
+        console = PlainConsole.where_plain(stream)
+        assert (console.width if console is not None else None) == width
+        assert prints_plain(make_console(stream)) == (width is not None)
+        return width
+
+    assert agree(io.StringIO()) == make_console(io.StringIO()).width == 61
+    monkeypatch.delenv("COLUMNS")
+    assert agree(io.StringIO()) == make_console(io.StringIO()).width == UNBOUNDED_WIDTH
+    assert plain_width(io.StringIO(), 37) == PlainConsole.where_plain(io.StringIO(), 37).width == 37
+    leader, follower = os.openpty()
+    try:
+        with open(follower, "w", closefd=False) as tty:
+            assert agree(tty) is None
+    finally:
+        os.close(leader)
+        os.close(follower)
+    # rich's own switches that make it treat any stream as a terminal
+    for name, value, plain in [("FORCE_COLOR", "1", False), ("FORCE_COLOR", "", True), ("TTY_COMPATIBLE", "1", False), ("TTY_COMPATIBLE", "0", True)]:
+        monkeypatch.setenv(name, value)
+        assert (agree(io.StringIO()) is not None) == plain, (name, value)
+        monkeypatch.delenv(name)
+    # a notebook: rich displays there instead of writing to the stream
+    monkeypatch.setattr(builtins, "get_ipython", lambda: None, raising=False)
+    assert agree(io.StringIO()) is None
+
+
+@pytest.mark.parametrize("force_color", ["", "1"])
+def test_print_text_and_print_table_follow_the_rule(force_color):
+    """Off a terminal they write without importing rich; where rich treats the stream as a
+    terminal (FORCE_COLOR) they leave it to rich, which prints the same text."""
+    script = (
+        "import io, sys\n"
+        "from cagtool.report.console import print_table, print_text\n"
+        "out = io.StringIO()\n"
+        "print_text('no runs', file=out)\n"
+        "print_table(('a', 'b'), [('x', 'yy')], file=out)\n"
+        "print(repr(out.getvalue()), 'rich.console' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TTY_COMPATIBLE")}
+    env["FORCE_COLOR"] = force_color
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    written = "no runs\na  b \nx  yy\n"
+    assert result.stdout == f"{written!r} {bool(force_color)}\n"

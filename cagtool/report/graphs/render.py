@@ -17,7 +17,7 @@ from rich._wrap import divide_line
 from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 
-from cagtool.report.console import is_unbounded
+from cagtool.report.console import is_unbounded, prints_plain
 
 from cagtool.report.graphs.diff import CHANGED, EQUAL, INSERTED, REMOVED, NodeDiff
 from cagtool.report.graphs.runs import GraphComparison, GraphSide
@@ -213,7 +213,7 @@ class SideBySideRenderer(_HunkRenderer):
             self._gap(table, hunk.skipped_before)
             self._hunk(table, entries[hunk.start : hunk.stop])
         self._gap(table, skipped_after)
-        if console.no_color and not console.legacy_windows:
+        if prints_plain(console):  # the rule every writer that skips rich follows (report/console.py)
             _print_plain_table(table, console)  # same text, without rich laying out ~1,000 rows
         else:
             console.print(table)

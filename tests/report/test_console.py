@@ -204,30 +204,60 @@ def test_one_rule_decides_where_rich_is_skipped(monkeypatch):
     finally:
         os.close(leader)
         os.close(follower)
-    # rich's own switches that make it treat any stream as a terminal
-    for name, value, plain in [("FORCE_COLOR", "1", False), ("FORCE_COLOR", "", True), ("TTY_COMPATIBLE", "1", False), ("TTY_COMPATIBLE", "0", True)]:
+    # rich's switches that make it treat any stream as a terminal: make_console's console off a
+    # terminal still has no colour system (the writers' text under them: the test below)
+    for name, value in [("FORCE_COLOR", "1"), ("FORCE_COLOR", ""), ("TTY_COMPATIBLE", "1"), ("TTY_COMPATIBLE", "0")]:
         monkeypatch.setenv(name, value)
-        assert (agree(io.StringIO()) is not None) == plain, (name, value)
+        assert agree(io.StringIO()) == UNBOUNDED_WIDTH, (name, value)
         monkeypatch.delenv(name)
     # a notebook: rich displays there instead of writing to the stream
     monkeypatch.setattr(builtins, "get_ipython", lambda: None, raising=False)
     assert agree(io.StringIO()) is None
 
 
-@pytest.mark.parametrize("force_color", ["", "1"])
-def test_print_text_and_print_table_follow_the_rule(force_color):
-    """Off a terminal they write without importing rich; where rich treats the stream as a
-    terminal (FORCE_COLOR) they leave it to rich, which prints the same text."""
+@pytest.mark.parametrize("switch", ["", "FORCE_COLOR=1", "TTY_COMPATIBLE=1", "notebook"])
+def test_print_text_and_print_table_follow_the_rule(switch):
+    """Off a terminal they write without importing rich, also where rich is told to treat the
+    stream as a terminal (what rich prints there is the same text: the next test); in a notebook
+    they leave it to rich."""
     script = (
-        "import io, sys\n"
-        "from cagtool.report.console import print_table, print_text\n"
+        "import builtins, io, sys\n"
+        + ("builtins.get_ipython = lambda: None\n" if switch == "notebook" else "")
+        + "from cagtool.report.console import print_table, print_text\n"
         "out = io.StringIO()\n"
         "print_text('no runs', file=out)\n"
         "print_table(('a', 'b'), [('x', 'yy')], file=out)\n"
         "print(repr(out.getvalue()), 'rich.console' in sys.modules)\n"
     )
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TTY_COMPATIBLE")}
-    env["FORCE_COLOR"] = force_color
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TTY_COMPATIBLE", "FORCE_COLOR")}
+    if "=" in switch:
+        name, value = switch.split("=")
+        env[name] = value
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
     written = "no runs\na  b \nx  yy\n"
-    assert result.stdout == f"{written!r} {bool(force_color)}\n"
+    assert result.stdout == f"{written!r} {switch == 'notebook'}\n"
+
+
+@pytest.mark.parametrize("switch", ["FORCE_COLOR", "TTY_COMPATIBLE"])
+def test_where_rich_treats_any_stream_as_a_terminal_it_prints_the_plain_writers_text(monkeypatch, switch):
+    """rich prints no colour, no style and no control code with make_console's console off a
+    terminal even when told the stream is one: the plain writers stay on there."""
+    monkeypatch.setenv(switch, "1")
+    monkeypatch.delenv("COLUMNS", raising=False)
+    rng = random.Random(switch)
+    for _ in range(40):
+        rows = [tuple(random_cell(rng) for _ in HEADERS) for _ in range(rng.randint(0, 4))]
+        plain, reference = io.StringIO(), io.StringIO()
+        print_table(HEADERS, rows, file=plain)
+        rich_table(HEADERS, rows, reference)
+        assert plain.getvalue() == reference.getvalue(), rows
+        assert make_console(reference).is_terminal  # rich did take it for a terminal
+    for width in (37, None):
+        for text in _strings(40, seed=len(switch)):
+            def calls(console, text=text):
+                print_line(console, text, style="bold")
+                console.print()
+                console.print(text)
+                print_wrapped(console, text * 3, indent=2, style="bold")
+            plain, rich = _both(width, calls)
+            assert plain == rich, repr(text)

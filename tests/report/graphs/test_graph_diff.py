@@ -398,7 +398,8 @@ def test_patience_alignment_matches_as_much_as_difflib_on_edited_sequences():
     assert opcodes([], []) == [] and opcodes([], [1]) == [("insert", 0, 0, 0, 1)]
 
 
-def test_the_plain_side_by_side_writer_prints_what_rich_draws(monkeypatch):
+@pytest.mark.parametrize("switch", [None, "FORCE_COLOR", "TTY_COMPATIBLE"])
+def test_the_plain_side_by_side_writer_prints_what_rich_draws(monkeypatch, switch):
     """Off a terminal the side-by-side table is written line by line (render._print_plain_table);
     rich drawing the same table without colour must give the same text, at widths that wrap and
     fold cells, with wide characters and repeated cells (a tab is expanded differently: not covered)."""
@@ -412,6 +413,8 @@ def test_the_plain_side_by_side_writer_prints_what_rich_draws(monkeypatch):
 
     monkeypatch.delenv("FORCE_COLOR", raising=False)
     monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
+    if switch is not None:  # rich takes any stream for a terminal: still no style, the same text
+        monkeypatch.setenv(switch, "1")
     old = graph("AddBackward0")
     new = graph("SubBackward0", dims="10, 日本語テンソル_" + "x" * 70 + " end, " + "word " * 12)
     comparison = _comparison(old, new)

@@ -133,7 +133,9 @@ def mode_dirs(options: RunOptions) -> list[str]:
     return names
 
 
-def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None = None) -> RunOutcome:
+def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None = None, on_started: Callable[[str], None] | None = None) -> RunOutcome:
+    """Run every mode; `on_progress(name, index, total)` before each mode process starts,
+    `on_started(name)` once it has started (while it imports torch, the caller may do its own work)."""
     run_dir = make_run_dir(options)
     from cagtool import __version__
 
@@ -175,7 +177,7 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
                 if on_progress is not None:
                     on_progress(name, index, len(names))
                 label = f"{name} ({index}/{len(names)})" if len(names) > 1 else name
-                result = _run_mode(options, run_dir, name, cache_root, label, supervisor, stdin_feed)
+                result = _run_mode(options, run_dir, name, cache_root, label, supervisor, stdin_feed, on_started)
                 outcome.outcomes.append(result)
                 startup_error = run_dir / name / STARTUP_ERROR_FILE
                 if startup_error.exists():
@@ -227,7 +229,7 @@ def _try_write_run_meta(run_dir: Path, meta: RunMeta) -> None:
         print(f"cagtool: could not update {run_dir / 'run.json'}: {exc.strerror or exc}", file=sys.stderr)
 
 
-def _run_mode(options: RunOptions, run_dir: Path, name: str, cache_root: Path | None, label: str, supervisor: ChildSupervisor, stdin_feed: StdinFeed) -> ModeOutcome:
+def _run_mode(options: RunOptions, run_dir: Path, name: str, cache_root: Path | None, label: str, supervisor: ChildSupervisor, stdin_feed: StdinFeed, on_started: Callable[[str], None] | None = None) -> ModeOutcome:
     mode = name.split(".")[0]
     mode_dir = run_dir / name
     mode_dir.mkdir()
@@ -260,6 +262,8 @@ def _run_mode(options: RunOptions, run_dir: Path, name: str, cache_root: Path | 
         os.close(ack_w)
         if stdin_fd is not None:
             os.close(stdin_fd)
+    if on_started is not None:
+        on_started(name)
     try:
         code = supervisor.wait(proc, ack_r)
     finally:

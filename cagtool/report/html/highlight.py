@@ -268,6 +268,12 @@ def _formatter() -> Any:
     return HtmlFormatter(cssclass=CSS_CLASS, nowrap=False)
 
 
+def prepare() -> None:
+    """Read pygments' word lists and style now (`cagtool run` does it while its modes run)."""
+    _rules()
+    css()
+
+
 def css() -> str:
     """The style sheet of the classes above (pygments' default style)."""
     return _formatter().get_style_defs(f".{CSS_CLASS}")

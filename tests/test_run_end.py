@@ -1,0 +1,57 @@
+"""What `cagtool run` does around its modes (issue 12): the end-of-run code is imported while the
+first mode process starts, and the orchestrator says when each mode process has started."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def test_warm_imports_leave_nothing_for_the_end_of_run(record_run, tmp_path):
+    run = record_run("op_loop.py")
+    assert run.returncode == 0, run.stderr
+    code = f"""
+import sys
+from pathlib import Path
+from cagtool.commands.run import warm_end_of_run_imports
+warm_end_of_run_imports(True)
+before = set(sys.modules)
+from cagtool.commands.summary import print_run_report
+from cagtool.commands.report import report_after_run
+from cagtool.record.loader import load_run
+from cagtool.report.html import document
+document.REPORT_FILE = {str(tmp_path / "report.html")!r}
+record = load_run({str(run.path)!r}, columns=True)
+print_run_report(record.path, fmt="text", after_run=True, loaded=record)
+report_after_run(record.path, None, record)
+late = sorted(m for m in set(sys.modules) - before if m.startswith("cagtool") and not m.startswith("cagtool.report.gate"))
+print(late, sorted(m for m in ("pandas", "altair") if m in sys.modules), file=sys.stderr)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=str(ROOT), env={"CI": "true", **__import__("os").environ})
+    assert proc.returncode == 0, proc.stderr
+    # cagtool run imports report.gate at its start (the gate flags); everything else was warm.
+    assert proc.stderr.strip().splitlines()[-1] == "[] []"
+    assert (tmp_path / "report.html").is_file()
+
+
+def test_on_started_follows_each_mode_process(tmp_path):
+    code = f"""
+import json, os
+from pathlib import Path
+from cagtool.capture.orchestrate import RunOptions, run
+from cagtool.capture.target import check_target
+seen = []
+def started(name):
+    # The mode process exists: its directory and spec were written before it started.
+    seen.append((name, os.path.isfile(Path({str(tmp_path / "run")!r}) / name / "spec.json")))
+options = RunOptions(target=check_target("tests/scripts/exit_code.py", None, ["0"]), modes=("eager",), repeat=2, output=Path({str(tmp_path / "run")!r}), backend="eager", torch_trace=False)
+outcome = run(options, on_started=started)
+print(json.dumps({{"seen": seen, "codes": [o.exit_code for o in outcome.outcomes]}}))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=str(ROOT), env={"CI": "true", **__import__("os").environ})
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result == {"seen": [["eager", True], ["eager.2", True]], "codes": [0, 0]}

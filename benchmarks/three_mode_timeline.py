@@ -9,6 +9,7 @@ parent.
     python benchmarks/three_mode_timeline.py                    # transformer_lm.py --steps 24, eager backend
     python benchmarks/three_mode_timeline.py -- sample_scripts/graph_breaks.py 3
     python benchmarks/three_mode_timeline.py --cagtool-arg=--no-report
+    python benchmarks/three_mode_timeline.py --bare                  # and the three bare runs, stamped alike
 
 Prints each stamp with the time since cagtool's interpreter started and since the previous stamp,
 then the totals: time outside the user's scripts, split into cagtool's start (to the first mode
@@ -103,6 +104,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", default="eager")
     parser.add_argument("--cagtool-arg", action="append", default=[], help="extra argument for `cagtool run` (repeatable)")
+    parser.add_argument("--bare", action="store_true",
+                        help="also run the three bare runs (as three_mode_overhead.py runs them) through the same wrapper: "
+                             "their interpreter's start to the script's start, and the script's end to the exit")
     parser.add_argument("target", nargs=argparse.REMAINDER, help="SCRIPT [ARGS] after --; default: transformer_lm.py --steps 24 --backend eager")
     args = parser.parse_args()
     target = [a for a in args.target if a != "--"] or DEFAULT_TARGET
@@ -123,6 +127,27 @@ def main() -> None:
         if proc.returncode != 0:
             raise SystemExit(f"cagtool run failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
         rows = [(float(t), int(pid), what) for t, pid, what in (line.split(" ", 2) for line in log.read_text().splitlines())]
+        bare_lines = []
+        if args.bare:
+            bare = {
+                "eager": ([sys.executable, str(scratch / "wrapper.py"), str(Path(target[0]).resolve()), *target[1:]], {"TORCHDYNAMO_DISABLE": "1"}),
+                "aot": ([sys.executable, str(scratch / "wrapper.py"), str(Path(target[0]).resolve()), *target[1:]], {}),
+                "ca": ([sys.executable, str(scratch / "wrapper.py"), str(ROOT / "benchmarks" / "ca_by_hand.py"), args.backend, str(Path(target[0]).resolve()), *target[1:]], {}),
+            }
+            for mode, (bare_cmd, extra) in bare.items():
+                bare_log = scratch / f"bare-{mode}.log"
+                bare_env = {k: v for k, v in env.items() if k != "TORCHDYNAMO_DISABLE"}
+                bare_env.update(extra, TIMELINE_LOG=str(bare_log), TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(dir=tmp))
+                begin = time.time()
+                done = subprocess.run(bare_cmd, cwd=str(ROOT), env=bare_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                end = time.time()
+                if done.returncode != 0:
+                    raise SystemExit(f"bare {mode} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+                stamps = {what.split(" (")[0].split(" /")[0]: float(t) for t, _pid, what in (line.split(" ", 2) for line in bare_log.read_text().splitlines())}
+                bare_lines.append(
+                    f"bare {mode:>5}: {end - begin:.3f} s; interpreter start to script start {stamps['script start'] - stamps['interpreter start']:.3f} s, "
+                    f"script {stamps['script end'] - stamps['script start']:.3f} s (torch's import inside), script end to exit {end - stamps['script end']:.3f} s"
+                )
     rows.sort()
     t0 = started
     previous = t0
@@ -146,6 +171,8 @@ def main() -> None:
         print(f"end of the run (last exit to cagtool reaped): {ended - exits[-1]:.3f} s")
         scripts = sum(e - s for s, e in zip(script_starts, script_ends))
         print(f"total {ended - t0:.3f} s, of which the user's scripts {scripts:.3f} s and everything else {ended - t0 - scripts:.3f} s")
+    for line in bare_lines:
+        print(line)
 
 
 if __name__ == "__main__":

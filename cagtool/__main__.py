@@ -1,4 +1,4 @@
-from cagtool.cli import main
+from cagtool.cli import console_main
 
 if __name__ == "__main__":
-    main()
+    console_main()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+
+import pytest
 import sys
 from pathlib import Path
 
@@ -41,7 +43,8 @@ def test_module_mode_passes_args_after_double_dash(tmp_path):
     assert _first_json_line(under.stdout) == _first_json_line(plain.stdout) == {"name": "__main__", "argv": ["--lr", "3e-4"], "path0": str(SCRIPTS)}
 
 
-def test_exit_duties_run_as_under_python(tmp_path):
+@pytest.mark.parametrize("extra", [(), ("--freeze",)], ids=["plain", "gc-frozen"])
+def test_exit_duties_run_as_under_python(tmp_path, extra):
     """What the interpreter's exit does for a script (atexit handlers, joining a thread still
     running, flushing a file never closed whose namespace is a cycle) happens under cagtool as
     under python, and the exit code is the script's: a guard for any faster exit of the mode
@@ -54,7 +57,7 @@ def test_exit_duties_run_as_under_python(tmp_path):
     ):
         out = tmp_path / name
         out.mkdir()
-        proc = subprocess.run([*cmd, str(out)], capture_output=True, text=True, cwd=ROOT, env={**__import__("os").environ, "CI": "true"}, timeout=300)
+        proc = subprocess.run([*cmd, str(out), *extra], capture_output=True, text=True, cwd=ROOT, env={**__import__("os").environ, "CI": "true"}, timeout=300)
         assert proc.returncode == 3, proc.stderr
         assert proc.stdout == "script done\n"
         seen[name] = {p.name: p.read_text() for p in sorted(out.iterdir())}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import atexit
 import importlib.util
 import os
 import re
@@ -145,6 +146,8 @@ def _exec_as_main(path: str) -> None:
         code = compile(handle.read(), path, "exec", dont_inherit=True)
     main = types.ModuleType("__main__")
     main.__dict__.update({"__file__": path, "__builtins__": builtins, "__cached__": None, "__spec__": None, "__loader__": None, "__package__": None})
+    # Registered before the script registers its own: atexit runs handlers last-in first-out.
+    atexit.register(_clear_namespace, main.__dict__)
     previous = sys.modules.get("__main__")
     sys.modules["__main__"] = main
     try:
@@ -152,6 +155,24 @@ def _exec_as_main(path: str) -> None:
     finally:
         if previous is not None:
             sys.modules["__main__"] = previous
+
+
+def _clear_namespace(namespace: dict) -> None:
+    """At exit, after the script's own atexit handlers, what the interpreter does to
+    sys.modules["__main__"] as it finalizes: the script's globals set to None (names with one
+    leading underscore first, as _PyModule_ClearDict does). Under `python` that is what runs the
+    finalizer of an object only the script's globals hold, e.g. flushes a file it never closed. The
+    script's module is not sys.modules["__main__"] by then (the child's own is back), so without this
+    only the cyclic collector (its functions' __globals__ make the namespace a cycle) would free
+    it, and at exit that collection can be skipped: the file's buffered text was lost
+    (tests/test_run_transparency.py test_exit_duties_run_as_under_python, seen under load)."""
+    try:
+        for first in (True, False):
+            for name in list(namespace):
+                if name != "__builtins__" and (name.startswith("_") and not name.startswith("__")) == first:
+                    namespace[name] = None
+    except Exception:  # noqa: BLE001 - a finalizer's error is the script's, printed by Python; never stop here
+        pass
 
 
 def print_user_traceback(exc: BaseException) -> str:

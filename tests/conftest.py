@@ -61,6 +61,36 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def as_old_schema(fresh: Path, target: Path, version: int) -> Path:
+    """A copy of a fresh run record as cagtool wrote it before schema 3, for the loader's
+    conversions: every step number one higher, the old schema version in run.json and each mode's
+    manifest, and for schema 1 also no backward events and step events without the schema-2
+    fields. No columns sidecar (an older cagtool wrote none)."""
+    shutil.copytree(fresh, target)
+    for path in [target / "run.json", *target.glob("*/manifest.json")]:
+        data = json.loads(path.read_text())
+        data["schema_version"] = version
+        path.write_text(json.dumps(data))
+    for mode in target.iterdir():
+        if not (mode / "events.jsonl").is_file():
+            continue
+        lines = []
+        for line in (mode / "events.jsonl").read_text().splitlines():
+            event = json.loads(line)
+            if event.get("step") is not None:
+                event["step"] += 1
+            if version == 1:
+                if event["kind"] == "backward":
+                    continue
+                if event["kind"] == "step":
+                    for key in ("wall_s", "backward_calls", "boundary", "optimizer_s"):
+                        event.pop(key, None)
+            lines.append(json.dumps(event))
+        (mode / "events.jsonl").write_text("\n".join(lines) + "\n")
+        (mode / "columns.json").unlink(missing_ok=True)
+    return target
+
+
 @pytest.fixture(scope="session")
 def inductor_cache(tmp_path_factory) -> Path:
     """One Inductor cache dir for the whole session, xdist workers included (cold compiles cost

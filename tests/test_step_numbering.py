@@ -16,7 +16,7 @@ import pytest
 from cagtool.record.loader import load_run, renumber_steps_from_zero, step_number_shift
 from cagtool.record.schema import FIRST_STEP, SCHEMA_VERSION, CacheMissEvent, CAGraphEvent, StepEvent
 
-from conftest import ROOT, cagtool_cmd
+from conftest import ROOT, as_old_schema, cagtool_cmd
 
 NEW_NODE_STEP = 3
 
@@ -93,42 +93,13 @@ def test_recompiles_name_the_step_the_script_printed(fresh_run):
     assert f"It has stabilised: no new structure after step {NEW_NODE_STEP}; the last 2 steps reused cached graphs." in explained
 
 
-def _as_old_schema(fresh: Path, target: Path, version: int) -> Path:
-    """A copy of a fresh record as cagtool wrote it before schema 3: every step number one higher,
-    the old schema version in run.json and the manifest (schema 1 also: no backward events and
-    step events without the schema-2 fields; its stamping of forward compiles does not matter
-    here, the script compiles no forward)."""
-    shutil.copytree(fresh, target)
-    meta = json.loads((target / "run.json").read_text())
-    meta["schema_version"] = version
-    (target / "run.json").write_text(json.dumps(meta))
-    mode = target / "ca"
-    manifest = json.loads((mode / "manifest.json").read_text())
-    manifest["schema_version"] = version
-    (mode / "manifest.json").write_text(json.dumps(manifest))
-    lines = []
-    for line in (mode / "events.jsonl").read_text().splitlines():
-        event = json.loads(line)
-        if event.get("step") is not None:
-            event["step"] += 1
-        if version == 1:
-            if event["kind"] == "backward":
-                continue
-            if event["kind"] == "step":
-                for key in ("wall_s", "backward_calls", "boundary", "optimizer_s"):
-                    event.pop(key, None)
-        lines.append(json.dumps(event))
-    (mode / "events.jsonl").write_text("\n".join(lines) + "\n")
-    return target
-
-
 def _steps_by_kind(run: Path) -> list[tuple[str, int | None]]:
     return [(e.kind, getattr(e, "step", None)) for e in load_run(run).mode("ca").events if e.kind != "backward"]
 
 
 def test_schema_2_record_reads_as_a_fresh_one(fresh_run, tmp_path):
     run, _ = fresh_run
-    old = _as_old_schema(run, tmp_path / "schema2", 2)
+    old = as_old_schema(run, tmp_path / "schema2", 2)
     written = [json.loads(line) for line in (old / "ca" / "events.jsonl").read_text().splitlines()]
     assert [e["step"] for e in written if e["kind"] == "step"] == list(range(1, 7))  # as schema 2 numbered them
     assert _steps_by_kind(old) == _steps_by_kind(run)
@@ -139,7 +110,7 @@ def test_schema_2_record_reads_as_a_fresh_one(fresh_run, tmp_path):
 
 def test_schema_1_record_reads_with_steps_from_0(fresh_run, tmp_path):
     run, _ = fresh_run
-    old = _as_old_schema(run, tmp_path / "schema1", 1)
+    old = as_old_schema(run, tmp_path / "schema1", 1)
     record = load_run(old).mode("ca")
     assert [s.step for s in record.of(StepEvent)] == list(range(6))
     assert [(m.compile_id, m.step) for m in record.of(CacheMissEvent)] == [("!0", 0), ("!1", NEW_NODE_STEP)]

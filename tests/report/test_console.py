@@ -22,6 +22,14 @@ from cagtool.report.recompiles.render import print_line, print_wrapped
 HEADERS = ("run", "created", "target", "modes", "exit")
 
 
+def _recompiles_calls(console, text: str) -> None:
+    """What the recompiles renderers ask of a console, for one piece of record text."""
+    print_line(console, text, style="bold")
+    console.print()
+    console.print(text)
+    print_wrapped(console, text * 3, indent=2, style="bold")
+
+
 def rich_table(headers, rows, file) -> None:
     """What `cagtool runs` printed before the plain writer: the reference."""
     table = Table(box=None, pad_edge=False)
@@ -170,12 +178,7 @@ def test_plain_console_writes_lines_blank_lines_and_strings_as_rich_writes_them(
     monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
     monkeypatch.delenv("COLUMNS", raising=False)
     for text in _strings(150, seed=width or 0):
-        def calls(console, text=text):
-            print_line(console, text, style="bold")
-            console.print()
-            console.print(text)
-            print_wrapped(console, text * 3, indent=2, style="bold")
-        plain, rich = _both(width, calls)
+        plain, rich = _both(width, lambda console, text=text: _recompiles_calls(console, text))
         assert plain == rich, repr(text)
 
 
@@ -254,10 +257,5 @@ def test_where_rich_treats_any_stream_as_a_terminal_it_prints_the_plain_writers_
         assert make_console(reference).is_terminal  # rich did take it for a terminal
     for width in (37, None):
         for text in _strings(40, seed=len(switch)):
-            def calls(console, text=text):
-                print_line(console, text, style="bold")
-                console.print()
-                console.print(text)
-                print_wrapped(console, text * 3, indent=2, style="bold")
-            plain, rich = _both(width, calls)
+            plain, rich = _both(width, lambda console, text=text: _recompiles_calls(console, text))
             assert plain == rich, repr(text)

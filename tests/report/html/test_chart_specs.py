@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, as_old_schema
 
 from cagtool.record.loader import load_run
 from cagtool.report.compare.analysis import compare_modes
@@ -30,33 +30,6 @@ def recordings(record_run):
     for run in runs:
         assert run.returncode == 0, run.stderr
     return [run.path for run in runs]
-
-
-def _as_schema_1(fresh: Path, target: Path) -> Path:
-    """A record as cagtool wrote it in schema 1: steps numbered from 1, no backward events, step
-    events without the schema-2 fields (the loader renumbers; the timeline is per backward)."""
-    shutil.copytree(fresh, target)
-    for path in [target / "run.json", *target.glob("*/manifest.json")]:
-        data = json.loads(path.read_text())
-        data["schema_version"] = 1
-        path.write_text(json.dumps(data))
-    for mode in target.iterdir():
-        if not (mode / "events.jsonl").is_file():
-            continue
-        lines = []
-        for line in (mode / "events.jsonl").read_text().splitlines():
-            event = json.loads(line)
-            if event.get("step") is not None:
-                event["step"] += 1
-            if event["kind"] == "backward":
-                continue
-            if event["kind"] == "step":
-                for key in ("wall_s", "backward_calls", "boundary", "optimizer_s"):
-                    event.pop(key, None)
-            lines.append(json.dumps(event))
-        (mode / "events.jsonl").write_text("\n".join(lines) + "\n")
-        (mode / "columns.json").unlink(missing_ok=True)
-    return target
 
 
 def _shuffled_with_gaps(fresh: Path, target: Path) -> Path:
@@ -81,7 +54,7 @@ def _shuffled_with_gaps(fresh: Path, target: Path) -> Path:
 def records(recordings, tmp_path_factory):
     base = tmp_path_factory.mktemp("chart-records")
     out = list(recordings)
-    out.append(_as_schema_1(recordings[1], base / "schema1"))
+    out.append(as_old_schema(recordings[1], base / "schema1", 1))
     out.append(_shuffled_with_gaps(recordings[1], base / "shuffled"))
     return out
 

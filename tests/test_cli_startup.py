@@ -189,3 +189,35 @@ def test_root_help_lists_commands_as_fully_built_ones_would():
     assert listed == full
     assert set(kept) <= {"baseline"}  # a group is built whole either way
     assert [p.name for p in built["runs"].params] == ["root"] and built["summary"].params
+
+
+def test_run_without_gate_flags_loads_no_gate_code(tmp_path):
+    """`cagtool run` parses its gate flags before the first mode starts (a bad threshold is a usage
+    error before anything runs); with none given, the gate code (~0.08 s of imports) is not loaded
+    at all. The probe sees it loaded when a threshold is given, and `--gate` alone still gates.
+    (Run from a temporary directory: no pyproject.toml with [tool.cagtool.gate] above it.)"""
+    script = tmp_path / "tiny.py"
+    script.write_text("print('tiny')\n")
+    env = {**UNBOUNDED_ENV, "CI": "true"}
+
+    def parent_modules(*flags: str, expect: int = 0) -> tuple[set[str], str]:
+        out = tmp_path / f"r{len(list(tmp_path.iterdir()))}"
+        args = ["run", "--modes", "eager", "--no-report", "-o", str(out), *flags, str(script)]
+        probe = (
+            "import json, sys\nfrom cagtool.cli import main\n"
+            f"try:\n    main({args!r})\nexcept SystemExit as exc:\n    code = exc.code\n"
+            "sys.__stdout__.write('\\n' + json.dumps([code, sorted(sys.modules)]))\n"
+        )
+        proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=str(tmp_path), timeout=300, env=env)
+        code, modules = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert code == expect, proc.stderr
+        return set(modules), proc.stderr
+
+    plain, _ = parent_modules()
+    assert "cagtool.report.gate" not in plain and "cagtool.report.gate.config" not in plain
+    gated, _ = parent_modules("--max-ca-graphs", "5")
+    assert "cagtool.report.gate.run" in gated
+    # --gate alone: the options are built when the run ends, and the gate runs (here: no
+    # thresholds anywhere, the usage error `cagtool gate` gives too).
+    _, stderr = parent_modules("--gate", expect=2)
+    assert "no gate thresholds" in stderr

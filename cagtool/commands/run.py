@@ -91,7 +91,7 @@ def run_command(
     no_report: bool = typer.Option(False, "--no-report", help="Do not write report.html (the HTML report) into the run directory."),
     gate: bool = typer.Option(False, "--gate", help="Gate the run when it ends (thresholds from the flags below or [tool.cagtool.gate]); exit 1 if a check fails.", rich_help_panel="Gate"),
     *,
-    gate_options: "GateOptions",
+    gate_options: "GateOptions | None",  # None: no gate flag given (with_gate_options)
 ) -> None:
     """Run SCRIPT exactly as `python SCRIPT ARGS` would, under compiled autograd, and record it.
 
@@ -182,9 +182,13 @@ def run_command(
         write_summary_json(outcome.path, Path(json_file), record)
     code = outcome.exit_code
     gate_result = None
-    if (gate or gate_options.settings.has_thresholds()) and code == 0:
+    if (gate or (gate_options is not None and gate_options.settings.has_thresholds())) and code == 0:
+        from cagtool.commands.gate import gate_options_from_flags
         from cagtool.report.gate.output import emit_gate_result, save_gate_result
         from cagtool.report.gate.run import run_gate
+
+        if gate_options is None:  # --gate and no gate flag: thresholds from [tool.cagtool.gate]
+            gate_options = gate_options_from_flags()
 
         gate_result = run_gate(outcome.path, gate_options)
         code = emit_gate_result(gate_result, gate_options, stdout=sys.stderr)
@@ -205,4 +209,4 @@ def register(app: typer.Typer) -> None:
     app.command(
         "run",
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False},
-    )(with_gate_options()(run_command))
+    )(with_gate_options(none_when_unset=True)(run_command))

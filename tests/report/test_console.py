@@ -30,6 +30,16 @@ def _recompiles_calls(console, text: str) -> None:
     print_wrapped(console, text * 3, indent=2, style="bold")
 
 
+def _assert_tables_match_rich(rng: random.Random, tables: int, most_rows: int) -> None:
+    """print_table and rich print the same text for `tables` random tables of up to `most_rows` rows."""
+    for _ in range(tables):
+        rows = [tuple(random_cell(rng) for _ in HEADERS) for _ in range(rng.randint(0, most_rows))]
+        plain, reference = io.StringIO(), io.StringIO()
+        print_table(HEADERS, rows, file=plain)
+        rich_table(HEADERS, rows, reference)
+        assert plain.getvalue() == reference.getvalue(), rows
+
+
 def rich_table(headers, rows, file) -> None:
     """What `cagtool runs` printed before the plain writer: the reference."""
     table = Table(box=None, pad_edge=False)
@@ -57,13 +67,7 @@ def test_print_table_matches_rich(monkeypatch, columns):
         monkeypatch.delenv("COLUMNS", raising=False)
     else:
         monkeypatch.setenv("COLUMNS", columns)
-    rng = random.Random(12)
-    for _ in range(150):
-        rows = [tuple(random_cell(rng) for _ in HEADERS) for _ in range(rng.randint(0, 6))]
-        plain, reference = io.StringIO(), io.StringIO()
-        print_table(HEADERS, rows, file=plain)
-        rich_table(HEADERS, rows, reference)
-        assert plain.getvalue() == reference.getvalue(), rows
+    _assert_tables_match_rich(random.Random(12), tables=150, most_rows=6)
 
 
 @pytest.mark.parametrize(
@@ -247,14 +251,8 @@ def test_where_rich_treats_any_stream_as_a_terminal_it_prints_the_plain_writers_
     terminal even when told the stream is one: the plain writers stay on there."""
     monkeypatch.setenv(switch, "1")
     monkeypatch.delenv("COLUMNS", raising=False)
-    rng = random.Random(switch)
-    for _ in range(40):
-        rows = [tuple(random_cell(rng) for _ in HEADERS) for _ in range(rng.randint(0, 4))]
-        plain, reference = io.StringIO(), io.StringIO()
-        print_table(HEADERS, rows, file=plain)
-        rich_table(HEADERS, rows, reference)
-        assert plain.getvalue() == reference.getvalue(), rows
-        assert make_console(reference).is_terminal  # rich did take it for a terminal
+    _assert_tables_match_rich(random.Random(switch), tables=40, most_rows=4)
+    assert make_console(io.StringIO()).is_terminal  # rich did take such a stream for a terminal
     for width in (37, None):
         for text in _strings(40, seed=len(switch)):
             plain, rich = _both(width, lambda console, text=text: _recompiles_calls(console, text))

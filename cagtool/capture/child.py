@@ -38,6 +38,7 @@ class ModeSpec:
     label: str = ""
     parent_pid: int = 0  # the cagtool process: this one dies with it
     ack_fd: int | None = None  # pipe to the parent: the signals this process received (lifeline.py)
+    go_fd: int | None = None  # pipe from the parent: one byte when the script may start (_wait_for_go)
 
 
 class TimeLimitReached(BaseException):
@@ -145,6 +146,17 @@ def _record_mode(spec: ModeSpec) -> int:
     from cagtool.record.manifest import ExceptionInfo, ModeManifest
     from cagtool.record.schema import STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED
 
+    waited_s = 0.0
+    if spec.go_fd is not None:
+        waited = _wait_for_go(spec.go_fd)
+        if waited is None:
+            return 0  # the run ended before this mode's turn: no record (the parent removes its directory)
+        waited_s = waited
+        # The record's clock leaves the wait out: its times (time to first step, duration) read as
+        # a bare run's would, the imports and then the script.
+        started += waited_s
+        started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+
     if not _has_compiled_autograd():
         # The parent turns this into its one-line error and stops the run.
         (Path(spec.mode_dir) / STARTUP_ERROR_FILE).write_text(
@@ -164,7 +176,7 @@ def _record_mode(spec: ModeSpec) -> int:
         backend=spec.backend,
         dynamic=spec.dynamic,
         started_at=started_at,
-        options={"max_steps": spec.max_steps, "max_time": spec.max_time, "trace_nodes": spec.trace_nodes, "depyf": spec.depyf, "torch_trace": spec.torch_trace},
+        options={"waited_to_start_s": round(waited_s, 3), "max_steps": spec.max_steps, "max_time": spec.max_time, "trace_nodes": spec.trace_nodes, "depyf": spec.depyf, "torch_trace": spec.torch_trace},
         process=process_info(ROLE_MAIN, "main", argv=[target.name, *target.args]),
     )
     writer = RecordWriter(mode_dir, manifest, clock_start=started)
@@ -273,7 +285,34 @@ def _record_mode(spec: ModeSpec) -> int:
         if parent_died:
             close_run_of_dead_parent(mode_dir.parent, mode_dir.name, exit_code, manifest.ended_at)
         sys.stdout.flush()
+        _say_record_closed(spec.ack_fd)
     return exit_code
+
+
+def _wait_for_go(go_fd: int) -> float | None:
+    """The parent may start this process while the previous mode's process is still exiting (the
+    interpreter's teardown, about a second after a torch job): torch is imported by then, and the
+    script starts only on the parent's word, once that process is gone, so no mode is measured
+    beside another. Returns the seconds waited, or None when the parent closed the pipe instead
+    (the run stopped before this mode)."""
+    began = time.perf_counter()
+    try:
+        word = os.read(go_fd, 1)
+    finally:
+        os.close(go_fd)
+    return time.perf_counter() - began if word else None
+
+
+def _say_record_closed(ack_fd: int | None) -> None:
+    """Tell the parent the record is complete: what remains is the interpreter's exit."""
+    if ack_fd is None:
+        return
+    from cagtool.capture.processes.lifeline import RECORD_CLOSED
+
+    try:
+        os.write(ack_fd, bytes([RECORD_CLOSED]))
+    except OSError:
+        pass  # the parent is gone or stopped listening: it waits for the exit instead
 
 
 if __name__ == "__main__":

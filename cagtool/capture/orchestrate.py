@@ -23,7 +23,7 @@ from typing import Callable
 from cagtool.capture.child import STARTUP_ERROR_FILE, ModeSpec
 from cagtool.capture.processes.lifeline import ChildSupervisor, adopt_orphans, end_orphans, exit_code_for
 from cagtool.capture.status import restore_terminal
-from cagtool.capture.stdin_feed import StdinFeed
+from cagtool.capture.stdin_feed import ModeStdin, StdinFeed
 from cagtool.capture.target import Target
 from cagtool.capture.writer import write_json_atomic, write_run_meta
 from cagtool.errors import UsageError
@@ -61,6 +61,7 @@ class ModeOutcome:
     wall_s: float
     error: str = ""
     status: str = ""  # the mode manifest's final status
+    stopped: bool = False  # killed or interrupted: what the job left running is to be ended
 
 
 @dataclass
@@ -169,24 +170,49 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
     names = mode_dirs(options)
     stdin_feed = StdinFeed(len(names))
     adopt_orphans()
+
+    def start_process(index: int) -> _ModeProcess:
+        name = names[index - 1]
+        label = f"{name} ({index}/{len(names)})" if len(names) > 1 else name
+        return _start_mode_process(options, run_dir, name, cache_root, label, stdin_feed)
+
+    ready: _ModeProcess | None = None  # the next mode's process, started while the last one exits
     try:
         with ChildSupervisor() as supervisor:
-            for index, name in enumerate(names, start=1):
-                if supervisor.stop_requested:
-                    break
-                if on_progress is not None:
-                    on_progress(name, index, len(names))
-                label = f"{name} ({index}/{len(names)})" if len(names) > 1 else name
-                result = _run_mode(options, run_dir, name, cache_root, label, supervisor, stdin_feed, on_started)
-                outcome.outcomes.append(result)
-                startup_error = run_dir / name / STARTUP_ERROR_FILE
-                if startup_error.exists():
-                    outcome.startup_error = startup_error.read_text().strip()
-                    break
-                meta.mode_exit_codes[name] = result.exit_code
-                _try_write_run_meta(run_dir, meta)
-                if result.status == STATUS_INTERRUPTED or supervisor.stop_requested:
-                    break
+            try:
+                for index, name in enumerate(names, start=1):
+                    if supervisor.stop_requested:
+                        break
+                    if on_progress is not None:
+                        on_progress(name, index, len(names))
+                    current, ready = ready or start_process(index), None
+
+                    def start_next(following: int = index + 1) -> None:
+                        nonlocal ready
+                        if following <= len(names) and not supervisor.stop_requested:
+                            try:
+                                ready = start_process(following)
+                            except OSError:
+                                ready = None  # started at its turn instead, where a failure is reported
+
+                    result = _run_mode(current, supervisor, on_started, start_next)
+                    outcome.outcomes.append(result)
+                    if result.stopped:
+                        if ready is not None:  # not a process the job left behind: ours, not yet begun
+                            _cancel(ready)
+                            ready = None
+                        end_orphans()  # what the job left running when it was stopped (adopted: adopt_orphans)
+                    startup_error = run_dir / name / STARTUP_ERROR_FILE
+                    if startup_error.exists():
+                        outcome.startup_error = startup_error.read_text().strip()
+                        break
+                    meta.mode_exit_codes[name] = result.exit_code
+                    _try_write_run_meta(run_dir, meta)
+                    if result.status == STATUS_INTERRUPTED or supervisor.stop_requested:
+                        break
+            finally:
+                if ready is not None:
+                    _cancel(ready)
             if supervisor.stop_requested:
                 supervisor.settle()
                 last = outcome.outcomes[-1].status if outcome.outcomes else ""
@@ -229,12 +255,28 @@ def _try_write_run_meta(run_dir: Path, meta: RunMeta) -> None:
         print(f"cagtool: could not update {run_dir / 'run.json'}: {exc.strerror or exc}", file=sys.stderr)
 
 
-def _run_mode(options: RunOptions, run_dir: Path, name: str, cache_root: Path | None, label: str, supervisor: ChildSupervisor, stdin_feed: StdinFeed, on_started: Callable[[str], None] | None = None) -> ModeOutcome:
-    mode = name.split(".")[0]
+@dataclass
+class _ModeProcess:
+    """A mode process that has been started: it sets the mode up, imports torch, and waits for
+    `_go` before it runs the script (child.py's _wait_for_go)."""
+
+    name: str
+    mode_dir: Path
+    proc: subprocess.Popen
+    ack_r: int  # the child's signals and its "record closed" (lifeline.py)
+    go_w: int | None  # one byte: run the script; closed unwritten: the run ended first
+    stdin: ModeStdin
+
+
+def _start_mode_process(options: RunOptions, run_dir: Path, name: str, cache_root: Path | None, label: str, stdin_feed: StdinFeed) -> _ModeProcess:
+    """Start the process of mode `name`. The next mode's is started as soon as the current one has
+    closed its record, so its torch import runs beside the current process's exit (a second of
+    interpreter teardown after a torch job, on a machine with a core to spare) instead of after it;
+    its script still starts only once the current process is gone (`_go`)."""
     mode_dir = run_dir / name
     mode_dir.mkdir()
     spec = ModeSpec(
-        mode=mode,
+        mode=name.split(".")[0],
         mode_dir=str(mode_dir),
         target=asdict(options.target),
         backend=options.backend,
@@ -251,33 +293,73 @@ def _run_mode(options: RunOptions, run_dir: Path, name: str, cache_root: Path | 
     if cache_root is not None:
         # A fresh Inductor cache per mode, so compile times compare like with like.
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root / name)
-    start = time.perf_counter()
     ack_r, ack_w = os.pipe()
-    spec.parent_pid, spec.ack_fd = os.getpid(), ack_w
-    spec_path.write_text(json.dumps(asdict(spec), indent=2))
-    stdin_fd = stdin_feed.for_mode()
+    go_r, go_w = os.pipe()
+    spec.parent_pid, spec.ack_fd, spec.go_fd = os.getpid(), ack_w, go_r
+    stdin = stdin_feed.for_mode()
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "cagtool.capture.child", str(spec_path)], env=env, pass_fds=(ack_w,), stdin=stdin_fd)
+        spec_path.write_text(json.dumps(asdict(spec), indent=2))
+        proc = subprocess.Popen([sys.executable, "-m", "cagtool.capture.child", str(spec_path)], env=env, pass_fds=(ack_w, go_r), stdin=stdin.fd)
+    except BaseException:
+        os.close(ack_r)
+        os.close(go_w)
+        stdin.drop()
+        raise
     finally:
         os.close(ack_w)
-        if stdin_fd is not None:
-            os.close(stdin_fd)
+        os.close(go_r)
+        if stdin.fd is not None:
+            os.close(stdin.fd)
+    return _ModeProcess(name, mode_dir, proc, ack_r, go_w, stdin)
+
+
+def _go(process: _ModeProcess) -> None:
+    """The mode's turn: its stdin is handed over and its script starts."""
+    process.stdin.start()
+    go_w, process.go_w = process.go_w, None
+    if go_w is None:
+        return
+    try:
+        os.write(go_w, b"g")
+    except OSError:
+        pass  # the process has already ended (e.g. killed while importing): its exit says how
+    finally:
+        os.close(go_w)
+
+
+def _cancel(process: _ModeProcess) -> None:
+    """A mode process started ahead whose turn never came (the run was stopped): it has run no
+    script and written nothing, so it is killed and its directory removed."""
+    if process.go_w is not None:
+        os.close(process.go_w)
+        process.go_w = None
+    process.stdin.drop()
+    if process.proc.poll() is None:
+        process.proc.kill()
+    process.proc.wait()
+    os.close(process.ack_r)
+    shutil.rmtree(process.mode_dir, ignore_errors=True)
+
+
+def _run_mode(process: _ModeProcess, supervisor: ChildSupervisor, on_started: Callable[[str], None] | None, on_record_closed: Callable[[], None]) -> ModeOutcome:
+    name, mode_dir = process.name, process.mode_dir
+    start = time.perf_counter()
+    _go(process)
     if on_started is not None:
         on_started(name)
     try:
-        code = supervisor.wait(proc, ack_r)
+        code = supervisor.wait(process.proc, process.ack_r, on_record_closed)
     finally:
-        os.close(ack_r)
+        os.close(process.ack_r)
     wall = time.perf_counter() - start
     restore_terminal()
     status = settle_mode_record(mode_dir, code)
-    if code < 0 or status in (STATUS_INTERRUPTED, STATUS_KILLED):
-        end_orphans()  # what the job left running when it was stopped (adopted: adopt_orphans)
+    stopped = code < 0 or status in (STATUS_INTERRUPTED, STATUS_KILLED)
     signum = -code if code < 0 else None
     exit_code = exit_code_for(signum) if signum else code
     if signum:
-        return ModeOutcome(name, exit_code, wall, f"killed by {signal.Signals(signum).name}", status=status)
-    return ModeOutcome(name, exit_code, wall, status=status)
+        return ModeOutcome(name, exit_code, wall, f"killed by {signal.Signals(signum).name}", status=status, stopped=stopped)
+    return ModeOutcome(name, exit_code, wall, status=status, stopped=stopped)
 
 
 def settle_mode_record(mode_dir: Path, code: int) -> str:

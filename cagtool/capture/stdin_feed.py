@@ -43,17 +43,17 @@ class StdinFeed:
             self._spool = os.dup(handle.fileno())
             handle.close()
 
-    def for_mode(self) -> int | None:
-        """Before starting a mode: the fd to give it as stdin (the caller closes it once the
-        process has started), or None to inherit cagtool's own."""
+    def for_mode(self) -> "ModeStdin":
+        """Before starting a mode process: its stdin. The mode process may be started before its
+        turn (orchestrate.py); nothing is read or rewound for it until `ModeStdin.start()`."""
+        if self.kind != "replay":
+            return ModeStdin(self, None)
+        read_fd, write_fd = os.pipe()
+        return ModeStdin(self, read_fd, write_fd)
+
+    def _rewind(self) -> None:
         if self.kind == "file":
             os.lseek(0, self._offset, os.SEEK_SET)
-            return None
-        if self.kind != "replay":
-            return None
-        read_fd, write_fd = os.pipe()
-        threading.Thread(target=self._pump, args=(write_fd,), name="cagtool-stdin", daemon=True).start()
-        return read_fd
 
     def _next_chunk(self, pos: int) -> bytes:
         assert self._spool is not None
@@ -92,3 +92,26 @@ class StdinFeed:
             pass  # the mode closed its stdin or ended
         finally:
             os.close(write_fd)
+
+
+class ModeStdin:
+    """One mode process's stdin: `fd` to give it (None: it inherits cagtool's; the caller closes fd
+    once the process has started); `start()` when its script may run, `drop()` if it never will."""
+
+    def __init__(self, feed: StdinFeed, fd: int | None, write_fd: int | None = None) -> None:
+        self.fd = fd
+        self._feed = feed
+        self._write_fd = write_fd
+
+    def start(self) -> None:
+        """A regular file is rewound to where cagtool found it (the modes share its offset); a
+        replayed pipe starts being fed."""
+        self._feed._rewind()
+        if self._write_fd is not None:
+            threading.Thread(target=self._feed._pump, args=(self._write_fd,), name="cagtool-stdin", daemon=True).start()
+            self._write_fd = None
+
+    def drop(self) -> None:
+        if self._write_fd is not None:
+            os.close(self._write_fd)
+            self._write_fd = None

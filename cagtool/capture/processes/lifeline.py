@@ -16,9 +16,12 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Sent by the mode child on its ack pipe once its record is closed (a byte no signal number takes):
+# the parent may then start the next mode process beside this one's exit (orchestrate.py).
+RECORD_CLOSED = 0
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -228,19 +231,20 @@ class ChildSupervisor:
             if self.first_at is None:
                 self.first_signal, self.first_at = signum, at
 
-    def wait(self, proc: Any, ack_r: int | None) -> int:
-        """Wait for the child, handling signals; returns its wait status code (Popen.returncode)."""
+    def wait(self, proc: Any, ack_r: int | None, on_record_closed: Callable[[], None] | None = None) -> int:
+        """Wait for the child, handling signals; returns its wait status code (Popen.returncode).
+        `on_record_closed()` runs (once, in this loop) when the child says its record is closed."""
         # The child's exit wakes the select below through a pidfd (Linux 5.3+): without it the ack
         # pipe's end of file often came just before the exit status, and the loop slept another
         # 0.2 s timeout after every mode (issue 12: ~0.3 s of a 3-mode run).
         exited = _pidfd(proc.pid)
         try:
-            return self._wait(proc, ack_r, exited)
+            return self._wait(proc, ack_r, exited, on_record_closed)
         finally:
             if exited is not None:
                 os.close(exited)
 
-    def _wait(self, proc: Any, ack_r: int | None, exited: int | None) -> int:
+    def _wait(self, proc: Any, ack_r: int | None, exited: int | None, on_record_closed: Callable[[], None] | None) -> int:
         watch = [fd for fd in (ack_r, self._wake_r, exited) if fd is not None]
         forward_at: dict[int, float] = {}
         while True:
@@ -266,6 +270,11 @@ class ChildSupervisor:
                     if not data:  # the child closed it (exited, or exec'd something else)
                         watch.remove(fd)
                     for signum in data:
+                        if signum == RECORD_CLOSED:
+                            if on_record_closed is not None:
+                                on_record_closed()
+                                on_record_closed = None
+                            continue
                         self._child_got[signum] = now
             while self._pending:
                 signum, at = self._pending.pop(0)

@@ -166,8 +166,14 @@ def main() -> None:
         print()
         print(f"cagtool's start to the first mode process: {starts[0] - t0:.3f} s")
         for i, mode in enumerate(("eager", "aot", "ca")):
-            print(f"{mode:>5}: start-up {script_starts[i] - starts[i]:.3f} s (incl. torch's import), end {exits[i] - script_ends[i]:.3f} s"
-                  + (f", then {starts[i + 1] - exits[i]:.3f} s to the next mode process" if i < 2 else ""))
+            handover = ""
+            if i < 2:
+                gap = starts[i + 1] - exits[i]
+                # Since 1438cac the next mode process starts when this one has closed its record,
+                # beside its exit; its script starts after the exit (script_starts[i + 1]).
+                handover = (f", then {gap:.3f} s to the next mode process" if gap >= 0 else
+                            f"; the next mode process started {-gap:.3f} s before this exit, its script {script_starts[i + 1] - exits[i]:.3f} s after it")
+            print(f"{mode:>5}: start-up {script_starts[i] - starts[i]:.3f} s (incl. torch's import), end {exits[i] - script_ends[i]:.3f} s" + handover)
         print(f"end of the run (last exit to cagtool reaped): {ended - exits[-1]:.3f} s")
         scripts = sum(e - s for s, e in zip(script_starts, script_ends))
         print(f"total {ended - t0:.3f} s, of which the user's scripts {scripts:.3f} s and everything else {ended - t0 - scripts:.3f} s")

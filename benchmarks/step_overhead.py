@@ -144,9 +144,9 @@ def measure(args: argparse.Namespace) -> None:
     from torch._dynamo import compiled_autograd as ca
     from torch._logging import _internal as torch_logging
 
-    from cagtool.capture.ca_observer import CaptureObserver
+    from cagtool.capture.observe.ca_observer import CaptureObserver
     from cagtool.capture.steps import StepTracker
-    from cagtool.capture.torch_logs import TRACE_LOGGER, StructuredLogHandler
+    from cagtool.capture.observe.torch_logs import TRACE_LOGGER, StructuredLogHandler
     from cagtool.capture.writer import RecordWriter
     from cagtool.record.manifest import ModeManifest
 

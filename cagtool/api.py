@@ -93,12 +93,12 @@ class Capture:
         import torch
 
         import cagtool
-        from cagtool.capture.ca_observer import CaptureObserver
+        from cagtool.capture.observe.ca_observer import CaptureObserver
         from cagtool.capture.child import _has_compiled_autograd
         from cagtool.capture.mode_setup import make_compiler, mode_context
         from cagtool.capture.processes.identity import ROLE_MAIN, process_info
         from cagtool.capture.steps import StepTracker
-        from cagtool.capture.torch_logs import TRACE_LOGGER, StructuredLogHandler
+        from cagtool.capture.observe.torch_logs import TRACE_LOGGER, StructuredLogHandler
         from cagtool.capture.writer import RecordWriter, write_run_meta
         from cagtool.record.manifest import ModeManifest, RunMeta
 
@@ -212,7 +212,7 @@ class Capture:
         removed, the log handler detached, the C++ verbose logger cleared."""
         import torch
 
-        from cagtool.capture.torch_logs import TRACE_LOGGER
+        from cagtool.capture.observe.torch_logs import TRACE_LOGGER
 
         state = self._state
         try:

@@ -176,7 +176,7 @@ def test_aot_counts_equal_plain_python_with_the_flag_off(tmp_path):
             "recompiles": counters.get("recompiles", {}),
             "ca_captures": counters.get("compiled_autograd", {}).get("captures", 0),
             # every frame offered to Dynamo: the script's backward hooks reached from the compiled
-            # train_step's loss.backward() included, cagtool's own frames never (capture/dynamo_skip.py)
+            # train_step's loss.backward() included, cagtool's own frames never (capture/observe/dynamo_skip.py)
             "frames": counters.get("frames", {}),
         }
 

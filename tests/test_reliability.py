@@ -523,7 +523,7 @@ def test_os_exit_in_the_script_is_closed_by_its_exit_code(tmp_path):
 TRACE_ON_FULL_DISK = """
 import json, os
 from torch._logging import _internal, trace_structured
-from cagtool.capture.torch_logs import guard_trace_output
+from cagtool.capture.observe.torch_logs import guard_trace_output
 stopped = []
 guard_trace_output(stopped.append)
 handler = _internal.LOG_TRACE_HANDLER

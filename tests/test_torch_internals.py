@@ -16,9 +16,9 @@ import pytest
 import torch
 from torch._dynamo import compiled_autograd as ca
 
-from cagtool.capture import graph_dump
-from cagtool.capture.ca_observer import parse_miss
-from cagtool.capture.torch_logs import TRACE_LOGGER, StructuredLogHandler, compile_id_of
+from cagtool.capture.observe import graph_dump
+from cagtool.capture.observe.ca_observer import parse_miss
+from cagtool.capture.observe.torch_logs import TRACE_LOGGER, StructuredLogHandler, compile_id_of
 from cagtool.record.loader import load_mode
 from cagtool.record.manifest import ModeManifest
 from cagtool.record.schema import DynamoCompileEvent, DynamoRecompileEvent, GraphBreakEvent

@@ -134,14 +134,14 @@ def _record_mode(spec: ModeSpec) -> int:
 
     import torch  # noqa: F401 - after the environment is set
 
-    from cagtool.capture.ca_observer import CaptureObserver
+    from cagtool.capture.observe.ca_observer import CaptureObserver
     from cagtool.capture.processes.identity import ROLE_MAIN, process_info
     from cagtool.capture.processes.lifeline import SignalStop, exit_code_for, ignore_further_stops, signal_tree
     from cagtool.capture.status import LiveStatus, status_enabled
     from cagtool.capture.steps import StepLimitReached, StepTracker
     from cagtool.capture.target import Target, print_user_traceback, run_target
-    from cagtool.capture.torch_logs import StructuredLogHandler, guard_trace_output
-    from cagtool.capture.torch_logs import install as install_log_handler
+    from cagtool.capture.observe.torch_logs import StructuredLogHandler, guard_trace_output
+    from cagtool.capture.observe.torch_logs import install as install_log_handler
     from cagtool.capture.writer import RecordWriter, close_run_of_dead_parent
     from cagtool.record.manifest import ExceptionInfo, ModeManifest
     from cagtool.record.schema import STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED

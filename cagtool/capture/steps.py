@@ -18,7 +18,7 @@ import time
 import weakref
 from typing import Any, Callable
 
-from cagtool.capture import dynamo_skip, source
+from cagtool.capture.observe import dynamo_skip, source
 from cagtool.capture.device_readings import DeviceReadings
 from cagtool.capture.writer import RecordWriter
 from cagtool.record.schema import (

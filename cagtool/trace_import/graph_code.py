@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from cagtool.capture.graph_dump import GraphSummary, short_op
+from cagtool.capture.observe.graph_dump import GraphSummary, short_op
 from cagtool.record.graph_file import GraphNode
 from cagtool.record.schema import AutogradNodeRef, HookRef
 

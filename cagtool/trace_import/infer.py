@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cagtool.capture.graph_dump import GraphSummary
+from cagtool.capture.observe.graph_dump import GraphSummary
 from cagtool.record.schema import MISS_CHANGED_SHAPES, MISS_NEW_NODE, MISS_UNKNOWN, ChangedSize
 
 INFERRED_PREFIX = "inferred from the graph diff (the log has no compiled_autograd_compile_reasons)"

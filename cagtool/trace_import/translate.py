@@ -17,9 +17,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from cagtool.capture.ca_observer import parse_miss
-from cagtool.capture.graph_dump import GraphSummary
-from cagtool.capture.torch_logs import StructuredLogHandler
+from cagtool.capture.observe.ca_observer import parse_miss
+from cagtool.capture.observe.graph_dump import GraphSummary
+from cagtool.capture.observe.torch_logs import StructuredLogHandler
 from cagtool.capture.writer import RecordWriter
 from cagtool.record.schema import CacheMissEvent, CAGraphEvent, ChangedSize, Event
 from cagtool.trace_import.graph_code import parse_graph_code

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from cagtool.capture.processes import launch_audit
-from cagtool.capture.ddp_watch import DDPWatch
+from cagtool.capture.observe.ddp_watch import DDPWatch
 from cagtool.capture.processes.identity import ROLE_CHILD, ROLE_MAIN, child_key, process_info, rank_from_env
 from cagtool.record.manifest import ExceptionInfo, ModeManifest
 from cagtool.record.schema import GRAPHS_DIR, PROCS_DIR, STATUS_FAILED, STATUS_FINISHED, STATUS_RUNNING, TRACE_DIR, FindingEvent
@@ -134,7 +134,7 @@ class ProcessRecord:
 
     # -- events -------------------------------------------------------------------------------
     def report_unfollowed(self, launch: launch_audit.UnfollowedLaunch) -> None:
-        from cagtool.capture import source
+        from cagtool.capture.observe import source
 
         self.writer.emit(
             FindingEvent,
@@ -272,7 +272,7 @@ def _install_process_hooks(config: FollowConfig) -> None:
 
 def _install_torch_hooks(record: ProcessRecord) -> None:
     """Once torch is imported: DDP models and the process group's rank reach the record."""
-    from cagtool.capture import ddp_watch
+    from cagtool.capture.observe import ddp_watch
 
     ddp_watch.install(lambda model: _current.ddp.on_model(model) if _current is not None else None)
     try:
@@ -447,10 +447,10 @@ def _setup_torch_in_child() -> None:
     import torch
 
     from cagtool.capture import mode_setup
-    from cagtool.capture.ca_observer import CaptureObserver
+    from cagtool.capture.observe.ca_observer import CaptureObserver
     from cagtool.capture.steps import StepTracker
-    from cagtool.capture.torch_logs import StructuredLogHandler
-    from cagtool.capture.torch_logs import install as install_log_handler
+    from cagtool.capture.observe.torch_logs import StructuredLogHandler
+    from cagtool.capture.observe.torch_logs import install as install_log_handler
 
     config = _child_config
     assert config is not None

@@ -9,12 +9,13 @@ import sysconfig
 from types import FrameType
 from typing import Any, Iterator
 
+import cagtool
 from cagtool.record.schema import SourceRef
 
 _LIBRARY_ROOTS = tuple(
     {os.path.realpath(p) + os.sep for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])}
 )
-_CAGTOOL_ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
+_CAGTOOL_ROOT = os.path.dirname(os.path.realpath(cagtool.__file__)) + os.sep  # the package: every module of it
 
 
 def is_user_file(filename: str) -> bool:

@@ -12,7 +12,7 @@ import re
 import time
 from typing import Any, Callable
 
-from cagtool.capture import graph_dump, source
+from cagtool.capture.observe import graph_dump, source
 from cagtool.capture.steps import StepTracker
 from cagtool.capture.writer import RecordWriter
 from cagtool.record.schema import (

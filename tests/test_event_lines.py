@@ -88,6 +88,73 @@ def test_held_lines_are_written_before_the_next_line_in_order(tmp_path):
     assert all(e["t"] >= 0 for e in _lines(tmp_path))
 
 
+def _queue(writer: RecordWriter, cls: type, **fields) -> None:
+    """What the step tracker does for a per-step line (capture/steps.py): an append to `queued`."""
+    if not writer.queued:  # StepTracker._first_queued
+        writer.queued_due = time.perf_counter() + writer.hold_s / 2
+        writer.start_flusher()
+    writer.queued.append((writer.encoder_of(cls), writer.now(), fields))
+
+
+def test_queued_lines_are_numbered_as_emit_held_would_number_them(tmp_path):
+    """The step tracker's lines, appended to `queued` without a call, get the seq and place in the
+    file that emit_held at the same moments gives: before any line numbered after them."""
+    queued, held = tmp_path / "q", tmp_path / "h"
+    for path, hold in ((queued, lambda w, cls, **f: _queue(w, cls, **f)), (held, lambda w, cls, **f: w.emit_held(cls, **f))):
+        writer = _writer(path)
+        hold(writer, BackwardEvent, step=0, index=0, backward_s=0.5, loss=1.0)
+        writer.emit(FindingEvent, code="x", message="y")  # takes the waiting line first
+        hold(writer, BackwardEvent, step=0, index=1, backward_s=0.5)
+        writer.emit_held(OptimizerStepEvent, step=0, wall_s=0.1, optimizer="SGD")  # and so does emit_held
+        hold(writer, StepEvent, step=0, backward_s=1.0, boundary="optimizer")
+        assert writer.events_written == 5
+        hold(writer, BackwardEvent, step=1, index=0, backward_s=0.5)
+        writer.close()  # and close
+    assert [(e["kind"], e["seq"]) for e in _lines(queued)] == [("backward", 0), ("finding", 1), ("backward", 2), ("optimizer_step", 3), ("step", 4), ("backward", 5)]
+    strip = lambda events: [{k: v for k, v in e.items() if k != "t"} for e in events]  # noqa: E731
+    assert strip(_lines(queued)) == strip(_lines(held))
+
+
+def test_queued_lines_racing_other_events_are_each_written_once(tmp_path):
+    """One thread queues lines (as the step tracker does, under its own lock) while another emits
+    events: every line reaches the file once, numbered 0, 1, 2... in the order of the file, and a
+    thread's own lines in the order it made them."""
+    writer = _writer(tmp_path)
+    n = 3000
+
+    def other() -> None:
+        for index in range(n):
+            writer.emit(FindingEvent, code="other", message=str(index))
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    for index in range(n):
+        _queue(writer, BackwardEvent, step=0, index=index, backward_s=0.0)
+        if index % 7 == 0:
+            writer.write_queued()
+    thread.join()
+    writer.close()
+    lines = _lines(tmp_path)
+    assert [e["seq"] for e in lines] == list(range(2 * n))
+    assert [e["index"] for e in lines if e["kind"] == "backward"] == list(range(n))
+    assert [int(e["message"]) for e in lines if e["kind"] == "finding"] == list(range(n))
+
+
+def test_the_flusher_writes_queued_lines_within_hold_s(tmp_path):
+    """A queued line and nothing after it (no step ends, no other event): the flusher thread,
+    started with it, writes it within hold_s and not before hold_s / 2."""
+    writer = _writer(tmp_path, hold_s=0.4)
+    _queue(writer, BackwardEvent, step=0, index=0, backward_s=0.5)
+    made = time.monotonic()
+    _queue(writer, BackwardEvent, step=0, index=1, backward_s=0.5)
+    while len(_lines(tmp_path)) < 2 and time.monotonic() < made + 5.0:  # room for a loaded machine
+        time.sleep(0.01)
+    assert [e["seq"] for e in _lines(tmp_path)] == [0, 1]
+    assert time.monotonic() - made >= 0.2 - 0.01  # not before hold_s / 2
+    writer.close()
+    assert "cagtool-writer" not in [t.name for t in threading.enumerate()]
+
+
 def test_the_training_thread_writes_held_lines_half_hold_s_old(tmp_path, monkeypatch):
     """The training thread's half of the bound (the flusher left out, so that it cannot write first):
     a held line made once the oldest waiting one is hold_s / 2 old takes them all to the file."""

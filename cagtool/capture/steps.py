@@ -5,6 +5,13 @@ Replaces `torch.autograd._engine_run_backward`, the entry of Tensor.backward, au
 and autograd.grad (TORCH_2_13_NOTES.md, "Counting and timing"), and uses torch's global optimizer
 step hooks. What a step is, with one, several or no optimizers: record/schema.py's docstring.
 Thread-safe: backward may run in several threads (each has its own nesting depth).
+
+Per step, on the training thread, this is the whole of cagtool's work: so it makes as few Python
+calls as it can (a call costs microseconds there, with the step's tensor work having evicted the
+caches; benchmarks/README.md, step overhead). Its `backward`, `optimizer_step` and `step` lines
+are appended to the writer's `queued` list (writer.py: numbered there, in order, before any other
+event) rather than passed through a writer method each; the Dynamo frame callback is swapped off
+and back only when one is set.
 """
 
 from __future__ import annotations
@@ -18,9 +25,10 @@ import time
 import weakref
 from typing import Any, Callable
 
+from cagtool.capture import device_readings
 from cagtool.capture.observe import dynamo_skip, source
 from cagtool.capture.device_readings import DeviceReadings
-from cagtool.capture.writer import RecordWriter
+from cagtool.capture.writer import MAX_HELD_LINES, RecordWriter
 from cagtool.record.schema import (
     FIRST_STEP,
     STEP_BOUNDARY_BACKWARD,
@@ -71,6 +79,10 @@ class StepTracker:
         self._compiled_autograd: Any = None
         self._original_run_backward: Any = None
         self._original_optimizer_init: Any = None
+        self._queued = writer.queued  # the writer's list of lines to number (writer.py), one append a line
+        self._encode_backward = writer.encoder_of(BackwardEvent)
+        self._encode_optimizer_step = writer.encoder_of(OptimizerStepEvent)
+        self._encode_step = writer.encoder_of(StepEvent)
 
     def restart(self) -> None:
         """A forked child starts its own record: its steps count from the first again."""
@@ -128,14 +140,17 @@ class StepTracker:
         if self.writer.manifest.options.get("held_events") != held:
             self.writer.manifest.options["held_events"] = held
             self.writer.write_manifest()
-        # The bookkeeping runs with Dynamo's frame callback off (its stdlib calls are not the
-        # script's frames); the backward itself does not (dynamo_skip.py). The callback is swapped
-        # here, in the wrapper, as dynamo_skip.without_dynamo does: a Python frame less per call.
+        # The bookkeeping runs with Dynamo's frame callback off (its stdlib calls, and a tensor
+        # subclass's Python, are not the script's frames); the backward itself does not
+        # (dynamo_skip.py). The callback is swapped here, in the wrapper, as
+        # dynamo_skip.without_dynamo does, and put back only where one was set: set_eval_frame(None)
+        # returns the one in place, usually None (backward called outside any compiled region).
         from torch._C._dynamo.eval_frame import set_eval_frame
 
-        starting, ending = tracker._backward_starting, tracker._backward_ending
+        ending = tracker._backward_ended
         engine_log = autograd_graph.log
         local, current_graph_task_id = tracker._local, torch._C._current_graph_task_id
+        lock, perf_counter = tracker._lock, time.perf_counter
         # torch.compiler.is_compiling() is this flag outside TorchScript (two Python calls less).
         compiler = torch.compiler
         compiling_flag = hasattr(compiler, "_is_compiling_flag")
@@ -151,14 +166,34 @@ class StepTracker:
             # Nested: a backward in this thread's backward, or one run by the autograd engine
             # while it executes a graph (reentrant checkpointing, on a device thread too).
             nested = getattr(local, "depth", 0) or (compiler._is_compiling_flag if compiling_flag else compiler.is_compiling()) or current_graph_task_id() != -1
-            if nested:
-                started = None
-            else:
+            started = False
+            if not nested:
+                # A top-level backward begins: its step and index, taken now (inline: a Python call less).
                 prior = set_eval_frame(None)
                 try:
-                    started = starting(t_outputs, kwargs)
+                    outputs = t_outputs if isinstance(t_outputs, (tuple, list)) else (t_outputs,)
+                    if len(outputs) == 1:
+                        roots = [getattr(outputs[0], "grad_fn", None)]
+                    else:
+                        roots = []
+                        for output in outputs:
+                            roots.append(getattr(output, "grad_fn", None))
+                    with lock:
+                        step = FIRST_STEP + tracker.closed_steps
+                        opened = tracker._open
+                        index = opened.next_index
+                        opened.next_index = index + 1
+                        tracker.current_roots = roots
+                    if not tracker.backward_calls % FLAG_CHECK_EVERY and not tracker._flag_finding_done:
+                        tracker._check_flag_finding(step)
+                    local.depth, local.captures = 1, 0
+                    started = True
+                    start = perf_counter()
+                except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
+                    tracker.note_error(exc)
                 finally:
-                    set_eval_frame(prior)
+                    if prior is not None:
+                        set_eval_frame(prior)
             limit = False
             try:
                 attach_logging_hooks = engine_log.getEffectiveLevel() <= logging.DEBUG
@@ -172,12 +207,13 @@ class StepTracker:
                         unregister_hooks()
                     torch._C._remove_obj_from_tls("context")
             finally:
-                if started is not None:
+                if started:
                     prior = set_eval_frame(None)
                     try:
-                        limit = ending(started)
+                        limit = ending(outputs, roots, step, index, kwargs, start)
                     finally:
-                        set_eval_frame(prior)
+                        if prior is not None:
+                            set_eval_frame(prior)
             if limit:
                 tracker.step_limit_reached = True
                 raise StepLimitReached(tracker.closed_steps)
@@ -202,7 +238,7 @@ class StepTracker:
         torch.optim.Optimizer.__init__ = optimizer_init
         opt_start: dict[tuple[int, int], float] = {}
 
-        get_ident, perf_counter = threading.get_ident, time.perf_counter
+        get_ident = threading.get_ident
 
         # Dynamo's frame callback is off where these call Python code of the stdlib (as around the
         # backward bookkeeping above); the pre-hook's usual path calls only C.
@@ -216,18 +252,21 @@ class StepTracker:
                 finally:
                     set_eval_frame(prior)
 
+        stepped = tracker._optimizer_stepped
+
         def post_hook(optimizer, args, kwargs):
             start = opt_start.pop((get_ident(), id(optimizer)), None)
             if start is None:
                 return
             prior = set_eval_frame(None)
             try:
-                limit = tracker._optimizer_stepped(optimizer, perf_counter() - start)
+                limit = stepped(optimizer, start)
             except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's step()
                 tracker.note_error(exc)
                 limit = False
             finally:
-                set_eval_frame(prior)
+                if prior is not None:
+                    set_eval_frame(prior)
             if limit:
                 tracker.step_limit_reached = True
                 raise StepLimitReached(tracker.closed_steps)
@@ -268,23 +307,34 @@ class StepTracker:
         self._required = {key: ref for key, ref in required.items() if ref() is not None}
         return self._required
 
-    def _optimizer_stepped(self, optimizer: Any, seconds: float) -> bool:
-        """An optimizer's step() returned. True when that ended the step and --steps is reached."""
+    def _optimizer_stepped(self, optimizer: Any, start: float) -> bool:
+        """An optimizer's step(), begun at perf_counter time `start`, returned. True when that
+        ended the step and --steps is reached."""
+        now = time.perf_counter()
+        seconds = now - start
         with self._lock:
-            ref = self._required.get(id(optimizer))
+            key = id(optimizer)
+            ref = self._required.get(key)
             if ref is None or ref() is not optimizer:
                 self._note_optimizer(optimizer)
-            step = FIRST_STEP + self.closed_steps
-            self.writer.emit_held(OptimizerStepEvent, step=step, wall_s=seconds, optimizer=type(optimizer).__name__)
+            queued = self._queued  # writer.emit_held's line, appended (writer.py: `queued`)
+            if not queued:
+                self._first_queued(now)
+            queued.append((self._encode_optimizer_step, now - self.writer.t0, {"step": FIRST_STEP + self.closed_steps, "wall_s": seconds, "optimizer": type(optimizer).__name__}))
             opened = self._open
             opened.optimizer_s += seconds
-            opened.stepped[id(optimizer)] = opened.stepped.get(id(optimizer), 0) + 1
-            waiting = self._waiting_for()
-            if waiting.keys() <= opened.stepped.keys():  # every optimizer waited for has stepped
+            stepped = opened.stepped
+            stepped[key] = stepped.get(key, 0) + 1
+            waiting = self._required
+            for ref in waiting.values():  # all alive, the usual case: _waiting_for copies nothing
+                if ref() is None:
+                    waiting = self._waiting_for()
+                    break
+            if waiting.keys() <= stepped.keys():  # every optimizer waited for has stepped
                 return self._close(STEP_BOUNDARY_OPTIMIZER)
-            if opened.stepped[id(optimizer)] >= IDLE_OPTIMIZER_STEPS:
-                for key in [k for k in waiting if k not in opened.stepped]:
-                    del self._required[key]
+            if stepped[key] >= IDLE_OPTIMIZER_STEPS:
+                for other in [k for k in waiting if k not in stepped]:
+                    del self._required[other]
                 return self._close(STEP_BOUNDARY_OPTIMIZER)
             return False
 
@@ -292,24 +342,30 @@ class StepTracker:
         """End the step in progress (caller holds the lock). True when --steps is reached."""
         opened = self._open
         step = FIRST_STEP + self.closed_steps
-        now = time.perf_counter() - self.writer.t0  # writer.now(), a call less
-        self.writer.emit_held(
-            StepEvent,
-            t=now,
-            step=step,
-            backward_s=opened.backward_s,
-            loss=opened.loss,
-            ca_captures=opened.captures,
-            compiles=opened.compiles,
-            compile_s=opened.compile_s,
-            wall_s=None if self._last_boundary_t is None else now - self._last_boundary_t,
-            backward_calls=opened.backward_calls,
-            boundary=boundary,
-            optimizer_s=opened.optimizer_s,
-        )
+        writer, queued = self.writer, self._queued
+        clock = time.perf_counter()
+        now = clock - writer.t0  # writer.now(), a call less
+        if not queued:
+            self._first_queued(clock)
+        queued.append((self._encode_step, now, {
+            "step": step,
+            "backward_s": opened.backward_s,
+            "loss": opened.loss,
+            "ca_captures": opened.captures,
+            "compiles": opened.compiles,
+            "compile_s": opened.compile_s,
+            "wall_s": None if self._last_boundary_t is None else now - self._last_boundary_t,
+            "backward_calls": opened.backward_calls,
+            "boundary": boundary,
+            "optimizer_s": opened.optimizer_s,
+        }))
+        if clock >= writer.queued_due or len(queued) >= MAX_HELD_LINES:
+            writer.write_queued()  # the lines of the last hold_s / 2 or more, in one write
         if opened.loss_tensor is not None:
             self.device.defer_loss(step, opened.loss_tensor)
-        self.device.boundary(step)
+        cuda = device_readings._torch_cuda  # device.boundary's own first test, inline: no call where CUDA is not in use
+        if cuda is None or getattr(cuda, "_initialized", True):
+            self.device.boundary(step)
         self._last_boundary_t = now
         self.closed_steps += 1
         self._open = _OpenStep()
@@ -317,31 +373,35 @@ class StepTracker:
             self.on_step(step)
         return self.max_steps is not None and self.closed_steps >= self.max_steps and not self.step_limit_reached
 
-    # -- the wrapper's body -------------------------------------------------------------------
-    def _backward_starting(self, t_outputs: Any, kwargs: dict) -> tuple:
-        """A top-level backward begins: what _backward_ending needs."""
-        outputs = t_outputs if isinstance(t_outputs, (tuple, list)) else [t_outputs]
-        roots = [getattr(outputs[0], "grad_fn", None)] if len(outputs) == 1 else [getattr(t, "grad_fn", None) for t in outputs]
-        with self._lock:
-            step = FIRST_STEP + self.closed_steps
-            index = self._open.next_index
-            self._open.next_index += 1
-            self.current_roots = roots
-        if not self.backward_calls % FLAG_CHECK_EVERY:
-            self._check_flag_finding(step)
-        local = self._local
-        local.depth, local.captures = 1, 0
-        return step, index, outputs, roots, kwargs, time.perf_counter()
+    def _first_queued(self, clock: float) -> None:
+        """A line is about to be appended to the writer's empty `queued` list (writer.py), at
+        perf_counter time `clock`: it is due hold_s / 2 from now, and the writer's flusher thread
+        bounds how long it can wait (started here, with the first line, and again in a forked child)."""
+        self.writer.queued_due = clock + self.writer.hold_s / 2
+        self.writer.start_flusher()
 
-    def _backward_ending(self, started: tuple) -> bool:
-        """The backward begun by _backward_starting returned or raised. True when --steps is reached."""
-        step, index, outputs, roots, kwargs, start = started
-        elapsed = time.perf_counter() - start
+    # -- the wrapper's body -------------------------------------------------------------------
+    def _backward_ended(self, outputs: Any, roots: list[Any], step: int, index: int, kwargs: dict, start: float) -> bool:
+        """The backward the wrapper began (its step, its index within it, its perf_counter start)
+        returned or raised. True when --steps is reached."""
+        now = time.perf_counter()
+        elapsed = now - start
         local = self._local
         local.depth = 0
         try:
             captures = local.captures
-            value, device_tensor = _loss(outputs[0] if outputs else None)
+            loss = outputs[0] if outputs else None
+            device_tensor = None
+            try:  # the loss: a CPU scalar is read now, with one call into torch (_loss for the rest)
+                if loss.is_cpu:
+                    value = loss.item()  # exact; RuntimeError when not one element: None below
+                    kind = value.__class__
+                    if kind is not float:
+                        value = float(value) if kind is int or kind is bool else None  # complex: None
+                else:
+                    value, device_tensor = _loss(loss)
+            except Exception:  # noqa: BLE001 - not a tensor, a subclass without these, or not one element
+                value = None
             thread = "" if threading.get_ident() == self._main_thread_id else threading.current_thread().name
             with self._lock:
                 self.backward_calls += 1
@@ -357,16 +417,18 @@ class StepTracker:
                 if by_backward and step != current:
                     # Another thread's backward closed the step this one began in: it closes the next.
                     step, index = current, opened.backward_calls
-                self.writer.emit_held(
-                    BackwardEvent,
-                    step=step,
-                    index=index,
-                    backward_s=elapsed,
-                    ca_captures=captures,
-                    call="backward" if kwargs.get("accumulate_grad", True) else "grad",
-                    loss=value,
-                    thread=thread,
-                )
+                queued = self._queued  # writer.emit_held's line, appended (writer.py: `queued`)
+                if not queued:
+                    self._first_queued(now)
+                queued.append((self._encode_backward, now - self.writer.t0, {
+                    "step": step,
+                    "index": index,
+                    "backward_s": elapsed,
+                    "ca_captures": captures,
+                    "call": "backward" if kwargs.get("accumulate_grad", True) else "grad",
+                    "loss": value,
+                    "thread": thread,
+                }))
                 if step == current:  # not a backward that outlived its step (optimizer stepped in another thread)
                     opened.backward_calls += 1
                     opened.backward_s += elapsed
@@ -445,26 +507,30 @@ class StepLimitReached(BaseException):
 
 
 class _OpenStep:
-    """The step in progress: what it has done so far."""
+    """The step in progress: what it has done so far. One is made a step: the immutable fields
+    start as class attributes (an instance gets its own on the first update), so only `stepped`
+    is set here."""
+
+    next_index = 0  # the next backward call's index (taken when it starts)
+    backward_calls = 0  # calls that finished
+    backward_s = 0.0
+    captures = 0
+    compiles = 0
+    compile_s = 0.0
+    optimizer_s = 0.0
+    loss: float | None = None
+    loss_tensor: Any = None  # the last loss when it lives on an accelerator
 
     def __init__(self) -> None:
-        self.next_index = 0  # the next backward call's index (taken when it starts)
-        self.backward_calls = 0  # calls that finished
-        self.backward_s = 0.0
-        self.captures = 0
-        self.compiles = 0
-        self.compile_s = 0.0
-        self.optimizer_s = 0.0
         self.stepped: dict[int, int] = {}  # id(optimizer) -> step() calls in this step
-        self.loss: float | None = None
-        self.loss_tensor: Any = None  # the last loss when it lives on an accelerator
 
 
 def _loss(tensor: Any) -> tuple[float | None, Any]:
     """(value, None) for a CPU scalar, read now (no device to wait for); (None, detached tensor)
     for a scalar on an accelerator, read at the end of the run; (None, None) for anything else.
     Once per backward call: the CPU case asks torch as little as it can (each call into torch costs
-    a few microseconds in a training step, writer.py's docstring says why)."""
+    a few microseconds in a training step, writer.py's docstring says why); _backward_ended reads
+    a CPU loss inline, as here, and calls this for the others."""
     try:
         if tensor.is_cpu:
             value = tensor.item()  # exact; RuntimeError when not one element: None below

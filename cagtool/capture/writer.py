@@ -8,7 +8,11 @@ daemon thread (`_Flusher`) that looks every HOLD_S / 2 while the job does someth
 other event (`emit`: a cache miss, a finding...) is written at once, the waiting lines first, and
 `close` writes what waits. A system call and the encoding of each line at every step end were most
 of what recording cost a training step (benchmarks/README.md, step overhead); made together the
-lines cost a fraction (event_lines.py says why). SIGTERM, Ctrl-C, a normal exit and an exception
+lines cost a fraction (event_lines.py says why). The step tracker, the one caller on a training
+step's path, skips even `emit_held`: it appends its lines to `queued` (module docstring of
+steps.py; a list append, no lock, no call) and the writer numbers them before any other event
+(`_take_queued`), so their seq and order in the file are those that `emit_held` at the same moments
+would have given. SIGTERM, Ctrl-C, a normal exit and an exception
 in the script close the record, held lines included; a process killed hard (SIGKILL, os._exit)
 loses at most the per-step lines of its last HOLD_S, and the manifest says so
 (`options["held_events"]`, set by the step tracker, the one caller of `emit_held`).
@@ -131,10 +135,19 @@ class RecordWriter:
         self._seq = 0
         self.stopped: dict[str, Any] | None = None  # set when a write failed: recording ended there
         self._events: int | None = None  # events.jsonl's descriptor, opened for appending
-        self._held: list[tuple[Callable[..., str], int, float, dict[str, Any]]] = []  # emit_held's events, not written yet
-        self._held_from = 0  # the seq of the first of them
+        self._held: list[tuple[Callable[..., str], float, dict[str, Any]]] = []  # numbered held lines, not written yet: (encode, t, fields)
+        self._held_from = 0  # the seq of the first of them; the others follow it (nothing is numbered in between)
+        # Lines the step tracker holds without the lock, not numbered yet: (encode, t, fields), appended
+        # by one thread at a time (the tracker's own lock). Every path that numbers an event takes them
+        # first (_take_queued), removing only what it took (`del queued[:n]`: an append racing it is kept).
+        # The same list for the writer's life (the tracker keeps a reference): cleared in place.
+        self.queued: list[tuple[Callable[..., str], float, dict[str, Any]]] = []
+        # perf_counter time from which the queued lines are due (the first's + hold_s / 2); set by the
+        # appender when it appends to an empty queue. A stale value is an earlier one: written sooner, never later.
+        self.queued_due = 0.0
         self._write_after = 0.0  # perf_counter time from which the training thread writes them (the first's + hold_s / 2)
-        self._flusher: _Flusher | None = None  # started with the first held line
+        self._flusher: _Flusher | None = None  # started with the first held or queued line
+        self._flusher_lock = threading.Lock()
         self._open()
 
     def _open(self) -> None:
@@ -199,9 +212,42 @@ class RecordWriter:
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
+    def encoder_of(self, event_cls: type[Event]) -> Callable[..., str]:
+        """`encode(seq, t, **fields) -> line` for a line appended to `queued`."""
+        return _LINE_ENCODERS.get(event_cls) or _encoder_of(event_cls)
+
+    def _take_queued(self) -> None:
+        """Number the queued lines (caller holds the lock): they join the held ones, in order."""
+        queued = self.queued
+        n = len(queued)
+        if n:
+            taken = queued[:n]
+            del queued[:n]
+            if not self._held:
+                self._held_from = self._seq
+                self._write_after = self.queued_due
+                self.start_flusher()
+            self._held += taken
+            self._seq += n
+
+    def start_flusher(self) -> None:
+        """The thread that bounds how long a held or queued line waits, started with the first one."""
+        if self._flusher is None and self._events is not None:
+            with self._flusher_lock:  # the step tracker calls this without the writer's lock
+                if self._flusher is None:
+                    self._flusher = _Flusher(self)
+
+    def write_queued(self) -> None:
+        """Write the queued and held lines now (the step tracker, when they are due)."""
+        with self._lock:
+            self._take_queued()
+            self._write_held()
+
     def emit(self, event_cls: type[Event], **fields: Any) -> Event:
         """Append one event, written to the OS now with any held lines before it (one system call)."""
         with self._lock:
+            if self.queued:
+                self._take_queued()
             if self._held:
                 first = self._held_from
                 text = self._held_text()
@@ -217,25 +263,30 @@ class RecordWriter:
         docstring). Numbered and timed now; its text is made when it is written, with the other
         waiting lines, straight from the fields (event_lines.py): no Event is built."""
         with self._lock:
+            if self.queued:
+                self._take_queued()
             held = self._held
             now = time.perf_counter()
             t = fields.pop("t", None)
             if not held:
                 self._held_from = self._seq
                 self._write_after = now + self.hold_s / 2
-                if self._flusher is None and self._events is not None:
-                    self._flusher = _Flusher(self)
-            held.append((_LINE_ENCODERS.get(event_cls) or _encoder_of(event_cls), self._seq, now - self.t0 if t is None else t, fields))
+                self.start_flusher()
+            held.append((_LINE_ENCODERS.get(event_cls) or _encoder_of(event_cls), now - self.t0 if t is None else t, fields))
             self._seq += 1
             if now >= self._write_after or len(held) >= MAX_HELD_LINES:
                 self._write_held()
 
     def _flush_if_due(self) -> None:
-        """The flusher's look: write the held lines when the oldest has waited hold_s / 2."""
-        if self._held and time.perf_counter() >= self._write_after:  # read without the lock: cheap, and rechecked
+        """The flusher's look: write the held and queued lines when the oldest has waited hold_s / 2."""
+        if self._due(time.perf_counter()):  # read without the lock: cheap, and rechecked
             with self._lock:
-                if self._held and time.perf_counter() >= self._write_after:
+                if self._due(time.perf_counter()):
+                    self._take_queued()
                     self._write_held()
+
+    def _due(self, now: float) -> bool:
+        return bool(self._held and now >= self._write_after or self.queued and now >= self.queued_due)
 
     def _encode(self, event_cls: type[Event], fields: dict[str, Any]) -> tuple[Event, str]:
         """The event and its line, numbered (caller holds the lock)."""
@@ -248,7 +299,8 @@ class RecordWriter:
         """The held events' lines, taken out of memory (caller holds the lock). Made together, one
         after the other, their code stays in the CPU's caches (event_lines.py says why it matters)."""
         held, self._held = self._held, []
-        return "".join([encode(seq, t, **fields) for encode, seq, t, fields in held])
+        first = self._held_from
+        return "".join([encode(first + i, t, **fields) for i, (encode, t, fields) in enumerate(held)])
 
     def _write(self, text: str, first_seq: int) -> None:
         """Caller holds the lock. A failed write stops recording at the first line of `text` (whose
@@ -271,8 +323,9 @@ class RecordWriter:
             self._write(self._held_text(), first)
 
     def flush_held(self) -> None:
-        """Write the held lines now."""
+        """Write the held (and queued) lines now."""
         with self._lock:
+            self._take_queued()
             self._write_held()
 
     def write_graph(self, ca_id: int, compile_id: str, code: str, nodes: list[GraphNode]) -> tuple[str, str]:
@@ -319,8 +372,10 @@ class RecordWriter:
         parent's: close only our copy of its descriptor, dropping any unflushed parent bytes (as
         torch's trace handler does)."""
         self._lock = threading.Lock()
+        self._flusher_lock = threading.Lock()
         self._seq = 0
         self._held = []  # the parent's: its own record has them
+        del self.queued[:]  # likewise (in place: the step tracker holds this list)
         self._flusher = None
         self.t0 = time.perf_counter()
         self._discard_events_file()
@@ -331,13 +386,14 @@ class RecordWriter:
 
     @property
     def events_written(self) -> int:
-        return self._seq
+        return self._seq + len(self.queued)
 
     def close(self) -> None:
         flusher, self._flusher = self._flusher, None
         if flusher is not None:
             flusher.stop()
         with self._lock:
+            self._take_queued()
             self._write_held()
             if self._events is not None:
                 try:

@@ -93,7 +93,7 @@ def _queue(writer: RecordWriter, cls: type, **fields) -> None:
     if not writer.queued:  # StepTracker._first_queued
         writer.queued_due = time.perf_counter() + writer.hold_s / 2
         writer.start_flusher()
-    writer.queued.append((writer.encoder_of(cls), writer.now(), fields))
+    writer.queued.append((writer.kwargs_line(cls), writer.now(), fields))
 
 
 def test_queued_lines_are_numbered_as_emit_held_would_number_them(tmp_path):

@@ -80,9 +80,7 @@ class StepTracker:
         self._original_run_backward: Any = None
         self._original_optimizer_init: Any = None
         self._queued = writer.queued  # the writer's list of lines to number (writer.py), one append a line
-        self._encode_backward = writer.encoder_of(BackwardEvent)
-        self._encode_optimizer_step = writer.encoder_of(OptimizerStepEvent)
-        self._encode_step = writer.encoder_of(StepEvent)
+        self._backward_line, self._optimizer_step_line, self._step_line = _line_makers(writer)
 
     def restart(self) -> None:
         """A forked child starts its own record: its steps count from the first again."""
@@ -320,7 +318,7 @@ class StepTracker:
             queued = self._queued  # writer.emit_held's line, appended (writer.py: `queued`)
             if not queued:
                 self._first_queued(now)
-            queued.append((self._encode_optimizer_step, now - self.writer.t0, {"step": FIRST_STEP + self.closed_steps, "wall_s": seconds, "optimizer": type(optimizer).__name__}))
+            queued.append((self._optimizer_step_line, now - self.writer.t0, (FIRST_STEP + self.closed_steps, seconds, type(optimizer).__name__)))
             opened = self._open
             opened.optimizer_s += seconds
             stepped = opened.stepped
@@ -347,18 +345,9 @@ class StepTracker:
         now = clock - writer.t0  # writer.now(), a call less
         if not queued:
             self._first_queued(clock)
-        queued.append((self._encode_step, now, {
-            "step": step,
-            "backward_s": opened.backward_s,
-            "loss": opened.loss,
-            "ca_captures": opened.captures,
-            "compiles": opened.compiles,
-            "compile_s": opened.compile_s,
-            "wall_s": None if self._last_boundary_t is None else now - self._last_boundary_t,
-            "backward_calls": opened.backward_calls,
-            "boundary": boundary,
-            "optimizer_s": opened.optimizer_s,
-        }))
+        # The step's figures are read from `opened` when the line is written: nothing changes it
+        # once it is closed (every update goes to the step in progress, under the lock).
+        queued.append((self._step_line, now, (opened, step, None if self._last_boundary_t is None else now - self._last_boundary_t, boundary)))
         if clock >= writer.queued_due or len(queued) >= MAX_HELD_LINES:
             writer.write_queued()  # the lines of the last hold_s / 2 or more, in one write
         if opened.loss_tensor is not None:
@@ -420,15 +409,8 @@ class StepTracker:
                 queued = self._queued  # writer.emit_held's line, appended (writer.py: `queued`)
                 if not queued:
                     self._first_queued(now)
-                queued.append((self._encode_backward, now - self.writer.t0, {
-                    "step": step,
-                    "index": index,
-                    "backward_s": elapsed,
-                    "ca_captures": captures,
-                    "call": "backward" if kwargs.get("accumulate_grad", True) else "grad",
-                    "loss": value,
-                    "thread": thread,
-                }))
+                queued.append((self._backward_line, now - self.writer.t0,
+                               (step, index, elapsed, captures, "backward" if kwargs.get("accumulate_grad", True) else "grad", value, thread)))
                 if step == current:  # not a backward that outlived its step (optimizer stepped in another thread)
                     opened.backward_calls += 1
                     opened.backward_s += elapsed
@@ -495,6 +477,39 @@ class StepTracker:
             grad_norm=math.sqrt(g2) if g2 is not None else None,
             num_params=len(params),
         )
+
+
+def _line_makers(writer: RecordWriter) -> tuple[Callable[[int, float, Any], str], ...]:
+    """The `line(seq, t, payload)` functions of the tracker's queued lines (writer.py: `queued`):
+    the payload is a tuple made in the training step, named here, when the line is written."""
+    encode_backward, encode_optimizer_step, encode_step = (writer.encoder_of(cls) for cls in (BackwardEvent, OptimizerStepEvent, StepEvent))
+
+    def backward_line(seq: int, t: float, payload: tuple) -> str:
+        step, index, backward_s, captures, call, loss, thread = payload
+        return encode_backward(seq, t, step=step, index=index, backward_s=backward_s, ca_captures=captures, call=call, loss=loss, thread=thread)
+
+    def optimizer_step_line(seq: int, t: float, payload: tuple) -> str:
+        step, wall_s, optimizer = payload
+        return encode_optimizer_step(seq, t, step=step, wall_s=wall_s, optimizer=optimizer)
+
+    def step_line(seq: int, t: float, payload: tuple) -> str:
+        opened, step, wall_s, boundary = payload
+        return encode_step(
+            seq,
+            t,
+            step=step,
+            backward_s=opened.backward_s,
+            loss=opened.loss,
+            ca_captures=opened.captures,
+            compiles=opened.compiles,
+            compile_s=opened.compile_s,
+            wall_s=wall_s,
+            backward_calls=opened.backward_calls,
+            boundary=boundary,
+            optimizer_s=opened.optimizer_s,
+        )
+
+    return backward_line, optimizer_step_line, step_line
 
 
 class StepLimitReached(BaseException):

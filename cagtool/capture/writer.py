@@ -67,6 +67,22 @@ def _encoder_of(event_cls: type[Event]) -> Callable[..., str]:
     return encode
 
 
+# Per event class, `line(seq, t, fields) -> str` for a held line whose fields are a dict (emit_held).
+_KWARGS_LINES: dict[type, Callable[[int, float, Any], str]] = {}
+
+
+def _kwargs_line(event_cls: type[Event]) -> Callable[[int, float, Any], str]:
+    line = _KWARGS_LINES.get(event_cls)
+    if line is None:
+        encode = _encoder_of(event_cls)
+
+        def line(seq: int, t: float, fields: Any) -> str:
+            return encode(seq, t, **fields)
+
+        _KWARGS_LINES[event_cls] = line
+    return line
+
+
 # The most time a held line waits before it is written (module docstring): what a process killed
 # hard can lose. About HOLD_S / 2 of steps share one write: at 4 ms steps, a dozen steps.
 HOLD_S = 0.1
@@ -135,13 +151,15 @@ class RecordWriter:
         self._seq = 0
         self.stopped: dict[str, Any] | None = None  # set when a write failed: recording ended there
         self._events: int | None = None  # events.jsonl's descriptor, opened for appending
-        self._held: list[tuple[Callable[..., str], float, dict[str, Any]]] = []  # numbered held lines, not written yet: (encode, t, fields)
+        # Numbered held lines, not written yet: (line, t, payload), whose text is line(seq, t, payload).
+        self._held: list[tuple[Callable[[int, float, Any], str], float, Any]] = []
         self._held_from = 0  # the seq of the first of them; the others follow it (nothing is numbered in between)
-        # Lines the step tracker holds without the lock, not numbered yet: (encode, t, fields), appended
+        # Lines the step tracker holds without the lock, not numbered yet: (line, t, payload) as in _held
+        # (the payload whatever its `line` reads: a tuple, made at once, is cheaper than a dict), appended
         # by one thread at a time (the tracker's own lock). Every path that numbers an event takes them
         # first (_take_queued), removing only what it took (`del queued[:n]`: an append racing it is kept).
         # The same list for the writer's life (the tracker keeps a reference): cleared in place.
-        self.queued: list[tuple[Callable[..., str], float, dict[str, Any]]] = []
+        self.queued: list[tuple[Callable[[int, float, Any], str], float, Any]] = []
         # perf_counter time from which the queued lines are due (the first's + hold_s / 2); set by the
         # appender when it appends to an empty queue. A stale value is an earlier one: written sooner, never later.
         self.queued_due = 0.0
@@ -213,8 +231,12 @@ class RecordWriter:
         return time.perf_counter() - self.t0
 
     def encoder_of(self, event_cls: type[Event]) -> Callable[..., str]:
-        """`encode(seq, t, **fields) -> line` for a line appended to `queued`."""
+        """`encode(seq, t, **fields) -> line` (event_lines.py's, or the dataclass and json)."""
         return _LINE_ENCODERS.get(event_cls) or _encoder_of(event_cls)
+
+    def kwargs_line(self, event_cls: type[Event]) -> Callable[[int, float, Any], str]:
+        """`line(seq, t, fields) -> line` for a `queued` entry whose payload is the fields' dict."""
+        return _KWARGS_LINES.get(event_cls) or _kwargs_line(event_cls)
 
     def _take_queued(self) -> None:
         """Number the queued lines (caller holds the lock): they join the held ones, in order."""
@@ -272,7 +294,7 @@ class RecordWriter:
                 self._held_from = self._seq
                 self._write_after = now + self.hold_s / 2
                 self.start_flusher()
-            held.append((_LINE_ENCODERS.get(event_cls) or _encoder_of(event_cls), now - self.t0 if t is None else t, fields))
+            held.append((_KWARGS_LINES.get(event_cls) or _kwargs_line(event_cls), now - self.t0 if t is None else t, fields))
             self._seq += 1
             if now >= self._write_after or len(held) >= MAX_HELD_LINES:
                 self._write_held()
@@ -300,7 +322,7 @@ class RecordWriter:
         after the other, their code stays in the CPU's caches (event_lines.py says why it matters)."""
         held, self._held = self._held, []
         first = self._held_from
-        return "".join([encode(first + i, t, **fields) for i, (encode, t, fields) in enumerate(held)])
+        return "".join([line(first + i, t, payload) for i, (line, t, payload) in enumerate(held)])
 
     def _write(self, text: str, first_seq: int) -> None:
         """Caller holds the lock. A failed write stops recording at the first line of `text` (whose

@@ -315,7 +315,7 @@ class StepTracker:
             ref = self._required.get(key)
             if ref is None or ref() is not optimizer:
                 self._note_optimizer(optimizer)
-            queued = self._queued  # writer.emit_held's line, appended (writer.py: `queued`)
+            queued = self._queued  # the line emit_held would hold, appended (writer.py: `queued`)
             if not queued:
                 self._first_queued(now)
             queued.append((self._optimizer_step_line, now - self.writer.t0, (FIRST_STEP + self.closed_steps, seconds, type(optimizer).__name__)))
@@ -406,7 +406,7 @@ class StepTracker:
                 if by_backward and step != current:
                     # Another thread's backward closed the step this one began in: it closes the next.
                     step, index = current, opened.backward_calls
-                queued = self._queued  # writer.emit_held's line, appended (writer.py: `queued`)
+                queued = self._queued  # the line emit_held would hold, appended (writer.py: `queued`)
                 if not queued:
                     self._first_queued(now)
                 queued.append((self._backward_line, now - self.writer.t0,

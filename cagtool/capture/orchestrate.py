@@ -304,6 +304,7 @@ def _start_mode_process(options: RunOptions, run_dir: Path, name: str, cache_roo
         os.close(ack_r)
         os.close(go_w)
         stdin.drop()
+        shutil.rmtree(mode_dir, ignore_errors=True)  # a started-ahead mode that failed is started again at its turn
         raise
     finally:
         os.close(ack_w)

@@ -295,12 +295,20 @@ def _wait_for_go(go_fd: int) -> float | None:
     script starts only on the parent's word, once that process is gone, so no mode is measured
     beside another. Returns the seconds waited, or None when the parent closed the pipe instead
     (the run stopped before this mode)."""
+    from cagtool.capture.processes.lifeline import STOP_SIGNALS
+
     began = time.perf_counter()
     try:
         word = os.read(go_fd, 1)
     finally:
         os.close(go_fd)
-    return time.perf_counter() - began if word else None
+    if not word:
+        return None
+    # The parent started this process with the stop signals blocked (orchestrate.py): from here they
+    # are the script's, and one that came while it waited is delivered now (the mode was stopped
+    # at its start, as it would have been a moment later).
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    return time.perf_counter() - began
 
 
 def _say_record_closed(ack_fd: int | None) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from cagtool.capture.child import STARTUP_ERROR_FILE, ModeSpec
-from cagtool.capture.processes.lifeline import ChildSupervisor, adopt_orphans, end_orphans, exit_code_for
+from cagtool.capture.processes.lifeline import STOP_SIGNALS, ChildSupervisor, adopt_orphans, end_orphans, exit_code_for
 from cagtool.capture.status import restore_terminal
 from cagtool.capture.stdin_feed import ModeStdin, StdinFeed
 from cagtool.capture.target import Target
@@ -299,7 +299,15 @@ def _start_mode_process(options: RunOptions, run_dir: Path, name: str, cache_roo
     stdin = stdin_feed.for_mode()
     try:
         spec_path.write_text(json.dumps(asdict(spec), indent=2))
-        proc = subprocess.Popen([sys.executable, "-m", "cagtool.capture.child", str(spec_path)], env=env, pass_fds=(ack_w, go_r), stdin=stdin.fd)
+        # The process starts with the stop signals blocked (a signal mask is inherited through fork
+        # and exec; this thread's own is put back at once) and unblocks them at its turn: started
+        # ahead, it has run nothing, and a Ctrl-C to the process group during the current mode's
+        # exit is cagtool's to act on (it then kills it), not a KeyboardInterrupt in its imports.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "cagtool.capture.child", str(spec_path)], env=env, pass_fds=(ack_w, go_r), stdin=stdin.fd)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     except BaseException:
         os.close(ack_r)
         os.close(go_w)

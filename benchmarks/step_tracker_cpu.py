@@ -35,6 +35,7 @@ import os
 import random
 import statistics
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -146,10 +147,14 @@ def per_step(args: argparse.Namespace, tracker, writer, step, compiler, parts) -
     import cagtool
 
     clock = time.thread_time_ns
-    written = [0]  # CPU of the writer's writes (encoding the held lines, os.write)
+    written = [0]  # CPU of the writer's writes on the training thread (encoding the held lines, os.write)
     write_held = writer._write_held
+    main_thread = threading.get_ident()
 
     def timed_write_held() -> None:
+        if threading.get_ident() != main_thread:  # the flusher's: in the other threads' CPU below
+            write_held()
+            return
         start = clock()
         write_held()
         written[0] += clock() - start
@@ -179,6 +184,7 @@ def per_step(args: argparse.Namespace, tracker, writer, step, compiler, parts) -
         order: list[bool] = []
         written[0] = 0
         parts.clear()
+        process_start, thread_start = time.process_time_ns(), clock()
         for _ in range(args.rounds):
             for on in rng.sample([True, False], 2):
                 switch(on)
@@ -190,14 +196,18 @@ def per_step(args: argparse.Namespace, tracker, writer, step, compiler, parts) -
         start = clock()
         writer.flush_held()
         written[0] += clock() - start
+        # CPU of every other thread (the writer's flusher: the drain of the tracker's notes and the
+        # writes it makes; with one torch thread, nothing else runs)
+        others = (time.process_time_ns() - process_start) - (clock() - thread_start)
         tracker.uninstall()
     writer.close()
     median, low, high = _interval([a - b for a, b in zip(times[True], times[False])])
-    writes = written[0] / 1000 / args.rounds
+    writes = (written[0] + others) / 1000 / args.rounds
     workload = "cold tiny step" if args.cold else f"MLP, {args.backend}"
     print(f"cagtool {Path(cagtool.__file__).resolve().parent.parent} ({workload}), per step, {args.rounds} rounds, load {os.getloadavg()[0]:.1f}")
     print(f"  CPU per step: off {statistics.median(times[False]):.1f} us; tracker adds {median:.1f} us [{low:.1f}, {high:.1f}] in the step "
-          f"+ {writes:.1f} us of writes = {median + writes:.1f} us (median of round differences, 95 % CI; writes averaged)")
+          f"+ {writes:.1f} us of writes and other threads ({others / 1000 / args.rounds:.1f} us of it in other threads) = {median + writes:.1f} us "
+          "(median of round differences, 95 % CI; writes averaged)")
     if parts:
         for index, name in enumerate(("forward (no tracker code)", "backward", "optimizer step")):
             on = statistics.median(p[index] for p, o in zip(parts, order) if o) / 1000

@@ -6,12 +6,22 @@ and autograd.grad (TORCH_2_13_NOTES.md, "Counting and timing"), and uses torch's
 step hooks. What a step is, with one, several or no optimizers: record/schema.py's docstring.
 Thread-safe: backward may run in several threads (each has its own nesting depth).
 
-Per step, on the training thread, this is the whole of cagtool's work: so it makes as few Python
-calls as it can (a call costs microseconds there, with the step's tensor work having evicted the
-caches; benchmarks/README.md, step overhead). Its `backward`, `optimizer_step` and `step` lines
-are appended to the writer's `queued` list (writer.py: numbered there, in order, before any other
-event) rather than passed through a writer method each; the Dynamo frame callback is swapped off
-and back only when one is set.
+Two halves, because a training step's path is where a Python line costs most (a microsecond or
+more: the step's tensor work has just evicted the caches; benchmarks/README.md, step overhead):
+- The hooks only note what happened, in order: they append a tuple to `_raw` (a backward began,
+  a backward ended with its loss, an optimizer stepped, an optimizer was made or collected) and
+  return. No lock, no Python call, no line.
+- `drain` counts them afterwards, in the order they happened: step numbers, indices within a step,
+  boundaries, and the `backward`, `optimizer_step` and `step` lines, appended to the writer's
+  `queued` list (writer.py). The writer drains before it numbers any event (`RecordWriter.source`)
+  and its flusher thread every hold_s / 2, so the file's seq and order are those the events had
+  when they happened; asking for `current_step` (the observers, the status line) drains too.
+Where the hook itself must act, it drains at once, under the lock (`_sync`): `--steps` (stop in
+the step's own backward or step() call), an `on_step` callback, and CUDA (the step boundary's
+event is recorded on the stream then). Everything a step's figures depend on is in the tuple,
+taken at the moment: whether an optimizer is alive is ordered by the tuples a weak reference's
+callback appends when one is collected, so a drain run later counts what a count made in the hook
+would have counted (tests/test_step_bookkeeping.py compares both on the step shapes).
 """
 
 from __future__ import annotations
@@ -46,9 +56,20 @@ TRACED_BACKWARD = "backward_traced_by_dynamo"
 # being waited for (e.g. a second optimizer used only in a later phase of training).
 IDLE_OPTIMIZER_STEPS = 10
 FLAG_CHECK_EVERY = 64  # backward calls between two looks at the script's CA flag (_check_flag_finding)
-# The events whose lines wait in memory up to the writer's hold_s (writer.emit_held), named in the
+# The events whose lines wait in memory up to the writer's hold_s (writer.py), named in the
 # manifest with that bound: a process killed hard may lack these for its last hold_s seconds.
 HELD_EVENTS = ["backward", "optimizer_step", "step"]
+
+# What the hooks append to `_raw` (the first item of each tuple; `drain` reads them in order):
+_BEGIN = 0  # [_BEGIN, step, index]: a top-level backward began; a list, the drain fills in its step and index
+_END = 1  # (_END, clock, start, begun, loss, loss_on_device, captures, accumulate_grad, thread): it returned or raised
+_STEPPED = 2  # (_STEPPED, clock, start, id(optimizer), optimizer's class): an optimizer's step() returned
+_MADE = 3  # (_MADE, id(optimizer), weak reference): an optimizer exists
+_GONE = 4  # (_GONE, id(optimizer), weak reference): it was collected
+
+
+class _NoCuda:
+    _initialized = False
 
 
 class StepTracker:
@@ -57,22 +78,27 @@ class StepTracker:
         self.mode = mode
         self.on_step = on_step
         self.max_steps = max_steps
+        # The hooks drain at once (under the lock) where they must act themselves: module docstring.
+        self._sync = max_steps is not None or on_step is not None
         self.device = DeviceReadings(writer)
         self.closed_steps = 0
-        self.backward_calls = 0  # every top-level backward of the run
-        self.current_roots: list[Any] = []
+        self._backward_calls = 0  # every top-level backward of the run, counted (drain)
+        self.current_roots: list[Any] = []  # grad_fn of the last top-level backward's outputs (set as it begins)
         self.compile_in_progress = False
         self.step_limit_reached = False
         self.errors = 0
         self.last_error = ""
         self._lock = threading.RLock()
+        self._draining = False  # a drain is running (the lock is held): one reached again from it returns
         self._local = threading.local()  # per thread: backward nesting depth, captures of its backward
+        self._raw: list[Any] = []  # the hooks' notes, not counted yet (the same list for the tracker's life)
         self._open = _OpenStep()
         self._last_boundary_t: float | None = None
         self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()  # every optimizer seen (final state)
-        self._required: dict[int, weakref.ref[Any]] = {}  # optimizers a step waits for
-        self._last_roots_ref: list[Any] = []
-        self._flag_finding_done = False
+        self._known: dict[int, weakref.ref[Any]] = {}  # id -> weak reference of every live optimizer, now
+        self._required: dict[int, weakref.ref[Any]] = {}  # the optimizers a step waits for, as of the tuples drained
+        self._flag_finding_done = mode != "ca"
+        self._flag_countdown = 0  # backward calls until the next look at the CA flag
         self._handles: list[Any] = []
         self._main_thread_id = threading.main_thread().ident
         self._dynamo_config: Any = None
@@ -85,8 +111,10 @@ class StepTracker:
     def restart(self) -> None:
         """A forked child starts its own record: its steps count from the first again."""
         with self._lock:
+            del self._raw[:]  # the parent's: its own record counts them
+            self._draining = False
             self.closed_steps = 0
-            self.backward_calls = 0
+            self._backward_calls = 0
             self._open = _OpenStep()
             self._last_boundary_t = None
             self.device = DeviceReadings(self.writer)
@@ -95,7 +123,14 @@ class StepTracker:
     @property
     def current_step(self) -> int:
         """The step in progress: events are stamped with it."""
+        self.drain()
         return FIRST_STEP + self.closed_steps
+
+    @property
+    def backward_calls(self) -> int:
+        """Top-level backward calls so far."""
+        self.drain()
+        return self._backward_calls
 
     # -- compile bookkeeping, called by the observers ------------------------------------------
     def note_capture_started(self) -> None:
@@ -104,11 +139,13 @@ class StepTracker:
     def note_capture_finished(self, seconds: float) -> None:
         self.compile_in_progress = False
         self._local.captures = getattr(self._local, "captures", 0) + 1
+        self.drain()  # the step in progress is the one this backward counts in
         with self._lock:
             self._open.captures += 1
             self._open.compile_s += seconds
 
     def note_dynamo_compile(self, seconds: float) -> None:
+        self.drain()
         with self._lock:
             self._open.compiles += 1
             self._open.compile_s += seconds
@@ -131,67 +168,81 @@ class StepTracker:
         tracker = self
         from torch._dynamo import compiled_autograd
 
-        self._dynamo_config, self._compiled_autograd = torch._dynamo.config, compiled_autograd  # _check_flag_finding, per backward
+        self._dynamo_config, self._compiled_autograd = torch._dynamo.config, compiled_autograd  # _check_flag_finding
         # The per-step lines wait in memory up to hold_s (writer.py): the record says so, from its
         # first manifest on, for a process killed hard.
         held = {"kinds": HELD_EVENTS, "up_to_s": self.writer.hold_s}
         if self.writer.manifest.options.get("held_events") != held:
             self.writer.manifest.options["held_events"] = held
             self.writer.write_manifest()
-        # The bookkeeping runs with Dynamo's frame callback off (its stdlib calls, and a tensor
-        # subclass's Python, are not the script's frames); the backward itself does not
-        # (dynamo_skip.py). The callback is swapped here, in the wrapper, as
-        # dynamo_skip.without_dynamo does, and put back only where one was set: set_eval_frame(None)
-        # returns the one in place, usually None (backward called outside any compiled region).
+        # The writer drains the notes before it numbers an event, and its flusher every hold_s / 2.
+        self.writer.set_source(self.drain)
+        # Dynamo's frame callback is off where cagtool runs Python code in the script's backward or
+        # step() (its stdlib calls, and a tensor subclass's Python, are not the script's frames);
+        # the backward itself keeps it (dynamo_skip.py). The hooks' usual path calls only C
+        # functions, so it swaps nothing; the rarer paths (a drain in the hook, the flag check, a
+        # thread's name) swap the callback off as dynamo_skip.without_dynamo does, and put back only
+        # one that was set: set_eval_frame(None) returns the one in place, usually None.
         from torch._C._dynamo.eval_frame import set_eval_frame
 
-        ending = tracker._backward_ended
         engine_log = autograd_graph.log
         local, current_graph_task_id = tracker._local, torch._C._current_graph_task_id
-        lock, perf_counter = tracker._lock, time.perf_counter
+        perf_counter, get_ident = time.perf_counter, threading.get_ident
+        raw, append = tracker._raw, tracker._raw.append
+        sync = tracker._sync
+        # torch.cuda._initialized, read by the hooks that can end a step: with CUDA in use the step
+        # boundary is recorded on the stream by the hook itself (device_readings.py).
+        cuda = getattr(torch, "cuda", None)
+        if cuda is None or not hasattr(cuda, "_initialized"):
+            cuda = _NoCuda
         # torch.compiler.is_compiling() is this flag outside TorchScript (two Python calls less).
         compiler = torch.compiler
         compiling_flag = hasattr(compiler, "_is_compiling_flag")
 
+        def in_hook(entry: tuple) -> bool:
+            """Note `entry` and count everything noted so far, now (module docstring: `_sync`).
+            True when --steps is reached."""
+            prior = set_eval_frame(None)
+            try:
+                with tracker._lock:
+                    append(entry)
+                    return tracker.drain(live=entry)
+            finally:
+                if prior is not None:
+                    set_eval_frame(prior)
+
         def _engine_run_backward(t_outputs, *args, **kwargs):
-            # torch 2.13's torch/autograd/graph.py:_engine_run_backward with the step bookkeeping
-            # around the engine call, in place of it rather than calling it: no extra Python
-            # frame between the script's backward call and the engine, so a warning raised in a
-            # backward hook (stacklevel counted from the hook) names the script's line as under
-            # plain python, and is shown, or not, as often. Dynamo skips this frame (cagtool's
-            # directory is in its skip list) and is offered the frames it calls, as it is
-            # torch's function's.
+            # torch 2.13's torch/autograd/graph.py:_engine_run_backward with the step notes around
+            # the engine call, in place of it rather than calling it: no extra Python frame between
+            # the script's backward call and the engine, so a warning raised in a backward hook
+            # (stacklevel counted from the hook) names the script's line as under plain python, and
+            # is shown, or not, as often. Dynamo skips this frame (cagtool's directory is in its
+            # skip list) and is offered the frames it calls, as it is torch's function's.
             # Nested: a backward in this thread's backward, or one run by the autograd engine
             # while it executes a graph (reentrant checkpointing, on a device thread too).
-            nested = getattr(local, "depth", 0) or (compiler._is_compiling_flag if compiling_flag else compiler.is_compiling()) or current_graph_task_id() != -1
             started = False
-            if not nested:
-                # A top-level backward begins: its step and index, taken now (inline: a Python call less).
-                prior = set_eval_frame(None)
+            if not (getattr(local, "depth", 0) or (compiler._is_compiling_flag if compiling_flag else compiler.is_compiling()) or current_graph_task_id() != -1):
                 try:
+                    begun = [_BEGIN, 0, 0]
+                    append(begun)
                     outputs = t_outputs if isinstance(t_outputs, (tuple, list)) else (t_outputs,)
                     if len(outputs) == 1:
-                        roots = [getattr(outputs[0], "grad_fn", None)]
-                    else:
+                        tracker.current_roots = [getattr(outputs[0], "grad_fn", None)]
+                    else:  # a loop, not a comprehension: no frame of its own for Dynamo to be offered
                         roots = []
                         for output in outputs:
                             roots.append(getattr(output, "grad_fn", None))
-                    with lock:
-                        step = FIRST_STEP + tracker.closed_steps
-                        opened = tracker._open
-                        index = opened.next_index
-                        opened.next_index = index + 1
                         tracker.current_roots = roots
-                    if not tracker.backward_calls % FLAG_CHECK_EVERY and not tracker._flag_finding_done:
-                        tracker._check_flag_finding(step)
+                    if not tracker._flag_finding_done:
+                        if tracker._flag_countdown:
+                            tracker._flag_countdown -= 1
+                        else:
+                            tracker._flag_due()
                     local.depth, local.captures = 1, 0
                     started = True
                     start = perf_counter()
                 except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
                     tracker.note_error(exc)
-                finally:
-                    if prior is not None:
-                        set_eval_frame(prior)
             limit = False
             try:
                 attach_logging_hooks = engine_log.getEffectiveLevel() <= logging.DEBUG
@@ -206,12 +257,26 @@ class StepTracker:
                     torch._C._remove_obj_from_tls("context")
             finally:
                 if started:
-                    prior = set_eval_frame(None)
+                    clock = perf_counter()
+                    local.depth = 0
                     try:
-                        limit = ending(outputs, roots, step, index, kwargs, start)
-                    finally:
-                        if prior is not None:
-                            set_eval_frame(prior)
+                        value = device_tensor = None
+                        loss = outputs[0] if outputs else None
+                        try:  # the loss: a CPU scalar is read now, with one call into torch (_loss for the rest)
+                            if loss.is_cpu:
+                                value = loss.item()  # exact; RuntimeError when not one element: None (the drain makes it a float)
+                            else:
+                                value, device_tensor = _loss(loss)
+                        except Exception:  # noqa: BLE001 - not a tensor, a subclass without these, or not one element
+                            pass
+                        entry = (_END, clock, start, begun, value, device_tensor, local.captures, kwargs.get("accumulate_grad", True),
+                                 "" if get_ident() == tracker._main_thread_id else tracker._thread_name())
+                        if sync or cuda._initialized:
+                            limit = in_hook(entry)
+                        else:
+                            append(entry)
+                    except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
+                        tracker.note_error(exc)
             if limit:
                 tracker.step_limit_reached = True
                 raise StepLimitReached(tracker.closed_steps)
@@ -234,46 +299,47 @@ class StepTracker:
                 pass
 
         torch.optim.Optimizer.__init__ = optimizer_init
-        opt_start: dict[tuple[int, int], float] = {}
+        opt_start: dict[int, float] = {}  # id(optimizer) -> its step()'s start, between the two hooks
+        known = tracker._known
 
-        get_ident = threading.get_ident
-
-        # Dynamo's frame callback is off where these call Python code of the stdlib (as around the
-        # backward bookkeeping above); the pre-hook's usual path calls only C.
         def pre_hook(optimizer, args, kwargs):
-            opt_start[(get_ident(), id(optimizer))] = perf_counter()
-            ref = tracker._required.get(id(optimizer))
-            if ref is None or ref() is not optimizer:  # not known yet (_note_optimizer's own test)
+            key = id(optimizer)
+            opt_start[key] = perf_counter()
+            if key not in known:  # made before cagtool was installed: noted now (a Python call, rare)
                 prior = set_eval_frame(None)
                 try:
                     tracker._note_optimizer(optimizer)
+                except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's step()
+                    tracker.note_error(exc)
                 finally:
-                    set_eval_frame(prior)
-
-        stepped = tracker._optimizer_stepped
+                    if prior is not None:
+                        set_eval_frame(prior)
 
         def post_hook(optimizer, args, kwargs):
-            start = opt_start.pop((get_ident(), id(optimizer)), None)
+            key = id(optimizer)
+            start = opt_start.pop(key, None)
             if start is None:
                 return
-            prior = set_eval_frame(None)
-            try:
-                limit = stepped(optimizer, start)
-            except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's step()
-                tracker.note_error(exc)
-                limit = False
-            finally:
-                if prior is not None:
-                    set_eval_frame(prior)
-            if limit:
-                tracker.step_limit_reached = True
-                raise StepLimitReached(tracker.closed_steps)
+            entry = (_STEPPED, perf_counter(), start, key, optimizer.__class__)
+            if sync or cuda._initialized:
+                try:
+                    limit = in_hook(entry)
+                except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's step()
+                    tracker.note_error(exc)
+                    limit = False
+                if limit:
+                    tracker.step_limit_reached = True
+                    raise StepLimitReached(tracker.closed_steps)
+            else:
+                append(entry)
 
         self._handles = [register_optimizer_step_pre_hook(pre_hook), register_optimizer_step_post_hook(post_hook)]
 
     def uninstall(self) -> None:
         import torch.autograd
 
+        self.drain()
+        self.writer.set_source(None)
         if self._original_run_backward is not None:
             torch.autograd._engine_run_backward = self._original_run_backward
         if self._original_optimizer_init is not None:
@@ -282,78 +348,159 @@ class StepTracker:
             handle.remove()
         self.device.finish()
 
-    # -- step boundaries ----------------------------------------------------------------------
+    # -- the rarer paths of the hooks ---------------------------------------------------------
     def _note_optimizer(self, optimizer: Any) -> None:
-        ref = self._required.get(id(optimizer))
+        """An optimizer exists (made, or first seen stepping): noted in order with the rest, and
+        again, by a weak reference's callback, when it is collected."""
+        key = id(optimizer)
+        ref = self._known.get(key)
         if ref is not None and ref() is optimizer:
-            return  # known and waited for: twice a step, so no lock and no new weak reference
-        with self._lock:
-            self._optimizers.add(optimizer)
-            key = id(optimizer)
-            if key not in self._required or self._required[key]() is not optimizer:
-                self._required[key] = weakref.ref(optimizer)
+            return
+        raw, known = self._raw, self._known
 
-    def _waiting_for(self) -> dict[int, weakref.ref[Any]]:
-        """The optimizers a step waits for (id -> weak reference), forgetting those garbage-collected.
-        Called twice a step: the common case (all alive) copies nothing."""
-        required = self._required
-        for ref in required.values():
-            if ref() is None:
-                break
-        else:
-            return required
-        self._required = {key: ref for key, ref in required.items() if ref() is not None}
-        return self._required
+        def collected(ref: weakref.ref[Any]) -> None:
+            # At the moment the optimizer goes (any thread, inside a collection): two C calls.
+            if known.get(key) is ref:
+                del known[key]
+            raw.append((_GONE, key, ref))
 
-    def _optimizer_stepped(self, optimizer: Any, start: float) -> bool:
-        """An optimizer's step(), begun at perf_counter time `start`, returned. True when that
-        ended the step and --steps is reached."""
-        now = time.perf_counter()
-        seconds = now - start
-        with self._lock:
-            key = id(optimizer)
-            ref = self._required.get(key)
-            if ref is None or ref() is not optimizer:
-                self._note_optimizer(optimizer)
-            queued = self._queued  # the line emit_held would hold, appended (writer.py: `queued`)
-            if not queued:
-                self._first_queued(now)
-            queued.append((self._optimizer_step_line, now - self.writer.t0, (FIRST_STEP + self.closed_steps, seconds, type(optimizer).__name__)))
-            opened = self._open
-            opened.optimizer_s += seconds
-            stepped = opened.stepped
-            stepped[key] = stepped.get(key, 0) + 1
-            waiting = self._required
-            for ref in waiting.values():  # all alive, the usual case: _waiting_for copies nothing
-                if ref() is None:
-                    waiting = self._waiting_for()
-                    break
-            if waiting.keys() <= stepped.keys():  # every optimizer waited for has stepped
-                return self._close(STEP_BOUNDARY_OPTIMIZER)
-            if stepped[key] >= IDLE_OPTIMIZER_STEPS:
-                for other in [k for k in waiting if k not in stepped]:
-                    del self._required[other]
-                return self._close(STEP_BOUNDARY_OPTIMIZER)
+        ref = weakref.ref(optimizer, collected)
+        known[key] = ref
+        self._optimizers.add(optimizer)
+        raw.append((_MADE, key, ref))
+
+    def _flag_due(self) -> None:
+        """Every FLAG_CHECK_EVERY-th top-level backward (the first included): look at the CA flag."""
+        self._flag_countdown = FLAG_CHECK_EVERY - 1
+        from torch._C._dynamo.eval_frame import set_eval_frame
+
+        prior = set_eval_frame(None)
+        try:
+            self._check_flag_finding()
+        finally:
+            if prior is not None:
+                set_eval_frame(prior)
+
+    def _thread_name(self) -> str:
+        """A backward in a thread other than the main one: the thread's name (Python code, so with
+        Dynamo's frame callback off)."""
+        from torch._C._dynamo.eval_frame import set_eval_frame
+
+        prior = set_eval_frame(None)
+        try:
+            return threading.current_thread().name
+        finally:
+            if prior is not None:
+                set_eval_frame(prior)
+
+    # -- the count ----------------------------------------------------------------------------
+    def drain(self, live: Any = None) -> bool:
+        """Count what the hooks noted, in the order they noted it (module docstring). `live` is
+        the note of a hook draining for itself: a step it ends gets its CUDA boundary now. True
+        when a step ended here reached --steps."""
+        raw = self._raw
+        if not raw:
             return False
+        limit = False
+        with self._lock:
+            if self._draining:
+                return False
+            self._draining = True
+            try:
+                n = len(raw)
+                taken = raw[:n]
+                del raw[:n]  # a note racing this one stays for the next drain
+                for entry in taken:
+                    try:
+                        kind = entry[0]
+                        if kind == _END:
+                            limit = self._backward_ended(entry, entry is live) or limit
+                        elif kind == _STEPPED:
+                            limit = self._optimizer_stepped(entry, entry is live) or limit
+                        elif kind == _BEGIN:
+                            opened = self._open
+                            entry[1], entry[2] = FIRST_STEP + self.closed_steps, opened.next_index
+                            opened.next_index += 1
+                        elif kind == _MADE:
+                            self._required[entry[1]] = entry[2]
+                        elif self._required.get(entry[1]) is entry[2]:  # _GONE
+                            del self._required[entry[1]]
+                    except Exception as exc:  # noqa: BLE001 - one bad note never loses the others
+                        self.note_error(exc)
+                if live is not None and self._queued:
+                    writer = self.writer
+                    if time.perf_counter() >= writer.queued_due or len(self._queued) >= MAX_HELD_LINES:
+                        writer.write_queued()  # in the hook: the lines of the last hold_s / 2 or more, in one write
+            finally:
+                self._draining = False
+        return limit
 
-    def _close(self, boundary: str) -> bool:
-        """End the step in progress (caller holds the lock). True when --steps is reached."""
+    def _queue(self, line: Callable[[int, float, Any], str], clock: float, payload: Any) -> None:
+        """A line for the writer's `queued` list (writer.py), made at perf_counter time `clock`: when
+        it is the first there, it is due hold_s / 2 from that time."""
+        queued = self._queued
+        if not queued:
+            writer = self.writer
+            writer.queued_due = clock + writer.hold_s / 2
+            writer.start_flusher()
+        queued.append((line, clock - self.writer.t0, payload))
+
+    def _backward_ended(self, entry: tuple, live: bool) -> bool:
+        """A top-level backward returned or raised (an _END note). True when --steps is reached."""
+        _, clock, start, begun, value, device_tensor, captures, accumulate, thread = entry
+        if value is not None and value.__class__ is not float:
+            value = float(value) if value.__class__ is int or value.__class__ is bool else None  # complex: None
+        elapsed = clock - start
+        self._backward_calls += 1
+        opened = self._open
+        current = FIRST_STEP + self.closed_steps
+        step, index = begun[1], begun[2]
+        by_backward = not self._required  # no optimizer alive: this call is a step of its own
+        if by_backward and step != current:
+            # Another thread's backward closed the step this one began in: it closes the next.
+            step, index = current, opened.backward_calls
+        self._queue(self._backward_line, clock, (step, index, elapsed, captures, "backward" if accumulate else "grad", value, thread))
+        if step == current:  # not a backward that outlived its step (optimizer stepped in another thread)
+            opened.backward_calls += 1
+            opened.backward_s += elapsed
+            opened.loss, opened.loss_tensor = value, device_tensor
+        return self._close(STEP_BOUNDARY_BACKWARD, clock, live) if by_backward else False
+
+    def _optimizer_stepped(self, entry: tuple, live: bool) -> bool:
+        """An optimizer's step() returned (a _STEPPED note). True when that ended the step and
+        --steps is reached."""
+        _, clock, start, key, optimizer_class = entry
+        seconds = clock - start
+        if key not in self._required:  # stepping again after it stopped being waited for
+            ref = self._known.get(key)
+            if ref is not None:
+                self._required[key] = ref
+        self._queue(self._optimizer_step_line, clock, (FIRST_STEP + self.closed_steps, seconds, optimizer_class.__name__))
+        opened = self._open
+        opened.optimizer_s += seconds
+        stepped = opened.stepped
+        stepped[key] = stepped.get(key, 0) + 1
+        waiting = self._required
+        if waiting.keys() <= stepped.keys():  # every optimizer waited for has stepped
+            return self._close(STEP_BOUNDARY_OPTIMIZER, clock, live)
+        if stepped[key] >= IDLE_OPTIMIZER_STEPS:
+            for other in [k for k in waiting if k not in stepped]:
+                del waiting[other]
+            return self._close(STEP_BOUNDARY_OPTIMIZER, clock, live)
+        return False
+
+    def _close(self, boundary: str, clock: float, live: bool) -> bool:
+        """End the step in progress at perf_counter time `clock` (caller holds the lock). True when
+        --steps is reached."""
         opened = self._open
         step = FIRST_STEP + self.closed_steps
-        writer, queued = self.writer, self._queued
-        clock = time.perf_counter()
-        now = clock - writer.t0  # writer.now(), a call less
-        if not queued:
-            self._first_queued(clock)
+        now = clock - self.writer.t0
         # The step's figures are read from `opened` when the line is written: nothing changes it
         # once it is closed (every update goes to the step in progress, under the lock).
-        queued.append((self._step_line, now, (opened, step, None if self._last_boundary_t is None else now - self._last_boundary_t, boundary)))
-        if clock >= writer.queued_due or len(queued) >= MAX_HELD_LINES:
-            writer.write_queued()  # the lines of the last hold_s / 2 or more, in one write
+        self._queue(self._step_line, clock, (opened, step, None if self._last_boundary_t is None else now - self._last_boundary_t, boundary))
         if opened.loss_tensor is not None:
             self.device.defer_loss(step, opened.loss_tensor)
-        cuda = device_readings._torch_cuda  # device.boundary's own first test, inline: no call where CUDA is not in use
-        if cuda is None or getattr(cuda, "_initialized", True):
+        if live:  # in the hook (with CUDA in use, or --steps): the stream is marked at the step's end
             self.device.boundary(step)
         self._last_boundary_t = now
         self.closed_steps += 1
@@ -362,65 +509,7 @@ class StepTracker:
             self.on_step(step)
         return self.max_steps is not None and self.closed_steps >= self.max_steps and not self.step_limit_reached
 
-    def _first_queued(self, clock: float) -> None:
-        """A line is about to be appended to the writer's empty `queued` list (writer.py), at
-        perf_counter time `clock`: it is due hold_s / 2 from now, and the writer's flusher thread
-        bounds how long it can wait (started here, with the first line, and again in a forked child)."""
-        self.writer.queued_due = clock + self.writer.hold_s / 2
-        self.writer.start_flusher()
-
-    # -- the wrapper's body -------------------------------------------------------------------
-    def _backward_ended(self, outputs: Any, roots: list[Any], step: int, index: int, kwargs: dict, start: float) -> bool:
-        """The backward the wrapper began (its step, its index within it, its perf_counter start)
-        returned or raised. True when --steps is reached."""
-        now = time.perf_counter()
-        elapsed = now - start
-        local = self._local
-        local.depth = 0
-        try:
-            captures = local.captures
-            loss = outputs[0] if outputs else None
-            device_tensor = None
-            try:  # the loss: a CPU scalar is read now, with one call into torch (_loss for the rest)
-                if loss.is_cpu:
-                    value = loss.item()  # exact; RuntimeError when not one element: None below
-                    kind = value.__class__
-                    if kind is not float:
-                        value = float(value) if kind is int or kind is bool else None  # complex: None
-                else:
-                    value, device_tensor = _loss(loss)
-            except Exception:  # noqa: BLE001 - not a tensor, a subclass without these, or not one element
-                value = None
-            thread = "" if threading.get_ident() == self._main_thread_id else threading.current_thread().name
-            with self._lock:
-                self.backward_calls += 1
-                self._last_roots_ref = roots
-                self.current_roots = []
-                opened = self._open
-                current = FIRST_STEP + self.closed_steps
-                by_backward = True  # no optimizer alive: this call is a step of its own (_waiting_for's test, inline)
-                for ref in self._required.values():
-                    if ref() is not None:
-                        by_backward = False
-                        break
-                if by_backward and step != current:
-                    # Another thread's backward closed the step this one began in: it closes the next.
-                    step, index = current, opened.backward_calls
-                queued = self._queued  # the line emit_held would hold, appended (writer.py: `queued`)
-                if not queued:
-                    self._first_queued(now)
-                queued.append((self._backward_line, now - self.writer.t0,
-                               (step, index, elapsed, captures, "backward" if kwargs.get("accumulate_grad", True) else "grad", value, thread)))
-                if step == current:  # not a backward that outlived its step (optimizer stepped in another thread)
-                    opened.backward_calls += 1
-                    opened.backward_s += elapsed
-                    opened.loss, opened.loss_tensor = value, device_tensor
-                return self._close(STEP_BOUNDARY_BACKWARD) if by_backward else False
-        except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
-            self.note_error(exc)
-            return False
-
-    def _check_flag_finding(self, step: int) -> None:
+    def _check_flag_finding(self) -> None:
         """The script set the CA flag but this backward runs outside any compiled region, so as
         written it would get no compiled autograd (only cagtool's own enable is active). Asked at
         the first backward and every FLAG_CHECK_EVERY-th after it: reading a Dynamo config value is
@@ -439,7 +528,7 @@ class StepTracker:
                     "(torch 2.13 reads the flag only while a compiled function runs). Call backward inside "
                     "a compiled step function, or wrap the loop in torch._dynamo.compiled_autograd._enable(...)."
                 ),
-                step=step,
+                step=self.current_step,
                 source=where,
             )
 
@@ -461,7 +550,7 @@ class StepTracker:
 
     def emit_final_state(self) -> None:
         """Parameter and gradient norms at the end, for comparing modes' numerics."""
-        params = _params_of(self._optimizers) or _leaf_params(self._last_roots_ref)
+        params = _params_of(self._optimizers) or _leaf_params(self.current_roots)
         if not params:
             self.writer.emit(FinalStateEvent, param_norm=None, grad_norm=None, num_params=0)
             return

@@ -9,10 +9,12 @@ other event (`emit`: a cache miss, a finding...) is written at once, the waiting
 `close` writes what waits. A system call and the encoding of each line at every step end were most
 of what recording cost a training step (benchmarks/README.md, step overhead); made together the
 lines cost a fraction (event_lines.py says why). The step tracker, the one caller on a training
-step's path, skips even `emit_held`: it appends its lines to `queued` (module docstring of
-steps.py; a list append, no lock, no call) and the writer numbers them before any other event
-(`_take_queued`), so their seq and order in the file are those that `emit_held` at the same moments
-would have given. SIGTERM, Ctrl-C, a normal exit and an exception
+step's path, skips even `emit_held`: its hooks only note what happened, and its `drain` (the
+writer's `source`) turns the notes into lines appended to `queued` (module docstring of steps.py).
+The writer calls `source` before it numbers anything, outside its lock, and the flusher calls it
+every HOLD_S / 2; queued lines are numbered before any other event (`_take_queued`), so their seq
+and order in the file are those that `emit_held` at the moments they happened would have given.
+SIGTERM, Ctrl-C, a normal exit and an exception
 in the script close the record, held lines included; a process killed hard (SIGKILL, os._exit)
 loses at most the per-step lines of its last HOLD_S, and the manifest says so
 (`options["held_events"]`, set by the step tracker, the one caller of `emit_held`).
@@ -164,9 +166,25 @@ class RecordWriter:
         # appender when it appends to an empty queue. A stale value is an earlier one: written sooner, never later.
         self.queued_due = 0.0
         self._write_after = 0.0  # perf_counter time from which the training thread writes them (the first's + hold_s / 2)
-        self._flusher: _Flusher | None = None  # started with the first held or queued line
+        self._flusher: _Flusher | None = None  # started with the first held or queued line, or with `source`
         self._flusher_lock = threading.Lock()
+        # What feeds `queued` (the step tracker's drain): called before anything is numbered, and by
+        # the flusher, never with this writer's lock held (it takes the tracker's, which then writes here).
+        self.source: Callable[[], Any] | None = None
+        self._closed = False
         self._open()
+
+    def set_source(self, source: Callable[[], Any] | None) -> None:
+        """The step tracker's drain (None: no more). Its notes wait until it is called: the flusher
+        is started now, so they are written within hold_s even when no other event comes."""
+        self.source = source
+        if source is not None:
+            self.start_flusher()
+
+    def _drain_source(self) -> None:
+        source = self.source
+        if source is not None:
+            source()
 
     def _open(self) -> None:
         try:
@@ -254,19 +272,21 @@ class RecordWriter:
 
     def start_flusher(self) -> None:
         """The thread that bounds how long a held or queued line waits, started with the first one."""
-        if self._flusher is None and self._events is not None:
+        if self._flusher is None and self._events is not None and not self._closed:
             with self._flusher_lock:  # the step tracker calls this without the writer's lock
                 if self._flusher is None:
                     self._flusher = _Flusher(self)
 
     def write_queued(self) -> None:
         """Write the queued and held lines now (the step tracker, when they are due)."""
+        self._drain_source()
         with self._lock:
             self._take_queued()
             self._write_held()
 
     def emit(self, event_cls: type[Event], **fields: Any) -> Event:
         """Append one event, written to the OS now with any held lines before it (one system call)."""
+        self._drain_source()
         with self._lock:
             if self.queued:
                 self._take_queued()
@@ -284,6 +304,7 @@ class RecordWriter:
         """Append one per-step event whose line may wait in memory up to `hold_s` (module
         docstring). Numbered and timed now; its text is made when it is written, with the other
         waiting lines, straight from the fields (event_lines.py): no Event is built."""
+        self._drain_source()
         with self._lock:
             if self.queued:
                 self._take_queued()
@@ -301,6 +322,7 @@ class RecordWriter:
 
     def _flush_if_due(self) -> None:
         """The flusher's look: write the held and queued lines when the oldest has waited hold_s / 2."""
+        self._drain_source()
         if self._due(time.perf_counter()):  # read without the lock: cheap, and rechecked
             with self._lock:
                 if self._due(time.perf_counter()):
@@ -346,6 +368,7 @@ class RecordWriter:
 
     def flush_held(self) -> None:
         """Write the held (and queued) lines now."""
+        self._drain_source()
         with self._lock:
             self._take_queued()
             self._write_held()
@@ -404,13 +427,19 @@ class RecordWriter:
         self.stopped = None
         self.manifest.recording_stopped = None
         self.mode_dir = Path(mode_dir).resolve()
+        self._closed = False
         self._open()
+        if self.source is not None:
+            self.start_flusher()  # the parent's did not survive the fork
 
     @property
     def events_written(self) -> int:
+        self._drain_source()
         return self._seq + len(self.queued)
 
     def close(self) -> None:
+        self._drain_source()
+        self._closed = True  # no flusher from here on (_take_queued below would start one)
         flusher, self._flusher = self._flusher, None
         if flusher is not None:
             flusher.stop()

@@ -264,3 +264,45 @@ def test_short_write_then_error_stops_after_the_lines_written_whole(tmp_path, mo
     assert writer.stopped is not None and writer.stopped["at_seq"] == 1  # event 0 is whole on disk
     writer.close()
     assert (tmp_path / "ca" / "events.jsonl").read_text().count("\n") == 1
+
+
+def _tracker_lines(tmp_path):
+    from cagtool.capture.steps import _line_makers, _OpenStep
+
+    writer = RecordWriter(tmp_path, ModeManifest(mode="eager", argv=[], target={}, cwd=str(tmp_path), versions={}, backend="eager", dynamic=False, started_at=""))
+    return writer, _OpenStep, _line_makers(writer)
+
+
+@pytest.mark.parametrize("loss", [0.1234567890123456789, None, math.nan, math.inf, -math.inf, 3.0])
+@pytest.mark.parametrize("thread", ["", 'a "quoted"\\ name', "Thréad-ü ✓"])
+def test_the_trackers_lines_are_the_dataclass_lines_with_times_to_the_nanosecond(tmp_path, loss, thread):
+    """steps.py writes its three per-step lines itself: json's keys, order and spelling of the
+    dataclass, losses exact, times and durations rounded to the nanosecond."""
+    writer, open_step, (backward_line, optimizer_step_line, step_line) = _tracker_lines(tmp_path)
+    opened = open_step()
+    opened.backward_s, opened.loss, opened.captures, opened.compiles, opened.compile_s = 0.000543319998541846, loss, 2, 1, 1.2345678901234567
+    opened.backward_calls, opened.optimizer_s = 3, 0.0012345678901234567
+    t = 12345.678901234567
+    cases = [
+        (backward_line(7, t, (4, 1, 0.000543319998541846, 2, "grad", loss, thread)),
+         BackwardEvent(seq=7, t=t, step=4, index=1, backward_s=0.000543319998541846, ca_captures=2, call="grad", loss=loss, thread=thread)),
+        (optimizer_step_line(8, t, (4, 0.0012345678901234567, thread or "AdamW")),
+         OptimizerStepEvent(seq=8, t=t, step=4, wall_s=0.0012345678901234567, optimizer=thread or "AdamW")),
+    ]
+    for wall_s in (None, 0.004999999999999, 0.0):
+        cases.append((step_line(9, t, (opened, 4, wall_s, "optimizer")),
+                      StepEvent(seq=9, t=t, step=4, backward_s=opened.backward_s, loss=loss, ca_captures=2, compiles=1, compile_s=opened.compile_s,
+                                wall_s=wall_s, backward_calls=3, boundary="optimizer", optimizer_s=opened.optimizer_s)))
+    for line, event in cases:
+        assert line.endswith("}\n") and line.isascii() and line.count("\n") == 1
+        expected = json.loads(ENCODER.encode(event_to_dict(event)))
+        got = json.loads(line)
+        assert list(got) == list(expected)  # the same keys in the same order
+        for key, value in expected.items():
+            if key == "t" or key.endswith("_s") and key != "loss":
+                assert value is None and got[key] is None or isinstance(got[key], float) and abs(got[key] - value) <= 5e-10, key
+            elif isinstance(value, float) and math.isnan(value):
+                assert math.isnan(got[key])
+            else:
+                assert got[key] == value and type(got[key]) is type(value), key
+    writer.close()

@@ -13,9 +13,13 @@ more: the step's tensor work has just evicted the caches; benchmarks/README.md, 
   return. No lock, no Python call, no line.
 - `drain` counts them afterwards, in the order they happened: step numbers, indices within a step,
   boundaries, and the `backward`, `optimizer_step` and `step` lines, appended to the writer's
-  `queued` list (writer.py). The writer drains before it numbers any event (`RecordWriter.source`)
-  and its flusher thread every hold_s / 2, so the file's seq and order are those the events had
-  when they happened; asking for `current_step` (the observers, the status line) drains too.
+  `queued` list (writer.py). A hook that can end a step drains, and writes the lines, once every
+  hold_s / 4 (`_hook_due`: one clock comparison a step otherwise); the writer drains before it
+  numbers any event (`RecordWriter.source`), and its flusher thread drains what the hooks have
+  left too long (the job stopped making steps). So the file's seq and order are those the events
+  had when they happened; asking for `current_step` (the observers, the status line) drains too.
+  The training thread, rather than the flusher, does this work while it trains: measured alike in
+  wall time (benchmarks/README.md), and no other thread works beside the job's.
 Where the hook itself must act, it drains at once, under the lock (`_sync`): `--steps` (stop in
 the step's own backward or step() call), an `on_step` callback, and CUDA (the step boundary's
 event is recorded on the stream then). Everything a step's figures depend on is in the tuple,
@@ -94,13 +98,14 @@ class StepTracker:
         self._draining = False  # a drain is running (the lock is held): one reached again from it returns
         self._local = threading.local()  # per thread: backward nesting depth, captures of its backward
         self._raw: list[Any] = []  # the hooks' notes, not counted yet (the same list for the tracker's life)
+        self._hook_due = 0.0  # perf_counter time from which a hook that can end a step drains and writes (drain)
         self._open = _OpenStep()
         self._last_boundary_t: float | None = None
         self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()  # every optimizer seen (final state)
         self._known: dict[int, weakref.ref[Any]] = {}  # id -> weak reference of every live optimizer, now
         self._required: dict[int, weakref.ref[Any]] = {}  # the optimizers a step waits for, as of the tuples drained
         self._flag_finding_done = mode != "ca"
-        self._flag_countdown = 0  # backward calls until the next look at the CA flag
+        self._flag_check_due = mode == "ca"  # the next top-level backward looks at the CA flag (set by the drain)
         self._handles: list[Any] = []
         self._main_thread_id = threading.main_thread().ident
         self._dynamo_config: Any = None
@@ -201,14 +206,14 @@ class StepTracker:
         compiler = torch.compiler
         compiling_flag = hasattr(compiler, "_is_compiling_flag")
 
-        def in_hook(entry: tuple) -> bool:
-            """Note `entry` and count everything noted so far, now (module docstring: `_sync`).
-            True when --steps is reached."""
+        def in_hook(entry: tuple, write: bool = False) -> bool:
+            """Note `entry` and count everything noted so far, now (module docstring: `_sync`, and
+            every hold_s / 4 in any case); `write`: and write the lines. True when --steps is reached."""
             prior = set_eval_frame(None)
             try:
                 with tracker._lock:
                     append(entry)
-                    return tracker.drain(live=entry)
+                    return tracker.drain(live=entry, write=write)
             finally:
                 if prior is not None:
                     set_eval_frame(prior)
@@ -235,11 +240,8 @@ class StepTracker:
                         for output in outputs:
                             roots.append(getattr(output, "grad_fn", None))
                         tracker.current_roots = roots
-                    if not tracker._flag_finding_done:
-                        if tracker._flag_countdown:
-                            tracker._flag_countdown -= 1
-                        else:
-                            tracker._flag_due()
+                    if tracker._flag_check_due:
+                        tracker._flag_due()
                     local.depth, local.captures = 1, 0
                     started = True
                     start = perf_counter()
@@ -275,6 +277,8 @@ class StepTracker:
                                  "" if get_ident() == tracker._main_thread_id else tracker._thread_name())
                         if sync or cuda._initialized:
                             limit = in_hook(entry)
+                        elif clock >= tracker._hook_due:
+                            in_hook(entry, True)
                         else:
                             append(entry)
                     except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
@@ -322,7 +326,8 @@ class StepTracker:
             start = opt_start.pop(key, None)
             if start is None:
                 return
-            entry = (_STEPPED, perf_counter(), start, key, optimizer.__class__)
+            clock = perf_counter()
+            entry = (_STEPPED, clock, start, key, optimizer.__class__)
             if sync or cuda._initialized:
                 try:
                     limit = in_hook(entry)
@@ -332,6 +337,11 @@ class StepTracker:
                 if limit:
                     tracker.step_limit_reached = True
                     raise StepLimitReached(tracker.closed_steps)
+            elif clock >= tracker._hook_due:
+                try:
+                    in_hook(entry, True)
+                except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's step()
+                    tracker.note_error(exc)
             else:
                 append(entry)
 
@@ -372,8 +382,9 @@ class StepTracker:
         raw.append((_MADE, key, ref))
 
     def _flag_due(self) -> None:
-        """Every FLAG_CHECK_EVERY-th top-level backward (the first included): look at the CA flag."""
-        self._flag_countdown = FLAG_CHECK_EVERY - 1
+        """The first top-level backward, and the next after every FLAG_CHECK_EVERY counted: look at
+        the CA flag."""
+        self._flag_check_due = False
         from torch._C._dynamo.eval_frame import set_eval_frame
 
         prior = set_eval_frame(None)
@@ -396,12 +407,16 @@ class StepTracker:
                 set_eval_frame(prior)
 
     # -- the count ----------------------------------------------------------------------------
-    def drain(self, live: Any = None) -> bool:
+    def drain(self, live: Any = None, write: bool = False, late: bool = False) -> bool:
         """Count what the hooks noted, in the order they noted it (module docstring). `live` is
-        the note of a hook draining for itself: a step it ends gets its CUDA boundary now. True
-        when a step ended here reached --steps."""
+        the note of a hook draining for itself: a step it ends gets its CUDA boundary now, and its
+        lines are written when due (`write`: now). `late`: the writer's flusher, which counts only
+        notes the hooks have left longer than hold_s / 4 past their turn (the job stopped making
+        steps). True when a step ended here reached --steps."""
         raw = self._raw
         if not raw:
+            return False
+        if late and time.perf_counter() < self._hook_due + self.writer.hold_s / 4:
             return False
         limit = False
         with self._lock:
@@ -429,10 +444,12 @@ class StepTracker:
                             del self._required[entry[1]]
                     except Exception as exc:  # noqa: BLE001 - one bad note never loses the others
                         self.note_error(exc)
+                writer = self.writer
+                now = time.perf_counter()
+                self._hook_due = now + writer.hold_s / 4
                 if live is not None and self._queued:
-                    writer = self.writer
-                    if time.perf_counter() >= writer.queued_due or len(self._queued) >= MAX_HELD_LINES:
-                        writer.write_queued()  # in the hook: the lines of the last hold_s / 2 or more, in one write
+                    if write or now >= writer.queued_due or len(self._queued) >= MAX_HELD_LINES:
+                        writer.write_queued()  # in the hook: the lines of the last hold_s / 4 or more, in one write
             finally:
                 self._draining = False
         return limit
@@ -454,6 +471,8 @@ class StepTracker:
             value = float(value) if value.__class__ is int or value.__class__ is bool else None  # complex: None
         elapsed = clock - start
         self._backward_calls += 1
+        if not self._backward_calls % FLAG_CHECK_EVERY and not self._flag_finding_done:
+            self._flag_check_due = True
         opened = self._open
         current = FIRST_STEP + self.closed_steps
         step, index = begun[1], begun[2]

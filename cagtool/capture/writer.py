@@ -10,10 +10,11 @@ other event (`emit`: a cache miss, a finding...) is written at once, the waiting
 of what recording cost a training step (benchmarks/README.md, step overhead); made together the
 lines cost a fraction (event_lines.py says why). The step tracker, the one caller on a training
 step's path, skips even `emit_held`: its hooks only note what happened, and its `drain` (the
-writer's `source`) turns the notes into lines appended to `queued` (module docstring of steps.py).
-The writer calls `source` before it numbers anything, outside its lock, and the flusher calls it
-every HOLD_S / 2; queued lines are numbered before any other event (`_take_queued`), so their seq
-and order in the file are those that `emit_held` at the moments they happened would have given.
+writer's `source`) turns the notes into lines appended to `queued` (module docstring of steps.py),
+from the training thread every HOLD_S / 4. The writer calls `source` before it numbers anything,
+outside its lock, and the flusher asks it for notes left too long; queued lines are numbered
+before any other event (`_take_queued`), so their seq and order in the file are those that
+`emit_held` at the moments they happened would have given.
 SIGTERM, Ctrl-C, a normal exit and an exception
 in the script close the record, held lines included; a process killed hard (SIGKILL, os._exit)
 loses at most the per-step lines of its last HOLD_S, and the manifest says so
@@ -321,8 +322,11 @@ class RecordWriter:
                 self._write_held()
 
     def _flush_if_due(self) -> None:
-        """The flusher's look: write the held and queued lines when the oldest has waited hold_s / 2."""
-        self._drain_source()
+        """The flusher's look: write the held and queued lines when the oldest has waited hold_s / 2.
+        Its source is asked only for what the training thread has left too long (`late`)."""
+        source = self.source
+        if source is not None:
+            source(late=True)
         if self._due(time.perf_counter()):  # read without the lock: cheap, and rechecked
             with self._lock:
                 if self._due(time.perf_counter()):

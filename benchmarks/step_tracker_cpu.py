@@ -22,7 +22,9 @@ difference (on - off) with a distribution-free 95 % interval.
 point and the two optimizer hooks swapped in and out, a few dict operations; the order shuffled in
 each round of two steps), and the figure is the median of the on - off differences of each round
 plus the writes' CPU (the encoding and `write` of the held lines, timed apart and taken out of the
-step they fell in) averaged over the on steps. A block mean carries the MLP step's own spread
+step they fell in) and the CPU of every other thread (the writer's flusher: with one torch thread
+nothing else of ours runs), both averaged over the on steps. The tracker's drain, when a hook runs
+it, stays in that step's figure. A block mean carries the MLP step's own spread
 (about +/-80 us with 150 rounds); a median of per-step differences does not (about +/-15 us with
 2000 rounds). It also splits the MLP step: forward (no tracker code runs in it), backward, optimizer step.
 """

@@ -53,8 +53,11 @@ def train(rank: int, world_size: int, steps: int, port: int | None) -> None:
     # gloo's worker thread releases the all_gather's tensors (it needs the GIL for that) after the
     # call returns; freeing the process group meanwhile (at the end of this function) can deadlock
     # in torch 2.13 (~ProcessGroupGloo joins that thread holding the GIL). A barrier holds no
-    # Python tensors and completes only after the all_gather was released.
+    # Python tensors, but its completion does not mean that thread has released the all_gather's:
+    # under cagtool the deadlock still came in 2-3 of 12 runs (0 of 20 under plain python; cause not
+    # found, see docs/reliability.md), and in 0 of 12 with this pause, which gives the thread the GIL.
     dist.barrier()
+    time.sleep(0.2)
     from torch._dynamo.utils import counters
 
     # One write per line: the ranks share stdout and must not interleave.

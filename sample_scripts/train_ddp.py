@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import socket
 
 import torch

@@ -5,14 +5,14 @@ not finish; a hung run's processes are killed (the whole session: start_new_sess
 
     python benchmarks/ddp_teardown_hang.py                 # 12 runs of cagtool run --modes aot
     python benchmarks/ddp_teardown_hang.py --plain --runs 20
-    PYTHONPATH=/tmp/copy python benchmarks/ddp_teardown_hang.py   # a copy of the tree with a piece removed
+    PYTHONPATH=../copy python benchmarks/ddp_teardown_hang.py     # a copy of the tree with a piece removed
 
 Session 6 (2026-11-23, 2-core VM): cagtool 2-3 of 12 runs hung (60e33b4 and later), plain python
 0 of 20; with the sample's 0.2 s pause after its barrier, cagtool 0 of 12. To reproduce, take the
 pause out of a copy of the sample (22:47 UTC, main at f5e73ab: 2 of 12 hung; with the pause 0 of 12):
 
-    sed 's/^    time.sleep(0.2)$//' sample_scripts/train_ddp.py > /tmp/nopause.py
-    python benchmarks/ddp_teardown_hang.py --script /tmp/nopause.py
+    sed 's/^    time.sleep(0.2)$//' sample_scripts/train_ddp.py > sample_scripts/nopause.py
+    python benchmarks/ddp_teardown_hang.py --script sample_scripts/nopause.py && rm sample_scripts/nopause.py
 """
 
 from __future__ import annotations

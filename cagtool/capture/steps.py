@@ -40,7 +40,6 @@ import weakref
 from json.encoder import encode_basestring_ascii
 from typing import Any, Callable
 
-from cagtool.capture import device_readings
 from cagtool.capture.observe import dynamo_skip, source
 from cagtool.capture.device_readings import DeviceReadings
 from cagtool.capture.writer import MAX_HELD_LINES, RecordWriter
@@ -48,11 +47,8 @@ from cagtool.record.schema import (
     FIRST_STEP,
     STEP_BOUNDARY_BACKWARD,
     STEP_BOUNDARY_OPTIMIZER,
-    BackwardEvent,
     FinalStateEvent,
     FindingEvent,
-    OptimizerStepEvent,
-    StepEvent,
 )
 
 FLAG_WITHOUT_COMPILED_BACKWARD = "ca_flag_without_compiled_backward"
@@ -195,7 +191,7 @@ class StepTracker:
         engine_log = autograd_graph.log
         local, current_graph_task_id = tracker._local, torch._C._current_graph_task_id
         perf_counter, get_ident = time.perf_counter, threading.get_ident
-        raw, append = tracker._raw, tracker._raw.append
+        append = tracker._raw.append
         sync = tracker._sync
         # torch.cuda._initialized, read by the hooks that can end a step: with CUDA in use the step
         # boundary is recorded on the stream by the hook itself (device_readings.py).

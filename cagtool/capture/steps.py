@@ -452,12 +452,11 @@ class StepTracker:
 
     def _queue(self, line: Callable[[int, float, Any], str], clock: float, payload: Any) -> None:
         """A line for the writer's `queued` list (writer.py), made at perf_counter time `clock`: when
-        it is the first there, it is due hold_s / 2 from that time."""
+        it is the first there, it is due hold_s / 2 from that time. (The writer's flusher runs
+        already: `set_source` started it, and `reopen` again in a forked child.)"""
         queued = self._queued
         if not queued:
-            writer = self.writer
-            writer.queued_due = clock + writer.hold_s / 2
-            writer.start_flusher()
+            self.writer.queued_due = clock + self.writer.hold_s / 2
         queued.append((line, clock - self.writer.t0, payload))
 
     def _backward_ended(self, entry: tuple, live: bool) -> bool:

@@ -171,11 +171,11 @@ class RecordWriter:
         self._flusher_lock = threading.Lock()
         # What feeds `queued` (the step tracker's drain): called before anything is numbered, and by
         # the flusher, never with this writer's lock held (it takes the tracker's, which then writes here).
-        self.source: Callable[[], Any] | None = None
+        self.source: Callable[..., Any] | None = None  # drain(late=False)
         self._closed = False
         self._open()
 
-    def set_source(self, source: Callable[[], Any] | None) -> None:
+    def set_source(self, source: Callable[..., Any] | None) -> None:
         """The step tracker's drain (None: no more). Its notes wait until it is called: the flusher
         is started now, so they are written within hold_s even when no other event comes."""
         self.source = source

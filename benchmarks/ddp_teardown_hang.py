@@ -1,18 +1,18 @@
-"""How often the DDP sample hangs at its end (docs/reliability.md, "Known limits": torch 2.13's
-~ProcessGroupGloo joins a gloo worker that waits for the GIL). Runs the sample N times under
-`cagtool run` (or plain python with --plain), each with a time limit, and counts the runs that did
-not finish; a hung run's processes are killed (the whole session: start_new_session).
+"""How often a DDP job hangs at its end (docs/reliability.md, "A DDP job's end under gloo": torch
+2.13's ~ProcessGroupGloo joins a gloo worker that waits for the GIL). Runs a DDP script N times
+under `cagtool run` (or plain python with --plain), each with a time limit, and counts the runs
+that did not finish; a hung run's processes are killed (the whole session: start_new_session).
 
-    python benchmarks/ddp_teardown_hang.py                 # 12 runs of cagtool run --modes aot
-    python benchmarks/ddp_teardown_hang.py --plain --runs 20
-    PYTHONPATH=../copy python benchmarks/ddp_teardown_hang.py     # a copy of the tree with a piece removed
+    python benchmarks/ddp_teardown_hang.py --runs 30                 # sample_scripts/train_ddp.py under cagtool run --modes aot
+    python benchmarks/ddp_teardown_hang.py --plain --runs 40
+    PYTHONPATH=../copy python benchmarks/ddp_teardown_hang.py     # a copy of the tree with a piece changed
 
-Session 6 (2026-11-23, 2-core VM): cagtool 2-3 of 12 runs hung (60e33b4 and later), plain python
-0 of 20; with the sample's 0.2 s pause after its barrier, cagtool 0 of 12. To reproduce, take the
-pause out of a copy of the sample (22:47 UTC, main at f5e73ab: 2 of 12 hung; with the pause 0 of 12):
+Session 7 (2026-11-23, 2-core VM, the sample as it is now, i.e. without session 6's 0.2 s pause
+after its barrier): plain python 0 of 40; cagtool at cc6e6f8 (no guard) 4 of 30; with the guard
+(ddp_watch.GLOO_SETTLE_S) 0 of 30, and 0 of 30 with the script's destroy_process_group() removed:
 
-    sed 's/^    time.sleep(0.2)$//' sample_scripts/train_ddp.py > sample_scripts/nopause.py
-    python benchmarks/ddp_teardown_hang.py --script sample_scripts/nopause.py && rm sample_scripts/nopause.py
+    sed 's/^    dist.destroy_process_group()$//' sample_scripts/train_ddp.py > sample_scripts/nodestroy.py
+    python benchmarks/ddp_teardown_hang.py --runs 30 --script sample_scripts/nodestroy.py && rm sample_scripts/nodestroy.py
 """
 
 from __future__ import annotations

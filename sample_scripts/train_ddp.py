@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import sys
-import time
 import socket
 
 import torch
@@ -51,14 +50,10 @@ def train(rank: int, world_size: int, steps: int, port: int | None) -> None:
     gathered = [torch.empty_like(weights) for _ in range(world_size)]
     dist.all_gather(gathered, weights)
     in_sync = all(torch.equal(gathered[0], g) for g in gathered)
-    # gloo's worker thread releases the all_gather's tensors (it needs the GIL for that) after the
-    # call returns; freeing the process group meanwhile (at the end of this function) can deadlock
-    # in torch 2.13 (~ProcessGroupGloo joins that thread holding the GIL). A barrier holds no
-    # Python tensors, but its completion does not mean that thread has released the all_gather's:
-    # under cagtool the deadlock still came in 2-3 of 12 runs (0 of 20 under plain python; cause not
-    # found, see docs/reliability.md), and in 0 of 12 with this pause, which gives the thread the GIL.
+    # The job's last collective, then the group goes (destroy_process_group, then the DDP model
+    # with its Reducer as train() returns): the pattern torch 2.13's gloo can deadlock on, which
+    # cagtool guards (docs/reliability.md, "A DDP job's end under gloo").
     dist.barrier()
-    time.sleep(0.2)
     from torch._dynamo.utils import counters
 
     # One write per line: the ranks share stdout and must not interleave.

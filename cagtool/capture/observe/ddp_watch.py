@@ -13,6 +13,8 @@ from __future__ import annotations
 import functools
 import json
 import sys
+import time
+import weakref
 from pathlib import Path
 from typing import Any, Callable
 
@@ -66,12 +68,73 @@ def install(on_model: Callable[[Any], None]) -> None:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         try:
+            if uses_gloo(getattr(self, "process_group", None)):
+                weakref.finalize(self, let_gloo_workers_finish)
+        except Exception:  # noqa: BLE001 - never fail the user's model construction
+            pass
+        try:
             on_model(self)
         except Exception:  # noqa: BLE001 - never fail the user's model construction
             pass
 
     __init__._cagtool_wrapped = True  # type: ignore[attr-defined]
     DistributedDataParallel.__init__ = __init__
+
+
+# torch 2.13's ~ProcessGroupGloo joins gloo's worker threads while holding the GIL, and a worker
+# that is still releasing a finished collective's Python-owned tensors needs the GIL: the process
+# then hangs for good (docs/reliability.md, "A DDP job's end under gloo"). The last collective's
+# tensors are released by a worker just after the call returned, so the hang needs the process
+# group to be freed within a few milliseconds of a collective, with the GIL held: a DDP model freed
+# right after the job's last barrier, whose Reducer holds the last reference to the group, or
+# destroy_process_group() called right then. Before either, cagtool gives the GIL up for this long.
+GLOO_SETTLE_S = 0.02
+
+
+def uses_gloo(group: Any) -> bool:
+    """Whether `group` (None: the default group) runs on gloo, for any device."""
+    import torch.distributed as dist
+
+    try:
+        return "gloo" in str(dist.get_backend(group)).lower()
+    except Exception:  # noqa: BLE001 - not initialised, or a group we cannot query
+        return False
+
+
+settles = 0  # how many times this process gave the GIL up for gloo (tests/test_ddp_teardown.py)
+
+
+def let_gloo_workers_finish() -> None:
+    """Give the GIL up for GLOO_SETTLE_S (a DDP model's finalizer and destroy_process_group's
+    wrapper): a gloo worker waiting for it finishes releasing its tensors before the group goes."""
+    global settles
+    settles += 1
+    time.sleep(GLOO_SETTLE_S)
+
+
+def install_destroy_guard() -> None:
+    """destroy_process_group() gives the GIL up first when a gloo group is about to be destroyed."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return
+    c10d = dist.distributed_c10d
+    original = c10d.destroy_process_group
+    if getattr(original, "_cagtool_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def destroy_process_group(group: Any = None) -> Any:
+        try:
+            if dist.is_initialized() and uses_gloo(group):
+                let_gloo_workers_finish()
+        except Exception:  # noqa: BLE001 - never fail the user's teardown
+            pass
+        return original(group)
+
+    destroy_process_group._cagtool_wrapped = True  # type: ignore[attr-defined]
+    c10d.destroy_process_group = destroy_process_group
+    dist.destroy_process_group = destroy_process_group
 
 
 class DDPWatch:

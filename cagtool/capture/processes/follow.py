@@ -276,6 +276,10 @@ def _install_torch_hooks(record: ProcessRecord) -> None:
 
     ddp_watch.install(lambda model: _current.ddp.on_model(model) if _current is not None else None)
     try:
+        ddp_watch.install_destroy_guard()
+    except Exception:  # noqa: BLE001 - a torch without distributed
+        pass
+    try:
         import torch.distributed as dist
 
         if dist.is_available():

@@ -14,7 +14,9 @@ more: the step's tensor work has just evicted the caches; benchmarks/README.md, 
 - `drain` counts them afterwards, in the order they happened: step numbers, indices within a step,
   boundaries, and the `backward`, `optimizer_step` and `step` lines, appended to the writer's
   `queued` list (writer.py). A hook that can end a step drains, and writes the lines, once every
-  hold_s / 4 (`_hook_due`: one clock comparison a step otherwise); the writer drains before it
+  hold_s / 2 (`_hook_due`: one clock comparison a step otherwise; a drain and its write have a
+  fixed cost, cold, of ~200 us, so fewer and larger batches cost a step less: hold_s / 4 measured
+  ~20 us a step more); the writer drains before it
   numbers any event (`RecordWriter.source`), and its flusher thread drains what the hooks have
   left too long (the job stopped making steps). So the file's seq and order are those the events
   had when they happened; asking for `current_step` (the observers, the status line) drains too.
@@ -64,7 +66,8 @@ _FLOAT_REPR = float.__repr__
 
 # What the hooks append to `_raw` (the first item of each tuple; `drain` reads them in order):
 _BEGIN = 0  # [_BEGIN, step, index]: a top-level backward began; a list, the drain fills in its step and index
-_END = 1  # (_END, clock, start, begun, loss, loss_on_device, captures, accumulate_grad, thread): it returned or raised
+_END = 1  # (_END, clock, start, begun, loss, captures, accumulate_grad, thread): it returned or raised;
+#           loss: its first output when one element (read by the drain), else None
 _STEPPED = 2  # (_STEPPED, clock, start, id(optimizer), optimizer's class): an optimizer's step() returned
 _MADE = 3  # (_MADE, id(optimizer), weak reference): an optimizer exists
 _GONE = 4  # (_GONE, id(optimizer), weak reference): it was collected
@@ -85,7 +88,7 @@ class StepTracker:
         self.device = DeviceReadings(writer)
         self.closed_steps = 0
         self._backward_calls = 0  # every top-level backward of the run, counted (drain)
-        self.current_roots: list[Any] = []  # grad_fn of the last top-level backward's outputs (set as it begins)
+        self._last_loss: Any = None  # the last top-level backward's first output, when one element (final state)
         self.compile_in_progress = False
         self.step_limit_reached = False
         self.errors = 0
@@ -128,6 +131,19 @@ class StepTracker:
         """The step in progress: events are stamped with it."""
         self.drain()
         return FIRST_STEP + self.closed_steps
+
+    @property
+    def current_roots(self) -> list[Any]:
+        """grad_fn of the outputs of this thread's top-level backward in progress (a CA capture
+        asks, from inside it), else of the last one's loss. Read when asked: making the Python
+        object of a fresh graph's root node costs ~11 us in a training step (cold caches)."""
+        outputs = getattr(self._local, "outputs", None)
+        if outputs is None:
+            outputs = () if self._last_loss is None else (self._last_loss,)
+        roots = []
+        for output in outputs:
+            roots.append(getattr(output, "grad_fn", None))
+        return roots
 
     @property
     def backward_calls(self) -> int:
@@ -178,7 +194,7 @@ class StepTracker:
         if self.writer.manifest.options.get("held_events") != held:
             self.writer.manifest.options["held_events"] = held
             self.writer.write_manifest()
-        # The writer drains the notes before it numbers an event, and its flusher every hold_s / 2.
+        # The writer drains the notes before it numbers an event, and its flusher those left too long.
         self.writer.set_source(self.drain)
         # Dynamo's frame callback is off where cagtool runs Python code in the script's backward or
         # step() (its stdlib calls, and a tensor subclass's Python, are not the script's frames);
@@ -204,7 +220,7 @@ class StepTracker:
 
         def in_hook(entry: tuple, write: bool = False) -> bool:
             """Note `entry` and count everything noted so far, now (module docstring: `_sync`, and
-            every hold_s / 4 in any case); `write`: and write the lines. True when --steps is reached."""
+            every hold_s / 2 in any case); `write`: and write the lines. True when --steps is reached."""
             prior = set_eval_frame(None)
             try:
                 with tracker._lock:
@@ -229,16 +245,9 @@ class StepTracker:
                     begun = [_BEGIN, 0, 0]
                     append(begun)
                     outputs = t_outputs if isinstance(t_outputs, (tuple, list)) else (t_outputs,)
-                    if len(outputs) == 1:
-                        tracker.current_roots = [getattr(outputs[0], "grad_fn", None)]
-                    else:  # a loop, not a comprehension: no frame of its own for Dynamo to be offered
-                        roots = []
-                        for output in outputs:
-                            roots.append(getattr(output, "grad_fn", None))
-                        tracker.current_roots = roots
                     if tracker._flag_check_due:
                         tracker._flag_due()
-                    local.depth, local.captures = 1, 0
+                    local.depth, local.captures, local.outputs = 1, 0, outputs  # outputs: current_roots
                     started = True
                     start = perf_counter()
                 except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
@@ -258,18 +267,19 @@ class StepTracker:
             finally:
                 if started:
                     clock = perf_counter()
-                    local.depth = 0
+                    local.depth, local.outputs = 0, None
                     try:
-                        value = device_tensor = None
+                        # The loss: one call into torch here; the drain reads it (a CPU value there,
+                        # several at a time with warm caches: _loss). Only a one-element tensor is
+                        # held until then, so no large output outlives the call by more than that.
                         loss = outputs[0] if outputs else None
-                        try:  # the loss: a CPU scalar is read now, with one call into torch (_loss for the rest)
-                            if loss.is_cpu:
-                                value = loss.item()  # exact; RuntimeError when not one element: None (the drain makes it a float)
-                            else:
-                                value, device_tensor = _loss(loss)
-                        except Exception:  # noqa: BLE001 - not a tensor, a subclass without these, or not one element
-                            pass
-                        entry = (_END, clock, start, begun, value, device_tensor, local.captures, kwargs.get("accumulate_grad", True),
+                        try:
+                            if loss.numel() != 1:
+                                loss = None
+                        except Exception:  # noqa: BLE001 - not a tensor, or a subclass without numel
+                            loss = None
+                        tracker._last_loss = loss
+                        entry = (_END, clock, start, begun, loss, local.captures, kwargs.get("accumulate_grad", True),
                                  "" if get_ident() == tracker._main_thread_id else tracker._thread_name())
                         if sync or cuda._initialized:
                             limit = in_hook(entry)
@@ -408,7 +418,9 @@ class StepTracker:
         the note of a hook draining for itself: a step it ends gets its CUDA boundary now, and its
         lines are written when due (`write`: now). `late`: the writer's flusher, which counts only
         notes the hooks have left longer than hold_s / 4 past their turn (the job stopped making
-        steps). True when a step ended here reached --steps."""
+        steps): a note made just after a drain is counted by hold_s / 2 (the next hook's drain) or
+        by the flusher's first look after 3/4 hold_s (it looks every hold_s / 4), so within hold_s.
+        True when a step ended here reached --steps."""
         raw = self._raw
         if not raw:
             return False
@@ -442,10 +454,10 @@ class StepTracker:
                         self.note_error(exc)
                 writer = self.writer
                 now = time.perf_counter()
-                self._hook_due = now + writer.hold_s / 4
+                self._hook_due = now + writer.hold_s / 2
                 if live is not None and self._queued:
                     if write or now >= writer.queued_due or len(self._queued) >= MAX_HELD_LINES:
-                        writer.write_queued()  # in the hook: the lines of the last hold_s / 4 or more, in one write
+                        writer.write_queued()  # in the hook: the lines of the last hold_s / 2 or more, in one write
             finally:
                 self._draining = False
         return limit
@@ -461,9 +473,8 @@ class StepTracker:
 
     def _backward_ended(self, entry: tuple, live: bool) -> bool:
         """A top-level backward returned or raised (an _END note). True when --steps is reached."""
-        _, clock, start, begun, value, device_tensor, captures, accumulate, thread = entry
-        if value is not None and value.__class__ is not float:
-            value = float(value) if value.__class__ is int or value.__class__ is bool else None  # complex: None
+        _, clock, start, begun, loss, captures, accumulate, thread = entry
+        value, device_tensor = (None, None) if loss is None else _loss(loss)
         elapsed = clock - start
         self._backward_calls += 1
         if not self._backward_calls % FLAG_CHECK_EVERY and not self._flag_finding_done:
@@ -566,7 +577,7 @@ class StepTracker:
 
     def emit_final_state(self) -> None:
         """Parameter and gradient norms at the end, for comparing modes' numerics."""
-        params = _params_of(self._optimizers) or _leaf_params(self.current_roots)
+        params = _params_of(self._optimizers) or _leaf_params(self.current_roots)  # outside any backward: the last loss's graph
         if not params:
             self.writer.emit(FinalStateEvent, param_norm=None, grad_norm=None, num_params=0)
             return
@@ -662,9 +673,8 @@ class _OpenStep:
 def _loss(tensor: Any) -> tuple[float | None, Any]:
     """(value, None) for a CPU scalar, read now (no device to wait for); (None, detached tensor)
     for a scalar on an accelerator, read at the end of the run; (None, None) for anything else.
-    Once per backward call: the CPU case asks torch as little as it can (each call into torch costs
-    a few microseconds in a training step, writer.py's docstring says why); _backward_ended reads
-    a CPU loss inline, as here, and calls this for the others."""
+    Called by the drain for each backward call's one-element first output: in the hook itself
+    with CUDA in use (the hook drains there), else a few steps later, several in a row."""
     try:
         if tensor.is_cpu:
             value = tensor.item()  # exact; RuntimeError when not one element: None below

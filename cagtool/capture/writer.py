@@ -4,14 +4,14 @@ happen) and the graph files.
 The per-step lines (`step`, `backward`, `optimizer_step`: `emit_held`) wait in memory and are
 written together, in one system call, at most `HOLD_S` after the first of them was made: by the
 training thread when it holds a line and the oldest waiting one is HOLD_S / 2 old, or by a small
-daemon thread (`_Flusher`) that looks every HOLD_S / 2 while the job does something else. Every
+daemon thread (`_Flusher`) that looks every HOLD_S / 4 while the job does something else. Every
 other event (`emit`: a cache miss, a finding...) is written at once, the waiting lines first, and
 `close` writes what waits. A system call and the encoding of each line at every step end were most
 of what recording cost a training step (benchmarks/README.md, step overhead); made together the
 lines cost a fraction (event_lines.py says why). The step tracker, the one caller on a training
 step's path, skips even `emit_held`: its hooks only note what happened, and its `drain` (the
 writer's `source`) turns the notes into lines appended to `queued` (module docstring of steps.py),
-from the training thread every HOLD_S / 4. The writer calls `source` before it numbers anything,
+from the training thread every HOLD_S / 2. The writer calls `source` before it numbers anything,
 outside its lock, and the flusher asks it for notes left too long; queued lines are numbered
 before any other event (`_take_queued`), so their seq and order in the file are those that
 `emit_held` at the moments they happened would have given.
@@ -474,13 +474,13 @@ class RecordWriter:
 class _Flusher:
     """A daemon thread that writes the writer's held lines when the job stops making them (an
     evaluation phase, a hang, the end of training before the script exits): what bounds in time
-    what a process killed hard loses. It wakes every hold_s / 2 and mostly finds nothing due (the
+    what a process killed hard loses. It wakes every hold_s / 4 and mostly finds nothing due (the
     training thread writes them as it makes more); `stop` ends it. Not one of the script's threads
     to wait for (daemon), nor in Dynamo's way (a new thread has no frame callback)."""
 
     def __init__(self, writer: RecordWriter) -> None:
         self._stopped = threading.Event()
-        self._thread: threading.Thread | None = threading.Thread(target=self._run, args=(writer, writer.hold_s / 2), name="cagtool-writer", daemon=True)
+        self._thread: threading.Thread | None = threading.Thread(target=self._run, args=(writer, writer.hold_s / 4), name="cagtool-writer", daemon=True)
         try:
             self._thread.start()
         except RuntimeError:  # at interpreter shutdown: the lines are written at close, or with the next step's

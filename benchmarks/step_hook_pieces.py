@@ -1,0 +1,164 @@
+"""Where the step tracker's cost in a training step goes, piece by piece, in a continuous run (not
+switched on and off: the hooks, the drain and the writes run as in a real job).
+
+For each tree (a git revision, or the working tree), a copy of its `cagtool/` gets perf_counter_ns
+counters around the tracker's own code: the backward entry before the engine call ("pre") and
+after it ("post", which includes the drain and the write when they fall there), and the two
+optimizer hooks ("opt_pre", "opt_post", the latter also including a drain when due). A fresh
+process per tree and round then trains the MLP of step_overhead.py (AdamW, compiled autograd with
+the eager backend, one torch thread) for `--steps` steps after a warm-up, with the record writer
+and the tracker installed, and prints each piece's time per step. Rounds alternate the trees, so
+a drift in machine speed falls on both.
+
+    python benchmarks/step_hook_pieces.py                          # the working tree, 3 rounds
+    python benchmarks/step_hook_pieces.py --rev cc6e6f8 --rev HEAD --rounds 4
+
+Session 7 (2026-11-24 00:26 UTC, 2-core VM, quiet), `--rev cc6e6f8 --rev 0533ffb --rounds 4`: total per
+step 63-90 us (mean 79) before, 55-66 (mean 60) after (grad_fn read when asked, the loss read by the
+drain, drains every hold_s / 2):
+see benchmarks/README.md, "Session 7".
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+# (anchor in capture/steps.py, replacement): the counters. Each anchor must occur exactly once.
+PATCHES = [
+    ('''        def _engine_run_backward(t_outputs, *args, **kwargs):
+''', '''        PROF = tracker.prof = {"pre": 0, "post": 0, "opt_pre": 0, "opt_post": 0, "n": 0}
+        pc = time.perf_counter_ns
+
+        def _engine_run_backward(t_outputs, *args, **kwargs):
+            _t0 = pc()
+'''),
+    ('''            limit = False
+            try:
+                attach_logging_hooks''', '''            limit = False
+            PROF["pre"] += pc() - _t0
+            try:
+                attach_logging_hooks'''),
+    ('''                    torch._C._remove_obj_from_tls("context")
+            finally:
+                if started:''', '''                    torch._C._remove_obj_from_tls("context")
+            finally:
+                _t1 = pc()
+                if started:'''),
+    ('''                    except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
+                        tracker.note_error(exc)
+            if limit:''', '''                    except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
+                        tracker.note_error(exc)
+                PROF["post"] += pc() - _t1
+                PROF["n"] += 1
+            if limit:'''),
+    ('''        def pre_hook(optimizer, args, kwargs):
+''', '''        def pre_hook(optimizer, args, kwargs):
+            _t = pc()
+            try:
+                return pre_hook_(optimizer, args, kwargs)
+            finally:
+                PROF["opt_pre"] += pc() - _t
+
+        def pre_hook_(optimizer, args, kwargs):
+'''),
+    ('''        def post_hook(optimizer, args, kwargs):
+''', '''        def post_hook(optimizer, args, kwargs):
+            _t = pc()
+            try:
+                return post_hook_(optimizer, args, kwargs)
+            finally:
+                PROF["opt_post"] += pc() - _t
+
+        def post_hook_(optimizer, args, kwargs):
+'''),
+]
+
+WORKLOAD = r'''
+import os, sys, tempfile, time
+from pathlib import Path
+os.environ["OMP_NUM_THREADS"] = "1"
+import torch
+torch.set_num_threads(1)
+from torch._dynamo import compiled_autograd as ca
+from cagtool.capture.steps import StepTracker
+from cagtool.capture.writer import RecordWriter
+from cagtool.record.manifest import ModeManifest
+tmp = Path(tempfile.mkdtemp(prefix="cagtool-hook-pieces-"))
+(tmp / "ca").mkdir()
+manifest = ModeManifest(mode="ca", argv=["bench"], target={}, cwd=str(tmp), versions={}, backend="eager", dynamic=False, started_at="")
+writer = RecordWriter(tmp / "ca", manifest)
+tracker = StepTracker(writer, "ca")
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 512), torch.nn.GELU(), torch.nn.Linear(512, 10))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+steps = int(sys.argv[1])
+
+def step():
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad(set_to_none=False)
+    loss.backward()
+    opt.step()
+
+with ca._enable(lambda gm: torch.compile(gm, backend="eager"), dynamic=False):
+    tracker.install()
+    for _ in range(50):
+        step()
+    for key in tracker.prof:
+        tracker.prof[key] = 0
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    per_step = (time.perf_counter() - start) / steps
+    writer.flush_held()
+n = tracker.prof.pop("n")
+pieces = {k: v / n / 1000 for k, v in tracker.prof.items()}
+print(f"step {per_step * 1e6:.0f} us; per step: " + ", ".join(f"{k} {v:.1f}" for k, v in pieces.items()) + f"; total {sum(pieces.values()):.1f} us")
+'''
+
+
+def make_tree(rev: str | None, into: Path) -> Path:
+    """A copy of `cagtool/` at `rev` (None: the working tree), instrumented."""
+    into.mkdir(parents=True)
+    if rev is None:
+        subprocess.run(["cp", "-r", str(REPO / "cagtool"), str(into)], check=True)
+    else:
+        archive = subprocess.run(["git", "archive", rev, "cagtool"], cwd=REPO, capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    path = into / "cagtool" / "capture" / "steps.py"
+    text = path.read_text()
+    for anchor, replacement in PATCHES:
+        if text.count(anchor) != 1:
+            raise SystemExit(f"step_hook_pieces: {rev or 'the working tree'}: steps.py no longer has the anchor {anchor.strip()[:60]!r}")
+        text = text.replace(anchor, replacement)
+    path.write_text(text)
+    return into
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rev", action="append", help="a git revision to measure (repeatable); default: the working tree")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=1500)
+    args = parser.parse_args()
+    revs = args.rev or [None]
+    with tempfile.TemporaryDirectory(prefix="cagtool-hook-pieces-") as tmp:
+        trees = {rev: make_tree(rev, Path(tmp) / f"t{i}") for i, rev in enumerate(revs)}
+        for round_ in range(args.rounds):
+            for rev, tree in trees.items():
+                done = subprocess.run([sys.executable, "-c", WORKLOAD, str(args.steps)], env={**os.environ, "PYTHONPATH": str(tree)},
+                                      capture_output=True, text=True, cwd=tree)
+                if done.returncode:
+                    raise SystemExit(f"step_hook_pieces: {rev or 'working tree'} failed:\n{done.stderr[-2000:]}")
+                print(f"round {round_ + 1}, {rev or 'working tree'}: {done.stdout.strip()}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

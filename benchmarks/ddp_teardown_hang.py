@@ -9,7 +9,9 @@ that did not finish; a hung run's processes are killed (the whole session: start
 
 Session 7 (2026-11-23, 2-core VM, the sample as it is now, i.e. without session 6's 0.2 s pause
 after its barrier): plain python 0 of 40; cagtool at cc6e6f8 (no guard) 4 of 30; with the guard
-(ddp_watch.GLOO_SETTLE_S) 0 of 30, and 0 of 30 with the script's destroy_process_group() removed:
+(ddp_watch.GLOO_SETTLE_S) 0 of 30, and 0 of 30 with the script's destroy_process_group() removed;
+at 0533ffb, the sample itself: 0 of 30 (`--runs 30`) and 0 of 20 in ca mode (`--runs 20 --mode ca --limit 60`).
+The copy without destroy_process_group():
 
     sed 's/^    dist.destroy_process_group()$//' sample_scripts/train_ddp.py > sample_scripts/nodestroy.py
     python benchmarks/ddp_teardown_hang.py --runs 30 --script sample_scripts/nodestroy.py && rm sample_scripts/nodestroy.py
@@ -33,13 +35,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=12)
     parser.add_argument("--limit", type=float, default=30.0, help="seconds before a run counts as hung")
     parser.add_argument("--plain", action="store_true", help="plain python, no cagtool")
+    parser.add_argument("--mode", default="aot", choices=("eager", "aot", "ca"), help="the cagtool mode to run (default aot)")
     parser.add_argument("--script", default=str(REPO / "sample_scripts" / "train_ddp.py"))
     args = parser.parse_args()
     hung = 0
     for run in range(args.runs):
         with tempfile.TemporaryDirectory() as tmp:
             target = [args.script, "--steps", "3"]
-            command = [sys.executable, *target] if args.plain else [sys.executable, "-m", "cagtool", "run", "--modes", "aot", "--backend", "eager", "-o", f"{tmp}/r", *target]
+            command = [sys.executable, *target] if args.plain else [sys.executable, "-m", "cagtool", "run", "--modes", args.mode, "--backend", "eager", "-o", f"{tmp}/r", *target]
             process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd=REPO)
             try:
                 process.wait(timeout=args.limit)
@@ -49,7 +52,7 @@ def main() -> None:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
                 print(f"run {run + 1}: HUNG (killed after {args.limit:.0f} s)", flush=True)
-    print(f"{'plain python' if args.plain else 'cagtool run --modes aot'}: {hung} of {args.runs} runs hung")
+    print(f"{'plain python' if args.plain else f'cagtool run --modes {args.mode}'}: {hung} of {args.runs} runs hung")
 
 
 if __name__ == "__main__":

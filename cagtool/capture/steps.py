@@ -14,9 +14,9 @@ more: the step's tensor work has just evicted the caches; benchmarks/README.md, 
 - `drain` counts them afterwards, in the order they happened: step numbers, indices within a step,
   boundaries, and the `backward`, `optimizer_step` and `step` lines, appended to the writer's
   `queued` list (writer.py). A hook that can end a step drains, and writes the lines, once every
-  hold_s / 2 (`_hook_due`: one clock comparison a step otherwise; a drain and its write have a
-  fixed cost, cold, of ~200 us, so fewer and larger batches cost a step less: hold_s / 4 measured
-  ~20 us a step more); the writer drains before it
+  hold_s / 2 (`_hook_due`: one clock comparison a step otherwise; every hold_s / 4 measured ~20 us
+  a step more in one harness, larger holds than 0.1 s no less: benchmarks/README.md, session 7);
+  the writer drains before it
   numbers any event (`RecordWriter.source`), and its flusher thread drains what the hooks have
   left too long (the job stopped making steps). So the file's seq and order are those the events
   had when they happened; asking for `current_step` (the observers, the status line) drains too.

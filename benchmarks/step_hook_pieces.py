@@ -30,6 +30,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
+
+def _timed_hook(name: str) -> tuple[str, str]:
+    """The patch that times the optimizer hook `name` (pre_hook, post_hook) as "opt_pre" / "opt_post"."""
+    anchor = f"        def {name}(optimizer, args, kwargs):\n"
+    key = "opt_" + name.split("_")[0]
+    return anchor, (f"{anchor}            _t = pc()\n            try:\n                return {name}_(optimizer, args, kwargs)\n"
+                    f"            finally:\n                PROF[\"{key}\"] += pc() - _t\n\n        def {name}_(optimizer, args, kwargs):\n")
+
+
 # (anchor in capture/steps.py, replacement): the counters. Each anchor must occur exactly once.
 PATCHES = [
     ('''        def _engine_run_backward(t_outputs, *args, **kwargs):
@@ -58,26 +67,7 @@ PATCHES = [
                 PROF["post"] += pc() - _t1
                 PROF["n"] += 1
             if limit:'''),
-    ('''        def pre_hook(optimizer, args, kwargs):
-''', '''        def pre_hook(optimizer, args, kwargs):
-            _t = pc()
-            try:
-                return pre_hook_(optimizer, args, kwargs)
-            finally:
-                PROF["opt_pre"] += pc() - _t
-
-        def pre_hook_(optimizer, args, kwargs):
-'''),
-    ('''        def post_hook(optimizer, args, kwargs):
-''', '''        def post_hook(optimizer, args, kwargs):
-            _t = pc()
-            try:
-                return post_hook_(optimizer, args, kwargs)
-            finally:
-                PROF["opt_post"] += pc() - _t
-
-        def post_hook_(optimizer, args, kwargs):
-'''),
+    *(_timed_hook(name) for name in ("pre_hook", "post_hook")),
 ]
 
 WORKLOAD = r'''

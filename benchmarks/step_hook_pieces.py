@@ -4,7 +4,9 @@ switched on and off: the hooks, the drain and the writes run as in a real job).
 For each tree (a git revision, or the working tree), a copy of its `cagtool/` gets perf_counter_ns
 counters around the tracker's own code: the backward entry before the engine call ("pre") and
 after it ("post", which includes the drain and the write when they fall there), and the two
-optimizer hooks ("opt_pre", "opt_post", the latter also including a drain when due). A fresh
+optimizer hooks ("opt_pre", "opt_post", the latter also including a drain when due); and, as parts
+of "post" and "opt_post" (not added to the total), the drains the hooks run when due ("drain", the
+write included) and their writes alone ("write": numbering, making the lines, os.write). A fresh
 process per tree and round then trains the MLP of step_overhead.py (AdamW, compiled autograd with
 the eager backend, one torch thread) for `--steps` steps after a warm-up, with the record writer
 and the tracker installed, and prints each piece's time per step. Rounds alternate the trees, so
@@ -16,7 +18,8 @@ a drift in machine speed falls on both.
 Session 7 (2026-11-24 00:26 UTC, 2-core VM, quiet), `--rev cc6e6f8 --rev 0533ffb --rounds 4`: total per
 step 63-90 us (mean 79) before, 55-66 (mean 60) after (grad_fn read when asked, the loss read by the
 drain, drains every hold_s / 2):
-see benchmarks/README.md, "Session 7".
+see benchmarks/README.md, "Session 7". Session 8 (03:30 UTC, HEAD 6efffa6, `--rounds 3`): total 57-67 us,
+of which drain 31-35 (write 16-18).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ def _timed_hook(name: str) -> tuple[str, str]:
 # (anchor in capture/steps.py, replacement): the counters. Each anchor must occur exactly once.
 PATCHES = [
     ('''        def _engine_run_backward(t_outputs, *args, **kwargs):
-''', '''        PROF = tracker.prof = {"pre": 0, "post": 0, "opt_pre": 0, "opt_post": 0, "n": 0}
+''', '''        PROF = tracker.prof = {"pre": 0, "post": 0, "opt_pre": 0, "opt_post": 0, "drain": 0, "write": 0, "n": 0}
         pc = time.perf_counter_ns
 
         def _engine_run_backward(t_outputs, *args, **kwargs):
@@ -68,6 +71,24 @@ PATCHES = [
                 PROF["n"] += 1
             if limit:'''),
     *(_timed_hook(name) for name in ("pre_hook", "post_hook")),
+    # Parts of "post" and "opt_post" (not added to the total): the drains the hooks run when due
+    # ("drain", its write included) and that write alone ("write": numbering, lines, os.write).
+    ('''                with tracker._lock:
+                    append(entry)
+                    return tracker.drain(live=entry, write=write)
+''', '''                _t = pc()
+                with tracker._lock:
+                    append(entry)
+                    try:
+                        return tracker.drain(live=entry, write=write)
+                    finally:
+                        PROF["drain"] += pc() - _t
+'''),
+    ('''                        writer.write_queued()  # in the hook: the lines of the last hold_s / 2 or more, in one write
+''', '''                        _t = time.perf_counter_ns()
+                        writer.write_queued()
+                        self.prof["write"] += time.perf_counter_ns() - _t
+'''),
 ]
 
 WORKLOAD = r'''
@@ -110,7 +131,8 @@ with ca._enable(lambda gm: torch.compile(gm, backend="eager"), dynamic=False):
     writer.flush_held()
 n = tracker.prof.pop("n")
 pieces = {k: v / n / 1000 for k, v in tracker.prof.items()}
-print(f"step {per_step * 1e6:.0f} us; per step: " + ", ".join(f"{k} {v:.1f}" for k, v in pieces.items()) + f"; total {sum(pieces.values()):.1f} us")
+total = sum(v for k, v in pieces.items() if k not in ("drain", "write"))
+print(f"step {per_step * 1e6:.0f} us; per step: " + ", ".join(f"{k} {v:.1f}" for k, v in pieces.items()) + f"; total {total:.1f} us")
 '''
 
 

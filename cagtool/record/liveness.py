@@ -5,6 +5,7 @@ from one whose process vanished (SIGKILL, OOM killer, a machine reboot): the lat
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 
@@ -73,16 +74,62 @@ def read_vanished_as_killed(meta: Any, manifests: list[Any]) -> None:
                 manifest.exception = ExceptionInfo("killed", "the cagtool process vanished before this record was closed")
 
 
-def read_dead_writer_as_killed(manifest: Any) -> None:
-    """A mode record still "running" whose own process is gone (a followed rank or worker killed
-    by SIGKILL or the OOM killer, while the rest of the job went on): it was killed. Needs the
-    manifest's `process` to carry hostname and start_ticks (process_info adds them); older records
-    are judged by the pid alone only when it is certainly gone."""
+def read_dead_writer_as_killed(manifest: Any, record_dir: Path | None = None) -> None:
+    """A mode record still "running" whose own process is gone: a followed rank or worker stopped
+    by SIGTERM or SIGHUP when its threads' stacks are in `record_dir`/signal_stacks (the signal's
+    default action: capture/processes/lifeline.py, StopStacks), else killed by SIGKILL or the OOM
+    killer while the rest of the job went on. Needs the manifest's `process` to carry hostname and
+    start_ticks (process_info adds them); older records are judged by the pid alone only when it
+    is certainly gone."""
     from cagtool.record.manifest import ExceptionInfo
-    from cagtool.record.schema import STATUS_KILLED, STATUS_RUNNING
+    from cagtool.record.schema import SIGNAL_STACKS_DIR, STATUS_INTERRUPTED, STATUS_KILLED, STATUS_RUNNING
 
     if manifest.status != STATUS_RUNNING or not process_gone(manifest.process):
+        return
+    for name, number in STOP_SIGNALS_BY_NAME.items():
+        stacks = None if record_dir is None else record_dir / SIGNAL_STACKS_DIR / f"{name}.txt"
+        try:
+            if stacks is None or not stacks.stat().st_size:
+                continue
+        except OSError:
+            continue
+        manifest.status = STATUS_INTERRUPTED
+        manifest.exit_code = 128 + number  # the shell's convention, as for the main process
+        if manifest.exception is None:
+            text = _read_text(stacks)
+            where = _script_frame(text)
+            manifest.exception = ExceptionInfo(
+                name, f"stopped by {name} before it closed this record{f', in {where}' if where else ''}; every thread's stack then: {stacks}",
+                traceback=text)
         return
     manifest.status = STATUS_KILLED
     if manifest.exception is None:
         manifest.exception = ExceptionInfo("killed", "its process vanished before it closed this record (SIGKILL, OOM killer)")
+
+
+# The stop signals whose stacks a followed process leaves (lifeline.StopStacks.SIGNALS), by number
+# (Linux's; without importing signal).
+STOP_SIGNALS_BY_NAME = {"SIGTERM": 15, "SIGHUP": 1}
+
+
+def _read_text(path: Path, limit: int = 20000) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _script_frame(stacks: str) -> str:
+    """`file:line (function)` of the innermost frame of the signalled thread (faulthandler's
+    "Current thread" block) that is the script's own, judged by its path as written on the machine
+    that ran it: not Python's library (`.../lib/pythonX.Y/`), an installed package, cagtool's
+    capture code, or `<string>`. "" when there is none."""
+    import re
+
+    _, _, current = stacks.partition("Current thread")
+    for file, line, function in re.findall(r'^\s+File "(.*)", line (\d+) in (.*)$', current, flags=re.M):
+        if file.startswith("<") or re.search(r"[/\\](?:lib[/\\]python\d|site-packages[/\\]|dist-packages[/\\]|cagtool[/\\]capture[/\\])", file):
+            continue
+        return f"{file}:{line} ({function})"
+    return ""

@@ -270,7 +270,7 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
         manifest = mode_manifest_from_dict(data)
     except TypeError as exc:
         raise UnreadableInput(f"mode manifest {path / MANIFEST_FILE} is malformed: {exc}") from None
-    read_dead_writer_as_killed(manifest)
+    read_dead_writer_as_killed(manifest, path)
     events: list[Event] = []
     skipped = 0
     unknown: Counter[str] = Counter()

@@ -13,6 +13,8 @@ A *run directory* holds one `run.json` (format `cagtool-run`) and one sub-direct
     <run>/<mode>/procs/<key>/      the same mode-record layout for each Python process the target
                                    started and cagtool followed: key rank<N> when its rank is known,
                                    else pid<PID>; the manifest's `process` says which it is
+    <run>/<mode>/procs/<key>/signal_stacks/SIGTERM.txt  (or SIGHUP.txt) that process's threads'
+                                   stacks when the signal stopped it before it closed its record
 
 Every event line is a JSON object with `kind`, `seq` (0, 1, 2... in write order) and `t`
 (seconds since the mode started, monotonic clock). Compile ids are torch's own strings: `!N` for
@@ -117,6 +119,10 @@ GRAPHS_DIR = "graphs"
 TRACE_DIR = "trace"
 DEPYF_DIR = "depyf"
 PROCS_DIR = "procs"
+# In a followed process's record: <SIGNAME>.txt, its threads' stacks when a stop signal killed it
+# before it could close the record (capture/processes/lifeline.py, StopStacks); empty files and the
+# directory are removed when the record closes.
+SIGNAL_STACKS_DIR = "signal_stacks"
 
 MODES = ("eager", "aot", "ca")
 # The one mode of a record built by `cagtool import` from a TORCH_TRACE log of a job cagtool did

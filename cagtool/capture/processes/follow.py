@@ -19,7 +19,9 @@ removed. torch's own helper interpreters (Inductor compile workers) are not foll
 Exit: multiprocessing children close their record when `BaseProcess._bootstrap` returns (their
 exit code; fork children leave through os._exit, past atexit); other children at `atexit`, with
 the code given to sys.exit or 1 after an uncaught exception. A child killed hard keeps status
-"running", which readers show as killed.
+"running", which readers show as killed; one stopped by SIGTERM or SIGHUP (their default action,
+as under python) leaves its threads' stacks beside its record, and readers show it as interrupted
+by that signal (lifeline.StopStacks).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from typing import Any
 from cagtool.capture.processes import launch_audit
 from cagtool.capture.observe.ddp_watch import DDPWatch
 from cagtool.capture.processes.identity import ROLE_CHILD, ROLE_MAIN, child_key, process_info, rank_from_env
+from cagtool.capture.processes.lifeline import StopStacks
 from cagtool.record.manifest import ExceptionInfo, ModeManifest
 from cagtool.record.schema import GRAPHS_DIR, PROCS_DIR, STATUS_FAILED, STATUS_FINISHED, STATUS_RUNNING, TRACE_DIR, FindingEvent
 
@@ -122,6 +125,9 @@ class ProcessRecord:
         self.exit_code: int | None = None
         self.exception: ExceptionInfo | None = None
         self.ddp = self._new_ddp_watch()
+        # A followed process stopped by SIGTERM/SIGHUP leaves its threads' stacks in its record
+        # (lifeline.py): armed when the record is made, and again in a forked child.
+        self.stop_stacks = StopStacks()
 
     @property
     def key(self) -> str:
@@ -203,6 +209,7 @@ class ProcessRecord:
         self.ddp = self._new_ddp_watch()
         old_dir = Path(self.writer.mode_dir)
         self.writer.reopen(new_dir)
+        self.stop_stacks.arm(new_dir)
         if self.config.torch_trace:
             _retarget_torch_trace(old_dir / TRACE_DIR, new_dir / TRACE_DIR)
 
@@ -239,6 +246,7 @@ class ProcessRecord:
         manifest.peak_device_memory_bytes = _peak_cuda_bytes()
         if "torch._dynamo" in sys.modules:
             manifest.torch_counters = _counters_minus(_counters(), self.counters_baseline)
+        self.stop_stacks.disarm()  # the record is about to say how the process ended
         self.writer.write_manifest()
         self.writer.close()
         self._drop_if_empty()
@@ -426,6 +434,7 @@ def _make_child_record(with_torch: bool) -> ProcessRecord | None:
     )
     writer = RecordWriter(record_dir, manifest)
     record = ProcessRecord(config, writer, manifest, ROLE_CHILD)
+    record.stop_stacks.arm(record_dir)
     _current = record
     return record
 

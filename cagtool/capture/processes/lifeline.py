@@ -77,6 +77,88 @@ def signal_tree(pid: int, signum: int, include_root: bool = True) -> None:
             pass
 
 
+class StopStacks:
+    """How a followed process stopped by SIGTERM or SIGHUP is told apart from one that vanished.
+
+    Python installs no handler for these two signals. A followed process (an mp.spawn rank, a
+    torchrun worker) therefore dies of the signal's default action at once, as under python, and
+    its record stays unclosed. Readers took such a record for one whose process was SIGKILLed.
+    A Python-level handler would tell, but it runs only when the main thread returns to Python:
+    a rank waiting in a collective would not die, or not in time.
+
+    So, while the process keeps the default action, `arm` registers faulthandler's C-level handler
+    for the signal (`faulthandler.register(chain=True)`). When the signal comes, the handler
+    writes the stacks of every thread to `<record>/signal_stacks/<SIGNAME>.txt`, restores the
+    default action and raises the signal again. The process dies as before: same signal, same
+    exit status, no delay worth the name, nothing on its stderr. `signal.getsignal` still says
+    SIG_DFL. A script that sets its own handler replaces this one, as it would replace the
+    default. The loader reads an unclosed record of a dead process whose file is not empty as
+    interrupted by that signal (record/liveness.py).
+    """
+
+    SIGNALS = ("SIGTERM", "SIGHUP")
+
+    def __init__(self) -> None:
+        self._armed: dict[str, tuple[int, str]] = {}  # signal name -> (its file's descriptor, its path)
+
+    def arm(self, record_dir: str | os.PathLike[str]) -> None:
+        """Watch the signals still at their default action, writing into `record_dir`. Called
+        again in a forked child: the parent's files are left to the parent."""
+        self.disarm(remove=False)
+        import faulthandler
+
+        if not hasattr(faulthandler, "register"):  # Windows
+            return
+        from cagtool.record.schema import SIGNAL_STACKS_DIR
+
+        folder = os.path.join(os.fspath(record_dir), SIGNAL_STACKS_DIR)
+        for name in self.SIGNALS:
+            signum = getattr(signal, name, None)
+            if signum is None or signal.getsignal(signum) != signal.SIG_DFL:
+                continue  # ignored (nohup) or the script's own handler: left as it is
+            try:
+                os.makedirs(folder, exist_ok=True)
+                path = os.path.join(folder, f"{name}.txt")
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+            except OSError:
+                continue  # a full disk or a read-only record: the record reads as before
+            try:
+                faulthandler.register(signum, file=fd, all_threads=True, chain=True)
+            except (OSError, RuntimeError, ValueError):
+                os.close(fd)
+                continue
+            self._armed[name] = (fd, path)
+
+    def disarm(self, remove: bool = True) -> None:
+        """Stop watching (the record is closing): the default action is back where the script
+        left it, and the empty files and their directory are removed (`remove`)."""
+        armed, self._armed = self._armed, {}
+        if not armed:
+            return
+        import faulthandler
+
+        for name, (fd, path) in armed.items():
+            signum = getattr(signal, name)
+            if signal.getsignal(signum) == signal.SIG_DFL:
+                # Only while no Python handler was set since: unregister puts back the C-level action
+                # it found (the default), which would silently undo the script's own handler.
+                try:
+                    faulthandler.unregister(signum)
+                except (OSError, RuntimeError, ValueError):
+                    pass
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+            if remove:
+                try:
+                    if os.path.getsize(path) == 0:
+                        os.unlink(path)
+                    os.rmdir(os.path.dirname(path))
+                except OSError:
+                    pass
+
+
 def _prctl(option: int, value: int) -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)

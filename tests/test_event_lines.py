@@ -222,7 +222,7 @@ def test_failed_write_stops_at_the_first_held_line(tmp_path):
 
 @pytest.mark.parametrize("how", ["os_exit", "pause_os_exit", "sigterm"])
 def test_a_process_ending_mid_step_loses_at_most_its_last_hold_s(tmp_path, how):
-    """Killed hard (os._exit, as SIGKILL) at once: the lines of its last hold_s (0.1 s) may be
+    """Killed hard (os._exit, as SIGKILL) at once: the lines of its last hold_s (0.5 s) may be
     missing, what is on disk is whole and numbered from 0. Killed hard a second after its last
     backward call: everything is on disk, the open step's two backward lines included (the flusher
     wrote them). Stopped by SIGTERM: the record closes with everything. The manifest says which
@@ -277,7 +277,7 @@ def _tracker_lines(tmp_path):
 def test_the_trackers_lines_are_the_dataclass_lines_with_times_to_the_nanosecond(tmp_path, loss, thread):
     """steps.py writes its three per-step lines itself: json's keys, order and spelling of the
     dataclass, losses exact, times and durations rounded to the nanosecond."""
-    writer, open_step, (backward_line, optimizer_step_line, step_line) = _tracker_lines(tmp_path)
+    writer, open_step, (backward_line, optimizer_step_line, step_line, group_line) = _tracker_lines(tmp_path)
     opened = open_step()
     opened.backward_s, opened.loss, opened.captures, opened.compiles, opened.compile_s = 0.000543319998541846, loss, 2, 1, 1.2345678901234567
     opened.backward_calls, opened.optimizer_s = 3, 0.0012345678901234567
@@ -292,6 +292,12 @@ def test_the_trackers_lines_are_the_dataclass_lines_with_times_to_the_nanosecond
         cases.append((step_line(9, t, (opened, 4, wall_s, "optimizer")),
                       StepEvent(seq=9, t=t, step=4, backward_s=opened.backward_s, loss=loss, ca_captures=2, compiles=1, compile_s=opened.compile_s,
                                 wall_s=wall_s, backward_calls=3, boundary="optimizer", optimizer_s=opened.optimizer_s)))
+    # A step's three lines made as one entry (steps.py `_close`): the same text, seq after seq.
+    backward = (4, 0, 0.000543319998541846, 2, "backward", loss, thread)
+    for wall_s in (None, 0.004999999999999):
+        assert group_line(7, t, (backward, t + 1, 0.0012345678901234567, thread or "AdamW", opened, 4, wall_s, "optimizer")) == (
+            backward_line(7, t, backward) + optimizer_step_line(8, t + 1, (4, 0.0012345678901234567, thread or "AdamW"))
+            + step_line(9, t + 1, (opened, 4, wall_s, "optimizer")))
     for line, event in cases:
         assert line.endswith("}\n") and line.isascii() and line.count("\n") == 1
         expected = json.loads(ENCODER.encode(event_to_dict(event)))

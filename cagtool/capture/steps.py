@@ -15,7 +15,7 @@ more: the step's tensor work has just evicted the caches; benchmarks/README.md, 
   boundaries, and the `backward`, `optimizer_step` and `step` lines, appended to the writer's
   `queued` list (writer.py). A hook that can end a step drains, and writes the lines, once every
   hold_s / 2 (`_hook_due`: one clock comparison a step otherwise; every hold_s / 4 measured ~20 us
-  a step more in one harness, larger holds than 0.1 s no less: benchmarks/README.md, session 7);
+  a step more in one harness; benchmarks/README.md, sessions 7 and 8);
   the writer drains before it
   numbers any event (`RecordWriter.source`), and its flusher thread drains what the hooks have
   left too long (the job stopped making steps). So the file's seq and order are those the events
@@ -112,13 +112,17 @@ class StepTracker:
         self._original_run_backward: Any = None
         self._original_optimizer_init: Any = None
         self._queued = writer.queued  # the writer's list of lines to number (writer.py), one append a line
-        self._backward_line, self._optimizer_step_line, self._step_line = _line_makers(writer)
+        self._backward_line, self._optimizer_step_line, self._step_line, self._group_line = _line_makers(writer)
+        # Within one drain: the step's one backward line, held back in case the step's optimizer
+        # step closes it next, so that the three lines go as one queued entry (_close); (clock, payload).
+        self._pending: tuple[float, tuple] | None = None
 
     def restart(self) -> None:
         """A forked child starts its own record: its steps count from the first again."""
         with self._lock:
             del self._raw[:]  # the parent's: its own record counts them
             self._draining = False
+            self._pending = None
             self.closed_steps = 0
             self._backward_calls = 0
             self._open = _OpenStep()
@@ -452,6 +456,8 @@ class StepTracker:
                             del self._required[entry[1]]
                     except Exception as exc:  # noqa: BLE001 - one bad note never loses the others
                         self.note_error(exc)
+                if self._pending is not None:
+                    self._queue_pending()
                 writer = self.writer
                 now = time.perf_counter()
                 self._hook_due = now + writer.hold_s / 2
@@ -465,11 +471,19 @@ class StepTracker:
     def _queue(self, line: Callable[[int, float, Any], str], clock: float, payload: Any) -> None:
         """A line for the writer's `queued` list (writer.py), made at perf_counter time `clock`: when
         it is the first there, it is due hold_s / 2 from that time. (The writer's flusher runs
-        already: `set_source` started it, and `reopen` again in a forked child.)"""
+        already: `set_source` started it, and `reopen` again in a forked child.) A backward line
+        held back (`_pending`) goes first: the lines keep the order of their events."""
+        if self._pending is not None:
+            self._queue_pending()
         queued = self._queued
         if not queued:
             self.writer.queued_due = clock + self.writer.hold_s / 2
         queued.append((line, clock - self.writer.t0, payload))
+
+    def _queue_pending(self) -> None:
+        """The held-back backward line, on its own after all (the step did not close next)."""
+        (clock, payload), self._pending = self._pending, None  # type: ignore[misc]
+        self._queue(self._backward_line, clock, payload)
 
     def _backward_ended(self, entry: tuple, live: bool) -> bool:
         """A top-level backward returned or raised (an _END note). True when --steps is reached."""
@@ -486,11 +500,19 @@ class StepTracker:
         if by_backward and step != current:
             # Another thread's backward closed the step this one began in: it closes the next.
             step, index = current, opened.backward_calls
-        self._queue(self._backward_line, clock, (step, index, elapsed, captures, "backward" if accumulate else "grad", value, thread))
+        payload = (step, index, elapsed, captures, "backward" if accumulate else "grad", value, thread)
         if step == current:  # not a backward that outlived its step (optimizer stepped in another thread)
             opened.backward_calls += 1
             opened.backward_s += elapsed
             opened.loss, opened.loss_tensor = value, device_tensor
+            if opened.backward_calls == 1 and not by_backward and not opened.stepped:
+                # The step's first backward, no optimizer stepped yet: if the next note closes the
+                # step, its three lines go as one entry (_optimizer_stepped). Queued otherwise.
+                if self._pending is not None:
+                    self._queue_pending()
+                self._pending = (clock, payload)
+                return False
+        self._queue(self._backward_line, clock, payload)
         return self._close(STEP_BOUNDARY_BACKWARD, clock, live) if by_backward else False
 
     def _optimizer_stepped(self, entry: tuple, live: bool) -> bool:
@@ -502,12 +524,20 @@ class StepTracker:
             ref = self._known.get(key)
             if ref is not None:
                 self._required[key] = ref
-        self._queue(self._optimizer_step_line, clock, (FIRST_STEP + self.closed_steps, seconds, optimizer_class.__name__))
         opened = self._open
-        opened.optimizer_s += seconds
         stepped = opened.stepped
-        stepped[key] = stepped.get(key, 0) + 1
         waiting = self._required
+        pending = self._pending
+        if pending is not None and not stepped and len(waiting) == 1 and key in waiting and opened.backward_calls == 1:
+            # The usual step: one backward, then the one optimizer steps and closes it. Its
+            # backward, optimizer-step and step lines: one entry (_close), the same text.
+            self._pending = None
+            opened.optimizer_s += seconds
+            stepped[key] = 1
+            return self._close(STEP_BOUNDARY_OPTIMIZER, clock, live, (pending, seconds, optimizer_class.__name__))
+        self._queue(self._optimizer_step_line, clock, (FIRST_STEP + self.closed_steps, seconds, optimizer_class.__name__))
+        opened.optimizer_s += seconds
+        stepped[key] = stepped.get(key, 0) + 1
         if waiting.keys() <= stepped.keys():  # every optimizer waited for has stepped
             return self._close(STEP_BOUNDARY_OPTIMIZER, clock, live)
         if stepped[key] >= IDLE_OPTIMIZER_STEPS:
@@ -516,15 +546,28 @@ class StepTracker:
             return self._close(STEP_BOUNDARY_OPTIMIZER, clock, live)
         return False
 
-    def _close(self, boundary: str, clock: float, live: bool) -> bool:
+    def _close(self, boundary: str, clock: float, live: bool, group: tuple | None = None) -> bool:
         """End the step in progress at perf_counter time `clock` (caller holds the lock). True when
-        --steps is reached."""
+        --steps is reached. `group`: ((its backward's clock, payload), the optimizer step's seconds,
+        its class name), the step's backward and optimizer-step lines not queued yet: the three go
+        as one entry, whose text is the three lines (`_line_makers`), and two entries without text
+        after it, so the writer numbers them as three events."""
         opened = self._open
         step = FIRST_STEP + self.closed_steps
         now = clock - self.writer.t0
+        wall_s = None if self._last_boundary_t is None else now - self._last_boundary_t
         # The step's figures are read from `opened` when the line is written: nothing changes it
         # once it is closed (every update goes to the step in progress, under the lock).
-        self._queue(self._step_line, clock, (opened, step, None if self._last_boundary_t is None else now - self._last_boundary_t, boundary))
+        if group is None:
+            self._queue(self._step_line, clock, (opened, step, wall_s, boundary))
+        else:
+            (backward_clock, backward), seconds, optimizer = group
+            queued = self._queued
+            if not queued:
+                self.writer.queued_due = backward_clock + self.writer.hold_s / 2
+            # One extend: the three are numbered together whatever another thread takes meanwhile.
+            queued += [(self._group_line, backward_clock - self.writer.t0, (backward, now, seconds, optimizer, opened, step, wall_s, boundary)),
+                       _NO_LINE, _NO_LINE]
         if opened.loss_tensor is not None:
             self.device.defer_loss(step, opened.loss_tensor)
         if live:  # in the hook (with CUDA in use, or --steps): the stream is marked at the step's end
@@ -600,7 +643,8 @@ def _line_makers(writer: RecordWriter) -> tuple[Callable[[int, float, Any], str]
     the payload is the tuple the drain made, named here, when the line is written.
 
     The lines are those of event_lines.py (json's text of the dataclass: same keys, order and
-    spelling) with one difference, which is what makes them cheap: times and durations are written
+    spelling), each made by one %-format of its template, with one difference, which is what makes
+    them cheap: times and durations are written
     to the nanosecond (`%.9f`, perf_counter's resolution) rather than as the shortest text that reads
     back the same double. That text is an exact search costing ~0.45 us a number warm and several
     times that in the writer's thread beside a training step; a step's three lines have nine such
@@ -623,23 +667,50 @@ def _line_makers(writer: RecordWriter) -> tuple[Callable[[int, float, Any], str]
         last[0], last[1] = loss, text
         return text
 
+    backward_template, optimizer_template, step_template = _BACKWARD_LINE, _OPTIMIZER_STEP_LINE, _STEP_LINE
+    group_template = _BACKWARD_LINE + _OPTIMIZER_STEP_LINE + _STEP_LINE
+
     def backward_line(seq: int, t: float, payload: tuple) -> str:
         step, index, backward_s, captures, call, loss, thread = payload
-        return (f'{{"kind": "backward", "seq": {seq}, "t": {fixed % t}, "step": {step}, "index": {index}, "backward_s": {fixed % backward_s}, '
-                f'"ca_captures": {captures}, "call": "{call}", "loss": {loss_text(loss)}, "thread": {ascii_text(thread)}}}\n')
+        return backward_template % (seq, t, step, index, backward_s, captures, call, loss_text(loss), ascii_text(thread))
 
     def optimizer_step_line(seq: int, t: float, payload: tuple) -> str:
         step, wall_s, optimizer = payload
-        return f'{{"kind": "optimizer_step", "seq": {seq}, "t": {fixed % t}, "step": {step}, "wall_s": {fixed % wall_s}, "optimizer": {ascii_text(optimizer)}}}\n'
+        return optimizer_template % (seq, t, step, wall_s, ascii_text(optimizer))
 
     def step_line(seq: int, t: float, payload: tuple) -> str:
         opened, step, wall_s, boundary = payload
-        return (f'{{"kind": "step", "seq": {seq}, "t": {fixed % t}, "step": {step}, "backward_s": {fixed % opened.backward_s}, '
-                f'"loss": {loss_text(opened.loss)}, "ca_captures": {opened.captures}, "compiles": {opened.compiles}, '
-                f'"compile_s": {fixed % opened.compile_s}, "wall_s": {"null" if wall_s is None else fixed % wall_s}, '
-                f'"backward_calls": {opened.backward_calls}, "boundary": "{boundary}", "optimizer_s": {fixed % opened.optimizer_s}}}\n')
+        return step_template % (seq, t, step, opened.backward_s, loss_text(opened.loss), opened.captures, opened.compiles, opened.compile_s,
+                                "null" if wall_s is None else fixed % wall_s, opened.backward_calls, boundary, opened.optimizer_s)
 
-    return backward_line, optimizer_step_line, step_line
+    def group_line(seq: int, t: float, payload: tuple) -> str:
+        """A step's backward, optimizer-step and step lines (seq, seq + 1, seq + 2), in one format."""
+        (step, index, backward_s, captures, call, loss, thread), t_step, optimizer_s, optimizer, opened, _, wall_s, boundary = payload
+        loss = loss_text(loss)
+        return group_template % (seq, t, step, index, backward_s, captures, call, loss, ascii_text(thread),
+                                 seq + 1, t_step, step, optimizer_s, ascii_text(optimizer),
+                                 seq + 2, t_step, step, opened.backward_s, loss_text(opened.loss), opened.captures, opened.compiles, opened.compile_s,
+                                 "null" if wall_s is None else fixed % wall_s, opened.backward_calls, boundary, opened.optimizer_s)
+
+    return backward_line, optimizer_step_line, step_line, group_line
+
+
+# The tracker's line templates (`_line_makers`): json's text of BackwardEvent, OptimizerStepEvent and
+# StepEvent, times and durations to the nanosecond. %s: a text made beforehand (a loss, a JSON string,
+# a time that may be null).
+_BACKWARD_LINE = ('{"kind": "backward", "seq": %d, "t": %.9f, "step": %d, "index": %d, "backward_s": %.9f, '
+                  '"ca_captures": %d, "call": "%s", "loss": %s, "thread": %s}\n')
+_OPTIMIZER_STEP_LINE = '{"kind": "optimizer_step", "seq": %d, "t": %.9f, "step": %d, "wall_s": %.9f, "optimizer": %s}\n'
+_STEP_LINE = ('{"kind": "step", "seq": %d, "t": %.9f, "step": %d, "backward_s": %.9f, "loss": %s, "ca_captures": %d, "compiles": %d, '
+              '"compile_s": %.9f, "wall_s": %s, "backward_calls": %d, "boundary": "%s", "optimizer_s": %.9f}\n')
+
+
+def _no_line(seq: int, t: float, payload: Any) -> str:
+    return ""
+
+
+# A queued entry without text: an event whose line a group entry before it wrote (_close).
+_NO_LINE = (_no_line, 0.0, None)
 
 
 class StepLimitReached(BaseException):

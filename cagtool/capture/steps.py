@@ -96,6 +96,11 @@ class StepTracker:
         self._lock = threading.RLock()
         self._draining = False  # a drain is running (the lock is held): one reached again from it returns
         self._local = threading.local()  # per thread: backward nesting depth, captures of its backward
+        # The top-level backward in progress when it is the only one, as in most jobs: {0: [its thread's
+        # ident, its outputs, CA captures so far]}, claimed by setdefault (atomic), so a second thread's
+        # concurrent backward keeps its state in `_local` instead. Reading a thread-local costs ~4 us
+        # in a training step (its per-thread dict is cold then); this dict, a fraction.
+        self._solo: dict[int, list[Any]] = {}
         self._raw: list[Any] = []  # the hooks' notes, not counted yet (the same list for the tracker's life)
         self._hook_due = 0.0  # perf_counter time from which a hook that can end a step drains and writes (drain)
         self._open = _OpenStep()
@@ -123,6 +128,9 @@ class StepTracker:
             del self._raw[:]  # the parent's: its own record counts them
             self._draining = False
             self._pending = None
+            owner = self._solo.get(0)
+            if owner is not None and owner[0] != threading.get_ident():  # a thread the fork did not copy
+                self._solo.clear()
             self.closed_steps = 0
             self._backward_calls = 0
             self._open = _OpenStep()
@@ -141,7 +149,8 @@ class StepTracker:
         """grad_fn of the outputs of this thread's top-level backward in progress (a CA capture
         asks, from inside it), else of the last one's loss. Read when asked: making the Python
         object of a fresh graph's root node costs ~11 us in a training step (cold caches)."""
-        outputs = getattr(self._local, "outputs", None)
+        solo = self._solo.get(0)
+        outputs = solo[1] if solo is not None and solo[0] == threading.get_ident() else getattr(self._local, "outputs", None)
         if outputs is None:
             outputs = () if self._last_loss is None else (self._last_loss,)
         roots = []
@@ -161,7 +170,11 @@ class StepTracker:
 
     def note_capture_finished(self, seconds: float) -> None:
         self.compile_in_progress = False
-        self._local.captures = getattr(self._local, "captures", 0) + 1
+        solo = self._solo.get(0)
+        if solo is not None and solo[0] == threading.get_ident():
+            solo[2] += 1
+        else:
+            self._local.captures = getattr(self._local, "captures", 0) + 1
         self.drain()  # the step in progress is the one this backward counts in
         with self._lock:
             self._open.captures += 1
@@ -210,6 +223,8 @@ class StepTracker:
 
         engine_log = autograd_graph.log
         local, current_graph_task_id = tracker._local, torch._C._current_graph_task_id
+        solo = tracker._solo
+        claim = solo.setdefault
         perf_counter, get_ident = time.perf_counter, threading.get_ident
         append = tracker._raw.append
         sync = tracker._sync
@@ -243,15 +258,28 @@ class StepTracker:
             # skip list) and is offered the frames it calls, as it is torch's function's.
             # Nested: a backward in this thread's backward, or one run by the autograd engine
             # while it executes a graph (reentrant checkpointing, on a device thread too).
-            started = False
-            if not (getattr(local, "depth", 0) or (compiler._is_compiling_flag if compiling_flag else compiler.is_compiling()) or current_graph_task_id() != -1):
+            # Where this call's state lives (`_solo`): `mine`, the slot it claimed, or the thread-local.
+            started = mine = False
+            me = get_ident()
+            owner = solo.get(0)
+            if owner is None:  # no backward in progress: one may be nested in the engine's work all the same
+                top = not ((compiler._is_compiling_flag if compiling_flag else compiler.is_compiling()) or current_graph_task_id() != -1)
+            elif owner[0] == me:  # within this thread's own top-level backward
+                top = False
+            else:  # another thread's backward is in progress: this one's state is thread-local
+                top = not (getattr(local, "depth", 0) or (compiler._is_compiling_flag if compiling_flag else compiler.is_compiling())
+                           or current_graph_task_id() != -1)
+            if top:
                 try:
                     begun = [_BEGIN, 0, 0]
                     append(begun)
                     outputs = t_outputs if isinstance(t_outputs, (tuple, list)) else (t_outputs,)
                     if tracker._flag_check_due:
                         tracker._flag_due()
-                    local.depth, local.captures, local.outputs = 1, 0, outputs  # outputs: current_roots
+                    slot = [me, outputs, 0]  # outputs: current_roots; 0: captures (note_capture_finished)
+                    mine = owner is None and claim(0, slot) is slot
+                    if not mine:
+                        local.depth, local.captures, local.outputs = 1, 0, outputs
                     started = True
                     start = perf_counter()
                 except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
@@ -271,7 +299,12 @@ class StepTracker:
             finally:
                 if started:
                     clock = perf_counter()
-                    local.depth, local.outputs = 0, None
+                    if mine:
+                        captures = slot[2]
+                        del solo[0]
+                    else:
+                        captures = local.captures
+                        local.depth, local.outputs = 0, None
                     try:
                         # The loss: one call into torch here; the drain reads it (a CPU value there,
                         # several at a time with warm caches: _loss). Only a one-element tensor is
@@ -283,7 +316,7 @@ class StepTracker:
                         except Exception:  # noqa: BLE001 - not a tensor, or a subclass without numel
                             loss = None
                         tracker._last_loss = loss
-                        entry = (_END, clock, start, begun, loss, local.captures, kwargs.get("accumulate_grad", True),
+                        entry = (_END, clock, start, begun, loss, captures, kwargs.get("accumulate_grad", True),
                                  "" if get_ident() == tracker._main_thread_id else tracker._thread_name())
                         if sync or cuda._initialized:
                             limit = in_hook(entry)

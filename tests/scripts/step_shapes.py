@@ -4,6 +4,8 @@ gan-dg / gan-gd   two optimizers (generator created first), discriminator steppe
 wgan              the discriminator stepped 3 times per generator step (WGAN's n_critic)
 grad-and-backward autograd.grad (a gradient penalty) and backward in one optimizer step
 threads           no optimizer; two threads call backward at the same time
+nested            reentrant checkpointing (a backward inside the engine's work) and a tensor hook
+                  that calls autograd.grad: one top-level backward a step all the same
 chdir             os.chdir to a scratch directory, then train (relative record paths must survive)
 reset             torch._dynamo.reset() after the first iteration
 cuda              a CUDA training loop (skipped by the tests without a GPU)
@@ -57,6 +59,26 @@ elif variant == "grad-and-backward":
         loss = out + grad_x.pow(2).sum()
         opt.zero_grad()
         loss.backward()
+        opt.step()
+
+elif variant == "nested":
+    from torch.utils.checkpoint import checkpoint
+
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(iterations):
+        x = torch.randn(2, 4, requires_grad=True)
+        hidden = checkpoint(model, x, use_reentrant=True)  # its backward calls torch.autograd.backward
+
+        def inner_grad(grad: torch.Tensor) -> torch.Tensor:
+            y = torch.randn(3, requires_grad=True)
+            with torch.enable_grad():  # off while the engine runs hooks
+                (g,) = torch.autograd.grad(y.pow(2).sum(), y)  # a backward run inside the outer one
+            return grad + 0.0 * g.sum()
+
+        hidden.register_hook(inner_grad)
+        opt.zero_grad()
+        hidden.sum().backward()
         opt.step()
 
 elif variant == "threads":

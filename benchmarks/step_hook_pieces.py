@@ -14,6 +14,12 @@ a drift in machine speed falls on both.
 
     python benchmarks/step_hook_pieces.py                          # the working tree, 3 rounds
     python benchmarks/step_hook_pieces.py --rev cc6e6f8 --rev HEAD --rounds 4
+    python benchmarks/step_hook_pieces.py --hold-s 0.1 --hold-s 0.5 # the working tree, writer.HOLD_S set in each copy
+    python benchmarks/step_hook_pieces.py --floor                  # and a copy whose drain only drops the notes
+
+Each tree is measured with glibc malloc's thresholds pinned, as step_overhead.py measures (its
+MALLOC_PINS; `--no-pin-malloc` leaves them): left dynamic, a process's step time moves by 10-15 %
+from one process to the next, and the pieces with it.
 
 Session 7 (2026-11-24 00:26 UTC, 2-core VM, quiet), `--rev cc6e6f8 --rev 0533ffb --rounds 4`: total per
 step 63-90 us (mean 79) before, 55-66 (mean 60) after (grad_fn read when asked, the loss read by the
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -136,17 +143,38 @@ print(f"step {per_step * 1e6:.0f} us; per step: " + ", ".join(f"{k} {v:.1f}" for
 '''
 
 
-def make_tree(rev: str | None, into: Path) -> Path:
-    """A copy of `cagtool/` at `rev` (None: the working tree), instrumented."""
+# --floor: the drain drops the notes and does nothing else (no count, no line, no write): what the
+# hooks cost alone.
+FLOOR_PATCH = ("""        raw = self._raw
+        if not raw:
+            return False
+""", """        raw = self._raw
+        if not raw:
+            return False
+        del raw[:]
+        self._hook_due = time.perf_counter() + self.writer.hold_s / 2
+        return False
+""")
+
+
+def make_tree(rev: str | None, into: Path, hold_s: float | None = None, floor: bool = False) -> Path:
+    """A copy of `cagtool/` at `rev` (None: the working tree), instrumented; with writer.HOLD_S set
+    to `hold_s`, and the drain reduced to dropping the notes (`floor`), when asked."""
     into.mkdir(parents=True)
     if rev is None:
         subprocess.run(["cp", "-r", str(REPO / "cagtool"), str(into)], check=True)
     else:
         archive = subprocess.run(["git", "archive", rev, "cagtool"], cwd=REPO, capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    if hold_s is not None:
+        writer = into / "cagtool" / "capture" / "writer.py"
+        text, count = re.subn(r"(?m)^HOLD_S = .*$", f"HOLD_S = {hold_s!r}", writer.read_text())
+        if count != 1:
+            raise SystemExit(f"step_hook_pieces: {rev or 'the working tree'}: writer.py has no one HOLD_S line")
+        writer.write_text(text)
     path = into / "cagtool" / "capture" / "steps.py"
     text = path.read_text()
-    for anchor, replacement in PATCHES:
+    for anchor, replacement in PATCHES + ([FLOOR_PATCH] if floor else []):
         if text.count(anchor) != 1:
             raise SystemExit(f"step_hook_pieces: {rev or 'the working tree'}: steps.py no longer has the anchor {anchor.strip()[:60]!r}")
         text = text.replace(anchor, replacement)
@@ -159,17 +187,28 @@ def main() -> None:
     parser.add_argument("--rev", action="append", help="a git revision to measure (repeatable); default: the working tree")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--hold-s", type=float, action="append", help="writer.HOLD_S in the copies (repeatable: one variant each)")
+    parser.add_argument("--floor", action="store_true", help="also a copy of each whose drain only drops the notes")
+    parser.add_argument("--no-pin-malloc", dest="pin_malloc", action="store_false", help="leave glibc malloc's thresholds dynamic")
     args = parser.parse_args()
-    revs = args.rev or [None]
+    variants = [(rev, hold, floor) for rev in (args.rev or [None]) for hold in (args.hold_s or [None])
+                for floor in ((False, True) if args.floor else (False,))]
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from step_overhead import MALLOC_PINS
+
+    env = {**os.environ, **(MALLOC_PINS if args.pin_malloc else {})}
     with tempfile.TemporaryDirectory(prefix="cagtool-hook-pieces-") as tmp:
-        trees = {rev: make_tree(rev, Path(tmp) / f"t{i}") for i, rev in enumerate(revs)}
+        trees = {}
+        for i, (rev, hold, floor) in enumerate(variants):
+            name = (rev or "working tree") + ("" if hold is None else f", HOLD_S {hold}") + (", drain a no-op" if floor else "")
+            trees[name] = make_tree(rev, Path(tmp) / f"t{i}", hold, floor)
         for round_ in range(args.rounds):
-            for rev, tree in trees.items():
-                done = subprocess.run([sys.executable, "-c", WORKLOAD, str(args.steps)], env={**os.environ, "PYTHONPATH": str(tree)},
+            for name, tree in trees.items():
+                done = subprocess.run([sys.executable, "-c", WORKLOAD, str(args.steps)], env={**env, "PYTHONPATH": str(tree)},
                                       capture_output=True, text=True, cwd=tree)
                 if done.returncode:
-                    raise SystemExit(f"step_hook_pieces: {rev or 'working tree'} failed:\n{done.stderr[-2000:]}")
-                print(f"round {round_ + 1}, {rev or 'working tree'}: {done.stdout.strip()}", flush=True)
+                    raise SystemExit(f"step_hook_pieces: {name} failed:\n{done.stderr[-2000:]}")
+                print(f"round {round_ + 1}, {name}: {done.stdout.strip()}", flush=True)
 
 
 if __name__ == "__main__":

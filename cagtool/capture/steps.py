@@ -13,13 +13,14 @@ more: the step's tensor work has just evicted the caches; benchmarks/README.md, 
   return. No lock, no Python call, no line.
 - `drain` counts them afterwards, in the order they happened: step numbers, indices within a step,
   boundaries, and the `backward`, `optimizer_step` and `step` lines, appended to the writer's
-  `queued` list (writer.py). A hook that can end a step drains, and writes the lines, once every
-  hold_s / 2 (`_hook_due`: one clock comparison a step otherwise; every hold_s / 4 measured ~20 us
-  a step more in one harness; benchmarks/README.md, sessions 7 and 8);
-  the writer drains before it
-  numbers any event (`RecordWriter.source`), and its flusher thread drains what the hooks have
-  left too long (the job stopped making steps). So the file's seq and order are those the events
-  had when they happened; asking for `current_step` (the observers, the status line) drains too.
+  `queued` list (writer.py); a step of one backward closed by its one optimizer's step() is one
+  entry, its three lines made in one format (`_close`). A hook that can end a step drains, and
+  writes the lines, once every hold_s / 2 (`_hook_due`: one clock comparison a step otherwise;
+  every hold_s / 4 measured ~20 us a step more in one harness; benchmarks/README.md, sessions 7
+  and 8); the writer drains before it numbers any event (`RecordWriter.source`), and its flusher
+  thread drains what the hooks have left too long (the job stopped making steps). So the file's
+  seq and order are those the events had when they happened; asking for `current_step` (the
+  observers, the status line) drains too.
   The training thread, rather than the flusher, does this work while it trains: measured alike in
   wall time (benchmarks/README.md), and no other thread works beside the job's.
 Where the hook itself must act, it drains at once, under the lock (`_sync`): `--steps` (stop in

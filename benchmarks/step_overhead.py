@@ -12,7 +12,7 @@ cagtool and a user enabling CA by hand do). Blocks of steps alternate between:
 
 Blocks run in ABBA order (on off off on ...) so a drift in machine speed cancels. Each block's step
 time is its whole time divided by its steps, an "on" block's time including the writing of every
-event line it made (the record writer holds the per-step lines up to 0.1 s and writes those of
+event line it made (the record writer holds the per-step lines up to 0.5 s and writes those of
 several steps at once: the step that writes them, and the lines still held when the block ends,
 must count; a median of steps would leave the writes out). Each adjacent on/off pair gives a ratio;
 the figure is the median pair ratio with a distribution-free 95 % interval (sign test), robust to

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -25,6 +26,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # unlike the same test run without xdist. Tests that want a width set COLUMNS themselves.
     for _name in ("COLUMNS", "LINES"):
         os.environ.pop(_name, None)
+
+
+# Started with SIGHUP ignored (`nohup`, some CI runners' background jobs), every process a test
+# starts inherits that, and cagtool, like python, keeps an inherited SIG_IGN: the tests that send
+# SIGHUP (a terminal closing) would test nohup instead and wait for a job that never stops. They
+# model a terminal, so SIGHUP is the default again in the suite's processes; the nohup behaviour
+# has tests of its own (test_stop_stacks.py, test_reliability.py).
+if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 @dataclass

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import warnings
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -99,6 +100,50 @@ def as_old_schema(fresh: Path, target: Path, version: int) -> Path:
         (mode / "events.jsonl").write_text("\n".join(lines) + "\n")
         (mode / "columns.json").unlink(missing_ok=True)
     return target
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """The live (not zombie) processes under `pid`, by pid, with their command lines."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry))
+    found: dict[int, str] = {}
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            try:
+                found[child] = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            except OSError:
+                continue
+            todo.append(child)
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _ends_what_it_started():
+    """A test that stops midway (an assertion, a timeout while it waits for `cagtool run` on an
+    endless script) must not leave that job running on the machine, spinning a core under the
+    next tests and benchmarks: what a test started and left alive is SIGKILLed after it, and
+    named in a warning (a test that passes and leaves a process is a leak worth reading)."""
+    if not Path("/proc/self/stat").exists():
+        yield
+        return
+    before = _descendants(os.getpid())
+    yield
+    left = {pid: cmd for pid, cmd in _descendants(os.getpid()).items() if pid not in before}
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    if left:
+        warnings.warn(f"killed {len(left)} process(es) the test left running: " + "; ".join(cmd[:160] for cmd in left.values()), stacklevel=1)
 
 
 @pytest.fixture(scope="session")

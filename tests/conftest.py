@@ -102,8 +102,10 @@ def as_old_schema(fresh: Path, target: Path, version: int) -> Path:
     return target
 
 
-def _descendants(pid: int) -> dict[int, str]:
-    """The live (not zombie) processes under `pid`, by pid, with their command lines."""
+def _started_under(pid: int, known: set[int] = frozenset()) -> dict[int, str]:
+    """The live (not zombie) processes under `pid`, by pid, with their command lines, leaving out
+    the subtrees of its children in `known` (a module's browser, started before, makes a renderer
+    per page: that is the fixture's, not a leak)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -114,14 +116,14 @@ def _descendants(pid: int) -> dict[int, str]:
             if fields[0] != "Z":
                 children.setdefault(int(fields[1]), []).append(int(entry))
     found: dict[int, str] = {}
-    todo = [pid]
+    todo = [child for child in children.get(pid, ()) if child not in known]
     while todo:
-        for child in children.get(todo.pop(), ()):
-            try:
-                found[child] = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-            except OSError:
-                continue
-            todo.append(child)
+        process = todo.pop()
+        try:
+            found[process] = Path(f"/proc/{process}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        todo.extend(children.get(process, ()))
     return found
 
 
@@ -130,13 +132,14 @@ def _ends_what_it_started():
     """A test that stops midway (an assertion, a timeout while it waits for `cagtool run` on an
     endless script) must not leave that job running on the machine, spinning a core under the
     next tests and benchmarks: what a test started and left alive is SIGKILLed after it, and
-    named in a warning (a test that passes and leaves a process is a leak worth reading)."""
+    named in a warning (a test that passes and leaves a process is a leak worth reading).
+    Processes the longer-lived fixtures started before the test, and theirs, are left alone."""
     if not Path("/proc/self/stat").exists():
         yield
         return
-    before = _descendants(os.getpid())
+    before = set(_started_under(os.getpid()))
     yield
-    left = {pid: cmd for pid, cmd in _descendants(os.getpid()).items() if pid not in before}
+    left = _started_under(os.getpid(), before)
     for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)

@@ -139,7 +139,17 @@ def _ends_what_it_started():
         return
     before = set(_started_under(os.getpid()))
     yield
-    left = _started_under(os.getpid(), before)
+    left: dict[int, str] = {}
+    while True:  # stopped first, so that none forks a child the scan missed, then killed
+        found = {pid: cmd for pid, cmd in _started_under(os.getpid(), before).items() if pid not in left}
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except OSError:
+                pass
+        left.update(found)
     for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)

@@ -39,6 +39,7 @@ call) and added to the upper end as "bound incl. first-call timer".
     python benchmarks/step_overhead.py                       # Inductor (the default backend), 12 processes x 40 pairs x 40 steps (~6 min)
     python benchmarks/step_overhead.py --backend eager --pairs 60 --block 25
     python benchmarks/step_overhead.py --json out.json
+    python benchmarks/step_overhead.py --pool benchmarks/results/step_overhead/*.json  # earlier runs (their --json) together
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ def parse_args() -> argparse.Namespace:
                         help="leave glibc malloc's dynamic mmap/trim thresholds as they are (see the docstring: the on/off ratio then moves from process to process)")
     parser.add_argument("--target", type=float, default=1.02)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--pool", type=Path, nargs="+", metavar="RUN_JSON",
+                        help="measure nothing: judge the --json files of earlier runs together (their processes pooled, and each run as one sample)")
     return parser.parse_args()
 
 
@@ -94,6 +97,9 @@ def sign_test_interval(ratios: list[float]) -> tuple[float, float, float]:
 
 def main() -> None:
     args = parse_args()
+    if args.pool:
+        pool(args.pool, args.target)
+        return
     pinned = all(os.environ.get(k) == v for k, v in MALLOC_PINS.items())
     if args.processes > 1 or (args.pin_malloc and not pinned):
         run_processes(args)
@@ -153,6 +159,25 @@ def run_processes(args: argparse.Namespace) -> None:
                   "ci95_over_processes": [p_low, p_high], "ci95_high_incl_timer": high_incl_timer, "pooled_ratio_median": median_ratio,
                   "pooled_ci95_median": [low, high], "target": args.target, "verdict": verdict}
         args.json.write_text(json.dumps(pooled, indent=2))
+
+
+def pool(paths: list[Path], target: float) -> None:
+    """Several runs' --json files judged together: every process of every run as one sample (the
+    run-to-run spread then counts only as far as it shows between processes), and each run's
+    geometric mean as one sample (what differs from one run to the next counts in full; few runs,
+    so a wide t-interval). Verdicts as a run's, on the upper end plus the largest first-call timer."""
+    runs = [json.loads(path.read_text()) for path in paths]
+    for path, run in zip(paths, runs):
+        low, high = run["ci95_over_processes"]
+        print(f"{path.name}: {len(run['processes'])} processes, commit {run['processes'][0]['commit']}, "
+              f"{run['ratio_geomean_over_processes']:.4f} [{low:.4f}, {high:.4f}]: {run['verdict']}")
+    timer = max(p["first_call_timer_s"] / p["step_median_off_s"] for run in runs for p in run["processes"])
+    for label, samples in (("processes pooled", [r for run in runs for r in run["per_process_geomeans"]]),
+                           ("runs as samples", [run["ratio_geomean_over_processes"] for run in runs])):
+        ratio, low, high = between_processes_interval(samples)
+        verdict = "met" if high + timer <= target else ("NOT met" if low > target else "not shown (interval crosses the target)")
+        print(f"{label} ({len(samples)}): geometric mean {ratio:.4f}  95% t-interval [{low:.4f}, {high:.4f}]; "
+              f"upper end incl. the first-call timer {high + timer:.4f}; target <= {target}: {verdict}")
 
 
 def measure(args: argparse.Namespace) -> None:

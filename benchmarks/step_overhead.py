@@ -25,18 +25,20 @@ between processes: with glibc malloc's dynamic thresholds the on/off ratio of on
 [0.93, 0.97] and of the next 1.18 [1.15, 1.20] (same commit, quiet machine), and even with them
 pinned (MALLOC_PINS) the processes of one run spread by up to 0.02 while each one's interval was
 +/-0.01 (session 6: two runs of the same code, their pairs pooled, read 1.014 and 1.024). So the
-measurement runs in `--processes` fresh processes (default 12, malloc pinned, one Inductor cache),
-each `--pairs` ABBA pairs of `--block`-step blocks (40 x 40, about 15 s of steps at 4.5 ms), each
+measurement runs in `--processes` fresh processes (default 24 since session 9, malloc pinned, one
+Inductor cache), each `--pairs` ABBA pairs of `--block`-step blocks (40 x 40, about 15 s of steps at 4.5 ms), each
 process's ratio is the geometric mean of its pair ratios, and the verdict is on the geometric mean
 over processes with a 95 % t-interval over processes (each process one sample of what a user's job
-would see). The pooled-pairs median of session 6 is printed beside it for comparison.
+would see). The pooled-pairs median of session 6 is printed beside it for comparison. Runs differ
+from one another too (the VM's state over ten minutes): `--pool` judges several runs' --json files
+together, each run one sample (benchmarks/README.md, "Sessions 8 and 9").
 
 One piece cannot be toggled: the first-call timer cagtool wraps around each compiled CA graph lives
 in torch's CA cache once the graph is captured (captured here with the instrumentation on, as in a
 real run), so both variants carry it. Its cost is measured separately (a call through it vs a direct
 call) and added to the upper end as "bound incl. first-call timer".
 
-    python benchmarks/step_overhead.py                       # Inductor (the default backend), 12 processes x 40 pairs x 40 steps (~6 min)
+    python benchmarks/step_overhead.py                       # Inductor (the default backend), 24 processes x 40 pairs x 40 steps (~11 min)
     python benchmarks/step_overhead.py --backend eager --pairs 60 --block 25
     python benchmarks/step_overhead.py --json out.json
     python benchmarks/step_overhead.py --pool benchmarks/results/step_overhead/*.json  # earlier runs (their --json) together
@@ -69,7 +71,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--no-torch-trace", action="store_true", help="leave TORCH_TRACE off in the on blocks")
     parser.add_argument("--parts", default="steps,observer,logs,trace",
                         help="what the on blocks install (to find where a cost is): steps (tracker, its events), observer, logs (torch.__trace handler), trace (TORCH_TRACE file)")
-    parser.add_argument("--processes", type=int, default=12, help="measure in this many processes, one after another; the verdict's interval is over processes (a process's own interval leaves out what differs between them)")
+    parser.add_argument("--processes", type=int, default=24, help="measure in this many processes, one after another; the verdict's interval is over processes (a process's own interval leaves out what differs between them)")
     parser.add_argument("--no-pin-malloc", dest="pin_malloc", action="store_false",
                         help="leave glibc malloc's dynamic mmap/trim thresholds as they are (see the docstring: the on/off ratio then moves from process to process)")
     parser.add_argument("--target", type=float, default=1.02)

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import argparse
 import collections
-import logging
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,60 +35,14 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=40, help="rows to print")
     args = parser.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="cagtool-step-calls-"))
-    mode_dir = tmp / "ca"
-    mode_dir.mkdir()
-    os.environ["TORCH_TRACE"] = str(mode_dir / "trace")  # read when torch is imported, as in child.py
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(tmp / "inductor"))
-    sys.path.insert(0, str(REPO))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from step_overhead import workload
+
+    work = workload(args.backend, 1, {"steps", "observer", "logs", "trace"})  # before torch is imported: TORCH_TRACE
+    writer, observer, step, instrument = work.writer, work.observer, work.step, work.instrument
 
     import torch
     from torch._dynamo import compiled_autograd as ca
-
-    from cagtool.capture.observe.ca_observer import CaptureObserver
-    from cagtool.capture.observe.torch_logs import TRACE_LOGGER, StructuredLogHandler
-    from cagtool.capture.steps import StepTracker
-    from cagtool.capture.writer import RecordWriter
-    from cagtool.record.manifest import ModeManifest
-
-    torch.set_num_threads(1)
-    trace_logger = logging.getLogger(TRACE_LOGGER)
-    torch_trace_handlers = list(trace_logger.handlers)
-    manifest = ModeManifest(mode="ca", argv=["bench"], target={}, cwd=str(tmp), versions={}, backend=args.backend, dynamic=False, started_at="")
-    writer = RecordWriter(mode_dir, manifest)
-
-    def compiler(gm):
-        return torch.compile(gm, backend=args.backend)
-
-    steps = StepTracker(writer, "ca")
-    observer = CaptureObserver(writer, steps, compiler)
-    handler = StructuredLogHandler(writer, steps)
-
-    def instrument(on: bool) -> None:  # as step_overhead.py's, every part
-        if on:
-            trace_logger.addHandler(handler)
-            for h in torch_trace_handlers:
-                trace_logger.addHandler(h)
-            trace_logger.setLevel(logging.DEBUG)
-            steps.install()
-            observer.install()
-        else:
-            steps.uninstall()
-            observer.uninstall()
-            torch._C._dynamo.compiled_autograd.set_verbose_logger(None)
-            for h in list(trace_logger.handlers):
-                trace_logger.removeHandler(h)
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 512), torch.nn.GELU(), torch.nn.Linear(512, 10))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
-
-    def step() -> None:
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=False)
-        loss.backward()
-        opt.step()
 
     def count(on: bool) -> collections.Counter:
         instrument(on)
@@ -115,7 +67,7 @@ def main() -> None:
         instrument(False)
         return calls
 
-    with ca._enable(compiler, dynamic=False):
+    with ca._enable(work.compiler, dynamic=False):
         instrument(True)
         observer.install_logger()
         for _ in range(10):

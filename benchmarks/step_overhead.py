@@ -56,7 +56,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -182,19 +184,35 @@ def pool(paths: list[Path], target: float) -> None:
               f"upper end incl. the first-call timer {high + timer:.4f}; target <= {target}: {verdict}")
 
 
-def measure(args: argparse.Namespace) -> None:
+@dataclass
+class Workload:
+    """The MLP trained with AdamW, one step at a time, and the switch for cagtool's instrumentation."""
+
+    mode_dir: Path  # the record's mode directory (events.jsonl, the TORCH_TRACE log)
+    writer: Any  # cagtool's RecordWriter
+    observer: Any  # cagtool's CaptureObserver
+    compiler: Callable[[Any], Any]  # what compiled autograd compiles each captured graph with
+    step: Callable[[], None]  # one training step
+    instrument: Callable[[bool], None]  # True: install the parts; False: remove everything
+
+
+def workload(backend: str, threads: int, parts: set[str], torch_trace: bool = True) -> Workload:
+    """Everything `cagtool/capture/child.py` installs in ca mode, made once and installed or removed
+    by `instrument`, in a fresh temporary record; `parts` of "steps" (the tracker, its events),
+    "observer", "logs" (the torch.__trace handler), "trace" (the TORCH_TRACE file). Sets TORCH_TRACE
+    and imports torch: call it before anything imports torch (also step_calls.py's workload)."""
     tmp = Path(tempfile.mkdtemp(prefix="cagtool-step-overhead-"))
     mode_dir = tmp / "ca"
     mode_dir.mkdir()
-    if not args.no_torch_trace:
+    if torch_trace:
         os.environ["TORCH_TRACE"] = str(mode_dir / "trace")  # read when torch is imported, as in child.py
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(tmp / "inductor"))
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    sys.path.insert(0, str(REPO))
 
     import logging
 
     import torch
-    from torch._dynamo import compiled_autograd as ca
 
     from cagtool.capture.observe.ca_observer import CaptureObserver
     from cagtool.capture.steps import StepTracker
@@ -202,21 +220,19 @@ def measure(args: argparse.Namespace) -> None:
     from cagtool.capture.writer import RecordWriter
     from cagtool.record.manifest import ModeManifest
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(threads)
     trace_logger = logging.getLogger(TRACE_LOGGER)
     torch_trace_handlers = list(trace_logger.handlers)  # TORCH_TRACE's file handler, if set
 
-    manifest = ModeManifest(mode="ca", argv=["bench"], target={}, cwd=str(tmp), versions={}, backend=args.backend, dynamic=False, started_at="")
+    manifest = ModeManifest(mode="ca", argv=["bench"], target={}, cwd=str(tmp), versions={}, backend=backend, dynamic=False, started_at="")
     writer = RecordWriter(mode_dir, manifest)
 
     def compiler(gm):
-        return torch.compile(gm, backend=args.backend)
+        return torch.compile(gm, backend=backend)
 
     steps = StepTracker(writer, "ca")
     observer = CaptureObserver(writer, steps, compiler)
     handler = StructuredLogHandler(writer, steps)
-
-    parts = set(args.parts.split(","))
 
     def instrument(on: bool) -> None:
         if on:
@@ -247,6 +263,17 @@ def measure(args: argparse.Namespace) -> None:
         opt.zero_grad(set_to_none=False)
         loss.backward()
         opt.step()
+
+    return Workload(mode_dir, writer, observer, compiler, step, instrument)
+
+
+def measure(args: argparse.Namespace) -> None:
+    parts = set(args.parts.split(","))
+    work = workload(args.backend, args.threads, parts, torch_trace=not args.no_torch_trace)
+    mode_dir, writer, observer, compiler, step, instrument = work.mode_dir, work.writer, work.observer, work.compiler, work.step, work.instrument
+
+    import torch
+    from torch._dynamo import compiled_autograd as ca
 
     def block(on: bool) -> float:
         """One block's time per step; an on block's includes writing the lines it made."""

@@ -26,8 +26,8 @@ between processes: with glibc malloc's dynamic thresholds the on/off ratio of on
 pinned (MALLOC_PINS) the processes of one run spread by up to 0.02 while each one's interval was
 +/-0.01 (session 6: two runs of the same code, their pairs pooled, read 1.014 and 1.024). So the
 measurement runs in `--processes` fresh processes (default 24 since session 9, malloc pinned, one
-Inductor cache), each `--pairs` ABBA pairs of `--block`-step blocks (40 x 40, about 15 s of steps at 4.5 ms), each
-process's ratio is the geometric mean of its pair ratios, and the verdict is on the geometric mean
+Inductor cache), each `--pairs` ABBA pairs of `--block`-step blocks (40 x 40, about 15 s of steps
+at 4.5 ms), each process's ratio is the geometric mean of its pair ratios, and the verdict is on the geometric mean
 over processes with a 95 % t-interval over processes (each process one sample of what a user's job
 would see). The pooled-pairs median of session 6 is printed beside it for comparison. Runs differ
 from one another too (the VM's state over ten minutes): `--pool` judges several runs' --json files

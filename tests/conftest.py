@@ -102,7 +102,7 @@ def as_old_schema(fresh: Path, target: Path, version: int) -> Path:
     return target
 
 
-def _started_under(pid: int, known: set[int] = frozenset()) -> dict[int, str]:
+def _started_under(pid: int, known: set[int] | frozenset[int] = frozenset()) -> dict[int, str]:
     """The live (not zombie) processes under `pid`, by pid, with their command lines, leaving out
     the subtrees of its children in `known` (a module's browser, started before, makes a renderer
     per page: that is the fixture's, not a leak)."""

@@ -101,10 +101,11 @@ def register(app: typer.Typer) -> None:
 
         With one run: its modes side by side (graphs, graph breaks, recompiles, compile time by
         phase, time to first step, steady-state step time p10/median/p90, peak memory), the
-        speedups aot/eager, ca/eager and ca/aot with their spread, and whether the losses and
-        final parameter/gradient norms agree. Repetitions (--repeat) are pooled into their mode.
-        A speedup whose p10/p90 range contains 1.0 is reported as within noise. A mode that
-        failed is shown with its reason.
+        speedups aot/eager, ca/eager and ca/aot with their 90% confidence intervals, and whether
+        the losses and final parameter/gradient norms agree. Repetitions (--repeat) are pooled
+        into their mode. A speedup whose interval contains 1.0 is reported as within noise, with
+        the smallest speedup it could have told from 1.0 (docs/ci.md). A mode that failed is
+        shown with its reason.
 
         With two runs: the same figures for run A (before) and run B (after), with changes.
 

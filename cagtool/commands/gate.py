@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 GATE_HELP = """Check a recorded run against CI thresholds; exit 1 when one is exceeded.
 
-Thresholds come from flags and from [tool.cagtool.gate] in the nearest pyproject.toml (flags win). Counts are exact and direction-aware: more than allowed fails; fewer is reported as IMPROVED (tighten the limit or refresh the baseline), and --fail-on-improvement makes that fail too. With --baseline, the baseline's own counts are the limits of the counts not given. Speedups, step time and compile time against the baseline go through one noise rule (docs/ci.md): only a range of the ratio wholly beyond the threshold fails (median and mean: the p10-p90 spread of the step times; p10 and p90: their 90% confidence bands; compile time: the baseline's compile times when it has 3 or more, else a fixed +/-10% floor), and fewer than 5 steady steps is an error, never a pass. A median step-time threshold also warns (one line naming the tail) when the p90 alone regressed beyond the noise; --max-regression p90:PCT fails on it.
+Thresholds come from flags and from [tool.cagtool.gate] in the nearest pyproject.toml (flags win). Counts are exact and direction-aware: more than allowed fails; fewer is reported as IMPROVED (tighten the limit or refresh the baseline), and --fail-on-improvement makes that fail too. With --baseline, the baseline's own counts are the limits of the counts not given. Speedups, step time and compile time go through one noise rule (docs/ci.md): a check fails only when the 90% confidence interval of the ratio (of medians, means, p10s or p90s; of compile times) lies wholly beyond its threshold. The interval narrows with evidence: its units are batches of consecutive steps (step times drift and are autocorrelated), or the repetitions when a side has 3 or more (run --repeat 3, the only way to see run-to-run noise); compile times are one per run. Fewer than 5 steady steps is an error, never a pass. Each timing check prints its power: the smallest change beyond its threshold it catches 95% of the time, and when it cannot resolve twice its threshold, how many steps or repetitions would; --require-power makes that a failure. A median step-time threshold also warns (one line naming the tail) when the p90 alone regressed beyond the noise; --max-regression p90:PCT fails on it.
 
 Threshold grammar: counts N or KIND:N (--max-recompiles kinds: total, ca, dynamo; repeat the flag for several); speedups X or NUM/DEN:X (default ca/aot, i.e. aot step time / ca step time); memory ratios R, NUM/DEN:R (default ca/aot) or baseline:R; times PCT, PCT%, or SECONDSs, and for --max-regression FIELD:... with FIELD median (default), mean, p10 or p90 (repeat the flag for several fields).
 
@@ -66,11 +66,15 @@ _GATE_FLAG_PARAMS: dict[str, tuple[Any, Any]] = {
     ),
     "max_compile_regression": (
         Optional[str],
-        typer.Option(None, "--max-compile-regression", metavar="PCT", help="Most total compile-time regression vs the baseline: 25, 25%, 0.5s. Noise: the baseline's compile times when it holds 3 or more (run --repeat 3), else a fixed +/-10% floor; the result says which.", rich_help_panel="Gate"),
+        typer.Option(None, "--max-compile-regression", metavar="PCT", help="Most total compile-time regression vs the baseline: 25, 25%, 0.5s. Noise: one compile time per run (run --repeat 3, baseline save --accumulate); with one on each side the figures alone are judged and the result says the noise was not measured.", rich_help_panel="Gate"),
     ),
     "fail_on_improvement": (
         Optional[bool],
         typer.Option(None, "--fail-on-improvement/--no-fail-on-improvement", help="Fail when a check improved, so the limit or baseline gets refreshed.", show_default=False, rich_help_panel="Gate"),
+    ),
+    "require_power": (
+        Optional[bool],
+        typer.Option(None, "--require-power/--no-require-power", help="Fail a timing check that passed without the evidence to resolve its threshold (it could not have caught twice the threshold 95% of the time; each check prints its power).", show_default=False, rich_help_panel="Gate"),
     ),
     "rank": (Optional[int], typer.Option(None, "--rank", min=0, metavar="N", help="Multi-rank runs: hold only rank N to the thresholds (default: every rank).", rich_help_panel="Gate")),
     "junit": (Optional[Path], typer.Option(None, "--junit", metavar="FILE", help="Also write JUnit XML, one testcase per check.", rich_help_panel="Gate")),
@@ -78,7 +82,7 @@ _GATE_FLAG_PARAMS: dict[str, tuple[Any, Any]] = {
 }
 _THRESHOLD_KEYS = (
     "max_ca_graphs", "max_recompiles", "max_graph_breaks", "min_speedup", "max_memory_ratio", "baseline",
-    "max_regression", "max_compile_regression", "fail_on_improvement",
+    "max_regression", "max_compile_regression", "fail_on_improvement", "require_power",
 )
 
 

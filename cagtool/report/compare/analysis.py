@@ -13,9 +13,10 @@ another, with its spread and noise verdict; losses and final norms against a ref
 Conventions, chosen to match PyTorch's own benchmarks where they have one:
 - *speedup* of X over Y = median steady step time of Y / that of X (> 1: X is faster), like
   `benchmarks/dynamo` (eager time / compiled time).
-- *spread* of a speedup: the range [Y.p10 / X.p90, Y.p90 / X.p10] of the pooled steady step times.
-  It is deliberately conservative: a speedup whose range contains 1.0 is reported as *within
-  noise*, and so is one measured on fewer than `MIN_STEADY_STEPS` steady steps per side. With
+- *interval* of a speedup: the 90% confidence interval of the ratio of medians
+  (report.intervals: batches of consecutive steps, or repetitions when there are 3 or more, as
+  units; Welch's t on the log scale). A speedup whose interval contains 1.0 is *within noise*,
+  and so is one measured on fewer than `MIN_STEADY_STEPS` steady steps per side. With
   repetitions, the per-repetition ratios of medians are listed as well (run-to-run noise).
 - *numerics*: per-step losses and final parameter/gradient norms of each mode against a reference
   (eager when it has values, else the first mode that does), `|x - ref| <= atol + rtol * |ref|`
@@ -24,6 +25,7 @@ Conventions, chosen to match PyTorch's own benchmarks where they have one:
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,6 +39,7 @@ from cagtool.record.schema import (
     STATUS_RUNNING,
     FinalStateEvent,
 )
+from cagtool.report.intervals import RatioInterval, TimingSample, ratio_interval, timing_sample
 from cagtool.report.metrics import (
     ModeMetrics,
     StepStats,
@@ -88,6 +91,7 @@ class ModeColumn:
     metrics: ModeMetrics | None  # of the first repetition with a record; None when none has one
     step_time: StepStats  # pooled over repetitions
     repetition_medians: tuple[float | None, ...] = ()
+    timing: TimingSample | None = None  # what the intervals of its step times are made from
     compile_time_s: float | None = None
     compile_phases_s: dict[str, float] = field(default_factory=dict)
     first_step_s: float | None = None
@@ -147,8 +151,10 @@ def mode_column(name: str, records: list[tuple[str, ModeRecord | None]], exit_co
     intervals: list[float] = []
     excluded: list[int] = []
     clocks: set[str] = set()
+    per_rep_intervals: list[list[float]] = []
     for record, _metrics in per_rep:
         rep_intervals, rep_excluded, clock = record_step_intervals(record)
+        per_rep_intervals.append(rep_intervals)
         intervals.extend(rep_intervals)
         excluded.extend(rep_excluded)
         clocks.add(clock)
@@ -167,6 +173,7 @@ def mode_column(name: str, records: list[tuple[str, ModeRecord | None]], exit_co
         # Excluded steps are listed per repetition; the first one's are the informative ones.
         step_time=stats_of_intervals(intervals, sorted(set(excluded)), _median(firsts), "device" if clocks == {"device"} else "wall"),
         repetition_medians=tuple(m.step_time.median_s if m.step_time else None for _, m in per_rep),
+        timing=timing_sample(per_rep_intervals),
         compile_time_s=_median([m.compile_time_s for _, m in per_rep]),
         compile_phases_s=phases,
         first_step_s=_median(firsts),
@@ -272,21 +279,17 @@ def speedup_verdict(
     high: float,
     steady_steps: int,
     bound: float = 1.0,
-    repetition_ratios: tuple[float, ...] = (),
     min_samples: int = MIN_STEADY_STEPS,
 ) -> str:
     """The one noise rule for every timing ratio: `compare`'s speedups (bound 1.0), `gate
     --min-speedup` (bound = the minimum) and gate's regressions against a baseline (ratio = now /
-    baseline, bound = 1 + the allowed regression; report.gate.checks). Too few samples on either
-    side (`steady_steps` < `min_samples`) and nothing is claimed; a p10-p90 range (or repetitions)
-    straddling the bound is within noise; otherwise the whole range is above or below it."""
+    baseline, bound = 1 + the allowed regression; report.gate.checks). [low, high] is the ratio's
+    confidence interval (report.intervals). Too few samples on either side (`steady_steps` <
+    `min_samples`) and nothing is claimed; an interval containing the bound is within noise;
+    otherwise the whole interval is above or below it."""
     if steady_steps < min_samples:
         return TOO_FEW_STEPS
-    inside = low <= bound <= high
-    if len(repetition_ratios) > 1:
-        # Repetitions that disagree on the side of the bound are noise too.
-        inside = inside or (min(repetition_ratios) <= bound <= max(repetition_ratios))
-    if inside:
+    if low <= bound <= high:
         return WITHIN_NOISE
     return ABOVE if ratio > bound else BELOW
 
@@ -302,11 +305,12 @@ class Speedup:
     mode: str
     baseline: str
     ratio: float | None
-    low: float | None  # baseline p10 / mode p90
-    high: float | None  # baseline p90 / mode p10
+    low: float | None  # the 90% confidence interval of the ratio (report.intervals)
+    high: float | None
     repetition_ratios: tuple[float, ...] = ()  # repetition i of baseline / repetition i of mode
     steady_steps: tuple[int, int] = (0, 0)  # (mode, baseline)
     note: str = ""  # why there is no ratio, or why it is not claimed
+    interval: RatioInterval | None = None
 
     @property
     def label(self) -> str:
@@ -318,8 +322,16 @@ class Speedup:
         if self.ratio is None:
             return None
         assert self.low is not None and self.high is not None
-        verdict = speedup_verdict(self.ratio, self.low, self.high, min(self.steady_steps), 1.0, self.repetition_ratios)
+        verdict = speedup_verdict(self.ratio, self.low, self.high, min(self.steady_steps), 1.0)
         return verdict in (TOO_FEW_STEPS, WITHIN_NOISE)
+
+    @property
+    def resolution(self) -> float | None:
+        """The smallest speedup or slowdown (relative, e.g. 0.04) this comparison tells from 1.0
+        95% of the time; None without an interval."""
+        if self.interval is None or not self.interval.measured:
+            return None
+        return math.expm1(self.interval.resolution())
 
     @property
     def verdict(self) -> str:
@@ -351,21 +363,24 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
         for bm, mm in zip(baseline.repetition_medians, mode.repetition_medians)
         if bm is not None and mm is not None and mm > 0
     )
+    interval = ratio_interval(baseline.timing, mode.timing, "median") if baseline.timing and mode.timing else None
     note = ""
     if min(m.count, b.count) < MIN_STEADY_STEPS:
         fewest = min(m.count, b.count)
         note = f"only {fewest} steady step{'s' if fewest != 1 else ''}; run more steps to judge"
     elif not mode.ok or not baseline.ok:
         note = "from a mode that did not finish cleanly"
+    ratio = b.median_s / m.median_s
     return Speedup(
         mode=mode_label,
         baseline=baseline_label,
-        ratio=b.median_s / m.median_s,
-        low=b.p10_s / m.p90_s,
-        high=b.p90_s / m.p10_s,
+        ratio=ratio,
+        low=interval.low if interval is not None else ratio,
+        high=interval.high if interval is not None else ratio,
         repetition_ratios=reps if len(reps) > 1 else (),
         steady_steps=(m.count, b.count),
         note=note,
+        interval=interval,
     )
 
 

@@ -148,7 +148,8 @@ def speedup_range(s: Speedup) -> str:
 
 
 SPEEDUP_FOOTNOTE = (
-    "speedup = baseline median step time / mode median step time (> 1: faster); a range containing 1.0 is within noise."
+    "speedup = baseline median step time / mode median step time (> 1: faster), with its 90% confidence interval "
+    "(batches of consecutive steps, or repetitions, as units; docs/ci.md); an interval containing 1.0 is within noise."
 )
 
 
@@ -222,6 +223,8 @@ def mode_grid(comparison: Comparison) -> Grid:
 
 def _speedup_row(s: Speedup) -> list[str]:
     note = s.note
+    if s.resolution is not None and s.verdict == "within noise":
+        note = f"resolves +/-{100 * s.resolution:.1f}%" + (f"; {note}" if note else "")
     if s.repetition_ratios:
         reps = ", ".join(f"{r:.2f}" for r in s.repetition_ratios)
         note = f"per repetition: {reps}" + (f"; {note}" if note else "")
@@ -229,7 +232,7 @@ def _speedup_row(s: Speedup) -> list[str]:
 
 
 def speedup_grid(speedups: tuple[Speedup, ...] | list[Speedup], title: str = "Speedups (steady-state step time)") -> Grid:
-    grid = Grid(title, ["", "speedup", "range (p10/p90)", "verdict", "note"])
+    grid = Grid(title, ["", "speedup", "90% CI", "verdict", "note"])
     for s in speedups:
         grid.rows.append(_speedup_row(s))
     return grid

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,8 @@ from typing import Any
 from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord, check_format, read_json_object
 from cagtool.report.compare.analysis import ModeColumn, mode_columns
-from cagtool.report.metrics import mode_metrics, record_step_intervals
+from cagtool.report.intervals import FIELDS, TimingSample
+from cagtool.report.metrics import mode_metrics
 from cagtool.report.ranks.analysis import lowest_rank, rank_view
 
 BASELINE_FORMAT = "cagtool-baseline"
@@ -33,47 +33,17 @@ _VOLATILE_MACHINE_KEYS = frozenset({"hostname", "host", "node", "user", "pid", "
 
 @dataclass(frozen=True)
 class StepTimeSnapshot:
-    """Steady-state step time, seconds (see report.metrics.StepStats)."""
+    """Steady-state step time, seconds (see report.metrics.StepStats), with what the intervals of
+    its statistics are made from (`sample`: per statistic, its value per batch of consecutive
+    steps or per repetition; report.intervals). None in baselines saved before it: a timing check
+    against such a baseline is an error that says to re-save it, never a guess."""
 
     count: int
     median_s: float | None
     p10_s: float | None
     p90_s: float | None
     mean_s: float | None = None
-    # Where the p10 and p90 themselves may lie: their 90% distribution-free confidence bands
-    # (`quantile_band`). A tail check needs them: the p10-p90 spread of the step times says how
-    # wide the distribution is, not how well its p90 is known. None in baselines saved before them.
-    p10_band_s: tuple[float, float] | None = None
-    p90_band_s: tuple[float, float] | None = None
-
-    def band(self, field_name: str) -> tuple[float, float] | None:
-        return {"p10": self.p10_band_s, "p90": self.p90_band_s}.get(field_name)
-
-
-# Confidence of the quantile bands: 90%, i.e. a 5% chance on each side that the true quantile is
-# outside; two such bands (run and baseline) must not overlap the threshold for a check to fail.
-QUANTILE_BAND_CONFIDENCE = 0.90
-
-
-def quantile_band(samples: list[float], q: float, confidence: float = QUANTILE_BAND_CONFIDENCE) -> tuple[float, float] | None:
-    """The distribution-free confidence band of the q-quantile of `samples`: the order statistics
-    X(l) <= X(u) with P(X(l) <= true quantile <= X(u)) >= confidence, from the binomial
-    distribution of how many samples fall below the quantile (no assumption on the step times'
-    shape, which is skewed). With few samples a side reaches the smallest or largest sample.
-    None without samples."""
-    ordered = sorted(samples)
-    n = len(ordered)
-    if n == 0:
-        return None
-    tail = (1.0 - confidence) / 2.0
-    cdf, below = 0.0, []  # below[k] = P(Binomial(n, q) <= k)
-    for k in range(n + 1):
-        cdf += math.comb(n, k) * q**k * (1.0 - q) ** (n - k)
-        below.append(cdf)
-    # lower rank l (1-based): the largest with P(B <= l - 1) <= tail; upper u: the smallest with P(B <= u - 1) >= 1 - tail
-    lower = max((k + 1 for k in range(n) if below[k] <= tail), default=1)
-    upper = min((k + 1 for k in range(n) if below[k] >= 1.0 - tail), default=n)
-    return ordered[min(lower, n) - 1], ordered[min(upper, n) - 1]
+    sample: TimingSample | None = None
 
 
 @dataclass(frozen=True)
@@ -124,7 +94,7 @@ def snapshot_of(column: ModeColumn) -> ModeSnapshot:
     stats = column.step_time
     step_time = None
     if stats.count > 0:
-        step_time = StepTimeSnapshot(stats.count, stats.median_s, stats.p10_s, stats.p90_s, stats.mean_s)
+        step_time = StepTimeSnapshot(stats.count, stats.median_s, stats.p10_s, stats.p90_s, stats.mean_s, column.timing)
     problem = "; ".join(f.describe() for f in column.failures)
     m = column.metrics
     if m is None:  # no repetition left a record
@@ -165,16 +135,11 @@ def run_snapshots(run: RunRecord) -> dict[str, ModeSnapshot]:
 
 
 def _with_spread(snap: ModeSnapshot, records: list[ModeRecord]) -> ModeSnapshot:
-    """The spreads the timing checks judge noise by: the p10 and p90 bands of the pooled steady
-    step times (the same intervals `compare` pools), and one compile time per repetition."""
+    """One compile time per repetition: the only spread a compile time has."""
     if not records:
         return snap
-    intervals = [t for rec in records for t in record_step_intervals(rec)[0]]
-    step_time = snap.step_time
-    if step_time is not None and intervals:
-        step_time = replace(step_time, p10_band_s=quantile_band(intervals, 0.10), p90_band_s=quantile_band(intervals, 0.90))
     samples = tuple(mode_metrics(rec).compile_time_s for rec in records)
-    return replace(snap, step_time=step_time, compile_time_samples_s=samples if len(samples) > 1 else ())
+    return replace(snap, compile_time_samples_s=samples if len(samples) > 1 else ())
 
 
 def process_problems(record: ModeRecord) -> list[str]:
@@ -300,10 +265,32 @@ def _mode_to_dict(snap: ModeSnapshot) -> dict[str, Any]:
             "p10_s": _round(st.p10_s),
             "p90_s": _round(st.p90_s),
             "mean_s": _round(st.mean_s),
-            "p10_band_s": None if st.p10_band_s is None else [_round(v) for v in st.p10_band_s],
-            "p90_band_s": None if st.p90_band_s is None else [_round(v) for v in st.p90_band_s],
+            "sample": None if st.sample is None else _sample_to_dict(st.sample),
         }
     return data
+
+
+def _sample_to_dict(sample: TimingSample) -> dict[str, Any]:
+    return {
+        "unit": sample.unit,
+        "count": sample.count,
+        "repetitions": sample.repetitions,
+        "values_s": {name: _round(v) for name, v in sample.values.items()},
+        "units_s": {name: [_round(v) for v in values] for name, values in sample.units.items()},
+    }
+
+
+def _sample_from_dict(data: Any) -> TimingSample | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise ValueError("step_time.sample is not an object")
+    values = {str(k): float(v) for k, v in dict(data["values_s"]).items()}
+    units = {str(k): tuple(float(x) for x in v) for k, v in dict(data["units_s"]).items()}
+    missing = [name for name in FIELDS if name not in values or name not in units]
+    if missing:
+        raise ValueError(f"step_time.sample lacks {', '.join(missing)}")
+    return TimingSample(int(data["count"]), int(data["repetitions"]), str(data["unit"]), values, units)
 
 
 def baseline_to_dict(baseline: Baseline) -> dict[str, Any]:
@@ -344,8 +331,7 @@ def _mode_from_dict(name: str, data: Any, where: str) -> ModeSnapshot:
                 p10_s=_opt_float(step.get("p10_s")),
                 p90_s=_opt_float(step.get("p90_s")),
                 mean_s=_opt_float(step.get("mean_s")),
-                p10_band_s=_opt_band(step.get("p10_band_s")),
-                p90_band_s=_opt_band(step.get("p90_band_s")),
+                sample=_sample_from_dict(step.get("sample")),
             )
         return ModeSnapshot(
             mode=name,
@@ -375,13 +361,6 @@ def _mode_from_dict(name: str, data: Any, where: str) -> ModeSnapshot:
 
 def _opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
-
-
-def _opt_band(value: Any) -> tuple[float, float] | None:
-    if value is None:
-        return None
-    low, high = (float(v) for v in value)  # ValueError on another length: a bad value
-    return (low, high)
 
 
 def _opt_int(value: Any) -> int | None:

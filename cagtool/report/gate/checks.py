@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from cagtool.errors import UsageError
 from cagtool.report.compare.analysis import ABOVE, BELOW, MIN_STEADY_STEPS, TOO_FEW_STEPS, WITHIN_NOISE, speedup_verdict
 from cagtool.report.gate.baseline import ModeSnapshot, StepTimeSnapshot
+from cagtool.report.intervals import POWER, RatioInterval, TimingSample, compile_sample, evidence_text, pct, ratio_interval
 
 RECOMPILE_KINDS: dict[str, str] = {
     "total": "recompiles",  # CA recompiles + Dynamo recompiles
@@ -190,6 +191,17 @@ def finish(result: CheckResult, fail_on_improvement: bool) -> CheckResult:
     return result if failed == result.failed else replace(result, failed=failed)
 
 
+def insist_on_power(result: CheckResult) -> CheckResult:
+    """`--require-power`: a timing check that passed without resolving its threshold (its power
+    statement says it could not have caught twice the threshold 95% of the time) is an ERROR."""
+    if result.failed or result.data.get("resolves") is not False:
+        return result
+    return replace(
+        result, outcome=Outcome.ERROR, failed=True,
+        message=f"{result.message}; too little evidence to resolve the threshold (--require-power)",
+    )
+
+
 def unmeasurable(name: str, mode: str, why: str, limit: str, source: str) -> CheckResult:
     """An ERROR result: the figure could not be measured, which fails the gate (never a pass)."""
     return CheckResult(name, mode, Outcome.ERROR, True, "-", limit, f"{name} ({mode}): cannot check: {why}", source)
@@ -298,17 +310,20 @@ def finished_cleanly(snap: ModeSnapshot) -> bool:
     return (snap.status == "finished" and snap.exit_code in (None, 0)) or snap.status == "timeout"
 
 
-def speedup_with_spread(num: ModeSnapshot, den: ModeSnapshot) -> tuple[float, float, float] | None:
-    """time(den)/time(num) at the medians, and its low/high from the p10-p90 bands (worst and
-    best pairing): the convention of report.compare's `speedup`, on snapshots so that baselines
-    and runs are treated alike. None without steady-state steps on both sides."""
+def speedup_interval(num: ModeSnapshot, den: ModeSnapshot) -> RatioInterval | None:
+    """time(den)/time(num) at the medians with its confidence interval (report.intervals), on
+    snapshots so that baselines and runs are treated alike. None without steady-state steps on
+    both sides."""
     a, b = num.step_time, den.step_time
-    if a is None or b is None or not a.median_s or not b.median_s:
+    if a is None or b is None or a.sample is None or b.sample is None:
         return None
-    mid = b.median_s / a.median_s
-    low = (b.p10_s or b.median_s) / (a.p90_s or a.median_s)
-    high = (b.p90_s or b.median_s) / (a.p10_s or a.median_s)
-    return mid, min(low, mid), max(high, mid)
+    return ratio_interval(b.sample, a.sample, "median")
+
+
+# A --min-speedup check resolves its minimum when a speedup this far under it (relative) fails
+# 95% of the time: it has no threshold of its own to scale by, so the resolution is held to the
+# same 10% that twice the most common regression threshold (5%) gives a regression check.
+SPEEDUP_RESOLUTION = 0.10
 
 
 @dataclass(frozen=True)
@@ -324,15 +339,13 @@ class MinSpeedupCheck:
         for mode in (t.numerator, t.denominator):
             if mode not in run:
                 return missing_mode(self.name, mode, run, "run", limit, self.source, label=pair)
-        spread = speedup_with_spread(run[t.numerator], run[t.denominator])
-        if spread is None:
+        interval = speedup_interval(run[t.numerator], run[t.denominator])
+        if interval is None:
             return unmeasurable(self.name, pair, "no steady-state steps to time in both modes (run more steps)", limit, self.source)
-        mid, low, high = spread
-        detail = f"speedup {mid:.3f}x (p10-p90 {low:.3f}x-{high:.3f}x)"
+        mid, low, high = interval.ratio, interval.low, interval.high
+        detail = f"speedup {mid:.3f}x ({_ci_name(interval)} {low:.3f}x-{high:.3f}x)"
         notes: list[str] = []
         steady = min(s.step_time.count for s in (run[t.numerator], run[t.denominator]) if s.step_time)
-        # The noise rule `compare` applies to the same ratio (report.compare.analysis.speedup_verdict),
-        # with the minimum as the bound: only a range wholly under the minimum fails.
         verdict = speedup_verdict(mid, low, high, steady, t.minimum)
         if verdict == TOO_FEW_STEPS:
             return unmeasurable(
@@ -343,10 +356,12 @@ class MinSpeedupCheck:
             outcome, message = Outcome.FAIL, f"{self.name} ({pair}): {detail} < {t.minimum:g}x required, beyond the noise"
         elif verdict == WITHIN_NOISE:
             outcome, message = Outcome.PASS, f"{self.name} ({pair}): {detail}: {t.minimum:g}x required is within the noise"
-            notes.append(f"within noise: the p10-p90 range {low:.3f}x-{high:.3f}x contains {t.minimum:g}x; it neither passes nor fails clearly (run more steps to narrow it)")
+            notes.append(f"within noise: the interval {low:.3f}x-{high:.3f}x contains {t.minimum:g}x; it neither passes nor fails clearly")
         else:
             outcome, message = Outcome.PASS, f"{self.name} ({pair}): {detail} >= {t.minimum:g}x required"
-        data = {"speedup": mid, "low": low, "high": high, "minimum": t.minimum, "verdict": verdict}
+        power = power_statement(interval, -math.log1p(-SPEEDUP_RESOLUTION), run[t.denominator].step_time, "a speedup", f"{100 * SPEEDUP_RESOLUTION:g}% under the minimum")
+        notes.append(power.text)
+        data = {"speedup": mid, "low": low, "high": high, "minimum": t.minimum, "verdict": verdict, **power.data}
         return CheckResult(self.name, pair, outcome, outcome is Outcome.FAIL, f"{mid:.3f}x", limit, message, self.source, notes, data)
 
 
@@ -426,19 +441,18 @@ class RegressionVerdict:
 
     outcome: Outcome
     verdict: str  # the rule's word against the allowed bound: above | within noise | below | too few steady steps
-    note: str = ""  # why it passed although the median alone would not have
+    note: str = ""  # why it passed although the ratio alone would not have
 
 
 def regression_verdict(
     ratio: float, low: float, high: float, samples: int, allowed: float, improved: float, min_samples: int = MIN_STEADY_STEPS,
-    range_name: str = "p10-p90 range",
+    range_name: str = "90% CI",
 ) -> RegressionVerdict:
     """The noise rule of `compare` and `--min-speedup` (report.compare.analysis.speedup_verdict)
-    applied to a time against its baseline: a FAIL only when the whole range [low, high] of the
-    ratio lies above `allowed` (1 + the threshold), an IMPROVED only when it lies wholly below
+    applied to a time against its baseline: a FAIL only when the whole interval [low, high] of
+    the ratio lies above `allowed` (1 + the threshold), an IMPROVED only when it lies wholly below
     `improved` (1 - the threshold), an ERROR with too few samples (never a silent pass), else a
-    PASS, with a note when the range straddles a bound (within noise). `range_name` says in the
-    note where the range came from."""
+    PASS, with a note when the interval straddles a bound (within noise)."""
     up = speedup_verdict(ratio, low, high, samples, allowed, min_samples=min_samples)
     if up == TOO_FEW_STEPS:
         return RegressionVerdict(Outcome.ERROR, up)
@@ -449,9 +463,9 @@ def regression_verdict(
         return RegressionVerdict(Outcome.IMPROVED, up)
     if up == WITHIN_NOISE:
         side = "beyond" if ratio > allowed else "inside"
-        return RegressionVerdict(Outcome.PASS, up, f"within noise: the ratio is {side} the allowed regression, but the ratio's range ({range_name}) contains it (more steps or repetitions narrow it)")
+        return RegressionVerdict(Outcome.PASS, up, f"within noise: the ratio is {side} the allowed regression, but its {range_name} contains it (more steps or repetitions narrow it)")
     if down == WITHIN_NOISE and ratio < improved:
-        return RegressionVerdict(Outcome.PASS, up, f"within noise: the ratio improved beyond the threshold, but the ratio's range ({range_name}) does not clearly")
+        return RegressionVerdict(Outcome.PASS, up, f"within noise: the ratio improved beyond the threshold, but its {range_name} does not clearly")
     return RegressionVerdict(Outcome.PASS, up)
 
 
@@ -469,6 +483,57 @@ def _bounds(threshold: TimeThreshold, before: float) -> tuple[float, float]:
     """(allowed, improved) bounds on the ratio now / before for a threshold in % or seconds."""
     delta = threshold.value / 100.0 if threshold.unit == "%" else threshold.value / before
     return 1.0 + delta, 1.0 - delta
+
+
+def _ci_name(interval: RatioInterval) -> str:
+    return f"{100 * interval.confidence:g}% CI"
+
+
+def _range_text(interval: RatioInterval) -> str:
+    return f" ({_ci_name(interval)} {_pct(100.0 * (interval.low - 1.0))}..{_pct(100.0 * (interval.high - 1.0))})"
+
+
+@dataclass(frozen=True)
+class PowerStatement:
+    """What a timing check could see: the smallest change beyond its bound it catches 95% of the
+    time, whether that resolves the threshold, and the evidence that would."""
+
+    text: str
+    resolves: bool
+    data: dict[str, Any]
+
+
+def power_statement(interval: RatioInterval, wanted: float, sample: StepTimeSnapshot | TimingSample | None, what: str, target: str) -> PowerStatement:
+    """`wanted`: the log-distance beyond the bound the check must catch 95% of the time to
+    resolve its threshold (a regression check: from 1+t to 1+2t). `what` names the change
+    ("a median regression"), `target` what resolving means ("+10%, twice the threshold")."""
+    resolution = interval.resolution()
+    units = f"{interval.units[0]} vs {interval.units[1]} {interval.unit}{'es' if interval.unit.endswith('batch') else 's'}"
+    timing = sample.sample if isinstance(sample, StepTimeSnapshot) else sample
+    data: dict[str, Any] = {
+        "resolution_pct": 100.0 * math.expm1(resolution) if math.isfinite(resolution) else None,
+        "resolves": resolution <= wanted,
+        "power": POWER,
+        "confidence": interval.confidence,
+        "units": list(interval.units),
+        "unit": interval.unit,
+    }
+    if not interval.measured:
+        data["evidence_needed"] = None
+        return PowerStatement(
+            f"power: not measured (one {interval.unit} a side, no noise estimate): judged on the figures alone; "
+            f"cannot resolve {target}: needs {evidence_text(interval, math.inf, timing)}", False, data,
+        )
+    beyond = pct(resolution)
+    if resolution <= wanted:
+        return PowerStatement(f"power: catches {what} {beyond} beyond the bound 95% of the time ({units}), so {target}", True, data)
+    factor = interval.evidence_factor(wanted)
+    needed = evidence_text(interval, factor, timing)
+    data["evidence_needed"] = needed
+    return PowerStatement(
+        f"power: cannot resolve {target}: catches {what} only {beyond} beyond the bound 95% of the time ({units}); needs {needed}",
+        False, data,
+    )
 
 
 @dataclass(frozen=True)
@@ -493,59 +558,18 @@ class _TimeCheck:
         raise NotImplementedError
 
 
-# The quantiles whose own confidence bands (baseline.quantile_band) make the range of a tail check.
-_BANDED_FIELDS = ("p10", "p90")
-
-
-@dataclass(frozen=True)
-class StepRatio:
-    """FIELD(run) / FIELD(baseline) of the steady step times, with the range the noise rule judges."""
-
-    now: float
-    before: float
-    ratio: float
-    low: float
-    high: float
-    range_name: str  # where the range comes from, as printed
-    note: str = ""  # why the range is wider than it should be (an old baseline without bands)
-
-
-def step_ratio(cur: StepTimeSnapshot, base: StepTimeSnapshot, field_name: str) -> StepRatio | None:
-    """The ratio of one statistic of the step times and its range. For the median and the mean:
-    p10(run)/p90(baseline) .. p90(run)/p10(baseline), the spread of the step times. For a
-    quantile (p10, p90), the spread would contain any tail shift that leaves the median alone, so
-    the range is that of the quantile itself: its 90% confidence band on each side, lower(run) /
-    upper(baseline) .. upper(run) / lower(baseline)."""
-    now, before = getattr(cur, f"{field_name}_s"), getattr(base, f"{field_name}_s")
-    if now is None or before is None or before <= 0:
-        return None
-    ratio = now / before
-    note = ""
-    if field_name in _BANDED_FIELDS:
-        band_now, band_before = cur.band(field_name), base.band(field_name)
-        if band_now is not None and band_before is not None and band_before[0] > 0:
-            low = min(ratio, band_now[0] / band_before[1])
-            high = max(ratio, band_now[1] / band_before[0])
-            return StepRatio(now, before, ratio, low, high, f"{field_name} confidence bands")
-        note = (
-            f"the {'baseline' if band_before is None else 'run'} has no {field_name} confidence band (a baseline saved by an older "
-            f"cagtool: re-save it): the range is the p10-p90 spread of the step times, which a slower tail alone rarely leaves"
-        )
-    low = min(ratio, (cur.p10_s or now) / (base.p90_s or before))
-    high = max(ratio, (cur.p90_s or now) / (base.p10_s or before)) if (base.p10_s or before) > 0 else math.inf
-    return StepRatio(now, before, ratio, low, high, "p10-p90 range", note)
-
-
-def _range_text(name: str, low: float, high: float) -> str:
-    return f" ({name} {_pct(100.0 * (low - 1.0))}..{_pct(100.0 * (high - 1.0))})"
+def _wanted(allowed: float, before_delta: float) -> float:
+    """Log-distance from the allowed ratio (1+t) to twice the threshold (1+2t)."""
+    return math.log1p(2.0 * before_delta) - math.log(allowed)
 
 
 @dataclass(frozen=True)
 class StepTimeRegressionCheck(_TimeCheck):
     """Step time against the baseline's, by the one noise rule (`regression_verdict`): the ratio
-    now / baseline of the chosen field fails only when its whole range (`step_ratio`) exceeds the
-    threshold. A median or mean check with `watch_tail` also judges the p90 by the same rule and
-    threshold, and warns (without failing) when the tail alone regressed beyond the noise."""
+    now / baseline of the chosen statistic fails only when its whole confidence interval
+    (report.intervals) exceeds the threshold. A median or mean check with `watch_tail` also judges
+    the p90 by the same rule and threshold, and warns (without failing) when the tail alone
+    regressed beyond the noise."""
 
     name: str = "max-regression"
     watch_tail: bool = False
@@ -556,28 +580,39 @@ class StepTimeRegressionCheck(_TimeCheck):
         if cur is None or base is None:
             side = "this run" if cur is None else "the baseline"
             return unmeasurable(self.name, self.mode, f"{side} has no steady-state steps (every step compiled; run more steps)", limit, self.source)
-        r = step_ratio(cur, base, t.field)
+        if base.sample is None:
+            return unmeasurable(
+                self.name, self.mode, "the baseline was saved by an older cagtool and holds no per-batch step times to build an "
+                "interval from: re-save it (cagtool baseline save RUN)", limit, self.source,
+            )
+        if cur.sample is None:
+            return unmeasurable(self.name, self.mode, "this run has no step times to build an interval from", limit, self.source)
+        r = ratio_interval(cur.sample, base.sample, t.field)
         if r is None:
             return unmeasurable(self.name, self.mode, f"no {t.field} step time to compare", limit, self.source)
+        now, before = cur.sample.values[t.field], base.sample.values[t.field]
         change_pct = 100.0 * (r.ratio - 1.0)
-        detail = f"step time {t.field} {_fmt_s(r.now)} vs baseline {_fmt_s(r.before)}: {_pct(change_pct)}"
+        detail = f"step time {t.field} {_fmt_s(now)} vs baseline {_fmt_s(before)}: {_pct(change_pct)}"
         samples = min(cur.count, base.count)
-        allowed, improved = _bounds(t, r.before)
-        verdict = regression_verdict(r.ratio, r.low, r.high, samples, allowed, improved, range_name=r.range_name)
+        allowed, improved = _bounds(t, before)
+        verdict = regression_verdict(r.ratio, r.low, r.high, samples, allowed, improved, range_name=_ci_name(r))
         if verdict.outcome is Outcome.ERROR:
             return unmeasurable(
                 self.name, self.mode, f"{detail} from only {samples} steady steps (this run {cur.count}, baseline {base.count}): "
                 f"too few to judge a regression (run at least {MIN_STEADY_STEPS} steady steps)", limit, self.source,
             )
-        message = _regression_message(f"{self.name} ({self.mode})", detail, verdict, t, _range_text(r.range_name, r.low, r.high))
+        message = _regression_message(f"{self.name} ({self.mode})", detail, verdict, t, _range_text(r))
+        power = power_statement(r, _wanted(allowed, allowed - 1.0), cur, f"a {t.field} regression", f"+{_twice(t)}, twice the threshold")
         data = {
-            "field": t.field, "actual_s": r.now, "baseline_s": r.before, "change_pct": change_pct,
-            "ratio": r.ratio, "low": r.low, "high": r.high, "range": r.range_name, "allowed_ratio": allowed, "verdict": verdict.verdict,
-            "steps": cur.count, "baseline_steps": base.count,
+            "field": t.field, "actual_s": now, "baseline_s": before, "change_pct": change_pct,
+            "ratio": r.ratio, "low": r.low, "high": r.high, "range": _ci_name(r), "allowed_ratio": allowed, "verdict": verdict.verdict,
+            "steps": cur.count, "baseline_steps": base.count, **power.data,
         }
-        notes = [n for n in (verdict.note, r.note) if n]
+        notes = [n for n in (verdict.note, power.text) if n]
+        if cur.sample.repetitions < 2 or base.sample.repetitions < 2:
+            notes.append("run-to-run noise not measured (one run a side): repetitions (run --repeat 3) include it")
         warnings = []
-        if self.watch_tail and t.field not in _BANDED_FIELDS and verdict.outcome is not Outcome.FAIL:
+        if self.watch_tail and t.field not in ("p10", "p90") and verdict.outcome is not Outcome.FAIL:
             tail = self._tail(cur, base)
             if tail is not None:
                 data["tail"] = tail[1]
@@ -587,39 +622,35 @@ class StepTimeRegressionCheck(_TimeCheck):
 
     def _tail(self, cur: StepTimeSnapshot, base: StepTimeSnapshot) -> tuple[str, dict[str, Any]] | None:
         """(warning, data) when the p90 regressed beyond the noise by this check's threshold."""
-        tail_threshold = replace(self.threshold, field="p90")
-        r = step_ratio(cur, base, "p90")
-        if r is None or r.note:  # no bands: a tail shift cannot be told from the spread
+        assert cur.sample is not None and base.sample is not None
+        r = ratio_interval(cur.sample, base.sample, "p90")
+        if r is None:
             return None
-        allowed, improved = _bounds(tail_threshold, r.before)
-        verdict = regression_verdict(r.ratio, r.low, r.high, min(cur.count, base.count), allowed, improved, range_name=r.range_name)
+        now, before = cur.sample.values["p90"], base.sample.values["p90"]
+        allowed, improved = _bounds(replace(self.threshold, field="p90"), before)
+        verdict = regression_verdict(r.ratio, r.low, r.high, min(cur.count, base.count), allowed, improved, range_name=_ci_name(r))
         if verdict.outcome is not Outcome.FAIL:
             return None
         change = _pct(100.0 * (r.ratio - 1.0))
         warning = (
-            f"{self.name} ({self.mode}): slower tail: step time p90 {_fmt_s(r.now)} vs baseline {_fmt_s(r.before)}: {change} "
-            f"> +{self.threshold.amount}, beyond the noise{_range_text(r.range_name, r.low, r.high)}, "
+            f"{self.name} ({self.mode}): slower tail: step time p90 {_fmt_s(now)} vs baseline {_fmt_s(before)}: {change} "
+            f"> +{self.threshold.amount}, beyond the noise{_range_text(r)}, "
             f"while the {self.threshold.field} is not; gate the tail with --max-regression p90:{self.threshold.amount}"
         )
-        return warning, {"field": "p90", "actual_s": r.now, "baseline_s": r.before, "ratio": r.ratio, "low": r.low, "high": r.high, "verdict": verdict.verdict}
+        return warning, {"field": "p90", "actual_s": now, "baseline_s": before, "ratio": r.ratio, "low": r.low, "high": r.high, "verdict": verdict.verdict}
 
 
-# Compile time has one figure per run. Without repetitions to measure its spread, the ratio gets
-# this fixed relative noise band on each side: run-to-run compile times of the same code on one
-# CI runner type move by several percent (cache state, load, allocator), so a lone figure is
-# never judged as exact.
-COMPILE_NOISE_FLOOR = 0.10
-# Baseline compile samples (`run --repeat K`, `baseline save --accumulate`) needed to use their
-# measured spread instead of the fixed floor.
-MIN_COMPILE_SAMPLES = 3
+def _twice(t: TimeThreshold) -> str:
+    return f"{2 * t.value:g}%" if t.unit == "%" else f"{2 * t.value:g}s"
 
 
 @dataclass(frozen=True)
 class CompileTimeRegressionCheck(_TimeCheck):
     """Total compile time (Dynamo, AOT, Inductor, CA capture) against the baseline's, by the same
-    rule. Its range is measured when the baseline holds at least MIN_COMPILE_SAMPLES compile times
-    (min(run)/max(baseline) .. max(run)/min(baseline)), else the fixed COMPILE_NOISE_FLOOR around
-    the ratio; the message names which, and the figures compared."""
+    rule. Each run is one compile time: the interval's units are the runs (`run --repeat K`,
+    `baseline save --accumulate`); a side with one figure borrows the other side's noise, and
+    with one figure on both sides the figures alone are judged and the result says the noise was
+    not measured (report.intervals)."""
 
     name: str = "max-compile-regression"
 
@@ -635,31 +666,28 @@ class CompileTimeRegressionCheck(_TimeCheck):
 
         detail = f"total compile time {figure(now, ours)} vs baseline {figure(before, theirs)}: {_pct(change_pct)}"
         data: dict[str, Any] = {"samples": len(ours), "baseline_samples": len(theirs)}
-        if before > 0:
-            ratio = now / before
+        notes: list[str] = []
+        top, bottom = compile_sample(ours), compile_sample(theirs)
+        interval = ratio_interval(top, bottom, "total") if before > 0 and now > 0 and top and bottom else None
+        if interval is not None:
+            # The interval is of the medians' ratio; the figures compared are those same medians.
+            ratio, low, high = now / before, interval.low * (now / before) / interval.ratio, interval.high * (now / before) / interval.ratio
+            interval = replace(interval, ratio=ratio, low=low, high=high)
             allowed, improved = _bounds(t, before)
-            if len(theirs) >= MIN_COMPILE_SAMPLES and min(theirs) > 0:
-                low, high = min(ratio, min(ours) / max(theirs)), max(ratio, max(ours) / min(theirs))
-                noise, range_name = "samples", "range"
-                how = f"noise measured: {len(ours)} run vs {len(theirs)} baseline compile times"
-            else:
-                low, high = ratio / (1.0 + COMPILE_NOISE_FLOOR), ratio * (1.0 + COMPILE_NOISE_FLOOR)
-                noise, range_name = "floor", "range"
-                how = (
-                    f"noise: fixed +/-{100 * COMPILE_NOISE_FLOOR:g}% floor, {len(theirs)} baseline compile time"
-                    f"{'s' if len(theirs) > 1 else ''} (save it from run --repeat {MIN_COMPILE_SAMPLES} to measure it)"
-                )
-            spread = f" ({range_name} {_pct(100.0 * (low - 1.0))}..{_pct(100.0 * (high - 1.0))}; {how})"
-            data.update(low=low, high=high, noise=noise, noise_floor=COMPILE_NOISE_FLOOR if noise == "floor" else None)
-        else:  # nothing compiled before: no ratio; any compile time fails a %, or one over an absolute threshold
-            fails = now > 0 and (t.unit == "%" or now > t.value)
+            spread = _range_text(interval) if interval.measured else " (noise not measured: one compile time a side)"
+            power = power_statement(interval, _wanted(allowed, allowed - 1.0), top, "a compile-time regression", f"+{_twice(t)}, twice the threshold")
+            notes.append(power.text)
+            data.update(low=low, high=high, noise="measured" if interval.measured else "none", **power.data)
+        else:  # nothing compiled on one side: no ratio; any compile time fails a %, or one over an absolute threshold
+            fails = now > 0 and before <= 0 and (t.unit == "%" or now > t.value)
             ratio, allowed, improved = (math.inf if fails else 1.0), 2.0, 0.5
             low = high = ratio
-            spread, range_name = " (nothing compiled in the baseline: no ratio, no noise margin)", "range"
+            spread = " (nothing compiled on one side: no ratio, no noise margin)"
             data.update(noise="none")
-        verdict = regression_verdict(ratio, low, high, MIN_STEADY_STEPS, allowed, improved, range_name=f"noise {range_name}")
+        verdict = regression_verdict(ratio, low, high, MIN_STEADY_STEPS, allowed, improved, range_name="90% CI")
         message = _regression_message(f"{self.name} ({self.mode})", detail, verdict, t, spread)
-        notes = [verdict.note] if verdict.note else []
+        if verdict.note:
+            notes.insert(0, verdict.note)
         data.update(
             actual_s=now, baseline_s=before, change_pct=change_pct if math.isfinite(change_pct) else None,
             ratio=ratio if math.isfinite(ratio) else None, allowed_ratio=allowed, verdict=verdict.verdict,

@@ -58,6 +58,8 @@ class GateSettings:
     max_regression: dict[str, TimeThreshold] = field(default_factory=dict)  # by field: median, mean, p10, p90
     max_compile_regression: TimeThreshold | None = None
     fail_on_improvement: bool | None = None
+    # A timing check that cannot resolve its threshold with the evidence it has fails.
+    require_power: bool | None = None
     # Where each given setting came from ("flag" or the config path), for the report.
     sources: dict[str, str] = field(default_factory=dict)
 
@@ -70,7 +72,7 @@ class GateSettings:
 
 _KEYS = (
     "mode", "max-ca-graphs", "max-recompiles", "max-graph-breaks", "min-speedup", "max-memory-ratio", "baseline",
-    "max-regression", "max-compile-regression", "fail-on-improvement",
+    "max-regression", "max-compile-regression", "fail-on-improvement", "require-power",
 )
 
 
@@ -140,11 +142,12 @@ def settings_from_values(values: dict[str, Any], source: str, base_dir: Path | N
         settings["max_compile_regression"] = parse_time_threshold(
             normalized["max-compile-regression"], flag("max-compile-regression")
         )
-    if "fail-on-improvement" in normalized:
-        value = normalized["fail-on-improvement"]
-        if not isinstance(value, bool):
-            raise UsageError(f"{flag('fail-on-improvement')}: expected true or false, got {value!r}")
-        settings["fail_on_improvement"] = value
+    for key in ("fail-on-improvement", "require-power"):
+        if key in normalized:
+            value = normalized[key]
+            if not isinstance(value, bool):
+                raise UsageError(f"{flag(key)}: expected true or false, got {value!r}")
+            settings[key.replace("-", "_")] = value
     sources = {name: source for name in settings}
     return GateSettings(**settings, sources=sources)
 

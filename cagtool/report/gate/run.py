@@ -20,6 +20,7 @@ from cagtool.report.gate.baseline import (
     run_snapshots,
 )
 from cagtool.report.gate.checks import (
+    insist_on_power,
     BASELINE,
     RECOMPILE_KINDS,
     Check,
@@ -187,6 +188,8 @@ def run_gate(run_path: str | Path | None, options: GateOptions | None = None) ->
     mode = settings.mode or default_mode(run)
     checks = build_checks(settings, mode, baseline)
     results, ranks = _evaluate(checks, run, mode, baseline, bool(settings.fail_on_improvement), options.rank)
+    if settings.require_power:
+        results = [insist_on_power(r) for r in results]
     warnings = environment_warnings(baseline, run) if baseline is not None else []
     if settings.mode is None and mode not in ("ca", IMPORTED_MODE):  # an imported run has only that mode
         warnings.append(f"the run did not ask for the ca mode: gating mode {mode} (--mode to choose)")

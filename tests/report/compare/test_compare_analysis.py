@@ -419,15 +419,16 @@ Modes side by side: train.py
 │ numerics vs eager (max rel diff) │         reference │                0 │                0 │
 └──────────────────────────────────┴───────────────────┴──────────────────┴──────────────────┘
 Speedups (steady-state step time)
-┏━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓
-┃           ┃ speedup ┃ range (p10/p90) ┃ verdict ┃ note                                    ┃
-┡━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩
-│ aot/eager │   1.25x │    1.20 - 1.30x │ faster  │                                         │
-│ ca/eager  │   2.00x │    1.92 - 2.08x │ faster  │ from a mode that did not finish cleanly │
-│ ca/aot    │   1.60x │    1.54 - 1.67x │ faster  │ from a mode that did not finish cleanly │
-└───────────┴─────────┴─────────────────┴─────────┴─────────────────────────────────────────┘
-speedup = baseline median step time / mode median step time (> 1: faster); a range containing 1.0 is
-within noise.
+┏━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓
+┃           ┃ speedup ┃       90% CI ┃ verdict ┃ note                                    ┃
+┡━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩
+│ aot/eager │   1.25x │ 1.23 - 1.27x │ faster  │                                         │
+│ ca/eager  │   2.00x │ 1.97 - 2.03x │ faster  │ from a mode that did not finish cleanly │
+│ ca/aot    │   1.60x │ 1.58 - 1.62x │ faster  │ from a mode that did not finish cleanly │
+└───────────┴─────────┴──────────────┴─────────┴─────────────────────────────────────────┘
+speedup = baseline median step time / mode median step time (> 1: faster), with its 90% confidence
+interval (batches of consecutive steps, or repetitions, as units; docs/ci.md); an interval
+containing 1.0 is within noise.
 Steps left out of the steady state because compilation touched them: aot: step 0; ca: step 0
 Numerics: losses and final norms agree with eager within rtol 0.001, atol 1e-06; largest relative
 difference 0

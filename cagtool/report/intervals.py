@@ -1,0 +1,262 @@
+"""Confidence intervals of timing ratios, and what a check can resolve with the evidence it has.
+
+Every timing verdict (compare's speedups, `gate --min-speedup`, `--max-regression`,
+`--max-compile-regression`, the HTML verdict) rests on one interval: that of the ratio of a
+statistic (the median, mean, p10 or p90 of the steady step times, or the compile time) between two
+sides, never on the spread of the step times themselves. The spread says how wide the
+distribution is; the interval says how well the statistic is known, and it narrows with evidence.
+
+Units. Step times drift and are autocorrelated: consecutive steps are not independent samples, and
+an interval that treats them so is far too narrow on a long run. Each side's steady series is cut
+into batches of consecutive steps (about sqrt(n) batches, at most `MAX_BATCHES`: the method of batch
+means, standard for the output of a simulation) and the statistic of each batch is one unit; a slow
+drift makes the batches differ and the interval wider, as it should. With `MIN_REPETITION_UNITS` or
+more repetitions (`cagtool run --repeat K`) the side's units are its repetitions instead: runs
+differ from each other more than batches of one run do (compile cache, memory layout, the machine's
+load), and only repetitions can see that. With one run a side, that run-to-run noise is not
+measured, and the check says so.
+
+Interval. On the log scale: d = log(statistic of A) - log(statistic of B), pooled over all of a
+side's steps; its standard error from the units' log statistics, sqrt(s_A^2/k_A + s_B^2/k_B); and
+Student's t with Welch's degrees of freedom. The ratio's interval is exp(d -/+ t * se), two-sided at
+`CONFIDENCE` (90%: a check that fails only when the whole interval is beyond its bound is wrong at
+most 5% of the time when the truth sits on the bound). Compile times are one figure per run: their
+units are the runs themselves, and a side with one figure borrows the other side's noise (same
+runner, same code path); with one figure on both sides there is no interval, and the check judges
+the figures alone and says the noise was not measured.
+
+Resolution (power). A check that fails when the interval's far end passes a bound catches a true
+change of (t(1 - alpha/2) + t(power)) * se beyond that bound with probability `POWER`: that
+distance is what the check can resolve. A regression check *resolves its threshold* when it would
+catch a regression of twice the threshold 95% of the time; `units_needed` says how much more
+evidence would make it so (se shrinks as 1/sqrt(units)).
+
+The calibration of all this against realistic step-time shapes (skewed, drifting, autocorrelated,
+with outliers, and real recorded runs) is `benchmarks/gate_calibration.py`, with its table in
+benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Sequence
+
+CONFIDENCE = 0.90
+POWER = 0.95
+MAX_BATCHES = 30
+# A side measured by repetitions needs this many: with two, one difference estimates the noise.
+MIN_REPETITION_UNITS = 3
+# Step-time statistics a check can hold to a threshold.
+FIELDS = ("median", "mean", "p10", "p90")
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile, P(T <= x) = p (Hill 1970, CACM Algorithm 396): within 1e-4 relative
+    of scipy.stats.t.ppf for df = 1, 2 and every real df >= 2, pinned by a test. Between 1 and 2
+    the algorithm is off by up to 4%, so df is taken down to 1 there: a wider, never a narrower,
+    interval. Hand-written because `import scipy.special` alone costs 0.6 s of CPU, more than the
+    whole `gate` command on a 20,000-step record (benchmarks/README.md)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be in (0, 1), got {p}")
+    if math.isinf(df) or df > 1e7:
+        return NormalDist().inv_cdf(p)
+    n = float(df) if df >= 2.0 else 1.0
+    if p == 0.5:
+        return 0.0
+    two_tail = 2.0 * min(p, 1.0 - p)
+    sign = 1.0 if p > 0.5 else -1.0
+    if n == 1.0:
+        x = 1.0 / math.tan(two_tail * math.pi / 2.0)
+        return sign * x
+    if n == 2.0:
+        return sign * math.sqrt(2.0 / (two_tail * (2.0 - two_tail)) - 2.0)
+    a = 1.0 / (n - 0.5)
+    b = 48.0 / (a * a)
+    c = ((20700.0 * a / b - 98.0) * a - 16.0) * a + 96.36
+    d = ((94.5 / (b + c) - 3.0) / b + 1.0) * math.sqrt(a * math.pi / 2.0) * n
+    x = d * two_tail
+    y = x ** (2.0 / n)
+    if y > 0.05 + a:
+        x = NormalDist().inv_cdf(two_tail * 0.5)
+        y = x * x
+        if n < 5.0:
+            c += 0.3 * (n - 4.5) * (x + 0.6)
+        c = (((0.05 * d * x - 5.0) * x - 7.0) * x - 2.0) * x + b + c
+        y = (((((0.4 * y + 6.3) * y + 36.0) * y + 94.5) / c - y - 3.0) / b + 1.0) * x
+        y = math.expm1(a * y * y)
+    else:
+        y = ((1.0 / (((n + 6.0) / (n * y) - 0.089 * d - 0.822) * (n + 2.0) * 3.0) + 0.5 / (n + 4.0)) * y - 1.0) * (n + 1.0) / (n + 2.0) + 1.0 / y
+    return sign * math.sqrt(n * y)
+
+
+def _statistic(values: Sequence[float], field_name: str) -> float:
+    import numpy as np
+
+    array = np.asarray(values, dtype=float)
+    if field_name == "median":
+        return float(np.median(array))
+    if field_name == "mean":
+        return float(array.mean())
+    if field_name in ("p10", "p90"):
+        return float(np.percentile(array, 10.0 if field_name == "p10" else 90.0))
+    raise ValueError(f"unknown statistic {field_name!r}")
+
+
+def batch_count(n: int) -> int:
+    """How many batches a series of n steps is cut into: about sqrt(n) (long enough batches for
+    the autocorrelation of a real job, enough of them to estimate a spread), at most MAX_BATCHES."""
+    return max(2, min(MAX_BATCHES, math.isqrt(n))) if n >= 2 else 0
+
+
+def batch_statistics(series: Sequence[float], field_name: str) -> list[float]:
+    """The statistic of each batch of consecutive steps (batches differ in length by at most 1)."""
+    import numpy as np
+
+    k = batch_count(len(series))
+    if k == 0:
+        return []
+    array = np.asarray(series, dtype=float)
+    if field_name == "mean":
+        return [float(part.mean()) for part in np.array_split(array, k)]
+    if field_name == "median":
+        return [float(np.median(part)) for part in np.array_split(array, k)]
+    q = 10.0 if field_name == "p10" else 90.0
+    return [float(np.percentile(part, q)) for part in np.array_split(array, k)]
+
+
+@dataclass(frozen=True)
+class TimingSample:
+    """One side of a comparison, as an interval needs it: per statistic, its value over all of the
+    side's steps and its value per unit (a batch of consecutive steps, or a repetition), seconds.
+    This is what a baseline file keeps of the step times (a few dozen numbers a statistic)."""
+
+    count: int  # steady steps, all repetitions
+    repetitions: int
+    unit: str  # "batch" | "repetition"
+    values: dict[str, float]  # statistic -> pooled value
+    units: dict[str, tuple[float, ...]]  # statistic -> per-unit values
+
+    def log_units(self, field_name: str) -> list[float]:
+        return [math.log(v) for v in self.units.get(field_name, ()) if v > 0]
+
+
+def timing_sample(repetitions: Sequence[Sequence[float]]) -> TimingSample | None:
+    """The sample of one side from its repetitions' steady step times, each in step order. None
+    without a step. Repetitions are the units when MIN_REPETITION_UNITS or more have steps; else
+    batches of each repetition's own series (never across a repetition boundary)."""
+    series = [list(rep) for rep in repetitions if len(rep) > 0]
+    pooled = [t for rep in series for t in rep]
+    if not pooled:
+        return None
+    by_repetition = len(series) >= MIN_REPETITION_UNITS
+    values: dict[str, float] = {}
+    units: dict[str, tuple[float, ...]] = {}
+    for name in FIELDS:
+        values[name] = _statistic(pooled, name)
+        if by_repetition:
+            units[name] = tuple(_statistic(rep, name) for rep in series)
+        else:
+            units[name] = tuple(v for rep in series for v in batch_statistics(rep, name))
+    return TimingSample(len(pooled), len(series), "repetition" if by_repetition else "batch", values, units)
+
+
+def compile_sample(samples: Sequence[float]) -> TimingSample | None:
+    """Compile times, one per run: each run is a unit."""
+    kept = tuple(float(s) for s in samples if s is not None and s > 0)
+    if not kept:
+        return None
+    median = sorted(kept)[len(kept) // 2] if len(kept) % 2 else sum(sorted(kept)[len(kept) // 2 - 1 : len(kept) // 2 + 1]) / 2
+    return TimingSample(len(kept), len(kept), "run", {"total": median}, {"total": kept})
+
+
+def _mean_var(values: list[float]) -> tuple[float, float]:
+    k = len(values)
+    mean = sum(values) / k
+    return mean, (sum((v - mean) ** 2 for v in values) / (k - 1) if k > 1 else math.nan)
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    """top / bottom for one statistic, with its two-sided CONFIDENCE interval."""
+
+    ratio: float
+    low: float
+    high: float
+    se: float  # standard error of log(ratio); nan when the noise was not measured
+    df: float
+    units: tuple[int, int]  # units on each side
+    unit: str  # how the units were made: "batch", "repetition", "run", or "top batch / bottom repetition"
+    confidence: float = CONFIDENCE
+
+    @property
+    def measured(self) -> bool:
+        """False when neither side had two units: the ratio's noise is unknown."""
+        return not math.isnan(self.se)
+
+    def resolution(self, power: float = POWER) -> float:
+        """The smallest log-distance beyond a bound that a check on this interval catches with
+        probability `power` (inf when the noise was not measured)."""
+        if not self.measured:
+            return math.inf
+        alpha = 1.0 - self.confidence
+        return (t_quantile(1.0 - alpha / 2.0, self.df) + t_quantile(power, self.df)) * self.se
+
+    def evidence_factor(self, wanted: float, power: float = POWER) -> float:
+        """How many times the present units a side would need for the resolution to be `wanted`
+        (log-distance); se shrinks as 1/sqrt(units). inf when unmeasured."""
+        have = self.resolution(power)
+        if not math.isfinite(have):
+            return math.inf
+        if have <= wanted:
+            return 1.0
+        return (have / wanted) ** 2
+
+
+def ratio_interval(top: TimingSample, bottom: TimingSample, field_name: str, confidence: float = CONFIDENCE) -> RatioInterval | None:
+    """The interval of top/bottom for `field_name` (see the module docstring). None when a side
+    has no value."""
+    a, b = top.values.get(field_name), bottom.values.get(field_name)
+    if a is None or b is None or a <= 0 or b <= 0:
+        return None
+    d = math.log(a) - math.log(b)
+    la, lb = top.log_units(field_name), bottom.log_units(field_name)
+    unit = top.unit if top.unit == bottom.unit else f"{top.unit} / {bottom.unit}"
+    counts = (len(la), len(lb))
+    _, va = _mean_var(la) if la else (0.0, math.nan)
+    _, vb = _mean_var(lb) if lb else (0.0, math.nan)
+    if math.isnan(va) and math.isnan(vb):
+        return RatioInterval(math.exp(d), math.exp(d), math.exp(d), math.nan, math.nan, counts, unit, confidence)
+    if math.isnan(va) or math.isnan(vb):
+        # One side has a single unit: it borrows the other side's noise (same runner, same code).
+        known, k_known = (vb, len(lb)) if math.isnan(va) else (va, len(la))
+        se = math.sqrt(known / max(len(la), 1) + known / max(len(lb), 1))
+        df = float(k_known - 1)
+    else:
+        qa, qb = va / len(la), vb / len(lb)
+        se = math.sqrt(qa + qb)
+        if se == 0.0:
+            df = float(len(la) + len(lb) - 2)
+        else:
+            df = (qa + qb) ** 2 / ((qa * qa / (len(la) - 1) if qa else 0.0) + (qb * qb / (len(lb) - 1) if qb else 0.0))
+    t = t_quantile(1.0 - (1.0 - confidence) / 2.0, max(df, 1.0))
+    return RatioInterval(math.exp(d), math.exp(d - t * se), math.exp(d + t * se), se, max(df, 1.0), counts, unit, confidence)
+
+
+def evidence_text(interval: RatioInterval, factor: float, sample: TimingSample | None) -> str:
+    """"about N steady steps a side" / "about K repetitions a side" for an evidence factor."""
+    if not math.isfinite(factor):
+        return "repetitions on both sides (run --repeat 3) to measure the noise"
+    if sample is None or interval.unit.startswith("run"):
+        return f"about {math.ceil(factor * max(interval.units))} runs a side"
+    if sample.unit == "repetition":
+        return f"about {math.ceil(factor * sample.repetitions)} repetitions a side (run --repeat)"
+    return f"about {math.ceil(factor * sample.count):,} steady steps a side"
+
+
+def pct(log_distance: float) -> str:
+    """A log-distance as the relative change it means, e.g. 0.0953 -> "10.0%"."""
+    if not math.isfinite(log_distance):
+        return "unbounded"
+    return f"{100.0 * math.expm1(log_distance):.1f}%"

@@ -89,6 +89,9 @@ def default_mode(run: RunRecord) -> str:
     return run.default_mode_name() or "ca"
 
 
+_CA_METRICS = frozenset({"ca_graphs", "ca_recompiles", "ca_cache_misses"})
+
+
 def build_checks(settings: GateSettings, mode: str, baseline: Baseline | None) -> list[Check]:
     """The checks the settings ask for, in a stable order. Without explicit count limits, a
     baseline's own counts are the limits (exact, direction-aware)."""
@@ -112,12 +115,20 @@ def build_checks(settings: GateSettings, mode: str, baseline: Baseline | None) -
         *(m for t in settings.min_speedup.values() for m in (t.numerator, t.denominator)),
         *(m for r in ratios for m in (r.numerator, r.denominator) if m != BASELINE),
     ]
-    checks: list[Check] = [ModeStatusCheck(m) for m in dict.fromkeys(modes)]
+    modes_checked = list(dict.fromkeys(modes))
+    checks: list[Check] = [ModeStatusCheck(m) for m in modes_checked]
 
     def count(name: str, metric: str, given: CountLimit | None, source_key: str) -> None:
         if given is not None:
-            checks.append(MaxCountCheck(name, metric, mode, given.limit, src.get(source_key, "flag")))
-        elif baseline is not None:
+            # A compiled-autograd limit is about the ca mode whichever mode is gated: aot and
+            # eager capture no CA graph by design, so their 0 would pass (or read "improved") on a
+            # run that never measured CA. An imported trace has one mode, holding what the job did.
+            counted = "ca" if metric in _CA_METRICS and mode != IMPORTED_MODE else mode
+            if counted not in modes_checked:
+                modes_checked.append(counted)
+                checks.insert(len(modes_checked) - 1, ModeStatusCheck(counted))
+            checks.append(MaxCountCheck(name, metric, counted, given.limit, src.get(source_key, "flag")))
+        elif baseline is not None:  # the baseline's own count of the same mode: like against like
             checks.append(MaxCountCheck(name, metric, mode, None, "baseline"))
 
     count("max-ca-graphs", "ca_graphs", settings.max_ca_graphs, "max_ca_graphs")

@@ -565,3 +565,17 @@ def load_baseline_stub():
     from cagtool.report.gate.baseline import Baseline
 
     return Baseline(modes={"ca": snap()})
+
+
+def test_a_ca_threshold_reads_the_ca_mode_and_fails_without_it():
+    """--max-ca-graphs 1 on a run recorded without the ca mode used to pass as IMPROVED on aot's
+    0 CA graphs: a CA-specific limit reads the ca mode, which the run lacks: an error."""
+    settings = settings_from_values({"max_ca_graphs": "1", "max_recompiles": ["ca:0", "dynamo:0"]}, "flag")
+    checks = build_checks(settings, "aot", None)
+    assert [(type(c).__name__, c.mode) for c in checks] == [
+        ("ModeStatusCheck", "aot"), ("ModeStatusCheck", "ca"), ("MaxCountCheck", "ca"), ("MaxCountCheck", "ca"), ("MaxCountCheck", "aot"),
+    ]
+    results = evaluate_all(checks, {"aot": snap("aot", ca_graphs=0)}, None)
+    by_name = {r.check: r for r in results}
+    assert by_name["max-ca-graphs"].outcome is Outcome.ERROR and "the run has no ca mode" in by_name["max-ca-graphs"].message
+    assert by_name["max-recompiles:dynamo"].outcome is Outcome.PASS

@@ -1,0 +1,69 @@
+"""A job of real length, end to end: 2,000 steps through `cagtool run --gate`, `baseline save` and a
+gate against that baseline. The gate's quantile bands once overflowed past ~1,030 steady steps
+(exit 4 after the whole job had trained); this pins that a long job is gated, with its power."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, cagtool_cmd
+
+pytestmark = pytest.mark.slow
+
+STEPS = 2_000
+
+SCRIPT = """\
+import sys
+import torch
+
+torch.manual_seed(0)
+model = torch.compile(torch.nn.Linear(8, 8))
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+x = torch.randn(4, 8)
+for step in range(int(sys.argv[1])):
+    loss = model(x).square().mean()
+    opt.zero_grad(set_to_none=False)
+    loss.backward()
+    opt.step()
+"""
+
+
+def _cagtool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CI": "true"}
+    return subprocess.run(cagtool_cmd(*map(str, args)), capture_output=True, text=True, timeout=600, cwd=str(cwd), env=env)
+
+
+def test_a_2000_step_job_runs_through_run_gate_baseline_and_gate(tmp_path):
+    script = tmp_path / "tiny_train.py"
+    script.write_text(SCRIPT)
+    run = tmp_path / "run"
+    recorded = _cagtool("run", "--modes", "aot,ca", "--backend", "eager", "-o", run, "--gate", "--max-recompiles", "ca:0",
+                        "--min-speedup", "ca/aot:0.01", script, STEPS, cwd=tmp_path)
+    assert recorded.returncode == 0, recorded.stderr[-3000:]
+    gate = json.loads((run / "gate.json").read_text())
+    assert gate["passed"] is True
+    speedup = next(c for c in gate["checks"] if c["check"] == "min-speedup")
+    assert speedup["outcome"] == "pass" and speedup["data"]["unit"] == "batch" and speedup["data"]["units"] == [30, 30]
+    assert any(note.startswith("power: ") for note in speedup["notes"])
+
+    baseline = tmp_path / "baseline.json"
+    saved = _cagtool("baseline", "save", run, "-o", baseline, cwd=tmp_path)
+    assert saved.returncode == 0, saved.stderr
+    sample = json.loads(baseline.read_text())["modes"]["ca"]["step_time"]["sample"]
+    assert sample["unit"] == "batch" and sample["count"] > 1_900 and len(sample["units_s"]["median"]) == 30
+
+    # The run against its own baseline: ratio exactly 1, so no timing check can fail, and with
+    # 2,000 steps a side each resolves twice a 50% threshold.
+    again = _cagtool("gate", run, "--baseline", baseline, "--max-regression", "50%", "--max-regression", "p90:50%",
+                     "--require-power", "--format", "json", cwd=tmp_path)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
+    checks = {c["check"]: c for c in json.loads(again.stdout)["checks"]}
+    for name in ("max-regression", "max-regression:p90"):
+        assert checks[name]["outcome"] == "pass" and checks[name]["data"]["ratio"] == pytest.approx(1.0, rel=1e-5)  # the baseline keeps 6 digits
+        assert checks[name]["data"]["resolves"] is True
+    assert ROOT.is_dir()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, cagtool_cmd
+from conftest import cagtool_cmd
 
 pytestmark = pytest.mark.slow
 
@@ -57,13 +57,21 @@ def test_a_2000_step_job_runs_through_run_gate_baseline_and_gate(tmp_path):
     sample = json.loads(baseline.read_text())["modes"]["ca"]["step_time"]["sample"]
     assert sample["unit"] == "batch" and sample["count"] > 1_900 and len(sample["units_s"]["median"]) == 30
 
-    # The run against its own baseline: ratio exactly 1, so no timing check can fail, and with
-    # 2,000 steps a side each resolves twice a 50% threshold.
-    again = _cagtool("gate", run, "--baseline", baseline, "--max-regression", "50%", "--max-regression", "p90:50%",
-                     "--require-power", "--format", "json", cwd=tmp_path)
+    # The run against its own baseline: ratio exactly 1, so no timing check can fail; each states
+    # its power (how much it resolves depends on this machine's noise, so only consistency is
+    # asserted: --require-power fails exactly the checks that say they cannot resolve).
+    args = ("gate", run, "--baseline", baseline, "--max-regression", "50%", "--max-regression", "p90:50%", "--format", "json")
+    again = _cagtool(*args, cwd=tmp_path)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
     checks = {c["check"]: c for c in json.loads(again.stdout)["checks"]}
+    unresolved = []
     for name in ("max-regression", "max-regression:p90"):
         assert checks[name]["outcome"] == "pass" and checks[name]["data"]["ratio"] == pytest.approx(1.0, rel=1e-5)  # the baseline keeps 6 digits
-        assert checks[name]["data"]["resolves"] is True
-    assert ROOT.is_dir()
+        assert checks[name]["data"]["units"] == [30, 30] and isinstance(checks[name]["data"]["resolves"], bool)
+        if not checks[name]["data"]["resolves"]:
+            unresolved.append(name)
+            assert checks[name]["data"]["evidence_needed"].endswith("steady steps a side")
+    strict = _cagtool(*args, "--require-power", cwd=tmp_path)
+    assert strict.returncode == (1 if unresolved else 0)
+    errors = [c["check"] for c in json.loads(strict.stdout)["checks"] if c["outcome"] == "error"]
+    assert errors == unresolved

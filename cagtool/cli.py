@@ -33,6 +33,7 @@ _COMMAND_MODULES = {
     "export": "export",
     "doctor": "doctor",
     "import": "import_trace",
+    "merge": "merge",
     "baseline": "baseline",
 }
 

@@ -1,0 +1,48 @@
+"""`cagtool merge`: the runs of one multi-node job's hosts as one run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List
+
+import typer
+
+
+def merge_command(
+    runs: List[Path] = typer.Argument(..., metavar="NODE_RUN...", help="Each node's run directory (at least two)."),
+    output: Path = typer.Option(..., "-o", "--output", metavar="DIR", help="The merged run's directory (must not exist)."),
+) -> None:
+    """Merge the runs a multi-node job's hosts recorded into one run that every report reads.
+
+    Each host records its own node into its own directory (on a shared filesystem or copied
+    together afterwards), the ranks keep their global numbers, and merge puts every rank of every
+    node into one run: summary, compare, gate and report then see the whole job (per-rank tables,
+    divergence across nodes, a gate over every rank).
+
+        \b
+        # on host 0 and host 1, the same command but for --node-rank:
+        cagtool run -o /shared/job/node0 torchrun --nnodes 2 --node-rank 0 --nproc-per-node 8 \\
+            --master-addr HOST0 --master-port 29500 train.py
+        cagtool run -o /shared/job/node1 torchrun --nnodes 2 --node-rank 1 ...
+        \b
+        cagtool merge /shared/job/node0 /shared/job/node1 -o /shared/job/all
+        cagtool gate /shared/job/all --max-recompiles ca:0
+
+    The inputs are not changed. Exit codes: 0 merged; 2 not the nodes of one job (another target
+    or modes, a rank recorded twice) or the output exists; 3 an unreadable run.
+    """
+    from cagtool.record.merge import merge_runs
+
+    merged = merge_runs(list(runs), output)
+    for node in merged.nodes:
+        ranks = ", ".join(map(str, node["ranks"])) or "none"
+        print(f"node {node['node']}: {node['run']} ({node['hostname'] or 'host ?'}), {node['status']}, ranks {ranks}", file=sys.stderr)
+    for mode, ranks in merged.ranks.items():
+        print(f"mode {mode}: ranks {', '.join(map(str, ranks)) or 'none'}", file=sys.stderr)
+    print(f"merged run: {merged.path}", file=sys.stderr)
+    print(f"next: cagtool summary {merged.path}", file=sys.stderr)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("merge")(merge_command)

@@ -154,7 +154,7 @@ def record_real_steps(steps: int = 3000) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=200, help="trials per cell for n <= 1,000 (n = 100,000 runs a quarter)")
+    parser.add_argument("--trials", type=int, default=200, help="trials per cell for n <= 1,000 (n = 100,000 runs a tenth, at least 20)")
     parser.add_argument("--quick", action="store_true", help="60 trials, n <= 1,000")
     parser.add_argument("--shapes", default="lognormal,skewed,ar1-drift,outliers,real")
     parser.add_argument("--run-noise", type=float, default=0.01, help="sd of the log level of each run (run-to-run noise)")
@@ -173,7 +173,7 @@ def main() -> int:
     for shape in args.shapes.split(","):
         for n in sizes:
             for k in (1, 3, 5):
-                count = max(20, trials // 4) if n >= 100_000 else trials
+                count = max(20, trials // 10) if n >= 100_000 else trials
                 for effect in EFFECTS:
                     fails: dict[str, int] = {}
                     resolves: dict[str, int] = {}

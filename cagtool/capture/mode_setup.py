@@ -97,11 +97,22 @@ def mode_context(mode: str, observer: Any, dynamic: bool) -> Iterator[None]:
         observer.install_logger()
 
     ca.reset = reset_and_rearm
+    original_enable = ca._enable
+    if dynamic:
+        # `--dynamic` is about compiled autograd's sizes whatever route enabled it: the script's
+        # own `_enable(...)`, and the config flag, whose torch.compile enters
+        # `_enable(compiler_fn, dynamic=<torch.compile's dynamic, else not assume_static_by_default>)`
+        # (eval_frame.py), i.e. static by default; the innermost `_enable` decides.
+        def _enable_dynamic(compiler_fn: Any, dynamic: bool = True, *args: Any, **kwargs: Any) -> Any:
+            return original_enable(compiler_fn, True, *args, **kwargs)
+
+        ca._enable = _enable_dynamic
     try:
-        with ca._enable(compiler, dynamic=dynamic):
+        with original_enable(compiler, dynamic=dynamic):
             observer.install_logger()
             yield
     finally:
+        ca._enable = original_enable
         ca.reset = original_reset
         _force_config("optimize_ddp", _unset())
 

@@ -27,6 +27,9 @@ class RecompilesOptions:
     mode: Optional[str] = None  # one mode; None: every mode of the run
     rank: Optional[int] = None  # multi-rank runs: this rank's record; None: rank 0
     width: Optional[int] = None  # console width (tests); None: the terminal's or 100
+    verify: bool = False  # re-run the job with each applicable fix and measure it
+    repeat: int = 3  # repetitions of the baseline and of each fix (--verify)
+    fix: Optional[str] = None  # verify this fix only
 
 
 def recompile_tables(
@@ -92,9 +95,18 @@ def _run_recompiles(options: RecompilesOptions, out: IO[str] | None, err: IO[str
     run_label = run_label or str(record.path)
     if options.rank is not None:
         run_label += f" --rank {options.rank}"  # the hints it ends up in name the same rank
-    explanations = [explain(t) for t in tables] if options.explain else None
+    explanations = [explain(t) for t in tables] if options.explain or options.verify else None
+    verification = None
+    if options.verify:
+        assert explanations is not None
+        verification = _verify(record, tables, explanations, options, err)
     if options.format == TextOrJson.json.value:
-        out.write(RecompilesJsonRenderer().render(str(record.path), tables, explanations, ranks=[n.to_json() for n in rank_notes]) + "\n")
+        text = RecompilesJsonRenderer().render(str(record.path), tables, explanations, ranks=[n.to_json() for n in rank_notes])
+        if verification is not None:
+            import json
+
+            text = json.dumps({**json.loads(text), "verification": verification.to_dict()}, indent=2)
+        out.write(text + "\n")
         for table in tables:
             for note in record_notes(table):
                 print(f"cagtool: {note}", file=err)
@@ -107,7 +119,39 @@ def _run_recompiles(options: RecompilesOptions, out: IO[str] | None, err: IO[str
         ExplanationRenderer(console).render(explanations, run_label)
     else:
         RecompilesTableRenderer(console).render(tables, run_label)
+    if verification is not None:
+        from cagtool.verify.render import verification_lines
+
+        for line in verification_lines(verification):
+            print_wrapped(console, line)
     return 0
+
+
+def _verify(record: "RunRecord", tables: list, explanations: list, options: RecompilesOptions, err: IO[str]):
+    """--verify: the fixes for the verified mode's causes, applied by re-running the job."""
+    from cagtool.errors import UsageError
+    from cagtool.verify.fixes import fixes_for, who_fixes
+    from cagtool.verify.verification import estimate_seconds, verify
+
+    mode = options.mode or ("ca" if "ca" in record.modes else next(iter(record.modes)))
+    index = next((i for i, t in enumerate(tables) if t.mode == mode), 0)
+    explanation = explanations[index]
+    fixes = fixes_for(explanation, dynamic_already=bool((record.meta.options or {}).get("dynamic")))
+    if options.fix is not None:
+        names = [f.name for f in fixes]
+        fixes = [f for f in fixes if f.name == options.fix]
+        if not fixes:
+            raise UsageError(f"--fix {options.fix}: no such fix applies to this run's causes (applicable: {', '.join(names) or 'none'})")
+    answered = {n for f in fixes for n in f.causes}
+    not_applied = [
+        {"cause": c.number, "code": c.code, "who": who_fixes(c), "why": "needs a change to the code; not applied automatically"}
+        for c in explanation.causes if c.number not in answered
+    ]
+    estimate = estimate_seconds(record, mode, options.repeat, len(fixes))
+    when = f"; estimated {estimate:.0f} s" if estimate is not None else ""
+    print(f"cagtool: verifying {len(fixes)} fix{'es' if len(fixes) != 1 else ''} in mode {mode}: the baseline and each fix "
+          f"{options.repeat} times, each its own process{when}", file=err, flush=True)
+    return verify(record.path, mode, fixes, options.repeat, not_applied, progress=lambda line: print(f"cagtool: {line}", file=err, flush=True))
 
 
 def recompiles(
@@ -117,6 +161,9 @@ def recompiles(
     strict: bool = STRICT_OPT,
     mode: Optional[str] = typer.Option(None, "--mode", help="Only this mode's record: ca, aot or eager (default: every mode of the run)."),
     rank: Optional[int] = typer.Option(None, "--rank", min=0, metavar="N", help="Multi-rank runs: rank N's recompiles (default: rank 0)."),
+    verify: bool = typer.Option(False, "--verify", help="Re-run the job with each fix cagtool can apply (no edit of your script) and measure it: verified, no effect or harmful."),
+    repeat: int = typer.Option(3, "--repeat", min=1, help="With --verify: runs of the baseline and of each fix, each its own process."),
+    fix: Optional[str] = typer.Option(None, "--fix", metavar="NAME", help="With --verify: only this fix (ca-dynamic, dynamic-sources)."),
 ) -> None:
     """Every recompile of a recorded run: why the backward (or a forward frame) was compiled again.
 
@@ -141,10 +188,22 @@ def recompiles(
     recompile storms and recompile-limit fallbacks to eager come first. Each cause names its
     evidence (compile ids, steps, and the seq of its events in <run>/<mode>/events.jsonl) and a fix.
 
+    With --verify, the job is run again (as recorded: script, arguments, cwd, backend, steps) in
+    the verified mode, --repeat times as a baseline and --repeat times with each fix cagtool can
+    apply without editing the script (ca-dynamic: compiled autograd's sizes start dynamic;
+    dynamic-sources: Dynamo compiles the inputs whose size guards failed dynamic from the start,
+    TORCH_COMPILE_DYNAMIC_SOURCES). Each fix gets before -> after for CA and Dynamo recompiles,
+    compile time, time to first step, steady step time (with its 90% confidence interval), peak
+    memory and numerics, and a verdict: verified, no effect or harmful. The re-runs are kept
+    under RUN/verify/, the result in RUN/verification.json (summary and report show it).
+
     Examples:
 
       \b
       cagtool recompiles                      # the latest run, as a table
+
+      \b
+      cagtool recompiles --explain --verify   # and prove each fix on your job (re-runs it)
 
       \b
       cagtool recompiles --explain            # why, and what to do
@@ -161,6 +220,9 @@ def recompiles(
         strict=strict,
         mode=mode,
         rank=rank,
+        verify=verify,
+        repeat=repeat,
+        fix=fix,
     )
     raise typer.Exit(run_recompiles(options))
 

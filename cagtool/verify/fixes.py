@@ -1,0 +1,102 @@
+"""The fixes `recompiles --explain --verify` can apply without editing the user's script, and which
+root cause each answers.
+
+Each fix is a change to how the job is run, never to its code: a `cagtool run` flag or an
+environment variable that torch reads at import. What each relies on in torch 2.13 is written in
+docs/torch-internals.md ("Fixes --verify applies"):
+
+- `ca-dynamic`: compiled autograd's sizes start dynamic (`cagtool run --dynamic`, which reaches
+  every route that enables compiled autograd: cagtool's own `_enable`, the script's, and the
+  config flag's, which otherwise starts static). Answers changed tensor shapes in the backward and
+  Dynamo's size-guard recompiles of a CA graph.
+- `dynamic-sources`: Dynamo treats the named inputs as dynamic from their first compile
+  (`TORCH_COMPILE_DYNAMIC_SOURCES`, the setting torch's own profile-guided recompile messages
+  suggest). Answers a forward frame recompiled because an input's size changed (a DataLoader's
+  ragged last batch, a sequence length per batch).
+
+A cause with no such fix (a hook added mid-run, the graph's structure changing per step, .grad
+None vs defined) needs a change to the code: `--verify` says so, with the explanation's own fix.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from cagtool.report.recompiles.explain import (
+    CAUSE_DYNAMO_CA_GRAPH,
+    CAUSE_DYNAMO_FRAME,
+    CAUSE_GRAD_DEFINED,
+    CAUSE_HOOK,
+    CAUSE_SHAPES,
+    CAUSE_STRUCTURE,
+    Cause,
+    Explanation,
+)
+
+# Who has to make a change, for each cause the explanation names.
+YOUR_CODE = "your code"
+RUN_CONFIG = "run configuration (no code change)"
+
+# A size guard as torch words it: "tensor 'x' size mismatch at index 0. expected 32, actual 48".
+_SIZE_GUARD = re.compile(r"tensor '(?P<name>[^']+)' (?:size|stride) mismatch")
+
+
+@dataclass(frozen=True)
+class Fix:
+    name: str
+    title: str
+    causes: tuple[int, ...]  # the explanation's cause numbers it answers
+    run_flags: tuple[str, ...] = ()  # added to the re-run's `cagtool run`
+    env: dict[str, str] = field(default_factory=dict)  # the re-run's environment
+    who: str = RUN_CONFIG
+
+    def describe(self) -> str:
+        how = " ".join([*(f"{k}={v}" for k, v in self.env.items()), *(f"cagtool run {flag}" for flag in self.run_flags)])
+        return f"{self.title} ({how})"
+
+
+def _source_of(name: str) -> str:
+    """Torch's source name for a guard's tensor: a plain local `x` is `L['x']`; a nested one
+    (`L['self'].w`) is already a source."""
+    return name if name.startswith(("L[", "G[")) else f"L['{name}']"
+
+
+def _dynamo_sources(cause: Cause) -> list[str]:
+    sources = []
+    for _compile_id, guard in cause.facts.get("failures", ()):
+        match = _SIZE_GUARD.search(guard or "")
+        if match and (source := _source_of(match.group("name"))) not in sources:
+            sources.append(source)
+    return sources
+
+
+def who_fixes(cause: Cause) -> str:
+    """Who has to make the change a cause needs."""
+    if cause.code == CAUSE_SHAPES or (cause.code in (CAUSE_DYNAMO_FRAME, CAUSE_DYNAMO_CA_GRAPH) and _dynamo_sources(cause)):
+        return RUN_CONFIG
+    if cause.code in (CAUSE_HOOK, CAUSE_STRUCTURE, CAUSE_GRAD_DEFINED):
+        return YOUR_CODE
+    return YOUR_CODE
+
+
+def fixes_for(explanation: Explanation, dynamic_already: bool = False) -> list[Fix]:
+    """The fixes --verify can apply for an explanation's causes (one per kind, answering every
+    cause of that kind), in the explanation's order. `dynamic_already`: the run was recorded with
+    --dynamic, so `ca-dynamic` would change nothing."""
+    shapes = [c.number for c in explanation.causes if c.code in (CAUSE_SHAPES, CAUSE_DYNAMO_CA_GRAPH)]
+    sources: list[str] = []
+    frames: list[int] = []
+    for cause in explanation.causes:
+        if cause.code == CAUSE_DYNAMO_FRAME:
+            found = _dynamo_sources(cause)
+            if found:
+                frames.append(cause.number)
+                sources += [s for s in found if s not in sources]
+    fixes = []
+    if shapes and not dynamic_already:
+        fixes.append(Fix("ca-dynamic", "compiled autograd's sizes start dynamic", tuple(shapes), run_flags=("--dynamic",)))
+    if sources:
+        fixes.append(Fix("dynamic-sources", f"Dynamo compiles {', '.join(sources)} dynamic from the start", tuple(frames),
+                         env={"TORCH_COMPILE_DYNAMIC_SOURCES": ",".join(sources)}))
+    return fixes

@@ -1,0 +1,260 @@
+"""`recompiles --explain --verify`: re-run the job with each fix and measure whether it worked.
+
+For a recorded run, the job is run again as it was recorded (same script, arguments, working
+directory, backend, step limits), in the mode the recompiles were found in, `repeat` times as a
+baseline and `repeat` times with each fix (`cagtool run --repeat`, so each repetition is its own
+process). Each re-run is an ordinary run record under `<run>/verify/<name>/`, so every count is
+torch's own and every figure can be checked with the other commands. The result
+(`<run>/verification.json`) compares each fix's runs with the baseline's, by the comparison
+`cagtool compare A B` makes:
+
+- CA recompiles, Dynamo recompiles and CA graphs (exact counts, per repetition);
+- compile time and time to first step (medians of the repetitions);
+- steady step time: the fix's speedup over the baseline with its 90% confidence interval
+  (report.intervals; the repetitions are its units);
+- peak memory (RSS, or CUDA max allocated), and whether the losses and final norms agree.
+
+Verdict: **verified** when the recompiles it targets went down and nothing got worse beyond the
+noise; **harmful** when the steady step got slower beyond the noise (by more than
+`HARMFUL_SLOWDOWN`), peak memory grew by more than `HARMFUL_MEMORY`, the numerics changed, or the
+recompiles went up; else **no effect**.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from cagtool.errors import UsageError
+from cagtool.record.loader import RunRecord, load_run
+from cagtool.report.compare.analysis import compare_runs, mode_fields
+from cagtool.verify.fixes import Fix
+
+VERIFY_DIR = "verify"
+VERIFICATION_FILE = "verification.json"
+VERIFICATION_FORMAT = "cagtool-verification"
+VERIFICATION_VERSION = 1
+DEFAULT_REPEAT = 3
+HARMFUL_SLOWDOWN = 0.05
+HARMFUL_MEMORY = 0.20
+
+VERIFIED = "verified"
+NO_EFFECT = "no effect"
+HARMFUL = "harmful"
+FAILED = "failed"  # a re-run did not finish: nothing measured
+
+
+@dataclass
+class Side:
+    """One set of repetitions (the baseline, or one fix), as measured."""
+
+    name: str
+    run: str  # its run directory
+    status: str
+    ca_recompiles: list[int | None]  # per repetition
+    dynamo_recompiles: list[int | None]
+    ca_graphs: list[int | None]
+    compile_time_s: float | None
+    first_step_s: float | None
+    step_time_median_s: float | None
+    steady_steps: int
+    peak_memory_bytes: int | None
+    wall_s: float
+
+
+@dataclass
+class FixResult:
+    fix: str
+    title: str
+    who: str
+    causes: list[int]
+    run_flags: list[str]
+    env: dict[str, str]
+    measured: Side | None
+    verdict: str
+    reasons: list[str]
+    speedup: float | None = None  # baseline step time / the fix's
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    numerics_agree: bool | None = None
+
+
+@dataclass
+class Verification:
+    run: str
+    mode: str
+    repeat: int
+    baseline: Side | None
+    fixes: list[FixResult]
+    not_applied: list[dict[str, Any]] = field(default_factory=list)  # causes no fix could be applied for
+    estimated_s: float | None = None
+    wall_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": VERIFICATION_FORMAT, "version": VERIFICATION_VERSION, **asdict(self)}
+
+
+def rerun_argv(run: RunRecord, mode: str, repeat: int, output: Path, fix: Fix | None) -> list[str]:
+    """The `cagtool run` that records the job again as `run` was recorded, in `mode`."""
+    options = run.meta.options or {}
+    argv = [sys.executable, "-m", "cagtool", "run", "--modes", mode, "--repeat", str(repeat), "--no-report", "-o", str(output)]
+    if options.get("backend"):
+        argv += ["--backend", str(options["backend"])]
+    if options.get("dynamic"):
+        argv.append("--dynamic")
+    for key, flag in (("steps", "--steps"), ("max_time", "--max-time")):
+        if options.get(key) is not None:
+            argv += [flag, str(options[key])]
+    if options.get("warm_cache"):
+        argv.append("--warm-cache")
+    if fix is not None:
+        argv += [flag for flag in fix.run_flags if flag not in argv]
+    target = run.meta.target
+    if target.get("kind") == "module":
+        argv += ["-m", target["name"], "--", *run.meta.target_argv[1:]]
+    else:
+        argv += [target["name"], *run.meta.target_argv[1:]]
+    return argv
+
+
+def _side(name: str, path: Path, mode: str, wall_s: float) -> tuple[Side, RunRecord]:
+    record = load_run(path)
+    reps = [r for n, r in record.modes.items() if n == mode or n.startswith(f"{mode}.")]
+    from cagtool.report.compare.analysis import compare_modes
+    from cagtool.report.metrics import mode_metrics
+
+    column = compare_modes(record).modes.get(mode)
+    metrics = [mode_metrics(r) for r in reps]
+    fields = mode_fields(column) if column is not None else {}
+    status = "finished" if reps and all(r.manifest.status == "finished" and r.manifest.exit_code in (0, None) for r in reps) else "failed"
+    peak = fields.get("peak_device_memory_bytes") or fields.get("peak_rss_bytes")
+    return Side(
+        name=name, run=str(path), status=status,
+        ca_recompiles=[m.ca_recompiles for m in metrics], dynamo_recompiles=[m.dynamo_recompiles for m in metrics],
+        ca_graphs=[m.ca_graphs for m in metrics], compile_time_s=fields.get("compile_time_s"), first_step_s=fields.get("first_step_s"),
+        step_time_median_s=fields.get("step_time_median_s"), steady_steps=int(fields.get("steady_steps") or 0),
+        peak_memory_bytes=peak, wall_s=wall_s,
+    ), record
+
+
+def _total(side: Side) -> int | None:
+    values = [a + b for a, b in zip(side.ca_recompiles, side.dynamo_recompiles) if a is not None and b is not None]
+    return max(values) if values else None
+
+
+def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None) -> tuple[str, list[str]]:
+    """The verdict of one fix against the baseline, with the reasons, in words."""
+    if fixed.status != "finished":
+        return FAILED, ["the re-run with the fix did not finish: see its record"]
+    before, after = _total(baseline), _total(fixed)
+    reasons: list[str] = []
+    harmful = False
+    if before is not None and after is not None:
+        if after < before:
+            reasons.append(f"recompiles {before} -> {after}")
+        elif after > before:
+            reasons.append(f"recompiles went up: {before} -> {after}")
+            harmful = True
+        else:
+            reasons.append(f"recompiles unchanged ({before})")
+    if speedup is not None and speedup.ratio is not None and speedup.high is not None:
+        if speedup.verdict == "slower" and speedup.high < 1.0 / (1.0 + HARMFUL_SLOWDOWN):
+            reasons.append(f"steady step slower beyond the noise ({speedup.ratio:.2f}x, 90% CI {speedup.low:.2f}-{speedup.high:.2f}x)")
+            harmful = True
+        else:
+            reasons.append(f"steady step {speedup.ratio:.2f}x ({speedup.verdict})")
+    if baseline.peak_memory_bytes and fixed.peak_memory_bytes and fixed.peak_memory_bytes > (1.0 + HARMFUL_MEMORY) * baseline.peak_memory_bytes:
+        reasons.append(f"peak memory {fixed.peak_memory_bytes / baseline.peak_memory_bytes:.2f}x the baseline's")
+        harmful = True
+    if numerics_agree is False:
+        reasons.append("losses or final norms changed")
+        harmful = True
+    elif numerics_agree:
+        reasons.append("numerics unchanged")
+    if harmful:
+        return HARMFUL, reasons
+    if before is not None and after is not None and after < before:
+        return VERIFIED, reasons
+    return NO_EFFECT, reasons
+
+
+def estimate_seconds(run: RunRecord, mode: str, repeat: int, fixes: int) -> float | None:
+    """The whole verification's wall time, from how long the recorded mode took."""
+    record = run.modes.get(mode)
+    duration = record.manifest.duration_s if record is not None else None
+    return None if duration is None else duration * repeat * (1 + fixes)
+
+
+def verify(
+    run_path: str | Path | None,
+    mode: str,
+    fixes: list[Fix],
+    repeat: int = DEFAULT_REPEAT,
+    not_applied: list[dict[str, Any]] | None = None,
+    progress: Callable[[str], None] = lambda line: None,
+) -> Verification:
+    """Run the baseline and each fix `repeat` times, measure, judge, and keep the result in the run."""
+    run = load_run(run_path)
+    if mode not in run.modes:
+        raise UsageError(f"run {run.path} has no {mode} mode to verify fixes in")
+    root = run.path / VERIFY_DIR
+    root.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    started = time.monotonic()
+    estimate = estimate_seconds(run, mode, repeat, len(fixes))
+    result = Verification(str(run.path), mode, repeat, None, [], list(not_applied or []), estimate)
+
+    def record(name: str, fix: Fix | None) -> tuple[Path, float, int]:
+        out = root / f"{stamp}-{name}"
+        argv = rerun_argv(run, mode, repeat, out, fix)
+        env = {**os.environ, **(fix.env if fix is not None else {})}
+        progress(f"{name}: {' '.join(argv[3:])}" + (f"  ({', '.join(f'{k}={v}' for k, v in fix.env.items())})" if fix and fix.env else ""))
+        began = time.monotonic()
+        # The job's own output is not the verification's: kept in files next to its record.
+        root.mkdir(exist_ok=True)
+        with open(root / f"{stamp}-{name}.stdout", "wb") as stdout, open(root / f"{stamp}-{name}.stderr", "wb") as stderr:
+            code = subprocess.run(argv, cwd=run.meta.cwd or None, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL).returncode
+        return out, time.monotonic() - began, code
+
+    base_path, base_wall, base_code = record("baseline", None)
+    if not (base_path / "run.json").exists():
+        raise UsageError(f"the baseline re-run did not start (exit {base_code}); see {root / f'{stamp}-baseline.stderr'}")
+    baseline, base_record = _side("baseline", base_path, mode, base_wall)
+    result.baseline = baseline
+    for fix in fixes:
+        path, wall, _code = record(fix.name, fix)
+        if not (path / "run.json").exists():
+            result.fixes.append(FixResult(fix.name, fix.title, fix.who, list(fix.causes), list(fix.run_flags), dict(fix.env), None, FAILED,
+                                          ["the re-run did not start: see its stderr file"]))
+            continue
+        measured, fixed_record = _side(fix.name, path, mode, wall)
+        change = next((c for c in compare_runs(base_record, fixed_record).changes if c.mode == mode), None)
+        speedup = change.speedup if change is not None else None
+        numerics = [d for d in (change.numerics if change is not None else ()) if not d.inputs_differ]
+        agree = all(d.agrees for d in numerics) if numerics else None
+        verdict, reasons = judge(baseline, measured, speedup, agree)
+        result.fixes.append(FixResult(
+            fix.name, fix.title, fix.who, list(fix.causes), list(fix.run_flags), dict(fix.env), measured, verdict, reasons,
+            speedup=speedup.ratio if speedup else None, speedup_low=speedup.low if speedup else None,
+            speedup_high=speedup.high if speedup else None, numerics_agree=agree,
+        ))
+        progress(f"{fix.name}: {verdict} ({'; '.join(reasons)})")
+    result.wall_s = time.monotonic() - started
+    (run.path / VERIFICATION_FILE).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    return result
+
+
+def load_verification(run_path: Path) -> dict[str, Any] | None:
+    """The run's kept verification (the JSON above), or None when it has none or it is unreadable."""
+    path = Path(run_path) / VERIFICATION_FILE
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("format") == VERIFICATION_FORMAT else None

@@ -27,8 +27,16 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
     # sidecar when it matches events.jsonl (issue 12: a 20,000-step summary in under 0.5 s).
     run = loaded if loaded is not None else load_run(run_path, strict=strict, kinds=SUMMARY_KINDS, columns=True)
     run = run_for_rank(run, rank)
+    verification = None
+    if (Path(run.path) / "verification.json").exists():
+        from cagtool.verify.verification import load_verification
+
+        verification = load_verification(run.path)
     if fmt == "json":
-        print(json.dumps(summary_json(run, rank=rank), indent=2, default=str))
+        data = summary_json(run, rank=rank)
+        if verification is not None:
+            data["verification"] = verification
+        print(json.dumps(data, indent=2, default=str))
         return
     # After a run the script owns stdout; the report goes to stderr.
     console = make_console(stderr=after_run)
@@ -41,6 +49,11 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
         if focus is not None and rank is None:
             console.print(f"modes compared on rank {focus}'s records (cagtool compare --rank N for another)", markup=False)
         render_comparison(compare_modes(compared), "table", console)
+    if verification is not None:
+        from cagtool.verify.render import verification_lines
+
+        for line in verification_lines(verification):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     console.print(f"record: {run.path}")
     if after_run:
         console.print("next: " + "\n      ".join(next_steps(str(run.path))))

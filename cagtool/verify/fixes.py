@@ -56,10 +56,17 @@ class Fix:
         return f"{self.title} ({how})"
 
 
+_HEAD = re.compile(r"(?P<head>[A-Za-z_]\w*)(?P<rest>.*)")
+
+
 def _source_of(name: str) -> str:
-    """Torch's source name for a guard's tensor: a plain local `x` is `L['x']`; a nested one
-    (`L['self'].w`) is already a source."""
-    return name if name.startswith(("L[", "G[")) else f"L['{name}']"
+    """Torch's source name for a guard's tensor, as TORCH_COMPILE_DYNAMIC_SOURCES matches it: the
+    local `x` is `L['x']`, `args[0]` is `L['args'][0]`, `self.w` is `L['self'].w`; a name that
+    is already a source (`L['x']`) stays."""
+    if name.startswith(("L[", "G[")):
+        return name
+    match = _HEAD.fullmatch(name)
+    return f"L['{match.group('head')}']{match.group('rest')}" if match else name
 
 
 def _dynamo_sources(cause: Cause) -> list[str]:

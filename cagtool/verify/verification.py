@@ -222,6 +222,10 @@ def verify(
             code = subprocess.run(argv, cwd=run.meta.cwd or None, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL).returncode
         return out, time.monotonic() - began, code
 
+    if not fixes:  # nothing to apply: a baseline alone would prove nothing
+        result.wall_s = 0.0
+        (run.path / VERIFICATION_FILE).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        return result
     base_path, base_wall, base_code = record("baseline", None)
     if not (base_path / "run.json").exists():
         raise UsageError(f"the baseline re-run did not start (exit {base_code}); see {root / f'{stamp}-baseline.stderr'}")

@@ -53,6 +53,10 @@ def test_dynamic_sizes_remove_the_shape_loops_ca_recompile(record_run, tmp_path)
     # Text: the block per fix, with its verdict.
     text = subprocess.run(cagtool_cmd("summary", str(run)), capture_output=True, text=True, timeout=120, cwd=str(ROOT))
     assert "ca-dynamic (cause #1)" in text.stdout and "verdict: VERIFIED" in text.stdout
+    page = tmp_path / "report.html"
+    assert subprocess.run(cagtool_cmd("report", str(run), "-o", str(page)), capture_output=True, timeout=120, cwd=str(ROOT)).returncode == 0
+    html = page.read_text()
+    assert '<section id="verify">' in html and '<td class="ok">VERIFIED</td>' in html and "1 → 0" in html
 
 
 def test_dynamic_sources_remove_a_ragged_batchs_forward_recompile(record_run, tmp_path):

@@ -120,9 +120,9 @@ def _run_recompiles(options: RecompilesOptions, out: IO[str] | None, err: IO[str
     else:
         RecompilesTableRenderer(console).render(tables, run_label)
     if verification is not None:
-        from cagtool.verify.render import verification_lines
+        from cagtool.report.verification import verification_lines
 
-        for line in verification_lines(verification):
+        for line in verification_lines(verification.to_dict()):
             print_wrapped(console, line)
     return 0
 

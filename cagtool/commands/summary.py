@@ -29,7 +29,7 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
     run = run_for_rank(run, rank)
     verification = None
     if (Path(run.path) / "verification.json").exists():
-        from cagtool.verify.verification import load_verification
+        from cagtool.report.verification import load_verification
 
         verification = load_verification(run.path)
     if fmt == "json":
@@ -50,7 +50,7 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
             console.print(f"modes compared on rank {focus}'s records (cagtool compare --rank N for another)", markup=False)
         render_comparison(compare_modes(compared), "table", console)
     if verification is not None:
-        from cagtool.verify.render import verification_lines
+        from cagtool.report.verification import verification_lines
 
         for line in verification_lines(verification):
             console.print(line, markup=False, highlight=False, soft_wrap=True)

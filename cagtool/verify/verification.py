@@ -34,11 +34,10 @@ from typing import Any, Callable
 from cagtool.errors import UsageError
 from cagtool.record.loader import RunRecord, load_run
 from cagtool.report.compare.analysis import compare_runs, mode_fields
+from cagtool.report.verification import VERIFICATION_FILE, VERIFICATION_FORMAT
 from cagtool.verify.fixes import Fix
 
 VERIFY_DIR = "verify"
-VERIFICATION_FILE = "verification.json"
-VERIFICATION_FORMAT = "cagtool-verification"
 VERIFICATION_VERSION = 1
 DEFAULT_REPEAT = 3
 HARMFUL_SLOWDOWN = 0.05
@@ -252,13 +251,3 @@ def verify(
     result.wall_s = time.monotonic() - started
     (run.path / VERIFICATION_FILE).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
     return result
-
-
-def load_verification(run_path: Path) -> dict[str, Any] | None:
-    """The run's kept verification (the JSON above), or None when it has none or it is unreadable."""
-    path = Path(run_path) / VERIFICATION_FILE
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("format") == VERIFICATION_FORMAT else None

@@ -259,6 +259,11 @@ def run_report(run: RunRecord, gate: "GateResult | None" = None) -> str:
         block = page.chart(charts.compile_phase_spec(phases), "Median over repetitions; torch's cumulative phase times nest, so bars are not stacked.")
         page.add("compile", "compile time", tag("section", text("h2", "Compile time by phase") + block, id="compile"))
     page.add("recompiles", "recompiles", sections.recompiles(explanations))
+    from cagtool.report.verification import load_verification
+
+    verified = load_verification(run.path)
+    if verified is not None:
+        page.add("verify", "fixes verified", sections.verification(verified))
     page.add("graphs", "CA graphs", _graphs_section(view, highlight, f"rank {focus}: " if focus is not None else ""))
     if gate is not None:
         page.add("gate", "gate", sections.gate(gate))

@@ -325,3 +325,28 @@ def gate(result: "GateResult") -> str:
     if hint:
         parts.append(text("p", hint, class_="note"))
     return tag("section", text("h2", "Gate") + "".join(parts), id="gate")
+
+
+def verification(data: dict) -> str:
+    """`recompiles --explain --verify`'s result: before -> after per fix, with its verdict."""
+    base = data.get("baseline") or {}
+    rows, marks = [], {}
+
+    for i, fix in enumerate(data.get("fixes", ())):
+        m = fix.get("measured") or {}
+
+        def counts(key: str) -> str:
+            return f"{'/'.join(map(str, base.get(key) or ['?']))} → {'/'.join(map(str, m.get(key) or ['?']))}"
+
+        step = "-" if fix.get("speedup") is None else f"{fix['speedup']:.2f}x ({fix['speedup_low']:.2f}-{fix['speedup_high']:.2f}x)"
+        rows.append((fix["fix"], ", ".join(f"#{n}" for n in fix["causes"]), fix["who"], counts("ca_recompiles"), counts("dynamo_recompiles"),
+                     step, fix["verdict"].upper(), "; ".join(fix["reasons"])))
+        marks[(i, 6)] = "ok" if fix["verdict"] == "verified" else "problem"
+    parts = [text("p", f"Mode {data['mode']}: the job re-run {data['repeat']} times as a baseline and {data['repeat']} times with each fix "
+                  "(no edit of the script); counts are torch's own in every re-run.", class_="note")]
+    if rows:
+        parts.append(table(("fix", "causes", "who", "CA recompiles", "Dynamo recompiles", "steady speed vs baseline (90% CI)", "verdict", "why"),
+                           rows, classes="verify", cell_classes=marks))
+    for item in data.get("not_applied", ()):
+        parts.append(text("p", f"cause #{item['cause']} ({item['code']}): {item['why']} ({item['who']})", class_="note"))
+    return tag("section", text("h2", "Fixes verified by re-running") + "".join(parts), id="verify")

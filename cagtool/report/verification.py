@@ -1,11 +1,25 @@
-"""A verification in words: one block per fix (before -> after, verdict), then the causes no fix
-could be applied for. Used by `recompiles --verify` and `summary`."""
+"""A kept verification (`<run>/verification.json`, written by `recompiles --explain --verify`,
+cagtool/verify/) read back and put in words: one block per fix (before -> after, verdict), then
+the causes no fix could be applied for. Used by `recompiles --verify`, `summary` and the HTML report."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
-from cagtool.verify.verification import Verification
+VERIFICATION_FILE = "verification.json"
+VERIFICATION_FORMAT = "cagtool-verification"
+
+
+def load_verification(run_path: Path | str) -> dict[str, Any] | None:
+    """The run's kept verification, or None when it has none or it is unreadable."""
+    path = Path(run_path) / VERIFICATION_FILE
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("format") == VERIFICATION_FORMAT else None
 
 
 def _counts(before: list, after: list) -> str:
@@ -22,8 +36,7 @@ def _mib(value: Any) -> str:
     return "-" if not value else f"{value / 2**20:.0f} MiB"
 
 
-def verification_lines(v: Verification | dict) -> list[str]:
-    data = v.to_dict() if isinstance(v, Verification) else v
+def verification_lines(data: dict[str, Any]) -> list[str]:
     base = data.get("baseline") or {}
     lines = [f"Fixes verified by re-running (mode {data['mode']}, {data['repeat']} runs of the baseline and of each fix):"]
     if not data["fixes"]:

@@ -6,7 +6,7 @@ Pure functions of the record; every renderer (summary, compare, gate) reads thes
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from cagtool.record.loader import ModeRecord
 from cagtool.record.schema import (
@@ -55,8 +55,10 @@ class GraphBreakSite:
 
     file: str
     line: int | None
-    reason: str  # the first line of torch's message
+    reason: str  # what tells this break apart: torch's gb_type and explanation (report.graph_break_words)
     logged: int
+    gb_id: str = ""  # torch's stable graph-break id (GBxxxx), from the installed torch's registry
+    hints: tuple[str, ...] = ()  # torch's hints, verbatim
 
 
 @dataclass(frozen=True)
@@ -314,12 +316,17 @@ def step_stats(steps: list[StepEvent], run_start_to_first_end: float | None = No
 def graph_break_sites(events: list[GraphBreakEvent]) -> list[GraphBreakSite]:
     """The distinct places of the graph-break log records, in first-seen order (a record without a
     place is keyed by its reason)."""
+    from cagtool.report.graph_break_words import graph_break_words
+
     sites: dict[tuple[str, int | None, str], GraphBreakSite] = {}
     for event in events:
-        reason = event.reason.splitlines()[0] if event.reason else ""
-        key = (event.file, event.line, "" if event.file else reason)
+        key = (event.file, event.line, "" if event.file else (event.reason.splitlines()[0] if event.reason else ""))
         seen = sites.get(key)
-        sites[key] = GraphBreakSite(event.file, event.line, seen.reason if seen else reason, (seen.logged if seen else 0) + 1)
+        if seen is None:
+            words = graph_break_words(event.reason or "")
+            sites[key] = GraphBreakSite(event.file, event.line, words.headline, 1, words.gb_id, words.hints)
+        else:
+            sites[key] = replace(seen, logged=seen.logged + 1)
     return list(sites.values())
 
 

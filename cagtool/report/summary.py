@@ -258,7 +258,8 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         f"{plural(m.graph_breaks, 'graph break')}{at}{counted_by}, {plural(m.dynamo_recompiles, 'recompile')}"
     )
     for site in sites[:3]:
-        console.print(f"    graph break site {site.file and os.path.basename(site.file)}:{site.line}: {site.reason}", overflow="ellipsis", no_wrap=True)
+        gb = f"[{site.gb_id}] " if site.gb_id else ""
+        console.print(f"    graph break site {site.file and os.path.basename(site.file)}:{site.line}: {gb}{site.reason}", overflow="ellipsis", no_wrap=True, markup=False)
     if len(sites) > 3:
         console.print(f"    ... {len(sites) - 3} more site(s): cagtool summary --format json {run_dir}")
     for rec in record.of(DynamoRecompileEvent)[:3]:

@@ -34,21 +34,31 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
         verification = load_verification(run.path)
     if fmt == "json":
         data = summary_json(run, rank=rank)
+        from cagtool.report.compare.analysis import compare_modes
+        from cagtool.report.compare.headline import run_headline
+        from cagtool.report.ranks.analysis import focused_run as _focused
+
+        line = run_headline(compare_modes(_focused(run, None)[0]), verification)
+        data = {"headline": {"text": line.text, "tone": line.tone}, **data}
         if verification is not None:
             data["verification"] = verification
         print(json.dumps(data, indent=2, default=str))
         return
     # After a run the script owns stdout; the report goes to stderr.
     console = make_console(stderr=after_run)
+    from cagtool.report.compare.analysis import compare_modes
+    from cagtool.report.compare.headline import run_headline
+    from cagtool.report.compare.render import print_headline, render_comparison
+
+    compared, focus = focused_run(run, None)  # a multi-rank run's launchers ran no steps
+    comparison = compare_modes(compared)
+    # The answer first: what a user pastes into a pull request.
+    print_headline(console, run_headline(comparison, verification))
     render_summary(console, run, rank=rank)
     if len(run.modes) > 1:
-        from cagtool.report.compare.analysis import compare_modes
-        from cagtool.report.compare.render import render_comparison
-
-        compared, focus = focused_run(run, None)  # a multi-rank run's launchers ran no steps
         if focus is not None and rank is None:
             console.print(f"modes compared on rank {focus}'s records (cagtool compare --rank N for another)", markup=False)
-        render_comparison(compare_modes(compared), "table", console)
+        render_comparison(comparison, "table", console, headline=False)
     if verification is not None:
         from cagtool.report.verification import verification_lines
 

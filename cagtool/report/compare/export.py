@@ -7,6 +7,7 @@ import io
 import math
 from typing import Any
 
+from cagtool.report.compare.headline import Headline, change_headline, run_headline
 from cagtool.report.compare.analysis import (
     AnyComparison,
     Comparison,
@@ -90,6 +91,10 @@ def _mode_json(column: ModeColumn, numerics: Numerics) -> dict[str, Any]:
     return data
 
 
+def _headline_json(line: Headline) -> dict[str, str]:
+    return {"text": line.text, "tone": line.tone}
+
+
 def comparison_to_json(comparison: AnyComparison) -> dict[str, Any]:
     if isinstance(comparison, RunComparison):
         return {
@@ -109,10 +114,12 @@ def comparison_to_json(comparison: AnyComparison) -> dict[str, Any]:
             },
             "notes": comparison.notes,
             "problems": comparison.problems,
+            "headline": _headline_json(change_headline(comparison)),
         }
     return {
         "format": JSON_FORMAT,
         "schema_version": JSON_SCHEMA_VERSION,
+        "headline": _headline_json(run_headline(comparison)),
         "run": str(comparison.run_path),
         "target": comparison.target,
         "target_argv": list(comparison.target_argv),

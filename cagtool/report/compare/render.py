@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cagtool.report.markdown import md_text
+from cagtool.report.compare.headline import Headline, change_headline, run_headline
 from cagtool.report.compare.analysis import (
     LOSS,
     AnyComparison,
@@ -343,8 +344,9 @@ def change_grid(rc: RunComparison) -> Grid:
 class TableRenderer:
     """The terminal view. Options are constructor arguments; `render` prints."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, headline: bool = True) -> None:
         self.console = console
+        self.headline = headline  # False where the caller printed it already (the run's summary)
 
     def _table(self, grid: Grid) -> Table:
         table = Table(title=grid.title, title_justify="left", show_lines=False)
@@ -362,6 +364,8 @@ class TableRenderer:
             self.console.print(Text(line, style="bold red" if problem else ""))
 
     def render(self, comparison: AnyComparison) -> None:
+        if self.headline:
+            print_headline(self.console, headline_of(comparison))
         if isinstance(comparison, RunComparison):
             self.console.print(self._table(change_grid(comparison)))
             for note in comparison.notes:
@@ -401,15 +405,25 @@ def _md_table(grid: Grid) -> list[str]:
     return lines
 
 
+def print_headline(console: Console, line: Headline) -> None:
+    console.print(Text(line.text, style={"good": "bold green", "bad": "bold red"}.get(line.tone, "bold")))
+
+
+def headline_of(comparison: AnyComparison) -> Headline:
+    """The one-line answer every view of a comparison starts with (compare/headline.py)."""
+    return change_headline(comparison) if isinstance(comparison, RunComparison) else run_headline(comparison)
+
+
 def comparison_markdown(comparison: AnyComparison) -> str:
+    head = [f"**{_md_escape(headline_of(comparison).text)}**", ""]
     if isinstance(comparison, RunComparison):
-        lines = _md_table(change_grid(comparison))
+        lines = head + _md_table(change_grid(comparison))
         lines += [f"- note: {_md_escape(n)}" for n in comparison.notes]
         if comparison.notes:
             lines.append("")
         problems = comparison.problems
     else:
-        lines = _md_table(mode_grid(comparison))
+        lines = head + _md_table(mode_grid(comparison))
         if comparison.speedups:
             lines += _md_table(speedup_grid(comparison.speedups))
             lines += [SPEEDUP_FOOTNOTE, ""]
@@ -442,7 +456,7 @@ def format_comparison(comparison: AnyComparison, fmt: str) -> str:
     raise ValueError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
 
 
-def render_comparison(comparison: AnyComparison, fmt: str = "table", console: Console | None = None) -> None:
+def render_comparison(comparison: AnyComparison, fmt: str = "table", console: Console | None = None, headline: bool = True) -> None:
     """Print a comparison (one run's modes, or two runs) in `fmt`: table | json | csv | markdown.
 
     The table goes through the rich console; the other formats are written to the console's file
@@ -452,7 +466,7 @@ def render_comparison(comparison: AnyComparison, fmt: str = "table", console: Co
 
         console = make_console()
     if fmt == "table":
-        TableRenderer(console).render(comparison)
+        TableRenderer(console, headline).render(comparison)
         return
     text = format_comparison(comparison, fmt)
     console.file.write(text)

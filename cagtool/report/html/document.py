@@ -81,6 +81,9 @@ table.grid td:not(:first-child) { text-align: right; font-variant-numeric: tabul
 table.recompiles td, table.gate td { font-size: 13px; }
 .problem { color: #b00020; font-weight: 600; }
 .ok { color: #1b7f3b; font-weight: 600; }
+.headline { font-size: 1.25em; font-weight: 600; padding: 0.6em 0.8em; border-left: 6px solid #888; background: #f6f6f6; margin: 0.5em 0 1em; }
+.headline.good { border-color: #1b7f3b; color: #1b7f3b; }
+.headline.bad { border-color: #b00020; color: #b00020; }
 .note { color: #666; font-size: 13px; }
 .alert { border-left: 4px solid #b00020; padding: 2px 12px; margin: 8px 0; background: #fff5f5; }
 .cause { border-left: 4px solid #f0a000; padding: 2px 12px; margin: 8px 0; background: #fffaf0; }
@@ -250,7 +253,12 @@ def run_report(run: RunRecord, gate: "GateResult | None" = None) -> str:
     tables = Tables()
     explanations: dict[str, Explanation] = {name: explain(tables(record)) for name, record in view.modes.items()}
 
-    page.add("run", "run", sections.header(run))
+    from cagtool.report.compare.headline import run_headline
+    from cagtool.report.verification import load_verification
+
+    verified = load_verification(run.path)
+    line = run_headline(comparison, verified)
+    page.add("run", "run", text("p", line.text, class_=f"headline {line.tone}", id="headline") + sections.header(run))
     page.add("verdict", "verdict", sections.verdict(comparison, view, explanations, sections.ranks(run, focus)))
     groups = [(f"mode {base}", _series(run, names, tables)) for base, names in _modes_by_base(run).items()]
     page.add("timeline", "step time", _timeline_section(page, groups))
@@ -259,9 +267,6 @@ def run_report(run: RunRecord, gate: "GateResult | None" = None) -> str:
         block = page.chart(charts.compile_phase_spec(phases), "Median over repetitions; torch's cumulative phase times nest, so bars are not stacked.")
         page.add("compile", "compile time", tag("section", text("h2", "Compile time by phase") + block, id="compile"))
     page.add("recompiles", "recompiles", sections.recompiles(explanations))
-    from cagtool.report.verification import load_verification
-
-    verified = load_verification(run.path)
     if verified is not None:
         page.add("verify", "fixes verified", sections.verification(verified))
     page.add("graphs", "CA graphs", _graphs_section(view, highlight, f"rank {focus}: " if focus is not None else ""))
@@ -276,7 +281,11 @@ def comparison_report(run_a: RunRecord, run_b: RunRecord) -> str:
     page = Page(f"cagtool report: {run_a.meta.target.get('name', '?')} before/after")
     highlight = sections.CodeHighlighter()
     rc: RunComparison = compare_runs(focused_run(run_a, None)[0], focused_run(run_b, None)[0])
-    page.add("run-a", "A", sections.header(run_a, anchor="run-a", title=f"A (before): {run_a.path}"))
+    from cagtool.report.compare.headline import change_headline
+
+    line = change_headline(rc)
+    page.add("run-a", "A", text("p", line.text, class_=f"headline {line.tone}", id="headline")
+             + sections.header(run_a, anchor="run-a", title=f"A (before): {run_a.path}"))
     page.add("run-b", "B", sections.header(run_b, anchor="run-b", title=f"B (after): {run_b.path}"))
     page.add("verdict", "verdict", sections.run_change(rc))
     tables = Tables()

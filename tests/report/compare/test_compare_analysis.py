@@ -397,6 +397,8 @@ def test_repetitions_that_differ_point_at_an_unseeded_script():
 
 
 GOLDEN_TABLE = """\
+mode ca: failed, exit code 1: RuntimeError: boom; compiled autograd: 1.60x the speed of
+torch.compile alone (faster beyond the noise, 90% CI 1.58-1.62x); no recompiles; numerics agree.
 Modes side by side: train.py
 ┏━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━┓
 ┃                                  ┃             eager ┃              aot ┃               ca ┃
@@ -444,3 +446,24 @@ def test_table_golden_text():
     render_comparison(comparison, "table", make_console(file=buffer, width=100))
     text = "\n".join(line.rstrip() for line in buffer.getvalue().splitlines())
     assert text + "\n" == GOLDEN_TABLE
+
+
+def test_the_headline_answers_first_in_words():
+    """One sentence a user pastes into a pull request: ca's speed against torch.compile alone with
+    its interval and verdict, the recompiles, the numerics; coloured by verdict."""
+    from cagtool.report.compare.headline import change_headline, run_headline
+
+    faster = run_headline(compare_modes(three_modes(ca_ms=5)))
+    assert faster.tone == "good"
+    assert faster.text == ("compiled autograd: 1.60x the speed of torch.compile alone (faster beyond the noise, 90% CI 1.58-1.62x); "
+                           "no recompiles; numerics agree.")
+    slower = run_headline(compare_modes(three_modes(ca_ms=8.2)))
+    assert slower.tone == "bad" and "slower beyond the noise" in slower.text
+    failed = run_headline(compare_modes(three_modes(ca_ms=5, status="failed", exit_code=1, exception=ExceptionInfo("RuntimeError", "boom"))))
+    assert failed.tone == "bad" and failed.text.startswith("mode ca: failed, exit code 1: RuntimeError: boom; ")
+    verified = run_headline(compare_modes(three_modes(ca_ms=5)), {"fixes": [{"fix": "ca-dynamic", "verdict": "verified"}]})
+    assert verified.text == faster.text  # no recompiles: nothing for a fix to have answered
+    ab = change_headline(compare_runs(three_modes(ca_ms=6), three_modes(ca_ms=5)))
+    assert ab.tone == "good" and "B ca: step time faster" in ab.text
+    data = json.loads(format_comparison(compare_modes(three_modes(ca_ms=5)), "json"))
+    assert data["headline"] == {"text": faster.text, "tone": "good"}

@@ -78,7 +78,7 @@ def run_command(
     modes: str = typer.Option(DEFAULT_MODES, "--modes", help="Modes to run, each in a fresh process: eager (torch.compile off), aot (torch.compile as written, CA forced off), ca (compiled autograd on every backward)."),
     backend: str = typer.Option("inductor", "--backend", help="Backend that compiles compiled-autograd graphs: inductor, aot_eager or eager."),
     dynamic: bool = typer.Option(False, "--dynamic", help="Start CA sizes dynamic (default: static, as in the tutorial, so shape-change misses show)."),
-    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Stop each mode after N steps (top-level backwards)."),
+    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Stop each mode after N steps: optimizer steps (a step ends at optimizer.step()), or top-level backward calls when the script has no optimizer."),
     max_time: Optional[float] = typer.Option(None, "--max-time", min=0.1, help="Stop each mode after S seconds."),
     repeat: int = typer.Option(1, "--repeat", min=1, help="Run the modes K times, interleaved (eager, aot, ca, eager, ...)."),
     warm_cache: bool = typer.Option(False, "--warm-cache", help="Share the Inductor cache between modes instead of a fresh one per mode."),

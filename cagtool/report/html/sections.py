@@ -233,7 +233,8 @@ def _graph_block(mode: ModeRecord, graph: CAGraphEvent, comparison: GraphCompari
         )
     )
     if graph.aot_ids:
-        parts.append(text("p", "inlined AOT backward graphs: " + ", ".join(str(i) for i in graph.aot_ids)))
+        ids = ", ".join(str(i) for i in graph.aot_ids)
+        parts.append(text("p", f"inlined AOT backward graphs: {len(graph.aot_ids)} (ids {ids})"))
     if comparison is not None:
         parts.append(diff_block(comparison))
     code_path = mode.path / graph.code_file if graph.code_file else None

@@ -39,6 +39,7 @@ class ModeSpec:
     parent_pid: int = 0  # the cagtool process: this one dies with it
     ack_fd: int | None = None  # pipe to the parent: the signals this process received (lifeline.py)
     go_fd: int | None = None  # pipe from the parent: one byte when the script may start (_wait_for_go)
+    seed: int | None = 0  # random, torch and numpy are seeded with it before the script (seeding.py); None: not seeded
 
 
 class TimeLimitReached(BaseException):
@@ -215,7 +216,7 @@ def _record_mode(spec: ModeSpec) -> int:
         depyf_ctx = depyf.prepare_debug(str(mode_dir / "depyf"))
     from cagtool.capture.seeding import script_reseeded, seed_all
 
-    manifest.options["seed"] = seed_all()  # every mode alike, so their numerics compare
+    manifest.options["seed"] = seed_all(spec.seed)  # every mode alike, so their numerics compare
     try:
         with live, depyf_ctx, mode_context(spec.mode, observer, spec.dynamic):
             run_target(target)

@@ -51,6 +51,7 @@ class RunOptions:
     depyf: bool = False
     torch_trace: bool = True
     keep_cache: bool = False  # keep the per-mode Inductor caches under <run>/inductor-cache
+    seed: int | None = 0  # every process of every mode starts from it (capture/seeding.py); None: unseeded
     cagtool_argv: tuple[str, ...] = ()
 
 
@@ -160,6 +161,7 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
             "repeat": options.repeat,
             "warm_cache": options.warm_cache,
             "keep_cache": options.keep_cache,
+            "seed": options.seed,
             "user": getpass.getuser(),
         },
     )
@@ -287,6 +289,7 @@ def _start_mode_process(options: RunOptions, run_dir: Path, name: str, cache_roo
         depyf=options.depyf,
         torch_trace=options.torch_trace,
         label=label,
+        seed=options.seed,
     )
     spec_path = mode_dir / "spec.json"
     env = dict(os.environ)

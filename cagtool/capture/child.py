@@ -192,6 +192,9 @@ def _record_mode(spec: ModeSpec) -> int:
     from cagtool.capture.processes.follow import attach_main
 
     followed = attach_main(spec, writer, manifest, steps, observer)  # the Python processes the target starts
+    # SIGTERM and SIGHUP keep their default action, as under python: the process dies at once and
+    # the parent closes this record, with every thread's stack left beside it (lifeline.py).
+    followed.stop_stacks.arm(mode_dir)
 
     def probe() -> dict[str, Any]:
         return {"step": steps.current_step, "graphs": observer._next_record_id, "compiling": steps.compile_in_progress}
@@ -252,6 +255,7 @@ def _record_mode(spec: ModeSpec) -> int:
         status, exit_code = STATUS_FAILED, 1
         exception = ExceptionInfo(type(exc).__name__, str(exc)[:2000], text[-20000:])
     finally:
+        followed.stop_stacks.disarm()  # before ignore_further_stops: unregistering needs the default action in place
         ignore_further_stops()
         if spec.max_time:
             signal.setitimer(signal.ITIMER_REAL, 0)

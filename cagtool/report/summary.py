@@ -99,6 +99,9 @@ def ca_recompiles_text(m: ModeMetrics) -> str:
 def steps_text(m: ModeMetrics) -> str:
     """What the step count counts: "3 steps (optimizer steps), 4 backward calls per step (12 in all)"."""
     text = f"{m.steps} step{'s' if m.steps != 1 else ''}"
+    if m.steps_lost_s:
+        # What the process did in its last moments is not known: say so rather than state a count.
+        text += f" recorded (the per-step lines of its last {m.steps_lost_s:g} s were lost with the process, which ended without closing its record)"
     if m.step_boundary == STEP_BOUNDARY_BACKWARD:
         text += " (no optimizer: one per backward call)"
     elif m.step_boundary == STEP_BOUNDARY_OPTIMIZER:
@@ -112,7 +115,7 @@ def steps_text(m: ModeMetrics) -> str:
         if m.backward_calls_after_last_step:
             text += f", {m.backward_calls_after_last_step} backward call(s) after the last optimizer step"
     elif m.backward_calls and not m.steps:
-        text += f" ({m.backward_calls} backward calls, no optimizer step ended)"
+        text += f" ({m.backward_calls} backward calls, no optimizer step {'recorded' if m.steps_lost_s else 'ended'})"
     return text
 
 
@@ -157,6 +160,7 @@ def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
         "graph_break_sites": [asdict(site) for site in metrics.graph_break_sites],
         "dynamo_recompiles": metrics.dynamo_recompiles,
         "steps": metrics.steps,
+        "steps_lost_with_process_s": metrics.steps_lost_s,
         "step_boundary": metrics.step_boundary,
         "backward_calls": metrics.backward_calls,
         "backward_calls_per_step": list(metrics.backward_calls_per_step),

@@ -100,3 +100,23 @@ def test_seed_option_seeds_every_generator_or_none(tmp_path):
 def test_bad_seed_is_a_usage_error(tmp_path):
     proc = subprocess.run(cagtool_cmd("run", "--seed", "soon", "-o", str(tmp_path / "r"), "tests/scripts/prints_draws.py"), capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2 and "--seed takes an integer" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_recorded_peak_memory_is_the_jobs_and_cagtools_own_is_said(tmp_path):
+    """The peak RSS is read before cagtool's end-of-run work (float64 parameter norms), which
+    squares a chunk at a time: the record's peak is the one the script saw at its end, and the
+    summary says what cagtool's own work added (its float64 copy of the 64 MiB parameter added
+    192 MiB before)."""
+    env = {**__import__("os").environ, "CI": "true"}
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "eager", "--no-report", "-o", str(tmp_path / "r"), "tests/scripts/big_parameter.py"),
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    seen = _first_json_line(proc.stdout)["peak_rss_bytes"]
+    from cagtool.record.loader import load_run
+
+    manifest = load_run(tmp_path / "r").mode("eager").manifest
+    assert seen <= manifest.peak_rss_bytes <= seen + 16 * 2**20
+    own = manifest.options["cagtool_memory"]
+    assert own["pinned_host_bytes"] == 0 and own["losses_held_on_device"] == 0  # CPU: losses read at once
+    assert 0 <= own["end_of_run_peak_rss_added_bytes"] < 32 * 2**20
+    assert "cagtool's own memory: its end-of-run work (final norms, reading losses) raised the peaks by RSS +" in proc.stderr

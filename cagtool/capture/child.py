@@ -109,6 +109,26 @@ def _peak_cuda_bytes() -> int | None:
         return None
 
 
+def job_peaks() -> tuple[int | None, int | None]:
+    """(peak RSS, peak CUDA bytes) as the job left them: read before cagtool's own end-of-run work
+    (the float64 norms, reading the deferred losses), which could otherwise raise them."""
+    return _peak_rss_bytes(), _peak_cuda_bytes()
+
+
+def cagtool_memory(before: tuple[int | None, int | None], device: Any) -> dict[str, Any]:
+    """What cagtool itself allocated, for the manifest (options["cagtool_memory"]): the loss
+    storage (device_readings.py), and how far its end-of-run work raised the peaks read before it
+    (`before`, from job_peaks; 0 when it stayed under them)."""
+    after = job_peaks()
+
+    def added(was: int | None, now: int | None) -> int | None:
+        return None if was is None or now is None else max(now - was, 0)
+
+    footprint = device.footprint() if device is not None else {}
+    return {**footprint, "end_of_run_peak_rss_added_bytes": added(before[0], after[0]),
+            "end_of_run_peak_device_added_bytes": added(before[1], after[1])}
+
+
 def main(spec_path: str) -> int:
     spec = ModeSpec(**json.loads(Path(spec_path).read_text()))
     from cagtool.capture.processes.lifeline import SignalStop, die_with_parent, exit_code_for, install_child_handlers
@@ -259,6 +279,7 @@ def _record_mode(spec: ModeSpec) -> int:
         ignore_further_stops()
         if spec.max_time:
             signal.setitimer(signal.ITIMER_REAL, 0)
+        peaks = job_peaks()
         try:
             steps.emit_final_state()
         except Exception:  # noqa: BLE001 - numerics are a bonus; the record must still close
@@ -275,8 +296,11 @@ def _record_mode(spec: ModeSpec) -> int:
         manifest.exception = exception
         manifest.ended_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         manifest.duration_s = time.perf_counter() - started
-        manifest.peak_rss_bytes = _peak_rss_bytes()
-        manifest.peak_device_memory_bytes = _peak_cuda_bytes()
+        manifest.peak_rss_bytes, manifest.peak_device_memory_bytes = peaks
+        try:
+            manifest.options["cagtool_memory"] = cagtool_memory(peaks, steps.device)
+        except Exception:  # noqa: BLE001 - the record must still close
+            pass
         manifest.torch_counters = _counters()
         manifest.options["seed"]["script_reseeded"] = script_reseeded(manifest.options["seed"])
         if steps.errors:

@@ -119,6 +119,28 @@ def steps_text(m: ModeMetrics) -> str:
     return text
 
 
+def cagtool_memory_text(memory: Any) -> str:
+    """What cagtool itself allocated (the manifest's options["cagtool_memory"]), beside the job's
+    peaks, which are read before cagtool's end-of-run work: "" for records without it."""
+    if not isinstance(memory, dict):
+        return ""
+
+    def size(n: int) -> str:
+        return f"{n / 2**20:.1f} MiB" if n >= 2**20 else (f"{n / 2**10:.0f} KiB" if n else "0")
+
+    parts = []
+    pinned = memory.get("pinned_host_bytes")
+    if isinstance(pinned, int) and pinned:
+        parts.append(f"{size(pinned)} of page-locked host memory for the CUDA losses")
+    if memory.get("losses_held_on_device"):
+        parts.append(f"{memory['losses_held_on_device']} loss tensors held on the device to the end")
+    added = [f"{what} +{size(n)}" for what, n in (("RSS", memory.get("end_of_run_peak_rss_added_bytes")),
+                                                  ("CUDA", memory.get("end_of_run_peak_device_added_bytes"))) if isinstance(n, int)]
+    if added:
+        parts.append(f"its end-of-run work (final norms, reading losses) raised the peaks by {', '.join(added)} (the peaks above are the job's, read before it)")
+    return "cagtool's own memory: " + "; ".join(parts) if parts else ""
+
+
 def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
     metrics = mode_metrics(record)
     misses = record.of(CacheMissEvent)
@@ -170,6 +192,7 @@ def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
         "step_time": asdict(metrics.step_time) if metrics.step_time else None,
         "peak_rss_bytes": metrics.peak_rss_bytes,
         "peak_device_memory_bytes": metrics.peak_device_memory_bytes,
+        "cagtool_memory": record.manifest.options.get("cagtool_memory"),
         "findings": [{"code": f.code, "message": f.message, "step": f.step} for f in record.of(FindingEvent)],
         "skipped_lines": record.skipped_lines,
         # A record built by `cagtool import`: its source logs, what was skipped or inferred, and
@@ -281,6 +304,9 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     if imported is None:
         cuda = f", CUDA max allocated {_mib(m.peak_device_memory_bytes)}" if m.peak_device_memory_bytes is not None else ""
         console.print(f"  peak memory: RSS {_mib(m.peak_rss_bytes)}{cuda}")
+        own = cagtool_memory_text(manifest.options.get("cagtool_memory"))
+        if own:
+            console.print(f"  {own}")
     else:
         skipped = sum((imported.get("unknown_envelopes") or {}).values())
         if skipped or imported.get("bad_lines") or imported.get("truncated_last_line"):

@@ -225,10 +225,11 @@ class ProcessRecord:
         if self.closed or self.role != ROLE_CHILD:
             return
         self.closed = True
-        from cagtool.capture.child import _counters, _peak_cuda_bytes, _peak_rss_bytes
+        from cagtool.capture.child import _counters, cagtool_memory, job_peaks
 
         code = self.exit_code if exit_code is None else exit_code
         code = 0 if code is None else code
+        peaks = job_peaks()  # before cagtool's own end-of-run work
         try:
             if self.steps is not None and self.steps.backward_calls:
                 self.steps.emit_final_state()
@@ -243,8 +244,11 @@ class ProcessRecord:
         manifest.exception = self.exception
         manifest.ended_at = _now()
         manifest.duration_s = time.perf_counter() - self.started
-        manifest.peak_rss_bytes = _peak_rss_bytes()
-        manifest.peak_device_memory_bytes = _peak_cuda_bytes()
+        manifest.peak_rss_bytes, manifest.peak_device_memory_bytes = peaks
+        try:
+            manifest.options["cagtool_memory"] = cagtool_memory(peaks, self.steps.device if self.steps is not None else None)
+        except Exception:  # noqa: BLE001 - the record must still close
+            pass
         if "torch._dynamo" in sys.modules:
             manifest.torch_counters = _counters_minus(_counters(), self.counters_baseline)
         seed = manifest.options.get("seed")

@@ -101,7 +101,7 @@ def steps_text(m: ModeMetrics) -> str:
     text = f"{m.steps} step{'s' if m.steps != 1 else ''}"
     if m.steps_lost_s:
         # What the process did in its last moments is not known: say so rather than state a count.
-        text += f" recorded (the per-step lines of its last {m.steps_lost_s:g} s were lost with the process, which ended without closing its record)"
+        text += f" recorded (the process ended without closing its record: the per-step lines of its last {m.steps_lost_s:g} s, if any, were lost with it)"
     if m.step_boundary == STEP_BOUNDARY_BACKWARD:
         text += " (no optimizer: one per backward call)"
     elif m.step_boundary == STEP_BOUNDARY_OPTIMIZER:

@@ -33,7 +33,8 @@ from typing import Any, Callable
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # What the kernel sends the mode child when cagtool's process dies: a real-time signal that no
 # script or library handles (glibc keeps the first two for itself; torch and its libraries use none).
-PARENT_DIED = signal.SIGRTMAX - 2
+# None where there are no real-time signals (macOS, which has no PR_SET_PDEATHSIG either).
+PARENT_DIED: int | None = signal.SIGRTMAX - 2 if hasattr(signal, "SIGRTMAX") else None
 # Sent by the mode child on its ack pipe once its record is closed (a byte no signal number takes):
 # the parent may then start the next mode process beside this one's exit (orchestrate.py).
 RECORD_CLOSED = 0
@@ -244,7 +245,7 @@ def _reap() -> None:
 def die_with_parent(parent_pid: int) -> None:
     """Linux: PARENT_DIED to this process when the parent dies, including by SIGKILL. If the parent
     is already gone (it died before this ran), act as if the signal came now."""
-    if not _prctl(_PR_SET_PDEATHSIG, int(PARENT_DIED)):
+    if PARENT_DIED is None or not _prctl(_PR_SET_PDEATHSIG, int(PARENT_DIED)):
         return  # not Linux: the parent still forwards its signals
     if os.getppid() != parent_pid:
         os.kill(os.getpid(), PARENT_DIED)
@@ -259,7 +260,8 @@ def install_child_handlers(parent_pid: int, ack_fd: int | None) -> None:
     def _parent_died(signum: int, frame: Any) -> None:
         raise SignalStop(signal.SIGTERM, parent_died=True)
 
-    signal.signal(PARENT_DIED, _parent_died)
+    if PARENT_DIED is not None:
+        signal.signal(PARENT_DIED, _parent_died)
     if ack_fd is not None:
         try:
             os.set_inheritable(ack_fd, False)  # the script's own children must not hold it open

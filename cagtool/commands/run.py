@@ -113,8 +113,8 @@ def run_command(
 
     Before the script runs, cagtool seeds Python's random, torch and numpy with 0 (--seed N,
     or --seed off to leave them alone) in every mode and in every process the script starts
-    (a rank gets N + its rank), so that modes compute on the same numbers; a script that seeds
-    itself keeps its own seed.
+    (a torchrun worker gets N + its RANK), so that modes compute on the same numbers; a script
+    that seeds itself keeps its own seed.
 
     The script's stdout and stderr are its own (the live status is drawn on the terminal's
     bottom row, never by capturing them); cagtool writes to stderr, and JSON with --json FILE.

@@ -153,4 +153,6 @@ def test_ddp_ranks_stopped_by_sigterm_read_as_interrupted(tmp_path):
         assert (manifest.status, manifest.exit_code, manifest.exception.type) == ("interrupted", 143, "SIGTERM"), manifest.exception
         assert f"{SCRIPTS / 'ddp_until_stopped.py'}:" in manifest.exception.message
         assert len(record.of(StepEvent)) >= 3
-        assert "Current thread" in manifest.exception.traceback
+        # Every thread's stack. Which thread took the signal is the kernel's choice: often a gloo
+        # worker with no Python frames, and then faulthandler marks none as current.
+        assert "Thread 0x" in manifest.exception.traceback

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field, fields
-from typing import Any
 
 from cagtool.record.loader import ModeRecord
+from cagtool.record.manifest import ModeManifest
 from cagtool.record.schema import (
     MISS_CHANGED_SHAPES,
     MISS_NEW_NODE,
@@ -101,7 +101,7 @@ class ModeMetrics:
     steps_lost_s: float | None = None
 
 
-def steps_lost_with_process(manifest: Any) -> float | None:
+def steps_lost_with_process(manifest: ModeManifest) -> float | None:
     """How many seconds of per-step lines a record may lack because its process died holding
     them: the writer's hold (options["held_events"]) when someone other than the process closed
     the record (options["closed_by"]: cagtool's parent, or a reader that found it dead)."""

@@ -226,6 +226,24 @@ def check_capture() -> Check:
     return Check("ca capture", OK, f"{len(capture.graphs)} captures ({', '.join(capture.graphs)}); cache-miss messages parse: new node GraphRoot, then changed shapes", facts=facts)
 
 
+def check_engine_copy() -> Check:
+    """steps.py runs a copy of torch 2.13's `_engine_run_backward` body in its place
+    (capture/engine_copy.py): the installed torch's must be the same code, or cagtool would run
+    the job's backward through an older body than torch's."""
+    from cagtool.capture.engine_copy import FUNCTION, MODULE, compare_with_installed
+
+    name = f"{MODULE}.{FUNCTION}"
+    result = compare_with_installed()
+    facts = {"source_file": result.source_file, "same": result.same, "diff": result.diff}
+    if result.problem:
+        return Check("backward entry", FAIL, f"{name}: {result.problem}", facts=facts)
+    if not result.same:
+        changed = sum(1 for line in result.diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+        return Check("backward entry", FAIL, f"{name} in this torch differs from the body cagtool runs in its place (torch 2.13's; "
+                     f"{changed} lines differ, see --format json): `cagtool run` would change what the job's backward does", facts=facts)
+    return Check("backward entry", OK, f"{name} is the body cagtool runs in its place (torch 2.13's, compared as code)", facts=facts)
+
+
 def check_runs_dir(cwd: Path | None = None) -> Check:
     from cagtool.record.loader import DEFAULT_RUNS_DIR
 
@@ -249,7 +267,7 @@ def check_runs_dir(cwd: Path | None = None) -> Check:
     return Check("runs dir", status, f"{target} ({where}; writable; {free / 2**30:.1f} GiB free){low}", facts=facts)
 
 
-CHECKS: tuple[Callable[[], Check], ...] = (check_python, check_torch, check_cxx, check_capture, check_runs_dir)
+CHECKS: tuple[Callable[[], Check], ...] = (check_python, check_torch, check_engine_copy, check_cxx, check_capture, check_runs_dir)
 
 
 def run_checks(checks: tuple[Callable[[], Check], ...] = CHECKS) -> DoctorReport:
@@ -257,9 +275,9 @@ def run_checks(checks: tuple[Callable[[], Check], ...] = CHECKS) -> DoctorReport
     results: list[Check] = []
     torch_failed = False
     for check in checks:
-        if check is check_capture and torch_failed:
-            # Without a usable torch the capture cannot run; say so instead of a second traceback.
-            results.append(Check("ca capture", FAIL, "skipped: the torch check failed"))
+        if check in (check_capture, check_engine_copy) and torch_failed:
+            # Without a usable torch these cannot run; say so instead of a second traceback.
+            results.append(Check("ca capture" if check is check_capture else "backward entry", FAIL, "skipped: the torch check failed"))
             continue
         t0 = time.perf_counter()
         result = check()

@@ -16,7 +16,8 @@ def test_doctor_passes_here_and_says_why_in_json():
     report = json.loads(proc.stdout)
     assert report["format"] == "cagtool-doctor" and report["ok"] is True
     checks = {c["name"]: c for c in report["checks"]}
-    assert list(checks) == ["python", "torch", "c++ compiler", "ca capture", "runs dir"]
+    assert list(checks) == ["python", "torch", "backward entry", "c++ compiler", "ca capture", "runs dir"]
+    assert checks["backward entry"]["status"] == "ok" and checks["backward entry"]["facts"]["diff"] == ""
     assert checks["torch"]["facts"]["missing"] == []
     capture = checks["ca capture"]["facts"]
     assert capture["kinds"] == ["new_node", "changed_shapes"]

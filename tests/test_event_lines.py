@@ -222,20 +222,27 @@ def test_failed_write_stops_at_the_first_held_line(tmp_path):
 
 @pytest.mark.parametrize("how", ["os_exit", "pause_os_exit", "sigterm"])
 def test_a_process_ending_mid_step_loses_at_most_its_last_hold_s(tmp_path, how):
-    """Killed hard (os._exit, as SIGKILL) at once: the lines of its last hold_s (0.5 s) may be
-    missing, what is on disk is whole and numbered from 0. Killed hard a second after its last
-    backward call: everything is on disk, the open step's two backward lines included (the flusher
-    wrote them). Stopped by SIGTERM: the record closes with everything. The manifest says which
-    kinds are held and for how long."""
+    """Ended at once (os._exit, as SIGKILL leaves it; SIGTERM at its default action, as under
+    python): the lines of its last hold_s (0.5 s) may be missing, what is on disk is whole and
+    numbered from 0. Killed hard a second after its last backward call: everything is on disk, the
+    open step's two backward lines included (the flusher wrote them). The manifest says which kinds
+    are held and for how long, and the summary never states the step count as a fact: it says the
+    lines of the last 0.5 s, if any, were lost with the process."""
     proc = subprocess.run(cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(tmp_path / "r"), str(ROOT / "tests" / "scripts" / "dies_mid_step.py"), how),
                           capture_output=True, text=True, cwd=ROOT, env={**os.environ, "CI": "true"}, timeout=300)
     assert proc.returncode == (143 if how == "sigterm" else 3), proc.stderr[-3000:]
     ca = load_run(tmp_path / "r").modes["ca"]
     assert ca.manifest.options["held_events"] == {"kinds": ["backward", "optimizer_step", "step"], "up_to_s": writer_module.HOLD_S}
     assert [e.seq for e in ca.events] == list(range(len(ca.events)))
-    if how == "os_exit":
+    assert "steps recorded (the process ended without closing its record: the per-step lines of its last 0.5 s, if any, were lost with it)" in proc.stderr
+    assert "no optimizer step ended" not in proc.stderr
+    summary = subprocess.run(cagtool_cmd("summary", str(tmp_path / "r"), "--format", "json"), capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert json.loads(summary.stdout)["modes"]["ca"]["steps_lost_with_process_s"] == writer_module.HOLD_S
+    if how in ("os_exit", "sigterm"):
         steps = [s.step for s in ca.of(StepEvent)]
         assert steps == list(range(len(steps))) and len(steps) <= 2
+        if how == "sigterm":
+            assert (ca.manifest.status, ca.manifest.exception.type) == ("interrupted", "SIGTERM")
         return
     assert [s.step for s in ca.of(StepEvent)] == [0, 1]
     assert [o.step for o in ca.of(OptimizerStepEvent)] == [0, 1]

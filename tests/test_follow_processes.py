@@ -261,3 +261,37 @@ def test_users_own_sitecustomize_still_runs_in_followed_children(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "child: users-own True" in proc.stdout
+
+
+def test_unseeded_torchrun_ranks_are_seeded_alike_in_every_mode(tmp_path):
+    """Each torchrun worker is seeded like the main process (seed + rank), before the script can
+    draw: the modes of an unseeded DDP job then compute on the same numbers and agree."""
+    out = tmp_path / "r"
+    proc = _cagtool_run(out, "-m", "torch.distributed.run", "--", "--nproc-per-node", "2",
+                        str(SCRIPTS / "ddp_unseeded.py"), modes="eager,ca")
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    by_rank: dict[int, list[dict]] = {}
+    for line in lines:
+        by_rank.setdefault(line["rank"], []).append(line)
+    assert sorted(by_rank) == [0, 1] and all(len(seen) == 2 for seen in by_rank.values())  # one per mode
+    for seen in by_rank.values():
+        assert seen[0]["draws"] == seen[1]["draws"] and seen[0]["norm"] == seen[1]["norm"]
+    for generator in ("random", "numpy", "torch"):  # ranks draw different numbers, as under python
+        assert by_rank[0][0]["draws"][generator] != by_rank[1][0]["draws"][generator]
+    run = load_run(out)
+    for mode in ("eager", "ca"):
+        for rank, record in run.mode(mode).ranks().items():
+            seed = record.manifest.options["seed"]
+            assert (seed["seed"], seed["rank"], sorted(seed["seeded"]), seed["script_reseeded"]) == (rank, rank, ["numpy", "random", "torch"], False)
+    compare = subprocess.run(cagtool_cmd("compare", str(out), "--format", "json"), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
+    numerics = json.loads(compare.stdout)["numerics"]
+    assert numerics["agree"] is True and not any(d["inputs_differ"] for d in numerics["diffs"])
+
+
+def test_seed_off_leaves_followed_processes_unseeded(tmp_path):
+    out = tmp_path / "r"
+    proc = _cagtool_run(out, "--seed", "off", "-m", "torch.distributed.run", "--", "--nproc-per-node", "2",
+                        str(SCRIPTS / "ddp_unseeded.py"), modes="ca")
+    assert len([line for line in proc.stdout.splitlines() if line.startswith("{")]) == 2
+    for record in load_run(out).mode("ca").ranks().values():
+        assert record.manifest.options["seed"] == {"seed": None, "seeded": [], "script_reseeded": None}

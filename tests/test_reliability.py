@@ -33,6 +33,7 @@ from conftest import ROOT, cagtool_cmd
 from cagtool.record.loader import load_run
 from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
 from cagtool.record.schema import StepEvent
+from cagtool.report.metrics import mode_metrics
 
 # ------------------------------------------------------------------ reading: hand-built records
 
@@ -261,8 +262,15 @@ def test_signal_to_parent_pid_reaches_the_mode_and_closes_the_record(tmp_path, s
     assert ca.manifest.status == "interrupted" and ca.manifest.exit_code == 128 + signum
     assert run.meta.status == "interrupted" and run.meta.exit_code == 128 + signum
     assert run.meta.mode_exit_codes == {"ca": 128 + signum}
-    assert len(ca.of(StepEvent)) >= 2
     assert "Traceback" not in stderr
+    if signum == signal.SIGINT:  # KeyboardInterrupt unwinds the script: the record closes itself, whole
+        assert len(ca.of(StepEvent)) >= 2 and "closed_by" not in ca.manifest.options
+    else:
+        # SIGTERM and SIGHUP end the process at once (their default action, as under python):
+        # cagtool closes the record, which says where the script was and what may be missing.
+        assert ca.manifest.exception.type == signal.Signals(signum).name
+        assert ca.manifest.exception.message.startswith(f"stopped by {signal.Signals(signum).name}")
+        assert mode_metrics(ca).steps_lost_s == 0.5
 
 
 def test_sigkill_of_parent_leaves_no_orphan_and_reads_as_killed(tmp_path):
@@ -465,6 +473,71 @@ def test_group_ctrl_c_is_seen_once_by_a_script_that_handles_it(tmp_path):
     assert proc.returncode == 0, stderr
     run = load_run(tmp_path / "r")
     assert run.meta.status == "finished" and run.modes["ca"].manifest.status == "finished"
+
+
+def _start_script(tmp_path: Path, script: str, *runner: str) -> subprocess.Popen:
+    """`cagtool run` (or `runner`, e.g. plain python) on tests/scripts/`script` in a session of its
+    own, SIGINT at its default action; returns once the script printed READY."""
+    cmd = list(runner) + [str(SCRIPTS / script)] if runner else cagtool_cmd(
+        "run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(tmp_path / "r"), str(SCRIPTS / script))
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    ready = proc.stdout.readline()
+    assert ready.startswith("READY"), (ready, proc.stderr.read() if proc.poll() is not None else "")
+    proc.ready_line = ready.strip()  # type: ignore[attr-defined]
+    return proc
+
+
+@pytest.mark.parametrize("runner", ["python", "cagtool"])
+def test_ctrl_c_to_an_asyncio_script_is_one_sigint(tmp_path, runner):
+    """asyncio's add_signal_handler takes Python's wakeup fd, through which cagtool learnt that the
+    mode process had its own copy of a group Ctrl-C: without it cagtool forwarded a second SIGINT,
+    which interrupted the script's checkpoint save. The script's own outcome, under python and
+    under cagtool: the save completes and it exits 0."""
+    proc = _start_script(tmp_path, "asyncio_checkpoint.py", *([sys.executable] if runner == "python" else []))
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert stdout == "SAVING\nSAVED\n", stderr
+    assert proc.returncode == 0, stderr
+    if runner == "cagtool":
+        assert load_run(tmp_path / "r").modes["ca"].manifest.status == "finished"
+
+
+@pytest.mark.parametrize("runner", ["python", "cagtool"])
+def test_a_chaining_sigterm_handler_keeps_the_job_alive_as_under_python(tmp_path, runner):
+    """A SLURM-requeue handler chains to the SIGTERM handler it found: SIG_DFL (not callable) under
+    python and under cagtool alike, so the job trains on to its end and exits 0 (cagtool neither
+    raises into it nor kills it later)."""
+    proc = _start_script(tmp_path, "requeue_on_sigterm.py", *([sys.executable] if runner == "python" else []))
+    os.killpg(proc.pid, signal.SIGTERM)  # what scancel does: every process of the job
+    stdout, stderr = proc.communicate(timeout=120)
+    assert stdout == "REQUEUE previous=<Handlers.SIG_DFL: 0>\nDONE\n", stderr
+    assert proc.returncode == 0, stderr
+    if runner == "cagtool":
+        ca = load_run(tmp_path / "r").modes["ca"].manifest
+        assert (ca.status, ca.exit_code) == ("finished", 0)
+
+
+def test_sigterm_ends_a_process_blocked_in_c_at_once_as_under_python(tmp_path):
+    """A script blocked in C code that no signal interrupts (sigwait) cannot run a Python handler:
+    under cagtool SIGTERM keeps its default action, so the process ends by the signal itself (not by
+    cagtool's SIGKILL after a grace period), and cagtool closes its record as interrupted at the
+    script's line, from the stacks faulthandler left."""
+    proc = _start_script(tmp_path, "blocked_in_c.py")
+    assert proc.ready_line == "READY <Handlers.SIG_DFL: 0>"  # what the script sees, as under python
+    os.killpg(proc.pid, signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "UNBLOCKED" not in stdout, stderr
+    run = load_run(tmp_path / "r")
+    ca = run.modes["ca"].manifest
+    assert (ca.status, ca.exit_code, ca.exception.type) == ("interrupted", 143, "SIGTERM"), ca.exception
+    assert "blocked_in_c.py:13 (<module>)" in ca.exception.message
+    assert ca.options["closed_by"] == "cagtool"
+    assert run.meta.status == "interrupted" and run.meta.mode_exit_codes == {"ca": 143}
+    summary = subprocess.run(cagtool_cmd("summary", str(tmp_path / "r"), "--format", "json"), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
+    assert json.loads(summary.stdout)["modes"]["ca"]["steps_lost_with_process_s"] == 0.5
 
 
 def test_second_signal_later_kills_the_mode_and_closes_it_as_killed(tmp_path):

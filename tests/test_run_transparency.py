@@ -63,3 +63,60 @@ def test_exit_duties_run_as_under_python(tmp_path, extra):
         seen[name] = {p.name: p.read_text() for p in sorted(out.iterdir())}
     assert seen["cagtool"] == seen["python"]
     assert seen["python"] == {"atexit.txt": "ran", "thread.txt": "joined", "unclosed.txt": "buffered " * 100}
+
+
+def test_seed_option_seeds_every_generator_or_none(tmp_path):
+    """`--seed N` (default 0) seeds random, numpy and torch before the script runs, the same in
+    every mode; `--seed off` leaves them as python does (two runs draw differently)."""
+    script = "tests/scripts/prints_draws.py"
+    env = {**__import__("os").environ, "CI": "true"}
+
+    def draws(name: str, *seed: str, modes: str = "eager") -> list[dict]:
+        proc = subprocess.run(cagtool_cmd("run", "--modes", modes, "--no-report", "-o", str(tmp_path / name), *seed, script),
+                              capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+    import random
+
+    import numpy
+    import torch
+
+    random.seed(7)
+    numpy.random.seed(7)
+    torch.manual_seed(7)
+    expected = {"random": random.random(), "numpy": float(numpy.random.rand()), "torch": float(torch.rand(())), "initial_seed": 7}
+    assert draws("seven", "--seed", "7", modes="eager,ca") == [expected, expected]
+    default = draws("default")
+    assert default[0]["initial_seed"] == 0
+    off = draws("off", "--seed", "off") + draws("off2", "--seed", "off")
+    assert off[0] != off[1] and 0 not in (off[0]["initial_seed"], off[1]["initial_seed"])
+    from cagtool.record.loader import load_run
+
+    assert load_run(tmp_path / "off").mode("eager").manifest.options["seed"] == {"seed": None, "seeded": [], "script_reseeded": None}
+    assert load_run(tmp_path / "seven").mode("ca").manifest.options["seed"] == {"seed": 7, "seeded": ["random", "torch", "numpy"], "script_reseeded": False}
+
+
+def test_bad_seed_is_a_usage_error(tmp_path):
+    proc = subprocess.run(cagtool_cmd("run", "--seed", "soon", "-o", str(tmp_path / "r"), "tests/scripts/prints_draws.py"), capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2 and "--seed takes an integer" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_recorded_peak_memory_is_the_jobs_and_cagtools_own_is_said(tmp_path):
+    """The peak RSS is read before cagtool's end-of-run work (float64 parameter norms), which
+    squares a chunk at a time: the record's peak is the one the script saw at its end, and the
+    summary says what cagtool's own work added (its float64 copy of the 64 MiB parameter added
+    192 MiB before)."""
+    env = {**__import__("os").environ, "CI": "true"}
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "eager", "--no-report", "-o", str(tmp_path / "r"), "tests/scripts/big_parameter.py"),
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    seen = _first_json_line(proc.stdout)["peak_rss_bytes"]
+    from cagtool.record.loader import load_run
+
+    manifest = load_run(tmp_path / "r").mode("eager").manifest
+    assert seen <= manifest.peak_rss_bytes <= seen + 16 * 2**20
+    own = manifest.options["cagtool_memory"]
+    assert own["pinned_host_bytes"] == 0 and own["losses_held_on_device"] == 0  # CPU: losses read at once
+    assert 0 <= own["end_of_run_peak_rss_added_bytes"] < 32 * 2**20
+    assert "cagtool's own memory: its end-of-run work (final norms, reading losses) raised the peaks by RSS +" in proc.stderr

@@ -39,6 +39,7 @@ class ModeSpec:
     parent_pid: int = 0  # the cagtool process: this one dies with it
     ack_fd: int | None = None  # pipe to the parent: the signals this process received (lifeline.py)
     go_fd: int | None = None  # pipe from the parent: one byte when the script may start (_wait_for_go)
+    seed: int | None = 0  # random, torch and numpy are seeded with it before the script (seeding.py); None: not seeded
 
 
 class TimeLimitReached(BaseException):
@@ -106,6 +107,26 @@ def _peak_cuda_bytes() -> int | None:
         return sum(int(torch.cuda.max_memory_allocated(d)) for d in range(torch.cuda.device_count()))
     except Exception:  # noqa: BLE001 - a broken CUDA state must not lose the record
         return None
+
+
+def job_peaks() -> tuple[int | None, int | None]:
+    """(peak RSS, peak CUDA bytes) as the job left them: read before cagtool's own end-of-run work
+    (the float64 norms, reading the deferred losses), which could otherwise raise them."""
+    return _peak_rss_bytes(), _peak_cuda_bytes()
+
+
+def cagtool_memory(before: tuple[int | None, int | None], device: Any) -> dict[str, Any]:
+    """What cagtool itself allocated, for the manifest (options["cagtool_memory"]): the loss
+    storage (device_readings.py), and how far its end-of-run work raised the peaks read before it
+    (`before`, from job_peaks; 0 when it stayed under them)."""
+    after = job_peaks()
+
+    def added(was: int | None, now: int | None) -> int | None:
+        return None if was is None or now is None else max(now - was, 0)
+
+    footprint = device.footprint() if device is not None else {}
+    return {**footprint, "end_of_run_peak_rss_added_bytes": added(before[0], after[0]),
+            "end_of_run_peak_device_added_bytes": added(before[1], after[1])}
 
 
 def main(spec_path: str) -> int:
@@ -191,6 +212,9 @@ def _record_mode(spec: ModeSpec) -> int:
     from cagtool.capture.processes.follow import attach_main
 
     followed = attach_main(spec, writer, manifest, steps, observer)  # the Python processes the target starts
+    # SIGTERM and SIGHUP keep their default action, as under python: the process dies at once and
+    # the parent closes this record, with every thread's stack left beside it (lifeline.py).
+    followed.stop_stacks.arm(mode_dir)
 
     def probe() -> dict[str, Any]:
         return {"step": steps.current_step, "graphs": observer._next_record_id, "compiling": steps.compile_in_progress}
@@ -215,7 +239,7 @@ def _record_mode(spec: ModeSpec) -> int:
         depyf_ctx = depyf.prepare_debug(str(mode_dir / "depyf"))
     from cagtool.capture.seeding import script_reseeded, seed_all
 
-    manifest.options["seed"] = seed_all()  # every mode alike, so their numerics compare
+    manifest.options["seed"] = seed_all(spec.seed)  # every mode alike, so their numerics compare
     try:
         with live, depyf_ctx, mode_context(spec.mode, observer, spec.dynamic):
             run_target(target)
@@ -251,9 +275,11 @@ def _record_mode(spec: ModeSpec) -> int:
         status, exit_code = STATUS_FAILED, 1
         exception = ExceptionInfo(type(exc).__name__, str(exc)[:2000], text[-20000:])
     finally:
+        followed.stop_stacks.disarm()  # before ignore_further_stops: unregistering needs the default action in place
         ignore_further_stops()
         if spec.max_time:
             signal.setitimer(signal.ITIMER_REAL, 0)
+        peaks = job_peaks()
         try:
             steps.emit_final_state()
         except Exception:  # noqa: BLE001 - numerics are a bonus; the record must still close
@@ -270,8 +296,11 @@ def _record_mode(spec: ModeSpec) -> int:
         manifest.exception = exception
         manifest.ended_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         manifest.duration_s = time.perf_counter() - started
-        manifest.peak_rss_bytes = _peak_rss_bytes()
-        manifest.peak_device_memory_bytes = _peak_cuda_bytes()
+        manifest.peak_rss_bytes, manifest.peak_device_memory_bytes = peaks
+        try:
+            manifest.options["cagtool_memory"] = cagtool_memory(peaks, steps.device)
+        except Exception:  # noqa: BLE001 - the record must still close
+            pass
         manifest.torch_counters = _counters()
         manifest.options["seed"]["script_reseeded"] = script_reseeded(manifest.options["seed"])
         if steps.errors:

@@ -28,7 +28,7 @@ from cagtool.capture.target import Target
 from cagtool.capture.writer import write_json_atomic, write_run_meta
 from cagtool.errors import UsageError
 from cagtool.record.manifest import RunMeta
-from cagtool.record.liveness import this_process
+from cagtool.record.liveness import signal_stop_exception, this_process
 from cagtool.record.schema import MANIFEST_FILE, MODES, STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED, STATUS_KILLED, STATUS_RUNNING
 
 
@@ -51,6 +51,7 @@ class RunOptions:
     depyf: bool = False
     torch_trace: bool = True
     keep_cache: bool = False  # keep the per-mode Inductor caches under <run>/inductor-cache
+    seed: int | None = 0  # every process of every mode starts from it (capture/seeding.py); None: unseeded
     cagtool_argv: tuple[str, ...] = ()
 
 
@@ -62,6 +63,7 @@ class ModeOutcome:
     error: str = ""
     status: str = ""  # the mode manifest's final status
     stopped: bool = False  # killed or interrupted: what the job left running is to be ended
+    signalled: bool = False  # a stop signal ended the process (at its default action): its workers have it too
 
 
 @dataclass
@@ -160,6 +162,7 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
             "repeat": options.repeat,
             "warm_cache": options.warm_cache,
             "keep_cache": options.keep_cache,
+            "seed": options.seed,
             "user": getpass.getuser(),
         },
     )
@@ -201,7 +204,9 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
                         if ready is not None:  # not a process the job left behind: ours, not yet begun
                             _cancel(ready)
                             ready = None
-                        end_orphans()  # what the job left running when it was stopped (adopted: adopt_orphans)
+                        # What the job left running when it was stopped (adopted: adopt_orphans). After
+                        # a stop signal that ended the mode process at its default action, they have it too.
+                        end_orphans(signalled=result.signalled)
                     startup_error = run_dir / name / STARTUP_ERROR_FILE
                     if startup_error.exists():
                         outcome.startup_error = startup_error.read_text().strip()
@@ -287,6 +292,7 @@ def _start_mode_process(options: RunOptions, run_dir: Path, name: str, cache_roo
         depyf=options.depyf,
         torch_trace=options.torch_trace,
         label=label,
+        seed=options.seed,
     )
     spec_path = mode_dir / "spec.json"
     env = dict(os.environ)
@@ -367,14 +373,16 @@ def _run_mode(process: _ModeProcess, supervisor: ChildSupervisor, on_started: Ca
     signum = -code if code < 0 else None
     exit_code = exit_code_for(signum) if signum else code
     if signum:
-        return ModeOutcome(name, exit_code, wall, f"killed by {signal.Signals(signum).name}", status=status, stopped=stopped)
+        return ModeOutcome(name, exit_code, wall, f"killed by {signal.Signals(signum).name}", status=status, stopped=stopped,
+                           signalled=signum in STOP_SIGNALS)
     return ModeOutcome(name, exit_code, wall, status=status, stopped=stopped)
 
 
 def settle_mode_record(mode_dir: Path, code: int) -> str:
     """After the mode process ended: a manifest it could not finish is closed here, so run.json
-    and the manifest agree: "killed" when a signal ended it (SIGKILL, the OOM killer), else by its
-    exit code (the script called os._exit, or the disk was too full for the last write).
+    and the manifest agree: "interrupted" when SIGINT, SIGTERM or SIGHUP ended it at their default
+    action, "killed" when another signal did (SIGKILL, the OOM killer), else by its exit code (the
+    script called os._exit, or the disk was too full for the last write).
     Returns the mode's final status."""
     path = mode_dir / MANIFEST_FILE
     try:
@@ -387,7 +395,12 @@ def settle_mode_record(mode_dir: Path, code: int) -> str:
     if status != STATUS_RUNNING:
         return status
     signum = -code if code < 0 else None
-    if signum:
+    if signum in STOP_SIGNALS:
+        # A stop signal at its default action (the script set no handler, as under python): the
+        # process died at once, leaving its threads' stacks (lifeline.StopStacks).
+        status = STATUS_INTERRUPTED
+        exception = signal_stop_exception(signal.Signals(signum).name, mode_dir)
+    elif signum:
         status = STATUS_KILLED
         exception = {"type": signal.Signals(signum).name, "message": f"killed by {signal.Signals(signum).name}", "traceback": ""}
     else:

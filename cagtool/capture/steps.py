@@ -661,15 +661,34 @@ class StepTracker:
         import torch
 
         with torch.no_grad():
-            p2 = sum(float(p.detach().double().pow(2).sum()) for p in params)
+            p2 = sum(_sum_of_squares(p) for p in params)
             grads = [p.grad for p in params if p.grad is not None]
-            g2 = sum(float(g.detach().double().pow(2).sum()) for g in grads) if grads else None
+            g2 = sum(_sum_of_squares(g) for g in grads) if grads else None
         self.writer.emit(
             FinalStateEvent,
             param_norm=math.sqrt(p2),
             grad_norm=math.sqrt(g2) if g2 is not None else None,
             num_params=len(params),
         )
+
+
+# Elements squared in float64 at a time for the final norms: the copies cagtool makes for them are
+# 2 x 8 MiB at most, whatever the size of a parameter (a whole 1 GiB float32 embedding in float64
+# was 4 GiB more at the run's end, on the job's device).
+_NORM_CHUNK = 1 << 20
+
+
+def _sum_of_squares(tensor: Any) -> float:
+    """sum(x**2) of a tensor in float64, a chunk at a time; one read of the device at the end."""
+    flat = tensor.detach()
+    if not flat.is_contiguous() or flat.numel() <= _NORM_CHUNK:
+        return float(flat.double().pow(2).sum())
+    flat = flat.view(-1)
+    total = None
+    for start in range(0, flat.numel(), _NORM_CHUNK):
+        part = flat[start:start + _NORM_CHUNK].double().pow(2).sum()
+        total = part if total is None else total + part
+    return float(total)
 
 
 def _line_makers(writer: RecordWriter) -> tuple[Callable[[int, float, Any], str], ...]:

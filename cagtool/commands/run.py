@@ -85,6 +85,7 @@ def run_command(
     trace_nodes: bool = typer.Option(False, "--trace-nodes", help="Record where each autograd node was created (anomaly-mode tracebacks: exact source lines for recompiles, slower)."),
     depyf: bool = typer.Option(False, "--depyf", help="Also write depyf's readable dump of every compiled graph into the run directory."),
     torch_trace: bool = typer.Option(True, "--torch-trace/--no-torch-trace", help="Write a TORCH_TRACE log (open it with tlparse) in each mode's directory."),
+    seed: str = typer.Option("0", "--seed", metavar="N|off", help="Seed random, torch and numpy with N in every process of every mode before the script runs, so modes compare (a script that seeds itself still does); off: leave them unseeded."),
     keep_cache: bool = typer.Option(False, "--keep-cache", help="Keep each mode's Inductor cache under <run>/inductor-cache (default: a temporary directory, removed when the run ends)."),
     fmt: str = typer.Option("text", "--format", help="Summary format on stderr: text. For JSON use --json FILE (stdout is the script's)."),
     json_file: Optional[str] = typer.Option(None, "--json", metavar="FILE", help="Also write the summary as JSON to FILE (what `cagtool summary --format json` prints)."),
@@ -109,6 +110,11 @@ def run_command(
 
         \b
         cagtool run --gate --max-recompiles ca:0 train.py     # record, then gate (CI)
+
+    Before the script runs, cagtool seeds Python's random, torch and numpy with 0 (--seed N,
+    or --seed off to leave them alone) in every mode and in every process the script starts
+    (a torchrun worker gets N + its RANK), so that modes compute on the same numbers; a script
+    that seeds itself keeps its own seed.
 
     The script's stdout and stderr are its own (the live status is drawn on the terminal's
     bottom row, never by capturing them); cagtool writes to stderr, and JSON with --json FILE.
@@ -136,6 +142,12 @@ def run_command(
         raise UsageError("--json is empty; give a file name")
     if backend not in ("inductor", "aot_eager", "eager"):
         raise UsageError(f"--backend takes inductor, aot_eager or eager (got {backend!r})")
+    from cagtool.capture.seeding import parse_seed
+
+    try:
+        run_seed = parse_seed(seed)
+    except ValueError:
+        raise UsageError(f"--seed takes an integer from 0 to 2**63-1, or off (got {seed!r})") from None
     target = check_target(script, module, args)
     options = RunOptions(
         target=target,
@@ -151,6 +163,7 @@ def run_command(
         trace_nodes=trace_nodes,
         depyf=depyf,
         torch_trace=torch_trace,
+        seed=run_seed,
         cagtool_argv=tuple(sys.argv),
     )
 

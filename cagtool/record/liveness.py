@@ -70,6 +70,8 @@ def read_vanished_as_killed(meta: Any, manifests: list[Any]) -> None:
     for manifest in manifests:
         if manifest.status == STATUS_RUNNING:
             manifest.status = STATUS_KILLED
+            if isinstance(manifest.options, dict):
+                manifest.options["closed_by"] = "reader"  # what the process held in memory died with it
             if manifest.exception is None:
                 manifest.exception = ExceptionInfo("killed", "the cagtool process vanished before this record was closed")
 
@@ -86,28 +88,38 @@ def read_dead_writer_as_killed(manifest: Any, record_dir: Path | None = None) ->
 
     if manifest.status != STATUS_RUNNING or not process_gone(manifest.process):
         return
+    if isinstance(manifest.options, dict):
+        manifest.options["closed_by"] = "reader"  # what the process held in memory died with it
     for name, number in STOP_SIGNALS_BY_NAME.items():
-        stacks = None if record_dir is None else record_dir / SIGNAL_STACKS_DIR / f"{name}.txt"
-        try:
-            if stacks is None or not stacks.stat().st_size:
-                continue
-        except OSError:
+        stopped = signal_stop_exception(name, record_dir) if record_dir is not None else None
+        if stopped is None or not stopped["traceback"]:
             continue
         manifest.status = STATUS_INTERRUPTED
         manifest.exit_code = 128 + number  # the shell's convention, as for the main process
         if manifest.exception is None:
-            text = _read_text(stacks)
-            where = _script_frame(text)
-            manifest.exception = ExceptionInfo(
-                name, f"stopped by {name} before it closed this record{f', in {where}' if where else ''}; every thread's stack then: {stacks}",
-                traceback=text)
+            manifest.exception = ExceptionInfo(**stopped)
         return
     manifest.status = STATUS_KILLED
     if manifest.exception is None:
         manifest.exception = ExceptionInfo("killed", "its process vanished before it closed this record (SIGKILL, OOM killer)")
 
 
-# The stop signals whose stacks a followed process leaves (lifeline.StopStacks.SIGNALS), by number
+def signal_stop_exception(name: str, record_dir: Path) -> dict[str, str]:
+    """The `exception` of a record whose process a stop signal ended at its default action: where
+    the script was, from the stacks it left (`record_dir`/signal_stacks/NAME.txt; traceback ""
+    when there are none)."""
+    from cagtool.record.schema import SIGNAL_STACKS_DIR
+
+    stacks = Path(record_dir) / SIGNAL_STACKS_DIR / f"{name}.txt"
+    text = _read_text(stacks)
+    if not text:
+        return {"type": name, "message": f"stopped by {name} before it closed this record", "traceback": ""}
+    where = _script_frame(text)
+    return {"type": name, "message": f"stopped by {name} before it closed this record{f', in {where}' if where else ''}; every thread's stack then: {stacks}",
+            "traceback": text}
+
+
+# The stop signals whose stacks a process leaves (lifeline.StopStacks.SIGNALS), by number
 # (Linux's; without importing signal).
 STOP_SIGNALS_BY_NAME = {"SIGTERM": 15, "SIGHUP": 1}
 
@@ -121,15 +133,25 @@ def _read_text(path: Path, limit: int = 20000) -> str:
 
 
 def _script_frame(stacks: str) -> str:
-    """`file:line (function)` of the innermost frame of the signalled thread (faulthandler's
-    "Current thread" block) that is the script's own, judged by its path as written on the machine
-    that ran it: not Python's library (`.../lib/pythonX.Y/`), an installed package, cagtool's
-    capture code, or `<string>`. "" when there is none."""
+    """`file:line (function)` of the innermost frame that is the script's own, judged by its path
+    as written on the machine that ran it: not Python's library (`.../lib/pythonX.Y/`), an
+    installed package, cagtool's capture code, or `<string>`. Taken from the signalled thread
+    (faulthandler's "Current thread" block), else from the first thread that has one: the kernel
+    may hand a process's signal to a thread with no Python frames (a gloo or NCCL worker), and
+    faulthandler then marks no thread as current. "" when there is none."""
     import re
 
-    _, _, current = stacks.partition("Current thread")
-    for file, line, function in re.findall(r'^\s+File "(.*)", line (\d+) in (.*)$', current, flags=re.M):
-        if file.startswith("<") or re.search(r"[/\\](?:lib[/\\]python\d|site-packages[/\\]|dist-packages[/\\]|cagtool[/\\]capture[/\\])", file):
-            continue
-        return f"{file}:{line} ({function})"
+    def innermost(block: str) -> str:
+        for file, line, function in re.findall(r'^\s+File "(.*)", line (\d+) in (.*)$', block, flags=re.M):
+            if file.startswith("<") or re.search(r"[/\\](?:lib[/\\]python\d|site-packages[/\\]|dist-packages[/\\]|cagtool[/\\]capture[/\\])", file):
+                continue
+            return f"{file}:{line} ({function})"
+        return ""
+
+    blocks = re.split(r"^(?=(?:Current thread|Thread) 0x)", stacks, flags=re.M)
+    current = [block for block in blocks if block.startswith("Current thread")]
+    for block in current + [block for block in blocks if not block.startswith("Current thread")]:
+        found = innermost(block)
+        if found:
+            return found
     return ""

@@ -9,6 +9,7 @@ import operator
 from dataclasses import dataclass, field, fields, replace
 
 from cagtool.record.loader import ModeRecord
+from cagtool.record.manifest import ModeManifest
 from cagtool.record.schema import (
     MISS_CHANGED_SHAPES,
     MISS_NEW_NODE,
@@ -96,6 +97,22 @@ class ModeMetrics:
     ca_shape_recompiles: int = 0
     ca_grad_warmup_misses: int = 0
     ca_recompiles: int = 0
+    # Seconds of per-step lines (steps, backward calls) that may have died with the process: it
+    # ended without closing its record (SIGKILL, SIGTERM at its default action, os._exit), and the
+    # writer holds those lines up to this long before writing them (capture/writer.py). None: none lost.
+    steps_lost_s: float | None = None
+
+
+def steps_lost_with_process(manifest: ModeManifest) -> float | None:
+    """How many seconds of per-step lines a record may lack because its process died holding
+    them: the writer's hold (options["held_events"]) when someone other than the process closed
+    the record (options["closed_by"]: cagtool's parent, or a reader that found it dead)."""
+    options = manifest.options if isinstance(manifest.options, dict) else {}
+    held = options.get("held_events")
+    if not options.get("closed_by") or not isinstance(held, dict):
+        return None
+    up_to = held.get("up_to_s")
+    return float(up_to) if isinstance(up_to, (int, float)) and up_to > 0 else None
 
 
 @dataclass(frozen=True)
@@ -415,6 +432,7 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
         ca_shape_recompiles=by_reason.changed_shapes,
         ca_grad_warmup_misses=by_reason.grad_warmup,
         ca_recompiles=by_reason.recompiles,
+        steps_lost_s=steps_lost_with_process(manifest),
     )
 
 

@@ -99,6 +99,9 @@ def ca_recompiles_text(m: ModeMetrics) -> str:
 def steps_text(m: ModeMetrics) -> str:
     """What the step count counts: "3 steps (optimizer steps), 4 backward calls per step (12 in all)"."""
     text = f"{m.steps} step{'s' if m.steps != 1 else ''}"
+    if m.steps_lost_s:
+        # What the process did in its last moments is not known: say so rather than state a count.
+        text += f" recorded (the process ended without closing its record: the per-step lines of its last {m.steps_lost_s:g} s, if any, were lost with it)"
     if m.step_boundary == STEP_BOUNDARY_BACKWARD:
         text += " (no optimizer: one per backward call)"
     elif m.step_boundary == STEP_BOUNDARY_OPTIMIZER:
@@ -112,8 +115,30 @@ def steps_text(m: ModeMetrics) -> str:
         if m.backward_calls_after_last_step:
             text += f", {m.backward_calls_after_last_step} backward call(s) after the last optimizer step"
     elif m.backward_calls and not m.steps:
-        text += f" ({m.backward_calls} backward calls, no optimizer step ended)"
+        text += f" ({m.backward_calls} backward calls, no optimizer step {'recorded' if m.steps_lost_s else 'ended'})"
     return text
+
+
+def cagtool_memory_text(memory: Any) -> str:
+    """What cagtool itself allocated (the manifest's options["cagtool_memory"]), beside the job's
+    peaks, which are read before cagtool's end-of-run work: "" for records without it."""
+    if not isinstance(memory, dict):
+        return ""
+
+    def size(n: int) -> str:
+        return f"{n / 2**20:.1f} MiB" if n >= 2**20 else (f"{n / 2**10:.0f} KiB" if n else "0")
+
+    parts = []
+    pinned = memory.get("pinned_host_bytes")
+    if isinstance(pinned, int) and pinned:
+        parts.append(f"{size(pinned)} of page-locked host memory for the CUDA losses")
+    if memory.get("losses_held_on_device"):
+        parts.append(f"{memory['losses_held_on_device']} loss tensors held on the device to the end")
+    added = [f"{what} +{size(n)}" for what, n in (("RSS", memory.get("end_of_run_peak_rss_added_bytes")),
+                                                  ("CUDA", memory.get("end_of_run_peak_device_added_bytes"))) if isinstance(n, int)]
+    if added:
+        parts.append(f"its end-of-run work (final norms, reading losses) raised the peaks by {', '.join(added)} (the peaks above are the job's, read before it)")
+    return "cagtool's own memory: " + "; ".join(parts) if parts else ""
 
 
 def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
@@ -157,6 +182,7 @@ def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
         "graph_break_sites": [asdict(site) for site in metrics.graph_break_sites],
         "dynamo_recompiles": metrics.dynamo_recompiles,
         "steps": metrics.steps,
+        "steps_lost_with_process_s": metrics.steps_lost_s,
         "step_boundary": metrics.step_boundary,
         "backward_calls": metrics.backward_calls,
         "backward_calls_per_step": list(metrics.backward_calls_per_step),
@@ -166,6 +192,7 @@ def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
         "step_time": asdict(metrics.step_time) if metrics.step_time else None,
         "peak_rss_bytes": metrics.peak_rss_bytes,
         "peak_device_memory_bytes": metrics.peak_device_memory_bytes,
+        "cagtool_memory": record.manifest.options.get("cagtool_memory"),
         "findings": [{"code": f.code, "message": f.message, "step": f.step} for f in record.of(FindingEvent)],
         "skipped_lines": record.skipped_lines,
         # A record built by `cagtool import`: its source logs, what was skipped or inferred, and
@@ -278,6 +305,9 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     if imported is None:
         cuda = f", CUDA max allocated {_mib(m.peak_device_memory_bytes)}" if m.peak_device_memory_bytes is not None else ""
         console.print(f"  peak memory: RSS {_mib(m.peak_rss_bytes)}{cuda}")
+        own = cagtool_memory_text(manifest.options.get("cagtool_memory"))
+        if own:
+            console.print(f"  {own}")
     else:
         skipped = sum((imported.get("unknown_envelopes") or {}).values())
         if skipped or imported.get("bad_lines") or imported.get("truncated_last_line"):

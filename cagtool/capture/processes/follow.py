@@ -64,6 +64,7 @@ class FollowConfig:
     trace_nodes: bool
     target: dict[str, str]
     cagtool_root: str  # the directory holding the cagtool package
+    seed: int | None = 0  # the run's seed (capture/seeding.py): this process's is process_seed(seed, rank)
 
     @property
     def procs_dir(self) -> Path:
@@ -224,10 +225,11 @@ class ProcessRecord:
         if self.closed or self.role != ROLE_CHILD:
             return
         self.closed = True
-        from cagtool.capture.child import _counters, _peak_cuda_bytes, _peak_rss_bytes
+        from cagtool.capture.child import _counters, cagtool_memory, job_peaks
 
         code = self.exit_code if exit_code is None else exit_code
         code = 0 if code is None else code
+        peaks = job_peaks()  # before cagtool's own end-of-run work
         try:
             if self.steps is not None and self.steps.backward_calls:
                 self.steps.emit_final_state()
@@ -242,10 +244,21 @@ class ProcessRecord:
         manifest.exception = self.exception
         manifest.ended_at = _now()
         manifest.duration_s = time.perf_counter() - self.started
-        manifest.peak_rss_bytes = _peak_rss_bytes()
-        manifest.peak_device_memory_bytes = _peak_cuda_bytes()
+        manifest.peak_rss_bytes, manifest.peak_device_memory_bytes = peaks
+        try:
+            manifest.options["cagtool_memory"] = cagtool_memory(peaks, self.steps.device if self.steps is not None else None)
+        except Exception:  # noqa: BLE001 - the record must still close
+            pass
         if "torch._dynamo" in sys.modules:
             manifest.torch_counters = _counters_minus(_counters(), self.counters_baseline)
+        seed = manifest.options.get("seed")
+        if isinstance(seed, dict) and "torch" in sys.modules:
+            from cagtool.capture.seeding import script_reseeded
+
+            try:
+                seed["script_reseeded"] = script_reseeded(seed)
+            except Exception:  # noqa: BLE001 - the record must still close
+                pass
         self.stop_stacks.disarm()  # the record is about to say how the process ended
         self.writer.write_manifest()
         self.writer.close()
@@ -325,6 +338,7 @@ def attach_main(spec: Any, writer: Any, manifest: ModeManifest, steps: Any, obse
         trace_nodes=spec.trace_nodes,
         target=manifest.target,
         cagtool_root=str(Path(cagtool.__file__).resolve().parent.parent),
+        seed=spec.seed,
     )
     if spec.mode == "ca":
         manifest.options["optimize_ddp"] = {"value": CA_OPTIMIZE_DDP, "set_by": "cagtool"}
@@ -374,14 +388,15 @@ def _wrap_multiprocessing_bootstrap() -> None:
 
 
 # -- a followed child -------------------------------------------------------------------------
-class _OnTorchImport(importlib.abc.MetaPathFinder):
-    """Runs a callback right after `import torch` finishes executing torch/__init__.py."""
+class _OnImport(importlib.abc.MetaPathFinder):
+    """Runs a callback right after `import NAME` finishes executing NAME/__init__.py."""
 
-    def __init__(self, callback: Any) -> None:
+    def __init__(self, name: str, callback: Any) -> None:
+        self.name = name
         self.callback = callback
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != "torch":
+        if fullname != self.name:
             return None
         sys.meta_path.remove(self)
         for finder in sys.meta_path:
@@ -429,7 +444,7 @@ def _make_child_record(with_torch: bool) -> ProcessRecord | None:
         backend=config.backend,
         dynamic=config.dynamic,
         started_at=_now(),
-        options={"followed": True, "trace_nodes": config.trace_nodes, "torch_trace": config.torch_trace},
+        options={"followed": True, "trace_nodes": config.trace_nodes, "torch_trace": config.torch_trace, "seed": _seeding},
         process=process_info(ROLE_CHILD, key, argv=argv),
     )
     writer = RecordWriter(record_dir, manifest)
@@ -448,6 +463,7 @@ def _versions_without_torch() -> dict[str, str]:
 
 
 def _on_torch_imported() -> None:
+    _seed_now("torch")
     try:
         _setup_torch_in_child()
     except Exception as exc:  # noqa: BLE001 - never break the user's import of torch
@@ -536,7 +552,51 @@ def start_in_child() -> None:
     _install_process_hooks(config)
     _wrap_exit_paths()
     atexit.register(_close_at_exit)
+    _start_seeding(config)
     if "torch" in sys.modules:
         _on_torch_imported()
     else:
-        sys.meta_path.insert(0, _OnTorchImport(_on_torch_imported))
+        sys.meta_path.insert(0, _OnImport("torch", _on_torch_imported))
+
+
+# -- seeding ----------------------------------------------------------------------------------
+# What this followed process seeded (capture/seeding.py), for its manifest: the same dict the
+# record's options hold, so what is seeded after the record was made shows there too.
+_seeding: dict[str, Any] = {"seed": None, "seeded": []}
+
+
+def _start_seeding(config: FollowConfig) -> None:
+    """The same seeding as the main process, per rank (seeding.py). Each generator is seeded
+    before the script can use it and never after: `random` now, numpy and torch the moment they
+    are imported, so a script that seeds one of them itself (even between its imports) keeps
+    its own seed."""
+    from cagtool.capture import seeding
+
+    if config.seed is None:
+        return
+    rank = rank_from_env()
+    _seeding.update(seed=seeding.process_seed(config.seed, rank), rank=rank)
+    _seed_now("random")
+    if "numpy" in sys.modules:
+        _seed_now("numpy")
+    else:
+        sys.meta_path.insert(0, _OnImport("numpy", lambda: _seed_now("numpy")))
+
+
+def _seed_now(generator: str) -> None:
+    seed = _seeding.get("seed")
+    if seed is None or generator in _seeding["seeded"]:
+        return
+    from cagtool.capture import seeding
+
+    try:
+        if generator == "random":
+            seeding.seed_random(seed)
+        elif generator == "torch":
+            seeding.seed_torch(seed)
+        elif not seeding.seed_numpy(seed):
+            return
+    except Exception as exc:  # noqa: BLE001 - never break the user's process or its import
+        print(f"cagtool: {generator} was not seeded in pid {os.getpid()}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    _seeding["seeded"].append(generator)

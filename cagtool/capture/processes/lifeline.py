@@ -1,10 +1,22 @@
 """Signals between the cagtool parent and a mode child, and dying together.
 
+The mode child's signal handling is the script's, as under python: SIGINT raises
+KeyboardInterrupt, SIGTERM and SIGHUP keep their default action (the process dies at once, even
+blocked in C code; `signal.getsignal` says SIG_DFL, so a framework that chains the previous
+handler calls nothing of cagtool's), and a handler the script sets is the only one. While they
+keep the default action, faulthandler's C-level handler leaves every thread's stack beside the
+record (StopStacks) and the parent closes the record of the process that died (orchestrate.py).
+
 The parent forwards SIGINT, SIGTERM and SIGHUP to the mode child unless the child already got
 the same signal (a terminal's Ctrl-C or a `kill -- -PGID` reaches both): the child reports every
-signal it receives on a pipe (Python's wakeup fd, written from the C-level handler, so it works
-while the child is busy in C code). The child asks the kernel for SIGTERM when the parent dies
-(PR_SET_PDEATHSIG), so a SIGKILLed parent leaves no orphan training on.
+signal a Python handler receives on a pipe (Python's wakeup fd, written from the C-level handler,
+so it works while the child is busy in C code). A script that sets its own wakeup fd (asyncio's
+`add_signal_handler` does) gets it through a relay that reports to the parent first (WakeupRelay),
+so the parent still knows. A signal at its default action needs no report: the child is gone.
+
+The child asks the kernel for PARENT_DIED when the parent dies (PR_SET_PDEATHSIG): a signal the
+script has no business with, so a SIGKILLed parent leaves no orphan training on and SIGTERM stays
+the script's.
 """
 
 from __future__ import annotations
@@ -19,6 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# What the kernel sends the mode child when cagtool's process dies: a real-time signal that no
+# script or library handles (glibc keeps the first two for itself; torch and its libraries use none).
+# None where there are no real-time signals (macOS, which has no PR_SET_PDEATHSIG either).
+PARENT_DIED: int | None = signal.SIGRTMAX - 2 if hasattr(signal, "SIGRTMAX") else None
 # Sent by the mode child on its ack pipe once its record is closed (a byte no signal number takes):
 # the parent may then start the next mode process beside this one's exit (orchestrate.py).
 RECORD_CLOSED = 0
@@ -27,9 +43,9 @@ _PR_SET_CHILD_SUBREAPER = 36
 
 
 class SignalStop(BaseException):
-    """Raised in the target's main thread on SIGTERM/SIGHUP: unwinds the script (its `finally`
-    blocks run) so the record closes as interrupted. A BaseException, so `except Exception` in
-    the script does not swallow it."""
+    """Raised in the target's main thread when cagtool's own process died (PARENT_DIED; `signum` is
+    SIGTERM, what the job is stopped as): unwinds the script so the record closes as interrupted.
+    A BaseException, so `except Exception` in the script does not swallow it."""
 
     def __init__(self, signum: int, parent_died: bool = False) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -173,21 +189,21 @@ def adopt_orphans() -> bool:
     return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
-def end_orphans(grace_s: float = 2.0) -> list[int]:
+def end_orphans(grace_s: float = 2.0, signalled: bool = False) -> list[int]:
     """After a mode process was killed or interrupted: stop what it left running (SIGTERM, then
-    SIGKILL after grace_s) and reap it. Only call once the mode process itself was waited for."""
+    SIGKILL after grace_s) and reap it. Only call once the mode process itself was waited for.
+    `signalled`: they have the stop signal already (a group's, or the one cagtool gave the whole
+    tree): first they get grace_s to act on it, so that none gets a second copy while it handles
+    the first (a rank writing its stacks, a worker's own handler), as none would under python."""
     left = descendants(os.getpid())
+    if signalled:
+        left = _wait_gone(left, time.monotonic() + grace_s)
     for pid in left:
         try:
             os.kill(pid, signal.SIGTERM)
         except (ProcessLookupError, PermissionError):
             pass
-    deadline = time.monotonic() + grace_s
-    while left and time.monotonic() < deadline:
-        _reap()
-        left = [pid for pid in left if _exists(pid)]
-        if left:
-            time.sleep(0.05)
+    left = _wait_gone(left, time.monotonic() + grace_s)
     for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -196,6 +212,16 @@ def end_orphans(grace_s: float = 2.0) -> list[int]:
     time.sleep(0.05)
     _reap()
     return left
+
+
+def _wait_gone(pids: list[int], deadline: float) -> list[int]:
+    """Reap until every pid is gone or the deadline passes; returns those still alive."""
+    while pids and time.monotonic() < deadline:
+        _reap()
+        pids = [pid for pid in pids if _exists(pid)]
+        if pids:
+            time.sleep(0.05)
+    return pids
 
 
 def _exists(pid: int) -> bool:
@@ -217,32 +243,104 @@ def _reap() -> None:
 
 
 def die_with_parent(parent_pid: int) -> None:
-    """Linux: SIGTERM this process when the parent dies, including by SIGKILL. If the parent is
-    already gone (it died before this ran), act as if the signal came now."""
-    if not _prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM)):
+    """Linux: PARENT_DIED to this process when the parent dies, including by SIGKILL. If the parent
+    is already gone (it died before this ran), act as if the signal came now."""
+    if PARENT_DIED is None or not _prctl(_PR_SET_PDEATHSIG, int(PARENT_DIED)):
         return  # not Linux: the parent still forwards its signals
     if os.getppid() != parent_pid:
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), PARENT_DIED)
 
 
 def install_child_handlers(parent_pid: int, ack_fd: int | None) -> None:
-    """In the mode child, before the target runs: SIGTERM/SIGHUP raise SignalStop (SIGINT keeps
-    python's KeyboardInterrupt); a signal the child was started with ignored (nohup, a
-    background job) stays ignored, as under python. Every signal received is reported on ack_fd."""
+    """In the mode child, before the target runs: PARENT_DIED raises SignalStop; the stop signals
+    are left as python leaves them (module docstring), and one the child was started with ignored
+    (nohup, a background job) stays ignored. Every signal a Python handler receives is reported
+    on ack_fd (WakeupRelay)."""
 
-    def _stop(signum: int, frame: Any) -> None:
-        raise SignalStop(signum, parent_died=os.getppid() != parent_pid)
+    def _parent_died(signum: int, frame: Any) -> None:
+        raise SignalStop(signal.SIGTERM, parent_died=True)
 
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(signum) == signal.SIG_DFL:
-            signal.signal(signum, _stop)
+    if PARENT_DIED is not None:
+        signal.signal(PARENT_DIED, _parent_died)
     if ack_fd is not None:
         try:
             os.set_inheritable(ack_fd, False)  # the script's own children must not hold it open
             os.set_blocking(ack_fd, False)
-            signal.set_wakeup_fd(ack_fd, warn_on_full_buffer=False)
+            WakeupRelay(ack_fd).install()
         except (OSError, ValueError):
             pass
+
+
+class WakeupRelay:
+    """Keeps the parent told of every signal the child's Python handlers receive, whatever wakeup
+    fd the script sets.
+
+    Python has one wakeup fd, which its C-level handler writes each signal's number to. The
+    child's is the ack pipe to the parent. A script may set its own (asyncio's
+    `loop.add_signal_handler` does, and `set_wakeup_fd(-1)` when its loop closes): the parent
+    would then take a group Ctrl-C for one sent to cagtool alone and forward a second copy, which
+    interrupts the script's own handling of the first (a checkpoint saved on Ctrl-C).
+
+    So `signal.set_wakeup_fd` is replaced by `set_wakeup_fd` below, which behaves as python's for
+    the script (the same checks and errors, the previous fd returned) and does this: while the
+    script has no fd of its own the real one is the ack pipe, as before; once it has one, the real
+    one is a pipe that a daemon thread (started then, not before) reads, writing each byte first to
+    the ack pipe and then to the script's fd. The thread needs the GIL only for the moment of a
+    relay; an event loop waiting in select holds none.
+    """
+
+    def __init__(self, ack_fd: int) -> None:
+        self.ack_fd = ack_fd
+        self.script_fd = -1
+        self._original = signal.set_wakeup_fd
+        self._relay_w: int | None = None
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        self._original(self.ack_fd, warn_on_full_buffer=False)
+        signal.set_wakeup_fd = self.set_wakeup_fd  # type: ignore[assignment]
+
+    def set_wakeup_fd(self, fd: int, /, *, warn_on_full_buffer: bool = True) -> int:
+        if threading.current_thread() is not threading.main_thread():
+            return self._original(fd, warn_on_full_buffer=warn_on_full_buffer)  # raises python's ValueError
+        fd = int(fd)
+        if fd != -1:
+            os.fstat(fd)  # OSError for a closed fd, as python raises
+            if os.get_blocking(fd):
+                raise ValueError(f"the fd {fd} must be in non-blocking mode")
+        with self._lock:
+            previous, self.script_fd = self.script_fd, fd
+            if fd == -1:
+                self._original(self.ack_fd, warn_on_full_buffer=False)
+            else:
+                self._original(self._relay_fd(), warn_on_full_buffer=False)
+        return previous
+
+    def _relay_fd(self) -> int:
+        if self._relay_w is None:
+            relay_r, relay_w = os.pipe2(os.O_CLOEXEC) if hasattr(os, "pipe2") else os.pipe()
+            os.set_blocking(relay_w, False)
+            self._relay_w = relay_w
+            threading.Thread(target=self._relay, args=(relay_r,), name="cagtool-signal-relay", daemon=True).start()
+        return self._relay_w
+
+    def _relay(self, relay_r: int) -> None:
+        while True:
+            try:
+                data = os.read(relay_r, 512)
+            except InterruptedError:
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            for fd in (self.ack_fd, self.script_fd):
+                if fd == -1:
+                    continue
+                try:
+                    os.write(fd, data)
+                except OSError:
+                    pass  # a full or closed fd: python's own handler drops the byte too
 
 
 def ignore_further_stops() -> None:
@@ -259,11 +357,14 @@ def ignore_further_stops() -> None:
 class ChildSupervisor:
     """The parent's side while one mode child runs: receives the parent's stop signals, forwards
     each to the child once (unless the child reported the same signal), and kills the child if it
-    has not finished its record `grace_s` after the first signal, or on a second, later signal."""
+    on a second, later signal (asked twice: stop now). A child that handles the first signal and
+    goes on (a checkpointing or requeueing handler) is left to do so, as under python: the signal
+    is the script's to act on, and at its default action the child is already gone. `grace_s`
+    (None here) would kill a child that has not ended that long after the first signal."""
 
     forward_delay_s: float = 0.3  # how long to wait for the child's own copy of a group signal
     repeat_window_s: float = 1.0  # deliveries closer than this are one event (timeout sends two)
-    grace_s: float = 20.0
+    grace_s: float | None = None
     first_signal: int | None = None
     first_at: float | None = None
     killed: bool = False  # the parent SIGKILLed the child
@@ -376,7 +477,7 @@ class ChildSupervisor:
                     # Nobody in the job got this one (it was sent to cagtool's pid only): give it
                     # to the whole tree, as a signal to the process group would have.
                     signal_tree(proc.pid, signum)
-            if self.first_at is not None and now - self.first_at > self.grace_s:
+            if self.grace_s is not None and self.first_at is not None and now - self.first_at > self.grace_s:
                 self._kill(proc)
 
     def _kill(self, proc: Any) -> None:

@@ -7,7 +7,7 @@ import subprocess
 
 from conftest import ROOT, cagtool_cmd
 
-from cagtool.doctor import FAIL, OK, check_cxx, check_runs_dir
+from cagtool.doctor import FAIL, OK, VERIFIED_TORCH, check_cxx, check_runs_dir
 
 
 def test_doctor_passes_here_and_says_why_in_json():
@@ -19,6 +19,11 @@ def test_doctor_passes_here_and_says_why_in_json():
     assert list(checks) == ["python", "torch", "backward entry", "c++ compiler", "ca capture", "runs dir"]
     assert checks["backward entry"]["status"] == "ok" and checks["backward entry"]["facts"]["diff"] == ""
     assert checks["torch"]["facts"]["missing"] == []
+    # The pinned torch is one compat/check_torch.py verified (docs/compat.md), and doctor says so.
+    import torch
+
+    assert checks["torch"]["facts"]["verified"] is True and torch.__version__.split("+")[0] in VERIFIED_TORCH
+    assert ": verified;" in checks["torch"]["detail"]
     capture = checks["ca capture"]["facts"]
     assert capture["kinds"] == ["new_node", "changed_shapes"]
     assert [name.startswith("CompiledAutograd") for name in capture["graphs"]] == [True, True]

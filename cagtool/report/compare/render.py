@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cagtool.report.markdown import md_text
+from cagtool.report.safe_text import safe_text
 from cagtool.report.compare.analysis import (
     LOSS,
     AnyComparison,
@@ -451,6 +452,7 @@ def render_comparison(comparison: AnyComparison, fmt: str = "table", console: Co
     if fmt == "table":
         TableRenderer(console).render(comparison)
         return
-    text = format_comparison(comparison, fmt)
+    # json is ASCII already; csv and markdown may carry record text to a terminal.
+    text = safe_text(format_comparison(comparison, fmt))
     console.file.write(text)
     console.file.flush()

@@ -26,10 +26,10 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
     # are counted, not built; steps and backward calls are read as columns from the record's
     # sidecar when it matches events.jsonl (issue 12: a 20,000-step summary in under 0.5 s).
     run = loaded if loaded is not None else load_run(run_path, strict=strict, kinds=SUMMARY_KINDS, columns=True)
-    run = run_for_rank(run, rank)
     if fmt == "json":
         print(json.dumps(summary_json(run, rank=rank), indent=2, default=str))
         return
+    run = run_for_rank(run, rank)
     # After a run the script owns stdout; the report goes to stderr.
     console = make_console(stderr=after_run)
     render_summary(console, run, rank=rank)
@@ -63,7 +63,8 @@ def summary_command(
     where the ranks disagree: different CA graphs or cache misses (named by the first step and
     miss where they part: what hangs collectives), different final norms (gradients not
     synchronised), a missing or failed rank, a process cagtool could not follow. JSON carries
-    them under `ranks` (top level: the main mode's). `--rank N` shows rank N's own record.
+    them under `ranks` (top level: the main mode's). `--rank N` shows rank N's own record; its
+    JSON keeps the whole job's `ranks` analysis, with `shown_rank`.
 
         \b
         cagtool summary                     # the latest run

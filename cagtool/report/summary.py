@@ -24,7 +24,7 @@ from cagtool.record.schema import (
     SourceRef,
 )
 from cagtool.report.metrics import ModeMetrics, mode_metrics
-from cagtool.report.ranks.analysis import analysis_json, analyze_ranks, run_dir_of
+from cagtool.report.ranks.analysis import RankFocus, analysis_json, analyze_ranks, run_dir_of, run_for_rank
 from cagtool.report.ranks.render import render_ranks
 
 # The event kinds the summary and the end-of-run comparison read (the loader counts the others
@@ -116,7 +116,10 @@ def steps_text(m: ModeMetrics) -> str:
     return text
 
 
-def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
+def mode_summary_json(record: ModeRecord, whole: ModeRecord | None = None, rank: int | None = None) -> dict[str, Any]:
+    """`record`'s figures. For one rank's view (`rank`), `whole` is the mode's record with every
+    rank: the ranks' analysis is of the whole job (every rank, where they part), never of the one
+    rank's record alone, which would read as every other rank missing."""
     metrics = mode_metrics(record)
     misses = record.of(CacheMissEvent)
     graphs = record.of(CAGraphEvent)
@@ -176,15 +179,17 @@ def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
     }
     # Multi-process jobs only (single-process JSON is unchanged): each rank's figures, the totals
     # and what the ranks disagree on.
-    analysis = analyze_ranks(record)
+    analysis = analyze_ranks(whole if whole is not None else record)
     if analysis is not None:
-        body["ranks"] = analysis_json(analysis)
+        body["ranks"] = analysis_json(analysis) if rank is None else RankFocus(analysis, rank).to_json()
     return body
 
 
 def summary_json(run: RunRecord, rank: int | None = None) -> dict[str, Any]:
-    """With `rank`, `run` is that rank's view (ranks.run_for_rank) and the figures are its own."""
-    modes = {name: mode_summary_json(rec) for name, rec in run.modes.items()}
+    """With `rank`, the figures are that rank's own (ranks.run_for_rank; UnreadableInput for a
+    rank the run does not have) and `ranks` is the whole job's analysis, with `shown_rank`."""
+    view = run_for_rank(run, rank)
+    modes = {name: mode_summary_json(rec, run.modes[name], rank) for name, rec in view.modes.items()}
     # The top-level figures are those of the most informative mode the run asked for; when that
     # mode left no record they are null (never another mode's figures under its name).
     main = run.default_mode_name()
@@ -192,9 +197,9 @@ def summary_json(run: RunRecord, rank: int | None = None) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if rank is not None:
         extra["rank"] = rank
-    elif "ranks" in body:
-        # The top-level figures stay the main process's (the launcher of a spawned job); each
-        # rank's, the totals and the findings are here.
+    if "ranks" in body:
+        # The top-level figures stay the main process's (the launcher of a spawned job), or the
+        # rank's asked for; each rank's, the totals and the findings are here.
         extra["ranks"] = body["ranks"]
     return {
         "schema": SUMMARY_SCHEMA,

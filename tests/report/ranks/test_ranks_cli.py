@@ -70,7 +70,13 @@ def test_summary_rank_focus_and_unknown_rank(cli, multi_rank_run):
     assert "ranks: 2" not in out
     code, out, _ = cli("summary", str(run), "--rank", "1", "--format", "json")
     data = json.loads(out)
-    assert data["rank"] == 1 and data["ca_graphs"] == 2 and "ranks" not in data
+    assert data["rank"] == 1 and data["ca_graphs"] == 2
+    # The figures are rank 1's; the ranks' analysis is still the whole job's: every rank recorded,
+    # none missing, and where they part.
+    ranks = data["modes"]["ca"]["ranks"]
+    assert [r["rank"] for r in ranks["ranks"]] == [0, 1] and ranks["missing_ranks"] == []
+    assert ranks["diverge"] is True and [f["code"] for f in ranks["findings"]] == ["ranks_graphs_diverge"]
+    assert ranks["shown_rank"] == 1 and data["ranks"] == ranks
     code, _, err = cli("summary", str(run), "--rank", "5")
     assert code == 3 and "no rank 5 (ranks: 0, 1)" in err
 

@@ -14,6 +14,7 @@ from cagtool.record.integrity import mode_damage
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import (
     EVENT_TYPES,
+    MISS_CHANGED_SHAPES,
     STEP_BOUNDARY_BACKWARD,
     STEP_BOUNDARY_OPTIMIZER,
     CacheMissEvent,
@@ -23,6 +24,7 @@ from cagtool.record.schema import (
     OptimizerStepEvent,
     SourceRef,
 )
+from cagtool.report.graphs.size_values import misses_with_earlier_values
 from cagtool.report.metrics import ModeMetrics, mode_metrics
 from cagtool.report.ranks.analysis import RankFocus, analysis_json, analyze_ranks, run_dir_of, run_for_rank
 from cagtool.report.ranks.render import render_ranks
@@ -66,7 +68,9 @@ def miss_text(miss: CacheMissEvent) -> str:
             for (node, call), items in groups.items()
         ]
         inferred = " (inferred from the graph diff)" if miss.inferred else ""
-        return f"{miss.total_changed or len(miss.changed_sizes)} changed sizes: " + "; ".join(parts) + inferred
+        # torch's own numbers: N sizes changed (and became dynamic), M are dynamic in all.
+        in_all = f" ({miss.dynamic_sizes} dynamic in all)" if miss.dynamic_sizes is not None else ""
+        return f"{plural(miss.changed_count, 'changed size')}{in_all}: " + "; ".join(parts) + inferred
     return miss.message
 
 
@@ -121,7 +125,7 @@ def mode_summary_json(record: ModeRecord, whole: ModeRecord | None = None, rank:
     rank: the ranks' analysis is of the whole job (every rank, where they part), never of the one
     rank's record alone, which would read as every other rank missing."""
     metrics = mode_metrics(record)
-    misses = record.of(CacheMissEvent)
+    misses = misses_with_earlier_values(record)
     graphs = record.of(CAGraphEvent)
     body: dict[str, Any] = {
         "mode": record.mode,
@@ -145,6 +149,9 @@ def mode_summary_json(record: ModeRecord, whole: ModeRecord | None = None, rank:
                 "key_size": m.key_size,
                 "previous_key_sizes": m.previous_key_sizes,
                 "changed_sizes": [asdict(s) for s in m.changed_sizes],
+                # torch's N and M in "N changed tensor shapes (total of M)"
+                "changed_count": m.changed_count if m.miss_kind == MISS_CHANGED_SHAPES else None,
+                "dynamic_sizes": m.dynamic_sizes,
                 "step": m.step,
                 "source": asdict(m.source) if m.source else None,
                 "message": m.message,

@@ -378,7 +378,7 @@ class DDPModelEvent(Event):
     """A DistributedDataParallel model was built. `reducer`: "python" (per-parameter all-reduce in
     post-accumulate-grad hooks, what compiled autograd needs) or "cpp" (torch's C++ Reducer with
     buckets). `optimize_ddp` is the setting DDP read; `set_by` says who chose it ("cagtool" in
-    ca mode, else "script"); `script_optimize_ddp` is what the script itself assigned, if anything."""
+    ca mode, unless the script had set it to "python_reducer" itself; else "script"); `script_optimize_ddp` is what the script itself assigned, if anything."""
 
     kind: ClassVar[str] = "ddp_model"
     reducer: str

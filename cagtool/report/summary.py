@@ -19,6 +19,7 @@ from cagtool.record.schema import (
     STEP_BOUNDARY_OPTIMIZER,
     CacheMissEvent,
     CAGraphEvent,
+    DDPModelEvent,
     DynamoRecompileEvent,
     FindingEvent,
     OptimizerStepEvent,
@@ -86,10 +87,30 @@ def ca_graph_breakdown(m: ModeMetrics) -> str:
         parts.append(f"{m.ca_new_node_misses} for a new autograd node")
     if m.ca_shape_recompiles:
         parts.append(f"{plural(m.ca_shape_recompiles, 'recompile')} for changed sizes")
-    other = m.ca_cache_misses - m.ca_new_node_misses - m.ca_shape_recompiles
+    other = max(m.ca_graphs - 1, 0) - m.ca_new_node_misses - m.ca_shape_recompiles
     if other > 0:
         parts.append(f"{other} for a reason torch did not log")
     return ", ".join(parts)
+
+
+def ddp_without_ca_note(record: ModeRecord, m: ModeMetrics) -> str | None:
+    """What a mode without compiled autograd (aot, eager) ran when the script chose DDP's Python
+    reducer itself: neither the user's CA job nor the job they run without CA."""
+    if record.mode == "ca":
+        return None
+    python = [e for rec in (record, *record.processes.values()) for e in rec.of(DDPModelEvent) if e.reducer == "python"]
+    if not python:
+        return None
+    chosen = python[0].script_optimize_ddp or python[0].optimize_ddp
+    compiled = ""
+    if m.ddp_hook_graphs:
+        compiled = f" (Dynamo compiled that hook: {plural(m.ddp_hook_graphs, 'graph')}, {plural(m.ddp_hook_recompiles, 'recompile')})"
+    return (
+        f"the script chose DDP's Python reducer (torch._dynamo.config.optimize_ddp = {chosen!r}): without compiled "
+        f"autograd DDP then all-reduces each gradient in a post-accumulate-grad hook run by the eager backward{compiled}. "
+        f"So this {record.mode} run is neither the CA job (no compiled autograd) nor the job as it runs without CA "
+        "(DDP's C++ reducer, bucketed all-reduces, nothing for Dynamo to compile in the backward)"
+    )
 
 
 def ca_recompiles_text(m: ModeMetrics) -> str:
@@ -161,6 +182,10 @@ def mode_summary_json(record: ModeRecord, whole: ModeRecord | None = None, rank:
         ],
         "unique_graphs": metrics.unique_graphs,
         "forward_graphs": metrics.forward_graphs,
+        # DDP's all-reduce hook compiled by Dynamo in an eager backward (not forward graphs)
+        "ddp_hook_graphs": metrics.ddp_hook_graphs,
+        "ddp_hook_recompiles": metrics.ddp_hook_recompiles,
+        "ddp_reducer_note": ddp_without_ca_note(record, metrics),
         "backward_graphs": metrics.backward_graphs,
         "graph_breaks": metrics.graph_breaks,
         "graph_breaks_counted_by": "torch" if metrics.graph_breaks_from_torch else "distinct_sites",
@@ -265,9 +290,11 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     exact = m.graph_breaks_from_torch or record.mode == "eager"
     counted_by = "" if exact else " (one per compile and site: torch's counters were not saved)"
     at = f" at {len(sites)} site{'s' if len(sites) != 1 else ''}" if sites else ""
+    hook = f", {plural(m.ddp_hook_graphs, 'graph')} of DDP's all-reduce hook (compiled in the backward)" if m.ddp_hook_graphs else ""
+    hook_recompiles = f" ({m.ddp_hook_recompiles} of DDP's hook)" if m.ddp_hook_recompiles else ""
     console.print(
-        f"  Dynamo: {plural(m.forward_graphs, 'forward graph')}, {plural(m.backward_graphs, 'backward graph')}, "
-        f"{plural(m.graph_breaks, 'graph break')}{at}{counted_by}, {plural(m.dynamo_recompiles, 'recompile')}"
+        f"  Dynamo: {plural(m.forward_graphs, 'forward graph')}{hook}, {plural(m.backward_graphs, 'backward graph')}, "
+        f"{plural(m.graph_breaks, 'graph break')}{at}{counted_by}, {plural(m.dynamo_recompiles, 'recompile')}{hook_recompiles}"
     )
     for site in sites[:3]:
         console.print(f"    graph break site {site.file and os.path.basename(site.file)}:{site.line}: {site.reason}", overflow="ellipsis", no_wrap=True)
@@ -275,6 +302,9 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         console.print(f"    ... {len(sites) - 3} more site(s): cagtool summary --format json {run_dir}")
     for rec in record.of(DynamoRecompileEvent)[:3]:
         console.print(f"    recompile {rec.compile_id}: {'; '.join(rec.reasons)[:150]}", overflow="ellipsis", no_wrap=True)
+    note = ddp_without_ca_note(record, m)
+    if note:
+        console.print(Text.assemble("  ", ("note:", "yellow"), f" {note}"))
     phases = ", ".join(f"{k} {v:.2f}" for k, v in m.compile_phases_s.items() if v)
     console.print(f"  compile: {m.compile_time_s:.2f} s" + (f" ({phases})" if phases else ""))
     st = m.step_time

@@ -56,7 +56,7 @@ class RankRow:
     exit_code: int | None
     steps: int
     ca_graphs: int
-    cache_misses: int  # CA captures after the first, as everywhere else
+    cache_misses: int  # CA cache misses as torch logs them: one per capture, the first included
     graph_breaks: int
     step_time_median_s: float | None
     peak_rss_bytes: int | None

@@ -45,9 +45,9 @@ def test_summary_per_rank_table_totals_and_divergence(cli, multi_rank_run):
     assert """\
   ranks: 2 of world size 2 recorded
      rank  status    steps  CA graphs  cache misses  graph breaks  step time  peak RSS
-        0  finished      6          1             0             0   10.00 ms   200 MiB
-        1  finished      6          2             1             0   20.00 ms   200 MiB
-    total  2 ranks      12          3             1             0   20.00 ms   400 MiB""" in text
+        0  finished      6          1             1             0   10.00 ms   200 MiB
+        1  finished      6          2             2             0   20.00 ms   200 MiB
+    total  2 ranks      12          3             3             0   20.00 ms   400 MiB""" in text
     assert "rank finding: ranks 0 and 1 part at step 2" in text
 
 
@@ -90,7 +90,7 @@ def test_recompiles_defaults_to_rank_0_and_says_the_ranks_diverge(cli, multi_ran
     assert "mode ca: 0 recompiles in 6 steps" in text
     code, out, _ = cli("recompiles", str(run), "--rank", "1", "--format", "json")
     data = json.loads(out)
-    assert data["modes"]["ca"]["counts"]["ca_cache_misses"] == 1
+    assert data["modes"]["ca"]["counts"]["ca_cache_misses"] == 2  # torch's: one per capture
     assert data["ranks"][0]["shown_rank"] == 1 and data["ranks"][0]["diverge"] is True
 
 

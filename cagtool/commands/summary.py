@@ -55,8 +55,11 @@ def summary_command(
     """Print the summary of a recorded run (the one `cagtool run` printed at the end).
 
     JSON (`--format json`) has ca_graphs, cache_misses (kind, node, node_call, key_size,
-    previous_key_sizes, changed_sizes, step, source), unique_graphs, graph_breaks,
-    dynamo_recompiles, steps, exit_code, and every mode under `modes`.
+    previous_key_sizes, changed_sizes with value and previous, changed_count and dynamic_sizes:
+    torch's N and M in "N changed tensor shapes (total of M)", step, source), unique_graphs,
+    graph_breaks, dynamo_recompiles, steps, exit_code, and every mode under `modes` (each with
+    ddp_hook_graphs: DDP's all-reduce hook compiled by Dynamo in a backward without compiled
+    autograd, not counted in forward_graphs).
 
     A multi-process job (DDP over mp.spawn or torchrun) adds, per mode, a table of its ranks
     (steps, CA graphs, cache misses, graph breaks, step time, peak RSS) with totals, and findings

@@ -25,7 +25,7 @@ from cagtool.record.schema import (
     OptimizerStepEvent,
     SourceRef,
 )
-from cagtool.report.graphs.size_values import misses_with_earlier_values
+from cagtool.report.changed_sizes import misses_with_earlier_values
 from cagtool.report.metrics import ModeMetrics, mode_metrics
 from cagtool.report.ranks.analysis import RankFocus, analysis_json, analyze_ranks, run_dir_of, run_for_rank
 from cagtool.report.ranks.render import render_ranks

@@ -161,7 +161,7 @@ class CaptureObserver:
         changed: list[ChangedSize] = []
         # sizes[i] indexes this capture's dynamic sizes: a size that just became dynamic was a
         # constant of the previous graph, so its earlier value is read off that graph by the
-        # reports (report/graphs/size_values.py), not guessed here by index.
+        # reports (report/changed_sizes.py), not guessed here by index.
         for index in parsed.pop("indices", []):
             origin = origins[index] if index < len(origins) else None
             value = sizes[index] if index < len(sizes) else None

@@ -25,7 +25,7 @@ from cagtool.record.schema import (
     SourceRef,
 )
 from cagtool.report.graphs.diff import GraphDiff, cyclic_gc_paused, diff_graphs
-from cagtool.report.graphs.size_values import misses_with_earlier_values
+from cagtool.report.changed_sizes import misses_with_earlier_values
 
 _GRAPH_FILE = re.compile(r"^ca_(\d+)\.json$")
 

@@ -29,7 +29,7 @@ from cagtool.record.schema import (
     StepEvent,
     stamps_step_in_progress,
 )
-from cagtool.report.graphs.size_values import misses_with_earlier_values
+from cagtool.report.changed_sizes import misses_with_earlier_values
 
 SOURCE_CA = "ca_cache_miss"
 SOURCE_DYNAMO_FRAME = "dynamo_frame"

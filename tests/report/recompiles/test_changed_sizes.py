@@ -14,7 +14,7 @@ from conftest import ROOT, cagtool_cmd
 from cagtool.capture.observe.ca_observer import parse_miss
 from cagtool.record.graph_file import GraphNode
 from cagtool.record.schema import AutogradNodeRef, CacheMissEvent, ChangedSize
-from cagtool.report.graphs.size_values import earlier_values
+from cagtool.report.changed_sizes import earlier_values
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "sizes_dynamic_in_two_rounds.py"
 

@@ -73,9 +73,12 @@ def _structure(graph: CAGraphEvent) -> tuple[tuple[int, str], ...]:
 
 
 def _nodes(record: ModeRecord, graph: CAGraphEvent) -> list[GraphNode] | None:
-    relative = graph.nodes_file or f"graphs/ca_{graph.ca_id}.json"
+    default = f"graphs/ca_{graph.ca_id}.json"
+    relative = graph.nodes_file or default
     try:
-        return load_graph_nodes(inside(record.path, relative, f"graph {graph.compile_id} of {record.path}"))
+        # The writer's own name needs no containment check (resolving paths costs ~1 ms a graph).
+        path = record.path / default if relative == default else inside(record.path, relative, f"graph {graph.compile_id} of {record.path}")
+        return load_graph_nodes(path) if path.is_file() else None
     except (UnreadableInput, OSError):
         return None  # a missing or damaged graph file: the earlier values stay unknown
 
@@ -84,8 +87,17 @@ def _with_earlier_values(record: ModeRecord) -> list[CacheMissEvent]:
     misses = record.of(CacheMissEvent)
     if not any(m.miss_kind == MISS_CHANGED_SHAPES and not m.inferred and m.changed_sizes for m in misses):
         return misses
+    if not (record.path / "graphs").is_dir():  # a record without graph files (recorded so, or pruned)
+        return misses
     graphs = sorted(record.of(CAGraphEvent), key=lambda g: g.ca_id)
     by_id = {g.ca_id: g for g in graphs}
+    # The previous capture of the same cache entry: the latest earlier graph of the same structure.
+    previous_of: dict[int, CAGraphEvent | None] = {}
+    latest: dict[tuple[tuple[int, str], ...], CAGraphEvent] = {}
+    for graph in graphs:
+        key = _structure(graph)
+        previous_of[graph.ca_id] = latest.get(key)
+        latest[key] = graph
     loaded: dict[int, list[GraphNode] | None] = {}
 
     def nodes(graph: CAGraphEvent) -> list[GraphNode] | None:
@@ -99,11 +111,13 @@ def _with_earlier_values(record: ModeRecord) -> list[CacheMissEvent]:
         if miss.miss_kind != MISS_CHANGED_SHAPES or miss.inferred or not miss.changed_sizes or current is None:
             out.append(miss)
             continue
-        # The previous capture of this cache entry: the latest earlier graph of the same structure.
-        previous = next((g for g in reversed(graphs) if g.ca_id < miss.ca_id and _structure(g) == _structure(current)), None)
+        previous = previous_of.get(miss.ca_id)
         new_nodes = nodes(current)
         old_nodes = nodes(previous) if previous is not None else None
         values = earlier_values(old_nodes, new_nodes) if new_nodes is not None and old_nodes is not None else {}
+        if not values:
+            out.append(miss)
+            continue
         sizes = [replace(size, previous=values.get(size.index, size.previous)) for size in miss.changed_sizes]
         out.append(replace(miss, changed_sizes=sizes))
     return out

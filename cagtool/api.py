@@ -22,7 +22,6 @@ import contextlib
 import logging
 import os
 import platform
-import re
 import sys
 import time
 import traceback
@@ -69,23 +68,9 @@ class Capture:
 
     # -- the record ---------------------------------------------------------------------------------
     def _make_run_dir(self) -> Path:
-        if self.output is not None:
-            path = Path(self.output)
-        else:
-            stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-            label = re.sub(r"[^A-Za-z0-9_.-]", "_", self.label) or "capture"
-            path = Path(self.runs_root) / f"{label}-{stamp}"
-            suffix = 1
-            while path.exists():
-                suffix += 1
-                path = Path(self.runs_root) / f"{label}-{stamp}-{suffix}"
-        if path.exists() and any(path.iterdir()):
-            raise UsageError(f"{path} already exists and is not empty; give another output directory")
-        try:
-            (path / "ca").mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UsageError(f"cannot write the run record to {path}: {exc.strerror or exc}") from None
-        return path
+        from cagtool.capture.run_dir import claim_run_dir
+
+        return claim_run_dir(self.output, self.runs_root, self.label, "ca")
 
     def __enter__(self) -> "Capture":
         if self._state:

@@ -227,6 +227,14 @@ def _survive_closed_stdout() -> None:
         sys.stdout = _ClosedPipeSafe(sys.stdout)
 
 
+def _shown(line: str) -> str:
+    """An error line may quote record text: shown as the reports show it (imported only here, so
+    `--help` loads nothing from report/)."""
+    from cagtool.report.safe_text import safe_text
+
+    return safe_text(line)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point. Exits with the documented code."""
     args = sys.argv[1:] if argv is None else argv
@@ -240,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
     except CagtoolError as exc:
         if debug:
             traceback.print_exc()
-        print(f"cagtool: error: {exc}", file=sys.stderr)
+        print(_shown(f"cagtool: error: {exc}"), file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         print("cagtool: interrupted", file=sys.stderr)
@@ -248,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
         if debug:
             traceback.print_exc()
-        print(f"cagtool: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", file=sys.stderr)
+        print(_shown(f"cagtool: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)"), file=sys.stderr)
         sys.exit(EXIT_UNREADABLE if isinstance(exc, OSError) else EXIT_INTERNAL)
     finally:
         if isinstance(sys.stdout, _ClosedPipeSafe):

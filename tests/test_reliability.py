@@ -775,6 +775,75 @@ def test_markdown_outputs_escape_record_text(tmp_path):
     assert not any(line.startswith("::warning::injected") for line in out.splitlines())
 
 
+# What a job can put in record text: an ANSI colour (256-colour, which no report style uses), a
+# window-title change, a screen clear, an OSC 8 hyperlink, a bell; a non-UTF-8 byte as Python
+# carries it (surrogateescape) and a lone surrogate from an exception.
+TERMINAL_CONTROL = "\x1b[38;5;201mcoloured\x1b[0m \x1b]0;pwned-title\x07 \x1b[2J \x1b]8;;http://evil.example\x1b\\link\x1b]8;;\x1b\\ bell\x07"
+UNDECODABLE = "caf\udce9 \ud800"
+
+
+def _hostile_run(tmp_path: Path) -> Path:
+    message = f"{TERMINAL_CONTROL} {UNDECODABLE}"
+    manifest = _manifest("ca", status="failed", exception={"type": "ValueError", "message": message, "traceback": ""})
+    finding = {"kind": "finding", "seq": 50, "t": 1.0, "code": "x", "message": f"finding {message}"}
+    return write_run(tmp_path / "r", {"eager": _manifest("eager"), "ca": manifest}, events={"ca": [*_steps(3), finding]},
+                     meta_extra={"target_argv": ["train.py", "caf\udce9"]})
+
+
+def test_terminal_control_and_undecodable_text_never_break_the_output(tmp_path):
+    """Every report command on such a record, with a strict UTF-8 stdout (as under an en_US.UTF-8
+    locale): its own exit code (never 4), no escape sequence or control character from the record
+    on stdout or in a file, the undecodable byte shown as `\\xe9`, and a JUnit file that parses."""
+    import xml.dom.minidom
+
+    run = _hostile_run(tmp_path)
+    junit, step_summary = tmp_path / "gate.xml", tmp_path / "summary.md"
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8", "GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(step_summary)}
+    env.pop("COLUMNS", None)
+    commands = {
+        ("summary",): 0, ("compare",): 0, ("compare", "--format", "markdown"): 0, ("compare", "--format", "csv"): 0,
+        ("recompiles", "--explain"): 0, ("runs", str(tmp_path)): 0, ("report",): 0,
+        ("gate", "--max-ca-graphs", "1", "--no-config", "--junit", str(junit)): 1,
+    }
+    outputs = []
+    for command, expected in commands.items():
+        args = [command[0], *([] if command[0] == "runs" else [str(run)]), *command[1:]]
+        proc = subprocess.run(cagtool_cmd(*args), capture_output=True, cwd=ROOT, env=env, timeout=300)
+        assert proc.returncode == expected, (command, proc.stderr.decode(errors="replace"))
+        outputs.append((command, proc.stdout.decode("utf-8")))
+    for path in (junit, step_summary, run / "report.html"):
+        outputs.append((path.name, path.read_bytes().decode("utf-8")))
+    for where, text in outputs:
+        assert "\x1b" not in text and "\x07" not in text, where
+        assert not any(0xD800 <= ord(c) <= 0xDFFF for c in text), where
+    summary = dict(outputs)[("summary",)]
+    assert "cagtool run train.py caf\\xe9" in summary
+    assert "exception: ValueError: coloured " in summary and " link bell caf\\xe9 \\ud800" in summary
+    assert "pwned-title" not in summary and "evil.example" not in summary
+    xml.dom.minidom.parseString(junit.read_bytes())
+
+
+def test_colour_stays_on_a_terminal_but_record_escapes_do_not(tmp_path):
+    """On a terminal the console keeps its own styles (bold, colours) and drops the record's."""
+    import io
+
+    from cagtool.record.loader import load_run as load
+    from cagtool.report.console import make_console
+    from cagtool.report.summary import render_summary
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Terminal()
+    render_summary(make_console(file=stream, width=200), load(_hostile_run(tmp_path)))
+    out = stream.getvalue()
+    assert "\x1b[1m" in out  # the summary's bold mode headings
+    for sequence in ("\x1b[38;5;201m", "\x1b]0;", "\x1b[2J", "\x1b]8;", "\x07"):
+        assert sequence not in out, sequence
+    assert "coloured" in out and "caf\\xe9" in out
+
+
 def test_record_contradicting_torch_counters_is_refused(tmp_path):
     """events.jsonl deleted while torch counted 2 captures: gate and baseline save refuse (exit 3)."""
     counters = {"compiled_autograd": {"captures": 2}, "graph_break": {}}

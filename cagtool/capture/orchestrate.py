@@ -7,7 +7,6 @@ import getpass
 import json
 import os
 import platform
-import re
 import signal
 import socket
 import subprocess
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from cagtool.capture.child import STARTUP_ERROR_FILE, ModeSpec
+from cagtool.capture.run_dir import claim_run_dir
 from cagtool.capture.processes.lifeline import STOP_SIGNALS, ChildSupervisor, adopt_orphans, end_orphans, exit_code_for
 from cagtool.capture.status import restore_terminal
 from cagtool.capture.stdin_feed import ModeStdin, StdinFeed
@@ -105,26 +105,8 @@ def _machine() -> dict[str, object]:
 
 
 def make_run_dir(options: RunOptions) -> Path:
-    if options.output is not None:
-        path = Path(options.output)
-    else:
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        label = re.sub(r"[^A-Za-z0-9_.-]", "_", options.target.label) or "run"
-        path = options.runs_root / f"{label}-{stamp}"
-        suffix = 1
-        while path.exists():
-            suffix += 1
-            path = options.runs_root / f"{label}-{stamp}-{suffix}"
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise UsageError(f"cannot write the run record to {path}: {exc.strerror or exc}") from None
-    if any(p.name in MODES for p in path.iterdir()):
-        raise UsageError(f"{path} already holds a run; choose another -o directory")
-    return path
+    """The run directory, claimed atomically with its first mode's directory (run_dir.py)."""
+    return claim_run_dir(options.output, options.runs_root, options.target.label, mode_dirs(options)[0])
 
 
 def mode_dirs(options: RunOptions) -> list[str]:
@@ -279,7 +261,8 @@ def _start_mode_process(options: RunOptions, run_dir: Path, name: str, cache_roo
     interpreter teardown after a torch job, on a machine with a core to spare) instead of after it;
     its script still starts only once the current process is gone (`_go`)."""
     mode_dir = run_dir / name
-    mode_dir.mkdir()
+    # The first mode's directory is the run's claim, made by make_run_dir; the others are new.
+    mode_dir.mkdir(exist_ok=True)
     spec = ModeSpec(
         mode=name.split(".")[0],
         mode_dir=str(mode_dir),

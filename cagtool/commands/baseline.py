@@ -109,7 +109,7 @@ def register(app: typer.Typer) -> None:
             held = f" ({len(samples)} compile times, {min(samples):.3f}-{max(samples):.3f} s)" if samples else ""
             console.print(
                 f"  {name}: {snap.status}, {snap.steps} steps, {snap.ca_graphs} CA graphs, "
-                f"recompiles {snap.recompiles} (ca {snap.ca_cache_misses}, dynamo {snap.dynamo_recompiles}), "
+                f"recompiles {snap.recompiles} (ca {snap.ca_recompiles}, dynamo {snap.dynamo_recompiles}), "
                 f"{snap.graph_breaks} graph breaks, compile {snap.compile_time_s:.3f} s{held}, {timing}",
                 markup=False,
                 soft_wrap=True,

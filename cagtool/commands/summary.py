@@ -26,7 +26,6 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
     # are counted, not built; steps and backward calls are read as columns from the record's
     # sidecar when it matches events.jsonl (issue 12: a 20,000-step summary in under 0.5 s).
     run = loaded if loaded is not None else load_run(run_path, strict=strict, kinds=SUMMARY_KINDS, columns=True)
-    run = run_for_rank(run, rank)
     verification = None
     if (Path(run.path) / "verification.json").exists():
         from cagtool.report.verification import load_verification
@@ -44,6 +43,7 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
             data["verification"] = verification
         print(json.dumps(data, indent=2, default=str))
         return
+    run = run_for_rank(run, rank)
     # After a run the script owns stdout; the report goes to stderr.
     console = make_console(stderr=after_run)
     from cagtool.report.compare.analysis import compare_modes
@@ -78,15 +78,19 @@ def summary_command(
     """Print the summary of a recorded run (the one `cagtool run` printed at the end).
 
     JSON (`--format json`) has ca_graphs, cache_misses (kind, node, node_call, key_size,
-    previous_key_sizes, changed_sizes, step, source), unique_graphs, graph_breaks,
-    dynamo_recompiles, steps, exit_code, and every mode under `modes`.
+    previous_key_sizes, changed_sizes with value and previous, changed_count and dynamic_sizes:
+    torch's N and M in "N changed tensor shapes (total of M)", step, source), unique_graphs,
+    graph_breaks, dynamo_recompiles, steps, exit_code, and every mode under `modes` (each with
+    ddp_hook_graphs: DDP's all-reduce hook compiled by Dynamo in a backward without compiled
+    autograd, not counted in forward_graphs).
 
     A multi-process job (DDP over mp.spawn or torchrun) adds, per mode, a table of its ranks
     (steps, CA graphs, cache misses, graph breaks, step time, peak RSS) with totals, and findings
     where the ranks disagree: different CA graphs or cache misses (named by the first step and
     miss where they part: what hangs collectives), different final norms (gradients not
     synchronised), a missing or failed rank, a process cagtool could not follow. JSON carries
-    them under `ranks` (top level: the main mode's). `--rank N` shows rank N's own record.
+    them under `ranks` (top level: the main mode's). `--rank N` shows rank N's own record; its
+    JSON keeps the whole job's `ranks` analysis, with `shown_rank`.
 
         \b
         cagtool summary                     # the latest run

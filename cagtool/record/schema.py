@@ -254,10 +254,22 @@ class CacheMissEvent(Event):
     key_size: int | None = None
     previous_key_sizes: list[int] = field(default_factory=list)
     changed_sizes: list[ChangedSize] = field(default_factory=list)
+    # torch's "Cache miss due to N changed tensor shapes (total of M)": N sizes changed value and
+    # became dynamic (`total_changed`), M sizes are dynamic in the graph captured (`dynamic_sizes`).
+    # Records made before `dynamic_sizes` existed hold M in `total_changed`: `changed_count` reads both.
     total_changed: int | None = None
     source: SourceRef | None = None
     backward_call: SourceRef | None = None  # the user line that called the backward of that step
     inferred: bool = False  # not torch's reason: read off the diff with the previous graph (imported logs without CA verbose logging)
+    dynamic_sizes: int | None = None
+
+    @property
+    def changed_count(self) -> int:
+        """How many sizes changed, in torch's count (its N, never its "total of M"). A record
+        without `dynamic_sizes` has torch's M in `total_changed` and every changed index listed."""
+        if self.total_changed is not None and (self.dynamic_sizes is not None or self.inferred or not self.changed_sizes):
+            return self.total_changed
+        return len(self.changed_sizes)
 
 
 @dataclass(frozen=True)
@@ -366,7 +378,7 @@ class DDPModelEvent(Event):
     """A DistributedDataParallel model was built. `reducer`: "python" (per-parameter all-reduce in
     post-accumulate-grad hooks, what compiled autograd needs) or "cpp" (torch's C++ Reducer with
     buckets). `optimize_ddp` is the setting DDP read; `set_by` says who chose it ("cagtool" in
-    ca mode, else "script"); `script_optimize_ddp` is what the script itself assigned, if anything."""
+    ca mode, unless the script had set it to "python_reducer" itself; else "script"); `script_optimize_ddp` is what the script itself assigned, if anything."""
 
     kind: ClassVar[str] = "ddp_model"
     reducer: str

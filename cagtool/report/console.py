@@ -1,6 +1,8 @@
 """Consoles for rendering: colour only on a terminal, no wrapping off one (CI logs stay greppable),
 and rich markup off: every string printed may carry record data (an exception text with `[b, c]`
-or `[/x]`), so styles are given as `style=` or `Text`, never as markup in the string."""
+or `[/x]`), so styles are given as `style=` or `Text`, never as markup in the string. For the same
+reason every text these consoles write passes `safe_text` (escape sequences, control characters,
+lone surrogates), whichever renderer made it."""
 
 from __future__ import annotations
 
@@ -8,7 +10,10 @@ import builtins
 import os
 import sys
 from collections.abc import Sequence
+from functools import cache
 from typing import IO, TYPE_CHECKING, Any
+
+from cagtool.report.safe_text import is_safe, safe_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -42,17 +47,47 @@ def _off_terminal_width() -> int:
     return int(columns) if columns.isdigit() and int(columns) > 0 else UNBOUNDED_WIDTH
 
 
+@cache
+def _safe_console_class() -> type[Console]:
+    from rich.console import Console
+    from rich.text import Text
+
+    class SafeConsole(Console):
+        """A rich Console whose text is `safe_text`: strings as rich turns them into Text (so a
+        table measures what it will print), and Text objects made by a renderer, rebuilt with
+        their styles where they hold something unsafe. Rich's own styles are rendered after this,
+        so colour on a terminal is kept."""
+
+        def render_str(self, text: str, **options: Any) -> Text:
+            return super().render_str(safe_text(text), **options)
+
+        def render(self, renderable: Any, options: Any = None) -> Any:
+            if isinstance(renderable, Text) and not is_safe(renderable.plain):
+                renderable = _safe_rich_text(self, renderable)
+            return super().render(renderable, options)
+
+    return SafeConsole
+
+
+def _safe_rich_text(console: Console, text: Any) -> Any:
+    """A copy of the rich Text `text` with each styled piece made safe (escape sequences are cut
+    out per piece: a sequence split across two styles is shown, not obeyed)."""
+    from rich.text import Text
+
+    pieces = [(safe_text(segment.text), segment.style) for segment in text.render(console) if segment.text]
+    return Text.assemble(*pieces, justify=text.justify, overflow=text.overflow, no_wrap=text.no_wrap, end=text.end, tab_size=text.tab_size)
+
+
 def make_console(file: IO[str] | None = None, width: int | None = None, stderr: bool = False) -> Console:
     """A rich console for reports. On a terminal: its width (or COLUMNS) and colour. Off a
     terminal (pipes, files, CI logs): colourless and, unless COLUMNS is set, unbounded, so no line
-    is wrapped mid-phrase or cut with an ellipsis. `width` fixes it (golden tests)."""
-    from rich.console import Console
-
+    is wrapped mid-phrase or cut with an ellipsis. `width` fixes it (golden tests). Record text is
+    shown as text (`safe_text`)."""
     stream = _stream(file, stderr)
     is_tty = _is_tty(stream)
     if width is None and not is_tty:
         width = _off_terminal_width()
-    return Console(
+    return _safe_console_class()(
         file=stream,
         width=width,
         no_color=not is_tty or "NO_COLOR" in os.environ,
@@ -168,7 +203,7 @@ class PlainConsole:
         """What `print(Text(text), soft_wrap=True)` writes: the text without the control codes rich
         drops. Tab stops, several lines, and a line longer than the width (rich 13 crops its trailing
         whitespace there, rich 15 does not) are left to rich."""
-        plain = text.translate(_DROPPED)
+        plain = safe_text(text.translate(_DROPPED))
         if "\t" in plain or "\n" in plain or len(plain) > self.width:
             from rich.text import Text
 

@@ -68,11 +68,13 @@ class ModeMetrics:
     status: str
     exit_code: int | None
     steps: int
-    forward_graphs: int  # Dynamo graphs of forward frames (compiles without a CA id that produced code)
+    forward_graphs: int  # Dynamo graphs of forward frames (compiles without a CA id that produced code), not DDP's hook's
     backward_graphs: int  # AOT backward graphs in eager/aot; CA graphs in ca
     aot_backward_graphs: int
     ca_graphs: int
-    ca_cache_misses: int  # every CA capture after the first (torch: "Cache miss due to ...")
+    # CA cache misses as torch logs them ("Cache miss due to ..."): one per capture, the run's
+    # first included (docs/torch-internals.md, "What a CA cache miss is").
+    ca_cache_misses: int
     graph_breaks: int  # torch's counters["graph_break"] total; one per compile and site when torch's counters were not recorded
     dynamo_recompiles: int  # forward frames and CA graphs alike
     recompiles: int  # ca_recompiles + dynamo_recompiles: what `gate --max-recompiles N` counts
@@ -101,6 +103,10 @@ class ModeMetrics:
     # ended without closing its record (SIGKILL, SIGTERM at its default action, os._exit), and the
     # writer holds those lines up to this long before writing them (capture/writer.py). None: none lost.
     steps_lost_s: float | None = None
+    # Graphs Dynamo compiled of DDP's all-reduce hook (`is_ddp_hook_compile`), and its recompiles
+    # (counted in dynamo_recompiles too: they are recompiles torch did).
+    ddp_hook_graphs: int = 0
+    ddp_hook_recompiles: int = 0
 
 
 def steps_lost_with_process(manifest: ModeManifest) -> float | None:
@@ -115,12 +121,27 @@ def steps_lost_with_process(manifest: ModeManifest) -> float | None:
     return float(up_to) if isinstance(up_to, (int, float)) and up_to > 0 else None
 
 
+# DDP's Python reducer all-reduces each gradient in this post-accumulate-grad hook
+# (torch/nn/parallel/distributed.py). With compiled autograd it is traced into the CA graph; in a
+# backward run eagerly from inside a compiled function (aot or eager mode of a script that chose
+# optimize_ddp="python_reducer" itself), Dynamo compiles it as a frame of its own, once per
+# parameter shape: graphs of the backward's communication, not of the model's forward.
+DDP_HOOK_CODE = "compiled_accum_grad_hook"
+DDP_HOOK_FILE = "torch/nn/parallel/distributed.py"
+
+
+def is_ddp_hook_compile(event: DynamoCompileEvent) -> bool:
+    return event.co_name == DDP_HOOK_CODE and event.co_filename.replace("\\", "/").endswith(DDP_HOOK_FILE)
+
+
 @dataclass(frozen=True)
 class CAMisses:
-    """A mode's compiled-autograd cache misses in torch's words. The first capture (!0) is the
-    initial compile, not a miss. After it, torch logs each miss as "new autograd node" (the graph's
-    structure changed: a node, a hook, AccumulateGrad's key) or "N changed tensor shapes" (a
-    recompile for new sizes, which become dynamic).
+    """A mode's compiled-autograd cache misses after the first capture, in torch's words. Torch
+    logs the first capture (!0) as a miss too (a new GraphRoot against an empty cache); that one is
+    the initial compile, counted in ModeMetrics.ca_cache_misses and not here. After it, torch logs
+    each miss as "new autograd node" (the graph's structure changed: a node, a hook,
+    AccumulateGrad's key) or "N changed tensor shapes" (a recompile for new sizes, which become
+    dynamic).
 
     `grad_warmup`: the first miss when it is a new node on AccumulateGrad. In an ordinary training
     loop that does not reset .grad to None, the first backward sees every .grad None and the second
@@ -377,7 +398,10 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
     aot_backward = record.of(AotBackwardGraphEvent)
     final = record.of(FinalStateEvent)
 
-    forward_graphs = sum(1 for d in dynamo if not d.is_ca_graph and d.graph_op_count and not d.fail_type)
+    graphs_made = [d for d in dynamo if not d.is_ca_graph and d.graph_op_count and not d.fail_type]
+    ddp_hook = [d for d in graphs_made if is_ddp_hook_compile(d)]
+    forward_graphs = len(graphs_made) - len(ddp_hook)
+    ddp_hook_frames = {d.compile_id.split("/")[0] for d in dynamo if is_ddp_hook_compile(d)}
     phases = {
         "dynamo": sum((d.dynamo_cumulative_compile_time_s or 0.0) for d in dynamo),
         "aot": sum((d.aot_autograd_cumulative_compile_time_s or 0.0) for d in dynamo),
@@ -390,7 +414,8 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
     unique = counters.get("stats", {}).get("unique_graphs")
     captures = counters.get("compiled_autograd", {}).get("captures")
     by_reason = ca_misses(ca_graphs, misses)
-    ca_misses_total = by_reason.total
+    # Every capture torch began: a graph, or a miss whose capture failed before its graph.
+    ca_misses_total = len({g.ca_id for g in ca_graphs} | {m.ca_id for m in misses})
     breaks = record.of(GraphBreakEvent)
     sites = graph_break_sites(breaks)
     intervals, excluded, clock = record_step_intervals(record)
@@ -433,6 +458,8 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
         ca_grad_warmup_misses=by_reason.grad_warmup,
         ca_recompiles=by_reason.recompiles,
         steps_lost_s=steps_lost_with_process(manifest),
+        ddp_hook_graphs=len(ddp_hook),
+        ddp_hook_recompiles=sum(1 for r in recompiles if not r.is_ca_graph and r.compile_id.split("/")[0] in ddp_hook_frames),
     )
 
 

@@ -14,17 +14,20 @@ from cagtool.record.integrity import mode_damage
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import (
     EVENT_TYPES,
+    MISS_CHANGED_SHAPES,
     STEP_BOUNDARY_BACKWARD,
     STEP_BOUNDARY_OPTIMIZER,
     CacheMissEvent,
     CAGraphEvent,
+    DDPModelEvent,
     DynamoRecompileEvent,
     FindingEvent,
     OptimizerStepEvent,
     SourceRef,
 )
+from cagtool.report.changed_sizes import misses_with_earlier_values
 from cagtool.report.metrics import ModeMetrics, mode_metrics
-from cagtool.report.ranks.analysis import analysis_json, analyze_ranks, run_dir_of
+from cagtool.report.ranks.analysis import RankFocus, analysis_json, analyze_ranks, run_dir_of, run_for_rank
 from cagtool.report.ranks.render import render_ranks
 
 # The event kinds the summary and the end-of-run comparison read (the loader counts the others
@@ -66,7 +69,9 @@ def miss_text(miss: CacheMissEvent) -> str:
             for (node, call), items in groups.items()
         ]
         inferred = " (inferred from the graph diff)" if miss.inferred else ""
-        return f"{miss.total_changed or len(miss.changed_sizes)} changed sizes: " + "; ".join(parts) + inferred
+        # torch's own numbers: N sizes changed (and became dynamic), M are dynamic in all.
+        in_all = f" ({miss.dynamic_sizes} dynamic in all)" if miss.dynamic_sizes is not None else ""
+        return f"{plural(miss.changed_count, 'changed size')}{in_all}: " + "; ".join(parts) + inferred
     return miss.message
 
 
@@ -82,10 +87,30 @@ def ca_graph_breakdown(m: ModeMetrics) -> str:
         parts.append(f"{m.ca_new_node_misses} for a new autograd node")
     if m.ca_shape_recompiles:
         parts.append(f"{plural(m.ca_shape_recompiles, 'recompile')} for changed sizes")
-    other = m.ca_cache_misses - m.ca_new_node_misses - m.ca_shape_recompiles
+    other = max(m.ca_graphs - 1, 0) - m.ca_new_node_misses - m.ca_shape_recompiles
     if other > 0:
         parts.append(f"{other} for a reason torch did not log")
     return ", ".join(parts)
+
+
+def ddp_without_ca_note(record: ModeRecord, m: ModeMetrics) -> str | None:
+    """What a mode without compiled autograd (aot, eager) ran when the script chose DDP's Python
+    reducer itself: neither the user's CA job nor the job they run without CA."""
+    if record.mode == "ca":
+        return None
+    python = [e for rec in (record, *record.processes.values()) for e in rec.of(DDPModelEvent) if e.reducer == "python"]
+    if not python:
+        return None
+    chosen = python[0].script_optimize_ddp or python[0].optimize_ddp
+    compiled = ""
+    if m.ddp_hook_graphs:
+        compiled = f" (Dynamo compiled that hook: {plural(m.ddp_hook_graphs, 'graph')}, {plural(m.ddp_hook_recompiles, 'recompile')})"
+    return (
+        f"the script chose DDP's Python reducer (torch._dynamo.config.optimize_ddp = {chosen!r}): without compiled "
+        f"autograd DDP then all-reduces each gradient in a post-accumulate-grad hook run by the eager backward{compiled}. "
+        f"So this {record.mode} run is neither the CA job (no compiled autograd) nor the job as it runs without CA "
+        "(DDP's C++ reducer, bucketed all-reduces, nothing for Dynamo to compile in the backward)"
+    )
 
 
 def ca_recompiles_text(m: ModeMetrics) -> str:
@@ -141,9 +166,12 @@ def cagtool_memory_text(memory: Any) -> str:
     return "cagtool's own memory: " + "; ".join(parts) if parts else ""
 
 
-def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
+def mode_summary_json(record: ModeRecord, whole: ModeRecord | None = None, rank: int | None = None) -> dict[str, Any]:
+    """`record`'s figures. For one rank's view (`rank`), `whole` is the mode's record with every
+    rank: the ranks' analysis is of the whole job (every rank, where they part), never of the one
+    rank's record alone, which would read as every other rank missing."""
     metrics = mode_metrics(record)
-    misses = record.of(CacheMissEvent)
+    misses = misses_with_earlier_values(record)
     graphs = record.of(CAGraphEvent)
     body: dict[str, Any] = {
         "mode": record.mode,
@@ -167,6 +195,9 @@ def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
                 "key_size": m.key_size,
                 "previous_key_sizes": m.previous_key_sizes,
                 "changed_sizes": [asdict(s) for s in m.changed_sizes],
+                # torch's N and M in "N changed tensor shapes (total of M)"
+                "changed_count": m.changed_count if m.miss_kind == MISS_CHANGED_SHAPES else None,
+                "dynamic_sizes": m.dynamic_sizes,
                 "step": m.step,
                 "source": asdict(m.source) if m.source else None,
                 "message": m.message,
@@ -176,6 +207,10 @@ def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
         ],
         "unique_graphs": metrics.unique_graphs,
         "forward_graphs": metrics.forward_graphs,
+        # DDP's all-reduce hook compiled by Dynamo in an eager backward (not forward graphs)
+        "ddp_hook_graphs": metrics.ddp_hook_graphs,
+        "ddp_hook_recompiles": metrics.ddp_hook_recompiles,
+        "ddp_reducer_note": ddp_without_ca_note(record, metrics),
         "backward_graphs": metrics.backward_graphs,
         "graph_breaks": metrics.graph_breaks,
         "graph_breaks_counted_by": "torch" if metrics.graph_breaks_from_torch else "distinct_sites",
@@ -203,15 +238,17 @@ def mode_summary_json(record: ModeRecord) -> dict[str, Any]:
     }
     # Multi-process jobs only (single-process JSON is unchanged): each rank's figures, the totals
     # and what the ranks disagree on.
-    analysis = analyze_ranks(record)
+    analysis = analyze_ranks(whole if whole is not None else record)
     if analysis is not None:
-        body["ranks"] = analysis_json(analysis)
+        body["ranks"] = analysis_json(analysis) if rank is None else RankFocus(analysis, rank).to_json()
     return body
 
 
 def summary_json(run: RunRecord, rank: int | None = None) -> dict[str, Any]:
-    """With `rank`, `run` is that rank's view (ranks.run_for_rank) and the figures are its own."""
-    modes = {name: mode_summary_json(rec) for name, rec in run.modes.items()}
+    """With `rank`, the figures are that rank's own (ranks.run_for_rank; UnreadableInput for a
+    rank the run does not have) and `ranks` is the whole job's analysis, with `shown_rank`."""
+    view = run_for_rank(run, rank)
+    modes = {name: mode_summary_json(rec, run.modes[name], rank) for name, rec in view.modes.items()}
     # The top-level figures are those of the most informative mode the run asked for; when that
     # mode left no record they are null (never another mode's figures under its name).
     main = run.default_mode_name()
@@ -219,9 +256,9 @@ def summary_json(run: RunRecord, rank: int | None = None) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if rank is not None:
         extra["rank"] = rank
-    elif "ranks" in body:
-        # The top-level figures stay the main process's (the launcher of a spawned job); each
-        # rank's, the totals and the findings are here.
+    if "ranks" in body:
+        # The top-level figures stay the main process's (the launcher of a spawned job), or the
+        # rank's asked for; each rank's, the totals and the findings are here.
         extra["ranks"] = body["ranks"]
     return {
         "schema": SUMMARY_SCHEMA,
@@ -280,9 +317,11 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     exact = m.graph_breaks_from_torch or record.mode == "eager"
     counted_by = "" if exact else " (one per compile and site: torch's counters were not saved)"
     at = f" at {len(sites)} site{'s' if len(sites) != 1 else ''}" if sites else ""
+    hook = f", {plural(m.ddp_hook_graphs, 'graph')} of DDP's all-reduce hook (compiled in the backward)" if m.ddp_hook_graphs else ""
+    hook_recompiles = f" ({m.ddp_hook_recompiles} of DDP's hook)" if m.ddp_hook_recompiles else ""
     console.print(
-        f"  Dynamo: {plural(m.forward_graphs, 'forward graph')}, {plural(m.backward_graphs, 'backward graph')}, "
-        f"{plural(m.graph_breaks, 'graph break')}{at}{counted_by}, {plural(m.dynamo_recompiles, 'recompile')}"
+        f"  Dynamo: {plural(m.forward_graphs, 'forward graph')}{hook}, {plural(m.backward_graphs, 'backward graph')}, "
+        f"{plural(m.graph_breaks, 'graph break')}{at}{counted_by}, {plural(m.dynamo_recompiles, 'recompile')}{hook_recompiles}"
     )
     for site in sites[:3]:
         gb = f"[{site.gb_id}] " if site.gb_id else ""
@@ -291,6 +330,9 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         console.print(f"    ... {len(sites) - 3} more site(s): cagtool summary --format json {run_dir}")
     for rec in record.of(DynamoRecompileEvent)[:3]:
         console.print(f"    recompile {rec.compile_id}: {'; '.join(rec.reasons)[:150]}", overflow="ellipsis", no_wrap=True)
+    note = ddp_without_ca_note(record, m)
+    if note:
+        console.print(Text.assemble("  ", ("note:", "yellow"), f" {note}"))
     phases = ", ".join(f"{k} {v:.2f}" for k, v in m.compile_phases_s.items() if v)
     console.print(f"  compile: {m.compile_time_s:.2f} s" + (f" ({phases})" if phases else ""))
     st = m.step_time

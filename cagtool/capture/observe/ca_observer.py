@@ -64,7 +64,9 @@ def parse_miss(message: str) -> dict[str, Any]:
         return {
             "miss_kind": MISS_CHANGED_SHAPES,
             "indices": [int(i) for i in _SIZE_INDEX.findall(match.group("sizes"))],
-            "total_changed": int(match.group("total")),
+            # N sizes changed; "total of M" counts every dynamic size of the new graph.
+            "total_changed": int(match.group("n")),
+            "dynamic_sizes": int(match.group("total")),
         }
     return {"miss_kind": MISS_UNKNOWN}
 
@@ -78,7 +80,6 @@ class CaptureObserver:
         self._originals: dict[str, Any] = {}
         self._seen_torch_ids: set[int] = set()
         self._next_record_id = 0
-        self._last_sizes: dict[int, tuple[int, tuple[int, str] | None]] = {}
 
     # -- installation -------------------------------------------------------------------------
     def install(self) -> None:
@@ -158,15 +159,16 @@ class CaptureObserver:
         sizes: list[int] = getattr(inst, "_cag_sizes", [])
         origins: list[Any] = getattr(inst, "_cag_size_origins", [])
         changed: list[ChangedSize] = []
+        # sizes[i] indexes this capture's dynamic sizes: a size that just became dynamic was a
+        # constant of the previous graph, so its earlier value is read off that graph by the
+        # reports (report/changed_sizes.py), not guessed here by index.
         for index in parsed.pop("indices", []):
             origin = origins[index] if index < len(origins) else None
             value = sizes[index] if index < len(sizes) else None
-            previous = self._last_sizes.get(index)
             changed.append(
                 ChangedSize(
                     index=index,
                     value=value,
-                    previous=previous[0] if previous and previous[1] == origin else None,
                     node=origin[1] if origin else None,
                     node_call=int(origin[0]) if origin else None,
                 )
@@ -206,9 +208,6 @@ class CaptureObserver:
         self.logger.last_message = None
         record_id = inst._cag_record_id
         capture_s = captured.get("capture_end", time.perf_counter()) - getattr(inst, "_cag_t0", time.perf_counter())
-        for index, value in enumerate(getattr(inst, "_cag_sizes", [])):
-            origins = getattr(inst, "_cag_size_origins", [])
-            self._last_sizes[index] = (value, origins[index] if index < len(origins) else None)
         gm = captured.get("gm")
         if gm is not None:
             self._emit_graph(inst, gm, shapes, record_id, torch_id, capture_s, user_compiler)

@@ -43,7 +43,7 @@ def model_event_fields(model: Any, mode: str) -> dict[str, Any]:
     return {
         "reducer": "python" if getattr(model, "_use_python_reducer", False) else "cpp",
         "optimize_ddp": str(torch._dynamo.utils.get_optimize_ddp_mode()),
-        "set_by": "cagtool" if mode == "ca" else "script",
+        "set_by": "cagtool" if mode == "ca" and script_value != CA_OPTIMIZE_DDP else "script",
         "script_optimize_ddp": None if script_value is None else str(script_value),
         "rank": rank,
         "world_size": world_size,
@@ -164,9 +164,12 @@ class DDPWatch:
         if self.announce and len(self.models) == 1 and self.mode == "ca":
             self.announce = False
             where = f"rank {fields['rank']}" if fields["rank"] is not None else "this process"
+            if fields["script_optimize_ddp"] == CA_OPTIMIZE_DDP:  # the script's own choice: say so
+                who = f"the script set torch._dynamo.config.optimize_ddp = {CA_OPTIMIZE_DDP!r} itself"
+            else:
+                who = f"cagtool set torch._dynamo.config.optimize_ddp = {CA_OPTIMIZE_DDP!r}"
             print(
-                f"cagtool: ca mode: DDP ({where}) uses the Python reducer: cagtool set "
-                f"torch._dynamo.config.optimize_ddp = {CA_OPTIMIZE_DDP!r} (the C++ reducer does not work "
+                f"cagtool: ca mode: DDP ({where}) uses the Python reducer: {who} (the C++ reducer does not work "
                 "under compiled autograd); aot and eager keep the script's setting",
                 file=sys.stderr,
                 flush=True,

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from cagtool.report.markdown import md_text
 from cagtool.report.compare.headline import Headline, change_headline, run_headline
+from cagtool.report.safe_text import safe_text
 from cagtool.report.compare.analysis import (
     LOSS,
     AnyComparison,
@@ -468,6 +469,7 @@ def render_comparison(comparison: AnyComparison, fmt: str = "table", console: Co
     if fmt == "table":
         TableRenderer(console, headline).render(comparison)
         return
-    text = format_comparison(comparison, fmt)
+    # json is ASCII already; csv and markdown may carry record text to a terminal.
+    text = safe_text(format_comparison(comparison, fmt))
     console.file.write(text)
     console.file.flush()

@@ -19,6 +19,7 @@ from rich.text import Text
 from cagtool.errors import UnreadableInput
 from cagtool.report.console import make_console
 from cagtool.report.markdown import md_text
+from cagtool.report.safe_text import safe_text
 from cagtool.report.gate.checks import CheckResult, Outcome
 from cagtool.report.gate.run import GateOptions, GateResult
 
@@ -192,7 +193,11 @@ def render_json(gate: GateResult) -> str:
 
 def render_junit(gate: GateResult) -> str:
     """JUnit XML as CI systems read it: one <testcase> per check; a failed check has <failure>
-    (an unmeasurable one <error>), every check's message is in <system-out>."""
+    (an unmeasurable one <error>), every check's message is in <system-out>. Every text and
+    attribute passes `safe_text`: ElementTree writes a control character (an ANSI-coloured
+    exception's ESC) as it is, which XML 1.0 forbids, and a CI that cannot parse the file drops
+    the whole report."""
+    x = safe_text
     failures = sum(1 for r in gate.results if r.failed and r.outcome is not Outcome.ERROR)
     errors = sum(1 for r in gate.results if r.outcome is Outcome.ERROR)
     counts = {"tests": str(len(gate.results)), "failures": str(failures), "errors": str(errors), "skipped": "0"}
@@ -201,20 +206,20 @@ def render_junit(gate: GateResult) -> str:
     props = ET.SubElement(suite, "properties")
     for name, value in (("run", gate.run_path), ("mode", gate.mode), ("baseline", gate.baseline_path), ("config", gate.config_path)):
         if value is not None:
-            ET.SubElement(props, "property", {"name": name, "value": str(value)})
+            ET.SubElement(props, "property", {"name": name, "value": x(str(value))})
     for r in gate.results:
-        case = ET.SubElement(suite, "testcase", {"classname": f"cagtool.gate.{r.mode.replace('/', '_')}", "name": r.check, "time": "0"})
-        text = "\n".join([r.message, *(f"note: {n}" for n in r.notes), *(f"warning: {w}" for w in r.warnings)])
+        case = ET.SubElement(suite, "testcase", {"classname": x(f"cagtool.gate.{r.mode.replace('/', '_')}"), "name": x(r.check), "time": "0"})
+        text = x("\n".join([r.message, *(f"note: {n}" for n in r.notes), *(f"warning: {w}" for w in r.warnings)]))
         if r.outcome is Outcome.ERROR:
-            element = ET.SubElement(case, "error", {"message": r.message, "type": "unmeasurable"})
+            element = ET.SubElement(case, "error", {"message": x(r.message), "type": "unmeasurable"})
             element.text = text
         elif r.failed:
             kind = "improvement" if r.outcome is Outcome.IMPROVED else "regression"
-            element = ET.SubElement(case, "failure", {"message": r.message, "type": kind})
+            element = ET.SubElement(case, "failure", {"message": x(r.message), "type": kind})
             element.text = text
         ET.SubElement(case, "system-out").text = text
     if gate.warnings:
-        ET.SubElement(suite, "system-err").text = "\n".join(f"warning: {w}" for w in gate.warnings)
+        ET.SubElement(suite, "system-err").text = x("\n".join(f"warning: {w}" for w in gate.warnings))
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
@@ -301,7 +306,7 @@ def emit_gate_result(gate: GateResult, options: GateOptions, stdout: IO[str] | N
     if os.environ.get("GITHUB_ACTIONS") == "true":
         stream = err if options.format == "json" else out
         for line in github_annotations(gate):
-            stream.write(line + "\n")
+            stream.write(safe_text(line) + "\n")
         stream.flush()
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:

@@ -22,6 +22,7 @@ from cagtool.report.console import is_unbounded, prints_plain
 from cagtool.report.graphs.diff import CHANGED, EQUAL, INSERTED, REMOVED, NodeDiff
 from cagtool.report.graphs.runs import GraphComparison, GraphSide
 from cagtool.report.graphs.normalize import NormNode
+from cagtool.report.safe_text import is_safe, safe_text
 
 JSON_FORMAT = "cagtool-graph-diff"
 JSON_SCHEMA_VERSION = 1
@@ -261,13 +262,20 @@ def _cell_lines(text: str, width: int, wrap: bool) -> list[str]:
     return lines
 
 
+def _plain_cell(cell: object) -> Text:
+    """A cell as the colourless table prints it: its text, made safe as the console makes what it
+    prints (record text: node names, origins)."""
+    text = cell if isinstance(cell, Text) else Text(str(cell))
+    return text if is_safe(text.plain) else Text(safe_text(text.plain))
+
+
 def _print_plain_table(table: Table, console: Console) -> None:
     """Write a colourless table line by line, the text rich would print for it. Rich lays out each
     of a diff's ~1,000 rows through its full renderable machinery (half of `diff-graphs`' time);
     here only the frame is rich's: a probe with the header and one row of each column's widest
     cell gives the column widths (the same as the whole table's) and the border lines."""
     columns = table.columns
-    cells = [[cell if isinstance(cell, Text) else Text(str(cell)) for cell in column._cells] for column in columns]
+    cells = [[_plain_cell(cell) for cell in column._cells] for column in columns]
     plains = [[cell.plain for cell in column] for column in cells]
     widest = [column[_widest(texts)] if column else Text("") for column, texts in zip(cells, plains)]
 

@@ -25,6 +25,7 @@ from cagtool.record.schema import (
     SourceRef,
 )
 from cagtool.report.graphs.diff import GraphDiff, cyclic_gc_paused, diff_graphs
+from cagtool.report.changed_sizes import misses_with_earlier_values
 
 _GRAPH_FILE = re.compile(r"^ca_(\d+)\.json$")
 
@@ -99,7 +100,7 @@ def describe_recompile(miss: CacheMissEvent) -> str:
         if miss.node_call is not None:
             what += f" at NodeCall {miss.node_call}"
     elif miss.miss_kind == MISS_CHANGED_SHAPES:
-        count = miss.total_changed if miss.total_changed is not None else len(miss.changed_sizes)
+        count = miss.changed_count
         what = f"{count} changed tensor shape{'s' if count != 1 else ''}"
         sizes = [_size_text(size.index, size.previous, size.value) for size in miss.changed_sizes[:6]]
         if sizes:
@@ -127,7 +128,7 @@ def _side_code_file(mode: ModeRecord, ca_id: int) -> Path:
 
 def _side(run: RunRecord, mode: ModeRecord, ca_id: int) -> GraphSide:
     event = next((e for e in mode.of(CAGraphEvent) if e.ca_id == ca_id), None)
-    miss = next((e for e in mode.of(CacheMissEvent) if e.ca_id == ca_id), None)
+    miss = next((e for e in misses_with_earlier_values(mode) if e.ca_id == ca_id), None)
     code = _side_code_file(mode, ca_id)
     step = event.step if event is not None else (miss.step if miss is not None else None)
     return GraphSide(

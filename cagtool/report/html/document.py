@@ -30,6 +30,7 @@ from cagtool.report.html.markup import esc, script_json, tag, text
 from cagtool.report.recompiles.explain import Explanation, explain
 from cagtool.report.ranks.analysis import focused_run
 from cagtool.report.recompiles.table import RecompileTable, recompile_table
+from cagtool.report.safe_text import encodable_text
 
 if TYPE_CHECKING:
     from cagtool.report.gate.run import GateResult
@@ -335,5 +336,6 @@ def write_report(run: RunRecord, out: Path | None = None, gate: "GateResult | No
 
         gate = load_gate_result(run.path)  # the run was gated when it was recorded
     html = run_report(run, gate) if run_b is None else comparison_report(run, run_b)
+    html = encodable_text(html)  # a non-UTF-8 script argument, a lone surrogate in an exception
     path = write_html(html, out if out is not None else run.path / REPORT_FILE)
     return Written(path, len(html.encode("utf-8")), time.perf_counter() - start)

@@ -12,10 +12,13 @@ import json
 import math
 from typing import Any, Iterable, Sequence
 
+from cagtool.report.safe_text import safe_text
+
 
 def esc(value: Any) -> str:
-    """Text content or attribute value: `<`, `>`, `&` and both quotes escaped."""
-    return html.escape("" if value is None else str(value), quote=True)
+    """Text content or attribute value: `<`, `>`, `&` and both quotes escaped, and what
+    `safe_text` neutralises (an ANSI-coloured exception reads as in the terminal report)."""
+    return html.escape(safe_text("" if value is None else str(value)), quote=True)
 
 
 def script_json(data: Any) -> str:

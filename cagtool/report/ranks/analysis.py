@@ -56,7 +56,7 @@ class RankRow:
     exit_code: int | None
     steps: int
     ca_graphs: int
-    cache_misses: int  # CA captures after the first, as everywhere else
+    cache_misses: int  # CA cache misses as torch logs them: one per capture, the first included
     graph_breaks: int
     step_time_median_s: float | None
     peak_rss_bytes: int | None
@@ -201,9 +201,9 @@ def _miss_text(miss: CacheMissEvent | None) -> str:
     if miss is None:
         return ""
     if miss.miss_kind == MISS_CHANGED_SHAPES:
-        count = miss.total_changed if miss.total_changed is not None else len(miss.changed_sizes)
+        count = miss.changed_count
         owners = sorted({s.node for s in miss.changed_sizes if s.node})
-        return f"cache miss: {count} changed sizes" + (f" of {', '.join(owners)}" if owners else "")
+        return f"cache miss: {count} changed size{'s' if count != 1 else ''}" + (f" of {', '.join(owners)}" if owners else "")
     if miss.node:
         call = f" at NodeCall {miss.node_call}" if miss.node_call is not None else ""
         return f"cache miss: new autograd node {miss.node}{call}"

@@ -48,9 +48,9 @@ def counts_line(table: RecompileTable) -> str:
     gate = f"; {warmup.compile_id} is the one-time .grad warm-up, not counted by gate --max-recompiles" if warmup else ""
     return (
         f"mode {table.mode}: {plural(len(table.recompiles), 'recompile')} in {plural(table.steps, 'step')} "
-        f"({plural(table.count(SOURCE_CA), 'CA cache miss', 'CA cache misses')}, "
-        f"{table.count(SOURCE_DYNAMO_FRAME)} Dynamo forward-frame, "
-        f"{table.count(SOURCE_DYNAMO_CA_GRAPH)} Dynamo CA-graph){first}{gate}"
+        f"(CA: {table.count(SOURCE_CA)}, "
+        f"Dynamo forward-frame: {table.count(SOURCE_DYNAMO_FRAME)}, "
+        f"Dynamo CA-graph: {table.count(SOURCE_DYNAMO_CA_GRAPH)}){first}{gate}"
     )
 
 
@@ -331,7 +331,9 @@ class RecompilesJsonRenderer:
                 "unknown_kinds": table.unknown_kinds,
                 "counts": {
                     "recompiles": len(table.recompiles),
-                    "ca_cache_misses": table.count(SOURCE_CA),
+                    # torch's count: one per capture, the initial compile's included
+                    "ca_cache_misses": sum(1 for r in table.rows if r.source == SOURCE_CA),
+                    "ca_recompiles": table.count(SOURCE_CA),
                     "dynamo_frame_recompiles": table.count(SOURCE_DYNAMO_FRAME),
                     "dynamo_ca_graph_recompiles": table.count(SOURCE_DYNAMO_CA_GRAPH),
                     "initial_compiles": len(table.initial),

@@ -29,6 +29,7 @@ from cagtool.record.schema import (
     StepEvent,
     stamps_step_in_progress,
 )
+from cagtool.report.changed_sizes import misses_with_earlier_values
 
 SOURCE_CA = "ca_cache_miss"
 SOURCE_DYNAMO_FRAME = "dynamo_frame"
@@ -414,7 +415,7 @@ def _ca_rows(record: ModeRecord, misses: list[CacheMissEvent], graphs: dict[int,
                 key_size=main.key_size,
                 previous_key_sizes=tuple(main.previous_key_sizes),
                 changed_sizes=tuple(c for e in events for c in e.changed_sizes),
-                total_changed=main.total_changed,
+                total_changed=main.changed_count,
                 messages=tuple(e.message for e in events),
                 user_source=main.source or main.backward_call,
                 produced=produced,
@@ -436,6 +437,8 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
             misses.append(event)
         elif isinstance(event, DynamoCompileEvent):
             compile_events.append(event)
+    if any(m.changed_sizes for m in misses):  # earlier values of changed sizes, from the graphs
+        misses = misses_with_earlier_values(record)
     rows = _ca_rows(record, misses, graphs) + dynamo_rows(record, compile_events)
     rows.sort(key=lambda r: r.seq)
     steps = steps if steps is not None else step_summary(record)

@@ -46,7 +46,8 @@ def test_summary_finds_where_the_ranks_part(ddp_run):
     for rank, key in ((0, "rank0"), (1, "rank1")):
         manifest = json.loads((run / "ca" / "procs" / key / "manifest.json").read_text())
         assert manifest["torch_counters"]["compiled_autograd"]["captures"] == rows[rank]["ca_graphs"]
-    assert (rows[0]["cache_misses"], rows[1]["cache_misses"]) == (0, 1), context
+    # torch's cache misses: one per capture, the first included
+    assert (rows[0]["cache_misses"], rows[1]["cache_misses"]) == (1, 2), context
     assert ranks["totals"]["ca_graphs"] == 3
     codes = [f["code"] for f in ranks["findings"]]
     assert codes == ["ranks_graphs_diverge"], context  # DDP kept the gradients in sync: the norms agree

@@ -405,7 +405,8 @@ def test_json_document_is_versioned_and_counts_match(tmp_path):
     assert document["schema_version"] == JSON_SCHEMA_VERSION == 1
     mode = document["modes"]["ca"]
     assert mode["counts"] == {
-        "recompiles": 3, "ca_cache_misses": 3, "dynamo_frame_recompiles": 0, "dynamo_ca_graph_recompiles": 0,
+        # torch's count of cache misses (one per capture) holds the initial compile's
+        "recompiles": 3, "ca_cache_misses": 4, "ca_recompiles": 3, "dynamo_frame_recompiles": 0, "dynamo_ca_graph_recompiles": 0,
         "initial_compiles": 1, "recompile_limit_hits": 0,
     }
     assert [r["compile_id"] for r in mode["recompiles"]] == ["!1", "!2", "!3"]

@@ -1,0 +1,70 @@
+"""Claiming a run directory: `cagtool run` and `cagtool.capture()` both start a record here.
+
+Two runs started at the same instant into the same `-o` must not both pass a "does it hold a
+run?" look and then collide on their first write (the loser used to die on a FileExistsError,
+exit 4, after overwriting the winner's run.json). The claim is one atomic step instead: the
+first mode's directory is created with a plain `mkdir`, which exactly one process can win; the
+loser gets the documented usage error. Named runs (no `-o`) claim their timestamped directory
+the same way, so two runs in the same second take `-2`, `-3`... instead of sharing one.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+
+from cagtool.errors import UsageError
+from cagtool.record.schema import MODES, RUN_META_FILE
+
+
+def holds_run(path: Path) -> bool:
+    """A directory another run has claimed: a mode directory or a run.json in it."""
+    try:
+        return any(p.name in MODES or p.name == RUN_META_FILE for p in path.iterdir())
+    except OSError:
+        return False
+
+
+def _already_holds(path: Path) -> UsageError:
+    return UsageError(f"{path} already holds a run; choose another -o directory")
+
+
+def _cannot_write(path: Path, exc: OSError) -> UsageError:
+    return UsageError(f"cannot write the run record to {path}: {exc.strerror or exc}")
+
+
+def claim_run_dir(output: Path | str | None, runs_root: Path | str, label: str, first_mode: str) -> Path:
+    """The run directory, with `<run>/<first_mode>` created by this process and no other.
+
+    `output` (the user's `-o`) may exist and hold other files, not another run. Without it the
+    directory is `<runs_root>/<label>-<timestamp>[-N]`, the first free N taken atomically."""
+    if output is not None:
+        path = Path(output)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _cannot_write(path, exc) from None
+        if holds_run(path):
+            raise _already_holds(path)
+    else:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        base = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', label) or 'run'}-{stamp}"
+        root = Path(runs_root)
+        suffix = 1
+        while True:
+            path = root / (base if suffix == 1 else f"{base}-{suffix}")
+            try:
+                path.mkdir(parents=True)
+                break
+            except FileExistsError:
+                suffix += 1
+            except OSError as exc:
+                raise _cannot_write(path, exc) from None
+    try:
+        (path / first_mode).mkdir()
+    except FileExistsError:
+        raise _already_holds(path) from None
+    except OSError as exc:
+        raise _cannot_write(path, exc) from None
+    return path

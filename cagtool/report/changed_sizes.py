@@ -1,0 +1,129 @@
+"""The values sizes had before a changed-shapes cache miss, read off the recorded graphs.
+
+Torch's "Cache miss due to N changed tensor shapes (total of M): sizes[i], ..." indexes the
+*dynamic* sizes of the graph it is about to capture (`sizes`, its input). A size listed there
+has just become dynamic: in the previous capture of the same graph structure (the same cache
+entry: the same autograd nodes at the same NodeCalls) it was a constant, written into the graph
+as a number. So its earlier value is not among any earlier capture's `sizes`; it is the number
+that the previous graph holds where the new graph reads `sizes[i]`. Matching sizes by index across
+captures, as the capture once did, mixes up sizes as soon as one more becomes dynamic (every later
+index shifts), and finds nothing for the ones that were constants.
+
+Each autograd node's FX nodes are paired in order between the two graphs; where a node's
+arguments line up (the same number of node references and integers) and the new graph has a
+read of `sizes[i]` where the old one has an integer, that integer is `sizes[i]`'s earlier value.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from cagtool.errors import UnreadableInput
+from cagtool.record.graph_file import GraphNode
+from cagtool.record.loader import ModeRecord, inside, load_graph_nodes
+from cagtool.record.schema import MISS_CHANGED_SHAPES, CacheMissEvent, CAGraphEvent
+
+_TOKEN = re.compile(r"%[A-Za-z_][A-Za-z0-9_]*|(?<![\w.])-?\d+(?![\w.])")
+_SIZES_READ = re.compile(r"^%sizes, (\d+)$")
+_UNWRAP = "unwrap_maybe_dynamic_int"
+
+
+def size_reads(nodes: list[GraphNode]) -> dict[str, int]:
+    """FX node name -> i, for the nodes that read `sizes[i]` (the getitem, and the unwrap of it)."""
+    reads: dict[str, int] = {}
+    for node in nodes:
+        if node.target == "_operator.getitem" and (match := _SIZES_READ.match(node.args)):
+            reads[node.name] = int(match.group(1))
+        elif node.target.endswith(_UNWRAP) and node.args.startswith("%") and node.args[1:] in reads:
+            reads[node.name] = reads[node.args[1:]]
+    return reads
+
+
+def _by_autograd_node(nodes: list[GraphNode], reads: dict[str, int]) -> dict[tuple[int, str, str], list[GraphNode]]:
+    groups: dict[tuple[int, str, str], list[GraphNode]] = {}
+    for node in nodes:
+        if node.origin is None or node.name in reads or node.op != "call_function":
+            continue
+        groups.setdefault((node.origin.node_call, node.origin.name, node.target), []).append(node)
+    return groups
+
+
+def earlier_values(previous: list[GraphNode], current: list[GraphNode]) -> dict[int, int]:
+    """sizes[i] -> the constant the previous graph held in its place, where the graphs show it."""
+    reads = size_reads(current)
+    if not reads:
+        return {}
+    old_groups = _by_autograd_node(previous, size_reads(previous))
+    found: dict[int, int] = {}
+    for key, new_nodes in _by_autograd_node(current, reads).items():
+        for new, old in zip(new_nodes, old_groups.get(key, [])):
+            new_tokens, old_tokens = _TOKEN.findall(new.args), _TOKEN.findall(old.args)
+            if len(new_tokens) != len(old_tokens):
+                continue
+            for new_token, old_token in zip(new_tokens, old_tokens):
+                index = reads.get(new_token[1:]) if new_token.startswith("%") else None
+                if index is not None and not old_token.startswith("%"):
+                    found.setdefault(index, int(old_token))
+    return found
+
+
+def _structure(graph: CAGraphEvent) -> tuple[tuple[int, str], ...]:
+    return tuple((ref.node_call, ref.name) for ref in graph.autograd_nodes)
+
+
+def _nodes(record: ModeRecord, graph: CAGraphEvent) -> list[GraphNode] | None:
+    default = f"graphs/ca_{graph.ca_id}.json"
+    relative = graph.nodes_file or default
+    try:
+        # The writer's own name needs no containment check (resolving paths costs ~1 ms a graph).
+        path = record.path / default if relative == default else inside(record.path, relative, f"graph {graph.compile_id} of {record.path}")
+        return load_graph_nodes(path) if path.is_file() else None
+    except (UnreadableInput, OSError):
+        return None  # a missing or damaged graph file: the earlier values stay unknown
+
+
+def _with_earlier_values(record: ModeRecord) -> list[CacheMissEvent]:
+    misses = record.of(CacheMissEvent)
+    if not any(m.miss_kind == MISS_CHANGED_SHAPES and not m.inferred and m.changed_sizes for m in misses):
+        return misses
+    if not (record.path / "graphs").is_dir():  # a record without graph files (recorded so, or pruned)
+        return misses
+    graphs = sorted(record.of(CAGraphEvent), key=lambda g: g.ca_id)
+    by_id = {g.ca_id: g for g in graphs}
+    # The previous capture of the same cache entry: the latest earlier graph of the same structure.
+    previous_of: dict[int, CAGraphEvent | None] = {}
+    latest: dict[tuple[tuple[int, str], ...], CAGraphEvent] = {}
+    for graph in graphs:
+        key = _structure(graph)
+        previous_of[graph.ca_id] = latest.get(key)
+        latest[key] = graph
+    loaded: dict[int, list[GraphNode] | None] = {}
+
+    def nodes(graph: CAGraphEvent) -> list[GraphNode] | None:
+        if graph.ca_id not in loaded:
+            loaded[graph.ca_id] = _nodes(record, graph)
+        return loaded[graph.ca_id]
+
+    out = []
+    for miss in misses:
+        current = by_id.get(miss.ca_id)
+        if miss.miss_kind != MISS_CHANGED_SHAPES or miss.inferred or not miss.changed_sizes or current is None:
+            out.append(miss)
+            continue
+        previous = previous_of.get(miss.ca_id)
+        new_nodes = nodes(current)
+        old_nodes = nodes(previous) if previous is not None else None
+        values = earlier_values(old_nodes, new_nodes) if new_nodes is not None and old_nodes is not None else {}
+        if not values:
+            out.append(miss)
+            continue
+        sizes = [replace(size, previous=values.get(size.index, size.previous)) for size in miss.changed_sizes]
+        out.append(replace(miss, changed_sizes=sizes))
+    return out
+
+
+def misses_with_earlier_values(record: ModeRecord) -> list[CacheMissEvent]:
+    """The mode's cache misses, each changed size with its earlier value where the graphs show it
+    (`previous`; None where they do not). Computed once per record."""
+    return list(record.derived("misses_with_earlier_values", _with_earlier_values))

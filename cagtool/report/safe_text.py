@@ -1,0 +1,62 @@
+"""Record text made safe to show: one helper for every place a report writes text that came from a
+job (an exception, a script's arguments, a finding, a reason torch logged).
+
+Such text may hold what a terminal obeys rather than shows (an ANSI colour from a logging
+library, a title change, a screen clear, an OSC 8 hyperlink), characters XML 1.0 forbids (which
+make a JUnit file not well-formed, so CI drops the report), and lone surrogates: a non-UTF-8
+script argument reaches Python as `surrogateescape` text (b"caf\\xe9" is "caf\\udce9") and an
+exception may carry any lone surrogate; neither can be encoded as UTF-8, so a strict stdout or a
+UTF-8 file raises on them.
+
+`safe_text` drops complete escape sequences (what they do is not text), shows every other
+control character as `\\xNN`, and a lone surrogate as the byte it escapes (`\\xe9`) or as
+`\\udNNN`. Tab and newline stay: they are layout. The result is printable on any terminal,
+encodable as UTF-8, and allowed in XML 1.0. It is idempotent, and text without such characters
+comes back unchanged (the same object)."""
+
+from __future__ import annotations
+
+import re
+
+# ECMA-48 escape sequences: control strings (OSC, DCS, SOS, PM, APC) up to BEL or ST (or the next
+# escape, or the end: rich drops BEL from a Text before this sees it, and a terminal swallows an
+# unended string anyway), control sequences (CSI), and the two- or three-character escapes.
+_SEQUENCE = re.compile(
+    r"\x1b[\]PX^_][^\x07\x1b]*(?:\x07|\x1b\\)?"
+    r"|\x1b\[[0-?]*[ -/]*[@-~]"
+    r"|\x1b[ -/]*[0-~]"
+)
+# C0 but tab and newline, DEL, C1, lone surrogates, and the two noncharacters XML 1.0 forbids.
+_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+
+
+def _shown(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape: the byte that was not UTF-8
+        return f"\\x{code - 0xDC00:02x}"
+    if code > 0xFF:
+        return f"\\u{code:04x}"
+    return f"\\x{code:02x}"
+
+
+def safe_text(text: str) -> str:
+    """`text` with escape sequences dropped and other unsafe characters shown as escapes."""
+    if not _UNSAFE.search(text):
+        return text
+    if "\x1b" in text:
+        text = _SEQUENCE.sub("", text)
+    return _UNSAFE.sub(_shown, text)
+
+
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def encodable_text(text: str) -> str:
+    """`text` with only its lone surrogates shown as `safe_text` shows them: for a document that
+    is not shown on a terminal and may hold control characters of its own (the HTML report's
+    scripts), but must be written as UTF-8."""
+    return _SURROGATE.sub(_shown, text) if _SURROGATE.search(text) else text
+
+
+def is_safe(text: str) -> bool:
+    return _UNSAFE.search(text) is None

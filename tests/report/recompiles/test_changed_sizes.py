@@ -1,0 +1,74 @@
+"""Changed sizes in torch's numbers: "Cache miss due to N changed tensor shapes (total of M)" is N
+sizes that changed (and became dynamic) among M dynamic sizes; each changed size's earlier value
+is the constant the previous graph of the same structure held in its place."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from conftest import ROOT, cagtool_cmd
+
+from cagtool.capture.observe.ca_observer import parse_miss
+from cagtool.record.graph_file import GraphNode
+from cagtool.record.schema import AutogradNodeRef, CacheMissEvent, ChangedSize
+from cagtool.report.changed_sizes import earlier_values
+
+SCRIPT = Path(__file__).parents[2] / "scripts" / "sizes_dynamic_in_two_rounds.py"
+
+
+def test_torchs_n_is_the_changed_count_and_its_total_the_dynamic_sizes():
+    parsed = parse_miss("Cache miss due to 2 changed tensor shapes (total of 3): sizes[1], sizes[2]")
+    assert (parsed["total_changed"], parsed["dynamic_sizes"], parsed["indices"]) == (2, 3, [1, 2])
+
+
+def test_records_without_dynamic_sizes_still_count_torchs_n():
+    """Older records hold torch's M in total_changed and list every changed index."""
+    old = CacheMissEvent(seq=1, t=0.0, ca_id=3, compile_id="!3", step=4, miss_kind="changed_shapes", message="",
+                         changed_sizes=[ChangedSize(index=1), ChangedSize(index=2)], total_changed=3)
+    assert old.changed_count == 2
+
+
+def _node(name: str, target: str, args: str, call: int | None = None, owner: str = "SumBackward0") -> GraphNode:
+    return GraphNode(name=name, op="call_function", target=target, args=args,
+                     origin=AutogradNodeRef(call, owner) if call is not None else None)
+
+
+def test_earlier_values_are_the_constants_the_previous_graph_held():
+    previous = [
+        _node("getitem", "_operator.getitem", "%inputs, 0", 0, "torch::autograd::GraphRoot"),
+        _node("getitem_1", "_operator.getitem", "%sizes, 0", 1),  # already dynamic: not a change
+        _node("sum_backward0", "torch._dynamo.compiled_autograd.ops.SumBackward0", "[%getitem], [True], [%getitem_1, 4, 7]", 1),
+    ]
+    current = [
+        _node("getitem", "_operator.getitem", "%inputs, 0", 0, "torch::autograd::GraphRoot"),
+        _node("getitem_1", "_operator.getitem", "%sizes, 0", 1),
+        _node("getitem_2", "_operator.getitem", "%sizes, 1", 1),
+        _node("getitem_3", "_operator.getitem", "%sizes, 2", 1),
+        _node("unwrap", "torch._dynamo.external_utils.unwrap_maybe_dynamic_int", "%getitem_3", 1),
+        _node("sum_backward0", "torch._dynamo.compiled_autograd.ops.SumBackward0", "[%getitem], [True], [%getitem_1, %getitem_2, %unwrap]", 1),
+    ]
+    assert earlier_values(previous, current) == {1: 4, 2: 7}
+
+
+def test_a_run_whose_sizes_become_dynamic_in_two_rounds(tmp_path):
+    """Round one: the batch (2 -> 3) makes 5 sizes dynamic. Round two: the features (4 -> 6) make
+    3 more, torch says "3 changed tensor shapes (total of 8)": cagtool says 3, with 4 -> 6."""
+    out = tmp_path / "r"
+    env = {key: value for key, value in os.environ.items() if key != "COLUMNS"} | {"CI": "true"}
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", str(out), str(SCRIPT)),
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    messages = [json.loads(line)["message"] for line in (out / "ca" / "events.jsonl").read_text().splitlines() if '"ca_cache_miss"' in line]
+    assert messages[-1].startswith("Cache miss due to 3 changed tensor shapes (total of 8): "), messages
+    proc = subprocess.run(cagtool_cmd("summary", str(out), "--format", "json"), capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    misses = [m for m in json.loads(proc.stdout)["cache_misses"] if m["kind"] == "changed_shapes"]
+    assert [(m["changed_count"], m["dynamic_sizes"]) for m in misses] == [(5, 5), (3, 8)]
+    assert [(s["previous"], s["value"]) for s in misses[0]["changed_sizes"]] == [(2, 3)] * 5
+    assert [(s["index"], s["previous"], s["value"]) for s in misses[1]["changed_sizes"]] == [(4, 4, 6), (6, 4, 6), (7, 4, 6)]
+    proc = subprocess.run(cagtool_cmd("summary", str(out)), capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert "3 changed sizes (8 dynamic in all): sizes[4=6, 6=6, 7=6]" in proc.stdout
+    proc = subprocess.run(cagtool_cmd("recompiles", str(out)), capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert "3 changed sizes: sizes[4,6-7] of AccumulateGrad 4->6" in proc.stdout

@@ -16,7 +16,7 @@ def export_perfetto(run: Optional[str], output: Path, strict: bool = False) -> P
     from cagtool.record.loader import load_run
     from cagtool.report.perfetto import write_trace
 
-    record = load_run(run, strict=strict)
+    record = load_run(run, strict=strict, columns=True)
     try:
         return write_trace(record, output)
     except OSError as exc:

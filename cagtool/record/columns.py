@@ -184,14 +184,15 @@ def _layout(kind: str, line: bytes) -> tuple[re.Pattern[bytes], list[str]] | Non
     return re.compile(b"".join(parts)), names
 
 
-def derive(data: bytes) -> bytes | None:
+def derive(data: bytes, events_mtime_ns: int | None = None) -> bytes | None:
     """The sidecar's bytes for an events.jsonl holding `data`, or None when it has no line of a
     column kind or they cannot all be held exactly (a line of another layout, a corrupt or
-    truncated one)."""
-    return _derive(b"\n" + data)
+    truncated one). `events_mtime_ns`: the file's modification time when it was read (see
+    `read_sidecar`)."""
+    return _derive(b"\n" + data, events_mtime_ns)
 
 
-def _derive(text: bytes | bytearray) -> bytes | None:
+def _derive(text: bytes | bytearray, events_mtime_ns: int | None = None) -> bytes | None:
     """`derive` of the stream with a newline put before it (`text`): each match then starts at its
     line's newline, a literal prefix the regex engine jumps to. Runs when a record closes: each
     kind's lines are matched in one regex pass, then encoded and let go before the next kind's
@@ -235,6 +236,8 @@ def _derive(text: bytes | bytearray) -> bytes | None:
     stored_body = b"".join(body)
     header = {"format": COLUMNS_FORMAT, "version": COLUMNS_VERSION, "events_bytes": len(data), "events_crc32": zlib.crc32(data),
               "body_crc32": zlib.crc32(stored_body), "kinds": kinds_doc, "other": other}
+    if events_mtime_ns is not None:
+        header["events_mtime_ns"] = events_mtime_ns
     return json.dumps(header, separators=(",", ":")).encode() + b"\n" + stored_body
 
 
@@ -250,7 +253,8 @@ def write_sidecar(mode_dir: Path) -> bool:
     target = Path(mode_dir) / COLUMNS_FILE
     try:
         with open(Path(mode_dir) / EVENTS_FILE, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
+            stat = os.fstat(handle.fileno())
+            size = stat.st_size
             if size > MAX_EVENTS_BYTES:
                 return False
             text = bytearray(size + 1)  # the stream with a newline before it, in one buffer
@@ -259,7 +263,7 @@ def write_sidecar(mode_dir: Path) -> bool:
                 return False  # it changed while being read
     except FileNotFoundError:
         return False
-    sidecar = _derive(text)
+    sidecar = _derive(text, stat.st_mtime_ns)
     if sidecar is None:
         return False
     tmp = target.with_name(target.name + ".tmp")
@@ -283,22 +287,39 @@ class Sidecar:
     other: list[tuple[int, int, int]]  # (line number, start, end) in events.jsonl
 
 
-def read_sidecar(mode_dir: Path, data: bytes) -> Sidecar | None:
+def read_sidecar(mode_dir: Path, data: bytes | None = None, events_stat: os.stat_result | None = None) -> Sidecar | None:
     """The sidecar of the mode whose events.jsonl holds `data`, when one exists and was derived from
-    exactly these bytes (size and CRC-32); None otherwise (the caller reads the lines)."""
+    exactly these bytes (size and CRC-32); None otherwise (the caller reads the lines).
+
+    Without `data`, from `events_stat` (os.stat of events.jsonl) alone, the way git trusts its
+    index: the sidecar is used only when it recorded the file's size and modification time, both
+    still those of the file, and the file was last modified strictly before the sidecar was written
+    (a change in the same clock tick as the sidecar cannot hide behind an equal time). A 100,000-step
+    record's events.jsonl is about 60 MB: reading and checksumming 24 of them was most of a report
+    over an 8-rank job; an append, a truncation or an edit changes the size or the time, and a
+    record copied without its times (cp, an artifact download) is checked by its CRC-32 as before."""
     try:
-        stored = (Path(mode_dir) / COLUMNS_FILE).read_bytes()
+        with open(Path(mode_dir) / COLUMNS_FILE, "rb") as handle:
+            written_ns = os.fstat(handle.fileno()).st_mtime_ns
+            stored = handle.read()
         header_end = stored.index(b"\n")
         doc = json.loads(stored[:header_end])
     except (OSError, ValueError):
         return None
     if not isinstance(doc, dict) or doc.get("format") != COLUMNS_FORMAT or doc.get("version") != COLUMNS_VERSION:
         return None
-    if doc.get("events_bytes") != len(data) or doc.get("events_crc32") != zlib.crc32(data):
+    if data is None:
+        mtime = doc.get("events_mtime_ns")
+        if events_stat is None or not isinstance(mtime, int) or doc.get("events_bytes") != events_stat.st_size:
+            return None
+        if events_stat.st_mtime_ns != mtime or mtime >= written_ns:
+            return None
+    elif doc.get("events_bytes") != len(data) or doc.get("events_crc32") != zlib.crc32(data):
         return None  # stale: derived from another events.jsonl than this one
     body = stored[header_end + 1 :]
     if doc.get("body_crc32") != zlib.crc32(body):
         return None  # the sidecar itself was damaged
+    size = len(data) if data is not None else doc["events_bytes"]
     try:
         columns = {}
         for kind in COLUMN_KINDS:
@@ -313,7 +334,7 @@ def read_sidecar(mode_dir: Path, data: bytes) -> Sidecar | None:
                 encoded[name] = (str(encoding), body[offset : offset + length])
             columns[kind] = EventColumns(kind, count, encoded)
         other = [(int(n), int(s), int(e)) for n, s, e in doc["other"]]
-        if any(not 0 <= s <= e <= len(data) for _, s, e in other):
+        if any(not 0 <= s <= e <= size for _, s, e in other):
             return None
     except (KeyError, TypeError, ValueError):
         return None

@@ -244,7 +244,7 @@ def perfetto_trace(run: RunRecord) -> dict[str, Any]:
     known = [s for s in starts.values() if s is not None]
     origin = min(known) if known else 0.0
     events: list[dict[str, Any]] = []
-    limit = steps_per_process(sum(1 for p in processes if p.record.kind_counts.get(StepEvent.kind) or p.record.of(StepEvent)))
+    limit = steps_per_process(sum(1 for p in processes if len(step_columns(p.record))))
     aggregated: dict[str, Any] = {}
     for proc in processes:
         start = starts[proc.pid]

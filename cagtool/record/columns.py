@@ -108,11 +108,12 @@ class EventColumns:
             nulls = []
         elif encoding == "runs":
             runs = json.loads(text)
-            if not all(type(v) in (int, float) for v, _ in runs):
+            if not all(type(v) in (int, float) or v is None for v, _ in runs):
                 return None
-            dtype = float if any(type(v) is float for v, _ in runs) else np.int64
-            array = np.repeat(np.array([v for v, _ in runs], dtype=dtype), [n for _, n in runs])
-            nulls = []
+            counts = [n for _, n in runs]
+            nulls = [i for (v, n), start in zip(runs, np.cumsum([0, *counts[:-1]]).tolist()) if v is None for i in range(start, start + n)]
+            dtype = float if nulls or any(type(v) is float for v, _ in runs) else np.int64
+            array = np.repeat(np.array([np.nan if v is None else v for v, _ in runs], dtype=dtype), counts)
         else:
             self.column(name)
             return self.numbers(name)

@@ -56,7 +56,9 @@ class EventColumns:
 
     kind: str
     count: int
-    encoded: dict[str, tuple[str, bytes]]  # field -> (encoding, its JSON text), in line order
+    # field -> (encoding, its stored bytes), in line order; bytes still in the file are a `_Stored`
+    # span, read the first time the column is asked for (`_text`).
+    encoded: dict[str, tuple[str, bytes | _Stored]]
     # Added to every `step` value read: the loader's conversion of an older record's step numbers
     # (the one it applies to the events it builds) reaches the columns through this.
     step_shift: int = 0
@@ -67,7 +69,7 @@ class EventColumns:
         found = self._decoded.get(name)
         if found is None:
             if name in self.encoded:
-                found = _decode_column(*self.encoded[name])
+                found = _decode_column(self.encoded[name][0], self._text(name))
                 if len(found) != self.count:
                     raise ValueError(f"column {self.kind}.{name} holds {len(found)} values, not {self.count}")
             elif not self.count:
@@ -96,7 +98,7 @@ class EventColumns:
             else:
                 array = np.array(values, dtype=np.int64)
             return array, nulls
-        encoding, text = self.encoded[name]
+        encoding, text = self.encoded[name][0], self._text(name)
         if encoding == "f8":
             header, raw = text.split(b"\n", 1)
             array = np.frombuffer(raw, dtype="<f8")
@@ -127,8 +129,15 @@ class EventColumns:
         """The named field's distinct values (for a column of runs, without expanding them)."""
         found = self.encoded.get(name)
         if found is not None and found[0] == "runs" and name not in self._decoded and not (name == "step" and self.step_shift):
-            return {value for value, _ in json.loads(found[1])}
+            return {value for value, _ in json.loads(self._text(name))}
         return set(self.column(name))
+
+    def _text(self, name: str) -> bytes:
+        encoding, stored = self.encoded[name]
+        if isinstance(stored, _Stored):
+            stored = stored.read()
+            self.encoded[name] = (encoding, stored)
+        return stored
 
     def events(self) -> list[Event]:
         """The events themselves, built exactly as the loader builds a decoded line."""
@@ -137,6 +146,27 @@ class EventColumns:
         kind = self.kind
         values = [self.column(name) for name in names]
         return [build({"kind": kind, **dict(zip(names, row))}) for row in zip(*values)] if names else []  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """A column's bytes where they lie in the sidecar file (version 2 records each column's CRC-32):
+    a report over 24 records of 100,000 steps reads the few columns it uses, not 8 MB of each."""
+
+    path: Path
+    offset: int  # in the file
+    length: int
+    crc32: int | None
+
+    def read(self) -> bytes:
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            data = handle.read(self.length)
+        if len(data) != self.length or (self.crc32 is not None and zlib.crc32(data) != self.crc32):
+            from cagtool.errors import UnreadableInput
+
+            raise UnreadableInput(f"{self.path} changed while it was being read; read the record again (or delete that file)")
+        return data
 
 
 def _default_column(kind: str, name: str, count: int) -> list[Any]:
@@ -306,7 +336,7 @@ def _derive(text: bytes | bytearray, events_mtime_ns: int | None = None) -> byte
             return None  # an event of this kind written otherwise (another key order, spacing)
         for name, tokens in zip(layout[1], zip(*found) if len(layout[1]) > 1 else [tuple(found)]):
             encoding, stored = _encode_column(tokens)
-            columns[name] = [encoding, offset, len(stored)]
+            columns[name] = [encoding, offset, len(stored), zlib.crc32(stored)]
             body.append(stored + b"\n")
             offset += len(stored) + 1
         del found
@@ -384,27 +414,32 @@ def read_sidecar(mode_dir: Path, data: bytes | None = None, events_stat: os.stat
     record's events.jsonl is about 60 MB: reading and checksumming 24 of them was most of a report
     over an 8-rank job; an append, a truncation or an edit changes the size or the time, and a
     record copied without its times (cp, an artifact download) is checked by its CRC-32 as before."""
+    path = Path(mode_dir) / COLUMNS_FILE
     try:
-        with open(Path(mode_dir) / COLUMNS_FILE, "rb") as handle:
+        with open(path, "rb") as handle:
             written_ns = os.fstat(handle.fileno()).st_mtime_ns
-            stored = handle.read()
-        header_end = stored.index(b"\n")
-        doc = json.loads(stored[:header_end])
+            header = handle.readline()
+            doc = json.loads(header)
+            if not isinstance(doc, dict) or doc.get("format") != COLUMNS_FORMAT or doc.get("version") not in READABLE_VERSIONS:
+                return None
+            if data is None:
+                mtime = doc.get("events_mtime_ns")
+                if events_stat is None or not isinstance(mtime, int) or doc.get("events_bytes") != events_stat.st_size:
+                    return None
+                if events_stat.st_mtime_ns != mtime or mtime >= written_ns:
+                    return None
+            elif doc.get("events_bytes") != len(data) or doc.get("events_crc32") != zlib.crc32(data):
+                return None  # stale: derived from another events.jsonl than this one
+            # The body checked piece by piece and let go: the columns are read when asked for.
+            crc, body_length = 0, 0
+            while chunk := handle.read(1 << 20):
+                crc = zlib.crc32(chunk, crc)
+                body_length += len(chunk)
     except (OSError, ValueError):
         return None
-    if not isinstance(doc, dict) or doc.get("format") != COLUMNS_FORMAT or doc.get("version") not in READABLE_VERSIONS:
-        return None
-    if data is None:
-        mtime = doc.get("events_mtime_ns")
-        if events_stat is None or not isinstance(mtime, int) or doc.get("events_bytes") != events_stat.st_size:
-            return None
-        if events_stat.st_mtime_ns != mtime or mtime >= written_ns:
-            return None
-    elif doc.get("events_bytes") != len(data) or doc.get("events_crc32") != zlib.crc32(data):
-        return None  # stale: derived from another events.jsonl than this one
-    body = stored[header_end + 1 :]
-    if doc.get("body_crc32") != zlib.crc32(body):
+    if doc.get("body_crc32") != crc:
         return None  # the sidecar itself was damaged
+    body_start = len(header)
     size = len(data) if data is not None else doc["events_bytes"]
     try:
         columns = {}
@@ -413,11 +448,11 @@ def read_sidecar(mode_dir: Path, data: bytes | None = None, events_stat: os.stat
             count = entry["count"]
             if not isinstance(count, int):
                 return None
-            encoded = {}
-            for name, (encoding, offset, length) in entry["columns"].items():
-                if not (isinstance(offset, int) and isinstance(length, int) and 0 <= offset and offset + length <= len(body)):
+            encoded: dict[str, tuple[str, bytes | _Stored]] = {}
+            for name, (encoding, offset, length, *checksum) in entry["columns"].items():
+                if not (isinstance(offset, int) and isinstance(length, int) and 0 <= offset and offset + length <= body_length):
                     return None
-                encoded[name] = (str(encoding), body[offset : offset + length])
+                encoded[name] = (str(encoding), _Stored(path, body_start + offset, length, int(checksum[0]) if checksum else None))
             columns[kind] = EventColumns(kind, count, encoded)
         other = [(int(n), int(s), int(e)) for n, s, e in doc["other"]]
         if any(not 0 <= s <= e <= size for _, s, e in other):

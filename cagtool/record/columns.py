@@ -98,7 +98,10 @@ class EventColumns:
             else:
                 array = np.array(values, dtype=np.int64)
             return array, nulls
-        encoding, text = self.encoded[name][0], self._text(name)
+        encoding, stored = self.encoded[name]
+        # Not kept: the array is the caller's, and a report over many records reads a column again
+        # rather than holding every record's at once.
+        text = stored.read() if isinstance(stored, _Stored) else stored
         if encoding == "f8":
             header, raw = text.split(b"\n", 1)
             array = np.frombuffer(raw, dtype="<f8")

@@ -15,7 +15,7 @@ def downsample(values: Sequence[float | None], marked: Iterable[int], limit: int
     captures, recompiles, graph breaks), plus, for each of the equal buckets the series is cut
     into, the index of its smallest and of its largest value (min/max per bucket: a spike or a dip
     never disappears, whatever the zoom). The buckets share what `limit` leaves after the marked
-    steps (at least one bucket); a value None (a step with no time) is never a bucket's min or max."""
+    steps (at least one bucket); a value None or NaN (a step with no time) is never a bucket's min or max."""
     n = len(values)
     if n <= limit:
         return list(range(n))
@@ -23,7 +23,8 @@ def downsample(values: Sequence[float | None], marked: Iterable[int], limit: int
     kept = {i for i in marked if 0 <= i < n}
     buckets = max((limit - len(kept)) // 2, 1)
     size = -(-n // buckets)  # ceil: the last bucket may be shorter
-    array = np.fromiter((np.nan if v is None else v for v in values), dtype=float, count=n)
+    # A numpy array passed in has NaN where a value is missing.
+    array = values.astype(float) if isinstance(values, np.ndarray) else np.fromiter((np.nan if v is None else v for v in values), dtype=float, count=n)
     padded = np.full(buckets * size, np.nan)
     padded[:n] = array
     grid = padded.reshape(buckets, size)

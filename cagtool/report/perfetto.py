@@ -28,7 +28,7 @@ from cagtool.record.schema import (
     StepEvent,
 )
 from cagtool.report.downsample import downsample
-from cagtool.report.metrics import StepColumns, step_columns
+from cagtool.report.metrics import held_steps, step_columns
 
 TRACE_FORMAT = "cagtool-perfetto"
 
@@ -116,11 +116,20 @@ def process_events(proc: TraceProcess, offset_s: float, max_steps: int | None = 
     for tid, name in TRACKS:
         events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
         events.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
-    c = step_columns(record)
-    by_boundary = any(c.boundary)  # schema 2: a step ends at its boundary (record/schema.py)
     ca_graphs = record.of(CAGraphEvent)
     ca_compiles = record.of(CACompileEvent)
     dynamo = record.of(DynamoCompileEvent)
+    marked_steps = {e.step for e in (*ca_graphs, *ca_compiles, *dynamo) if e.step is not None}
+    held = _held_step_spans(record, pid, offset_s, max_steps, marked_steps)
+    if held is not None:
+        spans, aggregated = held
+        events.extend(spans)
+        if aggregated is not None:
+            events[0]["args"]["aggregated"] = aggregated
+        _compile_spans(events, pid, offset_s, ca_graphs, ca_compiles, dynamo)
+        return events
+    c = step_columns(record)
+    by_boundary = any(c.boundary)  # schema 2: a step ends at its boundary (record/schema.py)
     # Per step, in step order (stable, as the frame's sort was): the figures of `frames.steps_frame`.
     order = range(len(c.step)) if all(map(operator.le, c.step, c.step[1:])) else sorted(range(len(c.step)), key=c.step.__getitem__)
     touched = [bool(c.compiles[i] > 0 or c.ca_captures[i] > 0) for i in order]
@@ -138,7 +147,6 @@ def process_events(proc: TraceProcess, offset_s: float, max_steps: int | None = 
     drawn = list(range(len(order)))
     aggregated: dict[str, Any] | None = None
     if max_steps is not None and len(order) > max_steps:
-        marked_steps = {e.step for e in (*ca_graphs, *ca_compiles, *dynamo) if e.step is not None}
         marked = [k for k, i in enumerate(order) if affected[k] or c.step[i] in marked_steps]
         drawn = downsample([d if s is not None else None for s, d in zip(starts, durations)], marked, max_steps)
     kept_steps = {c.step[order[k]] for k in drawn}
@@ -150,7 +158,14 @@ def process_events(proc: TraceProcess, offset_s: float, max_steps: int | None = 
             args = {"step": int(c.step[i]), "compile_affected": affected[k], "loss": _num(c.loss[i])}
             events.append(_span(f"step {c.step[i]}", TRACK_STEPS, pid, offset_s + start, float(duration), args))
     if len(drawn) < len(order):
-        merged = _merged_spans(c, order, starts, durations, drawn, pid, offset_s)
+        import numpy as np
+
+        merged = _merged_spans(
+            np.array([c.step[i] for i in order], dtype=np.int64),
+            np.array([np.nan if v is None else v for v in starts], dtype=float),
+            np.array([np.nan if v is None else v for v in durations], dtype=float),
+            drawn, pid, offset_s,
+        )
         events.extend(merged)
         aggregated = {"steps": len(order), "steps_drawn": len(drawn), "aggregated_spans": len(merged)}
     if by_boundary:
@@ -179,6 +194,107 @@ def process_events(proc: TraceProcess, offset_s: float, max_steps: int | None = 
     if aggregated is not None:
         aggregated["optimizer_spans_left_out"] = left
         events[0]["args"]["aggregated"] = aggregated
+    _compile_spans(events, pid, offset_s, ca_graphs, ca_compiles, dynamo)
+    return events
+
+
+def _step_compile_s(record: ModeRecord, index: int) -> float:
+    held = record.columns.get(StepEvent.kind)
+    return held.column("compile_s")[index] if held is not None else record.of(StepEvent)[index].compile_s
+
+
+def _merged_spans(steps: Any, starts: Any, durations: Any, drawn: list[int], pid: int, offset_s: float) -> list[dict[str, Any]]:
+    """One span per stretch of steps between two drawn ones (arrays in step order, NaN where a step
+    has no start or time), over the time those steps took: from the first one's start to the last
+    one's end, with their count and mean, min and max time."""
+    import numpy as np
+
+    timed = np.flatnonzero(~np.isnan(starts) & ~np.isnan(durations))
+    undrawn = timed[~np.isin(timed, np.asarray(drawn, dtype=np.int64))]
+    if not undrawn.size:
+        return []
+    stretch = np.searchsorted(np.asarray(drawn, dtype=np.int64), undrawn)  # the stretch (gap between drawn steps) each lies in
+    heads = np.flatnonzero(np.r_[True, stretch[1:] != stretch[:-1]])
+    tails = np.r_[heads[1:], undrawn.size] - 1
+    times = durations[undrawn]
+    sums, lows, highs = (np.add.reduceat(times, heads), np.minimum.reduceat(times, heads), np.maximum.reduceat(times, heads))
+    out: list[dict[str, Any]] = []
+    for head, tail, total, low, high in zip(heads.tolist(), tails.tolist(), sums.tolist(), lows.tolist(), highs.tolist()):
+        first_k, last_k = int(undrawn[head]), int(undrawn[tail])
+        first, last, count = int(steps[first_k]), int(steps[last_k]), tail - head + 1
+        begin = float(starts[first_k])
+        end = float(starts[last_k]) + float(durations[last_k])
+        args = {"first_step": first, "last_step": last, "steps": count, "mean_ms": round(1000 * total / count, 6),
+                "min_ms": round(1000 * low, 6), "max_ms": round(1000 * high, 6), "aggregated": True}
+        out.append(_span(f"steps {first}-{last} ({count})", TRACK_STEPS, pid, offset_s + begin, end - begin, args))
+    return out
+
+
+def _held_step_spans(record: ModeRecord, pid: int, offset_s: float, max_steps: int | None, marked_steps: set[int]) -> tuple[list[dict[str, Any]], dict[str, Any] | None] | None:
+    """The step, backward and optimizer spans of a record whose steps it holds as arrays
+    (`metrics.held_steps`), as `process_events` draws them, taken out of the arrays for the drawn
+    steps only; None for any other record."""
+    import numpy as np
+
+    fast = held_steps(record)
+    if fast is None:
+        return None
+    steps_held = record.columns[StepEvent.kind]
+    t, loss = steps_held.numbers("t"), steps_held.numbers("loss")
+    b = record.columns.get(BackwardEvent.kind)
+    o = record.columns.get(OptimizerStepEvent.kind)
+    if t is None or loss is None or b is None or o is None:
+        return None
+    backward = {name: b.numbers(name) for name in ("step", "index", "ca_captures", "loss", "t", "backward_s")}
+    optimizer = {name: o.numbers(name) for name in ("step", "t", "wall_s")}
+    if any(v is None for v in (*backward.values(), *optimizer.values())):
+        return None
+    durations = np.where(fast.wall_null, np.nan, fast.wall_s)
+    starts = t[0] - durations
+    drawn = list(range(fast.count))
+    if max_steps is not None and fast.count > max_steps:
+        marks = np.flatnonzero(fast.touched | np.isin(fast.step, np.array(sorted(marked_steps), dtype=np.int64)))
+        drawn = downsample(np.where(np.isnan(starts), np.nan, durations), marks.tolist(), max_steps)
+    picked = np.asarray(drawn, dtype=np.int64)
+    loss_null = set(loss[1])
+    events: list[dict[str, Any]] = []
+    for k, step, start, duration, affected, value in zip(drawn, fast.step[picked].tolist(), starts[picked].tolist(), durations[picked].tolist(),
+                                                        fast.touched[picked].tolist(), loss[0][picked].tolist()):
+        if start == start and duration == duration:  # not NaN: the first step has no start
+            args = {"step": step, "compile_affected": affected, "loss": None if k in loss_null else _num(value)}
+            events.append(_span(f"step {step}", TRACK_STEPS, pid, offset_s + start, duration, args))
+    aggregated: dict[str, Any] | None = None
+    if len(drawn) < fast.count:
+        merged = _merged_spans(fast.step, starts, durations, drawn, pid, offset_s)
+        events.extend(merged)
+        aggregated = {"steps": fast.count, "steps_drawn": len(drawn), "aggregated_spans": len(merged)}
+
+    def shown(step_numbers: Any) -> Any:
+        """Rows drawn: those of a drawn step, or of a step that never ended (always drawn)."""
+        if aggregated is None:
+            return np.arange(len(step_numbers))
+        return np.flatnonzero(np.isin(step_numbers, fast.step[picked]) | ~np.isin(step_numbers, fast.step))
+
+    rows = shown(backward["step"][0])  # type: ignore[index]
+    calls = b.column("call")
+    columns = [backward[name][0][rows].tolist() for name in ("step", "index", "ca_captures", "loss", "t", "backward_s")]  # type: ignore[index]
+    loss_nulls = set(backward["loss"][1])  # type: ignore[index]
+    for row, step, index, captures, value, end, backward_s in zip(rows.tolist(), *columns):
+        args = {"step": step, "index": index, "call": calls[row], "ca_captures": captures, "loss": None if row in loss_nulls else _num(value)}
+        events.append(_span(f"backward {step}.{index}", TRACK_BACKWARD, pid, offset_s + end - backward_s, backward_s, args))
+    if aggregated is not None:
+        aggregated["backward_spans_left_out"] = b.count - len(rows)
+    rows = shown(optimizer["step"][0])  # type: ignore[index]
+    names = o.column("optimizer")
+    for row, step, end, wall_s in zip(rows.tolist(), *(optimizer[name][0][rows].tolist() for name in ("step", "t", "wall_s"))):  # type: ignore[index]
+        events.append(_span(names[row] or "optimizer.step", TRACK_OPTIMIZER, pid, offset_s + end - wall_s, wall_s, {"step": step}))
+    if aggregated is not None:
+        aggregated["optimizer_spans_left_out"] = o.count - len(rows)
+    return events, aggregated
+
+
+def _compile_spans(events: list[dict[str, Any]], pid: int, offset_s: float, ca_graphs: list[CAGraphEvent], ca_compiles: list[CACompileEvent], dynamo: list[DynamoCompileEvent]) -> None:
+    """The CA capture, CA first call and Dynamo compile spans, every one (they are the markers)."""
     for g in ca_graphs:
         args = {"compile_id": g.compile_id, "step": g.step, "nodes": g.node_count, "hooks": len(g.hooks), "code_file": g.code_file}
         events.append(_span(f"CA capture {g.compile_id}", TRACK_CA_CAPTURE, pid, offset_s + g.t - g.capture_s, g.capture_s, args))
@@ -202,31 +318,6 @@ def process_events(proc: TraceProcess, offset_s: float, max_steps: int | None = 
         }
         label = f"Dynamo compile {d.compile_id}" + (f" {d.co_name}" if d.co_name else "")
         events.append(_span(label, TRACK_DYNAMO, pid, offset_s + d.t - duration, duration, args))
-    return events
-
-
-def _step_compile_s(record: ModeRecord, index: int) -> float:
-    held = record.columns.get(StepEvent.kind)
-    return held.column("compile_s")[index] if held is not None else record.of(StepEvent)[index].compile_s
-
-
-def _merged_spans(c: StepColumns, order: Sequence[int], starts: list[float | None], durations: list[float | None], drawn: list[int], pid: int, offset_s: float) -> list[dict[str, Any]]:
-    """One span per stretch of steps between two drawn ones, over the time those steps took: from
-    the first one's start to the last one's end, with their count and mean, min and max time."""
-    out: list[dict[str, Any]] = []
-    bounds = [-1, *drawn, len(order)]
-    for before, after in zip(bounds, bounds[1:]):
-        stretch = [k for k in range(before + 1, after) if starts[k] is not None and durations[k] is not None and durations[k] == durations[k]]
-        if not stretch:
-            continue
-        times = [float(durations[k]) for k in stretch]  # type: ignore[arg-type]
-        first, last = c.step[order[stretch[0]]], c.step[order[stretch[-1]]]
-        begin = float(starts[stretch[0]])  # type: ignore[arg-type]
-        end = float(starts[stretch[-1]]) + times[-1]  # type: ignore[arg-type]
-        args = {"first_step": first, "last_step": last, "steps": len(stretch), "mean_ms": round(1000 * sum(times) / len(times), 6),
-                "min_ms": round(1000 * min(times), 6), "max_ms": round(1000 * max(times), 6), "aggregated": True}
-        out.append(_span(f"steps {first}-{last} ({len(stretch)})", TRACK_STEPS, pid, offset_s + begin, end - begin, args))
-    return out
 
 
 def _num(value: Any) -> float | None:
@@ -237,6 +328,11 @@ def _num(value: Any) -> float | None:
     return number if number == number else None
 
 
+def _has_steps(record: ModeRecord) -> bool:
+    held = record.columns.get(StepEvent.kind)
+    return bool(held.count) if held is not None else bool(record.of(StepEvent))
+
+
 def perfetto_trace(run: RunRecord) -> dict[str, Any]:
     """The trace document: `traceEvents` plus what it was made from."""
     processes = trace_processes(run)
@@ -244,7 +340,7 @@ def perfetto_trace(run: RunRecord) -> dict[str, Any]:
     known = [s for s in starts.values() if s is not None]
     origin = min(known) if known else 0.0
     events: list[dict[str, Any]] = []
-    limit = steps_per_process(sum(1 for p in processes if len(step_columns(p.record))))
+    limit = steps_per_process(sum(1 for p in processes if _has_steps(p.record)))
     aggregated: dict[str, Any] = {}
     for proc in processes:
         start = starts[proc.pid]

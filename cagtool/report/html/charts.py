@@ -23,7 +23,7 @@ from cagtool.record.loader import ModeRecord
 from cagtool.record.schema import GraphBreakEvent, StepEvent, stamps_step_in_progress
 from cagtool.report.downsample import downsample
 from cagtool.report.html.vega_bundle import VEGALITE_SCHEMA
-from cagtool.report.metrics import device_step_seconds, step_columns
+from cagtool.report.metrics import device_step_seconds, held_steps, step_columns
 from cagtool.report.recompiles.render import detail_cell
 from cagtool.report.recompiles.table import (
     SOURCE_CA,
@@ -161,12 +161,49 @@ def drawn_step_rows(series: Sequence[Series], markers: Sequence[dict[str, Any]] 
     rows: list[dict[str, Any]] = []
     dropped = 0
     for s in series:
+        held = _held_rows(s, marks, limit)
+        if held is not None:
+            rows.extend(held[0])
+            dropped += held[1]
+            continue
         figures = step_figures(s.record)
         marked = [i for i, f in enumerate(figures) if f[4] or (s.label, f[0]) in marks]
         chosen = downsample([f[1] for f in figures], marked, limit)
         dropped += len(figures) - len(chosen)
         rows.extend(_step_row(s.label, figures[i]) for i in chosen)
     return rows, dropped
+
+
+def _held_rows(s: Series, marks: set[tuple[str, int]], limit: int) -> tuple[list[dict[str, Any]], int] | None:
+    """`drawn_step_rows` of one series whose steps the record holds as arrays (`held_steps`):
+    the same rows, with the figures of the drawn steps only taken out of the arrays."""
+    import numpy as np
+
+    fast = held_steps(s.record)
+    if fast is None:
+        return None
+    held = s.record.columns[StepEvent.kind]
+    columns = {name: held.numbers(name) for name in ("backward_s", "loss", "compiles", "ca_captures", "compile_s")}
+    if any(found is None for found in columns.values()):
+        return None
+    iteration = np.where(fast.wall_null, np.nan, fast.wall_s)
+    marked_steps = np.array(sorted(step for label, step in marks if label == s.label), dtype=np.int64)
+    marked = set(np.flatnonzero(fast.touched).tolist()) | set(np.flatnonzero(np.isin(fast.step, marked_steps)).tolist())
+    chosen = downsample(iteration, marked, limit)
+    picked = np.array(chosen, dtype=np.int64)
+
+    def values(name: str) -> list[Any]:
+        array, nulls = columns[name]  # type: ignore[misc]
+        out = array[picked].tolist()
+        if nulls:
+            null = set(nulls)
+            out = [None if i in null else v for i, v in zip(chosen, out)]
+        return out
+
+    wall = [None if null else value for null, value in zip(fast.wall_null[picked].tolist(), fast.wall_s[picked].tolist())]
+    figures = zip(fast.step[picked].tolist(), wall, values("backward_s"), values("loss"), fast.touched[picked].tolist(),
+                  values("compiles"), values("ca_captures"), values("compile_s"))
+    return [_step_row(s.label, f) for f in figures], fast.count - len(chosen)  # type: ignore[arg-type]
 
 
 def marker_rows(series: Sequence[Series]) -> list[dict[str, Any]]:

@@ -103,9 +103,9 @@ class EventColumns:
         # rather than holding every record's at once.
         text = stored.read() if isinstance(stored, _Stored) else stored
         if encoding == "f8":
-            header, raw = text.split(b"\n", 1)
-            array = np.frombuffer(raw, dtype="<f8")
-            nulls = json.loads(header)["null"]
+            cut = text.index(b"\n")
+            array = np.frombuffer(text, dtype="<f8", offset=cut + 1)  # no copy of the doubles
+            nulls = json.loads(text[:cut])["null"]
         elif encoding == "deltas":
             first, differences = json.loads(text)
             steps = np.repeat(np.array([d for d, _ in differences], dtype=np.int64), [n for _, n in differences])
@@ -220,9 +220,10 @@ def _encode_column(tokens: tuple[bytes, ...]) -> tuple[str, bytes]:
 
 def _decode_column(encoding: str, text: bytes) -> list[Any]:
     if encoding == "f8":
-        header, raw = text.split(b"\n", 1)
+        cut = text.index(b"\n")
+        header = text[:cut]
         values = array("d")
-        values.frombytes(raw)
+        values.frombytes(memoryview(text)[cut + 1 :])
         if sys.byteorder != "little":
             values.byteswap()
         out = values.tolist()

@@ -86,7 +86,7 @@ def _span(name: str, track: tuple[int, str], pid: int, start_s: float, dur_s: fl
 # (charts.downsample), and each stretch of steps between those becomes one aggregated span over the
 # same time, with the count, mean, min and max of its steps. `otherData.aggregated` says, per
 # process, how many steps were merged and how many backward and optimizer spans left out.
-MAX_TRACE_STEPS = 48_000
+MAX_TRACE_STEPS = 24_000
 MIN_STEPS_PER_PROCESS = 1_000
 
 

@@ -206,7 +206,7 @@ def _encode_column(tokens: tuple[bytes, ...]) -> tuple[str, bytes]:
         # without parsing; the nulls' and NaNs' indices go in a JSON line before them.
         nulls = [i for i, token in enumerate(tokens) if token == b"null"]
         nans = [i for i, token in enumerate(tokens) if token == b"NaN"]
-        values = array("d", (float("nan") if token == b"null" else float(token) for token in tokens))
+        values = array("d", (float("nan") if token == b"null" else float(token) for token in tokens) if nulls else map(float, tokens))
         if sys.byteorder != "little":
             values.byteswap()
         return "f8", json.dumps({"null": nulls, "nan": nans}, separators=(",", ":")).encode() + b"\n" + values.tobytes()

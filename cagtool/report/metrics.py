@@ -357,8 +357,32 @@ def record_step_stats(record: ModeRecord, first_step_s: float | None) -> StepSta
         return stats_of_intervals(intervals, excluded, first_step_s, clock)
     import numpy as np
 
-    ordered = np.sort(fast.wall_s[~fast.touched & ~fast.wall_null]).tolist()
-    return stats_of_intervals(ordered, fast.step[fast.touched].tolist(), first_step_s, "wall", presorted=True)
+    ordered = np.sort(fast.wall_s[~fast.touched & ~fast.wall_null])
+    excluded = fast.step[fast.touched].tolist()
+    n = len(ordered)
+    if not n:
+        return stats_of_intervals([], excluded, first_step_s, "wall")
+    import math
+
+    # statistics.median, _percentile and statistics.fmean (fsum / n) on the sorted doubles, as
+    # Python floats: the same arithmetic on the same values, without a list of them.
+    middle = n // 2
+    median = float(ordered[middle]) if n % 2 else (float(ordered[middle - 1]) + float(ordered[middle])) / 2
+    return StepStats(
+        count=n, excluded=excluded, median_s=median, p10_s=_percentile_of_array(ordered, 0.10), p90_s=_percentile_of_array(ordered, 0.90),
+        mean_s=math.fsum(ordered) / n, first_step_s=first_step_s, clock="wall",
+    )
+
+
+def _percentile_of_array(ordered: Any, q: float) -> float:
+    """`_percentile` of a sorted numpy array, in Python floats."""
+    if len(ordered) == 1:
+        return float(ordered[0])
+    pos = (len(ordered) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    low, high = float(ordered[lo]), float(ordered[hi])
+    return low + (high - low) * (pos - lo)
 
 
 def stats_of_intervals(intervals: list[float], excluded: list[int], first_step_s: float | None = None, clock: str = "wall", presorted: bool = False) -> StepStats:

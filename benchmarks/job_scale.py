@@ -295,6 +295,7 @@ def main() -> None:
         print(f"{r.name:<11} {r.cpu_s:7.2f} {r.peak_mb:8.0f} {size}  {r.verdict}")
     if args.json:
         args.json.write_text(json.dumps({"steps": args.steps, "ranks": args.ranks, "modes": list(MODES), "commit": commit, "date": when,
+                                         "load_average_1min": os.getloadavg()[0], "cores": os.cpu_count(),
                                          "results": [{"name": r.name, "argv": r.argv, "cpu_s": r.cpu_s, "peak_mb": r.peak_mb, "output_mb": r.output_mb,
                                                       "target_cpu_s": CPU_TARGET_S[r.name], "verdict": r.verdict} for r in results]}, indent=2))
 

@@ -7,6 +7,8 @@ start of the next, as `frames.steps_frame` measures them), backward calls, optim
 Dynamo compiles. Every span is a complete event (`ph: "X"`) in microseconds; events record their
 end time `t`, so a span is [t - duration, t]. Times are relative to the earliest mode start of the
 run (each mode's clock starts at its manifest's `started_at`), so modes and ranks line up.
+A long job's steps are partly aggregated (`MAX_TRACE_STEPS`); the trace's `otherData.aggregated`
+says what was merged or left out, and every compile, capture and recompile is always drawn.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import operator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import (

@@ -273,3 +273,38 @@ def test_a_kind_with_no_lines_has_empty_columns(tmp_path):
     assert fast.of(BackwardEvent) == []
     assert mode_metrics(fast) == mode_metrics(slow)
     assert_same_record(fast, slow)
+
+
+def test_a_sidecar_is_trusted_from_stat_only_while_the_stream_keeps_its_recorded_size_and_time(tmp_path):
+    """Without reading events.jsonl (what keeps a report over 24 records of 100,000 steps fast),
+    only when the sidecar recorded the stream's size and modification time, both still match, and
+    the stream was modified strictly before the sidecar was written; otherwise the CRC-32 decides."""
+    import os
+
+    from cagtool.record.columns import read_sidecar
+
+    run = write_run(tmp_path / "r", {"ca": [_line(e) for e in training(12)]})
+    events, sidecar = run / "ca" / "events.jsonl", run / "ca" / COLUMNS_FILE
+    recorded = json.loads(sidecar.read_bytes().split(b"\n", 1)[0])["events_mtime_ns"]
+    assert recorded == events.stat().st_mtime_ns
+    written = sidecar.stat().st_mtime_ns
+    os.utime(events, ns=(recorded, recorded))
+    os.utime(sidecar, ns=(written, max(written, recorded + 1)))  # the stream older than the sidecar, as when it closed
+    assert read_sidecar(run / "ca", events_stat=events.stat()) is not None
+    # Modified in the sidecar's own clock tick (or later): the time proves nothing, the CRC decides.
+    os.utime(sidecar, ns=(recorded, recorded))
+    assert read_sidecar(run / "ca", events_stat=events.stat()) is None
+    assert read_sidecar(run / "ca", events.read_bytes()) is not None
+    os.utime(sidecar, ns=(written, max(written, recorded + 1)))
+    # Another time (an edit, or a copy that did not keep times): the CRC decides; the edit is caught.
+    edited = events.read_bytes().replace(b'"wall_s": 0.0042', b'"wall_s": 0.0043', 1)
+    events.write_bytes(edited)
+    os.utime(events, ns=(recorded + 2 * 10**9, recorded + 2 * 10**9))  # written later (set: a coarse clock could give it the old time in a fast test)
+    assert read_sidecar(run / "ca", events_stat=events.stat()) is None and read_sidecar(run / "ca", edited) is None
+    fast = load_mode(run / "ca", columns=True)
+    assert not fast.columns and 0.0043 in [s.wall_s for s in fast.of(StepEvent)]
+    # A sidecar that never recorded the time (version 1, or derive() without it): the CRC decides.
+    events.write_bytes(edited)
+    sidecar.write_bytes(derive(edited))
+    assert read_sidecar(run / "ca", events_stat=events.stat()) is None and read_sidecar(run / "ca", edited) is not None
+    assert load_mode(run / "ca", columns=True).columns

@@ -56,7 +56,7 @@ def register(app: typer.Typer) -> None:
         from cagtool.report.console import make_console
         from cagtool.report.gate import baseline_from_run, save_baseline
 
-        record = load_run(run, strict=strict)
+        record = load_run(run, strict=strict, columns=True)
         refuse_damaged(record, "saving a baseline from it")
         baseline = baseline_from_run(record)
         bad = {name: snap.status for name, snap in baseline.modes.items() if snap.status not in ("finished", "timeout")}

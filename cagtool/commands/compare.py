@@ -46,9 +46,9 @@ def compare(options: CompareOptions) -> None:
     tolerance = Tolerance(rtol=options.rtol, atol=options.atol)
     # A multi-rank run is compared on one rank's records (its launcher ran no steps); the per-rank
     # tables of every mode follow (in JSON: `ranks`).
-    runs = [load_run(options.run_a, strict=options.strict)]
+    runs = [load_run(options.run_a, strict=options.strict, columns=True)]
     if options.run_b is not None:
-        runs.append(load_run(options.run_b, strict=options.strict))
+        runs.append(load_run(options.run_b, strict=options.strict, columns=True))
     focused = [focused_run(run, options.rank) for run in runs]
     if len(focused) == 1:
         comparison = compare_modes(focused[0][0], tolerance)

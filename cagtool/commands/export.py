@@ -16,7 +16,7 @@ def export_perfetto(run: Optional[str], output: Path, strict: bool = False) -> P
     from cagtool.record.loader import load_run
     from cagtool.report.perfetto import write_trace
 
-    record = load_run(run, strict=strict)
+    record = load_run(run, strict=strict, columns=True)
     try:
         return write_trace(record, output)
     except OSError as exc:
@@ -35,7 +35,9 @@ def register(app: typer.Typer) -> None:
         --perfetto FILE: one process per mode (and rank), tracks for steps, backward calls,
         optimizer steps, CA captures, CA graph first calls and Dynamo compiles, in
         microseconds; open it at ui.perfetto.dev or chrome://tracing, next to a torch.profiler
-        trace.
+        trace. A long job draws at most 24,000 steps one by one (every step with a compile,
+        capture or recompile, and the fastest and slowest of each stretch); the others become one
+        span per stretch (count, mean, min, max), as otherData.aggregated says.
 
             cagtool export RUN --perfetto trace.json
         """

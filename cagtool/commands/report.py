@@ -49,7 +49,7 @@ def report_after_run(run_path: Path, gate: "GateResult | None" = None, run: "Run
     from cagtool.record.loader import load_run
 
     try:
-        written = write_run_report(run if run is not None else load_run(run_path), gate=gate)
+        written = write_run_report(run if run is not None else load_run(run_path, columns=True), gate=gate)
     except ImportError as exc:
         print(f"cagtool: report skipped: {exc.name or exc} is not installed ({REPORT_DEPS_HINT})", file=sys.stderr)
         return None
@@ -63,8 +63,8 @@ def report_after_run(run_path: Path, gate: "GateResult | None" = None, run: "Run
 def report(options: ReportOptions) -> "Written":
     from cagtool.record.loader import load_run
 
-    run = load_run(options.run, strict=options.strict)
-    run_b = load_run(options.run_b, strict=options.strict) if options.run_b is not None else None
+    run = load_run(options.run, strict=options.strict, columns=True)
+    run_b = load_run(options.run_b, strict=options.strict, columns=True) if options.run_b is not None else None
     output = options.output
     if output is None and run_b is not None:
         output = run_b.path / f"report-vs-{run.path.name}.html"

@@ -21,9 +21,11 @@ import json
 import operator
 import os
 import re
+import sys
 import types
 import typing
 import zlib
+from array import array
 from dataclasses import MISSING, dataclass, field, fields
 from functools import lru_cache
 from itertools import groupby
@@ -34,7 +36,10 @@ from cagtool.record.schema import EVENT_TYPES, EVENTS_FILE, Event, event_builder
 
 COLUMNS_FILE = "columns.json"
 COLUMNS_FORMAT = "cagtool-event-columns"
-COLUMNS_VERSION = 1
+# 2: float columns may be stored as binary doubles ("f8"). Version 1 sidecars are still read; a
+# cagtool that reads only version 1 ignores a version-2 sidecar and reads the lines.
+COLUMNS_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 COLUMN_KINDS = ("step", "backward", "optimizer_step")
 
 _INT = rb"-?(?:0|[1-9][0-9]*)"
@@ -51,7 +56,9 @@ class EventColumns:
 
     kind: str
     count: int
-    encoded: dict[str, tuple[str, bytes]]  # field -> (encoding, its JSON text), in line order
+    # field -> (encoding, its stored bytes), in line order; bytes still in the file are a `_Stored`
+    # span, read the first time the column is asked for (`_text`).
+    encoded: dict[str, tuple[str, bytes | _Stored]]
     # Added to every `step` value read: the loader's conversion of an older record's step numbers
     # (the one it applies to the events it builds) reaches the columns through this.
     step_shift: int = 0
@@ -62,7 +69,7 @@ class EventColumns:
         found = self._decoded.get(name)
         if found is None:
             if name in self.encoded:
-                found = _decode_column(*self.encoded[name])
+                found = _decode_column(self.encoded[name][0], self._text(name))
                 if len(found) != self.count:
                     raise ValueError(f"column {self.kind}.{name} holds {len(found)} values, not {self.count}")
             elif not self.count:
@@ -74,6 +81,67 @@ class EventColumns:
             self._decoded[name] = found
         return found
 
+    def numbers(self, name: str) -> tuple[Any, list[int]] | None:
+        """The named numeric field as a numpy array (float64, or int64 for integers) and the
+        indices of its nulls (NaN in the array), without a Python object per value: what lets the
+        step figures of a 100,000-step record cost milliseconds. None when the column is not
+        numbers (strings, booleans) or is held in a form with no cheap array (then `column`)."""
+        import numpy as np
+
+        if name not in self.encoded or name in self._decoded:
+            values = self.column(name)
+            if not all(type(v) in (int, float) or v is None for v in values):
+                return None
+            nulls = [i for i, v in enumerate(values) if v is None]
+            if any(type(v) is float for v in values) or nulls:
+                array = np.array([np.nan if v is None else v for v in values], dtype=float)
+            else:
+                array = np.array(values, dtype=np.int64)
+            return array, nulls
+        encoding, stored = self.encoded[name]
+        # Not kept: the array is the caller's, and a report over many records reads a column again
+        # rather than holding every record's at once.
+        text = stored.read() if isinstance(stored, _Stored) else stored
+        if encoding == "f8":
+            cut = text.index(b"\n")
+            array = np.frombuffer(text, dtype="<f8", offset=cut + 1)  # no copy of the doubles
+            nulls = json.loads(text[:cut])["null"]
+        elif encoding == "deltas":
+            first, differences = json.loads(text)
+            steps = np.repeat(np.array([d for d, _ in differences], dtype=np.int64), [n for _, n in differences])
+            array = np.concatenate([np.array([first], dtype=np.int64), first + np.cumsum(steps)])
+            nulls = []
+        elif encoding == "runs":
+            runs = json.loads(text)
+            if not all(type(v) in (int, float) or v is None for v, _ in runs):
+                return None
+            counts = [n for _, n in runs]
+            nulls = [i for (v, n), start in zip(runs, np.cumsum([0, *counts[:-1]]).tolist()) if v is None for i in range(start, start + n)]
+            dtype = float if nulls or any(type(v) is float for v, _ in runs) else np.int64
+            array = np.repeat(np.array([np.nan if v is None else v for v, _ in runs], dtype=dtype), counts)
+        else:
+            self.column(name)
+            return self.numbers(name)
+        if len(array) != self.count:
+            raise ValueError(f"column {self.kind}.{name} holds {len(array)} values, not {self.count}")
+        if name == "step" and self.step_shift:
+            array = array + self.step_shift
+        return array, nulls
+
+    def distinct(self, name: str) -> set[Any]:
+        """The named field's distinct values (for a column of runs, without expanding them)."""
+        found = self.encoded.get(name)
+        if found is not None and found[0] == "runs" and name not in self._decoded and not (name == "step" and self.step_shift):
+            return {value for value, _ in json.loads(self._text(name))}
+        return set(self.column(name))
+
+    def _text(self, name: str) -> bytes:
+        encoding, stored = self.encoded[name]
+        if isinstance(stored, _Stored):
+            stored = stored.read()
+            self.encoded[name] = (encoding, stored)
+        return stored
+
     def events(self) -> list[Event]:
         """The events themselves, built exactly as the loader builds a decoded line."""
         build = event_builder(self.kind)
@@ -81,6 +149,27 @@ class EventColumns:
         kind = self.kind
         values = [self.column(name) for name in names]
         return [build({"kind": kind, **dict(zip(names, row))}) for row in zip(*values)] if names else []  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """A column's bytes where they lie in the sidecar file (version 2 records each column's CRC-32):
+    a report over 24 records of 100,000 steps reads the few columns it uses, not 8 MB of each."""
+
+    path: Path
+    offset: int  # in the file
+    length: int
+    crc32: int | None
+
+    def read(self) -> bytes:
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            data = handle.read(self.length)
+        if len(data) != self.length or (self.crc32 is not None and zlib.crc32(data) != self.crc32):
+            from cagtool.errors import UnreadableInput
+
+            raise UnreadableInput(f"{self.path} changed while it was being read; read the record again (or delete that file)")
+        return data
 
 
 def _default_column(kind: str, name: str, count: int) -> list[Any]:
@@ -93,10 +182,17 @@ def _default_column(kind: str, name: str, count: int) -> list[Any]:
     raise KeyError(f"{kind} lines hold no {name!r} and it has no default")
 
 
+# A float's JSON text as the writer writes it (repr: a point or an exponent; NaN, Infinity), or null.
+_FLOAT_TOKEN = rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+(?:[eE][-+]?[0-9]+)?|[eE][-+]?[0-9]+)|NaN|-?Infinity|null"
+_FLOATS = re.compile(b"(?:(?:" + _FLOAT_TOKEN + b"),)*(?:" + _FLOAT_TOKEN + b")")
+
+_JSON_NAN = json.loads("NaN")
+
 # How a column's tokens are stored: "values", the JSON array of them; "runs", [[value, n], ...] for a
 # column of few runs of one value (a boundary, a thread name, zero compiles); "deltas", [first,
-# [[difference, n], ...]] for integers in arithmetic runs (step numbers, seq). Each decodes to
-# exactly the values json.loads gives for the tokens themselves.
+# [[difference, n], ...]] for integers in arithmetic runs (step numbers, seq); "f8", floats (and
+# nulls) as little-endian doubles after a JSON line of the nulls' and NaNs' indices. Each decodes to exactly
+# the values json.loads gives for the tokens themselves.
 def _encode_column(tokens: tuple[bytes, ...]) -> tuple[str, bytes]:
     few = max(1, len(tokens) // 8)
     if len(set(tokens)) <= few:
@@ -104,6 +200,16 @@ def _encode_column(tokens: tuple[bytes, ...]) -> tuple[str, bytes]:
         if len(runs) <= few:
             return "runs", b"[" + b",".join(b"[" + token + b"," + str(n).encode() + b"]" for token, n in runs) + b"]"
     joined = b",".join(tokens)
+    if _FLOATS.fullmatch(joined):
+        # Every value a float's text (or null): stored as doubles, which decode to exactly the
+        # floats json.loads gives for the text (it parses with float() too), 8 bytes each and
+        # without parsing; the nulls' and NaNs' indices go in a JSON line before them.
+        nulls = [i for i, token in enumerate(tokens) if token == b"null"]
+        nans = [i for i, token in enumerate(tokens) if token == b"NaN"]
+        values = array("d", (float("nan") if token == b"null" else float(token) for token in tokens) if nulls else map(float, tokens))
+        if sys.byteorder != "little":
+            values.byteswap()
+        return "f8", json.dumps({"null": nulls, "nan": nans}, separators=(",", ":")).encode() + b"\n" + values.tobytes()
     if _patterns()[1].fullmatch(joined):
         numbers = list(map(int, tokens))
         differences = [(d, len(list(group))) for d, group in groupby(map(operator.sub, numbers[1:], numbers[:-1]))]
@@ -113,6 +219,20 @@ def _encode_column(tokens: tuple[bytes, ...]) -> tuple[str, bytes]:
 
 
 def _decode_column(encoding: str, text: bytes) -> list[Any]:
+    if encoding == "f8":
+        cut = text.index(b"\n")
+        header = text[:cut]
+        values = array("d")
+        values.frombytes(memoryview(text)[cut + 1 :])
+        if sys.byteorder != "little":
+            values.byteswap()
+        out = values.tolist()
+        special = json.loads(header)
+        for i in special["null"]:
+            out[i] = None
+        for i in special["nan"]:
+            out[i] = _JSON_NAN  # the very object json.loads gives for NaN, so lists compare alike
+        return out
     decoded = json.loads(text)
     if encoding == "values":
         return decoded
@@ -184,14 +304,15 @@ def _layout(kind: str, line: bytes) -> tuple[re.Pattern[bytes], list[str]] | Non
     return re.compile(b"".join(parts)), names
 
 
-def derive(data: bytes) -> bytes | None:
+def derive(data: bytes, events_mtime_ns: int | None = None) -> bytes | None:
     """The sidecar's bytes for an events.jsonl holding `data`, or None when it has no line of a
     column kind or they cannot all be held exactly (a line of another layout, a corrupt or
-    truncated one)."""
-    return _derive(b"\n" + data)
+    truncated one). `events_mtime_ns`: the file's modification time when it was read (see
+    `read_sidecar`)."""
+    return _derive(b"\n" + data, events_mtime_ns)
 
 
-def _derive(text: bytes | bytearray) -> bytes | None:
+def _derive(text: bytes | bytearray, events_mtime_ns: int | None = None) -> bytes | None:
     """`derive` of the stream with a newline put before it (`text`): each match then starts at its
     line's newline, a literal prefix the regex engine jumps to. Runs when a record closes: each
     kind's lines are matched in one regex pass, then encoded and let go before the next kind's
@@ -219,7 +340,7 @@ def _derive(text: bytes | bytearray) -> bytes | None:
             return None  # an event of this kind written otherwise (another key order, spacing)
         for name, tokens in zip(layout[1], zip(*found) if len(layout[1]) > 1 else [tuple(found)]):
             encoding, stored = _encode_column(tokens)
-            columns[name] = [encoding, offset, len(stored)]
+            columns[name] = [encoding, offset, len(stored), zlib.crc32(stored)]
             body.append(stored + b"\n")
             offset += len(stored) + 1
         del found
@@ -235,6 +356,8 @@ def _derive(text: bytes | bytearray) -> bytes | None:
     stored_body = b"".join(body)
     header = {"format": COLUMNS_FORMAT, "version": COLUMNS_VERSION, "events_bytes": len(data), "events_crc32": zlib.crc32(data),
               "body_crc32": zlib.crc32(stored_body), "kinds": kinds_doc, "other": other}
+    if events_mtime_ns is not None:
+        header["events_mtime_ns"] = events_mtime_ns
     return json.dumps(header, separators=(",", ":")).encode() + b"\n" + stored_body
 
 
@@ -250,7 +373,8 @@ def write_sidecar(mode_dir: Path) -> bool:
     target = Path(mode_dir) / COLUMNS_FILE
     try:
         with open(Path(mode_dir) / EVENTS_FILE, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
+            stat = os.fstat(handle.fileno())
+            size = stat.st_size
             if size > MAX_EVENTS_BYTES:
                 return False
             text = bytearray(size + 1)  # the stream with a newline before it, in one buffer
@@ -259,7 +383,7 @@ def write_sidecar(mode_dir: Path) -> bool:
                 return False  # it changed while being read
     except FileNotFoundError:
         return False
-    sidecar = _derive(text)
+    sidecar = _derive(text, stat.st_mtime_ns)
     if sidecar is None:
         return False
     tmp = target.with_name(target.name + ".tmp")
@@ -283,22 +407,44 @@ class Sidecar:
     other: list[tuple[int, int, int]]  # (line number, start, end) in events.jsonl
 
 
-def read_sidecar(mode_dir: Path, data: bytes) -> Sidecar | None:
+def read_sidecar(mode_dir: Path, data: bytes | None = None, events_stat: os.stat_result | None = None) -> Sidecar | None:
     """The sidecar of the mode whose events.jsonl holds `data`, when one exists and was derived from
-    exactly these bytes (size and CRC-32); None otherwise (the caller reads the lines)."""
+    exactly these bytes (size and CRC-32); None otherwise (the caller reads the lines).
+
+    Without `data`, from `events_stat` (os.stat of events.jsonl) alone, the way git trusts its
+    index: the sidecar is used only when it recorded the file's size and modification time, both
+    still those of the file, and the file was last modified strictly before the sidecar was written
+    (a change in the same clock tick as the sidecar cannot hide behind an equal time). A 100,000-step
+    record's events.jsonl is about 60 MB: reading and checksumming 24 of them was most of a report
+    over an 8-rank job; an append, a truncation or an edit changes the size or the time, and a
+    record copied without its times (cp, an artifact download) is checked by its CRC-32 as before."""
+    path = Path(mode_dir) / COLUMNS_FILE
     try:
-        stored = (Path(mode_dir) / COLUMNS_FILE).read_bytes()
-        header_end = stored.index(b"\n")
-        doc = json.loads(stored[:header_end])
+        with open(path, "rb") as handle:
+            written_ns = os.fstat(handle.fileno()).st_mtime_ns
+            header = handle.readline()
+            doc = json.loads(header)
+            if not isinstance(doc, dict) or doc.get("format") != COLUMNS_FORMAT or doc.get("version") not in READABLE_VERSIONS:
+                return None
+            if data is None:
+                mtime = doc.get("events_mtime_ns")
+                if events_stat is None or not isinstance(mtime, int) or doc.get("events_bytes") != events_stat.st_size:
+                    return None
+                if events_stat.st_mtime_ns != mtime or mtime >= written_ns:
+                    return None
+            elif doc.get("events_bytes") != len(data) or doc.get("events_crc32") != zlib.crc32(data):
+                return None  # stale: derived from another events.jsonl than this one
+            # The body checked piece by piece and let go: the columns are read when asked for.
+            crc, body_length = 0, 0
+            while chunk := handle.read(1 << 20):
+                crc = zlib.crc32(chunk, crc)
+                body_length += len(chunk)
     except (OSError, ValueError):
         return None
-    if not isinstance(doc, dict) or doc.get("format") != COLUMNS_FORMAT or doc.get("version") != COLUMNS_VERSION:
-        return None
-    if doc.get("events_bytes") != len(data) or doc.get("events_crc32") != zlib.crc32(data):
-        return None  # stale: derived from another events.jsonl than this one
-    body = stored[header_end + 1 :]
-    if doc.get("body_crc32") != zlib.crc32(body):
+    if doc.get("body_crc32") != crc:
         return None  # the sidecar itself was damaged
+    body_start = len(header)
+    size = len(data) if data is not None else doc["events_bytes"]
     try:
         columns = {}
         for kind in COLUMN_KINDS:
@@ -306,14 +452,14 @@ def read_sidecar(mode_dir: Path, data: bytes) -> Sidecar | None:
             count = entry["count"]
             if not isinstance(count, int):
                 return None
-            encoded = {}
-            for name, (encoding, offset, length) in entry["columns"].items():
-                if not (isinstance(offset, int) and isinstance(length, int) and 0 <= offset and offset + length <= len(body)):
+            encoded: dict[str, tuple[str, bytes | _Stored]] = {}
+            for name, (encoding, offset, length, *checksum) in entry["columns"].items():
+                if not (isinstance(offset, int) and isinstance(length, int) and 0 <= offset and offset + length <= body_length):
                     return None
-                encoded[name] = (str(encoding), body[offset : offset + length])
+                encoded[name] = (str(encoding), _Stored(path, body_start + offset, length, int(checksum[0]) if checksum else None))
             columns[kind] = EventColumns(kind, count, encoded)
         other = [(int(n), int(s), int(e)) for n, s, e in doc["other"]]
-        if any(not 0 <= s <= e <= len(data) for _, s, e in other):
+        if any(not 0 <= s <= e <= size for _, s, e in other):
             return None
     except (KeyError, TypeError, ValueError):
         return None

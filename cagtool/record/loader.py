@@ -283,14 +283,21 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
         entries: list[tuple[int, str]] = []  # (line number, text) of the lines to build events from
         # The line prefixes of the kinds not asked for: one startswith per line picks them out.
         unwanted = tuple(f'{_KIND_PREFIX}{kind}"' for kind in EVENT_TYPES if kind not in kinds) if kinds is not None and not strict else ()
-        data = events_path.read_bytes()
         # The step, backward and optimizer-step lines as columns, from the sidecar the writer left
-        # when it closed the record, used only when derived from exactly these bytes (issue 12).
+        # when it closed the record, used only when derived from exactly these bytes: known from
+        # the file's size and time when the sidecar recorded them (then only the other lines are
+        # read), else checked against the bytes themselves (record/columns.py, `read_sidecar`).
         sidecar = None
+        stream: bytes | None = None
         if columns:
             from cagtool.record.columns import read_sidecar  # only readers that asked for columns pay its import
 
-            sidecar = read_sidecar(path, data)
+            sidecar = read_sidecar(path, events_stat=events_path.stat())
+            if sidecar is None:
+                stream = events_path.read_bytes()
+                sidecar = read_sidecar(path, stream)
+        else:
+            stream = events_path.read_bytes()
         lines: Iterable[tuple[int, str | None]]
         if sidecar is not None:
             for kind, held in sidecar.columns.items():
@@ -298,9 +305,11 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
                     counts[kind] += held.count
                 if kinds is None or kind in kinds:
                     column_events[kind] = held
-            lines = [(number, _utf8_or_none(data[start:end])) for number, start, end in sidecar.other]
+            spans = _read_spans(events_path, [(start, end) for _, start, end in sidecar.other]) if stream is None else [stream[s:e] for _, s, e in sidecar.other]
+            lines = [(number, _utf8_or_none(raw)) for (number, _, _), raw in zip(sidecar.other, spans)]
         else:
-            lines = enumerate(_stream_lines(data, kinds, unwanted, counts, entries), start=1)
+            assert stream is not None
+            lines = enumerate(_stream_lines(stream, kinds, unwanted, counts, entries), start=1)
             if entries:
                 unwanted = ()
         kind_at = len(_KIND_PREFIX)
@@ -386,6 +395,21 @@ def _stream_lines(data: bytes, kinds: frozenset[str] | set[str] | None, unwanted
         return text.split("\n") if text else []  # the whole stream at once
     except UnicodeDecodeError:
         return [_utf8_or_none(raw) for raw in data.split(b"\n")]
+
+
+def _read_spans(path: Path, spans: list[tuple[int, int]]) -> list[bytes]:
+    """The bytes of each (start, end) span of the file, read where they lie: the few lines a
+    sidecar does not hold, without reading the steps between them."""
+    if not spans:
+        return []
+    if len(spans) > 4096:  # many short reads cost more than one long one
+        data = path.read_bytes()
+        return [data[s:e] for s, e in spans]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return [os.pread(fd, e - s, s) for s, e in spans]
+    finally:
+        os.close(fd)
 
 
 def step_number_shift(schema_version: int) -> int:

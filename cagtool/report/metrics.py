@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from cagtool.record.loader import ModeRecord
 from cagtool.record.manifest import ModeManifest
@@ -298,11 +299,64 @@ def device_step_seconds(record: ModeRecord) -> dict[int, float]:
 def record_step_intervals(record: ModeRecord) -> tuple[list[float], list[int], str]:
     """`steady_intervals` of a mode record, with the clock they were measured on (computed once
     per record: the summary and the comparison both read them)."""
+    if held_steps(record) is not None:  # cheap to compute again, costly to keep for every rank
+        return _record_step_intervals(record)
     intervals, excluded, clock = record.derived("step_intervals", _record_step_intervals)
     return list(intervals), list(excluded), clock
 
 
+@dataclass(frozen=True)
+class HeldSteps:
+    """A record's step figures as numpy arrays, read from the step columns its sidecar holds
+    without a Python object per step: what keeps a report over 8 ranks of 100,000 steps within
+    seconds. Only for the common shape, where the list path (`StepColumns`) gives the same
+    figures: steps ended at a boundary (schema 2), on the wall clock (no device times), in
+    increasing step order, no NaN among the times. `held_steps` says None otherwise."""
+
+    step: Any  # int64
+    touched: Any  # bool: a compile or capture in the step
+    wall_s: Any  # float64, NaN where null
+    wall_null: Any  # bool
+    t_min: float | None
+    count: int
+    boundaries: set[str]
+    backward_calls: set[int]
+
+
+def held_steps(record: ModeRecord) -> HeldSteps | None:
+    """Kept with the record (about 2 MB for 100,000 steps: a few arrays, no object per step)."""
+    return record.derived("held_steps", _held_steps)
+
+
+def _held_steps(record: ModeRecord) -> HeldSteps | None:
+    held = record.columns.get(StepEvent.kind)
+    if held is None or not held.count:
+        return None
+    boundaries = {b for b in held.distinct("boundary") if b}
+    if not boundaries or record.of(StepDeviceEvent):
+        return None
+    import numpy as np
+
+    found = [held.numbers(name) for name in ("step", "compiles", "ca_captures", "wall_s", "t")]
+    if any(f is None for f in found):
+        return None
+    (step, _), (compiles, _), (captures, _), (wall, wall_nulls), (t, t_nulls) = found  # type: ignore[misc]
+    if t_nulls or np.isnan(t).any() or (len(step) > 1 and not bool(np.all(step[1:] >= step[:-1]))):
+        return None
+    null = np.zeros(len(wall), dtype=bool)
+    null[wall_nulls] = True
+    if np.isnan(wall[~null]).any():
+        return None
+    return HeldSteps(
+        step=step, touched=(compiles != 0) | (captures != 0), wall_s=wall, wall_null=null, t_min=float(t.min()), count=held.count,
+        boundaries=boundaries, backward_calls=held.distinct("backward_calls"),
+    )
+
+
 def _record_step_intervals(record: ModeRecord) -> tuple[list[float], list[int], str]:
+    fast = held_steps(record)
+    if fast is not None:
+        return fast.wall_s[~fast.touched & ~fast.wall_null].tolist(), fast.step[fast.touched].tolist(), "wall"
     steps = step_columns(record)
     device = device_step_seconds(record)
     intervals, excluded = steady_intervals(steps, device)
@@ -318,6 +372,13 @@ def step_losses(record: ModeRecord) -> dict[int, float]:
 
 
 def _step_losses(record: ModeRecord) -> dict[int, float]:
+    fast = held_steps(record)  # no device losses then
+    found = record.columns[StepEvent.kind].numbers("loss") if fast is not None else None
+    if found is not None and not found[1] and not found[0].size == 0:
+        import numpy as np
+
+        if not np.isnan(found[0]).any():  # a NaN loss: the list path's, so the figures stay json's objects
+            return dict(zip(fast.step.tolist(), found[0].tolist()))  # type: ignore[union-attr]
     steps = step_columns(record)
     losses = {step: loss for step, loss in zip(steps.step, steps.loss) if loss is not None}
     for late in record.of(StepDeviceEvent):
@@ -326,13 +387,51 @@ def _step_losses(record: ModeRecord) -> dict[int, float]:
     return losses
 
 
-def stats_of_intervals(intervals: list[float], excluded: list[int], first_step_s: float | None = None, clock: str = "wall") -> StepStats:
+def record_step_stats(record: ModeRecord, first_step_s: float | None) -> StepStats:
+    """`stats_of_intervals` of the record's steady steps; for a record whose steps are held as
+    arrays (`held_steps`), the same figures computed on them (numpy's sort, then the same
+    median, percentiles and exactly rounded mean on the sorted values)."""
+    fast = held_steps(record)
+    if fast is None:
+        intervals, excluded, clock = record_step_intervals(record)
+        return stats_of_intervals(intervals, excluded, first_step_s, clock)
+    import numpy as np
+
+    ordered = np.sort(fast.wall_s[~fast.touched & ~fast.wall_null])
+    excluded = fast.step[fast.touched].tolist()
+    n = len(ordered)
+    if not n:
+        return stats_of_intervals([], excluded, first_step_s, "wall")
+    import math
+
+    # statistics.median, _percentile and statistics.fmean (fsum / n) on the sorted doubles, as
+    # Python floats: the same arithmetic on the same values, without a list of them.
+    middle = n // 2
+    median = float(ordered[middle]) if n % 2 else (float(ordered[middle - 1]) + float(ordered[middle])) / 2
+    return StepStats(
+        count=n, excluded=excluded, median_s=median, p10_s=_percentile_of_array(ordered, 0.10), p90_s=_percentile_of_array(ordered, 0.90),
+        mean_s=math.fsum(ordered) / n, first_step_s=first_step_s, clock="wall",
+    )
+
+
+def _percentile_of_array(ordered: Any, q: float) -> float:
+    """`_percentile` of a sorted numpy array, in Python floats."""
+    if len(ordered) == 1:
+        return float(ordered[0])
+    pos = (len(ordered) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    low, high = float(ordered[lo]), float(ordered[hi])
+    return low + (high - low) * (pos - lo)
+
+
+def stats_of_intervals(intervals: list[float], excluded: list[int], first_step_s: float | None = None, clock: str = "wall", presorted: bool = False) -> StepStats:
     """Median, p10, p90 and mean of steady iteration times (any order)."""
     if not intervals:
         return StepStats(0, list(excluded), None, None, None, None, first_step_s, clock)
     import statistics  # here: `recompiles --explain` imports this module for is_grad_warmup alone (statistics: ~5 ms of start-up)
 
-    ordered = sorted(intervals)
+    ordered = intervals if presorted else _sorted(intervals)
     return StepStats(
         count=len(ordered),
         excluded=list(excluded),
@@ -343,6 +442,19 @@ def stats_of_intervals(intervals: list[float], excluded: list[int], first_step_s
         first_step_s=first_step_s,
         clock=clock,
     )
+
+
+def _sorted(values: list[float]) -> list[float]:
+    """sorted(values); numpy's sort for a long list without NaN (the same order then, in a third
+    of the time: a gate sorts every rank's steady steps of every mode)."""
+    if len(values) < 10_000:
+        return sorted(values)
+    import numpy as np
+
+    array = np.asarray(values, dtype=float)
+    if np.isnan(array).any() or set(map(type, values)) != {float}:
+        return sorted(values)
+    return np.sort(array).tolist()
 
 
 def step_stats(steps: list[StepEvent], run_start_to_first_end: float | None = None) -> StepStats:
@@ -389,8 +501,9 @@ def mode_metrics(record: ModeRecord) -> ModeMetrics:
 
 
 def _mode_metrics(record: ModeRecord) -> ModeMetrics:
+    fast = held_steps(record)
     manifest = record.manifest
-    steps = step_columns(record)
+    steps = step_columns(record) if fast is None else None
     dynamo = record.of(DynamoCompileEvent)
     ca_graphs = record.of(CAGraphEvent)
     misses = record.of(CacheMissEvent)
@@ -409,7 +522,7 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
         "ca_capture": sum(g.capture_s for g in ca_graphs),
     }
     compile_time = sum((d.entire_frame_compile_time_s or 0.0) for d in dynamo) + phases["ca_capture"]
-    first_step_end = min(steps.t, default=None)
+    first_step_end = min(steps.t, default=None) if steps is not None else fast.t_min  # type: ignore[union-attr]
     counters = manifest.torch_counters or {}
     unique = counters.get("stats", {}).get("unique_graphs")
     captures = counters.get("compiled_autograd", {}).get("captures")
@@ -418,17 +531,25 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
     ca_misses_total = len({g.ca_id for g in ca_graphs} | {m.ca_id for m in misses})
     breaks = record.of(GraphBreakEvent)
     sites = graph_break_sites(breaks)
-    intervals, excluded, clock = record_step_intervals(record)
-    backwards = backward_steps(record)
-    step_numbers = set(steps.step)  # once: inside the count below it was rebuilt per backward (quadratic)
-    boundaries = {b for b in steps.boundary if b}
+    if steps is not None:
+        backwards = backward_steps(record)
+        step_numbers = set(steps.step)  # once: inside the count below it was rebuilt per backward (quadratic)
+        boundaries = {b for b in steps.boundary if b}
+        step_count, calls_per_step = len(steps), set(steps.backward_calls)
+        backward_count = len(backwards)
+        after_last = sum(1 for step in backwards if step not in step_numbers)
+        losses = [loss for _, loss in sorted(step_losses(record).items())]
+    else:
+        boundaries, step_count, calls_per_step = fast.boundaries, fast.count, fast.backward_calls  # type: ignore[union-attr]
+        backward_count, after_last = _held_backward_figures(record, fast)  # type: ignore[arg-type]
+        losses = _held_losses(record, fast)  # type: ignore[arg-type]
     torch_breaks = torch_graph_breaks(counters)
     uses_ca = manifest.mode == "ca" or bool(ca_graphs)
     return ModeMetrics(
         mode=manifest.mode,
         status=manifest.status,
         exit_code=manifest.exit_code,
-        steps=len(steps),
+        steps=step_count,
         forward_graphs=forward_graphs,
         backward_graphs=len(ca_graphs) if uses_ca else len(aot_backward),
         aot_backward_graphs=len(aot_backward),
@@ -441,15 +562,15 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
         autograd_captures=captures,
         compile_time_s=compile_time,
         compile_phases_s=phases,
-        step_time=stats_of_intervals(intervals, excluded, first_step_end, clock),
+        step_time=record_step_stats(record, first_step_end),
         peak_rss_bytes=manifest.peak_rss_bytes,
         final_param_norm=final[-1].param_norm if final else None,
         final_grad_norm=final[-1].grad_norm if final else None,
-        losses=[loss for _, loss in sorted(step_losses(record).items())],
-        backward_calls=max(len(backwards), record.kind_counts.get(BackwardEvent.kind, 0)) if stamps_step_in_progress(manifest.schema_version) else len(steps),
+        losses=losses,
+        backward_calls=max(backward_count, record.kind_counts.get(BackwardEvent.kind, 0)) if stamps_step_in_progress(manifest.schema_version) else step_count,
         step_boundary=_step_boundary(boundaries),
-        backward_calls_per_step=tuple(sorted(set(steps.backward_calls))) if boundaries else ((1,) if len(steps) else ()),
-        backward_calls_after_last_step=sum(1 for step in backwards if step not in step_numbers),
+        backward_calls_per_step=tuple(sorted(calls_per_step)) if boundaries else ((1,) if step_count else ()),
+        backward_calls_after_last_step=after_last,
         peak_device_memory_bytes=manifest.peak_device_memory_bytes,
         graph_break_sites=sites,
         graph_breaks_from_torch=torch_breaks is not None,
@@ -461,6 +582,38 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
         ddp_hook_graphs=len(ddp_hook),
         ddp_hook_recompiles=sum(1 for r in recompiles if not r.is_ca_graph and r.compile_id.split("/")[0] in ddp_hook_frames),
     )
+
+
+def _held_backward_figures(record: ModeRecord, fast: HeldSteps) -> tuple[int, int]:
+    """(backward calls, calls whose step never ended) from the held columns, as the list path counts them."""
+    held = record.columns.get(BackwardEvent.kind)
+    found = held.numbers("step") if held is not None else None
+    if found is None:
+        backwards = backward_steps(record)
+        numbers = set(fast.step.tolist())
+        return len(backwards), sum(1 for step in backwards if step not in numbers)
+    import numpy as np
+
+    steps = found[0]
+    return len(steps), int((~np.isin(steps, fast.step)).sum())
+
+
+def _held_losses(record: ModeRecord, fast: HeldSteps) -> list[float]:
+    """The losses by step, as `step_losses` sorted by step gives them: with the steps strictly
+    increasing (one loss per step) and no late device losses, the non-null losses in order."""
+    import numpy as np
+
+    held = record.columns[StepEvent.kind]
+    found = held.numbers("loss")
+    if found is None or (len(fast.step) > 1 and not bool(np.all(fast.step[1:] > fast.step[:-1]))):
+        return [loss for _, loss in sorted(step_losses(record).items())]
+    values, nulls = found
+    keep = np.ones(len(values), dtype=bool)
+    keep[nulls] = False
+    losses = values[keep]
+    if np.isnan(losses).any():  # a NaN loss: the list path's, so the figures stay the same objects
+        return [loss for _, loss in sorted(step_losses(record).items())]
+    return losses.tolist()
 
 
 def _step_boundary(boundaries: set[str]) -> str:

@@ -7,11 +7,14 @@ start of the next, as `frames.steps_frame` measures them), backward calls, optim
 Dynamo compiles. Every span is a complete event (`ph: "X"`) in microseconds; events record their
 end time `t`, so a span is [t - duration, t]. Times are relative to the earliest mode start of the
 run (each mode's clock starts at its manifest's `started_at`), so modes and ranks line up.
+A long job's steps are partly aggregated (`MAX_TRACE_STEPS`); the trace's `otherData.aggregated`
+says what was merged or left out, and every compile, capture and recompile is always drawn.
 """
 
 from __future__ import annotations
 
 import json
+import operator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -26,7 +29,8 @@ from cagtool.record.schema import (
     OptimizerStepEvent,
     StepEvent,
 )
-from cagtool.report.frames import steps_frame
+from cagtool.report.downsample import downsample
+from cagtool.report.metrics import held_steps, step_columns
 
 TRACE_FORMAT = "cagtool-perfetto"
 
@@ -76,8 +80,36 @@ def _span(name: str, track: tuple[int, str], pid: int, start_s: float, dur_s: fl
     return {"name": name, "cat": track[1], "ph": "X", "pid": pid, "tid": track[0], "ts": _us(start_s), "dur": _us(max(dur_s, 0.0)), "args": args}
 
 
-def process_events(proc: TraceProcess, offset_s: float) -> list[dict[str, Any]]:
-    """The metadata and spans of one process; `offset_s` moves its clock onto the run's."""
+# A long job's trace draws at most this many steps one by one, over all its processes (each step a
+# step span, its backward calls and its optimizer step): 100,000 steps x 24 records would be 7
+# million spans, a trace no viewer opens. Each process gets its share (at least
+# MIN_STEPS_PER_PROCESS); a process with more steps keeps every step that carries a marker (compile
+# or capture in it, a compile event at it) and the fastest and slowest step of each stretch
+# (charts.downsample), and each stretch of steps between those becomes one aggregated span over the
+# same time, with the count, mean, min and max of its steps. `otherData.aggregated` says, per
+# process, how many steps were merged and how many backward and optimizer spans left out.
+MAX_TRACE_STEPS = 24_000
+MIN_STEPS_PER_PROCESS = 1_000
+
+
+def steps_per_process(processes: int) -> int:
+    return max(MIN_STEPS_PER_PROCESS, MAX_TRACE_STEPS // max(processes, 1))
+
+
+def _kind_columns(record: ModeRecord, cls: type, names: tuple[str, ...]) -> dict[str, list[Any]]:
+    """The named fields of `cls`'s events, column by column in file order: from the record's
+    columns when the loader held them there, else from the events."""
+    held = record.columns.get(cls.kind)  # type: ignore[attr-defined]
+    if held is not None:
+        return {name: held.column(name) for name in names}
+    events = record.of(cls)
+    return {name: [getattr(e, name) for e in events] for name in names}
+
+
+def process_events(proc: TraceProcess, offset_s: float, max_steps: int | None = None) -> list[dict[str, Any]]:
+    """The metadata and spans of one process; `offset_s` moves its clock onto the run's. With
+    `max_steps`, a process with more steps is drawn as `MAX_TRACE_STEPS` says (its `aggregated`
+    entry, when it was, is added to the metadata event `process_name`'s args)."""
     record, pid = proc.record, proc.pid
     events: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": proc.label}},
@@ -86,36 +118,192 @@ def process_events(proc: TraceProcess, offset_s: float) -> list[dict[str, Any]]:
     for tid, name in TRACKS:
         events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
         events.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
-    steps = record.of(StepEvent)
-    by_boundary = any(s.boundary for s in steps)  # schema 2: a step ends at its boundary (record/schema.py)
-    if steps:
-        frame = steps_frame(record)
-        for number, row in frame.iterrows():
-            if by_boundary:
-                # On the host clock: from the previous step's end to this one's (the first has no start).
-                duration = row["wall_s"]
-                start = float(row["t"]) - float(duration) if duration == duration and duration is not None else None
-            else:
-                start, duration = float(row["t"]) - float(row["backward_s"]), row["iteration_s"]
-            if start is not None and duration == duration:  # not NaN: the last step has no following start
-                args = {"step": int(number), "compile_affected": bool(row["compile_affected"]), "loss": _num(row["loss"])}
-                events.append(_span(f"step {number}", TRACK_STEPS, pid, offset_s + start, float(duration), args))
+    ca_graphs = record.of(CAGraphEvent)
+    ca_compiles = record.of(CACompileEvent)
+    dynamo = record.of(DynamoCompileEvent)
+    marked_steps = {e.step for e in (*ca_graphs, *ca_compiles, *dynamo) if e.step is not None}
+    held = _held_step_spans(record, pid, offset_s, max_steps, marked_steps)
+    if held is not None:
+        spans, aggregated = held
+        events.extend(spans)
+        if aggregated is not None:
+            events[0]["args"]["aggregated"] = aggregated
+        _compile_spans(events, pid, offset_s, ca_graphs, ca_compiles, dynamo)
+        return events
+    c = step_columns(record)
+    by_boundary = any(c.boundary)  # schema 2: a step ends at its boundary (record/schema.py)
+    # Per step, in step order (stable, as the frame's sort was): the figures of `frames.steps_frame`.
+    order = range(len(c.step)) if all(map(operator.le, c.step, c.step[1:])) else sorted(range(len(c.step)), key=c.step.__getitem__)
+    touched = [bool(c.compiles[i] > 0 or c.ca_captures[i] > 0) for i in order]
+    starts: list[float | None]
+    durations: list[float | None]
     if by_boundary:
-        for b in record.of(BackwardEvent):
-            args = {"step": b.step, "index": b.index, "call": b.call, "ca_captures": b.ca_captures, "loss": _num(b.loss)}
-            events.append(_span(f"backward {b.step}.{b.index}", TRACK_BACKWARD, pid, offset_s + b.t - b.backward_s, b.backward_s, args))
-    for s in steps if not by_boundary else ():
-        args = {"step": s.step, "ca_captures": s.ca_captures, "compiles": s.compiles, "compile_s": s.compile_s, "loss": _num(s.loss)}
-        events.append(_span(f"backward {s.step}", TRACK_BACKWARD, pid, offset_s + s.t - s.backward_s, s.backward_s, args))
-    for o in record.of(OptimizerStepEvent):
-        events.append(_span(o.optimizer or "optimizer.step", TRACK_OPTIMIZER, pid, offset_s + o.t - o.wall_s, o.wall_s, {"step": o.step}))
-    for g in record.of(CAGraphEvent):
+        # On the host clock: from the previous step's end to this one's (the first has no start).
+        durations = [c.wall_s[i] for i in order]
+        starts = [None if d is None or d != d else c.t[i] - d for i, d in zip(order, durations)]
+        affected = touched
+    else:
+        starts = [c.t[i] - c.backward_s[i] for i in order]
+        durations = [following - current for current, following in zip(starts, starts[1:])] + ([None] if starts else [])  # type: ignore[operator]
+        affected = [t or following for t, following in zip(touched, touched[1:] + [False])]
+    drawn = list(range(len(order)))
+    aggregated: dict[str, Any] | None = None
+    if max_steps is not None and len(order) > max_steps:
+        marked = [k for k, i in enumerate(order) if affected[k] or c.step[i] in marked_steps]
+        drawn = downsample([d if s is not None else None for s, d in zip(starts, durations)], marked, max_steps)
+    kept_steps = {c.step[order[k]] for k in drawn}
+    recorded = set(c.step) if len(drawn) < len(order) else set()  # a backward or optimizer step outside them is always drawn
+    for k in drawn:
+        i = order[k]
+        start, duration = starts[k], durations[k]
+        if start is not None and duration is not None and duration == duration:  # not NaN: the last step has no following start
+            args = {"step": int(c.step[i]), "compile_affected": affected[k], "loss": _num(c.loss[i])}
+            events.append(_span(f"step {c.step[i]}", TRACK_STEPS, pid, offset_s + start, float(duration), args))
+    if len(drawn) < len(order):
+        import numpy as np
+
+        merged = _merged_spans(
+            np.array([c.step[i] for i in order], dtype=np.int64),
+            np.array([np.nan if v is None else v for v in starts], dtype=float),
+            np.array([np.nan if v is None else v for v in durations], dtype=float),
+            drawn, pid, offset_s,
+        )
+        events.extend(merged)
+        aggregated = {"steps": len(order), "steps_drawn": len(drawn), "aggregated_spans": len(merged)}
+    if by_boundary:
+        b = _kind_columns(record, BackwardEvent, ("step", "index", "call", "ca_captures", "loss", "t", "backward_s"))
+        left = 0
+        for step, index, call, captures, loss, t, backward_s in zip(*b.values()):
+            if aggregated is not None and step in recorded and step not in kept_steps:
+                left += 1
+                continue
+            args = {"step": step, "index": index, "call": call, "ca_captures": captures, "loss": _num(loss)}
+            events.append(_span(f"backward {step}.{index}", TRACK_BACKWARD, pid, offset_s + t - backward_s, backward_s, args))
+        if aggregated is not None:
+            aggregated["backward_spans_left_out"] = left
+    else:
+        for k in drawn:
+            i = order[k]
+            args = {"step": c.step[i], "ca_captures": c.ca_captures[i], "compiles": c.compiles[i], "compile_s": _step_compile_s(record, i), "loss": _num(c.loss[i])}
+            events.append(_span(f"backward {c.step[i]}", TRACK_BACKWARD, pid, offset_s + c.t[i] - c.backward_s[i], c.backward_s[i], args))
+    o = _kind_columns(record, OptimizerStepEvent, ("step", "t", "wall_s", "optimizer"))
+    left = 0
+    for step, t, wall_s, optimizer in zip(*o.values()):
+        if aggregated is not None and step in recorded and step not in kept_steps:
+            left += 1
+            continue
+        events.append(_span(optimizer or "optimizer.step", TRACK_OPTIMIZER, pid, offset_s + t - wall_s, wall_s, {"step": step}))
+    if aggregated is not None:
+        aggregated["optimizer_spans_left_out"] = left
+        events[0]["args"]["aggregated"] = aggregated
+    _compile_spans(events, pid, offset_s, ca_graphs, ca_compiles, dynamo)
+    return events
+
+
+def _step_compile_s(record: ModeRecord, index: int) -> float:
+    held = record.columns.get(StepEvent.kind)
+    return held.column("compile_s")[index] if held is not None else record.of(StepEvent)[index].compile_s
+
+
+def _merged_spans(steps: Any, starts: Any, durations: Any, drawn: list[int], pid: int, offset_s: float) -> list[dict[str, Any]]:
+    """One span per stretch of steps between two drawn ones (arrays in step order, NaN where a step
+    has no start or time), over the time those steps took: from the first one's start to the last
+    one's end, with their count and mean, min and max time."""
+    import numpy as np
+
+    timed = np.flatnonzero(~np.isnan(starts) & ~np.isnan(durations))
+    undrawn = timed[~np.isin(timed, np.asarray(drawn, dtype=np.int64))]
+    if not undrawn.size:
+        return []
+    stretch = np.searchsorted(np.asarray(drawn, dtype=np.int64), undrawn)  # the stretch (gap between drawn steps) each lies in
+    heads = np.flatnonzero(np.r_[True, stretch[1:] != stretch[:-1]])
+    tails = np.r_[heads[1:], undrawn.size] - 1
+    times = durations[undrawn]
+    sums, lows, highs = (np.add.reduceat(times, heads), np.minimum.reduceat(times, heads), np.maximum.reduceat(times, heads))
+    out: list[dict[str, Any]] = []
+    for head, tail, total, low, high in zip(heads.tolist(), tails.tolist(), sums.tolist(), lows.tolist(), highs.tolist()):
+        first_k, last_k = int(undrawn[head]), int(undrawn[tail])
+        first, last, count = int(steps[first_k]), int(steps[last_k]), tail - head + 1
+        begin = float(starts[first_k])
+        end = float(starts[last_k]) + float(durations[last_k])
+        args = {"first_step": first, "last_step": last, "steps": count, "mean_ms": round(1000 * total / count, 6),
+                "min_ms": round(1000 * low, 6), "max_ms": round(1000 * high, 6), "aggregated": True}
+        out.append(_span(f"steps {first}-{last} ({count})", TRACK_STEPS, pid, offset_s + begin, end - begin, args))
+    return out
+
+
+def _held_step_spans(record: ModeRecord, pid: int, offset_s: float, max_steps: int | None, marked_steps: set[int]) -> tuple[list[dict[str, Any]], dict[str, Any] | None] | None:
+    """The step, backward and optimizer spans of a record whose steps it holds as arrays
+    (`metrics.held_steps`), as `process_events` draws them, taken out of the arrays for the drawn
+    steps only; None for any other record."""
+    import numpy as np
+
+    fast = held_steps(record)
+    if fast is None:
+        return None
+    steps_held = record.columns[StepEvent.kind]
+    t, loss = steps_held.numbers("t"), steps_held.numbers("loss")
+    b = record.columns.get(BackwardEvent.kind)
+    o = record.columns.get(OptimizerStepEvent.kind)
+    if t is None or loss is None or b is None or o is None:
+        return None
+    backward = {name: b.numbers(name) for name in ("step", "index", "ca_captures", "loss", "t", "backward_s")}
+    optimizer = {name: o.numbers(name) for name in ("step", "t", "wall_s")}
+    if any(v is None for v in (*backward.values(), *optimizer.values())):
+        return None
+    durations = np.where(fast.wall_null, np.nan, fast.wall_s)
+    starts = t[0] - durations
+    drawn = list(range(fast.count))
+    if max_steps is not None and fast.count > max_steps:
+        marks = np.flatnonzero(fast.touched | np.isin(fast.step, np.array(sorted(marked_steps), dtype=np.int64)))
+        drawn = downsample(np.where(np.isnan(starts), np.nan, durations), marks.tolist(), max_steps)
+    picked = np.asarray(drawn, dtype=np.int64)
+    loss_null = set(loss[1])
+    events: list[dict[str, Any]] = []
+    for k, step, start, duration, affected, value in zip(drawn, fast.step[picked].tolist(), starts[picked].tolist(), durations[picked].tolist(),
+                                                        fast.touched[picked].tolist(), loss[0][picked].tolist()):
+        if start == start and duration == duration:  # not NaN: the first step has no start
+            args = {"step": step, "compile_affected": affected, "loss": None if k in loss_null else _num(value)}
+            events.append(_span(f"step {step}", TRACK_STEPS, pid, offset_s + start, duration, args))
+    aggregated: dict[str, Any] | None = None
+    if len(drawn) < fast.count:
+        merged = _merged_spans(fast.step, starts, durations, drawn, pid, offset_s)
+        events.extend(merged)
+        aggregated = {"steps": fast.count, "steps_drawn": len(drawn), "aggregated_spans": len(merged)}
+
+    def shown(step_numbers: Any) -> Any:
+        """Rows drawn: those of a drawn step, or of a step that never ended (always drawn)."""
+        if aggregated is None:
+            return np.arange(len(step_numbers))
+        return np.flatnonzero(np.isin(step_numbers, fast.step[picked]) | ~np.isin(step_numbers, fast.step))
+
+    rows = shown(backward["step"][0])  # type: ignore[index]
+    calls = b.column("call")
+    columns = [backward[name][0][rows].tolist() for name in ("step", "index", "ca_captures", "loss", "t", "backward_s")]  # type: ignore[index]
+    loss_nulls = set(backward["loss"][1])  # type: ignore[index]
+    for row, step, index, captures, value, end, backward_s in zip(rows.tolist(), *columns):
+        args = {"step": step, "index": index, "call": calls[row], "ca_captures": captures, "loss": None if row in loss_nulls else _num(value)}
+        events.append(_span(f"backward {step}.{index}", TRACK_BACKWARD, pid, offset_s + end - backward_s, backward_s, args))
+    if aggregated is not None:
+        aggregated["backward_spans_left_out"] = b.count - len(rows)
+    rows = shown(optimizer["step"][0])  # type: ignore[index]
+    names = o.column("optimizer")
+    for row, step, end, wall_s in zip(rows.tolist(), *(optimizer[name][0][rows].tolist() for name in ("step", "t", "wall_s"))):  # type: ignore[index]
+        events.append(_span(names[row] or "optimizer.step", TRACK_OPTIMIZER, pid, offset_s + end - wall_s, wall_s, {"step": step}))
+    if aggregated is not None:
+        aggregated["optimizer_spans_left_out"] = o.count - len(rows)
+    return events, aggregated
+
+
+def _compile_spans(events: list[dict[str, Any]], pid: int, offset_s: float, ca_graphs: list[CAGraphEvent], ca_compiles: list[CACompileEvent], dynamo: list[DynamoCompileEvent]) -> None:
+    """The CA capture, CA first call and Dynamo compile spans, every one (they are the markers)."""
+    for g in ca_graphs:
         args = {"compile_id": g.compile_id, "step": g.step, "nodes": g.node_count, "hooks": len(g.hooks), "code_file": g.code_file}
         events.append(_span(f"CA capture {g.compile_id}", TRACK_CA_CAPTURE, pid, offset_s + g.t - g.capture_s, g.capture_s, args))
-    for c in record.of(CACompileEvent):
-        args = {"ca_id": c.ca_id, "step": c.step, "ok": c.ok, "error": c.error}
-        events.append(_span(f"CA first call !{c.ca_id}", TRACK_CA_COMPILE, pid, offset_s + c.t - c.first_call_s, c.first_call_s, args))
-    for d in record.of(DynamoCompileEvent):
+    for cc in ca_compiles:
+        args = {"ca_id": cc.ca_id, "step": cc.step, "ok": cc.ok, "error": cc.error}
+        events.append(_span(f"CA first call !{cc.ca_id}", TRACK_CA_COMPILE, pid, offset_s + cc.t - cc.first_call_s, cc.first_call_s, args))
+    for d in dynamo:
         duration = d.entire_frame_compile_time_s or 0.0
         args = {
             "compile_id": d.compile_id,
@@ -132,7 +320,6 @@ def process_events(proc: TraceProcess, offset_s: float) -> list[dict[str, Any]]:
         }
         label = f"Dynamo compile {d.compile_id}" + (f" {d.co_name}" if d.co_name else "")
         events.append(_span(label, TRACK_DYNAMO, pid, offset_s + d.t - duration, duration, args))
-    return events
 
 
 def _num(value: Any) -> float | None:
@@ -143,6 +330,11 @@ def _num(value: Any) -> float | None:
     return number if number == number else None
 
 
+def _has_steps(record: ModeRecord) -> bool:
+    held = record.columns.get(StepEvent.kind)
+    return bool(held.count) if held is not None else bool(record.of(StepEvent))
+
+
 def perfetto_trace(run: RunRecord) -> dict[str, Any]:
     """The trace document: `traceEvents` plus what it was made from."""
     processes = trace_processes(run)
@@ -150,9 +342,22 @@ def perfetto_trace(run: RunRecord) -> dict[str, Any]:
     known = [s for s in starts.values() if s is not None]
     origin = min(known) if known else 0.0
     events: list[dict[str, Any]] = []
+    limit = steps_per_process(sum(1 for p in processes if _has_steps(p.record)))
+    aggregated: dict[str, Any] = {}
     for proc in processes:
         start = starts[proc.pid]
-        events.extend(process_events(proc, (start - origin) if start is not None else 0.0))
+        emitted = process_events(proc, (start - origin) if start is not None else 0.0, limit)
+        if "aggregated" in emitted[0]["args"]:
+            aggregated[proc.label] = emitted[0]["args"].pop("aggregated")
+        events.extend(emitted)
+    other: dict[str, Any] = {}
+    if aggregated:
+        other["aggregated"] = {
+            "note": (f"at most {limit:,} steps per process are drawn one by one: every step with a compile, CA capture or recompile, and the "
+                     "fastest and slowest of each stretch; the steps between them are merged into one span per stretch "
+                     "(args: steps, mean_ms, min_ms, max_ms), and their backward and optimizer spans are left out"),
+            "processes": aggregated,
+        }
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
@@ -162,6 +367,7 @@ def perfetto_trace(run: RunRecord) -> dict[str, Any]:
             "target": run.meta.target.get("name", ""),
             "time_origin": datetime.fromtimestamp(origin).astimezone().isoformat() if known else "",
             "torch": run.meta.versions.get("torch", ""),
+            **other,
         },
     }
 

@@ -193,7 +193,7 @@ def run_gate(run_path: str | Path | None, options: GateOptions | None = None) ->
     settings, config_path = resolve_settings(options.settings, options.config, options.use_config)
     if not settings.has_thresholds():
         build_checks(settings, "ca", None)  # raises the usage error before any loading
-    run = load_run(run_path, strict=options.strict)
+    run = load_run(run_path, strict=options.strict, columns=True)
     refuse_damaged(run, "gating it")
     baseline = load_baseline(settings.baseline) if settings.baseline is not None else None
     mode = settings.mode or default_mode(run)

@@ -17,12 +17,13 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from cagtool.record.loader import ModeRecord
 from cagtool.record.schema import GraphBreakEvent, StepEvent, stamps_step_in_progress
+from cagtool.report.downsample import downsample
 from cagtool.report.html.vega_bundle import VEGALITE_SCHEMA
-from cagtool.report.metrics import device_step_seconds, step_columns
+from cagtool.report.metrics import device_step_seconds, held_steps, step_columns
 from cagtool.report.recompiles.render import detail_cell
 from cagtool.report.recompiles.table import (
     SOURCE_CA,
@@ -69,23 +70,22 @@ class Series:
 def step_rows(series: Sequence[Series]) -> list[dict[str, Any]]:
     """One row per recorded step of each series, in step order: iteration time, backward time,
     loss, compile-affected flag (the figures of `frames.steps_frame`, computed the same way)."""
-    rows: list[dict[str, Any]] = []
-    for s in series:
-        for step, iteration_s, backward_s, loss, affected, compiles, captures, compile_s in step_figures(s.record):
-            rows.append(
-                {
-                    "series": s.label,
-                    "step": step,
-                    "iteration_ms": _ms(iteration_s),
-                    "backward_ms": _ms(backward_s),
-                    "loss": _float(loss),
-                    "compile_affected": affected,
-                    "compiles": compiles,
-                    "ca_captures": captures,
-                    "compile_ms": _ms(compile_s),
-                }
-            )
-    return rows
+    return [_step_row(s.label, figures) for s in series for figures in step_figures(s.record)]
+
+
+def _step_row(label: str, figures: tuple[int, float | None, float, float | None, bool, int, int, float]) -> dict[str, Any]:
+    step, iteration_s, backward_s, loss, affected, compiles, captures, compile_s = figures
+    return {
+        "series": label,
+        "step": step,
+        "iteration_ms": _ms(iteration_s),
+        "backward_ms": _ms(backward_s),
+        "loss": _float(loss),
+        "compile_affected": affected,
+        "compiles": compiles,
+        "ca_captures": captures,
+        "compile_ms": _ms(compile_s),
+    }
 
 
 def step_figures(record: ModeRecord) -> list[tuple[int, float | None, float, float | None, bool, int, int, float]]:
@@ -120,32 +120,90 @@ def _device_or_wall(device_s: float | None, wall_s: float | None) -> float | Non
     return wall_s
 
 
-# A long run's timeline keeps at most this many points per line (about 200 bytes each in the page):
-# every compile-affected step stays, steady steps are thinned evenly. The figures (medians,
-# percentiles) come from every step; only the drawing is thinned.
+# A long run's timeline is drawn from a bounded number of points per line (about 200 bytes each in
+# the page): at most MAX_POINTS_PER_SERIES, and at most MAX_POINTS_PER_CHART over all the lines of
+# one chart (8 ranks of 100,000 steps each stay a few hundred kB), never fewer than
+# MIN_POINTS_PER_SERIES. The figures (medians, percentiles) come from every step; only the drawing
+# is thinned, and every step that carries a marker stays (see `downsample`).
 MAX_POINTS_PER_SERIES = 2500
+MAX_POINTS_PER_CHART = 4000
+MIN_POINTS_PER_SERIES = 300
 
 
-def thin_steps(rows: list[dict[str, Any]], limit: int = MAX_POINTS_PER_SERIES) -> tuple[list[dict[str, Any]], int]:
-    """(the rows to draw, how many were left out)."""
+def points_per_series(series_count: int) -> int:
+    """How many points each of `series_count` lines of one chart may draw."""
+    return min(MAX_POINTS_PER_SERIES, max(MIN_POINTS_PER_SERIES, MAX_POINTS_PER_CHART // max(series_count, 1)))
+
+
+def thin_steps(rows: list[dict[str, Any]], limit: int = MAX_POINTS_PER_SERIES, marked_steps: Iterable[tuple[str, int]] = ()) -> tuple[list[dict[str, Any]], int]:
+    """(the rows to draw, how many were left out): `downsample` of each series' `iteration_ms`,
+    keeping its compile-affected rows and the (series, step) pairs in `marked_steps`."""
+    marks = set(marked_steps)
     by_series: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         by_series.setdefault(row["series"], []).append(row)
     kept: list[dict[str, Any]] = []
     dropped = 0
-    for series_rows in by_series.values():
-        if len(series_rows) <= limit:
-            kept.extend(series_rows)
-            continue
-        affected = [r for r in series_rows if r["compile_affected"]]
-        steady = [r for r in series_rows if not r["compile_affected"]]
-        room = max(limit - len(affected), 1)
-        stride = -(-len(steady) // room)  # ceil
-        chosen = affected + steady[::stride]
-        chosen.sort(key=lambda r: r["step"])
+    for label, series_rows in by_series.items():
+        marked = [i for i, r in enumerate(series_rows) if r["compile_affected"] or (label, r["step"]) in marks]
+        chosen = [series_rows[i] for i in downsample([r.get("iteration_ms") for r in series_rows], marked, limit)]
         dropped += len(series_rows) - len(chosen)
         kept.extend(chosen)
     return kept, dropped
+
+
+def drawn_step_rows(series: Sequence[Series], markers: Sequence[dict[str, Any]] = ()) -> tuple[list[dict[str, Any]], int]:
+    """`thin_steps(step_rows(series), ...)` with the chart's per-line budget and the steps of
+    `markers` kept, without building a row for a step that is not drawn (a 100,000-step record
+    builds a few hundred)."""
+    limit = points_per_series(len(series))
+    marks = {(m["series"], m["step"]) for m in markers}
+    rows: list[dict[str, Any]] = []
+    dropped = 0
+    for s in series:
+        held = _held_rows(s, marks, limit)
+        if held is not None:
+            rows.extend(held[0])
+            dropped += held[1]
+            continue
+        figures = step_figures(s.record)
+        marked = [i for i, f in enumerate(figures) if f[4] or (s.label, f[0]) in marks]
+        chosen = downsample([f[1] for f in figures], marked, limit)
+        dropped += len(figures) - len(chosen)
+        rows.extend(_step_row(s.label, figures[i]) for i in chosen)
+    return rows, dropped
+
+
+def _held_rows(s: Series, marks: set[tuple[str, int]], limit: int) -> tuple[list[dict[str, Any]], int] | None:
+    """`drawn_step_rows` of one series whose steps the record holds as arrays (`held_steps`):
+    the same rows, with the figures of the drawn steps only taken out of the arrays."""
+    import numpy as np
+
+    fast = held_steps(s.record)
+    if fast is None:
+        return None
+    held = s.record.columns[StepEvent.kind]
+    columns = {name: held.numbers(name) for name in ("backward_s", "loss", "compiles", "ca_captures", "compile_s")}
+    if any(found is None for found in columns.values()):
+        return None
+    iteration = np.where(fast.wall_null, np.nan, fast.wall_s)
+    marked_steps = np.array(sorted(step for label, step in marks if label == s.label), dtype=np.int64)
+    marked = set(np.flatnonzero(fast.touched).tolist()) | set(np.flatnonzero(np.isin(fast.step, marked_steps)).tolist())
+    chosen = downsample(iteration, marked, limit)
+    picked = np.array(chosen, dtype=np.int64)
+
+    def values(name: str) -> list[Any]:
+        array, nulls = columns[name]  # type: ignore[misc]
+        out = array[picked].tolist()
+        if nulls:
+            null = set(nulls)
+            out = [None if i in null else v for i, v in zip(chosen, out)]
+        return out
+
+    wall = [None if null else value for null, value in zip(fast.wall_null[picked].tolist(), fast.wall_s[picked].tolist())]
+    figures = zip(fast.step[picked].tolist(), wall, values("backward_s"), values("loss"), fast.touched[picked].tolist(),
+                  values("compiles"), values("ca_captures"), values("compile_s"))
+    return [_step_row(s.label, f) for f in figures], fast.count - len(chosen)  # type: ignore[arg-type]
 
 
 def marker_rows(series: Sequence[Series]) -> list[dict[str, Any]]:

@@ -212,12 +212,12 @@ def _timeline_section(page: Page, groups: list[tuple[str, list[charts.Series]]])
         )
     )
     for title, series in groups:
-        steps, dropped = charts.thin_steps(charts.step_rows(series))
         markers = charts.marker_rows(series)
+        steps, dropped = charts.drawn_step_rows(series, markers)
         if not steps and not markers:
             parts.append(text("p", f"{title}: no steps recorded.", class_="note"))
             continue
-        caption = f"{dropped:,} steady steps not drawn (every compile-affected step is); the figures use them all." if dropped else ""
+        caption = (f"{dropped:,} steps not drawn: each line shows the fastest and slowest step of each stretch of steps, and every compile-affected or marked step; the figures use them all." if dropped else "")
         parts.append(page.chart(charts.timeline_spec(title, steps, markers), caption))
     return tag("section", "".join(parts), id="timeline")
 

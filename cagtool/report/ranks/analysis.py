@@ -149,7 +149,8 @@ def is_multi_process(record: ModeRecord) -> bool:
 
 def step_count(record: ModeRecord) -> int:
     """Steps of a record, also when it was loaded without its step events (`kinds=`)."""
-    return max(len(record.of(StepEvent)), record.kind_counts.get(StepEvent.kind, 0))
+    held = record.columns.get(StepEvent.kind)  # held as columns: counted without building an event per step
+    return max(held.count if held is not None else len(record.of(StepEvent)), record.kind_counts.get(StepEvent.kind, 0))
 
 
 def world_size(record: ModeRecord) -> int | None:

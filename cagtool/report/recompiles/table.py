@@ -368,7 +368,8 @@ def load_filtered(path: str | Path | None) -> tuple[RunRecord, dict[str, StepSum
 
 
 def step_summary(record: ModeRecord) -> StepSummary:
-    numbers = [s.step for s in record.of(StepEvent)]
+    held = record.columns.get(StepEvent.kind)
+    numbers = held.column("step") if held is not None else [s.step for s in record.of(StepEvent)]
     return StepSummary(len(numbers), max(numbers) if numbers else None)
 
 

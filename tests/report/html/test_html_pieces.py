@@ -1,11 +1,13 @@
 """The report's pure pieces, without a browser: escaping into a <script> block, and thinning a
-long timeline."""
+long timeline (min/max per bucket, every marked step kept)."""
 
 from __future__ import annotations
 
 import json
+import random
 
-from cagtool.report.html.charts import thin_steps
+from cagtool.report.downsample import downsample
+from cagtool.report.html.charts import MAX_POINTS_PER_CHART, MAX_POINTS_PER_SERIES, MIN_POINTS_PER_SERIES, points_per_series, thin_steps
 from cagtool.report.html.markup import esc, script_json
 
 
@@ -40,3 +42,51 @@ def test_long_timelines_keep_every_compile_affected_step():
     assert affected <= set(steps)
     assert len(kept) <= 1_000 and dropped == 10_000 - len(kept)
     assert steps == sorted(steps)
+
+
+def _buckets(n: int, limit: int, marked: int) -> list[range]:
+    """The buckets `downsample` cuts a series of n values into (its docstring's rule)."""
+    count = max((limit - marked) // 2, 1)
+    size = -(-n // count)
+    return [range(start, min(start + size, n)) for start in range(0, n, size)]
+
+
+def test_downsampling_keeps_every_marked_step_and_each_buckets_min_and_max():
+    rng = random.Random(4)
+    n, limit = 20_000, 600
+    values = [rng.lognormvariate(0, 0.3) for _ in range(n)]
+    for i in range(0, n, 997):
+        values[i] = None  # steps without a time (the first step has none) are never an extreme
+    values[12_345] = 1e6  # a spike
+    marked = {0, 1, 2, 7_000, 13_001, 19_999}
+    kept = downsample(values, marked, limit)
+    assert kept == sorted(set(kept)) and len(kept) <= limit
+    assert marked <= set(kept) and 12_345 in kept
+    for bucket in _buckets(n, limit, len(marked)):
+        timed = [i for i in bucket if values[i] is not None]
+        assert min(timed, key=values.__getitem__) in kept and max(timed, key=values.__getitem__) in kept
+    assert all(values[i] is not None for i in set(kept) - marked)
+    assert downsample(values[:limit], marked, limit) == list(range(limit))  # short series: whole
+
+
+def test_downsampling_keeps_marked_steps_beyond_its_budget():
+    """More marked steps than the budget: every one stays (markers are never dropped), plus the
+    extremes of one bucket."""
+    values = [float(i % 10) for i in range(5_000)]
+    marked = set(range(0, 5_000, 4))
+    kept = downsample(values, marked, 100)
+    assert marked <= set(kept) and len(kept) <= len(marked) + 2
+
+
+def test_thinned_rows_keep_the_marker_steps_of_their_series():
+    rows = _rows(10_000, {5}) + [{**r, "series": "aot"} for r in _rows(10_000, set())]
+    kept, dropped = thin_steps(rows, limit=400, marked_steps=[("ca", 4_321), ("aot", 77)])
+    by_series = {s: {r["step"] for r in kept if r["series"] == s} for s in ("ca", "aot")}
+    assert {5, 4_321} <= by_series["ca"] and 4_321 not in by_series["aot"] and 77 in by_series["aot"]
+    assert all(len(steps) <= 400 for steps in by_series.values()) and dropped == 20_000 - len(kept)
+
+
+def test_a_charts_points_are_shared_by_its_lines():
+    assert points_per_series(1) == MAX_POINTS_PER_SERIES
+    assert points_per_series(8) * 8 <= MAX_POINTS_PER_CHART
+    assert points_per_series(1_000) == MIN_POINTS_PER_SERIES

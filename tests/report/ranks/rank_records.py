@@ -13,6 +13,7 @@ from cagtool.record.graph_file import GraphNode
 from cagtool.record.manifest import ExceptionInfo, ModeManifest, RunMeta
 from cagtool.record.schema import (
     AutogradNodeRef,
+    BackwardEvent,
     CacheMissEvent,
     CAGraphEvent,
     FinalStateEvent,
@@ -44,6 +45,7 @@ class Rank:
     findings: list[tuple[str, str]] = field(default_factory=list)  # (code, message)
     step_s: float = 0.01
     cuda_peak: int | None = None  # manifest peak_device_memory_bytes
+    boundary: bool = False  # steps end at the optimizer (schema 2's layout: wall_s since the previous step)
 
 
 def _manifest(key: str, rank: int | None, world_size: int | None, role: str, status: str, exit_code: int | None) -> ModeManifest:
@@ -82,7 +84,10 @@ def _write_process(mode_dir: Path, manifest: ModeManifest, spec: Rank) -> None:
                         aot_ids=[], hooks=[], num_sizes=0, capture_s=0.01, code_file=code, nodes_file=nodes)
             captured = 1
         t += spec.step_s
-        writer.emit(StepEvent, t=t, step=step, backward_s=0.001, loss=1.0 / (step + 1), ca_captures=captured, compiles=captured)
+        if spec.boundary:
+            writer.emit(BackwardEvent, t=t, step=step, index=0, backward_s=0.001, ca_captures=captured, loss=1.0 / (step + 1))
+        timing = {"boundary": "optimizer", "wall_s": None if step == 0 else spec.step_s + (0.05 if captured else 0.0)} if spec.boundary else {}
+        writer.emit(StepEvent, t=t, step=step, backward_s=0.001, loss=1.0 / (step + 1), ca_captures=captured, compiles=captured, **timing)
     for code, message in spec.findings:
         writer.emit(FindingEvent, t=t, code=code, message=message)
     if spec.param_norm is not None or spec.grad_norm is not None:

@@ -85,6 +85,8 @@ def run_command(
     trace_nodes: bool = typer.Option(False, "--trace-nodes", help="Record where each autograd node was created (anomaly-mode tracebacks: exact source lines for recompiles, slower)."),
     depyf: bool = typer.Option(False, "--depyf", help="Also write depyf's readable dump of every compiled graph into the run directory."),
     torch_trace: bool = typer.Option(True, "--torch-trace/--no-torch-trace", help="Write a TORCH_TRACE log (open it with tlparse) in each mode's directory."),
+    parity_every: Optional[int] = typer.Option(None, "--parity-every", min=1, metavar="K", help="Also digest every parameter's gradient every K steps (always: step 0, steps that compiled or captured a graph, the last step); `cagtool compare` names the first step and parameter where modes disagree."),
+    parity: bool = typer.Option(False, "--parity", help="Compiled modes draw random numbers as eager does (torch._inductor.config.fallback_random), so gradients of jobs with dropout compare across modes."),
     keep_cache: bool = typer.Option(False, "--keep-cache", help="Keep each mode's Inductor cache under <run>/inductor-cache (default: a temporary directory, removed when the run ends)."),
     fmt: str = typer.Option("text", "--format", help="Summary format on stderr: text. For JSON use --json FILE (stdout is the script's)."),
     json_file: Optional[str] = typer.Option(None, "--json", metavar="FILE", help="Also write the summary as JSON to FILE (what `cagtool summary --format json` prints)."),
@@ -151,6 +153,8 @@ def run_command(
         trace_nodes=trace_nodes,
         depyf=depyf,
         torch_trace=torch_trace,
+        parity_every=parity_every,
+        parity=parity,
         cagtool_argv=tuple(sys.argv),
     )
 

@@ -1,0 +1,93 @@
+"""Gradient parity end to end: `cagtool run` records digests in every mode, `compare` names the
+first bad step and parameter of real compile-dependent mismatches (tests/scripts/grad_mismatch.py:
+the script behaves differently under torch.compile, as hooks and branches on is_compiling() do),
+`gate --max-grad-diff` fails on them, and jobs whose modes agree read as agreeing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import ROOT, cagtool_cmd
+
+MISMATCH = str(ROOT / "tests" / "scripts" / "grad_mismatch.py")
+DROPOUT = str(ROOT / "tests" / "scripts" / "dropout_train.py")
+
+
+def cagtool(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CI": "true", "COLUMNS": "200"}
+    return subprocess.run(cagtool_cmd(*args), capture_output=True, text=True, timeout=300, env=env, cwd=str(ROOT))
+
+
+def parity_json(run) -> dict:
+    proc = cagtool("compare", str(run.path), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def pair(data: dict, record: str) -> dict:
+    return next(p for p in data["grad_parity"]["pairs"] if p["record"] == record)
+
+
+def test_a_hook_that_scales_only_under_compiled_autograd_is_named_at_step_0(record_run):
+    run = record_run(MISMATCH, "--kind", "scale_hook", modes="eager,aot,ca")
+    assert run.returncode == 0, run.stderr
+    data = parity_json(run)
+    assert pair(data, "aot")["agrees"]
+    ca = pair(data, "ca")
+    assert ca["first_bad_step"] == 0
+    assert [(m["name"], m["kind"]) for m in ca["first_bad"]] == [("head.weight", "scale")]
+    assert ca["first_bad"][0]["ratio"] == pytest.approx(2.0, rel=1e-4)
+    text = cagtool("compare", str(run.path)).stdout
+    assert "ca differs from eager first at step 0, in 1 of 6 parameters (head.weight)" in text
+    assert "head.weight: scaled by 2" in text
+    gate = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(run.path))
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    assert "max-grad-diff" in gate.stdout and "head.weight" in gate.stdout
+
+
+def test_a_hook_that_zeroes_under_compile_reads_as_zero_vs_non_zero(record_run):
+    run = record_run(MISMATCH, "--kind", "zero_hook", modes="eager,ca")
+    assert run.returncode == 0, run.stderr
+    ca = pair(parity_json(run), "ca")
+    assert ca["first_bad_step"] == 0
+    assert [(m["name"], m["kind"]) for m in ca["first_bad"]] == [("head.weight", "zero")]
+
+
+def test_swapped_gradients_that_cancel_in_the_global_norm_are_named(record_run):
+    run = record_run(MISMATCH, "--kind", "swap", modes="eager,aot")
+    assert run.returncode == 0, run.stderr
+    data = parity_json(run)
+    # The loss and the global norms agree: only the per-parameter digests see it.
+    assert data["numerics"]["agree"]
+    aot = pair(data, "aot")
+    assert aot["first_bad_step"] == 0
+    swapped = {(m["name"], m["other"]) for m in aot["first_bad"] if m["kind"] == "swapped"}
+    assert ("left.weight", "right.weight") in swapped and ("right.weight", "left.weight") in swapped
+
+
+def test_seeded_job_with_gradient_accumulation_agrees_in_every_mode(record_run):
+    run = record_run("grad_accumulation.py", "--steps", "4", modes="eager,aot,ca", extra=("--parity-every", "1"))
+    assert run.returncode == 0, run.stderr
+    data = parity_json(run)
+    parity = data["grad_parity"]
+    assert parity["agree"], parity
+    assert parity["summary"] == "gradients: the 3 modes agree on all 4 parameters at 4 digested steps"
+    assert all(p["steps"] == [0, 1, 2, 3] for p in parity["pairs"])
+    assert not [p for p in data["problems"] if p.startswith("gradients")]
+    gate = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(run.path))
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+
+
+def test_random_ops_in_compiled_graphs_are_not_comparable_not_a_false_alarm(record_run):
+    run = record_run(DROPOUT, "--backend", "aot_eager", modes="eager,aot")
+    assert run.returncode == 0, run.stderr
+    data = parity_json(run)
+    aot = pair(data, "aot")
+    assert aot["not_comparable"] and "random ops" in aot["not_comparable"] and "--parity" in aot["not_comparable"]
+    assert aot["agrees"] and not [p for p in data["problems"] if p.startswith("gradients")]
+    gate = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(run.path))
+    assert gate.returncode == 1 and "cannot check" in gate.stdout

@@ -27,10 +27,11 @@ other), `zero` (zero in one, not in the other: a hook or a branch that ran in on
 (the gradient equals the reference's gradient of another parameter), `nonfinite`, else `differs`.
 
 Random numbers: compiled code (Inductor) draws random numbers differently from eager, so with
-dropout and friends in a compiled graph the gradients differ for that reason alone. A mode whose
-compiled graphs (the CA graph code under graphs/, the TORCH_TRACE log under trace/) call a random
-op is *not comparable*, unless the run made compiled code draw eager-equal numbers
-(`cagtool run --parity`: torch._inductor.config.fallback_random, recorded in the manifest).
+dropout and friends in a compiled graph the gradients differ for that reason alone. When a mode's
+gradients differ and its compiled graphs (the CA graph code under graphs/, the TORCH_TRACE log
+under trace/) call a random op, the pair is *not comparable* rather than disagreeing, unless the
+run made compiled code draw eager-equal numbers (`cagtool run --parity`:
+torch._inductor.config.fallback_random, recorded in the manifest).
 """
 
 from __future__ import annotations
@@ -385,11 +386,11 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
             notes.append(f"{label}: no digests of {ref_label} to compare with")
             continue
         ref_rec, ref_digests = digested[ref_label]
-        why = _why_not_comparable(rec, ref_rec)
-        if why:
-            pairs.append(PairParity(label, ref_label, (), 0, not_comparable=why))
-            continue
-        pairs.append(compare_digests(label, ref_label, digests, ref_digests, tol))
+        pair = compare_digests(label, ref_label, digests, ref_digests, tol)
+        # Random ops matter only when the gradients differ (equal draws agree, e.g. --parity): the
+        # graphs and trace log are read then, not on every compare.
+        why = "" if pair.agrees else _why_not_comparable(rec, ref_rec)
+        pairs.append(PairParity(label, ref_label, pair.steps, pair.params, not_comparable=why) if why else pair)
     # Across ranks: each mode's rank N against its rank 0 (DDP keeps them equal).
     for name, record in run.modes.items():
         ranked = _labelled(name, record)

@@ -156,6 +156,11 @@ class GradDigests:
         self.errors = 0
         self.last_error = ""
 
+    def restart(self) -> None:
+        """A forked child starts its own record: the parent's digests are the parent's."""
+        self._digests.clear()
+        self.countdown = 0
+
     def arm(self) -> None:
         """A compile or capture happened: the step in progress is due."""
         self.countdown = 0

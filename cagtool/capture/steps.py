@@ -141,6 +141,8 @@ class StepTracker:
             self._last_boundary_t = None
             self.device = DeviceReadings(self.writer)
             self._main_thread_id = threading.main_thread().ident
+            if self.digests is not None:
+                self.digests.restart()
 
     @property
     def current_step(self) -> int:

@@ -21,6 +21,9 @@ The tolerance (`GradTolerance`), per parameter and step:
   difference within the norm's tolerance can move a sum weighted by w_i in [1, 2).
 `cagtool gate --max-grad-diff X` scales this tolerance by X.
 
+Not comparable either: a pair whose first-step losses already differ (the forward saw other
+inputs: an unseeded rank, data order), as in the loss numerics' own rule.
+
 What a mismatch looks like (`ParamMismatch.kind`): `missing` (a gradient in one mode, None in the
 other), `zero` (zero in one, not in the other: a hook or a branch that ran in one mode only),
 `sign` (same norms, negated checksum), `scale` (every digest scaled by the same factor), `swapped`
@@ -41,11 +44,13 @@ import re
 from dataclasses import dataclass, field
 
 from cagtool.record.loader import ModeRecord, RunRecord
-from cagtool.record.schema import GRAPHS_DIR, MODES, TRACE_DIR, GradDigestEvent
+from cagtool.record.schema import FIRST_STEP, GRAPHS_DIR, MODES, TRACE_DIR, GradDigestEvent
 
 BASE_RTOL = {"float64": 1e-7, "float32": 1e-4, "bfloat16": 2e-2, "float16": 4e-3}
 EPS = {"float64": 2.2e-16, "float32": 1.19e-7, "bfloat16": 7.8e-3, "float16": 9.8e-4}
 SIZE_FACTOR = 16.0
+# The loss numerics' tolerance (compare/analysis.py Tolerance), for "inputs differ".
+FIRST_LOSS_RTOL, FIRST_LOSS_ATOL = 1e-3, 1e-6
 MAX_RTOL = 0.5  # beyond this the digests say nothing: a later step is compared no looser
 
 MISSING = "missing"
@@ -346,6 +351,10 @@ def _eager_randomness(record: ModeRecord) -> bool:
 
 
 def _why_not_comparable(record: ModeRecord, reference: ModeRecord) -> str:
+    """Why a pair whose gradients differ is no verdict on the backward: random ops in compiled
+    graphs (the more specific cause, looked for first), or other inputs."""
+    from cagtool.report.metrics import step_losses
+
     for side in (record, reference):
         if side.mode == "eager" or _eager_randomness(side):
             continue
@@ -353,6 +362,14 @@ def _why_not_comparable(record: ModeRecord, reference: ModeRecord) -> str:
         if ops:
             return (f"random ops ({', '.join(ops[:4])}) in {side.path.name}'s compiled graphs draw other numbers than eager; "
                     "rerun with cagtool run --parity (torch._inductor.config.fallback_random) to compare gradients")
+    # The numerics rule (compare/analysis.py, first_losses_differ): a first-step loss that already
+    # differs comes from other inputs (an unseeded rank, data order) before any backward ran.
+    mine, theirs = step_losses(record), step_losses(reference)
+    if FIRST_STEP in mine and FIRST_STEP in theirs:
+        a, b = mine[FIRST_STEP], theirs[FIRST_STEP]
+        if not abs(a - b) <= FIRST_LOSS_ATOL + FIRST_LOSS_RTOL * abs(b):
+            return (f"inputs differ: the first step's losses already differ ({a!r} vs {b!r}) before any backward ran "
+                    "(an unseeded script or rank, data order, or randomness in the forward)")
     return ""
 
 

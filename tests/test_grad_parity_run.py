@@ -108,3 +108,20 @@ def test_inductor_dropout_is_not_comparable_without_parity_and_agrees_with_it(re
     aot = pair(data, "aot")
     assert aot["agrees"] and not aot["not_comparable"] and aot["first_bad_step"] is None
     assert data["grad_parity"]["summary"] == "gradients: the 2 modes agree on all 4 parameters at 2 digested steps"
+
+
+def test_ddp_ranks_compared_per_rank_and_an_unsynchronised_parameter_named_across_ranks(record_run):
+    run = record_run(str(ROOT / "tests" / "scripts" / "ddp_unsynced.py"), modes="eager,ca")
+    assert run.returncode == 0, run.stderr
+    parity = parity_json(run)["grad_parity"]
+    by_pair = {(p["record"], p["reference"]): p for p in parity["pairs"]}
+    # Each rank's modes agree with each other...
+    assert by_pair[("ca rank0", "eager rank0")]["agrees"] and by_pair[("ca rank1", "eager rank1")]["agrees"]
+    # ...and in every mode rank 1's fc2.bias is its own from step 0: DDP left it out of the all-reduce.
+    for mode in ("eager", "ca"):
+        across = by_pair[(f"{mode} rank1", f"{mode} rank0")]
+        assert across["across_ranks"] and across["first_bad_step"] == 0
+        assert [m["name"] for m in across["first_bad"]] == ["module.fc2.bias"]
+        assert "not synchronised across ranks" in across["verdict"]
+    gate = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(run.path))
+    assert gate.returncode == 1 and "module.fc2.bias" in gate.stdout

@@ -158,8 +158,9 @@ class PairParity:
             return (f"{self.record} agrees with {self.reference} on all {self.params} parameters at {len(self.steps)} digested "
                     f"step{'s' if len(self.steps) != 1 else ''} ({_steps(self.steps)}; worst {self.max_excess:.2g}x the tolerance)")
         names = ", ".join(m.name for m in self.first_bad[:3]) + (f" and {len(self.first_bad) - 3} more" if len(self.first_bad) > 3 else "")
+        unsynced = " (gradients not synchronised across ranks)" if self.across_ranks else ""
         return (f"{self.record} differs from {self.reference} first at step {self.first_bad_step}, in {len(self.first_bad)} of "
-                f"{self.params} parameters ({names}); {len(self.bad_steps)} of {len(self.steps)} digested steps differ")
+                f"{self.params} parameters ({names}){unsynced}; {len(self.bad_steps)} of {len(self.steps)} digested steps differ")
 
 
 @dataclass(frozen=True)
@@ -190,10 +191,12 @@ class GradParity:
         if not self.pairs:
             return "gradients: no digests recorded"
         if self.agree and compared:
-            labels = sorted({p.record for p in compared} | {self.reference or ""})
+            modes = {p.record.split(" ")[0] for p in compared} | {(self.reference or "").split(" ")[0]}
+            ranks = {p.record.partition(" ")[2] for p in compared} - {""}
             params = max(p.params for p in compared)
             steps = max(len(p.steps) for p in compared)
-            return f"gradients: the {len(labels)} modes agree on all {params} parameters at {steps} digested steps"
+            where = f" on each of {len(ranks)} ranks" if ranks else ""
+            return f"gradients: the {len(modes)} modes agree on all {params} parameters at {steps} digested steps{where}"
         bad = self.disagreements
         if bad:
             first = min(bad, key=lambda p: (p.first_bad_step, p.record))

@@ -86,3 +86,20 @@ def test_schedule_first_step_every_k_and_compiles_with_one_look_per_due_step(dig
     reasons = {e["step"]: e["reasons"] for e in digests.events()}
     assert reasons[0] == [REASON_FIRST, REASON_EVERY] and reasons[4] == [REASON_RECOMPILE]
     assert all(math.isfinite(v) for e in digests.events() for v in e["norm"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_digest_on_cuda_never_waits_for_the_device(digests):
+    """The digests stay on the device until `events` (the end of the run): torch's sync debug mode
+    raises on any synchronising call made while digesting."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 1)).cuda()
+    model(torch.randn(8, 64, device="cuda")).sum().backward()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        digests.digest(0, [REASON_FIRST], list(model.parameters()))
+        digests.digest(1, [REASON_EVERY], list(model.parameters()))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    events = digests.events()
+    assert [e["step"] for e in events] == [0, 1] and all(v is not None for v in events[0]["norm"])

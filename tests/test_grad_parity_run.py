@@ -80,6 +80,12 @@ def test_seeded_job_with_gradient_accumulation_agrees_in_every_mode(record_run):
     assert not [p for p in data["problems"] if p.startswith("gradients")]
     gate = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(run.path))
     assert gate.returncode == 0, gate.stdout + gate.stderr
+    # Why each step was digested: the compiled modes' first step compiled, the later modes also
+    # digest what an earlier one did, the last step is marked.
+    reasons = {mode: {e["step"]: e["reasons"] for e in map(json.loads, (run.path / mode / "events.jsonl").read_text().splitlines())
+                      if e["kind"] == "grad_digest"} for mode in ("eager", "aot", "ca")}
+    assert reasons["eager"][0] == ["first", "every"] and "last" in reasons["eager"][3]
+    assert "recompile" in reasons["ca"][0] and "earlier_mode" in reasons["ca"][2]
 
 
 def test_dropout_drawn_alike_agrees(record_run):

@@ -155,8 +155,8 @@ class PairParity:
         if not self.steps:
             return f"{self.record} vs {self.reference}: no digested step in common"
         if self.first_bad_step is None:
-            return (f"{self.record} agrees with {self.reference} on all {self.params} parameters at {len(self.steps)} digested "
-                    f"step{'s' if len(self.steps) != 1 else ''} ({_steps(self.steps)}; worst {self.max_excess:.2g}x the tolerance)")
+            return (f"{self.record} agrees with {self.reference} on all {_n(self.params, 'parameter')} at "
+                    f"{_n(len(self.steps), 'digested step')} ({_steps(self.steps)}; worst {self.max_excess:.2g}x the tolerance)")
         names = ", ".join(m.name for m in self.first_bad[:3]) + (f" and {len(self.first_bad) - 3} more" if len(self.first_bad) > 3 else "")
         unsynced = " (gradients not synchronised across ranks)" if self.across_ranks else ""
         return (f"{self.record} differs from {self.reference} first at step {self.first_bad_step}, in {len(self.first_bad)} of "
@@ -196,12 +196,16 @@ class GradParity:
             params = max(p.params for p in compared)
             steps = max(len(p.steps) for p in compared)
             where = f" on each of {len(ranks)} ranks" if ranks else ""
-            return f"gradients: the {len(modes)} modes agree on all {params} parameters at {steps} digested steps{where}"
+            return f"gradients: the {len(modes)} modes agree on all {_n(params, 'parameter')} at {_n(steps, 'digested step')}{where}"
         bad = self.disagreements
         if bad:
             first = min(bad, key=lambda p: (p.first_bad_step, p.record))
             return "gradients: " + first.verdict()
         return "gradients: nothing compared (" + "; ".join(p.verdict() for p in self.pairs) + ")"
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def _g(value: float | None) -> str:
@@ -210,7 +214,7 @@ def _g(value: float | None) -> str:
 
 def _steps(steps: tuple[int, ...]) -> str:
     shown = ", ".join(str(s) for s in steps[:8])
-    return "steps " + shown + (f" ... {steps[-1]}" if len(steps) > 8 else "")
+    return ("step " if len(steps) == 1 else "steps ") + shown + (f" ... {steps[-1]}" if len(steps) > 8 else "")
 
 
 def digests_of(record: ModeRecord) -> dict[int, dict[str, Digest]]:

@@ -40,6 +40,9 @@ class ModeSpec:
     ack_fd: int | None = None  # pipe to the parent: the signals this process received (lifeline.py)
     go_fd: int | None = None  # pipe from the parent: one byte when the script may start (_wait_for_go)
     seed: int | None = 0  # random, torch and numpy are seeded with it before the script (seeding.py); None: not seeded
+    parity_every: int | None = None  # digest the gradients every K steps too (grad_digest.py)
+    digest_steps: list[int] | None = None  # steps an earlier mode of the run digested: digested here too
+    parity: bool = False  # compiled code draws random numbers as eager does (Inductor's fallback_random)
 
 
 class TimeLimitReached(BaseException):
@@ -201,7 +204,15 @@ def _record_mode(spec: ModeSpec) -> int:
         process=process_info(ROLE_MAIN, "main", argv=[target.name, *target.args]),
     )
     writer = RecordWriter(mode_dir, manifest, clock_start=started)
-    steps = StepTracker(writer, spec.mode, max_steps=spec.max_steps)
+    from cagtool.capture.grad_digest import GradDigests
+
+    digests = GradDigests(spec.parity_every, spec.digest_steps or ())
+    digests.names.install()
+    steps = StepTracker(writer, spec.mode, max_steps=spec.max_steps, digests=digests)
+    if spec.parity_every:
+        manifest.options["parity_every"] = spec.parity_every
+    if spec.parity and spec.mode != "eager":
+        _eager_randomness()
     observer = CaptureObserver(writer, steps, make_compiler(spec.backend) if spec.mode == "ca" else None)
     handler = StructuredLogHandler(writer, steps)
     install_log_handler(handler)
@@ -284,6 +295,8 @@ def _record_mode(spec: ModeSpec) -> int:
             steps.emit_final_state()
         except Exception:  # noqa: BLE001 - numerics are a bonus; the record must still close
             pass
+        _emit_grad_digests(writer, steps, manifest)
+        digests.names.uninstall()
         steps.note_traced_backward()
         try:
             followed.before_close()
@@ -316,6 +329,33 @@ def _record_mode(spec: ModeSpec) -> int:
         sys.stdout.flush()
         _say_record_closed(spec.ack_fd)
     return exit_code
+
+
+def _eager_randomness() -> None:
+    """`cagtool run --parity`: Inductor's compiled code calls torch's own random ops (the eager
+    stream, seeded alike in every mode: seeding.py) instead of its own generator, so dropout and
+    friends draw the same numbers as in eager mode and gradients compare."""
+    try:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.fallback_random = True
+    except Exception:  # noqa: BLE001 - a torch without Inductor: nothing draws differently
+        pass
+
+
+def _emit_grad_digests(writer: Any, steps: Any, manifest: Any) -> None:
+    """The gradient digests, read back from the device now (the run's only wait for them), and
+    whether compiled code drew eager-equal random numbers (what a parity verdict depends on)."""
+    from cagtool.record.schema import GradDigestEvent
+
+    try:
+        for fields in steps.grad_digest_events():
+            writer.emit(GradDigestEvent, **fields)
+    except Exception as exc:  # noqa: BLE001 - numerics are a bonus; the record must still close
+        manifest.options["grad_digest_error"] = f"{type(exc).__name__}: {exc}"[:500]
+    # Not imported here when the job never used Inductor: then nothing drew Inductor's numbers.
+    inductor_config = sys.modules.get("torch._inductor.config")
+    manifest.options["fallback_random"] = bool(getattr(inductor_config, "fallback_random", False))
 
 
 def _wait_for_go(go_fd: int) -> float | None:

@@ -52,6 +52,8 @@ class RunOptions:
     torch_trace: bool = True
     keep_cache: bool = False  # keep the per-mode Inductor caches under <run>/inductor-cache
     seed: int | None = 0  # every process of every mode starts from it (capture/seeding.py); None: unseeded
+    parity_every: int | None = None  # digest every parameter's gradient every K steps too (grad_digest.py)
+    parity: bool = False  # compiled modes draw random numbers as eager does (fallback_random)
     cagtool_argv: tuple[str, ...] = ()
 
 
@@ -145,6 +147,8 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
             "warm_cache": options.warm_cache,
             "keep_cache": options.keep_cache,
             "seed": options.seed,
+            "parity_every": options.parity_every,
+            "parity": options.parity,
             "user": getpass.getuser(),
         },
     )
@@ -255,6 +259,33 @@ class _ModeProcess:
     stdin: ModeStdin
 
 
+def digested_steps(run_dir: Path, exclude: str) -> list[int]:
+    """The steps the modes already recorded in `run_dir` digested the gradients of (their records
+    are closed when the next mode starts), so the next mode digests them too and every mode has
+    the same steps to compare. A cheap scan: only grad_digest lines are decoded."""
+    from cagtool.record.schema import EVENTS_FILE, GradDigestEvent
+
+    marker = f'"kind": "{GradDigestEvent.kind}"'
+    steps: set[int] = set()
+    for events in sorted(run_dir.glob(f"*/{EVENTS_FILE}")) + sorted(run_dir.glob(f"*/procs/*/{EVENTS_FILE}")):
+        parts = events.relative_to(run_dir).parts
+        if parts[0] == exclude:
+            continue
+        try:
+            with events.open(encoding="utf-8", errors="replace") as lines:
+                for line in lines:
+                    if marker in line:
+                        try:
+                            step = json.loads(line).get("step")
+                        except ValueError:
+                            continue
+                        if isinstance(step, int) and not isinstance(step, bool):
+                            steps.add(step)
+        except OSError:
+            continue
+    return sorted(steps)
+
+
 def _start_mode_process(options: RunOptions, run_dir: Path, name: str, cache_root: Path | None, label: str, stdin_feed: StdinFeed) -> _ModeProcess:
     """Start the process of mode `name`. The next mode's is started as soon as the current one has
     closed its record, so its torch import runs beside the current process's exit (a second of
@@ -276,6 +307,9 @@ def _start_mode_process(options: RunOptions, run_dir: Path, name: str, cache_roo
         torch_trace=options.torch_trace,
         label=label,
         seed=options.seed,
+        parity_every=options.parity_every,
+        digest_steps=digested_steps(run_dir, exclude=name),
+        parity=options.parity,
     )
     spec_path = mode_dir / "spec.json"
     env = dict(os.environ)

@@ -45,6 +45,7 @@ from typing import Any, Callable
 
 from cagtool.capture.observe import dynamo_skip, source
 from cagtool.capture.device_readings import DeviceReadings
+from cagtool.capture.grad_digest import REASON_LAST, GradDigests
 from cagtool.capture.writer import MAX_HELD_LINES, RecordWriter
 from cagtool.record.schema import (
     FIRST_STEP,
@@ -79,8 +80,10 @@ class _NoCuda:
 
 
 class StepTracker:
-    def __init__(self, writer: RecordWriter, mode: str, on_step: Callable[[int], None] | None = None, max_steps: int | None = None) -> None:
+    def __init__(self, writer: RecordWriter, mode: str, on_step: Callable[[int], None] | None = None, max_steps: int | None = None,
+                 digests: GradDigests | None = None) -> None:
         self.writer = writer
+        self.digests = digests  # per-parameter gradient digests (grad_digest.py), taken in the optimizer's pre-hook
         self.mode = mode
         self.on_step = on_step
         self.max_steps = max_steps
@@ -138,6 +141,8 @@ class StepTracker:
             self._last_boundary_t = None
             self.device = DeviceReadings(self.writer)
             self._main_thread_id = threading.main_thread().ident
+            if self.digests is not None:
+                self.digests.restart()
 
     @property
     def current_step(self) -> int:
@@ -177,12 +182,16 @@ class StepTracker:
         else:
             self._local.captures = getattr(self._local, "captures", 0) + 1
         self.drain()  # the step in progress is the one this backward counts in
+        if self.digests is not None:
+            self.digests.arm()
         with self._lock:
             self._open.captures += 1
             self._open.compile_s += seconds
 
     def note_dynamo_compile(self, seconds: float) -> None:
         self.drain()
+        if self.digests is not None:
+            self.digests.arm()
         with self._lock:
             self._open.compiles += 1
             self._open.compile_s += seconds
@@ -351,9 +360,22 @@ class StepTracker:
         torch.optim.Optimizer.__init__ = optimizer_init
         opt_start: dict[int, float] = {}  # id(optimizer) -> its step()'s start, between the two hooks
         known = tracker._known
+        digests = tracker.digests
 
         def pre_hook(optimizer, args, kwargs):
             key = id(optimizer)
+            if digests is not None:
+                # Usually one decrement: the rarer path drains to know the step (grad_digest.py).
+                digests.countdown -= 1
+                if digests.countdown <= 0:
+                    prior = set_eval_frame(None)
+                    try:
+                        tracker._digest_before_step(optimizer)
+                    except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's step()
+                        tracker.note_error(exc)
+                    finally:
+                        if prior is not None:
+                            set_eval_frame(prior)
             opt_start[key] = perf_counter()
             if key not in known:  # made before cagtool was installed: noted now (a Python call, rare)
                 prior = set_eval_frame(None)
@@ -635,6 +657,46 @@ class StepTracker:
                 step=self.current_step,
                 source=where,
             )
+
+    def _digest_before_step(self, optimizer: Any) -> None:
+        """The optimizer's pre-hook, when the digests' countdown ran out: the step in progress,
+        counted now, and whether a capture or compile happened in it decide whether it is due."""
+        digests = self.digests
+        if digests is None:
+            return
+        import torch
+
+        if torch.compiler.is_compiling():  # a compiled optimizer step being traced: no gradients to read
+            return
+        with self._lock:
+            self.drain()
+            step = FIRST_STEP + self.closed_steps
+            opened = self._open
+            recompiled = bool(opened.captures or opened.compiles)
+        digests.before_step(step, recompiled, optimizer)
+
+    def grad_digest_events(self) -> list[dict[str, Any]]:
+        """The digests, for GradDigestEvent, with the run's last step digested from the gradients
+        still held when it was not already (the grads of the open step when the run ended in
+        it after a backward, else of the last step that ended). None-only digests are left out."""
+        digests = self.digests
+        if digests is None:
+            return []
+        self.drain()
+        with self._lock:
+            if self._open.backward_calls:
+                last = FIRST_STEP + self.closed_steps
+            elif self.closed_steps:
+                last = FIRST_STEP + self.closed_steps - 1
+            else:
+                last = None
+        if last is not None and last not in digests.steps:
+            params = digests.params_seen() or _params_of(self._optimizers) or _leaf_params(self.current_roots)
+            if any(getattr(p, "grad", None) is not None for p in params):
+                digests.digest(last, [REASON_LAST], params)
+        elif last is not None:
+            digests.add_reason(last, REASON_LAST)
+        return digests.events()
 
     def note_traced_backward(self) -> None:
         """With trace_autograd_ops, Dynamo traces `loss.backward()` into its own graph: no backward

@@ -52,6 +52,12 @@ def compare(options: CompareOptions) -> None:
     focused = [focused_run(run, options.rank) for run in runs]
     if len(focused) == 1:
         comparison = compare_modes(focused[0][0], tolerance)
+        if focused[0][1] is not None:  # gradients are compared rank by rank, and across ranks
+            from dataclasses import replace
+
+            from cagtool.report.compare.grad_parity import grad_parity
+
+            comparison = replace(comparison, grad_parity=grad_parity(runs[0]))
     else:
         comparison = compare_runs(focused[0][0], focused[1][0], tolerance)
     labels = [""] if len(runs) == 1 else ["A ", "B "]

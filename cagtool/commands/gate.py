@@ -76,13 +76,17 @@ _GATE_FLAG_PARAMS: dict[str, tuple[Any, Any]] = {
         Optional[bool],
         typer.Option(None, "--require-power/--no-require-power", help="Fail a timing check that passed without the evidence to resolve its threshold (it could not have caught twice the threshold 95% of the time; each check prints its power).", show_default=False, rich_help_panel="Gate"),
     ),
+    "max_grad_diff": (
+        Optional[str],
+        typer.Option(None, "--max-grad-diff", metavar="X", help="Fail when a mode's gradients differ from eager's, per parameter at the digested steps, beyond X times the tolerance set by dtype and size (1, 2x, auto = 1; see cagtool compare).", rich_help_panel="Gate"),
+    ),
     "rank": (Optional[int], typer.Option(None, "--rank", min=0, metavar="N", help="Multi-rank runs: hold only rank N to the thresholds (default: every rank).", rich_help_panel="Gate")),
     "junit": (Optional[Path], typer.Option(None, "--junit", metavar="FILE", help="Also write JUnit XML, one testcase per check.", rich_help_panel="Gate")),
     "no_config": (bool, typer.Option(False, "--no-config", help="Ignore [tool.cagtool.gate] in pyproject.toml.", rich_help_panel="Gate")),
 }
 _THRESHOLD_KEYS = (
     "max_ca_graphs", "max_recompiles", "max_graph_breaks", "min_speedup", "max_memory_ratio", "baseline",
-    "max_regression", "max_compile_regression", "fail_on_improvement", "require_power",
+    "max_regression", "max_compile_regression", "fail_on_improvement", "require_power", "max_grad_diff",
 )
 
 

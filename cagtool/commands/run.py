@@ -86,6 +86,8 @@ def run_command(
     depyf: bool = typer.Option(False, "--depyf", help="Also write depyf's readable dump of every compiled graph into the run directory."),
     torch_trace: bool = typer.Option(True, "--torch-trace/--no-torch-trace", help="Write a TORCH_TRACE log (open it with tlparse) in each mode's directory."),
     seed: str = typer.Option("0", "--seed", metavar="N|off", help="Seed random, torch and numpy with N in every process of every mode before the script runs, so modes compare (a script that seeds itself still does); off: leave them unseeded."),
+    parity_every: Optional[int] = typer.Option(None, "--parity-every", min=1, metavar="K", help="Also digest every parameter's gradient every K steps (always: step 0, steps that compiled or captured a graph, the last step); `cagtool compare` names the first step and parameter where modes disagree."),
+    parity: bool = typer.Option(False, "--parity", help="Compiled modes draw random numbers as eager does (torch._inductor.config.fallback_random), so gradients of jobs with dropout compare across modes."),
     keep_cache: bool = typer.Option(False, "--keep-cache", help="Keep each mode's Inductor cache under <run>/inductor-cache (default: a temporary directory, removed when the run ends)."),
     fmt: str = typer.Option("text", "--format", help="Summary format on stderr: text. For JSON use --json FILE (stdout is the script's)."),
     json_file: Optional[str] = typer.Option(None, "--json", metavar="FILE", help="Also write the summary as JSON to FILE (what `cagtool summary --format json` prints)."),
@@ -164,6 +166,8 @@ def run_command(
         depyf=depyf,
         torch_trace=torch_trace,
         seed=run_seed,
+        parity_every=parity_every,
+        parity=parity,
         cagtool_argv=tuple(sys.argv),
     )
 

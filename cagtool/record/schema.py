@@ -406,6 +406,25 @@ class FinalStateEvent(Event):
     num_params: int
 
 
+@dataclass(frozen=True)
+class GradDigestEvent(Event):
+    """Per-parameter gradient digests at one step (capture/grad_digest.py), written at the end of
+    the run (read back from the device then). Parallel lists, one item per parameter, named by
+    module path; None where the parameter had no gradient. `reasons` says why the step was digested:
+    first, recompile (a CA capture or Dynamo compile in the step), every (--parity-every),
+    earlier_mode (an earlier mode of the run digested it), last (the run's last step)."""
+
+    kind: ClassVar[str] = "grad_digest"
+    step: int
+    reasons: list[str]
+    names: list[str]
+    dtypes: list[str]
+    numels: list[int]
+    norm: list[float | None]  # L2 norm of the gradient
+    max_abs: list[float | None]
+    checksum: list[float | None]  # sum_i g_i * (1 + (i mod 1021) / 1021)
+
+
 class _Factory:
     def __repr__(self) -> str:
         return "<factory>"  # as the standard decorator's sentinel shows in signatures
@@ -541,6 +560,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         FindingEvent,
         FinalStateEvent,
         DDPModelEvent,
+        GradDigestEvent,
     )
 }
 

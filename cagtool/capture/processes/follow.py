@@ -65,6 +65,9 @@ class FollowConfig:
     target: dict[str, str]
     cagtool_root: str  # the directory holding the cagtool package
     seed: int | None = 0  # the run's seed (capture/seeding.py): this process's is process_seed(seed, rank)
+    parity_every: int | None = None  # gradient digests (grad_digest.py), as in the main process
+    digest_steps: list[int] | None = None
+    parity: bool = False
 
     @property
     def procs_dir(self) -> Path:
@@ -233,6 +236,9 @@ class ProcessRecord:
         try:
             if self.steps is not None and self.steps.backward_calls:
                 self.steps.emit_final_state()
+                from cagtool.capture.child import _emit_grad_digests
+
+                _emit_grad_digests(self.writer, self.steps, self.manifest)
             if self.steps is not None:
                 self.steps.device.finish()  # CUDA step times and losses, read now that the job is done
             self.before_close()
@@ -339,6 +345,9 @@ def attach_main(spec: Any, writer: Any, manifest: ModeManifest, steps: Any, obse
         target=manifest.target,
         cagtool_root=str(Path(cagtool.__file__).resolve().parent.parent),
         seed=spec.seed,
+        parity_every=spec.parity_every,
+        digest_steps=spec.digest_steps,
+        parity=spec.parity,
     )
     if spec.mode == "ca":
         manifest.options["optimize_ddp"] = {"value": CA_OPTIMIZE_DDP, "set_by": "cagtool"}
@@ -489,7 +498,15 @@ def _setup_torch_in_child() -> None:
         from cagtool.capture.child import _versions
 
         record.manifest.versions = _versions()
-    steps = StepTracker(record.writer, config.mode)
+    from cagtool.capture.grad_digest import GradDigests
+
+    digests = GradDigests(config.parity_every, config.digest_steps or ())
+    digests.names.install()
+    steps = StepTracker(record.writer, config.mode, digests=digests)
+    if config.parity and config.mode != "eager":
+        from cagtool.capture.child import _eager_randomness
+
+        _eager_randomness()
     observer = CaptureObserver(record.writer, steps, mode_setup.make_compiler(config.backend) if config.mode == "ca" else None)
     install_log_handler(StructuredLogHandler(record.writer, steps))
     steps.install()

@@ -635,6 +635,7 @@ class Comparison:
     target_argv: tuple[str, ...] = ()
     versions: dict[str, str] = field(default_factory=dict)
     machine: dict[str, Any] = field(default_factory=dict)
+    grad_parity: Any = None  # grad_parity.GradParity: per-parameter gradients of the modes, compared
 
     @property
     def failures(self) -> list[ModeFailure]:
@@ -651,6 +652,10 @@ class Comparison:
         found = self.failure_problems
         for diff in self.numerics.disagreements:
             found.append(numerics_problem(diff, self.numerics.tolerance))
+        if self.grad_parity is not None:
+            from cagtool.report.compare.grad_parity import problems as grad_problems
+
+            found.extend(grad_problems(self.grad_parity))
         return found
 
 
@@ -659,6 +664,7 @@ def compare_modes(run: RunRecord, tolerance: Tolerance | None = None) -> Compari
     tol = tolerance or Tolerance()
     columns = mode_columns(run)
     speedups = tuple(speedup(columns[m], columns[b]) for m, b in SPEEDUP_PAIRS if m in columns and b in columns)
+    from cagtool.report.compare.grad_parity import grad_parity
     return Comparison(
         run_path=run.path,
         target=str(run.meta.target.get("name", "")),
@@ -669,6 +675,7 @@ def compare_modes(run: RunRecord, tolerance: Tolerance | None = None) -> Compari
         target_argv=tuple(run.meta.target_argv or ()),
         versions=dict(run.meta.versions or {}),
         machine=dict(run.meta.machine or {}),
+        grad_parity=grad_parity(run),
     )
 
 

@@ -128,7 +128,46 @@ def comparison_to_json(comparison: AnyComparison) -> dict[str, Any]:
         "modes": {name: _mode_json(c, comparison.numerics) for name, c in comparison.modes.items()},
         "speedups": {s.label: _speedup_json(s) for s in comparison.speedups},
         "numerics": _numerics_json(comparison.numerics),
+        "grad_parity": grad_parity_json(comparison.grad_parity),
         "problems": comparison.problems,
+    }
+
+
+def grad_parity_json(parity: Any) -> dict[str, Any] | None:
+    """Gradient parity (grad_parity.py) for --format json; None when no mode recorded digests."""
+    if parity is None:
+        return None
+    return {
+        "reference": parity.reference,
+        "agree": parity.agree,
+        "summary": parity.summary(),
+        "tolerance_scale": parity.tolerance.scale,
+        "pairs": [
+            {
+                "record": p.record,
+                "reference": p.reference,
+                "across_ranks": p.across_ranks,
+                "agrees": p.agrees,
+                "not_comparable": p.not_comparable or None,
+                "steps": list(p.steps),
+                "params": p.params,
+                "first_bad_step": p.first_bad_step,
+                "bad_steps": list(p.bad_steps),
+                "mismatches": p.mismatches,
+                "max_excess": finite(p.max_excess),
+                "first_bad": [
+                    {"name": m.name, "step": m.step, "kind": m.kind, "norm": finite(m.norm), "reference_norm": finite(m.reference_norm),
+                     "checksum": finite(m.checksum), "reference_checksum": finite(m.reference_checksum), "ratio": finite(m.ratio),
+                     "excess": finite(m.excess), "other": m.other or None, "description": m.describe()}
+                    for m in p.first_bad
+                ],
+                "only_record": list(p.only_record),
+                "only_reference": list(p.only_reference),
+                "verdict": p.verdict(),
+            }
+            for p in parity.pairs
+        ],
+        "notes": list(parity.notes),
     }
 
 

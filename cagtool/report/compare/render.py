@@ -278,6 +278,29 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
     return lines
 
 
+def grad_parity_lines(parity: Any) -> list[tuple[str, bool]]:
+    """Gradients per parameter (grad_parity.py): the verdict, then each record that differs with
+    its first bad step's parameters and what the difference looks like, or why it is not comparable."""
+    if parity is None or not parity.has_digests:
+        return []
+    lines = [(parity.summary(), not parity.agree)]
+    for pair in parity.pairs:
+        if not pair.agrees:
+            lines.append((f"  {pair.verdict()}:", True))
+            for mismatch in pair.first_bad[:8]:
+                lines.append((f"    {mismatch.describe()}", True))
+            if len(pair.first_bad) > 8:
+                lines.append((f"    ... and {len(pair.first_bad) - 8} more parameters", True))
+        else:
+            lines.append((f"  {pair.verdict()}", False))
+        if pair.only_record or pair.only_reference:
+            lines.append((f"    not compared: steps digested only in {pair.record} {list(pair.only_record)[:6]}, "
+                          f"only in {pair.reference} {list(pair.only_reference)[:6]}", False))
+    for note in parity.notes:
+        lines.append((f"  note: {note}", False))
+    return lines
+
+
 def _where(d: NumericsDiff, quantity: bool = True) -> str:
     what = f"{d.quantity} of {d.record}" if quantity else ""
     step = f" at step {d.worst_step}" if d.quantity == LOSS and d.worst_step is not None else ""
@@ -381,6 +404,7 @@ class TableRenderer:
         if excluded:
             self.console.print(Text(excluded, style="dim"))
         self._lines(numerics_lines(comparison.numerics))
+        self._lines(grad_parity_lines(comparison.grad_parity))
         self._problems(comparison.failure_problems, failures_only=True)
 
     def _problems(self, problems: list[str], failures_only: bool) -> None:
@@ -431,7 +455,7 @@ def comparison_markdown(comparison: AnyComparison) -> str:
         excluded = excluded_line(comparison)
         if excluded:
             lines += [_md_escape(excluded), ""]
-        for line, problem in numerics_lines(comparison.numerics):
+        for line, problem in numerics_lines(comparison.numerics) + grad_parity_lines(comparison.grad_parity):
             text = _md_escape(line.strip())
             lines.append(f"- **{text}**" if problem else f"- {text}")
         lines.append("")

@@ -60,19 +60,22 @@ class GateSettings:
     fail_on_improvement: bool | None = None
     # A timing check that cannot resolve its threshold with the evidence it has fails.
     require_power: bool | None = None
+    # Gradients per parameter: modes must agree within this multiple of the dtype- and size-dependent
+    # tolerance (report/compare/grad_parity.py); 1 is that tolerance as it is.
+    max_grad_diff: float | None = None
     # Where each given setting came from ("flag" or the config path), for the report.
     sources: dict[str, str] = field(default_factory=dict)
 
     def has_thresholds(self) -> bool:
         return any(
             (self.max_ca_graphs, self.max_recompiles, self.max_graph_breaks, self.min_speedup, self.max_memory_ratio,
-             self.baseline, self.max_regression, self.max_compile_regression)
+             self.baseline, self.max_regression, self.max_compile_regression, self.max_grad_diff is not None)
         )
 
 
 _KEYS = (
     "mode", "max-ca-graphs", "max-recompiles", "max-graph-breaks", "min-speedup", "max-memory-ratio", "baseline",
-    "max-regression", "max-compile-regression", "fail-on-improvement", "require-power",
+    "max-regression", "max-compile-regression", "fail-on-improvement", "require-power", "max-grad-diff",
 )
 
 
@@ -142,6 +145,8 @@ def settings_from_values(values: dict[str, Any], source: str, base_dir: Path | N
         settings["max_compile_regression"] = parse_time_threshold(
             normalized["max-compile-regression"], flag("max-compile-regression")
         )
+    if "max-grad-diff" in normalized:
+        settings["max_grad_diff"] = parse_grad_diff(normalized["max-grad-diff"], flag("max-grad-diff"))
     for key in ("fail-on-improvement", "require-power"):
         if key in normalized:
             value = normalized[key]
@@ -150,6 +155,22 @@ def settings_from_values(values: dict[str, Any], source: str, base_dir: Path | N
             settings[key.replace("-", "_")] = value
     sources = {name: source for name in settings}
     return GateSettings(**settings, sources=sources)
+
+
+def parse_grad_diff(value: Any, flag: str) -> float:
+    """`1`, `2x` or `auto` (= 1): a positive multiple of the gradient-parity tolerance."""
+    if isinstance(value, bool):
+        raise UsageError(f"{flag}: expected a multiple of the tolerance such as 1 or 2x, got {value!r}")
+    text = str(value).strip().lower()
+    if text == "auto":
+        return 1.0
+    try:
+        scale = float(text[:-1] if text.endswith("x") else text)
+    except ValueError:
+        raise UsageError(f"{flag}: expected a multiple of the tolerance such as 1, 2x or auto, got {value!r}") from None
+    if not (scale > 0 and scale < float("inf")):
+        raise UsageError(f"{flag}: the multiple must be positive and finite, got {value!r}")
+    return scale
 
 
 def merge(config: GateSettings, flags: GateSettings) -> GateSettings:

@@ -199,6 +199,10 @@ def run_gate(run_path: str | Path | None, options: GateOptions | None = None) ->
     mode = settings.mode or default_mode(run)
     checks = build_checks(settings, mode, baseline)
     results, ranks = _evaluate(checks, run, mode, baseline, bool(settings.fail_on_improvement), options.rank)
+    if settings.max_grad_diff is not None:
+        from cagtool.report.gate.grad_parity_check import grad_parity_result
+
+        results.append(grad_parity_result(run, settings.max_grad_diff, settings.sources.get("max_grad_diff", "flag")))
     if settings.require_power:
         results = [insist_on_power(r) for r in results]
     warnings = environment_warnings(baseline, run) if baseline is not None else []

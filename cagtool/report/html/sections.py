@@ -93,7 +93,9 @@ def verdict(comparison: Comparison, run: RunRecord, explanations: dict[str, Expl
     excluded = excluded_line(comparison)
     if excluded:
         parts.append(text("p", excluded, class_="note"))
-    for line, problem in numerics_lines(comparison.numerics):
+    from cagtool.report.compare.render import grad_parity_lines
+
+    for line, problem in numerics_lines(comparison.numerics) + grad_parity_lines(comparison.grad_parity):
         parts.append(text("p", line.strip(), class_="problem" if problem else None))
     problems = comparison.failure_problems
     if problems:

@@ -1,0 +1,299 @@
+"""Per-parameter gradient digests: what each mode's backward computed, parameter by parameter, at
+chosen steps, so `compare` can say whether eager, aot and ca trained the same model.
+
+A digest of one gradient is three numbers computed on the gradient's own device: its L2 norm, its
+max-abs (the inf-norm) and an order-sensitive checksum, sum_i g_i * w_i with position weights
+w_i = 1 + (i mod CHECKSUM_PERIOD) / CHECKSUM_PERIOD (in [1, 2): a sign flip flips the checksum; a
+transposed or permuted gradient usually moves it although its norms stay). CHECKSUM_PERIOD is prime,
+so rows of a power-of-two width do not line up with the weights' period.
+
+When: in the optimizer's step pre-hook (the gradients are complete, accumulation included, and not
+yet consumed), at step 0, at every step in which a CA graph was captured or Dynamo compiled, every
+`every` steps (`cagtool run --parity-every K`), at the steps an earlier mode of the run digested
+(so later modes digest what earlier ones did), and at the end of the run for the last step when its
+gradients are still held. Steps without an optimizer (backward-only) are digested only at the end.
+
+Cost: the hook's usual path is one decrement and one comparison (`countdown`); a due step launches
+two foreach norms and one matrix-vector product per parameter, and stacks the results into one
+small tensor per (device, dtype): nothing is read back until the end of the run (`events`), so the
+device is never waited for during training.
+
+Names are module paths (`encoder.layers.3.attn.q_proj.weight`), known from torch's global
+module/parameter registration hooks, so a model built, wrapped (DDP's `module.`) or compiled
+(`_orig_mod.`, dropped: eager mode runs without it) is named the same in every mode.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Iterable
+
+# Prime: see the module docstring.
+CHECKSUM_PERIOD = 1021
+# Segments torch's wrappers add that differ between modes (torch.compile's OptimizedModule); DDP's
+# `module.` is the same in every mode and stays.
+_DROPPED_SEGMENTS = frozenset({"_orig_mod"})
+NEVER = 1 << 62
+
+REASON_FIRST = "first"
+REASON_RECOMPILE = "recompile"
+REASON_EVERY = "every"
+REASON_EARLIER_MODE = "earlier_mode"
+REASON_LAST = "last"
+
+
+class ParamNames:
+    """Module paths of parameters, from torch's global registration hooks (installed before the
+    script runs, so every module the script builds is seen). Weak: holds no module or parameter."""
+
+    def __init__(self) -> None:
+        # id -> (weak ref of the object, [(weak ref of the owning module, attribute name)])
+        self._param_owners: dict[int, tuple[Any, list[tuple[Any, str]]]] = {}
+        self._module_parents: dict[int, tuple[Any, list[tuple[Any, str]]]] = {}
+        self._handles: list[Any] = []
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        from torch.nn.modules.module import register_module_module_registration_hook, register_module_parameter_registration_hook
+
+        self._handles = [
+            register_module_parameter_registration_hook(self._on_parameter),
+            register_module_module_registration_hook(self._on_module),
+        ]
+
+    def uninstall(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def _note(self, table: dict[int, tuple[Any, list[tuple[Any, str]]]], owner: Any, name: str, value: Any) -> None:
+        try:
+            if value is None:
+                return
+            with self._lock:
+                entry = table.get(id(value))
+                if entry is None or entry[0]() is not value:
+                    entry = (weakref.ref(value), [])
+                    table[id(value)] = entry
+                entry[1].append((weakref.ref(owner), name))
+        except Exception:  # noqa: BLE001 - the recorder never fails the script's model building
+            pass
+
+    def _on_parameter(self, module: Any, name: str, param: Any) -> None:
+        self._note(self._param_owners, module, name, param)
+        return None  # a hook's non-None result would replace the parameter
+
+    def _on_module(self, module: Any, name: str, submodule: Any) -> None:
+        self._note(self._module_parents, module, name, submodule)
+        return None
+
+    def _prefixes(self, module: Any, depth: int = 0) -> list[list[str]]:
+        """Every path from a root module (one no live module holds) down to `module`."""
+        entry = self._module_parents.get(id(module))
+        parents = []
+        if entry is not None and entry[0]() is module and depth < 64:
+            for ref, attr in entry[1]:
+                parent = ref()
+                if parent is not None and _still_holds(parent, attr, module):
+                    parents.append((parent, attr))
+        if not parents:
+            return [[]]
+        return [prefix + [attr] for parent, attr in parents for prefix in self._prefixes(parent, depth + 1)]
+
+    def name_of(self, param: Any) -> str | None:
+        """The shortest module path of `param` (after dropping wrapper segments), None when no
+        live module holds it."""
+        with self._lock:
+            entry = self._param_owners.get(id(param))
+            if entry is None or entry[0]() is not param:
+                return None
+            candidates = []
+            for ref, attr in entry[1]:
+                module = ref()
+                if module is None or not _still_holds(module, attr, param, "_parameters"):
+                    continue
+                for prefix in self._prefixes(module):
+                    parts = [p for p in prefix + [attr] if p not in _DROPPED_SEGMENTS]
+                    candidates.append((len(parts), ".".join(parts)))
+        return min(candidates)[1] if candidates else None
+
+
+def _still_holds(owner: Any, attr: str, value: Any, table: str = "_modules") -> bool:
+    try:
+        return owner.__dict__.get(table, {}).get(attr) is value
+    except Exception:  # noqa: BLE001 - an odd module class: trust the registration
+        return True
+
+
+class _Digest:
+    """One step's digests, as tensors until the end of the run."""
+
+    def __init__(self, step: int, reasons: list[str]) -> None:
+        self.step = step
+        self.reasons = reasons
+        self.params: list[Any] = []  # held: named and read back at the end
+        self.ids: set[int] = set()
+        # Each: (params of the group, (3, n) tensor of norm, max-abs, checksum), or (param, None)
+        # for a parameter without a gradient (or one that cannot be digested).
+        self.groups: list[tuple[list[Any], Any]] = []
+
+
+class GradDigests:
+    """The digests of one mode process; the step tracker calls `before_step` from the optimizer's
+    pre-hook when `countdown` reaches 0, and `events` once at the end."""
+
+    def __init__(self, every: int | None = None, extra_steps: Iterable[int] = ()) -> None:
+        self.every = every if every and every > 0 else None
+        self.extra = sorted({int(s) for s in extra_steps if int(s) >= 0})
+        self.countdown = 0  # pre-hook calls until the next look (0: the next call looks)
+        self.names = ParamNames()
+        self._digests: dict[int, _Digest] = {}
+        self._weights: dict[tuple[Any, Any], Any] = {}
+        # id(param) -> its module path, looked up when the parameter is first digested: the model
+        # may be gone by the end of the run (a script's main() returned), its parameters not (held).
+        self._names: dict[int, str | None] = {}
+        self.errors = 0
+        self.last_error = ""
+
+    def restart(self) -> None:
+        """A forked child starts its own record: the parent's digests are the parent's."""
+        self._digests.clear()
+        self.countdown = 0
+
+    def arm(self) -> None:
+        """A compile or capture happened: the step in progress is due."""
+        self.countdown = 0
+
+    def reasons(self, step: int, recompiled: bool) -> list[str]:
+        found = []
+        if step == 0:
+            found.append(REASON_FIRST)
+        if recompiled:
+            found.append(REASON_RECOMPILE)
+        if self.every is not None and step % self.every == 0:
+            found.append(REASON_EVERY)
+        if step in self.extra:
+            found.append(REASON_EARLIER_MODE)
+        return found
+
+    def next_due(self, step: int) -> int:
+        """The first step after `step` that is due whatever happens in it."""
+        candidates = [s for s in self.extra if s > step][:1]
+        if self.every is not None:
+            candidates.append((step // self.every + 1) * self.every)
+        return min(candidates) if candidates else NEVER
+
+    def before_step(self, step: int, recompiled: bool, optimizer: Any) -> None:
+        """An optimizer is about to step in step `step` (`recompiled`: a CA capture or a Dynamo
+        compile happened in it). Digest its parameters' gradients when the step is due."""
+        reasons = self.reasons(step, recompiled)
+        if not reasons:
+            self.countdown = self.next_due(step) - step
+            return
+        # Stay armed: another optimizer stepping in the same step digests its own parameters; the
+        # next step's first look disarms.
+        self.countdown = 0
+        self.digest(step, reasons, _params_of(optimizer))
+
+    def digest(self, step: int, reasons: list[str], params: list[Any]) -> None:
+        import torch
+
+        entry = self._digests.get(step)
+        if entry is None:
+            entry = self._digests[step] = _Digest(step, reasons)
+        else:
+            entry.reasons = list(dict.fromkeys(entry.reasons + reasons))
+        by_group: dict[tuple[Any, Any], list[Any]] = {}
+        for p in params:
+            if id(p) in entry.ids:
+                continue
+            entry.ids.add(id(p))
+            entry.params.append(p)
+            if id(p) not in self._names:
+                self._names[id(p)] = self.names.name_of(p)
+            g = p.grad
+            if g is None or g.is_sparse or g.is_complex() or not g.is_floating_point() or g.numel() == 0:
+                entry.groups.append(([p], None))
+                continue
+            by_group.setdefault((g.device, g.dtype), []).append(p)
+        with torch.no_grad():
+            for (device, dtype), group in by_group.items():
+                compute = torch.float64 if dtype == torch.float64 else torch.float32
+                grads = [p.grad.detach() for p in group]
+                if dtype != compute:
+                    grads = [g.to(compute) for g in grads]
+                norms = torch._foreach_norm(grads, 2)
+                maxes = torch._foreach_norm(grads, float("inf"))
+                sums = [self._checksum(g, device, compute) for g in grads]
+                entry.groups.append((group, torch.stack([torch.stack(list(norms)), torch.stack(list(maxes)), torch.stack(sums)])))
+
+    def _checksum(self, g: Any, device: Any, dtype: Any) -> Any:
+        """sum_i g_i * w_i (module docstring), with a weight vector of one period only: the
+        gradient's whole periods as a (q, P) matrix times the weights, plus the tail."""
+        import torch
+
+        key = (device, dtype)
+        w = self._weights.get(key)
+        if w is None:
+            w = self._weights[key] = 1 + torch.arange(CHECKSUM_PERIOD, device=device, dtype=dtype) / CHECKSUM_PERIOD
+        flat = g.reshape(-1)
+        n = flat.numel()
+        whole = n - n % CHECKSUM_PERIOD
+        total = flat.new_zeros(())
+        if whole:
+            total = total + (flat[:whole].view(-1, CHECKSUM_PERIOD) @ w).sum()
+        if whole < n:
+            total = total + flat[whole:] @ w[: n - whole]
+        return total
+
+    def add_reason(self, step: int, reason: str) -> None:
+        entry = self._digests.get(step)
+        if entry is not None and reason not in entry.reasons:
+            entry.reasons.append(reason)
+
+    @property
+    def steps(self) -> list[int]:
+        return sorted(self._digests)
+
+    def events(self) -> list[dict[str, Any]]:
+        """The digests read back (the run's one wait for the device, at its end), as the fields of
+        GradDigestEvent, one per digested step."""
+        out = []
+        for step in sorted(self._digests):
+            entry = self._digests[step]
+            values: dict[int, tuple[float, float, float] | None] = {}
+            for group, stacked in entry.groups:
+                if stacked is None:
+                    values[id(group[0])] = None
+                    continue
+                rows = stacked.detach().cpu().tolist()
+                for i, p in enumerate(group):
+                    values[id(p)] = (rows[0][i], rows[1][i], rows[2][i])
+            names, dtypes, numels, norms, maxes, sums = [], [], [], [], [], []
+            for index, p in enumerate(entry.params):
+                names.append(self._names.get(id(p)) or f"<unnamed {index}>")
+                dtypes.append(str(p.dtype).replace("torch.", ""))
+                numels.append(int(p.numel()))
+                got = values.get(id(p))
+                norms.append(None if got is None else got[0])
+                maxes.append(None if got is None else got[1])
+                sums.append(None if got is None else got[2])
+            out.append({"step": step, "reasons": list(entry.reasons), "names": names, "dtypes": dtypes, "numels": numels,
+                        "norm": norms, "max_abs": maxes, "checksum": sums})
+        return out
+
+    def params_seen(self) -> list[Any]:
+        seen: dict[int, Any] = {}
+        for step in sorted(self._digests):
+            for p in self._digests[step].params:
+                seen.setdefault(id(p), p)
+        return list(seen.values())
+
+
+def _params_of(optimizer: Any) -> list[Any]:
+    seen: dict[int, Any] = {}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            seen.setdefault(id(p), p)
+    return list(seen.values())

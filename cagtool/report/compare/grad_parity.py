@@ -1,0 +1,446 @@
+"""Gradient parity: did eager, aot and ca compute the same gradients, parameter by parameter?
+
+Reads the `grad_digest` events (capture/grad_digest.py: per parameter, at chosen steps, the
+gradient's L2 norm, max-abs and an order-sensitive checksum) and compares every mode (and every
+repetition) with a reference (eager, else the first mode with digests) at the steps both digested.
+A multi-rank job is compared rank by rank, and each mode's ranks with its first rank (DDP keeps
+every rank's gradients equal after the all-reduce: a difference is an unsynchronised gradient).
+
+The tolerance (`GradTolerance`), per parameter and step:
+- rtol = max(BASE_RTOL[dtype], 16 * eps(dtype) * sqrt(numel)) * (1 + step). A compiled backward
+  reorders and fuses the same float operations, so each gradient element moves by a few ulps
+  times the square root of the reduction it came out of; the parameter's size stands for that
+  reduction (the digest's own sum is over numel elements), and BASE_RTOL (1e-4 for float32, as
+  torch's own accuracy check, torch._dynamo.utils.same) is the floor. After step 0 the modes'
+  parameters have drifted apart by the previous steps' round-off, so the tolerance grows with the
+  step: step 0 is held tightest, and the first bad step is the one to read.
+- atol = 16 * eps(dtype) * the reference's largest gradient norm at that step: a gradient that is
+  zero in exact arithmetic comes out as round-off of that size.
+- norm and max-abs agree when |a - b| <= atol + rtol * max(|a|, |b|); the checksums when
+  |a - b| <= 2 * sqrt(numel) * (atol + rtol * max(norm_a, norm_b)), the most a gradient
+  difference within the norm's tolerance can move a sum weighted by w_i in [1, 2).
+`cagtool gate --max-grad-diff X` scales this tolerance by X.
+
+Not comparable either: a pair whose first-step losses already differ (the forward saw other
+inputs: an unseeded rank, data order), as in the loss numerics' own rule.
+
+What a mismatch looks like (`ParamMismatch.kind`): `missing` (a gradient in one mode, None in the
+other), `zero` (zero in one, not in the other: a hook or a branch that ran in one mode only),
+`sign` (same norms, negated checksum), `scale` (every digest scaled by the same factor), `swapped`
+(the gradient equals the reference's gradient of another parameter), `nonfinite`, else `differs`.
+
+Random numbers: compiled code (Inductor) draws random numbers differently from eager, so with
+dropout and friends in a compiled graph the gradients differ for that reason alone. When a mode's
+gradients differ and its compiled graphs (the CA graph code under graphs/, the TORCH_TRACE log
+under trace/) call a random op, the pair is *not comparable* rather than disagreeing, unless the
+run made compiled code draw eager-equal numbers (`cagtool run --parity`:
+torch._inductor.config.fallback_random, recorded in the manifest).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from cagtool.record.loader import ModeRecord, RunRecord
+from cagtool.record.schema import FIRST_STEP, GRAPHS_DIR, MODES, TRACE_DIR, GradDigestEvent
+
+BASE_RTOL = {"float64": 1e-7, "float32": 1e-4, "bfloat16": 2e-2, "float16": 4e-3}
+EPS = {"float64": 2.2e-16, "float32": 1.19e-7, "bfloat16": 7.8e-3, "float16": 9.8e-4}
+SIZE_FACTOR = 16.0
+# The loss numerics' tolerance (compare/analysis.py Tolerance), for "inputs differ".
+FIRST_LOSS_RTOL, FIRST_LOSS_ATOL = 1e-3, 1e-6
+MAX_RTOL = 0.5  # beyond this the digests say nothing: a later step is compared no looser
+
+MISSING = "missing"
+ZERO = "zero"
+SIGN = "sign"
+SCALE = "scale"
+SWAPPED = "swapped"
+NONFINITE = "nonfinite"
+DIFFERS = "differs"
+
+# Random ops as they appear in graph code (aten names, torch functions, Inductor's RNG helpers).
+_RANDOM_OP = re.compile(
+    r"\b(native_dropout|dropout|bernoulli_?|rand|randn|rand_like|randn_like|randint|randint_like|randperm|"
+    r"multinomial|normal_|uniform_|exponential_|geometric_|cauchy_|log_normal_|poisson|"
+    r"inductor_random|inductor_seeds?|philox_rand\w*)\b"
+)
+
+
+@dataclass(frozen=True)
+class GradTolerance:
+    """See the module docstring; `scale` multiplies rtol and atol (gate --max-grad-diff)."""
+
+    scale: float = 1.0
+
+    def rtol(self, dtype: str, numel: int, step: int) -> float:
+        base = max(BASE_RTOL.get(dtype, BASE_RTOL["float32"]), SIZE_FACTOR * EPS.get(dtype, EPS["float32"]) * math.sqrt(max(numel, 1)))
+        return min(base * (1 + max(step, 0)), MAX_RTOL) * self.scale
+
+    def atol(self, dtype: str, largest_norm: float) -> float:
+        return SIZE_FACTOR * EPS.get(dtype, EPS["float32"]) * largest_norm * self.scale
+
+
+@dataclass(frozen=True)
+class Digest:
+    norm: float | None
+    max_abs: float | None
+    checksum: float | None
+    dtype: str
+    numel: int
+
+
+@dataclass(frozen=True)
+class ParamMismatch:
+    """One parameter at one step, beyond tolerance."""
+
+    name: str
+    step: int
+    kind: str  # MISSING | ZERO | SIGN | SCALE | SWAPPED | NONFINITE | DIFFERS
+    norm: float | None
+    reference_norm: float | None
+    checksum: float | None
+    reference_checksum: float | None
+    excess: float  # the worst |difference| / allowed difference of the three digests (inf: missing)
+    ratio: float | None = None  # norm / reference norm (the factor of a `scale`)
+    other: str = ""  # SWAPPED: the reference's parameter it equals
+
+    def describe(self) -> str:
+        if self.kind == MISSING:
+            has = "no gradient here" if self.norm is None else "no gradient in the reference"
+            return f"{self.name}: {has}"
+        if self.kind == ZERO:
+            zero = "zero here" if not self.norm else "zero in the reference"
+            return f"{self.name}: gradient {zero}, not in the other (norms {_g(self.norm)} vs {_g(self.reference_norm)}): a hook or branch that ran in one mode only"
+        if self.kind == SIGN:
+            return f"{self.name}: sign flipped (same norm {_g(self.norm)}, checksum {_g(self.checksum)} vs {_g(self.reference_checksum)})"
+        if self.kind == SCALE:
+            return f"{self.name}: scaled by {_g(self.ratio)} (norm {_g(self.norm)} vs {_g(self.reference_norm)})"
+        if self.kind == SWAPPED:
+            return f"{self.name}: holds the reference's gradient of {self.other} (norm {_g(self.norm)} vs {_g(self.reference_norm)})"
+        if self.kind == NONFINITE:
+            return f"{self.name}: non-finite gradient (norm {_g(self.norm)} vs {_g(self.reference_norm)})"
+        ratio = f", norm ratio {_g(self.ratio)}" if self.ratio is not None else ""
+        return (f"{self.name}: differs {self.excess:.3g}x the tolerance (norm {_g(self.norm)} vs {_g(self.reference_norm)}, "
+                f"checksum {_g(self.checksum)} vs {_g(self.reference_checksum)}{ratio})")
+
+
+@dataclass(frozen=True)
+class PairParity:
+    """One record (a mode, a repetition, a rank) against its reference."""
+
+    record: str
+    reference: str
+    steps: tuple[int, ...]  # compared: digested on both sides
+    params: int  # parameters compared (the union over the steps)
+    first_bad_step: int | None = None
+    first_bad: tuple[ParamMismatch, ...] = ()  # every mismatch at the first bad step
+    bad_steps: tuple[int, ...] = ()
+    mismatches: int = 0  # (parameter, step) pairs beyond tolerance, all steps
+    max_excess: float = 0.0  # the worst |difference| / allowed difference seen (< 1: agrees)
+    only_record: tuple[int, ...] = ()  # steps digested on one side only (not compared)
+    only_reference: tuple[int, ...] = ()
+    not_comparable: str = ""  # why the two cannot be compared (random ops); then nothing is compared
+    across_ranks: bool = False  # rank N of a mode against rank 0 of the same mode
+
+    @property
+    def agrees(self) -> bool:
+        return self.not_comparable != "" or self.first_bad_step is None
+
+    def verdict(self) -> str:
+        if self.not_comparable:
+            return f"{self.record} vs {self.reference}: not comparable: {self.not_comparable}"
+        if not self.steps:
+            return f"{self.record} vs {self.reference}: no digested step in common"
+        if self.first_bad_step is None:
+            return (f"{self.record} agrees with {self.reference} on all {_n(self.params, 'parameter')} at "
+                    f"{_n(len(self.steps), 'digested step')} ({_steps(self.steps)}; worst {self.max_excess:.2g}x the tolerance)")
+        names = ", ".join(m.name for m in self.first_bad[:3]) + (f" and {len(self.first_bad) - 3} more" if len(self.first_bad) > 3 else "")
+        unsynced = " (gradients not synchronised across ranks)" if self.across_ranks else ""
+        return (f"{self.record} differs from {self.reference} first at step {self.first_bad_step}, in {len(self.first_bad)} of "
+                f"{self.params} parameters ({names}){unsynced}; {len(self.bad_steps)} of {len(self.steps)} digested steps differ")
+
+
+@dataclass(frozen=True)
+class GradParity:
+    reference: str | None
+    pairs: tuple[PairParity, ...] = ()
+    notes: tuple[str, ...] = ()
+    tolerance: GradTolerance = field(default_factory=GradTolerance)
+
+    @property
+    def has_digests(self) -> bool:
+        return bool(self.pairs)
+
+    @property
+    def agree(self) -> bool:
+        return all(p.agrees for p in self.pairs)
+
+    @property
+    def disagreements(self) -> list[PairParity]:
+        return [p for p in self.pairs if not p.agrees]
+
+    @property
+    def not_comparable(self) -> list[PairParity]:
+        return [p for p in self.pairs if p.not_comparable]
+
+    def summary(self) -> str:
+        compared = [p for p in self.pairs if not p.not_comparable and p.steps and not p.across_ranks]
+        if not self.pairs:
+            return "gradients: no digests recorded"
+        if self.agree and compared:
+            modes = {p.record.split(" ")[0] for p in compared} | {(self.reference or "").split(" ")[0]}
+            ranks = {p.record.partition(" ")[2] for p in compared} - {""}
+            params = max(p.params for p in compared)
+            steps = max(len(p.steps) for p in compared)
+            where = f" on each of {len(ranks)} ranks" if ranks else ""
+            return f"gradients: the {len(modes)} modes agree on all {_n(params, 'parameter')} at {_n(steps, 'digested step')}{where}"
+        bad = self.disagreements
+        if bad:
+            first = min(bad, key=lambda p: (p.first_bad_step, p.record))
+            return "gradients: " + first.verdict()
+        return "gradients: nothing compared (" + "; ".join(p.verdict() for p in self.pairs) + ")"
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def _g(value: float | None) -> str:
+    return "None" if value is None else f"{value:.6g}"
+
+
+def _steps(steps: tuple[int, ...]) -> str:
+    shown = ", ".join(str(s) for s in steps[:8])
+    return ("step " if len(steps) == 1 else "steps ") + shown + (f" ... {steps[-1]}" if len(steps) > 8 else "")
+
+
+def digests_of(record: ModeRecord) -> dict[int, dict[str, Digest]]:
+    """step -> parameter name -> digest (a step digested twice: the later event wins)."""
+    out: dict[int, dict[str, Digest]] = {}
+    for event in record.of(GradDigestEvent):
+        n = len(event.names)
+        if not (len(event.dtypes) == len(event.numels) == len(event.norm) == len(event.max_abs) == len(event.checksum) == n):
+            continue  # damaged: parallel lists of different lengths
+        out[event.step] = {
+            event.names[i]: Digest(event.norm[i], event.max_abs[i], event.checksum[i], event.dtypes[i], event.numels[i]) for i in range(n)
+        }
+    return out
+
+
+def _finite(*values: float | None) -> bool:
+    return all(v is not None and math.isfinite(v) for v in values)
+
+
+def _excess(a: float, b: float, allowed: float) -> float:
+    diff = abs(a - b)
+    if diff == 0:
+        return 0.0
+    return diff / allowed if allowed > 0 else math.inf
+
+
+def compare_param(name: str, step: int, got: Digest | None, ref: Digest | None, largest: float, tol: GradTolerance) -> tuple[float, ParamMismatch | None]:
+    """(worst |difference| / allowed, the mismatch when beyond tolerance) of one parameter."""
+    g_norm = got.norm if got is not None else None
+    r_norm = ref.norm if ref is not None else None
+    if g_norm is None or r_norm is None:
+        if g_norm is None and r_norm is None:
+            return 0.0, None
+        return math.inf, ParamMismatch(name, step, MISSING, g_norm, r_norm, got.checksum if got else None, ref.checksum if ref else None, math.inf)
+    assert got is not None and ref is not None
+    if not _finite(got.norm, got.max_abs, got.checksum) or not _finite(ref.norm, ref.max_abs, ref.checksum):
+        if all(_same_nonfinite(a, b) for a, b in ((got.norm, ref.norm), (got.max_abs, ref.max_abs), (got.checksum, ref.checksum))):
+            return 0.0, None
+        return math.inf, ParamMismatch(name, step, NONFINITE, got.norm, ref.norm, got.checksum, ref.checksum, math.inf)
+    rtol = tol.rtol(ref.dtype, ref.numel, step)
+    atol = tol.atol(ref.dtype, largest)
+    top = max(got.norm, ref.norm)  # type: ignore[type-var]
+    excess = max(
+        _excess(got.norm, ref.norm, atol + rtol * top),  # type: ignore[arg-type]
+        _excess(got.max_abs, ref.max_abs, atol + rtol * max(got.max_abs, ref.max_abs)),  # type: ignore[arg-type, type-var]
+        _excess(got.checksum, ref.checksum, 2 * math.sqrt(max(ref.numel, 1)) * (atol + rtol * top)),  # type: ignore[arg-type]
+    )
+    if excess <= 1:
+        return excess, None
+    return excess, ParamMismatch(name, step, _kind(got, ref, atol, rtol), got.norm, ref.norm, got.checksum, ref.checksum, excess,
+                                 ratio=(got.norm / ref.norm) if ref.norm else None)  # type: ignore[operator]
+
+
+def _same_nonfinite(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return a == b or abs(a - b) <= 1e-6 * max(abs(a), abs(b))
+
+
+def _kind(got: Digest, ref: Digest, atol: float, rtol: float) -> str:
+    g, r = got.norm or 0.0, ref.norm or 0.0
+    if g <= atol or r <= atol:
+        return ZERO
+    close = lambda a, b: abs(a - b) <= atol + max(rtol, 1e-3) * max(abs(a), abs(b))  # noqa: E731
+    if close(g, r) and close(got.max_abs, ref.max_abs) and close(got.checksum, -ref.checksum):  # type: ignore[arg-type, operator]
+        return SIGN
+    ratio = g / r
+    if close(got.max_abs, ratio * ref.max_abs) and close(got.checksum, ratio * ref.checksum):  # type: ignore[arg-type, operator]
+        return SCALE
+    return DIFFERS
+
+
+def _swapped_with(mismatch: ParamMismatch, got: Digest, reference: dict[str, Digest], largest: float, tol: GradTolerance) -> str:
+    """The other parameter of the reference whose gradient this one holds, if any."""
+    for other, ref in reference.items():
+        if other == mismatch.name or ref.numel != got.numel or ref.dtype != got.dtype:
+            continue
+        excess, found = compare_param(other, mismatch.step, got, ref, largest, tol)
+        if found is None and got.norm:
+            return other
+    return ""
+
+
+def compare_digests(record: str, reference: str, got: dict[int, dict[str, Digest]], ref: dict[int, dict[str, Digest]],
+                    tol: GradTolerance, across_ranks: bool = False) -> PairParity:
+    steps = tuple(sorted(set(got) & set(ref)))
+    names: set[str] = set()
+    first_bad_step: int | None = None
+    first_bad: list[ParamMismatch] = []
+    bad_steps: list[int] = []
+    count = 0
+    worst = 0.0
+    for step in steps:
+        here, there = got[step], ref[step]
+        largest = max((d.norm for d in there.values() if d.norm is not None and math.isfinite(d.norm)), default=0.0)
+        found: list[ParamMismatch] = []
+        for name in list(there) + [n for n in here if n not in there]:
+            names.add(name)
+            excess, mismatch = compare_param(name, step, here.get(name), there.get(name), largest, tol)
+            worst = max(worst, excess)
+            if mismatch is not None:
+                if mismatch.kind == DIFFERS and here.get(name) is not None:
+                    other = _swapped_with(mismatch, here[name], there, largest, tol)  # type: ignore[arg-type]
+                    if other:
+                        mismatch = ParamMismatch(**{**mismatch.__dict__, "kind": SWAPPED, "other": other})
+                found.append(mismatch)
+        if found:
+            count += len(found)
+            bad_steps.append(step)
+            if first_bad_step is None:
+                first_bad_step, first_bad = step, found
+    return PairParity(
+        record=record, reference=reference, steps=steps, params=len(names), first_bad_step=first_bad_step,
+        first_bad=tuple(first_bad), bad_steps=tuple(bad_steps), mismatches=count, max_excess=worst if math.isfinite(worst) else math.inf,
+        only_record=tuple(sorted(set(got) - set(ref))), only_reference=tuple(sorted(set(ref) - set(got))), across_ranks=across_ranks,
+    )
+
+
+def random_ops_in(record: ModeRecord) -> list[str]:
+    """Random ops that the mode's compiled graphs call (CA graph code, TORCH_TRACE log)."""
+    found: dict[str, None] = {}
+    for folder in (record.path / GRAPHS_DIR, record.path / TRACE_DIR):
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.iterdir()):
+            if path.suffix not in (".py", ".log", ".txt", "") or not path.is_file():
+                continue
+            try:
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            for match in _RANDOM_OP.finditer(text):
+                found.setdefault(match.group(1))
+    return list(found)
+
+
+def _eager_randomness(record: ModeRecord) -> bool:
+    return bool((record.manifest.options or {}).get("fallback_random"))
+
+
+def _why_not_comparable(record: ModeRecord, reference: ModeRecord) -> str:
+    """Why a pair whose gradients differ is no verdict on the backward: random ops in compiled
+    graphs (the more specific cause, looked for first), or other inputs."""
+    from cagtool.report.metrics import step_losses
+
+    for side in (record, reference):
+        if side.mode == "eager" or _eager_randomness(side):
+            continue
+        ops = random_ops_in(side)
+        if ops:
+            return (f"random ops ({', '.join(ops[:4])}) in {side.path.name}'s compiled graphs draw other numbers than eager; "
+                    "rerun with cagtool run --parity (torch._inductor.config.fallback_random) to compare gradients")
+    # The numerics rule (compare/analysis.py, first_losses_differ): a first-step loss that already
+    # differs comes from other inputs (an unseeded rank, data order) before any backward ran.
+    mine, theirs = step_losses(record), step_losses(reference)
+    if FIRST_STEP in mine and FIRST_STEP in theirs:
+        a, b = mine[FIRST_STEP], theirs[FIRST_STEP]
+        if not abs(a - b) <= FIRST_LOSS_ATOL + FIRST_LOSS_RTOL * abs(b):
+            return (f"inputs differ: the first step's losses already differ ({a!r} vs {b!r}) before any backward ran "
+                    "(an unseeded script or rank, data order, or randomness in the forward)")
+    return ""
+
+
+def _labelled(name: str, record: ModeRecord) -> list[tuple[str, ModeRecord]]:
+    """The record, or one entry per rank of a multi-rank job."""
+    ranks = record.ranks()
+    if len(ranks) > 1:
+        return [(f"{name} rank{r}", rec) for r, rec in ranks.items()]
+    return [(name, record)]
+
+
+def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
+    """Every mode of the run against the reference, per rank, and each mode's ranks against its first."""
+    tol = tol or GradTolerance()
+    named = [(label, rec) for name, record in run.modes.items() for label, rec in _labelled(name, record)]
+    digested = {label: (rec, digests_of(rec)) for label, rec in named}
+    with_digests = [label for label in digested if digested[label][1]]
+    if not with_digests:
+        return GradParity(None, (), ("no gradient digests recorded (a record from before digests, or no optimizer step)",), tol)
+    reference = _pick_reference(with_digests, digested)
+    ref_base = reference.split(" ")[0]
+    pairs: list[PairParity] = []
+    notes: list[str] = []
+    for label in with_digests:
+        rec, digests = digested[label]
+        name, _, rank = label.partition(" ")
+        if name == ref_base:
+            continue
+        ref_label = f"{ref_base} {rank}".strip()
+        if ref_label not in digested or not digested[ref_label][1]:
+            notes.append(f"{label}: no digests of {ref_label} to compare with")
+            continue
+        ref_rec, ref_digests = digested[ref_label]
+        pair = compare_digests(label, ref_label, digests, ref_digests, tol)
+        # Random ops matter only when the gradients differ (equal draws agree, e.g. --parity): the
+        # graphs and trace log are read then, not on every compare.
+        why = "" if pair.agrees else _why_not_comparable(rec, ref_rec)
+        pairs.append(PairParity(label, ref_label, pair.steps, pair.params, not_comparable=why) if why else pair)
+    # Across ranks: each mode's rank N against its rank 0 (DDP keeps them equal).
+    for name, record in run.modes.items():
+        ranked = _labelled(name, record)
+        if len(ranked) < 2:
+            continue
+        first_label = ranked[0][0]
+        for label, _ in ranked[1:]:
+            if digested[label][1] and digested[first_label][1]:
+                pairs.append(compare_digests(label, first_label, digested[label][1], digested[first_label][1], tol, across_ranks=True))
+    return GradParity(reference, tuple(pairs), tuple(notes), tol)
+
+
+def _pick_reference(labels: list[str], digested: dict) -> str:
+    """eager's first record (no compiler involved), else the first mode with digests."""
+    for mode in MODES:
+        for label in labels:
+            if label.split(" ")[0] == mode:
+                return label
+    return labels[0]
+
+
+def problems(parity: GradParity) -> list[str]:
+    """One line per record that disagrees: the first bad step and its parameters."""
+    out = []
+    for pair in parity.disagreements:
+        detail = "; ".join(m.describe() for m in pair.first_bad[:3])
+        out.append(f"gradients: {pair.verdict()}: {detail}")
+    return out
+

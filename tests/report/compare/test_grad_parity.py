@@ -1,0 +1,105 @@
+"""Gradient parity (report/compare/grad_parity.py) on hand-built digests: what counts as agreement,
+and what each kind of mismatch reads as."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from cagtool.report.compare.grad_parity import (
+    MISSING,
+    SCALE,
+    SIGN,
+    SWAPPED,
+    ZERO,
+    Digest,
+    GradTolerance,
+    compare_digests,
+)
+
+
+def digest(values: list[float], dtype: str = "float32") -> Digest:
+    """What capture/grad_digest.py computes, in Python."""
+    norm = math.sqrt(sum(v * v for v in values))
+    checksum = sum(v * (1 + (i % 1021) / 1021) for i, v in enumerate(values))
+    return Digest(norm, max(abs(v) for v in values), checksum, dtype, len(values))
+
+
+def grads(seed: int, shapes: dict[str, int]) -> dict[str, list[float]]:
+    rng = random.Random(seed)
+    return {name: [rng.gauss(0, 1) for _ in range(n)] for name, n in shapes.items()}
+
+
+SHAPES = {"fc1.weight": 256, "fc1.bias": 16, "fc2.weight": 256, "fc2.bias": 16}
+
+
+def step_digests(values: dict[str, list[float]]) -> dict[str, Digest]:
+    return {name: digest(v) for name, v in values.items()}
+
+
+def test_round_off_agrees_and_says_so_per_parameter():
+    base = grads(0, SHAPES)
+    # float32 round-off of a reordered reduction: a few ulps per element
+    noisy = {name: [x * (1 + random.Random(i).uniform(-3e-7, 3e-7)) for i, x in enumerate(v)] for name, v in base.items()}
+    pair = compare_digests("ca", "eager", {0: step_digests(noisy), 5: step_digests(noisy)}, {0: step_digests(base), 5: step_digests(base)}, GradTolerance())
+    assert pair.agrees and pair.first_bad_step is None
+    assert pair.params == 4 and pair.steps == (0, 5)
+    assert "agrees with eager on all 4 parameters at 2 digested steps" in pair.verdict()
+    assert pair.max_excess < 1
+
+
+def test_scale_is_named_with_its_factor_and_the_first_step():
+    base = grads(1, SHAPES)
+    scaled = {**base, "fc2.weight": [2 * x for x in base["fc2.weight"]]}
+    got = {0: step_digests(base), 3: step_digests(scaled), 6: step_digests(scaled)}
+    ref = {0: step_digests(base), 3: step_digests(base), 6: step_digests(base)}
+    pair = compare_digests("ca", "eager", got, ref, GradTolerance())
+    assert pair.first_bad_step == 3 and pair.bad_steps == (3, 6)
+    [mismatch] = pair.first_bad
+    assert (mismatch.name, mismatch.kind) == ("fc2.weight", SCALE)
+    assert mismatch.ratio == pytest.approx(2.0)
+    assert "scaled by 2" in mismatch.describe()
+
+
+def test_sign_flip_keeps_every_norm_but_not_the_checksum():
+    base = grads(2, SHAPES)
+    flipped = {**base, "fc1.bias": [-x for x in base["fc1.bias"]]}
+    pair = compare_digests("aot", "eager", {0: step_digests(flipped)}, {0: step_digests(base)}, GradTolerance())
+    [mismatch] = pair.first_bad
+    assert (mismatch.name, mismatch.kind) == ("fc1.bias", SIGN)
+    assert mismatch.norm == pytest.approx(mismatch.reference_norm)
+
+
+def test_zero_and_missing_gradients_read_as_a_hook_or_branch_in_one_mode():
+    base = grads(3, SHAPES)
+    got = step_digests({**base, "fc1.weight": [0.0] * 256})
+    got["fc2.bias"] = Digest(None, None, None, "float32", 16)
+    pair = compare_digests("ca", "eager", {0: got}, {0: step_digests(base)}, GradTolerance())
+    kinds = {m.name: m.kind for m in pair.first_bad}
+    assert kinds == {"fc1.weight": ZERO, "fc2.bias": MISSING}
+
+
+def test_swapped_gradients_cancel_in_the_global_norm_but_not_per_parameter():
+    base = grads(4, SHAPES)
+    swapped = {**base, "fc1.weight": base["fc2.weight"], "fc2.weight": base["fc1.weight"]}
+    total = lambda g: math.sqrt(sum(x * x for v in g.values() for x in v))  # noqa: E731
+    assert total(swapped) == pytest.approx(total(base))
+    pair = compare_digests("ca", "eager", {0: step_digests(swapped)}, {0: step_digests(base)}, GradTolerance())
+    assert {(m.name, m.kind, m.other) for m in pair.first_bad} == {("fc1.weight", SWAPPED, "fc2.weight"), ("fc2.weight", SWAPPED, "fc1.weight")}
+
+
+def test_tolerance_depends_on_dtype_size_and_step():
+    tol = GradTolerance()
+    assert tol.rtol("bfloat16", 100, 0) > tol.rtol("float32", 100, 0) > tol.rtol("float64", 100, 0)
+    assert tol.rtol("float32", 10**8, 0) > tol.rtol("float32", 100, 0)
+    assert tol.rtol("float32", 100, 10) > tol.rtol("float32", 100, 0)
+    assert GradTolerance(2.0).rtol("float32", 100, 0) == pytest.approx(2 * tol.rtol("float32", 100, 0))
+
+
+def test_steps_digested_on_one_side_are_listed_not_compared():
+    base = step_digests(grads(5, SHAPES))
+    pair = compare_digests("ca", "eager", {0: base, 7: base}, {0: base, 9: base}, GradTolerance())
+    assert pair.steps == (0,) and pair.only_record == (7,) and pair.only_reference == (9,)
+    assert pair.agrees

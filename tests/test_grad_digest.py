@@ -1,0 +1,105 @@
+"""Gradient digests at capture time (capture/grad_digest.py), in-process on real torch: the
+numbers are the gradients', the names are module paths whatever wraps the model, and the
+schedule digests the steps it should, without reading the device in the step."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from cagtool.capture.grad_digest import CHECKSUM_PERIOD, REASON_EVERY, REASON_FIRST, REASON_RECOMPILE, GradDigests
+
+
+@pytest.fixture
+def digests():
+    d = GradDigests(every=3)
+    d.names.install()
+    yield d
+    d.names.uninstall()
+
+
+def test_digest_values_are_the_gradients_norm_max_and_weighted_sum(digests):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(40, 60), torch.nn.Linear(60, 1))
+    model(torch.randn(5, 40)).sum().backward()
+    digests.digest(0, [REASON_FIRST], list(model.parameters()))
+    [event] = digests.events()
+    assert event["names"] == ["0.weight", "0.bias", "1.weight", "1.bias"]
+    for i, p in enumerate(model.parameters()):
+        g = p.grad.reshape(-1).double()
+        weights = 1 + (torch.arange(g.numel(), dtype=torch.float64) % CHECKSUM_PERIOD) / CHECKSUM_PERIOD
+        assert event["norm"][i] == pytest.approx(float(g.norm()), rel=1e-5)
+        assert event["max_abs"][i] == pytest.approx(float(g.abs().max()), rel=1e-6)
+        assert event["checksum"][i] == pytest.approx(float((g * weights).sum()), rel=1e-4, abs=1e-6)
+        assert event["numels"][i] == p.numel() and event["dtypes"][i] == "float32"
+
+
+def test_checksum_sees_a_permutation_the_norms_do_not(digests):
+    a = torch.nn.Parameter(torch.zeros(2048))
+    b = torch.nn.Parameter(torch.zeros(2048))
+    a.grad = torch.randn(2048)
+    b.grad = a.grad.flip(0)
+    digests.digest(0, [REASON_FIRST], [a, b])
+    [event] = digests.events()
+    assert event["norm"][0] == pytest.approx(event["norm"][1])
+    assert abs(event["checksum"][0] - event["checksum"][1]) > 1e-3 * abs(event["checksum"][0]) + 1e-3
+
+
+def test_names_drop_the_compile_wrapper_and_keep_ddp_like_prefixes(digests):
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q_proj = torch.nn.Linear(4, 4, bias=False)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([Block(), Block()])
+
+    net = Net()
+    compiled = torch.compile(net, backend="eager")  # OptimizedModule holds net as _orig_mod
+    assert compiled is not net
+    for p in net.parameters():
+        p.grad = torch.ones_like(p)
+    digests.digest(0, [REASON_FIRST], list(net.parameters()))
+    assert digests.events()[0]["names"] == ["layers.0.q_proj.weight", "layers.1.q_proj.weight"]
+
+
+def test_schedule_first_step_every_k_and_compiles_with_one_look_per_due_step(digests):
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    looks = []
+    for step in range(8):
+        model(torch.randn(2, 3)).sum().backward()
+        digests.countdown -= 1  # what the optimizer pre-hook does
+        if digests.countdown <= 0:
+            looks.append(step)
+            digests.before_step(step, recompiled=(step == 4), optimizer=opt)
+        if step == 3:
+            digests.arm()  # a compile noted during step 4's forward would arm it
+        opt.step()
+        opt.zero_grad()
+    assert digests.steps == [0, 3, 4, 6]
+    assert looks == [0, 1, 3, 4, 5, 6, 7]  # a due step's next look disarms: one look a step at most
+    reasons = {e["step"]: e["reasons"] for e in digests.events()}
+    assert reasons[0] == [REASON_FIRST, REASON_EVERY] and reasons[4] == [REASON_RECOMPILE]
+    assert all(math.isfinite(v) for e in digests.events() for v in e["norm"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_digest_on_cuda_never_waits_for_the_device(digests):
+    """The digests stay on the device until `events` (the end of the run): torch's sync debug mode
+    raises on any synchronising call made while digesting."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 1)).cuda()
+    model(torch.randn(8, 64, device="cuda")).sum().backward()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        digests.digest(0, [REASON_FIRST], list(model.parameters()))
+        digests.digest(1, [REASON_EVERY], list(model.parameters()))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    events = digests.events()
+    assert [e["step"] for e in events] == [0, 1] and all(v is not None for v in events[0]["norm"])

@@ -1,0 +1,133 @@
+"""Gradient parity end to end: `cagtool run` records digests in every mode, `compare` names the
+first bad step and parameter of real compile-dependent mismatches (tests/scripts/grad_mismatch.py:
+the script behaves differently under torch.compile, as hooks and branches on is_compiling() do),
+`gate --max-grad-diff` fails on them, and jobs whose modes agree read as agreeing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import ROOT, cagtool_cmd
+
+MISMATCH = str(ROOT / "tests" / "scripts" / "grad_mismatch.py")
+DROPOUT = str(ROOT / "tests" / "scripts" / "dropout_train.py")
+
+
+def cagtool(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CI": "true", "COLUMNS": "200"}
+    return subprocess.run(cagtool_cmd(*args), capture_output=True, text=True, timeout=300, env=env, cwd=str(ROOT))
+
+
+def parity_json(run) -> dict:
+    proc = cagtool("compare", str(run.path), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def pair(data: dict, record: str) -> dict:
+    return next(p for p in data["grad_parity"]["pairs"] if p["record"] == record)
+
+
+def test_a_hook_that_scales_only_under_compiled_autograd_is_named_at_step_0(record_run):
+    run = record_run(MISMATCH, "--kind", "scale_hook", modes="eager,aot,ca")
+    assert run.returncode == 0, run.stderr
+    data = parity_json(run)
+    assert pair(data, "aot")["agrees"]
+    ca = pair(data, "ca")
+    assert ca["first_bad_step"] == 0
+    assert [(m["name"], m["kind"]) for m in ca["first_bad"]] == [("head.weight", "scale")]
+    assert ca["first_bad"][0]["ratio"] == pytest.approx(2.0, rel=1e-4)
+    text = cagtool("compare", str(run.path)).stdout
+    assert "ca differs from eager first at step 0, in 1 of 6 parameters (head.weight)" in text
+    assert "head.weight: scaled by 2" in text
+    gate = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(run.path))
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    assert "max-grad-diff" in gate.stdout and "head.weight" in gate.stdout
+
+
+def test_a_hook_that_zeroes_under_compile_reads_as_zero_vs_non_zero(record_run):
+    run = record_run(MISMATCH, "--kind", "zero_hook", modes="eager,ca")
+    assert run.returncode == 0, run.stderr
+    ca = pair(parity_json(run), "ca")
+    assert ca["first_bad_step"] == 0
+    assert [(m["name"], m["kind"]) for m in ca["first_bad"]] == [("head.weight", "zero")]
+
+
+def test_swapped_gradients_that_cancel_in_the_global_norm_are_named(record_run):
+    run = record_run(MISMATCH, "--kind", "swap", modes="eager,aot")
+    assert run.returncode == 0, run.stderr
+    data = parity_json(run)
+    # The loss and the global norms agree: only the per-parameter digests see it.
+    assert data["numerics"]["agree"]
+    aot = pair(data, "aot")
+    assert aot["first_bad_step"] == 0
+    swapped = {(m["name"], m["other"]) for m in aot["first_bad"] if m["kind"] == "swapped"}
+    assert ("left.weight", "right.weight") in swapped and ("right.weight", "left.weight") in swapped
+
+
+def test_seeded_job_with_gradient_accumulation_agrees_in_every_mode(record_run):
+    run = record_run("grad_accumulation.py", "--steps", "4", modes="eager,aot,ca", extra=("--parity-every", "1"))
+    assert run.returncode == 0, run.stderr
+    data = parity_json(run)
+    parity = data["grad_parity"]
+    assert parity["agree"], parity
+    assert parity["summary"] == "gradients: the 3 modes agree on all 4 parameters at 4 digested steps"
+    assert all(p["steps"] == [0, 1, 2, 3] for p in parity["pairs"])
+    assert not [p for p in data["problems"] if p.startswith("gradients")]
+    gate = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(run.path))
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    # Why each step was digested: the compiled modes' first step compiled, the later modes also
+    # digest what an earlier one did, the last step is marked.
+    reasons = {mode: {e["step"]: e["reasons"] for e in map(json.loads, (run.path / mode / "events.jsonl").read_text().splitlines())
+                      if e["kind"] == "grad_digest"} for mode in ("eager", "aot", "ca")}
+    assert reasons["eager"][0] == ["first", "every"] and "last" in reasons["eager"][3]
+    assert "recompile" in reasons["ca"][0] and "earlier_mode" in reasons["ca"][2]
+
+
+def test_dropout_drawn_alike_agrees(record_run):
+    """aot_eager runs the forward's aten.native_dropout on the same seeded generator as eager: the
+    masks are the same, and so are the gradients (random ops in the graph are no alarm then)."""
+    run = record_run(DROPOUT, "--backend", "aot_eager", modes="eager,aot")
+    assert run.returncode == 0, run.stderr
+    aot = pair(parity_json(run), "aot")
+    assert aot["agrees"] and not aot["not_comparable"] and aot["steps"] == [0, 2]
+
+
+@pytest.mark.slow
+def test_inductor_dropout_is_not_comparable_without_parity_and_agrees_with_it(record_run):
+    run = record_run(DROPOUT, "--backend", "inductor", modes="eager,aot")
+    assert run.returncode == 0, run.stderr
+    data = parity_json(run)
+    aot = pair(data, "aot")
+    assert aot["not_comparable"] and "random ops" in aot["not_comparable"] and "--parity" in aot["not_comparable"]
+    assert aot["agrees"] and not [p for p in data["problems"] if p.startswith("gradients")]
+    gate = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(run.path))
+    assert gate.returncode == 1 and "cannot check" in gate.stdout
+
+    run = record_run(DROPOUT, "--backend", "inductor", modes="eager,aot", extra=("--parity",))
+    assert run.returncode == 0, run.stderr
+    data = parity_json(run)
+    aot = pair(data, "aot")
+    assert aot["agrees"] and not aot["not_comparable"] and aot["first_bad_step"] is None
+    assert data["grad_parity"]["summary"] == "gradients: the 2 modes agree on all 4 parameters at 2 digested steps"
+
+
+def test_ddp_ranks_compared_per_rank_and_an_unsynchronised_parameter_named_across_ranks(record_run):
+    run = record_run(str(ROOT / "tests" / "scripts" / "ddp_unsynced.py"), modes="eager,ca")
+    assert run.returncode == 0, run.stderr
+    parity = parity_json(run)["grad_parity"]
+    by_pair = {(p["record"], p["reference"]): p for p in parity["pairs"]}
+    # Each rank's modes agree with each other...
+    assert by_pair[("ca rank0", "eager rank0")]["agrees"] and by_pair[("ca rank1", "eager rank1")]["agrees"]
+    # ...and in every mode rank 1's fc2.bias is its own from step 0: DDP left it out of the all-reduce.
+    for mode in ("eager", "ca"):
+        across = by_pair[(f"{mode} rank1", f"{mode} rank0")]
+        assert across["across_ranks"] and across["first_bad_step"] == 0
+        assert [m["name"] for m in across["first_bad"]] == ["module.fc2.bias"]
+        assert "not synchronised across ranks" in across["verdict"]
+    gate = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(run.path))
+    assert gate.returncode == 1 and "module.fc2.bias" in gate.stdout

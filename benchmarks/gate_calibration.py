@@ -156,6 +156,8 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=200, help="trials per cell for n <= 1,000 (n = 100,000 runs a tenth, at least 20)")
     parser.add_argument("--quick", action="store_true", help="60 trials, n <= 1,000")
     parser.add_argument("--shapes", default="lognormal,skewed,ar1-drift,outliers,real")
+    parser.add_argument("--sizes", default="", help="steps a side, comma-separated (default 100,1000,100000; --quick 100,1000)")
+    parser.add_argument("--no-compile", action="store_true", help="leave the compile-time rows out")
     parser.add_argument("--run-noise", type=float, default=0.01, help="sd of the log level of each run (run-to-run noise)")
     parser.add_argument("--compile-noise", type=float, default=0.03)
     parser.add_argument("--json", type=Path)
@@ -165,7 +167,7 @@ def main() -> int:
         record_real_steps()
     real = np.asarray(json.loads(REAL_STEPS.read_text())["steady_step_s"], dtype=float)
     trials = 60 if args.quick else args.trials
-    sizes = (100, 1_000) if args.quick else (100, 1_000, 100_000)
+    sizes = tuple(int(v) for v in args.sizes.split(",")) if args.sizes else ((100, 1_000) if args.quick else (100, 1_000, 100_000))
     rng = np.random.default_rng(20261125)
     rows = []
     started = time.process_time()
@@ -184,7 +186,7 @@ def main() -> int:
                         rows.append({"check": name, "shape": shape, "n": n, "k": k, "effect": effect, "trials": count,
                                      "fail_rate": value / count, "resolves_rate": resolves[name] / count})
                 print(f"{shape:10s} n={n:>7,} K={k}  done ({time.process_time() - started:.0f} s CPU)", file=sys.stderr, flush=True)
-    for k in (1, 3, 5):
+    for k in () if args.no_compile else (1, 3, 5):
         for effect in (0.0, 0.05, 0.10, 0.20, 0.40):
             count = trials * 2
             judged = [trial_compile(k, effect, rng, args.compile_noise) for _ in range(count)]

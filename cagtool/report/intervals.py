@@ -10,7 +10,9 @@ Units. Step times drift and are autocorrelated: consecutive steps are not indepe
 an interval that treats them so is far too narrow on a long run. Each side's steady series is cut
 into batches of consecutive steps (about sqrt(n) batches, at most `MAX_BATCHES`: the method of batch
 means, standard for the output of a simulation) and the statistic of each batch is one unit; a slow
-drift makes the batches differ and the interval wider, as it should. With `MIN_REPETITION_UNITS` or
+drift makes the batches differ and the interval wider, as it should. While the batch statistics
+are still autocorrelated (phases longer than a batch), adjacent batches are merged: fewer, longer
+units and a wider interval. With `MIN_REPETITION_UNITS` or
 more repetitions (`cagtool run --repeat K`) the side's units are its repetitions instead: runs
 differ from each other more than batches of one run do (compile cache, memory layout, the machine's
 load), and only repetitions can see that. With one run a side, that run-to-run noise is not
@@ -110,20 +112,52 @@ def batch_count(n: int) -> int:
     return max(2, min(MAX_BATCHES, math.isqrt(n))) if n >= 2 else 0
 
 
-def batch_statistics(series: Sequence[float], field_name: str) -> list[float]:
-    """The statistic of each batch of consecutive steps (batches differ in length by at most 1)."""
+# Batches are long enough when their statistics are about independent: while the lag-1
+# autocorrelation of the log batch statistics exceeds what chance gives independent ones (one-sided
+# 5%: 1.645 / sqrt(k)), adjacent batches are merged (the number halved). A job whose speed shifts in
+# phases (a neighbour on the runner, a data loader stalling for minutes) is judged on fewer, longer
+# batches and a wider interval, never on many batches that all see the same phase.
+_AUTOCORRELATION_Z = 1.645
+
+
+def _batches(array, k: int, field_name: str) -> list[float]:
     import numpy as np
 
-    k = batch_count(len(series))
-    if k == 0:
-        return []
-    array = np.asarray(series, dtype=float)
     if field_name == "mean":
         return [float(part.mean()) for part in np.array_split(array, k)]
     if field_name == "median":
         return [float(np.median(part)) for part in np.array_split(array, k)]
     q = 10.0 if field_name == "p10" else 90.0
     return [float(np.percentile(part, q)) for part in np.array_split(array, k)]
+
+
+def lag1_autocorrelation(values: Sequence[float]) -> float:
+    """r1 of a sequence (0 for a constant one)."""
+    k = len(values)
+    if k < 3:
+        return 0.0
+    mean = sum(values) / k
+    centred = [v - mean for v in values]
+    denominator = sum(c * c for c in centred)
+    if denominator == 0.0:
+        return 0.0
+    return sum(a * b for a, b in zip(centred, centred[1:])) / denominator
+
+
+def batch_statistics(series: Sequence[float], field_name: str) -> list[float]:
+    """The statistic of each batch of consecutive steps (batches differ in length by at most 1),
+    about sqrt(n) of them, fewer while their statistics are autocorrelated (see above)."""
+    import numpy as np
+
+    k = batch_count(len(series))
+    if k == 0:
+        return []
+    array = np.asarray(series, dtype=float)
+    stats = _batches(array, k, field_name)
+    while k > 2 and lag1_autocorrelation([math.log(v) if v > 0 else 0.0 for v in stats]) > _AUTOCORRELATION_Z / math.sqrt(k):
+        k = max(2, k // 2)
+        stats = _batches(array, k, field_name)
+    return stats
 
 
 @dataclass(frozen=True)
@@ -176,6 +210,18 @@ def compile_sample(samples: Sequence[float]) -> TimingSample | None:
     return TimingSample(len(kept), len(kept), "run", {"total": median}, {"total": kept})
 
 
+def _sd_upper_factor(df: float, confidence: float = 0.75) -> float:
+    """sqrt(df / chi2_(1-confidence)(df)): how much a standard deviation estimated with `df`
+    degrees of freedom may be under the true one, at `confidence` (Wilson-Hilferty's chi-square
+    quantile, within 1% of the exact one from df = 2)."""
+    if not math.isfinite(df) or df <= 0:
+        return 1.0
+    z = NormalDist().inv_cdf(1.0 - confidence)
+    term = 2.0 / (9.0 * df)
+    quantile = df * max(1.0 - term + z * math.sqrt(term), 1e-3) ** 3
+    return math.sqrt(df / quantile)
+
+
 def _mean_var(values: list[float]) -> tuple[float, float]:
     k = len(values)
     mean = sum(values) / k
@@ -202,11 +248,13 @@ class RatioInterval:
 
     def resolution(self, power: float = POWER) -> float:
         """The smallest log-distance beyond a bound that a check on this interval catches with
-        probability `power` (inf when the noise was not measured)."""
+        probability `power` (inf when the noise was not measured). The noise is taken at a 75%
+        upper bound of its estimate (chi-square with the interval's degrees of freedom): with few
+        units the estimate is itself noisy, and a power claim must not rest on a lucky one."""
         if not self.measured:
             return math.inf
         alpha = 1.0 - self.confidence
-        return (t_quantile(1.0 - alpha / 2.0, self.df) + t_quantile(power, self.df)) * self.se
+        return (t_quantile(1.0 - alpha / 2.0, self.df) + t_quantile(power, self.df)) * self.se * _sd_upper_factor(self.df)
 
     def evidence_factor(self, wanted: float, power: float = POWER) -> float:
         """How many times the present units a side would need for the resolution to be `wanted`

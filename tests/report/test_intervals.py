@@ -17,6 +17,7 @@ from cagtool.report.intervals import (
     batch_count,
     batch_statistics,
     compile_sample,
+    lag1_autocorrelation,
     ratio_interval,
     t_quantile,
     timing_sample,
@@ -37,8 +38,13 @@ def test_t_quantile_between_1_and_2_degrees_is_never_narrower(df):
 
 def test_batches_are_about_the_square_root_of_n_and_keep_step_order():
     assert [batch_count(n) for n in (0, 1, 2, 5, 100, 400, 1_000, 100_000)] == [0, 0, 2, 2, 10, 20, MAX_BATCHES, MAX_BATCHES]
-    series = [1.0] * 50 + [3.0] * 50  # a step change mid-run: the batches see it, a pooled sort would not
-    assert batch_statistics(series, "median") == [1.0] * 5 + [3.0] * 5
+    # A shift in phases longer than a batch: ten batches would all see one phase or the other
+    # (autocorrelated), so adjacent ones are merged: five units, and a wider interval.
+    series = [1.0] * 50 + [3.0] * 50
+    assert batch_statistics(series, "median") == [1.0, 1.0, 2.0, 3.0, 3.0]
+    alternating = [1.0, 3.0] * 50  # no phases: ten batches, each of both kinds
+    assert len(batch_statistics(alternating, "median")) == 10
+    assert lag1_autocorrelation([1.0, 2.0, 3.0, 4.0]) > 0.2 and lag1_autocorrelation([5.0] * 6) == 0.0
     assert batch_statistics([1.0, 2.0, 3.0, 4.0, 10.0], "mean") == [2.0, 7.0]
     assert batch_statistics([5.0], "median") == []
 

@@ -94,9 +94,22 @@ def _render_args(node: Any) -> str:
 
 
 def _dim(value: Any) -> int | str:
+    """A size as an int, or a symbolic one as its expression (`s0`, `u0`). A SymInt is never
+    turned into an int here: for an unbacked (data-dependent) size `int()` raises
+    GuardOnDataDependentSymNode, and for a backed one it asks the shape environment for a guard
+    in the middle of torch's capture."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    node = getattr(value, "node", None)
+    if node is not None:  # SymInt
+        try:
+            constant = node.maybe_as_int()
+        except Exception:  # noqa: BLE001 - an older SymNode without it
+            constant = None
+        return constant if isinstance(constant, int) else str(value)
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except Exception:  # noqa: BLE001 - whatever it is, its text is what the record keeps
         return str(value)
 
 

@@ -195,6 +195,7 @@ class Capture:
         handler = state["handler"]
         if handler.errors:
             manifest.options["structured_log_errors"] = {"count": handler.errors, "last": handler.last_error}
+        manifest.options.update(state["observer"].manifest_notes())
         writer = state["writer"]
         writer.write_manifest()
         writer.close()

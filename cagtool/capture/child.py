@@ -280,6 +280,7 @@ def _record_mode(spec: ModeSpec) -> int:
             manifest.options["losses_not_kept"] = steps.device.dropped_losses
         if handler.errors:
             manifest.options["structured_log_errors"] = {"count": handler.errors, "last": handler.last_error}
+        manifest.options.update(observer.manifest_notes())
         writer.write_manifest()
         writer.close()
         if parent_died:

@@ -180,8 +180,18 @@ class CaptureObserver:
     def uninstall(self) -> None:
         from torch._dynamo import compiled_autograd as ca
 
+        self._guarded("uninstall", self.check_failed_capture)
         for name, original in self._originals.items():
             setattr(ca.AutogradCompilerInstance, name, original)
+
+    def manifest_notes(self) -> dict[str, Any]:
+        """What the manifest's options say about the observer itself (absent when nothing happened)."""
+        notes: dict[str, Any] = {}
+        if self.errors:
+            notes["observer_errors"] = {"count": self.errors, "last": self.last_error}
+        if self.failed_captures:
+            notes["failed_ca_captures"] = self.failed_captures
+        return notes
 
     # -- events -------------------------------------------------------------------------------
     def _record_id(self, torch_id: int) -> int:

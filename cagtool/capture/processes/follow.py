@@ -246,6 +246,11 @@ class ProcessRecord:
         manifest.peak_device_memory_bytes = _peak_cuda_bytes()
         if "torch._dynamo" in sys.modules:
             manifest.torch_counters = _counters_minus(_counters(), self.counters_baseline)
+        if self.observer is not None:
+            try:
+                manifest.options.update(self.observer.manifest_notes())
+            except Exception:  # noqa: BLE001 - the record must still close
+                pass
         self.stop_stacks.disarm()  # the record is about to say how the process ended
         self.writer.write_manifest()
         self.writer.close()

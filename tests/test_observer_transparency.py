@@ -166,6 +166,12 @@ def test_the_ca_compiler_receives_the_graph_torch_builds_without_cagtool(tmp_pat
     misses = observed.events("ca_cache_miss")
     assert [m["miss_kind"] for m in misses] == ["new_node", "changed_shapes"]
     assert all(c["node"] for c in misses[1]["changed_sizes"])
+    # and which autograd node owns each graph input (torch was not asked to stamp it in the graph)
+    first = observed.events("ca_graph")[0]
+    nodes = json.loads((observed.dir / first["nodes_file"]).read_text())["nodes"]
+    inputs = [n for n in nodes if n["args"].startswith("%inputs, ")]
+    assert inputs and all(n["origin"] for n in inputs)
+    assert inputs[0]["origin"] == {"node_call": 0, "name": "torch::autograd::GraphRoot"}
 
 
 # -- shapes from torch's own compiled-autograd tests -------------------------------------------

@@ -224,6 +224,10 @@ class CaptureObserver:
             inst._cag_size_origins = [tuple(o) if o else None for o in origins[1]]
         except (IndexError, TypeError):
             inst._cag_size_origins = []
+        try:
+            inst._cag_placeholder_origins = {"inputs": list(origins[0]), "scalars": list(origins[2])}
+        except (IndexError, TypeError):
+            inst._cag_placeholder_origins = {}
         inst._cag_step = self.steps.current_step
         inst._cag_reason_logged = False
         inst._cag_caller = source.user_caller()
@@ -353,7 +357,7 @@ class CaptureObserver:
                 self.note_error("failed capture", exc)
 
     def _emit_graph(self, inst: Any, gm: Any, shapes: dict, record_id: int, torch_id: int, capture_s: float, compiler: Any) -> None:
-        summary = graph_dump.summarize_graph(gm, shapes)
+        summary = graph_dump.summarize_graph(gm, shapes, getattr(inst, "_cag_placeholder_origins", None))
         code = gm.print_readable(print_output=False, include_stride=True, include_device=True)
         code_rel, nodes_rel = self.writer.write_graph(record_id, f"!{torch_id}", code, summary.nodes)
         is_ours = self.cagtool_compiler is not None and compiler is self.cagtool_compiler

@@ -137,8 +137,23 @@ def snapshot_meta(graph: Any) -> dict[str, tuple[Any, Any, Any]]:
     return out
 
 
-def summarize_graph(gm: Any, shapes: dict[str, tuple[Any, Any, Any]] | None = None) -> GraphSummary:
+def _input_origin(node: Any, placeholder_origins: dict[str, list[Any]]) -> AutogradNodeRef | None:
+    """The autograd node that owns `inputs[i]` / `scalars[i]`, from the origins C++ gave
+    begin_capture (cagtool keeps them instead of letting torch stamp them into the graph)."""
+    if node.op != "call_function" or len(node.args) != 2 or not isinstance(node.args[1], int):
+        return None
+    source = node.args[0]
+    origins = placeholder_origins.get(getattr(source, "name", ""), []) if getattr(source, "op", "") == "placeholder" else []
+    index = node.args[1]
+    if not 0 <= index < len(origins) or not origins[index]:
+        return None
+    call, name = origins[index]
+    return AutogradNodeRef(node_call=int(call), name=str(name))
+
+
+def summarize_graph(gm: Any, shapes: dict[str, tuple[Any, Any, Any]] | None = None, placeholder_origins: dict[str, list[Any]] | None = None) -> GraphSummary:
     shapes = shapes or {}
+    placeholder_origins = placeholder_origins or {}
     nodes: list[GraphNode] = []
     histogram: Counter[str] = Counter()
     autograd: dict[int, str] = {}
@@ -147,7 +162,7 @@ def summarize_graph(gm: Any, shapes: dict[str, tuple[Any, Any, Any]] | None = No
     num_sizes = 0
     for node in gm.graph.nodes:
         target = target_name(node.target)
-        origin = _origin(node.meta)
+        origin = _origin(node.meta) or _input_origin(node, placeholder_origins)
         if origin is not None:
             autograd.setdefault(origin.node_call, origin.name)
         aot_match = _AOT_PREFIX.match(node.name)

@@ -49,7 +49,7 @@ class RunOptions:
     warm_cache: bool = False
     trace_nodes: bool = False
     depyf: bool = False
-    torch_trace: bool = True
+    torch_trace: bool = False
     keep_cache: bool = False  # keep the per-mode Inductor caches under <run>/inductor-cache
     cagtool_argv: tuple[str, ...] = ()
 

@@ -467,8 +467,8 @@ def _setup_torch_in_child() -> None:
     from cagtool.capture import mode_setup
     from cagtool.capture.observe.ca_observer import CaptureObserver
     from cagtool.capture.steps import StepTracker
+    from cagtool.capture.observe import dynamo_taps
     from cagtool.capture.observe.torch_logs import StructuredLogHandler
-    from cagtool.capture.observe.torch_logs import install as install_log_handler
 
     config = _child_config
     assert config is not None
@@ -480,7 +480,7 @@ def _setup_torch_in_child() -> None:
         record.manifest.versions = _versions()
     steps = StepTracker(record.writer, config.mode)
     observer = CaptureObserver(record.writer, steps, mode_setup.make_compiler(config.backend) if config.mode == "ca" else None)
-    install_log_handler(StructuredLogHandler(record.writer, steps))
+    dynamo_taps.install(StructuredLogHandler(record.writer, steps))  # for the rest of the process
     steps.install()
     observer.install()
     record.steps, record.observer = steps, observer

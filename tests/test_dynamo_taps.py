@@ -1,0 +1,91 @@
+"""cagtool reads Dynamo (compiles, recompile reasons, graph breaks, AOT backward graphs) without a
+handler on torch's structured logger, and what it reads equals what a handler would have got.
+Real torch, in process: one job run twice, once tapped, once with a handler on `torch.__trace`."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cagtool.capture.observe import dynamo_taps
+from cagtool.capture.observe.torch_logs import TRACE_LOGGER, StructuredLogHandler
+from cagtool.capture.steps import StepTracker
+from cagtool.capture.writer import RecordWriter
+from cagtool.record.loader import load_mode
+from cagtool.record.manifest import ModeManifest
+from cagtool.record.schema import AotBackwardGraphEvent, DynamoCompileEvent, DynamoRecompileEvent, GraphBreakEvent
+
+
+def _job() -> None:
+    def f(x: torch.Tensor, n: int) -> torch.Tensor:
+        for _ in range(n):
+            x = x + 1
+        print("", end="")  # a graph break: Dynamo cannot trace print
+        return (x * 2).sin()
+
+    compiled = torch.compile(f, backend="aot_eager")
+    with torch._dynamo.config.patch(recompile_limit=2):
+        for n in (1, 2, 3):
+            compiled(torch.ones(3, requires_grad=True), n).sum().backward()
+
+
+def _record(tmp_path: Path, name: str, tapped: bool) -> tuple[Any, StructuredLogHandler]:
+    torch._dynamo.reset()
+    manifest = ModeManifest(mode="aot", argv=[], target={}, cwd=str(tmp_path), versions={}, backend="eager", dynamic=False, started_at="")
+    writer = RecordWriter(tmp_path / name, manifest)
+    handler = StructuredLogHandler(writer, StepTracker(writer, "aot"))
+    logger = logging.getLogger(TRACE_LOGGER)
+    old_level, taps = logger.level, None
+    if tapped:
+        taps = dynamo_taps.install(handler)
+    else:
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+    try:
+        _job()
+    finally:
+        if taps is not None:
+            taps.uninstall()
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+        writer.close()
+    return load_mode(tmp_path / name), handler
+
+
+def _summary(record: Any) -> dict[str, Any]:
+    return {
+        "compiles": [(c.compile_id, c.co_name, c.fail_type, c.graph_op_count, c.has_guarded_code) for c in record.of(DynamoCompileEvent)],
+        "recompiles": [(r.compile_id, r.reasons) for r in record.of(DynamoRecompileEvent)],
+        "breaks": [(b.compile_id, b.file, b.line, b.code) for b in record.of(GraphBreakEvent)],
+        "aot_backward": [a.compile_id for a in record.of(AotBackwardGraphEvent)],
+    }
+
+
+def test_tapped_records_equal_the_structured_logs(tmp_path):
+    handled, handler = _record(tmp_path, "handler", tapped=False)
+    tapped, tap_handler = _record(tmp_path, "taps", tapped=True)
+    assert handler.errors == tap_handler.errors == 0, (handler.last_error, tap_handler.last_error)
+    want, got = _summary(handled), _summary(tapped)
+    assert want["compiles"] and want["recompiles"] and want["breaks"] and want["aot_backward"]
+    assert got == want
+    # the reasons' text too (the tap's payload is torch's reason without the user traceback)
+    first = lambda record: record.of(GraphBreakEvent)[0].reason.splitlines()[0]  # noqa: E731
+    assert first(tapped) == first(handled)
+
+
+def test_every_tapped_function_exists_and_taps_come_off():
+    originals = [dynamo_taps._resolve(module, path)[2] for module, path in dynamo_taps.TAPPED]
+    taps = dynamo_taps.install(StructuredLogHandler.__new__(StructuredLogHandler))
+    assert len(taps._installed) == len(dynamo_taps.TAPPED)
+    taps.uninstall()
+    assert [dynamo_taps._resolve(module, path)[2] for module, path in dynamo_taps.TAPPED] == originals
+
+
+def test_no_handler_on_torchs_structured_logger_while_tapped(tmp_path):
+    logger = logging.getLogger(TRACE_LOGGER)
+    before = list(logger.handlers)
+    _record(tmp_path, "taps", tapped=True)
+    assert list(logger.handlers) == before

@@ -89,3 +89,9 @@ def test_no_handler_on_torchs_structured_logger_while_tapped(tmp_path):
     before = list(logger.handlers)
     _record(tmp_path, "taps", tapped=True)
     assert list(logger.handlers) == before
+
+
+def test_doctor_checks_every_tapped_name():
+    from cagtool.doctor import CA_ENTRY_POINTS
+
+    assert {f"{module}.{path}" for module, path in dynamo_taps.TAPPED} <= set(CA_ENTRY_POINTS)

@@ -20,7 +20,7 @@ from cagtool.capture.observe.ca_observer import CAPTURE_FAILED, OBSERVER_ERROR, 
 from cagtool.capture.steps import StepTracker
 from cagtool.capture.writer import RecordWriter
 from cagtool.record.manifest import ModeManifest
-from cagtool.record.schema import CACompileEvent
+from cagtool.record.schema import CACompileEvent, FindingEvent
 
 
 class Observed:
@@ -226,3 +226,53 @@ def test_higher_order_gradients_through_a_failed_capture_fail_as_under_plain_tor
     assert misses[0]["miss_kind"] == "new_node" and {m["message"] for m in misses[1:]} == {"no cache-miss reason reported by torch"}
     assert [e["code"] for e in observed.events("finding")] == [CAPTURE_FAILED]
     assert observed.observer.manifest_notes() == {"failed_ca_captures": 3}
+
+
+def test_a_run_with_failed_captures_counts_them_and_reads_undamaged(tmp_path):
+    import subprocess
+    import sys
+
+    from cagtool.record.integrity import run_damage
+    from cagtool.record.loader import load_run
+    from cagtool.report.metrics import mode_metrics
+
+    root = Path(__file__).resolve().parent.parent
+    script = str(root / "tests" / "scripts" / "higher_order_grads.py")
+    plain = subprocess.run([sys.executable, "-c", "import runpy, sys, torch; from torch._dynamo import compiled_autograd as ca; sys.argv = sys.argv[1:]\n"
+                            "with ca._enable(lambda gm: torch.compile(gm, backend='eager'), dynamic=False): runpy.run_path(sys.argv[0], run_name='__main__')", script],
+                           capture_output=True, text=True, cwd=root, timeout=600)
+    run = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(tmp_path / "r"), script],
+                         capture_output=True, text=True, cwd=root, timeout=600)
+    assert plain.returncode == run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout == plain.stdout == "torch.compile does not currently support higher order gradients.\n" * 3
+    record = load_run(tmp_path / "r")
+    assert run_damage(record) == []
+    ca_mode = record.mode("ca")
+    assert ca_mode.manifest.options["failed_ca_captures"] == 3
+    assert mode_metrics(ca_mode).autograd_captures == 3
+    # every capture torch counted is in the record with the miss that caused it
+    from cagtool.record.schema import CacheMissEvent
+
+    assert len(ca_mode.of(CacheMissEvent)) == 3
+    assert [f.code for f in ca_mode.of(FindingEvent)] == [CAPTURE_FAILED]
+
+
+def test_a_counter_torch_never_incremented_reads_zero_not_unknown(tmp_path):
+    from cagtool.record.loader import load_mode
+    from cagtool.record.schema import STATUS_FINISHED, STATUS_KILLED
+    from cagtool.report.metrics import mode_metrics
+
+    def metrics_of(name: str, counters: dict, status: str) -> Any:
+        manifest = ModeManifest(mode="aot", argv=[], target={}, cwd=str(tmp_path), versions={}, backend="eager", dynamic=False, started_at="")
+        writer = RecordWriter(tmp_path / name, manifest)
+        manifest.torch_counters = counters
+        manifest.status = status
+        writer.write_manifest()
+        writer.close()
+        return mode_metrics(load_mode(tmp_path / name))
+
+    # a job that compiled nothing: torch's counters["stats"]["unique_graphs"] reads 0
+    finished = metrics_of("finished", {"frames": {"total": 3}}, STATUS_FINISHED)
+    assert (finished.unique_graphs, finished.autograd_captures) == (0, 0)
+    killed = metrics_of("killed", {}, STATUS_KILLED)  # never saved its counters: unknown
+    assert (killed.unique_graphs, killed.autograd_captures) == (None, None)

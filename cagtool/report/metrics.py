@@ -12,6 +12,8 @@ from cagtool.record.loader import ModeRecord
 from cagtool.record.schema import (
     MISS_CHANGED_SHAPES,
     MISS_NEW_NODE,
+    STATUS_KILLED,
+    STATUS_RUNNING,
     STEP_BOUNDARY_BACKWARD,
     STEP_BOUNDARY_OPTIMIZER,
     AotBackwardGraphEvent,
@@ -363,8 +365,12 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
     compile_time = sum((d.entire_frame_compile_time_s or 0.0) for d in dynamo) + phases["ca_capture"]
     first_step_end = min(steps.t, default=None)
     counters = manifest.torch_counters or {}
-    unique = counters.get("stats", {}).get("unique_graphs")
-    captures = counters.get("compiled_autograd", {}).get("captures")
+    # torch's counters are Counters: a key never incremented reads 0 there and is absent here (and
+    # the deltas of followed processes drop zeros). So absent means 0 once the process saved its
+    # counters, and unknown only when it never did (killed, still running).
+    saved = bool(counters) or manifest.status not in (STATUS_RUNNING, STATUS_KILLED)
+    unique = counters.get("stats", {}).get("unique_graphs", 0 if saved else None)
+    captures = counters.get("compiled_autograd", {}).get("captures", 0 if saved else None)
     by_reason = ca_misses(ca_graphs, misses)
     ca_misses_total = by_reason.total
     breaks = record.of(GraphBreakEvent)

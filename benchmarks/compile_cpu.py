@@ -7,7 +7,8 @@ turn (so all variants see the same machine load), with a fresh Inductor cache pe
     plain      python, no TORCH_TRACE                                   (the job as written)
     handler    a no-op logging.Handler on torch.__trace                 (what cagtool did before)
     trace      TORCH_TRACE set                                          (--torch-trace)
-    taps       cagtool's Dynamo taps and CA observer, no handler        (cagtool run's default)
+    taps       cagtool's Dynamo taps alone, no handler                  (how cagtool reads Dynamo)
+    cagtool    the taps, the step tracker and the CA observer           (cagtool run's default)
 
 The figure is the process CPU time (time.process_time) spent in the job's first two training steps
 (the compiles: forward, AOT backward; with --ca, the compiled-autograd graph), measured inside the
@@ -42,7 +43,7 @@ if variant == "handler":
     trace = logging.getLogger("torch.__trace")
     trace.addHandler(_NoOp())
     trace.setLevel(logging.DEBUG)
-elif variant == "taps":
+elif variant in ("taps", "cagtool"):
     sys.path.insert(0, os.environ["CAGTOOL_ROOT"])
     from pathlib import Path
     from cagtool.capture.observe import dynamo_taps
@@ -55,8 +56,9 @@ elif variant == "taps":
     writer = RecordWriter(Path(os.environ["RECORD_DIR"]), manifest)
     steps = StepTracker(writer, manifest.mode)
     dynamo_taps.install(StructuredLogHandler(writer, steps))
-    steps.install()
-    CaptureObserver(writer, steps, None).install()
+    if variant == "cagtool":
+        steps.install()
+        CaptureObserver(writer, steps, None).install()
 
 
 class Block(torch.nn.Module):
@@ -96,7 +98,7 @@ logging_s = sum((m.structured_logging_overhead_us or 0) for m in get_compilation
 print(json.dumps({"cpu": cpu, "logging_s": logging_s, "counters": {k: sum(v.values()) for k, v in counters.items() if k in ("graph_break", "frames", "stats", "compiled_autograd")}}))
 '''
 
-VARIANTS = ("plain", "handler", "trace", "taps")
+VARIANTS = ("plain", "handler", "trace", "taps", "cagtool")
 
 
 def run_once(variant: str, backend: str, ca: bool, work: Path) -> dict:

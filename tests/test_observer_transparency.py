@@ -55,7 +55,11 @@ def fresh_ca() -> Iterator[None]:
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     torch._C._dynamo.compiled_autograd.set_verbose_logger(None)
+    # torch leaves a capture's compile context entered when the capture raises (begin_capture
+    # enters it, end_capture would have left it): the tests after this one start without it
+    context = getattr(torch._guards._TLS, "compile_context", None)
     yield
+    torch._guards._TLS.compile_context = context
     torch._C._dynamo.compiled_autograd.set_verbose_logger(None)
     torch._dynamo.reset()
 

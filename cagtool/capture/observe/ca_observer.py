@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import time
+import weakref
 from typing import Any, Callable
 
 from cagtool.capture.observe import graph_dump, source
@@ -206,14 +207,18 @@ class CaptureObserver:
         self._open_capture = inst
         # C++ closes the capture object whether the capture ended or raised (its error is kept
         # aside first): a close before end_capture returned is a capture that raised.
+        # A weak reference: a closure holding the capture object would make a cycle, and torch
+        # relies on a failed capture's object being freed at once (its compile context, entered
+        # in begin_capture and left only by end_capture, is restored when the object goes).
         original_close = inst.close
         observer = self
+        capture = weakref.ref(inst)
 
         def close(*args: Any, **kwargs: Any) -> Any:
             try:
                 return original_close(*args, **kwargs)
             finally:
-                if observer._open_capture is inst:
+                if observer._open_capture is not None and observer._open_capture is capture():
                     observer._guarded("close", observer.check_failed_capture)
 
         inst.close = close

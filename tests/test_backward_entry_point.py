@@ -55,7 +55,6 @@ def _train_step(model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
 
 
 def test_torch_patch_engine_backward_leaves_cagtools_entry_in_place(tracked):
-    steps = tracked.steps
     model = torch.nn.Linear(3, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(3):

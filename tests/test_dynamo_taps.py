@@ -108,9 +108,10 @@ def test_every_tapped_function_exists_and_taps_come_off():
 
 def test_no_handler_on_torchs_structured_logger_while_tapped(tmp_path):
     logger = logging.getLogger(TRACE_LOGGER)
-    before = list(logger.handlers)
+    before = list(logger.handlers)  # torch's own LazyTraceHandler until the first record, which it leaves at
     _record(tmp_path, "taps", tapped=True)
-    assert list(logger.handlers) == before
+    assert set(logger.handlers) <= set(before)
+    assert not any(isinstance(h, StructuredLogHandler) for h in logger.handlers)
 
 
 def test_doctor_checks_every_tapped_name():

@@ -12,14 +12,13 @@
 The block is recorded as the `ca` mode of a normal run record, with the same observers as
 `cagtool run` (capture/): steps, CA graphs and their cache misses, Dynamo's compiles, recompiles
 and graph breaks. On exit, torch is as it was: compiled autograd off again, the patched entry
-points and hooks removed, the log handler detached. Nothing here imports torch until a capture
+points and hooks removed, the Dynamo taps taken off. Nothing here imports torch until a capture
 starts (`import cagtool` stays cheap).
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import platform
 import sys
@@ -83,7 +82,8 @@ class Capture:
         from cagtool.capture.mode_setup import make_compiler, mode_context
         from cagtool.capture.processes.identity import ROLE_MAIN, process_info
         from cagtool.capture.steps import StepTracker
-        from cagtool.capture.observe.torch_logs import TRACE_LOGGER, StructuredLogHandler
+        from cagtool.capture.observe import dynamo_taps
+        from cagtool.capture.observe.torch_logs import StructuredLogHandler
         from cagtool.capture.writer import RecordWriter, write_run_meta
         from cagtool.record.manifest import ModeManifest, RunMeta
 
@@ -126,7 +126,6 @@ class Capture:
         steps = StepTracker(writer, "ca")
         observer = CaptureObserver(writer, steps, make_compiler(self.backend))
         handler = StructuredLogHandler(writer, steps)
-        trace_logger = logging.getLogger(TRACE_LOGGER)
         self._state = {
             "meta": meta,
             "manifest": manifest,
@@ -134,12 +133,10 @@ class Capture:
             "steps": steps,
             "observer": observer,
             "handler": handler,
-            "logger_level": trace_logger.level,
             "counters": _counter_snapshot(),
             "started": started,
         }
-        trace_logger.addHandler(handler)
-        trace_logger.setLevel(logging.DEBUG)
+        self._state["taps"] = dynamo_taps.install(handler)  # no handler on torch's structured logger
         steps.install()
         observer.install()
         stack = contextlib.ExitStack()
@@ -180,6 +177,7 @@ class Capture:
         handler = state["handler"]
         if handler.errors:
             manifest.options["structured_log_errors"] = {"count": handler.errors, "last": handler.last_error}
+        manifest.options.update(state["observer"].manifest_notes())
         writer = state["writer"]
         writer.write_manifest()
         writer.close()
@@ -194,10 +192,8 @@ class Capture:
 
     def _restore(self, stack: contextlib.ExitStack | None) -> None:
         """Undo everything __enter__ did, in reverse: compiled autograd off, patches and hooks
-        removed, the log handler detached, the C++ verbose logger cleared."""
+        removed, the Dynamo taps taken off, the C++ verbose logger cleared."""
         import torch
-
-        from cagtool.capture.observe.torch_logs import TRACE_LOGGER
 
         state = self._state
         try:
@@ -206,9 +202,7 @@ class Capture:
         finally:
             state["observer"].uninstall()
             state["steps"].uninstall()
-            trace_logger = logging.getLogger(TRACE_LOGGER)
-            trace_logger.removeHandler(state["handler"])
-            trace_logger.setLevel(state["logger_level"])
+            state["taps"].uninstall()
             torch._C._dynamo.compiled_autograd.set_verbose_logger(None)
 
     # -- reading it back ----------------------------------------------------------------------------

@@ -41,6 +41,14 @@ CA_ENTRY_POINTS = (
     "torch._C._dynamo.compiled_autograd.set_verbose_logger",
     "torch._C._dynamo.compiled_autograd.set_autograd_compiler",
     "torch.autograd._engine_run_backward",
+    "torch.autograd.graph._engine_run_backward",
+    # what observe/dynamo_taps.py taps (its TAPPED; tests/test_dynamo_taps.py checks the two agree)
+    "torch._dynamo.utils.add_compilation_metrics_to_chromium",
+    "torch._dynamo.guards.get_and_maybe_log_recompilation_reasons",
+    "torch._dynamo.convert_frame.get_and_maybe_log_recompilation_reasons",
+    "torch._dynamo.symbolic_convert.InstructionTranslatorBase.log_graph_break",
+    "torch._functorch._aot_autograd.graph_compile._log_fw_bw_graphs",
+    "torch._functorch._aot_autograd.aot_autograd_result.GenericAOTAutogradResult._log_cached_graphs",
     # what steps.py's replacement of _engine_run_backward runs in its place (torch 2.13's body)
     "torch.autograd.graph.log",
     "torch.autograd.graph._register_logging_hooks_on_whole_graph",

@@ -82,7 +82,9 @@ def test_record_layout_and_summary_json(record_run):
     mode_dir = run.path / "ca"
     for name in ("manifest.json", "events.jsonl", "graphs/ca_0.py", "graphs/ca_0.json"):
         assert (mode_dir / name).is_file(), name
-    assert any((mode_dir / "trace").iterdir()), "TORCH_TRACE log for tlparse"
+    # No TORCH_TRACE unless --torch-trace asks: torch would build every structured record of every
+    # compile, work the job does not do (docs/torch-internals.md)
+    assert not (mode_dir / "trace").exists()
     manifest = json.loads((mode_dir / "manifest.json").read_text())
     assert manifest["schema_version"] == 3 and manifest["status"] == "finished" and manifest["exit_code"] == 0
     assert set(manifest["versions"]) == {"cagtool", "torch", "depyf", "python"}

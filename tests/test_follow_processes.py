@@ -23,7 +23,7 @@ ENV = {**os.environ, "CI": "true"}
 
 
 def _cagtool_run(out: Path, *args: str, modes: str = "ca") -> subprocess.CompletedProcess:
-    cmd = cagtool_cmd("run", "--modes", modes, "--backend", "eager", "-o", str(out), *args)
+    cmd = cagtool_cmd("run", "--modes", modes, "--backend", "eager", "--torch-trace", "-o", str(out), *args)
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc

@@ -131,7 +131,7 @@ def test_threads_calling_backward_are_all_counted(record_run):
 
 def test_record_survives_the_script_changing_directory(tmp_path):
     env = {**os.environ, "CI": "true", "PYTHONPATH": str(ROOT)}
-    cmd = cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", "rec", SHAPES, "chdir", "2")
+    cmd = cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "--torch-trace", "-o", "rec", SHAPES, "chdir", "2")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     ca = load_run(tmp_path / "rec").mode("ca")

@@ -34,7 +34,7 @@ class ModeSpec:
     max_time: float | None = None
     trace_nodes: bool = False
     depyf: bool = False
-    torch_trace: bool = True
+    torch_trace: bool = False
     label: str = ""
     parent_pid: int = 0  # the cagtool process: this one dies with it
     ack_fd: int | None = None  # pipe to the parent: the signals this process received (lifeline.py)
@@ -164,8 +164,8 @@ def _record_mode(spec: ModeSpec) -> int:
     from cagtool.capture.status import LiveStatus, status_enabled
     from cagtool.capture.steps import StepLimitReached, StepTracker
     from cagtool.capture.target import Target, print_user_traceback, run_target
+    from cagtool.capture.observe import dynamo_taps
     from cagtool.capture.observe.torch_logs import StructuredLogHandler, guard_trace_output
-    from cagtool.capture.observe.torch_logs import install as install_log_handler
     from cagtool.capture.writer import RecordWriter, close_run_of_dead_parent
     from cagtool.record.manifest import ExceptionInfo, ModeManifest
     from cagtool.record.schema import STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED
@@ -215,7 +215,7 @@ def _record_mode(spec: ModeSpec) -> int:
         _eager_randomness()
     observer = CaptureObserver(writer, steps, make_compiler(spec.backend) if spec.mode == "ca" else None)
     handler = StructuredLogHandler(writer, steps)
-    install_log_handler(handler)
+    taps = dynamo_taps.install(handler)  # no handler on torch's structured logger (dynamo_taps.py)
     if spec.torch_trace:
         guard_trace_output(lambda stopped: setattr(manifest, "trace_stopped", stopped))
     steps.install()
@@ -304,6 +304,7 @@ def _record_mode(spec: ModeSpec) -> int:
             pass
         steps.uninstall()
         observer.uninstall()
+        taps.uninstall()
         manifest.status = status
         manifest.exit_code = exit_code
         manifest.exception = exception
@@ -322,6 +323,7 @@ def _record_mode(spec: ModeSpec) -> int:
             manifest.options["losses_not_kept"] = steps.device.dropped_losses
         if handler.errors:
             manifest.options["structured_log_errors"] = {"count": handler.errors, "last": handler.last_error}
+        manifest.options.update(observer.manifest_notes())
         writer.write_manifest()
         writer.close()
         if parent_died:

@@ -49,7 +49,7 @@ class RunOptions:
     warm_cache: bool = False
     trace_nodes: bool = False
     depyf: bool = False
-    torch_trace: bool = True
+    torch_trace: bool = False
     keep_cache: bool = False  # keep the per-mode Inductor caches under <run>/inductor-cache
     seed: int | None = 0  # every process of every mode starts from it (capture/seeding.py); None: unseeded
     parity_every: int | None = None  # digest every parameter's gradient every K steps too (grad_digest.py)

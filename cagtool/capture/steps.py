@@ -57,6 +57,12 @@ from cagtool.record.schema import (
 
 FLAG_WITHOUT_COMPILED_BACKWARD = "ca_flag_without_compiled_backward"
 TRACED_BACKWARD = "backward_traced_by_dynamo"
+# Something put torch's own backward entry point back over cagtool's (code that saved it before
+# cagtool ran): cagtool put its own back, backward calls in between were not recorded.
+BACKWARD_ENTRY_RESTORED = "backward_entry_restored"
+# Something else replaced the backward entry point: backward calls that do not reach cagtool's are
+# not recorded (the record says from when).
+BACKWARD_ENTRY_REPLACED = "backward_entry_replaced"
 # An optimizer that does not step while another steps this many times in one open step stops
 # being waited for (e.g. a second optimizer used only in a later phase of training).
 IDLE_OPTIMIZER_STEPS = 10
@@ -119,6 +125,9 @@ class StepTracker:
         self._dynamo_config: Any = None
         self._compiled_autograd: Any = None
         self._original_run_backward: Any = None
+        self._original_graph_run_backward: Any = None
+        self._entry: Any = None  # cagtool's _engine_run_backward, while installed
+        self._entry_findings: set[str] = set()
         self._original_optimizer_init: Any = None
         self._queued = writer.queued  # the writer's list of lines to number (writer.py), one append a line
         self._backward_line, self._optimizer_step_line, self._step_line, self._group_line = _line_makers(writer)
@@ -342,7 +351,15 @@ class StepTracker:
             return result
 
         dynamo_skip.hide_cagtool_frames()
+        # Both names: torch.autograd's is the one backward()/grad() call; torch.autograd.graph's is
+        # the one code that patches the entry point saves and restores (torch.compiler's
+        # _patch_engine_backward does, and puts it back into both), so cagtool's survives that.
+        self._original_graph_run_backward = autograd_graph._engine_run_backward
+        self._entry = _engine_run_backward
         torch.autograd._engine_run_backward = _engine_run_backward
+        autograd_graph._engine_run_backward = _engine_run_backward
+        autograd_names = torch.autograd.__dict__
+        entry_changed = tracker._entry_changed
 
         # Knowing an optimizer exists before its first step() tells a GAN's two optimizers apart
         # from one (schema docstring); subclasses reach it through super().__init__.
@@ -388,6 +405,8 @@ class StepTracker:
                         set_eval_frame(prior)
 
         def post_hook(optimizer, args, kwargs):
+            if autograd_names.get("_engine_run_backward") is not _engine_run_backward:
+                entry_changed()
             key = id(optimizer)
             start = opt_start.pop(key, None)
             if start is None:
@@ -415,11 +434,17 @@ class StepTracker:
 
     def uninstall(self) -> None:
         import torch.autograd
+        from torch.autograd import graph as autograd_graph
 
         self.drain()
+        if self._entry is not None and torch.autograd.__dict__.get("_engine_run_backward") is not self._entry:
+            self._entry_changed(reinstall=False)
         self.writer.set_source(None)
         if self._original_run_backward is not None:
             torch.autograd._engine_run_backward = self._original_run_backward
+        if self._original_graph_run_backward is not None:
+            autograd_graph._engine_run_backward = self._original_graph_run_backward
+        self._entry = None
         if self._original_optimizer_init is not None:
             torch.optim.Optimizer.__init__ = self._original_optimizer_init
         for handle in self._handles:
@@ -446,6 +471,54 @@ class StepTracker:
         known[key] = ref
         self._optimizers.add(optimizer)
         raw.append((_MADE, key, ref))
+
+    def _entry_changed(self, reinstall: bool = True) -> None:
+        """torch.autograd._engine_run_backward is no longer cagtool's (seen at an optimizer step and
+        at the end). Torch's own put back over it (by code that saved it before cagtool ran) is
+        replaced by cagtool's again: the two run the same body. Anything else is left in place, as
+        the job set it; backward calls that do not reach cagtool's are not recorded, and a
+        finding says so, once, from the step it was first seen."""
+        from torch._C._dynamo.eval_frame import set_eval_frame
+
+        prior = set_eval_frame(None)
+        try:
+            import torch.autograd
+            from torch.autograd import graph as autograd_graph
+
+            current = torch.autograd.__dict__.get("_engine_run_backward")
+            wrapped, hops = current, 0
+            while wrapped is not None and wrapped is not self._entry and hops < 16:
+                wrapped, hops = getattr(wrapped, "__wrapped__", None), hops + 1  # functools.wraps
+            if wrapped is self._entry or self._entry is None:
+                return  # cagtool's, or a wrapper around it: every backward still reaches it
+            name = f"{getattr(current, '__module__', '?')}.{getattr(current, '__qualname__', type(current).__name__)}"
+            restored = current is self._original_run_backward or current is self._original_graph_run_backward
+            if restored and reinstall:
+                torch.autograd._engine_run_backward = self._entry
+                autograd_graph._engine_run_backward = self._entry
+            code = BACKWARD_ENTRY_RESTORED if restored else BACKWARD_ENTRY_REPLACED
+            if code in self._entry_findings:
+                return
+            self._entry_findings.add(code)
+            if restored:
+                message = (
+                    "something put torch's own torch.autograd._engine_run_backward back in place of cagtool's "
+                    "(code that saved it before cagtool started); backward calls made between that and this "
+                    f"step were not recorded. cagtool put its own back{'' if reinstall else ' (at the end of the run)'}: "
+                    "from here on every backward is recorded again"
+                )
+            else:
+                message = (
+                    f"torch.autograd._engine_run_backward was replaced by {name}; backward calls that do not "
+                    "go through cagtool's entry point (which it replaced) are not recorded from here on. "
+                    "cagtool leaves the job's replacement in place"
+                )
+            self.writer.emit(FindingEvent, code=code, message=message, step=self.current_step, detail={"entry_point": name})
+        except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's step()
+            self.note_error(exc)
+        finally:
+            if prior is not None:
+                set_eval_frame(prior)
 
     def _flag_due(self) -> None:
         """The first top-level backward, and the next after every FLAG_CHECK_EVERY counted: look at

@@ -20,7 +20,9 @@ def mode_damage(record: ModeRecord) -> list[str]:
             problems.append(f"{where} is missing, but the manifest holds torch's counters (the process finished writing)")
             continue
         captures = counters.get("compiled_autograd", {}).get("captures")
-        graphs = rec.kind_counts.get("ca_graph", 0)
+        # torch counts a capture when it begins; one that raised made no graph (the manifest counts those)
+        failed = (rec.manifest.options or {}).get("failed_ca_captures", 0)
+        graphs = rec.kind_counts.get("ca_graph", 0) + (failed if isinstance(failed, int) else 0)
         if isinstance(captures, int) and captures != graphs:
             stopped = getattr(rec.manifest, "recording_stopped", None)
             why = f" (recording stopped early: {stopped.get('error', '?')})" if isinstance(stopped, dict) else ""

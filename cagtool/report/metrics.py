@@ -14,6 +14,8 @@ from cagtool.record.manifest import ModeManifest
 from cagtool.record.schema import (
     MISS_CHANGED_SHAPES,
     MISS_NEW_NODE,
+    STATUS_KILLED,
+    STATUS_RUNNING,
     STEP_BOUNDARY_BACKWARD,
     STEP_BOUNDARY_OPTIMIZER,
     AotBackwardGraphEvent,
@@ -524,8 +526,12 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
     compile_time = sum((d.entire_frame_compile_time_s or 0.0) for d in dynamo) + phases["ca_capture"]
     first_step_end = min(steps.t, default=None) if steps is not None else fast.t_min  # type: ignore[union-attr]
     counters = manifest.torch_counters or {}
-    unique = counters.get("stats", {}).get("unique_graphs")
-    captures = counters.get("compiled_autograd", {}).get("captures")
+    # torch's counters are Counters: a key never incremented reads 0 there and is absent here (and
+    # the deltas of followed processes drop zeros). So absent means 0 once the process saved its
+    # counters, and unknown only when it never did (killed, still running).
+    saved = bool(counters) or manifest.status not in (STATUS_RUNNING, STATUS_KILLED)
+    unique = counters.get("stats", {}).get("unique_graphs", 0 if saved else None)
+    captures = counters.get("compiled_autograd", {}).get("captures", 0 if saved else None)
     by_reason = ca_misses(ca_graphs, misses)
     # Every capture torch began: a graph, or a miss whose capture failed before its graph.
     ca_misses_total = len({g.ca_id for g in ca_graphs} | {m.ca_id for m in misses})

@@ -4,12 +4,20 @@ Patches `AutogradCompilerInstance.begin_capture` / `log_compile_reasons` / `end_
 on the class by C++, so this sees captures made under cagtool's own compiler and under the
 script's `torch._dynamo.config.compiled_autograd` or `_enable`), and installs a verbose logger so
 that C++ computes cache-miss reasons at all (TORCH_2_13_NOTES.md, "Cache misses").
+
+The observer never changes the capture it watches (docs/torch-internals.md, "What the verbose
+logger changes"): torch is handed no node origins (with a verbose logger C++ passes them, and
+torch would write them into the graph's node meta, which a script's own CA compiler sees), and
+after a capture that raised the verbose logger is taken away for good (with it, C++ asserts when
+that capture's graph comes back). Every piece of cagtool's own work in these hooks contains its
+failures: counted (`errors`, in the manifest), one `observer_error` finding, the capture goes on.
 """
 
 from __future__ import annotations
 
 import re
 import time
+import weakref
 from typing import Any, Callable
 
 from cagtool.capture.observe import graph_dump, source
@@ -23,7 +31,12 @@ from cagtool.record.schema import (
     CacheMissEvent,
     CAGraphEvent,
     ChangedSize,
+    FindingEvent,
 )
+
+# Finding codes (schema.FindingEvent.code).
+OBSERVER_ERROR = "observer_error"  # cagtool's own code failed inside a capture hook; the capture went on
+CAPTURE_FAILED = "ca_capture_failed"  # torch's capture raised; with it, miss reasons stop (module docstring)
 
 _NEW_NODE = re.compile(
     r"Cache miss due to new autograd node: (?P<node>.+?) \(NodeCall (?P<call>\d+)\) "
@@ -37,13 +50,14 @@ _ID_PREFIX = re.compile(r"^!(\d+): ")
 class _VerboseLogger:
     """What C++ calls with each cache-miss message; only its presence matters (reasons then reach
     log_compile_reasons with their graph id). Messages are also kept for graphs whose reasons
-    never arrive there."""
+    never arrive there. C++ turns an exception raised here into one raised from the script's
+    backward, so nothing here can raise."""
 
     def __init__(self) -> None:
         self.last_message: str | None = None
 
-    def debug(self, message: str, *args: Any) -> None:
-        if message.startswith("Cache miss"):
+    def debug(self, message: Any, *args: Any) -> None:
+        if isinstance(message, str) and message.startswith("Cache miss"):
             self.last_message = message
 
 
@@ -80,6 +94,11 @@ class CaptureObserver:
         self._originals: dict[str, Any] = {}
         self._seen_torch_ids: set[int] = set()
         self._next_record_id = 0
+        self.errors = 0  # failures of cagtool's own code inside the hooks (manifest: observer_errors)
+        self.last_error = ""
+        self.failed_captures = 0  # captures torch began and never ended (it raised)
+        self.reasons_stopped = False  # the verbose logger was taken away after a failed capture
+        self._open_capture: Any = None  # the capture begun and not yet ended
 
     # -- installation -------------------------------------------------------------------------
     def install(self) -> None:
@@ -97,11 +116,12 @@ class CaptureObserver:
         orig_end = self._originals["end_capture"]
 
         def begin_capture(inst, inputs, sizes, scalars, origins, *args, **kwargs):
-            observer._on_begin(inst, list(sizes), origins)
-            return orig_begin(inst, inputs, sizes, scalars, origins, *args, **kwargs)
+            # A capture begun and never ended raised in torch: known at the next one at the latest.
+            observer._guarded("begin_capture", observer._on_begin, inst, sizes, origins)
+            return orig_begin(inst, inputs, sizes, scalars, observer._origins_for_torch(origins), *args, **kwargs)
 
         def log_compile_reasons(inst, compile_reasons):
-            observer._on_reasons(inst, list(compile_reasons))
+            observer._guarded("log_compile_reasons", observer._on_reasons, inst, compile_reasons)
             return orig_reasons(inst, compile_reasons)
 
         def end_capture(inst, outputs):
@@ -115,14 +135,65 @@ class CaptureObserver:
     def install_logger(self) -> None:
         import torch
 
+        if self.reasons_stopped:
+            return  # a capture raised: with a verbose logger C++ would assert when its graph comes back
         # C++ keeps a borrowed pointer: self.logger lives as long as this observer.
         torch._C._dynamo.compiled_autograd.set_verbose_logger(self.logger)
+
+    # -- containment --------------------------------------------------------------------------
+    def _guarded(self, hook: str, work: Callable[..., Any], *args: Any) -> Any:
+        """cagtool's own part of a hook: a failure is counted and reported, never raised into the
+        script's backward."""
+        try:
+            return work(*args)
+        except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
+            self.note_error(hook, exc)
+            return None
+
+    def note_error(self, hook: str, exc: BaseException) -> None:
+        try:
+            self.errors += 1
+            self.last_error = f"{hook}: {type(exc).__name__}: {exc}"[:500]
+            if self.errors == 1:
+                self.writer.emit(
+                    FindingEvent,
+                    code=OBSERVER_ERROR,
+                    message=(
+                        f"cagtool's compiled-autograd observer failed in {hook} ({type(exc).__name__}: {exc}); "
+                        "the script's backward went on unchanged, but what cagtool recorded of this capture "
+                        "(and of any later one that fails the same way) may be incomplete; the manifest's "
+                        "options.observer_errors counts every such failure"
+                    )[:2000],
+                    step=self.steps.current_step,
+                    detail={"hook": hook},
+                )
+        except Exception:  # noqa: BLE001 - reporting the failure must not fail either
+            pass
+
+    def _origins_for_torch(self, origins: Any) -> Any:
+        """What torch would have been passed without cagtool's verbose logger: no origins (C++
+        collects them only for a verbose logger; torch's begin_capture then stamps each input's
+        node origin into the graph's node meta, which the script's own compiler would see)."""
+        try:
+            return [[] for _ in origins]
+        except Exception:  # noqa: BLE001 - not a sequence: hand torch what C++ gave
+            return origins
 
     def uninstall(self) -> None:
         from torch._dynamo import compiled_autograd as ca
 
+        self._guarded("uninstall", self.check_failed_capture)
         for name, original in self._originals.items():
             setattr(ca.AutogradCompilerInstance, name, original)
+
+    def manifest_notes(self) -> dict[str, Any]:
+        """What the manifest's options say about the observer itself (absent when nothing happened)."""
+        notes: dict[str, Any] = {}
+        if self.errors:
+            notes["observer_errors"] = {"count": self.errors, "last": self.last_error}
+        if self.failed_captures:
+            notes["failed_ca_captures"] = self.failed_captures
+        return notes
 
     # -- events -------------------------------------------------------------------------------
     def _record_id(self, torch_id: int) -> int:
@@ -132,19 +203,44 @@ class CaptureObserver:
         self._next_record_id = max(self._next_record_id, record_id + 1)
         return record_id
 
-    def _on_begin(self, inst: Any, sizes: list[int], origins: Any) -> None:
+    def _on_begin(self, inst: Any, sizes: Any, origins: Any) -> None:
+        self.check_failed_capture()
+        self._open_capture = inst
+        # C++ closes the capture object whether the capture ended or raised (its error is kept
+        # aside first): a close before end_capture returned is a capture that raised.
+        # A weak reference: a closure holding the capture object would make a cycle, and torch
+        # relies on a failed capture's object being freed at once (its compile context, entered
+        # in begin_capture and left only by end_capture, is restored when the object goes).
+        original_close = inst.close
+        observer = self
+        capture = weakref.ref(inst)
+
+        def close(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return original_close(*args, **kwargs)
+            finally:
+                if observer._open_capture is not None and observer._open_capture is capture():
+                    observer._guarded("close", observer.check_failed_capture)
+
+        inst.close = close
         inst._cag_t0 = time.perf_counter()
+        sizes = list(sizes)
         inst._cag_sizes = sizes
         try:
             inst._cag_size_origins = [tuple(o) if o else None for o in origins[1]]
         except (IndexError, TypeError):
             inst._cag_size_origins = []
+        try:
+            inst._cag_placeholder_origins = {"inputs": list(origins[0]), "scalars": list(origins[2])}
+        except (IndexError, TypeError):
+            inst._cag_placeholder_origins = {}
         inst._cag_step = self.steps.current_step
         inst._cag_reason_logged = False
         inst._cag_caller = source.user_caller()
         self.steps.note_capture_started()
 
-    def _on_reasons(self, inst: Any, reasons: list[str]) -> None:
+    def _on_reasons(self, inst: Any, reasons: Any) -> None:
+        reasons = list(reasons)
         if not reasons:
             return
         message = _ID_PREFIX.sub("", reasons[-1])
@@ -190,7 +286,7 @@ class CaptureObserver:
         )
 
     def _on_end(self, inst: Any, outputs: Any, orig_end: Callable[..., Any]) -> Any:
-        shapes = graph_dump.snapshot_meta(inst.fx_tracer.graph)
+        shapes = self._guarded("end_capture", lambda: graph_dump.snapshot_meta(inst.fx_tracer.graph)) or {}
         captured: dict[str, Any] = {}
         user_compiler = inst.compiler_fn
 
@@ -200,7 +296,16 @@ class CaptureObserver:
             return user_compiler(gm)
 
         inst.compiler_fn = recording_compiler
-        runtime_wrapper, compiled_fn = orig_end(inst, outputs)
+        try:
+            runtime_wrapper, compiled_fn = orig_end(inst, outputs)
+        finally:
+            inst.compiler_fn = user_compiler
+        if self._open_capture is inst:
+            self._open_capture = None
+        timed = self._guarded("end_capture", self._after_end, inst, captured, shapes, user_compiler, compiled_fn)
+        return runtime_wrapper, (timed if timed is not None else compiled_fn)
+
+    def _after_end(self, inst: Any, captured: dict[str, Any], shapes: dict, user_compiler: Any, compiled_fn: Any) -> Any:
         torch_id = int(inst.id)
         if not getattr(inst, "_cag_reason_logged", False):
             message = self.logger.last_message or "no cache-miss reason reported by torch"
@@ -210,12 +315,53 @@ class CaptureObserver:
         capture_s = captured.get("capture_end", time.perf_counter()) - getattr(inst, "_cag_t0", time.perf_counter())
         gm = captured.get("gm")
         if gm is not None:
-            self._emit_graph(inst, gm, shapes, record_id, torch_id, capture_s, user_compiler)
+            self._guarded("graph summary", self._emit_graph, inst, gm, shapes, record_id, torch_id, capture_s, user_compiler)
         self.steps.note_capture_finished(capture_s)
-        return runtime_wrapper, self._time_first_call(compiled_fn, record_id)
+        return self._time_first_call(compiled_fn, record_id)
+
+    def check_failed_capture(self) -> None:
+        """A capture torch began and never ended raised (its error reached the script, as without
+        cagtool). Torch counted it (`captures`): so does the record, with the miss that caused it.
+        From then on no verbose logger: with one, C++ asserts (`!vlogger.has_value() ||
+        compile_reason.has_value()`) when that capture's graph is walked again, where torch alone
+        would capture it again. Called when torch closes the capture object, and at the next capture."""
+        inst = self._open_capture
+        if inst is None:
+            return
+        self._open_capture = None
+        self.failed_captures += 1
+        try:
+            if not hasattr(inst, "_cag_record_id"):
+                self._emit_miss(inst, getattr(self.logger, "last_message", None) or "no cache-miss reason reported by torch")
+            self.logger.last_message = None
+        except Exception as exc:  # noqa: BLE001 - the record of a failure must not fail the script
+            self.note_error("failed capture", exc)
+        if not self.reasons_stopped:
+            self.reasons_stopped = True
+            try:
+                import torch
+
+                torch._C._dynamo.compiled_autograd.set_verbose_logger(None)
+            except Exception as exc:  # noqa: BLE001
+                self.note_error("failed capture", exc)
+            try:
+                self.writer.emit(
+                    FindingEvent,
+                    code=CAPTURE_FAILED,
+                    message=(
+                        f"a compiled-autograd capture raised (CA graph !{getattr(inst, 'id', '?')}); torch counts it "
+                        "as a capture, and the record lists it with its cache miss. From here on torch reports "
+                        "no cache-miss reasons to cagtool (with its verbose logger in place torch asserts when "
+                        "the failed graph comes back): later misses read 'no cache-miss reason reported by torch'"
+                    ),
+                    step=getattr(inst, "_cag_step", None),
+                    detail={"compile_id": f"!{getattr(inst, 'id', '?')}"},
+                )
+            except Exception as exc:  # noqa: BLE001
+                self.note_error("failed capture", exc)
 
     def _emit_graph(self, inst: Any, gm: Any, shapes: dict, record_id: int, torch_id: int, capture_s: float, compiler: Any) -> None:
-        summary = graph_dump.summarize_graph(gm, shapes)
+        summary = graph_dump.summarize_graph(gm, shapes, getattr(inst, "_cag_placeholder_origins", None))
         code = gm.print_readable(print_output=False, include_stride=True, include_device=True)
         code_rel, nodes_rel = self.writer.write_graph(record_id, f"!{torch_id}", code, summary.nodes)
         is_ours = self.cagtool_compiler is not None and compiler is self.cagtool_compiler
@@ -240,7 +386,10 @@ class CaptureObserver:
         import torch
 
         state = {"first": True}
-        writer, steps = self.writer, self.steps
+        writer, steps, observer = self.writer, self.steps, self
+
+        def emit(seconds: float, error: str) -> None:
+            writer.emit(CACompileEvent, ca_id=record_id, first_call_s=seconds, step=steps.current_step, ok=not error, error=error)
 
         def first_call_timer(*args: Any, **kwargs: Any) -> Any:
             if not state["first"]:
@@ -250,9 +399,9 @@ class CaptureObserver:
             try:
                 result = compiled_fn(*args, **kwargs)
             except BaseException as exc:
-                writer.emit(CACompileEvent, ca_id=record_id, first_call_s=time.perf_counter() - start, step=steps.current_step, ok=False, error=f"{type(exc).__name__}: {exc}"[:500])
+                observer._guarded("first call", emit, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"[:500])
                 raise
-            writer.emit(CACompileEvent, ca_id=record_id, first_call_s=time.perf_counter() - start, step=steps.current_step)
+            observer._guarded("first call", emit, time.perf_counter() - start, "")
             return result
 
         # recursive=False: keep Dynamo off this frame only, so the compiled graph inside still compiles.

@@ -94,9 +94,22 @@ def _render_args(node: Any) -> str:
 
 
 def _dim(value: Any) -> int | str:
+    """A size as an int, or a symbolic one as its expression (`s0`, `u0`). A SymInt is never
+    turned into an int here: for an unbacked (data-dependent) size `int()` raises
+    GuardOnDataDependentSymNode, and for a backed one it asks the shape environment for a guard
+    in the middle of torch's capture."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    node = getattr(value, "node", None)
+    if node is not None:  # SymInt
+        try:
+            constant = node.maybe_as_int()
+        except Exception:  # noqa: BLE001 - an older SymNode without it
+            constant = None
+        return constant if isinstance(constant, int) else str(value)
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except Exception:  # noqa: BLE001 - whatever it is, its text is what the record keeps
         return str(value)
 
 
@@ -124,8 +137,23 @@ def snapshot_meta(graph: Any) -> dict[str, tuple[Any, Any, Any]]:
     return out
 
 
-def summarize_graph(gm: Any, shapes: dict[str, tuple[Any, Any, Any]] | None = None) -> GraphSummary:
+def _input_origin(node: Any, placeholder_origins: dict[str, list[Any]]) -> AutogradNodeRef | None:
+    """The autograd node that owns `inputs[i]` / `scalars[i]`, from the origins C++ gave
+    begin_capture (cagtool keeps them instead of letting torch stamp them into the graph)."""
+    if node.op != "call_function" or len(node.args) != 2 or not isinstance(node.args[1], int):
+        return None
+    source = node.args[0]
+    origins = placeholder_origins.get(getattr(source, "name", ""), []) if getattr(source, "op", "") == "placeholder" else []
+    index = node.args[1]
+    if not 0 <= index < len(origins) or not origins[index]:
+        return None
+    call, name = origins[index]
+    return AutogradNodeRef(node_call=int(call), name=str(name))
+
+
+def summarize_graph(gm: Any, shapes: dict[str, tuple[Any, Any, Any]] | None = None, placeholder_origins: dict[str, list[Any]] | None = None) -> GraphSummary:
     shapes = shapes or {}
+    placeholder_origins = placeholder_origins or {}
     nodes: list[GraphNode] = []
     histogram: Counter[str] = Counter()
     autograd: dict[int, str] = {}
@@ -134,7 +162,7 @@ def summarize_graph(gm: Any, shapes: dict[str, tuple[Any, Any, Any]] | None = No
     num_sizes = 0
     for node in gm.graph.nodes:
         target = target_name(node.target)
-        origin = _origin(node.meta)
+        origin = _origin(node.meta) or _input_origin(node, placeholder_origins)
         if origin is not None:
             autograd.setdefault(origin.node_call, origin.name)
         aot_match = _AOT_PREFIX.match(node.name)

@@ -1,5 +1,8 @@
-"""Dynamo's side of the story, read from torch's structured log (`torch.__trace`): compiles with
-their metrics, recompiles with guard-failure reasons, graph breaks, AOT backward graphs."""
+"""Dynamo's side of the story in torch's structured-record shapes: compiles with their metrics,
+recompiles with guard-failure reasons, graph breaks, AOT backward graphs. A live run hands these
+records over from its Dynamo taps (dynamo_taps.py: no handler on `torch.__trace`); `cagtool import`
+from a TORCH_TRACE log. `StructuredLogHandler` is still a logging.Handler, for a caller that wants
+the records from the logger itself (tests compare the two)."""
 
 from __future__ import annotations
 
@@ -161,10 +164,3 @@ def guard_trace_output(on_stop: Callable[[dict[str, Any]], None]) -> None:
 
     handler.emit = guarded_emit
     handler.handleError = quiet_handle_error
-
-
-def install(handler: StructuredLogHandler) -> logging.Logger:
-    logger = logging.getLogger(TRACE_LOGGER)
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    return logger

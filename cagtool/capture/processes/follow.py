@@ -265,6 +265,11 @@ class ProcessRecord:
                 seed["script_reseeded"] = script_reseeded(seed)
             except Exception:  # noqa: BLE001 - the record must still close
                 pass
+        if self.observer is not None:
+            try:
+                manifest.options.update(self.observer.manifest_notes())
+            except Exception:  # noqa: BLE001 - the record must still close
+                pass
         self.stop_stacks.disarm()  # the record is about to say how the process ended
         self.writer.write_manifest()
         self.writer.close()
@@ -487,8 +492,8 @@ def _setup_torch_in_child() -> None:
     from cagtool.capture import mode_setup
     from cagtool.capture.observe.ca_observer import CaptureObserver
     from cagtool.capture.steps import StepTracker
+    from cagtool.capture.observe import dynamo_taps
     from cagtool.capture.observe.torch_logs import StructuredLogHandler
-    from cagtool.capture.observe.torch_logs import install as install_log_handler
 
     config = _child_config
     assert config is not None
@@ -508,7 +513,7 @@ def _setup_torch_in_child() -> None:
 
         _eager_randomness()
     observer = CaptureObserver(record.writer, steps, mode_setup.make_compiler(config.backend) if config.mode == "ca" else None)
-    install_log_handler(StructuredLogHandler(record.writer, steps))
+    dynamo_taps.install(StructuredLogHandler(record.writer, steps))  # for the rest of the process
     steps.install()
     observer.install()
     record.steps, record.observer = steps, observer

@@ -1,0 +1,144 @@
+"""Compile CPU of one job as plain python runs it and as cagtool watches it: what a handler on
+torch's structured logger (`torch.__trace`) costs, and what cagtool's way of reading Dynamo costs.
+
+Each repetition runs the same small training job once per variant, each in a fresh process, in
+turn (so all variants see the same machine load), with a fresh Inductor cache per process:
+
+    plain      python, no TORCH_TRACE                                   (the job as written)
+    handler    a no-op logging.Handler on torch.__trace                 (what cagtool did before)
+    trace      TORCH_TRACE set                                          (--torch-trace)
+    taps       cagtool's Dynamo taps alone, no handler                  (how cagtool reads Dynamo)
+    cagtool    the taps, the step tracker and the CA observer           (cagtool run's default)
+
+The figure is the process CPU time (time.process_time) spent in the job's first two training steps
+(the compiles: forward, AOT backward; with --ca, the compiled-autograd graph), measured inside the
+job, torch's own measure of its structured logging (`structured_logging_overhead_us` of the
+compilation metrics, wall time), and torch's own counters (graph breaks, frames, unique graphs), which must be equal in every
+variant. Prints the median and range per variant and the median ratio to plain.
+
+    python benchmarks/compile_cpu.py --reps 5 [--backend inductor|aot_eager] [--ca]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+JOB = r'''
+import json, logging, os, sys, time
+variant, backend, use_ca = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+import torch
+if variant == "handler":
+    class _NoOp(logging.Handler):
+        def emit(self, record):
+            pass
+    trace = logging.getLogger("torch.__trace")
+    trace.addHandler(_NoOp())
+    trace.setLevel(logging.DEBUG)
+elif variant in ("taps", "cagtool"):
+    sys.path.insert(0, os.environ["CAGTOOL_ROOT"])
+    from pathlib import Path
+    from cagtool.capture.observe import dynamo_taps
+    from cagtool.capture.observe.ca_observer import CaptureObserver
+    from cagtool.capture.observe.torch_logs import StructuredLogHandler
+    from cagtool.capture.steps import StepTracker
+    from cagtool.capture.writer import RecordWriter
+    from cagtool.record.manifest import ModeManifest
+    manifest = ModeManifest(mode="ca" if use_ca else "aot", argv=[], target={}, cwd=".", versions={}, backend=backend, dynamic=False, started_at="")
+    writer = RecordWriter(Path(os.environ["RECORD_DIR"]), manifest)
+    steps = StepTracker(writer, manifest.mode)
+    dynamo_taps.install(StructuredLogHandler(writer, steps))
+    if variant == "cagtool":
+        steps.install()
+        CaptureObserver(writer, steps, None).install()
+
+
+class Block(torch.nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(d)
+        self.attn = torch.nn.MultiheadAttention(d, 4, batch_first=True)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(), torch.nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        h = self.norm(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.mlp(self.norm(x))
+
+
+def loss_fn(out, target):
+    print("", end="")  # a graph break in the loss, as library loss functions often have
+    return torch.nn.functional.mse_loss(out, target)
+
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[Block(64) for _ in range(4)])
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+step = torch.compile(lambda x, y: loss_fn(model(x), y), backend=backend)
+ctx = torch._dynamo.compiled_autograd._enable(lambda gm: torch.compile(gm, backend=backend), dynamic=False) if use_ca else None
+if ctx is not None:
+    ctx.__enter__()
+start = time.process_time()
+for _ in range(2):
+    x = torch.randn(8, 16, 64)
+    step(x, x).backward()
+    opt.step()
+    opt.zero_grad()
+cpu = time.process_time() - start
+from torch._dynamo.utils import counters, get_compilation_metrics
+logging_s = sum((m.structured_logging_overhead_us or 0) for m in get_compilation_metrics()) / 1e6
+print(json.dumps({"cpu": cpu, "logging_s": logging_s, "counters": {k: sum(v.values()) for k, v in counters.items() if k in ("graph_break", "frames", "stats", "compiled_autograd")}}))
+'''
+
+VARIANTS = ("plain", "handler", "trace", "taps", "cagtool")
+
+
+def run_once(variant: str, backend: str, ca: bool, work: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCH_TRACE", "TORCH_LOGS")}
+    env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(dir=work)
+    env["CAGTOOL_ROOT"] = str(ROOT)
+    env["RECORD_DIR"] = tempfile.mkdtemp(dir=work)
+    if variant == "trace":
+        env["TORCH_TRACE"] = tempfile.mkdtemp(dir=work)
+    out = subprocess.run([sys.executable, "-c", JOB, variant, backend, "1" if ca else "0"], capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--backend", default="inductor")
+    parser.add_argument("--ca", action="store_true", help="run the backward under compiled autograd")
+    args = parser.parse_args()
+    cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    logging_s: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    counters: dict[str, set[str]] = {v: set() for v in VARIANTS}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rep in range(args.reps):
+            for variant in VARIANTS:
+                result = run_once(variant, args.backend, args.ca, Path(tmp))
+                cpu[variant].append(result["cpu"])
+                logging_s[variant].append(result["logging_s"])
+                counters[variant].add(json.dumps(result["counters"], sort_keys=True))
+            print(f"rep {rep + 1}: " + "  ".join(f"{v} {cpu[v][-1]:.2f}s" for v in VARIANTS), flush=True)
+    plain = cpu["plain"]
+    print(f"\ncompile CPU of the first two steps, backend={args.backend}{' under CA' if args.ca else ''}, {args.reps} reps:")
+    for variant in VARIANTS:
+        ratios = [c / p for c, p in zip(cpu[variant], plain)]
+        print(f"  {variant:8s} median {statistics.median(cpu[variant]):.3f}s ({min(cpu[variant]):.3f} .. {max(cpu[variant]):.3f}); "
+              f"ratio to plain: median {statistics.median(ratios):.3f} ({min(ratios):.3f} .. {max(ratios):.3f}); "
+              f"torch's own structured_logging_overhead: median {statistics.median(logging_s[variant]):.3f}s")
+    for variant in VARIANTS:
+        print(f"  torch's counters, {variant}: {' | '.join(sorted(counters[variant]))}")
+
+
+if __name__ == "__main__":
+    main()

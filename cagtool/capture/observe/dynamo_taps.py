@@ -1,0 +1,202 @@
+"""Dynamo's records (compiles, recompile reasons, graph breaks, AOT backward graphs) read without a
+handler on torch's structured logger.
+
+A handler on `torch.__trace` makes torch build every structured record of every compile (the graph
+code, the guards, the bytecode of resume functions...) that a job run without TORCH_TRACE never
+builds, and the compile times cagtool reports would include that work (docs/torch-internals.md,
+"Reading Dynamo without a structured-log handler"). So cagtool taps the few torch functions that
+hold what it reads, each after torch's own call, and hands what it found to
+`StructuredLogHandler.handle_structured` in the shape torch's record would have had: the events
+are built by one piece of code whether they came from a live run or a TORCH_TRACE log.
+
+| tap (after torch's call) | torch's record it stands for |
+| --- | --- |
+| `torch._dynamo.utils.add_compilation_metrics_to_chromium(metrics)` | `compilation_metrics` |
+| `get_and_maybe_log_recompilation_reasons` (guards, convert_frame) | artifact `recompile_reasons` |
+| `InstructionTranslatorBase.log_graph_break` | artifact `dynamo_graph_break_reason` |
+| `_log_fw_bw_graphs` (graph_compile), `_log_cached_graphs` (from the AOT cache) | `aot_backward_graph` |
+
+Each tap only reads what torch computed anyway; a failure in it is counted by the handler
+(`errors`), never raised into the compile.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+from cagtool.capture.observe.torch_logs import StructuredLogHandler
+
+# The CompilationMetrics fields StructuredLogHandler reads (torch's record has ~100 more).
+_METRIC_FIELDS = (
+    "compile_id",
+    "co_name",
+    "co_filename",
+    "co_firstlineno",
+    "entire_frame_compile_time_s",
+    "backend_compile_time_s",
+    "inductor_compile_time_s",
+    "dynamo_cumulative_compile_time_us",
+    "aot_autograd_cumulative_compile_time_us",
+    "inductor_cumulative_compile_time_us",
+    "graph_op_count",
+    "guard_count",
+    "fail_type",
+    "fail_reason",
+    "has_guarded_code",
+)
+
+# (module, attribute path) of every function tapped; `cagtool doctor` and the internals tests
+# check they exist.
+TAPPED = (
+    ("torch._dynamo.utils", "add_compilation_metrics_to_chromium"),
+    ("torch._dynamo.guards", "get_and_maybe_log_recompilation_reasons"),
+    ("torch._dynamo.convert_frame", "get_and_maybe_log_recompilation_reasons"),
+    ("torch._dynamo.symbolic_convert", "InstructionTranslatorBase.log_graph_break"),
+    ("torch._functorch._aot_autograd.graph_compile", "_log_fw_bw_graphs"),
+    ("torch._functorch._aot_autograd.aot_autograd_result", "GenericAOTAutogradResult._log_cached_graphs"),
+)
+
+
+def compile_id_metadata() -> dict[str, Any]:
+    """The compile-id fields torch puts in a record made inside the current compile."""
+    import torch
+
+    cid = torch._guards.CompileContext.current_compile_id()
+    if cid is None:
+        return {}
+    out: dict[str, Any] = {}
+    for name in ("compiled_autograd_id", "frame_id", "frame_compile_id"):
+        value = getattr(cid, name, None)
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def _resolve(module_name: str, path: str) -> tuple[Any, str, Any]:
+    owner: Any = importlib.import_module(module_name)
+    *parents, name = path.split(".")
+    for parent in parents:
+        owner = getattr(owner, parent)
+    return owner, name, owner.__dict__[name]
+
+
+class DynamoTaps:
+    def __init__(self, handler: StructuredLogHandler) -> None:
+        self.handler = handler
+        self._installed: list[tuple[Any, str, Any]] = []
+
+    # -- what each tap hands the handler ---------------------------------------------------
+    def _record(self, make: Callable[[], tuple[dict[str, Any], str | None] | None]) -> None:
+        try:
+            made = make()
+        except Exception as exc:  # noqa: BLE001 - counted like a record the handler could not read
+            self.handler.errors += 1
+            self.handler.last_error = f"{type(exc).__name__}: {exc}"
+            return
+        if made is not None:
+            self.handler.handle_structured(*made)
+
+    @staticmethod
+    def _metrics(metrics: Any) -> tuple[dict[str, Any], None] | None:
+        # torch names a backward's or a runtime's metrics bwd_/..._runtime: not a frame compile
+        if getattr(metrics, "is_forward", None) is False or getattr(metrics, "is_runtime", None) is True:
+            return None
+        fields = {name: getattr(metrics, name, None) for name in _METRIC_FIELDS}
+        if fields["compile_id"] is not None:
+            fields["compile_id"] = str(fields["compile_id"])
+        return {"compilation_metrics": fields}, None
+
+    @staticmethod
+    def _recompile(reasons: Any, *args: Any, skip_logging: bool = False, **kwargs: Any) -> tuple[dict[str, Any], str] | None:
+        import json
+
+        if not reasons or skip_logging or (len(args) > 3 and args[3]):
+            return None  # torch logs no record for this call either (a fail_on_recompile check)
+        payload = reasons[0] if len(reasons) == 1 else json.dumps(list(reasons))
+        return {"artifact": {"name": "recompile_reasons", "encoding": "json"}, **compile_id_metadata()}, payload
+
+    @staticmethod
+    def _graph_break(tx: Any, reason: str, exc: Any) -> tuple[dict[str, Any], str]:
+        """Where torch's own record says the break is (`log_graph_break`: the inlined frame's
+        line with nested graph breaks, else the last frame of the user stack) and its reason."""
+        import torch
+
+        filename, line = "", 0
+        if torch._dynamo.config.nested_graph_breaks and getattr(tx, "parent", None) is not None:
+            filename, line = tx.f_code.co_filename, tx.lineno
+        else:
+            stack = getattr(exc, "real_stack", None)
+            if stack is None:
+                stack = torch._guards.TracingContext.extract_stack()
+            if stack:
+                filename, line = stack[-1].filename, stack[-1].lineno
+        payload = f"Graph break in user code at {filename}:{line}\nGraph Break Reason: {reason}\n"
+        return {"artifact": {"name": "dynamo_graph_break_reason", "encoding": "string"}, **compile_id_metadata()}, payload
+
+    @staticmethod
+    def _aot_backward() -> tuple[dict[str, Any], None]:
+        return {"aot_backward_graph": {}, **compile_id_metadata()}, None
+
+    # -- installation -----------------------------------------------------------------------
+    def install(self) -> None:
+        taps = self
+        record = self._record
+
+        def after(original: Callable[..., Any], make: Callable[..., Any]) -> Callable[..., Any]:
+            def tapped(*args: Any, **kwargs: Any) -> Any:
+                result = original(*args, **kwargs)
+                record(lambda: make(result, *args, **kwargs))
+                return result
+
+            tapped.__wrapped__ = original  # type: ignore[attr-defined]
+            tapped.__name__ = getattr(original, "__name__", "tapped")
+            tapped.__qualname__ = getattr(original, "__qualname__", tapped.__name__)
+            return tapped
+
+        def graph_break(original: Callable[..., Any]) -> Callable[..., Any]:
+            def log_graph_break(tx: Any, code_options: Any, reason: str, exc: Any) -> Any:
+                seen = getattr(exc, "logged", False)  # torch logs each exception's break once
+                result = original(tx, code_options, reason, exc)
+                if not seen:
+                    record(lambda: taps._graph_break(tx, reason, exc))
+                return result
+
+            log_graph_break.__wrapped__ = original  # type: ignore[attr-defined]
+            return log_graph_break
+
+        def cached_graphs(original: Callable[..., Any]) -> Callable[..., Any]:
+            def _log_cached_graphs(result_self: Any, *args: Any, **kwargs: Any) -> Any:
+                out = original(result_self, *args, **kwargs)
+                if getattr(result_self, "aot_backward_graph_str", None) is not None:
+                    record(taps._aot_backward)
+                return out
+
+            _log_cached_graphs.__wrapped__ = original  # type: ignore[attr-defined]
+            return _log_cached_graphs
+
+        makers: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+            "add_compilation_metrics_to_chromium": lambda o: after(o, lambda _r, metrics, *a, **k: taps._metrics(metrics)),
+            "get_and_maybe_log_recompilation_reasons": lambda o: after(o, taps._recompile),
+            "InstructionTranslatorBase.log_graph_break": graph_break,
+            "_log_fw_bw_graphs": lambda o: after(o, lambda *a, **k: taps._aot_backward()),
+            "GenericAOTAutogradResult._log_cached_graphs": cached_graphs,
+        }
+        for module_name, path in TAPPED:
+            try:
+                owner, name, original = _resolve(module_name, path)
+            except (ImportError, AttributeError, KeyError):
+                continue  # a torch without it: that record is not read (doctor says so)
+            setattr(owner, name, makers[path](original))
+            self._installed.append((owner, name, original))
+
+    def uninstall(self) -> None:
+        while self._installed:
+            owner, name, original = self._installed.pop()
+            setattr(owner, name, original)
+
+
+def install(handler: StructuredLogHandler) -> DynamoTaps:
+    taps = DynamoTaps(handler)
+    taps.install()
+    return taps

@@ -1,0 +1,66 @@
+"""torch's own counters of a job with a library-style nested graph break are the same under
+`cagtool run` as under plain python: aot against the script as written, ca against the script run
+inside compiled autograd by hand (benchmarks/ca_by_hand.py's wrapper). cagtool reads Dynamo without
+a handler on torch's structured logger (docs/torch-internals.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from cagtool.record.loader import load_run
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = str(ROOT / "tests" / "scripts" / "library_graph_break.py")
+
+WRAPPER = """
+import json, runpy, sys
+under_ca, sys.argv = sys.argv[1] == "1", sys.argv[2:]
+import torch
+from torch._dynamo import compiled_autograd
+if under_ca:
+    with compiled_autograd._enable(lambda gm: torch.compile(gm, backend="eager"), dynamic=False):
+        runpy.run_path(sys.argv[0], run_name="__main__")
+else:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+from torch._dynamo.utils import counters
+print(json.dumps({k: {str(a): b for a, b in v.items()} for k, v in counters.items()}))
+"""
+
+
+def key_counts(counters: dict) -> dict:
+    return {
+        "graph_breaks": sorted((reason[:300], n) for reason, n in counters.get("graph_break", {}).items()),
+        "unique_graphs": counters.get("stats", {}).get("unique_graphs", 0),
+        "calls_captured": counters.get("stats", {}).get("calls_captured", 0),
+        "frames": counters.get("frames", {}),
+        "recompiles": counters.get("recompiles", {}),
+        "ca_captures": counters.get("compiled_autograd", {}).get("captures", 0),
+    }
+
+
+def test_counters_equal_plain_python_in_aot_and_ca(tmp_path):
+    plain = {
+        under_ca: subprocess.Popen([sys.executable, "-c", WRAPPER, under_ca, SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        for under_ca in ("0", "1")
+    }
+    try:
+        run = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "aot,ca", "--backend", "eager", "--no-report", "-o", str(tmp_path / "r"), SCRIPT],
+                             capture_output=True, text=True, cwd=ROOT, timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        counts = {}
+        for under_ca, proc in plain.items():
+            stdout, stderr = proc.communicate(timeout=600)
+            assert proc.returncode == 0, stderr[-2000:]
+            counts[under_ca] = key_counts(json.loads(stdout.strip().splitlines()[-1]))
+    finally:
+        for proc in plain.values():
+            proc.kill()
+            proc.wait()
+    record = load_run(tmp_path / "r")
+    aot, ca = (key_counts(record.mode(m).manifest.torch_counters) for m in ("aot", "ca"))
+    assert counts["0"]["graph_breaks"] and sum(n for _, n in counts["0"]["graph_breaks"]) >= 2  # the shape this pins: nested breaks
+    assert aot == counts["0"]
+    assert ca == counts["1"]

@@ -122,7 +122,7 @@ def _build_command(name: str, listing: bool = False) -> Any:
     commands and groups of an app registered up front (same help, options and settings). With
     `listing`, a plain command comes without its parameters: `cagtool --help` shows only each
     command's name and first help line, and typer reading the twelve signatures was ~4 ms of
-    it (issue 12). A group (`baseline`) is built whole either way."""
+    it. A group (`baseline`) is built whole either way."""
     # __import__ rather than importlib.import_module: `python -X importtime` only reports the former.
     module = __import__(f"cagtool.commands.{_COMMAND_MODULES[name]}", fromlist=["register"])
     holder = typer.Typer(rich_markup_mode=None)
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
 # Commands that only read records and write to stdout/stderr. Once one has returned and its output
 # is flushed, all the interpreter's teardown has left to do is free the heap object by object and
 # run atexit handlers no such command registers: 20-30 ms of CPU for `cagtool runs`, more after a
-# diff of two large graphs (issue 12: each of these commands has a whole-process time target).
+# diff of two large graphs (each of these commands has a whole-process time target).
 # Commands that write files, start processes or import torch (run, report, gate, baseline,
 # export, doctor, import) exit the usual way.
 _READ_ONLY_COMMANDS = frozenset({"runs", "summary", "recompiles", "diff-graphs", "compare"})

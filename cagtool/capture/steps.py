@@ -16,8 +16,7 @@ more: the step's tensor work has just evicted the caches; benchmarks/README.md, 
   `queued` list (writer.py); a step of one backward closed by its one optimizer's step() is one
   entry, its three lines made in one format (`_close`). A hook that can end a step drains, and
   writes the lines, once every hold_s / 2 (`_hook_due`: one clock comparison a step otherwise;
-  every hold_s / 4 measured ~20 us a step more in one harness; benchmarks/README.md, sessions 7
-  and 8); the writer drains before it numbers any event (`RecordWriter.source`), and its flusher
+  every hold_s / 4 measured ~20 us a step more in one harness, benchmarks/step_hook_pieces.py); the writer drains before it numbers any event (`RecordWriter.source`), and its flusher
   thread drains what the hooks have left too long (the job stopped making steps). So the file's
   seq and order are those the events had when they happened; asking for `current_step` (the
   observers, the status line) drains too.

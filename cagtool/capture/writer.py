@@ -88,10 +88,10 @@ def _kwargs_line(event_cls: type[Event]) -> Callable[[int, float, Any], str]:
 
 # The most time a held line waits before it is written (module docstring): what a process killed
 # hard can lose. About HOLD_S / 2 of steps share one write: at 4 ms steps, some sixty. Half a second
-# rather than 0.1 s (session 8): a drain and its write cost a training step's thread the most on
+# rather than 0.1 s: a drain and its write cost a training step's thread the most on
 # their first lines (their code and data are cold then), so fewer, larger ones cost a step less:
 # 30-31 us a 4-5 ms step at 0.1 s, 19-20 us at 0.5 s (`benchmarks/step_hook_pieces.py --hold-s 0.1
-# --hold-s 0.5`), and little less at 1 s (benchmarks/README.md, "Sessions 8 and 9"). A crash still
+# --hold-s 0.5`), and little less at 1 s (benchmarks/README.md). A crash still
 # loses at most half a second of steps, a clean end none.
 HOLD_S = 0.5
 # Held lines are written anyway once this many wait (very short steps), so memory stays bounded.

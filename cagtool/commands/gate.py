@@ -137,7 +137,7 @@ def with_gate_options(config_flag: str = "--gate-config", none_when_unset: bool 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             raw = {name: kwargs.pop(name) for name in added if name in kwargs}
             # `cagtool run` without a gate flag: None, and the gate code (~0.08 s of imports) is
-            # not loaded before the first mode starts (issue 12); `--gate` alone builds the
+            # not loaded before the first mode starts; `--gate` alone builds the
             # default options when the run ends.
             unset = none_when_unset and all(value == added[name][1].default for name, value in raw.items())
             kwargs["gate_options"] = None if unset else gate_options_from_flags(**raw)

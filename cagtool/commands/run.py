@@ -48,7 +48,7 @@ def write_summary_json(run_path: Path, dest: Path, run: "RunRecord | None" = Non
 def warm_end_of_run_imports(report: bool) -> None:
     """Import the code `cagtool run` needs after its last mode (the record reader, the summary and
     the mode comparison, report.html), so that it is loaded by the time the last mode ends
-    (issue 12: ~0.09 s of CPU off the run's end). Run in a thread while the first mode process imports
+    (~0.09 s of CPU off the run's end). Run in a thread while the first mode process imports
     torch on one core; a failure here is left for the real import to report."""
     try:
         import cagtool.commands.summary  # noqa: F401
@@ -192,7 +192,7 @@ def run_command(
     from cagtool.record.loader import load_run
 
     # The record is read once, with its step columns: the summary, --json and report.html come
-    # from this one copy in memory (issue 12).
+    # from this one copy in memory.
     record = load_run(outcome.path, columns=True)
     print_run_report(outcome.path, fmt="text", after_run=True, loaded=record)
     if json_file is not None:

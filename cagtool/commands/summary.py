@@ -24,7 +24,7 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
 
     # Optimizer-step events are half of a long run's lines and no summary figure reads them: they
     # are counted, not built; steps and backward calls are read as columns from the record's
-    # sidecar when it matches events.jsonl (issue 12: a 20,000-step summary in under 0.5 s).
+    # sidecar when it matches events.jsonl (a 20,000-step summary in under 0.5 s).
     run = loaded if loaded is not None else load_run(run_path, strict=strict, kinds=SUMMARY_KINDS, columns=True)
     verification = None
     if (Path(run.path) / "verification.json").exists():

@@ -1,5 +1,5 @@
 """The event stream's high-volume lines (steps, backward calls, optimizer steps) as columns, and
-the sidecar file `columns.json` that stores them beside events.jsonl (issue 12).
+the sidecar file `columns.json` that stores them beside events.jsonl.
 
 A long run's events.jsonl is three lines per step: 10 MB for 20,000 steps, and decoding it into
 dicts and events is most of a `cagtool summary`. When the mode's process closes its record, the

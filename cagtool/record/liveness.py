@@ -11,7 +11,7 @@ from typing import Any
 
 def hostname() -> str:
     """This machine's name, as socket.gethostname() gives it (on Linux and macOS both read the
-    kernel's nodename): without importing socket, ~5 ms of every report command's start (issue 12)."""
+    kernel's nodename): without importing socket, ~5 ms of every report command's start."""
     if hasattr(os, "uname"):
         return os.uname().nodename
     import socket  # Windows

@@ -130,7 +130,7 @@ class ModeRecord:
 
     def derived(self, name: str, compute: Callable[[ModeRecord], T]) -> T:
         """`compute(self)`, kept until `events` changes: the summary and the end-of-run comparison
-        both ask for each mode's metrics and step intervals (issue 12)."""
+        both ask for each mode's metrics and step intervals."""
         key = (name, id(self.events), len(self.events))
         if key not in self._derived:
             self._derived[key] = compute(self)

@@ -59,7 +59,7 @@ _PENDING: list[type] | None = []
 
 def dataclass(cls: _C | None = None, /, **options: Any) -> Any:
     """`@dataclasses.dataclass(frozen=True)` for the record types of this module, without its
-    import-time cost (issue 12: every command imports them). The standard decorator compiles six
+    import-time cost (every command imports them). The standard decorator compiles six
     methods per class at import, ~1 ms a class, 16 ms of every command's start, for methods most
     commands never call: the loader builds events without `__init__`, and `cagtool runs` builds
     none. Here the fields are the standard decorator's (fields(), asdict, replace, is_dataclass,

@@ -99,7 +99,7 @@ def make_console(file: IO[str] | None = None, width: int | None = None, stderr: 
     )
 
 
-# Start-up (issue 12): rich.console and rich.table are ~40 ms of imports, and rich lays out a long
+# Start-up: rich.console and rich.table are ~40 ms of imports, and rich lays out a long
 # table row by row through its full renderable machinery. Where what rich would print is plain
 # text, the writers below write it themselves, byte for byte what the console from `make_console`
 # prints (tests/report/test_console.py and tests/report/graphs compare them with rich); anything
@@ -171,7 +171,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], file: IO[
 # Off a terminal the console `make_console` gives has no colour and no style: what rich writes
 # for a line of text is the text itself, with its control codes dropped. `PlainConsole` writes
 # exactly that, so `recompiles --explain | less` neither imports rich nor lays out through it
-# (about 40 ms of the command's 0.25 s CPU on a 100,000-event record, issue 12). What it does not
+# (about 40 ms of the command's 0.25 s CPU on a 100,000-event record). What it does not
 # reproduce exactly itself (tabs, several lines, a line longer than the width, a table) it hands
 # to a rich Console made, on first use, as `make_console` makes it for the same stream; where
 # `plain_width` says rich does not write the plain text, the renderers get rich's Console.

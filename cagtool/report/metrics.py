@@ -211,7 +211,7 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 @dataclass(frozen=True)
 class StepColumns:
     """A mode's step events as columns, in file order: what the step figures read, without an
-    object per step (a 20,000-step summary, issue 12). From the record's sidecar when the loader
+    object per step (a 20,000-step summary). From the record's sidecar when the loader
     used it, else from the step events."""
 
     step: list[int]

@@ -419,7 +419,7 @@ class ChildSupervisor:
         `on_record_closed()` runs (once, in this loop) when the child says its record is closed."""
         # The child's exit wakes the select below through a pidfd (Linux 5.3+): without it the ack
         # pipe's end of file often came just before the exit status, and the loop slept another
-        # 0.2 s timeout after every mode (issue 12: ~0.3 s of a 3-mode run).
+        # 0.2 s timeout after every mode (~0.3 s of a 3-mode run).
         exited = _pidfd(proc.pid)
         try:
             return self._wait(proc, ack_r, exited, on_record_closed)

@@ -8,7 +8,7 @@ and compile time by phase, modes side by side. The step rows are the figures of 
 (read from the record's step columns, without pandas), the markers come from
 `recompiles.table.recompile_table` (the figures `compare` and `recompiles` print), the phases from
 `compare.analysis.ModeColumn`; nothing is computed again here. Neither pandas nor altair is
-imported: together they cost `cagtool run`'s end-of-run report about 0.9 s of a 15 s job (issue 12).
+imported: together they cost `cagtool run`'s end-of-run report about 0.9 s of a 15 s job.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The report shows the code of every CA graph (about 100 KB for a small transformer); pygments'
 Python lexer and HTML formatter took 0.16 s of CPU for it, a tenth of `cagtool run`'s end-of-run
-report (issue 12). Graph code is FX's generated Python: names, calls, numbers, short strings,
+report. Graph code is FX's generated Python: names, calls, numbers, short strings,
 comments, `def`, `return`, `None`. This module tokenizes that subset with one regular expression,
 classifies words with pygments' own word lists, and formats with a port of pygments' line
 formatter: the HTML is byte for byte pygments' (tests/report/html/test_highlight.py compares them).

@@ -14,7 +14,7 @@ from pathlib import Path
 CACHE_ENV = "CAGTOOL_CACHE_DIR"
 
 # The Vega-Lite version the charts' specs are written for (`charts.py`), and vl-convert's name for
-# it, which the bundle is built for: altair 6.3's, which wrote the specs before (issue 12: altair
+# it, which the bundle is built for: altair 6.3's, which wrote the specs before (altair
 # is no longer imported; tests/report/html/test_html_pieces.py checks the two against it).
 VEGALITE_SCHEMA = "https://vega.github.io/schema/vega-lite/v6.4.1.json"
 VEGALITE_VERSION = "v6_4"

@@ -359,7 +359,7 @@ def load_filtered(path: str | Path | None) -> tuple[RunRecord, dict[str, StepSum
     last step (steps are numbered FIRST_STEP.. in write order). Raises UnreadableInput like `load_run`.
     A record whose columns sidecar matches its events.jsonl (every record a mode process closed)
     is read through it: the step, backward and optimizer-step lines, most of a long record, are
-    counted from the sidecar and never scanned; only the other lines' spans are read (issue 12)."""
+    counted from the sidecar and never scanned; only the other lines' spans are read."""
     run = load_run(path, kinds=NEEDED_KINDS, columns=True)
     steps = {}
     for name, mode in run.modes.items():

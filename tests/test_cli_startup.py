@@ -216,7 +216,7 @@ def test_run_without_gate_flags_loads_no_gate_code(tmp_path):
 
     plain, _ = parent_modules()
     assert "cagtool.report.gate" not in plain and "cagtool.report.gate.config" not in plain
-    gated, _ = parent_modules("--max-ca-graphs", "5")
+    gated, _ = parent_modules("--max-graph-breaks", "5")  # (a CA limit on this eager-only run would fail: no ca mode)
     assert "cagtool.report.gate.run" in gated
     # --gate alone: the options are built when the run ends, and the gate runs (here: no
     # thresholds anywhere, the usage error `cagtool gate` gives too).

@@ -31,8 +31,8 @@ other), `zero` (zero in one, not in the other: a hook or a branch that ran in on
 
 Random numbers: compiled code (Inductor) draws random numbers differently from eager, so with
 dropout and friends in a compiled graph the gradients differ for that reason alone. When a mode's
-gradients differ and its compiled graphs (the CA graph code under graphs/, the TORCH_TRACE log
-under trace/) call a random op, the pair is *not comparable* rather than disagreeing, unless the
+gradients differ and its compiled graphs (the CA graph code under graphs/, and the forward's in
+the TORCH_TRACE log under trace/ when the run was recorded with --torch-trace) call a random op, the pair is *not comparable* rather than disagreeing, unless the
 run made compiled code draw eager-equal numbers (`cagtool run --parity`:
 torch._inductor.config.fallback_random, recorded in the manifest).
 """
@@ -375,8 +375,10 @@ def _why_not_comparable(record: ModeRecord, reference: ModeRecord) -> str:
     if FIRST_STEP in mine and FIRST_STEP in theirs:
         a, b = mine[FIRST_STEP], theirs[FIRST_STEP]
         if not abs(a - b) <= FIRST_LOSS_ATOL + FIRST_LOSS_RTOL * abs(b):
+            compiled = record.manifest.mode != "eager" and not _eager_randomness(record)
+            hint = "; for dropout in a compiled forward, rerun with cagtool run --parity" if compiled else ""
             return (f"inputs differ: the first step's losses already differ ({a!r} vs {b!r}) before any backward ran "
-                    "(an unseeded script or rank, data order, or randomness in the forward)")
+                    f"(an unseeded script or rank, data order, or randomness in the forward{hint})")
     return ""
 
 

@@ -85,11 +85,14 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None)
         phrases.append(recompiles)
     numerics = comparison.numerics
     if numerics.reference is not None and len(comparison.modes) > 1:
-        if numerics.agree:
-            phrases.append("numerics agree")
-        else:
+        if numerics.disagreements:
             phrases.append("numerics DISAGREE")
             tones.append(BAD)
+        elif numerics.inputs_differ:
+            # The first step's losses differ: other inputs, not a verdict on compiled autograd.
+            phrases.append("numerics not comparable: inputs differ (unseeded?)")
+        else:
+            phrases.append("numerics agree")
     if not phrases:
         return Headline("nothing to compare: record more than one mode, or more steps", NEUTRAL)
     tone = BAD if BAD in tones else GOOD if GOOD in tones else NEUTRAL

@@ -48,14 +48,16 @@ def test_a_2000_step_job_runs_through_run_gate_baseline_and_gate(tmp_path):
     gate = json.loads((run / "gate.json").read_text())
     assert gate["passed"] is True
     speedup = next(c for c in gate["checks"] if c["check"] == "min-speedup")
-    assert speedup["outcome"] == "pass" and speedup["data"]["unit"] == "batch" and speedup["data"]["units"] == [30, 30]
+    # About sqrt(2,000) batches a side, at most 30; fewer where this machine's step times came in
+    # phases (batches merged while autocorrelated).
+    assert speedup["outcome"] == "pass" and speedup["data"]["unit"] == "batch" and all(2 <= k <= 30 for k in speedup["data"]["units"])
     assert any(note.startswith("power: ") for note in speedup["notes"])
 
     baseline = tmp_path / "baseline.json"
     saved = _cagtool("baseline", "save", run, "-o", baseline, cwd=tmp_path)
     assert saved.returncode == 0, saved.stderr
     sample = json.loads(baseline.read_text())["modes"]["ca"]["step_time"]["sample"]
-    assert sample["unit"] == "batch" and sample["count"] > 1_900 and len(sample["units_s"]["median"]) == 30
+    assert sample["unit"] == "batch" and sample["count"] > 1_900 and 2 <= len(sample["units_s"]["median"]) <= 30
 
     # The run against its own baseline: ratio exactly 1, so no timing check can fail; each states
     # its power (how much it resolves depends on this machine's noise, so only consistency is
@@ -67,7 +69,7 @@ def test_a_2000_step_job_runs_through_run_gate_baseline_and_gate(tmp_path):
     unresolved = []
     for name in ("max-regression", "max-regression:p90"):
         assert checks[name]["outcome"] == "pass" and checks[name]["data"]["ratio"] == pytest.approx(1.0, rel=1e-5)  # the baseline keeps 6 digits
-        assert checks[name]["data"]["units"] == [30, 30] and isinstance(checks[name]["data"]["resolves"], bool)
+        assert all(2 <= k <= 30 for k in checks[name]["data"]["units"]) and isinstance(checks[name]["data"]["resolves"], bool)
         if not checks[name]["data"]["resolves"]:
             unresolved.append(name)
             assert checks[name]["data"]["evidence_needed"].endswith("steady steps a side")

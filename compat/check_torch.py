@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -67,7 +68,9 @@ def check(version: str, out_dir: Path) -> dict:
     code, text, _ = _run([python, "-c", "import torch; print(torch.__version__)"])
     result["installed"] = text.strip() if code == 0 else f"import failed: {text[-300:]}"
     code, text, wall = _run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS])
-    result["internals_tests"] = {"exit": code, "summary": (text.strip().splitlines() or [""])[-1], "wall_s": round(wall)}
+    failures = [line for line in text.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    result["internals_tests"] = {"exit": code, "summary": (text.strip().splitlines() or [""])[-1], "wall_s": round(wall), "failures": failures,
+                                 "tail": "" if code == 0 else text[-3000:]}
     code, text, _ = _run([python, "-m", "cagtool", "doctor", "--format", "json"])
     try:
         doctor = json.loads(text[text.index("{"):])
@@ -77,6 +80,7 @@ def check(version: str, out_dir: Path) -> dict:
     captures = {}
     for script in sorted((ROOT / "sample_scripts").glob("*.py")):
         run_dir = out_dir / f"{version}-{script.stem}"
+        shutil.rmtree(run_dir, ignore_errors=True)  # an earlier check's record: this one records afresh
         code, text, wall = _run([python, "-m", "cagtool", "run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(run_dir),
                                  str(script), *SAMPLE_ARGS.get(script.name, [])])
         graphs = None

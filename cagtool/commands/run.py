@@ -55,7 +55,9 @@ def warm_end_of_run_imports(report: bool) -> None:
         import cagtool.record.columns  # noqa: F401
         import cagtool.record.loader  # noqa: F401
         import cagtool.report.compare.analysis  # noqa: F401
+        import cagtool.report.compare.grad_parity  # noqa: F401
         import cagtool.report.compare.headline  # noqa: F401
+        import cagtool.report.graph_break_words  # noqa: F401
         import cagtool.report.compare.render  # noqa: F401
         import cagtool.report.console  # noqa: F401
         import cagtool.report.summary  # noqa: F401

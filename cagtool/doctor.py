@@ -29,7 +29,7 @@ DOCTOR_VERSION = 1
 TESTED_TORCH = "2.13"  # constraints.txt pins torch==2.13.0 (the install, the tests and CI)
 # Versions on which compat/check_torch.py passed (the torch-internals and doctor tests, doctor and
 # a capture of every sample script): docs/compat.md holds the table.
-VERIFIED_TORCH = ("2.13.0",)
+VERIFIED_TORCH = ("2.13.0", "2.14.1", "2.15.0")
 
 # The private torch names cagtool wraps or calls (docs/torch-internals.md, "What is wrapped").
 CA_ENTRY_POINTS = (

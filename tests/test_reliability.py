@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import re
 import os
 import pty
 import resource
@@ -533,7 +534,9 @@ def test_sigterm_ends_a_process_blocked_in_c_at_once_as_under_python(tmp_path):
     run = load_run(tmp_path / "r")
     ca = run.modes["ca"].manifest
     assert (ca.status, ca.exit_code, ca.exception.type) == ("interrupted", 143, "SIGTERM"), ca.exception
-    assert "blocked_in_c.py:13 (<module>)" in ca.exception.message
+    # The script's line: the sigwait (13), or the print just before it when the signal arrives
+    # between READY and the block (the test does not race the process to the C call).
+    assert re.search(r"blocked_in_c\.py:1[23] \(<module>\)", ca.exception.message), ca.exception.message
     assert ca.options["closed_by"] == "cagtool"
     assert run.meta.status == "interrupted" and run.meta.mode_exit_codes == {"ca": 143}
     summary = subprocess.run(cagtool_cmd("summary", str(tmp_path / "r"), "--format", "json"), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)

@@ -22,12 +22,12 @@ def merge_command(
 
         \b
         # on host 0 and host 1, the same command but for --node-rank:
-        cagtool run -o /shared/job/node0 torchrun --nnodes 2 --node-rank 0 --nproc-per-node 8 \\
+        cagtool run -o $SHARED/job/node0 torchrun --nnodes 2 --node-rank 0 --nproc-per-node 8 \\
             --master-addr HOST0 --master-port 29500 train.py
-        cagtool run -o /shared/job/node1 torchrun --nnodes 2 --node-rank 1 ...
+        cagtool run -o $SHARED/job/node1 torchrun --nnodes 2 --node-rank 1 ...
         \b
-        cagtool merge /shared/job/node0 /shared/job/node1 -o /shared/job/all
-        cagtool gate /shared/job/all --max-recompiles ca:0
+        cagtool merge $SHARED/job/node0 $SHARED/job/node1 -o $SHARED/job/all
+        cagtool gate $SHARED/job/all --max-recompiles ca:0
 
     The inputs are not changed. Exit codes: 0 merged; 2 not the nodes of one job (another target
     or modes, a rank recorded twice) or the output exists; 3 an unreadable run.

@@ -278,9 +278,10 @@ def test_sigkill_of_parent_leaves_no_orphan_and_reads_as_killed(tmp_path):
     proc, child, worker = _start_endless(tmp_path)
     proc.kill()
     proc.wait(timeout=30)
-    assert _gone_within(child, 15), "the mode process outlived a SIGKILLed cagtool"
-    assert _gone_within(worker, 5), "the job's worker outlived a SIGKILLed cagtool"
+    assert _gone_within(child, 60), "the mode process outlived a SIGKILLed cagtool"
     run = load_run(tmp_path / "r")
+    # the mode process signals the worker before it closes its record: by now it has been told
+    assert _gone_within(worker, 30), f"the job's worker outlived a SIGKILLed cagtool: {run.modes['ca'].manifest}"
     assert run.meta.status == "killed" and run.meta.mode_exit_codes == {"ca": 143}
     on_disk = json.loads((tmp_path / "r" / "run.json").read_text())
     assert on_disk["status"] == "killed"  # closed by the mode process, for readers other than cagtool

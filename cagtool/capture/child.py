@@ -288,6 +288,11 @@ def _record_mode(spec: ModeSpec) -> int:
     finally:
         followed.stop_stacks.disarm()  # before ignore_further_stops: unregistering needs the default action in place
         ignore_further_stops()
+        if not parent_died and spec.parent_pid and os.getppid() != spec.parent_pid:
+            # cagtool died while the script was ending another way (its own error, an exit, a
+            # signal handled first): the script's workers must not outlive it either.
+            parent_died = True
+            signal_tree(os.getpid(), signal.SIGTERM, include_root=False)
         if spec.max_time:
             signal.setitimer(signal.ITIMER_REAL, 0)
         peaks = job_peaks()

@@ -236,7 +236,7 @@ def test_step_time_regression_beyond_threshold_fails():
     assert check.evaluate({"ca": snap(median=0.0105, spread=0.02, count=200, seed=2)}, base).outcome is Outcome.PASS
     worse = check.evaluate({"ca": snap(median=0.012, spread=0.02, count=200, seed=3)}, base)
     assert worse.outcome is Outcome.FAIL and worse.failed
-    assert worse.message.startswith("max-regression (ca): step time median 11.958 ms vs baseline 10.010 ms: +19.5% > +10%, beyond the noise (90% CI +19.1%..+19.9%)")
+    assert worse.message.startswith("max-regression (ca): step time median 11.958 ms vs baseline 10.010 ms: +19.5% > +10%, beyond the noise (90% CI +19.1%..+20.0%)")
     assert "> +10%, beyond the noise (90% CI +" in worse.message
     better = check.evaluate({"ca": snap(median=0.008, spread=0.02, count=200, seed=4)}, base)
     assert better.outcome is Outcome.IMPROVED

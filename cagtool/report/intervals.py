@@ -117,9 +117,17 @@ def batch_count(n: int, tau: float = 1.0) -> int:
     k = min(MAX_BATCHES, math.isqrt(n))
     if tau > 1.0:
         k = min(k, int(n // (BATCH_TAUS * tau)))
+        if n < MIN_STEPS_PER_TAU * tau:
+            # Too short a series to know its own autocorrelation: a phase longer than the run
+            # looks, from inside it, like a short one (the estimate is biased low), and batches cut
+            # by it would all see one phase. Two units: no verdict, a request for more evidence.
+            k = 2
     return max(2, k)
 
 
+# The autocorrelation time read from fewer steps than this many times itself is not trusted
+# (Sokal's rule of thumb for the estimate, from MCMC practice).
+MIN_STEPS_PER_TAU = 50.0
 # A batch this many integrated autocorrelation times long has statistics about independent of its
 # neighbours' (the lag-1 correlation of AR(1) batch means is about tau / (2 * length)).
 BATCH_TAUS = 3.0
@@ -129,8 +137,8 @@ _TAU_POINTS = 2048
 
 
 def autocorrelation_time(series: Sequence[float]) -> float:
-    """The integrated autocorrelation time of the log step times, in steps (1 for independent
-    steps): 1 + 2 * sum of the autocorrelations, summed by Geyer's initial monotone sequence (pairs
+    """The integrated autocorrelation time of the log step times less their linear trend, in
+    steps (1 for independent steps): 1 + 2 * sum of the autocorrelations, summed by Geyer's initial monotone sequence (pairs
     of lags while their sum stays positive and decreasing), the estimator MCMC practice uses for
     the effective sample size. A phase of slow steps (a neighbour on the runner) makes it long. Read
     on means of consecutive steps when the series is long (each mean is `chunk` steps: the time is
@@ -145,7 +153,12 @@ def autocorrelation_time(series: Sequence[float]) -> float:
     n = len(array)
     if n < 4:
         return float(chunk)
-    centred = array - array.mean()
+    # Less its straight-line trend: a drift over the run (allocator warm-up, a learning-rate
+    # schedule) is not autocorrelated noise, and read as such it would make the time as long as
+    # the run. The drift still widens the interval: it makes the batches differ.
+    position = np.arange(n, dtype=float) - (n - 1) / 2.0
+    slope = float(position @ (array - array.mean())) / float(position @ position)
+    centred = array - array.mean() - slope * position
     size = 1 << (2 * n - 1).bit_length()
     spectrum = np.fft.rfft(centred, size)
     acov = np.fft.irfft(spectrum * np.conj(spectrum), size)[:n]
@@ -265,7 +278,7 @@ def compile_sample(samples: Sequence[float]) -> TimingSample | None:
     return TimingSample(len(kept), len(kept), "run", {"total": median}, {"total": kept})
 
 
-def _sd_upper_factor(df: float, confidence: float = 0.75) -> float:
+def _sd_upper_factor(df: float, confidence: float = 0.90) -> float:
     """sqrt(df / chi2_(1-confidence)(df)): how much a standard deviation estimated with `df`
     degrees of freedom may be under the true one, at `confidence` (Wilson-Hilferty's chi-square
     quantile, within 1% of the exact one from df = 2)."""
@@ -310,7 +323,7 @@ class RatioInterval:
 
     def resolution(self, power: float = POWER) -> float:
         """The smallest log-distance beyond a bound that a check on this interval catches with
-        probability `power` (inf when the noise was not measured). The noise is taken at a 75%
+        probability `power` (inf when the noise was not measured). The noise is taken at a 90%
         upper bound of its estimate (chi-square with the interval's degrees of freedom): with few
         units the estimate is itself noisy, and a power claim must not rest on a lucky one."""
         if not self.measured or not self.bounded:

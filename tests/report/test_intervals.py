@@ -40,12 +40,15 @@ def test_t_quantile_between_1_and_2_degrees_is_never_narrower(df):
 
 def test_batches_are_about_the_square_root_of_n_and_keep_step_order():
     assert [batch_count(n) for n in (0, 1, 2, 5, 100, 400, 1_000, 100_000)] == [0, 0, 2, 2, 10, 20, MAX_BATCHES, MAX_BATCHES]
-    assert [batch_count(100, tau) for tau in (1.0, 5.0, 20.0, 100.0)] == [10, 6, 2, 2]
+    # Batches at least 3 autocorrelation times long; an autocorrelation time read from fewer than
+    # 50 times as many steps is not trusted: two units, no verdict.
+    assert [batch_count(1_000, tau) for tau in (1.0, 10.0, 20.0, 21.0, 50.0)] == [30, 30, 16, 2, 2]
+    assert [batch_count(100, tau) for tau in (1.0, 2.0, 2.5)] == [10, 10, 2]
     # A shift in phases longer than a batch: ten batches would all see one phase or the other
     # (autocorrelated steps: a long autocorrelation time), so the batches are as long as the
     # phases: two units, and a wide interval.
     series = [1.0] * 50 + [3.0] * 50
-    assert autocorrelation_time(series) > 30.0
+    assert autocorrelation_time(series) > 10.0
     assert batch_statistics(series, "median") == [1.0, 3.0]
     # Given a short autocorrelation time, the batch statistics' own lag-1 correlation still merges
     # adjacent batches: ten become five.

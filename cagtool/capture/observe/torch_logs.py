@@ -17,6 +17,10 @@ from cagtool.capture.writer import RecordWriter, warn
 from cagtool.record.schema import AotBackwardGraphEvent, DynamoCompileEvent, DynamoRecompileEvent, GraphBreakEvent
 
 TRACE_LOGGER = "torch.__trace"
+# cagtool's own key in a record's metadata: the user's line behind a recompile (a SourceRef), put
+# there by the live run's Dynamo tap or, for an imported log, from the stack torch logged with the
+# compile (`dynamo_start`). Torch's records never have it.
+USER_FRAME_KEY = "cagtool_user_frame"
 _BREAK_AT = re.compile(r"Graph break in user code at (?P<file>.+):(?P<line>\d+)")
 _US = 1e-6
 
@@ -80,6 +84,7 @@ class StructuredLogHandler(logging.Handler):
                     is_ca_graph=cid.startswith("!"),
                     step=step,
                     reasons=[str(r) for r in reasons] if isinstance(reasons, list) else [str(reasons)],
+                    source=metadata.get(USER_FRAME_KEY),
                 )
             elif name == "dynamo_graph_break_reason" and payload:
                 self._graph_break(compile_id_of(metadata), payload, step)

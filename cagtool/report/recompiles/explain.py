@@ -594,8 +594,12 @@ def _consequence(cause: Cause, cwd: str) -> Words:
     """A CA recompile that follows from a forward recompile: what the backward saw, and that the
     fix is the root cause's (no advice written for a cause the script does not have)."""
     root = f"#{cause.caused_by}"
-    lead = (f"Follows from {root}: the forward was recompiled just before this backward, and the backward of "
-            "the new forward graph is new to compiled autograd's cache.")
+    if cause.code == CAUSE_SHAPES:
+        lead = (f"Follows from {root}: the sizes that made Dynamo recompile the forward reached the backward "
+                "in the same step.")
+    else:
+        lead = (f"Follows from {root}: the forward was recompiled just before this backward, and the backward "
+                "of the recompiled forward is a new graph to compiled autograd.")
     if cause.code == CAUSE_STRUCTURE:
         changes = cause.facts["changes"]
         items = []
@@ -606,17 +610,17 @@ def _consequence(cause: Cause, cwd: str) -> Words:
                 items.append(f"{at}: new {short_name(change.after)} at {label}")
             else:
                 items.append(f"{at}: {label} {short_name(change.before)} -> {short_name(change.after)}")
-        title = f"Compiled autograd captured the backward again: a new autograd node ({plural(cause.count, 'recompile')}, caused by {root})"
+        title = f"Caused by {root}: compiled autograd captured the backward again, a new autograd node ({plural(cause.count, 'recompile')})"
         why = [lead, "The node that differs: " + elide(items) + " (the recompiled forward's backward graph)."]
         fix = [f"Fixing {root} (one forward graph for every size) keeps the backward's node; compiled autograd "
                "may still miss once on the changed sizes unless it starts dynamic (`cagtool run --dynamic`)."]
         return Words(title, why, fix, evidence_text(cause.evidence))
     if cause.code == CAUSE_SHAPES:
         words = _shapes(cause, cwd)
-        title = words.title.replace("Tensor shapes changed", "The same sizes changed in the backward", 1) + f", caused by {root}"
+        title = f"Caused by {root}: " + words.title.replace("Tensor shapes changed", "the same sizes changed in the backward", 1)
         return Words(title, [lead, *words.why], words.fix, words.evidence)
     words = _unknown(cause, cwd)
-    return Words(f"{words.title}, caused by {root}", [lead, *words.why], words.fix, words.evidence)
+    return Words(f"Caused by {root}: {words.title[0].lower()}{words.title[1:]}", [lead, *words.why], words.fix, words.evidence)
 
 
 def _causes_ref(numbers: list[int]) -> str:

@@ -122,7 +122,8 @@ def strip_reason_id(line: str) -> str:
 # The end of an FX node's stack trace (`set_node_origin`): `SumBackward0 (NodeCall 1)`; in the
 # logged graph code the same text follows `code: ` in a comment.
 _ORIGIN = re.compile(r"^\s*(?:.*code: )?(?P<name>\S.*?) \(NodeCall (?P<call>\d+)\)\s*$")
-_AOT_PREFIX = re.compile(r"^aot(\d+)_")
+_ORIGIN_IN_COMMENT = re.compile(r"code: (?P<name>\S.*?) \(NodeCall (?P<call>\d+)\)\s*$")
+AOT_PREFIX = re.compile(r"^aot(\d+)_")  # compiled: the graph diff matches it per node
 _GRAPH_CLASS = re.compile(r"^class CompiledAutograd(?P<id>\d+)\(")
 NODE_REF = re.compile(r"%([A-Za-z_]\w*)")  # `%mul_1` in printed node arguments; group 1 the name
 # A node reference or an integer constant, in printed node arguments (sizes: an integer in one
@@ -132,19 +133,25 @@ INT_CONSTANT = re.compile(r"(?<![\w.])-?\d+(?![\w.])")
 
 
 def node_origin(text: str) -> tuple[int, str] | None:
-    """(NodeCall, autograd node name) from a stack trace's last line or a graph-code comment."""
+    """(NodeCall, autograd node name) from the last line of an FX node's stack trace."""
     match = _ORIGIN.search(text)
+    return (int(match.group("call")), match.group("name")) if match else None
+
+
+def node_origin_in_comment(line: str) -> tuple[int, str] | None:
+    """(NodeCall, autograd node name) from a comment of logged graph code (`# File: ... code: X (NodeCall k)`)."""
+    match = _ORIGIN_IN_COMMENT.search(line)
     return (int(match.group("call")), match.group("name")) if match else None
 
 
 def aot_graph_id(node_name: str) -> int | None:
     """N of a node named `aot<N>_...` (inlined from AOT backward graph N)."""
-    match = _AOT_PREFIX.match(node_name)
+    match = AOT_PREFIX.match(node_name)
     return int(match.group(1)) if match else None
 
 
 def strip_aot_prefix(node_name: str) -> str:
-    return _AOT_PREFIX.sub("", node_name)
+    return AOT_PREFIX.sub("", node_name)
 
 
 def graph_class_id(code: str) -> int | None:

@@ -46,6 +46,7 @@ from cagtool.record.schema import (
 )
 from cagtool.report.downsample import downsample
 from cagtool.report.metrics import held_steps, step_columns
+from cagtool.torch_text import strip_reason_id
 
 TRACE_FORMAT = "cagtool-perfetto"
 
@@ -402,7 +403,8 @@ def _instants(events: list[dict[str, Any]], pid: int, offset_s: float, record: M
             args["inferred"] = True
         events.append(_instant(f"CA cache miss {m.compile_id}", TRACK_CA_CAPTURE, pid, offset_s + m.t, args))
     for r in record.of(DynamoRecompileEvent):
-        args = {"compile_id": r.compile_id, "step": r.step, "reason": r.reasons[0] if r.reasons else None,
+        # The first failing guard, without the `0/0: ` of the cache entry it failed for.
+        args = {"compile_id": r.compile_id, "step": r.step, "reason": strip_reason_id(r.reasons[0].strip()) if r.reasons else None,
                 "reasons": list(r.reasons), "source": _where(r.source)}
         events.append(_instant(f"Dynamo recompile {r.compile_id}", TRACK_DYNAMO, pid, offset_s + r.t, args))
     for g in record.of(GraphBreakEvent):

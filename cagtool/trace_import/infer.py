@@ -10,15 +10,13 @@ different integer constants, or sizes that became symbolic -> changed sizes.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from cagtool.capture.observe.graph_dump import GraphSummary
 from cagtool.record.schema import MISS_CHANGED_SHAPES, MISS_NEW_NODE, MISS_UNKNOWN, ChangedSize
+from cagtool.torch_text import INT_CONSTANT, NODE_REF
 
 INFERRED_PREFIX = "inferred from the graph diff (the log has no compiled_autograd_compile_reasons)"
-_REF = re.compile(r"%[A-Za-z_][A-Za-z0-9_]*")
-_INT = re.compile(r"(?<![\w.])-?\d+(?![\w.])")
 _MAX_SIZES = 32
 
 
@@ -39,14 +37,14 @@ def _by_origin(summary: GraphSummary) -> dict[tuple[int, str], list[tuple[str, s
     for node in summary.nodes:
         if node.origin is None or _is_size_node(node.target, node.args):
             continue
-        groups.setdefault((node.origin.node_call, node.origin.name), []).append((node.op, node.target, _REF.sub("%", node.args)))
+        groups.setdefault((node.origin.node_call, node.origin.name), []).append((node.op, node.target, NODE_REF.sub("%", node.args)))
     return groups
 
 
 def _shape_free(items: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
     """The nodes with every size blanked: integer constants and node references alike (a size
     that became symbolic is a reference to a size node), and the size-reading nodes dropped."""
-    return [(op, target, _INT.sub("#", args.replace("%", "#"))) for op, target, args in items]
+    return [(op, target, INT_CONSTANT.sub("#", args.replace("%", "#"))) for op, target, args in items]
 
 
 def _is_size_node(target: str, args: str) -> bool:
@@ -84,7 +82,7 @@ def infer_miss(previous: GraphSummary | None, current: GraphSummary) -> Inferred
         for (_, _, new_args), (_, _, old_args) in zip(new[key], old[key]):
             if new_args == old_args:
                 continue
-            for new_int, old_int in zip(_INT.findall(new_args), _INT.findall(old_args)):
+            for new_int, old_int in zip(INT_CONSTANT.findall(new_args), INT_CONSTANT.findall(old_args)):
                 if new_int != old_int:
                     changes.setdefault((key[0], key[1], int(old_int), int(new_int)), None)
     changed = [

@@ -13,23 +13,21 @@ chromium span. Event times are the log's timestamps, relative to its first envel
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from cagtool.capture.observe.ca_observer import parse_miss
 from cagtool.capture.observe.graph_dump import GraphSummary
 from cagtool.capture.observe.torch_logs import StructuredLogHandler
 from cagtool.capture.writer import RecordWriter
 from cagtool.record.schema import CacheMissEvent, CAGraphEvent, ChangedSize, Event
 from cagtool.trace_import.graph_code import parse_graph_code
 from cagtool.trace_import.infer import infer_miss
+from cagtool.torch_text import parse_miss, split_ca_reason
 from cagtool.trace_import.log_reader import Envelope
 
 # The envelopes an import reads; every other kind is only counted.
 WANTED_KINDS = frozenset({"compilation_metrics", "aot_backward_graph", "artifact", "compiled_autograd_graph", "chromium_event"})
 _ARTIFACTS = frozenset({"recompile_reasons", "dynamo_graph_break_reason", "compiled_autograd_compile_reasons", "torch_version"})
-_ID_PREFIX = re.compile(r"^!(\d+): ")
 _CA_SPAN = '"name": "compiled_autograd",'
 # Of the chromium events (a fifth of a log's envelopes) only compiled autograd's span is read.
 PEEK = {"chromium_event": _CA_SPAN.encode()}
@@ -185,12 +183,12 @@ class RankTranslator:
             return
         # The list accumulates per cache node; each entry names its graph ("!6: Cache miss ...").
         for reason in reasons:
-            match = _ID_PREFIX.match(str(reason))
-            if match:
-                self._reasons[int(match.group(1))] = str(reason)[match.end() :]
+            named, text = split_ca_reason(str(reason))
+            if named is not None:
+                self._reasons[named] = text
         ca_id = envelope.data.get("compiled_autograd_id")
         if isinstance(ca_id, int) and ca_id not in self._reasons and reasons:
-            self._reasons[ca_id] = _ID_PREFIX.sub("", str(reasons[-1]))
+            self._reasons[ca_id] = split_ca_reason(str(reasons[-1]))[1]
 
     def _record_id(self, torch_id: int) -> int:
         """torch restarts ids after torch._dynamo.reset() (and a concatenated log repeats them):

@@ -35,6 +35,7 @@ from cagtool.report.recompiles.table import (
     guard_text,
     node_label,
 )
+from cagtool.torch_text import ca_id_of
 
 # Cause codes (stable: they are part of the JSON schema).
 CAUSE_STRUCTURE = "graph_structure"  # different ops / a branch / a loop of varying length
@@ -690,12 +691,6 @@ def _location(ref: SourceRef | None) -> tuple[str, int] | None:
     return (ref.file, ref.line) if ref is not None else None
 
 
-def _ca_id_of(compile_id: str) -> int | None:
-    """N of `!N/F/C`."""
-    match = re.match(r"^!(\d+)/", compile_id)
-    return int(match.group(1)) if match else None
-
-
 def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, tuple]) -> tuple:
     if row.source == SOURCE_CA:
         if row.kind == MISS_NEW_NODE:
@@ -710,7 +705,7 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
     if row.source == SOURCE_DYNAMO_CA_GRAPH:
         # Dynamo compiles a CA graph for the sizes of its first call; when a graph that a
         # changed-shapes miss made is recompiled, the sizes changed again: the same root cause.
-        ca_id = _ca_id_of(row.compile_id)
+        ca_id = ca_id_of(row.compile_id) if "/" in row.compile_id else None  # !N/F/C: Dynamo's compile of CA graph N
         first = guard_text(row.messages[0]) if row.messages else ""
         if ca_id in shape_keys and (not first or "size" in first.lower()):
             return shape_keys[ca_id]

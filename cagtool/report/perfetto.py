@@ -407,10 +407,15 @@ def _instants(events: list[dict[str, Any]], pid: int, offset_s: float, record: M
         args = {"compile_id": r.compile_id, "step": r.step, "reason": strip_reason_id(r.reasons[0].strip()) if r.reasons else None,
                 "reasons": list(r.reasons), "source": _where(r.source)}
         events.append(_instant(f"Dynamo recompile {r.compile_id}", TRACK_DYNAMO, pid, offset_s + r.t, args))
-    for g in record.of(GraphBreakEvent):
+    breaks = record.of(GraphBreakEvent)
+    if breaks:
+        from cagtool.report.graph_break_words import graph_break_words  # reads torch's registry: only when needed
+    for g in breaks:
         where = f"{g.file}:{g.line}" if g.file else None
-        args = {"compile_id": g.compile_id, "step": g.step, "reason": g.reason,
-                "source": (f"{where}  {g.code}" if g.code else where) if where else None}
+        words = graph_break_words(g.reason or "")
+        # `reason`: what tells this break apart (torch's first line is the same for every CALL break).
+        args = {"compile_id": g.compile_id, "step": g.step, "reason": words.headline, "gb_id": words.gb_id or None,
+                "message": g.reason, "source": (f"{where}  {g.code}" if g.code else where) if where else None}
         events.append(_instant(f"graph break {g.compile_id}", TRACK_DYNAMO, pid, offset_s + g.t, args))
 
 

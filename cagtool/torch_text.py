@@ -17,6 +17,7 @@ tracker and the observer).
 | node reference | `%mul_1` in an FX node's printed arguments |
 | graph break | `Graph break in user code at /x/train.py:12` (artifact `dynamo_graph_break_reason`) |
 | user frame | `File "/x/train.py", line 10, in f` then the code line |
+| size guard | `tensor 'x' size mismatch at index 0. expected 32, actual 48` (a Dynamo guard failure) |
 | recompile limit | `exceeding the recompile_limit cache size limit (currently set to 8)`, `hit config.recompile_limit (8)` |
 """
 
@@ -165,6 +166,18 @@ _BREAK_AT = re.compile(r"Graph break in user code at (?P<file>.+):(?P<line>\d+)"
 _USER_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>[^\n]*)')
 _LIMIT = re.compile(r"exceeding the (?P<type>\w*recompile_limit) cache size limit \(currently set to (?P<value>\d+)\)")
 _LIMIT_LOG = re.compile(r"hit config\.(?P<type>\w*recompile_limit) \((?P<value>\d+)\)")
+
+
+_SIZE_GUARD = re.compile(r"tensor '(?P<name>[^']+)' size mismatch at index (?P<index>\d+)\. expected (?P<expected>\d+), actual (?P<actual>\d+)")
+
+
+def size_guard(text: str) -> tuple[str, int, int, int] | None:
+    """(tensor, dim, expected, actual) of a failed size guard:
+    `tensor 'x' size mismatch at index 0. expected 32, actual 48`."""
+    match = _SIZE_GUARD.search(text)
+    if match is None:
+        return None
+    return match["name"], int(match["index"]), int(match["expected"]), int(match["actual"])
 
 
 def graph_break_at(payload: str) -> tuple[str, int] | None:

@@ -10,6 +10,7 @@ different integer constants, or sizes that became symbolic -> changed sizes.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from cagtool.capture.observe.graph_dump import GraphSummary
@@ -18,6 +19,8 @@ from cagtool.torch_text import INT_CONSTANT, NODE_REF
 
 INFERRED_PREFIX = "inferred from the graph diff (the log has no compiled_autograd_compile_reasons)"
 _MAX_SIZES = 32
+# A node reference blanked to `%` (by _by_origin) or an integer constant.
+_BLANKED_TOKEN = re.compile("%|" + INT_CONSTANT.pattern)
 
 
 @dataclass(frozen=True)
@@ -77,14 +80,22 @@ def infer_miss(previous: GraphSummary | None, current: GraphSummary) -> Inferred
         return InferredMiss(MISS_NEW_NODE, f"{INFERRED_PREFIX}: autograd node {key[1]} (NodeCall {key[0]}) is gone", node=key[1], node_call=key[0])
     # One changed size per autograd node and distinct change (4 -> 6 appears in every shape and
     # stride argument of a node; torch's key holds it once). The index is an ordinal, not torch's.
-    changes: dict[tuple[int, str, int, int], None] = {}
+    # Arguments are compared token by token (node references and integers, in order), and only
+    # where both have as many: a size that became symbolic is a reference where the old graph had
+    # its value, which shifts every later integer of the argument list.
+    changes: dict[tuple[int, str, int, int | None], None] = {}
     for key in sorted(new):
         for (_, _, new_args), (_, _, old_args) in zip(new[key], old[key]):
             if new_args == old_args:
                 continue
-            for new_int, old_int in zip(INT_CONSTANT.findall(new_args), INT_CONSTANT.findall(old_args)):
-                if new_int != old_int:
-                    changes.setdefault((key[0], key[1], int(old_int), int(new_int)), None)
+            new_tokens, old_tokens = _BLANKED_TOKEN.findall(new_args), _BLANKED_TOKEN.findall(old_args)
+            if len(new_tokens) != len(old_tokens):
+                continue
+            for new_token, old_token in zip(new_tokens, old_tokens):
+                if old_token == "%" or new_token == old_token:
+                    continue
+                # now a reference: the size became dynamic, its new value is not in the graph
+                changes.setdefault((key[0], key[1], int(old_token), None if new_token == "%" else int(new_token)), None)
     changed = [
         ChangedSize(index=i, value=new_value, previous=old_value, node=name, node_call=call)
         for i, (call, name, old_value, new_value) in enumerate(list(changes)[:_MAX_SIZES])

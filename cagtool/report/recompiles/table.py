@@ -36,6 +36,7 @@ from cagtool.torch_text import (
     compile_id_in,
     looks_like_user_file,
     recompile_limit,
+    size_guard,
     strip_reason_id,
     traceback_frames,
 )
@@ -422,6 +423,29 @@ def _ca_rows(record: ModeRecord, misses: list[CacheMissEvent], graphs: dict[int,
     return rows
 
 
+def _earlier_values_from_guards(rows: list[RecompileRow]) -> list[RecompileRow]:
+    """A changed size whose earlier value the graphs do not show (a size the graph passes on
+    without reading it, e.g. to an AOT backward) takes it from the forward's size guard when the
+    forward was recompiled just before, in the same step, for the same new value: `expected 32,
+    actual 48` says a 48 was 32."""
+    out: list[RecompileRow] = []
+    guard: tuple[str, int, int, int] | None = None
+    guard_step: int | None = None
+    for row in rows:
+        if row.source == SOURCE_DYNAMO_FRAME:
+            found = size_guard(row.messages[0]) if row.messages else None
+            guard, guard_step = (found, row.step) if found else (guard, guard_step)
+        elif row.source == SOURCE_CA:
+            if guard is not None and guard_step == row.step and any(c.previous is None and c.value == guard[3] for c in row.changed_sizes):
+                sizes = tuple(
+                    dataclasses.replace(c, previous=guard[2]) if c.previous is None and c.value == guard[3] else c for c in row.changed_sizes
+                )
+                row = dataclasses.replace(row, changed_sizes=sizes)
+            guard = None
+        out.append(row)
+    return out
+
+
 def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> RecompileTable:
     """The recompiles of one mode record, in the order they happened. `steps` is given when the
     record was read without its step events (recompiles_load); otherwise it is counted here."""
@@ -439,6 +463,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         misses = misses_with_earlier_values(record)
     rows = _ca_rows(record, misses, graphs) + dynamo_rows(record, compile_events)
     rows.sort(key=lambda r: r.seq)
+    rows = _earlier_values_from_guards(rows)
     steps = steps if steps is not None else step_summary(record)
     manifest = record.manifest
     return RecompileTable(

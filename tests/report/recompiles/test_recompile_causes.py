@@ -113,3 +113,27 @@ def test_an_imported_batch_size_change_is_one_cause_with_no_branch_advice(import
     assert proc.returncode == 0, proc.stderr
     assert "None" not in proc.stdout
     assert "no step boundaries" in proc.stdout
+
+
+def test_a_size_the_graphs_do_not_show_takes_its_earlier_value_from_the_forwards_guard(tmp_path):
+    """A CA size passed on without being read (no constant in the previous graph to read it off)
+    gets its earlier value from the forward's size guard of the same step: `expected 32, actual 48`."""
+    from test_recompiles_analysis import RecordBuilder, table_of  # the hand-built records of the analysis tests
+
+    from cagtool.record.schema import ChangedSize, DynamoRecompileEvent
+
+    b = RecordBuilder()
+    b.miss(0, 1, "torch::autograd::GraphRoot", 0)
+    b.graph(0, 1, ["torch::autograd::GraphRoot", "CompiledFunctionBackward0"])
+    b.step(1, captures=1)
+    b.step(2)
+    b.add(DynamoRecompileEvent, compile_id="0/1", is_ca_graph=False, step=2,
+          reasons=["0/0: tensor 'args[0]' size mismatch at index 0. expected 32, actual 48"])
+    b.miss(1, 3, None, None, kind="changed_shapes",
+           changed_sizes=[ChangedSize(index=0, value=48, node="CompiledFunctionBackward0", node_call=1),
+                          ChangedSize(index=1, value=64, node="CompiledFunctionBackward0", node_call=1)])
+    b.graph(1, 3, ["torch::autograd::GraphRoot", "CompiledFunctionBackward0"], num_sizes=2)
+    b.step(3, captures=1)
+    table = table_of(b, tmp_path)
+    (row,) = [r for r in table.recompiles if r.kind == "changed_shapes"]
+    assert [(c.previous, c.value) for c in row.changed_sizes] == [(32, 48), (None, 64)]

@@ -46,7 +46,7 @@ from cagtool.record.schema import (
 )
 from cagtool.report.downsample import downsample
 from cagtool.report.metrics import held_steps, step_columns
-from cagtool.torch_text import strip_reason_id
+from cagtool.torch_text import looks_like_user_file, strip_reason_id
 
 TRACE_FORMAT = "cagtool-perfetto"
 
@@ -379,7 +379,8 @@ def _compile_spans(events: list[dict[str, Any]], pid: int, offset_s: float, ca_g
             "fail_type": d.fail_type,
             "fail_reason": d.fail_reason,
         }
-        label = f"Dynamo compile {d.compile_id}" + (f" {d.co_name}" if d.co_name else "")
+        # The function's name only when it is the user's: a compiled module's frame is torch's `inner`.
+        label = f"Dynamo compile {d.compile_id}" + (f" {d.co_name}" if d.co_name and looks_like_user_file(d.co_filename) else "")
         events.append(_span(label, TRACK_DYNAMO, pid, offset_s + d.t - duration, duration, args))
 
 

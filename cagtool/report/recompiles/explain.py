@@ -480,7 +480,7 @@ def _shapes(cause: Cause, cwd: str) -> Words:
         owner = f" of {node_label(entry['node'], entry['node_call'])}" if entry["node"] else ""
         values = ", ".join(str(v) for v in entry["values"]) or "not recorded"
         if entry.get("previous_missing"):
-            values += " (earlier value not recorded)"
+            values += " (its earlier value is in no recorded graph)"
         together.setdefault((owner, values), []).append(index)
     described = [
         f"sizes[{step_list(indices).replace(', ', ',')}]{owner}: {values}" for (owner, values), indices in together.items()

@@ -98,17 +98,19 @@ _KIND_LABEL = {"new_node": "new node", "changed_shapes": "shapes", "guard_failur
 
 
 def _sizes_text(row: RecompileRow) -> str:
-    """`4 changed sizes: sizes[0-3] of SumBackward0 ?->100`: sizes with the same owner and the same
+    """`4 changed sizes: sizes[0-3] of SumBackward0 10->100`: sizes with the same owner and the same
     change are listed together."""
     groups: dict[tuple, list[int]] = {}
     for size in row.changed_sizes:
-        old = "?" if size.previous is None else str(size.previous)
+        old = None if size.previous is None else str(size.previous)
         new = "?" if size.value is None else str(size.value)
         groups.setdefault((size.node, old, new), []).append(size.index)
     parts = []
     for (node, old, new), indices in groups.items():
         owner = f" of {node_label(node, None)}" if node else ""
-        parts.append(f"sizes[{step_list(indices).replace(', ', ',')}]{owner} {old}->{new}")
+        # `=48`: the new value alone, where no recorded graph holds the earlier one (as diff-graphs writes it)
+        change = f"{old}->{new}" if old is not None else f"={new}"
+        parts.append(f"sizes[{step_list(indices).replace(', ', ',')}]{owner} {change}")
     total = row.total_changed if row.total_changed is not None else len(row.changed_sizes)
     return f"{plural(total, 'changed size')}: " + ", ".join(parts) if parts else plural(total, "changed size")
 

@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
 ROOT = Path(__file__).resolve().parents[3]
 JOBS = ROOT / "tests" / "scripts" / "trace_jobs"
 
@@ -51,6 +49,7 @@ def imported_batch_job(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow  # records a run or a TORCH_TRACE job
 def test_a_dynamo_recompile_names_the_users_call_not_torchs_wrapper(ragged):
     causes = explanation(ragged, "ca")["explanation"]["causes"]
     dynamo = next(c for c in causes if c["code"] == "dynamo_guard_failure")
@@ -65,6 +64,7 @@ def test_a_dynamo_recompile_names_the_users_call_not_torchs_wrapper(ragged):
     assert row["source_line"]["file"].endswith("ragged_batches.py")
 
 
+@pytest.mark.slow  # records a run or a TORCH_TRACE job
 def test_the_ca_recompile_of_a_batch_size_change_is_grouped_under_the_dynamo_one(ragged):
     causes = explanation(ragged, "ca")["explanation"]["causes"]
     dynamo = next(c for c in causes if c["code"] == "dynamo_guard_failure")
@@ -81,6 +81,7 @@ def test_the_ca_recompile_of_a_batch_size_change_is_grouped_under_the_dynamo_one
     assert sizes and all(s["previous"] == 32 and s["value"] == 4 for s in sizes), sizes
 
 
+@pytest.mark.slow  # records a run or a TORCH_TRACE job
 def test_text_and_html_draw_the_consequence_under_its_root(ragged, tmp_path):
     proc = cagtool("recompiles", str(ragged), "--explain")
     assert proc.returncode == 0, proc.stderr
@@ -100,6 +101,7 @@ def test_text_and_html_draw_the_consequence_under_its_root(ragged, tmp_path):
     assert card.count("</div>", 0, inner) == 0
 
 
+@pytest.mark.slow  # records a run or a TORCH_TRACE job
 def test_an_imported_batch_size_change_is_one_cause_with_no_branch_advice(imported_batch_job):
     entry = explanation(imported_batch_job, "imported")
     causes = entry["explanation"]["causes"]

@@ -135,6 +135,22 @@ def test_report_commands_read_an_imported_run(single_logs, tmp_path):
     assert _cli("gate", str(run), "--max-ca-graphs", "4", "--mode", "imported").returncode == 0
 
 
+def test_an_imported_recompile_names_the_users_call_from_the_logged_stack(single_logs, tmp_path):
+    """torch logs a compile's stack (`dynamo_start`) just after the recompile reasons: the resume
+    function after the graph break in `with_break` is recompiled from the script's
+    `compiled(torch.randn(3, 3))` (single_job.py), which the recompile names; a top-level compiled
+    function's stack has no caller, and the function itself is named."""
+    trace, _ = single_logs["plain"]
+    run = tmp_path / "run"
+    assert _import(str(trace), "-o", str(run)).returncode == 0
+    rows = json.loads(_cli("recompiles", str(run), "--format", "json").stdout)["modes"]["imported"]["recompiles"]
+    lines = {r["compile_id"]: r["source_line"] for r in rows if r["source"] == "dynamo_frame"}
+    job = (JOBS / "single_job.py").read_text().splitlines()
+    resume = lines["7/1"]
+    assert resume["how"] == "caller" and job[resume["line"] - 1].strip() == resume["code"] == "compiled(torch.randn(3, 3))"
+    assert lines["0/1"]["how"] == "compiled_frame" and lines["0/1"]["function"] == "train_step"
+
+
 def test_two_ranks_over_gloo(ddp_logs, tmp_path):
     trace, counters = ddp_logs
     proc = _import(str(trace), "-o", str(tmp_path / "run"))

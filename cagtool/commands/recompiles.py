@@ -187,6 +187,9 @@ def recompiles(
     steps, a hook added or removed, .grad None vs defined, changed shapes, Dynamo guard failures);
     recompile storms and recompile-limit fallbacks to eager come first. Each cause names its
     evidence (compile ids, steps, and the seq of its events in <run>/<mode>/events.jsonl) and a fix.
+    A compiled-autograd recompile that follows a forward recompile in the same step (the backward
+    of one batch-size change) is listed under that cause, as its consequence (JSON: caused_by,
+    consequences); a Dynamo recompile names the line of your code that called the recompiled code.
 
     With --verify, the job is run again (as recorded: script, arguments, cwd, backend, steps) in
     the verified mode, --repeat times as a baseline and --repeat times with each fix cagtool can

@@ -8,29 +8,25 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
 from typing import Any, Callable
 
-from cagtool.capture.steps import StepTracker
-from cagtool.capture.writer import RecordWriter, warn
+from typing import TYPE_CHECKING
+
+from cagtool.capture.writer import warn
 from cagtool.record.schema import AotBackwardGraphEvent, DynamoCompileEvent, DynamoRecompileEvent, GraphBreakEvent
+from cagtool.torch_text import compile_id_of, graph_break_at
+
+if TYPE_CHECKING:  # the handler reads a live run's steps, or an import's (which has none)
+    from cagtool.capture.steps import StepTracker
+    from cagtool.capture.writer import RecordWriter
 
 TRACE_LOGGER = "torch.__trace"
-_BREAK_AT = re.compile(r"Graph break in user code at (?P<file>.+):(?P<line>\d+)")
+# cagtool's own key in a record's metadata: the user's line behind a recompile (a SourceRef), put
+# there by the live run's Dynamo tap or, for an imported log, from the stack torch logged with the
+# compile (`dynamo_start`). Torch's records never have it.
+USER_FRAME_KEY = "cagtool_user_frame"
 _US = 1e-6
-
-
-def compile_id_of(metadata: dict[str, Any]) -> str:
-    """torch's CompileId string: `F/C`, `!N/F/C`, or `!N` (what torch prints)."""
-    ca = metadata.get("compiled_autograd_id")
-    frame, attempt = metadata.get("frame_id"), metadata.get("frame_compile_id")
-    parts = []
-    if ca is not None:
-        parts.append(f"!{ca}")
-    if frame is not None:
-        parts.append(f"{frame}/{attempt}")
-    return "/".join(parts) if parts else "?"
 
 
 def _seconds(value: Any, scale: float = 1.0) -> float | None:
@@ -38,7 +34,7 @@ def _seconds(value: Any, scale: float = 1.0) -> float | None:
 
 
 class StructuredLogHandler(logging.Handler):
-    def __init__(self, writer: RecordWriter, steps: StepTracker) -> None:
+    def __init__(self, writer: "RecordWriter", steps: "StepTracker") -> None:
         super().__init__(level=logging.DEBUG)
         self.writer = writer
         self.steps = steps
@@ -80,6 +76,7 @@ class StructuredLogHandler(logging.Handler):
                     is_ca_graph=cid.startswith("!"),
                     step=step,
                     reasons=[str(r) for r in reasons] if isinstance(reasons, list) else [str(reasons)],
+                    source=metadata.get(USER_FRAME_KEY),
                 )
             elif name == "dynamo_graph_break_reason" and payload:
                 self._graph_break(compile_id_of(metadata), payload, step)
@@ -111,10 +108,10 @@ class StructuredLogHandler(logging.Handler):
 
     def _graph_break(self, cid: str, payload: str, step: int | None) -> None:
         lines = [l for l in payload.splitlines() if l.strip()]
-        where = _BREAK_AT.search(payload)
+        where = graph_break_at(payload)
         reason_lines = [l for l in lines if not l.startswith("Graph break in user code")][:4]
         reason = "\n".join(reason_lines).replace("Graph Break Reason: ", "", 1)
-        file, line = (where.group("file"), int(where.group("line"))) if where else ("", None)
+        file, line = where if where else ("", None)
         code = ""
         if file and line:
             import linecache

@@ -88,6 +88,7 @@ table.recompiles td, table.gate td { font-size: 13px; }
 .note { color: #666; font-size: 13px; }
 .alert { border-left: 4px solid #b00020; padding: 2px 12px; margin: 8px 0; background: #fff5f5; }
 .cause { border-left: 4px solid #f0a000; padding: 2px 12px; margin: 8px 0; background: #fffaf0; }
+.cause.consequence { border-left-color: #c8a060; background: #fffdf8; margin-left: 8px; }
 .fix { color: #1b5e20; }
 .chart { width: 100%; min-height: 120px; margin: 8px 0; }
 article.graph { border-top: 1px solid #eee; padding-top: 4px; }

@@ -29,7 +29,7 @@ from cagtool.report.graphs.diff import CHANGED, EQUAL, INSERTED, REMOVED, NodeDi
 from cagtool.report.graphs.render import changed_fields, header_lines, hunks, node_text, origin_label, summary_lines
 from cagtool.report.graphs.runs import GraphComparison
 from cagtool.report.html.markup import bullet_list, paragraphs, table, tag, text
-from cagtool.report.recompiles.explain import Explanation, alert_words, cause_words, step_list
+from cagtool.report.recompiles.explain import Cause, Explanation, alert_words, cause_words, step_list
 from cagtool.report.recompiles.render import TABLE_HEADER, counts_line, record_notes, table_cells
 from cagtool.report.recompiles.table import format_source
 
@@ -184,21 +184,31 @@ def recompiles(explanations: dict[str, Explanation], anchor: str = "recompiles",
         for alert in explanation.alerts:
             words = alert_words(alert, t.cwd)
             parts.append(_cause_block(f"!! {words.title}", words.why, words.fix, words.evidence, "alert"))
+        inner: dict[int, list[str]] = {}  # root cause number -> the cards of its consequences
         for cause in explanation.causes:
-            words = cause_words(cause, t.cwd)
-            steps = cause.steps
-            at = f", {'step' if len(steps) == 1 else 'steps'} {step_list(steps)}" if steps else ""
-            parts.append(_cause_block(f"#{cause.number} {words.title}{at}", words.why, words.fix, words.evidence, "cause"))
+            if cause.caused_by is not None:
+                inner.setdefault(cause.caused_by, []).append(_cause_card(cause, t.cwd, "cause consequence"))
+        for cause in explanation.causes:
+            if cause.caused_by is None:
+                parts.append(_cause_card(cause, t.cwd, "cause", inner.get(cause.number, [])))
     if not parts:
         parts.append(text("p", "No mode recorded any compile."))
     return tag("section", text("h2", title) + "".join(parts), id=anchor)
 
 
-def _cause_block(title: str, why: Sequence[str], fix: Sequence[str], evidence: str, kind: str) -> str:
+def _cause_card(cause: Cause, cwd: str, kind: str, consequences: Sequence[str] = ()) -> str:
+    """A root cause's card holds the cards of the recompiles that follow from it."""
+    words = cause_words(cause, cwd)
+    steps = cause.steps
+    at = f", {'step' if len(steps) == 1 else 'steps'} {step_list(steps)}" if steps else ""
+    return _cause_block(f"#{cause.number} {words.title}{at}", words.why, words.fix, words.evidence, kind, "".join(consequences))
+
+
+def _cause_block(title: str, why: Sequence[str], fix: Sequence[str], evidence: str, kind: str, inside: str = "") -> str:
     body = text("h4", title) + paragraphs(why) + "".join(text("p", f"Fix: {f}", class_="fix") for f in fix)
     if evidence:
         body += text("p", f"Evidence: {evidence}", class_="note")
-    return tag("div", body, class_=kind)
+    return tag("div", body + inside, class_=kind)
 
 
 def graphs(mode: ModeRecord, comparisons: Sequence[GraphComparison], highlight: "CodeHighlighter") -> str:

@@ -98,17 +98,19 @@ _KIND_LABEL = {"new_node": "new node", "changed_shapes": "shapes", "guard_failur
 
 
 def _sizes_text(row: RecompileRow) -> str:
-    """`4 changed sizes: sizes[0-3] of SumBackward0 ?->100`: sizes with the same owner and the same
+    """`4 changed sizes: sizes[0-3] of SumBackward0 10->100`: sizes with the same owner and the same
     change are listed together."""
     groups: dict[tuple, list[int]] = {}
     for size in row.changed_sizes:
-        old = "?" if size.previous is None else str(size.previous)
+        old = None if size.previous is None else str(size.previous)
         new = "?" if size.value is None else str(size.value)
         groups.setdefault((size.node, old, new), []).append(size.index)
     parts = []
     for (node, old, new), indices in groups.items():
         owner = f" of {node_label(node, None)}" if node else ""
-        parts.append(f"sizes[{step_list(indices).replace(', ', ',')}]{owner} {old}->{new}")
+        # `=48`: the new value alone, where no recorded graph holds the earlier one (as diff-graphs writes it)
+        change = f"{old}->{new}" if old is not None else f"={new}"
+        parts.append(f"sizes[{step_list(indices).replace(', ', ',')}]{owner} {change}")
     total = row.total_changed if row.total_changed is not None else len(row.changed_sizes)
     return f"{plural(total, 'changed size')}: " + ", ".join(parts) if parts else plural(total, "changed size")
 
@@ -207,16 +209,16 @@ class ExplanationRenderer:
     def _line(self, text: str, indent: int) -> None:
         print_wrapped(self.console, text, indent)
 
-    def _block(self, heading: str, why: list[str], fix: list[str], evidence: str) -> None:
-        print_wrapped(self.console, heading, 0, style="bold")
+    def _block(self, heading: str, why: list[str], fix: list[str], evidence: str, indent: int = 0) -> None:
+        print_wrapped(self.console, heading, indent, style="bold")
         for sentence in why:
-            self._line(sentence, 2)
+            self._line(sentence, indent + 2)
         for sentence in fix:
-            self._line(f"Fix: {sentence}", 2)
+            self._line(f"Fix: {sentence}", indent + 2)
         if not fix:
-            self._line("No fix needed.", 2)
+            self._line("No fix needed.", indent + 2)
         if evidence:
-            self._line(f"Evidence: {evidence}", 2)
+            self._line(f"Evidence: {evidence}", indent + 2)
         self.console.print()
 
     def render(self, explanations: list[Explanation], run_label: str) -> None:
@@ -236,7 +238,9 @@ class ExplanationRenderer:
                 words = cause_words(cause, table.cwd)
                 steps = cause.steps
                 at = f", {'step' if len(steps) == 1 else 'steps'} {step_list(steps)}" if steps else ""
-                self._block(f"#{cause.number} {words.title}{at}", words.why, words.fix, words.evidence)
+                # A consequence is drawn under its root cause (they are listed in that order).
+                indent = 4 if cause.caused_by is not None else 0
+                self._block(f"#{cause.number} {words.title}{at}", words.why, words.fix, words.evidence, indent)
         print_line(self.console, f"Every recompile, one per row: cagtool recompiles {run_label}")
 
 
@@ -307,6 +311,8 @@ def explanation_json(explanation: Explanation) -> dict[str, Any]:
                 "source": _source_json(cause.source, cwd),
                 "stabilised": cause.facts.get("stabilised"),
                 "last_recompile_step": cause.facts.get("last_recompile_step"),
+                "caused_by": cause.caused_by,
+                "consequences": list(cause.consequences),
             }
         )
     return {"alerts": alerts, "causes": causes}

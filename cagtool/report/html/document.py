@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord
+from cagtool.record.target_name import target_title
 from cagtool.report.compare.analysis import (
     Comparison,
     RunComparison,
@@ -165,18 +166,36 @@ class Tables:
         return found[1]
 
 
-def _series(run: RunRecord, names: list[str], tables: Tables, prefix: str = "") -> list[charts.Series]:
+def _series(run: RunRecord, names: list[str], tables: Tables, prefix: str = "", lane: str = "") -> list[charts.Series]:
     """The timeline's lines for records `names`: one per record, or one per rank when the mode
-    followed ranked processes."""
+    followed ranked processes; markers in lane `lane` (each record's own label when "")."""
     out = []
     for name in names:
         record = run.modes[name]
         ranks = record.ranks()
         if ranks and (len(ranks) > 1 or record.rank is None):
-            out.extend(charts.Series(f"{prefix}{name} rank {rank}", rec, tables(rec)) for rank, rec in ranks.items())
+            out.extend(charts.Series(f"{prefix}{name} rank {rank}", rec, tables(rec), lane) for rank, rec in ranks.items())
         else:
-            out.append(charts.Series(f"{prefix}{name}", record, tables(record)))
+            out.append(charts.Series(f"{prefix}{name}", record, tables(record), lane))
     return out
+
+
+def _run_timelines(run: RunRecord, tables: Tables) -> list[tuple[str, list[charts.Series]]]:
+    """The run report's timelines: every mode on one chart, so they compare at a glance; a
+    multi-rank run, one chart per rank (small multiples), every mode on each."""
+    by_rank: dict[int, list[charts.Series]] = {}
+    single: list[charts.Series] = []
+    for name, record in run.modes.items():
+        ranks = record.ranks()
+        if ranks and (len(ranks) > 1 or record.rank is None):
+            for rank, rec in ranks.items():
+                by_rank.setdefault(rank, []).append(charts.Series(name, rec, tables(rec)))
+        else:
+            single.append(charts.Series(name, record, tables(record)))
+    if not by_rank:
+        return [("every mode", single)] if single else []
+    # A mode recorded without ranks beside ranked ones (rare): drawn on each rank's chart.
+    return [(f"rank {rank}", series + single) for rank, series in sorted(by_rank.items())]
 
 
 def _modes_by_base(run: RunRecord) -> dict[str, list[str]]:
@@ -199,26 +218,36 @@ def _phase_rows(comparison: Comparison, label_prefix: str = "") -> list[dict[str
 
 
 def _timeline_section(page: Page, groups: list[tuple[str, list[charts.Series]]]) -> str:
+    """The step-time charts of `groups` (title, lines), drawn on shared axes: the same steps, the
+    same step-time scale, colours and marker lanes, so they compare side by side."""
     parts = [text("h2", "Step time")]
     parts.append(
         text(
             "p",
-            "Time of each step as the steady-state figures measure it (`frames.steps_frame`: since the "
-            "previous step ended; records of schema 1: from one backward's start to the next), log scale. "
-            "Ringed: compile-affected steps, left out of the steady-state figures. Markers at the top: "
+            "Time of each step as the steady-state figures measure it (since the previous step ended; "
+            "records of schema 1: from one backward's start to the next); the first step, which no step "
+            "ended before, from the start of its first compile. Ringed: compile-affected steps, left out of "
+            "the steady-state figures. Markers along the top, one row per record (named on the right): "
             "each CA capture, Dynamo recompile and graph break; hover for the reason, node and source line. "
             "Drag to pan, scroll to zoom.",
             class_="note",
         )
     )
+    drawn = []
     for title, series in groups:
         markers = charts.marker_rows(series)
         steps, dropped = charts.drawn_step_rows(series, markers)
+        drawn.append((title, series, steps, markers, dropped))
+    axes = charts.shared_axes(
+        [r for d in drawn for r in d[2]], [m for d in drawn for m in d[3]],
+        [s.label for d in drawn for s in d[1]], [charts.lane_of(s) for d in drawn for s in d[1]],
+    )
+    for title, series, steps, markers, dropped in drawn:
         if not steps and not markers:
             parts.append(text("p", f"{title}: no steps recorded.", class_="note"))
             continue
         caption = (f"{dropped:,} steps not drawn: each line shows the fastest and slowest step of each stretch of steps, and every compile-affected or marked step; the figures use them all." if dropped else "")
-        parts.append(page.chart(charts.timeline_spec(title, steps, markers), caption))
+        parts.append(page.chart(charts.timeline_spec(title, steps, markers, axes), caption))
     return tag("section", "".join(parts), id="timeline")
 
 
@@ -244,8 +273,7 @@ def _graphs_section(run: RunRecord, highlight: sections.CodeHighlighter, label_p
 
 def run_report(run: RunRecord, gate: "GateResult | None" = None) -> str:
     """The HTML of one run's report."""
-    target = run.meta.target.get("name", "?")
-    page = Page(f"cagtool report: {target}")
+    page = Page(f"cagtool report: {target_title(run.meta.target, run.meta.target_argv)}")
     highlight = sections.CodeHighlighter()
     # A multi-rank run is read on one rank's records (its launcher ran no steps), as `compare` and
     # `recompiles` read it; the timeline shows every rank.
@@ -261,8 +289,7 @@ def run_report(run: RunRecord, gate: "GateResult | None" = None) -> str:
     line = run_headline(comparison, verified)
     page.add("run", "run", text("p", line.text, class_=f"headline {line.tone}", id="headline") + sections.header(run))
     page.add("verdict", "verdict", sections.verdict(comparison, view, explanations, sections.ranks(run, focus)))
-    groups = [(f"mode {base}", _series(run, names, tables)) for base, names in _modes_by_base(run).items()]
-    page.add("timeline", "step time", _timeline_section(page, groups))
+    page.add("timeline", "step time", _timeline_section(page, _run_timelines(run, tables)))
     phases = _phase_rows(comparison)
     if phases:
         block = page.chart(charts.compile_phase_spec(phases), "Median over repetitions; torch's cumulative phase times nest, so bars are not stacked.")
@@ -279,7 +306,7 @@ def run_report(run: RunRecord, gate: "GateResult | None" = None) -> str:
 def comparison_report(run_a: RunRecord, run_b: RunRecord) -> str:
     """Before (A) and after (B): the change grid, both runs' timelines and compile phases side by
     side, and each run's recompiles and graphs."""
-    page = Page(f"cagtool report: {run_a.meta.target.get('name', '?')} before/after")
+    page = Page(f"cagtool report: {target_title(run_a.meta.target, run_a.meta.target_argv)} before/after")
     highlight = sections.CodeHighlighter()
     rc: RunComparison = compare_runs(focused_run(run_a, None)[0], focused_run(run_b, None)[0])
     from cagtool.report.compare.headline import change_headline
@@ -293,7 +320,7 @@ def comparison_report(run_a: RunRecord, run_b: RunRecord) -> str:
     by_a, by_b = _modes_by_base(run_a), _modes_by_base(run_b)
     groups = []
     for base in list(by_a) + [m for m in by_b if m not in by_a]:
-        series = _series(run_a, by_a.get(base, []), tables, "A ") + _series(run_b, by_b.get(base, []), tables, "B ")
+        series = _series(run_a, by_a.get(base, []), tables, "A ", "A") + _series(run_b, by_b.get(base, []), tables, "B ", "B")
         groups.append((f"mode {base}: A and B", series))
     page.add("timeline", "step time", _timeline_section(page, groups))
     phases = _phase_rows(rc.before, "A ") + _phase_rows(rc.after, "B ")

@@ -96,12 +96,19 @@ FIRST_STEP_TIMED_FROM = {
 }
 
 
+TIMED_FROM_PREVIOUS_END = "the previous step's end"
+TIMED_FROM_BACKWARD_STARTS = "its backward's start to the next step's (schema 1 record)"
+
+
 def with_first_step(rows: list[dict[str, Any]], record: ModeRecord) -> list[dict[str, Any]]:
-    """`rows` (one series' step rows) with the run's first step timed (`metrics.first_step_time`)
+    """`rows` (one series' step rows) with what each is timed from, and the run's first step timed (`metrics.first_step_time`)
     when it compiled: the step that holds the compiles has no step before it to be timed from, and
     is the one a reader most needs to see. It stays ringed as compile-affected and out of every
     steady-state figure. A first step that compiled nothing is left untimed: what the recorder sees
     of it (from its first backward call) leaves its forward out and would read as a fast step."""
+    every = TIMED_FROM_PREVIOUS_END if any(step_columns(record).boundary) else TIMED_FROM_BACKWARD_STARTS
+    for row in rows:
+        row["timed_from"] = every
     first = first_step_time(record)
     if first is None or not first.compile_affected:
         return rows

@@ -1,11 +1,13 @@
-"""The report's charts as Vega-Lite specs, written as plain dicts (the JSON altair wrote for
-them before, key for key: tests/report/html/test_html_pieces.py compares the two where altair is
-installed), from the figures cagtool already has.
+"""The report's charts as Vega-Lite specs, written as plain dicts, from the figures cagtool
+already has (the compile-phase chart is the JSON altair built for it, key for key:
+tests/report/html/test_chart_specs.py compares the two where altair is installed).
 
-Two charts: the step-time timeline of one mode (a line per record: repetitions and ranks), with
-compile-affected steps ringed and one marker per CA cache miss, Dynamo recompile and graph break;
-and compile time by phase, modes side by side. The step rows are the figures of `frames.steps_frame`
-(read from the record's step columns, without pandas), the markers come from
+Two charts: step time per step of several records (every mode of a run; one chart per rank of a
+multi-rank run, or per mode of a before/after page, all on the same `Axes`), with the first step
+timed from its first compile, compile-affected steps ringed and one marker per CA cache miss,
+Dynamo recompile and graph break in its record's lane; and compile time by phase, modes side by
+side. The step rows are the figures of `frames.steps_frame` (read from the record's step columns,
+without pandas) plus `metrics.first_step_time`, the markers come from
 `recompiles.table.recompile_table` (the figures `compare` and `recompiles` print), the phases from
 `compare.analysis.ModeColumn`; nothing is computed again here. Neither pandas nor altair is
 imported: together they cost `cagtool run`'s end-of-run report about 0.9 s of a 15 s job.

@@ -41,3 +41,5 @@ def test_the_ddp_report_title_is_the_script(tmp_path):
     html = write_report(load_run(run_dir)).path.read_text()
     assert "<title>cagtool report: sample_scripts/train_ddp.py</title>" in html
     assert "<h1>cagtool report: sample_scripts/train_ddp.py</h1>" in html
+    assert "<h2>sample_scripts/train_ddp.py --steps 3</h2>" in html  # the run's heading: the script and its arguments
+    assert "torch.distributed.run --nproc-per-node 2 sample_scripts/train_ddp.py --steps 3" in html  # the command, in the facts

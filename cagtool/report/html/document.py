@@ -9,6 +9,7 @@ elsewhere, so even a bug cannot phone out.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass, field
@@ -27,11 +28,11 @@ from cagtool.report.compare.analysis import (
 )
 from cagtool.report.graphs.runs import compare_replaced, graph_ids
 from cagtool.report.html import charts, sections
-from cagtool.report.html.markup import esc, script_json, tag, text
+from cagtool.report.html.markup import script_json, tag, text
 from cagtool.report.recompiles.explain import Explanation, explain
 from cagtool.report.ranks.analysis import focused_run
 from cagtool.report.recompiles.table import RecompileTable, recompile_table
-from cagtool.report.safe_text import encodable_text
+from cagtool.report.safe_text import encodable_text, safe_text
 
 if TYPE_CHECKING:
     from cagtool.report.gate.run import GateResult
@@ -42,70 +43,6 @@ _CSP = (
     "default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
     "img-src data: blob:; font-src data:; connect-src 'none'; frame-src 'none'; base-uri 'none'; form-action 'none'"
 )
-
-# Draws every chart spec into its placeholder. The specs are JSON data, parsed, never evaluated.
-# `data-rendered` on <body> counts the charts drawn (the browser tests wait for it).
-_EMBED_SCRIPT = """
-(function () {
-  var blocks = document.querySelectorAll('script[type="application/json"][data-chart]');
-  var done = 0;
-  blocks.forEach(function (block) {
-    var target = document.getElementById(block.getAttribute('data-chart'));
-    var spec = JSON.parse(block.textContent);
-    vegaEmbed(target, spec, {renderer: 'svg', actions: false}).then(function () {
-      target.setAttribute('data-rendered', 'true');
-    }).catch(function (error) {
-      console.error('chart ' + target.id + ': ' + error);
-    }).finally(function () {
-      done += 1;
-      document.body.setAttribute('data-charts-done', String(done));
-    });
-  });
-  document.body.setAttribute('data-charts', String(blocks.length));
-})();
-"""
-
-_CSS = """
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0; color: #1b1b1b; background: #fafafa; }
-header.top { background: #20232a; color: #fff; padding: 10px 24px; position: sticky; top: 0; z-index: 5; }
-header.top h1 { font-size: 17px; margin: 0 0 4px; }
-header.top nav a { color: #9cdcfe; margin-right: 14px; text-decoration: none; }
-main { padding: 8px 24px 40px; max-width: 1400px; }
-section { background: #fff; border: 1px solid #e3e3e3; border-radius: 6px; padding: 6px 18px 14px; margin: 16px 0; }
-h2 { font-size: 18px; border-bottom: 1px solid #eee; padding-bottom: 4px; }
-h3 { font-size: 15px; margin: 18px 0 6px; }
-h4 { font-size: 14px; margin: 10px 0 4px; }
-table { border-collapse: collapse; margin: 6px 0 10px; }
-th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
-thead th { background: #f2f2f2; }
-table.facts th { background: #f7f7f7; width: 9em; }
-table.grid td:not(:first-child) { text-align: right; font-variant-numeric: tabular-nums; }
-table.recompiles td, table.gate td { font-size: 13px; }
-.problem { color: #b00020; font-weight: 600; }
-.ok { color: #1b7f3b; font-weight: 600; }
-.headline { font-size: 1.25em; font-weight: 600; padding: 0.6em 0.8em; border-left: 6px solid #888; background: #f6f6f6; margin: 0.5em 0 1em; }
-.headline.good { border-color: #1b7f3b; color: #1b7f3b; }
-.headline.bad { border-color: #b00020; color: #b00020; }
-.note { color: #666; font-size: 13px; }
-.alert { border-left: 4px solid #b00020; padding: 2px 12px; margin: 8px 0; background: #fff5f5; }
-.cause { border-left: 4px solid #f0a000; padding: 2px 12px; margin: 8px 0; background: #fffaf0; }
-.fix { color: #1b5e20; }
-.chart { width: 100%; min-height: 120px; margin: 8px 0; }
-article.graph { border-top: 1px solid #eee; padding-top: 4px; }
-.graph-facts { display: flex; gap: 32px; flex-wrap: wrap; }
-.graph-facts > div { min-width: 260px; flex: 1; }
-p.nodes { font-family: ui-monospace, monospace; font-size: 12px; word-break: break-word; }
-pre { overflow-x: auto; font-size: 12px; line-height: 1.35; }
-pre.diff { background: #fbfbfb; border: 1px solid #eee; padding: 6px; }
-pre.diff .ins { color: #1b7f3b; } pre.diff .del { color: #b00020; } pre.diff .chg { color: #9a6700; }
-pre.diff .eq { color: #888; } pre.diff .hunk { color: #0a7ea4; }
-.diff-head, .diff-summary { font-family: ui-monospace, monospace; font-size: 12px; margin: 2px 0; }
-details > summary { cursor: pointer; color: #0a5fad; }
-.code { background: #f8f8f8; border: 1px solid #eee; }
-#vg-tooltip-element { max-width: 640px; white-space: pre-wrap; }
-#vg-tooltip-element td.value { white-space: pre-wrap; word-break: break-word; }
-"""
-
 
 @dataclass
 class Page:
@@ -126,24 +63,42 @@ class Page:
         return sections.chart_block(chart_id, caption)
 
     def render(self, css: str) -> str:
+        """The page from `templates/report.html.j2`, autoescaped: the sections and the chart
+        specs arrive as markup the section builders and `script_json` made (every record text in
+        them escaped there); anything else passed in is escaped by jinja2."""
+        from markupsafe import Markup
+
         from cagtool.report.html.vega_bundle import javascript_bundle
 
-        nav = "".join(tag("a", esc(label), href=f"#{anchor}") for anchor, label in self.nav)
-        specs = "".join(
-            f'<script type="application/json" data-chart="{esc(chart_id)}">{script_json(spec)}</script>' for chart_id, spec in self.specs
-        )
         bundle = javascript_bundle() if self.specs else ""
-        return (
-            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f'<meta http-equiv="Content-Security-Policy" content="{esc(_CSP)}">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"{text('title', self.title)}<style>{_CSS}{css}</style></head><body>"
-            f'<header class="top">{text("h1", self.title)}<nav>{nav}</nav></header>'
-            f"<main>{''.join(self.body)}</main>{specs}"
+        return _template().render(
+            csp=_CSP,
+            title=safe_text(self.title),
+            nav=[(anchor, safe_text(label)) for anchor, label in self.nav],
+            body=[Markup(section) for section in self.body],
+            specs=[(chart_id, Markup(script_json(spec))) for chart_id, spec in self.specs],
+            css=Markup(_asset("report.css") + css),
             # The bundle is library code vl-convert ships; it holds no `</script`, which is checked.
-            f"<script>{_checked_script(bundle)}</script><script>{_EMBED_SCRIPT}</script>"
-            "</body></html>\n"
+            bundle=Markup(_checked_script(bundle)),
+            embed=Markup(_checked_script(_asset("embed.js"))),
         )
+
+
+TEMPLATES = Path(__file__).with_name("templates")
+
+
+@functools.lru_cache(maxsize=None)
+def _template() -> Any:
+    """The page template, with autoescaping on for everything it is given."""
+    import jinja2
+
+    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, keep_trailing_newline=True)
+    return environment.get_template("report.html.j2")
+
+
+@functools.lru_cache(maxsize=None)
+def _asset(name: str) -> str:
+    return (TEMPLATES / name).read_text(encoding="utf-8")
 
 
 def _checked_script(code: str) -> str:

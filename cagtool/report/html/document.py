@@ -87,6 +87,17 @@ class Page:
 TEMPLATES = Path(__file__).with_name("templates")
 
 
+def prepare() -> None:
+    """Import jinja2 and pygments and compile the page template now (`cagtool run` does it
+    while its modes run, so the end-of-run report does not wait for them)."""
+    from cagtool.report.html.highlight import prepare as prepare_highlighting
+
+    _template()
+    _asset("report.css")
+    _asset("embed.js")
+    prepare_highlighting()
+
+
 @functools.lru_cache(maxsize=None)
 def _template() -> Any:
     """The page template, with autoescaping on for everything it is given."""

@@ -159,7 +159,9 @@ def _run_timelines(run: RunRecord, tables: Tables) -> list[tuple[str, list[chart
         else:
             single.append(charts.Series(name, record, tables(record)))
     if not by_rank:
-        return [("every mode", single)] if single else []
+        if not single:
+            return []
+        return [("every mode" if len(single) > 1 else f"mode {single[0].label}", single)]
     # A mode recorded without ranks beside ranked ones (rare): drawn on each rank's chart.
     return [(f"rank {rank}", series + single) for rank, series in sorted(by_rank.items())]
 

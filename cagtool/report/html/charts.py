@@ -171,7 +171,8 @@ def _device_or_wall(device_s: float | None, wall_s: float | None) -> float | Non
 
 # A long run's timeline is drawn from a bounded number of points per line (about 200 bytes each in
 # the page): at most MAX_POINTS_PER_SERIES, and at most MAX_POINTS_PER_CHART over all the lines of
-# one chart (8 ranks of 100,000 steps each stay a few hundred kB), never fewer than
+# the page's step-time charts (a chart per rank of 8 ranks of 100,000 steps stays a few hundred
+# kB: `drawn_step_rows`' `lines`), never fewer than
 # MIN_POINTS_PER_SERIES. The figures (medians, percentiles) come from every step; only the drawing
 # is thinned, and every step that carries a marker stays (see `downsample`).
 MAX_POINTS_PER_SERIES = 2500
@@ -201,11 +202,12 @@ def thin_steps(rows: list[dict[str, Any]], limit: int = MAX_POINTS_PER_SERIES, m
     return kept, dropped
 
 
-def drawn_step_rows(series: Sequence[Series], markers: Sequence[dict[str, Any]] = ()) -> tuple[list[dict[str, Any]], int]:
-    """`thin_steps(step_rows(series), ...)` with the chart's per-line budget and the steps of
-    `markers` kept, without building a row for a step that is not drawn (a 100,000-step record
-    builds a few hundred)."""
-    limit = points_per_series(len(series))
+def drawn_step_rows(series: Sequence[Series], markers: Sequence[dict[str, Any]] = (), lines: int | None = None) -> tuple[list[dict[str, Any]], int]:
+    """`thin_steps(step_rows(series), ...)` with the per-line budget of `lines` lines (the page's
+    charts together: a multi-rank run draws a chart per rank; default: these series alone) and the
+    steps of `markers` kept, without building a row for a step that is not drawn (a
+    100,000-step record builds a few hundred)."""
+    limit = points_per_series(lines or len(series))
     marks = {(m["series"], m["step"]) for m in markers}
     rows: list[dict[str, Any]] = []
     dropped = 0

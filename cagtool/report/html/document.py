@@ -202,9 +202,10 @@ def _timeline_section(page: Page, groups: list[tuple[str, list[charts.Series]]])
         )
     )
     drawn = []
+    lines = sum(len(series) for _, series in groups)  # the points' budget is the page's, not each chart's
     for title, series in groups:
         markers = charts.marker_rows(series)
-        steps, dropped = charts.drawn_step_rows(series, markers)
+        steps, dropped = charts.drawn_step_rows(series, markers, lines)
         drawn.append((title, series, steps, markers, dropped))
     axes = charts.shared_axes(
         [r for d in drawn for r in d[2]], [m for d in drawn for m in d[3]],

@@ -515,7 +515,8 @@ def compile_phase_spec(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "encoding": {
             "color": {"field": "phase", "legend": {"orient": "top", "title": None}, "sort": phases, "type": "nominal"},
             "tooltip": [_tooltip("mode", "nominal"), _tooltip("phase", "nominal"), _tooltip("seconds", "quantitative", ".3f")],
-            "x": {"field": "seconds", "title": "compile time (s)", "type": "quantitative"},
+            # Vega's default is a tick per 40 px: ~30 crowded labels across a wide page.
+            "x": {"axis": {"tickCount": 8}, "field": "seconds", "title": "compile time (s)", "type": "quantitative"},
             "y": {"field": "mode", "sort": None, "title": None, "type": "nominal"},
             "yOffset": {"field": "phase", "sort": phases, "type": "nominal"},
         },

@@ -118,7 +118,7 @@ def _altair_phases(rows: list[dict]) -> dict:
         .encode(
             y=alt.Y("mode:N", title=None, sort=None),
             yOffset=alt.YOffset("phase:N", sort=phases),
-            x=alt.X("seconds:Q", title="compile time (s)"),
+            x=alt.X("seconds:Q", title="compile time (s)", axis=alt.Axis(tickCount=8)),
             color=alt.Color("phase:N", sort=phases, legend=alt.Legend(orient="top", title=None)),
             tooltip=[alt.Tooltip("mode:N"), alt.Tooltip("phase:N"), alt.Tooltip("seconds:Q", format=".3f")],
         )

@@ -14,9 +14,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 
 from cagtool.errors import UsageError
-
-
-_LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+from cagtool.record.target_name import target_label
 
 
 @dataclass(frozen=True)
@@ -27,12 +25,7 @@ class Target:
 
     @property
     def label(self) -> str:
-        if self.kind == "module" and self.name in _LAUNCHER_MODULES:
-            # `-m torch.distributed.run ... train.py`: the run is named after the training script.
-            script = next((a for a in self.args if a.endswith(".py")), None)
-            if script is not None:
-                return os.path.splitext(os.path.basename(script))[0]
-        return os.path.splitext(os.path.basename(self.name))[0] if self.kind == "script" else self.name.rsplit(".", 1)[-1]
+        return target_label(self.kind, self.name, self.args)
 
     def to_dict(self) -> dict[str, str]:
         data = asdict(self)

@@ -70,7 +70,7 @@ def header(run: RunRecord, anchor: str = "run", title: str = "") -> str:
         ("machine", ", ".join(f"{k} {v}" for k, v in machine.items() if k in ("hostname", "platform", "processor", "cpu_count"))),
     ]
     body = "".join(f"<tr>{text('th', k)}{text('td', v)}</tr>" for k, v in rows)
-    heading = text("h2", title or f"{target} {argv}".strip())
+    heading = text("h2", title or _script_and_arguments(meta.target, meta.target_argv))
     return tag("section", heading + tag("table", f"<tbody>{body}</tbody>", class_="facts"), id=anchor)
 
 
@@ -81,6 +81,18 @@ def _mode_status(record: ModeRecord) -> str:
         first = (manifest.exception.message or "").strip().splitlines()
         state += f": {manifest.exception.type}" + (f": {first[0]}" if first else "")
     return state
+
+
+def _script_and_arguments(target: dict[str, str], argv: list[str]) -> str:
+    """The job as its user would name it: the script (the one a launcher module ran, without the
+    launcher's own options) and its arguments."""
+    from cagtool.record.target_name import target_title
+
+    name = target_title(target, argv)
+    rest = list(argv[1:])
+    if name in rest:  # launched: what follows the script is the script's
+        rest = rest[rest.index(name) + 1 :]
+    return f"{name} {' '.join(rest)}".strip()
 
 
 def verdict(comparison: Comparison, run: RunRecord, explanations: dict[str, Explanation], ranks_html: str = "") -> str:

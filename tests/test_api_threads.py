@@ -90,43 +90,51 @@ def test_a_backward_in_another_thread_while_the_block_is_idle_is_plain_torch_and
     assert all(b.ca_captures == (1 if i == 0 else 0) for i, b in enumerate(record.of(BackwardEvent)))
 
 
-def test_a_backward_in_another_thread_while_the_blocks_backward_runs_waits_and_runs_plain(tmp_path):
-    in_backward, main_may_go, main_returned = threading.Event(), threading.Event(), threading.Event()
+def test_a_backward_in_another_thread_while_the_block_captures_waits_and_runs_plain(tmp_path):
+    from torch._dynamo import compiled_autograd as ca
+
+    in_capture, main_may_go, main_returned = threading.Event(), threading.Event(), threading.Event()
     errors: list = []
     box: dict = {"entered": main_may_go}
     worker_model = _model(0)
     opt = torch.optim.SGD(worker_model.parameters(), lr=0.01)
     seen: list[str] = []
-
-    @torch._dynamo.disable
-    def hold_until_the_other_thread_waits(grad: torch.Tensor) -> None:
-        # Runs inside the capturing thread's compiled-autograd backward, once: the main thread's
-        # backward starts now and must wait at the gate rather than enter compiled autograd.
-        if not seen:
-            seen.append("held")
-            in_backward.set()
-            scope = box["cap"]._state.get("scope")
-            if scope is None:  # a capture without a gate: let the main thread's backward go on at once
-                main_returned.wait(HANG)
-                seen.append("no gate")
-            else:
-                seen.append("other waited" if scope.wait_for_waiters(1, HANG) else "no wait")
-
-    worker_model[0].weight.register_hook(hold_until_the_other_thread_waits)
+    cls = ca.AutogradCompilerInstance
 
     def body(cap) -> None:
-        main_may_go.set()
-        for _ in range(2):
-            opt.zero_grad()
-            worker_model(torch.randn(4, 8)).pow(2).mean().backward()
-            opt.step()
+        # Held inside the capturing thread's first capture (torch's compiler installed, its lock
+        # held): the window in which another thread's backward raised NotImplementedError.
+        observed_end = cls.end_capture
+
+        def end_capture(inst, outputs):
+            if not seen:
+                seen.append("held")
+                in_capture.set()
+                scope = cap._state.get("scope")
+                if scope is None:  # a capture without a gate: the main thread's backward goes on at once
+                    main_returned.wait(HANG)
+                    seen.append("no gate")
+                else:
+                    seen.append("other waited" if scope.wait_for_waiters(1, HANG) else "no wait")
+            return observed_end(inst, outputs)
+
+        cls.end_capture = end_capture
+        try:
+            main_may_go.set()
+            for _ in range(2):
+                opt.zero_grad()
+                worker_model(torch.randn(4, 8)).pow(2).mean().backward()
+                opt.step()
+        finally:
+            cls.end_capture = observed_end
 
     thread = _worker(tmp_path, body, errors, box)
     try:
-        assert in_backward.wait(HANG), errors
+        assert in_capture.wait(HANG), errors
         main_model = _model(1)
         x = torch.randn(5, 8)
         expected = _plain_grads(main_model, x)
+        before = _captures()
         try:
             main_model(x).pow(2).mean().backward()  # NotImplementedError: ... within another compiled autograd call, before
         finally:
@@ -137,10 +145,11 @@ def test_a_backward_in_another_thread_while_the_blocks_backward_runs_waits_and_r
         thread.join(HANG)
     assert not errors, errors
     assert seen == ["held", "other waited"]
+    assert _captures() == before  # counted as the capturing thread's began; none for the main thread's backward
     record = cagtool.load(box["cap"].path).mode("ca")
     assert len(record.of(BackwardEvent)) == 2
     assert [s.backward_calls for s in record.of(StepEvent)] == [1, 1]
-    assert len(record.of(CAGraphEvent)) == 1
+    assert len(record.of(CAGraphEvent)) == 1 == record.manifest.torch_counters["compiled_autograd"]["captures"]
     assert "thread_scope_errors" not in record.manifest.options
 
 

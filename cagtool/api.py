@@ -1,17 +1,18 @@
 """The Python API, for notebooks and custom harnesses:
 
     import cagtool
-    with cagtool.capture(backend="inductor") as cap:   # compiled autograd on for every backward in the block
+    with cagtool.capture(backend="inductor") as cap:   # compiled autograd on for this thread's backwards in the block
         for batch in loader:
             train_step(batch)
     cap.summary()                     # the summary `cagtool summary` prints
     cap.path                          # the run directory: every CLI command reads it
-    cap.steps_frame(); cap.events_frame("ca_cache_miss")
+    cap.steps_frame(); cap.events_frame("ca_cache_miss"); cap.events_frame()  # the kinds
     run = cagtool.load(cap.path)      # any record
 
 The block is recorded as the `ca` mode of a normal run record, with the same observers as
 `cagtool run` (capture/): steps, CA graphs and their cache misses, Dynamo's compiles, recompiles
-and graph breaks. On exit, torch is as it was: compiled autograd off again, the patched entry
+and graph breaks, of the block's thread only (capture/thread_scope.py: other threads' backwards
+run as plain torch). On exit, torch is as it was: compiled autograd off again, the patched entry
 points and hooks removed, the Dynamo taps taken off. Nothing here imports torch until a capture
 starts (`import cagtool` stays cheap).
 """
@@ -307,7 +308,7 @@ def capture(
     label: str = "capture",
     reset: bool = False,
 ) -> Capture:
-    """Record a block as a cagtool run: compiled autograd on for every backward in it (compiled
+    """Record a block as a cagtool run: compiled autograd on for every backward of this thread in it (compiled
     with `backend`: inductor, aot_eager or eager), sizes static first unless `dynamic`. The run
     directory is `output`, or a new one under `runs_root` (./.cagtool/runs).
 

@@ -12,7 +12,7 @@ import torch
 from torch._dynamo.utils import counters
 
 import cagtool
-from cagtool.record.schema import BackwardEvent, CAGraphEvent, StepEvent
+from cagtool.record.schema import BackwardEvent, CAGraphEvent, DynamoCompileEvent, StepEvent
 
 HANG = 120.0  # seconds: only a broken gate ever waits this long
 
@@ -77,6 +77,9 @@ def test_a_backward_in_another_thread_while_the_block_is_idle_is_plain_torch_and
         assert _captures() == before  # no compiled autograd in this thread
         for p, g in zip(main_model.parameters(), expected):
             assert torch.equal(p.grad, g)
+        # A compile in this thread is not the block's either
+        compiled = torch.compile(lambda t: torch.sin(t) + 1, backend="eager")
+        assert torch.equal(compiled(x), torch.sin(x) + 1)
     finally:
         main_done.set()
         thread.join(HANG)
@@ -88,6 +91,7 @@ def test_a_backward_in_another_thread_while_the_block_is_idle_is_plain_torch_and
     assert {b.thread for b in record.of(BackwardEvent)} == {"capturing"}
     assert len(record.of(CAGraphEvent)) == 1
     assert all(b.ca_captures == (1 if i == 0 else 0) for i, b in enumerate(record.of(BackwardEvent)))
+    assert [c.is_ca_graph for c in record.of(DynamoCompileEvent)] == [True]  # the block's CA graph only
 
 
 def test_a_backward_in_another_thread_while_the_block_captures_waits_and_runs_plain(tmp_path):

@@ -168,3 +168,22 @@ def test_the_capturing_threads_forwards_are_traced_as_with_compiled_autograd_on_
         flags["after a backward"] = ca.compiled_autograd_enabled  # _enable's exit turns it off; the block puts it back
     flags["after the block"] = ca.compiled_autograd_enabled
     assert flags == {"block": True, "after a backward": True, "after the block": False}
+
+
+def test_dynamo_reset_in_the_block_keeps_its_backwards_compiled_and_recorded(tmp_path):
+    from torch._dynamo import compiled_autograd as ca
+
+    model = _model(0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    flags = []
+    with cagtool.capture(backend="eager", output=tmp_path / "run", reset=True) as cap:
+        for i in range(4):
+            if i == 2:
+                torch._dynamo.reset()  # drops the compiler and the cache: the next backward captures again
+                flags.append(ca.compiled_autograd_enabled)
+            opt.zero_grad()
+            model(torch.randn(4, 8)).pow(2).mean().backward()
+            opt.step()
+    record = cagtool.load(cap.path).mode("ca")
+    assert flags == [True]
+    assert [s.ca_captures for s in record.of(StepEvent)] == [1, 0, 1, 0]

@@ -187,3 +187,21 @@ def test_dynamo_reset_in_the_block_keeps_its_backwards_compiled_and_recorded(tmp
     record = cagtool.load(cap.path).mode("ca")
     assert flags == [True]
     assert [s.ca_captures for s in record.of(StepEvent)] == [1, 0, 1, 0]
+
+
+def test_the_scripts_own_enable_in_the_block_keeps_its_compiler_and_is_recorded(tmp_path):
+    from torch._dynamo import compiled_autograd as ca
+
+    model = _model(0)
+    received: list[str] = []
+
+    def own_compiler(gm):
+        received.append(type(gm).__name__)
+        return torch.compile(gm, backend="eager")
+
+    with cagtool.capture(backend="eager", output=tmp_path / "run", reset=True) as cap:
+        with ca._enable(own_compiler, dynamic=False):
+            model(torch.randn(4, 8)).sum().backward()
+    assert received == ["CompiledAutograd0"]  # the script's compiler got the graph, not only cagtool's
+    record = cagtool.load(cap.path).mode("ca")
+    assert len(record.of(CAGraphEvent)) == 1 and len(record.of(StepEvent)) == 1

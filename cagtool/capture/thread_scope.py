@@ -76,6 +76,7 @@ class ThreadScope:
         """The backward entry point: the owner's top-level backwards under compiled autograd and
         recorded (`tracked`), the others' as torch's own (`plain`), neither at the same time."""
         import torch
+        from torch._dynamo import compiled_autograd as ca
 
         from cagtool.capture.observe.dynamo_skip import without_dynamo
 
@@ -91,7 +92,10 @@ class ThreadScope:
             context = None
             try:
                 enable = scope.enable
-                if enable is not None:
+                # An `_enable` the script opened itself (or the config flag's, around a compiled
+                # function) keeps its compiler, as it does inside `cagtool run`'s: the innermost
+                # decides, and the observer sees its graphs all the same.
+                if enable is not None and not ca.depth:
                     context = enable()
                     context.__enter__()
             except Exception as exc:  # noqa: BLE001 - the backward runs all the same, recorded without CA

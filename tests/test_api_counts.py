@@ -165,3 +165,17 @@ def test_the_optimizer_scan_does_not_keep_optimizers_alive(tmp_path, loop):
         gc.collect()
         assert ref() is None
         model(torch.randn(4, 8)).sum().backward()
+
+
+def test_past_the_undecided_bound_backwards_are_counted_as_steps_of_their_own(tmp_path, loop, monkeypatch):
+    import cagtool.capture.steps as steps_module
+
+    monkeypatch.setattr(steps_module, "UNDECIDED_NOTES", 6)  # three backward calls wait, then no more
+    model, stale = loop["build"]()
+    with cagtool.capture(backend="eager", output=tmp_path / "run", reset=True) as cap:
+        for x in loop["batches"](steps=8, change_at=8):
+            model(x).pow(2).mean().backward()
+    record = cagtool.load(cap.path).mode("ca")
+    assert [b.step for b in record.of(BackwardEvent)] == list(range(8))
+    assert [s.backward_calls for s in record.of(StepEvent)] == [1] * 8
+    del stale

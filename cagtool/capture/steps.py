@@ -65,7 +65,9 @@ BACKWARD_ENTRY_REPLACED = "backward_entry_replaced"
 # An optimizer that does not step while another steps this many times in one open step stops
 # being waited for (e.g. a second optimizer used only in a later phase of training).
 IDLE_OPTIMIZER_STEPS = 10
-UNDECIDED_NOTES = 256  # backward notes held while it is unknown whether a pre-existing optimizer will step (expect_optimizers)
+# Notes held while it is unknown whether a pre-existing optimizer will step (expect_optimizers):
+# two a backward call (its begin and end), so 256 backward calls.
+UNDECIDED_NOTES = 512
 FLAG_CHECK_EVERY = 64  # backward calls between two looks at the script's CA flag (_check_flag_finding)
 # The events whose lines wait in memory up to the writer's hold_s (writer.py), named in the
 # manifest with that bound: a process killed hard may lack these for its last hold_s seconds.
@@ -621,7 +623,7 @@ class StepTracker:
         running process): a backward before their first step() must not be counted as a step of
         its own (no optimizer known yet). The notes of such backwards wait until one of them steps
         (they are its step's), an optimizer is made, or the end (each backward a step of its own,
-        as with no optimizer); at most UNDECIDED_NOTES of them."""
+        as with no optimizer); at most UNDECIDED_NOTES notes."""
         with self._lock:
             self._candidates = {id(o): weakref.ref(o) for o in optimizers}
             if self._candidates and not self.closed_steps:
@@ -641,7 +643,7 @@ class StepTracker:
             self._undecided = None
             key = entry[1] if kind == _MADE else entry[3] if kind == _STEPPED else None
             ref = self._candidates.get(key) if key is not None else None
-            if ref is not None:
+            if ref is not None and ref() is not None:  # not another object at a collected one's id
                 # A pre-existing optimizer's first step (its pre-hook notes it as made): the
                 # waiting backwards are its step's.
                 self._required[key] = ref

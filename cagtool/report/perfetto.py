@@ -242,7 +242,13 @@ FIRST_STEP_FROM = "its first compile, capture or backward (the forward before Dy
 def _first_step_start(record: ModeRecord, step: int, end: float) -> float | None:
     """Where the first step starts, from what the record saw of it: the earliest start of a span
     stamped with it (a Dynamo compile of its forward, a CA capture, a backward call, an optimizer
-    step). None when nothing of it was recorded before its end."""
+    step). None when nothing of it was recorded before its end. The report's measurement
+    (report.metrics.first_step_time, what the charts show) when it has one for this step."""
+    from cagtool.report.metrics import first_step_time
+
+    measured = first_step_time(record)
+    if measured is not None and measured.step == step and measured.start_t <= end:
+        return max(measured.start_t, 0.0)
     starts: list[float] = []
     b = _kind_columns(record, BackwardEvent, ("step", "t", "backward_s"))
     starts.extend(t - d for s, t, d in zip(*b.values()) if s == step)

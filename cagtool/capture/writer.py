@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from cagtool.record.atomic import write_atomic
 from cagtool.capture.event_lines import line_encoder
 from cagtool.record.columns import write_sidecar
 from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
@@ -103,16 +104,7 @@ RESERVE_BYTES = 64 * 1024
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     """Replace path with data, or leave the old file as it was (never a half-written one)."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            tmp.unlink()  # a partial temp file would only take more of a full disk
-        except OSError:
-            pass
-        raise
+    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def warn(message: str) -> None:

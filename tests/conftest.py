@@ -210,6 +210,26 @@ def record_run(tmp_path_factory, inductor_cache):
     return _run
 
 
+class FakeClock:
+    """A clock that moves only when the test says so (pyinstrument's tests do the same): code that
+    acts after a time window is tested by moving the clock past it, not by sleeping on a machine
+    whose load decides how long a sleep is."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    return FakeClock()
+
+
 @pytest.fixture(autouse=True)
 def reset_torch_state():
     """Tests that drive torch in-process start from a clean Dynamo / compiled-autograd state."""

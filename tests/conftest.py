@@ -230,6 +230,56 @@ def fake_clock() -> FakeClock:
     return FakeClock()
 
 
+@pytest.fixture(scope="session")
+def graph_breaks(record_run) -> Path:
+    """`cagtool run --modes aot,ca --backend eager sample_scripts/graph_breaks.py 60`: 2 graph breaks,
+    ~58 steady steps (the gate tests' real record)."""
+    run = record_run("graph_breaks.py", "60", modes="aot,ca")
+    assert run.returncode == 0, run.stderr
+    return run.path
+
+
+@pytest.fixture
+def work(tmp_path) -> Path:
+    """A working directory with no pyproject.toml above it that has a gate table."""
+    path = tmp_path / "work"
+    path.mkdir()
+    return path
+
+
+def cli_in_process(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None):
+    """Run cli.main in-process; returns (exit code, stdout, stderr)."""
+    import contextlib
+    import io
+
+    from cagtool.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    old_env = dict(os.environ)
+    old_cwd = os.getcwd()
+    os.environ.update(env or {})
+    if "COLUMNS" not in (env or {}):
+        os.environ.pop("COLUMNS", None)  # off a terminal with no COLUMNS: what a CI log gets
+    if "GITHUB_ACTIONS" not in (env or {}):
+        os.environ.pop("GITHUB_ACTIONS", None)
+        os.environ.pop("GITHUB_STEP_SUMMARY", None)
+    code = 0
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main(list(args))
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        os.chdir(old_cwd)
+        os.environ.clear()
+        os.environ.update(old_env)
+        sys.stdout.flush()
+    return code, out.getvalue(), err.getvalue()
+
+
 @pytest.fixture(autouse=True)
 def reset_torch_state():
     """Tests that drive torch in-process start from a clean Dynamo / compiled-autograd state."""

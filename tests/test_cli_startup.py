@@ -10,8 +10,6 @@ import subprocess
 import sys
 from importlib.metadata import version
 
-import pytest
-
 from conftest import ROOT
 
 # As a pipe or a CI log gets it: no COLUMNS (pytest's environment may carry the terminal's), so

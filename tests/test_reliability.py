@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, cagtool_cmd
+from conftest import cli_in_process as cagtool
 
 from cagtool.record.loader import load_run
 from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
@@ -39,38 +40,6 @@ from cagtool.report.metrics import mode_metrics
 # ------------------------------------------------------------------ reading: hand-built records
 
 
-def cagtool(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None):
-    """Run cli.main in-process; returns (exit code, stdout, stderr)."""
-    import contextlib
-    import io
-    import sys
-
-    from cagtool.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    old_env = dict(os.environ)
-    old_cwd = os.getcwd()
-    os.environ.update(env or {})
-    if "COLUMNS" not in (env or {}):
-        os.environ.pop("COLUMNS", None)  # off a terminal with no COLUMNS: what a CI log gets
-    if "GITHUB_ACTIONS" not in (env or {}):
-        os.environ.pop("GITHUB_ACTIONS", None)
-        os.environ.pop("GITHUB_STEP_SUMMARY", None)
-    code = 0
-    try:
-        if cwd is not None:
-            os.chdir(cwd)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main(list(args))
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    finally:
-        os.chdir(old_cwd)
-        os.environ.clear()
-        os.environ.update(old_env)
-        sys.stdout.flush()
-    return code, out.getvalue(), err.getvalue()
 
 
 def _manifest(mode: str, status: str = "finished", **extra) -> dict:

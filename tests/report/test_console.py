@@ -16,18 +16,9 @@ import sys
 import pytest
 from rich.table import Table
 
-from cagtool.report.console import UNBOUNDED_WIDTH, PlainConsole, make_console, plain_width, print_table, print_text, prints_plain
-from cagtool.report.recompiles.render import print_line, print_wrapped
+from cagtool.report.console import UNBOUNDED_WIDTH, make_console, plain_width, print_table, print_text, prints_plain
 
 HEADERS = ("run", "created", "target", "modes", "exit")
-
-
-def _recompiles_calls(console, text: str) -> None:
-    """What the recompiles renderers ask of a console, for one piece of record text."""
-    print_line(console, text, style="bold")
-    console.print()
-    console.print(text)
-    print_wrapped(console, text * 3, indent=2, style="bold")
 
 
 def _assert_tables_match_rich(rng: random.Random, tables: int, most_rows: int) -> None:
@@ -151,59 +142,22 @@ def test_plain_writers_at_the_width_boundary(monkeypatch, margin):
     assert plain.getvalue() == reference.getvalue()
 
 
-# PlainConsole (the recompiles --explain text off a terminal). What record data can put in a line:
-# control codes rich drops or keeps, tabs, newlines, Unicode spaces (rich crops trailing whitespace
-# past the width by str's idea of whitespace), wide and combining characters, markup-looking brackets.
-ALPHABET = ["a", "b", "Z", "0", " ", "  ", "\t", "\n", "\r", "\x07", "\x08", "\x0b", "\x0c", "\x1b[1m", "\x00", "\x1c",
-            "\xa0", "\u3000", "\u2028", "é", "e\u0301", "漢", "🙂", "[b]", "[/x]", ":smile:", "}", "-", "/"]
-
-
-def _strings(count: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    out = ["", " ", "x" * 150, "x" * 99 + "   ", "y" * 40 + "\u3000\u3000", "No recompiles: every step after the first reused the cached graphs."]
-    for _ in range(count):
-        out.append("".join(rng.choice(ALPHABET) for _ in range(rng.randint(1, 60))))
-    return out
-
-
-def _both(width: int | None, calls) -> tuple[str, str]:
-    plain_out, rich_out = io.StringIO(), io.StringIO()
-    plain = PlainConsole.where_plain(plain_out, width)
-    assert plain is not None
-    rich = make_console(rich_out, width=width)
-    calls(plain)
-    calls(rich)
-    return plain_out.getvalue(), rich_out.getvalue()
-
-
-@pytest.mark.parametrize("width", [100, 37, 8, None])
-def test_plain_console_writes_lines_blank_lines_and_strings_as_rich_writes_them(width, monkeypatch):
-    monkeypatch.delenv("FORCE_COLOR", raising=False)
-    monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
-    monkeypatch.delenv("COLUMNS", raising=False)
-    for text in _strings(150, seed=width or 0):
-        plain, rich = _both(width, lambda console, text=text: _recompiles_calls(console, text))
-        assert plain == rich, repr(text)
-
-
 def test_one_rule_decides_where_rich_is_skipped(monkeypatch):
-    """plain_width is the decision; PlainConsole, the diff table (prints_plain) and print_text /
-    print_table (below, in a process of their own) all follow it."""
+    """plain_width is the decision; prints_plain and print_text / print_table (below, in a
+    process of their own) follow it."""
     monkeypatch.delenv("FORCE_COLOR", raising=False)
     monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
     monkeypatch.setenv("COLUMNS", "61")
 
     def agree(stream) -> int | None:
         width = plain_width(stream)
-        console = PlainConsole.where_plain(stream)
-        assert (console.width if console is not None else None) == width
         assert prints_plain(make_console(stream)) == (width is not None)
         return width
 
     assert agree(io.StringIO()) == make_console(io.StringIO()).width == 61
     monkeypatch.delenv("COLUMNS")
     assert agree(io.StringIO()) == make_console(io.StringIO()).width == UNBOUNDED_WIDTH
-    assert plain_width(io.StringIO(), 37) == PlainConsole.where_plain(io.StringIO(), 37).width == 37
+    assert plain_width(io.StringIO(), 37) == 37
     leader, follower = os.openpty()
     try:
         with open(follower, "w", closefd=False) as tty:
@@ -253,7 +207,3 @@ def test_where_rich_treats_any_stream_as_a_terminal_it_prints_the_plain_writers_
     monkeypatch.delenv("COLUMNS", raising=False)
     _assert_tables_match_rich(random.Random(switch), tables=40, most_rows=4)
     assert make_console(io.StringIO()).is_terminal  # rich did take such a stream for a terminal
-    for width in (37, None):
-        for text in _strings(40, seed=len(switch)):
-            plain, rich = _both(width, lambda console, text=text: _recompiles_calls(console, text))
-            assert plain == rich, repr(text)

@@ -74,24 +74,20 @@ def _root(
     _state["debug"] = debug
 
 
-def _holder_callback() -> None:
-    """The one command `register` adds, as a subcommand of this throwaway group."""
-
-
 @cache
 def _build_command(name: str) -> Any:
     """The click command `name`, built by typer from its module's `register`, with the same help
     settings as the root app."""
     # __import__ rather than importlib.import_module: `python -X importtime` only reports the former.
     module = __import__(f"cagtool.commands.{_COMMAND_MODULES[name]}", fromlist=["register"])
-    # A callback makes typer build a group even when `register` adds a single command, so the
-    # command is found by its name whatever the module registers.
-    holder = typer.Typer(rich_markup_mode=None, add_completion=False, callback=_holder_callback)
+    holder = typer.Typer(rich_markup_mode=None, add_completion=False)
     module.register(holder)
-    group = typer.main.get_command(holder)
-    command = group.commands.get(name)
-    if command is None or list(group.commands) != [name]:
-        raise RuntimeError(f"cagtool.commands.{_COMMAND_MODULES[name]} registered {list(group.commands)}, not {name!r}")
+    # typer gives a one-command app as that command, and an app holding a group (`baseline`) as a
+    # group around it.
+    built = typer.main.get_command(holder)
+    command = built if built.name == name else getattr(built, "commands", {}).get(name)
+    if command is None or (command is not built and list(built.commands) != [name]):
+        raise RuntimeError(f"cagtool.commands.{_COMMAND_MODULES[name]} did not register exactly {name!r}")
     _keep_example_blocks(command)
     return command
 

@@ -129,10 +129,7 @@ def test_runs_and_recompiles_explain_load_only_what_they_print(tmp_path):
     assert "cagtool.report.console" in loaded  # it did print its table
     # console.py's text passes safe_text (record text shown as text: a module of one regex)
     assert {m for m in loaded if m.startswith("cagtool.report")} == {"cagtool.report", "cagtool.report.console", "cagtool.report.safe_text"}
-    # Off a terminal the listing is plain text written without rich (report/console.py's
-    # print_table, checked against rich in tests/report/test_console.py), and the writer's
-    # liveness needs no socket: 0.04 s of `runs` (issue 12).
-    assert not [m for m in loaded if m.split(".")[0] in ("rich", "socket")], sorted(m for m in loaded if m.startswith("rich"))
+    assert "socket" not in loaded  # the writer's liveness needs no socket
     assert not [m for m in loaded if m.split(".")[0] in ("torch", "pandas", "numpy", *TYPER_COERCION)]
     loaded = loaded_after(f"from cagtool.cli import main; main(['recompiles', {str(run)!r}, '--explain'])")
     assert "cagtool.report.recompiles.explain" in loaded  # it did explain
@@ -142,7 +139,7 @@ def test_runs_and_recompiles_explain_load_only_what_they_print(tmp_path):
 
 def test_runs_builds_no_event_and_compiles_no_record_method(tmp_path):
     # `runs` reads manifests only: the record types' methods, compiled on first use
-    # (schema.dataclass), are never compiled, and the listing prints without rich (issue 12).
+    # (schema.dataclass), are never compiled.
     _recompiling_run(tmp_path / "runs" / "r")
     probe = (
         "import io, json, sys\n"
@@ -156,13 +153,13 @@ def test_runs_builds_no_event_and_compiles_no_record_method(tmp_path):
         "from cagtool.record import schema\n"
         "compiled = [f'{c.__name__}.{m}' for c in schema.EVENT_TYPES.values() for m in schema._METHODS\n"
         "            if not isinstance(vars(c)[m], schema._CompiledOnFirstUse)]\n"
-        "print(json.dumps({'listing': listing, 'compiled': compiled, 'rich': [m for m in sys.modules if m.startswith('rich')]}))\n"
+        "print(json.dumps({'listing': listing, 'compiled': compiled}))\n"
     )
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=str(ROOT), timeout=60, env=UNBOUNDED_ENV)
     assert proc.returncode == 0, proc.stderr
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     assert found["listing"].startswith("run ") and "ca:finished" in found["listing"]
-    assert found["compiled"] == [] and found["rich"] == [], found["listing"]
+    assert found["compiled"] == [], found["listing"]
 
 
 

@@ -6,7 +6,6 @@ lone surrogates), whichever renderer made it."""
 
 from __future__ import annotations
 
-import builtins
 import os
 import sys
 from collections.abc import Sequence
@@ -99,64 +98,14 @@ def make_console(file: IO[str] | None = None, width: int | None = None, stderr: 
     )
 
 
-# Start-up: rich.console and rich.table are ~40 ms of imports, and rich lays out a long
-# table row by row through its full renderable machinery. Where what rich would print is plain
-# text, the writers below write it themselves, byte for byte what the console from `make_console`
-# prints (tests/report/test_console.py and tests/report/graphs compare them with rich); anything
-# else goes to rich. Whether a stream is such a place is decided here, once, for all of them.
-
-
-def plain_width(stream: IO[str], width: int | None = None) -> int | None:
-    """The width of `make_console(stream, width=width)` where rich writes to `stream` exactly the
-    text it is given (no colour, no style, no terminal control); None where it does not: on a
-    terminal (make_console gives colour there) and in a notebook (rich displays there instead of
-    writing to the stream). FORCE_COLOR and TTY_COMPATIBLE=1 make rich treat any stream as a
-    terminal, but make_console's console off one has no colour system, so no style is rendered,
-    and what rich writes only to a terminal (cursor and screen control) is never printed by a
-    report: the text is the same (tests/report/test_console.py checks it with both set)."""
-    if _is_tty(stream) or hasattr(builtins, "get_ipython"):
-        return None
-    return width if width is not None else _off_terminal_width()
-
-
-def prints_plain(console: "Console") -> bool:
-    """True when the rich `console` writes exactly the text it is given, so a writer may lay the
-    text out itself: a console with no colour system (no style is rendered: make_console's off a
-    terminal) on a stream `plain_width` accepts."""
-    return console.color_system is None and plain_width(console.file) is not None
-
-
-def _plain(text: str) -> bool:
-    """Text that rich prints unchanged, one character per cell: printable ASCII (no tabs, no
-    newlines, no control codes, no wide or combining characters)."""
-    return text.isascii() and text.isprintable()
-
-
 def print_text(text: str, file: IO[str] | None = None) -> None:
-    """`make_console(file).print(text)`: one line of text, no markup."""
-    stream = _stream(file, False)
-    width = plain_width(stream)
-    if width is not None and len(text) <= width and _plain(text):
-        stream.write(text + "\n")
-        stream.flush()
-        return
+    """One line of text, no markup."""
     make_console(file).print(text)
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], file: IO[str] | None = None) -> None:
-    """A borderless table of left-aligned text columns, as `make_console(file)` prints
-    `Table(box=None, pad_edge=False)` whose columns fold (`overflow="fold"`): each column as wide
-    as its widest cell, two spaces between columns, every cell padded to its column's width."""
-    stream = _stream(file, False)
-    width = plain_width(stream)
-    if width is not None and all(len(row) == len(headers) for row in rows):
-        cells = [list(headers), *(list(row) for row in rows)]
-        widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-        if headers and all(widths) and sum(widths) + 2 * (len(widths) - 1) <= width and all(_plain(c) for row in cells for c in row):
-            lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in cells]
-            stream.write("\n".join(lines) + "\n")
-            stream.flush()
-            return
+    """A borderless table of left-aligned text columns that fold (never "…": a cell may be a path
+    to copy), each column as wide as its widest cell where the width allows."""
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False)

@@ -121,7 +121,7 @@ def _recompiling_run(root):
 
 
 def test_runs_and_recompiles_explain_load_only_what_they_print(tmp_path):
-    # What each command's start-up leaves out (benchmarks/README.md, issue 12): checked on a real
+    # What each command's start-up leaves out: checked on a real
     # record, so the command's body ran. `runs` lists manifests: no analysis module; --explain
     # prints paragraphs: no rich table (the table view imports it), no step statistics.
     run = _recompiling_run(tmp_path / "runs" / "r")

@@ -412,6 +412,7 @@ def _with_closed_stdout(*args: str) -> subprocess.CompletedProcess:
         os.close(write_end)
 
 
+@pytest.mark.slow
 def test_closed_stdout_pipe_is_not_a_failure(record_run):
     run = record_run("op_loop.py")
     assert run.returncode == 0, run.stderr
@@ -423,6 +424,7 @@ def test_closed_stdout_pipe_is_not_a_failure(record_run):
     assert failing.returncode == 1 and "Traceback" not in failing.stderr
 
 
+@pytest.mark.slow
 def test_mode_process_killed_alone_is_closed_as_killed(tmp_path):
     """The OOM killer's SIGKILL to the mode process: cagtool closes its manifest as killed, and
     run.json agrees (exit 137); the worker the job left behind is stopped (cagtool adopts it)."""
@@ -437,6 +439,7 @@ def test_mode_process_killed_alone_is_closed_as_killed(tmp_path):
     assert not _alive(worker)
 
 
+@pytest.mark.slow
 def test_group_ctrl_c_is_seen_once_by_a_script_that_handles_it(tmp_path):
     """A terminal's Ctrl-C reaches cagtool and the mode process both (the process group): cagtool
     must not forward a second copy. The script catches it, tidies up and exits 0: so does cagtool."""
@@ -469,6 +472,7 @@ def _start_script(tmp_path: Path, script: str, *runner: str) -> subprocess.Popen
     return proc
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runner", ["python", "cagtool"])
 def test_ctrl_c_to_an_asyncio_script_is_one_sigint(tmp_path, runner):
     """asyncio's add_signal_handler takes Python's wakeup fd, through which cagtool learnt that the
@@ -484,6 +488,7 @@ def test_ctrl_c_to_an_asyncio_script_is_one_sigint(tmp_path, runner):
         assert load_run(tmp_path / "r").modes["ca"].manifest.status == "finished"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runner", ["python", "cagtool"])
 def test_a_chaining_sigterm_handler_keeps_the_job_alive_as_under_python(tmp_path, runner):
     """A SLURM-requeue handler chains to the SIGTERM handler it found: SIG_DFL (not callable) under
@@ -521,6 +526,7 @@ def test_sigterm_ends_a_process_blocked_in_c_at_once_as_under_python(tmp_path):
     assert json.loads(summary.stdout)["modes"]["ca"]["steps_lost_with_process_s"] == 0.5
 
 
+@pytest.mark.slow
 def test_second_signal_later_kills_the_mode_and_closes_it_as_killed(tmp_path):
     """A CI runner's cancel: SIGINT, then SIGTERM while the script is still tidying up. The second
     signal, a second or more after the first, stops the mode process at once (SIGKILL); cagtool
@@ -544,6 +550,7 @@ def test_second_signal_later_kills_the_mode_and_closes_it_as_killed(tmp_path):
     assert run.meta.status == "interrupted" and run.meta.mode_exit_codes == {"ca": 137}
 
 
+@pytest.mark.slow
 def test_sighup_ignored_at_start_stays_ignored_as_under_nohup(tmp_path):
     """`nohup cagtool run ...`: SIGHUP to cagtool or to the mode process changes nothing, as
     under `nohup python`; a later SIGTERM still stops the run cleanly."""
@@ -562,6 +569,7 @@ def test_sighup_ignored_at_start_stays_ignored_as_under_nohup(tmp_path):
     assert load_run(tmp_path / "r").modes["ca"].manifest.status == "interrupted"
 
 
+@pytest.mark.slow
 def test_os_exit_in_the_script_is_closed_by_its_exit_code(tmp_path):
     """os._exit(3) skips the mode process's own closing: cagtool closes the manifest by the exit
     code (failed, 3), not as killed or running, and run.json agrees."""
@@ -589,6 +597,7 @@ print(json.dumps(stopped))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (writes fail with ENOSPC)")
 def test_torch_trace_on_full_disk_stops_with_one_line(tmp_path):
     """torch's own TORCH_TRACE handler, writing to /dev/full: one line, then no more trace output,
@@ -921,6 +930,7 @@ def test_speedup_noise_is_the_same_in_compare_and_gate(tmp_path):
     assert code == 1 and "beyond the noise" in out
 
 
+@pytest.mark.slow
 def test_unseeded_script_modes_compare_and_seed_is_recorded(tmp_path):
     """An unseeded script under eager and ca: every mode starts from the same seed, so the
     numerics agree (no DISAGREE from random inputs), and the manifest records the seed."""

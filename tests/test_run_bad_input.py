@@ -9,6 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT, cagtool_cmd
 
 from cagtool.record.loader import load_run

@@ -12,6 +12,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT, cagtool_cmd
 
 from cagtool.record.liveness import hostname, read_dead_writer_as_killed

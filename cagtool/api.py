@@ -23,7 +23,6 @@ import contextlib
 import gc
 import itertools
 import os
-import platform
 import sys
 import threading
 import time
@@ -36,23 +35,6 @@ from typing import Any
 from cagtool.errors import UsageError
 
 DEFAULT_RUNS_ROOT = Path(".cagtool") / "runs"
-
-
-def _counter_snapshot() -> dict[str, dict[str, int]]:
-    from torch._dynamo.utils import counters
-
-    return {name: {str(k)[:300]: int(v) for k, v in c.items()} for name, c in counters.items()}
-
-
-def _counter_delta(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-    """What torch counted during the block only (its counters are process-wide and cumulative)."""
-    out: dict[str, dict[str, int]] = {}
-    for name, values in after.items():
-        old = before.get(name, {})
-        diff = {k: v - old.get(k, 0) for k, v in values.items() if v - old.get(k, 0)}
-        if diff or name in ("compiled_autograd", "stats"):
-            out[name] = diff
-    return out
 
 
 @dataclass
@@ -80,12 +62,13 @@ class Capture:
             raise UsageError("this capture is already in use; start another with cagtool.capture()")
         import torch
 
-        import cagtool
         from cagtool.capture.observe.ca_observer import CaptureObserver
         from cagtool.capture.child import _has_compiled_autograd
         from cagtool.capture.mode_setup import make_compiler, mode_context
         from cagtool.capture.processes.identity import ROLE_MAIN, process_info
         from cagtool.capture.steps import StepTracker
+        from cagtool.capture.torch_counters import counter_snapshot
+        from cagtool.capture.versions import machine_info, record_versions
         from cagtool.capture.observe import dynamo_taps
         from cagtool.capture.thread_scope import ThreadScope
         from cagtool.capture.writer import RecordWriter, write_run_meta
@@ -99,7 +82,7 @@ class Capture:
         started = time.perf_counter()
         run_dir = self._make_run_dir()
         self.path = run_dir
-        versions = {"cagtool": cagtool.__version__, "torch": torch.__version__, "python": platform.python_version()}
+        versions = record_versions(torch.__version__)
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         target = {"kind": "python_api", "name": self.label}
         meta = RunMeta(
@@ -111,7 +94,7 @@ class Capture:
             cwd=os.getcwd(),
             modes=["ca"],
             versions=versions,
-            machine={"platform": platform.platform(), "cpu_count": os.cpu_count(), "python": sys.version.split()[0]},
+            machine=machine_info(),
             options={"backend": self.backend, "dynamic": self.dynamic, "python_api": True, "reset": self.reset},
         )
         write_run_meta(run_dir, meta)
@@ -141,7 +124,7 @@ class Capture:
             "steps": steps,
             "observer": observer,
             "handler": handler,
-            "counters": _counter_snapshot(),
+            "counters": counter_snapshot(),
             "started": started,
             "scope": scope,
         }
@@ -167,6 +150,7 @@ class Capture:
         from cagtool.capture.child import cagtool_memory, job_peaks
         from cagtool.capture.writer import write_run_meta
         from cagtool.record.manifest import ExceptionInfo
+        from cagtool.capture.torch_counters import counter_delta, counter_snapshot
         from cagtool.record.schema import STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED
 
         state = self._state
@@ -200,7 +184,7 @@ class Capture:
         manifest.exit_code = exit_code
         manifest.ended_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         manifest.duration_s = time.perf_counter() - state["started"]
-        manifest.torch_counters = _counter_delta(state["counters"], _counter_snapshot())
+        manifest.torch_counters = counter_delta(state["counters"], counter_snapshot())
         handler = state["handler"]
         if handler.errors:
             manifest.options["structured_log_errors"] = {"count": handler.errors, "last": handler.last_error}

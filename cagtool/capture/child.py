@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from cagtool.capture.mode_setup import make_compiler, mode_context, prepare_environment
+from cagtool.capture.torch_counters import counter_snapshot
+from cagtool.capture.versions import imported_torch_version, record_versions
 
 EXIT_NO_CA = 2
 STARTUP_ERROR_FILE = "startup_error.txt"
@@ -49,22 +51,6 @@ class TimeLimitReached(BaseException):
     pass
 
 
-def _versions() -> dict[str, str]:
-    import platform
-
-    import torch
-
-    import cagtool
-
-    try:
-        from importlib.metadata import version
-
-        depyf_version = version("depyf")
-    except Exception:  # noqa: BLE001
-        depyf_version = "not installed"
-    return {"cagtool": cagtool.__version__, "torch": torch.__version__, "depyf": depyf_version, "python": platform.python_version()}
-
-
 def _has_compiled_autograd() -> bool:
     import torch
 
@@ -75,19 +61,6 @@ def _has_compiled_autograd() -> bool:
         and hasattr(ca_module, "AutogradCompilerInstance")
         and hasattr(getattr(torch._C, "_dynamo", None), "compiled_autograd")
     )
-
-
-def _counters() -> dict[str, dict[str, int]]:
-    from torch._dynamo.utils import counters
-
-    out: dict[str, dict[str, int]] = {}
-    for name, counter in counters.items():
-        # Keys are cut to 300 characters; reasons that only differ later add up (totals stay torch's).
-        cut: dict[str, int] = {}
-        for key, value in counter.items():
-            cut[str(key)[:300]] = cut.get(str(key)[:300], 0) + int(value)
-        out[name] = cut
-    return out
 
 
 def _peak_rss_bytes() -> int | None:
@@ -196,7 +169,7 @@ def _record_mode(spec: ModeSpec) -> int:
         argv=[target.name, *target.args],
         target=target.to_dict(),
         cwd=os.getcwd(),
-        versions=_versions(),
+        versions=record_versions(imported_torch_version()),
         backend=spec.backend,
         dynamic=spec.dynamic,
         started_at=started_at,
@@ -320,7 +293,7 @@ def _record_mode(spec: ModeSpec) -> int:
             manifest.options["cagtool_memory"] = cagtool_memory(peaks, steps.device)
         except Exception:  # noqa: BLE001 - the record must still close
             pass
-        manifest.torch_counters = _counters()
+        manifest.torch_counters = counter_snapshot()
         manifest.options["seed"]["script_reseeded"] = script_reseeded(manifest.options["seed"])
         if steps.errors:
             manifest.options["step_tracking_errors"] = {"count": steps.errors, "last": steps.last_error}

@@ -87,7 +87,8 @@ def mode_context(mode: str, observer: Any, dynamic: bool, scope: Any = None) -> 
     original_reset = ca.reset
 
     def reset_and_rearm() -> None:
-        # torch._dynamo.reset() drops the compiler and the verbose logger (TORCH_2_13_NOTES.md):
+        # torch._dynamo.reset() drops the compiler and the verbose logger (docs/torch-internals.md,
+        # "`torch._dynamo.reset()` and re-arming"):
         # put cagtool's back so later backwards are still compiled and observed.
         original_reset()
         if ca.depth >= 1:

@@ -2,7 +2,7 @@
 when the script has no optimizer); every top-level backward call is recorded within its step.
 
 Replaces `torch.autograd._engine_run_backward`, the entry of Tensor.backward, autograd.backward
-and autograd.grad (TORCH_2_13_NOTES.md, "Counting and timing"), and uses torch's global optimizer
+and autograd.grad (docs/torch-internals.md, "The backward entry point under both names"), and uses torch's global optimizer
 step hooks. What a step is, with one, several or no optimizers: record/schema.py's docstring.
 Thread-safe: backward may run in several threads (each has its own nesting depth).
 

@@ -88,7 +88,6 @@ def _run_recompiles(options: RecompilesOptions, out: IO[str] | None, err: IO[str
         print_wrapped,
         record_notes,
     )
-    from cagtool.report.console import PlainConsole
 
     record, tables, rank_notes = recompile_tables(options.run, options.strict, options.mode, options.rank)
     run_label = str(options.run) if options.run else ""
@@ -111,8 +110,7 @@ def _run_recompiles(options: RecompilesOptions, out: IO[str] | None, err: IO[str
             for note in record_notes(table):
                 print(f"cagtool: {note}", file=err)
         return 0
-    # --explain's text is lines of text: off a terminal they are written without rich (report/console.py).
-    console = (PlainConsole.where_plain(out, options.width) if explanations is not None else None) or make_console(out, width=options.width)
+    console = make_console(out, width=options.width)
     for note in rank_notes:
         print_wrapped(console, note.line)
     if explanations is not None:

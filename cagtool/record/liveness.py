@@ -19,16 +19,25 @@ def hostname() -> str:
     return socket.gethostname()
 
 
+def proc_stat(pid: int) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command name (which may hold spaces and parentheses,
+    so the split is at its last `)`): [0] is the state, [1] the parent's pid, [19] the start time.
+    None where there is no such process (or no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    _, paren, fields = stat.rpartition(b")")
+    return fields.split() if paren else None
+
+
 def _start_ticks(pid: int) -> int | None:
     """The process's start time (clock ticks since boot, /proc/PID/stat field 22): a pid reused
     by another process has a different one."""
+    fields = proc_stat(pid)
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read().decode(errors="replace")
-    except OSError:
-        return None
-    try:
-        return int(stat.rsplit(")", 1)[1].split()[19])
+        return int(fields[19]) if fields is not None else None
     except (IndexError, ValueError):
         return None
 

@@ -3,7 +3,7 @@
 Patches `AutogradCompilerInstance.begin_capture` / `log_compile_reasons` / `end_capture` (looked up
 on the class by C++, so this sees captures made under cagtool's own compiler and under the
 script's `torch._dynamo.config.compiled_autograd` or `_enable`), and installs a verbose logger so
-that C++ computes cache-miss reasons at all (TORCH_2_13_NOTES.md, "Cache misses").
+that C++ computes cache-miss reasons at all (docs/torch-internals.md, "CA cache misses").
 
 The observer never changes the capture it watches (docs/torch-internals.md, "What the verbose
 logger changes"): torch is handed no node origins (with a verbose logger C++ passes them, and

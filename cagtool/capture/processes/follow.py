@@ -89,16 +89,6 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _counters_minus(now: dict[str, dict[str, int]], base: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for name, counter in now.items():
-        diff = {k: v - base.get(name, {}).get(k, 0) for k, v in counter.items()}
-        diff = {k: v for k, v in diff.items() if v}
-        if diff:
-            out[name] = diff
-    return out
-
-
 def _retarget_torch_trace(old: Path, new: Path) -> None:
     """torch's trace handler opens its file lazily under the TORCH_TRACE dir it read at import: point
     it at the record's new place (an already open file moved with its directory)."""
@@ -190,7 +180,7 @@ class ProcessRecord:
 
     def after_fork(self) -> None:
         """In a forked child: a new record `pid<PID>` for the same (inherited) instruments."""
-        from cagtool.capture.child import _counters
+        from cagtool.capture.torch_counters import counter_snapshot
 
         parent = self.manifest.process.get("pid")
         key = child_key(None)
@@ -207,7 +197,7 @@ class ProcessRecord:
         self.closed = False
         self.started = time.perf_counter()
         # torch's counters and compiled-autograd cache are inherited: the record counts from here.
-        self.counters_baseline = _counters() if "torch._dynamo" in sys.modules else {}
+        self.counters_baseline = counter_snapshot() if "torch._dynamo" in sys.modules else {}
         if self.steps is not None:
             self.steps.restart()
         self.ddp = self._new_ddp_watch()
@@ -228,7 +218,8 @@ class ProcessRecord:
         if self.closed or self.role != ROLE_CHILD:
             return
         self.closed = True
-        from cagtool.capture.child import _counters, cagtool_memory, job_peaks
+        from cagtool.capture.child import cagtool_memory, job_peaks
+        from cagtool.capture.torch_counters import counter_delta, counter_snapshot
 
         code = self.exit_code if exit_code is None else exit_code
         code = 0 if code is None else code
@@ -256,7 +247,7 @@ class ProcessRecord:
         except Exception:  # noqa: BLE001 - the record must still close
             pass
         if "torch._dynamo" in sys.modules:
-            manifest.torch_counters = _counters_minus(_counters(), self.counters_baseline)
+            manifest.torch_counters = counter_delta(self.counters_baseline, counter_snapshot())
         seed = manifest.options.get("seed")
         if isinstance(seed, dict) and "torch" in sys.modules:
             from cagtool.capture.seeding import script_reseeded
@@ -439,7 +430,7 @@ def _make_child_record(with_torch: bool) -> ProcessRecord | None:
     config = _child_config
     if config is None:
         return None
-    from cagtool.capture.child import _versions
+    from cagtool.capture.versions import imported_torch_version, record_versions
     from cagtool.capture.writer import RecordWriter
 
     key = child_key(rank_from_env())
@@ -454,7 +445,7 @@ def _make_child_record(with_torch: bool) -> ProcessRecord | None:
         argv=argv,
         target=config.target,
         cwd=os.getcwd(),
-        versions=_versions() if with_torch else _versions_without_torch(),
+        versions=record_versions(imported_torch_version() if with_torch else None),
         backend=config.backend,
         dynamic=config.dynamic,
         started_at=_now(),
@@ -466,14 +457,6 @@ def _make_child_record(with_torch: bool) -> ProcessRecord | None:
     record.stop_stacks.arm(record_dir)
     _current = record
     return record
-
-
-def _versions_without_torch() -> dict[str, str]:
-    import platform
-
-    import cagtool
-
-    return {"cagtool": cagtool.__version__, "python": platform.python_version()}
 
 
 def _on_torch_imported() -> None:
@@ -500,9 +483,9 @@ def _setup_torch_in_child() -> None:
     record = _current or _make_child_record(with_torch=True)
     assert record is not None
     if "torch" not in record.manifest.versions:  # the record began before torch was imported
-        from cagtool.capture.child import _versions
+        from cagtool.capture.versions import imported_torch_version, record_versions
 
-        record.manifest.versions = _versions()
+        record.manifest.versions = record_versions(imported_torch_version())
     from cagtool.capture.grad_digest import GradDigests
 
     digests = GradDigests(config.parity_every, config.digest_steps or ())

@@ -8,10 +8,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import textwrap
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from cagtool.record.schema import SourceRef
-from cagtool.report.console import PlainConsole
 from cagtool.report.recompiles.explain import (
     grad_warmup_row,
     Explanation,
@@ -35,9 +34,6 @@ from cagtool.report.recompiles.table import (
 if TYPE_CHECKING:
     from rich.console import Console
 
-    # rich's Console, or on a colourless stream the PlainConsole that writes what it would (report/console.py).
-    AnyConsole = Union[Console, PlainConsole]
-
 _SOURCE_LABEL = {SOURCE_CA: "CA miss", SOURCE_DYNAMO_FRAME: "Dynamo", SOURCE_DYNAMO_CA_GRAPH: "Dynamo CA"}
 
 
@@ -54,7 +50,7 @@ def counts_line(table: RecompileTable) -> str:
     )
 
 
-def print_wrapped(console: AnyConsole, text: str, indent: int = 0, style: str = "") -> None:
+def print_wrapped(console: "Console", text: str, indent: int = 0, style: str = "") -> None:
     """Wrapped here, not by rich: continuation lines are indented two more and carry no trailing spaces."""
     pad = " " * indent
     width = max(console.width - 1, 40)
@@ -64,11 +60,8 @@ def print_wrapped(console: AnyConsole, text: str, indent: int = 0, style: str = 
         print_line(console, line, style)
 
 
-def print_line(console: AnyConsole, line: str, style: str = "") -> None:
+def print_line(console: "Console", line: str, style: str = "") -> None:
     """One line as it is, never wrapped; `style` only where the console shows styles (a terminal)."""
-    if isinstance(console, PlainConsole):  # no style to show: rich not needed
-        console.line(line)
-        return
     from rich.text import Text  # Text, not a str: the line may contain [brackets] (record data)
 
     console.print(Text(line, style=style), soft_wrap=True)
@@ -203,7 +196,7 @@ class RecompilesTableRenderer:
 class ExplanationRenderer:
     """The --explain text: alerts first, then each root cause with why, the fix and the evidence."""
 
-    def __init__(self, console: AnyConsole) -> None:
+    def __init__(self, console: "Console") -> None:
         self.console = console
 
     def _line(self, text: str, indent: int) -> None:

@@ -44,7 +44,7 @@ from cagtool.capture.observe.ddp_watch import DDPWatch
 from cagtool.capture.processes.identity import ROLE_CHILD, ROLE_MAIN, child_key, process_info, rank_from_env
 from cagtool.capture.processes.lifeline import StopStacks
 from cagtool.record.manifest import ExceptionInfo, ModeManifest
-from cagtool.record.schema import GRAPHS_DIR, PROCS_DIR, STATUS_FAILED, STATUS_FINISHED, STATUS_RUNNING, TRACE_DIR, FindingEvent
+from cagtool.record.schema import GRAPHS_DIR, PROCS_DIR, STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED, STATUS_RUNNING, TRACE_DIR, FindingEvent
 
 FOLLOW_ENV = "CAGTOOL_FOLLOW"
 BOOTSTRAP_DIR = Path(__file__).resolve().with_name("bootstrap")
@@ -128,6 +128,9 @@ class ProcessRecord:
         self.closed = False
         self.exit_code: int | None = None
         self.exception: ExceptionInfo | None = None
+        # Set when a KeyboardInterrupt (SIGINT) went through the script, whatever caught it after:
+        # torch.multiprocessing.spawn's worker wrapper swallows it and the rank exits 0.
+        self.interrupted: ExceptionInfo | None = None
         self.ddp = self._new_ddp_watch()
         # A followed process stopped by SIGTERM/SIGHUP leaves its threads' stacks in its record
         # (lifeline.py): armed when the record is made, and again in a forked child.
@@ -248,6 +251,10 @@ class ProcessRecord:
         manifest.status = STATUS_FINISHED if code == 0 else STATUS_FAILED
         manifest.exit_code = code
         manifest.exception = self.exception
+        if self.interrupted is not None:
+            # A signal stopped the script: interrupted, whatever its launcher made of it.
+            manifest.status = STATUS_INTERRUPTED
+            manifest.exception = self.interrupted
         manifest.ended_at = _now()
         manifest.duration_s = time.perf_counter() - self.started
         manifest.peak_rss_bytes, manifest.peak_device_memory_bytes = peaks
@@ -303,8 +310,14 @@ def _install_process_hooks(config: FollowConfig) -> None:
 
 
 def _install_torch_hooks(record: ProcessRecord) -> None:
-    """Once torch is imported: DDP models and the process group's rank reach the record."""
+    """Once torch is imported: DDP models and the process group's rank reach the record, and an
+    mp.spawn rank's Ctrl-C is not lost."""
     from cagtool.capture.observe import ddp_watch
+
+    try:
+        _wrap_spawn_worker()
+    except Exception:  # noqa: BLE001 - torch without multiprocessing: nothing to wrap
+        pass
 
     ddp_watch.install(lambda model: _current.ddp.on_model(model) if _current is not None else None)
     try:
@@ -331,6 +344,61 @@ def _install_torch_hooks(record: ProcessRecord) -> None:
                 dist.init_process_group = init_process_group
     except Exception:  # noqa: BLE001 - a torch without distributed: nothing to name by rank
         pass
+
+
+def _note_interrupt(exc: BaseException, swallowed_by: str = "") -> None:
+    """The record of this process says it was interrupted by SIGINT, where the script was then,
+    and what its launcher did with the KeyboardInterrupt."""
+    if _current is None:
+        return
+    where = _script_frame(exc.__traceback__)
+    message = "interrupted by SIGINT (Ctrl-C)" + (f" in {where}" if where else "")
+    if swallowed_by:
+        message += f"; {swallowed_by} caught the KeyboardInterrupt and the process exited 0"
+    _current.interrupted = ExceptionInfo("KeyboardInterrupt", message)
+
+
+def _script_frame(tb: Any) -> str:
+    """`file:line (function)` of the innermost frame of the script's own code in a traceback."""
+    import traceback
+
+    try:
+        frames = traceback.extract_tb(tb)
+    except Exception:  # noqa: BLE001
+        return ""
+    for frame in reversed(frames):
+        name = frame.filename.replace(os.sep, "/")
+        if name.startswith("<") or any(part in name for part in ("/lib/python", "site-packages/", "dist-packages/", "cagtool/capture/")):
+            continue
+        return f"{frame.filename}:{frame.lineno} ({frame.name})"
+    return ""
+
+
+def _wrap_spawn_worker() -> None:
+    """torch.multiprocessing.spawn runs each rank's function under `_wrap`, which swallows a
+    KeyboardInterrupt (a Ctrl-C reaches every rank) and lets the rank exit 0: the record would
+    read as finished. The rank's function is wrapped to note the interrupt on its way through.
+    The worker resolves `_wrap` by name when it unpickles its process object, after torch's
+    import (when this runs), so the replacement is the one it calls; it keeps `_wrap`'s name, so a
+    process that spawns ranks itself still pickles it."""
+    spawn = sys.modules.get("torch.multiprocessing.spawn")
+    original = getattr(spawn, "_wrap", None)
+    if original is None or getattr(original, "_cagtool_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def _wrap(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        def noting(*fn_args: Any, **fn_kwargs: Any) -> Any:
+            try:
+                return fn(*fn_args, **fn_kwargs)
+            except KeyboardInterrupt as exc:
+                _note_interrupt(exc, "torch.multiprocessing.spawn")
+                raise
+
+        return original(noting, *args, **kwargs)
+
+    _wrap._cagtool_wrapped = True  # type: ignore[attr-defined]
+    spawn._wrap = _wrap  # type: ignore[union-attr]
 
 
 def attach_main(spec: Any, writer: Any, manifest: ModeManifest, steps: Any, observer: Any) -> ProcessRecord:
@@ -543,7 +611,12 @@ def _wrap_exit_paths() -> None:
         original_exit(code)
 
     def excepthook(exc_type: Any, exc: Any, tb: Any) -> None:
-        if _current is not None and not issubclass(exc_type, SystemExit):
+        if _current is not None and issubclass(exc_type, KeyboardInterrupt):
+            # Python then ends the process by SIGINT, as a shell sees it: 130.
+            _current.exit_code = 130
+            if exc is not None:
+                _note_interrupt(exc)
+        elif _current is not None and not issubclass(exc_type, SystemExit):
             _current.exit_code = 1
             _current.exception = ExceptionInfo(exc_type.__name__, str(exc)[:2000])
         original_hook(exc_type, exc, tb)

@@ -245,10 +245,19 @@ def _same(a: Capture, b: Capture) -> bool:
     return a.step == b.step and same_graph and same_miss
 
 
-def graphs_divergence(ref_rank: int, ref: list[Capture], rank: int, other: list[Capture], diff_prefix: str = "") -> RankFinding | None:
+def reached(reach: int | None, step: int | None) -> bool:
+    """Whether a rank that ended after `reach` steps (None: it finished) ran all of step `step`."""
+    return reach is None or step is None or step < reach
+
+
+def graphs_divergence(ref_rank: int, ref: list[Capture], rank: int, other: list[Capture], diff_prefix: str = "",
+                      ref_reach: int | None = None, reach: int | None = None) -> RankFinding | None:
     """Where `rank`'s captures first part from the reference rank's, or None when they agree.
     With `diff_prefix` (`cagtool diff-graphs RUN`), the finding's data holds the command that
-    diffs the two ranks' graphs there (a rank that captured nothing new still runs its last one)."""
+    diffs the two ranks' graphs there (a rank that captured nothing new still runs its last one).
+    `ref_reach`, `reach`: the steps a rank that did not finish completed (None: it finished).
+    Only what both ranks reached is compared: a rank stopped before a step cannot have captured
+    that step's graph, and its absence is no divergence."""
     for index in range(max(len(ref), len(other))):
         a = ref[index] if index < len(ref) else None
         b = other[index] if index < len(other) else None
@@ -256,6 +265,9 @@ def graphs_divergence(ref_rank: int, ref: list[Capture], rank: int, other: list[
             continue
         steps = [c.step for c in (a, b) if c is not None and c.step is not None]
         step = min(steps) if steps else None
+        both_ran = a is not None and b is not None and a.step == b.step
+        if not both_ran and not (reached(ref_reach, step) and reached(reach, step)):
+            return None  # one rank stopped before this step: nothing further is comparable
         sides = []
         for who, capture in ((ref_rank, a), (rank, b)):
             sides.append(f"rank {who} {capture.describe()}" if capture is not None else f"rank {who} captured {_no_capture(index)}")
@@ -335,6 +347,25 @@ def steps_divergence(rows: list[RankRow]) -> RankFinding | None:
     return RankFinding(RANKS_STEPS_DIFFER, message, tuple(counts), None, {"steps": {str(k): v for k, v in counts.items()}})
 
 
+def planned_steps(rows: list[RankRow] | tuple[RankRow, ...]) -> int | None:
+    """How many steps the script runs, where the record knows it: what the ranks that finished
+    ran, when they agree. None when no rank finished (the script's own total is not recorded)."""
+    counts = {r.steps for r in rows if r.finished}
+    return counts.pop() if len(counts) == 1 else None
+
+
+def agreement(analysis: "RankAnalysis") -> str:
+    """What the ranks agree on, for a mode without divergence findings: only what was compared.
+    Final norms are compared between ranks that finished; graphs up to the steps both reached."""
+    finished = [r for r in analysis.rows if r.finished]
+    if len(finished) == len(analysis.rows):
+        return "the ranks agree: same CA graphs and cache misses, same final norms"
+    stopped = [r for r in analysis.rows if not r.finished]
+    names = "; ".join(f"rank {r.rank} {r.status} after {r.steps} step{'s' if r.steps != 1 else ''}" for r in stopped)
+    norms = "same final norms of the ranks that finished" if len(finished) > 1 else "final norms not compared"
+    return f"the ranks agree on the steps they all reached: same CA graphs and cache misses; {norms} ({names})"
+
+
 def not_followed(record: ModeRecord) -> list[RankFinding]:
     """The `process_not_followed` findings of every record of the mode, main's included."""
     found = []
@@ -360,11 +391,14 @@ def analyze_ranks(record: ModeRecord, tolerance: Tolerance | None = None) -> Ran
         for rank in range(size):
             if rank not in by_rank:
                 findings.append(RankFinding(RANK_MISSING, f"rank {rank} of {size} left no record (it did not start, or cagtool did not follow it)", (rank,)))
+    planned = planned_steps(rows)
     for row in rows:
         if not row.finished:
             code = f", exit code {row.exit_code}" if row.exit_code not in (None, 0) else ""
             why = _exception_text(by_rank[row.rank])
-            findings.append(RankFinding(RANK_FAILED, f"rank {row.rank} did not finish (status {row.status}{code}){why}", (row.rank,)))
+            ran = f" after {row.steps} step{'s' if row.steps != 1 else ''}" + (f" of {planned}" if planned is not None else "")
+            findings.append(RankFinding(RANK_FAILED, f"rank {row.rank} did not finish (status {row.status}{code}){ran}{why}", (row.rank,),
+                                        None, {"steps": row.steps, "of_steps": planned}))
     findings.extend(not_followed(record))
     if len(by_rank) > 1:
         ranks = list(by_rank)
@@ -372,8 +406,9 @@ def analyze_ranks(record: ModeRecord, tolerance: Tolerance | None = None) -> Ran
         ref = captures(by_rank[ref_rank])
         mode_flag = "" if record.mode == "ca" else f" --mode {record.path.name}"
         diff_prefix = f"cagtool diff-graphs {run_dir_of(record)}{mode_flag}"
+        reach = {row.rank: None if row.finished else row.steps for row in rows}
         for rank in ranks[1:]:
-            finding = graphs_divergence(ref_rank, ref, rank, captures(by_rank[rank]), diff_prefix)
+            finding = graphs_divergence(ref_rank, ref, rank, captures(by_rank[rank]), diff_prefix, reach[ref_rank], reach[rank])
             if finding is not None:
                 findings.append(finding)
         steps = steps_divergence(rows)
@@ -455,8 +490,10 @@ def ranks_line(analysis: RankAnalysis, focus: int | None | tuple[int, ...]) -> s
     if analysis.diverge:
         first = next(f for f in analysis.findings if f.code in (RANKS_GRAPHS_DIVERGE, RANKS_STEPS_DIFFER, RANKS_NORMS_DIVERGE))
         verdict = f"the ranks DIVERGE: {first.message}"
-    else:
+    elif all(r.finished for r in analysis.rows):
         verdict = "the ranks agree (same CA graphs and cache misses, same final norms)"
+    else:
+        verdict = agreement(analysis)
     return f"mode {analysis.mode}: ranks {have}{size}{missing}; {shown} (--rank N for another); {verdict}"
 
 

@@ -1,0 +1,71 @@
+"""Faults across the ranks of a real 2-rank DDP job over gloo (mp.spawn and torchrun, CPU,
+`--backend eager`): Ctrl-C, a full disk, a worker that dies and is restarted. Whatever happens,
+each rank's record says how it ended, and the cross-rank verdicts only compare what the ranks
+both reached."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, cagtool_cmd
+
+from cagtool.record.loader import load_run
+from cagtool.record.schema import StepEvent
+
+SCRIPTS = Path(__file__).parent / "scripts"
+ENV = {**os.environ, "CI": "true"}
+
+pytestmark = pytest.mark.slow
+
+
+def _stop_when_ready(cmd: list[str], signum: int, ready_lines: int = 2) -> subprocess.CompletedProcess:
+    """Start `cmd` in its own process group, wait until the ranks print READY, then send `signum`
+    to the whole group (a terminal's Ctrl-C)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV, start_new_session=True)
+    try:
+        ready = set()
+        while len(ready) < ready_lines:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            if line.startswith("READY"):
+                ready.add(line.strip())
+        assert len(ready) == ready_lines, proc.communicate(timeout=120)[1][-3000:]
+        os.killpg(proc.pid, signum)
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+def test_ctrl_c_to_mp_spawn_ranks_is_interrupted_not_finished(tmp_path):
+    """mp.spawn's worker wrapper swallows the KeyboardInterrupt of a Ctrl-C and the rank exits 0:
+    each rank's record still says interrupted by SIGINT at its line, how many steps it ran, the
+    run exits 130, and the summary claims no agreement of final norms no rank reached."""
+    out = tmp_path / "r"
+    cmd = cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", str(out), str(SCRIPTS / "ddp_waits_at_step.py"), "--steps", "10")
+    proc = _stop_when_ready(cmd, signal.SIGINT)
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    run = load_run(out)
+    assert run.meta.status == "interrupted"
+    ca = run.mode("ca")
+    assert sorted(ca.ranks()) == [0, 1]
+    for rank, record in ca.ranks().items():
+        manifest = record.manifest
+        assert manifest.status == "interrupted", (rank, manifest.status, manifest.exception)
+        assert manifest.exception.type == "KeyboardInterrupt"
+        assert "SIGINT" in manifest.exception.message and f"{SCRIPTS / 'ddp_waits_at_step.py'}:" in manifest.exception.message
+        assert len(record.of(StepEvent)) == 3
+    summary = subprocess.run(cagtool_cmd("summary", str(out)), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
+    text = " ".join(summary.stdout.split())
+    assert "rank 0 did not finish (status interrupted) after 3 steps" in text, text
+    assert "same final norms" not in text and "final norms not compared" in text

@@ -44,6 +44,7 @@ RANKS_STEPS_DIFFER = "ranks_steps_differ"
 RANK_MISSING = "rank_missing"
 RANK_FAILED = "rank_failed"
 PROCESS_FAILED = "process_failed"  # a followed process without a rank that did not finish cleanly
+RANK_RESTARTED = "rank_restarted"  # a launcher started the rank again (torchrun --max-restarts): which attempt did what
 
 
 @dataclass(frozen=True)
@@ -347,6 +348,24 @@ def steps_divergence(rows: list[RankRow]) -> RankFinding | None:
     return RankFinding(RANKS_STEPS_DIFFER, message, tuple(counts), None, {"steps": {str(k): v for k, v in counts.items()}})
 
 
+def restarted(rank: int, attempts: list[ModeRecord]) -> RankFinding:
+    """A rank its launcher started more than once: how each attempt ended. The table's figures
+    are the last attempt's; each attempt is a process of its own, with its own graphs."""
+    told = []
+    for record in attempts:
+        manifest = record.manifest
+        code = f", exit {manifest.exit_code}" if manifest.exit_code not in (None, 0) else ""
+        steps = step_count(record)
+        # An imported log holds no steps, nor how its process ended: only which graphs it logged.
+        ran = f"{manifest.status}{code} after {steps} step{'s' if steps != 1 else ''}" if manifest.imported is None else "logged"
+        told.append(f"attempt {record.attempt} ({record.process_key}) {ran}")
+    last = attempts[-1].attempt
+    message = f"rank {rank} was started {len(attempts)} times by its launcher: {'; '.join(told)}; the figures shown are attempt {last}'s"
+    data = {"attempts": [{"attempt": r.attempt, "process": r.process_key, "status": r.manifest.status, "exit_code": r.manifest.exit_code,
+                          "steps": step_count(r)} for r in attempts]}
+    return RankFinding(RANK_RESTARTED, message, (rank,), None, data)
+
+
 def planned_steps(rows: list[RankRow] | tuple[RankRow, ...]) -> int | None:
     """How many steps the script runs, where the record knows it: what the ranks that finished
     ran, when they agree. None when no rank finished (the script's own total is not recorded)."""
@@ -399,6 +418,10 @@ def analyze_ranks(record: ModeRecord, tolerance: Tolerance | None = None) -> Ran
             ran = f" after {row.steps} step{'s' if row.steps != 1 else ''}" + (f" of {planned}" if planned is not None else "")
             findings.append(RankFinding(RANK_FAILED, f"rank {row.rank} did not finish (status {row.status}{code}){ran}{why}", (row.rank,),
                                         None, {"steps": row.steps, "of_steps": planned}))
+    for rank in by_rank:
+        attempts = record.attempts(rank)
+        if len(attempts) > 1:
+            findings.append(restarted(rank, attempts))
     findings.extend(not_followed(record))
     if len(by_rank) > 1:
         ranks = list(by_rank)

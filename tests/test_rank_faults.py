@@ -69,3 +69,28 @@ def test_ctrl_c_to_mp_spawn_ranks_is_interrupted_not_finished(tmp_path):
     text = " ".join(summary.stdout.split())
     assert "rank 0 did not finish (status interrupted) after 3 steps" in text, text
     assert "same final norms" not in text and "final norms not compared" in text
+
+
+def test_torchrun_restarted_workers_are_followed_by_rank_and_attempt(tmp_path):
+    """torchrun --max-restarts 1 with rank 1 dying once (os._exit(1)): the restarted workers get
+    records of their own, named by rank and attempt (rank1 / rank1.attempt1), the first attempt's
+    rank 1 reads as failed with its exit code (not as SIGKILLed), the ranks' figures are the last
+    attempt's, and a finding says which attempt did what. The run ends with the launcher's code."""
+    out = tmp_path / "r"
+    cmd = cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", str(out), "-m", "torch.distributed.run", "--",
+                      "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--monitor-interval", "0.1",
+                      str(SCRIPTS / "ddp_dies_once.py"), "--steps", "4", "--die-after", "2")
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ca = load_run(out).mode("ca")
+    assert sorted(ca.processes) == ["rank0", "rank0.attempt1", "rank1", "rank1.attempt1"]
+    died = ca.processes["rank1"].manifest
+    assert (died.status, died.exit_code, died.process["attempt"]) == ("failed", 1, 0), (died.status, died.exception)
+    assert len(ca.processes["rank1"].of(StepEvent)) == 2  # its steps before os._exit, none held back and lost
+    for rank, record in ca.ranks().items():
+        assert record.attempt == 1 and record.process_key == f"rank{rank}.attempt1"
+        assert (record.manifest.status, record.manifest.exit_code) == ("finished", 0)
+        assert len(record.of(StepEvent)) == 4
+    summary = subprocess.run(cagtool_cmd("summary", str(out)), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
+    text = " ".join(summary.stdout.split())
+    assert "rank 1 was started 2 times by its launcher: attempt 0 (rank1) failed, exit 1 after 2 steps; attempt 1 (rank1.attempt1) finished after 4 steps" in text, text

@@ -22,8 +22,12 @@ def main() -> None:
     parser.add_argument("--die-after", type=int, default=2)
     args = parser.parse_args()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    # torchrun's store outlives an attempt, and with it the first attempt's gloo addresses: a
+    # restarted rank may read its peer's old one and fail to connect (torch's own race, seen with
+    # plain torchrun too). Each attempt's process group keeps its keys under its own prefix.
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False)
+    dist.init_process_group("gloo", store=dist.PrefixStore(f"attempt{attempt}/", store), rank=rank, world_size=world)
     torch._dynamo.config.optimize_ddp = "python_reducer"
     torch._dynamo.config.compiled_autograd = True
     torch.manual_seed(0)

@@ -41,7 +41,7 @@ from typing import Any
 
 from cagtool.capture.processes import launch_audit
 from cagtool.capture.observe.ddp_watch import DDPWatch
-from cagtool.capture.processes.identity import ROLE_CHILD, ROLE_MAIN, child_key, process_info, rank_from_env
+from cagtool.capture.processes.identity import ROLE_CHILD, ROLE_MAIN, attempt_from_env, child_key, process_info, rank_from_env
 from cagtool.capture.processes.lifeline import StopStacks
 from cagtool.record.manifest import ExceptionInfo, ModeManifest
 from cagtool.record.schema import GRAPHS_DIR, PROCS_DIR, STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED, STATUS_RUNNING, TRACE_DIR, FindingEvent
@@ -177,7 +177,7 @@ class ProcessRecord:
         process["rank"], process["world_size"] = rank, world_size
         if self.role == ROLE_CHILD and self.key.startswith("pid"):
             old = Path(self.writer.mode_dir)
-            new = old.with_name(f"rank{rank}")
+            new = old.with_name(child_key(rank, attempt=attempt_from_env()))
             if not new.exists():
                 try:
                     os.rename(old, new)
@@ -200,7 +200,7 @@ class ProcessRecord:
         new_dir = self.config.procs_dir / key
         info = process_info(ROLE_CHILD, key, argv=list(self.manifest.process.get("argv") or sys.argv))
         # The rank variables in the environment are the parent's, not this process's.
-        info.update(rank=None, local_rank=None, world_size=None, forked_from=parent)
+        info.update(rank=None, local_rank=None, world_size=None, attempt=0, forked_from=parent)
         self.manifest.process = info
         self.manifest.status = STATUS_RUNNING
         self.manifest.started_at = _now()
@@ -283,9 +283,13 @@ class ProcessRecord:
         self._drop_if_empty()
 
     def _drop_if_empty(self) -> None:
-        """A process that recorded nothing (the launcher, a helper) leaves no record."""
+        """A process that recorded nothing (the launcher, a helper) leaves no record. A rank that
+        did not finish keeps it, empty or not: a restarted job's attempt that failed in its
+        rendezvous is part of what happened."""
         record_dir = Path(self.writer.mode_dir)
         if self.writer.events_written:
+            return
+        if self.manifest.process.get("rank") is not None and self.manifest.status != STATUS_FINISHED:
             return
         graphs, trace = record_dir / GRAPHS_DIR, record_dir / TRACE_DIR
         if (graphs.is_dir() and any(graphs.iterdir())) or (trace.is_dir() and any(trace.iterdir())):
@@ -510,7 +514,7 @@ def _make_child_record(with_torch: bool) -> ProcessRecord | None:
     from cagtool.capture.child import _versions
     from cagtool.capture.writer import RecordWriter
 
-    key = child_key(rank_from_env())
+    key = child_key(rank_from_env(), attempt=attempt_from_env())
     record_dir = config.procs_dir / key
     if record_dir.exists():  # a stale directory of a reused pid, or a rank taken twice
         key = child_key(None)
@@ -623,6 +627,29 @@ def _wrap_exit_paths() -> None:
 
     sys.exit = exit
     sys.excepthook = excepthook
+    _wrap_os_exit()
+
+
+def _wrap_os_exit() -> None:
+    """os._exit skips atexit: the record would stay "running" and read as SIGKILLed (a worker that
+    gives up with os._exit(1) is a failure its launcher sees as exit code 1). The record is closed
+    with that code first. multiprocessing's fork children leave this way after `_bootstrap` has
+    closed theirs already."""
+    original = os._exit
+    if getattr(original, "_cagtool_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def _exit(code: int) -> None:
+        if _current is not None and _current.role == ROLE_CHILD and not _current.closed:
+            try:
+                _current.close(code if isinstance(code, int) else 1)
+            except BaseException:  # noqa: BLE001 - the process must still exit, now
+                pass
+        original(code)
+
+    _exit._cagtool_wrapped = True  # type: ignore[attr-defined]
+    os._exit = _exit
 
 
 def _close_at_exit() -> None:
@@ -643,7 +670,7 @@ def start_in_child() -> None:
     _child_config = config
     from cagtool.capture.mode_setup import prepare_environment
 
-    prepare_environment(config.mode, config.procs_dir / child_key(rank_from_env()) if config.torch_trace else None)
+    prepare_environment(config.mode, config.procs_dir / child_key(rank_from_env(), attempt=attempt_from_env()) if config.torch_trace else None)
     _install_process_hooks(config)
     _wrap_exit_paths()
     atexit.register(_close_at_exit)

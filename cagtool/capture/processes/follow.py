@@ -586,6 +586,12 @@ def _setup_torch_in_child() -> None:
         _eager_randomness()
     observer = CaptureObserver(record.writer, steps, mode_setup.make_compiler(config.backend) if config.mode == "ca" else None)
     dynamo_taps.install(StructuredLogHandler(record.writer, steps))  # for the rest of the process
+    if config.torch_trace:
+        from cagtool.capture.observe.torch_logs import guard_trace_output
+
+        # As in the main process: a full disk stops this rank's trace with one line, not a
+        # logging traceback per structured record.
+        guard_trace_output(lambda stopped: setattr(record.manifest, "trace_stopped", stopped))
     steps.install()
     observer.install()
     record.steps, record.observer = steps, observer

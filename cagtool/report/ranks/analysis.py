@@ -44,6 +44,7 @@ RANKS_STEPS_DIFFER = "ranks_steps_differ"
 RANK_MISSING = "rank_missing"
 RANK_FAILED = "rank_failed"
 PROCESS_FAILED = "process_failed"  # a followed process without a rank that did not finish cleanly
+RANK_RECORDING_STOPPED = "rank_recording_stopped"  # a write error (full disk) ended a rank's record early: its counts stop there
 RANK_RESTARTED = "rank_restarted"  # a launcher started the rank again (torchrun --max-restarts): which attempt did what
 
 
@@ -64,10 +65,17 @@ class RankRow:
     param_norm: float | None
     grad_norm: float | None
     peak_device_memory_bytes: int | None = None  # torch.cuda.max_memory_allocated, when the rank used CUDA
+    recording_stopped: bool = False  # a write error (full disk) ended its record before the rank ended
 
     @property
     def finished(self) -> bool:
         return self.status == STATUS_FINISHED and self.exit_code in (0, None)
+
+    @property
+    def reach(self) -> int | None:
+        """The steps its record holds all of, when that is not the whole job (None: it is):
+        cross-rank verdicts compare nothing beyond them."""
+        return None if self.finished and not self.recording_stopped else self.steps
 
 
 @dataclass(frozen=True)
@@ -180,6 +188,7 @@ def rank_row(rank: int, record: ModeRecord) -> RankRow:
         param_norm=final[-1].param_norm if final else None,
         grad_norm=final[-1].grad_norm if final else None,
         peak_device_memory_bytes=metrics.peak_device_memory_bytes,
+        recording_stopped=record.manifest.recording_stopped is not None,
     )
 
 
@@ -339,7 +348,7 @@ def norms_divergence(rows: list[RankRow], tolerance: Tolerance) -> list[RankFind
 
 
 def steps_divergence(rows: list[RankRow]) -> RankFinding | None:
-    finished = [r for r in rows if r.finished]
+    finished = [r for r in rows if r.reach is None]
     counts = {r.rank: r.steps for r in finished}
     if len(set(counts.values())) < 2:
         return None
@@ -369,7 +378,7 @@ def restarted(rank: int, attempts: list[ModeRecord]) -> RankFinding:
 def planned_steps(rows: list[RankRow] | tuple[RankRow, ...]) -> int | None:
     """How many steps the script runs, where the record knows it: what the ranks that finished
     ran, when they agree. None when no rank finished (the script's own total is not recorded)."""
-    counts = {r.steps for r in rows if r.finished}
+    counts = {r.steps for r in rows if r.reach is None}
     return counts.pop() if len(counts) == 1 else None
 
 
@@ -377,11 +386,13 @@ def agreement(analysis: "RankAnalysis") -> str:
     """What the ranks agree on, for a mode without divergence findings: only what was compared.
     Final norms are compared between ranks that finished; graphs up to the steps both reached."""
     finished = [r for r in analysis.rows if r.finished]
-    if len(finished) == len(analysis.rows):
+    if all(r.reach is None for r in analysis.rows):
         return "the ranks agree: same CA graphs and cache misses, same final norms"
-    stopped = [r for r in analysis.rows if not r.finished]
-    names = "; ".join(f"rank {r.rank} {r.status} after {r.steps} step{'s' if r.steps != 1 else ''}" for r in stopped)
-    norms = "same final norms of the ranks that finished" if len(finished) > 1 else "final norms not compared"
+    stopped = [r for r in analysis.rows if r.reach is not None]
+    names = "; ".join(f"rank {r.rank} {'recorded' if r.finished else r.status} {'up to' if r.finished else 'after'} {r.steps} step{'s' if r.steps != 1 else ''}"
+                      for r in stopped)
+    normed = [r for r in finished if r.param_norm is not None or r.grad_norm is not None]
+    norms = f"same final norms of ranks {', '.join(str(r.rank) for r in normed)}" if len(normed) > 1 else "final norms not compared"
     return f"the ranks agree on the steps they all reached: same CA graphs and cache misses; {norms} ({names})"
 
 
@@ -418,6 +429,13 @@ def analyze_ranks(record: ModeRecord, tolerance: Tolerance | None = None) -> Ran
             ran = f" after {row.steps} step{'s' if row.steps != 1 else ''}" + (f" of {planned}" if planned is not None else "")
             findings.append(RankFinding(RANK_FAILED, f"rank {row.rank} did not finish (status {row.status}{code}){ran}{why}", (row.rank,),
                                         None, {"steps": row.steps, "of_steps": planned}))
+    for row in rows:
+        stopped = by_rank[row.rank].manifest.recording_stopped
+        if stopped is not None:
+            error = str(stopped.get("error") or "a write error")
+            findings.append(RankFinding(RANK_RECORDING_STOPPED, f"rank {row.rank}'s recording stopped at event {stopped.get('at_seq')} ({error}): "
+                                        f"its figures stop there ({row.steps} steps recorded), and the ranks are compared only up to them",
+                                        (row.rank,), None, dict(stopped)))
     for rank in by_rank:
         attempts = record.attempts(rank)
         if len(attempts) > 1:
@@ -429,7 +447,7 @@ def analyze_ranks(record: ModeRecord, tolerance: Tolerance | None = None) -> Ran
         ref = captures(by_rank[ref_rank])
         mode_flag = "" if record.mode == "ca" else f" --mode {record.path.name}"
         diff_prefix = f"cagtool diff-graphs {run_dir_of(record)}{mode_flag}"
-        reach = {row.rank: None if row.finished else row.steps for row in rows}
+        reach = {row.rank: row.reach for row in rows}
         for rank in ranks[1:]:
             finding = graphs_divergence(ref_rank, ref, rank, captures(by_rank[rank]), diff_prefix, reach[ref_rank], reach[rank])
             if finding is not None:
@@ -513,7 +531,7 @@ def ranks_line(analysis: RankAnalysis, focus: int | None | tuple[int, ...]) -> s
     if analysis.diverge:
         first = next(f for f in analysis.findings if f.code in (RANKS_GRAPHS_DIVERGE, RANKS_STEPS_DIFFER, RANKS_NORMS_DIVERGE))
         verdict = f"the ranks DIVERGE: {first.message}"
-    elif all(r.finished for r in analysis.rows):
+    elif all(r.reach is None for r in analysis.rows):
         verdict = "the ranks agree (same CA graphs and cache misses, same final norms)"
     else:
         verdict = agreement(analysis)

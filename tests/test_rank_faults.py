@@ -94,3 +94,83 @@ def test_torchrun_restarted_workers_are_followed_by_rank_and_attempt(tmp_path):
     summary = subprocess.run(cagtool_cmd("summary", str(out)), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
     text = " ".join(summary.stdout.split())
     assert "rank 1 was started 2 times by its launcher: attempt 0 (rank1) failed, exit 1 after 2 steps; attempt 1 (rank1.attempt1) finished after 4 steps" in text, text
+
+
+def test_full_disk_during_a_two_rank_run_one_line_per_process_and_true_ends(tmp_path):
+    """A 2-rank job recording its TORCH_TRACE onto a small filesystem that fills up: the job runs
+    to its end; torch's trace handler in each rank used to print a logging traceback per record
+    (~3,000 lines of stderr); now each process says once that its trace or record stopped, and
+    each rank reads as finished, exit 0, with its recording stop noted, compared with the other
+    only up to what it recorded."""
+    from test_reliability import _can_mount_tmpfs
+
+    mount = tmp_path / "small"
+    if not _can_mount_tmpfs(mount):
+        pytest.skip("needs root to mount a small tmpfs (a real full disk)")
+    try:
+        subprocess.run(["mount", "-o", "remount,size=250k", str(mount)], check=True)
+        cmd = cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "--torch-trace", "-o", str(mount / "r"),
+                          str(SCRIPTS / "ddp_waits_at_step.py"), "--steps", "30", "--wait-at", "99")
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "Traceback" not in proc.stderr and "Logging error" not in proc.stderr, proc.stderr[-3000:]
+        stops = [line for line in proc.stderr.splitlines() if "output stopped" in line or "recording stopped" in line]
+        assert 1 <= len(stops) <= 2 * 3, proc.stderr  # at most one per kind and process (main, rank 0, rank 1)
+        assert len(proc.stderr.splitlines()) < 60
+        ca = load_run(mount / "r").mode("ca")
+        assert sorted(ca.ranks()) == [0, 1]
+        for record in ca.ranks().values():
+            assert (record.manifest.status, record.manifest.exit_code) == ("finished", 0), record.manifest.exception
+        stopped = [r for r in ca.ranks().values() if r.manifest.recording_stopped or r.manifest.trace_stopped]
+        assert stopped, "the disk did not fill"
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+ENDS_ON_A_FULL_DISK = """
+import os, sys
+from pathlib import Path
+from cagtool.capture.writer import RecordWriter
+from cagtool.record.manifest import ModeManifest
+from cagtool.capture.processes.identity import process_info
+record = Path(sys.argv[1])
+manifest = ModeManifest(mode="ca", argv=[], target={}, cwd="/", versions={}, backend="eager", dynamic=False, started_at="",
+                        process=process_info("child", "rank1", rank=1))
+writer = RecordWriter(record, manifest)
+try:  # something else fills the disk, the reserve included once the writer gives it up
+    with open(record.parent / "filler", "ab", buffering=0) as filler:
+        while True:
+            filler.write(b"\\0" * 4096)
+except OSError:
+    pass
+manifest.status, manifest.exit_code = "finished", 0
+manifest.options["big"] = "x" * 200000  # the closing manifest no longer fits where the first one was
+writer.write_manifest()
+writer.close()
+"""
+
+
+def test_a_rank_that_ended_on_a_full_disk_does_not_read_as_killed(tmp_path):
+    """A rank that ends normally while its disk has no room left for its closing manifest (the
+    reserve given up, the space taken by something else) leaves an empty file named after how it
+    ended: readers show it finished with its exit code, not "killed (SIGKILL, OOM killer)"."""
+    from test_reliability import _can_mount_tmpfs
+
+    from cagtool.record.liveness import read_dead_writer_as_killed
+    from cagtool.record.manifest import mode_manifest_from_dict
+
+    mount = tmp_path / "small"
+    if not _can_mount_tmpfs(mount):
+        pytest.skip("needs root to mount a small tmpfs (a real full disk)")
+    try:
+        record = mount / "rank1"
+        proc = subprocess.run([sys.executable, "-c", ENDS_ON_A_FULL_DISK, str(record)], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert "could not write" in proc.stderr and "how it ended is in the name" in proc.stderr
+        manifest = mode_manifest_from_dict(json.loads((record / "manifest.json").read_text()))
+        assert manifest.status == "running"  # the manifest itself could not say it
+        read_dead_writer_as_killed(manifest, record)
+        assert (manifest.status, manifest.exit_code) == ("finished", 0)
+        assert manifest.options["closed_by"] == "marker"
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)

@@ -13,6 +13,12 @@ What counts as a problem, and why:
 - *steps differ*: ranks that both finished ran a different number of steps (a collective waits).
 - a rank *missing* (fewer rank records than the world size), a rank or another followed process
   that *failed* (or was killed: its record was never closed), and a process cagtool *could not follow* (`process_not_followed`, written by the process that started it).
+- a rank *restarted* by its launcher (torchrun --max-restarts): each attempt is its own record;
+  the rank's row is its last attempt, and the finding says how each attempt ended.
+
+Only what the ranks both reached is compared: a rank that was stopped (or whose recording stopped
+on a full disk) is compared up to the steps it completed, final norms only between ranks that
+finished, and the verdict says so instead of claiming agreement on what was never compared.
 """
 
 from __future__ import annotations

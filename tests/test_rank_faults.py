@@ -71,6 +71,26 @@ def test_ctrl_c_to_mp_spawn_ranks_is_interrupted_not_finished(tmp_path):
     assert "same final norms" not in text and "final norms not compared" in text
 
 
+def test_ctrl_c_to_torchrun_workers_is_interrupted_not_failed(tmp_path):
+    """Ctrl-C to a torchrun job: each worker's KeyboardInterrupt goes uncaught, and torchrun's
+    launcher turns its own SIGINT into a SignalException and exits 1. The workers read as
+    interrupted by SIGINT, exit 130, at their line of the script (they read as failed, exit 1), the
+    launcher's record as interrupted, and the run exits 130 (it exited 1, recorded as finished)."""
+    out = tmp_path / "r"
+    cmd = cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", str(out), "-m", "torch.distributed.run", "--",
+                      "--standalone", "--nproc-per-node", "2", str(SCRIPTS / "ddp_waits_at_step.py"), "--launcher", "env", "--steps", "10")
+    proc = _stop_when_ready(cmd, signal.SIGINT)
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    ca = load_run(out).mode("ca")
+    assert sorted(ca.ranks()) == [0, 1]
+    for rank, record in ca.ranks().items():
+        manifest = record.manifest
+        assert (manifest.status, manifest.exit_code, manifest.exception.type) == ("interrupted", 130, "KeyboardInterrupt"), (rank, manifest.exception)
+        assert f"{SCRIPTS / 'ddp_waits_at_step.py'}:" in manifest.exception.message
+        assert len(record.of(StepEvent)) == 3
+    assert ca.manifest.status == "interrupted" and ca.manifest.exception.type == "SignalException"
+    assert load_run(out).meta.status == "interrupted"
+
 def test_torchrun_restarted_workers_are_followed_by_rank_and_attempt(tmp_path):
     """torchrun --max-restarts 1 with rank 1 dying once (os._exit(1)): the restarted workers get
     records of their own, named by rank and attempt (rank1 / rank1.attempt1), the first attempt's

@@ -133,7 +133,7 @@ def _record_mode(spec: ModeSpec) -> int:
 
     from cagtool.capture.observe.ca_observer import CaptureObserver
     from cagtool.capture.processes.identity import ROLE_MAIN, process_info
-    from cagtool.capture.processes.lifeline import SignalStop, exit_code_for, ignore_further_stops, signal_tree
+    from cagtool.capture.processes.lifeline import STOP_SIGNALS, SignalStop, exit_code_for, ignore_further_stops, signal_tree
     from cagtool.capture.status import LiveStatus, status_enabled
     from cagtool.capture.steps import StepLimitReached, StepTracker
     from cagtool.capture.target import Target, print_user_traceback, run_target
@@ -258,6 +258,11 @@ def _record_mode(spec: ModeSpec) -> int:
         text = print_user_traceback(exc)
         status, exit_code = STATUS_FAILED, 1
         exception = ExceptionInfo(type(exc).__name__, str(exc)[:2000], text[-20000:])
+        sigval = getattr(exc, "sigval", None)
+        if type(exc).__name__ == "SignalException" and isinstance(sigval, int) and sigval in STOP_SIGNALS:
+            # torchrun's launcher turns SIGINT/SIGTERM/SIGHUP into torch.distributed.elastic's
+            # SignalException and exits 1 (as under python): a stop, not a failure of the job.
+            status = STATUS_INTERRUPTED
     finally:
         followed.stop_stacks.disarm()  # before ignore_further_stops: unregistering needs the default action in place
         ignore_further_stops()

@@ -102,6 +102,13 @@ RESERVE_FILE = ".cagtool-reserve"
 RESERVE_BYTES = 64 * 1024
 
 
+def ended_marker_name(status: str, exit_code: int | None) -> str:
+    """`.cagtool-ended.<status>.<exit code>`: the reader's side is record/liveness.py."""
+    from cagtool.record.liveness import ENDED_MARKER_PREFIX
+
+    return f"{ENDED_MARKER_PREFIX}{status}.{'' if exit_code is None else exit_code}"
+
+
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     """Replace path with data, or leave the old file as it was (never a half-written one)."""
     write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
@@ -413,7 +420,25 @@ class RecordWriter:
             self._drop_reserve()
             error = self._write_manifest_quietly()
             if error is not None:
-                warn(f"could not write {self.mode_dir / MANIFEST_FILE}: {error.strerror or error}; its status is not up to date")
+                marked = self._mark_end()
+                what = "; how it ended is in the name of an empty file beside it" if marked else "; its status is not up to date"
+                warn(f"could not write {self.mode_dir / MANIFEST_FILE}: {error.strerror or error}{what}")
+
+    def _mark_end(self) -> bool:
+        """The manifest could not be rewritten (the disk is full and the reserve is gone): an empty
+        file named after how the process ended (`ended_marker_name`) needs no data block, so a
+        reader can still tell a rank that ended normally from one that was killed."""
+        status, code = self.manifest.status, self.manifest.exit_code
+        if status == "running":
+            return False
+        try:
+            with open(self.mode_dir / ended_marker_name(status, code), "x"):
+                pass
+        except FileExistsError:
+            pass
+        except OSError:
+            return False
+        return True
 
     def reopen(self, mode_dir: Path) -> None:
         """In a forked child: the same writer object (whoever holds it keeps writing through it),

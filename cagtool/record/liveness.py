@@ -99,6 +99,15 @@ def read_dead_writer_as_killed(manifest: Any, record_dir: Path | None = None) ->
         return
     if isinstance(manifest.options, dict):
         manifest.options["closed_by"] = "reader"  # what the process held in memory died with it
+    ended = ended_marker(record_dir) if record_dir is not None else None
+    if ended is not None:
+        status, code = ended
+        manifest.status, manifest.exit_code = status, code
+        if manifest.exception is None and status != "finished":
+            manifest.exception = ExceptionInfo(status, f"ended with exit code {code}; its manifest could not be rewritten (disk full)")
+        if isinstance(manifest.options, dict):
+            manifest.options["closed_by"] = "marker"  # ended normally; only its last figures could not be written
+        return
     for name, number in STOP_SIGNALS_BY_NAME.items():
         stopped = signal_stop_exception(name, record_dir) if record_dir is not None else None
         if stopped is None or not stopped["traceback"]:
@@ -111,6 +120,29 @@ def read_dead_writer_as_killed(manifest: Any, record_dir: Path | None = None) ->
     manifest.status = STATUS_KILLED
     if manifest.exception is None:
         manifest.exception = ExceptionInfo("killed", "its process vanished before it closed this record (SIGKILL, OOM killer)")
+
+
+ENDED_MARKER_PREFIX = ".cagtool-ended."  # capture/writer.py: ended_marker_name
+
+
+def ended_marker(record_dir: Path) -> tuple[str, int | None] | None:
+    """(status, exit code) from the empty file a process leaves when it ended but its full disk
+    had no room to rewrite its manifest; None when there is none."""
+    from cagtool.record.schema import STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED
+
+    try:
+        names = [entry.name for entry in os.scandir(record_dir) if entry.name.startswith(ENDED_MARKER_PREFIX)]
+    except OSError:
+        return None
+    for name in sorted(names):
+        status, _, code = name[len(ENDED_MARKER_PREFIX):].partition(".")
+        if status not in (STATUS_FINISHED, STATUS_FAILED, STATUS_INTERRUPTED):
+            continue
+        try:
+            return status, int(code) if code else None
+        except ValueError:
+            continue
+    return None
 
 
 def signal_stop_exception(name: str, record_dir: Path) -> dict[str, str]:

@@ -128,6 +128,7 @@ def _import_process(proc: ProcessLogs, mode_dir: Path, options: ImportOptions, v
         "world_size": world,
         "role": "main" if mode_dir.parent.name != PROCS_DIR else "child",
         "argv": [],
+        "attempt": proc.attempt,
     }
     if stats.handler_errors:
         manifest.options["structured_log_errors"] = {"count": stats.handler_errors, "last": stats.handler_last_error}
@@ -144,7 +145,7 @@ def import_trace(options: ImportOptions) -> ImportResult:
         raise UnreadableInput(f"{not_logs[0]} is not a TORCH_TRACE log (--strict)")
     run_dir = _run_dir(options)
     versions = record_versions(None)  # torch's is read from the logs
-    world = len([p for p in processes if p.rank is not None]) or None
+    world = len({p.rank for p in processes if p.rank is not None}) or None
     meta = RunMeta(
         run_id=run_dir.name,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),

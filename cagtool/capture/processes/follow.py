@@ -41,10 +41,10 @@ from typing import Any
 
 from cagtool.capture.processes import launch_audit
 from cagtool.capture.observe.ddp_watch import DDPWatch
-from cagtool.capture.processes.identity import ROLE_CHILD, ROLE_MAIN, child_key, process_info, rank_from_env
+from cagtool.capture.processes.identity import ROLE_CHILD, ROLE_MAIN, attempt_from_env, child_key, process_info, rank_from_env
 from cagtool.capture.processes.lifeline import StopStacks
 from cagtool.record.manifest import ExceptionInfo, ModeManifest
-from cagtool.record.schema import GRAPHS_DIR, PROCS_DIR, STATUS_FAILED, STATUS_FINISHED, STATUS_RUNNING, TRACE_DIR, FindingEvent
+from cagtool.record.schema import GRAPHS_DIR, PROCS_DIR, STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED, STATUS_RUNNING, TRACE_DIR, FindingEvent
 
 FOLLOW_ENV = "CAGTOOL_FOLLOW"
 BOOTSTRAP_DIR = Path(__file__).resolve().with_name("bootstrap")
@@ -118,6 +118,9 @@ class ProcessRecord:
         self.closed = False
         self.exit_code: int | None = None
         self.exception: ExceptionInfo | None = None
+        # Set when a KeyboardInterrupt (SIGINT) went through the script, whatever caught it after:
+        # torch.multiprocessing.spawn's worker wrapper swallows it and the rank exits 0.
+        self.interrupted: ExceptionInfo | None = None
         self.ddp = self._new_ddp_watch()
         # A followed process stopped by SIGTERM/SIGHUP leaves its threads' stacks in its record
         # (lifeline.py): armed when the record is made, and again in a forked child.
@@ -164,7 +167,7 @@ class ProcessRecord:
         process["rank"], process["world_size"] = rank, world_size
         if self.role == ROLE_CHILD and self.key.startswith("pid"):
             old = Path(self.writer.mode_dir)
-            new = old.with_name(f"rank{rank}")
+            new = old.with_name(child_key(rank, attempt=attempt_from_env()))
             if not new.exists():
                 try:
                     os.rename(old, new)
@@ -187,7 +190,7 @@ class ProcessRecord:
         new_dir = self.config.procs_dir / key
         info = process_info(ROLE_CHILD, key, argv=list(self.manifest.process.get("argv") or sys.argv))
         # The rank variables in the environment are the parent's, not this process's.
-        info.update(rank=None, local_rank=None, world_size=None, forked_from=parent)
+        info.update(rank=None, local_rank=None, world_size=None, attempt=0, forked_from=parent)
         self.manifest.process = info
         self.manifest.status = STATUS_RUNNING
         self.manifest.started_at = _now()
@@ -239,6 +242,10 @@ class ProcessRecord:
         manifest.status = STATUS_FINISHED if code == 0 else STATUS_FAILED
         manifest.exit_code = code
         manifest.exception = self.exception
+        if self.interrupted is not None:
+            # A signal stopped the script: interrupted, whatever its launcher made of it.
+            manifest.status = STATUS_INTERRUPTED
+            manifest.exception = self.interrupted
         manifest.ended_at = _now()
         manifest.duration_s = time.perf_counter() - self.started
         manifest.peak_rss_bytes, manifest.peak_device_memory_bytes = peaks
@@ -267,9 +274,13 @@ class ProcessRecord:
         self._drop_if_empty()
 
     def _drop_if_empty(self) -> None:
-        """A process that recorded nothing (the launcher, a helper) leaves no record."""
+        """A process that recorded nothing (the launcher, a helper) leaves no record. A rank that
+        did not finish keeps it, empty or not: a restarted job's attempt that failed in its
+        rendezvous is part of what happened."""
         record_dir = Path(self.writer.mode_dir)
         if self.writer.events_written:
+            return
+        if self.manifest.process.get("rank") is not None and self.manifest.status != STATUS_FINISHED:
             return
         graphs, trace = record_dir / GRAPHS_DIR, record_dir / TRACE_DIR
         if (graphs.is_dir() and any(graphs.iterdir())) or (trace.is_dir() and any(trace.iterdir())):
@@ -294,8 +305,14 @@ def _install_process_hooks(config: FollowConfig) -> None:
 
 
 def _install_torch_hooks(record: ProcessRecord) -> None:
-    """Once torch is imported: DDP models and the process group's rank reach the record."""
+    """Once torch is imported: DDP models and the process group's rank reach the record, and an
+    mp.spawn rank's Ctrl-C is not lost."""
     from cagtool.capture.observe import ddp_watch
+
+    try:
+        _wrap_spawn_worker()
+    except Exception:  # noqa: BLE001 - torch without multiprocessing: nothing to wrap
+        pass
 
     ddp_watch.install(lambda model: _current.ddp.on_model(model) if _current is not None else None)
     try:
@@ -322,6 +339,61 @@ def _install_torch_hooks(record: ProcessRecord) -> None:
                 dist.init_process_group = init_process_group
     except Exception:  # noqa: BLE001 - a torch without distributed: nothing to name by rank
         pass
+
+
+def _note_interrupt(exc: BaseException, swallowed_by: str = "") -> None:
+    """The record of this process says it was interrupted by SIGINT, where the script was then,
+    and what its launcher did with the KeyboardInterrupt."""
+    if _current is None:
+        return
+    where = _script_frame(exc.__traceback__)
+    message = "interrupted by SIGINT (Ctrl-C)" + (f" in {where}" if where else "")
+    if swallowed_by:
+        message += f"; {swallowed_by} caught the KeyboardInterrupt and the process exited 0"
+    _current.interrupted = ExceptionInfo("KeyboardInterrupt", message)
+
+
+def _script_frame(tb: Any) -> str:
+    """`file:line (function)` of the innermost frame of the script's own code in a traceback."""
+    import traceback
+
+    try:
+        frames = traceback.extract_tb(tb)
+    except Exception:  # noqa: BLE001
+        return ""
+    for frame in reversed(frames):
+        name = frame.filename.replace(os.sep, "/")
+        if name.startswith("<") or any(part in name for part in ("/lib/python", "site-packages/", "dist-packages/", "cagtool/capture/")):
+            continue
+        return f"{frame.filename}:{frame.lineno} ({frame.name})"
+    return ""
+
+
+def _wrap_spawn_worker() -> None:
+    """torch.multiprocessing.spawn runs each rank's function under `_wrap`, which swallows a
+    KeyboardInterrupt (a Ctrl-C reaches every rank) and lets the rank exit 0: the record would
+    read as finished. The rank's function is wrapped to note the interrupt on its way through.
+    The worker resolves `_wrap` by name when it unpickles its process object, after torch's
+    import (when this runs), so the replacement is the one it calls; it keeps `_wrap`'s name, so a
+    process that spawns ranks itself still pickles it."""
+    spawn = sys.modules.get("torch.multiprocessing.spawn")
+    original = getattr(spawn, "_wrap", None)
+    if original is None or getattr(original, "_cagtool_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def _wrap(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        def noting(*fn_args: Any, **fn_kwargs: Any) -> Any:
+            try:
+                return fn(*fn_args, **fn_kwargs)
+            except KeyboardInterrupt as exc:
+                _note_interrupt(exc, "torch.multiprocessing.spawn")
+                raise
+
+        return original(noting, *args, **kwargs)
+
+    _wrap._cagtool_wrapped = True  # type: ignore[attr-defined]
+    spawn._wrap = _wrap  # type: ignore[union-attr]
 
 
 def attach_main(spec: Any, writer: Any, manifest: ModeManifest, steps: Any, observer: Any) -> ProcessRecord:
@@ -433,7 +505,7 @@ def _make_child_record(with_torch: bool) -> ProcessRecord | None:
     from cagtool.capture.versions import imported_torch_version, record_versions
     from cagtool.capture.writer import RecordWriter
 
-    key = child_key(rank_from_env())
+    key = child_key(rank_from_env(), attempt=attempt_from_env())
     record_dir = config.procs_dir / key
     if record_dir.exists():  # a stale directory of a reused pid, or a rank taken twice
         key = child_key(None)
@@ -497,6 +569,12 @@ def _setup_torch_in_child() -> None:
         _eager_randomness()
     observer = CaptureObserver(record.writer, steps, mode_setup.make_compiler(config.backend) if config.mode == "ca" else None)
     dynamo_taps.install(StructuredLogHandler(record.writer, steps))  # for the rest of the process
+    if config.torch_trace:
+        from cagtool.capture.observe.torch_logs import guard_trace_output
+
+        # As in the main process: a full disk stops this rank's trace with one line, not a
+        # logging traceback per structured record.
+        guard_trace_output(lambda stopped: setattr(record.manifest, "trace_stopped", stopped))
     steps.install()
     observer.install()
     record.steps, record.observer = steps, observer
@@ -526,13 +604,41 @@ def _wrap_exit_paths() -> None:
         original_exit(code)
 
     def excepthook(exc_type: Any, exc: Any, tb: Any) -> None:
-        if _current is not None and not issubclass(exc_type, SystemExit):
+        if _current is not None and issubclass(exc_type, KeyboardInterrupt):
+            # Python then ends the process by SIGINT, as a shell sees it: 130.
+            _current.exit_code = 130
+            if exc is not None:
+                _note_interrupt(exc)
+        elif _current is not None and not issubclass(exc_type, SystemExit):
             _current.exit_code = 1
             _current.exception = ExceptionInfo(exc_type.__name__, str(exc)[:2000])
         original_hook(exc_type, exc, tb)
 
     sys.exit = exit
     sys.excepthook = excepthook
+    _wrap_os_exit()
+
+
+def _wrap_os_exit() -> None:
+    """os._exit skips atexit: the record would stay "running" and read as SIGKILLed (a worker that
+    gives up with os._exit(1) is a failure its launcher sees as exit code 1). The record is closed
+    with that code first. multiprocessing's fork children leave this way after `_bootstrap` has
+    closed theirs already."""
+    original = os._exit
+    if getattr(original, "_cagtool_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def _exit(code: int) -> None:
+        if _current is not None and _current.role == ROLE_CHILD and not _current.closed:
+            try:
+                _current.close(code if isinstance(code, int) else 1)
+            except BaseException:  # noqa: BLE001 - the process must still exit, now
+                pass
+        original(code)
+
+    _exit._cagtool_wrapped = True  # type: ignore[attr-defined]
+    os._exit = _exit
 
 
 def _close_at_exit() -> None:
@@ -553,7 +659,7 @@ def start_in_child() -> None:
     _child_config = config
     from cagtool.capture.mode_setup import prepare_environment
 
-    prepare_environment(config.mode, config.procs_dir / child_key(rank_from_env()) if config.torch_trace else None)
+    prepare_environment(config.mode, config.procs_dir / child_key(rank_from_env(), attempt=attempt_from_env()) if config.torch_trace else None)
     _install_process_hooks(config)
     _wrap_exit_paths()
     atexit.register(_close_at_exit)

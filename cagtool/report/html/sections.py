@@ -140,7 +140,7 @@ def findings(run: RunRecord, explanations: dict[str, Explanation]) -> str:
 def ranks(run: RunRecord, focus: int | None) -> str:
     """Multi-rank runs: which rank the figures above are from, then per mode the ranks' table
     (as `summary` and `compare` print it) and their findings (divergence, missing or failed ranks)."""
-    from cagtool.report.ranks.analysis import analyze_ranks
+    from cagtool.report.ranks.analysis import agreement, analyze_ranks
     from cagtool.report.ranks.render import RANK_HEADER, rank_cells
 
     parts = []
@@ -156,7 +156,7 @@ def ranks(run: RunRecord, focus: int | None) -> str:
             parts.append(text("p", "other processes followed (no rank): " + ", ".join(analysis.other_processes), class_="note"))
         parts.append(bullet_list([f"rank finding: {f.message}" for f in analysis.findings], class_="problem"))
         if len(analysis.rows) > 1 and not analysis.diverge:
-            parts.append(text("p", "The ranks agree: same CA graphs and cache misses, same final norms.", class_="ok"))
+            parts.append(text("p", agreement(analysis)[0].upper() + agreement(analysis)[1:] + ".", class_="ok"))
     if not parts:
         return ""
     lead = f"A multi-rank run: the tables above, the recompiles and the graphs are rank {focus}'s records; the timeline shows every rank."

@@ -25,7 +25,6 @@ from cagtool.capture.status import restore_terminal
 from cagtool.capture.stdin_feed import ModeStdin, StdinFeed
 from cagtool.capture.target import Target
 from cagtool.capture.writer import write_json_atomic, write_run_meta
-from cagtool.errors import UsageError
 from cagtool.record.manifest import RunMeta
 from cagtool.record.liveness import signal_stop_exception, this_process
 from cagtool.record.schema import MANIFEST_FILE, MODES, STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED, STATUS_KILLED, STATUS_RUNNING

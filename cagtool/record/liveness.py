@@ -93,7 +93,7 @@ def read_dead_writer_as_killed(manifest: Any, record_dir: Path | None = None) ->
     start_ticks (process_info adds them); older records are judged by the pid alone only when it
     is certainly gone."""
     from cagtool.record.manifest import ExceptionInfo
-    from cagtool.record.schema import SIGNAL_STACKS_DIR, STATUS_INTERRUPTED, STATUS_KILLED, STATUS_RUNNING
+    from cagtool.record.schema import STATUS_INTERRUPTED, STATUS_KILLED, STATUS_RUNNING
 
     if manifest.status != STATUS_RUNNING or not process_gone(manifest.process):
         return

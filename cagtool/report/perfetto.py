@@ -32,7 +32,6 @@ from typing import Any
 
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import (
-    FIRST_STEP,
     BackwardEvent,
     CacheMissEvent,
     CACompileEvent,

@@ -251,6 +251,10 @@ def _record_mode(spec: ModeSpec) -> int:
     from cagtool.capture.seeding import script_reseeded, seed_all
 
     manifest.options["seed"] = seed_all(spec.seed)  # every mode alike, so their numerics compare
+    from cagtool.capture.target import patched_source_for
+
+    if (patched := patched_source_for(target)) is not None:
+        manifest.options["patched_source"] = patched  # the record says it ran a patched copy
     try:
         with live, depyf_ctx, mode_context(spec.mode, observer, spec.dynamic):
             run_target(target)

@@ -130,28 +130,55 @@ def _run_recompiles(options: RecompilesOptions, out: IO[str] | None, err: IO[str
 def _verify(record: "RunRecord", tables: list, explanations: list, options: RecompilesOptions, err: IO[str]):
     """--verify: the fixes for the verified mode's causes, applied by re-running the job."""
     from cagtool.errors import UsageError
-    from cagtool.verify.fixes import fixes_for, who_fixes
+    from cagtool.verify.fixes import fixes_for, patch_fix, who_fixes
+    from cagtool.verify.patches import patch_for
     from cagtool.verify.verification import estimate_seconds, verify
 
     mode = options.mode or ("ca" if "ca" in record.modes else next(iter(record.modes)))
     index = next((i for i, t in enumerate(tables) if t.mode == mode), 0)
     explanation = explanations[index]
     fixes = fixes_for(explanation, dynamic_already=bool((record.meta.options or {}).get("dynamic")))
+    configured = {n for f in fixes for n in f.causes}
+    patches = {}
+    for cause in explanation.causes:
+        if cause.number not in configured and (patch := patch_for(cause, *_script_of(record))) is not None:
+            patches[cause.number] = patch
+    fixes += [patch_fix(p) for p in patches.values() if p.applicable]
     if options.fix is not None:
         names = [f.name for f in fixes]
         fixes = [f for f in fixes if f.name == options.fix]
         if not fixes:
             raise UsageError(f"--fix {options.fix}: no such fix applies to this run's causes (applicable: {', '.join(names) or 'none'})")
     answered = {n for f in fixes for n in f.causes}
-    not_applied = [
-        {"cause": c.number, "code": c.code, "who": who_fixes(c), "why": "needs a change to the code; not applied automatically"}
-        for c in explanation.causes if c.number not in answered
-    ]
+    not_applied = []
+    for c in explanation.causes:
+        if c.number in answered:
+            continue
+        patch = patches.get(c.number)
+        if patch is not None and patch.applicable:
+            why = f"not verified: --fix {options.fix} asked for another fix"
+        elif patch is not None:
+            why = f"needs a change to the code; not applied: {patch.why_not}"
+        else:
+            why = "needs a change to the code; not applied automatically"
+        not_applied.append({"cause": c.number, "code": c.code, "who": who_fixes(c), "why": why,
+                            "patch": patch.to_dict() if patch is not None else None})
     estimate = estimate_seconds(record, mode, options.repeat, len(fixes))
     when = f"; estimated {estimate:.0f} s" if estimate is not None else ""
     print(f"cagtool: verifying {len(fixes)} fix{'es' if len(fixes) != 1 else ''} in mode {mode}: the baseline and each fix "
           f"{options.repeat} times, each its own process{when}", file=err, flush=True)
     return verify(record.path, mode, fixes, options.repeat, not_applied, progress=lambda line: print(f"cagtool: {line}", file=err, flush=True))
+
+
+def _script_of(record: "RunRecord") -> tuple[str | None, str | None]:
+    """The recorded job's script (a path to read) and its name as the record gives it; (None,
+    None) for a module job."""
+    import os
+
+    target = record.meta.target or {}
+    if target.get("kind") != "script":
+        return None, None
+    return os.path.join(record.meta.cwd or ".", target["name"]), target["name"]
 
 
 def recompiles(
@@ -163,7 +190,7 @@ def recompiles(
     rank: Optional[int] = typer.Option(None, "--rank", min=0, metavar="N", help="Multi-rank runs: rank N's recompiles (default: rank 0)."),
     verify: bool = typer.Option(False, "--verify", help="Re-run the job with each fix cagtool can apply (no edit of your script) and measure it: verified, no effect or harmful."),
     repeat: int = typer.Option(3, "--repeat", min=1, help="With --verify: runs of the baseline and of each fix, each its own process."),
-    fix: Optional[str] = typer.Option(None, "--fix", metavar="NAME", help="With --verify: only this fix (ca-dynamic, dynamic-sources)."),
+    fix: Optional[str] = typer.Option(None, "--fix", metavar="NAME", help="With --verify: only this fix (ca-dynamic, dynamic-sources, hook-before-loop)."),
 ) -> None:
     """Every recompile of a recorded run: why the backward (or a forward frame) was compiled again.
 

@@ -15,13 +15,15 @@ docs/torch-internals.md ("Fixes --verify applies"):
   ragged last batch, a sequence length per batch).
 
 A cause with no such fix (a hook added mid-run, the graph's structure changing per step, .grad
-None vs defined) needs a change to the code: `--verify` says so, with the explanation's own fix.
+None vs defined) needs a change to the code: patches.py shows it as a diff, and where the edit is
+local (a hook registered mid-run) `--verify` runs a patched copy of the script as one more fix.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cagtool.report.recompiles.explain import (
     CAUSE_DYNAMO_CA_GRAPH,
@@ -33,6 +35,9 @@ from cagtool.report.recompiles.explain import (
     Cause,
     Explanation,
 )
+
+if TYPE_CHECKING:
+    from cagtool.verify.patches import Patch
 
 # Who has to make a change, for each cause the explanation names.
 YOUR_CODE = "your code"
@@ -50,8 +55,11 @@ class Fix:
     run_flags: tuple[str, ...] = ()  # added to the re-run's `cagtool run`
     env: dict[str, str] = field(default_factory=dict)  # the re-run's environment
     who: str = RUN_CONFIG
+    patch: "Patch | None" = None  # a code change: the re-run runs a patched copy of the script
 
     def describe(self) -> str:
+        if self.patch is not None:
+            return f"{self.title} (a patched copy of {self.patch.file})"
         how = " ".join([*(f"{k}={v}" for k, v in self.env.items()), *(f"cagtool run {flag}" for flag in self.run_flags)])
         return f"{self.title} ({how})"
 
@@ -107,3 +115,8 @@ def fixes_for(explanation: Explanation, dynamic_already: bool = False) -> list[F
         fixes.append(Fix("dynamic-sources", f"Dynamo compiles {', '.join(sources)} dynamic from the start", tuple(frames),
                          env={"TORCH_COMPILE_DYNAMIC_SOURCES": ",".join(sources)}))
     return fixes
+
+
+def patch_fix(patch: "Patch") -> Fix:
+    """A patch cagtool can apply, as a fix `--verify` runs (on a copy of the script)."""
+    return Fix(patch.name, patch.title, patch.causes, who=patch.who, patch=patch)

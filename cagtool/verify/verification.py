@@ -14,6 +14,11 @@ torch's own and every figure can be checked with the other commands. The result
   (report.intervals; the repetitions are its units);
 - peak memory (RSS, or CUDA max allocated), and whether the losses and final norms agree.
 
+A fix that is a code change (verify/patches.py) is run the same way on a patched copy of the
+script, kept beside its re-run (`<run>/verify/<stamp>-<fix>-<script>`): the copy's code runs as
+the script would (same sys.argv, sys.path[0], `__file__`, cwd: capture/target.py), and the
+user's file is never written.
+
 Verdict: **verified** when the recompiles it targets went down and nothing got worse beyond the
 noise; **harmful** when the steady step got slower beyond the noise (by more than
 `HARMFUL_SLOWDOWN`), peak memory grew by more than `HARMFUL_MEMORY`, the numerics changed, or the
@@ -35,6 +40,7 @@ from cagtool.errors import UsageError
 from cagtool.record.loader import RunRecord, load_run
 from cagtool.report.compare.analysis import compare_runs, mode_fields
 from cagtool.report.verification import VERIFICATION_FILE, VERIFICATION_FORMAT
+from cagtool.capture.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV
 from cagtool.verify.fixes import Fix
 
 VERIFY_DIR = "verify"
@@ -82,6 +88,8 @@ class FixResult:
     speedup_low: float | None = None
     speedup_high: float | None = None
     numerics_agree: bool | None = None
+    patch: dict[str, Any] | None = None  # a code change: its diff (patches.Patch.to_dict)
+    patched_copy: str | None = None  # the copy of the script the re-run ran
 
 
 @dataclass
@@ -209,11 +217,21 @@ def verify(
     estimate = estimate_seconds(run, mode, repeat, len(fixes))
     result = Verification(str(run.path), mode, repeat, None, [], list(not_applied or []), estimate)
 
+    copies: dict[str, Path] = {}
+
     def record(name: str, fix: Fix | None) -> tuple[Path, float, int]:
         out = root / f"{stamp}-{name}"
         argv = rerun_argv(run, mode, repeat, out, fix)
         env = {**os.environ, **(fix.env if fix is not None else {})}
-        progress(f"{name}: {' '.join(argv[3:])}" + (f"  ({', '.join(f'{k}={v}' for k, v in fix.env.items())})" if fix and fix.env else ""))
+        said = f"  ({', '.join(f'{k}={v}' for k, v in fix.env.items())})" if fix and fix.env else ""
+        if fix is not None and fix.patch is not None and fix.patch.patched is not None:
+            script = Path(run.meta.cwd or ".", run.meta.target["name"])
+            copy = root / f"{stamp}-{name}-{script.name}"
+            copy.write_text(fix.patch.patched)
+            copies[name] = copy
+            env.update({PATCH_TARGET_ENV: str(script.resolve()), PATCHED_SOURCE_ENV: str(copy.resolve())})
+            said = f"  (runs the patched copy {copy} in place of {fix.patch.file}; your file is not changed)"
+        progress(f"{name}: {' '.join(argv[3:])}" + said)
         began = time.monotonic()
         # The job's own output is not the verification's: kept in files next to its record.
         root.mkdir(exist_ok=True)
@@ -234,7 +252,9 @@ def verify(
         path, wall, _code = record(fix.name, fix)
         if not (path / "run.json").exists():
             result.fixes.append(FixResult(fix.name, fix.title, fix.who, list(fix.causes), list(fix.run_flags), dict(fix.env), None, FAILED,
-                                          ["the re-run did not start: see its stderr file"]))
+                                          ["the re-run did not start: see its stderr file"],
+                                          patch=fix.patch.to_dict() if fix.patch is not None else None,
+                                          patched_copy=str(copies[fix.name]) if fix.name in copies else None))
             continue
         measured, fixed_record = _side(fix.name, path, mode, wall)
         change = next((c for c in compare_runs(base_record, fixed_record).changes if c.mode == mode), None)
@@ -242,10 +262,15 @@ def verify(
         numerics = [d for d in (change.numerics if change is not None else ()) if not d.inputs_differ]
         agree = all(d.agrees for d in numerics) if numerics else None
         verdict, reasons = judge(baseline, measured, speedup, agree)
+        ran_copy = all(r.manifest.options.get("patched_source") for n, r in fixed_record.modes.items() if n == mode or n.startswith(f"{mode}."))
+        if fix.patch is not None and not ran_copy:
+            verdict, reasons = FAILED, ["the re-run did not run the patched copy: nothing measured of the patch"]
         result.fixes.append(FixResult(
             fix.name, fix.title, fix.who, list(fix.causes), list(fix.run_flags), dict(fix.env), measured, verdict, reasons,
             speedup=speedup.ratio if speedup else None, speedup_low=speedup.low if speedup else None,
             speedup_high=speedup.high if speedup else None, numerics_agree=agree,
+            patch=fix.patch.to_dict() if fix.patch is not None else None,
+            patched_copy=str(copies[fix.name]) if fix.name in copies else None,
         ))
         progress(f"{fix.name}: {verdict} ({'; '.join(reasons)})")
     result.wall_s = time.monotonic() - started

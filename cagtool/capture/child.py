@@ -332,6 +332,10 @@ def _record_mode(spec: ModeSpec) -> int:
             manifest.options["losses_not_kept"] = steps.device.dropped_losses
         if handler.errors:
             manifest.options["structured_log_errors"] = {"count": handler.errors, "last": handler.last_error}
+        from cagtool.capture.observe.torch_logs import pgo_suggestion
+
+        if (suggestion := pgo_suggestion()) is not None:
+            manifest.options["pgo_suggestion"] = suggestion  # torch's own words, shown beside cagtool's
         manifest.options.update(observer.manifest_notes())
         writer.write_manifest()
         writer.close()

@@ -117,6 +117,9 @@ def _run_recompiles(options: RecompilesOptions, out: IO[str] | None, err: IO[str
         print_wrapped(console, note.line)
     if explanations is not None:
         ExplanationRenderer(console).render(explanations, run_label)
+        for table in tables:
+            if (said := pgo_suggestion(record, table.mode)) is not None:
+                print_wrapped(console, f"Torch's own words (its PGO, mode {table.mode}): {said}")
     else:
         RecompilesTableRenderer(console).render(tables, run_label)
     if verification is not None:
@@ -137,7 +140,7 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     mode = options.mode or ("ca" if "ca" in record.modes else next(iter(record.modes)))
     index = next((i for i, t in enumerate(tables) if t.mode == mode), 0)
     explanation = explanations[index]
-    fixes = fixes_for(explanation, dynamic_already=bool((record.meta.options or {}).get("dynamic")))
+    fixes = fixes_for(explanation, dynamic_already=bool((record.meta.options or {}).get("dynamic")), pgo_suggestion=pgo_suggestion(record, mode))
     configured = {n for f in fixes for n in f.causes}
     patches = {}
     for cause in explanation.causes:
@@ -168,6 +171,13 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     print(f"cagtool: verifying {len(fixes)} fix{'es' if len(fixes) != 1 else ''} in mode {mode}: the baseline and each fix "
           f"{options.repeat} times, each its own process{when}", file=err, flush=True)
     return verify(record.path, mode, fixes, options.repeat, not_applied, progress=lambda line: print(f"cagtool: {line}", file=err, flush=True))
+
+
+def pgo_suggestion(record: "RunRecord", mode: str) -> str | None:
+    """torch's profile-guided suggestion recorded for the mode (capture/observe/torch_logs.py), verbatim."""
+    found = record.modes.get(mode)
+    said = (found.manifest.options or {}).get("pgo_suggestion") if found is not None else None
+    return said if isinstance(said, str) else None
 
 
 def _script_of(record: "RunRecord") -> tuple[str | None, str | None]:

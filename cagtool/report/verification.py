@@ -53,6 +53,8 @@ def verification_lines(data: dict[str, Any]) -> list[str]:
         if patch:
             how = f"patch of {patch['file']}, line {patch['line']}"
         lines.append(f"  {fix['fix']} (cause {causes}): {fix['title']} [{how}] - {fix['who']}")
+        if fix.get("torch_says"):
+            lines.append(f"    torch's own suggestion (PGO): {fix['torch_says']}")
         if patch:
             lines += patch_lines(patch)
             if fix.get("patched_copy"):

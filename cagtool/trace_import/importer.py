@@ -142,6 +142,8 @@ def _import_process(proc: ProcessLogs, mode_dir: Path, options: ImportOptions, v
         "role": "main" if mode_dir.parent.name != PROCS_DIR else "child",
         "argv": [],
     }
+    if stats.pgo_suggestion:
+        manifest.options["pgo_suggestion"] = stats.pgo_suggestion
     if stats.handler_errors:
         manifest.options["structured_log_errors"] = {"count": stats.handler_errors, "last": stats.handler_last_error}
     writer.write_manifest()

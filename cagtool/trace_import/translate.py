@@ -19,7 +19,7 @@ from typing import Any
 
 from cagtool.capture.observe.ca_observer import parse_miss
 from cagtool.capture.observe.graph_dump import GraphSummary
-from cagtool.capture.observe.torch_logs import StructuredLogHandler
+from cagtool.capture.observe.torch_logs import PGO_CODE_STATE_ARTIFACTS, StructuredLogHandler
 from cagtool.capture.writer import RecordWriter
 from cagtool.record.schema import CacheMissEvent, CAGraphEvent, ChangedSize, Event
 from cagtool.trace_import.graph_code import parse_graph_code
@@ -28,7 +28,7 @@ from cagtool.trace_import.log_reader import Envelope
 
 # The envelopes an import reads; every other kind is only counted.
 WANTED_KINDS = frozenset({"compilation_metrics", "aot_backward_graph", "artifact", "compiled_autograd_graph", "chromium_event"})
-_ARTIFACTS = frozenset({"recompile_reasons", "dynamo_graph_break_reason", "compiled_autograd_compile_reasons", "torch_version"})
+_ARTIFACTS = frozenset({"recompile_reasons", "dynamo_graph_break_reason", "compiled_autograd_compile_reasons", "torch_version", *PGO_CODE_STATE_ARTIFACTS})
 _ID_PREFIX = re.compile(r"^!(\d+): ")
 _CA_SPAN = '"name": "compiled_autograd",'
 # Of the chromium events (a fifth of a log's envelopes) only compiled autograd's span is read.
@@ -77,6 +77,7 @@ class TranslationStats:
     last_ts: float | None = None
     handler_errors: int = 0
     handler_last_error: str = ""
+    pgo_suggestion: str | None = None  # torch's PGO suggestion from a logged code state
     unused_reasons: list[str] = field(default_factory=list)
 
 
@@ -144,6 +145,7 @@ class RankTranslator:
         self._flush_graph()
         self.stats.handler_errors = self.handler.errors
         self.stats.handler_last_error = self.handler.last_error
+        self.stats.pgo_suggestion = self.handler.pgo_suggestion
 
     # -- time -----------------------------------------------------------------------------------
     def _stamp(self, envelope: Envelope) -> None:

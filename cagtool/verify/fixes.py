@@ -56,6 +56,7 @@ class Fix:
     env: dict[str, str] = field(default_factory=dict)  # the re-run's environment
     who: str = RUN_CONFIG
     patch: "Patch | None" = None  # a code change: the re-run runs a patched copy of the script
+    torch_says: str | None = None  # torch's own suggestion for the same recompiles (its PGO), verbatim
 
     def describe(self) -> str:
         if self.patch is not None:
@@ -95,10 +96,12 @@ def who_fixes(cause: Cause) -> str:
     return YOUR_CODE
 
 
-def fixes_for(explanation: Explanation, dynamic_already: bool = False) -> list[Fix]:
+def fixes_for(explanation: Explanation, dynamic_already: bool = False, pgo_suggestion: str | None = None) -> list[Fix]:
     """The fixes --verify can apply for an explanation's causes (one per kind, answering every
     cause of that kind), in the explanation's order. `dynamic_already`: the run was recorded with
-    --dynamic, so `ca-dynamic` would change nothing."""
+    --dynamic, so `ca-dynamic` would change nothing. `pgo_suggestion`: torch's own suggestion
+    recorded for the run (capture/observe/torch_logs.py), carried verbatim by the fixes that
+    answer the same shape recompiles."""
     shapes = [c.number for c in explanation.causes if c.code in (CAUSE_SHAPES, CAUSE_DYNAMO_CA_GRAPH)]
     sources: list[str] = []
     frames: list[int] = []
@@ -110,10 +113,11 @@ def fixes_for(explanation: Explanation, dynamic_already: bool = False) -> list[F
                 sources += [s for s in found if s not in sources]
     fixes = []
     if shapes and not dynamic_already:
-        fixes.append(Fix("ca-dynamic", "compiled autograd's sizes start dynamic", tuple(shapes), run_flags=("--dynamic",)))
+        fixes.append(Fix("ca-dynamic", "compiled autograd's sizes start dynamic", tuple(shapes), run_flags=("--dynamic",),
+                         torch_says=pgo_suggestion))
     if sources:
         fixes.append(Fix("dynamic-sources", f"Dynamo compiles {', '.join(sources)} dynamic from the start", tuple(frames),
-                         env={"TORCH_COMPILE_DYNAMIC_SOURCES": ",".join(sources)}))
+                         env={"TORCH_COMPILE_DYNAMIC_SOURCES": ",".join(sources)}, torch_says=pgo_suggestion))
     return fixes
 
 

@@ -90,6 +90,7 @@ class FixResult:
     numerics_agree: bool | None = None
     patch: dict[str, Any] | None = None  # a code change: its diff (patches.Patch.to_dict)
     patched_copy: str | None = None  # the copy of the script the re-run ran
+    torch_says: str | None = None  # torch's own suggestion (its PGO), verbatim, beside cagtool's fix
 
 
 @dataclass
@@ -254,7 +255,7 @@ def verify(
             result.fixes.append(FixResult(fix.name, fix.title, fix.who, list(fix.causes), list(fix.run_flags), dict(fix.env), None, FAILED,
                                           ["the re-run did not start: see its stderr file"],
                                           patch=fix.patch.to_dict() if fix.patch is not None else None,
-                                          patched_copy=str(copies[fix.name]) if fix.name in copies else None))
+                                          patched_copy=str(copies[fix.name]) if fix.name in copies else None, torch_says=fix.torch_says))
             continue
         measured, fixed_record = _side(fix.name, path, mode, wall)
         change = next((c for c in compare_runs(base_record, fixed_record).changes if c.mode == mode), None)
@@ -270,7 +271,7 @@ def verify(
             speedup=speedup.ratio if speedup else None, speedup_low=speedup.low if speedup else None,
             speedup_high=speedup.high if speedup else None, numerics_agree=agree,
             patch=fix.patch.to_dict() if fix.patch is not None else None,
-            patched_copy=str(copies[fix.name]) if fix.name in copies else None,
+            patched_copy=str(copies[fix.name]) if fix.name in copies else None, torch_says=fix.torch_says,
         ))
         progress(f"{fix.name}: {verdict} ({'; '.join(reasons)})")
     result.wall_s = time.monotonic() - started

@@ -1,0 +1,122 @@
+"""Code fixes as patches (cagtool/verify/patches.py): the diff against the script's own lines, made
+only where the edit is local, and the patched copy run in the script's place with the script's
+own sys.argv, sys.path[0] and __file__ (capture/target.py). Pure: no torch job runs here."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+from cagtool.capture.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV, Target, patched_source_for, run_target
+from cagtool.report.recompiles.explain import CAUSE_DYNAMO_FRAME, CAUSE_HOOK, Cause
+from cagtool.verify.patches import patch_for
+
+MIDRUN = textwrap.dedent("""\
+    import torch
+
+    def main():
+        model = torch.nn.Linear(2, 1)
+        for step in range(5):
+            if step == 2:
+                model.weight.register_hook(lambda grad: grad.clamp(-1.0, 1.0))
+            model(torch.ones(1, 2)).sum().backward()
+
+    main()
+    """)
+
+
+def _hook_cause() -> Cause:
+    return Cause(CAUSE_HOOK, [], number=1)
+
+
+def test_a_hook_registered_mid_run_moves_before_the_loop(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(MIDRUN)
+    patch = patch_for(_hook_cause(), str(script), "train.py")
+    assert patch is not None and patch.applicable and patch.why_not is None
+    assert patch.name == "hook-before-loop" and patch.line == 6 and patch.who == "your code"
+    assert patch.diff.splitlines() == [
+        "--- a/train.py",
+        "+++ b/train.py",
+        "@@ -2,9 +2,8 @@",
+        " ",
+        " def main():",
+        "     model = torch.nn.Linear(2, 1)",
+        "+    model.weight.register_hook(lambda grad: grad.clamp(-1.0, 1.0))",
+        "     for step in range(5):",
+        "-        if step == 2:",
+        "-            model.weight.register_hook(lambda grad: grad.clamp(-1.0, 1.0))",
+        "         model(torch.ones(1, 2)).sum().backward()",
+        " ",
+        " main()",
+    ]
+    assert patch.patched is not None and "if step == 2" not in patch.patched
+    compile(patch.patched, "train.py", "exec")  # the copy is valid Python
+    assert script.read_text() == MIDRUN  # the user's file is never written
+
+
+def test_a_hook_that_needs_the_loops_values_is_not_moved_and_says_why(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(MIDRUN.replace("register_hook(lambda grad: grad.clamp(-1.0, 1.0))", "register_hook(lambda grad: grad * step)"))
+    patch = patch_for(_hook_cause(), str(script), "train.py")
+    assert patch is not None and not patch.applicable and patch.patched is None
+    assert patch.why_not == "the hook at line 7 uses `step`, assigned inside the loop: it does not exist before the loop"
+    assert [l for l in patch.diff.splitlines() if l.startswith("+ ")] == ["+    model.weight.register_hook(lambda grad: grad * step)"]  # still shown
+
+
+def test_an_if_with_an_else_or_other_work_is_not_moved(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(MIDRUN.replace("        model(torch.ones", "        else:\n            pass\n        model(torch.ones"))
+    patch = patch_for(_hook_cause(), str(script), "train.py")
+    assert not patch.applicable and patch.why_not.startswith("the `if` at line 6 has an `else`")
+    script.write_text(MIDRUN.replace("            model.weight.register_hook", "            print('clip on')\n            model.weight.register_hook"))
+    patch = patch_for(_hook_cause(), str(script), "train.py")
+    assert not patch.applicable and patch.why_not == "the `if` at line 6 does more than register hooks: only a registration can move"
+
+
+def test_no_registration_in_the_script_and_a_module_job_say_why(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import lib\nlib.train()\n")
+    patch = patch_for(_hook_cause(), str(script), "train.py")
+    assert not patch.applicable and "another file or by a library" in patch.why_not and patch.diff == ""
+    patch = patch_for(_hook_cause(), None, None)
+    assert not patch.applicable and "not a script file" in patch.why_not
+
+
+def test_a_cause_without_a_local_edit_has_no_patch_to_run():
+    patch = patch_for(Cause(CAUSE_DYNAMO_FRAME, [], number=2), "x.py", "x.py")
+    assert patch is not None and not patch.applicable and patch.diff == "" and "not a single local edit" in patch.why_not
+
+
+def test_the_patched_copy_runs_as_the_script(tmp_path, monkeypatch):
+    """The copy's code runs with the script's own sys.argv, sys.path[0] and __file__, so it imports
+    its neighbours and finds its files as the script does; only when the target is the script patched."""
+    here = tmp_path / "project"
+    here.mkdir()
+    (here / "neighbour.py").write_text("VALUE = 'from the script\\'s directory'\n")
+    script = here / "train.py"
+    script.write_text("raise SystemExit('the original ran')\n")
+    copy = tmp_path / "verify" / "copy-train.py"
+    copy.parent.mkdir()
+    out = tmp_path / "seen.txt"
+    copy.write_text(textwrap.dedent(f"""\
+        import sys, neighbour
+        open({str(out)!r}, "w").write("\\n".join([__file__, sys.path[0], sys.argv[0], neighbour.VALUE, __name__]))
+        """))
+    target = Target("script", str(script), ["--x"])
+    monkeypatch.setenv(PATCHED_SOURCE_ENV, str(copy))
+    monkeypatch.setenv(PATCH_TARGET_ENV, str(script))
+    assert patched_source_for(target) == str(copy)
+    assert patched_source_for(Target("script", str(copy), [])) is None  # another script the job starts runs itself
+    saved = (list(sys.argv), list(sys.path), sys.modules.get("__main__"))
+    try:
+        run_target(target)
+    finally:
+        sys.argv[:], sys.path[:] = saved[0], saved[1]
+        sys.modules["__main__"] = saved[2]
+        sys.modules.pop("neighbour", None)
+    assert out.read_text().splitlines() == [str(script), os.path.realpath(here), str(script), "from the script's directory", "__main__"]
+    monkeypatch.delenv(PATCHED_SOURCE_ENV)
+    assert patched_source_for(target) is None

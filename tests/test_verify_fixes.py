@@ -61,16 +61,28 @@ def test_dynamic_sizes_remove_the_shape_loops_ca_recompile(record_run, tmp_path)
 
 def test_dynamic_sources_remove_a_ragged_batchs_forward_recompile(record_run, tmp_path):
     """A DataLoader's ragged last batch: Dynamo's size guard on the forward's input fails once.
-    dynamic-sources (TORCH_COMPILE_DYNAMIC_SOURCES, the input named as torch names it) removes it."""
+    dynamic-sources (TORCH_COMPILE_DYNAMIC_SOURCES, the input named as torch names it) removes it.
+    The script also clears gradients with set_to_none=False (a .grad warm-up capture): the patch
+    zero-grad-to-none, run on a copy, removes that capture."""
     run = _copy(record_run, tmp_path, "ragged_batches.py")
     before = mode_metrics(load_run(run).modes["ca"])
-    proc, data = _verify(run, "--fix", "dynamic-sources")
+    proc, data = _verify(run, "--fix", "dynamic-sources,zero-grad-to-none")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    [fix] = data["verification"]["fixes"]
-    assert fix["fix"] == "dynamic-sources" and fix["env"] == {"TORCH_COMPILE_DYNAMIC_SOURCES": "L['args'][0]"}
-    assert data["verification"]["baseline"]["dynamo_recompiles"] == [before.dynamo_recompiles] == [2]
-    assert fix["measured"]["dynamo_recompiles"] == [1] and fix["verdict"] == "verified", fix["reasons"]
-    assert fix["who"].startswith("run configuration")
+    v = data["verification"]
+    sources, zero_grad = v["fixes"]
+    assert sources["fix"] == "dynamic-sources" and sources["env"] == {"TORCH_COMPILE_DYNAMIC_SOURCES": "L['args'][0]"}
+    assert v["baseline"]["dynamo_recompiles"] == [before.dynamo_recompiles] == [2]
+    assert sources["measured"]["dynamo_recompiles"] == [1] and sources["verdict"] == "verified", sources["reasons"]
+    assert sources["who"].startswith("run configuration")
+    assert zero_grad["fix"] == "zero-grad-to-none" and zero_grad["who"] == "your code"
+    assert "+            opt.zero_grad(set_to_none=True)\n" in zero_grad["patch"]["diff"]
+    # The warm-up capture is gone (3 CA graphs -> 2); the recompile count never counted it.
+    assert v["baseline"]["ca_graphs"] == [3] and zero_grad["measured"]["ca_graphs"] == [2]
+    assert v["baseline"]["ca_recompiles"] == zero_grad["measured"]["ca_recompiles"] == [1]
+    assert zero_grad["verdict"] == "verified" and zero_grad["numerics_agree"] is True, zero_grad["reasons"]
+    # The cause the other fix answers is named as not verified this time, not as needing code.
+    [skipped] = v["not_applied"]
+    assert skipped["code"] == "changed_shapes" and skipped["why"].startswith("not verified this time")
 
 
 def test_a_hook_added_mid_run_is_patched_on_a_copy_and_verified(record_run, tmp_path):

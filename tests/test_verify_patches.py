@@ -10,8 +10,9 @@ import textwrap
 from pathlib import Path
 
 from cagtool.capture.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV, Target, patched_source_for, run_target
-from cagtool.report.recompiles.explain import CAUSE_DYNAMO_FRAME, CAUSE_HOOK, Cause
+from cagtool.report.recompiles.explain import CAUSE_DYNAMO_FRAME, CAUSE_GRAD_DEFINED, CAUSE_HOOK, Cause
 from cagtool.verify.patches import patch_for
+from cagtool.verify.verification import HARMFUL, NO_EFFECT, VERIFIED, Side, judge
 
 MIDRUN = textwrap.dedent("""\
     import torch
@@ -120,3 +121,39 @@ def test_the_patched_copy_runs_as_the_script(tmp_path, monkeypatch):
     assert out.read_text().splitlines() == [str(script), os.path.realpath(here), str(script), "from the script's directory", "__main__"]
     monkeypatch.delenv(PATCHED_SOURCE_ENV)
     assert patched_source_for(target) is None
+
+
+ZERO_GRAD = textwrap.dedent("""\
+    for x in batches:
+        loss = model(x).sum()
+        opt.zero_grad(set_to_none=False)  # keep the buffers
+        loss.backward()
+    """)
+
+
+def test_zero_grad_set_to_none_false_becomes_true(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(ZERO_GRAD)
+    patch = patch_for(Cause(CAUSE_GRAD_DEFINED, [], number=2), str(script), "train.py")
+    assert patch.applicable and patch.name == "zero-grad-to-none" and patch.line == 3 and patch.causes == (2,)
+    assert [l for l in patch.diff.splitlines() if l[:1] in "+-" and l[:3] not in ("+++", "---")] == [
+        "-    opt.zero_grad(set_to_none=False)  # keep the buffers",
+        "+    opt.zero_grad(set_to_none=True)  # keep the buffers",
+    ]
+    script.write_text(ZERO_GRAD.replace("set_to_none=False", ""))
+    patch = patch_for(Cause(CAUSE_GRAD_DEFINED, [], number=2), str(script), "train.py")
+    assert not patch.applicable and patch.why_not.startswith("no zero_grad(set_to_none=False) in the script")
+
+
+def _side(ca: int, dynamo: int, graphs: int) -> Side:
+    return Side("x", "run", "finished", [ca], [dynamo], [graphs], None, None, None, 0, None, 1.0)
+
+
+def test_a_fix_that_removes_a_capture_the_recompile_count_leaves_out_is_verified():
+    """The .grad warm-up capture is not a counted recompile (gate's rule), but a fix that removes it
+    saves a capture: CA graphs 3 -> 2 with recompiles unchanged is verified, not no effect."""
+    verdict, reasons = judge(_side(1, 2, 3), _side(1, 2, 2), None, True)
+    assert (verdict, reasons) == (VERIFIED, ["recompiles unchanged (3)", "CA graphs 3 -> 2", "numerics unchanged"])
+    assert judge(_side(1, 2, 3), _side(1, 2, 3), None, True)[0] == NO_EFFECT
+    assert judge(_side(1, 2, 3), _side(1, 3, 2), None, True)[0] == HARMFUL  # more recompiles is harmful whatever the graphs
+    assert judge(_side(1, 2, 3), _side(0, 2, 2), None, False)[0] == HARMFUL  # numerics changed

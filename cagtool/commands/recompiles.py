@@ -147,19 +147,22 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
         if cause.number not in configured and (patch := patch_for(cause, *_script_of(record))) is not None:
             patches[cause.number] = patch
     fixes += [patch_fix(p) for p in patches.values() if p.applicable]
+    applicable = {n for f in fixes for n in f.causes}
     if options.fix is not None:
         names = [f.name for f in fixes]
-        fixes = [f for f in fixes if f.name == options.fix]
-        if not fixes:
+        wanted = [w.strip() for w in options.fix.split(",") if w.strip()]
+        unknown = [w for w in wanted if w not in names]
+        if unknown or not wanted:
             raise UsageError(f"--fix {options.fix}: no such fix applies to this run's causes (applicable: {', '.join(names) or 'none'})")
+        fixes = [f for f in fixes if f.name in wanted]
     answered = {n for f in fixes for n in f.causes}
     not_applied = []
     for c in explanation.causes:
         if c.number in answered:
             continue
         patch = patches.get(c.number)
-        if patch is not None and patch.applicable:
-            why = f"not verified: --fix {options.fix} asked for another fix"
+        if c.number in applicable:
+            why = f"not verified this time: --fix {options.fix} asked for another fix"
         elif patch is not None:
             why = f"needs a change to the code; not applied: {patch.why_not}"
         else:
@@ -202,7 +205,7 @@ def recompiles(
     rank: Optional[int] = typer.Option(None, "--rank", min=0, metavar="N", help="Multi-rank runs: rank N's recompiles (default: rank 0)."),
     verify: bool = typer.Option(False, "--verify", help="Re-run the job with each fix cagtool can apply (no edit of your script) and measure it: verified, no effect or harmful."),
     repeat: int = typer.Option(3, "--repeat", min=1, help="With --verify: runs of the baseline and of each fix, each its own process."),
-    fix: Optional[str] = typer.Option(None, "--fix", metavar="NAME", help="With --verify: only this fix (ca-dynamic, dynamic-sources, hook-before-loop)."),
+    fix: Optional[str] = typer.Option(None, "--fix", metavar="NAME[,NAME]", help="With --verify: only these fixes, comma-separated (ca-dynamic, dynamic-sources, hook-before-loop, zero-grad-to-none)."),
 ) -> None:
     """Every recompile of a recorded run: why the backward (or a forward frame) was compiled again.
 
@@ -231,7 +234,12 @@ def recompiles(
     the verified mode, --repeat times as a baseline and --repeat times with each fix cagtool can
     apply without editing the script (ca-dynamic: compiled autograd's sizes start dynamic;
     dynamic-sources: Dynamo compiles the inputs whose size guards failed dynamic from the start,
-    TORCH_COMPILE_DYNAMIC_SOURCES). Each fix gets before -> after for CA and Dynamo recompiles,
+    TORCH_COMPILE_DYNAMIC_SOURCES), and with each code change it can make safely, shown as a
+    diff against your script and run on a patched copy of it, never on the file itself
+    (hook-before-loop: a hook registered mid-run registered before the loop; zero-grad-to-none:
+    zero_grad(set_to_none=False) made True); a code change it cannot make is shown with why
+    not. A recompile torch's own PGO explains carries torch's suggestion verbatim.
+    Each fix gets before -> after for CA and Dynamo recompiles,
     compile time, time to first step, steady step time (with its 90% confidence interval), peak
     memory and numerics, and a verdict: verified, no effect or harmful. The re-runs are kept
     under RUN/verify/, the result in RUN/verification.json (summary and report show it).

@@ -2,8 +2,15 @@
 own lines, and, where the edit is local and its line is found, the patched text `--verify` runs
 in place of the script (never written over it: verification.py keeps it beside the re-run).
 
-One edit is made automatically, for the cause that is the most common and the most mechanical:
-a backward hook registered partway through training (`if step == N: p.register_hook(h)` inside
+Two edits are made automatically, the mechanical ones:
+
+`zero-grad-to-none`: .grad switching between None and a tensor, where the script clears
+gradients with `zero_grad(set_to_none=False)` (the first backward sees .grad None, every later
+one a zeroed tensor: AccumulateGrad's key changes once). The patch makes it `set_to_none=True`
+(torch's default), so every backward sees None. The optimizer then skips no parameter that has a
+gradient, so plain training gives the same numbers; the re-run's numerics check says so.
+
+`hook-before-loop`: a backward hook registered partway through training (`if step == N: p.register_hook(h)` inside
 the training loop). The patch moves the registration out of the loop, before it, so every
 backward has the same hooks and compiled autograd captures one graph. It is applied only when
 it is safe to move: the `if` has no `else`, its body is nothing but hook registrations, and none
@@ -145,9 +152,42 @@ def hook_patch(cause: Cause, script: str, display: str) -> Patch:
                  patched="".join(after) if why_not is None else None)
 
 
+def zero_grad_patch(cause: Cause, script: str, display: str) -> Patch:
+    """`zero_grad(set_to_none=False)` -> `set_to_none=True` (see the module docstring)."""
+    title = "clear gradients to None every step: zero_grad(set_to_none=True)"
+    try:
+        text = Path(script).read_text()
+        tree = ast.parse(text)
+    except (OSError, SyntaxError, ValueError) as exc:
+        return Patch("zero-grad-to-none", (cause.number,), title, display, None, "", False, f"cannot read the script: {exc}")
+    found = [
+        kw for call in ast.walk(tree)
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "zero_grad"
+        for kw in call.keywords
+        if kw.arg == "set_to_none" and isinstance(kw.value, ast.Constant) and kw.value.value is False
+    ]
+    if not found:
+        return Patch("zero-grad-to-none", (cause.number,), title, display, None, "", False,
+                     "no zero_grad(set_to_none=False) in the script: .grad is set another way (assigned, or by a library)")
+    lines = text.splitlines(keepends=True)
+    after = list(lines)
+    for kw in found:
+        if kw.lineno != kw.end_lineno:
+            return Patch("zero-grad-to-none", (cause.number,), title, display, kw.lineno, "", False,
+                         f"the set_to_none argument at line {kw.lineno} spans lines: not a one-line edit")
+        row = after[kw.lineno - 1]
+        value = kw.value
+        # Only the value changes; offsets are in UTF-8 bytes, as ast gives them.
+        raw = row.encode()
+        after[kw.lineno - 1] = (raw[: value.col_offset] + b"True" + raw[value.end_col_offset:]).decode()
+    first = min(kw.lineno for kw in found)
+    return Patch("zero-grad-to-none", (cause.number,), title, display, first, _diff(display, lines, after), True,
+                 patched="".join(after))
+
+
 _NOT_MECHANICAL = {
     CAUSE_STRUCTURE: "which ops to unify (a branch or a loop per step) is a design choice: no edit is made",
-    CAUSE_GRAD_DEFINED: "where .grad is cleared differently is not a single line: keep zero_grad(set_to_none=...) the same every step",
+    CAUSE_GRAD_DEFINED: "the job is not a script file cagtool can read (a module, or it moved)",
     CAUSE_DYNAMO_FRAME: "which Python value to pass as a tensor, or to keep constant, is not a single local edit",
 }
 
@@ -159,6 +199,8 @@ def patch_for(cause: Cause, script: str | None, display: str | None) -> Patch | 
             return Patch("hook-before-loop", (cause.number,), "register the hook once, before the training loop", display or "?",
                          None, "", False, "the job is not a script file cagtool can read (a module, or it moved)")
         return hook_patch(cause, script, display or script)
+    if cause.code == CAUSE_GRAD_DEFINED and script is not None and os.path.isfile(script):
+        return zero_grad_patch(cause, script, display or script)
     why = _NOT_MECHANICAL.get(cause.code)
     if why is None:
         return None

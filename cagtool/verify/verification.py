@@ -19,7 +19,8 @@ script, kept beside its re-run (`<run>/verify/<stamp>-<fix>-<script>`): the copy
 the script would (same sys.argv, sys.path[0], `__file__`, cwd: capture/target.py), and the
 user's file is never written.
 
-Verdict: **verified** when the recompiles it targets went down and nothing got worse beyond the
+Verdict: **verified** when the recompiles it targets went down (or, the recompile count the same,
+the CA graphs: the .grad warm-up capture that count leaves out) and nothing got worse beyond the
 noise; **harmful** when the steady step got slower beyond the noise (by more than
 `HARMFUL_SLOWDOWN`), peak memory grew by more than `HARMFUL_MEMORY`, the numerics changed, or the
 recompiles went up; else **no effect**.
@@ -156,6 +157,11 @@ def _total(side: Side) -> int | None:
     return max(values) if values else None
 
 
+def _most(values: list[int | None]) -> int | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
 def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None) -> tuple[str, list[str]]:
     """The verdict of one fix against the baseline, with the reasons, in words."""
     if fixed.status != "finished":
@@ -171,6 +177,12 @@ def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None
             harmful = True
         else:
             reasons.append(f"recompiles unchanged ({before})")
+    graphs_before, graphs_after = _most(baseline.ca_graphs), _most(fixed.ca_graphs)
+    fewer_graphs = graphs_before is not None and graphs_after is not None and graphs_after < graphs_before
+    if fewer_graphs and not (before is not None and after is not None and after < before):
+        # A capture the recompile count leaves out (AccumulateGrad's one-time .grad warm-up) is
+        # still a capture and a compile the fix removed.
+        reasons.append(f"CA graphs {graphs_before} -> {graphs_after}")
     if speedup is not None and speedup.ratio is not None and speedup.high is not None:
         if speedup.verdict == "slower" and speedup.high < 1.0 / (1.0 + HARMFUL_SLOWDOWN):
             reasons.append(f"steady step slower beyond the noise ({speedup.ratio:.2f}x, 90% CI {speedup.low:.2f}-{speedup.high:.2f}x)")
@@ -187,7 +199,7 @@ def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None
         reasons.append("numerics unchanged")
     if harmful:
         return HARMFUL, reasons
-    if before is not None and after is not None and after < before:
+    if (before is not None and after is not None and after < before) or (fewer_graphs and after is not None and before is not None and after <= before):
         return VERIFIED, reasons
     return NO_EFFECT, reasons
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import torch
 
-from cagtool.capture.observe.torch_logs import PGO_SUGGESTION_START, pgo_suggestion, pgo_suggestion_of
+from types import SimpleNamespace
+
+from cagtool.capture.observe.torch_logs import PGO_SUGGESTION_START, StructuredLogHandler, pgo_suggestion, pgo_suggestion_of
 
 TORCH_213_SUGGESTION = (
     "PGO detected a recompilation due to dynamic shapes. To reduce shape recompilations by compiling dynamically "
@@ -41,3 +43,7 @@ def test_the_suggestion_is_read_from_a_logged_code_state():
     assert pgo_suggestion_of(logged) == TORCH_213_SUGGESTION.replace("L['x']", "L['args'][0]")
     assert pgo_suggestion_of("hash(1)/x.py:1:f:\n  L['x']: tensor size=[4] stride=[1]") is None
     assert TORCH_213_SUGGESTION.startswith(PGO_SUGGESTION_START)
+    # As `cagtool import` hands it over from a TORCH_TRACE log.
+    handler = StructuredLogHandler(None, SimpleNamespace(current_step=None))  # type: ignore[arg-type]
+    handler.handle_structured({"artifact": {"name": "put_local_code_state", "encoding": "string"}}, logged)
+    assert handler.errors == 0 and handler.pgo_suggestion == TORCH_213_SUGGESTION.replace("L['x']", "L['args'][0]")

@@ -157,3 +157,16 @@ def test_a_fix_that_removes_a_capture_the_recompile_count_leaves_out_is_verified
     assert judge(_side(1, 2, 3), _side(1, 2, 3), None, True)[0] == NO_EFFECT
     assert judge(_side(1, 2, 3), _side(1, 3, 2), None, True)[0] == HARMFUL  # more recompiles is harmful whatever the graphs
     assert judge(_side(1, 2, 3), _side(0, 2, 2), None, False)[0] == HARMFUL  # numerics changed
+
+
+def test_a_multi_rank_job_is_measured_as_rank_0_saw_it(tmp_path):
+    """A DDP job's launching process trains nothing: the counts before and after are rank 0's,
+    the record `recompiles` explains by default, not the launcher's zeros."""
+    from report.ranks.rank_records import Cap, Rank, write_multi_rank_run
+
+    from cagtool.verify.verification import _side
+
+    caps = [Cap(0), Cap(2, node="MulBackward0", call=1, ops=("MulBackward0", "AddBackward0"))]
+    run = write_multi_rank_run(tmp_path / "ddp", {0: Rank(caps=caps), 1: Rank(caps=caps)})
+    side, _record = _side("baseline", run, "ca", 1.0)
+    assert side.ca_graphs == [2] and side.ca_recompiles == [1] and side.status == "finished"

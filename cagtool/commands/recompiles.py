@@ -146,6 +146,15 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     for cause in explanation.causes:
         if cause.number not in configured and (patch := patch_for(cause, *_script_of(record))) is not None:
             patches[cause.number] = patch
+    recorded = record.modes.get(mode)
+    if recorded is not None and recorded.processes:
+        # Worker processes (multiprocessing spawn, DDP ranks) re-import the script by its path:
+        # they would run the user's file, not the copy, and the measure would not be the patch's.
+        for patch in patches.values():
+            if patch.applicable:
+                patch.applicable, patch.patched = False, None
+                patch.why_not = ("the job's worker processes (DDP ranks, multiprocessing spawn) re-import the script by its path, "
+                                 "so they would run your file, not a patched copy: apply the diff and record again")
     fixes += [patch_fix(p) for p in patches.values() if p.applicable]
     applicable = {n for f in fixes for n in f.causes}
     if options.fix is not None:

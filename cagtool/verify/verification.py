@@ -133,7 +133,11 @@ def rerun_argv(run: RunRecord, mode: str, repeat: int, output: Path, fix: Fix | 
 
 
 def _side(name: str, path: Path, mode: str, wall_s: float) -> tuple[Side, RunRecord]:
-    record = load_run(path)
+    """One set of repetitions as measured; a multi-rank job (DDP) as rank 0 saw it, the record
+    `cagtool recompiles` explains by default (its launching process trains nothing)."""
+    from cagtool.report.ranks.analysis import focused_run
+
+    record, _rank = focused_run(load_run(path), None)
     reps = [r for n, r in record.modes.items() if n == mode or n.startswith(f"{mode}.")]
     from cagtool.report.compare.analysis import compare_modes
     from cagtool.report.metrics import mode_metrics

@@ -178,7 +178,7 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
             why = "needs a change to the code; not applied automatically"
         not_applied.append({"cause": c.number, "code": c.code, "who": who_fixes(c), "why": why,
                             "patch": patch.to_dict() if patch is not None else None})
-    estimate = estimate_seconds(record, mode, options.repeat, len(fixes))
+    estimate = estimate_seconds(record, mode, options.repeat, len(fixes)) if fixes else 0.0  # nothing re-runs without a fix
     when = f"; estimated {estimate:.0f} s" if estimate is not None else ""
     print(f"cagtool: verifying {len(fixes)} fix{'es' if len(fixes) != 1 else ''} in mode {mode}: the baseline and each fix "
           f"{options.repeat} times, each its own process{when}", file=err, flush=True)

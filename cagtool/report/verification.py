@@ -44,8 +44,10 @@ def patch_lines(patch: dict[str, Any]) -> list[str]:
 def verification_lines(data: dict[str, Any]) -> list[str]:
     base = data.get("baseline") or {}
     lines = [f"Fixes verified by re-running (mode {data['mode']}, {data['repeat']} runs of the baseline and of each fix):"]
-    if not data["fixes"]:
-        lines.append("  no fix cagtool can apply without editing the script answers these causes")
+    if not data["fixes"] and not data.get("not_applied"):
+        lines.append("  nothing to verify: the mode has no recompile cause")
+    elif not data["fixes"]:
+        lines.append("  no fix cagtool can apply (a run setting, or a local edit of the script) answers these causes")
     for fix in data["fixes"]:
         causes = ", ".join(f"#{n}" for n in fix["causes"])
         how = " ".join([*(f"{k}={val}" for k, val in fix["env"].items()), *(f"cagtool run {flag}" for flag in fix["run_flags"])])

@@ -257,7 +257,7 @@ def verify(
         return out, time.monotonic() - began, code
 
     if not fixes:  # nothing to apply: a baseline alone would prove nothing
-        result.wall_s = 0.0
+        result.wall_s = result.estimated_s = 0.0
         (run.path / VERIFICATION_FILE).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
         return result
     base_path, base_wall, base_code = record("baseline", None)

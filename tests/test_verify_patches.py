@@ -155,6 +155,8 @@ def test_a_fix_that_removes_a_capture_the_recompile_count_leaves_out_is_verified
     verdict, reasons = judge(_side(1, 2, 3), _side(1, 2, 2), None, True)
     assert (verdict, reasons) == (VERIFIED, ["recompiles unchanged (3)", "CA graphs 3 -> 2", "numerics unchanged"])
     assert judge(_side(1, 2, 3), _side(1, 2, 3), None, True)[0] == NO_EFFECT
+    # A CA recompile traded for a Dynamo recompile of the CA graph: one graph fewer, no work saved.
+    assert judge(_side(1, 0, 2), _side(0, 1, 1), None, True) == (NO_EFFECT, ["recompiles unchanged (1)", "numerics unchanged"])
     assert judge(_side(1, 2, 3), _side(1, 3, 2), None, True)[0] == HARMFUL  # more recompiles is harmful whatever the graphs
     assert judge(_side(1, 2, 3), _side(0, 2, 2), None, False)[0] == HARMFUL  # numerics changed
 

@@ -186,8 +186,12 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
 
 
 def pgo_suggestion(record: "RunRecord", mode: str) -> str | None:
-    """torch's profile-guided suggestion recorded for the mode (capture/observe/torch_logs.py), verbatim."""
+    """torch's profile-guided suggestion recorded for the mode (capture/observe/torch_logs.py),
+    verbatim; for a multi-rank mode, rank 0's."""
     found = record.modes.get(mode)
+    ranks = found.ranks() if found is not None else {}
+    if ranks:  # a multi-rank mode: rank 0's, the record `recompiles` explains
+        found = ranks[next(iter(ranks))]
     said = (found.manifest.options or {}).get("pgo_suggestion") if found is not None else None
     return said if isinstance(said, str) else None
 

@@ -257,6 +257,10 @@ class ProcessRecord:
             pass
         if "torch._dynamo" in sys.modules:
             manifest.torch_counters = _counters_minus(_counters(), self.counters_baseline)
+            from cagtool.capture.observe.torch_logs import pgo_suggestion
+
+            if (suggestion := pgo_suggestion()) is not None:  # never raises
+                manifest.options["pgo_suggestion"] = suggestion  # torch's own words, as the main record keeps them
         seed = manifest.options.get("seed")
         if isinstance(seed, dict) and "torch" in sys.modules:
             from cagtool.capture.seeding import script_reseeded

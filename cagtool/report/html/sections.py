@@ -351,6 +351,8 @@ def verification(data: dict) -> str:
         parts.append(table(("fix", "causes", "who", "CA recompiles", "Dynamo recompiles", "steady speed vs baseline (90% CI)", "verdict", "why"),
                            rows, classes="verify", cell_classes=marks))
     for fix in data.get("fixes", ()):
+        if fix.get("torch_says"):
+            parts.append(text("p", f"{fix['fix']}: torch's own suggestion (PGO), verbatim: {fix['torch_says']}", class_="note"))
         if fix.get("patch"):
             copy = f" Applied to a copy ({fix['patched_copy']}) run in place of the script; your file is unchanged." if fix.get("patched_copy") else ""
             parts.append(text("p", f"{fix['fix']}: {fix['patch']['title']} ({fix['patch']['file']}, line {fix['patch']['line']}).{copy}", class_="note"))

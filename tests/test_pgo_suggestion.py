@@ -9,7 +9,13 @@ import torch
 
 from types import SimpleNamespace
 
-from cagtool.capture.observe.torch_logs import PGO_SUGGESTION_START, StructuredLogHandler, pgo_suggestion, pgo_suggestion_of
+from cagtool.capture.observe.torch_logs import (
+    PGO_SUGGESTION_START,
+    StructuredLogHandler,
+    pgo_dynamic_sources,
+    pgo_suggestion,
+    pgo_suggestion_of,
+)
 
 TORCH_213_SUGGESTION = (
     "PGO detected a recompilation due to dynamic shapes. To reduce shape recompilations by compiling dynamically "
@@ -43,6 +49,7 @@ def test_the_suggestion_is_read_from_a_logged_code_state():
     assert pgo_suggestion_of(logged) == TORCH_213_SUGGESTION.replace("L['x']", "L['args'][0]")
     assert pgo_suggestion_of("hash(1)/x.py:1:f:\n  L['x']: tensor size=[4] stride=[1]") is None
     assert TORCH_213_SUGGESTION.startswith(PGO_SUGGESTION_START)
+    assert pgo_dynamic_sources(TORCH_213_SUGGESTION) == "L['x']"  # what the torch-pgo fix sets
     # As `cagtool import` hands it over from a TORCH_TRACE log.
     handler = StructuredLogHandler(None, SimpleNamespace(current_step=None))  # type: ignore[arg-type]
     handler.handle_structured({"artifact": {"name": "put_local_code_state", "encoding": "string"}}, logged)

@@ -33,18 +33,28 @@ def _copy(record_run, tmp_path: Path, script: str) -> Path:
 
 
 def test_dynamic_sizes_remove_the_shape_loops_ca_recompile(record_run, tmp_path):
-    """10/100/10 with the script's own CA flag: static first graph, one changed-shapes recompile.
-    ca-dynamic (cagtool run --dynamic, reaching the flag's own _enable) makes it 0."""
+    """10/100/10 with the script's own CA flag: static first graph, one changed-shapes recompile,
+    then Dynamo recompiles that graph's code for the next size. ca-dynamic (cagtool run --dynamic,
+    reaching the flag's own _enable) makes the CA recompile 0 and leaves Dynamo's; torch's own PGO
+    suggestion applied as it words it (torch-pgo: its sources, which name the CA graph's size
+    inputs, with --dynamic) removes both."""
     run = _copy(record_run, tmp_path, "shape_loop.py")
     proc, data = _verify(run)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "cagtool: verifying 1 fix in mode ca" in proc.stderr and "estimated" in proc.stderr
+    assert "cagtool: verifying 2 fixes in mode ca" in proc.stderr and "estimated" in proc.stderr
     v = data["verification"]
-    [fix] = v["fixes"]
+    fix, torch_pgo = v["fixes"]
     assert fix["fix"] == "ca-dynamic" and fix["run_flags"] == ["--dynamic"] and fix["causes"] == [1]
     assert fix["verdict"] == "verified", fix["reasons"]
     assert v["baseline"]["ca_recompiles"] == [1] and fix["measured"]["ca_recompiles"] == [0]
     assert v["baseline"]["ca_graphs"] == [2] and fix["measured"]["ca_graphs"] == [1]
+    assert v["baseline"]["dynamo_recompiles"] == [1] and fix["measured"]["dynamo_recompiles"] == [1]
+    said = load_run(run).modes["ca"].manifest.options["pgo_suggestion"]
+    assert torch_pgo["fix"] == "torch-pgo" and torch_pgo["torch_says"] == said and torch_pgo["run_flags"] == ["--dynamic"]
+    assert said.endswith(f'TORCH_COMPILE_DYNAMIC_SOURCES="{torch_pgo["env"]["TORCH_COMPILE_DYNAMIC_SOURCES"]}"')
+    assert "L['sizes'][0]" in torch_pgo["env"]["TORCH_COMPILE_DYNAMIC_SOURCES"]
+    assert (torch_pgo["measured"]["ca_recompiles"], torch_pgo["measured"]["dynamo_recompiles"]) == ([0], [0])
+    assert torch_pgo["verdict"] == "verified", torch_pgo["reasons"]
     # Torch's own counter in the re-run's record says the same.
     fixed = load_run(fix["measured"]["run"])
     assert fixed.modes["ca"].manifest.torch_counters["compiled_autograd"]["captures"] == 1

@@ -218,7 +218,7 @@ def recompiles(
     rank: Optional[int] = typer.Option(None, "--rank", min=0, metavar="N", help="Multi-rank runs: rank N's recompiles (default: rank 0)."),
     verify: bool = typer.Option(False, "--verify", help="Re-run the job with each fix cagtool can apply (no edit of your script) and measure it: verified, no effect or harmful."),
     repeat: int = typer.Option(3, "--repeat", min=1, help="With --verify: runs of the baseline and of each fix, each its own process."),
-    fix: Optional[str] = typer.Option(None, "--fix", metavar="NAME[,NAME]", help="With --verify: only these fixes, comma-separated (ca-dynamic, dynamic-sources, hook-before-loop, zero-grad-to-none)."),
+    fix: Optional[str] = typer.Option(None, "--fix", metavar="NAME[,NAME]", help="With --verify: only these fixes, comma-separated (ca-dynamic, dynamic-sources, torch-pgo, hook-before-loop, zero-grad-to-none)."),
 ) -> None:
     """Every recompile of a recorded run: why the backward (or a forward frame) was compiled again.
 
@@ -251,7 +251,8 @@ def recompiles(
     diff against your script and run on a patched copy of it, never on the file itself
     (hook-before-loop: a hook registered mid-run registered before the loop; zero-grad-to-none:
     zero_grad(set_to_none=False) made True); a code change it cannot make is shown with why
-    not. A recompile torch's own PGO explains carries torch's suggestion verbatim.
+    not. A recompile torch's own PGO explains carries torch's suggestion verbatim, and
+    torch-pgo verifies that suggestion applied as torch words it.
     Each fix gets before -> after for CA and Dynamo recompiles,
     compile time, time to first step, steady step time (with its 90% confidence interval), peak
     memory and numerics, and a verdict: verified, no effect or harmful. The re-runs are kept

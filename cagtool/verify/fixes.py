@@ -9,6 +9,10 @@ docs/torch-internals.md ("Fixes --verify applies"):
   every route that enables compiled autograd: cagtool's own `_enable`, the script's, and the
   config flag's, which otherwise starts static). Answers changed tensor shapes in the backward and
   Dynamo's size-guard recompiles of a CA graph.
+- `torch-pgo`: torch's own profile-guided suggestion, applied as torch words it (its
+  TORCH_COMPILE_DYNAMIC_SOURCES list, recorded at the end of the mode), with `cagtool run
+  --dynamic` when compiled autograd's sizes changed too. Answers the same causes as the two
+  others together; verifying it says whether torch's advice works on this job.
 - `dynamic-sources`: Dynamo treats the named inputs as dynamic from their first compile
   (`TORCH_COMPILE_DYNAMIC_SOURCES`, the setting torch's own profile-guided recompile messages
   suggest). Answers a forward frame recompiled because an input's size changed (a DataLoader's
@@ -25,6 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from cagtool.capture.observe.torch_logs import pgo_dynamic_sources
 from cagtool.report.recompiles.explain import (
     CAUSE_DYNAMO_CA_GRAPH,
     CAUSE_DYNAMO_FRAME,
@@ -114,6 +119,14 @@ def fixes_for(explanation: Explanation, dynamic_already: bool = False, pgo_sugge
     fixes = []
     if shapes and not dynamic_already:
         fixes.append(Fix("ca-dynamic", "compiled autograd's sizes start dynamic", tuple(shapes), run_flags=("--dynamic",),
+                         torch_says=pgo_suggestion))
+    torch_sources = pgo_dynamic_sources(pgo_suggestion) if pgo_suggestion else None
+    if torch_sources and (shapes or frames):
+        # Torch's own advice, applied as it words it: its list also names the compiled-autograd
+        # graph's size inputs (L['sizes'][i]), whose Dynamo recompile ca-dynamic alone leaves.
+        dynamic = ("--dynamic",) if shapes and not dynamic_already else ()
+        fixes.append(Fix("torch-pgo", "torch's own PGO suggestion, as it words it" + (", with compiled autograd's sizes dynamic" if dynamic else ""),
+                         tuple(sorted({*shapes, *frames})), run_flags=dynamic, env={"TORCH_COMPILE_DYNAMIC_SOURCES": torch_sources},
                          torch_says=pgo_suggestion))
     if sources:
         fixes.append(Fix("dynamic-sources", f"Dynamo compiles {', '.join(sources)} dynamic from the start", tuple(frames),

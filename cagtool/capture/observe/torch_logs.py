@@ -50,6 +50,15 @@ def pgo_suggestion_of(code_state_text: str) -> str | None:
     return code_state_text[start:].strip() if start >= 0 else None
 
 
+_PGO_SOURCES = re.compile(r'TORCH_COMPILE_DYNAMIC_SOURCES="(?P<sources>[^"]*)"')
+
+
+def pgo_dynamic_sources(suggestion: str) -> str | None:
+    """The value torch's suggestion sets TORCH_COMPILE_DYNAMIC_SOURCES to, as it wrote it."""
+    match = _PGO_SOURCES.search(suggestion)
+    return match.group("sources") if match and match.group("sources") else None
+
+
 def pgo_suggestion() -> str | None:
     """What torch's PGO would suggest for this process's recompiles so far, in its own words.
     torch logs it only when it writes a profile (a job id or a MAST job: `get_cache_key`), so it is

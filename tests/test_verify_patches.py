@@ -77,6 +77,14 @@ def test_an_if_with_an_else_or_other_work_is_not_moved(tmp_path):
     assert not patch.applicable and patch.why_not == "the `if` at line 6 does more than register hooks: only a registration can move"
 
 
+def test_a_hook_in_an_inner_loop_is_not_moved(tmp_path):
+    """Before the inner loop is still inside the outer one: the hook would be added every epoch."""
+    script = tmp_path / "train.py"
+    script.write_text(MIDRUN.replace("    for step in range(5):\n", "    for epoch in range(2):\n      for step in range(5):\n"))
+    patch = patch_for(_hook_cause(), str(script), "train.py")
+    assert not patch.applicable and patch.why_not.startswith("the loop at line 6 runs inside another loop")
+
+
 def test_no_registration_in_the_script_and_a_module_job_say_why(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("import lib\nlib.train()\n")

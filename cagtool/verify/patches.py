@@ -104,6 +104,17 @@ def _conditional_registrations(tree: ast.AST) -> list[tuple[ast.For | ast.While,
     return found
 
 
+def _inside_another_loop(tree: ast.AST, loop: ast.AST) -> bool:
+    """Whether a loop is nested in another loop of the same function (or module body)."""
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    node = parents.get(loop)
+    while node is not None and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+        if isinstance(node, (ast.For, ast.While, ast.AsyncFor)):
+            return True
+        node = parents.get(node)
+    return False
+
+
 def _diff(path: str, before: list[str], after: list[str]) -> str:
     return "".join(difflib.unified_diff(before, after, fromfile=f"a/{path}", tofile=f"b/{path}"))
 
@@ -129,7 +140,10 @@ def hook_patch(cause: Cause, script: str, display: str) -> Patch:
     lines = text.splitlines(keepends=True)
     first, last = branch.lineno, branch.end_lineno or branch.lineno
     why_not = None
-    if branch.orelse:
+    if _inside_another_loop(tree, loop):
+        why_not = (f"the loop at line {loop.lineno} runs inside another loop: registered before it, the hook would be "
+                   "added again on every pass of the outer loop")
+    elif branch.orelse:
         why_not = f"the `if` at line {first} has an `else`: moving it would change what the other branch does"
     elif not all(_is_hook_registration(s) for s in branch.body):
         why_not = f"the `if` at line {first} does more than register hooks: only a registration can move"

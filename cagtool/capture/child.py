@@ -224,6 +224,10 @@ def _record_mode(spec: ModeSpec) -> int:
     from cagtool.capture.seeding import script_reseeded, seed_all
 
     manifest.options["seed"] = seed_all(spec.seed)  # every mode alike, so their numerics compare
+    from cagtool.capture.target import patched_source_for
+
+    if (patched := patched_source_for(target)) is not None:
+        manifest.options["patched_source"] = patched  # the record says it ran a patched copy
     try:
         with live, depyf_ctx, mode_context(spec.mode, observer, spec.dynamic):
             run_target(target)
@@ -306,6 +310,10 @@ def _record_mode(spec: ModeSpec) -> int:
             manifest.options["losses_not_kept"] = steps.device.dropped_losses
         if handler.errors:
             manifest.options["structured_log_errors"] = {"count": handler.errors, "last": handler.last_error}
+        from cagtool.capture.observe.torch_logs import pgo_suggestion
+
+        if (suggestion := pgo_suggestion()) is not None:
+            manifest.options["pgo_suggestion"] = suggestion  # torch's own words, shown beside cagtool's
         manifest.options.update(observer.manifest_notes())
         writer.write_manifest()
         writer.close()

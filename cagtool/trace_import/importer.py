@@ -130,6 +130,8 @@ def _import_process(proc: ProcessLogs, mode_dir: Path, options: ImportOptions, v
         "argv": [],
         "attempt": proc.attempt,
     }
+    if stats.pgo_suggestion:
+        manifest.options["pgo_suggestion"] = stats.pgo_suggestion
     if stats.handler_errors:
         manifest.options["structured_log_errors"] = {"count": stats.handler_errors, "last": stats.handler_last_error}
     writer.write_manifest()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cagtool.capture.observe.graph_dump import GraphSummary
-from cagtool.capture.observe.torch_logs import USER_FRAME_KEY, StructuredLogHandler
+from cagtool.capture.observe.torch_logs import PGO_CODE_STATE_ARTIFACTS, USER_FRAME_KEY, StructuredLogHandler
 from cagtool.capture.writer import RecordWriter
 from cagtool.record.schema import CacheMissEvent, CAGraphEvent, ChangedSize, Event, SourceRef
 from cagtool.torch_text import compile_id_of, looks_like_user_file, parse_miss, split_ca_reason
@@ -31,7 +31,7 @@ from cagtool.trace_import.log_reader import Envelope
 WANTED_KINDS = frozenset(
     {"compilation_metrics", "aot_backward_graph", "artifact", "compiled_autograd_graph", "chromium_event", "str", "dynamo_start"}
 )
-_ARTIFACTS = frozenset({"recompile_reasons", "dynamo_graph_break_reason", "compiled_autograd_compile_reasons", "torch_version"})
+_ARTIFACTS = frozenset({"recompile_reasons", "dynamo_graph_break_reason", "compiled_autograd_compile_reasons", "torch_version", *PGO_CODE_STATE_ARTIFACTS})
 _CA_SPAN = '"name": "compiled_autograd",'
 # Of the chromium events (a fifth of a log's envelopes) only compiled autograd's span is read.
 PEEK = {"chromium_event": _CA_SPAN.encode()}
@@ -79,6 +79,7 @@ class TranslationStats:
     last_ts: float | None = None
     handler_errors: int = 0
     handler_last_error: str = ""
+    pgo_suggestion: str | None = None  # torch's PGO suggestion from a logged code state
     unused_reasons: list[str] = field(default_factory=list)
 
 
@@ -160,6 +161,7 @@ class RankTranslator:
         self._flush_graph()
         self.stats.handler_errors = self.handler.errors
         self.stats.handler_last_error = self.handler.last_error
+        self.stats.pgo_suggestion = self.handler.pgo_suggestion
 
     # -- the user's line behind a recompile ------------------------------------------------------
     def _string(self, envelope: Envelope) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import re
 from typing import Any, Callable
 
 from typing import TYPE_CHECKING
@@ -29,6 +30,46 @@ USER_FRAME_KEY = "cagtool_user_frame"
 _US = 1e-6
 
 
+# torch's profile-guided (PGO) suggestion after a shape recompile, in its own words: the tail that
+# `render_code_state` (torch/_dynamo/pgo.py) adds to the code state it logs, e.g.
+#   PGO detected a recompilation due to dynamic shapes. To reduce shape recompilations by compiling
+#   dynamically to start, set environment variable TORCH_COMPILE_DYNAMIC_SOURCES="L['args'][0]"
+PGO_SUGGESTION_START = "PGO detected a recompilation due to dynamic shapes."
+# The structured artifacts whose payload is that rendered code state.
+PGO_CODE_STATE_ARTIFACTS = frozenset({
+    "put_local_code_state", "put_remote_code_state", "get_local_code_state", "get_remote_code_state", "get_extra_remote_code_state",
+})
+
+
+def pgo_suggestion_of(code_state_text: str) -> str | None:
+    """torch's suggestion, verbatim, from a rendered code state; None when it makes none."""
+    start = code_state_text.find(PGO_SUGGESTION_START)
+    return code_state_text[start:].strip() if start >= 0 else None
+
+
+_PGO_SOURCES = re.compile(r'TORCH_COMPILE_DYNAMIC_SOURCES="(?P<sources>[^"]*)"')
+
+
+def pgo_dynamic_sources(suggestion: str) -> str | None:
+    """The value torch's suggestion sets TORCH_COMPILE_DYNAMIC_SOURCES to, as it wrote it."""
+    match = _PGO_SOURCES.search(suggestion)
+    return match.group("sources") if match and match.group("sources") else None
+
+
+def pgo_suggestion() -> str | None:
+    """What torch's PGO would suggest for this process's recompiles so far, in its own words.
+    torch logs it only when it writes a profile (a job id or a MAST job: `get_cache_key`), so it is
+    asked for here, at the end of the mode: `render_code_state` on the code state Dynamo kept
+    (`_CODE_STATE`), which only reads it. None when Dynamo never compiled or nothing went dynamic."""
+    try:
+        from torch._dynamo import pgo
+
+        state = getattr(pgo, "_CODE_STATE", None)
+        return pgo_suggestion_of(pgo.render_code_state(state)) if state else None
+    except Exception:  # noqa: BLE001 - a torch without it, or a changed layout: nothing to say
+        return None
+
+
 def _seconds(value: Any, scale: float = 1.0) -> float | None:
     return float(value) * scale if isinstance(value, (int, float)) else None
 
@@ -40,6 +81,7 @@ class StructuredLogHandler(logging.Handler):
         self.steps = steps
         self.errors = 0  # records that could not be turned into events (kept in the manifest)
         self.last_error = ""
+        self.pgo_suggestion: str | None = None  # torch's, from a logged code state (a TORCH_TRACE log)
 
     def emit(self, record: logging.LogRecord) -> None:
         metadata = getattr(record, "metadata", None)
@@ -80,6 +122,8 @@ class StructuredLogHandler(logging.Handler):
                 )
             elif name == "dynamo_graph_break_reason" and payload:
                 self._graph_break(compile_id_of(metadata), payload, step)
+            elif name in PGO_CODE_STATE_ARTIFACTS and payload:
+                self.pgo_suggestion = pgo_suggestion_of(payload) or self.pgo_suggestion
 
     def _compile(self, m: dict[str, Any], step: int | None) -> None:
         cid = str(m.get("compile_id") or "?")

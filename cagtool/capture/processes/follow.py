@@ -255,6 +255,10 @@ class ProcessRecord:
             pass
         if "torch._dynamo" in sys.modules:
             manifest.torch_counters = counter_delta(self.counters_baseline, counter_snapshot())
+            from cagtool.capture.observe.torch_logs import pgo_suggestion
+
+            if (suggestion := pgo_suggestion()) is not None:  # never raises
+                manifest.options["pgo_suggestion"] = suggestion  # torch's own words, as the main record keeps them
         seed = manifest.options.get("seed")
         if isinstance(seed, dict) and "torch" in sys.modules:
             from cagtool.capture.seeding import script_reseeded

@@ -368,10 +368,19 @@ def verification(data: dict) -> str:
                      step, fix["verdict"].upper(), "; ".join(fix["reasons"])))
         marks[(i, 6)] = "ok" if fix["verdict"] == "verified" else "problem"
     parts = [text("p", f"Mode {data['mode']}: the job re-run {data['repeat']} times as a baseline and {data['repeat']} times with each fix "
-                  "(no edit of the script); counts are torch's own in every re-run.", class_="note")]
+                  "(a code fix runs on a patched copy, never on the script); counts are torch's own in every re-run.", class_="note")]
     if rows:
         parts.append(table(("fix", "causes", "who", "CA recompiles", "Dynamo recompiles", "steady speed vs baseline (90% CI)", "verdict", "why"),
                            rows, classes="verify", cell_classes=marks))
+    for fix in data.get("fixes", ()):
+        if fix.get("torch_says"):
+            parts.append(text("p", f"{fix['fix']}: torch's own suggestion (PGO), verbatim: {fix['torch_says']}", class_="note"))
+        if fix.get("patch"):
+            copy = f" Applied to a copy ({fix['patched_copy']}) run in place of the script; your file is unchanged." if fix.get("patched_copy") else ""
+            parts.append(text("p", f"{fix['fix']}: {fix['patch']['title']} ({fix['patch']['file']}, line {fix['patch']['line']}).{copy}", class_="note"))
+            parts.append(text("pre", fix["patch"]["diff"], class_="patch"))
     for item in data.get("not_applied", ()):
         parts.append(text("p", f"cause #{item['cause']} ({item['code']}): {item['why']} ({item['who']})", class_="note"))
+        if (item.get("patch") or {}).get("diff"):
+            parts.append(text("pre", item["patch"]["diff"], class_="patch"))
     return tag("section", text("h2", "Fixes verified by re-running") + "".join(parts), id="verify")

@@ -117,7 +117,7 @@ def batch_count(n: int, tau: float = 1.0) -> int:
     k = min(MAX_BATCHES, math.isqrt(n))
     if tau > 1.0:
         k = min(k, int(n // (BATCH_TAUS * tau)))
-        if n < MIN_STEPS_PER_TAU * tau:
+        if tau >= SUSPECT_TAU and n < MIN_STEPS_PER_TAU * tau:
             # Too short a series to know its own autocorrelation: a phase longer than the run
             # looks, from inside it, like a short one (the estimate is biased low), and batches cut
             # by it would all see one phase. Two units: no verdict, a request for more evidence.
@@ -128,6 +128,9 @@ def batch_count(n: int, tau: float = 1.0) -> int:
 # The autocorrelation time read from fewer steps than this many times itself is not trusted
 # (Sokal's rule of thumb for the estimate, from MCMC practice).
 MIN_STEPS_PER_TAU = 50.0
+# ...for a time this long or longer: independent steps read 1 to about 1.5 from a few dozen steps,
+# and a short run of them must still get its verdict (a step time 8 times its baseline's fails).
+SUSPECT_TAU = 2.0
 # A batch this many integrated autocorrelation times long has statistics about independent of its
 # neighbours' (the lag-1 correlation of AR(1) batch means is about tau / (2 * length)).
 BATCH_TAUS = 3.0
@@ -338,21 +341,15 @@ class RatioInterval:
         """How many times the present units a side would need for the resolution to be `wanted`
         (log-distance); se shrinks as 1/sqrt(units). inf when unmeasured."""
         if self.measured and not self.bounded:
-            # Too few units for the rank interval: at least three a side, and the power then.
-            fewest = max(1, min(self.units))
-            return max(MIN_RANK_UNITS / fewest, _welch_factor(self, wanted, power) * MIN_RANK_UNITS / fewest)
+            # Too few units for the rank interval (a series too short for its own autocorrelation):
+            # more steps of the same run may not help; repetitions do.
+            return math.inf
         have = self.resolution(power)
         if not math.isfinite(have):
             return math.inf
         if have <= wanted:
             return 1.0
         return (have / wanted) ** 2
-
-
-def _welch_factor(interval: RatioInterval, wanted: float, power: float) -> float:
-    alpha = 1.0 - interval.confidence
-    have = (t_quantile(1.0 - alpha / 2.0, interval.df) + t_quantile(power, interval.df)) * interval.se * _sd_upper_factor(interval.df)
-    return 1.0 if have <= wanted else (have / wanted) ** 2
 
 
 # A distribution-free interval at 90% needs three units a side (3 against 3: the extreme pairwise

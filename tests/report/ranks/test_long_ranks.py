@@ -72,10 +72,11 @@ def test_the_trace_aggregates_steps_and_keeps_every_marked_one(long_run, monkeyp
         merged = [e for e in spans if e["args"].get("aggregated")]
         info = aggregated["processes"][label]
         assert len(single) <= 300 and info["aggregated_spans"] == len(merged)
-        assert {c for c in CAPTURES if c} <= {e["args"]["step"] for e in single}  # step 0 has no start: no span, as before
-        # Every timed step is in exactly one span: drawn alone or counted in a stretch.
-        assert len(single) + sum(e["args"]["steps"] for e in merged) == STEPS - 1
-        assert info["steps"] == STEPS and info["steps_drawn"] == len(single) + 1
+        assert {c for c in CAPTURES if c} <= {e["args"]["step"] for e in single}
+        # Every step is in exactly one span, the first (timed from its first compile) included:
+        # drawn alone or counted in a stretch.
+        assert len(single) + sum(e["args"]["steps"] for e in merged) == STEPS
+        assert info["steps"] == STEPS and info["steps_drawn"] == len(single)
         backward = [e for e in doc["traceEvents"] if e["pid"] == pid and e["ph"] == "X" and e["cat"] == "backward"]
         assert len(backward) + info["backward_spans_left_out"] == STEPS
     json.dumps(doc, allow_nan=False)

@@ -22,19 +22,18 @@ if TYPE_CHECKING:
 
 def events_frame(record: ModeRecord, kind: str) -> "pd.DataFrame":
     """Every event of one kind, one row each, columns as in events.jsonl (nested records as dicts)."""
-    import dataclasses
-
+    import msgspec
     import pandas as pd
 
     if kind not in EVENT_TYPES:
         raise ValueError(f"unknown event kind {kind!r}; kinds: {', '.join(sorted(EVENT_TYPES))}")
     cls = EVENT_TYPES[kind]
     rows = [
-        {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v) for k, v in event_to_dict(e).items()}
+        event_to_dict(e)
         for e in record.events
         if isinstance(e, cls)
     ]
-    columns = ["kind"] + [f.name for f in dataclasses.fields(cls)]
+    columns = ["kind"] + [f.name for f in msgspec.structs.fields(cls)]
     return pd.DataFrame(rows, columns=columns)
 
 

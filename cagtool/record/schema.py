@@ -404,7 +404,7 @@ def decode_event(line: str | bytes) -> Event:
     """One line as its typed event. Raises `msgspec.ValidationError` for a line of a known kind
     whose fields are missing or of the wrong type (the message names the field, e.g. "Expected
     `int`, got `str` - at `$.step`") and for an unknown kind ("Invalid value 'x' - at `$.kind`"),
-    `msgspec.DecodeError` for text that is not JSON to msgspec (see `decode_value` for NaN)."""
+    `msgspec.DecodeError` for text that is not JSON to msgspec (NaN and Infinity, json's spelling: `event_from_value`)."""
     return _LINE_DECODER.decode(line)
 
 

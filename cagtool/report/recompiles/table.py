@@ -7,11 +7,12 @@ table types; Dynamo's rows and recompile-limit hits; the filtered load; the tabl
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from cagtool.record.loader import ModeRecord, RunRecord, load_run
 from cagtool.record.schema import (
@@ -306,7 +307,7 @@ def limit_hits(record: ModeRecord, compiles: list[DynamoCompileEvent]) -> list[L
         seen.add(event.compile_id)
         earlier = named.get(_frame_key(event.compile_id))
         if not event.co_name and earlier is not None:
-            event = dataclasses.replace(
+            event = msgspec.structs.replace(
                 event, co_name=earlier.co_name, co_filename=earlier.co_filename, co_firstlineno=earlier.co_firstlineno
             )
         hits.append(

@@ -441,15 +441,29 @@ def event_line(event: Event) -> str:
     which would read back as "no value" (a diverged loss as a missing one); the rare event holding
     one is written by `json`, as NaN / Infinity, which the loader reads back."""
     data = _ENCODER.encode(event)
-    if b"null" in data and not _finite(event):
+    if b"null" in data and not _finite_event(event):
         import json
 
         return json.dumps(msgspec.to_builtins(event), ensure_ascii=False, allow_nan=True) + "\n"
     return msgspec.json.format(data, indent=0).decode() + "\n"
 
 
+_NO_FLOAT = (int, str, bool, type(None))
+_FLOAT_FIELDS: dict[type, tuple[str, ...]] = {}  # per event class: the fields that may hold a float
+
+
+def _finite_event(event: Event) -> bool:
+    cls = type(event)
+    names = _FLOAT_FIELDS.get(cls)
+    if names is None:
+        names = _FLOAT_FIELDS[cls] = tuple(
+            f.name for f in msgspec.structs.fields(cls) if not (f.type in _NO_FLOAT or all(arg in _NO_FLOAT for arg in getattr(f.type, "__args__", (float,))))
+        )
+    return all(_finite(getattr(event, name)) for name in names)
+
+
 def _finite(value: Any) -> bool:
-    """Whether no float in `value` (an event, a nested record, a list or dict of them) is NaN or infinite."""
+    """Whether no float in `value` (a field's value: a number, a nested record, a list or dict) is NaN or infinite."""
     kind = value.__class__
     if kind is float:
         return value - value == 0.0
@@ -457,8 +471,6 @@ def _finite(value: Any) -> bool:
         return all(_finite(v) for v in value)
     if kind is dict:
         return all(_finite(v) for v in value.values())
-    if isinstance(value, Struct):
-        return all(_finite(getattr(value, name)) for name in value.__struct_fields__)
     if hasattr(value, "__dataclass_fields__"):  # a nested record
         return all(_finite(getattr(value, name)) for name in value.__dataclass_fields__)
     return True

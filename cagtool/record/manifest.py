@@ -31,10 +31,7 @@ class ModeOptions(TypedDict, total=False):
     depyf: bool
     torch_trace: bool
     followed: bool  # a process the target started, recorded by cagtool's follower
-    backend: str  # the Python API's backend
-    dynamic: bool
     python_api: bool  # recorded through cagtool.api, not `cagtool run`
-    reset: bool
     imported: bool  # built by `cagtool import` (trace_import/importer.py)
     # set while it runs or when it ends
     seed: dict[str, Any]  # capture/seeding.py: {"seed", "seeded", "script_reseeded"}
@@ -68,6 +65,8 @@ class RunOptions(TypedDict, total=False):
     parity_every: int | None
     parity: bool
     user: str
+    python_api: bool  # recorded through cagtool.api (with backend, dynamic and reset)
+    reset: bool
     imported: bool
     source: str
     processes: list[str]

@@ -87,5 +87,6 @@ def test_a_damaged_line_is_refused_naming_the_field(line, names):
 
 def test_an_unknown_kind_is_none_from_a_value_and_an_error_from_a_line():
     assert event_from_value({"kind": "from_the_future", "seq": 1}) is None
+    assert event_from_value({"kind": ["not", "a", "name"], "seq": 1}) is None
     with pytest.raises(msgspec.ValidationError):
         decode_event('{"kind": "from_the_future", "seq": 1, "t": 0}')

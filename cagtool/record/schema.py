@@ -420,7 +420,8 @@ def decode_events(lines: list[str]) -> list[Event] | None:
 def event_from_value(value: Any) -> Event | None:
     """A decoded JSON object (as `json.loads` gives it: NaN and Infinity included) as its typed
     event, validated as a line is; None for an unknown kind. Raises `msgspec.ValidationError`."""
-    if not isinstance(value, dict) or value.get("kind") not in EVENT_TYPES:
+    kind = value.get("kind") if isinstance(value, dict) else None
+    if not isinstance(kind, str) or kind not in EVENT_TYPES:
         return None
     return msgspec.convert(value, AnyEvent)
 

@@ -122,3 +122,10 @@ def test_the_kinds_filter_keeps_and_numbers_exactly_the_lines_the_per_line_test_
             elif one.strip():
                 expected_entries.append((number, one))
         assert (counts, entries) == (expected_counts, expected_entries), (trial, text)
+
+
+def test_a_line_holding_two_objects_is_one_bad_line_not_two_events(tmp_path):
+    lines = [line(e) for e in EVENTS]
+    lines.insert(1, line(EVENTS[1]) + ", " + line(EVENTS[2]))  # decoded together, these would be two events
+    record = load_mode(write_mode(tmp_path / "ca", lines))
+    assert record.events == EVENTS and record.skipped_lines == 1

@@ -459,7 +459,7 @@ def _decode_events(entries: list[tuple[int, str]], shaped: bool | None = None) -
         shaped = all(text.lstrip().startswith("{") and text.rstrip().endswith("}") for _, text in entries)
     if entries and shaped:
         events = decode_events([text for _, text in entries])
-        if events is not None:
+        if events is not None and len(events) == len(entries):  # not so for a line holding two objects
             yield from zip((number for number, _ in entries), events)
             return
     for number, text in entries:

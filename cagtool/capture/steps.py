@@ -830,21 +830,22 @@ def _sum_of_squares(tensor: Any) -> float:
 def _line_makers(writer: RecordWriter) -> tuple[Callable[[int, float, Any], str], ...]:
     """The `line(seq, t, payload)` functions of the tracker's queued lines (writer.py: `queued`):
     the payload is the tuple the drain made, named here, when the line is written. Each line is
-    its event's (record/schema.py, `event_line`): built from the payload and encoded by msgspec,
-    so a field added to one of these events is written once the drain passes its value."""
+    its event's (record/schema.py, `event_line`): built from the payload, by keyword, and encoded
+    by msgspec, so a field added to one of these events is written once the drain passes its value."""
 
     def backward_line(seq: int, t: float, payload: tuple) -> str:
         step, index, backward_s, captures, call, loss, thread = payload
-        return event_line(BackwardEvent(seq, t, step, index, backward_s, captures, call, loss, thread))
+        return event_line(BackwardEvent(seq=seq, t=t, step=step, index=index, backward_s=backward_s, ca_captures=captures, call=call, loss=loss, thread=thread))
 
     def optimizer_step_line(seq: int, t: float, payload: tuple) -> str:
         step, wall_s, optimizer = payload
-        return event_line(OptimizerStepEvent(seq, t, step, wall_s, optimizer))
+        return event_line(OptimizerStepEvent(seq=seq, t=t, step=step, wall_s=wall_s, optimizer=optimizer))
 
     def step_line(seq: int, t: float, payload: tuple) -> str:
         opened, step, wall_s, boundary = payload
-        return event_line(StepEvent(seq, t, step, opened.backward_s, opened.loss, opened.captures, opened.compiles, opened.compile_s,
-                                    wall_s, opened.backward_calls, boundary, opened.optimizer_s))
+        return event_line(StepEvent(seq=seq, t=t, step=step, backward_s=opened.backward_s, loss=opened.loss, ca_captures=opened.captures,
+                                    compiles=opened.compiles, compile_s=opened.compile_s, wall_s=wall_s, backward_calls=opened.backward_calls,
+                                    boundary=boundary, optimizer_s=opened.optimizer_s))
 
     def group_line(seq: int, t: float, payload: tuple) -> str:
         """A step's backward, optimizer-step and step lines (seq, seq + 1, seq + 2)."""

@@ -15,7 +15,8 @@ distance from the bound as a 5 % regression threshold) on two modes of one run; 
 IMPROVED does not (an ERROR would be reported apart: none occurs at these sizes).
 
 Targets: false-fail rate at 0 % <= 5 %; catch rate at twice the threshold (10 %; 20 % for compile
-time) >= 95 %.
+time) >= 95 %, or, where the data cannot support that, a check that says so: at most 5 % quiet
+passes at twice the threshold (a pass whose power note claimed it resolves its threshold).
 
 Shapes (all multiplicative on a 5 ms step, every run of a side with its own level: a run-to-run
 noise of `--run-noise` (1 %), the spread a quiet CI runner shows between two runs of one job):
@@ -178,13 +179,16 @@ def main() -> int:
                 for effect in EFFECTS:
                     fails: dict[str, int] = {}
                     resolves: dict[str, int] = {}
+                    quiet: dict[str, int] = {}
                     for _ in range(count):
                         for name, (failed, resolved) in trial_steps(shape, n, k, effect, rng, real, args.run_noise).items():
                             fails[name] = fails.get(name, 0) + failed
                             resolves[name] = resolves.get(name, 0) + resolved
+                            quiet[name] = quiet.get(name, 0) + (resolved and not failed)
                     for name, value in fails.items():
                         rows.append({"check": name, "shape": shape, "n": n, "k": k, "effect": effect, "trials": count,
-                                     "fail_rate": value / count, "resolves_rate": resolves[name] / count})
+                                     "fail_rate": value / count, "resolves_rate": resolves[name] / count,
+                                     "quiet_pass_rate": quiet[name] / count})
                 print(f"{shape:10s} n={n:>7,} K={k}  done ({time.process_time() - started:.0f} s CPU)", file=sys.stderr, flush=True)
     for k in () if args.no_compile else (1, 3, 5):
         for effect in (0.0, 0.05, 0.10, 0.20, 0.40):
@@ -192,7 +196,8 @@ def main() -> int:
             judged = [trial_compile(k, effect, rng, args.compile_noise) for _ in range(count)]
             rows.append({"check": f"max-compile-regression {COMPILE_THRESHOLD:g}%", "shape": f"lognormal {100 * args.compile_noise:g}%", "n": 1, "k": k,
                          "effect": effect, "trials": count, "fail_rate": sum(f for f, _ in judged) / count,
-                         "resolves_rate": sum(r for _, r in judged) / count})
+                         "resolves_rate": sum(r for _, r in judged) / count,
+                         "quiet_pass_rate": sum(r and not f for f, r in judged) / count})
     print_table(rows)
     if args.json:
         args.json.write_text(json.dumps({"argv": sys.argv[1:], "rows": rows, "cpu_s": time.process_time() - started}, indent=1) + "\n")
@@ -201,21 +206,23 @@ def main() -> int:
 
 def print_table(rows: list[dict]) -> None:
     """One line per (check, shape, n, K): fail rate at each injected change, the two targets, and
-    how often the check's power statement said it resolves its threshold. Where the catch target
-    is not met, the data cannot support it (too few steps for the autocorrelation): the check must
-    then say so, which the last column measures."""
+    the power statement's honesty. At twice the threshold a check must catch the regression 95% of
+    the time; where the data cannot support that (few steps of a strongly autocorrelated job), the
+    check must say so instead of passing quietly: a *quiet pass* is a pass whose power note said it
+    resolves its threshold, and it must happen at most 5% of the time."""
     cells: dict[tuple, dict[float, dict]] = {}
     for r in rows:
         cells.setdefault((r["check"], r["shape"], r["n"], r["k"]), {})[r["effect"]] = r
-    print("| check | shape | n | K | fail at 0% | 2% | 5% | 10% | 20% | 40% | false fails <= 5% | catch at 2x >= 95% | said 'resolves' at 2x |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |")
+    print("| check | shape | n | K | fail at 0% | 2% | 5% | 10% | 20% | 40% | false fails <= 5% | catch at 2x >= 95% | said 'resolves' at 2x | quiet passes at 2x <= 5% |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |")
     for (check, shape, n, k), by_effect in cells.items():
         twice = 0.20 if check.startswith("max-compile") else 0.10
         false_fail, catch = by_effect[0.0]["fail_rate"], by_effect[twice]["fail_rate"]
+        quiet_pass = by_effect[twice].get("quiet_pass_rate", 0.0)
         figures = " | ".join(f"{100 * by_effect[e]['fail_rate']:.0f}%" if e in by_effect else "" for e in (0.0, 0.02, 0.05, 0.10, 0.20, 0.40))
-        caught = "met" if catch >= 0.95 else ("not met, and says so" if by_effect[twice]["resolves_rate"] <= 0.5 else "NOT met")
+        caught = "met" if catch >= 0.95 else ("not met, and says so" if quiet_pass <= 0.05 else "NOT met")
         print(f"| {check} | {shape} | {n:,} | {k} | {figures} | {'met' if false_fail <= 0.05 else 'NOT met'} | {caught} | "
-              f"{100 * by_effect[twice]['resolves_rate']:.0f}% |")
+              f"{100 * by_effect[twice]['resolves_rate']:.0f}% | {100 * quiet_pass:.0f}% |")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ at 4.5 ms), each process's ratio is the geometric mean of its pair ratios, and t
 over processes with a 95 % t-interval over processes (each process one sample of what a user's job
 would see). The pooled-pairs median of session 6 is printed beside it for comparison. Runs differ
 from one another too (the VM's state over ten minutes): `--pool` judges several runs' --json files
-together, each run one sample (benchmarks/README.md, "Sessions 8 and 9").
+together, each run one sample (the step-overhead row of benchmarks/README.md).
 
 One piece cannot be toggled: the first-call timer cagtool wraps around each compiled CA graph lives
 in torch's CA cache once the graph is captured (captured here with the instrumentation on, as in a
@@ -87,7 +87,7 @@ def parse_args() -> argparse.Namespace:
 # dynamic, malloc moves its mmap threshold up as large blocks (this MLP's activations) are freed,
 # and whether a step's buffers are then mmapped and page-faulted afresh or reused from the heap
 # depends on the allocation history: the on/off ratio of one process read 0.95 [0.93, 0.97] and
-# of the next 1.18 [1.15, 1.20], same commit, quiet machine (benchmarks/README.md, issue 12).
+# of the next 1.18 [1.15, 1.20], same commit, quiet machine (benchmarks/README.md in git history).
 MALLOC_PINS = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "4294967296", "MALLOC_TOP_PAD_": "268435456"}
 
 

@@ -1,17 +1,18 @@
 """The Python API, for notebooks and custom harnesses:
 
     import cagtool
-    with cagtool.capture(backend="inductor") as cap:   # compiled autograd on for every backward in the block
+    with cagtool.capture(backend="inductor") as cap:   # compiled autograd on for this thread's backwards in the block
         for batch in loader:
             train_step(batch)
     cap.summary()                     # the summary `cagtool summary` prints
     cap.path                          # the run directory: every CLI command reads it
-    cap.steps_frame(); cap.events_frame("ca_cache_miss")
+    cap.steps_frame(); cap.events_frame("ca_cache_miss"); cap.events_frame()  # the kinds
     run = cagtool.load(cap.path)      # any record
 
 The block is recorded as the `ca` mode of a normal run record, with the same observers as
 `cagtool run` (capture/): steps, CA graphs and their cache misses, Dynamo's compiles, recompiles
-and graph breaks. On exit, torch is as it was: compiled autograd off again, the patched entry
+and graph breaks, of the block's thread only (capture/thread_scope.py: other threads' backwards
+run as plain torch). On exit, torch is as it was: compiled autograd off again, the patched entry
 points and hooks removed, the Dynamo taps taken off. Nothing here imports torch until a capture
 starts (`import cagtool` stays cheap).
 """
@@ -19,9 +20,11 @@ starts (`import cagtool` stays cheap).
 from __future__ import annotations
 
 import contextlib
+import gc
+import itertools
 import os
-import platform
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -32,23 +35,6 @@ from typing import Any
 from cagtool.errors import UsageError
 
 DEFAULT_RUNS_ROOT = Path(".cagtool") / "runs"
-
-
-def _counter_snapshot() -> dict[str, dict[str, int]]:
-    from torch._dynamo.utils import counters
-
-    return {name: {str(k)[:300]: int(v) for k, v in c.items()} for name, c in counters.items()}
-
-
-def _counter_delta(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-    """What torch counted during the block only (its counters are process-wide and cumulative)."""
-    out: dict[str, dict[str, int]] = {}
-    for name, values in after.items():
-        old = before.get(name, {})
-        diff = {k: v - old.get(k, 0) for k, v in values.items() if v - old.get(k, 0)}
-        if diff or name in ("compiled_autograd", "stats"):
-            out[name] = diff
-    return out
 
 
 @dataclass
@@ -76,14 +62,15 @@ class Capture:
             raise UsageError("this capture is already in use; start another with cagtool.capture()")
         import torch
 
-        import cagtool
         from cagtool.capture.observe.ca_observer import CaptureObserver
         from cagtool.capture.child import _has_compiled_autograd
         from cagtool.capture.mode_setup import make_compiler, mode_context
         from cagtool.capture.processes.identity import ROLE_MAIN, process_info
         from cagtool.capture.steps import StepTracker
+        from cagtool.capture.torch_counters import counter_snapshot
+        from cagtool.capture.versions import machine_info, record_versions
         from cagtool.capture.observe import dynamo_taps
-        from cagtool.capture.observe.torch_logs import StructuredLogHandler
+        from cagtool.capture.thread_scope import ThreadScope
         from cagtool.capture.writer import RecordWriter, write_run_meta
         from cagtool.record.manifest import ModeManifest, RunMeta
 
@@ -91,10 +78,11 @@ class Capture:
             raise UsageError(f"this torch build ({torch.__version__}) has no compiled autograd; cagtool needs torch 2.13")
         if self.reset:
             torch._dynamo.reset()
+        optimizers = _live_optimizers(torch)
         started = time.perf_counter()
         run_dir = self._make_run_dir()
         self.path = run_dir
-        versions = {"cagtool": cagtool.__version__, "torch": torch.__version__, "python": platform.python_version()}
+        versions = record_versions(torch.__version__)
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         target = {"kind": "python_api", "name": self.label}
         meta = RunMeta(
@@ -106,7 +94,7 @@ class Capture:
             cwd=os.getcwd(),
             modes=["ca"],
             versions=versions,
-            machine={"platform": platform.platform(), "cpu_count": os.cpu_count(), "python": sys.version.split()[0]},
+            machine=machine_info(),
             options={"backend": self.backend, "dynamic": self.dynamic, "python_api": True, "reset": self.reset},
         )
         write_run_meta(run_dir, meta)
@@ -123,9 +111,12 @@ class Capture:
             process=process_info(ROLE_MAIN, "main"),
         )
         writer = RecordWriter(run_dir / "ca", manifest, clock_start=started)
-        steps = StepTracker(writer, "ca")
+        # The block is its thread's: other threads' backwards run as plain torch and are not
+        # recorded (capture/thread_scope.py).
+        scope = ThreadScope()
+        steps = StepTracker(writer, "ca", scope=scope)
         observer = CaptureObserver(writer, steps, make_compiler(self.backend))
-        handler = StructuredLogHandler(writer, steps)
+        handler = _thread_handler(writer, steps, scope.owner)
         self._state = {
             "meta": meta,
             "manifest": manifest,
@@ -133,16 +124,22 @@ class Capture:
             "steps": steps,
             "observer": observer,
             "handler": handler,
-            "counters": _counter_snapshot(),
+            "counters": counter_snapshot(),
             "started": started,
+            "scope": scope,
         }
         self._state["taps"] = dynamo_taps.install(handler)  # no handler on torch's structured logger
         steps.install()
+        # The README's shape makes the optimizer before the block: without knowing it, the first
+        # backward would be a step of its own and its step() another (steps.expect_optimizers).
+        steps.expect_optimizers(optimizers)
+        del optimizers  # weak references only from here
         observer.install()
         stack = contextlib.ExitStack()
         try:
-            # What `cagtool run`'s ca mode does to torch, scoped to the block (capture/mode_setup.py).
-            stack.enter_context(mode_context("ca", observer, self.dynamic))
+            # What `cagtool run`'s ca mode does to torch, scoped to the block and to its thread
+            # (capture/mode_setup.py).
+            stack.enter_context(mode_context("ca", observer, self.dynamic, scope=scope))
         except BaseException:
             self._restore(stack)
             raise
@@ -150,17 +147,31 @@ class Capture:
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        from cagtool.capture.child import cagtool_memory, job_peaks
         from cagtool.capture.writer import write_run_meta
         from cagtool.record.manifest import ExceptionInfo
+        from cagtool.capture.torch_counters import counter_delta, counter_snapshot
         from cagtool.record.schema import STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED
 
         state = self._state
         manifest = state["manifest"]
+        # The process's peak up to here (getrusage keeps no per-block peak), read before cagtool's
+        # end-of-block work, as `cagtool run` reads the job's.
+        peaks = job_peaks()
         try:
             state["steps"].emit_final_state()
         except Exception:  # noqa: BLE001 - numerics are a bonus; the record must still close
             pass
         self._restore(state.get("stack"))
+        try:
+            state["steps"].note_traced_backward()
+        except Exception:  # noqa: BLE001 - the record must still close
+            pass
+        manifest.peak_rss_bytes, manifest.peak_device_memory_bytes = peaks
+        try:
+            manifest.options["cagtool_memory"] = cagtool_memory(peaks, state["steps"].device)
+        except Exception:  # noqa: BLE001 - the record must still close
+            pass
         status, exit_code = STATUS_FINISHED, 0
         if exc_type is not None:
             if issubclass(exc_type, KeyboardInterrupt):
@@ -173,10 +184,15 @@ class Capture:
         manifest.exit_code = exit_code
         manifest.ended_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         manifest.duration_s = time.perf_counter() - state["started"]
-        manifest.torch_counters = _counter_delta(state["counters"], _counter_snapshot())
+        manifest.torch_counters = counter_delta(state["counters"], counter_snapshot())
         handler = state["handler"]
         if handler.errors:
             manifest.options["structured_log_errors"] = {"count": handler.errors, "last": handler.last_error}
+        steps, scope = state["steps"], state["scope"]
+        if steps.errors:
+            manifest.options["step_tracking_errors"] = {"count": steps.errors, "last": steps.last_error}
+        if scope.errors:
+            manifest.options["thread_scope_errors"] = {"count": scope.errors, "last": scope.last_error}
         manifest.options.update(state["observer"].manifest_notes())
         writer = state["writer"]
         writer.write_manifest()
@@ -228,11 +244,44 @@ class Capture:
 
         return steps_frame(self._record().mode("ca"))
 
-    def events_frame(self, kind: str) -> Any:
-        """One row per event of `kind` (e.g. "ca_cache_miss", "ca_graph"), as a pandas DataFrame."""
+    def events_frame(self, kind: str | None = None) -> Any:
+        """One row per event of `kind` (e.g. "ca_cache_miss", "ca_graph"), as a pandas DataFrame;
+        without a kind, the kinds there are and how many of each this record holds."""
         from cagtool.report.frames import events_frame
 
         return events_frame(self._record().mode("ca"), kind)
+
+
+def _live_optimizers(torch: Any) -> list[Any]:
+    """The optimizers alive in the process (made before the block): an optimizer has no registry
+    of its instances, so one pass over the objects the collector tracks, by exact type among
+    Optimizer's subclasses (type(), not isinstance(), which reads `__class__`: some objects
+    compute it, and one of torch.distributed's warns). All in C calls: about 0.2 s for 280,000
+    objects on this project's 2-core VM, once, before the block's clock starts."""
+    classes = {torch.optim.Optimizer}
+    todo = [torch.optim.Optimizer]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub not in classes:
+                classes.add(sub)
+                todo.append(sub)
+    objects = gc.get_objects()
+    try:
+        return list(itertools.compress(objects, map(classes.__contains__, map(type, objects))))
+    finally:
+        del objects
+
+
+def _thread_handler(writer: Any, steps: Any, owner: int) -> Any:
+    """Dynamo's records of the block's thread only: another thread's compiles are not the block's."""
+    from cagtool.capture.observe.torch_logs import StructuredLogHandler
+
+    class ThreadHandler(StructuredLogHandler):
+        def handle_structured(self, metadata: dict[str, Any], payload: str | None) -> None:
+            if threading.get_ident() == owner:
+                super().handle_structured(metadata, payload)
+
+    return ThreadHandler(writer, steps)
 
 
 def capture(
@@ -243,7 +292,7 @@ def capture(
     label: str = "capture",
     reset: bool = False,
 ) -> Capture:
-    """Record a block as a cagtool run: compiled autograd on for every backward in it (compiled
+    """Record a block as a cagtool run: compiled autograd on for every backward of this thread in it (compiled
     with `backend`: inductor, aot_eager or eager), sizes static first unless `dynamic`. The run
     directory is `output`, or a new one under `runs_root` (./.cagtool/runs).
 

@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-import copy
 import inspect
 import os
 import sys
 import traceback
-from collections.abc import Iterator, MutableMapping
+from functools import cache
 from typing import Any
 
 import typer
 import typer.core
-import typer.main
 
 from cagtool.errors import EXIT_INTERNAL, EXIT_UNREADABLE, CagtoolError
 
-# Each command's module under cagtool/commands/, in the order `cagtool --help` lists them (typer
-# lists a group, `baseline`, after the plain commands). A module is imported, and its command
-# built by typer, only when that command is looked up: `cagtool runs` pays for `runs` alone, not
-# for twelve modules and typer's reading of twelve signatures (~30 ms of a 0.15 s target).
-# `cagtool --help` lists every command's first help line, so it still imports them all.
+# Each command's module under cagtool/commands/, in the order `cagtool --help` lists them. A
+# module is imported, and its command built by typer, only when that command is looked up (click's
+# documented lazy loading: the group's `list_commands` names them, `get_command` builds one), so
+# `cagtool runs` imports the `runs` module alone. `cagtool --help` lists every command's first
+# help line, so it builds them all.
 _COMMAND_MODULES = {
     "run": "run",
     "summary": "summary",
@@ -38,54 +36,14 @@ _COMMAND_MODULES = {
 }
 
 
-class _CommandsOnDemand(MutableMapping[str, Any]):
-    """The root group's `commands`: every name is there from the start (usage errors suggest
-    them), the click command is built the first time its name is looked up."""
-
-    def __init__(self) -> None:
-        self._built: dict[str, Any] = {}
-        # True while the root help lists the commands: a command not built yet is then built
-        # without its parameters and not kept (see _build_command's `listing`).
-        self.listing = False
-
-    def __getitem__(self, name: str) -> Any:
-        if name not in self._built:
-            if name not in _COMMAND_MODULES:
-                raise KeyError(name)
-            if self.listing:
-                return _build_command(name, listing=True)
-            self._built[name] = _build_command(name)
-        return self._built[name]
-
-    def __setitem__(self, name: str, command: Any) -> None:
-        self._built[name] = command
-
-    def __delitem__(self, name: str) -> None:
-        raise TypeError("cagtool's commands are fixed")
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(dict.fromkeys([*_COMMAND_MODULES, *self._built]))
-
-    def __len__(self) -> int:
-        return len(set(_COMMAND_MODULES) | set(self._built))
-
-
 class _LazyGroup(typer.core.TyperGroup):
-    """cagtool's root group: typer's, with its commands built on demand."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.commands = _CommandsOnDemand()
+    """cagtool's root group: typer's, with its commands built when looked up."""
 
     def list_commands(self, ctx: Any) -> list[str]:
-        return list(self.commands)  # the names only: TyperGroup's .items() would build them all
+        return list(_COMMAND_MODULES)
 
-    def format_commands(self, ctx: Any, formatter: Any) -> None:
-        self.commands.listing = True
-        try:
-            super().format_commands(ctx, formatter)
-        finally:
-            self.commands.listing = False
+    def get_command(self, ctx: Any, name: str) -> Any:
+        return _build_command(name) if name in _COMMAND_MODULES else None
 
 
 app = typer.Typer(
@@ -101,7 +59,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     # Plain (click) help: no rich markup to eat `[tool.cagtool.gate]`, no boxed table that cuts
     # option names or adds a `<bool>` metavar on flags, nothing wrapped mid-word in a CI log.
-    # It is also fast: typer's rich help cost ~0.15 s of imports and layout per `--help`.
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
     cls=_LazyGroup,
@@ -117,62 +74,32 @@ def _root(
     _state["debug"] = debug
 
 
-def _build_command(name: str, listing: bool = False) -> Any:
-    """The click command `name`, built from its module's `register` exactly as typer builds the
-    commands and groups of an app registered up front (same help, options and settings). With
-    `listing`, a plain command comes without its parameters: `cagtool --help` shows only each
-    command's name and first help line, and typer reading the twelve signatures was ~4 ms of
-    it. A group (`baseline`) is built whole either way."""
+@cache
+def _build_command(name: str) -> Any:
+    """The click command `name`, built by typer from its module's `register`, with the same help
+    settings as the root app."""
     # __import__ rather than importlib.import_module: `python -X importtime` only reports the former.
     module = __import__(f"cagtool.commands.{_COMMAND_MODULES[name]}", fromlist=["register"])
-    holder = typer.Typer(rich_markup_mode=None)
+    holder = typer.Typer(rich_markup_mode=None, add_completion=False)
     module.register(holder)
-    _plain_help(holder)
-    built = [
-        typer.main.get_command_from_info(
-            _without_parameters(info) if listing else info, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode
-        )
-        for info in holder.registered_commands
-    ] + [
-        typer.main.get_group_from_info(info, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode, suggest_commands=app.suggest_commands)
-        for info in holder.registered_groups
-    ]
-    if [command.name for command in built] != [name]:
-        raise RuntimeError(f"cagtool.commands.{_COMMAND_MODULES[name]} registered {[c.name for c in built]}, not {name!r}")
-    return built[0]
+    # typer gives a one-command app as that command, and an app holding a group (`baseline`) as a
+    # group around it.
+    built = typer.main.get_command(holder)
+    command = built if built.name == name else getattr(built, "commands", {}).get(name)
+    if command is None or (command is not built and list(built.commands) != [name]):
+        raise RuntimeError(f"cagtool.commands.{_COMMAND_MODULES[name]} did not register exactly {name!r}")
+    _keep_example_blocks(command)
+    return command
 
 
-def _without_parameters(info: Any) -> Any:
-    """A copy of typer's CommandInfo `info` whose callback takes nothing: the command typer builds
-    from it has the same name, help and settings, and no parameters to read."""
-    callback = info.callback
-
-    def nothing() -> None:
-        raise RuntimeError(f"cagtool: {callback.__name__} was built for the command list only")
-
-    nothing.__name__ = callback.__name__  # typer names a command without `name` after its callback
-    light = copy.copy(info)
-    light.callback = nothing
-    light.help = info.help if info.help is not None else inspect.getdoc(callback)
-    return light
-
-
-def _keep_example_blocks(text: str) -> str:
-    """Help text whose indented paragraphs (examples, commands to copy) click prints verbatim:
-    a `\\b` line before a paragraph stops click from re-wrapping it."""
-    paragraphs = inspect.cleandoc(text).split("\n\n")
-    return "\n\n".join(f"\b\n{p}" if p[:1].isspace() else p for p in paragraphs)
-
-
-def _plain_help(app_: typer.Typer) -> None:
-    for info in app_.registered_commands:
-        doc = info.help or (info.callback.__doc__ if info.callback else None)
-        if doc:
-            info.help = _keep_example_blocks(doc)
-    for group in app_.registered_groups:
-        if group.typer_instance is not None:
-            group.typer_instance.rich_markup_mode = None
-            _plain_help(group.typer_instance)
+def _keep_example_blocks(command: Any) -> None:
+    """Help whose indented paragraphs (examples, commands to copy) click prints verbatim: a `\\b`
+    line before a paragraph stops click from re-wrapping it."""
+    if command.help:
+        paragraphs = inspect.cleandoc(command.help).split("\n\n")
+        command.help = "\n\n".join(f"\b\n{p}" if p[:1].isspace() else p for p in paragraphs)
+    for sub in getattr(command, "commands", {}).values():
+        _keep_example_blocks(sub)
 
 
 def _debug_requested(args: list[str]) -> bool:

@@ -217,7 +217,7 @@ def tiny_capture(sizes: tuple[int, ...] = (2, 2, 3)) -> TinyCapture:
 
 def check_capture() -> Check:
     try:
-        from cagtool.capture.observe.ca_observer import parse_miss
+        from cagtool.torch_text import parse_miss
 
         capture = tiny_capture()
     except Exception as exc:  # noqa: BLE001 - any failure is the finding

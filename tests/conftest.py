@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -106,14 +107,13 @@ def _started_under(pid: int, known: set[int] | frozenset[int] = frozenset()) -> 
     """The live (not zombie) processes under `pid`, by pid, with their command lines, leaving out
     the subtrees of its children in `known` (a module's browser, started before, makes a renderer
     per page: that is the fixture's, not a leak)."""
+    from cagtool.record.liveness import proc_stat
+
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if fields[0] != "Z":
+            fields = proc_stat(int(entry))
+            if fields is not None and len(fields) > 1 and fields[0] != b"Z":
                 children.setdefault(int(fields[1]), []).append(int(entry))
     found: dict[int, str] = {}
     todo = [child for child in children.get(pid, ()) if child not in known]
@@ -127,18 +127,31 @@ def _started_under(pid: int, known: set[int] | frozenset[int] = frozenset()) -> 
     return found
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.when == "call" and report.failed:
+        item._cagtool_call_failed = True
+    return report
+
+
 @pytest.fixture(autouse=True)
-def _ends_what_it_started():
+def _ends_what_it_started(request):
     """A test that stops midway (an assertion, a timeout while it waits for `cagtool run` on an
     endless script) must not leave that job running on the machine, spinning a core under the
-    next tests and benchmarks: what a test started and left alive is SIGKILLed after it, and
-    named in a warning (a test that passes and leaves a process is a leak worth reading).
-    Processes the longer-lived fixtures started before the test, and theirs, are left alone."""
+    next tests and benchmarks: what a test started and left alive is SIGKILLed after it, and the
+    test fails naming it (a profiler's tests that leave processes behind hide the leak cagtool
+    must never have). Processes the longer-lived fixtures started before the test, and theirs,
+    are left alone; a process the test has just ended (killed, not yet reaped) is given a moment
+    to finish exiting."""
     if not Path("/proc/self/stat").exists():
         yield
         return
     before = set(_started_under(os.getpid()))
     yield
+    deadline = time.monotonic() + 10.0  # only for processes already exiting: one left running stays
+    while _started_under(os.getpid(), before) and time.monotonic() < deadline:
+        time.sleep(0.05)
     left: dict[int, str] = {}
     while True:  # stopped first, so that none forks a child the scan missed, then killed
         found = {pid: cmd for pid, cmd in _started_under(os.getpid(), before).items() if pid not in left}
@@ -156,7 +169,12 @@ def _ends_what_it_started():
         except OSError:
             pass
     if left:
-        warnings.warn(f"killed {len(left)} process(es) the test left running: " + "; ".join(cmd[:160] for cmd in left.values()), stacklevel=1)
+        failed_already = getattr(request.node, "_cagtool_call_failed", False)
+        message = f"killed {len(left)} process(es) the test left running: " + "; ".join(cmd[:160] for cmd in left.values())
+        if failed_already:  # the test's own failure is the news; the processes are gone now
+            warnings.warn(message, stacklevel=1)
+        else:
+            pytest.fail(message, pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -208,6 +226,76 @@ def record_run(tmp_path_factory, inductor_cache):
         return cache[key]
 
     return _run
+
+
+class FakeClock:
+    """A clock that moves only when the test says so (pyinstrument's tests do the same): code that
+    acts after a time window is tested by moving the clock past it, not by sleeping on a machine
+    whose load decides how long a sleep is."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture(scope="session")
+def graph_breaks(record_run) -> Path:
+    """`cagtool run --modes aot,ca --backend eager sample_scripts/graph_breaks.py 60`: 2 graph breaks,
+    ~58 steady steps (the gate tests' real record)."""
+    run = record_run("graph_breaks.py", "60", modes="aot,ca")
+    assert run.returncode == 0, run.stderr
+    return run.path
+
+
+@pytest.fixture
+def work(tmp_path) -> Path:
+    """A working directory with no pyproject.toml above it that has a gate table."""
+    path = tmp_path / "work"
+    path.mkdir()
+    return path
+
+
+def cli_in_process(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None):
+    """Run cli.main in-process; returns (exit code, stdout, stderr)."""
+    import contextlib
+    import io
+
+    from cagtool.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    old_env = dict(os.environ)
+    old_cwd = os.getcwd()
+    os.environ.update(env or {})
+    if "COLUMNS" not in (env or {}):
+        os.environ.pop("COLUMNS", None)  # off a terminal with no COLUMNS: what a CI log gets
+    if "GITHUB_ACTIONS" not in (env or {}):
+        os.environ.pop("GITHUB_ACTIONS", None)
+        os.environ.pop("GITHUB_STEP_SUMMARY", None)
+    code = 0
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main(list(args))
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        os.chdir(old_cwd)
+        os.environ.clear()
+        os.environ.update(old_env)
+        sys.stdout.flush()
+    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(autouse=True)

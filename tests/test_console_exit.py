@@ -12,7 +12,7 @@ import pytest
 import os
 
 from conftest import ROOT, cagtool_cmd
-from test_reliability import cagtool
+from conftest import cli_in_process as cagtool
 
 
 def _console(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -88,10 +88,10 @@ def test_the_writers_encoder_takes_the_fields_as_the_constructor_does(tmp_path):
         encode(3, 1.0, step=0)  # a required field missing
 
 
-def _writer(tmp_path: Path, hold_s: float = 3600.0) -> RecordWriter:
+def _writer(tmp_path: Path, hold_s: float = 3600.0, **options) -> RecordWriter:
     """hold_s: an hour unless a test is about the time bound (nothing is written on time)."""
     manifest = ModeManifest(mode="ca", argv=["t"], target={}, cwd=str(tmp_path), versions={}, backend="eager", dynamic=False, started_at="")
-    return RecordWriter(tmp_path / "ca", manifest, hold_s=hold_s)
+    return RecordWriter(tmp_path / "ca", manifest, hold_s=hold_s, **options)
 
 
 def _lines(tmp_path: Path) -> list[dict]:
@@ -116,7 +116,7 @@ def test_held_lines_are_written_before_the_next_line_in_order(tmp_path):
 def _queue(writer: RecordWriter, cls: type, **fields) -> None:
     """What the step tracker does for a per-step line (capture/steps.py): an append to `queued`."""
     if not writer.queued:  # StepTracker._first_queued
-        writer.queued_due = time.perf_counter() + writer.hold_s / 2
+        writer.queued_due = writer.clock() + writer.hold_s / 2
         writer.start_flusher()
     writer.queued.append((writer.kwargs_line(cls), writer.now(), fields))
 
@@ -165,22 +165,31 @@ def test_queued_lines_racing_other_events_are_each_written_once(tmp_path):
     assert [int(e["message"]) for e in lines if e["kind"] == "finding"] == list(range(n))
 
 
-def test_the_flusher_writes_queued_lines_within_hold_s(tmp_path):
-    """A queued line and nothing after it (no step ends, no other event): the flusher thread,
-    started with it, writes it within hold_s and not before hold_s / 2."""
-    writer = _writer(tmp_path, hold_s=0.4)
-    _queue(writer, BackwardEvent, step=0, index=0, backward_s=0.5)
-    made = time.monotonic()
-    _queue(writer, BackwardEvent, step=0, index=1, backward_s=0.5)
-    while len(_lines(tmp_path)) < 2 and time.monotonic() < made + 5.0:  # room for a loaded machine
+def _written_by_the_flusher(tmp_path: Path, count: int) -> list[dict]:
+    """The file once the flusher thread has written `count` lines (its clock is the test's: it
+    wakes every hold_s / 4 of real time and finds them due)."""
+    deadline = time.monotonic() + 60.0  # only bounds a hang: the lines are due when this starts
+    while len(_lines(tmp_path)) < count and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert [e["seq"] for e in _lines(tmp_path)] == [0, 1]
-    assert time.monotonic() - made >= 0.2 - 0.01  # not before hold_s / 2
+    return _lines(tmp_path)
+
+
+def test_the_flusher_writes_queued_lines_once_hold_s_half_has_passed(tmp_path, fake_clock):
+    """A queued line and nothing after it (no step ends, no other event): the flusher thread,
+    started with it, writes it once it has waited hold_s / 2, not before."""
+    writer = _writer(tmp_path, hold_s=0.04, clock=fake_clock)
+    _queue(writer, BackwardEvent, step=0, index=0, backward_s=0.5)
+    _queue(writer, BackwardEvent, step=0, index=1, backward_s=0.5)
+    fake_clock.advance(0.02 - 1e-3)
+    writer._flush_if_due()  # what the flusher does when it wakes
+    assert _lines(tmp_path) == []
+    fake_clock.advance(2e-3)
+    assert [e["seq"] for e in _written_by_the_flusher(tmp_path, 2)] == [0, 1]
     writer.close()
     assert "cagtool-writer" not in [t.name for t in threading.enumerate()]
 
 
-def test_the_training_thread_writes_held_lines_half_hold_s_old(tmp_path, monkeypatch):
+def test_the_training_thread_writes_held_lines_half_hold_s_old(tmp_path, monkeypatch, fake_clock):
     """The training thread's half of the bound (the flusher left out, so that it cannot write first):
     a held line made once the oldest waiting one is hold_s / 2 old takes them all to the file."""
 
@@ -192,31 +201,33 @@ def test_the_training_thread_writes_held_lines_half_hold_s_old(tmp_path, monkeyp
             pass
 
     monkeypatch.setattr(writer_module, "_Flusher", NoFlusher)
-    writer = _writer(tmp_path, hold_s=0.2)
+    writer = _writer(tmp_path, hold_s=0.2, clock=fake_clock)
     writer.emit_held(BackwardEvent, step=0, index=0, backward_s=0.5)
+    fake_clock.advance(0.05)
     writer.emit_held(StepEvent, step=0, backward_s=0.5)
-    time.sleep(0.15)
+    fake_clock.advance(0.05 - 1e-3)
     assert _lines(tmp_path) == []
+    fake_clock.advance(2e-3)
     writer.emit_held(BackwardEvent, step=1, index=0, backward_s=0.5)
     assert [e["seq"] for e in _lines(tmp_path)] == [0, 1, 2]
+    assert [e["t"] for e in _lines(tmp_path)] == pytest.approx([0.0, 0.05, 0.101])  # the events' times are the clock's
     writer.emit_held(StepEvent, step=1, backward_s=0.5)
     assert len(_lines(tmp_path)) == 3  # a new wait begins
     writer.close()
     assert len(_lines(tmp_path)) == 4
 
 
-def test_the_flusher_writes_held_lines_within_hold_s(tmp_path):
+def test_the_flusher_writes_held_lines_once_hold_s_half_has_passed(tmp_path, fake_clock):
     """The job makes no more lines (evaluation, a hang): the flusher thread writes the held ones
-    within hold_s, so a process killed hard then loses nothing; close ends the thread."""
-    writer = _writer(tmp_path, hold_s=0.4)
+    once they have waited hold_s / 2, so a process killed hard then loses nothing; close ends the thread."""
+    writer = _writer(tmp_path, hold_s=0.04, clock=fake_clock)
     writer.emit_held(BackwardEvent, step=0, index=0, backward_s=0.5)
-    made = time.monotonic()
     writer.emit_held(StepEvent, step=0, backward_s=0.5)
+    fake_clock.advance(0.02 - 1e-3)
+    writer._flush_if_due()
     assert _lines(tmp_path) == []
-    while len(_lines(tmp_path)) < 2 and time.monotonic() < made + 5.0:  # room for a loaded machine
-        time.sleep(0.01)
-    assert [e["seq"] for e in _lines(tmp_path)] == [0, 1]
-    assert time.monotonic() - made >= 0.2 - 0.01  # not before hold_s / 2
+    fake_clock.advance(2e-3)
+    assert [e["seq"] for e in _written_by_the_flusher(tmp_path, 2)] == [0, 1]
     assert [t.name for t in threading.enumerate()].count("cagtool-writer") == 1
     writer.close()
     assert "cagtool-writer" not in [t.name for t in threading.enumerate()]

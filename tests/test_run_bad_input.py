@@ -9,6 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT, cagtool_cmd
 
 from cagtool.record.loader import load_run
@@ -63,6 +65,7 @@ def test_bad_modes_option(tmp_path):
     assert "--modes" in _one_error_line(proc)
 
 
+@pytest.mark.slow
 def test_script_raises_mid_training_record_is_complete(tmp_path):
     proc = _run(tmp_path, str(SCRIPTS / "crash_mid_training.py"))
     assert proc.returncode == 1
@@ -75,6 +78,7 @@ def test_script_raises_mid_training_record_is_complete(tmp_path):
     assert "mode ca: failed, exit 1" in proc.stderr  # the summary is still printed
 
 
+@pytest.mark.slow
 def test_sys_exit_code_passes_through(tmp_path):
     proc = _run(tmp_path, str(SCRIPTS / "exit_code.py"), "7")
     assert proc.returncode == 7
@@ -82,6 +86,7 @@ def test_sys_exit_code_passes_through(tmp_path):
     assert ca.manifest.exit_code == 7 and len(ca.of(StepEvent)) == 1
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_the_record(tmp_path):
     cmd = cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", str(tmp_path / "r"), str(SCRIPTS / "endless_training.py"))
     # SIGINT back to its default in the child: a runner that starts the suite as a background job
@@ -101,6 +106,7 @@ def test_ctrl_c_keeps_the_record(tmp_path):
     assert len(ca.of(StepEvent)) >= 2
 
 
+@pytest.mark.slow
 def test_torch_without_compiled_autograd(tmp_path):
     env = {**ENV, "PYTHONPATH": str(SCRIPTS / "no_ca_torch")}
     proc = _run(tmp_path, str(SCRIPTS / "exit_code.py"), env=env)
@@ -125,6 +131,7 @@ def test_misspelt_option_before_script(tmp_path):
     assert "no such option: --max-recompile" in _one_error_line(proc)
 
 
+@pytest.mark.slow
 def test_run_gate_fails_the_run_when_a_check_fails(tmp_path):
     proc = _run(tmp_path, "--gate", "--max-ca-graphs", "3", "--no-config", str(ROOT / "sample_scripts" / "op_loop.py"))
     assert proc.returncode == 1, proc.stderr
@@ -132,6 +139,7 @@ def test_run_gate_fails_the_run_when_a_check_fails(tmp_path):
     assert proc.stdout == ""  # the gate report goes to stderr; stdout is the script's
 
 
+@pytest.mark.slow
 def test_steps_and_max_time_bound_a_run_cleanly(tmp_path):
     script = str(SCRIPTS / "endless_training.py")
     by_steps = subprocess.run(

@@ -12,6 +12,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT, cagtool_cmd
 
 from cagtool.record.liveness import hostname, read_dead_writer_as_killed
@@ -130,6 +132,7 @@ def test_stacks_name_the_script_line_when_a_thread_without_python_took_the_signa
     assert signal_stop_exception("SIGHUP", tmp_path) == {"type": "SIGHUP", "message": "stopped by SIGHUP before it closed this record", "traceback": ""}
 
 
+@pytest.mark.slow
 def test_ddp_ranks_stopped_by_sigterm_read_as_interrupted(tmp_path):
     """A CI runner's SIGTERM to the job's process group while both mp.spawn ranks train: the job
     ends as under python (exit 143, no process left), every rank's steps are kept, and each rank

@@ -17,8 +17,9 @@ import torch
 from torch._dynamo import compiled_autograd as ca
 
 from cagtool.capture.observe import graph_dump
-from cagtool.capture.observe.ca_observer import parse_miss
-from cagtool.capture.observe.torch_logs import TRACE_LOGGER, StructuredLogHandler, compile_id_of
+from cagtool.torch_text import parse_miss
+from cagtool.capture.observe.torch_logs import TRACE_LOGGER, StructuredLogHandler
+from cagtool.torch_text import compile_id_of
 from cagtool.record.loader import load_mode
 from cagtool.record.manifest import ModeManifest
 from cagtool.record.schema import DynamoCompileEvent, DynamoRecompileEvent, GraphBreakEvent

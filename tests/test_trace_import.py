@@ -135,6 +135,22 @@ def test_report_commands_read_an_imported_run(single_logs, tmp_path):
     assert _cli("gate", str(run), "--max-ca-graphs", "4", "--mode", "imported").returncode == 0
 
 
+def test_an_imported_recompile_names_the_users_call_from_the_logged_stack(single_logs, tmp_path):
+    """torch logs a compile's stack (`dynamo_start`) just after the recompile reasons: the resume
+    function after the graph break in `with_break` is recompiled from the script's
+    `compiled(torch.randn(3, 3))` (single_job.py), which the recompile names; a top-level compiled
+    function's stack has no caller, and the function itself is named."""
+    trace, _ = single_logs["plain"]
+    run = tmp_path / "run"
+    assert _import(str(trace), "-o", str(run)).returncode == 0
+    rows = json.loads(_cli("recompiles", str(run), "--format", "json").stdout)["modes"]["imported"]["recompiles"]
+    lines = {r["compile_id"]: r["source_line"] for r in rows if r["source"] == "dynamo_frame"}
+    job = (JOBS / "single_job.py").read_text().splitlines()
+    resume = lines["7/1"]
+    assert resume["how"] == "caller" and job[resume["line"] - 1].strip() == resume["code"] == "compiled(torch.randn(3, 3))"
+    assert lines["0/1"]["how"] == "compiled_frame" and lines["0/1"]["function"] == "train_step"
+
+
 def test_two_ranks_over_gloo(ddp_logs, tmp_path):
     trace, counters = ddp_logs
     proc = _import(str(trace), "-o", str(tmp_path / "run"))
@@ -223,3 +239,43 @@ def test_several_processes_without_ranks(single_logs, tmp_path):
     assert main.manifest.process["role"] == "main"
     for record in (main, *main.processes.values()):
         assert mode_metrics(record).ca_graphs == single_logs["plain"][1]["compiled_autograd"]["captures"]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_restarted_jobs_attempts_are_kept_apart(tmp_path):
+    """torchrun --max-restarts 1, rank 1 dying once: each rank leaves one log per attempt, both
+    named by the rank alone, each attempt's compiled-autograd ids counting from 0. Read as one
+    stream they made a recompile per rank that never happened and failed `--max-recompiles ca:0`.
+    Each attempt is a process record of its own; the ranks' figures are their last attempt's, and
+    a finding says the rank was started twice."""
+    trace = tmp_path / "trace"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAGTOOL")}
+    env["TORCH_TRACE"] = str(trace)
+    env.pop("TORCH_LOGS", None)
+    job = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "1",
+                          "--monitor-interval", "0.1", "--master-port", str(_free_port()), str(ROOT / "tests" / "scripts" / "ddp_dies_once.py")],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert job.returncode == 0, job.stderr[-3000:]
+    printed = [json.loads(line) for line in job.stdout.splitlines() if line.startswith("{")]
+    finished = {p["rank"]: p for p in printed if p["attempt"] == 1}
+    assert sorted(finished) == [0, 1] and len(list(trace.glob("*rank_1_*.log"))) == 2
+    out = tmp_path / "imported"
+    proc = _import(str(trace), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    record = load_run(out).mode("imported")
+    assert sorted(record.processes) == ["rank0", "rank1", "rank1.attempt1"]  # rank 0's last attempt is the main record
+    for rank, last in record.ranks().items():
+        assert last.attempt == 1 and [r.attempt for r in record.attempts(rank)] == [0, 1]
+        assert mode_metrics(last).ca_graphs == finished[rank]["ca_captures"] == 1
+        assert mode_metrics(last).ca_cache_misses == 1  # the first capture only: no recompile
+    summary = _cli("summary", str(out))
+    assert "rank 1 was started 2 times by its launcher" in " ".join(summary.stdout.split())
+    gate = _cli("gate", str(out), "--max-recompiles", "ca:0")
+    assert gate.returncode == 0, gate.stdout

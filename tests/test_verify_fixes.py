@@ -33,52 +33,118 @@ def _copy(record_run, tmp_path: Path, script: str) -> Path:
 
 
 def test_dynamic_sizes_remove_the_shape_loops_ca_recompile(record_run, tmp_path):
-    """10/100/10 with the script's own CA flag: static first graph, one changed-shapes recompile.
-    ca-dynamic (cagtool run --dynamic, reaching the flag's own _enable) makes it 0."""
+    """10/100/10 with the script's own CA flag: static first graph, one changed-shapes recompile,
+    then Dynamo recompiles that graph's code for the next size. ca-dynamic (cagtool run --dynamic,
+    reaching the flag's own _enable) makes the CA recompile 0 and leaves Dynamo's; torch's own PGO
+    suggestion applied as it words it (torch-pgo: its sources, which name the CA graph's size
+    inputs, with --dynamic) removes both."""
     run = _copy(record_run, tmp_path, "shape_loop.py")
     proc, data = _verify(run)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "cagtool: verifying 1 fix in mode ca" in proc.stderr and "estimated" in proc.stderr
+    assert "cagtool: verifying 2 fixes in mode ca" in proc.stderr and "estimated" in proc.stderr
     v = data["verification"]
-    [fix] = v["fixes"]
+    fix, torch_pgo = v["fixes"]
     assert fix["fix"] == "ca-dynamic" and fix["run_flags"] == ["--dynamic"] and fix["causes"] == [1]
     assert fix["verdict"] == "verified", fix["reasons"]
     assert v["baseline"]["ca_recompiles"] == [1] and fix["measured"]["ca_recompiles"] == [0]
     assert v["baseline"]["ca_graphs"] == [2] and fix["measured"]["ca_graphs"] == [1]
+    assert v["baseline"]["dynamo_recompiles"] == [1] and fix["measured"]["dynamo_recompiles"] == [1]
+    said = load_run(run).modes["ca"].manifest.options["pgo_suggestion"]
+    assert torch_pgo["fix"] == "torch-pgo" and torch_pgo["torch_says"] == said and torch_pgo["run_flags"] == ["--dynamic"]
+    assert said.endswith(f'TORCH_COMPILE_DYNAMIC_SOURCES="{torch_pgo["env"]["TORCH_COMPILE_DYNAMIC_SOURCES"]}"')
+    assert "L['sizes'][0]" in torch_pgo["env"]["TORCH_COMPILE_DYNAMIC_SOURCES"]
+    assert (torch_pgo["measured"]["ca_recompiles"], torch_pgo["measured"]["dynamo_recompiles"]) == ([0], [0])
+    assert torch_pgo["verdict"] == "verified", torch_pgo["reasons"]
     # Torch's own counter in the re-run's record says the same.
     fixed = load_run(fix["measured"]["run"])
     assert fixed.modes["ca"].manifest.torch_counters["compiled_autograd"]["captures"] == 1
     assert mode_metrics(fixed.modes["ca"]).ca_recompiles == 0
     assert (run / "verification.json").is_file()
-    # Text: the block per fix, with its verdict.
-    text = subprocess.run(cagtool_cmd("summary", str(run)), capture_output=True, text=True, timeout=120, cwd=str(ROOT))
-    assert "ca-dynamic (cause #1)" in text.stdout and "verdict: VERIFIED" in text.stdout
-    page = tmp_path / "report.html"
-    assert subprocess.run(cagtool_cmd("report", str(run), "-o", str(page)), capture_output=True, timeout=120, cwd=str(ROOT)).returncode == 0
-    html = page.read_text()
-    assert '<section id="verify">' in html and '<td class="ok">VERIFIED</td>' in html and "1 → 0" in html
+    # summary and the HTML report: test_a_hook_added_mid_run_is_patched_on_a_copy_and_verified.
 
 
 def test_dynamic_sources_remove_a_ragged_batchs_forward_recompile(record_run, tmp_path):
     """A DataLoader's ragged last batch: Dynamo's size guard on the forward's input fails once.
-    dynamic-sources (TORCH_COMPILE_DYNAMIC_SOURCES, the input named as torch names it) removes it."""
+    dynamic-sources (TORCH_COMPILE_DYNAMIC_SOURCES, the input named as torch names it) removes it.
+    The script also clears gradients with set_to_none=False (a .grad warm-up capture): the patch
+    zero-grad-to-none, run on a copy, removes that capture."""
     run = _copy(record_run, tmp_path, "ragged_batches.py")
     before = mode_metrics(load_run(run).modes["ca"])
-    proc, data = _verify(run, "--fix", "dynamic-sources")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    [fix] = data["verification"]["fixes"]
-    assert fix["fix"] == "dynamic-sources" and fix["env"] == {"TORCH_COMPILE_DYNAMIC_SOURCES": "L['args'][0]"}
-    assert data["verification"]["baseline"]["dynamo_recompiles"] == [before.dynamo_recompiles] == [2]
-    assert fix["measured"]["dynamo_recompiles"] == [1] and fix["verdict"] == "verified", fix["reasons"]
-    assert fix["who"].startswith("run configuration")
-
-
-def test_a_cause_that_needs_a_code_change_is_said_so_and_nothing_reruns(record_run, tmp_path):
-    run = _copy(record_run, tmp_path, "hook_added_midrun.py")
-    proc, data = _verify(run)
+    proc, data = _verify(run, "--fix", "dynamic-sources,zero-grad-to-none")
     assert proc.returncode == 0, proc.stderr[-3000:]
     v = data["verification"]
-    assert v["fixes"] == [] and v["baseline"] is None and not (run / "verify").exists() or not any((run / "verify").iterdir())
-    assert v["not_applied"] and all(item["who"] == "your code" for item in v["not_applied"])
+    sources, zero_grad = v["fixes"]
+    assert sources["fix"] == "dynamic-sources" and sources["env"] == {"TORCH_COMPILE_DYNAMIC_SOURCES": "L['args'][0]"}
+    assert v["baseline"]["dynamo_recompiles"] == [before.dynamo_recompiles] == [2]
+    assert sources["measured"]["dynamo_recompiles"] == [1] and sources["verdict"] == "verified", sources["reasons"]
+    assert sources["who"].startswith("run configuration")
+    assert zero_grad["fix"] == "zero-grad-to-none" and zero_grad["who"] == "your code"
+    assert "+            opt.zero_grad(set_to_none=True)\n" in zero_grad["patch"]["diff"]
+    # The warm-up capture is gone (3 CA graphs -> 2); the recompile count never counted it.
+    assert v["baseline"]["ca_graphs"] == [3] and zero_grad["measured"]["ca_graphs"] == [2]
+    assert v["baseline"]["ca_recompiles"] == zero_grad["measured"]["ca_recompiles"] == [1]
+    assert zero_grad["verdict"] == "verified" and zero_grad["numerics_agree"] is True, zero_grad["reasons"]
+    # The cause the other fix answers is named as not verified this time, not as needing code.
+    [skipped] = v["not_applied"]
+    assert skipped["code"] == "changed_shapes" and skipped["why"].startswith("not verified this time")
+
+
+def test_a_hook_added_mid_run_is_patched_on_a_copy_and_verified(record_run, tmp_path):
+    """A hook registered at step 2 costs one CA recompile. The patch registers it before the loop;
+    --verify runs the patched copy in place of the script (never editing it): CA recompiles 1 -> 0."""
+    run = _copy(record_run, tmp_path, "hook_added_midrun.py")
+    script = ROOT / "sample_scripts" / "hook_added_midrun.py"
+    original = script.read_text()
     bad = subprocess.run(cagtool_cmd("recompiles", str(run), "--verify", "--fix", "nonsense"), capture_output=True, text=True, timeout=120, cwd=str(ROOT))
-    assert bad.returncode == 2 and "--fix nonsense: no such fix applies" in bad.stderr
+    assert bad.returncode == 2 and "--fix nonsense: no such fix applies to this run's causes (applicable: hook-before-loop)" in bad.stderr
+    proc, data = _verify(run)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "runs the patched copy" in proc.stderr and "your file is not changed" in proc.stderr
+    v = data["verification"]
+    [fix] = v["fixes"]
+    assert fix["fix"] == "hook-before-loop" and fix["who"] == "your code" and fix["causes"] == [1] and v["not_applied"] == []
+    assert fix["patch"]["file"] == "sample_scripts/hook_added_midrun.py" and fix["patch"]["line"] == 15
+    assert "+    model.weight.register_hook(lambda grad: grad.clamp(-1.0, 1.0))\n" in fix["patch"]["diff"]
+    assert "-        if step == 2:\n" in fix["patch"]["diff"]
+    assert v["baseline"]["ca_recompiles"] == [1] and fix["measured"]["ca_recompiles"] == [0]
+    assert v["baseline"]["ca_graphs"] == [2] and fix["measured"]["ca_graphs"] == [1]
+    assert fix["verdict"] == "verified" and fix["numerics_agree"] is True, fix["reasons"]
+    # The re-run ran the copy, and says so in its record; the user's file is untouched.
+    fixed = load_run(fix["measured"]["run"])
+    copy = Path(fix["patched_copy"])
+    assert fixed.modes["ca"].manifest.options["patched_source"] == str(copy.resolve())
+    assert copy.parent == run / "verify" and "if step == 2" not in copy.read_text()
+    assert fixed.modes["ca"].manifest.torch_counters["compiled_autograd"]["captures"] == 1
+    assert script.read_text() == original
+    text = subprocess.run(cagtool_cmd("summary", str(run)), capture_output=True, text=True, timeout=120, cwd=str(ROOT)).stdout
+    assert "hook-before-loop (cause #1)" in text and "applied to a copy" in text and "verdict: VERIFIED" in text
+    page = tmp_path / "report.html"
+    assert subprocess.run(cagtool_cmd("report", str(run), "-o", str(page)), capture_output=True, timeout=120, cwd=str(ROOT)).returncode == 0
+    html = page.read_text()
+    assert '<section id="verify">' in html and '<td class="ok">VERIFIED</td>' in html and "<td>1 → 0</td>" in html
+    assert '<pre class="patch">--- a/sample_scripts/hook_added_midrun.py' in html
+
+
+def test_dynamic_sources_end_a_recompile_storm_past_the_limit(record_run, tmp_path):
+    """A sequence one token longer every step under dynamic=False: Dynamo recompiles the forward
+    each step until recompile_limit (4) sends it to eager. With the input dynamic from its first
+    compile the forward never recompiles: Dynamo recompiles 5 -> 1 (the CA graph's, which the
+    other fix, ca-dynamic, answers), the limit is not hit."""
+    from cagtool.report.recompiles import explain, recompile_table, step_summary
+
+    run = _copy(record_run, tmp_path, "sequence_storm.py")
+    before = explain(recompile_table(load_run(run).modes["ca"], step_summary(load_run(run).modes["ca"])))
+    assert {a.code for a in before.alerts} == {"recompile_limit", "recompile_storm"}
+    proc, data = _verify(run, "--fix", "dynamic-sources")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    v = data["verification"]
+    [fix] = v["fixes"]
+    assert fix["env"] == {"TORCH_COMPILE_DYNAMIC_SOURCES": "L['args'][0]"}
+    assert v["baseline"]["dynamo_recompiles"] == [5] and fix["measured"]["dynamo_recompiles"] == [1]
+    assert v["baseline"]["ca_recompiles"] == [1] and fix["measured"]["ca_recompiles"] == [1]
+    assert fix["verdict"] == "verified", fix["reasons"]
+    after = load_run(fix["measured"]["run"]).modes["ca"]
+    assert recompile_table(after, step_summary(after)).limit_hits == []
+    # Torch's own PGO words are carried beside the fix, verbatim as the run recorded them.
+    said = load_run(run).modes["ca"].manifest.options["pgo_suggestion"]
+    assert fix["torch_says"] == said and said.startswith("PGO detected a recompilation due to dynamic shapes.")

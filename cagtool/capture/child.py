@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from cagtool.capture.mode_setup import make_compiler, mode_context, prepare_environment
+from cagtool.capture.torch_counters import counter_snapshot
+from cagtool.capture.versions import imported_torch_version, record_versions
 
 EXIT_NO_CA = 2
 STARTUP_ERROR_FILE = "startup_error.txt"
@@ -49,22 +51,6 @@ class TimeLimitReached(BaseException):
     pass
 
 
-def _versions() -> dict[str, str]:
-    import platform
-
-    import torch
-
-    import cagtool
-
-    try:
-        from importlib.metadata import version
-
-        depyf_version = version("depyf")
-    except Exception:  # noqa: BLE001
-        depyf_version = "not installed"
-    return {"cagtool": cagtool.__version__, "torch": torch.__version__, "depyf": depyf_version, "python": platform.python_version()}
-
-
 def _has_compiled_autograd() -> bool:
     import torch
 
@@ -75,19 +61,6 @@ def _has_compiled_autograd() -> bool:
         and hasattr(ca_module, "AutogradCompilerInstance")
         and hasattr(getattr(torch._C, "_dynamo", None), "compiled_autograd")
     )
-
-
-def _counters() -> dict[str, dict[str, int]]:
-    from torch._dynamo.utils import counters
-
-    out: dict[str, dict[str, int]] = {}
-    for name, counter in counters.items():
-        # Keys are cut to 300 characters; reasons that only differ later add up (totals stay torch's).
-        cut: dict[str, int] = {}
-        for key, value in counter.items():
-            cut[str(key)[:300]] = cut.get(str(key)[:300], 0) + int(value)
-        out[name] = cut
-    return out
 
 
 def _peak_rss_bytes() -> int | None:
@@ -160,7 +133,7 @@ def _record_mode(spec: ModeSpec) -> int:
 
     from cagtool.capture.observe.ca_observer import CaptureObserver
     from cagtool.capture.processes.identity import ROLE_MAIN, process_info
-    from cagtool.capture.processes.lifeline import SignalStop, exit_code_for, ignore_further_stops, signal_tree
+    from cagtool.capture.processes.lifeline import STOP_SIGNALS, SignalStop, exit_code_for, ignore_further_stops, signal_tree
     from cagtool.capture.status import LiveStatus, status_enabled
     from cagtool.capture.steps import StepLimitReached, StepTracker
     from cagtool.capture.target import Target, print_user_traceback, run_target
@@ -196,7 +169,7 @@ def _record_mode(spec: ModeSpec) -> int:
         argv=[target.name, *target.args],
         target=target.to_dict(),
         cwd=os.getcwd(),
-        versions=_versions(),
+        versions=record_versions(imported_torch_version()),
         backend=spec.backend,
         dynamic=spec.dynamic,
         started_at=started_at,
@@ -251,6 +224,10 @@ def _record_mode(spec: ModeSpec) -> int:
     from cagtool.capture.seeding import script_reseeded, seed_all
 
     manifest.options["seed"] = seed_all(spec.seed)  # every mode alike, so their numerics compare
+    from cagtool.capture.target import patched_source_for
+
+    if (patched := patched_source_for(target)) is not None:
+        manifest.options["patched_source"] = patched  # the record says it ran a patched copy
     try:
         with live, depyf_ctx, mode_context(spec.mode, observer, spec.dynamic):
             run_target(target)
@@ -285,6 +262,11 @@ def _record_mode(spec: ModeSpec) -> int:
         text = print_user_traceback(exc)
         status, exit_code = STATUS_FAILED, 1
         exception = ExceptionInfo(type(exc).__name__, str(exc)[:2000], text[-20000:])
+        sigval = getattr(exc, "sigval", None)
+        if type(exc).__name__ == "SignalException" and isinstance(sigval, int) and sigval in STOP_SIGNALS:
+            # torchrun's launcher turns SIGINT/SIGTERM/SIGHUP into torch.distributed.elastic's
+            # SignalException and exits 1 (as under python): a stop, not a failure of the job.
+            status = STATUS_INTERRUPTED
     finally:
         followed.stop_stacks.disarm()  # before ignore_further_stops: unregistering needs the default action in place
         ignore_further_stops()
@@ -320,7 +302,7 @@ def _record_mode(spec: ModeSpec) -> int:
             manifest.options["cagtool_memory"] = cagtool_memory(peaks, steps.device)
         except Exception:  # noqa: BLE001 - the record must still close
             pass
-        manifest.torch_counters = _counters()
+        manifest.torch_counters = counter_snapshot()
         manifest.options["seed"]["script_reseeded"] = script_reseeded(manifest.options["seed"])
         if steps.errors:
             manifest.options["step_tracking_errors"] = {"count": steps.errors, "last": steps.last_error}
@@ -328,6 +310,10 @@ def _record_mode(spec: ModeSpec) -> int:
             manifest.options["losses_not_kept"] = steps.device.dropped_losses
         if handler.errors:
             manifest.options["structured_log_errors"] = {"count": handler.errors, "last": handler.last_error}
+        from cagtool.capture.observe.torch_logs import pgo_suggestion
+
+        if (suggestion := pgo_suggestion()) is not None:
+            manifest.options["pgo_suggestion"] = suggestion  # torch's own words, shown beside cagtool's
         manifest.options.update(observer.manifest_notes())
         writer.write_manifest()
         writer.close()

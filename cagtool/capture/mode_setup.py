@@ -55,9 +55,10 @@ def make_compiler(backend: str) -> Any:
 
 
 @contextlib.contextmanager
-def mode_context(mode: str, observer: Any, dynamic: bool) -> Iterator[None]:
+def mode_context(mode: str, observer: Any, dynamic: bool, scope: Any = None) -> Iterator[None]:
     """ca: cagtool's compiler on for every backward, DDP's Python reducer; aot/eager: compiled
-    autograd forced off. Torch's state is restored on exit."""
+    autograd forced off. Torch's state is restored on exit. `scope` (thread_scope.ThreadScope, ca
+    only): compiled autograd for its thread's backwards only, entered around each of them."""
     import torch
     from torch._dynamo import compiled_autograd as ca
 
@@ -86,13 +87,16 @@ def mode_context(mode: str, observer: Any, dynamic: bool) -> Iterator[None]:
     original_reset = ca.reset
 
     def reset_and_rearm() -> None:
-        # torch._dynamo.reset() drops the compiler and the verbose logger (TORCH_2_13_NOTES.md):
+        # torch._dynamo.reset() drops the compiler and the verbose logger (docs/torch-internals.md,
+        # "`torch._dynamo.reset()` and re-arming"):
         # put cagtool's back so later backwards are still compiled and observed.
         original_reset()
         if ca.depth >= 1:
             torch._C._dynamo.compiled_autograd.set_autograd_compiler(
                 functools.partial(ca.AutogradCompilerInstance, compiler), dynamic
             )
+            ca.compiled_autograd_enabled = True
+        elif scope is not None:
             ca.compiled_autograd_enabled = True
         observer.install_logger()
 
@@ -108,13 +112,40 @@ def mode_context(mode: str, observer: Any, dynamic: bool) -> Iterator[None]:
 
         ca._enable = _enable_dynamic
     try:
-        with original_enable(compiler, dynamic=dynamic):
-            observer.install_logger()
-            yield
+        if scope is None:
+            with original_enable(compiler, dynamic=dynamic):
+                observer.install_logger()
+                yield
+        else:
+            with _scoped(scope, ca, functools.partial(original_enable, compiler, dynamic=dynamic)):
+                observer.install_logger()
+                yield
     finally:
         ca._enable = original_enable
         ca.reset = original_reset
         _force_config("optimize_ddp", _unset())
+
+
+@contextlib.contextmanager
+def _scoped(scope: Any, ca: Any, enable: Any) -> Iterator[None]:
+    """The block of a thread scope: `_enable` entered by the scope around each of its thread's
+    backwards. Between them torch's Python flag stays on, as inside `_enable`: Dynamo reads it
+    while it traces the thread's forwards (hooks on intermediate tensors, module backward hooks),
+    so they are traced as under `cagtool run`'s ca mode."""
+    prior = ca.compiled_autograd_enabled
+
+    def flag_on() -> None:
+        ca.compiled_autograd_enabled = True
+
+    ca.compiled_autograd_enabled = True
+    scope.after_backward = flag_on
+    scope.enable = enable
+    try:
+        yield
+    finally:
+        scope.enable = None
+        scope.after_backward = None
+        ca.compiled_autograd_enabled = prior
 
 
 def enter_for_process(mode: str, observer: Any, dynamic: bool) -> contextlib.ExitStack:

@@ -6,9 +6,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
-import platform
 import signal
-import socket
 import subprocess
 import sys
 import shutil
@@ -21,12 +19,12 @@ from typing import Callable
 
 from cagtool.capture.child import STARTUP_ERROR_FILE, ModeSpec
 from cagtool.capture.run_dir import claim_run_dir
+from cagtool.capture.versions import machine_info, record_versions
 from cagtool.capture.processes.lifeline import STOP_SIGNALS, ChildSupervisor, adopt_orphans, end_orphans, exit_code_for
 from cagtool.capture.status import restore_terminal
 from cagtool.capture.stdin_feed import ModeStdin, StdinFeed
 from cagtool.capture.target import Target
 from cagtool.capture.writer import write_json_atomic, write_run_meta
-from cagtool.errors import UsageError
 from cagtool.record.manifest import RunMeta
 from cagtool.record.liveness import signal_stop_exception, this_process
 from cagtool.record.schema import MANIFEST_FILE, MODES, STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED, STATUS_KILLED, STATUS_RUNNING
@@ -96,16 +94,6 @@ def _timestamp() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _machine() -> dict[str, object]:
-    return {
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "python": sys.version.split()[0],
-    }
-
-
 def make_run_dir(options: RunOptions) -> Path:
     """The run directory, claimed atomically with its first mode's directory (run_dir.py)."""
     return claim_run_dir(options.output, options.runs_root, options.target.label, mode_dirs(options)[0])
@@ -124,8 +112,6 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
     """Run every mode; `on_progress(name, index, total)` before each mode process starts,
     `on_started(name)` once it has started (while it imports torch, the caller may do its own work)."""
     run_dir = make_run_dir(options)
-    from cagtool import __version__
-
     import importlib.metadata as md
 
     meta = RunMeta(
@@ -136,8 +122,8 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
         target_argv=[options.target.name, *options.target.args],
         cwd=os.getcwd(),
         modes=mode_dirs(options),
-        versions={"cagtool": __version__, "torch": md.version("torch"), "python": platform.python_version()},
-        machine=_machine(),
+        versions=record_versions(md.version("torch")),  # torch is not imported in this process
+        machine=machine_info(),
         options={
             "backend": options.backend,
             "dynamic": options.dynamic,

@@ -2,7 +2,7 @@
 when the script has no optimizer); every top-level backward call is recorded within its step.
 
 Replaces `torch.autograd._engine_run_backward`, the entry of Tensor.backward, autograd.backward
-and autograd.grad (TORCH_2_13_NOTES.md, "Counting and timing"), and uses torch's global optimizer
+and autograd.grad (docs/torch-internals.md, "The backward entry point under both names"), and uses torch's global optimizer
 step hooks. What a step is, with one, several or no optimizers: record/schema.py's docstring.
 Thread-safe: backward may run in several threads (each has its own nesting depth).
 
@@ -68,6 +68,9 @@ BACKWARD_ENTRY_REPLACED = "backward_entry_replaced"
 # An optimizer that does not step while another steps this many times in one open step stops
 # being waited for (e.g. a second optimizer used only in a later phase of training).
 IDLE_OPTIMIZER_STEPS = 10
+# Notes held while it is unknown whether a pre-existing optimizer will step (expect_optimizers):
+# two a backward call (its begin and end), so 256 backward calls.
+UNDECIDED_NOTES = 512
 FLAG_CHECK_EVERY = 64  # backward calls between two looks at the script's CA flag (_check_flag_finding)
 # The events whose lines wait in memory up to the writer's hold_s (writer.py), named in the
 # manifest with that bound: a process killed hard may lack these for its last hold_s seconds.
@@ -88,8 +91,11 @@ class _NoCuda:
 
 class StepTracker:
     def __init__(self, writer: RecordWriter, mode: str, on_step: Callable[[int], None] | None = None, max_steps: int | None = None,
-                 digests: GradDigests | None = None) -> None:
+                 digests: GradDigests | None = None, scope: Any = None) -> None:
         self.writer = writer
+        # The Python API's block (thread_scope.ThreadScope): only its thread's backwards and
+        # optimizer steps are the job's; the entry point is the scope's, around this tracker's.
+        self.scope = scope
         self.digests = digests  # per-parameter gradient digests (grad_digest.py), taken in the optimizer's pre-hook
         self.mode = mode
         self.on_step = on_step
@@ -135,6 +141,10 @@ class StepTracker:
         # Within one drain: the step's one backward line, held back in case the step's optimizer
         # step closes it next, so that the three lines go as one queued entry (_close); (clock, payload).
         self._pending: tuple[float, tuple] | None = None
+        # Optimizers that existed before the tracker (expect_optimizers): until one of them steps,
+        # or one is made, whether a backward ends a step is undecided and its notes wait here.
+        self._candidates: dict[int, weakref.ref[Any]] = {}
+        self._undecided: list[Any] | None = None
 
     def restart(self) -> None:
         """A forked child starts its own record: its steps count from the first again."""
@@ -356,10 +366,13 @@ class StepTracker:
         # the one code that patches the entry point saves and restores (torch.compiler's
         # _patch_engine_backward does, and puts it back into both), so cagtool's survives that.
         self._original_graph_run_backward = autograd_graph._engine_run_backward
+        if self.scope is not None:
+            _engine_run_backward = self.scope.wrap(_engine_run_backward, original)
         self._entry = _engine_run_backward
         torch.autograd._engine_run_backward = _engine_run_backward
         autograd_graph._engine_run_backward = _engine_run_backward
         autograd_names = torch.autograd.__dict__
+        only = None if self.scope is None else self.scope.owner  # the one thread whose steps count
         entry_changed = tracker._entry_changed
 
         # Knowing an optimizer exists before its first step() tells a GAN's two optimizers apart
@@ -370,6 +383,8 @@ class StepTracker:
         @functools.wraps(original_init)
         def optimizer_init(optimizer: Any, *args: Any, **kwargs: Any) -> None:
             original_init(optimizer, *args, **kwargs)
+            if only is not None and get_ident() != only:
+                return
             try:
                 tracker._note_optimizer(optimizer)
             except Exception:  # noqa: BLE001 - never fail the script's optimizer over bookkeeping
@@ -381,6 +396,8 @@ class StepTracker:
         digests = tracker.digests
 
         def pre_hook(optimizer, args, kwargs):
+            if only is not None and get_ident() != only:
+                return
             key = id(optimizer)
             if digests is not None:
                 # Usually one decrement: the rarer path drains to know the step (grad_digest.py).
@@ -408,6 +425,8 @@ class StepTracker:
         def post_hook(optimizer, args, kwargs):
             if autograd_names.get("_engine_run_backward") is not _engine_run_backward:
                 entry_changed()
+            if only is not None and get_ident() != only:
+                return
             key = id(optimizer)
             start = opt_start.pop(key, None)
             if start is None:
@@ -437,6 +456,7 @@ class StepTracker:
         import torch.autograd
         from torch.autograd import graph as autograd_graph
 
+        self.settle()
         self.drain()
         if self._entry is not None and torch.autograd.__dict__.get("_engine_run_backward") is not self._entry:
             self._entry_changed(reinstall=False)
@@ -569,6 +589,8 @@ class StepTracker:
                 n = len(raw)
                 taken = raw[:n]
                 del raw[:n]  # a note racing this one stays for the next drain
+                if self._undecided is not None:
+                    taken = self._settle(taken)
                 for entry in taken:
                     try:
                         kind = entry[0]
@@ -597,6 +619,47 @@ class StepTracker:
             finally:
                 self._draining = False
         return limit
+
+    def expect_optimizers(self, optimizers: list[Any]) -> None:
+        """Optimizers made before the tracker was installed (the Python API's block starts in a
+        running process): a backward before their first step() must not be counted as a step of
+        its own (no optimizer known yet). The notes of such backwards wait until one of them steps
+        (they are its step's), an optimizer is made, or the end (each backward a step of its own,
+        as with no optimizer); at most UNDECIDED_NOTES notes."""
+        with self._lock:
+            self._candidates = {id(o): weakref.ref(o) for o in optimizers}
+            if self._candidates and not self.closed_steps:
+                self._undecided = []
+
+    def _settle(self, taken: list[Any]) -> list[Any]:
+        """The notes to count now (caller holds the lock): none while undecided; once decided,
+        the held ones first, in their order."""
+        held = self._undecided
+        assert held is not None
+        for i, entry in enumerate(taken):
+            kind = entry[0]
+            if kind == _GONE or (kind in (_BEGIN, _END) and len(held) < UNDECIDED_NOTES):
+                held.append(entry)
+                continue
+            # Decided: an optimizer made or stepping, or too many backwards without one.
+            self._undecided = None
+            key = entry[1] if kind == _MADE else entry[3] if kind == _STEPPED else None
+            ref = self._candidates.get(key) if key is not None else None
+            if ref is not None and ref() is not None:  # not another object at a collected one's id
+                # A pre-existing optimizer's first step (its pre-hook notes it as made): the
+                # waiting backwards are its step's.
+                self._required[key] = ref
+            return held + taken[i:]
+        return []
+
+    def settle(self) -> None:
+        """The end of the watch: notes still undecided are counted (no optimizer stepped)."""
+        with self._lock:
+            if self._undecided is None:
+                return
+            held, self._undecided = self._undecided, None
+            self._raw[:0] = held
+        self.drain()
 
     def _queue(self, line: Callable[[int, float, Any], str], clock: float, payload: Any) -> None:
         """A line for the writer's `queued` list (writer.py), made at perf_counter time `clock`: when

@@ -14,9 +14,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 
 from cagtool.errors import UsageError
-
-
-_LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+from cagtool.record.target_name import target_label
 
 
 @dataclass(frozen=True)
@@ -27,12 +25,7 @@ class Target:
 
     @property
     def label(self) -> str:
-        if self.kind == "module" and self.name in _LAUNCHER_MODULES:
-            # `-m torch.distributed.run ... train.py`: the run is named after the training script.
-            script = next((a for a in self.args if a.endswith(".py")), None)
-            if script is not None:
-                return os.path.splitext(os.path.basename(script))[0]
-        return os.path.splitext(os.path.basename(self.name))[0] if self.kind == "script" else self.name.rsplit(".", 1)[-1]
+        return target_label(self.kind, self.name, self.args)
 
     def to_dict(self) -> dict[str, str]:
         data = asdict(self)
@@ -123,27 +116,45 @@ def _check_module(module: str) -> None:
             raise UsageError(f"cannot read {spec.origin}: {exc}") from None
 
 
+# `recompiles --verify` runs a patched copy of the script in its place: the copy's code, with
+# everything else the script's own (sys.argv, sys.path[0], __file__, cwd), so the patched job
+# imports and finds its files as the script does. Both names are needed: a process the job
+# starts inherits the environment, and runs its own script unless it is the one patched.
+PATCH_TARGET_ENV = "CAGTOOL_PATCH_TARGET"  # realpath of the script the copy stands in for
+PATCHED_SOURCE_ENV = "CAGTOOL_PATCHED_SOURCE"  # the patched copy
+
+
+def patched_source_for(target: Target) -> str | None:
+    """The patched copy to run in place of `target`, when `recompiles --verify` asked for one."""
+    source, script = os.environ.get(PATCHED_SOURCE_ENV), os.environ.get(PATCH_TARGET_ENV)
+    if target.kind != "script" or not source or not script:
+        return None
+    return source if os.path.realpath(target.name) == os.path.realpath(script) and os.path.isfile(source) else None
+
+
 def run_target(target: Target) -> None:
     """Run it as `python SCRIPT ARGS` / `python -m MODULE ARGS` would: __name__ == "__main__",
     sys.argv, sys.path[0], cwd untouched. Exceptions propagate to the caller."""
     if target.kind == "script":
         sys.argv = [target.name, *target.args]
         sys.path[0] = os.path.dirname(os.path.realpath(target.name))
-        _exec_as_main(os.path.abspath(target.name))  # python 3.11 makes __file__ absolute
+        # python 3.11 makes __file__ absolute
+        _exec_as_main(os.path.abspath(target.name), code_path=patched_source_for(target))
     else:
         sys.argv = [target.name, *target.args]  # runpy replaces argv[0] with the module's file
         sys.path[0] = os.getcwd()
         runpy.run_module(target.name, run_name="__main__", alter_sys=True)
 
 
-def _exec_as_main(path: str) -> None:
+def _exec_as_main(path: str, code_path: str | None = None) -> None:
     """What `python path` does: a fresh __main__ module (so pickling classes from the script
-    works) whose code runs with sys.argv[0] left as the user typed it (runpy.run_path rewrites it)."""
+    works) whose code runs with sys.argv[0] left as the user typed it (runpy.run_path rewrites it).
+    `code_path`: run that file's code instead, as `path` (its tracebacks name the file they ran)."""
     import builtins
     import types
 
-    with open(path, "rb") as handle:
-        code = compile(handle.read(), path, "exec", dont_inherit=True)
+    with open(code_path or path, "rb") as handle:
+        code = compile(handle.read(), code_path or path, "exec", dont_inherit=True)
     main = types.ModuleType("__main__")
     main.__dict__.update({"__file__": path, "__builtins__": builtins, "__cached__": None, "__spec__": None, "__loader__": None, "__package__": None})
     # Registered before the script registers its own: atexit runs handlers last-in first-out.

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from cagtool.record.atomic import write_atomic
 from cagtool.record.columns import write_sidecar
 from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
 from cagtool.record.graph_file import GRAPH_FORMAT, GraphNode, graph_node_to_dict
@@ -97,18 +98,16 @@ RESERVE_FILE = ".cagtool-reserve"
 RESERVE_BYTES = 64 * 1024
 
 
+def ended_marker_name(status: str, exit_code: int | None) -> str:
+    """`.cagtool-ended.<status>.<exit code>`: the reader's side is record/liveness.py."""
+    from cagtool.record.liveness import ENDED_MARKER_PREFIX
+
+    return f"{ENDED_MARKER_PREFIX}{status}.{'' if exit_code is None else exit_code}"
+
+
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     """Replace path with data, or leave the old file as it was (never a half-written one)."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            tmp.unlink()  # a partial temp file would only take more of a full disk
-        except OSError:
-            pass
-        raise
+    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def warn(message: str) -> None:
@@ -146,10 +145,14 @@ def close_run_of_dead_parent(run_dir: Path, mode_name: str, exit_code: int, ende
 class RecordWriter:
     """Appends typed events for one mode. Thread-safe; `seq` and `t` are assigned here."""
 
-    def __init__(self, mode_dir: Path, manifest: ModeManifest, clock_start: float | None = None, hold_s: float = HOLD_S) -> None:
+    def __init__(self, mode_dir: Path, manifest: ModeManifest, clock_start: float | None = None, hold_s: float = HOLD_S,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.mode_dir = Path(mode_dir).resolve()  # absolute: the script may os.chdir
         self.manifest = manifest
-        self.t0 = time.perf_counter() if clock_start is None else clock_start
+        # perf_counter: the step tracker's times (queued_due) are on the same clock. Tests of the
+        # hold window give a clock they move themselves instead of sleeping against it.
+        self.clock = clock
+        self.t0 = clock() if clock_start is None else clock_start
         self.hold_s = hold_s
         self._lock = threading.Lock()
         self._seq = 0
@@ -248,7 +251,7 @@ class RecordWriter:
             return exc
 
     def now(self) -> float:
-        return time.perf_counter() - self.t0
+        return self.clock() - self.t0
 
     def encoder_of(self, event_cls: type[Event]) -> Callable[..., str]:
         """`encode(seq, t, **fields) -> line`: the event's line (schema.event_line)."""
@@ -311,7 +314,7 @@ class RecordWriter:
             if self.queued:
                 self._take_queued()
             held = self._held
-            now = time.perf_counter()
+            now = self.clock()
             t = fields.pop("t", None)
             if not held:
                 self._held_from = self._seq
@@ -328,9 +331,9 @@ class RecordWriter:
         source = self.source
         if source is not None:
             source(late=True)
-        if self._due(time.perf_counter()):  # read without the lock: cheap, and rechecked
+        if self._due(self.clock()):  # read without the lock: cheap, and rechecked
             with self._lock:
-                if self._due(time.perf_counter()):
+                if self._due(self.clock()):
                     self._take_queued()
                     self._write_held()
 
@@ -413,7 +416,25 @@ class RecordWriter:
             self._drop_reserve()
             error = self._write_manifest_quietly()
             if error is not None:
-                warn(f"could not write {self.mode_dir / MANIFEST_FILE}: {error.strerror or error}; its status is not up to date")
+                marked = self._mark_end()
+                what = "; how it ended is in the name of an empty file beside it" if marked else "; its status is not up to date"
+                warn(f"could not write {self.mode_dir / MANIFEST_FILE}: {error.strerror or error}{what}")
+
+    def _mark_end(self) -> bool:
+        """The manifest could not be rewritten (the disk is full and the reserve is gone): an empty
+        file named after how the process ended (`ended_marker_name`) needs no data block, so a
+        reader can still tell a rank that ended normally from one that was killed."""
+        status, code = self.manifest.status, self.manifest.exit_code
+        if status == "running":
+            return False
+        try:
+            with open(self.mode_dir / ended_marker_name(status, code), "x"):
+                pass
+        except FileExistsError:
+            pass
+        except OSError:
+            return False
+        return True
 
     def reopen(self, mode_dir: Path) -> None:
         """In a forked child: the same writer object (whoever holds it keeps writing through it),
@@ -427,7 +448,7 @@ class RecordWriter:
         self._held = []  # the parent's: its own record has them
         del self.queued[:]  # likewise (in place: the step tracker holds this list)
         self._flusher = None
-        self.t0 = time.perf_counter()
+        self.t0 = self.clock()
         self._discard_events_file()
         self.stopped = None
         self.manifest.recording_stopped = None

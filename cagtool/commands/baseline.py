@@ -67,11 +67,17 @@ def register(app: typer.Typer) -> None:
                 f"not saving a baseline from a run whose modes did not finish ({listed}); "
                 "fix the run or pass --allow-failed",
             )
-        if accumulate and Path(output).exists():
+        if accumulate:
+            from cagtool.record.atomic import locked
             from cagtool.report.gate.baseline import accumulate_baseline, load_baseline
 
-            baseline = accumulate_baseline(load_baseline(output), baseline)
-        path = save_baseline(baseline, output)
+            # Two CI jobs accumulating into one file: each reads what the other wrote, none is lost.
+            with locked(output):
+                if Path(output).exists():
+                    baseline = accumulate_baseline(load_baseline(output), baseline)
+                path = save_baseline(baseline, output)
+        else:
+            path = save_baseline(baseline, output)
         console = make_console()
         modes = ", ".join(
             f"{name}: {snap.ca_graphs} CA graphs, {snap.recompiles} recompiles, {snap.graph_breaks} graph breaks"

@@ -32,10 +32,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Export a recorded run for another tool.
 
-        --perfetto FILE: one process per mode (and rank), tracks for steps, backward calls,
-        optimizer steps, CA captures, CA graph first calls and Dynamo compiles, in
-        microseconds; open it at ui.perfetto.dev or chrome://tracing, next to a torch.profiler
-        trace. A long job draws at most 24,000 steps one by one (every step with a compile,
+        --perfetto FILE: one process per mode (and rank), each mode from time 0 of its own run
+        (side by side), tracks for steps (step 0 included), backward calls, optimizer steps, CA
+        captures, CA graph first calls and Dynamo compiles, in microseconds, and an instant event
+        for every CA cache miss, Dynamo recompile and graph break (torch's reason, the node and
+        the source line in its args); open it at ui.perfetto.dev or chrome://tracing, next to a
+        torch.profiler trace. A long job draws at most 24,000 steps one by one (every step with a compile,
         capture or recompile, and the fastest and slowest of each stretch); the others become one
         span per stretch (count, mean, min, max), as otherData.aggregated says.
 

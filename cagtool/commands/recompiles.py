@@ -88,7 +88,6 @@ def _run_recompiles(options: RecompilesOptions, out: IO[str] | None, err: IO[str
         print_wrapped,
         record_notes,
     )
-    from cagtool.report.console import PlainConsole
 
     record, tables, rank_notes = recompile_tables(options.run, options.strict, options.mode, options.rank)
     run_label = str(options.run) if options.run else ""
@@ -111,12 +110,14 @@ def _run_recompiles(options: RecompilesOptions, out: IO[str] | None, err: IO[str
             for note in record_notes(table):
                 print(f"cagtool: {note}", file=err)
         return 0
-    # --explain's text is lines of text: off a terminal they are written without rich (report/console.py).
-    console = (PlainConsole.where_plain(out, options.width) if explanations is not None else None) or make_console(out, width=options.width)
+    console = make_console(out, width=options.width)
     for note in rank_notes:
         print_wrapped(console, note.line)
     if explanations is not None:
         ExplanationRenderer(console).render(explanations, run_label)
+        for table in tables:
+            if (said := pgo_suggestion(record, table.mode)) is not None:
+                print_wrapped(console, f"Torch's own words (its PGO, mode {table.mode}): {said}")
     else:
         RecompilesTableRenderer(console).render(tables, run_label)
     if verification is not None:
@@ -130,28 +131,80 @@ def _run_recompiles(options: RecompilesOptions, out: IO[str] | None, err: IO[str
 def _verify(record: "RunRecord", tables: list, explanations: list, options: RecompilesOptions, err: IO[str]):
     """--verify: the fixes for the verified mode's causes, applied by re-running the job."""
     from cagtool.errors import UsageError
-    from cagtool.verify.fixes import fixes_for, who_fixes
+    from cagtool.verify.fixes import fixes_for, patch_fix, who_fixes
+    from cagtool.verify.patches import patch_for
     from cagtool.verify.verification import estimate_seconds, verify
 
     mode = options.mode or ("ca" if "ca" in record.modes else next(iter(record.modes)))
     index = next((i for i, t in enumerate(tables) if t.mode == mode), 0)
     explanation = explanations[index]
-    fixes = fixes_for(explanation, dynamic_already=bool((record.meta.options or {}).get("dynamic")))
+    fixes = fixes_for(explanation, dynamic_already=bool((record.meta.options or {}).get("dynamic")), pgo_suggestion=pgo_suggestion(record, mode))
+    configured = {n for f in fixes for n in f.causes}
+    patches = {}
+    for cause in explanation.causes:
+        if cause.number not in configured and (patch := patch_for(cause, *_script_of(record))) is not None:
+            patches[cause.number] = patch
+    recorded = record.modes.get(mode)
+    if recorded is not None and recorded.processes:
+        # Worker processes (multiprocessing spawn, DDP ranks) re-import the script by its path:
+        # they would run the user's file, not the copy, and the measure would not be the patch's.
+        for patch in patches.values():
+            if patch.applicable:
+                patch.applicable, patch.patched = False, None
+                patch.why_not = ("the job's worker processes (DDP ranks, multiprocessing spawn) re-import the script by its path, "
+                                 "so they would run your file, not a patched copy: apply the diff and record again")
+    fixes += [patch_fix(p) for p in patches.values() if p.applicable]
+    applicable = {n for f in fixes for n in f.causes}
     if options.fix is not None:
         names = [f.name for f in fixes]
-        fixes = [f for f in fixes if f.name == options.fix]
-        if not fixes:
+        wanted = [w.strip() for w in options.fix.split(",") if w.strip()]
+        unknown = [w for w in wanted if w not in names]
+        if unknown or not wanted:
             raise UsageError(f"--fix {options.fix}: no such fix applies to this run's causes (applicable: {', '.join(names) or 'none'})")
+        fixes = [f for f in fixes if f.name in wanted]
     answered = {n for f in fixes for n in f.causes}
-    not_applied = [
-        {"cause": c.number, "code": c.code, "who": who_fixes(c), "why": "needs a change to the code; not applied automatically"}
-        for c in explanation.causes if c.number not in answered
-    ]
-    estimate = estimate_seconds(record, mode, options.repeat, len(fixes))
+    not_applied = []
+    for c in explanation.causes:
+        if c.number in answered:
+            continue
+        patch = patches.get(c.number)
+        if c.number in applicable:
+            why = f"not verified this time: --fix {options.fix} asked for another fix"
+        elif patch is not None:
+            why = f"needs a change to the code; not applied: {patch.why_not}"
+        else:
+            why = "needs a change to the code; not applied automatically"
+        not_applied.append({"cause": c.number, "code": c.code, "who": who_fixes(c), "why": why,
+                            "patch": patch.to_dict() if patch is not None else None})
+    estimate = estimate_seconds(record, mode, options.repeat, len(fixes)) if fixes else 0.0  # nothing re-runs without a fix
     when = f"; estimated {estimate:.0f} s" if estimate is not None else ""
     print(f"cagtool: verifying {len(fixes)} fix{'es' if len(fixes) != 1 else ''} in mode {mode}: the baseline and each fix "
           f"{options.repeat} times, each its own process{when}", file=err, flush=True)
     return verify(record.path, mode, fixes, options.repeat, not_applied, progress=lambda line: print(f"cagtool: {line}", file=err, flush=True))
+
+
+def pgo_suggestion(record: "RunRecord", mode: str) -> str | None:
+    """torch's profile-guided suggestion recorded for the mode (capture/observe/torch_logs.py),
+    verbatim; for a multi-rank mode, rank 0's."""
+    found = record.modes.get(mode)
+    ranks = found.ranks() if found is not None else {}
+    if ranks:  # a multi-rank mode: rank 0's, the record `recompiles` explains
+        found = ranks[next(iter(ranks))]
+    said = (found.manifest.options or {}).get("pgo_suggestion") if found is not None else None
+    return said if isinstance(said, str) else None
+
+
+def _script_of(record: "RunRecord") -> tuple[str | None, str | None]:
+    """The recorded job's script (a path to read) and its name as the record gives it; (None,
+    None) for a module job."""
+    import os
+
+    target = record.meta.target or {}
+    if target.get("kind") != "script":
+        return None, None
+    from cagtool.report.recompiles.table import display_path
+
+    return os.path.join(record.meta.cwd or ".", target["name"]), display_path(target["name"], record.meta.cwd or "")
 
 
 def recompiles(
@@ -163,7 +216,7 @@ def recompiles(
     rank: Optional[int] = typer.Option(None, "--rank", min=0, metavar="N", help="Multi-rank runs: rank N's recompiles (default: rank 0)."),
     verify: bool = typer.Option(False, "--verify", help="Re-run the job with each fix cagtool can apply (no edit of your script) and measure it: verified, no effect or harmful."),
     repeat: int = typer.Option(3, "--repeat", min=1, help="With --verify: runs of the baseline and of each fix, each its own process."),
-    fix: Optional[str] = typer.Option(None, "--fix", metavar="NAME", help="With --verify: only this fix (ca-dynamic, dynamic-sources)."),
+    fix: Optional[str] = typer.Option(None, "--fix", metavar="NAME[,NAME]", help="With --verify: only these fixes, comma-separated (ca-dynamic, dynamic-sources, torch-pgo, hook-before-loop, zero-grad-to-none)."),
 ) -> None:
     """Every recompile of a recorded run: why the backward (or a forward frame) was compiled again.
 
@@ -187,12 +240,21 @@ def recompiles(
     steps, a hook added or removed, .grad None vs defined, changed shapes, Dynamo guard failures);
     recompile storms and recompile-limit fallbacks to eager come first. Each cause names its
     evidence (compile ids, steps, and the seq of its events in <run>/<mode>/events.jsonl) and a fix.
+    A compiled-autograd recompile that follows a forward recompile in the same step (the backward
+    of one batch-size change) is listed under that cause, as its consequence (JSON: caused_by,
+    consequences); a Dynamo recompile names the line of your code that called the recompiled code.
 
     With --verify, the job is run again (as recorded: script, arguments, cwd, backend, steps) in
     the verified mode, --repeat times as a baseline and --repeat times with each fix cagtool can
     apply without editing the script (ca-dynamic: compiled autograd's sizes start dynamic;
     dynamic-sources: Dynamo compiles the inputs whose size guards failed dynamic from the start,
-    TORCH_COMPILE_DYNAMIC_SOURCES). Each fix gets before -> after for CA and Dynamo recompiles,
+    TORCH_COMPILE_DYNAMIC_SOURCES), and with each code change it can make safely, shown as a
+    diff against your script and run on a patched copy of it, never on the file itself
+    (hook-before-loop: a hook registered mid-run registered before the loop; zero-grad-to-none:
+    zero_grad(set_to_none=False) made True); a code change it cannot make is shown with why
+    not. A recompile torch's own PGO explains carries torch's suggestion verbatim, and
+    torch-pgo verifies that suggestion applied as torch words it.
+    Each fix gets before -> after for CA and Dynamo recompiles,
     compile time, time to first step, steady step time (with its 90% confidence interval), peak
     memory and numerics, and a verdict: verified, no effect or harmful. The re-runs are kept
     under RUN/verify/, the result in RUN/verification.json (summary and report show it).

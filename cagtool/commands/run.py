@@ -66,7 +66,7 @@ def warm_end_of_run_imports(report: bool) -> None:
         if report:
             import cagtool.commands.report  # noqa: F401
             import cagtool.report.html.document  # noqa: F401
-            from cagtool.report.html.highlight import prepare
+            from cagtool.report.html.document import prepare
 
             prepare()
             import vl_convert  # noqa: F401 - the Vega bundle's versions (vega_bundle.py)

@@ -19,16 +19,25 @@ def hostname() -> str:
     return socket.gethostname()
 
 
+def proc_stat(pid: int) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command name (which may hold spaces and parentheses,
+    so the split is at its last `)`): [0] is the state, [1] the parent's pid, [19] the start time.
+    None where there is no such process (or no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    _, paren, fields = stat.rpartition(b")")
+    return fields.split() if paren else None
+
+
 def _start_ticks(pid: int) -> int | None:
     """The process's start time (clock ticks since boot, /proc/PID/stat field 22): a pid reused
     by another process has a different one."""
+    fields = proc_stat(pid)
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read().decode(errors="replace")
-    except OSError:
-        return None
-    try:
-        return int(stat.rsplit(")", 1)[1].split()[19])
+        return int(fields[19]) if fields is not None else None
     except (IndexError, ValueError):
         return None
 
@@ -84,12 +93,21 @@ def read_dead_writer_as_killed(manifest: Any, record_dir: Path | None = None) ->
     start_ticks (process_info adds them); older records are judged by the pid alone only when it
     is certainly gone."""
     from cagtool.record.manifest import ExceptionInfo
-    from cagtool.record.schema import SIGNAL_STACKS_DIR, STATUS_INTERRUPTED, STATUS_KILLED, STATUS_RUNNING
+    from cagtool.record.schema import STATUS_INTERRUPTED, STATUS_KILLED, STATUS_RUNNING
 
     if manifest.status != STATUS_RUNNING or not process_gone(manifest.process):
         return
     if isinstance(manifest.options, dict):
         manifest.options["closed_by"] = "reader"  # what the process held in memory died with it
+    ended = ended_marker(record_dir) if record_dir is not None else None
+    if ended is not None:
+        status, code = ended
+        manifest.status, manifest.exit_code = status, code
+        if manifest.exception is None and status != "finished":
+            manifest.exception = ExceptionInfo(status, f"ended with exit code {code}; its manifest could not be rewritten (disk full)")
+        if isinstance(manifest.options, dict):
+            manifest.options["closed_by"] = "marker"  # ended normally; only its last figures could not be written
+        return
     for name, number in STOP_SIGNALS_BY_NAME.items():
         stopped = signal_stop_exception(name, record_dir) if record_dir is not None else None
         if stopped is None or not stopped["traceback"]:
@@ -102,6 +120,29 @@ def read_dead_writer_as_killed(manifest: Any, record_dir: Path | None = None) ->
     manifest.status = STATUS_KILLED
     if manifest.exception is None:
         manifest.exception = ExceptionInfo("killed", "its process vanished before it closed this record (SIGKILL, OOM killer)")
+
+
+ENDED_MARKER_PREFIX = ".cagtool-ended."  # capture/writer.py: ended_marker_name
+
+
+def ended_marker(record_dir: Path) -> tuple[str, int | None] | None:
+    """(status, exit code) from the empty file a process leaves when it ended but its full disk
+    had no room to rewrite its manifest; None when there is none."""
+    from cagtool.record.schema import STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED
+
+    try:
+        names = [entry.name for entry in os.scandir(record_dir) if entry.name.startswith(ENDED_MARKER_PREFIX)]
+    except OSError:
+        return None
+    for name in sorted(names):
+        status, _, code = name[len(ENDED_MARKER_PREFIX):].partition(".")
+        if status not in (STATUS_FINISHED, STATUS_FAILED, STATUS_INTERRUPTED):
+            continue
+        try:
+            return status, int(code) if code else None
+        except ValueError:
+            continue
+    return None
 
 
 def signal_stop_exception(name: str, record_dir: Path) -> dict[str, str]:

@@ -88,12 +88,25 @@ class ModeRecord:
         return str((self.manifest.process or {}).get("key") or "main")
 
     def ranks(self) -> dict[int, ModeRecord]:
-        """Every record of this mode that has a rank, this one included, by rank (sorted)."""
+        """Every record of this mode that has a rank, this one included, by rank (sorted). A rank
+        that a launcher restarted (torchrun --max-restarts) is its last attempt's record; the
+        earlier ones are in `attempts`."""
         found: dict[int, ModeRecord] = {}
         for record in (self, *self.processes.values()):
-            if record.rank is not None and record.rank not in found:
+            if record.rank is not None and (record.rank not in found or record.attempt > found[record.rank].attempt):
                 found[record.rank] = record
         return dict(sorted(found.items()))
+
+    @property
+    def attempt(self) -> int:
+        """Which start of this rank by its launcher (torchrun's TORCHELASTIC_RESTART_COUNT): 0, the first."""
+        attempt = (self.manifest.process or {}).get("attempt")
+        return attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else 0
+
+    def attempts(self, rank: int) -> list[ModeRecord]:
+        """Every record of rank `rank` in this mode, one per attempt, the first first."""
+        records = [r for r in (self, *self.processes.values()) if r.rank == rank]
+        return sorted(records, key=lambda r: r.attempt)
 
     def of(self, cls: type[E]) -> list[E]:
         # Reports ask for the same kinds dozens of times over tens of thousands of events: each
@@ -259,13 +272,14 @@ def load_mode(path: Path, strict: bool = False, kinds: frozenset[str] | set[str]
     return record
 
 
-def _process_sort_key(path: Path) -> tuple[int, int, str]:
-    """rank0, rank1, ..., then pid records, each numerically."""
-    name = path.name
+def _process_sort_key(path: Path) -> tuple[int, int, int, str]:
+    """rank0, rank0.attempt1, rank1, ..., then pid records, each numerically."""
+    name, _, attempt = path.name.partition(".attempt")
+    later = int(attempt) if attempt.isdigit() else 0
     for order, prefix in enumerate(("rank", "pid")):
         if name.startswith(prefix) and name[len(prefix) :].isdigit():
-            return (order, int(name[len(prefix) :]), name)
-    return (2, 0, name)
+            return (order, int(name[len(prefix) :]), later, path.name)
+    return (2, 0, 0, path.name)
 
 
 def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None, read_events: bool = True, columns: bool = False) -> ModeRecord:

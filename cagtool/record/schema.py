@@ -116,7 +116,9 @@ class SourceRef:
     """A line of the user's code. `how` says how it was found:
     `node_traceback` (the autograd node's creation traceback, exact; needs --trace-nodes),
     `compiled_frame` (the torch.compile'd function whose AOT backward the node is),
-    `backward_call` (the line that called backward: the node was created in that step's forward)."""
+    `backward_call` (the line that called backward: the node was created in that step's forward),
+    `caller` (the user's line that called the code Dynamo recompiled, e.g. `model(x)`),
+    `guard` (the user frame Dynamo's guard-failure text names)."""
 
     file: str
     line: int
@@ -287,6 +289,9 @@ class DynamoRecompileEvent(Event, tag="dynamo_recompile"):
     is_ca_graph: bool
     step: int | None
     reasons: list[str]
+    # The user's line that called the recompiled code (the first frame of the user's own code on
+    # the stack, or in an imported log the stack torch logged with the compile); None when unknown.
+    source: SourceRef | None = None
 
 
 class GraphBreakEvent(Event, tag="graph_break"):

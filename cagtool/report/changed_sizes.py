@@ -25,8 +25,8 @@ from cagtool.errors import UnreadableInput
 from cagtool.record.graph_file import GraphNode
 from cagtool.record.loader import ModeRecord, inside, load_graph_nodes
 from cagtool.record.schema import MISS_CHANGED_SHAPES, CacheMissEvent, CAGraphEvent
+from cagtool.torch_text import REF_OR_INT
 
-_TOKEN = re.compile(r"%[A-Za-z_][A-Za-z0-9_]*|(?<![\w.])-?\d+(?![\w.])")
 _SIZES_READ = re.compile(r"^%sizes, (\d+)$")
 _UNWRAP = "unwrap_maybe_dynamic_int"
 
@@ -60,7 +60,7 @@ def earlier_values(previous: list[GraphNode], current: list[GraphNode]) -> dict[
     found: dict[int, int] = {}
     for key, new_nodes in _by_autograd_node(current, reads).items():
         for new, old in zip(new_nodes, old_groups.get(key, [])):
-            new_tokens, old_tokens = _TOKEN.findall(new.args), _TOKEN.findall(old.args)
+            new_tokens, old_tokens = REF_OR_INT.findall(new.args), REF_OR_INT.findall(old.args)
             if len(new_tokens) != len(old_tokens):
                 continue
             for new_token, old_token in zip(new_tokens, old_tokens):

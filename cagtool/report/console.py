@@ -6,7 +6,6 @@ lone surrogates), whichever renderer made it."""
 
 from __future__ import annotations
 
-import builtins
 import os
 import sys
 from collections.abc import Sequence
@@ -99,64 +98,14 @@ def make_console(file: IO[str] | None = None, width: int | None = None, stderr: 
     )
 
 
-# Start-up: rich.console and rich.table are ~40 ms of imports, and rich lays out a long
-# table row by row through its full renderable machinery. Where what rich would print is plain
-# text, the writers below write it themselves, byte for byte what the console from `make_console`
-# prints (tests/report/test_console.py and tests/report/graphs compare them with rich); anything
-# else goes to rich. Whether a stream is such a place is decided here, once, for all of them.
-
-
-def plain_width(stream: IO[str], width: int | None = None) -> int | None:
-    """The width of `make_console(stream, width=width)` where rich writes to `stream` exactly the
-    text it is given (no colour, no style, no terminal control); None where it does not: on a
-    terminal (make_console gives colour there) and in a notebook (rich displays there instead of
-    writing to the stream). FORCE_COLOR and TTY_COMPATIBLE=1 make rich treat any stream as a
-    terminal, but make_console's console off one has no colour system, so no style is rendered,
-    and what rich writes only to a terminal (cursor and screen control) is never printed by a
-    report: the text is the same (tests/report/test_console.py checks it with both set)."""
-    if _is_tty(stream) or hasattr(builtins, "get_ipython"):
-        return None
-    return width if width is not None else _off_terminal_width()
-
-
-def prints_plain(console: "Console") -> bool:
-    """True when the rich `console` writes exactly the text it is given, so a writer may lay the
-    text out itself: a console with no colour system (no style is rendered: make_console's off a
-    terminal) on a stream `plain_width` accepts."""
-    return console.color_system is None and plain_width(console.file) is not None
-
-
-def _plain(text: str) -> bool:
-    """Text that rich prints unchanged, one character per cell: printable ASCII (no tabs, no
-    newlines, no control codes, no wide or combining characters)."""
-    return text.isascii() and text.isprintable()
-
-
 def print_text(text: str, file: IO[str] | None = None) -> None:
-    """`make_console(file).print(text)`: one line of text, no markup."""
-    stream = _stream(file, False)
-    width = plain_width(stream)
-    if width is not None and len(text) <= width and _plain(text):
-        stream.write(text + "\n")
-        stream.flush()
-        return
+    """One line of text, no markup."""
     make_console(file).print(text)
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], file: IO[str] | None = None) -> None:
-    """A borderless table of left-aligned text columns, as `make_console(file)` prints
-    `Table(box=None, pad_edge=False)` whose columns fold (`overflow="fold"`): each column as wide
-    as its widest cell, two spaces between columns, every cell padded to its column's width."""
-    stream = _stream(file, False)
-    width = plain_width(stream)
-    if width is not None and all(len(row) == len(headers) for row in rows):
-        cells = [list(headers), *(list(row) for row in rows)]
-        widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-        if headers and all(widths) and sum(widths) + 2 * (len(widths) - 1) <= width and all(_plain(c) for row in cells for c in row):
-            lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in cells]
-            stream.write("\n".join(lines) + "\n")
-            stream.flush()
-            return
+    """A borderless table of left-aligned text columns that fold (never "…": a cell may be a path
+    to copy), each column as wide as its widest cell where the width allows."""
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False)
@@ -165,74 +114,3 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], file: IO[
     for row in rows:
         table.add_row(*row)
     make_console(file).print(table)
-
-
-# The recompiles text renderers' output to a colourless stream (a pipe, a file, CI), without rich.
-# Off a terminal the console `make_console` gives has no colour and no style: what rich writes
-# for a line of text is the text itself, with its control codes dropped. `PlainConsole` writes
-# exactly that, so `recompiles --explain | less` neither imports rich nor lays out through it
-# (about 40 ms of the command's 0.25 s CPU on a 100,000-event record). What it does not
-# reproduce exactly itself (tabs, several lines, a line longer than the width, a table) it hands
-# to a rich Console made, on first use, as `make_console` makes it for the same stream; where
-# `plain_width` says rich does not write the plain text, the renderers get rich's Console.
-
-# What rich's Text drops from every string (rich.control.STRIP_CONTROL_CODES: bell, backspace,
-# vertical tab, form feed, carriage return), as a str.translate table.
-_DROPPED = dict.fromkeys((7, 8, 11, 12, 13))
-
-
-class PlainConsole:
-    """The part of rich's Console the recompiles renderers use (`width`, `print`, and `line` for
-    `print(Text(text), soft_wrap=True)`), writing straight to a colourless stream."""
-
-    def __init__(self, file: IO[str], width: int) -> None:
-        self.file = file
-        self.width = width
-        self._rich: Console | None = None
-
-    @classmethod
-    def where_plain(cls, file: IO[str], width: int | None = None) -> PlainConsole | None:
-        """A PlainConsole for `file` where rich would write exactly the text (`plain_width`), as
-        wide as make_console(file, width) would be; None otherwise."""
-        width = plain_width(file, width)
-        if width is None:
-            return None
-        return cls(file, width)
-
-    def line(self, text: str) -> None:
-        """What `print(Text(text), soft_wrap=True)` writes: the text without the control codes rich
-        drops. Tab stops, several lines, and a line longer than the width (rich 13 crops its trailing
-        whitespace there, rich 15 does not) are left to rich."""
-        plain = safe_text(text.translate(_DROPPED))
-        if "\t" in plain or "\n" in plain or len(plain) > self.width:
-            from rich.text import Text
-
-            self.rich().print(Text(text), soft_wrap=True)
-            return
-        self._write(plain + "\n")
-
-    def print(self, *objects: Any, **options: Any) -> None:
-        """A blank line, or a printable ASCII string that fits the width (nothing to wrap), written
-        here; anything else printed by rich."""
-        if not options and not objects:
-            self._write("\n")
-            return
-        if not options and len(objects) == 1 and isinstance(objects[0], str):
-            text = objects[0]
-            if _plain(text) and len(text) <= self.width:
-                self._write(text + "\n")
-                return
-        self.rich().print(*objects, **options)
-
-    def rich(self) -> Console:
-        """The rich Console make_console would have given for this stream."""
-        if self._rich is None:
-            self._rich = make_console(self.file, width=self.width)
-        return self._rich
-
-    def _write(self, text: str) -> None:
-        try:
-            self.file.write(text)
-        except UnicodeEncodeError as error:  # the hint rich adds to the same error
-            error.reason = f"{error.reason}\n*** You may need to add PYTHONIOENCODING=utf-8 to your environment ***"
-            raise

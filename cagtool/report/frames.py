@@ -6,13 +6,14 @@
     steps = steps_frame(run.mode("ca"))          # one row per step: iteration_s, backward_calls, loss, ...
     backwards = events_frame(run.mode("ca"), "backward")  # one row per backward call, with its step
     misses = events_frame(run.mode("ca"), "ca_cache_miss")
+    events_frame(run)                            # a whole run (its default mode): the kinds it holds, counted
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cagtool.record.loader import ModeRecord
+from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import EVENT_TYPES, StepEvent, event_to_dict
 from cagtool.report.metrics import device_step_seconds
 
@@ -20,18 +21,27 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def events_frame(record: ModeRecord, kind: str) -> "pd.DataFrame":
-    """Every event of one kind, one row each, columns as in events.jsonl (nested records as dicts)."""
+def events_frame(record: ModeRecord | RunRecord, kind: str | None = None) -> "pd.DataFrame":
+    """Every event of one kind, one row each, columns as in events.jsonl (nested records as dicts).
+    `record`: one mode's record, or a whole run as `cagtool.load` returns it (its default mode, the
+    one `cagtool summary` shows). Without a kind: the kinds, one row each (`kind`, `count` in this
+    record), every kind the format knows."""
+    import dataclasses
+
     import msgspec
     import pandas as pd
 
+    if isinstance(record, RunRecord):
+        record = record.mode()
+    if kind is None:
+        counts = record.kind_counts
+        return pd.DataFrame({"kind": sorted(EVENT_TYPES), "count": [int(counts.get(k, 0)) for k in sorted(EVENT_TYPES)]})
     if kind not in EVENT_TYPES:
         raise ValueError(f"unknown event kind {kind!r}; kinds: {', '.join(sorted(EVENT_TYPES))}")
     cls = EVENT_TYPES[kind]
     rows = [
-        event_to_dict(e)
-        for e in record.events
-        if isinstance(e, cls)
+        {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v) for k, v in event_to_dict(e).items()}
+        for e in record.of(cls)
     ]
     columns = ["kind"] + [f.name for f in msgspec.structs.fields(cls)]
     return pd.DataFrame(rows, columns=columns)

@@ -367,6 +367,76 @@ def _record_step_intervals(record: ModeRecord) -> tuple[list[float], list[int], 
     return intervals, excluded, clock
 
 
+# What the first step's time is measured from (`FirstStepTime.measured_from`).
+FIRST_STEP_FROM_COMPILE = "compile"  # the start of the step's first compile: its first forward's Dynamo compile (or a CA capture)
+FIRST_STEP_FROM_BACKWARD = "backward"  # the start of its first backward call: the forward before it is not visible
+
+
+@dataclass(frozen=True)
+class FirstStepTime:
+    """The time of a run's first step, which `wall_s` leaves out (no step ended before it) and
+    the steady-state figures never use: the step that holds the compiles, usually the most
+    expensive of the run. Measured on the record's clock from the earliest moment of the step the
+    recorder sees to the step's end: the start of its first compile (Dynamo begins compiling the
+    moment the step's first forward calls compiled code; a CA capture begins inside the first
+    backward) or, when nothing compiled before it, the start of its first backward call (the
+    forward before it is invisible to the recorder: the figure then leaves the forward out)."""
+
+    step: int
+    start_t: float  # seconds since the mode started, as every event's `t`
+    end_t: float
+    measured_from: str  # FIRST_STEP_FROM_COMPILE | FIRST_STEP_FROM_BACKWARD
+    compile_affected: bool  # a compile or CA capture happened in the step
+
+    @property
+    def seconds(self) -> float:
+        return self.end_t - self.start_t
+
+    @property
+    def includes_forward(self) -> bool:
+        """Whether the figure spans the step's forward (measured from its forward's compile)."""
+        return self.measured_from == FIRST_STEP_FROM_COMPILE
+
+
+def first_step_time(record: ModeRecord) -> FirstStepTime | None:
+    """The first step's time (`FirstStepTime`), for records whose steps end at a boundary (schema
+    2 on) and whose first step has no `wall_s`; None otherwise (schema 1 records time steps
+    between backward starts, their first step included). Computed once per record; reads the
+    step and backward columns and the few compile events, so it costs no object per step."""
+    return record.derived("first_step_time", _first_step_time)
+
+
+def _first_step_time(record: ModeRecord) -> FirstStepTime | None:
+    c = step_columns(record)
+    if not len(c) or not any(c.boundary):
+        return None
+    first = min(range(len(c)), key=lambda i: (c.step[i], i))
+    if c.wall_s[first] is not None:
+        return None
+    step, end = c.step[first], c.t[first]
+    affected = bool(c.compiles[first] or c.ca_captures[first])
+    starts: list[tuple[float, str]] = []
+    for d in record.of(DynamoCompileEvent):
+        if d.step == step and d.entire_frame_compile_time_s:
+            starts.append((d.t - d.entire_frame_compile_time_s, FIRST_STEP_FROM_COMPILE))
+    for g in record.of(CAGraphEvent):
+        if g.step == step:
+            starts.append((g.t - g.capture_s, FIRST_STEP_FROM_COMPILE))
+    held = record.columns.get(BackwardEvent.kind)
+    if held is not None:
+        steps, ts, seconds = held.column("step"), held.column("t"), held.column("backward_s")
+        begun = next(((ts[i] - seconds[i]) for i, s in enumerate(steps) if s == step), None)
+    else:
+        begun = next((b.t - b.backward_s for b in record.of(BackwardEvent) if b.step == step), None)
+    if begun is not None:
+        starts.append((begun, FIRST_STEP_FROM_BACKWARD))
+    starts = [(t, why) for t, why in starts if t == t and t <= end]  # not NaN, not after the step ended
+    if not starts:
+        return None
+    start, measured_from = min(starts)
+    return FirstStepTime(step=int(step), start_t=start, end_t=end, measured_from=measured_from, compile_affected=affected)
+
+
 def step_losses(record: ModeRecord) -> dict[int, float]:
     """step -> loss of its last backward: read at once on CPU, at the end of the run on a device
     (computed once per record: the metrics and the numerics comparison both read them)."""

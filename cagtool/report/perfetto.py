@@ -5,8 +5,18 @@ One process per mode record and rank (`ca`, `ca rank1`, ...), one track (thread)
 steps (from the previous step's end to this one's; schema 1 records: start of a backward to the
 start of the next, as `frames.steps_frame` measures them), backward calls, optimizer steps, CA captures, CA graph first calls (lazy compile + one run) and
 Dynamo compiles. Every span is a complete event (`ph: "X"`) in microseconds; events record their
-end time `t`, so a span is [t - duration, t]. Times are relative to the earliest mode start of the
-run (each mode's clock starts at its manifest's `started_at`), so modes and ranks line up.
+end time `t`, so a span is [t - duration, t]. What happened at one moment is an instant event
+(`ph: "i"`) with torch's words in its args: a CA cache miss (on the CA capture track), a Dynamo
+recompile and a graph break (on the Dynamo track).
+
+Each mode starts at time 0 of its own run (its manifest's `started_at`): the modes ran one after
+the other, and side by side they compare step for step. The ranks (processes) of one mode keep
+their offsets from the mode's start, so they line up with each other. A process that recorded
+nothing to draw (a launcher) is left out.
+
+The first step has no previous step to measure from: its span starts at the first thing the
+record saw of it (its first compile, capture or backward), which leaves out the part of its
+forward before Dynamo started compiling.
 A long job's steps are partly aggregated (`MAX_TRACE_STEPS`); the trace's `otherData.aggregated`
 says what was merged or left out, and every compile, capture and recompile is always drawn.
 """
@@ -23,14 +33,19 @@ from typing import Any
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import (
     BackwardEvent,
+    CacheMissEvent,
     CACompileEvent,
     CAGraphEvent,
     DynamoCompileEvent,
+    DynamoRecompileEvent,
+    GraphBreakEvent,
     OptimizerStepEvent,
+    SourceRef,
     StepEvent,
 )
 from cagtool.report.downsample import downsample
 from cagtool.report.metrics import held_steps, step_columns
+from cagtool.torch_text import looks_like_user_file, strip_reason_id
 
 TRACE_FORMAT = "cagtool-perfetto"
 
@@ -51,6 +66,7 @@ class TraceProcess:
     pid: int
     label: str
     record: ModeRecord
+    mode: str = ""
 
 
 def _us(seconds: float) -> float:
@@ -72,8 +88,19 @@ def trace_processes(run: RunRecord) -> list[TraceProcess]:
         for key, child in record.processes.items():
             entries.append((child, f"{name} rank {child.rank}" if child.rank is not None else f"{name} {key}"))
         for rec, label in entries:
-            out.append(TraceProcess(len(out) + 1, label, rec))
+            out.append(TraceProcess(len(out) + 1, label, rec, name))
     return out
+
+
+def _instant(name: str, track: tuple[int, str], pid: int, at_s: float, args: dict[str, Any]) -> dict[str, Any]:
+    """A thread-scoped instant event: a mark on its track at one moment."""
+    return {"name": name, "cat": track[1], "ph": "i", "s": "t", "pid": pid, "tid": track[0], "ts": _us(max(at_s, 0.0)), "args": args}
+
+
+def _backward_name(step: Any, index: Any) -> str:
+    """`backward step 3`, and `backward step 3 #2` for a step's second backward call."""
+    step, index = int(step), int(index)
+    return f"backward step {step}" + (f" #{index + 1}" if index else "")
 
 
 def _span(name: str, track: tuple[int, str], pid: int, start_s: float, dur_s: float, args: dict[str, Any]) -> dict[str, Any]:
@@ -129,6 +156,7 @@ def process_events(proc: TraceProcess, offset_s: float, max_steps: int | None = 
         if aggregated is not None:
             events[0]["args"]["aggregated"] = aggregated
         _compile_spans(events, pid, offset_s, ca_graphs, ca_compiles, dynamo)
+        _instants(events, pid, offset_s, record)
         return events
     c = step_columns(record)
     by_boundary = any(c.boundary)  # schema 2: a step ends at its boundary (record/schema.py)
@@ -141,6 +169,10 @@ def process_events(proc: TraceProcess, offset_s: float, max_steps: int | None = 
         # On the host clock: from the previous step's end to this one's (the first has no start).
         durations = [c.wall_s[i] for i in order]
         starts = [None if d is None or d != d else c.t[i] - d for i, d in zip(order, durations)]
+        if order and starts[0] is None:
+            first = _first_step_start(record, int(c.step[order[0]]), c.t[order[0]])
+            if first is not None:
+                starts[0], durations[0] = first, c.t[order[0]] - first
         affected = touched
     else:
         starts = [c.t[i] - c.backward_s[i] for i in order]
@@ -158,7 +190,9 @@ def process_events(proc: TraceProcess, offset_s: float, max_steps: int | None = 
         start, duration = starts[k], durations[k]
         if start is not None and duration is not None and duration == duration:  # not NaN: the last step has no following start
             args = {"step": int(c.step[i]), "compile_affected": affected[k], "loss": _num(c.loss[i])}
-            events.append(_span(f"step {c.step[i]}", TRACK_STEPS, pid, offset_s + start, float(duration), args))
+            if k == 0 and by_boundary and (c.wall_s[i] is None or c.wall_s[i] != c.wall_s[i]):
+                args["measured_from"] = FIRST_STEP_FROM
+            events.append(_span(f"step {int(c.step[i])}", TRACK_STEPS, pid, offset_s + start, float(duration), args))
     if len(drawn) < len(order):
         import numpy as np
 
@@ -178,14 +212,14 @@ def process_events(proc: TraceProcess, offset_s: float, max_steps: int | None = 
                 left += 1
                 continue
             args = {"step": step, "index": index, "call": call, "ca_captures": captures, "loss": _num(loss)}
-            events.append(_span(f"backward {step}.{index}", TRACK_BACKWARD, pid, offset_s + t - backward_s, backward_s, args))
+            events.append(_span(_backward_name(step, index), TRACK_BACKWARD, pid, offset_s + t - backward_s, backward_s, args))
         if aggregated is not None:
             aggregated["backward_spans_left_out"] = left
     else:
         for k in drawn:
             i = order[k]
             args = {"step": c.step[i], "ca_captures": c.ca_captures[i], "compiles": c.compiles[i], "compile_s": _step_compile_s(record, i), "loss": _num(c.loss[i])}
-            events.append(_span(f"backward {c.step[i]}", TRACK_BACKWARD, pid, offset_s + c.t[i] - c.backward_s[i], c.backward_s[i], args))
+            events.append(_span(_backward_name(c.step[i], 0), TRACK_BACKWARD, pid, offset_s + c.t[i] - c.backward_s[i], c.backward_s[i], args))
     o = _kind_columns(record, OptimizerStepEvent, ("step", "t", "wall_s", "optimizer"))
     left = 0
     for step, t, wall_s, optimizer in zip(*o.values()):
@@ -197,7 +231,32 @@ def process_events(proc: TraceProcess, offset_s: float, max_steps: int | None = 
         aggregated["optimizer_spans_left_out"] = left
         events[0]["args"]["aggregated"] = aggregated
     _compile_spans(events, pid, offset_s, ca_graphs, ca_compiles, dynamo)
+    _instants(events, pid, offset_s, record)
     return events
+
+
+FIRST_STEP_FROM = "its first compile, capture or backward (the forward before Dynamo started compiling is not seen)"
+
+
+def _first_step_start(record: ModeRecord, step: int, end: float) -> float | None:
+    """Where the first step starts, from what the record saw of it: the earliest start of a span
+    stamped with it (a Dynamo compile of its forward, a CA capture, a backward call, an optimizer
+    step). None when nothing of it was recorded before its end. The report's measurement
+    (report.metrics.first_step_time, what the charts show) when it has one for this step."""
+    from cagtool.report.metrics import first_step_time
+
+    measured = first_step_time(record)
+    if measured is not None and measured.step == step and measured.start_t <= end:
+        return max(measured.start_t, 0.0)
+    starts: list[float] = []
+    b = _kind_columns(record, BackwardEvent, ("step", "t", "backward_s"))
+    starts.extend(t - d for s, t, d in zip(*b.values()) if s == step)
+    o = _kind_columns(record, OptimizerStepEvent, ("step", "t", "wall_s"))
+    starts.extend(t - d for s, t, d in zip(*o.values()) if s == step)
+    starts.extend(d.t - (d.entire_frame_compile_time_s or 0.0) for d in record.of(DynamoCompileEvent) if d.step == step)
+    starts.extend(g.t - g.capture_s for g in record.of(CAGraphEvent) if g.step == step)
+    starts = [s for s in starts if s == s and s <= end]
+    return max(min(starts), 0.0) if starts else None
 
 
 def _step_compile_s(record: ModeRecord, index: int) -> float:
@@ -253,6 +312,10 @@ def _held_step_spans(record: ModeRecord, pid: int, offset_s: float, max_steps: i
         return None
     durations = np.where(fast.wall_null, np.nan, fast.wall_s)
     starts = t[0] - durations
+    if fast.count and np.isnan(durations[0]):
+        first = _first_step_start(record, int(fast.step[0]), float(t[0][0]))
+        if first is not None:
+            starts[0], durations[0] = first, float(t[0][0]) - first
     drawn = list(range(fast.count))
     if max_steps is not None and fast.count > max_steps:
         marks = np.flatnonzero(fast.touched | np.isin(fast.step, np.array(sorted(marked_steps), dtype=np.int64)))
@@ -263,8 +326,10 @@ def _held_step_spans(record: ModeRecord, pid: int, offset_s: float, max_steps: i
     for k, step, start, duration, affected, value in zip(drawn, fast.step[picked].tolist(), starts[picked].tolist(), durations[picked].tolist(),
                                                         fast.touched[picked].tolist(), loss[0][picked].tolist()):
         if start == start and duration == duration:  # not NaN: the first step has no start
-            args = {"step": step, "compile_affected": affected, "loss": None if k in loss_null else _num(value)}
-            events.append(_span(f"step {step}", TRACK_STEPS, pid, offset_s + start, duration, args))
+            args = {"step": int(step), "compile_affected": affected, "loss": None if k in loss_null else _num(value)}
+            if k == 0 and fast.wall_null[0]:
+                args["measured_from"] = FIRST_STEP_FROM
+            events.append(_span(f"step {int(step)}", TRACK_STEPS, pid, offset_s + start, duration, args))
     aggregated: dict[str, Any] | None = None
     if len(drawn) < fast.count:
         merged = _merged_spans(fast.step, starts, durations, drawn, pid, offset_s)
@@ -283,7 +348,8 @@ def _held_step_spans(record: ModeRecord, pid: int, offset_s: float, max_steps: i
     loss_nulls = set(backward["loss"][1])  # type: ignore[index]
     for row, step, index, captures, value, end, backward_s in zip(rows.tolist(), *columns):
         args = {"step": step, "index": index, "call": calls[row], "ca_captures": captures, "loss": None if row in loss_nulls else _num(value)}
-        events.append(_span(f"backward {step}.{index}", TRACK_BACKWARD, pid, offset_s + end - backward_s, backward_s, args))
+        args = {**args, "step": int(step), "index": int(index), "ca_captures": int(captures)}
+        events.append(_span(_backward_name(step, index), TRACK_BACKWARD, pid, offset_s + end - backward_s, backward_s, args))
     if aggregated is not None:
         aggregated["backward_spans_left_out"] = b.count - len(rows)
     rows = shown(optimizer["step"][0])  # type: ignore[index]
@@ -318,8 +384,45 @@ def _compile_spans(events: list[dict[str, Any]], pid: int, offset_s: float, ca_g
             "fail_type": d.fail_type,
             "fail_reason": d.fail_reason,
         }
-        label = f"Dynamo compile {d.compile_id}" + (f" {d.co_name}" if d.co_name else "")
+        # The function's name only when it is the user's: a compiled module's frame is torch's `inner`.
+        label = f"Dynamo compile {d.compile_id}" + (f" {d.co_name}" if d.co_name and looks_like_user_file(d.co_filename) else "")
         events.append(_span(label, TRACK_DYNAMO, pid, offset_s + d.t - duration, duration, args))
+
+
+def _where(ref: SourceRef | None) -> str | None:
+    if ref is None:
+        return None
+    return f"{ref.file}:{ref.line}" + (f"  {ref.code}" if ref.code else "")
+
+
+def _instants(events: list[dict[str, Any]], pid: int, offset_s: float, record: ModeRecord) -> None:
+    """CA cache misses, Dynamo recompiles and graph breaks: one instant event each, when it was
+    recorded, with torch's reason, the node and the user's line in its args."""
+    for m in record.of(CacheMissEvent):
+        args: dict[str, Any] = {"compile_id": m.compile_id, "step": m.step, "kind": m.miss_kind, "reason": m.message,
+                                "node": m.node, "node_call": m.node_call, "source": _where(m.source or m.backward_call)}
+        if m.changed_sizes:
+            args["changed_sizes"] = [
+                {"index": c.index, "before": c.previous, "after": c.value, "node": c.node} for c in m.changed_sizes
+            ]
+        if m.inferred:
+            args["inferred"] = True
+        events.append(_instant(f"CA cache miss {m.compile_id}", TRACK_CA_CAPTURE, pid, offset_s + m.t, args))
+    for r in record.of(DynamoRecompileEvent):
+        # The first failing guard, without the `0/0: ` of the cache entry it failed for.
+        args = {"compile_id": r.compile_id, "step": r.step, "reason": strip_reason_id(r.reasons[0].strip()) if r.reasons else None,
+                "reasons": list(r.reasons), "source": _where(r.source)}
+        events.append(_instant(f"Dynamo recompile {r.compile_id}", TRACK_DYNAMO, pid, offset_s + r.t, args))
+    breaks = record.of(GraphBreakEvent)
+    if breaks:
+        from cagtool.report.graph_break_words import graph_break_words  # reads torch's registry: only when needed
+    for g in breaks:
+        where = f"{g.file}:{g.line}" if g.file else None
+        words = graph_break_words(g.reason or "")
+        # `reason`: what tells this break apart (torch's first line is the same for every CALL break).
+        args = {"compile_id": g.compile_id, "step": g.step, "reason": words.headline, "gb_id": words.gb_id or None,
+                "message": g.reason, "source": (f"{where}  {g.code}" if g.code else where) if where else None}
+        events.append(_instant(f"graph break {g.compile_id}", TRACK_DYNAMO, pid, offset_s + g.t, args))
 
 
 def _num(value: Any) -> float | None:
@@ -339,16 +442,24 @@ def perfetto_trace(run: RunRecord) -> dict[str, Any]:
     """The trace document: `traceEvents` plus what it was made from."""
     processes = trace_processes(run)
     starts = {p.pid: _started(p.record) for p in processes}
-    known = [s for s in starts.values() if s is not None]
-    origin = min(known) if known else 0.0
+    # Each mode from time 0 of its own run; its processes (ranks) keep their offsets within it.
+    origins: dict[str, float] = {}
+    for proc in processes:
+        start = starts[proc.pid]
+        if start is not None:
+            origins[proc.mode] = min(origins.get(proc.mode, start), start)
     events: list[dict[str, Any]] = []
     limit = steps_per_process(sum(1 for p in processes if _has_steps(p.record)))
     aggregated: dict[str, Any] = {}
+    left_out: list[str] = []
     for proc in processes:
-        start = starts[proc.pid]
-        emitted = process_events(proc, (start - origin) if start is not None else 0.0, limit)
+        start, origin = starts[proc.pid], origins.get(proc.mode)
+        emitted = process_events(proc, (start - origin) if start is not None and origin is not None else 0.0, limit)
         if "aggregated" in emitted[0]["args"]:
             aggregated[proc.label] = emitted[0]["args"].pop("aggregated")
+        if all(e["ph"] == "M" for e in emitted):
+            left_out.append(proc.label)  # a launcher, or a process that ended before doing anything
+            continue
         events.extend(emitted)
     other: dict[str, Any] = {}
     if aggregated:
@@ -365,9 +476,11 @@ def perfetto_trace(run: RunRecord) -> dict[str, Any]:
             "format": TRACE_FORMAT,
             "run": str(run.path),
             "target": run.meta.target.get("name", ""),
-            "time_origin": datetime.fromtimestamp(origin).astimezone().isoformat() if known else "",
+            "time_origins": {mode: datetime.fromtimestamp(t).astimezone().isoformat() for mode, t in origins.items()},
+            "time_origin_note": "each mode's times start at 0 when that mode started (time_origins); the modes ran one after another",
             "torch": run.meta.versions.get("torch", ""),
             **other,
+            **({"processes_left_out": left_out} if left_out else {}),
         },
     }
 

@@ -36,15 +36,31 @@ def _mib(value: Any) -> str:
     return "-" if not value else f"{value / 2**20:.0f} MiB"
 
 
+def patch_lines(patch: dict[str, Any]) -> list[str]:
+    """A patch's unified diff, indented under its fix (kept verbatim: it is what to apply)."""
+    return [f"      {line}" for line in patch.get("diff", "").splitlines()]
+
+
 def verification_lines(data: dict[str, Any]) -> list[str]:
     base = data.get("baseline") or {}
     lines = [f"Fixes verified by re-running (mode {data['mode']}, {data['repeat']} runs of the baseline and of each fix):"]
-    if not data["fixes"]:
-        lines.append("  no fix cagtool can apply without editing the script answers these causes")
+    if not data["fixes"] and not data.get("not_applied"):
+        lines.append("  nothing to verify: the mode has no recompile cause")
+    elif not data["fixes"]:
+        lines.append("  no fix cagtool can apply (a run setting, or a local edit of the script) answers these causes")
     for fix in data["fixes"]:
         causes = ", ".join(f"#{n}" for n in fix["causes"])
         how = " ".join([*(f"{k}={val}" for k, val in fix["env"].items()), *(f"cagtool run {flag}" for flag in fix["run_flags"])])
+        patch = fix.get("patch")
+        if patch:
+            how = f"patch of {patch['file']}, line {patch['line']}"
         lines.append(f"  {fix['fix']} (cause {causes}): {fix['title']} [{how}] - {fix['who']}")
+        if fix.get("torch_says"):
+            lines.append(f"    torch's own suggestion (PGO): {fix['torch_says']}")
+        if patch:
+            lines += patch_lines(patch)
+            if fix.get("patched_copy"):
+                lines.append(f"    applied to a copy, {fix['patched_copy']}, run in place of the script (your file is unchanged)")
         m = fix.get("measured")
         if m and base:
             lines.append(f"    CA recompiles {_counts(base['ca_recompiles'], m['ca_recompiles'])}, Dynamo recompiles "
@@ -58,6 +74,8 @@ def verification_lines(data: dict[str, Any]) -> list[str]:
         lines.append(f"    verdict: {fix['verdict'].upper()} ({'; '.join(fix['reasons'])}); re-runs: {m['run'] if m else '-'}")
     for item in data.get("not_applied", ()):
         lines.append(f"  cause #{item['cause']} ({item['code']}): {item['why']} - {item['who']}")
+        if item.get("patch") and item["patch"].get("diff"):
+            lines += patch_lines(item["patch"])
     took = data.get("wall_s")
     estimated = data.get("estimated_s")
     if took is not None:

@@ -18,8 +18,8 @@ from collections import Counter
 from cagtool.capture.observe.graph_dump import GraphSummary, short_op
 from cagtool.record.graph_file import GraphNode
 from cagtool.record.schema import AutogradNodeRef, HookRef
+from cagtool.torch_text import aot_graph_id, graph_class_id, node_origin_in_comment
 
-_ORIGIN = re.compile(r"code: (?P<name>\S.*?) \(NodeCall (?P<call>\d+)\)\s*$")
 _ASSIGN = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:\s*:\s*\"[^\"]*\")? = (?P<rhs>.*)$")
 _CALL = re.compile(r"^(?P<target>[A-Za-z_][A-Za-z0-9_.]*)\((?P<args>.*)\)$", re.S)
 _SUBSCRIPT = re.compile(r"^(?P<base>[A-Za-z_][A-Za-z0-9_]*)\[(?P<index>.*)\]$")
@@ -27,8 +27,6 @@ _ATTR = re.compile(r"^self\.(?P<attr>[A-Za-z0-9_.]+)$")
 _IDENT = re.compile(r"(?<![\w.'\"%])([A-Za-z_][A-Za-z0-9_]*)(?![\w'\"(])")
 _KWARG = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*) = ")
 _HOOK_TYPE = re.compile(r"hook_type\s*=\s*'([^']*)'")
-_AOT_PREFIX = re.compile(r"^aot(\d+)_")
-_CLASS = re.compile(r"^class CompiledAutograd(?P<id>\d+)\(")
 
 # FX's codegen turns a target's qualified name into one identifier (dots become underscores).
 _MANGLED_PREFIXES = (
@@ -54,8 +52,7 @@ def demangle(name: str) -> str:
 
 def ca_id_of(code: str) -> int | None:
     """N from `class CompiledAutograd<N>(torch.nn.Module):` (the graph's compiled-autograd id)."""
-    match = _CLASS.match(code.lstrip())
-    return int(match.group("id")) if match else None
+    return graph_class_id(code)
 
 
 def _split_params(text: str) -> list[str]:
@@ -88,9 +85,9 @@ def parse_graph_code(code: str) -> GraphSummary:
         if not line:
             continue
         if line.startswith("#"):
-            match = _ORIGIN.search(line)
-            if match:
-                origin = AutogradNodeRef(node_call=int(match.group("call")), name=match.group("name"))
+            found = node_origin_in_comment(line)
+            if found:
+                origin = AutogradNodeRef(node_call=found[0], name=found[1])
             elif "No stacktrace found" in line:
                 origin = None
             continue
@@ -115,8 +112,7 @@ def parse_graph_code(code: str) -> GraphSummary:
         known.add(name)
         if origin is not None:
             autograd.setdefault(origin.node_call, origin.name)
-        aot_match = _AOT_PREFIX.match(name)
-        aot_id = int(aot_match.group(1)) if aot_match else None
+        aot_id = aot_graph_id(name)
         if aot_id is not None:
             aot_ids.add(aot_id)
         hook_match = _HOOK_TYPE.search(args) if op == "call_function" else None

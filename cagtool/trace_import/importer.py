@@ -10,13 +10,14 @@ cannot hold (`not_in_log`): step times, optimizer steps, numerics, other modes, 
 from __future__ import annotations
 
 import os
-import platform
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from cagtool.capture.run_dir import claim_run_dir
+from cagtool.capture.versions import record_versions
 from cagtool.capture.writer import RecordWriter, write_run_meta
-from cagtool.errors import UnreadableInput, UsageError
+from cagtool.errors import UnreadableInput
 from cagtool.record.manifest import ModeManifest, RunMeta
 from cagtool.record.schema import IMPORTED_MODE, STATUS_FINISHED
 from cagtool.trace_import.discover import ProcessLogs, find_logs
@@ -61,23 +62,9 @@ class ImportResult:
 
 
 def _run_dir(options: ImportOptions) -> Path:
-    if options.output is not None:
-        path = Path(options.output)
-    else:
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        name = options.path.stem if options.path.is_file() else options.path.name
-        path = options.runs_root / f"import-{name or 'trace'}-{stamp}"
-        suffix = 1
-        while path.exists():
-            suffix += 1
-            path = options.runs_root / f"import-{name}-{stamp}-{suffix}"
-    if path.exists() and any(path.iterdir()):
-        raise UsageError(f"{path} already exists and is not empty; choose another -o directory")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot write the run record to {path}: {exc.strerror or exc}") from None
-    return path
+    """The new record's directory, claimed as `cagtool run` claims its own (capture/run_dir.py)."""
+    name = options.path.stem if options.path.is_file() else options.path.name
+    return claim_run_dir(options.output, options.runs_root, f"import-{name or 'trace'}", IMPORTED_MODE)
 
 
 def _iso(ts: float | None) -> str:
@@ -141,7 +128,10 @@ def _import_process(proc: ProcessLogs, mode_dir: Path, options: ImportOptions, v
         "world_size": world,
         "role": "main" if mode_dir.parent.name != PROCS_DIR else "child",
         "argv": [],
+        "attempt": proc.attempt,
     }
+    if stats.pgo_suggestion:
+        manifest.options["pgo_suggestion"] = stats.pgo_suggestion
     if stats.handler_errors:
         manifest.options["structured_log_errors"] = {"count": stats.handler_errors, "last": stats.handler_last_error}
     writer.write_manifest()
@@ -151,15 +141,13 @@ def _import_process(proc: ProcessLogs, mode_dir: Path, options: ImportOptions, v
 def import_trace(options: ImportOptions) -> ImportResult:
     """Read the logs under options.path into a new run directory. Raises UnreadableInput (exit 3)
     for a missing or corrupt log (or, with strict, an unknown envelope or a truncated line)."""
-    import cagtool
-
     not_logs: list[Path] = []
     processes = find_logs(options.path, not_logs)
     if not_logs and options.strict:
         raise UnreadableInput(f"{not_logs[0]} is not a TORCH_TRACE log (--strict)")
     run_dir = _run_dir(options)
-    versions = {"cagtool": cagtool.__version__, "python": platform.python_version()}
-    world = len([p for p in processes if p.rank is not None]) or None
+    versions = record_versions(None)  # torch's is read from the logs
+    world = len({p.rank for p in processes if p.rank is not None}) or None
     meta = RunMeta(
         run_id=run_dir.name,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),

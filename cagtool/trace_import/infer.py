@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 
 from cagtool.capture.observe.graph_dump import GraphSummary
 from cagtool.record.schema import MISS_CHANGED_SHAPES, MISS_NEW_NODE, MISS_UNKNOWN, ChangedSize
+from cagtool.torch_text import INT_CONSTANT, NODE_REF
 
 INFERRED_PREFIX = "inferred from the graph diff (the log has no compiled_autograd_compile_reasons)"
-_REF = re.compile(r"%[A-Za-z_][A-Za-z0-9_]*")
-_INT = re.compile(r"(?<![\w.])-?\d+(?![\w.])")
 _MAX_SIZES = 32
+# A node reference blanked to `%` (by _by_origin) or an integer constant.
+_BLANKED_TOKEN = re.compile("%|" + INT_CONSTANT.pattern)
 
 
 @dataclass(frozen=True)
@@ -39,14 +40,14 @@ def _by_origin(summary: GraphSummary) -> dict[tuple[int, str], list[tuple[str, s
     for node in summary.nodes:
         if node.origin is None or _is_size_node(node.target, node.args):
             continue
-        groups.setdefault((node.origin.node_call, node.origin.name), []).append((node.op, node.target, _REF.sub("%", node.args)))
+        groups.setdefault((node.origin.node_call, node.origin.name), []).append((node.op, node.target, NODE_REF.sub("%", node.args)))
     return groups
 
 
 def _shape_free(items: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
     """The nodes with every size blanked: integer constants and node references alike (a size
     that became symbolic is a reference to a size node), and the size-reading nodes dropped."""
-    return [(op, target, _INT.sub("#", args.replace("%", "#"))) for op, target, args in items]
+    return [(op, target, INT_CONSTANT.sub("#", args.replace("%", "#"))) for op, target, args in items]
 
 
 def _is_size_node(target: str, args: str) -> bool:
@@ -79,14 +80,22 @@ def infer_miss(previous: GraphSummary | None, current: GraphSummary) -> Inferred
         return InferredMiss(MISS_NEW_NODE, f"{INFERRED_PREFIX}: autograd node {key[1]} (NodeCall {key[0]}) is gone", node=key[1], node_call=key[0])
     # One changed size per autograd node and distinct change (4 -> 6 appears in every shape and
     # stride argument of a node; torch's key holds it once). The index is an ordinal, not torch's.
-    changes: dict[tuple[int, str, int, int], None] = {}
+    # Arguments are compared token by token (node references and integers, in order), and only
+    # where both have as many: a size that became symbolic is a reference where the old graph had
+    # its value, which shifts every later integer of the argument list.
+    changes: dict[tuple[int, str, int, int | None], None] = {}
     for key in sorted(new):
         for (_, _, new_args), (_, _, old_args) in zip(new[key], old[key]):
             if new_args == old_args:
                 continue
-            for new_int, old_int in zip(_INT.findall(new_args), _INT.findall(old_args)):
-                if new_int != old_int:
-                    changes.setdefault((key[0], key[1], int(old_int), int(new_int)), None)
+            new_tokens, old_tokens = _BLANKED_TOKEN.findall(new_args), _BLANKED_TOKEN.findall(old_args)
+            if len(new_tokens) != len(old_tokens):
+                continue
+            for new_token, old_token in zip(new_tokens, old_tokens):
+                if old_token == "%" or new_token == old_token:
+                    continue
+                # now a reference: the size became dynamic, its new value is not in the graph
+                changes.setdefault((key[0], key[1], int(old_token), None if new_token == "%" else int(new_token)), None)
     changed = [
         ChangedSize(index=i, value=new_value, previous=old_value, node=name, node_call=call)
         for i, (call, name, old_value, new_value) in enumerate(list(changes)[:_MAX_SIZES])

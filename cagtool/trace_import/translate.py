@@ -13,23 +13,25 @@ chromium span. Event times are the log's timestamps, relative to its first envel
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from cagtool.capture.observe.ca_observer import parse_miss
 from cagtool.capture.observe.graph_dump import GraphSummary
-from cagtool.capture.observe.torch_logs import StructuredLogHandler
+from cagtool.capture.observe.torch_logs import PGO_CODE_STATE_ARTIFACTS, USER_FRAME_KEY, StructuredLogHandler
 from cagtool.capture.writer import RecordWriter
-from cagtool.record.schema import CacheMissEvent, CAGraphEvent, ChangedSize, Event
+from cagtool.record.schema import CacheMissEvent, CAGraphEvent, ChangedSize, Event, SourceRef
+from cagtool.torch_text import compile_id_of, looks_like_user_file, parse_miss, split_ca_reason
 from cagtool.trace_import.graph_code import parse_graph_code
 from cagtool.trace_import.infer import infer_miss
 from cagtool.trace_import.log_reader import Envelope
 
 # The envelopes an import reads; every other kind is only counted.
-WANTED_KINDS = frozenset({"compilation_metrics", "aot_backward_graph", "artifact", "compiled_autograd_graph", "chromium_event"})
-_ARTIFACTS = frozenset({"recompile_reasons", "dynamo_graph_break_reason", "compiled_autograd_compile_reasons", "torch_version"})
-_ID_PREFIX = re.compile(r"^!(\d+): ")
+# `str` (the log's table of file names) and `dynamo_start` (the stack of a compile) name the user's
+# line behind a recompile.
+WANTED_KINDS = frozenset(
+    {"compilation_metrics", "aot_backward_graph", "artifact", "compiled_autograd_graph", "chromium_event", "str", "dynamo_start"}
+)
+_ARTIFACTS = frozenset({"recompile_reasons", "dynamo_graph_break_reason", "compiled_autograd_compile_reasons", "torch_version", *PGO_CODE_STATE_ARTIFACTS})
 _CA_SPAN = '"name": "compiled_autograd",'
 # Of the chromium events (a fifth of a log's envelopes) only compiled autograd's span is read.
 PEEK = {"chromium_event": _CA_SPAN.encode()}
@@ -77,6 +79,7 @@ class TranslationStats:
     last_ts: float | None = None
     handler_errors: int = 0
     handler_last_error: str = ""
+    pgo_suggestion: str | None = None  # torch's PGO suggestion from a logged code state
     unused_reasons: list[str] = field(default_factory=list)
 
 
@@ -119,16 +122,29 @@ class RankTranslator:
         self._seen_ids: set[int] = set()
         self._graph_cache = graph_cache if graph_cache is not None else GraphCache()
         self._next_record_id = 0
+        self._files: dict[int, str] = {}  # the log's string table: index -> file name
+        # A recompile's reasons come just before the `dynamo_start` of the compile they caused, whose
+        # stack names the user's line: they wait for it (and go without it on any other envelope).
+        self._held_recompile: tuple[Envelope, float] | None = None
 
     def feed(self, envelope: Envelope) -> None:
         kind = envelope.kind
         if kind == "chromium_event":
             self._chromium(envelope)
             return
+        if kind == "str":
+            self._string(envelope)
+            return
         if kind == "artifact" and envelope.artifact_name not in _ARTIFACTS:
             return
+        if kind == "dynamo_start":
+            self._release_recompile(envelope)
+            return
+        self._release_recompile(None)
         self._stamp(envelope)
-        if kind == "compiled_autograd_graph":
+        if kind == "artifact" and envelope.artifact_name == "recompile_reasons":
+            self._held_recompile = (envelope, self.timed.t)
+        elif kind == "compiled_autograd_graph":
             self._graph(envelope)
         elif kind == "artifact" and envelope.artifact_name == "compiled_autograd_compile_reasons":
             self._compile_reasons(envelope)
@@ -141,9 +157,49 @@ class RankTranslator:
             self.handler.handle_structured(envelope.data, envelope.payload)
 
     def finish(self) -> None:
+        self._release_recompile(None)
         self._flush_graph()
         self.stats.handler_errors = self.handler.errors
         self.stats.handler_last_error = self.handler.last_error
+        self.stats.pgo_suggestion = self.handler.pgo_suggestion
+
+    # -- the user's line behind a recompile ------------------------------------------------------
+    def _string(self, envelope: Envelope) -> None:
+        entry = envelope.data.get("str")
+        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], int):
+            self._files[entry[1]] = entry[0]
+
+    def _caller(self, start: Envelope) -> SourceRef | None:
+        """The innermost user frame of a compile's stack, the compiled frame itself left out (the
+        last entry): the line that called the recompiled code. None when torch logged no caller
+        (a top-level compiled function's stack is that function alone)."""
+        stack = (start.data.get("dynamo_start") or {}).get("stack")
+        if not isinstance(stack, list):
+            return None
+        for frame in reversed(stack[:-1]):
+            if not isinstance(frame, dict):
+                continue
+            file = self._files.get(frame.get("filename"))  # type: ignore[arg-type]
+            line = frame.get("line")
+            if file and isinstance(line, int) and looks_like_user_file(file):
+                return SourceRef(file=file, line=line, code=str(frame.get("loc") or ""), function=str(frame.get("name") or ""), how="caller")
+        return None
+
+    def _release_recompile(self, start: Envelope | None) -> None:
+        """Hand the held recompile to the handler, with the user's line when `start` is the
+        `dynamo_start` of the compile it caused."""
+        held, self._held_recompile = self._held_recompile, None
+        if held is None:
+            return
+        envelope, t = held
+        metadata = dict(envelope.data)
+        if start is not None and compile_id_of(start.data) == compile_id_of(envelope.data):
+            caller = self._caller(start)
+            if caller is not None:
+                metadata[USER_FRAME_KEY] = caller
+        saved, self.timed.t = self.timed.t, t
+        self.handler.handle_structured(metadata, envelope.payload)
+        self.timed.t = saved
 
     # -- time -----------------------------------------------------------------------------------
     def _stamp(self, envelope: Envelope) -> None:
@@ -185,12 +241,12 @@ class RankTranslator:
             return
         # The list accumulates per cache node; each entry names its graph ("!6: Cache miss ...").
         for reason in reasons:
-            match = _ID_PREFIX.match(str(reason))
-            if match:
-                self._reasons[int(match.group(1))] = str(reason)[match.end() :]
+            named, text = split_ca_reason(str(reason))
+            if named is not None:
+                self._reasons[named] = text
         ca_id = envelope.data.get("compiled_autograd_id")
         if isinstance(ca_id, int) and ca_id not in self._reasons and reasons:
-            self._reasons[ca_id] = _ID_PREFIX.sub("", str(reasons[-1]))
+            self._reasons[ca_id] = split_ca_reason(str(reasons[-1]))[1]
 
     def _record_id(self, torch_id: int) -> int:
         """torch restarts ids after torch._dynamo.reset() (and a concatenated log repeats them):

@@ -9,20 +9,27 @@ docs/torch-internals.md ("Fixes --verify applies"):
   every route that enables compiled autograd: cagtool's own `_enable`, the script's, and the
   config flag's, which otherwise starts static). Answers changed tensor shapes in the backward and
   Dynamo's size-guard recompiles of a CA graph.
+- `torch-pgo`: torch's own profile-guided suggestion, applied as torch words it (its
+  TORCH_COMPILE_DYNAMIC_SOURCES list, recorded at the end of the mode), with `cagtool run
+  --dynamic` when compiled autograd's sizes changed too. Answers the same causes as the two
+  others together; verifying it says whether torch's advice works on this job.
 - `dynamic-sources`: Dynamo treats the named inputs as dynamic from their first compile
   (`TORCH_COMPILE_DYNAMIC_SOURCES`, the setting torch's own profile-guided recompile messages
   suggest). Answers a forward frame recompiled because an input's size changed (a DataLoader's
   ragged last batch, a sequence length per batch).
 
 A cause with no such fix (a hook added mid-run, the graph's structure changing per step, .grad
-None vs defined) needs a change to the code: `--verify` says so, with the explanation's own fix.
+None vs defined) needs a change to the code: patches.py shows it as a diff, and where the edit is
+local (a hook registered mid-run) `--verify` runs a patched copy of the script as one more fix.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from cagtool.capture.observe.torch_logs import pgo_dynamic_sources
 from cagtool.report.recompiles.explain import (
     CAUSE_DYNAMO_CA_GRAPH,
     CAUSE_DYNAMO_FRAME,
@@ -33,6 +40,9 @@ from cagtool.report.recompiles.explain import (
     Cause,
     Explanation,
 )
+
+if TYPE_CHECKING:
+    from cagtool.verify.patches import Patch
 
 # Who has to make a change, for each cause the explanation names.
 YOUR_CODE = "your code"
@@ -50,8 +60,12 @@ class Fix:
     run_flags: tuple[str, ...] = ()  # added to the re-run's `cagtool run`
     env: dict[str, str] = field(default_factory=dict)  # the re-run's environment
     who: str = RUN_CONFIG
+    patch: "Patch | None" = None  # a code change: the re-run runs a patched copy of the script
+    torch_says: str | None = None  # torch's own suggestion for the same recompiles (its PGO), verbatim
 
     def describe(self) -> str:
+        if self.patch is not None:
+            return f"{self.title} (a patched copy of {self.patch.file})"
         how = " ".join([*(f"{k}={v}" for k, v in self.env.items()), *(f"cagtool run {flag}" for flag in self.run_flags)])
         return f"{self.title} ({how})"
 
@@ -87,10 +101,12 @@ def who_fixes(cause: Cause) -> str:
     return YOUR_CODE
 
 
-def fixes_for(explanation: Explanation, dynamic_already: bool = False) -> list[Fix]:
+def fixes_for(explanation: Explanation, dynamic_already: bool = False, pgo_suggestion: str | None = None) -> list[Fix]:
     """The fixes --verify can apply for an explanation's causes (one per kind, answering every
     cause of that kind), in the explanation's order. `dynamic_already`: the run was recorded with
-    --dynamic, so `ca-dynamic` would change nothing."""
+    --dynamic, so `ca-dynamic` would change nothing. `pgo_suggestion`: torch's own suggestion
+    recorded for the run (capture/observe/torch_logs.py), carried verbatim by the fixes that
+    answer the same shape recompiles."""
     shapes = [c.number for c in explanation.causes if c.code in (CAUSE_SHAPES, CAUSE_DYNAMO_CA_GRAPH)]
     sources: list[str] = []
     frames: list[int] = []
@@ -102,8 +118,22 @@ def fixes_for(explanation: Explanation, dynamic_already: bool = False) -> list[F
                 sources += [s for s in found if s not in sources]
     fixes = []
     if shapes and not dynamic_already:
-        fixes.append(Fix("ca-dynamic", "compiled autograd's sizes start dynamic", tuple(shapes), run_flags=("--dynamic",)))
+        fixes.append(Fix("ca-dynamic", "compiled autograd's sizes start dynamic", tuple(shapes), run_flags=("--dynamic",),
+                         torch_says=pgo_suggestion))
+    torch_sources = pgo_dynamic_sources(pgo_suggestion) if pgo_suggestion else None
+    if torch_sources and (shapes or frames):
+        # Torch's own advice, applied as it words it: its list also names the compiled-autograd
+        # graph's size inputs (L['sizes'][i]), whose Dynamo recompile ca-dynamic alone leaves.
+        dynamic = ("--dynamic",) if shapes and not dynamic_already else ()
+        fixes.append(Fix("torch-pgo", "torch's own PGO suggestion, as it words it" + (", with compiled autograd's sizes dynamic" if dynamic else ""),
+                         tuple(sorted({*shapes, *frames})), run_flags=dynamic, env={"TORCH_COMPILE_DYNAMIC_SOURCES": torch_sources},
+                         torch_says=pgo_suggestion))
     if sources:
         fixes.append(Fix("dynamic-sources", f"Dynamo compiles {', '.join(sources)} dynamic from the start", tuple(frames),
-                         env={"TORCH_COMPILE_DYNAMIC_SOURCES": ",".join(sources)}))
+                         env={"TORCH_COMPILE_DYNAMIC_SOURCES": ",".join(sources)}, torch_says=pgo_suggestion))
     return fixes
+
+
+def patch_fix(patch: "Patch") -> Fix:
+    """A patch cagtool can apply, as a fix `--verify` runs (on a copy of the script)."""
+    return Fix(patch.name, patch.title, patch.causes, who=patch.who, patch=patch)

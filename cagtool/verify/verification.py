@@ -14,7 +14,13 @@ torch's own and every figure can be checked with the other commands. The result
   (report.intervals; the repetitions are its units);
 - peak memory (RSS, or CUDA max allocated), and whether the losses and final norms agree.
 
-Verdict: **verified** when the recompiles it targets went down and nothing got worse beyond the
+A fix that is a code change (verify/patches.py) is run the same way on a patched copy of the
+script, kept beside its re-run (`<run>/verify/<stamp>-<fix>-<script>`): the copy's code runs as
+the script would (same sys.argv, sys.path[0], `__file__`, cwd: capture/target.py), and the
+user's file is never written.
+
+Verdict: **verified** when the recompiles it targets went down (or, the recompile count the same,
+the CA graphs: the .grad warm-up capture that count leaves out) and nothing got worse beyond the
 noise; **harmful** when the steady step got slower beyond the noise (by more than
 `HARMFUL_SLOWDOWN`), peak memory grew by more than `HARMFUL_MEMORY`, the numerics changed, or the
 recompiles went up; else **no effect**.
@@ -35,6 +41,7 @@ from cagtool.errors import UsageError
 from cagtool.record.loader import RunRecord, load_run
 from cagtool.report.compare.analysis import compare_runs, mode_fields
 from cagtool.report.verification import VERIFICATION_FILE, VERIFICATION_FORMAT
+from cagtool.capture.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV
 from cagtool.verify.fixes import Fix
 
 VERIFY_DIR = "verify"
@@ -82,6 +89,9 @@ class FixResult:
     speedup_low: float | None = None
     speedup_high: float | None = None
     numerics_agree: bool | None = None
+    patch: dict[str, Any] | None = None  # a code change: its diff (patches.Patch.to_dict)
+    patched_copy: str | None = None  # the copy of the script the re-run ran
+    torch_says: str | None = None  # torch's own suggestion (its PGO), verbatim, beside cagtool's fix
 
 
 @dataclass
@@ -123,7 +133,11 @@ def rerun_argv(run: RunRecord, mode: str, repeat: int, output: Path, fix: Fix | 
 
 
 def _side(name: str, path: Path, mode: str, wall_s: float) -> tuple[Side, RunRecord]:
-    record = load_run(path)
+    """One set of repetitions as measured; a multi-rank job (DDP) as rank 0 saw it, the record
+    `cagtool recompiles` explains by default (its launching process trains nothing)."""
+    from cagtool.report.ranks.analysis import focused_run
+
+    record, _rank = focused_run(load_run(path), None)
     reps = [r for n, r in record.modes.items() if n == mode or n.startswith(f"{mode}.")]
     from cagtool.report.compare.analysis import compare_modes
     from cagtool.report.metrics import mode_metrics
@@ -147,6 +161,11 @@ def _total(side: Side) -> int | None:
     return max(values) if values else None
 
 
+def _most(values: list[int | None]) -> int | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
 def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None) -> tuple[str, list[str]]:
     """The verdict of one fix against the baseline, with the reasons, in words."""
     if fixed.status != "finished":
@@ -162,6 +181,17 @@ def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None
             harmful = True
         else:
             reasons.append(f"recompiles unchanged ({before})")
+    graphs_before, graphs_after = _most(baseline.ca_graphs), _most(fixed.ca_graphs)
+    ca_before, ca_after = _most(baseline.ca_recompiles), _most(fixed.ca_recompiles)
+    # A capture the recompile count leaves out (AccumulateGrad's one-time .grad warm-up) is still
+    # a capture and a compile: fewer CA graphs than fewer CA recompiles explain is one removed.
+    # (A CA recompile traded for a Dynamo recompile of the CA graph removes a graph too, and no work.)
+    fewer_graphs = (None not in (graphs_before, graphs_after, ca_before, ca_after)
+                    and graphs_before - graphs_after > ca_before - ca_after)  # type: ignore[operator]
+    if fewer_graphs and not (before is not None and after is not None and after < before):
+        # A capture the recompile count leaves out (AccumulateGrad's one-time .grad warm-up) is
+        # still a capture and a compile the fix removed.
+        reasons.append(f"CA graphs {graphs_before} -> {graphs_after}")
     if speedup is not None and speedup.ratio is not None and speedup.high is not None:
         if speedup.verdict == "slower" and speedup.high < 1.0 / (1.0 + HARMFUL_SLOWDOWN):
             reasons.append(f"steady step slower beyond the noise ({speedup.ratio:.2f}x, 90% CI {speedup.low:.2f}-{speedup.high:.2f}x)")
@@ -178,7 +208,7 @@ def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None
         reasons.append("numerics unchanged")
     if harmful:
         return HARMFUL, reasons
-    if before is not None and after is not None and after < before:
+    if (before is not None and after is not None and after < before) or (fewer_graphs and after is not None and before is not None and after <= before):
         return VERIFIED, reasons
     return NO_EFFECT, reasons
 
@@ -209,11 +239,21 @@ def verify(
     estimate = estimate_seconds(run, mode, repeat, len(fixes))
     result = Verification(str(run.path), mode, repeat, None, [], list(not_applied or []), estimate)
 
+    copies: dict[str, Path] = {}
+
     def record(name: str, fix: Fix | None) -> tuple[Path, float, int]:
         out = root / f"{stamp}-{name}"
         argv = rerun_argv(run, mode, repeat, out, fix)
         env = {**os.environ, **(fix.env if fix is not None else {})}
-        progress(f"{name}: {' '.join(argv[3:])}" + (f"  ({', '.join(f'{k}={v}' for k, v in fix.env.items())})" if fix and fix.env else ""))
+        said = f"  ({', '.join(f'{k}={v}' for k, v in fix.env.items())})" if fix and fix.env else ""
+        if fix is not None and fix.patch is not None and fix.patch.patched is not None:
+            script = Path(run.meta.cwd or ".", run.meta.target["name"])
+            copy = root / f"{stamp}-{name}-{script.name}"
+            copy.write_text(fix.patch.patched)
+            copies[name] = copy
+            env.update({PATCH_TARGET_ENV: str(script.resolve()), PATCHED_SOURCE_ENV: str(copy.resolve())})
+            said = f"  (runs the patched copy {copy} in place of {fix.patch.file}; your file is not changed)"
+        progress(f"{name}: {' '.join(argv[3:])}" + said)
         began = time.monotonic()
         # The job's own output is not the verification's: kept in files next to its record.
         root.mkdir(exist_ok=True)
@@ -222,7 +262,7 @@ def verify(
         return out, time.monotonic() - began, code
 
     if not fixes:  # nothing to apply: a baseline alone would prove nothing
-        result.wall_s = 0.0
+        result.wall_s = result.estimated_s = 0.0
         (run.path / VERIFICATION_FILE).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
         return result
     base_path, base_wall, base_code = record("baseline", None)
@@ -234,7 +274,9 @@ def verify(
         path, wall, _code = record(fix.name, fix)
         if not (path / "run.json").exists():
             result.fixes.append(FixResult(fix.name, fix.title, fix.who, list(fix.causes), list(fix.run_flags), dict(fix.env), None, FAILED,
-                                          ["the re-run did not start: see its stderr file"]))
+                                          ["the re-run did not start: see its stderr file"],
+                                          patch=fix.patch.to_dict() if fix.patch is not None else None,
+                                          patched_copy=str(copies[fix.name]) if fix.name in copies else None, torch_says=fix.torch_says))
             continue
         measured, fixed_record = _side(fix.name, path, mode, wall)
         change = next((c for c in compare_runs(base_record, fixed_record).changes if c.mode == mode), None)
@@ -242,10 +284,15 @@ def verify(
         numerics = [d for d in (change.numerics if change is not None else ()) if not d.inputs_differ]
         agree = all(d.agrees for d in numerics) if numerics else None
         verdict, reasons = judge(baseline, measured, speedup, agree)
+        ran_copy = all(r.manifest.options.get("patched_source") for n, r in fixed_record.modes.items() if n == mode or n.startswith(f"{mode}."))
+        if fix.patch is not None and not ran_copy:
+            verdict, reasons = FAILED, ["the re-run did not run the patched copy: nothing measured of the patch"]
         result.fixes.append(FixResult(
             fix.name, fix.title, fix.who, list(fix.causes), list(fix.run_flags), dict(fix.env), measured, verdict, reasons,
             speedup=speedup.ratio if speedup else None, speedup_low=speedup.low if speedup else None,
             speedup_high=speedup.high if speedup else None, numerics_agree=agree,
+            patch=fix.patch.to_dict() if fix.patch is not None else None,
+            patched_copy=str(copies[fix.name]) if fix.name in copies else None, torch_says=fix.torch_says,
         ))
         progress(f"{fix.name}: {verdict} ({'; '.join(reasons)})")
     result.wall_s = time.monotonic() - started

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cagtool.report.console import PlainConsole, make_console
+from cagtool.report.console import make_console
 from cagtool.report.gate.checks import CheckResult, Outcome
 from cagtool.report.gate.config import GateSettings
 from cagtool.report.gate.output import render_junit, render_markdown
@@ -75,6 +75,3 @@ def test_every_console_path_writes_the_same_safe_text():
         stream = io.StringIO()
         make_console(file=stream).print(printed)
         assert stream.getvalue() == want + "\n", printed
-    stream = io.StringIO()
-    PlainConsole(stream, 200).line(line)
-    assert stream.getvalue() == want + "\n"

@@ -3,7 +3,7 @@
 Patches `AutogradCompilerInstance.begin_capture` / `log_compile_reasons` / `end_capture` (looked up
 on the class by C++, so this sees captures made under cagtool's own compiler and under the
 script's `torch._dynamo.config.compiled_autograd` or `_enable`), and installs a verbose logger so
-that C++ computes cache-miss reasons at all (TORCH_2_13_NOTES.md, "Cache misses").
+that C++ computes cache-miss reasons at all (docs/torch-internals.md, "CA cache misses").
 
 The observer never changes the capture it watches (docs/torch-internals.md, "What the verbose
 logger changes"): torch is handed no node origins (with a verbose logger C++ passes them, and
@@ -15,7 +15,6 @@ failures: counted (`errors`, in the manifest), one `observer_error` finding, the
 
 from __future__ import annotations
 
-import re
 import time
 import weakref
 from typing import Any, Callable
@@ -24,28 +23,17 @@ from cagtool.capture.observe import graph_dump, source
 from cagtool.capture.steps import StepTracker
 from cagtool.capture.writer import RecordWriter
 from cagtool.record.schema import (
-    MISS_CHANGED_SHAPES,
-    MISS_NEW_NODE,
-    MISS_UNKNOWN,
     CACompileEvent,
     CacheMissEvent,
     CAGraphEvent,
     ChangedSize,
     FindingEvent,
 )
+from cagtool.torch_text import parse_miss, split_ca_reason
 
 # Finding codes (schema.FindingEvent.code).
 OBSERVER_ERROR = "observer_error"  # cagtool's own code failed inside a capture hook; the capture went on
 CAPTURE_FAILED = "ca_capture_failed"  # torch's capture raised; with it, miss reasons stop (module docstring)
-
-_NEW_NODE = re.compile(
-    r"Cache miss due to new autograd node: (?P<node>.+?) \(NodeCall (?P<call>\d+)\) "
-    r"with key size (?P<key>\d+), previous key sizes=\[(?P<prev>[^\]]*)\]"
-)
-_CHANGED = re.compile(r"Cache miss due to (?P<n>\d+) changed tensor shapes \(total of (?P<total>\d+)\): (?P<sizes>.*)")
-_SIZE_INDEX = re.compile(r"sizes\[(\d+)\]")
-_ID_PREFIX = re.compile(r"^!(\d+): ")
-
 
 class _VerboseLogger:
     """What C++ calls with each cache-miss message; only its presence matters (reasons then reach
@@ -59,30 +47,6 @@ class _VerboseLogger:
     def debug(self, message: Any, *args: Any) -> None:
         if isinstance(message, str) and message.startswith("Cache miss"):
             self.last_message = message
-
-
-def parse_miss(message: str) -> dict[str, Any]:
-    """The fields of a torch 2.13 cache-miss message (verbatim text kept by the caller)."""
-    match = _NEW_NODE.search(message)
-    if match:
-        prev = [int(p) for p in match.group("prev").replace(" ", "").split(",") if p]
-        return {
-            "miss_kind": MISS_NEW_NODE,
-            "node": match.group("node"),
-            "node_call": int(match.group("call")),
-            "key_size": int(match.group("key")),
-            "previous_key_sizes": prev,
-        }
-    match = _CHANGED.search(message)
-    if match:
-        return {
-            "miss_kind": MISS_CHANGED_SHAPES,
-            "indices": [int(i) for i in _SIZE_INDEX.findall(match.group("sizes"))],
-            # N sizes changed; "total of M" counts every dynamic size of the new graph.
-            "total_changed": int(match.group("n")),
-            "dynamic_sizes": int(match.group("total")),
-        }
-    return {"miss_kind": MISS_UNKNOWN}
 
 
 class CaptureObserver:
@@ -243,7 +207,7 @@ class CaptureObserver:
         reasons = list(reasons)
         if not reasons:
             return
-        message = _ID_PREFIX.sub("", reasons[-1])
+        message = split_ca_reason(reasons[-1])[1]
         inst._cag_reason_logged = True
         self._emit_miss(inst, message)
 

@@ -25,7 +25,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from cagtool.capture.observe.torch_logs import StructuredLogHandler
+from cagtool.capture.observe import source
+from cagtool.capture.observe.torch_logs import USER_FRAME_KEY, StructuredLogHandler
 
 # The CompilationMetrics fields StructuredLogHandler reads (torch's record has ~100 more).
 _METRIC_FIELDS = (
@@ -114,7 +115,15 @@ class DynamoTaps:
         if not reasons or skip_logging or (len(args) > 3 and args[3]):
             return None  # torch logs no record for this call either (a fail_on_recompile check)
         payload = reasons[0] if len(reasons) == 1 else json.dumps(list(reasons))
-        return {"artifact": {"name": "recompile_reasons", "encoding": "json"}, **compile_id_metadata()}, payload
+        metadata: dict[str, Any] = {"artifact": {"name": "recompile_reasons", "encoding": "json"}, **compile_id_metadata()}
+        # The code being recompiled is not on the stack yet (Dynamo compiles a frame before it
+        # runs): the innermost frame of the user's code is the line that called it, `model(x)`,
+        # where the compiled frame itself may be torch's (a compiled module runs through
+        # torch's own wrapper).
+        caller = source.user_caller(how="caller")
+        if caller is not None:
+            metadata[USER_FRAME_KEY] = caller
+        return metadata, payload
 
     @staticmethod
     def _graph_break(tx: Any, reason: str, exc: Any) -> tuple[dict[str, Any], str]:

@@ -3,20 +3,16 @@ op histogram, autograd nodes covered, inlined AOT graphs, hooks)."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from cagtool.record.graph_file import GraphNode
 from cagtool.record.schema import AutogradNodeRef, HookRef
+from cagtool.torch_text import aot_graph_id, node_origin
 
-# set_node_origin makes "<name>[aot_id] (NodeCall <k>)" the last line of the node's stack trace
-# (print_readable shows it after "code: ").
-_ORIGIN = re.compile(r"^\s*(?:.*code: )?(?P<name>\S.*?) \(NodeCall (?P<call>\d+)\)\s*$")
 # CA traces through placeholder tensors of this size (allocate_dummy): their shapes mean nothing.
 _DUMMY_SIZE = 123456789
-_AOT_PREFIX = re.compile(r"^aot(\d+)_")
 
 
 @dataclass(frozen=True)
@@ -68,10 +64,9 @@ def short_op(node_op: str, target: str) -> str:
 def _origin(meta: dict[str, Any]) -> AutogradNodeRef | None:
     trace = meta.get("stack_trace") or ""
     last = trace.strip().splitlines()[-1] if trace.strip() else ""
-    match = _ORIGIN.search(last)
-    if not match:
-        return None
-    return AutogradNodeRef(node_call=int(match.group("call")), name=match.group("name"))
+    # set_node_origin makes "<name>[aot_id] (NodeCall <k>)" the last line of the stack trace.
+    found = node_origin(last)
+    return AutogradNodeRef(node_call=found[0], name=found[1]) if found else None
 
 
 def _render_arg(arg: Any) -> str:
@@ -165,8 +160,7 @@ def summarize_graph(gm: Any, shapes: dict[str, tuple[Any, Any, Any]] | None = No
         origin = _origin(node.meta) or _input_origin(node, placeholder_origins)
         if origin is not None:
             autograd.setdefault(origin.node_call, origin.name)
-        aot_match = _AOT_PREFIX.match(node.name)
-        aot_id = int(aot_match.group(1)) if aot_match else None
+        aot_id = aot_graph_id(node.name)
         if aot_id is not None:
             aot_ids.add(aot_id)
         hook_type = node.kwargs.get("hook_type") if node.op == "call_function" else None

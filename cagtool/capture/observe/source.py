@@ -32,12 +32,12 @@ def ref(filename: str, line: int, function: str, how: str) -> SourceRef:
     return SourceRef(file=filename, line=line, code=code, function=function, how=how)
 
 
-def user_caller(frame: FrameType | None = None) -> SourceRef | None:
+def user_caller(frame: FrameType | None = None, how: str = "backward_call") -> SourceRef | None:
     """The innermost frame on the current stack that belongs to the user's code."""
     frame = frame or sys._getframe(1)
     while frame is not None:
         if is_user_file(frame.f_code.co_filename):
-            return ref(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, "backward_call")
+            return ref(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, how)
         frame = frame.f_back
     return None
 

@@ -8,29 +8,66 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
+import re
 from typing import Any, Callable
 
-from cagtool.capture.steps import StepTracker
-from cagtool.capture.writer import RecordWriter, warn
+from typing import TYPE_CHECKING
+
+from cagtool.capture.writer import warn
 from cagtool.record.schema import AotBackwardGraphEvent, DynamoCompileEvent, DynamoRecompileEvent, GraphBreakEvent
+from cagtool.torch_text import compile_id_of, graph_break_at
+
+if TYPE_CHECKING:  # the handler reads a live run's steps, or an import's (which has none)
+    from cagtool.capture.steps import StepTracker
+    from cagtool.capture.writer import RecordWriter
 
 TRACE_LOGGER = "torch.__trace"
-_BREAK_AT = re.compile(r"Graph break in user code at (?P<file>.+):(?P<line>\d+)")
+# cagtool's own key in a record's metadata: the user's line behind a recompile (a SourceRef), put
+# there by the live run's Dynamo tap or, for an imported log, from the stack torch logged with the
+# compile (`dynamo_start`). Torch's records never have it.
+USER_FRAME_KEY = "cagtool_user_frame"
 _US = 1e-6
 
 
-def compile_id_of(metadata: dict[str, Any]) -> str:
-    """torch's CompileId string: `F/C`, `!N/F/C`, or `!N` (what torch prints)."""
-    ca = metadata.get("compiled_autograd_id")
-    frame, attempt = metadata.get("frame_id"), metadata.get("frame_compile_id")
-    parts = []
-    if ca is not None:
-        parts.append(f"!{ca}")
-    if frame is not None:
-        parts.append(f"{frame}/{attempt}")
-    return "/".join(parts) if parts else "?"
+# torch's profile-guided (PGO) suggestion after a shape recompile, in its own words: the tail that
+# `render_code_state` (torch/_dynamo/pgo.py) adds to the code state it logs, e.g.
+#   PGO detected a recompilation due to dynamic shapes. To reduce shape recompilations by compiling
+#   dynamically to start, set environment variable TORCH_COMPILE_DYNAMIC_SOURCES="L['args'][0]"
+PGO_SUGGESTION_START = "PGO detected a recompilation due to dynamic shapes."
+# The structured artifacts whose payload is that rendered code state.
+PGO_CODE_STATE_ARTIFACTS = frozenset({
+    "put_local_code_state", "put_remote_code_state", "get_local_code_state", "get_remote_code_state", "get_extra_remote_code_state",
+})
+
+
+def pgo_suggestion_of(code_state_text: str) -> str | None:
+    """torch's suggestion, verbatim, from a rendered code state; None when it makes none."""
+    start = code_state_text.find(PGO_SUGGESTION_START)
+    return code_state_text[start:].strip() if start >= 0 else None
+
+
+_PGO_SOURCES = re.compile(r'TORCH_COMPILE_DYNAMIC_SOURCES="(?P<sources>[^"]*)"')
+
+
+def pgo_dynamic_sources(suggestion: str) -> str | None:
+    """The value torch's suggestion sets TORCH_COMPILE_DYNAMIC_SOURCES to, as it wrote it."""
+    match = _PGO_SOURCES.search(suggestion)
+    return match.group("sources") if match and match.group("sources") else None
+
+
+def pgo_suggestion() -> str | None:
+    """What torch's PGO would suggest for this process's recompiles so far, in its own words.
+    torch logs it only when it writes a profile (a job id or a MAST job: `get_cache_key`), so it is
+    asked for here, at the end of the mode: `render_code_state` on the code state Dynamo kept
+    (`_CODE_STATE`), which only reads it. None when Dynamo never compiled or nothing went dynamic."""
+    try:
+        from torch._dynamo import pgo
+
+        state = getattr(pgo, "_CODE_STATE", None)
+        return pgo_suggestion_of(pgo.render_code_state(state)) if state else None
+    except Exception:  # noqa: BLE001 - a torch without it, or a changed layout: nothing to say
+        return None
 
 
 def _seconds(value: Any, scale: float = 1.0) -> float | None:
@@ -38,12 +75,13 @@ def _seconds(value: Any, scale: float = 1.0) -> float | None:
 
 
 class StructuredLogHandler(logging.Handler):
-    def __init__(self, writer: RecordWriter, steps: StepTracker) -> None:
+    def __init__(self, writer: "RecordWriter", steps: "StepTracker") -> None:
         super().__init__(level=logging.DEBUG)
         self.writer = writer
         self.steps = steps
         self.errors = 0  # records that could not be turned into events (kept in the manifest)
         self.last_error = ""
+        self.pgo_suggestion: str | None = None  # torch's, from a logged code state (a TORCH_TRACE log)
 
     def emit(self, record: logging.LogRecord) -> None:
         metadata = getattr(record, "metadata", None)
@@ -80,9 +118,12 @@ class StructuredLogHandler(logging.Handler):
                     is_ca_graph=cid.startswith("!"),
                     step=step,
                     reasons=[str(r) for r in reasons] if isinstance(reasons, list) else [str(reasons)],
+                    source=metadata.get(USER_FRAME_KEY),
                 )
             elif name == "dynamo_graph_break_reason" and payload:
                 self._graph_break(compile_id_of(metadata), payload, step)
+            elif name in PGO_CODE_STATE_ARTIFACTS and payload:
+                self.pgo_suggestion = pgo_suggestion_of(payload) or self.pgo_suggestion
 
     def _compile(self, m: dict[str, Any], step: int | None) -> None:
         cid = str(m.get("compile_id") or "?")
@@ -111,10 +152,10 @@ class StructuredLogHandler(logging.Handler):
 
     def _graph_break(self, cid: str, payload: str, step: int | None) -> None:
         lines = [l for l in payload.splitlines() if l.strip()]
-        where = _BREAK_AT.search(payload)
+        where = graph_break_at(payload)
         reason_lines = [l for l in lines if not l.startswith("Graph break in user code")][:4]
         reason = "\n".join(reason_lines).replace("Graph Break Reason: ", "", 1)
-        file, line = (where.group("file"), int(where.group("line"))) if where else ("", None)
+        file, line = where if where else ("", None)
         code = ""
         if file and line:
             import linecache

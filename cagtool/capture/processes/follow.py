@@ -41,10 +41,10 @@ from typing import Any
 
 from cagtool.capture.processes import launch_audit
 from cagtool.capture.observe.ddp_watch import DDPWatch
-from cagtool.capture.processes.identity import ROLE_CHILD, ROLE_MAIN, child_key, process_info, rank_from_env
+from cagtool.capture.processes.identity import ROLE_CHILD, ROLE_MAIN, attempt_from_env, child_key, process_info, rank_from_env
 from cagtool.capture.processes.lifeline import StopStacks
 from cagtool.record.manifest import ExceptionInfo, ModeManifest
-from cagtool.record.schema import GRAPHS_DIR, PROCS_DIR, STATUS_FAILED, STATUS_FINISHED, STATUS_RUNNING, TRACE_DIR, FindingEvent
+from cagtool.record.schema import GRAPHS_DIR, PROCS_DIR, STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED, STATUS_RUNNING, TRACE_DIR, FindingEvent
 
 FOLLOW_ENV = "CAGTOOL_FOLLOW"
 BOOTSTRAP_DIR = Path(__file__).resolve().with_name("bootstrap")
@@ -89,16 +89,6 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _counters_minus(now: dict[str, dict[str, int]], base: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for name, counter in now.items():
-        diff = {k: v - base.get(name, {}).get(k, 0) for k, v in counter.items()}
-        diff = {k: v for k, v in diff.items() if v}
-        if diff:
-            out[name] = diff
-    return out
-
-
 def _retarget_torch_trace(old: Path, new: Path) -> None:
     """torch's trace handler opens its file lazily under the TORCH_TRACE dir it read at import: point
     it at the record's new place (an already open file moved with its directory)."""
@@ -128,6 +118,9 @@ class ProcessRecord:
         self.closed = False
         self.exit_code: int | None = None
         self.exception: ExceptionInfo | None = None
+        # Set when a KeyboardInterrupt (SIGINT) went through the script, whatever caught it after:
+        # torch.multiprocessing.spawn's worker wrapper swallows it and the rank exits 0.
+        self.interrupted: ExceptionInfo | None = None
         self.ddp = self._new_ddp_watch()
         # A followed process stopped by SIGTERM/SIGHUP leaves its threads' stacks in its record
         # (lifeline.py): armed when the record is made, and again in a forked child.
@@ -174,7 +167,7 @@ class ProcessRecord:
         process["rank"], process["world_size"] = rank, world_size
         if self.role == ROLE_CHILD and self.key.startswith("pid"):
             old = Path(self.writer.mode_dir)
-            new = old.with_name(f"rank{rank}")
+            new = old.with_name(child_key(rank, attempt=attempt_from_env()))
             if not new.exists():
                 try:
                     os.rename(old, new)
@@ -190,14 +183,14 @@ class ProcessRecord:
 
     def after_fork(self) -> None:
         """In a forked child: a new record `pid<PID>` for the same (inherited) instruments."""
-        from cagtool.capture.child import _counters
+        from cagtool.capture.torch_counters import counter_snapshot
 
         parent = self.manifest.process.get("pid")
         key = child_key(None)
         new_dir = self.config.procs_dir / key
         info = process_info(ROLE_CHILD, key, argv=list(self.manifest.process.get("argv") or sys.argv))
         # The rank variables in the environment are the parent's, not this process's.
-        info.update(rank=None, local_rank=None, world_size=None, forked_from=parent)
+        info.update(rank=None, local_rank=None, world_size=None, attempt=0, forked_from=parent)
         self.manifest.process = info
         self.manifest.status = STATUS_RUNNING
         self.manifest.started_at = _now()
@@ -207,7 +200,7 @@ class ProcessRecord:
         self.closed = False
         self.started = time.perf_counter()
         # torch's counters and compiled-autograd cache are inherited: the record counts from here.
-        self.counters_baseline = _counters() if "torch._dynamo" in sys.modules else {}
+        self.counters_baseline = counter_snapshot() if "torch._dynamo" in sys.modules else {}
         if self.steps is not None:
             self.steps.restart()
         self.ddp = self._new_ddp_watch()
@@ -228,7 +221,8 @@ class ProcessRecord:
         if self.closed or self.role != ROLE_CHILD:
             return
         self.closed = True
-        from cagtool.capture.child import _counters, cagtool_memory, job_peaks
+        from cagtool.capture.child import cagtool_memory, job_peaks
+        from cagtool.capture.torch_counters import counter_delta, counter_snapshot
 
         code = self.exit_code if exit_code is None else exit_code
         code = 0 if code is None else code
@@ -248,6 +242,10 @@ class ProcessRecord:
         manifest.status = STATUS_FINISHED if code == 0 else STATUS_FAILED
         manifest.exit_code = code
         manifest.exception = self.exception
+        if self.interrupted is not None:
+            # A signal stopped the script: interrupted, whatever its launcher made of it.
+            manifest.status = STATUS_INTERRUPTED
+            manifest.exception = self.interrupted
         manifest.ended_at = _now()
         manifest.duration_s = time.perf_counter() - self.started
         manifest.peak_rss_bytes, manifest.peak_device_memory_bytes = peaks
@@ -256,7 +254,11 @@ class ProcessRecord:
         except Exception:  # noqa: BLE001 - the record must still close
             pass
         if "torch._dynamo" in sys.modules:
-            manifest.torch_counters = _counters_minus(_counters(), self.counters_baseline)
+            manifest.torch_counters = counter_delta(self.counters_baseline, counter_snapshot())
+            from cagtool.capture.observe.torch_logs import pgo_suggestion
+
+            if (suggestion := pgo_suggestion()) is not None:  # never raises
+                manifest.options["pgo_suggestion"] = suggestion  # torch's own words, as the main record keeps them
         seed = manifest.options.get("seed")
         if isinstance(seed, dict) and "torch" in sys.modules:
             from cagtool.capture.seeding import script_reseeded
@@ -276,9 +278,13 @@ class ProcessRecord:
         self._drop_if_empty()
 
     def _drop_if_empty(self) -> None:
-        """A process that recorded nothing (the launcher, a helper) leaves no record."""
+        """A process that recorded nothing (the launcher, a helper) leaves no record. A rank that
+        did not finish keeps it, empty or not: a restarted job's attempt that failed in its
+        rendezvous is part of what happened."""
         record_dir = Path(self.writer.mode_dir)
         if self.writer.events_written:
+            return
+        if self.manifest.process.get("rank") is not None and self.manifest.status != STATUS_FINISHED:
             return
         graphs, trace = record_dir / GRAPHS_DIR, record_dir / TRACE_DIR
         if (graphs.is_dir() and any(graphs.iterdir())) or (trace.is_dir() and any(trace.iterdir())):
@@ -303,8 +309,14 @@ def _install_process_hooks(config: FollowConfig) -> None:
 
 
 def _install_torch_hooks(record: ProcessRecord) -> None:
-    """Once torch is imported: DDP models and the process group's rank reach the record."""
+    """Once torch is imported: DDP models and the process group's rank reach the record, and an
+    mp.spawn rank's Ctrl-C is not lost."""
     from cagtool.capture.observe import ddp_watch
+
+    try:
+        _wrap_spawn_worker()
+    except Exception:  # noqa: BLE001 - torch without multiprocessing: nothing to wrap
+        pass
 
     ddp_watch.install(lambda model: _current.ddp.on_model(model) if _current is not None else None)
     try:
@@ -331,6 +343,61 @@ def _install_torch_hooks(record: ProcessRecord) -> None:
                 dist.init_process_group = init_process_group
     except Exception:  # noqa: BLE001 - a torch without distributed: nothing to name by rank
         pass
+
+
+def _note_interrupt(exc: BaseException, swallowed_by: str = "") -> None:
+    """The record of this process says it was interrupted by SIGINT, where the script was then,
+    and what its launcher did with the KeyboardInterrupt."""
+    if _current is None:
+        return
+    where = _script_frame(exc.__traceback__)
+    message = "interrupted by SIGINT (Ctrl-C)" + (f" in {where}" if where else "")
+    if swallowed_by:
+        message += f"; {swallowed_by} caught the KeyboardInterrupt and the process exited 0"
+    _current.interrupted = ExceptionInfo("KeyboardInterrupt", message)
+
+
+def _script_frame(tb: Any) -> str:
+    """`file:line (function)` of the innermost frame of the script's own code in a traceback."""
+    import traceback
+
+    try:
+        frames = traceback.extract_tb(tb)
+    except Exception:  # noqa: BLE001
+        return ""
+    for frame in reversed(frames):
+        name = frame.filename.replace(os.sep, "/")
+        if name.startswith("<") or any(part in name for part in ("/lib/python", "site-packages/", "dist-packages/", "cagtool/capture/")):
+            continue
+        return f"{frame.filename}:{frame.lineno} ({frame.name})"
+    return ""
+
+
+def _wrap_spawn_worker() -> None:
+    """torch.multiprocessing.spawn runs each rank's function under `_wrap`, which swallows a
+    KeyboardInterrupt (a Ctrl-C reaches every rank) and lets the rank exit 0: the record would
+    read as finished. The rank's function is wrapped to note the interrupt on its way through.
+    The worker resolves `_wrap` by name when it unpickles its process object, after torch's
+    import (when this runs), so the replacement is the one it calls; it keeps `_wrap`'s name, so a
+    process that spawns ranks itself still pickles it."""
+    spawn = sys.modules.get("torch.multiprocessing.spawn")
+    original = getattr(spawn, "_wrap", None)
+    if original is None or getattr(original, "_cagtool_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def _wrap(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        def noting(*fn_args: Any, **fn_kwargs: Any) -> Any:
+            try:
+                return fn(*fn_args, **fn_kwargs)
+            except KeyboardInterrupt as exc:
+                _note_interrupt(exc, "torch.multiprocessing.spawn")
+                raise
+
+        return original(noting, *args, **kwargs)
+
+    _wrap._cagtool_wrapped = True  # type: ignore[attr-defined]
+    spawn._wrap = _wrap  # type: ignore[union-attr]
 
 
 def attach_main(spec: Any, writer: Any, manifest: ModeManifest, steps: Any, observer: Any) -> ProcessRecord:
@@ -439,10 +506,10 @@ def _make_child_record(with_torch: bool) -> ProcessRecord | None:
     config = _child_config
     if config is None:
         return None
-    from cagtool.capture.child import _versions
+    from cagtool.capture.versions import imported_torch_version, record_versions
     from cagtool.capture.writer import RecordWriter
 
-    key = child_key(rank_from_env())
+    key = child_key(rank_from_env(), attempt=attempt_from_env())
     record_dir = config.procs_dir / key
     if record_dir.exists():  # a stale directory of a reused pid, or a rank taken twice
         key = child_key(None)
@@ -454,7 +521,7 @@ def _make_child_record(with_torch: bool) -> ProcessRecord | None:
         argv=argv,
         target=config.target,
         cwd=os.getcwd(),
-        versions=_versions() if with_torch else _versions_without_torch(),
+        versions=record_versions(imported_torch_version() if with_torch else None),
         backend=config.backend,
         dynamic=config.dynamic,
         started_at=_now(),
@@ -466,14 +533,6 @@ def _make_child_record(with_torch: bool) -> ProcessRecord | None:
     record.stop_stacks.arm(record_dir)
     _current = record
     return record
-
-
-def _versions_without_torch() -> dict[str, str]:
-    import platform
-
-    import cagtool
-
-    return {"cagtool": cagtool.__version__, "python": platform.python_version()}
 
 
 def _on_torch_imported() -> None:
@@ -500,9 +559,9 @@ def _setup_torch_in_child() -> None:
     record = _current or _make_child_record(with_torch=True)
     assert record is not None
     if "torch" not in record.manifest.versions:  # the record began before torch was imported
-        from cagtool.capture.child import _versions
+        from cagtool.capture.versions import imported_torch_version, record_versions
 
-        record.manifest.versions = _versions()
+        record.manifest.versions = record_versions(imported_torch_version())
     from cagtool.capture.grad_digest import GradDigests
 
     digests = GradDigests(config.parity_every, config.digest_steps or ())
@@ -514,6 +573,12 @@ def _setup_torch_in_child() -> None:
         _eager_randomness()
     observer = CaptureObserver(record.writer, steps, mode_setup.make_compiler(config.backend) if config.mode == "ca" else None)
     dynamo_taps.install(StructuredLogHandler(record.writer, steps))  # for the rest of the process
+    if config.torch_trace:
+        from cagtool.capture.observe.torch_logs import guard_trace_output
+
+        # As in the main process: a full disk stops this rank's trace with one line, not a
+        # logging traceback per structured record.
+        guard_trace_output(lambda stopped: setattr(record.manifest, "trace_stopped", stopped))
     steps.install()
     observer.install()
     record.steps, record.observer = steps, observer
@@ -543,13 +608,41 @@ def _wrap_exit_paths() -> None:
         original_exit(code)
 
     def excepthook(exc_type: Any, exc: Any, tb: Any) -> None:
-        if _current is not None and not issubclass(exc_type, SystemExit):
+        if _current is not None and issubclass(exc_type, KeyboardInterrupt):
+            # Python then ends the process by SIGINT, as a shell sees it: 130.
+            _current.exit_code = 130
+            if exc is not None:
+                _note_interrupt(exc)
+        elif _current is not None and not issubclass(exc_type, SystemExit):
             _current.exit_code = 1
             _current.exception = ExceptionInfo(exc_type.__name__, str(exc)[:2000])
         original_hook(exc_type, exc, tb)
 
     sys.exit = exit
     sys.excepthook = excepthook
+    _wrap_os_exit()
+
+
+def _wrap_os_exit() -> None:
+    """os._exit skips atexit: the record would stay "running" and read as SIGKILLed (a worker that
+    gives up with os._exit(1) is a failure its launcher sees as exit code 1). The record is closed
+    with that code first. multiprocessing's fork children leave this way after `_bootstrap` has
+    closed theirs already."""
+    original = os._exit
+    if getattr(original, "_cagtool_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def _exit(code: int) -> None:
+        if _current is not None and _current.role == ROLE_CHILD and not _current.closed:
+            try:
+                _current.close(code if isinstance(code, int) else 1)
+            except BaseException:  # noqa: BLE001 - the process must still exit, now
+                pass
+        original(code)
+
+    _exit._cagtool_wrapped = True  # type: ignore[attr-defined]
+    os._exit = _exit
 
 
 def _close_at_exit() -> None:
@@ -570,7 +663,7 @@ def start_in_child() -> None:
     _child_config = config
     from cagtool.capture.mode_setup import prepare_environment
 
-    prepare_environment(config.mode, config.procs_dir / child_key(rank_from_env()) if config.torch_trace else None)
+    prepare_environment(config.mode, config.procs_dir / child_key(rank_from_env(), attempt=attempt_from_env()) if config.torch_trace else None)
     _install_process_hooks(config)
     _wrap_exit_paths()
     atexit.register(_close_at_exit)

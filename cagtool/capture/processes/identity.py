@@ -26,8 +26,18 @@ def rank_from_env() -> int | None:
     return _env_int("RANK")
 
 
-def child_key(rank: int | None, pid: int | None = None) -> str:
-    return f"rank{rank}" if rank is not None else f"pid{pid if pid is not None else os.getpid()}"
+def attempt_from_env() -> int:
+    """Which start of this worker by torchrun (TORCHELASTIC_RESTART_COUNT): 0 the first, 1 after
+    one restart (--max-restarts); 0 outside torchrun."""
+    attempt = _env_int("TORCHELASTIC_RESTART_COUNT")
+    return attempt if attempt is not None and attempt > 0 else 0
+
+
+def child_key(rank: int | None, pid: int | None = None, attempt: int = 0) -> str:
+    """`rank<N>`, `rank<N>.attempt<K>` for a restarted worker's K-th restart, else `pid<PID>`."""
+    if rank is None:
+        return f"pid{pid if pid is not None else os.getpid()}"
+    return f"rank{rank}" if attempt <= 0 else f"rank{rank}.attempt{attempt}"
 
 
 def process_info(role: str, key: str, argv: list[str] | None = None, rank: int | None = None) -> dict[str, Any]:
@@ -39,6 +49,7 @@ def process_info(role: str, key: str, argv: list[str] | None = None, rank: int |
         "rank": rank if rank is not None else rank_from_env(),
         "local_rank": _env_int("LOCAL_RANK"),
         "world_size": _env_int("WORLD_SIZE"),
+        "attempt": attempt_from_env(),
         "role": role,
         "argv": list(sys.argv if argv is None else argv),
         # hostname and start_ticks: a reader can tell this process died without closing the record

@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from cagtool.record.liveness import proc_stat
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # What the kernel sends the mode child when cagtool's process dies: a real-time signal that no
 # script or library handles (glibc keeps the first two for itself; torch and its libraries use none).
@@ -68,10 +70,12 @@ def descendants(pid: int) -> list[int]:
     for entry in entries:
         if not entry.isdigit():
             continue
+        fields = proc_stat(int(entry))
         try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                ppid = int(handle.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
+            ppid = int(fields[1]) if fields is not None else None
+        except (IndexError, ValueError):
+            continue
+        if ppid is None:
             continue
         parents.setdefault(ppid, []).append(int(entry))
     found: list[int] = []
@@ -225,11 +229,8 @@ def _wait_gone(pids: list[int], deadline: float) -> list[int]:
 
 
 def _exists(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
+    fields = proc_stat(pid)
+    return bool(fields) and fields[0] != b"Z"
 
 
 def _reap() -> None:

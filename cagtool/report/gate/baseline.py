@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from cagtool.record.atomic import write_atomic
 from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord, check_format, read_json_object
 from cagtool.report.compare.analysis import ModeColumn, mode_columns
@@ -312,9 +313,7 @@ def save_baseline(baseline: Baseline, path: Path) -> Path:
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(baseline_to_dict(baseline), indent=2, sort_keys=False) + "\n"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)  # never leave a half-written baseline behind
+    write_atomic(path, text)  # never leave a half-written baseline behind
     return path
 
 

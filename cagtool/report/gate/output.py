@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from cagtool.record.atomic import write_atomic
 from cagtool.errors import UnreadableInput
 from cagtool.report.console import make_console
 from cagtool.report.markdown import md_text
@@ -161,9 +162,10 @@ def gate_from_dict(data: dict[str, Any]) -> GateResult:
 
 def save_gate_result(gate: GateResult, run_dir: Path) -> Path:
     path = run_dir / GATE_RESULT_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    _write(tmp, render_json(gate) + "\n")
-    tmp.replace(path)  # a report rendered meanwhile reads the previous result or this one, never half of one
+    try:
+        write_atomic(path, render_json(gate) + "\n")  # a report rendered meanwhile reads the previous result or this one, never half of one
+    except OSError as exc:
+        raise UnreadableInput(f"cannot write {path}: {exc.strerror}") from None
     return path
 
 

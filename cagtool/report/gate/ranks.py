@@ -29,6 +29,7 @@ from cagtool.report.ranks.analysis import (
     RANKS_NORMS_DIVERGE,
     RANKS_STEPS_DIFFER,
     RankAnalysis,
+    agreement,
     rank_view,
 )
 
@@ -81,7 +82,8 @@ def run_level_results(analysis: RankAnalysis) -> list[CheckResult]:
     blind = analysis.of(PROCESS_NOT_FOLLOWED)
     results.append(processes_followed(mode, [f.message for f in blind]))
     apart = [f for f in analysis.findings if f.code in (RANKS_GRAPHS_DIVERGE, RANKS_STEPS_DIFFER, RANKS_NORMS_DIVERGE)]
-    agree_text = "; ".join(f.message for f in apart) if apart else f"{have} ranks ran the same CA graphs and cache misses and ended with the same norms"
+    agree_text = "; ".join(f.message for f in apart) if apart else (
+        f"{have} ranks ran the same CA graphs and cache misses and ended with the same norms" if all(r.reach is None for r in analysis.rows) else agreement(analysis))
     results.append(_result("ranks-agree", mode, not apart, "diverge" if apart else "agree", "agree", agree_text, {"findings": [f.code for f in apart]}))
     return results
 

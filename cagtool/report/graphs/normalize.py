@@ -24,11 +24,11 @@ from functools import lru_cache
 from typing import Sequence
 
 from cagtool.record.graph_file import GraphColumns, GraphNode, graph_columns
+from cagtool.torch_text import AOT_PREFIX, NODE_REF
 
 PLACEHOLDER = "placeholder"
 SIZES_INPUT = "sizes"
 # Graph inputs that `getitem` nodes index into; their labels read like the Python the user sees.
-_AOT_PREFIX = re.compile(r"^aot(\d+)_")
 _FX_COUNTER = re.compile(r"_\d+$")
 _FX_COUNTER_LINES = re.compile(_FX_COUNTER.pattern, re.MULTILINE)
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -36,7 +36,6 @@ _EVAL_WITH_KEY = re.compile(r"eval_with_key>?\.\d+")
 _WRAPPED = re.compile(r"^<(?:built-in function|built-in method|function|method|class) ([^ >]+)")
 # print_readable's global names for the CA helper functions, e.g. torch__dynamo_external_utils_call_hook
 _MANGLED = re.compile(r"^torch__dynamo_(?:external_utils|compiled_autograd_ops)_")
-_REF = re.compile(r"%([A-Za-z_]\w*)")
 _GETITEM_ARGS = re.compile(r"^\(?\s*%(\d+)\s*,\s*(-?\d+)\s*,?\s*\)?$")
 _FINE_TOKEN = re.compile(r"-?\d+(?:\.\d+)?|[A-Za-z_][\w.]*|'[^']*'|\"[^\"]*\"|\S")
 UNWRAP_SIZE = "unwrap_maybe_dynamic_int"
@@ -63,7 +62,7 @@ def short_target(target: str) -> str:
 
 
 def strip_aot_prefix(name: str) -> str:
-    return _AOT_PREFIX.sub("", name)
+    return AOT_PREFIX.sub("", name)
 
 
 # Not frozen: a frozen dataclass's __init__ costs ~3x more, and a 10,000-node diff builds 20,000
@@ -164,8 +163,8 @@ def normalize_graph(nodes: Sequence[GraphNode] | GraphColumns) -> NormGraph:
     in_prologue = True
     shorts: dict[str, str] = {}
     clean_targets: dict[str, str] = {}
-    split_refs = _REF.split
-    aot_prefix = _AOT_PREFIX.match
+    split_refs = NODE_REF.split
+    aot_prefix = AOT_PREFIX.match
     getitem_args = _GETITEM_ARGS.match
     rows = zip(names, ops, targets, all_args, origins, aot_ids, hook_types, shapes, dtypes, strides)
     for i, (name, op, target, text, node_origin, aot_id, hook_type, shape, dtype, stride) in enumerate(rows):

@@ -13,16 +13,13 @@ from typing import Any, Sequence
 
 from rich.console import Console
 from rich.table import Table
-from rich._wrap import divide_line
-from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 
-from cagtool.report.console import is_unbounded, prints_plain
+from cagtool.report.console import is_unbounded
 
 from cagtool.report.graphs.diff import CHANGED, EQUAL, INSERTED, REMOVED, NodeDiff
 from cagtool.report.graphs.runs import GraphComparison, GraphSide
 from cagtool.report.graphs.normalize import NormNode
-from cagtool.report.safe_text import is_safe, safe_text
 
 JSON_FORMAT = "cagtool-graph-diff"
 JSON_SCHEMA_VERSION = 1
@@ -214,10 +211,7 @@ class SideBySideRenderer(_HunkRenderer):
             self._gap(table, hunk.skipped_before)
             self._hunk(table, entries[hunk.start : hunk.stop])
         self._gap(table, skipped_after)
-        if prints_plain(console):  # the rule every writer that skips rich follows (report/console.py)
-            _print_plain_table(table, console)  # same text, without rich laying out ~1,000 rows
-        else:
-            console.print(table)
+        console.print(table)
 
     def _gap(self, table: Table, unchanged: int) -> None:
         if unchanged:
@@ -239,102 +233,6 @@ class SideBySideRenderer(_HunkRenderer):
             if entry.kind == CHANGED:
                 right.append(f"  # {changed_fields(entry)}", style="yellow italic")
             table.add_row(Text(MARK[entry.kind], style=style), left, right)
-
-
-def _cell_lines(text: str, width: int, wrap: bool) -> list[str]:
-    """A cell's lines as rich draws them in a left-justified column of `width` cells: word-wrapped,
-    words longer than the width folded (or, unwrapped, cropped), each line padded to the width."""
-    lines: list[str] = []
-    for line in text.split("\n"):
-        if "\t" in line:
-            line = line.expandtabs(8)
-        # An ASCII character is at most one cell wide: a line no longer than the width fits.
-        if not wrap or (len(line) <= width and line.isascii()) or cell_len(line) <= width:
-            parts = [line]
-        else:
-            offsets = divide_line(line, width, fold=True)
-            parts = [line[a:b] for a, b in zip([0, *offsets], [*offsets, len(line)])]
-        for part in parts:
-            if len(part) > width:  # Text.rstrip_end: trailing spaces beyond the width go
-                spaces = len(part) - len(part.rstrip())
-                part = part[: len(part) - min(spaces, len(part) - width)]
-            lines.append(set_cell_size(part, width))
-    return lines
-
-
-def _plain_cell(cell: object) -> Text:
-    """A cell as the colourless table prints it: its text, made safe as the console makes what it
-    prints (record text: node names, origins)."""
-    text = cell if isinstance(cell, Text) else Text(str(cell))
-    return text if is_safe(text.plain) else Text(safe_text(text.plain))
-
-
-def _print_plain_table(table: Table, console: Console) -> None:
-    """Write a colourless table line by line, the text rich would print for it. Rich lays out each
-    of a diff's ~1,000 rows through its full renderable machinery (half of `diff-graphs`' time);
-    here only the frame is rich's: a probe with the header and one row of each column's widest
-    cell gives the column widths (the same as the whole table's) and the border lines."""
-    columns = table.columns
-    cells = [[_plain_cell(cell) for cell in column._cells] for column in columns]
-    plains = [[cell.plain for cell in column] for column in cells]
-    widest = [column[_widest(texts)] if column else Text("") for column, texts in zip(cells, plains)]
-
-    def probe(rows: int) -> list[str]:
-        frame = Table(show_header=table.show_header, header_style=table.header_style, expand=table.expand, show_lines=False, pad_edge=table.pad_edge)
-        for column in columns:
-            frame.add_column(column.header, width=column.width, no_wrap=column.no_wrap, ratio=column.ratio, overflow=column.overflow)
-        for _ in range(rows):
-            frame.add_row(*widest)
-        with console.capture() as capture:
-            console.print(frame)
-        return capture.get().split("\n")[:-1]
-
-    one, two = probe(1), probe(2)
-    height = len(two) - len(one)  # lines of the probe's row
-    head, bottom, row_line = one[: len(one) - 1 - height], one[-1], one[len(one) - 1 - height]
-    last = len(columns) - 1
-    pads = [(0 if i == 0 and not table.pad_edge else 1, 0 if i == last and not table.pad_edge else 1) for i in range(len(columns))]
-    widths = _column_widths(head[0], len(columns))  # padding included
-    edges = [0]
-    for width in widths:
-        edges.append(edges[-1] + 1 + width)
-    verticals = [row_line[e] for e in edges]
-    out = head[:]
-    laid_out: dict[tuple[str, int, bool], list[str]] = {}  # cells repeat: the marks, empty cells
-    for r in range(len(cells[0]) if cells else 0):
-        column_lines = []
-        for i, column in enumerate(columns):
-            left, right = pads[i]
-            key = (plains[i][r], widths[i] - left - right, not column.no_wrap)
-            lines = laid_out.get(key)
-            if lines is None:
-                lines = laid_out[key] = _cell_lines(*key)
-            column_lines.append(lines)
-        rows = max(len(lines) for lines in column_lines)
-        for k in range(rows):
-            parts = [verticals[0]]
-            for i, lines in enumerate(column_lines):
-                left, right = pads[i]
-                content = lines[k] if k < len(lines) else " " * (widths[i] - left - right)
-                parts.append(" " * left + content + " " * right + verticals[i + 1])
-            out.append("".join(parts))
-    out.append(bottom)
-    console.file.write("\n".join(out) + "\n")
-
-
-def _widest(texts: list[str]) -> int:
-    """The index of the first text whose longest line is the widest (in cells)."""
-    widths = [max(map(cell_len, text.split("\n"))) if "\n" in text else cell_len(text) for text in texts]
-    return widths.index(max(widths))
-
-
-def _column_widths(top: str, count: int) -> list[int]:
-    """Widths between the borders of a table's top line (`┏━━┳━━━┓`): the characters that differ
-    from the line's fill character are the corners and column dividers."""
-    fill = top[1]
-    edges = [i for i, char in enumerate(top) if char != fill]
-    assert len(edges) == count + 1, (top, count)
-    return [b - a - 1 for a, b in zip(edges, edges[1:])]
 
 
 def _node_json(node: NormNode | None) -> dict[str, Any] | None:

@@ -1,11 +1,13 @@
-"""The report's charts as Vega-Lite specs, written as plain dicts (the JSON altair wrote for
-them before, key for key: tests/report/html/test_html_pieces.py compares the two where altair is
-installed), from the figures cagtool already has.
+"""The report's charts as Vega-Lite specs, written as plain dicts, from the figures cagtool
+already has (the compile-phase chart is the JSON altair built for it, key for key:
+tests/report/html/test_chart_specs.py compares the two where altair is installed).
 
-Two charts: the step-time timeline of one mode (a line per record: repetitions and ranks), with
-compile-affected steps ringed and one marker per CA cache miss, Dynamo recompile and graph break;
-and compile time by phase, modes side by side. The step rows are the figures of `frames.steps_frame`
-(read from the record's step columns, without pandas), the markers come from
+Two charts: step time per step of several records (every mode of a run; one chart per rank of a
+multi-rank run, or per mode of a before/after page, all on the same `Axes`), with the first step
+timed from its first compile, compile-affected steps ringed and one marker per CA cache miss,
+Dynamo recompile and graph break in its record's lane; and compile time by phase, modes side by
+side. The step rows are the figures of `frames.steps_frame` (read from the record's step columns,
+without pandas) plus `metrics.first_step_time`, the markers come from
 `recompiles.table.recompile_table` (the figures `compare` and `recompiles` print), the phases from
 `compare.analysis.ModeColumn`; nothing is computed again here. Neither pandas nor altair is
 imported: together they cost `cagtool run`'s end-of-run report about 0.9 s of a 15 s job.
@@ -23,7 +25,14 @@ from cagtool.record.loader import ModeRecord
 from cagtool.record.schema import GraphBreakEvent, StepEvent, stamps_step_in_progress
 from cagtool.report.downsample import downsample
 from cagtool.report.html.vega_bundle import VEGALITE_SCHEMA
-from cagtool.report.metrics import device_step_seconds, held_steps, step_columns
+from cagtool.report.metrics import (
+    FIRST_STEP_FROM_BACKWARD,
+    FIRST_STEP_FROM_COMPILE,
+    device_step_seconds,
+    first_step_time,
+    held_steps,
+    step_columns,
+)
 from cagtool.report.recompiles.render import detail_cell
 from cagtool.report.recompiles.table import (
     SOURCE_CA,
@@ -65,12 +74,51 @@ class Series:
     label: str
     record: ModeRecord
     table: RecompileTable | None = None  # its recompiles, for the markers
+    lane: str = ""  # the row its markers are drawn in along the top ("": its label), named on the right
+
+
+def lane_of(series: Series) -> str:
+    return series.lane or series.label
 
 
 def step_rows(series: Sequence[Series]) -> list[dict[str, Any]]:
     """One row per recorded step of each series, in step order: iteration time, backward time,
     loss, compile-affected flag (the figures of `frames.steps_frame`, computed the same way)."""
-    return [_step_row(s.label, figures) for s in series for figures in step_figures(s.record)]
+    rows: list[dict[str, Any]] = []
+    for s in series:
+        own = [_step_row(s.label, figures) for figures in step_figures(s.record)]
+        rows.extend(with_first_step(own, s.record))
+    return rows
+
+
+# The tooltip's word for how the first step was timed (`metrics.FirstStepTime.measured_from`).
+FIRST_STEP_TIMED_FROM = {
+    FIRST_STEP_FROM_COMPILE: "the start of its first compile (no step ended before it)",
+    FIRST_STEP_FROM_BACKWARD: "the start of its first backward call (no step ended before it; its forward is not visible)",
+}
+
+
+TIMED_FROM_PREVIOUS_END = "the previous step's end"
+TIMED_FROM_BACKWARD_STARTS = "its backward's start to the next step's (schema 1 record)"
+
+
+def with_first_step(rows: list[dict[str, Any]], record: ModeRecord) -> list[dict[str, Any]]:
+    """`rows` (one series' step rows) with what each is timed from, and the run's first step timed (`metrics.first_step_time`)
+    when it compiled: the step that holds the compiles has no step before it to be timed from, and
+    is the one a reader most needs to see. It stays ringed as compile-affected and out of every
+    steady-state figure. A first step that compiled nothing is left untimed: what the recorder sees
+    of it (from its first backward call) leaves its forward out and would read as a fast step."""
+    every = TIMED_FROM_PREVIOUS_END if any(step_columns(record).boundary) else TIMED_FROM_BACKWARD_STARTS
+    for row in rows:
+        row["timed_from"] = every
+    first = first_step_time(record)
+    if first is None or not first.compile_affected:
+        return rows
+    for row in rows:
+        if row["step"] == first.step and row["iteration_ms"] is None:
+            row["iteration_ms"] = _ms(first.seconds)
+            row["timed_from"] = FIRST_STEP_TIMED_FROM[first.measured_from]
+    return rows
 
 
 def _step_row(label: str, figures: tuple[int, float | None, float, float | None, bool, int, int, float]) -> dict[str, Any]:
@@ -85,6 +133,7 @@ def _step_row(label: str, figures: tuple[int, float | None, float, float | None,
         "compiles": compiles,
         "ca_captures": captures,
         "compile_ms": _ms(compile_s),
+        "timed_from": None,
     }
 
 
@@ -122,7 +171,8 @@ def _device_or_wall(device_s: float | None, wall_s: float | None) -> float | Non
 
 # A long run's timeline is drawn from a bounded number of points per line (about 200 bytes each in
 # the page): at most MAX_POINTS_PER_SERIES, and at most MAX_POINTS_PER_CHART over all the lines of
-# one chart (8 ranks of 100,000 steps each stay a few hundred kB), never fewer than
+# the page's step-time charts (a chart per rank of 8 ranks of 100,000 steps stays a few hundred
+# kB: `drawn_step_rows`' `lines`), never fewer than
 # MIN_POINTS_PER_SERIES. The figures (medians, percentiles) come from every step; only the drawing
 # is thinned, and every step that carries a marker stays (see `downsample`).
 MAX_POINTS_PER_SERIES = 2500
@@ -152,25 +202,26 @@ def thin_steps(rows: list[dict[str, Any]], limit: int = MAX_POINTS_PER_SERIES, m
     return kept, dropped
 
 
-def drawn_step_rows(series: Sequence[Series], markers: Sequence[dict[str, Any]] = ()) -> tuple[list[dict[str, Any]], int]:
-    """`thin_steps(step_rows(series), ...)` with the chart's per-line budget and the steps of
-    `markers` kept, without building a row for a step that is not drawn (a 100,000-step record
-    builds a few hundred)."""
-    limit = points_per_series(len(series))
+def drawn_step_rows(series: Sequence[Series], markers: Sequence[dict[str, Any]] = (), lines: int | None = None) -> tuple[list[dict[str, Any]], int]:
+    """`thin_steps(step_rows(series), ...)` with the per-line budget of `lines` lines (the page's
+    charts together: a multi-rank run draws a chart per rank; default: these series alone) and the
+    steps of `markers` kept, without building a row for a step that is not drawn (a
+    100,000-step record builds a few hundred)."""
+    limit = points_per_series(lines or len(series))
     marks = {(m["series"], m["step"]) for m in markers}
     rows: list[dict[str, Any]] = []
     dropped = 0
     for s in series:
         held = _held_rows(s, marks, limit)
         if held is not None:
-            rows.extend(held[0])
+            rows.extend(with_first_step(held[0], s.record))
             dropped += held[1]
             continue
         figures = step_figures(s.record)
         marked = [i for i, f in enumerate(figures) if f[4] or (s.label, f[0]) in marks]
         chosen = downsample([f[1] for f in figures], marked, limit)
         dropped += len(figures) - len(chosen)
-        rows.extend(_step_row(s.label, figures[i]) for i in chosen)
+        rows.extend(with_first_step([_step_row(s.label, figures[i]) for i in chosen], s.record))
     return rows, dropped
 
 
@@ -222,6 +273,7 @@ def marker_rows(series: Sequence[Series]) -> list[dict[str, Any]]:
                 rows.append(
                     {
                         "series": s.label,
+                        "lane": lane_of(s),
                         "kind": kind,
                         "step": row.step,
                         "compile_id": row.compile_id,
@@ -236,6 +288,7 @@ def marker_rows(series: Sequence[Series]) -> list[dict[str, Any]]:
             rows.append(
                 {
                     "series": s.label,
+                    "lane": lane_of(s),
                     "kind": MARKER_BREAK,
                     # Breaks happen while tracing a forward frame, before its step's backward.
                     "step": forward_step(event.step, in_progress=stamps_step_in_progress(s.record.manifest.schema_version)),
@@ -249,18 +302,87 @@ def marker_rows(series: Sequence[Series]) -> list[dict[str, Any]]:
     return [r for r in rows if r["step"] is not None]
 
 
-def timeline_spec(title: str, steps: list[dict[str, Any]], markers: list[dict[str, Any]]) -> dict[str, Any]:
-    """Iteration time per step (log scale: compile-affected steps are often 100x the steady ones),
-    a line and a point per step; compile-affected steps ringed; each marker a rule at its step with
-    a symbol on top whose tooltip holds the reason. Drag to pan, wheel to zoom the steps."""
+# Pixels of the plot: its height, and the marker lanes along its top (one per lane, LANE_PX apart).
+TIMELINE_HEIGHT = 240
+LANE_TOP_PX = 8
+LANE_PX = 12
+KIND_SHIFT_PX = 7  # between two kinds' symbols at one step in one lane (5 kinds: 14 px either side)
+# A step-time axis is logarithmic when its largest value is more than this many times its smallest
+# (a compile step is often 1,000x a steady one); linear, from 0, otherwise.
+LOG_ABOVE_RATIO = 10.0
+# Series colours, in order: fixed by the series' place in `Axes.series`, so a mode keeps its colour
+# across a page's charts; none is a marker kind's colour (no orange, red, purple or grey).
+_PALETTE = ("#4c78a8", "#54a24b", "#72b7b2", "#e0ac2b", "#b279a2", "#ff9da6", "#1f4e79", "#88d27a", "#9d7660", "#439894")
+
+@dataclass(frozen=True)
+class Axes:
+    """What the timelines drawn side by side share, so that they read alike: the step range, the
+    step-time scale (log or linear) and its domain, the series' colours, the marker lanes and the
+    marker kinds in the legends (only those that occur). `shared_axes` computes it from every
+    chart's rows."""
+
+    steps: tuple[int, int]  # first and last step drawn
+    log: bool
+    time_ms: tuple[float, float]  # the step-time domain, room for the marker lanes above the data
+    series: tuple[str, ...]  # every series label, in colour order
+    lanes: tuple[str, ...]  # the marker lanes that hold a marker, top first
+    kinds: tuple[str, ...]  # the marker kinds that occur, in legend order
+
+
+def shared_axes(steps: Sequence[dict[str, Any]], markers: Sequence[dict[str, Any]], series: Sequence[str], lanes: Sequence[str]) -> Axes:
+    """One `Axes` for all the charts of `steps` and `markers` (the rows of every chart), with the
+    series and lanes in the order given."""
+    numbers = [r["step"] for r in steps if r.get("iteration_ms")] + [m["step"] for m in markers]
+    first, last = (min(numbers), max(numbers)) if numbers else (0, 1)
+    if last <= first:
+        last = first + 1  # one step: a range the axis can draw, with integer ends
+    times = [r["iteration_ms"] for r in steps if r.get("iteration_ms") and r["iteration_ms"] > 0]
+    used_lanes = [lane for lane in dict.fromkeys(lanes) if any(m["lane"] == lane for m in markers)]
+    band = LANE_TOP_PX + LANE_PX * len(used_lanes) if used_lanes else 0
+    # The data stay below the lanes: the domain's top is where the largest time would sit `band`
+    # pixels lower (the axis is bound: Vega would otherwise round it to a nice value).
+    share = TIMELINE_HEIGHT / (TIMELINE_HEIGHT - band)
+    low, high = (min(times), max(times)) if times else (1.0, 10.0)
+    log = high > low * LOG_ABOVE_RATIO
+    if log:
+        bottom, top = math.log10(low / 1.25), math.log10(high * 1.25)
+        domain = (10 ** bottom, 10 ** (bottom + (top - bottom) * share))
+    else:
+        domain = (0.0, high * 1.1 * share)
+    kinds = tuple(k for k, _, _ in _MARKERS if any(m["kind"] == k for m in markers))
+    return Axes((int(first), int(last)), log, domain, tuple(dict.fromkeys(series)), tuple(used_lanes), kinds)
+
+
+def timeline_spec(title: str, steps: list[dict[str, Any]], markers: list[dict[str, Any]], axes: Axes | None = None) -> dict[str, Any]:
+    """Step time per step, a line and a point per step of each series, on `axes` (shared with the
+    charts beside it; computed from these rows alone when None); compile-affected steps ringed;
+    each marker a rule at its step with a symbol in its series' lane along the top, whose tooltip
+    holds the reason. Drag to pan, wheel to zoom the steps."""
+    if axes is None:
+        axes = shared_axes(steps, markers, [r["series"] for r in steps], [m["lane"] for m in markers])
     step_data = _dataset(steps, _STEP_COLUMNS)
     # Steps are whole numbers: ticks between them (a zoomed axis has some) carry no label.
-    x = {"axis": {"labelExpr": "datum.value % 1 ? '' : datum.label", "tickMinStep": 1}, "field": "step", "title": "step", "type": "quantitative"}
-    y = {"field": "iteration_ms", "scale": {"type": "log"}, "title": "step time (ms, log)", "type": "quantitative"}
+    x = {
+        "axis": {"labelExpr": "datum.value % 1 ? '' : datum.label", "tickMinStep": 1, "format": "d"},
+        "field": "step",
+        "scale": {"domain": list(axes.steps), "nice": False, "padding": 2 * KIND_SHIFT_PX + 4},  # room for the shifted symbols
+        "title": "step",
+        "type": "quantitative",
+    }
+    y_scale: dict[str, Any] = {"domain": list(axes.time_ms), "nice": False}
+    y_axis: dict[str, Any] = {"format": "~g"}
+    if axes.log:
+        y_scale["type"] = "log"
+        y_axis["values"] = _log_ticks(*axes.time_ms)
+    y = {"axis": y_axis, "field": "iteration_ms", "scale": y_scale, "title": "step time (ms, log)" if axes.log else "step time (ms)", "type": "quantitative"}
+    # The legends name what this chart draws; the scales (colours, lanes) are the page's.
+    present = [label for label in axes.series if any(r["series"] == label for r in steps)]
+    colours = {"domain": list(axes.series), "range": [_PALETTE[i % len(_PALETTE)] for i in range(len(axes.series))]}
     tooltip = [
         _tooltip("series", "nominal", title="record"),
         _tooltip("step", "quantitative"),
         _tooltip("iteration_ms", "quantitative", ".3f", "step time (ms)"),
+        _tooltip("timed_from", "nominal", title="timed from"),
         _tooltip("backward_ms", "quantitative", ".3f", "backward calls (ms)"),
         _tooltip("compile_affected", "nominal", title="compile-affected"),
         _tooltip("compiles", "quantitative"),
@@ -271,15 +393,15 @@ def timeline_spec(title: str, steps: list[dict[str, Any]], markers: list[dict[st
     valid = {"filter": "isValid(datum.iteration_ms) && datum.iteration_ms > 0"}
     line = {
         "data": {"name": step_data[0]},
-        "mark": {"type": "line", "opacity": 0.6},
-        "encoding": {"color": {"field": "series", "legend": None, "type": "nominal"}, "x": x, "y": y},
+        "mark": {"type": "line", "opacity": 0.6, "clip": True},
+        "encoding": {"color": {"field": "series", "legend": None, "scale": colours, "type": "nominal"}, "x": x, "y": y},
         "name": STEP_LINE_VIEW,
         "transform": [valid],
     }
     points = {
         "data": {"name": step_data[0]},
-        "mark": {"type": "point", "filled": True, "size": 30},
-        "encoding": {"color": {"field": "series", "legend": {"orient": "top"}, "title": "record", "type": "nominal"}, "tooltip": tooltip, "x": x, "y": y},
+        "mark": {"type": "point", "filled": True, "size": 30, "clip": True},
+        "encoding": {"color": {"field": "series", "legend": {"orient": "top", "values": present}, "scale": colours, "title": "record", "type": "nominal"}, "tooltip": tooltip, "x": x, "y": y},
         "name": STEP_MARKS,
         "transform": [valid],
     }
@@ -289,7 +411,7 @@ def timeline_spec(title: str, steps: list[dict[str, Any]], markers: list[dict[st
         layers.append(
             {
                 "data": {"name": step_data[0]},
-                "mark": {"type": "point", "color": "#d62728", "filled": False, "size": 160, "strokeWidth": 1.5},
+                "mark": {"type": "point", "color": "#d62728", "filled": False, "size": 160, "strokeWidth": 1.5, "clip": True},
                 "encoding": {"tooltip": tooltip, "x": x, "y": y},
                 "name": AFFECTED_MARKS,
                 "transform": [valid, {"filter": "datum.compile_affected"}],
@@ -299,8 +421,9 @@ def timeline_spec(title: str, steps: list[dict[str, Any]], markers: list[dict[st
     if markers:
         marker_data = _dataset(markers, _MARKER_COLUMNS)
         datasets[marker_data[0]] = marker_data[1]
-        kinds = [k for k, _, _ in _MARKERS]
-        colours = {"domain": kinds, "range": [c for _, _, c in _MARKERS]}
+        shapes = {k: s for k, s, _ in _MARKERS}
+        kinds_here = [k for k in axes.kinds if any(m["kind"] == k for m in markers)]
+        kind_colours = {"domain": list(axes.kinds), "range": [c for k, _, c in _MARKERS if k in axes.kinds]}
         marker_tooltip = [
             _tooltip("kind", "nominal", title="event"),
             _tooltip("series", "nominal", title="record"),
@@ -313,43 +436,71 @@ def timeline_spec(title: str, steps: list[dict[str, Any]], markers: list[dict[st
         ]
         rules = {
             "data": {"name": marker_data[0]},
-            "mark": {"type": "rule", "opacity": 0.5, "strokeDash": [3, 3]},
-            "encoding": {"color": {"field": "kind", "legend": None, "scale": colours, "type": "nominal"}, "x": x},
+            "mark": {"type": "rule", "opacity": 0.5, "strokeDash": [3, 3], "clip": True},
+            "encoding": {"color": {"field": "kind", "legend": None, "scale": kind_colours, "type": "nominal"}, "x": x},
         }
-        # Each kind has its own lane along the top, in pixels (no scale), so a miss and a break at
-        # one step stay apart.
-        lanes = {k: 7 + 11 * i for i, k in enumerate(kinds)}
+        # Each series has its own lane along the top, named on the right, so A's and B's (or two
+        # modes') markers at one step stay apart; within a lane, the kind is the symbol and colour.
+        last_lane = LANE_TOP_PX + LANE_PX * max(len(axes.lanes) - 1, 0)
         symbols = {
             "data": {"name": marker_data[0]},
-            "mark": {"type": "point", "filled": True, "opacity": 0.9, "size": 110},
+            "mark": {"type": "point", "filled": True, "opacity": 0.9, "size": 80, "clip": True},
             "encoding": {
-                "color": {"field": "kind", "legend": {"orient": "top"}, "scale": colours, "title": "event", "type": "nominal"},
-                "shape": {"field": "kind", "legend": None, "scale": {"domain": kinds, "range": [s for _, s, _ in _MARKERS]}, "type": "nominal"},
+                "color": {"field": "kind", "legend": {"orient": "top", "values": kinds_here}, "scale": kind_colours, "title": "event", "type": "nominal"},
+                "shape": {"field": "kind", "legend": None, "scale": {"domain": list(axes.kinds), "range": [shapes[k] for k in axes.kinds]}, "type": "nominal"},
                 "tooltip": marker_tooltip,
                 "x": x,
-                "y": {"axis": None, "field": "lane", "scale": None, "type": "quantitative"},
+                "y": {
+                    "axis": {"orient": "right", "title": None, "domain": False, "ticks": False, "labelFontSize": 10, "labelColor": "#555"},
+                    "field": "lane",
+                    "scale": {"type": "point", "domain": list(axes.lanes), "range": [LANE_TOP_PX, last_lane], "padding": 0},
+                    "type": "nominal",
+                },
             },
             "name": EVENT_MARKS,
-            "transform": [{"calculate": f"{json.dumps(lanes)}[datum.kind]", "as": "lane"}],
         }
-        layers += [rules, symbols]
+        # Within a lane, kinds that meet at one step (a capture and a break in the first step) sit
+        # side by side: a layer per kind, each shifted a few pixels (the rule marks the step).
+        per_kind = []
+        for i, kind in enumerate(kinds_here):
+            layer = json.loads(json.dumps(symbols))
+            layer["encoding"]["xOffset"] = {"value": round((i - (len(kinds_here) - 1) / 2) * KIND_SHIFT_PX, 1)}
+            layer["transform"] = [{"filter": {"field": "kind", "equal": kind}}]
+            if i:  # the same axis and legend in every layer: Vega-Lite draws them once
+                layer["name"] = f"{EVENT_MARKS}_{i}"
+            per_kind.append(layer)
+        symbols = per_kind[0] if len(per_kind) == 1 else {"layer": per_kind}
+        # The symbols' lanes are a y scale of their own (independent): the step layers, nested,
+        # share the step-time one and its one axis on the left.
+        layers = [{"layer": layers + [rules], "resolve": {"scale": {"color": "independent"}}}, symbols]
     # Colour scales are per layer: records for the steps, event kinds for the markers. The points'
     # legend stands for the line too (same field, same domain, so the same colours).
     spec: dict[str, Any] = {"config": _CONFIG, "layer": layers}
-    if len(datasets) == 1:  # one dataset for every layer: named once, at the top (as altair did)
+    if len(datasets) == 1:  # one dataset for every layer: named once, at the top
         for layer in layers:
             del layer["data"]
         spec["data"] = {"name": step_data[0]}
+    resolve = {"color": "independent", "y": "independent"} if markers else {"color": "independent"}
     return {
         **spec,
-        "height": 240,
+        "height": TIMELINE_HEIGHT,
         "params": [{"name": "zoom", "select": {"type": "interval", "encodings": ["x"]}, "bind": "scales", "views": [STEP_LINE_VIEW]}],
-        "resolve": {"scale": {"color": "independent"}},
+        "resolve": {"scale": resolve},
         "title": title,
         "width": "container",
         "$schema": VEGALITE_SCHEMA,
         "datasets": datasets,
     }
+
+
+def _log_ticks(low: float, high: float) -> list[float]:
+    """Powers of ten within [low, high] (with 2 and 5 between them when fewer than three fit): a
+    log axis left to itself labels every 1-9 multiple when its domain is not rounded."""
+    first, last = math.ceil(math.log10(low)), math.floor(math.log10(high))
+    ticks = [10.0 ** k for k in range(first, last + 1)]
+    if len(ticks) < 3:
+        ticks = sorted(v for k in range(first - 1, last + 1) for v in (10.0 ** k, 2 * 10.0 ** k, 5 * 10.0 ** k) if low <= v <= high)
+    return [float(f"{t:.12g}") for t in ticks]
 
 
 def compile_phase_spec(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -364,7 +515,8 @@ def compile_phase_spec(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "encoding": {
             "color": {"field": "phase", "legend": {"orient": "top", "title": None}, "sort": phases, "type": "nominal"},
             "tooltip": [_tooltip("mode", "nominal"), _tooltip("phase", "nominal"), _tooltip("seconds", "quantitative", ".3f")],
-            "x": {"field": "seconds", "title": "compile time (s)", "type": "quantitative"},
+            # Vega's default is a tick per 40 px: ~30 crowded labels across a wide page.
+            "x": {"axis": {"tickCount": 8}, "field": "seconds", "title": "compile time (s)", "type": "quantitative"},
             "y": {"field": "mode", "sort": None, "title": None, "type": "nominal"},
             "yOffset": {"field": "phase", "sort": phases, "type": "nominal"},
         },
@@ -414,8 +566,8 @@ def _dataset(rows: list[dict[str, Any]], columns: Sequence[str]) -> tuple[str, l
     return "data-" + digest, values
 
 
-_STEP_COLUMNS = ("series", "step", "iteration_ms", "backward_ms", "loss", "compile_affected", "compiles", "ca_captures", "compile_ms")
-_MARKER_COLUMNS = ("series", "kind", "step", "compile_id", "what", "reason", "node", "source")
+_STEP_COLUMNS = ("series", "step", "iteration_ms", "backward_ms", "loss", "compile_affected", "compiles", "ca_captures", "compile_ms", "timed_from")
+_MARKER_COLUMNS = ("series", "lane", "kind", "step", "compile_id", "what", "reason", "node", "source")
 
 
 def _float(value: Any) -> float | None:

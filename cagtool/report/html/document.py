@@ -9,6 +9,7 @@ elsewhere, so even a bug cannot phone out.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord
+from cagtool.record.target_name import target_title
 from cagtool.report.compare.analysis import (
     Comparison,
     RunComparison,
@@ -26,11 +28,11 @@ from cagtool.report.compare.analysis import (
 )
 from cagtool.report.graphs.runs import compare_replaced, graph_ids
 from cagtool.report.html import charts, sections
-from cagtool.report.html.markup import esc, script_json, tag, text
+from cagtool.report.html.markup import script_json, tag, text
 from cagtool.report.recompiles.explain import Explanation, explain
 from cagtool.report.ranks.analysis import focused_run
 from cagtool.report.recompiles.table import RecompileTable, recompile_table
-from cagtool.report.safe_text import encodable_text
+from cagtool.report.safe_text import encodable_text, safe_text
 
 if TYPE_CHECKING:
     from cagtool.report.gate.run import GateResult
@@ -41,70 +43,6 @@ _CSP = (
     "default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
     "img-src data: blob:; font-src data:; connect-src 'none'; frame-src 'none'; base-uri 'none'; form-action 'none'"
 )
-
-# Draws every chart spec into its placeholder. The specs are JSON data, parsed, never evaluated.
-# `data-rendered` on <body> counts the charts drawn (the browser tests wait for it).
-_EMBED_SCRIPT = """
-(function () {
-  var blocks = document.querySelectorAll('script[type="application/json"][data-chart]');
-  var done = 0;
-  blocks.forEach(function (block) {
-    var target = document.getElementById(block.getAttribute('data-chart'));
-    var spec = JSON.parse(block.textContent);
-    vegaEmbed(target, spec, {renderer: 'svg', actions: false}).then(function () {
-      target.setAttribute('data-rendered', 'true');
-    }).catch(function (error) {
-      console.error('chart ' + target.id + ': ' + error);
-    }).finally(function () {
-      done += 1;
-      document.body.setAttribute('data-charts-done', String(done));
-    });
-  });
-  document.body.setAttribute('data-charts', String(blocks.length));
-})();
-"""
-
-_CSS = """
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0; color: #1b1b1b; background: #fafafa; }
-header.top { background: #20232a; color: #fff; padding: 10px 24px; position: sticky; top: 0; z-index: 5; }
-header.top h1 { font-size: 17px; margin: 0 0 4px; }
-header.top nav a { color: #9cdcfe; margin-right: 14px; text-decoration: none; }
-main { padding: 8px 24px 40px; max-width: 1400px; }
-section { background: #fff; border: 1px solid #e3e3e3; border-radius: 6px; padding: 6px 18px 14px; margin: 16px 0; }
-h2 { font-size: 18px; border-bottom: 1px solid #eee; padding-bottom: 4px; }
-h3 { font-size: 15px; margin: 18px 0 6px; }
-h4 { font-size: 14px; margin: 10px 0 4px; }
-table { border-collapse: collapse; margin: 6px 0 10px; }
-th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
-thead th { background: #f2f2f2; }
-table.facts th { background: #f7f7f7; width: 9em; }
-table.grid td:not(:first-child) { text-align: right; font-variant-numeric: tabular-nums; }
-table.recompiles td, table.gate td { font-size: 13px; }
-.problem { color: #b00020; font-weight: 600; }
-.ok { color: #1b7f3b; font-weight: 600; }
-.headline { font-size: 1.25em; font-weight: 600; padding: 0.6em 0.8em; border-left: 6px solid #888; background: #f6f6f6; margin: 0.5em 0 1em; }
-.headline.good { border-color: #1b7f3b; color: #1b7f3b; }
-.headline.bad { border-color: #b00020; color: #b00020; }
-.note { color: #666; font-size: 13px; }
-.alert { border-left: 4px solid #b00020; padding: 2px 12px; margin: 8px 0; background: #fff5f5; }
-.cause { border-left: 4px solid #f0a000; padding: 2px 12px; margin: 8px 0; background: #fffaf0; }
-.fix { color: #1b5e20; }
-.chart { width: 100%; min-height: 120px; margin: 8px 0; }
-article.graph { border-top: 1px solid #eee; padding-top: 4px; }
-.graph-facts { display: flex; gap: 32px; flex-wrap: wrap; }
-.graph-facts > div { min-width: 260px; flex: 1; }
-p.nodes { font-family: ui-monospace, monospace; font-size: 12px; word-break: break-word; }
-pre { overflow-x: auto; font-size: 12px; line-height: 1.35; }
-pre.diff { background: #fbfbfb; border: 1px solid #eee; padding: 6px; }
-pre.diff .ins { color: #1b7f3b; } pre.diff .del { color: #b00020; } pre.diff .chg { color: #9a6700; }
-pre.diff .eq { color: #888; } pre.diff .hunk { color: #0a7ea4; }
-.diff-head, .diff-summary { font-family: ui-monospace, monospace; font-size: 12px; margin: 2px 0; }
-details > summary { cursor: pointer; color: #0a5fad; }
-.code { background: #f8f8f8; border: 1px solid #eee; }
-#vg-tooltip-element { max-width: 640px; white-space: pre-wrap; }
-#vg-tooltip-element td.value { white-space: pre-wrap; word-break: break-word; }
-"""
-
 
 @dataclass
 class Page:
@@ -125,24 +63,53 @@ class Page:
         return sections.chart_block(chart_id, caption)
 
     def render(self, css: str) -> str:
+        """The page from `templates/report.html.j2`, autoescaped: the sections and the chart
+        specs arrive as markup the section builders and `script_json` made (every record text in
+        them escaped there); anything else passed in is escaped by jinja2."""
+        from markupsafe import Markup
+
         from cagtool.report.html.vega_bundle import javascript_bundle
 
-        nav = "".join(tag("a", esc(label), href=f"#{anchor}") for anchor, label in self.nav)
-        specs = "".join(
-            f'<script type="application/json" data-chart="{esc(chart_id)}">{script_json(spec)}</script>' for chart_id, spec in self.specs
-        )
         bundle = javascript_bundle() if self.specs else ""
-        return (
-            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f'<meta http-equiv="Content-Security-Policy" content="{esc(_CSP)}">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"{text('title', self.title)}<style>{_CSS}{css}</style></head><body>"
-            f'<header class="top">{text("h1", self.title)}<nav>{nav}</nav></header>'
-            f"<main>{''.join(self.body)}</main>{specs}"
+        return _template().render(
+            csp=_CSP,
+            title=safe_text(self.title),
+            nav=[(anchor, safe_text(label)) for anchor, label in self.nav],
+            body=[Markup(section) for section in self.body],
+            specs=[(chart_id, Markup(script_json(spec))) for chart_id, spec in self.specs],
+            css=Markup(_asset("report.css") + css),
             # The bundle is library code vl-convert ships; it holds no `</script`, which is checked.
-            f"<script>{_checked_script(bundle)}</script><script>{_EMBED_SCRIPT}</script>"
-            "</body></html>\n"
+            bundle=Markup(_checked_script(bundle)),
+            embed=Markup(_checked_script(_asset("embed.js"))),
         )
+
+
+TEMPLATES = Path(__file__).with_name("templates")
+
+
+def prepare() -> None:
+    """Import jinja2 and pygments and compile the page template now (`cagtool run` does it
+    while its modes run, so the end-of-run report does not wait for them)."""
+    from cagtool.report.html.highlight import prepare as prepare_highlighting
+
+    _template()
+    _asset("report.css")
+    _asset("embed.js")
+    prepare_highlighting()
+
+
+@functools.lru_cache(maxsize=None)
+def _template() -> Any:
+    """The page template, with autoescaping on for everything it is given."""
+    import jinja2
+
+    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, keep_trailing_newline=True)
+    return environment.get_template("report.html.j2")
+
+
+@functools.lru_cache(maxsize=None)
+def _asset(name: str) -> str:
+    return (TEMPLATES / name).read_text(encoding="utf-8")
 
 
 def _checked_script(code: str) -> str:
@@ -165,18 +132,38 @@ class Tables:
         return found[1]
 
 
-def _series(run: RunRecord, names: list[str], tables: Tables, prefix: str = "") -> list[charts.Series]:
+def _series(run: RunRecord, names: list[str], tables: Tables, prefix: str = "", lane: str = "") -> list[charts.Series]:
     """The timeline's lines for records `names`: one per record, or one per rank when the mode
-    followed ranked processes."""
+    followed ranked processes; markers in lane `lane` (each record's own label when "")."""
     out = []
     for name in names:
         record = run.modes[name]
         ranks = record.ranks()
         if ranks and (len(ranks) > 1 or record.rank is None):
-            out.extend(charts.Series(f"{prefix}{name} rank {rank}", rec, tables(rec)) for rank, rec in ranks.items())
+            out.extend(charts.Series(f"{prefix}{name} rank {rank}", rec, tables(rec), lane) for rank, rec in ranks.items())
         else:
-            out.append(charts.Series(f"{prefix}{name}", record, tables(record)))
+            out.append(charts.Series(f"{prefix}{name}", record, tables(record), lane))
     return out
+
+
+def _run_timelines(run: RunRecord, tables: Tables) -> list[tuple[str, list[charts.Series]]]:
+    """The run report's timelines: every mode on one chart, so they compare at a glance; a
+    multi-rank run, one chart per rank (small multiples), every mode on each."""
+    by_rank: dict[int, list[charts.Series]] = {}
+    single: list[charts.Series] = []
+    for name, record in run.modes.items():
+        ranks = record.ranks()
+        if ranks and (len(ranks) > 1 or record.rank is None):
+            for rank, rec in ranks.items():
+                by_rank.setdefault(rank, []).append(charts.Series(name, rec, tables(rec)))
+        else:
+            single.append(charts.Series(name, record, tables(record)))
+    if not by_rank:
+        if not single:
+            return []
+        return [("every mode" if len(single) > 1 else f"mode {single[0].label}", single)]
+    # A mode recorded without ranks beside ranked ones (rare): drawn on each rank's chart.
+    return [(f"rank {rank}", series + single) for rank, series in sorted(by_rank.items())]
 
 
 def _modes_by_base(run: RunRecord) -> dict[str, list[str]]:
@@ -199,26 +186,37 @@ def _phase_rows(comparison: Comparison, label_prefix: str = "") -> list[dict[str
 
 
 def _timeline_section(page: Page, groups: list[tuple[str, list[charts.Series]]]) -> str:
+    """The step-time charts of `groups` (title, lines), drawn on shared axes: the same steps, the
+    same step-time scale, colours and marker lanes, so they compare side by side."""
     parts = [text("h2", "Step time")]
     parts.append(
         text(
             "p",
-            "Time of each step as the steady-state figures measure it (`frames.steps_frame`: since the "
-            "previous step ended; records of schema 1: from one backward's start to the next), log scale. "
-            "Ringed: compile-affected steps, left out of the steady-state figures. Markers at the top: "
+            "Time of each step as the steady-state figures measure it (since the previous step ended; "
+            "records of schema 1: from one backward's start to the next); the first step, which no step "
+            "ended before, from the start of its first compile. Ringed: compile-affected steps, left out of "
+            "the steady-state figures. Markers along the top, one row per record (named on the right): "
             "each CA capture, Dynamo recompile and graph break; hover for the reason, node and source line. "
             "Drag to pan, scroll to zoom.",
             class_="note",
         )
     )
+    drawn = []
+    lines = sum(len(series) for _, series in groups)  # the points' budget is the page's, not each chart's
     for title, series in groups:
         markers = charts.marker_rows(series)
-        steps, dropped = charts.drawn_step_rows(series, markers)
+        steps, dropped = charts.drawn_step_rows(series, markers, lines)
+        drawn.append((title, series, steps, markers, dropped))
+    axes = charts.shared_axes(
+        [r for d in drawn for r in d[2]], [m for d in drawn for m in d[3]],
+        [s.label for d in drawn for s in d[1]], [charts.lane_of(s) for d in drawn for s in d[1]],
+    )
+    for title, series, steps, markers, dropped in drawn:
         if not steps and not markers:
             parts.append(text("p", f"{title}: no steps recorded.", class_="note"))
             continue
         caption = (f"{dropped:,} steps not drawn: each line shows the fastest and slowest step of each stretch of steps, and every compile-affected or marked step; the figures use them all." if dropped else "")
-        parts.append(page.chart(charts.timeline_spec(title, steps, markers), caption))
+        parts.append(page.chart(charts.timeline_spec(title, steps, markers, axes), caption))
     return tag("section", "".join(parts), id="timeline")
 
 
@@ -244,8 +242,7 @@ def _graphs_section(run: RunRecord, highlight: sections.CodeHighlighter, label_p
 
 def run_report(run: RunRecord, gate: "GateResult | None" = None) -> str:
     """The HTML of one run's report."""
-    target = run.meta.target.get("name", "?")
-    page = Page(f"cagtool report: {target}")
+    page = Page(f"cagtool report: {target_title(run.meta.target, run.meta.target_argv)}")
     highlight = sections.CodeHighlighter()
     # A multi-rank run is read on one rank's records (its launcher ran no steps), as `compare` and
     # `recompiles` read it; the timeline shows every rank.
@@ -261,8 +258,7 @@ def run_report(run: RunRecord, gate: "GateResult | None" = None) -> str:
     line = run_headline(comparison, verified)
     page.add("run", "run", text("p", line.text, class_=f"headline {line.tone}", id="headline") + sections.header(run))
     page.add("verdict", "verdict", sections.verdict(comparison, view, explanations, sections.ranks(run, focus)))
-    groups = [(f"mode {base}", _series(run, names, tables)) for base, names in _modes_by_base(run).items()]
-    page.add("timeline", "step time", _timeline_section(page, groups))
+    page.add("timeline", "step time", _timeline_section(page, _run_timelines(run, tables)))
     phases = _phase_rows(comparison)
     if phases:
         block = page.chart(charts.compile_phase_spec(phases), "Median over repetitions; torch's cumulative phase times nest, so bars are not stacked.")
@@ -279,7 +275,7 @@ def run_report(run: RunRecord, gate: "GateResult | None" = None) -> str:
 def comparison_report(run_a: RunRecord, run_b: RunRecord) -> str:
     """Before (A) and after (B): the change grid, both runs' timelines and compile phases side by
     side, and each run's recompiles and graphs."""
-    page = Page(f"cagtool report: {run_a.meta.target.get('name', '?')} before/after")
+    page = Page(f"cagtool report: {target_title(run_a.meta.target, run_a.meta.target_argv)} before/after")
     highlight = sections.CodeHighlighter()
     rc: RunComparison = compare_runs(focused_run(run_a, None)[0], focused_run(run_b, None)[0])
     from cagtool.report.compare.headline import change_headline
@@ -293,7 +289,7 @@ def comparison_report(run_a: RunRecord, run_b: RunRecord) -> str:
     by_a, by_b = _modes_by_base(run_a), _modes_by_base(run_b)
     groups = []
     for base in list(by_a) + [m for m in by_b if m not in by_a]:
-        series = _series(run_a, by_a.get(base, []), tables, "A ") + _series(run_b, by_b.get(base, []), tables, "B ")
+        series = _series(run_a, by_a.get(base, []), tables, "A ", "A") + _series(run_b, by_b.get(base, []), tables, "B ", "B")
         groups.append((f"mode {base}: A and B", series))
     page.add("timeline", "step time", _timeline_section(page, groups))
     phases = _phase_rows(rc.before, "A ") + _phase_rows(rc.after, "B ")

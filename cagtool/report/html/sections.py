@@ -29,7 +29,7 @@ from cagtool.report.graphs.diff import CHANGED, EQUAL, INSERTED, REMOVED, NodeDi
 from cagtool.report.graphs.render import changed_fields, header_lines, hunks, node_text, origin_label, summary_lines
 from cagtool.report.graphs.runs import GraphComparison
 from cagtool.report.html.markup import bullet_list, paragraphs, table, tag, text
-from cagtool.report.recompiles.explain import Explanation, alert_words, cause_words, step_list
+from cagtool.report.recompiles.explain import Cause, Explanation, alert_words, cause_words, step_list
 from cagtool.report.recompiles.render import TABLE_HEADER, counts_line, record_notes, table_cells
 from cagtool.report.recompiles.table import format_source
 
@@ -70,7 +70,7 @@ def header(run: RunRecord, anchor: str = "run", title: str = "") -> str:
         ("machine", ", ".join(f"{k} {v}" for k, v in machine.items() if k in ("hostname", "platform", "processor", "cpu_count"))),
     ]
     body = "".join(f"<tr>{text('th', k)}{text('td', v)}</tr>" for k, v in rows)
-    heading = text("h2", title or f"{target} {argv}".strip())
+    heading = text("h2", title or _script_and_arguments(meta.target, meta.target_argv))
     return tag("section", heading + tag("table", f"<tbody>{body}</tbody>", class_="facts"), id=anchor)
 
 
@@ -81,6 +81,18 @@ def _mode_status(record: ModeRecord) -> str:
         first = (manifest.exception.message or "").strip().splitlines()
         state += f": {manifest.exception.type}" + (f": {first[0]}" if first else "")
     return state
+
+
+def _script_and_arguments(target: dict[str, str], argv: list[str]) -> str:
+    """The job as its user would name it: the script (the one a launcher module ran, without the
+    launcher's own options) and its arguments."""
+    from cagtool.record.target_name import target_title
+
+    name = target_title(target, argv)
+    rest = list(argv[1:])
+    if name in rest:  # launched: what follows the script is the script's
+        rest = rest[rest.index(name) + 1 :]
+    return f"{name} {' '.join(rest)}".strip()
 
 
 def verdict(comparison: Comparison, run: RunRecord, explanations: dict[str, Explanation], ranks_html: str = "") -> str:
@@ -128,7 +140,7 @@ def findings(run: RunRecord, explanations: dict[str, Explanation]) -> str:
 def ranks(run: RunRecord, focus: int | None) -> str:
     """Multi-rank runs: which rank the figures above are from, then per mode the ranks' table
     (as `summary` and `compare` print it) and their findings (divergence, missing or failed ranks)."""
-    from cagtool.report.ranks.analysis import analyze_ranks
+    from cagtool.report.ranks.analysis import agreement, analyze_ranks
     from cagtool.report.ranks.render import RANK_HEADER, rank_cells
 
     parts = []
@@ -144,7 +156,7 @@ def ranks(run: RunRecord, focus: int | None) -> str:
             parts.append(text("p", "other processes followed (no rank): " + ", ".join(analysis.other_processes), class_="note"))
         parts.append(bullet_list([f"rank finding: {f.message}" for f in analysis.findings], class_="problem"))
         if len(analysis.rows) > 1 and not analysis.diverge:
-            parts.append(text("p", "The ranks agree: same CA graphs and cache misses, same final norms.", class_="ok"))
+            parts.append(text("p", agreement(analysis)[0].upper() + agreement(analysis)[1:] + ".", class_="ok"))
     if not parts:
         return ""
     lead = f"A multi-rank run: the tables above, the recompiles and the graphs are rank {focus}'s records; the timeline shows every rank."
@@ -184,21 +196,31 @@ def recompiles(explanations: dict[str, Explanation], anchor: str = "recompiles",
         for alert in explanation.alerts:
             words = alert_words(alert, t.cwd)
             parts.append(_cause_block(f"!! {words.title}", words.why, words.fix, words.evidence, "alert"))
+        inner: dict[int, list[str]] = {}  # root cause number -> the cards of its consequences
         for cause in explanation.causes:
-            words = cause_words(cause, t.cwd)
-            steps = cause.steps
-            at = f", {'step' if len(steps) == 1 else 'steps'} {step_list(steps)}" if steps else ""
-            parts.append(_cause_block(f"#{cause.number} {words.title}{at}", words.why, words.fix, words.evidence, "cause"))
+            if cause.caused_by is not None:
+                inner.setdefault(cause.caused_by, []).append(_cause_card(cause, t.cwd, "cause consequence"))
+        for cause in explanation.causes:
+            if cause.caused_by is None:
+                parts.append(_cause_card(cause, t.cwd, "cause", inner.get(cause.number, [])))
     if not parts:
         parts.append(text("p", "No mode recorded any compile."))
     return tag("section", text("h2", title) + "".join(parts), id=anchor)
 
 
-def _cause_block(title: str, why: Sequence[str], fix: Sequence[str], evidence: str, kind: str) -> str:
+def _cause_card(cause: Cause, cwd: str, kind: str, consequences: Sequence[str] = ()) -> str:
+    """A root cause's card holds the cards of the recompiles that follow from it."""
+    words = cause_words(cause, cwd)
+    steps = cause.steps
+    at = f", {'step' if len(steps) == 1 else 'steps'} {step_list(steps)}" if steps else ""
+    return _cause_block(f"#{cause.number} {words.title}{at}", words.why, words.fix, words.evidence, kind, "".join(consequences))
+
+
+def _cause_block(title: str, why: Sequence[str], fix: Sequence[str], evidence: str, kind: str, inside: str = "") -> str:
     body = text("h4", title) + paragraphs(why) + "".join(text("p", f"Fix: {f}", class_="fix") for f in fix)
     if evidence:
         body += text("p", f"Evidence: {evidence}", class_="note")
-    return tag("div", body, class_=kind)
+    return tag("div", body + inside, class_=kind)
 
 
 def graphs(mode: ModeRecord, comparisons: Sequence[GraphComparison], highlight: "CodeHighlighter") -> str:
@@ -346,10 +368,19 @@ def verification(data: dict) -> str:
                      step, fix["verdict"].upper(), "; ".join(fix["reasons"])))
         marks[(i, 6)] = "ok" if fix["verdict"] == "verified" else "problem"
     parts = [text("p", f"Mode {data['mode']}: the job re-run {data['repeat']} times as a baseline and {data['repeat']} times with each fix "
-                  "(no edit of the script); counts are torch's own in every re-run.", class_="note")]
+                  "(a code fix runs on a patched copy, never on the script); counts are torch's own in every re-run.", class_="note")]
     if rows:
         parts.append(table(("fix", "causes", "who", "CA recompiles", "Dynamo recompiles", "steady speed vs baseline (90% CI)", "verdict", "why"),
                            rows, classes="verify", cell_classes=marks))
+    for fix in data.get("fixes", ()):
+        if fix.get("torch_says"):
+            parts.append(text("p", f"{fix['fix']}: torch's own suggestion (PGO), verbatim: {fix['torch_says']}", class_="note"))
+        if fix.get("patch"):
+            copy = f" Applied to a copy ({fix['patched_copy']}) run in place of the script; your file is unchanged." if fix.get("patched_copy") else ""
+            parts.append(text("p", f"{fix['fix']}: {fix['patch']['title']} ({fix['patch']['file']}, line {fix['patch']['line']}).{copy}", class_="note"))
+            parts.append(text("pre", fix["patch"]["diff"], class_="patch"))
     for item in data.get("not_applied", ()):
         parts.append(text("p", f"cause #{item['cause']} ({item['code']}): {item['why']} ({item['who']})", class_="note"))
+        if (item.get("patch") or {}).get("diff"):
+            parts.append(text("pre", item["patch"]["diff"], class_="patch"))
     return tag("section", text("h2", "Fixes verified by re-running") + "".join(parts), id="verify")

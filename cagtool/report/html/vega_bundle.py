@@ -11,6 +11,8 @@ import hashlib
 import os
 from pathlib import Path
 
+from cagtool.record.atomic import write_atomic
+
 CACHE_ENV = "CAGTOOL_CACHE_DIR"
 
 # The Vega-Lite version the charts' specs are written for (`charts.py`), and vl-convert's name for
@@ -46,11 +48,9 @@ def javascript_bundle() -> str:
     except OSError:
         pass
     bundle = vl_convert.javascript_bundle(vl_version=vl_version)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(bundle, encoding="utf-8")
-        tmp.replace(path)  # atomic: two reports written at once never read half a file
+        write_atomic(path, bundle)  # two reports written at once never read half a file
     except OSError:
-        tmp.unlink(missing_ok=True)  # a read-only or full home only costs the next report the bundling time again
+        pass  # a read-only or full home only costs the next report the bundling time again
     return bundle

@@ -13,6 +13,12 @@ What counts as a problem, and why:
 - *steps differ*: ranks that both finished ran a different number of steps (a collective waits).
 - a rank *missing* (fewer rank records than the world size), a rank or another followed process
   that *failed* (or was killed: its record was never closed), and a process cagtool *could not follow* (`process_not_followed`, written by the process that started it).
+- a rank *restarted* by its launcher (torchrun --max-restarts): each attempt is its own record;
+  the rank's row is its last attempt, and the finding says how each attempt ended.
+
+Only what the ranks both reached is compared: a rank that was stopped (or whose recording stopped
+on a full disk) is compared up to the steps it completed, final norms only between ranks that
+finished, and the verdict says so instead of claiming agreement on what was never compared.
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ RANKS_STEPS_DIFFER = "ranks_steps_differ"
 RANK_MISSING = "rank_missing"
 RANK_FAILED = "rank_failed"
 PROCESS_FAILED = "process_failed"  # a followed process without a rank that did not finish cleanly
+RANK_RECORDING_STOPPED = "rank_recording_stopped"  # a write error (full disk) ended a rank's record early: its counts stop there
+RANK_RESTARTED = "rank_restarted"  # a launcher started the rank again (torchrun --max-restarts): which attempt did what
 
 
 @dataclass(frozen=True)
@@ -63,10 +71,17 @@ class RankRow:
     param_norm: float | None
     grad_norm: float | None
     peak_device_memory_bytes: int | None = None  # torch.cuda.max_memory_allocated, when the rank used CUDA
+    recording_stopped: bool = False  # a write error (full disk) ended its record before the rank ended
 
     @property
     def finished(self) -> bool:
         return self.status == STATUS_FINISHED and self.exit_code in (0, None)
+
+    @property
+    def reach(self) -> int | None:
+        """The steps its record holds all of, when that is not the whole job (None: it is):
+        cross-rank verdicts compare nothing beyond them."""
+        return None if self.finished and not self.recording_stopped else self.steps
 
 
 @dataclass(frozen=True)
@@ -179,6 +194,7 @@ def rank_row(rank: int, record: ModeRecord) -> RankRow:
         param_norm=final[-1].param_norm if final else None,
         grad_norm=final[-1].grad_norm if final else None,
         peak_device_memory_bytes=metrics.peak_device_memory_bytes,
+        recording_stopped=record.manifest.recording_stopped is not None,
     )
 
 
@@ -245,10 +261,19 @@ def _same(a: Capture, b: Capture) -> bool:
     return a.step == b.step and same_graph and same_miss
 
 
-def graphs_divergence(ref_rank: int, ref: list[Capture], rank: int, other: list[Capture], diff_prefix: str = "") -> RankFinding | None:
+def reached(reach: int | None, step: int | None) -> bool:
+    """Whether a rank that ended after `reach` steps (None: it finished) ran all of step `step`."""
+    return reach is None or step is None or step < reach
+
+
+def graphs_divergence(ref_rank: int, ref: list[Capture], rank: int, other: list[Capture], diff_prefix: str = "",
+                      ref_reach: int | None = None, reach: int | None = None) -> RankFinding | None:
     """Where `rank`'s captures first part from the reference rank's, or None when they agree.
     With `diff_prefix` (`cagtool diff-graphs RUN`), the finding's data holds the command that
-    diffs the two ranks' graphs there (a rank that captured nothing new still runs its last one)."""
+    diffs the two ranks' graphs there (a rank that captured nothing new still runs its last one).
+    `ref_reach`, `reach`: the steps a rank that did not finish completed (None: it finished).
+    Only what both ranks reached is compared: a rank stopped before a step cannot have captured
+    that step's graph, and its absence is no divergence."""
     for index in range(max(len(ref), len(other))):
         a = ref[index] if index < len(ref) else None
         b = other[index] if index < len(other) else None
@@ -256,6 +281,9 @@ def graphs_divergence(ref_rank: int, ref: list[Capture], rank: int, other: list[
             continue
         steps = [c.step for c in (a, b) if c is not None and c.step is not None]
         step = min(steps) if steps else None
+        both_ran = a is not None and b is not None and a.step == b.step
+        if not both_ran and not (reached(ref_reach, step) and reached(reach, step)):
+            return None  # one rank stopped before this step: nothing further is comparable
         sides = []
         for who, capture in ((ref_rank, a), (rank, b)):
             sides.append(f"rank {who} {capture.describe()}" if capture is not None else f"rank {who} captured {_no_capture(index)}")
@@ -326,13 +354,52 @@ def norms_divergence(rows: list[RankRow], tolerance: Tolerance) -> list[RankFind
 
 
 def steps_divergence(rows: list[RankRow]) -> RankFinding | None:
-    finished = [r for r in rows if r.finished]
+    finished = [r for r in rows if r.reach is None]
     counts = {r.rank: r.steps for r in finished}
     if len(set(counts.values())) < 2:
         return None
     text = ", ".join(f"rank {rank} {steps}" for rank, steps in counts.items())
     message = f"ranks ran different numbers of steps ({text}): a collective of the extra steps has no partner"
     return RankFinding(RANKS_STEPS_DIFFER, message, tuple(counts), None, {"steps": {str(k): v for k, v in counts.items()}})
+
+
+def restarted(rank: int, attempts: list[ModeRecord]) -> RankFinding:
+    """A rank its launcher started more than once: how each attempt ended. The table's figures
+    are the last attempt's; each attempt is a process of its own, with its own graphs."""
+    told = []
+    for record in attempts:
+        manifest = record.manifest
+        code = f", exit {manifest.exit_code}" if manifest.exit_code not in (None, 0) else ""
+        steps = step_count(record)
+        # An imported log holds no steps, nor how its process ended: only which graphs it logged.
+        ran = f"{manifest.status}{code} after {steps} step{'s' if steps != 1 else ''}" if manifest.imported is None else "logged"
+        told.append(f"attempt {record.attempt} ({record.process_key}) {ran}")
+    last = attempts[-1].attempt
+    message = f"rank {rank} was started {len(attempts)} times by its launcher: {'; '.join(told)}; the figures shown are attempt {last}'s"
+    data = {"attempts": [{"attempt": r.attempt, "process": r.process_key, "status": r.manifest.status, "exit_code": r.manifest.exit_code,
+                          "steps": step_count(r)} for r in attempts]}
+    return RankFinding(RANK_RESTARTED, message, (rank,), None, data)
+
+
+def planned_steps(rows: list[RankRow] | tuple[RankRow, ...]) -> int | None:
+    """How many steps the script runs, where the record knows it: what the ranks that finished
+    ran, when they agree. None when no rank finished (the script's own total is not recorded)."""
+    counts = {r.steps for r in rows if r.reach is None}
+    return counts.pop() if len(counts) == 1 else None
+
+
+def agreement(analysis: "RankAnalysis") -> str:
+    """What the ranks agree on, for a mode without divergence findings: only what was compared.
+    Final norms are compared between ranks that finished; graphs up to the steps both reached."""
+    finished = [r for r in analysis.rows if r.finished]
+    if all(r.reach is None for r in analysis.rows):
+        return "the ranks agree: same CA graphs and cache misses, same final norms"
+    stopped = [r for r in analysis.rows if r.reach is not None]
+    names = "; ".join(f"rank {r.rank} {'recorded' if r.finished else r.status} {'up to' if r.finished else 'after'} {r.steps} step{'s' if r.steps != 1 else ''}"
+                      for r in stopped)
+    normed = [r for r in finished if r.param_norm is not None or r.grad_norm is not None]
+    norms = f"same final norms of ranks {', '.join(str(r.rank) for r in normed)}" if len(normed) > 1 else "final norms not compared"
+    return f"the ranks agree on the steps they all reached: same CA graphs and cache misses; {norms} ({names})"
 
 
 def not_followed(record: ModeRecord) -> list[RankFinding]:
@@ -360,11 +427,25 @@ def analyze_ranks(record: ModeRecord, tolerance: Tolerance | None = None) -> Ran
         for rank in range(size):
             if rank not in by_rank:
                 findings.append(RankFinding(RANK_MISSING, f"rank {rank} of {size} left no record (it did not start, or cagtool did not follow it)", (rank,)))
+    planned = planned_steps(rows)
     for row in rows:
         if not row.finished:
             code = f", exit code {row.exit_code}" if row.exit_code not in (None, 0) else ""
             why = _exception_text(by_rank[row.rank])
-            findings.append(RankFinding(RANK_FAILED, f"rank {row.rank} did not finish (status {row.status}{code}){why}", (row.rank,)))
+            ran = f" after {row.steps} step{'s' if row.steps != 1 else ''}" + (f" of {planned}" if planned is not None else "")
+            findings.append(RankFinding(RANK_FAILED, f"rank {row.rank} did not finish (status {row.status}{code}){ran}{why}", (row.rank,),
+                                        None, {"steps": row.steps, "of_steps": planned}))
+    for row in rows:
+        stopped = by_rank[row.rank].manifest.recording_stopped
+        if stopped is not None:
+            error = str(stopped.get("error") or "a write error")
+            findings.append(RankFinding(RANK_RECORDING_STOPPED, f"rank {row.rank}'s recording stopped at event {stopped.get('at_seq')} ({error}): "
+                                        f"its figures stop there ({row.steps} steps recorded), and the ranks are compared only up to them",
+                                        (row.rank,), None, dict(stopped)))
+    for rank in by_rank:
+        attempts = record.attempts(rank)
+        if len(attempts) > 1:
+            findings.append(restarted(rank, attempts))
     findings.extend(not_followed(record))
     if len(by_rank) > 1:
         ranks = list(by_rank)
@@ -372,8 +453,9 @@ def analyze_ranks(record: ModeRecord, tolerance: Tolerance | None = None) -> Ran
         ref = captures(by_rank[ref_rank])
         mode_flag = "" if record.mode == "ca" else f" --mode {record.path.name}"
         diff_prefix = f"cagtool diff-graphs {run_dir_of(record)}{mode_flag}"
+        reach = {row.rank: row.reach for row in rows}
         for rank in ranks[1:]:
-            finding = graphs_divergence(ref_rank, ref, rank, captures(by_rank[rank]), diff_prefix)
+            finding = graphs_divergence(ref_rank, ref, rank, captures(by_rank[rank]), diff_prefix, reach[ref_rank], reach[rank])
             if finding is not None:
                 findings.append(finding)
         steps = steps_divergence(rows)
@@ -455,8 +537,10 @@ def ranks_line(analysis: RankAnalysis, focus: int | None | tuple[int, ...]) -> s
     if analysis.diverge:
         first = next(f for f in analysis.findings if f.code in (RANKS_GRAPHS_DIVERGE, RANKS_STEPS_DIFFER, RANKS_NORMS_DIVERGE))
         verdict = f"the ranks DIVERGE: {first.message}"
-    else:
+    elif all(r.reach is None for r in analysis.rows):
         verdict = "the ranks agree (same CA graphs and cache misses, same final norms)"
+    else:
+        verdict = agreement(analysis)
     return f"mode {analysis.mode}: ranks {have}{size}{missing}; {shown} (--rank N for another); {verdict}"
 
 

@@ -7,7 +7,7 @@ from rich.text import Text
 from rich.padding import Padding
 from rich.table import Table
 
-from cagtool.report.ranks.analysis import RankAnalysis
+from cagtool.report.ranks.analysis import RankAnalysis, agreement
 
 
 def _ms(seconds: float | None) -> str:
@@ -85,4 +85,4 @@ def render_ranks(console: Console, analysis: RankAnalysis, indent: int = 2) -> N
         if "diff_command" in finding.data:
             console.print(f"{pad}  the two graphs: {finding.data['diff_command']}", markup=False, overflow="fold")
     if len(analysis.rows) > 1 and not analysis.diverge:
-        console.print(f"{pad}the ranks agree: same CA graphs and cache misses, same final norms", markup=False)
+        console.print(f"{pad}{agreement(analysis)}", markup=False)

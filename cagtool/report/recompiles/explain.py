@@ -24,6 +24,7 @@ from cagtool.record.schema import (
 from cagtool.report.recompiles.table import (
     SOURCE_CA,
     SOURCE_DYNAMO_CA_GRAPH,
+    SOURCE_DYNAMO_FRAME,
     LimitHit,
     RecompileRow,
     RecompileTable,
@@ -34,6 +35,7 @@ from cagtool.report.recompiles.table import (
     guard_text,
     node_label,
 )
+from cagtool.torch_text import ca_id_of
 
 # Cause codes (stable: they are part of the JSON schema).
 CAUSE_STRUCTURE = "graph_structure"  # different ops / a branch / a loop of varying length
@@ -61,6 +63,10 @@ class Cause:
     number: int = 0  # 1-based, in rendering order
     source: SourceRef | None = None
     facts: dict[str, Any] = field(default_factory=dict)  # what the sentences are built from (and JSON)
+    # The number of the cause this one follows from (a backward captured again because the
+    # forward was recompiled just before it); None for a root cause.
+    caused_by: int | None = None
+    consequences: list[int] = field(default_factory=list)  # numbers of the causes that follow from this one
 
     @property
     def count(self) -> int:
@@ -214,11 +220,7 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     for row in cause.rows:
         failures.append((row.compile_id, guard_text(row.messages[0]) if row.messages else ""))
     known = [g for _, g in failures if g]
-    function = ""
-    for row in cause.rows:
-        if row.user_source is not None and row.user_source.function:
-            function = row.user_source.function
-            break
+    function = next((row.frame_name for row in cause.rows if row.frame_name), "")
     return {
         "failures": failures,
         "guard": known[0] if known else "",
@@ -359,6 +361,7 @@ def where(cause: Cause, cwd: str) -> str:
         "compiled_frame": "in the compiled function at",
         "backward_call": "in the backward called at",
         "guard": "guarded at",
+        "caller": "called at",
     }.get(cause.source.how, "at")
     return f"{how} {format_source(cause.source, cwd)}"
 
@@ -370,10 +373,11 @@ def _structure(cause: Cause, cwd: str) -> Words:
     items = []
     for change in changes:
         label = f"NodeCall {change.node_call}" if change.node_call is not None else "a node"
+        at = f"{change.compile_id} step {change.step}" if change.step is not None else change.compile_id
         if change.before is None:
-            items.append(f"{change.compile_id} step {change.step}: new {short_name(change.after)} at {label}")
+            items.append(f"{at}: new {short_name(change.after)} at {label}")
         else:
-            items.append(f"{change.compile_id} step {change.step}: {label} {short_name(change.before)} -> {short_name(change.after)}")
+            items.append(f"{at}: {label} {short_name(change.before)} -> {short_name(change.after)}")
     title = f"The autograd graph's structure changes between iterations ({plural(cause.count, 'recompile')})"
     why = [
         "Compiled autograd caches one graph per graph structure; a backward whose graph has "
@@ -476,7 +480,7 @@ def _shapes(cause: Cause, cwd: str) -> Words:
         owner = f" of {node_label(entry['node'], entry['node_call'])}" if entry["node"] else ""
         values = ", ".join(str(v) for v in entry["values"]) or "not recorded"
         if entry.get("previous_missing"):
-            values += " (earlier value not recorded)"
+            values += " (its earlier value is in no recorded graph)"
         together.setdefault((owner, values), []).append(index)
     described = [
         f"sizes[{step_list(indices).replace(', ', ',')}]{owner}: {values}" for (owner, values), indices in together.items()
@@ -582,7 +586,42 @@ _CAUSE_WORDS = {
 
 
 def cause_words(cause: Cause, cwd: str) -> Words:
+    if cause.caused_by is not None:
+        return _consequence(cause, cwd)
     return _CAUSE_WORDS.get(cause.code, _unknown)(cause, cwd)
+
+
+def _consequence(cause: Cause, cwd: str) -> Words:
+    """A CA recompile that follows from a forward recompile: what the backward saw, and that the
+    fix is the root cause's (no advice written for a cause the script does not have)."""
+    root = f"#{cause.caused_by}"
+    if cause.code == CAUSE_SHAPES:
+        lead = (f"Follows from {root}: the sizes that made Dynamo recompile the forward reached the backward "
+                "in the same step.")
+    else:
+        lead = (f"Follows from {root}: the forward was recompiled just before this backward, and the backward "
+                "of the recompiled forward is a new graph to compiled autograd.")
+    if cause.code == CAUSE_STRUCTURE:
+        changes = cause.facts["changes"]
+        items = []
+        for change in changes:
+            at = f"{change.compile_id} step {change.step}" if change.step is not None else change.compile_id
+            label = f"NodeCall {change.node_call}" if change.node_call is not None else "a node"
+            if change.before is None:
+                items.append(f"{at}: new {short_name(change.after)} at {label}")
+            else:
+                items.append(f"{at}: {label} {short_name(change.before)} -> {short_name(change.after)}")
+        title = f"Caused by {root}: compiled autograd captured the backward again, a new autograd node ({plural(cause.count, 'recompile')})"
+        why = [lead, "The node that differs: " + elide(items) + " (the recompiled forward's backward graph)."]
+        fix = [f"Fixing {root} (one forward graph for every size) keeps the backward's node; compiled autograd "
+               "may still miss once on the changed sizes unless it starts dynamic (`cagtool run --dynamic`)."]
+        return Words(title, why, fix, evidence_text(cause.evidence))
+    if cause.code == CAUSE_SHAPES:
+        words = _shapes(cause, cwd)
+        title = f"Caused by {root}: " + words.title.replace("Tensor shapes changed", "the same sizes changed in the backward", 1)
+        return Words(title, [lead, *words.why], words.fix, words.evidence)
+    words = _unknown(cause, cwd)
+    return Words(f"Caused by {root}: {words.title[0].lower()}{words.title[1:]}", [lead, *words.why], words.fix, words.evidence)
 
 
 def _causes_ref(numbers: list[int]) -> str:
@@ -652,12 +691,6 @@ def _location(ref: SourceRef | None) -> tuple[str, int] | None:
     return (ref.file, ref.line) if ref is not None else None
 
 
-def _ca_id_of(compile_id: str) -> int | None:
-    """N of `!N/F/C`."""
-    match = re.match(r"^!(\d+)/", compile_id)
-    return int(match.group(1)) if match else None
-
-
 def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, tuple]) -> tuple:
     if row.source == SOURCE_CA:
         if row.kind == MISS_NEW_NODE:
@@ -672,7 +705,7 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
     if row.source == SOURCE_DYNAMO_CA_GRAPH:
         # Dynamo compiles a CA graph for the sizes of its first call; when a graph that a
         # changed-shapes miss made is recompiled, the sizes changed again: the same root cause.
-        ca_id = _ca_id_of(row.compile_id)
+        ca_id = ca_id_of(row.compile_id) if "/" in row.compile_id else None  # !N/F/C: Dynamo's compile of CA graph N
         first = guard_text(row.messages[0]) if row.messages else ""
         if ca_id in shape_keys and (not first or "size" in first.lower()):
             return shape_keys[ca_id]
@@ -680,7 +713,7 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
     return (CAUSE_DYNAMO_FRAME, frame)
 
 
-_SOURCE_RANK = {"node_traceback": 0, "guard": 1, "compiled_frame": 2, "backward_call": 3}
+_SOURCE_RANK = {"node_traceback": 0, "guard": 1, "caller": 2, "compiled_frame": 3, "backward_call": 4}
 
 
 def group_causes(table: RecompileTable) -> list[Cause]:
@@ -700,11 +733,72 @@ def group_causes(table: RecompileTable) -> list[Cause]:
         sources.sort(key=lambda ref: _SOURCE_RANK.get(ref.how, len(_SOURCE_RANK)))
         source = sources[0] if sources else None
         causes.append(Cause(code=key[0], rows=rows, source=source))
-    causes.sort(key=lambda c: (-c.count, c.rows[0].seq))
-    for number, cause in enumerate(causes, start=1):
+    roots = _roots(table, causes)
+    followers: dict[int, list[Cause]] = {}
+    for cause in causes:
+        root = roots.get(id(cause))
+        if root is not None:
+            followers.setdefault(id(root), []).append(cause)
+    top = [c for c in causes if id(c) not in roots]
+    top.sort(key=lambda c: (-(c.count + sum(f.count for f in followers.get(id(c), []))), c.rows[0].seq))
+    ordered: list[Cause] = []
+    for cause in top:
+        ordered.append(cause)
+        ordered.extend(sorted(followers.get(id(cause), []), key=lambda c: c.rows[0].seq))
+    for number, cause in enumerate(ordered, start=1):
         cause.number = number
+    for cause in ordered:
+        root = roots.get(id(cause))
+        if root is not None:
+            cause.caused_by = root.number
+            root.consequences.append(cause.number)
+    for cause in ordered:
         cause.facts = cause_facts(table, cause)
-    return causes
+        if cause.caused_by is not None:
+            cause.facts["caused_by"] = cause.caused_by
+    return ordered
+
+
+# The CA recompiles a forward recompile brings with it: the backward of a forward compiled anew
+# holds a new AOT backward graph (a new autograd node) or new sizes. Hooks and .grad changes have
+# causes of their own.
+_FOLLOWER_CODES = (CAUSE_STRUCTURE, CAUSE_SHAPES, CAUSE_UNKNOWN)
+
+
+def _roots(table: RecompileTable, causes: list[Cause]) -> dict[int, Cause]:
+    """id(cause) -> the Dynamo forward-frame cause it follows from: every CA capture of the cause
+    is the first capture after a forward recompile of that cause, in the same step (an imported
+    log has no steps: the first capture after it). Dynamo's recompiles of a CA graph that such a
+    capture made go with it."""
+    owner: dict[int, Cause] = {}  # seq of a Dynamo forward-frame row -> its cause
+    for cause in causes:
+        if cause.code == CAUSE_DYNAMO_FRAME:
+            for row in cause.rows:
+                owner[row.seq] = cause
+    if not owner:
+        return {}
+    # Each CA capture (the initial one included) -> the forward recompile just before it, if any
+    # since the previous capture.
+    follows: dict[int, Cause] = {}
+    last_forward: RecompileRow | None = None
+    for row in table.rows:
+        if row.source == SOURCE_DYNAMO_FRAME and not row.initial:
+            last_forward = row
+        elif row.source == SOURCE_CA:
+            if last_forward is not None and last_forward.step == row.step and last_forward.seq in owner:
+                follows[row.seq] = owner[last_forward.seq]
+            last_forward = None
+    roots: dict[int, Cause] = {}
+    for cause in causes:
+        if cause.code not in _FOLLOWER_CODES:
+            continue
+        ca_rows = [r for r in cause.rows if r.source == SOURCE_CA]
+        if not ca_rows or any(r.source not in (SOURCE_CA, SOURCE_DYNAMO_CA_GRAPH) for r in cause.rows):
+            continue
+        found = {id(follows[r.seq]) if r.seq in follows else None for r in ca_rows}
+        if len(found) == 1 and None not in found:
+            roots[id(cause)] = follows[ca_rows[0].seq]
+    return roots
 
 
 def _storm(table: RecompileTable, causes: list[Cause]) -> Alert | None:

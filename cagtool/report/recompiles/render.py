@@ -8,10 +8,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import textwrap
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from cagtool.record.schema import SourceRef
-from cagtool.report.console import PlainConsole
 from cagtool.report.recompiles.explain import (
     grad_warmup_row,
     Explanation,
@@ -35,9 +34,6 @@ from cagtool.report.recompiles.table import (
 if TYPE_CHECKING:
     from rich.console import Console
 
-    # rich's Console, or on a colourless stream the PlainConsole that writes what it would (report/console.py).
-    AnyConsole = Union[Console, PlainConsole]
-
 _SOURCE_LABEL = {SOURCE_CA: "CA miss", SOURCE_DYNAMO_FRAME: "Dynamo", SOURCE_DYNAMO_CA_GRAPH: "Dynamo CA"}
 
 
@@ -54,7 +50,7 @@ def counts_line(table: RecompileTable) -> str:
     )
 
 
-def print_wrapped(console: AnyConsole, text: str, indent: int = 0, style: str = "") -> None:
+def print_wrapped(console: "Console", text: str, indent: int = 0, style: str = "") -> None:
     """Wrapped here, not by rich: continuation lines are indented two more and carry no trailing spaces."""
     pad = " " * indent
     width = max(console.width - 1, 40)
@@ -64,11 +60,8 @@ def print_wrapped(console: AnyConsole, text: str, indent: int = 0, style: str = 
         print_line(console, line, style)
 
 
-def print_line(console: AnyConsole, line: str, style: str = "") -> None:
+def print_line(console: "Console", line: str, style: str = "") -> None:
     """One line as it is, never wrapped; `style` only where the console shows styles (a terminal)."""
-    if isinstance(console, PlainConsole):  # no style to show: rich not needed
-        console.line(line)
-        return
     from rich.text import Text  # Text, not a str: the line may contain [brackets] (record data)
 
     console.print(Text(line, style=style), soft_wrap=True)
@@ -98,17 +91,19 @@ _KIND_LABEL = {"new_node": "new node", "changed_shapes": "shapes", "guard_failur
 
 
 def _sizes_text(row: RecompileRow) -> str:
-    """`4 changed sizes: sizes[0-3] of SumBackward0 ?->100`: sizes with the same owner and the same
+    """`4 changed sizes: sizes[0-3] of SumBackward0 10->100`: sizes with the same owner and the same
     change are listed together."""
     groups: dict[tuple, list[int]] = {}
     for size in row.changed_sizes:
-        old = "?" if size.previous is None else str(size.previous)
+        old = None if size.previous is None else str(size.previous)
         new = "?" if size.value is None else str(size.value)
         groups.setdefault((size.node, old, new), []).append(size.index)
     parts = []
     for (node, old, new), indices in groups.items():
         owner = f" of {node_label(node, None)}" if node else ""
-        parts.append(f"sizes[{step_list(indices).replace(', ', ',')}]{owner} {old}->{new}")
+        # `=48`: the new value alone, where no recorded graph holds the earlier one (as diff-graphs writes it)
+        change = f"{old}->{new}" if old is not None else f"={new}"
+        parts.append(f"sizes[{step_list(indices).replace(', ', ',')}]{owner} {change}")
     total = row.total_changed if row.total_changed is not None else len(row.changed_sizes)
     return f"{plural(total, 'changed size')}: " + ", ".join(parts) if parts else plural(total, "changed size")
 
@@ -201,22 +196,22 @@ class RecompilesTableRenderer:
 class ExplanationRenderer:
     """The --explain text: alerts first, then each root cause with why, the fix and the evidence."""
 
-    def __init__(self, console: AnyConsole) -> None:
+    def __init__(self, console: "Console") -> None:
         self.console = console
 
     def _line(self, text: str, indent: int) -> None:
         print_wrapped(self.console, text, indent)
 
-    def _block(self, heading: str, why: list[str], fix: list[str], evidence: str) -> None:
-        print_wrapped(self.console, heading, 0, style="bold")
+    def _block(self, heading: str, why: list[str], fix: list[str], evidence: str, indent: int = 0) -> None:
+        print_wrapped(self.console, heading, indent, style="bold")
         for sentence in why:
-            self._line(sentence, 2)
+            self._line(sentence, indent + 2)
         for sentence in fix:
-            self._line(f"Fix: {sentence}", 2)
+            self._line(f"Fix: {sentence}", indent + 2)
         if not fix:
-            self._line("No fix needed.", 2)
+            self._line("No fix needed.", indent + 2)
         if evidence:
-            self._line(f"Evidence: {evidence}", 2)
+            self._line(f"Evidence: {evidence}", indent + 2)
         self.console.print()
 
     def render(self, explanations: list[Explanation], run_label: str) -> None:
@@ -236,7 +231,9 @@ class ExplanationRenderer:
                 words = cause_words(cause, table.cwd)
                 steps = cause.steps
                 at = f", {'step' if len(steps) == 1 else 'steps'} {step_list(steps)}" if steps else ""
-                self._block(f"#{cause.number} {words.title}{at}", words.why, words.fix, words.evidence)
+                # A consequence is drawn under its root cause (they are listed in that order).
+                indent = 4 if cause.caused_by is not None else 0
+                self._block(f"#{cause.number} {words.title}{at}", words.why, words.fix, words.evidence, indent)
         print_line(self.console, f"Every recompile, one per row: cagtool recompiles {run_label}")
 
 
@@ -307,6 +304,8 @@ def explanation_json(explanation: Explanation) -> dict[str, Any]:
                 "source": _source_json(cause.source, cwd),
                 "stabilised": cause.facts.get("stabilised"),
                 "last_recompile_step": cause.facts.get("last_recompile_step"),
+                "caused_by": cause.caused_by,
+                "consequences": list(cause.consequences),
             }
         )
     return {"alerts": alerts, "causes": causes}

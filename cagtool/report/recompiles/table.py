@@ -31,6 +31,16 @@ from cagtool.record.schema import (
     stamps_step_in_progress,
 )
 from cagtool.report.changed_sizes import misses_with_earlier_values
+from cagtool.torch_text import (
+    compile_attempt,
+    compile_frame,
+    compile_id_in,
+    looks_like_user_file,
+    recompile_limit,
+    size_guard,
+    strip_reason_id,
+    traceback_frames,
+)
 
 SOURCE_CA = "ca_cache_miss"
 SOURCE_DYNAMO_FRAME = "dynamo_frame"
@@ -60,6 +70,7 @@ class RecompileRow:
     messages: tuple[str, ...] = ()  # torch's reasons, verbatim (CA message or Dynamo guard failures)
     user_source: SourceRef | None = None
     produced: str | None = None  # the graph this recompile produced: "!N" or the Dynamo compile id
+    frame_name: str = ""  # the function Dynamo recompiled, when it is the user's (not torch's wrapper)
 
     @property
     def seq(self) -> int:
@@ -177,25 +188,6 @@ def node_label(name: str | None, node_call: int | None) -> str:
     return f"{short} (NodeCall {node_call})" if node_call is not None else short
 
 
-# `File "/x/train.py", line 10, in f` followed by the code line, as in Dynamo's recompile reasons.
-_USER_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>[^\n]*)')
-_LIMIT = re.compile(r"exceeding the (?P<type>\w*recompile_limit) cache size limit \(currently set to (?P<value>\d+)\)")
-_LIMIT_LOG = re.compile(r"hit config\.(?P<type>\w*recompile_limit) \((?P<value>\d+)\)")
-_COMPILE_ID = re.compile(r"^(?:!(?P<ca>\d+)/)?(?P<frame>\d+)/(?P<attempt>\d+)$")
-
-
-def compile_attempt(compile_id: str) -> int | None:
-    """C of `F/C` or `!N/F/C`: 0 for a first compile, >0 for a recompile of the same frame."""
-    match = _COMPILE_ID.match(compile_id or "")
-    return int(match["attempt"]) if match else None
-
-
-def compile_frame(compile_id: str) -> str | None:
-    """F of `F/C` or `!N/F/C`: the frame (code object) Dynamo compiled."""
-    match = _COMPILE_ID.match(compile_id or "")
-    return match["frame"] if match else None
-
-
 def forward_step(step: int | None, mode: str = "", in_progress: bool = False) -> int | None:
     """The step a forward-frame compile belongs to. Schema 2+ records stamp events with the step in
     progress (`in_progress`), which is that step. Schema 1 records stamped them with the step last
@@ -210,13 +202,12 @@ def forward_step(step: int | None, mode: str = "", in_progress: bool = False) ->
 
 
 _NUMBER = re.compile(r"\b\d+(\.\d+)?\b")
-_ID_PREFIX = re.compile(r"^\s*-?\s*!?\d+/\d+(/\d+)?:\s*")
 
 
 def guard_text(message: str) -> str:
     """The failing guard of one Dynamo reason, without the `0/1:` prefix and the `# source` comment."""
     first = message.strip().splitlines()[0] if message.strip() else ""
-    return _ID_PREFIX.sub("", first).split("  #")[0].split(" # ")[0].strip()
+    return strip_reason_id(first).split("  #")[0].split(" # ")[0].strip()
 
 
 def guard_shape(message: str) -> str:
@@ -226,13 +217,18 @@ def guard_shape(message: str) -> str:
 
 def _user_frame_from_reasons(reasons: list[str]) -> SourceRef | None:
     """The last user frame Dynamo names in its 'User stack trace' (the line that installed the guard)."""
-    found = list(_USER_FRAME.finditer("\n".join(reasons)))
+    found = [f for f in traceback_frames("\n".join(reasons)) if looks_like_user_file(f[0])]
     if not found:
         return None
-    match = found[-1]
-    return SourceRef(
-        file=match["file"], line=int(match["line"]), code=match["code"].strip(), function=match["func"], how="guard"
-    )
+    file, line, function, code = found[-1]
+    return SourceRef(file=file, line=line, code=code, function=function, how="guard")
+
+
+def _compiled_frame(event: DynamoCompileEvent) -> SourceRef | None:
+    """The function Dynamo compiled, when it is the user's code (not torch's wrapper of a module)."""
+    if not looks_like_user_file(event.co_filename):
+        return None
+    return SourceRef(file=event.co_filename, line=event.co_firstlineno or 0, function=event.co_name, how="compiled_frame")
 
 
 def dynamo_rows(record: ModeRecord, compile_events: list[DynamoCompileEvent]) -> list[RecompileRow]:
@@ -243,28 +239,35 @@ def dynamo_rows(record: ModeRecord, compile_events: list[DynamoCompileEvent]) ->
     seen = {e.compile_id for e in recompile_events}
     rows = []
     for event in recompile_events:
-        source = _user_frame_from_reasons(event.reasons)
+        # The user's own line, most specific first: the frame the failing guard names, the line
+        # that called the recompiled code (`model(x)`), the compiled function when it is the user's
+        # (a compiled module's frame is torch's own wrapper, `external_utils.py` `inner`).
+        source = _user_frame_from_reasons(event.reasons) or event.source
         compiled = compiles.get(event.compile_id)
-        if source is None and compiled is not None and compiled.co_filename and not event.is_ca_graph:
-            source = SourceRef(
-                file=compiled.co_filename, line=compiled.co_firstlineno or 0, function=compiled.co_name, how="compiled_frame"
-            )
-        rows.append(_dynamo_row(record, event.compile_id, event.is_ca_graph, event.step, event.seq, tuple(event.reasons), source))
+        if source is None and compiled is not None and not event.is_ca_graph:
+            source = _compiled_frame(compiled)
+        rows.append(_dynamo_row(record, event.compile_id, event.is_ca_graph, event.step, event.seq, tuple(event.reasons), source, compiled))
     for event in compile_events:
         attempt = compile_attempt(event.compile_id)
         if not attempt or event.compile_id in seen:
             continue
         seen.add(event.compile_id)
-        source = None
-        if event.co_filename and not event.is_ca_graph:
-            source = SourceRef(file=event.co_filename, line=event.co_firstlineno or 0, function=event.co_name, how="compiled_frame")
-        rows.append(_dynamo_row(record, event.compile_id, event.is_ca_graph, event.step, event.seq, (), source))
+        source = None if event.is_ca_graph else _compiled_frame(event)
+        rows.append(_dynamo_row(record, event.compile_id, event.is_ca_graph, event.step, event.seq, (), source, event))
     return rows
 
 
 def _dynamo_row(
-    record: ModeRecord, compile_id: str, is_ca_graph: bool, step: int | None, seq: int, reasons: tuple[str, ...], source: SourceRef | None
+    record: ModeRecord,
+    compile_id: str,
+    is_ca_graph: bool,
+    step: int | None,
+    seq: int,
+    reasons: tuple[str, ...],
+    source: SourceRef | None,
+    compiled: DynamoCompileEvent | None,
 ) -> RecompileRow:
+    frame = _compiled_frame(compiled) if compiled is not None and not is_ca_graph else None
     return RecompileRow(
         mode=record.mode,
         source=SOURCE_DYNAMO_CA_GRAPH if is_ca_graph else SOURCE_DYNAMO_FRAME,
@@ -275,6 +278,7 @@ def _dynamo_row(
         messages=reasons,
         user_source=source,
         produced=compile_id,
+        frame_name=frame.function if frame is not None else "",
     )
 
 
@@ -284,13 +288,7 @@ def _frame_key(compile_id: str) -> str:
 
 
 def _limit_from_text(text: str) -> tuple[str, int | None] | None:
-    match = _LIMIT.search(text) or _LIMIT_LOG.search(text)
-    if match:
-        return match["type"], int(match["value"])
-    if "recompile limit exceeded" in text.lower() or "recompile_limit" in text:
-        kind = "accumulated_recompile_limit" if "accumulated" in text else "recompile_limit"
-        return kind, None
-    return None
+    return recompile_limit(text)
 
 
 def limit_hits(record: ModeRecord, compiles: list[DynamoCompileEvent]) -> list[LimitHit]:
@@ -327,8 +325,8 @@ def limit_hits(record: ModeRecord, compiles: list[DynamoCompileEvent]) -> list[L
         found = _limit_from_text(f"{finding.code} {finding.message}")
         if found is None:
             continue
-        compile_id = re.search(r"\[?(!?\d+/\d+(?:/\d+)?)\]?", finding.message)
-        key = compile_id.group(1) if compile_id else f"finding:{finding.seq}"
+        compile_id = compile_id_in(finding.message)
+        key = compile_id or f"finding:{finding.seq}"
         if key in seen:
             continue
         seen.add(key)
@@ -426,6 +424,29 @@ def _ca_rows(record: ModeRecord, misses: list[CacheMissEvent], graphs: dict[int,
     return rows
 
 
+def _earlier_values_from_guards(rows: list[RecompileRow]) -> list[RecompileRow]:
+    """A changed size whose earlier value the graphs do not show (a size the graph passes on
+    without reading it, e.g. to an AOT backward) takes it from the forward's size guard when the
+    forward was recompiled just before, in the same step, for the same new value: `expected 32,
+    actual 48` says a 48 was 32."""
+    out: list[RecompileRow] = []
+    guard: tuple[str, int, int, int] | None = None
+    guard_step: int | None = None
+    for row in rows:
+        if row.source == SOURCE_DYNAMO_FRAME:
+            found = size_guard(row.messages[0]) if row.messages else None
+            guard, guard_step = (found, row.step) if found else (guard, guard_step)
+        elif row.source == SOURCE_CA:
+            if guard is not None and guard_step == row.step and any(c.previous is None and c.value == guard[3] for c in row.changed_sizes):
+                sizes = tuple(
+                    dataclasses.replace(c, previous=guard[2]) if c.previous is None and c.value == guard[3] else c for c in row.changed_sizes
+                )
+                row = dataclasses.replace(row, changed_sizes=sizes)
+            guard = None
+        out.append(row)
+    return out
+
+
 def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> RecompileTable:
     """The recompiles of one mode record, in the order they happened. `steps` is given when the
     record was read without its step events (recompiles_load); otherwise it is counted here."""
@@ -443,6 +464,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         misses = misses_with_earlier_values(record)
     rows = _ca_rows(record, misses, graphs) + dynamo_rows(record, compile_events)
     rows.sort(key=lambda r: r.seq)
+    rows = _earlier_values_from_guards(rows)
     steps = steps if steps is not None else step_summary(record)
     manifest = record.manifest
     return RecompileTable(

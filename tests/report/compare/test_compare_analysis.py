@@ -426,8 +426,8 @@ Speedups (steady-state step time)
 ┏━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓
 ┃           ┃ speedup ┃       90% CI ┃ verdict ┃ note                                    ┃
 ┡━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩
-│ aot/eager │   1.25x │ 1.23 - 1.27x │ faster  │                                         │
-│ ca/eager  │   2.00x │ 1.97 - 2.03x │ faster  │ from a mode that did not finish cleanly │
+│ aot/eager │   1.25x │ 1.24 - 1.28x │ faster  │                                         │
+│ ca/eager  │   2.00x │ 1.98 - 2.04x │ faster  │ from a mode that did not finish cleanly │
 │ ca/aot    │   1.60x │ 1.58 - 1.62x │ faster  │ from a mode that did not finish cleanly │
 └───────────┴─────────┴──────────────┴─────────┴─────────────────────────────────────────┘
 speedup = baseline median step time / mode median step time (> 1: faster), with its 90% confidence

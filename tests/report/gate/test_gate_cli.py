@@ -10,10 +10,7 @@ so the tests check the gate, not the exact numbers capture produces.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -23,48 +20,15 @@ from cagtool.record.loader import load_run
 from cagtool.report.gate.baseline import load_baseline
 from cagtool.report.metrics import mode_metrics
 
+from gate_cli import cagtool, edit, gate_json, outcomes
+
 pytestmark = pytest.mark.slow
-
-_GITHUB_VARS = ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY")
-
-
-def cagtool(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if k not in _GITHUB_VARS}
-    return subprocess.run(
-        [sys.executable, "-m", "cagtool", *[str(a) for a in args]], capture_output=True, text=True, timeout=120, cwd=str(cwd), env={**base, **(env or {})}
-    )
-
-
-def gate_json(*args: str, cwd: Path, code: int) -> dict:
-    proc = cagtool("gate", "--format", "json", *args, cwd=cwd)
-    assert proc.returncode == code, proc.stdout + proc.stderr
-    return json.loads(proc.stdout)
-
-
-def outcomes(data: dict) -> dict[str, str]:
-    return {c["check"]: c["outcome"] for c in data["checks"]}
-
 
 @pytest.fixture(scope="module")
 def op_loop(record_run):
     run = record_run("op_loop.py")
     assert run.returncode == 0, run.stderr
     return run.path
-
-
-@pytest.fixture(scope="module")
-def graph_breaks(record_run):
-    run = record_run("graph_breaks.py", "60", modes="aot,ca")
-    assert run.returncode == 0, run.stderr
-    return run.path
-
-
-@pytest.fixture
-def work(tmp_path) -> Path:
-    """A working directory with no pyproject.toml above it that has a gate table."""
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
 
 
 # ------------------------------------------------------------------ count thresholds
@@ -127,12 +91,6 @@ def baseline_file(graph_breaks, work) -> Path:
     assert proc.returncode == 0, proc.stderr
     assert f"baseline saved: {path}" in proc.stdout
     return path
-
-
-def edit(path: Path, change) -> None:
-    data = json.loads(path.read_text())
-    change(data)
-    path.write_text(json.dumps(data))
 
 
 def test_baseline_round_trip(graph_breaks, baseline_file, work):

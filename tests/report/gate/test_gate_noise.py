@@ -22,13 +22,13 @@ from cagtool.report.gate.baseline import load_baseline, run_snapshots
 from cagtool.report.markdown import md_text
 from cagtool.report.metrics import mode_metrics
 
-from test_gate_cli import cagtool, edit, gate_json, graph_breaks, outcomes, work  # noqa: F401 - the shared fixtures
+from gate_cli import cagtool, edit, gate_json
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def real_run(graph_breaks) -> Path:  # noqa: F811 - test_gate_cli's recording of graph_breaks.py 60, aot and ca
+def real_run(graph_breaks) -> Path:  # conftest's recording of graph_breaks.py 60, aot and ca
     return graph_breaks
 
 

@@ -398,41 +398,9 @@ def test_patience_alignment_matches_as_much_as_difflib_on_edited_sequences():
     assert opcodes([], []) == [] and opcodes([], [1]) == [("insert", 0, 0, 0, 1)]
 
 
-@pytest.mark.parametrize("switch", [None, "FORCE_COLOR", "TTY_COMPATIBLE"])
-def test_the_plain_side_by_side_writer_prints_what_rich_draws(monkeypatch, switch):
-    """Off a terminal the side-by-side table is written line by line (render._print_plain_table);
-    rich drawing the same table without colour must give the same text, at widths that wrap and
-    fold cells, with wide characters and repeated cells (a tab is expanded differently: not covered)."""
-    from rich.console import Console
-
-    from cagtool.report.console import prints_plain
-
-    class Terminal(io.StringIO):  # where report/console.py's rule leaves the table to rich
-        def isatty(self) -> bool:
-            return True
-
-    monkeypatch.delenv("FORCE_COLOR", raising=False)
-    monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
-    if switch is not None:  # rich takes any stream for a terminal: still no style, the same text
-        monkeypatch.setenv(switch, "1")
-    old = graph("AddBackward0")
-    new = graph("SubBackward0", dims="10, 日本語テンソル_" + "x" * 70 + " end, " + "word " * 12)
-    comparison = _comparison(old, new)
-    for width in (37, 60, 100, 160):
-        assert prints_plain(make_console(file=io.StringIO(), width=width))
-        plain = _render(SideBySideRenderer(context=2), comparison, width=width)
-        buffer = Terminal()
-        drawn = Console(file=buffer, width=width, no_color=False, color_system=None, highlight=False, markup=False, emoji=False)
-        assert not prints_plain(drawn)
-        SideBySideRenderer(context=2).render([comparison], drawn)
-        assert plain == buffer.getvalue(), width
-        assert "日本語" in plain and "│" in plain
-
-
 def test_on_a_terminal_without_colour_rich_draws_the_side_by_side_table(monkeypatch):
-    """NO_COLOR on a terminal removes colours, not bold or dim: rich's text there has style codes
-    the plain writer does not write, so the table is rich's (it used to be the plain writer's,
-    whose borders were then taken from styled probe lines and fell inside the codes)."""
+    """NO_COLOR on a terminal removes colours, not bold or dim: the borders stay aligned around
+    rich's style codes."""
     import re
 
     class Terminal(io.StringIO):

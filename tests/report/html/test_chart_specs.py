@@ -1,8 +1,9 @@
-"""The report's chart specs are written as plain dicts (no pandas, no altair: issue 12). They must
-be the JSON altair built before, key for key, from the same rows (the altair builders below are
-the ones the report used until then), and the step rows the figures `frames.steps_frame` gives,
-on real records, a schema-1 record and a record with steps out of order and NaN losses. And
-`cagtool run`'s end-of-run report imports neither pandas nor altair."""
+"""The report's chart specs are written as plain dicts (no pandas, no altair): the step rows are
+the figures `frames.steps_frame` gives (plus the first step, timed from its first compile), on
+real records, a schema-1 record and a record with steps out of order and NaN losses; the compile
+phases are the JSON altair built, key for key; the timelines of a page share their axes and their
+legends name only what the chart draws. And `cagtool run`'s end-of-run report imports neither
+pandas nor altair."""
 
 from __future__ import annotations
 
@@ -59,88 +60,51 @@ def records(recordings, tmp_path_factory):
     return out
 
 
+def _first_step_from_events(record) -> tuple[int, float, str] | None:
+    """(step, seconds, what it is timed from) of the record's first step when it compiled, from
+    its events: the earliest start of a Dynamo compile, a CA capture or a backward call in it, to
+    its end. None for schema-1 records (their first step is timed) and a first step that compiled
+    nothing."""
+    from cagtool.record.schema import BackwardEvent, CAGraphEvent, DynamoCompileEvent, StepEvent
+
+    steps = record.of(StepEvent)
+    if not steps or not steps[0].boundary:
+        return None
+    first = min(steps, key=lambda e: e.step)
+    if not (first.compiles or first.ca_captures):
+        return None
+    starts = [(d.t - d.entire_frame_compile_time_s, "compile") for d in record.of(DynamoCompileEvent) if d.step == first.step and d.entire_frame_compile_time_s]
+    starts += [(g.t - g.capture_s, "compile") for g in record.of(CAGraphEvent) if g.step == first.step]
+    starts += [(b.t - b.backward_s, "backward") for b in record.of(BackwardEvent) if b.step == first.step][:1]
+    start, why = min(starts)
+    return first.step, first.t - start, charts.FIRST_STEP_TIMED_FROM[why]
+
+
 def _frame_rows(series: list[charts.Series]) -> list[dict]:
-    """The step rows as the report built them from `frames.steps_frame` (pandas) before."""
+    """The step rows as the report built them from `frames.steps_frame` (pandas) before, with the
+    first step timed from the events when it compiled."""
     from cagtool.report.frames import steps_frame
 
     rows = []
     for s in series:
+        first = _first_step_from_events(s.record)
         for step, row in steps_frame(s.record).iterrows():
+            timed = first is not None and first[0] == step and row["iteration_s"] != row["iteration_s"]
             rows.append(
                 {
                     "series": s.label,
                     "step": int(step),
-                    "iteration_ms": charts._ms(row["iteration_s"]),
+                    "iteration_ms": charts._ms(first[1] if timed else row["iteration_s"]),
                     "backward_ms": charts._ms(row["backward_s"]),
                     "loss": charts._float(row["loss"]),
                     "compile_affected": bool(row["compile_affected"]),
                     "compiles": int(row["compiles"]),
                     "ca_captures": int(row["ca_captures"]),
                     "compile_ms": charts._ms(row["compile_s"]),
+                    "timed_from": first[2] if timed else (charts.TIMED_FROM_PREVIOUS_END if row.get("boundary") else charts.TIMED_FROM_BACKWARD_STARTS),
                 }
             )
     return rows
-
-
-def _altair_timeline(title: str, steps: list[dict], markers: list[dict]) -> dict:
-    """The timeline as altair built it (the report's code until the plain-dict specs)."""
-    import altair as alt
-    import pandas as pd
-
-    step_data = pd.DataFrame(steps, columns=list(charts._STEP_COLUMNS))
-    zoom = alt.selection_interval(name="zoom", bind="scales", encodings=["x"])
-    x = alt.X("step:Q", title="step", axis=alt.Axis(tickMinStep=1, labelExpr="datum.value % 1 ? '' : datum.label"))
-    y = alt.Y("iteration_ms:Q", title="step time (ms, log)", scale=alt.Scale(type="log"))
-    color = alt.Color("series:N", title="record", legend=alt.Legend(orient="top"))
-    tooltip = [
-        alt.Tooltip("series:N", title="record"),
-        alt.Tooltip("step:Q"),
-        alt.Tooltip("iteration_ms:Q", title="step time (ms)", format=".3f"),
-        alt.Tooltip("backward_ms:Q", title="backward calls (ms)", format=".3f"),
-        alt.Tooltip("compile_affected:N", title="compile-affected"),
-        alt.Tooltip("compiles:Q"),
-        alt.Tooltip("ca_captures:Q", title="CA captures"),
-        alt.Tooltip("compile_ms:Q", title="compile (ms)", format=".1f"),
-        alt.Tooltip("loss:Q", format=".6g"),
-    ]
-    base = alt.Chart(step_data).transform_filter("isValid(datum.iteration_ms) && datum.iteration_ms > 0")
-    line = base.mark_line(opacity=0.6).encode(x=x, y=y, color=alt.Color("series:N", legend=None)).add_params(zoom)
-    points = base.mark_point(filled=True, size=30).encode(x=x, y=y, color=color, tooltip=tooltip).properties(name=charts.STEP_MARKS)
-    affected = (
-        base.transform_filter("datum.compile_affected")
-        .mark_point(filled=False, size=160, strokeWidth=1.5, color="#d62728")
-        .encode(x=x, y=y, tooltip=tooltip)
-        .properties(name=charts.AFFECTED_MARKS)
-    )
-    layers = [line, points]
-    if any(row["compile_affected"] and row["iteration_ms"] for row in steps):
-        layers.append(affected)
-    if markers:
-        marker_data = pd.DataFrame(markers, columns=list(charts._MARKER_COLUMNS))
-        kinds = [k for k, _, _ in charts._MARKERS]
-        scale = alt.Scale(domain=kinds, range=[c for _, _, c in charts._MARKERS])
-        kind_color = alt.Color("kind:N", title="event", scale=scale, legend=alt.Legend(orient="top"))
-        kind_shape = alt.Shape("kind:N", scale=alt.Scale(domain=kinds, range=[s for _, s, _ in charts._MARKERS]), legend=None)
-        marker_tooltip = [
-            alt.Tooltip("kind:N", title="event"),
-            alt.Tooltip("series:N", title="record"),
-            alt.Tooltip("step:Q"),
-            alt.Tooltip("compile_id:N", title="compile id"),
-            alt.Tooltip("reason:N"),
-            alt.Tooltip("what:N", title="what changed"),
-            alt.Tooltip("node:N", title="autograd node"),
-            alt.Tooltip("source:N", title="source line"),
-        ]
-        marks = alt.Chart(marker_data)
-        rules = marks.mark_rule(strokeDash=[3, 3], opacity=0.5).encode(x=x, color=alt.Color("kind:N", scale=scale, legend=None))
-        lanes = {k: 7 + 11 * i for i, k in enumerate(kinds)}
-        marks = marks.transform_calculate(lane=f"{json.dumps(lanes)}[datum.kind]")
-        symbols = marks.mark_point(filled=True, size=110, opacity=0.9).encode(
-            x=x, y=alt.Y("lane:Q", scale=None, axis=None), color=kind_color, shape=kind_shape, tooltip=marker_tooltip
-        ).properties(name=charts.EVENT_MARKS)
-        layers += [rules, symbols]
-    chart = alt.layer(*layers).resolve_scale(color="independent").properties(title=title, width="container", height=240)
-    return chart.to_dict(validate=False)
 
 
 def _altair_phases(rows: list[dict]) -> dict:
@@ -154,23 +118,13 @@ def _altair_phases(rows: list[dict]) -> dict:
         .encode(
             y=alt.Y("mode:N", title=None, sort=None),
             yOffset=alt.YOffset("phase:N", sort=phases),
-            x=alt.X("seconds:Q", title="compile time (s)"),
+            x=alt.X("seconds:Q", title="compile time (s)", axis=alt.Axis(tickCount=8)),
             color=alt.Color("phase:N", sort=phases, legend=alt.Legend(orient="top", title=None)),
             tooltip=[alt.Tooltip("mode:N"), alt.Tooltip("phase:N"), alt.Tooltip("seconds:Q", format=".3f")],
         )
         .properties(name=charts.PHASE_MARKS, title="Compile time by phase", width="container", height=max(60, 12 * len(rows)))
     )
     return chart.to_dict(validate=False)
-
-
-def _same_view_name(spec: dict, view: str) -> str:
-    """The spec as JSON text (key order included), with altair's hashed view name as ours."""
-    text = json.dumps(spec)
-    for layer in spec.get("layer", []):
-        name = layer.get("name", "")
-        if name.startswith("view_"):
-            text = text.replace(json.dumps(name), json.dumps(view))
-    return text
 
 
 def test_step_rows_are_the_frames_figures(records):
@@ -188,25 +142,76 @@ def test_step_rows_are_the_frames_figures(records):
     assert compared > 20
 
 
-def test_specs_are_what_altair_built(records):
+def test_step_rows_are_the_frames_figures_and_the_first_step_is_timed(records):
+    """The compile step (step 0) is drawn: on the 3-mode record, aot's and ca's first steps are
+    timed from their first compile, and each is the slowest step of its mode; eager's first step
+    compiled nothing and stays undrawn (what the recorder sees of it leaves its forward out)."""
+    run = load_run(records[0])
+    for name in ("aot", "ca"):
+        rows = charts.step_rows([charts.Series(name, run.modes[name])])
+        first = rows[0]
+        assert first["step"] == 0 and first["compile_affected"] and first["timed_from"] == charts.FIRST_STEP_TIMED_FROM["compile"]
+        assert first["iteration_ms"] > max(r["iteration_ms"] for r in rows[1:])
+    eager = charts.step_rows([charts.Series("eager", run.modes["eager"])])
+    assert eager[0]["step"] == 0 and eager[0]["iteration_ms"] is None
+
+
+def test_phases_are_what_altair_built(records):
     pytest.importorskip("altair")
     pytest.importorskip("pandas")
-    kinds = set()
     for path in records:
         run = load_run(path)
-        tables = Tables()
-        for base, names in _modes_by_base(run).items():
-            series = _series(run, names, tables)
-            steps, _ = charts.thin_steps(charts.step_rows(series))
-            markers = charts.marker_rows(series)
-            spec = charts.timeline_spec(f"mode {base}", steps, markers)
-            assert _same_view_name(spec, charts.STEP_LINE_VIEW) == _same_view_name(_altair_timeline(f"mode {base}", steps, markers), charts.STEP_LINE_VIEW), (path, base)
-            kinds.update(layer.get("name", "line") for layer in spec["layer"])
-            kinds.add("markers" if markers else "no markers")
         phases = _phase_rows(compare_modes(run))
         assert json.dumps(charts.compile_phase_spec(phases)) == json.dumps(_altair_phases(phases)), path
-    # Every layer was compared: ringed steps, markers, and a timeline without markers.
-    assert {charts.STEP_MARKS, charts.AFFECTED_MARKS, charts.EVENT_MARKS, "markers", "no markers"} <= kinds
+
+
+def _layers(spec: dict) -> list[dict]:
+    out = []
+    for layer in spec.get("layer", []):
+        out.extend(_layers(layer) if "layer" in layer else [layer])
+    return out
+
+
+def test_timelines_share_their_axes_and_legends_name_what_occurs(records):
+    """The A/B page of the 3-mode record (A) against the op_loop record (B): one chart per mode,
+    the same step range and step-time scale on each; each chart's legends list the records it
+    draws and the marker kinds it holds; A's and B's markers in lanes of their own."""
+    a, b = load_run(records[0]), load_run(records[1])
+    tables = Tables()
+    groups = []
+    for base in ("eager", "aot", "ca"):
+        series = _series(a, [base], tables, "A ", "A") + (_series(b, [base], tables, "B ", "B") if base in b.modes else [])
+        markers = charts.marker_rows(series)
+        steps, _ = charts.drawn_step_rows(series, markers)
+        groups.append((series, steps, markers))
+    axes = charts.shared_axes([r for g in groups for r in g[1]], [m for g in groups for m in g[2]],
+                              [s.label for g in groups for s in g[0]], [charts.lane_of(s) for g in groups for s in g[0]])
+    assert axes.lanes == ("A", "B") and axes.log
+    assert axes.steps == (0, max(r["step"] for g in groups for r in g[1]))
+    specs = [charts.timeline_spec(f"mode {base}", steps, markers, axes) for base, (_, steps, markers) in zip(("eager", "aot", "ca"), groups)]
+    scales = set()
+    for spec, (series, steps, markers) in zip(specs, groups):
+        layers = _layers(spec)
+        points = next(layer for layer in layers if layer.get("name") == charts.STEP_MARKS)
+        scales.add(json.dumps([points["encoding"]["x"]["scale"], points["encoding"]["y"]["scale"]]))
+        assert points["encoding"]["color"]["legend"]["values"] == [s.label for s in series if any(r["series"] == s.label for r in steps)]
+        symbols = [layer for layer in layers if layer.get("name", "").startswith(charts.EVENT_MARKS)]
+        kinds = {m["kind"] for m in markers}
+        assert len(symbols) == len(kinds)  # a layer per kind, side by side in a lane
+        for layer in symbols:
+            assert sorted(layer["encoding"]["color"]["legend"]["values"]) == sorted(kinds)
+            assert layer["encoding"]["y"]["scale"]["domain"] == ["A", "B"]
+        assert {m["lane"] for m in markers} <= {"A", "B"}
+    assert len(scales) == 1  # identical axes on every chart
+    ca_markers = groups[2][2]
+    assert {m["lane"] for m in ca_markers} == {"A", "B"}
+    # The kinds no chart holds are in no legend (this page has no Dynamo recompile).
+    assert charts.MARKER_DYNAMO not in axes.kinds
+
+
+def test_the_log_axis_is_labelled_at_powers_of_ten():
+    assert charts._log_ticks(0.05, 30_000) == [0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0]
+    assert charts._log_ticks(3, 40) == [5.0, 10.0, 20.0]
 
 
 def test_the_vega_lite_version_is_altairs():
@@ -251,5 +256,5 @@ def test_end_of_run_report_imports_neither_pandas_nor_altair(recordings, tmp_pat
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"{run_dir / 'report.html'} []"
     html = (run_dir / "report.html").read_text()
-    assert html.count('data-chart="chart-') == 4  # three timelines and the compile phases
+    assert html.count('data-chart="chart-') == 2  # every mode on one timeline, and the compile phases
     assert 'class="code"' in html and '<span class="k">def</span>' in html

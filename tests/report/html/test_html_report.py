@@ -4,7 +4,12 @@ shows everything from the record as text (never as markup or script).
 
 Chromium is Debian's `chromium` package (`.ci/run` installs it); without it these tests skip
 (and fail under CI=true: CI must not pass on what it did not measure).
-Screenshots go to test-artifacts/ (gitignored) for a person to look at.
+
+Every page the tests open is photographed at 1400x900 (the whole page) for a person to look at
+(docs/visual-review.md): into $CAGTOOL_SCREENSHOTS when set (`.ci/run` sets it to
+test-artifacts/screenshots, which CI keeps), else into the session's pytest temporary directory.
+What the review checklist asks that a test can measure, every page is held to: the headline is
+on the first screen, every mark lies inside its plot, the step axes are labelled in whole steps.
 """
 
 from __future__ import annotations
@@ -26,29 +31,74 @@ from cagtool.record.loader import load_run
 from cagtool.record.schema import CacheMissEvent, GraphBreakEvent
 from cagtool.report.frames import steps_frame
 from cagtool.report.html.document import write_report
+from cagtool.report.metrics import first_step_time
 
-ARTIFACTS = ROOT / "test-artifacts"
+SCREENSHOTS_ENV = "CAGTOOL_SCREENSHOTS"
+VIEWPORT = (1400, 900)  # the first screen the review checklist is about
 THREE = "eager,aot,ca"
 CHARTS_DONE = "document.body.dataset.charts !== undefined && document.body.dataset.chartsDone === document.body.dataset.charts"
 MAX_BYTES = 3 * 2**20
 
 
+@pytest.fixture(scope="session")
+def screenshots(tmp_path_factory) -> Path:
+    """Where the pages' screenshots go: $CAGTOOL_SCREENSHOTS, else a session temporary directory."""
+    chosen = os.environ.get(SCREENSHOTS_ENV)
+    path = Path(chosen) if chosen else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 @pytest.fixture(scope="module")
-def browser():
+def browser(screenshots):
     if find_chromium() is None:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             # CI must not pass on what it did not measure: .ci/run installs chromium.
             pytest.fail("chromium is not installed under CI=true: the browser tests cannot run (.ci/run installs it with apt-get)")
         pytest.skip("chromium is not installed: `apt-get install chromium` (Debian; .ci/run installs it)")
-    with Browser.start() as b:
+    with Browser.start(width=VIEWPORT[0], height=VIEWPORT[1]) as b:
+        b.screenshot_dir = screenshots  # type: ignore[attr-defined]
         yield b
 
 
 def open_report(browser: Browser, path: Path, shot: str):
+    """The page, its charts drawn, photographed, and held to the review checklist."""
     page = browser.open(path)
     page.wait_for(CHARTS_DONE, timeout=60)
-    page.screenshot(ARTIFACTS / f"{shot}.png")
+    page.screenshot(browser.screenshot_dir / f"{shot}.png")  # type: ignore[attr-defined]
+    assert_looks_right(page)
     return page
+
+
+# Every drawn mark's centre, against its own chart's plot (the frame's background).
+_MARKS_OUTSIDE = """(() => {
+  const out = [];
+  document.querySelectorAll('.chart svg').forEach(svg => {
+    const frame = svg.querySelector('g.role-frame.root > g > path.background').getBoundingClientRect();
+    svg.querySelectorAll('.step_points_marks path, .compile_affected_marks path, g[class*="event_markers"] path').forEach(m => {
+      const r = m.getBoundingClientRect(), x = r.x + r.width / 2, y = r.y + r.height / 2;
+      if (x < frame.left - 0.5 || x > frame.right + 0.5 || y < frame.top - 0.5 || y > frame.bottom + 0.5)
+        out.push(svg.parentNode.id + ': ' + m.getAttribute('aria-label'));
+    });
+  });
+  return out;
+})()"""
+
+# The step axes' labels: every X-axis of a timeline (the charts holding step points).
+_STEP_TICKS = """(() => Array.from(document.querySelectorAll('.chart svg')).filter(svg => svg.querySelector('.step_points_marks'))
+  .flatMap(svg => Array.from(svg.querySelectorAll('g.role-axis')).filter(a => (a.getAttribute('aria-label') || '').startsWith('X-axis'))
+  .flatMap(a => Array.from(a.querySelectorAll('.role-axis-label text')).map(t => t.textContent))))()"""
+
+
+def assert_looks_right(page) -> None:
+    """docs/visual-review.md, what can be measured: the headline within the first screen at
+    1400x900, no mark outside its plot, no step-axis label that is not a whole step."""
+    page.evaluate("window.scrollTo(0, 0)")
+    bottom = page.evaluate("(() => { const h = document.getElementById('headline'); return h ? h.getBoundingClientRect().bottom : 0; })()")
+    assert 0 < bottom <= VIEWPORT[1], f"the headline ends {bottom} px down, below the first screen"
+    assert page.evaluate(_MARKS_OUTSIDE) == []
+    ticks = [t for t in page.evaluate(_STEP_TICKS) if t]
+    assert all(t.lstrip("-").replace(",", "").isdigit() for t in ticks), ticks
 
 
 def assert_clean(page, path: Path) -> None:
@@ -98,36 +148,45 @@ def test_three_modes_in_browser(browser, three_modes):
     page = open_report(browser, path, "report-graph-breaks-three-modes")
     assert_clean(page, path)
     run = load_run(three_modes.path)
-    # Every chart drew: three timelines (one per mode) and the compile phases.
-    assert page.evaluate("document.querySelectorAll('.chart[data-rendered]').length") == 4
-    # One point per step that has an iteration time, with the recorded value in its label.
+    # Every chart drew: one timeline with every mode, and the compile phases.
+    assert page.evaluate("document.querySelectorAll('.chart[data-rendered]').length") == 2
+    # One point per step that has an iteration time, with the recorded value in its label; and
+    # the first step of the modes that compile (it holds the compiles), timed from its first
+    # compile, ringed, the slowest point of its mode.
     labels = page.evaluate("Array.from(document.querySelectorAll('.step_points_marks path')).map(e => e.getAttribute('aria-label'))")
     expected = []
     for name, record in run.modes.items():
         frame = steps_frame(record)
         for step, row in frame.dropna(subset=["iteration_s"]).iterrows():
             expected.append((f"step: {step};", f"record: {name};", f"step time (ms): {row['iteration_s'] * 1000:.3f};"))
+        first = first_step_time(record)
+        if name != "eager":
+            assert first is not None and first.compile_affected and first.includes_forward
+            expected.append(("step: 0;", f"record: {name};", f"step time (ms): {first.seconds * 1000:.3f};", "timed from: the start of its first compile"))
+            assert first.seconds > frame["iteration_s"].max()
     assert len(labels) == len(expected)
     for want in expected:
         assert any(all(part in label for part in want) for label in labels), (want, labels)
+    ringed = page.evaluate("Array.from(document.querySelectorAll('.compile_affected_marks path')).map(e => e.getAttribute('aria-label'))")
+    assert sorted(r.split("record: ")[1].split(";")[0] for r in ringed if "step: 0;" in r) == ["aot", "ca"]
     # A marker per graph break (aot and ca), and its tooltip gives the reason and the source line.
     breaks = sum(len(r.of(GraphBreakEvent)) for r in run.modes.values())
     assert breaks >= 4
-    markers = page.evaluate("Array.from(document.querySelectorAll('.event_markers_marks path')).map(e => e.getAttribute('aria-label'))")
+    markers = page.evaluate("Array.from(document.querySelectorAll('g[class*=event_markers] path')).map(e => e.getAttribute('aria-label'))")
     assert sum("event: graph break" in m for m in markers) == breaks
     index = next(i for i, m in enumerate(markers) if "event: graph break" in m)
-    tip = hover_tooltip(page, ".event_markers_marks path", index)
+    tip = hover_tooltip(page, "g[class*=event_markers] path", index)
     assert "graph break" in tip and "torch._dynamo.graph_break()" in tip
     assert "graph_breaks.py:1" in tip  # the source line (12 or 14)
     # The timeline zooms: the mouse wheel over the ca chart narrows its step axis.
     ticks = (
-        "(() => { const a = Array.from(document.querySelectorAll('#chart-2 g.role-axis'))"
+        "(() => { const a = Array.from(document.querySelectorAll('#chart-0 g.role-axis'))"
         ".find(a => (a.getAttribute('aria-label') || '').startsWith('X-axis'));"
         " return Array.from(a.querySelectorAll('.role-axis-label text')).map(t => t.textContent); })()"
     )
     before = page.evaluate(ticks)
     x, y = page.evaluate(
-        "(() => { const e = document.querySelector('#chart-2 .step_points_marks'); e.scrollIntoView({block: 'center'});"
+        "(() => { const e = document.querySelector('#chart-0 .step_points_marks'); e.scrollIntoView({block: 'center'});"
         " const r = e.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()"
     )
     page.call("Input.dispatchMouseEvent", {"type": "mouseWheel", "x": x, "y": y, "deltaX": 0, "deltaY": -600})
@@ -147,11 +206,11 @@ def test_ca_misses_diffs_and_code(browser, op_loop):
     ca = run.mode("ca")
     misses = ca.of(CacheMissEvent)
     assert len(misses) >= 3
-    markers = page.evaluate("Array.from(document.querySelectorAll('.event_markers_marks path')).map(e => e.getAttribute('aria-label'))")
+    markers = page.evaluate("Array.from(document.querySelectorAll('g[class*=event_markers] path')).map(e => e.getAttribute('aria-label'))")
     assert sum("CA cache miss" in m or "CA first capture" in m for m in markers) == len({m.ca_id for m in misses})
     miss = next(m for m in misses if m.node_call != 0)
     index = next(i for i, m in enumerate(markers) if f"compile id: {miss.compile_id};" in m)
-    tip = hover_tooltip(page, ".event_markers_marks path", index)
+    tip = hover_tooltip(page, "g[class*=event_markers] path", index)
     assert miss.message.splitlines()[0] in tip  # torch's reason, verbatim
     assert miss.node.replace("torch::autograd::", "") in tip
     # Each graph has highlighted code; each graph after the first, a diff against the one it replaced.
@@ -212,9 +271,9 @@ def test_everything_from_the_record_is_text(browser, op_loop, tmp_path):
     code = page.evaluate("Array.from(document.querySelectorAll('article.graph .code')).map(e => e.textContent).join('\\n')")
     assert PAYLOAD in code
     # Inside the chart: the reason in the tooltip is text too.
-    markers = page.evaluate("Array.from(document.querySelectorAll('.event_markers_marks path')).map(e => e.getAttribute('aria-label'))")
+    markers = page.evaluate("Array.from(document.querySelectorAll('g[class*=event_markers] path')).map(e => e.getAttribute('aria-label'))")
     index = next(i for i, m in enumerate(markers) if "CA cache miss" in m)
-    tip = hover_tooltip(page, ".event_markers_marks path", index)
+    tip = hover_tooltip(page, "g[class*=event_markers] path", index)
     assert PAYLOAD in tip
     assert page.evaluate("document.getElementById('vg-tooltip-element').querySelectorAll('img, script').length") == 0
     assert page.evaluate("window.__pwned === undefined")
@@ -285,12 +344,22 @@ def test_multi_rank_timeline_and_table(browser, tmp_path):
     written = write_report(load_run(run_dir))
     page = open_report(browser, written.path, "report-multi-rank")
     assert_clean(page, written.path)
-    labels = page.evaluate("Array.from(document.querySelectorAll('.step_points_marks path')).map(e => e.getAttribute('aria-label'))")
-    assert sum("record: ca rank 0;" in label for label in labels) == 5  # 6 steps: 5 iterations
-    assert sum("record: ca rank 1;" in label for label in labels) == 5
-    markers = page.evaluate("Array.from(document.querySelectorAll('.event_markers_marks path')).map(e => e.getAttribute('aria-label'))")
-    miss = [m for m in markers if "record: ca rank 1;" in m and "CA cache miss" in m]
+    # Small multiples: a chart per rank, every mode on each, the same axes on both.
+    titles = page.evaluate("Array.from(document.querySelectorAll('#timeline .chart .role-title-text')).map(e => e.textContent)")
+    assert titles == ["rank 0", "rank 1"]
+    for chart, rank in (("chart-0", 0), ("chart-1", 1)):
+        labels = page.evaluate(f"Array.from(document.querySelectorAll('#{chart} .step_points_marks path')).map(e => e.getAttribute('aria-label'))")
+        # 6 steps without boundaries (schema 1's shape): 5 timed from one backward's start to the next
+        assert sum("record: ca;" in label for label in labels) == 5
+    axes = "(id) => Array.from(document.querySelectorAll('#' + id + ' .role-axis-label text')).map(t => t.textContent).join(',')"
+    assert page.evaluate(f"({axes})('chart-0')") == page.evaluate(f"({axes})('chart-1')")
+    markers = page.evaluate("Array.from(document.querySelectorAll('#chart-1 g[class*=event_markers] path')).map(e => e.getAttribute('aria-label'))")
+    miss = [m for m in markers if "record: ca;" in m and "CA cache miss" in m]
     assert len(miss) == 1 and "step: 3;" in miss[0] and "MulBackward0 (NodeCall 2)" in miss[0]
+    # The legends name only the kinds this chart holds: rank 0 has no cache miss.
+    legend = "(id) => Array.from(document.querySelectorAll('#' + id + ' .role-legend-label text')).map(t => t.textContent)"
+    assert "CA cache miss" not in page.evaluate(f"({legend})('chart-0')")
+    assert "CA cache miss" in page.evaluate(f"({legend})('chart-1')")
     verdict = page.evaluate("document.getElementById('verdict').innerText")
     assert "2 ranks of world size 2 recorded" in verdict
     assert "rank finding:" in verdict  # rank 1 captured a graph rank 0 did not

@@ -42,6 +42,20 @@ def test_the_timeline_draws_a_bounded_number_of_points_and_every_marked_step(lon
     assert all(full[(r["series"], r["step"])] == r for r in rows)
 
 
+def test_the_page_shares_one_budget_of_points_over_its_charts_per_rank(long_run):
+    """A multi-rank run draws a chart per rank: the points' budget is the page's, not each chart's."""
+    from cagtool.report.html.document import _run_timelines
+
+    run = load_run(long_run, columns=True)
+    groups = _run_timelines(run, Tables())
+    assert [title for title, _ in groups] == ["rank 0", "rank 1"]
+    lines = sum(len(series) for _, series in groups)
+    drawn = [charts.drawn_step_rows(series, charts.marker_rows(series), lines)[0] for _, series in groups]
+    per_line = charts.points_per_series(lines)
+    assert all(len(rows) <= per_line for rows in drawn)
+    assert sum(len(rows) for rows in drawn) <= max(charts.MAX_POINTS_PER_CHART, lines * charts.MIN_POINTS_PER_SERIES)
+
+
 def test_the_trace_aggregates_steps_and_keeps_every_marked_one(long_run, monkeypatch):
     monkeypatch.setattr(perfetto, "MAX_TRACE_STEPS", 600)
     monkeypatch.setattr(perfetto, "MIN_STEPS_PER_PROCESS", 200)

@@ -11,8 +11,10 @@ from cagtool.report.ranks.analysis import (
     RANKS_GRAPHS_DIVERGE,
     RANKS_NORMS_DIVERGE,
     RANKS_STEPS_DIFFER,
+    agreement,
     analysis_json,
     analyze_ranks,
+    ranks_line,
     run_for_rank,
 )
 
@@ -118,3 +120,30 @@ def test_divergence_names_the_diff_of_the_two_running_graphs(multi_rank_run):
     [finding] = _analysis(path).of(RANKS_GRAPHS_DIVERGE)
     # Rank 0 captured nothing new at step 2: it still runs !0, which rank 1's !1 replaced.
     assert finding.data["diff_command"] == f"cagtool diff-graphs {path} 0@0 1@1"
+
+
+def test_a_rank_stopped_before_a_step_does_not_diverge_there(multi_rank_run):
+    """Rank 0 interrupted before its first backward ended, rank 1 captured at step 0: nothing both
+    reached differs, so no divergence; the verdict says what was compared, and the stopped rank's
+    finding says how many steps it ran of the script's total (what the finished rank ran)."""
+    analysis = _analysis(multi_rank_run({0: Rank(steps=0, caps=[], status="interrupted", exit_code=130, param_norm=None, grad_norm=None),
+                                         1: Rank(steps=6)}))
+    assert not analysis.of(RANKS_GRAPHS_DIVERGE) and not analysis.diverge
+    [failed] = analysis.of(RANK_FAILED)
+    assert "after 0 steps of 6" in failed.message and failed.data == {"steps": 0, "of_steps": 6}
+    verdict = agreement(analysis)
+    assert "same final norms" not in verdict and "final norms not compared" in verdict and "rank 0 interrupted after 0 steps" in verdict
+    # A capture both ranks ran up to is still compared: a stopped rank that parted before it stopped.
+    analysis = _analysis(multi_rank_run({0: Rank(steps=4, caps=[Cap(0)], status="interrupted", exit_code=130),
+                                         1: Rank(steps=6, caps=[Cap(0), EXTRA])}, name="parted"))
+    [finding] = analysis.of(RANKS_GRAPHS_DIVERGE)
+    assert finding.step == 2
+
+
+def test_no_rank_at_its_end_claims_no_agreement_of_final_norms(multi_rank_run):
+    analysis = _analysis(multi_rank_run({0: Rank(steps=3, status="interrupted", exit_code=0), 1: Rank(steps=3, status="interrupted", exit_code=0)}))
+    assert analysis.findings and all(f.code == RANK_FAILED for f in analysis.findings)
+    assert all("after 3 steps:" in f.message or f.message.endswith("after 3 steps") for f in analysis.findings)
+    assert "same final norms" not in agreement(analysis) and "same final norms" not in ranks_line(analysis, 0)
+    assert agreement(_analysis(multi_rank_run({0: Rank(), 1: Rank()}, name="both"))) == \
+        "the ranks agree: same CA graphs and cache misses, same final norms"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import ROOT, cagtool_cmd
 
-from cagtool.capture.observe.ca_observer import parse_miss
+from cagtool.torch_text import parse_miss
 from cagtool.record.graph_file import GraphNode
 from cagtool.record.schema import AutogradNodeRef, CacheMissEvent, ChangedSize
 from cagtool.report.changed_sizes import earlier_values

@@ -1,0 +1,216 @@
+"""Torch's own text formats, read in one place: what torch 2.13 prints and logs, as capture,
+trace_import and report read it.
+
+Each format is pinned by a test on a real torch 2.13 string (tests/test_torch_text.py). The
+importer and the reports use these without importing the capture (and so without the step
+tracker and the observer).
+
+| format | example (torch 2.13) |
+| --- | --- |
+| compiled-autograd cache miss | `Cache miss due to new autograd node: SubBackward0 (NodeCall 2) with key size 56, previous key sizes=[]` |
+| | `Cache miss due to 4 changed tensor shapes (total of 4): sizes[0], sizes[1], sizes[2], sizes[3]` |
+| a compile reason's CA id | `!6: Cache miss due to ...` (artifact `compiled_autograd_compile_reasons`) |
+| compile ids | `!3` (a CA capture), `0/2` (forward frame 0, attempt 2), `!0/1/0` (Dynamo's compile of CA graph 0) |
+| a guard-failure reason's id | `0/1: tensor 'x' size mismatch at index 0. expected 32, actual 48` |
+| NodeCall origin | an FX node's stack trace ends `SumBackward0 (NodeCall 1)`; graph code comments `# ... code: SumBackward0 (NodeCall 1)` |
+| AOT-inlined node | `aot0_mm`: node `mm` of AOT backward graph 0 |
+| node reference | `%mul_1` in an FX node's printed arguments |
+| graph break | `Graph break in user code at /x/train.py:12` (artifact `dynamo_graph_break_reason`) |
+| user frame | `File "/x/train.py", line 10, in f` then the code line |
+| size guard | `tensor 'x' size mismatch at index 0. expected 32, actual 48` (a Dynamo guard failure) |
+| recompile limit | `exceeding the recompile_limit cache size limit (currently set to 8)`, `hit config.recompile_limit (8)` |
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from cagtool.record.schema import MISS_CHANGED_SHAPES, MISS_NEW_NODE, MISS_UNKNOWN
+
+# -- compiled autograd's cache-miss messages --------------------------------------------------
+_NEW_NODE = re.compile(
+    r"Cache miss due to new autograd node: (?P<node>.+?) \(NodeCall (?P<call>\d+)\) "
+    r"with key size (?P<key>\d+), previous key sizes=\[(?P<prev>[^\]]*)\]"
+)
+_CHANGED = re.compile(r"Cache miss due to (?P<n>\d+) changed tensor shapes \(total of (?P<total>\d+)\): (?P<sizes>.*)")
+_SIZE_INDEX = re.compile(r"sizes\[(\d+)\]")
+_CA_REASON_ID = re.compile(r"^!(\d+): ")
+
+
+def parse_miss(message: str) -> dict[str, Any]:
+    """The fields of a torch 2.13 cache-miss message (the caller keeps the verbatim text)."""
+    match = _NEW_NODE.search(message)
+    if match:
+        prev = [int(p) for p in match.group("prev").replace(" ", "").split(",") if p]
+        return {
+            "miss_kind": MISS_NEW_NODE,
+            "node": match.group("node"),
+            "node_call": int(match.group("call")),
+            "key_size": int(match.group("key")),
+            "previous_key_sizes": prev,
+        }
+    match = _CHANGED.search(message)
+    if match:
+        return {
+            "miss_kind": MISS_CHANGED_SHAPES,
+            "indices": [int(i) for i in _SIZE_INDEX.findall(match.group("sizes"))],
+            # N sizes changed; "total of M" counts every dynamic size of the new graph.
+            "total_changed": int(match.group("n")),
+            "dynamic_sizes": int(match.group("total")),
+        }
+    return {"miss_kind": MISS_UNKNOWN}
+
+
+def split_ca_reason(reason: str) -> tuple[int | None, str]:
+    """`!6: Cache miss ...` -> (6, `Cache miss ...`); (None, reason) without the id."""
+    match = _CA_REASON_ID.match(reason)
+    if match is None:
+        return None, reason
+    return int(match.group(1)), reason[match.end() :]
+
+
+# -- compile ids --------------------------------------------------------------------------------
+_COMPILE_ID = re.compile(r"^(?:!(?P<ca>\d+)/)?(?P<frame>\d+)/(?P<attempt>\d+)$")
+_CA_ID = re.compile(r"^!(?P<ca>\d+)(?:/|$)")
+_COMPILE_ID_IN_TEXT = re.compile(r"\[?(!?\d+/\d+(?:/\d+)?)\]?")
+_REASON_ID_PREFIX = re.compile(r"^\s*-?\s*!?\d+/\d+(/\d+)?:\s*")
+
+
+def compile_id_of(metadata: dict[str, Any]) -> str:
+    """torch's CompileId string from a structured record's fields: `F/C`, `!N/F/C`, or `!N`."""
+    ca = metadata.get("compiled_autograd_id")
+    frame, attempt = metadata.get("frame_id"), metadata.get("frame_compile_id")
+    parts = []
+    if ca is not None:
+        parts.append(f"!{ca}")
+    if frame is not None:
+        parts.append(f"{frame}/{attempt}")
+    return "/".join(parts) if parts else "?"
+
+
+def compile_attempt(compile_id: str) -> int | None:
+    """C of `F/C` or `!N/F/C`: 0 for a first compile, >0 for a recompile of the same frame."""
+    match = _COMPILE_ID.match(compile_id or "")
+    return int(match["attempt"]) if match else None
+
+
+def compile_frame(compile_id: str) -> str | None:
+    """F of `F/C` or `!N/F/C`: the frame (code object) Dynamo compiled."""
+    match = _COMPILE_ID.match(compile_id or "")
+    return match["frame"] if match else None
+
+
+def ca_id_of(compile_id: str) -> int | None:
+    """N of `!N` or `!N/F/C`: the compiled-autograd graph the id belongs to."""
+    match = _CA_ID.match(compile_id or "")
+    return int(match["ca"]) if match else None
+
+
+def compile_id_in(text: str) -> str | None:
+    """The first `F/C` or `!N/F/C` in a message (`[0/8]` in a recompile-limit warning)."""
+    match = _COMPILE_ID_IN_TEXT.search(text)
+    return match.group(1) if match else None
+
+
+def strip_reason_id(line: str) -> str:
+    """A guard-failure line without its `0/1: ` (or `- 0/1: `) prefix."""
+    return _REASON_ID_PREFIX.sub("", line)
+
+
+# -- compiled-autograd graphs -------------------------------------------------------------------
+# The end of an FX node's stack trace (`set_node_origin`): `SumBackward0 (NodeCall 1)`; in the
+# logged graph code the same text follows `code: ` in a comment.
+_ORIGIN = re.compile(r"^\s*(?:.*code: )?(?P<name>\S.*?) \(NodeCall (?P<call>\d+)\)\s*$")
+_ORIGIN_IN_COMMENT = re.compile(r"code: (?P<name>\S.*?) \(NodeCall (?P<call>\d+)\)\s*$")
+AOT_PREFIX = re.compile(r"^aot(\d+)_")  # compiled: the graph diff matches it per node
+_GRAPH_CLASS = re.compile(r"^class CompiledAutograd(?P<id>\d+)\(")
+NODE_REF = re.compile(r"%([A-Za-z_]\w*)")  # `%mul_1` in printed node arguments; group 1 the name
+# A node reference or an integer constant, in printed node arguments (sizes: an integer in one
+# graph, a reference to a size node in the next).
+REF_OR_INT = re.compile(r"%[A-Za-z_][A-Za-z0-9_]*|(?<![\w.])-?\d+(?![\w.])")
+INT_CONSTANT = re.compile(r"(?<![\w.])-?\d+(?![\w.])")
+
+
+def node_origin(text: str) -> tuple[int, str] | None:
+    """(NodeCall, autograd node name) from the last line of an FX node's stack trace."""
+    match = _ORIGIN.search(text)
+    return (int(match.group("call")), match.group("name")) if match else None
+
+
+def node_origin_in_comment(line: str) -> tuple[int, str] | None:
+    """(NodeCall, autograd node name) from a comment of logged graph code (`# File: ... code: X (NodeCall k)`)."""
+    match = _ORIGIN_IN_COMMENT.search(line)
+    return (int(match.group("call")), match.group("name")) if match else None
+
+
+def aot_graph_id(node_name: str) -> int | None:
+    """N of a node named `aot<N>_...` (inlined from AOT backward graph N)."""
+    match = AOT_PREFIX.match(node_name)
+    return int(match.group(1)) if match else None
+
+
+def strip_aot_prefix(node_name: str) -> str:
+    return AOT_PREFIX.sub("", node_name)
+
+
+def graph_class_id(code: str) -> int | None:
+    """N from `class CompiledAutograd<N>(torch.nn.Module):` (the graph's compiled-autograd id)."""
+    match = _GRAPH_CLASS.match(code.lstrip())
+    return int(match.group("id")) if match else None
+
+
+# -- Dynamo's messages --------------------------------------------------------------------------
+_BREAK_AT = re.compile(r"Graph break in user code at (?P<file>.+):(?P<line>\d+)")
+_USER_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>[^\n]*)')
+_LIMIT = re.compile(r"exceeding the (?P<type>\w*recompile_limit) cache size limit \(currently set to (?P<value>\d+)\)")
+_LIMIT_LOG = re.compile(r"hit config\.(?P<type>\w*recompile_limit) \((?P<value>\d+)\)")
+
+
+_SIZE_GUARD = re.compile(r"tensor '(?P<name>[^']+)' size mismatch at index (?P<index>\d+)\. expected (?P<expected>\d+), actual (?P<actual>\d+)")
+
+
+def size_guard(text: str) -> tuple[str, int, int, int] | None:
+    """(tensor, dim, expected, actual) of a failed size guard:
+    `tensor 'x' size mismatch at index 0. expected 32, actual 48`."""
+    match = _SIZE_GUARD.search(text)
+    if match is None:
+        return None
+    return match["name"], int(match["index"]), int(match["expected"]), int(match["actual"])
+
+
+def graph_break_at(payload: str) -> tuple[str, int] | None:
+    """(file, line) of `Graph break in user code at FILE:LINE`."""
+    match = _BREAK_AT.search(payload)
+    return (match.group("file"), int(match.group("line"))) if match else None
+
+
+def traceback_frames(text: str) -> list[tuple[str, int, str, str]]:
+    """(file, line, function, code) of each `File "...", line N, in f` + code line, in order."""
+    return [(m["file"], int(m["line"]), m["func"], m["code"].strip()) for m in _USER_FRAME.finditer(text)]
+
+
+def recompile_limit(text: str) -> tuple[str, int | None] | None:
+    """(limit name, its value) when the text says Dynamo hit a recompile limit."""
+    match = _LIMIT.search(text) or _LIMIT_LOG.search(text)
+    if match:
+        return match["type"], int(match["value"])
+    if "recompile limit exceeded" in text.lower() or "recompile_limit" in text:
+        return ("accumulated_recompile_limit" if "accumulated" in text else "recompile_limit"), None
+    return None
+
+
+# -- paths in torch's stacks --------------------------------------------------------------------
+# A path in a log written on another machine cannot be checked against this interpreter's
+# library roots: these parts of it mark a library (an installed package, the standard library).
+_LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/lib/python3", "\\site-packages\\", "\\Lib\\")
+_CAGTOOL_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def looks_like_user_file(filename: str) -> bool:
+    """Whether a path in a stack or a compile record is the user's code, not a library's (torch's
+    wrapper of a compiled module, `torch/_dynamo/external_utils.py`, is not) nor cagtool's."""
+    if not filename or filename.startswith("<"):
+        return False
+    return not filename.startswith(_CAGTOOL_PACKAGE) and not any(part in filename for part in _LIBRARY_PARTS)

@@ -1,0 +1,221 @@
+"""Fixes that need a change to the user's code, as a patch: a unified diff against the script's
+own lines, and, where the edit is local and its line is found, the patched text `--verify` runs
+in place of the script (never written over it: verification.py keeps it beside the re-run).
+
+Two edits are made automatically, the mechanical ones:
+
+`zero-grad-to-none`: .grad switching between None and a tensor, where the script clears
+gradients with `zero_grad(set_to_none=False)` (the first backward sees .grad None, every later
+one a zeroed tensor: AccumulateGrad's key changes once). The patch makes it `set_to_none=True`
+(torch's default), so every backward sees None. The optimizer then skips no parameter that has a
+gradient, so plain training gives the same numbers; the re-run's numerics check says so.
+
+`hook-before-loop`: a backward hook registered partway through training (`if step == N: p.register_hook(h)` inside
+the training loop). The patch moves the registration out of the loop, before it, so every
+backward has the same hooks and compiled autograd captures one graph. It is applied only when
+it is safe to move: the `if` has no `else`, its body is nothing but hook registrations, and none
+of the names they read is assigned inside the loop (then the hook, or what it hooks, does not
+exist before the loop runs). The hook then also runs on the steps before N: the re-run's
+numerics check says whether that changed anything.
+
+For the other causes that need a code change the edit is not mechanical (which value to turn
+into a tensor, which branch to unify): the patch says why it was not made, and the explanation's
+own fix stands.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cagtool.report.recompiles.explain import (
+    CAUSE_DYNAMO_FRAME,
+    CAUSE_GRAD_DEFINED,
+    CAUSE_HOOK,
+    CAUSE_STRUCTURE,
+    Cause,
+)
+
+YOUR_CODE = "your code"
+
+# torch's registration calls whose hook becomes part of the autograd graph compiled autograd keys on.
+_HOOK_CALLS = frozenset({
+    "register_hook",
+    "register_post_accumulate_grad_hook",
+    "register_full_backward_hook",
+    "register_full_backward_pre_hook",
+    "register_backward_hook",
+    "register_multi_grad_hook",
+})
+
+
+@dataclass
+class Patch:
+    """One code change for one cause: `diff` against the script; `patched` is the whole edited
+    text when cagtool can run it (`applicable`), else `why_not` says why it is only shown."""
+
+    name: str
+    causes: tuple[int, ...]
+    title: str
+    file: str  # the script, as the record names it (relative to the run's cwd when it was)
+    line: int | None  # the first line the edit changes, in the user's file
+    diff: str
+    applicable: bool
+    why_not: str | None = None
+    who: str = YOUR_CODE
+    patched: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "causes": list(self.causes), "title": self.title, "file": self.file, "line": self.line,
+                "diff": self.diff, "applicable": self.applicable, "why_not": self.why_not, "who": self.who}
+
+
+def _is_hook_registration(stmt: ast.stmt) -> bool:
+    value = stmt.value if isinstance(stmt, (ast.Expr, ast.Assign, ast.AnnAssign)) else None
+    return (isinstance(value, ast.Call) and isinstance(value.func, (ast.Attribute, ast.Name))
+            and (value.func.attr if isinstance(value.func, ast.Attribute) else value.func.id) in _HOOK_CALLS)
+
+
+def _stored_names(loop: ast.For | ast.While) -> set[str]:
+    names = {n.id for n in ast.walk(loop) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    if isinstance(loop, ast.For):
+        names |= {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+    return names
+
+
+def _loaded_names(node: ast.AST) -> set[str]:
+    """The free names an expression reads (a lambda's own parameters excluded)."""
+    params = {a.arg for n in ast.walk(node) if isinstance(n, ast.Lambda) for a in (*n.args.args, *n.args.kwonlyargs)}
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - params
+
+
+def _conditional_registrations(tree: ast.AST) -> list[tuple[ast.For | ast.While, ast.If]]:
+    """`if ...: <hook registrations>` statements directly inside a loop's body, with their loop."""
+    found = []
+    for loop in ast.walk(tree):
+        if not isinstance(loop, (ast.For, ast.While)):
+            continue
+        for stmt in loop.body:
+            if isinstance(stmt, ast.If) and any(_is_hook_registration(s) for s in stmt.body):
+                found.append((loop, stmt))
+    return found
+
+
+def _inside_another_loop(tree: ast.AST, loop: ast.AST) -> bool:
+    """Whether a loop is nested in another loop of the same function (or module body)."""
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    node = parents.get(loop)
+    while node is not None and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+        if isinstance(node, (ast.For, ast.While, ast.AsyncFor)):
+            return True
+        node = parents.get(node)
+    return False
+
+
+def _diff(path: str, before: list[str], after: list[str]) -> str:
+    return "".join(difflib.unified_diff(before, after, fromfile=f"a/{path}", tofile=f"b/{path}"))
+
+
+def hook_patch(cause: Cause, script: str, display: str) -> Patch:
+    """Register a mid-run hook before the training loop (see the module docstring)."""
+    title = "register the hook once, before the training loop, instead of partway through it"
+    try:
+        text = Path(script).read_text()
+        tree = ast.parse(text)
+    except (OSError, SyntaxError, ValueError) as exc:
+        return Patch("hook-before-loop", (cause.number,), title, display, None, "", False, f"cannot read the script: {exc}")
+    candidates = _conditional_registrations(tree)
+    if not candidates:
+        return Patch("hook-before-loop", (cause.number,), title, display, None, "", False,
+                     "no hook registration under an `if` inside a loop was found in the script (the hook may be registered in "
+                     "another file or by a library)")
+    if len(candidates) > 1:
+        lines = ", ".join(str(branch.lineno) for _, branch in candidates)
+        return Patch("hook-before-loop", (cause.number,), title, display, candidates[0][1].lineno, "", False,
+                     f"several conditional hook registrations (lines {lines}): which one caused it is not known")
+    loop, branch = candidates[0]
+    lines = text.splitlines(keepends=True)
+    first, last = branch.lineno, branch.end_lineno or branch.lineno
+    why_not = None
+    if _inside_another_loop(tree, loop):
+        why_not = (f"the loop at line {loop.lineno} runs inside another loop: registered before it, the hook would be "
+                   "added again on every pass of the outer loop")
+    elif branch.orelse:
+        why_not = f"the `if` at line {first} has an `else`: moving it would change what the other branch does"
+    elif not all(_is_hook_registration(s) for s in branch.body):
+        why_not = f"the `if` at line {first} does more than register hooks: only a registration can move"
+    else:
+        used = set().union(*(_loaded_names(s) for s in branch.body)) & _stored_names(loop)
+        if used:
+            why_not = (f"the hook at line {branch.body[0].lineno} uses {', '.join(f'`{n}`' for n in sorted(used))}, "
+                       "assigned inside the loop: it does not exist before the loop")
+    body = lines[branch.body[0].lineno - 1: (branch.body[-1].end_lineno or branch.body[-1].lineno)]
+    loop_indent = lines[loop.lineno - 1][: len(lines[loop.lineno - 1]) - len(lines[loop.lineno - 1].lstrip())]
+    body_indent = body[0][: len(body[0]) - len(body[0].lstrip())]
+    moved = [loop_indent + l[len(body_indent):] if l.startswith(body_indent) else l for l in body]
+    if len(loop.body) == 1:
+        why_not = why_not or "the `if` is the loop's only statement: the loop would be left empty"
+    # The registration goes on the lines right above the loop, at the loop's indentation.
+    start = loop.lineno - 1
+    after = lines[:start] + moved + lines[start: first - 1] + lines[last:]
+    diff = _diff(display, lines, after)
+    return Patch("hook-before-loop", (cause.number,), title, display, first, diff, why_not is None, why_not,
+                 patched="".join(after) if why_not is None else None)
+
+
+def zero_grad_patch(cause: Cause, script: str, display: str) -> Patch:
+    """`zero_grad(set_to_none=False)` -> `set_to_none=True` (see the module docstring)."""
+    title = "clear gradients to None every step: zero_grad(set_to_none=True)"
+    try:
+        text = Path(script).read_text()
+        tree = ast.parse(text)
+    except (OSError, SyntaxError, ValueError) as exc:
+        return Patch("zero-grad-to-none", (cause.number,), title, display, None, "", False, f"cannot read the script: {exc}")
+    found = [
+        kw for call in ast.walk(tree)
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "zero_grad"
+        for kw in call.keywords
+        if kw.arg == "set_to_none" and isinstance(kw.value, ast.Constant) and kw.value.value is False
+    ]
+    if not found:
+        return Patch("zero-grad-to-none", (cause.number,), title, display, None, "", False,
+                     "no zero_grad(set_to_none=False) in the script: .grad is set another way (assigned, or by a library)")
+    lines = text.splitlines(keepends=True)
+    after = list(lines)
+    for kw in found:
+        if kw.lineno != kw.end_lineno:
+            return Patch("zero-grad-to-none", (cause.number,), title, display, kw.lineno, "", False,
+                         f"the set_to_none argument at line {kw.lineno} spans lines: not a one-line edit")
+        row = after[kw.lineno - 1]
+        value = kw.value
+        # Only the value changes; offsets are in UTF-8 bytes, as ast gives them.
+        raw = row.encode()
+        after[kw.lineno - 1] = (raw[: value.col_offset] + b"True" + raw[value.end_col_offset:]).decode()
+    first = min(kw.lineno for kw in found)
+    return Patch("zero-grad-to-none", (cause.number,), title, display, first, _diff(display, lines, after), True,
+                 patched="".join(after))
+
+
+_NOT_MECHANICAL = {
+    CAUSE_STRUCTURE: "which ops to unify (a branch or a loop per step) is a design choice: no edit is made",
+    CAUSE_GRAD_DEFINED: "the job is not a script file cagtool can read (a module, or it moved)",
+    CAUSE_DYNAMO_FRAME: "which Python value to pass as a tensor, or to keep constant, is not a single local edit",
+}
+
+
+def patch_for(cause: Cause, script: str | None, display: str | None) -> Patch | None:
+    """The patch for a cause that needs a code change; None for a cause a configuration answers."""
+    if cause.code == CAUSE_HOOK:
+        if script is None or not os.path.isfile(script):
+            return Patch("hook-before-loop", (cause.number,), "register the hook once, before the training loop", display or "?",
+                         None, "", False, "the job is not a script file cagtool can read (a module, or it moved)")
+        return hook_patch(cause, script, display or script)
+    if cause.code == CAUSE_GRAD_DEFINED and script is not None and os.path.isfile(script):
+        return zero_grad_patch(cause, script, display or script)
+    why = _NOT_MECHANICAL.get(cause.code)
+    if why is None:
+        return None
+    return Patch(f"{cause.code}-edit", (cause.number,), "change the code as the explanation's fix says", display or "?", None, "", False, why)

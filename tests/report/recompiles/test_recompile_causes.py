@@ -1,0 +1,141 @@
+"""Recompile causes tied to the user's line and grouped under their root cause, on real records:
+a live `cagtool run` of a compiled module whose batch size changes, and the TORCH_TRACE log of a
+job whose batch size changes once (no branch, no loop, no hook) imported with `cagtool import`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+JOBS = ROOT / "tests" / "scripts" / "trace_jobs"
+
+
+def cagtool(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CI": "true", "COLUMNS": "100"}
+    env.pop("FORCE_COLOR", None)
+    return subprocess.run([sys.executable, "-m", "cagtool", *args], capture_output=True, text=True, timeout=300, cwd=str(ROOT), env=env)
+
+
+def explanation(run: Path, mode: str) -> dict:
+    proc = cagtool("recompiles", str(run), "--explain", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["modes"][mode]
+
+
+@pytest.fixture(scope="module")
+def ragged(record_run) -> Path:
+    run = record_run("ragged_batches.py")  # torch.compile(module): Dynamo compiles torch's wrapper frame
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.path
+
+
+@pytest.fixture(scope="module")
+def imported_batch_job(tmp_path_factory) -> Path:
+    trace = tmp_path_factory.mktemp("trace-batch")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAGTOOL") and k != "TORCH_LOGS"}
+    env["TORCH_TRACE"] = str(trace)
+    job = subprocess.run([sys.executable, str(JOBS / "batch_size_job.py")], capture_output=True, text=True, env=env, timeout=300)
+    assert job.returncode == 0, job.stderr[-3000:]
+    out = tmp_path_factory.mktemp("imported") / "run"
+    proc = cagtool("import", str(trace), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.mark.slow  # records a run or a TORCH_TRACE job
+def test_a_dynamo_recompile_names_the_users_call_not_torchs_wrapper(ragged):
+    causes = explanation(ragged, "ca")["explanation"]["causes"]
+    dynamo = next(c for c in causes if c["code"] == "dynamo_guard_failure")
+    source = dynamo["source"]
+    assert source["file"].endswith("ragged_batches.py") and "model(x)" in source["code"], source
+    assert source["how"] == "caller"
+    assert "external_utils" not in json.dumps(dynamo)
+    assert "`inner`" not in dynamo["title"]
+    # The table names the same line.
+    rows = explanation(ragged, "ca")["recompiles"]
+    row = next(r for r in rows if r["source"] == "dynamo_frame")
+    assert row["source_line"]["file"].endswith("ragged_batches.py")
+
+
+@pytest.mark.slow  # records a run or a TORCH_TRACE job
+def test_the_ca_recompile_of_a_batch_size_change_is_grouped_under_the_dynamo_one(ragged):
+    causes = explanation(ragged, "ca")["explanation"]["causes"]
+    dynamo = next(c for c in causes if c["code"] == "dynamo_guard_failure")
+    shapes = next(c for c in causes if c["code"] == "changed_shapes")
+    assert shapes["caused_by"] == dynamo["number"] and dynamo["consequences"] == [shapes["number"]]
+    assert shapes["number"] == dynamo["number"] + 1  # listed right under its root
+    assert dynamo["caused_by"] is None
+    # The .grad warm-up is a cause of its own, not a consequence.
+    warmup = next(c for c in causes if c["code"] == "grad_defined_changed")
+    assert warmup["caused_by"] is None
+    # Changed sizes show the value before and after (32 rows, then the ragged 4).
+    rows = explanation(ragged, "ca")["recompiles"]
+    sizes = [s for r in rows if r["kind"] == "changed_shapes" for s in r["changed_sizes"]]
+    assert sizes and all(s["previous"] == 32 and s["value"] == 4 for s in sizes), sizes
+
+
+@pytest.mark.slow  # records a run or a TORCH_TRACE job
+def test_text_and_html_draw_the_consequence_under_its_root(ragged, tmp_path):
+    proc = cagtool("recompiles", str(ragged), "--explain")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    root = next(i for i, l in enumerate(lines) if l.startswith("#1 Dynamo recompiled forward frame"))
+    follower = next(i for i, l in enumerate(lines) if re.match(r"\s+#2 ", l))
+    assert follower > root and lines[follower].startswith("    #2 ") and lines[follower].startswith("    #2 Caused by #1: ")
+    assert "ragged_batches.py:" in "\n".join(lines[root:follower])
+    html = tmp_path / "r.html"
+    proc = cagtool("report", str(ragged), "-o", str(html))
+    assert proc.returncode == 0, proc.stderr
+    page = html.read_text()
+    start = page.index("<h4>#1 Dynamo recompiled")
+    card = page[page.rindex('<div class="cause">', 0, start):]
+    # The consequence's card sits inside the root's card (before the root's card closes).
+    inner = card.index('<div class="cause consequence"><h4>#2 ')
+    assert card.count("</div>", 0, inner) == 0
+
+
+@pytest.mark.slow  # records a run or a TORCH_TRACE job
+def test_an_imported_batch_size_change_is_one_cause_with_no_branch_advice(imported_batch_job):
+    entry = explanation(imported_batch_job, "imported")
+    causes = entry["explanation"]["causes"]
+    assert [c["code"] for c in causes] == ["dynamo_guard_failure", "graph_structure"]
+    root, follower = causes
+    assert follower["caused_by"] == root["number"] and root["consequences"] == [follower["number"]]
+    words = json.dumps(follower)
+    for wrong in ("Python branch", "torch.where", "_disable", "pad the loop", "fixed number of times"):
+        assert wrong not in words, wrong
+    proc = cagtool("recompiles", str(imported_batch_job), "--explain")
+    assert proc.returncode == 0, proc.stderr
+    assert "None" not in proc.stdout
+    assert "no step boundaries" in proc.stdout
+
+
+def test_a_size_the_graphs_do_not_show_takes_its_earlier_value_from_the_forwards_guard(tmp_path):
+    """A CA size passed on without being read (no constant in the previous graph to read it off)
+    gets its earlier value from the forward's size guard of the same step: `expected 32, actual 48`."""
+    from test_recompiles_analysis import RecordBuilder, table_of  # the hand-built records of the analysis tests
+
+    from cagtool.record.schema import ChangedSize, DynamoRecompileEvent
+
+    b = RecordBuilder()
+    b.miss(0, 1, "torch::autograd::GraphRoot", 0)
+    b.graph(0, 1, ["torch::autograd::GraphRoot", "CompiledFunctionBackward0"])
+    b.step(1, captures=1)
+    b.step(2)
+    b.add(DynamoRecompileEvent, compile_id="0/1", is_ca_graph=False, step=2,
+          reasons=["0/0: tensor 'args[0]' size mismatch at index 0. expected 32, actual 48"])
+    b.miss(1, 3, None, None, kind="changed_shapes",
+           changed_sizes=[ChangedSize(index=0, value=48, node="CompiledFunctionBackward0", node_call=1),
+                          ChangedSize(index=1, value=64, node="CompiledFunctionBackward0", node_call=1)])
+    b.graph(1, 3, ["torch::autograd::GraphRoot", "CompiledFunctionBackward0"], num_sizes=2)
+    b.step(3, captures=1)
+    table = table_of(b, tmp_path)
+    (row,) = [r for r in table.recompiles if r.kind == "changed_shapes"]
+    assert [(c.previous, c.value) for c in row.changed_sizes] == [(32, 48), (None, 64)]

@@ -1,0 +1,39 @@
+"""The suite's own rules, checked: a test that leaves a process running fails; one that ends
+what it started passes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+from conftest import ROOT
+
+LEAVES_ONE = '''
+import subprocess, sys
+
+def test_leaves_a_process_running():
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+
+def test_ends_what_it_started():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    proc.kill()  # not waited for: a zombie, or a process still exiting, is not left running
+
+def test_waits_for_what_it_started():
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+'''
+
+
+def test_a_test_that_leaves_a_process_running_fails(tmp_path):
+    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_leak.py").write_text(LEAVES_ONE)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-rA", str(tmp_path)],
+                          capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=300)
+    out = proc.stdout
+    assert "ERROR test_leak.py::test_leaves_a_process_running" in out and "killed 1 process(es) the test left running" in out, out
+    assert "PASSED test_leak.py::test_ends_what_it_started" in out, out
+    assert "PASSED test_leak.py::test_waits_for_what_it_started" in out, out
+    assert proc.returncode == 1

@@ -1,0 +1,160 @@
+"""Torch's text formats (cagtool/torch_text.py), each pinned on a string torch 2.13 wrote: copied
+from a TORCH_TRACE log or a record of tests/scripts/trace_jobs (single_job.py, batch_size_job.py)
+and sample_scripts, or made by torch in the test itself (a tiny compiled-autograd backward)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cagtool import torch_text as tt
+
+# -- compiled autograd's cache-miss messages ----------------------------------------------------
+
+
+def test_a_new_node_miss():
+    # A TORCH_TRACE log's `compiled_autograd_compile_reasons` (single_job.py verbose).
+    reason = "!1: Cache miss due to new autograd node: torch::autograd::AccumulateGrad (NodeCall 4) with key size 33, previous key sizes=[22]"
+    ca_id, message = tt.split_ca_reason(reason)
+    assert ca_id == 1 and message.startswith("Cache miss due to new autograd node")
+    assert tt.parse_miss(message) == {
+        "miss_kind": "new_node",
+        "node": "torch::autograd::AccumulateGrad",
+        "node_call": 4,
+        "key_size": 33,
+        "previous_key_sizes": [22],
+    }
+    assert tt.split_ca_reason(message) == (None, message)
+
+
+def test_a_changed_shapes_miss():
+    # A live record's ca_cache_miss (a batch size 32 -> 48).
+    message = "Cache miss due to 8 changed tensor shapes (total of 8): sizes[0], sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], sizes[6], sizes[7]"
+    assert tt.parse_miss(message) == {
+        "miss_kind": "changed_shapes",
+        "indices": list(range(8)),
+        "total_changed": 8,
+        "dynamic_sizes": 8,
+    }
+    assert tt.parse_miss("something torch has not said yet") == {"miss_kind": "unknown"}
+
+
+def test_the_messages_torch_makes_now_parse():
+    """The same formats, made by the installed torch: a backward captured for 2 rows, again for 2
+    (a hit), then for 3 (changed shapes)."""
+    from cagtool.doctor import tiny_capture
+
+    capture = tiny_capture()
+    misses = [m for m in capture.verbose_messages if m.startswith("Cache miss")]
+    assert [tt.parse_miss(m)["miss_kind"] for m in misses] == ["new_node", "changed_shapes"]
+    reasons = [tt.split_ca_reason(r[-1]) for r in capture.compile_reasons]
+    assert [ca_id for ca_id, _ in reasons] == [0, 1]
+    assert tt.parse_miss(reasons[0][1])["node"] == "torch::autograd::GraphRoot"
+
+
+# -- compile ids ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "compile_id, frame, attempt, ca_id",
+    [("0/0", "0", 0, None), ("0/1", "0", 1, None), ("!0/1/0", "1", 0, 0), ("!1/2/3", "2", 3, 1), ("!3", None, None, 3), ("?", None, None, None)],
+)
+def test_compile_ids(compile_id, frame, attempt, ca_id):
+    assert tt.compile_frame(compile_id) == frame
+    assert tt.compile_attempt(compile_id) == attempt
+    assert tt.ca_id_of(compile_id) == ca_id
+
+
+def test_compile_id_from_a_records_fields():
+    # The envelope fields torch writes with each structured record.
+    assert tt.compile_id_of({"frame_id": 0, "frame_compile_id": 1, "attempt": 0}) == "0/1"
+    assert tt.compile_id_of({"compiled_autograd_id": 0, "attempt": 0}) == "!0"
+    assert tt.compile_id_of({"compiled_autograd_id": 1, "frame_id": 2, "frame_compile_id": 0}) == "!1/2/0"
+    assert tt.compile_id_of({}) == "?"
+
+
+def test_a_guard_failure_line_and_its_user_stack():
+    # guards.py's reason string (TORCH_LOGS=recompiles), with the user stack torch appends.
+    reason = ("0/0: tensor 'args[0]' size mismatch at index 0. expected 32, actual 48\n"
+              "User stack trace:\n"
+              '  File "/work/job/train.py", line 8, in <module>\n'
+              "    loss = model(x).pow(2).mean()\n"
+              '  File "/usr/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1776, in _call_impl\n'
+              "    return forward_call(*args, **kwargs)")
+    first = reason.splitlines()[0]
+    assert tt.strip_reason_id(first) == "tensor 'args[0]' size mismatch at index 0. expected 32, actual 48"
+    assert tt.strip_reason_id("- 0/1: ___check_obj_id(L['self'], 1)") == "___check_obj_id(L['self'], 1)"
+    frames = tt.traceback_frames(reason)
+    assert frames[0] == ("/work/job/train.py", 8, "<module>", "loss = model(x).pow(2).mean()")
+    assert [tt.looks_like_user_file(f[0]) for f in frames] == [True, False]
+
+
+def test_recompile_limit_messages():
+    # convert_frame.py's warning and the graph break it raises.
+    warning = "[0/8] torch._dynamo hit config.recompile_limit (8)\n   function: 'fwd' (/proj/m.py:5)"
+    assert tt.recompile_limit(warning) == ("recompile_limit", 8)
+    assert tt.compile_id_in(warning) == "0/8"
+    explanation = ("Dynamo attempted to recompile the code object too many times, exceeding the "
+                   "accumulated_recompile_limit cache size limit (currently set to 256).")
+    assert tt.recompile_limit(explanation) == ("accumulated_recompile_limit", 256)
+    assert tt.recompile_limit("tensor 'x' size mismatch") is None
+
+
+# -- compiled-autograd graphs ---------------------------------------------------------------------
+
+
+def test_node_origins():
+    # The last line of an FX node's stack trace, and the comment print_readable writes above a
+    # group of nodes in the logged graph code (single_job.py's TORCH_TRACE log).
+    assert tt.node_origin("SumBackward0 (NodeCall 1)") == (1, "SumBackward0")
+    assert tt.node_origin("torch::autograd::GraphRoot (NodeCall 0)") == (0, "torch::autograd::GraphRoot")
+    comment = ("# File: /work/main/.venv/lib/python3.11/site-packages/torch/_dynamo/compiled_autograd.py:1582 "
+               "in set_node_origin, code: AddmmBackward0 (NodeCall 2)")
+    assert tt.node_origin_in_comment(comment) == (2, "AddmmBackward0")
+    assert tt.node_origin(comment) == (2, "AddmmBackward0")
+    assert tt.node_origin_in_comment("# No stacktrace found for following nodes") is None
+
+
+def test_aot_prefixes_and_node_references():
+    # Nodes inlined from AOT backward graph 0 (batch_size_job.py under aot_eager), and the
+    # printed arguments of a graph node.
+    assert tt.aot_graph_id("aot0_primals_3") == 0 and tt.aot_graph_id("aot12_mm") == 12
+    assert tt.aot_graph_id("getitem_3") is None
+    assert tt.strip_aot_prefix("aot0_primals_3") == "primals_3"
+    args = "(%aot0_mm, [32, 64], %getitem_1)"
+    assert tt.NODE_REF.findall(args) == ["aot0_mm", "getitem_1"]
+    assert tt.REF_OR_INT.findall(args) == ["%aot0_mm", "32", "64", "%getitem_1"]
+    assert tt.INT_CONSTANT.findall("(%sym_size_int, 1.5, -3)") == ["-3"]
+
+
+def test_the_graph_class_names_its_id():
+    assert tt.graph_class_id("class CompiledAutograd3(torch.nn.Module):\n    def forward(self, inputs):") == 3
+    assert tt.graph_class_id("class GraphModule(torch.nn.Module):") is None
+
+
+def test_graph_break_location():
+    # A TORCH_TRACE log's `dynamo_graph_break_reason` (single_job.py).
+    payload = ("Graph break in user code at /work/wt/causes/tests/scripts/trace_jobs/single_job.py:26\n"
+               "Graph Break Reason: Encountered graph break when attempting to trace CALL: a function call, e.g. f(x, y):\n\n"
+               "Unsupported Tensor.backward() call")
+    assert tt.graph_break_at(payload) == ("/work/wt/causes/tests/scripts/trace_jobs/single_job.py", 26)
+    assert tt.graph_break_at("Graph Break Reason: no location") is None
+
+
+def test_library_paths_are_not_the_users():
+    assert not tt.looks_like_user_file("/work/main/.venv/lib/python3.11/site-packages/torch/_dynamo/external_utils.py")
+    assert not tt.looks_like_user_file("/usr/lib/python3.11/runpy.py")
+    assert not tt.looks_like_user_file("<eval_with_key>.5")
+    assert not tt.looks_like_user_file(tt.__file__)  # cagtool's own code
+    assert tt.looks_like_user_file("/home/me/project/train.py")
+
+
+def test_the_importer_reads_torch_text_without_the_capture_observer():
+    """Reading a trace log parses miss lines without importing the capture's observer or step tracker."""
+    code = ("import sys, cagtool.trace_import.translate, cagtool.trace_import.importer\n"
+            "print(sorted(m for m in sys.modules if m in ('cagtool.capture.steps', 'cagtool.capture.observe.ca_observer')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert json.loads(out.strip().replace("'", '"')) == []

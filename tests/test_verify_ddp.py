@@ -1,0 +1,45 @@
+"""`recompiles --verify` on a DDP job (gloo, 2 ranks by mp.spawn, CPU): every re-run records both
+ranks, and the counts before and after are rank 0's (the launcher trains nothing). The job's last
+batch is smaller, so each rank's compiled autograd recompiles once for the changed sizes.
+
+ca-dynamic removes that CA recompile, but torch 2.13 then recompiles the CA graph's code in Dynamo
+instead (`tensor 'sizes[1]' size mismatch at index 1. expected 8, actual 4`): one recompile
+traded for another, so the verdict is "no effect", with the exact counts. (The DDP fix the
+Python reducer would be is not a --verify fix: cagtool's ca mode already selects it, and without it
+compiled autograd raises rather than recompiles; docs/torch-internals.md.) ~4 minutes on 2 cores."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, cagtool_cmd
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_ddp_jobs_fix_is_measured_on_rank_0_with_exact_counts(tmp_path):
+    import json
+
+    run = tmp_path / "ddp"
+    env = {**os.environ, "CI": "true"}
+    recorded = subprocess.run(cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(run),
+                                          str(ROOT / "tests" / "scripts" / "ddp_ragged_batch.py")),
+                              capture_output=True, text=True, timeout=600, cwd=str(ROOT), env=env)
+    assert recorded.returncode == 0, recorded.stderr[-3000:]
+    proc = subprocess.run(cagtool_cmd("recompiles", str(run), "--explain", "--verify", "--repeat", "1", "--format", "json"),
+                          capture_output=True, text=True, timeout=900, cwd=str(ROOT), env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    v = json.loads(proc.stdout)["verification"]
+    [fix] = v["fixes"]
+    assert fix["fix"] == "ca-dynamic"
+    base, after = v["baseline"], fix["measured"]
+    assert (base["ca_recompiles"], base["dynamo_recompiles"], base["ca_graphs"]) == ([1], [0], [2])
+    assert (after["ca_recompiles"], after["dynamo_recompiles"], after["ca_graphs"]) == ([0], [1], [1])
+    assert fix["verdict"] == "no effect" and fix["numerics_agree"] is True, fix["reasons"]
+    # Both ranks were recorded in each re-run.
+    for side in (base, after):
+        assert sorted(p.name for p in (Path(side["run"]) / "ca" / "procs").iterdir()) == ["rank0", "rank1"]

@@ -1,0 +1,182 @@
+"""Code fixes as patches (cagtool/verify/patches.py): the diff against the script's own lines, made
+only where the edit is local, and the patched copy run in the script's place with the script's
+own sys.argv, sys.path[0] and __file__ (capture/target.py). Pure: no torch job runs here."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+from cagtool.capture.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV, Target, patched_source_for, run_target
+from cagtool.report.recompiles.explain import CAUSE_DYNAMO_FRAME, CAUSE_GRAD_DEFINED, CAUSE_HOOK, Cause
+from cagtool.verify.patches import patch_for
+from cagtool.verify.verification import HARMFUL, NO_EFFECT, VERIFIED, Side, judge
+
+MIDRUN = textwrap.dedent("""\
+    import torch
+
+    def main():
+        model = torch.nn.Linear(2, 1)
+        for step in range(5):
+            if step == 2:
+                model.weight.register_hook(lambda grad: grad.clamp(-1.0, 1.0))
+            model(torch.ones(1, 2)).sum().backward()
+
+    main()
+    """)
+
+
+def _hook_cause() -> Cause:
+    return Cause(CAUSE_HOOK, [], number=1)
+
+
+def test_a_hook_registered_mid_run_moves_before_the_loop(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(MIDRUN)
+    patch = patch_for(_hook_cause(), str(script), "train.py")
+    assert patch is not None and patch.applicable and patch.why_not is None
+    assert patch.name == "hook-before-loop" and patch.line == 6 and patch.who == "your code"
+    assert patch.diff.splitlines() == [
+        "--- a/train.py",
+        "+++ b/train.py",
+        "@@ -2,9 +2,8 @@",
+        " ",
+        " def main():",
+        "     model = torch.nn.Linear(2, 1)",
+        "+    model.weight.register_hook(lambda grad: grad.clamp(-1.0, 1.0))",
+        "     for step in range(5):",
+        "-        if step == 2:",
+        "-            model.weight.register_hook(lambda grad: grad.clamp(-1.0, 1.0))",
+        "         model(torch.ones(1, 2)).sum().backward()",
+        " ",
+        " main()",
+    ]
+    assert patch.patched is not None and "if step == 2" not in patch.patched
+    compile(patch.patched, "train.py", "exec")  # the copy is valid Python
+    assert script.read_text() == MIDRUN  # the user's file is never written
+
+
+def test_a_hook_that_needs_the_loops_values_is_not_moved_and_says_why(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(MIDRUN.replace("register_hook(lambda grad: grad.clamp(-1.0, 1.0))", "register_hook(lambda grad: grad * step)"))
+    patch = patch_for(_hook_cause(), str(script), "train.py")
+    assert patch is not None and not patch.applicable and patch.patched is None
+    assert patch.why_not == "the hook at line 7 uses `step`, assigned inside the loop: it does not exist before the loop"
+    assert [l for l in patch.diff.splitlines() if l.startswith("+ ")] == ["+    model.weight.register_hook(lambda grad: grad * step)"]  # still shown
+
+
+def test_an_if_with_an_else_or_other_work_is_not_moved(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(MIDRUN.replace("        model(torch.ones", "        else:\n            pass\n        model(torch.ones"))
+    patch = patch_for(_hook_cause(), str(script), "train.py")
+    assert not patch.applicable and patch.why_not.startswith("the `if` at line 6 has an `else`")
+    script.write_text(MIDRUN.replace("            model.weight.register_hook", "            print('clip on')\n            model.weight.register_hook"))
+    patch = patch_for(_hook_cause(), str(script), "train.py")
+    assert not patch.applicable and patch.why_not == "the `if` at line 6 does more than register hooks: only a registration can move"
+
+
+def test_a_hook_in_an_inner_loop_is_not_moved(tmp_path):
+    """Before the inner loop is still inside the outer one: the hook would be added every epoch."""
+    script = tmp_path / "train.py"
+    script.write_text(MIDRUN.replace("    for step in range(5):\n", "    for epoch in range(2):\n      for step in range(5):\n"))
+    patch = patch_for(_hook_cause(), str(script), "train.py")
+    assert not patch.applicable and patch.why_not.startswith("the loop at line 6 runs inside another loop")
+
+
+def test_no_registration_in_the_script_and_a_module_job_say_why(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import lib\nlib.train()\n")
+    patch = patch_for(_hook_cause(), str(script), "train.py")
+    assert not patch.applicable and "another file or by a library" in patch.why_not and patch.diff == ""
+    patch = patch_for(_hook_cause(), None, None)
+    assert not patch.applicable and "not a script file" in patch.why_not
+
+
+def test_a_cause_without_a_local_edit_has_no_patch_to_run():
+    patch = patch_for(Cause(CAUSE_DYNAMO_FRAME, [], number=2), "x.py", "x.py")
+    assert patch is not None and not patch.applicable and patch.diff == "" and "not a single local edit" in patch.why_not
+
+
+def test_the_patched_copy_runs_as_the_script(tmp_path, monkeypatch):
+    """The copy's code runs with the script's own sys.argv, sys.path[0] and __file__, so it imports
+    its neighbours and finds its files as the script does; only when the target is the script patched."""
+    here = tmp_path / "project"
+    here.mkdir()
+    (here / "neighbour.py").write_text("VALUE = 'from the script\\'s directory'\n")
+    script = here / "train.py"
+    script.write_text("raise SystemExit('the original ran')\n")
+    copy = tmp_path / "verify" / "copy-train.py"
+    copy.parent.mkdir()
+    out = tmp_path / "seen.txt"
+    copy.write_text(textwrap.dedent(f"""\
+        import sys, neighbour
+        open({str(out)!r}, "w").write("\\n".join([__file__, sys.path[0], sys.argv[0], neighbour.VALUE, __name__]))
+        """))
+    target = Target("script", str(script), ["--x"])
+    monkeypatch.setenv(PATCHED_SOURCE_ENV, str(copy))
+    monkeypatch.setenv(PATCH_TARGET_ENV, str(script))
+    assert patched_source_for(target) == str(copy)
+    assert patched_source_for(Target("script", str(copy), [])) is None  # another script the job starts runs itself
+    saved = (list(sys.argv), list(sys.path), sys.modules.get("__main__"))
+    try:
+        run_target(target)
+    finally:
+        sys.argv[:], sys.path[:] = saved[0], saved[1]
+        sys.modules["__main__"] = saved[2]
+        sys.modules.pop("neighbour", None)
+    assert out.read_text().splitlines() == [str(script), os.path.realpath(here), str(script), "from the script's directory", "__main__"]
+    monkeypatch.delenv(PATCHED_SOURCE_ENV)
+    assert patched_source_for(target) is None
+
+
+ZERO_GRAD = textwrap.dedent("""\
+    for x in batches:
+        loss = model(x).sum()
+        opt.zero_grad(set_to_none=False)  # keep the buffers
+        loss.backward()
+    """)
+
+
+def test_zero_grad_set_to_none_false_becomes_true(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(ZERO_GRAD)
+    patch = patch_for(Cause(CAUSE_GRAD_DEFINED, [], number=2), str(script), "train.py")
+    assert patch.applicable and patch.name == "zero-grad-to-none" and patch.line == 3 and patch.causes == (2,)
+    assert [l for l in patch.diff.splitlines() if l[:1] in "+-" and l[:3] not in ("+++", "---")] == [
+        "-    opt.zero_grad(set_to_none=False)  # keep the buffers",
+        "+    opt.zero_grad(set_to_none=True)  # keep the buffers",
+    ]
+    script.write_text(ZERO_GRAD.replace("set_to_none=False", ""))
+    patch = patch_for(Cause(CAUSE_GRAD_DEFINED, [], number=2), str(script), "train.py")
+    assert not patch.applicable and patch.why_not.startswith("no zero_grad(set_to_none=False) in the script")
+
+
+def _side(ca: int, dynamo: int, graphs: int) -> Side:
+    return Side("x", "run", "finished", [ca], [dynamo], [graphs], None, None, None, 0, None, 1.0)
+
+
+def test_a_fix_that_removes_a_capture_the_recompile_count_leaves_out_is_verified():
+    """The .grad warm-up capture is not a counted recompile (gate's rule), but a fix that removes it
+    saves a capture: CA graphs 3 -> 2 with recompiles unchanged is verified, not no effect."""
+    verdict, reasons = judge(_side(1, 2, 3), _side(1, 2, 2), None, True)
+    assert (verdict, reasons) == (VERIFIED, ["recompiles unchanged (3)", "CA graphs 3 -> 2", "numerics unchanged"])
+    assert judge(_side(1, 2, 3), _side(1, 2, 3), None, True)[0] == NO_EFFECT
+    # A CA recompile traded for a Dynamo recompile of the CA graph: one graph fewer, no work saved.
+    assert judge(_side(1, 0, 2), _side(0, 1, 1), None, True) == (NO_EFFECT, ["recompiles unchanged (1)", "numerics unchanged"])
+    assert judge(_side(1, 2, 3), _side(1, 3, 2), None, True)[0] == HARMFUL  # more recompiles is harmful whatever the graphs
+    assert judge(_side(1, 2, 3), _side(0, 2, 2), None, False)[0] == HARMFUL  # numerics changed
+
+
+def test_a_multi_rank_job_is_measured_as_rank_0_saw_it(tmp_path):
+    """A DDP job's launching process trains nothing: the counts before and after are rank 0's,
+    the record `recompiles` explains by default, not the launcher's zeros."""
+    from report.ranks.rank_records import Cap, Rank, write_multi_rank_run
+
+    from cagtool.verify.verification import _side
+
+    caps = [Cap(0), Cap(2, node="MulBackward0", call=1, ops=("MulBackward0", "AddBackward0"))]
+    run = write_multi_rank_run(tmp_path / "ddp", {0: Rank(caps=caps), 1: Rank(caps=caps)})
+    side, _record = _side("baseline", run, "ca", 1.0)
+    assert side.ca_graphs == [2] and side.ca_recompiles == [1] and side.status == "finished"

@@ -48,6 +48,9 @@ class ModeOptions(TypedDict, total=False):
     structured_log_errors: ErrorCount
     observer_errors: ErrorCount
     failed_ca_captures: int  # captures torch began and never ended
+    thread_scope_errors: ErrorCount  # api.py: the Python API block's thread gate
+    pgo_suggestion: str  # torch's PGO words after a shape recompile, verbatim (child, follow, import)
+    patched_source: str  # recompiles --verify: the patched copy this mode ran in the script's place
 
 
 class RunOptions(TypedDict, total=False):

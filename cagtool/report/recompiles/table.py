@@ -6,6 +6,7 @@ table types; Dynamo's rows and recompile-limit hits; the filtered load; the tabl
 
 from __future__ import annotations
 
+import dataclasses
 import bisect
 import os
 import re

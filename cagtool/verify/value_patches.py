@@ -7,10 +7,11 @@ tensor arithmetic (`self.linear(x) * scale`) is passed as a tensor instead, at t
 recorded (`model(x, torch.tensor(scale))`). A tensor's value is not guarded on, so one graph serves
 every value. It is made, on a copy, only when the edit is local and keeps what the code computes:
 the guarded value is a parameter of the compiled function (in the script), never reassigned
-there, and every use of it is an operand of `+ - * /` beside a non-constant operand whose result
-goes to a return, an assignment, a method or torch call's argument, or has a method called on
-it (a 0-dim tensor there computes what the Python number did, in the other operand's dtype: a
-0-dim operand never sets the result's dtype over a dimensioned tensor's); the call site's line
+there, and every use of it is an operand of `+ - * /` beside an operand that is neither a constant
+nor visibly a Python number (`x.size(0)`, `x.shape[1]`, `len(...)`, `math.*`), whose result goes to
+a return, an assignment, a `torch.*` function's argument, or has a method called on it (a 0-dim
+tensor there computes what the Python number did, in the other operand's dtype: a 0-dim operand
+never sets the result's dtype over a dimensioned tensor's); the call site's line
 has exactly one call that passes that parameter, without `*args`/`**kwargs`; and the script
 imports `torch` under that name. Anything else (a loop bound, an `if`, `range(n)`, a shape) is
 not patched and the reason names the line. The re-run's numerics check confirms the rest.
@@ -75,6 +76,29 @@ def _snippet(node: ast.AST, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+# Calls and attributes whose value is a Python number even on a tensor (`x.size(0)`, `x.shape[1]`).
+_NUMBER_CALLS = frozenset({"size", "numel", "dim", "item", "len", "int", "float", "round", "stride", "nelement", "tolist"})
+_NUMBER_ATTRIBUTES = frozenset({"shape", "ndim"})
+
+
+def _python_number(node: ast.AST) -> str | None:
+    """The part of an operand that is a Python number even when it is read from a tensor; None if none is seen."""
+    for part in ast.walk(node):
+        called = part.func if isinstance(part, ast.Call) else None
+        called_name = called.attr if isinstance(called, ast.Attribute) else called.id if isinstance(called, ast.Name) else None
+        if called_name in _NUMBER_CALLS or (isinstance(part, ast.Attribute) and part.attr in _NUMBER_ATTRIBUTES) or (
+                isinstance(part, ast.Name) and part.id == "math"):
+            return _snippet(part)
+    return None
+
+
+def _is_torch_function(func: ast.expr) -> bool:
+    """`torch.sigmoid`, `torch.nn.functional.relu`: a function of the torch module, which takes a tensor where it takes a number."""
+    while isinstance(func, ast.Attribute):
+        func = func.value
+    return isinstance(func, ast.Name) and func.id == "torch"
+
+
 def _non_tensor_use(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> str | None:
     """Why passing `name` as a 0-dim tensor could change what `func` does; None when every use is
     tensor arithmetic (the module docstring's rule)."""
@@ -106,9 +130,13 @@ def _non_tensor_use(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> 
                 isinstance(parents.get(top), ast.UnaryOp) and isinstance(parents[top].op, (ast.USub, ast.UAdd))):
             top = parents[top]
         context = parents.get(top)
+        number = _python_number(other)
+        if number is not None:
+            return (f"`{name}` is combined at {where} with `{number}`, a Python number: the result would be a tensor where the "
+                    "code computes a number")
         fine = (isinstance(context, ast.Return)
                 or (isinstance(context, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and context.value is top)
-                or (isinstance(context, ast.Call) and top in context.args and isinstance(context.func, ast.Attribute))
+                or (isinstance(context, ast.Call) and top in context.args and _is_torch_function(context.func))
                 or (isinstance(context, ast.Attribute) and context.value is top))
         if not fine:
             return (f"the arithmetic on `{name}` at {where} feeds `{_snippet(context) if context is not None else '?'}`, "

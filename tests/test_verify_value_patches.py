@@ -65,7 +65,7 @@ def test_a_python_float_used_in_tensor_arithmetic_is_passed_as_a_tensor(tmp_path
     assert patch.name == "scalar-to-tensor" and patch.applicable and patch.why_not is None, patch.why_not
     assert patch.line == CALL_LINE and patch.who == "your code"
     assert patch.causes == (1, 2)  # the backward captured again because of it goes with it
-    assert patch.title == "pass `scale` as a tensor where it is passed in: torch.tensor(scale)"
+    assert patch.title == "pass `scale` as a tensor where it is passed in: torch.tensor(scale, dtype=torch.float64)"
     assert patch.diff.splitlines() == [
         "--- a/train.py",
         "+++ b/train.py",
@@ -74,7 +74,7 @@ def test_a_python_float_used_in_tensor_arithmetic_is_passed_as_a_tensor(tmp_path
         " for step in range(4):",
         "     scale = 1.0 + 0.5 * step",
         "-    loss = model(x, scale).sum()",
-        "+    loss = model(x, torch.tensor(scale)).sum()",
+        "+    loss = model(x, torch.tensor(scale, dtype=torch.float64)).sum()",
         "     loss.backward()",
     ]
     compile(patch.patched, "train.py", "exec")
@@ -84,7 +84,7 @@ def test_a_python_float_used_in_tensor_arithmetic_is_passed_as_a_tensor(tmp_path
 def test_a_keyword_argument_is_wrapped_in_place(tmp_path):
     patch = _scalar_patch(tmp_path, SCALAR.replace("model(x, scale)", "model(x, scale=scale * 2)"))
     assert patch.applicable, patch.why_not
-    assert "+    loss = model(x, scale=torch.tensor(scale * 2)).sum()" in patch.diff.splitlines()
+    assert "+    loss = model(x, scale=torch.tensor(scale * 2, dtype=torch.float64)).sum()" in patch.diff.splitlines()
 
 
 def test_a_loop_bound_or_a_test_is_not_made_a_tensor(tmp_path):
@@ -123,7 +123,7 @@ def test_a_call_site_that_cannot_be_read_says_why(tmp_path):
     # The diff is shown, but the copy would not run: torch is not a name the script has.
     patch = _scalar_patch(tmp_path, SCALAR.replace("import torch\n", "import torch as T\n").replace("torch.nn", "T.nn").replace("torch.compile", "T.compile"))
     assert not patch.applicable and patch.why_not.startswith("the script does not `import torch`")
-    assert "+    loss = model(x, torch.tensor(scale)).sum()" in patch.diff.splitlines()
+    assert "+    loss = model(x, torch.tensor(scale, dtype=torch.float64)).sum()" in patch.diff.splitlines()
 
 
 def test_a_value_from_elsewhere_is_not_patched(tmp_path):

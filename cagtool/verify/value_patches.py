@@ -4,14 +4,17 @@ or flag it specialised on changed (torch's guard text `scale == 1.0`, `flag == T
 
 `scalar-to-tensor`: a Python number passed to the compiled function and only used there in
 tensor arithmetic (`self.linear(x) * scale`) is passed as a tensor instead, at the call site Dynamo
-recorded (`model(x, torch.tensor(scale))`). A tensor's value is not guarded on, so one graph serves
+recorded (`model(x, torch.tensor(scale, dtype=torch.float64))`: a Python float is a double in a
+torch op, an int an int64, and the tensor keeps that dtype). A tensor's value is not guarded on, so one graph serves
 every value. It is made, on a copy, only when the edit is local and keeps what the code computes:
 the guarded value is a parameter of the compiled function (in the script), never reassigned
 there, and every use of it is an operand of `+ - * /` beside an operand that is neither a constant
 nor visibly a Python number (`x.size(0)`, `x.shape[1]`, `len(...)`, `math.*`), whose result goes to
 a return, an assignment, a `torch.*` function's argument, or has a method called on it (a 0-dim
-tensor there computes what the Python number did, in the other operand's dtype: a 0-dim operand
-never sets the result's dtype over a dimensioned tensor's); the call site's line
+double there computes what the Python float did, in the other operand's dtype: a 0-dim operand
+never sets the result's dtype over a dimensioned floating tensor's; beside an integer tensor it
+would, float64 where the Python float gave the default dtype, which the numerics check shows);
+the call site's line
 has exactly one call that passes that parameter, without `*args`/`**kwargs`; and the script
 imports `torch` under that name. Anything else (a loop bound, an `if`, `range(n)`, a shape) is
 not patched and the reason names the line. The re-run's numerics check confirms the rest.
@@ -213,8 +216,12 @@ def value_patch(cause: Cause, script: str | None, display: str | None) -> Patch 
     scope, name, value = guards[0]
     branch = value in ("True", "False")
     patch_name = BRANCH if branch else SCALAR
+    # The tensor torch makes of a Python number in an op (a "wrapped number"): a float is a double,
+    # an int an int64, so the values and the result's dtype stay the number's.
+    as_float = not branch and any(c in value for c in ".eEn")
+    wrap = "torch.tensor({}, dtype=torch.float64)" if as_float else "torch.tensor({})"
     title = (f"choose with torch.where instead of branching on `{name}`" if branch
-             else f"pass `{name}` as a tensor where it is passed in: torch.tensor({name})")
+             else f"pass `{name}` as a tensor where it is passed in: {wrap.format(name)}")
 
     def why_not(why: str, line: int | None = None, diff: str = "") -> Patch:
         return Patch(patch_name, (cause.number,), title, display, line, diff, False, why, who=YOUR_CODE)
@@ -254,7 +261,7 @@ def value_patch(cause: Cause, script: str | None, display: str | None) -> Patch 
     argument, reason = _argument_at(tree, caller.line, func, method, name)
     if argument is None:
         return why_not(reason, caller.line)
-    after = _replace(lines, argument, f"torch.tensor({ast.get_source_segment(text, argument)})")
+    after = _replace(lines, argument, wrap.format(ast.get_source_segment(text, argument)))
     diff = _diff(display, lines, after)
     if not _imports_torch(tree):
         return why_not("the script does not `import torch` at its top level: the call site cannot name torch.tensor", caller.line, diff)

@@ -199,6 +199,10 @@ def test_a_branch_that_is_not_a_choice_of_values_keeps_its_why_not(tmp_path):
     assert not patch.applicable and patch.diff == ""
     assert patch.why_not == ("the `if` at line 14 does more than assign one name on one line in each branch: "
                              "torch.where can only replace a choice between two values")
+    script.write_text(FLAGS.replace("        if flag:\n", "        if x is None:\n            y = x\n        elif flag:\n"))
+    patch = patch_for(_cause(_row(script, "flag == True", 16, "forward", "elif flag:", 29)), str(script), "train.py")
+    assert not patch.applicable and patch.diff == ""
+    assert patch.why_not == "the branch at line 16 is an `elif`: its choice depends on the tests before it, not on `flag` alone"
 
 
 def test_a_flag_attribute_or_global_has_no_call_site(tmp_path):

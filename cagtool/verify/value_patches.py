@@ -278,6 +278,9 @@ def _branch_patch(cause: Cause, tree: ast.Module, lines: list[str], func: ast.Fu
     branch = next((n for n in ast.walk(func) if isinstance(n, ast.If) and n.lineno == at.line), None)
     if branch is None:
         return shown(f"`{name}` is guarded at line {at.line}, which is not an `if`: no branch to rewrite", at.line)
+    if lines[branch.lineno - 1].lstrip().startswith("elif"):
+        return shown(f"the branch at line {at.line} is an `elif`: its choice depends on the tests before it, not on `{name}` alone",
+                     at.line)
     negated = isinstance(branch.test, ast.UnaryOp) and isinstance(branch.test.op, ast.Not)
     tested = branch.test.operand if negated else branch.test
     if not (isinstance(tested, ast.Name) and tested.id == name):

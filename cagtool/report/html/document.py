@@ -274,7 +274,7 @@ def run_report(run: RunRecord, gate: "GateResult | None" = None) -> str:
     page.add("graphs", "CA graphs", _graphs_section(view, highlight, f"rank {focus}: " if focus is not None else ""))
     if gate is not None:
         page.add("gate", "gate", sections.gate(gate))
-    page.add("details", "run details", sections.header(run, anchor="details", title="Run details"))
+    page.add("details", "run details", sections.header(run, anchor="details"))
     return page.render(highlight.css())
 
 

@@ -107,3 +107,17 @@ def test_a_speedup_from_too_few_steps_reads_unbounded_not_zero_to_infinity(recor
     assert not any("inf" in cell for cell in cells), cells
     assert "unbounded" in cells
     assert "inf" not in run_headline(comparison).text
+
+
+def test_a_recompile_storm_is_in_the_headline_and_colours_it(record_run):
+    """op_loop.py: a different op every step, so compiled autograd captures every backward anew."""
+    recorded = record_run("op_loop.py")
+    assert recorded.returncode == 0, recorded.stderr[-2000:]
+    run = load_run(recorded.path)
+    comparison = compare_modes(run)
+    line = run_headline(comparison, None, ca_explanation(comparison, run))
+    assert "from 1 cause: the backward's autograd graph changed at steps 1-3" in line.text, line.text
+    assert "; recompile storm: recompiles on every step after the first" in line.text
+    assert line.tone == "bad"
+    assert "the same ops every step" in line.advice
+    assert run_headline(comparison).tone == "neutral"  # the counts alone do not tell a storm

@@ -95,6 +95,14 @@ def cause_phrase(cause: "Cause") -> str:
     return what
 
 
+def _alert_titles(explanation: "Explanation") -> list[str]:
+    """The alerts' titles (a recompile storm, Dynamo's recompile limit hit), lower-cased."""
+    from cagtool.report.recompiles.explain import alert_words
+
+    titles = [alert_words(a, explanation.table.cwd).title for a in explanation.alerts]
+    return [t[:1].lower() + t[1:] for t in titles]
+
+
 def _cause_advice(causes: list["Cause"], cwd: str) -> str:
     from cagtool.report.recompiles.explain import cause_words
 
@@ -160,6 +168,11 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
     recompiles = _recompile_phrase(comparison, verified, explanation)
     if recompiles:
         phrases.append(recompiles)
+        # A storm or a recompile limit costs every step: part of the verdict, not a detail.
+        alerts = _alert_titles(explanation) if explanation is not None else []
+        if alerts:
+            phrases.extend(alerts)
+            tones.append(BAD)
     numerics = comparison.numerics
     if numerics.reference is not None and len(comparison.modes) > 1:
         if numerics.disagreements:

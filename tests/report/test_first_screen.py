@@ -121,3 +121,12 @@ def test_a_recompile_storm_is_in_the_headline_and_colours_it(record_run):
     assert line.tone == "bad"
     assert "the same ops every step" in line.advice
     assert run_headline(comparison).tone == "neutral"  # the counts alone do not tell a storm
+
+
+def test_compare_of_one_run_opens_on_the_same_headline_as_its_summary(ragged):
+    code, out, err = cli_in_process("compare", str(ragged), env={"COLUMNS": "250"})
+    assert code == 0, err
+    summary = cli_in_process("summary", str(ragged), env={"COLUMNS": "250"})[1]
+    assert out.splitlines()[:2] == summary.splitlines()[:2]
+    assert "from 1 cause" in out.splitlines()[0] and out.splitlines()[1].startswith("what to do: ")
+    assert out.count("from 1 cause") == 1  # printed once, not again by the table

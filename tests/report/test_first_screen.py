@@ -130,3 +130,27 @@ def test_compare_of_one_run_opens_on_the_same_headline_as_its_summary(ragged):
     assert out.splitlines()[:2] == summary.splitlines()[:2]
     assert "from 1 cause" in out.splitlines()[0] and out.splitlines()[1].startswith("what to do: ")
     assert out.count("from 1 cause") == 1  # printed once, not again by the table
+
+
+def test_a_resolution_past_2x_reads_too_noisy_not_a_huge_percentage(graph_breaks):
+    """A noisy interval of few batches can 'resolve' +/-10^13%: past a 2x difference the words say
+    to run more steps. On the real 60-step run, and on its interval with 10x its noise."""
+    from dataclasses import replace
+
+    from cagtool.report.compare.render import resolution_text
+
+    comparison = compare_modes(load_run(graph_breaks))
+    s = next(s for s in comparison.speedups if s.label == "ca/aot")
+    assert s.interval is not None and s.resolution is not None
+    text = resolution_text(s)
+    if s.resolution <= 1.0:
+        assert text == f"resolves +/-{100 * s.resolution:.1f}%"
+    else:
+        assert text.startswith("too noisy to tell even a 2x difference")
+    noisy = replace(s, interval=replace(s.interval, se=s.interval.se * 10 + 1.0))
+    assert noisy.resolution > 1.0
+    assert resolution_text(noisy) == "too noisy to tell even a 2x difference: run more steps"
+    headline = run_headline(replace(comparison, speedups=(noisy,))).text
+    assert "resolves +/-" not in headline
+    if noisy.verdict == "within noise":
+        assert "too noisy to tell even a 2x difference" in headline, headline

@@ -35,14 +35,14 @@ def _speed_phrase(s: Speedup) -> tuple[str, str]:
     mode, base = _MODE_WORDS.get(s.mode, s.mode), _MODE_WORDS.get(s.baseline, s.baseline)
     if s.ratio is None:
         return f"{mode} vs {base}: not timed ({s.note or 'no steady steps'})", NEUTRAL
-    from cagtool.report.compare.render import interval_bounded
+    from cagtool.report.compare.render import interval_bounded, resolution_text
 
     ci = f"90% CI {s.low:.2f}-{s.high:.2f}x" if interval_bounded(s) else ""
     if s.verdict == "too few steady steps" or (s.verdict == "within noise" and not ci):
         # An interval from 0 to infinity: too few batches of steps to tell anything apart.
         return f"{mode}: {s.ratio:.2f}x the speed of {base}, from too few steady steps to judge", NEUTRAL
     if s.verdict == "within noise":
-        resolves = f", resolves +/-{100 * s.resolution:.0f}%" if s.resolution is not None else ""
+        resolves = f", {resolution_text(s, 0)}" if s.resolution is not None else ""
         return f"{mode}: {s.ratio:.2f}x the speed of {base}, no difference beyond the noise ({ci}{resolves})", NEUTRAL
     word = "faster" if s.verdict == "faster" else "slower"
     return f"{mode}: {s.ratio:.2f}x the speed of {base} ({word} beyond the noise, {ci})", GOOD if word == "faster" else BAD
@@ -100,7 +100,8 @@ def _alert_titles(explanation: "Explanation") -> list[str]:
     from cagtool.report.recompiles.explain import alert_words
 
     titles = [alert_words(a, explanation.table.cwd).title for a in explanation.alerts]
-    return [t[:1].lower() + t[1:] for t in titles]
+    # Mid-sentence: "recompile storm: ...", but "Dynamo hit ..." keeps its name.
+    return [t if t.startswith("Dynamo") else t[:1].lower() + t[1:] for t in titles]
 
 
 def _cause_advice(causes: list["Cause"], cwd: str) -> str:

@@ -150,6 +150,19 @@ def interval_bounded(s: Speedup) -> bool:
     return s.low is not None and s.high is not None and math.isfinite(s.high) and s.low > 0
 
 
+def resolution_text(s: Speedup, digits: int = 1) -> str:
+    """What a comparison within the noise could have told apart: "resolves +/-4.0%"; past a 2x
+    difference the percentage says nothing a user can act on (a noisy interval of few batches
+    gives +/-10^13%), and an unbounded interval resolves nothing."""
+    if s.resolution is None:
+        return ""
+    if not interval_bounded(s) or not math.isfinite(s.resolution):
+        return "too few steady steps for an interval: run more steps"
+    if s.resolution > 1.0:
+        return "too noisy to tell even a 2x difference: run more steps"
+    return f"resolves +/-{100 * s.resolution:.{digits}f}%"
+
+
 def speedup_range(s: Speedup) -> str:
     if s.low is None or s.high is None:
         return "-"
@@ -235,10 +248,7 @@ def mode_grid(comparison: Comparison) -> Grid:
 def _speedup_row(s: Speedup) -> list[str]:
     note = s.note
     if s.resolution is not None and s.verdict == "within noise":
-        if interval_bounded(s) and math.isfinite(s.resolution):
-            note = f"resolves +/-{100 * s.resolution:.1f}%" + (f"; {note}" if note else "")
-        else:
-            note = "too few steady steps for an interval: run more steps" + (f"; {note}" if note else "")
+        note = resolution_text(s) + (f"; {note}" if note else "")
     if s.repetition_ratios:
         reps = ", ".join(f"{r:.2f}" for r in s.repetition_ratios)
         note = f"per repetition: {reps}" + (f"; {note}" if note else "")

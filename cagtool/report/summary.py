@@ -65,7 +65,9 @@ def miss_text(miss: CacheMissEvent) -> str:
     if miss.miss_kind == "changed_shapes":
         groups: dict[tuple[str | None, int | None], list[str]] = {}
         for size in miss.changed_sizes:
-            groups.setdefault((size.node, size.node_call), []).append(f"{size.index}" + (f"={size.value}" if size.value is not None else ""))
+            # `0=32->4`: the earlier value too, when the previous graph held it (`0=4` otherwise).
+            before = f"{size.previous}->" if size.previous is not None and size.value is not None else ""
+            groups.setdefault((size.node, size.node_call), []).append(f"{size.index}" + (f"={before}{size.value}" if size.value is not None else ""))
         parts = [
             f"sizes[{', '.join(items)}]" + (f" of {node} (NodeCall {call})" if node else "")
             for (node, call), items in groups.items()
@@ -304,6 +306,8 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         console.print(Text.assemble("  ", ("exception:", "red"), f" {manifest.exception.type}: {first_line}"))
     graphs = record.of(CAGraphEvent)
     misses = record.of(CacheMissEvent)
+    if any(m.changed_sizes for m in misses):
+        misses = misses_with_earlier_values(record)  # the values before the change, from the graphs
     if graphs or record.mode == "ca":
         torch_says = f" (torch counted {plural(m.autograd_captures, 'capture')})" if m.autograd_captures is not None else ""
         console.print(f"  CA graphs: {len(graphs)} ({ca_graph_breakdown(m) if graphs else 'none'}){torch_says}; {ca_recompiles_text(m)}")

@@ -67,6 +67,9 @@ def test_the_summary_opens_on_the_headline_then_what_to_do_and_prints_recompiles
         assert not re.search(r": -?\s*!?\d+/\d+(/\d+)?: ", line), line
     assert "recompile 0/1 at step 3: tensor 'args[0]' size mismatch at index 0. expected 32, actual 4  (ragged_batches.py:27)" in recompiles
     assert any(line.startswith("recompile !2/3/1 at step 4: tensor 'sizes[0]'") for line in recompiles), recompiles
+    # The CA miss for the ragged batch: each changed size with its value before (32 rows) and after.
+    miss = next(line for line in lines if "changed sizes" in line and "step 3" in line)
+    assert "sizes[0=32->4] of MseLossBackward0 (NodeCall 1)" in miss, miss
 
 
 def test_the_report_opens_on_the_headline_the_advice_and_the_verdict(ragged):

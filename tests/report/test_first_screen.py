@@ -109,6 +109,9 @@ def test_a_speedup_from_too_few_steps_reads_unbounded_not_zero_to_infinity(recor
     cells = [cell for row in speedup_grid(comparison.speedups).rows for cell in row]
     assert not any("inf" in cell for cell in cells), cells
     assert "unbounded" in cells
+    for row in speedup_grid(comparison.speedups).rows:
+        if row[2] == "unbounded":
+            assert row[3] == "too few steady steps", row  # not "within noise": no interval was measured
     assert "inf" not in run_headline(comparison).text
 
 

@@ -252,7 +252,11 @@ def _speedup_row(s: Speedup) -> list[str]:
     if s.repetition_ratios:
         reps = ", ".join(f"{r:.2f}" for r in s.repetition_ratios)
         note = f"per repetition: {reps}" + (f"; {note}" if note else "")
-    return [s.label, ratio(s.ratio), speedup_range(s), s.verdict, note]
+    verdict = s.verdict
+    if verdict == "within noise" and s.low is not None and not interval_bounded(s):
+        # An interval from 0 to infinity holds 1.0 whatever the steps: too few of them, not noise.
+        verdict = "too few steady steps"
+    return [s.label, ratio(s.ratio), speedup_range(s), verdict, note]
 
 
 def speedup_grid(speedups: tuple[Speedup, ...] | list[Speedup], title: str = "Speedups (steady-state step time)") -> Grid:

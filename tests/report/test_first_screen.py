@@ -160,3 +160,12 @@ def test_a_resolution_past_2x_reads_too_noisy_not_a_huge_percentage(graph_breaks
     assert "resolves +/-" not in headline
     if noisy.verdict == "within noise":
         assert "too noisy to tell even a 2x difference" in headline, headline
+
+
+def test_a_dynamo_recompile_marker_gives_the_failing_guard_without_the_cache_entry_id(ragged):
+    run = load_run(ragged)
+    record = run.modes["ca"]
+    rows = charts.marker_rows([charts.Series("ca", record, recompile_table(record))])
+    dynamo = {r["compile_id"]: r["reason"] for r in rows if r["kind"] in (charts.MARKER_DYNAMO, charts.MARKER_DYNAMO_CA)}
+    assert dynamo["0/1"] == "tensor 'args[0]' size mismatch at index 0. expected 32, actual 4"
+    assert dynamo["!2/3/1"] == "tensor 'sizes[0]' size mismatch at index 1. expected 4, actual 32"

@@ -41,6 +41,7 @@ from cagtool.report.recompiles.table import (
     display_path,
     format_source,
     forward_step,
+    guard_text,
     node_label,
 )
 
@@ -270,6 +271,10 @@ def marker_rows(series: Sequence[Series]) -> list[dict[str, Any]]:
                 else:
                     kind = MARKER_DYNAMO_CA if row.source == SOURCE_DYNAMO_CA_GRAPH else MARKER_DYNAMO
                 reason = row.messages[0] if row.messages else "(no reason recorded)"
+                if row.source != SOURCE_CA and row.messages:
+                    # The failing guard, without the `0/0: ` of the cache entry it failed for
+                    # (the recompile's own id is the tooltip's compile id).
+                    reason = guard_text(row.messages[0]) or reason
                 rows.append(
                     {
                         "series": s.label,

@@ -169,3 +169,18 @@ def test_a_dynamo_recompile_marker_gives_the_failing_guard_without_the_cache_ent
     dynamo = {r["compile_id"]: r["reason"] for r in rows if r["kind"] in (charts.MARKER_DYNAMO, charts.MARKER_DYNAMO_CA)}
     assert dynamo["0/1"] == "tensor 'args[0]' size mismatch at index 0. expected 32, actual 4"
     assert dynamo["!2/3/1"] == "tensor 'sizes[0]' size mismatch at index 1. expected 4, actual 32"
+
+
+def test_a_verified_fix_is_the_advice(ragged):
+    """After `recompiles --verify` (its verification.json, as the summary and report read it), what
+    to do is the fix measured on this job, not the general advice."""
+    run = load_run(ragged)
+    comparison = compare_modes(run)
+    explanation = ca_explanation(comparison, run)
+    verified = {"fixes": [{"fix": "ca-dynamic", "verdict": "verified", "title": "compiled autograd's sizes start dynamic",
+                           "run_flags": ["--dynamic"], "env": {}},
+                          {"fix": "torch-pgo", "verdict": "no effect", "title": "torch's own PGO suggestion", "run_flags": [], "env": {"X": "1"}}]}
+    line = run_headline(comparison, verified, explanation)
+    assert "(fix verified: ca-dynamic)" in line.text
+    assert line.advice == "apply fix ca-dynamic, compiled autograd's sizes start dynamic (cagtool run --dynamic): verified by re-running this job"
+    assert "mark_dynamic" in run_headline(comparison, {"fixes": [{"fix": "x", "verdict": "no effect"}]}, explanation).advice

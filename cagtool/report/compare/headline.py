@@ -188,6 +188,14 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         return Headline("nothing to compare: record more than one mode, or more steps", NEUTRAL)
     tone = BAD if BAD in tones else GOOD if GOOD in tones else NEUTRAL
     advice = _cause_advice(root_causes(explanation), explanation.table.cwd) if explanation is not None else ""
+    good = [f for f in (verified or {}).get("fixes", ()) if f.get("verdict") == "verified"]
+    if good and advice:
+        # A fix measured on this very job beats general advice.
+        from cagtool.report.verification import fix_how
+
+        fix = good[0]
+        how = fix_how(fix)
+        advice = f"apply fix {fix['fix']}" + (f", {fix['title']}" if fix.get("title") else "") + (f" ({how})" if how else "") + ": verified by re-running this job"
     return Headline("; ".join(phrases) + ".", tone, advice)
 
 

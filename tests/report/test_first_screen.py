@@ -149,11 +149,14 @@ def test_a_resolution_past_2x_reads_too_noisy_not_a_huge_percentage(graph_breaks
     s = next(s for s in comparison.speedups if s.label == "ca/aot")
     assert s.interval is not None and s.resolution is not None
     text = resolution_text(s)
-    if s.resolution <= 1.0:
-        assert text == f"resolves +/-{100 * s.resolution:.1f}%"
+    # Whatever this machine's noise made of it: a percentage of at most 100, or words.
+    found = re.fullmatch(r"resolves \+/-(\d+\.\d)%", text)
+    if found:
+        assert float(found.group(1)) <= 100.0
     else:
-        assert text.startswith("too noisy to tell even a 2x difference")
-    noisy = replace(s, interval=replace(s.interval, se=s.interval.se * 10 + 1.0))
+        assert text in ("too noisy to tell even a 2x difference: run more steps", "too few steady steps for an interval: run more steps"), text
+    bounded = replace(s.interval, low=0.5, high=2.0)  # an interval with both bounds, and 10x its noise
+    noisy = replace(s, low=0.5, high=2.0, interval=replace(bounded, se=s.interval.se * 10 + 1.0))
     assert noisy.resolution > 1.0
     assert resolution_text(noisy) == "too noisy to tell even a 2x difference: run more steps"
     headline = run_headline(replace(comparison, speedups=(noisy,))).text

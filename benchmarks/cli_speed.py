@@ -19,7 +19,7 @@ imported at every start, and where PYTHONDONTWRITEBYTECODE is set (or the checko
 Python never caches the .pyc files, so every run compiles cagtool's modules from source again
 (+0.02 s for `runs`, +0.05 s for `recompiles --explain`, in CPU, on the 2-core VM).
 
-The records are synthetic, written with the schema's own dataclasses:
+The records are synthetic, written with the schema's own event classes:
 - `runs`: a runs directory of 10 runs (3 modes each, 2,000 steps per mode);
 - `recompiles --explain`: 100,000 events with 1,000 recompiles (benchmarks/recompiles_explain.py),
   closed with the columns sidecar a mode process writes (`write_sidecar`, the writer's function);

@@ -16,7 +16,7 @@ files `report` and `export --perfetto` write, against the targets:
 The record is written in the layout `cagtool run` leaves for a DDP job (a launcher process with no
 rank in <mode>/, one record per rank in <mode>/procs/rank<N>/, each manifest's `process` giving its
 rank, world size and role), its lines written by the capture side's own line encoders from the
-schema's dataclasses, and each rank's record closed as the writer closes it (with the columns
+schema's event classes, and each rank's record closed as the writer closes it (with the columns
 sidecar, record.columns.write_sidecar). Steps take about 4 ms (eager), 3.4 ms (aot) and 3 ms (ca)
 with a seeded jitter per rank and a slow step now and then; markers: aot compiles at step 0 and
 recompiles at the middle step, ca captures CA graphs at steps 0 and 1 and recompiles

@@ -1,6 +1,6 @@
 """How long `cagtool recompiles --explain` takes on a big record: 100,000 events, 1,000 recompiles.
 
-Builds a synthetic run directory (the documented layout, written with the schema's own dataclasses,
+Builds a synthetic run directory (the documented layout, written with the schema's own event classes,
 closed as a mode process closes its record: with the columns sidecar the writer derives from
 events.jsonl, `record.columns.write_sidecar`; `--no-sidecar` leaves it out, as a killed run would),
 then times the whole command in-process: load (with the one loader), analysis, grouping, and
@@ -13,7 +13,6 @@ repetitions. Target: median < 0.5 s.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import io
 import json
 import platform
@@ -22,6 +21,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import msgspec
 
 from cagtool.commands.recompiles import RecompilesOptions, run_recompiles
 from cagtool.record.columns import write_sidecar
@@ -117,7 +118,7 @@ def from_first_step(events: list[Event]) -> list[Event]:
     """The builders count steps from 1 (readable arithmetic); a record numbers them from
     FIRST_STEP (0 since schema 3, as the script's own loop does): every step shifted to that."""
     shift = FIRST_STEP - 1
-    return [dataclasses.replace(e, step=e.step + shift) if getattr(e, "step", None) is not None else e for e in events]
+    return [msgspec.structs.replace(e, step=e.step + shift) if getattr(e, "step", None) is not None else e for e in events]
 
 
 def write_run(root: Path, events: list[Event], sidecar: bool = True) -> Path:

@@ -18,6 +18,7 @@ tracker and the observer).
 | graph break | `Graph break in user code at /x/train.py:12` (artifact `dynamo_graph_break_reason`) |
 | user frame | `File "/x/train.py", line 10, in f` then the code line |
 | size guard | `tensor 'x' size mismatch at index 0. expected 32, actual 48` (a Dynamo guard failure) |
+| value guard | `scale == 1.0`, `flag == True`, `self.use_relu == True`, `G['FLAG'] == True` (a Python value Dynamo specialised on) |
 | recompile limit | `exceeding the recompile_limit cache size limit (currently set to 8)`, `hit config.recompile_limit (8)` |
 """
 
@@ -178,6 +179,33 @@ def size_guard(text: str) -> tuple[str, int, int, int] | None:
     if match is None:
         return None
     return match["name"], int(match["index"]), int(match["expected"]), int(match["actual"])
+
+
+# A guard on a Python constant's value (CONSTANT_MATCH). The source is torch's own spelling: a
+# local as its bare name (`scale`; older torch wrote `L['scale']`), an attribute path
+# (`self.use_relu`), a global as `G['FLAG']`.
+_VALUE_GUARD = re.compile(
+    r"^(?P<source>[A-Za-z_][\w.]*|[LG]\['[A-Za-z_]\w*'\](?:\.[A-Za-z_]\w*)*) == "
+    r"(?P<value>True|False|-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|-?inf|nan)$"
+)
+_BRACKETED = re.compile(r"^(?P<scope>[LG])\['(?P<name>[A-Za-z_]\w*)'\](?P<rest>(?:\.[A-Za-z_]\w*)*)$")
+
+
+def value_guard(text: str) -> tuple[str, str, str] | None:
+    """(scope, name, value) of a failed guard on a Python value: scope `local` (the compiled
+    function's own variable: `scale == 1.0`, `L['scale'] == 1.0`), `attribute` (`self.use_relu
+    == True`: name is the dotted path) or `global` (`G['FLAG'] == True`); value as torch printed it.
+    None for any other guard (a tensor's size, an object's id, a type)."""
+    match = _VALUE_GUARD.match(text.strip())
+    if match is None:
+        return None
+    source, value = match["source"], match["value"]
+    bracketed = _BRACKETED.match(source)
+    if bracketed is not None:
+        if bracketed["rest"]:
+            return "attribute", bracketed["name"] + bracketed["rest"], value
+        return ("global" if bracketed["scope"] == "G" else "local"), bracketed["name"], value
+    return ("attribute" if "." in source else "local"), source, value
 
 
 def graph_break_at(payload: str) -> tuple[str, int] | None:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VENVS = ROOT / ".compat"
-DEPS = ["typer>=0.12,<0.29", "rich>=13", "depyf>=0.20", "pandas>=2.0", "vl-convert-python>=1.6",
+DEPS = ["typer>=0.12,<0.29", "rich>=13", "depyf>=0.20", "pandas>=2.0", "msgspec>=0.19", "vl-convert-python>=1.6",
         "pytest>=8", "jsonschema>=4", "altair>=5.4", "scipy>=1.11"]
 TESTS = ["tests/test_torch_internals.py", "tests/test_doctor.py"]
 SAMPLE_ARGS = {"train_ddp.py": ["--steps", "3"], "transformer_lm.py": ["--steps", "6"] }

@@ -1,5 +1,4 @@
-"""The loader's fast paths (one json.loads for a whole well-formed stream, events built without the
-frozen dataclass's __init__, kinds skipped by line prefix, `of()` answers kept) give exactly what
+"""The loader's fast paths (one msgspec decode for a whole well-formed stream, kinds skipped by line prefix, `of()` answers kept) give exactly what
 the plain path gives, and a bad line still costs only itself."""
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from cagtool.record.schema import (
     OptimizerStepEvent,
     SourceRef,
     StepEvent,
-    event_from_dict,
+    decode_event,
     event_to_dict,
     json_default,
 )
@@ -47,9 +46,9 @@ EVENTS = [  # steps numbered from 0, as schema 3 writes them
 def test_fast_paths_equal_the_dataclass_constructors(tmp_path):
     record = load_mode(write_mode(tmp_path / "ca", [line(e) for e in EVENTS]))
     assert record.events == EVENTS and record.skipped_lines == 0
-    # Built without __init__, the events are still frozen, hash and compare like constructed ones.
+    # Decoded, the events hash and compare like constructed ones.
     assert hash(record.events[1]) == hash(EVENTS[1])
-    built = event_from_dict({"kind": "step", "seq": 9, "t": 1.0, "step": 5, "backward_s": 0.5, "added_later": "ignored"})
+    built = decode_event('{"kind": "step", "seq": 9, "t": 1.0, "step": 5, "backward_s": 0.5, "added_later": "ignored"}')
     assert built == StepEvent(seq=9, t=1.0, step=5, backward_s=0.5) and not hasattr(built, "added_later")
 
 
@@ -123,3 +122,10 @@ def test_the_kinds_filter_keeps_and_numbers_exactly_the_lines_the_per_line_test_
             elif one.strip():
                 expected_entries.append((number, one))
         assert (counts, entries) == (expected_counts, expected_entries), (trial, text)
+
+
+def test_a_line_holding_two_objects_is_one_bad_line_not_two_events(tmp_path):
+    lines = [line(e) for e in EVENTS]
+    lines.insert(1, line(EVENTS[1]) + ", " + line(EVENTS[2]))  # decoded together, these would be two events
+    record = load_mode(write_mode(tmp_path / "ca", lines))
+    assert record.events == EVENTS and record.skipped_lines == 1

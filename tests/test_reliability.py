@@ -631,7 +631,7 @@ def test_wrong_field_types_in_well_formed_lines(tmp_path):
     assert code == 0, err
     assert json.loads(out)["modes"]["ca"]["skipped_lines"] == 1
     code, _, err = cagtool("gate", str(run), "--max-ca-graphs", "0", "--no-config", "--strict")
-    assert code == 3 and "line 4" in err and "step='three'" in err
+    assert code == 3 and "line 4: StepEvent: Expected `int`, got `str` - at `$.step`" in err
     # a manifest field of the wrong type: exit 3 with the file, not a TypeError
     run2 = write_run(tmp_path / "r2", {"ca": _manifest("ca", torch_counters={"compiled_autograd": {"captures": "two"}})})
     code, _, err = cagtool("summary", str(run2))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
+
 from cagtool.record.loader import load_run
 from cagtool.record.schema import BackwardEvent, OptimizerStepEvent, StepEvent
 
@@ -43,7 +45,7 @@ def _rows(mode) -> list[tuple]:
 
 def _untimed(mode) -> list[dict]:
     """Every event of the mode without its times (the only thing two runs may differ in)."""
-    return [{k: v for k, v in vars(e).items() if k != "t" and not k.endswith("_s")} for e in mode.events]
+    return [{k: v for k, v in msgspec.structs.asdict(e).items() if k != "t" and not k.endswith("_s")} for e in mode.events]
 
 
 def test_steps_counted_after_the_hooks_are_those_counted_in_them(record_run):

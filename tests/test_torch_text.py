@@ -92,6 +92,21 @@ def test_a_guard_failure_line_and_its_user_stack():
     assert [tt.looks_like_user_file(f[0]) for f in frames] == [True, False]
 
 
+def test_a_guard_on_a_python_value():
+    # torch 2.13's words (TORCH_LOGS=recompiles) for a float argument, a bool argument, a module
+    # attribute and a global read in the compiled code; an older torch's bracketed local.
+    assert tt.value_guard("scale == 1.0") == ("local", "scale", "1.0")
+    assert tt.value_guard("flag == True") == ("local", "flag", "True")
+    assert tt.value_guard("n == 3") == ("local", "n", "3")
+    assert tt.value_guard("self.use_relu == True") == ("attribute", "self.use_relu", "True")
+    assert tt.value_guard("G['FLAG'] == True") == ("global", "FLAG", "True")
+    assert tt.value_guard("L['scale'] == -0.5") == ("local", "scale", "-0.5")
+    assert tt.value_guard("L['self'].p == 4") == ("attribute", "self.p", "4")
+    assert tt.value_guard("tensor 'x' size mismatch at index 0. expected 32, actual 48") is None
+    assert tt.value_guard("___check_obj_id(L['self'], 1)") is None
+    assert tt.value_guard("len(L['xs']) == 3") is None
+
+
 def test_recompile_limit_messages():
     # convert_frame.py's warning and the graph break it raises.
     warning = "[0/8] torch._dynamo hit config.recompile_limit (8)\n   function: 'fwd' (/proj/m.py:5)"

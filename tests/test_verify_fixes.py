@@ -125,6 +125,31 @@ def test_a_hook_added_mid_run_is_patched_on_a_copy_and_verified(record_run, tmp_
     assert '<pre class="patch">--- a/sample_scripts/hook_added_midrun.py' in html
 
 
+def test_a_python_float_changing_per_step_is_passed_as_a_tensor_on_a_copy(record_run, tmp_path):
+    """`model(x, scale)` with a new Python float each step under dynamic=False: Dynamo's guard
+    `scale == 1.0` fails every step (3 forward recompiles in 4 steps) and each recompiled forward
+    brings a new backward graph (3 CA recompiles). The patch passes torch.tensor(scale, dtype=torch.float64)
+    at the call site Dynamo recorded; --verify runs it on a copy: every recompile gone, numerics unchanged."""
+    run = _copy(record_run, tmp_path, "scalar_per_step.py")
+    script = ROOT / "sample_scripts" / "scalar_per_step.py"
+    original = script.read_text()
+    proc, data = _verify(run)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    v = data["verification"]
+    [fix] = v["fixes"]
+    assert fix["fix"] == "scalar-to-tensor" and fix["who"] == "your code" and fix["causes"] == [1, 2] and v["not_applied"] == []
+    assert fix["patch"]["line"] == 26 and fix["patch"]["applicable"] is True
+    assert "-        loss = model(x, scale).sum()\n+        loss = model(x, torch.tensor(scale, dtype=torch.float64)).sum()\n" in fix["patch"]["diff"]
+    assert (v["baseline"]["dynamo_recompiles"], fix["measured"]["dynamo_recompiles"]) == ([3], [0])
+    assert (v["baseline"]["ca_recompiles"], fix["measured"]["ca_recompiles"]) == ([3], [0])
+    assert (v["baseline"]["ca_graphs"], fix["measured"]["ca_graphs"]) == ([4], [1])
+    assert fix["verdict"] == "verified" and fix["numerics_agree"] is True, fix["reasons"]
+    fixed = load_run(fix["measured"]["run"]).modes["ca"]
+    assert fixed.manifest.options["patched_source"] == str(Path(fix["patched_copy"]).resolve())
+    assert fixed.manifest.torch_counters["compiled_autograd"]["captures"] == 1
+    assert script.read_text() == original
+
+
 def test_dynamic_sources_end_a_recompile_storm_past_the_limit(record_run, tmp_path):
     """A sequence one token longer every step under dynamic=False: Dynamo recompiles the forward
     each step until recompile_limit (4) sends it to eager. With the input dynamic from its first

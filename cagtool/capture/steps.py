@@ -39,7 +39,6 @@ import math
 import threading
 import time
 import weakref
-from json.encoder import encode_basestring_ascii
 from typing import Any, Callable
 
 from cagtool.capture.observe import dynamo_skip, source
@@ -50,8 +49,12 @@ from cagtool.record.schema import (
     FIRST_STEP,
     STEP_BOUNDARY_BACKWARD,
     STEP_BOUNDARY_OPTIMIZER,
+    BackwardEvent,
     FinalStateEvent,
     FindingEvent,
+    OptimizerStepEvent,
+    StepEvent,
+    event_line,
 )
 
 FLAG_WITHOUT_COMPILED_BACKWARD = "ca_flag_without_compiled_backward"
@@ -72,7 +75,6 @@ FLAG_CHECK_EVERY = 64  # backward calls between two looks at the script's CA fla
 # The events whose lines wait in memory up to the writer's hold_s (writer.py), named in the
 # manifest with that bound: a process killed hard may lack these for its last hold_s seconds.
 HELD_EVENTS = ["backward", "optimizer_step", "step"]
-_FLOAT_REPR = float.__repr__
 
 # What the hooks append to `_raw` (the first item of each tuple; `drain` reads them in order):
 _BEGIN = 0  # [_BEGIN, step, index]: a top-level backward began; a list, the drain fills in its step and index
@@ -890,69 +892,32 @@ def _sum_of_squares(tensor: Any) -> float:
 
 def _line_makers(writer: RecordWriter) -> tuple[Callable[[int, float, Any], str], ...]:
     """The `line(seq, t, payload)` functions of the tracker's queued lines (writer.py: `queued`):
-    the payload is the tuple the drain made, named here, when the line is written.
-
-    The lines are those of event_lines.py (json's text of the dataclass: same keys, order and
-    spelling), each made by one %-format of its template, with one difference, which is what makes
-    them cheap: times and durations are written
-    to the nanosecond (`%.9f`, perf_counter's resolution) rather than as the shortest text that reads
-    back the same double. That text is an exact search costing ~0.45 us a number warm and several
-    times that in the writer's thread beside a training step; a step's three lines have nine such
-    numbers. Losses keep json's exact text (a step's line reuses its last backward's). Pinned by
-    tests/test_event_lines.py: the same keys, in the same order, read back to the same values
-    within half a nanosecond."""
-    fixed = "%.9f"
-    ascii_text = encode_basestring_ascii
-    last = [None, "null"]  # the last loss and its text: a step's line repeats its last backward's
-
-    def loss_text(loss: float | None) -> str:
-        if loss is last[0]:
-            return last[1]
-        if loss is None:
-            text = "null"
-        elif loss - loss == 0.0:  # finite
-            text = _FLOAT_REPR(loss)
-        else:
-            text = "NaN" if loss != loss else ("Infinity" if loss > 0 else "-Infinity")
-        last[0], last[1] = loss, text
-        return text
-
-    backward_template, optimizer_template, step_template = _BACKWARD_LINE, _OPTIMIZER_STEP_LINE, _STEP_LINE
-    group_template = _BACKWARD_LINE + _OPTIMIZER_STEP_LINE + _STEP_LINE
+    the payload is the tuple the drain made, named here, when the line is written. Each line is
+    its event's (record/schema.py, `event_line`): built from the payload, by keyword, and encoded
+    by msgspec, so a field added to one of these events is written once the drain passes its value."""
 
     def backward_line(seq: int, t: float, payload: tuple) -> str:
         step, index, backward_s, captures, call, loss, thread = payload
-        return backward_template % (seq, t, step, index, backward_s, captures, call, loss_text(loss), ascii_text(thread))
+        return event_line(BackwardEvent(seq=seq, t=t, step=step, index=index, backward_s=backward_s, ca_captures=captures, call=call, loss=loss, thread=thread))
 
     def optimizer_step_line(seq: int, t: float, payload: tuple) -> str:
         step, wall_s, optimizer = payload
-        return optimizer_template % (seq, t, step, wall_s, ascii_text(optimizer))
+        return event_line(OptimizerStepEvent(seq=seq, t=t, step=step, wall_s=wall_s, optimizer=optimizer))
 
     def step_line(seq: int, t: float, payload: tuple) -> str:
         opened, step, wall_s, boundary = payload
-        return step_template % (seq, t, step, opened.backward_s, loss_text(opened.loss), opened.captures, opened.compiles, opened.compile_s,
-                                "null" if wall_s is None else fixed % wall_s, opened.backward_calls, boundary, opened.optimizer_s)
+        return event_line(StepEvent(seq=seq, t=t, step=step, backward_s=opened.backward_s, loss=opened.loss, ca_captures=opened.captures,
+                                    compiles=opened.compiles, compile_s=opened.compile_s, wall_s=wall_s, backward_calls=opened.backward_calls,
+                                    boundary=boundary, optimizer_s=opened.optimizer_s))
 
     def group_line(seq: int, t: float, payload: tuple) -> str:
-        """A step's backward, optimizer-step and step lines (seq, seq + 1, seq + 2), in one format."""
-        (step, index, backward_s, captures, call, loss, thread), t_step, optimizer_s, optimizer, opened, _, wall_s, boundary = payload
-        loss = loss_text(loss)
-        return group_template % (seq, t, step, index, backward_s, captures, call, loss, ascii_text(thread),
-                                 seq + 1, t_step, step, optimizer_s, ascii_text(optimizer),
-                                 seq + 2, t_step, step, opened.backward_s, loss_text(opened.loss), opened.captures, opened.compiles, opened.compile_s,
-                                 "null" if wall_s is None else fixed % wall_s, opened.backward_calls, boundary, opened.optimizer_s)
+        """A step's backward, optimizer-step and step lines (seq, seq + 1, seq + 2)."""
+        backward, t_step, optimizer_s, optimizer, opened, _, wall_s, boundary = payload
+        step = backward[0]
+        return (backward_line(seq, t, backward) + optimizer_step_line(seq + 1, t_step, (step, optimizer_s, optimizer))
+                + step_line(seq + 2, t_step, (opened, step, wall_s, boundary)))
 
     return backward_line, optimizer_step_line, step_line, group_line
-
-
-# The tracker's line templates (`_line_makers`): json's text of BackwardEvent, OptimizerStepEvent and
-# StepEvent, times and durations to the nanosecond. %s: a text made beforehand (a loss, a JSON string,
-# a time that may be null).
-_BACKWARD_LINE = ('{"kind": "backward", "seq": %d, "t": %.9f, "step": %d, "index": %d, "backward_s": %.9f, '
-                  '"ca_captures": %d, "call": "%s", "loss": %s, "thread": %s}\n')
-_OPTIMIZER_STEP_LINE = '{"kind": "optimizer_step", "seq": %d, "t": %.9f, "step": %d, "wall_s": %.9f, "optimizer": %s}\n'
-_STEP_LINE = ('{"kind": "step", "seq": %d, "t": %.9f, "step": %d, "backward_s": %.9f, "loss": %s, "ca_captures": %d, "compiles": %d, '
-              '"compile_s": %.9f, "wall_s": %s, "backward_calls": %d, "boundary": "%s", "optimizer_s": %.9f}\n')
 
 
 def _no_line(seq: int, t: float, payload: Any) -> str:

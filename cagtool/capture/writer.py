@@ -8,7 +8,7 @@ daemon thread (`_Flusher`) that looks every HOLD_S / 4 while the job does someth
 other event (`emit`: a cache miss, a finding...) is written at once, the waiting lines first, and
 `close` writes what waits. A system call and the encoding of each line at every step end were most
 of what recording cost a training step (benchmarks/README.md, step overhead); made together the
-lines cost a fraction (event_lines.py says why). The step tracker, the one caller on a training
+lines cost a fraction. The step tracker, the one caller on a training
 step's path, skips even `emit_held`: its hooks only note what happened, and its `drain` (the
 writer's `source`) turns the notes into lines appended to `queued` (module docstring of steps.py),
 from the training thread every HOLD_S / 2. The writer calls `source` before it numbers anything,
@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cagtool.record.atomic import write_atomic
-from cagtool.capture.event_lines import line_encoder
 from cagtool.record.columns import write_sidecar
 from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
 from cagtool.record.graph_file import GRAPH_FORMAT, GraphNode, graph_node_to_dict
@@ -49,24 +48,21 @@ from cagtool.record.schema import (
     STATUS_KILLED,
     STATUS_RUNNING,
     Event,
-    event_to_dict,
-    json_default,
+    event_line,
 )
 
 
-# One encoder for all events: json.dumps(default=...) builds a new encoder per call (~5 us a step).
-_ENCODER = json.JSONEncoder(default=json_default)
-# Per event class, `encode(seq, t, **fields) -> line`: event_lines.py's, or the dataclass and _ENCODER.
+# Per event class, `encode(seq, t, **fields) -> line`: the event built and encoded (schema.event_line).
 _LINE_ENCODERS: dict[type, Callable[..., str]] = {}
 
 
 def _encoder_of(event_cls: type[Event]) -> Callable[..., str]:
     encode = _LINE_ENCODERS.get(event_cls)
     if encode is None:
-        encode = line_encoder(event_cls)
-        if encode is None:
-            def encode(seq: int, t: float, **fields: Any) -> str:
-                return _ENCODER.encode(event_to_dict(event_cls(seq=seq, t=t, **fields))) + "\n"
+
+        def encode(seq: int, t: float, **fields: Any) -> str:
+            return event_line(event_cls(seq=seq, t=t, **fields))
+
         _LINE_ENCODERS[event_cls] = encode
     return encode
 
@@ -258,7 +254,7 @@ class RecordWriter:
         return self.clock() - self.t0
 
     def encoder_of(self, event_cls: type[Event]) -> Callable[..., str]:
-        """`encode(seq, t, **fields) -> line` (event_lines.py's, or the dataclass and json)."""
+        """`encode(seq, t, **fields) -> line`: the event's line (schema.event_line)."""
         return _LINE_ENCODERS.get(event_cls) or _encoder_of(event_cls)
 
     def kwargs_line(self, event_cls: type[Event]) -> Callable[[int, float, Any], str]:
@@ -312,7 +308,7 @@ class RecordWriter:
     def emit_held(self, event_cls: type[Event], **fields: Any) -> None:
         """Append one per-step event whose line may wait in memory up to `hold_s` (module
         docstring). Numbered and timed now; its text is made when it is written, with the other
-        waiting lines, straight from the fields (event_lines.py): no Event is built."""
+        waiting lines."""
         self._drain_source()
         with self._lock:
             if self.queued:
@@ -349,11 +345,11 @@ class RecordWriter:
         t = fields.pop("t", None)  # given when the time is not now (an imported log's timestamps)
         event = event_cls(seq=self._seq, t=self.now() if t is None else t, **fields)
         self._seq += 1
-        return event, _ENCODER.encode(event_to_dict(event)) + "\n"
+        return event, event_line(event)
 
     def _held_text(self) -> str:
         """The held events' lines, taken out of memory (caller holds the lock). Made together, one
-        after the other, their code stays in the CPU's caches (event_lines.py says why it matters)."""
+        after the other, their code stays in the CPU's caches."""
         held, self._held = self._held, []
         first = self._held_from
         return "".join([line(first + i, t, payload) for i, (line, t, payload) in enumerate(held)])
@@ -362,7 +358,7 @@ class RecordWriter:
         """Caller holds the lock. A failed write stops recording at the first line of `text` (whose
         event is `first_seq`) that did not reach the file whole."""
         if self.stopped is None and self._events is not None:
-            data = text.encode()  # ASCII: json's ensure_ascii, and event_lines.py's the same
+            data = text.encode()
             done = 0
             try:
                 done = os.write(self._events, data)

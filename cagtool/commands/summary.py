@@ -34,11 +34,13 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
     if fmt == "json":
         data = summary_json(run, rank=rank)
         from cagtool.report.compare.analysis import compare_modes
-        from cagtool.report.compare.headline import run_headline
+        from cagtool.report.compare.headline import ca_explanation, run_headline
         from cagtool.report.ranks.analysis import focused_run as _focused
 
-        line = run_headline(compare_modes(_focused(run, None)[0]), verification)
-        data = {"headline": {"text": line.text, "tone": line.tone}, **data}
+        view = _focused(run, None)[0]
+        comparison = compare_modes(view)
+        line = run_headline(comparison, verification, ca_explanation(comparison, view))
+        data = {"headline": {"text": line.text, "tone": line.tone, "advice": line.advice}, **data}
         if verification is not None:
             data["verification"] = verification
         print(json.dumps(data, indent=2, default=str))
@@ -47,13 +49,13 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
     # After a run the script owns stdout; the report goes to stderr.
     console = make_console(stderr=after_run)
     from cagtool.report.compare.analysis import compare_modes
-    from cagtool.report.compare.headline import run_headline
+    from cagtool.report.compare.headline import ca_explanation, run_headline
     from cagtool.report.compare.render import print_headline, render_comparison
 
     compared, focus = focused_run(run, None)  # a multi-rank run's launchers ran no steps
     comparison = compare_modes(compared)
-    # The answer first: what a user pastes into a pull request.
-    print_headline(console, run_headline(comparison, verification))
+    # The answer first: what a user pastes into a pull request, then what to do about it.
+    print_headline(console, run_headline(comparison, verification, ca_explanation(comparison, compared)), str(run.path))
     render_summary(console, run, rank=rank)
     if len(run.modes) > 1:
         if focus is not None and rank is None:

@@ -10,8 +10,9 @@ from itertools import chain
 from operator import itemgetter
 from typing import Any, Sequence
 
+import msgspec
+
 from cagtool.record.schema import AutogradNodeRef
-from cagtool.record.validate import check_types
 
 GRAPH_FORMAT = "cagtool-ca-graph"
 
@@ -70,7 +71,12 @@ def graph_node_from_dict(data: dict[str, Any]) -> GraphNode:
     origin = kwargs.get("origin")
     if origin is not None:
         state["origin"] = AutogradNodeRef(**origin)
-    return node if _plainly_valid(node) else check_types(node)
+    if _plainly_valid(node):
+        return node
+    try:  # msgspec names what is wrong, or accepts what the exact-type test refused
+        return msgspec.convert(kwargs, GraphNode)
+    except msgspec.ValidationError as exc:
+        raise TypeError(f"GraphNode: {exc}") from None
 
 
 def _sizes_ok(sizes: Any) -> bool:
@@ -78,9 +84,9 @@ def _sizes_ok(sizes: Any) -> bool:
 
 
 def _plainly_valid(node: GraphNode) -> bool:
-    """The node's fields have the types JSON decodes them to: check_types' verdict for such a node,
+    """The node's fields have the types JSON decodes them to: msgspec's verdict for such a node,
     without its per-field predicates (their calls were most of reading a 10,000-node graph). False
-    sends the node to check_types, which names what is wrong or accepts what this refused."""
+    sends the node to msgspec, which names what is wrong or accepts what this refused."""
     origin = node.origin
     return (
         type(node.name) is str
@@ -144,7 +150,7 @@ def _sizes_column_ok(column: list[Any]) -> bool:
 def graph_columns_from_dicts(nodes: list[Any]) -> GraphColumns | None:
     """The columns of a graph file's decoded `nodes`, when every node is an object with exactly
     GraphNode's fields, each of the JSON type graph_node_from_dict accepts without asking
-    check_types (_plainly_valid): the same nodes it would build. Else None (a node with a field
+    msgspec (_plainly_valid): the same nodes it would build. Else None (a node with a field
     missing, unknown or of another type): graph_node_from_dict then reads them one by one, and
     names what is wrong. The checks run column by column in C (map, set), not node by node."""
     if not nodes:

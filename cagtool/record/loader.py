@@ -11,6 +11,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TypeVar
 
+import msgspec
+
 from cagtool.errors import UnreadableInput
 from cagtool.record.liveness import read_dead_writer_as_killed, read_vanished_as_killed
 from cagtool.record.manifest import ModeManifest, RunMeta, mode_manifest_from_dict, run_meta_from_dict
@@ -29,7 +31,10 @@ from cagtool.record.schema import (
     SCHEMA_VERSION,
     STEPS_FROM_ZERO_VERSION,
     Event,
-    event_builder,
+    decode_event,
+    decode_events,
+    event_from_value,
+    shift_steps,
 )
 
 if TYPE_CHECKING:
@@ -328,7 +333,7 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
                 unwanted = ()
         kind_at = len(_KIND_PREFIX)
         # Whether every line kept is one JSON object's text (as far as its ends tell), checked in the
-        # loop below; lines the kinds filter already collected are checked by _decode_lines (None).
+        # loop below; lines the kinds filter already collected are checked by _decode_events (None).
         shaped: bool | None = None if entries else True
         for number, line in lines:
             if line is None:
@@ -343,26 +348,17 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
             if not (line.startswith("{") and line.endswith("}")):
                 if not line.strip():
                     continue
-                # Not shaped as the writer writes lines: _decode_lines checks them all one by one.
+                # Not shaped as the writer writes lines: _decode_events checks them all one by one.
                 shaped = bool(shaped) and line.lstrip().startswith("{") and line.rstrip().endswith("}")
             entries.append((number, line))
-        for number, raw in _decode_lines(entries, shaped):
-            if not isinstance(raw, dict):
+        for number, event in _decode_events(entries, shaped):
+            if not isinstance(event, Event):
                 if strict:
-                    raise UnreadableInput(f"{events_path}: line {number} is not a JSON object (--strict)")
-                skipped += 1
-                continue
-            try:
-                event = event_builder(raw.get("kind"))(raw)
-            except (TypeError, ValueError) as exc:
-                if strict:
-                    raise UnreadableInput(f"{events_path}: line {number}: {exc} (--strict)") from None
-                skipped += 1
-                continue
-            if event is None:
-                if strict:
-                    raise UnreadableInput(f"{events_path}: line {number}: unknown event kind {raw.get('kind')!r} (--strict)")
-                unknown[str(raw.get("kind"))] += 1
+                    raise UnreadableInput(f"{events_path}: line {number}{event.problem} (--strict)")
+                if event.unknown_kind is not None:
+                    unknown[event.unknown_kind] += 1
+                else:
+                    skipped += 1
                 continue
             counts[event.kind] += 1
             if kinds is None or event.kind in kinds:
@@ -440,13 +436,8 @@ def renumber_steps_from_zero(events: list[Event], schema_version: int) -> None:
     record's schema. The step, backward and optimizer-step events a columns sidecar holds get
     the same shift through `EventColumns.step_shift` (set beside the call to this in `_load_one`)."""
     shift = step_number_shift(schema_version)
-    if not shift:
-        return
-    for event in events:
-        state = event.__dict__  # frozen dataclasses, built by the loader: not yet seen by anyone
-        step = state.get("step")
-        if step is not None:
-            state["step"] = step + shift
+    if shift:
+        shift_steps(events, shift)
 
 
 @lru_cache(maxsize=8)
@@ -464,25 +455,52 @@ def _utf8_or_none(raw: bytes) -> str | None:
         return None
 
 
-def _decode_lines(entries: list[tuple[int, str]], shaped: bool | None = None) -> Iterator[tuple[int, Any]]:
-    """(line number, decoded value or None) per line. When every line is one JSON object, as the
-    writer writes them, all are decoded in one json.loads call (a call per line was most of the
-    time spent loading a long run); otherwise line by line, so a bad line costs only itself."""
+@dataclass(frozen=True)
+class _BadLine:
+    """A line that gave no event: `problem` ends the loader's --strict message after the line
+    number; `unknown_kind` is the kind of a well-formed line of a kind this cagtool does not know
+    (counted, not skipped)."""
+
+    problem: str
+    unknown_kind: str | None = None
+
+
+def _decode_events(entries: list[tuple[int, str]], shaped: bool | None = None) -> Iterator[tuple[int, Event | _BadLine]]:
+    """(line number, its event or what is wrong with it) per line. When every line is one JSON
+    object, as the writer writes them, all are decoded and validated in one msgspec call;
+    otherwise (or when any line is bad) line by line, so a bad line costs only itself."""
     if shaped is None:  # the caller did not look at the lines' ends while collecting them
         shaped = all(text.lstrip().startswith("{") and text.rstrip().endswith("}") for _, text in entries)
     if entries and shaped:
-        try:
-            values = json.loads("[" + ",".join(text for _, text in entries) + "]")
-        except json.JSONDecodeError:
-            values = None
-        if isinstance(values, list) and len(values) == len(entries):
-            yield from zip((number for number, _ in entries), values)
+        events = decode_events([text for _, text in entries])
+        if events is not None and len(events) == len(entries):  # not so for a line holding two objects
+            yield from zip((number for number, _ in entries), events)
             return
     for number, text in entries:
-        try:
-            yield number, json.loads(text)
-        except json.JSONDecodeError:
-            yield number, None
+        yield number, _decode_event(text)
+
+
+def _decode_event(text: str) -> Event | _BadLine:
+    try:
+        return decode_event(text)
+    except msgspec.DecodeError:
+        pass
+    # Not a valid event to msgspec: json tells a damaged line from a valid one msgspec does not
+    # read (a NaN or Infinity, json's spelling, which the record keeps) and from an unknown kind.
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return _BadLine(" is not a JSON object")
+    if not isinstance(value, dict):
+        return _BadLine(" is not a JSON object")
+    kind = value.get("kind")
+    try:
+        event = event_from_value(value)
+    except msgspec.ValidationError as exc:
+        return _BadLine(f": {EVENT_TYPES[kind].__name__}: {exc}")
+    if event is None:
+        return _BadLine(f": unknown event kind {kind!r}", unknown_kind=str(kind))
+    return event
 
 
 def resolve_run_path(path: str | Path | None) -> Path:

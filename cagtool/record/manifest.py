@@ -4,10 +4,77 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
+
+import msgspec
 
 from cagtool.record.schema import MODE_FORMAT, RUN_FORMAT, SCHEMA_VERSION
-from cagtool.record.validate import check_types
+
+
+class ErrorCount(TypedDict):
+    """Errors cagtool caught in one of its own parts instead of letting them reach the job."""
+
+    count: int
+    last: str | None
+
+
+class ModeOptions(TypedDict, total=False):
+    """The manifest's `options`: how the mode ran and what cagtool noted about its own work. Every
+    key written goes here, one line each; the loader checks the types of these keys and keeps any
+    other key as it is (a record written by a newer cagtool)."""
+
+    # set when the record is opened (capture/child.py, capture/processes/follow.py, api.py)
+    waited_to_start_s: float  # the mode waited this long for the previous one's process to go
+    max_steps: int | None  # --steps
+    max_time: float | None  # --max-time
+    trace_nodes: bool
+    depyf: bool
+    torch_trace: bool
+    followed: bool  # a process the target started, recorded by cagtool's follower
+    python_api: bool  # recorded through cagtool.api, not `cagtool run`
+    imported: bool  # built by `cagtool import` (trace_import/importer.py)
+    # set while it runs or when it ends
+    seed: dict[str, Any]  # capture/seeding.py: {"seed", "seeded", "script_reseeded"}
+    parity_every: int | None  # --parity-every
+    fallback_random: bool  # inductor's fallback_random, as the mode ran
+    held_events: dict[str, Any]  # writer.py: {"kinds", "up_to_s"}, what a hard kill can lose
+    stopped_by: str  # "steps" | "max_time": a --steps / --max-time bound ended it
+    closed_by: str  # "reader": the loader closed the record of a process that vanished
+    optimize_ddp: dict[str, Any]  # {"value", "set_by"}: the DDP setting cagtool chose
+    cagtool_memory: dict[str, Any]  # what cagtool itself allocated (capture/device_readings.py)
+    losses_not_kept: int
+    grad_digest_error: str
+    step_tracking_errors: ErrorCount
+    structured_log_errors: ErrorCount
+    observer_errors: ErrorCount
+    failed_ca_captures: int  # captures torch began and never ended
+    thread_scope_errors: ErrorCount  # api.py: the Python API block's thread gate
+    pgo_suggestion: str  # torch's PGO words after a shape recompile, verbatim (child, follow, import)
+    patched_source: str  # recompiles --verify: the patched copy this mode ran in the script's place
+
+
+class RunOptions(TypedDict, total=False):
+    """run.json's `options`: the command line of `cagtool run` (capture/orchestrate.py) or what
+    `cagtool import` read (trace_import/importer.py). Same rules as ModeOptions."""
+
+    backend: str
+    dynamic: bool
+    steps: int | None
+    max_time: float | None
+    repeat: int
+    warm_cache: bool
+    keep_cache: bool
+    seed: int | None
+    parity_every: int | None
+    parity: bool
+    user: str
+    python_api: bool  # recorded through cagtool.api (with backend, dynamic and reset)
+    reset: bool
+    imported: bool
+    source: str
+    processes: list[str]
+    world_size: int | None
+    skipped_files: list[str]
 
 
 @dataclass
@@ -37,7 +104,7 @@ class ModeManifest:
     peak_rss_bytes: int | None = None
     peak_device_memory_bytes: int | None = None  # torch.cuda.max_memory_allocated (all devices), when the job used CUDA
     torch_counters: dict[str, dict[str, int]] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)  # steps limit, trace-nodes, depyf...
+    options: ModeOptions = field(default_factory=ModeOptions)  # type: ignore[assignment]
     # Which process of the job this record is (PROTOCOL layout): key "main" | "rank<N>" | "pid<PID>",
     # pid, ppid, rank, local_rank, world_size (None when unknown), role "main" | "child", argv.
     process: dict[str, Any] = field(default_factory=dict)
@@ -67,29 +134,37 @@ class RunMeta:
     ended_at: str | None = None
     exit_code: int | None = None
     mode_exit_codes: dict[str, int | None] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)
+    options: RunOptions = field(default_factory=RunOptions)  # type: ignore[assignment]
     # The cagtool process writing it: {"pid", "hostname", "start_ticks"} (record/liveness.py), so a
     # reader can tell a run still going from one whose process vanished.
     process: dict[str, Any] = field(default_factory=dict)
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
+    """The document as plain data; the writer's json.dumps(default=str) spells what else it holds
+    (a torch version is a str subclass msgspec does not take)."""
     return dataclasses.asdict(obj)
 
 
 def _build(cls: type, data: dict[str, Any]) -> Any:
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
+    """`cls` from a document, its types checked by msgspec (unknown keys ignored: additive
+    changes); a wrong or missing field raises TypeError naming it (the loader names the file).
+    Option keys no TypedDict lists are kept as they are."""
+    options = data.get("options")
+    try:
+        built = msgspec.convert(data, cls)
+    except msgspec.ValidationError as exc:
+        raise TypeError(str(exc)) from None
+    if isinstance(options, dict) and len(options) != len(built.options):
+        built.options = {**options, **built.options}
+    return built
 
 
 def mode_manifest_from_dict(data: dict[str, Any]) -> ModeManifest:
     """Raises TypeError for a field of the wrong type (the loader names the file)."""
-    manifest = _build(ModeManifest, data)
-    if isinstance(manifest.exception, dict):
-        manifest.exception = _build(ExceptionInfo, manifest.exception)
-    return check_types(manifest)
+    return _build(ModeManifest, data)  # type: ignore[no-any-return]
 
 
 def run_meta_from_dict(data: dict[str, Any]) -> RunMeta:
     """Raises TypeError for a field of the wrong type (the loader names the file)."""
-    return check_types(_build(RunMeta, data))
+    return _build(RunMeta, data)  # type: ignore[no-any-return]

@@ -45,50 +45,11 @@ schema 1 record keeps its "step last begun" stamping (`stamps_step_in_progress`)
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import field
-from typing import Any, Callable, ClassVar, TypeVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Union
 
-from cagtool.record.validate import check_types, fast_check
-
-_C = TypeVar("_C", bound=type)
-# The classes decorated by `dataclass` whose methods are not installed yet; None once the
-# module's own classes have theirs (see the end of the class definitions).
-_PENDING: list[type] | None = []
-
-
-def dataclass(cls: _C | None = None, /, **options: Any) -> Any:
-    """`@dataclasses.dataclass(frozen=True)` for the record types of this module, without its
-    import-time cost (every command imports them). The standard decorator compiles six
-    methods per class at import, ~1 ms a class, 16 ms of every command's start, for methods most
-    commands never call: the loader builds events without `__init__`, and `cagtool runs` builds
-    none. Here the fields are the standard decorator's (fields(), asdict, replace, is_dataclass,
-    __match_args__, __dataclass_params__ as for a frozen dataclass), and each method --
-    `__init__`, `__repr__`, `__eq__`, `__hash__`, the frozen `__setattr__`/`__delattr__`, the
-    code Python 3.11's dataclasses writes -- is compiled the first time it is looked up
-    (`_CompiledOnFirstUse`). tests/test_schema_dataclasses.py checks every class against the
-    standard decorator's. Plain fields only: a field with other settings (init=False,
-    kw_only...) or a __post_init__ is refused at import; a class that is not plain frozen
-    (@dataclass, @dataclass(order=True)), or is defined after this module's own classes, gets
-    the standard decorator."""
-    if options != {"frozen": True} or _PENDING is None:
-        return dataclasses.dataclass(cls, **options) if cls is not None else dataclasses.dataclass(**options)
-
-    def decorate(cls: _C) -> _C:
-        documented = cls.__dict__.get("__doc__") is not None
-        if not documented:
-            cls.__doc__ = "-"  # spares the decorator an inspect.signature: _install_methods writes the doc
-        # Not frozen yet: the classes derived from this one are decorated the same way before
-        # _install_methods marks them all frozen (the decorator refuses a non-frozen class
-        # derived from a frozen one).
-        cls = dataclasses.dataclass(init=False, repr=False, eq=False)(cls)
-        if not documented:
-            cls.__doc__ = None
-        _PENDING.append(cls)  # type: ignore[union-attr]
-        return cls
-
-    return decorate(cls) if cls is not None else decorate
-
+import msgspec
+from msgspec import Struct
 
 RUN_FORMAT = "cagtool-run"
 MODE_FORMAT = "cagtool-mode-record"
@@ -142,6 +103,13 @@ MISS_NEW_NODE = "new_node"
 MISS_CHANGED_SHAPES = "changed_shapes"
 MISS_UNKNOWN = "unknown"
 
+# The events are msgspec Structs (frozen): msgspec encodes each as its line and decodes a line
+# into its class by `kind` (a tagged union), checking every field's type on the way; a line's
+# unknown fields are ignored (additive changes). A new field is one line in its class, with a
+# default so older records still read. The records nested in events stay standard frozen
+# dataclasses (readers render them with dataclasses.asdict); msgspec encodes, decodes and checks
+# them inside an event all the same.
+
 
 @dataclass(frozen=True)
 class SourceRef:
@@ -182,18 +150,15 @@ class HookRef:
     hook_type: str  # tensor_pre_hook, pre_hook, post_hook, post_acc_grad_hook, unpack_hook...
 
 
-@dataclass(frozen=True)
-class Event:
-    kind: ClassVar[str] = ""
+class Event(Struct, frozen=True, tag_field="kind"):
+    kind: ClassVar[str] = ""  # the class's tag, set below from `tag=`: the line's "kind"
     seq: int
     t: float
 
 
-@dataclass(frozen=True)
-class StepEvent(Event):
+class StepEvent(Event, tag="step"):
     """One step (see the module docstring): written when it ends, so `t` is its end."""
 
-    kind: ClassVar[str] = "step"
     step: int
     backward_s: float  # wall time of the step's backward calls, summed
     loss: float | None = None  # the scalar its last backward was called on (None: not a scalar, or read later, see StepDeviceEvent)
@@ -207,11 +172,10 @@ class StepEvent(Event):
     optimizer_s: float = 0.0  # wall time in optimizer step() calls during the step
 
 
-@dataclass(frozen=True)
-class BackwardEvent(Event):
+class BackwardEvent(Event, tag="backward"):
     """One top-level backward call (Tensor.backward, autograd.backward or autograd.grad)."""
 
-    kind: ClassVar[str] = "backward"  # written when the call returns: `t` is its end
+    # written when the call returns: `t` is its end
     step: int  # the step it belongs to
     index: int  # 0, 1, ... within the step (gradient accumulation: one per micro-batch)
     backward_s: float  # wall time of the call
@@ -221,31 +185,25 @@ class BackwardEvent(Event):
     thread: str = ""  # the thread's name when it is not the main thread
 
 
-@dataclass(frozen=True)
-class StepDeviceEvent(Event):
+class StepDeviceEvent(Event, tag="step_device"):
     """Figures of step `step` read from the device after the fact, never stalling it: `device_s`,
     the time between CUDA events recorded on the stream at the step's two boundaries (written once
     the later one has completed), and `loss`, read at the end of the run. Either may be None."""
 
-    kind: ClassVar[str] = "step_device"
     step: int
     device_s: float | None = None
     loss: float | None = None
 
 
-@dataclass(frozen=True)
-class OptimizerStepEvent(Event):
-    kind: ClassVar[str] = "optimizer_step"
+class OptimizerStepEvent(Event, tag="optimizer_step"):
     step: int  # the step it belongs to (schema 1: the backward it follows)
     wall_s: float
     optimizer: str = ""
 
 
-@dataclass(frozen=True)
-class CacheMissEvent(Event):
+class CacheMissEvent(Event, tag="ca_cache_miss"):
     """A compiled-autograd cache miss: the reason torch gave for capturing graph `ca_id`."""
 
-    kind: ClassVar[str] = "ca_cache_miss"
     ca_id: int
     compile_id: str  # "!N"
     step: int | None
@@ -254,8 +212,8 @@ class CacheMissEvent(Event):
     node: str | None = None
     node_call: int | None = None
     key_size: int | None = None
-    previous_key_sizes: list[int] = field(default_factory=list)
-    changed_sizes: list[ChangedSize] = field(default_factory=list)
+    previous_key_sizes: list[int] = []
+    changed_sizes: list[ChangedSize] = []
     # torch's "Cache miss due to N changed tensor shapes (total of M)": N sizes changed value and
     # became dynamic (`total_changed`), M sizes are dynamic in the graph captured (`dynamic_sizes`).
     # Records made before `dynamic_sizes` existed hold M in `total_changed`: `changed_count` reads both.
@@ -274,11 +232,9 @@ class CacheMissEvent(Event):
         return len(self.changed_sizes)
 
 
-@dataclass(frozen=True)
-class CAGraphEvent(Event):
+class CAGraphEvent(Event, tag="ca_graph"):
     """A compiled-autograd graph, captured."""
 
-    kind: ClassVar[str] = "ca_graph"
     ca_id: int
     compile_id: str  # "!N"
     step: int | None
@@ -294,11 +250,9 @@ class CAGraphEvent(Event):
     compiler: str = ""  # "cagtool:<backend>" or "script" when the script's own compiler ran
 
 
-@dataclass(frozen=True)
-class CACompileEvent(Event):
+class CACompileEvent(Event, tag="ca_compile"):
     """The first call of compiled-autograd graph `ca_id`: compile (lazy) plus one execution."""
 
-    kind: ClassVar[str] = "ca_compile"
     ca_id: int
     first_call_s: float
     step: int | None = None
@@ -306,11 +260,9 @@ class CACompileEvent(Event):
     error: str = ""
 
 
-@dataclass(frozen=True)
-class DynamoCompileEvent(Event):
+class DynamoCompileEvent(Event, tag="dynamo_compile"):
     """One Dynamo compile (torch's compilation_metrics). `is_ca_graph` when it compiles a CA graph."""
 
-    kind: ClassVar[str] = "dynamo_compile"
     compile_id: str
     is_ca_graph: bool
     step: int | None
@@ -330,11 +282,9 @@ class DynamoCompileEvent(Event):
     has_guarded_code: bool | None = None
 
 
-@dataclass(frozen=True)
-class DynamoRecompileEvent(Event):
+class DynamoRecompileEvent(Event, tag="dynamo_recompile"):
     """Dynamo recompiled a frame (or a CA graph) because a guard failed; reasons verbatim."""
 
-    kind: ClassVar[str] = "dynamo_recompile"
     compile_id: str
     is_ca_graph: bool
     step: int | None
@@ -344,9 +294,7 @@ class DynamoRecompileEvent(Event):
     source: SourceRef | None = None
 
 
-@dataclass(frozen=True)
-class GraphBreakEvent(Event):
-    kind: ClassVar[str] = "graph_break"
+class GraphBreakEvent(Event, tag="graph_break"):
     compile_id: str
     step: int | None
     reason: str  # the first lines of torch's message
@@ -355,37 +303,31 @@ class GraphBreakEvent(Event):
     code: str = ""
 
 
-@dataclass(frozen=True)
-class AotBackwardGraphEvent(Event):
+class AotBackwardGraphEvent(Event, tag="aot_backward_graph"):
     """AOTAutograd built a backward graph for a forward frame (counted as a backward graph in `aot`)."""
 
-    kind: ClassVar[str] = "aot_backward_graph"
     compile_id: str
     step: int | None
 
 
-@dataclass(frozen=True)
-class FindingEvent(Event):
+class FindingEvent(Event, tag="finding"):
     """Something the user should know that is not an error, e.g. `ca_flag_without_compiled_backward`."""
 
-    kind: ClassVar[str] = "finding"
     code: str
     message: str
     step: int | None = None
     source: SourceRef | None = None
     # What the finding is about, as data (e.g. process_not_followed: the argv that was started,
     # the executable, the reason).
-    detail: dict[str, Any] = field(default_factory=dict)
+    detail: dict[str, Any] = {}
 
 
-@dataclass(frozen=True)
-class DDPModelEvent(Event):
+class DDPModelEvent(Event, tag="ddp_model"):
     """A DistributedDataParallel model was built. `reducer`: "python" (per-parameter all-reduce in
     post-accumulate-grad hooks, what compiled autograd needs) or "cpp" (torch's C++ Reducer with
     buckets). `optimize_ddp` is the setting DDP read; `set_by` says who chose it ("cagtool" in
     ca mode, unless the script had set it to "python_reducer" itself; else "script"); `script_optimize_ddp` is what the script itself assigned, if anything."""
 
-    kind: ClassVar[str] = "ddp_model"
     reducer: str
     optimize_ddp: str
     set_by: str
@@ -401,25 +343,21 @@ class DDPModelEvent(Event):
     step: int | None = None
 
 
-@dataclass(frozen=True)
-class FinalStateEvent(Event):
+class FinalStateEvent(Event, tag="final_state"):
     """Numerics at the end of the run, for comparing modes."""
 
-    kind: ClassVar[str] = "final_state"
     param_norm: float | None
     grad_norm: float | None
     num_params: int
 
 
-@dataclass(frozen=True)
-class GradDigestEvent(Event):
+class GradDigestEvent(Event, tag="grad_digest"):
     """Per-parameter gradient digests at one step (capture/grad_digest.py), written at the end of
     the run (read back from the device then). Parallel lists, one item per parameter, named by
     module path; None where the parameter had no gradient. `reasons` says why the step was digested:
     first, recompile (a CA capture or Dynamo compile in the step), every (--parity-every),
     earlier_mode (an earlier mode of the run digested it), last (the run's last step)."""
 
-    kind: ClassVar[str] = "grad_digest"
     step: int
     reasons: list[str]
     names: list[str]
@@ -430,126 +368,8 @@ class GradDigestEvent(Event):
     checksum: list[float | None]  # sum_i g_i * (1 + (i mod 1021) / 1021)
 
 
-class _Factory:
-    def __repr__(self) -> str:
-        return "<factory>"  # as the standard decorator's sentinel shows in signatures
-
-
-_HAS_FACTORY = _Factory()
-
-
-_METHODS = ("__init__", "__repr__", "__eq__", "__hash__", "__setattr__", "__delattr__")
-
-
-class _CompiledOnFirstUse:
-    """A method of a record class as a descriptor that compiles it, puts it on the class in its
-    own place, and returns it: the first call pays for the compile, later ones find the function."""
-
-    def __init__(self, cls: type, name: str) -> None:
-        self.cls, self.name = cls, name
-
-    def __get__(self, instance: Any, owner: type | None = None) -> Any:
-        method = _compile_method(self.cls, self.name)
-        setattr(self.cls, self.name, method)
-        return method.__get__(instance, owner)
-
-
-def _compile_method(cls: type, name: str) -> Callable[..., Any]:
-    """What `@dataclasses.dataclass(frozen=True)` (Python 3.11) compiles as `cls.<name>`."""
-    fields = dataclasses.fields(cls)
-    namespace: dict[str, Any] = {"_cls": cls, "_setattr": object.__setattr__, "_FACTORY": _HAS_FACTORY, "FrozenInstanceError": dataclasses.FrozenInstanceError}
-    mine = "(" + "".join(f"self.{f.name}," for f in fields) + ")"
-    names = "(" + "".join(f"{f.name!r}," for f in fields) + ")"
-    if name == "__init__":
-        parameters, body = [], []
-        for f in fields:
-            value = f.name
-            if f.default is not dataclasses.MISSING:
-                namespace[f"_dflt_{f.name}"] = f.default
-                parameters.append(f"{f.name}=_dflt_{f.name}")
-            elif f.default_factory is not dataclasses.MISSING:
-                namespace[f"_dflt_{f.name}"] = f.default_factory
-                parameters.append(f"{f.name}=_FACTORY")
-                value = f"_dflt_{f.name}() if {f.name} is _FACTORY else {f.name}"
-            else:
-                parameters.append(f.name)
-            body.append(f"    _setattr(self, {f.name!r}, {value})")
-        lines = [f"def __init__(self, {', '.join(parameters)}):", *(body or ["    pass"])]
-    elif name == "__repr__":
-        shown = ", ".join(f"{f.name}={{self.{f.name}!r}}" for f in fields)
-        lines = ["def __repr__(self):", f'    return self.__class__.__qualname__ + f"({shown})"']
-    elif name == "__eq__":
-        theirs = "(" + "".join(f"other.{f.name}," for f in fields) + ")"
-        lines = ["def __eq__(self, other):", "    if other.__class__ is self.__class__:", f"        return {mine}=={theirs}", "    return NotImplemented"]
-    elif name == "__hash__":
-        lines = ["def __hash__(self):", f"    return hash({mine})"]
-    else:
-        verb = "assign to" if name == "__setattr__" else "delete"
-        arguments = "name, value" if name == "__setattr__" else "name"
-        lines = [
-            f"def {name}(self, {arguments}):",
-            f"    if type(self) is _cls or name in {names}:",
-            f'        raise FrozenInstanceError(f"cannot {verb} field {{name!r}}")',
-            f"    super(_cls, self).{name}({arguments})",
-        ]
-    exec("\n".join(lines), namespace)  # noqa: S102 - built from the class's field names
-    method = namespace[name]
-    method.__qualname__ = f"{cls.__qualname__}.{name}"
-    if name == "__init__":
-        method.__annotations__ = {**{f.name: f.type for f in fields}, "return": None}
-    if name == "__repr__":
-        from reprlib import recursive_repr
-
-        method = recursive_repr("...")(method)
-    return method
-
-
-def _install_methods(classes: list[type]) -> None:
-    """The frozen-dataclass methods of each class, as `_CompiledOnFirstUse` descriptors."""
-    for cls in classes:
-        fields = dataclasses.fields(cls)
-        if "__post_init__" in dir(cls) or any(
-            not f.init or not f.repr or not f.compare or f.hash is not None or f.kw_only is True or f.name == "self" for f in fields
-        ):
-            raise TypeError(f"{cls.__name__}: schema.dataclass makes plain frozen fields only; use dataclasses.dataclass for this class")
-        defaulted = [f.name for f in fields if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING]
-        required_after = [f.name for f in fields[len(fields) - len(defaulted) :] if f.name not in defaulted]
-        if required_after:
-            raise TypeError(f"non-default argument {required_after[0]!r} follows default argument")
-        for name in _METHODS:
-            setattr(cls, name, _CompiledOnFirstUse(cls, name))
-        params = cls.__dataclass_params__  # type: ignore[attr-defined]
-        params.init = params.repr = params.eq = params.frozen = True
-        if cls.__doc__ is None:  # the standard decorator's: the class's name and __init__'s signature
-            cls.__doc__ = cls.__name__ + _signature_text(cls, fields)
-
-
-def _signature_text(cls: type, fields: tuple[dataclasses.Field, ...]) -> str:
-    """str(inspect.signature(cls)) less " -> None", written from the fields when their
-    annotations are strings (this module's: `from __future__ import annotations`)."""
-    if not all(isinstance(f.type, str) for f in fields):
-        import inspect
-
-        return str(inspect.signature(cls)).replace(" -> None", "")
-    parts = []
-    for f in fields:
-        text = f"{f.name}: {f.type!r}"
-        if f.default is not dataclasses.MISSING:
-            text += f" = {f.default!r}"
-        elif f.default_factory is not dataclasses.MISSING:
-            text += " = <factory>"
-        parts.append(text)
-    return "(" + ", ".join(parts) + ")"
-
-
-# Every record type above is defined: their methods, compiled when first used. (A class
-# defined below this line gets the standard decorator.)
-_install_methods(_PENDING)
-_PENDING = None
-
-
 EVENT_TYPES: dict[str, type[Event]] = {
-    cls.kind: cls
+    cls.__struct_config__.tag: cls
     for cls in (
         StepEvent,
         BackwardEvent,
@@ -570,133 +390,103 @@ EVENT_TYPES: dict[str, type[Event]] = {
 }
 
 
-_NESTED: dict[str, Any] = {
-    "source": SourceRef,
-    "backward_call": SourceRef,
-    "changed_sizes": ChangedSize,
-    "autograd_nodes": AutogradNodeRef,
-    "hooks": HookRef,
-}
+
+# The kind a line carries is the class's msgspec tag (`class StepEvent(Event, tag="step")`): one
+# spelling, read back here as the class attribute every reader uses (`event.kind`, `cls.kind`).
+for _kind, _cls in EVENT_TYPES.items():
+    _cls.kind = _kind
+del _kind, _cls
+
+# Any event, told apart by its "kind" (msgspec's tagged union): what one line decodes to.
+AnyEvent = Union[tuple(EVENT_TYPES.values())]  # type: ignore[valid-type]
+
+_LINE_DECODER = msgspec.json.Decoder(AnyEvent)
+_LINES_DECODER = msgspec.json.Decoder(list[AnyEvent])  # type: ignore[valid-type]
+_ENCODER = msgspec.json.Encoder()
+
+
+def decode_event(line: str | bytes) -> Event:
+    """One line as its typed event. Raises `msgspec.ValidationError` for a line of a known kind
+    whose fields are missing or of the wrong type (the message names the field, e.g. "Expected
+    `int`, got `str` - at `$.step`") and for an unknown kind ("Invalid value 'x' - at `$.kind`"),
+    `msgspec.DecodeError` for text that is not JSON to msgspec (NaN and Infinity, json's spelling: `event_from_value`)."""
+    return _LINE_DECODER.decode(line)
+
+
+def decode_events(lines: list[str]) -> list[Event] | None:
+    """Every line as its event, in one decode, or None when any line is not a valid event (the
+    caller then decodes them one by one, so a bad line costs only itself)."""
+    try:
+        return _LINES_DECODER.decode("[" + ",".join(lines) + "]")
+    except msgspec.DecodeError:  # ValidationError included
+        return None
+
+
+def event_from_value(value: Any) -> Event | None:
+    """A decoded JSON object (as `json.loads` gives it: NaN and Infinity included) as its typed
+    event, validated as a line is; None for an unknown kind. Raises `msgspec.ValidationError`."""
+    kind = value.get("kind") if isinstance(value, dict) else None
+    if not isinstance(kind, str) or kind not in EVENT_TYPES:
+        return None
+    return msgspec.convert(value, AnyEvent)
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:
-    """The event as JSON-ready data; nested records stay dataclasses (see `json_default`).
-    Shallow on purpose: dataclasses.asdict's deep copy cost tens of microseconds per step."""
-    return {"kind": event.kind, **event.__dict__}
+    """The event as the JSON object of its line (`kind` first, nested records as dicts)."""
+    return msgspec.to_builtins(event)  # type: ignore[no-any-return]
 
 
 def json_default(obj: Any) -> Any:
-    """json.dumps(default=...) for the nested records of an event (SourceRef, ChangedSize...)."""
-    if dataclasses.is_dataclass(obj):
-        return obj.__dict__
-    return str(obj)
+    """json.dumps(default=...) for documents holding events or their nested records."""
+    return msgspec.to_builtins(obj)
 
 
-@dataclasses.dataclass(frozen=True)
-class _EventShape:
-    """What building one event class from a JSON object needs, computed once per class."""
+def event_line(event: Event) -> str:
+    """The event's line, with its newline: json's layout (", " and ": "), the layout the loader's
+    kind filter and the columns sidecar read fastest. msgspec writes a NaN or an infinity as null,
+    which would read back as "no value" (a diverged loss as a missing one); the rare event holding
+    one is written by `json`, as NaN / Infinity, which the loader reads back."""
+    data = _ENCODER.encode(event)
+    if b"null" in data and not _finite_event(event):
+        import json
 
-    names: frozenset[str]
-    allowed: frozenset[str]  # names and "kind": the keys of a line the writer wrote
-    required: frozenset[str]
-    defaults: dict[str, Any]
-    factories: dict[str, Any]
-    nested: tuple[str, ...]
-
-
-def _shape(cls: type) -> _EventShape:
-    fields = dataclasses.fields(cls)
-    return _EventShape(
-        names=frozenset(f.name for f in fields),
-        allowed=frozenset(f.name for f in fields) | {"kind"},
-        required=frozenset(f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING),
-        defaults={f.name: f.default for f in fields if f.default is not dataclasses.MISSING},
-        factories={f.name: f.default_factory for f in fields if f.default_factory is not dataclasses.MISSING},
-        nested=tuple(f.name for f in fields if f.name in _NESTED),
-    )
+        return json.dumps(msgspec.to_builtins(event), ensure_ascii=False, allow_nan=True) + "\n"
+    return msgspec.json.format(data, indent=0).decode() + "\n"
 
 
-_SHAPES: dict[type, _EventShape] = {cls: _shape(cls) for cls in EVENT_TYPES.values()}
+_NO_FLOAT = (int, str, bool, type(None))
+_FLOAT_FIELDS: dict[type, tuple[str, ...]] = {}  # per event class: the fields that may hold a float
 
 
-def _builder(cls: type[Event]) -> Callable[[dict[str, Any]], Event]:
-    """`event_from_dict` for one class, the common case inlined: a line whose keys are the
-    class's fields (no nested records) becomes the event without a per-field call, its types
-    checked by `fast_check` in the same function; anything else takes `event_from_dict`."""
-    shape = _SHAPES[cls]
-    fast = fast_check(cls)
-    if shape.nested or fast is None:
-        return event_from_dict  # type: ignore[return-value]
-    allowed, required, defaults, factories = shape.allowed, shape.required, shape.defaults, tuple(shape.factories.items())
-    new = object.__new__
-
-    def build(data: dict[str, Any]) -> Event:
-        keys = data.keys()
-        if keys <= allowed and required <= keys:
-            event = new(cls)
-            state = event.__dict__
-            state.update(defaults)
-            for key, factory in factories:
-                if key not in data:
-                    state[key] = factory()
-            state.update(data)
-            del state["kind"]
-            return event if fast(event) else check_types(event)
-        return event_from_dict(data)  # type: ignore[return-value]
-
-    return build
+def _finite_event(event: Event) -> bool:
+    cls = type(event)
+    names = _FLOAT_FIELDS.get(cls)
+    if names is None:
+        names = _FLOAT_FIELDS[cls] = tuple(
+            f.name for f in msgspec.structs.fields(cls) if not (f.type in _NO_FLOAT or all(arg in _NO_FLOAT for arg in getattr(f.type, "__args__", (float,))))
+        )
+    return all(_finite(getattr(event, name)) for name in names)
 
 
-_BUILDERS: dict[str, Callable[[dict[str, Any]], Event | None]] = {}
+def _finite(value: Any) -> bool:
+    """Whether no float in `value` (a field's value: a number, a nested record, a list or dict) is NaN or infinite."""
+    kind = value.__class__
+    if kind is float:
+        return value - value == 0.0
+    if kind is list or kind is tuple:
+        return all(_finite(v) for v in value)
+    if kind is dict:
+        return all(_finite(v) for v in value.values())
+    if hasattr(value, "__dataclass_fields__"):  # a nested record
+        return all(_finite(getattr(value, name)) for name in value.__dataclass_fields__)
+    return True
 
 
-def event_builder(kind: Any) -> Callable[[dict[str, Any]], Event | None]:
-    """A function building an event of `kind` from its decoded line (the loader's hot loop), made
-    the first time the kind is seen; `event_from_dict` itself for unknown kinds."""
-    build = _BUILDERS.get(kind) if isinstance(kind, str) else None
-    if build is None:
-        cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
-        if cls is None:
-            return event_from_dict
-        build = _BUILDERS[kind] = _builder(cls)
-    return build
-
-
-def event_from_dict(data: dict[str, Any]) -> Event | None:
-    """The typed event, or None for an unknown kind. Unknown fields are ignored (additive changes);
-    a missing required field raises TypeError, as the dataclass would."""
-    cls = EVENT_TYPES.get(data.get("kind", ""))
-    if cls is None:
-        return None
-    shape = _SHAPES[cls]
-    if not shape.nested and data.keys() <= shape.allowed:
-        # The common case (steps): the line's keys are the fields; no copy, no nested records.
-        if not shape.required <= data.keys():
-            raise TypeError(f"{cls.__name__} is missing {', '.join(sorted(shape.required - data.keys()))}")
-        event = object.__new__(cls)
-        state = event.__dict__
-        state.update(shape.defaults)
-        for key, factory in shape.factories.items():
-            if key not in data:
-                state[key] = factory()
-        state.update(data)
-        del state["kind"]
-        return check_types(event)  # a field of the wrong type: TypeError, the loader says where
-    values = {key: value for key, value in data.items() if key in shape.names}
-    for key in shape.nested:
-        value = values.get(key)
-        if value is not None:
-            nested = _NESTED[key]
-            values[key] = [nested(**v) for v in value] if isinstance(value, list) else nested(**value)
-    if not shape.required <= values.keys():
-        raise TypeError(f"{cls.__name__} is missing {', '.join(sorted(shape.required - values.keys()))}")
-    # What the frozen dataclass's __init__ does, without its per-field object.__setattr__: a
-    # 20,000-step record builds 40,000 events, and this is 3x faster (the events are plain data).
-    event = object.__new__(cls)
-    state = event.__dict__
-    state.update(shape.defaults)
-    for key, factory in shape.factories.items():
-        if key not in values:
-            state[key] = factory()
-    state.update(values)
-    return check_types(event)
+def shift_steps(events: list[Event], shift: int) -> None:
+    """Add `shift` to every event's `step`, in place: the loader's renumbering of an old record,
+    on events it built and nobody has seen yet (they are frozen for everyone else)."""
+    set_field = msgspec.structs.force_setattr
+    for event in events:
+        step = getattr(event, "step", None)
+        if step is not None:
+            set_field(event, "step", step + shift)

@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+import msgspec
+
 from cagtool.errors import UnreadableInput
 from cagtool.record.graph_file import GraphNode
 from cagtool.record.loader import ModeRecord, inside, load_graph_nodes
@@ -119,7 +121,7 @@ def _with_earlier_values(record: ModeRecord) -> list[CacheMissEvent]:
             out.append(miss)
             continue
         sizes = [replace(size, previous=values.get(size.index, size.previous)) for size in miss.changed_sizes]
-        out.append(replace(miss, changed_sizes=sizes))
+        out.append(msgspec.structs.replace(miss, changed_sizes=sizes))
     return out
 
 

@@ -28,6 +28,7 @@ def events_frame(record: ModeRecord | RunRecord, kind: str | None = None) -> "pd
     record), every kind the format knows."""
     import dataclasses
 
+    import msgspec
     import pandas as pd
 
     if isinstance(record, RunRecord):
@@ -42,7 +43,7 @@ def events_frame(record: ModeRecord | RunRecord, kind: str | None = None) -> "pd
         {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v) for k, v in event_to_dict(e).items()}
         for e in record.of(cls)
     ]
-    columns = ["kind"] + [f.name for f in dataclasses.fields(cls)]
+    columns = ["kind"] + [f.name for f in msgspec.structs.fields(cls)]
     return pd.DataFrame(rows, columns=columns)
 
 

@@ -24,9 +24,11 @@ from cagtool.record.schema import (
     FindingEvent,
     OptimizerStepEvent,
     SourceRef,
+    stamps_step_in_progress,
 )
 from cagtool.report.changed_sizes import misses_with_earlier_values
 from cagtool.report.metrics import ModeMetrics, mode_metrics
+from cagtool.report.recompiles.table import forward_step, guard_text
 from cagtool.report.ranks.analysis import RankFocus, analysis_json, analyze_ranks, run_dir_of, run_for_rank
 from cagtool.report.ranks.render import render_ranks
 
@@ -63,7 +65,9 @@ def miss_text(miss: CacheMissEvent) -> str:
     if miss.miss_kind == "changed_shapes":
         groups: dict[tuple[str | None, int | None], list[str]] = {}
         for size in miss.changed_sizes:
-            groups.setdefault((size.node, size.node_call), []).append(f"{size.index}" + (f"={size.value}" if size.value is not None else ""))
+            # `0=32->4`: the earlier value too, when the previous graph held it (`0=4` otherwise).
+            before = f"{size.previous}->" if size.previous is not None and size.value is not None else ""
+            groups.setdefault((size.node, size.node_call), []).append(f"{size.index}" + (f"={before}{size.value}" if size.value is not None else ""))
         parts = [
             f"sizes[{', '.join(items)}]" + (f" of {node} (NodeCall {call})" if node else "")
             for (node, call), items in groups.items()
@@ -302,6 +306,8 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         console.print(Text.assemble("  ", ("exception:", "red"), f" {manifest.exception.type}: {first_line}"))
     graphs = record.of(CAGraphEvent)
     misses = record.of(CacheMissEvent)
+    if any(m.changed_sizes for m in misses):
+        misses = misses_with_earlier_values(record)  # the values before the change, from the graphs
     if graphs or record.mode == "ca":
         torch_says = f" (torch counted {plural(m.autograd_captures, 'capture')})" if m.autograd_captures is not None else ""
         console.print(f"  CA graphs: {len(graphs)} ({ca_graph_breakdown(m) if graphs else 'none'}){torch_says}; {ca_recompiles_text(m)}")
@@ -329,7 +335,13 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     if len(sites) > 3:
         console.print(f"    ... {len(sites) - 3} more site(s): cagtool summary --format json {run_dir}")
     for rec in record.of(DynamoRecompileEvent)[:3]:
-        console.print(f"    recompile {rec.compile_id}: {'; '.join(rec.reasons)[:150]}", overflow="ellipsis", no_wrap=True)
+        # Torch starts each reason with the id of the cache entry it failed for (`0/0: `), which
+        # reads as a second compile id; the recompile's own id is the one shown, then its step.
+        reasons = "; ".join(guard_text(r) for r in rec.reasons if r.strip()) or "(no reason recorded)"
+        step = rec.step if rec.is_ca_graph else forward_step(rec.step, record.mode, stamps_step_in_progress(manifest.schema_version))
+        at = f" at step {step}" if step is not None else ""
+        where = f"  ({_where(rec.source)})" if rec.source else ""
+        console.print(f"    recompile {rec.compile_id}{at}: {reasons[:150]}{where}", overflow="ellipsis", no_wrap=True, markup=False)
     note = ddp_without_ca_note(record, m)
     if note:
         console.print(Text.assemble("  ", ("note:", "yellow"), f" {note}"))

@@ -41,6 +41,14 @@ def patch_lines(patch: dict[str, Any]) -> list[str]:
     return [f"      {line}" for line in patch.get("diff", "").splitlines()]
 
 
+def fix_how(fix: dict[str, Any]) -> str:
+    """How a fix is applied: its environment and `cagtool run` flags, or the patch's place."""
+    patch = fix.get("patch")
+    if patch:
+        return f"patch of {patch['file']}, line {patch['line']}"
+    return " ".join([*(f"{k}={val}" for k, val in (fix.get("env") or {}).items()), *(f"cagtool run {flag}" for flag in fix.get("run_flags") or ())])
+
+
 def verification_lines(data: dict[str, Any]) -> list[str]:
     base = data.get("baseline") or {}
     lines = [f"Fixes verified by re-running (mode {data['mode']}, {data['repeat']} runs of the baseline and of each fix):"]
@@ -50,10 +58,8 @@ def verification_lines(data: dict[str, Any]) -> list[str]:
         lines.append("  no fix cagtool can apply (a run setting, or a local edit of the script) answers these causes")
     for fix in data["fixes"]:
         causes = ", ".join(f"#{n}" for n in fix["causes"])
-        how = " ".join([*(f"{k}={val}" for k, val in fix["env"].items()), *(f"cagtool run {flag}" for flag in fix["run_flags"])])
+        how = fix_how(fix)
         patch = fix.get("patch")
-        if patch:
-            how = f"patch of {patch['file']}, line {patch['line']}"
         lines.append(f"  {fix['fix']} (cause {causes}): {fix['title']} [{how}] - {fix['who']}")
         if fix.get("torch_says"):
             lines.append(f"    torch's own suggestion (PGO): {fix['torch_says']}")

@@ -19,8 +19,9 @@ docs/torch-internals.md ("Fixes --verify applies"):
   ragged last batch, a sequence length per batch).
 
 A cause with no such fix (a hook added mid-run, the graph's structure changing per step, .grad
-None vs defined) needs a change to the code: patches.py shows it as a diff, and where the edit is
-local (a hook registered mid-run) `--verify` runs a patched copy of the script as one more fix.
+None vs defined, a Python number or flag Dynamo specialised on) needs a change to the code:
+patches.py shows it as a diff, and where the edit is local (a hook registered mid-run, a number
+only used in tensor arithmetic) `--verify` runs a patched copy of the script as one more fix.
 """
 
 from __future__ import annotations

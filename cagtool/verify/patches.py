@@ -18,9 +18,12 @@ of the names they read is assigned inside the loop (then the hook, or what it ho
 exist before the loop runs). The hook then also runs on the steps before N: the re-run's
 numerics check says whether that changed anything.
 
-For the other causes that need a code change the edit is not mechanical (which value to turn
-into a tensor, which branch to unify): the patch says why it was not made, and the explanation's
-own fix stands.
+A forward frame recompiled on a Python value (a number or a flag Dynamo specialised on) gets its
+patch from value_patches.py: a number only used in tensor arithmetic is passed as a tensor at its
+call site (`scalar-to-tensor`, applied), a branch on a flag argument is shown as torch.where
+(`branch-to-where`, never applied). For the other causes that need a code change the edit is not
+mechanical (which ops to unify): the patch says why it was not made, and the explanation's own
+fix stands.
 """
 
 from __future__ import annotations
@@ -202,7 +205,8 @@ def zero_grad_patch(cause: Cause, script: str, display: str) -> Patch:
 _NOT_MECHANICAL = {
     CAUSE_STRUCTURE: "which ops to unify (a branch or a loop per step) is a design choice: no edit is made",
     CAUSE_GRAD_DEFINED: "the job is not a script file cagtool can read (a module, or it moved)",
-    CAUSE_DYNAMO_FRAME: "which Python value to pass as a tensor, or to keep constant, is not a single local edit",
+    CAUSE_DYNAMO_FRAME: "no failing guard recorded is on a Python value (it is on a tensor's size, an object's id or type): no local edit "
+                        "makes it hold",
 }
 
 
@@ -215,6 +219,13 @@ def patch_for(cause: Cause, script: str | None, display: str | None) -> Patch | 
         return hook_patch(cause, script, display or script)
     if cause.code == CAUSE_GRAD_DEFINED and script is not None and os.path.isfile(script):
         return zero_grad_patch(cause, script, display or script)
+    if cause.code == CAUSE_DYNAMO_FRAME:
+        # Imported here: value_patches builds on this module's Patch.
+        from cagtool.verify.value_patches import value_patch
+
+        patch = value_patch(cause, script, display)
+        if patch is not None:
+            return patch
     why = _NOT_MECHANICAL.get(cause.code)
     if why is None:
         return None

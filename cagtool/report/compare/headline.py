@@ -8,10 +8,14 @@ kept verification; every renderer (run's summary, `compare`, the HTML report) pu
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cagtool.report.compare.analysis import Comparison, RunComparison, Speedup
+
+if TYPE_CHECKING:
+    from cagtool.report.recompiles.explain import Cause, Explanation
 
 GOOD, BAD, NEUTRAL = "good", "bad", "neutral"
 
@@ -22,23 +26,95 @@ _MODE_WORDS = {"ca": "compiled autograd", "aot": "torch.compile alone", "eager":
 class Headline:
     text: str
     tone: str  # good | bad | neutral: the colour the HTML gives it
+    # What to do about it, in one sentence (the fix of the first root cause of a recompile); "" when
+    # there is nothing to do.
+    advice: str = ""
 
 
 def _speed_phrase(s: Speedup) -> tuple[str, str]:
     mode, base = _MODE_WORDS.get(s.mode, s.mode), _MODE_WORDS.get(s.baseline, s.baseline)
     if s.ratio is None:
         return f"{mode} vs {base}: not timed ({s.note or 'no steady steps'})", NEUTRAL
-    ci = f"90% CI {s.low:.2f}-{s.high:.2f}x" if s.low is not None and s.high is not None else ""
-    if s.verdict == "too few steady steps":
+    from cagtool.report.compare.render import interval_bounded, resolution_text
+
+    ci = f"90% CI {s.low:.2f}-{s.high:.2f}x" if interval_bounded(s) else ""
+    if s.verdict == "too few steady steps" or (s.verdict == "within noise" and not ci):
+        # An interval from 0 to infinity: too few batches of steps to tell anything apart.
         return f"{mode}: {s.ratio:.2f}x the speed of {base}, from too few steady steps to judge", NEUTRAL
     if s.verdict == "within noise":
-        resolves = f", resolves +/-{100 * s.resolution:.0f}%" if s.resolution is not None else ""
+        resolves = f", {resolution_text(s, 0)}" if s.resolution is not None else ""
         return f"{mode}: {s.ratio:.2f}x the speed of {base}, no difference beyond the noise ({ci}{resolves})", NEUTRAL
     word = "faster" if s.verdict == "faster" else "slower"
     return f"{mode}: {s.ratio:.2f}x the speed of {base} ({word} beyond the noise, {ci})", GOOD if word == "faster" else BAD
 
 
-def _recompile_phrase(comparison: Comparison, verified: dict[str, Any] | None) -> str:
+def root_causes(explanation: "Explanation") -> list["Cause"]:
+    """The causes a user acts on: not a consequence of another cause (`caused_by`: a backward
+    captured again because its forward was recompiled is fixed with that forward), and not
+    AccumulateGrad's one-time .grad warm-up (harmless; `gate --max-recompiles` does not count it)."""
+    from cagtool.report.recompiles.explain import CAUSE_GRAD_DEFINED
+
+    return [c for c in explanation.causes
+            if c.caused_by is None and not (c.code == CAUSE_GRAD_DEFINED and c.count == 1 and c.facts.get("grad_warmup"))]
+
+
+def cause_phrase(cause: "Cause") -> str:
+    """One root cause in a few words, with its step and the user's line: "the size of `args[0]`
+    (dim 0) changed 32->4 at step 3 (train.py:27)"."""
+    from cagtool.report.recompiles.explain import (
+        CAUSE_DYNAMO_CA_GRAPH,
+        CAUSE_DYNAMO_FRAME,
+        CAUSE_GRAD_DEFINED,
+        CAUSE_HOOK,
+        CAUSE_SHAPES,
+        CAUSE_STRUCTURE,
+        step_list,
+    )
+    from cagtool.torch_text import size_guard
+
+    if cause.code in (CAUSE_DYNAMO_FRAME, CAUSE_DYNAMO_CA_GRAPH):
+        guard = cause.facts.get("guard") or ""
+        size = size_guard(guard)
+        if size is not None:
+            name, dim, before, after = size
+            what = f"the size of `{name}` (dim {dim}) changed {before}->{after}"
+        else:
+            what = f"a Dynamo guard failed (`{guard[:80]}`)" if guard else "a Dynamo guard failed"
+    else:
+        what = {
+            CAUSE_SHAPES: "tensor sizes changed in the backward",
+            CAUSE_STRUCTURE: "the backward's autograd graph changed",
+            CAUSE_HOOK: "a backward hook was added or removed",
+            CAUSE_GRAD_DEFINED: ".grad switched between None and a tensor",
+        }.get(cause.code, "no reason recorded")
+    steps = cause.steps
+    if steps:
+        what += f" at step {steps[0]}" if len(steps) == 1 else f" at steps {step_list(steps)}"
+    if cause.source is not None:
+        what += f" ({os.path.basename(cause.source.file)}:{cause.source.line})"
+    return what
+
+
+def _alert_titles(explanation: "Explanation") -> list[str]:
+    """The alerts' titles (a recompile storm, Dynamo's recompile limit hit), lower-cased."""
+    from cagtool.report.recompiles.explain import alert_words
+
+    titles = [alert_words(a, explanation.table.cwd).title for a in explanation.alerts]
+    # Mid-sentence: "recompile storm: ...", but "Dynamo hit ..." keeps its name.
+    return [t if t.startswith("Dynamo") else t[:1].lower() + t[1:] for t in titles]
+
+
+def _cause_advice(causes: list["Cause"], cwd: str) -> str:
+    from cagtool.report.recompiles.explain import cause_words
+
+    for cause in causes:
+        fix = cause_words(cause, cwd).fix
+        if fix:
+            return fix[0]
+    return ""
+
+
+def _recompile_phrase(comparison: Comparison, verified: dict[str, Any] | None, explanation: "Explanation | None" = None) -> str:
     column = comparison.modes.get("ca")
     if column is None or column.metrics is None:
         return ""
@@ -46,17 +122,26 @@ def _recompile_phrase(comparison: Comparison, verified: dict[str, Any] | None) -
     n = m.ca_recompiles
     if n == 0 and m.dynamo_recompiles == 0:
         return "no recompiles"
+    roots = root_causes(explanation) if explanation is not None else None
     parts = []
     if n:
         kinds = []
-        if m.ca_shape_recompiles:
-            kinds.append("changed sizes")
-        if m.ca_new_node_misses - m.ca_grad_warmup_misses > 0:
-            kinds.append("new autograd nodes")
+        if roots is None:
+            # Without the causes, what the CA recompiles were (with them, the causes say it).
+            if m.ca_shape_recompiles:
+                kinds.append("changed sizes")
+            if m.ca_new_node_misses - m.ca_grad_warmup_misses > 0:
+                kinds.append("new autograd nodes")
         parts.append(f"{n} CA recompile{'s' if n != 1 else ''}" + (f" ({', '.join(kinds)})" if kinds else ""))
     if m.dynamo_recompiles:
         parts.append(f"{m.dynamo_recompiles} Dynamo recompile{'s' if m.dynamo_recompiles != 1 else ''}")
     phrase = " and ".join(parts)
+    if roots:
+        # One change (a batch size) recompiles the forward and, through it, the backward: counted
+        # once, as its root cause.
+        shown = " and ".join(cause_phrase(c) for c in roots[:2])
+        more = f" and {len(roots) - 2} more" if len(roots) > 2 else ""
+        phrase += f", {'all ' if len(roots) == 1 and n + m.dynamo_recompiles > 1 else ''}from {len(roots)} cause{'s' if len(roots) != 1 else ''}: {shown}{more}"
     if verified:
         good = [f["fix"] for f in verified.get("fixes", ()) if f.get("verdict") == "verified"]
         if good:
@@ -66,9 +151,10 @@ def _recompile_phrase(comparison: Comparison, verified: dict[str, Any] | None) -
     return phrase
 
 
-def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None) -> Headline:
+def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None, explanation: "Explanation | None" = None) -> Headline:
     """For one run: the ca speed against torch.compile alone (else against eager), its recompiles,
-    whether the numerics agree, and any mode that failed."""
+    whether the numerics agree, and any mode that failed. `explanation`: the ca mode's recompile
+    causes (report.recompiles.explain), to name the root causes and what to do about them."""
     phrases, tones = [], []
     failed = [f.describe() for f in comparison.failures]
     if failed:
@@ -80,9 +166,14 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None)
         text, tone = _speed_phrase(speed)
         phrases.append(text)
         tones.append(tone)
-    recompiles = _recompile_phrase(comparison, verified)
+    recompiles = _recompile_phrase(comparison, verified, explanation)
     if recompiles:
         phrases.append(recompiles)
+        # A storm or a recompile limit costs every step: part of the verdict, not a detail.
+        alerts = _alert_titles(explanation) if explanation is not None else []
+        if alerts:
+            phrases.extend(alerts)
+            tones.append(BAD)
     numerics = comparison.numerics
     if numerics.reference is not None and len(comparison.modes) > 1:
         if numerics.disagreements:
@@ -96,7 +187,16 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None)
     if not phrases:
         return Headline("nothing to compare: record more than one mode, or more steps", NEUTRAL)
     tone = BAD if BAD in tones else GOOD if GOOD in tones else NEUTRAL
-    return Headline("; ".join(phrases) + ".", tone)
+    advice = _cause_advice(root_causes(explanation), explanation.table.cwd) if explanation is not None else ""
+    good = [f for f in (verified or {}).get("fixes", ()) if f.get("verdict") == "verified"]
+    if good and advice:
+        # A fix measured on this very job beats general advice.
+        from cagtool.report.verification import fix_how
+
+        fix = good[0]
+        how = fix_how(fix)
+        advice = f"apply fix {fix['fix']}" + (f", {fix['title']}" if fix.get("title") else "") + (f" ({how})" if how else "") + ": verified by re-running this job"
+    return Headline("; ".join(phrases) + ".", tone, advice)
 
 
 def change_headline(rc: RunComparison) -> Headline:
@@ -131,3 +231,16 @@ def change_headline(rc: RunComparison) -> Headline:
         return Headline("B: no change in recompiles, step time or compile time.", NEUTRAL)
     tone = BAD if BAD in tones else GOOD if GOOD in tones else NEUTRAL
     return Headline("; ".join(phrases) + ".", tone)
+
+
+def ca_explanation(comparison: Comparison, run: Any) -> "Explanation | None":
+    """The recompile causes of the ca record the headline's counts come from (its first
+    repetition with a record), from `run` (a RunRecord, the one `comparison` was made of)."""
+    column = comparison.modes.get("ca")
+    if column is None or column.metrics is None:
+        return None
+    from cagtool.report.recompiles.explain import explain
+    from cagtool.report.recompiles.table import recompile_table
+
+    record = next((run.modes[name] for name in column.records if name in run.modes), None)
+    return explain(recompile_table(record)) if record is not None else None

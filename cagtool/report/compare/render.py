@@ -9,6 +9,7 @@ JSON and CSV live in `export.py`.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -143,9 +144,30 @@ def worst_diff(diffs: list[NumericsDiff]) -> NumericsDiff | None:
     return max(with_values, key=lambda d: d.max_rel_diff or 0.0) if with_values else None
 
 
+def interval_bounded(s: Speedup) -> bool:
+    """Whether the speedup's interval says anything: with too few batches of steps its bounds are
+    0 and infinity ("0.00 - infx" reads as a bug, not as "too few steps")."""
+    return s.low is not None and s.high is not None and math.isfinite(s.high) and s.low > 0
+
+
+def resolution_text(s: Speedup, digits: int = 1) -> str:
+    """What a comparison within the noise could have told apart: "resolves +/-4.0%"; past a 2x
+    difference the percentage says nothing a user can act on (a noisy interval of few batches
+    gives +/-10^13%), and an unbounded interval resolves nothing."""
+    if s.resolution is None:
+        return ""
+    if not interval_bounded(s) or not math.isfinite(s.resolution):
+        return "too few steady steps for an interval: run more steps"
+    if s.resolution > 1.0:
+        return "too noisy to tell even a 2x difference: run more steps"
+    return f"resolves +/-{100 * s.resolution:.{digits}f}%"
+
+
 def speedup_range(s: Speedup) -> str:
     if s.low is None or s.high is None:
         return "-"
+    if not interval_bounded(s):
+        return "unbounded"
     return f"{s.low:.2f} - {s.high:.2f}x"
 
 
@@ -226,11 +248,15 @@ def mode_grid(comparison: Comparison) -> Grid:
 def _speedup_row(s: Speedup) -> list[str]:
     note = s.note
     if s.resolution is not None and s.verdict == "within noise":
-        note = f"resolves +/-{100 * s.resolution:.1f}%" + (f"; {note}" if note else "")
+        note = resolution_text(s) + (f"; {note}" if note else "")
     if s.repetition_ratios:
         reps = ", ".join(f"{r:.2f}" for r in s.repetition_ratios)
         note = f"per repetition: {reps}" + (f"; {note}" if note else "")
-    return [s.label, ratio(s.ratio), speedup_range(s), s.verdict, note]
+    verdict = s.verdict
+    if verdict == "within noise" and s.low is not None and not interval_bounded(s):
+        # An interval from 0 to infinity holds 1.0 whatever the steps: too few of them, not noise.
+        verdict = "too few steady steps"
+    return [s.label, ratio(s.ratio), speedup_range(s), verdict, note]
 
 
 def speedup_grid(speedups: tuple[Speedup, ...] | list[Speedup], title: str = "Speedups (steady-state step time)") -> Grid:
@@ -430,8 +456,13 @@ def _md_table(grid: Grid) -> list[str]:
     return lines
 
 
-def print_headline(console: Console, line: Headline) -> None:
+def print_headline(console: Console, line: Headline, run_path: str = "") -> None:
+    """The headline, then what to do (when the headline has advice; `run_path`: where the
+    details are, for `recompiles --explain`)."""
     console.print(Text(line.text, style={"good": "bold green", "bad": "bold red"}.get(line.tone, "bold")))
+    if line.advice:
+        details = f" (why, and every recompile: cagtool recompiles --explain {run_path})" if run_path else ""
+        console.print(Text.assemble(("what to do: ", "bold"), f"{line.advice}{details}"))
 
 
 def headline_of(comparison: AnyComparison) -> Headline:

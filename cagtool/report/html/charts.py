@@ -41,6 +41,7 @@ from cagtool.report.recompiles.table import (
     display_path,
     format_source,
     forward_step,
+    guard_text,
     node_label,
 )
 
@@ -270,6 +271,10 @@ def marker_rows(series: Sequence[Series]) -> list[dict[str, Any]]:
                 else:
                     kind = MARKER_DYNAMO_CA if row.source == SOURCE_DYNAMO_CA_GRAPH else MARKER_DYNAMO
                 reason = row.messages[0] if row.messages else "(no reason recorded)"
+                if row.source != SOURCE_CA and row.messages:
+                    # The failing guard, without the `0/0: ` of the cache entry it failed for
+                    # (the recompile's own id is the tooltip's compile id).
+                    reason = guard_text(row.messages[0]) or reason
                 rows.append(
                     {
                         "series": s.label,
@@ -283,8 +288,16 @@ def marker_rows(series: Sequence[Series]) -> list[dict[str, Any]]:
                         "source": format_source(row.user_source, cwd),
                     }
                 )
-        for event in s.record.of(GraphBreakEvent):
+        breaks = s.record.of(GraphBreakEvent)
+        if breaks:
+            from cagtool.report.graph_break_words import graph_break_words  # reads torch's registry: only when needed
+        for event in breaks:
             where = f"{display_path(event.file, cwd)}:{event.line}" if event.file else ""
+            # Torch's first line is the same for every break of an instruction kind ("Encountered
+            # graph break when attempting to trace CALL..."): the tooltip shows what tells this one
+            # apart, as the text summary does, and torch's first hint.
+            words = graph_break_words(event.reason or "")
+            gb = f"[{words.gb_id}] " if words.gb_id else ""
             rows.append(
                 {
                     "series": s.label,
@@ -293,8 +306,8 @@ def marker_rows(series: Sequence[Series]) -> list[dict[str, Any]]:
                     # Breaks happen while tracing a forward frame, before its step's backward.
                     "step": forward_step(event.step, in_progress=stamps_step_in_progress(s.record.manifest.schema_version)),
                     "compile_id": event.compile_id,
-                    "what": event.reason.splitlines()[0] if event.reason else "",
-                    "reason": event.reason,
+                    "what": f"hint: {words.hints[0]}" if words.hints else "",
+                    "reason": f"{gb}{words.headline}",
                     "node": "",
                     "source": f"{where}  {event.code.strip()}".strip() if where else event.code.strip(),
                 }

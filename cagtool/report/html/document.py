@@ -255,8 +255,13 @@ def run_report(run: RunRecord, gate: "GateResult | None" = None) -> str:
     from cagtool.report.verification import load_verification
 
     verified = load_verification(run.path)
-    line = run_headline(comparison, verified)
-    page.add("run", "run", text("p", line.text, class_=f"headline {line.tone}", id="headline") + sections.header(run))
+    ca = comparison.modes.get("ca")
+    # The causes of the ca record the headline counts (its first repetition with a record).
+    ca_name = next((name for name in (ca.records if ca is not None and ca.metrics is not None else ()) if name in explanations), None)
+    line = run_headline(comparison, verified, explanations[ca_name] if ca_name else None)
+    # The first screen: the answer, what to do, then the modes side by side; what ran where (the
+    # host, the versions) is looked up, not read first: it closes the page.
+    page.add("run", "run", tag("div", text("p", line.text, class_=f"headline {line.tone}", id="headline") + sections.advice(line.advice), id="run"))
     page.add("verdict", "verdict", sections.verdict(comparison, view, explanations, sections.ranks(run, focus)))
     page.add("timeline", "step time", _timeline_section(page, _run_timelines(run, tables)))
     phases = _phase_rows(comparison)
@@ -269,6 +274,7 @@ def run_report(run: RunRecord, gate: "GateResult | None" = None) -> str:
     page.add("graphs", "CA graphs", _graphs_section(view, highlight, f"rank {focus}: " if focus is not None else ""))
     if gate is not None:
         page.add("gate", "gate", sections.gate(gate))
+    page.add("details", "run details", sections.header(run, anchor="details"))
     return page.render(highlight.css())
 
 

@@ -47,6 +47,14 @@ def grid_table(grid: Grid) -> str:
     return text("h3", grid.title) + table(grid.header, grid.rows, classes="grid", cell_classes=marks)
 
 
+def advice(sentence: str, details: str = "#recompiles") -> str:
+    """What to do, right under the headline (its `advice`), with a link to the causes; "" when
+    there is nothing to do."""
+    if not sentence:
+        return ""
+    return tag("p", text("b", "What to do: ") + text("span", sentence) + " " + tag("a", "why, and every recompile", href=details), class_="advice", id="advice")
+
+
 def header(run: RunRecord, anchor: str = "run", title: str = "") -> str:
     """What ran: script and argv, when, where, with which versions and backend, and how it ended."""
     meta = run.meta

@@ -6,12 +6,14 @@ table types; Dynamo's rows and recompile-limit hits; the filtered load; the tabl
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
+import bisect
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from cagtool.record.loader import ModeRecord, RunRecord, load_run
 from cagtool.record.schema import (
@@ -70,6 +72,9 @@ class RecompileRow:
     user_source: SourceRef | None = None
     produced: str | None = None  # the graph this recompile produced: "!N" or the Dynamo compile id
     frame_name: str = ""  # the function Dynamo recompiled, when it is the user's (not torch's wrapper)
+    # The user's line that called the recompiled code (`model(x, scale)`), kept beside the more
+    # specific `user_source`: a guard on an argument is fixed where the argument is passed.
+    caller: SourceRef | None = None
 
     @property
     def seq(self) -> int:
@@ -245,7 +250,9 @@ def dynamo_rows(record: ModeRecord, compile_events: list[DynamoCompileEvent]) ->
         compiled = compiles.get(event.compile_id)
         if source is None and compiled is not None and not event.is_ca_graph:
             source = _compiled_frame(compiled)
-        rows.append(_dynamo_row(record, event.compile_id, event.is_ca_graph, event.step, event.seq, tuple(event.reasons), source, compiled))
+        caller = event.source if event.source is not None and event.source.how == "caller" else None
+        rows.append(_dynamo_row(record, event.compile_id, event.is_ca_graph, event.step, event.seq, tuple(event.reasons), source, compiled,
+                                caller))
     for event in compile_events:
         attempt = compile_attempt(event.compile_id)
         if not attempt or event.compile_id in seen:
@@ -265,6 +272,7 @@ def _dynamo_row(
     reasons: tuple[str, ...],
     source: SourceRef | None,
     compiled: DynamoCompileEvent | None,
+    caller: SourceRef | None = None,
 ) -> RecompileRow:
     frame = _compiled_frame(compiled) if compiled is not None and not is_ca_graph else None
     return RecompileRow(
@@ -278,6 +286,7 @@ def _dynamo_row(
         user_source=source,
         produced=compile_id,
         frame_name=frame.function if frame is not None else "",
+        caller=caller,
     )
 
 
@@ -304,7 +313,7 @@ def limit_hits(record: ModeRecord, compiles: list[DynamoCompileEvent]) -> list[L
         seen.add(event.compile_id)
         earlier = named.get(_frame_key(event.compile_id))
         if not event.co_name and earlier is not None:
-            event = dataclasses.replace(
+            event = msgspec.structs.replace(
                 event, co_name=earlier.co_name, co_filename=earlier.co_filename, co_firstlineno=earlier.co_firstlineno
             )
         hits.append(

@@ -69,6 +69,6 @@ def test_a_run_whose_sizes_become_dynamic_in_two_rounds(tmp_path):
     assert [(s["previous"], s["value"]) for s in misses[0]["changed_sizes"]] == [(2, 3)] * 5
     assert [(s["index"], s["previous"], s["value"]) for s in misses[1]["changed_sizes"]] == [(4, 4, 6), (6, 4, 6), (7, 4, 6)]
     proc = subprocess.run(cagtool_cmd("summary", str(out)), capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
-    assert "3 changed sizes (8 dynamic in all): sizes[4=6, 6=6, 7=6]" in proc.stdout
+    assert "3 changed sizes (8 dynamic in all): sizes[4=4->6, 6=4->6, 7=4->6]" in proc.stdout  # earlier value, then new
     proc = subprocess.run(cagtool_cmd("recompiles", str(out)), capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert "3 changed sizes: sizes[4,6-7] of AccumulateGrad 4->6" in proc.stdout

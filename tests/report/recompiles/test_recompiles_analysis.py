@@ -1,7 +1,7 @@
 """`recompiles` analysis on small hand-built records: rows, root-cause groups, alerts, JSON.
 
 The records are written in the documented layout (run.json + ca/manifest.json + ca/events.jsonl)
-from the schema's own dataclasses and read back with the one loader, so these tests exercise the
+from the schema's own event classes and read back with the one loader, so these tests exercise the
 same path as a real run without running torch.
 """
 

@@ -1,0 +1,33 @@
+"""A Python float that changes every step, passed to a compiled module: Dynamo specialises on its
+value (`dynamic=False`), so every new value is a guard failure and a recompile, until
+`recompile_limit`. Passed as a tensor (`torch.tensor(scale)`) the forward is compiled once."""
+
+import sys
+
+import torch
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x, scale):
+        return self.linear(x) * scale
+
+
+def main() -> None:
+    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 4
+    torch.manual_seed(0)
+    model = torch.compile(Scaled(), dynamic=False)
+    x = torch.randn(4, 8)
+    for step in range(steps):
+        scale = 1.0 + 0.5 * step  # a new Python float every step
+        loss = model(x, scale).sum()
+        loss.backward()
+        model.zero_grad()
+    print(f"loss {loss.item():.4f}")
+
+
+if __name__ == "__main__":
+    main()

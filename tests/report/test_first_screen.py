@@ -1,0 +1,189 @@
+"""What a user reads first, on real records: the headline counts a batch-size change once (its
+root cause, not the Dynamo and compiled-autograd recompiles it brings) and says what to do; the
+summary's recompile lines read without torch's cache-entry ids; the report opens on the headline,
+the advice and the verdict; a graph break's marker gives the reason that tells it apart; an
+interval from too few steps does not print as "0.00 - infx"."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import cli_in_process
+
+from cagtool.record.loader import load_run
+from cagtool.record.schema import GraphBreakEvent
+from cagtool.report.compare.analysis import compare_modes
+from cagtool.report.compare.headline import ca_explanation, root_causes, run_headline
+from cagtool.report.compare.render import speedup_grid
+from cagtool.report.html import charts
+from cagtool.report.html.document import run_report
+from cagtool.report.metrics import graph_break_sites
+from cagtool.report.recompiles.table import recompile_table
+
+pytestmark = pytest.mark.slow  # records runs of the sample scripts
+
+
+@pytest.fixture(scope="module")
+def ragged(record_run) -> Path:
+    """ragged_batches.py under ca: batches of 32, then a ragged 4 at step 3 (the same recording
+    the recompile-cause tests read)."""
+    run = record_run("ragged_batches.py")
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.path
+
+
+def test_the_headline_counts_a_batch_size_change_once_and_says_what_to_do(ragged):
+    run = load_run(ragged)
+    comparison = compare_modes(run)
+    explanation = ca_explanation(comparison, run)
+    assert explanation is not None
+    # Three causes in the explanation: the forward's guard failure, the backward's changed sizes
+    # that follow from it, and the one-time .grad warm-up; one a user acts on.
+    assert len(explanation.causes) == 3
+    roots = root_causes(explanation)
+    assert [c.code for c in roots] == ["dynamo_guard_failure"]
+    line = run_headline(comparison, None, explanation)
+    assert "all from 1 cause: the size of `args[0]` (dim 0) changed 32->4 at step 3 (ragged_batches.py:27)" in line.text, line.text
+    assert "changed sizes" not in line.text  # the consequence is not a kind of its own
+    assert "mark_dynamic" in line.advice
+    # Without the causes, the counts alone (as before).
+    assert "cause" not in run_headline(comparison).text
+
+
+def test_the_summary_opens_on_the_headline_then_what_to_do_and_prints_recompiles_without_cache_entry_ids(ragged):
+    code, out, err = cli_in_process("summary", str(ragged), env={"COLUMNS": "250"})
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "from 1 cause" in lines[0]
+    assert lines[1].startswith("what to do: ") and "mark_dynamic" in lines[1]
+    assert f"cagtool recompiles --explain {ragged}" in re.sub(r"\s*\n\s*", " ", out)  # the line may wrap
+    recompiles = [line.strip() for line in lines if line.strip().startswith("recompile ")]
+    assert recompiles, out
+    for line in recompiles:
+        # torch writes `0/0: tensor ...`: the id of the cache entry that failed, not this recompile's.
+        assert not re.search(r": -?\s*!?\d+/\d+(/\d+)?: ", line), line
+    assert "recompile 0/1 at step 3: tensor 'args[0]' size mismatch at index 0. expected 32, actual 4  (ragged_batches.py:27)" in recompiles
+    assert any(line.startswith("recompile !2/3/1 at step 4: tensor 'sizes[0]'") for line in recompiles), recompiles
+    # The CA miss for the ragged batch: each changed size with its value before (32 rows) and after.
+    miss = next(line for line in lines if "changed sizes" in line and "step 3" in line)
+    assert "sizes[0=32->4] of MseLossBackward0 (NodeCall 1)" in miss, miss
+
+
+def test_the_report_opens_on_the_headline_the_advice_and_the_verdict(ragged):
+    html = run_report(load_run(ragged))
+    headline = html.index('id="headline"')
+    advice = html.index('id="advice"')
+    verdict = html.index('<section id="verdict"')
+    details = html.index('<section id="details"')
+    assert headline < advice < verdict < details
+    assert html.index('id="graphs"') < details  # what ran where closes the page
+    assert "mark_dynamic" in html[advice:verdict] and 'href="#recompiles"' in html[advice:verdict]
+    assert "from 1 cause" in html[headline:advice]
+
+
+def test_a_graph_break_marker_gives_the_reason_that_tells_it_apart(graph_breaks):
+    run = load_run(graph_breaks)
+    record = run.modes["ca"]
+    rows = [r for r in charts.marker_rows([charts.Series("ca", record, recompile_table(record))]) if r["kind"] == charts.MARKER_BREAK]
+    assert len(rows) == len(record.of(GraphBreakEvent)) >= 2
+    sites = {s.reason for s in graph_break_sites(record.of(GraphBreakEvent))}
+    for row in rows:
+        # torch's first line, the same for every CALL break, is not the reason shown.
+        assert not row["reason"].startswith("Encountered graph break"), row["reason"]
+        assert "\n" not in row["reason"]
+        assert row["reason"].startswith("[GB") and "torch._dynamo.graph_break()" in row["reason"]
+        assert row["reason"].split("] ", 1)[1] in sites  # the words the text summary prints
+        assert "Encountered graph break" not in row["what"]
+
+
+def test_a_speedup_from_too_few_steps_reads_unbounded_not_zero_to_infinity(record_run):
+    recorded = record_run("graph_breaks.py", "3", modes="eager,aot,ca")
+    assert recorded.returncode == 0, recorded.stderr[-2000:]
+    run = load_run(recorded.path)
+    comparison = compare_modes(run)
+    unbounded = [s for s in comparison.speedups if s.high is not None and s.high == float("inf")]
+    assert unbounded, [(s.label, s.low, s.high) for s in comparison.speedups]  # 3 steps: no interval
+    cells = [cell for row in speedup_grid(comparison.speedups).rows for cell in row]
+    assert not any("inf" in cell for cell in cells), cells
+    assert "unbounded" in cells
+    for row in speedup_grid(comparison.speedups).rows:
+        if row[2] == "unbounded":
+            assert row[3] == "too few steady steps", row  # not "within noise": no interval was measured
+    assert "inf" not in run_headline(comparison).text
+
+
+def test_a_recompile_storm_is_in_the_headline_and_colours_it(record_run):
+    """op_loop.py: a different op every step, so compiled autograd captures every backward anew."""
+    recorded = record_run("op_loop.py")
+    assert recorded.returncode == 0, recorded.stderr[-2000:]
+    run = load_run(recorded.path)
+    comparison = compare_modes(run)
+    line = run_headline(comparison, None, ca_explanation(comparison, run))
+    assert "from 1 cause: the backward's autograd graph changed at steps 1-3" in line.text, line.text
+    assert "; recompile storm: recompiles on every step after the first" in line.text
+    assert line.tone == "bad"
+    assert "the same ops every step" in line.advice
+    assert run_headline(comparison).tone == "neutral"  # the counts alone do not tell a storm
+
+
+def test_compare_of_one_run_opens_on_the_same_headline_as_its_summary(ragged):
+    code, out, err = cli_in_process("compare", str(ragged), env={"COLUMNS": "250"})
+    assert code == 0, err
+    summary = cli_in_process("summary", str(ragged), env={"COLUMNS": "250"})[1]
+    assert out.splitlines()[:2] == summary.splitlines()[:2]
+    assert "from 1 cause" in out.splitlines()[0] and out.splitlines()[1].startswith("what to do: ")
+    assert out.count("from 1 cause") == 1  # printed once, not again by the table
+
+
+def test_a_resolution_past_2x_reads_too_noisy_not_a_huge_percentage(graph_breaks):
+    """A noisy interval of few batches can 'resolve' +/-10^13%: past a 2x difference the words say
+    to run more steps. On the real 60-step run, and on its interval with 10x its noise."""
+    from dataclasses import replace
+
+    from cagtool.report.compare.render import resolution_text
+
+    comparison = compare_modes(load_run(graph_breaks))
+    s = next(s for s in comparison.speedups if s.label == "ca/aot")
+    assert s.interval is not None and s.resolution is not None
+    text = resolution_text(s)
+    # Whatever this machine's noise made of it: a percentage of at most 100, or words.
+    found = re.fullmatch(r"resolves \+/-(\d+\.\d)%", text)
+    if found:
+        assert float(found.group(1)) <= 100.0
+    else:
+        assert text in ("too noisy to tell even a 2x difference: run more steps", "too few steady steps for an interval: run more steps"), text
+    bounded = replace(s.interval, low=0.5, high=2.0)  # an interval with both bounds, and 10x its noise
+    noisy = replace(s, low=0.5, high=2.0, interval=replace(bounded, se=s.interval.se * 10 + 1.0))
+    assert noisy.resolution > 1.0
+    assert resolution_text(noisy) == "too noisy to tell even a 2x difference: run more steps"
+    headline = run_headline(replace(comparison, speedups=(noisy,))).text
+    assert "resolves +/-" not in headline
+    if noisy.verdict == "within noise":
+        assert "too noisy to tell even a 2x difference" in headline, headline
+
+
+def test_a_dynamo_recompile_marker_gives_the_failing_guard_without_the_cache_entry_id(ragged):
+    run = load_run(ragged)
+    record = run.modes["ca"]
+    rows = charts.marker_rows([charts.Series("ca", record, recompile_table(record))])
+    dynamo = {r["compile_id"]: r["reason"] for r in rows if r["kind"] in (charts.MARKER_DYNAMO, charts.MARKER_DYNAMO_CA)}
+    assert dynamo["0/1"] == "tensor 'args[0]' size mismatch at index 0. expected 32, actual 4"
+    assert dynamo["!2/3/1"] == "tensor 'sizes[0]' size mismatch at index 1. expected 4, actual 32"
+
+
+def test_a_verified_fix_is_the_advice(ragged):
+    """After `recompiles --verify` (its verification.json, as the summary and report read it), what
+    to do is the fix measured on this job, not the general advice."""
+    run = load_run(ragged)
+    comparison = compare_modes(run)
+    explanation = ca_explanation(comparison, run)
+    verified = {"fixes": [{"fix": "ca-dynamic", "verdict": "verified", "title": "compiled autograd's sizes start dynamic",
+                           "run_flags": ["--dynamic"], "env": {}},
+                          {"fix": "torch-pgo", "verdict": "no effect", "title": "torch's own PGO suggestion", "run_flags": [], "env": {"X": "1"}}]}
+    line = run_headline(comparison, verified, explanation)
+    assert "(fix verified: ca-dynamic)" in line.text
+    assert line.advice == "apply fix ca-dynamic, compiled autograd's sizes start dynamic (cagtool run --dynamic): verified by re-running this job"
+    assert "mark_dynamic" in run_headline(comparison, {"fixes": [{"fix": "x", "verdict": "no effect"}]}, explanation).advice

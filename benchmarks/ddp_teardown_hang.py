@@ -7,7 +7,7 @@ that did not finish; a hung run's processes are killed (the whole session: start
     python benchmarks/ddp_teardown_hang.py --plain --runs 40
     PYTHONPATH=../copy python benchmarks/ddp_teardown_hang.py     # a copy of the tree with a piece changed
 
-Session 7 (2026-11-23, 2-core VM, the sample as it is now, i.e. without session 6's 0.2 s pause
+2026-11-23 (2-core VM, the sample as it is now, i.e. without the earlier 0.2 s pause
 after its barrier): plain python 0 of 40; cagtool at cc6e6f8 (no guard) 4 of 30; with the guard
 (ddp_watch.GLOO_SETTLE_S) 0 of 30, and 0 of 30 with the script's destroy_process_group() removed;
 at 0533ffb, the sample itself: 0 of 30 (`--runs 30`) and 0 of 20 in ca mode (`--runs 20 --mode ca --limit 60`).

@@ -1,5 +1,5 @@
-"""CPU of what `cagtool run` does after its last mode ended, for two checkouts, interleaved (issue
-12): read the record, print the summary and the mode comparison, write report.html. Each
+"""CPU of what `cagtool run` does after its last mode ended, for two checkouts, interleaved:
+read the record, print the summary and the mode comparison, write report.html. Each
 repetition runs each checkout once in a fresh interpreter (the process-level imports count, as
 they do in `cagtool run`), alternately, so both see the same machine load; the figure is CPU time
 (user + system, getrusage), which a busy machine inflates far less than wall time.

@@ -10,7 +10,7 @@ normalising both graphs, aligning them and summarising (rendering is not include
     python benchmarks/graph_diff.py            # 10,000 nodes, 7 repetitions
     python benchmarks/graph_diff.py --nodes 50000 --repeat 3 --json
 
-With --before/--after it times the whole command instead (issue 12): `cagtool diff-graphs RUN 0 1`
+With --before/--after it times the whole command instead: `cagtool diff-graphs RUN 0 1`
 (side by side, CI=true, COLUMNS=100, stdout to a pipe, as benchmarks/cli_speed.py runs it) with two
 installs, alternately, and prints each one's CPU time (user + system, from getrusage), which a
 busy machine inflates far less than wall time, and the median of the per-repetition differences:

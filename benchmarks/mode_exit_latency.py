@@ -1,4 +1,4 @@
-"""How long `cagtool run` takes to notice that a mode process ended (issue 12): a child that
+"""How long `cagtool run` takes to notice that a mode process ended: a child that
 sleeps 0.3 s, prints the time and exits, waited for by `ChildSupervisor.wait` as orchestrate.py
 waits for each mode (with the ack pipe the mode process holds). Prints, per repetition, the
 milliseconds from the child's last line to `wait` returning.

@@ -1,4 +1,4 @@
-"""Start-up CPU of two cagtool installs, interleaved (issue 12): each repetition runs every command
+"""Start-up CPU of two cagtool installs, interleaved: each repetition runs every command
 once with each install, alternately, so both see the same machine load; the figure is CPU time
 (user + system of the process, from getrusage), which a busy 2-core machine inflates far less than
 wall time. Use it to judge a before/after change while others use the machine; the targets

@@ -21,15 +21,15 @@ Each tree is measured with glibc malloc's thresholds pinned, as step_overhead.py
 MALLOC_PINS; `--no-pin-malloc` leaves them): left dynamic, a process's step time moves by 10-15 %
 from one process to the next, and the pieces with it.
 
-Session 7 (2026-11-24 00:26 UTC, 2-core VM, quiet), `--rev cc6e6f8 --rev 0533ffb --rounds 4`: total per
+2026-11-24 00:26 UTC (2-core VM, quiet), `--rev cc6e6f8 --rev 0533ffb --rounds 4`: total per
 step 63-90 us (mean 79) before, 55-66 (mean 60) after (grad_fn read when asked, the loss read by the
 drain, drains every hold_s / 2):
-see the "Session 7" section of benchmarks/README.md in git history (before the one-table README). Session 8 (03:30 UTC, HEAD 6efffa6, `--rounds 3`): total 57-67 us,
-of which drain 31-35 (write 16-18). Session 9 (2026-11-25 18:25 UTC, malloc pinned), `--rev cc314b7
+see benchmarks/README.md in git history (before the one-table README). 2026-11-24 03:30 UTC (HEAD 6efffa6, `--rounds 3`): total 57-67 us,
+of which drain 31-35 (write 16-18). 2026-11-25 18:25 UTC (malloc pinned), `--rev cc314b7
 --rev HEAD --floor --rounds 3` (HEAD 3d4f3e1: a step's three lines one entry, HOLD_S 0.5, the solo
 slot): drain 25-32 before, 17-19 after; write 12-16 before, 7-8 after; the hooks alone (drain a
 no-op) 17-37 us a step with either. `--hold-s 0.1 --hold-s 0.5 --rounds 3` at 3d4f3e1: drain 30-31
-vs 19-20, write 15-16 vs 8. Benchmarks/README.md, "Session 9".
+vs 19-20, write 15-16 vs 8. benchmarks/README.md in git history.
 """
 
 from __future__ import annotations

@@ -24,12 +24,12 @@ Precision, and what the verdict is judged on. A single process's interval leaves
 between processes: with glibc malloc's dynamic thresholds the on/off ratio of one process read 0.95
 [0.93, 0.97] and of the next 1.18 [1.15, 1.20] (same commit, quiet machine), and even with them
 pinned (MALLOC_PINS) the processes of one run spread by up to 0.02 while each one's interval was
-+/-0.01 (session 6: two runs of the same code, their pairs pooled, read 1.014 and 1.024). So the
-measurement runs in `--processes` fresh processes (default 24 since session 9, malloc pinned, one
++/-0.01 (2026-11-23: two runs of the same code, their pairs pooled, read 1.014 and 1.024). So the
+measurement runs in `--processes` fresh processes (default 24 since 2026-11-25, malloc pinned, one
 Inductor cache), each `--pairs` ABBA pairs of `--block`-step blocks (40 x 40, about 15 s of steps
 at 4.5 ms), each process's ratio is the geometric mean of its pair ratios, and the verdict is on the geometric mean
 over processes with a 95 % t-interval over processes (each process one sample of what a user's job
-would see). The pooled-pairs median of session 6 is printed beside it for comparison. Runs differ
+would see). The pooled-pairs median (the earlier method) is printed beside it for comparison. Runs differ
 from one another too (the VM's state over ten minutes): `--pool` judges several runs' --json files
 together, each run one sample (the step-overhead row of benchmarks/README.md).
 
@@ -156,7 +156,7 @@ def run_processes(args: argparse.Namespace) -> None:
     print(f"{len(results)} processes x {args.pairs} pairs x {args.block} steps, malloc {'pinned' if args.pin_malloc else 'dynamic'}, commit {results[0]['commit']}:")
     print(f"  per-process ratios (geometric mean of each one's pairs): {', '.join(f'{r:.4f}' for r in per_process)}")
     print(f"  over processes: geometric mean {ratio:.4f}  95% t-interval [{p_low:.4f}, {p_high:.4f}]; upper end incl. the first-call timer {high_incl_timer:.4f}")
-    print(f"  (pairs pooled, for comparison with session 6: median pair ratio {median_ratio:.4f} [{low:.4f}, {high:.4f}], which leaves the spread between processes out)")
+    print(f"  (pairs pooled, the earlier method: median pair ratio {median_ratio:.4f} [{low:.4f}, {high:.4f}], which leaves the spread between processes out)")
     print(f"  target <= {args.target}: {verdict}")
     if args.json:
         pooled = {"processes": results, "malloc_pinned": args.pin_malloc, "per_process_geomeans": per_process, "ratio_geomean_over_processes": ratio,

@@ -179,7 +179,7 @@ def main() -> None:
     print(
         f"3-mode cagtool run / sum of 3 bare runs, median of {args.reps}: wall {summary['wall_ratio_median']:.3f} "
         f"(range {wall_ratios[0]:.3f} .. {wall_ratios[-1]:.3f}; of minimums {min_tool / min_bare:.3f}), CPU {summary['cpu_ratio_median']:.3f} "
-        f"(range {cpu_ratios[0]:.3f} .. {cpu_ratios[-1]:.3f}); target wall <= 1.05 (issue 3), <= 1.03 on the 15 s job (issue 12)"
+        f"(range {cpu_ratios[0]:.3f} .. {cpu_ratios[-1]:.3f}); target wall <= 1.05, <= 1.03 on the 15 s job"
     )
     if args.also_tree is not None:
         other_cpu = sorted(r["other_cpu_ratio"] for r in reps)

@@ -1,4 +1,4 @@
-"""A timeline of one 3-mode `cagtool run` (issue 12): where the wall time outside the user's
+"""A timeline of one 3-mode `cagtool run`: where the wall time outside the user's
 script goes. Each process stamps wall-clock times into one log: cagtool's start, each mode
 process's interpreter start, its first import of torch, the user script's start and end (the
 script runs inside a small wrapper), its atexit handlers (after the record is closed), when the

@@ -1,5 +1,5 @@
-"""Start-up cost: `cagtool --help` and the report commands load only what they use (issue 12's
-speed targets; benchmarks/cli_speed.py times them). Checked by the modules a fresh interpreter
+"""Start-up cost: `cagtool --help` and the report commands load only what they use (the
+speed targets of CONTRIBUTING.md; benchmarks/cli_speed.py times them). Checked by the modules a fresh interpreter
 holds, which does not depend on how busy the machine is."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Graph-break counts are torch's counter, never the number of log records (issue 10 item 9)."""
+"""Graph-break counts are torch's counter, never the number of log records."""
 
 from __future__ import annotations
 

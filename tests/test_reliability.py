@@ -1,4 +1,4 @@
-"""Issue 14's table as tests: what cagtool guarantees when the job, the machine or the record
+"""The reliability guarantees (docs/reliability.md) as tests: what cagtool guarantees when the job, the machine or the record
 misbehaves (docs/reliability.md lists the guarantees).
 
 Reading side (hostile or damaged records): hand-built run directories, read through the real CLI
@@ -849,7 +849,7 @@ def test_record_contradicting_torch_counters_is_refused(tmp_path):
     assert code == 3 and "has 0 CA graph events, but torch counted 2 captures" in err
 
 
-# ------------------------------------------------------------------ headlines (issue 14, item 7)
+# ------------------------------------------------------------------ headlines
 
 def _ca_events(nodes: list[tuple[str, str]], steps: int = 8) -> list[dict]:
     """Steps plus one CA graph per (miss kind, node) entry, graph i captured at step i."""

@@ -1,4 +1,4 @@
-"""What `cagtool run` does around its modes (issue 12): the end-of-run code is imported while the
+"""What `cagtool run` does around its modes: the end-of-run code is imported while the
 first mode process starts, and the orchestrator says when each mode process has started."""
 
 from __future__ import annotations

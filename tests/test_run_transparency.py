@@ -51,7 +51,7 @@ def test_exit_duties_run_as_under_python(tmp_path, extra):
     """What the interpreter's exit does for a script (atexit handlers, joining a thread still
     running, flushing a file never closed whose namespace is a cycle) happens under cagtool as
     under python, and the exit code is the script's: a guard for any faster exit of the mode
-    process (issue 12; freezing the collector at exit lost that file's contents)."""
+    process (freezing the collector at exit lost that file's contents)."""
     script = "tests/scripts/exit_duties.py"
     seen = {}
     for name, cmd in (

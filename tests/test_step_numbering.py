@@ -1,4 +1,4 @@
-"""Steps are numbered from 0, as the script's own `for step in range(n)` numbers them (issue 14):
+"""Steps are numbered from 0, as the script's own `for step in range(n)` numbers them:
 the step `recompiles` names is the step the script printed, and records of schemas 1 and 2 (steps
 from 1) read as if recorded now."""
 

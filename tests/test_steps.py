@@ -1,4 +1,4 @@
-"""Steps are optimizer steps (issue 10 item 4): gradient accumulation, two optimizers, no
+"""Steps are optimizer steps: gradient accumulation, two optimizers, no
 optimizer, autograd.grad beside backward, --steps; and the job's own shapes the tracker must
 survive (item 6): threads calling backward, os.chdir, torch._dynamo.reset(), CUDA."""
 

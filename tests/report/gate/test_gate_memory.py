@@ -1,4 +1,4 @@
-"""Peak memory in the gate (issue 10 item 7): `--max-memory-ratio`, its grammar, CUDA before RSS,
+"""Peak memory in the gate: `--max-memory-ratio`, its grammar, CUDA before RSS,
 against another mode or the baseline, and the CLI on a real run."""
 
 from __future__ import annotations

@@ -41,16 +41,19 @@ def _write_events(path: Path, events: list[dict]) -> None:
 
 
 def slow_tail_copy(run: Path, dest: Path, mode: str = "ca") -> Path:
-    """The run with a stall in a quarter of its steady steps (the slowest quarter, so the median and
-    everything below it are untouched): each now takes 3x the slowest step the run had, the shape
-    of a periodic checkpoint or a noisy neighbour."""
+    """The run with a stall in a quarter of its steady steps, spread through the run as a periodic
+    checkpoint is: the slowest of every 4 consecutive steady steps now takes 3x the slowest step
+    the run had. Steps below the slowest of their four are untouched, so the median moves little;
+    every stretch of the run has its stalls, so every batch's p90 sees them (the slowest quarter of
+    a real run clusters wherever the machine was busy, and a batch without a stall would rightly
+    widen the interval)."""
     shutil.copytree(run, dest)
     events_file = dest / mode / "events.jsonl"
     events = _events(events_file)
     steady = [e for e in events if e["kind"] == "step" and e.get("wall_s") is not None and not e.get("compiles") and not e.get("ca_captures")]
     slowest = max(e["wall_s"] for e in steady)
-    for event in sorted(steady, key=lambda e: e["wall_s"])[-(len(steady) // 4):]:
-        event["wall_s"] = 3 * slowest
+    for start in range(0, len(steady) - 3, 4):
+        max(steady[start : start + 4], key=lambda e: e["wall_s"])["wall_s"] = 3 * slowest
     _write_events(events_file, events)
     return dest
 
@@ -66,9 +69,9 @@ def test_a_slower_tail_warns_under_a_median_threshold_and_fails_a_p90_one(real_r
 
     slow = slow_tail_copy(real_run, work / "slow-tail")
     before, after = mode_metrics(load_run(real_run).modes["ca"]).step_time, mode_metrics(load_run(slow).modes["ca"]).step_time
-    assert after.median_s == before.median_s and after.p90_s > 2 * before.p90_s  # what the derived record is
+    assert after.median_s < 1.1 * before.median_s and after.p90_s > 2 * before.p90_s  # what the derived record is
 
-    # Median threshold only: passes (the median did not move), with one warning line naming the tail.
+    # Median threshold only: passes (the median hardly moved), with one warning line naming the tail.
     data = gate_json(slow, "--baseline", baseline, "--max-regression", "20%", "--no-config", cwd=work, code=0)
     median = next(c for c in data["checks"] if c["check"] == "max-regression")
     assert median["outcome"] == "pass" and median["data"]["tail"]["verdict"] == "above"

@@ -406,15 +406,26 @@ def first_step_time(record: ModeRecord) -> FirstStepTime | None:
     return record.derived("first_step_time", _first_step_time)
 
 
+def step_field(record: ModeRecord, name: str) -> list[Any]:
+    """One field of the record's steps, in record order: from the columns sidecar alone when the
+    record has one (a 100,000-step rank decodes only this column), else from `step_columns`."""
+    held = record.columns.get(StepEvent.kind)
+    if held is not None:
+        return held.column(name)
+    return getattr(step_columns(record), name)
+
+
 def _first_step_time(record: ModeRecord) -> FirstStepTime | None:
-    c = step_columns(record)
-    if not len(c) or not any(c.boundary):
+    boundary = step_field(record, "boundary")
+    if not boundary or not any(boundary):
         return None
-    first = min(range(len(c)), key=lambda i: (c.step[i], i))
-    if c.wall_s[first] is not None:
+    steps = step_field(record, "step")
+    # Steps are in order in every record cagtool writes: the first is then the first line.
+    first = 0 if all(map(operator.le, steps, steps[1:])) else min(range(len(steps)), key=lambda i: (steps[i], i))
+    if step_field(record, "wall_s")[first] is not None:
         return None
-    step, end = c.step[first], c.t[first]
-    affected = bool(c.compiles[first] or c.ca_captures[first])
+    step, end = steps[first], step_field(record, "t")[first]
+    affected = bool(step_field(record, "compiles")[first] or step_field(record, "ca_captures")[first])
     starts: list[tuple[float, str]] = []
     for d in record.of(DynamoCompileEvent):
         if d.step == step and d.entire_frame_compile_time_s:

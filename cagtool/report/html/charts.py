@@ -32,6 +32,7 @@ from cagtool.report.metrics import (
     first_step_time,
     held_steps,
     step_columns,
+    step_field,
 )
 from cagtool.report.recompiles.render import detail_cell
 from cagtool.report.recompiles.table import (
@@ -109,7 +110,7 @@ def with_first_step(rows: list[dict[str, Any]], record: ModeRecord) -> list[dict
     is the one a reader most needs to see. It stays ringed as compile-affected and out of every
     steady-state figure. A first step that compiled nothing is left untimed: what the recorder sees
     of it (from its first backward call) leaves its forward out and would read as a fast step."""
-    every = TIMED_FROM_PREVIOUS_END if any(step_columns(record).boundary) else TIMED_FROM_BACKWARD_STARTS
+    every = TIMED_FROM_PREVIOUS_END if any(step_field(record, "boundary")) else TIMED_FROM_BACKWARD_STARTS
     for row in rows:
         row["timed_from"] = every
     first = first_step_time(record)

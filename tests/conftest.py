@@ -307,3 +307,12 @@ def reset_torch_state():
 
         torch._dynamo.reset()
         torch._dynamo.utils.counters.clear()
+
+
+def can_mount_tmpfs(where: Path) -> bool:
+    """Mount a 200 KiB tmpfs at `where` (created) when the tests run as root with `mount`: a real
+    full disk for the tests that need one (they unmount it); False where that cannot be done."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        return False
+    where.mkdir()
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(where)], capture_output=True).returncode == 0

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, cagtool_cmd
+from conftest import ROOT, cagtool_cmd, can_mount_tmpfs
 
 from cagtool.record.loader import load_run
 from cagtool.record.schema import StepEvent
@@ -122,10 +122,8 @@ def test_full_disk_during_a_two_rank_run_one_line_per_process_and_true_ends(tmp_
     (~3,000 lines of stderr); now each process says once that its trace or record stopped, and
     each rank reads as finished, exit 0, with its recording stop noted, compared with the other
     only up to what it recorded."""
-    from test_reliability import _can_mount_tmpfs
-
     mount = tmp_path / "small"
-    if not _can_mount_tmpfs(mount):
+    if not can_mount_tmpfs(mount):
         pytest.skip("needs root to mount a small tmpfs (a real full disk)")
     try:
         subprocess.run(["mount", "-o", "remount,size=250k", str(mount)], check=True)
@@ -174,13 +172,11 @@ def test_a_rank_that_ended_on_a_full_disk_does_not_read_as_killed(tmp_path):
     """A rank that ends normally while its disk has no room left for its closing manifest (the
     reserve given up, the space taken by something else) leaves an empty file named after how it
     ended: readers show it finished with its exit code, not "killed (SIGKILL, OOM killer)"."""
-    from test_reliability import _can_mount_tmpfs
-
     from cagtool.record.liveness import read_dead_writer_as_killed
     from cagtool.record.manifest import mode_manifest_from_dict
 
     mount = tmp_path / "small"
-    if not _can_mount_tmpfs(mount):
+    if not can_mount_tmpfs(mount):
         pytest.skip("needs root to mount a small tmpfs (a real full disk)")
     try:
         record = mount / "rank1"

@@ -19,7 +19,6 @@ import os
 import pty
 import resource
 import select
-import shutil
 import signal
 import struct
 import subprocess
@@ -29,7 +28,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, cagtool_cmd
+from conftest import ROOT, cagtool_cmd, can_mount_tmpfs
 from conftest import cli_in_process as cagtool
 
 from cagtool.record.loader import load_run
@@ -268,20 +267,13 @@ def test_sigkill_of_parent_leaves_no_orphan_and_reads_as_killed(tmp_path):
 # --- 4. a full disk never reaches the user's code --------------------------------------------
 
 
-def _can_mount_tmpfs(where: Path) -> bool:
-    if os.geteuid() != 0 or not shutil.which("mount"):
-        return False
-    where.mkdir()
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(where)], capture_output=True).returncode == 0
-
-
 @pytest.mark.slow
 def test_disk_full_stops_recording_not_the_job(tmp_path):
     """A real small tmpfs when the test may mount one (root). Otherwise ENOSPC is emulated with
     RLIMIT_FSIZE (the write fails with EFBIG once a file passes 200 KiB): the same code path, a
     different errno."""
     mount = tmp_path / "small"
-    mounted = _can_mount_tmpfs(mount)
+    mounted = can_mount_tmpfs(mount)
     preexec = None
     if not mounted:
         mount.mkdir(exist_ok=True)

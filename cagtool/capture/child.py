@@ -278,20 +278,15 @@ def _record_mode(spec: ModeSpec) -> int:
         if spec.max_time:
             signal.setitimer(signal.ITIMER_REAL, 0)
         peaks = job_peaks()
-        try:
-            steps.emit_final_state()
-        except Exception:  # noqa: BLE001 - numerics are a bonus; the record must still close
-            pass
-        _emit_grad_digests(writer, steps, manifest)
-        digests.names.uninstall()
-        steps.note_traced_backward()
-        try:
-            followed.before_close()
-        except Exception:  # noqa: BLE001 - the record must still close
-            pass
-        steps.uninstall()
-        observer.uninstall()
-        taps.uninstall()
+        # Each step of winding down may meet what the script left behind (a stop that a hook
+        # caught and raises again on the way out, a failing device read): none may keep the
+        # record and run.json from being closed below.
+        for wind_down in (steps.emit_final_state, lambda: _emit_grad_digests(writer, steps, manifest), digests.names.uninstall,
+                          steps.note_traced_backward, followed.before_close, steps.uninstall, observer.uninstall, taps.uninstall):
+            try:
+                wind_down()
+            except BaseException:  # noqa: BLE001 - the record must still close
+                pass
         manifest.status = status
         manifest.exit_code = exit_code
         manifest.exception = exception

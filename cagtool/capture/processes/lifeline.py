@@ -346,8 +346,8 @@ class WakeupRelay:
 
 def ignore_further_stops() -> None:
     """While the record is being closed, a second signal (the forwarded copy of one the child
-    already got, a second Ctrl-C) must not abort the manifest write."""
-    for signum in STOP_SIGNALS:
+    already got, a second Ctrl-C, cagtool's death) must not abort the manifest write."""
+    for signum in STOP_SIGNALS + ((PARENT_DIED,) if PARENT_DIED is not None else ()):
         try:
             signal.signal(signum, signal.SIG_IGN)
         except (OSError, ValueError):

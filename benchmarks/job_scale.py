@@ -9,7 +9,7 @@ files `report` and `export --perfetto` write, against the targets:
     export --perfetto: <= 5 s CPU
 
     python benchmarks/job_scale.py                              # build the record in a temp dir, time all
-    python benchmarks/job_scale.py --keep /tmp/job-scale        # build it there once, reuse it next time
+    python benchmarks/job_scale.py --keep .job-scale            # build it there once, reuse it next time
     python benchmarks/job_scale.py --steps 2000 --ranks 2       # a smaller job
     python benchmarks/job_scale.py --only report,export --json results.json
 

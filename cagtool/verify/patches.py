@@ -122,14 +122,22 @@ def _diff(path: str, before: list[str], after: list[str]) -> str:
     return "".join(difflib.unified_diff(before, after, fromfile=f"a/{path}", tofile=f"b/{path}"))
 
 
+def _parsed(script: str) -> tuple[str, ast.Module] | str:
+    """The script's text and syntax tree, or why it cannot be read."""
+    try:
+        text = Path(script).read_text()
+        return text, ast.parse(text)
+    except (OSError, SyntaxError, ValueError) as exc:
+        return f"cannot read the script: {exc}"
+
+
 def hook_patch(cause: Cause, script: str, display: str) -> Patch:
     """Register a mid-run hook before the training loop (see the module docstring)."""
     title = "register the hook once, before the training loop, instead of partway through it"
-    try:
-        text = Path(script).read_text()
-        tree = ast.parse(text)
-    except (OSError, SyntaxError, ValueError) as exc:
-        return Patch("hook-before-loop", (cause.number,), title, display, None, "", False, f"cannot read the script: {exc}")
+    parsed = _parsed(script)
+    if isinstance(parsed, str):
+        return Patch("hook-before-loop", (cause.number,), title, display, None, "", False, parsed)
+    text, tree = parsed
     candidates = _conditional_registrations(tree)
     if not candidates:
         return Patch("hook-before-loop", (cause.number,), title, display, None, "", False,
@@ -172,11 +180,10 @@ def hook_patch(cause: Cause, script: str, display: str) -> Patch:
 def zero_grad_patch(cause: Cause, script: str, display: str) -> Patch:
     """`zero_grad(set_to_none=False)` -> `set_to_none=True` (see the module docstring)."""
     title = "clear gradients to None every step: zero_grad(set_to_none=True)"
-    try:
-        text = Path(script).read_text()
-        tree = ast.parse(text)
-    except (OSError, SyntaxError, ValueError) as exc:
-        return Patch("zero-grad-to-none", (cause.number,), title, display, None, "", False, f"cannot read the script: {exc}")
+    parsed = _parsed(script)
+    if isinstance(parsed, str):
+        return Patch("zero-grad-to-none", (cause.number,), title, display, None, "", False, parsed)
+    text, tree = parsed
     found = [
         kw for call in ast.walk(tree)
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "zero_grad"

@@ -63,20 +63,23 @@ def compare(options: CompareOptions) -> None:
     labels = [""] if len(runs) == 1 else ["A ", "B "]
     rank_parts = [(label, run, focus) for label, run, (_, focus) in zip(labels, runs, focused) if focus is not None]
     console = make_console()
-    headline = True
-    if len(focused) == 1 and options.fmt == "table":
+    headline, line = True, None
+    if len(focused) == 1:
         # One run: the headline names the root causes of its recompiles and what to do (the
-        # record, not the comparison, holds them), as the run's summary does.
+        # record, not the comparison, holds them), as the run's summary does, in every format.
         from cagtool.report.compare.headline import ca_explanation, run_headline
-        from cagtool.report.compare.render import print_headline
 
-        print_headline(console, run_headline(comparison, None, ca_explanation(comparison, focused[0][0])), str(runs[0].path))
-        headline = False
+        line = run_headline(comparison, None, ca_explanation(comparison, focused[0][0]))
+        if options.fmt == "table":
+            from cagtool.report.compare.render import print_headline
+
+            print_headline(console, line, str(runs[0].path))
+            headline = False
     if not rank_parts:
-        render_comparison(comparison, options.fmt, console, headline=headline)
+        render_comparison(comparison, options.fmt, console, headline=headline, line=line)
         return
     if options.fmt == "json":
-        data = comparison_to_json(comparison)
+        data = comparison_to_json(comparison, line)
         data["ranks"] = {
             f"{label.strip() or 'run'}": {"compared_rank": focus, "modes": {name: analysis_json(a) for name, a in _analyses(run)}}
             for label, run, focus in rank_parts
@@ -87,7 +90,7 @@ def compare(options: CompareOptions) -> None:
         for label, run, focus in rank_parts:
             have = sorted({r for record in run.modes.values() for r in record.ranks()})
             console.print(f"{label}{run.path}: a multi-rank run (ranks {', '.join(map(str, have))}): comparing rank {focus}'s records (--rank N for another)", markup=False)
-    render_comparison(comparison, options.fmt, console, headline=headline)
+    render_comparison(comparison, options.fmt, console, headline=headline, line=line)
     if options.fmt == "table":
         for label, run, _ in rank_parts:
             for name, analysis in _analyses(run):

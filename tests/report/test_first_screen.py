@@ -187,3 +187,18 @@ def test_a_verified_fix_is_the_advice(ragged):
     assert "(fix verified: ca-dynamic)" in line.text
     assert line.advice == "apply fix ca-dynamic, compiled autograd's sizes start dynamic (cagtool run --dynamic): verified by re-running this job"
     assert "mark_dynamic" in run_headline(comparison, {"fixes": [{"fix": "x", "verdict": "no effect"}]}, explanation).advice
+
+
+def test_compare_json_and_markdown_of_one_run_carry_the_same_headline_and_advice(ragged):
+    summary = cli_in_process("summary", str(ragged), env={"COLUMNS": "250"})[1].splitlines()
+    code, out, err = cli_in_process("compare", str(ragged), "--format", "json")
+    assert code == 0, err
+    import json
+
+    headline = json.loads(out)["headline"]
+    assert headline["text"] == summary[0] and "from 1 cause" in headline["text"]
+    assert summary[1].startswith("what to do: " + headline["advice"])
+    code, out, err = cli_in_process("compare", str(ragged), "--format", "markdown")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "from 1 cause" in lines[0] and lines[2].startswith("What to do: ")

@@ -92,10 +92,15 @@ def _mode_json(column: ModeColumn, numerics: Numerics) -> dict[str, Any]:
 
 
 def _headline_json(line: Headline) -> dict[str, str]:
-    return {"text": line.text, "tone": line.tone}
+    data = {"text": line.text, "tone": line.tone}
+    if line.advice:
+        data["advice"] = line.advice
+    return data
 
 
-def comparison_to_json(comparison: AnyComparison) -> dict[str, Any]:
+def comparison_to_json(comparison: AnyComparison, headline: Headline | None = None) -> dict[str, Any]:
+    """`headline`: the one the caller made with more than the comparison holds (one run's
+    recompile causes, read from its record); the comparison's own when None."""
     if isinstance(comparison, RunComparison):
         return {
             "format": JSON_RUNS_FORMAT,
@@ -119,7 +124,7 @@ def comparison_to_json(comparison: AnyComparison) -> dict[str, Any]:
     return {
         "format": JSON_FORMAT,
         "schema_version": JSON_SCHEMA_VERSION,
-        "headline": _headline_json(run_headline(comparison)),
+        "headline": _headline_json(headline or run_headline(comparison)),
         "run": str(comparison.run_path),
         "target": comparison.target,
         "target_argv": list(comparison.target_argv),

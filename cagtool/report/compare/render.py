@@ -394,9 +394,10 @@ def change_grid(rc: RunComparison) -> Grid:
 class TableRenderer:
     """The terminal view. Options are constructor arguments; `render` prints."""
 
-    def __init__(self, console: Console, headline: bool = True) -> None:
+    def __init__(self, console: Console, headline: bool = True, line: Headline | None = None) -> None:
         self.console = console
         self.headline = headline  # False where the caller printed it already (the run's summary)
+        self.line = line  # the caller's headline (one run's causes, from its record), else the comparison's
 
     def _table(self, grid: Grid) -> Table:
         table = Table(title=grid.title, title_justify="left", show_lines=False)
@@ -415,7 +416,7 @@ class TableRenderer:
 
     def render(self, comparison: AnyComparison) -> None:
         if self.headline:
-            print_headline(self.console, headline_of(comparison))
+            print_headline(self.console, self.line or headline_of(comparison))
         if isinstance(comparison, RunComparison):
             self.console.print(self._table(change_grid(comparison)))
             for note in comparison.notes:
@@ -470,8 +471,11 @@ def headline_of(comparison: AnyComparison) -> Headline:
     return change_headline(comparison) if isinstance(comparison, RunComparison) else run_headline(comparison)
 
 
-def comparison_markdown(comparison: AnyComparison) -> str:
-    head = [f"**{_md_escape(headline_of(comparison).text)}**", ""]
+def comparison_markdown(comparison: AnyComparison, headline: Headline | None = None) -> str:
+    line = headline or headline_of(comparison)
+    head = [f"**{_md_escape(line.text)}**", ""]
+    if line.advice:
+        head += [f"What to do: {_md_escape(line.advice)}", ""]
     if isinstance(comparison, RunComparison):
         lines = head + _md_table(change_grid(comparison))
         lines += [f"- note: {_md_escape(n)}" for n in comparison.notes]
@@ -501,18 +505,19 @@ def comparison_markdown(comparison: AnyComparison) -> str:
 FORMATS = ("table", "json", "csv", "markdown")
 
 
-def format_comparison(comparison: AnyComparison, fmt: str) -> str:
-    """The text of a non-table format (json, csv, markdown)."""
+def format_comparison(comparison: AnyComparison, fmt: str, headline: Headline | None = None) -> str:
+    """The text of a non-table format (json, csv, markdown); `headline`: the caller's, when it
+    knows more than the comparison holds (one run's recompile causes)."""
     if fmt == "json":
-        return json.dumps(comparison_to_json(comparison), indent=2, default=str) + "\n"
+        return json.dumps(comparison_to_json(comparison, headline), indent=2, default=str) + "\n"
     if fmt == "csv":
         return comparison_csv(comparison)
     if fmt == "markdown":
-        return comparison_markdown(comparison)
+        return comparison_markdown(comparison, headline)
     raise ValueError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
 
 
-def render_comparison(comparison: AnyComparison, fmt: str = "table", console: Console | None = None, headline: bool = True) -> None:
+def render_comparison(comparison: AnyComparison, fmt: str = "table", console: Console | None = None, headline: bool = True, line: Headline | None = None) -> None:
     """Print a comparison (one run's modes, or two runs) in `fmt`: table | json | csv | markdown.
 
     The table goes through the rich console; the other formats are written to the console's file
@@ -522,9 +527,9 @@ def render_comparison(comparison: AnyComparison, fmt: str = "table", console: Co
 
         console = make_console()
     if fmt == "table":
-        TableRenderer(console, headline).render(comparison)
+        TableRenderer(console, headline, line).render(comparison)
         return
     # json is ASCII already; csv and markdown may carry record text to a terminal.
-    text = safe_text(format_comparison(comparison, fmt))
+    text = safe_text(format_comparison(comparison, fmt, line))
     console.file.write(text)
     console.file.flush()

@@ -20,6 +20,7 @@ from typing import Callable
 from cagtool.capture.child import STARTUP_ERROR_FILE, ModeSpec
 from cagtool.capture.run_dir import claim_run_dir
 from cagtool.capture.versions import machine_info, record_versions
+from cagtool.capture.processes.cpu_wait import CpuWaitSampler
 from cagtool.capture.processes.lifeline import STOP_SIGNALS, ChildSupervisor, adopt_orphans, end_orphans, exit_code_for
 from cagtool.capture.status import restore_terminal
 from cagtool.capture.stdin_feed import ModeStdin, StdinFeed
@@ -362,6 +363,7 @@ def _cancel(process: _ModeProcess) -> None:
 def _run_mode(process: _ModeProcess, supervisor: ChildSupervisor, on_started: Callable[[str], None] | None, on_record_closed: Callable[[], None]) -> ModeOutcome:
     name, mode_dir = process.name, process.mode_dir
     start = time.perf_counter()
+    sampler = CpuWaitSampler(process.proc.pid).start()  # the machine's load on this mode (cpu_wait.py)
     _go(process)
     if on_started is not None:
         on_started(name)
@@ -369,7 +371,9 @@ def _run_mode(process: _ModeProcess, supervisor: ChildSupervisor, on_started: Ca
         code = supervisor.wait(process.proc, process.ack_r, on_record_closed)
     finally:
         os.close(process.ack_r)
+        sampler.stop()
     wall = time.perf_counter() - start
+    sampler.write(mode_dir)
     restore_terminal()
     status = settle_mode_record(mode_dir, code)
     stopped = code < 0 or status in (STATUS_INTERRUPTED, STATUS_KILLED)

@@ -153,6 +153,8 @@ class RecordWriter:
         # hold window give a clock they move themselves instead of sleeping against it.
         self.clock = clock
         self.t0 = clock() if clock_start is None else clock_start
+        if clock is time.perf_counter:  # the machine's monotonic clock: other processes' readings line up
+            manifest.clock_t0 = self.t0
         self.hold_s = hold_s
         self._lock = threading.Lock()
         self._seq = 0
@@ -449,6 +451,8 @@ class RecordWriter:
         del self.queued[:]  # likewise (in place: the step tracker holds this list)
         self._flusher = None
         self.t0 = self.clock()
+        if self.clock is time.perf_counter:
+            self.manifest.clock_t0 = self.t0
         self._discard_events_file()
         self.stopped = None
         self.manifest.recording_stopped = None

@@ -115,6 +115,9 @@ class ModeManifest:
     # the events before at_seq are in events.jsonl. trace_stopped: the same for TORCH_TRACE.
     recording_stopped: dict[str, Any] | None = None
     trace_stopped: dict[str, Any] | None = None
+    # time.perf_counter() (CLOCK_MONOTONIC, shared by the machine's processes) at the record's time
+    # 0: event `t` + clock_t0 places an event among readings other processes took (cpu_wait.json).
+    clock_t0: float | None = None
 
 
 @dataclass

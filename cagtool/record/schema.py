@@ -76,6 +76,9 @@ STEP_BOUNDARY_BACKWARD = "backward"  # no optimizer: the step is one backward ca
 RUN_META_FILE = "run.json"
 MANIFEST_FILE = "manifest.json"
 EVENTS_FILE = "events.jsonl"
+# Beside a mode's manifest, written by cagtool's own process: how long the mode's process tree ran
+# and waited for a CPU, sampled on the machine's monotonic clock (capture/processes/cpu_wait.py).
+CPU_WAIT_FILE = "cpu_wait.json"
 GRAPHS_DIR = "graphs"
 TRACE_DIR = "trace"
 DEPYF_DIR = "depyf"

@@ -713,3 +713,102 @@ def _step_boundary(boundaries: set[str]) -> str:
 def ca_first_call_seconds(record: ModeRecord) -> dict[int, float]:
     """ca_id -> wall seconds of the first call of its compiled graph (lazy compile + one run)."""
     return {e.ca_id: e.first_call_s for e in record.of(CACompileEvent)}
+
+
+@dataclass(frozen=True)
+class CpuWait:
+    """How long the mode's processes waited for a CPU during its steady steps: the machine's other
+    load, measured where it slows the job (capture/processes/cpu_wait.py). A CPU-bound step that
+    waits a fraction w of its runnable time takes 1 / (1 - w) times as long as on an idle machine."""
+
+    wait_s: float  # summed over the tree's threads
+    run_s: float
+    window_s: float  # the steady steps' span of time
+
+    @property
+    def fraction(self) -> float:
+        """Of the time the mode's threads were runnable, the share they waited for a CPU."""
+        total = self.wait_s + self.run_s
+        return self.wait_s / total if total > 0 else 0.0
+
+    @property
+    def slowdown(self) -> float:
+        """What the waiting alone makes a CPU-bound step take, as a factor (1.0: no wait)."""
+        return 1.0 / max(1.0 - self.fraction, 1e-3)
+
+    @property
+    def cores(self) -> float:
+        """CPU cores the mode's processes used on average during its steady steps."""
+        return self.run_s / self.window_s if self.window_s > 0 else 0.0
+
+
+def _sample_at(samples: list[list[float]], t: float) -> tuple[float, float]:
+    """(run s, wait s) at clock time t, between the samples that bracket it."""
+    import bisect
+
+    times = [s[0] for s in samples]
+    i = bisect.bisect_left(times, t)
+    if i <= 0:
+        return samples[0][1], samples[0][2]
+    if i >= len(samples):
+        return samples[-1][1], samples[-1][2]
+    (t0, r0, w0), (t1, r1, w1) = samples[i - 1][:3], samples[i][:3]
+    share = (t - t0) / (t1 - t0) if t1 > t0 else 1.0
+    return r0 + (r1 - r0) * share, w0 + (w1 - w0) * share
+
+
+def steady_window(record: ModeRecord) -> tuple[float, float] | None:
+    """(start, end) of the steady steps on the record's clock: the first steady step's start
+    (its end `t` less its wall time) to the last steady step's end; None without two."""
+    fast = held_steps(record)
+    if fast is not None:  # a big record: its arrays, not a list per column
+        times = record.columns[StepEvent.kind].numbers("t")
+        if times is None:
+            return None
+        steady = ~fast.touched & ~fast.wall_null
+        if int(steady.sum()) < 2:
+            return None
+        t = times[0][steady]
+        return float((t - fast.wall_s[steady]).min()), float(t.max())
+    steps = step_columns(record)
+    ends = [(t, wall) for t, wall, compiles, captures in zip(steps.t, steps.wall_s, steps.compiles, steps.ca_captures)
+            if wall is not None and t is not None and not (compiles or captures)]
+    if len(ends) < 2:
+        return None
+    return min(t - wall for t, wall in ends), max(t for t, _ in ends)
+
+
+def cpu_wait(record: ModeRecord) -> CpuWait | None:
+    """The mode's CPU wait over its steady steps; None where it was not measured (no readings, an
+    older record, a window shorter than two samples)."""
+    return record.derived("cpu_wait", _cpu_wait)
+
+
+def _cpu_wait(record: ModeRecord) -> CpuWait | None:
+    import json
+
+    from cagtool.record.schema import CPU_WAIT_FILE
+
+    t0 = record.manifest.clock_t0
+    if t0 is None:
+        return None
+    path = record.path / CPU_WAIT_FILE
+    if not path.exists() and record.path.parent.name == "procs":  # a rank's record: its mode's readings
+        path = record.path.parent.parent / CPU_WAIT_FILE
+    try:
+        data = json.loads(path.read_text())
+        samples = [s for s in data["samples"] if len(s) >= 3]
+        sample_s = float(data.get("sample_s") or 0.5)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    window = steady_window(record)
+    if window is None or len(samples) < 2:
+        return None
+    start, end = window[0] + t0, window[1] + t0
+    # Readings that cover the window, and a window long enough for a few of them.
+    if start < samples[0][0] - sample_s or end > samples[-1][0] + sample_s or end - start < 2 * sample_s:
+        return None
+    (r0, w0), (r1, w1) = _sample_at(samples, start), _sample_at(samples, end)
+    if r1 - r0 <= 0:
+        return None
+    return CpuWait(wait_s=max(w1 - w0, 0.0), run_s=r1 - r0, window_s=end - start)

@@ -41,7 +41,9 @@ from cagtool.record.schema import (
 )
 from cagtool.report.intervals import RatioInterval, TimingSample, ratio_interval, timing_sample
 from cagtool.report.metrics import (
+    CpuWait,
     ModeMetrics,
+    cpu_wait,
     StepStats,
     mode_metrics,
     record_step_intervals,
@@ -98,6 +100,9 @@ class ModeColumn:
     peak_rss_bytes: int | None = None
     peak_device_memory_bytes: int | None = None  # CUDA max allocated, when the job used CUDA
     failures: tuple[ModeFailure, ...] = ()
+    # How long its processes waited for a CPU in their steady steps, repetitions summed; None where
+    # it was not measured (metrics.CpuWait).
+    cpu_wait: CpuWait | None = None
 
     @property
     def ok(self) -> bool:
@@ -180,7 +185,16 @@ def mode_column(name: str, records: list[tuple[str, ModeRecord | None]], exit_co
         peak_rss_bytes=max(peaks) if peaks else None,
         peak_device_memory_bytes=max(device_peaks) if device_peaks else None,
         failures=failures,
+        cpu_wait=_pooled_cpu_wait([record for record, _ in per_rep]),
     )
+
+
+def _pooled_cpu_wait(records: list[ModeRecord]) -> CpuWait | None:
+    """The repetitions' CPU wait summed; None unless every repetition has its reading."""
+    readings = [cpu_wait(record) for record in records]
+    if not readings or any(r is None for r in readings):
+        return None
+    return CpuWait(sum(r.wait_s for r in readings), sum(r.run_s for r in readings), sum(r.window_s for r in readings))  # type: ignore[union-attr]
 
 
 def _pooled_stats(per_rep: list[tuple[ModeRecord, ModeMetrics]], intervals: list[float], excluded: list[int], first_step_s: float | None, clock: str) -> StepStats:
@@ -280,6 +294,7 @@ MIN_STEADY_STEPS = 5
 # Verdicts of a speedup against a bound (1.0 in compare: faster or slower; the minimum in gate).
 TOO_FEW_STEPS = "too few steady steps"
 WITHIN_NOISE = "within noise"
+LOAD_DIFFERED = "load differed"  # the machine's load on the two sides could explain the verdict
 ABOVE = "above"
 BELOW = "below"
 
@@ -322,10 +337,27 @@ class Speedup:
     steady_steps: tuple[int, int] = (0, 0)  # (mode, baseline)
     note: str = ""  # why there is no ratio, or why it is not claimed
     interval: RatioInterval | None = None
+    # The factor by which waiting for a CPU alone would scale the ratio (baseline's CPU-wait
+    # slowdown / the mode's, metrics.CpuWait), when both sides were measured; 1.0: equal load.
+    load_factor: float | None = None
 
     @property
     def label(self) -> str:
         return f"{self.mode}/{self.baseline}"
+
+    @property
+    def load_changes_verdict(self) -> bool:
+        """Whether the verdict on the load-corrected interval (ratio / load_factor: each side's
+        CPU-bound part of a step without its wait for a CPU) differs from the plain one: then
+        the machine's load, not the code, may be what the ratio shows, and nothing is claimed."""
+        if self.ratio is None or self.load_factor is None or self.low is None or self.high is None:
+            return False
+        if abs(math.log(self.load_factor)) < LOAD_NEGLIGIBLE:
+            return False
+        steps = min(self.steady_steps)
+        f = self.load_factor
+        plain = speedup_verdict(self.ratio, self.low, self.high, steps, 1.0)
+        return plain != speedup_verdict(self.ratio / f, self.low / f, self.high / f, steps, 1.0)
 
     @property
     def within_noise(self) -> bool | None:
@@ -348,6 +380,8 @@ class Speedup:
     def verdict(self) -> str:
         if self.ratio is None:
             return "n/a"
+        if self.load_changes_verdict:
+            return LOAD_DIFFERED
         if self.within_noise:
             if min(self.steady_steps) < MIN_STEADY_STEPS:
                 return "too few steady steps"
@@ -382,6 +416,12 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
     elif not mode.ok or not baseline.ok:
         note = "from a mode that did not finish cleanly"
     ratio = b.median_s / m.median_s
+    load_factor = None
+    if mode.cpu_wait is not None and baseline.cpu_wait is not None:
+        load_factor = baseline.cpu_wait.slowdown / mode.cpu_wait.slowdown
+        if abs(math.log(load_factor)) >= LOAD_NEGLIGIBLE:
+            load = load_note(mode_label, mode.cpu_wait, baseline_label, baseline.cpu_wait, load_factor)
+            note = f"{note}; {load}" if note else load
     return Speedup(
         mode=mode_label,
         baseline=baseline_label,
@@ -392,7 +432,20 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
         steady_steps=(m.count, b.count),
         note=note,
         interval=interval,
+        load_factor=load_factor,
     )
+
+
+# Below a 2% difference in what waiting for a CPU does to the two sides, the load is not mentioned.
+LOAD_NEGLIGIBLE = math.log(1.02)
+
+
+def load_note(mode: str, mode_wait: CpuWait, baseline: str, baseline_wait: CpuWait, factor: float) -> str:
+    """What the machine's load did to a ratio, in words."""
+    favoured = mode if factor > 1 else baseline
+    return (f"{mode} waited for a CPU {mode_wait.fraction:.0%} of its runnable time, {baseline} {baseline_wait.fraction:.0%}: "
+            f"the machine's load alone can make {favoured} look {max(factor, 1 / factor):.2f}x faster "
+            "(run on a quiet machine, or --repeat 3 to interleave the modes)")
 
 
 # Numerics quantities, in display order.

@@ -47,6 +47,7 @@ def _speedup_json(s: Speedup) -> dict[str, Any]:
         "verdict": s.verdict,
         "steady_steps": {"mode": s.steady_steps[0], "baseline": s.steady_steps[1]},
         "repetition_ratios": list(s.repetition_ratios),
+        "load_factor": s.load_factor,  # what waiting for a CPU alone makes of the ratio (None: not measured)
         "note": s.note,
     }
 
@@ -85,6 +86,10 @@ def _mode_json(column: ModeColumn, numerics: Numerics) -> dict[str, Any]:
     data["compile_phases_s"] = dict(column.compile_phases_s)
     data["repetition_step_time_median_s"] = list(column.repetition_medians)
     data["loss_max_rel_diff"] = finite(numerics.worst_for(column.name))
+    wait = column.cpu_wait
+    data["cpu_wait"] = None if wait is None else {
+        "fraction": round(wait.fraction, 4), "wait_s": round(wait.wait_s, 3), "run_s": round(wait.run_s, 3), "window_s": round(wait.window_s, 3),
+    }
     data["failures"] = [
         {"record": f.record, "status": f.status, "exit_code": f.exit_code, "reason": f.reason} for f in column.failures
     ]

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cagtool.report.compare.analysis import Comparison, RunComparison, Speedup
+from cagtool.report.compare.analysis import LOAD_DIFFERED, Comparison, RunComparison, Speedup
 
 if TYPE_CHECKING:
     from cagtool.report.recompiles.explain import Cause, Explanation
@@ -44,6 +44,8 @@ def _speed_phrase(s: Speedup) -> tuple[str, str]:
     if s.verdict == "within noise":
         resolves = f", {resolution_text(s, 0)}" if s.resolution is not None else ""
         return f"{mode}: {s.ratio:.2f}x the speed of {base}, no difference beyond the noise ({ci}{resolves})", NEUTRAL
+    if s.verdict == LOAD_DIFFERED:
+        return f"{mode}: {s.ratio:.2f}x the speed of {base}, not judged: the machine's load differed between the modes ({ci})", NEUTRAL
     word = "faster" if s.verdict == "faster" else "slower"
     return f"{mode}: {s.ratio:.2f}x the speed of {base} ({word} beyond the noise, {ci})", GOOD if word == "faster" else BAD
 
@@ -218,6 +220,8 @@ def change_headline(rc: RunComparison) -> Headline:
                 tones.append(GOOD if s.verdict == "faster" else BAD)
             elif s.verdict == "within noise":
                 bits.append("step time unchanged within noise")
+            elif s.verdict == LOAD_DIFFERED:
+                bits.append(f"step time {s.ratio:.2f}x the speed, not judged: the machine's load differed between the runs")
         if a.compile_time_s and b.compile_time_s:
             pct = 100.0 * (b.compile_time_s / a.compile_time_s - 1.0)
             if abs(pct) >= 1:

@@ -1,0 +1,130 @@
+"""How long a mode's processes waited for a CPU: the machine's load, measured where it acts.
+
+A mode's steps are slower on a machine whose other work keeps its threads waiting in the run
+queue, and modes run one after another, so a neighbour that comes or goes between them reads as
+a speed difference between modes. The kernel counts, per thread, the time it ran and the time it
+was runnable but waited for a CPU (/proc/PID/task/TID/schedstat: run ns, wait ns, timeslices;
+docs/torch-internals.md, "What cagtool reads from the kernel"). cagtool's own process samples
+those counters for the mode's whole process tree (the script, its ranks and workers) while the
+mode runs, from outside: nothing runs in the job's processes.
+
+The samples go to `<mode>/cpu_wait.json`: cumulative run and wait seconds of the tree against the
+mode's record clock (`time.perf_counter`, CLOCK_MONOTONIC, which every process on the machine
+shares; the manifest's `clock_t0` places the record's event times on it). A thread that ends
+takes its counters with it, so each sample adds what every thread gained since the last one.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from cagtool.capture.processes.lifeline import descendants
+from cagtool.record.schema import CPU_WAIT_FILE
+
+CPU_WAIT_FORMAT = "cagtool.cpu_wait/1"
+SAMPLE_S = 0.5  # a sample of a few dozen threads' counters: ~0.2 ms of cagtool's CPU
+RESCAN_EVERY = 4  # the tree (a scan of /proc, a few ms) is looked for again every 4th sample
+
+
+def _task_counters(pid: int) -> dict[tuple[int, int], tuple[int, int]]:
+    """{(pid, tid): (run ns, wait ns)} of the process's threads; {} when it is gone or the
+    kernel keeps no schedstat."""
+    found: dict[tuple[int, int], tuple[int, int]] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as handle:
+                run, wait, _ = handle.read().split()
+            found[(pid, int(tid))] = (int(run), int(wait))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def available() -> bool:
+    """Whether this kernel keeps per-thread schedstat (CONFIG_SCHED_INFO)."""
+    return os.path.exists(f"/proc/{os.getpid()}/schedstat")
+
+
+class CpuWaitSampler:
+    """Samples the tree below and including `root` until `stop`; `write` saves the samples.
+    Never raises into the run it watches: a failure only leaves the mode without a reading."""
+
+    def __init__(self, root: int, clock: Callable[[], float] = time.perf_counter, sample_s: float = SAMPLE_S) -> None:
+        self.root = root
+        self.clock = clock
+        self.sample_s = sample_s
+        self.samples: list[tuple[float, float, float]] = []  # (clock s, cumulative run s, cumulative wait s)
+        self._last: dict[tuple[int, int], tuple[int, int]] = {}
+        self._pids: list[int] = [root]
+        self._run_ns = 0
+        self._wait_ns = 0
+        self._ticks = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample(self) -> None:
+        """One sample: what every thread of the tree ran and waited since the last one."""
+        if self._ticks % RESCAN_EVERY == 0:
+            self._pids = [self.root] + descendants(self.root)
+        self._ticks += 1
+        now: dict[tuple[int, int], tuple[int, int]] = {}
+        for pid in self._pids:
+            now.update(_task_counters(pid))
+        for key, (run, wait) in now.items():
+            last_run, last_wait = self._last.get(key, (0, 0))
+            # A thread first seen has run since it started: all of it counts (its start was
+            # after the previous sample, or in the mode's first moments).
+            self._run_ns += max(run - last_run, 0)
+            self._wait_ns += max(wait - last_wait, 0)
+        self._last = now
+        self.samples.append((self.clock(), self._run_ns / 1e9, self._wait_ns / 1e9))
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.wait(self.sample_s):
+                self.sample()
+            self.sample()  # the last moments, up to the mode's end
+        except Exception:  # noqa: BLE001 - a reading is optional; the run is not
+            pass
+
+    def start(self) -> CpuWaitSampler:
+        """The first sample now, before the mode's script is let go (its steps start after
+        it), then one every sample_s in a thread."""
+        if available():
+            try:
+                self.sample()
+            except Exception:  # noqa: BLE001 - a reading is optional; the run is not
+                return self
+            self._thread = threading.Thread(target=self._loop, name="cagtool-cpu-wait", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+
+    def write(self, mode_dir: Path) -> None:
+        """`<mode_dir>/cpu_wait.json`, when there are samples to place a steady window in."""
+        if len(self.samples) < 2:
+            return
+        from cagtool.capture.writer import write_json_atomic
+
+        try:
+            write_json_atomic(mode_dir / CPU_WAIT_FILE, {
+                "format": CPU_WAIT_FORMAT,
+                "clock": "perf_counter",
+                "sample_s": self.sample_s,
+                "columns": ["t", "run_s", "wait_s"],
+                "samples": [[round(t, 4), round(r, 6), round(w, 6)] for t, r, w in self.samples],
+            })
+        except OSError:
+            pass  # a full disk: the mode simply has no reading

@@ -1,0 +1,124 @@
+"""The machine's load on each mode, measured where it acts (how long the mode's threads waited for
+a CPU, from the kernel's schedstat), and a speedup that the load alone could explain is not
+claimed: a real starved process, a real recording with its readings, and the verdict rule."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import cli_in_process
+
+from cagtool.capture.processes.cpu_wait import CpuWaitSampler, available
+from cagtool.capture.processes.lifeline import descendants
+from cagtool.record.loader import load_run
+from cagtool.record.schema import CPU_WAIT_FILE
+from cagtool.report.compare.analysis import LOAD_DIFFERED, Speedup, compare_modes
+from cagtool.report.compare.headline import run_headline
+from cagtool.report.metrics import cpu_wait, steady_window
+
+needs_schedstat = pytest.mark.skipif(not available() or not hasattr(os, "sched_setaffinity"), reason="no per-thread schedstat here")
+SPIN = "import sys\nwhile True:\n    pass\n"
+
+
+def _run_ns(pid: int) -> int:
+    with open(f"/proc/{pid}/schedstat") as handle:
+        return int(handle.read().split()[0])
+
+
+@needs_schedstat
+def test_a_process_sharing_its_cpu_with_three_busy_ones_reads_as_waiting_most_of_the_time():
+    cpu = min(os.sched_getaffinity(0))
+    pin = lambda: os.sched_setaffinity(0, {cpu})  # noqa: E731
+    burners = [subprocess.Popen([sys.executable, "-c", SPIN], preexec_fn=pin) for _ in range(3)]
+    # The watched process starts a child that does the work: the sampler reads the whole tree.
+    watched = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {SPIN!r}])"], preexec_fn=pin)
+    sampler = CpuWaitSampler(watched.pid)
+    try:
+        while True:  # until the worker exists and has run a while (CPU time, not a clock margin)
+            sampler.sample()
+            workers = [p for p in sampler._pids if p != watched.pid]
+            if workers and _run_ns(workers[0]) > 300_000_000:
+                break
+            os.sched_yield()
+        sampler.sample()
+        first, last = sampler.samples[0], sampler.samples[-1]
+        ran, waited = last[1] - first[1], last[2] - first[2]
+        # Fair share of one CPU among four busy processes: a quarter of it, so it waits about three
+        # quarters of the time it is runnable (more if the machine is busier).
+        assert ran > 0 and waited / (ran + waited) > 0.5, (ran, waited)
+    finally:
+        for pid in descendants(watched.pid):
+            os.kill(pid, 9)
+        for proc in [watched, *burners]:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_speedup_the_load_alone_could_explain_is_not_claimed():
+    # ca 1.5x faster, but aot's steps waited for a CPU enough to be 1.6x slower on their own.
+    loaded = Speedup("ca", "aot", 1.5, 1.3, 1.7, steady_steps=(100, 100), load_factor=1.6)
+    assert loaded.verdict == LOAD_DIFFERED
+    # The same ratio with a small load difference: the verdict holds on both intervals.
+    slight = Speedup("ca", "aot", 1.5, 1.3, 1.7, steady_steps=(100, 100), load_factor=1.1)
+    assert slight.verdict == "faster" and slight.load_changes_verdict is False
+    # Load against the mode hides a real speedup: "within noise" is not claimed either.
+    hidden = Speedup("ca", "aot", 1.0, 0.9, 1.1, steady_steps=(100, 100), load_factor=0.7)
+    assert hidden.verdict == LOAD_DIFFERED
+    assert Speedup("ca", "aot", 1.5, 1.3, 1.7, steady_steps=(100, 100)).verdict == "faster"  # not measured: as before
+
+
+@pytest.mark.slow
+@needs_schedstat
+def test_a_recording_keeps_each_modes_cpu_wait_and_compare_names_a_load_difference(record_run, tmp_path):
+    run = record_run("graph_breaks.py", "3", modes="eager,aot,ca")
+    assert run.returncode == 0, run.stderr[-2000:]
+    record = load_run(run.path)
+    for name, mode in record.modes.items():
+        assert mode.manifest.clock_t0 is not None
+        data = json.loads((run.path / name / CPU_WAIT_FILE).read_text())
+        times = [s[0] for s in data["samples"]]
+        assert len(times) >= 2 and times == sorted(times)
+        # The mode's steps happened while its readings were taken (one clock for both processes).
+        window = steady_window(mode)
+        assert window is not None
+        assert times[0] <= window[0] + mode.manifest.clock_t0 and window[1] + mode.manifest.clock_t0 <= times[-1]
+    # A copy whose readings say eager ran on a quiet machine and aot waited 80% of the time.
+    copy = tmp_path / "run"
+    shutil.copytree(run.path, copy)
+    for name, wait_share in (("eager", 0.0), ("aot", 0.8), ("ca", 0.0)):
+        mode = load_run(copy).modes[name]
+        start, end = (t + mode.manifest.clock_t0 for t in steady_window(mode))
+        samples = [[start - 1.0 + i * (end - start + 2.0) / 20, i * 0.1 * (1 - wait_share), i * 0.1 * wait_share] for i in range(21)]
+        (copy / name / CPU_WAIT_FILE).write_text(json.dumps({"format": "cagtool.cpu_wait/1", "sample_s": 0.001, "samples": samples}))
+    comparison = compare_modes(load_run(copy))
+    assert cpu_wait(load_run(copy).modes["aot"]).fraction == pytest.approx(0.8)
+    by_label = {s.label: s for s in comparison.speedups}
+    assert by_label["aot/eager"].load_factor == pytest.approx(0.2)  # aot's steps 5x slower from waiting alone
+    assert "aot waited for a CPU 80% of its runnable time, eager 0%" in by_label["aot/eager"].note
+    assert "the machine's load alone can make eager look 5.00x faster" in by_label["aot/eager"].note
+    assert by_label["ca/eager"].load_factor == pytest.approx(1.0) and "waited" not in by_label["ca/eager"].note
+    code, out, err = cli_in_process("compare", str(copy), "--format", "json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["modes"]["aot"]["cpu_wait"]["fraction"] == pytest.approx(0.8)
+    assert data["speedups"]["aot/eager"]["load_factor"] == pytest.approx(0.2)
+    assert run_headline(comparison).text  # the headline still reads (the verdict words are known to it)
+
+
+def test_a_record_without_readings_reads_as_not_measured(record_run, tmp_path):
+    """An older record (no cpu_wait.json): no reading, no load note, the verdicts as before."""
+    run = record_run("graph_breaks.py", "3", modes="eager,aot,ca")
+    assert run.returncode == 0, run.stderr[-2000:]
+    copy = tmp_path / "run"
+    shutil.copytree(run.path, copy)
+    for name in ("eager", "aot", "ca"):
+        (copy / name / CPU_WAIT_FILE).unlink(missing_ok=True)
+    comparison = compare_modes(load_run(copy))
+    assert all(c.cpu_wait is None for c in comparison.modes.values())
+    assert all(s.load_factor is None and "waited" not in s.note for s in comparison.speedups)

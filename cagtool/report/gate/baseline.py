@@ -45,6 +45,9 @@ class StepTimeSnapshot:
     p90_s: float | None
     mean_s: float | None = None
     sample: TimingSample | None = None
+    # The share of its runnable time the mode's processes waited for a CPU during these steps
+    # (report.metrics.CpuWait); None where it was not measured (older records and baselines).
+    cpu_wait: float | None = None
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,8 @@ def snapshot_of(column: ModeColumn) -> ModeSnapshot:
     stats = column.step_time
     step_time = None
     if stats.count > 0:
-        step_time = StepTimeSnapshot(stats.count, stats.median_s, stats.p10_s, stats.p90_s, stats.mean_s, column.timing)
+        wait = column.cpu_wait.fraction if column.cpu_wait is not None else None
+        step_time = StepTimeSnapshot(stats.count, stats.median_s, stats.p10_s, stats.p90_s, stats.mean_s, column.timing, wait)
     problem = "; ".join(f.describe() for f in column.failures)
     m = column.metrics
     if m is None:  # no repetition left a record
@@ -268,6 +272,8 @@ def _mode_to_dict(snap: ModeSnapshot) -> dict[str, Any]:
             "mean_s": _round(st.mean_s),
             "sample": None if st.sample is None else _sample_to_dict(st.sample),
         }
+        if st.cpu_wait is not None:
+            data["step_time"]["cpu_wait"] = _round(st.cpu_wait)
     return data
 
 
@@ -331,6 +337,7 @@ def _mode_from_dict(name: str, data: Any, where: str) -> ModeSnapshot:
                 p90_s=_opt_float(step.get("p90_s")),
                 mean_s=_opt_float(step.get("mean_s")),
                 sample=_sample_from_dict(step.get("sample")),
+                cpu_wait=_opt_float(step.get("cpu_wait")),
             )
         return ModeSnapshot(
             mode=name,

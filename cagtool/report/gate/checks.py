@@ -362,7 +362,33 @@ class MinSpeedupCheck:
         power = power_statement(interval, -math.log1p(-SPEEDUP_RESOLUTION), run[t.denominator].step_time, "a speedup", f"{100 * SPEEDUP_RESOLUTION:g}% under the minimum")
         notes.append(power.text)
         data = {"speedup": mid, "low": low, "high": high, "minimum": t.minimum, "verdict": verdict, **power.data}
-        return CheckResult(self.name, pair, outcome, outcome is Outcome.FAIL, f"{mid:.3f}x", limit, message, self.source, notes, data)
+        warnings = []
+        num, den = run[t.numerator].step_time, run[t.denominator].step_time
+        load = _load_effect(den.cpu_wait if den else None, num.cpu_wait if num else None, t.denominator, t.numerator)
+        if load is not None:
+            factor, words = load  # the speedup made this much larger by the waiting alone
+            data["load_factor"] = factor
+            corrected = speedup_verdict(mid / factor, low / factor, high / factor, steady, t.minimum)
+            if (corrected == BELOW) != (verdict == BELOW):
+                warnings.append(f"{self.name} ({pair}): {words}, and without that difference the check would "
+                                f"{'FAIL' if corrected == BELOW else 'pass'}: rerun on a quieter runner, or with --repeat 3")
+            else:
+                notes.append(words)
+        return CheckResult(self.name, pair, outcome, outcome is Outcome.FAIL, f"{mid:.3f}x", limit, message, self.source, notes, data, warnings)
+
+
+def _load_effect(wait: float | None, other_wait: float | None, side: str, other_side: str) -> tuple[float, str] | None:
+    """(factor, words): how much slower `side`'s steps are than `other_side`'s from waiting for a
+    CPU alone (a CPU-bound step that waits a share w of its runnable time takes 1 / (1 - w) as
+    long: report.metrics.CpuWait); None when either was not measured or the difference is under 2%."""
+    if wait is None or other_wait is None:
+        return None
+    factor = max(1.0 - other_wait, 1e-3) / max(1.0 - wait, 1e-3)
+    if abs(math.log(factor)) < math.log(1.02):
+        return None
+    slower, by = (side, factor) if factor > 1 else (other_side, 1 / factor)
+    return factor, (f"load: {side} waited for a CPU {wait:.0%} of its runnable time, {other_side} {other_wait:.0%}, "
+                    f"which alone can make {slower}'s steps {by:.2f}x slower")
 
 
 def peak_memory(a: ModeSnapshot, b: ModeSnapshot) -> tuple[int, int, str] | None:
@@ -612,6 +638,16 @@ class StepTimeRegressionCheck(_TimeCheck):
         if cur.sample.repetitions < 2 or base.sample.repetitions < 2:
             notes.append("run-to-run noise not measured (one run a side): repetitions (run --repeat 3) include it")
         warnings = []
+        load = _load_effect(cur.cpu_wait, base.cpu_wait, "this run", "the baseline")
+        if load is not None:
+            factor, words = load  # the run's steps made this much slower than the baseline's by waiting alone
+            data["load_factor"] = factor
+            corrected = regression_verdict(r.ratio / factor, r.low / factor, r.high / factor, samples, allowed, improved)
+            if (corrected.outcome is Outcome.FAIL) != (verdict.outcome is Outcome.FAIL):
+                warnings.append(f"{self.name} ({self.mode}): {words}, and without that difference the check would "
+                                f"{'FAIL' if corrected.outcome is Outcome.FAIL else 'pass'}: rerun on a quieter runner, or with --repeat 3 on both")
+            else:
+                notes.append(words)
         if self.watch_tail and t.field not in ("p10", "p90") and verdict.outcome is not Outcome.FAIL:
             tail = self._tail(cur, base)
             if tail is not None:

@@ -609,3 +609,45 @@ def test_at_1000_steps_twice_the_threshold_fails_and_no_change_passes(field):
     assert worse.data["resolves"] is (field in ("median", "p10"))
     same = check.evaluate({"ca": timed(_ar1_job(1_000, seed=13))}, base)
     assert same.outcome is Outcome.PASS, same.message
+
+
+# ------------------------------------------------------------------ the machine's load
+
+def _waiting(s: ModeSnapshot, share: float) -> ModeSnapshot:
+    return replace(s, step_time=replace(s.step_time, cpu_wait=share))
+
+
+def test_a_regression_the_load_alone_explains_still_fails_but_warns_and_says_why():
+    check = StepTimeRegressionCheck(TimeThreshold(10, "%"), "ca")
+    base = {"ca": _waiting(snap(median=0.010, spread=0.02, count=200), 0.05)}
+    # +20% slower, but this run's threads waited for a CPU 30% of the time against 5%: 1.36x slower from that alone.
+    loaded = check.evaluate({"ca": _waiting(snap(median=0.012, spread=0.02, count=200, seed=3), 0.30)}, base)
+    assert loaded.outcome is Outcome.FAIL  # the gate does not guess: the figures are what they are
+    assert loaded.data["load_factor"] == pytest.approx(0.95 / 0.70)
+    assert loaded.warnings == ["max-regression (ca): load: this run waited for a CPU 30% of its runnable time, the baseline 5%, "
+                               "which alone can make this run's steps 1.36x slower, and without that difference the check would pass: "
+                               "rerun on a quieter runner, or with --repeat 3 on both"]
+    # A quieter run hiding a regression: passes on its figures, warns that it would fail.
+    hidden = check.evaluate({"ca": _waiting(snap(median=0.0105, spread=0.02, count=200, seed=2), 0.0)}, {"ca": _waiting(base["ca"], 0.40)})
+    assert hidden.outcome is Outcome.PASS and "the check would FAIL" in hidden.warnings[0]
+    # A small load difference that changes nothing: a note, no warning.
+    same = check.evaluate({"ca": _waiting(snap(median=0.0105, spread=0.02, count=200, seed=2), 0.08)}, base)
+    assert same.outcome is Outcome.PASS and not same.warnings and any(n.startswith("load: this run waited") for n in same.notes)
+    # Not measured on one side (an older baseline): nothing said.
+    older = check.evaluate({"ca": _waiting(snap(median=0.0105, spread=0.02, count=200, seed=2), 0.30)}, {"ca": snap(median=0.010, spread=0.02, count=200)})
+    assert "load_factor" not in older.data and not older.warnings
+
+
+def test_min_speedup_warns_when_the_load_alone_could_make_the_speedup():
+    run = {"ca": _waiting(snap("ca", median=0.008, spread=0.02, count=200), 0.0), "aot": _waiting(snap("aot", median=0.010, spread=0.02, count=200, seed=2), 0.5)}
+    result = MinSpeedupCheck(SpeedupThreshold("ca", "aot", 1.1)).evaluate(run, None)
+    assert result.outcome is Outcome.PASS and result.data["load_factor"] == pytest.approx(2.0)
+    assert result.warnings[0].startswith("min-speedup (ca/aot): load: aot waited for a CPU 50% of its runnable time, ca 0%, which alone can make aot's steps 2.00x slower")
+    assert "the check would FAIL" in result.warnings[0]
+
+
+def test_a_baseline_keeps_the_cpu_wait_of_its_steps(tmp_path):
+    from cagtool.report.gate.baseline import Baseline, save_baseline
+
+    saved = save_baseline(Baseline(modes={"ca": _waiting(snap(median=0.010, spread=0.02, count=50), 0.25)}, target={"name": "t.py"}, versions={}), tmp_path / "b.json")
+    assert load_baseline(saved).modes["ca"].step_time.cpu_wait == pytest.approx(0.25)

@@ -23,7 +23,7 @@ TEMPLATES = Path(__file__).with_name("templates")
 
 def as_text(value: Any) -> Any:
     """What a `{{ }}` prints before jinja2 escapes it: markup cagtool made stays as it is; None
-    (and an undefined name) print nothing; anything else as `safe_text` shows it."""
+    prints nothing; anything else as `safe_text` shows it."""
     if hasattr(value, "__html__"):
         return value
     if value is None:

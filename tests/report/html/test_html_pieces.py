@@ -162,3 +162,30 @@ def test_a_charts_points_are_shared_by_its_lines():
     assert points_per_series(1) == MAX_POINTS_PER_SERIES
     assert points_per_series(8) * 8 <= MAX_POINTS_PER_CHART
     assert points_per_series(1_000) == MIN_POINTS_PER_SERIES
+
+
+def test_compiled_templates_are_only_a_cache(tmp_path, monkeypatch):
+    """The templates compiled by one report are read back by the next (jinja2's bytecode cache in
+    cagtool's cache directory); a damaged cache file, or a cache directory that cannot be made,
+    costs a compile, never the report."""
+    monkeypatch.setenv("CAGTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    section = _hostile_sections()["recompiles"]
+
+    def render() -> tuple[str, int]:
+        env = templating.new_environment(templating.compiled_cache())
+        compiled = []
+        compile_source = env.compile
+        env.compile = lambda *a, **k: compiled.append(a[1]) or compile_source(*a, **k)
+        return env.get_template("sections/recompiles.html.j2").render(section=section), len(compiled)
+
+    first, compiles = render()
+    assert compiles == 2  # the section and the macros it imports
+    files = list((tmp_path / "cache").rglob("*.cache"))
+    assert len(files) == 2
+    assert render() == (first, 0)
+    for path in files:
+        path.write_bytes(path.read_bytes()[:40] + b"\x00garbage")
+    assert render() == (first, 2)
+    monkeypatch.setenv("CAGTOOL_CACHE_DIR", str(files[0]))  # a file: no directory can be made there
+    assert templating.compiled_cache() is None
+    assert render() == (first, 2)

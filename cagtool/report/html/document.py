@@ -43,6 +43,7 @@ _CSP = (
     "img-src data: blob:; font-src data:; connect-src 'none'; frame-src 'none'; base-uri 'none'; form-action 'none'"
 )
 
+
 @dataclass
 class Page:
     """The page being assembled: its sections, in order (each a template of `templates/sections/`

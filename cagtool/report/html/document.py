@@ -46,17 +46,17 @@ _CSP = (
 
 @dataclass
 class Page:
-    """The page being assembled: its sections, in order (each a template of `templates/sections/`
-    and the data it lays out), and the chart specs they placed."""
+    """The page being assembled: its sections, in order (the data of `sections.py`), and the
+    chart specs they placed."""
 
     title: str
     nav: list[tuple[str, str]] = field(default_factory=list)  # (anchor, label)
-    body: list[tuple[str, Any]] = field(default_factory=list)  # (template, its `section`)
+    body: list[Any] = field(default_factory=list)  # section data, each laid out by its TEMPLATE
     specs: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (placeholder id, Vega-Lite spec)
 
-    def add(self, anchor: str, label: str, template: str, section: Any) -> None:
+    def add(self, anchor: str, label: str, section: Any) -> None:
         self.nav.append((anchor, label))
-        self.body.append((f"sections/{template}.html.j2", section))
+        self.body.append(section)
 
     def chart(self, spec: dict[str, Any], caption: str = "") -> sections.Chart:
         chart_id = f"chart-{len(self.specs)}"
@@ -231,20 +231,20 @@ def run_report(run: RunRecord, gate: "GateResult | None" = None) -> str:
     line = run_headline(comparison, verified, explanations[ca_name] if ca_name else None)
     # The first screen: the answer, what to do, then the modes side by side; what ran where (the
     # host, the versions) is looked up, not read first: it closes the page.
-    page.add("run", "run", "run", sections.RunBlock(sections.Headline(line.text, line.tone), line.advice))
-    page.add("verdict", "verdict", "verdict", sections.verdict(comparison, view, explanations, sections.ranks(run, focus)))
-    page.add("timeline", "step time", "timeline", _timeline_section(page, _run_timelines(run, tables)))
+    page.add("run", "run", sections.RunBlock(sections.Headline(line.text, line.tone), line.advice))
+    page.add("verdict", "verdict", sections.verdict(comparison, view, explanations, sections.ranks(run, focus)))
+    page.add("timeline", "step time", _timeline_section(page, _run_timelines(run, tables)))
     phases = _phase_rows(comparison)
     if phases:
         chart = page.chart(charts.compile_phase_spec(phases), "Median over repetitions; torch's cumulative phase times nest, so bars are not stacked.")
-        page.add("compile", "compile time", "compile", sections.CompileTime(chart))
-    page.add("recompiles", "recompiles", "recompiles", sections.recompiles(explanations))
+        page.add("compile", "compile time", sections.CompileTime(chart))
+    page.add("recompiles", "recompiles", sections.recompiles(explanations))
     if verified is not None:
-        page.add("verify", "fixes verified", "verify", sections.verification(verified))
-    page.add("graphs", "CA graphs", "graphs", _graphs_section(view, highlight, f"rank {focus}: " if focus is not None else ""))
+        page.add("verify", "fixes verified", sections.verification(verified))
+    page.add("graphs", "CA graphs", _graphs_section(view, highlight, f"rank {focus}: " if focus is not None else ""))
     if gate is not None:
-        page.add("gate", "gate", "gate", sections.gate(gate))
-    page.add("details", "run details", "header", sections.header(run, anchor="details"))
+        page.add("gate", "gate", sections.gate(gate))
+    page.add("details", "run details", sections.header(run, anchor="details"))
     return page.render(highlight.css())
 
 
@@ -258,23 +258,23 @@ def comparison_report(run_a: RunRecord, run_b: RunRecord) -> str:
 
     line = change_headline(rc)
     headline = sections.Headline(line.text, line.tone)
-    page.add("run-a", "A", "header", sections.header(run_a, anchor="run-a", title=f"A (before): {run_a.path}", headline=headline))
-    page.add("run-b", "B", "header", sections.header(run_b, anchor="run-b", title=f"B (after): {run_b.path}"))
-    page.add("verdict", "verdict", "change", sections.run_change(rc))
+    page.add("run-a", "A", sections.header(run_a, anchor="run-a", title=f"A (before): {run_a.path}", headline=headline))
+    page.add("run-b", "B", sections.header(run_b, anchor="run-b", title=f"B (after): {run_b.path}"))
+    page.add("verdict", "verdict", sections.run_change(rc))
     tables = Tables()
     by_a, by_b = _modes_by_base(run_a), _modes_by_base(run_b)
     groups = []
     for base in list(by_a) + [m for m in by_b if m not in by_a]:
         series = _series(run_a, by_a.get(base, []), tables, "A ", "A") + _series(run_b, by_b.get(base, []), tables, "B ", "B")
         groups.append((f"mode {base}: A and B", series))
-    page.add("timeline", "step time", "timeline", _timeline_section(page, groups))
+    page.add("timeline", "step time", _timeline_section(page, groups))
     phases = _phase_rows(rc.before, "A ") + _phase_rows(rc.after, "B ")
     if phases:
-        page.add("compile", "compile time", "compile", sections.CompileTime(page.chart(charts.compile_phase_spec(phases))))
-    page.add("recompiles-a", "A recompiles", "recompiles", sections.recompiles({f"A {k}": explain(tables(r)) for k, r in run_a.modes.items()}, "recompiles-a", "A: recompiles and their causes"))
-    page.add("recompiles-b", "B recompiles", "recompiles", sections.recompiles({f"B {k}": explain(tables(r)) for k, r in run_b.modes.items()}, "recompiles-b", "B: recompiles and their causes"))
-    page.add("graphs-a", "A graphs", "graphs", _graphs_section(run_a, highlight, "A: ", "graphs-a"))
-    page.add("graphs-b", "B graphs", "graphs", _graphs_section(run_b, highlight, "B: ", "graphs-b"))
+        page.add("compile", "compile time", sections.CompileTime(page.chart(charts.compile_phase_spec(phases))))
+    page.add("recompiles-a", "A recompiles", sections.recompiles({f"A {k}": explain(tables(r)) for k, r in run_a.modes.items()}, "recompiles-a", "A: recompiles and their causes"))
+    page.add("recompiles-b", "B recompiles", sections.recompiles({f"B {k}": explain(tables(r)) for k, r in run_b.modes.items()}, "recompiles-b", "B: recompiles and their causes"))
+    page.add("graphs-a", "A graphs", _graphs_section(run_a, highlight, "A: ", "graphs-a"))
+    page.add("graphs-b", "B graphs", _graphs_section(run_b, highlight, "B: ", "graphs-b"))
     return page.render(highlight.css())
 
 

@@ -1,5 +1,5 @@
 """What the report's sections say, as plain data, each from the analysis its text command prints;
-the templates in `templates/sections/` lay it out.
+a section's template in `templates/sections/` (its `TEMPLATE`) lays it out.
 
 verdict: `compare.render`'s grids and numerics lines (what `cagtool compare` shows), findings,
 and the alerts of `recompiles.explain`; recompiles: `recompiles.render.table_cells` and the
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Sequence
 
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import CAGraphEvent, FindingEvent
@@ -98,6 +98,7 @@ class Headline:
 class RunBlock:
     """The answer and what to do (an empty `advice`: nothing to do), linking to the causes."""
 
+    TEMPLATE: ClassVar[str] = "sections/run.html.j2"
     headline: Headline
     advice: str
     details: str = "#recompiles"
@@ -107,6 +108,7 @@ class RunBlock:
 class Header:
     """What ran: script and argv, when, where, with which versions and backend, how it ended."""
 
+    TEMPLATE: ClassVar[str] = "sections/header.html.j2"
     anchor: str
     heading: str
     rows: list[tuple[str, str]]
@@ -196,6 +198,7 @@ class Verdict:
     """Modes side by side, the speedups with their noise verdict, numerics, then failed modes,
     the ranks, findings and recompile alerts."""
 
+    TEMPLATE: ClassVar[str] = "sections/verdict.html.j2"
     grids: list[TitledTable]
     footnote: str  # under the speedups; "" without them
     excluded: str
@@ -275,6 +278,7 @@ def ranks(run: RunRecord, focus: int | None) -> Ranks | None:
 class Change:
     """Before/after: `compare`'s change grid, its notes and problems."""
 
+    TEMPLATE: ClassVar[str] = "sections/change.html.j2"
     grid: TitledTable
     notes: list[str]
     problems: list[str]
@@ -299,11 +303,13 @@ class TimelineEntry:
 class Timeline:
     """The step-time charts, one per group, on shared axes."""
 
+    TEMPLATE: ClassVar[str] = "sections/timeline.html.j2"
     entries: list[TimelineEntry]
 
 
 @dataclass(frozen=True)
 class CompileTime:
+    TEMPLATE: ClassVar[str] = "sections/compile.html.j2"
     chart: Chart
 
 
@@ -338,6 +344,7 @@ class Recompiles:
     """Per mode: every recompile (the `cagtool recompiles` table), then the root causes with
     why, the fix and the evidence (`--explain`)."""
 
+    TEMPLATE: ClassVar[str] = "sections/recompiles.html.j2"
     anchor: str
     title: str
     modes: list[RecompileMode]
@@ -429,6 +436,7 @@ class GraphGroup:
 
 @dataclass(frozen=True)
 class Graphs:
+    TEMPLATE: ClassVar[str] = "sections/graphs.html.j2"
     anchor: str
     title: str
     groups: list[GraphGroup]
@@ -543,6 +551,7 @@ class CodeHighlighter:
 class Gate:
     """The gate's checks, one row each, as `cagtool gate` prints them."""
 
+    TEMPLATE: ClassVar[str] = "sections/gate.html.j2"
     verdict: str
     passed: bool
     table: Table
@@ -571,6 +580,7 @@ class Verification:
     """`recompiles --explain --verify`'s result: before -> after per fix, with its verdict, then
     each fix's notes and patch (`Line`s: notes as p, patches as pre)."""
 
+    TEMPLATE: ClassVar[str] = "sections/verify.html.j2"
     intro: str
     table: Table | None
     details: list[Line]

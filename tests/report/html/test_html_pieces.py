@@ -76,9 +76,9 @@ def test_every_section_template_shows_record_text_as_text():
     """Whatever a record holds, in any field a section template prints, arrives as text: no
     element or attribute of its own, nothing that ends a script or opens a comment."""
     built = _hostile_sections()
-    assert set(built) == {p.name.removesuffix(".html.j2") for p in (templating.TEMPLATES / "sections").glob("*.html.j2")}
+    assert {s.TEMPLATE for s in built.values()} == {f"sections/{p.name}" for p in (templating.TEMPLATES / "sections").glob("*.html.j2")}
     for name, section in built.items():
-        html = templating.template(f"sections/{name}.html.j2").render(section=section)
+        html = templating.template(section.TEMPLATE).render(section=section)
         assert HOSTILE not in html and "<script" not in html and "<!--" not in html and "\x1b" not in html, name
         parsed = _Elements()
         parsed.feed(html)
@@ -176,7 +176,7 @@ def test_compiled_templates_are_only_a_cache(tmp_path, monkeypatch):
         compiled = []
         compile_source = env.compile
         env.compile = lambda *a, **k: compiled.append(a[1]) or compile_source(*a, **k)
-        return env.get_template("sections/recompiles.html.j2").render(section=section), len(compiled)
+        return env.get_template(section.TEMPLATE).render(section=section), len(compiled)
 
     first, compiles = render()
     assert compiles == 2  # the section and the macros it imports

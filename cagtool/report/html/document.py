@@ -9,7 +9,6 @@ elsewhere, so even a bug cannot phone out.
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 from dataclasses import dataclass, field
@@ -27,12 +26,12 @@ from cagtool.report.compare.analysis import (
     compare_runs,
 )
 from cagtool.report.graphs.runs import compare_replaced, graph_ids
-from cagtool.report.html import charts, sections
-from cagtool.report.html.markup import script_json, tag, text
+from cagtool.report.html import charts, sections, templating
+from cagtool.report.html.templating import script_json
 from cagtool.report.recompiles.explain import Explanation, explain
 from cagtool.report.ranks.analysis import focused_run
 from cagtool.report.recompiles.table import RecompileTable, recompile_table
-from cagtool.report.safe_text import encodable_text, safe_text
+from cagtool.report.safe_text import encodable_text
 
 if TYPE_CHECKING:
     from cagtool.report.gate.run import GateResult
@@ -44,72 +43,57 @@ _CSP = (
     "img-src data: blob:; font-src data:; connect-src 'none'; frame-src 'none'; base-uri 'none'; form-action 'none'"
 )
 
+
 @dataclass
 class Page:
-    """The page being assembled: its sections, in order, and the chart specs they placed."""
+    """The page being assembled: its sections, in order (the data of `sections.py`), and the
+    chart specs they placed."""
 
     title: str
     nav: list[tuple[str, str]] = field(default_factory=list)  # (anchor, label)
-    body: list[str] = field(default_factory=list)
+    body: list[Any] = field(default_factory=list)  # section data, each laid out by its TEMPLATE
     specs: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (placeholder id, Vega-Lite spec)
 
-    def add(self, anchor: str, label: str, html: str) -> None:
+    def add(self, anchor: str, label: str, section: Any) -> None:
         self.nav.append((anchor, label))
-        self.body.append(html)
+        self.body.append(section)
 
-    def chart(self, spec: dict[str, Any], caption: str = "") -> str:
+    def chart(self, spec: dict[str, Any], caption: str = "") -> sections.Chart:
         chart_id = f"chart-{len(self.specs)}"
         self.specs.append((chart_id, spec))
-        return sections.chart_block(chart_id, caption)
+        return sections.Chart(chart_id, caption)
 
     def render(self, css: str) -> str:
-        """The page from `templates/report.html.j2`, autoescaped: the sections and the chart
-        specs arrive as markup the section builders and `script_json` made (every record text in
-        them escaped there); anything else passed in is escaped by jinja2."""
+        """The page from `templates/report.html.j2` and its sections' templates, autoescaped:
+        only the chart specs (through `script_json`), the CSS and the scripts arrive as markup."""
         from markupsafe import Markup
 
         from cagtool.report.html.vega_bundle import javascript_bundle
 
         bundle = javascript_bundle() if self.specs else ""
-        return _template().render(
+        return templating.template("report.html.j2").render(
             csp=_CSP,
-            title=safe_text(self.title),
-            nav=[(anchor, safe_text(label)) for anchor, label in self.nav],
-            body=[Markup(section) for section in self.body],
+            title=self.title,
+            nav=self.nav,
+            body=self.body,
             specs=[(chart_id, Markup(script_json(spec))) for chart_id, spec in self.specs],
-            css=Markup(_asset("report.css") + css),
+            css=Markup(templating.asset("report.css") + css),
             # The bundle is library code vl-convert ships; it holds no `</script`, which is checked.
             bundle=Markup(_checked_script(bundle)),
-            embed=Markup(_checked_script(_asset("embed.js"))),
+            embed=Markup(_checked_script(templating.asset("embed.js"))),
         )
 
 
-TEMPLATES = Path(__file__).with_name("templates")
-
-
 def prepare() -> None:
-    """Import jinja2 and pygments and compile the page template now (`cagtool run` does it
-    while its modes run, so the end-of-run report does not wait for them)."""
+    """Import jinja2 and pygments and compile the templates now (`cagtool run` does it while its
+    modes run, so the end-of-run report does not wait for them)."""
     from cagtool.report.html.highlight import prepare as prepare_highlighting
 
-    _template()
-    _asset("report.css")
-    _asset("embed.js")
+    for name in ("report.html.j2", *(f"sections/{p.name}" for p in (templating.TEMPLATES / "sections").glob("*.html.j2"))):
+        templating.template(name)
+    templating.asset("report.css")
+    templating.asset("embed.js")
     prepare_highlighting()
-
-
-@functools.lru_cache(maxsize=None)
-def _template() -> Any:
-    """The page template, with autoescaping on for everything it is given."""
-    import jinja2
-
-    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, keep_trailing_newline=True)
-    return environment.get_template("report.html.j2")
-
-
-@functools.lru_cache(maxsize=None)
-def _asset(name: str) -> str:
-    return (TEMPLATES / name).read_text(encoding="utf-8")
 
 
 def _checked_script(code: str) -> str:
@@ -185,22 +169,9 @@ def _phase_rows(comparison: Comparison, label_prefix: str = "") -> list[dict[str
     return rows
 
 
-def _timeline_section(page: Page, groups: list[tuple[str, list[charts.Series]]]) -> str:
+def _timeline_section(page: Page, groups: list[tuple[str, list[charts.Series]]]) -> sections.Timeline:
     """The step-time charts of `groups` (title, lines), drawn on shared axes: the same steps, the
     same step-time scale, colours and marker lanes, so they compare side by side."""
-    parts = [text("h2", "Step time")]
-    parts.append(
-        text(
-            "p",
-            "Time of each step as the steady-state figures measure it (since the previous step ended; "
-            "records of schema 1: from one backward's start to the next); the first step, which no step "
-            "ended before, from the start of its first compile. Ringed: compile-affected steps, left out of "
-            "the steady-state figures. Markers along the top, one row per record (named on the right): "
-            "each CA capture, Dynamo recompile and graph break; hover for the reason, node and source line. "
-            "Drag to pan, scroll to zoom.",
-            class_="note",
-        )
-    )
     drawn = []
     lines = sum(len(series) for _, series in groups)  # the points' budget is the page's, not each chart's
     for title, series in groups:
@@ -211,33 +182,32 @@ def _timeline_section(page: Page, groups: list[tuple[str, list[charts.Series]]])
         [r for d in drawn for r in d[2]], [m for d in drawn for m in d[3]],
         [s.label for d in drawn for s in d[1]], [charts.lane_of(s) for d in drawn for s in d[1]],
     )
+    entries = []
     for title, series, steps, markers, dropped in drawn:
         if not steps and not markers:
-            parts.append(text("p", f"{title}: no steps recorded.", class_="note"))
+            entries.append(sections.TimelineEntry(None, f"{title}: no steps recorded."))
             continue
         caption = (f"{dropped:,} steps not drawn: each line shows the fastest and slowest step of each stretch of steps, and every compile-affected or marked step; the figures use them all." if dropped else "")
-        parts.append(page.chart(charts.timeline_spec(title, steps, markers, axes), caption))
-    return tag("section", "".join(parts), id="timeline")
+        entries.append(sections.TimelineEntry(page.chart(charts.timeline_spec(title, steps, markers, axes), caption)))
+    return sections.Timeline(entries)
 
 
-def _graphs_section(run: RunRecord, highlight: sections.CodeHighlighter, label_prefix: str = "", anchor: str = "graphs") -> str:
-    parts = [text("h2", f"{label_prefix}Compiled-autograd graphs")]
+def _graphs_section(run: RunRecord, highlight: sections.CodeHighlighter, label_prefix: str = "", anchor: str = "graphs") -> sections.Graphs:
+    groups = []
     for name, record in run.modes.items():
         for key, rec in [("", record), *record.processes.items()]:
             if not graph_ids(rec):
                 continue
             view = run if rec is record else RunRecord(path=run.path, meta=run.meta, modes={name: rec})
+            note = ""
             try:
                 comparisons = compare_replaced(view, name)
             except UnreadableInput as exc:  # a graph file missing: show the graphs, say why there is no diff
-                parts.append(text("p", f"{name}: no structural diffs: {exc}", class_="note"))
+                note = f"{name}: no structural diffs: {exc}"
                 comparisons = []
-            if key:
-                parts.append(text("h3", f"{name}, process {key}"))
-            parts.append(sections.graphs(rec, comparisons, highlight))
-    if len(parts) == 1:
-        parts.append(text("p", "No mode captured a compiled-autograd graph."))
-    return tag("section", "".join(parts), id=anchor)
+            graphs = sections.graphs(rec, comparisons, highlight)
+            groups.append(sections.GraphGroup(note, f"{name}, process {key}" if key else "", graphs, f"mode {rec.mode} captured no compiled-autograd graph."))
+    return sections.Graphs(anchor, f"{label_prefix}Compiled-autograd graphs", groups)
 
 
 def run_report(run: RunRecord, gate: "GateResult | None" = None) -> str:
@@ -261,13 +231,13 @@ def run_report(run: RunRecord, gate: "GateResult | None" = None) -> str:
     line = run_headline(comparison, verified, explanations[ca_name] if ca_name else None)
     # The first screen: the answer, what to do, then the modes side by side; what ran where (the
     # host, the versions) is looked up, not read first: it closes the page.
-    page.add("run", "run", tag("div", text("p", line.text, class_=f"headline {line.tone}", id="headline") + sections.advice(line.advice), id="run"))
+    page.add("run", "run", sections.RunBlock(sections.Headline(line.text, line.tone), line.advice))
     page.add("verdict", "verdict", sections.verdict(comparison, view, explanations, sections.ranks(run, focus)))
     page.add("timeline", "step time", _timeline_section(page, _run_timelines(run, tables)))
     phases = _phase_rows(comparison)
     if phases:
-        block = page.chart(charts.compile_phase_spec(phases), "Median over repetitions; torch's cumulative phase times nest, so bars are not stacked.")
-        page.add("compile", "compile time", tag("section", text("h2", "Compile time by phase") + block, id="compile"))
+        chart = page.chart(charts.compile_phase_spec(phases), "Median over repetitions; torch's cumulative phase times nest, so bars are not stacked.")
+        page.add("compile", "compile time", sections.CompileTime(chart))
     page.add("recompiles", "recompiles", sections.recompiles(explanations))
     if verified is not None:
         page.add("verify", "fixes verified", sections.verification(verified))
@@ -287,8 +257,8 @@ def comparison_report(run_a: RunRecord, run_b: RunRecord) -> str:
     from cagtool.report.compare.headline import change_headline
 
     line = change_headline(rc)
-    page.add("run-a", "A", text("p", line.text, class_=f"headline {line.tone}", id="headline")
-             + sections.header(run_a, anchor="run-a", title=f"A (before): {run_a.path}"))
+    headline = sections.Headline(line.text, line.tone)
+    page.add("run-a", "A", sections.header(run_a, anchor="run-a", title=f"A (before): {run_a.path}", headline=headline))
     page.add("run-b", "B", sections.header(run_b, anchor="run-b", title=f"B (after): {run_b.path}"))
     page.add("verdict", "verdict", sections.run_change(rc))
     tables = Tables()
@@ -300,8 +270,7 @@ def comparison_report(run_a: RunRecord, run_b: RunRecord) -> str:
     page.add("timeline", "step time", _timeline_section(page, groups))
     phases = _phase_rows(rc.before, "A ") + _phase_rows(rc.after, "B ")
     if phases:
-        block = page.chart(charts.compile_phase_spec(phases))
-        page.add("compile", "compile time", tag("section", text("h2", "Compile time by phase") + block, id="compile"))
+        page.add("compile", "compile time", sections.CompileTime(page.chart(charts.compile_phase_spec(phases))))
     page.add("recompiles-a", "A recompiles", sections.recompiles({f"A {k}": explain(tables(r)) for k, r in run_a.modes.items()}, "recompiles-a", "A: recompiles and their causes"))
     page.add("recompiles-b", "B recompiles", sections.recompiles({f"B {k}": explain(tables(r)) for k, r in run_b.modes.items()}, "recompiles-b", "B: recompiles and their causes"))
     page.add("graphs-a", "A graphs", _graphs_section(run_a, highlight, "A: ", "graphs-a"))

@@ -1,17 +1,19 @@
-"""The report's sections as HTML fragments, each from the analysis its text command prints.
+"""What the report's sections say, as plain data, each from the analysis its text command prints;
+a section's template in `templates/sections/` (its `TEMPLATE`) lays it out.
 
 verdict: `compare.render`'s grids and numerics lines (what `cagtool compare` shows), findings,
 and the alerts of `recompiles.explain`; recompiles: `recompiles.render.table_cells` and the
 explain words; graphs: each CA graph event with its code file, and `graphs.runs.compare_replaced`
-rendered with `graphs.render`'s hunks; gate: a `GateResult`. Every string from the record goes
-through `markup.esc`.
+rendered with `graphs.render`'s hunks; gate: a `GateResult`. Nothing here writes markup: every
+string is text the templates escape, but for pygments' HTML of a code file.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Sequence
 
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import CAGraphEvent, FindingEvent
@@ -25,10 +27,9 @@ from cagtool.report.compare.render import (
     numerics_lines,
     speedup_grid,
 )
-from cagtool.report.graphs.diff import CHANGED, EQUAL, INSERTED, REMOVED, NodeDiff
+from cagtool.report.graphs.diff import CHANGED, EQUAL, NodeDiff
 from cagtool.report.graphs.render import changed_fields, header_lines, hunks, node_text, origin_label, summary_lines
 from cagtool.report.graphs.runs import GraphComparison
-from cagtool.report.html.markup import bullet_list, paragraphs, table, tag, text
 from cagtool.report.recompiles.explain import Cause, Explanation, alert_words, cause_words, step_list
 from cagtool.report.recompiles.render import TABLE_HEADER, counts_line, record_notes, table_cells
 from cagtool.report.recompiles.table import format_source
@@ -41,22 +42,80 @@ if TYPE_CHECKING:
 MAX_CODE_CHARS = 60_000
 
 
-def grid_table(grid: Grid) -> str:
+@dataclass(frozen=True)
+class Line:
+    """A line of text in its own element (`tag`: p, pre, span), `cls` its class (None: none)."""
+
+    text: str
+    cls: str | None = None
+    tag: str = "p"
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table of text cells; `rows[r][k]` is (text, class or None), the class marking problems."""
+
+    header: Sequence[str]
+    rows: list[list[tuple[str, str | None]]]
+    cls: str | None = None
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]], cls: str | None = None, marks: dict[tuple[int, int], str] | None = None) -> Table:
+    marks = marks or {}
+    cells = [[("" if v is None else str(v), marks.get((r, k))) for k, v in enumerate(row)] for r, row in enumerate(rows)]
+    return Table(list(header), cells, cls)
+
+
+@dataclass(frozen=True)
+class TitledTable:
+    title: str
+    table: Table
+
+
+def grid_table(grid: Grid) -> TitledTable:
     """A compare grid (the same rows the terminal table and Markdown show), problems marked."""
-    marks = {cell: "problem" for cell in grid.problem_cells}
-    return text("h3", grid.title) + table(grid.header, grid.rows, classes="grid", cell_classes=marks)
+    return TitledTable(grid.title, table(grid.header, grid.rows, "grid", {cell: "problem" for cell in grid.problem_cells}))
 
 
-def advice(sentence: str, details: str = "#recompiles") -> str:
-    """What to do, right under the headline (its `advice`), with a link to the causes; "" when
-    there is nothing to do."""
-    if not sentence:
-        return ""
-    return tag("p", text("b", "What to do: ") + text("span", sentence) + " " + tag("a", "why, and every recompile", href=details), class_="advice", id="advice")
+@dataclass(frozen=True)
+class Chart:
+    """A placeholder the page's script draws the chart `id` into, with its caption."""
+
+    id: str
+    caption: str = ""
 
 
-def header(run: RunRecord, anchor: str = "run", title: str = "") -> str:
-    """What ran: script and argv, when, where, with which versions and backend, and how it ended."""
+@dataclass(frozen=True)
+class Headline:
+    text: str
+    tone: str
+
+
+# The first screen ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunBlock:
+    """The answer and what to do (an empty `advice`: nothing to do), linking to the causes."""
+
+    TEMPLATE: ClassVar[str] = "sections/run.html.j2"
+    headline: Headline
+    advice: str
+    details: str = "#recompiles"
+
+
+@dataclass(frozen=True)
+class Header:
+    """What ran: script and argv, when, where, with which versions and backend, how it ended."""
+
+    TEMPLATE: ClassVar[str] = "sections/header.html.j2"
+    anchor: str
+    heading: str
+    rows: list[tuple[str, str]]
+    headline: Headline | None = None  # the before/after page opens with it, above run A
+
+
+def header(run: RunRecord, anchor: str = "run", title: str = "", headline: Headline | None = None) -> Header:
     meta = run.meta
     target = meta.target.get("name", "?")
     argv = " ".join(meta.target_argv[1:])
@@ -77,9 +136,7 @@ def header(run: RunRecord, anchor: str = "run", title: str = "") -> str:
         ("versions", ", ".join(f"{k} {v}" for k, v in (meta.versions or {}).items())),
         ("machine", ", ".join(f"{k} {v}" for k, v in machine.items() if k in ("hostname", "platform", "processor", "cpu_count"))),
     ]
-    body = "".join(f"<tr>{text('th', k)}{text('td', v)}</tr>" for k, v in rows)
-    heading = text("h2", title or _script_and_arguments(meta.target, meta.target_argv))
-    return tag("section", heading + tag("table", f"<tbody>{body}</tbody>", class_="facts"), id=anchor)
+    return Header(anchor, title or _script_and_arguments(meta.target, meta.target_argv), rows, headline)
 
 
 def _mode_status(record: ModeRecord) -> str:
@@ -103,29 +160,73 @@ def _script_and_arguments(target: dict[str, str], argv: list[str]) -> str:
     return f"{name} {' '.join(rest)}".strip()
 
 
-def verdict(comparison: Comparison, run: RunRecord, explanations: dict[str, Explanation], ranks_html: str = "") -> str:
-    """Modes side by side, the speedups with their noise verdict, numerics, then what the user
-    must not miss: failed modes, findings and recompile alerts."""
-    parts = [grid_table(mode_grid(comparison))]
-    if comparison.speedups:
-        parts.append(grid_table(speedup_grid(comparison.speedups)))
-        parts.append(text("p", SPEEDUP_FOOTNOTE, class_="note"))
-    excluded = excluded_line(comparison)
-    if excluded:
-        parts.append(text("p", excluded, class_="note"))
+# Verdict ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Alert:
+    title: str
+    why: list[str]
+    fix: list[str]
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What the user must not miss: recompile alerts, then findings and skipped lines."""
+
+    alerts: list[Alert]
+    items: list[str]
+
+
+@dataclass(frozen=True)
+class RankMode:
+    title: str
+    table: Table
+    others: str  # "": no process beside the ranks
+    findings: list[str]
+    agreement: str  # "": the ranks diverge (their findings say how), or only one
+
+
+@dataclass(frozen=True)
+class Ranks:
+    lead: str
+    modes: list[RankMode]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Modes side by side, the speedups with their noise verdict, numerics, then failed modes,
+    the ranks, findings and recompile alerts."""
+
+    TEMPLATE: ClassVar[str] = "sections/verdict.html.j2"
+    grids: list[TitledTable]
+    footnote: str  # under the speedups; "" without them
+    excluded: str
+    numerics: list[Line]
+    problems: list[str]
+    ranks: Ranks | None
+    findings: Findings
+
+
+def verdict(comparison: Comparison, run: RunRecord, explanations: dict[str, Explanation], ranks: Ranks | None = None) -> Verdict:
     from cagtool.report.compare.render import grad_parity_lines
 
-    for line, problem in numerics_lines(comparison.numerics) + grad_parity_lines(comparison.grad_parity):
-        parts.append(text("p", line.strip(), class_="problem" if problem else None))
-    problems = comparison.failure_problems
-    if problems:
-        parts.append(text("h3", "Problems") + bullet_list(problems, class_="problem"))
-    parts.append(ranks_html)
-    parts.append(findings(run, explanations))
-    return tag("section", text("h2", "Verdict") + "".join(parts), id="verdict")
+    grids = [grid_table(mode_grid(comparison))]
+    if comparison.speedups:
+        grids.append(grid_table(speedup_grid(comparison.speedups)))
+    lines = numerics_lines(comparison.numerics) + grad_parity_lines(comparison.grad_parity)
+    return Verdict(
+        grids=grids,
+        footnote=SPEEDUP_FOOTNOTE if comparison.speedups else "",
+        excluded=excluded_line(comparison),
+        numerics=[Line(line.strip(), "problem" if problem else None) for line, problem in lines],
+        problems=list(comparison.failure_problems),
+        ranks=ranks,
+        findings=findings(run, explanations),
+    )
 
 
-def findings(run: RunRecord, explanations: dict[str, Explanation]) -> str:
+def findings(run: RunRecord, explanations: dict[str, Explanation]) -> Findings:
     items = []
     for name, record in run.modes.items():
         cwd = record.manifest.cwd
@@ -138,178 +239,276 @@ def findings(run: RunRecord, explanations: dict[str, Explanation]) -> str:
     for name, explanation in explanations.items():
         for alert in explanation.alerts:
             words = alert_words(alert, explanation.table.cwd)
-            alerts.append(tag("div", text("h4", f"{name}: {words.title}") + paragraphs(words.why) + paragraphs([f"Fix: {f}" for f in words.fix]), class_="alert"))
-    out = text("h3", "Findings and alerts")
-    if not items and not alerts:
-        return out + text("p", "None: no finding was recorded and no recompile alert was raised.")
-    return out + "".join(alerts) + bullet_list(items, class_="findings")
+            alerts.append(Alert(f"{name}: {words.title}", list(words.why), [f"Fix: {f}" for f in words.fix]))
+    return Findings(alerts, items)
 
 
-def ranks(run: RunRecord, focus: int | None) -> str:
+def ranks(run: RunRecord, focus: int | None) -> Ranks | None:
     """Multi-rank runs: which rank the figures above are from, then per mode the ranks' table
     (as `summary` and `compare` print it) and their findings (divergence, missing or failed ranks)."""
     from cagtool.report.ranks.analysis import agreement, analyze_ranks
     from cagtool.report.ranks.render import RANK_HEADER, rank_cells
 
-    parts = []
+    modes = []
     for name, record in run.modes.items():
         analysis = analyze_ranks(record)
         if analysis is None:
             continue
         size = f" of world size {analysis.world_size}" if analysis.world_size is not None else ""
-        parts.append(text("h4", f"mode {name}: {len(analysis.rows)} ranks{size} recorded"))
-        parts.append(table(RANK_HEADER, rank_cells(analysis), classes="grid ranks"))
-        parts.append(text("p", "total: counts and peak RSS summed, step time the slowest rank's median", class_="note"))
-        if analysis.other_processes:
-            parts.append(text("p", "other processes followed (no rank): " + ", ".join(analysis.other_processes), class_="note"))
-        parts.append(bullet_list([f"rank finding: {f.message}" for f in analysis.findings], class_="problem"))
+        agree = ""
         if len(analysis.rows) > 1 and not analysis.diverge:
-            parts.append(text("p", agreement(analysis)[0].upper() + agreement(analysis)[1:] + ".", class_="ok"))
-    if not parts:
-        return ""
+            words = agreement(analysis)
+            agree = words[0].upper() + words[1:] + "."
+        modes.append(
+            RankMode(
+                title=f"mode {name}: {len(analysis.rows)} ranks{size} recorded",
+                table=table(RANK_HEADER, rank_cells(analysis), "grid ranks"),
+                others=", ".join(analysis.other_processes),
+                findings=[f"rank finding: {f.message}" for f in analysis.findings],
+                agreement=agree,
+            )
+        )
+    if not modes:
+        return None
     lead = f"A multi-rank run: the tables above, the recompiles and the graphs are rank {focus}'s records; the timeline shows every rank."
-    return text("h3", "Ranks") + text("p", lead, class_="note") + "".join(parts)
+    return Ranks(lead, modes)
 
 
-def run_change(rc: RunComparison) -> str:
+@dataclass(frozen=True)
+class Change:
     """Before/after: `compare`'s change grid, its notes and problems."""
-    parts = [grid_table(change_grid(rc))]
-    parts += [text("p", f"note: {n}", class_="note") for n in rc.notes]
-    if rc.problems:
-        parts.append(text("h3", "Problems") + bullet_list(rc.problems, class_="problem"))
-    return tag("section", text("h2", "Verdict: before (A) and after (B)") + "".join(parts), id="verdict")
+
+    TEMPLATE: ClassVar[str] = "sections/change.html.j2"
+    grid: TitledTable
+    notes: list[str]
+    problems: list[str]
 
 
-def chart_block(chart_id: str, caption: str = "") -> str:
-    """A placeholder the page's script draws the chart `chart_id` into."""
-    cap = text("p", caption, class_="note") if caption else ""
-    return tag("div", "", id=chart_id, class_="chart") + cap
+def run_change(rc: RunComparison) -> Change:
+    return Change(grid_table(change_grid(rc)), [f"note: {n}" for n in rc.notes], list(rc.problems))
 
 
-def recompiles(explanations: dict[str, Explanation], anchor: str = "recompiles", title: str = "Recompiles and their causes") -> str:
+# Charts ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    """A group's chart, or (None) the note that it has nothing to draw."""
+
+    chart: Chart | None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The step-time charts, one per group, on shared axes."""
+
+    TEMPLATE: ClassVar[str] = "sections/timeline.html.j2"
+    entries: list[TimelineEntry]
+
+
+@dataclass(frozen=True)
+class CompileTime:
+    TEMPLATE: ClassVar[str] = "sections/compile.html.j2"
+    chart: Chart
+
+
+# Recompiles ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CauseCard:
+    """A root cause or alert; a root cause's card holds the cards of the recompiles that follow
+    from it (`consequences`)."""
+
+    title: str
+    why: list[str]
+    fix: list[str]
+    evidence: str
+    kind: str  # its class: alert, cause, cause consequence
+    consequences: list["CauseCard"] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RecompileMode:
+    name: str
+    counts: str
+    notes: list[str]
+    table: Table | None
+    none_after_first: bool  # "no recompiles" said: it compiled, and nothing recompiled
+    cards: list[CauseCard]
+
+
+@dataclass(frozen=True)
+class Recompiles:
     """Per mode: every recompile (the `cagtool recompiles` table), then the root causes with
     why, the fix and the evidence (`--explain`)."""
-    parts = []
+
+    TEMPLATE: ClassVar[str] = "sections/recompiles.html.j2"
+    anchor: str
+    title: str
+    modes: list[RecompileMode]
+
+
+def recompiles(explanations: dict[str, Explanation], anchor: str = "recompiles", title: str = "Recompiles and their causes") -> Recompiles:
+    modes = []
     for name, explanation in explanations.items():
         t = explanation.table
-        parts.append(text("h3", f"mode {name}"))
-        parts.append(text("p", counts_line(t)))
-        parts.extend(text("p", note, class_="note") for note in record_notes(t))
-        if t.rows:
-            parts.append(table(TABLE_HEADER, table_cells(t), classes="recompiles"))
-        if not explanation.causes and not explanation.alerts:
-            if t.rows:
-                parts.append(text("p", "No recompiles: every step after the first reused the cached graphs."))
-            continue
-        for alert in explanation.alerts:
-            words = alert_words(alert, t.cwd)
-            parts.append(_cause_block(f"!! {words.title}", words.why, words.fix, words.evidence, "alert"))
-        inner: dict[int, list[str]] = {}  # root cause number -> the cards of its consequences
-        for cause in explanation.causes:
-            if cause.caused_by is not None:
-                inner.setdefault(cause.caused_by, []).append(_cause_card(cause, t.cwd, "cause consequence"))
-        for cause in explanation.causes:
-            if cause.caused_by is None:
-                parts.append(_cause_card(cause, t.cwd, "cause", inner.get(cause.number, [])))
-    if not parts:
-        parts.append(text("p", "No mode recorded any compile."))
-    return tag("section", text("h2", title) + "".join(parts), id=anchor)
+        quiet = not explanation.causes and not explanation.alerts
+        cards = []
+        if not quiet:
+            for alert in explanation.alerts:
+                words = alert_words(alert, t.cwd)
+                cards.append(CauseCard(f"!! {words.title}", list(words.why), list(words.fix), words.evidence, "alert"))
+            inner: dict[int, list[CauseCard]] = {}  # root cause number -> the cards of its consequences
+            for cause in explanation.causes:
+                if cause.caused_by is not None:
+                    inner.setdefault(cause.caused_by, []).append(_cause_card(cause, t.cwd, "cause consequence"))
+            for cause in explanation.causes:
+                if cause.caused_by is None:
+                    cards.append(_cause_card(cause, t.cwd, "cause", inner.get(cause.number, [])))
+        modes.append(
+            RecompileMode(
+                name=f"mode {name}",
+                counts=counts_line(t),
+                notes=list(record_notes(t)),
+                table=table(TABLE_HEADER, table_cells(t), "recompiles") if t.rows else None,
+                none_after_first=quiet and bool(t.rows),
+                cards=cards,
+            )
+        )
+    return Recompiles(anchor, title, modes)
 
 
-def _cause_card(cause: Cause, cwd: str, kind: str, consequences: Sequence[str] = ()) -> str:
-    """A root cause's card holds the cards of the recompiles that follow from it."""
+def _cause_card(cause: Cause, cwd: str, kind: str, consequences: list[CauseCard] | None = None) -> CauseCard:
     words = cause_words(cause, cwd)
     steps = cause.steps
     at = f", {'step' if len(steps) == 1 else 'steps'} {step_list(steps)}" if steps else ""
-    return _cause_block(f"#{cause.number} {words.title}{at}", words.why, words.fix, words.evidence, kind, "".join(consequences))
+    return CauseCard(f"#{cause.number} {words.title}{at}", list(words.why), list(words.fix), words.evidence, kind, consequences or [])
 
 
-def _cause_block(title: str, why: Sequence[str], fix: Sequence[str], evidence: str, kind: str, inside: str = "") -> str:
-    body = text("h4", title) + paragraphs(why) + "".join(text("p", f"Fix: {f}", class_="fix") for f in fix)
-    if evidence:
-        body += text("p", f"Evidence: {evidence}", class_="note")
-    return tag("div", body + inside, class_=kind)
+# Graphs ----------------------------------------------------------------------------------------
 
 
-def graphs(mode: ModeRecord, comparisons: Sequence[GraphComparison], highlight: "CodeHighlighter") -> str:
+@dataclass(frozen=True)
+class Diff:
+    """`diff-graphs`' unified view of one recompile: header, hunks (each line with its class),
+    summary."""
+
+    title: str
+    head: list[str]
+    lines: list[Line]
+    summary: list[str]
+
+
+@dataclass(frozen=True)
+class Code:
+    """A graph's code file: highlighted (`html`, pygments' markup) under `label`, or a note
+    saying why it is not shown."""
+
+    label: str
+    html: Any = None  # markupsafe.Markup; None: `note` says why there is none
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class GraphView:
+    anchor: str
+    title: str
+    facts: str
+    ops: Table
+    hooks: list[str]
+    nodes: str
+    aot: str
+    diff: Diff | None
+    code: Code
+
+
+@dataclass(frozen=True)
+class GraphGroup:
+    """One record's graphs (a mode, or a process of it), with what stopped their diffs."""
+
+    note: str  # "": the diffs are there
+    process: str  # "": the mode's own record
+    graphs: list[GraphView]
+    empty: str  # what to say when `graphs` is empty
+
+
+@dataclass(frozen=True)
+class Graphs:
+    TEMPLATE: ClassVar[str] = "sections/graphs.html.j2"
+    anchor: str
+    title: str
+    groups: list[GraphGroup]
+
+
+def graphs(mode: ModeRecord, comparisons: Sequence[GraphComparison], highlight: "CodeHighlighter") -> list[GraphView]:
     """Every CA graph of a mode: what it holds (nodes, ops, hooks, autograd nodes), its code, and
     for each recompile, the structural diff against the graph it replaced."""
     events = sorted(mode.of(CAGraphEvent), key=lambda g: g.ca_id)
     by_new = {c.new.ca_id: c for c in comparisons}
-    blocks = []
-    for graph in events:
-        blocks.append(_graph_block(mode, graph, by_new.get(graph.ca_id), highlight))
-    if not blocks:
-        blocks.append(text("p", f"mode {mode.mode} captured no compiled-autograd graph."))
-    return "".join(blocks)
+    return [_graph_view(mode, graph, by_new.get(graph.ca_id), highlight) for graph in events]
 
 
-def _graph_block(mode: ModeRecord, graph: CAGraphEvent, comparison: GraphComparison | None, highlight: "CodeHighlighter") -> str:
+def _graph_view(mode: ModeRecord, graph: CAGraphEvent, comparison: GraphComparison | None, highlight: "CodeHighlighter") -> GraphView:
     step = f"step {graph.step}" if graph.step is not None else "step ?"
     facts = (
         f"{graph.node_count} FX nodes, {len(graph.autograd_nodes)} autograd nodes, {graph.num_sizes} dynamic sizes, "
         f"captured in {graph.capture_s * 1000:.1f} ms at {step}" + (f", compiler {graph.compiler}" if graph.compiler else "")
     )
-    parts = [text("h3", f"{mode.mode} graph {graph.compile_id}", id=f"graph-{mode.path.name}-{graph.ca_id}"), text("p", facts)]
     ops = sorted(graph.op_histogram.items(), key=lambda kv: (-kv[1], kv[0]))
     hooks = Counter(f"{h.hook_type} ({h.name})" for h in graph.hooks)
-    side = table(("op", "count"), ops, classes="ops")
-    hook_list = bullet_list([f"{h} x{n}" if n > 1 else h for h, n in hooks.items()]) or text("p", "no hooks")
-    nodes = ", ".join(f"{n.name} ({n.node_call})" for n in graph.autograd_nodes)
-    parts.append(
-        tag(
-            "div",
-            tag("div", text("h4", "op histogram") + side)
-            + tag("div", text("h4", "hooks") + hook_list + text("h4", "autograd nodes (NodeCall)") + text("p", nodes or "-", class_="nodes")),
-            class_="graph-facts",
-        )
-    )
+    aot = ""
     if graph.aot_ids:
-        ids = ", ".join(str(i) for i in graph.aot_ids)
-        parts.append(text("p", f"inlined AOT backward graphs: {len(graph.aot_ids)} (ids {ids})"))
-    if comparison is not None:
-        parts.append(diff_block(comparison))
+        aot = f"inlined AOT backward graphs: {len(graph.aot_ids)} (ids {', '.join(str(i) for i in graph.aot_ids)})"
     code_path = mode.path / graph.code_file if graph.code_file else None
-    parts.append(highlight.code_details(code_path, f"code of {graph.compile_id}"))
-    return tag("article", "".join(parts), class_="graph")
+    return GraphView(
+        anchor=f"graph-{mode.path.name}-{graph.ca_id}",
+        title=f"{mode.mode} graph {graph.compile_id}",
+        facts=facts,
+        ops=table(("op", "count"), ops, "ops"),
+        hooks=[f"{h} x{n}" if n > 1 else h for h, n in hooks.items()],
+        nodes=", ".join(f"{n.name} ({n.node_call})" for n in graph.autograd_nodes) or "-",
+        aot=aot,
+        diff=diff(comparison) if comparison is not None else None,
+        code=highlight.code(code_path, f"code of {graph.compile_id}"),
+    )
 
 
-_DIFF_CLASS = {INSERTED: "ins", REMOVED: "del", CHANGED: "chg", EQUAL: "eq"}
-
-
-def diff_block(comparison: GraphComparison, context: int = 3) -> str:
-    """`diff-graphs`' unified view of one recompile: header, hunks, summary."""
-    head = "".join(text("p", line.plain, class_="diff-head") for line in header_lines(comparison))
-    summary = "".join(text("p", line.plain, class_="diff-summary") for line in summary_lines(comparison))
-    lines: list[str] = []
-    spans, skipped_after = hunks(comparison.diff.entries, context)
+def diff(comparison: GraphComparison, context: int = 3) -> Diff:
+    lines: list[Line] = []
     entries = comparison.diff.entries
+    spans, skipped_after = hunks(entries, context)
     for hunk in spans:
         where = f"{hunk.skipped_before} unchanged before" if hunk.start else "start of graph"
-        lines.append(text("span", f"@@ {where} @@", class_="hunk"))
+        lines.append(Line(f"@@ {where} @@", "hunk", "span"))
         origin = None
         for entry in entries[hunk.start : hunk.stop]:
             if origin_label(entry) != origin:
                 origin = origin_label(entry)
-                lines.append(text("span", f"  # {origin}", class_="hunk"))
+                lines.append(Line(f"  # {origin}", "hunk", "span"))
             lines.extend(_diff_lines(entry))
     if spans and skipped_after:
-        lines.append(text("span", f"@@ {skipped_after} unchanged after @@", class_="hunk"))
-    body = tag("pre", "\n".join(lines), class_="diff") if lines else ""
-    title = f"diff: {comparison.old.compile_id} → {comparison.new.compile_id}"
-    return tag("div", text("h4", title) + head + body + summary, class_="graph-diff")
+        lines.append(Line(f"@@ {skipped_after} unchanged after @@", "hunk", "span"))
+    return Diff(
+        title=f"diff: {comparison.old.compile_id} → {comparison.new.compile_id}",
+        head=[line.plain for line in header_lines(comparison)],
+        lines=lines,
+        summary=[line.plain for line in summary_lines(comparison)],
+    )
 
 
-def _diff_lines(entry: NodeDiff) -> list[str]:
+def _diff_lines(entry: NodeDiff) -> list[Line]:
     out = []
     if entry.old is not None and entry.kind != EQUAL:
-        out.append(text("span", "-" + node_text(entry.old), class_="del"))
+        out.append(Line("-" + node_text(entry.old), "del", "span"))
     if entry.new is not None:
         if entry.kind == EQUAL:
-            out.append(text("span", " " + node_text(entry.new), class_="eq"))
+            out.append(Line(" " + node_text(entry.new), "eq", "span"))
+        elif entry.kind == CHANGED:
+            out.append(Line("+" + node_text(entry.new) + f"  # changed: {changed_fields(entry)}", "chg", "span"))
         else:
-            changed = f"  # changed: {changed_fields(entry)}" if entry.kind == CHANGED else ""
-            out.append(text("span", "+" + node_text(entry.new) + changed, class_=_DIFF_CLASS[entry.kind] if entry.kind == CHANGED else "ins"))
+            out.append(Line("+" + node_text(entry.new), "ins", "span"))
     return out
 
 
@@ -327,41 +526,67 @@ class CodeHighlighter:
 
         return highlight_python(source)
 
-    def code_details(self, path: Path | None, summary: str) -> str:
+    def code(self, path: Path | None, summary: str) -> Code:
         if path is None:
-            return text("p", f"{summary}: no code file recorded", class_="note")
+            return Code(summary, note=f"{summary}: no code file recorded")
         try:
             source = path.read_text(encoding="utf-8", errors="replace")
         except OSError as exc:
-            return text("p", f"{summary}: cannot read {path}: {exc.strerror}", class_="note")
-        note = ""
+            return Code(summary, note=f"{summary}: cannot read {path}: {exc.strerror}")
+        from markupsafe import Markup
+
+        cut = ""
         if len(source) > MAX_CODE_CHARS:
-            note = text("p", f"first {MAX_CODE_CHARS:,} of {len(source):,} characters; the whole file: {path}", class_="note")
+            cut = f"first {MAX_CODE_CHARS:,} of {len(source):,} characters; the whole file: {path}"
             source = source[:MAX_CODE_CHARS]
         label = f"{summary} ({source.count(chr(10))} lines, {path.name})"
-        return tag("details", text("summary", label) + note + self.highlight(source))
+        # pygments escapes every token it writes: its HTML is markup cagtool made.
+        return Code(label, Markup(self.highlight(source)), cut)
 
 
-def gate(result: "GateResult") -> str:
+# Gate and verification -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gate:
     """The gate's checks, one row each, as `cagtool gate` prints them."""
+
+    TEMPLATE: ClassVar[str] = "sections/gate.html.j2"
+    verdict: str
+    passed: bool
+    table: Table
+    warnings: list[str]
+    hint: str
+
+
+def gate(result: "GateResult") -> Gate:
     from cagtool.report.gate.output import refresh_hint, result_label, verdict_line
 
     rows = [(r.check, r.mode, r.actual, r.limit, result_label(r), r.source, r.message) for r in result.results]
     marks = {(i, 4): "problem" for i, r in enumerate(result.results) if r.failed}
-    parts = [
-        text("p", verdict_line(result), class_="problem" if not result.passed else "ok"),
-        table(("check", "mode", "actual", "limit", "result", "source", "message"), rows, classes="gate", cell_classes=marks),
-    ]
     # A check's own warnings (a slower tail under a median threshold) first, then the environment's.
-    parts += [text("p", f"warning: {w}", class_="note") for w in (*(w for r in result.results for w in r.warnings), *result.warnings)]
-    hint = refresh_hint(result)
-    if hint:
-        parts.append(text("p", hint, class_="note"))
-    return tag("section", text("h2", "Gate") + "".join(parts), id="gate")
+    warnings = [f"warning: {w}" for w in (*(w for r in result.results for w in r.warnings), *result.warnings)]
+    return Gate(
+        verdict=verdict_line(result),
+        passed=result.passed,
+        table=table(("check", "mode", "actual", "limit", "result", "source", "message"), rows, "gate", marks),
+        warnings=warnings,
+        hint=refresh_hint(result) or "",
+    )
 
 
-def verification(data: dict) -> str:
-    """`recompiles --explain --verify`'s result: before -> after per fix, with its verdict."""
+@dataclass(frozen=True)
+class Verification:
+    """`recompiles --explain --verify`'s result: before -> after per fix, with its verdict, then
+    each fix's notes and patch (`Line`s: notes as p, patches as pre)."""
+
+    TEMPLATE: ClassVar[str] = "sections/verify.html.j2"
+    intro: str
+    table: Table | None
+    details: list[Line]
+
+
+def verification(data: dict) -> Verification:
     base = data.get("baseline") or {}
     rows, marks = [], {}
 
@@ -375,20 +600,19 @@ def verification(data: dict) -> str:
         rows.append((fix["fix"], ", ".join(f"#{n}" for n in fix["causes"]), fix["who"], counts("ca_recompiles"), counts("dynamo_recompiles"),
                      step, fix["verdict"].upper(), "; ".join(fix["reasons"])))
         marks[(i, 6)] = "ok" if fix["verdict"] == "verified" else "problem"
-    parts = [text("p", f"Mode {data['mode']}: the job re-run {data['repeat']} times as a baseline and {data['repeat']} times with each fix "
-                  "(a code fix runs on a patched copy, never on the script); counts are torch's own in every re-run.", class_="note")]
-    if rows:
-        parts.append(table(("fix", "causes", "who", "CA recompiles", "Dynamo recompiles", "steady speed vs baseline (90% CI)", "verdict", "why"),
-                           rows, classes="verify", cell_classes=marks))
+    intro = (f"Mode {data['mode']}: the job re-run {data['repeat']} times as a baseline and {data['repeat']} times with each fix "
+             "(a code fix runs on a patched copy, never on the script); counts are torch's own in every re-run.")
+    header = ("fix", "causes", "who", "CA recompiles", "Dynamo recompiles", "steady speed vs baseline (90% CI)", "verdict", "why")
+    details = []
     for fix in data.get("fixes", ()):
         if fix.get("torch_says"):
-            parts.append(text("p", f"{fix['fix']}: torch's own suggestion (PGO), verbatim: {fix['torch_says']}", class_="note"))
+            details.append(Line(f"{fix['fix']}: torch's own suggestion (PGO), verbatim: {fix['torch_says']}", "note"))
         if fix.get("patch"):
             copy = f" Applied to a copy ({fix['patched_copy']}) run in place of the script; your file is unchanged." if fix.get("patched_copy") else ""
-            parts.append(text("p", f"{fix['fix']}: {fix['patch']['title']} ({fix['patch']['file']}, line {fix['patch']['line']}).{copy}", class_="note"))
-            parts.append(text("pre", fix["patch"]["diff"], class_="patch"))
+            details.append(Line(f"{fix['fix']}: {fix['patch']['title']} ({fix['patch']['file']}, line {fix['patch']['line']}).{copy}", "note"))
+            details.append(Line(fix["patch"]["diff"], "patch", "pre"))
     for item in data.get("not_applied", ()):
-        parts.append(text("p", f"cause #{item['cause']} ({item['code']}): {item['why']} ({item['who']})", class_="note"))
+        details.append(Line(f"cause #{item['cause']} ({item['code']}): {item['why']} ({item['who']})", "note"))
         if (item.get("patch") or {}).get("diff"):
-            parts.append(text("pre", item["patch"]["diff"], class_="patch"))
-    return tag("section", text("h2", "Fixes verified by re-running") + "".join(parts), id="verify")
+            details.append(Line(item["patch"]["diff"], "patch", "pre"))
+    return Verification(intro, table(header, rows, "verify", marks) if rows else None, details)

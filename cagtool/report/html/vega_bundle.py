@@ -27,7 +27,8 @@ def vegalite_version() -> str:
     return VEGALITE_VERSION
 
 
-def _cache_dir() -> Path:
+def cache_dir() -> Path:
+    """cagtool's per-user cache: $CAGTOOL_CACHE_DIR, else $XDG_CACHE_HOME/cagtool or ~/.cache/cagtool."""
     explicit = os.environ.get(CACHE_ENV)
     if explicit:
         return Path(explicit)
@@ -42,7 +43,7 @@ def javascript_bundle() -> str:
     vl_version = vegalite_version()
     key = f"{vl_convert.__version__ if hasattr(vl_convert, '__version__') else ''}-{vl_convert.get_vega_version()}-{vl_version}-{vl_convert.get_vega_embed_version()}"
     name = f"vega-bundle-{hashlib.sha256(key.encode()).hexdigest()[:16]}.js"
-    path = _cache_dir() / name
+    path = cache_dir() / name
     try:
         return path.read_text(encoding="utf-8")
     except OSError:

@@ -27,7 +27,7 @@ from cagtool.record.schema import (
     stamps_step_in_progress,
 )
 from cagtool.report.changed_sizes import misses_with_earlier_values
-from cagtool.report.metrics import ModeMetrics, mode_metrics
+from cagtool.report.metrics import ModeMetrics, cpu_wait, mode_metrics
 from cagtool.report.recompiles.table import forward_step, guard_text
 from cagtool.report.ranks.analysis import RankFocus, analysis_json, analyze_ranks, run_dir_of, run_for_rank
 from cagtool.report.ranks.render import render_ranks
@@ -36,6 +36,9 @@ from cagtool.report.ranks.render import render_ranks
 # without building them): every kind but the optimizer steps.
 SUMMARY_KINDS = frozenset(EVENT_TYPES) - {OptimizerStepEvent.kind}
 
+# A mode whose threads waited for a CPU this share of their runnable time or more was slowed by its
+# neighbours enough to say so beside its step time (under it, a few percent is any shared machine).
+BUSY_WAIT = 0.10
 SUMMARY_SCHEMA = "cagtool-summary"
 SUMMARY_SCHEMA_VERSION = 1
 
@@ -352,6 +355,10 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         excluded = f"; {plural(len(st.excluded), 'compile-affected step')} left out" if st.excluded else ""
         clock = " (device time, CUDA events)" if st.clock == "device" else ""
         console.print(f"  step time{clock}: median {_ms(st.median_s)} (p10 {_ms(st.p10_s)}, p90 {_ms(st.p90_s)}) over {plural(st.count, 'steady step')}{excluded}")
+        wait = cpu_wait(record)
+        if wait is not None and wait.fraction >= BUSY_WAIT:
+            console.print(f"  machine load: its threads waited for a CPU {wait.fraction:.0%} of their runnable time in those steps "
+                          f"(on a CPU-bound step, {wait.slowdown:.2f}x its time on an idle machine)")
     elif m.steps:
         console.print(f"  step time: too few steps unaffected by compilation to measure (steps: {m.steps})")
     if st and st.first_step_s is not None:

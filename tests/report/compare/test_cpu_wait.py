@@ -95,7 +95,7 @@ def test_a_recording_keeps_each_modes_cpu_wait_and_compare_names_a_load_differen
         mode = load_run(copy).modes[name]
         start, end = (t + mode.manifest.clock_t0 for t in steady_window(mode))
         samples = [[start - 1.0 + i * (end - start + 2.0) / 20, i * 0.1 * (1 - wait_share), i * 0.1 * wait_share] for i in range(21)]
-        (copy / name / CPU_WAIT_FILE).write_text(json.dumps({"format": "cagtool.cpu_wait/1", "sample_s": 0.001, "samples": samples}))
+        (copy / name / CPU_WAIT_FILE).write_text(json.dumps({"format": "cagtool.cpu_wait/1", "sample_s": 1e-6, "samples": samples}))
     comparison = compare_modes(load_run(copy))
     assert cpu_wait(load_run(copy).modes["aot"]).fraction == pytest.approx(0.8)
     by_label = {s.label: s for s in comparison.speedups}
@@ -109,6 +109,10 @@ def test_a_recording_keeps_each_modes_cpu_wait_and_compare_names_a_load_differen
     assert data["modes"]["aot"]["cpu_wait"]["fraction"] == pytest.approx(0.8)
     assert data["speedups"]["aot/eager"]["load_factor"] == pytest.approx(0.2)
     assert run_headline(comparison).text  # the headline still reads (the verdict words are known to it)
+    code, out, err = cli_in_process("summary", str(copy), env={"COLUMNS": "250"})
+    assert code == 0, err
+    assert out.count("  machine load: its threads waited for a CPU ") == 1  # aot's; eager and ca did not wait
+    assert "waited for a CPU 80% of their runnable time in those steps (on a CPU-bound step, 5.00x its time on an idle machine)" in out
 
 
 def test_a_record_without_readings_reads_as_not_measured(record_run, tmp_path):

@@ -158,6 +158,53 @@ def test_runs_reads_manifests_only(tmp_path):
     assert "Traceback" not in found["listing"]
 
 
+def test_runs_builds_no_event_decoder(tmp_path):
+    # Building the events' decoders reads every event class's annotations; `runs` decodes no
+    # event, so it never builds them (a command that reads events does).
+    run = _recompiling_run(tmp_path / "runs" / "r")
+    probe = (
+        "import io, json, sys\n"
+        "from cagtool.cli import main\n"
+        "out, sys.stdout = sys.stdout, io.StringIO()\n"
+        "built = []\n"
+        "for args in ({runs!r}, {explain!r}):\n"
+        "    try:\n"
+        "        main(args)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "    from cagtool.record import schema\n"
+        "    built.append(schema._decoders.cache_info().currsize)\n"
+        "sys.stdout = out\n"
+        "print(json.dumps(built))\n"
+    ).format(runs=["runs", str(tmp_path / "runs")], explain=["recompiles", str(run), "--explain"])
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=str(ROOT), timeout=60, env=UNBOUNDED_ENV)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [0, 1]
+
+
+def test_report_commands_start_numpy_with_one_blas_thread(tmp_path):
+    # The read-only report commands set OPENBLAS_NUM_THREADS=1 (unless the user set it) before
+    # numpy loads; `run`, whose children are the user's job, leaves the environment alone.
+    probe = (
+        "import os, sys\n"
+        "from cagtool import cli\n"
+        "cli.main = lambda args: sys.__stdout__.write(repr(os.environ.get('OPENBLAS_NUM_THREADS')) + '\\n')\n"
+        "sys.argv = ['cagtool'] + sys.argv[1:]\n"
+        "cli.console_main()\n"
+    )
+    env = {k: v for k, v in UNBOUNDED_ENV.items() if k != "OPENBLAS_NUM_THREADS"}
+
+    def seen(*args: str, **extra: str) -> str:
+        proc = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, cwd=str(ROOT), timeout=60, env={**env, **extra})
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    assert seen("summary", str(tmp_path)) == "'1'"
+    assert seen("runs", str(tmp_path)) == "'1'"
+    assert seen("summary", str(tmp_path), OPENBLAS_NUM_THREADS="4") == "'4'"
+    assert seen("run", "train.py") == "None"
+
+
 def test_root_help_lists_every_command_with_its_first_help_line():
     from cagtool import cli
 

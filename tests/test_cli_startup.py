@@ -129,7 +129,8 @@ def test_runs_and_recompiles_explain_load_only_what_they_print(tmp_path):
     assert "cagtool.report.console" in loaded  # it did print its table
     # console.py's text passes safe_text (record text shown as text: a module of one regex)
     assert {m for m in loaded if m.startswith("cagtool.report")} == {"cagtool.report", "cagtool.report.console", "cagtool.report.safe_text"}
-    assert "socket" not in loaded  # the writer's liveness needs no socket
+    # The writer's liveness needs no socket (typer >= 0.29 loads one with pydantic's Path coercion).
+    assert "socket" not in loaded or "pydantic" in loaded
     assert not [m for m in loaded if m.split(".")[0] in ("torch", "pandas", "numpy", *TYPER_COERCION)]
     loaded = loaded_after(f"from cagtool.cli import main; main(['recompiles', {str(run)!r}, '--explain'])")
     assert "cagtool.report.recompiles.explain" in loaded  # it did explain

@@ -291,8 +291,15 @@ class _PlainRows:
         for line in drawn[: head + 1]:
             yield Segment(line)
             yield Segment.line()
+        folded: dict[tuple[str, int], list[str]] = {}  # an unchanged node is the same text on both sides
         for row in self.rows:
-            cells = [_folded(console, cell, width) for cell, width in zip(row, content)]
+            cells = []
+            for cell, width in zip(row, content):
+                key = (cell.plain, width)
+                lines = folded.get(key)
+                if lines is None:
+                    lines = folded[key] = _folded(console, cell, width)
+                cells.append(lines)
             height = max(len(lines) for lines in cells)
             for n in range(height):
                 parts = []

@@ -264,8 +264,10 @@ class _PlainRows:
     """The side-by-side table as rich draws it on a colourless console, its rows drawn here.
 
     Rich's table renders every cell through its whole layout machinery; for a diff of two
-    10,000-node graphs (about a thousand rows) that was 0.45 s, half of the command's CPU time
-    (0.83 s -> 0.39 s whole-process, `benchmarks/cli_speed.py`, diff-graphs). Rich still lays the
+    10,000-node graphs (about a thousand rows, 100 columns) that was 0.65 s of CPU, drawn here in
+    0.07 s: with the graph files' msgspec decode, `diff-graphs` went from 1.15 s to 0.51 s of
+    whole-process CPU (medians, `benchmarks/cli_speed.py`, 2026-11-26, benchmarks/README.md),
+    far above the 20 % a hand-written piece needs (CONTRIBUTING.md). Rich still lays the
     table out: it draws the header, the borders and a row of each column's widest cells, which
     gives the column widths it would choose for the whole table; the rows are then folded with
     rich's own `Text.wrap` where they do not fit, padded and joined with the table's box

@@ -18,7 +18,7 @@ UNBOUNDED_ENV = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
 
 HEAVY = ("torch", "pandas", "numpy", "typer.rich_utils", "rich.markdown", "cagtool.capture")
 
-# typer 0.29 coerces every option through pydantic (+0.10 s CPU on `runs`, benchmarks/README.md):
+# typer 0.29 coerces every option through pydantic (+63 % CPU on `runs`, benchmarks/README.md):
 # below it, a command must not load pydantic at all (constraints.txt pins the measured version).
 TYPER_COERCION = () if tuple(int(p) for p in version("typer").split(".")[:2]) >= (0, 29) else ("pydantic",)
 

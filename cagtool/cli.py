@@ -229,7 +229,8 @@ def console_main() -> None:
     # numpy's OpenBLAS starts a thread per core when numpy is imported; a report's arrays are a
     # few thousand numbers, which one thread sorts as fast, and starting the pool costs more CPU
     # than the sorting (`import numpy`: 0.19 -> 0.15 s CPU on the 2-core VM, more with more
-    # cores; `summary` of 3 x 20,000 steps: 0.53 -> 0.45 s, medians at load 7, 2026-11-26).
+    # cores; `summary` of 3 x 20,000 steps: 0.49 -> 0.46 s, medians of 11 interleaved runs at
+    # load 8, 2026-11-26).
     # These commands start no process, so the setting reaches nothing else; a user's own
     # setting is kept.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

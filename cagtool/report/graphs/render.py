@@ -9,13 +9,16 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
-from rich.console import Console
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 from cagtool.report.console import is_unbounded
+from cagtool.report.safe_text import is_safe
 
 from cagtool.report.graphs.diff import CHANGED, EQUAL, INSERTED, REMOVED, NodeDiff
 from cagtool.report.graphs.runs import GraphComparison, GraphSide
@@ -203,36 +206,121 @@ class SideBySideRenderer(_HunkRenderer):
         if not spans:
             return
         entries = comparison.diff.entries
+        rows: list[tuple[Text, Text, Text]] = []
+        for hunk in spans:
+            self._gap(rows, hunk.skipped_before)
+            self._hunk(rows, entries[hunk.start : hunk.stop])
+        self._gap(rows, skipped_after)
+        if _plain_layout(console, rows):
+            console.print(_PlainRows(lambda: self._table(comparison, console), rows))
+            return
+        console.print(_filled(self._table(comparison, console), rows))
+
+    def _table(self, comparison: GraphComparison, console: Console) -> Table:
         table = Table(show_header=True, header_style="bold", expand=not is_unbounded(console), show_lines=False, pad_edge=False)
         table.add_column("", width=1, no_wrap=True)
         table.add_column(f"{comparison.old.compile_id} (old)", ratio=1, overflow="fold")
         table.add_column(f"{comparison.new.compile_id} (new)", ratio=1, overflow="fold")
-        for hunk in spans:
-            self._gap(table, hunk.skipped_before)
-            self._hunk(table, entries[hunk.start : hunk.stop])
-        self._gap(table, skipped_after)
-        console.print(table)
+        return table
 
-    def _gap(self, table: Table, unchanged: int) -> None:
+    def _gap(self, rows: list[tuple[Text, Text, Text]], unchanged: int) -> None:
         if unchanged:
             gap = Text(f"⋯ {unchanged} unchanged", style="dim italic")
-            table.add_row("", gap, gap)
+            rows.append((Text(""), gap, gap))
 
-    def _hunk(self, table: Table, entries: Sequence[NodeDiff]) -> None:
+    def _hunk(self, rows: list[tuple[Text, Text, Text]], entries: Sequence[NodeDiff]) -> None:
         origin = None
         for entry in entries:
             here = origin_label(entry)
             if here != origin:
                 old_o = entry.old.origin_text if entry.old is not None else ""
                 new_o = entry.new.origin_text if entry.new is not None else ""
-                table.add_row("", Text(f"# {old_o}" if old_o else "", style="cyan"), Text(f"# {new_o}" if new_o else "", style="cyan"))
+                rows.append((Text(""), Text(f"# {old_o}" if old_o else "", style="cyan"), Text(f"# {new_o}" if new_o else "", style="cyan")))
                 origin = here
             style = STYLE[entry.kind]
             left = Text(node_text(entry.old), style=style) if entry.old is not None else Text("")
             right = Text(node_text(entry.new), style=style) if entry.new is not None else Text("")
             if entry.kind == CHANGED:
                 right.append(f"  # {changed_fields(entry)}", style="yellow italic")
-            table.add_row(Text(MARK[entry.kind], style=style), left, right)
+            rows.append((Text(MARK[entry.kind], style=style), left, right))
+
+
+def _filled(table: Table, rows: Sequence[tuple[Text, Text, Text]]) -> Table:
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _plain_layout(console: Console, rows: Sequence[tuple[Text, Text, Text]]) -> bool:
+    """Whether the side-by-side table can be drawn by `_PlainRows`: a colourless console with
+    unicode box characters, and cells of safe single-line text (tabs, newlines and anything
+    `safe_text` would rewrite go through rich's own table)."""
+    if console.color_system is not None or console.options.ascii_only:
+        return False
+    return all(is_safe(cell.plain) and "\t" not in cell.plain and "\n" not in cell.plain for row in rows for cell in row)
+
+
+class _PlainRows:
+    """The side-by-side table as rich draws it on a colourless console, its rows drawn here.
+
+    Rich's table renders every cell through its whole layout machinery; for a diff of two
+    10,000-node graphs (about a thousand rows, 100 columns) that was 0.65 s of CPU, drawn here in
+    0.07 s: with the graph files' msgspec decode, `diff-graphs` went from 1.15 s to 0.51 s of
+    whole-process CPU (medians, `benchmarks/cli_speed.py`, 2026-11-26, benchmarks/README.md),
+    far above the 20 % a hand-written piece needs (CONTRIBUTING.md). Rich still lays the
+    table out: it draws the header, the borders and a row of each column's widest cells, which
+    gives the column widths it would choose for the whole table; the rows are then folded with
+    rich's own `Text.wrap` where they do not fit, padded and joined with the table's box
+    characters. tests/report/graphs/test_graph_diff.py holds the output equal to rich's."""
+
+    def __init__(self, make_table: Callable[[], Table], rows: Sequence[tuple[Text, Text, Text]]) -> None:
+        self.make_table = make_table
+        self.rows = rows
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment | Table]:
+        widest = tuple(max((row[i] for row in self.rows), key=lambda cell: cell_len(cell.plain)) for i in range(3))
+        layout = self.make_table()
+        layout.add_row(*widest)
+        drawn = ["".join(segment.text for segment in line) for line in console.render_lines(layout, options, pad=False)]
+        head = next((i for i, line in enumerate(drawn) if line.startswith("┡")), None)
+        widths = [len(part) for part in drawn[0][1:-1].split("┳")]
+        # pad_edge=False: the first column has no left padding, the last no right padding.
+        pads = ((0, 1), (1, 1), (1, 0))
+        content = [width - left - right for width, (left, right) in zip(widths, pads)]
+        if head is None or len(widths) != 3 or min(content) < 1:  # a console too narrow for the columns: rich squeezes them
+            yield _filled(self.make_table(), self.rows)
+            return
+        for line in drawn[: head + 1]:
+            yield Segment(line)
+            yield Segment.line()
+        folded: dict[tuple[str, int], list[str]] = {}  # an unchanged node is the same text on both sides
+        for row in self.rows:
+            cells = []
+            for cell, width in zip(row, content):
+                key = (cell.plain, width)
+                lines = folded.get(key)
+                if lines is None:
+                    lines = folded[key] = _folded(console, cell, width)
+                cells.append(lines)
+            height = max(len(lines) for lines in cells)
+            for n in range(height):
+                parts = []
+                for lines, width, (left, right) in zip(cells, content, pads):
+                    text = lines[n] if n < len(lines) else " " * width
+                    parts.append(" " * left + text + " " * right)
+                yield Segment("│" + "│".join(parts) + "│")
+                yield Segment.line()
+        yield Segment(drawn[-1])
+        yield Segment.line()
+
+
+def _folded(console: Console, cell: Text, width: int) -> list[str]:
+    """A cell's lines as rich's table folds them at `width` cells, each padded to the width."""
+    plain = cell.plain
+    length = cell_len(plain)
+    if length <= width:
+        return [plain + " " * (width - length)]
+    return [line.plain for line in Text(plain).wrap(console, width, justify="left", overflow="fold")]
 
 
 def _node_json(node: NormNode | None) -> dict[str, Any] | None:

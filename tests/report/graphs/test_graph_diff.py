@@ -16,8 +16,9 @@ from cagtool.commands.diff_graphs import GraphSpec, parse_graph_args
 from cagtool.errors import UsageError
 from cagtool.record.graph_file import GraphNode
 from cagtool.record.schema import AutogradNodeRef, CacheMissEvent, ChangedSize, SourceRef
-from cagtool.report.console import make_console
+from cagtool.report.console import UNBOUNDED_WIDTH, make_console
 from cagtool.report.graphs.diff import CHANGED, EQUAL, INSERTED, REMOVED, diff_graphs
+from cagtool.report.graphs import render
 from cagtool.report.graphs.render import JsonRenderer, SideBySideRenderer, UnifiedRenderer, hunks
 from cagtool.report.graphs.runs import GraphComparison, GraphSide, describe_recompile
 from cagtool.report.graphs.normalize import normalize_graph, short_target
@@ -315,6 +316,28 @@ def test_side_by_side_shows_both_graphs_and_no_colour_off_a_terminal():
     assert row.startswith("│+ │ ")  # nothing on the old side
     assert "⋯ 11 unchanged" in text and "⋯ 1 unchanged" in text
     assert "\x1b[" not in text
+
+
+@pytest.mark.parametrize("width", [6, 14, 31, 60, 100, UNBOUNDED_WIDTH])
+def test_side_by_side_rows_drawn_as_richs_table_draws_them(monkeypatch, width):
+    # Off a terminal the rows are drawn by _PlainRows from rich's layout; the text must be what
+    # rich's Table prints for the same rows: folded cells (a long shape, a wide character), the
+    # narrowest consoles (handed to rich) and the unbounded width of a pipe.
+    dims = ", ".join(str(n) for n in range(40)) + ", 長さ"
+    comparison = _comparison(graph(None, dims=dims), graph("MulBackward0", dims=dims[:-4]))
+    drawn = []
+    original = render._PlainRows.__rich_console__
+
+    def counted(self, console, options):
+        drawn.append(1)
+        yield from original(self, console, options)
+
+    monkeypatch.setattr(render._PlainRows, "__rich_console__", counted)
+    plain = _render(SideBySideRenderer(context=2), comparison, width)
+    assert drawn == [1]
+    monkeypatch.setattr(render, "_plain_layout", lambda console, rows: False)
+    assert plain == _render(SideBySideRenderer(context=2), comparison, width)
+    assert "~ " in plain and ("長さ" in plain or width < 60)
 
 
 def test_identical_graphs_render_one_line():

@@ -367,7 +367,11 @@ class WakeupRelay:
 
 def ignore_further_stops() -> None:
     """While the record is being closed, a second signal (the forwarded copy of one the child
-    already got, a second Ctrl-C, cagtool's death) must not abort the manifest write."""
+    already got, a second Ctrl-C, cagtool's death) must not abort the manifest write.
+
+    Ignored, not blocked with pthread_sigmask: a mask is the calling thread's, and a signal sent to
+    the process while the main thread blocks it goes to another thread (torch starts several),
+    whose C-level handler still has the main thread run the Python handler."""
     for signum in STOP_SIGNALS + ((PARENT_DIED,) if PARENT_DIED is not None else ()):
         try:
             signal.signal(signum, signal.SIG_IGN)

@@ -13,6 +13,7 @@ launcher with a 95 % Clopper-Pearson interval for each hang rate, and writes eve
 
     python benchmarks/torchrun_restart_hang.py --runs 8 --json benchmarks/results/torchrun_restart/<date>.json
     python benchmarks/torchrun_restart_hang.py --runs 8 --standalone   # torchrun's c10d rendezvous on a free port
+    python benchmarks/torchrun_restart_hang.py --pool benchmarks/results/torchrun_restart/*.json   # the counts of several sessions
 """
 
 from __future__ import annotations
@@ -191,6 +192,13 @@ def summarise(tries: list[dict]) -> dict:
     return summary
 
 
+def _print_summary(summary: dict) -> None:
+    for launcher, figures in summary.items():
+        low, high = figures["hang_rate_ci95"]
+        print(f"{launcher}: {figures['hang']} hung, {figures['fail']} failed, {figures['ok']} ok of {figures['n']}; "
+              f"hang rate {figures['hang_rate']:.2f} [95 % {low:.2f}, {high:.2f}]")
+
+
 def _median(values: list[float]) -> float | None:
     values = sorted(values)
     if not values:
@@ -213,7 +221,11 @@ def main() -> None:
     parser.add_argument("--launchers", default=",".join(LAUNCHERS), help="torchrun,cagtool (in the order alternated)")
     parser.add_argument("--standalone", action="store_true", help="torchrun --standalone (c10d rendezvous) instead of a static one on a free port")
     parser.add_argument("--json", type=Path, help="write every try and the summary here")
+    parser.add_argument("--pool", type=Path, nargs="+", help="no new tries: the counts over these result files")
     args = parser.parse_args()
+    if args.pool:
+        _print_summary(summarise([t for path in args.pool for t in json.loads(path.read_text())["tries"]]))
+        return
     launchers = [name for name in args.launchers.split(",") if name]
     if any(name not in LAUNCHERS for name in launchers):
         parser.error(f"--launchers: each of {', '.join(LAUNCHERS)}")
@@ -231,10 +243,7 @@ def main() -> None:
             extra = result.get("reason") or "; ".join(result.get("stacks", []))
             print(f"{launcher} {run + 1}/{args.runs}: {result['outcome']} (exit {result['exit_code']}, {result['seconds']} s) {extra}", flush=True)
     summary = summarise(tries)
-    for launcher, figures in summary.items():
-        low, high = figures["hang_rate_ci95"]
-        print(f"{launcher}: {figures['hang']} hung, {figures['fail']} failed, {figures['ok']} ok of {figures['n']}; "
-              f"hang rate {figures['hang_rate']:.2f} [95 % {low:.2f}, {high:.2f}]")
+    _print_summary(summary)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({

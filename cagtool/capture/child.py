@@ -254,8 +254,8 @@ def _record_mode(spec: ModeSpec) -> int:
     except SignalStop as stop:
         status, exit_code = STATUS_INTERRUPTED, exit_code_for(stop.signum)
         if stop.parent_died:  # no cagtool to pass the signal on to the script's own workers
-            parent_died = True
             signal_tree(os.getpid(), stop.signum, include_root=False)
+            parent_died = True  # only once they have it: otherwise the check below stops them
         why = "cagtool's own process died" if stop.parent_died else f"stopped by {signal.Signals(stop.signum).name}"
         exception = ExceptionInfo(signal.Signals(stop.signum).name, why)
     except BaseException as exc:  # noqa: BLE001 - the target's own failure, recorded and passed on

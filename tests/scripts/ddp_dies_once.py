@@ -4,7 +4,10 @@ stops the other rank and starts both again, and the second attempt runs to the e
 autograd through the config flag (python reducer), so a TORCH_TRACE log of the job holds its
 CA graphs. Each rank of each attempt prints one JSON line: rank, attempt, steps, ca_captures.
 
-    torchrun --nproc-per-node 2 --max-restarts 1 ddp_dies_once.py [--steps 4] [--die-after 2]
+    torchrun --nproc-per-node 2 --max-restarts 1 ddp_dies_once.py [--steps 4] [--die-after 2] [--shared-keys]
+
+`--shared-keys`: `init_process_group("gloo")` as most jobs call it (env://, torchrun's store with
+the same keys in every attempt), the rendezvous whose restart races (benchmarks/torchrun_restart_hang.py).
 """
 
 import argparse
@@ -20,14 +23,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--die-after", type=int, default=2)
+    parser.add_argument("--shared-keys", action="store_true", help="init_process_group's defaults: no prefix per attempt")
     args = parser.parse_args()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     # torchrun's store outlives an attempt, and with it the first attempt's gloo addresses: a
     # restarted rank may read its peer's old one and fail to connect (torch's own race, seen with
     # plain torchrun too). Each attempt's process group keeps its keys under its own prefix.
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False)
-    dist.init_process_group("gloo", store=dist.PrefixStore(f"attempt{attempt}/", store), rank=rank, world_size=world)
+    if args.shared_keys:
+        dist.init_process_group("gloo")
+    else:
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False)
+        dist.init_process_group("gloo", store=dist.PrefixStore(f"attempt{attempt}/", store), rank=rank, world_size=world)
     torch._dynamo.config.optimize_ddp = "python_reducer"
     torch._dynamo.config.compiled_autograd = True
     torch.manual_seed(0)

@@ -258,11 +258,8 @@ def install_child_handlers(parent_pid: int, ack_fd: int | None) -> None:
     (nohup, a background job) stays ignored. Every signal a Python handler receives is reported
     on ack_fd (WakeupRelay)."""
 
-    def _parent_died(signum: int, frame: Any) -> None:
-        raise SignalStop(signal.SIGTERM, parent_died=True)
-
     if PARENT_DIED is not None:
-        signal.signal(PARENT_DIED, _parent_died)
+        signal.signal(PARENT_DIED, ParentDiedHandler())
     if ack_fd is not None:
         try:
             os.set_inheritable(ack_fd, False)  # the script's own children must not hold it open
@@ -270,6 +267,30 @@ def install_child_handlers(parent_pid: int, ack_fd: int | None) -> None:
             WakeupRelay(ack_fd).install()
         except (OSError, ValueError):
             pass
+
+
+class ParentDiedHandler:
+    """PARENT_DIED's handler: raises SignalStop at the first delivery only; a later copy is counted
+    and otherwise does nothing.
+
+    The kernel can deliver PARENT_DIED more than once for one death. The "parent" of
+    PR_SET_PDEATHSIG is the thread that started this process, and the signal is sent each time
+    this process is handed to a new parent: when cagtool's process is SIGKILLed, its threads exit
+    one by one, this process may first be handed to another of its threads (still exiting) and
+    then to the reaper, a copy each time. A real-time signal is queued, not merged, so the second
+    copy comes on its own, a moment after the first, while the script or this process's own
+    wind-down is handling the first (2 of 20 SIGKILLs of a 5-thread parent delivered it twice
+    here). Raised again there, it aborted the closing of the record (the process exited 143 with
+    its manifest and run.json left open) or kept the script's workers from being stopped. One
+    death is one stop: nothing after the first raises."""
+
+    def __init__(self) -> None:
+        self.deliveries = 0
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.deliveries += 1
+        if self.deliveries == 1:
+            raise SignalStop(signal.SIGTERM, parent_died=True)
 
 
 class WakeupRelay:
@@ -346,7 +367,11 @@ class WakeupRelay:
 
 def ignore_further_stops() -> None:
     """While the record is being closed, a second signal (the forwarded copy of one the child
-    already got, a second Ctrl-C, cagtool's death) must not abort the manifest write."""
+    already got, a second Ctrl-C, cagtool's death) must not abort the manifest write.
+
+    Ignored, not blocked with pthread_sigmask: a mask is the calling thread's, and a signal sent to
+    the process while the main thread blocks it goes to another thread (torch starts several),
+    whose C-level handler still has the main thread run the Python handler."""
     for signum in STOP_SIGNALS + ((PARENT_DIED,) if PARENT_DIED is not None else ()):
         try:
             signal.signal(signum, signal.SIG_IGN)

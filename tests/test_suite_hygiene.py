@@ -37,3 +37,19 @@ def test_a_test_that_leaves_a_process_running_fails(tmp_path):
     assert "PASSED test_leak.py::test_ends_what_it_started" in out, out
     assert "PASSED test_leak.py::test_waits_for_what_it_started" in out, out
     assert proc.returncode == 1
+
+
+def test_no_test_module_imports_another():
+    """Helpers shared between test modules live in conftest.py or a helper module beside them
+    (rank_records.py, recompile_records.py): importing a test module from another runs its
+    module-level code twice under two names and ties one file's tests to another's internals."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        if "scripts" in path.relative_to(ROOT / "tests").parts:
+            continue  # the jobs the tests run, not tests
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{path.relative_to(ROOT)}:{node.lineno} imports {name}" for name in names if name.rsplit(".", 1)[-1].startswith("test_")]
+    assert found == []

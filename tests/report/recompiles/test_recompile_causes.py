@@ -120,7 +120,7 @@ def test_an_imported_batch_size_change_is_one_cause_with_no_branch_advice(import
 def test_a_size_the_graphs_do_not_show_takes_its_earlier_value_from_the_forwards_guard(tmp_path):
     """A CA size passed on without being read (no constant in the previous graph to read it off)
     gets its earlier value from the forward's size guard of the same step: `expected 32, actual 48`."""
-    from test_recompiles_analysis import RecordBuilder, table_of  # the hand-built records of the analysis tests
+    from recompile_records import RecordBuilder, table_of  # the analysis tests' hand-built records
 
     from cagtool.record.schema import ChangedSize, DynamoRecompileEvent
 

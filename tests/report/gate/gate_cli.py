@@ -6,16 +6,13 @@ import json
 import subprocess
 from pathlib import Path
 
-from conftest import cli_in_process
+from conftest import cagtool_in_process
 
 
 def cagtool(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`cagtool ARGS` run through the CLI's own entry point in this process (with GITHUB_ACTIONS and
-    GITHUB_STEP_SUMMARY unset unless `env` sets them): gate and baseline read records and write
-    files, and a new interpreter per call would cost ~0.6 s of CPU starting Python and importing
-    cagtool, dozens of times in these tests."""
-    code, out, err = cli_in_process(*[str(a) for a in args], env=env, cwd=cwd)
-    return subprocess.CompletedProcess(["cagtool", *map(str, args)], code, out, err)
+    """In-process (cagtool_in_process), with GITHUB_ACTIONS and GITHUB_STEP_SUMMARY unset unless
+    `env` sets them."""
+    return cagtool_in_process(*args, cwd=cwd, env=env)
 
 
 def gate_json(*args: str, cwd: Path, code: int) -> dict:

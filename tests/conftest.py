@@ -304,9 +304,11 @@ def cli_in_process(*args: str, env: dict[str, str] | None = None, cwd: Path | No
 def cagtool_in_process(*args, cwd: Path = ROOT, env: dict[str, str] | None = None, unset: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """`cagtool ARGS` through the CLI's own entry point in this process, returned as a finished
     subprocess would be. For the commands that read records and write reports (summary, compare,
-    gate, baseline, recompiles, diff-graphs, report): a new interpreter per call costs ~0.6 s of CPU
-    starting Python and importing cagtool, which the suite paid hundreds of times. `cagtool run`
-    stays a real process (it is the job's parent, its signals and exit are what is tested)."""
+    gate, baseline, recompiles, diff-graphs, report, export, merge, import): a new interpreter per
+    call costs ~0.6 s of CPU starting Python and importing cagtool, in-process a few ms once the
+    first call has imported it. `cagtool run` stays a real process (it is the job's parent: its
+    signals and exit are what is tested), and so do the tests of the console entry point itself
+    (test_console_exit.py) and of what a report command writes to a real pipe."""
     code, out, err = cli_in_process(*map(str, args), env=env, cwd=cwd, unset=unset)
     return subprocess.CompletedProcess(["cagtool", *map(str, args)], code, out, err)
 

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from conftest import ROOT, cagtool_in_process
+
 JOBS = ROOT / "tests" / "scripts" / "trace_jobs"
 
 
 def cagtool(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "CI": "true", "COLUMNS": "100"}
-    env.pop("FORCE_COLOR", None)
-    return subprocess.run([sys.executable, "-m", "cagtool", *args], capture_output=True, text=True, timeout=300, cwd=str(ROOT), env=env)
+    """In-process (cagtool_in_process): recompiles, report and import read a record or a log and write files."""
+    return cagtool_in_process(*args, cwd=ROOT, env={"CI": "true", "COLUMNS": "100"}, unset=("FORCE_COLOR",))
 
 
 def explanation(run: Path, mode: str) -> dict:

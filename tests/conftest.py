@@ -38,6 +38,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
+# The same for SIGINT and SIGQUIT when a shell without job control started the suite in the
+# background (`pytest ... &` in a script, a CI step's background job): both are ignored then,
+# python installs no KeyboardInterrupt handler in a process that starts with SIGINT ignored, and
+# the tests that send a terminal's Ctrl-C to a job would wait for a job that never stops.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if hasattr(signal, "SIGQUIT") and signal.getsignal(signal.SIGQUIT) == signal.SIG_IGN:
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
 
 @dataclass
 class RecordedRun:

@@ -38,6 +38,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
+# The same for SIGINT and SIGQUIT when a shell without job control started the suite in the
+# background (`pytest ... &` in a script, a CI step's background job): both are ignored then,
+# python installs no KeyboardInterrupt handler in a process that starts with SIGINT ignored, and
+# the tests that send a terminal's Ctrl-C to a job would wait for a job that never stops.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if hasattr(signal, "SIGQUIT") and signal.getsignal(signal.SIGQUIT) == signal.SIG_IGN:
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
 
 @dataclass
 class RecordedRun:
@@ -265,8 +274,9 @@ def work(tmp_path) -> Path:
     return path
 
 
-def cli_in_process(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None):
-    """Run cli.main in-process; returns (exit code, stdout, stderr)."""
+def cli_in_process(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, unset: tuple[str, ...] = ()):
+    """Run cli.main in-process, with `env` set and the variables in `unset` removed for the call;
+    returns (exit code, stdout, stderr)."""
     import contextlib
     import io
 
@@ -276,6 +286,8 @@ def cli_in_process(*args: str, env: dict[str, str] | None = None, cwd: Path | No
     old_env = dict(os.environ)
     old_cwd = os.getcwd()
     os.environ.update(env or {})
+    for name in unset:
+        os.environ.pop(name, None)
     if "COLUMNS" not in (env or {}):
         os.environ.pop("COLUMNS", None)  # off a terminal with no COLUMNS: what a CI log gets
     if "GITHUB_ACTIONS" not in (env or {}):
@@ -296,6 +308,18 @@ def cli_in_process(*args: str, env: dict[str, str] | None = None, cwd: Path | No
         os.environ.update(old_env)
         sys.stdout.flush()
     return code, out.getvalue(), err.getvalue()
+
+
+def cagtool_in_process(*args, cwd: Path = ROOT, env: dict[str, str] | None = None, unset: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """`cagtool ARGS` through the CLI's own entry point in this process, returned as a finished
+    subprocess would be. For the commands that read records and write reports (summary, compare,
+    gate, baseline, recompiles, diff-graphs, report, export, merge, import): a new interpreter per
+    call costs ~0.6 s of CPU starting Python and importing cagtool, in-process a few ms once the
+    first call has imported it. `cagtool run` stays a real process (it is the job's parent: its
+    signals and exit are what is tested), and so do the tests of the console entry point itself
+    (test_console_exit.py) and of what a report command writes to a real pipe."""
+    code, out, err = cli_in_process(*map(str, args), env=env, cwd=cwd, unset=unset)
+    return subprocess.CompletedProcess(["cagtool", *map(str, args)], code, out, err)
 
 
 @pytest.fixture(autouse=True)

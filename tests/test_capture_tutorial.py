@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+from conftest import cagtool_in_process
+
 from cagtool.record.loader import load_run
 from cagtool.record.schema import CacheMissEvent, CAGraphEvent, FindingEvent, StepEvent
 from cagtool.report.metrics import mode_metrics
+
+pytestmark = pytest.mark.slow  # every test reads a real `cagtool run` record
 
 
 def _ca(run):
@@ -93,11 +98,8 @@ def test_record_layout_and_summary_json(record_run):
 
 
 def test_summary_command_json_rerenders_without_rerun(record_run):
-    import subprocess
-    import sys
-
     run = record_run("op_loop.py")
-    proc = subprocess.run([sys.executable, "-m", "cagtool", "summary", str(run.path), "--format", "json"], capture_output=True, text=True)
+    proc = cagtool_in_process("summary", str(run.path), "--format", "json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["ca_graphs"] == 4 and data["exit_code"] == 0 and data["steps"] == 4
@@ -138,16 +140,13 @@ def test_depyf_dump_lands_in_the_run_dir(record_run):
 
 def test_runs_lists_recorded_runs_and_latest_is_the_default(record_run, tmp_path):
     import shutil
-    import subprocess
-    import sys
 
     run = record_run("op_loop.py")
     root = tmp_path / ".cagtool" / "runs"
     shutil.copytree(run.path, root / "op_loop-1")
-    env = {**__import__("os").environ, "COLUMNS": "200"}
-    listed = subprocess.run([sys.executable, "-m", "cagtool", "runs"], capture_output=True, text=True, cwd=tmp_path, env=env)
+    listed = cagtool_in_process("runs", cwd=tmp_path, env={"COLUMNS": "200"})
     assert listed.returncode == 0 and "op_loop-1" in listed.stdout and "ca:finished" in listed.stdout
-    latest = subprocess.run([sys.executable, "-m", "cagtool", "summary", "--format", "json"], capture_output=True, text=True, cwd=tmp_path)
+    latest = cagtool_in_process("summary", "--format", "json", cwd=tmp_path)
     assert latest.returncode == 0, latest.stderr
     assert json.loads(latest.stdout)["ca_graphs"] == 4
 

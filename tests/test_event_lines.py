@@ -35,7 +35,7 @@ from cagtool.record.schema import (
     event_to_dict,
 )
 
-from conftest import ROOT, cagtool_cmd
+from conftest import ROOT, cagtool_cmd, cagtool_in_process
 
 SAMPLE_EVENTS = [
     StepEvent(seq=0, t=0.25, step=0, backward_s=1.5e-7, loss=math.nan, wall_s=None, boundary="optimizer"),
@@ -273,7 +273,7 @@ def test_a_process_ending_mid_step_loses_at_most_its_last_hold_s(tmp_path, how):
     assert [e.seq for e in ca.events] == list(range(len(ca.events)))
     assert "steps recorded (the process ended without closing its record: the per-step lines of its last 0.5 s, if any, were lost with it)" in proc.stderr
     assert "no optimizer step ended" not in proc.stderr
-    summary = subprocess.run(cagtool_cmd("summary", str(tmp_path / "r"), "--format", "json"), capture_output=True, text=True, cwd=ROOT, timeout=120)
+    summary = cagtool_in_process("summary", str(tmp_path / "r"), "--format", "json")
     assert json.loads(summary.stdout)["modes"]["ca"]["steps_lost_with_process_s"] == writer_module.HOLD_S
     if how in ("os_exit", "sigterm"):
         steps = [s.step for s in ca.of(StepEvent)]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SAMPLES, cagtool_cmd
+from conftest import ROOT, SAMPLES, cagtool_cmd, cagtool_in_process
 
 from cagtool.capture.processes.launch_audit import check_launch
 from cagtool.capture.target import Target, check_target
@@ -61,6 +61,7 @@ def _check_ddp_ranks(run_path: Path, stdout: str, steps: int) -> None:
         assert "_c10d_functional.all_reduce" in trace
 
 
+@pytest.mark.slow
 def test_ddp_mp_spawn_ranks_are_followed(tmp_path):
     """sample_scripts/train_ddp.py never sets optimize_ddp: in ca mode cagtool selects the Python
     reducer; in aot the script's (C++) reducer stays."""
@@ -78,6 +79,7 @@ def test_ddp_mp_spawn_ranks_are_followed(tmp_path):
         assert not record.of(CAGraphEvent)
 
 
+@pytest.mark.slow
 def test_ddp_torchrun_module_form(tmp_path):
     proc = _cagtool_run(tmp_path / "r", "-m", "torch.distributed.run", "--", "--nproc-per-node", "2",
                         str(SAMPLES / "train_ddp.py"), "--steps", "2")
@@ -92,6 +94,7 @@ def test_torchrun_console_script_runs_as_module():
     assert target.label == "train"  # the run directory is named after the training script
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
 def test_multiprocessing_children_get_their_own_records(tmp_path, start_method):
     proc = _cagtool_run(tmp_path / "r", str(SCRIPTS / "fork_workers.py"), start_method)
@@ -108,6 +111,7 @@ def test_multiprocessing_children_get_their_own_records(tmp_path, start_method):
         assert len(record.of(CAGraphEvent)) == record.manifest.torch_counters["compiled_autograd"]["captures"] == printed[pid]["ca_captures"]
 
 
+@pytest.mark.slow
 def test_unfollowable_launches_are_findings(tmp_path):
     proc = _cagtool_run(tmp_path / "r", str(SCRIPTS / "launch_children.py"), modes="aot")
     assert "flag False" in proc.stdout  # aot forces the flag off in the followed child too
@@ -117,7 +121,7 @@ def test_unfollowable_launches_are_findings(tmp_path):
     assert "env=" in findings[0].message and "-I" in findings[1].message
     # The followed child imported torch but recorded nothing: no record left behind.
     assert aot.processes == {} and not (tmp_path / "r" / "aot" / "procs").exists()
-    summary = subprocess.run(cagtool_cmd("summary", str(tmp_path / "r"), "--format", "json"), capture_output=True, text=True, cwd=ROOT)
+    summary = cagtool_in_process("summary", str(tmp_path / "r"), "--format", "json", env={"CI": "true"})
     assert "process_not_followed" in summary.stdout
 
 
@@ -149,6 +153,7 @@ def test_console_script_with_isolated_shebang_is_seen(tmp_path):
     assert found is not None and "-I" in found.reason
 
 
+@pytest.mark.slow
 def test_aot_counts_equal_plain_python_with_the_flag_off(tmp_path):
     """The script sets torch._dynamo.config.compiled_autograd = True itself; under `aot` cagtool
     forces it off, so Dynamo's counts equal the script run by python with the flag off (and not
@@ -209,6 +214,7 @@ def test_forced_flag_reads_false_after_the_script_sets_it():
         torch._dynamo.config.compiled_autograd = False
 
 
+@pytest.mark.slow
 def test_subprocess_python_children_record_their_exit(tmp_path):
     proc = _cagtool_run(tmp_path / "r", str(SCRIPTS / "subprocess_children.py"), modes="aot")
     assert proc.stdout.split() == ["ok", "0", "exit3", "3", "raise", "1"]
@@ -232,6 +238,7 @@ def test_launches_by_torchs_compiler_are_not_reported():
     assert not launched_from(os.path.join(os.sep, "home", "me", "train.py"))
 
 
+@pytest.mark.slow
 def test_ddp_without_its_hooks_in_the_ca_graph_is_a_finding(tmp_path):
     """DDP in the main process (world size 1): the main record has rank 0; a DDP model whose
     all-reduce hooks never reach the CA graph is a finding that names the fix."""
@@ -244,6 +251,7 @@ def test_ddp_without_its_hooks_in_the_ca_graph_is_a_finding(tmp_path):
     assert "post_acc_grad_hook" in finding.message and "Fix:" in finding.message
 
 
+@pytest.mark.slow
 def test_users_own_sitecustomize_still_runs_in_followed_children(tmp_path):
     """cagtool's bootstrap shadows the user's sitecustomize on PYTHONPATH and runs it."""
     user_site = tmp_path / "site"
@@ -263,6 +271,7 @@ def test_users_own_sitecustomize_still_runs_in_followed_children(tmp_path):
     assert "child: users-own True" in proc.stdout
 
 
+@pytest.mark.slow
 def test_unseeded_torchrun_ranks_are_seeded_alike_in_every_mode(tmp_path):
     """Each torchrun worker is seeded like the main process (seed + rank), before the script can
     draw: the modes of an unseeded DDP job then compute on the same numbers and agree."""
@@ -283,11 +292,12 @@ def test_unseeded_torchrun_ranks_are_seeded_alike_in_every_mode(tmp_path):
         for rank, record in run.mode(mode).ranks().items():
             seed = record.manifest.options["seed"]
             assert (seed["seed"], seed["rank"], sorted(seed["seeded"]), seed["script_reseeded"]) == (rank, rank, ["numpy", "random", "torch"], False)
-    compare = subprocess.run(cagtool_cmd("compare", str(out), "--format", "json"), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
+    compare = cagtool_in_process("compare", str(out), "--format", "json", env={"CI": "true"})
     numerics = json.loads(compare.stdout)["numerics"]
     assert numerics["agree"] is True and not any(d["inputs_differ"] for d in numerics["diffs"])
 
 
+@pytest.mark.slow
 def test_seed_off_leaves_followed_processes_unseeded(tmp_path):
     out = tmp_path / "r"
     proc = _cagtool_run(out, "--seed", "off", "-m", "torch.distributed.run", "--", "--nproc-per-node", "2",

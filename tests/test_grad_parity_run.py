@@ -6,20 +6,20 @@ the script behaves differently under torch.compile, as hooks and branches on is_
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import pytest
 
-from conftest import ROOT, cagtool_cmd
+from conftest import ROOT, cagtool_in_process
 
 MISMATCH = str(ROOT / "tests" / "scripts" / "grad_mismatch.py")
 DROPOUT = str(ROOT / "tests" / "scripts" / "dropout_train.py")
 
+pytestmark = pytest.mark.slow  # every test records a real job
+
 
 def cagtool(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "CI": "true", "COLUMNS": "200"}
-    return subprocess.run(cagtool_cmd(*args), capture_output=True, text=True, timeout=300, env=env, cwd=str(ROOT))
+    return cagtool_in_process(*args, env={"CI": "true", "COLUMNS": "200"})
 
 
 def parity_json(run) -> dict:
@@ -97,7 +97,6 @@ def test_dropout_drawn_alike_agrees(record_run):
     assert aot["agrees"] and not aot["not_comparable"] and aot["steps"] == [0, 2]
 
 
-@pytest.mark.slow
 def test_inductor_dropout_is_not_comparable_without_parity_and_agrees_with_it(record_run):
     # The forward's random ops are found in its graph code, which only the TORCH_TRACE log keeps.
     run = record_run(DROPOUT, "--backend", "inductor", modes="eager,aot", extra=("--torch-trace",))

@@ -28,11 +28,11 @@ def test_duplicated_graph_break_log_counts_once(record_run):
 
 
 def test_summary_json_gives_torch_count_and_sites(record_run):
-    import subprocess
-    import sys
+    from conftest import cagtool_in_process
 
     run = record_run(SCRIPT, modes="aot")
-    out = subprocess.run([sys.executable, "-m", "cagtool", "summary", "--format", "json", str(run.path)], capture_output=True, text=True, check=True)
+    out = cagtool_in_process("summary", "--format", "json", str(run.path))
+    assert out.returncode == 0, out.stderr
     body = json.loads(out.stdout)["modes"]["aot"]
     assert body["graph_breaks"] == 1 and body["graph_breaks_counted_by"] == "torch"
     assert [site["line"] for site in body["graph_break_sites"]] == [11]

@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from conftest import ROOT, cagtool_cmd
 
 from cagtool.record.loader import load_run
@@ -17,6 +18,8 @@ from cagtool.record.schema import StepEvent
 
 SCRIPT = Path(__file__).parent / "scripts" / "slow_exit.py"
 ENV = {**os.environ, "CI": "true"}
+
+pytestmark = pytest.mark.slow
 
 
 def _log(path: Path) -> dict[str, list[list[str]]]:

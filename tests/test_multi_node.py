@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, cagtool_cmd
+from conftest import ROOT, cagtool_cmd, cagtool_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,8 @@ def _free_port() -> int:
 
 
 def _cagtool(*args: object, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(cagtool_cmd(*map(str, args)), capture_output=True, text=True, timeout=300, cwd=str(cwd), env={**os.environ, "CI": "true"})
+    """merge, summary and gate read records and write files: in-process (cagtool_in_process)."""
+    return cagtool_in_process(*args, cwd=cwd, env={"CI": "true"})
 
 
 @pytest.fixture(scope="module")

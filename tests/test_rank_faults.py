@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, cagtool_cmd, can_mount_tmpfs
+from conftest import ROOT, cagtool_cmd, cagtool_in_process, can_mount_tmpfs
 
 from cagtool.record.loader import load_run
 from cagtool.record.schema import StepEvent
@@ -65,7 +65,7 @@ def test_ctrl_c_to_mp_spawn_ranks_is_interrupted_not_finished(tmp_path):
         assert manifest.exception.type == "KeyboardInterrupt"
         assert "SIGINT" in manifest.exception.message and f"{SCRIPTS / 'ddp_waits_at_step.py'}:" in manifest.exception.message
         assert len(record.of(StepEvent)) == 3
-    summary = subprocess.run(cagtool_cmd("summary", str(out)), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
+    summary = cagtool_in_process("summary", str(out), env={"CI": "true"})
     text = " ".join(summary.stdout.split())
     assert "rank 0 did not finish (status interrupted) after 3 steps" in text, text
     assert "same final norms" not in text and "final norms not compared" in text
@@ -111,7 +111,7 @@ def test_torchrun_restarted_workers_are_followed_by_rank_and_attempt(tmp_path):
         assert record.attempt == 1 and record.process_key == f"rank{rank}.attempt1"
         assert (record.manifest.status, record.manifest.exit_code) == ("finished", 0)
         assert len(record.of(StepEvent)) == 4
-    summary = subprocess.run(cagtool_cmd("summary", str(out)), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
+    summary = cagtool_in_process("summary", str(out), env={"CI": "true"})
     text = " ".join(summary.stdout.split())
     assert "rank 1 was started 2 times by its launcher: attempt 0 (rank1) failed, exit 1 after 2 steps; attempt 1 (rank1.attempt1) finished after 4 steps" in text, text
 

@@ -16,7 +16,7 @@ import pytest
 from cagtool.record.loader import load_run, renumber_steps_from_zero, step_number_shift
 from cagtool.record.schema import FIRST_STEP, SCHEMA_VERSION, CacheMissEvent, CAGraphEvent, StepEvent
 
-from conftest import ROOT, as_old_schema, cagtool_cmd
+from conftest import ROOT, as_old_schema, cagtool_cmd, cagtool_in_process
 
 NEW_NODE_STEP = 3
 
@@ -42,6 +42,9 @@ for step in range(6):
 
 
 def cagtool(*args: str) -> subprocess.CompletedProcess:
+    """`cagtool run` as a real process; the commands that read the record in-process."""
+    if args[0] != "run":
+        return cagtool_in_process(*args, env={"CI": "true", "COLUMNS": "100"}, unset=("FORCE_COLOR",))
     env = {**os.environ, "CI": "true", "COLUMNS": "100"}
     env.pop("FORCE_COLOR", None)
     return subprocess.run(cagtool_cmd(*args), capture_output=True, text=True, timeout=300, cwd=str(ROOT), env=env)

@@ -37,3 +37,44 @@ def test_a_test_that_leaves_a_process_running_fails(tmp_path):
     assert "PASSED test_leak.py::test_ends_what_it_started" in out, out
     assert "PASSED test_leak.py::test_waits_for_what_it_started" in out, out
     assert proc.returncode == 1
+
+
+def test_no_test_module_imports_another():
+    """Helpers shared between test modules live in conftest.py or a helper module beside them
+    (rank_records.py, recompile_records.py): importing a test module from another runs its
+    module-level code twice under two names and ties one file's tests to another's internals."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        if "scripts" in path.relative_to(ROOT / "tests").parts:
+            continue  # the jobs the tests run, not tests
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{path.relative_to(ROOT)}:{node.lineno} imports {name}" for name in names if name.rsplit(".", 1)[-1].startswith("test_")]
+    assert found == []
+
+
+CHILD_SIGINT = '''
+import subprocess, sys
+
+def test_a_job_the_suite_starts_stops_on_ctrl_c():
+    code = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "True"
+'''
+
+
+def test_a_suite_started_in_the_background_still_gives_its_jobs_ctrl_c(tmp_path):
+    """A shell without job control starts `pytest &` with SIGINT ignored, and every job a test
+    starts would inherit that: the Ctrl-C tests (test_rank_faults.py, test_reliability.py) waited
+    for a job that never stopped. conftest.py gives the suite's processes SIGINT back."""
+    import signal
+
+    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_child_sigint.py").write_text(CHILD_SIGINT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", str(tmp_path)],
+                          capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=300,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert proc.returncode == 0, proc.stdout[-3000:]

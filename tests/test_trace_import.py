@@ -12,15 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ROOT, cagtool_in_process
+
 from cagtool.record.loader import load_run
 from cagtool.record.schema import CacheMissEvent, CAGraphEvent, DynamoCompileEvent, DynamoRecompileEvent
 from cagtool.report.metrics import mode_metrics
-ROOT = Path(__file__).resolve().parent.parent
+
 JOBS = ROOT / "tests" / "scripts" / "trace_jobs"
-
-
-def cagtool_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "cagtool", *args]
 
 
 def _start_job(script: str, trace_dir: Path, *args: str) -> subprocess.Popen:
@@ -45,11 +43,12 @@ def _job(script: str, trace_dir: Path, *args: str, timeout: int = 300) -> str:
 
 
 def _import(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(cagtool_cmd("import", *args), capture_output=True, text=True, cwd=str(ROOT), timeout=120)
+    return cagtool_in_process("import", *args)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(cagtool_cmd(*args), capture_output=True, text=True, cwd=str(ROOT), timeout=120)
+    """In-process (cagtool_in_process): import and the report commands read logs and records."""
+    return cagtool_in_process(*args)
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +82,7 @@ def _check_counts(record, counters: dict) -> int:
     return frames_recompiled
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["plain", "verbose"])
 def test_single_process_counts_equal_torch_counters(single_logs, tmp_path, variant):
     trace, counters = single_logs[variant]
@@ -114,6 +114,7 @@ def test_single_process_counts_equal_torch_counters(single_logs, tmp_path, varia
     assert "step times" in record.manifest.imported["not_in_log"]
 
 
+@pytest.mark.slow
 def test_report_commands_read_an_imported_run(single_logs, tmp_path):
     trace, _ = single_logs["plain"]
     run = tmp_path / "run"
@@ -135,6 +136,7 @@ def test_report_commands_read_an_imported_run(single_logs, tmp_path):
     assert _cli("gate", str(run), "--max-ca-graphs", "4", "--mode", "imported").returncode == 0
 
 
+@pytest.mark.slow
 def test_an_imported_recompile_names_the_users_call_from_the_logged_stack(single_logs, tmp_path):
     """torch logs a compile's stack (`dynamo_start`) just after the recompile reasons: the resume
     function after the graph break in `with_break` is recompiled from the script's
@@ -151,6 +153,7 @@ def test_an_imported_recompile_names_the_users_call_from_the_logged_stack(single
     assert lines["0/1"]["how"] == "compiled_frame" and lines["0/1"]["function"] == "train_step"
 
 
+@pytest.mark.slow
 def test_two_ranks_over_gloo(ddp_logs, tmp_path):
     trace, counters = ddp_logs
     proc = _import(str(trace), "-o", str(tmp_path / "run"))
@@ -175,6 +178,7 @@ def _copy_log(trace: Path, dest: Path) -> Path:
     return dest
 
 
+@pytest.mark.slow
 def test_lenient_by_default_strict_on_request(single_logs, tmp_path):
     trace, counters = single_logs["plain"]
     log = _copy_log(trace, tmp_path / "dedicated_log_torch_trace_x.log")
@@ -206,6 +210,7 @@ def test_corrupt_or_missing_input_is_one_line_exit_3(tmp_path):
         assert proc.stderr.startswith("cagtool: error:") and proc.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_block_boundaries_do_not_change_what_is_read(single_logs, monkeypatch):
     """The reader scans 8 MiB blocks; with tiny blocks every envelope and payload straddles one."""
     from cagtool.trace_import import log_reader
@@ -224,6 +229,7 @@ def test_block_boundaries_do_not_change_what_is_read(single_logs, monkeypatch):
     assert whole_stats.payload_mismatches == 0 and whole_stats.bad_lines == 0
 
 
+@pytest.mark.slow
 def test_several_processes_without_ranks(single_logs, tmp_path):
     """A TORCH_TRACE directory shared by two processes (no rank in the names): main + procs/pid<N>."""
     trace = tmp_path / "trace"
@@ -249,6 +255,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_a_restarted_jobs_attempts_are_kept_apart(tmp_path):
     """torchrun --max-restarts 1, rank 1 dying once: each rank leaves one log per attempt, both
     named by the rank alone, each attempt's compiled-autograd ids counting from 0. Read as one

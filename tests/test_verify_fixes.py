@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, cagtool_cmd
+from conftest import ROOT, cagtool_cmd, cagtool_in_process
 
 from cagtool.record.loader import load_run
 from cagtool.report.metrics import mode_metrics
@@ -95,7 +95,7 @@ def test_a_hook_added_mid_run_is_patched_on_a_copy_and_verified(record_run, tmp_
     run = _copy(record_run, tmp_path, "hook_added_midrun.py")
     script = ROOT / "sample_scripts" / "hook_added_midrun.py"
     original = script.read_text()
-    bad = subprocess.run(cagtool_cmd("recompiles", str(run), "--verify", "--fix", "nonsense"), capture_output=True, text=True, timeout=120, cwd=str(ROOT))
+    bad = cagtool_in_process("recompiles", str(run), "--verify", "--fix", "nonsense")  # refused before any re-run
     assert bad.returncode == 2 and "--fix nonsense: no such fix applies to this run's causes (applicable: hook-before-loop)" in bad.stderr
     proc, data = _verify(run)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -116,10 +116,10 @@ def test_a_hook_added_mid_run_is_patched_on_a_copy_and_verified(record_run, tmp_
     assert copy.parent == run / "verify" and "if step == 2" not in copy.read_text()
     assert fixed.modes["ca"].manifest.torch_counters["compiled_autograd"]["captures"] == 1
     assert script.read_text() == original
-    text = subprocess.run(cagtool_cmd("summary", str(run)), capture_output=True, text=True, timeout=120, cwd=str(ROOT)).stdout
+    text = cagtool_in_process("summary", str(run)).stdout
     assert "hook-before-loop (cause #1)" in text and "applied to a copy" in text and "verdict: VERIFIED" in text
     page = tmp_path / "report.html"
-    assert subprocess.run(cagtool_cmd("report", str(run), "-o", str(page)), capture_output=True, timeout=120, cwd=str(ROOT)).returncode == 0
+    assert cagtool_in_process("report", str(run), "-o", str(page)).returncode == 0
     html = page.read_text()
     assert '<section id="verify">' in html and '<td class="ok">VERIFIED</td>' in html and "<td>1 → 0</td>" in html
     assert '<pre class="patch">--- a/sample_scripts/hook_added_midrun.py' in html

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import jsonschema
 import pytest
 
-from conftest import cagtool_cmd
+from conftest import cagtool_in_process
 
 sys.path.insert(0, str(Path(__file__).parent / "ranks"))
 
@@ -76,7 +75,7 @@ def trace(record_run, tmp_path_factory):
     run = record_run("graph_breaks.py", "3", modes="eager,aot,ca")
     assert run.returncode == 0, run.stderr
     out = tmp_path_factory.mktemp("trace") / "trace.json"
-    proc = subprocess.run(cagtool_cmd("export", str(run.path), "--perfetto", str(out)), capture_output=True, text=True, timeout=120)
+    proc = cagtool_in_process("export", str(run.path), "--perfetto", str(out))
     assert proc.returncode == 0, proc.stderr
     assert f"trace: {out}" in proc.stderr
     return load_run(run.path), json.loads(out.read_text())
@@ -200,7 +199,7 @@ def test_a_launcher_with_nothing_to_draw_is_left_out(tmp_path):
 
 
 def test_export_needs_a_format_and_a_run(tmp_path):
-    no_format = subprocess.run(cagtool_cmd("export", str(tmp_path)), capture_output=True, text=True, timeout=120)
+    no_format = cagtool_in_process("export", str(tmp_path))
     assert no_format.returncode == 2 and "--perfetto" in no_format.stderr
-    missing = subprocess.run(cagtool_cmd("export", str(tmp_path / "nope"), "--perfetto", str(tmp_path / "t.json")), capture_output=True, text=True, timeout=120)
+    missing = cagtool_in_process("export", str(tmp_path / "nope"), "--perfetto", str(tmp_path / "t.json"))
     assert missing.returncode == 3 and "no run at" in missing.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, cagtool_cmd
+from conftest import ROOT, cagtool_cmd, cagtool_in_process
 
 THREE = "eager,aot,ca"
 
@@ -32,8 +32,7 @@ for step in range(5):
 
 
 def compare(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "CI": "true", "COLUMNS": "120"}
-    proc = subprocess.run(cagtool_cmd("compare", *args), capture_output=True, text=True, timeout=120, env=env, cwd=str(ROOT))
+    proc = cagtool_in_process("compare", *args, env={"CI": "true", "COLUMNS": "120"})
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
@@ -69,6 +68,7 @@ def crash_run(tmp_path_factory, inductor_cache):
     return out, proc
 
 
+@pytest.mark.slow
 def test_graph_break_script_backward_graphs_aot_3_ca_1(graph_breaks_run):
     """The tutorial's claim, in the tool's own JSON: two graph breaks give 3 backward graphs under
     torch.compile alone and 1 under compiled autograd."""
@@ -82,6 +82,7 @@ def test_graph_break_script_backward_graphs_aot_3_ca_1(graph_breaks_run):
     assert data["numerics"]["agree"] is True
 
 
+@pytest.mark.slow
 def test_json_schema_on_a_real_run(graph_breaks_run):
     data = compare_json(str(graph_breaks_run.path))
     assert data["format"] == "cagtool-compare" and data["schema_version"] == 1
@@ -104,6 +105,7 @@ def test_json_schema_on_a_real_run(graph_breaks_run):
     assert 0 in data["modes"]["ca"]["excluded_steps"]
 
 
+@pytest.mark.slow
 def test_transformer_numerics_agree(transformer_run):
     data = compare_json(str(transformer_run.path))
     numerics = data["numerics"]
@@ -119,6 +121,7 @@ def test_transformer_numerics_agree(transformer_run):
     assert "ca/eager" in table and "Problems" not in table
 
 
+@pytest.mark.slow
 def test_a_crashing_mode_is_shown_as_failed_while_the_others_report(crash_run):
     out, proc = crash_run
     assert proc.returncode == 1, proc.stderr  # `cagtool run` says so in its exit code
@@ -138,6 +141,7 @@ def test_a_crashing_mode_is_shown_as_failed_while_the_others_report(crash_run):
     assert "FAILED, exit 1" in table and "Problems:" in table
 
 
+@pytest.mark.slow
 def test_two_runs_before_after(graph_breaks_run, transformer_run):
     a, b = str(graph_breaks_run.path), str(graph_breaks_run.path)
     table = compare(a, b).stdout
@@ -148,6 +152,7 @@ def test_two_runs_before_after(graph_breaks_run, transformer_run):
     assert data["changes"]["ca"]["numerics"][0]["max_rel_diff"] == 0.0
 
 
+@pytest.mark.slow
 def test_csv_and_markdown(graph_breaks_run):
     rows = list(csv.DictReader(io.StringIO(compare(str(graph_breaks_run.path), "--format", "csv").stdout)))
     assert [r["mode"] for r in rows] == ["eager", "aot", "ca"]
@@ -175,6 +180,7 @@ def test_bad_input_exits_3(tmp_path: Path):
     assert env_proc.returncode == 3 and "no runs recorded yet" in env_proc.stderr
 
 
+@pytest.mark.slow
 def test_bad_format_is_a_usage_error(graph_breaks_run):
     proc = compare(str(graph_breaks_run.path), "--format", "yaml", check=False)
     assert proc.returncode == 2

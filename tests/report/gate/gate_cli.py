@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
-_GITHUB_VARS = ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY")
+from conftest import cagtool_in_process
 
 
 def cagtool(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if k not in _GITHUB_VARS}
-    return subprocess.run(
-        [sys.executable, "-m", "cagtool", *[str(a) for a in args]], capture_output=True, text=True, timeout=120, cwd=str(cwd), env={**base, **(env or {})}
-    )
+    """In-process (cagtool_in_process), with GITHUB_ACTIONS and GITHUB_STEP_SUMMARY unset unless
+    `env` sets them."""
+    return cagtool_in_process(*args, cwd=cwd, env=env)
 
 
 def gate_json(*args: str, cwd: Path, code: int) -> dict:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
+from conftest import cagtool_in_process
 
 from cagtool.errors import UsageError
 from cagtool.report.gate.baseline import ModeSnapshot, baseline_from_run, load_baseline, save_baseline
@@ -83,8 +83,7 @@ def test_gate_cli_on_a_real_run_and_baseline_keeps_peaks(record_run, tmp_path):
     assert run.returncode == 0, run.stderr
 
     def gate(*args: str) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, "-m", "cagtool", "gate", str(run.path), "--no-config", "--format", "json", *args]
-        return subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path))
+        return cagtool_in_process("gate", str(run.path), "--no-config", "--format", "json", *args, cwd=tmp_path)
 
     loose = gate("--max-memory-ratio", "100")
     assert loose.returncode == 0, loose.stderr

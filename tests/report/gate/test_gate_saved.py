@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, cagtool_cmd
+from conftest import ROOT, cagtool_cmd, cagtool_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -19,6 +19,9 @@ SCRIPT = ROOT / "tests" / "scripts" / "ddp_rank_diverges.py"
 
 
 def cagtool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`cagtool run` as a real process; gate and report in-process (GITHUB_* unset in both)."""
+    if args[0] != "run":
+        return cagtool_in_process(*args, cwd=cwd, env={"CI": "true"}, unset=("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY"))
     env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY")}
     return subprocess.run(cagtool_cmd(*map(str, args)), capture_output=True, text=True, cwd=cwd, env={**env, "CI": "true"}, timeout=600)
 

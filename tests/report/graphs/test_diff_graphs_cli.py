@@ -4,14 +4,13 @@ sample_scripts/ (backend eager), plus argument parsing and bad inputs."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, cagtool_cmd
+from conftest import cagtool_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -29,8 +28,7 @@ for step in range(3):
 
 
 def diff(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "CI": "true", "COLUMNS": "120"}
-    return subprocess.run(cagtool_cmd("diff-graphs", *args), capture_output=True, text=True, timeout=120, cwd=str(ROOT), env=env)
+    return cagtool_in_process("diff-graphs", *args, env={"CI": "true", "COLUMNS": "120"})
 
 
 def diff_json(*args: str) -> tuple[int, dict]:

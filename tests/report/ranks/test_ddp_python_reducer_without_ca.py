@@ -11,7 +11,7 @@ import os
 import subprocess
 
 import pytest
-from conftest import ROOT, cagtool_cmd
+from conftest import ROOT, cagtool_cmd, cagtool_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -26,14 +26,14 @@ def test_ddp_hook_graphs_are_named_and_the_aot_run_explained(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "the script set torch._dynamo.config.optimize_ddp = 'python_reducer' itself" in proc.stderr
     assert "cagtool set torch._dynamo.config.optimize_ddp" not in proc.stderr
-    summary = subprocess.run(cagtool_cmd("summary", str(out), "--format", "json"), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
+    summary = cagtool_in_process("summary", str(out), "--format", "json", env={"CI": "true"})
     aot = json.loads(summary.stdout)["modes"]["aot"]
     # train_step's forward is the one forward graph; the hook was compiled once per parameter shape
     assert aot["forward_graphs"] == 1 and aot["ddp_hook_graphs"] >= 2, aot
     assert aot["ddp_hook_recompiles"] == aot["ddp_hook_graphs"] - 1
     assert "neither the CA job" in aot["ddp_reducer_note"]
     assert json.loads(summary.stdout)["modes"]["ca"]["ddp_reducer_note"] is None
-    text = subprocess.run(cagtool_cmd("summary", str(out)), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300).stdout
+    text = cagtool_in_process("summary", str(out), env={"CI": "true"}).stdout
     assert f"Dynamo: 1 forward graph, {aot['ddp_hook_graphs']} graphs of DDP's all-reduce hook (compiled in the backward)" in text
     assert "note: the script chose DDP's Python reducer (torch._dynamo.config.optimize_ddp = 'python_reducer')" in text
     events = [json.loads(line) for line in (out / "ca" / "events.jsonl").read_text().splitlines() if '"ddp_model"' in line]

@@ -9,7 +9,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from conftest import ROOT, cagtool_cmd
+from conftest import ROOT, cagtool_cmd, cagtool_in_process
 
 from cagtool.torch_text import parse_miss
 from cagtool.record.graph_file import GraphNode
@@ -63,12 +63,12 @@ def test_a_run_whose_sizes_become_dynamic_in_two_rounds(tmp_path):
     assert proc.returncode == 0, proc.stderr
     messages = [json.loads(line)["message"] for line in (out / "ca" / "events.jsonl").read_text().splitlines() if '"ca_cache_miss"' in line]
     assert messages[-1].startswith("Cache miss due to 3 changed tensor shapes (total of 8): "), messages
-    proc = subprocess.run(cagtool_cmd("summary", str(out), "--format", "json"), capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    proc = cagtool_in_process("summary", str(out), "--format", "json", env={"CI": "true"})
     misses = [m for m in json.loads(proc.stdout)["cache_misses"] if m["kind"] == "changed_shapes"]
     assert [(m["changed_count"], m["dynamic_sizes"]) for m in misses] == [(5, 5), (3, 8)]
     assert [(s["previous"], s["value"]) for s in misses[0]["changed_sizes"]] == [(2, 3)] * 5
     assert [(s["index"], s["previous"], s["value"]) for s in misses[1]["changed_sizes"]] == [(4, 4, 6), (6, 4, 6), (7, 4, 6)]
-    proc = subprocess.run(cagtool_cmd("summary", str(out)), capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    proc = cagtool_in_process("summary", str(out), env={"CI": "true"})
     assert "3 changed sizes (8 dynamic in all): sizes[4=4->6, 6=4->6, 7=4->6]" in proc.stdout  # earlier value, then new
-    proc = subprocess.run(cagtool_cmd("recompiles", str(out)), capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    proc = cagtool_in_process("recompiles", str(out), env={"CI": "true"})
     assert "3 changed sizes: sizes[4,6-7] of AccumulateGrad 4->6" in proc.stdout

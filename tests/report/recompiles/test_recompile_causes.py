@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from conftest import ROOT, cagtool_in_process
+
 JOBS = ROOT / "tests" / "scripts" / "trace_jobs"
 
 
 def cagtool(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "CI": "true", "COLUMNS": "100"}
-    env.pop("FORCE_COLOR", None)
-    return subprocess.run([sys.executable, "-m", "cagtool", *args], capture_output=True, text=True, timeout=300, cwd=str(ROOT), env=env)
+    """In-process (cagtool_in_process): recompiles, report and import read a record or a log and write files."""
+    return cagtool_in_process(*args, cwd=ROOT, env={"CI": "true", "COLUMNS": "100"}, unset=("FORCE_COLOR",))
 
 
 def explanation(run: Path, mode: str) -> dict:
@@ -120,7 +120,7 @@ def test_an_imported_batch_size_change_is_one_cause_with_no_branch_advice(import
 def test_a_size_the_graphs_do_not_show_takes_its_earlier_value_from_the_forwards_guard(tmp_path):
     """A CA size passed on without being read (no constant in the previous graph to read it off)
     gets its earlier value from the forward's size guard of the same step: `expected 32, actual 48`."""
-    from test_recompiles_analysis import RecordBuilder, table_of  # the hand-built records of the analysis tests
+    from recompile_records import RecordBuilder, table_of  # the analysis tests' hand-built records
 
     from cagtool.record.schema import ChangedSize, DynamoRecompileEvent
 

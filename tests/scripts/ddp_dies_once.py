@@ -12,6 +12,7 @@ the same keys in every attempt), the rendezvous whose restart races (benchmarks/
 
 import argparse
 import json
+import sys
 import os
 
 import torch
@@ -50,14 +51,16 @@ def main() -> None:
     x = torch.randn(4, 8)
     for step in range(args.steps):
         if attempt == 0 and rank == 1 and step == args.die_after:
-            print(json.dumps({"rank": rank, "attempt": attempt, "died_at": step}), flush=True)
+            sys.stdout.write(json.dumps({"rank": rank, "attempt": attempt, "died_at": step}) + "\n")  # one write: ranks share the pipe, and print writes the newline apart
+            sys.stdout.flush()
             os._exit(1)
         train_step(x)
         opt.step()
         opt.zero_grad()
     from torch._dynamo.utils import counters
 
-    print(json.dumps({"rank": rank, "attempt": attempt, "steps": args.steps, "ca_captures": counters["compiled_autograd"]["captures"]}), flush=True)
+    sys.stdout.write(json.dumps({"rank": rank, "attempt": attempt, "steps": args.steps, "ca_captures": counters["compiled_autograd"]["captures"]}) + "\n")  # one write: ranks share the pipe, and print writes the newline apart
+    sys.stdout.flush()
     dist.destroy_process_group()
 
 

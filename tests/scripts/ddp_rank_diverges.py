@@ -10,6 +10,7 @@ step 0, not where the ranks part mid-run.)
 
 import argparse
 import json
+import sys
 import os
 import socket
 
@@ -60,7 +61,8 @@ def train(rank: int, world_size: int, steps: int, port: int) -> None:
         optimizer.step()
     from torch._dynamo.utils import counters
 
-    print(json.dumps({"rank": rank, "ca_captures": counters["compiled_autograd"]["captures"]}), flush=True)
+    sys.stdout.write(json.dumps({"rank": rank, "ca_captures": counters["compiled_autograd"]["captures"]}) + "\n")  # one write: ranks share the pipe, and print writes the newline apart
+    sys.stdout.flush()
     dist.destroy_process_group()
 
 

@@ -189,7 +189,9 @@ def test_baseline_save_accumulate_gives_compile_time_a_measured_spread(real_run,
     assert saved.compile_samples == pytest.approx((compile_s, 0.9 * compile_s, 1.1 * compile_s), rel=1e-4)
     assert saved.compile_time_s == pytest.approx(1.1 * compile_s, rel=1e-4)  # every other figure is the newest run's
     show = cagtool("baseline", "show", baseline, cwd=work)
-    assert show.returncode == 0 and f"(3 compile times, {0.9 * compile_s:.3f}-{1.1 * compile_s:.3f} s)" in show.stdout
+    # The figures as saved (six significant digits), printed to three decimals.
+    low, high = min(saved.compile_samples), max(saved.compile_samples)
+    assert show.returncode == 0 and f"(3 compile times, {low:.3f}-{high:.3f} s)" in show.stdout
     data = gate_json(real_run, "--baseline", baseline, "--max-compile-regression", "25%", "--no-config", cwd=work, code=0)
     assert next(c for c in data["checks"] if c["check"] == "max-compile-regression")["data"]["noise"] == "measured"
     # Another target's compile times are not comparable: refused, a usage error.

@@ -33,6 +33,9 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from cagtool.capture.processes.lifeline import _reap as reap_children
+from cagtool.capture.processes.lifeline import descendants
+
 REPO = Path(__file__).resolve().parent.parent
 JOB = REPO / "tests" / "scripts" / "ddp_dies_once.py"
 LAUNCHERS = ("torchrun", "cagtool")
@@ -61,51 +64,20 @@ def _command(launcher: str, out: Path, standalone: bool) -> list[str]:
             "-m", "torch.distributed.run", "--", *torchrun]
 
 
-def _below(pid: int) -> list[int]:
-    """Every living process below pid, read from /proc."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-        if state != "Z":
-            parents.setdefault(int(ppid), []).append(int(entry))
-    found, queue = [], [pid]
-    while queue:
-        for child in parents.get(queue.pop(0), []):
-            found.append(child)
-            queue.append(child)
-    return found
-
-
-def _reap() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
 def _end_everything_below(grace_s: float) -> list[int]:
     """SIGKILL to every process still below this one after grace_s; returns those that were left."""
     deadline = time.monotonic() + grace_s
-    while _below(os.getpid()) and time.monotonic() < deadline:
-        _reap()
+    while descendants(os.getpid()) and time.monotonic() < deadline:
+        reap_children()
         time.sleep(0.2)
-    left = _below(os.getpid())
+    left = descendants(os.getpid())
     for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
     time.sleep(0.2)
-    _reap()
+    reap_children()
     return left
 
 

@@ -1,6 +1,6 @@
 """The compiled-autograd observer never changes the job it watches: its own failures stay inside
 its hooks, the graph a script's CA compiler receives is the one torch builds without cagtool, and
-the shapes of torch's own compiled-autograd tests that cagtool used to crash (an unbacked size in
+the shapes of torch's own compiled-autograd tests that are hardest on an observer (an unbacked size in
 the graph, higher-order gradients through a capture that raises) behave as under plain torch.
 Every test drives real torch in this process (eager backend, tiny tensors)."""
 

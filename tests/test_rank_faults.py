@@ -118,8 +118,8 @@ def test_torchrun_restarted_workers_are_followed_by_rank_and_attempt(tmp_path):
 
 def test_full_disk_during_a_two_rank_run_one_line_per_process_and_true_ends(tmp_path):
     """A 2-rank job recording its TORCH_TRACE onto a small filesystem that fills up: the job runs
-    to its end; torch's trace handler in each rank used to print a logging traceback per record
-    (~3,000 lines of stderr); now each process says once that its trace or record stopped, and
+    to its end; torch's trace handler in each rank, left alone, prints a logging traceback per record
+    (~3,000 lines of stderr); each process says once that its trace or record stopped, and
     each rank reads as finished, exit 0, with its recording stop noted, compared with the other
     only up to what it recorded."""
     mount = tmp_path / "small"

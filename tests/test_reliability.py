@@ -912,7 +912,7 @@ def test_recompiles_use_torchs_words_and_gate_counts_what_users_expect(tmp_path)
 
 def test_speedup_noise_is_the_same_in_compare_and_gate(tmp_path):
     """A ca/aot ratio whose p10-p90 range contains the bound: compare says within noise, and a
-    gate with that minimum does not fail on it (it used to flap); a clear shortfall fails."""
+    gate with that minimum does not fail on it (no flapping); a clear shortfall fails."""
     import random
 
     rng = random.Random(0)

@@ -26,7 +26,7 @@ def _options(output: Path) -> RunOptions:
 
 
 def test_the_second_claim_of_an_output_directory_is_a_usage_error(tmp_path):
-    # Both used to pass make_run_dir (no mode directory existed yet) and collide later.
+    # A check-then-write claim would let both pass make_run_dir (no mode directory exists yet) and collide later.
     first = make_run_dir(_options(tmp_path / "r"))
     with pytest.raises(UsageError, match="already holds a run") as error:
         make_run_dir(_options(tmp_path / "r"))

@@ -1,7 +1,7 @@
 """Claiming a run directory: `cagtool run` and `cagtool.capture()` both start a record here.
 
 Two runs started at the same instant into the same `-o` must not both pass a "does it hold a
-run?" look and then collide on their first write (the loser used to die on a FileExistsError,
+run?" look and then collide on their first write (the loser would die on a FileExistsError,
 exit 4, after overwriting the winner's run.json). The claim is one atomic step instead: the
 first mode's directory is created with a plain `mkdir`, which exactly one process can win; the
 loser gets the documented usage error. Named runs (no `-o`) claim their timestamped directory

@@ -17,9 +17,6 @@ import random
 import sys
 from typing import Any
 
-DEFAULT_SEED = 0
-GENERATORS = ("random", "torch", "numpy")
-
 
 def parse_seed(text: str) -> int | None:
     """`--seed`'s value: an integer, or "off" (None). Raises ValueError on anything else."""

@@ -494,7 +494,7 @@ class StepTracker:
         raw.append((_MADE, key, ref))
 
     def _entry_changed(self, reinstall: bool = True) -> None:
-        """torch.autograd._engine_run_backward is no longer cagtool's (seen at an optimizer step and
+        """torch.autograd._engine_run_backward is not cagtool's any more (seen at an optimizer step and
         at the end). Torch's own put back over it (by code that saved it before cagtool ran) is
         replaced by cagtool's again: the two run the same body. Anything else is left in place, as
         the job set it; backward calls that do not reach cagtool's are not recorded, and a

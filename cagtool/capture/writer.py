@@ -255,10 +255,6 @@ class RecordWriter:
     def now(self) -> float:
         return self.clock() - self.t0
 
-    def encoder_of(self, event_cls: type[Event]) -> Callable[..., str]:
-        """`encode(seq, t, **fields) -> line`: the event's line (schema.event_line)."""
-        return _LINE_ENCODERS.get(event_cls) or _encoder_of(event_cls)
-
     def kwargs_line(self, event_cls: type[Event]) -> Callable[[int, float, Any], str]:
         """`line(seq, t, fields) -> line` for a `queued` entry whose payload is the fields' dict."""
         return _KWARGS_LINES.get(event_cls) or _kwargs_line(event_cls)

@@ -244,15 +244,6 @@ def check_format(
 _KIND_PREFIX = '{"kind": "'
 
 
-def _fast_kind(line: str) -> str | None:
-    """The kind of a line shaped as the writer writes it (`{"kind": "<kind>", ... }`), without
-    parsing it; None for anything else (which then gets the full treatment)."""
-    if not line.startswith(_KIND_PREFIX) or not line.rstrip().endswith("}"):
-        return None
-    end = line.find('"', len(_KIND_PREFIX))
-    return line[len(_KIND_PREFIX) : end] if end > 0 else None
-
-
 def load_mode(path: Path, strict: bool = False, kinds: frozenset[str] | set[str] | None = None, events: bool = True, columns: bool = False) -> ModeRecord:
     """Read one mode directory and the records of the processes it followed (procs/*).
     Lenient by default: bad lines and unknown kinds are counted; with strict=True either is an

@@ -22,10 +22,6 @@ if TYPE_CHECKING:
 UNBOUNDED_WIDTH = 100_000
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
 def is_unbounded(console: "Console") -> bool:
     """True for an off-terminal console: renderers that would stretch to the width (expand=True)
     must size to their content instead."""

@@ -35,7 +35,6 @@ INSERTED = "inserted"
 REMOVED = "removed"
 CHANGED = "changed"
 
-COMPARED_FIELDS = ("target", "args", "shape", "dtype", "stride", "hook_type")
 
 
 @dataclass(frozen=True)
@@ -244,7 +243,7 @@ def _unmatched_autograd_nodes(graph: NormGraph, other: NormGraph, partner: dict[
     the alignment, not by counting names, names the right NodeCall when a model gains a layer."""
     matched: set[tuple[str, int | None]] = set()
     order: dict[tuple[str, int | None], None] = {}
-    nodes, other_nodes = graph.nodes, other.nodes
+    other_nodes = other.nodes
     for group in graph.groups:  # a group's nodes share its autograd node: one look each, mostly
         if group.origin is None:
             continue

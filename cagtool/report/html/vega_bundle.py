@@ -16,8 +16,8 @@ from cagtool.record.atomic import write_atomic
 CACHE_ENV = "CAGTOOL_CACHE_DIR"
 
 # The Vega-Lite version the charts' specs are written for (`charts.py`), and vl-convert's name for
-# it, which the bundle is built for: altair 6.3's, which wrote the specs before (altair
-# is no longer imported; tests/report/html/test_html_pieces.py checks the two against it).
+# it, which the bundle is built for: the version altair 6.3 writes (altair is not a dependency;
+# tests/report/html/test_html_pieces.py checks the two against it).
 VEGALITE_SCHEMA = "https://vega.github.io/schema/vega-lite/v6.4.1.json"
 VEGALITE_VERSION = "v6_4"
 

@@ -28,14 +28,13 @@ from cagtool.report.recompiles.table import (
     LimitHit,
     RecompileRow,
     RecompileTable,
-    compile_frame,
     display_path,
     format_source,
     guard_shape,
     guard_text,
     node_label,
 )
-from cagtool.torch_text import ca_id_of
+from cagtool.torch_text import ca_id_of, compile_frame
 
 # Cause codes (stable: they are part of the JSON schema).
 CAUSE_STRUCTURE = "graph_structure"  # different ops / a branch / a loop of varying length

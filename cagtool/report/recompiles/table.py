@@ -34,7 +34,6 @@ from cagtool.record.schema import (
 from cagtool.report.changed_sizes import misses_with_earlier_values
 from cagtool.torch_text import (
     compile_attempt,
-    compile_frame,
     compile_id_in,
     looks_like_user_file,
     recompile_limit,

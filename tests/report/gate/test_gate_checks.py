@@ -571,7 +571,7 @@ def load_baseline_stub():
 
 
 def test_a_ca_threshold_reads_the_ca_mode_and_fails_without_it():
-    """--max-ca-graphs 1 on a run recorded without the ca mode used to pass as IMPROVED on aot's
+    """--max-ca-graphs 1 on a run recorded without the ca mode must not pass as IMPROVED on aot's
     0 CA graphs: a CA-specific limit reads the ca mode, which the run lacks: an error."""
     settings = settings_from_values({"max_ca_graphs": "1", "max_recompiles": ["ca:0", "dynamo:0"]}, "flag")
     checks = build_checks(settings, "aot", None)

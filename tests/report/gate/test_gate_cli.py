@@ -132,7 +132,7 @@ def _set_step_time(seconds: float):
 
 def _machine_free_copy(run: Path, dest: Path) -> Path:
     """The run with its steady steps' times replaced by a fixed series (seeded, independent draws
-    within +-10% of 1 ms): what the gate is given no longer depends on how busy the machine was.
+    within +-10% of 1 ms): what the gate is given does not depend on how busy the machine was.
     On a loaded machine a real run's step times come in phases, the batches merge down to 2 a
     side, and the interval of the ratio is unbounded whatever the baseline says."""
     import random

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import TYPE_CHECKING, List, Optional
 
+import msgspec
 import typer
 
 from cagtool.errors import EXIT_GATE_FAILED, UsageError
@@ -115,7 +116,7 @@ def _load_focused(path: str | None, options: DiffGraphsOptions, notes: list[Rank
     if note is not None:
         notes.append(note)
     name = next(key for key, value in run.modes.items() if value is main)
-    return replace(run, modes={**run.modes, name: record})
+    return msgspec.structs.replace(run, modes={**run.modes, name: record})
 
 
 def run_diff_graphs(options: DiffGraphsOptions, notes: list[RankFocus] | None = None) -> list[GraphComparison]:

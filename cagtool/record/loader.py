@@ -6,12 +6,12 @@ import json
 import os
 import re
 from collections import Counter
-from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TypeVar
 
 import msgspec
+from msgspec import Struct, field
 
 from cagtool.errors import UnreadableInput
 from cagtool.record.liveness import read_dead_writer_as_killed, read_vanished_as_killed
@@ -51,8 +51,7 @@ def runs_dir() -> Path:
     return Path(os.environ.get(RUNS_DIR_ENV, DEFAULT_RUNS_DIR))
 
 
-@dataclass
-class ModeRecord:
+class ModeRecord(Struct):
     path: Path
     manifest: ModeManifest
     events: list[Event]
@@ -66,12 +65,12 @@ class ModeRecord:
     # in `events` when the loader was asked for columns and the record's sidecar matched its
     # events.jsonl (record/columns.py); `of` builds them when asked.
     columns: dict[str, EventColumns] = field(default_factory=dict)
-    _of_cache: dict[tuple[type, int, int], list[Any]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _of_cache: dict[tuple[type, int, int], list[Any]] = field(default_factory=dict)
     # The events grouped by class, built in one pass the first time `of` is asked (then each kind
     # is a lookup, not a scan of every event), and figures derived from the events (`derived`).
-    _by_type: tuple[tuple[int, int], dict[type, list[Event]]] | None = field(default=None, init=False, repr=False, compare=False)
-    _derived: dict[tuple[str, int, int], Any] = field(default_factory=dict, init=False, repr=False, compare=False)
-    _built_columns: dict[type, list[Event]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _by_type: tuple[tuple[int, int], dict[type, list[Event]]] | None = None
+    _derived: dict[tuple[str, int, int], Any] = field(default_factory=dict)
+    _built_columns: dict[type, list[Event]] = field(default_factory=dict)
 
     @property
     def mode(self) -> str:
@@ -158,8 +157,7 @@ class ModeRecord:
         return load_graph_nodes(self.path / "graphs" / f"ca_{ca_id}.json")
 
 
-@dataclass
-class RunRecord:
+class RunRecord(Struct):
     path: Path
     meta: RunMeta
     modes: dict[str, ModeRecord]
@@ -446,8 +444,7 @@ def _utf8_or_none(raw: bytes) -> str | None:
         return None
 
 
-@dataclass(frozen=True)
-class _BadLine:
+class _BadLine(Struct, frozen=True):
     """A line that gave no event: `problem` ends the loader's --strict message after the line
     number; `unknown_kind` is the kind of a well-formed line of a kind this cagtool does not know
     (counted, not skipped)."""

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 import msgspec
+from msgspec import Struct, field
 
 from cagtool.record.schema import MODE_FORMAT, RUN_FORMAT, SCHEMA_VERSION
 
@@ -77,15 +76,18 @@ class RunOptions(TypedDict, total=False):
     skipped_files: list[str]
 
 
-@dataclass
-class ExceptionInfo:
+# The two documents are msgspec Structs, as the events are: msgspec checks a document's types as it
+# builds it, and a Struct class costs a tenth of a dataclass to define (the record modules are
+# imported by every report command, `cagtool runs` included).
+
+
+class ExceptionInfo(Struct):
     type: str
     message: str
     traceback: str = ""
 
 
-@dataclass
-class ModeManifest:
+class ModeManifest(Struct):
     mode: str  # eager | aot | ca
     argv: list[str]  # the target's sys.argv
     target: dict[str, str]  # {"kind": "script"|"module", "name": path or module}
@@ -120,8 +122,7 @@ class ModeManifest:
     clock_t0: float | None = None
 
 
-@dataclass
-class RunMeta:
+class RunMeta(Struct):
     run_id: str
     created_at: str
     cagtool_argv: list[str]
@@ -144,9 +145,9 @@ class RunMeta:
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
-    """The document as plain data; the writer's json.dumps(default=str) spells what else it holds
-    (a torch version is a str subclass msgspec does not take)."""
-    return dataclasses.asdict(obj)
+    """The document as plain data, in field order; what msgspec does not take (a torch version is
+    a str subclass) is spelled by str()."""
+    return msgspec.to_builtins(obj, enc_hook=str)  # type: ignore[no-any-return]
 
 
 def _build(cls: type, data: dict[str, Any]) -> Any:

@@ -45,7 +45,6 @@ schema 1 record keeps its "step last begun" stamping (`stamps_step_in_progress`)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
 from typing import Any, ClassVar, Union
 
@@ -110,13 +109,10 @@ MISS_UNKNOWN = "unknown"
 # The events are msgspec Structs (frozen): msgspec encodes each as its line and decodes a line
 # into its class by `kind` (a tagged union), checking every field's type on the way; a line's
 # unknown fields are ignored (additive changes). A new field is one line in its class, with a
-# default so older records still read. The records nested in events stay standard frozen
-# dataclasses (readers render them with dataclasses.asdict); msgspec encodes, decodes and checks
-# them inside an event all the same.
+# default so older records still read. The records nested in events are frozen Structs too.
 
 
-@dataclass(frozen=True)
-class SourceRef:
+class SourceRef(Struct, frozen=True):
     """A line of the user's code. `how` says how it was found:
     `node_traceback` (the autograd node's creation traceback, exact; needs --trace-nodes),
     `compiled_frame` (the torch.compile'd function whose AOT backward the node is),
@@ -131,8 +127,7 @@ class SourceRef:
     how: str = "backward_call"
 
 
-@dataclass(frozen=True)
-class ChangedSize:
+class ChangedSize(Struct, frozen=True):
     """One entry of a changed-shapes miss: `sizes[index]` of the CA graph inputs."""
 
     index: int
@@ -142,14 +137,12 @@ class ChangedSize:
     node_call: int | None = None
 
 
-@dataclass(frozen=True)
-class AutogradNodeRef:
+class AutogradNodeRef(Struct, frozen=True):
     node_call: int
     name: str
 
 
-@dataclass(frozen=True)
-class HookRef:
+class HookRef(Struct, frozen=True):
     name: str  # FX node name, e.g. call_hook
     hook_type: str  # tensor_pre_hook, pre_hook, post_hook, post_acc_grad_hook, unpack_hook...
 
@@ -487,8 +480,8 @@ def _finite(value: Any) -> bool:
         return all(_finite(v) for v in value)
     if kind is dict:
         return all(_finite(v) for v in value.values())
-    if hasattr(value, "__dataclass_fields__"):  # a nested record
-        return all(_finite(getattr(value, name)) for name in value.__dataclass_fields__)
+    if isinstance(value, Struct):  # a nested record
+        return all(_finite(getattr(value, name)) for name in value.__struct_fields__)
     return True
 
 

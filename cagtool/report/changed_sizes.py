@@ -17,7 +17,6 @@ read of `sizes[i]` where the old one has an integer, that integer is `sizes[i]`'
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 import msgspec
 
@@ -120,7 +119,7 @@ def _with_earlier_values(record: ModeRecord) -> list[CacheMissEvent]:
         if not values:
             out.append(miss)
             continue
-        sizes = [replace(size, previous=values.get(size.index, size.previous)) for size in miss.changed_sizes]
+        sizes = [msgspec.structs.replace(size, previous=values.get(size.index, size.previous)) for size in miss.changed_sizes]
         out.append(msgspec.structs.replace(miss, changed_sizes=sizes))
     return out
 

@@ -26,8 +26,6 @@ def events_frame(record: ModeRecord | RunRecord, kind: str | None = None) -> "pd
     `record`: one mode's record, or a whole run as `cagtool.load` returns it (its default mode, the
     one `cagtool summary` shows). Without a kind: the kinds, one row each (`kind`, `count` in this
     record), every kind the format knows."""
-    import dataclasses
-
     import msgspec
     import pandas as pd
 
@@ -40,8 +38,7 @@ def events_frame(record: ModeRecord | RunRecord, kind: str | None = None) -> "pd
         raise ValueError(f"unknown event kind {kind!r}; kinds: {', '.join(sorted(EVENT_TYPES))}")
     cls = EVENT_TYPES[kind]
     rows = [
-        {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v) for k, v in event_to_dict(e).items()}
-        for e in record.of(cls)
+        event_to_dict(e) for e in record.of(cls)
     ]
     columns = ["kind"] + [f.name for f in msgspec.structs.fields(cls)]
     return pd.DataFrame(rows, columns=columns)

@@ -7,6 +7,7 @@ import os
 from dataclasses import asdict
 from typing import Any
 
+import msgspec
 from rich.console import Console
 from rich.text import Text
 
@@ -184,7 +185,7 @@ def mode_summary_json(record: ModeRecord, whole: ModeRecord | None = None, rank:
         "mode": record.mode,
         "status": record.manifest.status,
         "exit_code": record.manifest.exit_code,
-        "exception": asdict(record.manifest.exception) if record.manifest.exception else None,
+        "exception": msgspec.structs.asdict(record.manifest.exception) if record.manifest.exception else None,
         "ca_graphs": len(graphs),
         "autograd_captures": metrics.autograd_captures,
         # CA cache misses in torch's words, and what `gate --max-recompiles ca:N` counts (docs/ci.md)
@@ -201,12 +202,12 @@ def mode_summary_json(record: ModeRecord, whole: ModeRecord | None = None, rank:
                 "node_call": m.node_call,
                 "key_size": m.key_size,
                 "previous_key_sizes": m.previous_key_sizes,
-                "changed_sizes": [asdict(s) for s in m.changed_sizes],
+                "changed_sizes": [msgspec.structs.asdict(s) for s in m.changed_sizes],
                 # torch's N and M in "N changed tensor shapes (total of M)"
                 "changed_count": m.changed_count if m.miss_kind == MISS_CHANGED_SHAPES else None,
                 "dynamic_sizes": m.dynamic_sizes,
                 "step": m.step,
-                "source": asdict(m.source) if m.source else None,
+                "source": msgspec.structs.asdict(m.source) if m.source else None,
                 "message": m.message,
                 "inferred": m.inferred,
             }

@@ -23,9 +23,11 @@ finished, and the verdict says so instead of claiming agreement on what was neve
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import (
@@ -494,7 +496,7 @@ def focus_record(run: RunRecord, record: ModeRecord, rank: int | None) -> tuple[
 def rank_view(run: RunRecord, rank: int) -> RunRecord:
     """Leniently, the run as rank `rank` saw it: each mode's record replaced by that rank's where the
     mode has it (others keep their own record; the gate's ranks-present check reports the gap)."""
-    return replace(run, modes={name: record.ranks().get(rank, record) for name, record in run.modes.items()})
+    return msgspec.structs.replace(run, modes={name: record.ranks().get(rank, record) for name, record in run.modes.items()})
 
 
 def lowest_rank(run: RunRecord) -> int | None:
@@ -522,7 +524,7 @@ def run_for_rank(run: RunRecord, rank: int | None) -> RunRecord:
     the run itself. Raises UnreadableInput when a mode lacks the rank."""
     if rank is None:
         return run
-    return replace(run, modes={name: focus_record(run, record, rank)[0] for name, record in run.modes.items()})
+    return msgspec.structs.replace(run, modes={name: focus_record(run, record, rank)[0] for name, record in run.modes.items()})
 
 
 def ranks_line(analysis: RankAnalysis, focus: int | None | tuple[int, ...]) -> str:

@@ -10,6 +10,8 @@ import json
 import textwrap
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from cagtool.record.schema import SourceRef
 from cagtool.report.recompiles.explain import (
     grad_warmup_row,
@@ -260,7 +262,7 @@ def row_json(row: RecompileRow, cwd: str) -> dict[str, Any]:
         "node_call": row.node_call,
         "key_size": row.key_size,
         "previous_key_sizes": list(row.previous_key_sizes),
-        "changed_sizes": [dataclasses.asdict(c) for c in row.changed_sizes],
+        "changed_sizes": [msgspec.structs.asdict(c) for c in row.changed_sizes],
         "total_changed": row.total_changed,
         "messages": list(row.messages),
         "source_line": _source_json(row.user_source, cwd),
@@ -269,6 +271,8 @@ def row_json(row: RecompileRow, cwd: str) -> dict[str, Any]:
 
 
 def _jsonable(value: Any) -> Any:
+    if isinstance(value, msgspec.Struct):
+        return _jsonable(msgspec.structs.asdict(value))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _jsonable(dataclasses.asdict(value))
     if isinstance(value, dict):

@@ -446,7 +446,7 @@ def _earlier_values_from_guards(rows: list[RecompileRow]) -> list[RecompileRow]:
         elif row.source == SOURCE_CA:
             if guard is not None and guard_step == row.step and any(c.previous is None and c.value == guard[3] for c in row.changed_sizes):
                 sizes = tuple(
-                    dataclasses.replace(c, previous=guard[2]) if c.previous is None and c.value == guard[3] else c for c in row.changed_sizes
+                    msgspec.structs.replace(c, previous=guard[2]) if c.previous is None and c.value == guard[3] else c for c in row.changed_sizes
                 )
                 row = dataclasses.replace(row, changed_sizes=sizes)
             guard = None

@@ -16,7 +16,7 @@ torch's own and every figure can be checked with the other commands. The result
 
 A fix that is a code change (verify/patches.py) is run the same way on a patched copy of the
 script, kept beside its re-run (`<run>/verify/<stamp>-<fix>-<script>`): the copy's code runs as
-the script would (same sys.argv, sys.path[0], `__file__`, cwd: capture/target.py), and the
+the script would (same sys.argv, sys.path[0], `__file__`, cwd: capture/run/target.py), and the
 user's file is never written.
 
 Verdict: **verified** when the recompiles it targets went down (or, the recompile count the same,
@@ -41,7 +41,7 @@ from cagtool.errors import UsageError
 from cagtool.record.loader import RunRecord, load_run
 from cagtool.report.compare.analysis import compare_runs, mode_fields
 from cagtool.report.verification import VERIFICATION_FILE, VERIFICATION_FORMAT
-from cagtool.capture.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV
+from cagtool.capture.run.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV
 from cagtool.verify.fixes import Fix
 
 VERIFY_DIR = "verify"

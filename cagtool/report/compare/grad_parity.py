@@ -1,6 +1,6 @@
 """Gradient parity: did eager, aot and ca compute the same gradients, parameter by parameter?
 
-Reads the `grad_digest` events (capture/grad_digest.py: per parameter, at chosen steps, the
+Reads the `grad_digest` events (capture/steps/grad_digest.py: per parameter, at chosen steps, the
 gradient's L2 norm, max-abs and an order-sensitive checksum) and compares every mode (and every
 repetition) with a reference (eager, else the first mode with digests) at the steps both digested.
 A multi-rank job is compared rank by rank, and each mode's ranks with its first rank (DDP keeps

@@ -229,7 +229,7 @@ class Capture:
 
     def summary(self, fmt: str = "text") -> Any:
         """The summary `cagtool summary` prints (fmt="json": its JSON document, as a dict)."""
-        from cagtool.report.console import make_console
+        from cagtool.report.text.console import make_console
         from cagtool.report.summary import render_summary, summary_json
 
         run = self._record()

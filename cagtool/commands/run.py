@@ -59,9 +59,9 @@ def warm_end_of_run_imports(report: bool) -> None:
         import cagtool.report.compare.headline  # noqa: F401
         import cagtool.report.graph_break_words  # noqa: F401
         import cagtool.report.compare.render  # noqa: F401
-        import cagtool.report.console  # noqa: F401
+        import cagtool.report.text.console  # noqa: F401
         import cagtool.report.summary  # noqa: F401
-        import cagtool.report.verification  # noqa: F401
+        import cagtool.report.recompiles.verification  # noqa: F401
 
         if report:
             import cagtool.commands.report  # noqa: F401

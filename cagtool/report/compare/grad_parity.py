@@ -360,7 +360,7 @@ def _eager_randomness(record: ModeRecord) -> bool:
 def _why_not_comparable(record: ModeRecord, reference: ModeRecord) -> str:
     """Why a pair whose gradients differ is no verdict on the backward: random ops in compiled
     graphs (the more specific cause, looked for first), or other inputs."""
-    from cagtool.report.metrics import step_losses
+    from cagtool.report.figures.metrics import step_losses
 
     for side in (record, reference):
         if side.mode == "eager" or _eager_randomness(side):

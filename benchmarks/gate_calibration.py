@@ -59,7 +59,7 @@ from cagtool.report.gate.checks import (  # noqa: E402
     StepTimeRegressionCheck,
     TimeThreshold,
 )
-from cagtool.report.intervals import timing_sample  # noqa: E402
+from cagtool.report.figures.intervals import timing_sample  # noqa: E402
 
 REAL_STEPS = ROOT / "benchmarks" / "results" / "gate_calibration" / "real_steps.json"
 EFFECTS = (0.0, 0.02, 0.05, 0.10, 0.20)
@@ -147,7 +147,7 @@ def record_real_steps(steps: int = 3000) -> None:
         subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "ca", "--backend", "eager", "-o", str(out),
                         str(ROOT / "benchmarks" / "steady_state_script.py"), str(steps)], check=True, stdout=subprocess.DEVNULL)
         from cagtool.record.loader import load_run
-        from cagtool.report.metrics import record_step_intervals
+        from cagtool.report.figures.metrics import record_step_intervals
 
         intervals, _, _ = record_step_intervals(load_run(out).modes["ca"])
     REAL_STEPS.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""What gradient digests (capture/grad_digest.py) cost a training step, in one process, on CPU.
+"""What gradient digests (capture/steps/grad_digest.py) cost a training step, in one process, on CPU.
 
 Two figures:
 - a digested step: `GradDigests.digest` on the model's gradients (two foreach norms, one
@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from cagtool.capture.grad_digest import GradDigests
+from cagtool.capture.steps.grad_digest import GradDigests
 
 
 def build(model: str) -> tuple[torch.nn.Module, torch.Tensor]:

@@ -6,7 +6,7 @@ starts running per step unnoticed.
 The workload and the on/off switch are step_overhead.py's (one process, ca mode, TORCH_TRACE on,
 the MLP trained with AdamW under `compiled_autograd._enable`): the record writer, the step tracker,
 the capture observer, the structured-log handler and TORCH_TRACE's file handler, installed as
-`cagtool/capture/child.py` installs them, or all removed. After a warm-up with everything on (the
+`cagtool/capture/run/child.py` installs them, or all removed. After a warm-up with everything on (the
 graph is captured then, as in a real run), it counts `--steps` steps off, on, and off again under
 `sys.setprofile` ("call": a Python function, "c_call": a builtin or a C method called from Python),
 and prints the calls a step that differ between on and off, by (file, function), most first.

@@ -53,7 +53,7 @@ def _timed_hook(name: str) -> tuple[str, str]:
                     f"            finally:\n                PROF[\"{key}\"] += pc() - _t\n\n        def {name}_(optimizer, args, kwargs):\n")
 
 
-# (anchor in capture/steps.py, replacement): the counters. Each anchor must occur exactly once.
+# (anchor in capture/steps/tracker.py, replacement): the counters. Each anchor must occur exactly once.
 PATCHES = [
     ('''        def _engine_run_backward(t_outputs, *args, **kwargs):
 ''', '''        PROF = tracker.prof = {"pre": 0, "post": 0, "opt_pre": 0, "opt_post": 0, "drain": 0, "write": 0, "n": 0}
@@ -109,7 +109,10 @@ os.environ["OMP_NUM_THREADS"] = "1"
 import torch
 torch.set_num_threads(1)
 from torch._dynamo import compiled_autograd as ca
-from cagtool.capture.steps import StepTracker
+try:
+    from cagtool.capture.steps.tracker import StepTracker
+except ImportError:  # a --rev whose tracker is the module capture/steps.py
+    from cagtool.capture.steps import StepTracker
 from cagtool.capture.writer import RecordWriter
 from cagtool.record.manifest import ModeManifest
 tmp = Path(tempfile.mkdtemp(prefix="cagtool-hook-pieces-"))
@@ -176,11 +179,13 @@ def make_tree(rev: str | None, into: Path, hold_s: float | None = None, floor: b
         if count != 1:
             raise SystemExit(f"step_hook_pieces: {rev or 'the working tree'}: writer.py has no one HOLD_S line")
         writer.write_text(text)
-    path = into / "cagtool" / "capture" / "steps.py"
+    path = into / "cagtool" / "capture" / "steps" / "tracker.py"
+    if not path.exists():  # a --rev whose tracker is the module capture/steps.py
+        path = into / "cagtool" / "capture" / "steps.py"
     text = path.read_text()
     for anchor, replacement in PATCHES + ([FLOOR_PATCH] if floor else []):
         if text.count(anchor) != 1:
-            raise SystemExit(f"step_hook_pieces: {rev or 'the working tree'}: steps.py no longer has the anchor {anchor.strip()[:60]!r}")
+            raise SystemExit(f"step_hook_pieces: {rev or 'the working tree'}: the step tracker no longer has the anchor {anchor.strip()[:60]!r}")
         text = text.replace(anchor, replacement)
     path.write_text(text)
     return into

@@ -4,7 +4,7 @@ measured in ONE process so that process-to-process noise (+/-15 % here) does not
 The workload trains an MLP with AdamW under compiled autograd (`_enable` around the loop, as both
 cagtool and a user enabling CA by hand do). Blocks of steps alternate between:
 
-  on:  cagtool's ca-mode instrumentation installed as `cagtool/capture/child.py` installs it: the
+  on:  cagtool's ca-mode instrumentation installed as `cagtool/capture/run/child.py` installs it: the
        record writer (events.jsonl, flushed per event), the step tracker (backward entry point and
        optimizer hooks), the capture observer (patched AutogradCompilerInstance, verbose logger),
        the structured-log handler on torch.__trace, and the TORCH_TRACE file handler;
@@ -197,7 +197,7 @@ class Workload:
 
 
 def workload(backend: str, threads: int, parts: set[str], torch_trace: bool = True) -> Workload:
-    """Everything `cagtool/capture/child.py` installs in ca mode, made once and installed or removed
+    """Everything `cagtool/capture/run/child.py` installs in ca mode, made once and installed or removed
     by `instrument`, in a fresh temporary record; `parts` of "steps" (the tracker, its events),
     "observer", "logs" (the torch.__trace handler), "trace" (the TORCH_TRACE file). Sets TORCH_TRACE
     and imports torch: call it before anything imports torch (also step_calls.py's workload)."""
@@ -215,7 +215,7 @@ def workload(backend: str, threads: int, parts: set[str], torch_trace: bool = Tr
     import torch
 
     from cagtool.capture.observe.ca_observer import CaptureObserver
-    from cagtool.capture.steps import StepTracker
+    from cagtool.capture.steps.tracker import StepTracker
     from cagtool.capture.observe.torch_logs import TRACE_LOGGER, StructuredLogHandler
     from cagtool.capture.writer import RecordWriter
     from cagtool.record.manifest import ModeManifest

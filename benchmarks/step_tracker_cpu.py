@@ -60,7 +60,7 @@ def main() -> None:
     from torch._dynamo import compiled_autograd as ca
 
     import cagtool
-    from cagtool.capture.steps import StepTracker
+    from cagtool.capture.steps.tracker import StepTracker
     from cagtool.capture.writer import RecordWriter
     from cagtool.record.manifest import ModeManifest
 

@@ -68,7 +68,7 @@ import os, sys, time
 def _stamp(what):
     with open(os.environ["TIMELINE_LOG"], "a") as f:
         f.write(f"{time.time():.4f} {os.getpid()} {what}\\n")
-import cagtool.capture.orchestrate as orchestrate
+import cagtool.capture.run.orchestrate as orchestrate
 _settle = orchestrate.settle_mode_record
 def settle(mode_dir, code):
     _stamp(f"parent saw {mode_dir.name} exit")

@@ -11,7 +11,7 @@
 
 The block is recorded as the `ca` mode of a normal run record, with the same observers as
 `cagtool run` (capture/): steps, CA graphs and their cache misses, Dynamo's compiles, recompiles
-and graph breaks, of the block's thread only (capture/thread_scope.py: other threads' backwards
+and graph breaks, of the block's thread only (capture/modes/thread_scope.py: other threads' backwards
 run as plain torch). On exit, torch is as it was: compiled autograd off again, the patched entry
 points and hooks removed, the Dynamo taps taken off. Nothing here imports torch until a capture
 starts (`import cagtool` stays cheap).
@@ -63,14 +63,14 @@ class Capture:
         import torch
 
         from cagtool.capture.observe.ca_observer import CaptureObserver
-        from cagtool.capture.child import _has_compiled_autograd
-        from cagtool.capture.mode_setup import make_compiler, mode_context
+        from cagtool.capture.run.child import _has_compiled_autograd
+        from cagtool.capture.modes.mode_setup import make_compiler, mode_context
         from cagtool.capture.processes.identity import ROLE_MAIN, process_info
-        from cagtool.capture.steps import StepTracker
+        from cagtool.capture.steps.tracker import StepTracker
         from cagtool.capture.torch_counters import counter_snapshot
         from cagtool.capture.versions import machine_info, record_versions
         from cagtool.capture.observe import dynamo_taps
-        from cagtool.capture.thread_scope import ThreadScope
+        from cagtool.capture.modes.thread_scope import ThreadScope
         from cagtool.capture.writer import RecordWriter, write_run_meta
         from cagtool.record.manifest import ModeManifest, RunMeta
 
@@ -112,7 +112,7 @@ class Capture:
         )
         writer = RecordWriter(run_dir / "ca", manifest, clock_start=started)
         # The block is its thread's: other threads' backwards run as plain torch and are not
-        # recorded (capture/thread_scope.py).
+        # recorded (capture/modes/thread_scope.py).
         scope = ThreadScope()
         steps = StepTracker(writer, "ca", scope=scope)
         observer = CaptureObserver(writer, steps, make_compiler(self.backend))
@@ -138,7 +138,7 @@ class Capture:
         stack = contextlib.ExitStack()
         try:
             # What `cagtool run`'s ca mode does to torch, scoped to the block and to its thread
-            # (capture/mode_setup.py).
+            # (capture/modes/mode_setup.py).
             stack.enter_context(mode_context("ca", observer, self.dynamic, scope=scope))
         except BaseException:
             self._restore(stack)
@@ -147,7 +147,7 @@ class Capture:
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        from cagtool.capture.child import cagtool_memory, job_peaks
+        from cagtool.capture.run.child import cagtool_memory, job_peaks
         from cagtool.capture.writer import write_run_meta
         from cagtool.record.manifest import ExceptionInfo
         from cagtool.capture.torch_counters import counter_delta, counter_snapshot
@@ -229,7 +229,7 @@ class Capture:
 
     def summary(self, fmt: str = "text") -> Any:
         """The summary `cagtool summary` prints (fmt="json": its JSON document, as a dict)."""
-        from cagtool.report.console import make_console
+        from cagtool.report.text.console import make_console
         from cagtool.report.summary import render_summary, summary_json
 
         run = self._record()

@@ -157,7 +157,7 @@ def _survive_closed_stdout() -> None:
 def _shown(line: str) -> str:
     """An error line may quote record text: shown as the reports show it (imported only here, so
     `--help` loads nothing from report/)."""
-    from cagtool.report.safe_text import safe_text
+    from cagtool.report.text.safe_text import safe_text
 
     return safe_text(line)
 

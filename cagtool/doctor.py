@@ -49,7 +49,7 @@ CA_ENTRY_POINTS = (
     "torch._dynamo.symbolic_convert.InstructionTranslatorBase.log_graph_break",
     "torch._functorch._aot_autograd.graph_compile._log_fw_bw_graphs",
     "torch._functorch._aot_autograd.aot_autograd_result.GenericAOTAutogradResult._log_cached_graphs",
-    # what steps.py's replacement of _engine_run_backward runs in its place (torch 2.13's body)
+    # what capture/steps/tracker.py's replacement of _engine_run_backward runs in its place (torch 2.13's body)
     "torch.autograd.graph.log",
     "torch.autograd.graph._register_logging_hooks_on_whole_graph",
     "torch.autograd.variable.Variable._execution_engine.run_backward",
@@ -241,10 +241,10 @@ def check_capture() -> Check:
 
 
 def check_engine_copy() -> Check:
-    """steps.py runs a copy of torch 2.13's `_engine_run_backward` body in its place
-    (capture/engine_copy.py): the installed torch's must be the same code, or cagtool would run
+    """capture/steps/tracker.py runs a copy of torch 2.13's `_engine_run_backward` body in its place
+    (capture/steps/engine_copy.py): the installed torch's must be the same code, or cagtool would run
     the job's backward through an older body than torch's."""
-    from cagtool.capture.engine_copy import FUNCTION, MODULE, compare_with_installed
+    from cagtool.capture.steps.engine_copy import FUNCTION, MODULE, compare_with_installed
 
     name = f"{MODULE}.{FUNCTION}"
     result = compare_with_installed()

@@ -168,7 +168,7 @@ def test_the_optimizer_scan_does_not_keep_optimizers_alive(tmp_path, loop):
 
 
 def test_past_the_undecided_bound_backwards_are_counted_as_steps_of_their_own(tmp_path, loop, monkeypatch):
-    import cagtool.capture.steps as steps_module
+    import cagtool.capture.steps.tracker as steps_module
 
     monkeypatch.setattr(steps_module, "UNDECIDED_NOTES", 6)  # three backward calls wait, then no more
     model, stale = loop["build"]()

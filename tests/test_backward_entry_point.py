@@ -10,7 +10,7 @@ from typing import Any, Iterator
 import pytest
 import torch
 
-from cagtool.capture.steps import BACKWARD_ENTRY_REPLACED, BACKWARD_ENTRY_RESTORED, StepTracker
+from cagtool.capture.steps.tracker import BACKWARD_ENTRY_REPLACED, BACKWARD_ENTRY_RESTORED, StepTracker
 from cagtool.capture.writer import RecordWriter
 from cagtool.record.manifest import ModeManifest
 

@@ -9,7 +9,7 @@ from conftest import cagtool_in_process
 
 from cagtool.record.loader import load_run
 from cagtool.record.schema import CacheMissEvent, CAGraphEvent, FindingEvent, StepEvent
-from cagtool.report.metrics import mode_metrics
+from cagtool.report.figures.metrics import mode_metrics
 
 pytestmark = pytest.mark.slow  # every test reads a real `cagtool run` record
 

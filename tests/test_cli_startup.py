@@ -126,9 +126,9 @@ def test_runs_and_recompiles_explain_load_only_what_they_print(tmp_path):
     # prints paragraphs: no rich table (the table view imports it), no step statistics.
     run = _recompiling_run(tmp_path / "runs" / "r")
     loaded = loaded_after(f"from cagtool.cli import main; main(['runs', {str(tmp_path / 'runs')!r}])")
-    assert "cagtool.report.console" in loaded  # it did print its table
+    assert "cagtool.report.text.console" in loaded  # it did print its table
     # console.py's text passes safe_text (record text shown as text: a module of one regex)
-    assert {m for m in loaded if m.startswith("cagtool.report")} == {"cagtool.report", "cagtool.report.console", "cagtool.report.safe_text"}
+    assert {m for m in loaded if m.startswith("cagtool.report")} == {"cagtool.report", "cagtool.report.text", "cagtool.report.text.console", "cagtool.report.text.safe_text"}
     # The writer's liveness needs no socket (typer >= 0.29 loads one with pydantic's Path coercion).
     assert "socket" not in loaded or "pydantic" in loaded
     assert not [m for m in loaded if m.split(".")[0] in ("torch", "pandas", "numpy", *TYPER_COERCION)]

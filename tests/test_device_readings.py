@@ -1,4 +1,4 @@
-"""Deferred losses (capture/device_readings.py): what cagtool holds for them and how they are read
+"""Deferred losses (capture/steps/device_readings.py): what cagtool holds for them and how they are read
 at the end. The CUDA copy into page-locked host memory needs a GPU (none in CI); what runs without
 one is tested here: a loss not on CUDA is held as a tensor and counted, and the end-of-run read
 takes host-chunk slots and held tensors alike, in step order."""
@@ -9,8 +9,8 @@ import json
 
 import torch
 
-from cagtool.capture import device_readings
-from cagtool.capture.device_readings import DeviceReadings
+from cagtool.capture.steps import device_readings
+from cagtool.capture.steps.device_readings import DeviceReadings
 from cagtool.capture.writer import RecordWriter
 from cagtool.record.manifest import ModeManifest
 from cagtool.record.schema import EVENTS_FILE

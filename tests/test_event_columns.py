@@ -28,7 +28,7 @@ from cagtool.record.schema import (
     event_to_dict,
     json_default,
 )
-from cagtool.report.metrics import mode_metrics
+from cagtool.report.figures.metrics import mode_metrics
 from cagtool.report.summary import SUMMARY_KINDS, summary_json
 
 

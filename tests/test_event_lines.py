@@ -114,7 +114,7 @@ def test_held_lines_are_written_before_the_next_line_in_order(tmp_path):
 
 
 def _queue(writer: RecordWriter, cls: type, **fields) -> None:
-    """What the step tracker does for a per-step line (capture/steps.py): an append to `queued`."""
+    """What the step tracker does for a per-step line (capture/steps/tracker.py): an append to `queued`."""
     if not writer.queued:  # StepTracker._first_queued
         writer.queued_due = writer.clock() + writer.hold_s / 2
         writer.start_flusher()
@@ -310,7 +310,7 @@ def test_short_write_then_error_stops_after_the_lines_written_whole(tmp_path, mo
 
 
 def _tracker_lines(tmp_path):
-    from cagtool.capture.steps import _line_makers, _OpenStep
+    from cagtool.capture.steps.tracker import _line_makers, _OpenStep
 
     writer = RecordWriter(tmp_path, ModeManifest(mode="eager", argv=[], target={}, cwd=str(tmp_path), versions={}, backend="eager", dynamic=False, started_at=""))
     return writer, _OpenStep, _line_makers(writer)
@@ -319,7 +319,7 @@ def _tracker_lines(tmp_path):
 @pytest.mark.parametrize("loss", [0.1234567890123456789, None, math.nan, math.inf, -math.inf, 3.0])
 @pytest.mark.parametrize("thread", ["", 'a "quoted"\\ name', "Thréad-ü ✓"])
 def test_the_trackers_lines_are_the_events_lines(tmp_path, loss, thread):
-    """steps.py makes its three per-step lines from the tuples its drain queued: each is exactly
+    """tracker.py makes its three per-step lines from the tuples its drain queued: each is exactly
     the line of the event those values make."""
     writer, open_step, (backward_line, optimizer_step_line, step_line, group_line) = _tracker_lines(tmp_path)
     opened = open_step()
@@ -336,7 +336,7 @@ def test_the_trackers_lines_are_the_events_lines(tmp_path, loss, thread):
         cases.append((step_line(9, t, (opened, 4, wall_s, "optimizer")),
                       StepEvent(seq=9, t=t, step=4, backward_s=opened.backward_s, loss=loss, ca_captures=2, compiles=1, compile_s=opened.compile_s,
                                 wall_s=wall_s, backward_calls=3, boundary="optimizer", optimizer_s=opened.optimizer_s)))
-    # A step's three lines made as one entry (steps.py `_close`): the same text, seq after seq.
+    # A step's three lines made as one entry (tracker.py `_close`): the same text, seq after seq.
     backward = (4, 0, 0.000543319998541846, 2, "backward", loss, thread)
     for wall_s in (None, 0.004999999999999):
         assert group_line(7, t, (backward, t + 1, 0.0012345678901234567, thread or "AdamW", opened, 4, wall_s, "optimizer")) == (

@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT, SAMPLES, cagtool_cmd, cagtool_in_process
 
 from cagtool.capture.processes.launch_audit import check_launch
-from cagtool.capture.target import Target, check_target
+from cagtool.capture.run.target import Target, check_target
 from cagtool.record.loader import load_run
 from cagtool.record.schema import CAGraphEvent, DDPModelEvent, FindingEvent, StepEvent
 

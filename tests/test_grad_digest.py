@@ -1,4 +1,4 @@
-"""Gradient digests at capture time (capture/grad_digest.py), in-process on real torch: the
+"""Gradient digests at capture time (capture/steps/grad_digest.py), in-process on real torch: the
 numbers are the gradients', the names are module paths whatever wraps the model, and the
 schedule digests the steps it should, without reading the device in the step."""
 
@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from cagtool.capture.grad_digest import CHECKSUM_PERIOD, REASON_EVERY, REASON_FIRST, REASON_RECOMPILE, GradDigests
+from cagtool.capture.steps.grad_digest import CHECKSUM_PERIOD, REASON_EVERY, REASON_FIRST, REASON_RECOMPILE, GradDigests
 
 
 @pytest.fixture

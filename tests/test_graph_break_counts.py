@@ -7,7 +7,7 @@ from pathlib import Path
 
 from cagtool.record.loader import load_run
 from cagtool.record.schema import GraphBreakEvent
-from cagtool.report.metrics import mode_metrics
+from cagtool.report.figures.metrics import mode_metrics
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "graph_break_logged_twice.py")
 

@@ -73,7 +73,7 @@ def _mode_processes(root_pid: int) -> list[int]:
                 stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(stat[1]) == root_pid and b"cagtool.capture.child" in cmdline and stat[0] != "Z":
+            if int(stat[1]) == root_pid and b"cagtool.capture.run.child" in cmdline and stat[0] != "Z":
                 found.append(int(entry))
     return found
 

@@ -17,7 +17,7 @@ from torch._dynamo import compiled_autograd as ca
 
 from cagtool.capture.observe import graph_dump
 from cagtool.capture.observe.ca_observer import CAPTURE_FAILED, OBSERVER_ERROR, CaptureObserver
-from cagtool.capture.steps import StepTracker
+from cagtool.capture.steps.tracker import StepTracker
 from cagtool.capture.writer import RecordWriter
 from cagtool.record.manifest import ModeManifest
 from cagtool.record.schema import CACompileEvent, FindingEvent
@@ -242,7 +242,7 @@ def test_a_run_with_failed_captures_counts_them_and_reads_undamaged(tmp_path):
 
     from cagtool.record.integrity import run_damage
     from cagtool.record.loader import load_run
-    from cagtool.report.metrics import mode_metrics
+    from cagtool.report.figures.metrics import mode_metrics
 
     root = Path(__file__).resolve().parent.parent
     script = str(root / "tests" / "scripts" / "higher_order_grads.py")
@@ -268,7 +268,7 @@ def test_a_run_with_failed_captures_counts_them_and_reads_undamaged(tmp_path):
 def test_a_counter_torch_never_incremented_reads_zero_not_unknown(tmp_path):
     from cagtool.record.loader import load_mode
     from cagtool.record.schema import STATUS_FINISHED, STATUS_KILLED
-    from cagtool.report.metrics import mode_metrics
+    from cagtool.report.figures.metrics import mode_metrics
 
     def metrics_of(name: str, counters: dict, status: str) -> Any:
         manifest = ModeManifest(mode="aot", argv=[], target={}, cwd=str(tmp_path), versions={}, backend="eager", dynamic=False, started_at="")

@@ -34,7 +34,7 @@ from conftest import cli_in_process as cagtool
 from cagtool.record.loader import load_run
 from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
 from cagtool.record.schema import StepEvent
-from cagtool.report.metrics import mode_metrics
+from cagtool.report.figures.metrics import mode_metrics
 
 # ------------------------------------------------------------------ reading: hand-built records
 
@@ -747,7 +747,7 @@ HOSTILE = '<img src=x onerror=alert(1)> [link](http://x) `code` **b** | cell\n::
 def test_markdown_outputs_escape_record_text(tmp_path):
     """A script and an exception text with HTML/Markdown: `compare --format markdown` and the
     GitHub step summary show them as text (no tag, no link, no new cell or line)."""
-    from cagtool.report.markdown import md_text
+    from cagtool.report.text.markdown import md_text
 
     assert md_text("<= 1 and p10 - p90") == "<= 1 and p10 - p90"
     escaped = md_text(HOSTILE)
@@ -824,7 +824,7 @@ def test_colour_stays_on_a_terminal_but_record_escapes_do_not(tmp_path):
     import io
 
     from cagtool.record.loader import load_run as load
-    from cagtool.report.console import make_console
+    from cagtool.report.text.console import make_console
     from cagtool.report.summary import render_summary
 
     class Terminal(io.StringIO):

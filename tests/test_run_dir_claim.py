@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, cagtool_cmd
 
-from cagtool.capture.orchestrate import RunOptions, make_run_dir
+from cagtool.capture.run.orchestrate import RunOptions, make_run_dir
 from cagtool.capture.run_dir import claim_run_dir
-from cagtool.capture.target import Target
+from cagtool.capture.run.target import Target
 from cagtool.errors import EXIT_USAGE, UsageError
 
 SCRIPTS = Path(__file__).parent / "scripts"

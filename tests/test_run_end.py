@@ -41,8 +41,8 @@ def test_on_started_follows_each_mode_process(tmp_path):
     code = f"""
 import json, os
 from pathlib import Path
-from cagtool.capture.orchestrate import RunOptions, run
-from cagtool.capture.target import check_target
+from cagtool.capture.run.orchestrate import RunOptions, run
+from cagtool.capture.run.target import check_target
 seen = []
 def started(name):
     # The mode process exists: its directory and spec were written before it started.

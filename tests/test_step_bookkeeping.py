@@ -1,5 +1,5 @@
 """The step tracker's hooks only note what happened; its drain counts the notes later, in order
-(capture/steps.py). These pin that a count made later is the count made in the hook: the same
+(capture/steps/tracker.py). These pin that a count made later is the count made in the hook: the same
 events, numbers and order as the tracker that counted in its hooks gave (the expected rows were
 read from its record of the same script), and the same as this tracker's synchronous path, which
 `--steps` takes (each hook drains at once, so it can stop the run in the step's own call)."""

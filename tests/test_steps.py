@@ -21,7 +21,7 @@ from cagtool.record.schema import (
     StepEvent,
 )
 from cagtool.report.frames import events_frame, steps_frame
-from cagtool.report.metrics import mode_metrics
+from cagtool.report.figures.metrics import mode_metrics
 
 from conftest import ROOT, cagtool_cmd
 

@@ -110,7 +110,7 @@ def test_dead_writer_reads_as_interrupted_only_with_its_stacks(tmp_path):
     assert "in /home/me/train.py:46 (train)" in manifest.exception.message
     assert "line 320 in wait" in manifest.exception.traceback
     assert manifest.options["closed_by"] == "reader"  # what it held in memory died with it
-    from cagtool.report.metrics import steps_lost_with_process
+    from cagtool.report.figures.metrics import steps_lost_with_process
 
     manifest.options["held_events"] = {"kinds": ["step"], "up_to_s": 0.5}
     assert steps_lost_with_process(manifest) == 0.5

@@ -170,6 +170,6 @@ def test_library_paths_are_not_the_users():
 def test_the_importer_reads_torch_text_without_the_capture_observer():
     """Reading a trace log parses miss lines without importing the capture's observer or step tracker."""
     code = ("import sys, cagtool.trace_import.translate, cagtool.trace_import.importer\n"
-            "print(sorted(m for m in sys.modules if m in ('cagtool.capture.steps', 'cagtool.capture.observe.ca_observer')))")
+            "print(sorted(m for m in sys.modules if m in ('cagtool.capture.steps.tracker', 'cagtool.capture.observe.ca_observer')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
     assert json.loads(out.strip().replace("'", '"')) == []

@@ -16,7 +16,7 @@ from conftest import ROOT, cagtool_in_process
 
 from cagtool.record.loader import load_run
 from cagtool.record.schema import CacheMissEvent, CAGraphEvent, DynamoCompileEvent, DynamoRecompileEvent
-from cagtool.report.metrics import mode_metrics
+from cagtool.report.figures.metrics import mode_metrics
 
 JOBS = ROOT / "tests" / "scripts" / "trace_jobs"
 

@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, cagtool_cmd, cagtool_in_process
 
 from cagtool.record.loader import load_run
-from cagtool.report.metrics import mode_metrics
+from cagtool.report.figures.metrics import mode_metrics
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """Code fixes as patches (cagtool/verify/patches.py): the diff against the script's own lines, made
 only where the edit is local, and the patched copy run in the script's place with the script's
-own sys.argv, sys.path[0] and __file__ (capture/target.py). Pure: no torch job runs here."""
+own sys.argv, sys.path[0] and __file__ (capture/run/target.py). Pure: no torch job runs here."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from cagtool.capture.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV, Target, patched_source_for, run_target
+from cagtool.capture.run.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV, Target, patched_source_for, run_target
 from cagtool.report.recompiles.explain import CAUSE_DYNAMO_FRAME, CAUSE_GRAD_DEFINED, CAUSE_HOOK, Cause
 from cagtool.verify.patches import patch_for
 from cagtool.verify.verification import HARMFUL, NO_EFFECT, VERIFIED, Side, judge

@@ -10,7 +10,7 @@ other event (`emit`: a cache miss, a finding...) is written at once, the waiting
 of what recording cost a training step (benchmarks/README.md, step overhead); made together the
 lines cost a fraction. The step tracker, the one caller on a training
 step's path, skips even `emit_held`: its hooks only note what happened, and its `drain` (the
-writer's `source`) turns the notes into lines appended to `queued` (module docstring of steps.py),
+writer's `source`) turns the notes into lines appended to `queued` (module docstring of steps/tracker.py),
 from the training thread every HOLD_S / 2. The writer calls `source` before it numbers anything,
 outside its lock, and the flusher asks it for notes left too long; queued lines are numbered
 before any other event (`_take_queued`), so their seq and order in the file are those that

@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from cagtool.record.integrity import refuse_damaged
         from cagtool.record.loader import load_run
-        from cagtool.report.console import make_console
+        from cagtool.report.text.console import make_console
         from cagtool.report.gate import baseline_from_run, save_baseline
 
         record = load_run(run, strict=strict, columns=True)
@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
         file: Path = typer.Argument(Path(DEFAULT_BASELINE_FILE), metavar="[FILE]", help="Baseline file."),
         format: TextOrJson = typer.Option(TextOrJson.text, "--format", help="Output format."),
     ) -> None:
-        from cagtool.report.console import make_console
+        from cagtool.report.text.console import make_console
         from cagtool.report.gate import baseline_to_dict, load_baseline
 
         baseline = load_baseline(file)

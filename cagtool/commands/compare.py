@@ -37,7 +37,7 @@ class CompareOptions:
 def compare(options: CompareOptions) -> None:
     from cagtool.record.loader import load_run
     from cagtool.report.compare import Tolerance, compare_modes, compare_runs, comparison_to_json, render_comparison
-    from cagtool.report.console import make_console
+    from cagtool.report.text.console import make_console
     from cagtool.report.ranks.analysis import analysis_json, focused_run
     from cagtool.report.ranks.render import render_ranks
 

@@ -190,7 +190,7 @@ def diff_graphs_command(
 
 def _diff_and_render(options: DiffGraphsOptions) -> bool:
     """Diff and print; True when every comparison found the graphs identical."""
-    from cagtool.report.console import make_console
+    from cagtool.report.text.console import make_console
     from cagtool.report.graphs import JsonRenderer, SideBySideRenderer, UnifiedRenderer, graph_ids
 
     notes: list[RankFocus] = []

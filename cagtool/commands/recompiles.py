@@ -79,7 +79,7 @@ def run_recompiles(options: RecompilesOptions, out: IO[str] | None = None, err: 
 def _run_recompiles(options: RecompilesOptions, out: IO[str] | None, err: IO[str] | None) -> int:
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
-    from cagtool.report.console import make_console
+    from cagtool.report.text.console import make_console
     from cagtool.report.recompiles import (
         ExplanationRenderer,
         RecompilesJsonRenderer,
@@ -121,7 +121,7 @@ def _run_recompiles(options: RecompilesOptions, out: IO[str] | None, err: IO[str
     else:
         RecompilesTableRenderer(console).render(tables, run_label)
     if verification is not None:
-        from cagtool.report.verification import verification_lines
+        from cagtool.report.recompiles.verification import verification_lines
 
         for line in verification_lines(verification.to_dict()):
             print_wrapped(console, line)

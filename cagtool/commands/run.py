@@ -59,9 +59,9 @@ def warm_end_of_run_imports(report: bool) -> None:
         import cagtool.report.compare.headline  # noqa: F401
         import cagtool.report.graph_break_words  # noqa: F401
         import cagtool.report.compare.render  # noqa: F401
-        import cagtool.report.console  # noqa: F401
+        import cagtool.report.text.console  # noqa: F401
         import cagtool.report.summary  # noqa: F401
-        import cagtool.report.verification  # noqa: F401
+        import cagtool.report.recompiles.verification  # noqa: F401
 
         if report:
             import cagtool.commands.report  # noqa: F401
@@ -127,8 +127,8 @@ def run_command(
     The exit code is the script's (130 after Ctrl-C, 143 after SIGTERM, 129 after SIGHUP;
     2 for bad arguments); with --gate, 1 when the script succeeded but a gate check failed.
     """
-    from cagtool.capture.orchestrate import RunOptions, run
-    from cagtool.capture.target import check_target
+    from cagtool.capture.run.orchestrate import RunOptions, run
+    from cagtool.capture.run.target import check_target
 
     args = list(ctx.args)
     if module and script is not None:
@@ -148,7 +148,7 @@ def run_command(
         raise UsageError("--json is empty; give a file name")
     if backend not in ("inductor", "aot_eager", "eager"):
         raise UsageError(f"--backend takes inductor, aot_eager or eager (got {backend!r})")
-    from cagtool.capture.seeding import parse_seed
+    from cagtool.capture.run.seeding import parse_seed
 
     try:
         run_seed = parse_seed(seed)

@@ -18,7 +18,7 @@ def runs_command(
     """
     from cagtool.errors import CagtoolError
     from cagtool.record.loader import list_runs, load_run
-    from cagtool.report.console import print_table, print_text
+    from cagtool.report.text.console import print_table, print_text
 
     paths = list_runs(root)
     if not paths:

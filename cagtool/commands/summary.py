@@ -18,7 +18,7 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
     """`loaded`: the run already read (`cagtool run` reads its record once for the summary, --json
     and report.html); else it is read here."""
     from cagtool.record.loader import load_run
-    from cagtool.report.console import make_console
+    from cagtool.report.text.console import make_console
     from cagtool.report.ranks.analysis import focused_run, run_for_rank
     from cagtool.report.summary import SUMMARY_KINDS, next_steps, render_summary, summary_json
 
@@ -28,7 +28,7 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
     run = loaded if loaded is not None else load_run(run_path, strict=strict, kinds=SUMMARY_KINDS, columns=True)
     verification = None
     if (Path(run.path) / "verification.json").exists():
-        from cagtool.report.verification import load_verification
+        from cagtool.report.recompiles.verification import load_verification
 
         verification = load_verification(run.path)
     if fmt == "json":
@@ -62,7 +62,7 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
             console.print(f"modes compared on rank {focus}'s records (cagtool compare --rank N for another)", markup=False)
         render_comparison(comparison, "table", console, headline=False)
     if verification is not None:
-        from cagtool.report.verification import verification_lines
+        from cagtool.report.recompiles.verification import verification_lines
 
         for line in verification_lines(verification):
             console.print(line, markup=False, highlight=False, soft_wrap=True)

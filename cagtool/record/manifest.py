@@ -22,7 +22,7 @@ class ModeOptions(TypedDict, total=False):
     key written goes here, one line each; the loader checks the types of these keys and keeps any
     other key as it is (a record written by a newer cagtool)."""
 
-    # set when the record is opened (capture/child.py, capture/processes/follow.py, api.py)
+    # set when the record is opened (capture/run/child.py, capture/processes/follow.py, api.py)
     waited_to_start_s: float  # the mode waited this long for the previous one's process to go
     max_steps: int | None  # --steps
     max_time: float | None  # --max-time
@@ -33,14 +33,14 @@ class ModeOptions(TypedDict, total=False):
     python_api: bool  # recorded through cagtool.api, not `cagtool run`
     imported: bool  # built by `cagtool import` (trace_import/importer.py)
     # set while it runs or when it ends
-    seed: dict[str, Any]  # capture/seeding.py: {"seed", "seeded", "script_reseeded"}
+    seed: dict[str, Any]  # capture/run/seeding.py: {"seed", "seeded", "script_reseeded"}
     parity_every: int | None  # --parity-every
     fallback_random: bool  # inductor's fallback_random, as the mode ran
     held_events: dict[str, Any]  # writer.py: {"kinds", "up_to_s"}, what a hard kill can lose
     stopped_by: str  # "steps" | "max_time": a --steps / --max-time bound ended it
     closed_by: str  # "reader": the loader closed the record of a process that vanished
     optimize_ddp: dict[str, Any]  # {"value", "set_by"}: the DDP setting cagtool chose
-    cagtool_memory: dict[str, Any]  # what cagtool itself allocated (capture/device_readings.py)
+    cagtool_memory: dict[str, Any]  # what cagtool itself allocated (capture/steps/device_readings.py)
     losses_not_kept: int
     grad_digest_error: str
     step_tracking_errors: ErrorCount
@@ -53,7 +53,7 @@ class ModeOptions(TypedDict, total=False):
 
 
 class RunOptions(TypedDict, total=False):
-    """run.json's `options`: the command line of `cagtool run` (capture/orchestrate.py) or what
+    """run.json's `options`: the command line of `cagtool run` (capture/run/orchestrate.py) or what
     `cagtool import` read (trace_import/importer.py). Same rules as ModeOptions."""
 
     backend: str

@@ -349,7 +349,7 @@ class FinalStateEvent(Event, tag="final_state"):
 
 
 class GradDigestEvent(Event, tag="grad_digest"):
-    """Per-parameter gradient digests at one step (capture/grad_digest.py), written at the end of
+    """Per-parameter gradient digests at one step (capture/steps/grad_digest.py), written at the end of
     the run (read back from the device then). Parallel lists, one item per parameter, named by
     module path; None where the parameter had no gradient. `reasons` says why the step was digested:
     first, recompile (a CA capture or Dynamo compile in the step), every (--parity-every),

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import EVENT_TYPES, StepEvent, event_to_dict
-from cagtool.report.metrics import device_step_seconds
+from cagtool.report.figures.metrics import device_step_seconds
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -43,8 +43,8 @@ from cagtool.record.schema import (
     SourceRef,
     StepEvent,
 )
-from cagtool.report.downsample import downsample
-from cagtool.report.metrics import held_steps, step_columns
+from cagtool.report.figures.downsample import downsample
+from cagtool.report.figures.metrics import held_steps, step_columns
 from cagtool.torch_text import looks_like_user_file, strip_reason_id
 
 TRACE_FORMAT = "cagtool-perfetto"
@@ -242,8 +242,8 @@ def _first_step_start(record: ModeRecord, step: int, end: float) -> float | None
     """Where the first step starts, from what the record saw of it: the earliest start of a span
     stamped with it (a Dynamo compile of its forward, a CA capture, a backward call, an optimizer
     step). None when nothing of it was recorded before its end. The report's measurement
-    (report.metrics.first_step_time, what the charts show) when it has one for this step."""
-    from cagtool.report.metrics import first_step_time
+    (report.figures.metrics.first_step_time, what the charts show) when it has one for this step."""
+    from cagtool.report.figures.metrics import first_step_time
 
     measured = first_step_time(record)
     if measured is not None and measured.step == step and measured.start_t <= end:

@@ -28,7 +28,7 @@ from cagtool.record.schema import (
     stamps_step_in_progress,
 )
 from cagtool.report.changed_sizes import misses_with_earlier_values
-from cagtool.report.metrics import ModeMetrics, cpu_wait, mode_metrics
+from cagtool.report.figures.metrics import ModeMetrics, cpu_wait, mode_metrics
 from cagtool.report.recompiles.table import forward_step, guard_text
 from cagtool.report.ranks.analysis import RankFocus, analysis_json, analyze_ranks, run_dir_of, run_for_rank
 from cagtool.report.ranks.render import render_ranks

@@ -11,12 +11,12 @@ torch's own and every figure can be checked with the other commands. The result
 - CA recompiles, Dynamo recompiles and CA graphs (exact counts, per repetition);
 - compile time and time to first step (medians of the repetitions);
 - steady step time: the fix's speedup over the baseline with its 90% confidence interval
-  (report.intervals; the repetitions are its units);
+  (report.figures.intervals; the repetitions are its units);
 - peak memory (RSS, or CUDA max allocated), and whether the losses and final norms agree.
 
 A fix that is a code change (verify/patches.py) is run the same way on a patched copy of the
 script, kept beside its re-run (`<run>/verify/<stamp>-<fix>-<script>`): the copy's code runs as
-the script would (same sys.argv, sys.path[0], `__file__`, cwd: capture/target.py), and the
+the script would (same sys.argv, sys.path[0], `__file__`, cwd: capture/run/target.py), and the
 user's file is never written.
 
 Verdict: **verified** when the recompiles it targets went down (or, the recompile count the same,
@@ -40,8 +40,8 @@ from typing import Any, Callable
 from cagtool.errors import UsageError
 from cagtool.record.loader import RunRecord, load_run
 from cagtool.report.compare.analysis import compare_runs, mode_fields
-from cagtool.report.verification import VERIFICATION_FILE, VERIFICATION_FORMAT
-from cagtool.capture.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV
+from cagtool.report.recompiles.verification import VERIFICATION_FILE, VERIFICATION_FORMAT
+from cagtool.capture.run.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV
 from cagtool.verify.fixes import Fix
 
 VERIFY_DIR = "verify"
@@ -140,7 +140,7 @@ def _side(name: str, path: Path, mode: str, wall_s: float) -> tuple[Side, RunRec
     record, _rank = focused_run(load_run(path), None)
     reps = [r for n, r in record.modes.items() if n == mode or n.startswith(f"{mode}.")]
     from cagtool.report.compare.analysis import compare_modes
-    from cagtool.report.metrics import mode_metrics
+    from cagtool.report.figures.metrics import mode_metrics
 
     column = compare_modes(record).modes.get(mode)
     metrics = [mode_metrics(r) for r in reps]

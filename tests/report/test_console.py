@@ -1,4 +1,4 @@
-"""report/console.py: rich consoles that, off a terminal, write colourless text that is never
+"""report/text/console.py: rich consoles that, off a terminal, write colourless text that is never
 wrapped or cut (CI logs stay greppable), honour an explicit COLUMNS, and keep record text as text."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from cagtool.report.console import UNBOUNDED_WIDTH, is_unbounded, make_console, print_table, print_text
+from cagtool.report.text.console import UNBOUNDED_WIDTH, is_unbounded, make_console, print_table, print_text
 
 
 def test_print_table_exact_layout(monkeypatch):

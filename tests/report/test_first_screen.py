@@ -20,7 +20,7 @@ from cagtool.report.compare.headline import ca_explanation, root_causes, run_hea
 from cagtool.report.compare.render import speedup_grid
 from cagtool.report.html import charts
 from cagtool.report.html.document import run_report
-from cagtool.report.metrics import graph_break_sites
+from cagtool.report.figures.metrics import graph_break_sites
 from cagtool.report.recompiles.table import recompile_table
 
 pytestmark = pytest.mark.slow  # records runs of the sample scripts

@@ -12,7 +12,7 @@ from conftest import as_old_schema
 
 from cagtool.record.loader import load_run
 from cagtool.record.schema import BackwardEvent, DynamoCompileEvent, StepEvent
-from cagtool.report.metrics import (
+from cagtool.report.figures.metrics import (
     FIRST_STEP_FROM_BACKWARD,
     FIRST_STEP_FROM_COMPILE,
     first_step_time,

@@ -2,7 +2,7 @@
 
 from cagtool.record.loader import load_run
 from cagtool.report.frames import events_frame, steps_frame
-from cagtool.report.metrics import mode_metrics
+from cagtool.report.figures.metrics import mode_metrics
 
 
 def test_frames_match_the_record(record_run):

@@ -1,4 +1,4 @@
-"""The statistics every timing verdict rests on (report.intervals), pinned on fixed samples: the t
+"""The statistics every timing verdict rests on (report.figures.intervals), pinned on fixed samples: the t
 quantiles and the Welch interval against scipy's, the batching, the units, and the sizes of real
 jobs (no overflow, an interval that narrows)."""
 
@@ -10,7 +10,7 @@ import random
 import pytest
 from scipy import stats
 
-from cagtool.report.intervals import (
+from cagtool.report.figures.intervals import (
     MAX_BATCHES,
     RatioInterval,
     TimingSample,

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from cagtool.report.console import make_console
+from cagtool.report.text.console import make_console
 from cagtool.report.gate.checks import CheckResult, Outcome
 from cagtool.report.gate.config import GateSettings
 from cagtool.report.gate.output import render_junit, render_markdown
 from cagtool.report.gate.run import GateResult
-from cagtool.report.markdown import md_text
-from cagtool.report.safe_text import encodable_text, is_safe, safe_text
+from cagtool.report.text.markdown import md_text
+from cagtool.report.text.safe_text import encodable_text, is_safe, safe_text
 
 ANSI_ERROR = "\x1b[1;31mRuntimeError\x1b[0m: \x1b[33mCUDA out of memory\x1b[0m"
 

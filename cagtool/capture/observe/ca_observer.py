@@ -20,7 +20,7 @@ import weakref
 from typing import Any, Callable
 
 from cagtool.capture.observe import graph_dump, source
-from cagtool.capture.steps import StepTracker
+from cagtool.capture.steps.tracker import StepTracker
 from cagtool.capture.writer import RecordWriter
 from cagtool.record.schema import (
     CACompileEvent,

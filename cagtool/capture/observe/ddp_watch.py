@@ -18,7 +18,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable
 
-from cagtool.capture.mode_setup import CA_OPTIMIZE_DDP, script_config_value
+from cagtool.capture.modes.mode_setup import CA_OPTIMIZE_DDP, script_config_value
 from cagtool.record.schema import EVENTS_FILE, DDPModelEvent, FindingEvent
 
 DDP_COLLECTIVES_MISSING = "ddp_collectives_not_in_ca_graphs"

@@ -19,7 +19,7 @@ from cagtool.record.schema import AotBackwardGraphEvent, DynamoCompileEvent, Dyn
 from cagtool.torch_text import compile_id_of, graph_break_at
 
 if TYPE_CHECKING:  # the handler reads a live run's steps, or an import's (which has none)
-    from cagtool.capture.steps import StepTracker
+    from cagtool.capture.steps.tracker import StepTracker
     from cagtool.capture.writer import RecordWriter
 
 TRACE_LOGGER = "torch.__trace"

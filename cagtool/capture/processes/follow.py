@@ -64,7 +64,7 @@ class FollowConfig:
     trace_nodes: bool
     target: dict[str, str]
     cagtool_root: str  # the directory holding the cagtool package
-    seed: int | None = 0  # the run's seed (capture/seeding.py): this process's is process_seed(seed, rank)
+    seed: int | None = 0  # the run's seed (capture/run/seeding.py): this process's is process_seed(seed, rank)
     parity_every: int | None = None  # gradient digests (grad_digest.py), as in the main process
     digest_steps: list[int] | None = None
     parity: bool = False
@@ -221,7 +221,7 @@ class ProcessRecord:
         if self.closed or self.role != ROLE_CHILD:
             return
         self.closed = True
-        from cagtool.capture.child import cagtool_memory, job_peaks
+        from cagtool.capture.run.child import cagtool_memory, job_peaks
         from cagtool.capture.torch_counters import counter_delta, counter_snapshot
 
         code = self.exit_code if exit_code is None else exit_code
@@ -230,7 +230,7 @@ class ProcessRecord:
         try:
             if self.steps is not None and self.steps.backward_calls:
                 self.steps.emit_final_state()
-                from cagtool.capture.child import _emit_grad_digests
+                from cagtool.capture.run.child import _emit_grad_digests
 
                 _emit_grad_digests(self.writer, self.steps, self.manifest)
             if self.steps is not None:
@@ -261,7 +261,7 @@ class ProcessRecord:
                 manifest.options["pgo_suggestion"] = suggestion  # torch's own words, as the main record keeps them
         seed = manifest.options.get("seed")
         if isinstance(seed, dict) and "torch" in sys.modules:
-            from cagtool.capture.seeding import script_reseeded
+            from cagtool.capture.run.seeding import script_reseeded
 
             try:
                 seed["script_reseeded"] = script_reseeded(seed)
@@ -405,7 +405,7 @@ def attach_main(spec: Any, writer: Any, manifest: ModeManifest, steps: Any, obse
     followed; its own record stays child.py's to close."""
     global _current
     import cagtool
-    from cagtool.capture.mode_setup import CA_OPTIMIZE_DDP
+    from cagtool.capture.modes.mode_setup import CA_OPTIMIZE_DDP
 
     config = FollowConfig(
         mode=spec.mode,
@@ -548,9 +548,9 @@ def _setup_torch_in_child() -> None:
     process's life. --steps / --max-time bound the main process only."""
     import torch
 
-    from cagtool.capture import mode_setup
+    from cagtool.capture.modes import mode_setup
     from cagtool.capture.observe.ca_observer import CaptureObserver
-    from cagtool.capture.steps import StepTracker
+    from cagtool.capture.steps.tracker import StepTracker
     from cagtool.capture.observe import dynamo_taps
     from cagtool.capture.observe.torch_logs import StructuredLogHandler
 
@@ -562,13 +562,13 @@ def _setup_torch_in_child() -> None:
         from cagtool.capture.versions import imported_torch_version, record_versions
 
         record.manifest.versions = record_versions(imported_torch_version())
-    from cagtool.capture.grad_digest import GradDigests
+    from cagtool.capture.steps.grad_digest import GradDigests
 
     digests = GradDigests(config.parity_every, config.digest_steps or ())
     digests.names.install()
     steps = StepTracker(record.writer, config.mode, digests=digests)
     if config.parity and config.mode != "eager":
-        from cagtool.capture.child import _eager_randomness
+        from cagtool.capture.run.child import _eager_randomness
 
         _eager_randomness()
     observer = CaptureObserver(record.writer, steps, mode_setup.make_compiler(config.backend) if config.mode == "ca" else None)
@@ -661,7 +661,7 @@ def start_in_child() -> None:
         return
     config = FollowConfig.from_env()
     _child_config = config
-    from cagtool.capture.mode_setup import prepare_environment
+    from cagtool.capture.modes.mode_setup import prepare_environment
 
     prepare_environment(config.mode, config.procs_dir / child_key(rank_from_env(), attempt=attempt_from_env()) if config.torch_trace else None)
     _install_process_hooks(config)
@@ -675,7 +675,7 @@ def start_in_child() -> None:
 
 
 # -- seeding ----------------------------------------------------------------------------------
-# What this followed process seeded (capture/seeding.py), for its manifest: the same dict the
+# What this followed process seeded (capture/run/seeding.py), for its manifest: the same dict the
 # record's options hold, so what is seeded after the record was made shows there too.
 _seeding: dict[str, Any] = {"seed": None, "seeded": []}
 
@@ -685,7 +685,7 @@ def _start_seeding(config: FollowConfig) -> None:
     before the script can use it and never after: `random` now, numpy and torch the moment they
     are imported, so a script that seeds one of them itself (even between its imports) keeps
     its own seed."""
-    from cagtool.capture import seeding
+    from cagtool.capture.run import seeding
 
     if config.seed is None:
         return
@@ -702,7 +702,7 @@ def _seed_now(generator: str) -> None:
     seed = _seeding.get("seed")
     if seed is None or generator in _seeding["seeded"]:
         return
-    from cagtool.capture import seeding
+    from cagtool.capture.run import seeding
 
     try:
         if generator == "random":

@@ -14,7 +14,7 @@ Conventions, chosen to match PyTorch's own benchmarks where they have one:
 - *speedup* of X over Y = median steady step time of Y / that of X (> 1: X is faster), like
   `benchmarks/dynamo` (eager time / compiled time).
 - *interval* of a speedup: the 90% confidence interval of the ratio of medians
-  (report.intervals: batches of consecutive steps, or repetitions when there are 3 or more, as
+  (report.figures.intervals: batches of consecutive steps, or repetitions when there are 3 or more, as
   units; Welch's t on the log scale). A speedup whose interval contains 1.0 is *within noise*,
   and so is one measured on fewer than `MIN_STEADY_STEPS` steady steps per side. With
   repetitions, the per-repetition ratios of medians are listed as well (run-to-run noise).
@@ -39,8 +39,8 @@ from cagtool.record.schema import (
     STATUS_RUNNING,
     FinalStateEvent,
 )
-from cagtool.report.intervals import RatioInterval, TimingSample, ratio_interval, timing_sample
-from cagtool.report.metrics import (
+from cagtool.report.figures.intervals import RatioInterval, TimingSample, ratio_interval, timing_sample
+from cagtool.report.figures.metrics import (
     CpuWait,
     ModeMetrics,
     cpu_wait,
@@ -310,7 +310,7 @@ def speedup_verdict(
     """The one noise rule for every timing ratio: `compare`'s speedups (bound 1.0), `gate
     --min-speedup` (bound = the minimum) and gate's regressions against a baseline (ratio = now /
     baseline, bound = 1 + the allowed regression; report.gate.checks). [low, high] is the ratio's
-    confidence interval (report.intervals). Too few samples on either side (`steady_steps` <
+    confidence interval (report.figures.intervals). Too few samples on either side (`steady_steps` <
     `min_samples`) and nothing is claimed; an interval containing the bound is within noise;
     otherwise the whole interval is above or below it."""
     if steady_steps < min_samples:
@@ -331,7 +331,7 @@ class Speedup:
     mode: str
     baseline: str
     ratio: float | None
-    low: float | None  # the 90% confidence interval of the ratio (report.intervals)
+    low: float | None  # the 90% confidence interval of the ratio (report.figures.intervals)
     high: float | None
     repetition_ratios: tuple[float, ...] = ()  # repetition i of baseline / repetition i of mode
     steady_steps: tuple[int, int] = (0, 0)  # (mode, baseline)

@@ -1,6 +1,6 @@
 """Gradient parity: did eager, aot and ca compute the same gradients, parameter by parameter?
 
-Reads the `grad_digest` events (capture/grad_digest.py: per parameter, at chosen steps, the
+Reads the `grad_digest` events (capture/steps/grad_digest.py: per parameter, at chosen steps, the
 gradient's L2 norm, max-abs and an order-sensitive checksum) and compares every mode (and every
 repetition) with a reference (eager, else the first mode with digests) at the steps both digested.
 A multi-rank job is compared rank by rank, and each mode's ranks with its first rank (DDP keeps
@@ -360,7 +360,7 @@ def _eager_randomness(record: ModeRecord) -> bool:
 def _why_not_comparable(record: ModeRecord, reference: ModeRecord) -> str:
     """Why a pair whose gradients differ is no verdict on the backward: random ops in compiled
     graphs (the more specific cause, looked for first), or other inputs."""
-    from cagtool.report.metrics import step_losses
+    from cagtool.report.figures.metrics import step_losses
 
     for side in (record, reference):
         if side.mode == "eager" or _eager_randomness(side):

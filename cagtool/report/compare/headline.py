@@ -193,7 +193,7 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
     good = [f for f in (verified or {}).get("fixes", ()) if f.get("verdict") == "verified"]
     if good and advice:
         # A fix measured on this very job beats general advice.
-        from cagtool.report.verification import fix_how
+        from cagtool.report.recompiles.verification import fix_how
 
         fix = good[0]
         how = fix_how(fix)

@@ -17,9 +17,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cagtool.report.markdown import md_text
+from cagtool.report.text.markdown import md_text
 from cagtool.report.compare.headline import Headline, change_headline, run_headline
-from cagtool.report.safe_text import safe_text
+from cagtool.report.text.safe_text import safe_text
 from cagtool.report.compare.analysis import (
     LOSS,
     AnyComparison,
@@ -523,7 +523,7 @@ def render_comparison(comparison: AnyComparison, fmt: str = "table", console: Co
     The table goes through the rich console; the other formats are written to the console's file
     verbatim (no wrapping, no markup), so they can be piped or redirected."""
     if console is None:
-        from cagtool.report.console import make_console
+        from cagtool.report.text.console import make_console
 
         console = make_console()
     if fmt == "table":

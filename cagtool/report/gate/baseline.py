@@ -19,8 +19,8 @@ from cagtool.record.atomic import write_atomic
 from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord, check_format, read_json_object
 from cagtool.report.compare.analysis import ModeColumn, mode_columns
-from cagtool.report.intervals import FIELDS, TimingSample
-from cagtool.report.metrics import mode_metrics
+from cagtool.report.figures.intervals import FIELDS, TimingSample
+from cagtool.report.figures.metrics import mode_metrics
 from cagtool.report.ranks.analysis import lowest_rank, rank_view
 
 BASELINE_FORMAT = "cagtool-baseline"
@@ -34,9 +34,9 @@ _VOLATILE_MACHINE_KEYS = frozenset({"hostname", "host", "node", "user", "pid", "
 
 @dataclass(frozen=True)
 class StepTimeSnapshot:
-    """Steady-state step time, seconds (see report.metrics.StepStats), with what the intervals of
+    """Steady-state step time, seconds (see report.figures.metrics.StepStats), with what the intervals of
     its statistics are made from (`sample`: per statistic, its value per batch of consecutive
-    steps or per repetition; report.intervals). None in baselines saved before it: a timing check
+    steps or per repetition; report.figures.intervals). None in baselines saved before it: a timing check
     against such a baseline is an error that says to re-save it, never a guess."""
 
     count: int
@@ -46,7 +46,7 @@ class StepTimeSnapshot:
     mean_s: float | None = None
     sample: TimingSample | None = None
     # The share of its runnable time the mode's processes waited for a CPU during these steps
-    # (report.metrics.CpuWait); None where it was not measured (older records and baselines).
+    # (report.figures.metrics.CpuWait); None where it was not measured (older records and baselines).
     cpu_wait: float | None = None
 
 
@@ -75,7 +75,7 @@ class ModeSnapshot:
     # Followed processes (ranks) of the mode that failed, were interrupted or left no record: the
     # main process finishing says nothing about rank 1 (not saved either).
     process_problems: tuple[str, ...] = ()
-    # CA cache misses but the one-time .grad warm-up (report.metrics.CAMisses): `--max-recompiles ca:N`.
+    # CA cache misses but the one-time .grad warm-up (report.figures.metrics.CAMisses): `--max-recompiles ca:N`.
     # Baselines written before it existed read it as ca_cache_misses.
     ca_recompiles: int = None  # type: ignore[assignment]  # None: as ca_cache_misses
     # Total compile time of each repetition (`run --repeat K`), and in a baseline of each run saved

@@ -18,12 +18,12 @@ from typing import Any, Protocol
 from cagtool.errors import UsageError
 from cagtool.report.compare.analysis import ABOVE, BELOW, MIN_STEADY_STEPS, TOO_FEW_STEPS, WITHIN_NOISE, speedup_verdict
 from cagtool.report.gate.baseline import ModeSnapshot, StepTimeSnapshot
-from cagtool.report.intervals import POWER, RatioInterval, TimingSample, compile_sample, evidence_text, pct, ratio_interval
+from cagtool.report.figures.intervals import POWER, RatioInterval, TimingSample, compile_sample, evidence_text, pct, ratio_interval
 
 RECOMPILE_KINDS: dict[str, str] = {
     "total": "recompiles",  # CA recompiles + Dynamo recompiles
     # CA cache misses after the first capture, except the one-time .grad None -> defined warm-up
-    # miss of an ordinary training loop (report.metrics.CAMisses; docs/ci.md)
+    # miss of an ordinary training loop (report.figures.metrics.CAMisses; docs/ci.md)
     "ca": "ca_recompiles",
     "dynamo": "dynamo_recompiles",  # a guard failure of a forward frame or a CA graph
 }
@@ -311,7 +311,7 @@ def finished_cleanly(snap: ModeSnapshot) -> bool:
 
 
 def speedup_interval(num: ModeSnapshot, den: ModeSnapshot) -> RatioInterval | None:
-    """time(den)/time(num) at the medians with its confidence interval (report.intervals), on
+    """time(den)/time(num) at the medians with its confidence interval (report.figures.intervals), on
     snapshots so that baselines and runs are treated alike. None without steady-state steps on
     both sides."""
     a, b = num.step_time, den.step_time
@@ -380,7 +380,7 @@ class MinSpeedupCheck:
 def _load_effect(wait: float | None, other_wait: float | None, side: str, other_side: str) -> tuple[float, str] | None:
     """(factor, words): how much slower `side`'s steps are than `other_side`'s from waiting for a
     CPU alone (a CPU-bound step that waits a share w of its runnable time takes 1 / (1 - w) as
-    long: report.metrics.CpuWait); None when either was not measured or the difference is under 2%."""
+    long: report.figures.metrics.CpuWait); None when either was not measured or the difference is under 2%."""
     if wait is None or other_wait is None:
         return None
     factor = max(1.0 - other_wait, 1e-3) / max(1.0 - wait, 1e-3)
@@ -593,7 +593,7 @@ def _wanted(allowed: float, before_delta: float) -> float:
 class StepTimeRegressionCheck(_TimeCheck):
     """Step time against the baseline's, by the one noise rule (`regression_verdict`): the ratio
     now / baseline of the chosen statistic fails only when its whole confidence interval
-    (report.intervals) exceeds the threshold. A median or mean check with `watch_tail` also judges
+    (report.figures.intervals) exceeds the threshold. A median or mean check with `watch_tail` also judges
     the p90 by the same rule and threshold, and warns (without failing) when the tail alone
     regressed beyond the noise."""
 
@@ -686,7 +686,7 @@ class CompileTimeRegressionCheck(_TimeCheck):
     rule. Each run is one compile time: the interval's units are the runs (`run --repeat K`,
     `baseline save --accumulate`); a side with one figure borrows the other side's noise, and
     with one figure on both sides the figures alone are judged and the result says the noise was
-    not measured (report.intervals)."""
+    not measured (report.figures.intervals)."""
 
     name: str = "max-compile-regression"
 

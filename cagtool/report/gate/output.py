@@ -18,9 +18,9 @@ from rich.text import Text
 
 from cagtool.record.atomic import write_atomic
 from cagtool.errors import UnreadableInput
-from cagtool.report.console import make_console
-from cagtool.report.markdown import md_text
-from cagtool.report.safe_text import safe_text
+from cagtool.report.text.console import make_console
+from cagtool.report.text.markdown import md_text
+from cagtool.report.text.safe_text import safe_text
 from cagtool.report.gate.checks import CheckResult, Outcome
 from cagtool.report.gate.run import GateOptions, GateResult
 

@@ -17,8 +17,8 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from cagtool.report.console import is_unbounded
-from cagtool.report.safe_text import is_safe
+from cagtool.report.text.console import is_unbounded
+from cagtool.report.text.safe_text import is_safe
 
 from cagtool.report.graphs.diff import CHANGED, EQUAL, INSERTED, REMOVED, NodeDiff
 from cagtool.report.graphs.runs import GraphComparison, GraphSide

@@ -23,9 +23,9 @@ from typing import Any, Iterable, Sequence
 
 from cagtool.record.loader import ModeRecord
 from cagtool.record.schema import GraphBreakEvent, StepEvent, stamps_step_in_progress
-from cagtool.report.downsample import downsample
+from cagtool.report.figures.downsample import downsample
 from cagtool.report.html.vega_bundle import VEGALITE_SCHEMA
-from cagtool.report.metrics import (
+from cagtool.report.figures.metrics import (
     FIRST_STEP_FROM_BACKWARD,
     FIRST_STEP_FROM_COMPILE,
     device_step_seconds,

@@ -31,7 +31,7 @@ from cagtool.report.html.templating import script_json
 from cagtool.report.recompiles.explain import Explanation, explain
 from cagtool.report.ranks.analysis import focused_run
 from cagtool.report.recompiles.table import RecompileTable, recompile_table
-from cagtool.report.safe_text import encodable_text
+from cagtool.report.text.safe_text import encodable_text
 
 if TYPE_CHECKING:
     from cagtool.report.gate.run import GateResult
@@ -222,7 +222,7 @@ def run_report(run: RunRecord, gate: "GateResult | None" = None) -> str:
     explanations: dict[str, Explanation] = {name: explain(tables(record)) for name, record in view.modes.items()}
 
     from cagtool.report.compare.headline import run_headline
-    from cagtool.report.verification import load_verification
+    from cagtool.report.recompiles.verification import load_verification
 
     verified = load_verification(run.path)
     ca = comparison.modes.get("ca")

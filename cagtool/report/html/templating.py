@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from cagtool.report.safe_text import safe_text
+from cagtool.report.text.safe_text import safe_text
 
 TEMPLATES = Path(__file__).with_name("templates")
 

@@ -41,7 +41,7 @@ from cagtool.record.schema import (
     StepEvent,
 )
 from cagtool.report.compare.analysis import Tolerance, relative_difference
-from cagtool.report.metrics import mode_metrics
+from cagtool.report.figures.metrics import mode_metrics
 
 PROCESS_NOT_FOLLOWED = "process_not_followed"  # the capture side's finding code (PROTOCOL layout)
 

@@ -1,4 +1,5 @@
-"""Every recompile of a run: table.py (rows from the record), explain.py (root causes and fixes), render.py (text and JSON).
+"""Every recompile of a run: table.py (rows from the record), explain.py (root causes and fixes), render.py (text and JSON),
+verification.py (a kept verification of fixes, in words).
 
 The names below are what `cagtool recompiles` uses."""
 

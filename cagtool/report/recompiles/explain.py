@@ -254,7 +254,7 @@ def _key_sizes(cause: Cause) -> list[tuple[tuple[int, ...], int | None]]:
 
 def grad_warmup_row(table: RecompileTable) -> RecompileRow | None:
     """The first CA cache miss when it is AccumulateGrad's one-time .grad None -> defined change,
-    which `gate --max-recompiles` does not count (the rule of report.metrics.CAMisses)."""
+    which `gate --max-recompiles` does not count (the rule of report.figures.metrics.CAMisses)."""
     ca = [r for r in table.recompiles if r.source == SOURCE_CA]
     first = ca[0] if ca else None
     if first is None or first.ca_id is None or first.kind != MISS_NEW_NODE:
@@ -263,8 +263,8 @@ def grad_warmup_row(table: RecompileTable) -> RecompileRow | None:
     miss = CacheMissEvent(seq=first.seq, t=0.0, ca_id=first.ca_id, compile_id=first.compile_id, step=first.step,
                           miss_kind=first.kind, message="", node=first.node)
     produced = table.graphs.get(first.ca_id)
-    # Here: report.metrics (the step statistics) is ~5 ms of `recompiles` start-up for this one test.
-    from cagtool.report.metrics import is_grad_warmup
+    # Here: report.figures.metrics (the step statistics) is ~5 ms of `recompiles` start-up for this one test.
+    from cagtool.report.figures.metrics import is_grad_warmup
 
     if is_grad_warmup(miss, produced, table.previous_graph(first.ca_id), initial[0] if initial else None):
         return first

@@ -31,7 +31,7 @@ from cagtool.report.compare.analysis import (
 )
 from cagtool.report.compare.export import CSV_COLUMNS
 from cagtool.report.compare.render import format_comparison, render_comparison
-from cagtool.report.console import make_console
+from cagtool.report.text.console import make_console
 
 BACKWARD_S = 0.0001
 

@@ -20,7 +20,7 @@ from cagtool.record.loader import load_run
 from cagtool.record.schema import CPU_WAIT_FILE
 from cagtool.report.compare.analysis import LOAD_DIFFERED, Speedup, compare_modes
 from cagtool.report.compare.headline import run_headline
-from cagtool.report.metrics import cpu_wait, steady_window
+from cagtool.report.figures.metrics import cpu_wait, steady_window
 
 needs_schedstat = pytest.mark.skipif(not available() or not hasattr(os, "sched_setaffinity"), reason="no per-thread schedstat here")
 SPIN = "import sys\nwhile True:\n    pass\n"

@@ -21,7 +21,7 @@ from cagtool.report.compare.grad_parity import (
 
 
 def digest(values: list[float], dtype: str = "float32") -> Digest:
-    """What capture/grad_digest.py computes, in Python."""
+    """What capture/steps/grad_digest.py computes, in Python."""
     norm = math.sqrt(sum(v * v for v in values))
     checksum = sum(v * (1 + (i % 1021) / 1021) for i, v in enumerate(values))
     return Digest(norm, max(abs(v) for v in values), checksum, dtype, len(values))

@@ -43,7 +43,7 @@ from cagtool.report.gate.config import (
 )
 from cagtool.report.gate.output import github_annotations, render_junit, render_markdown
 from cagtool.report.gate.run import GateResult, build_checks
-from cagtool.report.intervals import timing_sample
+from cagtool.report.figures.intervals import timing_sample
 
 
 def series(median: float, spread: float = 0.02, count: int = 100, seed: int = 1) -> list[float]:
@@ -190,7 +190,7 @@ def test_failed_mode_fails_the_status_check():
 # ------------------------------------------------------------------ speedup
 
 def test_speedup_interval_is_that_of_the_ratio_of_medians():
-    """aot/ca at the medians, with the interval of report.intervals (pinned exactly in
+    """aot/ca at the medians, with the interval of report.figures.intervals (pinned exactly in
     tests/report/test_intervals.py): it contains the ratio and is far narrower than the spread
     of the step times (p10(aot)/p90(ca) .. p90(aot)/p10(ca), about 1.8x-2.2x here)."""
     interval = speedup_interval(snap("ca", median=0.010, spread=0.05, count=400), snap("aot", median=0.020, spread=0.05, count=400, seed=2))
@@ -336,7 +336,7 @@ def test_compile_time_regression_with_one_figure_a_side():
 
 def test_compile_time_regression_with_measured_noise():
     """Compile times of several runs (run --repeat, baseline save --accumulate): the interval of
-    the ratio from the runs' log compile times (Welch), exactly as report.intervals computes it;
+    the ratio from the runs' log compile times (Welch), exactly as report.figures.intervals computes it;
     a side with one figure borrows the other side's noise."""
     check = CompileTimeRegressionCheck(TimeThreshold(25, "%"), "ca")
     base = {"ca": replace(snap(compile_s=2.0), compile_time_samples_s=(1.9, 2.0, 2.1))}
@@ -525,7 +525,7 @@ def test_json_round_trips():
 def test_text_report_golden():
     import io
 
-    from cagtool.report.console import make_console
+    from cagtool.report.text.console import make_console
     from cagtool.report.gate.output import render_text
 
     buffer = io.StringIO()

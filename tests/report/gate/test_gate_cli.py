@@ -18,7 +18,7 @@ import pytest
 
 from cagtool.record.loader import load_run
 from cagtool.report.gate.baseline import load_baseline
-from cagtool.report.metrics import mode_metrics
+from cagtool.report.figures.metrics import mode_metrics
 
 from gate_cli import cagtool, edit, gate_json, outcomes
 

@@ -20,8 +20,8 @@ import pytest
 
 from cagtool.record.loader import load_run
 from cagtool.report.gate.baseline import load_baseline, run_snapshots
-from cagtool.report.markdown import md_text
-from cagtool.report.metrics import mode_metrics
+from cagtool.report.text.markdown import md_text
+from cagtool.report.figures.metrics import mode_metrics
 
 from gate_cli import cagtool, edit, gate_json
 

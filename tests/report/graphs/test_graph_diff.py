@@ -16,7 +16,7 @@ from cagtool.commands.diff_graphs import GraphSpec, parse_graph_args
 from cagtool.errors import UsageError
 from cagtool.record.graph_file import GraphNode
 from cagtool.record.schema import AutogradNodeRef, CacheMissEvent, ChangedSize, SourceRef
-from cagtool.report.console import UNBOUNDED_WIDTH, make_console
+from cagtool.report.text.console import UNBOUNDED_WIDTH, make_console
 from cagtool.report.graphs.diff import CHANGED, EQUAL, INSERTED, REMOVED, diff_graphs
 from cagtool.report.graphs import render
 from cagtool.report.graphs.render import JsonRenderer, SideBySideRenderer, UnifiedRenderer, hunks

@@ -7,11 +7,11 @@ import json
 import random
 from html.parser import HTMLParser
 
-from cagtool.report.downsample import downsample
+from cagtool.report.figures.downsample import downsample
 from cagtool.report.html.charts import MAX_POINTS_PER_CHART, MAX_POINTS_PER_SERIES, MIN_POINTS_PER_SERIES, points_per_series, thin_steps
 from cagtool.report.html import sections, templating
 from cagtool.report.html.templating import script_json
-from cagtool.report.safe_text import safe_text
+from cagtool.report.text.safe_text import safe_text
 
 
 def test_script_json_cannot_end_its_script_element():

@@ -31,7 +31,7 @@ from cagtool.record.loader import load_run
 from cagtool.record.schema import CacheMissEvent, GraphBreakEvent
 from cagtool.report.frames import steps_frame
 from cagtool.report.html.document import write_report
-from cagtool.report.metrics import first_step_time
+from cagtool.report.figures.metrics import first_step_time
 
 SCREENSHOTS_ENV = "CAGTOOL_SCREENSHOTS"
 VIEWPORT = (1400, 900)  # the first screen the review checklist is about

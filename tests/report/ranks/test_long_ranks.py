@@ -13,7 +13,7 @@ from cagtool.record.loader import load_run
 from cagtool.report import perfetto
 from cagtool.report.html import charts
 from cagtool.report.html.document import Tables, _series
-from cagtool.report.metrics import held_steps, mode_metrics, record_step_intervals
+from cagtool.report.figures.metrics import held_steps, mode_metrics, record_step_intervals
 
 STEPS = 3_000
 CAPTURES = (0, 1_234, 2_999)

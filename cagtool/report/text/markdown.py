@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from cagtool.report.safe_text import safe_text
+from cagtool.report.text.safe_text import safe_text
 
 # Backslash-escapable ASCII punctuation that changes Markdown structure inside a line.
 _SPECIALS = re.compile(r"([\\`*_\[\]|~])")

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import IO, TYPE_CHECKING, Any
 
-from cagtool.report.safe_text import is_safe, safe_text
+from cagtool.report.text.safe_text import is_safe, safe_text
 
 if TYPE_CHECKING:
     from rich.console import Console

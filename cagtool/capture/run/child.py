@@ -1,4 +1,4 @@
-"""One mode of one run, in its own process: `python -m cagtool.capture.child SPEC.json`.
+"""One mode of one run, in its own process: `python -m cagtool.capture.run.child SPEC.json`.
 
 Sets the mode up before torch is imported, runs the target like python, and finishes the record
 whatever the target does (returns, raises, exits, is interrupted or times out). Exits with the
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cagtool.capture.mode_setup import make_compiler, mode_context, prepare_environment
+from cagtool.capture.modes.mode_setup import make_compiler, mode_context, prepare_environment
 from cagtool.capture.torch_counters import counter_snapshot
 from cagtool.capture.versions import imported_torch_version, record_versions
 
@@ -134,9 +134,9 @@ def _record_mode(spec: ModeSpec) -> int:
     from cagtool.capture.observe.ca_observer import CaptureObserver
     from cagtool.capture.processes.identity import ROLE_MAIN, process_info
     from cagtool.capture.processes.lifeline import STOP_SIGNALS, SignalStop, exit_code_for, ignore_further_stops, signal_tree
-    from cagtool.capture.status import LiveStatus, status_enabled
-    from cagtool.capture.steps import StepLimitReached, StepTracker
-    from cagtool.capture.target import Target, print_user_traceback, run_target
+    from cagtool.capture.run.status import LiveStatus, status_enabled
+    from cagtool.capture.steps.tracker import StepLimitReached, StepTracker
+    from cagtool.capture.run.target import Target, print_user_traceback, run_target
     from cagtool.capture.observe import dynamo_taps
     from cagtool.capture.observe.torch_logs import StructuredLogHandler, guard_trace_output
     from cagtool.capture.writer import RecordWriter, close_run_of_dead_parent
@@ -177,7 +177,7 @@ def _record_mode(spec: ModeSpec) -> int:
         process=process_info(ROLE_MAIN, "main", argv=[target.name, *target.args]),
     )
     writer = RecordWriter(mode_dir, manifest, clock_start=started)
-    from cagtool.capture.grad_digest import GradDigests
+    from cagtool.capture.steps.grad_digest import GradDigests
 
     digests = GradDigests(spec.parity_every, spec.digest_steps or ())
     digests.names.install()
@@ -221,10 +221,10 @@ def _record_mode(spec: ModeSpec) -> int:
         import depyf
 
         depyf_ctx = depyf.prepare_debug(str(mode_dir / "depyf"))
-    from cagtool.capture.seeding import script_reseeded, seed_all
+    from cagtool.capture.run.seeding import script_reseeded, seed_all
 
     manifest.options["seed"] = seed_all(spec.seed)  # every mode alike, so their numerics compare
-    from cagtool.capture.target import patched_source_for
+    from cagtool.capture.run.target import patched_source_for
 
     if (patched := patched_source_for(target)) is not None:
         manifest.options["patched_source"] = patched  # the record says it ran a patched copy

@@ -17,14 +17,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from cagtool.capture.child import STARTUP_ERROR_FILE, ModeSpec
+from cagtool.capture.run.child import STARTUP_ERROR_FILE, ModeSpec
 from cagtool.capture.run_dir import claim_run_dir
 from cagtool.capture.versions import machine_info, record_versions
 from cagtool.capture.processes.cpu_wait import CpuWaitSampler
 from cagtool.capture.processes.lifeline import STOP_SIGNALS, ChildSupervisor, adopt_orphans, end_orphans, exit_code_for
-from cagtool.capture.status import restore_terminal
-from cagtool.capture.stdin_feed import ModeStdin, StdinFeed
-from cagtool.capture.target import Target
+from cagtool.capture.run.status import restore_terminal
+from cagtool.capture.run.stdin_feed import ModeStdin, StdinFeed
+from cagtool.capture.run.target import Target
 from cagtool.capture.writer import write_json_atomic, write_run_meta
 from cagtool.record.manifest import RunMeta
 from cagtool.record.liveness import signal_stop_exception, this_process
@@ -50,7 +50,7 @@ class RunOptions:
     depyf: bool = False
     torch_trace: bool = False
     keep_cache: bool = False  # keep the per-mode Inductor caches under <run>/inductor-cache
-    seed: int | None = 0  # every process of every mode starts from it (capture/seeding.py); None: unseeded
+    seed: int | None = 0  # every process of every mode starts from it (capture/run/seeding.py); None: unseeded
     parity_every: int | None = None  # digest every parameter's gradient every K steps too (grad_digest.py)
     parity: bool = False  # compiled modes draw random numbers as eager does (fallback_random)
     cagtool_argv: tuple[str, ...] = ()
@@ -315,7 +315,7 @@ def _start_mode_process(options: RunOptions, run_dir: Path, name: str, cache_roo
         # exit is cagtool's to act on (it then kills it), not a KeyboardInterrupt in its imports.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "cagtool.capture.child", str(spec_path)], env=env, pass_fds=(ack_w, go_r), stdin=stdin.fd)
+            proc = subprocess.Popen([sys.executable, "-m", "cagtool.capture.run.child", str(spec_path)], env=env, pass_fds=(ack_w, go_r), stdin=stdin.fd)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     except BaseException:

@@ -189,7 +189,7 @@ def _clear_namespace(namespace: dict) -> None:
 def print_user_traceback(exc: BaseException) -> str:
     """Print the target's exception the way python would, without cagtool's and runpy's frames."""
     tb = exc.__traceback__
-    cagtool_root = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    cagtool_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
     runpy_file = os.path.realpath(runpy.__file__)
 
     def ours(filename: str) -> bool:

@@ -89,7 +89,9 @@ def recorded_once(tmp_path_factory, name: str, record: Callable[[Path], Any]) ->
     value (its exit code, its output); the others wait for it and read that value. Each caller gets
     its own copy of the directory, as each worker had its own recording: a test that writes into a
     record (`cagtool gate` keeps gate.json there) does not change what another worker's tests read.
-    Returns (the copy, the value)."""
+    Returns (the copy, the value). (`@pytest.mark.xdist_group` with `--dist loadgroup` would keep a
+    module on one worker instead, but pytest-xdist 3.8 groups nothing under pytest 9.2: it marks the
+    group in `item._nodeid`, which pytest 9's `nodeid` no longer reads.)"""
     shared = _session_dir(tmp_path_factory, "recorded-once")
     slot = shared / name
     result = shared / f"{name}.json"

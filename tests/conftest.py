@@ -15,7 +15,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -80,6 +80,31 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def recorded_once(tmp_path_factory, name: str, record: Callable[[Path], Any]) -> tuple[Path, Any]:
+    """The job a module-scoped fixture runs, run once per pytest session: xdist splits a module's
+    tests between its workers, and each worker would run the module's fixture, so the job, again.
+    The first to ask calls record(directory), which runs the job there and returns a JSON-able
+    value (its exit code, its output); the others wait for it and read that value. Each caller gets
+    its own copy of the directory, as each worker had its own recording: a test that writes into a
+    record (`cagtool gate` keeps gate.json there) does not change what another worker's tests read.
+    Returns (the copy, the value). (`@pytest.mark.xdist_group` with `--dist loadgroup` would keep a
+    module on one worker instead, but pytest-xdist 3.8 groups nothing under pytest 9.2: it marks the
+    group in `item._nodeid`, which pytest 9's `nodeid` no longer reads.)"""
+    shared = _session_dir(tmp_path_factory, "recorded-once")
+    slot = shared / name
+    result = shared / f"{name}.json"
+    with _exclusive(shared / f"{name}.lock"):
+        if not result.is_file():
+            shutil.rmtree(slot, ignore_errors=True)  # what a worker killed mid-recording left
+            slot.mkdir()
+            value = record(slot)
+            result.write_text(json.dumps(value))
+        value = json.loads(result.read_text())
+    copy = tmp_path_factory.mktemp(name)
+    shutil.copytree(slot, copy, symlinks=True, dirs_exist_ok=True)
+    return copy, value
 
 
 def as_old_schema(fresh: Path, target: Path, version: int) -> Path:

@@ -99,7 +99,10 @@ def test_dropout_drawn_alike_agrees(record_run):
 
 def test_inductor_dropout_is_not_comparable_without_parity_and_agrees_with_it(record_run):
     # The forward's random ops are found in its graph code, which only the TORCH_TRACE log keeps.
-    run = record_run(DROPOUT, "--backend", "inductor", modes="eager,aot", extra=("--torch-trace",))
+    # --warm-cache: both recordings compile into the session's Inductor cache, so the second
+    # (fallback_random: a new forward) reuses the first's backward kernel and CPU checks. This
+    # one is cold all the same: no other test compiles this model with Inductor.
+    run = record_run(DROPOUT, "--backend", "inductor", modes="eager,aot", extra=("--torch-trace", "--warm-cache"))
     assert run.returncode == 0, run.stderr
     data = parity_json(run)
     aot = pair(data, "aot")
@@ -108,7 +111,7 @@ def test_inductor_dropout_is_not_comparable_without_parity_and_agrees_with_it(re
     gate = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(run.path))
     assert gate.returncode == 1 and "cannot check" in gate.stdout
 
-    run = record_run(DROPOUT, "--backend", "inductor", modes="eager,aot", extra=("--parity",))
+    run = record_run(DROPOUT, "--backend", "inductor", modes="eager,aot", extra=("--parity", "--warm-cache"))
     assert run.returncode == 0, run.stderr
     data = parity_json(run)
     aot = pair(data, "aot")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, cagtool_cmd, cagtool_in_process
+from conftest import ROOT, cagtool_cmd, cagtool_in_process, recorded_once
 
 pytestmark = pytest.mark.slow
 
@@ -32,10 +32,7 @@ def _cagtool(*args: object, cwd: Path) -> subprocess.CompletedProcess:
     return cagtool_in_process(*args, cwd=cwd, env={"CI": "true"})
 
 
-@pytest.fixture(scope="module")
-def two_nodes(tmp_path_factory) -> tuple[Path, Path]:
-    """Both nodes' runs of one job where the rank on node 1 runs an extra op at step 2."""
-    base = tmp_path_factory.mktemp("two-nodes")
+def _record_two_nodes(base: Path) -> None:
     port = _free_port()
     env = {**os.environ, "CI": "true"}
     nodes = []
@@ -47,6 +44,13 @@ def two_nodes(tmp_path_factory) -> tuple[Path, Path]:
     outputs = [proc.communicate(timeout=300) for proc in nodes]
     for proc, (_out, err) in zip(nodes, outputs):
         assert proc.returncode == 0, err[-3000:]
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory) -> tuple[Path, Path]:
+    """Both nodes' runs of one job where the rank on node 1 runs an extra op at step 2 (recorded
+    once for all xdist workers, each with its own copy)."""
+    base, _ = recorded_once(tmp_path_factory, "two-nodes", _record_two_nodes)
     return base / "node0", base / "node1"
 
 

@@ -16,7 +16,7 @@ import pytest
 from cagtool.record.loader import load_run, renumber_steps_from_zero, step_number_shift
 from cagtool.record.schema import FIRST_STEP, SCHEMA_VERSION, CacheMissEvent, CAGraphEvent, StepEvent
 
-from conftest import ROOT, as_old_schema, cagtool_cmd, cagtool_in_process
+from conftest import ROOT, as_old_schema, cagtool_cmd, cagtool_in_process, recorded_once
 
 NEW_NODE_STEP = 3
 
@@ -50,16 +50,20 @@ def cagtool(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cagtool_cmd(*args), capture_output=True, text=True, timeout=300, cwd=str(ROOT), env=env)
 
 
-@pytest.fixture(scope="module")
-def fresh_run(tmp_path_factory) -> tuple[Path, str]:
-    """(run directory, the script's stdout) of a real ca-mode run on the eager backend."""
-    root = tmp_path_factory.mktemp("steps0")
+def _record(root: Path) -> list:
     script = root / "extra_op_at_step.py"
     script.write_text(SCRIPT)
-    run = root / "run"
-    proc = cagtool("run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(run), str(script))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return run, proc.stdout
+    proc = cagtool("run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(root / "run"), str(script))
+    return [proc.returncode, proc.stdout, proc.stderr]
+
+
+@pytest.fixture(scope="module")
+def fresh_run(tmp_path_factory) -> tuple[Path, str]:
+    """(run directory, the script's stdout) of a real ca-mode run on the eager backend (recorded
+    once for all xdist workers, each with its own copy)."""
+    root, (returncode, stdout, stderr) = recorded_once(tmp_path_factory, "steps0", _record)
+    assert returncode == 0, stderr[-2000:]
+    return root / "run", stdout
 
 
 def printed_step(stdout: str) -> int:

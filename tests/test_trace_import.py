@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, cagtool_in_process
+from conftest import ROOT, cagtool_in_process, recorded_once
 
 from cagtool.record.loader import load_run
 from cagtool.record.schema import CacheMissEvent, CAGraphEvent, DynamoCompileEvent, DynamoRecompileEvent
@@ -51,14 +51,20 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return cagtool_in_process(*args)
 
 
-@pytest.fixture(scope="module")
-def single_logs(tmp_path_factory):
-    """The single-process job, with and without compiled_autograd_verbose: (trace dir, counters)."""
+def _record_single_logs(base: Path) -> dict:
     jobs = {}
     for name, extra in (("plain", ()), ("verbose", ("verbose",))):  # independent jobs: side by side
-        trace = tmp_path_factory.mktemp(f"trace-{name}")
-        jobs[name] = (trace, _start_job("single_job.py", trace, *extra))
-    return {name: (trace, json.loads(_finish_job(proc).strip().splitlines()[-1])) for name, (trace, proc) in jobs.items()}
+        (base / f"trace-{name}").mkdir()
+        jobs[name] = _start_job("single_job.py", base / f"trace-{name}", *extra)
+    return {name: json.loads(_finish_job(proc).strip().splitlines()[-1]) for name, proc in jobs.items()}
+
+
+@pytest.fixture(scope="module")
+def single_logs(tmp_path_factory):
+    """The single-process job, with and without compiled_autograd_verbose: (trace dir, counters)
+    (the jobs run once for all xdist workers, each with its own copy of the logs)."""
+    base, counters = recorded_once(tmp_path_factory, "trace-single", _record_single_logs)
+    return {name: (base / f"trace-{name}", counters[name]) for name in ("plain", "verbose")}
 
 
 @pytest.fixture(scope="module")

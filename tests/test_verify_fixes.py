@@ -26,8 +26,8 @@ def _verify(run: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
     return proc, (json.loads(proc.stdout) if proc.returncode == 0 else {})
 
 
-def _copy(record_run, tmp_path: Path, script: str) -> Path:
-    recorded = record_run(script, modes="ca", backend="eager")
+def _copy(record_run, tmp_path: Path, script: str, *args: str) -> Path:
+    recorded = record_run(script, *args, modes="ca", backend="eager")
     assert recorded.returncode == 0, recorded.stderr[-2000:]
     return Path(shutil.copytree(recorded.path, tmp_path / "run"))  # the verification writes into the run
 
@@ -129,8 +129,10 @@ def test_a_python_float_changing_per_step_is_passed_as_a_tensor_on_a_copy(record
     """`model(x, scale)` with a new Python float each step under dynamic=False: Dynamo's guard
     `scale == 1.0` fails every step (3 forward recompiles in 4 steps) and each recompiled forward
     brings a new backward graph (3 CA recompiles). The patch passes torch.tensor(scale, dtype=torch.float64)
-    at the call site Dynamo recorded; --verify runs it on a copy: every recompile gone, numerics unchanged."""
-    run = _copy(record_run, tmp_path, "scalar_per_step.py")
+    at the call site Dynamo recorded; --verify runs it on a copy: every recompile gone, numerics unchanged.
+    The script compiles with aot_eager (its second argument): the graphs and guards Inductor's would
+    be, a compiled backward per forward, without compiling C++ in each run and re-run."""
+    run = _copy(record_run, tmp_path, "scalar_per_step.py", "4", "aot_eager")
     script = ROOT / "sample_scripts" / "scalar_per_step.py"
     original = script.read_text()
     proc, data = _verify(run)
@@ -138,7 +140,7 @@ def test_a_python_float_changing_per_step_is_passed_as_a_tensor_on_a_copy(record
     v = data["verification"]
     [fix] = v["fixes"]
     assert fix["fix"] == "scalar-to-tensor" and fix["who"] == "your code" and fix["causes"] == [1, 2] and v["not_applied"] == []
-    assert fix["patch"]["line"] == 26 and fix["patch"]["applicable"] is True
+    assert fix["patch"]["line"] == 28 and fix["patch"]["applicable"] is True
     assert "-        loss = model(x, scale).sum()\n+        loss = model(x, torch.tensor(scale, dtype=torch.float64)).sum()\n" in fix["patch"]["diff"]
     assert (v["baseline"]["dynamo_recompiles"], fix["measured"]["dynamo_recompiles"]) == ([3], [0])
     assert (v["baseline"]["ca_recompiles"], fix["measured"]["ca_recompiles"]) == ([3], [0])

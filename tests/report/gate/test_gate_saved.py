@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, cagtool_cmd, cagtool_in_process
+from conftest import ROOT, cagtool_cmd, cagtool_in_process, recorded_once
 
 pytestmark = pytest.mark.slow
 
@@ -26,13 +26,18 @@ def cagtool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(cagtool_cmd(*map(str, args)), capture_output=True, text=True, cwd=cwd, env={**env, "CI": "true"}, timeout=600)
 
 
+def _record_gated_rank0(base: Path) -> list:
+    proc = cagtool("run", "--modes", "ca", "--backend", "eager", "-o", base / "run", "--gate", "--rank", "0", "--max-recompiles", "ca:0",
+                   "--no-config", "--no-report", SCRIPT, "--steps", "4", cwd=ROOT)
+    return [proc.args, proc.returncode, proc.stdout, proc.stderr]
+
+
 @pytest.fixture(scope="module")
 def gated_rank0(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    """`cagtool run --gate --rank 0`: only rank 0's record is held to the thresholds."""
-    out = tmp_path_factory.mktemp("ddp-gated") / "run"
-    proc = cagtool("run", "--modes", "ca", "--backend", "eager", "-o", out, "--gate", "--rank", "0", "--max-recompiles", "ca:0",
-                   "--no-config", "--no-report", SCRIPT, "--steps", "4", cwd=ROOT)
-    return out, proc
+    """`cagtool run --gate --rank 0`: only rank 0's record is held to the thresholds (recorded once
+    for all xdist workers, each with its own copy: a test here replaces the run's gate.json)."""
+    base, proc = recorded_once(tmp_path_factory, "ddp-gated-rank0", _record_gated_rank0)
+    return base / "run", subprocess.CompletedProcess(*proc)
 
 
 def checked(gate: dict) -> set[tuple[str, str, bool]]:

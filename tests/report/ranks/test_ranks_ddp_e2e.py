@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, cagtool_cmd, cagtool_in_process
+from conftest import ROOT, cagtool_cmd, cagtool_in_process, recorded_once
 
 pytestmark = pytest.mark.slow
 
@@ -26,12 +26,18 @@ def cagtool(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cagtool_cmd(*args), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=600)
 
 
+def _record(base: Path) -> list:
+    proc = cagtool("run", "--modes", "ca", "--backend", "eager", "-o", str(base / "run"), str(SCRIPT), "--steps", "4")
+    return [proc.args, proc.returncode, proc.stdout, proc.stderr]
+
+
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    out = tmp_path_factory.mktemp("ddp") / "run"
-    proc = cagtool("run", "--modes", "ca", "--backend", "eager", "-o", str(out), str(SCRIPT), "--steps", "4")
+    """The run (recorded once for all xdist workers, each with its own copy) and its process."""
+    base, proc = recorded_once(tmp_path_factory, "ddp-ranks-diverge", _record)
+    proc = subprocess.CompletedProcess(*proc)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return out, proc
+    return base / "run", proc
 
 
 def test_summary_finds_where_the_ranks_part(ddp_run):

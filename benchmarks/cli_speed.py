@@ -70,13 +70,17 @@ from cagtool.record.schema import (  # noqa: E402
 )
 
 TARGETS = {"help": 0.15, "runs": 0.15, "recompiles": 0.35, "diff-graphs": 0.6, "summary": 0.5}
+# The libraries every report command is built on (the CLI, its tables, the record's schema),
+# imported and nothing else, by the same interpreter: the part of each figure cagtool's code does
+# not decide. Timed beside the commands, so a verdict can be read against the machine's state.
+FLOOR_CODE = "import typer, rich.console, rich.table, msgspec"
 
 
 @dataclass
 class Timing:
     name: str
     argv: list[str]
-    target_s: float
+    target_s: float | None  # None: a reference figure (the library floor), no target
     times: list[float]  # wall seconds, for reference only
     cpu: list[float]  # user + system seconds of the whole process: what the targets are set on
 
@@ -86,6 +90,8 @@ class Timing:
 
     @property
     def verdict(self) -> str:
+        if self.target_s is None:
+            return "reference"
         return "met" if max(self.cpu) <= self.target_s else ("median met, spread not" if self.median <= self.target_s else "NOT met")
 
 
@@ -222,6 +228,11 @@ def time_command(argv: list[str], repeat: int) -> tuple[list[float], list[float]
     return [wall for wall, _ in runs], [cpu for _, cpu in runs]
 
 
+def _portable(arg: str, base: Path) -> str:
+    """An argument as the results file keeps it: the temporary records' directory as $TMP."""
+    return arg.replace(str(base), "$TMP")
+
+
 def machine() -> dict[str, object]:
     cpu = platform.processor() or platform.machine()
     try:
@@ -252,6 +263,8 @@ def main() -> None:
         info["cagtool"] = str(args.cagtool) if args.cagtool else "pip install . (fresh virtualenv)"
         load_before = os.getloadavg()
         results = [Timing(name, cagtool + commands[name], TARGETS[name], *time_command(cagtool + commands[name], args.repeat)) for name in names]
+        floor = [str(Path(cagtool[0]).parent / "python"), "-c", FLOOR_CODE]
+        results.append(Timing("floor", floor, None, *time_command(floor, args.repeat)))
         load_after = os.getloadavg()
     finally:
         if args.keep is None:
@@ -260,10 +273,12 @@ def main() -> None:
           f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after; {args.repeat} repetitions after a warm-up")
     print(f"{'command':<12} {'cpu med':>8} {'cpu min':>8} {'cpu max':>8} {'wall med':>8} {'target':>8}  verdict (CPU)")
     for r in results:
-        print(f"{r.name:<12} {r.median:8.3f} {min(r.cpu):8.3f} {max(r.cpu):8.3f} {statistics.median(r.times):8.3f} {r.target_s:8.2f}  {r.verdict}")
+        target = "-" if r.target_s is None else f"{r.target_s:.2f}"
+        print(f"{r.name:<12} {r.median:8.3f} {min(r.cpu):8.3f} {max(r.cpu):8.3f} {statistics.median(r.times):8.3f} {target:>8}  {r.verdict}")
+    print(f"floor: `python -c \"{FLOOR_CODE}\"`, the libraries alone")
     if args.json:
         args.json.write_text(json.dumps({"machine": info, "load_before": load_before, "load_after": load_after,
-                                         "results": [{"name": r.name, "argv": r.argv[len(cagtool):], "target_s": r.target_s, "cpu_s": r.cpu, "wall_s": r.times,
+                                         "results": [{"name": r.name, "argv": [_portable(a, base) for a in (r.argv[len(cagtool):] if r.target_s is not None else r.argv[1:])], "target_s": r.target_s, "cpu_s": r.cpu, "wall_s": r.times,
                                                       "cpu_median_s": r.median, "verdict": r.verdict} for r in results]}, indent=2))
 
 

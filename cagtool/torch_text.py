@@ -16,6 +16,7 @@ tracker and the observer).
 | AOT-inlined node | `aot0_mm`: node `mm` of AOT backward graph 0 |
 | node reference | `%mul_1` in an FX node's printed arguments |
 | graph break | `Graph break in user code at /x/train.py:12` (artifact `dynamo_graph_break_reason`) |
+| graph-break message | `Encountered graph break when attempting to trace CALL: ...` then `<gb_type>`, `  Explanation: ...`, `  Hint: ...`, a link `.../gb/gb0025.html` |
 | user frame | `File "/x/train.py", line 10, in f` then the code line |
 | size guard | `tensor 'x' size mismatch at index 0. expected 32, actual 48` (a Dynamo guard failure) |
 | value guard | `scale == 1.0`, `flag == True`, `self.use_relu == True`, `G['FLAG'] == True` (a Python value Dynamo specialised on) |
@@ -24,8 +25,13 @@ tracker and the observer).
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import json
 import os
 import re
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cagtool.record.schema import MISS_CHANGED_SHAPES, MISS_NEW_NODE, MISS_UNKNOWN
@@ -242,3 +248,57 @@ def looks_like_user_file(filename: str) -> bool:
     if not filename or filename.startswith("<"):
         return False
     return not filename.startswith(_CAGTOOL_PACKAGE) and not any(part in filename for part in _LIBRARY_PARTS)
+
+
+# -- graph-break messages ----------------------------------------------------------------------
+_ID_IN_LINK = re.compile(r"/gb/gb(?P<digits>\d+)\.html")
+_GENERIC = "Encountered graph break when attempting to trace"
+
+
+@dataclass(frozen=True)
+class GraphBreakWords:
+    """A graph break in torch's own words: the message Dynamo logs (torch/_dynamo/exc.py
+    `format_graph_break_message`: a generic first line, then `gb_type`, `Explanation:`, `Hint:`
+    lines and a link to the break's page), with torch's stable id (GBxxxx) from the installed
+    torch's `torch/_dynamo/graph_break_registry.json`."""
+
+
+    headline: str  # what to show on one line: the gb_type and explanation, not the generic first line
+    gb_type: str = ""
+    gb_id: str = ""  # "GB0025", when the installed torch's registry knows the gb_type
+    explanation: str = ""
+    hints: tuple[str, ...] = field(default_factory=tuple)
+
+
+@functools.lru_cache(maxsize=1)
+def _registry() -> dict[str, str]:
+    """gb_type -> GB id, from the installed torch's registry (read without importing torch)."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    path = Path(next(iter(spec.submodule_search_locations))) / "_dynamo" / "graph_break_registry.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {entry["Gb_type"]: gb_id for gb_id, entries in data.items() if isinstance(entries, list) for entry in entries if isinstance(entry, dict) and "Gb_type" in entry}
+
+
+def graph_break_words(reason: str) -> GraphBreakWords:
+    """The parts of one graph-break message; a message of another shape keeps its first line."""
+    lines = [line.rstrip() for line in (reason or "").splitlines()]
+    body = lines[1:] if lines and lines[0].startswith(_GENERIC) else lines
+    body = [line for line in body if line.strip()]
+    if not body:
+        return GraphBreakWords(lines[0] if lines else "")
+    gb_type = body[0].strip()
+    explanation = next((line.split("Explanation:", 1)[1].strip() for line in body if line.strip().startswith("Explanation:")), "")
+    hints = tuple(line.split("Hint:", 1)[1].strip() for line in body if line.strip().startswith("Hint:"))
+    gb_id = ""
+    link = _ID_IN_LINK.search(reason)
+    if link:
+        gb_id = f"GB{link.group('digits')}"
+    elif gb_type in _registry():
+        gb_id = _registry()[gb_type]
+    headline = f"{gb_type}: {explanation}" if explanation else gb_type
+    return GraphBreakWords(headline, gb_type, gb_id, explanation, hints)

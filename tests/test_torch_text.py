@@ -173,3 +173,26 @@ def test_the_importer_reads_torch_text_without_the_capture_observer():
             "print(sorted(m for m in sys.modules if m in ('cagtool.capture.steps.tracker', 'cagtool.capture.observe.ca_observer')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
     assert json.loads(out.strip().replace("'", '"')) == []
+
+
+def test_graph_break_words_of_a_real_break():
+    """Torch 2.13's graph-break message for a `print` in compiled code (the counter's key, as
+    Dynamo formats it), cut into its parts; the id from the message's link agrees with the
+    installed torch's registry."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    def f(x):
+        print("hi")
+        return x * 2
+
+    torch.compile(f, backend="eager")(torch.ones(2))
+    (reason,) = counters["graph_break"]
+    words = tt.graph_break_words(reason)
+    assert words.gb_type == "Failed to trace builtin operator" and words.gb_id == "GB0059"
+    assert words.explanation.startswith("Dynamo does not know how to trace builtin operator `print`")
+    assert words.headline == f"{words.gb_type}: {words.explanation}"
+    assert len(words.hints) == 3 and words.hints[0].startswith("Avoid calling builtin `print`")
+    without_link = reason.split("\n\n For more details")[0]
+    assert tt.graph_break_words(without_link).gb_id == "GB0059"  # from the registry
+    assert tt.graph_break_words("some other text\nsecond").headline == "some other text"

@@ -57,7 +57,6 @@ def warm_end_of_run_imports(report: bool) -> None:
         import cagtool.report.compare.analysis  # noqa: F401
         import cagtool.report.compare.grad_parity  # noqa: F401
         import cagtool.report.compare.headline  # noqa: F401
-        import cagtool.report.graph_break_words  # noqa: F401
         import cagtool.report.compare.render  # noqa: F401
         import cagtool.report.text.console  # noqa: F401
         import cagtool.report.summary  # noqa: F401

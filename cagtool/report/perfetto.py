@@ -415,7 +415,7 @@ def _instants(events: list[dict[str, Any]], pid: int, offset_s: float, record: M
         events.append(_instant(f"Dynamo recompile {r.compile_id}", TRACK_DYNAMO, pid, offset_s + r.t, args))
     breaks = record.of(GraphBreakEvent)
     if breaks:
-        from cagtool.report.graph_break_words import graph_break_words  # reads torch's registry: only when needed
+        from cagtool.torch_text import graph_break_words  # reads torch's registry: only when needed
     for g in breaks:
         where = f"{g.file}:{g.line}" if g.file else None
         words = graph_break_words(g.reason or "")

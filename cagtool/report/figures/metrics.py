@@ -59,7 +59,7 @@ class GraphBreakSite:
 
     file: str
     line: int | None
-    reason: str  # what tells this break apart: torch's gb_type and explanation (report.graph_break_words)
+    reason: str  # what tells this break apart: torch's gb_type and explanation (torch_text.graph_break_words)
     logged: int
     gb_id: str = ""  # torch's stable graph-break id (GBxxxx), from the installed torch's registry
     hints: tuple[str, ...] = ()  # torch's hints, verbatim
@@ -549,7 +549,7 @@ def step_stats(steps: list[StepEvent], run_start_to_first_end: float | None = No
 def graph_break_sites(events: list[GraphBreakEvent]) -> list[GraphBreakSite]:
     """The distinct places of the graph-break log records, in first-seen order (a record without a
     place is keyed by its reason)."""
-    from cagtool.report.graph_break_words import graph_break_words
+    from cagtool.torch_text import graph_break_words
 
     sites: dict[tuple[str, int | None, str], GraphBreakSite] = {}
     for event in events:

@@ -291,7 +291,7 @@ def marker_rows(series: Sequence[Series]) -> list[dict[str, Any]]:
                 )
         breaks = s.record.of(GraphBreakEvent)
         if breaks:
-            from cagtool.report.graph_break_words import graph_break_words  # reads torch's registry: only when needed
+            from cagtool.torch_text import graph_break_words  # reads torch's registry: only when needed
         for event in breaks:
             where = f"{display_path(event.file, cwd)}:{event.line}" if event.file else ""
             # Torch's first line is the same for every break of an instruction kind ("Encountered

@@ -39,6 +39,7 @@ from typing import Any, Union
 
 import msgspec
 
+from cagtool.record.atomic import write_atomic
 from cagtool.record.schema import EVENT_TYPES, EVENTS_FILE, Event
 
 COLUMNS_FILE = "columns.json"
@@ -401,16 +402,7 @@ def write_sidecar(mode_dir: Path) -> bool:
     sidecar = _derive(text, stat.st_mtime_ns)
     if sidecar is None:
         return False
-    tmp = target.with_name(target.name + ".tmp")
-    try:
-        tmp.write_bytes(sidecar)
-        os.replace(tmp, target)
-    except OSError:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
+    write_atomic(target, sidecar)
     return True
 
 

@@ -9,13 +9,13 @@ elsewhere, so even a bug cannot phone out.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cagtool.errors import UnreadableInput
+from cagtool.record.atomic import write_atomic
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.target_name import target_title
 from cagtool.report.compare.analysis import (
@@ -286,15 +286,10 @@ class Written:
 
 
 def write_html(html: str, out: Path) -> Path:
-    """Write atomically: a report being rewritten is never seen half-written."""
+    """Write atomically: a report being rewritten is never seen half-written, and a full disk
+    leaves no half-written file behind."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(html, encoding="utf-8")
-        tmp.replace(out)
-    except OSError:
-        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind
-        raise
+    write_atomic(out, html)
     return out
 
 

@@ -20,7 +20,7 @@ from cagtool.record.loader import load_run
 from cagtool.report.gate.baseline import load_baseline
 from cagtool.report.figures.metrics import mode_metrics
 
-from gate_cli import cagtool, edit, gate_json, outcomes
+from gate_cli import cagtool, edit, gate_json, machine_free_copy, outcomes
 
 pytestmark = pytest.mark.slow
 
@@ -60,9 +60,9 @@ def test_count_thresholds_pass_fail_and_improve(op_loop, work, flag, check, metr
 
 
 def test_min_speedup_pass_and_fail(graph_breaks, work):
-    """On the run's aot and ca step times made a fixed series (_machine_free_copy): on a loaded
+    """On the run's aot and ca step times made a fixed series (machine_free_copy): on a loaded
     machine the real interval can be wide enough to hold 100x, which reads as within the noise."""
-    run = _machine_free_copy(graph_breaks, work / "steady", modes=("aot", "ca"))
+    run = machine_free_copy(graph_breaks, work / "steady", modes=("aot", "ca"))
     passed = gate_json(run, "--min-speedup", "0.01", cwd=work, code=0)
     speedup = [c for c in passed["checks"] if c["check"] == "min-speedup"][0]
     assert speedup["mode"] == "ca/aot" and speedup["outcome"] == "pass" and speedup["data"]["speedup"] > 0
@@ -133,31 +133,11 @@ def _set_step_time(seconds: float):
     return change
 
 
-def _machine_free_copy(run: Path, dest: Path, modes: tuple[str, ...] = ("ca",)) -> Path:
-    """The run with its steady steps' times in `modes` replaced by a fixed series (seeded,
-    independent draws within +-10% of 1 ms): what the gate is given does not depend on how busy
-    the machine was. On a loaded machine a real run's step times come in phases, the batches merge
-    down to 2 a side, and the interval of the ratio is unbounded whatever the baseline says."""
-    import random
-
-    shutil.copytree(run, dest)
-    draw = random.Random(0)
-    for mode in modes:
-        events_file = dest / mode / "events.jsonl"
-        events = [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()]
-        for event in events:
-            if event["kind"] == "step" and event.get("wall_s") is not None and not event.get("compiles") and not event.get("ca_captures"):
-                event["wall_s"] = draw.uniform(0.9e-3, 1.1e-3)
-        events_file.write_text("".join(json.dumps(e) + "\n" for e in events))
-        (dest / mode / "columns.json").unlink(missing_ok=True)  # it holds the times replaced here
-    return dest
-
-
 def test_step_time_regression_pass_fail_improve(graph_breaks, work):
     """Deterministic on a loaded machine: the run's steady step times are a fixed series
-    (_machine_free_copy), and the baseline's are set from the run's own p10/p90 (the baseline was
+    (machine_free_copy), and the baseline's are set from the run's own p10/p90 (the baseline was
     saved from it), so the whole interval of the ratio is beyond the threshold."""
-    run = _machine_free_copy(graph_breaks, work / "steady")
+    run = machine_free_copy(graph_breaks, work / "steady")
     baseline_file = work / "baseline.json"
     assert cagtool("baseline", "save", run, "-o", baseline_file, cwd=work).returncode == 0
     args = (run, "--baseline", baseline_file, "--max-regression", "10%")

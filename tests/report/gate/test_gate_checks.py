@@ -191,7 +191,7 @@ def test_failed_mode_fails_the_status_check():
 
 def test_speedup_interval_is_that_of_the_ratio_of_medians():
     """aot/ca at the medians, with the interval of report.figures.intervals (pinned exactly in
-    tests/report/test_intervals.py): it contains the ratio and is far narrower than the spread
+    tests/report/figures/test_intervals.py): it contains the ratio and is far narrower than the spread
     of the step times (p10(aot)/p90(ca) .. p90(aot)/p10(ca), about 1.8x-2.2x here)."""
     interval = speedup_interval(snap("ca", median=0.010, spread=0.05, count=400), snap("aot", median=0.020, spread=0.05, count=400, seed=2))
     assert interval is not None and interval.ratio == pytest.approx(2.0, rel=0.02)

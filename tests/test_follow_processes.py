@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SAMPLES, cagtool_cmd, cagtool_in_process
+from conftest import ROOT, SAMPLES, cagtool_cmd, cagtool_in_process, recorded_once
 
 from cagtool.capture.processes.launch_audit import check_launch
 from cagtool.capture.run.target import Target, check_target
@@ -83,12 +83,28 @@ def test_ddp_mp_spawn_ranks_are_followed(tmp_path):
         assert not record.of(CAGraphEvent)
 
 
+def _record_unseeded_torchrun(base: Path) -> list:
+    proc = _cagtool_run(base / "r", "-m", "torch.distributed.run", "--", "--nproc-per-node", "2",
+                        str(SCRIPTS / "ddp_unseeded.py"), modes="eager,ca", torch_trace=True)
+    return [proc.stdout, proc.stderr]
+
+
+@pytest.fixture(scope="module")
+def unseeded_torchrun(tmp_path_factory) -> tuple[Path, str]:
+    """An unseeded 2-rank DDP job under `cagtool run -m torch.distributed.run`, eager and ca modes,
+    with the trace: (run directory, stdout). One job read by the torchrun tests below (recorded once
+    per session)."""
+    base, (stdout, _) = recorded_once(tmp_path_factory, "follow-unseeded-torchrun", _record_unseeded_torchrun)
+    return base / "r", stdout
+
+
 @pytest.mark.slow
-def test_ddp_torchrun_module_form(tmp_path):
-    proc = _cagtool_run(tmp_path / "r", "-m", "torch.distributed.run", "--", "--nproc-per-node", "2",
-                        str(SAMPLES / "train_ddp.py"), "--steps", "2", torch_trace=True)
-    _check_ddp_ranks(tmp_path / "r", proc.stdout, steps=2)
-    for rank, record in load_run(tmp_path / "r").mode("ca").ranks().items():
+def test_ddp_torchrun_module_form(unseeded_torchrun):
+    out, stdout = unseeded_torchrun
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 4, stdout  # each rank once per mode; the eager mode's ranks end before ca starts
+    _check_ddp_ranks(out, "\n".join(lines[2:]), steps=4)
+    for rank, record in load_run(out).mode("ca").ranks().items():
         assert record.manifest.process["local_rank"] == rank  # torchrun's env, known from the start
 
 
@@ -274,13 +290,11 @@ def test_users_own_sitecustomize_still_runs_in_followed_children(tmp_path):
 
 
 @pytest.mark.slow
-def test_unseeded_torchrun_ranks_are_seeded_alike_in_every_mode(tmp_path):
+def test_unseeded_torchrun_ranks_are_seeded_alike_in_every_mode(unseeded_torchrun):
     """Each torchrun worker is seeded like the main process (seed + rank), before the script can
     draw: the modes of an unseeded DDP job then compute on the same numbers and agree."""
-    out = tmp_path / "r"
-    proc = _cagtool_run(out, "-m", "torch.distributed.run", "--", "--nproc-per-node", "2",
-                        str(SCRIPTS / "ddp_unseeded.py"), modes="eager,ca")
-    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    out, stdout = unseeded_torchrun
+    lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     by_rank: dict[int, list[dict]] = {}
     for line in lines:
         by_rank.setdefault(line["rank"], []).append(line)

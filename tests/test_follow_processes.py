@@ -315,10 +315,9 @@ def test_unseeded_torchrun_ranks_are_seeded_alike_in_every_mode(unseeded_torchru
 
 @pytest.mark.slow
 def test_seed_off_leaves_followed_processes_unseeded(tmp_path):
-    """Seeding is cagtool's, the same in every mode: eager, the mode that imports the least."""
     out = tmp_path / "r"
     proc = _cagtool_run(out, "--seed", "off", "-m", "torch.distributed.run", "--", "--nproc-per-node", "2",
-                        str(SCRIPTS / "ddp_unseeded.py"), modes="eager")
+                        str(SCRIPTS / "ddp_unseeded.py"), modes="ca")
     assert len([line for line in proc.stdout.splitlines() if line.startswith("{")]) == 2
-    for record in load_run(out).mode("eager").ranks().values():
+    for record in load_run(out).mode("ca").ranks().values():
         assert record.manifest.options["seed"] == {"seed": None, "seeded": [], "script_reseeded": None}

@@ -136,9 +136,8 @@ def test_stacks_name_the_script_line_when_a_thread_without_python_took_the_signa
 def test_ddp_ranks_stopped_by_sigterm_read_as_interrupted(tmp_path):
     """A CI runner's SIGTERM to the job's process group while both mp.spawn ranks train: the job
     ends as under python (exit 143, no process left), every rank's steps are kept, and each rank
-    reads as interrupted by SIGTERM at its line of the script, not as SIGKILLed. The eager mode:
-    the stop and its stacks are the followed processes' own, the same in every mode."""
-    cmd = cagtool_cmd("run", "--modes", "eager", "--backend", "eager", "-o", str(tmp_path / "r"), str(SCRIPTS / "ddp_until_stopped.py"))
+    reads as interrupted by SIGTERM at its line of the script, not as SIGKILLed."""
+    cmd = cagtool_cmd("run", "--modes", "aot", "--backend", "eager", "-o", str(tmp_path / "r"), str(SCRIPTS / "ddp_until_stopped.py"))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV, start_new_session=True)
     try:
         ready = {proc.stdout.readline().strip() for _ in range(2)}
@@ -150,9 +149,9 @@ def test_ddp_ranks_stopped_by_sigterm_read_as_interrupted(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 143, stderr[-3000:]
-    eager = load_run(tmp_path / "r").mode("eager")
-    assert sorted(eager.ranks()) == [0, 1]
-    for rank, record in eager.ranks().items():
+    aot = load_run(tmp_path / "r").mode("aot")
+    assert sorted(aot.ranks()) == [0, 1]
+    for rank, record in aot.ranks().items():
         manifest = record.manifest
         assert (manifest.status, manifest.exit_code, manifest.exception.type) == ("interrupted", 143, "SIGTERM"), manifest.exception
         assert f"{SCRIPTS / 'ddp_until_stopped.py'}:" in manifest.exception.message

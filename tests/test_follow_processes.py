@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SAMPLES, cagtool_cmd, cagtool_in_process
+from conftest import ROOT, SAMPLES, cagtool_cmd, cagtool_in_process, recorded_once
 
 from cagtool.capture.processes.launch_audit import check_launch
 from cagtool.capture.run.target import Target, check_target
@@ -22,8 +22,12 @@ SCRIPTS = Path(__file__).parent / "scripts"
 ENV = {**os.environ, "CI": "true"}
 
 
-def _cagtool_run(out: Path, *args: str, modes: str = "ca") -> subprocess.CompletedProcess:
-    cmd = cagtool_cmd("run", "--modes", modes, "--backend", "eager", "--torch-trace", "-o", str(out), *args)
+def _cagtool_run(out: Path, *args: str, modes: str = "ca", torch_trace: bool = False) -> subprocess.CompletedProcess:
+    """--torch-trace only for the tests that read the trace, or that check what a followed process
+    leaves behind (with the trace on, a process has more it could leave): the trace builds a
+    structured record of every compile, work the other tests would pay for and never read."""
+    trace = ["--torch-trace"] if torch_trace else []
+    cmd = cagtool_cmd("run", "--modes", modes, "--backend", "eager", *trace, "-o", str(out), *args)
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
@@ -65,7 +69,7 @@ def _check_ddp_ranks(run_path: Path, stdout: str, steps: int) -> None:
 def test_ddp_mp_spawn_ranks_are_followed(tmp_path):
     """sample_scripts/train_ddp.py never sets optimize_ddp: in ca mode cagtool selects the Python
     reducer; in aot the script's (C++) reducer stays."""
-    proc = _cagtool_run(tmp_path / "r", str(SAMPLES / "train_ddp.py"), "--steps", "3", modes="aot,ca")
+    proc = _cagtool_run(tmp_path / "r", str(SAMPLES / "train_ddp.py"), "--steps", "3", modes="aot,ca", torch_trace=True)
     _check_ddp_ranks(tmp_path / "r", proc.stdout, steps=3)
     assert "uses the Python reducer" in proc.stderr
     run = load_run(tmp_path / "r")
@@ -79,12 +83,28 @@ def test_ddp_mp_spawn_ranks_are_followed(tmp_path):
         assert not record.of(CAGraphEvent)
 
 
+def _record_unseeded_torchrun(base: Path) -> list:
+    proc = _cagtool_run(base / "r", "-m", "torch.distributed.run", "--", "--nproc-per-node", "2",
+                        str(SCRIPTS / "ddp_unseeded.py"), modes="eager,ca", torch_trace=True)
+    return [proc.stdout, proc.stderr]
+
+
+@pytest.fixture(scope="module")
+def unseeded_torchrun(tmp_path_factory) -> tuple[Path, str]:
+    """An unseeded 2-rank DDP job under `cagtool run -m torch.distributed.run`, eager and ca modes,
+    with the trace: (run directory, stdout). One job read by the torchrun tests below (recorded once
+    per session)."""
+    base, (stdout, _) = recorded_once(tmp_path_factory, "follow-unseeded-torchrun", _record_unseeded_torchrun)
+    return base / "r", stdout
+
+
 @pytest.mark.slow
-def test_ddp_torchrun_module_form(tmp_path):
-    proc = _cagtool_run(tmp_path / "r", "-m", "torch.distributed.run", "--", "--nproc-per-node", "2",
-                        str(SAMPLES / "train_ddp.py"), "--steps", "2")
-    _check_ddp_ranks(tmp_path / "r", proc.stdout, steps=2)
-    for rank, record in load_run(tmp_path / "r").mode("ca").ranks().items():
+def test_ddp_torchrun_module_form(unseeded_torchrun):
+    out, stdout = unseeded_torchrun
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 4, stdout  # each rank once per mode; the eager mode's ranks end before ca starts
+    _check_ddp_ranks(out, "\n".join(lines[2:]), steps=4)
+    for rank, record in load_run(out).mode("ca").ranks().items():
         assert record.manifest.process["local_rank"] == rank  # torchrun's env, known from the start
 
 
@@ -112,15 +132,23 @@ def test_multiprocessing_children_get_their_own_records(tmp_path, start_method):
 
 
 @pytest.mark.slow
-def test_unfollowable_launches_are_findings(tmp_path):
-    proc = _cagtool_run(tmp_path / "r", str(SCRIPTS / "launch_children.py"), modes="aot")
-    assert "flag False" in proc.stdout  # aot forces the flag off in the followed child too
+def test_python_children_record_their_exit_and_unfollowable_launches_are_findings(tmp_path):
+    """One aot job that starts Python children (tests/scripts/launch_children.py), several claims:
+    followed children that train record how they ended; one that imports torch but trains nothing
+    sees the flag forced off and leaves no record; launches cagtool cannot follow are findings."""
+    proc = _cagtool_run(tmp_path / "r", str(SCRIPTS / "launch_children.py"), modes="aot", torch_trace=True)
+    # "flag False": aot forces the flag off in the followed child too
+    assert proc.stdout.split() == ["flag", "False", "ok", "0", "exit3", "3", "raise", "1"], proc.stdout
     aot = load_run(tmp_path / "r").mode("aot")
     findings = [f for f in aot.of(FindingEvent) if f.code == "process_not_followed"]
     assert [f.detail["argv"][1:] for f in findings] == [["-c", "pass"], ["-I", "-c", "pass"]]
     assert "env=" in findings[0].message and "-I" in findings[1].message
-    # The followed child imported torch but recorded nothing: no record left behind.
-    assert aot.processes == {} and not (tmp_path / "r" / "aot" / "procs").exists()
+    children = aot.processes.values()
+    outcomes = {r.manifest.argv[-1]: (r.manifest.status, r.manifest.exit_code, r.manifest.exception.type if r.manifest.exception else None, len(r.of(StepEvent)))
+                for r in children}
+    assert outcomes == {"ok": ("finished", 0, None, 2), "exit3": ("failed", 3, None, 2), "raise": ("failed", 1, "ValueError", 2)}
+    # The child that imported torch but trained nothing left no record behind, not even a directory.
+    assert sorted(p.name for p in (tmp_path / "r" / "aot" / "procs").iterdir()) == sorted(aot.processes), "a record of the flag child"
     summary = cagtool_in_process("summary", str(tmp_path / "r"), "--format", "json", env={"CI": "true"})
     assert "process_not_followed" in summary.stdout
 
@@ -214,16 +242,6 @@ def test_forced_flag_reads_false_after_the_script_sets_it():
         torch._dynamo.config.compiled_autograd = False
 
 
-@pytest.mark.slow
-def test_subprocess_python_children_record_their_exit(tmp_path):
-    proc = _cagtool_run(tmp_path / "r", str(SCRIPTS / "subprocess_children.py"), modes="aot")
-    assert proc.stdout.split() == ["ok", "0", "exit3", "3", "raise", "1"]
-    children = load_run(tmp_path / "r").mode("aot").processes.values()
-    outcomes = {r.manifest.argv[-1]: (r.manifest.status, r.manifest.exit_code, r.manifest.exception.type if r.manifest.exception else None, len(r.of(StepEvent)))
-                for r in children}
-    assert outcomes == {"ok": ("finished", 0, None, 2), "exit3": ("failed", 3, None, 2), "raise": ("failed", 1, "ValueError", 2)}
-
-
 def test_launches_by_torchs_compiler_are_not_reported():
     """Inductor starts `python -c` with an env of its own to check a kernel loads: not the job's."""
     from cagtool.capture.processes.launch_audit import started_by_compiler
@@ -272,13 +290,11 @@ def test_users_own_sitecustomize_still_runs_in_followed_children(tmp_path):
 
 
 @pytest.mark.slow
-def test_unseeded_torchrun_ranks_are_seeded_alike_in_every_mode(tmp_path):
+def test_unseeded_torchrun_ranks_are_seeded_alike_in_every_mode(unseeded_torchrun):
     """Each torchrun worker is seeded like the main process (seed + rank), before the script can
     draw: the modes of an unseeded DDP job then compute on the same numbers and agree."""
-    out = tmp_path / "r"
-    proc = _cagtool_run(out, "-m", "torch.distributed.run", "--", "--nproc-per-node", "2",
-                        str(SCRIPTS / "ddp_unseeded.py"), modes="eager,ca")
-    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    out, stdout = unseeded_torchrun
+    lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     by_rank: dict[int, list[dict]] = {}
     for line in lines:
         by_rank.setdefault(line["rank"], []).append(line)

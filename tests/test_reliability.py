@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, cagtool_cmd, can_mount_tmpfs
+from conftest import ROOT, cagtool_cmd, can_mount_tmpfs, recorded_once
 from conftest import cli_in_process as cagtool
 
 from cagtool.record.loader import load_run
@@ -245,30 +245,17 @@ def test_signal_to_parent_pid_reaches_the_mode_and_closes_the_record(tmp_path, s
 
 
 @pytest.mark.slow
-def test_sigkill_of_parent_leaves_no_orphan_and_reads_as_killed(tmp_path):
+def test_sigkill_of_parent_the_mode_process_closes_its_record_and_run_json(tmp_path):
+    """SIGKILL of cagtool (one job, several claims): neither the mode process nor the job's worker
+    outlives it; the mode process closes its own record and run.json, with its exit code, though
+    the kernel may deliver cagtool's death to it twice (test_parent_died.py pins that a second copy
+    raises nothing; this race showed here in about 1 run in 10 before); the run reads as killed, and
+    so does a run.json left "running" by a writer that vanished."""
     proc, child, worker = _start_endless(tmp_path)
     proc.kill()
     proc.wait(timeout=30)
     assert _gone_within(child, 60), "the mode process outlived a SIGKILLed cagtool"
     assert _gone_within(worker, 30), "the job's worker outlived a SIGKILLed cagtool"
-    run = load_run(tmp_path / "r")
-    assert run.meta.status == "killed"
-    # and a run.json left "running" by a writer that vanished reads as killed too
-    on_disk = json.loads((tmp_path / "r" / "run.json").read_text())
-    on_disk["status"] = "running"
-    (tmp_path / "r" / "run.json").write_text(json.dumps(on_disk))
-    assert load_run(tmp_path / "r").meta.status == "killed"
-
-
-@pytest.mark.slow
-def test_sigkill_of_parent_the_mode_process_closes_its_record_and_run_json(tmp_path):
-    """The mode process closes its own record and run.json, with its exit code, though the kernel
-    may deliver cagtool's death to it twice (test_parent_died.py pins that a second copy raises
-    nothing; this race showed here in about 1 run in 10 before)."""
-    proc, child, worker = _start_endless(tmp_path)
-    proc.kill()
-    proc.wait(timeout=30)
-    assert _gone_within(child, 60) and _gone_within(worker, 30)
     # Read run.json as another reader would, before cagtool's loader has looked at it.
     on_disk = json.loads((tmp_path / "r" / "run.json").read_text())
     assert on_disk["status"] == "killed" and on_disk["mode_exit_codes"] == {"ca": 143}, on_disk
@@ -276,6 +263,10 @@ def test_sigkill_of_parent_the_mode_process_closes_its_record_and_run_json(tmp_p
     assert run.meta.status == "killed" and run.meta.mode_exit_codes == {"ca": 143}
     ca = run.modes["ca"]
     assert ca.manifest.status == "interrupted" and "cagtool's own process died" in ca.manifest.exception.message
+    # and a run.json left "running" by a writer that vanished reads as killed too
+    on_disk["status"] = "running"
+    (tmp_path / "r" / "run.json").write_text(json.dumps(on_disk))
+    assert load_run(tmp_path / "r").meta.status == "killed"
 
 
 # --- 4. a full disk never reaches the user's code --------------------------------------------
@@ -343,10 +334,8 @@ def test_stdin_is_given_to_every_mode_and_caches_are_removed(tmp_path):
 
 
 @pytest.mark.slow
-def test_stdin_file_rewound_per_mode_and_silent_pipe_never_waited_for(tmp_path):
-    """`< data.txt` with two modes: each reads the file from where cagtool found it. An open pipe
-    that never sends anything (`docker run -i` in CI) does not hold up a script that never reads
-    stdin: the run ends."""
+def test_stdin_file_rewound_per_mode(tmp_path):
+    """`< data.txt` with two modes: each reads the file from where cagtool found it."""
     data = tmp_path / "data.txt"
     data.write_text("skip me\none\ntwo\nthree\n")
     with open(data, "rb", buffering=0) as handle:
@@ -358,25 +347,48 @@ def test_stdin_file_rewound_per_mode_and_silent_pipe_never_waited_for(tmp_path):
     assert from_file.returncode == 0, from_file.stderr[-2000:]
     lines = from_file.stdout.splitlines()
     assert len(lines) == 2 and len(set(lines)) == 1 and lines[0].startswith("LINES 3 "), from_file.stdout
-    silent = subprocess.Popen(
-        cagtool_cmd("run", "--modes", "eager,ca", "--backend", "eager", "--no-report", "-o", str(tmp_path / "p"), str(SCRIPTS / "exit_code.py"), "0"),
-        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, env=ENV,
-    )
-    try:
-        assert silent.wait(timeout=300) == 0  # stdin is still open: nothing was waited for
-    finally:
-        silent.stdin.close()
+
+
+def _record_silent_stdin_run(base: Path) -> list:
+    """An unseeded two-mode script (it never reads stdin) run with --keep-cache and an open pipe on
+    stdin that never sends anything (`docker run -i` in CI): the run is shared by the tests below,
+    each of which reads what it is about (the same processes, several claims)."""
+    with open(base / "stdout", "w") as out, open(base / "stderr", "w") as err:
+        silent = subprocess.Popen(
+            cagtool_cmd("run", "--modes", "eager,ca", "--backend", "eager", "--keep-cache", "-o", str(base / "r"), str(SCRIPTS / "unseeded_training.py")),
+            stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=ROOT, env=ENV,
+        )
+        try:
+            code = silent.wait(timeout=300)  # stdin is still open while we wait: communicate() would close it
+        finally:
+            silent.stdin.close()
+            if silent.poll() is None:
+                silent.kill()
+                silent.wait()
+    return [code, (base / "stderr").read_text()[-3000:]]
+
+
+@pytest.fixture(scope="module")
+def silent_stdin_run(tmp_path_factory) -> tuple[Path, int, str]:
+    """(run directory, exit code, stderr tail) of _record_silent_stdin_run, recorded once per session."""
+    base, (code, stderr) = recorded_once(tmp_path_factory, "reliability-silent-stdin", _record_silent_stdin_run)
+    return base / "r", code, stderr
 
 
 @pytest.mark.slow
-def test_keep_cache_keeps_inductor_caches_under_the_run(tmp_path):
-    proc = subprocess.run(
-        cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "--keep-cache", "-o", str(tmp_path / "r"), str(SCRIPTS / "exit_code.py"), "0"),
-        capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "r" / "inductor-cache").is_dir()
-    assert json.loads((tmp_path / "r" / "run.json").read_text())["options"]["keep_cache"] is True
+def test_silent_stdin_pipe_is_never_waited_for(silent_stdin_run):
+    """An open pipe that never sends anything does not hold up a script that never reads stdin,
+    with two modes (where a pipe is kept for the later mode): the run ends by itself."""
+    _, code, stderr = silent_stdin_run
+    assert code == 0, stderr  # stdin was still open when it ended: nothing was waited for
+
+
+@pytest.mark.slow
+def test_keep_cache_keeps_inductor_caches_under_the_run(silent_stdin_run):
+    run, code, stderr = silent_stdin_run
+    assert code == 0, stderr
+    assert (run / "inductor-cache").is_dir()
+    assert json.loads((run / "run.json").read_text())["options"]["keep_cache"] is True
 
 
 def test_empty_output_option_is_refused(tmp_path):
@@ -937,18 +949,11 @@ def test_speedup_noise_is_the_same_in_compare_and_gate(tmp_path):
 
 
 @pytest.mark.slow
-def test_unseeded_script_modes_compare_and_seed_is_recorded(tmp_path):
+def test_unseeded_script_modes_compare_and_seed_is_recorded(silent_stdin_run):
     """An unseeded script under eager and ca: every mode starts from the same seed, so the
     numerics agree (no DISAGREE from random inputs), and the manifest records the seed."""
-    import subprocess
-
-    from conftest import cagtool_cmd
-
-    script = Path(__file__).parent / "scripts" / "unseeded_training.py"
-    out = tmp_path / "run"
-    proc = subprocess.run(cagtool_cmd("run", "--modes", "eager,ca", "--backend", "eager", "--no-torch-trace", "-o", str(out), str(script)),
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "CI": "true"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    out, code, stderr = silent_stdin_run
+    assert code == 0, stderr
     for mode in ("eager", "ca"):
         seed = json.loads((out / mode / "manifest.json").read_text())["options"]["seed"]
         assert seed["seed"] == 0 and "torch" in seed["seeded"] and seed["script_reseeded"] is False

@@ -1,7 +1,9 @@
 # A torchrun DDP job that never seeds: each rank draws its own weights (DDP broadcasts rank 0's)
 # and its own random inputs every step. Run with `torchrun --nproc-per-node 2 ddp_unseeded.py`.
-# Each rank prints one JSON line: its first draw from random, numpy and torch, and its final
-# parameter norm.
+# Each rank prints one JSON line: its first draw from random, numpy and torch, its final
+# parameter norm, and what a test of followed DDP ranks compares with the record (its
+# compiled-autograd captures, whether DDP used the Python reducer, whether the ranks' weights
+# stayed in sync).
 import json
 import random
 import sys
@@ -22,7 +24,16 @@ for _ in range(4):
     loss.backward()
     opt.step()
 norm = float(sum(p.detach().double().norm() ** 2 for p in model.parameters()) ** 0.5)
-sys.stdout.write(json.dumps({"rank": rank, "draws": draws, "norm": norm}) + "\n")
+# The ranks stay in sync only if the gradients were all-reduced.
+weights = model.module[0].weight.detach().clone()
+gathered = [torch.empty_like(weights) for _ in range(dist.get_world_size())]
+dist.all_gather(gathered, weights)
+in_sync = all(torch.equal(gathered[0], g) for g in gathered)
+from torch._dynamo.utils import counters
+
+sys.stdout.write(json.dumps({"rank": rank, "draws": draws, "norm": norm, "in_sync": in_sync,
+                             "ca_captures": counters["compiled_autograd"]["captures"],
+                             "python_reducer": model._use_python_reducer}) + "\n")
 sys.stdout.flush()
 dist.barrier()
 dist.destroy_process_group()

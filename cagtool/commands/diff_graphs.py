@@ -7,7 +7,6 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import TYPE_CHECKING, List, Optional
 
-import msgspec
 import typer
 
 from cagtool.errors import EXIT_GATE_FAILED, UsageError
@@ -115,6 +114,8 @@ def _load_focused(path: str | None, options: DiffGraphsOptions, notes: list[Rank
             note = None
     if note is not None:
         notes.append(note)
+    import msgspec  # here, not at the top: `cagtool --help` imports this module, and msgspec's import is 8 % of it
+
     name = next(key for key, value in run.modes.items() if value is main)
     return msgspec.structs.replace(run, modes={**run.modes, name: record})
 

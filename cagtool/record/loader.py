@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import Counter
@@ -16,7 +15,6 @@ from msgspec import Struct, field
 from cagtool.errors import UnreadableInput
 from cagtool.record.liveness import read_dead_writer_as_killed, read_vanished_as_killed
 from cagtool.record.manifest import ModeManifest, RunMeta, mode_manifest_from_dict, run_meta_from_dict
-from cagtool.record.graph_file import GRAPH_FORMAT, GraphColumns, GraphNode, graph_columns, graph_columns_from_dicts, graph_node_from_dict
 from cagtool.record.schema import (
     EVENT_TYPES,
     EVENTS_FILE,
@@ -39,6 +37,7 @@ from cagtool.record.schema import (
 
 if TYPE_CHECKING:
     from cagtool.record.columns import EventColumns
+    from cagtool.record.graph_file import GraphColumns, GraphNode
 
 DEFAULT_RUNS_DIR = Path(".cagtool") / "runs"
 RUNS_DIR_ENV = "CAGTOOL_RUNS_DIR"
@@ -216,12 +215,26 @@ def read_json_object(path: Path, what: str, missing_hint: str = "") -> dict:
     except UnicodeDecodeError as exc:
         raise UnreadableInput(f"{what} {path} is not UTF-8 text (bad byte at offset {exc.start}): corrupt") from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UnreadableInput(f"{what} {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        data = json_loads(text)
+    except ValueError as exc:  # json.JSONDecodeError
+        raise UnreadableInput(f"{what} {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None  # type: ignore[attr-defined]
     if not isinstance(data, dict):
         raise UnreadableInput(f"{what} {path} is not a JSON object")
     return data
+
+
+def json_loads(text: str | bytes) -> Any:
+    """`json.loads(text)`, decoded by msgspec where msgspec can (the same value for every document
+    both read): every report command reads record files, and `import json` alone is 5 M
+    instructions, a third of what `cagtool runs` spends reading its ten runs. What msgspec
+    refuses (NaN, which json writes for a float nan, numbers past a float's range, lone
+    surrogates, bad JSON) is json's to read, or to word the error of (a json.JSONDecodeError)."""
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        import json
+
+        return json.loads(text)
 
 
 def check_format(
@@ -476,7 +489,7 @@ def _decode_event(text: str) -> Event | _BadLine:
     # Not a valid event to msgspec: json tells a damaged line from a valid one msgspec does not
     # read (a NaN or Infinity, json's spelling, which the record keeps) and from an unknown kind.
     try:
-        value = json.loads(text)
+        value = json_loads(text)
     except ValueError:
         return _BadLine(" is not a JSON object")
     if not isinstance(value, dict):
@@ -535,7 +548,7 @@ def list_runs(root: Path | None = None) -> list[Path]:
     def created(run: Path) -> str:
         # Sorting only: a corrupt run.json sorts first here and is reported by whoever loads it.
         try:
-            data = json.loads((run / RUN_META_FILE).read_bytes())
+            data = json_loads((run / RUN_META_FILE).read_bytes())
         except (OSError, ValueError):
             return ""
         return str(data.get("created_at", "")) if isinstance(data, dict) else ""
@@ -559,6 +572,17 @@ def inside(root: Path, relative: str, what: str) -> Path:
     candidate = Path(relative)
     if not relative or candidate.is_absolute() or ".." in candidate.parts:
         raise UnreadableInput(f"{what}: {relative!r} points outside the record; refusing to read it")
+    # A relative name without `..` leads out of `root` only through a symbolic link under `root`:
+    # without one, it is inside whatever `root` resolves to, and the two realpaths below (an lstat
+    # per component of the whole path; 9 M instructions for the 30 modes `cagtool runs` lists in
+    # the benchmark) are not needed.
+    path = str(root)
+    for part in candidate.parts:
+        path = os.path.join(path, part)
+        if os.path.islink(path):
+            break
+    else:
+        return root / candidate
     resolved_root = Path(os.path.realpath(root))
     target = Path(os.path.realpath(root / candidate))
     if target != resolved_root and resolved_root not in target.parents:
@@ -573,12 +597,18 @@ def load_graph_nodes(path: Path) -> list[GraphNode]:
 def load_graph_columns(path: Path) -> GraphColumns:
     """The graph file's nodes as columns (what diff-graphs reads): the same nodes, and for a
     malformed file the same error, as load_graph_nodes."""
+    from cagtool.record.graph_file import graph_columns, graph_columns_from_dicts
+
     nodes = _graph_node_list(path)
     columns = graph_columns_from_dicts(nodes)
     return columns if columns is not None else graph_columns(_graph_nodes(path, nodes))
 
 
 def _graph_node_list(path: Path) -> list[Any]:
+    # The graph file's module is imported by the readers of graphs alone: its node classes cost
+    # about 12 M instructions to define, a tenth of what `cagtool runs` runs of cagtool's own code.
+    from cagtool.record.graph_file import GRAPH_FORMAT
+
     # msgspec decodes a 10,000-node graph file in 0.028 s where json takes 0.048 s (diff-graphs
     # reads two). What it refuses (NaN, a number past 64 bits, bad UTF-8, not JSON) is read again
     # by json, which accepts what it accepts and words the error as for every other record file.
@@ -596,6 +626,8 @@ def _graph_node_list(path: Path) -> list[Any]:
 
 
 def _graph_nodes(path: Path, nodes: list[Any]) -> list[GraphNode]:
+    from cagtool.record.graph_file import graph_node_from_dict
+
     try:
         return [graph_node_from_dict(n) for n in nodes]
     except (TypeError, ValueError) as exc:

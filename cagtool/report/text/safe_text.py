@@ -17,17 +17,34 @@ comes back unchanged (the same object)."""
 from __future__ import annotations
 
 import re
+from functools import cache
 
-# ECMA-48 escape sequences: control strings (OSC, DCS, SOS, PM, APC) up to BEL or ST (or the next
-# escape, or the end: rich drops BEL from a Text before this sees it, and a terminal swallows an
-# unended string anyway), control sequences (CSI), and the two- or three-character escapes.
-_SEQUENCE = re.compile(
-    r"\x1b[\]PX^_][^\x07\x1b]*(?:\x07|\x1b\\)?"
-    r"|\x1b\[[0-?]*[ -/]*[@-~]"
-    r"|\x1b[ -/]*[0-~]"
-)
-# C0 but tab and newline, DEL, C1, lone surrogates, and the two noncharacters XML 1.0 forbids.
-_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+
+# The patterns are compiled when first needed, and text that is printable ASCII (what most record
+# text is: paths, dates, mode names) never needs one: compiling them is 9 M instructions, as much
+# as `cagtool runs` spends reading its ten runs' manifests.
+@cache
+def _sequence() -> re.Pattern[str]:
+    # ECMA-48 escape sequences: control strings (OSC, DCS, SOS, PM, APC) up to BEL or ST (or the
+    # next escape, or the end: rich drops BEL from a Text before this sees it, and a terminal
+    # swallows an unended string anyway), control sequences (CSI), and the two- or
+    # three-character escapes.
+    return re.compile(
+        r"\x1b[\]PX^_][^\x07\x1b]*(?:\x07|\x1b\\)?"
+        r"|\x1b\[[0-?]*[ -/]*[@-~]"
+        r"|\x1b[ -/]*[0-~]"
+    )
+
+
+@cache
+def _unsafe() -> re.Pattern[str]:
+    # C0 but tab and newline, DEL, C1, lone surrogates, and the two noncharacters XML 1.0 forbids.
+    return re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+
+
+def _plain(text: str) -> bool:
+    """Printable ASCII (space to tilde): none of it is unsafe."""
+    return text.isascii() and text.isprintable()
 
 
 def _shown(match: re.Match[str]) -> str:
@@ -41,22 +58,24 @@ def _shown(match: re.Match[str]) -> str:
 
 def safe_text(text: str) -> str:
     """`text` with escape sequences dropped and other unsafe characters shown as escapes."""
-    if not _UNSAFE.search(text):
+    if _plain(text) or not _unsafe().search(text):
         return text
     if "\x1b" in text:
-        text = _SEQUENCE.sub("", text)
-    return _UNSAFE.sub(_shown, text)
+        text = _sequence().sub("", text)
+    return _unsafe().sub(_shown, text)
 
 
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
+@cache
+def _surrogate() -> re.Pattern[str]:
+    return re.compile(r"[\ud800-\udfff]")
 
 
 def encodable_text(text: str) -> str:
     """`text` with only its lone surrogates shown as `safe_text` shows them: for a document that
     is not shown on a terminal and may hold control characters of its own (the HTML report's
     scripts), but must be written as UTF-8."""
-    return _SURROGATE.sub(_shown, text) if _SURROGATE.search(text) else text
+    return text if text.isascii() or not _surrogate().search(text) else _surrogate().sub(_shown, text)
 
 
 def is_safe(text: str) -> bool:
-    return _UNSAFE.search(text) is None
+    return _plain(text) or _unsafe().search(text) is None

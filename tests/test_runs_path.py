@@ -1,0 +1,76 @@
+"""What `cagtool runs` reads with, kept cheap without changing what it reads: record JSON decoded
+by msgspec reads as json would, `inside` refuses a symbolic link out of the record without
+resolving every path, and the listing loads neither json nor the graph file's module."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cagtool.errors import UnreadableInput
+from cagtool.record.loader import inside, json_loads, read_json_object
+
+DOCUMENTS = ['{"a": 1, "a": 2}', "123456789012345678901234567890", "1e400", "NaN", '{"d": -Infinity}', '"\\ud800"', "-0.0", '{"x": [1.5e-320, 0.1]}']
+
+
+@pytest.mark.parametrize("text", DOCUMENTS)
+def test_json_loads_reads_what_json_reads(text):
+    expected = json.loads(text)
+    assert repr(json_loads(text)) == repr(expected) and repr(json_loads(text.encode())) == repr(expected)
+
+
+@pytest.mark.parametrize("text", ["{bad", "[1, 2] x", "\ufeff{}", ""])
+def test_bad_json_is_worded_by_json(tmp_path, text):
+    path = tmp_path / "run.json"
+    path.write_text(text, encoding="utf-8")
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        expected = f"run record {path} is not valid JSON ({exc.msg} at line {exc.lineno})"
+    with pytest.raises(UnreadableInput) as raised:
+        read_json_object(path, "run record")
+    assert str(raised.value) == expected
+
+
+def test_inside_refuses_a_symlink_out_of_the_record_and_follows_one_within(tmp_path):
+    root = tmp_path / "run"
+    (root / "ca" / "graphs").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (root / "out").symlink_to(tmp_path / "elsewhere")
+    (root / "ca" / "up").symlink_to(tmp_path)
+    (root / "alias").symlink_to(root / "ca")
+    assert inside(root, "ca", "mode") == root / "ca"
+    assert inside(root, "ca/graphs/ca_0.py", "graph") == root / "ca" / "graphs" / "ca_0.py"
+    assert inside(root, "missing/x", "graph") == root / "missing" / "x"
+    assert inside(root, "alias/graphs", "graph") == root / "alias" / "graphs"
+    for name in ("out", "out/x", "ca/up/elsewhere", "../run/ca", "/etc"):
+        with pytest.raises(UnreadableInput, match="points outside the record"):
+            inside(root, name, "mode")
+
+
+def test_runs_loads_neither_json_nor_the_graph_file_module(tmp_path):
+    from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
+
+    run = tmp_path / "runs" / "r"
+    (run / "ca").mkdir(parents=True)
+    meta = RunMeta(run_id="r", created_at="2026-01-01T00:00:00Z", cagtool_argv=[], target={"kind": "script", "name": "train.py"},
+                   target_argv=[], cwd=str(run), modes=["ca"], versions={}, machine={}, status="finished", exit_code=0)
+    manifest = ModeManifest(mode="ca", argv=[], target={}, cwd=str(run), versions={}, backend="eager", dynamic=False, started_at="2026-01-01T00:00:00Z", status="finished")
+    (run / "run.json").write_text(json.dumps(to_dict(meta)))
+    (run / "ca" / "manifest.json").write_text(json.dumps(to_dict(manifest)))
+    probe = (
+        "import sys\n"
+        "from cagtool.cli import main\n"
+        f"try:\n    main(['runs', {str(tmp_path / 'runs')!r}])\nexcept SystemExit:\n    pass\n"
+        "sys.__stderr__.write(' '.join(sorted(sys.modules)))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0 and "train.py" in proc.stdout, proc.stderr
+    loaded = set(proc.stderr.split())
+    assert "cagtool.record.loader" in loaded
+    assert not loaded & {"json", "cagtool.record.graph_file", "cagtool.record.columns"}, sorted(loaded & {"json", "cagtool.record.graph_file"})

@@ -5,6 +5,8 @@
   compiled autograd the hook is traced into the CA graph (ca mode), in eager and aot it runs
   eagerly. The ca mode's head.weight gradient is scaled by 2 from step 0.
 - zero_hook: the same hook zeroes the gradient (a hook that "did not run" its work in one mode).
+- scale_and_zero: scale_hook on `head.weight` and, on `head.bias`, a hook that zeroes its gradient
+  under compile: both kinds of mismatch in one recording (one job, two parameters named at step 0).
 - swap: `left` and `right` start with equal weights and see inputs x and y; compiled, the forward
   feeds them the other way round, so the loss is the same and the two gradients are swapped: the
   global gradient norm is the same in every mode.
@@ -47,7 +49,7 @@ def main() -> None:
 
     def hook(grad):
         if torch.compiler.is_compiling():
-            if args.kind == "scale_hook":
+            if args.kind in ("scale_hook", "scale_and_zero"):
                 return grad * 2
             if args.kind == "zero_hook":
                 return grad * 0
@@ -56,9 +58,14 @@ def main() -> None:
     def sign(grad):
         return -grad if torch.compiler.is_compiling() else grad
 
+    def zero(grad):
+        return grad * 0 if torch.compiler.is_compiling() else grad
+
     model.head.weight.register_hook(hook)
     if args.kind == "sign_hook":
         model.head.bias.register_hook(sign)
+    if args.kind == "scale_and_zero":
+        model.head.bias.register_hook(zero)
     compiled = torch.compile(model, backend="eager")
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     x, y = torch.randn(16, 8), torch.randn(16, 8)

@@ -16,13 +16,23 @@ _LIBRARY_ROOTS = tuple(
     {os.path.realpath(p) + os.sep for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])}
 )
 _CAGTOOL_ROOT = os.path.dirname(os.path.realpath(cagtool.__file__)) + os.sep  # the package: every module of it
+# Folders of code a tool wrote while the job ran: depyf points the code objects Dynamo transforms
+# at its decompiled dumps, so a compiled function's frame names a dump, not the user's file.
+_DUMP_ROOTS: tuple[str, ...] = ()
+
+
+def not_user_code(directory: str) -> None:
+    """Files under `directory` are a tool's dumps (depyf's), never the user's code: the source
+    of a line is looked for further out, in the frame that called the compiled function."""
+    global _DUMP_ROOTS
+    _DUMP_ROOTS = (*_DUMP_ROOTS, os.path.realpath(directory) + os.sep)
 
 
 def is_user_file(filename: str) -> bool:
     if not filename or filename.startswith("<"):
         return False
     real = os.path.realpath(filename)
-    if real.startswith(_CAGTOOL_ROOT):
+    if real.startswith(_CAGTOOL_ROOT) or (_DUMP_ROOTS and real.startswith(_DUMP_ROOTS)):
         return False
     return not real.startswith(_LIBRARY_ROOTS)
 

@@ -220,7 +220,10 @@ def _record_mode(spec: ModeSpec) -> int:
     if spec.depyf:
         import depyf
 
+        from cagtool.capture.observe.source import not_user_code
+
         depyf_ctx = depyf.prepare_debug(str(mode_dir / "depyf"))
+        not_user_code(str(mode_dir / "depyf"))
     from cagtool.capture.run.seeding import script_reseeded, seed_all
 
     manifest.options["seed"] = seed_all(spec.seed)  # every mode alike, so their numerics compare

@@ -48,6 +48,18 @@ if hasattr(signal, "SIGQUIT") and signal.getsignal(signal.SIGQUIT) == signal.SIG
     signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
+
+def pytest_configure(config) -> None:
+    """With PYTHONDONTWRITEBYTECODE set (some CI images and shells set it), no process writes .pyc
+    files, so each of the hundreds of processes the suite starts (xdist workers, `cagtool run`
+    parents, mode processes, ranks) would compile cagtool's modules from source again, ~0.06 s of
+    CPU each. The suite's first process compiles them once, before the workers start; reading a
+    .pyc is allowed under the flag, only writing is not."""
+    if sys.flags.dont_write_bytecode and not hasattr(config, "workerinput"):
+        import compileall
+
+        compileall.compile_dir(str(ROOT / "cagtool"), quiet=1)
+
 @dataclass
 class RecordedRun:
     path: Path  # the run directory

@@ -155,11 +155,20 @@ def test_steps_and_max_time_bound_a_run_cleanly(tmp_path):
     assert [s.step for s in ca.of(StepEvent)] == [0, 1, 2, 3, 4]
     assert ca.manifest.status == "finished" and ca.manifest.options["stopped_by"] == "steps"
     assert "(stopped by --steps)" in by_steps.stderr
+    # The time bound in the eager mode: --max-time is the mode process's own timer, the same in
+    # every mode, and ca's first backward compiles its graph, which took 3.6 s of the 4 on a loaded
+    # machine (one step recorded, not the two asserted). An eager step takes microseconds.
     by_time = subprocess.run(
-        cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "--max-time", "4", "-o", str(tmp_path / "t"), script),
+        cagtool_cmd("run", "--modes", "eager", "--max-time", "4", "-o", str(tmp_path / "t"), script),
         capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300,
     )
     assert by_time.returncode == 0, by_time.stderr
-    ca = load_run(tmp_path / "t").modes["ca"]
-    assert ca.manifest.status == "finished" and ca.manifest.options["stopped_by"] == "max_time"
-    assert len(ca.of(StepEvent)) >= 2 and ca.manifest.duration_s < 30
+    eager = load_run(tmp_path / "t").modes["eager"]
+    assert eager.manifest.status == "finished" and eager.manifest.options["stopped_by"] == "max_time"
+    steps = eager.of(StepEvent)
+    assert len(steps) >= 2
+    # The timer starts before the script's first step: every step falls inside the 4 s after it
+    # (give or take the one step that was running). The mode's whole duration also counts starting
+    # python and importing torch, which took 33 s on a loaded machine.
+    assert steps[-1].t - steps[0].t < 4 + 1, (steps[0].t, steps[-1].t)
+    assert "(stopped by --max-time)" in by_time.stderr

@@ -112,8 +112,9 @@ def test_autograd_grad_and_backward_in_one_step(record_run):
 def test_backward_inside_a_backward_is_not_a_call_of_its_own(record_run):
     """Reentrant checkpointing and a hook's autograd.grad run backward inside the engine's work on
     the outer call: one top-level call a step, as the script wrote it."""
+    run = record_run(SHAPES, "nested", "3", modes="eager,ca")  # each mode its own process: one job, both modes
     for mode in ("eager", "ca"):
-        record = _mode(record_run(SHAPES, "nested", "3", modes=mode), mode)
+        record = _mode(run, mode)
         assert [(b.step, b.index, b.call) for b in record.of(BackwardEvent)] == [(0, 0, "backward"), (1, 0, "backward"), (2, 0, "backward")], mode
         assert [s.backward_calls for s in record.of(StepEvent)] == [1, 1, 1], mode
 

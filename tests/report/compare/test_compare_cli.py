@@ -173,10 +173,7 @@ def test_bad_input_exits_3(tmp_path: Path):
     assert bad.returncode == 3 and "not valid JSON" in bad.stderr
     assert "Traceback" not in bad.stderr
     empty = tmp_path / "runs"
-    env_proc = subprocess.run(
-        cagtool_cmd("compare"), capture_output=True, text=True, timeout=60, cwd=str(ROOT),
-        env={**os.environ, "CAGTOOL_RUNS_DIR": str(empty)},
-    )
+    env_proc = cagtool_in_process("compare", env={"CAGTOOL_RUNS_DIR": str(empty)})
     assert env_proc.returncode == 3 and "no runs recorded yet" in env_proc.stderr
 
 

@@ -14,18 +14,6 @@ from conftest import cagtool_in_process
 
 pytestmark = pytest.mark.slow
 
-# A hook registered between the first and second backward: the second backward misses the CA
-# cache and its graph gains a call_hook node.
-HOOK_ADDED = """\
-import torch
-
-x = torch.randn(4, 4, requires_grad=True)
-for step in range(3):
-    if step == 1:
-        x.register_hook(lambda grad: grad * 2)
-    (x * x).sum().backward()
-"""
-
 
 def diff(*args: str) -> subprocess.CompletedProcess:
     return cagtool_in_process("diff-graphs", *args, env={"CI": "true", "COLUMNS": "120"})
@@ -52,10 +40,10 @@ def shape_loop(record_run) -> Path:
 
 
 @pytest.fixture(scope="module")
-def hook_added(record_run, tmp_path_factory) -> Path:
-    script = tmp_path_factory.mktemp("scripts") / "hook_added.py"
-    script.write_text(HOOK_ADDED)
-    run = record_run(str(script))  # an absolute path replaces sample_scripts/
+def hook_added(record_run) -> Path:
+    """A gradient hook registered at step 2: that backward misses the CA cache (!1) and its graph
+    gains a call_hook node. The recompile tests read the same recording."""
+    run = record_run("hook_added_midrun.py")
     assert run.returncode == 0, run.stderr
     return run.path
 

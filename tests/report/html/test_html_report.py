@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from browser import Browser, find_chromium
-from conftest import ROOT, cagtool_cmd
+from conftest import ROOT, cagtool_in_process
 
 from cagtool.record.loader import load_run
 from cagtool.record.schema import CacheMissEvent, GraphBreakEvent
@@ -257,7 +256,7 @@ def test_everything_from_the_record_is_text(browser, op_loop, tmp_path):
     shutil.copytree(op_loop.path, run_dir)
     _inject(run_dir)
     out = tmp_path / "hostile.html"
-    proc = subprocess.run(cagtool_cmd("report", str(run_dir), "-o", str(out)), capture_output=True, text=True, timeout=300)
+    proc = cagtool_in_process("report", str(run_dir), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     html = out.read_text()
     assert PAYLOAD not in html and "<script>window.__pwned" not in html
@@ -281,7 +280,7 @@ def test_everything_from_the_record_is_text(browser, op_loop, tmp_path):
 
 def test_before_after_report(browser, op_loop, three_modes, tmp_path):
     out = tmp_path / "ab.html"
-    proc = subprocess.run(cagtool_cmd("report", str(three_modes.path), str(op_loop.path), "-o", str(out)), capture_output=True, text=True, timeout=300)
+    proc = cagtool_in_process("report", str(three_modes.path), str(op_loop.path), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     page = open_report(browser, out, "report-before-after")
     assert_clean(page, out)
@@ -305,12 +304,12 @@ def test_size_and_write_time(op_loop, three_modes, tmp_path):
 
 
 def test_report_of_unreadable_runs(tmp_path):
-    missing = subprocess.run(cagtool_cmd("report", str(tmp_path / "nope")), capture_output=True, text=True, timeout=120)
+    missing = cagtool_in_process("report", str(tmp_path / "nope"))
     assert missing.returncode == 3 and "no run at" in missing.stderr
     garbage = tmp_path / "garbage"
     garbage.mkdir()
     (garbage / "run.json").write_text("{not json")
-    bad = subprocess.run(cagtool_cmd("report", str(garbage)), capture_output=True, text=True, timeout=120)
+    bad = cagtool_in_process("report", str(garbage))
     assert bad.returncode == 3 and "not valid JSON" in bad.stderr
     assert "Traceback" not in bad.stderr
 
@@ -371,7 +370,7 @@ def test_gated_run_shows_the_gate(browser, record_run, tmp_path):
     assert (run.path / "gate.json").is_file()
     for path in (run.path / "report.html", tmp_path / "again.html"):
         if path.parent == tmp_path:  # re-rendered later: the saved gate result is shown too
-            proc = subprocess.run(cagtool_cmd("report", str(run.path), "-o", str(path)), capture_output=True, text=True, timeout=300)
+            proc = cagtool_in_process("report", str(run.path), "-o", str(path))
             assert proc.returncode == 0, proc.stderr
         page = open_report(browser, path, f"report-gated-{path.stem}")
         assert_clean(page, path)

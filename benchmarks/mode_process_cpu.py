@@ -108,15 +108,8 @@ def main() -> None:
             "benchmark": "mode_process_cpu", "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
             "load": [load_before, load_after], "mode": args.mode, "backend": args.backend, "reps": args.reps,
-            "trees": {k: _tree_label(v) for k, v in trees.items()}, "cpu_s": figures,
+            "trees": {k: str(v) for k, v in trees.items()}, "cpu_s": figures,
         }, indent=1) + "\n")
-
-
-def _tree_label(tree: Path) -> str:
-    """A tree as the results name it: its commit where it is a checkout, else its folder's name
-    (a results file keeps no path of the machine that made it)."""
-    head = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return head.stdout.strip() if head.returncode == 0 else tree.name
 
 
 if __name__ == "__main__":

@@ -18,19 +18,11 @@ are built by one piece of code whether they came from a live run or a TORCH_TRAC
 
 Each tap only reads what torch computed anyway; a failure in it is counted by the handler
 (`errors`), never raised into the compile.
-
-A tapped module the job has not imported yet is tapped when it is imported (`_TapOnImport`),
-not imported by cagtool: the two AOT modules pull in Inductor's code cache, torch.export's
-serialisation and filelock (~0.15 s of CPU), which an eager-mode job, or a ca mode compiling with
-the eager backend, never loads.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import sys
-import threading
 from typing import Any, Callable
 
 from cagtool.capture.observe import source
@@ -83,96 +75,17 @@ def compile_id_metadata() -> dict[str, Any]:
 
 
 def _resolve(module_name: str, path: str) -> tuple[Any, str, Any]:
-    return _resolve_in(importlib.import_module(module_name), path)
-
-
-def _resolve_in(module: Any, path: str) -> tuple[Any, str, Any]:
-    owner: Any = module
+    owner: Any = importlib.import_module(module_name)
     *parents, name = path.split(".")
     for parent in parents:
         owner = getattr(owner, parent)
     return owner, name, owner.__dict__[name]
 
 
-class _TapOnImport(importlib.abc.MetaPathFinder):
-    """First on `sys.meta_path` while some tapped module is not imported yet: finds nothing itself,
-    but when one of those modules is imported, has the finder that would have found it find it, and
-    calls `on_loaded(module)` once its code has run (before the importer sees it). The module's
-    `__loader__` and `__spec__.loader` are the real loader again by then; every other import is
-    answered "not mine" after one dict lookup."""
-
-    def __init__(self, names: set[str], on_loaded: Callable[[Any], None]) -> None:
-        self.names = set(names)
-        self.on_loaded = on_loaded
-        self._lock = threading.Lock()
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname not in self.names:
-            return None
-        spec = None
-        for finder in list(sys.meta_path):
-            find = getattr(finder, "find_spec", None)
-            if finder is self or find is None:
-                continue
-            spec = find(fullname, path, target)
-            if spec is not None:
-                break
-        loader = getattr(spec, "loader", None)
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec  # not found, or a loader of the old protocol: imported untapped, as Python would
-        spec.loader = _TappingLoader(loader, self._loaded)
-        return spec
-
-    def _loaded(self, module: Any) -> None:
-        with self._lock:
-            if module.__name__ not in self.names:
-                return
-            self.names.discard(module.__name__)
-            if not self.names:
-                self.remove()
-            self.on_loaded(module)  # under the lock: close() waits until these taps are listed
-
-    def close(self) -> None:
-        """No module is tapped after this, even one whose import is under way in another thread."""
-        with self._lock:
-            self.remove()
-
-    def remove(self) -> None:
-        self.names.clear()
-        try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            pass
-
-
-class _TappingLoader(importlib.abc.Loader):
-    """The real loader, followed by `after(module)` once the module's code ran without error."""
-
-    def __init__(self, loader: Any, after: Callable[[Any], None]) -> None:
-        self.loader = loader
-        self.after = after
-
-    def create_module(self, spec: Any) -> Any:
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module: Any) -> None:
-        # The module sees its real loader while it runs, as without cagtool (torch reads source
-        # through it for its own tracebacks and inspect.getsource).
-        module.__loader__ = self.loader
-        if getattr(module, "__spec__", None) is not None:
-            module.__spec__.loader = self.loader
-        self.loader.exec_module(module)
-        try:
-            self.after(module)
-        except Exception:  # noqa: BLE001 - a tap that cannot go on never fails the job's import
-            pass
-
-
 class DynamoTaps:
     def __init__(self, handler: StructuredLogHandler) -> None:
         self.handler = handler
         self._installed: list[tuple[Any, str, Any]] = []
-        self._on_import: _TapOnImport | None = None
 
     # -- what each tap hands the handler ---------------------------------------------------
     def _record(self, make: Callable[[], tuple[dict[str, Any], str | None] | None]) -> None:
@@ -278,33 +191,15 @@ class DynamoTaps:
             "_log_fw_bw_graphs": lambda o: after(o, lambda *a, **k: taps._aot_backward()),
             "GenericAOTAutogradResult._log_cached_graphs": cached_graphs,
         }
-        def tap(module: Any, path: str) -> None:
+        for module_name, path in TAPPED:
             try:
-                owner, name, original = _resolve_in(module, path)
-            except (AttributeError, KeyError):
-                return  # a torch without it: that record is not read (doctor says so)
+                owner, name, original = _resolve(module_name, path)
+            except (ImportError, AttributeError, KeyError):
+                continue  # a torch without it: that record is not read (doctor says so)
             setattr(owner, name, makers[path](original))
             self._installed.append((owner, name, original))
 
-        later: dict[str, list[str]] = {}
-        for module_name, path in TAPPED:
-            module = sys.modules.get(module_name)
-            if module is None:
-                later.setdefault(module_name, []).append(path)  # tapped when the job imports it
-            else:
-                tap(module, path)
-        if later:
-            def on_loaded(module: Any) -> None:
-                for path in later.get(module.__name__, ()):
-                    tap(module, path)
-
-            self._on_import = _TapOnImport(set(later), on_loaded)
-            sys.meta_path.insert(0, self._on_import)
-
     def uninstall(self) -> None:
-        if self._on_import is not None:
-            self._on_import.close()
-            self._on_import = None
         while self._installed:
             owner, name, original = self._installed.pop()
             setattr(owner, name, original)

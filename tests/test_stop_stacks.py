@@ -129,6 +129,21 @@ def test_stacks_name_the_script_line_when_a_thread_without_python_took_the_signa
         '  File "/home/me/train.py", line 21 in train\n  File "<string>", line 1 in <module>\n')
     stopped = signal_stop_exception("SIGTERM", tmp_path)
     assert stopped["type"] == "SIGTERM" and "in /home/me/train.py:21 (train)" in stopped["message"]
+
+
+def test_stacks_skip_cagtool_frames_anywhere_in_its_package(tmp_path):
+    """The signal may land while cagtool writes the event the script's step made (a checkout's
+    cagtool/record/schema.py, not under site-packages): the line named is still the script's. A
+    user's own folder named cagtool is not taken for the package."""
+    from cagtool.record.liveness import signal_stop_exception
+
+    (tmp_path / SIGNAL_STACKS_DIR).mkdir()
+    stacks = tmp_path / SIGNAL_STACKS_DIR / "SIGTERM.txt"
+    stacks.write_text(
+        'Current thread 0x1 (most recent call first):\n  File "/src/cagtool/cagtool/record/schema.py", line 453 in event_line\n'
+        '  File "/src/cagtool/cagtool/capture/writer.py", line 300 in write\n  File "/src/cagtool/cagtool/api.py", line 80 in step\n'
+        '  File "/home/me/cagtool/train.py", line 33 in train\n  File "<string>", line 1 in <module>\n')
+    assert "in /home/me/cagtool/train.py:33 (train);" in signal_stop_exception("SIGTERM", tmp_path)["message"]
     assert signal_stop_exception("SIGHUP", tmp_path) == {"type": "SIGHUP", "message": "stopped by SIGHUP before it closed this record", "traceback": ""}
 
 

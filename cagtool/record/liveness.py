@@ -173,18 +173,37 @@ def _read_text(path: Path, limit: int = 20000) -> str:
         return ""
 
 
+def _cagtool_path_pattern() -> str:
+    """A regex part matching a path inside cagtool's package on any machine: `cagtool/` followed by
+    one of the package's own entries (its subpackages and top-level modules, as this install has
+    them). The recording machine's package may sit anywhere (a checkout, a venv), so its path is
+    matched by shape; a user's own folder named cagtool holds other names."""
+    import re
+
+    package = Path(__file__).resolve().parent.parent
+    try:
+        entries = sorted(entry.name for entry in os.scandir(package) if not entry.name.startswith((".", "__pycache__")))
+    except OSError:
+        entries = []
+    names = [re.escape(name) + ("$" if name.endswith(".py") else r"[/\\]") for name in entries] or [r"capture[/\\]"]
+    return r"cagtool[/\\](?:" + "|".join(names) + ")"
+
+
 def _script_frame(stacks: str) -> str:
     """`file:line (function)` of the innermost frame that is the script's own, judged by its path
     as written on the machine that ran it: not Python's library (`.../lib/pythonX.Y/`), an
-    installed package, cagtool's capture code, or `<string>`. Taken from the signalled thread
+    installed package, cagtool's own code (the stop signal may land while cagtool writes an event
+    the script's step made), or `<string>`. Taken from the signalled thread
     (faulthandler's "Current thread" block), else from the first thread that has one: the kernel
     may hand a process's signal to a thread with no Python frames (a gloo or NCCL worker), and
     faulthandler then marks no thread as current. "" when there is none."""
     import re
 
+    not_script = re.compile(r"[/\\](?:lib[/\\]python\d|site-packages[/\\]|dist-packages[/\\]|" + _cagtool_path_pattern() + ")")
+
     def innermost(block: str) -> str:
         for file, line, function in re.findall(r'^\s+File "(.*)", line (\d+) in (.*)$', block, flags=re.M):
-            if file.startswith("<") or re.search(r"[/\\](?:lib[/\\]python\d|site-packages[/\\]|dist-packages[/\\]|cagtool[/\\]capture[/\\])", file):
+            if file.startswith("<") or not_script.search(file):
                 continue
             return f"{file}:{line} ({function})"
         return ""

@@ -365,11 +365,11 @@ def _script_frame(tb: Any) -> str:
         frames = traceback.extract_tb(tb)
     except Exception:  # noqa: BLE001
         return ""
+    from cagtool.capture.observe.source import is_user_file
+
     for frame in reversed(frames):
-        name = frame.filename.replace(os.sep, "/")
-        if name.startswith("<") or any(part in name for part in ("/lib/python", "site-packages/", "dist-packages/", "cagtool/capture/")):
-            continue
-        return f"{frame.filename}:{frame.lineno} ({frame.name})"
+        if is_user_file(frame.filename):  # not Python's library, a package, or any of cagtool
+            return f"{frame.filename}:{frame.lineno} ({frame.name})"
     return ""
 
 

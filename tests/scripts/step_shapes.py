@@ -98,7 +98,8 @@ elif variant == "threads":
 
 elif variant in ("chdir", "reset", "cuda"):
     if variant == "chdir":
-        os.chdir(tempfile.mkdtemp(prefix="cagtool-chdir-"))
+        scratch = tempfile.TemporaryDirectory(prefix="cagtool-chdir-")  # removed at exit
+        os.chdir(scratch.name)
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for step in range(iterations):

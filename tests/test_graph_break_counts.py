@@ -36,3 +36,28 @@ def test_summary_json_gives_torch_count_and_sites(record_run):
     body = json.loads(out.stdout)["modes"]["aot"]
     assert body["graph_breaks"] == 1 and body["graph_breaks_counted_by"] == "torch"
     assert [site["line"] for site in body["graph_break_sites"]] == [11]
+
+
+def test_saved_empty_counters_are_zero_breaks_and_only_unsaved_ones_fall_back_to_sites(record_run, tmp_path):
+    """torch's counters are Counters, saved without the keys never incremented: a finished process
+    whose job compiled nothing saves `{}`, which is 0 graph breaks counted by torch (the summary
+    said "torch's counters were not saved"). Only a process that never saved them (killed) is
+    counted by its logged sites."""
+    import shutil
+
+    from cagtool.record.manifest import mode_manifest_from_dict, to_dict
+
+    run = record_run(SCRIPT, modes="aot")
+    from cagtool.report.figures.metrics import graph_breaks_per_compile
+
+    logged = graph_breaks_per_compile(load_run(run.path).mode("aot").of(GraphBreakEvent))
+    assert logged >= 1
+    for status, from_torch, breaks in (("finished", True, 0), ("killed", False, logged)):
+        copy = tmp_path / status
+        shutil.copytree(run.path, copy)
+        manifest_path = copy / "aot" / "manifest.json"
+        manifest = mode_manifest_from_dict(json.loads(manifest_path.read_text()))
+        manifest.torch_counters, manifest.status = {}, status
+        manifest_path.write_text(json.dumps(to_dict(manifest)))
+        metrics = mode_metrics(load_run(copy).mode("aot"))
+        assert (metrics.graph_breaks_from_torch, metrics.graph_breaks) == (from_torch, breaks), status

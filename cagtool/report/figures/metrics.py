@@ -570,10 +570,11 @@ def graph_breaks_per_compile(events: list[GraphBreakEvent]) -> int:
     return len({(e.compile_id, e.file, e.line, "" if e.file else e.reason.splitlines()[0] if e.reason else "") for e in events})
 
 
-def torch_graph_breaks(counters: dict[str, dict[str, int]]) -> int | None:
+def torch_graph_breaks(counters: dict[str, dict[str, int]], saved: bool) -> int | None:
     """torch's own graph-break count (`counters["graph_break"]`, one entry per reason), or None
-    when the manifest holds no counters (the process was killed before it could save them)."""
-    if not counters:
+    when the process never saved its counters (killed, still running). Saved but empty: nothing
+    was counted (a job that compiled nothing), 0."""
+    if not counters and not saved:
         return None
     return sum(counters.get("graph_break", {}).values())
 
@@ -630,7 +631,7 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
         boundaries, step_count, calls_per_step = fast.boundaries, fast.count, fast.backward_calls  # type: ignore[union-attr]
         backward_count, after_last = _held_backward_figures(record, fast)  # type: ignore[arg-type]
         losses = _held_losses(record, fast)  # type: ignore[arg-type]
-    torch_breaks = torch_graph_breaks(counters)
+    torch_breaks = torch_graph_breaks(counters, saved)
     uses_ca = manifest.mode == "ca" or bool(ca_graphs)
     return ModeMetrics(
         mode=manifest.mode,

@@ -142,13 +142,13 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _start_endless(tmp_path: Path) -> tuple[subprocess.Popen, int, int]:
+def _start_endless(tmp_path: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int, int]:
     """cagtool on a script that trains until stopped and has a worker process of its own; returns
     once it has trained 2 steps, with the mode process's and the worker's pids. SIGINT back to
     default (a CI runner may start the suite with it ignored)."""
     cmd = cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", str(tmp_path / "r"), str(SCRIPTS / "with_worker.py"))
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV, start_new_session=True,
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env or ENV, start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     ready, worker = proc.stdout.readline().split()
@@ -250,12 +250,17 @@ def test_sigkill_of_parent_the_mode_process_closes_its_record_and_run_json(tmp_p
     outlives it; the mode process closes its own record and run.json, with its exit code, though
     the kernel may deliver cagtool's death to it twice (test_parent_died.py pins that a second copy
     raises nothing; this race showed here in about 1 run in 10 before); the run reads as killed, and
-    so does a run.json left "running" by a writer that vanished."""
-    proc, child, worker = _start_endless(tmp_path)
+    so does a run.json left "running" by a writer that vanished; and the run's temporary Inductor
+    cache, which only cagtool removed, is removed by the mode process."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    proc, child, worker = _start_endless(tmp_path, env={**ENV, "TMPDIR": str(temp)})
+    assert len(list(temp.glob("cagtool-inductor-*"))) == 1
     proc.kill()
     proc.wait(timeout=30)
     assert _gone_within(child, 60), "the mode process outlived a SIGKILLed cagtool"
     assert _gone_within(worker, 30), "the job's worker outlived a SIGKILLed cagtool"
+    assert list(temp.glob("cagtool-inductor-*")) == []
     # Read run.json as another reader would, before cagtool's loader has looked at it.
     on_disk = json.loads((tmp_path / "r" / "run.json").read_text())
     assert on_disk["status"] == "killed" and on_disk["mode_exit_codes"] == {"ca": 143}, on_disk

@@ -38,6 +38,7 @@ class ModeSpec:
     depyf: bool = False
     torch_trace: bool = False
     label: str = ""
+    temp_cache_dir: str | None = None  # this mode's fresh Inductor cache, a temporary one cagtool removes at the run's end
     parent_pid: int = 0  # the cagtool process: this one dies with it
     ack_fd: int | None = None  # pipe to the parent: the signals this process received (lifeline.py)
     go_fd: int | None = None  # pipe from the parent: one byte when the script may start (_wait_for_go)
@@ -317,9 +318,25 @@ def _record_mode(spec: ModeSpec) -> int:
         writer.close()
         if parent_died:
             close_run_of_dead_parent(mode_dir.parent, mode_dir.name, exit_code, manifest.ended_at)
+            _remove_temp_cache(spec.temp_cache_dir)
         sys.stdout.flush()
         _say_record_closed(spec.ack_fd)
     return exit_code
+
+
+def _remove_temp_cache(path: str | None) -> None:
+    """cagtool died first (SIGKILL, the OOM killer): nobody else removes this mode's temporary
+    Inductor cache (compiled kernels, hundreds of MB on a real model), nor the run's temporary
+    folder holding it once every mode's is gone."""
+    if not path:
+        return
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+    try:
+        os.rmdir(os.path.dirname(path))  # only when empty: another mode process may still hold its own
+    except OSError:
+        pass
 
 
 def _eager_randomness() -> None:

@@ -303,6 +303,8 @@ def _start_mode_process(options: RunOptions, run_dir: Path, name: str, cache_roo
     if cache_root is not None:
         # A fresh Inductor cache per mode, so compile times compare like with like.
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root / name)
+        if not options.keep_cache:
+            spec.temp_cache_dir = env["TORCHINDUCTOR_CACHE_DIR"]  # removed by the mode process if cagtool dies first
     ack_r, ack_w = os.pipe()
     go_r, go_w = os.pipe()
     spec.parent_pid, spec.ack_fd, spec.go_fd = os.getpid(), ack_w, go_r

@@ -52,12 +52,13 @@ def test_saved_empty_counters_are_zero_breaks_and_only_unsaved_ones_fall_back_to
 
     logged = graph_breaks_per_compile(load_run(run.path).mode("aot").of(GraphBreakEvent))
     assert logged >= 1
-    for status, from_torch, breaks in (("finished", True, 0), ("killed", False, logged)):
-        copy = tmp_path / status
+    # An imported TORCH_TRACE log holds no counters at all: its breaks are counted from the log.
+    for status, imported, from_torch, breaks in (("finished", None, True, 0), ("killed", None, False, logged), ("finished", {"files": []}, False, logged)):
+        copy = tmp_path / f"{status}-{imported is not None}"
         shutil.copytree(run.path, copy)
         manifest_path = copy / "aot" / "manifest.json"
         manifest = mode_manifest_from_dict(json.loads(manifest_path.read_text()))
-        manifest.torch_counters, manifest.status = {}, status
+        manifest.torch_counters, manifest.status, manifest.imported = {}, status, imported
         manifest_path.write_text(json.dumps(to_dict(manifest)))
         metrics = mode_metrics(load_run(copy).mode("aot"))
         assert (metrics.graph_breaks_from_torch, metrics.graph_breaks) == (from_torch, breaks), status

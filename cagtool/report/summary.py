@@ -358,8 +358,9 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         console.print(f"  step time{clock}: median {_ms(st.median_s)} (p10 {_ms(st.p10_s)}, p90 {_ms(st.p90_s)}) over {plural(st.count, 'steady step')}{excluded}")
         wait = cpu_wait(record)
         if wait is not None and wait.fraction >= BUSY_WAIT:
-            console.print(f"  machine load: its threads waited for a CPU {wait.fraction:.0%} of their runnable time in those steps "
-                          f"(on a CPU-bound step, {wait.slowdown:.2f}x its time on an idle machine)")
+            median = f", its median step {wait.step_fraction:.0%}" if round(wait.step_fraction, 2) != round(wait.fraction, 2) else ""
+            console.print(f"  machine load: its threads waited for a CPU {wait.fraction:.0%} of their runnable time in those steps{median} "
+                          f"(on a CPU-bound step, {wait.slowdown:.2f}x the median step's time on an idle machine)")
     elif m.steps:
         console.print(f"  step time: too few steps unaffected by compilation to measure (steps: {m.steps})")
     if st and st.first_step_s is not None:

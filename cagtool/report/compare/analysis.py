@@ -43,8 +43,9 @@ from cagtool.report.figures.intervals import RatioInterval, TimingSample, ratio_
 from cagtool.report.figures.metrics import (
     CpuWait,
     ModeMetrics,
-    cpu_wait,
     StepStats,
+    cpu_wait,
+    median_slowdown,
     mode_metrics,
     record_step_intervals,
     stats_of_intervals,
@@ -194,7 +195,8 @@ def _pooled_cpu_wait(records: list[ModeRecord]) -> CpuWait | None:
     readings = [cpu_wait(record) for record in records]
     if not readings or any(r is None for r in readings):
         return None
-    return CpuWait(sum(r.wait_s for r in readings), sum(r.run_s for r in readings), sum(r.window_s for r in readings))  # type: ignore[union-attr]
+    return CpuWait(sum(r.wait_s for r in readings), sum(r.run_s for r in readings), sum(r.window_s for r in readings),  # type: ignore[union-attr]
+                   median_slowdown=readings[0].median_slowdown if len(readings) == 1 else median_slowdown(records))  # type: ignore[union-attr]
 
 
 def _pooled_stats(per_rep: list[tuple[ModeRecord, ModeMetrics]], intervals: list[float], excluded: list[int], first_step_s: float | None, clock: str) -> StepStats:
@@ -443,9 +445,18 @@ LOAD_NEGLIGIBLE = math.log(1.02)
 def load_note(mode: str, mode_wait: CpuWait, baseline: str, baseline_wait: CpuWait, factor: float) -> str:
     """What the machine's load did to a ratio, in words."""
     favoured = mode if factor > 1 else baseline
-    return (f"{mode} waited for a CPU {mode_wait.fraction:.0%} of its runnable time, {baseline} {baseline_wait.fraction:.0%}: "
+    return (f"{mode} waited for a CPU {_wait_words(mode_wait)}, {baseline} {_wait_words(baseline_wait, short=True)}: "
             f"the machine's load alone can make {favoured} look {max(factor, 1 / factor):.2f}x faster "
             "(run on a quiet machine, or --repeat 3 to interleave the modes)")
+
+
+def _wait_words(wait: CpuWait, short: bool = False) -> str:
+    """The share a median is judged against (its median step's), and the window's where the load
+    came and went enough to make them differ."""
+    words = f"{wait.step_fraction:.0%}" if short else f"{wait.step_fraction:.0%} of its runnable time"
+    if round(wait.step_fraction, 2) != round(wait.fraction, 2):
+        words += f" at its median step ({wait.fraction:.0%} over its steps' span)"
+    return words
 
 
 # Numerics quantities, in display order.

@@ -631,7 +631,7 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
         boundaries, step_count, calls_per_step = fast.boundaries, fast.count, fast.backward_calls  # type: ignore[union-attr]
         backward_count, after_last = _held_backward_figures(record, fast)  # type: ignore[arg-type]
         losses = _held_losses(record, fast)  # type: ignore[arg-type]
-    torch_breaks = torch_graph_breaks(counters, saved)
+    torch_breaks = torch_graph_breaks(counters, saved and manifest.imported is None)  # a TORCH_TRACE log holds no counters
     uses_ca = manifest.mode == "ca" or bool(ca_graphs)
     return ModeMetrics(
         mode=manifest.mode,
@@ -725,6 +725,11 @@ class CpuWait:
     wait_s: float  # summed over the tree's threads
     run_s: float
     window_s: float  # the steady steps' span of time
+    # The median steady step's time over the median of the steps' times less each step's own wait
+    # (its share w from the readings that bracket it: wall x (1 - w)); None without readings per
+    # step. A load that comes and goes weighs on the window's share by time and on the median by
+    # steps: 2 s of full load in a 10 s window is a 20% share, yet slows no step of the majority.
+    median_slowdown: float | None = None
 
     @property
     def fraction(self) -> float:
@@ -734,8 +739,17 @@ class CpuWait:
 
     @property
     def slowdown(self) -> float:
-        """What the waiting alone makes a CPU-bound step take, as a factor (1.0: no wait)."""
+        """What the waiting alone makes the median CPU-bound step take, as a factor (1.0: no wait):
+        from the steps' own waits where known, else 1 / (1 - the window's share)."""
+        if self.median_slowdown is not None:
+            return self.median_slowdown
         return 1.0 / max(1.0 - self.fraction, 1e-3)
+
+    @property
+    def step_fraction(self) -> float:
+        """The share of waiting that makes `slowdown`: the median step's, where the steps' own waits
+        are known (a load against which a median is judged), else the window's."""
+        return 1.0 - 1.0 / self.slowdown
 
     @property
     def cores(self) -> float:
@@ -812,4 +826,70 @@ def _cpu_wait(record: ModeRecord) -> CpuWait | None:
     (r0, w0), (r1, w1) = _sample_at(samples, start), _sample_at(samples, end)
     if r1 - r0 <= 0:
         return None
-    return CpuWait(wait_s=max(w1 - w0, 0.0), run_s=r1 - r0, window_s=end - start)
+    return CpuWait(wait_s=max(w1 - w0, 0.0), run_s=r1 - r0, window_s=end - start, median_slowdown=median_slowdown([record]))
+
+
+def step_waits(record: ModeRecord) -> tuple[Any, Any] | None:
+    """(wall s, share waited) of each steady step, numpy arrays: the share from the CPU-wait readings
+    that bracket the step (interpolated, as for the window; a step shorter than the readings' period
+    gets its period's share). None without readings or steady steps."""
+    return record.derived("step_waits", _step_waits)
+
+
+def _step_waits(record: ModeRecord) -> tuple[Any, Any] | None:
+    import json
+
+    import numpy as np
+
+    from cagtool.record.schema import CPU_WAIT_FILE
+
+    t0 = record.manifest.clock_t0
+    if t0 is None:
+        return None
+    path = record.path / CPU_WAIT_FILE
+    if not path.exists() and record.path.parent.name == "procs":
+        path = record.path.parent.parent / CPU_WAIT_FILE
+    try:
+        readings = np.array([s[:3] for s in json.loads(path.read_text())["samples"] if len(s) >= 3], dtype=float)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if readings.ndim != 2 or len(readings) < 2 or not bool(np.all(np.diff(readings[:, 0]) >= 0)):
+        return None
+    fast = held_steps(record)
+    if fast is not None:
+        times = record.columns[StepEvent.kind].numbers("t")
+        if times is None:
+            return None
+        steady = ~fast.touched & ~fast.wall_null
+        end, wall = times[0][steady].astype(float), fast.wall_s[steady].astype(float)
+    else:
+        steps = step_columns(record)
+        pairs = [(t, w) for t, w, compiles, captures in zip(steps.t, steps.wall_s, steps.compiles, steps.ca_captures)
+                 if w is not None and t is not None and not (compiles or captures)]
+        if not pairs:
+            return None
+        end, wall = (np.array(column, dtype=float) for column in zip(*pairs))
+    if len(wall) < 2:
+        return None
+    at_end, at_start = end + t0, end - wall + t0
+    ran = np.interp(at_end, readings[:, 0], readings[:, 1]) - np.interp(at_start, readings[:, 0], readings[:, 1])
+    waited = np.interp(at_end, readings[:, 0], readings[:, 2]) - np.interp(at_start, readings[:, 0], readings[:, 2])
+    ran, waited = np.maximum(ran, 0.0), np.maximum(waited, 0.0)
+    total = ran + waited
+    share = np.divide(waited, total, out=np.zeros_like(total), where=total > 0)
+    return wall, share
+
+
+def median_slowdown(records: list[ModeRecord]) -> float | None:
+    """The median steady step's time over the median of the same steps without their wait for a
+    CPU (each step's wall x (1 - its share)), pooled over `records` (a mode's repetitions); None
+    unless every record has its steps' waits."""
+    import numpy as np
+
+    found = [step_waits(record) for record in records]
+    if not found or any(f is None for f in found):
+        return None
+    wall = np.concatenate([f[0] for f in found])  # type: ignore[index]
+    share = np.concatenate([f[1] for f in found])  # type: ignore[index]
+    idle = float(np.median(wall * (1.0 - share)))
+    return float(np.median(wall)) / idle if idle > 0 else None

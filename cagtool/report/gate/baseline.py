@@ -45,8 +45,9 @@ class StepTimeSnapshot:
     p90_s: float | None
     mean_s: float | None = None
     sample: TimingSample | None = None
-    # The share of its runnable time the mode's processes waited for a CPU during these steps
-    # (report.figures.metrics.CpuWait); None where it was not measured (older records and baselines).
+    # The share of its runnable time the mode's processes waited for a CPU during these steps, at
+    # the median step where the steps' own waits are known (report.figures.metrics.CpuWait
+    # .step_fraction); None where it was not measured (older records and baselines).
     cpu_wait: float | None = None
 
 
@@ -98,7 +99,7 @@ def snapshot_of(column: ModeColumn) -> ModeSnapshot:
     stats = column.step_time
     step_time = None
     if stats.count > 0:
-        wait = column.cpu_wait.fraction if column.cpu_wait is not None else None
+        wait = column.cpu_wait.step_fraction if column.cpu_wait is not None else None  # the median step's: what a median is judged against
         step_time = StepTimeSnapshot(stats.count, stats.median_s, stats.p10_s, stats.p90_s, stats.mean_s, column.timing, wait)
     problem = "; ".join(f.describe() for f in column.failures)
     m = column.metrics

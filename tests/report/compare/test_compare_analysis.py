@@ -68,8 +68,12 @@ def mode_record(
         mode=base_mode(name), argv=["train.py"], target={"kind": "script", "name": "train.py"}, cwd="/",
         versions={}, backend="eager", dynamic=False, started_at="2026-01-01T00:00:00+00:00",
         status=status, exit_code=exit_code, exception=exception, peak_rss_bytes=peak,
-        # What torch counted, as a finished process saves it: one capture per CA graph recorded.
-        torch_counters={"compiled_autograd": {"captures": n}} if (n := sum(isinstance(e, CAGraphEvent) for e in events)) else {},
+        # What torch counted, as a finished process saves it: one capture per CA graph recorded, one
+        # graph break per break recorded.
+        torch_counters={
+            **({"compiled_autograd": {"captures": n}} if (n := sum(isinstance(e, CAGraphEvent) for e in events)) else {}),
+            **({"graph_break": {"graph_break()": b}} if (b := sum(isinstance(e, GraphBreakEvent) for e in events)) else {}),
+        },
     )
     return ModeRecord(path=Path("/runs/r") / name, manifest=manifest, events=events)
 

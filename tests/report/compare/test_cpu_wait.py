@@ -18,7 +18,7 @@ from cagtool.capture.processes.cpu_wait import CpuWaitSampler, available
 from cagtool.capture.processes.lifeline import descendants
 from cagtool.record.loader import load_run
 from cagtool.record.schema import CPU_WAIT_FILE
-from cagtool.report.compare.analysis import LOAD_DIFFERED, Speedup, compare_modes
+from cagtool.report.compare.analysis import LOAD_DIFFERED, Speedup, compare_modes, load_note
 from cagtool.report.compare.headline import run_headline
 from cagtool.report.figures.metrics import cpu_wait, steady_window
 
@@ -112,7 +112,50 @@ def test_a_recording_keeps_each_modes_cpu_wait_and_compare_names_a_load_differen
     code, out, err = cli_in_process("summary", str(copy), env={"COLUMNS": "250"})
     assert code == 0, err
     assert out.count("  machine load: its threads waited for a CPU ") == 1  # aot's; eager and ca did not wait
-    assert "waited for a CPU 80% of their runnable time in those steps (on a CPU-bound step, 5.00x its time on an idle machine)" in out
+    assert "waited for a CPU 80% of their runnable time in those steps (on a CPU-bound step, 5.00x the median step's time on an idle machine)" in out
+
+
+def _bursty_record(path, quiet_steps: int, burst_steps: int, base_manifest):
+    """A mode of 1 + quiet_steps + burst_steps steps: 10 ms each on a quiet machine, then 50 ms each
+    under a load that kept its threads waiting 80% of their runnable time (the same 10 ms of work),
+    with the readings that say so (cumulative run and wait seconds)."""
+    import msgspec
+
+    from cagtool.record.loader import ModeRecord
+    from cagtool.record.schema import StepEvent
+
+    walls = [None] + [0.010] * quiet_steps + [0.050] * burst_steps
+    events, t = [], 0.0
+    for i, wall in enumerate(walls):
+        t += wall or 0.0
+        events.append(StepEvent(seq=i, t=t, step=i, backward_s=0.001, wall_s=wall, boundary="optimizer"))
+    path.mkdir(parents=True)
+    burst, end = 0.010 * quiet_steps, t
+    readings = [[-1e-3, 0.0, 0.0], [burst, burst + 1e-3, 0.0], [end + 1e-3, burst + 1e-3 + 0.2 * (end + 1e-3 - burst), 0.8 * (end + 1e-3 - burst)]]
+    (path / CPU_WAIT_FILE).write_text(json.dumps({"format": "cagtool.cpu_wait/1", "sample_s": 1e-6, "samples": readings}))
+    return ModeRecord(path=path, manifest=msgspec.structs.replace(base_manifest, clock_t0=0.0), events=events)
+
+
+def test_a_load_that_came_and_went_is_weighed_by_the_steps_it_slowed(tmp_path):
+    """A speedup compares median steps, and a load weighs on a median by the steps it slowed, not
+    by the time it lasted. 20 of 100 steps under an 80% wait: the span's share is 44% (1.8x by the
+    span), yet the median step ran on a quiet machine (1.0x). 80 of 100: 5.0x, the burst's own."""
+    from cagtool.record.manifest import mode_manifest_from_dict
+
+    manifest = mode_manifest_from_dict({
+        "mode": "aot", "argv": ["train.py"], "target": {"kind": "script", "name": "train.py"}, "cwd": "/", "versions": {},
+        "backend": "eager", "dynamic": False, "started_at": "2026-01-01T00:00:00+00:00", "status": "finished", "exit_code": 0,
+    })
+    minority = cpu_wait(_bursty_record(tmp_path / "minority", 80, 20, manifest))
+    assert minority.fraction == pytest.approx(0.8 * 1.0 / 1.8, abs=0.01)
+    assert minority.slowdown == pytest.approx(1.0) and minority.step_fraction == pytest.approx(0.0, abs=1e-9)
+    majority = cpu_wait(_bursty_record(tmp_path / "majority", 20, 80, manifest))
+    assert majority.fraction == pytest.approx(0.8 * 4.0 / 4.2, abs=0.01)
+    assert majority.slowdown == pytest.approx(5.0) and majority.step_fraction == pytest.approx(0.8)
+    quiet = Speedup("ca", "aot", 1.5, 1.3, 1.7, steady_steps=(100, 100), load_factor=minority.slowdown)
+    assert quiet.verdict == "faster"  # by the span's 1.8x it would have read "load differed"
+    words = load_note("ca", minority, "aot", majority, majority.slowdown / minority.slowdown)
+    assert words.startswith("ca waited for a CPU 0% of its runnable time at its median step (44% over its steps' span), aot 80% at its median step (76% over")
 
 
 def test_a_record_without_readings_reads_as_not_measured(record_run, tmp_path):

@@ -48,6 +48,7 @@ def _speedup_json(s: Speedup) -> dict[str, Any]:
         "steady_steps": {"mode": s.steady_steps[0], "baseline": s.steady_steps[1]},
         "repetition_ratios": list(s.repetition_ratios),
         "load_factor": s.load_factor,  # what waiting for a CPU alone makes of the ratio (None: not measured)
+        "heavy_load": {"mode": s.heavy_load[0], "baseline": s.heavy_load[1]},  # a median step that waited half its time or more
         "note": s.note,
     }
 

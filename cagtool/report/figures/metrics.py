@@ -795,7 +795,7 @@ def steady_window(record: ModeRecord) -> tuple[float, float] | None:
 
 def cpu_wait(record: ModeRecord) -> CpuWait | None:
     """The mode's CPU wait over its steady steps; None where it was not measured (no readings, an
-    older record, a window shorter than two samples)."""
+    older record, readings that do not cover the steps)."""
     return record.derived("cpu_wait", _cpu_wait)
 
 
@@ -820,8 +820,10 @@ def _cpu_wait(record: ModeRecord) -> CpuWait | None:
     if window is None or len(samples) < 2:
         return None
     start, end = window[0] + t0, window[1] + t0
-    # Readings that cover the window, and a window long enough for a few of them.
-    if start < samples[0][0] - sample_s or end > samples[-1][0] + sample_s or end - start < 2 * sample_s:
+    # Readings that cover the window. A window shorter than their period gets the share of the
+    # period around it: a coarser figure, but a mode of a few fast steps beside a mode that waited
+    # must not read as "not measured", which claims nothing against the other's load.
+    if start < samples[0][0] - sample_s or end > samples[-1][0] + sample_s or end <= start:
         return None
     (r0, w0), (r1, w1) = _sample_at(samples, start), _sample_at(samples, end)
     if r1 - r0 <= 0:

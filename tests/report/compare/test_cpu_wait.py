@@ -73,6 +73,23 @@ def test_a_speedup_the_load_alone_could_explain_is_not_claimed():
     assert Speedup("ca", "aot", 1.5, 1.3, 1.7, steady_steps=(100, 100)).verdict == "faster"  # not measured: as before
 
 
+def test_a_side_that_waited_half_its_time_or_more_is_not_judged_against():
+    """Beyond half its time waiting, a step of several threads slows far more than the wait says
+    (transformer_lm's eager beside four busy processes: 2.46x by its wait, 9.1x measured), so ca's
+    10x over such an eager is not claimed. A verdict the heavy load worked against stands."""
+    # ca 10x faster, eager's steps heavily loaded: the measured factor (2.45x) alone would not flip it.
+    against_baseline = Speedup("ca", "eager", 10.3, 8.2, 13.6, steady_steps=(23, 23), load_factor=2.45, heavy_load=(False, True))
+    assert against_baseline.load_changes_verdict is False and against_baseline.verdict == LOAD_DIFFERED
+    # ca 2x faster though ca itself was the loaded side: faster stands.
+    assert Speedup("ca", "aot", 2.0, 1.8, 2.2, steady_steps=(50, 50), heavy_load=(True, False)).verdict == "faster"
+    # slower with the mode loaded: not claimed; slower with the baseline loaded: stands.
+    assert Speedup("ca", "aot", 0.5, 0.45, 0.55, steady_steps=(50, 50), heavy_load=(True, False)).verdict == LOAD_DIFFERED
+    assert Speedup("ca", "aot", 0.5, 0.45, 0.55, steady_steps=(50, 50), heavy_load=(False, True)).verdict == "slower"
+    # "within noise" with either side loaded: a real difference may be hidden.
+    assert Speedup("ca", "aot", 1.0, 0.9, 1.1, steady_steps=(50, 50), heavy_load=(False, True)).verdict == LOAD_DIFFERED
+    assert Speedup("ca", "aot", 1.0, 0.9, 1.1, steady_steps=(50, 50)).verdict == "within noise"
+
+
 @pytest.mark.slow
 @needs_schedstat
 def test_a_recording_keeps_each_modes_cpu_wait_and_compare_names_a_load_difference(record_run, tmp_path):

@@ -16,7 +16,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from cagtool.errors import UsageError
-from cagtool.report.compare.analysis import ABOVE, BELOW, MIN_STEADY_STEPS, TOO_FEW_STEPS, WITHIN_NOISE, speedup_verdict
+from cagtool.report.compare.analysis import ABOVE, BELOW, HEAVY_WAIT, MIN_STEADY_STEPS, TOO_FEW_STEPS, WITHIN_NOISE, speedup_verdict
 from cagtool.report.gate.baseline import ModeSnapshot, StepTimeSnapshot
 from cagtool.report.figures.intervals import POWER, RatioInterval, TimingSample, compile_sample, evidence_text, pct, ratio_interval
 
@@ -374,7 +374,25 @@ class MinSpeedupCheck:
                                 f"{'FAIL' if corrected == BELOW else 'pass'}: rerun on a quieter runner, or with --repeat 3")
             else:
                 notes.append(words)
+        # A FAIL rests on the numerator's steps being slow, a clear PASS on the denominator's.
+        heavy = _heavy_load(f"{self.name} ({pair})", {BELOW: [(t.numerator, num)], ABOVE: [(t.denominator, den)]}.get(
+            verdict, [(t.numerator, num), (t.denominator, den)]))
+        if heavy:
+            warnings.append(heavy)
         return CheckResult(self.name, pair, outcome, outcome is Outcome.FAIL, f"{mid:.3f}x", limit, message, self.source, notes, data, warnings)
+
+
+def _heavy_load(check: str, sides: list[tuple[str, StepTimeSnapshot | None]]) -> str:
+    """A warning when a side the outcome rests on waited for a CPU HEAVY_WAIT or more of its
+    runnable time at its median step: beyond that the wait no longer bounds what the load did to a
+    step of several threads (compare reads such a speedup as "load differed"; docs/ci.md); ""
+    otherwise. The gate keeps its outcome, as for the load factor."""
+    heavy = [(side, st.cpu_wait) for side, st in sides if st is not None and st.cpu_wait is not None and st.cpu_wait >= HEAVY_WAIT]
+    if not heavy:
+        return ""
+    waits = ", ".join(f"{side}'s median step waited for a CPU {wait:.0%} of its runnable time" for side, wait in heavy)
+    return (f"{check}: load: {waits}: beyond half, a step of several threads can slow far more than the wait alone says, "
+            "so this outcome may be the machine's, not the code's: rerun on a quieter runner")
 
 
 def _load_effect(wait: float | None, other_wait: float | None, side: str, other_side: str) -> tuple[float, str] | None:
@@ -648,6 +666,10 @@ class StepTimeRegressionCheck(_TimeCheck):
                                 f"{'FAIL' if corrected.outcome is Outcome.FAIL else 'pass'}: rerun on a quieter runner, or with --repeat 3 on both")
             else:
                 notes.append(words)
+        # A FAIL rests on this run's steps being slow; a PASS may rest on the baseline's having been.
+        heavy = _heavy_load(f"{self.name} ({self.mode})", [("this run", cur)] if verdict.outcome is Outcome.FAIL else [("this run", cur), ("the baseline", base)])
+        if heavy:
+            warnings.append(heavy)
         if self.watch_tail and t.field not in ("p10", "p90") and verdict.outcome is not Outcome.FAIL:
             tail = self._tail(cur, base)
             if tail is not None:

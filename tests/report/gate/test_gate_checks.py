@@ -646,6 +646,27 @@ def test_min_speedup_warns_when_the_load_alone_could_make_the_speedup():
     assert "the check would FAIL" in result.warnings[0]
 
 
+def test_an_outcome_resting_on_a_side_that_waited_half_its_time_warns():
+    """Beyond half its time waiting, a step of several threads can slow far more than the wait says
+    (docs/ci.md): the gate keeps its outcome and warns when the outcome rests on that side."""
+    check = StepTimeRegressionCheck(TimeThreshold(10, "%"), "ca")
+    base = {"ca": _waiting(snap(median=0.010, spread=0.02, count=200), 0.55)}
+    # Equal heavy loads (no load factor to speak of): a FAIL rests on this run, a PASS on either side.
+    failed = check.evaluate({"ca": _waiting(snap(median=0.012, spread=0.02, count=200, seed=3), 0.55)}, base)
+    assert failed.outcome is Outcome.FAIL
+    assert failed.warnings == ["max-regression (ca): load: this run's median step waited for a CPU 55% of its runnable time: beyond half, "
+                               "a step of several threads can slow far more than the wait alone says, so this outcome may be the machine's, "
+                               "not the code's: rerun on a quieter runner"]
+    passed = check.evaluate({"ca": _waiting(snap(median=0.0101, spread=0.02, count=200, seed=2), 0.0)}, base)
+    assert passed.outcome is Outcome.PASS and any("the baseline's median step waited for a CPU 55%" in w for w in passed.warnings)
+    quiet = check.evaluate({"ca": _waiting(snap(median=0.0101, spread=0.02, count=200, seed=2), 0.2)}, {"ca": _waiting(base["ca"], 0.2)})
+    assert not quiet.warnings
+    # min-speedup: a clear PASS rests on the denominator (aot) being slow; ca's own load does not weaken it.
+    run = {"ca": _waiting(snap("ca", median=0.005, spread=0.02, count=200), 0.6), "aot": _waiting(snap("aot", median=0.010, spread=0.02, count=200, seed=2), 0.6)}
+    result = MinSpeedupCheck(SpeedupThreshold("ca", "aot", 1.1)).evaluate(run, None)
+    assert result.outcome is Outcome.PASS and [w for w in result.warnings if "aot's median step waited" in w] and not [w for w in result.warnings if "ca's median step" in w]
+
+
 def test_a_baseline_keeps_the_cpu_wait_of_its_steps(tmp_path):
     from cagtool.report.gate.baseline import Baseline, save_baseline
 

@@ -196,7 +196,7 @@ def _pooled_cpu_wait(records: list[ModeRecord]) -> CpuWait | None:
     if not readings or any(r is None for r in readings):
         return None
     return CpuWait(sum(r.wait_s for r in readings), sum(r.run_s for r in readings), sum(r.window_s for r in readings),  # type: ignore[union-attr]
-                   median_slowdown=readings[0].median_slowdown if len(readings) == 1 else median_slowdown(records))  # type: ignore[union-attr]
+                   median_slowdown=median_slowdown(records))  # type: ignore[union-attr]
 
 
 def _pooled_stats(per_rep: list[tuple[ModeRecord, ModeMetrics]], intervals: list[float], excluded: list[int], first_step_s: float | None, clock: str) -> StepStats:

@@ -772,25 +772,39 @@ def _sample_at(samples: list[list[float]], t: float) -> tuple[float, float]:
     return r0 + (r1 - r0) * share, w0 + (w1 - w0) * share
 
 
-def steady_window(record: ModeRecord) -> tuple[float, float] | None:
-    """(start, end) of the steady steps on the record's clock: the first steady step's start
-    (its end `t` less its wall time) to the last steady step's end; None without two."""
+def steady_steps(record: ModeRecord) -> tuple[Any, Any] | None:
+    """(end `t`, wall s) of the steady steps (a wall time, nothing compiled or captured), numpy
+    arrays on the record's clock; None when the steps hold no times."""
+    return record.derived("steady_steps", _steady_steps)
+
+
+def _steady_steps(record: ModeRecord) -> tuple[Any, Any] | None:
+    import numpy as np
+
     fast = held_steps(record)
     if fast is not None:  # a big record: its arrays, not a list per column
         times = record.columns[StepEvent.kind].numbers("t")
         if times is None:
             return None
         steady = ~fast.touched & ~fast.wall_null
-        if int(steady.sum()) < 2:
-            return None
-        t = times[0][steady]
-        return float((t - fast.wall_s[steady]).min()), float(t.max())
+        return times[0][steady].astype(float), fast.wall_s[steady].astype(float)
     steps = step_columns(record)
-    ends = [(t, wall) for t, wall, compiles, captures in zip(steps.t, steps.wall_s, steps.compiles, steps.ca_captures)
-            if wall is not None and t is not None and not (compiles or captures)]
-    if len(ends) < 2:
+    pairs = [(t, wall) for t, wall, compiles, captures in zip(steps.t, steps.wall_s, steps.compiles, steps.ca_captures)
+             if wall is not None and t is not None and not (compiles or captures)]
+    if not pairs:
+        return np.zeros(0), np.zeros(0)
+    end, wall = (np.array(column, dtype=float) for column in zip(*pairs))
+    return end, wall
+
+
+def steady_window(record: ModeRecord) -> tuple[float, float] | None:
+    """(start, end) of the steady steps on the record's clock: the first steady step's start
+    (its end `t` less its wall time) to the last steady step's end; None without two."""
+    steps = steady_steps(record)
+    if steps is None or len(steps[0]) < 2:
         return None
-    return min(t - wall for t, wall in ends), max(t for t, _ in ends)
+    end, wall = steps
+    return float((end - wall).min()), float(end.max())
 
 
 def cpu_wait(record: ModeRecord) -> CpuWait | None:
@@ -799,26 +813,38 @@ def cpu_wait(record: ModeRecord) -> CpuWait | None:
     return record.derived("cpu_wait", _cpu_wait)
 
 
-def _cpu_wait(record: ModeRecord) -> CpuWait | None:
+def cpu_wait_readings(record: ModeRecord) -> tuple[list[list[float]], float] | None:
+    """The mode's CPU-wait readings ([clock time, cumulative run s, cumulative wait s], in time
+    order) and their period; a rank's record reads its mode's. None without two of them."""
+    return record.derived("cpu_wait_readings", _cpu_wait_readings)
+
+
+def _cpu_wait_readings(record: ModeRecord) -> tuple[list[list[float]], float] | None:
     import json
 
     from cagtool.record.schema import CPU_WAIT_FILE
 
-    t0 = record.manifest.clock_t0
-    if t0 is None:
-        return None
     path = record.path / CPU_WAIT_FILE
     if not path.exists() and record.path.parent.name == "procs":  # a rank's record: its mode's readings
         path = record.path.parent.parent / CPU_WAIT_FILE
     try:
         data = json.loads(path.read_text())
-        samples = [s for s in data["samples"] if len(s) >= 3]
+        samples = [[float(v) for v in s[:3]] for s in data["samples"] if len(s) >= 3]
         sample_s = float(data.get("sample_s") or 0.5)
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    window = steady_window(record)
-    if window is None or len(samples) < 2:
+    if len(samples) < 2 or any(b[0] < a[0] for a, b in zip(samples, samples[1:])):
         return None
+    return samples, sample_s
+
+
+def _cpu_wait(record: ModeRecord) -> CpuWait | None:
+    t0 = record.manifest.clock_t0
+    found = cpu_wait_readings(record)
+    window = steady_window(record)
+    if t0 is None or found is None or window is None:
+        return None
+    samples, sample_s = found
     start, end = window[0] + t0, window[1] + t0
     # Readings that cover the window. A window shorter than their period gets the share of the
     # period around it: a coarser figure, but a mode of a few fast steps beside a mode that waited
@@ -834,45 +860,20 @@ def _cpu_wait(record: ModeRecord) -> CpuWait | None:
 def step_waits(record: ModeRecord) -> tuple[Any, Any] | None:
     """(wall s, share waited) of each steady step, numpy arrays: the share from the CPU-wait readings
     that bracket the step (interpolated, as for the window; a step shorter than the readings' period
-    gets its period's share). None without readings or steady steps."""
+    gets its period's share). None without readings or two steady steps."""
     return record.derived("step_waits", _step_waits)
 
 
 def _step_waits(record: ModeRecord) -> tuple[Any, Any] | None:
-    import json
-
     import numpy as np
 
-    from cagtool.record.schema import CPU_WAIT_FILE
-
     t0 = record.manifest.clock_t0
-    if t0 is None:
+    found = cpu_wait_readings(record)
+    steps = steady_steps(record)
+    if t0 is None or found is None or steps is None or len(steps[0]) < 2:
         return None
-    path = record.path / CPU_WAIT_FILE
-    if not path.exists() and record.path.parent.name == "procs":
-        path = record.path.parent.parent / CPU_WAIT_FILE
-    try:
-        readings = np.array([s[:3] for s in json.loads(path.read_text())["samples"] if len(s) >= 3], dtype=float)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if readings.ndim != 2 or len(readings) < 2 or not bool(np.all(np.diff(readings[:, 0]) >= 0)):
-        return None
-    fast = held_steps(record)
-    if fast is not None:
-        times = record.columns[StepEvent.kind].numbers("t")
-        if times is None:
-            return None
-        steady = ~fast.touched & ~fast.wall_null
-        end, wall = times[0][steady].astype(float), fast.wall_s[steady].astype(float)
-    else:
-        steps = step_columns(record)
-        pairs = [(t, w) for t, w, compiles, captures in zip(steps.t, steps.wall_s, steps.compiles, steps.ca_captures)
-                 if w is not None and t is not None and not (compiles or captures)]
-        if not pairs:
-            return None
-        end, wall = (np.array(column, dtype=float) for column in zip(*pairs))
-    if len(wall) < 2:
-        return None
+    readings = np.array(found[0], dtype=float)
+    end, wall = steps
     at_end, at_start = end + t0, end - wall + t0
     ran = np.interp(at_end, readings[:, 0], readings[:, 1]) - np.interp(at_start, readings[:, 0], readings[:, 1])
     waited = np.interp(at_end, readings[:, 0], readings[:, 2]) - np.interp(at_start, readings[:, 0], readings[:, 2])

@@ -252,17 +252,27 @@ def die_with_parent(parent_pid: int) -> None:
         os.kill(os.getpid(), PARENT_DIED)
 
 
-def install_child_handlers(parent_pid: int, ack_fd: int | None) -> None:
+def install_child_handlers(parent_pid: int, ack_fd: int | None, ack_hold_fd: int | None = None) -> None:
     """In the mode child, before the target runs: PARENT_DIED raises SignalStop; the stop signals
     are left as python leaves them (module docstring), and one the child was started with ignored
     (nohup, a background job) stays ignored. Every signal a Python handler receives is reported
-    on ack_fd (WakeupRelay)."""
+    on ack_fd (WakeupRelay). ack_hold_fd, the same pipe's read end, is held open and never read:
+    once the parent is gone the pipe still has a reader, so the C-level handler's write of each
+    signal cannot fail with EPIPE (which Python prints on the script's stderr as an ignored
+    BrokenPipeError); a full pipe fails quietly (warn_on_full_buffer=False)."""
+    global _parent_died
 
     if PARENT_DIED is not None:
-        signal.signal(PARENT_DIED, ParentDiedHandler())
+        _parent_died = ParentDiedHandler()
+        signal.signal(PARENT_DIED, _parent_died)
+    for fd in (ack_fd, ack_hold_fd):
+        if fd is not None:
+            try:
+                os.set_inheritable(fd, False)  # the script's own children must not hold it open
+            except OSError:
+                pass
     if ack_fd is not None:
         try:
-            os.set_inheritable(ack_fd, False)  # the script's own children must not hold it open
             os.set_blocking(ack_fd, False)
             WakeupRelay(ack_fd).install()
         except (OSError, ValueError):
@@ -270,8 +280,8 @@ def install_child_handlers(parent_pid: int, ack_fd: int | None) -> None:
 
 
 class ParentDiedHandler:
-    """PARENT_DIED's handler: raises SignalStop at the first delivery only; a later copy is counted
-    and otherwise does nothing.
+    """PARENT_DIED's handler: raises SignalStop at the first delivery; later copies raise nothing,
+    except the handler's own re-delivery of a stop the script never let through.
 
     The kernel can deliver PARENT_DIED more than once for one death. The "parent" of
     PR_SET_PDEATHSIG is the thread that started this process, and the signal is sent each time
@@ -281,16 +291,58 @@ class ParentDiedHandler:
     copy comes on its own, a moment after the first, while the script or this process's own
     wind-down is handling the first (2 of 20 SIGKILLs of a 5-thread parent delivered it twice
     here). Raised again there, it aborted the closing of the record (the process exited 143 with
-    its manifest and run.json left open) or kept the script's workers from being stopped. One
-    death is one stop: nothing after the first raises."""
+    its manifest and run.json left open) or kept the script's workers from being stopped. So a
+    kernel copy raises nothing.
+
+    A stop can be lost on its way, though: Python runs the handler wherever the main thread is,
+    and an exception raised inside a `__del__`, a weakref callback or a gc callback is printed
+    ("Exception ignored in ...") and dropped; the script then trained on with no cagtool (2 of 8
+    SIGKILLs of cagtool on a script whose objects' `__del__` ran a loop). So from the first
+    delivery a thread re-delivers the signal every REDELIVER_S seconds, and that copy raises
+    again, until the mode process takes the stop (stop_taken: it caught SignalStop, or its
+    wind-down began)."""
+
+    REDELIVER_S = 1.0
 
     def __init__(self) -> None:
         self.deliveries = 0
+        self.raised = 0
+        self.taken = False
+        self._redelivered = False
+        self._main = threading.main_thread().ident
 
     def __call__(self, signum: int, frame: Any) -> None:
         self.deliveries += 1
-        if self.deliveries == 1:
-            raise SignalStop(signal.SIGTERM, parent_died=True)
+        if self.taken:
+            return
+        if self.raised == 0:
+            threading.Thread(target=self._redeliver, name="cagtool-parent-died", daemon=True).start()
+        elif not self._redelivered:
+            return  # the kernel's copy of a death already being handled
+        self._redelivered = False
+        self.raised += 1
+        raise SignalStop(signal.SIGTERM, parent_died=True)
+
+    def _redeliver(self) -> None:
+        while True:
+            time.sleep(self.REDELIVER_S)
+            if self.taken or PARENT_DIED is None or self._main is None:
+                return
+            self._redelivered = True
+            try:
+                signal.pthread_kill(self._main, PARENT_DIED)
+            except (OSError, ValueError):
+                return
+
+
+_parent_died: ParentDiedHandler | None = None
+
+
+def stop_taken() -> None:
+    """The mode process has the stop in hand (it caught SignalStop, or is winding down another
+    way): PARENT_DIED raises nothing more."""
+    if _parent_died is not None:
+        _parent_died.taken = True
 
 
 class WakeupRelay:
@@ -372,6 +424,7 @@ def ignore_further_stops() -> None:
     Ignored, not blocked with pthread_sigmask: a mask is the calling thread's, and a signal sent to
     the process while the main thread blocks it goes to another thread (torch starts several),
     whose C-level handler still has the main thread run the Python handler."""
+    stop_taken()
     for signum in STOP_SIGNALS + ((PARENT_DIED,) if PARENT_DIED is not None else ()):
         try:
             signal.signal(signum, signal.SIG_IGN)

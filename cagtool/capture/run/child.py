@@ -41,6 +41,7 @@ class ModeSpec:
     temp_cache_dir: str | None = None  # this mode's fresh Inductor cache, a temporary one cagtool removes at the run's end
     parent_pid: int = 0  # the cagtool process: this one dies with it
     ack_fd: int | None = None  # pipe to the parent: the signals this process received (lifeline.py)
+    ack_hold_fd: int | None = None  # the same pipe's read end, held open so that writes to it never fail (lifeline.py)
     go_fd: int | None = None  # pipe from the parent: one byte when the script may start (_wait_for_go)
     seed: int | None = 0  # random, torch and numpy are seeded with it before the script (seeding.py); None: not seeded
     parity_every: int | None = None  # digest the gradients every K steps too (grad_digest.py)
@@ -108,14 +109,15 @@ def cagtool_memory(before: tuple[int | None, int | None], device: Any) -> dict[s
 
 def main(spec_path: str) -> int:
     spec = ModeSpec(**json.loads(Path(spec_path).read_text()))
-    from cagtool.capture.processes.lifeline import SignalStop, die_with_parent, exit_code_for, install_child_handlers
+    from cagtool.capture.processes.lifeline import SignalStop, die_with_parent, exit_code_for, install_child_handlers, stop_taken
 
-    install_child_handlers(spec.parent_pid, spec.ack_fd)
+    install_child_handlers(spec.parent_pid, spec.ack_fd, spec.ack_hold_fd)
     try:
         if spec.parent_pid:
             die_with_parent(spec.parent_pid)
         return _record_mode(spec)
     except SignalStop as stop:  # before the record existed (e.g. while torch imported)
+        stop_taken()
         return exit_code_for(stop.signum)
     except KeyboardInterrupt:
         return 130
@@ -134,7 +136,7 @@ def _record_mode(spec: ModeSpec) -> int:
 
     from cagtool.capture.observe.ca_observer import CaptureObserver
     from cagtool.capture.processes.identity import ROLE_MAIN, process_info
-    from cagtool.capture.processes.lifeline import STOP_SIGNALS, SignalStop, exit_code_for, ignore_further_stops, signal_tree
+    from cagtool.capture.processes.lifeline import STOP_SIGNALS, SignalStop, exit_code_for, ignore_further_stops, signal_tree, stop_taken
     from cagtool.capture.run.status import LiveStatus, status_enabled
     from cagtool.capture.steps.tracker import StepLimitReached, StepTracker
     from cagtool.capture.run.target import Target, print_user_traceback, run_target
@@ -256,6 +258,7 @@ def _record_mode(spec: ModeSpec) -> int:
         status, exit_code = STATUS_INTERRUPTED, 130
         exception = ExceptionInfo("KeyboardInterrupt", "interrupted (Ctrl-C)")
     except SignalStop as stop:
+        stop_taken()
         status, exit_code = STATUS_INTERRUPTED, exit_code_for(stop.signum)
         if stop.parent_died:  # no cagtool to pass the signal on to the script's own workers
             signal_tree(os.getpid(), stop.signum, include_root=False)

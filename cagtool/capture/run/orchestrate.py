@@ -307,7 +307,7 @@ def _start_mode_process(options: RunOptions, run_dir: Path, name: str, cache_roo
             spec.temp_cache_dir = env["TORCHINDUCTOR_CACHE_DIR"]  # removed by the mode process if cagtool dies first
     ack_r, ack_w = os.pipe()
     go_r, go_w = os.pipe()
-    spec.parent_pid, spec.ack_fd, spec.go_fd = os.getpid(), ack_w, go_r
+    spec.parent_pid, spec.ack_fd, spec.ack_hold_fd, spec.go_fd = os.getpid(), ack_w, ack_r, go_r
     stdin = stdin_feed.for_mode()
     try:
         spec_path.write_text(json.dumps(asdict(spec), indent=2))
@@ -317,7 +317,7 @@ def _start_mode_process(options: RunOptions, run_dir: Path, name: str, cache_roo
         # exit is cagtool's to act on (it then kills it), not a KeyboardInterrupt in its imports.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "cagtool.capture.run.child", str(spec_path)], env=env, pass_fds=(ack_w, go_r), stdin=stdin.fd)
+            proc = subprocess.Popen([sys.executable, "-m", "cagtool.capture.run.child", str(spec_path)], env=env, pass_fds=(ack_w, ack_r, go_r), stdin=stdin.fd)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     except BaseException:

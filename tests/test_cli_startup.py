@@ -4,12 +4,15 @@ holds, which does not depend on how busy the machine is."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
 from importlib.metadata import version
 
+import pytest
 from conftest import ROOT
 
 # As a pipe or a CI log gets it: no COLUMNS (pytest's environment may carry the terminal's), so
@@ -126,9 +129,11 @@ def test_runs_and_recompiles_explain_load_only_what_they_print(tmp_path):
     # prints paragraphs: no rich table (the table view imports it), no step statistics.
     run = _recompiling_run(tmp_path / "runs" / "r")
     loaded = loaded_after(f"from cagtool.cli import main; main(['runs', {str(tmp_path / 'runs')!r}])")
-    assert "cagtool.report.text.console" in loaded  # it did print its table
-    # console.py's text passes safe_text (record text shown as text: a module of one regex)
-    assert {m for m in loaded if m.startswith("cagtool.report")} == {"cagtool.report", "cagtool.report.text", "cagtool.report.text.console", "cagtool.report.text.safe_text"}
+    assert "cagtool.record.loader" in loaded  # it did read the run
+    # Its lines pass safe_text (record text shown as text: a module of one regex); plain lines,
+    # no rich console or table (a third of the command's CPU, benchmarks/README.md).
+    assert {m for m in loaded if m.startswith("cagtool.report")} == {"cagtool.report", "cagtool.report.text", "cagtool.report.text.safe_text"}
+    assert not {"rich.console", "rich.table"} & loaded
     # The writer's liveness needs no socket (typer >= 0.29 loads one with pydantic's Path coercion).
     assert "socket" not in loaded or "pydantic" in loaded
     assert not [m for m in loaded if m.split(".")[0] in ("torch", "pandas", "numpy", *TYPER_COERCION)]
@@ -157,6 +162,32 @@ def test_runs_reads_manifests_only(tmp_path):
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     assert found["listing"].startswith("run ") and "ca:finished" in found["listing"]
     assert "Traceback" not in found["listing"]
+
+
+def test_runs_lines_are_safe_and_in_columns(tmp_path):
+    # A target named with an escape sequence and wide characters: shown as text, and every
+    # column starts where its header does (widths are terminal cells, not characters).
+    from cagtool.cli import main
+
+    root = tmp_path / "runs"
+    for name, target in (("a", "\x1b[31mred\x1b[0m.py"), ("b", "\u8a13\u7df4.py")):
+        run = _recompiling_run(root / name)
+        meta = json.loads((run / "run.json").read_text())
+        meta["target"]["name"] = target
+        (run / "run.json").write_text(json.dumps(meta))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exited:
+        main(["runs", str(root)])
+    assert exited.value.code == 0
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 and "\x1b" not in out.getvalue(), lines
+    assert "  red.py  " in lines[1] and "\u8a13\u7df4.py" in lines[2], lines
+    from rich.cells import cell_len
+
+    header = lines[0]
+    for line in lines[1:]:
+        modes_at = cell_len(line[: line.index("ca:finished")])
+        assert modes_at == header.index("modes"), (line, header)
 
 
 def test_runs_builds_no_event_decoder(tmp_path):

@@ -18,11 +18,12 @@ def runs_command(
     """
     from cagtool.errors import CagtoolError
     from cagtool.record.loader import list_runs, load_run
-    from cagtool.report.text.console import print_table, print_text
 
     paths = list_runs(root)
     if not paths:
-        print_text(f"no runs under {root or '.cagtool/runs'}; record one with: cagtool run train.py")
+        from cagtool.report.text.safe_text import safe_text
+
+        print(safe_text(f"no runs under {root or '.cagtool/runs'}; record one with: cagtool run train.py"))
         return
     rows = []
     for path in paths:
@@ -33,8 +34,24 @@ def runs_command(
             continue
         modes = ", ".join(f"{name}:{rec.manifest.status}" for name, rec in run.modes.items())
         rows.append((str(path), run.meta.created_at, run.meta.target.get("name", "?"), modes, str(run.meta.exit_code)))
-    # Columns fold, never "…": the run path is the one thing to copy from this list.
-    print_table(("run", "created", "target", "modes", "exit"), rows)
+    _print_listing(("run", "created", "target", "modes", "exit"), rows)
+
+
+def _print_listing(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """One line per run, in columns as wide as their widest cell, nothing folded or cut (the run
+    path is the one thing to copy from this list). Plain lines, not rich's Table: rich's import is
+    a third of this command's CPU time (benchmarks/README.md, `runs`)."""
+    from rich.cells import cell_len
+
+    from cagtool.report.text.safe_text import safe_text
+
+    lines = [tuple(safe_text(cell) for cell in row) for row in (headers, *rows)]
+    widths = [max(cell_len(line[column]) for line in lines) for column in range(len(headers))]
+    out = []
+    for line in lines:
+        cells = [cell + " " * (width - cell_len(cell)) for cell, width in zip(line, widths)]
+        out.append("  ".join(cells).rstrip())
+    print("\n".join(out))
 
 
 def register(app: typer.Typer) -> None:

@@ -716,11 +716,29 @@ def ca_first_call_seconds(record: ModeRecord) -> dict[int, float]:
     return {e.ca_id: e.first_call_s for e in record.of(CACompileEvent)}
 
 
+# Waiting for a CPU slows a torch step more than the wait itself (spinning threads that meet at
+# every parallel region, a neighbour on the sibling hardware thread): benchmarks/load_model.py
+# measured the slowdown of transformer_lm's median step, beside 2 busy neighbours, at the CPU-bound
+# model's slowdown raised to 1.47 (two intra-op threads, a 51% wait) and 1.56 (one thread, 41%).
+# A load's effect is read as lying between the model's factor f and f ** LOAD_EXPONENT, the same
+# law on both sides of a comparison (one machine); beyond a 50% wait (1.61-1.72 measured) nothing
+# is judged against the loaded side at all (compare's HEAVY_WAIT, the gate's heavy-load warning).
+LOAD_EXPONENT = 1.6
+
+
+def load_range(factor: float) -> tuple[float, float]:
+    """What waiting for a CPU may make of a ratio whose CPU-bound model says `factor`: the model's
+    factor and the measured law's (LOAD_EXPONENT), lower first."""
+    other = factor**LOAD_EXPONENT
+    return (min(factor, other), max(factor, other))
+
+
 @dataclass(frozen=True)
 class CpuWait:
     """How long the mode's processes waited for a CPU during its steady steps: the machine's other
     load, measured where it slows the job (capture/processes/cpu_wait.py). A CPU-bound step that
-    waits a fraction w of its runnable time takes 1 / (1 - w) times as long as on an idle machine."""
+    waits a fraction w of its runnable time takes 1 / (1 - w) times as long as on an idle machine
+    (a lower bound of what the load does to a torch step: LOAD_EXPONENT)."""
 
     wait_s: float  # summed over the tree's threads
     run_s: float

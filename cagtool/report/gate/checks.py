@@ -19,6 +19,7 @@ from cagtool.errors import UsageError
 from cagtool.report.compare.analysis import ABOVE, BELOW, HEAVY_WAIT, MIN_STEADY_STEPS, TOO_FEW_STEPS, WITHIN_NOISE, speedup_verdict
 from cagtool.report.gate.baseline import ModeSnapshot, StepTimeSnapshot
 from cagtool.report.figures.intervals import POWER, RatioInterval, TimingSample, compile_sample, evidence_text, pct, ratio_interval
+from cagtool.report.figures.metrics import load_range
 
 RECOMPILE_KINDS: dict[str, str] = {
     "total": "recompiles",  # CA recompiles + Dynamo recompiles
@@ -368,10 +369,11 @@ class MinSpeedupCheck:
         if load is not None:
             factor, words = load  # the speedup made this much larger by the waiting alone
             data["load_factor"] = factor
-            corrected = speedup_verdict(mid / factor, low / factor, high / factor, steady, t.minimum)
-            if (corrected == BELOW) != (verdict == BELOW):
+            corrected = [speedup_verdict(mid / f, low / f, high / f, steady, t.minimum) for f in load_range(factor)]
+            flipped = [c for c in corrected if (c == BELOW) != (verdict == BELOW)]
+            if flipped:
                 warnings.append(f"{self.name} ({pair}): {words}, and without that difference the check would "
-                                f"{'FAIL' if corrected == BELOW else 'pass'}: rerun on a quieter runner, or with --repeat 3")
+                                f"{'FAIL' if flipped[0] == BELOW else 'pass'}: rerun on a quieter runner, or with --repeat 3")
             else:
                 notes.append(words)
         # A FAIL rests on the numerator's steps being slow, a clear PASS on the denominator's.
@@ -398,15 +400,17 @@ def _heavy_load(check: str, sides: list[tuple[str, StepTimeSnapshot | None]]) ->
 def _load_effect(wait: float | None, other_wait: float | None, side: str, other_side: str) -> tuple[float, str] | None:
     """(factor, words): how much slower `side`'s steps are than `other_side`'s from waiting for a
     CPU alone (a CPU-bound step that waits a share w of its runnable time takes 1 / (1 - w) as
-    long: report.figures.metrics.CpuWait); None when either was not measured or the difference is under 2%."""
+    long: report.figures.metrics.CpuWait), the model's factor, a lower bound (load_range gives
+    what a torch step measured); None when either was not measured or the difference is under 2%."""
     if wait is None or other_wait is None:
         return None
     factor = max(1.0 - other_wait, 1e-3) / max(1.0 - wait, 1e-3)
     if abs(math.log(factor)) < math.log(1.02):
         return None
     slower, by = (side, factor) if factor > 1 else (other_side, 1 / factor)
+    low, high = load_range(by)
     return factor, (f"load: {side} waited for a CPU {wait:.0%} of its runnable time, {other_side} {other_wait:.0%}, "
-                    f"which alone can make {slower}'s steps {by:.2f}x slower")
+                    f"which alone can make {slower}'s steps {low:.2f}-{high:.2f}x slower")
 
 
 def peak_memory(a: ModeSnapshot, b: ModeSnapshot) -> tuple[int, int, str] | None:
@@ -660,10 +664,11 @@ class StepTimeRegressionCheck(_TimeCheck):
         if load is not None:
             factor, words = load  # the run's steps made this much slower than the baseline's by waiting alone
             data["load_factor"] = factor
-            corrected = regression_verdict(r.ratio / factor, r.low / factor, r.high / factor, samples, allowed, improved)
-            if (corrected.outcome is Outcome.FAIL) != (verdict.outcome is Outcome.FAIL):
+            corrected = [regression_verdict(r.ratio / f, r.low / f, r.high / f, samples, allowed, improved) for f in load_range(factor)]
+            flipped = [c for c in corrected if (c.outcome is Outcome.FAIL) != (verdict.outcome is Outcome.FAIL)]
+            if flipped:
                 warnings.append(f"{self.name} ({self.mode}): {words}, and without that difference the check would "
-                                f"{'FAIL' if corrected.outcome is Outcome.FAIL else 'pass'}: rerun on a quieter runner, or with --repeat 3 on both")
+                                f"{'FAIL' if flipped[0].outcome is Outcome.FAIL else 'pass'}: rerun on a quieter runner, or with --repeat 3 on both")
             else:
                 notes.append(words)
         # A FAIL rests on this run's steps being slow; a PASS may rest on the baseline's having been.

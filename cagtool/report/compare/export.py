@@ -7,6 +7,7 @@ import io
 import math
 from typing import Any
 
+from cagtool.report.figures.metrics import load_range
 from cagtool.report.compare.headline import Headline, change_headline, run_headline
 from cagtool.report.compare.analysis import (
     AnyComparison,
@@ -47,7 +48,8 @@ def _speedup_json(s: Speedup) -> dict[str, Any]:
         "verdict": s.verdict,
         "steady_steps": {"mode": s.steady_steps[0], "baseline": s.steady_steps[1]},
         "repetition_ratios": list(s.repetition_ratios),
-        "load_factor": s.load_factor,  # what waiting for a CPU alone makes of the ratio (None: not measured)
+        "load_factor": s.load_factor,  # what waiting for a CPU alone makes of the ratio, by the CPU-bound model (None: not measured)
+        "load_range": list(load_range(s.load_factor)) if s.load_factor is not None else None,  # and by the law measured on torch steps
         "heavy_load": {"mode": s.heavy_load[0], "baseline": s.heavy_load[1]},  # a median step that waited half its time or more
         "note": s.note,
     }

@@ -130,6 +130,7 @@ def test_a_recording_keeps_each_modes_cpu_wait_and_compare_names_a_load_differen
     data = json.loads(out)
     assert data["modes"]["aot"]["cpu_wait"]["fraction"] == pytest.approx(0.8)
     assert data["speedups"]["aot/eager"]["load_factor"] == pytest.approx(0.2)
+    assert data["speedups"]["aot/eager"]["load_range"] == pytest.approx([0.2**1.6, 0.2])
     assert run_headline(comparison).text  # the headline still reads (the verdict words are known to it)
     code, out, err = cli_in_process("summary", str(copy), env={"COLUMNS": "250"})
     assert code == 0, err

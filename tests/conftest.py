@@ -377,3 +377,12 @@ def can_mount_tmpfs(where: Path) -> bool:
         return False
     where.mkdir()
     return subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(where)], capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="session")
+def ddp_unsynced_ragged(record_run) -> RecordedRun:
+    """`cagtool run --modes eager,ca --backend eager tests/scripts/a_ddp_unsynced_ragged.py`: a 2-rank
+    DDP job (mp.spawn, gloo) with a parameter left out of the all-reduce and a ragged last batch,
+    recorded once per session for the DDP gradient-parity test and the DDP `recompiles --verify`
+    test, which each ran a 2-rank job of their own before."""
+    return record_run(str(ROOT / "tests" / "scripts" / "a_ddp_unsynced_ragged.py"), modes="eager,ca")

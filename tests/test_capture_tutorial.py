@@ -112,8 +112,14 @@ def test_summary_command_json_rerenders_without_rerun(record_run):
         assert key in data
 
 
+def _ca_flag_outside(record_run):
+    """tests/scripts/ca_flag_outside.py in ca mode through cagtool's default backend, Inductor, with
+    the session's Inductor cache (--warm-cache): the job of the two tests below."""
+    return record_run("../tests/scripts/ca_flag_outside.py", backend="inductor", extra=("--warm-cache",))
+
+
 def test_flag_set_but_backward_outside_compiled_region_is_a_finding(record_run):
-    run = record_run("../tests/scripts/ca_flag_outside.py")
+    run = _ca_flag_outside(record_run)
     ca = _ca(run)
     findings = ca.of(FindingEvent)
     assert [f.code for f in findings] == ["ca_flag_without_compiled_backward"]
@@ -174,10 +180,12 @@ def test_different_flags_traced_backward_is_explained(record_run):
 
 def test_ca_graphs_compile_through_inductor_by_default(record_run):
     """The default backend: cagtool's compiler sends each CA graph through Inductor (the session's
-    shared Inductor cache keeps this to seconds)."""
+    shared Inductor cache keeps this to seconds). Asserted on the ca_flag_outside job, recorded
+    with Inductor for this test: its backward is compiled only by cagtool (the script's own
+    torch.compile covers the forward alone), two CA graphs."""
     from cagtool.record.schema import DynamoCompileEvent
 
-    ca = _ca(record_run("tensor_hook.py", backend="inductor", extra=("--warm-cache",)))
+    ca = _ca(_ca_flag_outside(record_run))
     graphs = ca.of(CAGraphEvent)
     assert graphs and {g.compiler for g in graphs} == {"cagtool"}
     ca_compiles = [d for d in ca.of(DynamoCompileEvent) if d.is_ca_graph]

@@ -22,13 +22,13 @@ SCRIPTS = Path(__file__).parent / "scripts"
 ENV = {**os.environ, "CI": "true"}
 
 
-def _cagtool_run(out: Path, *args: str, modes: str = "ca", torch_trace: bool = False) -> subprocess.CompletedProcess:
+def _cagtool_run(out: Path, *args: str, modes: str = "ca", torch_trace: bool = False, env: dict | None = None) -> subprocess.CompletedProcess:
     """--torch-trace only for the tests that read the trace, or that check what a followed process
     leaves behind (with the trace on, a process has more it could leave): the trace builds a
     structured record of every compile, work the other tests would pay for and never read."""
     trace = ["--torch-trace"] if torch_trace else []
     cmd = cagtool_cmd("run", "--modes", modes, "--backend", "eager", *trace, "-o", str(out), *args)
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env or ENV, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -65,16 +65,60 @@ def _check_ddp_ranks(run_path: Path, stdout: str, steps: int) -> None:
         assert "_c10d_functional.all_reduce" in trace
 
 
+def _record_mp_spawn(base: Path) -> list:
+    proc = _cagtool_run(base / "r", "--seed", "off", str(SAMPLES / "train_ddp.py"), "--steps", "3", torch_trace=True)
+    return [proc.stdout, proc.stderr]
+
+
+@pytest.fixture(scope="module")
+def mp_spawn_ddp(tmp_path_factory) -> tuple[Path, str, str]:
+    """sample_scripts/train_ddp.py (2 ranks by mp.spawn) in ca mode with the trace and `--seed off`:
+    (run directory, stdout, stderr). One job read by the mp.spawn test and the --seed off test
+    (recorded once per session)."""
+    base, (stdout, stderr) = recorded_once(tmp_path_factory, "follow-mp-spawn-ddp", _record_mp_spawn)
+    return base / "r", stdout, stderr
+
+
 @pytest.mark.slow
-def test_ddp_mp_spawn_ranks_are_followed(tmp_path):
+def test_ddp_mp_spawn_ranks_are_followed(mp_spawn_ddp):
     """sample_scripts/train_ddp.py never sets optimize_ddp: in ca mode cagtool selects the Python
-    reducer; in aot the script's (C++) reducer stays."""
-    proc = _cagtool_run(tmp_path / "r", str(SAMPLES / "train_ddp.py"), "--steps", "3", modes="aot,ca", torch_trace=True)
-    _check_ddp_ranks(tmp_path / "r", proc.stdout, steps=3)
-    assert "uses the Python reducer" in proc.stderr
-    run = load_run(tmp_path / "r")
+    reducer. (That in aot the script's C++ reducer stays is asserted on the torchrun job's aot
+    ranks: test_ddp_torchrun_module_form.)"""
+    out, stdout, stderr = mp_spawn_ddp
+    _check_ddp_ranks(out, stdout, steps=3)
+    assert "uses the Python reducer" in stderr
+    run = load_run(out)
     assert run.mode("ca").rank is None and run.mode("ca").manifest.process["role"] == "main"
     assert run.mode("ca").manifest.options["optimize_ddp"] == {"value": "python_reducer", "set_by": "cagtool"}
+
+
+def _record_unseeded_torchrun(base: Path) -> list:
+    proc = _cagtool_run(base / "r", "-m", "torch.distributed.run", "--", "--nproc-per-node", "2",
+                        str(SCRIPTS / "ddp_unseeded.py"), modes="aot,ca", torch_trace=True)
+    return [proc.stdout, proc.stderr]
+
+
+@pytest.fixture(scope="module")
+def unseeded_torchrun(tmp_path_factory) -> tuple[Path, str]:
+    """An unseeded 2-rank DDP job under `cagtool run -m torch.distributed.run`, aot and ca modes,
+    with the trace: (run directory, stdout). One job read by the torchrun tests below (recorded once
+    per session). The script compiles nothing itself, so its aot mode runs what eager would (with
+    compiled autograd forced off): the mode that shows cagtool leaves the script's DDP reducer alone."""
+    base, (stdout, _) = recorded_once(tmp_path_factory, "follow-unseeded-torchrun", _record_unseeded_torchrun)
+    return base / "r", stdout
+
+
+@pytest.mark.slow
+def test_ddp_torchrun_module_form(unseeded_torchrun):
+    """Both torchrun ranks are followed in every mode; ddp_unseeded.py never sets optimize_ddp: in
+    ca mode cagtool selects the Python reducer, in aot the script's (C++) reducer stays."""
+    out, stdout = unseeded_torchrun
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 4, stdout  # each rank once per mode; the aot mode's ranks end before ca starts
+    _check_ddp_ranks(out, "\n".join(lines[2:]), steps=4)
+    run = load_run(out)
+    for rank, record in run.mode("ca").ranks().items():
+        assert record.manifest.process["local_rank"] == rank  # torchrun's env, known from the start
     aot = run.mode("aot")
     assert sorted(aot.ranks()) == [0, 1]
     for record in aot.ranks().values():
@@ -83,49 +127,44 @@ def test_ddp_mp_spawn_ranks_are_followed(tmp_path):
         assert not record.of(CAGraphEvent)
 
 
-def _record_unseeded_torchrun(base: Path) -> list:
-    proc = _cagtool_run(base / "r", "-m", "torch.distributed.run", "--", "--nproc-per-node", "2",
-                        str(SCRIPTS / "ddp_unseeded.py"), modes="eager,ca", torch_trace=True)
-    return [proc.stdout, proc.stderr]
-
-
-@pytest.fixture(scope="module")
-def unseeded_torchrun(tmp_path_factory) -> tuple[Path, str]:
-    """An unseeded 2-rank DDP job under `cagtool run -m torch.distributed.run`, eager and ca modes,
-    with the trace: (run directory, stdout). One job read by the torchrun tests below (recorded once
-    per session)."""
-    base, (stdout, _) = recorded_once(tmp_path_factory, "follow-unseeded-torchrun", _record_unseeded_torchrun)
-    return base / "r", stdout
-
-
-@pytest.mark.slow
-def test_ddp_torchrun_module_form(unseeded_torchrun):
-    out, stdout = unseeded_torchrun
-    lines = [line for line in stdout.splitlines() if line.startswith("{")]
-    assert len(lines) == 4, stdout  # each rank once per mode; the eager mode's ranks end before ca starts
-    _check_ddp_ranks(out, "\n".join(lines[2:]), steps=4)
-    for rank, record in load_run(out).mode("ca").ranks().items():
-        assert record.manifest.process["local_rank"] == rank  # torchrun's env, known from the start
-
-
 def test_torchrun_console_script_runs_as_module():
     target = check_target("torchrun", None, ["--nproc-per-node", "2", "train.py"])
     assert target == Target("module", "torch.distributed.run", ["--nproc-per-node", "2", "train.py"])
     assert target.label == "train"  # the run directory is named after the training script
 
 
+def _record_mp_children(base: Path) -> list:
+    user_site = base / "site"
+    user_site.mkdir()
+    (user_site / "sitecustomize.py").write_text("MARK = 'users-own'\n")
+    proc = _cagtool_run(base / "r", str(SCRIPTS / "a_mp_children.py"), env={**ENV, "PYTHONPATH": str(user_site)})
+    return [proc.stdout, proc.stderr]
+
+
+@pytest.fixture(scope="module")
+def mp_children(tmp_path_factory) -> tuple[Path, str]:
+    """One ca job (tests/scripts/a_mp_children.py) whose parent starts two fork children, one spawn
+    child and a plain `python -c` child, with a user's own sitecustomize on PYTHONPATH: (run
+    directory, stdout). Read by the two tests below (recorded once per session)."""
+    base, (stdout, _) = recorded_once(tmp_path_factory, "follow-mp-children", _record_mp_children)
+    return base / "r", stdout
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("start_method", ["fork", "spawn"])
-def test_multiprocessing_children_get_their_own_records(tmp_path, start_method):
-    proc = _cagtool_run(tmp_path / "r", str(SCRIPTS / "fork_workers.py"), start_method)
-    printed = _printed(proc.stdout, "pid")
-    ca = load_run(tmp_path / "r").mode("ca")
+def test_multiprocessing_children_get_their_own_records(mp_children):
+    """Children started with fork (two, siblings) and with spawn, in one job: each has its own
+    record, made in the child, with its parent and (fork only) the process it was forked from."""
+    out, stdout = mp_children
+    printed = _printed(stdout, "pid")
+    assert sorted(line["start_method"] for line in printed.values()) == ["fork", "fork", "spawn"], stdout
+    ca = load_run(out).mode("ca")
     assert sorted(ca.processes) == sorted(f"pid{pid}" for pid in printed)
     assert not ca.of(StepEvent)  # the parent trained nothing: the children's steps are theirs
     for key, record in ca.processes.items():
         pid = int(key[3:])
+        start_method = printed[pid]["start_method"]
         assert record.manifest.process["ppid"] == ca.manifest.process["pid"]
-        assert record.manifest.process.get("forked_from") == (ca.manifest.process["pid"] if start_method == "fork" else None)
+        assert record.manifest.process.get("forked_from") == (ca.manifest.process["pid"] if start_method == "fork" else None), start_method
         assert record.manifest.status == "finished" and record.manifest.exit_code == 0
         assert len(record.of(StepEvent)) == 3
         assert len(record.of(CAGraphEvent)) == record.manifest.torch_counters["compiled_autograd"]["captures"] == printed[pid]["ca_captures"]
@@ -185,21 +224,21 @@ def test_console_script_with_isolated_shebang_is_seen(tmp_path):
 def test_aot_counts_equal_plain_python_with_the_flag_off(tmp_path):
     """The script sets torch._dynamo.config.compiled_autograd = True itself; under `aot` cagtool
     forces it off, so Dynamo's counts equal the script run by python with the flag off (and not
-    with it on: forcing matters)."""
+    with it on: forcing matters). The plain runs share one process: the flag-off run first, in the
+    fresh interpreter whose counts are compared; then, after torch._dynamo.reset(), the flag-on run,
+    whose counts need only show that the flag changes them."""
     script = str(SCRIPTS / "ca_flag_hooks.py")
     wrapper = (
-        "import json, runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__'); "
-        "from torch._dynamo.utils import counters; "
-        "print(json.dumps({k: {str(a): b for a, b in v.items()} for k, v in counters.items()}))"
+        "import json, runpy, sys\n"
+        "script, seen = sys.argv[1], []\n"
+        "for flag in ('0', '1'):\n"
+        "    sys.argv = [script, '--ca-flag', flag]\n"
+        "    runpy.run_path(script, run_name='__main__')\n"
+        "    import torch._dynamo; from torch._dynamo.utils import counters\n"
+        "    seen.append({k: {str(a): b for a, b in v.items()} for k, v in counters.items()})\n"
+        "    torch._dynamo.config.compiled_autograd = False; torch._dynamo.reset(); counters.clear()\n"
+        "print(json.dumps(seen))\n"
     )
-
-    def start_plain(flag: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-c", wrapper, script, "--ca-flag", flag], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-
-    def plain(proc: subprocess.Popen) -> dict:
-        stdout, stderr = proc.communicate(timeout=600)
-        assert proc.returncode == 0, stderr[-2000:]
-        return json.loads(stdout.strip().splitlines()[-1])
 
     def key_counts(counters: dict) -> dict:
         return {
@@ -213,18 +252,20 @@ def test_aot_counts_equal_plain_python_with_the_flag_off(tmp_path):
             "frames": counters.get("frames", {}),
         }
 
-    # The three processes are independent: run them side by side.
-    plain_off, plain_on = start_plain("0"), start_plain("1")
+    # The plain process and the cagtool run are independent: run them side by side.
+    plain = subprocess.Popen([sys.executable, "-c", wrapper, script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         _cagtool_run(tmp_path / "r", script, "--ca-flag", "1", modes="aot")
-        flag_off, flag_on = key_counts(plain(plain_off)), key_counts(plain(plain_on))
+        stdout, stderr = plain.communicate(timeout=600)
+        assert plain.returncode == 0, stderr[-2000:]
+        flag_off, flag_on = map(key_counts, json.loads(stdout.strip().splitlines()[-1]))
     finally:
-        for proc in (plain_off, plain_on):
-            proc.kill()  # a no-op once it ended; stops it when the run above failed
-            proc.wait()
+        plain.kill()  # a no-op once it ended; stops it when the run above failed
+        plain.wait()
     recorded = load_run(tmp_path / "r").mode("aot").manifest.torch_counters
     assert key_counts(recorded) == flag_off
     assert flag_on != flag_off
+    assert flag_on["ca_captures"] > 0 == flag_off["ca_captures"]  # the flag, not the second run, makes the difference
 
 
 def test_forced_flag_reads_false_after_the_script_sets_it():
@@ -270,23 +311,11 @@ def test_ddp_without_its_hooks_in_the_ca_graph_is_a_finding(tmp_path):
 
 
 @pytest.mark.slow
-def test_users_own_sitecustomize_still_runs_in_followed_children(tmp_path):
-    """cagtool's bootstrap shadows the user's sitecustomize on PYTHONPATH and runs it."""
-    user_site = tmp_path / "site"
-    user_site.mkdir()
-    (user_site / "sitecustomize.py").write_text("MARK = 'users-own'\n")
-    script = tmp_path / "launch.py"
-    script.write_text(
-        "import subprocess, sys\n"
-        "out = subprocess.run([sys.executable, '-c', 'import os, sitecustomize; print(sitecustomize.MARK, \"CAGTOOL_FOLLOW\" in os.environ)'],"
-        " capture_output=True, text=True, check=True).stdout\n"
-        "print('child:', out.strip())\n"
-    )
-    env = {**ENV, "PYTHONPATH": str(user_site)}
-    cmd = cagtool_cmd("run", "--modes", "eager", "-o", str(tmp_path / "r"), str(script))
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "child: users-own True" in proc.stdout
+def test_users_own_sitecustomize_still_runs_in_followed_children(mp_children):
+    """cagtool's bootstrap shadows the user's sitecustomize on PYTHONPATH and runs it: the job's
+    `python -c` child, followed, sees the user's module as `sitecustomize`."""
+    _, stdout = mp_children
+    assert "child: users-own True" in stdout
 
 
 @pytest.mark.slow
@@ -298,13 +327,13 @@ def test_unseeded_torchrun_ranks_are_seeded_alike_in_every_mode(unseeded_torchru
     by_rank: dict[int, list[dict]] = {}
     for line in lines:
         by_rank.setdefault(line["rank"], []).append(line)
-    assert sorted(by_rank) == [0, 1] and all(len(seen) == 2 for seen in by_rank.values())  # one per mode
+    assert sorted(by_rank) == [0, 1] and all(len(seen) == 2 for seen in by_rank.values())  # one per mode (aot, ca)
     for seen in by_rank.values():
         assert seen[0]["draws"] == seen[1]["draws"] and seen[0]["norm"] == seen[1]["norm"]
     for generator in ("random", "numpy", "torch"):  # ranks draw different numbers, as under python
         assert by_rank[0][0]["draws"][generator] != by_rank[1][0]["draws"][generator]
     run = load_run(out)
-    for mode in ("eager", "ca"):
+    for mode in ("aot", "ca"):
         for rank, record in run.mode(mode).ranks().items():
             seed = record.manifest.options["seed"]
             assert (seed["seed"], seed["rank"], sorted(seed["seeded"]), seed["script_reseeded"]) == (rank, rank, ["numpy", "random", "torch"], False)
@@ -314,10 +343,11 @@ def test_unseeded_torchrun_ranks_are_seeded_alike_in_every_mode(unseeded_torchru
 
 
 @pytest.mark.slow
-def test_seed_off_leaves_followed_processes_unseeded(tmp_path):
-    out = tmp_path / "r"
-    proc = _cagtool_run(out, "--seed", "off", "-m", "torch.distributed.run", "--", "--nproc-per-node", "2",
-                        str(SCRIPTS / "ddp_unseeded.py"), modes="ca")
-    assert len([line for line in proc.stdout.splitlines() if line.startswith("{")]) == 2
-    for record in load_run(out).mode("ca").ranks().values():
+def test_seed_off_leaves_followed_processes_unseeded(mp_spawn_ddp):
+    """`--seed off`: the followed DDP ranks (mp.spawn's, in the mp.spawn test's job) seed nothing."""
+    out, stdout, _ = mp_spawn_ddp
+    assert len([line for line in stdout.splitlines() if line.startswith("{")]) == 2
+    ranks = load_run(out).mode("ca").ranks()
+    assert sorted(ranks) == [0, 1]
+    for record in ranks.values():
         assert record.manifest.options["seed"] == {"seed": None, "seeded": [], "script_reseeded": None}

@@ -1,6 +1,9 @@
 """`recompiles --verify` on a DDP job (gloo, 2 ranks by mp.spawn, CPU): every re-run records both
 ranks, and the counts before and after are rank 0's (the launcher trains nothing). The job's last
-batch is smaller, so each rank's compiled autograd recompiles once for the changed sizes.
+batch is smaller, so each rank's compiled autograd recompiles once for the changed sizes. The job
+(tests/scripts/a_ddp_unsynced_ragged.py, recorded in eager and ca) is the one the DDP
+gradient-parity test reads too (conftest's `ddp_unsynced_ragged`, recorded once per session); the
+fixes are verified in its ca mode.
 
 ca-dynamic removes that CA recompile, but torch 2.13 then recompiles the CA graph's code in Dynamo
 instead (`tensor 'sizes[1]' size mismatch at index 1. expected 8, actual 4`): one recompile
@@ -10,26 +13,21 @@ compiled autograd raises rather than recompiles; docs/torch-internals.md.) ~4 mi
 
 from __future__ import annotations
 
-import os
-import subprocess
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, cagtool_cmd, cagtool_in_process
+from conftest import cagtool_in_process
 
 pytestmark = pytest.mark.slow
 
 
-def test_a_ddp_jobs_fix_is_measured_on_rank_0_with_exact_counts(tmp_path):
-    import json
-
-    run = tmp_path / "ddp"
-    env = {**os.environ, "CI": "true"}
-    recorded = subprocess.run(cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(run),
-                                          str(ROOT / "tests" / "scripts" / "ddp_ragged_batch.py")),
-                              capture_output=True, text=True, timeout=600, cwd=str(ROOT), env=env)
+def test_a_ddp_jobs_fix_is_measured_on_rank_0_with_exact_counts(ddp_unsynced_ragged, tmp_path):
+    recorded = ddp_unsynced_ragged
     assert recorded.returncode == 0, recorded.stderr[-3000:]
+    run = Path(shutil.copytree(recorded.path, tmp_path / "ddp"))  # the verification writes into the run
     # In-process: the re-runs are `cagtool run` processes all the same; only the command that
     # starts them and reads their records saves a new interpreter.
     proc = cagtool_in_process("recompiles", str(run), "--explain", "--verify", "--repeat", "1", "--format", "json", env={"CI": "true"})

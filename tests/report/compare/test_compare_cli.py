@@ -142,7 +142,7 @@ def test_a_crashing_mode_is_shown_as_failed_while_the_others_report(crash_run):
 
 
 @pytest.mark.slow
-def test_two_runs_before_after(graph_breaks_run, transformer_run):
+def test_two_runs_before_after(graph_breaks_run):
     a, b = str(graph_breaks_run.path), str(graph_breaks_run.path)
     table = compare(a, b).stdout
     assert "A (before)" in table and "B (after)" in table and "speedup B over A" in table

@@ -381,8 +381,8 @@ def can_mount_tmpfs(where: Path) -> bool:
 
 @pytest.fixture(scope="session")
 def ddp_unsynced_ragged(record_run) -> RecordedRun:
-    """`cagtool run --modes eager,ca --backend eager tests/scripts/a_ddp_unsynced_ragged.py`: a 2-rank
+    """`cagtool run --modes eager,ca --backend eager tests/scripts/ddp_unsynced_ragged.py`: a 2-rank
     DDP job (mp.spawn, gloo) with a parameter left out of the all-reduce and a ragged last batch,
     recorded once per session for the DDP gradient-parity test and the DDP `recompiles --verify`
     test, which each ran a 2-rank job of their own before."""
-    return record_run(str(ROOT / "tests" / "scripts" / "a_ddp_unsynced_ragged.py"), modes="eager,ca")
+    return record_run(str(ROOT / "tests" / "scripts" / "ddp_unsynced_ragged.py"), modes="eager,ca")

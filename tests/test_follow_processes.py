@@ -137,13 +137,13 @@ def _record_mp_children(base: Path) -> list:
     user_site = base / "site"
     user_site.mkdir()
     (user_site / "sitecustomize.py").write_text("MARK = 'users-own'\n")
-    proc = _cagtool_run(base / "r", str(SCRIPTS / "a_mp_children.py"), env={**ENV, "PYTHONPATH": str(user_site)})
+    proc = _cagtool_run(base / "r", str(SCRIPTS / "mp_children.py"), env={**ENV, "PYTHONPATH": str(user_site)})
     return [proc.stdout, proc.stderr]
 
 
 @pytest.fixture(scope="module")
 def mp_children(tmp_path_factory) -> tuple[Path, str]:
-    """One ca job (tests/scripts/a_mp_children.py) whose parent starts two fork children, one spawn
+    """One ca job (tests/scripts/mp_children.py) whose parent starts two fork children, one spawn
     child and a plain `python -c` child, with a user's own sitecustomize on PYTHONPATH: (run
     directory, stdout). Read by the two tests below (recorded once per session)."""
     base, (stdout, _) = recorded_once(tmp_path_factory, "follow-mp-children", _record_mp_children)

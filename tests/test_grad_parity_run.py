@@ -115,7 +115,7 @@ def test_inductor_dropout_is_not_comparable_without_parity_and_agrees_with_it(re
 
 
 def test_ddp_ranks_compared_per_rank_and_an_unsynchronised_parameter_named_across_ranks(ddp_unsynced_ragged):
-    """A 2-rank DDP job (tests/scripts/a_ddp_unsynced_ragged.py) whose fc2.bias DDP leaves out of
+    """A 2-rank DDP job (tests/scripts/ddp_unsynced_ragged.py) whose fc2.bias DDP leaves out of
     the all-reduce: each rank's modes agree, and across ranks that one parameter is named from
     step 0. (The job's ragged last batch is for test_verify_ddp.py, which reads the same record.)"""
     run = ddp_unsynced_ragged

@@ -1,7 +1,7 @@
 """`recompiles --verify` on a DDP job (gloo, 2 ranks by mp.spawn, CPU): every re-run records both
 ranks, and the counts before and after are rank 0's (the launcher trains nothing). The job's last
 batch is smaller, so each rank's compiled autograd recompiles once for the changed sizes. The job
-(tests/scripts/a_ddp_unsynced_ragged.py, recorded in eager and ca) is the one the DDP
+(tests/scripts/ddp_unsynced_ragged.py, recorded in eager and ca) is the one the DDP
 gradient-parity test reads too (conftest's `ddp_unsynced_ragged`, recorded once per session); the
 fixes are verified in its ca mode.
 

@@ -1,10 +1,19 @@
-"""DDP over gloo, 2 ranks by mp.spawn, each rank on its own data, with `fc2.bias` left out of
-DDP's all-reduce (`_set_params_and_buffers_to_ignore_for_model`, what a model's own
-synchronisation code uses): that gradient stays each rank's own, the others are averaged. What
-gradient parity must report as an unsynchronised parameter across ranks, from step 0, in every
-mode, while each rank's modes agree with each other.
+"""DDP over gloo, 2 ranks by mp.spawn, each rank on its own data: one job for two tests, the
+gradient parity of a DDP job (test_grad_parity_run.py) and `recompiles --verify` on one
+(test_verify_ddp.py).
 
-    python ddp_unsynced.py [--steps 3]
+- `fc2.bias` is left out of DDP's all-reduce (`_set_params_and_buffers_to_ignore_for_model`, what
+  a model's own synchronisation code uses): that gradient stays each rank's own, the others are
+  averaged. What gradient parity must report as an unsynchronised parameter across ranks, from
+  step 0, in every mode, while each rank's modes agree with each other.
+- The last batch is smaller (8 rows, then 4 on the last step: a DataLoader's ragged last batch):
+  each rank's compiled autograd recompiles once for the changed sizes, what `recompiles --verify`
+  measures on rank 0.
+
+The script never sets optimize_ddp (cagtool's ca mode selects the Python reducer, which compiled
+autograd needs).
+
+    python ddp_unsynced_ragged.py [--steps 4]
 """
 
 import argparse
@@ -45,7 +54,8 @@ def train(rank: int, world_size: int, steps: int, port: int) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     generator = torch.Generator().manual_seed(rank)
     for step in range(steps):
-        loss = model(torch.randn(4, 8, generator=generator)).pow(2).mean()
+        x = torch.randn(4 if step == steps - 1 else 8, 8, generator=generator)
+        loss = model(x).pow(2).mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -54,7 +64,7 @@ def train(rank: int, world_size: int, steps: int, port: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=4)
     args = parser.parse_args()
     mp.spawn(train, args=(2, args.steps, free_port()), nprocs=2, join=True)
 

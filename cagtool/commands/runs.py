@@ -39,8 +39,8 @@ def runs_command(
 
 def _print_listing(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
     """One line per run, in columns as wide as their widest cell, nothing folded or cut (the run
-    path is the one thing to copy from this list). Plain lines, not rich's Table: rich's import is
-    a third of this command's CPU time (benchmarks/README.md, `runs`)."""
+    path is the one thing to copy from this list). Plain lines, not rich's console and table: they
+    were 29 % of this command's CPU time (benchmarks/README.md, `runs`)."""
     from rich.cells import cell_len
 
     from cagtool.report.text.safe_text import safe_text

@@ -21,6 +21,7 @@ the script's.
 
 from __future__ import annotations
 
+import _thread
 import ctypes
 import os
 import select
@@ -316,7 +317,10 @@ class ParentDiedHandler:
         if self.taken:
             return
         if self.raised == 0:
-            threading.Thread(target=self._redeliver, name="cagtool-parent-died", daemon=True).start()
+            # A bare thread, not threading.Thread: this runs wherever the main thread was, maybe
+            # inside threading's own non-reentrant locks (Thread.start holds one), and the job's
+            # threading.enumerate() is left as it was.
+            _thread.start_new_thread(self._redeliver, ())
         elif not self._redelivered:
             return  # the kernel's copy of a death already being handled
         self._redelivered = False

@@ -144,22 +144,24 @@ def test_run_gate_fails_the_run_when_a_check_fails(record_run):
 
 
 @pytest.mark.slow
-def test_steps_and_max_time_bound_a_run_cleanly(tmp_path):
-    script = str(SCRIPTS / "endless_training.py")
-    by_steps = subprocess.run(
-        cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "--steps", "5", "-o", str(tmp_path / "s"), script),
-        capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300,
-    )
+def test_steps_and_max_time_bound_a_run_cleanly(tmp_path, record_run):
+    """--steps and --max-time stop a script before its own end, and the run ends cleanly. --steps:
+    the session's `--modes eager --steps 2` recording of grad_accumulation.py (3 optimizer steps
+    of its own), which test_steps.py reads for how --steps counts: had --steps not stopped it, its
+    third step would be there and no stop reason. --max-time: a script that never ends."""
+    by_steps = record_run("grad_accumulation.py", modes="eager", extra=("--steps", "2"))
     assert by_steps.returncode == 0, by_steps.stderr
-    ca = load_run(tmp_path / "s").modes["ca"]
-    assert [s.step for s in ca.of(StepEvent)] == [0, 1, 2, 3, 4]
-    assert ca.manifest.status == "finished" and ca.manifest.options["stopped_by"] == "steps"
+    stopped = load_run(by_steps.path).modes["eager"]
+    assert [s.step for s in stopped.of(StepEvent)] == [0, 1]
+    assert stopped.manifest.status == "finished" and stopped.manifest.options["stopped_by"] == "steps"
     assert "(stopped by --steps)" in by_steps.stderr
     # The time bound in the eager mode: --max-time is the mode process's own timer, the same in
-    # every mode, and ca's first backward compiles its graph, which took 3.6 s of the 4 on a loaded
-    # machine (one step recorded, not the two asserted). An eager step takes microseconds.
+    # every mode, and ca's first backward compiles its graph, which took 3.6 s of 4 on a loaded
+    # machine (one step recorded, not the two asserted). An eager step takes microseconds, and the
+    # script spins a core until the timer fires: 1 s of it is enough for the steps asserted.
+    script = str(SCRIPTS / "endless_training.py")
     by_time = subprocess.run(
-        cagtool_cmd("run", "--modes", "eager", "--max-time", "4", "-o", str(tmp_path / "t"), script),
+        cagtool_cmd("run", "--modes", "eager", "--max-time", "1", "-o", str(tmp_path / "t"), script),
         capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300,
     )
     assert by_time.returncode == 0, by_time.stderr
@@ -167,8 +169,8 @@ def test_steps_and_max_time_bound_a_run_cleanly(tmp_path):
     assert eager.manifest.status == "finished" and eager.manifest.options["stopped_by"] == "max_time"
     steps = eager.of(StepEvent)
     assert len(steps) >= 2
-    # The timer starts before the script's first step: every step falls inside the 4 s after it
+    # The timer starts before the script's first step: every step falls inside the 1 s after it
     # (give or take the one step that was running). The mode's whole duration also counts starting
     # python and importing torch, which took 33 s on a loaded machine.
-    assert steps[-1].t - steps[0].t < 4 + 1, (steps[0].t, steps[-1].t)
+    assert steps[-1].t - steps[0].t < 1 + 1, (steps[0].t, steps[-1].t)
     assert "(stopped by --max-time)" in by_time.stderr

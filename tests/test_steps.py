@@ -66,6 +66,8 @@ def test_gradient_accumulation_4x3_is_3_steps_of_4_backward_calls(record_run):
 
 
 def test_steps_flag_counts_optimizer_steps(record_run):
+    """`--steps 2` on a 3-step script of 4 backward calls a step stops after 2 optimizer steps (8
+    backward calls). The same session recording serves test_run_bad_input.py's --steps bound."""
     run = record_run("grad_accumulation.py", modes="eager", extra=("--steps", "2"))
     eager = _mode(run)
     assert eager.manifest.options.get("stopped_by") == "steps"

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, cagtool_cmd
 
+from cagtool.record.liveness import proc_stat
+
 SCRIPT = textwrap.dedent('''
     import os, signal
     from cagtool.capture.processes.lifeline import PARENT_DIED, SignalStop, install_child_handlers, stop_taken
@@ -117,10 +119,8 @@ def _children(pid: int) -> list[int]:
 
 
 def _gone(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
+    fields = proc_stat(pid)
+    return fields is None or fields[0] == b"Z"
 
 
 @pytest.mark.slow

@@ -330,7 +330,7 @@ class ParentDiedHandler:
     def _redeliver(self) -> None:
         while True:
             time.sleep(self.REDELIVER_S)
-            if self.taken or PARENT_DIED is None or self._main is None:
+            if self.taken or PARENT_DIED is None:
                 return
             self._redelivered = True
             try:

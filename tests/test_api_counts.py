@@ -106,6 +106,7 @@ def test_without_an_optimizer_step_every_backward_is_a_step_though_an_optimizer_
     del stale
 
 
+@pytest.mark.slow
 def test_the_api_and_cagtool_run_record_the_same_counts_for_the_same_loop(tmp_path, loop):
     script = tmp_path / "loop.py"
     script.write_text(LOOP)

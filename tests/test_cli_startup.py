@@ -248,6 +248,7 @@ def test_root_help_lists_every_command_with_its_first_help_line():
         assert f"  {name} " in listed and first_line.rstrip(".")[:5] in listed, name
 
 
+@pytest.mark.slow
 def test_run_without_gate_flags_loads_no_gate_code(tmp_path):
     """`cagtool run` parses its gate flags before the first mode starts (a bad threshold is a usage
     error before anything runs); with none given, the gate code (~0.08 s of imports) is not loaded

@@ -9,6 +9,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = r'''
 import gc, json, socket, time
 import torch, torch.distributed as dist, torch.nn as nn
@@ -37,6 +39,7 @@ print(json.dumps({"seen": seen, "freed_s": freed, "wrapped": getattr(dist.destro
 '''
 
 
+@pytest.mark.slow
 def test_gloo_ddp_model_and_group_give_the_gil_up_before_they_go() -> None:
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from conftest import ROOT, cagtool_cmd
 
 from cagtool.doctor import FAIL, OK, VERIFIED_TORCH, check_cxx, check_runs_dir
 
 
+@pytest.mark.slow
 def test_doctor_passes_here_and_says_why_in_json():
     proc = subprocess.run(cagtool_cmd("doctor", "--format", "json"), capture_output=True, text=True, cwd=str(ROOT), timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from cagtool.capture.observe import dynamo_taps
@@ -83,6 +84,7 @@ def _compare(tmp_path: Path) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_tapped_records_equal_the_structured_logs(tmp_path):
     # In a fresh interpreter: a capture that raised earlier in this one leaves torch's compile and
     # metrics contexts entered, and torch's own records then carry that capture's id.

@@ -257,6 +257,7 @@ def test_failed_write_stops_at_the_first_held_line(tmp_path):
     assert [e["seq"] for e in _lines(tmp_path)] == [0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["os_exit", "pause_os_exit", "sigterm"])
 def test_a_process_ending_mid_step_loses_at_most_its_last_hold_s(tmp_path, how):
     """Ended at once (os._exit, as SIGKILL leaves it; SIGTERM at its default action, as under

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from cagtool.record.loader import load_run
 from cagtool.record.schema import GraphBreakEvent
 from cagtool.report.figures.metrics import mode_metrics
@@ -12,6 +14,7 @@ from cagtool.report.figures.metrics import mode_metrics
 SCRIPT = str(Path(__file__).parent / "scripts" / "graph_break_logged_twice.py")
 
 
+@pytest.mark.slow
 def test_duplicated_graph_break_log_counts_once(record_run):
     run = record_run(SCRIPT, modes="aot")
     assert run.returncode == 0, run.stderr

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from cagtool.record.loader import load_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +43,7 @@ def key_counts(counters: dict) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_counters_equal_plain_python_in_aot_and_ca(tmp_path):
     plain = {
         under_ca: subprocess.Popen([sys.executable, "-c", WRAPPER, under_ca, SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)

@@ -236,6 +236,7 @@ def test_higher_order_gradients_through_a_failed_capture_fail_as_under_plain_tor
     assert observed.observer.manifest_notes() == {"failed_ca_captures": 3}
 
 
+@pytest.mark.slow
 def test_a_run_with_failed_captures_counts_them_and_reads_undamaged(tmp_path):
     import subprocess
     import sys

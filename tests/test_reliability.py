@@ -542,6 +542,7 @@ def test_a_chaining_sigterm_handler_keeps_the_job_alive_as_under_python(tmp_path
         assert (ca.status, ca.exit_code) == ("finished", 0)
 
 
+@pytest.mark.slow
 def test_sigterm_ends_a_process_blocked_in_c_at_once_as_under_python(tmp_path):
     """A script blocked in C code that no signal interrupts (sigwait) cannot run a Python handler:
     under cagtool SIGTERM keeps its default action, so the process ends by the signal itself (not by

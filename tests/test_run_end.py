@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 
@@ -37,6 +39,7 @@ print(late, sorted(m for m in ("pandas", "altair") if m in sys.modules), file=sy
     assert (tmp_path / "report.html").is_file()
 
 
+@pytest.mark.slow
 def test_on_started_follows_each_mode_process(tmp_path):
     code = f"""
 import json, os

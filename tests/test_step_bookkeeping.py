@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from cagtool.record.loader import load_run
 from cagtool.record.schema import BackwardEvent, OptimizerStepEvent, StepEvent
@@ -48,6 +49,7 @@ def _untimed(mode) -> list[dict]:
     return [{k: v for k, v in msgspec.structs.asdict(e).items() if k != "t" and not k.endswith("_s")} for e in mode.events]
 
 
+@pytest.mark.slow
 def test_steps_counted_after_the_hooks_are_those_counted_in_them(record_run):
     run = record_run(SCRIPT, modes="eager")
     assert run.returncode == 0, run.stderr
@@ -61,6 +63,7 @@ def test_steps_counted_after_the_hooks_are_those_counted_in_them(record_run):
     assert [s.loss for s in steps] == [[b for b in backwards if b.step == s.step][-1].loss for s in steps]
 
 
+@pytest.mark.slow
 def test_the_synchronous_path_records_the_same_events(record_run):
     deferred = record_run(SCRIPT, modes="eager")
     synchronous = record_run(SCRIPT, modes="eager", extra=("--steps", "1000"))  # each hook counts at once

@@ -77,6 +77,7 @@ def text_of(*args: str, run: Path) -> str:
     return proc.stdout.replace(str(run), "RUN")
 
 
+@pytest.mark.slow
 def test_recompiles_name_the_step_the_script_printed(fresh_run):
     run, stdout = fresh_run
     assert printed_step(stdout) == NEW_NODE_STEP

@@ -33,6 +33,7 @@ def _mode(run, mode: str = "eager"):
     return load_run(run.path).mode(mode)
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_4x3_is_3_steps_of_4_backward_calls(record_run):
     run = record_run("grad_accumulation.py", modes="ca")
     ca = _mode(run, "ca")
@@ -65,6 +66,7 @@ def test_gradient_accumulation_4x3_is_3_steps_of_4_backward_calls(record_run):
     assert not lean.of(BackwardEvent) and mode_metrics(lean).backward_calls == 12
 
 
+@pytest.mark.slow
 def test_steps_flag_counts_optimizer_steps(record_run):
     """`--steps 2` on a 3-step script of 4 backward calls a step stops after 2 optimizer steps (8
     backward calls). The same session recording serves test_run_bad_input.py's --steps bound."""
@@ -74,6 +76,7 @@ def test_steps_flag_counts_optimizer_steps(record_run):
     assert [s.step for s in eager.of(StepEvent)] == [0, 1] and len(eager.of(BackwardEvent)) == 8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["gan-dg", "gan-gd"])
 def test_two_optimizers_give_one_step_per_training_iteration(record_run, variant):
     eager = _mode(record_run(SHAPES, variant, "3", modes="eager"))
@@ -88,6 +91,7 @@ def test_two_optimizers_give_one_step_per_training_iteration(record_run, variant
     assert mode_metrics(eager).backward_calls_after_last_step == 0
 
 
+@pytest.mark.slow
 def test_discriminator_stepped_more_often_gives_one_step_per_generator_step(record_run):
     eager = _mode(record_run(SHAPES, "wgan", "3", modes="eager"))
     assert [s.backward_calls for s in eager.of(StepEvent)] == [4, 4, 4]
@@ -103,6 +107,7 @@ def test_no_optimizer_falls_back_to_backward_calls_and_says_so(record_run):
     assert "3 steps (no optimizer: one per backward call)" in run.stderr
 
 
+@pytest.mark.slow
 def test_autograd_grad_and_backward_in_one_step(record_run):
     eager = _mode(record_run(SHAPES, "grad-and-backward", "2", modes="eager"))
     assert [s.backward_calls for s in eager.of(StepEvent)] == [2, 2]
@@ -111,6 +116,7 @@ def test_autograd_grad_and_backward_in_one_step(record_run):
     ]
 
 
+@pytest.mark.slow
 def test_backward_inside_a_backward_is_not_a_call_of_its_own(record_run):
     """Reentrant checkpointing and a hook's autograd.grad run backward inside the engine's work on
     the outer call: one top-level call a step, as the script wrote it."""
@@ -121,6 +127,7 @@ def test_backward_inside_a_backward_is_not_a_call_of_its_own(record_run):
         assert [s.backward_calls for s in record.of(StepEvent)] == [1, 1, 1], mode
 
 
+@pytest.mark.slow
 def test_threads_calling_backward_are_all_counted(record_run):
     eager = _mode(record_run(SHAPES, "threads", "5", modes="eager"))
     backwards = eager.of(BackwardEvent)
@@ -132,6 +139,7 @@ def test_threads_calling_backward_are_all_counted(record_run):
     assert [s.backward_calls for s in eager.of(StepEvent)] == [1] * 10
 
 
+@pytest.mark.slow
 def test_record_survives_the_script_changing_directory(tmp_path):
     env = {**os.environ, "CI": "true", "PYTHONPATH": str(ROOT)}
     cmd = cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "--torch-trace", "-o", "rec", SHAPES, "chdir", "2")
@@ -144,6 +152,7 @@ def test_record_survives_the_script_changing_directory(tmp_path):
     assert (ca.path / "trace").is_dir()
 
 
+@pytest.mark.slow
 def test_dynamo_reset_mid_run_keeps_counting(record_run):
     ca = _mode(record_run(SHAPES, "reset", "3", modes="ca"), "ca")
     assert [s.step for s in ca.of(StepEvent)] == [0, 1, 2]

@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 LEAVES_ONE = '''
@@ -25,6 +27,7 @@ def test_waits_for_what_it_started():
 '''
 
 
+@pytest.mark.slow
 def test_a_test_that_leaves_a_process_running_fails(tmp_path):
     shutil.copy(ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "test_leak.py").write_text(LEAVES_ONE)

@@ -314,6 +314,7 @@ def test_report_of_unreadable_runs(tmp_path):
     assert "Traceback" not in bad.stderr
 
 
+@pytest.mark.slow
 def test_run_no_report(record_run):
     run = record_run("../tests/scripts/exit_code.py", "0", extra=("--no-report",))
     assert run.returncode == 0, run.stderr
@@ -364,6 +365,7 @@ def test_multi_rank_timeline_and_table(browser, tmp_path):
     assert "rank finding:" in verdict  # rank 1 captured a graph rank 0 did not
 
 
+@pytest.mark.slow
 def test_gated_run_shows_the_gate(browser, record_run, tmp_path):
     run = record_run("op_loop.py", extra=("--gate", "--max-ca-graphs", "1", "--no-config"))
     assert run.returncode == 1, run.stderr  # op_loop captures several graphs: the gate fails

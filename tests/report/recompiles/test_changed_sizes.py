@@ -9,6 +9,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT, cagtool_cmd, cagtool_in_process
 
 from cagtool.torch_text import parse_miss
@@ -53,6 +55,7 @@ def test_earlier_values_are_the_constants_the_previous_graph_held():
     assert earlier_values(previous, current) == {1: 4, 2: 7}
 
 
+@pytest.mark.slow
 def test_a_run_whose_sizes_become_dynamic_in_two_rounds(tmp_path):
     """Round one: the batch (2 -> 3) makes 5 sizes dynamic. Round two: the features (4 -> 6) make
     3 more, torch says "3 changed tensor shapes (total of 8)": cagtool says 3, with 4 -> 6."""

@@ -81,3 +81,35 @@ def test_a_suite_started_in_the_background_still_gives_its_jobs_ctrl_c(tmp_path)
                           capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=300,
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+ORDER_A = '''
+import pytest
+
+def test_a_quick(): pass
+
+@pytest.mark.slow
+def test_a_slow(): pass
+'''
+
+ORDER_B = '''
+import pytest
+
+pytestmark = pytest.mark.slow
+
+def test_b_slow(): pass
+'''
+
+
+def test_the_slow_tests_run_first_in_their_files_order(tmp_path):
+    """A run ends on quick tests (conftest.py's ordering): a slow test, marked on the function or
+    the module, comes before every unmarked one, and each group keeps the files' order."""
+    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_a.py").write_text(ORDER_A)
+    (tmp_path / "test_b.py").write_text(ORDER_B)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", "-p", "no:xdist", str(tmp_path)],
+                          capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=300)
+    ids = [line for line in proc.stdout.splitlines() if "::" in line]
+    assert ids == ["test_a.py::test_a_slow", "test_b.py::test_b_slow", "test_a.py::test_a_quick"], proc.stdout

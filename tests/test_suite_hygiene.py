@@ -12,6 +12,17 @@ import pytest
 
 from conftest import ROOT
 
+
+def _pytest_with_our_conftest(tmp_path, files: dict[str, str], *args: str, **run) -> subprocess.CompletedProcess:
+    """A pytest session of its own, on `files` beside a copy of the suite's conftest.py."""
+    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", *args, str(tmp_path)],
+                          capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=300, **run)
+
 LEAVES_ONE = '''
 import subprocess, sys
 
@@ -29,12 +40,7 @@ def test_waits_for_what_it_started():
 
 @pytest.mark.slow
 def test_a_test_that_leaves_a_process_running_fails(tmp_path):
-    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
-    (tmp_path / "test_leak.py").write_text(LEAVES_ONE)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("PYTEST_XDIST_WORKER", None)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-rA", str(tmp_path)],
-                          capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=300)
+    proc = _pytest_with_our_conftest(tmp_path, {"test_leak.py": LEAVES_ONE}, "-rA")
     out = proc.stdout
     assert "ERROR test_leak.py::test_leaves_a_process_running" in out and "killed 1 process(es) the test left running" in out, out
     assert "PASSED test_leak.py::test_ends_what_it_started" in out, out
@@ -73,13 +79,8 @@ def test_a_suite_started_in_the_background_still_gives_its_jobs_ctrl_c(tmp_path)
     for a job that never stopped. conftest.py gives the suite's processes SIGINT back."""
     import signal
 
-    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
-    (tmp_path / "test_child_sigint.py").write_text(CHILD_SIGINT)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("PYTEST_XDIST_WORKER", None)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", str(tmp_path)],
-                          capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=300,
-                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    proc = _pytest_with_our_conftest(tmp_path, {"test_child_sigint.py": CHILD_SIGINT},
+                                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert proc.returncode == 0, proc.stdout[-3000:]
 
 
@@ -104,12 +105,6 @@ def test_b_slow(): pass
 def test_the_slow_tests_run_first_in_their_files_order(tmp_path):
     """A run ends on quick tests (conftest.py's ordering): a slow test, marked on the function or
     the module, comes before every unmarked one, and each group keeps the files' order."""
-    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
-    (tmp_path / "test_a.py").write_text(ORDER_A)
-    (tmp_path / "test_b.py").write_text(ORDER_B)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("PYTEST_XDIST_WORKER", None)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", "-p", "no:xdist", str(tmp_path)],
-                          capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=300)
+    proc = _pytest_with_our_conftest(tmp_path, {"test_a.py": ORDER_A, "test_b.py": ORDER_B}, "--collect-only")
     ids = [line for line in proc.stdout.splitlines() if "::" in line]
     assert ids == ["test_a.py::test_a_slow", "test_b.py::test_b_slow", "test_a.py::test_a_quick"], proc.stdout

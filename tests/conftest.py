@@ -49,16 +49,45 @@ if hasattr(signal, "SIGQUIT") and signal.getsignal(signal.SIGQUIT) == signal.SIG
 
 
 
-def pytest_configure(config) -> None:
-    """With PYTHONDONTWRITEBYTECODE set (some CI images and shells set it), no process writes .pyc
-    files, so each of the hundreds of processes the suite starts (xdist workers, `cagtool run`
-    parents, mode processes, ranks) would compile cagtool's modules from source again, ~0.06 s of
-    CPU each. The suite's first process compiles them once, before the workers start; reading a
-    .pyc is allowed under the flag, only writing is not."""
-    if sys.flags.dont_write_bytecode and not hasattr(config, "workerinput"):
+# What the suite's processes import: torch with Dynamo, Inductor's compiler, DDP and its launcher,
+# and the libraries of cagtool's own parent process.
+_WARM_IMPORTS = (
+    "import torch, torch._dynamo, torch._inductor.compile_fx, torch.distributed.run, torch.nn.parallel, "
+    "pandas, rich.console, typer, jinja2, cagtool.cli"
+)
+
+
+def _bytecode_for_the_suites_processes() -> None:
+    """The suite starts ~260 torch processes, each importing ~4 s of CPU of torch from its .pyc
+    files. README's test command installs with `pip install --no-compile`: compiling all of
+    torch's ~4,000 modules at install costs ~45 s, most of it for modules no test imports. The
+    suite's first process instead writes the .pyc files of what its processes import, once, before
+    the workers start (~12 s of CPU; the rest is written by the first process that imports it).
+    With PYTHONDONTWRITEBYTECODE set (some CI images and shells set it) no process writes .pyc
+    files, and each would compile what it imports from source (12 s instead of 4 s per torch
+    process): then everything installed is compiled here, in parallel, as pip would have. Reading
+    a .pyc is allowed under the flag, only writing is not. A venv that pip compiled is left as it
+    is, and so are cagtool's own modules when the flag is not set."""
+    import importlib.util
+    import sysconfig
+
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+    torch_init = importlib.util.find_spec("torch").origin  # found, not imported
+    if not os.path.exists(importlib.util.cache_from_source(torch_init)):
+        if sys.flags.dont_write_bytecode:
+            cmd = [sys.executable, "-m", "compileall", "-q", "-j", "0", sysconfig.get_paths()["purelib"]]
+        else:
+            cmd = [sys.executable, "-c", _WARM_IMPORTS]
+        subprocess.run(cmd, env=env, cwd=str(ROOT), stdout=subprocess.DEVNULL, check=False)
+    if sys.flags.dont_write_bytecode:
         import compileall
 
         compileall.compile_dir(str(ROOT / "cagtool"), quiet=1)
+
+
+def pytest_configure(config) -> None:
+    if not hasattr(config, "workerinput"):  # the suite's first process, before xdist's workers
+        _bytecode_for_the_suites_processes()
 
 
 def pytest_collection_modifyitems(config, items) -> None:

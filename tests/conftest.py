@@ -72,8 +72,8 @@ def _bytecode_for_the_suites_processes() -> None:
     import sysconfig
 
     env = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
-    torch_init = importlib.util.find_spec("torch").origin  # found, not imported
-    if not os.path.exists(importlib.util.cache_from_source(torch_init)):
+    spec = importlib.util.find_spec("torch")  # found, not imported
+    if spec is not None and spec.origin and not os.path.exists(importlib.util.cache_from_source(spec.origin)):
         if sys.flags.dont_write_bytecode:
             cmd = [sys.executable, "-m", "compileall", "-q", "-j", "0", sysconfig.get_paths()["purelib"]]
         else:

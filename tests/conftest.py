@@ -60,9 +60,9 @@ _WARM_IMPORTS = (
 def _bytecode_for_the_suites_processes() -> None:
     """The suite starts ~260 torch processes, each importing ~4 s of CPU of torch from its .pyc
     files. README's test command installs with `pip install --no-compile`: compiling all of
-    torch's ~4,000 modules at install costs ~45 s, most of it for modules no test imports. The
-    suite's first process instead writes the .pyc files of what its processes import, once, before
-    the workers start (~12 s of CPU; the rest is written by the first process that imports it).
+    torch's ~4,000 modules at install costs ~35 s more, most of it for modules no test imports.
+    The suite's first process instead writes the .pyc files of what its processes import, once,
+    before the workers start (~14 s; the rest is written by the first process that imports it).
     With PYTHONDONTWRITEBYTECODE set (some CI images and shells set it) no process writes .pyc
     files, and each would compile what it imports from source (12 s instead of 4 s per torch
     process): then everything installed is compiled here, in parallel, as pip would have. Reading
@@ -71,14 +71,13 @@ def _bytecode_for_the_suites_processes() -> None:
     import importlib.util
     import sysconfig
 
-    env = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
     spec = importlib.util.find_spec("torch")  # found, not imported
     if spec is not None and spec.origin and not os.path.exists(importlib.util.cache_from_source(spec.origin)):
-        if sys.flags.dont_write_bytecode:
+        if sys.flags.dont_write_bytecode:  # compileall writes under the flag; an import would not
             cmd = [sys.executable, "-m", "compileall", "-q", "-j", "0", sysconfig.get_paths()["purelib"]]
         else:
             cmd = [sys.executable, "-c", _WARM_IMPORTS]
-        subprocess.run(cmd, env=env, cwd=str(ROOT), stdout=subprocess.DEVNULL, check=False)
+        subprocess.run(cmd, cwd=str(ROOT), stdout=subprocess.DEVNULL, check=False)
     if sys.flags.dont_write_bytecode:
         import compileall
 

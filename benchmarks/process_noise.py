@@ -5,9 +5,9 @@ process's steady steps measured: the evidence behind the timing verdicts (docs/c
     python benchmarks/process_noise.py --runs 20 --slow-ms 0,10 --neighbours 1 --json results/process_noise/busy.json
     python benchmarks/process_noise.py --report results/process_noise/quiet.json results/process_noise/busy.json
 
-Each run is `cagtool run --modes ca --backend eager --no-report sample_scripts/mlp_steps.py
---slow-ms X` (a fixed-shape MLP, AdamW, ~4 ms a step on the 2-core VM; X ms of waiting added to
-each step stands for a slowed pull request), the variants interleaved in a shuffled order so that
+Each run is `cagtool run --modes aot --no-report sample_scripts/mlp_steps.py --slow-ms X` (a
+fixed-shape MLP under torch.compile, AdamW, ~4 ms a step on the idle 2-core VM; X ms of waiting
+added to each step stands for a slowed pull request), the variants interleaved in a shuffled order so that
 a drift of the machine falls on all of them. `--neighbours N` starts N processes that spin on a
 core each for the whole benchmark (a busy CI runner). Per process it keeps the median steady
 step in wall time and in CPU time, and whether its steps were CPU-bound.
@@ -39,7 +39,7 @@ JOB = ROOT / "sample_scripts" / "mlp_steps.py"
 def one_run(out: Path, slow_ms: float, steps: int) -> dict:
     started = time.time()
     proc = subprocess.run(
-        [sys.executable, "-m", "cagtool", "run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(out),
+        [sys.executable, "-m", "cagtool", "run", "--modes", "aot", "--no-report", "-o", str(out),
          str(JOB), "--steps", str(steps), "--slow-ms", str(slow_ms)],
         capture_output=True, text=True, cwd=ROOT,
     )
@@ -48,7 +48,7 @@ def one_run(out: Path, slow_ms: float, steps: int) -> dict:
     from cagtool.record.loader import load_run
     from cagtool.report.compare.analysis import mode_columns
 
-    column = mode_columns(load_run(out))["ca"]
+    column = mode_columns(load_run(out))["aot"]
     timing = column.timing
     assert timing is not None
     return {

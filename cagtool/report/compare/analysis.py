@@ -460,6 +460,8 @@ class Speedup:
                 words += f"; the ratio is too close to +/-{EFFECT:.0%} to resolve"
             else:
                 words += f"; run --repeat {needed} to resolve it"
+            if self.measured and self.interval.spread > EFFECT:
+                words += f"; this machine's run-to-run noise is wider than the {EFFECT:.0%} effect: a quieter machine resolves it sooner"
         elif not self.measured and self.verdict in ("faster", "slower", NO_CHANGE):
             words += "; the change is beyond even that"
         return words

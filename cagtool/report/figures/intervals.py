@@ -410,9 +410,9 @@ def method_words(interval: RatioInterval) -> str:
     what = MEASURE_WORDS.get(interval.measure, interval.measure)
     a, b = interval.units
     if interval.method == "sign":
-        return f"{what}, {a} paired blocks of processes (sign-test interval)"
+        return f"{what}, {a} paired blocks of processes (sign-test interval; run-to-run noise {spread_text(interval.spread)} A/A)"
     if interval.method == "rank":
-        return f"{what}, {a} vs {b} processes (rank interval)"
+        return f"{what}, {a} vs {b} processes (rank interval; run-to-run noise {spread_text(interval.spread)} A/A)"
     if interval.method == "t":
         return f"{what}, {a} vs {b} processes, run-to-run noise measured ({spread_text(interval.spread)} A/A)"
     if interval.seen:

@@ -66,12 +66,16 @@ def _speed_phrase(s: Speedup) -> tuple[str, str]:
 
 
 def _cost_phrase(comparison: Comparison) -> str:
-    """What compiled autograd most often changes, and what replicates between processes: each
-    mode's compile time, time to the first step and peak memory."""
+    """What replicates between processes, and what compiled autograd most often changes: ca's
+    graphs and graph breaks, each mode's compile time, time to the first step and peak memory."""
     columns = [c for name, c in comparison.modes.items() if name in ("aot", "ca") and c.metrics is not None]
     if not columns:
         columns = [c for c in comparison.modes.values() if c.metrics is not None][-1:]
     bits = []
+    ca = comparison.modes.get("ca")
+    if ca is not None and ca.metrics is not None:
+        m = ca.metrics
+        bits.append(f"ca: {m.ca_graphs} CA graph{'s' if m.ca_graphs != 1 else ''}, {m.graph_breaks} graph break{'s' if m.graph_breaks != 1 else ''}")
     compile_ = [f"{c.name} {c.compile_time_s:.1f} s" for c in columns if c.compile_time_s]
     if compile_:
         bits.append("compile " + ", ".join(compile_))

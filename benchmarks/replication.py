@@ -1,8 +1,8 @@
 """Do two runs of the same job agree? The same 2-mode `cagtool run` repeated N times, each run's
 ca/aot verdict and interval read the way `cagtool compare` reads them.
 
-    python benchmarks/replication.py --runs 10 --repeat 5 --json results/replication/repeat5.json
-    python benchmarks/replication.py --runs 10 --repeat 1 --json results/replication/repeat1.json
+    python benchmarks/replication.py --runs 10 --repeat 5 --threads 1 --json results/replication/repeat5.json
+    python benchmarks/replication.py --runs 10 --repeat 1 --threads 1 --json results/replication/repeat1.json
     python benchmarks/replication.py --report results/replication/repeat5.json results/replication/repeat1.json
 
 Each run is `cagtool run --modes aot,ca --backend eager --repeat K --no-report
@@ -27,12 +27,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def one_run(out: Path, repeat: int, steps: int) -> dict:
+def one_run(out: Path, repeat: int, steps: int, threads: int | None) -> dict:
     started = time.time()
+    env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
     proc = subprocess.run(
         [sys.executable, "-m", "cagtool", "run", "--modes", "aot,ca", "--backend", "eager", "--repeat", str(repeat), "--no-report",
          "-o", str(out), str(ROOT / "sample_scripts" / "mlp_steps.py"), "--steps", str(steps)],
-        capture_output=True, text=True, cwd=ROOT,
+        capture_output=True, text=True, cwd=ROOT, env=env,
     )
     if proc.returncode != 0:
         raise SystemExit(f"run failed ({proc.returncode}): {proc.stderr[-2000:]}")
@@ -51,12 +52,12 @@ def collect(args: argparse.Namespace) -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.runs):
-            row = one_run(Path(tmp) / f"run{i}", args.repeat, args.steps)
+            row = one_run(Path(tmp) / f"run{i}", args.repeat, args.steps, args.threads)
             rows.append(row)
             print(json.dumps(row), flush=True)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"repeat": args.repeat, "steps": args.steps, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        Path(args.json).write_text(json.dumps({"repeat": args.repeat, "steps": args.steps, "threads": args.threads, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                                "runs": rows}, indent=1))
 
 
@@ -89,6 +90,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS for the job (default: torch's own)")
     parser.add_argument("--json")
     parser.add_argument("--report", nargs="+")
     args = parser.parse_args()

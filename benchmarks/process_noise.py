@@ -97,18 +97,16 @@ def _sample(rows: list[dict]):
 
 
 def outcomes(baselines: list[list[dict]], runs: list[dict], threshold: float) -> dict[str, int]:
-    from cagtool.report.figures.intervals import ratio_interval
-    from cagtool.report.gate.checks import regression_verdict
+    from cagtool.report.gate.checks import step_time_verdict
 
     counts = {"fail": 0, "pass": 0, "inconclusive": 0, "improved": 0}
     for base in baselines:
         for run in runs:
             if any(run is b for b in base):
                 continue
-            r = ratio_interval(_sample([run]), _sample(base), "median")
-            assert r is not None
-            verdict = regression_verdict(r.ratio, r.low, r.high, 100, 1.0 + threshold, 1.0 - threshold)
-            counts[verdict.outcome.value] += 1
+            judged = step_time_verdict(_sample([run]), _sample(base), "median", 100, 1.0 + threshold, 1.0 - threshold)
+            assert judged is not None
+            counts[judged[0].outcome.value] += 1
     return counts
 
 

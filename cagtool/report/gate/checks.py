@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from cagtool.errors import UsageError
 from cagtool.report.compare.analysis import ABOVE, BELOW, HEAVY_WAIT, INCONCLUSIVE, MIN_STEADY_STEPS, TOO_FEW_STEPS, speedup_verdict
 from cagtool.report.gate.baseline import ModeSnapshot, StepTimeSnapshot
-from cagtool.report.figures.intervals import RatioInterval, change_text, compile_sample, method_words, ratio_interval
+from cagtool.report.figures.intervals import RatioInterval, TimingSample, change_text, compile_sample, method_words, ratio_interval
 from cagtool.report.figures.metrics import load_range
 
 RECOMPILE_KINDS: dict[str, str] = {
@@ -520,6 +520,29 @@ def regression_verdict(
     return RegressionVerdict(Outcome.PASS, up)
 
 
+def step_time_verdict(cur: TimingSample, base: TimingSample, field_name: str, samples: int, allowed: float, improved: float
+                      ) -> tuple[RegressionVerdict, RatioInterval, RatioInterval | None] | None:
+    """The regression rule on step times (now / baseline): the verdict on the measure the sides
+    are compared on (CPU time where both spent their steps on the CPU, else wall time). A PASS on
+    CPU time also needs the wall time's interval within the threshold: CPU time cannot see a step's
+    time off the CPU (a wait added to it), so a pass the wall time cannot confirm is INCONCLUSIVE.
+    Returns (verdict, the interval it rests on, the wall interval when it was consulted too); None
+    without a figure on both sides."""
+    r = ratio_interval(cur, base, field_name)
+    if r is None:
+        return None
+    verdict = regression_verdict(r.ratio, r.low, r.high, samples, allowed, improved)
+    if r.measure != "cpu" or verdict.outcome not in (Outcome.PASS, Outcome.IMPROVED):
+        return verdict, r, None
+    wall = ratio_interval(cur, base, field_name, measure="wall")
+    if wall is None:
+        return verdict, r, None
+    on_wall = regression_verdict(wall.ratio, wall.low, wall.high, samples, allowed, improved)
+    if on_wall.outcome in (Outcome.PASS, Outcome.IMPROVED):
+        return verdict, r, wall
+    return RegressionVerdict(Outcome.INCONCLUSIVE, INCONCLUSIVE), r, wall
+
+
 def _regression_message(head: str, detail: str, verdict: RegressionVerdict, threshold: TimeThreshold, spread: str) -> str:
     if verdict.outcome is Outcome.FAIL:
         return f"{head}: {detail} > +{threshold.amount}{spread}"
@@ -610,16 +633,16 @@ class StepTimeRegressionCheck(_TimeCheck):
             )
         if cur.sample is None:
             return unmeasurable(self.name, self.mode, "this run has no step times to build an interval from", limit, self.source)
-        r = ratio_interval(cur.sample, base.sample, t.field)
-        if r is None:
+        samples = min(cur.count, base.count)
+        allowed, improved = _bounds(t, base.sample.values[t.field])
+        judged = step_time_verdict(cur.sample, base.sample, t.field, samples, allowed, improved)
+        if judged is None:
             return unmeasurable(self.name, self.mode, f"no {t.field} step time to compare", limit, self.source)
+        verdict, r, wall = judged
         now, before = cur.sample.figures(r.measure, t.field), base.sample.figures(r.measure, t.field)
         now_s, before_s = sorted(now)[len(now) // 2], sorted(before)[len(before) // 2]
         what = "CPU time per step" if r.measure == "cpu" else "step time"
         detail = f"{what} {t.field} {_fmt_s(now_s)} vs baseline {_fmt_s(before_s)}: {change_text(r.ratio)}"
-        samples = min(cur.count, base.count)
-        allowed, improved = _bounds(t, base.sample.values[t.field])
-        verdict = regression_verdict(r.ratio, r.low, r.high, samples, allowed, improved)
         if verdict.outcome is Outcome.ERROR:
             return unmeasurable(
                 self.name, self.mode, f"{detail} from only {samples} steady steps (this run {cur.count}, baseline {base.count}): "
@@ -627,6 +650,9 @@ class StepTimeRegressionCheck(_TimeCheck):
             )
         message = _regression_message(f"{self.name} ({self.mode})", detail, verdict, t, _range_text(r))
         notes = [evidence_note(r, verdict.outcome, math.log(r.ratio / allowed))]
+        if wall is not None and verdict.outcome is Outcome.INCONCLUSIVE:
+            notes.append(f"CPU time per step shows no regression beyond +{t.amount}, but wall time, which also sees a step's time off "
+                         f"the CPU, cannot confirm it: wall time {change_text(wall.ratio)}{_range_text(wall)}, {method_words(wall)}")
         if verdict.outcome is Outcome.INCONCLUSIVE:
             noisy = _machine_too_noisy(r, allowed)
             if noisy:

@@ -149,14 +149,14 @@ def test_columns_carry_counts_per_mode():
 
 
 def test_speedups_clear_difference_is_not_noise():
-    comparison = compare_modes(three_modes(eager_ms=10, aot_ms=8, ca_ms=5))
+    comparison = compare_modes(three_modes(eager_ms=10, aot_ms=8, ca_ms=5, repeat=5))
     by_label = {s.label: s for s in comparison.speedups}
     assert set(by_label) == {"aot/eager", "ca/eager", "ca/aot"}
     ca_eager = by_label["ca/eager"]
-    assert ca_eager.ratio == pytest.approx(2.0, rel=1e-6)
+    assert ca_eager.ratio == pytest.approx(2.0, rel=0.02)
     assert ca_eager.low < ca_eager.ratio < ca_eager.high
     assert ca_eager.within_noise is False and ca_eager.verdict == "faster"
-    assert by_label["ca/aot"].ratio == pytest.approx(1.6, rel=1e-6)
+    assert by_label["ca/aot"].ratio == pytest.approx(1.6, rel=0.02)
 
 
 def test_one_process_per_mode_is_a_figure_unless_beyond_the_assumed_noise():
@@ -423,8 +423,8 @@ def test_repetitions_that_differ_point_at_an_unseeded_script():
 GOLDEN_TABLE = """\
 mode ca: failed, exit code 1: RuntimeError: boom; no recompiles; ca: 1 CA graph, 0 graph breaks;
 compile aot 1.5 s, ca 1.6 s; first step aot 1.0 s, ca 1.0 s; peak memory aot 120.0 MB, ca 100.0 MB;
-compiled autograd: 1.60x the speed of torch.compile alone, inconclusive (90% CI 0.89x-2.86x, one
-process per mode: run-to-run noise assumed, not measured; run --repeat 5 to resolve it); numerics
+compiled autograd: 1.60x the speed of torch.compile alone, inconclusive (90% CI 0.60x-4.25x, one
+process per mode: run-to-run noise assumed, not measured; run --repeat 8 to resolve it); numerics
 agree.
 Modes side by side: train.py
 ┏━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━┓
@@ -451,16 +451,16 @@ Speedups (steady-state step time)
 ┏━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓
 ┃           ┃ speedup ┃       90% CI ┃ verdict      ┃ note                                         ┃
 ┡━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩
-│ aot/eager │   1.25x │ 0.70 - 2.24x │ inconclusive │ wall time per step, 1 vs 1 process:          │
-│           │         │              │              │ run-to-run noise not measured, assumed       │
-│           │         │              │              │ +/-79% A/A; run --repeat 13 to resolve it    │
-│ ca/eager  │   2.00x │ 1.12 - 3.58x │ faster       │ wall time per step, 1 vs 1 process:          │
-│           │         │              │              │ run-to-run noise not measured, assumed       │
-│           │         │              │              │ +/-79% A/A; the change is beyond even that;  │
+│ aot/eager │   1.25x │ 0.47 - 3.32x │ inconclusive │ wall time per step, 1 vs 1 process:          │
+│           │         │              │              │ run-to-run noise not measured, assumed over  │
+│           │         │              │              │ +/-100% A/A; run --repeat 35 to resolve it   │
+│ ca/eager  │   2.00x │ 0.75 - 5.31x │ inconclusive │ wall time per step, 1 vs 1 process:          │
+│           │         │              │              │ run-to-run noise not measured, assumed over  │
+│           │         │              │              │ +/-100% A/A; run --repeat 5 to resolve it;   │
 │           │         │              │              │ from a mode that did not finish cleanly      │
-│ ca/aot    │   1.60x │ 0.89 - 2.86x │ inconclusive │ wall time per step, 1 vs 1 process:          │
-│           │         │              │              │ run-to-run noise not measured, assumed       │
-│           │         │              │              │ +/-79% A/A; run --repeat 5 to resolve it;    │
+│ ca/aot    │   1.60x │ 0.60 - 4.25x │ inconclusive │ wall time per step, 1 vs 1 process:          │
+│           │         │              │              │ run-to-run noise not measured, assumed over  │
+│           │         │              │              │ +/-100% A/A; run --repeat 8 to resolve it;   │
 │           │         │              │              │ from a mode that did not finish cleanly      │
 └───────────┴─────────┴──────────────┴──────────────┴──────────────────────────────────────────────┘
 speedup = baseline median step time / mode median step time (> 1: faster; CPU time per step where

@@ -69,15 +69,30 @@ def _regression(data: dict) -> dict:
     return next(c for c in data["checks"] if c["check"] == "max-regression")
 
 
-@pytest.mark.parametrize("job", ["slow50", "slow10"])
-def test_a_slowed_job_fails_with_one_run_a_side(runs, baseline, tmp_path, job):
-    code, data, junit = _gate(runs[job], baseline, tmp_path)
+def test_a_job_13x_slower_fails_with_one_run_a_side(runs, baseline, tmp_path):
+    code, data, junit = _gate(runs["slow50"], baseline, tmp_path)
     check = _regression(data)
     assert code == 1 and check["outcome"] == "fail", check["message"]
     assert check["data"]["measure"] == "wall"  # the wait is off the CPU: only wall time sees it
     assert check["data"]["noise_measured"] is False
     assert any("run-to-run noise not measured, assumed" in n for n in check["notes"])
     assert junit.find(".//failure[@type='regression']") is not None
+
+
+def test_a_job_3x_slower_never_passes_with_one_run_a_side(runs, baseline, tmp_path):
+    """+10 ms on a ~4 ms step: 3.5x on an idle machine, which fails. A busy CI runner that slowed
+    the baseline's own steps 1.5x leaves ~2.7x, inside the assumed run-to-run noise of one process a
+    side: then the outcome is INCONCLUSIVE, saying the machine is too noisy, and never a PASS
+    (benchmarks/README.md has how often each happens, quiet and busy)."""
+    code, data, junit = _gate(runs["slow10"], baseline, tmp_path)
+    check = _regression(data)
+    ratio = check["data"]["ratio"]
+    if ratio >= 3.0:
+        assert code == 1 and check["outcome"] == "fail", check["message"]
+        assert junit.find(".//failure[@type='regression']") is not None
+    else:
+        assert check["outcome"] in ("fail", "inconclusive") and code in (1, 5), check["message"]
+    assert ratio > 1.5 and check["outcome"] != "pass"
 
 
 def test_an_unchanged_rerun_is_inconclusive_not_a_pass(runs, baseline, tmp_path):

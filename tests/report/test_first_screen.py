@@ -147,9 +147,9 @@ def test_a_noise_past_100_percent_reads_so_not_a_huge_percentage(graph_breaks):
     assert s.interval is not None
     noisy = replace(s, low=0.1, high=10.0, interval=replace(s.interval, low=0.1, high=10.0, noise=s.interval.noise * 50 + 2.0, seen=True))
     words = noisy.evidence()
-    assert "over +/-100%" in words and not re.search(r"\d{3,}%", words), words
+    assert "over +/-100%" in words and not re.search(r"\d{3,}%", words.replace("100%", "")), words
     headline = run_headline(replace(comparison, speedups=(noisy,))).text
-    assert not re.search(r"\d{3,}%", headline), headline
+    assert not re.search(r"\d{3,}%", headline.replace("100%", "")), headline
 
 
 def test_a_dynamo_recompile_marker_gives_the_failing_guard_without_the_cache_entry_id(ragged):

@@ -52,4 +52,5 @@ def machine_free_copy(run: Path, dest: Path, modes: tuple[str, ...] = ("ca",)) -
                 event.pop("thread_cpu_s", None)
         events_file.write_text("".join(json.dumps(e) + "\n" for e in events))
         (dest / mode / "columns.json").unlink(missing_ok=True)  # it holds the times replaced here
+        (dest / mode / "cpu_wait.json").unlink(missing_ok=True)  # the machine's load while the real steps ran
     return dest

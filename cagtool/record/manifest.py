@@ -76,6 +76,7 @@ class RunOptions(TypedDict, total=False):
     processes: list[str]
     world_size: int | None
     skipped_files: list[str]
+    job_seal: dict[str, Any]  # record/seal.py: the job's files and an HMAC over what a re-run repeats
 
 
 # The two documents are msgspec Structs, as the events are: msgspec checks a document's types as it

@@ -24,9 +24,10 @@ from cagtool.capture.processes.cpu_wait import CpuWaitSampler
 from cagtool.capture.processes.lifeline import STOP_SIGNALS, ChildSupervisor, adopt_orphans, end_orphans, exit_code_for
 from cagtool.capture.run.status import restore_terminal
 from cagtool.capture.run.stdin_feed import ModeStdin, StdinFeed
-from cagtool.capture.run.target import Target
+from cagtool.capture.run.target import Target, module_file
 from cagtool.capture.writer import write_json_atomic, write_run_meta
 from cagtool.record.manifest import RunMeta
+from cagtool.record.seal import SEAL_OPTION, seal_job
 from cagtool.record.liveness import signal_stop_exception, this_process
 from cagtool.record.schema import MANIFEST_FILE, MODES, STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED, STATUS_KILLED, STATUS_RUNNING
 
@@ -140,6 +141,9 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
         },
     )
     meta.process = this_process()
+    seal = seal_job(meta.target, meta.target_argv, meta.cwd, dict(meta.options), module_file(options.target))
+    if seal is not None:
+        meta.options[SEAL_OPTION] = seal  # type: ignore[literal-required]
     write_run_meta(run_dir, meta)
     outcome = RunOutcome(path=run_dir)
     cache_root = _cache_root(options, run_dir)

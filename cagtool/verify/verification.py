@@ -28,6 +28,7 @@ recompiles went up; else **no effect**.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -47,6 +48,8 @@ from cagtool.capture.run.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV
 from cagtool.verify.fixes import Fix
 
 VERIFY_DIR = "verify"
+ROOM_FILE = ".room"
+ROOM_BYTES = 1 << 20
 
 
 class BaselineFailed(CagtoolError):
@@ -296,6 +299,15 @@ def verify(
         _write_result(run_dir, result)
         return result
     root = _claim_verify_dir(run_dir, time.strftime("%Y%m%d-%H%M%S"))
+    try:
+        # A re-run on a full disk would lose even its own error line (its stderr goes to a file
+        # there): room for the first records is asked for before anything runs.
+        write_atomic(root / ROOM_FILE, bytes(ROOM_BYTES), root=run_dir)
+        os.unlink(root / ROOM_FILE)
+    except CagtoolError:
+        with contextlib.suppress(OSError):
+            os.rmdir(root)
+        raise
 
     copies: dict[str, Path] = {}
 

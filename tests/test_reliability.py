@@ -673,6 +673,42 @@ def test_wrong_field_types_in_well_formed_lines(tmp_path):
     assert code == 3 and "manifest.json is malformed" in err and "internal error" not in err
 
 
+def test_json_nested_too_deep_is_a_damaged_line_or_file_never_an_internal_error(tmp_path):
+    """200,000 `[` (json's and msgspec's decoders raise RecursionError): in events.jsonl the line
+    is skipped and counted like any unreadable line; as run.json, exit 3 naming the file."""
+    run = write_run(tmp_path / "r", {"ca": _manifest("ca")}, events={"ca": _steps(3)})
+    with open(run / "ca" / "events.jsonl", "a") as handle:
+        handle.write('{"kind": "step", "x": ' + "[" * 200_000 + "\n")
+    code, out, err = cagtool("summary", str(run), "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["modes"]["ca"]["skipped_lines"] == 1
+    (run / "run.json").write_text('{"run_id": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    code, _, err = cagtool("summary", str(run))
+    assert code == 3 and "run.json is not valid JSON (nested too deeply" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("compile_time_s", float("inf"), "compile_time_s is inf, not a finite number"),
+    ("ca_recompiles", -1, "ca_recompiles is -1, below zero"),
+    ("steps", float("nan"), "steps is nan, not a whole number"),
+])
+def test_a_baseline_with_infinity_or_a_negative_limit_is_refused(record_run, tmp_path, field, value, said):
+    """A forged baseline (json reads Infinity and NaN; a count below zero would be a limit no run
+    meets): `gate` and `baseline show` exit 3 naming the file and the field, never exit 4."""
+    recorded = record_run("op_loop.py", modes="ca", backend="eager")
+    baseline = tmp_path / "baseline.json"
+    code, _, err = cagtool("baseline", "save", str(recorded.path), "-o", str(baseline))
+    assert code == 0, err
+    data = json.loads(baseline.read_text())
+    data["modes"]["ca"][field] = value
+    baseline.write_text(json.dumps(data))
+    for args in (("gate", str(recorded.path), "--baseline", str(baseline), "--max-regression", "10%", "--no-config"),
+                 ("baseline", "show", str(baseline))):
+        code, _, err = cagtool(*args)
+        assert code == 3, (args, err)
+        assert err.count("\n") == 1 and str(baseline) in err and said in err
+
+
 def test_runs_lists_unreadable_run_among_others(tmp_path):
     """A non-UTF-8 run.json among several runs is listed as unreadable; the others are listed."""
     root = tmp_path / "runs"

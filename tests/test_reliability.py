@@ -354,6 +354,23 @@ def test_stdin_is_given_to_every_mode_and_caches_are_removed(tmp_path):
 
 
 @pytest.mark.slow
+def test_an_inductor_run_leaves_nothing_in_the_temporary_directory(tmp_path):
+    """The Inductor backend (the default) on a real training step: torch's precompiled C++ headers
+    (~150 MB in <tmp>/torchinductor_<user>/precompiled_headers, outside the per-mode cache) are not
+    built, and the per-mode caches are removed: the temporary directory is as it was."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    proc = subprocess.run(
+        cagtool_cmd("run", "--modes", "ca", "--no-report", "-o", str(tmp_path / "r"), str(ROOT / "sample_scripts" / "linear_train_step.py")),
+        capture_output=True, text=True, cwd=ROOT, env={**ENV, "TMPDIR": str(tmpdir)}, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ca = load_run(tmp_path / "r").mode("ca")
+    assert ca.manifest.backend == "inductor" and mode_metrics(ca).ca_graphs >= 1
+    assert sorted(str(p.relative_to(tmpdir)) for p in tmpdir.rglob("*")) == []
+
+
+@pytest.mark.slow
 def test_stdin_file_rewound_per_mode(tmp_path):
     """`< data.txt` with two modes: each reads the file from where cagtool found it."""
     data = tmp_path / "data.txt"

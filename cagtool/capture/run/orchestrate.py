@@ -33,6 +33,7 @@ from cagtool.record.schema import MANIFEST_FILE, MODES, STATUS_FAILED, STATUS_FI
 
 
 KEPT_CACHE_DIR = "inductor-cache"
+PRECOMPILED_HEADERS_ENV = "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"  # torch/_inductor/config.py
 
 
 @dataclass(frozen=True)
@@ -307,6 +308,12 @@ def _start_mode_process(options: RunOptions, run_dir: Path, name: str, cache_roo
     if cache_root is not None:
         # A fresh Inductor cache per mode, so compile times compare like with like.
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root / name)
+        # Inductor's precompiled C++ headers do not follow TORCHINDUCTOR_CACHE_DIR: torch keeps them
+        # in <tmp>/torchinductor_<user>/precompiled_headers on purpose, past the fresh cache, and an
+        # Inductor run left ~150 MB there (the first mode paying to build them, the next ones not).
+        # With a fresh cache none are built (torch's own switch; a value the user set is kept), and
+        # nothing of the run is left in the temporary directory.
+        env.setdefault(PRECOMPILED_HEADERS_ENV, "0")
         if not options.keep_cache:
             spec.temp_cache_dir = env["TORCHINDUCTOR_CACHE_DIR"]  # removed by the mode process if cagtool dies first
     ack_r, ack_w = os.pipe()

@@ -726,6 +726,27 @@ def test_a_baseline_with_infinity_or_a_negative_limit_is_refused(record_run, tmp
         assert err.count("\n") == 1 and str(baseline) in err and said in err
 
 
+def test_report_commands_never_write_through_a_link_planted_in_the_run(tmp_path):
+    """gate.json and report.html planted as links to a victim file: `gate` keeps its own verdict
+    and says in one line that its result was not saved; `report` refuses (exit 3) to read the gate
+    result through the link, and to write the report through the other; the victim is unchanged."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    run = write_run(tmp_path / "r", {"ca": _manifest("ca")}, events={"ca": _steps(3)})
+    (run / "gate.json").symlink_to(victim)
+    (run / "report.html").symlink_to(victim)
+    code, _, err = cagtool("gate", str(run), "--max-recompiles", "ca:5", "--no-config")
+    assert code == 0, err
+    assert "gate result not saved in the run" in err and "gate.json is a symbolic link" in err
+    code, _, err = cagtool("report", str(run))  # nor is a gate result read through one
+    assert code == 3 and "gate result: 'gate.json' points outside the record" in err and err.count("\n") == 1, err
+    (run / "gate.json").unlink()
+    code, _, err = cagtool("report", str(run))
+    assert code == 3 and "report.html is a symbolic link" in err and err.count("\n") == 1, err
+    assert victim.read_text() == "precious\n"
+    assert (run / "report.html").is_symlink()
+
+
 def test_runs_lists_unreadable_run_among_others(tmp_path):
     """A non-UTF-8 run.json among several runs is listed as unreadable; the others are listed."""
     root = tmp_path / "runs"

@@ -167,6 +167,13 @@ def test_merge_keeps_a_link_that_stays_inside_the_node_as_a_link(two_nodes, tmp_
     assert proc.returncode == 0, proc.stderr
     copied = tmp_path / "m" / "ca" / "procs" / "node1" / "manifest-alias.json"
     assert copied.is_symlink() and os.readlink(copied) == "manifest.json"
+    # An absolute link, even into the node, would lead back to the input once copied; a link to a
+    # directory would have the merge write through it: both refused.
+    for name, target in (("abs-alias.json", inner / "ca" / "manifest.json"), ("procs-alias", "procs")):
+        other = _node_copy(node1, tmp_path / f"inner-{name}")
+        (other / "ca" / name).symlink_to(target if isinstance(target, str) else other / "ca" / "manifest.json")
+        proc = _cagtool("merge", node0, other, "-o", tmp_path / f"m-{name}", cwd=tmp_path)
+        assert proc.returncode == 3 and "is an absolute symbolic link or one to a directory" in proc.stderr, proc.stderr
 
 
 def test_merge_onto_a_full_disk_is_one_line_naming_the_output_and_leaves_nothing(two_nodes, tmp_path):

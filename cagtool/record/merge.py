@@ -16,9 +16,10 @@ each node's run, host and status. Nothing of the inputs is changed.
 
 A node's run may come from shared storage or another host, and nothing read from it may come from
 outside it: before anything is read, every symbolic link in each node run is resolved, and one that
-leads out of that run, loops or leads nowhere is refused (UnreadableInput, exit 3), as is a file
-that is not a regular file (a FIFO would block the copy, a device would be read). Links that stay
-inside are copied as links, never followed. A failed merge leaves no staging directory behind.
+leads out of that run, loops, leads nowhere, is absolute or names a directory is refused
+(UnreadableInput, exit 3), as is a file that is not a regular file (a FIFO would block the copy, a
+device would be read). A relative link to a file inside is copied as a link, never followed. A
+failed merge leaves no staging directory behind.
 """
 
 from __future__ import annotations
@@ -199,6 +200,10 @@ def check_node_links(root: Path) -> None:
                     raise refuse(path, f"is a symbolic link ({os.readlink(path)}) that loops or leads nowhere") from None
                 if target != base and base not in target.parents:
                     raise refuse(path, f"is a symbolic link to {target}, outside the node run {root}")
+                # Copied as a link, an absolute one would lead back into the input, and the merge
+                # writes into the directories it copies: only a relative link to a file is kept.
+                if os.path.isabs(os.readlink(path)) or target.is_dir():
+                    raise refuse(path, "is an absolute symbolic link or one to a directory")
             elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
                 raise refuse(path, "is not a regular file")
 

@@ -244,6 +244,14 @@ def _claim_verify_dir(run_dir: Path, stamp: str) -> Path:
             suffix += 1
 
 
+def _shown(arg: str) -> str:
+    """A path under the caller's working directory, as relative to it (what the user typed)."""
+    if not os.path.isabs(arg):
+        return arg
+    relative = os.path.relpath(arg)
+    return arg if relative.startswith("..") else relative
+
+
 def _why_it_failed(record: RunRecord, mode: str, stderr: Path) -> str:
     """The first failed repetition's exception (or exit code), and the job's last line of stderr."""
     for name, rep in record.modes.items():
@@ -323,7 +331,7 @@ def verify(
             copies[name] = copy
             env.update({PATCH_TARGET_ENV: str(script.resolve()), PATCHED_SOURCE_ENV: str(copy)})
             said = f"  (runs the patched copy {copy} in place of {fix.patch.file}; your file is not changed)"
-        progress(f"{name}: {' '.join(argv[3:])}" + said)
+        progress(f"{name}: {' '.join(_shown(a) for a in argv[3:])}" + said.replace(str(root), _shown(str(root))))
         began = time.monotonic()
         # The job's own output is not the verification's: kept in files next to its record.
         # Its stdin is /dev/null: the re-runs are not interactive (a job that reads stdin fails, and says so).

@@ -8,6 +8,9 @@ EXIT_GATE_FAILED = 1  # also: the target's own non-zero code on `run`; `diff-gra
 EXIT_USAGE = 2
 EXIT_UNREADABLE = 3
 EXIT_INTERNAL = 4  # a bug in cagtool (an exception it did not expect): never mistaken for a usage error or a gate
+# A gate whose checks all held except timing checks the evidence could not decide (their interval
+# contains the bound): neither a pass nor a failure, and never mistaken for either.
+EXIT_INCONCLUSIVE = 5
 
 
 class CagtoolError(Exception):

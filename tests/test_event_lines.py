@@ -333,16 +333,17 @@ def test_the_trackers_lines_are_the_events_lines(tmp_path, loss, thread):
         (optimizer_step_line(8, t, (4, 0.0012345678901234567, thread or "AdamW")),
          OptimizerStepEvent(seq=8, t=t, step=4, wall_s=0.0012345678901234567, optimizer=thread or "AdamW")),
     ]
-    for wall_s in (None, 0.004999999999999, 0.0):
-        cases.append((step_line(9, t, (opened, 4, wall_s, "optimizer")),
+    for wall_s, cpu_s, thread_cpu_s in ((None, None, None), (0.004999999999999, 0.0071234567890123, 0.0049876543210987), (0.0, 0.0, None)):
+        cases.append((step_line(9, t, (opened, 4, wall_s, "optimizer", cpu_s, thread_cpu_s)),
                       StepEvent(seq=9, t=t, step=4, backward_s=opened.backward_s, loss=loss, ca_captures=2, compiles=1, compile_s=opened.compile_s,
-                                wall_s=wall_s, backward_calls=3, boundary="optimizer", optimizer_s=opened.optimizer_s)))
+                                wall_s=wall_s, backward_calls=3, boundary="optimizer", optimizer_s=opened.optimizer_s, cpu_s=cpu_s,
+                                thread_cpu_s=thread_cpu_s)))
     # A step's three lines made as one entry (tracker.py `_close`): the same text, seq after seq.
     backward = (4, 0, 0.000543319998541846, 2, "backward", loss, thread)
-    for wall_s in (None, 0.004999999999999):
-        assert group_line(7, t, (backward, t + 1, 0.0012345678901234567, thread or "AdamW", opened, 4, wall_s, "optimizer")) == (
+    for wall_s, cpu_s in ((None, None), (0.004999999999999, 0.0071234567890123)):
+        assert group_line(7, t, (backward, t + 1, 0.0012345678901234567, thread or "AdamW", opened, 4, wall_s, "optimizer", cpu_s, cpu_s)) == (
             backward_line(7, t, backward) + optimizer_step_line(8, t + 1, (4, 0.0012345678901234567, thread or "AdamW"))
-            + step_line(9, t + 1, (opened, 4, wall_s, "optimizer")))
+            + step_line(9, t + 1, (opened, 4, wall_s, "optimizer", cpu_s, cpu_s)))
     for line, event in cases:
         assert line == event_line(event)
     writer.close()

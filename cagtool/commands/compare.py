@@ -121,9 +121,11 @@ def register(app: typer.Typer) -> None:
         phase, time to first step, steady-state step time p10/median/p90, peak memory), the
         speedups aot/eager, ca/eager and ca/aot with their 90% confidence intervals, and whether
         the losses and final parameter/gradient norms agree. Repetitions (--repeat) are pooled
-        into their mode. A speedup whose interval contains 1.0 is reported as within noise, with
-        the smallest speedup it could have told from 1.0 (docs/ci.md). A mode that failed is
-        shown with its reason.
+        into their mode. Each process is one piece of evidence: with --repeat K (K >= 5) the
+        blocks' ratios are paired; with fewer, the run-to-run noise is assumed and only a change
+        beyond it is called. A speedup reads faster or slower when its interval is clear of 1.0,
+        no change when within +/-5%, inconclusive otherwise, with the --repeat that would resolve
+        it (docs/ci.md). A mode that failed is shown with its reason.
 
         With two runs: the same figures for run A (before) and run B (after), with changes.
 

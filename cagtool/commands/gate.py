@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 GATE_HELP = """Check a recorded run against CI thresholds; exit 1 when one is exceeded.
 
-Thresholds come from flags and from [tool.cagtool.gate] in the nearest pyproject.toml (flags win). Counts are exact and direction-aware: more than allowed fails; fewer is reported as IMPROVED (tighten the limit or refresh the baseline), and --fail-on-improvement makes that fail too. With --baseline, the baseline's own counts are the limits of the counts not given. Speedups, step time and compile time go through one noise rule (docs/ci.md): a check fails only when the 90% confidence interval of the ratio (of medians, means, p10s or p90s; of compile times) lies wholly beyond its threshold. The interval narrows with evidence: its units are batches of consecutive steps (step times drift and are autocorrelated), or the repetitions when a side has 3 or more (run --repeat 3, the only way to see run-to-run noise); compile times are one per run. Fewer than 5 steady steps is an error, never a pass. Each timing check prints its power: the smallest change beyond its threshold it catches 95% of the time, and when it cannot resolve twice its threshold, how many steps or repetitions would; --require-power makes that a failure. A median step-time threshold also warns (one line naming the tail) when the p90 alone regressed beyond the noise; --max-regression p90:PCT fails on it.
+Thresholds come from flags and from [tool.cagtool.gate] in the nearest pyproject.toml (flags win). Counts are exact and direction-aware: more than allowed fails; fewer is reported as IMPROVED (tighten the limit or refresh the baseline), and --fail-on-improvement makes that fail too. With --baseline, the baseline's own counts are the limits of the counts not given. Speedups, step time and compile time go through one rule (docs/ci.md), with each process as one piece of evidence (its steps share its state): a check FAILS when the 90% interval of the ratio lies wholly beyond its threshold, PASSES when it lies wholly within it, and is INCONCLUSIVE (exit 5) when it contains it, saying how many processes would resolve it, or that the machine's run-to-run noise is wider than the threshold. Step time is CPU time per step where both sides' steps were CPU-bound (the machine's load moves it less), else wall time. Where neither side has 3 processes the run-to-run noise is assumed (about +/-60% between two processes in wall time): one run a side then catches a 3x slowdown, never a 5% one. For a gate that resolves small changes, save the baseline from several processes (run --repeat 5, or baseline save --accumulate) and keep the threshold above the A/A noise each check prints. Fewer than 5 steady steps is an error. --require-power turns INCONCLUSIVE into a failure (exit 1). A median step-time threshold also warns (one line naming the tail) when the p90 alone regressed; --max-regression p90:PCT fails on it.
 
 Threshold grammar: counts N or KIND:N (--max-recompiles kinds: total, ca, dynamo; repeat the flag for several); speedups X or NUM/DEN:X (default ca/aot, i.e. aot step time / ca step time); memory ratios R, NUM/DEN:R (default ca/aot) or baseline:R; times PCT, PCT%, or SECONDSs, and for --max-regression FIELD:... with FIELD median (default), mean, p10 or p90 (repeat the flag for several fields).
 
@@ -26,7 +26,7 @@ Multi-rank runs (DDP): every threshold holds for every rank on its own (per rank
 
 The result is kept in the run (gate.json, the latest gate's), so `cagtool report RUN` shows it.
 
-Exit codes: 0 passed; 1 a check failed; 2 usage error; 3 unreadable run or baseline.
+Exit codes: 0 passed; 1 a check failed; 2 usage error; 3 unreadable run or baseline; 5 inconclusive: no check failed, and a timing check could not be decided on this evidence.
 
 Examples:
 
@@ -37,7 +37,7 @@ Examples:
   cagtool gate RUN --min-speedup 1.05 --junit gate.xml
 
   \b
-  cagtool gate --baseline cagtool-baseline.json --max-regression 10% --max-regression p90:20% --max-compile-regression 25%
+  cagtool gate --baseline cagtool-baseline.json --max-regression 25% --max-regression p90:40% --max-compile-regression 50%
 
   \b
   cagtool gate --format json | jq .checks
@@ -74,7 +74,7 @@ _GATE_FLAG_PARAMS: dict[str, tuple[Any, Any]] = {
     ),
     "require_power": (
         Optional[bool],
-        typer.Option(None, "--require-power/--no-require-power", help="Fail a timing check that passed without the evidence to resolve its threshold (it could not have caught twice the threshold 95% of the time; each check prints its power).", show_default=False, rich_help_panel="Gate"),
+        typer.Option(None, "--require-power/--no-require-power", help="Fail (exit 1) a timing check the evidence could not decide, instead of the gate's INCONCLUSIVE outcome (exit 5).", show_default=False, rich_help_panel="Gate"),
     ),
     "max_grad_diff": (
         Optional[str],

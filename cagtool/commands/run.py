@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -84,7 +85,11 @@ def run_command(
     dynamic: bool = typer.Option(False, "--dynamic", help="Start CA sizes dynamic (default: static, as in the tutorial, so shape-change misses show)."),
     steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Stop each mode after N steps: optimizer steps (a step ends at optimizer.step()), or top-level backward calls when the script has no optimizer."),
     max_time: Optional[float] = typer.Option(None, "--max-time", min=0.1, help="Stop each mode after S seconds."),
-    repeat: int = typer.Option(1, "--repeat", min=1, help="Run the modes K times, interleaved (eager, aot, ca, eager, ...)."),
+    repeat: int = typer.Option(
+        1, "--repeat", min=1,
+        help="Run the modes K times, in K blocks of one process per mode, each block's order shuffled. A time verdict needs "
+        "K >= 5 (each process is one piece of evidence); with fewer, speedups are figures, not verdicts.",
+    ),
     warm_cache: bool = typer.Option(False, "--warm-cache", help="Share the Inductor cache between modes instead of a fresh one per mode."),
     trace_nodes: bool = typer.Option(False, "--trace-nodes", help="Record where each autograd node was created (anomaly-mode tracebacks: exact source lines for recompiles, slower)."),
     depyf: bool = typer.Option(False, "--depyf", help="Also write depyf's readable dump of every compiled graph into the run directory."),
@@ -173,6 +178,7 @@ def run_command(
         parity_every=parity_every,
         parity=parity,
         cagtool_argv=tuple(sys.argv),
+        order_seed=secrets.randbits(32) if repeat > 1 else None,
     )
 
     def progress(name: str, index: int, total: int) -> None:

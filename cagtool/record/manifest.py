@@ -63,6 +63,7 @@ class RunOptions(TypedDict, total=False):
     steps: int | None
     max_time: float | None
     repeat: int
+    order_seed: int | None  # the modes' order in each block of --repeat (orchestrate.mode_dirs)
     warm_cache: bool
     keep_cache: bool
     seed: int | None

@@ -167,6 +167,13 @@ class StepEvent(Event, tag="step"):
     backward_calls: int = 1
     boundary: str = ""  # STEP_BOUNDARY_OPTIMIZER | STEP_BOUNDARY_BACKWARD ("" in schema 1)
     optimizer_s: float = 0.0  # wall time in optimizer step() calls during the step
+    # The process's CPU time (all its threads) since the previous step ended (None for the first
+    # step, and in records written before it was kept).
+    cpu_s: float | None = None
+    # The CPU time of the thread that ended the step (the training loop's), over the same span:
+    # below its wall time less its wait for a CPU, the step spent time off the CPU (sleep, I/O,
+    # a device). None where the step's two ends were in different threads.
+    thread_cpu_s: float | None = None
 
 
 class BackwardEvent(Event, tag="backward"):

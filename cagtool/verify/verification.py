@@ -43,6 +43,7 @@ from cagtool.record.atomic import check_confined, make_new_dir, open_new, write_
 from cagtool.record.loader import RunRecord, load_run
 from cagtool.record.seal import check_job
 from cagtool.report.compare.analysis import compare_runs, mode_fields
+from cagtool.report.figures.intervals import ratio_text
 from cagtool.report.recompiles.verification import VERIFICATION_FILE, VERIFICATION_FORMAT
 from cagtool.capture.run.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV
 from cagtool.verify.fixes import Fix
@@ -205,11 +206,17 @@ def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None
         # still a capture and a compile the fix removed.
         reasons.append(f"CA graphs {graphs_before} -> {graphs_after}")
     if speedup is not None and speedup.ratio is not None and speedup.high is not None:
+        # The time column rests on the same evidence as every timing verdict: each re-run process
+        # is one unit (report.figures.intervals); counts, not times, decide "verified".
+        ci = f"90% CI {ratio_text(speedup.low)}-{ratio_text(speedup.high)}"
+        basis = f", {speedup.interval.units[0]} vs {speedup.interval.units[1]} processes" if speedup.interval is not None else ""
         if speedup.verdict == "slower" and speedup.high < 1.0 / (1.0 + HARMFUL_SLOWDOWN):
-            reasons.append(f"steady step slower beyond the noise ({speedup.ratio:.2f}x, 90% CI {speedup.low:.2f}-{speedup.high:.2f}x)")
+            reasons.append(f"steady step slower ({ratio_text(speedup.ratio)}, {ci}{basis})")
             harmful = True
+        elif speedup.verdict in ("faster", "slower", "no change", "inconclusive"):
+            reasons.append(f"steady step {ratio_text(speedup.ratio)} ({speedup.verdict}, {ci}{basis})")
         else:
-            reasons.append(f"steady step {speedup.ratio:.2f}x ({speedup.verdict})")
+            reasons.append(f"steady step {ratio_text(speedup.ratio)} ({speedup.verdict})")
     if baseline.peak_memory_bytes and fixed.peak_memory_bytes and fixed.peak_memory_bytes > (1.0 + HARMFUL_MEMORY) * baseline.peak_memory_bytes:
         reasons.append(f"peak memory {fixed.peak_memory_bytes / baseline.peak_memory_bytes:.2f}x the baseline's")
         harmful = True

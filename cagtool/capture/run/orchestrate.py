@@ -56,6 +56,10 @@ class RunOptions:
     parity_every: int | None = None  # digest every parameter's gradient every K steps too (grad_digest.py)
     parity: bool = False  # compiled modes draw random numbers as eager does (fallback_random)
     cagtool_argv: tuple[str, ...] = ()
+    # The order of the modes within each block of `--repeat`: drawn once per run (random.Random
+    # seeded with it), recorded in run.json as `options.order_seed`. None: the modes' own order in
+    # every block (one block, or a caller that wants it fixed).
+    order_seed: int | None = None
 
 
 @dataclass
@@ -97,17 +101,35 @@ def _timestamp() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def _user_name() -> str:
+    """The login name, or the uid where it has none (a container's `--user 1234`): getpass raises
+    OSError there (KeyError before Python 3.13), which must not stop a run."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return str(os.getuid())
+
+
 def make_run_dir(options: RunOptions) -> Path:
     """The run directory, claimed atomically with its first mode's directory (run_dir.py)."""
     return claim_run_dir(options.output, options.runs_root, options.target.label, mode_dirs(options)[0])
 
 
 def mode_dirs(options: RunOptions) -> list[str]:
-    """Directory names in the order they run: modes interleaved per repetition (ca, ca.2, ...)."""
+    """Directory names in the order they run: one block per repetition holding every mode once
+    (ca, ca.2, ...), the modes' order within each block shuffled by `order_seed`. A fixed order
+    would give one mode every "first after a quiet spell" or "right after a compile-heavy
+    neighbour" slot, a bias no number of repetitions averages out; shuffled, the blocks' paired
+    ratios (report/figures/processes.py) see it as noise."""
+    import random
+
+    shuffle = random.Random(options.order_seed).shuffle if options.order_seed is not None and len(options.modes) > 1 else None
     names = []
     for rep in range(1, options.repeat + 1):
-        for mode in options.modes:
-            names.append(mode if rep == 1 else f"{mode}.{rep}")
+        block = list(options.modes)
+        if shuffle is not None and options.repeat > 1:
+            shuffle(block)
+        names.extend(mode if rep == 1 else f"{mode}.{rep}" for mode in block)
     return names
 
 
@@ -133,12 +155,13 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
             "steps": options.steps,
             "max_time": options.max_time,
             "repeat": options.repeat,
+            "order_seed": options.order_seed,
             "warm_cache": options.warm_cache,
             "keep_cache": options.keep_cache,
             "seed": options.seed,
             "parity_every": options.parity_every,
             "parity": options.parity,
-            "user": getpass.getuser(),
+            "user": _user_name(),
         },
     )
     meta.process = this_process()

@@ -78,9 +78,10 @@ HELD_EVENTS = ["backward", "optimizer_step", "step"]
 
 # What the hooks append to `_raw` (the first item of each tuple; `drain` reads them in order):
 _BEGIN = 0  # [_BEGIN, step, index]: a top-level backward began; a list, the drain fills in its step and index
-_END = 1  # (_END, clock, start, begun, loss, captures, accumulate_grad, thread): it returned or raised;
+_END = 1  # (_END, clock, start, begun, loss, captures, accumulate_grad, thread, cpu): it returned or raised;
 #           loss: its first output when one element (read by the drain), else None
-_STEPPED = 2  # (_STEPPED, clock, start, id(optimizer), optimizer's class): an optimizer's step() returned
+_STEPPED = 2  # (_STEPPED, clock, start, id(optimizer), optimizer's class, cpu): an optimizer's step() returned
+#           cpu, in both: (process CPU time, the calling thread's CPU time, its ident) at `clock`
 _MADE = 3  # (_MADE, id(optimizer), weak reference): an optimizer exists
 _GONE = 4  # (_GONE, id(optimizer), weak reference): it was collected
 
@@ -122,6 +123,7 @@ class StepTracker:
         self._hook_due = 0.0  # perf_counter time from which a hook that can end a step drains and writes (drain)
         self._open = _OpenStep()
         self._last_boundary_t: float | None = None
+        self._last_boundary_cpu: tuple[float, float, int] | None = None  # (process, thread CPU time, thread ident) at that boundary
         self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()  # every optimizer seen (final state)
         self._known: dict[int, weakref.ref[Any]] = {}  # id -> weak reference of every live optimizer, now
         self._required: dict[int, weakref.ref[Any]] = {}  # the optimizers a step waits for, as of the tuples drained
@@ -158,7 +160,7 @@ class StepTracker:
             self.closed_steps = 0
             self._backward_calls = 0
             self._open = _OpenStep()
-            self._last_boundary_t = None
+            self._last_boundary_t = self._last_boundary_cpu = None
             self.device = DeviceReadings(self.writer)
             self._main_thread_id = threading.main_thread().ident
             if self.digests is not None:
@@ -256,6 +258,9 @@ class StepTracker:
         solo = tracker._solo
         claim = solo.setdefault
         perf_counter, get_ident = time.perf_counter, threading.get_ident
+        # The process's CPU time at each step boundary (0.5 us a call): a step's CPU time replicates
+        # between processes where its wall time measures the machine's other load too.
+        process_time, thread_time = time.process_time, time.thread_time
         append = tracker._raw.append
         sync = tracker._sync
         # torch.cuda._initialized, read by the hooks that can end a step: with CUDA in use the step
@@ -347,7 +352,7 @@ class StepTracker:
                             loss = None
                         tracker._last_loss = loss
                         entry = (_END, clock, start, begun, loss, captures, kwargs.get("accumulate_grad", True),
-                                 "" if get_ident() == tracker._main_thread_id else tracker._thread_name())
+                                 "" if get_ident() == tracker._main_thread_id else tracker._thread_name(), (process_time(), thread_time(), me))
                         if sync or cuda._initialized:
                             limit = in_hook(entry)
                         elif clock >= tracker._hook_due:
@@ -432,7 +437,7 @@ class StepTracker:
             if start is None:
                 return
             clock = perf_counter()
-            entry = (_STEPPED, clock, start, key, optimizer.__class__)
+            entry = (_STEPPED, clock, start, key, optimizer.__class__, (process_time(), thread_time(), get_ident()))
             if sync or cuda._initialized:
                 try:
                     limit = in_hook(entry)
@@ -680,7 +685,7 @@ class StepTracker:
 
     def _backward_ended(self, entry: tuple, live: bool) -> bool:
         """A top-level backward returned or raised (an _END note). True when --steps is reached."""
-        _, clock, start, begun, loss, captures, accumulate, thread = entry
+        _, clock, start, begun, loss, captures, accumulate, thread, cpu = entry
         value, device_tensor = (None, None) if loss is None else _loss(loss)
         elapsed = clock - start
         self._backward_calls += 1
@@ -706,12 +711,12 @@ class StepTracker:
                 self._pending = (clock, payload)
                 return False
         self._queue(self._backward_line, clock, payload)
-        return self._close(STEP_BOUNDARY_BACKWARD, clock, live) if by_backward else False
+        return self._close(STEP_BOUNDARY_BACKWARD, clock, cpu, live) if by_backward else False
 
     def _optimizer_stepped(self, entry: tuple, live: bool) -> bool:
         """An optimizer's step() returned (a _STEPPED note). True when that ended the step and
         --steps is reached."""
-        _, clock, start, key, optimizer_class = entry
+        _, clock, start, key, optimizer_class, cpu = entry
         seconds = clock - start
         if key not in self._required:  # stepping again after it stopped being waited for
             ref = self._known.get(key)
@@ -727,20 +732,20 @@ class StepTracker:
             self._pending = None
             opened.optimizer_s += seconds
             stepped[key] = 1
-            return self._close(STEP_BOUNDARY_OPTIMIZER, clock, live, (pending, seconds, optimizer_class.__name__))
+            return self._close(STEP_BOUNDARY_OPTIMIZER, clock, cpu, live, (pending, seconds, optimizer_class.__name__))
         self._queue(self._optimizer_step_line, clock, (FIRST_STEP + self.closed_steps, seconds, optimizer_class.__name__))
         opened.optimizer_s += seconds
         stepped[key] = stepped.get(key, 0) + 1
         if waiting.keys() <= stepped.keys():  # every optimizer waited for has stepped
-            return self._close(STEP_BOUNDARY_OPTIMIZER, clock, live)
+            return self._close(STEP_BOUNDARY_OPTIMIZER, clock, cpu, live)
         if stepped[key] >= IDLE_OPTIMIZER_STEPS:
             for other in [k for k in waiting if k not in stepped]:
                 del waiting[other]
-            return self._close(STEP_BOUNDARY_OPTIMIZER, clock, live)
+            return self._close(STEP_BOUNDARY_OPTIMIZER, clock, cpu, live)
         return False
 
-    def _close(self, boundary: str, clock: float, live: bool, group: tuple | None = None) -> bool:
-        """End the step in progress at perf_counter time `clock` (caller holds the lock). True when
+    def _close(self, boundary: str, clock: float, cpu: float, live: bool, group: tuple | None = None) -> bool:
+        """End the step in progress at perf_counter time `clock`, process CPU time `cpu` (caller holds the lock). True when
         --steps is reached. `group`: ((its backward's clock, payload), the optimizer step's seconds,
         its class name), the step's backward and optimizer-step lines not queued yet: the three go
         as one entry, whose text is the three lines (`_line_makers`), and two entries without text
@@ -749,23 +754,27 @@ class StepTracker:
         step = FIRST_STEP + self.closed_steps
         now = clock - self.writer.t0
         wall_s = None if self._last_boundary_t is None else now - self._last_boundary_t
+        last = self._last_boundary_cpu
+        # The thread's CPU time spans the step only when the same thread ended both boundaries
+        # (its clock is its own): it says whether the step ran on the CPU or waited off it.
+        cpu_s, thread_cpu_s = (None, None) if last is None else (cpu[0] - last[0], cpu[1] - last[1] if cpu[2] == last[2] else None)
         # The step's figures are read from `opened` when the line is written: nothing changes it
         # once it is closed (every update goes to the step in progress, under the lock).
         if group is None:
-            self._queue(self._step_line, clock, (opened, step, wall_s, boundary))
+            self._queue(self._step_line, clock, (opened, step, wall_s, boundary, cpu_s, thread_cpu_s))
         else:
             (backward_clock, backward), seconds, optimizer = group
             queued = self._queued
             if not queued:
                 self.writer.queued_due = backward_clock + self.writer.hold_s / 2
             # One extend: the three are numbered together whatever another thread takes meanwhile.
-            queued += [(self._group_line, backward_clock - self.writer.t0, (backward, now, seconds, optimizer, opened, step, wall_s, boundary)),
+            queued += [(self._group_line, backward_clock - self.writer.t0, (backward, now, seconds, optimizer, opened, step, wall_s, boundary, cpu_s, thread_cpu_s)),
                        _NO_LINE, _NO_LINE]
         if opened.loss_tensor is not None:
             self.device.defer_loss(step, opened.loss_tensor)
         if live:  # in the hook (with CUDA in use, or --steps): the stream is marked at the step's end
             self.device.boundary(step)
-        self._last_boundary_t = now
+        self._last_boundary_t, self._last_boundary_cpu = now, cpu
         self.closed_steps += 1
         self._open = _OpenStep()
         if self.on_step is not None:
@@ -905,17 +914,17 @@ def _line_makers(writer: RecordWriter) -> tuple[Callable[[int, float, Any], str]
         return event_line(OptimizerStepEvent(seq=seq, t=t, step=step, wall_s=wall_s, optimizer=optimizer))
 
     def step_line(seq: int, t: float, payload: tuple) -> str:
-        opened, step, wall_s, boundary = payload
+        opened, step, wall_s, boundary, cpu_s, thread_cpu_s = payload
         return event_line(StepEvent(seq=seq, t=t, step=step, backward_s=opened.backward_s, loss=opened.loss, ca_captures=opened.captures,
                                     compiles=opened.compiles, compile_s=opened.compile_s, wall_s=wall_s, backward_calls=opened.backward_calls,
-                                    boundary=boundary, optimizer_s=opened.optimizer_s))
+                                    boundary=boundary, optimizer_s=opened.optimizer_s, cpu_s=cpu_s, thread_cpu_s=thread_cpu_s))
 
     def group_line(seq: int, t: float, payload: tuple) -> str:
         """A step's backward, optimizer-step and step lines (seq, seq + 1, seq + 2)."""
-        backward, t_step, optimizer_s, optimizer, opened, _, wall_s, boundary = payload
+        backward, t_step, optimizer_s, optimizer, opened, _, wall_s, boundary, cpu_s, thread_cpu_s = payload
         step = backward[0]
         return (backward_line(seq, t, backward) + optimizer_step_line(seq + 1, t_step, (step, optimizer_s, optimizer))
-                + step_line(seq + 2, t_step, (opened, step, wall_s, boundary)))
+                + step_line(seq + 2, t_step, (opened, step, wall_s, boundary, cpu_s, thread_cpu_s)))
 
     return backward_line, optimizer_step_line, step_line, group_line
 

@@ -13,11 +13,13 @@ another, with its spread and noise verdict; losses and final norms against a ref
 Conventions, chosen to match PyTorch's own benchmarks where they have one:
 - *speedup* of X over Y = median steady step time of Y / that of X (> 1: X is faster), like
   `benchmarks/dynamo` (eager time / compiled time).
-- *interval* of a speedup: the 90% confidence interval of the ratio of medians
-  (report.figures.intervals: batches of consecutive steps, or repetitions when there are 3 or more, as
-  units; Welch's t on the log scale). A speedup whose interval contains 1.0 is *within noise*,
-  and so is one measured on fewer than `MIN_STEADY_STEPS` steady steps per side. With
-  repetitions, the per-repetition ratios of medians are listed as well (run-to-run noise).
+- *interval* of a speedup: the 90% confidence interval of the ratio of medians, with the process
+  as the unit of evidence (report.figures.intervals: the blocks of `run --repeat K`, paired, from
+  K = 5; below that, only a change beyond the assumed run-to-run noise is called). A speedup is
+  *faster* or *slower* when its interval is clear of 1.0, *no change* when it lies within
+  +/-`EFFECT` of it, and *inconclusive* otherwise, with the blocks that would resolve it. Fewer
+  than `MIN_STEADY_STEPS` steady steps a side: nothing is claimed. The per-block ratios are
+  listed as well.
 - *numerics*: per-step losses and final parameter/gradient norms of each mode against a reference
   (eager when it has values, else the first mode that does), `|x - ref| <= atol + rtol * |ref|`
   like `torch.allclose`. Default rtol 1e-3, atol 1e-6 (see `Tolerance`).
@@ -39,7 +41,7 @@ from cagtool.record.schema import (
     STATUS_RUNNING,
     FinalStateEvent,
 )
-from cagtool.report.figures.intervals import RatioInterval, TimingSample, ratio_interval, timing_sample
+from cagtool.report.figures.intervals import ProcessSteps, RatioInterval, TimingSample, method_words, paired_ratios, ratio_interval, timing_sample
 from cagtool.report.figures.metrics import (
     CpuWait,
     ModeMetrics,
@@ -50,6 +52,8 @@ from cagtool.report.figures.metrics import (
     mode_metrics,
     record_step_intervals,
     stats_of_intervals,
+    steady_cpu_seconds,
+    step_waits,
     step_losses,
 )
 
@@ -158,10 +162,10 @@ def mode_column(name: str, records: list[tuple[str, ModeRecord | None]], exit_co
     intervals: list[float] = []
     excluded: list[int] = []
     clocks: set[str] = set()
-    per_rep_intervals: list[list[float]] = []
-    for record, _metrics in per_rep:
+    processes: list[ProcessSteps] = []
+    for (record_name, _), (record, _metrics) in zip(present, per_rep):
         rep_intervals, rep_excluded, clock = record_step_intervals(record)
-        per_rep_intervals.append(rep_intervals)
+        processes.append(_process_steps(record, repetition_index(record_name), rep_intervals, clock))
         intervals.extend(rep_intervals)
         excluded.extend(rep_excluded)
         clocks.add(clock)
@@ -180,7 +184,7 @@ def mode_column(name: str, records: list[tuple[str, ModeRecord | None]], exit_co
         # Excluded steps are listed per repetition; the first one's are the informative ones.
         step_time=_pooled_stats(per_rep, intervals, sorted(set(excluded)), _median(firsts), "device" if clocks == {"device"} else "wall"),
         repetition_medians=tuple(m.step_time.median_s if m.step_time else None for _, m in per_rep),
-        timing=timing_sample(per_rep_intervals),
+        timing=timing_sample(processes, "device" if clocks == {"device"} else "wall"),
         compile_time_s=_median([m.compile_time_s for _, m in per_rep]),
         compile_phases_s=phases,
         first_step_s=_median(firsts),
@@ -188,6 +192,20 @@ def mode_column(name: str, records: list[tuple[str, ModeRecord | None]], exit_co
         peak_device_memory_bytes=max(device_peaks) if device_peaks else None,
         failures=failures,
         cpu_wait=_pooled_cpu_wait([record for record, _ in per_rep]),
+    )
+
+
+def _process_steps(record: ModeRecord, block: int, times: list[float], clock: str) -> ProcessSteps:
+    """One process's steady steps for the intervals: its times, and on the wall clock its CPU
+    times and waits for a CPU where the record has them for every steady step."""
+    cpu = steady_cpu_seconds(record) if clock == "wall" else None
+    thread = steady_cpu_seconds(record, "thread_cpu_s") if cpu is not None else None
+    waits = step_waits(record) if cpu is not None else None
+    return ProcessSteps(
+        block, times,
+        cpu if cpu is not None and len(cpu) == len(times) else None,
+        waits[1] if waits is not None and len(waits[1]) == len(times) else None,
+        thread if thread is not None and len(thread) == len(times) else None,
     )
 
 
@@ -292,11 +310,15 @@ def mode_fields(column: ModeColumn) -> dict[str, Any]:
 
 # Fewer steady steps than this on either side and a speedup is not claimed, whatever its value.
 MIN_STEADY_STEPS = 5
+# The effect a comparison of modes is stated against: an interval within +/-5% of 1.0 is "no
+# change" (none larger than that), one clear of 1.0 is faster or slower, the rest inconclusive.
+EFFECT = 0.05
 
 
-# Verdicts of a speedup against a bound (1.0 in compare: faster or slower; the minimum in gate).
+# Verdicts of a ratio against a bound (1.0 in compare: faster or slower; the minimum in gate).
 TOO_FEW_STEPS = "too few steady steps"
-WITHIN_NOISE = "within noise"
+INCONCLUSIVE = "inconclusive"
+NO_CHANGE = "no change"
 LOAD_DIFFERED = "load differed"  # the machine's load on the two sides could explain the verdict
 ABOVE = "above"
 BELOW = "below"
@@ -310,17 +332,17 @@ def speedup_verdict(
     bound: float = 1.0,
     min_samples: int = MIN_STEADY_STEPS,
 ) -> str:
-    """The one noise rule for every timing ratio: `compare`'s speedups (bound 1.0), `gate
+    """The one rule for every timing ratio: `compare`'s speedups (bound 1.0), `gate
     --min-speedup` (bound = the minimum) and gate's regressions against a baseline (ratio = now /
     baseline, bound = 1 + the allowed regression; report.gate.checks). [low, high] is the ratio's
-    confidence interval (report.figures.intervals). Too few samples on either side (`steady_steps` <
-    `min_samples`) and nothing is claimed; an interval containing the bound is within noise;
-    otherwise the whole interval is above or below it."""
+    confidence interval (report.figures.intervals). Too few steady steps on either side
+    (`steady_steps` < `min_samples`) and nothing is claimed; an interval containing the bound is
+    inconclusive; otherwise the whole interval is above or below it."""
     if steady_steps < min_samples:
         return TOO_FEW_STEPS
     if low <= bound <= high:
-        return WITHIN_NOISE
-    return ABOVE if ratio > bound else BELOW
+        return INCONCLUSIVE
+    return ABOVE if low > bound else BELOW
 
 
 # The pairs reported for one run, as (mode, baseline): "aot/eager" is aot's speedup over eager.
@@ -329,14 +351,15 @@ SPEEDUP_PAIRS: tuple[tuple[str, str], ...] = (("aot", "eager"), ("ca", "eager"),
 
 @dataclass(frozen=True)
 class Speedup:
-    """`mode` over `baseline`: baseline median step time / mode median step time (> 1: faster)."""
+    """`mode` over `baseline`: baseline step time / mode step time (> 1: faster), on the measure
+    its interval names (CPU time per step where both spent their steps on the CPU)."""
 
     mode: str
     baseline: str
     ratio: float | None
     low: float | None  # the 90% confidence interval of the ratio (report.figures.intervals)
     high: float | None
-    repetition_ratios: tuple[float, ...] = ()  # repetition i of baseline / repetition i of mode
+    repetition_ratios: tuple[float, ...] = ()  # the ratio in each block of `run --repeat`
     steady_steps: tuple[int, int] = (0, 0)  # (mode, baseline)
     note: str = ""  # why there is no ratio, or why it is not claimed
     interval: RatioInterval | None = None
@@ -353,64 +376,100 @@ class Speedup:
         return f"{self.mode}/{self.baseline}"
 
     @property
+    def _plain(self) -> str:
+        assert self.ratio is not None and self.low is not None and self.high is not None
+        return speedup_verdict(self.ratio, self.low, self.high, min(self.steady_steps), 1.0)
+
+    @property
     def load_too_heavy(self) -> bool:
         """Whether a side the verdict rests on waited too long for a CPU to be judged: the baseline
         for "faster" (its steps may have been slowed more than measured), the mode for "slower",
-        either for "within noise" (a real difference may be hidden). A heavy load on the side the
-        verdict goes against only made it harder to reach, and it stands."""
-        if self.ratio is None or self.low is None or self.high is None or not any(self.heavy_load):
+        either for an inconclusive one (a real difference may be hidden). A heavy load on the side
+        the verdict goes against only made it harder to reach, and it stands. A verdict on CPU time
+        does not rest on the wait."""
+        if self.ratio is None or self.low is None or self.high is None or not any(self.heavy_load) or self.on_cpu:
             return False
-        plain = speedup_verdict(self.ratio, self.low, self.high, min(self.steady_steps), 1.0)
-        if plain == WITHIN_NOISE and self.interval is not None and not self.interval.bounded:
-            return False  # too few units for any interval: that, not the load, is what to fix first
         mode_heavy, baseline_heavy = self.heavy_load
-        return {ABOVE: baseline_heavy, BELOW: mode_heavy, WITHIN_NOISE: mode_heavy or baseline_heavy}.get(plain, False)
+        return {ABOVE: baseline_heavy, BELOW: mode_heavy, INCONCLUSIVE: mode_heavy or baseline_heavy}.get(self._plain, False)
 
     @property
     def load_changes_verdict(self) -> bool:
         """Whether the verdict on the load-corrected interval (the ratio divided by what the load
         may have made of it, anywhere in load_range(load_factor)) differs from the plain one: then
-        the machine's load, not the code, may be what the ratio shows, and nothing is claimed."""
-        if self.ratio is None or self.load_factor is None or self.low is None or self.high is None:
+        the machine's load, not the code, may be what the ratio shows, and nothing is claimed.
+        Never for a verdict on CPU time, which waiting for a CPU does not lengthen."""
+        if self.ratio is None or self.load_factor is None or self.low is None or self.high is None or self.on_cpu:
             return False
         if abs(math.log(self.load_factor)) < LOAD_NEGLIGIBLE:
             return False
         steps = min(self.steady_steps)
-        plain = speedup_verdict(self.ratio, self.low, self.high, steps, 1.0)
+        plain = self._plain
         # The verdict moves one way as the factor grows: the range's two ends are the whole test.
         return any(plain != speedup_verdict(self.ratio / f, self.low / f, self.high / f, steps, 1.0) for f in load_range(self.load_factor))
 
     @property
-    def within_noise(self) -> bool | None:
-        """True when the spread contains 1.0 (or there are too few steady steps to tell)."""
-        if self.ratio is None:
-            return None
-        assert self.low is not None and self.high is not None
-        verdict = speedup_verdict(self.ratio, self.low, self.high, min(self.steady_steps), 1.0)
-        return verdict in (TOO_FEW_STEPS, WITHIN_NOISE)
+    def on_cpu(self) -> bool:
+        return self.interval is not None and self.interval.measure == "cpu"
 
     @property
-    def resolution(self) -> float | None:
-        """The smallest speedup or slowdown (relative, e.g. 0.04) this comparison tells from 1.0
-        95% of the time; None without an interval."""
-        if self.interval is None or not self.interval.measured:
+    def within_noise(self) -> bool | None:
+        """True when no difference is claimed: inconclusive, no change, or too few steady steps."""
+        if self.ratio is None:
             return None
-        return math.expm1(self.interval.resolution())
+        return self._plain in (TOO_FEW_STEPS, INCONCLUSIVE)
+
+    @property
+    def blocks_needed(self) -> int | None:
+        """For an inconclusive speedup: the blocks (`run --repeat N`) that would resolve it, one way
+        or the other, 4 times in 5 at this noise; None when it is resolved, or when no reasonable
+        number would (the ratio sits too close to the effect's edge)."""
+        if self.verdict != INCONCLUSIVE or self.interval is None or self.ratio is None:
+            return None
+        d = abs(math.log(self.ratio))
+        distance = max(d, math.log1p(EFFECT) - d)
+        return self.interval.processes_needed(distance)
 
     @property
     def verdict(self) -> str:
-        if self.ratio is None:
+        if self.ratio is None or self.low is None or self.high is None:
             return "n/a"
         if self.load_changes_verdict or self.load_too_heavy:
             return LOAD_DIFFERED
-        if self.within_noise:
-            if min(self.steady_steps) < MIN_STEADY_STEPS:
-                return "too few steady steps"
-            return "within noise"
-        return "faster" if self.ratio > 1 else "slower"
+        plain = self._plain
+        if plain == TOO_FEW_STEPS:
+            return TOO_FEW_STEPS
+        if plain != INCONCLUSIVE:
+            return "faster" if plain == ABOVE else "slower"
+        if self.low >= 1.0 / (1.0 + EFFECT) and self.high <= 1.0 + EFFECT:
+            return NO_CHANGE
+        return INCONCLUSIVE
+
+    @property
+    def measured(self) -> bool:
+        """Whether the verdict rests on measured run-to-run noise (paired blocks, or processes)."""
+        return self.interval is not None and self.interval.measured
+
+    def evidence(self) -> str:
+        """What the verdict rests on, and for an inconclusive one what would resolve it."""
+        if self.interval is None:
+            return ""
+        words = method_words(self.interval)
+        if self.verdict == INCONCLUSIVE:
+            needed = self.blocks_needed
+            if needed is None:
+                words += f"; the ratio is too close to +/-{EFFECT:.0%} to resolve"
+            else:
+                words += f"; run --repeat {needed} to resolve it"
+            if self.measured and self.interval.spread > EFFECT:
+                words += f"; this machine's run-to-run noise is wider than the {EFFECT:.0%} effect: a quieter machine resolves it sooner"
+        elif not self.measured and self.verdict in ("faster", "slower", NO_CHANGE):
+            words += "; the change is beyond even that"
+        return words
 
 
-def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: str = "", baseline_label: str = "") -> Speedup:
+def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: str = "", baseline_label: str = "", paired: bool = True) -> Speedup:
+    """`mode` over `baseline`. `paired`: two modes of one run, their repetitions in shared blocks
+    (False for the same mode of two runs)."""
     mode_label = mode_label or (mode.name if mode else "?")
     baseline_label = baseline_label or (baseline.name if baseline else "?")
     for column, label in ((mode, mode_label), (baseline, baseline_label)):
@@ -424,27 +483,28 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
     if not (m.median_s and m.p10_s and m.p90_s and b.median_s and b.p10_s is not None and b.p90_s is not None):
         # Zero-length intervals can only come from a clock that did not move: nothing to divide by.
         return Speedup(mode_label, baseline_label, None, None, None, note="step times of zero length")
-    reps = tuple(
-        bm / mm
-        for bm, mm in zip(baseline.repetition_medians, mode.repetition_medians)
-        if bm is not None and mm is not None and mm > 0
-    )
-    interval = ratio_interval(baseline.timing, mode.timing, "median") if baseline.timing and mode.timing else None
+    interval = ratio_interval(baseline.timing, mode.timing, "median", paired=paired) if baseline.timing and mode.timing else None
+    reps: tuple[float, ...] = ()
+    if interval is not None and paired and baseline.timing and mode.timing:
+        reps = tuple(paired_ratios(baseline.timing, mode.timing, interval.measure, "median"))
     note = ""
     if min(m.count, b.count) < MIN_STEADY_STEPS:
         fewest = min(m.count, b.count)
         note = f"only {fewest} steady step{'s' if fewest != 1 else ''}; run more steps to judge"
     elif not mode.ok or not baseline.ok:
         note = "from a mode that did not finish cleanly"
-    ratio = b.median_s / m.median_s
+    ratio = interval.ratio if interval is not None else b.median_s / m.median_s
     load_factor = None
     heavy = tuple(column.cpu_wait is not None and column.cpu_wait.step_fraction >= HEAVY_WAIT for column in (mode, baseline))
+    on_cpu = interval is not None and interval.measure == "cpu"
     if mode.cpu_wait is not None and baseline.cpu_wait is not None:
         load_factor = baseline.cpu_wait.slowdown / mode.cpu_wait.slowdown
         if abs(math.log(load_factor)) >= LOAD_NEGLIGIBLE:
             load = load_note(mode_label, mode.cpu_wait, baseline_label, baseline.cpu_wait, load_factor)
+            if on_cpu:
+                load += " (the verdict is on CPU time per step, which waiting for a CPU does not lengthen)"
             note = f"{note}; {load}" if note else load
-    if any(heavy):
+    if any(heavy) and not on_cpu:
         busy = " and ".join(label for label, is_heavy in zip((mode_label, baseline_label), heavy) if is_heavy)
         words = (f"{busy}'s median step waited for a CPU {HEAVY_WAIT:.0%} or more of its runnable time: beyond that, a step of "
                  "several threads can slow far more than the wait alone says, so only a verdict the load worked against stands")
@@ -881,7 +941,7 @@ def compare_runs(run_a: RunRecord, run_b: RunRecord, tolerance: Tolerance | None
     changes = []
     for name in names:
         a, b = before.modes.get(name), after.modes.get(name)
-        change_speedup = speedup(b, a, f"B {name}", f"A {name}") if a is not None and b is not None else None
+        change_speedup = speedup(b, a, f"B {name}", f"A {name}", paired=False) if a is not None and b is not None else None
         diffs: tuple[NumericsDiff, ...] = ()
         if a is not None and b is not None and a.records and b.records:
             rec_a, rec_b = run_a.modes.get(a.records[0]), run_b.modes.get(b.records[0])

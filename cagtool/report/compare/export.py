@@ -44,7 +44,11 @@ def _speedup_json(s: Speedup) -> dict[str, Any]:
         "confidence": s.interval.confidence if s.interval else None,
         "interval_unit": s.interval.unit if s.interval else None,
         "interval_units": list(s.interval.units) if s.interval else None,
-        "resolution": s.resolution,
+        "interval_method": s.interval.method if s.interval else None,  # sign | rank | t | assumed (noise not measured)
+        "measure": s.interval.measure if s.interval else None,  # cpu | wall | device
+        "run_to_run_noise": s.interval.spread if s.interval else None,  # A/A: two processes differ by up to this, 90% of the time
+        "noise_measured": s.measured,
+        "blocks_needed": s.blocks_needed,  # for an inconclusive verdict: run --repeat N
         "verdict": s.verdict,
         "steady_steps": {"mode": s.steady_steps[0], "baseline": s.steady_steps[1]},
         "repetition_ratios": list(s.repetition_ratios),
@@ -259,7 +263,7 @@ def _csv_rows(comparison: Comparison, run_label: str | None = None, baseline: Co
         if run_label is not None:
             row = {"run": run_label, **row}
             before = baseline.modes.get(name) if baseline is not None else None
-            change = speedup(column, before) if before is not None else None
+            change = speedup(column, before, paired=False) if before is not None else None
             row["speedup_vs_baseline"] = change.ratio if change else None
         rows.append(row)
     return rows

@@ -1,6 +1,9 @@
 """The headline: one or two sentences that answer what the user came for, pasteable into a pull
-request. "compiled autograd: 0.85x the speed of torch.compile alone (slower beyond the noise, 90%
-CI 0.82-0.88x); 1 CA recompile (step 3, changed sizes; fix verified); numerics agree."
+request. What replicates between processes leads (recompiles, compile time, time to the first
+step, peak memory), then the time verdict with what it rests on: "1 CA recompile (step 3, changed
+sizes; fix verified); compile aot 18.0 s, ca 42.6 s; first step aot 33.0 s, ca 48.6 s; peak memory
+aot 1.2 GB, ca 1.3 GB; compiled autograd: 0.85x the speed of torch.compile alone in CPU time per
+step (slower, 90% CI 0.82x-0.88x); numerics agree."
 
 Pure functions of a `Comparison` (one run) or a `RunComparison` (A/B), and optionally the run's
 kept verification; every renderer (run's summary, `compare`, the HTML report) puts it first.
@@ -12,7 +15,8 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cagtool.report.compare.analysis import LOAD_DIFFERED, Comparison, RunComparison, Speedup
+from cagtool.report.compare.analysis import EFFECT, INCONCLUSIVE, LOAD_DIFFERED, NO_CHANGE, TOO_FEW_STEPS, Comparison, RunComparison, Speedup
+from cagtool.report.figures.intervals import MEASURE_WORDS, ratio_text
 
 if TYPE_CHECKING:
     from cagtool.report.recompiles.explain import Cause, Explanation
@@ -32,22 +36,65 @@ class Headline:
 
 
 def _speed_phrase(s: Speedup) -> tuple[str, str]:
+    """The time verdict with its status: what it rests on, and never a figure beyond what the
+    evidence supports (a ratio from one process per mode is a figure, not a verdict)."""
     mode, base = _MODE_WORDS.get(s.mode, s.mode), _MODE_WORDS.get(s.baseline, s.baseline)
     if s.ratio is None:
         return f"{mode} vs {base}: not timed ({s.note or 'no steady steps'})", NEUTRAL
-    from cagtool.report.compare.render import interval_bounded, resolution_text
+    figure = f"{ratio_text(s.ratio)} the speed of {base}"
+    measure = MEASURE_WORDS.get(s.interval.measure, "") if s.interval is not None else ""
+    on = f" in {measure}" if measure and s.interval is not None and s.interval.measure == "cpu" else ""
+    ci = f"90% CI {ratio_text(s.low)}-{ratio_text(s.high)}" if s.low is not None and s.high is not None else ""
+    verdict = s.verdict
+    if verdict == TOO_FEW_STEPS:
+        return f"{mode}: {figure}{on}, from too few steady steps to judge", NEUTRAL
+    if verdict == LOAD_DIFFERED:
+        return f"{mode}: {figure}{on}, not judged: the machine's load differed between the modes ({ci})", NEUTRAL
+    basis = ""
+    if not s.measured and s.interval is not None:
+        one = max(s.interval.units) == 1
+        basis = (", one process per mode: run-to-run noise assumed, not measured" if one
+                 else f", {max(s.interval.units)} processes per mode: too few blocks to measure the run-to-run noise")
+    if verdict == INCONCLUSIVE:
+        needed = s.blocks_needed
+        more = f"; run --repeat {needed} to resolve it" if needed is not None else "; too close to call"
+        return f"{mode}: {figure}{on}, inconclusive ({ci}{basis}{more})", NEUTRAL
+    if verdict == NO_CHANGE:
+        return f"{mode}: no change in speed larger than {EFFECT:.0%} against {base}{on} ({ci}{basis})", NEUTRAL
+    word = "faster" if verdict == "faster" else "slower"
+    return f"{mode}: {figure}{on} ({word}, {ci}{basis})", GOOD if word == "faster" else BAD
 
-    ci = f"90% CI {s.low:.2f}-{s.high:.2f}x" if interval_bounded(s) else ""
-    if s.verdict == "too few steady steps" or (s.verdict == "within noise" and not ci):
-        # An interval from 0 to infinity: too few batches of steps to tell anything apart.
-        return f"{mode}: {s.ratio:.2f}x the speed of {base}, from too few steady steps to judge", NEUTRAL
-    if s.verdict == "within noise":
-        resolves = f", {resolution_text(s, 0)}" if s.resolution is not None else ""
-        return f"{mode}: {s.ratio:.2f}x the speed of {base}, no difference beyond the noise ({ci}{resolves})", NEUTRAL
-    if s.verdict == LOAD_DIFFERED:
-        return f"{mode}: {s.ratio:.2f}x the speed of {base}, not judged: the machine's load differed between the modes ({ci})", NEUTRAL
-    word = "faster" if s.verdict == "faster" else "slower"
-    return f"{mode}: {s.ratio:.2f}x the speed of {base} ({word} beyond the noise, {ci})", GOOD if word == "faster" else BAD
+
+def _cost_phrase(comparison: Comparison) -> str:
+    """What replicates between processes, and what compiled autograd most often changes: ca's
+    graphs and graph breaks, each mode's compile time, time to the first step and peak memory."""
+    columns = [c for name, c in comparison.modes.items() if name in ("aot", "ca") and c.metrics is not None]
+    if not columns:
+        columns = [c for c in comparison.modes.values() if c.metrics is not None][-1:]
+    bits = []
+    ca = comparison.modes.get("ca")
+    if ca is not None and ca.metrics is not None:
+        m = ca.metrics
+        bits.append(f"ca: {m.ca_graphs} CA graph{'s' if m.ca_graphs != 1 else ''}, {m.graph_breaks} graph break{'s' if m.graph_breaks != 1 else ''}")
+    compile_ = [f"{c.name} {c.compile_time_s:.1f} s" for c in columns if c.compile_time_s]
+    if compile_:
+        bits.append("compile " + ", ".join(compile_))
+    first = [f"{c.name} {c.first_step_s:.1f} s" for c in columns if c.first_step_s is not None]
+    if first:
+        bits.append("first step " + ", ".join(first))
+    memory = [f"{c.name} {_bytes(c.peak_device_memory_bytes or c.peak_rss_bytes)}" for c in columns if (c.peak_device_memory_bytes or c.peak_rss_bytes)]
+    if memory:
+        bits.append("peak memory " + ", ".join(memory))
+    return "; ".join(bits)
+
+
+def _bytes(n: int | None) -> str:
+    if not n:
+        return "-"
+    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
 
 
 def root_causes(explanation: "Explanation") -> list["Cause"]:
@@ -162,12 +209,7 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
     if failed:
         phrases.append(f"mode {failed[0]}" + (f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""))
         tones.append(BAD)
-    by_label = {s.label: s for s in comparison.speedups}
-    speed = by_label.get("ca/aot") or by_label.get("ca/eager") or by_label.get("aot/eager")
-    if speed is not None:
-        text, tone = _speed_phrase(speed)
-        phrases.append(text)
-        tones.append(tone)
+    # What replicates first (counts, compile time, first step, memory), then the time verdict.
     recompiles = _recompile_phrase(comparison, verified, explanation)
     if recompiles:
         phrases.append(recompiles)
@@ -176,6 +218,15 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         if alerts:
             phrases.extend(alerts)
             tones.append(BAD)
+    cost = _cost_phrase(comparison)
+    if cost:
+        phrases.append(cost)
+    by_label = {s.label: s for s in comparison.speedups}
+    speed = by_label.get("ca/aot") or by_label.get("ca/eager") or by_label.get("aot/eager")
+    if speed is not None:
+        text, tone = _speed_phrase(speed)
+        phrases.append(text)
+        tones.append(tone)
     numerics = comparison.numerics
     if numerics.reference is not None and len(comparison.modes) > 1:
         if numerics.disagreements:
@@ -215,13 +266,17 @@ def change_headline(rc: RunComparison) -> Headline:
             tones.append(GOOD if d < 0 else BAD)
         s = change.speedup
         if s is not None and s.ratio is not None:
+            basis = "" if s.measured else ", run-to-run noise assumed"
             if s.verdict in ("faster", "slower"):
-                bits.append(f"step time {s.verdict} ({s.ratio:.2f}x the speed, 90% CI {s.low:.2f}-{s.high:.2f}x)")
+                bits.append(f"step time {s.verdict} ({ratio_text(s.ratio)} the speed, 90% CI {ratio_text(s.low)}-{ratio_text(s.high)}{basis})")  # type: ignore[arg-type]
                 tones.append(GOOD if s.verdict == "faster" else BAD)
-            elif s.verdict == "within noise":
-                bits.append("step time unchanged within noise")
+            elif s.verdict == NO_CHANGE:
+                bits.append(f"step time: no change larger than {EFFECT:.0%}")
+            elif s.verdict == INCONCLUSIVE:
+                needed = s.blocks_needed
+                bits.append(f"step time {ratio_text(s.ratio)} the speed, inconclusive{basis}" + (f" (record each run with --repeat {needed})" if needed else ""))
             elif s.verdict == LOAD_DIFFERED:
-                bits.append(f"step time {s.ratio:.2f}x the speed, not judged: the machine's load differed between the runs")
+                bits.append(f"step time {ratio_text(s.ratio)} the speed, not judged: the machine's load differed between the runs")
         if a.compile_time_s and b.compile_time_s:
             pct = 100.0 * (b.compile_time_s / a.compile_time_s - 1.0)
             if abs(pct) >= 1:

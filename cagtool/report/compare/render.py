@@ -20,6 +20,7 @@ from rich.text import Text
 from cagtool.report.text.markdown import md_text
 from cagtool.report.compare.headline import Headline, change_headline, run_headline
 from cagtool.report.text.safe_text import safe_text
+from cagtool.report.figures.intervals import ratio_text
 from cagtool.report.compare.analysis import (
     LOSS,
     AnyComparison,
@@ -62,7 +63,7 @@ def count(value: int | None, detail: str = "") -> str:
 
 
 def ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
+    return "-" if value is None else ratio_text(value)
 
 
 def signed(value: float | int | None, fmt: Callable[[Any], str]) -> str:
@@ -145,22 +146,8 @@ def worst_diff(diffs: list[NumericsDiff]) -> NumericsDiff | None:
 
 
 def interval_bounded(s: Speedup) -> bool:
-    """Whether the speedup's interval says anything: with too few batches of steps its bounds are
-    0 and infinity ("0.00 - infx" reads as a bug, not as "too few steps")."""
+    """Whether the speedup has an interval to show."""
     return s.low is not None and s.high is not None and math.isfinite(s.high) and s.low > 0
-
-
-def resolution_text(s: Speedup, digits: int = 1) -> str:
-    """What a comparison within the noise could have told apart: "resolves +/-4.0%"; past a 2x
-    difference the percentage says nothing a user can act on (a noisy interval of few batches
-    gives +/-10^13%), and an unbounded interval resolves nothing."""
-    if s.resolution is None:
-        return ""
-    if not interval_bounded(s) or not math.isfinite(s.resolution):
-        return "too few steady steps for an interval: run more steps"
-    if s.resolution > 1.0:
-        return "too noisy to tell even a 2x difference: run more steps"
-    return f"resolves +/-{100 * s.resolution:.{digits}f}%"
 
 
 def speedup_range(s: Speedup) -> str:
@@ -168,12 +155,14 @@ def speedup_range(s: Speedup) -> str:
         return "-"
     if not interval_bounded(s):
         return "unbounded"
-    return f"{s.low:.2f} - {s.high:.2f}x"
+    return f"{ratio_text(s.low).rstrip('x')} - {ratio_text(s.high)}"
 
 
 SPEEDUP_FOOTNOTE = (
-    "speedup = baseline median step time / mode median step time (> 1: faster), with its 90% confidence interval "
-    "(batches of consecutive steps, or repetitions, as units; docs/ci.md); an interval containing 1.0 is within noise."
+    "speedup = baseline median step time / mode median step time (> 1: faster; CPU time per step where both modes' steps "
+    "were CPU-bound), with its 90% confidence interval: each process is one piece of evidence (the blocks of --repeat K, "
+    "paired, from K = 5; below that only a change beyond the assumed run-to-run noise is called). faster / slower: clear of "
+    "1.0; no change: within +/-5%; inconclusive: neither (docs/ci.md)."
 )
 
 
@@ -246,17 +235,13 @@ def mode_grid(comparison: Comparison) -> Grid:
 
 
 def _speedup_row(s: Speedup) -> list[str]:
-    note = s.note
-    if s.resolution is not None and s.verdict == "within noise":
-        note = resolution_text(s) + (f"; {note}" if note else "")
+    note = s.evidence()
     if s.repetition_ratios:
-        reps = ", ".join(f"{r:.2f}" for r in s.repetition_ratios)
-        note = f"per repetition: {reps}" + (f"; {note}" if note else "")
-    verdict = s.verdict
-    if verdict == "within noise" and s.low is not None and not interval_bounded(s):
-        # An interval from 0 to infinity holds 1.0 whatever the steps: too few of them, not noise.
-        verdict = "too few steady steps"
-    return [s.label, ratio(s.ratio), speedup_range(s), verdict, note]
+        reps = ", ".join(ratio_text(r) for r in s.repetition_ratios)
+        note = f"per block: {reps}" + (f"; {note}" if note else "")
+    if s.note:
+        note = f"{note}; {s.note}" if note else s.note
+    return [s.label, ratio(s.ratio), speedup_range(s), s.verdict, note]
 
 
 def speedup_grid(speedups: tuple[Speedup, ...] | list[Speedup], title: str = "Speedups (steady-state step time)") -> Grid:

@@ -1,59 +1,73 @@
-"""Confidence intervals of timing ratios, and what a check can resolve with the evidence it has.
+"""Timing verdicts with the process as the unit of evidence.
 
 Every timing verdict (compare's speedups, `gate --min-speedup`, `--max-regression`,
-`--max-compile-regression`, the HTML verdict) rests on one interval: that of the ratio of a
-statistic (the median, mean, p10 or p90 of the steady step times, or the compile time) between two
-sides, never on the spread of the step times themselves. The spread says how wide the
-distribution is; the interval says how well the statistic is known, and it narrows with evidence.
+`--max-compile-regression`, `recompiles --verify`'s time column, the HTML verdict) rests on one
+interval: that of the ratio of a figure between two sides, where each side's evidence is its
+**processes**. A process's steps share its state (its memory layout, its compile, the machine's
+load while it ran): steps of one process vary less than processes do, so an interval made of one
+process's steps claims a precision that the next run contradicts (two identical runs read 1.46x
+and 0.25x). Each process therefore contributes one figure per statistic (the median, mean, p10
+or p90 of its steady steps, or its compile time), and the interval is built from those figures:
 
-Units. Step times drift and are autocorrelated: consecutive steps are not independent samples, and
-an interval that treats them so is far too narrow on a long run. Each side's steady series is cut
-into batches of consecutive steps (about sqrt(n) batches, at most `MAX_BATCHES`, and each at least
-`BATCH_TAUS` integrated autocorrelation times long: the method of batch means, standard for the
-output of a simulation) and the statistic of each batch is one unit; a slow drift makes the batches
-differ and the interval wider. While the batch statistics are still autocorrelated, adjacent
-batches are merged: fewer, longer units and a wider interval. With `MIN_REPETITION_UNITS` or more
-repetitions (`cagtool run --repeat K`) the side's units are its repetitions instead: runs differ
-from each other more than batches of one run do (compile cache, memory layout, the machine's
-load), and only repetitions can see that. With one run a side, that run-to-run noise is not
-measured, and the check says so.
+- **Paired blocks** (the modes of one `run --repeat K`, each block one process per mode in a
+  shuffled order): the ratio in each block, and the distribution-free interval of their median
+  from the sign test's order statistics. It reaches 90% from `MIN_SIGN_BLOCKS` blocks (5: the
+  extreme ratios cover 93.75%).
+- **Two independent sides with three or more processes each** (a run against a baseline, two
+  runs): the Hodges-Lehmann interval of the shift of the log figures (Mann-Whitney's exact null
+  distribution; 3 against 3 is exactly 90%).
+- **Fewer processes**: the prediction interval d -/+ t * s * sqrt(1/k_top + 1/k_bottom) of the
+  log figures, with s the run-to-run noise measured from the processes of a side with three or
+  more of them (pooled, Student's t on its degrees of freedom), or, where no side has that many,
+  `ASSUMED_NOISE` for the measure (the noise this VM showed between processes beside a CPU-bound
+  neighbour, benchmarks/README.md), and the verdict says the noise was assumed, not measured.
+  One run a side can then still be told from a 3x slowdown, never from a 5% one.
 
-Interval. Step-time statistics: distribution-free, the Hodges-Lehmann interval of the shift of the
-log unit statistics (the pairwise differences, k cut at each end, k from Mann-Whitney's exact null
-distribution), around the ratio of the statistics pooled over all of a side's steps. Unit
-statistics of a busy runner are skewed and heavy-tailed, where Student's t on a few of them fails
-several times more often than its confidence says. Compile times are one figure per run: Student's
-t with Welch's degrees of freedom on the log figures, exp(d -/+ t * se); a side with one figure
-borrows the other side's noise (same runner, same code path); with one figure on both sides there
-is no interval, and the check judges the figures alone and says the noise was not measured. Both
-are two-sided at `CONFIDENCE` (90%: a check that fails only when the whole interval is beyond its
-bound is wrong at most 5% of the time when the truth sits on the bound).
+The figure. For a CPU job whose steps are CPU-bound on both sides (the process's CPU time per
+step at least `CPU_BOUND_SHARE` of its wall time less its wait for a CPU) the figure is the
+process's **CPU time per step**: the machine's other load moves it less than the wall time
+(benchmarks/README.md). Where a side spends its steps off the CPU (sleeping, reading data, a
+device), CPU time does not see that time, and the figure is the wall time (device time on CUDA).
+Each interval names its measure.
 
-Resolution (power). A check that fails when the interval's far end passes a bound catches a true
-change of (t(1 - alpha/2) + t(power)) * se beyond that bound with probability `POWER`: that
-distance is what the check can resolve. A regression check *resolves its threshold* when it would
-catch a regression of twice the threshold 95% of the time; `units_needed` says how much more
-evidence would make it so (se shrinks as 1/sqrt(units)).
-
-The calibration of all this against realistic step-time shapes (skewed, drifting, autocorrelated,
-with outliers, and real recorded runs) is `benchmarks/gate_calibration.py`, with its table in
-benchmarks/README.md.
+The outcome of a check on an interval is one of: beyond the bound, clear of it, or
+**inconclusive** (the interval contains the bound). An inconclusive result says how many
+processes a side would resolve it (`processes_needed`), or that none would within reason.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Sequence
 
 CONFIDENCE = 0.90
-POWER = 0.95
-MAX_BATCHES = 30
-# A side measured by repetitions needs this many: with two, one difference estimates the noise.
-MIN_REPETITION_UNITS = 3
+POWER = 0.80  # what `processes_needed` plans for: an inconclusive result resolved 4 times in 5
 # Step-time statistics a check can hold to a threshold.
 FIELDS = ("median", "mean", "p10", "p90")
+# Paired blocks for a distribution-free interval at CONFIDENCE: with 5, the extreme block ratios
+# cover 1 - 2 / 2**5 = 93.75%; with 4, 87.5%.
+MIN_SIGN_BLOCKS = 5
+# Processes a side for the rank interval (3 against 3: the extreme differences, exactly 90%), and
+# for a side's spread to count as measured run-to-run noise.
+MIN_RANK_UNITS = 3
+# The run-to-run noise (standard deviation of the log of one process's figure) assumed where no
+# side measured it: about the largest this 2-core VM showed beside a CPU-bound neighbour
+# (benchmarks/process_noise.py, benchmarks/README.md), so that a verdict on one run a side holds
+# on a busy CI runner. Compile time: one figure per process, noisier than a median of steps.
+ASSUMED_NOISE = {"cpu": 0.15, "wall": 0.25, "device": 0.15, "compile": 0.25}
+# No interval is narrower than this noise a process (0.5%): identical figures are a coincidence
+# of rounding or of very few steps, not a measurement of no noise.
+NOISE_FLOOR = 0.005
+# A process is CPU-bound when its training loop's thread's CPU time per step is at least this
+# share of the step's wall time less its wait for a CPU: what CPU time cannot see (sleep, I/O, a
+# device) is then at most a tenth of a step.
+CPU_BOUND_SHARE = 0.9
+# Beyond this many processes a side, an inconclusive result "cannot be resolved" rather than
+# asking for a number no one will run.
+MAX_PROCESSES_ADVISED = 60
+MEASURE_WORDS = {"cpu": "CPU time per step", "wall": "wall time per step", "device": "device time per step", "compile": "compile time"}
 
 
 def t_quantile(p: float, df: float) -> float:
@@ -95,7 +109,7 @@ def t_quantile(p: float, df: float) -> float:
     return sign * math.sqrt(n * y)
 
 
-def _statistic(values: Sequence[float], field_name: str) -> float:
+def statistic(values: Sequence[float], field_name: str) -> float:
     import numpy as np
 
     array = np.asarray(values, dtype=float)
@@ -108,253 +122,163 @@ def _statistic(values: Sequence[float], field_name: str) -> float:
     raise ValueError(f"unknown statistic {field_name!r}")
 
 
-def batch_count(n: int, tau: float = 1.0) -> int:
-    """How many batches a series of n steps is cut into: about sqrt(n) (enough of them to estimate
-    a spread), at most MAX_BATCHES, and no more than leaves each batch `BATCH_TAUS` integrated
-    autocorrelation times `tau` long (steps), so that batch statistics are about independent."""
-    if n < 2:
-        return 0
-    k = min(MAX_BATCHES, math.isqrt(n))
-    if tau > 1.0:
-        k = min(k, int(n // (BATCH_TAUS * tau)))
-        if tau >= SUSPECT_TAU and n < MIN_STEPS_PER_TAU * tau:
-            # Too short a series to know its own autocorrelation: a phase longer than the run
-            # looks, from inside it, like a short one (the estimate is biased low), and batches cut
-            # by it would all see one phase. Two units: no verdict, a request for more evidence.
-            k = 2
-    return max(2, k)
+@dataclass(frozen=True)
+class ProcessSteps:
+    """One process's steady steps, as `timing_sample` needs them: its block (the repetition it
+    ran in), its wall (or device) times and CPU times in step order (None where not recorded),
+    and each step's share of waiting for a CPU (None where not measured)."""
 
-
-# The autocorrelation time read from fewer steps than this many times itself is not trusted
-# (Sokal's rule of thumb for the estimate, from MCMC practice).
-MIN_STEPS_PER_TAU = 50.0
-# ...for a time this long or longer: independent steps read 1 to about 1.5 from a few dozen steps,
-# and a short run of them must still get its verdict (a step time 8 times its baseline's fails).
-SUSPECT_TAU = 2.0
-# A batch this many integrated autocorrelation times long has statistics about independent of its
-# neighbours' (the lag-1 correlation of AR(1) batch means is about tau / (2 * length)).
-BATCH_TAUS = 3.0
-# The autocorrelation is read on at most this many consecutive means of the log step times (a
-# 100,000-step series in means of 50): enough lags for any phase shorter than a batch, and cheap.
-_TAU_POINTS = 2048
-
-
-def autocorrelation_time(series: Sequence[float]) -> float:
-    """The integrated autocorrelation time of the log step times less their linear trend, in
-    steps (1 for independent steps): 1 + 2 * sum of the autocorrelations, summed by Geyer's initial monotone sequence (pairs
-    of lags while their sum stays positive and decreasing), the estimator MCMC practice uses for
-    the effective sample size. A phase of slow steps (a neighbour on the runner) makes it long. Read
-    on means of consecutive steps when the series is long (each mean is `chunk` steps: the time is
-    then chunk times the means' own, an over- rather than an under-estimate)."""
-    import numpy as np
-
-    array = np.log(np.clip(np.asarray(series, dtype=float), 1e-12, None))
-    chunk = max(1, math.ceil(len(array) / _TAU_POINTS))
-    if chunk > 1:
-        usable = (len(array) // chunk) * chunk
-        array = array[:usable].reshape(-1, chunk).mean(axis=1)
-    n = len(array)
-    if n < 4:
-        return float(chunk)
-    # Less its straight-line trend: a drift over the run (allocator warm-up, a learning-rate
-    # schedule) is not autocorrelated noise, and read as such it would make the time as long as
-    # the run. The drift still widens the interval: it makes the batches differ.
-    position = np.arange(n, dtype=float) - (n - 1) / 2.0
-    slope = float(position @ (array - array.mean())) / float(position @ position)
-    centred = array - array.mean() - slope * position
-    size = 1 << (2 * n - 1).bit_length()
-    spectrum = np.fft.rfft(centred, size)
-    acov = np.fft.irfft(spectrum * np.conj(spectrum), size)[:n]
-    if acov[0] <= 0.0:
-        return float(chunk)
-    rho = acov / acov[0]
-    total, previous = -1.0, math.inf
-    for m in range(0, n // 2):
-        pair = float(rho[2 * m] + rho[2 * m + 1]) if 2 * m + 1 < n else float(rho[2 * m])
-        if pair <= 0.0:
-            break
-        pair = min(pair, previous)
-        total += 2.0 * pair
-        previous = pair
-    return max(1.0, total) * chunk
-
-
-# Batches are long enough when their statistics are about independent: while the lag-1
-# autocorrelation of the log batch statistics exceeds what chance gives independent ones (one-sided
-# 5%: 1.645 / sqrt(k)), adjacent batches are merged (the number halved). A job whose speed shifts in
-# phases (a neighbour on the runner, a data loader stalling for minutes) is judged on fewer, longer
-# batches and a wider interval, never on many batches that all see the same phase.
-_AUTOCORRELATION_Z = 1.645
-
-
-def _batches(array, k: int, field_name: str) -> list[float]:
-    import numpy as np
-
-    if field_name == "mean":
-        return [float(part.mean()) for part in np.array_split(array, k)]
-    if field_name == "median":
-        return [float(np.median(part)) for part in np.array_split(array, k)]
-    q = 10.0 if field_name == "p10" else 90.0
-    return [float(np.percentile(part, q)) for part in np.array_split(array, k)]
-
-
-def lag1_autocorrelation(values: Sequence[float]) -> float:
-    """r1 of a sequence (0 for a constant one)."""
-    k = len(values)
-    if k < 3:
-        return 0.0
-    mean = sum(values) / k
-    centred = [v - mean for v in values]
-    denominator = sum(c * c for c in centred)
-    if denominator == 0.0:
-        return 0.0
-    return sum(a * b for a, b in zip(centred, centred[1:])) / denominator
-
-
-def batch_statistics(series: Sequence[float], field_name: str, tau: float | None = None) -> list[float]:
-    """The statistic of each batch of consecutive steps (batches differ in length by at most 1),
-    about sqrt(n) of them, fewer where the steps are autocorrelated (`tau`, computed when not
-    given) and while the batch statistics still are (see above)."""
-    import numpy as np
-
-    if tau is None:
-        tau = autocorrelation_time(series) if len(series) >= 4 else 1.0
-    k = batch_count(len(series), tau)
-    if k == 0:
-        return []
-    array = np.asarray(series, dtype=float)
-    stats = _batches(array, k, field_name)
-    while k > 2 and lag1_autocorrelation([math.log(v) if v > 0 else 0.0 for v in stats]) > _AUTOCORRELATION_Z / math.sqrt(k):
-        k = max(2, k // 2)
-        stats = _batches(array, k, field_name)
-    return stats
+    block: int
+    times: Sequence[float]
+    cpu: Sequence[float] | None = None  # the process's CPU time per step (all its threads)
+    wait_share: Sequence[float] | None = None
+    thread_cpu: Sequence[float] | None = None  # the training loop's thread's CPU time per step
 
 
 @dataclass(frozen=True)
 class TimingSample:
-    """One side of a comparison, as an interval needs it: per statistic, its value over all of the
-    side's steps and its value per unit (a batch of consecutive steps, or a repetition), seconds.
-    This is what a baseline file keeps of the step times (a few dozen numbers a statistic)."""
+    """One side of a comparison: per statistic, the figure of each of its processes (its units),
+    on the wall (or device) clock and, where every process recorded it, in CPU time. This is what
+    a baseline file keeps of the step times."""
 
-    count: int  # steady steps, all repetitions
-    repetitions: int
-    unit: str  # "batch" | "repetition"
-    values: dict[str, float]  # statistic -> pooled value
-    units: dict[str, tuple[float, ...]]  # statistic -> per-unit values
+    count: int  # steady steps, all processes
+    repetitions: int  # processes
+    unit: str  # "process" ("batch" / "repetition" in baselines of an older cagtool: not comparable)
+    values: dict[str, float]  # statistic -> the median of the processes' figures (wall or device clock)
+    units: dict[str, tuple[float, ...]]  # statistic -> each process's figure (wall or device clock)
+    cpu_units: dict[str, tuple[float, ...]] = field(default_factory=dict)  # the same in CPU time; empty where not recorded
+    cpu_bound: bool = False  # every process spent its steps on the CPU (CPU_BOUND_SHARE)
+    blocks: tuple[int, ...] = ()  # each process's block (repetition), for pairing
+    clock: str = "wall"  # "wall" | "device": the clock of `values` and `units`
 
-    def log_units(self, field_name: str) -> list[float]:
-        return [math.log(v) for v in self.units.get(field_name, ()) if v > 0]
+    def figures(self, measure: str, field_name: str) -> tuple[float, ...]:
+        source = self.cpu_units if measure == "cpu" else self.units
+        return tuple(v for v in source.get(field_name, ()) if v > 0)
 
 
-def timing_sample(repetitions: Sequence[Sequence[float]]) -> TimingSample | None:
-    """The sample of one side from its repetitions' steady step times, each in step order. None
-    without a step. Repetitions are the units when MIN_REPETITION_UNITS or more have steps; else
-    batches of each repetition's own series (never across a repetition boundary)."""
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    k = len(ordered)
+    return ordered[k // 2] if k % 2 else (ordered[k // 2 - 1] + ordered[k // 2]) / 2.0
+
+
+def _cpu_bound(process: ProcessSteps) -> bool:
+    """Whether the training loop's thread spent its steps on the CPU: its CPU time at least
+    CPU_BOUND_SHARE of the step's wall time less the wait for a CPU. A step that sleeps, reads
+    data or waits for a device spends that time off the CPU, where CPU time cannot see it."""
     import numpy as np
 
-    # Each series made an array once (the statistics below took a list each and converted it
-    # again: eight conversions of 100,000 floats per side); the same float64 values, so the same
-    # results.
-    series = [np.asarray(rep, dtype=float) for rep in repetitions if len(rep) > 0]
-    if not series:
-        return None
-    pooled = series[0] if len(series) == 1 else np.concatenate(series)
-    by_repetition = len(series) >= MIN_REPETITION_UNITS
-    taus = [] if by_repetition else [autocorrelation_time(rep) if len(rep) >= 4 else 1.0 for rep in series]
-    values: dict[str, float] = {}
-    units: dict[str, tuple[float, ...]] = {}
-    for name in FIELDS:
-        values[name] = _statistic(pooled, name)
-        if by_repetition:
-            units[name] = tuple(_statistic(rep, name) for rep in series)
-        else:
-            units[name] = tuple(v for rep, tau in zip(series, taus) for v in batch_statistics(rep, name, tau))
-    return TimingSample(len(pooled), len(series), "repetition" if by_repetition else "batch", values, units)
+    if process.cpu is None or process.thread_cpu is None or len(process.thread_cpu) != len(process.times):
+        return False
+    wall = np.asarray(process.times, dtype=float)
+    if process.wait_share is not None and len(process.wait_share) == len(wall):
+        wall = wall * (1.0 - np.asarray(process.wait_share, dtype=float))
+    on_wall = float(np.median(wall))
+    return on_wall > 0 and float(np.median(np.asarray(process.thread_cpu, dtype=float))) >= CPU_BOUND_SHARE * on_wall
 
 
-def compile_sample(samples: Sequence[float]) -> TimingSample | None:
-    """Compile times, one per run: each run is a unit."""
-    kept = tuple(float(s) for s in samples if s is not None and s > 0)
+def timing_sample(processes: Sequence[ProcessSteps], clock: str = "wall") -> TimingSample | None:
+    """The sample of one side from its processes' steady steps. None without a step."""
+    kept = [p for p in processes if len(p.times) > 0]
     if not kept:
         return None
-    median = sorted(kept)[len(kept) // 2] if len(kept) % 2 else sum(sorted(kept)[len(kept) // 2 - 1 : len(kept) // 2 + 1]) / 2
-    return TimingSample(len(kept), len(kept), "run", {"total": median}, {"total": kept})
+    units = {name: tuple(statistic(p.times, name) for p in kept) for name in FIELDS}
+    with_cpu = all(p.cpu is not None and len(p.cpu) == len(p.times) for p in kept)
+    cpu_units = {name: tuple(statistic(p.cpu, name) for p in kept) for name in FIELDS} if with_cpu else {}  # type: ignore[arg-type]
+    return TimingSample(
+        count=sum(len(p.times) for p in kept),
+        repetitions=len(kept),
+        unit="process",
+        values={name: _median(figures) for name, figures in units.items()},
+        units=units,
+        cpu_units=cpu_units,
+        cpu_bound=with_cpu and all(_cpu_bound(p) for p in kept),
+        blocks=tuple(p.block for p in kept),
+        clock=clock,
+    )
 
 
-def _sd_upper_factor(df: float, confidence: float = 0.90) -> float:
-    """sqrt(df / chi2_(1-confidence)(df)): how much a standard deviation estimated with `df`
-    degrees of freedom may be under the true one, at `confidence` (Wilson-Hilferty's chi-square
-    quantile, within 1% of the exact one from df = 2)."""
-    if not math.isfinite(df) or df <= 0:
-        return 1.0
-    z = NormalDist().inv_cdf(1.0 - confidence)
-    term = 2.0 / (9.0 * df)
-    quantile = df * max(1.0 - term + z * math.sqrt(term), 1e-3) ** 3
-    return math.sqrt(df / quantile)
+def compile_sample(samples: Sequence[float | None], blocks: Sequence[int] = ()) -> TimingSample | None:
+    """Compile times, one per process: each process is a unit."""
+    kept = [(float(s), b) for s, b in zip(samples, blocks or range(1, len(samples) + 1)) if s is not None and s > 0]
+    if not kept:
+        return None
+    figures = tuple(s for s, _ in kept)
+    return TimingSample(len(kept), len(kept), "process", {"total": _median(figures)}, {"total": figures}, blocks=tuple(b for _, b in kept), clock="compile")
 
 
-def _mean_var(values: list[float]) -> tuple[float, float]:
+def measure_of(top: TimingSample, bottom: TimingSample) -> str:
+    """The figure two sides are compared on: CPU time where both recorded it and both spent their
+    steps on the CPU, else the sides' clock (device when both timed steps on the device)."""
+    if top.clock == "compile" or bottom.clock == "compile":
+        return "compile"
+    if top.cpu_units and bottom.cpu_units and top.cpu_bound and bottom.cpu_bound and top.clock == bottom.clock == "wall":
+        return "cpu"
+    return "device" if top.clock == bottom.clock == "device" else "wall"
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    """top / bottom of one figure, with its two-sided CONFIDENCE interval (see the module docstring)."""
+
+    ratio: float
+    low: float
+    high: float
+    units: tuple[int, int]  # processes (or blocks, when paired) on each side
+    measure: str  # "cpu" | "wall" | "device" | "compile"
+    method: str  # "sign" (paired blocks) | "rank" (Hodges-Lehmann) | "t" (measured noise) | "assumed" (noise not measured)
+    noise: float  # run-to-run noise: standard deviation of the log figure of one process (of a block's log ratio when paired)
+    noise_df: float  # its degrees of freedom (inf when assumed)
+    confidence: float = CONFIDENCE
+    unit: str = "process"
+    # With the assumed noise: the processes at hand showed a larger spread than assumed, too few
+    # of them to rest on, and the interval uses theirs.
+    seen: bool = False
+    # The sides are modes of one run whose processes share blocks: more evidence is more blocks
+    # (`run --repeat N`), judged by the sign interval from MIN_SIGN_BLOCKS.
+    in_blocks: bool = False
+
+    @property
+    def measured(self) -> bool:
+        """Whether the run-to-run noise was measured (three or more processes a side, or paired blocks)."""
+        return self.method != "assumed"
+
+    @property
+    def paired(self) -> bool:
+        return self.method == "sign"
+
+    @property
+    def spread(self) -> float:
+        """The A/A noise: how far apart two processes of the same job land 90% of the time, as a
+        relative figure (0.12: +/-12%)."""
+        pair = self.noise if self.paired else self.noise * math.sqrt(2.0)
+        return math.expm1(NormalDist().inv_cdf(0.95) * pair)
+
+    def processes_needed(self, distance: float) -> int | None:
+        """Processes a side (blocks, when paired) for an interval of this noise to clear a bound
+        `distance` away (log) from the ratio with probability POWER; None when more than
+        MAX_PROCESSES_ADVISED would be needed (the difference is too close to the bound)."""
+        if distance <= 0 or not math.isfinite(distance):
+            return None
+        z = NormalDist().inv_cdf(1.0 - (1.0 - self.confidence) / 2.0) + NormalDist().inv_cdf(POWER)
+        if self.paired or self.in_blocks:
+            # The sign interval's efficiency against the mean on normal data is 2/pi.
+            n = (z * self.noise / distance) ** 2 * math.pi / 2.0
+            floor = MIN_SIGN_BLOCKS
+        else:
+            n = 2.0 * (z * self.noise / distance) ** 2
+            floor = MIN_RANK_UNITS
+        needed = max(floor, math.ceil(n))
+        return needed if needed <= MAX_PROCESSES_ADVISED else None
+
+
+def _mean_var(values: Sequence[float]) -> tuple[float, float]:
     k = len(values)
     mean = sum(values) / k
     return mean, (sum((v - mean) ** 2 for v in values) / (k - 1) if k > 1 else math.nan)
 
 
-@dataclass(frozen=True)
-class RatioInterval:
-    """top / bottom for one statistic, with its two-sided CONFIDENCE interval."""
-
-    ratio: float
-    low: float
-    high: float
-    se: float  # standard error of log(ratio); nan when the noise was not measured
-    df: float
-    units: tuple[int, int]  # units on each side
-    unit: str  # how the units were made: "batch", "repetition", "run", or "top batch / bottom repetition"
-    confidence: float = CONFIDENCE
-    method: str = "welch"  # "rank": Hodges-Lehmann / Mann-Whitney on the units; "welch": Student's t
-
-    @property
-    def measured(self) -> bool:
-        """False when neither side had two units: the ratio's noise is unknown."""
-        return not math.isnan(self.se)
-
-    @property
-    def bounded(self) -> bool:
-        """False when the units are too few for a distribution-free interval at this confidence
-        (2 against 2): the interval is then the whole line, and no verdict rests on it."""
-        return self.low > 0.0 and math.isfinite(self.high)
-
-    def resolution(self, power: float = POWER) -> float:
-        """The smallest log-distance beyond a bound that a check on this interval catches with
-        probability `power` (inf when the noise was not measured). The noise is taken at a 90%
-        upper bound of its estimate (chi-square with the interval's degrees of freedom): with few
-        units the estimate is itself noisy, and a power claim must not rest on a lucky one."""
-        if not self.measured or not self.bounded:
-            return math.inf
-        alpha = 1.0 - self.confidence
-        distance = (t_quantile(1.0 - alpha / 2.0, self.df) + t_quantile(power, self.df)) * self.se * _sd_upper_factor(self.df)
-        # The rank interval's efficiency against Student's t on normal data is 3/pi (0.955): the
-        # same power needs 1/0.955 times the units, a 2.3% longer distance.
-        return distance / math.sqrt(3.0 / math.pi) if self.method == "rank" else distance
-
-    def evidence_factor(self, wanted: float, power: float = POWER) -> float:
-        """How many times the present units a side would need for the resolution to be `wanted`
-        (log-distance); se shrinks as 1/sqrt(units). inf when unmeasured."""
-        if self.measured and not self.bounded:
-            # Too few units for the rank interval (a series too short for its own autocorrelation):
-            # more steps of the same run may not help; repetitions do.
-            return math.inf
-        have = self.resolution(power)
-        if not math.isfinite(have):
-            return math.inf
-        if have <= wanted:
-            return 1.0
-        return (have / wanted) ** 2
-
-
-# A distribution-free interval at 90% needs three units a side (3 against 3: the extreme pairwise
-# differences, exactly 90%); with two a side no choice of differences reaches it.
-MIN_RANK_UNITS = 3
+_RANK_CUTS: dict[tuple[int, int, float], int] = {}
 
 
 def _gaussian_binomial(m: int, n: int) -> list[int]:
@@ -362,7 +286,6 @@ def _gaussian_binomial(m: int, n: int) -> list[int]:
     of m + n distinct values in which the Mann-Whitney U of the m is u (0 <= u <= m * n)."""
     poly = [1]
     for i in range(1, m + 1):
-        # multiply by (1 - q^(n+i)), then divide by (1 - q^i): exact, the quotient is a polynomial
         grown = poly + [0] * (n + i)
         for u in range(len(poly) - 1, -1, -1):
             grown[u + n + i] -= poly[u]
@@ -370,9 +293,6 @@ def _gaussian_binomial(m: int, n: int) -> list[int]:
             grown[u] += grown[u - i]
         poly = grown[: len(grown) - i]
     return poly
-
-
-_RANK_CUTS: dict[tuple[int, int, float], int] = {}
 
 
 def rank_cut(m: int, n: int, confidence: float = CONFIDENCE) -> int:
@@ -392,66 +312,119 @@ def rank_cut(m: int, n: int, confidence: float = CONFIDENCE) -> int:
     return _RANK_CUTS[key]
 
 
-def _rank_bounds(la: list[float], lb: list[float], confidence: float) -> tuple[float, float] | None:
-    """The distribution-free interval of the shift of log statistics, top minus bottom, from the
-    pairwise differences of the units; None when the units are too few to reach `confidence`."""
-    k = rank_cut(len(la), len(lb), confidence)
-    if k == 0:
-        return None
-    differences = sorted(a - b for a in la for b in lb)
-    return differences[k - 1], differences[len(differences) - k]
+def sign_cut(n: int, confidence: float = CONFIDENCE) -> int:
+    """For n paired ratios, the order statistic j (1-based) such that [x_(j), x_(n+1-j)] covers
+    their median with at least `confidence` (the sign test: P(Binomial(n, 1/2) < j) <= the tail);
+    0 when n is too small for any."""
+    tail = (1.0 - confidence) / 2.0
+    j, below = 0, 0.0
+    while j < n // 2:
+        mass = math.comb(n, j) / 2.0**n
+        if below + mass > tail * (1.0 + 1e-9):
+            break
+        below += mass
+        j += 1
+    return j
 
 
-def ratio_interval(top: TimingSample, bottom: TimingSample, field_name: str, confidence: float = CONFIDENCE) -> RatioInterval | None:
-    """The interval of top/bottom for `field_name` (see the module docstring). None when a side
-    has no value."""
-    a, b = top.values.get(field_name), bottom.values.get(field_name)
-    if a is None or b is None or a <= 0 or b <= 0:
+def _pooled_noise(sides: Sequence[Sequence[float]]) -> tuple[float, float] | None:
+    """(sd, df) of the log figures pooled over the sides with MIN_RANK_UNITS or more processes;
+    None when no side has that many."""
+    num, df = 0.0, 0
+    for logs in sides:
+        if len(logs) >= MIN_RANK_UNITS:
+            _, var = _mean_var(logs)
+            num += var * (len(logs) - 1)
+            df += len(logs) - 1
+    if df == 0:
         return None
-    d = math.log(a) - math.log(b)
-    la, lb = top.log_units(field_name), bottom.log_units(field_name)
-    unit = top.unit if top.unit == bottom.unit else f"{top.unit} / {bottom.unit}"
+    return max(math.sqrt(num / df), NOISE_FLOOR), float(df)
+
+
+def paired_ratios(top: TimingSample, bottom: TimingSample, measure: str, field_name: str) -> list[float]:
+    """top / bottom in each block both sides ran a process in (the modes of one `run --repeat`)."""
+    a = dict(zip(top.blocks, top.units.get(field_name, ()) if measure != "cpu" else top.cpu_units.get(field_name, ())))
+    b = dict(zip(bottom.blocks, bottom.units.get(field_name, ()) if measure != "cpu" else bottom.cpu_units.get(field_name, ())))
+    return [a[k] / b[k] for k in sorted(a.keys() & b.keys()) if a[k] > 0 and b[k] > 0]
+
+
+def ratio_interval(top: TimingSample, bottom: TimingSample, field_name: str, paired: bool = False, confidence: float = CONFIDENCE) -> RatioInterval | None:
+    """The interval of top/bottom for `field_name` (see the module docstring). `paired`: the two
+    sides are modes of one run, their processes in shared blocks. None when a side has no figure."""
+    measure = measure_of(top, bottom)
+    la = [math.log(v) for v in top.figures(measure, field_name)]
+    lb = [math.log(v) for v in bottom.figures(measure, field_name)]
+    if not la or not lb:
+        return None
+    z = NormalDist().inv_cdf(1.0 - (1.0 - confidence) / 2.0)
+    if paired:
+        logs = sorted(math.log(r) for r in paired_ratios(top, bottom, measure, field_name))
+        j = sign_cut(len(logs), confidence)
+        if j >= 1 and len(logs) >= MIN_SIGN_BLOCKS:
+            _, var = _mean_var(logs)
+            centre = _median(logs)
+            low, high = min(logs[j - 1], centre), max(logs[len(logs) - j], centre)
+            noise = max(math.sqrt(var), NOISE_FLOOR)
+            if high - low < 2.0 * z * NOISE_FLOOR / math.sqrt(len(logs)):
+                low, high = centre - z * NOISE_FLOOR, centre + z * NOISE_FLOOR
+            return RatioInterval(math.exp(centre), math.exp(low), math.exp(high), (len(logs), len(logs)), measure, "sign", noise, float(len(logs) - 1), confidence, in_blocks=True)
+    d = sum(la) / len(la) - sum(lb) / len(lb)
     counts = (len(la), len(lb))
-    _, va = _mean_var(la) if la else (0.0, math.nan)
-    _, vb = _mean_var(lb) if lb else (0.0, math.nan)
-    if math.isnan(va) and math.isnan(vb):
-        return RatioInterval(math.exp(d), math.exp(d), math.exp(d), math.nan, math.nan, counts, unit, confidence)
-    if math.isnan(va) or math.isnan(vb):
-        # One side has a single unit: it borrows the other side's noise (same runner, same code).
-        known, k_known = (vb, len(lb)) if math.isnan(va) else (va, len(la))
-        se = math.sqrt(known / max(len(la), 1) + known / max(len(lb), 1))
-        df = float(k_known - 1)
+    scale = math.sqrt(1.0 / len(la) + 1.0 / len(lb))
+    # Modes of one run with fewer than MIN_SIGN_BLOCKS blocks: no distribution-free interval
+    # reaches the confidence, and their processes' spread is not what pairing would remove; only
+    # a change beyond the assumed noise is called.
+    noise = None if paired else _pooled_noise((la, lb))
+    if noise is not None and min(counts) >= MIN_RANK_UNITS:
+        k = rank_cut(len(la), len(lb), confidence)
+        differences = sorted(x - y for x in la for y in lb)
+        centre = _median(differences)
+        low, high = min(differences[k - 1], centre), max(differences[len(differences) - k], centre)
+        if high - low < 2.0 * z * NOISE_FLOOR * scale:
+            low, high = centre - z * NOISE_FLOOR * scale, centre + z * NOISE_FLOOR * scale
+        return RatioInterval(math.exp(centre), math.exp(low), math.exp(high), counts, measure, "rank", noise[0], noise[1], confidence)
+    if noise is not None:
+        sd, df = noise
+        t = t_quantile(1.0 - (1.0 - confidence) / 2.0, df)
+        method = "t"
     else:
-        qa, qb = va / len(la), vb / len(lb)
-        se = math.sqrt(qa + qb)
-        if se == 0.0:
-            df = float(len(la) + len(lb) - 2)
-        else:
-            df = (qa + qb) ** 2 / ((qa * qa / (len(la) - 1) if qa else 0.0) + (qb * qb / (len(lb) - 1) if qb else 0.0))
-    df = max(df, 1.0)
-    if top.unit != "run" and bottom.unit != "run" and min(counts) >= 2:
-        # Step-time statistics: the distribution-free interval of the shift (rank method above).
-        # Batch or repetition statistics of a busy runner are skewed and heavy-tailed, where
-        # Student's t with a few units fails far more often than its confidence says. The pooled
-        # ratio always lies inside its interval.
-        bounds = _rank_bounds(la, lb, confidence)
-        if bounds is None:
-            return RatioInterval(math.exp(d), 0.0, math.inf, se, df, counts, unit, confidence, "rank")
-        low, high = min(bounds[0], d), max(bounds[1], d)
-        return RatioInterval(math.exp(d), math.exp(low), math.exp(high), se, df, counts, unit, confidence, "rank")
-    t = t_quantile(1.0 - (1.0 - confidence) / 2.0, df)
-    return RatioInterval(math.exp(d), math.exp(d - t * se), math.exp(d + t * se), se, df, counts, unit, confidence)
+        # Not measured well enough to rest on, but a spread that is there (two processes of a
+        # side, or blocks whose ratios disagree) is never ignored: the larger of it and the
+        # assumed noise.
+        sd, df = ASSUMED_NOISE.get(measure, ASSUMED_NOISE["wall"]), math.inf
+        seen = [math.sqrt(_mean_var(logs)[1]) for logs in (la, lb) if len(logs) >= 2]
+        if paired:
+            blocks = [math.log(r) for r in paired_ratios(top, bottom, measure, field_name)]
+            if len(blocks) >= 2:
+                seen.append(math.sqrt(_mean_var(blocks)[1]) / math.sqrt(2.0))
+        larger = max(seen, default=0.0) > sd
+        sd = max([sd, *seen])
+        half = z * sd * scale
+        return RatioInterval(math.exp(d), math.exp(d - half), math.exp(d + half), counts, measure, "assumed", sd, df, confidence, seen=larger, in_blocks=paired)
+    half = t * sd * scale
+    return RatioInterval(math.exp(d), math.exp(d - half), math.exp(d + half), counts, measure, method, sd, df, confidence)
 
 
-def evidence_text(interval: RatioInterval, factor: float, sample: TimingSample | None) -> str:
-    """"about N steady steps a side" / "about K repetitions a side" for an evidence factor."""
-    if not math.isfinite(factor):
-        return "repetitions on both sides (run --repeat 3) to measure the noise"
-    if sample is None or interval.unit.startswith("run"):
-        return f"about {math.ceil(factor * max(interval.units))} runs a side"
-    if sample.unit == "repetition":
-        return f"about {math.ceil(factor * sample.repetitions)} repetitions a side (run --repeat)"
-    return f"about {math.ceil(factor * sample.count):,} steady steps a side"
+def method_words(interval: RatioInterval) -> str:
+    """How the interval was made, for a note: what it rests on, in a user's words."""
+    what = MEASURE_WORDS.get(interval.measure, interval.measure)
+    a, b = interval.units
+    if interval.method == "sign":
+        return f"{what}, {a} paired blocks of processes (sign-test interval; run-to-run noise {spread_text(interval.spread)} A/A)"
+    if interval.method == "rank":
+        return f"{what}, {a} vs {b} processes (rank interval; run-to-run noise {spread_text(interval.spread)} A/A)"
+    if interval.method == "t":
+        return f"{what}, {a} vs {b} processes, run-to-run noise measured ({spread_text(interval.spread)} A/A)"
+    if interval.seen:
+        return (f"{what}, {a} vs {b} processes: too few to measure the run-to-run noise, and they already differ by "
+                f"{spread_text(interval.spread)} (A/A)")
+    return (f"{what}, {a} vs {b} process{'es' if b != 1 else ''}: run-to-run noise not measured, "
+            f"assumed {spread_text(interval.spread)} A/A")
+
+
+def spread_text(spread: float) -> str:
+    """The A/A noise as "+/-12%", capped: past 100% a percentage says nothing a user can act on."""
+    return "over +/-100%" if not math.isfinite(spread) or spread > 1.0 else f"+/-{100 * spread:.0f}%"
 
 
 def pct(log_distance: float) -> str:
@@ -459,3 +432,22 @@ def pct(log_distance: float) -> str:
     if not math.isfinite(log_distance):
         return "unbounded"
     return f"{100.0 * math.expm1(log_distance):.1f}%"
+
+
+def ratio_text(value: float) -> str:
+    """A ratio for a sentence: two decimals, never "0.00x" or a figure past what a process can
+    show (below 0.01 or above 100 reads "<0.01x" / ">100x")."""
+    if not math.isfinite(value) or value > 100.0:
+        return ">100x"
+    if value < 0.01:
+        return "<0.01x"
+    return f"{value:.2f}x"
+
+
+def change_text(ratio: float) -> str:
+    """A ratio as a signed percentage change, capped the same way (">+9900%")."""
+    if not math.isfinite(ratio) or ratio > 100.0:
+        return ">+9900%"
+    if ratio < 0.01:
+        return "<-99%"
+    return f"{100.0 * (ratio - 1.0):+.1f}%"

@@ -367,6 +367,42 @@ def _record_step_intervals(record: ModeRecord) -> tuple[list[float], list[int], 
     return intervals, excluded, clock
 
 
+def steady_cpu_seconds(record: ModeRecord, name: str = "cpu_s") -> list[float] | None:
+    """A CPU time of each steady step (the steps `record_step_intervals` times, in the same
+    order): `cpu_s`, the process's, or `thread_cpu_s`, the training loop's thread's. None when a
+    steady step lacks it (a record written before steps kept it, a schema-1 record, a step whose
+    ends were in two threads) or there is none."""
+    return record.derived(f"steady_{name}", lambda r: _steady_cpu_seconds(r, name))
+
+
+def _steady_cpu_seconds(record: ModeRecord, name: str) -> list[float] | None:
+    import numpy as np
+
+    held = record.columns.get(StepEvent.kind)
+    fast = held_steps(record)
+    if fast is not None and held is not None:
+        found = held.numbers(name)
+        if found is None:
+            return None
+        cpu, nulls = found
+        steady = ~fast.touched & ~fast.wall_null
+        if nulls:
+            null = np.zeros(len(cpu), dtype=bool)
+            null[nulls] = True
+            if bool((null & steady).any()):
+                return None
+        values = cpu[steady].astype(float).tolist()
+        return values or None
+    steps = record.of(StepEvent)
+    if not steps or not any(s.boundary for s in steps):
+        return None
+    ordered = sorted(steps, key=lambda s: s.step)
+    values = [getattr(s, name) for s in ordered if s.wall_s is not None and not (s.compiles or s.ca_captures)]
+    if not values or any(v is None for v in values):
+        return None
+    return values
+
+
 # What the first step's time is measured from (`FirstStepTime.measured_from`).
 FIRST_STEP_FROM_COMPILE = "compile"  # the start of the step's first compile: its first forward's Dynamo compile (or a CA capture)
 FIRST_STEP_FROM_BACKWARD = "backward"  # the start of its first backward call: the forward before it is not visible

@@ -235,8 +235,34 @@ def accumulate_baseline(previous: Baseline, new: Baseline) -> Baseline:
     for name, snap in new.modes.items():
         before = previous.modes.get(name)
         samples = (*(before.compile_samples if before is not None else ()), *snap.compile_samples)[-MAX_COMPILE_SAMPLES:]
-        modes[name] = replace(snap, compile_time_samples_s=samples if len(samples) > 1 else ())
+        snap = replace(snap, compile_time_samples_s=samples if len(samples) > 1 else ())
+        if before is not None and before.step_time is not None and snap.step_time is not None:
+            pooled = _pooled_sample(before.step_time.sample, snap.step_time.sample)
+            if pooled is not None:
+                snap = replace(snap, step_time=replace(snap.step_time, sample=pooled, count=pooled.count))
+        modes[name] = snap
     return replace(new, modes=modes)
+
+
+def _pooled_sample(old: TimingSample | None, new: TimingSample | None) -> TimingSample | None:
+    """The processes of both samples, newest last, at most MAX_COMPILE_SAMPLES of them: a
+    baseline accumulated over runs measures the run-to-run noise its gate checks rest on. None
+    when either is missing or from an older cagtool (not one figure per process)."""
+    if old is None or new is None or old.unit != "process" or new.unit != "process" or old.clock != new.clock:
+        return None
+    keep = MAX_COMPILE_SAMPLES
+
+    def joined(a: dict[str, tuple[float, ...]], b: dict[str, tuple[float, ...]]) -> dict[str, tuple[float, ...]]:
+        return {name: (*a[name], *b[name])[-keep:] for name in FIELDS if name in a and name in b}
+
+    units = joined(old.units, new.units)
+    cpu_units = joined(old.cpu_units, new.cpu_units) if old.cpu_units and new.cpu_units else {}
+    processes = len(units["median"])
+    values = {name: sorted(v)[len(v) // 2] if len(v) % 2 else sum(sorted(v)[len(v) // 2 - 1 : len(v) // 2 + 1]) / 2 for name, v in units.items()}
+    # Blocks of different runs are not pairs: numbered apart.
+    blocks = tuple(range(1, processes + 1))
+    count = round((old.count + new.count) * processes / (old.repetitions + new.repetitions))
+    return TimingSample(count, processes, "process", values, units, cpu_units, old.cpu_bound and new.cpu_bound, blocks, new.clock)
 
 
 def _round(value: float | None) -> float | None:
@@ -286,6 +312,10 @@ def _sample_to_dict(sample: TimingSample) -> dict[str, Any]:
         "repetitions": sample.repetitions,
         "values_s": {name: _round(v) for name, v in sample.values.items()},
         "units_s": {name: [_round(v) for v in values] for name, values in sample.units.items()},
+        "cpu_units_s": {name: [_round(v) for v in values] for name, values in sample.cpu_units.items()},
+        "cpu_bound": sample.cpu_bound,
+        "blocks": list(sample.blocks),
+        "clock": sample.clock,
     }
 
 
@@ -299,8 +329,11 @@ def _sample_from_dict(data: Any) -> TimingSample | None:
     missing = [name for name in FIELDS if name not in values or name not in units]
     if missing:
         raise ValueError(f"step_time.sample lacks {', '.join(missing)}")
-    return TimingSample(_count(data["count"], "step_time.sample.count"), _count(data["repetitions"], "step_time.sample.repetitions"),
-                        str(data["unit"]), values, units)
+    cpu_units = {str(k): tuple(_float(x, f"step_time.sample.cpu_units_s.{k}") for x in v) for k, v in dict(data.get("cpu_units_s") or {}).items()}
+    repetitions = _count(data["repetitions"], "step_time.sample.repetitions")
+    blocks = tuple(_count(b, "step_time.sample.blocks") for b in data.get("blocks") or range(1, repetitions + 1))
+    return TimingSample(_count(data["count"], "step_time.sample.count"), repetitions, str(data["unit"]), values, units, cpu_units,
+                        bool(data.get("cpu_bound", False)), blocks, str(data.get("clock") or "wall"))
 
 
 def baseline_to_dict(baseline: Baseline) -> dict[str, Any]:

@@ -16,9 +16,9 @@ from enum import Enum
 from typing import Any, Protocol
 
 from cagtool.errors import UsageError
-from cagtool.report.compare.analysis import ABOVE, BELOW, HEAVY_WAIT, MIN_STEADY_STEPS, TOO_FEW_STEPS, WITHIN_NOISE, speedup_verdict
+from cagtool.report.compare.analysis import ABOVE, BELOW, HEAVY_WAIT, INCONCLUSIVE, MIN_STEADY_STEPS, TOO_FEW_STEPS, speedup_verdict
 from cagtool.report.gate.baseline import ModeSnapshot, StepTimeSnapshot
-from cagtool.report.figures.intervals import POWER, RatioInterval, TimingSample, compile_sample, evidence_text, pct, ratio_interval
+from cagtool.report.figures.intervals import RatioInterval, change_text, compile_sample, method_words, ratio_interval
 from cagtool.report.figures.metrics import load_range
 
 RECOMPILE_KINDS: dict[str, str] = {
@@ -155,6 +155,9 @@ class Outcome(str, Enum):
     FAIL = "fail"  # worse than allowed
     IMPROVED = "improved"  # better than the limit or baseline says: tighten it
     ERROR = "error"  # could not be measured (missing mode, no steady-state steps): never a pass
+    # A timing check whose interval contains its bound: the evidence cannot tell a pass from a
+    # fail. Never a pass: the gate exits with its own code (EXIT_INCONCLUSIVE).
+    INCONCLUSIVE = "inconclusive"
 
 
 @dataclass(frozen=True)
@@ -193,14 +196,11 @@ def finish(result: CheckResult, fail_on_improvement: bool) -> CheckResult:
 
 
 def insist_on_power(result: CheckResult) -> CheckResult:
-    """`--require-power`: a timing check that passed without resolving its threshold (its power
-    statement says it could not have caught twice the threshold 95% of the time) is an ERROR."""
-    if result.failed or result.data.get("resolves") is not False:
+    """`--require-power`: an inconclusive timing check is an ERROR (exit 1) rather than its own
+    outcome (exit 5), for teams whose CI reads any non-zero code the same way."""
+    if result.outcome is not Outcome.INCONCLUSIVE:
         return result
-    return replace(
-        result, outcome=Outcome.ERROR, failed=True,
-        message=f"{result.message}; too little evidence to resolve the threshold (--require-power)",
-    )
+    return replace(result, outcome=Outcome.ERROR, failed=True, message=f"{result.message} (--require-power)")
 
 
 def unmeasurable(name: str, mode: str, why: str, limit: str, source: str) -> CheckResult:
@@ -312,19 +312,28 @@ def finished_cleanly(snap: ModeSnapshot) -> bool:
 
 
 def speedup_interval(num: ModeSnapshot, den: ModeSnapshot) -> RatioInterval | None:
-    """time(den)/time(num) at the medians with its confidence interval (report.figures.intervals), on
-    snapshots so that baselines and runs are treated alike. None without steady-state steps on
+    """time(den)/time(num) at the medians with its confidence interval (report.figures.intervals):
+    two modes of one run, their processes paired by block. None without steady-state steps on
     both sides."""
     a, b = num.step_time, den.step_time
     if a is None or b is None or a.sample is None or b.sample is None:
         return None
-    return ratio_interval(b.sample, a.sample, "median")
+    return ratio_interval(b.sample, a.sample, "median", paired=True)
 
 
-# A --min-speedup check resolves its minimum when a speedup this far under it (relative) fails
-# 95% of the time: it has no threshold of its own to scale by, so it is held to the margin a 5%
-# regression check has between its threshold and twice it (1.05 -> 1.10: 4.8%).
-SPEEDUP_RESOLUTION = 0.05
+def evidence_note(interval: RatioInterval, outcome: Outcome, distance: float) -> str:
+    """What a timing check's outcome rests on, and for an inconclusive one what would resolve it:
+    `distance`, the log-distance between the ratio and the bound the interval failed to clear."""
+    words = "evidence: " + method_words(interval)
+    if outcome is Outcome.INCONCLUSIVE:
+        needed = interval.processes_needed(abs(distance))
+        if needed is None:
+            words += "; the ratio is too close to the bound for any reasonable number of processes to resolve"
+        elif interval.paired:
+            words += f"; run --repeat {needed} to resolve it"
+        else:
+            words += f"; about {needed} processes a side would resolve it (run --repeat {needed}, baseline save from such a run)"
+    return words
 
 
 @dataclass(frozen=True)
@@ -354,18 +363,18 @@ class MinSpeedupCheck:
                 f"(compare says the same; run at least {MIN_STEADY_STEPS} steady steps)", limit, self.source,
             )
         if verdict == BELOW:
-            outcome, message = Outcome.FAIL, f"{self.name} ({pair}): {detail} < {t.minimum:g}x required, beyond the noise"
-        elif verdict == WITHIN_NOISE:
-            outcome, message = Outcome.PASS, f"{self.name} ({pair}): {detail}: {t.minimum:g}x required is within the noise"
-            notes.append(f"within noise: the interval {low:.3f}x-{high:.3f}x contains {t.minimum:g}x; it neither passes nor fails clearly")
+            outcome, message = Outcome.FAIL, f"{self.name} ({pair}): {detail} < {t.minimum:g}x required"
+        elif verdict == INCONCLUSIVE:
+            outcome, message = Outcome.INCONCLUSIVE, f"{self.name} ({pair}): {detail}: inconclusive, the interval contains {t.minimum:g}x required"
         else:
             outcome, message = Outcome.PASS, f"{self.name} ({pair}): {detail} >= {t.minimum:g}x required"
-        power = power_statement(interval, -math.log1p(-SPEEDUP_RESOLUTION), run[t.denominator].step_time, "a speedup", f"{100 * SPEEDUP_RESOLUTION:g}% under the minimum")
-        notes.append(power.text)
-        data = {"speedup": mid, "low": low, "high": high, "minimum": t.minimum, "verdict": verdict, **power.data}
+        notes.append(evidence_note(interval, outcome, math.log(mid / t.minimum)))
+        data = {"speedup": mid, "low": low, "high": high, "minimum": t.minimum, "verdict": verdict, **_interval_data(interval)}
         warnings = []
         num, den = run[t.numerator].step_time, run[t.denominator].step_time
-        load = _load_effect(den.cpu_wait if den else None, num.cpu_wait if num else None, t.denominator, t.numerator)
+        # Waiting for a CPU lengthens wall time, not CPU time: a verdict on CPU time needs no load note.
+        on_cpu = interval.measure == "cpu"
+        load = None if on_cpu else _load_effect(den.cpu_wait if den else None, num.cpu_wait if num else None, t.denominator, t.numerator)
         if load is not None:
             factor, words = load  # the speedup made this much larger by the waiting alone
             data["load_factor"] = factor
@@ -377,7 +386,7 @@ class MinSpeedupCheck:
             else:
                 notes.append(words)
         # A FAIL rests on the numerator's steps being slow, a clear PASS on the denominator's.
-        heavy = _heavy_load(f"{self.name} ({pair})", {BELOW: [(t.numerator, num)], ABOVE: [(t.denominator, den)]}.get(
+        heavy = "" if on_cpu else _heavy_load(f"{self.name} ({pair})", {BELOW: [(t.numerator, num)], ABOVE: [(t.denominator, den)]}.get(
             verdict, [(t.numerator, num), (t.denominator, den)]))
         if heavy:
             warnings.append(heavy)
@@ -485,46 +494,40 @@ def _pct(change: float) -> str:
 
 @dataclass(frozen=True)
 class RegressionVerdict:
-    """A ratio (now / baseline) judged against the allowed regression by the one noise rule."""
+    """A ratio (now / baseline) judged against the allowed regression by the one rule."""
 
     outcome: Outcome
-    verdict: str  # the rule's word against the allowed bound: above | within noise | below | too few steady steps
-    note: str = ""  # why it passed although the ratio alone would not have
+    verdict: str  # the rule's word against the allowed bound: above | inconclusive | below | too few steady steps
 
 
 def regression_verdict(
     ratio: float, low: float, high: float, samples: int, allowed: float, improved: float, min_samples: int = MIN_STEADY_STEPS,
-    range_name: str = "90% CI",
 ) -> RegressionVerdict:
-    """The noise rule of `compare` and `--min-speedup` (report.compare.analysis.speedup_verdict)
-    applied to a time against its baseline: a FAIL only when the whole interval [low, high] of
-    the ratio lies above `allowed` (1 + the threshold), an IMPROVED only when it lies wholly below
-    `improved` (1 - the threshold), an ERROR with too few samples (never a silent pass), else a
-    PASS, with a note when the interval straddles a bound (within noise)."""
+    """The rule of `compare` and `--min-speedup` (report.compare.analysis.speedup_verdict) applied
+    to a time against its baseline: a FAIL when the whole interval [low, high] of the ratio lies
+    above `allowed` (1 + the threshold), a PASS when it lies wholly below it (IMPROVED when wholly
+    below `improved`, 1 - the threshold), INCONCLUSIVE when it contains `allowed`: the evidence
+    cannot tell, and that is never a pass. An ERROR with too few steady steps."""
     up = speedup_verdict(ratio, low, high, samples, allowed, min_samples=min_samples)
     if up == TOO_FEW_STEPS:
         return RegressionVerdict(Outcome.ERROR, up)
     if up == ABOVE:
         return RegressionVerdict(Outcome.FAIL, up)
-    down = speedup_verdict(ratio, low, high, samples, improved, min_samples=min_samples)
-    if down == BELOW:
+    if up == INCONCLUSIVE:
+        return RegressionVerdict(Outcome.INCONCLUSIVE, up)
+    if high < improved:
         return RegressionVerdict(Outcome.IMPROVED, up)
-    if up == WITHIN_NOISE:
-        side = "beyond" if ratio > allowed else "inside"
-        return RegressionVerdict(Outcome.PASS, up, f"within noise: the ratio is {side} the allowed regression, but its {range_name} contains it (more steps or repetitions narrow it)")
-    if down == WITHIN_NOISE and ratio < improved:
-        return RegressionVerdict(Outcome.PASS, up, f"within noise: the ratio improved beyond the threshold, but its {range_name} does not clearly")
     return RegressionVerdict(Outcome.PASS, up)
 
 
 def _regression_message(head: str, detail: str, verdict: RegressionVerdict, threshold: TimeThreshold, spread: str) -> str:
     if verdict.outcome is Outcome.FAIL:
-        return f"{head}: {detail} > +{threshold.amount}, beyond the noise{spread}"
+        return f"{head}: {detail} > +{threshold.amount}{spread}"
     if verdict.outcome is Outcome.IMPROVED:
-        return f"{head}: {detail} < -{threshold.amount}, beyond the noise{spread}: improved, refresh the baseline"
-    if verdict.verdict == WITHIN_NOISE:
-        return f"{head}: {detail}: +{threshold.amount} allowed is within the noise{spread}"
-    return f"{head}: {detail} within +/-{threshold.amount}{spread}"
+        return f"{head}: {detail} < -{threshold.amount}{spread}: improved, refresh the baseline"
+    if verdict.outcome is Outcome.INCONCLUSIVE:
+        return f"{head}: {detail}: inconclusive, the interval{spread} contains +{threshold.amount}"
+    return f"{head}: {detail}: no regression beyond +{threshold.amount}{spread}"
 
 
 def _bounds(threshold: TimeThreshold, before: float) -> tuple[float, float]:
@@ -538,50 +541,26 @@ def _ci_name(interval: RatioInterval) -> str:
 
 
 def _range_text(interval: RatioInterval) -> str:
-    return f" ({_ci_name(interval)} {_pct(100.0 * (interval.low - 1.0))}..{_pct(100.0 * (interval.high - 1.0))})"
+    return f" ({_ci_name(interval)} {change_text(interval.low)}..{change_text(interval.high)})"
 
 
-@dataclass(frozen=True)
-class PowerStatement:
-    """What a timing check could see: the smallest change beyond its bound it catches 95% of the
-    time, whether that resolves the threshold, and the evidence that would."""
-
-    text: str
-    resolves: bool
-    data: dict[str, Any]
-
-
-def power_statement(interval: RatioInterval, wanted: float, sample: StepTimeSnapshot | TimingSample | None, what: str, target: str) -> PowerStatement:
-    """`wanted`: the log-distance beyond the bound the check must catch 95% of the time to
-    resolve its threshold (a regression check: from 1+t to 1+2t). `what` names the change
-    ("a median regression"), `target` what resolving means ("+10%, twice the threshold")."""
-    resolution = interval.resolution()
-    units = f"{interval.units[0]} vs {interval.units[1]} {interval.unit}{'es' if interval.unit.endswith('batch') else 's'}"
-    timing = sample.sample if isinstance(sample, StepTimeSnapshot) else sample
-    data: dict[str, Any] = {
-        "resolution_pct": 100.0 * math.expm1(resolution) if math.isfinite(resolution) else None,
-        "resolves": resolution <= wanted,
-        "power": POWER,
-        "confidence": interval.confidence,
-        "units": list(interval.units),
-        "unit": interval.unit,
+def _interval_data(interval: RatioInterval) -> dict[str, Any]:
+    """The interval's evidence for --format json: what it rests on, and the A/A noise."""
+    return {
+        "measure": interval.measure, "method": interval.method, "units": list(interval.units), "unit": interval.unit,
+        "confidence": interval.confidence, "noise_measured": interval.measured, "run_to_run_noise": interval.spread,
     }
-    if not interval.measured:
-        data["evidence_needed"] = None
-        return PowerStatement(
-            f"power: not measured (one {interval.unit} a side, no noise estimate): judged on the figures alone; "
-            f"cannot resolve {target}: needs {evidence_text(interval, math.inf, timing)}", False, data,
-        )
-    beyond = pct(resolution)
-    if resolution <= wanted:
-        return PowerStatement(f"power: catches {what} {beyond} beyond the bound 95% of the time ({units}), so {target}", True, data)
-    factor = interval.evidence_factor(wanted)
-    needed = evidence_text(interval, factor, timing)
-    data["evidence_needed"] = needed
-    return PowerStatement(
-        f"power: cannot resolve {target}: catches {what} only {beyond} beyond the bound 95% of the time ({units}); needs {needed}",
-        False, data,
-    )
+
+
+def _machine_too_noisy(interval: RatioInterval, allowed: float) -> str:
+    """For an inconclusive check: when the run-to-run noise alone spans more than the threshold,
+    the machine, not the amount of evidence at hand, is what keeps the check from a verdict."""
+    if interval.spread <= allowed - 1.0:
+        return ""
+    what = "measured" if interval.measured else "assumed (not measured)"
+    return (f"this machine's run-to-run noise, {what}, is +/-{100 * min(interval.spread, 1.0):.0f}% between two processes (A/A), "
+            f"wider than the +{100 * (allowed - 1.0):g}% threshold: gate on a quieter runner, with more processes a side, "
+            "or with a wider threshold")
 
 
 @dataclass(frozen=True)
@@ -606,18 +585,14 @@ class _TimeCheck:
         raise NotImplementedError
 
 
-def _wanted(allowed: float, before_delta: float) -> float:
-    """Log-distance from the allowed ratio (1+t) to twice the threshold (1+2t)."""
-    return math.log1p(2.0 * before_delta) - math.log(allowed)
-
-
 @dataclass(frozen=True)
 class StepTimeRegressionCheck(_TimeCheck):
-    """Step time against the baseline's, by the one noise rule (`regression_verdict`): the ratio
-    now / baseline of the chosen statistic fails only when its whole confidence interval
-    (report.figures.intervals) exceeds the threshold. A median or mean check with `watch_tail` also judges
-    the p90 by the same rule and threshold, and warns (without failing) when the tail alone
-    regressed beyond the noise."""
+    """Step time against the baseline's, by the one rule (`regression_verdict`): the ratio now /
+    baseline of the chosen statistic, each process one unit (report.figures.intervals), fails
+    only when its whole interval exceeds the threshold and passes only when its whole interval
+    is within it; otherwise it is inconclusive. A median or mean check with `watch_tail` also
+    judges the p90 by the same rule and threshold, and warns (without failing) when the tail
+    alone regressed."""
 
     name: str = "max-regression"
     watch_tail: bool = False
@@ -628,39 +603,43 @@ class StepTimeRegressionCheck(_TimeCheck):
         if cur is None or base is None:
             side = "this run" if cur is None else "the baseline"
             return unmeasurable(self.name, self.mode, f"{side} has no steady-state steps (every step compiled; run more steps)", limit, self.source)
-        if base.sample is None:
+        if base.sample is None or base.sample.unit != "process":
             return unmeasurable(
-                self.name, self.mode, "the baseline was saved by an older cagtool and holds no per-batch step times to build an "
-                "interval from: re-save it (cagtool baseline save RUN)", limit, self.source,
+                self.name, self.mode, "the baseline was saved by an older cagtool, whose step times are not one figure per process: "
+                "re-save it (cagtool baseline save RUN)", limit, self.source,
             )
         if cur.sample is None:
             return unmeasurable(self.name, self.mode, "this run has no step times to build an interval from", limit, self.source)
         r = ratio_interval(cur.sample, base.sample, t.field)
         if r is None:
             return unmeasurable(self.name, self.mode, f"no {t.field} step time to compare", limit, self.source)
-        now, before = cur.sample.values[t.field], base.sample.values[t.field]
-        change_pct = 100.0 * (r.ratio - 1.0)
-        detail = f"step time {t.field} {_fmt_s(now)} vs baseline {_fmt_s(before)}: {_pct(change_pct)}"
+        now, before = cur.sample.figures(r.measure, t.field), base.sample.figures(r.measure, t.field)
+        now_s, before_s = sorted(now)[len(now) // 2], sorted(before)[len(before) // 2]
+        what = "CPU time per step" if r.measure == "cpu" else "step time"
+        detail = f"{what} {t.field} {_fmt_s(now_s)} vs baseline {_fmt_s(before_s)}: {change_text(r.ratio)}"
         samples = min(cur.count, base.count)
-        allowed, improved = _bounds(t, before)
-        verdict = regression_verdict(r.ratio, r.low, r.high, samples, allowed, improved, range_name=_ci_name(r))
+        allowed, improved = _bounds(t, base.sample.values[t.field])
+        verdict = regression_verdict(r.ratio, r.low, r.high, samples, allowed, improved)
         if verdict.outcome is Outcome.ERROR:
             return unmeasurable(
                 self.name, self.mode, f"{detail} from only {samples} steady steps (this run {cur.count}, baseline {base.count}): "
                 f"too few to judge a regression (run at least {MIN_STEADY_STEPS} steady steps)", limit, self.source,
             )
         message = _regression_message(f"{self.name} ({self.mode})", detail, verdict, t, _range_text(r))
-        power = power_statement(r, _wanted(allowed, allowed - 1.0), cur, f"a {t.field} regression", f"+{_twice(t)}, twice the threshold")
+        notes = [evidence_note(r, verdict.outcome, math.log(r.ratio / allowed))]
+        if verdict.outcome is Outcome.INCONCLUSIVE:
+            noisy = _machine_too_noisy(r, allowed)
+            if noisy:
+                notes.append(noisy)
         data = {
-            "field": t.field, "actual_s": now, "baseline_s": before, "change_pct": change_pct,
+            "field": t.field, "actual_s": now_s, "baseline_s": before_s, "change_pct": 100.0 * (r.ratio - 1.0),
             "ratio": r.ratio, "low": r.low, "high": r.high, "range": _ci_name(r), "allowed_ratio": allowed, "verdict": verdict.verdict,
-            "steps": cur.count, "baseline_steps": base.count, **power.data,
+            "steps": cur.count, "baseline_steps": base.count, "processes": cur.sample.repetitions, "baseline_processes": base.sample.repetitions,
+            **_interval_data(r),
         }
-        notes = [n for n in (verdict.note, power.text) if n]
-        if cur.sample.repetitions < 2 or base.sample.repetitions < 2:
-            notes.append("run-to-run noise not measured (one run a side): repetitions (run --repeat 3) include it")
         warnings = []
-        load = _load_effect(cur.cpu_wait, base.cpu_wait, "this run", "the baseline")
+        on_cpu = r.measure == "cpu"  # waiting for a CPU does not lengthen CPU time
+        load = None if on_cpu else _load_effect(cur.cpu_wait, base.cpu_wait, "this run", "the baseline")
         if load is not None:
             factor, words = load  # the run's steps made this much slower than the baseline's by waiting alone
             data["load_factor"] = factor
@@ -668,11 +647,11 @@ class StepTimeRegressionCheck(_TimeCheck):
             flipped = [c for c in corrected if (c.outcome is Outcome.FAIL) != (verdict.outcome is Outcome.FAIL)]
             if flipped:
                 warnings.append(f"{self.name} ({self.mode}): {words}, and without that difference the check would "
-                                f"{'FAIL' if flipped[0].outcome is Outcome.FAIL else 'pass'}: rerun on a quieter runner, or with --repeat 3 on both")
+                                f"{'FAIL' if flipped[0].outcome is Outcome.FAIL else 'not fail'}: rerun on a quieter runner")
             else:
                 notes.append(words)
         # A FAIL rests on this run's steps being slow; a PASS may rest on the baseline's having been.
-        heavy = _heavy_load(f"{self.name} ({self.mode})", [("this run", cur)] if verdict.outcome is Outcome.FAIL else [("this run", cur), ("the baseline", base)])
+        heavy = "" if on_cpu else _heavy_load(f"{self.name} ({self.mode})", [("this run", cur)] if verdict.outcome is Outcome.FAIL else [("this run", cur), ("the baseline", base)])
         if heavy:
             warnings.append(heavy)
         if self.watch_tail and t.field not in ("p10", "p90") and verdict.outcome is not Outcome.FAIL:
@@ -681,39 +660,32 @@ class StepTimeRegressionCheck(_TimeCheck):
                 data["tail"] = tail[1]
                 warnings.append(tail[0])
         outcome = verdict.outcome
-        return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, _pct(change_pct), limit, message, self.source, notes, data, warnings)
+        return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, change_text(r.ratio), limit, message, self.source, notes, data, warnings)
 
     def _tail(self, cur: StepTimeSnapshot, base: StepTimeSnapshot) -> tuple[str, dict[str, Any]] | None:
-        """(warning, data) when the p90 regressed beyond the noise by this check's threshold."""
+        """(warning, data) when the p90 regressed beyond this check's threshold."""
         assert cur.sample is not None and base.sample is not None
         r = ratio_interval(cur.sample, base.sample, "p90")
         if r is None:
             return None
-        now, before = cur.sample.values["p90"], base.sample.values["p90"]
-        allowed, improved = _bounds(replace(self.threshold, field="p90"), before)
-        verdict = regression_verdict(r.ratio, r.low, r.high, min(cur.count, base.count), allowed, improved, range_name=_ci_name(r))
+        allowed, improved = _bounds(replace(self.threshold, field="p90"), base.sample.values["p90"])
+        verdict = regression_verdict(r.ratio, r.low, r.high, min(cur.count, base.count), allowed, improved)
         if verdict.outcome is not Outcome.FAIL:
             return None
-        change = _pct(100.0 * (r.ratio - 1.0))
         warning = (
-            f"{self.name} ({self.mode}): slower tail: step time p90 {_fmt_s(now)} vs baseline {_fmt_s(before)}: {change} "
-            f"> +{self.threshold.amount}, beyond the noise{_range_text(r)}, "
+            f"{self.name} ({self.mode}): slower tail: step time p90 {change_text(r.ratio)} "
+            f"> +{self.threshold.amount}{_range_text(r)}, "
             f"while the {self.threshold.field} is not; gate the tail with --max-regression p90:{self.threshold.amount}"
         )
-        return warning, {"field": "p90", "actual_s": now, "baseline_s": before, "ratio": r.ratio, "low": r.low, "high": r.high, "verdict": verdict.verdict}
-
-
-def _twice(t: TimeThreshold) -> str:
-    return f"{2 * t.value:g}%" if t.unit == "%" else f"{2 * t.value:g}s"
+        return warning, {"field": "p90", "ratio": r.ratio, "low": r.low, "high": r.high, "verdict": verdict.verdict}
 
 
 @dataclass(frozen=True)
 class CompileTimeRegressionCheck(_TimeCheck):
     """Total compile time (Dynamo, AOT, Inductor, CA capture) against the baseline's, by the same
-    rule. Each run is one compile time: the interval's units are the runs (`run --repeat K`,
-    `baseline save --accumulate`); a side with one figure borrows the other side's noise, and
-    with one figure on both sides the figures alone are judged and the result says the noise was
-    not measured (report.figures.intervals)."""
+    rule, each process's compile time one unit (`run --repeat K`, `baseline save --accumulate`);
+    with too few processes to measure the run-to-run noise it is assumed (report.figures.intervals),
+    and only a change beyond it is called."""
 
     name: str = "max-compile-regression"
 
@@ -733,24 +705,20 @@ class CompileTimeRegressionCheck(_TimeCheck):
         top, bottom = compile_sample(ours), compile_sample(theirs)
         interval = ratio_interval(top, bottom, "total") if before > 0 and now > 0 and top and bottom else None
         if interval is not None:
-            # The interval is of the medians' ratio; the figures compared are those same medians.
-            ratio, low, high = now / before, interval.low * (now / before) / interval.ratio, interval.high * (now / before) / interval.ratio
-            interval = replace(interval, ratio=ratio, low=low, high=high)
+            ratio, low, high = interval.ratio, interval.low, interval.high
             allowed, improved = _bounds(t, before)
-            spread = _range_text(interval) if interval.measured else " (noise not measured: one compile time a side)"
-            power = power_statement(interval, _wanted(allowed, allowed - 1.0), top, "a compile-time regression", f"+{_twice(t)}, twice the threshold")
-            notes.append(power.text)
-            data.update(low=low, high=high, noise="measured" if interval.measured else "none", **power.data)
+            spread = _range_text(interval)
+            data.update(low=low, high=high, **_interval_data(interval))
         else:  # nothing compiled on one side: no ratio; any compile time fails a %, or one over an absolute threshold
             fails = now > 0 and before <= 0 and (t.unit == "%" or now > t.value)
             ratio, allowed, improved = (math.inf if fails else 1.0), 2.0, 0.5
             low = high = ratio
-            spread = " (nothing compiled on one side: no ratio, no noise margin)"
-            data.update(noise="none")
-        verdict = regression_verdict(ratio, low, high, MIN_STEADY_STEPS, allowed, improved, range_name="90% CI")
+            spread = " (nothing compiled on one side: no ratio)"
+            data.update(noise_measured=False)
+        verdict = regression_verdict(ratio, low, high, MIN_STEADY_STEPS, allowed, improved)
         message = _regression_message(f"{self.name} ({self.mode})", detail, verdict, t, spread)
-        if verdict.note:
-            notes.insert(0, verdict.note)
+        if interval is not None:
+            notes.append(evidence_note(interval, verdict.outcome, math.log(ratio / allowed)))
         data.update(
             actual_s=now, baseline_s=before, change_pct=change_pct if math.isfinite(change_pct) else None,
             ratio=ratio if math.isfinite(ratio) else None, allowed_ratio=allowed, verdict=verdict.verdict,

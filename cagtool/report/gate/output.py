@@ -24,8 +24,8 @@ from cagtool.report.text.safe_text import safe_text
 from cagtool.report.gate.checks import CheckResult, Outcome
 from cagtool.report.gate.run import GateOptions, GateResult
 
-_LABEL = {Outcome.PASS: "PASS", Outcome.FAIL: "FAIL", Outcome.IMPROVED: "IMPROVED", Outcome.ERROR: "ERROR"}
-_STYLE = {Outcome.PASS: "green", Outcome.FAIL: "bold red", Outcome.IMPROVED: "yellow", Outcome.ERROR: "bold red"}
+_LABEL = {Outcome.PASS: "PASS", Outcome.FAIL: "FAIL", Outcome.IMPROVED: "IMPROVED", Outcome.ERROR: "ERROR", Outcome.INCONCLUSIVE: "INCONCLUSIVE"}
+_STYLE = {Outcome.PASS: "green", Outcome.FAIL: "bold red", Outcome.IMPROVED: "yellow", Outcome.ERROR: "bold red", Outcome.INCONCLUSIVE: "bold yellow"}
 
 
 def result_label(result: CheckResult) -> str:
@@ -40,9 +40,14 @@ def verdict_line(gate: GateResult) -> str:
     failed = len(gate.failures)
     improved = gate.count(Outcome.IMPROVED)
     extra = f", {improved} improved" if improved else ""
+    undecided = gate.count(Outcome.INCONCLUSIVE)
+    if gate.passed and undecided:
+        return (f"gate INCONCLUSIVE: {undecided} of {total} checks could not be decided on this evidence, "
+                f"the other {total - undecided} passed{extra} (exit 5)")
     if gate.passed:
         return f"gate passed: {total} checks{extra}"
-    return f"gate FAILED: {failed} of {total} checks failed{extra}"
+    more = f", {undecided} inconclusive" if undecided else ""
+    return f"gate FAILED: {failed} of {total} checks failed{more}{extra}"
 
 
 def _sources(gate: GateResult) -> str:
@@ -89,7 +94,7 @@ def render_text(gate: GateResult, console: Console) -> None:
     hint = refresh_hint(gate)
     if hint:
         console.print(hint, markup=False, soft_wrap=True)
-    console.print(verdict_line(gate), style="bold green" if gate.passed else "bold red", markup=False)
+    console.print(verdict_line(gate), style="bold red" if not gate.passed else "bold yellow" if gate.inconclusive else "bold green", markup=False)
 
 
 def _short_source(source: str) -> str:
@@ -114,7 +119,8 @@ def result_to_dict(r: CheckResult) -> dict[str, Any]:
 
 def gate_to_dict(gate: GateResult) -> dict[str, Any]:
     return {
-        "passed": gate.passed,
+        "passed": gate.passed and not gate.inconclusive,
+        "inconclusive": gate.inconclusive,
         "exit_code": gate.exit_code,
         "run": str(gate.run_path),
         "mode": gate.mode,
@@ -195,14 +201,16 @@ def render_json(gate: GateResult) -> str:
 
 def render_junit(gate: GateResult) -> str:
     """JUnit XML as CI systems read it: one <testcase> per check; a failed check has <failure>
-    (an unmeasurable one <error>), every check's message is in <system-out>. Every text and
+    (an unmeasurable one <error>, an inconclusive one <skipped type="inconclusive">: not run to a
+    verdict, which CI systems show apart from a pass), every check's message is in <system-out>. Every text and
     attribute passes `safe_text`: ElementTree writes a control character (an ANSI-coloured
     exception's ESC) as it is, which XML 1.0 forbids, and a CI that cannot parse the file drops
     the whole report."""
     x = safe_text
     failures = sum(1 for r in gate.results if r.failed and r.outcome is not Outcome.ERROR)
     errors = sum(1 for r in gate.results if r.outcome is Outcome.ERROR)
-    counts = {"tests": str(len(gate.results)), "failures": str(failures), "errors": str(errors), "skipped": "0"}
+    skipped = gate.count(Outcome.INCONCLUSIVE)
+    counts = {"tests": str(len(gate.results)), "failures": str(failures), "errors": str(errors), "skipped": str(skipped)}
     suites = ET.Element("testsuites", {"name": "cagtool gate", **counts, "time": "0"})
     suite = ET.SubElement(suites, "testsuite", {"name": "cagtool.gate", **counts, "time": "0", "hostname": platform.node()})
     props = ET.SubElement(suite, "properties")
@@ -214,6 +222,9 @@ def render_junit(gate: GateResult) -> str:
         text = x("\n".join([r.message, *(f"note: {n}" for n in r.notes), *(f"warning: {w}" for w in r.warnings)]))
         if r.outcome is Outcome.ERROR:
             element = ET.SubElement(case, "error", {"message": x(r.message), "type": "unmeasurable"})
+            element.text = text
+        elif r.outcome is Outcome.INCONCLUSIVE:
+            element = ET.SubElement(case, "skipped", {"message": x(f"INCONCLUSIVE: {r.message}"), "type": "inconclusive"})
             element.text = text
         elif r.failed:
             kind = "improvement" if r.outcome is Outcome.IMPROVED else "regression"
@@ -235,13 +246,16 @@ def _escape_property(text: str) -> str:
 
 
 def github_annotations(gate: GateResult) -> list[str]:
-    """Workflow commands: ::error for each failed check, ::warning for a reported improvement
-    and for each environment warning, ::notice for notes (e.g. a speedup inside the noise)."""
+    """Workflow commands: ::error for each failed check, ::warning for an inconclusive one, for a
+    reported improvement and for each environment warning, ::notice for notes (what a timing check
+    rested on)."""
     lines = []
     for r in gate.results:
         title = _escape_property(f"cagtool gate: {r.check} ({r.mode})")
         if r.failed:
             lines.append(f"::error title={title}::{_escape_data(r.message)}")
+        elif r.outcome is Outcome.INCONCLUSIVE:
+            lines.append(f"::warning title={_escape_property(f'cagtool gate INCONCLUSIVE: {r.check} ({r.mode})')}::{_escape_data(r.message)}")
         elif r.outcome is Outcome.IMPROVED:
             lines.append(f"::warning title={title}::{_escape_data(r.message)}")
         for warning in r.warnings:
@@ -258,8 +272,8 @@ def _md(text: str) -> str:
 
 
 def render_markdown(gate: GateResult) -> str:
-    icon = {Outcome.PASS: "✅", Outcome.FAIL: "❌", Outcome.IMPROVED: "⬇️", Outcome.ERROR: "❌"}
-    head = "✅ passed" if gate.passed else "❌ failed"
+    icon = {Outcome.PASS: "✅", Outcome.FAIL: "❌", Outcome.IMPROVED: "⬇️", Outcome.ERROR: "❌", Outcome.INCONCLUSIVE: "❔"}
+    head = "❌ failed" if not gate.passed else "❔ inconclusive" if gate.inconclusive else "✅ passed"
     lines = [
         f"### cagtool gate: {head}",
         "",

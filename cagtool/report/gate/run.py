@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from cagtool.errors import EXIT_GATE_FAILED, EXIT_OK, UsageError
+from cagtool.errors import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK, UsageError
 from cagtool.record.integrity import refuse_damaged
 from cagtool.record.loader import RunRecord, load_run
 from cagtool.record.schema import IMPORTED_MODE
@@ -71,8 +71,14 @@ class GateResult:
         return not any(r.failed for r in self.results)
 
     @property
+    def inconclusive(self) -> bool:
+        return self.passed and any(r.outcome is Outcome.INCONCLUSIVE for r in self.results)
+
+    @property
     def exit_code(self) -> int:
-        return EXIT_OK if self.passed else EXIT_GATE_FAILED
+        if not self.passed:
+            return EXIT_GATE_FAILED
+        return EXIT_INCONCLUSIVE if self.inconclusive else EXIT_OK
 
     def count(self, outcome: Outcome) -> int:
         return sum(1 for r in self.results if r.outcome is outcome)

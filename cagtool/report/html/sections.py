@@ -27,6 +27,7 @@ from cagtool.report.compare.render import (
     numerics_lines,
     speedup_grid,
 )
+from cagtool.report.figures.intervals import ratio_text
 from cagtool.report.graphs.diff import CHANGED, EQUAL, NodeDiff
 from cagtool.report.graphs.render import changed_fields, header_lines, hunks, node_text, origin_label, summary_lines
 from cagtool.report.graphs.runs import GraphComparison
@@ -596,7 +597,7 @@ def verification(data: dict) -> Verification:
         def counts(key: str) -> str:
             return f"{'/'.join(map(str, base.get(key) or ['?']))} → {'/'.join(map(str, m.get(key) or ['?']))}"
 
-        step = "-" if fix.get("speedup") is None else f"{fix['speedup']:.2f}x ({fix['speedup_low']:.2f}-{fix['speedup_high']:.2f}x)"
+        step = "-" if fix.get("speedup") is None else f"{ratio_text(fix['speedup'])} ({ratio_text(fix['speedup_low'])}-{ratio_text(fix['speedup_high'])})"
         rows.append((fix["fix"], ", ".join(f"#{n}" for n in fix["causes"]), fix["who"], counts("ca_recompiles"), counts("dynamo_recompiles"),
                      step, fix["verdict"].upper(), "; ".join(fix["reasons"])))
         marks[(i, 6)] = "ok" if fix["verdict"] == "verified" else "problem"

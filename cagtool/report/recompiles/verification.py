@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from cagtool.report.figures.intervals import ratio_text
+
 VERIFICATION_FILE = "verification.json"
 VERIFICATION_FORMAT = "cagtool-verification"
 
@@ -73,7 +75,7 @@ def verification_lines(data: dict[str, Any]) -> list[str]:
                          f"{_counts(base['dynamo_recompiles'], m['dynamo_recompiles'])}, CA graphs {_counts(base['ca_graphs'], m['ca_graphs'])}")
             step = "-"
             if fix.get("speedup") is not None:
-                step = f"{fix['speedup']:.2f}x of the baseline's speed (90% CI {fix['speedup_low']:.2f}-{fix['speedup_high']:.2f}x)"
+                step = f"{ratio_text(fix['speedup'])} of the baseline's speed (90% CI {ratio_text(fix['speedup_low'])}-{ratio_text(fix['speedup_high'])})"
             lines.append(f"    compile {_seconds(base['compile_time_s'])} -> {_seconds(m['compile_time_s'])}; first step "
                          f"{_seconds(base['first_step_s'])} -> {_seconds(m['first_step_s'])}; steady step {step}; peak memory "
                          f"{_mib(base['peak_memory_bytes'])} -> {_mib(m['peak_memory_bytes'])}")

@@ -90,9 +90,9 @@ def test_a_side_that_waited_half_its_time_or_more_is_not_judged_against():
     # slower with the mode loaded: not claimed; slower with the baseline loaded: stands.
     assert Speedup("ca", "aot", 0.5, 0.45, 0.55, steady_steps=(50, 50), heavy_load=(True, False)).verdict == LOAD_DIFFERED
     assert Speedup("ca", "aot", 0.5, 0.45, 0.55, steady_steps=(50, 50), heavy_load=(False, True)).verdict == "slower"
-    # "within noise" with either side loaded: a real difference may be hidden.
+    # Inconclusive with either side loaded: a real difference may be hidden.
     assert Speedup("ca", "aot", 1.0, 0.9, 1.1, steady_steps=(50, 50), heavy_load=(False, True)).verdict == LOAD_DIFFERED
-    assert Speedup("ca", "aot", 1.0, 0.9, 1.1, steady_steps=(50, 50)).verdict == "within noise"
+    assert Speedup("ca", "aot", 1.0, 0.9, 1.1, steady_steps=(50, 50)).verdict == "inconclusive"
 
 
 @pytest.mark.slow

@@ -1,26 +1,30 @@
-"""The statistics every timing verdict rests on (report.figures.intervals), pinned on fixed samples: the t
-quantiles and the Welch interval against scipy's, the batching, the units, and the sizes of real
-jobs (no overflow, an interval that narrows)."""
+"""The statistics every timing verdict rests on (report.figures.intervals), pinned on fixed
+samples: the t quantiles against scipy's, the sign and rank cuts against exact enumerations, the
+process as the unit (paired blocks, independent sides, the assumed noise where none was
+measured), and figures that never go beyond what a process can show."""
 
 from __future__ import annotations
 
 import math
-import random
 
 import pytest
 from scipy import stats
 
 from cagtool.report.figures.intervals import (
-    MAX_BATCHES,
-    RatioInterval,
+    ASSUMED_NOISE,
+    MIN_SIGN_BLOCKS,
+    NOISE_FLOOR,
+    ProcessSteps,
     TimingSample,
-    autocorrelation_time,
-    rank_cut,
-    batch_count,
-    batch_statistics,
+    change_text,
     compile_sample,
-    lag1_autocorrelation,
+    measure_of,
+    method_words,
+    rank_cut,
     ratio_interval,
+    ratio_text,
+    sign_cut,
+    spread_text,
     t_quantile,
     timing_sample,
 )
@@ -36,50 +40,6 @@ def test_t_quantile_matches_scipy(df, p):
 def test_t_quantile_between_1_and_2_degrees_is_never_narrower(df):
     assert t_quantile(0.95, df) == pytest.approx(stats.t.ppf(0.95, 1))
     assert t_quantile(0.95, df) >= stats.t.ppf(0.95, df)
-
-
-def test_batches_are_about_the_square_root_of_n_and_keep_step_order():
-    assert [batch_count(n) for n in (0, 1, 2, 5, 100, 400, 1_000, 100_000)] == [0, 0, 2, 2, 10, 20, MAX_BATCHES, MAX_BATCHES]
-    # Batches at least 3 autocorrelation times long; an autocorrelation time read from fewer than
-    # 50 times as many steps is not trusted: two units, no verdict.
-    assert [batch_count(1_000, tau) for tau in (1.0, 10.0, 20.0, 21.0, 50.0)] == [30, 30, 16, 2, 2]
-    # ...but independent steps read 1 to 1.5 from a few dozen: those keep their batches.
-    assert [batch_count(100, tau) for tau in (1.0, 1.9, 2.1, 2.5)] == [10, 10, 2, 2]
-    assert batch_count(59, 1.4) == 7
-    # A shift in phases longer than a batch: ten batches would all see one phase or the other
-    # (autocorrelated steps: a long autocorrelation time), so the batches are as long as the
-    # phases: two units, and a wide interval.
-    series = [1.0] * 50 + [3.0] * 50
-    assert autocorrelation_time(series) > 10.0
-    assert batch_statistics(series, "median") == [1.0, 3.0]
-    # Given a short autocorrelation time, the batch statistics' own lag-1 correlation still merges
-    # adjacent batches: ten become five.
-    assert batch_statistics(series, "median", tau=1.0) == [1.0, 1.0, 2.0, 3.0, 3.0]
-    alternating = [1.0, 3.0] * 50  # no phases: ten batches, each of both kinds
-    assert len(batch_statistics(alternating, "median")) == 10
-    assert lag1_autocorrelation([1.0, 2.0, 3.0, 4.0]) > 0.2 and lag1_autocorrelation([5.0] * 6) == 0.0
-    assert batch_statistics([1.0, 2.0, 3.0, 4.0, 10.0], "mean") == [2.0, 7.0]
-    assert batch_statistics([5.0], "median") == []
-
-
-def test_rank_interval_is_the_hodges_lehmann_interval_of_the_units():
-    """Step-time statistics: the interval is the distribution-free one of the shift of the log
-    units (the k-th smallest and largest pairwise differences, k from Mann-Whitney's exact null
-    distribution), exponentiated; the pooled ratio lies inside it."""
-    top_units = (0.0110, 0.0104, 0.0121, 0.0108, 0.0115)
-    bottom_units = (0.0100, 0.0098, 0.0103, 0.0101)
-
-    def side(units: tuple[float, ...]) -> TimingSample:
-        centre = math.exp(sum(math.log(u) for u in units) / len(units))
-        return TimingSample(len(units) * 10, 1, "batch", {"median": centre}, {"median": units})
-
-    got = ratio_interval(side(top_units), side(bottom_units), "median")
-    differences = sorted(math.log(a) - math.log(b) for a in top_units for b in bottom_units)
-    k = rank_cut(5, 4)
-    assert k == 3  # P(U <= 2) = 4/126 <= 5% < P(U <= 3) = 7/126 (enumerated in the next test)
-    assert got is not None and got.method == "rank" and got.unit == "batch" and got.units == (5, 4)
-    assert math.log(got.low) == pytest.approx(differences[k - 1]) and math.log(got.high) == pytest.approx(differences[-k])
-    assert got.low <= got.ratio <= got.high and got.bounded
 
 
 @pytest.mark.parametrize("m,n", [(3, 3), (4, 3), (5, 4), (5, 5), (6, 7)])
@@ -99,85 +59,107 @@ def test_rank_cut_matches_mann_whitney_by_enumeration(m, n):
     assert stats.mannwhitneyu(list(range(m)), list(range(m, m + n)), alternative="less", method="exact").pvalue == pytest.approx(counts[0] / total)
 
 
-def test_two_units_a_side_give_no_rank_interval():
-    """2 against 2: no choice of pairwise differences reaches 90%, so the interval is unbounded and
-    the check says how many units it needs instead of judging on them."""
-    two = TimingSample(20, 1, "batch", {"median": 1.0}, {"median": (0.9, 1.1)})
-    got = ratio_interval(two, two, "median")
-    assert got is not None and got.measured and not got.bounded and got.low == 0.0 and got.high == math.inf
-    assert got.resolution() == math.inf and got.evidence_factor(0.05) == math.inf
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30])
+def test_sign_cut_matches_the_binomial(n):
+    """[x_(j), x_(n+1-j)] covers the median with probability 1 - 2 P(Bin(n, 1/2) < j): the largest
+    j keeping that at 90% or more; none below 5 blocks."""
+    j = sign_cut(n)
+    if n < MIN_SIGN_BLOCKS:
+        assert j == 0
+        return
+    assert 1 - 2 * stats.binom.cdf(j - 1, n, 0.5) >= 0.90 - 1e-12
+    assert 1 - 2 * stats.binom.cdf(j, n, 0.5) < 0.90
 
 
-def test_welch_interval_equals_scipys_on_compile_times():
-    """Compile times (one per run) keep Student's t: with each side's value at the geometric mean
-    of its runs, exactly scipy's Welch interval, exponentiated."""
-    top_units = (11.0, 10.4, 12.1, 10.8, 11.5)
-    bottom_units = (10.0, 9.8, 10.3, 10.1)
-
-    def side(units: tuple[float, ...]) -> TimingSample:
-        centre = math.exp(sum(math.log(u) for u in units) / len(units))
-        return TimingSample(len(units), len(units), "run", {"total": centre}, {"total": units})
-
-    got = ratio_interval(side(top_units), side(bottom_units), "total")
-    la, lb = [math.log(u) for u in top_units], [math.log(u) for u in bottom_units]
-    want = stats.ttest_ind(la, lb, equal_var=False).confidence_interval(0.90)
-    assert got is not None and got.method == "welch" and got.units == (5, 4)
-    assert math.log(got.low) == pytest.approx(want.low, rel=1e-6, abs=1e-9)
-    assert math.log(got.high) == pytest.approx(want.high, rel=1e-6, abs=1e-9)
+def sample(wall, cpu=None, cpu_bound=False, blocks=None) -> TimingSample:
+    """A side of processes, one figure each (every statistic the same figure)."""
+    units = {f: tuple(wall) for f in ("median", "mean", "p10", "p90")}
+    cpu_units = {f: tuple(cpu) for f in ("median", "mean", "p10", "p90")} if cpu else {}
+    return TimingSample(len(wall) * 100, len(wall), "process", {f: sorted(wall)[len(wall) // 2] for f in units}, units, cpu_units,
+                        cpu_bound, tuple(blocks or range(1, len(wall) + 1)))
 
 
-def test_one_unit_a_side_is_no_interval_and_one_unit_borrows_the_others_noise():
-    lone = compile_sample([2.0])
-    assert lone is not None and lone.unit == "run"
-    none = ratio_interval(compile_sample([2.4]), lone, "total")
-    assert none is not None and not none.measured and none.low == none.high == pytest.approx(1.2)
-    assert none.resolution() == math.inf and none.evidence_factor(0.05) == math.inf
-    borrowed = ratio_interval(compile_sample([2.4]), compile_sample([1.9, 2.0, 2.1]), "total")
-    assert borrowed is not None and borrowed.measured and borrowed.df == 2.0
-    assert borrowed.low < 1.2 < borrowed.high
+def test_one_process_a_side_rests_on_the_assumed_noise():
+    """One run a side: the run-to-run noise is not measured, the assumed one is used, and it is
+    said; a 13x or a 3x slowdown is beyond it, an unchanged run cannot be told from +5%."""
+    base = sample([0.004])
+    for slowed in (0.054, 0.012):
+        r = ratio_interval(sample([slowed]), base, "median")
+        assert r.method == "assumed" and not r.measured and r.units == (1, 1)
+        assert r.low > 1.05, r
+    same = ratio_interval(sample([0.0041]), base, "median")
+    assert same.low < 1.05 < same.high
+    half = math.log(same.high / same.ratio)
+    assert half == pytest.approx(1.6448536 * ASSUMED_NOISE["wall"] * math.sqrt(2), rel=1e-6)
+    assert "not measured, assumed" in method_words(same)
 
 
-def test_three_repetitions_are_the_units():
-    rng = random.Random(3)
-    reps = [[0.01 * (1 + 0.02 * k) * math.exp(rng.gauss(0, 0.01)) for _ in range(200)] for k in range(3)]
-    sample = timing_sample(reps)
-    assert sample is not None and sample.unit == "repetition" and sample.repetitions == 3 and sample.count == 600
-    assert len(sample.units["median"]) == 3
-    two = timing_sample(reps[:2])
-    assert two is not None and two.unit == "batch" and len(two.units["median"]) == 2 * batch_count(200)
-    assert timing_sample([[], []]) is None
+def test_a_baseline_of_several_processes_measures_the_noise_for_one_run():
+    """A baseline of 5 processes a few percent apart: the noise is measured (Student's t on its 4
+    degrees of freedom), and one unchanged run is clear of a 25% threshold."""
+    base = sample([0.0040, 0.0041, 0.0039, 0.00405, 0.00398])
+    r = ratio_interval(sample([0.00402]), base, "median")
+    assert r.method == "t" and r.measured and r.noise_df == 4
+    assert r.high < 1.25 and r.low > 1 / 1.25
+    logs = [math.log(v) for v in (0.0040, 0.0041, 0.0039, 0.00405, 0.00398)]
+    sd = stats.tstd(logs)
+    d = math.log(0.00402) - sum(logs) / 5
+    assert math.log(r.high) == pytest.approx(d + stats.t.ppf(0.95, 4) * sd * math.sqrt(1 + 1 / 5), rel=1e-3)
 
 
-def test_the_interval_narrows_with_evidence_and_covers_at_real_job_sizes():
-    """AR(1) step times (phi 0.6, the autocorrelation of a real CPU job) with a slow drift: the
-    interval of a 0% change contains 1.0 and narrows from 1,000 to 100,000 steps; computing it
-    never overflows (the binomial quantile bands it replaces did past ~1,030 steps)."""
-    def job(n: int, seed: int) -> list[float]:
-        rng = random.Random(seed)
-        out, e = [], 0.0
-        for i in range(n):
-            e = 0.6 * e + rng.gauss(0.0, 0.04)
-            out.append(0.005 * math.exp(e + 0.02 * i / n))
-        return out
-
-    widths = []
-    for n in (1_000, 100_000):
-        got = ratio_interval(timing_sample([job(n, 1)]), timing_sample([job(n, 2)]), "median")  # type: ignore[arg-type]
-        assert isinstance(got, RatioInterval) and got.low < 1.0 < got.high
-        widths.append(got.high / got.low)
-    assert widths[1] < widths[0]
+def test_paired_blocks_from_five_use_the_sign_interval():
+    top = sample([1.0, 1.1, 0.9, 1.05, 0.95], blocks=[1, 2, 3, 4, 5])
+    bottom = sample([2.0, 2.3, 1.7, 2.1, 1.9], blocks=[1, 2, 3, 4, 5])
+    r = ratio_interval(bottom, top, "median", paired=True)
+    ratios = sorted(b / a for a, b in zip([1.0, 1.1, 0.9, 1.05, 0.95], [2.0, 2.3, 1.7, 2.1, 1.9]))
+    assert r.method == "sign" and r.paired and r.units == (5, 5)
+    assert (r.low, r.high) == pytest.approx((ratios[0], ratios[-1]))
+    assert r.ratio == pytest.approx(ratios[2])
 
 
-def test_autocorrelation_time_of_independent_and_ar1_steps():
-    """Independent steps: about 1. AR(1) steps with phi 0.7: the textbook (1 + phi) / (1 - phi) =
-    5.7, read within 25% from 20,000 steps (means of 10 steps: an over- rather than an
-    under-estimate, never below the truth by more than the estimate's own noise)."""
-    import numpy as np
-    from scipy.signal import lfilter
+def test_fewer_blocks_than_five_are_not_a_measured_verdict_and_a_seen_spread_widens_them():
+    """Three blocks: no distribution-free interval reaches 90%; the assumed noise is used, or the
+    blocks' own spread where it is larger (two blocks that read 0.60x and 10.4x are no verdict)."""
+    steady = ratio_interval(sample([2.0, 2.0, 2.0], blocks=[1, 2, 3]), sample([1.0, 1.0, 1.0], blocks=[1, 2, 3]), "median", paired=True)
+    assert steady.method == "assumed" and not steady.seen and steady.low > 1.0
+    wild = ratio_interval(sample([0.6, 10.4], blocks=[1, 2]), sample([1.0, 1.0], blocks=[1, 2]), "median", paired=True)
+    assert wild.method == "assumed" and wild.seen
+    assert wild.low < 1.0 < wild.high
+    assert "already differ by over +/-100%" in method_words(wild)
 
-    rng = np.random.default_rng(7)
-    assert autocorrelation_time(np.exp(rng.normal(0.0, 0.05, 1_000))) < 1.3
-    ar1 = np.exp(lfilter([1.0], [1.0, -0.7], rng.normal(0.0, 0.04, 2_000)))
-    assert 0.75 * 5.67 < autocorrelation_time(ar1) < 1.25 * 5.67
-    long_ar1 = np.exp(lfilter([1.0], [1.0, -0.7], rng.normal(0.0, 0.04, 20_000)))
-    assert 0.75 * 5.67 < autocorrelation_time(long_ar1) < 3.0 * 5.67
+
+def test_no_zero_width_interval_from_identical_processes():
+    r = ratio_interval(sample([1.0] * 5, blocks=range(1, 6)), sample([1.0] * 5, blocks=range(1, 6)), "median", paired=True)
+    assert r.high > r.low and math.log(r.high) == pytest.approx(1.6448536 * NOISE_FLOOR, rel=1e-3)
+    r = ratio_interval(sample([1.0] * 3), sample([1.0] * 3), "median")
+    assert r.method == "rank" and r.high > r.low
+
+
+def test_cpu_time_is_the_measure_only_where_both_sides_spent_their_steps_on_the_cpu():
+    on = timing_sample([ProcessSteps(1, [0.010] * 20, cpu=[0.019] * 20, thread_cpu=[0.0097] * 20)])
+    sleeping = timing_sample([ProcessSteps(1, [0.060] * 20, cpu=[0.019] * 20, thread_cpu=[0.0097] * 20)])
+    waited = timing_sample([ProcessSteps(1, [0.020] * 20, cpu=[0.019] * 20, thread_cpu=[0.0097] * 20, wait_share=[0.5] * 20)])
+    assert on.cpu_bound and not sleeping.cpu_bound and waited.cpu_bound
+    assert measure_of(on, waited) == "cpu"
+    assert measure_of(sleeping, on) == "wall"  # the sleep is off the CPU: only wall time sees it
+    r = ratio_interval(sleeping, on, "median")
+    assert r.measure == "wall" and r.low > 1.05
+    no_cpu = timing_sample([ProcessSteps(1, [0.010] * 20)])
+    assert measure_of(no_cpu, on) == "wall"
+
+
+def test_compile_times_are_one_figure_per_process():
+    top, bottom = compile_sample([12.0, 13.0, 12.5]), compile_sample([10.0, 10.2, 9.9])
+    r = ratio_interval(top, bottom, "total")
+    assert r.measure == "compile" and r.method == "rank" and r.low > 1.1
+    one = ratio_interval(compile_sample([30.0]), compile_sample([10.0]), "total")
+    assert one.method == "assumed" and one.low > 1.5
+
+
+def test_figures_never_go_beyond_what_a_process_can_show():
+    assert ratio_text(0.0001) == "<0.01x" and ratio_text(1e164) == ">100x" and ratio_text(float("inf")) == ">100x"
+    assert ratio_text(1.234) == "1.23x"
+    assert change_text(1e164) == ">+9900%" and change_text(0.0) == "<-99%" and change_text(1.05) == "+5.0%"
+    assert spread_text(58.9) == "over +/-100%" and spread_text(0.12) == "+/-12%"
+    needed = ratio_interval(sample([1.0001]), sample([1.0]), "median").processes_needed(1e-4)
+    assert needed is None  # not "needs 5,282,937,232 steady steps a side"

@@ -1,0 +1,113 @@
+"""The gate as CI runs it: one run a side, on a real torch job, as `baseline save` from one run
+suggests.
+
+Records (one process each, made once per session):
+    cagtool run --modes aot --backend eager sample_scripts/mlp_steps.py --steps 60 [--slow-ms N]
+for N = 0 (the baseline), 0 again (an unchanged re-run), 50 (about 13x slower on the idle 2-core
+VM: ~4 ms steps) and 10 (about 3x). With one process a side the run-to-run noise is not measured,
+so the gate assumes it (report.figures.intervals.ASSUMED_NOISE): the slowed jobs fail a 5%
+threshold, and the unchanged re-run is INCONCLUSIVE (exit 5), never a PASS the evidence cannot
+support, and never a FAIL. What the outputs say holds no figure beyond what a process can show.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, cagtool_cmd, recorded_once
+
+from gate_cli import cagtool
+
+pytestmark = pytest.mark.slow
+
+JOBS = {"baseline": 0, "unchanged": 0, "slow50": 50, "slow10": 10}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, inductor_cache) -> dict[str, Path]:
+    import os
+    import subprocess
+
+    def record(where: Path) -> dict[str, int]:
+        codes = {}
+        env = {**os.environ, "CI": "true", "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache)}
+        for name, slow in JOBS.items():
+            cmd = cagtool_cmd("run", "--modes", "aot", "--backend", "eager", "--no-report", "-o", str(where / name),
+                              str(ROOT / "sample_scripts" / "mlp_steps.py"), "--steps", "60", "--slow-ms", str(slow))
+            codes[name] = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=str(ROOT)).returncode
+        return codes
+
+    path, codes = recorded_once(tmp_path_factory, "mlp_steps_one_run_a_side", record)
+    assert all(code == 0 for code in codes.values()), codes
+    return {name: path / name for name in JOBS}
+
+
+@pytest.fixture(scope="module")
+def baseline(runs, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("baseline") / "cagtool-baseline.json"
+    proc = cagtool("baseline", "save", str(runs["baseline"]), "-o", str(out), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def _gate(run: Path, baseline: Path, tmp: Path, *extra: str) -> tuple[int, dict, ET.Element]:
+    junit = tmp / f"{run.name}.xml"
+    proc = cagtool("gate", str(run), "--baseline", str(baseline), "--mode", "aot", "--max-regression", "5%",
+                   "--format", "json", "--junit", str(junit), *extra, cwd=ROOT)
+    return proc.returncode, json.loads(proc.stdout), ET.parse(junit).getroot()
+
+
+def _regression(data: dict) -> dict:
+    return next(c for c in data["checks"] if c["check"] == "max-regression")
+
+
+@pytest.mark.parametrize("job", ["slow50", "slow10"])
+def test_a_slowed_job_fails_with_one_run_a_side(runs, baseline, tmp_path, job):
+    code, data, junit = _gate(runs[job], baseline, tmp_path)
+    check = _regression(data)
+    assert code == 1 and check["outcome"] == "fail", check["message"]
+    assert check["data"]["measure"] == "wall"  # the wait is off the CPU: only wall time sees it
+    assert check["data"]["noise_measured"] is False
+    assert any("run-to-run noise not measured, assumed" in n for n in check["notes"])
+    assert junit.find(".//failure[@type='regression']") is not None
+
+
+def test_an_unchanged_rerun_is_inconclusive_not_a_pass(runs, baseline, tmp_path):
+    code, data, junit = _gate(runs["unchanged"], baseline, tmp_path)
+    check = _regression(data)
+    assert check["outcome"] == "inconclusive" and code == 5, check["message"]
+    assert data["inconclusive"] is True and data["passed"] is False
+    assert any("wider than the +5% threshold" in n for n in check["notes"])
+    assert junit.find(".//skipped[@type='inconclusive']") is not None and junit.find(".//failure") is None
+    # --require-power: a CI that wants every check decided fails it instead.
+    code, data, _ = _gate(runs["unchanged"], baseline, tmp_path, "--require-power")
+    assert code == 1 and _regression(data)["outcome"] == "error"
+
+
+def test_no_output_carries_a_figure_beyond_what_a_process_can_show(runs, baseline, tmp_path):
+    """No exponent, no infinity, no 0.00x, no zero-width interval, no step counts in the billions,
+    in the gate's text and JSON, compare's text and JSON, and the summary."""
+    texts = []
+    for job in JOBS:
+        proc = cagtool("gate", str(runs[job]), "--baseline", str(baseline), "--mode", "aot", "--max-regression", "5%", cwd=ROOT)
+        texts.append(proc.stdout)
+        texts.append(cagtool("gate", str(runs[job]), "--baseline", str(baseline), "--mode", "aot", "--max-regression", "5%", "--format", "json", cwd=ROOT).stdout)
+    texts.append(cagtool("compare", str(runs["baseline"]), str(runs["slow50"]), cwd=ROOT).stdout)
+    texts.append(cagtool("compare", str(runs["baseline"]), str(runs["slow50"]), "--format", "json", cwd=ROOT).stdout)
+    texts.append(cagtool("summary", str(runs["slow50"]), cwd=ROOT).stdout)
+    for text in texts:
+        assert text.strip()
+        assert not re.search(r"\d[eE]\+?\d{2,}", text), text  # 1.6e+164, 5.3e+09 (a tiny figure, 6e-05 s, is fine)
+        assert "inf" not in text.replace("info", "").lower().replace("inference", ""), text
+        assert "0.00x" not in text and "unbounded" not in text
+        assert not re.search(r"\d{1,3}(,\d{3}){2,} steady steps", text)
+    for job in JOBS:
+        data = json.loads(cagtool("gate", str(runs[job]), "--baseline", str(baseline), "--mode", "aot", "--max-regression", "5%",
+                                  "--format", "json", cwd=ROOT).stdout)
+        check = _regression(data)["data"]
+        assert check["high"] > check["low"]  # never a zero-width interval

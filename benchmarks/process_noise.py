@@ -1,8 +1,7 @@
 """Run a real torch job many times under `cagtool run`, one process a run, and keep what each
 process's steady steps measured: the evidence behind the timing verdicts (docs/ci.md).
 
-    python benchmarks/process_noise.py --runs 20 --slow-ms 0,10 --neighbours 0 --json results/process_noise/quiet.json
-    python benchmarks/process_noise.py --runs 20 --slow-ms 0,10 --neighbours 1 --json results/process_noise/busy.json
+    python benchmarks/process_noise.py --runs 20 --slow-ms 0,1,2,10 --threads 1 --neighbours 1 --json results/process_noise/busy.json
     python benchmarks/process_noise.py --report results/process_noise/quiet.json results/process_noise/busy.json
 
 Each run is `cagtool run --modes aot --no-report sample_scripts/mlp_steps.py --slow-ms X` (a
@@ -36,12 +35,13 @@ ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "sample_scripts" / "mlp_steps.py"
 
 
-def one_run(out: Path, slow_ms: float, steps: int) -> dict:
+def one_run(out: Path, slow_ms: float, steps: int, threads: int | None = None) -> dict:
     started = time.time()
+    env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
     proc = subprocess.run(
         [sys.executable, "-m", "cagtool", "run", "--modes", "aot", "--no-report", "-o", str(out),
          str(JOB), "--steps", str(steps), "--slow-ms", str(slow_ms)],
-        capture_output=True, text=True, cwd=ROOT,
+        capture_output=True, text=True, cwd=ROOT, env=env,
     )
     if proc.returncode != 0:
         raise SystemExit(f"run failed ({proc.returncode}): {proc.stderr[-2000:]}")
@@ -72,7 +72,7 @@ def collect(args: argparse.Namespace) -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for i, slow in enumerate(order):
-                row = one_run(Path(tmp) / f"run{i}", slow, args.steps)
+                row = one_run(Path(tmp) / f"run{i}", slow, args.steps, args.threads)
                 results.append(row)
                 print(json.dumps(row), flush=True)
     finally:
@@ -80,7 +80,7 @@ def collect(args: argparse.Namespace) -> None:
             spinner.kill()
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"neighbours": args.neighbours, "steps": args.steps, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        Path(args.json).write_text(json.dumps({"neighbours": args.neighbours, "threads": args.threads, "steps": args.steps, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                                "processes": results}, indent=1))
 
 
@@ -117,7 +117,7 @@ def report(paths: list[str]) -> None:
         data = json.loads(Path(path).read_text())
         rows = data["processes"]
         base = [r for r in rows if r["slow_ms"] == 0]
-        print(f"\n{path}: {len(rows)} processes, neighbours {data['neighbours']}, {data['date']}, "
+        print(f"\n{path}: {len(rows)} processes, neighbours {data['neighbours']}, threads {data.get('threads') or 'default'}, {data['date']}, "
               f"load {min(r['load'] for r in rows):.1f}-{max(r['load'] for r in rows):.1f}")
         for measure in ("wall_s", "cpu_s"):
             logs = [math.log(r[measure]) for r in base if r[measure]]
@@ -148,6 +148,7 @@ def main() -> None:
     parser.add_argument("--slow-ms", default="0", help="comma-separated waits added to each step")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--neighbours", type=int, default=0)
+    parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS for the job (default: torch's own, one per core)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json")
     parser.add_argument("--report", nargs="+")

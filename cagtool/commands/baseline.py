@@ -87,7 +87,13 @@ def register(app: typer.Typer) -> None:
         if accumulate:
             held = ", ".join(f"{name}: {len(snap.compile_samples)}" for name, snap in baseline.modes.items())
             console.print(f"compile times held: {held} (3 or more give --max-compile-regression a measured spread)", markup=False, soft_wrap=True)
-        console.print(f"gate against it with: cagtool gate --baseline {path} --max-regression 10%", markup=False, soft_wrap=True)
+        from cagtool.report.gate.baseline import suggested_threshold
+
+        gated = baseline.modes.get("ca") or next(iter(baseline.modes.values()), None)
+        threshold, why = suggested_threshold(gated) if gated is not None else (None, "")
+        if why:
+            console.print(f"{gated.mode}: {why}", markup=False, soft_wrap=True)
+        console.print(f"gate against it with: cagtool gate --baseline {path} --max-regression {threshold or 10}%", markup=False, soft_wrap=True)
 
     @group.command("show", help=SHOW_HELP)
     def show(

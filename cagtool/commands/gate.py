@@ -66,7 +66,7 @@ _GATE_FLAG_PARAMS: dict[str, tuple[Any, Any]] = {
     ),
     "max_compile_regression": (
         Optional[str],
-        typer.Option(None, "--max-compile-regression", metavar="PCT", help="Most total compile-time regression vs the baseline: 25, 25%, 0.5s. Noise: one compile time per run (run --repeat 3, baseline save --accumulate); with one on each side the figures alone are judged and the result says the noise was not measured.", rich_help_panel="Gate"),
+        typer.Option(None, "--max-compile-regression", metavar="PCT", help="Most total compile-time regression vs the baseline: 25, 25%, 0.5s. Each process's compile time is one unit (run --repeat, baseline save --accumulate); with fewer than 3 a side the run-to-run noise is assumed and only a change beyond it is called.", rich_help_panel="Gate"),
     ),
     "fail_on_improvement": (
         Optional[bool],

@@ -540,7 +540,7 @@ def load_note(mode: str, mode_wait: CpuWait, baseline: str, baseline_wait: CpuWa
     low, high = load_range(max(factor, 1 / factor))
     return (f"{mode} waited for a CPU {_wait_words(mode_wait)}, {baseline} {_wait_words(baseline_wait, short=True)}: "
             f"the machine's load alone can make {favoured} look {low:.2f}-{high:.2f}x faster "
-            "(run on a quiet machine, or --repeat 3 to interleave the modes)")
+            "(run on a quiet machine, or --repeat 5 for blocks of the modes in a shuffled order)")
 
 
 def _wait_words(wait: CpuWait, short: bool = False) -> str:

@@ -36,8 +36,8 @@ _VOLATILE_MACHINE_KEYS = frozenset({"hostname", "host", "node", "user", "pid", "
 @dataclass(frozen=True)
 class StepTimeSnapshot:
     """Steady-state step time, seconds (see report.figures.metrics.StepStats), with what the intervals of
-    its statistics are made from (`sample`: per statistic, its value per batch of consecutive
-    steps or per repetition; report.figures.intervals). None in baselines saved before it: a timing check
+    its statistics are made from (`sample`: per statistic, its value in each process, in wall and
+    CPU time; report.figures.intervals). None in baselines saved before it: a timing check
     against such a baseline is an error that says to re-save it, never a guess."""
 
     count: int
@@ -263,6 +263,29 @@ def _pooled_sample(old: TimingSample | None, new: TimingSample | None) -> Timing
     blocks = tuple(range(1, processes + 1))
     count = round((old.count + new.count) * processes / (old.repetitions + new.repetitions))
     return TimingSample(count, processes, "process", values, units, cpu_units, old.cpu_bound and new.cpu_bound, blocks, new.clock)
+
+
+def suggested_threshold(snap: ModeSnapshot) -> tuple[int | None, str]:
+    """The smallest `--max-regression` (in %, a multiple of 5) that one unchanged run can pass
+    against this baseline, from the run-to-run noise its processes measured, with the words that
+    say why; (None, words) when it holds too few processes to measure that noise."""
+    from cagtool.report.figures.intervals import MIN_RANK_UNITS, t_quantile
+
+    sample = snap.step_time.sample if snap.step_time is not None else None
+    if sample is None or sample.repetitions < MIN_RANK_UNITS:
+        held = "one process" if sample is None or sample.repetitions == 1 else f"{sample.repetitions} processes"
+        return None, (f"{held}: the gate will assume the run-to-run noise (it catches a 3x slowdown, not a 10% one, and says "
+                      "inconclusive, exit 5, rather than pass); save from `cagtool run --repeat 5` (or add runs with --accumulate) "
+                      "to measure it")
+    measure = "cpu" if sample.cpu_bound and sample.cpu_units else "wall"
+    logs = [math.log(v) for v in sample.figures(measure, "median")]
+    k = len(logs)
+    mean = sum(logs) / k
+    sd = math.sqrt(sum((v - mean) ** 2 for v in logs) / (k - 1))
+    half = t_quantile(0.95, k - 1) * max(sd, 0.005) * math.sqrt(1.0 + 1.0 / k)
+    pct = 5 * math.ceil(100.0 * math.expm1(half) / 5.0) + 5
+    return pct, (f"{k} processes, {'CPU' if measure == 'cpu' else 'wall'} time per step {100 * math.expm1(1.645 * sd * math.sqrt(2)):.0f}% apart "
+                 f"90% of the time (A/A): one unchanged run passes from about --max-regression {pct}%")
 
 
 def _round(value: float | None) -> float | None:

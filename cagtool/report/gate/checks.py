@@ -382,7 +382,7 @@ class MinSpeedupCheck:
             flipped = [c for c in corrected if (c == BELOW) != (verdict == BELOW)]
             if flipped:
                 warnings.append(f"{self.name} ({pair}): {words}, and without that difference the check would "
-                                f"{'FAIL' if flipped[0] == BELOW else 'pass'}: rerun on a quieter runner, or with --repeat 3")
+                                f"{'FAIL' if flipped[0] == BELOW else 'pass'}: rerun on a quieter runner, or with --repeat 5")
             else:
                 notes.append(words)
         # A FAIL rests on the numerator's steps being slow, a clear PASS on the denominator's.

@@ -35,9 +35,8 @@ def edit(path: Path, change) -> None:
 
 def machine_free_copy(run: Path, dest: Path, modes: tuple[str, ...] = ("ca",)) -> Path:
     """The run with its steady steps' times in `modes` replaced by a fixed series (seeded,
-    independent draws within +-10% of 1 ms): what the gate is given does not depend on how busy
-    the machine was. On a loaded machine a real run's step times come in phases, the batches merge
-    down to 2 a side, and the interval of the ratio is unbounded whatever the baseline says."""
+    independent draws within +-10% of 1 ms), and no CPU times: what the gate is given does not
+    depend on how busy the machine was."""
     shutil.copytree(run, dest)
     draw = random.Random(0)
     for mode in modes:
@@ -46,6 +45,11 @@ def machine_free_copy(run: Path, dest: Path, modes: tuple[str, ...] = ("ca",)) -
         for event in events:
             if event["kind"] == "step" and event.get("wall_s") is not None and not event.get("compiles") and not event.get("ca_captures"):
                 event["wall_s"] = draw.uniform(0.9e-3, 1.1e-3)
+            if event["kind"] == "step":
+                # Judged on the wall times set here: without CPU times, as a record written before
+                # steps kept them.
+                event.pop("cpu_s", None)
+                event.pop("thread_cpu_s", None)
         events_file.write_text("".join(json.dumps(e) + "\n" for e in events))
         (dest / mode / "columns.json").unlink(missing_ok=True)  # it holds the times replaced here
     return dest

@@ -1,6 +1,6 @@
 """A job of real length, end to end: 2,000 steps through `cagtool run --gate`, `baseline save` and a
 gate against that baseline. The gate's quantile bands once overflowed past ~1,030 steady steps
-(exit 4 after the whole job had trained); this pins that a long job is gated, with its power."""
+(exit 4 after the whole job had trained); this pins that a long job is gated, a process one unit."""
 
 from __future__ import annotations
 
@@ -56,34 +56,30 @@ def test_a_2000_step_job_runs_through_run_gate_baseline_and_gate(tmp_path):
     gate = json.loads((run / "gate.json").read_text())
     assert gate["passed"] is True
     speedup = next(c for c in gate["checks"] if c["check"] == "min-speedup")
-    # About sqrt(2,000) batches a side, at most 30; fewer where this machine's step times came in
-    # phases (batches merged while autocorrelated).
-    assert speedup["outcome"] == "pass" and speedup["data"]["unit"] == "batch" and all(2 <= k <= 30 for k in speedup["data"]["units"])
-    assert any(note.startswith("power: ") for note in speedup["notes"])
+    # One process per mode: a process is one unit, however many steps it ran; the run-to-run
+    # noise is assumed, and a ratio near 1 is clear of a 0.01x minimum all the same.
+    assert speedup["outcome"] == "pass" and speedup["data"]["unit"] == "process" and speedup["data"]["units"] == [1, 1]
+    assert speedup["data"]["noise_measured"] is False and any("not measured, assumed" in note for note in speedup["notes"])
 
     baseline = tmp_path / "baseline.json"
     saved = _report("baseline", "save", run, "-o", baseline, cwd=tmp_path)
     assert saved.returncode == 0, saved.stderr
     sample = json.loads(baseline.read_text())["modes"]["ca"]["step_time"]["sample"]
-    assert sample["unit"] == "batch" and sample["count"] > 1_900 and 2 <= len(sample["units_s"]["median"]) <= 30
+    assert sample["unit"] == "process" and sample["count"] > 1_900 and len(sample["units_s"]["median"]) == 1
 
-    # The run against its own baseline: ratio exactly 1, so no timing check can fail; each states
-    # its power (how much it resolves depends on this machine's noise, so only consistency is
-    # asserted: --require-power fails exactly the checks that say they cannot resolve).
+    # The run against its own baseline: ratio exactly 1, one process a side. No timing check can
+    # fail; at 50% the assumed noise cannot tell (exit 5, and --require-power fails exactly those
+    # checks), at 100% it can.
     args = ("gate", run, "--baseline", baseline, "--max-regression", "50%", "--max-regression", "p90:50%", "--format", "json")
     again = _report(*args, cwd=tmp_path)
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
+    assert again.returncode == 5, again.stdout[-3000:] + again.stderr[-2000:]
     checks = {c["check"]: c for c in json.loads(again.stdout)["checks"]}
-    unresolved = []
     for name in ("max-regression", "max-regression:p90"):
-        assert checks[name]["outcome"] == "pass" and checks[name]["data"]["ratio"] == pytest.approx(1.0, rel=1e-5)  # the baseline keeps 6 digits
-        assert all(2 <= k <= 30 for k in checks[name]["data"]["units"]) and isinstance(checks[name]["data"]["resolves"], bool)
-        if not checks[name]["data"]["resolves"]:
-            unresolved.append(name)
-            # more steps, or (a series too short for its own autocorrelation) repetitions
-            needed = checks[name]["data"]["evidence_needed"]
-            assert needed.endswith("steady steps a side") or needed.startswith("repetitions on both sides"), needed
+        assert checks[name]["outcome"] == "inconclusive" and checks[name]["data"]["ratio"] == pytest.approx(1.0, rel=1e-5)  # the baseline keeps 6 digits
+        assert checks[name]["data"]["units"] == [1, 1]
     strict = _report(*args, "--require-power", cwd=tmp_path)
-    assert strict.returncode == (1 if unresolved else 0)
+    assert strict.returncode == 1
     errors = [c["check"] for c in json.loads(strict.stdout)["checks"] if c["outcome"] == "error"]
-    assert errors == unresolved
+    assert errors == ["max-regression", "max-regression:p90"]
+    wide = _report("gate", run, "--baseline", baseline, "--max-regression", "100%", "--max-regression", "p90:100%", cwd=tmp_path)
+    assert wide.returncode == 0, wide.stdout[-3000:]

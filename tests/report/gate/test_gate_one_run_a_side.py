@@ -4,7 +4,7 @@ suggests.
 Records (one process each, made once per session):
     cagtool run --modes aot --backend eager sample_scripts/mlp_steps.py --steps 60 [--slow-ms N]
 for N = 0 (the baseline), 0 again (an unchanged re-run), 50 (about 13x slower on the idle 2-core
-VM: ~4 ms steps) and 10 (about 3x). With one process a side the run-to-run noise is not measured,
+VM: ~4 ms steps) and 10 (about 3x), with one intra-op thread (OMP_NUM_THREADS=1). With one process a side the run-to-run noise is not measured,
 so the gate assumes it (report.figures.intervals.ASSUMED_NOISE): the slowed jobs fail a 5%
 threshold, and the unchanged re-run is INCONCLUSIVE (exit 5), never a PASS the evidence cannot
 support, and never a FAIL. What the outputs say holds no figure beyond what a process can show.
@@ -35,7 +35,10 @@ def runs(tmp_path_factory, inductor_cache) -> dict[str, Path]:
 
     def record(where: Path) -> dict[str, int]:
         codes = {}
-        env = {**os.environ, "CI": "true", "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache)}
+        # One intra-op thread, as the CI recipe pins it: beside the suite's other worker, a thread
+        # that waits at a parallel region for a descheduled sibling spins, and steps of the same
+        # job then differ by 10x and more (benchmarks/README.md).
+        env = {**os.environ, "CI": "true", "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache), "OMP_NUM_THREADS": "1"}
         for name, slow in JOBS.items():
             cmd = cagtool_cmd("run", "--modes", "aot", "--backend", "eager", "--no-report", "-o", str(where / name),
                               str(ROOT / "sample_scripts" / "mlp_steps.py"), "--steps", "60", "--slow-ms", str(slow))

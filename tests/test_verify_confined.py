@@ -90,13 +90,13 @@ def test_a_forged_or_foreign_record_never_runs(recorded, tmp_path):
 
     # The attacker recomputes the file hash in the seal too: without the key, the HMAC still differs.
     import hashlib
-    meta["options"]["job_seal"]["files"] = {str(evil_dir / "evil.py"): hashlib.sha256((evil_dir / "evil.py").read_bytes()).hexdigest()}
+    meta["job_seal"]["files"] = {str(evil_dir / "evil.py"): hashlib.sha256((evil_dir / "evil.py").read_bytes()).hexdigest()}
     (run / "run.json").write_text(json.dumps(meta))
     assert _verify(run, tmp_path).returncode == 3
 
     unsealed = _run_copy(recorded, tmp_path, "unsealed")
     meta = json.loads((unsealed / "run.json").read_text())
-    del meta["options"]["job_seal"]
+    del meta["job_seal"]
     (unsealed / "run.json").write_text(json.dumps(meta))
     proc = _verify(unsealed, tmp_path)
     assert proc.returncode == 3 and "has no seal" in _one_error_line(proc)

@@ -137,7 +137,7 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     from cagtool.verify.verification import estimate_seconds, verify
 
     # Before the record's script is read for a patch or anything runs: a job this user recorded, unchanged.
-    check_job(record.path, record.meta.target, record.meta.target_argv, record.meta.cwd, dict(record.meta.options or {}))
+    check_job(record.path, record.meta.job_seal, record.meta.target, record.meta.target_argv, record.meta.cwd, dict(record.meta.options or {}))
     mode = options.mode or ("ca" if "ca" in record.modes else next(iter(record.modes)))
     index = next((i for i, t in enumerate(tables) if t.mode == mode), 0)
     explanation = explanations[index]

@@ -77,7 +77,6 @@ class RunOptions(TypedDict, total=False):
     processes: list[str]
     world_size: int | None
     skipped_files: list[str]
-    job_seal: dict[str, Any]  # record/seal.py: the job's files and an HMAC over what a re-run repeats
 
 
 # The two documents are msgspec Structs, as the events are: msgspec checks a document's types as it
@@ -146,6 +145,8 @@ class RunMeta(Struct):
     # The cagtool process writing it: {"pid", "hostname", "start_ticks"} (record/liveness.py), so a
     # reader can tell a run still going from one whose process vanished.
     process: dict[str, Any] = field(default_factory=dict)
+    # record/seal.py: the job's files and an HMAC over what a re-run repeats (`recompiles --verify`).
+    job_seal: dict[str, Any] | None = None
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

@@ -24,7 +24,6 @@ from typing import Any
 
 from cagtool.errors import UnreadableInput
 
-SEAL_OPTION = "job_seal"  # run.json options key
 SEAL_VERSION = 1
 # The run options a re-run repeats (verify/verification.py, rerun_argv): each one decides what runs.
 SEALED_OPTIONS = ("backend", "dynamic", "steps", "max_time", "warm_cache")
@@ -96,7 +95,7 @@ def _payload(target: dict[str, str], argv: list[str], cwd: str, options: dict[st
 
 
 def seal_job(target: dict[str, str], argv: list[str], cwd: str, options: dict[str, Any], module_origin: str | None = None) -> dict[str, Any] | None:
-    """The seal `cagtool run` writes into run.json (`options.job_seal`); None without a key."""
+    """The seal `cagtool run` writes into run.json (`job_seal`); None without a key."""
     key = _key(create=True)
     if key is None:
         return None
@@ -105,10 +104,9 @@ def seal_job(target: dict[str, str], argv: list[str], cwd: str, options: dict[st
     return {"version": SEAL_VERSION, "files": files, "hmac": mac}
 
 
-def check_job(run_path: Path, target: dict[str, str], argv: list[str], cwd: str, options: dict[str, Any]) -> None:
+def check_job(run_path: Path, seal: Any, target: dict[str, str], argv: list[str], cwd: str, options: dict[str, Any]) -> None:
     """Refuse (UnreadableInput, exit 3) to run the job `run_path` records unless this user's cagtool
-    recorded it as it reads now and its files are unchanged."""
-    seal = options.get(SEAL_OPTION)
+    recorded it as it reads now and its files are unchanged (`seal`: run.json's `job_seal`)."""
     where = f"{run_path}/run.json"
     if not isinstance(seal, dict) or not isinstance(seal.get("files"), dict) or not isinstance(seal.get("hmac"), str):
         raise UnreadableInput(f"{where} has no seal of the job it ran (not recorded by `cagtool run` of this version): --verify runs only a job cagtool recorded; record it again")

@@ -304,7 +304,7 @@ def verify(
     if mode not in run.modes:
         raise UsageError(f"run {run.path} has no {mode} mode to verify fixes in")
     run_dir = Path(os.path.abspath(run.path))
-    check_job(run_dir, run.meta.target, run.meta.target_argv, run.meta.cwd, dict(run.meta.options or {}))
+    check_job(run_dir, run.meta.job_seal, run.meta.target, run.meta.target_argv, run.meta.cwd, dict(run.meta.options or {}))
     check_confined(run_dir, run_dir / VERIFICATION_FILE)
     started = time.monotonic()
     estimate = estimate_seconds(run, mode, repeat, len(fixes))

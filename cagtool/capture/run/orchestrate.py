@@ -27,7 +27,7 @@ from cagtool.capture.run.stdin_feed import ModeStdin, StdinFeed
 from cagtool.capture.run.target import Target, module_file
 from cagtool.capture.writer import write_json_atomic, write_run_meta
 from cagtool.record.manifest import RunMeta
-from cagtool.record.seal import SEAL_OPTION, seal_job
+from cagtool.record.seal import seal_job
 from cagtool.record.liveness import signal_stop_exception, this_process
 from cagtool.record.schema import MANIFEST_FILE, MODES, STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED, STATUS_KILLED, STATUS_RUNNING
 
@@ -165,9 +165,7 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
         },
     )
     meta.process = this_process()
-    seal = seal_job(meta.target, meta.target_argv, meta.cwd, dict(meta.options), module_file(options.target))
-    if seal is not None:
-        meta.options[SEAL_OPTION] = seal  # type: ignore[literal-required]
+    meta.job_seal = seal_job(meta.target, meta.target_argv, meta.cwd, dict(meta.options), module_file(options.target))
     write_run_meta(run_dir, meta)
     outcome = RunOutcome(path=run_dir)
     cache_root = _cache_root(options, run_dir)

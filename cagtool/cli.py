@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import inspect
 import os
 import sys
@@ -12,7 +13,7 @@ from typing import Any
 import typer
 import typer.core
 
-from cagtool.errors import EXIT_INTERNAL, EXIT_UNREADABLE, CagtoolError
+from cagtool.errors import EXIT_INTERNAL, EXIT_UNREADABLE, EXIT_USAGE, CagtoolError
 
 # Each command's module under cagtool/commands/, in the order `cagtool --help` lists them. A
 # module is imported, and its command built by typer, only when that command is looked up (click's
@@ -102,6 +103,10 @@ def _keep_example_blocks(command: Any) -> None:
         _keep_example_blocks(sub)
 
 
+# A write the machine refused: exit 2, as an output directory that is not writable (README).
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG})
+
+
 def _debug_requested(args: list[str]) -> bool:
     """--debug is cagtool's own option only before the command name: `cagtool run train.py
     --debug` passes --debug to the script."""
@@ -180,11 +185,17 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         print("cagtool: interrupted", file=sys.stderr)
         sys.exit(130)
+    except OSError as exc:  # the machine's answer (a full disk, a permission) no command worded: still one line, with the path
+        if debug:
+            traceback.print_exc()
+        where = f": {exc.filename}" if exc.filename else ""
+        print(_shown(f"cagtool: error: {exc.strerror or exc}{where}"), file=sys.stderr)
+        sys.exit(EXIT_USAGE if exc.errno in _WRITE_ERRNOS else EXIT_UNREADABLE)
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
         if debug:
             traceback.print_exc()
         print(_shown(f"cagtool: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)"), file=sys.stderr)
-        sys.exit(EXIT_UNREADABLE if isinstance(exc, OSError) else EXIT_INTERNAL)
+        sys.exit(EXIT_INTERNAL)
     finally:
         if isinstance(sys.stdout, _ClosedPipeSafe):
             sys.stdout.flush()  # a reader that left during the last lines is noticed here, quietly

@@ -34,3 +34,9 @@ class UnreadableInput(CagtoolError):
     """A run record, graph file or baseline that is missing, corrupt or from a newer schema."""
 
     exit_code = EXIT_UNREADABLE
+
+
+class CannotWrite(CagtoolError):
+    """A file cagtool must write that the machine refused: a full or read-only disk, no permission."""
+
+    exit_code = EXIT_USAGE

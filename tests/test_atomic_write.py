@@ -50,3 +50,37 @@ def test_locked_excludes_another_process_until_the_block_ends(tmp_path):
     with locked(path):
         assert not other_process_gets_it()
     assert other_process_gets_it()
+
+
+def test_a_confined_write_refuses_a_link_on_the_way_or_at_the_name(tmp_path):
+    """write_atomic(root=RUN): the directories between RUN and the file are made as needed, and a
+    symbolic link among them or at the name is refused (exit 3), the link's target untouched."""
+    from cagtool.errors import UnreadableInput
+    from cagtool.record.atomic import make_new_dir, open_new
+
+    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    run.mkdir()
+    elsewhere.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    write_atomic(run / "a" / "b" / "c.json", "{}", root=run)
+    assert (run / "a" / "b" / "c.json").read_text() == "{}"
+    (run / "verification.json").symlink_to(victim)
+    (run / "verify").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(UnreadableInput, match="verification.json is a symbolic link"):
+        write_atomic(run / "verification.json", "x", root=run)
+    for attempt in (lambda: write_atomic(run / "verify" / "x" / "f", "x", root=run),
+                    lambda: make_new_dir(run, run / "verify" / "stamp"),
+                    lambda: open_new(run, run / "verify" / "out.stdout")):
+        with pytest.raises(UnreadableInput, match="verify is a symbolic link"):
+            attempt()
+    assert victim.read_text() == "precious" and list(elsewhere.iterdir()) == []
+    with pytest.raises(UnreadableInput, match="is not under"):
+        write_atomic(tmp_path / "outside.json", "x", root=run)
+    make_new_dir(run, run / "new")
+    with pytest.raises(FileExistsError):
+        make_new_dir(run, run / "new")
+    with open_new(run, run / "new" / "out") as handle:
+        handle.write(b"ok")
+    with pytest.raises(UnreadableInput, match="already exists"):
+        open_new(run, run / "new" / "out")

@@ -36,6 +36,26 @@ def test_digest_values_are_the_gradients_norm_max_and_weighted_sum(digests):
         assert event["numels"][i] == p.numel() and event["dtypes"][i] == "float32"
 
 
+def test_a_sparse_gradient_is_digested_as_its_dense_form(digests):
+    """nn.Embedding(sparse=True): its gradient (uncoalesced COO, rows repeated) gets the digests its
+    dense form would get, read from the stored values only; before, it was left out as "no
+    gradient" while the parity line said "all N parameters"."""
+    torch.manual_seed(0)
+    sparse = torch.nn.Embedding(3000, 5, sparse=True)
+    dense = torch.nn.Embedding(3000, 5)
+    dense.weight.data.copy_(sparse.weight.data)
+    idx = torch.tensor([7, 2999, 7, 1500, 0, 7])
+    for emb in (sparse, dense):
+        emb(idx).pow(2).sum().backward()
+    assert sparse.weight.grad.layout == torch.sparse_coo and not sparse.weight.grad.is_coalesced()
+    digests.digest(0, [REASON_FIRST], [sparse.weight, dense.weight])
+    [event] = digests.events()
+    for field in ("norm", "max_abs", "checksum"):
+        assert event[field][0] is not None
+        assert event[field][0] == pytest.approx(event[field][1], rel=1e-5), field
+    assert event["numels"] == [15000, 15000]
+
+
 def test_checksum_sees_a_permutation_the_norms_do_not(digests):
     a = torch.nn.Parameter(torch.zeros(2048))
     b = torch.nn.Parameter(torch.zeros(2048))

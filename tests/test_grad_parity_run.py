@@ -132,3 +132,37 @@ def test_ddp_ranks_compared_per_rank_and_an_unsynchronised_parameter_named_acros
         assert "not synchronised across ranks" in across["verdict"]
     gate = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(run.path))
     assert gate.returncode == 1 and "module.fc2.bias" in gate.stdout
+
+
+NAN_LOSS = str(ROOT / "tests" / "scripts" / "nan_loss.py")
+SPARSE = str(ROOT / "tests" / "scripts" / "sparse_embedding.py")
+
+
+@pytest.mark.parametrize("from_step", ["0", "2"])
+def test_nan_losses_are_said_per_mode_never_inputs_differ_or_a_disagreement(record_run, from_step):
+    """A seeded job whose loss is NaN from step 0 (it read "inputs differ (unseeded?)") or step 2
+    (it read "DISAGREE ... nan vs nan"), while the gradient line said the modes agree: the modes
+    agree (they computed the same NaN), and where the NaN first appeared is said per mode, for the
+    loss, the final norms and the gradients."""
+    run = record_run(NAN_LOSS, "--from-step", from_step, modes="eager,aot,ca")
+    assert run.returncode == 0, run.stderr
+    text = cagtool("compare", str(run.path)).stdout
+    assert "inputs differ" not in text and "DISAGREE" not in text, text
+    assert f"loss is NaN from step {from_step} in eager, aot and ca" in text
+    data = parity_json(run)
+    assert f"loss is NaN from step {from_step} in eager, aot and ca" in data["numerics"]["notes"]
+    nonfinite = data["grad_parity"]["nonfinite"]
+    assert nonfinite and all("NaN from step" in line and "(weight, bias)" in line for line in nonfinite)
+    assert "eager" in " ".join(nonfinite) and "ca" in " ".join(nonfinite)
+    assert "not finite: NaN from step" in text
+
+
+def test_sparse_gradients_are_compared_and_same_named_parameters_kept_apart(record_run):
+    """nn.Embedding(sparse=True) beside a dense head: all 3 parameters are digested and compared
+    (the embedding's was left out, and the head's "weight" hid it under the same name)."""
+    run = record_run(SPARSE, modes="eager,aot,ca")
+    assert run.returncode == 0, run.stderr
+    data = parity_json(run)
+    assert data["grad_parity"]["summary"].startswith("gradients: the 3 modes agree on all 3 parameters"), data["grad_parity"]["summary"]
+    ca = pair(data, "ca")
+    assert ca["params"] == 3 and ca["first_bad_step"] is None

@@ -99,3 +99,96 @@ def test_merge_refuses_what_is_not_one_job(two_nodes, tmp_path):
     unreadable = _cagtool("merge", node0, garbage, "-o", tmp_path / "z", cwd=tmp_path)
     assert unreadable.returncode == 3
     assert not any((tmp_path / name).exists() for name in ("x", "y", "z"))
+
+
+def _node_copy(node: Path, where: Path) -> Path:
+    import shutil
+
+    shutil.copytree(node, where, symlinks=True)
+    return where
+
+
+def _left_behind(tmp_path: Path) -> list[str]:
+    return sorted(p.name for p in tmp_path.iterdir() if ".merging" in p.name)
+
+
+def test_merge_refuses_links_that_leave_a_node_run_and_copies_nothing_through_them(two_nodes, tmp_path):
+    """A node run from shared storage with links planted in it: to a secret file, and a rank
+    directory that is a link to a directory outside. merge exits 3 naming the link, writes no
+    merged run and leaves no staging directory; nothing outside the node is read."""
+    node0, node1 = two_nodes
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP SECRET\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "private.key").write_text("KEY\n")
+
+    leaky = _node_copy(node1, tmp_path / "leaky")
+    (leaky / "ca" / "leak").symlink_to(secret)
+    proc = _cagtool("merge", node0, leaky, "-o", tmp_path / "m1", cwd=tmp_path)
+    assert proc.returncode == 3, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "leak is a symbolic link" in proc.stderr and "outside the node run" in proc.stderr
+    assert not os.path.lexists(tmp_path / "m1") and _left_behind(tmp_path) == []
+
+    rank_link = _node_copy(node1, tmp_path / "rank_link")
+    (rank_link / "ca" / "procs" / "rank2").symlink_to(outside, target_is_directory=True)
+    proc = _cagtool("merge", node0, rank_link, "-o", tmp_path / "m2", cwd=tmp_path)
+    assert proc.returncode == 3 and "rank2 is a symbolic link" in proc.stderr, proc.stderr
+    assert not os.path.lexists(tmp_path / "m2") and _left_behind(tmp_path) == []
+
+    head_link = _node_copy(node0, tmp_path / "head_link")  # node 0's run is copied whole: the same rule
+    (head_link / "notes").symlink_to(secret)
+    proc = _cagtool("merge", head_link, node1, "-o", tmp_path / "m3", cwd=tmp_path)
+    assert proc.returncode == 3 and "notes is a symbolic link" in proc.stderr, proc.stderr
+    assert not os.path.lexists(tmp_path / "m3")
+    assert not any("TOP SECRET" in p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink() and p != secret)
+
+
+def test_merge_refuses_a_link_loop_and_a_fifo_with_one_line_and_no_staging_left(two_nodes, tmp_path):
+    node0, node1 = two_nodes
+    looped = _node_copy(node1, tmp_path / "looped")
+    (looped / "ca" / "a").symlink_to("b")
+    (looped / "ca" / "b").symlink_to("a")
+    proc = _cagtool("merge", node0, looped, "-o", tmp_path / "m", cwd=tmp_path)
+    assert proc.returncode == 3 and "loops or leads nowhere" in proc.stderr and "internal error" not in proc.stderr, proc.stderr
+    assert not os.path.lexists(tmp_path / "m") and _left_behind(tmp_path) == []
+
+    fifo = _node_copy(node1, tmp_path / "fifo")
+    os.mkfifo(fifo / "ca" / "pipe")
+    proc = _cagtool("merge", node0, fifo, "-o", tmp_path / "m", cwd=tmp_path)  # a FIFO would block the copy forever
+    assert proc.returncode == 3 and "pipe is not a regular file" in proc.stderr, proc.stderr
+
+
+def test_merge_keeps_a_link_that_stays_inside_the_node_as_a_link(two_nodes, tmp_path):
+    node0, node1 = two_nodes
+    inner = _node_copy(node1, tmp_path / "inner")
+    (inner / "ca" / "manifest-alias.json").symlink_to("manifest.json")
+    proc = _cagtool("merge", node0, inner, "-o", tmp_path / "m", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    copied = tmp_path / "m" / "ca" / "procs" / "node1" / "manifest-alias.json"
+    assert copied.is_symlink() and os.readlink(copied) == "manifest.json"
+    # An absolute link, even into the node, would lead back to the input once copied; a link to a
+    # directory would have the merge write through it: both refused.
+    for name, target in (("abs-alias.json", inner / "ca" / "manifest.json"), ("procs-alias", "procs")):
+        other = _node_copy(node1, tmp_path / f"inner-{name}")
+        (other / "ca" / name).symlink_to(target if isinstance(target, str) else other / "ca" / "manifest.json")
+        proc = _cagtool("merge", node0, other, "-o", tmp_path / f"m-{name}", cwd=tmp_path)
+        assert proc.returncode == 3 and "is an absolute symbolic link or one to a directory" in proc.stderr, proc.stderr
+
+
+def test_merge_onto_a_full_disk_is_one_line_naming_the_output_and_leaves_nothing(two_nodes, tmp_path):
+    from conftest import can_mount_tmpfs
+
+    node0, node1 = two_nodes
+    mount = tmp_path / "small"
+    if not can_mount_tmpfs(mount):
+        pytest.skip("needs root to mount a small tmpfs (a real full disk)")
+    try:
+        (mount / "filler").write_bytes(b"\0" * (150 * 1024))
+        proc = _cagtool("merge", node0, node1, "-o", mount / "m", cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert "cannot write the merged run" in proc.stderr and str(mount) in proc.stderr and "No space left" in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+        assert sorted(p.name for p in mount.iterdir()) == ["filler"]
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)

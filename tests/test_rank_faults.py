@@ -192,3 +192,37 @@ def test_a_rank_that_ended_on_a_full_disk_does_not_read_as_killed(tmp_path):
         assert manifest.options["closed_by"] == "marker"
     finally:
         subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_a_rank_whose_record_was_never_closed_on_a_full_disk_is_refused_by_gate_and_baseline(tmp_path):
+    """A real 2-rank job whose gate passes; then rank 1's record is what a rank leaves on a full
+    disk (a real writer on a real full tmpfs: no steps, no graphs, its closing manifest unwritten,
+    only the end marker). Read as finished, it made the gate pass every check ("ranks agree") and
+    `baseline save` exit 0: both refuse it now (exit 3, naming the record), and the summary says
+    it is damaged."""
+    import shutil
+
+    mount = tmp_path / "small"
+    if not can_mount_tmpfs(mount):
+        pytest.skip("needs root to mount a small tmpfs (a real full disk)")
+    run = tmp_path / "r"
+    try:
+        proc = subprocess.run(cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(run),
+                                          str(SCRIPTS / "ddp_waits_at_step.py"), "--steps", "3", "--wait-at", "99"),
+                              capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        gate = ("gate", str(run), "--max-recompiles", "ca:5", "--no-config")
+        assert cagtool_in_process(*gate, env={"CI": "true"}).returncode == 0
+        proc = subprocess.run([sys.executable, "-c", ENDS_ON_A_FULL_DISK, str(mount / "rank1")], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
+        assert proc.returncode == 0 and "how it ended is in the name" in proc.stderr, proc.stderr
+        rank1 = run / "ca" / "procs" / "rank1"
+        shutil.rmtree(rank1)
+        shutil.copytree(mount / "rank1", rank1)
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+    assert load_run(run).mode("ca").ranks()[1].manifest.options["closed_by"] == "marker"
+    refused = cagtool_in_process(*gate, env={"CI": "true"})
+    assert refused.returncode == 3 and "is damaged, not gating it" in refused.stderr and f"{rank1}/manifest.json was never closed" in refused.stderr
+    saved = cagtool_in_process("baseline", "save", str(run), "-o", str(tmp_path / "b.json"), env={"CI": "true"})
+    assert saved.returncode == 3 and "not saving a baseline" in saved.stderr and not (tmp_path / "b.json").exists()
+    assert "damaged:" in cagtool_in_process("summary", str(run), env={"CI": "true"}).stdout

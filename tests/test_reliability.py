@@ -354,6 +354,23 @@ def test_stdin_is_given_to_every_mode_and_caches_are_removed(tmp_path):
 
 
 @pytest.mark.slow
+def test_an_inductor_run_leaves_nothing_in_the_temporary_directory(tmp_path):
+    """The Inductor backend (the default) on a real training step: torch's precompiled C++ headers
+    (~150 MB in <tmp>/torchinductor_<user>/precompiled_headers, outside the per-mode cache) are not
+    built, and the per-mode caches are removed: the temporary directory is as it was."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    proc = subprocess.run(
+        cagtool_cmd("run", "--modes", "ca", "--no-report", "-o", str(tmp_path / "r"), str(ROOT / "sample_scripts" / "linear_train_step.py")),
+        capture_output=True, text=True, cwd=ROOT, env={**ENV, "TMPDIR": str(tmpdir)}, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ca = load_run(tmp_path / "r").mode("ca")
+    assert ca.manifest.backend == "inductor" and mode_metrics(ca).ca_graphs >= 1
+    assert sorted(str(p.relative_to(tmpdir)) for p in tmpdir.rglob("*")) == []
+
+
+@pytest.mark.slow
 def test_stdin_file_rewound_per_mode(tmp_path):
     """`< data.txt` with two modes: each reads the file from where cagtool found it."""
     data = tmp_path / "data.txt"
@@ -671,6 +688,63 @@ def test_wrong_field_types_in_well_formed_lines(tmp_path):
     run2 = write_run(tmp_path / "r2", {"ca": _manifest("ca", torch_counters={"compiled_autograd": {"captures": "two"}})})
     code, _, err = cagtool("summary", str(run2))
     assert code == 3 and "manifest.json is malformed" in err and "internal error" not in err
+
+
+def test_json_nested_too_deep_is_a_damaged_line_or_file_never_an_internal_error(tmp_path):
+    """200,000 `[` (json's and msgspec's decoders raise RecursionError): in events.jsonl the line
+    is skipped and counted like any unreadable line; as run.json, exit 3 naming the file."""
+    run = write_run(tmp_path / "r", {"ca": _manifest("ca")}, events={"ca": _steps(3)})
+    with open(run / "ca" / "events.jsonl", "a") as handle:
+        handle.write('{"kind": "step", "x": ' + "[" * 200_000 + "\n")
+    code, out, err = cagtool("summary", str(run), "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["modes"]["ca"]["skipped_lines"] == 1
+    (run / "run.json").write_text('{"run_id": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    code, _, err = cagtool("summary", str(run))
+    assert code == 3 and "run.json is not valid JSON (nested too deeply" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("compile_time_s", float("inf"), "compile_time_s is inf, not a finite number"),
+    ("ca_recompiles", -1, "ca_recompiles is -1, below zero"),
+    ("steps", float("nan"), "steps is nan, not a whole number"),
+])
+def test_a_baseline_with_infinity_or_a_negative_limit_is_refused(record_run, tmp_path, field, value, said):
+    """A forged baseline (json reads Infinity and NaN; a count below zero would be a limit no run
+    meets): `gate` and `baseline show` exit 3 naming the file and the field, never exit 4."""
+    recorded = record_run("op_loop.py", modes="ca", backend="eager")
+    baseline = tmp_path / "baseline.json"
+    code, _, err = cagtool("baseline", "save", str(recorded.path), "-o", str(baseline))
+    assert code == 0, err
+    data = json.loads(baseline.read_text())
+    data["modes"]["ca"][field] = value
+    baseline.write_text(json.dumps(data))
+    for args in (("gate", str(recorded.path), "--baseline", str(baseline), "--max-regression", "10%", "--no-config"),
+                 ("baseline", "show", str(baseline))):
+        code, _, err = cagtool(*args)
+        assert code == 3, (args, err)
+        assert err.count("\n") == 1 and str(baseline) in err and said in err
+
+
+def test_report_commands_never_write_through_a_link_planted_in_the_run(tmp_path):
+    """gate.json and report.html planted as links to a victim file: `gate` keeps its own verdict
+    and says in one line that its result was not saved; `report` refuses (exit 3) to read the gate
+    result through the link, and to write the report through the other; the victim is unchanged."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    run = write_run(tmp_path / "r", {"ca": _manifest("ca")}, events={"ca": _steps(3)})
+    (run / "gate.json").symlink_to(victim)
+    (run / "report.html").symlink_to(victim)
+    code, _, err = cagtool("gate", str(run), "--max-recompiles", "ca:5", "--no-config")
+    assert code == 0, err
+    assert "gate result not saved in the run" in err and "gate.json is a symbolic link" in err
+    code, _, err = cagtool("report", str(run))  # nor is a gate result read through one
+    assert code == 3 and "gate result: 'gate.json' points outside the record" in err and err.count("\n") == 1, err
+    (run / "gate.json").unlink()
+    code, _, err = cagtool("report", str(run))
+    assert code == 3 and "report.html is a symbolic link" in err and err.count("\n") == 1, err
+    assert victim.read_text() == "precious\n"
+    assert (run / "report.html").is_symlink()
 
 
 def test_runs_lists_unreadable_run_among_others(tmp_path):

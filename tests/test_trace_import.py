@@ -292,3 +292,32 @@ def test_a_restarted_jobs_attempts_are_kept_apart(tmp_path):
     assert "rank 1 was started 2 times by its launcher" in " ".join(summary.stdout.split())
     gate = _cli("gate", str(out), "--max-recompiles", "ca:0")
     assert gate.returncode == 0, gate.stdout
+
+
+@pytest.mark.slow
+def test_deeply_nested_json_is_an_unreadable_line_skipped_and_counted(single_logs, tmp_path):
+    """One envelope nested 200,000 deep (json's decoder raises RecursionError), and a payload as
+    deep under an artifact envelope: each is an unreadable line, skipped and counted like any
+    other, never an internal error; --strict makes the first one fatal (exit 3, its line)."""
+    trace, counters = single_logs["plain"]
+    log = _copy_log(trace, tmp_path / "dedicated_log_torch_trace_deep.log")
+    data = log.read_bytes()
+    prefix = data[: data.index(b"{")]
+    deep = prefix + b'{"dynamo_start": ' + b"[" * 200_000 + b"\n"
+    log.write_bytes(data + deep)
+    proc = _import(str(log), "-o", str(tmp_path / "lenient"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "skipped 1 unreadable line(s)" in proc.stderr and "internal error" not in proc.stderr
+    assert mode_metrics(load_run(tmp_path / "lenient").mode()).ca_graphs == counters["compiled_autograd"]["captures"]
+    strict = _import(str(log), "-o", str(tmp_path / "strict"), "--strict")
+    assert strict.returncode == 3 and strict.stderr.count("\n") == 1 and "line" in strict.stderr
+
+
+def test_a_fifo_or_a_device_is_one_line_exit_3_never_a_hang(tmp_path):
+    fifo = tmp_path / "dedicated_log_torch_trace_fifo.log"
+    os.mkfifo(fifo)
+    for target in (fifo, Path("/dev/zero")):
+        proc = _import(str(target), "-o", str(tmp_path / f"out-{target.name}"))
+        assert proc.returncode == 3, (target, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and f"{target} is not a regular file or a directory" in proc.stderr
+        assert not (tmp_path / f"out-{target.name}").exists()

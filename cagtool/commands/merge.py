@@ -29,8 +29,11 @@ def merge_command(
         cagtool merge $SHARED/job/node0 $SHARED/job/node1 -o $SHARED/job/all
         cagtool gate $SHARED/job/all --max-recompiles ca:0
 
-    The inputs are not changed. Exit codes: 0 merged; 2 not the nodes of one job (another target
-    or modes, a rank recorded twice) or the output exists; 3 an unreadable run.
+    The inputs are not changed, and nothing outside them is read: a symbolic link in a node's run
+    that leads out of it (or loops, is absolute, or names a directory), a FIFO or a device is
+    refused before anything is copied. Exit codes: 0 merged; 2 not the nodes of one job (another
+    target or modes, a rank recorded twice), the output exists or cannot be written (a full or
+    read-only disk); 3 an unreadable run, or one holding such a link or file.
     """
     from cagtool.record.merge import merge_runs
 

@@ -131,10 +131,13 @@ def _run_recompiles(options: RecompilesOptions, out: IO[str] | None, err: IO[str
 def _verify(record: "RunRecord", tables: list, explanations: list, options: RecompilesOptions, err: IO[str]):
     """--verify: the fixes for the verified mode's causes, applied by re-running the job."""
     from cagtool.errors import UsageError
+    from cagtool.record.seal import check_job
     from cagtool.verify.fixes import fixes_for, patch_fix, who_fixes
     from cagtool.verify.patches import patch_for
     from cagtool.verify.verification import estimate_seconds, verify
 
+    # Before the record's script is read for a patch or anything runs: a job this user recorded, unchanged.
+    check_job(record.path, record.meta.job_seal, record.meta.target, record.meta.target_argv, record.meta.cwd, dict(record.meta.options or {}))
     mode = options.mode or ("ca" if "ca" in record.modes else next(iter(record.modes)))
     index = next((i for i, t in enumerate(tables) if t.mode == mode), 0)
     explanation = explanations[index]
@@ -257,7 +260,14 @@ def recompiles(
     Each fix gets before -> after for CA and Dynamo recompiles,
     compile time, time to first step, steady step time (with its 90% confidence interval), peak
     memory and numerics, and a verdict: verified, no effect or harmful. The re-runs are kept
-    under RUN/verify/, the result in RUN/verification.json (summary and report show it).
+    under RUN/verify/<time>/, the result in RUN/verification.json (summary and report show it).
+
+    --verify EXECUTES THE RECORDED JOB (its script, arguments and working directory, as run.json
+    says), 2 x --repeat times or more. It runs only a job your own `cagtool run` recorded on this
+    machine (run.json carries a seal made with your key, ~/.local/state/cagtool/record.key) and
+    whose script is unchanged since (its SHA-256 is in the seal); any other record is refused
+    (exit 3) before anything runs. The re-runs read no stdin (/dev/null); when the job fails
+    without any fix, it says so and why (exit 1), and no fix is judged.
 
     Examples:
 

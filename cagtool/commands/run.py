@@ -36,12 +36,13 @@ def write_summary_json(run_path: Path, dest: Path, run: "RunRecord | None" = Non
     """The machine-readable summary goes to a file: cagtool's stdout is the script's."""
     import json
 
+    from cagtool.record.atomic import write_atomic
     from cagtool.record.loader import load_run
     from cagtool.report.summary import summary_json
 
     text = json.dumps(summary_json(run if run is not None else load_run(run_path)), indent=2, default=str) + "\n"
     try:
-        Path(dest).write_text(text)
+        write_atomic(dest, text)
     except OSError as exc:
         raise UsageError(f"cannot write --json {dest}: {exc.strerror or exc}") from None
 

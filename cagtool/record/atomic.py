@@ -1,29 +1,195 @@
-"""Files that are replaced whole or not at all, and a lock for read-modify-write updates."""
+"""The one writer of cagtool's files: replaced whole or not at all, confined to the run directory
+they belong to, and a lock for read-modify-write updates.
+
+Confined writes: a run directory can come from shared storage, another host or another user, and
+anything in it may be a symbolic link planted there (`RUN/verify -> /home/you`,
+`RUN/verification.json -> ~/.bashrc`). A write under a run (`root`) walks from `root` one
+directory at a time by file descriptor (`openat` with O_NOFOLLOW), creating what is missing, and
+refuses (UnreadableInput, exit 3) a link or a non-directory on the way or at the name written, so
+no write lands outside `root` even if the tree changes while it runs. `root` itself is what the
+user named and may be a link. A write that fails for the machine's reasons (a full or read-only
+disk) is one line naming the path (CannotWrite, exit 2), never a bare OSError.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
+
+from cagtool.errors import CannotWrite, UnreadableInput
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-def write_atomic(path: Path | str, data: str | bytes) -> None:
+def _refused(path: Path, why: str) -> UnreadableInput:
+    return UnreadableInput(f"{path} {why}: cagtool writes only inside the run directory, never through a link; refusing")
+
+
+def cannot_write(path: Path | str, exc: OSError) -> CannotWrite:
+    """The one line for a write the machine refused (ENOSPC, EROFS, EACCES...), naming the path."""
+    return CannotWrite(f"cannot write {path}: {exc.strerror or exc}")
+
+
+def _parts_under(root: Path, path: Path) -> tuple[str, ...]:
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        raise _refused(path, f"is not under {root}") from None
+    if ".." in parts or not parts:
+        raise _refused(path, f"is not a file under {root}")
+    return parts
+
+
+def _open_dir(root: Path, parts: tuple[str, ...], create: bool) -> int:
+    """A descriptor of `root/parts...`, each part a real directory (made when `create`)."""
+    try:
+        fd = os.open(root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+    except OSError as exc:
+        raise cannot_write(root, exc) from None
+    here = root
+    try:
+        for part in parts:
+            here = here / part
+            for _attempt in range(2):
+                try:
+                    child = os.open(part, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=fd)
+                    break
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    try:
+                        os.mkdir(part, dir_fd=fd)
+                    except FileExistsError:
+                        pass  # made meanwhile by another writer: opened (and checked) on the next try
+                    except OSError as exc:
+                        raise cannot_write(here, exc) from None
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+                        kind = "is a symbolic link" if _is_link(fd, part) else "is not a directory"
+                        raise _refused(here, kind) from None
+                    raise cannot_write(here, exc) from None
+            else:
+                raise _refused(here, "is not a directory")
+            os.close(fd)
+            fd = child
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _is_link(dir_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+    except OSError:
+        return False
+
+
+def confined_dir(root: Path | str, path: Path | str) -> Path:
+    """Make (or find) the directory `path` under `root`, refusing a link anywhere below `root`."""
+    root, path = Path(root), Path(path)
+    os.close(_open_dir(root, _parts_under(root, path), create=True))
+    return path
+
+
+def make_new_dir(root: Path | str, path: Path | str) -> Path:
+    """Create `path` under `root`, which must not exist (FileExistsError): a directory this process
+    alone made, e.g. one verification's re-runs while another verification of the run goes on."""
+    root, path = Path(root), Path(path)
+    parts = _parts_under(root, path)
+    fd = _open_dir(root, parts[:-1], create=True)
+    try:
+        os.mkdir(parts[-1], dir_fd=fd)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        raise cannot_write(path, exc) from None
+    finally:
+        os.close(fd)
+    return path
+
+
+def check_confined(root: Path | str, path: Path | str) -> None:
+    """Refuse now what a later `write_atomic(path, root=root)` would refuse (a link on the way or at
+    `path`), before work whose result would have nowhere to go (a verification's re-runs)."""
+    root, path = Path(root), Path(path)
+    parts = _parts_under(root, path)
+    fd = _open_dir(root, parts[:-1], create=True)
+    try:
+        if _is_link(fd, parts[-1]):
+            raise _refused(path, "is a symbolic link")
+    finally:
+        os.close(fd)
+
+
+def open_new(root: Path | str, path: Path | str) -> BinaryIO:
+    """A new file `path` under `root`, opened for writing; an existing file or link there is refused."""
+    root, path = Path(root), Path(path)
+    parts = _parts_under(root, path)
+    fd = _open_dir(root, parts[:-1], create=True)
+    try:
+        handle = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o666, dir_fd=fd)
+    except FileExistsError:
+        raise _refused(path, "already exists") from None
+    except OSError as exc:
+        raise cannot_write(path, exc) from None
+    finally:
+        os.close(fd)
+    return os.fdopen(handle, "wb")
+
+
+def write_atomic(path: Path | str, data: str | bytes, root: Path | str | None = None) -> None:
     """Replace `path` with `data` (str: UTF-8), or leave the old file as it was: a reader sees the
     previous content or this one, never half of one. The temporary file beside it is this
     writer's own (pid and random part: two processes writing the same file never share one) and
-    is removed when the write fails (a partial one would only take more of a full disk)."""
+    is removed when the write fails (a partial one would only take more of a full disk).
+
+    With `root` (the run directory `path` belongs to) the write is confined to it: the
+    directories on the way are made as needed, and a link among them or at `path` is refused."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     payload = data.encode("utf-8") if isinstance(data, str) else data
+    if root is None:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        try:
+            with open(tmp, "xb") as handle:
+                handle.write(payload)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        return
+    parts = _parts_under(Path(root), path)
+    name = parts[-1]
+    fd = _open_dir(Path(root), parts[:-1], create=True)
+    tmp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     try:
-        with open(tmp, "xb") as handle:
-            handle.write(payload)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+        if _is_link(fd, name):
+            raise _refused(path, "is a symbolic link")
+        try:
+            handle = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o666, dir_fd=fd)
+            with os.fdopen(handle, "wb") as out:
+                out.write(payload)
+            os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=fd)
+            if exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
+                raise _refused(path, "is a directory") from None
+            raise cannot_write(path, exc) from None
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=fd)
+            raise
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager

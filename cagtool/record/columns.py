@@ -299,7 +299,7 @@ def _layout(kind: str, line: bytes) -> tuple[re.Pattern[bytes], list[str]] | Non
     with one group per field, and the field names; None when such lines cannot be columns."""
     try:
         decoded = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(decoded, dict) or list(decoded)[:1] != ["kind"] or decoded["kind"] != kind:
         return None

@@ -231,10 +231,14 @@ def json_loads(text: str | bytes) -> Any:
     surrogates, bad JSON) is json's to read, or to word the error of (a json.JSONDecodeError)."""
     try:
         return msgspec.json.decode(text)
-    except msgspec.DecodeError:
-        import json
+    except (msgspec.DecodeError, RecursionError):
+        pass
+    import json
 
+    try:
         return json.loads(text)
+    except RecursionError:  # nested deeper than either decoder goes: damaged, as bad JSON is
+        raise json.JSONDecodeError("nested too deeply", text if isinstance(text, str) else "", 0) from None
 
 
 def check_format(

@@ -145,6 +145,8 @@ class RunMeta(Struct):
     # The cagtool process writing it: {"pid", "hostname", "start_ticks"} (record/liveness.py), so a
     # reader can tell a run still going from one whose process vanished.
     process: dict[str, Any] = field(default_factory=dict)
+    # record/seal.py: the job's files and an HMAC over what a re-run repeats (`recompiles --verify`).
+    job_seal: dict[str, Any] | None = None
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

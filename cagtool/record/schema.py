@@ -420,7 +420,10 @@ def decode_event(line: str | bytes) -> Event:
     whose fields are missing or of the wrong type (the message names the field, e.g. "Expected
     `int`, got `str` - at `$.step`") and for an unknown kind ("Invalid value 'x' - at `$.kind`"),
     `msgspec.DecodeError` for text that is not JSON to msgspec (NaN and Infinity, json's spelling: `event_from_value`)."""
-    return _decoders()[0].decode(line)
+    try:
+        return _decoders()[0].decode(line)
+    except RecursionError:  # nested deeper than the decoder goes: as damaged as bad JSON
+        raise msgspec.DecodeError("JSON nested too deeply") from None
 
 
 def decode_events(lines: list[str]) -> list[Event] | None:
@@ -428,7 +431,7 @@ def decode_events(lines: list[str]) -> list[Event] | None:
     caller then decodes them one by one, so a bad line costs only itself)."""
     try:
         return _decoders()[1].decode("[" + ",".join(lines) + "]")
-    except msgspec.DecodeError:  # ValidationError included
+    except (msgspec.DecodeError, RecursionError):  # ValidationError included
         return None
 
 

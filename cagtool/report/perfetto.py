@@ -30,6 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from cagtool.record.atomic import write_atomic
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import (
     BackwardEvent,
@@ -487,5 +488,5 @@ def perfetto_trace(run: RunRecord) -> dict[str, Any]:
 
 def write_trace(run: RunRecord, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(perfetto_trace(run), allow_nan=False, default=str) + "\n", encoding="utf-8")
+    write_atomic(path, json.dumps(perfetto_trace(run), allow_nan=False, default=str) + "\n")
     return path

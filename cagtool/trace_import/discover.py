@@ -49,11 +49,17 @@ def find_logs(path: Path, not_logs: list[Path] | None = None) -> list[ProcessLog
     path = Path(path)
     if not path.exists():
         raise UnreadableInput(f"no trace log at {path}")
+    if not (path.is_file() or path.is_dir()):  # a FIFO would block the read, a device never ends
+        raise UnreadableInput(f"{path} is not a regular file or a directory: not a TORCH_TRACE log")
     if path.is_file():
         candidates = [path]
     else:
-        named = sorted(p for p in path.iterdir() if p.is_file() and _LOG_NAME.match(p.name))
-        candidates = named or sorted(p for p in path.iterdir() if p.is_file() and p.suffix == ".log")
+        try:
+            entries = sorted(path.iterdir())
+        except OSError as exc:
+            raise UnreadableInput(f"cannot read {path}: {exc.strerror or exc}") from None
+        named = [p for p in entries if p.is_file() and _LOG_NAME.match(p.name)]
+        candidates = named or [p for p in entries if p.is_file() and p.suffix == ".log"]
         if not candidates:
             raise UnreadableInput(f"{path} holds no TORCH_TRACE log (dedicated_log_torch_trace*.log)")
     logs = [p for p in candidates if looks_like_trace_log(p)]

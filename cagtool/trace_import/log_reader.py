@@ -270,7 +270,7 @@ class TraceLogReader:
     def _parse(self, body: bytes, line: int, complete: bool) -> dict | None:
         try:
             data = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than json's C decoder goes
             data = None
         if not isinstance(data, dict):
             if not complete:

@@ -151,7 +151,7 @@ class RankTranslator:
         elif kind == "artifact" and envelope.artifact_name == "torch_version":
             try:
                 self.stats.torch_version = str(json.loads(envelope.payload or "{}").get("pytorch_version", ""))
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, RecursionError):
                 pass
         else:
             self.handler.handle_structured(envelope.data, envelope.payload)
@@ -220,7 +220,7 @@ class RankTranslator:
             event = json.loads(payload)
             graph_id = int(event["args"]["graph_id"])
             ts = float(event["ts"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             return
         if event.get("ph") == "B":
             self._span_start[graph_id] = ts
@@ -235,7 +235,7 @@ class RankTranslator:
     def _compile_reasons(self, envelope: Envelope) -> None:
         try:
             reasons = json.loads(envelope.payload or "[]")
-        except ValueError:
+        except (ValueError, RecursionError):
             return
         if not isinstance(reasons, list):
             return

@@ -3,7 +3,7 @@
 For a recorded run, the job is run again as it was recorded (same script, arguments, working
 directory, backend, step limits), in the mode the recompiles were found in, `repeat` times as a
 baseline and `repeat` times with each fix (`cagtool run --repeat`, so each repetition is its own
-process). Each re-run is an ordinary run record under `<run>/verify/<name>/`, so every count is
+process). Each re-run is an ordinary run record under `<run>/verify/<stamp>/<name>/`, so every count is
 torch's own and every figure can be checked with the other commands. The result
 (`<run>/verification.json`) compares each fix's runs with the baseline's, by the comparison
 `cagtool compare A B` makes:
@@ -15,7 +15,7 @@ torch's own and every figure can be checked with the other commands. The result
 - peak memory (RSS, or CUDA max allocated), and whether the losses and final norms agree.
 
 A fix that is a code change (verify/patches.py) is run the same way on a patched copy of the
-script, kept beside its re-run (`<run>/verify/<stamp>-<fix>-<script>`): the copy's code runs as
+script, kept beside its re-run (`<run>/verify/<stamp>/<fix>-<script>`): the copy's code runs as
 the script would (same sys.argv, sys.path[0], `__file__`, cwd: capture/run/target.py), and the
 user's file is never written.
 
@@ -28,6 +28,7 @@ recompiles went up; else **no effect**.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -37,8 +38,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from cagtool.errors import UsageError
+from cagtool.errors import CagtoolError, EXIT_GATE_FAILED, UsageError
+from cagtool.record.atomic import check_confined, make_new_dir, open_new, write_atomic
 from cagtool.record.loader import RunRecord, load_run
+from cagtool.record.seal import check_job
 from cagtool.report.compare.analysis import compare_runs, mode_fields
 from cagtool.report.figures.intervals import ratio_text
 from cagtool.report.recompiles.verification import VERIFICATION_FILE, VERIFICATION_FORMAT
@@ -46,6 +49,15 @@ from cagtool.capture.run.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV
 from cagtool.verify.fixes import Fix
 
 VERIFY_DIR = "verify"
+ROOM_FILE = ".room"
+ROOM_BYTES = 1 << 20
+
+
+class BaselineFailed(CagtoolError):
+    """The job failed in the baseline re-run, with no fix applied (exit 1, as a failed job's)."""
+
+    exit_code = EXIT_GATE_FAILED
+
 VERIFICATION_VERSION = 1
 DEFAULT_REPEAT = 3
 HARMFUL_SLOWDOWN = 0.05
@@ -227,6 +239,53 @@ def estimate_seconds(run: RunRecord, mode: str, repeat: int, fixes: int) -> floa
     return None if duration is None else duration * repeat * (1 + fixes)
 
 
+def _claim_verify_dir(run_dir: Path, stamp: str) -> Path:
+    """`<run>/verify/<stamp>[-N]`, made by this verification alone: two verifications of one run
+    started in the same second never share a directory or read each other's re-runs."""
+    suffix = 1
+    while True:
+        path = run_dir / VERIFY_DIR / (stamp if suffix == 1 else f"{stamp}-{suffix}")
+        try:
+            return make_new_dir(run_dir, path)
+        except FileExistsError:
+            suffix += 1
+
+
+def _shown(arg: str) -> str:
+    """A path under the caller's working directory, as relative to it (what the user typed)."""
+    if not os.path.isabs(arg):
+        return arg
+    relative = os.path.relpath(arg)
+    return arg if relative.startswith("..") else relative
+
+
+def _why_it_failed(record: RunRecord, mode: str, stderr: Path) -> str:
+    """The first failed repetition's exception (or exit code), and the job's last line of stderr."""
+    for name, rep in record.modes.items():
+        if not (name == mode or name.startswith(f"{mode}.")):
+            continue
+        manifest = rep.manifest
+        if manifest.status == "finished" and manifest.exit_code in (0, None):
+            continue
+        if manifest.exception is not None:
+            return f"{manifest.exception.type}: {manifest.exception.message}".strip()
+        return f"{manifest.status}, exit {manifest.exit_code}"
+    return f"see {stderr}"
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
+
+
+def _write_result(run_dir: Path, result: Verification) -> None:
+    # Atomic: a report or another verification reading it meanwhile sees the previous result or this one.
+    write_atomic(run_dir / VERIFICATION_FILE, json.dumps(result.to_dict(), indent=2) + "\n", root=run_dir)
+
+
 def verify(
     run_path: str | Path | None,
     mode: str,
@@ -235,47 +294,71 @@ def verify(
     not_applied: list[dict[str, Any]] | None = None,
     progress: Callable[[str], None] = lambda line: None,
 ) -> Verification:
-    """Run the baseline and each fix `repeat` times, measure, judge, and keep the result in the run."""
+    """Run the baseline and each fix `repeat` times, measure, judge, and keep the result in the run.
+
+    The job run is the one the record names, and only when this user's `cagtool run` recorded it
+    and its files are unchanged (record/seal.py). Every path given to a re-run is absolute (the
+    re-runs start in the recorded cwd), and every file written goes under the run directory
+    through the confined writer (record/atomic.py)."""
     run = load_run(run_path)
     if mode not in run.modes:
         raise UsageError(f"run {run.path} has no {mode} mode to verify fixes in")
-    root = run.path / VERIFY_DIR
-    root.mkdir(exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(os.path.abspath(run.path))
+    check_job(run_dir, run.meta.job_seal, run.meta.target, run.meta.target_argv, run.meta.cwd, dict(run.meta.options or {}))
+    check_confined(run_dir, run_dir / VERIFICATION_FILE)
     started = time.monotonic()
     estimate = estimate_seconds(run, mode, repeat, len(fixes))
     result = Verification(str(run.path), mode, repeat, None, [], list(not_applied or []), estimate)
+    if not fixes:  # nothing to apply: a baseline alone would prove nothing
+        result.wall_s = result.estimated_s = 0.0
+        _write_result(run_dir, result)
+        return result
+    root = _claim_verify_dir(run_dir, time.strftime("%Y%m%d-%H%M%S"))
+    try:
+        # A re-run on a full disk would lose even its own error line (its stderr goes to a file
+        # there): room for the first records is asked for before anything runs.
+        write_atomic(root / ROOM_FILE, bytes(ROOM_BYTES), root=run_dir)
+        os.unlink(root / ROOM_FILE)
+    except CagtoolError:
+        with contextlib.suppress(OSError):
+            os.rmdir(root)
+        raise
 
     copies: dict[str, Path] = {}
 
     def record(name: str, fix: Fix | None) -> tuple[Path, float, int]:
-        out = root / f"{stamp}-{name}"
+        out = make_new_dir(run_dir, root / name)
         argv = rerun_argv(run, mode, repeat, out, fix)
         env = {**os.environ, **(fix.env if fix is not None else {})}
         said = f"  ({', '.join(f'{k}={v}' for k, v in fix.env.items())})" if fix and fix.env else ""
         if fix is not None and fix.patch is not None and fix.patch.patched is not None:
             script = Path(run.meta.cwd or ".", run.meta.target["name"])
-            copy = root / f"{stamp}-{name}-{script.name}"
-            copy.write_text(fix.patch.patched)
+            copy = root / f"{name}-{script.name}"
+            write_atomic(copy, fix.patch.patched, root=run_dir)
             copies[name] = copy
-            env.update({PATCH_TARGET_ENV: str(script.resolve()), PATCHED_SOURCE_ENV: str(copy.resolve())})
+            env.update({PATCH_TARGET_ENV: str(script.resolve()), PATCHED_SOURCE_ENV: str(copy)})
             said = f"  (runs the patched copy {copy} in place of {fix.patch.file}; your file is not changed)"
-        progress(f"{name}: {' '.join(argv[3:])}" + said)
+        progress(f"{name}: {' '.join(_shown(a) for a in argv[3:])}" + said.replace(str(root), _shown(str(root))))
         began = time.monotonic()
         # The job's own output is not the verification's: kept in files next to its record.
-        root.mkdir(exist_ok=True)
-        with open(root / f"{stamp}-{name}.stdout", "wb") as stdout, open(root / f"{stamp}-{name}.stderr", "wb") as stderr:
-            code = subprocess.run(argv, cwd=run.meta.cwd or None, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL).returncode
+        # Its stdin is /dev/null: the re-runs are not interactive (a job that reads stdin fails, and says so).
+        with open_new(run_dir, root / f"{name}.stdout") as stdout, open_new(run_dir, root / f"{name}.stderr") as stderr:
+            try:
+                code = subprocess.run(argv, cwd=run.meta.cwd or None, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL).returncode
+            except OSError as exc:
+                raise UsageError(f"cannot start the re-run in {run.meta.cwd}: {exc.strerror or exc}") from None
         return out, time.monotonic() - began, code
 
-    if not fixes:  # nothing to apply: a baseline alone would prove nothing
-        result.wall_s = result.estimated_s = 0.0
-        (run.path / VERIFICATION_FILE).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
-        return result
     base_path, base_wall, base_code = record("baseline", None)
+    base_stderr = root / "baseline.stderr"
     if not (base_path / "run.json").exists():
-        raise UsageError(f"the baseline re-run did not start (exit {base_code}); see {root / f'{stamp}-baseline.stderr'}")
+        last = _last_line(base_stderr)
+        raise UsageError(f"the baseline re-run did not start (exit {base_code}{': ' + last if last else ''}); see {base_stderr}")
     baseline, base_record = _side("baseline", base_path, mode, base_wall)
+    if baseline.status != "finished":
+        # Nothing can be measured against a job that fails without any fix: the fixes are not run.
+        raise BaselineFailed(f"the baseline re-run itself failed, without any fix ({_why_it_failed(base_record, mode, base_stderr)}; "
+                             f"the re-runs read no stdin): nothing to measure the fixes against; see {base_stderr}")
     result.baseline = baseline
     for fix in fixes:
         path, wall, _code = record(fix.name, fix)
@@ -303,5 +386,5 @@ def verify(
         ))
         progress(f"{fix.name}: {verdict} ({'; '.join(reasons)})")
     result.wall_s = time.monotonic() - started
-    (run.path / VERIFICATION_FILE).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    _write_result(run_dir, result)
     return result

@@ -110,7 +110,7 @@ class StructuredLogHandler(logging.Handler):
                 cid = compile_id_of(metadata)
                 try:
                     reasons = json.loads(payload)
-                except ValueError:
+                except (ValueError, RecursionError):
                     reasons = [payload]  # torch logs a single reason as a plain string (guards.py)
                 self.writer.emit(
                     DynamoRecompileEvent,

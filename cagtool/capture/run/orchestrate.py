@@ -24,14 +24,16 @@ from cagtool.capture.processes.cpu_wait import CpuWaitSampler
 from cagtool.capture.processes.lifeline import STOP_SIGNALS, ChildSupervisor, adopt_orphans, end_orphans, exit_code_for
 from cagtool.capture.run.status import restore_terminal
 from cagtool.capture.run.stdin_feed import ModeStdin, StdinFeed
-from cagtool.capture.run.target import Target
+from cagtool.capture.run.target import Target, module_file
 from cagtool.capture.writer import write_json_atomic, write_run_meta
 from cagtool.record.manifest import RunMeta
+from cagtool.record.seal import seal_job
 from cagtool.record.liveness import signal_stop_exception, this_process
 from cagtool.record.schema import MANIFEST_FILE, MODES, STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED, STATUS_KILLED, STATUS_RUNNING
 
 
 KEPT_CACHE_DIR = "inductor-cache"
+PRECOMPILED_HEADERS_ENV = "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"  # torch/_inductor/config.py
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,7 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
         },
     )
     meta.process = this_process()
+    meta.job_seal = seal_job(meta.target, meta.target_argv, meta.cwd, dict(meta.options), module_file(options.target))
     write_run_meta(run_dir, meta)
     outcome = RunOutcome(path=run_dir)
     cache_root = _cache_root(options, run_dir)
@@ -326,6 +329,12 @@ def _start_mode_process(options: RunOptions, run_dir: Path, name: str, cache_roo
     if cache_root is not None:
         # A fresh Inductor cache per mode, so compile times compare like with like.
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root / name)
+        # Inductor's precompiled C++ headers do not follow TORCHINDUCTOR_CACHE_DIR: torch keeps them
+        # in <tmp>/torchinductor_<user>/precompiled_headers on purpose, past the fresh cache, and an
+        # Inductor run left ~150 MB there (the first mode paying to build them, the next ones not).
+        # With a fresh cache none are built (torch's own switch; a value the user set is kept), and
+        # nothing of the run is left in the temporary directory.
+        env.setdefault(PRECOMPILED_HEADERS_ENV, "0")
         if not options.keep_cache:
             spec.temp_cache_dir = env["TORCHINDUCTOR_CACHE_DIR"]  # removed by the mode process if cagtool dies first
     ack_r, ack_w = os.pipe()

@@ -116,6 +116,25 @@ def _check_module(module: str) -> None:
             raise UsageError(f"cannot read {spec.origin}: {exc}") from None
 
 
+def module_file(target: Target) -> str | None:
+    """The file `python -m` runs for a module target (found as check_target found it), else None."""
+    if target.kind != "module":
+        return None
+    added = os.getcwd() not in sys.path
+    if added:
+        sys.path.insert(0, os.getcwd())
+    try:
+        spec = importlib.util.find_spec(target.name)
+        if spec is not None and spec.submodule_search_locations is not None:
+            spec = importlib.util.find_spec(target.name + ".__main__")
+    except (ImportError, ValueError, SyntaxError):
+        return None
+    finally:
+        if added:
+            sys.path.remove(os.getcwd())
+    return spec.origin if spec is not None and spec.origin and os.path.isfile(spec.origin) else None
+
+
 # `recompiles --verify` runs a patched copy of the script in its place: the copy's code, with
 # everything else the script's own (sys.argv, sys.path[0], __file__, cwd), so the patched job
 # imports and finds its files as the script does. Both names are needed: a process the job

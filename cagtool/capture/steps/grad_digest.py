@@ -205,6 +205,7 @@ class GradDigests:
         else:
             entry.reasons = list(dict.fromkeys(entry.reasons + reasons))
         by_group: dict[tuple[Any, Any], list[Any]] = {}
+        sparse: list[Any] = []
         for p in params:
             if id(p) in entry.ids:
                 continue
@@ -213,11 +214,16 @@ class GradDigests:
             if id(p) not in self._names:
                 self._names[id(p)] = self.names.name_of(p)
             g = p.grad
-            if g is None or g.is_sparse or g.is_complex() or not g.is_floating_point() or g.numel() == 0:
+            if g is None or g.is_complex() or not g.is_floating_point() or g.numel() == 0:
                 entry.groups.append(([p], None))
+                continue
+            if g.layout != torch.strided:  # nn.Embedding(sparse=True): digested from its values
+                sparse.append(p)
                 continue
             by_group.setdefault((g.device, g.dtype), []).append(p)
         with torch.no_grad():
+            for p in sparse:
+                entry.groups.append(([p], self._sparse_digest(p.grad)))
             for (device, dtype), group in by_group.items():
                 compute = torch.float64 if dtype == torch.float64 else torch.float32
                 grads = [p.grad.detach() for p in group]
@@ -227,6 +233,27 @@ class GradDigests:
                 maxes = torch._foreach_norm(grads, float("inf"))
                 sums = [self._checksum(g, device, compute) for g in grads]
                 entry.groups.append((group, torch.stack([torch.stack(list(norms)), torch.stack(list(maxes)), torch.stack(sums)])))
+
+    def _sparse_digest(self, g: Any) -> Any:
+        """The digests of a sparse gradient, equal to those of its dense form (so a mode whose
+        gradient is dense compares with one whose is sparse), from its nnz values alone: the
+        dense form of an embedding's gradient is the size of the whole table."""
+        import torch
+
+        compute = torch.float64 if g.dtype == torch.float64 else torch.float32
+        coo = (g if g.layout == torch.sparse_coo else g.to_sparse()).coalesce()
+        sparse_dims = coo.sparse_dim()
+        values = coo.values().to(compute).reshape(coo.values().shape[0], -1)  # (nnz, elements per index)
+        rows = coo.indices()
+        flat = torch.zeros(rows.shape[1], dtype=torch.int64, device=g.device)
+        for dim in range(sparse_dims):  # the row-major index of each stored entry in the dense tensor
+            flat = flat * g.shape[dim] + rows[dim]
+        width = values.shape[1]
+        index = flat[:, None] * width + torch.arange(width, device=g.device)[None, :]
+        weights = 1 + (index % CHECKSUM_PERIOD).to(compute) / CHECKSUM_PERIOD
+        norm = torch.linalg.vector_norm(values) if values.numel() else values.new_zeros(())
+        max_abs = values.abs().max() if values.numel() else values.new_zeros(())
+        return torch.stack([norm, max_abs, (values * weights).sum()]).reshape(3, 1)
 
     def _checksum(self, g: Any, device: Any, dtype: Any) -> Any:
         """sum_i g_i * w_i (module docstring), with a weight vector of one period only: the

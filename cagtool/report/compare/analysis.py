@@ -572,11 +572,23 @@ class Tolerance:
     atol: float = 1e-6
 
     def agrees(self, value: float, reference: float) -> bool:
+        if not (math.isfinite(value) and math.isfinite(reference)):
+            return same_nonfinite(value, reference)
         return abs(value - reference) <= self.atol + self.rtol * abs(reference)
 
 
+def same_nonfinite(value: float, reference: float) -> bool:
+    """Both NaN, or the same infinity: the modes computed the same thing (said apart, as a NaN)."""
+    if math.isnan(value) or math.isnan(reference):
+        return math.isnan(value) and math.isnan(reference)
+    return value == reference
+
+
 def relative_difference(value: float, reference: float) -> float:
-    """|value - reference| / |reference|; 0 when both are 0, inf when only the reference is."""
+    """|value - reference| / |reference|; 0 when both are 0 (or the same NaN or infinity), inf
+    when only the reference is 0 or only one is not finite."""
+    if not (math.isfinite(value) and math.isfinite(reference)):
+        return 0.0 if same_nonfinite(value, reference) else float("inf")
     diff = abs(value - reference)
     if diff == 0:
         return 0.0
@@ -719,7 +731,30 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
         if first_losses_differ(sample, reference, tol) and _different_modes_of_one_run(sample.record, reference.record):
             kept = [replace(d, inputs_differ=not d.agrees) for d in kept]
         diffs.extend(kept)
-    return Numerics(reference.record, tol, tuple(diffs), tuple(notes))
+    return Numerics(reference.record, tol, tuple(diffs), tuple(notes + nonfinite_notes(samples)))
+
+
+def nonfinite_notes(samples: list[NumericsSample]) -> list[str]:
+    """Where each record's loss (and final norms) first stopped being a finite number, grouped:
+    "loss is NaN from step 2 in eager, aot and ca". A NaN the modes share agrees; it is still said."""
+    found: dict[str, list[str]] = {}
+    for sample in samples:
+        bad = next(((step, value) for step, value in sorted(sample.losses.items()) if not math.isfinite(value)), None)
+        if bad is not None:
+            found.setdefault(f"loss is {_nonfinite_word(bad[1])} from step {bad[0]}", []).append(sample.record)
+        for quantity in (PARAM_NORM, GRAD_NORM):
+            value = getattr(sample, quantity)
+            if value is not None and not math.isfinite(value):
+                found.setdefault(f"final {quantity.replace('_', ' ')} is {_nonfinite_word(value)}", []).append(sample.record)
+    return [f"{what} in {_and(records)}" for what, records in found.items()]
+
+
+def _nonfinite_word(value: float) -> str:
+    return "NaN" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _different_modes_of_one_run(record: str, reference: str) -> bool:

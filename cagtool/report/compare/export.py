@@ -185,6 +185,7 @@ def grad_parity_json(parity: Any) -> dict[str, Any] | None:
             for p in parity.pairs
         ],
         "notes": list(parity.notes),
+        "nonfinite": list(parity.nonfinite),
     }
 
 

@@ -169,6 +169,7 @@ class GradParity:
     pairs: tuple[PairParity, ...] = ()
     notes: tuple[str, ...] = ()
     tolerance: GradTolerance = field(default_factory=GradTolerance)
+    nonfinite: tuple[str, ...] = ()  # "NaN from step 4 in eager, aot and ca (weight, bias)"
 
     @property
     def has_digests(self) -> bool:
@@ -196,12 +197,16 @@ class GradParity:
             params = max(p.params for p in compared)
             steps = max(len(p.steps) for p in compared)
             where = f" on each of {len(ranks)} ranks" if ranks else ""
-            return f"gradients: the {len(modes)} modes agree on all {_n(params, 'parameter')} at {_n(steps, 'digested step')}{where}"
+            return (f"gradients: the {len(modes)} modes agree on all {_n(params, 'parameter')} at {_n(steps, 'digested step')}{where}"
+                    + self._nonfinite_said())
         bad = self.disagreements
         if bad:
             first = min(bad, key=lambda p: (p.first_bad_step, p.record))
-            return "gradients: " + first.verdict()
-        return "gradients: nothing compared (" + "; ".join(p.verdict() for p in self.pairs) + ")"
+            return "gradients: " + first.verdict() + self._nonfinite_said()
+        return "gradients: nothing compared (" + "; ".join(p.verdict() for p in self.pairs) + ")" + self._nonfinite_said()
+
+    def _nonfinite_said(self) -> str:
+        return "; not finite: " + "; ".join(self.nonfinite) if self.nonfinite else ""
 
 
 def _n(count: int, noun: str) -> str:
@@ -225,9 +230,46 @@ def digests_of(record: ModeRecord) -> dict[int, dict[str, Digest]]:
         if not (len(event.dtypes) == len(event.numels) == len(event.norm) == len(event.max_abs) == len(event.checksum) == n):
             continue  # damaged: parallel lists of different lengths
         out[event.step] = {
-            event.names[i]: Digest(event.norm[i], event.max_abs[i], event.checksum[i], event.dtypes[i], event.numels[i]) for i in range(n)
+            name: Digest(event.norm[i], event.max_abs[i], event.checksum[i], event.dtypes[i], event.numels[i])
+            for i, name in enumerate(_unique(event.names))
         }
     return out
+
+
+def _unique(names: list[str]) -> list[str]:
+    """Parameters of two top-level modules can share a path ("weight"): the later ones are told
+    apart by their place in the optimizer's order ("weight (2)"), the same in every mode."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else f"{name} ({seen[name]})")
+    return out
+
+
+def nonfinite_of(digests: dict[int, dict[str, Digest]]) -> tuple[int, str, list[str]] | None:
+    """The first digested step with a NaN or infinite gradient: (step, "NaN" | "inf", parameters)."""
+    for step in sorted(digests):
+        names = [name for name, d in digests[step].items() if d.norm is not None and not _finite(d.norm, d.max_abs, d.checksum)]
+        if names:
+            nan = any(v is not None and math.isnan(v) for name in names for v in (digests[step][name].norm, digests[step][name].checksum))
+            return step, "NaN" if nan else "inf", names
+    return None
+
+
+def _nonfinite_lines(digested: dict[str, tuple[ModeRecord, dict[int, dict[str, Digest]]]]) -> tuple[str, ...]:
+    grouped: dict[tuple[int, str, tuple[str, ...]], list[str]] = {}
+    for label, (_rec, digests) in digested.items():
+        found = nonfinite_of(digests)
+        if found is not None:
+            step, word, names = found
+            grouped.setdefault((step, word, tuple(names)), []).append(label)
+    lines = []
+    for (step, word, names), labels in grouped.items():
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        where = labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
+        lines.append(f"{word} from step {step} in {where} ({shown})")
+    return tuple(lines)
 
 
 def _finite(*values: float | None) -> bool:
@@ -426,7 +468,7 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
         for label, _ in ranked[1:]:
             if digested[label][1] and digested[first_label][1]:
                 pairs.append(compare_digests(label, first_label, digested[label][1], digested[first_label][1], tol, across_ranks=True))
-    return GradParity(reference, tuple(pairs), tuple(notes), tol)
+    return GradParity(reference, tuple(pairs), tuple(notes), tol, _nonfinite_lines(digested))
 
 
 def _pick_reference(labels: list[str], digested: dict) -> str:

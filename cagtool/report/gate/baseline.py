@@ -347,17 +347,15 @@ def _sample_from_dict(data: Any) -> TimingSample | None:
         return None
     if not isinstance(data, dict):
         raise ValueError("step_time.sample is not an object")
-    values = {str(k): float(v) for k, v in dict(data["values_s"]).items()}
-    units = {str(k): tuple(float(x) for x in v) for k, v in dict(data["units_s"]).items()}
+    values = {str(k): _float(v, f"step_time.sample.values_s.{k}") for k, v in dict(data["values_s"]).items()}
+    units = {str(k): tuple(_float(x, f"step_time.sample.units_s.{k}") for x in v) for k, v in dict(data["units_s"]).items()}
     missing = [name for name in FIELDS if name not in values or name not in units]
     if missing:
         raise ValueError(f"step_time.sample lacks {', '.join(missing)}")
-    cpu_units = {str(k): tuple(float(x) for x in v) for k, v in dict(data.get("cpu_units_s") or {}).items()}
-    figures = [*values.values(), *(x for v in units.values() for x in v), *(x for v in cpu_units.values() for x in v)]
-    if not all(math.isfinite(x) and x >= 0 for x in figures):
-        raise ValueError("step_time.sample holds a time that is negative or not finite")
-    blocks = tuple(int(b) for b in data.get("blocks") or range(1, int(data["repetitions"]) + 1))
-    return TimingSample(int(data["count"]), int(data["repetitions"]), str(data["unit"]), values, units, cpu_units,
+    cpu_units = {str(k): tuple(_float(x, f"step_time.sample.cpu_units_s.{k}") for x in v) for k, v in dict(data.get("cpu_units_s") or {}).items()}
+    repetitions = _count(data["repetitions"], "step_time.sample.repetitions")
+    blocks = tuple(_count(b, "step_time.sample.blocks") for b in data.get("blocks") or range(1, repetitions + 1))
+    return TimingSample(_count(data["count"], "step_time.sample.count"), repetitions, str(data["unit"]), values, units, cpu_units,
                         bool(data.get("cpu_bound", False)), blocks, str(data.get("clock") or "wall"))
 
 
@@ -392,46 +390,65 @@ def _mode_from_dict(name: str, data: Any, where: str) -> ModeSnapshot:
         step_time = None
         if step is not None:
             step_time = StepTimeSnapshot(
-                count=int(step["count"]),
-                median_s=_opt_float(step.get("median_s")),
-                p10_s=_opt_float(step.get("p10_s")),
-                p90_s=_opt_float(step.get("p90_s")),
-                mean_s=_opt_float(step.get("mean_s")),
+                count=_count(step["count"], "step_time.count"),
+                median_s=_opt_float(step.get("median_s"), "step_time.median_s"),
+                p10_s=_opt_float(step.get("p10_s"), "step_time.p10_s"),
+                p90_s=_opt_float(step.get("p90_s"), "step_time.p90_s"),
+                mean_s=_opt_float(step.get("mean_s"), "step_time.mean_s"),
                 sample=_sample_from_dict(step.get("sample")),
-                cpu_wait=_opt_float(step.get("cpu_wait")),
+                cpu_wait=_opt_float(step.get("cpu_wait"), "step_time.cpu_wait"),
             )
         return ModeSnapshot(
             mode=name,
             status=str(data.get("status", "finished")),
             exit_code=data.get("exit_code"),
-            steps=int(data["steps"]),
-            ca_graphs=int(data["ca_graphs"]),
-            ca_cache_misses=int(data["ca_cache_misses"]),
-            ca_recompiles=int(data.get("ca_recompiles", data["ca_cache_misses"])),
-            dynamo_recompiles=int(data["dynamo_recompiles"]),
-            recompiles=int(data["recompiles"]),
-            graph_breaks=int(data["graph_breaks"]),
-            forward_graphs=int(data.get("forward_graphs", 0)),
-            backward_graphs=int(data.get("backward_graphs", 0)),
-            compile_time_s=float(data["compile_time_s"]),
+            steps=_count(data["steps"], "steps"),
+            ca_graphs=_count(data["ca_graphs"], "ca_graphs"),
+            ca_cache_misses=_count(data["ca_cache_misses"], "ca_cache_misses"),
+            ca_recompiles=_count(data.get("ca_recompiles", data["ca_cache_misses"]), "ca_recompiles"),
+            dynamo_recompiles=_count(data["dynamo_recompiles"], "dynamo_recompiles"),
+            recompiles=_count(data["recompiles"], "recompiles"),
+            graph_breaks=_count(data["graph_breaks"], "graph_breaks"),
+            forward_graphs=_count(data.get("forward_graphs", 0), "forward_graphs"),
+            backward_graphs=_count(data.get("backward_graphs", 0), "backward_graphs"),
+            compile_time_s=_float(data["compile_time_s"], "compile_time_s"),
             step_time=step_time,
-            repetitions=int(data.get("repetitions", 1)),
-            peak_rss_bytes=_opt_int(data.get("peak_rss_bytes")),
-            peak_device_memory_bytes=_opt_int(data.get("peak_device_memory_bytes")),
-            compile_time_samples_s=tuple(float(v) for v in data.get("compile_time_samples_s") or ()),
+            repetitions=_count(data.get("repetitions", 1), "repetitions"),
+            peak_rss_bytes=_opt_int(data.get("peak_rss_bytes"), "peak_rss_bytes"),
+            peak_device_memory_bytes=_opt_int(data.get("peak_device_memory_bytes"), "peak_device_memory_bytes"),
+            compile_time_samples_s=tuple(_float(v, "compile_time_samples_s") for v in data.get("compile_time_samples_s") or ()),
         )
     except KeyError as exc:
         raise UnreadableInput(f"{where}: mode {name!r} lacks {exc.args[0]!r}") from None
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise UnreadableInput(f"{where}: mode {name!r} has a bad value ({exc})") from None
 
 
-def _opt_float(value: Any) -> float | None:
-    return None if value is None else float(value)
+# A baseline's figures are the limits and references a gate compares with: a count below zero
+# would make every run fail (or a limit meaningless), and Infinity or NaN (which json reads) would
+# pass or fail every comparison. Each is refused with the field's name, as a damaged baseline.
+def _count(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value != int(value):
+        raise ValueError(f"{what} is {value!r}, not a whole number")
+    if value < 0:
+        raise ValueError(f"{what} is {value!r}, below zero")
+    return int(value)
 
 
-def _opt_int(value: Any) -> int | None:
-    return None if value is None else int(value)
+def _float(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{what} is {value!r}, not a finite number")
+    if value < 0:
+        raise ValueError(f"{what} is {value!r}, below zero")
+    return float(value)
+
+
+def _opt_float(value: Any, what: str = "a time") -> float | None:
+    return None if value is None else _float(value, what)
+
+
+def _opt_int(value: Any, what: str = "a count") -> int | None:
+    return None if value is None else _count(value, what)
 
 
 def load_baseline(path: str | Path) -> Baseline:

@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cagtool.record.atomic import write_atomic
-from cagtool.errors import UnreadableInput
+from cagtool.errors import CagtoolError, UnreadableInput
 from cagtool.report.text.console import make_console
 from cagtool.report.text.markdown import md_text
 from cagtool.report.text.safe_text import safe_text
@@ -169,7 +169,7 @@ def gate_from_dict(data: dict[str, Any]) -> GateResult:
 def save_gate_result(gate: GateResult, run_dir: Path) -> Path:
     path = run_dir / GATE_RESULT_FILE
     try:
-        write_atomic(path, render_json(gate) + "\n")  # a report rendered meanwhile reads the previous result or this one, never half of one
+        write_atomic(path, render_json(gate) + "\n", root=run_dir)  # a report rendered meanwhile reads the previous result or this one, never half of one
     except OSError as exc:
         raise UnreadableInput(f"cannot write {path}: {exc.strerror}") from None
     return path
@@ -180,19 +180,19 @@ def keep_gate_result(gate: GateResult, stderr: IO[str] | None = None) -> Path | 
     be written (a read-only CI artifact) costs one line on stderr, never the gate's exit code."""
     try:
         return save_gate_result(gate, gate.run_path)
-    except (UnreadableInput, OSError) as exc:
+    except (CagtoolError, OSError) as exc:
         print(f"cagtool: gate result not saved in the run: {exc}", file=stderr if stderr is not None else sys.stderr)
         return None
 
 
 def load_gate_result(run_dir: Path) -> GateResult | None:
     """The gate result `cagtool gate` or `run --gate` saved in the run, or None when it was not gated."""
+    from cagtool.record.loader import inside, read_json_object
+
     path = run_dir / GATE_RESULT_FILE
     if not path.exists():
         return None
-    from cagtool.record.loader import read_json_object
-
-    return gate_from_dict(read_json_object(path, "gate result"))
+    return gate_from_dict(read_json_object(inside(run_dir, GATE_RESULT_FILE, "gate result"), "gate result"))
 
 
 def render_json(gate: GateResult) -> str:

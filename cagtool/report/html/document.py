@@ -285,11 +285,13 @@ class Written:
     seconds: float
 
 
-def write_html(html: str, out: Path) -> Path:
+def write_html(html: str, out: Path, root: Path | None = None) -> Path:
     """Write atomically: a report being rewritten is never seen half-written, and a full disk
-    leaves no half-written file behind."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(out, html)
+    leaves no half-written file behind. `root`: the run directory the report goes into by
+    default, where the write is confined (record/atomic.py: no link in the run is followed)."""
+    if root is None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(out, html, root=root)
     return out
 
 
@@ -303,5 +305,5 @@ def write_report(run: RunRecord, out: Path | None = None, gate: "GateResult | No
         gate = load_gate_result(run.path)  # the run was gated when it was recorded
     html = run_report(run, gate) if run_b is None else comparison_report(run, run_b)
     html = encodable_text(html)  # a non-UTF-8 script argument, a lone surrogate in an exception
-    path = write_html(html, out if out is not None else run.path / REPORT_FILE)
+    path = write_html(html, out) if out is not None else write_html(html, run.path / REPORT_FILE, root=run.path)
     return Written(path, len(html.encode("utf-8")), time.perf_counter() - start)

@@ -19,7 +19,7 @@ def load_verification(run_path: Path | str) -> dict[str, Any] | None:
     path = Path(run_path) / VERIFICATION_FILE
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) and data.get("format") == VERIFICATION_FORMAT else None
 

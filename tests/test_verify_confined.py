@@ -1,0 +1,178 @@
+"""`recompiles --explain --verify` on records it must not trust: links planted in the run, a forged
+run.json, another user's record, a changed script; and the re-runs' own paths: a relative RUN from
+another directory, two verifications of one run at once, a job that reads stdin, a read-only or
+full disk. Real `cagtool run` records of a real torch job, the real CLI in its own process."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, cagtool_cmd, can_mount_tmpfs, recorded_once
+
+pytestmark = pytest.mark.slow
+
+SHAPE_LOOP = ROOT / "sample_scripts" / "shape_loop.py"
+
+
+def _record(job: Path, run: Path, script: Path = SHAPE_LOOP, stdin: str | None = None) -> None:
+    job.mkdir(parents=True, exist_ok=True)
+    shutil.copy(script, job / script.name)
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(run), script.name),
+                          cwd=str(job), input=stdin, capture_output=True, text=True, env={**os.environ, "CI": "true"}, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> Path:
+    """A ca run of the shape loop (one CA recompile: ca-dynamic applies), recorded from its own
+    working directory `job/`; each test gets its own copy of the run."""
+    base, _ = recorded_once(tmp_path_factory, "verify-confined", lambda base: _record(base / "job", base / "run"))
+    return base / "run"
+
+
+def _verify(run: Path | str, cwd: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(cagtool_cmd("recompiles", str(run), "--explain", "--verify", "--repeat", "1", "--fix", "ca-dynamic", *extra),
+                          cwd=str(cwd), capture_output=True, text=True, env={**os.environ, "CI": "true", **(env or {})}, timeout=600)
+
+
+def _run_copy(recorded: Path, tmp_path: Path, name: str = "run") -> Path:
+    return Path(shutil.copytree(recorded, tmp_path / name, symlinks=True))
+
+
+def _one_error_line(proc: subprocess.CompletedProcess) -> str:
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("cagtool: error:")]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr[-3000:]
+    return errors[0]
+
+
+def test_links_planted_in_the_run_are_refused_before_anything_runs(recorded, tmp_path):
+    """RUN/verification.json -> a victim file, RUN/verify -> a directory elsewhere: exit 3 naming
+    the link, the victim unchanged, nothing written elsewhere, no re-run started."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    run = _run_copy(recorded, tmp_path, "one")
+    (run / "verification.json").symlink_to(victim)
+    proc = _verify(run, tmp_path)
+    assert proc.returncode == 3 and "verification.json is a symbolic link" in _one_error_line(proc)
+    assert "baseline:" not in proc.stderr  # refused before the first re-run
+    assert victim.read_text() == "precious\n"
+
+    run = _run_copy(recorded, tmp_path, "two")
+    (run / "verify").symlink_to(elsewhere, target_is_directory=True)
+    proc = _verify(run, tmp_path)
+    assert proc.returncode == 3 and "verify is a symbolic link" in _one_error_line(proc)
+    assert list(elsewhere.iterdir()) == [] and victim.read_text() == "precious\n"
+
+
+def test_a_forged_or_foreign_record_never_runs(recorded, tmp_path):
+    """run.json edited to name another script (evil.py, which would leave a mark) in another cwd,
+    or a record sealed with another user's key: refused with one line, exit 3; evil.py never ran."""
+    evil_dir = tmp_path / "evil"
+    evil_dir.mkdir()
+    mark = tmp_path / "evil-ran"
+    (evil_dir / "evil.py").write_text(f"open({str(mark)!r}, 'a').write('ran\\n')\n")
+    run = _run_copy(recorded, tmp_path, "forged")
+    meta = json.loads((run / "run.json").read_text())
+    meta["target"]["name"], meta["target_argv"], meta["cwd"] = "evil.py", ["evil.py"], str(evil_dir)
+    (run / "run.json").write_text(json.dumps(meta))
+    proc = _verify(run, tmp_path)
+    assert proc.returncode == 3 and "was not recorded by your cagtool as it reads now" in _one_error_line(proc)
+
+    # The attacker recomputes the file hash in the seal too: without the key, the HMAC still differs.
+    import hashlib
+    meta["job_seal"]["files"] = {str(evil_dir / "evil.py"): hashlib.sha256((evil_dir / "evil.py").read_bytes()).hexdigest()}
+    (run / "run.json").write_text(json.dumps(meta))
+    assert _verify(run, tmp_path).returncode == 3
+
+    unsealed = _run_copy(recorded, tmp_path, "unsealed")
+    meta = json.loads((unsealed / "run.json").read_text())
+    del meta["job_seal"]
+    (unsealed / "run.json").write_text(json.dumps(meta))
+    proc = _verify(unsealed, tmp_path)
+    assert proc.returncode == 3 and "has no seal" in _one_error_line(proc)
+
+    foreign = _run_copy(recorded, tmp_path, "foreign")  # as another user or host reads it: another key
+    proc = _verify(foreign, tmp_path, env={"CAGTOOL_RECORD_KEY": str(tmp_path / "another-users.key")})
+    assert proc.returncode == 3 and "another user's or host's record" in _one_error_line(proc)
+    assert not mark.exists()
+    assert not (run / "verify").exists() and not (unsealed / "verify").exists()
+
+
+def test_a_relative_run_from_elsewhere_and_two_verifications_at_once(recorded, tmp_path):
+    """Two verifications of one run, started together from another directory with a relative RUN:
+    each has its own re-runs under RUN/verify/ (none under the recorded cwd), both exit 0, and
+    both read the same verdict with its reasons (the re-runs of one never read the other's)."""
+    run = _run_copy(recorded, tmp_path / "records", "run")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    relative = os.path.relpath(run, elsewhere)
+    job_dir = Path(json.loads((run / "run.json").read_text())["cwd"])
+    before = sorted(p.name for p in job_dir.iterdir())
+    cmd = cagtool_cmd("recompiles", relative, "--explain", "--verify", "--repeat", "1", "--fix", "ca-dynamic", "--format", "json")
+    env = {**os.environ, "CI": "true"}
+    procs = [subprocess.Popen(cmd, cwd=str(elsewhere), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    outputs = [p.communicate(timeout=900) for p in procs]
+    for proc, (_out, err) in zip(procs, outputs):
+        assert proc.returncode == 0, err[-3000:]
+    verdicts = [json.loads(out)["verification"]["fixes"][0] for out, _err in outputs]
+    for fix in verdicts:
+        assert fix["verdict"] == "verified" and fix["reasons"] and fix["reasons"][0] == "recompiles 2 -> 1", fix
+    runs = {fix["measured"]["run"] for fix in verdicts}
+    assert len(runs) == 2 and all(Path(r).is_absolute() and Path(r).parent.parent == run / "verify" for r in runs)
+    assert sorted(p.name for p in job_dir.iterdir()) == before  # no stray run under the recorded cwd
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_job_that_reads_stdin_fails_its_baseline_and_says_so_not_the_fix(tmp_path):
+    """The re-runs read /dev/null: a job that needs a line on stdin fails without any fix. The
+    verification says the baseline itself failed and why (exit 1), and judges no fix. Then the
+    script is edited: the record no longer names the script that would run, and is refused."""
+    script = tmp_path / "shape_loop_reads_stdin.py"
+    script.write_text("name = input()\n" + SHAPE_LOOP.read_text())
+    _record(tmp_path / "job", tmp_path / "run", script, stdin="first\n")
+    proc = _verify(tmp_path / "run", tmp_path)
+    line = _one_error_line(proc)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "the baseline re-run itself failed" in line and "EOFError" in line and "read no stdin" in line
+    assert "cagtool: baseline: run" in proc.stderr and "cagtool: ca-dynamic: run" not in proc.stderr  # no fix run or judged
+    assert not (tmp_path / "run" / "verification.json").exists()
+
+    with open(tmp_path / "job" / script.name, "a") as handle:
+        handle.write("# edited after the run\n")
+    proc = _verify(tmp_path / "run", tmp_path)
+    assert proc.returncode == 3 and "changed since the run was recorded" in _one_error_line(proc)
+
+
+@pytest.mark.parametrize("disk", ["read-only", "full"])
+def test_verify_on_a_read_only_or_full_disk_is_one_line_naming_the_path(recorded, tmp_path, disk):
+    mount = tmp_path / "small"
+    if not can_mount_tmpfs(mount):
+        pytest.skip("needs root to mount a small tmpfs (a real full or read-only disk)")
+    try:
+        subprocess.run(["mount", "-o", "remount,size=4m", str(mount)], check=True)
+        run = _run_copy(recorded, mount)
+        if disk == "read-only":
+            subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        else:
+            with open(mount / "filler", "wb") as handle:
+                try:
+                    while True:
+                        handle.write(b"\0" * 65536)
+                except OSError:
+                    pass
+        proc = _verify(run, tmp_path)
+        line = _one_error_line(proc)
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        assert str(run) in line and ("Read-only file system" if disk == "read-only" else "No space left") in line, line
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)

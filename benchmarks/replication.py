@@ -9,7 +9,8 @@ Each run is `cagtool run --modes aot,ca --backend eager --repeat K --no-report
 sample_scripts/mlp_steps.py --steps 60`. The report counts contradicting verdicts (one run faster,
 another slower; or one "no change" where another's interval excludes +/-5%), and how many of the
 runs' 90% intervals cover the pooled estimate (the median of every block's ratio over all runs):
-a verdict that replicates has none of the first and at least 90% of the second.
+a verdict that replicates has none of the first and at least 90% of the second. The report
+judges each run again by the rule in the tree it runs from (from the block ratios it kept).
 """
 
 from __future__ import annotations
@@ -61,10 +62,30 @@ def collect(args: argparse.Namespace) -> None:
                                                "runs": rows}, indent=1))
 
 
+def _current_rule(row: dict) -> dict:
+    """The run's ca/aot interval and verdict by the rule in this tree, from its block ratios (all
+    that rule reads: the sign interval of the blocks from 5, else the assumed noise of its measure)."""
+    from cagtool.report.compare.analysis import Speedup
+    from cagtool.report.figures.intervals import FIELDS, TimingSample, ratio_interval
+
+    blocks = row["blocks"]
+    k = len(blocks)
+
+    def side(figures: list[float]) -> TimingSample:
+        units = {f: tuple(figures) for f in FIELDS}
+        cpu = units if row["measure"] == "cpu" else {}
+        return TimingSample(100 * k, k, "process", {f: figures[0] for f in FIELDS}, units, cpu, bool(cpu), tuple(range(1, k + 1)))
+
+    r = ratio_interval(side(blocks), side([1.0] * k), "median", paired=True)
+    assert r is not None
+    s = Speedup("ca", "aot", r.ratio, r.low, r.high, steady_steps=(100, 100), interval=r)
+    return {**row, "ratio": r.ratio, "low": r.low, "high": r.high, "verdict": s.verdict}
+
+
 def report(paths: list[str]) -> None:
     for path in paths:
         data = json.loads(Path(path).read_text())
-        rows = data["runs"]
+        rows = [_current_rule(r) for r in data["runs"]]
         blocks = sorted(b for r in rows for b in r["blocks"])
         pooled = blocks[len(blocks) // 2] if len(blocks) % 2 else math.sqrt(blocks[len(blocks) // 2 - 1] * blocks[len(blocks) // 2])
         verdicts = [r["verdict"] for r in rows]

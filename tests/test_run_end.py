@@ -13,8 +13,14 @@ from conftest import ROOT
 
 
 def test_warm_imports_leave_nothing_for_the_end_of_run(record_run, tmp_path):
-    run = record_run("op_loop.py")
-    assert run.returncode == 0, run.stderr
+    import shutil
+
+    recorded = record_run("op_loop.py")
+    assert recorded.returncode == 0, recorded.stderr
+    # A copy: the report is written into the run it reports (never outside it, never through a
+    # link), and the session's shared recording stays as it was.
+    run = tmp_path / "run"
+    shutil.copytree(recorded.path, run, symlinks=True)
     code = f"""
 import sys
 from pathlib import Path
@@ -24,9 +30,7 @@ before = set(sys.modules)
 from cagtool.commands.summary import print_run_report
 from cagtool.commands.report import report_after_run
 from cagtool.record.loader import load_run
-from cagtool.report.html import document
-document.REPORT_FILE = {str(tmp_path / "report.html")!r}
-record = load_run({str(run.path)!r}, columns=True)
+record = load_run({str(run)!r}, columns=True)
 print_run_report(record.path, fmt="text", after_run=True, loaded=record)
 report_after_run(record.path, None, record)
 late = sorted(m for m in set(sys.modules) - before if m.startswith("cagtool") and not m.startswith("cagtool.report.gate"))
@@ -36,7 +40,7 @@ print(late, sorted(m for m in ("pandas", "altair") if m in sys.modules), file=sy
     assert proc.returncode == 0, proc.stderr
     # cagtool run imports report.gate at its start (the gate flags); everything else was warm.
     assert proc.stderr.strip().splitlines()[-1] == "[] []"
-    assert (tmp_path / "report.html").is_file()
+    assert (run / "report.html").is_file()
 
 
 @pytest.mark.slow

@@ -198,7 +198,7 @@ def test_baseline_save_accumulate_gives_compile_time_a_measured_spread(real_run,
     # The figures as saved (six significant digits), printed to three decimals.
     low, high = min(saved.compile_samples), max(saved.compile_samples)
     assert show.returncode == 0 and f"(3 compile times, {low:.3f}-{high:.3f} s)" in show.stdout
-    data = gate_json(real_run, "--baseline", baseline, "--max-compile-regression", "50%", "--no-config", cwd=work, code=0)
+    data = gate_json(real_run, "--baseline", baseline, "--max-compile-regression", "100%", "--no-config", cwd=work, code=0)
     assert next(c for c in data["checks"] if c["check"] == "max-compile-regression")["data"]["noise_measured"] is True
     # Another target's compile times are not comparable: refused, a usage error.
     edit(baseline, lambda d: d["target"].update(name="other.py"))

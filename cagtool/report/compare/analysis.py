@@ -41,7 +41,7 @@ from cagtool.record.schema import (
     STATUS_RUNNING,
     FinalStateEvent,
 )
-from cagtool.report.figures.intervals import ProcessSteps, RatioInterval, TimingSample, method_words, paired_ratios, ratio_interval, timing_sample
+from cagtool.report.figures.intervals import MIN_SIGN_BLOCKS, ProcessSteps, RatioInterval, TimingSample, method_words, paired_ratios, ratio_interval, timing_sample
 from cagtool.report.figures.metrics import (
     CpuWait,
     ModeMetrics,
@@ -427,7 +427,11 @@ class Speedup:
             return None
         d = abs(math.log(self.ratio))
         distance = max(d, math.log1p(EFFECT) - d)
-        return self.interval.processes_needed(distance)
+        needed = self.interval.processes_needed(distance)
+        if needed is None and not self.measured:
+            # From an assumed noise a large number is a guess: the first step is to measure it.
+            return MIN_SIGN_BLOCKS
+        return needed
 
     @property
     def verdict(self) -> str:

@@ -327,7 +327,9 @@ def evidence_note(interval: RatioInterval, outcome: Outcome, distance: float) ->
     words = "evidence: " + method_words(interval)
     if outcome is Outcome.INCONCLUSIVE:
         needed = interval.processes_needed(abs(distance))
-        if needed is None:
+        if needed is None and not interval.measured:
+            words += "; measure the run-to-run noise first: 5 processes a side (run --repeat 5, baseline save from such a run)"
+        elif needed is None:
             words += "; the ratio is too close to the bound for any reasonable number of processes to resolve"
         elif interval.paired:
             words += f"; run --repeat {needed} to resolve it"

@@ -154,12 +154,15 @@ class TimingSample:
     blocks: tuple[int, ...] = ()  # each process's block (repetition), for pairing
     clock: str = "wall"  # "wall" | "device": the clock of `values` and `units`
 
+    def per_process(self, measure: str, field_name: str) -> tuple[float, ...]:
+        """Each process's figure on `measure`, in process order (aligned with `blocks`)."""
+        return (self.cpu_units if measure == "cpu" else self.units).get(field_name, ())
+
     def figures(self, measure: str, field_name: str) -> tuple[float, ...]:
-        source = self.cpu_units if measure == "cpu" else self.units
-        return tuple(v for v in source.get(field_name, ()) if v > 0)
+        return tuple(v for v in self.per_process(measure, field_name) if v > 0)
 
 
-def _median(values: Sequence[float]) -> float:
+def median_of(values: Sequence[float]) -> float:
     ordered = sorted(values)
     k = len(ordered)
     return ordered[k // 2] if k % 2 else (ordered[k // 2 - 1] + ordered[k // 2]) / 2.0
@@ -192,7 +195,7 @@ def timing_sample(processes: Sequence[ProcessSteps], clock: str = "wall") -> Tim
         count=sum(len(p.times) for p in kept),
         repetitions=len(kept),
         unit="process",
-        values={name: _median(figures) for name, figures in units.items()},
+        values={name: median_of(figures) for name, figures in units.items()},
         units=units,
         cpu_units=cpu_units,
         cpu_bound=with_cpu and all(_cpu_bound(p) for p in kept),
@@ -207,7 +210,7 @@ def compile_sample(samples: Sequence[float | None], blocks: Sequence[int] = ()) 
     if not kept:
         return None
     figures = tuple(s for s, _ in kept)
-    return TimingSample(len(kept), len(kept), "process", {"total": _median(figures)}, {"total": figures}, blocks=tuple(b for _, b in kept), clock="compile")
+    return TimingSample(len(kept), len(kept), "process", {"total": median_of(figures)}, {"total": figures}, blocks=tuple(b for _, b in kept), clock="compile")
 
 
 def measure_of(top: TimingSample, bottom: TimingSample) -> str:
@@ -287,7 +290,7 @@ def _sd_upper_factor(df: float, confidence: float) -> float:
     return math.sqrt(df / quantile)
 
 
-def _mean_var(values: Sequence[float]) -> tuple[float, float]:
+def mean_var(values: Sequence[float]) -> tuple[float, float]:
     k = len(values)
     mean = sum(values) / k
     return mean, (sum((v - mean) ** 2 for v in values) / (k - 1) if k > 1 else math.nan)
@@ -348,7 +351,7 @@ def _pooled_noise(sides: Sequence[Sequence[float]]) -> tuple[float, float] | Non
     num, df = 0.0, 0
     for logs in sides:
         if len(logs) >= MIN_RANK_UNITS:
-            _, var = _mean_var(logs)
+            _, var = mean_var(logs)
             num += var * (len(logs) - 1)
             df += len(logs) - 1
     if df == 0:
@@ -358,8 +361,8 @@ def _pooled_noise(sides: Sequence[Sequence[float]]) -> tuple[float, float] | Non
 
 def paired_ratios(top: TimingSample, bottom: TimingSample, measure: str, field_name: str) -> list[float]:
     """top / bottom in each block both sides ran a process in (the modes of one `run --repeat`)."""
-    a = dict(zip(top.blocks, top.units.get(field_name, ()) if measure != "cpu" else top.cpu_units.get(field_name, ())))
-    b = dict(zip(bottom.blocks, bottom.units.get(field_name, ()) if measure != "cpu" else bottom.cpu_units.get(field_name, ())))
+    a = dict(zip(top.blocks, top.per_process(measure, field_name)))
+    b = dict(zip(bottom.blocks, bottom.per_process(measure, field_name)))
     return [a[k] / b[k] for k in sorted(a.keys() & b.keys()) if a[k] > 0 and b[k] > 0]
 
 
@@ -381,8 +384,8 @@ def ratio_interval(top: TimingSample, bottom: TimingSample, field_name: str, pai
         logs = sorted(math.log(r) for r in paired_ratios(top, bottom, measure, field_name))
         j = sign_cut(len(logs), confidence)
         if j >= 1 and len(logs) >= MIN_SIGN_BLOCKS:
-            _, var = _mean_var(logs)
-            centre = _median(logs)
+            _, var = mean_var(logs)
+            centre = median_of(logs)
             low, high = min(logs[j - 1], centre), max(logs[len(logs) - j], centre)
             noise = max(math.sqrt(var), NOISE_FLOOR)
             if high - low < 2.0 * z * NOISE_FLOOR / math.sqrt(len(logs)):
@@ -398,7 +401,7 @@ def ratio_interval(top: TimingSample, bottom: TimingSample, field_name: str, pai
     if noise is not None and min(counts) >= MIN_RANK_UNITS:
         k = rank_cut(len(la), len(lb), confidence)
         differences = sorted(x - y for x in la for y in lb)
-        centre = _median(differences)
+        centre = median_of(differences)
         low, high = min(differences[k - 1], centre), max(differences[len(differences) - k], centre)
         if high - low < 2.0 * z * NOISE_FLOOR * scale:
             low, high = centre - z * NOISE_FLOOR * scale, centre + z * NOISE_FLOOR * scale
@@ -416,11 +419,11 @@ def ratio_interval(top: TimingSample, bottom: TimingSample, field_name: str, pai
         # side, or blocks whose ratios disagree) is never ignored: the larger of it and the
         # assumed noise.
         sd, df = ASSUMED_NOISE.get(measure, ASSUMED_NOISE["wall"]), math.inf
-        seen = [math.sqrt(_mean_var(logs)[1]) for logs in (la, lb) if len(logs) >= 2]
+        seen = [math.sqrt(mean_var(logs)[1]) for logs in (la, lb) if len(logs) >= 2]
         if paired:
             blocks = [math.log(r) for r in paired_ratios(top, bottom, measure, field_name)]
             if len(blocks) >= 2:
-                seen.append(math.sqrt(_mean_var(blocks)[1]) / math.sqrt(2.0))
+                seen.append(math.sqrt(mean_var(blocks)[1]) / math.sqrt(2.0))
         larger = max(seen, default=0.0) > sd
         sd = max([sd, *seen])
         half = z * sd * scale

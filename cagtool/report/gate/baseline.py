@@ -20,7 +20,7 @@ from cagtool.record.atomic import write_atomic
 from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord, check_format, read_json_object
 from cagtool.report.compare.analysis import ModeColumn, mode_columns
-from cagtool.report.figures.intervals import FIELDS, TimingSample
+from cagtool.report.figures.intervals import FIELDS, TimingSample, median_of
 from cagtool.report.figures.metrics import mode_metrics
 from cagtool.report.ranks.analysis import lowest_rank, rank_view
 
@@ -258,7 +258,7 @@ def _pooled_sample(old: TimingSample | None, new: TimingSample | None) -> Timing
     units = joined(old.units, new.units)
     cpu_units = joined(old.cpu_units, new.cpu_units) if old.cpu_units and new.cpu_units else {}
     processes = len(units["median"])
-    values = {name: sorted(v)[len(v) // 2] if len(v) % 2 else sum(sorted(v)[len(v) // 2 - 1 : len(v) // 2 + 1]) / 2 for name, v in units.items()}
+    values = {name: median_of(v) for name, v in units.items()}
     # Blocks of different runs are not pairs: numbered apart.
     blocks = tuple(range(1, processes + 1))
     count = round((old.count + new.count) * processes / (old.repetitions + new.repetitions))
@@ -269,7 +269,7 @@ def suggested_threshold(snap: ModeSnapshot) -> tuple[int | None, str]:
     """The smallest `--max-regression` (in %, a multiple of 5) that one unchanged run can pass
     against this baseline, from the run-to-run noise its processes measured, with the words that
     say why; (None, words) when it holds too few processes to measure that noise."""
-    from cagtool.report.figures.intervals import MIN_RANK_UNITS, t_quantile
+    from cagtool.report.figures.intervals import MIN_RANK_UNITS, mean_var, t_quantile
 
     sample = snap.step_time.sample if snap.step_time is not None else None
     if sample is None or sample.repetitions < MIN_RANK_UNITS:
@@ -280,8 +280,7 @@ def suggested_threshold(snap: ModeSnapshot) -> tuple[int | None, str]:
     measure = "cpu" if sample.cpu_bound and sample.cpu_units else "wall"
     logs = [math.log(v) for v in sample.figures(measure, "median")]
     k = len(logs)
-    mean = sum(logs) / k
-    sd = math.sqrt(sum((v - mean) ** 2 for v in logs) / (k - 1))
+    sd = math.sqrt(mean_var(logs)[1])
     half = t_quantile(0.95, k - 1) * max(sd, 0.005) * math.sqrt(1.0 + 1.0 / k)
     pct = 5 * math.ceil(100.0 * math.expm1(half) / 5.0) + 5
     return pct, (f"{k} processes, {'CPU' if measure == 'cpu' else 'wall'} time per step {100 * math.expm1(1.645 * sd * math.sqrt(2)):.0f}% apart "

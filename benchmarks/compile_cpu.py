@@ -7,16 +7,18 @@ turn (so all variants see the same machine load), with a fresh Inductor cache pe
     plain      python, no TORCH_TRACE                                   (the job as written)
     handler    a no-op logging.Handler on torch.__trace                 (what cagtool did before)
     trace      TORCH_TRACE set                                          (--torch-trace)
-    taps       cagtool's Dynamo taps alone, no handler                  (how cagtool reads Dynamo)
-    cagtool    the taps, the step tracker and the CA observer           (cagtool run's default)
+    taps       cagtool's Dynamo taps alone, no handler, no compile artifacts (record_artifacts=False)
+    artifacts  the taps with each compile's artifacts (graphs, guards, stack, output code)
+    cagtool    the taps with artifacts, the step tracker and the CA observer (cagtool run's default)
 
 The figure is the process CPU time (time.process_time) spent in the job's first two training steps
 (the compiles: forward, AOT backward; with --ca, the compiled-autograd graph), measured inside the
 job, torch's own measure of its structured logging (`structured_logging_overhead_us` of the
-compilation metrics, wall time), and torch's own counters (graph breaks, frames, unique graphs), which must be equal in every
+compilation metrics, wall time), the thread CPU time spent inside cagtool's taps (what they
+read and write, the artifacts included), and torch's own counters (graph breaks, frames, unique graphs), which must be equal in every
 variant. Prints the median and range per variant and the median ratio to plain.
 
-    python benchmarks/compile_cpu.py --reps 5 [--backend inductor|aot_eager] [--ca]
+    python benchmarks/compile_cpu.py --reps 5 [--backend inductor|aot_eager] [--ca] [--only taps,artifacts]
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ if variant == "handler":
     trace = logging.getLogger("torch.__trace")
     trace.addHandler(_NoOp())
     trace.setLevel(logging.DEBUG)
-elif variant in ("taps", "cagtool"):
+elif variant in ("taps", "artifacts", "cagtool"):
     sys.path.insert(0, os.environ["CAGTOOL_ROOT"])
     from pathlib import Path
     from cagtool.capture.observe import dynamo_taps
@@ -55,7 +57,17 @@ elif variant in ("taps", "cagtool"):
     manifest = ModeManifest(mode="ca" if use_ca else "aot", argv=[], target={}, cwd=".", versions={}, backend=backend, dynamic=False, started_at="")
     writer = RecordWriter(Path(os.environ["RECORD_DIR"]), manifest)
     steps = StepTracker(writer, manifest.mode)
-    dynamo_taps.install(StructuredLogHandler(writer, steps))
+    taps_cpu = [0.0]
+
+    class TimedTaps(dynamo_taps.DynamoTaps):
+        def _record(self, make):
+            start = time.thread_time()
+            try:
+                super()._record(make)
+            finally:
+                taps_cpu[0] += time.thread_time() - start
+
+    TimedTaps(StructuredLogHandler(writer, steps), record_artifacts=variant != "taps").install()
     if variant == "cagtool":
         steps.install()
         CaptureObserver(writer, steps, None).install()
@@ -95,10 +107,10 @@ for _ in range(2):
 cpu = time.process_time() - start
 from torch._dynamo.utils import counters, get_compilation_metrics
 logging_s = sum((m.structured_logging_overhead_us or 0) for m in get_compilation_metrics()) / 1e6
-print(json.dumps({"cpu": cpu, "logging_s": logging_s, "counters": {k: sum(v.values()) for k, v in counters.items() if k in ("graph_break", "frames", "stats", "compiled_autograd")}}))
+print(json.dumps({"cpu": cpu, "logging_s": logging_s, "taps_cpu": taps_cpu[0] if variant in ("taps", "artifacts", "cagtool") else 0.0, "counters": {k: sum(v.values()) for k, v in counters.items() if k in ("graph_break", "frames", "stats", "compiled_autograd")}}))
 '''
 
-VARIANTS = ("plain", "handler", "trace", "taps", "cagtool")
+VARIANTS = ("plain", "handler", "trace", "taps", "artifacts", "cagtool")
 
 
 def run_once(variant: str, backend: str, ca: bool, work: Path) -> dict:
@@ -117,26 +129,31 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--backend", default="inductor")
     parser.add_argument("--ca", action="store_true", help="run the backward under compiled autograd")
+    parser.add_argument("--only", default=",".join(VARIANTS), help="the variants to run, comma-separated")
     args = parser.parse_args()
+    variants = tuple(v for v in VARIANTS if v in args.only.split(","))
     cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
     logging_s: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    taps_cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
     counters: dict[str, set[str]] = {v: set() for v in VARIANTS}
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.reps):
-            for variant in VARIANTS:
+            for variant in variants:
                 result = run_once(variant, args.backend, args.ca, Path(tmp))
                 cpu[variant].append(result["cpu"])
                 logging_s[variant].append(result["logging_s"])
+                taps_cpu[variant].append(result["taps_cpu"])
                 counters[variant].add(json.dumps(result["counters"], sort_keys=True))
-            print(f"rep {rep + 1}: " + "  ".join(f"{v} {cpu[v][-1]:.2f}s" for v in VARIANTS), flush=True)
-    plain = cpu["plain"]
+            print(f"rep {rep + 1}: " + "  ".join(f"{v} {cpu[v][-1]:.2f}s" for v in variants), flush=True)
+    plain = cpu["plain"] if "plain" in variants else cpu[variants[0]]
     print(f"\ncompile CPU of the first two steps, backend={args.backend}{' under CA' if args.ca else ''}, {args.reps} reps:")
-    for variant in VARIANTS:
+    for variant in variants:
         ratios = [c / p for c, p in zip(cpu[variant], plain)]
         print(f"  {variant:8s} median {statistics.median(cpu[variant]):.3f}s ({min(cpu[variant]):.3f} .. {max(cpu[variant]):.3f}); "
               f"ratio to plain: median {statistics.median(ratios):.3f} ({min(ratios):.3f} .. {max(ratios):.3f}); "
-              f"torch's own structured_logging_overhead: median {statistics.median(logging_s[variant]):.3f}s")
-    for variant in VARIANTS:
+              f"torch's own structured_logging_overhead: median {statistics.median(logging_s[variant]):.3f}s; "
+              f"inside cagtool's taps: median {statistics.median(taps_cpu[variant]):.4f}s ({min(taps_cpu[variant]):.4f} .. {max(taps_cpu[variant]):.4f})")
+    for variant in variants:
         print(f"  torch's counters, {variant}: {' | '.join(sorted(counters[variant]))}")
 
 

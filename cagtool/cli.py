@@ -27,6 +27,7 @@ _COMMAND_MODULES = {
     "compare": "compare",
     "recompiles": "recompiles",
     "diff-graphs": "diff_graphs",
+    "compile": "compile_detail",
     "gate": "gate",
     "report": "report",
     "export": "export",

@@ -49,6 +49,12 @@ CA_ENTRY_POINTS = (
     "torch._dynamo.symbolic_convert.InstructionTranslatorBase.log_graph_break",
     "torch._functorch._aot_autograd.graph_compile._log_fw_bw_graphs",
     "torch._functorch._aot_autograd.aot_autograd_result.GenericAOTAutogradResult._log_cached_graphs",
+    # and its ARTIFACT_TAPPED (each compile's stack, graphs, output code, guards)
+    "torch._dynamo.convert_frame.log_dynamo_start",
+    "torch._dynamo.output_graph.OutputGraph.call_user_compiler",
+    "torch._inductor.graph.GraphLowering._compile_to_module_lines",
+    "torch._inductor.codecache.FxGraphCache.cache_hit_post_compile",
+    "torch._dynamo.guards.CheckFunctionManager.__init__",
     # what capture/steps/tracker.py's replacement of _engine_run_backward runs in its place (torch 2.13's body)
     "torch.autograd.graph.log",
     "torch.autograd.graph._register_logging_hooks_on_whole_graph",

@@ -101,11 +101,16 @@ def test_tapped_records_equal_the_structured_logs(tmp_path):
 
 
 def test_every_tapped_function_exists_and_taps_come_off():
-    originals = [dynamo_taps._resolve(module, path)[2] for module, path in dynamo_taps.TAPPED]
+    every = dynamo_taps.TAPPED + dynamo_taps.ARTIFACT_TAPPED
+    originals = [dynamo_taps._resolve(module, path)[2] for module, path in every]
     taps = dynamo_taps.install(StructuredLogHandler.__new__(StructuredLogHandler))
+    assert len(taps._installed) == len(every)
+    taps.uninstall()
+    assert [dynamo_taps._resolve(module, path)[2] for module, path in every] == originals
+    # without the artifacts, their taps are left out
+    taps = dynamo_taps.install(StructuredLogHandler.__new__(StructuredLogHandler), record_artifacts=False)
     assert len(taps._installed) == len(dynamo_taps.TAPPED)
     taps.uninstall()
-    assert [dynamo_taps._resolve(module, path)[2] for module, path in dynamo_taps.TAPPED] == originals
 
 
 def test_no_handler_on_torchs_structured_logger_while_tapped(tmp_path):
@@ -119,7 +124,7 @@ def test_no_handler_on_torchs_structured_logger_while_tapped(tmp_path):
 def test_doctor_checks_every_tapped_name():
     from cagtool.doctor import CA_ENTRY_POINTS
 
-    assert {f"{module}.{path}" for module, path in dynamo_taps.TAPPED} <= set(CA_ENTRY_POINTS)
+    assert {f"{module}.{path}" for module, path in dynamo_taps.TAPPED + dynamo_taps.ARTIFACT_TAPPED} <= set(CA_ENTRY_POINTS)
 
 
 if __name__ == "__main__":

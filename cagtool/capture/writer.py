@@ -42,6 +42,8 @@ from cagtool.record.graph_file import GRAPH_FORMAT, GraphNode, graph_node_to_dic
 from cagtool.record.schema import (
     EVENTS_FILE,
     GRAPHS_DIR,
+    COMPILES_DIR,
+    compile_dir_name,
     MANIFEST_FILE,
     RUN_META_FILE,
     SCHEMA_VERSION,
@@ -404,6 +406,26 @@ class RecordWriter:
                     self._stop(exc, rel)
                     return "", ""
         return code_rel, nodes_rel
+
+    def write_artifact(self, compile_id: str, artifact: str, text: str) -> str:
+        """One compile artifact's file, `compiles/<id>/<artifact>.txt`; "" when recording has
+        stopped (or stops here). A compile that makes the artifact again (a retry) replaces it."""
+        rel = f"{COMPILES_DIR}/{compile_dir_name(compile_id)}/{artifact}.txt"
+        with self._lock:
+            if self.stopped is not None:
+                return ""
+            path = self.mode_dir / rel
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+            except OSError as exc:
+                try:
+                    path.unlink()
+                except OSError:
+                    pass
+                self._stop(exc, rel)
+                return ""
+        return rel
 
     def write_manifest(self) -> None:
         """Never raises: on a full disk the reserve is given up for it; if even that fails, one

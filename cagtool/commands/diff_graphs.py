@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from cagtool.errors import EXIT_GATE_FAILED, UsageError
+from cagtool.errors import EXIT_GATE_FAILED, CagtoolError, UsageError
 
 from ._common import MODE_OPT, STRICT_OPT
 
@@ -215,7 +216,33 @@ def _diff_and_render(options: DiffGraphsOptions) -> bool:
         DiffFormat.json: JsonRenderer(),
     }[options.format]
     renderer.render(comparisons, console)
+    if options.format is not DiffFormat.json:
+        for line in _detail_lines(comparisons):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     return all(c.identical for c in comparisons)
+
+
+def _detail_lines(comparisons: list["GraphComparison"]) -> list[str]:
+    """Where to read Dynamo's compiles of each newer graph in full (`cagtool compile`)."""
+    from cagtool.record.loader import load_mode
+    from cagtool.record.schema import CompileArtifactEvent
+    from cagtool.report.compiles.detail import detail_command
+
+    lines = []
+    records: dict[tuple[Path, str], list[str]] = {}
+    for comparison in comparisons:
+        side = comparison.new
+        key = (side.run, side.mode)
+        if key not in records:
+            try:
+                record = load_mode(side.run / side.mode, kinds={CompileArtifactEvent.kind})
+                records[key] = list(record.compile_artifacts())
+            except CagtoolError:
+                records[key] = []
+        ids = [cid for cid in records[key] if cid.startswith(side.compile_id + "/")]
+        if ids:
+            lines.append(f"{side.compile_id}'s compiles (stack, graphs, guards): " + "; ".join(detail_command(str(side.run), cid, None if side.mode == "ca" else side.mode) for cid in ids))
+    return lines
 
 
 def register(app: typer.Typer) -> None:

@@ -17,6 +17,7 @@ from cagtool.record.liveness import read_dead_writer_as_killed, read_vanished_as
 from cagtool.record.manifest import ModeManifest, RunMeta, mode_manifest_from_dict, run_meta_from_dict
 from cagtool.record.schema import (
     EVENT_TYPES,
+    CompileArtifactEvent,
     EVENTS_FILE,
     FIRST_STEP,
     FIRST_STEP_BEFORE_SCHEMA_3,
@@ -154,6 +155,22 @@ class ModeRecord(Struct):
 
     def graph_nodes(self, ca_id: int) -> list[GraphNode]:
         return load_graph_nodes(self.path / "graphs" / f"ca_{ca_id}.json")
+
+    def compile_artifacts(self) -> dict[str, dict[str, CompileArtifactEvent]]:
+        """Per compile id (torch's), its recorded artifacts by name (schema COMPILE_ARTIFACTS), the
+        newest of each; empty for a record made before they were kept."""
+        found: dict[str, dict[str, CompileArtifactEvent]] = {}
+        for event in self.of(CompileArtifactEvent):
+            found.setdefault(event.compile_id, {})[event.artifact] = event
+        return found
+
+    def artifact_text(self, event: CompileArtifactEvent) -> str:
+        """The artifact's text; UnreadableInput when its file is gone or points outside the record."""
+        path = inside(self.path, event.file, "compile artifact")
+        try:
+            return path.read_text(errors="replace")
+        except OSError as exc:
+            raise UnreadableInput(f"compile artifact {event.file} of {event.compile_id}: {exc.strerror or exc}") from None
 
 
 class RunRecord(Struct):

@@ -8,6 +8,9 @@ A *run directory* holds one `run.json` (format `cagtool-run`) and one sub-direct
     <run>/<mode>/events.jsonl      one event per line, appended and flushed as it happens
     <run>/<mode>/graphs/ca_<N>.py  readable code of compiled-autograd graph N (GraphModule.print_readable)
     <run>/<mode>/graphs/ca_<N>.json  its nodes, structured (record/graph_file.py), for diff-graphs
+    <run>/<mode>/compiles/<id>/<artifact>.txt  what tlparse shows per compile id (`0_1` for [0/1],
+                                   `ca0_1_0` for [!0/1/0]): the Dynamo graph, AOT forward/backward
+                                   graphs, Inductor's output code, the guards, the stack it came from
     <run>/<mode>/trace/            TORCH_TRACE-format log (tlparse can open it), when enabled
     <run>/<mode>/depyf/            depyf's dump, with --depyf
     <run>/<mode>/procs/<key>/      the same mode-record layout for each Python process the target
@@ -80,6 +83,7 @@ EVENTS_FILE = "events.jsonl"
 # and waited for a CPU, sampled on the machine's monotonic clock (capture/processes/cpu_wait.py).
 CPU_WAIT_FILE = "cpu_wait.json"
 GRAPHS_DIR = "graphs"
+COMPILES_DIR = "compiles"
 TRACE_DIR = "trace"
 DEPYF_DIR = "depyf"
 PROCS_DIR = "procs"
@@ -314,6 +318,43 @@ class AotBackwardGraphEvent(Event, tag="aot_backward_graph"):
     step: int | None
 
 
+# What a compile left, by torch's name for its structured record (tlparse's names for them).
+ARTIFACT_STACK = "dynamo_start"  # the stack the compile came from, outermost frame first
+ARTIFACT_DYNAMO_GRAPH = "dynamo_output_graph"
+ARTIFACT_AOT_FORWARD = "aot_forward_graph"
+ARTIFACT_AOT_BACKWARD = "aot_backward_graph"
+ARTIFACT_INDUCTOR_CODE = "inductor_output_code"
+ARTIFACT_GUARDS = "dynamo_cpp_guards_str"
+# The order a compile makes them in, the order reports list them in.
+COMPILE_ARTIFACTS = (ARTIFACT_STACK, ARTIFACT_DYNAMO_GRAPH, ARTIFACT_AOT_FORWARD, ARTIFACT_AOT_BACKWARD, ARTIFACT_INDUCTOR_CODE, ARTIFACT_GUARDS)
+ARTIFACT_TITLES = {
+    ARTIFACT_STACK: "stack",
+    ARTIFACT_DYNAMO_GRAPH: "Dynamo graph",
+    ARTIFACT_AOT_FORWARD: "AOT forward graph",
+    ARTIFACT_AOT_BACKWARD: "AOT backward graph",
+    ARTIFACT_INDUCTOR_CODE: "Inductor output code",
+    ARTIFACT_GUARDS: "guards",
+}
+
+
+def compile_dir_name(compile_id: str) -> str:
+    """The folder of a compile id's artifacts: `0_1` for torch's [0/1], `ca0_1_0` for [!0/1/0]."""
+    text = compile_id.strip("[]")
+    prefix = "ca" if text.startswith("!") else ""
+    safe = "".join(c if c.isalnum() else "_" for c in text.lstrip("!"))
+    return prefix + safe
+
+
+class CompileArtifactEvent(Event, tag="compile_artifact"):
+    """One of a compile's artifacts (COMPILE_ARTIFACTS), its text in `file` (relative to the mode dir)."""
+
+    compile_id: str
+    artifact: str
+    file: str
+    step: int | None = None
+    lines: int = 0
+
+
 class FindingEvent(Event, tag="finding"):
     """Something the user should know that is not an error, e.g. `ca_flag_without_compiled_backward`."""
 
@@ -386,6 +427,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         DynamoRecompileEvent,
         GraphBreakEvent,
         AotBackwardGraphEvent,
+        CompileArtifactEvent,
         FindingEvent,
         FinalStateEvent,
         DDPModelEvent,

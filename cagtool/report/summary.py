@@ -29,6 +29,8 @@ from cagtool.record.schema import (
 )
 from cagtool.report.changed_sizes import misses_with_earlier_values
 from cagtool.report.figures.metrics import ModeMetrics, cpu_wait, mode_metrics
+from cagtool.report.compiles.detail import detail_command
+from cagtool.report.figures.compile_phases import phase_lines
 from cagtool.report.recompiles.table import forward_step, guard_text
 from cagtool.report.ranks.analysis import RankFocus, analysis_json, analyze_ranks, run_dir_of, run_for_rank
 from cagtool.report.ranks.render import render_ranks
@@ -349,8 +351,15 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     note = ddp_without_ca_note(record, m)
     if note:
         console.print(Text.assemble("  ", ("note:", "yellow"), f" {note}"))
-    phases = ", ".join(f"{k} {v:.2f}" for k, v in m.compile_phases_s.items() if v)
-    console.print(f"  compile: {m.compile_time_s:.2f} s" + (f" ({phases})" if phases else ""))
+    for line in phase_lines(m.compile_phases_s, m.compile_time_s):
+        console.print(f"  {line}", markup=False, highlight=False)
+    details = record.compile_artifacts()
+    if details:
+        ids = list(details)
+        recompiled = [r.compile_id for r in record.of(DynamoRecompileEvent) if r.compile_id in details]
+        shown = ", ".join(ids[:6]) + (f", ... ({len(ids)} in all)" if len(ids) > 6 else "")
+        command = detail_command(str(run_dir), (recompiled or ids)[0], None if record.mode == "ca" else record.mode)
+        console.print(f"  per compile (stack, graphs, guards): {command}  (ids: {shown})", markup=False, highlight=False, soft_wrap=True)
     st = m.step_time
     if st and st.median_s is not None:
         excluded = f"; {plural(len(st.excluded), 'compile-affected step')} left out" if st.excluded else ""

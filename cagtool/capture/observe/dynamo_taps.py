@@ -14,7 +14,16 @@ are built by one piece of code whether they came from a live run or a TORCH_TRAC
 | `torch._dynamo.utils.add_compilation_metrics_to_chromium(metrics)` | `compilation_metrics` |
 | `get_and_maybe_log_recompilation_reasons` (guards, convert_frame) | artifact `recompile_reasons` |
 | `InstructionTranslatorBase.log_graph_break` | artifact `dynamo_graph_break_reason` |
-| `_log_fw_bw_graphs` (graph_compile), `_log_cached_graphs` (from the AOT cache) | `aot_backward_graph` |
+| `_log_fw_bw_graphs` (graph_compile), `_log_cached_graphs` (from the AOT cache) | `aot_forward_graph`, `aot_backward_graph` (their code, which torch printed anyway) |
+| `log_dynamo_start` (convert_frame) | `dynamo_start` (the stack the compile came from) |
+| `OutputGraph.call_user_compiler` (before torch's call: the backend may rewrite the graph) | `dynamo_output_graph` |
+| `GraphLowering._compile_to_module_lines`, `FxGraphCache.cache_hit_post_compile` | `inductor_output_code` |
+| `CheckFunctionManager.__init__` | `dynamo_cpp_guards_str` |
+
+The per-compile artifacts (the last four rows, what tlparse shows per compile id) cost what torch
+does not do without a handler: printing the Dynamo graph and the guard tree. Measured at about 1 %
+of the compile's CPU (benchmarks/README.md, "compile artifacts"), they are recorded by default;
+`record_artifacts=False` leaves those taps out.
 
 Each tap only reads what torch computed anyway; a failure in it is counted by the handler
 (`errors`), never raised into the compile.
@@ -57,6 +66,14 @@ TAPPED = (
     ("torch._functorch._aot_autograd.graph_compile", "_log_fw_bw_graphs"),
     ("torch._functorch._aot_autograd.aot_autograd_result", "GenericAOTAutogradResult._log_cached_graphs"),
 )
+# The taps of the per-compile artifacts alone (left out with record_artifacts=False).
+ARTIFACT_TAPPED = (
+    ("torch._dynamo.convert_frame", "log_dynamo_start"),
+    ("torch._dynamo.output_graph", "OutputGraph.call_user_compiler"),
+    ("torch._inductor.graph", "GraphLowering._compile_to_module_lines"),
+    ("torch._inductor.codecache", "FxGraphCache.cache_hit_post_compile"),
+    ("torch._dynamo.guards", "CheckFunctionManager.__init__"),
+)
 
 
 def compile_id_metadata() -> dict[str, Any]:
@@ -83,8 +100,9 @@ def _resolve(module_name: str, path: str) -> tuple[Any, str, Any]:
 
 
 class DynamoTaps:
-    def __init__(self, handler: StructuredLogHandler) -> None:
+    def __init__(self, handler: StructuredLogHandler, record_artifacts: bool = True) -> None:
         self.handler = handler
+        self.record_artifacts = record_artifacts
         self._installed: list[tuple[Any, str, Any]] = []
 
     # -- what each tap hands the handler ---------------------------------------------------
@@ -147,6 +165,53 @@ class DynamoTaps:
     def _aot_backward() -> tuple[dict[str, Any], None]:
         return {"aot_backward_graph": {}, **compile_id_metadata()}, None
 
+    def _aot_graphs(self, forward: Any, backward: Any) -> tuple[dict[str, Any], str | None] | None:
+        """The AOT forward graph's record, handed over here; the backward's is returned (it is
+        also the AOT-backward-graph count)."""
+        ids = compile_id_metadata()
+        if self.record_artifacts and isinstance(forward, str):
+            self.handler.handle_structured({"aot_forward_graph": {}, **ids}, forward)
+        return {"aot_backward_graph": {}, **ids}, (backward if self.record_artifacts and isinstance(backward, str) else None)
+
+    @staticmethod
+    def _stack(code: Any) -> tuple[dict[str, Any], None] | None:
+        """Where the compile came from, as torch's `dynamo_start` has it: the Python stack up to
+        Dynamo's entry (convert_frame), then the compiled code itself; outermost first, cagtool's
+        runner left out. Walked from the frames (no source read, no traceback objects)."""
+        import sys
+
+        from torch._dynamo import convert_frame
+
+        frames = []
+        frame = sys._getframe(1)
+        while frame is not None:
+            frames.append(frame)
+            frame = frame.f_back
+        stack: list[dict[str, Any]] = []
+        for f in reversed(frames):
+            filename = f.f_code.co_filename
+            if filename == convert_frame.__file__:
+                break
+            if not stack and not source.is_user_file(filename):
+                continue  # cagtool's runner and runpy, before the user's first frame
+            stack.append({"filename": filename, "line": f.f_lineno, "name": f.f_code.co_name})
+        stack.append({"filename": code.co_filename, "line": code.co_firstlineno, "name": code.co_name})
+        return {"dynamo_start": {"stack": stack}, **compile_id_metadata()}, None
+
+    @staticmethod
+    def _dynamo_graph(gm: Any) -> tuple[dict[str, Any], str]:
+        # torch's own record prints it this way (output_graph.py, `dynamo_output_graph`)
+        return {"dynamo_output_graph": {}, **compile_id_metadata()}, gm.print_readable(print_output=False, include_stride=True, include_device=True)
+
+    @staticmethod
+    def _output_code(code: Any) -> tuple[dict[str, Any], str] | None:
+        return ({"inductor_output_code": {}, **compile_id_metadata()}, code) if isinstance(code, str) and code else None
+
+    @staticmethod
+    def _guards(manager: Any) -> tuple[dict[str, Any], str] | None:
+        guard_manager = getattr(manager, "guard_manager", None)
+        return ({"dynamo_cpp_guards_str": {}, **compile_id_metadata()}, str(guard_manager)) if guard_manager is not None else None
+
     # -- installation -----------------------------------------------------------------------
     def install(self) -> None:
         taps = self
@@ -157,6 +222,16 @@ class DynamoTaps:
                 result = original(*args, **kwargs)
                 record(lambda: make(result, *args, **kwargs))
                 return result
+
+            tapped.__wrapped__ = original  # type: ignore[attr-defined]
+            tapped.__name__ = getattr(original, "__name__", "tapped")
+            tapped.__qualname__ = getattr(original, "__qualname__", tapped.__name__)
+            return tapped
+
+        def before(original: Callable[..., Any], make: Callable[..., Any]) -> Callable[..., Any]:
+            def tapped(*args: Any, **kwargs: Any) -> Any:
+                record(lambda: make(*args, **kwargs))
+                return original(*args, **kwargs)
 
             tapped.__wrapped__ = original  # type: ignore[attr-defined]
             tapped.__name__ = getattr(original, "__name__", "tapped")
@@ -178,7 +253,7 @@ class DynamoTaps:
             def _log_cached_graphs(result_self: Any, *args: Any, **kwargs: Any) -> Any:
                 out = original(result_self, *args, **kwargs)
                 if getattr(result_self, "aot_backward_graph_str", None) is not None:
-                    record(taps._aot_backward)
+                    record(lambda: taps._aot_graphs(getattr(result_self, "aot_forward_graph_str", None), result_self.aot_backward_graph_str))
                 return out
 
             _log_cached_graphs.__wrapped__ = original  # type: ignore[attr-defined]
@@ -188,15 +263,23 @@ class DynamoTaps:
             "add_compilation_metrics_to_chromium": lambda o: after(o, lambda _r, metrics, *a, **k: taps._metrics(metrics)),
             "get_and_maybe_log_recompilation_reasons": lambda o: after(o, taps._recompile),
             "InstructionTranslatorBase.log_graph_break": graph_break,
-            "_log_fw_bw_graphs": lambda o: after(o, lambda *a, **k: taps._aot_backward()),
+            "_log_fw_bw_graphs": lambda o: after(o, lambda result, *a, **k: taps._aot_graphs(*(result if isinstance(result, tuple) and len(result) == 2 else (None, None)))),
             "GenericAOTAutogradResult._log_cached_graphs": cached_graphs,
+            "log_dynamo_start": lambda o: after(o, lambda _r, code, *a, **k: taps._stack(code)),
+            "OutputGraph.call_user_compiler": lambda o: before(o, lambda _self, gm, *a, **k: taps._dynamo_graph(gm)),
+            "GraphLowering._compile_to_module_lines": lambda o: after(o, lambda _r, _self, wrapper_code, *a, **k: taps._output_code(getattr(wrapper_code, "value", None))),
+            "FxGraphCache.cache_hit_post_compile": lambda o: after(o, lambda result, *a, **k: taps._output_code(getattr(result[0], "source_code", None) if isinstance(result, tuple) and result else None)),
+            "CheckFunctionManager.__init__": lambda o: after(o, lambda _r, manager, *a, **k: taps._guards(manager)),
         }
-        for module_name, path in TAPPED:
+        for module_name, path in TAPPED + (ARTIFACT_TAPPED if self.record_artifacts else ()):
             try:
                 owner, name, original = _resolve(module_name, path)
             except (ImportError, AttributeError, KeyError):
                 continue  # a torch without it: that record is not read (doctor says so)
-            setattr(owner, name, makers[path](original))
+            if isinstance(original, staticmethod):
+                setattr(owner, name, staticmethod(makers[path](original.__func__)))
+            else:
+                setattr(owner, name, makers[path](original))
             self._installed.append((owner, name, original))
 
     def uninstall(self) -> None:
@@ -205,7 +288,7 @@ class DynamoTaps:
             setattr(owner, name, original)
 
 
-def install(handler: StructuredLogHandler) -> DynamoTaps:
-    taps = DynamoTaps(handler)
+def install(handler: StructuredLogHandler, record_artifacts: bool = True) -> DynamoTaps:
+    taps = DynamoTaps(handler, record_artifacts)
     taps.install()
     return taps

@@ -15,7 +15,16 @@ from typing import Any, Callable
 from typing import TYPE_CHECKING
 
 from cagtool.capture.writer import warn
-from cagtool.record.schema import AotBackwardGraphEvent, DynamoCompileEvent, DynamoRecompileEvent, GraphBreakEvent
+from cagtool.record.schema import (
+    ARTIFACT_AOT_BACKWARD,
+    ARTIFACT_STACK,
+    COMPILE_ARTIFACTS,
+    AotBackwardGraphEvent,
+    CompileArtifactEvent,
+    DynamoCompileEvent,
+    DynamoRecompileEvent,
+    GraphBreakEvent,
+)
 from cagtool.torch_text import compile_id_of, graph_break_at
 
 if TYPE_CHECKING:  # the handler reads a live run's steps, or an import's (which has none)
@@ -70,6 +79,28 @@ def pgo_suggestion() -> str | None:
         return None
 
 
+# torch's structured records whose payload is one of a compile's artifacts (tlparse's per-compile
+# pages); the AOT backward graph and the stack are read above with their own events.
+_ARTIFACT_RECORDS = frozenset(COMPILE_ARTIFACTS) - {ARTIFACT_AOT_BACKWARD, ARTIFACT_STACK}
+
+
+def format_stack(stack: list[Any]) -> str:
+    """A compile's stack (torch's `dynamo_start` frames: filename, line, name; outermost first) as
+    Python prints a traceback, each frame with its source line where the file can be read."""
+    import linecache
+
+    lines = []
+    for frame in stack:
+        if not isinstance(frame, dict):
+            continue
+        file, line, name = frame.get("filename"), frame.get("line"), frame.get("name")
+        lines.append(f'  File "{file}", line {line}, in {name}')
+        code = linecache.getline(str(file), line).strip() if isinstance(line, int) else ""
+        if code:
+            lines.append(f"    {code}")
+    return "\n".join(lines) + "\n"
+
+
 def _seconds(value: Any, scale: float = 1.0) -> float | None:
     return float(value) * scale if isinstance(value, (int, float)) else None
 
@@ -104,6 +135,15 @@ class StructuredLogHandler(logging.Handler):
             self._compile(metadata["compilation_metrics"], step)
         elif "aot_backward_graph" in metadata:
             self.writer.emit(AotBackwardGraphEvent, compile_id=compile_id_of(metadata), step=step)
+            if payload:
+                self._artifact(compile_id_of(metadata), ARTIFACT_AOT_BACKWARD, payload, step)
+        elif ARTIFACT_STACK in metadata:
+            stack = (metadata[ARTIFACT_STACK] or {}).get("stack")
+            if isinstance(stack, list) and stack:
+                self._artifact(compile_id_of(metadata), ARTIFACT_STACK, format_stack(stack), step)
+        elif _ARTIFACT_RECORDS.intersection(metadata):
+            if payload:
+                self._artifact(compile_id_of(metadata), next(k for k in COMPILE_ARTIFACTS if k in metadata), payload, step)
         elif "artifact" in metadata:
             name = metadata["artifact"].get("name")
             if name == "recompile_reasons" and payload:
@@ -124,6 +164,12 @@ class StructuredLogHandler(logging.Handler):
                 self._graph_break(compile_id_of(metadata), payload, step)
             elif name in PGO_CODE_STATE_ARTIFACTS and payload:
                 self.pgo_suggestion = pgo_suggestion_of(payload) or self.pgo_suggestion
+
+    def _artifact(self, cid: str, artifact: str, text: str, step: int | None) -> None:
+        write = getattr(self.writer, "write_artifact", None)
+        rel = write(cid, artifact, text) if write is not None else ""
+        if rel:
+            self.writer.emit(CompileArtifactEvent, compile_id=cid, artifact=artifact, file=rel, step=step, lines=text.count("\n") + 1)
 
     def _compile(self, m: dict[str, Any], step: int | None) -> None:
         cid = str(m.get("compile_id") or "?")

@@ -19,6 +19,7 @@ node downstream of it. Each level uses `align.opcodes` (patience diff).
 from __future__ import annotations
 
 import gc
+import re
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -100,7 +101,8 @@ def diff_graphs(old: Sequence[GraphNode] | GraphColumns | NormGraph, new: Sequen
         mapping = {e.old.index: e.new.index for e in raw if e.old is not None and e.new is not None}
         # Nodes aligned on their full signature are equal (nothing _compare could find): only the
         # pairs aligned on (op, target) alone are compared field by field.
-        entries = tuple([_compare(e, mapping) if e.kind == CHANGED else e for e in raw])
+        symbols = SymbolRenaming()
+        entries = tuple([_compare(e, mapping, symbols) if e.kind == CHANGED else e for e in raw])
         return GraphDiff(old_graph, new_graph, entries, _summarise(old_graph, new_graph, entries, mapping))
 
 
@@ -212,7 +214,42 @@ def _text(value: object) -> str:
     return str(value)
 
 
-def _compare(entry: NodeDiff, mapping: dict[int, int]) -> NodeDiff:
+# A size symbol as torch names it: s0, s33 (backed), u0 (unbacked), and the other prefixes of
+# torch.utils._sympy.symbol.SymT.
+_SYMBOL = re.compile(r"\b[a-z]+\d+\b")
+
+
+class SymbolRenaming:
+    """The size symbols of one graph read as those of the other: each capture numbers its symbols
+    afresh, so `s0` in one graph and `s1` in the next may be the same size. A renaming is kept only
+    while it is one to one over the whole diff; a symbol that would stand for two is a change."""
+
+    def __init__(self) -> None:
+        self.forward: dict[str, str] = {}
+        self.backward: dict[str, str] = {}
+
+    def same(self, a: object, b: object) -> bool:
+        """Whether two sizes (or size expressions) are equal up to the renaming, extending it."""
+        if a == b:
+            return True
+        if not isinstance(a, str) or not isinstance(b, str):
+            return False
+        old, new = _SYMBOL.findall(a), _SYMBOL.findall(b)
+        if len(old) != len(new) or _SYMBOL.sub("#", a) != _SYMBOL.sub("#", b):
+            return False
+        pairs = list(zip(old, new))
+        for x, y in pairs:
+            if self.forward.get(x, y) != y or self.backward.get(y, x) != x:
+                return False
+        for x, y in pairs:
+            self.forward[x], self.backward[y] = y, x
+        return True
+
+    def same_sizes(self, a: Sequence[int | str], b: Sequence[int | str]) -> bool:
+        return len(a) == len(b) and all(self.same(x, y) for x, y in zip(a, b))
+
+
+def _compare(entry: NodeDiff, mapping: dict[int, int], symbols: SymbolRenaming | None = None) -> NodeDiff:
     old, new = entry.old, entry.new
     if old is None or new is None:
         return entry
@@ -224,10 +261,18 @@ def _compare(entry: NodeDiff, mapping: dict[int, int]) -> NodeDiff:
     renumbered_input = old.input_list is not None and old.input_list == new.input_list
     if old.args != new.args and not renumbered_input and not _same_tokens(old, new, mapping):
         changes.append(FieldChange("args", old.args, new.args))
-    for name in ("shape", "dtype", "stride", "hook_type"):
+    symbols = symbols if symbols is not None else SymbolRenaming()
+    for name in ("shape", "dtype", "stride"):
         a, b = getattr(old, name), getattr(new, name)
-        if a != b:
-            changes.append(FieldChange(name, _text(a), _text(b)))
+        # Unknown is not changed: a side that recorded no metadata for the node (a graph read
+        # back from a log, a tensor whose metadata capture could not take) says nothing about it.
+        if a is None or b is None or a == b:
+            continue
+        if name != "dtype" and symbols.same_sizes(a, b):
+            continue  # the same sizes under other symbol names
+        changes.append(FieldChange(name, _text(a), _text(b)))
+    if old.hook_type != new.hook_type:
+        changes.append(FieldChange("hook_type", _text(old.hook_type), _text(new.hook_type)))
     if not changes:
         return NodeDiff(EQUAL, old, new)
     return NodeDiff(CHANGED, old, new, tuple(changes))

@@ -66,7 +66,9 @@ AFFECTED_MARKS = "compile_affected"
 EVENT_MARKS = "event_markers"
 PHASE_MARKS = "phase_bars"
 
-PHASE_LABELS = {"dynamo": "Dynamo", "aot": "AOTAutograd", "inductor": "Inductor", "ca_capture": "CA capture"}
+# The labels say how torch's cumulative phase times nest (figures/compile_phases.py): a bar is
+# never read as a part that adds up with the others.
+PHASE_LABELS = {"dynamo": "Dynamo (holds AOT)", "aot": "AOTAutograd (in Dynamo)", "inductor": "Inductor (in AOT)", "ca_capture": "CA capture"}
 
 
 @dataclass(frozen=True)

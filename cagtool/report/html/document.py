@@ -18,6 +18,7 @@ from cagtool.errors import UnreadableInput
 from cagtool.record.atomic import write_atomic
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.target_name import target_title
+from cagtool.report.figures.compile_phases import phase_tree
 from cagtool.report.compare.analysis import (
     Comparison,
     RunComparison,
@@ -169,6 +170,14 @@ def _phase_rows(comparison: Comparison, label_prefix: str = "") -> list[dict[str
     return rows
 
 
+def _phase_trees(comparison: Comparison) -> list[sections.PhaseTree]:
+    return [
+        sections.PhaseTree(f"mode {name}", phase_tree(column.compile_phases_s, column.compile_time_s or 0.0))
+        for name, column in comparison.modes.items()
+        if column.metrics is not None
+    ]
+
+
 def _timeline_section(page: Page, groups: list[tuple[str, list[charts.Series]]]) -> sections.Timeline:
     """The step-time charts of `groups` (title, lines), drawn on shared axes: the same steps, the
     same step-time scale, colours and marker lanes, so they compare side by side."""
@@ -192,7 +201,10 @@ def _timeline_section(page: Page, groups: list[tuple[str, list[charts.Series]]])
     return sections.Timeline(entries)
 
 
-def _graphs_section(run: RunRecord, highlight: sections.CodeHighlighter, label_prefix: str = "", anchor: str = "graphs") -> sections.Graphs:
+def _graphs_section(run: RunRecord, highlight: sections.CodeHighlighter, label_prefix: str = "", anchor: str = "graphs",
+                    shown: dict[str, set[str]] | None = None) -> sections.Graphs:
+    """`shown`: the compile ids whose detail the page lists, per mode (graph cards link to them)."""
+    shown = shown or {}
     groups = []
     for name, record in run.modes.items():
         for key, rec in [("", record), *record.processes.items()]:
@@ -205,7 +217,7 @@ def _graphs_section(run: RunRecord, highlight: sections.CodeHighlighter, label_p
             except UnreadableInput as exc:  # a graph file missing: show the graphs, say why there is no diff
                 note = f"{name}: no structural diffs: {exc}"
                 comparisons = []
-            graphs = sections.graphs(rec, comparisons, highlight)
+            graphs = sections.graphs(rec, comparisons, highlight, shown.get(name) if rec is record else set())
             groups.append(sections.GraphGroup(note, f"{name}, process {key}" if key else "", graphs, f"mode {rec.mode} captured no compiled-autograd graph."))
     return sections.Graphs(anchor, f"{label_prefix}Compiled-autograd graphs", groups)
 
@@ -236,12 +248,15 @@ def run_report(run: RunRecord, gate: "GateResult | None" = None) -> str:
     page.add("timeline", "step time", _timeline_section(page, _run_timelines(run, tables)))
     phases = _phase_rows(comparison)
     if phases:
-        chart = page.chart(charts.compile_phase_spec(phases), "Median over repetitions; torch's cumulative phase times nest, so bars are not stacked.")
-        page.add("compile", "compile time", sections.CompileTime(chart))
-    page.add("recompiles", "recompiles", sections.recompiles(explanations))
+        chart = page.chart(charts.compile_phase_spec(phases), "Median over repetitions. torch's phase times nest (Dynamo's contains AOTAutograd's, which contains Inductor's), so the bars are side by side, never stacked; the lists below show the nesting.")
+        page.add("compile", "compile time", sections.CompileTime(chart, _phase_trees(comparison)))
+    shown = sections.detail_ids(view)
+    page.add("recompiles", "recompiles", sections.recompiles(explanations, details=shown))
     if verified is not None:
         page.add("verify", "fixes verified", sections.verification(verified))
-    page.add("graphs", "CA graphs", _graphs_section(view, highlight, f"rank {focus}: " if focus is not None else ""))
+    page.add("graphs", "CA graphs", _graphs_section(view, highlight, f"rank {focus}: " if focus is not None else "", shown=shown))
+    if any(shown.values()):
+        page.add("compiles", "per compile", sections.compile_detail_section(view, highlight))
     if gate is not None:
         page.add("gate", "gate", sections.gate(gate))
     page.add("details", "run details", sections.header(run, anchor="details"))

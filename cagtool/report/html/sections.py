@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Sequence
 
 from cagtool.record.loader import ModeRecord, RunRecord
-from cagtool.record.schema import CAGraphEvent, FindingEvent
+from cagtool.record.schema import ARTIFACT_TITLES, CAGraphEvent, FindingEvent, compile_dir_name
+from cagtool.report.compiles.detail import CompileDetail, compile_details
+from cagtool.report.figures.compile_phases import PhaseRow
 from cagtool.report.compare.analysis import Comparison, RunComparison
 from cagtool.report.compare.render import (
     SPEEDUP_FOOTNOTE,
@@ -59,12 +61,14 @@ class Table:
     header: Sequence[str]
     rows: list[list[tuple[str, str | None]]]
     cls: str | None = None
+    links: dict[tuple[int, int], str] = field(default_factory=dict)  # (row, column) -> the cell's link (`#anchor`)
 
 
-def table(header: Sequence[str], rows: Iterable[Sequence[Any]], cls: str | None = None, marks: dict[tuple[int, int], str] | None = None) -> Table:
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]], cls: str | None = None, marks: dict[tuple[int, int], str] | None = None,
+          links: dict[tuple[int, int], str] | None = None) -> Table:
     marks = marks or {}
     cells = [[("" if v is None else str(v), marks.get((r, k))) for k, v in enumerate(row)] for r, row in enumerate(rows)]
-    return Table(list(header), cells, cls)
+    return Table(list(header), cells, cls, dict(links or {}))
 
 
 @dataclass(frozen=True)
@@ -309,9 +313,88 @@ class Timeline:
 
 
 @dataclass(frozen=True)
+class PhaseTree:
+    """One mode's compile time as its phases nest (figures/compile_phases.py)."""
+
+    mode: str
+    rows: list[PhaseRow]
+
+
+@dataclass(frozen=True)
 class CompileTime:
     TEMPLATE: ClassVar[str] = "sections/compile.html.j2"
     chart: Chart
+    trees: list[PhaseTree] = field(default_factory=list)
+
+
+# Per-compile detail ----------------------------------------------------------------------------
+
+# A report lists this many compiles per record at most (a recompile storm has thousands; `cagtool
+# compile` reads any of them).
+MAX_COMPILE_DETAILS = 60
+
+
+def compile_anchor(record_name: str, compile_id: str) -> str:
+    """The id of a compile's article in the report: from each recompile row and graph card."""
+    return f"compile-{record_name}-{compile_dir_name(compile_id)}"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    title: str
+    code: Code
+    plain: bool  # text in a <pre> (a stack, guards), not highlighted code
+
+
+@dataclass(frozen=True)
+class CompileView:
+    anchor: str
+    title: str
+    facts: list[str]
+    artifacts: list[Artifact]
+
+
+@dataclass(frozen=True)
+class CompileDetails:
+    """tlparse's per-compile pages: for each compile id, the stack it came from, the Dynamo graph,
+    the AOT graphs, Inductor's code and the guards, each folded (`<details>`)."""
+
+    TEMPLATE: ClassVar[str] = "sections/compiles.html.j2"
+    anchor: str
+    modes: list[tuple[str, list[CompileView], str]]  # (title, compiles, note)
+
+
+def detail_ids(run: RunRecord) -> dict[str, set[str]]:
+    """The compile ids each mode's report lists with their detail (what links may point at)."""
+    return {name: {d.compile_id for d in compile_details(record)[:MAX_COMPILE_DETAILS]} for name, record in run.modes.items()}
+
+
+def compile_detail_section(run: RunRecord, highlight: "CodeHighlighter", anchor: str = "compiles") -> CompileDetails:
+    modes = []
+    for name, record in run.modes.items():
+        details = compile_details(record)
+        if not details:
+            continue
+        cut = len(details) - MAX_COMPILE_DETAILS
+        note = f"{cut} more compile(s) not listed here: cagtool compile {run.path} ID --mode {name}" if cut > 0 else ""
+        modes.append((f"mode {name}", [_compile_view(record, d, highlight) for d in details[:MAX_COMPILE_DETAILS]], note))
+    return CompileDetails(anchor, modes)
+
+
+def _compile_view(record: ModeRecord, detail: CompileDetail, highlight: "CodeHighlighter") -> CompileView:
+    facts = []
+    if detail.step is not None:
+        facts.append(f"at step {detail.step}")
+    if detail.function:
+        facts.append(f"compiled {detail.function}" + (f" in {detail.compile_s:.2f} s" if detail.compile_s is not None else ""))
+    facts += [f"recompiled because: {r}" for r in detail.reasons]
+    artifacts = []
+    for event in detail.artifacts:
+        title = ARTIFACT_TITLES.get(event.artifact, event.artifact)
+        path = record.path / event.file
+        is_code = event.artifact not in ("dynamo_start", "dynamo_cpp_guards_str")
+        artifacts.append(Artifact(title, highlight.code(path, title) if is_code else highlight.text(path, title), not is_code))
+    return CompileView(compile_anchor(record.path.name, detail.compile_id), f"[{detail.compile_id}]", facts, artifacts)
 
 
 # Recompiles ------------------------------------------------------------------------------------
@@ -351,10 +434,18 @@ class Recompiles:
     modes: list[RecompileMode]
 
 
-def recompiles(explanations: dict[str, Explanation], anchor: str = "recompiles", title: str = "Recompiles and their causes") -> Recompiles:
+def recompiles(explanations: dict[str, Explanation], anchor: str = "recompiles", title: str = "Recompiles and their causes",
+               details: dict[str, set[str]] | None = None) -> Recompiles:
+    """`details`: per mode, the compile ids the page shows the detail of; their rows link there."""
     modes = []
     for name, explanation in explanations.items():
         t = explanation.table
+        shown = (details or {}).get(name, set())
+        links = {}
+        for r, row in enumerate(t.rows):
+            for k, cid in ((2, row.compile_id), (6, row.produced)):
+                if cid and cid in shown:
+                    links[(r, k)] = "#" + compile_anchor(name, cid)
         quiet = not explanation.causes and not explanation.alerts
         cards = []
         if not quiet:
@@ -373,7 +464,7 @@ def recompiles(explanations: dict[str, Explanation], anchor: str = "recompiles",
                 name=f"mode {name}",
                 counts=counts_line(t),
                 notes=list(record_notes(t)),
-                table=table(TABLE_HEADER, table_cells(t), "recompiles") if t.rows else None,
+                table=table(TABLE_HEADER, table_cells(t), "recompiles", links=links) if t.rows else None,
                 none_after_first=quiet and bool(t.rows),
                 cards=cards,
             )
@@ -423,6 +514,7 @@ class GraphView:
     aot: str
     diff: Diff | None
     code: Code
+    compiles: list[tuple[str, str]] = field(default_factory=list)  # (compile id, #anchor): Dynamo's compiles of this graph
 
 
 @dataclass(frozen=True)
@@ -443,15 +535,16 @@ class Graphs:
     groups: list[GraphGroup]
 
 
-def graphs(mode: ModeRecord, comparisons: Sequence[GraphComparison], highlight: "CodeHighlighter") -> list[GraphView]:
+def graphs(mode: ModeRecord, comparisons: Sequence[GraphComparison], highlight: "CodeHighlighter", details: set[str] | None = None) -> list[GraphView]:
     """Every CA graph of a mode: what it holds (nodes, ops, hooks, autograd nodes), its code, and
-    for each recompile, the structural diff against the graph it replaced."""
+    for each recompile, the structural diff against the graph it replaced. `details`: the compile
+    ids whose detail the page shows (each graph links to its Dynamo compiles among them)."""
     events = sorted(mode.of(CAGraphEvent), key=lambda g: g.ca_id)
     by_new = {c.new.ca_id: c for c in comparisons}
-    return [_graph_view(mode, graph, by_new.get(graph.ca_id), highlight) for graph in events]
+    return [_graph_view(mode, graph, by_new.get(graph.ca_id), highlight, details or set()) for graph in events]
 
 
-def _graph_view(mode: ModeRecord, graph: CAGraphEvent, comparison: GraphComparison | None, highlight: "CodeHighlighter") -> GraphView:
+def _graph_view(mode: ModeRecord, graph: CAGraphEvent, comparison: GraphComparison | None, highlight: "CodeHighlighter", details: set[str] = frozenset()) -> GraphView:  # type: ignore[assignment]
     step = f"step {graph.step}" if graph.step is not None else "step ?"
     facts = (
         f"{graph.node_count} FX nodes, {len(graph.autograd_nodes)} autograd nodes, {graph.num_sizes} dynamic sizes, "
@@ -473,6 +566,7 @@ def _graph_view(mode: ModeRecord, graph: CAGraphEvent, comparison: GraphComparis
         aot=aot,
         diff=diff(comparison) if comparison is not None else None,
         code=highlight.code(code_path, f"code of {graph.compile_id}"),
+        compiles=[(cid, "#" + compile_anchor(mode.path.name, cid)) for cid in sorted(details) if cid.startswith(graph.compile_id + "/")],
     )
 
 
@@ -526,6 +620,18 @@ class CodeHighlighter:
         from cagtool.report.html.highlight import highlight_python
 
         return highlight_python(source)
+
+    def text(self, path: Path, summary: str) -> Code:
+        """A plain-text file (a stack, a guard tree) as preformatted text, escaped by the template."""
+        try:
+            source = path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            return Code(summary, note=f"{summary}: cannot read {path}: {exc.strerror}")
+        cut = ""
+        if len(source) > MAX_CODE_CHARS:
+            cut = f"first {MAX_CODE_CHARS:,} of {len(source):,} characters; the whole file: {path}"
+            source = source[:MAX_CODE_CHARS]
+        return Code(f"{summary} ({source.count(chr(10))} lines, {path.name})", source, cut)
 
     def code(self, path: Path | None, summary: str) -> Code:
         if path is None:

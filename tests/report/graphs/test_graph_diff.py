@@ -191,6 +191,39 @@ def test_shape_dtype_stride_and_hook_changes():
     assert [(b.where, b.old, b.new) for b in diff.summary.became_symbolic] == [("shape[1]", "4", "s1"), ("stride[0]", "4", "s1")]
 
 
+def _with(node: GraphNode, **fields) -> GraphNode:
+    return GraphNode(**{**node.__dict__, **fields})
+
+
+def test_metadata_one_side_did_not_record_is_not_a_change():
+    """Unknown is not changed: a dtype (or shape, stride) only one graph holds says nothing."""
+    old, new = graph(None), graph(None)
+    old[-2] = _with(old[-2], shape=[10, 4], dtype="float32", stride=[4, 1])
+    diff = diff_graphs(old, new)  # the new graph recorded no metadata for the node
+    assert [e.kind for e in diff.entries if e.kind != EQUAL] == []
+    new[-2] = _with(new[-2], dtype="float16")  # now both sides know the dtype, and it differs
+    (entry,) = [e for e in diff_graphs(old, new).entries if e.kind != EQUAL]
+    assert [(c.field, c.old, c.new) for c in entry.changes] == [("dtype", "float32", "float16")]
+
+
+def test_size_symbols_renamed_between_graphs_are_not_shape_changes():
+    """Each capture numbers its symbols afresh: s0 in one graph may be s1 in the next."""
+    old, new = graph(None), graph(None)
+    old[-2] = _with(old[-2], shape=["s0", 4], stride=[4, 1], dtype="float32")
+    new[-2] = _with(new[-2], shape=["s1", 4], stride=[4, 1], dtype="float32")
+    old[-3] = _with(old[-3], shape=["s0", "2*s0"], dtype="float32")
+    new[-3] = _with(new[-3], shape=["s1", "2*s1"], dtype="float32")
+    assert [e for e in diff_graphs(old, new).entries if e.kind != EQUAL] == []
+    # A renaming holds only one to one: s0 -> s1 in one node and s0 -> s2 in the next is a change.
+    new[-3] = _with(new[-3], shape=["s2", "2*s2"])
+    changed = [e for e in diff_graphs(old, new).entries if e.kind != EQUAL]
+    assert len(changed) == 1 and [c.field for c in changed[0].changes] == ["shape"]
+    # A number that became a symbol is still a change (and listed as become symbolic).
+    new[-3] = _with(new[-3], shape=["s1", 8])
+    changed = [e for e in diff_graphs(old, new).entries if e.kind != EQUAL]
+    assert [c.field for c in changed[0].changes] == ["shape"]
+
+
 def test_a_hook_added_is_an_inserted_call_hook():
     old = graph(None)
     new = graph(None)

@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 
 from cagtool.report.figures.downsample import downsample
 from cagtool.report.html.charts import MAX_POINTS_PER_CHART, MAX_POINTS_PER_SERIES, MIN_POINTS_PER_SERIES, points_per_series, thin_steps
+from cagtool.report.figures.compile_phases import PhaseRow
 from cagtool.report.html import sections, templating
 from cagtool.report.html.templating import script_json
 from cagtool.report.text.safe_text import safe_text
@@ -51,11 +52,13 @@ class _Elements(HTMLParser):
 
 def _hostile_sections() -> dict[str, object]:
     h = HOSTILE
-    table = sections.table((h, h), [(h, h)], h, {(0, 1): h})
+    table = sections.table((h, h), [(h, h)], h, {(0, 1): h}, links={(0, 0): h})
     card = sections.CauseCard(h, [h], [h], h, h, [sections.CauseCard(h, [h], [h], h, h)])
     code = sections.Code(h, None, h)
     diff = sections.Diff(h, [h], [sections.Line(h, h, "span")], [h])
-    graph = sections.GraphView(h, h, h, table, [h], h, h, diff, code)
+    graph = sections.GraphView(h, h, h, table, [h], h, h, diff, code, [(h, h)])
+    phases = [PhaseRow(h, h, 0, 1.0), PhaseRow(h, h, 2, 0.5, h)]
+    compile_view = sections.CompileView(h, h, [h], [sections.Artifact(h, sections.Code(h, h, h), True), sections.Artifact(h, code, False)])
     return {
         "run": sections.RunBlock(sections.Headline(h, h), h, h),
         "header": sections.Header(h, h, [(h, h)], sections.Headline(h, h)),
@@ -64,7 +67,8 @@ def _hostile_sections() -> dict[str, object]:
                                     sections.Findings([sections.Alert(h, [h], [h])], [h])),
         "change": sections.Change(sections.TitledTable(h, table), [h], [h]),
         "timeline": sections.Timeline([sections.TimelineEntry(sections.Chart(h, h)), sections.TimelineEntry(None, h)]),
-        "compile": sections.CompileTime(sections.Chart(h, h)),
+        "compile": sections.CompileTime(sections.Chart(h, h), [sections.PhaseTree(h, phases)]),
+        "compiles": sections.CompileDetails(h, [(h, [compile_view], h)]),
         "recompiles": sections.Recompiles(h, h, [sections.RecompileMode(h, h, [h], table, True, [card])]),
         "graphs": sections.Graphs(h, h, [sections.GraphGroup(h, h, [graph], h), sections.GraphGroup(h, h, [], h)]),
         "gate": sections.Gate(h, False, table, [h], h),

@@ -378,3 +378,53 @@ def test_gated_run_shows_the_gate(browser, record_run, tmp_path):
         assert_clean(page, path)
         gate = page.evaluate("document.getElementById('gate').innerText")
         assert "gate FAILED" in gate and "max-ca-graphs" in gate and "FAIL" in gate
+
+
+@pytest.fixture(scope="module")
+def ragged(record_run):
+    """A Dynamo recompile (the last, smaller batch) and CA recompiles: every kind of compile id."""
+    run = record_run("ragged_batches.py")
+    assert run.returncode == 0, run.stderr
+    return run
+
+
+def test_per_compile_detail_is_reachable_from_recompile_rows_and_graph_cards(browser, ragged):
+    """tlparse's per-compile page in the report: each compile id's stack, Dynamo graph and guards,
+    folded, linked from the recompile table's rows and from each CA graph's card."""
+    from cagtool.record.schema import DynamoRecompileEvent
+    from cagtool.report.compiles.detail import compile_details
+
+    path = ragged.path / "report.html"
+    page = open_report(browser, path, "report-per-compile-detail")
+    assert_clean(page, path)
+    ca = load_run(ragged.path).mode("ca")
+    details = compile_details(ca)
+    ids = [d.compile_id for d in details]
+    assert "0/1" in ids and any(i.startswith("!") for i in ids)  # a forward recompile and CA graphs' compiles
+    titles = page.evaluate("Array.from(document.querySelectorAll('article.compile h4')).map(h => h.textContent)")
+    assert titles == [f"[{i}]" for i in ids]
+    # Every link on the page to a compile lands on its article.
+    hrefs = page.evaluate("Array.from(document.querySelectorAll('a[href^=\"#compile-\"]')).map(a => a.getAttribute('href'))")
+    anchors = set(page.evaluate("Array.from(document.querySelectorAll('article.compile')).map(a => '#' + a.id)"))
+    assert hrefs and set(hrefs) <= anchors
+    # The Dynamo recompile's row links to its compile; clicking it shows the compile's article.
+    recompiled = ca.of(DynamoRecompileEvent)[0].compile_id
+    row_links = page.evaluate("Array.from(document.querySelectorAll('#recompiles table a')).map(a => [a.textContent, a.getAttribute('href')])")
+    assert any(recompiled in text and href == "#compile-ca-" + recompiled.replace("/", "_") for text, href in row_links), row_links
+    page.evaluate(f"document.querySelector('#recompiles table a[href=\"#compile-ca-{recompiled.replace('/', '_')}\"]').click()")
+    page.wait_for(f"location.hash === '#compile-ca-{recompiled.replace('/', '_')}'", timeout=10)
+    top = page.evaluate(f"document.getElementById('compile-ca-{recompiled.replace('/', '_')}').getBoundingClientRect().top")
+    assert 0 <= top < VIEWPORT[1]
+    # Each CA graph's card links to Dynamo's compiles of that graph.
+    card_links = page.evaluate("Array.from(document.querySelectorAll('article.graph .graph-compiles a')).map(a => a.textContent)")
+    assert card_links and all(t.startswith("[!") for t in card_links)
+    # The folded artifacts open to torch's text: the guard tree, the stack down to the user's line, the graph code.
+    article = f"document.getElementById('compile-ca-{recompiled.replace('/', '_')}')"
+    page.evaluate(f"{article}.querySelectorAll('details').forEach(d => d.open = true)")
+    text = page.evaluate(f"{article}.innerText")
+    assert "TREE_GUARD_MANAGER" in text and "size mismatch at index 0" in text
+    assert "ragged_batches.py" in text and "class GraphModule" in text
+    # Compile phases nest: AOTAutograd listed inside Dynamo, never as a row beside it.
+    phases = page.evaluate("Array.from(document.querySelectorAll('.phase-tree li')).map(l => [l.className, l.textContent])")
+    assert ["depth-0", "compile"] == [phases[0][0], phases[0][1].split(" ")[0]]
+    assert any(c == "depth-2" and t.startswith("AOTAutograd") and "(inside Dynamo)" in t for c, t in phases), phases

@@ -69,7 +69,7 @@ class Capture:
         from cagtool.capture.recorder import Recorder, has_compiled_autograd, now_iso
         from cagtool.capture.torch_counters import counter_snapshot
         from cagtool.capture.versions import machine_info, record_versions
-        from cagtool.capture.writer import RecordWriter, write_run_meta
+        from cagtool.record.writer import RecordWriter, write_run_meta
         from cagtool.record.manifest import ModeManifest, RunMeta
 
         if not has_compiled_autograd():
@@ -132,7 +132,7 @@ class Capture:
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         from cagtool.capture.recorder import job_peaks
-        from cagtool.capture.writer import write_run_meta
+        from cagtool.record.writer import write_run_meta
         from cagtool.record.manifest import ExceptionInfo
         from cagtool.record.schema import STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED
 

@@ -481,7 +481,7 @@ def _make_child_record(with_torch: bool) -> ProcessRecord | None:
         return None
     from cagtool.capture.versions import imported_torch_version, record_versions
     from cagtool.capture.recorder import Recorder
-    from cagtool.capture.writer import RecordWriter
+    from cagtool.record.writer import RecordWriter
 
     key = child_key(rank_from_env(), attempt=attempt_from_env())
     record_dir = config.procs_dir / key

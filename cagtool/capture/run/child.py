@@ -85,7 +85,7 @@ def _record_mode(spec: ModeSpec) -> int:
     from cagtool.capture.recorder import Recorder, has_compiled_autograd, job_peaks
     from cagtool.capture.steps.tracker import StepLimitReached
     from cagtool.capture.run.target import Target, print_user_traceback, run_target
-    from cagtool.capture.writer import RecordWriter, close_run_of_dead_parent
+    from cagtool.record.writer import RecordWriter, close_run_of_dead_parent
     from cagtool.record.manifest import ExceptionInfo, ModeManifest
     from cagtool.record.schema import STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from cagtool.capture import writer as writer_module
+from cagtool.record import writer as writer_module
 from cagtool.record.writer import RecordWriter
 from cagtool.record.loader import load_mode, load_run
 from cagtool.record.manifest import ModeManifest

@@ -52,7 +52,7 @@ elif variant in ("taps", "artifacts", "cagtool"):
     from cagtool.capture.observe.ca_observer import CaptureObserver
     from cagtool.capture.observe.torch_logs import StructuredLogHandler
     from cagtool.capture.steps.tracker import StepTracker
-    from cagtool.capture.writer import RecordWriter
+    from cagtool.record.writer import RecordWriter
     from cagtool.record.manifest import ModeManifest
     manifest = ModeManifest(mode="ca" if use_ca else "aot", argv=[], target={}, cwd=".", versions={}, backend=backend, dynamic=False, started_at="")
     writer = RecordWriter(Path(os.environ["RECORD_DIR"]), manifest)

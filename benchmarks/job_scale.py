@@ -44,7 +44,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))  # this checkout's cagtool, whatever is installed
 
-from cagtool.capture.writer import _encoder_of  # noqa: E402 - the writer's own line encoders
+from cagtool.record.writer import _encoder_of  # noqa: E402 - the writer's own line encoders
 from cagtool.record.columns import write_sidecar  # noqa: E402
 from cagtool.record.graph_file import GRAPH_FORMAT, GraphNode, graph_node_to_dict  # noqa: E402
 from cagtool.record.manifest import ModeManifest, RunMeta, to_dict  # noqa: E402

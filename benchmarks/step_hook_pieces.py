@@ -113,7 +113,7 @@ try:
     from cagtool.capture.steps.tracker import StepTracker
 except ImportError:  # a --rev whose tracker is the module capture/steps.py
     from cagtool.capture.steps import StepTracker
-from cagtool.capture.writer import RecordWriter
+from cagtool.record.writer import RecordWriter
 from cagtool.record.manifest import ModeManifest
 tmp = Path(tempfile.mkdtemp(prefix="cagtool-hook-pieces-"))
 (tmp / "ca").mkdir()

@@ -217,7 +217,7 @@ def workload(backend: str, threads: int, parts: set[str], torch_trace: bool = Tr
     from cagtool.capture.observe.ca_observer import CaptureObserver
     from cagtool.capture.steps.tracker import StepTracker
     from cagtool.capture.observe.torch_logs import TRACE_LOGGER, StructuredLogHandler
-    from cagtool.capture.writer import RecordWriter
+    from cagtool.record.writer import RecordWriter
     from cagtool.record.manifest import ModeManifest
 
     torch.set_num_threads(threads)

@@ -61,7 +61,7 @@ def main() -> None:
 
     import cagtool
     from cagtool.capture.steps.tracker import StepTracker
-    from cagtool.capture.writer import RecordWriter
+    from cagtool.record.writer import RecordWriter
     from cagtool.record.manifest import ModeManifest
 
     torch.set_num_threads(1)

@@ -1,7 +1,10 @@
 """cagtool: profiling and diagnosis for PyTorch compiled autograd.
 
 From Python: `with cagtool.capture(...) as cap:` records a block, `cagtool.load(path)` reads any
-record (cagtool/api.py). Both load on first use, so `import cagtool` stays cheap (no torch)."""
+record (cagtool/api.py). Both load on first use, through the module `__getattr__` below (PEP 562),
+not an import here: `import cagtool` runs in every process cagtool follows and before every CLI
+command, and must stay cheap (no torch). `cagtool.capture` is the capture/ package
+itself, callable (capture/__init__.py says why)."""
 
 from typing import Any
 

@@ -24,11 +24,9 @@ import gc
 import itertools
 import os
 import sys
-import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +47,10 @@ class Capture:
     label: str = "capture"
     reset: bool = False  # torch._dynamo.reset() on entry: compile from scratch
     path: Path | None = None  # the run directory, set on entry
-    _state: dict[str, Any] = field(default_factory=dict, repr=False)
+    _recorder: Any = field(default=None, repr=False)  # capture/recorder.py, from entry to exit
+    _meta: Any = field(default=None, repr=False)  # run.json
+    _stack: contextlib.ExitStack | None = field(default=None, repr=False)  # the mode's changes to torch
+    _used: bool = field(default=False, repr=False)
 
     # -- the record ---------------------------------------------------------------------------------
     def _make_run_dir(self) -> Path:
@@ -58,24 +59,22 @@ class Capture:
         return claim_run_dir(self.output, self.runs_root, self.label, "ca")
 
     def __enter__(self) -> "Capture":
-        if self._state:
+        if self._used:
             raise UsageError("this capture is already in use; start another with cagtool.capture()")
         import torch
 
-        from cagtool.capture.observe.ca_observer import CaptureObserver
-        from cagtool.capture.run.child import _has_compiled_autograd
-        from cagtool.capture.modes.mode_setup import make_compiler, mode_context
+        from cagtool.capture.modes.mode_setup import mode_context
+        from cagtool.capture.modes.thread_scope import ThreadScope
         from cagtool.capture.processes.identity import ROLE_MAIN, process_info
-        from cagtool.capture.steps.tracker import StepTracker
+        from cagtool.capture.recorder import Recorder, has_compiled_autograd, now_iso
         from cagtool.capture.torch_counters import counter_snapshot
         from cagtool.capture.versions import machine_info, record_versions
-        from cagtool.capture.observe import dynamo_taps
-        from cagtool.capture.modes.thread_scope import ThreadScope
-        from cagtool.capture.writer import RecordWriter, write_run_meta
+        from cagtool.record.writer import RecordWriter, write_run_meta
         from cagtool.record.manifest import ModeManifest, RunMeta
 
-        if not _has_compiled_autograd():
+        if not has_compiled_autograd():
             raise UsageError(f"this torch build ({torch.__version__}) has no compiled autograd; cagtool needs torch 2.13")
+        self._used = True
         if self.reset:
             torch._dynamo.reset()
         optimizers = _live_optimizers(torch)
@@ -83,9 +82,9 @@ class Capture:
         run_dir = self._make_run_dir()
         self.path = run_dir
         versions = record_versions(torch.__version__)
-        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        now = now_iso()
         target = {"kind": "python_api", "name": self.label}
-        meta = RunMeta(
+        self._meta = RunMeta(
             run_id=run_dir.name,
             created_at=now,
             cagtool_argv=[],
@@ -97,7 +96,7 @@ class Capture:
             machine=machine_info(),
             options={"backend": self.backend, "dynamic": self.dynamic, "python_api": True, "reset": self.reset},
         )
-        write_run_meta(run_dir, meta)
+        write_run_meta(run_dir, self._meta)
         manifest = ModeManifest(
             mode="ca",
             argv=list(sys.argv),
@@ -110,115 +109,67 @@ class Capture:
             options={"python_api": True, "torch_trace": False},
             process=process_info(ROLE_MAIN, "main"),
         )
-        writer = RecordWriter(run_dir / "ca", manifest, clock_start=started)
-        # The block is its thread's: other threads' backwards run as plain torch and are not
-        # recorded (capture/modes/thread_scope.py).
+        recorder = Recorder(RecordWriter(run_dir / "ca", manifest, clock_start=started), manifest, started=started,
+                            counters_from=counter_snapshot())
+        self._recorder = recorder
+        # The block is its thread's: other threads' backwards and compiles run as plain torch and
+        # are not recorded (capture/modes/thread_scope.py).
         scope = ThreadScope()
-        steps = StepTracker(writer, "ca", scope=scope)
-        observer = CaptureObserver(writer, steps, make_compiler(self.backend))
-        handler = _thread_handler(writer, steps, scope.owner)
-        self._state = {
-            "meta": meta,
-            "manifest": manifest,
-            "writer": writer,
-            "steps": steps,
-            "observer": observer,
-            "handler": handler,
-            "counters": counter_snapshot(),
-            "started": started,
-            "scope": scope,
-        }
-        self._state["taps"] = dynamo_taps.install(handler)  # no handler on torch's structured logger
-        steps.install()
+        recorder.instrument("ca", self.backend, scope=scope)
         # The README's shape makes the optimizer before the block: without knowing it, the first
         # backward would be a step of its own and its step() another (steps.expect_optimizers).
-        steps.expect_optimizers(optimizers)
+        recorder.steps.expect_optimizers(optimizers)
         del optimizers  # weak references only from here
-        observer.install()
-        stack = contextlib.ExitStack()
+        self._stack = contextlib.ExitStack()
         try:
             # What `cagtool run`'s ca mode does to torch, scoped to the block and to its thread
             # (capture/modes/mode_setup.py).
-            stack.enter_context(mode_context("ca", observer, self.dynamic, scope=scope))
+            self._stack.enter_context(mode_context("ca", recorder.observer, self.dynamic, scope=scope))
         except BaseException:
-            self._restore(stack)
+            self._restore(numerics=False)
             raise
-        self._state["stack"] = stack
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        from cagtool.capture.run.child import cagtool_memory, job_peaks
-        from cagtool.capture.writer import write_run_meta
+        from cagtool.capture.recorder import job_peaks
+        from cagtool.record.writer import write_run_meta
         from cagtool.record.manifest import ExceptionInfo
-        from cagtool.capture.torch_counters import counter_delta, counter_snapshot
         from cagtool.record.schema import STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED
 
-        state = self._state
-        manifest = state["manifest"]
         # The process's peak up to here (getrusage keeps no per-block peak), read before cagtool's
         # end-of-block work, as `cagtool run` reads the job's.
         peaks = job_peaks()
-        try:
-            state["steps"].emit_final_state()
-        except Exception:  # noqa: BLE001 - numerics are a bonus; the record must still close
-            pass
-        self._restore(state.get("stack"))
-        try:
-            state["steps"].note_traced_backward()
-        except Exception:  # noqa: BLE001 - the record must still close
-            pass
-        manifest.peak_rss_bytes, manifest.peak_device_memory_bytes = peaks
-        try:
-            manifest.options["cagtool_memory"] = cagtool_memory(peaks, state["steps"].device)
-        except Exception:  # noqa: BLE001 - the record must still close
-            pass
-        status, exit_code = STATUS_FINISHED, 0
+        self._restore(numerics=True)
+        status, exit_code, exception = STATUS_FINISHED, 0, None
         if exc_type is not None:
             if issubclass(exc_type, KeyboardInterrupt):
                 status, exit_code = STATUS_INTERRUPTED, 130
             else:
                 status, exit_code = STATUS_FAILED, 1
             text = "".join(traceback.format_exception(exc_type, exc, tb))
-            manifest.exception = ExceptionInfo(exc_type.__name__, str(exc)[:2000], text[-20000:])
-        manifest.status = status
-        manifest.exit_code = exit_code
-        manifest.ended_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        manifest.duration_s = time.perf_counter() - state["started"]
-        manifest.torch_counters = counter_delta(state["counters"], counter_snapshot())
-        handler = state["handler"]
-        if handler.errors:
-            manifest.options["structured_log_errors"] = {"count": handler.errors, "last": handler.last_error}
-        steps, scope = state["steps"], state["scope"]
-        if steps.errors:
-            manifest.options["step_tracking_errors"] = {"count": steps.errors, "last": steps.last_error}
-        if scope.errors:
-            manifest.options["thread_scope_errors"] = {"count": scope.errors, "last": scope.last_error}
-        manifest.options.update(state["observer"].manifest_notes())
-        writer = state["writer"]
-        writer.write_manifest()
-        writer.close()
-        meta = state["meta"]
+            exception = ExceptionInfo(exc_type.__name__, str(exc)[:2000], text[-20000:])
+        recorder = self._recorder
+        recorder.close(status, exit_code, exception, peaks)
+        meta = self._meta
         meta.status = status
         meta.exit_code = exit_code
         meta.mode_exit_codes = {"ca": exit_code}
-        meta.ended_at = manifest.ended_at
+        meta.ended_at = recorder.manifest.ended_at
         write_run_meta(self.path, meta)
-        self._state = {"done": True}
+        self._recorder = self._stack = None
         return False  # the block's own exception goes on
 
-    def _restore(self, stack: contextlib.ExitStack | None) -> None:
+    def _restore(self, numerics: bool) -> None:
         """Undo everything __enter__ did, in reverse: compiled autograd off, patches and hooks
-        removed, the Dynamo taps taken off, the C++ verbose logger cleared."""
+        removed, the Dynamo taps taken off, the C++ verbose logger cleared; before the
+        instruments come off, the end-of-block numerics (`numerics`)."""
         import torch
 
-        state = self._state
         try:
-            if stack is not None:
-                stack.close()  # leaves _enable: compiled autograd off, ca.reset restored
+            if self._stack is not None:
+                self._stack.close()  # leaves _enable: compiled autograd off, ca.reset restored
         finally:
-            state["observer"].uninstall()
-            state["steps"].uninstall()
-            state["taps"].uninstall()
+            self._recorder.wind_down(numerics=numerics)
             torch._C._dynamo.compiled_autograd.set_verbose_logger(None)
 
     # -- reading it back ----------------------------------------------------------------------------
@@ -270,18 +221,6 @@ def _live_optimizers(torch: Any) -> list[Any]:
         return list(itertools.compress(objects, map(classes.__contains__, map(type, objects))))
     finally:
         del objects
-
-
-def _thread_handler(writer: Any, steps: Any, owner: int) -> Any:
-    """Dynamo's records of the block's thread only: another thread's compiles are not the block's."""
-    from cagtool.capture.observe.torch_logs import StructuredLogHandler
-
-    class ThreadHandler(StructuredLogHandler):
-        def handle_structured(self, metadata: dict[str, Any], payload: str | None) -> None:
-            if threading.get_ident() == owner:
-                super().handle_structured(metadata, payload)
-
-    return ThreadHandler(writer, steps)
 
 
 def capture(

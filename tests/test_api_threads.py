@@ -114,7 +114,7 @@ def test_a_backward_in_another_thread_while_the_block_captures_waits_and_runs_pl
             if not seen:
                 seen.append("held")
                 in_capture.set()
-                scope = cap._state.get("scope")
+                scope = getattr(cap._recorder, "scope", None)  # the block's thread gate (capture/recorder.py)
                 if scope is None:  # a capture without a gate: the main thread's backward goes on at once
                     main_returned.wait(HANG)
                     seen.append("no gate")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cagtool.capture.steps.tracker import BACKWARD_ENTRY_REPLACED, BACKWARD_ENTRY_RESTORED, StepTracker
-from cagtool.capture.writer import RecordWriter
+from cagtool.record.writer import RecordWriter
 from cagtool.record.manifest import ModeManifest
 
 

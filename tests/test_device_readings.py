@@ -11,7 +11,7 @@ import torch
 
 from cagtool.capture.steps import device_readings
 from cagtool.capture.steps.device_readings import DeviceReadings
-from cagtool.capture.writer import RecordWriter
+from cagtool.record.writer import RecordWriter
 from cagtool.record.manifest import ModeManifest
 from cagtool.record.schema import EVENTS_FILE
 

@@ -18,7 +18,7 @@ import torch
 from cagtool.capture.observe import dynamo_taps
 from cagtool.capture.observe.torch_logs import TRACE_LOGGER, StructuredLogHandler
 from cagtool.capture.steps.tracker import StepTracker
-from cagtool.capture.writer import RecordWriter
+from cagtool.record.writer import RecordWriter
 from cagtool.record.loader import load_mode
 from cagtool.record.manifest import ModeManifest
 from cagtool.record.schema import AotBackwardGraphEvent, DynamoCompileEvent, DynamoRecompileEvent, GraphBreakEvent

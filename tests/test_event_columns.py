@@ -11,7 +11,7 @@ import shutil
 import msgspec
 import pytest
 
-from cagtool.capture.writer import RecordWriter
+from cagtool.record.writer import RecordWriter
 from cagtool.commands.summary import print_run_report
 from cagtool.errors import UnreadableInput
 from cagtool.record.columns import COLUMNS_FILE, derive, write_sidecar

@@ -1,6 +1,6 @@
 """The events' lines are msgspec's text of the event in json's layout (record/schema.py,
 `event_line`), NaN and infinities written as json writes them; the per-step lines wait in memory up
-to the writer's hold_s (capture/writer.py, one write for several steps): the order and numbering
+to the writer's hold_s (record/writer.py, one write for several steps): the order and numbering
 are those of events emitted one by one, the held lines reach the file within hold_s (from the
 training thread or, when it makes no more, the flusher thread), before any other line, at close,
 or when too many wait, and a failed write stops the record at the first line not written."""
@@ -18,8 +18,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from cagtool.capture import writer as writer_module
-from cagtool.capture.writer import RecordWriter
+from cagtool.record import writer as writer_module
+from cagtool.record.writer import RecordWriter
 from cagtool.record.loader import load_mode, load_run
 from cagtool.record.manifest import ModeManifest
 from cagtool.record.schema import (

@@ -18,7 +18,7 @@ from torch._dynamo import compiled_autograd as ca
 from cagtool.capture.observe import graph_dump
 from cagtool.capture.observe.ca_observer import CAPTURE_FAILED, OBSERVER_ERROR, CaptureObserver
 from cagtool.capture.steps.tracker import StepTracker
-from cagtool.capture.writer import RecordWriter
+from cagtool.record.writer import RecordWriter
 from cagtool.record.manifest import ModeManifest
 from cagtool.record.schema import CACompileEvent, FindingEvent
 

@@ -150,7 +150,7 @@ def test_full_disk_during_a_two_rank_run_one_line_per_process_and_true_ends(tmp_
 ENDS_ON_A_FULL_DISK = """
 import os, sys
 from pathlib import Path
-from cagtool.capture.writer import RecordWriter
+from cagtool.record.writer import RecordWriter
 from cagtool.record.manifest import ModeManifest
 from cagtool.capture.processes.identity import process_info
 record = Path(sys.argv[1])

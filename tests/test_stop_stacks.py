@@ -124,7 +124,7 @@ def test_stacks_name_the_script_line_when_a_thread_without_python_took_the_signa
     (tmp_path / SIGNAL_STACKS_DIR).mkdir()
     (tmp_path / SIGNAL_STACKS_DIR / "SIGTERM.txt").write_text(
         'Thread 0x2 (most recent call first):\n  File "/usr/lib/python3.11/threading.py", line 331 in wait\n'
-        '  File "/x/site-packages/cagtool/capture/writer.py", line 495 in _run\n\n'
+        '  File "/x/site-packages/cagtool/record/writer.py", line 495 in _run\n\n'
         'Thread 0x1 (most recent call first):\n  File "/x/site-packages/torch/_tensor.py", line 623 in backward\n'
         '  File "/home/me/train.py", line 21 in train\n  File "<string>", line 1 in <module>\n')
     stopped = signal_stop_exception("SIGTERM", tmp_path)
@@ -141,7 +141,7 @@ def test_stacks_skip_cagtool_frames_anywhere_in_its_package(tmp_path):
     stacks = tmp_path / SIGNAL_STACKS_DIR / "SIGTERM.txt"
     stacks.write_text(
         'Current thread 0x1 (most recent call first):\n  File "/src/cagtool/cagtool/record/schema.py", line 453 in event_line\n'
-        '  File "/src/cagtool/cagtool/capture/writer.py", line 300 in write\n  File "/src/cagtool/cagtool/api.py", line 80 in step\n'
+        '  File "/src/cagtool/cagtool/record/writer.py", line 300 in write\n  File "/src/cagtool/cagtool/api.py", line 80 in step\n'
         '  File "/home/me/cagtool/train.py", line 33 in train\n  File "<string>", line 1 in <module>\n')
     assert "in /home/me/cagtool/train.py:33 (train);" in signal_stop_exception("SIGTERM", tmp_path)["message"]
     assert signal_stop_exception("SIGHUP", tmp_path) == {"type": "SIGHUP", "message": "stopped by SIGHUP before it closed this record", "traceback": ""}

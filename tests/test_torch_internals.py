@@ -229,7 +229,7 @@ def test_every_backward_goes_through_engine_run_backward_and_optimizer_hooks_fir
 
 def test_dynamo_records_parse_into_cagtool_events(tmp_path):
     from cagtool.capture.steps.tracker import StepTracker
-    from cagtool.capture.writer import RecordWriter
+    from cagtool.record.writer import RecordWriter
 
     manifest = ModeManifest(mode="aot", argv=[], target={}, cwd=str(tmp_path), versions={}, backend="eager", dynamic=False, started_at="")
     writer = RecordWriter(tmp_path / "aot", manifest)

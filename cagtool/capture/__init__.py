@@ -1,8 +1,14 @@
 """Runs the target and writes the run record (see README, Development).
 
-`cagtool.capture(...)` is also the Python API's entry point (cagtool/api.py): the name belongs to
-this package (Python binds `cagtool.capture` to it on first import of any capture module), so the
-package itself is made callable and forwards to `cagtool.api.capture`."""
+`cagtool.capture(...)` is also the Python API's entry point (cagtool/api.py). Why the package is
+callable, rather than a plainer way: Python's import system binds `cagtool.capture` to this
+package whenever any capture module is imported (`import cagtool.capture.recorder` sets the
+attribute on `cagtool`), so a function of that name in cagtool/__init__.py would be replaced by
+the package as soon as a capture started. The two plainer ways both break something: renaming the
+package moves every capture module, and renaming the API breaks `cagtool.capture(...)` in users'
+code. So the package forwards a call to `cagtool.api.capture`; the import is deferred to the call,
+and api.py imports capture's modules, never this package, so no import circle comes of it
+(tests/test_import_circles.py)."""
 
 import sys
 import types

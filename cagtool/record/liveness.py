@@ -122,7 +122,7 @@ def read_dead_writer_as_killed(manifest: Any, record_dir: Path | None = None) ->
         manifest.exception = ExceptionInfo("killed", "its process vanished before it closed this record (SIGKILL, OOM killer)")
 
 
-ENDED_MARKER_PREFIX = ".cagtool-ended."  # capture/writer.py: ended_marker_name
+ENDED_MARKER_PREFIX = ".cagtool-ended."  # record/writer.py: ended_marker_name
 
 
 def ended_marker(record_dir: Path) -> tuple[str, int | None] | None:

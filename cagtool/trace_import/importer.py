@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cagtool.capture.run_dir import claim_run_dir
 from cagtool.capture.versions import record_versions
-from cagtool.capture.writer import RecordWriter, write_run_meta
+from cagtool.record.writer import RecordWriter, write_run_meta
 from cagtool.errors import UnreadableInput
 from cagtool.record.manifest import ModeManifest, RunMeta
 from cagtool.record.schema import IMPORTED_MODE, STATUS_FINISHED

@@ -18,7 +18,7 @@ from typing import Any
 
 from cagtool.capture.observe.graph_dump import GraphSummary
 from cagtool.capture.observe.torch_logs import PGO_CODE_STATE_ARTIFACTS, USER_FRAME_KEY, StructuredLogHandler
-from cagtool.capture.writer import RecordWriter
+from cagtool.record.writer import RecordWriter
 from cagtool.record.schema import CacheMissEvent, CAGraphEvent, ChangedSize, Event, SourceRef
 from cagtool.torch_text import compile_id_of, looks_like_user_file, parse_miss, split_ca_reason
 from cagtool.trace_import.graph_code import parse_graph_code

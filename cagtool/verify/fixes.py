@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from cagtool.capture.observe.torch_logs import pgo_dynamic_sources
 from cagtool.report.recompiles.explain import (
@@ -42,11 +41,9 @@ from cagtool.report.recompiles.explain import (
     Explanation,
 )
 
-if TYPE_CHECKING:
-    from cagtool.verify.patches import Patch
+from cagtool.verify.patch import YOUR_CODE, Patch
 
 # Who has to make a change, for each cause the explanation names.
-YOUR_CODE = "your code"
 RUN_CONFIG = "run configuration (no code change)"
 
 # A size guard as torch words it: "tensor 'x' size mismatch at index 0. expected 32, actual 48".
@@ -61,7 +58,7 @@ class Fix:
     run_flags: tuple[str, ...] = ()  # added to the re-run's `cagtool run`
     env: dict[str, str] = field(default_factory=dict)  # the re-run's environment
     who: str = RUN_CONFIG
-    patch: "Patch | None" = None  # a code change: the re-run runs a patched copy of the script
+    patch: Patch | None = None  # a code change: the re-run runs a patched copy of the script
     torch_says: str | None = None  # torch's own suggestion for the same recompiles (its PGO), verbatim
 
     def describe(self) -> str:
@@ -135,6 +132,6 @@ def fixes_for(explanation: Explanation, dynamic_already: bool = False, pgo_sugge
     return fixes
 
 
-def patch_fix(patch: "Patch") -> Fix:
+def patch_fix(patch: Patch) -> Fix:
     """A patch cagtool can apply, as a fix `--verify` runs (on a copy of the script)."""
     return Fix(patch.name, patch.title, patch.causes, who=patch.who, patch=patch)

@@ -29,9 +29,7 @@ fix stands.
 from __future__ import annotations
 
 import ast
-import difflib
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from cagtool.report.recompiles.explain import (
@@ -41,8 +39,8 @@ from cagtool.report.recompiles.explain import (
     CAUSE_STRUCTURE,
     Cause,
 )
-
-YOUR_CODE = "your code"
+from cagtool.verify.patch import Patch, unified_diff
+from cagtool.verify.value_patches import value_patch
 
 # torch's registration calls whose hook becomes part of the autograd graph compiled autograd keys on.
 _HOOK_CALLS = frozenset({
@@ -53,27 +51,6 @@ _HOOK_CALLS = frozenset({
     "register_backward_hook",
     "register_multi_grad_hook",
 })
-
-
-@dataclass
-class Patch:
-    """One code change for one cause: `diff` against the script; `patched` is the whole edited
-    text when cagtool can run it (`applicable`), else `why_not` says why it is only shown."""
-
-    name: str
-    causes: tuple[int, ...]
-    title: str
-    file: str  # the script, as the record names it (relative to the run's cwd when it was)
-    line: int | None  # the first line the edit changes, in the user's file
-    diff: str
-    applicable: bool
-    why_not: str | None = None
-    who: str = YOUR_CODE
-    patched: str | None = None
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "causes": list(self.causes), "title": self.title, "file": self.file, "line": self.line,
-                "diff": self.diff, "applicable": self.applicable, "why_not": self.why_not, "who": self.who}
 
 
 def _is_hook_registration(stmt: ast.stmt) -> bool:
@@ -116,10 +93,6 @@ def _inside_another_loop(tree: ast.AST, loop: ast.AST) -> bool:
             return True
         node = parents.get(node)
     return False
-
-
-def _diff(path: str, before: list[str], after: list[str]) -> str:
-    return "".join(difflib.unified_diff(before, after, fromfile=f"a/{path}", tofile=f"b/{path}"))
 
 
 def _parsed(script: str) -> tuple[str, ast.Module] | str:
@@ -172,7 +145,7 @@ def hook_patch(cause: Cause, script: str, display: str) -> Patch:
     # The registration goes on the lines right above the loop, at the loop's indentation.
     start = loop.lineno - 1
     after = lines[:start] + moved + lines[start: first - 1] + lines[last:]
-    diff = _diff(display, lines, after)
+    diff = unified_diff(display, lines, after)
     return Patch("hook-before-loop", (cause.number,), title, display, first, diff, why_not is None, why_not,
                  patched="".join(after) if why_not is None else None)
 
@@ -205,7 +178,7 @@ def zero_grad_patch(cause: Cause, script: str, display: str) -> Patch:
         raw = row.encode()
         after[kw.lineno - 1] = (raw[: value.col_offset] + b"True" + raw[value.end_col_offset:]).decode()
     first = min(kw.lineno for kw in found)
-    return Patch("zero-grad-to-none", (cause.number,), title, display, first, _diff(display, lines, after), True,
+    return Patch("zero-grad-to-none", (cause.number,), title, display, first, unified_diff(display, lines, after), True,
                  patched="".join(after))
 
 
@@ -227,9 +200,6 @@ def patch_for(cause: Cause, script: str | None, display: str | None) -> Patch | 
     if cause.code == CAUSE_GRAD_DEFINED and script is not None and os.path.isfile(script):
         return zero_grad_patch(cause, script, display or script)
     if cause.code == CAUSE_DYNAMO_FRAME:
-        # Imported here: value_patches builds on this module's Patch.
-        from cagtool.verify.value_patches import value_patch
-
         patch = value_patch(cause, script, display)
         if patch is not None:
             return patch

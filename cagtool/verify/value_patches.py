@@ -37,7 +37,7 @@ from cagtool.record.schema import SourceRef
 from cagtool.report.recompiles.explain import Cause
 from cagtool.report.recompiles.table import guard_text
 from cagtool.torch_text import value_guard
-from cagtool.verify.patches import YOUR_CODE, Patch, _diff
+from cagtool.verify.patch import YOUR_CODE, Patch, unified_diff
 
 SCALAR = "scalar-to-tensor"
 BRANCH = "branch-to-where"
@@ -262,7 +262,7 @@ def value_patch(cause: Cause, script: str | None, display: str | None) -> Patch 
     if argument is None:
         return why_not(reason, caller.line)
     after = _replace(lines, argument, wrap.format(ast.get_source_segment(text, argument)))
-    diff = _diff(display, lines, after)
+    diff = unified_diff(display, lines, after)
     if not _imports_torch(tree):
         return why_not("the script does not `import torch` at its top level: the call site cannot name torch.tensor", caller.line, diff)
     return Patch(SCALAR, (cause.number, *cause.consequences), title, display, caller.line, diff, True, who=YOUR_CODE, patched="".join(after))
@@ -309,4 +309,4 @@ def _branch_patch(cause: Cause, tree: ast.Module, lines: list[str], func: ast.Fu
     also = "" if argument is not None else "; the call site was not found, and it must pass the flag as a tensor (torch.tensor(...)) too"
     why = ("torch.where computes both sides on every call and needs both to be tensors that broadcast to one shape, which "
            f"the source does not say; a bool flag recompiles at most once per value (Dynamo keeps both graphs){also}")
-    return shown(why, first, _diff(display, lines, after))
+    return shown(why, first, unified_diff(display, lines, after))

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from cagtool.capture.observe import graph_dump, source
 from cagtool.capture.steps.tracker import StepTracker
-from cagtool.capture.writer import RecordWriter
+from cagtool.record.writer import RecordWriter
 from cagtool.record.schema import (
     CACompileEvent,
     CacheMissEvent,

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from typing import TYPE_CHECKING
 
-from cagtool.capture.writer import warn
+from cagtool.record.writer import warn
 from cagtool.record.schema import (
     ARTIFACT_AOT_BACKWARD,
     ARTIFACT_STACK,
@@ -29,7 +29,7 @@ from cagtool.torch_text import compile_id_of, graph_break_at
 
 if TYPE_CHECKING:  # the handler reads a live run's steps, or an import's (which has none)
     from cagtool.capture.steps.tracker import StepTracker
-    from cagtool.capture.writer import RecordWriter
+    from cagtool.record.writer import RecordWriter
 
 TRACE_LOGGER = "torch.__trace"
 # cagtool's own key in a record's metadata: the user's line behind a recompile (a SourceRef), put

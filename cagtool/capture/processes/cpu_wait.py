@@ -116,7 +116,7 @@ class CpuWaitSampler:
         """`<mode_dir>/cpu_wait.json`, when there are samples to place a steady window in."""
         if len(self.samples) < 2:
             return
-        from cagtool.capture.writer import write_json_atomic
+        from cagtool.record.writer import write_json_atomic
 
         try:
             write_json_atomic(mode_dir / CPU_WAIT_FILE, {

@@ -37,7 +37,7 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cagtool.capture.processes import launch_audit
 from cagtool.capture.observe.ddp_watch import DDPWatch
@@ -45,6 +45,9 @@ from cagtool.capture.processes.identity import ROLE_CHILD, ROLE_MAIN, attempt_fr
 from cagtool.capture.processes.lifeline import StopStacks
 from cagtool.record.manifest import ExceptionInfo, ModeManifest
 from cagtool.record.schema import GRAPHS_DIR, PROCS_DIR, STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED, STATUS_RUNNING, TRACE_DIR, FindingEvent
+
+if TYPE_CHECKING:  # imported when a record is made: every followed process imports this module at start-up
+    from cagtool.capture.recorder import Recorder
 
 FOLLOW_ENV = "CAGTOOL_FOLLOW"
 BOOTSTRAP_DIR = Path(__file__).resolve().with_name("bootstrap")
@@ -105,17 +108,10 @@ class ProcessRecord:
     """One process's record and the instruments writing it. The main process's is built from
     child.py's objects (child.py closes it); a followed process's is built and closed here."""
 
-    def __init__(self, config: FollowConfig, writer: Any, manifest: ModeManifest, role: str,
-                 steps: Any = None, observer: Any = None) -> None:
+    def __init__(self, config: FollowConfig, recorder: Recorder, role: str) -> None:
         self.config = config
-        self.writer = writer
-        self.manifest = manifest
+        self.recorder = recorder
         self.role = role
-        self.steps = steps
-        self.observer = observer
-        self.started = time.perf_counter()
-        self.counters_baseline: dict[str, dict[str, int]] = {}
-        self.closed = False
         self.exit_code: int | None = None
         self.exception: ExceptionInfo | None = None
         # Set when a KeyboardInterrupt (SIGINT) went through the script, whatever caught it after:
@@ -125,6 +121,22 @@ class ProcessRecord:
         # A followed process stopped by SIGTERM/SIGHUP leaves its threads' stacks in its record
         # (lifeline.py): armed when the record is made, and again in a forked child.
         self.stop_stacks = StopStacks()
+
+    @property
+    def writer(self) -> Any:
+        return self.recorder.writer
+
+    @property
+    def manifest(self) -> ModeManifest:
+        return self.recorder.manifest
+
+    @property
+    def steps(self) -> Any:
+        return self.recorder.steps
+
+    @property
+    def closed(self) -> bool:
+        return self.recorder.closed
 
     @property
     def key(self) -> str:
@@ -197,10 +209,10 @@ class ProcessRecord:
         self.manifest.ended_at = self.manifest.duration_s = self.manifest.exit_code = self.manifest.exception = None
         self.manifest.torch_counters = {}
         self.role = ROLE_CHILD
-        self.closed = False
-        self.started = time.perf_counter()
+        self.recorder.closed = False
+        self.recorder.started = time.perf_counter()
         # torch's counters and compiled-autograd cache are inherited: the record counts from here.
-        self.counters_baseline = counter_snapshot() if "torch._dynamo" in sys.modules else {}
+        self.recorder.counters_from = counter_snapshot() if "torch._dynamo" in sys.modules else {}
         if self.steps is not None:
             self.steps.restart()
         self.ddp = self._new_ddp_watch()
@@ -218,63 +230,23 @@ class ProcessRecord:
 
     def close(self, exit_code: int | None = None) -> None:
         """Finish a followed process's record (never the main's: child.py owns that)."""
-        if self.closed or self.role != ROLE_CHILD:
+        if self.recorder.closed or self.role != ROLE_CHILD:
             return
-        self.closed = True
-        from cagtool.capture.run.child import cagtool_memory, job_peaks
-        from cagtool.capture.torch_counters import counter_delta, counter_snapshot
+        from cagtool.capture.recorder import job_peaks
 
         code = self.exit_code if exit_code is None else exit_code
         code = 0 if code is None else code
         peaks = job_peaks()  # before cagtool's own end-of-run work
-        try:
-            if self.steps is not None and self.steps.backward_calls:
-                self.steps.emit_final_state()
-                from cagtool.capture.run.child import _emit_grad_digests
-
-                _emit_grad_digests(self.writer, self.steps, self.manifest)
-            if self.steps is not None:
-                self.steps.device.finish()  # CUDA step times and losses, read now that the job is done
-            self.before_close()
-        except Exception:  # noqa: BLE001 - the record must still close
-            pass
-        manifest = self.manifest
-        manifest.status = STATUS_FINISHED if code == 0 else STATUS_FAILED
-        manifest.exit_code = code
-        manifest.exception = self.exception
+        status, exception = (STATUS_FINISHED if code == 0 else STATUS_FAILED), self.exception
         if self.interrupted is not None:
             # A signal stopped the script: interrupted, whatever its launcher made of it.
-            manifest.status = STATUS_INTERRUPTED
-            manifest.exception = self.interrupted
-        manifest.ended_at = _now()
-        manifest.duration_s = time.perf_counter() - self.started
-        manifest.peak_rss_bytes, manifest.peak_device_memory_bytes = peaks
-        try:
-            manifest.options["cagtool_memory"] = cagtool_memory(peaks, self.steps.device if self.steps is not None else None)
-        except Exception:  # noqa: BLE001 - the record must still close
-            pass
-        if "torch._dynamo" in sys.modules:
-            manifest.torch_counters = counter_delta(self.counters_baseline, counter_snapshot())
-            from cagtool.capture.observe.torch_logs import pgo_suggestion
-
-            if (suggestion := pgo_suggestion()) is not None:  # never raises
-                manifest.options["pgo_suggestion"] = suggestion  # torch's own words, as the main record keeps them
-        seed = manifest.options.get("seed")
-        if isinstance(seed, dict) and "torch" in sys.modules:
-            from cagtool.capture.run.seeding import script_reseeded
-
-            try:
-                seed["script_reseeded"] = script_reseeded(seed)
-            except Exception:  # noqa: BLE001 - the record must still close
-                pass
-        if self.observer is not None:
-            try:
-                manifest.options.update(self.observer.manifest_notes())
-            except Exception:  # noqa: BLE001 - the record must still close
-                pass
+            status, exception = STATUS_INTERRUPTED, self.interrupted
+        # The process is exiting: its instruments stay on torch; a process with no backward has
+        # no numerics to write (and, having recorded nothing else, leaves no record).
+        self.recorder.wind_down(self.before_close, numerics=bool(self.steps is not None and self.steps.backward_calls),
+                                uninstall=False)
         self.stop_stacks.disarm()  # the record is about to say how the process ended
-        self.writer.write_manifest()
-        self.writer.close()
+        self.recorder.close(status, code, exception, peaks)
         self._drop_if_empty()
 
     def _drop_if_empty(self) -> None:
@@ -400,13 +372,14 @@ def _wrap_spawn_worker() -> None:
     spawn._wrap = _wrap  # type: ignore[union-attr]
 
 
-def attach_main(spec: Any, writer: Any, manifest: ModeManifest, steps: Any, observer: Any) -> ProcessRecord:
+def attach_main(spec: Any, recorder: Recorder) -> ProcessRecord:
     """The process cagtool started (child.py's ModeSpec and instruments): its children will be
     followed; its own record stays child.py's to close."""
     global _current
     import cagtool
     from cagtool.capture.modes.mode_setup import CA_OPTIMIZE_DDP
 
+    manifest = recorder.manifest
     config = FollowConfig(
         mode=spec.mode,
         mode_dir=str(Path(spec.mode_dir).resolve()),
@@ -423,7 +396,7 @@ def attach_main(spec: Any, writer: Any, manifest: ModeManifest, steps: Any, obse
     )
     if spec.mode == "ca":
         manifest.options["optimize_ddp"] = {"value": CA_OPTIMIZE_DDP, "set_by": "cagtool"}
-    record = ProcessRecord(config, writer, manifest, ROLE_MAIN, steps, observer)
+    record = ProcessRecord(config, recorder, ROLE_MAIN)
     _current = record
     set_child_environment(config)
     _install_process_hooks(config)
@@ -507,7 +480,8 @@ def _make_child_record(with_torch: bool) -> ProcessRecord | None:
     if config is None:
         return None
     from cagtool.capture.versions import imported_torch_version, record_versions
-    from cagtool.capture.writer import RecordWriter
+    from cagtool.capture.recorder import Recorder
+    from cagtool.record.writer import RecordWriter
 
     key = child_key(rank_from_env(), attempt=attempt_from_env())
     record_dir = config.procs_dir / key
@@ -528,8 +502,7 @@ def _make_child_record(with_torch: bool) -> ProcessRecord | None:
         options={"followed": True, "trace_nodes": config.trace_nodes, "torch_trace": config.torch_trace, "seed": _seeding},
         process=process_info(ROLE_CHILD, key, argv=argv),
     )
-    writer = RecordWriter(record_dir, manifest)
-    record = ProcessRecord(config, writer, manifest, ROLE_CHILD)
+    record = ProcessRecord(config, Recorder(RecordWriter(record_dir, manifest), manifest, counters_from={}), ROLE_CHILD)
     record.stop_stacks.arm(record_dir)
     _current = record
     return record
@@ -549,10 +522,6 @@ def _setup_torch_in_child() -> None:
     import torch
 
     from cagtool.capture.modes import mode_setup
-    from cagtool.capture.observe.ca_observer import CaptureObserver
-    from cagtool.capture.steps.tracker import StepTracker
-    from cagtool.capture.observe import dynamo_taps
-    from cagtool.capture.observe.torch_logs import StructuredLogHandler
 
     config = _child_config
     assert config is not None
@@ -562,26 +531,9 @@ def _setup_torch_in_child() -> None:
         from cagtool.capture.versions import imported_torch_version, record_versions
 
         record.manifest.versions = record_versions(imported_torch_version())
-    from cagtool.capture.steps.grad_digest import GradDigests
-
-    digests = GradDigests(config.parity_every, config.digest_steps or ())
-    digests.names.install()
-    steps = StepTracker(record.writer, config.mode, digests=digests)
-    if config.parity and config.mode != "eager":
-        from cagtool.capture.run.child import _eager_randomness
-
-        _eager_randomness()
-    observer = CaptureObserver(record.writer, steps, mode_setup.make_compiler(config.backend) if config.mode == "ca" else None)
-    dynamo_taps.install(StructuredLogHandler(record.writer, steps))  # for the rest of the process
-    if config.torch_trace:
-        from cagtool.capture.observe.torch_logs import guard_trace_output
-
-        # As in the main process: a full disk stops this rank's trace with one line, not a
-        # logging traceback per structured record.
-        guard_trace_output(lambda stopped: setattr(record.manifest, "trace_stopped", stopped))
-    steps.install()
-    observer.install()
-    record.steps, record.observer = steps, observer
+    record.recorder.instrument(config.mode, config.backend, parity_every=config.parity_every, digest_steps=config.digest_steps,
+                               parity=config.parity, torch_trace=config.torch_trace)
+    observer = record.recorder.observer
     if config.trace_nodes:
         torch.autograd.set_detect_anomaly(True, check_nan=False)
     record.mode_stack = mode_setup.enter_for_process(config.mode, observer, config.dynamic)  # type: ignore[attr-defined]

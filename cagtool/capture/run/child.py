@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cagtool.capture.modes.mode_setup import make_compiler, mode_context, prepare_environment
-from cagtool.capture.torch_counters import counter_snapshot
+from cagtool.capture.modes.mode_setup import mode_context, prepare_environment
 from cagtool.capture.versions import imported_torch_version, record_versions
 
 EXIT_NO_CA = 2
@@ -53,60 +52,6 @@ class TimeLimitReached(BaseException):
     pass
 
 
-def _has_compiled_autograd() -> bool:
-    import torch
-
-    ca_module = getattr(torch._dynamo, "compiled_autograd", None)
-    return bool(
-        ca_module is not None
-        and hasattr(ca_module, "_enable")
-        and hasattr(ca_module, "AutogradCompilerInstance")
-        and hasattr(getattr(torch._C, "_dynamo", None), "compiled_autograd")
-    )
-
-
-def _peak_rss_bytes() -> int | None:
-    try:
-        import resource
-
-        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-    except Exception:  # noqa: BLE001 - not on this platform
-        return None
-
-
-def _peak_cuda_bytes() -> int | None:
-    """torch.cuda.max_memory_allocated, summed over the devices this process used; None when the
-    job never initialised CUDA (cagtool does not initialise it for the job)."""
-    try:
-        import torch
-
-        if not torch.cuda.is_initialized():
-            return None
-        return sum(int(torch.cuda.max_memory_allocated(d)) for d in range(torch.cuda.device_count()))
-    except Exception:  # noqa: BLE001 - a broken CUDA state must not lose the record
-        return None
-
-
-def job_peaks() -> tuple[int | None, int | None]:
-    """(peak RSS, peak CUDA bytes) as the job left them: read before cagtool's own end-of-run work
-    (the float64 norms, reading the deferred losses), which could otherwise raise them."""
-    return _peak_rss_bytes(), _peak_cuda_bytes()
-
-
-def cagtool_memory(before: tuple[int | None, int | None], device: Any) -> dict[str, Any]:
-    """What cagtool itself allocated, for the manifest (options["cagtool_memory"]): the loss
-    storage (device_readings.py), and how far its end-of-run work raised the peaks read before it
-    (`before`, from job_peaks; 0 when it stayed under them)."""
-    after = job_peaks()
-
-    def added(was: int | None, now: int | None) -> int | None:
-        return None if was is None or now is None else max(now - was, 0)
-
-    footprint = device.footprint() if device is not None else {}
-    return {**footprint, "end_of_run_peak_rss_added_bytes": added(before[0], after[0]),
-            "end_of_run_peak_device_added_bytes": added(before[1], after[1])}
-
-
 def main(spec_path: str) -> int:
     spec = ModeSpec(**json.loads(Path(spec_path).read_text()))
     from cagtool.capture.processes.lifeline import SignalStop, die_with_parent, exit_code_for, install_child_handlers, stop_taken
@@ -134,15 +79,13 @@ def _record_mode(spec: ModeSpec) -> int:
 
     import torch  # noqa: F401 - after the environment is set
 
-    from cagtool.capture.observe.ca_observer import CaptureObserver
     from cagtool.capture.processes.identity import ROLE_MAIN, process_info
     from cagtool.capture.processes.lifeline import STOP_SIGNALS, SignalStop, exit_code_for, ignore_further_stops, signal_tree, stop_taken
     from cagtool.capture.run.status import LiveStatus, status_enabled
-    from cagtool.capture.steps.tracker import StepLimitReached, StepTracker
+    from cagtool.capture.recorder import Recorder, has_compiled_autograd, job_peaks
+    from cagtool.capture.steps.tracker import StepLimitReached
     from cagtool.capture.run.target import Target, print_user_traceback, run_target
-    from cagtool.capture.observe import dynamo_taps
-    from cagtool.capture.observe.torch_logs import StructuredLogHandler, guard_trace_output
-    from cagtool.capture.writer import RecordWriter, close_run_of_dead_parent
+    from cagtool.record.writer import RecordWriter, close_run_of_dead_parent
     from cagtool.record.manifest import ExceptionInfo, ModeManifest
     from cagtool.record.schema import STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED
 
@@ -157,7 +100,7 @@ def _record_mode(spec: ModeSpec) -> int:
         started += waited_s
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
 
-    if not _has_compiled_autograd():
+    if not has_compiled_autograd():
         # The parent turns this into its one-line error and stops the run.
         (Path(spec.mode_dir) / STARTUP_ERROR_FILE).write_text(
             f"this torch build ({torch.__version__}) has no compiled autograd "
@@ -180,25 +123,15 @@ def _record_mode(spec: ModeSpec) -> int:
         process=process_info(ROLE_MAIN, "main", argv=[target.name, *target.args]),
     )
     writer = RecordWriter(mode_dir, manifest, clock_start=started)
-    from cagtool.capture.steps.grad_digest import GradDigests
-
-    digests = GradDigests(spec.parity_every, spec.digest_steps or ())
-    digests.names.install()
-    steps = StepTracker(writer, spec.mode, max_steps=spec.max_steps, digests=digests)
     if spec.parity_every:
         manifest.options["parity_every"] = spec.parity_every
-    if spec.parity and spec.mode != "eager":
-        _eager_randomness()
-    observer = CaptureObserver(writer, steps, make_compiler(spec.backend) if spec.mode == "ca" else None)
-    handler = StructuredLogHandler(writer, steps)
-    taps = dynamo_taps.install(handler)  # no handler on torch's structured logger (dynamo_taps.py)
-    if spec.torch_trace:
-        guard_trace_output(lambda stopped: setattr(manifest, "trace_stopped", stopped))
-    steps.install()
-    observer.install()
+    recorder = Recorder(writer, manifest, started=started)
+    recorder.instrument(spec.mode, spec.backend, max_steps=spec.max_steps, parity_every=spec.parity_every,
+                        digest_steps=spec.digest_steps, parity=spec.parity, torch_trace=spec.torch_trace)
+    steps, observer = recorder.steps, recorder.observer
     from cagtool.capture.processes.follow import attach_main
 
-    followed = attach_main(spec, writer, manifest, steps, observer)  # the Python processes the target starts
+    followed = attach_main(spec, recorder)  # the Python processes the target starts
     # SIGTERM and SIGHUP keep their default action, as under python: the process dies at once and
     # the parent closes this record, with every thread's stack left beside it (lifeline.py).
     followed.stop_stacks.arm(mode_dir)
@@ -285,40 +218,8 @@ def _record_mode(spec: ModeSpec) -> int:
         if spec.max_time:
             signal.setitimer(signal.ITIMER_REAL, 0)
         peaks = job_peaks()
-        # Each step of winding down may meet what the script left behind (a stop that a hook
-        # caught and raises again on the way out, a failing device read): none may keep the
-        # record and run.json from being closed below.
-        for wind_down in (steps.emit_final_state, lambda: _emit_grad_digests(writer, steps, manifest), digests.names.uninstall,
-                          steps.note_traced_backward, followed.before_close, steps.uninstall, observer.uninstall, taps.uninstall):
-            try:
-                wind_down()
-            except BaseException:  # noqa: BLE001 - the record must still close
-                pass
-        manifest.status = status
-        manifest.exit_code = exit_code
-        manifest.exception = exception
-        manifest.ended_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        manifest.duration_s = time.perf_counter() - started
-        manifest.peak_rss_bytes, manifest.peak_device_memory_bytes = peaks
-        try:
-            manifest.options["cagtool_memory"] = cagtool_memory(peaks, steps.device)
-        except Exception:  # noqa: BLE001 - the record must still close
-            pass
-        manifest.torch_counters = counter_snapshot()
-        manifest.options["seed"]["script_reseeded"] = script_reseeded(manifest.options["seed"])
-        if steps.errors:
-            manifest.options["step_tracking_errors"] = {"count": steps.errors, "last": steps.last_error}
-        if steps.device.dropped_losses:
-            manifest.options["losses_not_kept"] = steps.device.dropped_losses
-        if handler.errors:
-            manifest.options["structured_log_errors"] = {"count": handler.errors, "last": handler.last_error}
-        from cagtool.capture.observe.torch_logs import pgo_suggestion
-
-        if (suggestion := pgo_suggestion()) is not None:
-            manifest.options["pgo_suggestion"] = suggestion  # torch's own words, shown beside cagtool's
-        manifest.options.update(observer.manifest_notes())
-        writer.write_manifest()
-        writer.close()
+        recorder.wind_down(followed.before_close)
+        recorder.close(status, exit_code, exception, peaks)
         if parent_died:
             close_run_of_dead_parent(mode_dir.parent, mode_dir.name, exit_code, manifest.ended_at)
             _remove_temp_cache(spec.temp_cache_dir)
@@ -340,33 +241,6 @@ def _remove_temp_cache(path: str | None) -> None:
         os.rmdir(os.path.dirname(path))  # only when empty: another mode process may still hold its own
     except OSError:
         pass
-
-
-def _eager_randomness() -> None:
-    """`cagtool run --parity`: Inductor's compiled code calls torch's own random ops (the eager
-    stream, seeded alike in every mode: seeding.py) instead of its own generator, so dropout and
-    friends draw the same numbers as in eager mode and gradients compare."""
-    try:
-        import torch._inductor.config as inductor_config
-
-        inductor_config.fallback_random = True
-    except Exception:  # noqa: BLE001 - a torch without Inductor: nothing draws differently
-        pass
-
-
-def _emit_grad_digests(writer: Any, steps: Any, manifest: Any) -> None:
-    """The gradient digests, read back from the device now (the run's only wait for them), and
-    whether compiled code drew eager-equal random numbers (what a parity verdict depends on)."""
-    from cagtool.record.schema import GradDigestEvent
-
-    try:
-        for fields in steps.grad_digest_events():
-            writer.emit(GradDigestEvent, **fields)
-    except Exception as exc:  # noqa: BLE001 - numerics are a bonus; the record must still close
-        manifest.options["grad_digest_error"] = f"{type(exc).__name__}: {exc}"[:500]
-    # Not imported here when the job never used Inductor: then nothing drew Inductor's numbers.
-    inductor_config = sys.modules.get("torch._inductor.config")
-    manifest.options["fallback_random"] = bool(getattr(inductor_config, "fallback_random", False))
 
 
 def _wait_for_go(go_fd: int) -> float | None:

@@ -25,7 +25,7 @@ from cagtool.capture.processes.lifeline import STOP_SIGNALS, ChildSupervisor, ad
 from cagtool.capture.run.status import restore_terminal
 from cagtool.capture.run.stdin_feed import ModeStdin, StdinFeed
 from cagtool.capture.run.target import Target, module_file
-from cagtool.capture.writer import write_json_atomic, write_run_meta
+from cagtool.record.writer import write_json_atomic, write_run_meta
 from cagtool.record.manifest import RunMeta
 from cagtool.record.seal import seal_job
 from cagtool.record.liveness import signal_stop_exception, this_process

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cagtool.capture.writer import RecordWriter
+from cagtool.record.writer import RecordWriter
 from cagtool.record.schema import StepDeviceEvent
 
 # Losses waiting to be read (one per step: 4 bytes of pinned host memory each on CUDA, a device

@@ -44,7 +44,7 @@ from typing import Any, Callable
 from cagtool.capture.observe import dynamo_skip, source
 from cagtool.capture.steps.device_readings import DeviceReadings
 from cagtool.capture.steps.grad_digest import REASON_LAST, GradDigests
-from cagtool.capture.writer import MAX_HELD_LINES, RecordWriter
+from cagtool.record.writer import MAX_HELD_LINES, RecordWriter
 from cagtool.record.schema import (
     FIRST_STEP,
     STEP_BOUNDARY_BACKWARD,

@@ -28,7 +28,6 @@ Conventions, chosen to match PyTorch's own benchmarks where they have one:
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Union
@@ -38,312 +37,36 @@ from cagtool.record.schema import (
     FIRST_STEP,
     MODES,
     STATUS_FINISHED,
-    STATUS_RUNNING,
     FinalStateEvent,
 )
-from cagtool.report.figures.intervals import MIN_SIGN_BLOCKS, ProcessSteps, RatioInterval, TimingSample, method_words, paired_ratios, ratio_interval, timing_sample
+from cagtool.report.figures.intervals import MIN_SIGN_BLOCKS, RatioInterval, method_words, paired_ratios, ratio_interval
 from cagtool.report.figures.metrics import (
     CpuWait,
-    ModeMetrics,
-    StepStats,
-    cpu_wait,
     load_range,
-    median_slowdown,
-    mode_metrics,
-    record_step_intervals,
-    stats_of_intervals,
-    steady_cpu_seconds,
-    step_waits,
     step_losses,
 )
 
-STATUS_MISSING = "missing"  # listed in run.json but no manifest was written (the process died early)
-
-
-def base_mode(record_name: str) -> str:
-    """`ca.2` -> `ca`: repetitions are stored as `<mode>.<n>` directories."""
-    head, dot, tail = record_name.rpartition(".")
-    return head if dot and tail.isdigit() else record_name
-
-
-def repetition_index(record_name: str) -> int:
-    head, dot, tail = record_name.rpartition(".")
-    return int(tail) if dot and tail.isdigit() else 1
-
-
-@dataclass(frozen=True)
-class ModeFailure:
-    """Why one recorded mode (or repetition) did not finish cleanly."""
-
-    record: str  # directory name: "ca" or "ca.2"
-    status: str  # failed | timeout | interrupted | running (killed) | missing
-    exit_code: int | None
-    reason: str  # one line: "RuntimeError: boom", "stopped after 5 s (--max-time)"...
-
-    def describe(self) -> str:
-        code = f", exit code {self.exit_code}" if self.exit_code not in (None, 0) else ""
-        return f"{self.record}: {self.status}{code}: {self.reason}"
-
-
-@dataclass(frozen=True)
-class ModeColumn:
-    """One mode of a run, repetitions pooled.
-
-    Counts (graphs, breaks, recompiles) come from the first repetition that left a record: they
-    are deterministic. Step times pool the steady intervals of every repetition; compile time and
-    time to first step are the median over repetitions (each ran with a fresh compile cache unless
-    --warm-cache); peak memory is the largest."""
-
-    name: str  # eager | aot | ca
-    records: tuple[str, ...]  # directory names pooled, in run order: ("ca", "ca.2")
-    metrics: ModeMetrics | None  # of the first repetition with a record; None when none has one
-    step_time: StepStats  # pooled over repetitions
-    repetition_medians: tuple[float | None, ...] = ()
-    timing: TimingSample | None = None  # what the intervals of its step times are made from
-    compile_time_s: float | None = None
-    compile_phases_s: dict[str, float] = field(default_factory=dict)
-    first_step_s: float | None = None
-    peak_rss_bytes: int | None = None
-    peak_device_memory_bytes: int | None = None  # CUDA max allocated, when the job used CUDA
-    failures: tuple[ModeFailure, ...] = ()
-    # How long its processes waited for a CPU in their steady steps, repetitions summed; None where
-    # it was not measured (metrics.CpuWait).
-    cpu_wait: CpuWait | None = None
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures and self.metrics is not None
-
-    @property
-    def status(self) -> str:
-        return self.failures[0].status if self.failures else STATUS_FINISHED
-
-    @property
-    def exit_code(self) -> int | None:
-        for failure in self.failures:
-            if failure.exit_code not in (None, 0):
-                return failure.exit_code
-        if self.failures:
-            return self.failures[0].exit_code
-        return self.metrics.exit_code if self.metrics is not None else None
-
-
-def _failure_of(name: str, record: ModeRecord | None, exit_code: int | None) -> ModeFailure | None:
-    if record is None:
-        reason = "no record was written (the process died before starting the target)"
-        return ModeFailure(name, STATUS_MISSING, exit_code, reason)
-    manifest = record.manifest
-    if manifest.status == STATUS_FINISHED and manifest.exit_code in (0, None):
-        return None
-    code = manifest.exit_code if manifest.exit_code is not None else exit_code
-    if manifest.status == STATUS_RUNNING:
-        signal_note = f" (exit code {code})" if code not in (None, 0) else ""
-        return ModeFailure(name, STATUS_RUNNING, code, f"the record was never finished: the process was killed{signal_note}")
-    if manifest.exception is not None:
-        exc = manifest.exception
-        first_line = (exc.message or "").strip().splitlines()[0] if (exc.message or "").strip() else ""
-        reason = f"{exc.type}: {first_line}" if first_line else exc.type
-    else:
-        reason = f"exited with code {code}"
-    return ModeFailure(name, manifest.status, code, reason)
-
-
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
-def mode_column(name: str, records: list[tuple[str, ModeRecord | None]], exit_codes: dict[str, int | None]) -> ModeColumn:
-    """Pool one mode's repetitions, given as (directory name, record or None) in run order."""
-    present = [(n, r) for n, r in records if r is not None]
-    failures = tuple(f for n, r in records if (f := _failure_of(n, r, exit_codes.get(n))) is not None)
-    if not present:
-        return ModeColumn(name, tuple(n for n, _ in records), None, stats_of_intervals([], []), failures=failures)
-    per_rep = [(r, mode_metrics(r)) for _, r in present]
-    intervals: list[float] = []
-    excluded: list[int] = []
-    clocks: set[str] = set()
-    processes: list[ProcessSteps] = []
-    for (record_name, _), (record, _metrics) in zip(present, per_rep):
-        rep_intervals, rep_excluded, clock = record_step_intervals(record)
-        processes.append(_process_steps(record, repetition_index(record_name), rep_intervals, clock))
-        intervals.extend(rep_intervals)
-        excluded.extend(rep_excluded)
-        clocks.add(clock)
-    firsts = [m.step_time.first_step_s for _, m in per_rep if m.step_time and m.step_time.first_step_s is not None]
-    first = per_rep[0][1]
-    phases = {
-        key: _median([m.compile_phases_s.get(key, 0.0) for _, m in per_rep]) or 0.0
-        for key in first.compile_phases_s
-    }
-    peaks = [m.peak_rss_bytes for _, m in per_rep if m.peak_rss_bytes is not None]
-    device_peaks = [m.peak_device_memory_bytes for _, m in per_rep if m.peak_device_memory_bytes is not None]
-    return ModeColumn(
-        name=name,
-        records=tuple(n for n, _ in records),
-        metrics=first,
-        # Excluded steps are listed per repetition; the first one's are the informative ones.
-        step_time=_pooled_stats(per_rep, intervals, sorted(set(excluded)), _median(firsts), "device" if clocks == {"device"} else "wall"),
-        repetition_medians=tuple(m.step_time.median_s if m.step_time else None for _, m in per_rep),
-        timing=timing_sample(processes, "device" if clocks == {"device"} else "wall"),
-        compile_time_s=_median([m.compile_time_s for _, m in per_rep]),
-        compile_phases_s=phases,
-        first_step_s=_median(firsts),
-        peak_rss_bytes=max(peaks) if peaks else None,
-        peak_device_memory_bytes=max(device_peaks) if device_peaks else None,
-        failures=failures,
-        cpu_wait=_pooled_cpu_wait([record for record, _ in per_rep]),
-    )
-
-
-def _process_steps(record: ModeRecord, block: int, times: list[float], clock: str) -> ProcessSteps:
-    """One process's steady steps for the intervals: its times, and on the wall clock its CPU
-    times and waits for a CPU where the record has them for every steady step."""
-    cpu = steady_cpu_seconds(record) if clock == "wall" else None
-    thread = steady_cpu_seconds(record, "thread_cpu_s") if cpu is not None else None
-    waits = step_waits(record) if cpu is not None else None
-    return ProcessSteps(
-        block, times,
-        cpu if cpu is not None and len(cpu) == len(times) else None,
-        waits[1] if waits is not None and len(waits[1]) == len(times) else None,
-        thread if thread is not None and len(thread) == len(times) else None,
-    )
-
-
-def _pooled_cpu_wait(records: list[ModeRecord]) -> CpuWait | None:
-    """The repetitions' CPU wait summed; None unless every repetition has its reading."""
-    readings = [cpu_wait(record) for record in records]
-    if not readings or any(r is None for r in readings):
-        return None
-    return CpuWait(sum(r.wait_s for r in readings), sum(r.run_s for r in readings), sum(r.window_s for r in readings),  # type: ignore[union-attr]
-                   median_slowdown=median_slowdown(records))  # type: ignore[union-attr]
-
-
-def _pooled_stats(per_rep: list[tuple[ModeRecord, ModeMetrics]], intervals: list[float], excluded: list[int], first_step_s: float | None, clock: str) -> StepStats:
-    """`stats_of_intervals` of the pooled repetitions. One repetition's are its own metrics' (the
-    same intervals, first step and clock), already computed: a gate over 8 ranks of 100,000 steps
-    would sort each rank's steps again."""
-    if len(per_rep) == 1:
-        own = per_rep[0][1].step_time
-        if own is not None and own.count == len(intervals) and own.first_step_s == first_step_s and own.clock == clock:
-            return replace(own, excluded=excluded)
-    return stats_of_intervals(intervals, excluded, first_step_s, clock)
-
-
-def mode_columns(run: RunRecord) -> dict[str, ModeColumn]:
-    """Base mode -> pooled column, in the order modes first ran (eager, aot, ca for the default)."""
-    grouped: dict[str, list[tuple[str, ModeRecord | None]]] = {}
-    names = list(run.meta.modes) or list(run.modes)
-    for extra in run.modes:  # a record on disk that run.json does not list (an older writer)
-        if extra not in names:
-            names.append(extra)
-    for record_name in names:
-        grouped.setdefault(base_mode(record_name), []).append((record_name, run.modes.get(record_name)))
-    for reps in grouped.values():
-        reps.sort(key=lambda item: repetition_index(item[0]))
-    exit_codes = dict(run.meta.mode_exit_codes or {})
-    return {name: mode_column(name, reps, exit_codes) for name, reps in grouped.items()}
-
-
-# The per-mode fields every format shows (JSON keys; the table and CSV read the same values).
-NUMERIC_FIELDS = (
-    "forward_graphs",
-    "backward_graphs",
-    "aot_backward_graphs",
-    "ca_graphs",
-    "graph_breaks",
-    "recompiles",
-    "dynamo_recompiles",
-    "ca_cache_misses",
-    "ca_recompiles",
-    "compile_time_s",
-    "compile_dynamo_s",
-    "compile_aot_s",
-    "compile_inductor_s",
-    "compile_ca_capture_s",
-    "first_step_s",
-    "step_time_median_s",
-    "step_time_p10_s",
-    "step_time_p90_s",
-    "steady_steps",
-    "steps",
-    "peak_rss_bytes",
-    "peak_device_memory_bytes",
+from cagtool.report.figures.pooled import (  # re-exported: compare's renderers read them from here
+    ABOVE,
+    BELOW,
+    EFFECT,
+    HEAVY_WAIT,
+    INCONCLUSIVE,
+    LOAD_DIFFERED,
+    MIN_STEADY_STEPS,
+    ModeColumn,
+    ModeFailure,
+    NO_CHANGE,
+    NUMERIC_FIELDS,
+    TOO_FEW_STEPS,
+    base_mode,
+    mode_columns,
+    mode_fields,
+    speedup_verdict,
 )
 
-
-def mode_fields(column: ModeColumn) -> dict[str, Any]:
-    """The flat per-mode figures, keyed as in the JSON output (`modes.<name>`)."""
-    m = column.metrics
-    st = column.step_time
-    phases = column.compile_phases_s
-    return {
-        "status": column.status,
-        "exit_code": column.exit_code,
-        "repetitions": len(column.records),
-        "forward_graphs": m.forward_graphs if m else None,
-        "backward_graphs": m.backward_graphs if m else None,
-        "aot_backward_graphs": m.aot_backward_graphs if m else None,
-        "ca_graphs": m.ca_graphs if m else None,
-        "graph_breaks": m.graph_breaks if m else None,
-        "recompiles": m.recompiles if m else None,
-        "dynamo_recompiles": m.dynamo_recompiles if m else None,
-        "ca_cache_misses": m.ca_cache_misses if m else None,
-        "ca_recompiles": m.ca_recompiles if m else None,
-        "compile_time_s": column.compile_time_s,
-        "compile_dynamo_s": phases.get("dynamo") if m else None,
-        "compile_aot_s": phases.get("aot") if m else None,
-        "compile_inductor_s": phases.get("inductor") if m else None,
-        "compile_ca_capture_s": phases.get("ca_capture") if m else None,
-        "first_step_s": column.first_step_s,
-        "step_time_median_s": st.median_s,
-        "step_time_p10_s": st.p10_s,
-        "step_time_p90_s": st.p90_s,
-        "steady_steps": st.count,
-        "excluded_steps": list(st.excluded),
-        "steps": m.steps if m else None,
-        "peak_rss_bytes": column.peak_rss_bytes,
-        "peak_device_memory_bytes": column.peak_device_memory_bytes,
-        "unique_graphs": m.unique_graphs if m else None,
-        "autograd_captures": m.autograd_captures if m else None,
-    }
-
-
-# Fewer steady steps than this on either side and a speedup is not claimed, whatever its value.
-MIN_STEADY_STEPS = 5
-# The effect a comparison of modes is stated against: an interval within +/-5% of 1.0 is "no
-# change" (none larger than that), one clear of 1.0 is faster or slower, the rest inconclusive.
-EFFECT = 0.05
-
-
-# Verdicts of a ratio against a bound (1.0 in compare: faster or slower; the minimum in gate).
-TOO_FEW_STEPS = "too few steady steps"
-INCONCLUSIVE = "inconclusive"
-NO_CHANGE = "no change"
-LOAD_DIFFERED = "load differed"  # the machine's load on the two sides could explain the verdict
-ABOVE = "above"
-BELOW = "below"
-
-
-def speedup_verdict(
-    ratio: float,
-    low: float,
-    high: float,
-    steady_steps: int,
-    bound: float = 1.0,
-    min_samples: int = MIN_STEADY_STEPS,
-) -> str:
-    """The one rule for every timing ratio: `compare`'s speedups (bound 1.0), `gate
-    --min-speedup` (bound = the minimum) and gate's regressions against a baseline (ratio = now /
-    baseline, bound = 1 + the allowed regression; report.gate.checks). [low, high] is the ratio's
-    confidence interval (report.figures.intervals). Too few steady steps on either side
-    (`steady_steps` < `min_samples`) and nothing is claimed; an interval containing the bound is
-    inconclusive; otherwise the whole interval is above or below it."""
-    if steady_steps < min_samples:
-        return TOO_FEW_STEPS
-    if low <= bound <= high:
-        return INCONCLUSIVE
-    return ABOVE if low > bound else BELOW
-
+# Below a 2% difference in what waiting for a CPU does to the two sides, the load is not mentioned.
+LOAD_NEGLIGIBLE = math.log(1.02)
 
 # The pairs reported for one run, as (mode, baseline): "aot/eager" is aot's speedup over eager.
 SPEEDUP_PAIRS: tuple[tuple[str, str], ...] = (("aot", "eager"), ("ca", "eager"), ("ca", "aot"))
@@ -528,14 +251,6 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
     )
 
 
-# Below a 2% difference in what waiting for a CPU does to the two sides, the load is not mentioned.
-LOAD_NEGLIGIBLE = math.log(1.02)
-# A median step that waited this share of its runnable time or more is not judged against: the
-# CPU-bound model (a share w makes a step 1 / (1 - w) as long) is a lower bound, 1.35-1.40x short
-# of the measured slowdown of torch steps of one and two threads that waited 41-51% (within
-# metrics.LOAD_EXPONENT's range), and 1.8-2.2x short at 60-66%, beyond it (benchmarks/load_model.py;
-# docs/ci.md, "The machine's load").
-HEAVY_WAIT = 0.5
 
 
 def load_note(mode: str, mode_wait: CpuWait, baseline: str, baseline_wait: CpuWait, factor: float) -> str:

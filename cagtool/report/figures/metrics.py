@@ -104,7 +104,7 @@ class ModeMetrics:
     ca_recompiles: int = 0
     # Seconds of per-step lines (steps, backward calls) that may have died with the process: it
     # ended without closing its record (SIGKILL, SIGTERM at its default action, os._exit), and the
-    # writer holds those lines up to this long before writing them (capture/writer.py). None: none lost.
+    # writer holds those lines up to this long before writing them (record/writer.py). None: none lost.
     steps_lost_s: float | None = None
     # Graphs Dynamo compiled of DDP's all-reduce hook (`is_ddp_hook_compile`), and its recompiles
     # (counted in dynamo_recompiles too: they are recompiles torch did).

@@ -19,7 +19,7 @@ from typing import Any
 from cagtool.record.atomic import write_atomic
 from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord, check_format, read_json_object
-from cagtool.report.compare.analysis import ModeColumn, mode_columns
+from cagtool.report.figures.pooled import ModeColumn, mode_columns
 from cagtool.report.figures.intervals import FIELDS, TimingSample, median_of
 from cagtool.report.figures.metrics import mode_metrics
 from cagtool.report.ranks.analysis import lowest_rank, rank_view

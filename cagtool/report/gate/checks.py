@@ -16,7 +16,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from cagtool.errors import UsageError
-from cagtool.report.compare.analysis import ABOVE, BELOW, HEAVY_WAIT, INCONCLUSIVE, MIN_STEADY_STEPS, TOO_FEW_STEPS, speedup_verdict
+from cagtool.report.figures.pooled import ABOVE, BELOW, HEAVY_WAIT, INCONCLUSIVE, MIN_STEADY_STEPS, TOO_FEW_STEPS, speedup_verdict
 from cagtool.report.gate.baseline import ModeSnapshot, StepTimeSnapshot
 from cagtool.report.figures.intervals import RatioInterval, TimingSample, change_text, compile_sample, method_words, ratio_interval
 from cagtool.report.figures.metrics import load_range

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cagtool.capture.writer import RecordWriter, write_run_meta
+from cagtool.record.writer import RecordWriter, write_run_meta
 from cagtool.record.graph_file import GraphNode
 from cagtool.record.manifest import ExceptionInfo, ModeManifest, RunMeta
 from cagtool.record.schema import (

@@ -1,0 +1,34 @@
+"""A code change for one recompile cause (`Patch`), shared by the two kinds of edit: the
+mechanical ones (patches.py) and those for a guard on a Python value (value_patches.py)."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+YOUR_CODE = "your code"
+
+
+@dataclass
+class Patch:
+    """One code change for one cause: `diff` against the script; `patched` is the whole edited
+    text when cagtool can run it (`applicable`), else `why_not` says why it is only shown."""
+
+    name: str
+    causes: tuple[int, ...]
+    title: str
+    file: str  # the script, as the record names it (relative to the run's cwd when it was)
+    line: int | None  # the first line the edit changes, in the user's file
+    diff: str
+    applicable: bool
+    why_not: str | None = None
+    who: str = YOUR_CODE
+    patched: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "causes": list(self.causes), "title": self.title, "file": self.file, "line": self.line,
+                "diff": self.diff, "applicable": self.applicable, "why_not": self.why_not, "who": self.who}
+
+
+def unified_diff(path: str, before: list[str], after: list[str]) -> str:
+    return "".join(difflib.unified_diff(before, after, fromfile=f"a/{path}", tofile=f"b/{path}"))

@@ -81,7 +81,7 @@ class CaptureObserver:
 
         def begin_capture(inst, inputs, sizes, scalars, origins, *args, **kwargs):
             # A capture begun and never ended raised in torch: known at the next one at the latest.
-            observer._guarded("begin_capture", observer._on_begin, inst, sizes, origins)
+            observer._guarded("begin_capture", observer._on_begin, inst, sizes, origins, inputs)
             return orig_begin(inst, inputs, sizes, scalars, observer._origins_for_torch(origins), *args, **kwargs)
 
         def log_compile_reasons(inst, compile_reasons):
@@ -167,7 +167,20 @@ class CaptureObserver:
         self._next_record_id = max(self._next_record_id, record_id + 1)
         return record_id
 
-    def _on_begin(self, inst: Any, sizes: Any, origins: Any) -> None:
+    def _input_params(self, inputs: Any) -> dict[int, str]:
+        """i -> the module path of the parameter that is `inputs[i]` (the tensors themselves, before
+        torch replaces them with fakes); only parameters a live module holds are named."""
+        names = getattr(getattr(self.steps, "digests", None), "names", None)
+        if names is None:
+            return {}
+        params: dict[int, str] = {}
+        for index, tensor in enumerate(inputs):
+            name = names.name_of(tensor)
+            if name is not None:
+                params[index] = name
+        return params
+
+    def _on_begin(self, inst: Any, sizes: Any, origins: Any, inputs: Any = ()) -> None:
         self.check_failed_capture()
         self._open_capture = inst
         # C++ closes the capture object whether the capture ended or raised (its error is kept
@@ -198,6 +211,7 @@ class CaptureObserver:
             inst._cag_placeholder_origins = {"inputs": list(origins[0]), "scalars": list(origins[2])}
         except (IndexError, TypeError):
             inst._cag_placeholder_origins = {}
+        inst._cag_input_params = self._input_params(inputs)
         inst._cag_step = self.steps.current_step
         inst._cag_reason_logged = False
         inst._cag_caller = source.user_caller()
@@ -325,7 +339,7 @@ class CaptureObserver:
                 self.note_error("failed capture", exc)
 
     def _emit_graph(self, inst: Any, gm: Any, shapes: dict, record_id: int, torch_id: int, capture_s: float, compiler: Any) -> None:
-        summary = graph_dump.summarize_graph(gm, shapes, getattr(inst, "_cag_placeholder_origins", None))
+        summary = graph_dump.summarize_graph(gm, shapes, getattr(inst, "_cag_placeholder_origins", None), getattr(inst, "_cag_input_params", None))
         code = gm.print_readable(print_output=False, include_stride=True, include_device=True)
         code_rel, nodes_rel = self.writer.write_graph(record_id, f"!{torch_id}", code, summary.nodes)
         is_ours = self.cagtool_compiler is not None and compiler is self.cagtool_compiler

@@ -141,6 +141,7 @@ def _record_mode(spec: ModeSpec) -> int:
     from cagtool.capture.steps.tracker import StepLimitReached, StepTracker
     from cagtool.capture.run.target import Target, print_user_traceback, run_target
     from cagtool.capture.observe import dynamo_taps
+    from cagtool.capture.observe.compiling_now import CompilesInProgress
     from cagtool.capture.observe.torch_logs import StructuredLogHandler, guard_trace_output
     from cagtool.capture.writer import RecordWriter, close_run_of_dead_parent
     from cagtool.record.manifest import ExceptionInfo, ModeManifest
@@ -189,13 +190,17 @@ def _record_mode(spec: ModeSpec) -> int:
         manifest.options["parity_every"] = spec.parity_every
     if spec.parity and spec.mode != "eager":
         _eager_randomness()
-    observer = CaptureObserver(writer, steps, make_compiler(spec.backend) if spec.mode == "ca" else None)
+    # What compiles now, for the live status line: noted only when the line is drawn.
+    compiling = CompilesInProgress() if status_enabled() else None
+    observer = CaptureObserver(writer, steps, make_compiler(spec.backend) if spec.mode == "ca" else None, compiling)
     handler = StructuredLogHandler(writer, steps)
     taps = dynamo_taps.install(handler)  # no handler on torch's structured logger (dynamo_taps.py)
     if spec.torch_trace:
         guard_trace_output(lambda stopped: setattr(manifest, "trace_stopped", stopped))
     steps.install()
     observer.install()
+    if compiling is not None:
+        compiling.install()
     from cagtool.capture.processes.follow import attach_main
 
     followed = attach_main(spec, writer, manifest, steps, observer)  # the Python processes the target starts
@@ -204,7 +209,7 @@ def _record_mode(spec: ModeSpec) -> int:
     followed.stop_stacks.arm(mode_dir)
 
     def probe() -> dict[str, Any]:
-        return {"step": steps.current_step, "graphs": observer._next_record_id, "compiling": steps.compile_in_progress}
+        return {"step": steps.current_step, "graphs": observer._next_record_id, "compiling": compiling.current() if compiling is not None else None}
 
     exit_code = 0
     parent_died = False
@@ -218,7 +223,7 @@ def _record_mode(spec: ModeSpec) -> int:
         signal.setitimer(signal.ITIMER_REAL, spec.max_time)
     if spec.trace_nodes:
         torch.autograd.set_detect_anomaly(True, check_nan=False)
-    live = LiveStatus(f"{spec.label or spec.mode}", probe) if status_enabled() else contextlib.nullcontext()
+    live = LiveStatus(f"{spec.label or spec.mode}", probe, clock=compiling.clock) if compiling is not None else contextlib.nullcontext()
     depyf_ctx: Any = contextlib.nullcontext()
     if spec.depyf:
         import depyf
@@ -289,7 +294,8 @@ def _record_mode(spec: ModeSpec) -> int:
         # caught and raises again on the way out, a failing device read): none may keep the
         # record and run.json from being closed below.
         for wind_down in (steps.emit_final_state, lambda: _emit_grad_digests(writer, steps, manifest), digests.names.uninstall,
-                          steps.note_traced_backward, followed.before_close, steps.uninstall, observer.uninstall, taps.uninstall):
+                          steps.note_traced_backward, followed.before_close, steps.uninstall, observer.uninstall, taps.uninstall,
+                          compiling.uninstall if compiling is not None else (lambda: None)):
             try:
                 wind_down()
             except BaseException:  # noqa: BLE001 - the record must still close

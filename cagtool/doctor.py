@@ -55,6 +55,8 @@ CA_ENTRY_POINTS = (
     "torch._inductor.graph.GraphLowering._compile_to_module_lines",
     "torch._inductor.codecache.FxGraphCache.cache_hit_post_compile",
     "torch._dynamo.guards.CheckFunctionManager.__init__",
+    # what observe/compiling_now.py wraps (the live status line's compile in progress)
+    "torch._dynamo.callback.CompilationCallbackHandler.install_callbacks",
     # what capture/steps/tracker.py's replacement of _engine_run_backward runs in its place (torch 2.13's body)
     "torch.autograd.graph.log",
     "torch.autograd.graph._register_logging_hooks_on_whole_graph",

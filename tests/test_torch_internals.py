@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -167,6 +168,64 @@ def test_graph_class_names_the_ca_id_and_nodes_name_their_autograd_node(three_ca
     assert {"torch::autograd::GraphRoot", "MulBackward0", "torch::autograd::AccumulateGrad"} <= names
     last_lines = [n.meta["stack_trace"].strip().splitlines()[-1].strip() for n in three_captures.graphs[0].graph.nodes if n.meta.get("stack_trace")]
     assert "MulBackward0 (NodeCall 2)" in last_lines or any(re.fullmatch(r"MulBackward0 \(NodeCall \d+\)", line) for line in last_lines)
+
+
+def test_accumulate_grad_reads_its_parameter_from_inputs_and_origins_pair_a_nodecall_with_another_name():
+    """What naming an AccumulateGrad's parameter rests on: `call_accumulate_grad(getitem(inputs, i),
+    ...)` stamped `...AccumulateGrad (NodeCall k)`, and `inputs[i]` at begin_capture is the
+    parameter itself. begin_capture's origins give each input the NodeCall torch stamps, but C++
+    names it after the node whose lookup id is that number (python_compiled_autograd.cpp,
+    wrap_node_origins): here Linear's weight reads 'ReluBackward0'."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    names = {id(p): name for name, p in model.named_parameters()}
+    seen: dict[str, Any] = {}
+    graphs: list[Any] = []
+    original = ca.AutogradCompilerInstance.begin_capture
+
+    def begin_capture(inst, inputs, sizes, scalars, origins, *args, **kwargs):
+        seen["params"] = {i: names[id(x)] for i, x in enumerate(inputs) if id(x) in names}
+        seen["origins"] = [list(o) for o in origins]
+        return original(inst, inputs, sizes, scalars, [[] for _ in origins], *args, **kwargs)  # as cagtool does
+
+    def compiler(gm: Any) -> Any:
+        graphs.append(gm)
+        return torch.compile(gm, backend="eager")
+
+    class Logger:
+        def debug(self, message: str, *args: Any) -> None:
+            pass
+
+    logger = Logger()  # the origins come only with a verbose logger
+    ca.AutogradCompilerInstance.begin_capture = begin_capture
+    torch._C._dynamo.compiled_autograd.set_verbose_logger(logger)
+    try:
+        with ca._enable(compiler, dynamic=False):
+            model(torch.randn(3, 4)).sum().backward()
+    finally:
+        ca.AutogradCompilerInstance.begin_capture = original
+        torch._dynamo.reset()
+    (gm,) = graphs
+    stamps = {}
+    accumulated = {}
+    for node in gm.graph.nodes:
+        origin = graph_dump._origin(node.meta)
+        if origin is not None and not (node.target is operator.getitem and node.args[0].op == "placeholder"):
+            stamps.setdefault(origin.node_call, origin.name)
+        if node.target is ca.call_accumulate_grad:
+            read = node.args[0]
+            assert read.target is operator.getitem and read.args[0].name == "inputs" and origin.name.endswith("AccumulateGrad")
+            accumulated[origin.node_call] = seen["params"][read.args[1]]
+    assert sorted(accumulated.values()) == ["0.bias", "0.weight", "2.bias", "2.weight"]
+    input_origins = seen["origins"][0]
+    for index, name in seen["params"].items():
+        call, _ = input_origins[index]
+        assert accumulated[call] == name  # the NodeCall of an input's origin is the stamped one
+    assert any(stamps[call] != name for call, name in input_origins), "origins now name their NodeCall: _input_origin may use them"
+    summary = graph_dump.summarize_graph(gm, placeholder_origins={"inputs": input_origins}, input_params=seen["params"])
+    assert {ref.node_call: ref.param for ref in summary.autograd_nodes if ref.param} == accumulated
+    assert all(ref.name == stamps[ref.node_call] for ref in summary.autograd_nodes)
+    assert all(n.origin is None or n.origin.name == stamps[n.origin.node_call] for n in summary.nodes)
 
 
 def test_ca_graph_compiles_carry_ids_of_the_form_bang_n_f_c(three_captures):

@@ -116,14 +116,16 @@ class Recorder:
         self.handler: Any = None
         self.taps: Any = None
         self.scope: Any = None
+        self.compiling: Any = None  # what compiles now, for the live status line (only when it is drawn)
         self.closed = False
 
     # -- the instruments ----------------------------------------------------------------------
     def instrument(self, mode: str, backend: str, *, max_steps: int | None = None, parity_every: int | None = None,
                    digest_steps: list[int] | tuple[int, ...] | None = None, parity: bool = False, scope: Any = None,
-                   torch_trace: bool = False) -> None:
+                   torch_trace: bool = False, compiling: Any = None) -> None:
         """Build and install the instruments that read torch (torch is imported by now). `scope`:
-        the Python API's thread (modes/thread_scope.py): only its backwards and Dynamo records."""
+        the Python API's thread (modes/thread_scope.py): only its backwards and Dynamo records.
+        `compiling`: a CompilesInProgress the live status line reads (observe/compiling_now.py)."""
         from cagtool.capture.modes.mode_setup import make_compiler
         from cagtool.capture.observe import dynamo_taps
         from cagtool.capture.observe.ca_observer import CaptureObserver
@@ -137,7 +139,8 @@ class Recorder:
         self.steps = StepTracker(self.writer, mode, max_steps=max_steps, digests=self.digests, scope=scope)
         if parity and mode != "eager":
             eager_randomness()
-        self.observer = CaptureObserver(self.writer, self.steps, make_compiler(backend) if mode == "ca" else None)
+        self.compiling = compiling
+        self.observer = CaptureObserver(self.writer, self.steps, make_compiler(backend) if mode == "ca" else None, compiling)
         self.handler = (ThreadHandler(self.writer, self.steps, scope.owner) if scope is not None
                         else StructuredLogHandler(self.writer, self.steps))
         self.taps = dynamo_taps.install(self.handler)  # no handler on torch's structured logger (dynamo_taps.py)
@@ -146,6 +149,8 @@ class Recorder:
             guard_trace_output(lambda stopped: setattr(self.manifest, "trace_stopped", stopped))
         self.steps.install()
         self.observer.install()
+        if compiling is not None:
+            compiling.install()
 
     def wind_down(self, *extra: Callable[[], Any], numerics: bool = True, uninstall: bool = True) -> None:
         """The end-of-record work on the instruments: final norms, gradient digests and the traced
@@ -160,7 +165,9 @@ class Recorder:
                       self.steps.note_traced_backward]
         parts += extra
         if self.steps is not None:
-            parts += [self.steps.uninstall, self.observer.uninstall, self.taps.uninstall] if uninstall else [self.steps.device.finish]
+            parts += ([self.steps.uninstall, self.observer.uninstall, self.taps.uninstall]
+                      + ([self.compiling.uninstall] if self.compiling is not None else [])
+                      if uninstall else [self.steps.device.finish])
         for part in parts:
             try:
                 part()

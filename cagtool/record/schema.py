@@ -141,9 +141,12 @@ class ChangedSize(Struct, frozen=True):
     node_call: int | None = None
 
 
-class AutogradNodeRef(Struct, frozen=True):
+class AutogradNodeRef(Struct, frozen=True, omit_defaults=True):
     node_call: int
     name: str
+    # The parameter an AccumulateGrad node accumulates into (its module path, `0.weight`), only
+    # where the capture linked it for certain (capture/observe/graph_dump.py); absent otherwise.
+    param: str | None = None
 
 
 class HookRef(Struct, frozen=True):

@@ -20,6 +20,7 @@ import weakref
 from typing import Any, Callable
 
 from cagtool.capture.observe import graph_dump, source
+from cagtool.capture.observe.compiling_now import CA_GRAPH, CAPTURING, CompilesInProgress
 from cagtool.capture.steps.tracker import StepTracker
 from cagtool.record.writer import RecordWriter
 from cagtool.record.schema import (
@@ -50,9 +51,11 @@ class _VerboseLogger:
 
 
 class CaptureObserver:
-    def __init__(self, writer: RecordWriter, steps: StepTracker, cagtool_compiler: Callable[..., Any] | None) -> None:
+    def __init__(self, writer: RecordWriter, steps: StepTracker, cagtool_compiler: Callable[..., Any] | None,
+                 compiling: CompilesInProgress | None = None) -> None:
         self.writer = writer
         self.steps = steps
+        self.compiling = compiling  # what the live status line says is compiling (compiling_now.py)
         self.cagtool_compiler = cagtool_compiler
         self.logger = _VerboseLogger()
         self._originals: dict[str, Any] = {}
@@ -81,8 +84,11 @@ class CaptureObserver:
 
         def begin_capture(inst, inputs, sizes, scalars, origins, *args, **kwargs):
             # A capture begun and never ended raised in torch: known at the next one at the latest.
-            observer._guarded("begin_capture", observer._on_begin, inst, sizes, origins)
-            return orig_begin(inst, inputs, sizes, scalars, observer._origins_for_torch(origins), *args, **kwargs)
+            observer._guarded("begin_capture", observer._on_begin, inst, sizes, origins, inputs)
+            result = orig_begin(inst, inputs, sizes, scalars, observer._origins_for_torch(origins), *args, **kwargs)
+            if observer.compiling is not None:  # the id is torch's from begin_capture on
+                observer._guarded("begin_capture", observer._capture_started, inst)
+            return result
 
         def log_compile_reasons(inst, compile_reasons):
             observer._guarded("log_compile_reasons", observer._on_reasons, inst, compile_reasons)
@@ -167,7 +173,20 @@ class CaptureObserver:
         self._next_record_id = max(self._next_record_id, record_id + 1)
         return record_id
 
-    def _on_begin(self, inst: Any, sizes: Any, origins: Any) -> None:
+    def _input_params(self, inputs: Any) -> dict[int, str]:
+        """i -> the module path of the parameter that is `inputs[i]` (the tensors themselves, before
+        torch replaces them with fakes); only parameters a live module holds are named."""
+        names = getattr(getattr(self.steps, "digests", None), "names", None)
+        if names is None:
+            return {}
+        params: dict[int, str] = {}
+        for index, tensor in enumerate(inputs):
+            name = names.name_of(tensor)
+            if name is not None:
+                params[index] = name
+        return params
+
+    def _on_begin(self, inst: Any, sizes: Any, origins: Any, inputs: Any = ()) -> None:
         self.check_failed_capture()
         self._open_capture = inst
         # C++ closes the capture object whether the capture ended or raised (its error is kept
@@ -198,10 +217,17 @@ class CaptureObserver:
             inst._cag_placeholder_origins = {"inputs": list(origins[0]), "scalars": list(origins[2])}
         except (IndexError, TypeError):
             inst._cag_placeholder_origins = {}
+        inst._cag_input_params = self._input_params(inputs)
         inst._cag_step = self.steps.current_step
         inst._cag_reason_logged = False
         inst._cag_caller = source.user_caller()
-        self.steps.note_capture_started()
+
+    def _capture_started(self, inst: Any) -> None:
+        inst._cag_compiling = self.compiling.started(CA_GRAPH, f"!{inst.id}", CAPTURING)  # type: ignore[union-attr]
+
+    def _capture_ended(self, inst: Any) -> None:
+        if self.compiling is not None and inst is not None:
+            self.compiling.ended(getattr(inst, "_cag_compiling", None))
 
     def _on_reasons(self, inst: Any, reasons: Any) -> None:
         reasons = list(reasons)
@@ -264,6 +290,7 @@ class CaptureObserver:
             runtime_wrapper, compiled_fn = orig_end(inst, outputs)
         finally:
             inst.compiler_fn = user_compiler
+            self._guarded("end_capture", self._capture_ended, inst)
         if self._open_capture is inst:
             self._open_capture = None
         timed = self._guarded("end_capture", self._after_end, inst, captured, shapes, user_compiler, compiled_fn)
@@ -293,6 +320,7 @@ class CaptureObserver:
         if inst is None:
             return
         self._open_capture = None
+        self._capture_ended(inst)
         self.failed_captures += 1
         try:
             if not hasattr(inst, "_cag_record_id"):
@@ -325,7 +353,7 @@ class CaptureObserver:
                 self.note_error("failed capture", exc)
 
     def _emit_graph(self, inst: Any, gm: Any, shapes: dict, record_id: int, torch_id: int, capture_s: float, compiler: Any) -> None:
-        summary = graph_dump.summarize_graph(gm, shapes, getattr(inst, "_cag_placeholder_origins", None))
+        summary = graph_dump.summarize_graph(gm, shapes, getattr(inst, "_cag_placeholder_origins", None), getattr(inst, "_cag_input_params", None))
         code = gm.print_readable(print_output=False, include_stride=True, include_device=True)
         code_rel, nodes_rel = self.writer.write_graph(record_id, f"!{torch_id}", code, summary.nodes)
         is_ours = self.cagtool_compiler is not None and compiler is self.cagtool_compiler

@@ -26,13 +26,16 @@ class GraphSummary:
 
     @classmethod
     def from_tallies(
-        cls, nodes: list[GraphNode], histogram: Counter[str], autograd: dict[int, str], aot_ids: set[int], hooks: list[HookRef], num_sizes: int
+        cls, nodes: list[GraphNode], histogram: Counter[str], autograd: dict[int, str], aot_ids: set[int], hooks: list[HookRef], num_sizes: int,
+        params: dict[int, str] | None = None,
     ) -> "GraphSummary":
-        """The one ordering of a graph's tallies, whether they came from a live GraphModule or a log."""
+        """The one ordering of a graph's tallies, whether they came from a live GraphModule or a log.
+        `params`: NodeCall -> the parameter its AccumulateGrad accumulates into (live captures only)."""
+        params = params or {}
         return cls(
             nodes=nodes,
             op_histogram=dict(sorted(histogram.items(), key=lambda kv: (-kv[1], kv[0]))),
-            autograd_nodes=[AutogradNodeRef(node_call=k, name=v) for k, v in sorted(autograd.items())],
+            autograd_nodes=[AutogradNodeRef(node_call=k, name=v, param=params.get(k)) for k, v in sorted(autograd.items())],
             aot_ids=sorted(aot_ids),
             hooks=hooks,
             num_sizes=num_sizes,
@@ -132,34 +135,84 @@ def snapshot_meta(graph: Any) -> dict[str, tuple[Any, Any, Any]]:
     return out
 
 
-def _input_origin(node: Any, placeholder_origins: dict[str, list[Any]]) -> AutogradNodeRef | None:
-    """The autograd node that owns `inputs[i]` / `scalars[i]`, from the origins C++ gave
-    begin_capture (cagtool keeps them instead of letting torch stamp them into the graph)."""
+def _placeholder_item(node: Any, placeholder: str) -> int | None:
+    """i of a node `getitem(<placeholder>, i)` (how the CA graph reads `inputs[i]`, `scalars[i]`)."""
     if node.op != "call_function" or len(node.args) != 2 or not isinstance(node.args[1], int):
         return None
     source = node.args[0]
-    origins = placeholder_origins.get(getattr(source, "name", ""), []) if getattr(source, "op", "") == "placeholder" else []
-    index = node.args[1]
-    if not 0 <= index < len(origins) or not origins[index]:
+    if getattr(source, "op", "") != "placeholder" or getattr(source, "name", "") != placeholder:
         return None
-    call, name = origins[index]
-    return AutogradNodeRef(node_call=int(call), name=str(name))
+    return node.args[1]
 
 
-def summarize_graph(gm: Any, shapes: dict[str, tuple[Any, Any, Any]] | None = None, placeholder_origins: dict[str, list[Any]] | None = None) -> GraphSummary:
+def _input_origin(node: Any, placeholder_origins: dict[str, list[Any]], stamped: dict[int, str]) -> AutogradNodeRef | None:
+    """The autograd node that owns `inputs[i]` / `scalars[i]`, from the origins C++ gave
+    begin_capture (cagtool keeps them instead of letting torch stamp them into the graph).
+
+    Only the NodeCall of an origin is used: C++ pairs the node's index in the order the graph runs
+    (the NodeCall torch stamps) with the name of the node whose own lookup id has that number, a
+    different node whenever an earlier node's edges were looked up first (docs/torch-internals.md,
+    "Input origins: the NodeCall is right, the name is not"). The name is the one torch stamped on
+    that NodeCall's own nodes; without one the input has no origin."""
+    for placeholder, origins in placeholder_origins.items():
+        index = _placeholder_item(node, placeholder)
+        if index is None:
+            continue
+        if not 0 <= index < len(origins) or not origins[index]:
+            return None
+        call = int(origins[index][0])
+        return AutogradNodeRef(node_call=call, name=stamped[call]) if call in stamped else None
+    return None
+
+
+def _accumulated_param(node: Any, origin: AutogradNodeRef | None, input_params: dict[int, str]) -> str | None:
+    """The parameter an `AccumulateGrad` node accumulates into, where the graph says so for certain:
+    torch's `accumulate_grad` emits `call_accumulate_grad(variable, ...)` with the variable read
+    from `inputs[i]` (`getitem(inputs, i)`), stamped with its AccumulateGrad's NodeCall; `inputs[i]`
+    was that parameter itself when the capture began (`input_params`, by identity)."""
+    from torch._dynamo.compiled_autograd import call_accumulate_grad
+
+    if node.target is not call_accumulate_grad or origin is None or not origin.name.endswith("AccumulateGrad") or not node.args:
+        return None
+    index = _placeholder_item(node.args[0], "inputs") if hasattr(node.args[0], "op") else None
+    return input_params.get(index) if index is not None else None
+
+
+def summarize_graph(
+    gm: Any, shapes: dict[str, tuple[Any, Any, Any]] | None = None, placeholder_origins: dict[str, list[Any]] | None = None,
+    input_params: dict[int, str] | None = None,
+) -> GraphSummary:
+    """`input_params`: i -> the name of the parameter that was `inputs[i]` when the capture began."""
     shapes = shapes or {}
     placeholder_origins = placeholder_origins or {}
+    input_params = input_params or {}
     nodes: list[GraphNode] = []
     histogram: Counter[str] = Counter()
     autograd: dict[int, str] = {}
+    params: dict[int, str] = {}
     aot_ids: set[int] = set()
     hooks: list[HookRef] = []
     num_sizes = 0
-    for node in gm.graph.nodes:
-        target = target_name(node.target)
-        origin = _origin(node.meta) or _input_origin(node, placeholder_origins)
-        if origin is not None:
+    graph_nodes = list(gm.graph.nodes)
+    # The stamps torch makes as each autograd node runs name the NodeCalls, read before the nodes
+    # that read the graph's inputs (those come first). A stamp on an input read itself comes from
+    # begin_capture's origins, had they reached torch: its name is not that NodeCall's (_input_origin).
+    origins = [_origin(node.meta) for node in graph_nodes]
+    reads_input = [_placeholder_item(node, "inputs") is not None or _placeholder_item(node, "scalars") is not None for node in graph_nodes]
+    for origin, read in zip(origins, reads_input):
+        if origin is not None and not read:
             autograd.setdefault(origin.node_call, origin.name)
+    stamped = dict(autograd)
+    for node, stamp, read in zip(graph_nodes, origins, reads_input):
+        target = target_name(node.target)
+        origin = stamp
+        if read:
+            origin = _input_origin(node, placeholder_origins, stamped)
+            if origin is None and stamp is not None and stamp.node_call in stamped:
+                origin = AutogradNodeRef(node_call=stamp.node_call, name=stamped[stamp.node_call])
+        param = _accumulated_param(node, stamp, input_params) if input_params else None
+        if param is not None and stamp is not None:
+            params[stamp.node_call] = param
         aot_id = aot_graph_id(node.name)
         if aot_id is not None:
             aot_ids.add(aot_id)
@@ -185,4 +238,4 @@ def summarize_graph(gm: Any, shapes: dict[str, tuple[Any, Any, Any]] | None = No
                 stride=stride,
             )
         )
-    return GraphSummary.from_tallies(nodes, histogram, autograd, aot_ids, hooks, num_sizes)
+    return GraphSummary.from_tallies(nodes, histogram, autograd, aot_ids, hooks, num_sizes, params)

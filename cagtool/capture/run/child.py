@@ -85,6 +85,7 @@ def _record_mode(spec: ModeSpec) -> int:
     from cagtool.capture.recorder import Recorder, has_compiled_autograd, job_peaks
     from cagtool.capture.steps.tracker import StepLimitReached
     from cagtool.capture.run.target import Target, print_user_traceback, run_target
+    from cagtool.capture.observe.compiling_now import CompilesInProgress
     from cagtool.record.writer import RecordWriter, close_run_of_dead_parent
     from cagtool.record.manifest import ExceptionInfo, ModeManifest
     from cagtool.record.schema import STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED
@@ -126,8 +127,11 @@ def _record_mode(spec: ModeSpec) -> int:
     if spec.parity_every:
         manifest.options["parity_every"] = spec.parity_every
     recorder = Recorder(writer, manifest, started=started)
+    # What compiles now, for the live status line: noted only when the line is drawn.
+    compiling = CompilesInProgress() if status_enabled() else None
     recorder.instrument(spec.mode, spec.backend, max_steps=spec.max_steps, parity_every=spec.parity_every,
-                        digest_steps=spec.digest_steps, parity=spec.parity, torch_trace=spec.torch_trace)
+                        digest_steps=spec.digest_steps, parity=spec.parity, torch_trace=spec.torch_trace,
+                        compiling=compiling)
     steps, observer = recorder.steps, recorder.observer
     from cagtool.capture.processes.follow import attach_main
 
@@ -137,7 +141,7 @@ def _record_mode(spec: ModeSpec) -> int:
     followed.stop_stacks.arm(mode_dir)
 
     def probe() -> dict[str, Any]:
-        return {"step": steps.current_step, "graphs": observer._next_record_id, "compiling": steps.compile_in_progress}
+        return {"step": steps.current_step, "graphs": observer._next_record_id, "compiling": compiling.current() if compiling is not None else None}
 
     exit_code = 0
     parent_died = False
@@ -151,7 +155,7 @@ def _record_mode(spec: ModeSpec) -> int:
         signal.setitimer(signal.ITIMER_REAL, spec.max_time)
     if spec.trace_nodes:
         torch.autograd.set_detect_anomaly(True, check_nan=False)
-    live = LiveStatus(f"{spec.label or spec.mode}", probe) if status_enabled() else contextlib.nullcontext()
+    live = LiveStatus(f"{spec.label or spec.mode}", probe, clock=compiling.clock) if compiling is not None else contextlib.nullcontext()
     depyf_ctx: Any = contextlib.nullcontext()
     if spec.depyf:
         import depyf

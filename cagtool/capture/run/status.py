@@ -1,4 +1,4 @@
-"""The live status line on a terminal (step, graphs so far, compile in progress). Silent when
+"""The live status line on a terminal (step, graphs so far, what is compiling and since when). Silent when
 stderr is not a terminal or CI=true, so logs get no control characters.
 
 The line is drawn on the terminal itself, never by capturing the script's streams: the bottom
@@ -43,13 +43,19 @@ def restore_terminal() -> None:
 
 class LiveStatus:
     """The status on the terminal's bottom row, redrawn 4 times a second by a daemon thread;
-    cleared when the run ends."""
+    cleared when the run ends.
 
-    def __init__(self, label: str, probe: Callable[[], dict[str, Any]], interval_s: float = 0.25) -> None:
+    `probe()` says what to show: `step`, `graphs` (CA graphs so far) and `compiling`, the compile in
+    progress (compiling_now.Compiling, stamped with the same `clock`) or None. The drawing thread
+    only reads what the job's threads noted: it calls nothing in torch."""
+
+    def __init__(self, label: str, probe: Callable[[], dict[str, Any]], interval_s: float = 0.25,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.label = label
         self.probe = probe
         self.interval_s = interval_s
-        self.start = time.perf_counter()
+        self.clock = clock
+        self.start = clock()
         self._fd: int | None = None
         self._rows = 0
         self._stop = threading.Event()
@@ -57,9 +63,13 @@ class LiveStatus:
 
     def text(self) -> str:
         info = self.probe()
-        elapsed = time.perf_counter() - self.start
-        compiling = "  [compiling…]" if info.get("compiling") else ""
-        return f"cagtool {self.label}: step {info.get('step') or 0}  CA graphs {info.get('graphs', 0)}  {elapsed:6.1f}s{compiling}"
+        now = self.clock()
+        line = f"cagtool {self.label}: step {info.get('step') or 0}  CA graphs {info.get('graphs', 0)}  {now - self.start:6.1f}s"
+        compiling = info.get("compiling")
+        if compiling is not None:
+            # whole seconds: the line is redrawn 4 times a second, and a compile worth showing is long
+            line += f"  {compiling.verb} {compiling.what} [{compiling.compile_id}] since {int(max(now - compiling.started, 0.0))}s"
+        return line
 
     def _write(self, text: str) -> None:
         if self._fd is not None:

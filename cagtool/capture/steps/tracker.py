@@ -107,7 +107,6 @@ class StepTracker:
         self.closed_steps = 0
         self._backward_calls = 0  # every top-level backward of the run, counted (drain)
         self._last_loss: Any = None  # the last top-level backward's first output, when one element (final state)
-        self.compile_in_progress = False
         self.step_limit_reached = False
         self.errors = 0
         self.last_error = ""
@@ -193,11 +192,7 @@ class StepTracker:
         return self._backward_calls
 
     # -- compile bookkeeping, called by the observers ------------------------------------------
-    def note_capture_started(self) -> None:
-        self.compile_in_progress = True
-
     def note_capture_finished(self, seconds: float) -> None:
-        self.compile_in_progress = False
         solo = self._solo.get(0)
         if solo is not None and solo[0] == threading.get_ident():
             solo[2] += 1

@@ -562,7 +562,7 @@ def _graph_view(mode: ModeRecord, graph: CAGraphEvent, comparison: GraphComparis
         facts=facts,
         ops=table(("op", "count"), ops, "ops"),
         hooks=[f"{h} x{n}" if n > 1 else h for h, n in hooks.items()],
-        nodes=", ".join(f"{n.name} ({n.node_call})" for n in graph.autograd_nodes) or "-",
+        nodes=", ".join(f"{n.name} ({n.node_call})" + (f" into {n.param}" if n.param else "") for n in graph.autograd_nodes) or "-",
         aot=aot,
         diff=diff(comparison) if comparison is not None else None,
         code=highlight.code(code_path, f"code of {graph.compile_id}"),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -418,6 +419,11 @@ def test_per_compile_detail_is_reachable_from_recompile_rows_and_graph_cards(bro
     # Each CA graph's card links to Dynamo's compiles of that graph.
     card_links = page.evaluate("Array.from(document.querySelectorAll('article.graph .graph-compiles a')).map(a => a.textContent)")
     assert card_links and all(t.startswith("[!") for t in card_links)
+    # Each card's autograd-node list names the parameter every AccumulateGrad accumulates into.
+    nodes = page.evaluate("Array.from(document.querySelectorAll('article.graph p.nodes')).map(p => p.innerText)")
+    assert nodes and all(
+        sorted(re.findall(r"AccumulateGrad \(\d+\) into (\S+?)(?:,|$)", text)) == ["0.bias", "0.weight", "2.bias", "2.weight"] for text in nodes
+    ), nodes
     # The folded artifacts open to torch's text: the guard tree, the stack down to the user's line, the graph code.
     article = f"document.getElementById('compile-ca-{recompiled.replace('/', '_')}')"
     page.evaluate(f"{article}.querySelectorAll('details').forEach(d => d.open = true)")

@@ -44,6 +44,27 @@ SUMMARY_SCHEMA = "cagtool-summary"
 SUMMARY_SCHEMA_VERSION = 1
 
 
+def ca_compiler_text(record: ModeRecord) -> str:
+    """What compiled the mode's CA graphs (this process's and its ranks'): cagtool's --backend, or
+    what the script's own CA setup compiled with where cagtool kept it (CAGraphEvent.compiler)."""
+    records = {id(r): r for r in (record, *record.ranks().values())}.values()
+    scripts: dict[str, None] = {}
+    ours = False
+    for rec in records:
+        for graph in rec.of(CAGraphEvent):
+            who, _, backend = graph.compiler.partition(":")
+            if who == "script":
+                scripts.setdefault(backend or "its own compiler")
+            else:
+                ours = True
+    if not scripts:
+        return f"CA backend {record.manifest.backend}"
+    own = f"CA compiler {', '.join(scripts)}, the script's own"
+    if ours:
+        return f"{own}; cagtool's CA backend {record.manifest.backend} for the other graphs"
+    return f"{own}; cagtool's --backend {record.manifest.backend} unused"
+
+
 def _where(src: SourceRef | None) -> str:
     if src is None:
         return ""
@@ -303,7 +324,7 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         console.print(f"  not in a log: {', '.join(imported.get('not_in_log') or [])}")
     else:
         # --backend compiles compiled-autograd graphs only: eager and aot modes never use it.
-        backend = f" (CA backend {manifest.backend})" if record.mode == "ca" else ""
+        backend = f" ({ca_compiler_text(record)})" if record.mode == "ca" else ""
         console.print(Text.assemble((f"mode {label or record.path.name}", "bold"), f": {state} in {duration}, {steps_text(m)}{stopped}{backend}"))
     if manifest.exception:
         first_line = manifest.exception.message.splitlines()[0] if manifest.exception.message else ""

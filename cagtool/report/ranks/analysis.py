@@ -32,6 +32,7 @@ import msgspec
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import (
     MISS_CHANGED_SHAPES,
+    FINAL_OF_SHARDS,
     PROCS_DIR,
     STATUS_FINISHED,
     CacheMissEvent,
@@ -193,8 +194,9 @@ def rank_row(rank: int, record: ModeRecord) -> RankRow:
         graph_breaks=metrics.graph_breaks,
         step_time_median_s=metrics.step_time.median_s if metrics.step_time else None,
         peak_rss_bytes=metrics.peak_rss_bytes,
-        param_norm=final[-1].param_norm if final else None,
-        grad_norm=final[-1].grad_norm if final else None,
+        # each rank's shard of the parameters (FSDP flat parameters, ZeRO-3) differs by design
+        param_norm=final[-1].param_norm if final and final[-1].of != FINAL_OF_SHARDS else None,
+        grad_norm=final[-1].grad_norm if final and final[-1].of != FINAL_OF_SHARDS else None,
         peak_device_memory_bytes=metrics.peak_device_memory_bytes,
         recording_stopped=record.manifest.recording_stopped is not None,
     )

@@ -29,6 +29,7 @@ from cagtool.record.schema import (
 )
 from cagtool.report.changed_sizes import misses_with_earlier_values
 from cagtool.report.figures.metrics import ModeMetrics, cpu_wait, mode_metrics
+from cagtool.report.known_failures import explain as explain_failure
 from cagtool.report.recompiles.table import forward_step, guard_text
 from cagtool.report.ranks.analysis import RankFocus, analysis_json, analyze_ranks, run_dir_of, run_for_rank
 from cagtool.report.ranks.render import render_ranks
@@ -329,6 +330,9 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     if manifest.exception:
         first_line = manifest.exception.message.splitlines()[0] if manifest.exception.message else ""
         console.print(Text.assemble("  ", ("exception:", "red"), f" {manifest.exception.type}: {first_line}"))
+        meaning = explain_failure(manifest.exception)
+        if meaning:
+            console.print(f"  what it means: {meaning}", markup=False, overflow="fold")
     graphs = record.of(CAGraphEvent)
     misses = record.of(CacheMissEvent)
     if any(m.changed_sizes for m in misses):

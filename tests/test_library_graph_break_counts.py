@@ -1,10 +1,12 @@
 """torch's own counters of a job with a library-style nested graph break are the same under
 `cagtool run` as under plain python: aot against the script as written, ca against the script run
 inside compiled autograd by hand (benchmarks/ca_by_hand.py's wrapper). cagtool reads Dynamo without
-a handler on torch's structured logger (docs/torch-internals.md)."""
+a handler on torch's structured logger (docs/torch-internals.md). Two jobs: the shape in a small
+script, and transformers' own Trainer (run where transformers is installed beside the pinned torch)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -15,7 +17,8 @@ import pytest
 from cagtool.record.loader import load_run
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = str(ROOT / "tests" / "scripts" / "library_graph_break.py")
+SCRIPTS = ROOT / "tests" / "scripts"
+NO_TRANSFORMERS = importlib.util.find_spec("transformers") is None
 
 WRAPPER = """
 import json, runpy, sys
@@ -44,13 +47,24 @@ def key_counts(counters: dict) -> dict:
 
 
 @pytest.mark.slow
-def test_counters_equal_plain_python_in_aot_and_ca(tmp_path):
+@pytest.mark.parametrize(
+    "script",
+    [
+        "library_graph_break.py",
+        pytest.param(
+            "hf_trainer_job.py",
+            marks=pytest.mark.skipif(NO_TRANSFORMERS, reason="transformers is not installed (pip install transformers beside the pinned torch)"),
+        ),
+    ],
+)
+def test_counters_equal_plain_python_in_aot_and_ca(script, tmp_path):
+    script = str(SCRIPTS / script)
     plain = {
-        under_ca: subprocess.Popen([sys.executable, "-c", WRAPPER, under_ca, SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        under_ca: subprocess.Popen([sys.executable, "-c", WRAPPER, under_ca, script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
         for under_ca in ("0", "1")
     }
     try:
-        run = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "aot,ca", "--backend", "eager", "--no-report", "-o", str(tmp_path / "r"), SCRIPT],
+        run = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "aot,ca", "--backend", "eager", "--no-report", "-o", str(tmp_path / "r"), script],
                              capture_output=True, text=True, cwd=ROOT, timeout=600)
         assert run.returncode == 0, run.stderr[-3000:]
         counts = {}

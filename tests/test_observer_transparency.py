@@ -178,6 +178,48 @@ def test_the_ca_compiler_receives_the_graph_torch_builds_without_cagtool(tmp_pat
     assert inputs[0]["origin"] == {"node_call": 0, "name": "torch::autograd::GraphRoot"}
 
 
+def _verbose_job() -> tuple[list[str], list[str]]:
+    """The graph codes a checking compiler receives and torch's own verbose log, with the script
+    asking for the log (compiled_autograd_verbose on as it enters `_enable`)."""
+    import io
+    import logging
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logger = torch._logging.getArtifactLogger(ca.__name__, "compiled_autograd_verbose")
+    torch._logging.set_logs(compiled_autograd_verbose=True)
+    logger.addHandler(handler)
+    try:
+        codes = _graph_codes()
+    finally:
+        logger.removeHandler(handler)
+        torch._logging.set_logs()
+    # FX numbers the graph modules it evaluates process-wide (`<eval_with_key>.N`)
+    return codes, [re.sub(r"<eval_with_key>\.\d+", "<eval_with_key>", line) for line in stream.getvalue().splitlines() if line.strip()]
+
+
+def test_a_script_that_asks_for_the_verbose_log_gets_torchs_log_and_graph(tmp_path, fresh_ca):
+    plain_codes, plain_log = _verbose_job()
+    torch._dynamo.reset()
+    torch._C._dynamo.compiled_autograd.set_verbose_logger(None)
+    with Observed(tmp_path) as observed:
+        codes, log = _verbose_job()
+    # torch alone stamps each input's origin into the graph when its verbose logger is set
+    assert any("(NodeCall 0)" in line for line in plain_log)
+    assert codes == plain_codes and log == plain_log
+    assert [m["miss_kind"] for m in observed.events("ca_cache_miss")] == ["new_node", "changed_shapes"]
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_the_script_s_own_ca_compiler_is_named_by_what_compiled_the_graph(backend, tmp_path, fresh_ca):
+    with Observed(tmp_path) as observed:
+        model = torch.nn.Linear(4, 1)
+        # DeepSpeed's setup: a compiler made by torch.compile without a model, the backend its own
+        with ca._enable(torch.compile(backend=backend)):
+            model(torch.randn(2, 4)).sum().backward()
+    assert [g["compiler"] for g in observed.events("ca_graph")] == [f"script:{backend}"]
+
+
 # -- shapes from torch's own compiled-autograd tests -------------------------------------------
 
 def test_an_unbacked_size_is_recorded_as_its_symbol_not_int():

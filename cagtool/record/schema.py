@@ -258,7 +258,9 @@ class CAGraphEvent(Event, tag="ca_graph"):
     capture_s: float
     code_file: str  # relative to the mode dir
     nodes_file: str
-    compiler: str = ""  # "cagtool:<backend>" or "script" when the script's own compiler ran
+    # who set up the compiler ("cagtool" or "script": the script's own `_enable`/CA flag kept) and,
+    # after a colon, what compiled the graph (torch.compile's backend, else the compiler's name)
+    compiler: str = ""
 
 
 class CACompileEvent(Event, tag="ca_compile"):
@@ -397,6 +399,17 @@ class FinalStateEvent(Event, tag="final_state"):
     param_norm: float | None
     grad_norm: float | None
     num_params: int
+    # whose norms (capture/steps/sharded.py): "optimizer" (its parameters), "model" (the modules'
+    # parameters, where the optimizer held a flat partition of its own), "shards" (each rank's shard)
+    of: str = "optimizer"
+
+
+FINAL_OF_SHARDS = "shards"  # FinalStateEvent.of: norms of each rank's own shard, not comparable across ranks
+
+
+# How a digested tensor that no module holds is named ("<optimizer tensor 0>"): the optimizer's own
+# tensor, e.g. a sharded optimizer's flat partition, each rank's own slice.
+OPTIMIZER_TENSOR_PREFIX = "<optimizer tensor "
 
 
 class GradDigestEvent(Event, tag="grad_digest"):

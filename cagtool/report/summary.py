@@ -31,6 +31,7 @@ from cagtool.report.changed_sizes import misses_with_earlier_values
 from cagtool.report.figures.metrics import ModeMetrics, cpu_wait, mode_metrics
 from cagtool.report.compiles.detail import detail_command
 from cagtool.report.figures.compile_phases import phase_lines
+from cagtool.report.known_failures import explain as explain_failure
 from cagtool.report.recompiles.table import forward_step, guard_text
 from cagtool.report.ranks.analysis import RankFocus, analysis_json, analyze_ranks, run_dir_of, run_for_rank
 from cagtool.report.ranks.render import render_ranks
@@ -44,6 +45,27 @@ SUMMARY_KINDS = frozenset(EVENT_TYPES) - {OptimizerStepEvent.kind}
 BUSY_WAIT = 0.10
 SUMMARY_SCHEMA = "cagtool-summary"
 SUMMARY_SCHEMA_VERSION = 1
+
+
+def ca_compiler_text(record: ModeRecord) -> str:
+    """What compiled the mode's CA graphs (this process's and its ranks'): cagtool's --backend, or
+    what the script's own CA setup compiled with where cagtool kept it (CAGraphEvent.compiler)."""
+    records = {id(r): r for r in (record, *record.ranks().values())}.values()
+    scripts: dict[str, None] = {}
+    ours = False
+    for rec in records:
+        for graph in rec.of(CAGraphEvent):
+            who, _, backend = graph.compiler.partition(":")
+            if who == "script":
+                scripts.setdefault(backend or "its own compiler")
+            else:
+                ours = True
+    if not scripts:
+        return f"CA backend {record.manifest.backend}"
+    own = f"CA compiler {', '.join(scripts)}, the script's own"
+    if ours:
+        return f"{own}; cagtool's CA backend {record.manifest.backend} for the other graphs"
+    return f"{own}; cagtool's --backend {record.manifest.backend} unused"
 
 
 def _where(src: SourceRef | None) -> str:
@@ -305,11 +327,14 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         console.print(f"  not in a log: {', '.join(imported.get('not_in_log') or [])}")
     else:
         # --backend compiles compiled-autograd graphs only: eager and aot modes never use it.
-        backend = f" (CA backend {manifest.backend})" if record.mode == "ca" else ""
+        backend = f" ({ca_compiler_text(record)})" if record.mode == "ca" else ""
         console.print(Text.assemble((f"mode {label or record.path.name}", "bold"), f": {state} in {duration}, {steps_text(m)}{stopped}{backend}"))
     if manifest.exception:
         first_line = manifest.exception.message.splitlines()[0] if manifest.exception.message else ""
         console.print(Text.assemble("  ", ("exception:", "red"), f" {manifest.exception.type}: {first_line}"))
+        meaning = explain_failure(manifest.exception)
+        if meaning:
+            console.print(f"  what it means: {meaning}", markup=False, overflow="fold")
     graphs = record.of(CAGraphEvent)
     misses = record.of(CacheMissEvent)
     if any(m.changed_sizes for m in misses):

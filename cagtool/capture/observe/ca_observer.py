@@ -7,9 +7,10 @@ that C++ computes cache-miss reasons at all (docs/torch-internals.md, "CA cache 
 
 The observer never changes the capture it watches (docs/torch-internals.md, "What the verbose
 logger changes"): torch is handed no node origins (with a verbose logger C++ passes them, and
-torch would write them into the graph's node meta, which a script's own CA compiler sees), and
-after a capture that raised the verbose logger is taken away for good (with it, C++ asserts when
-that capture's graph comes back). Every piece of cagtool's own work in these hooks contains its
+torch would write them into the graph's node meta, which a script's own CA compiler sees) unless
+torch or the script installed a verbose logger of its own (then cagtool's forwards every message to
+it and torch gets the origins, as without cagtool), and after a capture that raised cagtool's
+verbose logger is taken away for good (with it, C++ asserts when that capture's graph comes back). Every piece of cagtool's own work in these hooks contains its
 failures: counted (`errors`, in the manifest), one `observer_error` finding, the capture goes on.
 """
 
@@ -36,6 +37,24 @@ from cagtool.torch_text import parse_miss, split_ca_reason
 OBSERVER_ERROR = "observer_error"  # cagtool's own code failed inside a capture hook; the capture went on
 CAPTURE_FAILED = "ca_capture_failed"  # torch's capture raised; with it, miss reasons stop (module docstring)
 
+def compiler_backend(compiled_fn: Any, compiler_fn: Any) -> str:
+    """The name of what compiled a CA graph: the backend of the `torch.compile` the compiler_fn
+    returned (Dynamo keeps it as `_compiler_name` down the callback chain of the OptimizedModule:
+    CatchErrorsWrapper -> ConvertFrame -> WrapBackendDebug, docs/torch-internals.md), else the
+    compiler_fn's own name (a compiler that is not torch.compile). "" when neither is known."""
+    callback = getattr(getattr(compiled_fn, "dynamo_ctx", None), "callback", None)
+    for _ in range(8):
+        if callback is None:
+            break
+        name = getattr(callback, "_compiler_name", None)
+        if isinstance(name, str) and name:
+            return name
+        callback = getattr(callback, "_torchdynamo_orig_backend", None)
+    name = getattr(compiler_fn, "__name__", None)
+    # torch.compile(backend=...)'s own closure is named `fn`: its name says nothing
+    return name if isinstance(name, str) and name not in ("", "fn", "<lambda>") else ""
+
+
 class _VerboseLogger:
     """What C++ calls with each cache-miss message; only its presence matters (reasons then reach
     log_compile_reasons with their graph id). Messages are also kept for graphs whose reasons
@@ -44,10 +63,15 @@ class _VerboseLogger:
 
     def __init__(self) -> None:
         self.last_message: str | None = None
+        # the logger torch or the script installed (torch's own verbose log): it gets every message
+        # it would have got without cagtool, its exceptions included, as without cagtool
+        self.forward: Any = None
 
     def debug(self, message: Any, *args: Any) -> None:
         if isinstance(message, str) and message.startswith("Cache miss"):
             self.last_message = message
+        if self.forward is not None:
+            self.forward.debug(message, *args)
 
 
 class CaptureObserver:
@@ -66,6 +90,10 @@ class CaptureObserver:
         self.failed_captures = 0  # captures torch began and never ended (it raised)
         self.reasons_stopped = False  # the verbose logger was taken away after a failed capture
         self._open_capture: Any = None  # the capture begun and not yet ended
+        # The verbose logger torch or the script set last (torch's `verbose_log` when the
+        # compiled_autograd_verbose log is on as `_enable` is entered): what torch alone would have.
+        self.theirs: Any = None
+        self._set_verbose_logger: Any = None  # torch's own setter, while cagtool's stands in for it
 
     # -- installation -------------------------------------------------------------------------
     def install(self) -> None:
@@ -100,15 +128,27 @@ class CaptureObserver:
         cls.begin_capture = disable(begin_capture)
         cls.log_compile_reasons = disable(log_compile_reasons)
         cls.end_capture = disable(end_capture)
+        # torch's `_enable` and `reset` set the logger through the module attribute: cagtool's stays
+        # in place and forwards to theirs (docs/torch-internals.md, "What the verbose logger changes").
+        module = torch._C._dynamo.compiled_autograd
+        self._set_verbose_logger = module.set_verbose_logger
+
+        def set_verbose_logger(logger: Any) -> Any:
+            observer.theirs = logger
+            return observer.install_logger()
+
+        module.set_verbose_logger = set_verbose_logger
         self.install_logger()
 
-    def install_logger(self) -> None:
+    def install_logger(self) -> Any:
+        """cagtool's logger, forwarding to theirs; theirs alone after a capture raised (with a
+        verbose logger C++ asserts when that graph comes back, as torch alone does with theirs)."""
         import torch
 
-        if self.reasons_stopped:
-            return  # a capture raised: with a verbose logger C++ would assert when its graph comes back
+        setter = self._set_verbose_logger or torch._C._dynamo.compiled_autograd.set_verbose_logger
+        self.logger.forward = self.theirs
         # C++ keeps a borrowed pointer: self.logger lives as long as this observer.
-        torch._C._dynamo.compiled_autograd.set_verbose_logger(self.logger)
+        return setter(self.theirs if self.reasons_stopped else self.logger)
 
     # -- containment --------------------------------------------------------------------------
     def _guarded(self, hook: str, work: Callable[..., Any], *args: Any) -> Any:
@@ -143,7 +183,10 @@ class CaptureObserver:
     def _origins_for_torch(self, origins: Any) -> Any:
         """What torch would have been passed without cagtool's verbose logger: no origins (C++
         collects them only for a verbose logger; torch's begin_capture then stamps each input's
-        node origin into the graph's node meta, which the script's own compiler would see)."""
+        node origin into the graph's node meta, which the script's own compiler would see), unless
+        torch or the script installed one of theirs."""
+        if self.theirs is not None:
+            return origins
         try:
             return [[] for _ in origins]
         except Exception:  # noqa: BLE001 - not a sequence: hand torch what C++ gave
@@ -155,6 +198,12 @@ class CaptureObserver:
         self._guarded("uninstall", self.check_failed_capture)
         for name, original in self._originals.items():
             setattr(ca.AutogradCompilerInstance, name, original)
+        if self._set_verbose_logger is not None:
+            import torch
+
+            torch._C._dynamo.compiled_autograd.set_verbose_logger = self._set_verbose_logger
+            self._set_verbose_logger(self.theirs)
+            self._set_verbose_logger = None
 
     def manifest_notes(self) -> dict[str, Any]:
         """What the manifest's options say about the observer itself (absent when nothing happened)."""
@@ -306,7 +355,7 @@ class CaptureObserver:
         capture_s = captured.get("capture_end", time.perf_counter()) - getattr(inst, "_cag_t0", time.perf_counter())
         gm = captured.get("gm")
         if gm is not None:
-            self._guarded("graph summary", self._emit_graph, inst, gm, shapes, record_id, torch_id, capture_s, user_compiler)
+            self._guarded("graph summary", self._emit_graph, inst, gm, shapes, record_id, torch_id, capture_s, user_compiler, compiled_fn)
         self.steps.note_capture_finished(capture_s)
         return self._time_first_call(compiled_fn, record_id)
 
@@ -331,9 +380,7 @@ class CaptureObserver:
         if not self.reasons_stopped:
             self.reasons_stopped = True
             try:
-                import torch
-
-                torch._C._dynamo.compiled_autograd.set_verbose_logger(None)
+                self.install_logger()
             except Exception as exc:  # noqa: BLE001
                 self.note_error("failed capture", exc)
             try:
@@ -352,11 +399,13 @@ class CaptureObserver:
             except Exception as exc:  # noqa: BLE001
                 self.note_error("failed capture", exc)
 
-    def _emit_graph(self, inst: Any, gm: Any, shapes: dict, record_id: int, torch_id: int, capture_s: float, compiler: Any) -> None:
+    def _emit_graph(self, inst: Any, gm: Any, shapes: dict, record_id: int, torch_id: int, capture_s: float, compiler: Any,
+                    compiled_fn: Any = None) -> None:
         summary = graph_dump.summarize_graph(gm, shapes, getattr(inst, "_cag_placeholder_origins", None), getattr(inst, "_cag_input_params", None))
         code = gm.print_readable(print_output=False, include_stride=True, include_device=True)
         code_rel, nodes_rel = self.writer.write_graph(record_id, f"!{torch_id}", code, summary.nodes)
         is_ours = self.cagtool_compiler is not None and compiler is self.cagtool_compiler
+        backend = compiler_backend(compiled_fn, compiler)
         self.writer.emit(
             CAGraphEvent,
             ca_id=record_id,
@@ -371,7 +420,7 @@ class CaptureObserver:
             capture_s=capture_s,
             code_file=code_rel,
             nodes_file=nodes_rel,
-            compiler="cagtool" if is_ours else "script",
+            compiler=("cagtool" if is_ours else "script") + (f":{backend}" if backend else ""),
         )
 
     def _time_first_call(self, compiled_fn: Callable[..., Any], record_id: int) -> Callable[..., Any]:

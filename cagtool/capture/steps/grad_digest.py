@@ -29,6 +29,8 @@ import threading
 import weakref
 from typing import Any, Iterable
 
+from cagtool.record.schema import OPTIMIZER_TENSOR_PREFIX
+
 # Prime: see the module docstring.
 CHECKSUM_PERIOD = 1021
 # Segments torch's wrappers add that differ between modes (torch.compile's OptimizedModule); DDP's
@@ -117,6 +119,20 @@ class ParamNames:
                     parts = [p for p in prefix + [attr] if p not in _DROPPED_SEGMENTS]
                     candidates.append((len(parts), ".".join(parts)))
         return min(candidates)[1] if candidates else None
+
+    def module_params(self) -> list[Any]:
+        """Every live parameter a live module still holds (the job's models), by module path."""
+        with self._lock:
+            entries = list(self._param_owners.values())
+        found: dict[str, Any] = {}
+        for ref, _owners in entries:
+            param = ref()
+            if param is None:
+                continue
+            name = self.name_of(param)
+            if name is not None:
+                found.setdefault(name, param)
+        return [found[name] for name in sorted(found)]
 
 
 def _still_holds(owner: Any, attr: str, value: Any, table: str = "_modules") -> bool:
@@ -299,7 +315,7 @@ class GradDigests:
                     values[id(p)] = (rows[0][i], rows[1][i], rows[2][i])
             names, dtypes, numels, norms, maxes, sums = [], [], [], [], [], []
             for index, p in enumerate(entry.params):
-                names.append(self._names.get(id(p)) or f"<unnamed {index}>")
+                names.append(self._names.get(id(p)) or f"{OPTIMIZER_TENSOR_PREFIX}{index}>")
                 dtypes.append(str(p.dtype).replace("torch.", ""))
                 numels.append(int(p.numel()))
                 got = values.get(id(p))

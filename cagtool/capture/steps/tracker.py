@@ -42,6 +42,7 @@ import weakref
 from typing import Any, Callable
 
 from cagtool.capture.observe import dynamo_skip, source
+from cagtool.capture.steps import sharded
 from cagtool.capture.steps.device_readings import DeviceReadings
 from cagtool.capture.steps.grad_digest import REASON_LAST, GradDigests
 from cagtool.record.writer import MAX_HELD_LINES, RecordWriter
@@ -861,6 +862,7 @@ class StepTracker:
         if not params:
             self.writer.emit(FinalStateEvent, param_norm=None, grad_norm=None, num_params=0)
             return
+        params, of = sharded.final_params(params, self.digests.names if self.digests is not None else None)
         import torch
 
         with torch.no_grad():
@@ -872,6 +874,7 @@ class StepTracker:
             param_norm=math.sqrt(p2),
             grad_norm=math.sqrt(g2) if g2 is not None else None,
             num_params=len(params),
+            of=of,
         )
 
 

@@ -44,7 +44,7 @@ import re
 from dataclasses import dataclass, field
 
 from cagtool.record.loader import ModeRecord, RunRecord
-from cagtool.record.schema import FIRST_STEP, GRAPHS_DIR, MODES, TRACE_DIR, GradDigestEvent
+from cagtool.record.schema import FIRST_STEP, GRAPHS_DIR, MODES, OPTIMIZER_TENSOR_PREFIX, TRACE_DIR, GradDigestEvent
 
 BASE_RTOL = {"float64": 1e-7, "float32": 1e-4, "bfloat16": 2e-2, "float16": 4e-3}
 EPS = {"float64": 2.2e-16, "float32": 1.19e-7, "bfloat16": 7.8e-3, "float16": 9.8e-4}
@@ -459,16 +459,32 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
         # graphs and trace log are read then, not on every compare.
         why = "" if pair.agrees else _why_not_comparable(rec, ref_rec)
         pairs.append(PairParity(label, ref_label, pair.steps, pair.params, not_comparable=why) if why else pair)
-    # Across ranks: each mode's rank N against its rank 0 (DDP keeps them equal).
+    # Across ranks: each mode's rank N against its rank 0 (DDP keeps them equal), on the modules'
+    # parameters only: a tensor no module holds is the optimizer's own, under a sharded optimizer
+    # (ZeRO 1/2) each rank's own slice of a flat partition, never meant to agree.
     for name, record in run.modes.items():
         ranked = _labelled(name, record)
         if len(ranked) < 2:
             continue
         first_label = ranked[0][0]
         for label, _ in ranked[1:]:
-            if digested[label][1] and digested[first_label][1]:
-                pairs.append(compare_digests(label, first_label, digested[label][1], digested[first_label][1], tol, across_ranks=True))
+            mine, first = _module_params(digested[label][1]), _module_params(digested[first_label][1])
+            if mine and first:
+                pairs.append(compare_digests(label, first_label, mine, first, tol, across_ranks=True))
+            elif digested[label][1] and digested[first_label][1] and len(notes) < 50:
+                notes.append(f"{label} vs {first_label}: not compared: the optimizer stepped tensors no module holds "
+                             "(a sharded optimizer's flat partition, e.g. DeepSpeed ZeRO 1/2: each rank holds its own slice)")
     return GradParity(reference, tuple(pairs), tuple(notes), tol, _nonfinite_lines(digested))
+
+
+def _module_params(digests: dict[int, dict[str, Digest]]) -> dict[int, dict[str, Digest]]:
+    """The digests of module parameters only (by name), the steps that have any."""
+    out = {}
+    for step, by_name in digests.items():
+        kept = {name: d for name, d in by_name.items() if not name.startswith(OPTIMIZER_TENSOR_PREFIX)}
+        if kept:
+            out[step] = kept
+    return out
 
 
 def _pick_reference(labels: list[str], digested: dict) -> str:

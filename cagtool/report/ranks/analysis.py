@@ -32,6 +32,7 @@ import msgspec
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import (
     MISS_CHANGED_SHAPES,
+    FINAL_OF_SHARDS,
     PROCS_DIR,
     STATUS_FINISHED,
     CacheMissEvent,
@@ -42,6 +43,7 @@ from cagtool.record.schema import (
 )
 from cagtool.report.compare.analysis import Tolerance, relative_difference
 from cagtool.report.figures.metrics import mode_metrics
+from cagtool.report.known_failures import explain as explain_failure
 
 PROCESS_NOT_FOLLOWED = "process_not_followed"  # the capture side's finding code (PROTOCOL layout)
 
@@ -193,8 +195,9 @@ def rank_row(rank: int, record: ModeRecord) -> RankRow:
         graph_breaks=metrics.graph_breaks,
         step_time_median_s=metrics.step_time.median_s if metrics.step_time else None,
         peak_rss_bytes=metrics.peak_rss_bytes,
-        param_norm=final[-1].param_norm if final else None,
-        grad_norm=final[-1].grad_norm if final else None,
+        # each rank's shard of the parameters (FSDP flat parameters, ZeRO-3) differs by design
+        param_norm=final[-1].param_norm if final and final[-1].of != FINAL_OF_SHARDS else None,
+        grad_norm=final[-1].grad_norm if final and final[-1].of != FINAL_OF_SHARDS else None,
         peak_device_memory_bytes=metrics.peak_device_memory_bytes,
         recording_stopped=record.manifest.recording_stopped is not None,
     )
@@ -435,8 +438,12 @@ def analyze_ranks(record: ModeRecord, tolerance: Tolerance | None = None) -> Ran
             code = f", exit code {row.exit_code}" if row.exit_code not in (None, 0) else ""
             why = _exception_text(by_rank[row.rank])
             ran = f" after {row.steps} step{'s' if row.steps != 1 else ''}" + (f" of {planned}" if planned is not None else "")
+            data: dict[str, Any] = {"steps": row.steps, "of_steps": planned}
+            meaning = explain_failure(by_rank[row.rank].manifest.exception)
+            if meaning:
+                data["explanation"] = meaning
             findings.append(RankFinding(RANK_FAILED, f"rank {row.rank} did not finish (status {row.status}{code}){ran}{why}", (row.rank,),
-                                        None, {"steps": row.steps, "of_steps": planned}))
+                                        None, data))
     for row in rows:
         stopped = by_rank[row.rank].manifest.recording_stopped
         if stopped is not None:

@@ -80,8 +80,13 @@ def render_ranks(console: Console, analysis: RankAnalysis, indent: int = 2) -> N
         console.print(f"{pad}  (total: counts and peak memory summed, step time the slowest rank's median)", markup=False)
     if analysis.other_processes:
         console.print(f"{pad}  other processes followed (no rank): {', '.join(analysis.other_processes)}", markup=False)
+    explained: set[str] = set()
     for finding in analysis.findings:
         console.print(Text.assemble(pad, ("rank finding:", "yellow"), f" {finding.message}"), overflow="fold")
+        meaning = finding.data.get("explanation")
+        if meaning and meaning not in explained:  # the ranks failed alike: said once
+            explained.add(meaning)
+            console.print(f"{pad}  what it means: {meaning}", markup=False, overflow="fold")
         if "diff_command" in finding.data:
             console.print(f"{pad}  the two graphs: {finding.data['diff_command']}", markup=False, overflow="fold")
     if len(analysis.rows) > 1 and not analysis.diverge:

@@ -46,6 +46,7 @@ class Rank:
     step_s: float = 0.01
     cuda_peak: int | None = None  # manifest peak_device_memory_bytes
     boundary: bool = False  # steps end at the optimizer (schema 2's layout: wall_s since the previous step)
+    final_of: str = "optimizer"  # FinalStateEvent.of: "shards" where each rank holds its own shard
 
 
 def _manifest(key: str, rank: int | None, world_size: int | None, role: str, status: str, exit_code: int | None) -> ModeManifest:
@@ -91,7 +92,7 @@ def _write_process(mode_dir: Path, manifest: ModeManifest, spec: Rank) -> None:
     for code, message in spec.findings:
         writer.emit(FindingEvent, t=t, code=code, message=message)
     if spec.param_norm is not None or spec.grad_norm is not None:
-        writer.emit(FinalStateEvent, t=t, param_norm=spec.param_norm, grad_norm=spec.grad_norm, num_params=4)
+        writer.emit(FinalStateEvent, t=t, param_norm=spec.param_norm, grad_norm=spec.grad_norm, num_params=4, of=spec.final_of)
     writer.close()
 
 

@@ -80,9 +80,53 @@ def test_differing_grad_norms_are_a_finding(multi_rank_run):
     assert not analysis.of(RANKS_GRAPHS_DIVERGE)
 
 
+def test_norms_of_each_ranks_own_shard_are_not_compared(multi_rank_run):
+    shards = {0: Rank(param_norm=3.74, grad_norm=0.5, final_of="shards"), 1: Rank(param_norm=3.06, grad_norm=0.9, final_of="shards")}
+    assert _analysis(multi_rank_run(shards)).findings == ()
+
+
+def test_norms_of_the_models_parameters_are_compared(multi_rank_run):
+    model = {0: Rank(param_norm=3.74, final_of="model"), 1: Rank(param_norm=3.06, final_of="model")}
+    [finding] = _analysis(multi_rank_run(model)).of(RANKS_NORMS_DIVERGE)
+    assert finding.data["quantity"] == "param_norm"
+
+
 def test_norms_within_tolerance_agree(multi_rank_run):
     analysis = _analysis(multi_rank_run({0: Rank(grad_norm=0.5), 1: Rank(grad_norm=0.5 * (1 + 1e-7))}))
     assert analysis.findings == ()
+
+
+# The message of a rank's AssertionError (torch 2.13, DeepSpeed 0.19.8), shortened, from
+# `cagtool run --modes ca torchrun --nproc-per-node 2 sample_scripts/deepspeed_zero.py --stage 3 --ca-backend eager`
+ZERO3_UNDER_CA = """1 != 2
+
+from user code:
+   File "<eval_with_key>.30", line 187, in torch_dynamo_resume_in_forward_at_179
+    call_hook_5 = torch__dynamo_external_utils_call_hook(getitem_211, getitem_9, hook_type = 'post_acc_grad_hook')
+  File "/venv/lib/python3.11/site-packages/torch/_dynamo/external_utils.py", line 80, in call_hook
+    result = hook(*args)
+  File "/venv/lib/python3.11/site-packages/deepspeed/runtime/zero/stage3.py", line 1515, in reduce_partition_and_remove_grads
+    self.reduce_ready_partitions_and_remove_grads(param)
+"""
+
+
+def test_zero3_under_compiled_autograd_is_explained_once(multi_rank_run, capsys):
+    from rich.console import Console
+
+    from cagtool.report.ranks.render import render_ranks
+
+    analysis = _analysis(multi_rank_run({r: Rank(status="failed", exit_code=1, exception=ZERO3_UNDER_CA, steps=0) for r in (0, 1)}))
+    failed = analysis.of(RANK_FAILED)
+    assert len(failed) == 2 and all("ZeRO stage 1 or 2 with compiled autograd" in f.data["explanation"] for f in failed)
+    console = Console(width=400, color_system=None)
+    with console.capture() as out:
+        render_ranks(console, analysis)
+    assert out.get().count("what it means: DeepSpeed ZeRO-3") == 1
+
+
+def test_a_failure_of_unknown_cause_is_not_explained(multi_rank_run):
+    analysis = _analysis(multi_rank_run({0: Rank(status="failed", exit_code=1, exception="gloo timeout")}, world_size=2))
+    assert "explanation" not in analysis.of(RANK_FAILED)[0].data
 
 
 def test_missing_rank_and_failed_rank(multi_rank_run):

@@ -1,0 +1,29 @@
+"""What a process's exception means and what to do, for failures whose cause is known and outside
+the script's own code: read from the exception torch raised (type, message, traceback), pure text.
+Each explanation was checked by running the alternative it recommends (docs/torch-internals.md,
+"DeepSpeed")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# DeepSpeed ZeRO-3 under compiled autograd: the first backward's CA graph calls ZeRO-3's
+# post-accumulate-grad hook (reduce_partition_and_remove_grads), and Dynamo, tracing the hook,
+# fails on a parameter ZeRO-3 has partitioned (torch 2.13, DeepSpeed 0.19: "AssertionError: 1 != 2").
+_ZERO3_HOOK = "deepspeed/runtime/zero/stage3.py"
+ZERO3_UNDER_CA = (
+    "DeepSpeed ZeRO-3 partitions each parameter and reduces its gradient in a backward hook; under "
+    "compiled autograd that hook runs inside the captured graph, where Dynamo cannot trace the "
+    "partitioned parameter. Use ZeRO stage 1 or 2 with compiled autograd, or ZeRO-3 without it "
+    "(engine.compile(compiled_autograd_enabled=False)); both train"
+)
+
+
+def explain(exception: Any) -> str:
+    """The explanation of a manifest's exception (record.schema's ExceptionInfo), "" if none is known."""
+    if exception is None:
+        return ""
+    text = f"{getattr(exception, 'message', '') or ''}\n{getattr(exception, 'traceback', '') or ''}"
+    if _ZERO3_HOOK in text and ("call_hook" in text or "compiled_autograd" in text):
+        return ZERO3_UNDER_CA
+    return ""

@@ -1,0 +1,72 @@
+"""The end-of-run norms come from the model's parameters, by name, when the optimizer steps tensors
+no module holds (a sharded optimizer's flat partition, as DeepSpeed ZeRO 1/2 hands its client
+optimizer); a rank's shard of a parameter (FSDP's FlatParameter, ZeRO-3's partitioned parameter)
+is said to be one. Real torch modules and optimizers, in this process."""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import pytest
+import torch
+
+from cagtool.capture.steps.grad_digest import GradDigests, ParamNames
+from cagtool.capture.steps.sharded import OF_MODEL, OF_OPTIMIZER, OF_SHARDS, final_params
+from cagtool.record.schema import OPTIMIZER_TENSOR_PREFIX
+
+
+@pytest.fixture
+def names() -> Iterator[ParamNames]:
+    found = ParamNames()
+    found.install()
+    yield found
+    found.uninstall()
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+
+
+def test_a_plain_optimizer_is_read_as_it_is(names):
+    model = _model()
+    params = list(model.parameters())
+    assert final_params(params, names) == (params, OF_OPTIMIZER)
+    assert final_params(params, None) == (params, OF_OPTIMIZER)
+
+
+def test_a_flat_partition_no_module_holds_is_replaced_by_the_models_parameters(names):
+    model = _model()
+    # ZeRO 1/2's shape: the client optimizer steps one flat fp32 slice of all parameters
+    flat = torch.nn.Parameter(torch.cat([p.detach().flatten() for p in model.parameters()])[:20].clone())
+    params, of = final_params([flat], names)
+    assert of == OF_MODEL
+    assert [id(p) for p in params] == [id(p) for p in sorted(model.parameters(), key=lambda p: names.name_of(p))]
+    assert sorted(names.name_of(p) for p in params) == ["0.bias", "0.weight", "2.bias", "2.weight"]
+    whole = math.sqrt(sum(float(p.detach().double().pow(2).sum()) for p in model.parameters()))
+    assert math.isclose(math.sqrt(sum(float(p.detach().double().pow(2).sum()) for p in params)), whole)
+
+
+def test_a_partitioned_parameter_is_a_shard(names):
+    model = _model()
+    model[0].weight.ds_tensor = model[0].weight.detach()[:1]  # ZeRO-3 keeps a rank's shard here
+    params = list(model.parameters())
+    assert final_params(params, names)[1] == OF_SHARDS
+    flat = torch.nn.Parameter(torch.zeros(3))
+    assert final_params([flat], names)[1] == OF_SHARDS  # the model's parameters are shards themselves
+
+
+def test_a_digested_tensor_no_module_holds_is_named_as_the_optimizers():
+    digests = GradDigests()
+    digests.names.install()
+    try:
+        model = _model()
+        flat = torch.nn.Parameter(torch.zeros(6))
+        flat.grad = torch.ones(6)
+        model(torch.randn(3, 4)).sum().backward()
+        digests.digest(0, ["first"], [flat, *model.parameters()])
+    finally:
+        digests.names.uninstall()
+    [event] = digests.events()
+    assert event["names"] == [f"{OPTIMIZER_TENSOR_PREFIX}0>", "0.weight", "0.bias", "2.weight", "2.bias"]

@@ -117,6 +117,7 @@ def cause_phrase(cause: "Cause") -> str:
         CAUSE_HOOK,
         CAUSE_SHAPES,
         CAUSE_STRUCTURE,
+        guard_label,
         step_list,
     )
     from cagtool.torch_text import size_guard
@@ -127,8 +128,11 @@ def cause_phrase(cause: "Cause") -> str:
         if size is not None:
             name, dim, before, after = size
             what = f"the size of `{name}` (dim {dim}) changed {before}->{after}"
+            if dim == 0 and after < before:
+                what += " (a smaller last batch?)"
         else:
-            what = f"a Dynamo guard failed (`{guard[:80]}`)" if guard else "a Dynamo guard failed"
+            # The kind of guard in words (never torch's text cut mid-word).
+            what = guard_label(cause.facts)
     else:
         what = {
             CAUSE_SHAPES: "tensor sizes changed in the backward",

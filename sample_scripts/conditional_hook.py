@@ -16,7 +16,7 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     step = 0  # resumed from a checkpoint at step 0
     for step in range(step, steps):
-        if step == 2: model.weight.register_hook(lambda grad: grad.clamp(-0.01, 0.01))  # noqa: E701
+        if step == 2: model.weight.register_hook(lambda grad: grad.clamp(-1.0, 1.0))  # noqa: E701
         x = torch.randn(4, 8)
         opt.zero_grad()
         loss = model(x).pow(2).mean()

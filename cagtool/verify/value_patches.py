@@ -37,7 +37,7 @@ from cagtool.record.schema import SourceRef
 from cagtool.report.recompiles.explain import Cause
 from cagtool.report.recompiles.table import guard_text
 from cagtool.torch_text import value_guard
-from cagtool.verify.patches import YOUR_CODE, Patch, _diff
+from cagtool.verify.patches import YOUR_CODE, Patch, _diff, _imports_torch, _replace
 
 SCALAR = "scalar-to-tensor"
 BRANCH = "branch-to-where"
@@ -175,18 +175,6 @@ def _argument_at(tree: ast.Module, line: int, func: ast.FunctionDef | ast.AsyncF
     if found[0].lineno != found[0].end_lineno:
         return None, f"the argument passed for `{name}` at line {line} spans lines: not a one-line edit"
     return found[0], ""
-
-
-def _imports_torch(tree: ast.Module) -> bool:
-    return any(isinstance(stmt, ast.Import) and any(a.name == "torch" and a.asname is None for a in stmt.names) for stmt in tree.body)
-
-
-def _replace(lines: list[str], node: ast.expr, text: str) -> list[str]:
-    """`lines` with `node` (on one line) replaced by `text`; offsets are UTF-8 bytes, as ast gives them."""
-    after = list(lines)
-    raw = after[node.lineno - 1].encode()
-    after[node.lineno - 1] = (raw[: node.col_offset] + text.encode() + raw[node.end_col_offset:]).decode()
-    return after
 
 
 def _guarded(cause: Cause) -> tuple[list[tuple[str, str, str]], SourceRef | None, SourceRef | None]:

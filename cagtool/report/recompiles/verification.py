@@ -72,7 +72,9 @@ def verification_lines(data: dict[str, Any]) -> list[str]:
         m = fix.get("measured")
         if m and base:
             lines.append(f"    CA recompiles {_counts(base['ca_recompiles'], m['ca_recompiles'])}, Dynamo recompiles "
-                         f"{_counts(base['dynamo_recompiles'], m['dynamo_recompiles'])}, CA graphs {_counts(base['ca_graphs'], m['ca_graphs'])}")
+                         f"{_counts(base['dynamo_recompiles'], m['dynamo_recompiles'])}, CA graphs {_counts(base['ca_graphs'], m['ca_graphs'])}"
+                         + (f", hooks run {_counts(base['hook_calls'], m['hook_calls'])}"
+                            if any(base.get("hook_calls") or ()) or any(m.get("hook_calls") or ()) else ""))
             step = "-"
             if fix.get("speedup") is not None:
                 step = f"{ratio_text(fix['speedup'])} of the baseline's speed (90% CI {ratio_text(fix['speedup_low'])}-{ratio_text(fix['speedup_high'])})"

@@ -245,14 +245,21 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         return Headline("nothing to compare: record more than one mode, or more steps", NEUTRAL)
     tone = BAD if BAD in tones else GOOD if GOOD in tones else NEUTRAL
     advice = _cause_advice(root_causes(explanation), explanation.table.cwd) if explanation is not None else ""
-    good = [f for f in (verified or {}).get("fixes", ()) if f.get("verdict") == "verified"]
-    if good and advice:
-        # A fix measured on this very job beats general advice.
-        from cagtool.report.recompiles.verification import fix_how
+    from cagtool.report.recompiles.verification import best_fix, fix_how, fix_in_job
 
-        fix = good[0]
-        how = fix_how(fix)
-        advice = f"apply fix {fix['fix']}" + (f", {fix['title']}" if fix.get("title") else "") + (f" ({how})" if how else "") + ": verified by re-running this job"
+    fix = best_fix(verified)
+    if fix is not None and advice:
+        # A fix measured on this very job beats general advice, and of those the one the
+        # measurements support most (the fewest recompiles left), with how to apply it in the job.
+        how, in_job = fix_how(fix), fix_in_job(fix)
+        base = (verified or {}).get("baseline") or {}
+        before = [a + b for a, b in zip(base.get("ca_recompiles") or (), base.get("dynamo_recompiles") or ()) if a is not None and b is not None]
+        after = [a + b for a, b in zip((fix.get("measured") or {}).get("ca_recompiles") or (), (fix.get("measured") or {}).get("dynamo_recompiles") or ())
+                 if a is not None and b is not None]
+        measured = f" (recompiles {max(before)} -> {max(after)})" if before and after else ""
+        advice = (f"apply fix {fix['fix']}" + (f", {fix['title']}" if fix.get("title") else "")
+                  + (f": {in_job}" if in_job else "") + (f" [cagtool: {how}]" if how and not fix.get("patch") else "")
+                  + f"; verified by re-running this job{measured}")
     return Headline("; ".join(phrases) + ".", tone, advice)
 
 

@@ -245,13 +245,14 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         return Headline("nothing to compare: record more than one mode, or more steps", NEUTRAL)
     tone = BAD if BAD in tones else GOOD if GOOD in tones else NEUTRAL
     advice = _cause_advice(root_causes(explanation), explanation.table.cwd) if explanation is not None else ""
-    from cagtool.report.recompiles.verification import best_fix, fix_how, fix_in_job
+    from cagtool.report.recompiles.verification import best_fix, fix_in_job
 
     fix = best_fix(verified)
     if fix is not None and advice:
         # A fix measured on this very job beats general advice, and of those the one the
         # measurements support most (the fewest recompiles left), with how to apply it in the job.
-        how, in_job = fix_how(fix), fix_in_job(fix)
+        in_job = fix_in_job(fix)
+        how = " ".join(f"cagtool run {flag}" for flag in fix.get("run_flags") or ())  # the env var is in `in_job` already
         base = (verified or {}).get("baseline") or {}
         before = [a + b for a, b in zip(base.get("ca_recompiles") or (), base.get("dynamo_recompiles") or ()) if a is not None and b is not None]
         after = [a + b for a, b in zip((fix.get("measured") or {}).get("ca_recompiles") or (), (fix.get("measured") or {}).get("dynamo_recompiles") or ())

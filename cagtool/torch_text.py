@@ -239,7 +239,7 @@ def guard_kind(text: str) -> str:
         return GUARD_GRAD_MODE if "grad_mode" in lowered else GUARD_GLOBAL_STATE
     if "requires_grad mismatch" in lowered:
         return GUARD_REQUIRES_GRAD
-    if "size mismatch" in lowered or "stride mismatch" in lowered:
+    if "size mismatch" in lowered or "stride mismatch" in lowered or "rank mismatch" in lowered:
         return GUARD_SIZE
     if re.search(r"(?:dtype|device|dispatch key set) mismatch", lowered):
         return GUARD_TENSOR_META

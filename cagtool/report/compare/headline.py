@@ -72,10 +72,10 @@ def _cost_phrase(comparison: Comparison) -> str:
     if not columns:
         columns = [c for c in comparison.modes.values() if c.metrics is not None][-1:]
     bits = []
-    ca = comparison.modes.get("ca")
+    ca = _ca_column(comparison)
     if ca is not None and ca.metrics is not None:
         m = ca.metrics
-        bits.append(f"ca: {m.ca_graphs} CA graph{'s' if m.ca_graphs != 1 else ''}, {m.graph_breaks} graph break{'s' if m.graph_breaks != 1 else ''}")
+        bits.append(f"{ca.name}: {m.ca_graphs} CA graph{'s' if m.ca_graphs != 1 else ''}, {m.graph_breaks} graph break{'s' if m.graph_breaks != 1 else ''}")
     compile_ = [f"{c.name} {c.compile_time_s:.1f} s" for c in columns if c.compile_time_s]
     if compile_:
         bits.append("compile " + ", ".join(compile_))
@@ -167,8 +167,15 @@ def _cause_advice(causes: list["Cause"], cwd: str) -> str:
     return ""
 
 
+def _ca_column(comparison: Comparison) -> Any:
+    """The mode compiled autograd ran in: `ca`, or the one mode of an imported TORCH_TRACE log."""
+    from cagtool.record.schema import IMPORTED_MODE
+
+    return comparison.modes.get("ca") or comparison.modes.get(IMPORTED_MODE)
+
+
 def _recompile_phrase(comparison: Comparison, verified: dict[str, Any] | None, explanation: "Explanation | None" = None) -> str:
-    column = comparison.modes.get("ca")
+    column = _ca_column(comparison)
     if column is None or column.metrics is None:
         return ""
     m = column.metrics
@@ -242,6 +249,8 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         else:
             phrases.append("numerics agree")
     if not phrases:
+        if _ca_column(comparison) is not None and len(comparison.modes) == 1 and "ca" not in comparison.modes:
+            return Headline("imported log: no compiled-autograd graph or compile in it", NEUTRAL)
         return Headline("nothing to compare: record more than one mode, or more steps", NEUTRAL)
     tone = BAD if BAD in tones else GOOD if GOOD in tones else NEUTRAL
     advice = _cause_advice(root_causes(explanation), explanation.table.cwd) if explanation is not None else ""
@@ -307,7 +316,7 @@ def change_headline(rc: RunComparison) -> Headline:
 def ca_explanation(comparison: Comparison, run: Any) -> "Explanation | None":
     """The recompile causes of the ca record the headline's counts come from (its first
     repetition with a record), from `run` (a RunRecord, the one `comparison` was made of)."""
-    column = comparison.modes.get("ca")
+    column = _ca_column(comparison)
     if column is None or column.metrics is None:
         return None
     from cagtool.report.recompiles.explain import explain

@@ -129,7 +129,7 @@ def cause_phrase(cause: "Cause") -> str:
             name, dim, before, after = size
             what = f"the size of `{name}` (dim {dim}) changed {before}->{after}"
             if dim == 0 and after < before:
-                what += " (a smaller last batch?)"
+                what = f"a smaller batch (a DataLoader's last?): {what}"
         else:
             # The kind of guard in words (never torch's text cut mid-word).
             what = guard_label(cause.facts)

@@ -550,7 +550,7 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     return Words(title, why, fix, evidence_text(cause.evidence))
 
 
-_REQUIRES_GRAD_OF = re.compile(r"tensor '(?P<name>[^']+)' requires_grad mismatch\. expected requires_grad=(?P<expected>\d)")
+_REQUIRES_GRAD_OF = re.compile(r"tensor '(?P<name>.+)' requires_grad mismatch\. expected requires_grad=(?P<expected>\d)")
 
 
 def smaller_batch(guard: str) -> tuple[str, int, int] | None:

@@ -133,6 +133,8 @@ def cause_phrase(cause: "Cause") -> str:
         else:
             # The kind of guard in words (never torch's text cut mid-word).
             what = guard_label(cause.facts)
+    elif cause.code == CAUSE_STRUCTURE and cause.facts.get("branch") is not None:
+        what = "a data-dependent branch picked other ops for the backward"
     else:
         what = {
             CAUSE_SHAPES: "tensor sizes changed in the backward",

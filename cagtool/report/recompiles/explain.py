@@ -8,6 +8,7 @@ The sentences themselves are written by `cagtool.report.recompiles.explain`.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -178,6 +179,20 @@ def _stability(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     }
 
 
+def _branch_of(table: RecompileTable, cause: Cause) -> SourceRef | None:
+    """The data-dependent branch torch reported that picks the ops of a structural change: in the
+    cause's file, the nearest at or above its line (the branch comes before the op it picks, and a
+    node's traceback can name a line after it); else the only one the run has."""
+    sites = table.branch_sites
+    if not sites:
+        return None
+    if cause.source is not None:
+        same = [s for s in sites if os.path.realpath(s.file) == os.path.realpath(cause.source.file) and s.line <= cause.source.line]
+        if same:
+            return max(same, key=lambda s: s.line)
+    return sites[0] if len(sites) == 1 else None
+
+
 def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     changes = [_node_change(table, r) for r in cause.rows]
     grew = sum(1 for c in changes if c.before is None)
@@ -188,8 +203,12 @@ def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         for name in (change.before, change.after):
             if name is not None and name not in names:
                 names.append(name)
+    branch = _branch_of(table, cause) if any(len(v) > 1 for v in variants.values()) else None
+    if branch is not None:
+        cause.source = branch  # torch's own report of the branch beats the line a node traceback names
     return {
         "changes": changes,
+        "branch": branch,
         "grew": grew,
         "node_calls": sorted(n for n in node_calls if n is not None),
         "variants": variants,
@@ -392,6 +411,7 @@ def where(cause: Cause, cwd: str) -> str:
         "backward_call": "in the backward called at",
         "guard": "guarded at",
         "caller": "called at",
+        "branch": "picked by the data-dependent branch torch reports at",
     }.get(cause.source.how, "at")
     return f"{how} {format_source(cause.source, cwd)}"
 
@@ -421,7 +441,12 @@ def _structure(cause: Cause, cwd: str) -> Words:
         alternatives = "; ".join(
             f"NodeCall {nc}: {' / '.join(short_name(n) for n in names)}" for nc, names in facts["variants"].items() if len(names) > 1
         )
-        why.append(f"The same position holds different ops ({alternatives}): a Python branch or an op picked per step.")
+        if facts.get("branch") is not None:
+            why.append(f"The same position holds different ops ({alternatives}): torch reports a data-dependent branch "
+                       f"(graph break \"Data-dependent branching\") at {format_source(facts['branch'], cwd)}, and each side "
+                       "builds different autograd nodes.")
+        else:
+            why.append(f"The same position holds different ops ({alternatives}): a Python branch or an op picked per step.")
     stability = stability_sentence(facts, "new structure")
     if stability:
         why.append(stability)

@@ -107,3 +107,17 @@ def test_gate_failure_names_the_cause_step_and_line_in_terminal_junit_and_annota
     assert said.replace(">", "&gt;") in junit.read_text()
     [annotation] = [line for line in proc.stdout.splitlines() if line.startswith("::error ")]
     assert annotation.startswith("::error file=") and "ragged_batches.py,line=27,title=" in annotation and said in annotation
+
+
+def test_a_structural_change_is_tied_to_the_data_dependent_branch_torch_reports(record_run):
+    """`if x.mean() > 0:` inside a compiled forward: Dynamo breaks the graph there (torch's
+    "Data-dependent branching", GB0170) and the backward holds ReluBackward0 or TanhBackward0:
+    the cause names that branch's line, from torch's report, not a line a node traceback names."""
+    explanation, cwd = _explained(record_run, "data_branch.py")
+    [cause] = explanation.causes
+    assert cause.source is not None and cause.source.how == "branch" and cause.source.line == 21
+    assert cause.source.code == "if x.mean() > 0:"
+    [(title, why, fixes)] = _all_words(explanation, cwd)
+    assert "NodeCall 5: ReluBackward0 / TanhBackward0" in why and 'graph break "Data-dependent branching"' in why
+    assert "torch.where" in fixes
+    assert cause_phrase(cause) == "a data-dependent branch picked other ops for the backward at step 1 (data_branch.py:21)"

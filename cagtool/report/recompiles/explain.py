@@ -876,8 +876,11 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
         first = guard_text(row.messages[0]) if row.messages else ""
         if ca_id in shape_keys and (not first or "size" in first.lower()):
             return shape_keys[ca_id]
-        return (CAUSE_DYNAMO_CA_GRAPH, frame)
-    return (CAUSE_DYNAMO_FRAME, frame)
+        return (CAUSE_DYNAMO_CA_GRAPH, frame, guard_kind(first) if first else "")
+    # One frame recompiled for two reasons (a smaller batch, then an evaluation under no_grad) is
+    # two causes: each class of torch's reason has its own fix.
+    first = guard_text(row.messages[0]) if row.messages else ""
+    return (CAUSE_DYNAMO_FRAME, frame, guard_kind(first) if first else "")
 
 
 _SOURCE_RANK = {"node_traceback": 0, "guard": 1, "caller": 2, "compiled_frame": 3, "backward_call": 4}

@@ -75,14 +75,22 @@ def test_an_unfrozen_backbone_is_a_requires_grad_change_and_its_backward_goes_wi
 
 
 def test_an_evaluation_under_no_grad_is_a_grad_mode_change_not_a_size(record_run):
+    """One forward frame recompiled for two reasons, a smaller last batch then an evaluation under
+    no_grad (a language model's loop): two causes, each with the words and fix of its own class."""
     explanation, cwd = _explained(record_run, "eval_no_grad.py")
-    [cause] = explanation.causes
-    assert cause.facts["kind"] == GUARD_GRAD_MODE and cause.facts["guard"] == "GLOBAL_STATE changed: grad_mode"
-    [(title, why, fixes)] = _all_words(explanation, cwd)
+    size, follower, grad_mode = explanation.causes
+    assert size.facts["kind"] == GUARD_SIZE and follower.caused_by == size.number
+    assert grad_mode.facts["kind"] == GUARD_GRAD_MODE and grad_mode.facts["guard"] == "GLOBAL_STATE changed: grad_mode"
+    assert [f[0] for f in grad_mode.facts["failures"]] == ["0/2"] and grad_mode.caused_by is None
+    title, why, fixes = _all_words(explanation, cwd)[2]
     assert "the grad mode changed (a call under torch.no_grad(), as in an evaluation)" in title
     assert "one compile per grad mode, not one per evaluation" in why
     assert fixes.startswith("Nothing to fix") and "model._orig_mod(x)" in fixes and "mark_dynamic" not in fixes
-    assert fixes_for(explanation) == []
+    # The size fixes answer the size cause only.
+    assert {f.name: f.causes for f in fixes_for(explanation)}["dynamic-sources"] == (size.number,)
+    line = cagtool_in_process("summary", str(record_run("eval_no_grad.py").path)).stdout.splitlines()[0]
+    assert "from 2 causes: a smaller batch (a DataLoader's last?): the size of `args[0]` (dim 0) changed 16->8 at step 2" in line
+    assert "and the grad mode changed (a call under torch.no_grad(), as in an evaluation) at step 3 (eval_no_grad.py:31)" in line
 
 
 def test_a_smaller_last_batch_is_named_and_drop_last_offered_beside_dynamic_shapes(record_run):

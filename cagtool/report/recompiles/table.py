@@ -36,7 +36,6 @@ from cagtool.report.changed_sizes import misses_with_earlier_values
 from cagtool.torch_text import (
     compile_attempt,
     compile_id_in,
-    graph_break_words,
     looks_like_user_file,
     recompile_limit,
     size_guard,
@@ -474,7 +473,8 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
     branches: list[SourceRef] = []
     for event in record.events:  # one pass: records can hold 100,000 events
         if isinstance(event, GraphBreakEvent):
-            if event.file and event.line and graph_break_words(event.reason).gb_type.startswith(DATA_DEPENDENT_BRANCH):
+            # A substring test, not the parse of every message: records can hold 1,000s of breaks.
+            if event.file and event.line and DATA_DEPENDENT_BRANCH in event.reason:
                 site = SourceRef(file=event.file, line=event.line, code=event.code, how="branch")
                 if site not in branches:
                     branches.append(site)

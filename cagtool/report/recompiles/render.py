@@ -300,6 +300,8 @@ def explanation_json(explanation: Explanation) -> dict[str, Any]:
             {
                 "number": cause.number,
                 "code": cause.code,
+                # A Dynamo cause's class, from torch's reason (torch_text.GUARD_*); "" for other causes.
+                "guard_kind": cause.facts.get("kind", ""),
                 "count": cause.count,
                 "steps": cause.steps,
                 "title": words.title,

@@ -49,6 +49,7 @@ from cagtool.torch_text import (
     compile_frame,
     guard_kind,
     length_guard_name,
+    looks_like_user_file,
     size_guard,
 )
 
@@ -818,11 +819,16 @@ def alert_words(alert: Alert, cwd: str) -> Words:
     hits = alert.limit_hits
     first = hits[0]
     limit = f"config.{first.limit_type}" + (f" ({first.limit_value})" if first.limit_value is not None else "")
-    if first.compile_id.startswith("!"):
+    if first.compile_id.startswith("!") and first.function and first.file and looks_like_user_file(first.file):
+        # A user's function under a CA graph's compile id: a backward hook compiled autograd traced.
+        function = f"the backward hook `{first.function}`"
+    elif first.compile_id.startswith("!"):
         function = f"the code of compiled-autograd graph {first.compile_id.split('/')[0]}"
     else:
         function = f"`{first.function}`" if first.function else f"frame {compile_frame(first.compile_id) or '?'}"
     where = f" ({display_path(first.file, cwd)}:{first.line})" if first.file else ""
+    if function.startswith("the backward hook"):
+        where += f", called from compiled-autograd graph {first.compile_id.split('/')[0]},"
     title = f"Dynamo hit {limit} and fell back to eager"
     why = [
         f"At step {first.step if first.step is not None else '?'} Dynamo gave up recompiling {function}{where} "

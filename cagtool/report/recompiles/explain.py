@@ -828,7 +828,7 @@ def alert_words(alert: Alert, cwd: str) -> Words:
         function = f"`{first.function}`" if first.function else f"frame {compile_frame(first.compile_id) or '?'}"
     where = f" ({display_path(first.file, cwd)}:{first.line})" if first.file else ""
     if function.startswith("the backward hook"):
-        where += f", called from compiled-autograd graph {first.compile_id.split('/')[0]},"
+        where += f", called from compiled-autograd graph {first.compile_id.split('/')[0]}"
     title = f"Dynamo hit {limit} and fell back to eager"
     why = [
         f"At step {first.step if first.step is not None else '?'} Dynamo gave up recompiling {function}{where} "

@@ -129,3 +129,13 @@ def test_a_structural_change_is_tied_to_the_data_dependent_branch_torch_reports(
     assert "NodeCall 5: ReluBackward0 / TanhBackward0" in why and 'graph break "Data-dependent branching"' in why
     assert "torch.where" in fixes
     assert cause_phrase(cause) == "a data-dependent branch picked other ops for the backward at step 1 (data_branch.py:21)"
+
+
+def test_the_recompile_limit_on_a_traced_hook_names_the_hook(record_run):
+    explanation, cwd = _explained(record_run, "grad_norm_hook.py")
+    from cagtool.report.recompiles.explain import ALERT_LIMIT, alert_words
+
+    [limit] = [a for a in explanation.alerts if a.code == ALERT_LIMIT]
+    why = " ".join(alert_words(limit, cwd).why)
+    assert ("Dynamo gave up recompiling the backward hook `<lambda>` (sample_scripts/grad_norm_hook.py:21), called from "
+            "compiled-autograd graph !0 (compile !0/3/8)") in why

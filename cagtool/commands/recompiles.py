@@ -171,10 +171,12 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
         if c.number in answered:
             continue
         patch = patches.get(c.number)
-        if c.caused_by is not None:
+        if c.caused_by is not None and c.number not in applicable:
+            # No fix of its own: it goes away with its root cause (a forward recompiled less, a
+            # backward captured less), never "a design choice" or a code change of its own.
             root = next((r for r in explanation.causes if r.number == c.caused_by), c)
             not_applied.append({"cause": c.number, "code": c.code, "who": who_fixes(root), "caused_by": c.caused_by,
-                                "why": f"follows from #{c.caused_by}: what fixes #{c.caused_by} fixes it", "patch": None})
+                                "why": f"follows from #{c.caused_by}: answered by the fix of #{c.caused_by}", "patch": None})
             continue
         if c.number in applicable:
             why = f"not verified this time: --fix {options.fix} asked for another fix"

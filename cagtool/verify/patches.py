@@ -48,7 +48,9 @@ from cagtool.report.recompiles.explain import (
     CAUSE_HOOK,
     CAUSE_STRUCTURE,
     Cause,
+    guard_label,
 )
+from cagtool.torch_text import GUARD_ID, GUARD_SIZE, GUARD_TYPE
 
 YOUR_CODE = "your code"
 
@@ -296,6 +298,9 @@ def patch_for(cause: Cause, script: str | None, display: str | None) -> Patch | 
         if patch is not None:
             return patch
     why = _NOT_MECHANICAL.get(cause.code)
+    if cause.code == CAUSE_DYNAMO_FRAME and cause.facts.get("kind") not in (None, "", GUARD_SIZE, GUARD_ID, GUARD_TYPE):
+        # Said from the guard's class (torch's reason), never as "a size, an id or a type".
+        why = f"no local edit: {guard_label(cause.facts)}, not a Python value passed in; the explanation says what to do"
     if why is None:
         return None
     return Patch(f"{cause.code}-edit", (cause.number,), "change the code as the explanation's fix says", display or "?", None, "", False, why)

@@ -72,6 +72,9 @@ def test_an_unfrozen_backbone_is_a_requires_grad_change_and_its_backward_goes_wi
     # The headline names the class, never torch's text cut mid-word.
     assert cause_phrase(root) == "a parameter's requires_grad changed (unfrozen) at step 3 (unfreeze_backbone.py:25)"
     assert fixes_for(explanation) == [] and patch_for(follower, None, None) is None
+    meta = load_run(record_run("unfreeze_backbone.py").path).meta
+    why_not = patch_for(root, os.path.join(meta.cwd, meta.target["name"]), meta.target["name"]).why_not
+    assert "a parameter's requires_grad changed (unfrozen)" in why_not and "size" not in why_not
 
 
 def test_an_evaluation_under_no_grad_is_a_grad_mode_change_not_a_size(record_run):

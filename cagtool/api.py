@@ -179,15 +179,19 @@ class Capture:
         return load(self.path)
 
     def summary(self, fmt: str = "text") -> Any:
-        """The summary `cagtool summary` prints (fmt="json": its JSON document, as a dict)."""
+        """The summary `cagtool summary` prints, as text (a notebook shows the string; `print` it
+        in a script); fmt="json": its JSON document, as a dict."""
+        import io
+
         from cagtool.report.text.console import make_console
         from cagtool.report.summary import render_summary, summary_json
 
         run = self._record()
         if fmt == "json":
             return summary_json(run)
-        render_summary(make_console(), run)
-        return None
+        out = io.StringIO()
+        render_summary(make_console(out), run)
+        return SummaryText(out.getvalue())
 
     def steps_frame(self) -> Any:
         """One row per step (pandas DataFrame)."""
@@ -201,6 +205,14 @@ class Capture:
         from cagtool.report.frames import events_frame
 
         return events_frame(self._record().mode("ca"), kind)
+
+
+class SummaryText(str):
+    """The summary's text: a str, shown as the text itself where Python shows a value (a
+    notebook cell, the REPL), not as a quoted string with `\\n`."""
+
+    def __repr__(self) -> str:
+        return str.__str__(self)
 
 
 def _live_optimizers(torch: Any) -> list[Any]:

@@ -214,6 +214,52 @@ def value_guard(text: str) -> tuple[str, str, str] | None:
     return ("attribute" if "." in source else "local"), source, value
 
 
+# What a failed Dynamo guard is on, read from torch 2.13's own reason text (`get_guard_fail_reason`
+# in torch/_dynamo/guards.py, as TORCH_LOGS=recompiles prints it). Each kind has its own cause
+# words and fixes in report/recompiles/explain.py.
+GUARD_GRAD_MODE = "grad_mode"  # `GLOBAL_STATE changed: grad_mode` (no_grad / inference evaluation)
+GUARD_GLOBAL_STATE = "global_state"  # other `GLOBAL_STATE changed: ...` (autocast, deterministic algorithms, ...)
+GUARD_REQUIRES_GRAD = "requires_grad"  # `tensor 'p' requires_grad mismatch` (a module frozen or unfrozen)
+GUARD_SIZE = "size"  # `tensor 'x' size mismatch at index 0` / `stride mismatch`
+GUARD_TENSOR_META = "tensor_meta"  # a tensor's dtype, device or dispatch keys
+GUARD_LENGTH = "length"  # `len(xs) == 3`, `not xs`: a Python container's length or emptiness
+GUARD_VALUE = "value"  # `scale == 1.0`, `self.flag == True`: a Python number or flag
+GUARD_ID = "id"  # ___check_obj_id: a different object
+GUARD_TYPE = "type"  # ___check_type_id: a value of another type
+GUARD_OTHER = "other"
+
+_LENGTH_GUARD = re.compile(r"^(?:len\((?P<len>[^()]+)\) == \d+|not (?P<not>[A-Za-z_][\w.\[\]'\"]*))$")
+
+
+def guard_kind(text: str) -> str:
+    """The kind of one failed guard (GUARD_*), from torch's reason text for it."""
+    guard = text.strip()
+    lowered = guard.lower()
+    if lowered.startswith("global_state changed"):
+        return GUARD_GRAD_MODE if "grad_mode" in lowered else GUARD_GLOBAL_STATE
+    if "requires_grad mismatch" in lowered:
+        return GUARD_REQUIRES_GRAD
+    if "size mismatch" in lowered or "stride mismatch" in lowered or "rank mismatch" in lowered:
+        return GUARD_SIZE
+    if re.search(r"(?:dtype|device|dispatch key set) mismatch", lowered):
+        return GUARD_TENSOR_META
+    if _LENGTH_GUARD.match(guard):
+        return GUARD_LENGTH
+    if value_guard(guard) is not None:
+        return GUARD_VALUE
+    if "check_obj_id" in lowered or "id_match" in lowered:
+        return GUARD_ID
+    if "check_type_id" in lowered or "type_match" in lowered:
+        return GUARD_TYPE
+    return GUARD_OTHER
+
+
+def length_guard_name(text: str) -> str | None:
+    """The container a length guard is on: `len(grad_norms) == 3` -> `grad_norms`."""
+    match = _LENGTH_GUARD.match(text.strip())
+    return (match["len"] or match["not"]) if match else None
+
+
 def graph_break_at(payload: str) -> tuple[str, int] | None:
     """(file, line) of `Graph break in user code at FILE:LINE`."""
     match = _BREAK_AT.search(payload)

@@ -58,8 +58,9 @@ def test_capture_twice_records_runs_and_restores_torch(tmp_path, capsys):
         assert [m.miss_kind for m in record.of(CacheMissEvent)] == ["new_node", "changed_shapes"]
         assert len(cap.steps_frame()) == 3
         assert list(cap.events_frame("ca_cache_miss")["compile_id"]) == ["!0", "!1"]
-    cap.summary()
-    assert "CA graphs: 2" in capsys.readouterr().out
+    text = cap.summary()
+    assert "CA graphs: 2" in text and repr(text) == str(text)  # returned (a notebook shows it), not printed
+    assert capsys.readouterr().out == ""
     assert cap.summary("json")["ca_graphs"] == 2
     proc = subprocess.run([sys.executable, "-m", "cagtool", "summary", str(cap.path), "--format", "json"], capture_output=True, text=True, cwd=str(ROOT))
     assert proc.returncode == 0, proc.stderr

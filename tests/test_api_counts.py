@@ -80,8 +80,7 @@ def test_the_readme_shape_counts_the_loops_steps_and_the_shape_change_at_its_ste
     # The process's peak RSS, a real figure (it holds torch: well over 50 MiB)
     peak = cagtool.load(cap.path).mode("ca").manifest.peak_rss_bytes
     assert isinstance(peak, int) and peak > 50 * 2**20
-    cap.summary()
-    out = capsys.readouterr().out
+    out = cap.summary()
     assert "6 steps (optimizer steps, one backward call each)" in out
     assert "peak memory: RSS -" not in out and "peak memory: RSS " in out
 

@@ -196,3 +196,26 @@ def test_graph_break_words_of_a_real_break():
     without_link = reason.split("\n\n For more details")[0]
     assert tt.graph_break_words(without_link).gb_id == "GB0059"  # from the registry
     assert tt.graph_break_words("some other text\nsecond").headline == "some other text"
+
+
+@pytest.mark.parametrize("reason, kind", [
+    # torch 2.13's own reasons, as TORCH_LOGS=recompiles printed them on sample_scripts/
+    ("GLOBAL_STATE changed: grad_mode ", tt.GUARD_GRAD_MODE),  # eval_no_grad.py
+    ("tensor 'fn._modules['0']._modules['0']._parameters['bias']' requires_grad mismatch. expected requires_grad=0. Guard failed "
+     "on a parameter, consider using torch._dynamo.config.force_parameter_static_shapes = False to allow dynamism on parameters.",
+     tt.GUARD_REQUIRES_GRAD),  # unfreeze_backbone.py
+    ("tensor 'args[0]' size mismatch at index 0. expected 32, actual 4", tt.GUARD_SIZE),  # ragged_batches.py
+    ("tensor 'x' rank mismatch. expected 1, actual 2", tt.GUARD_SIZE),  # tests/scripts/trace_jobs/single_job.py
+    ("len(grad_norms) == 7", tt.GUARD_LENGTH),  # grad_norm_hook.py
+    ("not grad_norms", tt.GUARD_LENGTH),
+    ("scale == 1.0", tt.GUARD_VALUE),
+    ("G['FLAG'] == True", tt.GUARD_VALUE),
+])
+def test_the_kind_of_a_guard_is_read_from_torchs_reason(reason, kind):
+    assert tt.guard_kind(reason) == kind
+
+
+def test_a_length_guard_names_its_container():
+    assert tt.length_guard_name("len(grad_norms) == 3") == "grad_norms"
+    assert tt.length_guard_name("not grad_norms") == "grad_norms"
+    assert tt.length_guard_name("scale == 1.0") is None

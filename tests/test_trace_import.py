@@ -129,12 +129,18 @@ def test_report_commands_read_an_imported_run(single_logs, tmp_path):
     assert summary.returncode == 0, summary.stderr
     assert "cagtool import" in summary.stdout and "not in a log: step times" in summary.stdout
     assert "inferred from the graph diff" in summary.stdout
+    # What a log does not hold is not a zero: no torch capture count, no steps, and the first
+    # line is what the log says (its recompiles and their causes), not "nothing to compare".
+    first = summary.stdout.splitlines()[0]
+    assert "torch counted" not in summary.stdout and first.startswith("2 CA recompiles and 3 Dynamo recompiles, from "), first
+    assert "imported: 4 CA graphs" in first and "nothing to compare" not in summary.stdout
     data = json.loads(_cli("summary", str(run), "--format", "json").stdout)
     assert data["ca_graphs"] == 4 and data["graph_breaks"] == 4
     assert data["modes"]["imported"]["imported"]["ca_reasons"] == "inferred"
     explain = _cli("recompiles", "--explain", str(run))
     assert explain.returncode == 0, explain.stderr
     assert "hook was added" in explain.stdout and "inferred from the diff" in explain.stdout
+    assert explain.stdout.startswith("mode imported: 6 recompiles (CA: 3,") and " in 0 steps" not in explain.stdout
     diff = _cli("diff-graphs", str(run), "2", "3")
     assert diff.returncode == 1 and "hooks: +tensor_pre_hook" in diff.stdout
     gate = _cli("gate", str(run), "--max-recompiles", "0")

@@ -25,7 +25,7 @@ Examples:
   cagtool run --modes aot,ca train.py && cagtool baseline save -o cagtool-baseline.json
 
   \b
-  cagtool baseline save .cagtool/runs/20260101-120000 -o ci/cagtool-baseline.json
+  cagtool baseline save .cagtool/runs/train-20260101-120000 -o ci/cagtool-baseline.json
 
   \b
   cagtool baseline save RUN2 -o ci/cagtool-baseline.json --accumulate

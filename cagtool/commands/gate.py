@@ -112,7 +112,7 @@ def gate_options_from_flags(
     return GateOptions(settings=settings, config=config, use_config=not no_config, strict=strict, format=format, junit=junit, rank=rank)
 
 
-def with_gate_options(config_flag: str = "--gate-config", none_when_unset: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def with_gate_options(config_flag: str | tuple[str, ...] = "--gate-config", none_when_unset: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator for a typer command: adds the gate flags (thresholds, --baseline,
     --fail-on-improvement, --junit, CONFIG_FLAG, --no-config) and passes them to the command,
     parsed, as its keyword argument `gate_options: GateOptions`.
@@ -129,7 +129,7 @@ def with_gate_options(config_flag: str = "--gate-config", none_when_unset: bool 
         signature = inspect.signature(func)
         hints = _type_hints(func, skip="gate_options")
         own = [p for p in signature.parameters.values() if p.name != "gate_options"]
-        added = {**_GATE_FLAG_PARAMS, "config": (Optional[Path], typer.Option(None, config_flag, metavar="PYPROJECT", help="Read [tool.cagtool.gate] from this file instead of the nearest pyproject.toml.", rich_help_panel="Gate"))}
+        added = {**_GATE_FLAG_PARAMS, "config": (Optional[Path], typer.Option(None, *((config_flag,) if isinstance(config_flag, str) else config_flag), metavar="PYPROJECT", help="Read [tool.cagtool.gate] from this file instead of the nearest pyproject.toml.", rich_help_panel="Gate"))}
         params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p.kind is inspect.Parameter.VAR_KEYWORD else p for p in own]
         params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann) for name, (ann, opt) in added.items()]
 
@@ -182,7 +182,7 @@ def gate_and_report(run_path: str | Path | None, options: GateOptions, stdout: O
 
 def register(app: typer.Typer) -> None:
     @app.command("gate", help=GATE_HELP, no_args_is_help=False)
-    @with_gate_options(config_flag="--config")
+    @with_gate_options(config_flag=("--config", "--gate-config"))
     def gate(
         run: Optional[str] = RUN_ARG,
         mode: Optional[str] = typer.Option(None, "--mode", help="Mode whose counts and step time are gated: ca, aot or eager (default: the most informative the run asked for, ca first, recorded or not)."),

@@ -171,6 +171,13 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
         if c.number in answered:
             continue
         patch = patches.get(c.number)
+        if c.caused_by is not None and c.number not in applicable:
+            # No fix of its own: it goes away with its root cause (a forward recompiled less, a
+            # backward captured less), never "a design choice" or a code change of its own.
+            root = next((r for r in explanation.causes if r.number == c.caused_by), c)
+            not_applied.append({"cause": c.number, "code": c.code, "who": who_fixes(root), "caused_by": c.caused_by,
+                                "why": f"follows from #{c.caused_by}: answered by the fix of #{c.caused_by}", "patch": None})
+            continue
         if c.number in applicable:
             why = f"not verified this time: --fix {options.fix} asked for another fix"
         elif patch is not None:
@@ -179,10 +186,14 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
             why = "needs a change to the code; not applied automatically"
         not_applied.append({"cause": c.number, "code": c.code, "who": who_fixes(c), "why": why,
                             "patch": patch.to_dict() if patch is not None else None})
-    estimate = estimate_seconds(record, mode, options.repeat, len(fixes)) if fixes else 0.0  # nothing re-runs without a fix
-    when = f"; estimated {estimate:.0f} s" if estimate is not None else ""
-    print(f"cagtool: verifying {len(fixes)} fix{'es' if len(fixes) != 1 else ''} in mode {mode}: the baseline and each fix "
-          f"{options.repeat} times, each its own process{when}", file=err, flush=True)
+    if not fixes:
+        # Nothing re-runs without a fix: no baseline is announced that never runs.
+        print(f"cagtool: nothing to verify in mode {mode}: no fix cagtool can apply answers these causes", file=err, flush=True)
+    else:
+        estimate = estimate_seconds(record, mode, options.repeat, len(fixes))
+        when = f"; estimated {estimate:.0f} s" if estimate is not None else ""
+        print(f"cagtool: verifying {len(fixes)} fix{'es' if len(fixes) != 1 else ''} in mode {mode}: the baseline and each fix "
+              f"{options.repeat} times, each its own process{when}", file=err, flush=True)
     return verify(record.path, mode, fixes, options.repeat, not_applied, progress=lambda line: print(f"cagtool: {line}", file=err, flush=True))
 
 
@@ -219,7 +230,7 @@ def recompiles(
     rank: Optional[int] = typer.Option(None, "--rank", min=0, metavar="N", help="Multi-rank runs: rank N's recompiles (default: rank 0)."),
     verify: bool = typer.Option(False, "--verify", help="Re-run the job with each fix cagtool can apply (no edit of your script) and measure it: verified, no effect or harmful."),
     repeat: int = typer.Option(3, "--repeat", min=1, help="With --verify: runs of the baseline and of each fix, each its own process."),
-    fix: Optional[str] = typer.Option(None, "--fix", metavar="NAME[,NAME]", help="With --verify: only these fixes, comma-separated (ca-dynamic, dynamic-sources, torch-pgo, hook-before-loop, zero-grad-to-none, scalar-to-tensor)."),
+    fix: Optional[str] = typer.Option(None, "--fix", metavar="NAME[,NAME]", help="With --verify: only these fixes, comma-separated (ca-dynamic, dynamic-sources, torch-pgo, hook-before-loop, hook-dynamo-disable, zero-grad-to-none, scalar-to-tensor)."),
 ) -> None:
     """Every recompile of a recorded run: why the backward (or a forward frame) was compiled again.
 
@@ -253,9 +264,12 @@ def recompiles(
     dynamic-sources: Dynamo compiles the inputs whose size guards failed dynamic from the start,
     TORCH_COMPILE_DYNAMIC_SOURCES), and with each code change it can make safely, shown as a
     diff against your script and run on a patched copy of it, never on the file itself
-    (hook-before-loop: a hook registered mid-run registered before the loop; zero-grad-to-none:
-    zero_grad(set_to_none=False) made True); a code change it cannot make is shown with why
-    not. A recompile torch's own PGO explains carries torch's suggestion verbatim, and
+    (hook-before-loop: a hook registered mid-run registered before the loop, its condition left
+    out; hook-dynamo-disable: a traced hook that Dynamo recompiles wrapped in
+    torch._dynamo.disable; zero-grad-to-none: zero_grad(set_to_none=False) made True;
+    scalar-to-tensor: a Python number Dynamo guards on passed as a tensor); a code change it
+    cannot make is shown with why not. A patch must keep what the job does: the backward hooks
+    run are counted in each re-run, and a fix that runs fewer is harmful. A recompile torch's own PGO explains carries torch's suggestion verbatim, and
     torch-pgo verifies that suggestion applied as torch words it.
     Each fix gets before -> after for CA and Dynamo recompiles,
     compile time, time to first step, steady step time (with its 90% confidence interval), peak

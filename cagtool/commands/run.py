@@ -98,7 +98,7 @@ def run_command(
     parity_every: Optional[int] = typer.Option(None, "--parity-every", min=1, metavar="K", help="Also digest every parameter's gradient every K steps (always: step 0, steps that compiled or captured a graph, the last step); `cagtool compare` names the first step and parameter where modes disagree."),
     parity: bool = typer.Option(False, "--parity", help="Compiled modes draw random numbers as eager does (torch._inductor.config.fallback_random), so gradients of jobs with dropout compare across modes."),
     keep_cache: bool = typer.Option(False, "--keep-cache", help="Keep each mode's Inductor cache under <run>/inductor-cache (default: a temporary directory, removed when the run ends)."),
-    fmt: str = typer.Option("text", "--format", help="Summary format on stderr: text. For JSON use --json FILE (stdout is the script's)."),
+    fmt: str = typer.Option("text", "--format", hidden=True, help="Summary format on stderr: text. For JSON use --json FILE (stdout is the script's)."),
     json_file: Optional[str] = typer.Option(None, "--json", metavar="FILE", help="Also write the summary as JSON to FILE (what `cagtool summary --format json` prints)."),
     no_report: bool = typer.Option(False, "--no-report", help="Do not write report.html (the HTML report) into the run directory."),
     gate: bool = typer.Option(False, "--gate", help="Gate the run when it ends (thresholds from the flags below or [tool.cagtool.gate]); exit 1 if a check fails.", rich_help_panel="Gate"),

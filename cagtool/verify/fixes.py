@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass, field
 
 from cagtool.capture.observe.torch_logs import pgo_dynamic_sources
+from cagtool.torch_text import GUARD_SIZE
 from cagtool.report.recompiles.explain import (
     CAUSE_DYNAMO_CA_GRAPH,
     CAUSE_DYNAMO_FRAME,
@@ -90,9 +91,18 @@ def _dynamo_sources(cause: Cause) -> list[str]:
     return sources
 
 
+def _about_sizes(cause: Cause) -> bool:
+    """Changed sizes in the backward, or Dynamo's recompile of a CA graph on a size guard (by
+    torch's reason, torch_text.guard_kind; one with no reason recorded is taken as sizes, what
+    Dynamo recompiles a CA graph's own code on). A hook's list-length guard is not a size."""
+    if cause.code == CAUSE_SHAPES:
+        return True
+    return cause.code == CAUSE_DYNAMO_CA_GRAPH and not cause.facts.get("hook") and cause.facts.get("kind") in (GUARD_SIZE, "")
+
+
 def who_fixes(cause: Cause) -> str:
     """Who has to make the change a cause needs."""
-    if cause.code == CAUSE_SHAPES or (cause.code in (CAUSE_DYNAMO_FRAME, CAUSE_DYNAMO_CA_GRAPH) and _dynamo_sources(cause)):
+    if _about_sizes(cause) or (cause.code in (CAUSE_DYNAMO_FRAME, CAUSE_DYNAMO_CA_GRAPH) and _dynamo_sources(cause)):
         return RUN_CONFIG
     if cause.code in (CAUSE_HOOK, CAUSE_STRUCTURE, CAUSE_GRAD_DEFINED):
         return YOUR_CODE
@@ -105,7 +115,7 @@ def fixes_for(explanation: Explanation, dynamic_already: bool = False, pgo_sugge
     --dynamic, so `ca-dynamic` would change nothing. `pgo_suggestion`: torch's own suggestion
     recorded for the run (capture/observe/torch_logs.py), carried verbatim by the fixes that
     answer the same shape recompiles."""
-    shapes = [c.number for c in explanation.causes if c.code in (CAUSE_SHAPES, CAUSE_DYNAMO_CA_GRAPH)]
+    shapes = [c.number for c in explanation.causes if _about_sizes(c)]
     sources: list[str] = []
     frames: list[int] = []
     for cause in explanation.causes:

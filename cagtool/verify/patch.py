@@ -3,6 +3,7 @@ mechanical ones (patches.py) and those for a guard on a Python value (value_patc
 
 from __future__ import annotations
 
+import ast
 import difflib
 from dataclasses import dataclass
 
@@ -32,3 +33,15 @@ class Patch:
 
 def unified_diff(path: str, before: list[str], after: list[str]) -> str:
     return "".join(difflib.unified_diff(before, after, fromfile=f"a/{path}", tofile=f"b/{path}"))
+
+
+def imports_torch(tree: ast.Module) -> bool:
+    return any(isinstance(stmt, ast.Import) and any(a.name == "torch" and a.asname is None for a in stmt.names) for stmt in tree.body)
+
+
+def replace_expr(lines: list[str], node: ast.expr, text: str) -> list[str]:
+    """`lines` with `node` (on one line) replaced by `text`; offsets are UTF-8 bytes, as ast gives them."""
+    after = list(lines)
+    raw = after[node.lineno - 1].encode()
+    after[node.lineno - 1] = (raw[: node.col_offset] + text.encode() + raw[node.end_col_offset:]).decode()
+    return after

@@ -11,12 +11,19 @@ one a zeroed tensor: AccumulateGrad's key changes once). The patch makes it `set
 gradient, so plain training gives the same numbers; the re-run's numerics check says so.
 
 `hook-before-loop`: a backward hook registered partway through training (`if step == N: p.register_hook(h)` inside
-the training loop). The patch moves the registration out of the loop, before it, so every
+the training loop). The patch moves the registration (never its condition) out of the loop, before it, so every
 backward has the same hooks and compiled autograd captures one graph. It is applied only when
 it is safe to move: the `if` has no `else`, its body is nothing but hook registrations, and none
 of the names they read is assigned inside the loop (then the hook, or what it hooks, does not
 exist before the loop runs). The hook then also runs on the steps before N: the re-run's
 numerics check says whether that changed anything.
+
+`hook-dynamo-disable`: a backward hook that compiled autograd traces and Dynamo recompiles (a hook
+that appends to a Python list: Dynamo guards on the list's length, which grows every backward).
+The patch passes `torch._dynamo.disable(hook)` in its place at the registration torch's guard
+names: the same function runs, eagerly (Dynamo graph-breaks around it and installs no guard), so
+the job computes what it did. Applied when that line holds one registration with the hook as
+its one argument on one line, and the script does `import torch`.
 
 A forward frame recompiled on a Python value (a number or a flag Dynamo specialised on) gets its
 patch from value_patches.py: a number only used in tensor arithmetic is passed as a tensor at its
@@ -33,14 +40,17 @@ import os
 from pathlib import Path
 
 from cagtool.report.recompiles.explain import (
+    CAUSE_DYNAMO_CA_GRAPH,
     CAUSE_DYNAMO_FRAME,
     CAUSE_GRAD_DEFINED,
     CAUSE_HOOK,
     CAUSE_STRUCTURE,
     Cause,
+    guard_label,
 )
-from cagtool.verify.patch import Patch, unified_diff
+from cagtool.verify.patch import Patch, imports_torch, replace_expr, unified_diff
 from cagtool.verify.value_patches import value_patch
+from cagtool.torch_text import GUARD_ID, GUARD_SIZE, GUARD_TYPE
 
 # torch's registration calls whose hook becomes part of the autograd graph compiled autograd keys on.
 _HOOK_CALLS = frozenset({
@@ -136,10 +146,15 @@ def hook_patch(cause: Cause, script: str, display: str) -> Patch:
         if used:
             why_not = (f"the hook at line {branch.body[0].lineno} uses {', '.join(f'`{n}`' for n in sorted(used))}, "
                        "assigned inside the loop: it does not exist before the loop")
-    body = lines[branch.body[0].lineno - 1: (branch.body[-1].end_lineno or branch.body[-1].lineno)]
     loop_indent = lines[loop.lineno - 1][: len(lines[loop.lineno - 1]) - len(lines[loop.lineno - 1].lstrip())]
-    body_indent = body[0][: len(body[0]) - len(body[0].lstrip())]
-    moved = [loop_indent + l[len(body_indent):] if l.startswith(body_indent) else l for l in body]
+    if branch.body[0].lineno == branch.lineno:
+        # `if step == 2: p.register_hook(h)` on one line: only the registrations move, never the
+        # condition (above the loop it would be tested once, before `step` takes its values).
+        moved = [loop_indent + (ast.get_source_segment(text, stmt) or "") + "\n" for stmt in branch.body]
+    else:
+        body = lines[branch.body[0].lineno - 1: (branch.body[-1].end_lineno or branch.body[-1].lineno)]
+        body_indent = body[0][: len(body[0]) - len(body[0].lstrip())]
+        moved = [loop_indent + l[len(body_indent):] if l.startswith(body_indent) else l for l in body]
     if len(loop.body) == 1:
         why_not = why_not or "the `if` is the loop's only statement: the loop would be left empty"
     # The registration goes on the lines right above the loop, at the loop's indentation.
@@ -182,6 +197,36 @@ def zero_grad_patch(cause: Cause, script: str, display: str) -> Patch:
                  patched="".join(after))
 
 
+def hook_disable_patch(cause: Cause, script: str, display: str) -> Patch:
+    """Wrap a traced backward hook in torch._dynamo.disable (see the module docstring)."""
+    title = "run the hook eagerly: register torch._dynamo.disable(hook), so Dynamo neither compiles nor guards it"
+    name = "hook-dynamo-disable"
+    parsed = _parsed(script)
+    if isinstance(parsed, str):
+        return Patch(name, (cause.number,), title, display, None, "", False, parsed)
+    text, tree = parsed
+    source = cause.source
+    if source is None or source.how != "guard" or os.path.realpath(source.file) != os.path.realpath(script):
+        return Patch(name, (cause.number,), title, display, None, "", False,
+                     "the hook's line is not in the script (it is registered in another file or by a library)")
+    calls = [c for c in ast.walk(tree) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+             and c.func.attr in _HOOK_CALLS and c.lineno <= source.line <= (c.end_lineno or c.lineno)]
+    if len(calls) != 1 or len(calls[0].args) != 1 or calls[0].keywords:
+        return Patch(name, (cause.number,), title, display, source.line, "", False,
+                     f"line {source.line} does not hold exactly one hook registration with the hook as its one argument")
+    hook = calls[0].args[0]
+    lines = text.splitlines(keepends=True)
+    if hook.lineno != hook.end_lineno:
+        return Patch(name, (cause.number,), title, display, source.line, "", False,
+                     f"the hook passed at line {hook.lineno} spans lines: not a one-line edit")
+    after = replace_expr(lines, hook, f"torch._dynamo.disable({ast.get_source_segment(text, hook)})")
+    diff = unified_diff(display, lines, after)
+    if not imports_torch(tree):
+        return Patch(name, (cause.number,), title, display, hook.lineno, diff, False,
+                     "the script does not `import torch` at its top level: the hook's line cannot name torch._dynamo")
+    return Patch(name, (cause.number,), title, display, hook.lineno, diff, True, patched="".join(after))
+
+
 _NOT_MECHANICAL = {
     CAUSE_STRUCTURE: "which ops to unify (a branch or a loop per step) is a design choice: no edit is made",
     CAUSE_GRAD_DEFINED: "the job is not a script file cagtool can read (a module, or it moved)",
@@ -192,6 +237,13 @@ _NOT_MECHANICAL = {
 
 def patch_for(cause: Cause, script: str | None, display: str | None) -> Patch | None:
     """The patch for a cause that needs a code change; None for a cause a configuration answers."""
+    if cause.caused_by is not None:
+        return None  # fixed with the cause it follows from
+    if cause.code == CAUSE_DYNAMO_CA_GRAPH and cause.facts.get("hook"):
+        if script is None or not os.path.isfile(script):
+            return Patch("hook-dynamo-disable", (cause.number,), "run the hook eagerly", display or "?", None, "", False,
+                         "the job is not a script file cagtool can read (a module, or it moved)")
+        return hook_disable_patch(cause, script, display or script)
     if cause.code == CAUSE_HOOK:
         if script is None or not os.path.isfile(script):
             return Patch("hook-before-loop", (cause.number,), "register the hook once, before the training loop", display or "?",
@@ -204,6 +256,9 @@ def patch_for(cause: Cause, script: str | None, display: str | None) -> Patch | 
         if patch is not None:
             return patch
     why = _NOT_MECHANICAL.get(cause.code)
+    if cause.code == CAUSE_DYNAMO_FRAME and cause.facts.get("kind") not in (None, "", GUARD_SIZE, GUARD_ID, GUARD_TYPE):
+        # Said from the guard's class (torch's reason), never as "a size, an id or a type".
+        why = f"no local edit: {guard_label(cause.facts)}, not a Python value passed in; the explanation says what to do"
     if why is None:
         return None
     return Patch(f"{cause.code}-edit", (cause.number,), "change the code as the explanation's fix says", display or "?", None, "", False, why)

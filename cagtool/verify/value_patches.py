@@ -37,7 +37,7 @@ from cagtool.record.schema import SourceRef
 from cagtool.report.recompiles.explain import Cause
 from cagtool.report.recompiles.table import guard_text
 from cagtool.torch_text import value_guard
-from cagtool.verify.patch import YOUR_CODE, Patch, unified_diff
+from cagtool.verify.patch import YOUR_CODE, Patch, imports_torch, replace_expr, unified_diff
 
 SCALAR = "scalar-to-tensor"
 BRANCH = "branch-to-where"
@@ -177,18 +177,6 @@ def _argument_at(tree: ast.Module, line: int, func: ast.FunctionDef | ast.AsyncF
     return found[0], ""
 
 
-def _imports_torch(tree: ast.Module) -> bool:
-    return any(isinstance(stmt, ast.Import) and any(a.name == "torch" and a.asname is None for a in stmt.names) for stmt in tree.body)
-
-
-def _replace(lines: list[str], node: ast.expr, text: str) -> list[str]:
-    """`lines` with `node` (on one line) replaced by `text`; offsets are UTF-8 bytes, as ast gives them."""
-    after = list(lines)
-    raw = after[node.lineno - 1].encode()
-    after[node.lineno - 1] = (raw[: node.col_offset] + text.encode() + raw[node.end_col_offset:]).decode()
-    return after
-
-
 def _guarded(cause: Cause) -> tuple[list[tuple[str, str, str]], SourceRef | None, SourceRef | None]:
     """The value guards that failed (scope, name, value), the user line that installed the guard,
     and the line that called the compiled code."""
@@ -261,9 +249,9 @@ def value_patch(cause: Cause, script: str | None, display: str | None) -> Patch 
     argument, reason = _argument_at(tree, caller.line, func, method, name)
     if argument is None:
         return why_not(reason, caller.line)
-    after = _replace(lines, argument, wrap.format(ast.get_source_segment(text, argument)))
+    after = replace_expr(lines, argument, wrap.format(ast.get_source_segment(text, argument)))
     diff = unified_diff(display, lines, after)
-    if not _imports_torch(tree):
+    if not imports_torch(tree):
         return why_not("the script does not `import torch` at its top level: the call site cannot name torch.tensor", caller.line, diff)
     return Patch(SCALAR, (cause.number, *cause.consequences), title, display, caller.line, diff, True, who=YOUR_CODE, patched="".join(after))
 
@@ -303,7 +291,7 @@ def _branch_patch(cause: Cause, tree: ast.Module, lines: list[str], func: ast.Fu
     if caller is not None and _same_file(caller.file, script) and not branch.lineno <= caller.line <= end:
         argument = _argument_at(tree, caller.line, func, method, name)[0]
     # The call site first: a one-line edit, so the branch's line numbers still hold after it.
-    base = _replace(lines, argument, f"torch.tensor({ast.get_source_segment(text, argument)})") if argument is not None else lines
+    base = replace_expr(lines, argument, f"torch.tensor({ast.get_source_segment(text, argument)})") if argument is not None else lines
     after = base[: branch.lineno - 1] + [f"{indent}{target} = torch.where({name}, {sides[0]}, {sides[1]})\n"] + base[end:]
     first = min(branch.lineno, caller.line) if argument is not None and caller is not None else branch.lineno
     also = "" if argument is not None else "; the call site was not found, and it must pass the flag as a tensor (torch.tensor(...)) too"

@@ -85,6 +85,9 @@ class Side:
     steady_steps: int
     peak_memory_bytes: int | None
     wall_s: float
+    # Per repetition: the backward hooks the backward calls ran (hook_calls): a patch that moves a
+    # hook must keep it running, which the recompile counts alone do not show.
+    hook_calls: list[int | None] = field(default_factory=list)
 
 
 @dataclass
@@ -165,8 +168,29 @@ def _side(name: str, path: Path, mode: str, wall_s: float) -> tuple[Side, RunRec
         ca_recompiles=[m.ca_recompiles for m in metrics], dynamo_recompiles=[m.dynamo_recompiles for m in metrics],
         ca_graphs=[m.ca_graphs for m in metrics], compile_time_s=fields.get("compile_time_s"), first_step_s=fields.get("first_step_s"),
         step_time_median_s=fields.get("step_time_median_s"), steady_steps=int(fields.get("steady_steps") or 0),
-        peak_memory_bytes=peak, wall_s=wall_s,
+        peak_memory_bytes=peak, wall_s=wall_s, hook_calls=[hook_calls(r) for r in reps],
     ), record
+
+
+def hook_calls(record: Any) -> int | None:
+    """The hooks one mode's backward calls ran: per backward, the hooks of the compiled-autograd
+    graph it ran, which is the graph captured during it, else the one the backward before it ran
+    (a hook added or removed is a new key, so a capture; a return to an older cached graph without
+    a capture is the one case read as the graph before). None without compiled-autograd graphs."""
+    from cagtool.record.schema import BackwardEvent, CAGraphEvent
+
+    graphs = record.of(CAGraphEvent)
+    if not graphs:
+        return None
+    events = sorted([*graphs, *record.of(BackwardEvent)], key=lambda e: e.seq)
+    current: CAGraphEvent | None = None
+    total = 0
+    for event in events:
+        if isinstance(event, CAGraphEvent):
+            current = event
+        elif current is not None:
+            total += len(current.hooks)
+    return total
 
 
 def _total(side: Side) -> int | None:
@@ -220,6 +244,14 @@ def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None
     if baseline.peak_memory_bytes and fixed.peak_memory_bytes and fixed.peak_memory_bytes > (1.0 + HARMFUL_MEMORY) * baseline.peak_memory_bytes:
         reasons.append(f"peak memory {fixed.peak_memory_bytes / baseline.peak_memory_bytes:.2f}x the baseline's")
         harmful = True
+    hooks_before, hooks_after = _most(baseline.hook_calls), _most(fixed.hook_calls)
+    if hooks_before is not None and hooks_after is not None and hooks_before != hooks_after:
+        if hooks_after < hooks_before:
+            # A patch that drops a hook (or some of its calls) changes what the job does.
+            reasons.append(f"hooks run {hooks_before} -> {hooks_after}: the fix dropped hook calls the job makes")
+            harmful = True
+        else:
+            reasons.append(f"hooks run {hooks_before} -> {hooks_after}: the hook now also runs on the steps before it was registered")
     if numerics_agree is False:
         reasons.append("losses or final norms changed")
         harmful = True

@@ -46,7 +46,8 @@ def test_the_headline_counts_a_batch_size_change_once_and_says_what_to_do(ragged
     roots = root_causes(explanation)
     assert [c.code for c in roots] == ["dynamo_guard_failure"]
     line = run_headline(comparison, None, explanation)
-    assert "all from 1 cause: the size of `args[0]` (dim 0) changed 32->4 at step 3 (ragged_batches.py:27)" in line.text, line.text
+    assert ("all from 1 cause: a smaller batch (a DataLoader's last?): the size of `args[0]` (dim 0) changed 32->4 at step 3 "
+            "(ragged_batches.py:27)") in line.text, line.text
     assert "changed sizes" not in line.text  # the consequence is not a kind of its own
     assert "mark_dynamic" in line.advice
     # Without the causes, the counts alone (as before).
@@ -54,7 +55,7 @@ def test_the_headline_counts_a_batch_size_change_once_and_says_what_to_do(ragged
 
 
 def test_the_summary_opens_on_the_headline_then_what_to_do_and_prints_recompiles_without_cache_entry_ids(ragged):
-    code, out, err = cli_in_process("summary", str(ragged), env={"COLUMNS": "250"})
+    code, out, err = cli_in_process("summary", str(ragged), env={"COLUMNS": "300"})
     assert code == 0, err
     lines = out.splitlines()
     assert "from 1 cause" in lines[0]
@@ -129,9 +130,9 @@ def test_a_recompile_storm_is_in_the_headline_and_colours_it(record_run):
 
 
 def test_compare_of_one_run_opens_on_the_same_headline_as_its_summary(ragged):
-    code, out, err = cli_in_process("compare", str(ragged), env={"COLUMNS": "250"})
+    code, out, err = cli_in_process("compare", str(ragged), env={"COLUMNS": "300"})
     assert code == 0, err
-    summary = cli_in_process("summary", str(ragged), env={"COLUMNS": "250"})[1]
+    summary = cli_in_process("summary", str(ragged), env={"COLUMNS": "300"})[1]
     assert out.splitlines()[:2] == summary.splitlines()[:2]
     assert "from 1 cause" in out.splitlines()[0] and out.splitlines()[1].startswith("what to do: ")
     assert out.count("from 1 cause") == 1  # printed once, not again by the table
@@ -172,12 +173,36 @@ def test_a_verified_fix_is_the_advice(ragged):
                           {"fix": "torch-pgo", "verdict": "no effect", "title": "torch's own PGO suggestion", "run_flags": [], "env": {"X": "1"}}]}
     line = run_headline(comparison, verified, explanation)
     assert "(fix verified: ca-dynamic)" in line.text
-    assert line.advice == "apply fix ca-dynamic, compiled autograd's sizes start dynamic (cagtool run --dynamic): verified by re-running this job"
+    # How to apply it in the job without cagtool (torch's own setting), then cagtool's flag.
+    assert line.advice.startswith("apply fix ca-dynamic, compiled autograd's sizes start dynamic: start compiled autograd dynamic: "
+                                  "torch.compile(..., dynamic=True)"), line.advice
+    assert "[cagtool: cagtool run --dynamic]; verified by re-running this job" in line.advice
     assert "mark_dynamic" in run_headline(comparison, {"fixes": [{"fix": "x", "verdict": "no effect"}]}, explanation).advice
 
 
+def test_the_advice_is_the_verified_fix_that_left_the_fewest_recompiles(ragged):
+    """Two verified fixes from one verification (recompiles 4 -> 3 and 4 -> 0): the advice is the
+    one the measurements support, whatever the order the table lists them in."""
+    run = load_run(ragged)
+    comparison = compare_modes(run)
+    explanation = ca_explanation(comparison, run)
+
+    def side(ca: int, dynamo: int, graphs: int) -> dict:
+        return {"ca_recompiles": [ca], "dynamo_recompiles": [dynamo], "ca_graphs": [graphs]}
+
+    verified = {"baseline": side(2, 2, 3), "fixes": [
+        {"fix": "ca-dynamic", "verdict": "verified", "title": "compiled autograd's sizes start dynamic", "run_flags": ["--dynamic"],
+         "env": {}, "measured": side(1, 2, 2)},
+        {"fix": "torch-pgo", "verdict": "verified", "title": "torch's own PGO suggestion", "run_flags": [],
+         "env": {"TORCH_COMPILE_DYNAMIC_SOURCES": "L['x']"}, "measured": side(0, 0, 2)},
+    ]}
+    advice = run_headline(comparison, verified, explanation).advice
+    assert advice.startswith("apply fix torch-pgo"), advice
+    assert "set TORCH_COMPILE_DYNAMIC_SOURCES=\"L['x']\" in the job's environment" in advice and "(recompiles 4 -> 0)" in advice
+
+
 def test_compare_json_and_markdown_of_one_run_carry_the_same_headline_and_advice(ragged):
-    summary = cli_in_process("summary", str(ragged), env={"COLUMNS": "250"})[1].splitlines()
+    summary = cli_in_process("summary", str(ragged), env={"COLUMNS": "300"})[1].splitlines()
     code, out, err = cli_in_process("compare", str(ragged), "--format", "json")
     assert code == 0, err
     import json

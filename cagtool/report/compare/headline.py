@@ -72,10 +72,10 @@ def _cost_phrase(comparison: Comparison) -> str:
     if not columns:
         columns = [c for c in comparison.modes.values() if c.metrics is not None][-1:]
     bits = []
-    ca = comparison.modes.get("ca")
+    ca = _ca_column(comparison)
     if ca is not None and ca.metrics is not None:
         m = ca.metrics
-        bits.append(f"ca: {m.ca_graphs} CA graph{'s' if m.ca_graphs != 1 else ''}, {m.graph_breaks} graph break{'s' if m.graph_breaks != 1 else ''}")
+        bits.append(f"{ca.name}: {m.ca_graphs} CA graph{'s' if m.ca_graphs != 1 else ''}, {m.graph_breaks} graph break{'s' if m.graph_breaks != 1 else ''}")
     compile_ = [f"{c.name} {c.compile_time_s:.1f} s" for c in columns if c.compile_time_s]
     if compile_:
         bits.append("compile " + ", ".join(compile_))
@@ -117,6 +117,7 @@ def cause_phrase(cause: "Cause") -> str:
         CAUSE_HOOK,
         CAUSE_SHAPES,
         CAUSE_STRUCTURE,
+        guard_label,
         step_list,
     )
     from cagtool.torch_text import size_guard
@@ -127,8 +128,13 @@ def cause_phrase(cause: "Cause") -> str:
         if size is not None:
             name, dim, before, after = size
             what = f"the size of `{name}` (dim {dim}) changed {before}->{after}"
+            if dim == 0 and after < before:
+                what = f"a smaller batch (a DataLoader's last?): {what}"
         else:
-            what = f"a Dynamo guard failed (`{guard[:80]}`)" if guard else "a Dynamo guard failed"
+            # The kind of guard in words (never torch's text cut mid-word).
+            what = guard_label(cause.facts)
+    elif cause.code == CAUSE_STRUCTURE and cause.facts.get("branch") is not None:
+        what = "a data-dependent branch picked other ops for the backward"
     else:
         what = {
             CAUSE_SHAPES: "tensor sizes changed in the backward",
@@ -163,8 +169,15 @@ def _cause_advice(causes: list["Cause"], cwd: str) -> str:
     return ""
 
 
+def _ca_column(comparison: Comparison) -> Any:
+    """The mode compiled autograd ran in: `ca`, or the one mode of an imported TORCH_TRACE log."""
+    from cagtool.record.schema import IMPORTED_MODE
+
+    return comparison.modes.get("ca") or comparison.modes.get(IMPORTED_MODE)
+
+
 def _recompile_phrase(comparison: Comparison, verified: dict[str, Any] | None, explanation: "Explanation | None" = None) -> str:
-    column = comparison.modes.get("ca")
+    column = _ca_column(comparison)
     if column is None or column.metrics is None:
         return ""
     m = column.metrics
@@ -238,17 +251,27 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         else:
             phrases.append("numerics agree")
     if not phrases:
+        if _ca_column(comparison) is not None and len(comparison.modes) == 1 and "ca" not in comparison.modes:
+            return Headline("imported log: no compiled-autograd graph or compile in it", NEUTRAL)
         return Headline("nothing to compare: record more than one mode, or more steps", NEUTRAL)
     tone = BAD if BAD in tones else GOOD if GOOD in tones else NEUTRAL
     advice = _cause_advice(root_causes(explanation), explanation.table.cwd) if explanation is not None else ""
-    good = [f for f in (verified or {}).get("fixes", ()) if f.get("verdict") == "verified"]
-    if good and advice:
-        # A fix measured on this very job beats general advice.
-        from cagtool.report.recompiles.verification import fix_how
+    from cagtool.report.recompiles.verification import best_fix, fix_in_job
 
-        fix = good[0]
-        how = fix_how(fix)
-        advice = f"apply fix {fix['fix']}" + (f", {fix['title']}" if fix.get("title") else "") + (f" ({how})" if how else "") + ": verified by re-running this job"
+    fix = best_fix(verified)
+    if fix is not None and advice:
+        # A fix measured on this very job beats general advice, and of those the one the
+        # measurements support most (the fewest recompiles left), with how to apply it in the job.
+        in_job = fix_in_job(fix)
+        how = " ".join(f"cagtool run {flag}" for flag in fix.get("run_flags") or ())  # the env var is in `in_job` already
+        base = (verified or {}).get("baseline") or {}
+        before = [a + b for a, b in zip(base.get("ca_recompiles") or (), base.get("dynamo_recompiles") or ()) if a is not None and b is not None]
+        after = [a + b for a, b in zip((fix.get("measured") or {}).get("ca_recompiles") or (), (fix.get("measured") or {}).get("dynamo_recompiles") or ())
+                 if a is not None and b is not None]
+        measured = f" (recompiles {max(before)} -> {max(after)})" if before and after else ""
+        advice = (f"apply fix {fix['fix']}" + (f", {fix['title']}" if fix.get("title") else "")
+                  + (f": {in_job}" if in_job else "") + (f" [cagtool: {how}]" if how and not fix.get("patch") else "")
+                  + f"; verified by re-running this job{measured}")
     return Headline("; ".join(phrases) + ".", tone, advice)
 
 
@@ -295,7 +318,7 @@ def change_headline(rc: RunComparison) -> Headline:
 def ca_explanation(comparison: Comparison, run: Any) -> "Explanation | None":
     """The recompile causes of the ca record the headline's counts come from (its first
     repetition with a record), from `run` (a RunRecord, the one `comparison` was made of)."""
-    column = comparison.modes.get("ca")
+    column = _ca_column(comparison)
     if column is None or column.metrics is None:
         return None
     from cagtool.report.recompiles.explain import explain

@@ -376,6 +376,9 @@ def change_grid(rc: RunComparison) -> Grid:
     return grid
 
 
+NOTE_WIDTH = 72  # characters of a table's note column per line
+
+
 class TableRenderer:
     """The terminal view. Options are constructor arguments; `render` prints."""
 
@@ -387,7 +390,10 @@ class TableRenderer:
     def _table(self, grid: Grid) -> Table:
         table = Table(title=grid.title, title_justify="left", show_lines=False)
         for i, name in enumerate(grid.header):
-            table.add_column(name, justify="left" if left_aligned(i, name) else "right", overflow="fold")
+            # A note is prose: wrapped in its cell (off a terminal the console has no width, and a
+            # 500-character note would be one line).
+            table.add_column(name, justify="left" if left_aligned(i, name) else "right", overflow="fold",
+                             max_width=NOTE_WIDTH if name == "note" else None)
         for r, row in enumerate(grid.rows):
             if r in grid.sections and r:
                 table.add_section()

@@ -647,7 +647,8 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
     # torch's counters are Counters: a key never incremented reads 0 there and is absent here (and
     # the deltas of followed processes drop zeros). So absent means 0 once the process saved its
     # counters, and unknown only when it never did (killed, still running).
-    saved = bool(counters) or manifest.status not in (STATUS_RUNNING, STATUS_KILLED)
+    # An imported log holds no counters at all (trace_import: `not_in_log`): unknown, never 0.
+    saved = bool(counters) or (manifest.status not in (STATUS_RUNNING, STATUS_KILLED) and manifest.imported is None)
     unique = counters.get("stats", {}).get("unique_graphs", 0 if saved else None)
     captures = counters.get("compiled_autograd", {}).get("captures", 0 if saved else None)
     by_reason = ca_misses(ca_graphs, misses)

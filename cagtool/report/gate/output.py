@@ -245,6 +245,16 @@ def _escape_property(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
+def _workspace_path(path: str) -> str:
+    """A source path as GitHub matches annotations: relative to the checkout ($GITHUB_WORKSPACE,
+    else the current directory) when it is inside it."""
+    import os
+
+    root = os.environ.get("GITHUB_WORKSPACE") or os.getcwd()
+    relative = os.path.relpath(path, root) if os.path.isabs(path) else path
+    return path if relative.startswith("..") else relative
+
+
 def github_annotations(gate: GateResult) -> list[str]:
     """Workflow commands: ::error for each failed check, ::warning for an inconclusive one, for a
     reported improvement and for each environment warning, ::notice for notes (what a timing check
@@ -253,7 +263,10 @@ def github_annotations(gate: GateResult) -> list[str]:
     for r in gate.results:
         title = _escape_property(f"cagtool gate: {r.check} ({r.mode})")
         if r.failed:
-            lines.append(f"::error title={title}::{_escape_data(r.message)}")
+            # A failed recompile count points at the line of its cause (report/gate/run.py).
+            where = r.data.get("source") if isinstance(r.data.get("source"), dict) else None
+            at = f"file={_escape_property(_workspace_path(where['file']))},line={where['line']}," if where else ""
+            lines.append(f"::error {at}title={title}::{_escape_data(r.message)}")
         elif r.outcome is Outcome.INCONCLUSIVE:
             lines.append(f"::warning title={_escape_property(f'cagtool gate INCONCLUSIVE: {r.check} ({r.mode})')}::{_escape_data(r.message)}")
         elif r.outcome is Outcome.IMPROVED:

@@ -192,6 +192,38 @@ def _evaluate(
     return results, ranks
 
 
+_RECOMPILE_METRICS = ("recompiles", "ca_recompiles", "dynamo_recompiles", "ca_cache_misses")
+
+
+def _with_causes(results: list[CheckResult], run: RunRecord, mode: str, rank: int | None) -> list[CheckResult]:
+    """A failed recompile count names its cause, step and line (report.recompiles.explain, as
+    `recompiles --explain` words it): `CA recompiles 2 > 0 allowed (+2): the size of `args[0]`
+    (dim 0) changed 32->4 ... at step 3 (train.py:19)`, in the terminal, annotations and JUnit,
+    which all print the message. The cause's source line goes into `data` for the annotation."""
+    failed = [r for r in results if r.failed and r.outcome is Outcome.FAIL and r.data.get("metric") in _RECOMPILE_METRICS and r.mode == mode]
+    record = run.modes.get(mode) if rank is None else None
+    if not failed or record is None:
+        return results
+    from cagtool.report.compare.headline import cause_phrase, root_causes
+    from cagtool.report.recompiles.explain import explain
+    from cagtool.report.recompiles.table import recompile_table
+
+    roots = root_causes(explain(recompile_table(record)))
+    if not roots:
+        return results
+    more = f"; and {len(roots) - 1} more cause{'s' if len(roots) > 2 else ''} (cagtool recompiles --explain)" if len(roots) > 1 else ""
+    source = roots[0].source
+    out = []
+    for r in results:
+        if r in failed:
+            data = dict(r.data, cause=cause_phrase(roots[0]))
+            if source is not None:
+                data["source"] = {"file": source.file, "line": source.line}
+            r = replace(r, message=f"{r.message}: {cause_phrase(roots[0])}{more}", data=data)
+        out.append(r)
+    return out
+
+
 def run_gate(run_path: str | Path | None, options: GateOptions | None = None) -> GateResult:
     """Gate a recorded run. Raises UsageError (exit 2) for bad or missing thresholds and
     UnreadableInput (exit 3) for an unreadable run or baseline; a failed check is in the result."""
@@ -205,6 +237,7 @@ def run_gate(run_path: str | Path | None, options: GateOptions | None = None) ->
     mode = settings.mode or default_mode(run)
     checks = build_checks(settings, mode, baseline)
     results, ranks = _evaluate(checks, run, mode, baseline, bool(settings.fail_on_improvement), options.rank)
+    results = _with_causes(results, run, mode, options.rank)
     if settings.max_grad_diff is not None:
         from cagtool.report.gate.grad_parity_check import grad_parity_result
 

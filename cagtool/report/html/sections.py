@@ -36,6 +36,7 @@ from cagtool.report.graphs.runs import GraphComparison
 from cagtool.report.recompiles.explain import Cause, Explanation, alert_words, cause_words, step_list
 from cagtool.report.recompiles.render import TABLE_HEADER, counts_line, record_notes, table_cells
 from cagtool.report.recompiles.table import format_source
+from cagtool.report.recompiles.verification import fix_in_job
 
 if TYPE_CHECKING:
     from cagtool.report.gate.run import GateResult
@@ -712,6 +713,8 @@ def verification(data: dict) -> Verification:
     header = ("fix", "causes", "who", "CA recompiles", "Dynamo recompiles", "steady speed vs baseline (90% CI)", "verdict", "why")
     details = []
     for fix in data.get("fixes", ()):
+        if not fix.get("patch") and (in_job := fix_in_job(fix)):
+            details.append(Line(f"{fix['fix']}: in your job, without cagtool: {in_job}", "note"))
         if fix.get("torch_says"):
             details.append(Line(f"{fix['fix']}: torch's own suggestion (PGO), verbatim: {fix['torch_says']}", "note"))
         if fix.get("patch"):

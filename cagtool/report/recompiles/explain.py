@@ -8,6 +8,7 @@ The sentences themselves are written by `cagtool.report.recompiles.explain`.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -34,7 +35,23 @@ from cagtool.report.recompiles.table import (
     guard_text,
     node_label,
 )
-from cagtool.torch_text import ca_id_of, compile_frame
+from cagtool.torch_text import (
+    GUARD_GLOBAL_STATE,
+    GUARD_GRAD_MODE,
+    GUARD_ID,
+    GUARD_LENGTH,
+    GUARD_REQUIRES_GRAD,
+    GUARD_SIZE,
+    GUARD_TENSOR_META,
+    GUARD_TYPE,
+    GUARD_VALUE,
+    ca_id_of,
+    compile_frame,
+    guard_kind,
+    length_guard_name,
+    looks_like_user_file,
+    size_guard,
+)
 
 # Cause codes (stable: they are part of the JSON schema).
 CAUSE_STRUCTURE = "graph_structure"  # different ops / a branch / a loop of varying length
@@ -163,6 +180,20 @@ def _stability(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     }
 
 
+def _branch_of(table: RecompileTable, cause: Cause) -> SourceRef | None:
+    """The data-dependent branch torch reported that picks the ops of a structural change: in the
+    cause's file, the nearest at or above its line (the branch comes before the op it picks, and a
+    node's traceback can name a line after it); else the only one the run has."""
+    sites = table.branch_sites
+    if not sites:
+        return None
+    if cause.source is not None:
+        same = [s for s in sites if os.path.realpath(s.file) == os.path.realpath(cause.source.file) and s.line <= cause.source.line]
+        if same:
+            return max(same, key=lambda s: s.line)
+    return sites[0] if len(sites) == 1 else None
+
+
 def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     changes = [_node_change(table, r) for r in cause.rows]
     grew = sum(1 for c in changes if c.before is None)
@@ -173,8 +204,12 @@ def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         for name in (change.before, change.after):
             if name is not None and name not in names:
                 names.append(name)
+    branch = _branch_of(table, cause) if any(len(v) > 1 for v in variants.values()) else None
+    if branch is not None:
+        cause.source = branch  # torch's own report of the branch beats the line a node traceback names
     return {
         "changes": changes,
+        "branch": branch,
         "grew": grew,
         "node_calls": sorted(n for n in node_calls if n is not None),
         "variants": variants,
@@ -220,10 +255,26 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         failures.append((row.compile_id, guard_text(row.messages[0]) if row.messages else ""))
     known = [g for _, g in failures if g]
     function = next((row.frame_name for row in cause.rows if row.frame_name), "")
+    guarded = next((row.user_source for row in cause.rows if row.user_source is not None and row.user_source.how == "guard"), None)
+    # Under a compile id `!N/F/A` Dynamo compiles code that compiled-autograd graph !N calls: the
+    # graph's own code is torch's (`forward` in `<eval_with_key>`), so a frame in the user's file
+    # there is a backward hook (or what a hook calls), traced because compiled autograd traces hooks.
+    hook = cause.code == CAUSE_DYNAMO_CA_GRAPH and guarded is not None
+    if not function and guarded is not None:
+        function = guarded.function or ""
+    if not function:
+        function = next((hit.function for hit in table.limit_hits
+                         if hit.function and compile_frame(hit.compile_id) == compile_frame(cause.rows[0].compile_id)), "")
+    kinds = [guard_kind(g) for g in known]
     return {
         "failures": failures,
         "guard": known[0] if known else "",
         "guard_kinds": sorted({guard_shape(g) for g in known}),
+        # The kind of guard (torch_text.GUARD_*), from torch's own reason text: the most frequent
+        # kind of the failures (ties: the first seen).
+        "kind": max(kinds, key=kinds.count) if kinds else "",
+        "container": next((n for g in known if (n := length_guard_name(g))), None),
+        "hook": hook,
         "frame": compile_frame(cause.rows[0].compile_id),
         "function": function,
         **_stability(table, cause),
@@ -361,6 +412,7 @@ def where(cause: Cause, cwd: str) -> str:
         "backward_call": "in the backward called at",
         "guard": "guarded at",
         "caller": "called at",
+        "branch": "picked by the data-dependent branch torch reports at",
     }.get(cause.source.how, "at")
     return f"{how} {format_source(cause.source, cwd)}"
 
@@ -390,7 +442,12 @@ def _structure(cause: Cause, cwd: str) -> Words:
         alternatives = "; ".join(
             f"NodeCall {nc}: {' / '.join(short_name(n) for n in names)}" for nc, names in facts["variants"].items() if len(names) > 1
         )
-        why.append(f"The same position holds different ops ({alternatives}): a Python branch or an op picked per step.")
+        if facts.get("branch") is not None:
+            why.append(f"The same position holds different ops ({alternatives}): torch reports a data-dependent branch "
+                       f"(graph break \"Data-dependent branching\") at {format_source(facts['branch'], cwd)}, and each side "
+                       "builds different autograd nodes.")
+        else:
+            why.append(f"The same position holds different ops ({alternatives}): a Python branch or an op picked per step.")
     stability = stability_sentence(facts, "new structure")
     if stability:
         why.append(stability)
@@ -519,21 +576,122 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     return Words(title, why, fix, evidence_text(cause.evidence))
 
 
-def _guard_advice(guard: str) -> str:
-    lowered = guard.lower()
-    if "size mismatch" in lowered or "size(" in lowered or ".size()" in lowered or "stride" in lowered:
-        return "A tensor's shape changed: mark the dimension dynamic (torch._dynamo.mark_dynamic) or compile with dynamic=True; pad or bucket if it takes many values."
-    if "check_obj_id" in lowered or "id_match" in lowered or "id(" in lowered:
-        return "A different object (module, function, closure) reaches the compiled code each time: create it once, outside the loop."
-    if "check_type_id" in lowered or "type_match" in lowered:
-        return "A value of a different type reaches the compiled code: keep argument types fixed."
-    if "grad_mode" in lowered or "requires_grad" in lowered or "global_state" in lowered:
-        return "Global state (grad mode, requires_grad, autocast) differs between calls: keep it the same around the compiled call."
-    if re.search(r"==\s*-?\d", guard):
-        return ("A Python number the code specialised on changed value. If it only feeds shapes, Dynamo makes it "
+_REQUIRES_GRAD_OF = re.compile(r"tensor '(?P<name>.+)' requires_grad mismatch\. expected requires_grad=(?P<expected>\d)")
+
+
+def smaller_batch(guard: str) -> tuple[str, int, int] | None:
+    """(tensor, before, after) when a size guard failed on dim 0 getting smaller: a batch smaller
+    than the ones before it (a DataLoader's last batch, when the data does not divide evenly)."""
+    size = size_guard(guard)
+    if size is None or size[1] != 0 or size[3] >= size[2]:
+        return None
+    return size[0], size[2], size[3]
+
+
+def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
+    """What a Dynamo cause's failing guard is on, in a few words, from its kind (torch's reason)."""
+    kind, guard = facts.get("kind", ""), facts.get("guard", "")
+    if kind == GUARD_GRAD_MODE:
+        return "the grad mode changed (a call under torch.no_grad(), as in an evaluation)"
+    if kind == GUARD_GLOBAL_STATE:
+        return f"global state changed (`{guard.split(':', 1)[-1].strip() or guard}`)"
+    if kind == GUARD_REQUIRES_GRAD:
+        match = _REQUIRES_GRAD_OF.search(guard)
+        was = f" ({'unfrozen' if match['expected'] == '0' else 'frozen'})" if match else ""
+        return f"a parameter's requires_grad changed{was}"
+    if kind == GUARD_LENGTH:
+        container = f"`{facts['container']}`" if facts.get("container") else "a Python list"
+        where = f" in the backward hook `{facts['function']}`" if hook_named and facts.get("hook") and facts.get("function") else ""
+        return f"the length of {container} changed{where}"
+    if kind == GUARD_VALUE:
+        return f"a Python value changed (`{guard}`)"
+    if kind == GUARD_ID:
+        return "a different object reached the compiled code"
+    if kind == GUARD_TYPE:
+        return "a value of another type reached the compiled code"
+    if kind == GUARD_TENSOR_META:
+        return "a tensor's dtype or device changed"
+    if kind == GUARD_SIZE:
+        return "a tensor's size changed"
+    return "a Dynamo guard failed"
+
+
+def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
+    """What happened, for the kind of guard that failed."""
+    kind = facts.get("kind", "")
+    if kind == GUARD_GRAD_MODE:
+        return ["The compiled code ran with grad mode off (torch.no_grad() or torch.inference_mode(), as an evaluation does) "
+                "after running with it on: Dynamo guards on the grad mode, so it compiled a second graph for it. Each grad mode "
+                "keeps its own cached graph: one compile per grad mode, not one per evaluation."]
+    if kind == GUARD_REQUIRES_GRAD:
+        return ["A parameter's requires_grad changed between calls (a module frozen or unfrozen, as fine-tuning does): Dynamo "
+                "guards on each parameter's requires_grad, so the forward is compiled once per set of trainable parameters, "
+                "and the backward gets nodes for the parameters that now train."]
+    if kind == GUARD_SIZE and (batch := smaller_batch(facts.get("guard", ""))) is not None:
+        name, before, after = batch
+        return [f"Dim 0 of `{name}` went from {before} to {after}: a smaller batch. A DataLoader whose dataset size is not a "
+                f"multiple of batch_size makes the last batch of every epoch smaller ({after} rows here); Dynamo compiled the "
+                f"forward for {before} rows and compiles it again for {after}."]
+    if kind == GUARD_LENGTH:
+        container = f"`{facts['container']}`" if facts.get("container") else "a Python list"
+        if facts.get("hook"):
+            item = " Its `.item()` is a graph break as well (a device sync, and code Dynamo does not compile)." if ".item()" in code else ""
+            return [f"Compiled autograd traces backward hooks with the backward, so Dynamo compiles the hook "
+                    f"`{facts.get('function') or '?'}`; the hook appends to {container}, Dynamo guards on its length, and the "
+                    f"list is longer on every backward: every backward recompiles the hook.{item}"]
+        return [f"The compiled code reads the Python list {container}, whose length changes between calls: Dynamo guards on it."]
+    return []
+
+
+def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
+    """The fixes that fit the kind of guard that failed (never one written for another kind)."""
+    kind, guard = facts.get("kind", ""), facts.get("guard", "")
+    once = bool(facts.get("stabilised")) and facts.get("recompiling_steps", 0) <= 1
+    if kind == GUARD_GRAD_MODE:
+        return ["Nothing to fix: the training graph and the evaluation graph are both cached after their first call."
+                if once else "Keep the grad mode of each call site fixed: every grad mode gets its own graph.",
+                "To skip even that compile, evaluate with the module as it was before torch.compile "
+                "(`model._orig_mod(x)` under torch.no_grad())."]
+    if kind == GUARD_GLOBAL_STATE:
+        return ["Keep that global setting the same around the compiled call, or compile one function per setting."]
+    if kind == GUARD_REQUIRES_GRAD:
+        return ["Nothing to fix for an unfreeze done once or a few times: each set of trainable parameters is compiled once and cached."
+                if once else "Freezing and unfreezing often recompiles each time: unfreeze in a few fixed stages.",
+                "The new backward graph that goes with it is needed: the parameters that now train have gradients to accumulate."]
+    if kind == GUARD_LENGTH:
+        if facts.get("hook"):
+            target = code.split(".register_hook(")[0].strip().split()[-1] if ".register_hook(" in code else "tensor"
+            target = target.split("=")[-1].strip() or "tensor"
+            return [
+                "Keep the hook out of Dynamo: register `torch._dynamo.disable(hook)` instead of the hook "
+                f"(`{target}.register_hook(torch._dynamo.disable(lambda g: ...))`); it runs eagerly, and nothing in it is guarded.",
+                f"Or read the value after backward, not in a hook: `{target}.retain_grad()` before backward, then "
+                f"`grad_norms.append({target}.grad.norm().item())` after it." if facts.get("container") == "grad_norms" else
+                f"Or read the value after backward, not in a hook: `{target}.retain_grad()` before backward, then use `{target}.grad` after it.",
+                "Or keep the value a tensor: the hook writes into a tensor made once (`buf.copy_(g.norm())`), read after backward.",
+            ]
+        return ["Keep the list out of the compiled code: pass what it holds as a tensor, or read and append to it outside the compiled function."]
+    if kind == GUARD_SIZE:
+        fixes = ["A tensor's shape changed: mark the dimension dynamic (torch._dynamo.mark_dynamic) or compile with dynamic=True; "
+                 "pad or bucket if it takes many values."]
+        if smaller_batch(guard) is not None:
+            fixes.append("If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it (those samples are "
+                         "not trained on that epoch), and every batch has one size.")
+        if on_ca:
+            fixes.append("On a compiled-autograd graph: start compiled autograd dynamic (torch.compile(..., dynamic=True) on the "
+                         "function that runs backward, or compiled_autograd._enable(compiler, dynamic=True); `cagtool run --dynamic`).")
+        return fixes
+    if kind == GUARD_TENSOR_META:
+        return ["Pass tensors of one dtype and device to the compiled code on every call."]
+    if kind == GUARD_ID:
+        return ["A different object (module, function, closure) reaches the compiled code each time: create it once, outside the loop."]
+    if kind == GUARD_TYPE:
+        return ["A value of a different type reaches the compiled code: keep argument types fixed."]
+    if kind == GUARD_VALUE:
+        return ["A Python number the code specialised on changed value. If it only feeds shapes, Dynamo makes it "
                 "dynamic after one change; used as a loop bound or in control flow it recompiles per value: "
-                "pass it as a tensor, keep it constant, or hoist that logic out of the compiled function.")
-    return "Keep the guarded value the same between calls, or move it out of the compiled function."
+                "pass it as a tensor, keep it constant, or hoist that logic out of the compiled function."]
+    return ["Keep the guarded value the same between calls, or move it out of the compiled function."]
 
 
 def _guard(cause: Cause, cwd: str) -> Words:
@@ -541,25 +699,28 @@ def _guard(cause: Cause, cwd: str) -> Words:
     on_ca = cause.code == CAUSE_DYNAMO_CA_GRAPH
     first = cause.rows[0]
     location = where(cause, cwd)
-    if on_ca:
+    code = cause.source.code if cause.source is not None and cause.source.code else ""
+    if facts.get("hook"):
+        at = f" ({format_source(cause.source, cwd).split('  ')[0]})" if cause.source is not None else ""
+        subject = f"the backward hook `{facts.get('function') or '?'}`{at}, called from compiled-autograd graph !{first.compile_id.lstrip('!').split('/')[0]}"
+    elif on_ca:
         subject = f"the code of compiled-autograd graph !{first.compile_id.lstrip('!').split('/')[0]}"
     else:
         name = f" `{facts['function']}`" if facts["function"] else ""
         subject = f"forward frame {facts['frame']}{name}"
-    title = f"Dynamo recompiled {subject}: a guard failed ({plural(cause.count, 'recompile')})"
+    title = f"Dynamo recompiled {subject}: {guard_label(facts, hook_named=False)} ({plural(cause.count, 'recompile')})"
     failures = [f"{cid} `{guard}`" if guard else f"{cid} (guard not recorded)" for cid, guard in facts["failures"]]
     why = []
     if facts["guard"]:
         why.append(f"A guard Dynamo installed stopped holding: `{facts['guard']}`" + (f", {location}." if location else "."))
     else:
         why.append("Dynamo recompiled it; the failing guard was not recorded" + (f" ({location})." if location else "."))
+    why += _guard_why(facts, code)
     why.append("Failing guard per recompile: " + elide(failures) + ".")
     stability = stability_sentence(facts, "recompile")
     if stability:
         why.append(stability)
-    fix = [_guard_advice(facts["guard"])]
-    if on_ca:
-        fix.append("For size guards on CA graphs, start compiled autograd dynamic (`cagtool run --dynamic`).")
+    fix = _guard_fixes(facts, on_ca, code)
     why.append('TORCH_LOGS="recompiles" prints every guard failure as it happens.')
     return Words(title, why, fix, evidence_text(cause.evidence))
 
@@ -612,8 +773,16 @@ def _consequence(cause: Cause, cwd: str) -> Words:
                 items.append(f"{at}: {label} {short_name(change.before)} -> {short_name(change.after)}")
         title = f"Caused by {root}: compiled autograd captured the backward again, a new autograd node ({plural(cause.count, 'recompile')})"
         why = [lead, "The node that differs: " + elide(items) + " (the recompiled forward's backward graph)."]
-        fix = [f"Fixing {root} (one forward graph for every size) keeps the backward's node; compiled autograd "
-               "may still miss once on the changed sizes unless it starts dynamic (`cagtool run --dynamic`)."]
+        root_kind = cause.facts.get("root_kind")
+        if root_kind == GUARD_SIZE:
+            fix = [f"Fixing {root} (one forward graph for every size) keeps the backward's node; compiled autograd "
+                   "may still miss once on the changed sizes unless it starts dynamic (`cagtool run --dynamic`)."]
+        elif root_kind == GUARD_REQUIRES_GRAD:
+            why.append("The parameters that now train have gradients to accumulate: the backward needs these nodes, "
+                       "captured once per set of trainable parameters.")
+            fix = [f"Goes with {root}: nothing to fix on its own."]
+        else:
+            fix = [f"Fixing {root} removes this one too: the backward changed only because its forward was recompiled."]
         return Words(title, why, fix, evidence_text(cause.evidence))
     if cause.code == CAUSE_SHAPES:
         words = _shapes(cause, cwd)
@@ -650,11 +819,16 @@ def alert_words(alert: Alert, cwd: str) -> Words:
     hits = alert.limit_hits
     first = hits[0]
     limit = f"config.{first.limit_type}" + (f" ({first.limit_value})" if first.limit_value is not None else "")
-    if first.compile_id.startswith("!"):
+    if first.compile_id.startswith("!") and first.function and first.file and looks_like_user_file(first.file):
+        # A user's function under a CA graph's compile id: a backward hook compiled autograd traced.
+        function = f"the backward hook `{first.function}`"
+    elif first.compile_id.startswith("!"):
         function = f"the code of compiled-autograd graph {first.compile_id.split('/')[0]}"
     else:
         function = f"`{first.function}`" if first.function else f"frame {compile_frame(first.compile_id) or '?'}"
     where = f" ({display_path(first.file, cwd)}:{first.line})" if first.file else ""
+    if function.startswith("the backward hook"):
+        where += f", called from compiled-autograd graph {first.compile_id.split('/')[0]}"
     title = f"Dynamo hit {limit} and fell back to eager"
     why = [
         f"At step {first.step if first.step is not None else '?'} Dynamo gave up recompiling {function}{where} "
@@ -708,8 +882,11 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
         first = guard_text(row.messages[0]) if row.messages else ""
         if ca_id in shape_keys and (not first or "size" in first.lower()):
             return shape_keys[ca_id]
-        return (CAUSE_DYNAMO_CA_GRAPH, frame)
-    return (CAUSE_DYNAMO_FRAME, frame)
+        return (CAUSE_DYNAMO_CA_GRAPH, frame, guard_kind(first) if first else "")
+    # One frame recompiled for two reasons (a smaller batch, then an evaluation under no_grad) is
+    # two causes: each class of torch's reason has its own fix.
+    first = guard_text(row.messages[0]) if row.messages else ""
+    return (CAUSE_DYNAMO_FRAME, frame, guard_kind(first) if first else "")
 
 
 _SOURCE_RANK = {"node_traceback": 0, "guard": 1, "caller": 2, "compiled_frame": 3, "backward_call": 4}
@@ -755,6 +932,11 @@ def group_causes(table: RecompileTable) -> list[Cause]:
         cause.facts = cause_facts(table, cause)
         if cause.caused_by is not None:
             cause.facts["caused_by"] = cause.caused_by
+    by_number = {c.number: c for c in ordered}
+    for cause in ordered:
+        if cause.caused_by is not None:
+            # What the root's guard was on decides what the follower's fix is.
+            cause.facts["root_kind"] = by_number[cause.caused_by].facts.get("kind", "")
     return ordered
 
 

@@ -44,8 +44,10 @@ def counts_line(table: RecompileTable) -> str:
     first = f"; initial compile {initial[0].compile_id} at step {'?' if initial[0].step is None else initial[0].step}" if initial else ""
     warmup = grad_warmup_row(table)
     gate = f"; {warmup.compile_id} is the one-time .grad warm-up, not counted by gate --max-recompiles" if warmup else ""
+    # An imported log has no step boundaries: no "N recompiles in 0 steps".
+    steps = f" in {plural(table.steps, 'step')}" if table.steps else ""
     return (
-        f"mode {table.mode}: {plural(len(table.recompiles), 'recompile')} in {plural(table.steps, 'step')} "
+        f"mode {table.mode}: {plural(len(table.recompiles), 'recompile')}{steps} "
         f"(CA: {table.count(SOURCE_CA)}, "
         f"Dynamo forward-frame: {table.count(SOURCE_DYNAMO_FRAME)}, "
         f"Dynamo CA-graph: {table.count(SOURCE_DYNAMO_CA_GRAPH)}){first}{gate}"
@@ -298,6 +300,8 @@ def explanation_json(explanation: Explanation) -> dict[str, Any]:
             {
                 "number": cause.number,
                 "code": cause.code,
+                # A Dynamo cause's class, from torch's reason (torch_text.GUARD_*); "" for other causes.
+                "guard_kind": cause.facts.get("kind", ""),
                 "count": cause.count,
                 "steps": cause.steps,
                 "title": words.title,

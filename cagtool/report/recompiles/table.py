@@ -27,6 +27,7 @@ from cagtool.record.schema import (
     DynamoRecompileEvent,
     FinalStateEvent,
     FindingEvent,
+    GraphBreakEvent,
     SourceRef,
     StepEvent,
     stamps_step_in_progress,
@@ -131,6 +132,9 @@ class RecompileTable:
     unknown_kinds: dict[str, int] = field(default_factory=dict)
     status: str = ""
     imported: dict | None = None  # the manifest's `imported` (a record built by `cagtool import`)
+    # Where torch reported a data-dependent branch (graph break "Data-dependent branching"), in
+    # record order: a branch picks the ops of the backward, so a structural change is tied to it.
+    branch_sites: list[SourceRef] = field(default_factory=list)
     # Sorted graph ids, built on first use (explanations of 1,000s of graphs).
     _graph_ids: list[int] | None = field(default=None, repr=False, compare=False)
 
@@ -356,7 +360,9 @@ def limit_hits(record: ModeRecord, compiles: list[DynamoCompileEvent]) -> list[L
 
 NEEDED_KINDS = frozenset(
     # FinalStateEvent: one per process, for the ranks' divergence line of a multi-rank run.
-    cls.kind for cls in (CacheMissEvent, CAGraphEvent, DynamoCompileEvent, DynamoRecompileEvent, FindingEvent, FinalStateEvent)
+    # GraphBreakEvent: where torch reports a data-dependent branch, the line a structural change is tied to.
+    cls.kind for cls in (CacheMissEvent, CAGraphEvent, DynamoCompileEvent, DynamoRecompileEvent, FindingEvent, FinalStateEvent,
+                         GraphBreakEvent)
 )
 
 
@@ -454,14 +460,25 @@ def _earlier_values_from_guards(rows: list[RecompileRow]) -> list[RecompileRow]:
     return out
 
 
+# torch 2.13's gb_type for an `if` on a tensor's value (GB0170, torch/_dynamo/graph_break_registry.json).
+DATA_DEPENDENT_BRANCH = "Data-dependent branching"
+
+
 def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> RecompileTable:
     """The recompiles of one mode record, in the order they happened. `steps` is given when the
     record was read without its step events (recompiles_load); otherwise it is counted here."""
     graphs: dict[int, CAGraphEvent] = {}
     misses: list[CacheMissEvent] = []
     compile_events: list[DynamoCompileEvent] = []
+    branches: list[SourceRef] = []
     for event in record.events:  # one pass: records can hold 100,000 events
-        if isinstance(event, CAGraphEvent):
+        if isinstance(event, GraphBreakEvent):
+            # A substring test, not the parse of every message: records can hold 1,000s of breaks.
+            if event.file and event.line and DATA_DEPENDENT_BRANCH in event.reason:
+                site = SourceRef(file=event.file, line=event.line, code=event.code, how="branch")
+                if site not in branches:
+                    branches.append(site)
+        elif isinstance(event, CAGraphEvent):
             graphs[event.ca_id] = event
         elif isinstance(event, CacheMissEvent):
             misses.append(event)
@@ -486,4 +503,5 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         unknown_kinds=dict(record.unknown_kinds),
         status=manifest.status,
         imported=manifest.imported,
+        branch_sites=branches,
     )

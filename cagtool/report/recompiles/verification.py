@@ -51,6 +51,38 @@ def fix_how(fix: dict[str, Any]) -> str:
     return " ".join([*(f"{k}={val}" for k, val in (fix.get("env") or {}).items()), *(f"cagtool run {flag}" for flag in fix.get("run_flags") or ())])
 
 
+def fix_in_job(fix: dict[str, Any]) -> str:
+    """How a user applies a fix in their own job, without cagtool: the torch setting, environment
+    variable or code change (what `cagtool run --dynamic` does is in docs/torch-internals.md,
+    "Fixes `recompiles --verify` applies")."""
+    patch = fix.get("patch")
+    if patch:
+        return f"edit {patch['file']} as the diff shows (line {patch['line']})"
+    parts = [f"set {k}=\"{val}\" in the job's environment" for k, val in (fix.get("env") or {}).items()]
+    if "--dynamic" in (fix.get("run_flags") or ()):
+        parts.append("start compiled autograd dynamic: torch.compile(..., dynamic=True) on the compiled function that calls "
+                     "backward (with torch._dynamo.config.compiled_autograd = True), or "
+                     "torch._dynamo.compiled_autograd._enable(compiler, dynamic=True)")
+    return "; and ".join(parts)
+
+
+def _recompiles_after(fix: dict[str, Any]) -> tuple[int, int]:
+    """(CA + Dynamo recompiles, CA graphs) the fix's re-runs ended with (the worst repetition)."""
+    m = fix.get("measured") or {}
+    totals = [a + b for a, b in zip(m.get("ca_recompiles") or (), m.get("dynamo_recompiles") or ()) if a is not None and b is not None]
+    graphs = [g for g in m.get("ca_graphs") or () if g is not None]
+    return (max(totals) if totals else 1 << 30, max(graphs) if graphs else 1 << 30)
+
+
+def best_fix(data: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The verified fix the measurements support most: the fewest recompiles left, then the fewest
+    CA graphs; on a tie, the one that changes no code (a run setting before an edit)."""
+    good = [f for f in (data or {}).get("fixes", ()) if f.get("verdict") == "verified"]
+    if not good:
+        return None
+    return min(good, key=lambda f: (*_recompiles_after(f), 1 if f.get("patch") else 0))
+
+
 def verification_lines(data: dict[str, Any]) -> list[str]:
     base = data.get("baseline") or {}
     lines = [f"Fixes verified by re-running (mode {data['mode']}, {data['repeat']} runs of the baseline and of each fix):"]
@@ -63,6 +95,8 @@ def verification_lines(data: dict[str, Any]) -> list[str]:
         how = fix_how(fix)
         patch = fix.get("patch")
         lines.append(f"  {fix['fix']} (cause {causes}): {fix['title']} [{how}] - {fix['who']}")
+        if not patch and (in_job := fix_in_job(fix)):
+            lines.append(f"    in your job, without cagtool: {in_job}")
         if fix.get("torch_says"):
             lines.append(f"    torch's own suggestion (PGO): {fix['torch_says']}")
         if patch:
@@ -72,7 +106,9 @@ def verification_lines(data: dict[str, Any]) -> list[str]:
         m = fix.get("measured")
         if m and base:
             lines.append(f"    CA recompiles {_counts(base['ca_recompiles'], m['ca_recompiles'])}, Dynamo recompiles "
-                         f"{_counts(base['dynamo_recompiles'], m['dynamo_recompiles'])}, CA graphs {_counts(base['ca_graphs'], m['ca_graphs'])}")
+                         f"{_counts(base['dynamo_recompiles'], m['dynamo_recompiles'])}, CA graphs {_counts(base['ca_graphs'], m['ca_graphs'])}"
+                         + (f", hooks run {_counts(base['hook_calls'], m['hook_calls'])}"
+                            if any(base.get("hook_calls") or ()) or any(m.get("hook_calls") or ()) else ""))
             step = "-"
             if fix.get("speedup") is not None:
                 step = f"{ratio_text(fix['speedup'])} of the baseline's speed (90% CI {ratio_text(fix['speedup_low'])}-{ratio_text(fix['speedup_high'])})"

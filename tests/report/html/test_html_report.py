@@ -434,3 +434,40 @@ def test_per_compile_detail_is_reachable_from_recompile_rows_and_graph_cards(bro
     phases = page.evaluate("Array.from(document.querySelectorAll('.phase-tree li')).map(l => [l.className, l.textContent])")
     assert ["depth-0", "compile"] == [phases[0][0], phases[0][1].split(" ")[0]]
     assert any(c == "depth-2" and t.startswith("AOTAutograd") and "(inside Dynamo)" in t for c, t in phases), phases
+
+
+@pytest.mark.slow
+def test_what_to_do_is_the_verified_fix_the_measurements_support(browser, record_run, tmp_path):
+    """After `--verify` measured ca-dynamic (recompiles 3 -> 2) and torch-pgo (3 -> 0), the page's
+    "What to do" recommends torch-pgo, as the user applies it without cagtool. The verification
+    is the one `recompiles --verify` keeps (its JSON), written here so no job re-runs."""
+    from cagtool.report.recompiles.verification import VERIFICATION_FILE, VERIFICATION_FORMAT
+
+    recorded = record_run("ragged_batches.py")
+    run = Path(shutil.copytree(recorded.path, tmp_path / "run"))
+
+    def side(ca: int, dynamo: int, graphs: int) -> dict:
+        return {"name": "x", "run": str(run), "status": "finished", "ca_recompiles": [ca], "dynamo_recompiles": [dynamo],
+                "ca_graphs": [graphs], "compile_time_s": 1.0, "first_step_s": 2.0, "step_time_median_s": None, "steady_steps": 0,
+                "peak_memory_bytes": None, "wall_s": 1.0, "hook_calls": [0]}
+
+    def fix(name: str, env: dict, flags: list, measured: dict) -> dict:
+        return {"fix": name, "title": name, "who": "run configuration (no code change)", "causes": [1], "run_flags": flags, "env": env,
+                "measured": measured, "verdict": "verified", "reasons": ["counted"], "speedup": None, "speedup_low": None,
+                "speedup_high": None, "numerics_agree": True, "patch": None, "patched_copy": None, "torch_says": None}
+
+    data = {"format": VERIFICATION_FORMAT, "version": 1, "run": str(run), "mode": "ca", "repeat": 1, "baseline": side(1, 2, 3),
+            "fixes": [fix("ca-dynamic", {}, ["--dynamic"], side(0, 2, 2)),
+                      fix("torch-pgo", {"TORCH_COMPILE_DYNAMIC_SOURCES": "L['args'][0]"}, ["--dynamic"], side(0, 0, 2))],
+            "not_applied": [], "estimated_s": 1.0, "wall_s": 1.0}
+    (run / VERIFICATION_FILE).write_text(json.dumps(data))
+    page_path = tmp_path / "report.html"
+    proc = cagtool_in_process("report", str(run), "-o", str(page_path))
+    assert proc.returncode == 0, proc.stderr
+    page = open_report(browser, page_path, "report-verified-advice")
+    advice = page.evaluate("document.getElementById('advice').innerText")
+    assert advice.startswith("What to do: apply fix torch-pgo"), advice
+    assert "set TORCH_COMPILE_DYNAMIC_SOURCES=\"L['args'][0]\" in the job's environment" in advice
+    assert "torch.compile(..., dynamic=True)" in advice and "(recompiles 3 -> 0)" in advice
+    verify = page.evaluate("document.getElementById('verify').innerText")
+    assert "ca-dynamic: in your job, without cagtool: start compiled autograd dynamic" in verify

@@ -1,0 +1,35 @@
+"""Training on a DataLoader whose last batch is smaller (40 samples in batches of 16: 16, 16, 8),
+with an evaluation after each epoch under torch.no_grad(), as a language model's training loop
+does. Dynamo recompiles the forward twice, for two causes: the smaller batch (a size guard) and
+the evaluation (`GLOBAL_STATE changed: grad_mode`); both graphs are then cached.
+
+    python eval_no_grad.py [--epochs 2]
+"""
+
+import argparse
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=2)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(40, 8), torch.randn(40, 1)), batch_size=16)
+    model = torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)), backend="eager")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    held_out = torch.randn(16, 8)
+    for epoch in range(args.epochs):
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        with torch.no_grad():
+            print(f"epoch {epoch}: held-out {model(held_out).pow(2).mean().item():.4f}")
+
+
+if __name__ == "__main__":
+    main()

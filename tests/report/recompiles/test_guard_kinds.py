@@ -1,0 +1,144 @@
+"""Each Dynamo recompile's class comes from torch's own guard text, and its words and fixes fit
+it, on the shapes ordinary training scripts have (one recording per sample script, shared by the
+session): a hook that appends to a list (compiled autograd traces it), a backbone unfrozen
+mid-run, an evaluation under no_grad, a DataLoader's smaller last batch."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conftest import cagtool_in_process
+
+from cagtool.record.loader import load_run
+from cagtool.report.compare.headline import cause_phrase
+from cagtool.report.recompiles.explain import CAUSE_DYNAMO_CA_GRAPH, CAUSE_DYNAMO_FRAME, Explanation, cause_words, explain
+from cagtool.report.recompiles.table import recompile_table
+from cagtool.torch_text import GUARD_GRAD_MODE, GUARD_LENGTH, GUARD_REQUIRES_GRAD, GUARD_SIZE
+from cagtool.verify.fixes import fixes_for
+from cagtool.verify.patches import patch_for
+
+pytestmark = pytest.mark.slow  # each script is one `cagtool run` the first time a test asks
+
+
+def _explained(record_run, script: str) -> tuple[Explanation, str]:
+    run = record_run(script)
+    assert run.returncode == 0, run.stderr[-2000:]
+    table = recompile_table(load_run(run.path).modes["ca"])
+    return explain(table), table.cwd
+
+
+def _all_words(explanation: Explanation, cwd: str) -> list[tuple[str, str, str]]:
+    """(title, why, fixes) of every cause, each joined."""
+    out = []
+    for cause in explanation.causes:
+        words = cause_words(cause, cwd)
+        out.append((words.title, " ".join(words.why), " ".join(words.fix)))
+    return out
+
+
+def test_a_hook_appending_to_a_list_is_a_hook_recompiled_on_the_list_length(record_run):
+    explanation, cwd = _explained(record_run, "grad_norm_hook.py")
+    [cause] = explanation.causes
+    assert cause.code == CAUSE_DYNAMO_CA_GRAPH and cause.count == 8
+    assert cause.facts["kind"] == GUARD_LENGTH and cause.facts["hook"] and cause.facts["function"] == "<lambda>"
+    assert cause.facts["container"] == "grad_norms"
+    [(title, why, fixes)] = _all_words(explanation, cwd)
+    # torch's own words: "Recompiling function <lambda> in grad_norm_hook.py:21"
+    assert title.startswith("Dynamo recompiled the backward hook `<lambda>` (sample_scripts/grad_norm_hook.py:21)"), title
+    assert "the length of `grad_norms` changed" in title
+    assert "Compiled autograd traces backward hooks" in why and "`.item()` is a graph break" in why
+    assert "torch._dynamo.disable" in fixes and "logits.retain_grad()" in fixes and "buf.copy_(g.norm())" in fixes
+    # Not a size: no dynamic-shape advice, and no size fix for --verify to measure.
+    assert "dynamic" not in fixes.replace("torch._dynamo.disable", "") and "Keep the guarded value" not in fixes
+    assert fixes_for(explanation) == []
+    assert cause_phrase(cause).startswith("the length of `grad_norms` changed in the backward hook `<lambda>` at steps 1-8")
+    meta = load_run(record_run("grad_norm_hook.py").path).meta
+    patch = patch_for(cause, os.path.join(meta.cwd, meta.target["name"]), meta.target["name"])
+    assert patch is not None and patch.name == "hook-dynamo-disable" and patch.applicable, patch.why_not
+
+
+def test_an_unfrozen_backbone_is_a_requires_grad_change_and_its_backward_goes_with_it(record_run):
+    explanation, cwd = _explained(record_run, "unfreeze_backbone.py")
+    root, follower = explanation.causes
+    assert root.code == CAUSE_DYNAMO_FRAME and root.facts["kind"] == GUARD_REQUIRES_GRAD
+    assert follower.caused_by == root.number and follower.facts["root_kind"] == GUARD_REQUIRES_GRAD
+    (title, why, fixes), (f_title, f_why, f_fixes) = _all_words(explanation, cwd)
+    assert "a parameter's requires_grad changed (unfrozen)" in title
+    assert "once per set of trainable parameters" in why
+    assert "Nothing to fix for an unfreeze" in fixes and "size" not in fixes and "mark_dynamic" not in fixes
+    assert "every size" not in f_fixes and "Goes with #1" in f_fixes
+    # The headline names the class, never torch's text cut mid-word.
+    assert cause_phrase(root) == "a parameter's requires_grad changed (unfrozen) at step 3 (unfreeze_backbone.py:25)"
+    assert fixes_for(explanation) == [] and patch_for(follower, None, None) is None
+    meta = load_run(record_run("unfreeze_backbone.py").path).meta
+    why_not = patch_for(root, os.path.join(meta.cwd, meta.target["name"]), meta.target["name"]).why_not
+    assert "a parameter's requires_grad changed (unfrozen)" in why_not and "size" not in why_not
+
+
+def test_an_evaluation_under_no_grad_is_a_grad_mode_change_not_a_size(record_run):
+    """One forward frame recompiled for two reasons, a smaller last batch then an evaluation under
+    no_grad (a language model's loop): two causes, each with the words and fix of its own class."""
+    explanation, cwd = _explained(record_run, "eval_no_grad.py")
+    size, follower, grad_mode = explanation.causes
+    assert size.facts["kind"] == GUARD_SIZE and follower.caused_by == size.number
+    assert grad_mode.facts["kind"] == GUARD_GRAD_MODE and grad_mode.facts["guard"] == "GLOBAL_STATE changed: grad_mode"
+    assert [f[0] for f in grad_mode.facts["failures"]] == ["0/2"] and grad_mode.caused_by is None
+    title, why, fixes = _all_words(explanation, cwd)[2]
+    assert "the grad mode changed (a call under torch.no_grad(), as in an evaluation)" in title
+    assert "one compile per grad mode, not one per evaluation" in why
+    assert fixes.startswith("Nothing to fix") and "model._orig_mod(x)" in fixes and "mark_dynamic" not in fixes
+    # The size fixes answer the size cause only.
+    assert {f.name: f.causes for f in fixes_for(explanation)}["dynamic-sources"] == (size.number,)
+    line = cagtool_in_process("summary", str(record_run("eval_no_grad.py").path)).stdout.splitlines()[0]
+    assert "from 2 causes: a smaller batch (a DataLoader's last?): the size of `args[0]` (dim 0) changed 16->8 at step 2" in line
+    assert "and the grad mode changed (a call under torch.no_grad(), as in an evaluation) at step 3 (eval_no_grad.py:31)" in line
+
+
+def test_a_smaller_last_batch_is_named_and_drop_last_offered_beside_dynamic_shapes(record_run):
+    explanation, cwd = _explained(record_run, "ragged_batches.py")
+    root = explanation.causes[0]
+    assert root.facts["kind"] == GUARD_SIZE
+    title, why, fixes = _all_words(explanation, cwd)[0]
+    assert "Dim 0 of `args[0]` went from 32 to 4: a smaller batch" in why and "DataLoader" in why
+    assert "mark_dynamic" in fixes and "DataLoader(..., drop_last=True)" in fixes
+    assert cause_phrase(root).startswith("a smaller batch (a DataLoader's last?): the size of `args[0]` (dim 0) changed 32->4")
+
+
+def test_gate_failure_names_the_cause_step_and_line_in_terminal_junit_and_annotation(record_run, tmp_path):
+    run = record_run("ragged_batches.py")
+    junit = tmp_path / "gate.xml"
+    proc = cagtool_in_process("gate", str(run.path), "--max-recompiles", "ca:0", "--no-config", "--junit", str(junit),
+                              cwd=tmp_path, env={"GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(tmp_path)})
+    assert proc.returncode == 1, proc.stderr
+    said = ("CA recompiles 1 > 0 allowed (+1): a smaller batch (a DataLoader's last?): the size of `args[0]` (dim 0) "
+            "changed 32->4 at step 3 (ragged_batches.py:27)")
+    assert said in proc.stdout
+    assert said.replace(">", "&gt;") in junit.read_text()
+    [annotation] = [line for line in proc.stdout.splitlines() if line.startswith("::error ")]
+    assert annotation.startswith("::error file=") and "ragged_batches.py,line=27,title=" in annotation and said in annotation
+
+
+def test_a_structural_change_is_tied_to_the_data_dependent_branch_torch_reports(record_run):
+    """`if x.mean() > 0:` inside a compiled forward: Dynamo breaks the graph there (torch's
+    "Data-dependent branching", GB0170) and the backward holds ReluBackward0 or TanhBackward0:
+    the cause names that branch's line, from torch's report, not a line a node traceback names."""
+    explanation, cwd = _explained(record_run, "data_branch.py")
+    [cause] = explanation.causes
+    assert cause.source is not None and cause.source.how == "branch" and cause.source.line == 21
+    assert cause.source.code == "if x.mean() > 0:"
+    [(title, why, fixes)] = _all_words(explanation, cwd)
+    assert "NodeCall 5: ReluBackward0 / TanhBackward0" in why and 'graph break "Data-dependent branching"' in why
+    assert "torch.where" in fixes
+    assert cause_phrase(cause) == "a data-dependent branch picked other ops for the backward at step 1 (data_branch.py:21)"
+
+
+def test_the_recompile_limit_on_a_traced_hook_names_the_hook(record_run):
+    explanation, cwd = _explained(record_run, "grad_norm_hook.py")
+    from cagtool.report.recompiles.explain import ALERT_LIMIT, alert_words
+
+    [limit] = [a for a in explanation.alerts if a.code == ALERT_LIMIT]
+    why = " ".join(alert_words(limit, cwd).why)
+    assert ("Dynamo gave up recompiling the backward hook `<lambda>` (sample_scripts/grad_norm_hook.py:21), called from "
+            "compiled-autograd graph !0 (compile !0/3/8)") in why

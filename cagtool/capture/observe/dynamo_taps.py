@@ -25,8 +25,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from cagtool.capture.observe import source
-from cagtool.capture.observe.torch_logs import USER_FRAME_KEY, StructuredLogHandler
+from cagtool.capture.observe import compile_phase, source
+from cagtool.capture.observe.torch_logs import PHASE_KEY, RECOMPILE_LIMIT_KEY, USER_FRAME_KEY, StructuredLogHandler
 
 # The CompilationMetrics fields StructuredLogHandler reads (torch's record has ~100 more).
 _METRIC_FIELDS = (
@@ -106,7 +106,13 @@ class DynamoTaps:
         fields = {name: getattr(metrics, name, None) for name in _METRIC_FIELDS}
         if fields["compile_id"] is not None:
             fields["compile_id"] = str(fields["compile_id"])
-        return {"compilation_metrics": fields}, None
+        # torch hands the metrics over at the end of the compile, still inside it: the stack is
+        # the compile's (the model's call, a backward, a checkpoint's recompute)
+        return {
+            "compilation_metrics": fields,
+            PHASE_KEY: compile_phase.phase_now(str(fields["compile_id"] or "")),
+            RECOMPILE_LIMIT_KEY: compile_phase.recompile_limit_now(),
+        }, None
 
     @staticmethod
     def _recompile(reasons: Any, *args: Any, skip_logging: bool = False, **kwargs: Any) -> tuple[dict[str, Any], str] | None:
@@ -123,6 +129,8 @@ class DynamoTaps:
         caller = source.user_caller(how="caller")
         if caller is not None:
             metadata[USER_FRAME_KEY] = caller
+        cid = compile_id_metadata()
+        metadata[PHASE_KEY] = compile_phase.phase_now("!" if "compiled_autograd_id" in cid else "")
         return metadata, payload
 
     @staticmethod

@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -41,6 +42,10 @@ from cagtool.torch_text import (
     strip_reason_id,
     traceback_frames,
 )
+
+if TYPE_CHECKING:
+    from cagtool.report.recompiles.budget import ModeBudget
+    from cagtool.report.recompiles.phases import ModePhases
 
 SOURCE_CA = "ca_cache_miss"
 SOURCE_DYNAMO_FRAME = "dynamo_frame"
@@ -131,6 +136,9 @@ class RecompileTable:
     unknown_kinds: dict[str, int] = field(default_factory=dict)
     status: str = ""
     imported: dict | None = None  # the manifest's `imported` (a record built by `cagtool import`)
+    # Every compile by phase, and the recompile budget per frame (phases.py, budget.py).
+    phases: "ModePhases | None" = None
+    budget: "ModeBudget | None" = None
     # Sorted graph ids, built on first use (explanations of 1,000s of graphs).
     _graph_ids: list[int] | None = field(default=None, repr=False, compare=False)
 
@@ -357,7 +365,10 @@ def limit_hits(record: ModeRecord, compiles: list[DynamoCompileEvent]) -> list[L
 NEEDED_KINDS = frozenset(
     # FinalStateEvent: one per process, for the ranks' divergence line of a multi-rank run.
     cls.kind for cls in (CacheMissEvent, CAGraphEvent, DynamoCompileEvent, DynamoRecompileEvent, FindingEvent, FinalStateEvent)
-)
+) | {
+    "aot_backward_graph",  # phases.py: the AOT backward graphs, one phase of the compiles
+    StepEvent.kind,  # budget.py: the step times after a recompile-limit hit (from the columns sidecar when it matches)
+}
 
 
 def load_filtered(path: str | Path | None) -> tuple[RunRecord, dict[str, StepSummary]]:
@@ -474,16 +485,22 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
     rows = _earlier_values_from_guards(rows)
     steps = steps if steps is not None else step_summary(record)
     manifest = record.manifest
+    from cagtool.report.recompiles.budget import mode_budget
+    from cagtool.report.recompiles.phases import mode_phases
+
+    hits = limit_hits(record, compile_events)
     return RecompileTable(
         mode=record.mode,
         rows=rows,
         steps=steps.count,
         last_step=steps.last,
-        limit_hits=limit_hits(record, compile_events),
+        limit_hits=hits,
         graphs=graphs,
         cwd=manifest.cwd,
         skipped_lines=record.skipped_lines,
         unknown_kinds=dict(record.unknown_kinds),
         status=manifest.status,
         imported=manifest.imported,
+        phases=mode_phases(record),
+        budget=mode_budget(record, hits, steps.last),
     )

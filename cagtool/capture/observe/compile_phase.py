@@ -83,18 +83,23 @@ def phase_now(compile_id: str, frame: FrameType | None = None) -> CompilePhase |
     try:
         frame = frame or sys._getframe(1)
         checkpoint: tuple[str, SourceRef | None] | None = None
+        checkpoint_frame: FrameType | None = None
         in_backward = False
         walk: FrameType | None = frame
         while walk is not None:
             if checkpoint is None:
                 checkpoint = _checkpoint_of(walk)
+                checkpoint_frame = walk if checkpoint is not None else None
             if walk.f_code.co_name == ENGINE_FRAME and walk.f_code.co_filename.endswith(_AUTOGRAD_GRAPH_TAIL):
                 in_backward = True
                 break  # the recompute runs inside the backward: nothing further out matters
             walk = walk.f_back
-        caller = source.user_caller(frame, how="caller")
         if checkpoint is not None:
+            # the user's line is the one whose backward ran the recompute, outside the checkpoint
+            # (inside it, the checkpointed function itself may be the user's)
+            caller = source.user_caller(checkpoint_frame, how="caller")
             return CompilePhase(PHASE_CHECKPOINT_RECOMPUTE, checkpoint[0], checkpoint[1], caller, True)
+        caller = source.user_caller(frame, how="caller")
         if compile_id.startswith("!"):
             return CompilePhase(PHASE_CA_GRAPH, caller=caller, in_backward=in_backward)
         return CompilePhase(PHASE_BACKWARD if in_backward else PHASE_FORWARD, caller=caller, in_backward=in_backward)

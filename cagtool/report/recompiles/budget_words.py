@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cagtool.record.schema import SourceRef
+from cagtool.record.schema import PHASE_BACKWARD, PHASE_CHECKPOINT_RECOMPUTE, SourceRef
 from cagtool.report.recompiles.budget import FrameBudget, ModeBudget
 from cagtool.report.recompiles.phases import PHASE_WORDS, ModePhases, PhasedCompile
 from cagtool.report.recompiles.table import RecompileTable, display_path, format_source
@@ -79,17 +79,32 @@ def budget_lines(budget: ModeBudget, cwd: str) -> list[str]:
     return lines
 
 
+# The phases a reader does not expect a recompile in: the ones each is listed for.
+_NOTED_PHASES = frozenset({PHASE_CHECKPOINT_RECOMPUTE, PHASE_BACKWARD})
+
+
+def noted_recompiles(phases: ModePhases) -> list[PhasedCompile]:
+    return [c for c in phases.recompiles if c.phase in _NOTED_PHASES]
+
+
+def budget_worth_saying(budget: ModeBudget) -> bool:
+    """A forecast, a limit hit, or no steady state: the budget matters to this job."""
+    return not budget.steady or any(f.hit is not None or f.forecast_step is not None for f in budget.frames)
+
+
 def phase_and_budget_lines(table: RecompileTable) -> list[str]:
-    """What `recompiles --explain` and the summary add per mode: the phase of each recompile, the budget."""
+    """What `recompiles --explain` adds per mode: the recompiles in a phase one does not expect (a
+    checkpoint's recompute, a backward) with their step, function and line, and the recompile
+    budget when it matters (the JSON has every compile's phase and every frame's budget)."""
     lines: list[str] = []
-    if table.phases is not None and table.phases.compiles:
+    noted = noted_recompiles(table.phases) if table.phases is not None else []
+    if noted:
+        assert table.phases is not None
         lines.append(phase_counts_text(table.phases))
-        lines += [f"  {phased_text(c, table.cwd)}" for c in table.phases.recompiles]
-    if table.budget is not None:
-        said = budget_lines(table.budget, table.cwd)
-        if said:
-            lines.append("recompile budget:")
-            lines += [f"  {line}" for line in said]
+        lines += [f"  {phased_text(c, table.cwd)}" for c in noted]
+    if table.budget is not None and budget_worth_saying(table.budget):
+        lines.append("recompile budget:")
+        lines += [f"  {line}" for line in budget_lines(table.budget, table.cwd)]
     return lines
 
 

@@ -113,3 +113,17 @@ def mode_phases(record: ModeRecord) -> ModePhases:
 
 
 PHASE_KINDS = frozenset(cls.kind for cls in (DynamoCompileEvent, CAGraphEvent, AotBackwardGraphEvent))
+
+
+def phase_args(phase: CompilePhase | None, compile_id: str, is_ca_graph: bool) -> dict[str, object]:
+    """The phase as a trace event's or a chart's arguments (Perfetto, the HTML timeline)."""
+    found = PhasedCompile(compile_id, None, -1, phase.phase, None, phase.checkpoint, phase.function) if phase is not None else (
+        PhasedCompile(compile_id, None, -1, PHASE_CA_GRAPH if is_ca_graph else PHASE_FORWARD, None, inferred=True))
+    out: dict[str, object] = {"phase": found.phase, "phase_words": found.words()}
+    if found.checkpoint:
+        out["checkpoint"] = found.checkpoint
+    if found.function is not None:
+        out["checkpointed_function"] = f"{found.function.function} ({found.function.file}:{found.function.line})"
+    if found.inferred:
+        out["phase_inferred"] = True
+    return out

@@ -181,3 +181,10 @@ def mode_budget(record: ModeRecord, hits: list[LimitHit], last_step: int | None)
         if cost is not None:
             out.eager_costs.append(cost)
     return out
+
+
+def budget_of(record: ModeRecord) -> ModeBudget:
+    """The budget of a fully loaded mode record (the summary and the HTML report read it this way)."""
+    from cagtool.report.recompiles.table import limit_hits, step_summary
+
+    return mode_budget(record, limit_hits(record, record.of(DynamoCompileEvent)), step_summary(record).last)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cagtool.record.loader import ModeRecord
 from cagtool.record.schema import PHASE_BACKWARD, PHASE_CHECKPOINT_RECOMPUTE, SourceRef
 from cagtool.report.recompiles.budget import FrameBudget, ModeBudget
 from cagtool.report.recompiles.phases import PHASE_WORDS, ModePhases, PhasedCompile
@@ -147,3 +148,24 @@ def budget_json(budget: ModeBudget | None, cwd: str) -> dict[str, Any] | None:
              "median_before_s": c.median_before_s, "ratio": c.ratio} for c in budget.eager_costs
         ],
     }
+
+
+def not_steady_text(budget: ModeBudget) -> str | None:
+    """The summary's words in place of a steady step time when the job kept compiling to its end."""
+    if budget.steady:
+        return None
+    still = [f"frame {f.frame}" for f in budget.still_compiling] + (["compiled autograd"] if budget.ca_still_capturing else [])
+    return f"no steady state: {' and '.join(still)} still compiling at the last step ({budget.last_step})"
+
+
+def summary_phase_lines(record: ModeRecord) -> list[str]:
+    """The summary's lines: each recompile in an unexpected phase, and the budget when it matters."""
+    from cagtool.report.recompiles.budget import budget_of
+    from cagtool.report.recompiles.phases import mode_phases
+
+    cwd = record.manifest.cwd
+    lines = [f"recompile {phased_text(c, cwd)}" for c in noted_recompiles(mode_phases(record))]
+    budget = budget_of(record)
+    if any(f.hit is not None or f.forecast_step is not None for f in budget.frames):
+        lines += [f"budget: {frame_budget_text(f, cwd)}" for f in budget.frames if f.hit is not None or f.forecast_step is not None]
+    return lines

@@ -82,10 +82,9 @@ class ModePhases:
         return [c for c in self.compiles if c.recompile]
 
     def of(self, compile_id: str) -> PhasedCompile | None:
-        for c in self.compiles:
-            if c.compile_id == compile_id:
-                return c
-        return None
+        """The compile `compile_id` itself (not the AOT backward graph its compile built, same id)."""
+        found = [c for c in self.compiles if c.compile_id == compile_id]
+        return next((c for c in found if c.phase != PHASE_AOT_BACKWARD), found[0] if found else None)
 
 
 def _phased(event: DynamoCompileEvent) -> PhasedCompile:

@@ -96,3 +96,19 @@ def test_the_forecast_from_five_steps_is_the_step_torch_hits_the_limit_at(budget
     assert long_frame["limit_hit_step"] == 8 and long_frame["entries"] == 8
     (cost,) = budget["long"]["budget"]["eager_after_limit"]
     assert cost["hit_step"] == 8 and cost["steps_after"] == 2
+
+
+def test_perfetto_marks_the_recompute_with_its_phase(record_run, tmp_path):
+    run = recorded(record_run, "checkpoint_recompute.py", modes="aot,ca")
+    out = tmp_path / "trace.json"
+    proc = cagtool("export", str(run), "--perfetto", str(out))
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(out.read_text())
+    events = document["traceEvents"] if isinstance(document, dict) else document
+    recompiles = {e["name"]: e["args"] for e in events if e["name"].startswith("Dynamo recompile")}
+    for name in ("Dynamo recompile 0/1 (checkpoint recompute)", "Dynamo recompile !0/0/1 (checkpoint recompute)"):
+        args = recompiles[name]
+        assert args["phase"] == "checkpoint_recompute" and args["checkpoint"] == "reentrant"
+        assert args["checkpointed_function"].startswith("Block.forward (")
+    compiles = [e["args"] for e in events if e["name"].startswith("Dynamo compile 0/0")]
+    assert compiles and all(a["phase"] == "forward" for a in compiles)

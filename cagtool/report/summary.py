@@ -181,6 +181,7 @@ def mode_summary_json(record: ModeRecord, whole: ModeRecord | None = None, rank:
     from cagtool.report.recompiles.budget import budget_of
     from cagtool.report.recompiles.budget_words import budget_json, phases_json
     from cagtool.report.recompiles.phases import mode_phases
+    from cagtool.report.recompiles.unexpected import unexpected_causes, unexpected_json
 
     metrics = mode_metrics(record)
     misses = misses_with_earlier_values(record)
@@ -240,6 +241,7 @@ def mode_summary_json(record: ModeRecord, whole: ModeRecord | None = None, rank:
         # the phase of every compile and the recompile budget (report/recompiles/phases.py, budget.py)
         "phases": phases_json(mode_phases(record), record.manifest.cwd),
         "recompile_budget": budget_json(budget_of(record), record.manifest.cwd),
+        "unexpected_causes": unexpected_json(unexpected_causes(record), record.manifest.cwd),
         "peak_rss_bytes": metrics.peak_rss_bytes,
         "peak_device_memory_bytes": metrics.peak_device_memory_bytes,
         "cagtool_memory": record.manifest.options.get("cagtool_memory"),

@@ -199,6 +199,9 @@ class DynamoTaps:
             "_log_fw_bw_graphs": lambda o: after(o, lambda *a, **k: taps._aot_backward()),
             "GenericAOTAutogradResult._log_cached_graphs": cached_graphs,
         }
+        from cagtool.capture.observe import global_state
+
+        self._uninstall_global_state = global_state.install(self.handler)  # the thread count Dynamo guards on
         for module_name, path in TAPPED:
             try:
                 owner, name, original = _resolve(module_name, path)
@@ -208,6 +211,9 @@ class DynamoTaps:
             self._installed.append((owner, name, original))
 
     def uninstall(self) -> None:
+        if getattr(self, "_uninstall_global_state", None) is not None:
+            self._uninstall_global_state()
+            self._uninstall_global_state = None
         while self._installed:
             owner, name, original = self._installed.pop()
             setattr(owner, name, original)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from cagtool.report.html.sections import Table, table
 from cagtool.report.recompiles.budget_words import budget_lines, phase_counts_text
 from cagtool.report.recompiles.table import RecompileTable, format_source
+from cagtool.report.recompiles.unexpected import unexpected_lines
 
 
 @dataclass(frozen=True)
@@ -38,5 +39,6 @@ def phases_section(tables: dict[str, RecompileTable]) -> PhasesSection:
         ]
         grid = table(("compile id", "step", "phase", "checkpointed function", "user's line"), rows, "phases") if rows else None
         said = budget_lines(t.budget, t.cwd) if t.budget is not None else []
+        said += [line.strip() for line in unexpected_lines(t.unexpected, t.cwd)]
         blocks.append(ModePhasesBlock(name, phase_counts_text(t.phases), grid, said))
     return PhasesSection(blocks)

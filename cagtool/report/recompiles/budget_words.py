@@ -10,6 +10,7 @@ from cagtool.record.schema import PHASE_BACKWARD, PHASE_CHECKPOINT_RECOMPUTE, So
 from cagtool.report.recompiles.budget import FrameBudget, ModeBudget
 from cagtool.report.recompiles.phases import PHASE_WORDS, ModePhases, PhasedCompile
 from cagtool.report.recompiles.table import RecompileTable, display_path, format_source
+from cagtool.report.recompiles.unexpected import unexpected_causes, unexpected_lines
 
 
 def _plural(n: int, word: str) -> str:
@@ -106,6 +107,7 @@ def phase_and_budget_lines(table: RecompileTable) -> list[str]:
     if table.budget is not None and budget_worth_saying(table.budget):
         lines.append("recompile budget:")
         lines += [f"  {line}" for line in budget_lines(table.budget, table.cwd)]
+    lines += unexpected_lines(table.unexpected, table.cwd)
     return lines
 
 
@@ -165,6 +167,7 @@ def summary_phase_lines(record: ModeRecord) -> list[str]:
 
     cwd = record.manifest.cwd
     lines = [f"recompile {phased_text(c, cwd)}" for c in noted_recompiles(mode_phases(record))]
+    lines += [f"recompile {c.text(cwd)}" for c in unexpected_causes(record)]
     budget = budget_of(record)
     if any(f.hit is not None or f.forecast_step is not None for f in budget.frames):
         lines += [f"budget: {frame_budget_text(f, cwd)}" for f in budget.frames if f.hit is not None or f.forecast_step is not None]

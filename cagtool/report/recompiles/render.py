@@ -361,9 +361,11 @@ class RecompilesJsonRenderer:
                 ],
             }
             from cagtool.report.recompiles.budget_words import budget_json, phases_json
+            from cagtool.report.recompiles.unexpected import unexpected_json
 
             entry["phases"] = phases_json(table.phases, table.cwd)
             entry["budget"] = budget_json(table.budget, table.cwd)
+            entry["unexpected_causes"] = unexpected_json(table.unexpected, table.cwd)
             if table.mode in by_mode:
                 entry["explanation"] = explanation_json(by_mode[table.mode])
             modes[table.mode] = entry

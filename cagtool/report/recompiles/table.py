@@ -139,6 +139,7 @@ class RecompileTable:
     # Every compile by phase, and the recompile budget per frame (phases.py, budget.py).
     phases: "ModePhases | None" = None
     budget: "ModeBudget | None" = None
+    unexpected: list = field(default_factory=list)  # UnexpectedCause (unexpected.py)
     # Sorted graph ids, built on first use (explanations of 1,000s of graphs).
     _graph_ids: list[int] | None = field(default=None, repr=False, compare=False)
 
@@ -487,6 +488,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
     manifest = record.manifest
     from cagtool.report.recompiles.budget import mode_budget
     from cagtool.report.recompiles.phases import mode_phases
+    from cagtool.report.recompiles.unexpected import unexpected_causes
 
     hits = limit_hits(record, compile_events)
     return RecompileTable(
@@ -503,4 +505,5 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         imported=manifest.imported,
         phases=mode_phases(record),
         budget=mode_budget(record, hits, steps.last),
+        unexpected=unexpected_causes(record),
     )

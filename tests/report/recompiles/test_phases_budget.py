@@ -112,3 +112,28 @@ def test_perfetto_marks_the_recompute_with_its_phase(record_run, tmp_path):
         assert args["checkpointed_function"].startswith("Block.forward (")
     compiles = [e["args"] for e in events if e["name"].startswith("Dynamo compile 0/0")]
     assert compiles and all(a["phase"] == "forward" for a in compiles)
+
+
+def script_line(script: str, text: str) -> int:
+    lines = (ROOT / "sample_scripts" / script).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if line.strip().startswith(text))
+
+
+def test_thread_count_train_eval_and_grad_mode_are_named_with_their_lines(record_run):
+    run = recorded(record_run, "unexpected_causes.py", modes="aot")
+    proc = cagtool("recompiles", str(run), "--explain", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    mode = json.loads(proc.stdout)["modes"]["aot"]
+    causes = mode["unexpected_causes"]
+    assert [(c["cause"], c["compile_id"]) for c in causes] == [("num_threads", "0/1"), ("train_eval", "0/2"), ("grad_mode", "0/3")]
+    # every recompile of the job is one of them, in torch's own count
+    assert mode["counts"]["dynamo_frame_recompiles"] == len(causes) == 3
+    threads, train_eval, grad = causes
+    # the thread count is tied to the line that changed it (cagtool's tap), not to the compiled call
+    assert threads["changed_at"].startswith(f"sample_scripts/unexpected_causes.py:{script_line('unexpected_causes.py', 'torch.set_num_threads(1)')} ")
+    assert threads["how"] == "changed" and threads["detail"].endswith("to 1")
+    assert "training == True" in train_eval["guard"] and train_eval["how"] == "called in the new state"
+    assert grad["guard"].startswith("GLOBAL_STATE changed: grad_mode")
+    text = " ".join(cagtool("recompiles", str(run), "--explain").stdout.split())
+    assert "0/1 at step 1: the intra-op thread count changed (torch.set_num_threads) (from" in text
+    assert "changed at sample_scripts/unexpected_causes.py" in text and "torch.set_num_threads(1)" in text

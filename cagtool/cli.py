@@ -34,6 +34,7 @@ _COMMAND_MODULES = {
     "import": "import_trace",
     "merge": "merge",
     "baseline": "baseline",
+    "checkpointing": "checkpointing",
 }
 
 

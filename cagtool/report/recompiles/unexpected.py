@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from cagtool.record.loader import ModeRecord
-from cagtool.record.schema import DynamoRecompileEvent, FindingEvent, SourceRef
+from cagtool.record.schema import CHECKPOINT_REENTRANT, PHASE_CHECKPOINT_RECOMPUTE, DynamoRecompileEvent, FindingEvent, SourceRef
 from cagtool.report.recompiles.table import forward_step, format_source
 from cagtool.record.schema import stamps_step_in_progress
 
@@ -21,6 +21,7 @@ FINDING_NUM_THREADS = "num_threads_changed"  # capture/observe/global_state.py's
 CAUSE_NUM_THREADS = "num_threads"
 CAUSE_TRAIN_EVAL = "train_eval"
 CAUSE_GRAD_MODE = "grad_mode"
+CAUSE_REENTRANT_CHECKPOINT = "reentrant_checkpoint"
 
 _TRAINING_GUARD = re.compile(r"(?P<module>\S*)\.training == (?P<value>True|False)")
 
@@ -28,6 +29,8 @@ WORDS = {
     CAUSE_NUM_THREADS: "the intra-op thread count changed (torch.set_num_threads)",
     CAUSE_TRAIN_EVAL: "a module switched between train() and eval() around the compiled call",
     CAUSE_GRAD_MODE: "grad mode changed around the compiled call (an evaluation under torch.no_grad)",
+    CAUSE_REENTRANT_CHECKPOINT: "a reentrant checkpoint re-ran its compiled forward in the backward with grad enabled, "
+                                "after running it under no_grad in the forward",
 }
 FIXES = {
     CAUSE_NUM_THREADS: "set the thread count once, before the first compiled call (or stop the library resetting it: "
@@ -36,6 +39,9 @@ FIXES = {
                       "one cached graph per mode: it costs one recompile, then both are cached",
     CAUSE_GRAD_MODE: "evaluate under torch.inference_mode or no_grad consistently, or with a separately compiled "
                      "function; the first evaluation costs one recompile, then both graphs are cached",
+    CAUSE_REENTRANT_CHECKPOINT: "checkpoint(..., use_reentrant=False): its forward runs with grad enabled, as its "
+                                "recompute does, so the compiled function is not compiled twice "
+                                "(`cagtool checkpointing` verifies it on your job)",
 }
 
 
@@ -80,6 +86,12 @@ def unexpected_causes(record: ModeRecord) -> list[UnexpectedCause]:
         if found is None:
             continue
         cause, detail = found
+        phase = event.phase
+        if phase is not None and phase.phase == PHASE_CHECKPOINT_RECOMPUTE:
+            if cause != CAUSE_GRAD_MODE or phase.checkpoint != CHECKPOINT_REENTRANT:
+                continue  # a recompute's own recompile: its phase says where, explain.py why
+            cause = CAUSE_REENTRANT_CHECKPOINT
+            detail = f"checkpointed {phase.function.function}" if phase.function is not None and phase.function.function else ""
         step = event.step if event.is_ca_graph else forward_step(event.step, record.mode, in_progress)
         changed_at, how = event.source, "called in the new state"
         if cause == CAUSE_NUM_THREADS:
@@ -92,13 +104,17 @@ def unexpected_causes(record: ModeRecord) -> list[UnexpectedCause]:
     return out
 
 
+SHORT = {CAUSE_NUM_THREADS: "thread count", CAUSE_TRAIN_EVAL: "train/eval", CAUSE_GRAD_MODE: "grad mode",
+         CAUSE_REENTRANT_CHECKPOINT: "reentrant checkpoint"}
+
+
 def unexpected_lines(causes: list[UnexpectedCause], cwd: str) -> list[str]:
     if not causes:
         return []
     lines = ["recompiles from causes you may not expect:"]
     lines += [f"  {c.text(cwd)}" for c in causes]
     for cause in dict.fromkeys(c.cause for c in causes):
-        lines.append(f"  Fix ({WORDS[cause].split(' (')[0]}): {FIXES[cause]}")
+        lines.append(f"  Fix ({SHORT[cause]}): {FIXES[cause]}")
     return lines
 
 

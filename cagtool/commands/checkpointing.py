@@ -31,7 +31,8 @@ def register(app: typer.Typer) -> None:
             cagtool run --modes aot,ca train.py && cagtool checkpointing
         """
         from cagtool.errors import UsageError
-        from cagtool.verify.checkpointing import MEASURED_MODES, checkpointing_lines, measure_checkpointing
+        from cagtool.report.checkpointing import checkpointing_lines
+        from cagtool.verify.checkpointing import MEASURED_MODES, measure_checkpointing
 
         chosen = [m.strip() for m in modes.split(",") if m.strip()]
         if not chosen or any(m not in MEASURED_MODES for m in chosen):

@@ -239,9 +239,10 @@ def run_report(run: RunRecord, gate: "GateResult | None" = None) -> str:
         chart = page.chart(charts.compile_phase_spec(phases), "Median over repetitions; torch's cumulative phase times nest, so bars are not stacked.")
         page.add("compile", "compile time", sections.CompileTime(chart))
     page.add("recompiles", "recompiles", sections.recompiles(explanations))
+    from cagtool.report.checkpointing import load_checkpointing
     from cagtool.report.html.phase_section import phases_section
 
-    page.add("phases", "phases and budget", phases_section({name: tables(record) for name, record in view.modes.items()}))
+    page.add("phases", "phases and budget", phases_section({name: tables(record) for name, record in view.modes.items()}, load_checkpointing(run.path)))
     if verified is not None:
         page.add("verify", "fixes verified", sections.verification(verified))
     page.add("graphs", "CA graphs", _graphs_section(view, highlight, f"rank {focus}: " if focus is not None else ""))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from cagtool.report.checkpointing import checkpointing_lines
 from cagtool.report.html.sections import Table, table
 from cagtool.report.recompiles.budget_words import budget_lines, phase_counts_text
 from cagtool.report.recompiles.table import RecompileTable, format_source
@@ -25,9 +26,10 @@ class ModePhasesBlock:
 class PhasesSection:
     TEMPLATE: ClassVar[str] = "sections/phases.html.j2"
     modes: list[ModePhasesBlock]
+    checkpointing: list[str]  # `cagtool checkpointing`'s measurement in words; [] when not made
 
 
-def phases_section(tables: dict[str, RecompileTable]) -> PhasesSection:
+def phases_section(tables: dict[str, RecompileTable], checkpointing: dict | None = None) -> PhasesSection:
     blocks = []
     for name, t in tables.items():
         if t.phases is None or not t.phases.compiles:
@@ -41,4 +43,4 @@ def phases_section(tables: dict[str, RecompileTable]) -> PhasesSection:
         said = budget_lines(t.budget, t.cwd) if t.budget is not None else []
         said += [line.strip() for line in unexpected_lines(t.unexpected, t.cwd)]
         blocks.append(ModePhasesBlock(name, phase_counts_text(t.phases), grid, said))
-    return PhasesSection(blocks)
+    return PhasesSection(blocks, checkpointing_lines(checkpointing) if checkpointing is not None else [])

@@ -11,7 +11,6 @@ frame then runs uncompiled whenever its guards fail."""
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field
 
 from cagtool.record.loader import ModeRecord
@@ -133,6 +132,8 @@ def eager_cost(record: ModeRecord, hit: LimitHit) -> EagerCost | None:
     after = [w for n, w, c in zip(numbers, wall, compiled) if n > hit.step and w is not None and not c]
     if not after:
         return None
+    import statistics  # only after a limit hit: `recompiles` loads no more than it prints
+
     return EagerCost(hit.step, len(after), statistics.median(after), statistics.median(before) if before else None)
 
 

@@ -26,6 +26,7 @@ class Side:
     peak_rss_bytes: int | None
     recompute_recompiles: int | None  # Dynamo recompiles in an activation-checkpoint recompute
     error: str = ""
+    peak_of: str = "rss"  # what peak_rss_bytes holds: "rss" (the process's peak RSS) or "cuda_max_allocated"
 
 
 @dataclass
@@ -66,8 +67,9 @@ def mode_line(m: ModeSaving) -> str:
         why = "; ".join(f"{s.variant}: {s.status}{' (' + s.error + ')' if s.error else ''}" for s in (m.checkpointed, m.plain) if s.status != "finished")
         return f"{m.mode}: not measured ({why or 'no peak memory recorded'})"
     verb = "saves" if m.saving >= 0 else "costs"
-    return (f"{m.mode}: checkpointing {verb} {abs(m.saving):.0%} peak memory (peak RSS {_mib(m.checkpointed.peak_rss_bytes)} "
-            f"checkpointed, {_mib(m.plain.peak_rss_bytes)} with checkpointing a plain call)")
+    what = "CUDA max allocated" if m.checkpointed.peak_of == "cuda_max_allocated" else "peak RSS"
+    return (f"{m.mode}: checkpointing {verb} {abs(m.saving):.0%} peak memory ({what} {_mib(m.checkpointed.peak_rss_bytes)} "
+            f"checkpointed, {_mib(m.plain.peak_rss_bytes)} with checkpointing a plain call; one process each)")
 
 
 def fix_line(m: ModeSaving) -> str | None:

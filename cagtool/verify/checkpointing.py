@@ -57,7 +57,9 @@ def _side(variant: str, path: Path, mode: str) -> Side:
     m = record.manifest
     status = "finished" if m.status == "finished" and m.exit_code in (0, None) else m.status
     error = f"{m.exception.type}: {(m.exception.message or '').splitlines()[0] if m.exception.message else ''}" if m.exception else ""
-    return Side(variant, str(path), status, m.peak_rss_bytes, _recompute_recompiles(record), error)
+    # CUDA's max allocated where the job used a GPU (the activations themselves), else peak RSS
+    peak = m.peak_device_memory_bytes or m.peak_rss_bytes
+    return Side(variant, str(path), status, peak, _recompute_recompiles(record), error, "cuda_max_allocated" if m.peak_device_memory_bytes else "rss")
 
 
 def measure_checkpointing(run_path: str | Path | None, modes: list[str] | None = None,

@@ -35,6 +35,7 @@ _COMMAND_MODULES = {
     "import": "import_trace",
     "merge": "merge",
     "baseline": "baseline",
+    "checkpointing": "checkpointing",
 }
 
 

@@ -31,6 +31,9 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
         from cagtool.report.recompiles.verification import load_verification
 
         verification = load_verification(run.path)
+    from cagtool.report.checkpointing import checkpointing_lines, load_checkpointing
+
+    checkpointing = load_checkpointing(Path(run.path))  # `cagtool checkpointing`'s measurement, when made
     if fmt == "json":
         data = summary_json(run, rank=rank)
         from cagtool.report.compare.analysis import compare_modes
@@ -43,6 +46,8 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
         data = {"headline": {"text": line.text, "tone": line.tone, "advice": line.advice}, **data}
         if verification is not None:
             data["verification"] = verification
+        if checkpointing is not None:
+            data["checkpointing"] = checkpointing
         print(json.dumps(data, indent=2, default=str))
         return
     run = run_for_rank(run, rank)
@@ -66,6 +71,10 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
 
         for line in verification_lines(verification):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
+    if checkpointing is not None:
+        console.print("activation checkpointing, measured (cagtool checkpointing):", markup=False)
+        for line in checkpointing_lines(checkpointing):
+            console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
     console.print(f"record: {run.path}")
     if after_run:
         console.print("next: " + "\n      ".join(next_steps(str(run.path))))

@@ -131,6 +131,30 @@ class SourceRef(Struct, frozen=True):
     how: str = "backward_call"
 
 
+# The phase a Dynamo compile ran in (CompilePhase.phase): what the job was doing when torch
+# compiled, read from the Python stack at compile time (capture/observe/compile_phase.py).
+PHASE_FORWARD = "forward"  # a forward frame (the model's call, outside any backward)
+PHASE_BACKWARD = "backward"  # a frame compiled while a backward ran (a hook, a function's backward)
+PHASE_CA_GRAPH = "ca_graph"  # a compiled-autograd graph (its capture, or Dynamo's compile of it)
+PHASE_AOT_BACKWARD = "aot_backward"  # AOTAutograd's backward graph of a forward frame
+PHASE_CHECKPOINT_RECOMPUTE = "checkpoint_recompute"  # a forward re-run by activation checkpointing in the backward
+CHECKPOINT_REENTRANT = "reentrant"  # torch.utils.checkpoint(use_reentrant=True): CheckpointFunction.backward
+CHECKPOINT_NON_REENTRANT = "non_reentrant"  # use_reentrant=False: the saved-tensor unpack hook's recompute_fn
+CHECKPOINT_SELECTIVE = "selective"  # non-reentrant with a selective-checkpoint policy (context_fn)
+
+
+class CompilePhase(Struct, frozen=True):
+    """Where in the job a compile happened: its phase (PHASE_*), and inside an activation-checkpoint
+    recompute which checkpoint (CHECKPOINT_*) re-ran which function. `caller` is the innermost
+    frame of the user's code on the stack (the `loss.backward()` of a recompute)."""
+
+    phase: str
+    checkpoint: str = ""
+    function: SourceRef | None = None  # the checkpointed function (how="checkpointed_function")
+    caller: SourceRef | None = None
+    in_backward: bool = False  # a backward call was running (always so for a recompute)
+
+
 class ChangedSize(Struct, frozen=True):
     """One entry of a changed-shapes miss: `sizes[index]` of the CA graph inputs."""
 
@@ -293,6 +317,8 @@ class DynamoCompileEvent(Event, tag="dynamo_compile"):
     fail_type: str | None = None
     fail_reason: str | None = None
     has_guarded_code: bool | None = None
+    phase: CompilePhase | None = None  # None in records made before it was kept, and imported logs
+    recompile_limit: int | None = None  # torch._dynamo.config.recompile_limit when it compiled
 
 
 class DynamoRecompileEvent(Event, tag="dynamo_recompile"):
@@ -305,6 +331,7 @@ class DynamoRecompileEvent(Event, tag="dynamo_recompile"):
     # The user's line that called the recompiled code (the first frame of the user's own code on
     # the stack, or in an imported log the stack torch logged with the compile); None when unknown.
     source: SourceRef | None = None
+    phase: CompilePhase | None = None
 
 
 class GraphBreakEvent(Event, tag="graph_break"):

@@ -30,6 +30,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from cagtool.record.schema import PHASE_CHECKPOINT_RECOMPUTE
+from cagtool.report.recompiles.phases import phase_args
 from cagtool.record.atomic import write_atomic
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import (
@@ -384,9 +386,12 @@ def _compile_spans(events: list[dict[str, Any]], pid: int, offset_s: float, ca_g
             "inductor_s": d.inductor_cumulative_compile_time_s,
             "fail_type": d.fail_type,
             "fail_reason": d.fail_reason,
+            **phase_args(d.phase, d.compile_id, d.is_ca_graph),
         }
         # The function's name only when it is the user's: a compiled module's frame is torch's `inner`.
         label = f"Dynamo compile {d.compile_id}" + (f" {d.co_name}" if d.co_name and looks_like_user_file(d.co_filename) else "")
+        if d.phase is not None and d.phase.phase == PHASE_CHECKPOINT_RECOMPUTE:
+            label += " (checkpoint recompute)"
         events.append(_span(label, TRACK_DYNAMO, pid, offset_s + d.t - duration, duration, args))
 
 
@@ -412,8 +417,9 @@ def _instants(events: list[dict[str, Any]], pid: int, offset_s: float, record: M
     for r in record.of(DynamoRecompileEvent):
         # The first failing guard, without the `0/0: ` of the cache entry it failed for.
         args = {"compile_id": r.compile_id, "step": r.step, "reason": strip_reason_id(r.reasons[0].strip()) if r.reasons else None,
-                "reasons": list(r.reasons), "source": _where(r.source)}
-        events.append(_instant(f"Dynamo recompile {r.compile_id}", TRACK_DYNAMO, pid, offset_s + r.t, args))
+                "reasons": list(r.reasons), "source": _where(r.source), **phase_args(r.phase, r.compile_id, r.is_ca_graph)}
+        recompute = " (checkpoint recompute)" if r.phase is not None and r.phase.phase == PHASE_CHECKPOINT_RECOMPUTE else ""
+        events.append(_instant(f"Dynamo recompile {r.compile_id}{recompute}", TRACK_DYNAMO, pid, offset_s + r.t, args))
     breaks = record.of(GraphBreakEvent)
     if breaks:
         from cagtool.torch_text import graph_break_words  # reads torch's registry: only when needed

@@ -202,6 +202,11 @@ def mode_summary_json(record: ModeRecord, whole: ModeRecord | None = None, rank:
     """`record`'s figures. For one rank's view (`rank`), `whole` is the mode's record with every
     rank: the ranks' analysis is of the whole job (every rank, where they part), never of the one
     rank's record alone, which would read as every other rank missing."""
+    from cagtool.report.recompiles.budget import budget_of
+    from cagtool.report.recompiles.budget_words import budget_json, phases_json
+    from cagtool.report.recompiles.phases import mode_phases
+    from cagtool.report.recompiles.unexpected import unexpected_causes, unexpected_json
+
     metrics = mode_metrics(record)
     misses = misses_with_earlier_values(record)
     graphs = record.of(CAGraphEvent)
@@ -257,6 +262,10 @@ def mode_summary_json(record: ModeRecord, whole: ModeRecord | None = None, rank:
         "compile_time_s": metrics.compile_time_s,
         "compile_phases_s": metrics.compile_phases_s,
         "step_time": asdict(metrics.step_time) if metrics.step_time else None,
+        # the phase of every compile and the recompile budget (report/recompiles/phases.py, budget.py)
+        "phases": phases_json(mode_phases(record), record.manifest.cwd),
+        "recompile_budget": budget_json(budget_of(record), record.manifest.cwd),
+        "unexpected_causes": unexpected_json(unexpected_causes(record), record.manifest.cwd),
         "peak_rss_bytes": metrics.peak_rss_bytes,
         "peak_device_memory_bytes": metrics.peak_device_memory_bytes,
         "cagtool_memory": record.manifest.options.get("cagtool_memory"),
@@ -373,6 +382,11 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         at = f" at step {step}" if step is not None else ""
         where = f"  ({_where(rec.source)})" if rec.source else ""
         console.print(f"    recompile {rec.compile_id}{at}: {reasons[:150]}{where}", overflow="ellipsis", no_wrap=True, markup=False)
+    from cagtool.report.recompiles.budget import budget_of
+    from cagtool.report.recompiles.budget_words import not_steady_text, summary_phase_lines
+
+    for line in summary_phase_lines(record):
+        console.print(f"    {line}", overflow="fold", markup=False)
     note = ddp_without_ca_note(record, m)
     if note:
         console.print(Text.assemble("  ", ("note:", "yellow"), f" {note}"))
@@ -389,7 +403,11 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     if st and st.median_s is not None:
         excluded = f"; {plural(len(st.excluded), 'compile-affected step')} left out" if st.excluded else ""
         clock = " (device time, CUDA events)" if st.clock == "device" else ""
-        console.print(f"  step time{clock}: median {_ms(st.median_s)} (p10 {_ms(st.p10_s)}, p90 {_ms(st.p90_s)}) over {plural(st.count, 'steady step')}{excluded}")
+        unsteady = not_steady_text(budget_of(record))
+        if unsteady is not None:  # the steps between compiles of a job still compiling are no steady figure
+            console.print(f"  step time{clock}: {unsteady}; between compiles: median {_ms(st.median_s)} over {plural(st.count, 'step')}{excluded}")
+        else:
+            console.print(f"  step time{clock}: median {_ms(st.median_s)} (p10 {_ms(st.p10_s)}, p90 {_ms(st.p90_s)}) over {plural(st.count, 'steady step')}{excluded}")
         wait = cpu_wait(record)
         if wait is not None and wait.fraction >= BUSY_WAIT:
             median = f", its median step {wait.step_fraction:.0%}" if round(wait.step_fraction, 2) != round(wait.fraction, 2) else ""

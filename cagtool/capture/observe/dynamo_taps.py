@@ -34,8 +34,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from cagtool.capture.observe import source
-from cagtool.capture.observe.torch_logs import USER_FRAME_KEY, StructuredLogHandler
+from cagtool.capture.observe import compile_phase, source
+from cagtool.capture.observe.torch_logs import PHASE_KEY, RECOMPILE_LIMIT_KEY, USER_FRAME_KEY, StructuredLogHandler
 
 # The CompilationMetrics fields StructuredLogHandler reads (torch's record has ~100 more).
 _METRIC_FIELDS = (
@@ -124,7 +124,13 @@ class DynamoTaps:
         fields = {name: getattr(metrics, name, None) for name in _METRIC_FIELDS}
         if fields["compile_id"] is not None:
             fields["compile_id"] = str(fields["compile_id"])
-        return {"compilation_metrics": fields}, None
+        # torch hands the metrics over at the end of the compile, still inside it: the stack is
+        # the compile's (the model's call, a backward, a checkpoint's recompute)
+        return {
+            "compilation_metrics": fields,
+            PHASE_KEY: compile_phase.phase_now(str(fields["compile_id"] or "")),
+            RECOMPILE_LIMIT_KEY: compile_phase.recompile_limit_now(),
+        }, None
 
     @staticmethod
     def _recompile(reasons: Any, *args: Any, skip_logging: bool = False, **kwargs: Any) -> tuple[dict[str, Any], str] | None:
@@ -141,6 +147,8 @@ class DynamoTaps:
         caller = source.user_caller(how="caller")
         if caller is not None:
             metadata[USER_FRAME_KEY] = caller
+        cid = compile_id_metadata()
+        metadata[PHASE_KEY] = compile_phase.phase_now("!" if "compiled_autograd_id" in cid else "")
         return metadata, payload
 
     @staticmethod
@@ -271,6 +279,9 @@ class DynamoTaps:
             "FxGraphCache.cache_hit_post_compile": lambda o: after(o, lambda result, *a, **k: taps._output_code(getattr(result[0], "source_code", None) if isinstance(result, tuple) and result else None)),
             "CheckFunctionManager.__init__": lambda o: after(o, lambda _r, manager, *a, **k: taps._guards(manager)),
         }
+        from cagtool.capture.observe import global_state
+
+        self._uninstall_global_state = global_state.install(self.handler)  # the thread count Dynamo guards on
         for module_name, path in TAPPED + (ARTIFACT_TAPPED if self.record_artifacts else ()):
             try:
                 owner, name, original = _resolve(module_name, path)
@@ -283,6 +294,9 @@ class DynamoTaps:
             self._installed.append((owner, name, original))
 
     def uninstall(self) -> None:
+        if getattr(self, "_uninstall_global_state", None) is not None:
+            self._uninstall_global_state()
+            self._uninstall_global_state = None
         while self._installed:
             owner, name, original = self._installed.pop()
             setattr(owner, name, original)

@@ -36,6 +36,10 @@ TRACE_LOGGER = "torch.__trace"
 # there by the live run's Dynamo tap or, for an imported log, from the stack torch logged with the
 # compile (`dynamo_start`). Torch's records never have it.
 USER_FRAME_KEY = "cagtool_user_frame"
+# cagtool's keys for what the live run's taps read at compile time: the compile's phase (a
+# CompilePhase, capture/observe/compile_phase.py) and torch._dynamo.config.recompile_limit.
+PHASE_KEY = "cagtool_phase"
+RECOMPILE_LIMIT_KEY = "cagtool_recompile_limit"
 _US = 1e-6
 
 
@@ -132,7 +136,7 @@ class StructuredLogHandler(logging.Handler):
     def _handle(self, metadata: dict[str, Any], payload: str | None) -> None:
         step = self.steps.current_step
         if "compilation_metrics" in metadata:
-            self._compile(metadata["compilation_metrics"], step)
+            self._compile(metadata["compilation_metrics"], step, metadata.get(PHASE_KEY), metadata.get(RECOMPILE_LIMIT_KEY))
         elif "aot_backward_graph" in metadata:
             self.writer.emit(AotBackwardGraphEvent, compile_id=compile_id_of(metadata), step=step)
             if payload:
@@ -159,6 +163,7 @@ class StructuredLogHandler(logging.Handler):
                     step=step,
                     reasons=[str(r) for r in reasons] if isinstance(reasons, list) else [str(reasons)],
                     source=metadata.get(USER_FRAME_KEY),
+                    phase=metadata.get(PHASE_KEY),
                 )
             elif name == "dynamo_graph_break_reason" and payload:
                 self._graph_break(compile_id_of(metadata), payload, step)
@@ -171,7 +176,7 @@ class StructuredLogHandler(logging.Handler):
         if rel:
             self.writer.emit(CompileArtifactEvent, compile_id=cid, artifact=artifact, file=rel, step=step, lines=text.count("\n") + 1)
 
-    def _compile(self, m: dict[str, Any], step: int | None) -> None:
+    def _compile(self, m: dict[str, Any], step: int | None, phase: Any = None, recompile_limit: int | None = None) -> None:
         cid = str(m.get("compile_id") or "?")
         total = _seconds(m.get("entire_frame_compile_time_s"))
         self.writer.emit(
@@ -193,6 +198,8 @@ class StructuredLogHandler(logging.Handler):
             fail_type=m.get("fail_type"),
             fail_reason=(str(m["fail_reason"])[:2000] if m.get("fail_reason") else None),
             has_guarded_code=m.get("has_guarded_code"),
+            phase=phase,
+            recompile_limit=recompile_limit,
         )
         self.steps.note_dynamo_compile(total or 0.0)
 

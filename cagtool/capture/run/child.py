@@ -171,6 +171,11 @@ def _record_mode(spec: ModeSpec) -> int:
 
     if (patched := patched_source_for(target)) is not None:
         manifest.options["patched_source"] = patched  # the record says it ran a patched copy
+    from cagtool.capture.modes import checkpoint_variant
+
+    if (variant := checkpoint_variant.requested()) is not None:
+        checkpoint_variant.apply(variant)
+        manifest.options["checkpoint_variant"] = variant  # the record says it is not the job as written
     try:
         with live, depyf_ctx, mode_context(spec.mode, observer, spec.dynamic):
             run_target(target)

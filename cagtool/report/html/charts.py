@@ -261,6 +261,13 @@ def _held_rows(s: Series, marks: set[tuple[str, int]], limit: int) -> tuple[list
     return [_step_row(s.label, f) for f in figures], fast.count - len(chosen)  # type: ignore[arg-type]
 
 
+def _phase_words(table: Any, row: Any) -> str:
+    """The phase the compile ran in (report/recompiles/phases.py), for the marker's tooltip."""
+    phases = getattr(table, "phases", None)
+    found = phases.of(row.produced or row.compile_id) if phases is not None else None
+    return found.words() if found is not None else ""
+
+
 def marker_rows(series: Sequence[Series]) -> list[dict[str, Any]]:
     """One row per CA capture, Dynamo recompile and graph break of each series: its kind, step,
     compile id, torch's reason verbatim, the autograd node and the user's source line."""
@@ -289,6 +296,7 @@ def marker_rows(series: Sequence[Series]) -> list[dict[str, Any]]:
                         "reason": reason,
                         "node": node_label(row.node, row.node_call),
                         "source": format_source(row.user_source, cwd),
+                        "phase": _phase_words(s.table, row),
                     }
                 )
         breaks = s.record.of(GraphBreakEvent)
@@ -313,6 +321,7 @@ def marker_rows(series: Sequence[Series]) -> list[dict[str, Any]]:
                     "reason": f"{gb}{words.headline}",
                     "node": "",
                     "source": f"{where}  {event.code.strip()}".strip() if where else event.code.strip(),
+                    "phase": "",
                 }
             )
     return [r for r in rows if r["step"] is not None]
@@ -449,6 +458,7 @@ def timeline_spec(title: str, steps: list[dict[str, Any]], markers: list[dict[st
             _tooltip("what", "nominal", title="what changed"),
             _tooltip("node", "nominal", title="autograd node"),
             _tooltip("source", "nominal", title="source line"),
+            _tooltip("phase", "nominal", title="phase"),
         ]
         rules = {
             "data": {"name": marker_data[0]},
@@ -583,7 +593,7 @@ def _dataset(rows: list[dict[str, Any]], columns: Sequence[str]) -> tuple[str, l
 
 
 _STEP_COLUMNS = ("series", "step", "iteration_ms", "backward_ms", "loss", "compile_affected", "compiles", "ca_captures", "compile_ms", "timed_from")
-_MARKER_COLUMNS = ("series", "lane", "kind", "step", "compile_id", "what", "reason", "node", "source")
+_MARKER_COLUMNS = ("series", "lane", "kind", "step", "compile_id", "what", "reason", "node", "source", "phase")
 
 
 def _float(value: Any) -> float | None:

@@ -252,6 +252,10 @@ def run_report(run: RunRecord, gate: "GateResult | None" = None) -> str:
         page.add("compile", "compile time", sections.CompileTime(chart, _phase_trees(comparison)))
     shown = sections.detail_ids(view)
     page.add("recompiles", "recompiles", sections.recompiles(explanations, details=shown))
+    from cagtool.report.checkpointing import load_checkpointing
+    from cagtool.report.html.phase_section import phases_section
+
+    page.add("phases", "phases and budget", phases_section({name: tables(record) for name, record in view.modes.items()}, load_checkpointing(run.path)))
     if verified is not None:
         page.add("verify", "fixes verified", sections.verification(verified))
     page.add("graphs", "CA graphs", _graphs_section(view, highlight, f"rank {focus}: " if focus is not None else "", shown=shown))

@@ -218,6 +218,16 @@ class ExplanationRenderer:
             self._line(f"Evidence: {evidence}", indent + 2)
         self.console.print()
 
+    def _phases_and_budget(self, table: RecompileTable) -> None:
+        from cagtool.report.recompiles.budget_words import phase_and_budget_lines
+
+        lines = phase_and_budget_lines(table)
+        for line in lines:
+            stripped = line.lstrip(" ")
+            self._line(stripped, len(line) - len(stripped))
+        if lines:
+            self.console.print()
+
     def render(self, explanations: list[Explanation], run_label: str) -> None:
         for explanation in explanations:
             table = explanation.table
@@ -226,6 +236,7 @@ class ExplanationRenderer:
                 print_wrapped(self.console, note)
             if not explanation.causes and not explanation.alerts:
                 self.console.print("No recompiles: every step after the first reused the cached graphs.")
+                self._phases_and_budget(table)
                 continue
             self.console.print()
             for alert in explanation.alerts:
@@ -238,6 +249,7 @@ class ExplanationRenderer:
                 # A consequence is drawn under its root cause (they are listed in that order).
                 indent = 4 if cause.caused_by is not None else 0
                 self._block(f"#{cause.number} {words.title}{at}", words.why, words.fix, words.evidence, indent)
+            self._phases_and_budget(table)
         print_line(self.console, f"Every recompile, one per row: cagtool recompiles {run_label}")
 
 
@@ -352,6 +364,12 @@ class RecompilesJsonRenderer:
                     {**dataclasses.asdict(h), "file": display_path(h.file, table.cwd)} for h in table.limit_hits
                 ],
             }
+            from cagtool.report.recompiles.budget_words import budget_json, phases_json
+            from cagtool.report.recompiles.unexpected import unexpected_json
+
+            entry["phases"] = phases_json(table.phases, table.cwd)
+            entry["budget"] = budget_json(table.budget, table.cwd)
+            entry["unexpected_causes"] = unexpected_json(table.unexpected, table.cwd)
             if table.mode in by_mode:
                 entry["explanation"] = explanation_json(by_mode[table.mode])
             modes[table.mode] = entry

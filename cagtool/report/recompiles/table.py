@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -42,6 +43,10 @@ from cagtool.torch_text import (
     strip_reason_id,
     traceback_frames,
 )
+
+if TYPE_CHECKING:
+    from cagtool.report.recompiles.budget import ModeBudget
+    from cagtool.report.recompiles.phases import ModePhases
 
 SOURCE_CA = "ca_cache_miss"
 SOURCE_DYNAMO_FRAME = "dynamo_frame"
@@ -135,6 +140,10 @@ class RecompileTable:
     # Where torch reported a data-dependent branch (graph break "Data-dependent branching"), in
     # record order: a branch picks the ops of the backward, so a structural change is tied to it.
     branch_sites: list[SourceRef] = field(default_factory=list)
+    # Every compile by phase, and the recompile budget per frame (phases.py, budget.py).
+    phases: "ModePhases | None" = None
+    budget: "ModeBudget | None" = None
+    unexpected: list = field(default_factory=list)  # UnexpectedCause (unexpected.py)
     # Sorted graph ids, built on first use (explanations of 1,000s of graphs).
     _graph_ids: list[int] | None = field(default=None, repr=False, compare=False)
 
@@ -363,7 +372,10 @@ NEEDED_KINDS = frozenset(
     # GraphBreakEvent: where torch reports a data-dependent branch, the line a structural change is tied to.
     cls.kind for cls in (CacheMissEvent, CAGraphEvent, DynamoCompileEvent, DynamoRecompileEvent, FindingEvent, FinalStateEvent,
                          GraphBreakEvent)
-)
+) | {
+    "aot_backward_graph",  # phases.py: the AOT backward graphs, one phase of the compiles
+    StepEvent.kind,  # budget.py: the step times after a recompile-limit hit (from the columns sidecar when it matches)
+}
 
 
 def load_filtered(path: str | Path | None) -> tuple[RunRecord, dict[str, StepSummary]]:
@@ -491,12 +503,17 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
     rows = _earlier_values_from_guards(rows)
     steps = steps if steps is not None else step_summary(record)
     manifest = record.manifest
+    from cagtool.report.recompiles.budget import mode_budget
+    from cagtool.report.recompiles.phases import mode_phases
+    from cagtool.report.recompiles.unexpected import unexpected_causes
+
+    hits = limit_hits(record, compile_events)
     return RecompileTable(
         mode=record.mode,
         rows=rows,
         steps=steps.count,
         last_step=steps.last,
-        limit_hits=limit_hits(record, compile_events),
+        limit_hits=hits,
         graphs=graphs,
         cwd=manifest.cwd,
         skipped_lines=record.skipped_lines,
@@ -504,4 +521,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         status=manifest.status,
         imported=manifest.imported,
         branch_sites=branches,
+        phases=mode_phases(record),
+        budget=mode_budget(record, hits, steps.last),
+        unexpected=unexpected_causes(record),
     )

@@ -1,0 +1,46 @@
+"""`cagtool checkpointing`: what activation checkpointing saves in each mode, measured by re-running
+the recorded job with checkpointing turned into a plain call (verify/checkpointing.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
+
+import typer
+
+from cagtool.commands._common import RUN_ARG, TextOrJson
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("checkpointing")
+    def checkpointing_command(
+        run: Optional[str] = RUN_ARG,
+        modes: str = typer.Option("aot,ca", "--modes", help="The modes to measure in, comma-separated (aot, ca)."),
+        format: TextOrJson = typer.Option(TextOrJson.text, "--format", help="text or json."),
+    ) -> None:
+        """Measure activation checkpointing's memory saving in aot and ca: EXECUTES the recorded job.
+
+        For each mode, re-runs the job as written and with torch.utils.checkpoint.checkpoint turned
+        into a plain call (your file is not changed), one process each, and compares their peak
+        memory. Where reentrant checkpoints recompiled in their recompute (or failed under
+        compiled autograd), re-runs them with use_reentrant=False too and says whether that fixes
+        it. Only a run your own `cagtool run` recorded (as --verify). The result is kept in
+        RUN/checkpointing.json and shown by `summary` and the HTML report.
+
+            cagtool run --modes aot,ca train.py && cagtool checkpointing
+        """
+        from cagtool.errors import UsageError
+        from cagtool.report.checkpointing import checkpointing_lines
+        from cagtool.verify.checkpointing import MEASURED_MODES, measure_checkpointing
+
+        chosen = [m.strip() for m in modes.split(",") if m.strip()]
+        if not chosen or any(m not in MEASURED_MODES for m in chosen):
+            raise UsageError(f"--modes takes {' and '.join(MEASURED_MODES)} (got {modes!r})")
+        result = measure_checkpointing(run, chosen, progress=lambda line: print(f"cagtool: {line}", file=sys.stderr))
+        if format == TextOrJson.json:
+            print(json.dumps(result.to_dict(), indent=2))
+            return
+        for line in checkpointing_lines(result):
+            print(line)
+        print(f"kept in {result.run}/checkpointing.json", file=sys.stderr)

@@ -1,0 +1,191 @@
+"""The recompile budget over a job: per compiled frame, the cache entries Dynamo made against
+`torch._dynamo.config.recompile_limit`, the rate, a forecast of the step that reaches the limit,
+and once it was hit, what ran eager from then on and what that cost in step time; the CA graph
+count beside it. Pure functions of the record, no rendering.
+
+torch counts the limit per code object: a frame's compile ids are `F/0, F/1, ...` (or `!N/F/C`
+inside compiled-autograd graph N, the same frame F), and the compile that would make entry
+`recompile_limit + 1` is refused (torch/_dynamo/cache_size.py, `exceeds_recompile_limit`): the
+frame then runs uncompiled whenever its guards fail."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from cagtool.record.loader import ModeRecord
+from cagtool.record.schema import CAGraphEvent, DynamoCompileEvent, SourceRef, StepEvent, stamps_step_in_progress
+from cagtool.report.recompiles.table import LimitHit, forward_step
+from cagtool.torch_text import compile_attempt, compile_frame, recompile_limit
+
+DEFAULT_RECOMPILE_LIMIT = 8  # torch 2.13's default, for records made before the limit was kept
+
+
+@dataclass(frozen=True)
+class FrameBudget:
+    """One compiled frame (code object) and its use of the recompile budget."""
+
+    frame: str  # torch's frame id, F of F/C
+    function: str
+    file: str
+    line: int | None
+    entries: int  # compiles that produced code (cache entries)
+    limit: int
+    limit_known: bool  # the record kept the limit (else torch's default is assumed)
+    first_step: int | None
+    last_recompile_step: int | None
+    last_step: int | None  # the job's last step
+    hit: LimitHit | None = None
+    called_at: SourceRef | None = None  # the user's line that called it (a compiled module's frame is torch's wrapper)
+
+    @property
+    def recompiles(self) -> int:
+        return max(self.entries - 1, 0)
+
+    @property
+    def rate(self) -> float | None:
+        """Recompiles per step, from its first compile to its last recompile (None: none, or all in one step)."""
+        if not self.recompiles or self.first_step is None or self.last_recompile_step is None:
+            return None
+        span = self.last_recompile_step - self.first_step
+        return self.recompiles / span if span > 0 else None
+
+    @property
+    def still_compiling(self) -> bool:
+        """It recompiled within one interval of its own rate before the job's end: no sign of stopping."""
+        if self.hit is not None or self.rate is None or self.last_step is None or self.last_recompile_step is None:
+            return False
+        return self.last_step - self.last_recompile_step <= max(1.0, 1.0 / self.rate)
+
+    @property
+    def forecast_step(self) -> int | None:
+        """The step at which, at this rate, its next compile would be refused by the limit."""
+        if not self.still_compiling or self.rate is None or self.last_recompile_step is None:
+            return None
+        left = self.limit - self.entries  # compiles it may still make
+        return self.last_recompile_step + math.ceil((left + 1) / self.rate)
+
+
+@dataclass(frozen=True)
+class EagerCost:
+    """What the steps after a limit hit cost against the steady steps before it (medians, wall)."""
+
+    hit_step: int
+    steps_after: int
+    median_after_s: float | None
+    median_before_s: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        if not self.median_after_s or not self.median_before_s:
+            return None
+        return self.median_after_s / self.median_before_s
+
+
+@dataclass
+class ModeBudget:
+    mode: str
+    frames: list[FrameBudget] = field(default_factory=list)
+    ca_graphs: int = 0
+    ca_graph_steps: list[int] = field(default_factory=list)  # the step of each CA capture
+    last_step: int | None = None
+    eager_costs: list[EagerCost] = field(default_factory=list)
+
+    @property
+    def still_compiling(self) -> list[FrameBudget]:
+        return [f for f in self.frames if f.still_compiling]
+
+    @property
+    def ca_still_capturing(self) -> bool:
+        """A CA graph was captured in the last step after others before it: the CA cache keeps growing."""
+        return len(self.ca_graph_steps) > 1 and self.last_step is not None and self.ca_graph_steps[-1] == self.last_step and self.last_step > 0
+
+    @property
+    def steady(self) -> bool:
+        """Whether the job reached a steady state: no frame still compiling, no CA graph in its last step."""
+        return not self.still_compiling and not self.ca_still_capturing
+
+    @property
+    def ca_rate(self) -> float | None:
+        if len(self.ca_graph_steps) < 2:
+            return None
+        span = self.ca_graph_steps[-1] - self.ca_graph_steps[0]
+        return (len(self.ca_graph_steps) - 1) / span if span > 0 else None
+
+
+def _steps(record: ModeRecord) -> tuple[list[int], list[float | None], list[bool]]:
+    """(step numbers, wall seconds, whether the step compiled), from the columns or the events."""
+    held = record.columns.get(StepEvent.kind)
+    if held is not None:
+        compiled = [bool(a or b) for a, b in zip(held.column("compiles"), held.column("ca_captures"))]
+        return list(held.column("step")), list(held.column("wall_s")), compiled
+    events = record.of(StepEvent)
+    return [e.step for e in events], [e.wall_s for e in events], [bool(e.compiles or e.ca_captures) for e in events]
+
+
+def eager_cost(record: ModeRecord, hit: LimitHit) -> EagerCost | None:
+    """Steps after the hit (the frame ran eager whenever its guards failed) against steady steps before it."""
+    if hit.step is None:
+        return None
+    numbers, wall, compiled = _steps(record)
+    before = [w for n, w, c in zip(numbers, wall, compiled) if n < hit.step and w is not None and not c]
+    after = [w for n, w, c in zip(numbers, wall, compiled) if n > hit.step and w is not None and not c]
+    if not after:
+        return None
+    import statistics  # only after a limit hit: `recompiles` loads no more than it prints
+
+    return EagerCost(hit.step, len(after), statistics.median(after), statistics.median(before) if before else None)
+
+
+def mode_budget(record: ModeRecord, hits: list[LimitHit], last_step: int | None) -> ModeBudget:
+    """The budget of every frame Dynamo compiled in this mode (CA graphs' own frames included)."""
+    in_progress = stamps_step_in_progress(record.manifest.schema_version)
+    by_frame: dict[str, list[DynamoCompileEvent]] = {}
+    out = ModeBudget(record.mode, last_step=last_step)
+    for event in record.events:
+        if isinstance(event, DynamoCompileEvent):
+            frame = compile_frame(event.compile_id)
+            if frame is not None:
+                by_frame.setdefault(frame, []).append(event)
+        elif isinstance(event, CAGraphEvent):
+            out.ca_graphs += 1
+            if event.step is not None:
+                out.ca_graph_steps.append(event.step)
+    hit_of = {compile_frame(h.compile_id): h for h in hits if h.compile_id}
+    for frame, events in by_frame.items():
+        made = [e for e in events if not (e.fail_reason and recompile_limit(f"{e.fail_type or ''} {e.fail_reason}"))]
+        named = next((e for e in events if e.co_name), events[0])
+        limits = [e.recompile_limit for e in events if e.recompile_limit is not None]
+        steps = [s for s in (e.step if e.is_ca_graph else forward_step(e.step, record.mode, in_progress) for e in made) if s is not None]
+        recompile_steps = [s for e, s in zip(made, steps) if compile_attempt(e.compile_id)]
+        hit = hit_of.get(frame)
+        limit = limits[-1] if limits else (hit.limit_value if hit is not None and hit.limit_value else DEFAULT_RECOMPILE_LIMIT)
+        out.frames.append(
+            FrameBudget(
+                frame=frame,
+                function=named.co_name,
+                file=named.co_filename,
+                line=named.co_firstlineno,
+                entries=len(made),
+                limit=limit,
+                limit_known=bool(limits) or (hit is not None and hit.limit_value is not None),
+                first_step=min(steps) if steps else None,
+                last_recompile_step=max(recompile_steps) if recompile_steps else None,
+                last_step=last_step,
+                hit=hit,
+                called_at=next((e.phase.caller for e in events if e.phase is not None and e.phase.caller is not None), None),
+            )
+        )
+    out.frames.sort(key=lambda f: (-f.entries, f.frame))
+    for hit in hits:
+        cost = eager_cost(record, hit)
+        if cost is not None:
+            out.eager_costs.append(cost)
+    return out
+
+
+def budget_of(record: ModeRecord) -> ModeBudget:
+    """The budget of a fully loaded mode record (the summary and the HTML report read it this way)."""
+    from cagtool.report.recompiles.table import limit_hits, step_summary
+
+    return mode_budget(record, limit_hits(record, record.of(DynamoCompileEvent)), step_summary(record).last)

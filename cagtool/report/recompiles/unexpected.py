@@ -1,0 +1,127 @@
+"""Recompiles from causes a user does not expect, named one by one: the intra-op thread count
+changed (`torch.set_num_threads`, often by a library, each change one recompile of the budget), a
+module switched between train() and eval() around a compiled call, and grad mode turned off for
+an evaluation pass. Read from torch's failing guard (the newest cache entry's, the first reason)
+and tied to the line that changed the state where the record has it: the thread count's change is
+recorded by cagtool's tap (capture/observe/global_state.py); for train/eval and grad mode torch's
+frames hold only the compiled call made in the new state, which is the line given."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from cagtool.record.loader import ModeRecord
+from cagtool.record.schema import CHECKPOINT_REENTRANT, PHASE_CHECKPOINT_RECOMPUTE, DynamoRecompileEvent, FindingEvent, SourceRef
+from cagtool.report.recompiles.table import forward_step, format_source
+from cagtool.record.schema import stamps_step_in_progress
+
+FINDING_NUM_THREADS = "num_threads_changed"  # capture/observe/global_state.py's code
+
+CAUSE_NUM_THREADS = "num_threads"
+CAUSE_TRAIN_EVAL = "train_eval"
+CAUSE_GRAD_MODE = "grad_mode"
+CAUSE_REENTRANT_CHECKPOINT = "reentrant_checkpoint"
+
+_TRAINING_GUARD = re.compile(r"(?P<module>\S*)\.training == (?P<value>True|False)")
+
+WORDS = {
+    CAUSE_NUM_THREADS: "the intra-op thread count changed (torch.set_num_threads)",
+    CAUSE_TRAIN_EVAL: "a module switched between train() and eval() around the compiled call",
+    CAUSE_GRAD_MODE: "grad mode changed around the compiled call (an evaluation under torch.no_grad)",
+    CAUSE_REENTRANT_CHECKPOINT: "a reentrant checkpoint re-ran its compiled forward in the backward with grad enabled, "
+                                "after running it under no_grad in the forward",
+}
+FIXES = {
+    CAUSE_NUM_THREADS: "set the thread count once, before the first compiled call (or stop the library resetting it: "
+                       "each new count is a new compile of every compiled frame, out of its recompile_limit)",
+    CAUSE_TRAIN_EVAL: "compile the evaluation separately (its own torch.compile of the model in eval mode) or accept "
+                      "one cached graph per mode: it costs one recompile, then both are cached",
+    CAUSE_GRAD_MODE: "evaluate under torch.inference_mode or no_grad consistently, or with a separately compiled "
+                     "function; the first evaluation costs one recompile, then both graphs are cached",
+    CAUSE_REENTRANT_CHECKPOINT: "checkpoint(..., use_reentrant=False): its forward runs with grad enabled, as its "
+                                "recompute does, so the compiled function is not compiled twice "
+                                "(`cagtool checkpointing` verifies it on your job)",
+}
+
+
+@dataclass(frozen=True)
+class UnexpectedCause:
+    cause: str  # CAUSE_*
+    compile_id: str
+    step: int | None
+    guard: str  # torch's failing guard, verbatim
+    changed_at: SourceRef | None  # the line that changed the state (the tap's) or made the call in it
+    how: str  # "changed here" | "called in the new state"
+    detail: str = ""  # `from 2 to 1`, `fn._modules['1'].training == True`
+
+    def text(self, cwd: str) -> str:
+        step = "?" if self.step is None else self.step
+        where = f"; {self.how} at {format_source(self.changed_at, cwd)}" if self.changed_at is not None else ""
+        detail = f" ({self.detail})" if self.detail else ""
+        return f"{self.compile_id} at step {step}: {WORDS[self.cause]}{detail}{where}"
+
+
+def _classify(guard: str) -> tuple[str, str] | None:
+    if "GLOBAL_STATE changed:" in guard:
+        changed = guard.split("GLOBAL_STATE changed:", 1)[1].split()
+        if "num_threads" in changed:
+            return CAUSE_NUM_THREADS, ""
+        if "grad_mode" in changed:
+            return CAUSE_GRAD_MODE, ""
+    match = _TRAINING_GUARD.search(guard)
+    if match:
+        return CAUSE_TRAIN_EVAL, f"guard {match.group(0)} failed"
+    return None
+
+
+def unexpected_causes(record: ModeRecord) -> list[UnexpectedCause]:
+    """Every Dynamo recompile whose failing guard is one of the causes above, in record order."""
+    in_progress = stamps_step_in_progress(record.manifest.schema_version)
+    thread_changes = [f for f in record.of(FindingEvent) if f.code == FINDING_NUM_THREADS]
+    out: list[UnexpectedCause] = []
+    for event in record.of(DynamoRecompileEvent):
+        guard = event.reasons[0].split(":", 1)[-1].strip() if event.reasons else ""
+        found = _classify(guard.split("  #")[0])
+        if found is None:
+            continue
+        cause, detail = found
+        phase = event.phase
+        if phase is not None and phase.phase == PHASE_CHECKPOINT_RECOMPUTE:
+            if cause != CAUSE_GRAD_MODE or phase.checkpoint != CHECKPOINT_REENTRANT:
+                continue  # a recompute's own recompile: its phase says where, explain.py why
+            cause = CAUSE_REENTRANT_CHECKPOINT
+            detail = f"checkpointed {phase.function.function}" if phase.function is not None and phase.function.function else ""
+        step = event.step if event.is_ca_graph else forward_step(event.step, record.mode, in_progress)
+        changed_at, how = event.source, "called in the new state"
+        if cause == CAUSE_NUM_THREADS:
+            before = [f for f in thread_changes if f.seq < event.seq]
+            if before:
+                change = before[-1]
+                changed_at, how = change.source, "changed"
+                detail = f"from {change.detail.get('before')} to {change.detail.get('after')}"
+        out.append(UnexpectedCause(cause, event.compile_id, step, guard.split("  #")[0].strip(), changed_at, how, detail))
+    return out
+
+
+SHORT = {CAUSE_NUM_THREADS: "thread count", CAUSE_TRAIN_EVAL: "train/eval", CAUSE_GRAD_MODE: "grad mode",
+         CAUSE_REENTRANT_CHECKPOINT: "reentrant checkpoint"}
+
+
+def unexpected_lines(causes: list[UnexpectedCause], cwd: str) -> list[str]:
+    if not causes:
+        return []
+    lines = ["recompiles from causes you may not expect:"]
+    lines += [f"  {c.text(cwd)}" for c in causes]
+    for cause in dict.fromkeys(c.cause for c in causes):
+        lines.append(f"  Fix ({SHORT[cause]}): {FIXES[cause]}")
+    return lines
+
+
+def unexpected_json(causes: list[UnexpectedCause], cwd: str) -> list[dict[str, object]]:
+    return [
+        {"cause": c.cause, "compile_id": c.compile_id, "step": c.step, "guard": c.guard, "detail": c.detail or None,
+         "changed_at": format_source(c.changed_at, cwd) or None, "how": c.how, "words": WORDS[c.cause], "fix": FIXES[c.cause],
+         "text": c.text(cwd)}
+        for c in causes
+    ]

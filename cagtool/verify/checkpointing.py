@@ -1,0 +1,106 @@
+"""What activation checkpointing does for a recorded job, measured by re-running it: in each mode
+(aot, ca) the job as written and a variant with checkpointing turned into a plain call
+(capture/modes/checkpoint_variant.py), one process each, and the peak memory of both: "saves 18 %
+peak memory under aot and 16 % under ca". A job whose reentrant checkpoints recompile in their
+recompute, or fail under compiled autograd ("Trying to run compiled autograd within another
+compiled autograd call"), is also re-run with them made non-reentrant (`use_reentrant=False`, the
+fix), and the recompiles in the recompute and the exit status are compared.
+
+The re-runs are ordinary runs under RUN/checkpointing/<time>/, started as `--verify` starts its
+re-runs (the job's seal checked first, absolute paths, stdin /dev/null, output kept in files);
+the result is kept in RUN/checkpointing.json. The user's file is never written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+from cagtool.capture.modes.checkpoint_variant import CHECKPOINT_VARIANT_ENV, VARIANT_NON_REENTRANT, VARIANT_PLAIN
+from cagtool.errors import UsageError
+from cagtool.record.atomic import check_confined, make_new_dir, open_new, write_atomic
+from cagtool.record.loader import ModeRecord, load_run
+from cagtool.record.schema import CHECKPOINT_REENTRANT, PHASE_CHECKPOINT_RECOMPUTE
+from cagtool.record.seal import check_job
+from cagtool.report.checkpointing import CHECKPOINTING_FILE, CheckpointingResult, ModeSaving, Side, checkpointing_lines
+from cagtool.verify.verification import rerun_argv
+
+CHECKPOINTING_DIR = "checkpointing"
+MEASURED_MODES = ("aot", "ca")
+NESTED_CA_ERROR = "Trying to run compiled autograd within another compiled autograd call"
+
+
+def _recompute_recompiles(record: ModeRecord) -> int:
+    from cagtool.report.recompiles.phases import mode_phases
+
+    return sum(1 for c in mode_phases(record).recompiles if c.phase == PHASE_CHECKPOINT_RECOMPUTE)
+
+
+def _reentrant_trouble(record: ModeRecord) -> bool:
+    """Reentrant checkpoints recompiled in their recompute, or the mode failed on a nested CA call."""
+    from cagtool.report.recompiles.phases import mode_phases
+
+    if any(c.phase == PHASE_CHECKPOINT_RECOMPUTE and c.checkpoint == CHECKPOINT_REENTRANT for c in mode_phases(record).recompiles):
+        return True
+    exception = record.manifest.exception
+    return exception is not None and NESTED_CA_ERROR in (exception.message or "")
+
+
+def _side(variant: str, path: Path, mode: str) -> Side:
+    if not (path / "run.json").exists():
+        return Side(variant, str(path), "did not start", None, None, "see its stderr file")
+    record = load_run(path).modes.get(mode)
+    if record is None:
+        return Side(variant, str(path), "no record", None, None)
+    m = record.manifest
+    status = "finished" if m.status == "finished" and m.exit_code in (0, None) else m.status
+    error = f"{m.exception.type}: {(m.exception.message or '').splitlines()[0] if m.exception.message else ''}" if m.exception else ""
+    # CUDA's max allocated where the job used a GPU (the activations themselves), else peak RSS
+    peak = m.peak_device_memory_bytes or m.peak_rss_bytes
+    return Side(variant, str(path), status, peak, _recompute_recompiles(record), error, "cuda_max_allocated" if m.peak_device_memory_bytes else "rss")
+
+
+def measure_checkpointing(run_path: str | Path | None, modes: list[str] | None = None,
+                          progress: Callable[[str], None] = lambda line: None) -> CheckpointingResult:
+    run = load_run(run_path)
+    run_dir = Path(os.path.abspath(run.path))
+    check_job(run_dir, run.meta.job_seal, run.meta.target, run.meta.target_argv, run.meta.cwd, dict(run.meta.options or {}))
+    check_confined(run_dir, run_dir / CHECKPOINTING_FILE)
+    chosen = [m for m in (modes or MEASURED_MODES) if m in run.modes] or [m for m in MEASURED_MODES]
+    started = time.monotonic()
+    root = make_new_dir(run_dir, run_dir / CHECKPOINTING_DIR / time.strftime("%Y%m%d-%H%M%S"))
+    result = CheckpointingResult(str(run.path))
+
+    def rerun(name: str, mode: str, variant: str | None) -> Path:
+        out = make_new_dir(run_dir, root / name)
+        argv = rerun_argv(run, mode, 1, out, None)
+        env = {**os.environ}
+        env.pop(CHECKPOINT_VARIANT_ENV, None)
+        if variant is not None:
+            env[CHECKPOINT_VARIANT_ENV] = variant
+        progress(f"{name}: cagtool {' '.join(argv[3:])}" + (f"  ({CHECKPOINT_VARIANT_ENV}={variant}; your file is not changed)" if variant else ""))
+        with open_new(run_dir, root / f"{name}.stdout") as stdout, open_new(run_dir, root / f"{name}.stderr") as stderr:
+            try:
+                subprocess.run(argv, cwd=run.meta.cwd or None, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
+            except OSError as exc:
+                raise UsageError(f"cannot start the re-run in {run.meta.cwd}: {exc.strerror or exc}") from None
+        return out
+
+    for mode in chosen:
+        checkpointed = _side("as written", rerun(f"{mode}-as-written", mode, None), mode)
+        plain = _side(VARIANT_PLAIN, rerun(f"{mode}-plain", mode, VARIANT_PLAIN), mode)
+        saving = ModeSaving(mode, checkpointed, plain)
+        recorded = run.modes.get(mode)
+        if recorded is not None and _reentrant_trouble(recorded):
+            saving.non_reentrant = _side(VARIANT_NON_REENTRANT, rerun(f"{mode}-non-reentrant", mode, VARIANT_NON_REENTRANT), mode)
+        result.modes.append(saving)
+        progress(" ".join(checkpointing_lines(result)[-1:]))
+    result.wall_s = time.monotonic() - started
+    import json
+
+    write_atomic(run_dir / CHECKPOINTING_FILE, json.dumps(result.to_dict(), indent=2), root=run_dir)
+    return result
+
+

@@ -1,0 +1,139 @@
+"""The phase of each recompile and the recompile budget, end to end on real `cagtool run` records
+of the sample scripts: a compiled block under reentrant checkpointing recompiles inside the
+checkpoint's recompute (aot and ca), and a job that recompiles every step is forecast to reach
+`recompile_limit` at the step where torch, run longer, does hit it."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, cli_in_process
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = "sample_scripts/checkpoint_recompute.py"
+
+
+def cagtool(*args: str) -> subprocess.CompletedProcess:
+    code, out, err = cli_in_process(*args, env={"CI": "true", "COLUMNS": "200"}, cwd=ROOT, unset=("FORCE_COLOR",))
+    return subprocess.CompletedProcess(["cagtool", *args], code, out, err)
+
+
+def recorded(record_run, script: str, *args: str, modes: str) -> Path:
+    run = record_run(script, *args, modes=modes)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.path
+
+
+def backward_line() -> int:
+    lines = (ROOT / SCRIPT).read_text().splitlines()
+    return next(i for i, text in enumerate(lines, 1) if text.strip() == "loss.backward()")
+
+
+@pytest.fixture(scope="module")
+def checkpointed(record_run) -> dict:
+    run = recorded(record_run, "checkpoint_recompute.py", modes="aot,ca")
+    proc = cagtool("recompiles", str(run), "--explain", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    text = cagtool("recompiles", str(run), "--explain")
+    return {"json": json.loads(proc.stdout)["modes"], "text": " ".join(text.stdout.split())}  # as read, unwrapped
+
+
+@pytest.mark.parametrize("mode, compile_id", [("aot", "0/1"), ("ca", "!0/0/1")])
+def test_the_recompile_inside_a_reentrant_checkpoint_is_named_with_step_function_and_line(checkpointed, mode, compile_id):
+    phases = checkpointed["json"][mode]["phases"]
+    (recompile,) = [c for c in phases["compiles"] if c["recompile"] and c["phase"] != "ca_graph"]
+    assert recompile["compile_id"] == compile_id
+    assert recompile["phase"] == "checkpoint_recompute" and recompile["checkpoint"] == "reentrant"
+    assert recompile["step"] == 0
+    assert recompile["function"]["function"] == "Block.forward"
+    assert recompile["caller"]["line"] == backward_line() and recompile["caller"]["code"] == "loss.backward()"
+    # the forward's own compile of the block ran in the forward
+    assert next(c for c in phases["compiles"] if c["compile_id"] == "0/0")["phase"] == "forward"
+    assert phases["recompile_counts"].get("checkpoint_recompute") == 1
+
+
+def test_the_explanation_says_the_phase_in_words(checkpointed):
+    text = checkpointed["text"]
+    assert re.search(rf"0/1 at step 0: activation-checkpoint recompute in the backward \(use_reentrant=True\) of Block\.forward "
+                     rf"\(defined at sample_scripts/checkpoint_recompute\.py:\d+\), called at sample_scripts/checkpoint_recompute\.py:{backward_line()}", text)
+    assert "!0/0/1 at step 0: activation-checkpoint recompute" in text
+    # one recompile in step 0 and none after: no forecast, and the budget is not worth a word
+    assert "recompile budget:" not in text and "did not reach a steady state" not in text
+    (frame,) = [f for f in checkpointed["json"]["aot"]["budget"]["frames"]]
+    assert frame["text"].endswith("2 of recompile_limit 8 compiles used; stopped recompiling after step 0")
+
+
+@pytest.fixture(scope="module")
+def budget(record_run) -> dict:
+    short = recorded(record_run, "recompile_budget.py", modes="aot")
+    long = recorded(record_run, "recompile_budget.py", "--steps", "11", modes="aot")
+    out = {}
+    for name, run in (("short", short), ("long", long)):
+        proc = cagtool("recompiles", str(run), "--explain", "--format", "json")
+        assert proc.returncode == 0, proc.stderr
+        out[name] = json.loads(proc.stdout)["modes"]["aot"]
+    out["text"] = " ".join(cagtool("recompiles", str(short), "--explain").stdout.split())  # as read, unwrapped
+    return out
+
+
+def test_the_forecast_from_five_steps_is_the_step_torch_hits_the_limit_at(budget):
+    (frame,) = [f for f in budget["short"]["budget"]["frames"] if f["function"] == "scaled_loss"]
+    assert (frame["entries"], frame["recompile_limit"], frame["limit_known"]) == (5, 8, True)
+    assert frame["rate_per_step"] == 1.0 and frame["still_compiling"]
+    assert frame["forecast_limit_step"] == 8
+    assert budget["short"]["budget"]["steady"] is False
+    assert "at this rate it reaches the limit at about step 8" in budget["text"]
+    assert "The job did not reach a steady state: frame 0 still compiling at its last step (4)" in budget["text"]
+    # run longer, torch refuses the compile at exactly that step and runs the loss eager after it
+    (hit,) = budget["long"]["limit_hits"]
+    assert hit["step"] == 8
+    (long_frame,) = [f for f in budget["long"]["budget"]["frames"] if f["function"] == "scaled_loss"]
+    assert long_frame["limit_hit_step"] == 8 and long_frame["entries"] == 8
+    (cost,) = budget["long"]["budget"]["eager_after_limit"]
+    assert cost["hit_step"] == 8 and cost["steps_after"] == 2
+
+
+def test_perfetto_marks_the_recompute_with_its_phase(record_run, tmp_path):
+    run = recorded(record_run, "checkpoint_recompute.py", modes="aot,ca")
+    out = tmp_path / "trace.json"
+    proc = cagtool("export", str(run), "--perfetto", str(out))
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(out.read_text())
+    events = document["traceEvents"] if isinstance(document, dict) else document
+    recompiles = {e["name"]: e["args"] for e in events if e["name"].startswith("Dynamo recompile")}
+    for name in ("Dynamo recompile 0/1 (checkpoint recompute)", "Dynamo recompile !0/0/1 (checkpoint recompute)"):
+        args = recompiles[name]
+        assert args["phase"] == "checkpoint_recompute" and args["checkpoint"] == "reentrant"
+        assert args["checkpointed_function"].startswith("Block.forward (")
+    compiles = [e["args"] for e in events if e["name"].startswith("Dynamo compile 0/0")]
+    assert compiles and all(a["phase"] == "forward" for a in compiles)
+
+
+def script_line(script: str, text: str) -> int:
+    lines = (ROOT / "sample_scripts" / script).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if line.strip().startswith(text))
+
+
+def test_thread_count_train_eval_and_grad_mode_are_named_with_their_lines(record_run):
+    run = recorded(record_run, "unexpected_causes.py", modes="aot")
+    proc = cagtool("recompiles", str(run), "--explain", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    mode = json.loads(proc.stdout)["modes"]["aot"]
+    causes = mode["unexpected_causes"]
+    assert [(c["cause"], c["compile_id"]) for c in causes] == [("num_threads", "0/1"), ("train_eval", "0/2"), ("grad_mode", "0/3")]
+    # every recompile of the job is one of them, in torch's own count
+    assert mode["counts"]["dynamo_frame_recompiles"] == len(causes) == 3
+    threads, train_eval, grad = causes
+    # the thread count is tied to the line that changed it (cagtool's tap), not to the compiled call
+    assert threads["changed_at"].startswith(f"sample_scripts/unexpected_causes.py:{script_line('unexpected_causes.py', 'torch.set_num_threads(1)')} ")
+    assert threads["how"] == "changed" and threads["detail"].endswith("to 1")
+    assert "training == True" in train_eval["guard"] and train_eval["how"] == "called in the new state"
+    assert grad["guard"].startswith("GLOBAL_STATE changed: grad_mode")
+    text = " ".join(cagtool("recompiles", str(run), "--explain").stdout.split())
+    assert "0/1 at step 1: the intra-op thread count changed (torch.set_num_threads) (from" in text
+    assert "changed at sample_scripts/unexpected_causes.py" in text and "torch.set_num_threads(1)" in text

@@ -19,8 +19,6 @@ from cagtool.record.schema import (
     EVENT_TYPES,
     CompileArtifactEvent,
     EVENTS_FILE,
-    FIRST_STEP,
-    FIRST_STEP_BEFORE_SCHEMA_3,
     MANIFEST_FILE,
     MODE_FORMAT,
     MODES,
@@ -28,13 +26,12 @@ from cagtool.record.schema import (
     RUN_FORMAT,
     RUN_META_FILE,
     SCHEMA_VERSION,
-    STEPS_FROM_ZERO_VERSION,
     Event,
     decode_event,
     decode_events,
     event_from_value,
-    shift_steps,
 )
+from cagtool.record.upgrade import kinds_to_read, reads_columns, step_number_shift, upgrade_events
 
 if TYPE_CHECKING:
     from cagtool.record.columns import EventColumns
@@ -313,6 +310,10 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
     except TypeError as exc:
         raise UnreadableInput(f"mode manifest {path / MANIFEST_FILE} is malformed: {exc}") from None
     read_dead_writer_as_killed(manifest, path)
+    # An old schema is converted to the current one below (record/upgrade.py): read what that needs.
+    asked = kinds
+    kinds = kinds_to_read(manifest.schema_version, kinds)
+    columns = columns and reads_columns(manifest.schema_version)
     events: list[Event] = []
     skipped = 0
     unknown: Counter[str] = Counter()
@@ -389,11 +390,12 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
         if sidecar is not None and any(counts[kind] != held.count for kind, held in sidecar.columns.items()):
             # An event of a column kind on a line the sidecar does not hold (its key spelled with a
             # JSON escape): the file order of that kind's events is not known here; read it all.
-            return _load_one(path, strict, kinds, read_events, columns=False)
+            return _load_one(path, strict, asked, read_events, columns=False)
     elif strict:
         raise UnreadableInput(f"{events_path} is missing (--strict)")
-    # Records before schema 3 numbered steps from 1: renumbered here, in the events and the columns alike.
-    renumber_steps_from_zero(events, manifest.schema_version)
+    # Older schemas are read as the current one: converted here, in the events and the columns alike.
+    if read_events:
+        events = upgrade_events(events, counts, manifest.schema_version, asked)
     for held in column_events.values():
         held.step_shift = step_number_shift(manifest.schema_version)
     return ModeRecord(path=path, manifest=manifest, events=events, skipped_lines=skipped, unknown_kinds=unknown, kind_counts=counts, columns=column_events)
@@ -443,24 +445,6 @@ def _read_spans(path: Path, spans: list[tuple[int, int]]) -> list[bytes]:
         return [os.pread(fd, e - s, s) for s, e in spans]
     finally:
         os.close(fd)
-
-
-def step_number_shift(schema_version: int) -> int:
-    """What to add to a step number read from a record of `schema_version` to number it from
-    FIRST_STEP: -1 for schemas 1 and 2 (steps from 1), 0 from schema 3 on (steps from 0, as the
-    script's own `for step in range(n)` numbers them)."""
-    return 0 if schema_version >= STEPS_FROM_ZERO_VERSION else FIRST_STEP - FIRST_STEP_BEFORE_SCHEMA_3
-
-
-def renumber_steps_from_zero(events: list[Event], schema_version: int) -> None:
-    """The one conversion of an old record's step numbers, in place: every event's `step` (the
-    only field of an event or manifest that holds a step number) is shifted by
-    `step_number_shift`, so every report reads steps numbered from FIRST_STEP whatever the
-    record's schema. The step, backward and optimizer-step events a columns sidecar holds get
-    the same shift through `EventColumns.step_shift` (set beside the call to this in `_load_one`)."""
-    shift = step_number_shift(schema_version)
-    if shift:
-        shift_steps(events, shift)
 
 
 @lru_cache(maxsize=8)

@@ -29,7 +29,6 @@ from cagtool.record.schema import (
     GraphBreakEvent,
     StepDeviceEvent,
     StepEvent,
-    stamps_step_in_progress,
 )
 
 
@@ -691,7 +690,7 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
         final_param_norm=final[-1].param_norm if final else None,
         final_grad_norm=final[-1].grad_norm if final else None,
         losses=losses,
-        backward_calls=max(backward_count, record.kind_counts.get(BackwardEvent.kind, 0)) if stamps_step_in_progress(manifest.schema_version) else step_count,
+        backward_calls=max(backward_count, record.kind_counts.get(BackwardEvent.kind, 0)),
         step_boundary=_step_boundary(boundaries),
         backward_calls_per_step=tuple(sorted(calls_per_step)) if boundaries else ((1,) if step_count else ()),
         backward_calls_after_last_step=after_last,

@@ -35,7 +35,7 @@ from cagtool.record.upgrade import kinds_to_read, reads_columns, step_number_shi
 
 if TYPE_CHECKING:
     from cagtool.record.columns import EventColumns
-    from cagtool.record.graph_file import GraphColumns, GraphNode
+    from cagtool.record.graph_file import GraphColumns, GraphFile, GraphNode
 
 DEFAULT_RUNS_DIR = Path(".cagtool") / "runs"
 RUNS_DIR_ENV = "CAGTOOL_RUNS_DIR"
@@ -596,38 +596,35 @@ def inside(root: Path, relative: str, what: str) -> Path:
 
 
 def load_graph_nodes(path: Path) -> list[GraphNode]:
-    return _graph_nodes(path, _graph_node_list(path))
+    return load_graph_file(path).nodes
 
 
 def load_graph_columns(path: Path) -> GraphColumns:
-    """The graph file's nodes as columns (what diff-graphs reads): the same nodes, and for a
-    malformed file the same error, as load_graph_nodes."""
-    from cagtool.record.graph_file import graph_columns, graph_columns_from_dicts
+    """The graph file's nodes as columns (what diff-graphs reads)."""
+    from cagtool.record.graph_file import graph_columns
 
-    nodes = _graph_node_list(path)
-    columns = graph_columns_from_dicts(nodes)
-    return columns if columns is not None else graph_columns(_graph_nodes(path, nodes))
+    return graph_columns(load_graph_nodes(path))
 
 
-def _graph_node_list(path: Path) -> list[Any]:
-    # The graph file's module is imported by the readers of graphs alone: its node classes cost
-    # about 12 M instructions to define, a tenth of what `cagtool runs` runs of cagtool's own code.
-    from cagtool.record.graph_file import GRAPH_FORMAT
-
-    # json_loads: msgspec decodes a 10,000-node graph file in 0.028 s where json takes 0.048 s
-    # (diff-graphs reads two); what it refuses is json's, worded as for every other record file.
-    data = read_json_object(path, "graph file")
-    check_format(data, GRAPH_FORMAT, path, what="cagtool graph file")
-    nodes = data.get("nodes")
-    if not isinstance(nodes, list):
-        raise UnreadableInput(f"graph file {path} has no node list")
-    return nodes
-
-
-def _graph_nodes(path: Path, nodes: list[Any]) -> list[GraphNode]:
-    from cagtool.record.graph_file import graph_node_from_dict
+def load_graph_file(path: Path) -> GraphFile:
+    """A graph file, its nodes typed and checked by msgspec; UnreadableInput, worded as for every
+    other record file, for a file that is missing, not JSON, of another format or a newer
+    version, or whose nodes are malformed."""
+    # The graph file's module is imported by the readers of graphs alone.
+    from cagtool.record.graph_file import GRAPH_FORMAT, decode_graph_file, graph_file_from_value
 
     try:
-        return [graph_node_from_dict(n) for n in nodes]
-    except (TypeError, ValueError) as exc:
+        document = decode_graph_file(path.read_bytes())
+    except (OSError, msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
+        document = None
+    if document is not None and document.format == GRAPH_FORMAT and document.schema_version <= SCHEMA_VERSION:
+        return document
+    # What msgspec refused (or a foreign format or version): the error every record file gives.
+    data = read_json_object(path, "graph file")
+    check_format(data, GRAPH_FORMAT, path, what="cagtool graph file")
+    if not isinstance(data.get("nodes"), list):
+        raise UnreadableInput(f"graph file {path} has no node list")
+    try:
+        return graph_file_from_value(data)
+    except msgspec.ValidationError as exc:
         raise UnreadableInput(f"graph file {path} is malformed: {exc}") from None

@@ -312,7 +312,10 @@ class HeldSteps:
     without a Python object per step: what keeps a report over 8 ranks of 100,000 steps within
     seconds. Only for the common shape, where the list path (`StepColumns`) gives the same
     figures: steps ended at a boundary (schema 2), on the wall clock (no device times), in
-    increasing step order, no NaN among the times. `held_steps` says None otherwise."""
+    increasing step order, no NaN among the times. `held_steps` says None otherwise.
+    Measured (benchmarks/step_paths.py, benchmarks/README.md): `cagtool summary` of 3 modes x
+    20,000 steps 0.83 -> 0.42 s CPU against the same columns as lists, 8 ranks x 3 modes x
+    100,000 steps 6.39 -> 1.45 s."""
 
     step: Any  # int64
     touched: Any  # bool: a compile or capture in the step

@@ -876,19 +876,19 @@ def cpu_wait_readings(record: ModeRecord) -> tuple[list[list[float]], float] | N
 
 
 def _cpu_wait_readings(record: ModeRecord) -> tuple[list[list[float]], float] | None:
-    import json
-
+    from cagtool.record.cpu_wait_file import read_cpu_wait
     from cagtool.record.schema import CPU_WAIT_FILE
 
     path = record.path / CPU_WAIT_FILE
     if not path.exists() and record.path.parent.name == "procs":  # a rank's record: its mode's readings
         path = record.path.parent.parent / CPU_WAIT_FILE
     try:
-        data = json.loads(path.read_text())
-        samples = [[float(v) for v in s[:3]] for s in data["samples"] if len(s) >= 3]
-        sample_s = float(data.get("sample_s") or 0.5)
-    except (OSError, ValueError, KeyError, TypeError):
+        found = read_cpu_wait(path.read_bytes())
+    except OSError:
         return None
+    if found is None:
+        return None
+    samples, sample_s = found
     if len(samples) < 2 or any(b[0] < a[0] for a, b in zip(samples, samples[1:])):
         return None
     return samples, sample_s

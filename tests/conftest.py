@@ -160,8 +160,9 @@ def recorded_once(tmp_path_factory, name: str, record: Callable[[Path], Any]) ->
 def as_old_schema(fresh: Path, target: Path, version: int) -> Path:
     """A copy of a fresh run record as cagtool wrote it before schema 3, for the loader's
     conversions: every step number one higher, the old schema version in run.json and each mode's
-    manifest, and for schema 1 also no backward events and step events without the schema-2
-    fields. No columns sidecar (an older cagtool wrote none)."""
+    manifest, and for schema 1 also no backward events, step events without the schema-2 fields,
+    and a forward frame's events stamped with the step last begun (None before the first backward)
+    instead of the step in progress. No columns sidecar (an older cagtool wrote none)."""
     shutil.copytree(fresh, target)
     for path in [target / "run.json", *target.glob("*/manifest.json")]:
         data = json.loads(path.read_text())
@@ -173,7 +174,10 @@ def as_old_schema(fresh: Path, target: Path, version: int) -> Path:
         lines = []
         for line in (mode / "events.jsonl").read_text().splitlines():
             event = json.loads(line)
-            if event.get("step") is not None:
+            forward = isinstance(event.get("compile_id"), str) and not event["compile_id"].startswith("!")
+            if version == 1 and forward and "step" in event:
+                event["step"] = event["step"] or None  # in progress k (from 0) is last begun k (from 1)
+            elif event.get("step") is not None:
                 event["step"] += 1
             if version == 1:
                 if event["kind"] == "backward":

@@ -705,9 +705,9 @@ def test_json_nested_too_deep_is_a_damaged_line_or_file_never_an_internal_error(
 
 
 @pytest.mark.parametrize("field, value, said", [
-    ("compile_time_s", float("inf"), "compile_time_s is inf, not a finite number"),
-    ("ca_recompiles", -1, "ca_recompiles is -1, below zero"),
-    ("steps", float("nan"), "steps is nan, not a whole number"),
+    ("compile_time_s", float("inf"), "mode 'ca' has a bad value (Expected `float` <= 1.7976931348623157e+308 - at `$.compile_time_s`)"),
+    ("ca_recompiles", -1, "mode 'ca' has a bad value (Expected `int` >= 0 - at `$.ca_recompiles`)"),
+    ("steps", float("nan"), "mode 'ca' has a bad value (Expected `int`, got `float` - at `$.steps`)"),
 ])
 def test_a_baseline_with_infinity_or_a_negative_limit_is_refused(record_run, tmp_path, field, value, said):
     """A forged baseline (json reads Infinity and NaN; a count below zero would be a limit no run

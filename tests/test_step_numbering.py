@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from cagtool.record.loader import load_run, renumber_steps_from_zero, step_number_shift
+from cagtool.record.loader import load_run
+from cagtool.record.upgrade import renumber_steps_from_zero, step_number_shift
 from cagtool.record.schema import FIRST_STEP, SCHEMA_VERSION, CacheMissEvent, CAGraphEvent, StepEvent
 
 from conftest import ROOT, as_old_schema, cagtool_cmd, cagtool_in_process, recorded_once

@@ -13,7 +13,10 @@ closed (crash, kill, full disk) has no sidecar or a stale one, and is read line 
 Why a sidecar when msgspec decodes and checks the lines: decoding is not the whole cost. `cagtool
 summary` of 3 x 100,000 steps (benchmarks/job_scale.py --steps 100000 --ranks 1, 900,000 lines)
 took 0.68 s CPU with the sidecar and 5.7 s without it (10.6 s before msgspec), at load 11 on the
-2-core VM; the full job (8 ranks, 7.2 million lines) must stay under 2 s.
+2-core VM; the full job (8 ranks, 7.2 million lines) must stay under 2 s. At the CLI target's size
+(3 x 20,000 steps; benchmarks/step_paths.py, benchmarks/README.md) the lines alone take 1.11 s,
+the sidecar's columns as lists 0.83 s, as numpy arrays (report/figures/metrics.py `held_steps`)
+0.42 s: the 0.5 s target is met only through the sidecar.
 
 Only lines the columns hold exactly go into them: every line of a column kind must have one layout
 (the same keys in the same order, as the writer writes them), each value a JSON scalar of the

@@ -19,8 +19,6 @@ from cagtool.record.schema import (
     EVENT_TYPES,
     CompileArtifactEvent,
     EVENTS_FILE,
-    FIRST_STEP,
-    FIRST_STEP_BEFORE_SCHEMA_3,
     MANIFEST_FILE,
     MODE_FORMAT,
     MODES,
@@ -28,17 +26,16 @@ from cagtool.record.schema import (
     RUN_FORMAT,
     RUN_META_FILE,
     SCHEMA_VERSION,
-    STEPS_FROM_ZERO_VERSION,
     Event,
     decode_event,
     decode_events,
     event_from_value,
-    shift_steps,
 )
+from cagtool.record.upgrade import kinds_to_read, reads_columns, step_number_shift, upgrade_events
 
 if TYPE_CHECKING:
     from cagtool.record.columns import EventColumns
-    from cagtool.record.graph_file import GraphColumns, GraphNode
+    from cagtool.record.graph_file import GraphColumns, GraphFile, GraphNode
 
 DEFAULT_RUNS_DIR = Path(".cagtool") / "runs"
 RUNS_DIR_ENV = "CAGTOOL_RUNS_DIR"
@@ -313,6 +310,10 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
     except TypeError as exc:
         raise UnreadableInput(f"mode manifest {path / MANIFEST_FILE} is malformed: {exc}") from None
     read_dead_writer_as_killed(manifest, path)
+    # An old schema is converted to the current one below (record/upgrade.py): read what that needs.
+    asked = kinds
+    kinds = kinds_to_read(manifest.schema_version, kinds)
+    columns = columns and reads_columns(manifest.schema_version)
     events: list[Event] = []
     skipped = 0
     unknown: Counter[str] = Counter()
@@ -389,11 +390,12 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
         if sidecar is not None and any(counts[kind] != held.count for kind, held in sidecar.columns.items()):
             # An event of a column kind on a line the sidecar does not hold (its key spelled with a
             # JSON escape): the file order of that kind's events is not known here; read it all.
-            return _load_one(path, strict, kinds, read_events, columns=False)
+            return _load_one(path, strict, asked, read_events, columns=False)
     elif strict:
         raise UnreadableInput(f"{events_path} is missing (--strict)")
-    # Records before schema 3 numbered steps from 1: renumbered here, in the events and the columns alike.
-    renumber_steps_from_zero(events, manifest.schema_version)
+    # Older schemas are read as the current one: converted here, in the events and the columns alike.
+    if read_events:
+        events = upgrade_events(events, counts, manifest.schema_version, asked)
     for held in column_events.values():
         held.step_shift = step_number_shift(manifest.schema_version)
     return ModeRecord(path=path, manifest=manifest, events=events, skipped_lines=skipped, unknown_kinds=unknown, kind_counts=counts, columns=column_events)
@@ -443,24 +445,6 @@ def _read_spans(path: Path, spans: list[tuple[int, int]]) -> list[bytes]:
         return [os.pread(fd, e - s, s) for s, e in spans]
     finally:
         os.close(fd)
-
-
-def step_number_shift(schema_version: int) -> int:
-    """What to add to a step number read from a record of `schema_version` to number it from
-    FIRST_STEP: -1 for schemas 1 and 2 (steps from 1), 0 from schema 3 on (steps from 0, as the
-    script's own `for step in range(n)` numbers them)."""
-    return 0 if schema_version >= STEPS_FROM_ZERO_VERSION else FIRST_STEP - FIRST_STEP_BEFORE_SCHEMA_3
-
-
-def renumber_steps_from_zero(events: list[Event], schema_version: int) -> None:
-    """The one conversion of an old record's step numbers, in place: every event's `step` (the
-    only field of an event or manifest that holds a step number) is shifted by
-    `step_number_shift`, so every report reads steps numbered from FIRST_STEP whatever the
-    record's schema. The step, backward and optimizer-step events a columns sidecar holds get
-    the same shift through `EventColumns.step_shift` (set beside the call to this in `_load_one`)."""
-    shift = step_number_shift(schema_version)
-    if shift:
-        shift_steps(events, shift)
 
 
 @lru_cache(maxsize=8)
@@ -612,38 +596,35 @@ def inside(root: Path, relative: str, what: str) -> Path:
 
 
 def load_graph_nodes(path: Path) -> list[GraphNode]:
-    return _graph_nodes(path, _graph_node_list(path))
+    return load_graph_file(path).nodes
 
 
 def load_graph_columns(path: Path) -> GraphColumns:
-    """The graph file's nodes as columns (what diff-graphs reads): the same nodes, and for a
-    malformed file the same error, as load_graph_nodes."""
-    from cagtool.record.graph_file import graph_columns, graph_columns_from_dicts
+    """The graph file's nodes as columns (what diff-graphs reads)."""
+    from cagtool.record.graph_file import graph_columns
 
-    nodes = _graph_node_list(path)
-    columns = graph_columns_from_dicts(nodes)
-    return columns if columns is not None else graph_columns(_graph_nodes(path, nodes))
+    return graph_columns(load_graph_nodes(path))
 
 
-def _graph_node_list(path: Path) -> list[Any]:
-    # The graph file's module is imported by the readers of graphs alone: its node classes cost
-    # about 12 M instructions to define, a tenth of what `cagtool runs` runs of cagtool's own code.
-    from cagtool.record.graph_file import GRAPH_FORMAT
-
-    # json_loads: msgspec decodes a 10,000-node graph file in 0.028 s where json takes 0.048 s
-    # (diff-graphs reads two); what it refuses is json's, worded as for every other record file.
-    data = read_json_object(path, "graph file")
-    check_format(data, GRAPH_FORMAT, path, what="cagtool graph file")
-    nodes = data.get("nodes")
-    if not isinstance(nodes, list):
-        raise UnreadableInput(f"graph file {path} has no node list")
-    return nodes
-
-
-def _graph_nodes(path: Path, nodes: list[Any]) -> list[GraphNode]:
-    from cagtool.record.graph_file import graph_node_from_dict
+def load_graph_file(path: Path) -> GraphFile:
+    """A graph file, its nodes typed and checked by msgspec; UnreadableInput, worded as for every
+    other record file, for a file that is missing, not JSON, of another format or a newer
+    version, or whose nodes are malformed."""
+    # The graph file's module is imported by the readers of graphs alone.
+    from cagtool.record.graph_file import GRAPH_FORMAT, decode_graph_file, graph_file_from_value
 
     try:
-        return [graph_node_from_dict(n) for n in nodes]
-    except (TypeError, ValueError) as exc:
+        document = decode_graph_file(path.read_bytes())
+    except (OSError, msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
+        document = None
+    if document is not None and document.format == GRAPH_FORMAT and document.schema_version <= SCHEMA_VERSION:
+        return document
+    # What msgspec refused (or a foreign format or version): the error every record file gives.
+    data = read_json_object(path, "graph file")
+    check_format(data, GRAPH_FORMAT, path, what="cagtool graph file")
+    if not isinstance(data.get("nodes"), list):
+        raise UnreadableInput(f"graph file {path} has no node list")
+    try:
+        return graph_file_from_value(data)
+    except msgspec.ValidationError as exc:
         raise UnreadableInput(f"graph file {path} is malformed: {exc}") from None

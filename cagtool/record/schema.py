@@ -40,10 +40,9 @@ event's `step` is the step in progress when it happened (a forward compile belon
 whose forward it is).
 
 Older records, still read: schema 2 had the same steps numbered from 1; schema 1 records had one
-step per backward, numbered from 1, and events were stamped with the step last begun (None before
-the first backward). The loader renumbers both from 0 as it reads them
-(`record.loader.renumber_steps_from_zero`), so readers only ever see FIRST_STEP-based numbers; a
-schema 1 record keeps its "step last begun" stamping (`stamps_step_in_progress`).
+step per backward, numbered from 1, no backward events, and events were stamped with the step last
+begun (None before the first backward). The loader converts both to this shape as it reads them
+(record/upgrade.py), so readers only ever see the current schema.
 """
 
 from __future__ import annotations
@@ -64,14 +63,6 @@ FIRST_STEP = 0  # the number of a run's first step: the one place that decides i
 # Records before this version numbered steps from 1; the loader renumbers them on reading.
 STEPS_FROM_ZERO_VERSION = 3
 FIRST_STEP_BEFORE_SCHEMA_3 = 1
-# Records from this version on stamp events with the step in progress (see the module docstring).
-STEP_IN_PROGRESS_VERSION = 2
-
-
-def stamps_step_in_progress(schema_version: int) -> bool:
-    """Whether a record's events carry the step in progress (2+) or the step last begun (1)."""
-    return schema_version >= STEP_IN_PROGRESS_VERSION
-
 
 STEP_BOUNDARY_OPTIMIZER = "optimizer"  # the step ended at an optimizer's step()
 STEP_BOUNDARY_BACKWARD = "backward"  # no optimizer: the step is one backward call
@@ -578,13 +569,3 @@ def _finite(value: Any) -> bool:
     if isinstance(value, Struct):  # a nested record
         return all(_finite(getattr(value, name)) for name in value.__struct_fields__)
     return True
-
-
-def shift_steps(events: list[Event], shift: int) -> None:
-    """Add `shift` to every event's `step`, in place: the loader's renumbering of an old record,
-    on events it built and nobody has seen yet (they are frozen for everyone else)."""
-    set_field = msgspec.structs.force_setattr
-    for event in events:
-        step = getattr(event, "step", None)
-        if step is not None:
-            set_field(event, "step", step + shift)

@@ -38,7 +38,7 @@ from typing import Any, Callable
 from cagtool.record.atomic import write_atomic
 from cagtool.record.columns import write_sidecar
 from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
-from cagtool.record.graph_file import GRAPH_FORMAT, GraphNode, graph_node_to_dict
+from cagtool.record.graph_file import GraphNode, graph_file_text
 from cagtool.record.schema import (
     EVENTS_FILE,
     GRAPHS_DIR,
@@ -46,7 +46,6 @@ from cagtool.record.schema import (
     compile_dir_name,
     MANIFEST_FILE,
     RUN_META_FILE,
-    SCHEMA_VERSION,
     STATUS_KILLED,
     STATUS_RUNNING,
     Event,
@@ -385,17 +384,10 @@ class RecordWriter:
         """The graph's two files; ("", "") when recording has stopped (or stops here)."""
         code_rel = f"{GRAPHS_DIR}/ca_{ca_id}.py"
         nodes_rel = f"{GRAPHS_DIR}/ca_{ca_id}.json"
-        payload = {
-            "format": GRAPH_FORMAT,
-            "schema_version": SCHEMA_VERSION,
-            "ca_id": ca_id,
-            "compile_id": compile_id,
-            "nodes": [graph_node_to_dict(n) for n in nodes],
-        }
         with self._lock:
             if self.stopped is not None:
                 return "", ""
-            for rel, text in ((code_rel, code), (nodes_rel, json.dumps(payload, default=str) + "\n")):
+            for rel, text in ((code_rel, code), (nodes_rel, graph_file_text(ca_id, compile_id, nodes))):
                 try:
                     (self.mode_dir / rel).write_text(text)
                 except OSError as exc:

@@ -25,7 +25,6 @@ from cagtool.record.schema import (
     FindingEvent,
     OptimizerStepEvent,
     SourceRef,
-    stamps_step_in_progress,
 )
 from cagtool.report.changed_sizes import misses_with_earlier_values
 from cagtool.report.figures.metrics import ModeMetrics, cpu_wait, mode_metrics
@@ -378,7 +377,7 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         # Torch starts each reason with the id of the cache entry it failed for (`0/0: `), which
         # reads as a second compile id; the recompile's own id is the one shown, then its step.
         reasons = "; ".join(guard_text(r) for r in rec.reasons if r.strip()) or "(no reason recorded)"
-        step = rec.step if rec.is_ca_graph else forward_step(rec.step, record.mode, stamps_step_in_progress(manifest.schema_version))
+        step = rec.step if rec.is_ca_graph else forward_step(rec.step, record.mode)
         at = f" at step {step}" if step is not None else ""
         where = f"  ({_where(rec.source)})" if rec.source else ""
         console.print(f"    recompile {rec.compile_id}{at}: {reasons[:150]}{where}", overflow="ellipsis", no_wrap=True, markup=False)

@@ -25,7 +25,6 @@ from typing import Callable
 from cagtool.capture.processes.lifeline import descendants
 from cagtool.record.schema import CPU_WAIT_FILE
 
-CPU_WAIT_FORMAT = "cagtool.cpu_wait/1"
 SAMPLE_S = 0.5  # a sample of a few dozen threads' counters: ~0.2 ms of cagtool's CPU
 RESCAN_EVERY = 4  # the tree (a scan of /proc, a few ms) is looked for again every 4th sample
 
@@ -116,15 +115,10 @@ class CpuWaitSampler:
         """`<mode_dir>/cpu_wait.json`, when there are samples to place a steady window in."""
         if len(self.samples) < 2:
             return
-        from cagtool.record.writer import write_json_atomic
+        from cagtool.record.atomic import write_atomic
+        from cagtool.record.cpu_wait_file import cpu_wait_text
 
         try:
-            write_json_atomic(mode_dir / CPU_WAIT_FILE, {
-                "format": CPU_WAIT_FORMAT,
-                "clock": "perf_counter",
-                "sample_s": self.sample_s,
-                "columns": ["t", "run_s", "wait_s"],
-                "samples": [[round(t, 4), round(r, 6), round(w, 6)] for t, r, w in self.samples],
-            })
+            write_atomic(mode_dir / CPU_WAIT_FILE, cpu_wait_text(self.sample_s, self.samples))
         except OSError:
             pass  # a full disk: the mode simply has no reading

@@ -12,9 +12,13 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 from cagtool.record.atomic import write_atomic
 from cagtool.errors import UnreadableInput
@@ -292,162 +296,172 @@ def _round(value: float | None) -> float | None:
     return None if value is None else float(f"{value:.6g}")
 
 
-def _mode_to_dict(snap: ModeSnapshot) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "status": snap.status,
-        "exit_code": snap.exit_code,
-        "steps": snap.steps,
-        "repetitions": snap.repetitions,
-        "ca_graphs": snap.ca_graphs,
-        "ca_cache_misses": snap.ca_cache_misses,
-        "ca_recompiles": snap.ca_recompiles,
-        "dynamo_recompiles": snap.dynamo_recompiles,
-        "recompiles": snap.recompiles,
-        "graph_breaks": snap.graph_breaks,
-        "forward_graphs": snap.forward_graphs,
-        "backward_graphs": snap.backward_graphs,
-        "compile_time_s": _round(snap.compile_time_s),
-        "compile_time_samples_s": [_round(v) for v in snap.compile_time_samples_s] or None,
-        "peak_rss_bytes": snap.peak_rss_bytes,
-        "peak_device_memory_bytes": snap.peak_device_memory_bytes,
-        "step_time": None,
-    }
-    if snap.step_time is not None:
-        st = snap.step_time
-        data["step_time"] = {
-            "count": st.count,
-            "median_s": _round(st.median_s),
-            "p10_s": _round(st.p10_s),
-            "p90_s": _round(st.p90_s),
-            "mean_s": _round(st.mean_s),
-            "sample": None if st.sample is None else _sample_to_dict(st.sample),
-        }
-        if st.cpu_wait is not None:
-            data["step_time"]["cpu_wait"] = _round(st.cpu_wait)
-    return data
+# The file's layout, as msgspec types: field order is the order written, and msgspec checks each
+# value as the file is read. A baseline's figures are the limits and references a gate compares
+# with: a count below zero would make every run fail (or a limit meaningless), and Infinity or NaN
+# (which json reads) would pass or fail every comparison; each is refused, naming its field.
+_Count = Annotated[int, Meta(ge=0)]
+_Seconds = Annotated[float, Meta(ge=0.0, le=sys.float_info.max)]  # finite: inf is above the bound, NaN below none
 
 
-def _sample_to_dict(sample: TimingSample) -> dict[str, Any]:
-    return {
-        "unit": sample.unit,
-        "count": sample.count,
-        "repetitions": sample.repetitions,
-        "values_s": {name: _round(v) for name, v in sample.values.items()},
-        "units_s": {name: [_round(v) for v in values] for name, values in sample.units.items()},
-        "cpu_units_s": {name: [_round(v) for v in values] for name, values in sample.cpu_units.items()},
-        "cpu_bound": sample.cpu_bound,
-        "blocks": list(sample.blocks),
-        "clock": sample.clock,
-    }
+class _SampleFile(Struct, kw_only=True):
+    unit: str
+    count: _Count
+    repetitions: _Count
+    values_s: dict[str, _Seconds]
+    units_s: dict[str, list[_Seconds]]
+    cpu_units_s: dict[str, list[_Seconds]] | None = None
+    cpu_bound: bool = False
+    blocks: list[_Count] | None = None  # older files: each process its own block
+    clock: str | None = "wall"
 
 
-def _sample_from_dict(data: Any) -> TimingSample | None:
-    if data is None:
-        return None
-    if not isinstance(data, dict):
-        raise ValueError("step_time.sample is not an object")
-    values = {str(k): _float(v, f"step_time.sample.values_s.{k}") for k, v in dict(data["values_s"]).items()}
-    units = {str(k): tuple(_float(x, f"step_time.sample.units_s.{k}") for x in v) for k, v in dict(data["units_s"]).items()}
-    missing = [name for name in FIELDS if name not in values or name not in units]
+class _StepTimeFile(Struct, kw_only=True):
+    count: _Count
+    median_s: _Seconds | None = None
+    p10_s: _Seconds | None = None
+    p90_s: _Seconds | None = None
+    mean_s: _Seconds | None = None
+    sample: _SampleFile | None = None
+    cpu_wait: _Seconds | UnsetType = UNSET  # written only where measured
+
+
+class _ModeFile(Struct, kw_only=True):
+    status: str = "finished"
+    exit_code: int | None = None
+    steps: _Count
+    repetitions: _Count = 1
+    ca_graphs: _Count
+    ca_cache_misses: _Count
+    ca_recompiles: _Count | None = None  # older files: as ca_cache_misses
+    dynamo_recompiles: _Count
+    recompiles: _Count
+    graph_breaks: _Count
+    forward_graphs: _Count = 0
+    backward_graphs: _Count = 0
+    compile_time_s: _Seconds
+    compile_time_samples_s: list[_Seconds] | None = None
+    peak_rss_bytes: _Count | None = None
+    peak_device_memory_bytes: _Count | None = None
+    step_time: _StepTimeFile | None = None
+
+
+class _BaselineFile(Struct, kw_only=True):
+    format: str = BASELINE_FORMAT
+    version: int = BASELINE_VERSION
+    created_at: str = ""
+    source_run: str = ""
+    target: dict[str, str] = {}
+    target_argv: list[str] = []
+    versions: dict[str, str] = {}
+    machine: dict[str, Any] = {}
+    modes: dict[str, _ModeFile]
+
+
+def _sample_file(sample: TimingSample) -> _SampleFile:
+    return _SampleFile(
+        unit=sample.unit,
+        count=sample.count,
+        repetitions=sample.repetitions,
+        values_s={name: _round(v) for name, v in sample.values.items()},  # type: ignore[misc]
+        units_s={name: [_round(v) for v in values] for name, values in sample.units.items()},  # type: ignore[misc]
+        cpu_units_s={name: [_round(v) for v in values] for name, values in sample.cpu_units.items()},  # type: ignore[misc]
+        cpu_bound=sample.cpu_bound,
+        blocks=list(sample.blocks),
+        clock=sample.clock,
+    )
+
+
+def _mode_file(snap: ModeSnapshot) -> _ModeFile:
+    st = snap.step_time
+    return _ModeFile(
+        status=snap.status,
+        exit_code=snap.exit_code,
+        steps=snap.steps,
+        repetitions=snap.repetitions,
+        ca_graphs=snap.ca_graphs,
+        ca_cache_misses=snap.ca_cache_misses,
+        ca_recompiles=snap.ca_recompiles,
+        dynamo_recompiles=snap.dynamo_recompiles,
+        recompiles=snap.recompiles,
+        graph_breaks=snap.graph_breaks,
+        forward_graphs=snap.forward_graphs,
+        backward_graphs=snap.backward_graphs,
+        compile_time_s=_round(snap.compile_time_s),  # type: ignore[arg-type]
+        compile_time_samples_s=[_round(v) for v in snap.compile_time_samples_s] or None,  # type: ignore[misc]
+        peak_rss_bytes=snap.peak_rss_bytes,
+        peak_device_memory_bytes=snap.peak_device_memory_bytes,
+        step_time=None if st is None else _StepTimeFile(
+            count=st.count,
+            median_s=_round(st.median_s),
+            p10_s=_round(st.p10_s),
+            p90_s=_round(st.p90_s),
+            mean_s=_round(st.mean_s),
+            sample=None if st.sample is None else _sample_file(st.sample),
+            cpu_wait=UNSET if st.cpu_wait is None else _round(st.cpu_wait),  # type: ignore[arg-type]
+        ),
+    )
+
+
+def _timing_sample(data: _SampleFile, where: str) -> TimingSample:
+    missing = [name for name in FIELDS if name not in data.values_s or name not in data.units_s]
     if missing:
-        raise ValueError(f"step_time.sample lacks {', '.join(missing)}")
-    cpu_units = {str(k): tuple(_float(x, f"step_time.sample.cpu_units_s.{k}") for x in v) for k, v in dict(data.get("cpu_units_s") or {}).items()}
-    repetitions = _count(data["repetitions"], "step_time.sample.repetitions")
-    blocks = tuple(_count(b, "step_time.sample.blocks") for b in data.get("blocks") or range(1, repetitions + 1))
-    return TimingSample(_count(data["count"], "step_time.sample.count"), repetitions, str(data["unit"]), values, units, cpu_units,
-                        bool(data.get("cpu_bound", False)), blocks, str(data.get("clock") or "wall"))
+        raise UnreadableInput(f"{where} lacks step_time.sample's {', '.join(missing)}")
+    blocks = tuple(data.blocks) if data.blocks else tuple(range(1, data.repetitions + 1))
+    return TimingSample(data.count, data.repetitions, data.unit, dict(data.values_s), {k: tuple(v) for k, v in data.units_s.items()},
+                        {k: tuple(v) for k, v in (data.cpu_units_s or {}).items()}, data.cpu_bound, blocks, data.clock or "wall")
+
+
+def _mode_snapshot(name: str, data: _ModeFile, where: str) -> ModeSnapshot:
+    st = data.step_time
+    step_time = None
+    if st is not None:
+        sample = None if st.sample is None else _timing_sample(st.sample, f"baseline {where}: mode {name!r}")
+        cpu_wait = None if st.cpu_wait is UNSET else st.cpu_wait
+        step_time = StepTimeSnapshot(st.count, st.median_s, st.p10_s, st.p90_s, st.mean_s, sample, cpu_wait)  # type: ignore[arg-type]
+    return ModeSnapshot(
+        mode=name,
+        status=data.status,
+        exit_code=data.exit_code,
+        steps=data.steps,
+        ca_graphs=data.ca_graphs,
+        ca_cache_misses=data.ca_cache_misses,
+        ca_recompiles=data.ca_recompiles,  # type: ignore[arg-type]
+        dynamo_recompiles=data.dynamo_recompiles,
+        recompiles=data.recompiles,
+        graph_breaks=data.graph_breaks,
+        forward_graphs=data.forward_graphs,
+        backward_graphs=data.backward_graphs,
+        compile_time_s=data.compile_time_s,
+        step_time=step_time,
+        repetitions=data.repetitions,
+        peak_rss_bytes=data.peak_rss_bytes,
+        peak_device_memory_bytes=data.peak_device_memory_bytes,
+        compile_time_samples_s=tuple(data.compile_time_samples_s or ()),
+    )
 
 
 def baseline_to_dict(baseline: Baseline) -> dict[str, Any]:
-    return {
-        "format": BASELINE_FORMAT,
-        "version": BASELINE_VERSION,
-        "created_at": baseline.created_at,
-        "source_run": baseline.source_run,
-        "target": baseline.target,
-        "target_argv": baseline.target_argv,
-        "versions": baseline.versions,
-        "machine": baseline.machine,
-        "modes": {name: _mode_to_dict(snap) for name, snap in baseline.modes.items()},
-    }
+    document = _BaselineFile(
+        created_at=baseline.created_at,
+        source_run=baseline.source_run,
+        target=baseline.target,
+        target_argv=baseline.target_argv,
+        versions=baseline.versions,
+        machine=baseline.machine,
+        modes={name: _mode_file(snap) for name, snap in baseline.modes.items()},
+    )
+    return msgspec.to_builtins(document)  # type: ignore[no-any-return]
 
 
 def save_baseline(baseline: Baseline, path: Path) -> Path:
     path = Path(path)
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
+    # json's layout (indent 2, ASCII escapes), the one baseline files committed so far were written in.
     text = json.dumps(baseline_to_dict(baseline), indent=2, sort_keys=False) + "\n"
     write_atomic(path, text)  # never leave a half-written baseline behind
     return path
-
-
-def _mode_from_dict(name: str, data: Any, where: str) -> ModeSnapshot:
-    if not isinstance(data, dict):
-        raise UnreadableInput(f"{where}: mode {name!r} is not an object")
-    try:
-        step = data.get("step_time")
-        step_time = None
-        if step is not None:
-            step_time = StepTimeSnapshot(
-                count=_count(step["count"], "step_time.count"),
-                median_s=_opt_float(step.get("median_s"), "step_time.median_s"),
-                p10_s=_opt_float(step.get("p10_s"), "step_time.p10_s"),
-                p90_s=_opt_float(step.get("p90_s"), "step_time.p90_s"),
-                mean_s=_opt_float(step.get("mean_s"), "step_time.mean_s"),
-                sample=_sample_from_dict(step.get("sample")),
-                cpu_wait=_opt_float(step.get("cpu_wait"), "step_time.cpu_wait"),
-            )
-        return ModeSnapshot(
-            mode=name,
-            status=str(data.get("status", "finished")),
-            exit_code=data.get("exit_code"),
-            steps=_count(data["steps"], "steps"),
-            ca_graphs=_count(data["ca_graphs"], "ca_graphs"),
-            ca_cache_misses=_count(data["ca_cache_misses"], "ca_cache_misses"),
-            ca_recompiles=_count(data.get("ca_recompiles", data["ca_cache_misses"]), "ca_recompiles"),
-            dynamo_recompiles=_count(data["dynamo_recompiles"], "dynamo_recompiles"),
-            recompiles=_count(data["recompiles"], "recompiles"),
-            graph_breaks=_count(data["graph_breaks"], "graph_breaks"),
-            forward_graphs=_count(data.get("forward_graphs", 0), "forward_graphs"),
-            backward_graphs=_count(data.get("backward_graphs", 0), "backward_graphs"),
-            compile_time_s=_float(data["compile_time_s"], "compile_time_s"),
-            step_time=step_time,
-            repetitions=_count(data.get("repetitions", 1), "repetitions"),
-            peak_rss_bytes=_opt_int(data.get("peak_rss_bytes"), "peak_rss_bytes"),
-            peak_device_memory_bytes=_opt_int(data.get("peak_device_memory_bytes"), "peak_device_memory_bytes"),
-            compile_time_samples_s=tuple(_float(v, "compile_time_samples_s") for v in data.get("compile_time_samples_s") or ()),
-        )
-    except KeyError as exc:
-        raise UnreadableInput(f"{where}: mode {name!r} lacks {exc.args[0]!r}") from None
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise UnreadableInput(f"{where}: mode {name!r} has a bad value ({exc})") from None
-
-
-# A baseline's figures are the limits and references a gate compares with: a count below zero
-# would make every run fail (or a limit meaningless), and Infinity or NaN (which json reads) would
-# pass or fail every comparison. Each is refused with the field's name, as a damaged baseline.
-def _count(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value != int(value):
-        raise ValueError(f"{what} is {value!r}, not a whole number")
-    if value < 0:
-        raise ValueError(f"{what} is {value!r}, below zero")
-    return int(value)
-
-
-def _float(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{what} is {value!r}, not a finite number")
-    if value < 0:
-        raise ValueError(f"{what} is {value!r}, below zero")
-    return float(value)
-
-
-def _opt_float(value: Any, what: str = "a time") -> float | None:
-    return None if value is None else _float(value, what)
-
-
-def _opt_int(value: Any, what: str = "a count") -> int | None:
-    return None if value is None else _count(value, what)
 
 
 def load_baseline(path: str | Path) -> Baseline:
@@ -458,14 +472,24 @@ def load_baseline(path: str | Path) -> Baseline:
     modes = data.get("modes")
     if not isinstance(modes, dict) or not modes:
         raise UnreadableInput(f"baseline {path} has no modes")
+    snapshots = {}
+    for name, value in modes.items():  # one by one, so that an error names the mode (msgspec's path does not)
+        try:
+            snapshots[str(name)] = _mode_snapshot(str(name), msgspec.convert(value, _ModeFile), str(path))
+        except msgspec.ValidationError as exc:
+            raise UnreadableInput(f"baseline {path}: mode {name!r} has a bad value ({exc})") from None
+    try:
+        document = msgspec.convert({**data, "modes": {}}, _BaselineFile)
+    except msgspec.ValidationError as exc:
+        raise UnreadableInput(f"baseline {path} is malformed: {exc}") from None
     return Baseline(
-        modes={name: _mode_from_dict(name, value, str(path)) for name, value in modes.items()},
-        versions={str(k): str(v) for k, v in (data.get("versions") or {}).items()},
-        machine=dict(data.get("machine") or {}),
-        target=dict(data.get("target") or {}),
-        target_argv=list(data.get("target_argv") or []),
-        source_run=str(data.get("source_run", "")),
-        created_at=str(data.get("created_at", "")),
+        modes=snapshots,
+        versions=document.versions,
+        machine=document.machine,
+        target=document.target,
+        target_argv=document.target_argv,
+        source_run=document.source_run,
+        created_at=document.created_at,
         path=path,
     )
 

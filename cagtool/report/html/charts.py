@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from cagtool.record.loader import ModeRecord
-from cagtool.record.schema import GraphBreakEvent, StepEvent, stamps_step_in_progress
+from cagtool.record.schema import GraphBreakEvent, StepEvent
 from cagtool.report.figures.downsample import downsample
 from cagtool.report.html.vega_bundle import VEGALITE_SCHEMA
 from cagtool.report.figures.metrics import (
@@ -315,7 +315,7 @@ def marker_rows(series: Sequence[Series]) -> list[dict[str, Any]]:
                     "lane": lane_of(s),
                     "kind": MARKER_BREAK,
                     # Breaks happen while tracing a forward frame, before its step's backward.
-                    "step": forward_step(event.step, in_progress=stamps_step_in_progress(s.record.manifest.schema_version)),
+                    "step": forward_step(event.step),
                     "compile_id": event.compile_id,
                     "what": f"hint: {words.hints[0]}" if words.hints else "",
                     "reason": f"{gb}{words.headline}",

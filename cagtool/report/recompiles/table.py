@@ -31,7 +31,6 @@ from cagtool.record.schema import (
     GraphBreakEvent,
     SourceRef,
     StepEvent,
-    stamps_step_in_progress,
 )
 from cagtool.report.changed_sizes import misses_with_earlier_values
 from cagtool.torch_text import (
@@ -204,17 +203,13 @@ def node_label(name: str | None, node_call: int | None) -> str:
     return f"{short} (NodeCall {node_call})" if node_call is not None else short
 
 
-def forward_step(step: int | None, mode: str = "", in_progress: bool = False) -> int | None:
-    """The step a forward-frame compile belongs to. Schema 2+ records stamp events with the step in
-    progress (`in_progress`), which is that step. Schema 1 records stamped them with the step last
-    begun (None before the first backward), but a forward frame runs before its step's backward,
-    so its compile belongs to the next step (the first one before any backward). An imported log
-    has no steps: None. Step numbers here are the loader's (from FIRST_STEP, whatever the schema)."""
+def forward_step(step: int | None, mode: str = "") -> int | None:
+    """The step a forward-frame compile belongs to: the step in progress it was stamped with (the
+    loader gives older records that stamping), FIRST_STEP when it carries none. An imported log
+    has no steps: None."""
     if mode == IMPORTED_MODE:
         return None
-    if in_progress:
-        return FIRST_STEP if step is None else step
-    return FIRST_STEP if step is None else step + 1
+    return FIRST_STEP if step is None else step
 
 
 _NUMBER = re.compile(r"\b\d+(\.\d+)?\b")
@@ -291,7 +286,7 @@ def _dynamo_row(
         mode=record.mode,
         source=SOURCE_DYNAMO_CA_GRAPH if is_ca_graph else SOURCE_DYNAMO_FRAME,
         compile_id=compile_id,
-        step=step if is_ca_graph else forward_step(step, record.mode, stamps_step_in_progress(record.manifest.schema_version)),
+        step=step if is_ca_graph else forward_step(step, record.mode),
         kind=KIND_GUARD,
         seqs=(seq,),
         messages=reasons,
@@ -332,7 +327,7 @@ def limit_hits(record: ModeRecord, compiles: list[DynamoCompileEvent]) -> list[L
             LimitHit(
                 mode=record.mode,
                 compile_id=event.compile_id,
-                step=event.step if event.is_ca_graph else forward_step(event.step, record.mode, stamps_step_in_progress(record.manifest.schema_version)),
+                step=event.step if event.is_ca_graph else forward_step(event.step, record.mode),
                 seq=event.seq,
                 limit_type=found[0],
                 limit_value=found[1],

@@ -463,7 +463,7 @@ def test_build_checks_needs_thresholds_and_a_baseline_for_regressions():
     ('{"format": "something-else"}', "is not a cagtool baseline"),
     ('{"format": "cagtool-baseline", "version": 99, "modes": {}}', "newer than this cagtool reads"),
     ('{"format": "cagtool-baseline", "version": 1, "modes": {}}', "has no modes"),
-    ('{"format": "cagtool-baseline", "version": 1, "modes": {"ca": {"steps": 1}}}', "lacks 'ca_graphs'"),
+    ('{"format": "cagtool-baseline", "version": 1, "modes": {"ca": {"steps": 1}}}', "missing required field `ca_graphs`"),
 ])
 def test_unreadable_baselines(tmp_path, content, message):
     path = tmp_path / "b.json"

@@ -1,7 +1,8 @@
-"""diff-graphs reads a graph file as columns (record/graph_file.py `graph_columns_from_dicts`)
-instead of building and checking a GraphNode per node: the columns must hold exactly the nodes
-`load_graph_nodes` builds, a file it refuses must be refused with the same message, and a diff
-from columns must equal the diff from nodes, on hand-built nodes and on a recorded run's graphs."""
+"""diff-graphs reads a graph file as columns (record/graph_file.py, decoded by msgspec into its
+nodes): the columns must hold exactly the nodes `load_graph_nodes` builds, a file it refuses must
+be refused with the same message, and a diff from columns must equal the diff from nodes, on
+hand-built nodes and on a recorded run's graphs. The file's layout is json's, byte for byte as
+the writer wrote it before its nodes were msgspec types."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cagtool.errors import UnreadableInput
-from cagtool.record.graph_file import GRAPH_FORMAT, GraphNode, graph_columns, graph_columns_from_dicts, graph_node_to_dict
+from cagtool.record.graph_file import GRAPH_FORMAT, GraphNode, graph_columns, graph_file_text, graph_node_to_dict
 from cagtool.record.loader import load_graph_columns, load_graph_nodes
 from cagtool.record.schema import AutogradNodeRef
 from cagtool.report.graphs.diff import diff_graphs
@@ -67,11 +68,14 @@ def test_columns_hold_what_load_graph_nodes_builds_or_refuse_alike(tmp_path, nod
         assert "malformed" in from_nodes
 
 
-def test_plain_nodes_take_the_column_path_and_odd_ones_the_node_by_node_one():
-    columns = graph_columns_from_dicts([GOOD, {**GOOD, "origin": None}])
-    assert columns is not None and columns.origins == [("MulBackward0", 2), None] and columns.shapes[0] == [4, "s0"]
-    assert graph_columns_from_dicts([{**GOOD, "aot_id": True}]) is None
-    assert graph_columns_from_dicts([{**GOOD, "extra": 1}]) is None
+def test_a_graph_file_is_written_as_before():
+    """The layout the writer had when it built each node's dict by hand and json.dumps'ed the file."""
+    nodes = [GraphNode("inputs", "placeholder", "inputs"), GraphNode(**{**GOOD, "origin": AutogradNodeRef(2, "MulBackward0"), "args": "caf\u00e9"})]
+    by_hand = {"format": GRAPH_FORMAT, "schema_version": 3, "ca_id": 4, "compile_id": "!4",
+               "nodes": [{"name": "inputs", "op": "placeholder", "target": "inputs", "args": "", "origin": None, "aot_id": None,
+                          "hook_type": None, "shape": None, "dtype": None, "stride": None}, {**GOOD, "args": "caf\u00e9"}]}
+    assert graph_file_text(4, "!4", nodes) == json.dumps(by_hand) + "\n"
+    assert graph_node_to_dict(nodes[1]) == {**GOOD, "args": "caf\u00e9"}
 
 
 def test_a_file_that_is_not_a_graph_is_refused_alike(tmp_path):

@@ -10,6 +10,7 @@ import io
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from cagtool.commands.diff_graphs import GraphSpec, parse_graph_args
@@ -183,8 +184,8 @@ def test_static_sizes_that_became_symbolic_are_listed():
 def test_shape_dtype_stride_and_hook_changes():
     old = graph(None)
     new = graph(None)
-    old[-2] = GraphNode(**{**old[-2].__dict__, "shape": [10, 4], "dtype": "float32", "stride": [4, 1]})
-    new[-2] = GraphNode(**{**new[-2].__dict__, "shape": [10, "s1"], "dtype": "bfloat16", "stride": ["s1", 1]})
+    old[-2] = _with(old[-2], shape=[10, 4], dtype="float32", stride=[4, 1])
+    new[-2] = _with(new[-2], shape=[10, "s1"], dtype="bfloat16", stride=["s1", 1])
     diff = diff_graphs(old, new)
     (entry,) = [e for e in diff.entries if e.kind != EQUAL]
     assert [c.field for c in entry.changes] == ["shape", "dtype", "stride"]
@@ -192,7 +193,7 @@ def test_shape_dtype_stride_and_hook_changes():
 
 
 def _with(node: GraphNode, **fields) -> GraphNode:
-    return GraphNode(**{**node.__dict__, **fields})
+    return msgspec.structs.replace(node, **fields)
 
 
 def test_metadata_one_side_did_not_record_is_not_a_change():

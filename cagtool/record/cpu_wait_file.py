@@ -1,0 +1,41 @@
+"""cpu_wait.json, beside a mode's manifest: how long the mode's process tree ran and waited for a
+CPU, sampled by cagtool's own process (capture/processes/cpu_wait.py) on the machine's monotonic
+clock, read by the figures (report/figures/metrics.py). Each sample is [t, run_s, wait_s]:
+perf_counter seconds, and the tree's cumulative run and wait seconds at that time."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta, Struct, field
+
+CPU_WAIT_FORMAT = "cagtool.cpu_wait/1"
+DEFAULT_SAMPLE_S = 0.5  # what a file without `sample_s` was sampled at
+
+
+class CpuWaitFile(Struct, kw_only=True):
+    format: str = CPU_WAIT_FORMAT
+    clock: str = "perf_counter"
+    sample_s: float | None = None
+    columns: list[str] = field(default_factory=lambda: ["t", "run_s", "wait_s"])
+    # Each at least [t, run_s, wait_s] (what a later column adds is ignored).
+    samples: list[Annotated[list[float], Meta(min_length=3)]]
+
+
+def cpu_wait_text(sample_s: float, samples: list[tuple[float, float, float]]) -> str:
+    """The file's text, in json's layout (indent 2), as written so far."""
+    import json
+
+    rows = [[round(t, 4), round(r, 6), round(w, 6)] for t, r, w in samples]
+    return json.dumps(msgspec.to_builtins(CpuWaitFile(sample_s=sample_s, samples=rows)), indent=2) + "\n"
+
+
+def read_cpu_wait(data: bytes) -> tuple[list[list[float]], float] | None:
+    """(samples as [t, run_s, wait_s], seconds between samples), or None for a file that is not
+    one: the readings are a note on the figures, never a reason to refuse a record."""
+    try:
+        document = msgspec.json.decode(data, type=CpuWaitFile)
+    except msgspec.DecodeError:  # ValidationError included
+        return None
+    return [sample[:3] for sample in document.samples], document.sample_s or DEFAULT_SAMPLE_S

@@ -22,8 +22,9 @@ def register(app: typer.Typer) -> None:
         """Measure activation checkpointing's memory saving in aot and ca: EXECUTES the recorded job.
 
         For each mode, re-runs the job as written and with torch.utils.checkpoint.checkpoint turned
-        into a plain call (your file is not changed), one process each, and compares their peak
-        memory. Where reentrant checkpoints recompiled in their recompute (or failed under
+        into a plain call (your file is not changed), one process each, and compares the memory
+        each holds for its backward: on CPU the heap in use at each backward's entry and its sampled
+        maximum inside it (glibc's mallinfo2), peak RSS beside it; CUDA's max allocated on a GPU. Where reentrant checkpoints recompiled in their recompute (or failed under
         compiled autograd), re-runs them with use_reentrant=False too and says whether that fixes
         it. Only a run your own `cagtool run` recorded (as --verify). The result is kept in
         RUN/checkpointing.json and shown by `summary` and the HTML report.

@@ -11,9 +11,27 @@ from typing import Any
 
 CHECKPOINTING_FILE = "checkpointing.json"
 CHECKPOINTING_FORMAT = "cagtool-checkpointing"
-CHECKPOINTING_VERSION = 1
+CHECKPOINTING_VERSION = 2  # 2: the heap held for backward (Side.heap)
 VARIANT_PLAIN = "plain"  # capture/modes/checkpoint_variant.py's names
 VARIANT_NON_REENTRANT = "non_reentrant"
+# Two re-runs' heap figures closer than the larger of their steps' spreads plus this are "no
+# measurable saving": glibc rounds chunks and keeps small caches, so a few hundred KiB move alone.
+NOISE_FLOOR_BYTES = 2**20
+
+
+@dataclass
+class HeapHeld:
+    """The heap a re-run held for its backward (capture/steps/heap_in_use.py), over its steady steps:
+    in use at the backward's entry, and the sampled maximum inside it, each minus the heap in use at
+    the previous step's end; the median and the spread (max - min) of the steps."""
+
+    source: str | None  # None: not read (`why`)
+    steps: int
+    held_bytes: int | None
+    held_spread_bytes: int | None
+    peak_bytes: int | None
+    peak_spread_bytes: int | None
+    why: str = ""
 
 
 @dataclass
@@ -27,6 +45,17 @@ class Side:
     recompute_recompiles: int | None  # Dynamo recompiles in an activation-checkpoint recompute
     error: str = ""
     peak_of: str = "rss"  # what peak_rss_bytes holds: "rss" (the process's peak RSS) or "cuda_max_allocated"
+    heap: HeapHeld | None = None  # None: not read (an older result, or the re-run did not record it)
+
+
+def _change(a: int | None, b: int | None, spread: int) -> float | None:
+    """(b - a) / b, the fraction of the plain call's figure checkpointing saved (negative: it cost);
+    0.0 where the two are within `spread` + NOISE_FLOOR_BYTES (no measurable difference)."""
+    if a is None or b is None or b <= 0:
+        return None
+    if abs(b - a) <= spread + NOISE_FLOOR_BYTES:
+        return 0.0
+    return (b - a) / b
 
 
 @dataclass
@@ -44,6 +73,31 @@ class ModeSaving:
             return None
         return (b - a) / b
 
+    def _heaps(self) -> tuple[HeapHeld, HeapHeld] | None:
+        a, b = self.checkpointed.heap, self.plain.heap
+        if a is None or b is None or not a.steps or not b.steps or self.checkpointed.status != "finished" or self.plain.status != "finished":
+            return None
+        return a, b
+
+    @property
+    def held_saving(self) -> float | None:
+        """The fraction of the heap held at the backward's entry that checkpointing saved; 0.0 when
+        within the steps' spread (no measurable saving)."""
+        heaps = self._heaps()
+        if heaps is None:
+            return None
+        a, b = heaps
+        return _change(a.held_bytes, b.held_bytes, max(a.held_spread_bytes or 0, b.held_spread_bytes or 0))
+
+    @property
+    def peak_saving(self) -> float | None:
+        """The same of the heap's sampled maximum inside the backward."""
+        heaps = self._heaps()
+        if heaps is None:
+            return None
+        a, b = heaps
+        return _change(a.peak_bytes, b.peak_bytes, max(a.peak_spread_bytes or 0, b.peak_spread_bytes or 0))
+
 
 @dataclass
 class CheckpointingResult:
@@ -55,6 +109,8 @@ class CheckpointingResult:
         out = {"format": CHECKPOINTING_FORMAT, "version": CHECKPOINTING_VERSION, **asdict(self)}
         for entry, mode in zip(out["modes"], self.modes):
             entry["saving"] = mode.saving
+            entry["held_saving"] = mode.held_saving
+            entry["peak_saving"] = mode.peak_saving
         return out
 
 
@@ -62,14 +118,68 @@ def _mib(n: int | None) -> str:
     return "?" if n is None else f"{n / 2**20:.0f} MiB"
 
 
+def _verdict(fraction: float) -> str:
+    if fraction == 0.0:
+        return "no measurable saving"
+    return f"{'saves' if fraction > 0 else 'costs'} {abs(fraction):.0%}"
+
+
+def headline(result: CheckpointingResult) -> str | None:
+    """One line over the modes: the memory held for backward, and at the backward's peak."""
+    held = [(m.mode, m.held_saving) for m in result.modes if m.held_saving is not None]
+    if not held:
+        return None
+    parts = [(("none" if f == 0.0 else f"{abs(f):.0%}" + ("" if f > 0 else " less (it costs)")), mode) for mode, f in held]
+    said = f"{parts[0][0]} of the memory held for backward under {parts[0][1]}" + "".join(f" and {x} under {mode}" for x, mode in parts[1:])
+    peaks = " and ".join(f"{_verdict(m.peak_saving)} under {m.mode}" for m in result.modes if m.peak_saving is not None)
+    return (f"checkpointing saves {said} (heap in use at backward entry)"
+            + (f"; at the backward's peak it {peaks}" if peaks else ""))
+
+
+def _uses_cuda(m: ModeSaving) -> bool:
+    return m.checkpointed.peak_of == "cuda_max_allocated"
+
+
+def heap_lines(m: ModeSaving) -> list[str]:
+    """The heap held for backward and inside it, of one mode (the CPU figure; CUDA's is max allocated)."""
+    if _uses_cuda(m):
+        return []
+    heaps = m._heaps()
+    if heaps is None:
+        a, b = m.checkpointed.heap, m.plain.heap
+        why = next((h.why for h in (a, b) if h is not None and h.why), "")
+        if why or (a is not None or b is not None):
+            return [f"{m.mode}: heap held for backward not measured ({why or 'a re-run did not finish'}); the figure below is peak RSS"]
+        return []
+    a, b = heaps
+    steps = min(a.steps, b.steps)
+    held = m.held_saving
+    assert held is not None
+    lines = [f"{m.mode}: checkpointing {_verdict(held)} of the memory held for backward (heap in use at backward entry, "
+             f"median of {steps} steady steps: {_mib(a.held_bytes)} checkpointed, {_mib(b.held_bytes)} plain"
+             + (f"; within the steps' spread of {_mib(max(a.held_spread_bytes or 0, b.held_spread_bytes or 0))}" if held == 0.0 else "") + ")"]
+    peak = m.peak_saving
+    if peak is not None:
+        line = (f"{m.mode}: inside the backward the heap reached {_mib(a.peak_bytes)} checkpointed, {_mib(b.peak_bytes)} plain "
+                f"(sampled maximum, median): {_verdict(peak)} at the backward's peak")
+        if held > 0 and peak <= 0:
+            line += (": the recomputed activations are all held at once inside the backward, so the saving at its entry "
+                     "is gone at its peak" + (" (compiled autograd: a non-reentrant checkpoint outside the compiled region "
+                                              "gives no memory saving)" if m.mode == "ca" else ""))
+        lines.append(line)
+    return lines
+
+
 def mode_line(m: ModeSaving) -> str:
     if m.saving is None:
         why = "; ".join(f"{s.variant}: {s.status}{' (' + s.error + ')' if s.error else ''}" for s in (m.checkpointed, m.plain) if s.status != "finished")
         return f"{m.mode}: not measured ({why or 'no peak memory recorded'})"
     verb = "saves" if m.saving >= 0 else "costs"
-    what = "CUDA max allocated" if m.checkpointed.peak_of == "cuda_max_allocated" else "peak RSS"
-    return (f"{m.mode}: checkpointing {verb} {abs(m.saving):.0%} peak memory ({what} {_mib(m.checkpointed.peak_rss_bytes)} "
-            f"checkpointed, {_mib(m.plain.peak_rss_bytes)} with checkpointing a plain call; one process each)")
+    if _uses_cuda(m):
+        return (f"{m.mode}: checkpointing {verb} {abs(m.saving):.0%} peak memory (CUDA max allocated {_mib(m.checkpointed.peak_rss_bytes)} "
+                f"checkpointed, {_mib(m.plain.peak_rss_bytes)} with checkpointing a plain call; one process each)")
+    return (f"{m.mode}: peak RSS {_mib(m.checkpointed.peak_rss_bytes)} checkpointed, {_mib(m.plain.peak_rss_bytes)} plain "
+            f"({verb} {abs(m.saving):.0%}; the whole process, compile memory and freed memory glibc kept included)")
 
 
 def fix_line(m: ModeSaving) -> str | None:
@@ -89,7 +199,11 @@ def checkpointing_lines(result: CheckpointingResult | dict[str, Any]) -> list[st
     if isinstance(result, dict):
         result = result_from_dict(result)
     lines = []
+    said = headline(result)
+    if said:
+        lines.append(said)
     for m in result.modes:
+        lines += heap_lines(m)
         lines.append(mode_line(m))
         said = fix_line(m)
         if said:
@@ -99,7 +213,10 @@ def checkpointing_lines(result: CheckpointingResult | dict[str, Any]) -> list[st
 
 def result_from_dict(data: dict[str, Any]) -> CheckpointingResult:
     def side(d: dict[str, Any] | None) -> Side | None:
-        return Side(**d) if d else None
+        if not d:
+            return None
+        heap = d.get("heap")
+        return Side(**{**d, "heap": HeapHeld(**heap) if isinstance(heap, dict) else None})
 
     modes = [ModeSaving(m["mode"], side(m["checkpointed"]), side(m["plain"]), side(m.get("non_reentrant"))) for m in data.get("modes", [])]  # type: ignore[arg-type]
     return CheckpointingResult(str(data.get("run", "")), modes, float(data.get("wall_s") or 0.0))

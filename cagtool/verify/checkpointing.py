@@ -1,7 +1,9 @@
 """What activation checkpointing does for a recorded job, measured by re-running it: in each mode
 (aot, ca) the job as written and a variant with checkpointing turned into a plain call
-(capture/modes/checkpoint_variant.py), one process each, and the peak memory of both: "saves 18 %
-peak memory under aot and 16 % under ca". A job whose reentrant checkpoints recompile in their
+(capture/modes/checkpoint_variant.py), one process each, and the memory each holds for its
+backward: the heap in use at each backward's entry and its sampled maximum inside the backward
+(capture/steps/heap_in_use.py, read in these re-runs only), median over steady steps; peak RSS
+beside it (CUDA's max allocated on a GPU). A job whose reentrant checkpoints recompile in their
 recompute, or fail under compiled autograd ("Trying to run compiled autograd within another
 compiled autograd call"), is also re-run with them made non-reentrant (`use_reentrant=False`, the
 fix), and the recompiles in the recompute and the exit status are compared.
@@ -19,12 +21,13 @@ from pathlib import Path
 from typing import Callable
 
 from cagtool.capture.modes.checkpoint_variant import CHECKPOINT_VARIANT_ENV, VARIANT_NON_REENTRANT, VARIANT_PLAIN
+from cagtool.capture.steps.heap_in_use import HEAP_READINGS_ENV
 from cagtool.errors import UsageError
 from cagtool.record.atomic import check_confined, make_new_dir, open_new, write_atomic
 from cagtool.record.loader import ModeRecord, load_run
-from cagtool.record.schema import CHECKPOINT_REENTRANT, PHASE_CHECKPOINT_RECOMPUTE
+from cagtool.record.schema import CHECKPOINT_REENTRANT, PHASE_CHECKPOINT_RECOMPUTE, BackwardEvent, StepEvent
 from cagtool.record.seal import check_job
-from cagtool.report.checkpointing import CHECKPOINTING_FILE, CheckpointingResult, ModeSaving, Side, checkpointing_lines
+from cagtool.report.checkpointing import CHECKPOINTING_FILE, CheckpointingResult, HeapHeld, ModeSaving, Side, checkpointing_lines
 from cagtool.verify.verification import rerun_argv
 
 CHECKPOINTING_DIR = "checkpointing"
@@ -48,6 +51,31 @@ def _reentrant_trouble(record: ModeRecord) -> bool:
     return exception is not None and NESTED_CA_ERROR in (exception.message or "")
 
 
+def heap_held(record: ModeRecord) -> HeapHeld | None:
+    """The heap held for the backward in a re-run (capture/steps/heap_in_use.py's readings), over its
+    steady steps: a backward with a reading before it, in a step that compiled and captured
+    nothing (a compile's own memory is not the activations'). None where nothing was read."""
+    import statistics
+
+    readings = (record.manifest.options or {}).get("heap_in_use")
+    if not isinstance(readings, dict):
+        return None
+    if not readings.get("source"):
+        return HeapHeld(None, 0, None, None, None, None, str(readings.get("why") or "not read"))
+    compiled = {s.step for s in record.of(StepEvent) if s.compiles or s.ca_captures}
+    calls = sorted(record.of(BackwardEvent), key=lambda e: e.seq)
+    held, peak = [], []
+    for call, before, entry, inside in zip(calls, readings.get("before") or [], readings.get("at_entry") or [], readings.get("max_inside") or []):
+        if before is None or call.step in compiled:
+            continue
+        held.append(entry - before)
+        peak.append(inside - before)
+    if not held:
+        return HeapHeld(readings["source"], 0, None, None, None, None, "no steady step (every step compiled, or one step)")
+    return HeapHeld(readings["source"], len(held), int(statistics.median(held)), max(held) - min(held),
+                    int(statistics.median(peak)), max(peak) - min(peak))
+
+
 def _side(variant: str, path: Path, mode: str) -> Side:
     if not (path / "run.json").exists():
         return Side(variant, str(path), "did not start", None, None, "see its stderr file")
@@ -59,7 +87,8 @@ def _side(variant: str, path: Path, mode: str) -> Side:
     error = f"{m.exception.type}: {(m.exception.message or '').splitlines()[0] if m.exception.message else ''}" if m.exception else ""
     # CUDA's max allocated where the job used a GPU (the activations themselves), else peak RSS
     peak = m.peak_device_memory_bytes or m.peak_rss_bytes
-    return Side(variant, str(path), status, peak, _recompute_recompiles(record), error, "cuda_max_allocated" if m.peak_device_memory_bytes else "rss")
+    return Side(variant, str(path), status, peak, _recompute_recompiles(record), error, "cuda_max_allocated" if m.peak_device_memory_bytes else "rss",
+                heap_held(record))
 
 
 def measure_checkpointing(run_path: str | Path | None, modes: list[str] | None = None,
@@ -78,6 +107,7 @@ def measure_checkpointing(run_path: str | Path | None, modes: list[str] | None =
         argv = rerun_argv(run, mode, 1, out, None)
         env = {**os.environ}
         env.pop(CHECKPOINT_VARIANT_ENV, None)
+        env[HEAP_READINGS_ENV] = "1"  # both sides: the heap held for each backward (capture/steps/heap_in_use.py)
         if variant is not None:
             env[CHECKPOINT_VARIANT_ENV] = variant
         progress(f"{name}: cagtool {' '.join(argv[3:])}" + (f"  ({CHECKPOINT_VARIANT_ENV}={variant}; your file is not changed)" if variant else ""))

@@ -45,6 +45,7 @@ from cagtool.capture.observe import dynamo_skip, source
 from cagtool.capture.steps import sharded
 from cagtool.capture.steps.device_readings import DeviceReadings
 from cagtool.capture.steps.grad_digest import REASON_LAST, GradDigests
+from cagtool.capture.steps import heap_in_use
 from cagtool.record.writer import MAX_HELD_LINES, RecordWriter
 from cagtool.record.schema import (
     FIRST_STEP,
@@ -147,6 +148,9 @@ class StepTracker:
         # or one is made, whether a backward ends a step is undecided and its notes wait here.
         self._candidates: dict[int, weakref.ref[Any]] = {}
         self._undecided: list[Any] | None = None
+        # The heap in use around each backward, only in `cagtool checkpointing`'s re-runs (heap_in_use.py)
+        self._heap_requested = heap_in_use.requested()
+        self.heap = heap_in_use.readings_if_requested()
 
     def restart(self) -> None:
         """A forked child starts its own record: its steps count from the first again."""
@@ -259,6 +263,7 @@ class StepTracker:
         process_time, thread_time = time.process_time, time.thread_time
         append = tracker._raw.append
         sync = tracker._sync
+        heap = tracker.heap  # None but in a measurement re-run: one comparison a hook otherwise
         # torch.cuda._initialized, read by the hooks that can end a step: with CUDA in use the step
         # boundary is recorded on the stream by the hook itself (device_readings.py).
         cuda = getattr(torch, "cuda", None)
@@ -312,6 +317,8 @@ class StepTracker:
                     if not mine:
                         local.depth, local.captures, local.outputs = 1, 0, outputs
                     started = True
+                    if heap is not None:
+                        heap.backward_began()
                     start = perf_counter()
                 except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
                     tracker.note_error(exc)
@@ -330,6 +337,8 @@ class StepTracker:
             finally:
                 if started:
                     clock = perf_counter()
+                    if heap is not None:
+                        heap.backward_ended()
                     if mine:
                         captures = slot[2]
                         del solo[0]
@@ -433,6 +442,8 @@ class StepTracker:
             if start is None:
                 return
             clock = perf_counter()
+            if heap is not None:
+                heap.step_ended()
             entry = (_STEPPED, clock, start, key, optimizer.__class__, (process_time(), thread_time(), get_ident()))
             if sync or cuda._initialized:
                 try:
@@ -459,6 +470,8 @@ class StepTracker:
 
         self.settle()
         self.drain()
+        if self._heap_requested:
+            self.writer.manifest.options["heap_in_use"] = self.heap.summary() if self.heap is not None else heap_in_use.unavailable()
         if self._entry is not None and torch.autograd.__dict__.get("_engine_run_backward") is not self._entry:
             self._entry_changed(reinstall=False)
         self.writer.set_source(None)

@@ -174,7 +174,9 @@ def make_tree(rev: str | None, into: Path, hold_s: float | None = None, floor: b
         archive = subprocess.run(["git", "archive", rev, "cagtool"], cwd=REPO, capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     if hold_s is not None:
-        writer = into / "cagtool" / "capture" / "writer.py"
+        writer = into / "cagtool" / "record" / "writer.py"
+        if not writer.exists():  # a --rev from before the writer moved to record/
+            writer = into / "cagtool" / "capture" / "writer.py"
         text, count = re.subn(r"(?m)^HOLD_S = .*$", f"HOLD_S = {hold_s!r}", writer.read_text())
         if count != 1:
             raise SystemExit(f"step_hook_pieces: {rev or 'the working tree'}: writer.py has no one HOLD_S line")

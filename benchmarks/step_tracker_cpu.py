@@ -167,7 +167,7 @@ def per_step(args: argparse.Namespace, tracker, writer, step, compiler, parts) -
     with ca._enable(compiler, dynamic=False):
         tracker.install()
         wrapper = torch.autograd._engine_run_backward
-        pre, post = tracker._handles
+        pre, post = tracker._hooks.handles if hasattr(tracker, "_hooks") else tracker._handles  # an older cagtool: PYTHONPATH
         pre_hook, post_hook = pre_hooks[pre.id], post_hooks[post.id]
 
         def switch(on: bool) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from cagtool.record.schema import BackwardEvent, OptimizerStepEvent, StepEvent, event_line
+from cagtool.record.schema import BackwardEvent, OptimizerStepEvent, StepEvent, event_line, event_lines
 from cagtool.record.writer import RecordWriter
 
 Line = Callable[[int, float, Any], str]
@@ -42,11 +42,16 @@ def line_makers(writer: RecordWriter) -> tuple[Line, Line, Line, Line]:
                                     boundary=boundary, optimizer_s=opened.optimizer_s, cpu_s=cpu_s, thread_cpu_s=thread_cpu_s))
 
     def group_line(seq: int, t: float, payload: tuple) -> str:
-        """A step's backward, optimizer-step and step lines (seq, seq + 1, seq + 2)."""
+        """A step's backward, optimizer-step and step lines (seq, seq + 1, seq + 2), encoded together."""
         backward, t_step, optimizer_s, optimizer, opened, _, wall_s, boundary, cpu_s, thread_cpu_s = payload
-        step = backward[0]
-        return (backward_line(seq, t, backward) + optimizer_step_line(seq + 1, t_step, (step, optimizer_s, optimizer))
-                + step_line(seq + 2, t_step, (opened, step, wall_s, boundary, cpu_s, thread_cpu_s)))
+        step, index, backward_s, captures, call, loss, thread = backward
+        return event_lines((
+            BackwardEvent(seq=seq, t=t, step=step, index=index, backward_s=backward_s, ca_captures=captures, call=call, loss=loss, thread=thread),
+            OptimizerStepEvent(seq=seq + 1, t=t_step, step=step, wall_s=optimizer_s, optimizer=optimizer),
+            StepEvent(seq=seq + 2, t=t_step, step=step, backward_s=opened.backward_s, loss=opened.loss, ca_captures=opened.captures,
+                      compiles=opened.compiles, compile_s=opened.compile_s, wall_s=wall_s, backward_calls=opened.backward_calls,
+                      boundary=boundary, optimizer_s=opened.optimizer_s, cpu_s=cpu_s, thread_cpu_s=thread_cpu_s),
+        ))
 
     return backward_line, optimizer_step_line, step_line, group_line
 

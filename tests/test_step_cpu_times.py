@@ -10,6 +10,7 @@ import json
 import runpy
 from pathlib import Path
 
+import pytest
 import torch
 
 from cagtool.capture.steps.tracker import IDLE_OPTIMIZER_STEPS, StepTracker
@@ -34,6 +35,7 @@ def _idle_then_collected() -> None:
     assert opt_b is not None
 
 
+@pytest.mark.slow
 def test_every_step_but_the_first_has_its_cpu_times(tmp_path: Path) -> None:
     original = (torch.autograd._engine_run_backward, torch.autograd.graph._engine_run_backward)
     manifest = ModeManifest(mode="eager", argv=[], target={}, cwd=str(tmp_path), versions={}, backend="eager", dynamic=False, started_at="")

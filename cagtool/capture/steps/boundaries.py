@@ -163,7 +163,7 @@ class StepCounter:
         if group is None:
             self.lines.step(clock, opened, step, boundary, span)
         else:
-            self.lines.close_group(opened, step, boundary, span, *group)
+            self.lines.close_group(opened, step, boundary, span, group)
         if opened.loss_tensor is not None:
             self.device.defer_loss(step, opened.loss_tensor)
         if live:  # in the hook (with CUDA in use, or --steps): the stream is marked at the step's end

@@ -4,14 +4,11 @@ entry point replaced by the job."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from cagtool.capture.observe import source
 from cagtool.record.schema import FindingEvent
 from cagtool.record.writer import RecordWriter
-
-if TYPE_CHECKING:
-    from cagtool.capture.steps.hooks import InstalledHooks
 
 FLAG_WITHOUT_COMPILED_BACKWARD = "ca_flag_without_compiled_backward"
 TRACED_BACKWARD = "backward_traced_by_dynamo"
@@ -59,12 +56,13 @@ class StepFindings:
                 source=where,
             )
 
-    def entry_changed(self, hooks: InstalledHooks | None, reinstall: bool) -> None:
+    def entry_changed(self, hooks: Any, reinstall: bool) -> None:
         """torch.autograd._engine_run_backward is not cagtool's any more (seen at an optimizer step
         and at the end). Torch's own put back over it (by code that saved it before cagtool ran) is
         replaced by cagtool's again: the two run the same body. Anything else is left in place, as
         the job set it; backward calls that do not reach cagtool's are not recorded, and a finding
-        says so, once, from the step it was first seen. The caller turns Dynamo's frame callback off."""
+        says so, once, from the step it was first seen. `hooks`: hooks.InstalledHooks, None once
+        uninstalled. The caller turns Dynamo's frame callback off."""
         import torch.autograd
         from torch.autograd import graph as autograd_graph
 

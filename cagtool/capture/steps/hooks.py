@@ -21,13 +21,10 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from cagtool.capture.observe import dynamo_skip
 from cagtool.capture.steps.notes import ENDED, STEPPED, BackwardCall
-
-if TYPE_CHECKING:
-    from cagtool.capture.steps.tracker import StepTracker
 
 
 class StepLimitReached(BaseException):
@@ -54,7 +51,8 @@ class InstalledHooks:
     handles: list[Any]  # the optimizer step hooks' handles
 
 
-def install_hooks(tracker: StepTracker) -> InstalledHooks:
+def install_hooks(tracker: Any) -> InstalledHooks:
+    """Install the hooks of `tracker` (a StepTracker: its notes list, lock, drain and rarer paths)."""
     import torch
     import torch.autograd
     from torch.autograd import graph as autograd_graph

@@ -112,13 +112,14 @@ class StepLines:
         _, wall_s, cpu_s, thread_cpu_s = span
         self._queue(self._step, clock, (opened, step, wall_s, boundary, cpu_s, thread_cpu_s))
 
-    def close_group(self, opened: Any, step: int, boundary: str, span: tuple, seconds: float, optimizer: str) -> None:
-        """The held-back backward line, the optimizer step (`seconds`, class name `optimizer`) that
-        closed its step and the step's line: one entry whose text is the three lines, and two
-        without text, queued in one extend so that they are numbered together whatever another
-        thread takes meanwhile."""
+    def close_group(self, opened: Any, step: int, boundary: str, span: tuple, optimizer_step: tuple[float, str]) -> None:
+        """The held-back backward line, the optimizer step that closed its step ((seconds, class
+        name)) and the step's line: one entry whose text is the three lines, and two without text,
+        queued in one extend so that they are numbered together whatever another thread takes
+        meanwhile."""
         (backward_clock, backward), self.held_backward = self.held_backward, None  # type: ignore[misc]
         t, wall_s, cpu_s, thread_cpu_s = span
+        seconds, optimizer = optimizer_step
         writer = self.writer
         queued = self.queued
         if not queued:

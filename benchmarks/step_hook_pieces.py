@@ -2,7 +2,8 @@
 switched on and off: the hooks, the drain and the writes run as in a real job).
 
 For each tree (a git revision, or the working tree), a copy of its `cagtool/` gets perf_counter_ns
-counters around the tracker's own code: the backward entry before the engine call ("pre") and
+counters (in capture/steps/hooks.py and tracker.py where the tracker is in named parts, in the one
+tracker.py before) around the tracker's own code: the backward entry before the engine call ("pre") and
 after it ("post", which includes the drain and the write when they fall there), and the two
 optimizer hooks ("opt_pre", "opt_post", the latter also including a drain when due); and, as parts
 of "post" and "opt_post" (not added to the total), the drains the hooks run when due ("drain", the

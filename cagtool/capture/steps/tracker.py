@@ -63,11 +63,14 @@ __all__ = ["BACKWARD_ENTRY_REPLACED", "BACKWARD_ENTRY_RESTORED", "FLAG_WITHOUT_C
 # manifest with that bound: a process killed hard may lack these for its last hold_s seconds.
 HELD_EVENTS = ["backward", "optimizer_step", "step"]
 
-# The names the line tests read (tests/test_event_lines.py).
+# The names under which tests/test_event_lines.py reads the line makers and the open step.
 _line_makers, _OpenStep = line_makers, OpenStep
 
 
 class StepTracker:
+    """The steps of one record: installs the hooks (hooks.py), counts their notes into steps when
+    it drains (boundaries.py), and tells the observers the step in progress and the graph's roots."""
+
     def __init__(self, writer: RecordWriter, mode: str, on_step: Callable[[int], None] | None = None, max_steps: int | None = None,
                  digests: GradDigests | None = None, scope: Any = None) -> None:
         self.writer = writer

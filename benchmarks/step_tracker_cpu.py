@@ -240,6 +240,9 @@ def drain_and_lines(args: argparse.Namespace, tracker, writer, step, compiler) -
     clock = time.thread_time_ns
     drains: list[float] = []
     lines: list[float] = []
+    # The lines wait for this flush: the writer's flusher would write them when a block outlasts
+    # hold_s / 2 (a busy machine), on its own thread.
+    writer.hold_s = math.inf
     with ca._enable(compiler, dynamic=False):
         tracker.install()
         for round_ in range(args.rounds):

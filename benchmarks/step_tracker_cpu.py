@@ -242,7 +242,7 @@ def drain_and_lines(args: argparse.Namespace, tracker, writer, step, compiler) -
     lines: list[float] = []
     # The lines wait for this flush: the writer's flusher would write them when a block outlasts
     # hold_s / 2 (a busy machine), on its own thread.
-    writer.hold_s = math.inf
+    writer.hold_s = 1e6  # (finite: the flusher waits hold_s / 4 between looks)
     with ca._enable(compiler, dynamic=False):
         tracker.install()
         for round_ in range(args.rounds):

@@ -2,7 +2,8 @@
 switched on and off: the hooks, the drain and the writes run as in a real job).
 
 For each tree (a git revision, or the working tree), a copy of its `cagtool/` gets perf_counter_ns
-counters around the tracker's own code: the backward entry before the engine call ("pre") and
+counters (in capture/steps/hooks.py and tracker.py where the tracker is in named parts, in the one
+tracker.py before) around the tracker's own code: the backward entry before the engine call ("pre") and
 after it ("post", which includes the drain and the write when they fall there), and the two
 optimizer hooks ("opt_pre", "opt_post", the latter also including a drain when due); and, as parts
 of "post" and "opt_post" (not added to the total), the drains the hooks run when due ("drain", the
@@ -45,12 +46,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _timed_hook(name: str) -> tuple[str, str]:
+def _timed_hook(name: str, indent: str = "        ") -> tuple[str, str]:
     """The patch that times the optimizer hook `name` (pre_hook, post_hook) as "opt_pre" / "opt_post"."""
-    anchor = f"        def {name}(optimizer, args, kwargs):\n"
+    anchor = f"{indent}def {name}(optimizer, args, kwargs):\n"
     key = "opt_" + name.split("_")[0]
-    return anchor, (f"{anchor}            _t = pc()\n            try:\n                return {name}_(optimizer, args, kwargs)\n"
-                    f"            finally:\n                PROF[\"{key}\"] += pc() - _t\n\n        def {name}_(optimizer, args, kwargs):\n")
+    return anchor, (f"{anchor}{indent}    _t = pc()\n{indent}    try:\n{indent}        return {name}_(optimizer, args, kwargs)\n"
+                    f"{indent}    finally:\n{indent}        PROF[\"{key}\"] += pc() - _t\n\n{indent}def {name}_(optimizer, args, kwargs):\n")
 
 
 # (anchor in capture/steps/tracker.py, replacement): the counters. Each anchor must occur exactly once.
@@ -101,6 +102,51 @@ PATCHES = [
                         self.prof["write"] += time.perf_counter_ns() - _t
 '''),
 ]
+
+
+# The same counters where the tracker is in named parts (capture/steps/hooks.py holds the hooks,
+# tracker.py the drain): {file name: [(anchor, replacement)]}.
+HOOKS_PATCHES = [
+    ("""    def _engine_run_backward(t_outputs, *args, **kwargs):
+""", """    PROF = tracker.prof = {"pre": 0, "post": 0, "opt_pre": 0, "opt_post": 0, "drain": 0, "write": 0, "n": 0}
+    pc = time.perf_counter_ns
+
+    def _engine_run_backward(t_outputs, *args, **kwargs):
+        _t0 = pc()
+"""),
+    ("""        limit = False
+        try:
+            attach_logging_hooks""", """        limit = False
+        PROF["pre"] += pc() - _t0
+        try:
+            attach_logging_hooks"""),
+    ("""                torch._C._remove_obj_from_tls("context")
+        finally:
+            if call is not None:""", """                torch._C._remove_obj_from_tls("context")
+        finally:
+            _t1 = pc()
+            if call is not None:"""),
+    ("""                except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
+                    tracker.note_error(exc)
+        if limit:""", """                except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
+                    tracker.note_error(exc)
+            PROF["post"] += pc() - _t1
+            PROF["n"] += 1
+        if limit:"""),
+    *(_timed_hook(name, "    ") for name in ("pre_hook", "post_hook")),
+    ("""            with tracker._lock:
+                append(note)
+                return tracker.drain(live=note, write=write)
+""", """            _t = pc()
+            with tracker._lock:
+                append(note)
+                try:
+                    return tracker.drain(live=note, write=write)
+                finally:
+                    PROF["drain"] += pc() - _t
+"""),
+]
+NAMED_PARTS_PATCHES = {"hooks.py": HOOKS_PATCHES, "tracker.py": [PATCHES[-1]]}
 
 WORKLOAD = r'''
 import os, sys, tempfile, time
@@ -174,20 +220,30 @@ def make_tree(rev: str | None, into: Path, hold_s: float | None = None, floor: b
         archive = subprocess.run(["git", "archive", rev, "cagtool"], cwd=REPO, capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     if hold_s is not None:
-        writer = into / "cagtool" / "capture" / "writer.py"
+        writer = into / "cagtool" / "record" / "writer.py"
+        if not writer.exists():  # a --rev from before the writer moved to record/
+            writer = into / "cagtool" / "capture" / "writer.py"
         text, count = re.subn(r"(?m)^HOLD_S = .*$", f"HOLD_S = {hold_s!r}", writer.read_text())
         if count != 1:
             raise SystemExit(f"step_hook_pieces: {rev or 'the working tree'}: writer.py has no one HOLD_S line")
         writer.write_text(text)
-    path = into / "cagtool" / "capture" / "steps" / "tracker.py"
-    if not path.exists():  # a --rev whose tracker is the module capture/steps.py
-        path = into / "cagtool" / "capture" / "steps.py"
-    text = path.read_text()
-    for anchor, replacement in PATCHES + ([FLOOR_PATCH] if floor else []):
-        if text.count(anchor) != 1:
-            raise SystemExit(f"step_hook_pieces: {rev or 'the working tree'}: the step tracker no longer has the anchor {anchor.strip()[:60]!r}")
-        text = text.replace(anchor, replacement)
-    path.write_text(text)
+    steps = into / "cagtool" / "capture" / "steps"
+    if (steps / "hooks.py").exists():  # the tracker in named parts
+        files = {steps / name: patches for name, patches in NAMED_PARTS_PATCHES.items()}
+    else:
+        path = steps / "tracker.py"
+        if not path.exists():  # a --rev whose tracker is the module capture/steps.py
+            path = into / "cagtool" / "capture" / "steps.py"
+        files = {path: list(PATCHES)}
+    if floor:
+        files[path if not (steps / "hooks.py").exists() else steps / "tracker.py"].append(FLOOR_PATCH)
+    for path, patches in files.items():
+        text = path.read_text()
+        for anchor, replacement in patches:
+            if text.count(anchor) != 1:
+                raise SystemExit(f"step_hook_pieces: {rev or 'the working tree'}: {path.name} no longer has the anchor {anchor.strip()[:60]!r}")
+            text = text.replace(anchor, replacement)
+        path.write_text(text)
     return into
 
 

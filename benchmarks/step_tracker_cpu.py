@@ -9,6 +9,7 @@ stays `step_overhead.py`'s, on a quiet machine.
     python benchmarks/step_tracker_cpu.py --cold              # a tiny model, caches flushed between steps
     PYTHONPATH=/path/to/other/checkout python benchmarks/step_tracker_cpu.py   # another version
     python benchmarks/step_tracker_cpu.py --per-step          # on/off every step: a much narrower interval
+    python benchmarks/step_tracker_cpu.py --drain --cold      # the drain and the lines, apart, per step
 
 Two workloads: the MLP of `step_overhead.py` (AdamW, compiled autograd with the given backend,
 OMP_NUM_THREADS=1); and `--cold`, a one-parameter model whose step is tiny but runs after a 32 MB
@@ -27,6 +28,12 @@ nothing else of ours runs), both averaged over the on steps. The tracker's drain
 it, stays in that step's figure. A block mean carries the MLP step's own spread
 (about +/-80 us with 150 rounds); a median of per-step differences does not (about +/-15 us with
 2000 rounds). It also splits the MLP step: forward (no tracker code runs in it), backward, optimizer step.
+
+`--drain`: what --per-step leaves out of its medians, the tracker's count of the notes (its drain,
+which a hook runs every hold_s / 2 over the notes of all the steps since) and the making of the
+lines, each timed apart on the training thread: `--block` steps (default 250, what 0.5 s of 2 ms
+steps leaves) are noted with no drain in the hooks, then `drain()` and the writer's flush are timed;
+the figures are per step, the median over `--rounds` rounds (default 40, the first 5 left out).
 """
 
 from __future__ import annotations
@@ -49,9 +56,13 @@ def main() -> None:
     parser.add_argument("--backend", default="eager", choices=("inductor", "aot_eager", "eager"))
     parser.add_argument("--cold", action="store_true", help="tiny model, caches flushed between steps")
     parser.add_argument("--per-step", action="store_true", help="switch the tracker on and off between single steps (default rounds: 2000)")
+    parser.add_argument("--drain", action="store_true", help="time the drain and the lines apart (default rounds: 40, block: 250)")
     args = parser.parse_args()
     if args.per_step and args.rounds == parser.get_default("rounds"):
         args.rounds = 2000
+    if args.drain:
+        args.rounds = 40 if args.rounds == parser.get_default("rounds") else args.rounds
+        args.block = 250 if args.block == parser.get_default("block") else args.block
     os.environ["OMP_NUM_THREADS"] = "1"
     tmp = Path(tempfile.mkdtemp(prefix="cagtool-tracker-cpu-"))
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(tmp / "inductor"))
@@ -105,6 +116,9 @@ def main() -> None:
     parts: list[tuple[int, int, int]] = []  # MLP: (forward, backward, optimizer step) CPU of each step
     if args.per_step:
         per_step(args, tracker, writer, step, compiler, parts)
+        return
+    if args.drain:
+        drain_and_lines(args, tracker, writer, step, compiler)
         return
     blocks: dict[str, list[float]] = {"on": [], "off": []}
     rng = random.Random(1)
@@ -167,7 +181,7 @@ def per_step(args: argparse.Namespace, tracker, writer, step, compiler, parts) -
     with ca._enable(compiler, dynamic=False):
         tracker.install()
         wrapper = torch.autograd._engine_run_backward
-        pre, post = tracker._handles
+        pre, post = tracker._hooks.handles if hasattr(tracker, "_hooks") else tracker._handles  # an older cagtool: PYTHONPATH
         pre_hook, post_hook = pre_hooks[pre.id], post_hooks[post.id]
 
         def switch(on: bool) -> None:
@@ -215,6 +229,40 @@ def per_step(args: argparse.Namespace, tracker, writer, step, compiler, parts) -
             on = statistics.median(p[index] for p, o in zip(parts, order) if o) / 1000
             off = statistics.median(p[index] for p, o in zip(parts, order) if not o) / 1000
             print(f"    {name}: on {on:.1f} us, off {off:.1f} us ({on - off:+.1f})")
+
+
+def drain_and_lines(args: argparse.Namespace, tracker, writer, step, compiler) -> None:
+    """--drain: the drain and the lines' making and writing, timed apart (module docstring)."""
+    from torch._dynamo import compiled_autograd as ca
+
+    import cagtool
+
+    clock = time.thread_time_ns
+    drains: list[float] = []
+    lines: list[float] = []
+    # The lines wait for this flush: the writer's flusher would write them when a block outlasts
+    # hold_s / 2 (a busy machine), on its own thread.
+    writer.hold_s = 1e6  # (finite: the flusher waits hold_s / 4 between looks)
+    with ca._enable(compiler, dynamic=False):
+        tracker.install()
+        for round_ in range(args.rounds):
+            tracker._hook_due = math.inf  # no drain in the hooks (nor in the flusher: it waits for this time too)
+            for _ in range(args.block):
+                step()
+            start = clock()
+            tracker.drain()
+            drained = clock()
+            writer.flush_held()
+            done = clock()
+            if round_ >= 5:  # the first rounds warm up
+                drains.append((drained - start) / args.block / 1000)
+                lines.append((done - drained) / args.block / 1000)
+        tracker.uninstall()
+    writer.close()
+    workload = "cold tiny step" if args.cold else f"MLP, {args.backend}"
+    print(f"cagtool {Path(cagtool.__file__).resolve().parent.parent} ({workload}), drain and lines, {args.rounds - 5} rounds x {args.block} steps, load {os.getloadavg()[0]:.1f}")
+    print(f"  CPU per step: drain {statistics.median(drains):.2f} us (min {min(drains):.2f}), lines made and written {statistics.median(lines):.2f} us "
+          f"(min {min(lines):.2f}); together {statistics.median(d + w for d, w in zip(drains, lines)):.2f} us (median of rounds)")
 
 
 if __name__ == "__main__":

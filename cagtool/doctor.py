@@ -57,7 +57,7 @@ CA_ENTRY_POINTS = (
     "torch._dynamo.guards.CheckFunctionManager.__init__",
     # what observe/compiling_now.py wraps (the live status line's compile in progress)
     "torch._dynamo.callback.CompilationCallbackHandler.install_callbacks",
-    # what capture/steps/tracker.py's replacement of _engine_run_backward runs in its place (torch 2.13's body)
+    # what capture/steps/hooks.py's replacement of _engine_run_backward runs in its place (torch 2.13's body)
     "torch.autograd.graph.log",
     "torch.autograd.graph._register_logging_hooks_on_whole_graph",
     "torch.autograd.variable.Variable._execution_engine.run_backward",
@@ -249,7 +249,7 @@ def check_capture() -> Check:
 
 
 def check_engine_copy() -> Check:
-    """capture/steps/tracker.py runs a copy of torch 2.13's `_engine_run_backward` body in its place
+    """capture/steps/hooks.py runs a copy of torch 2.13's `_engine_run_backward` body in its place
     (capture/steps/engine_copy.py): the installed torch's must be the same code, or cagtool would run
     the job's backward through an older body than torch's."""
     from cagtool.capture.steps.engine_copy import FUNCTION, MODULE, compare_with_installed

@@ -1,4 +1,4 @@
-"""The copy of torch's `_engine_run_backward` body that capture/steps/tracker.py runs in its place is
+"""The copy of torch's `_engine_run_backward` body that capture/steps/hooks.py runs in its place is
 pinned to the installed torch's source (capture/steps/engine_copy.py), here and by `cagtool doctor`."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import inspect
 
 import torch
 
-from cagtool.capture.steps import engine_copy, tracker
+from cagtool.capture.steps import engine_copy, hooks
 from cagtool.doctor import FAIL, OK, check_engine_copy
 
 
@@ -48,8 +48,8 @@ def _called_names(function: ast.AST) -> set[str]:
 
 
 def test_steps_replacement_makes_every_call_the_copied_body_makes():
-    """The pin is of what tracker.py copied: its replacement still calls what torch's body calls."""
-    tree = ast.parse(inspect.getsource(tracker))
+    """The pin is of what hooks.py copied: its replacement still calls what torch's body calls."""
+    tree = ast.parse(inspect.getsource(hooks))
     (replacement,) = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == engine_copy.FUNCTION]
     (copied,) = [n for n in ast.walk(ast.parse(engine_copy.COPIED_FROM_TORCH_2_13)) if isinstance(n, ast.FunctionDef)]
     expected = _called_names(copied)

@@ -347,3 +347,17 @@ def test_the_trackers_lines_are_the_events_lines(tmp_path, loss, thread):
     for line, event in cases:
         assert line == event_line(event)
     writer.close()
+
+
+@pytest.mark.parametrize("thread", ['}, {"kind": "step", "seq": 1}', "a\n}, {\"kind\": ", "Thréad-ü ✓ \\"])
+@pytest.mark.parametrize("loss", [1.5, None, math.nan, math.inf])
+def test_event_lines_are_the_event_line_of_each(thread, loss):
+    """schema.event_lines (a step's three lines in one encode) is event_line of each, whatever a
+    thread's name holds (the separator it splits on included) and with a non-finite loss."""
+    from cagtool.record.schema import event_lines
+
+    events = (BackwardEvent(seq=7, t=1.25, step=4, index=0, backward_s=0.001, ca_captures=1, call="backward", loss=loss, thread=thread),
+              OptimizerStepEvent(seq=8, t=1.5, step=4, wall_s=0.002, optimizer=thread),
+              StepEvent(seq=9, t=1.5, step=4, backward_s=0.001, loss=loss, wall_s=None, boundary="optimizer", cpu_s=0.003, thread_cpu_s=None))
+    assert event_lines(events) == "".join(event_line(event) for event in events)
+    assert event_lines(events).count("\n") == 3

@@ -543,6 +543,19 @@ def event_line(event: Event) -> str:
     return msgspec.json.format(data, indent=0).decode() + "\n"
 
 
+
+def event_lines(events: tuple[Event, ...]) -> str:
+    """"".join(event_line(e) for e in events), for events whose fields are all scalars, made in one
+    encode and one format rather than one of each per event (a step's three lines,
+    capture/steps/lines.py). The formatted list is "[" + lines joined by ", " + "]"; a line's first
+    key is its "kind", and `}, {"kind": ` occurs only between two of them: inside a string a quote
+    is escaped, so `{"` there would be the string's closing quote, which is never followed by
+    `kind`, and scalar fields hold no object."""
+    data = _ENCODER.encode(events)
+    if b"null" in data and not all(_finite_event(event) for event in events):
+        return "".join([event_line(event) for event in events])
+    return msgspec.json.format(data, indent=0).decode()[1:-1].replace('}, {"kind": ', '}\n{"kind": ') + "\n"
+
 _NO_FLOAT = (int, str, bool, type(None))
 _FLOAT_FIELDS: dict[type, tuple[str, ...]] = {}  # per event class: the fields that may hold a float
 

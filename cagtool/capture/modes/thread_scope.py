@@ -5,7 +5,7 @@ Torch's switch is process-wide (docs/torch-internals.md, "One thread's compiled 
 compiler `_enable` installs is one C++ global that every thread's next backward reads, and the
 engine runs one compiled-autograd backward at a time (a second, from any thread, raises
 "Trying to run compiled autograd within another compiled autograd call"). So the block does not
-hold `_enable` open; the backward entry point (the step tracker's, steps/tracker.py) enters it around each
+hold `_enable` open; the backward entry point (the step tracker's, steps/hooks.py) enters it around each
 top-level backward of the owning thread, and a gate keeps the two kinds of backward apart: the
 owner's compiled backward runs while no other thread's backward does, and another thread's
 backward waits while the owner's runs. Other threads' backwards still run beside each other.

@@ -1,6 +1,6 @@
-"""The torch function whose body capture/steps/tracker.py copies, pinned.
+"""The torch function whose body capture/steps/hooks.py copies, pinned.
 
-tracker.py replaces `torch.autograd._engine_run_backward` with a copy of torch 2.13's body (from
+hooks.py replaces `torch.autograd._engine_run_backward` with a copy of torch 2.13's body (from
 torch/autograd/graph.py) plus its step bookkeeping, rather than wrapping it (docs/torch-internals.md
 says why). A torch whose body differs would have its backward run by the old body under cagtool:
 the job would change. So the body as it was copied is kept here, and `compare_with_installed`
@@ -19,7 +19,7 @@ from pathlib import Path
 FUNCTION = "_engine_run_backward"
 MODULE = "torch.autograd.graph"
 
-# torch 2.13.0's torch/autograd/graph.py, `_engine_run_backward`, as tracker.py copies it.
+# torch 2.13.0's torch/autograd/graph.py, `_engine_run_backward`, as hooks.py copies it.
 COPIED_FROM_TORCH_2_13 = '''
 def _engine_run_backward(t_outputs, *args, **kwargs):
     attach_logging_hooks = log.getEffectiveLevel() <= logging.DEBUG

@@ -1,0 +1,216 @@
+"""Where steps begin and end: the drain's count of the hooks' notes (notes.py), in the order they
+were made. What a step is, with one, several or no optimizers: record/schema.py's docstring.
+
+A step ends when every optimizer it waits for has stepped (`STEP_BOUNDARY_OPTIMIZER`), or, with no
+optimizer alive, at each top-level backward's end (`STEP_BOUNDARY_BACKWARD`). Whether an optimizer
+is alive is ordered by the notes a weak reference's callback appends when one is collected, so a
+count made later counts what a count made in the hook would have (tests/test_step_bookkeeping.py)."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable
+
+from cagtool.capture.steps.device_readings import DeviceReadings
+from cagtool.capture.steps.lines import StepLines
+from cagtool.capture.steps.losses import read_loss
+from cagtool.capture.steps.notes import ENDED, GONE, MADE, STEPPED, BackwardCall, CpuReading
+from cagtool.capture.steps.timing import BoundaryTimes
+from cagtool.record.schema import FIRST_STEP, STEP_BOUNDARY_BACKWARD, STEP_BOUNDARY_OPTIMIZER
+from cagtool.record.writer import RecordWriter
+
+# An optimizer that does not step while another steps this many times in one open step stops
+# being waited for (e.g. a second optimizer used only in a later phase of training).
+IDLE_OPTIMIZER_STEPS = 10
+# Notes held while it is unknown whether a pre-existing optimizer will step (expect_optimizers):
+# two a backward call (its begin and end), so 256 backward calls.
+UNDECIDED_NOTES = 512
+
+
+class OpenStep:
+    """The step in progress: what it has done so far. One is made a step: the immutable fields
+    start as class attributes (an instance gets its own on the first update), so only `stepped`
+    is set here. A closed step's line reads its figures when it is written: nothing changes it
+    once it is closed (every update goes to the step in progress, under the tracker's lock)."""
+
+    next_index = 0  # the next backward call's index (taken when it starts)
+    backward_calls = 0  # calls that finished
+    backward_s = 0.0
+    captures = 0
+    compiles = 0
+    compile_s = 0.0
+    optimizer_s = 0.0
+    loss: float | None = None
+    loss_tensor: Any = None  # the last loss when it lives on an accelerator
+
+    def __init__(self) -> None:
+        self.stepped: dict[int, int] = {}  # id(optimizer) -> step() calls in this step
+
+
+class StepCounter:
+    """Counts the notes into steps (the caller holds the tracker's lock) and queues their lines.
+    `known`: id -> weak reference of every live optimizer, now (kept by the hooks)."""
+
+    def __init__(self, writer: RecordWriter, device: DeviceReadings, known: dict[int, weakref.ref[Any]],
+                 on_step: Callable[[int], None] | None, max_steps: int | None) -> None:
+        self.device = device
+        self.known = known
+        self.on_step = on_step
+        self.max_steps = max_steps
+        self.lines = StepLines(writer)
+        self.times = BoundaryTimes(writer)
+        self.closed_steps = 0
+        self.backward_calls = 0  # every top-level backward of the run
+        self.open = OpenStep()
+        self.limit_reached = False  # --steps stopped the job (set by the hook that raised)
+        self.required: dict[int, weakref.ref[Any]] = {}  # the optimizers a step waits for, as of the notes counted
+        # Optimizers that existed before the tracker (expect): until one of them steps, or one is
+        # made, whether a backward ends a step is undecided and its notes wait in `undecided`.
+        self.candidates: dict[int, weakref.ref[Any]] = {}
+        self.undecided: list[Any] | None = None
+
+    def restart(self, device: DeviceReadings) -> None:
+        """A forked child's record counts its steps from the first again."""
+        self.device = device
+        self.lines.reset()
+        self.closed_steps = 0
+        self.backward_calls = 0
+        self.open = OpenStep()
+        self.times.last_t = self.times.last_cpu = None
+
+    @property
+    def current_step(self) -> int:
+        return FIRST_STEP + self.closed_steps
+
+    # -- one note each ---------------------------------------------------------------------------
+    def begun(self, call: BackwardCall) -> None:
+        """A top-level backward began: it belongs to the step in progress, at the next index."""
+        opened = self.open
+        call.step, call.index = FIRST_STEP + self.closed_steps, opened.next_index
+        opened.next_index += 1
+
+    def made(self, note: tuple) -> None:
+        _, key, ref = note
+        self.required[key] = ref
+
+    def gone(self, note: tuple) -> None:
+        _, key, ref = note
+        if self.required.get(key) is ref:
+            del self.required[key]
+
+    def backward_ended(self, note: tuple, live: bool) -> bool:
+        """A top-level backward returned or raised. True when --steps is reached."""
+        _, clock, start, call, loss, accumulate_grad, thread, cpu = note
+        value, device_tensor = (None, None) if loss is None else read_loss(loss)
+        elapsed = clock - start
+        self.backward_calls += 1
+        opened = self.open
+        current = FIRST_STEP + self.closed_steps
+        step, index = call.step, call.index
+        by_backward = not self.required  # no optimizer alive: this call is a step of its own
+        if by_backward and step != current:
+            # Another thread's backward closed the step this one began in: it closes the next.
+            step, index = current, opened.backward_calls
+        payload = (step, index, elapsed, call.captures, "backward" if accumulate_grad else "grad", value, thread)
+        if step == current:  # not a backward that outlived its step (optimizer stepped in another thread)
+            opened.backward_calls += 1
+            opened.backward_s += elapsed
+            opened.loss, opened.loss_tensor = value, device_tensor
+            if opened.backward_calls == 1 and not by_backward and not opened.stepped:
+                # The step's first backward, no optimizer stepped yet: if the next note closes the
+                # step, its three lines go as one entry (optimizer_stepped). Queued otherwise.
+                self.lines.hold_backward(clock, payload)
+                return False
+        self.lines.backward(clock, payload)
+        return self.close(STEP_BOUNDARY_BACKWARD, clock, cpu, live) if by_backward else False
+
+    def optimizer_stepped(self, note: tuple, live: bool) -> bool:
+        """An optimizer's step() returned. True when that ended the step and --steps is reached."""
+        _, clock, start, key, optimizer_class, cpu = note
+        seconds = clock - start
+        waiting = self.required
+        if key not in waiting:  # stepping again after it stopped being waited for
+            ref = self.known.get(key)
+            if ref is not None:
+                waiting[key] = ref
+        opened = self.open
+        stepped = opened.stepped
+        lines = self.lines
+        if lines.held_backward is not None and not stepped and len(waiting) == 1 and key in waiting and opened.backward_calls == 1:
+            # The usual step: one backward, then the one optimizer steps and closes it: its
+            # backward, optimizer-step and step lines go as one entry, the same text.
+            opened.optimizer_s += seconds
+            stepped[key] = 1
+            return self.close(STEP_BOUNDARY_OPTIMIZER, clock, cpu, live, (seconds, optimizer_class.__name__))
+        lines.optimizer_step(clock, FIRST_STEP + self.closed_steps, seconds, optimizer_class.__name__)
+        opened.optimizer_s += seconds
+        stepped[key] = stepped.get(key, 0) + 1
+        if waiting.keys() <= stepped.keys():  # every optimizer waited for has stepped
+            return self.close(STEP_BOUNDARY_OPTIMIZER, clock, cpu, live)
+        if stepped[key] >= IDLE_OPTIMIZER_STEPS:
+            for other in [k for k in waiting if k not in stepped]:
+                del waiting[other]
+            return self.close(STEP_BOUNDARY_OPTIMIZER, clock, cpu, live)
+        return False
+
+    def close(self, boundary: str, clock: float, cpu: CpuReading | None, live: bool, group: tuple[float, str] | None = None) -> bool:
+        """End the step in progress at perf_counter time `clock`, with the CPU reading `cpu`. True
+        when --steps is reached. `group`: (seconds, class name) of the optimizer step that closed a
+        step whose one backward's line is held back: the three lines go as one entry (lines.py)."""
+        opened = self.open
+        step = FIRST_STEP + self.closed_steps
+        span = self.times.span(clock, cpu)
+        if group is None:
+            self.lines.step(clock, opened, step, boundary, span)
+        else:
+            self.lines.close_group(opened, step, boundary, span, group)
+        if opened.loss_tensor is not None:
+            self.device.defer_loss(step, opened.loss_tensor)
+        if live:  # in the hook (with CUDA in use, or --steps): the stream is marked at the step's end
+            self.device.boundary(step)
+        self.closed_steps += 1
+        self.open = OpenStep()
+        if self.on_step is not None:
+            self.on_step(step)
+        return self.max_steps is not None and self.closed_steps >= self.max_steps and not self.limit_reached
+
+    # -- optimizers made before the tracker --------------------------------------------------------
+    def expect(self, optimizers: list[Any]) -> None:
+        """Optimizers made before the tracker was installed (the Python API's block starts in a
+        running process): a backward before their first step() must not be counted as a step of
+        its own (no optimizer known yet). The notes of such backwards wait until one of them steps
+        (they are its step's), an optimizer is made, or the end (each backward a step of its own,
+        as with no optimizer); at most UNDECIDED_NOTES notes."""
+        self.candidates = {id(o): weakref.ref(o) for o in optimizers}
+        if self.candidates and not self.closed_steps:
+            self.undecided = []
+
+    def decide(self, taken: list[Any]) -> list[Any]:
+        """The notes to count now: none while undecided; once decided, the held ones first, in
+        their order."""
+        held = self.undecided
+        assert held is not None
+        for i, note in enumerate(taken):
+            kind = None if note.__class__ is BackwardCall else note[0]
+            if kind == GONE or ((kind is None or kind == ENDED) and len(held) < UNDECIDED_NOTES):
+                held.append(note)
+                continue
+            # Decided: an optimizer made or stepping, or too many backwards without one.
+            self.undecided = None
+            key = None
+            if kind == MADE:
+                _, key, _ref = note
+            elif kind == STEPPED:
+                _, _clock, _start, key, _class, _cpu = note
+            ref = self.candidates.get(key) if key is not None else None
+            if ref is not None and ref() is not None:  # not another object at a collected one's id
+                # A pre-existing optimizer's first step (its pre-hook notes it as made): the
+                # waiting backwards are its step's.
+                self.required[key] = ref
+            return held + taken[i:]
+        return []
+
+    def undecided_notes(self) -> list[Any]:
+        """The end of the watch: the notes still undecided, to be counted (no optimizer stepped)."""
+        held, self.undecided = self.undecided or [], None
+        return held

@@ -1,0 +1,72 @@
+"""The job's numbers at the end of a record: parameter and gradient norms (FinalStateEvent), and the
+parameters they are read from (the optimizers', else the leaves of the last loss's graph)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from cagtool.capture.observe import source
+from cagtool.capture.steps import sharded
+from cagtool.record.schema import FinalStateEvent
+from cagtool.record.writer import RecordWriter
+
+
+def emit_final_state(writer: RecordWriter, optimizers: Any, roots: Callable[[], list[Any]], digests: Any = None) -> None:
+    """Parameter and gradient norms at the end, for comparing modes' numerics; `roots`: the grad_fn
+    of the last loss, asked for when no optimizer was seen."""
+    params = params_of(optimizers) or leaf_params(roots())
+    if not params:
+        writer.emit(FinalStateEvent, param_norm=None, grad_norm=None, num_params=0)
+        return
+    params, of = sharded.final_params(params, digests.names if digests is not None else None)
+    import torch
+
+    with torch.no_grad():
+        p2 = sum(_sum_of_squares(p) for p in params)
+        grads = [p.grad for p in params if p.grad is not None]
+        g2 = sum(_sum_of_squares(g) for g in grads) if grads else None
+    writer.emit(
+        FinalStateEvent,
+        param_norm=math.sqrt(p2),
+        grad_norm=math.sqrt(g2) if g2 is not None else None,
+        num_params=len(params),
+        of=of,
+    )
+
+
+# Elements squared in float64 at a time for the final norms: the copies cagtool makes for them are
+# 2 x 8 MiB at most, whatever the size of a parameter (a whole 1 GiB float32 embedding in float64
+# was 4 GiB more at the run's end, on the job's device).
+_NORM_CHUNK = 1 << 20
+
+
+def _sum_of_squares(tensor: Any) -> float:
+    """sum(x**2) of a tensor in float64, a chunk at a time; one read of the device at the end."""
+    flat = tensor.detach()
+    if not flat.is_contiguous() or flat.numel() <= _NORM_CHUNK:
+        return float(flat.double().pow(2).sum())
+    flat = flat.view(-1)
+    total = None
+    for start in range(0, flat.numel(), _NORM_CHUNK):
+        part = flat[start:start + _NORM_CHUNK].double().pow(2).sum()
+        total = part if total is None else total + part
+    return float(total)
+
+
+def params_of(optimizers: Any) -> list[Any]:
+    seen: dict[int, Any] = {}
+    for optimizer in list(optimizers):
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                seen.setdefault(id(p), p)
+    return list(seen.values())
+
+
+def leaf_params(roots: list[Any]) -> list[Any]:
+    found: dict[int, Any] = {}
+    for node in source.walk_graph(roots):
+        variable = getattr(node, "variable", None)
+        if variable is not None:
+            found.setdefault(id(variable), variable)
+    return list(found.values())

@@ -1,0 +1,114 @@
+"""What the step tracker finds about the job's backward calls and says as findings: the CA flag
+set where it has no effect, a backward traced by Dynamo (no steps to record), and the backward
+entry point replaced by the job."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from cagtool.capture.observe import source
+from cagtool.record.schema import FindingEvent
+from cagtool.record.writer import RecordWriter
+
+FLAG_WITHOUT_COMPILED_BACKWARD = "ca_flag_without_compiled_backward"
+TRACED_BACKWARD = "backward_traced_by_dynamo"
+# Something put torch's own backward entry point back over cagtool's (code that saved it before
+# cagtool ran): cagtool put its own back, backward calls in between were not recorded.
+BACKWARD_ENTRY_RESTORED = "backward_entry_restored"
+# Something else replaced the backward entry point: backward calls that do not reach cagtool's are
+# not recorded (the record says from when).
+BACKWARD_ENTRY_REPLACED = "backward_entry_replaced"
+FLAG_CHECK_EVERY = 64  # backward calls between two looks at the script's CA flag (check_flag)
+
+
+class StepFindings:
+    """Findings of one record; `current_step`: the step in progress, asked when one is written."""
+
+    def __init__(self, writer: RecordWriter, mode: str, current_step: Callable[[], int]) -> None:
+        self.writer = writer
+        self.mode = mode
+        self.current_step = current_step
+        self.flag_done = mode != "ca"  # the CA-flag finding was written, or cannot apply
+        self.entry_findings: set[str] = set()
+        self.dynamo_config: Any = None  # torch._dynamo.config and compiled_autograd, set at install
+        self.compiled_autograd: Any = None
+
+    def check_flag(self) -> None:
+        """The script set the CA flag but this backward runs outside any compiled region, so as
+        written it would get no compiled autograd (only cagtool's own enable is active). Asked at
+        the first backward and every FLAG_CHECK_EVERY-th after it: reading a Dynamo config value is
+        several Python calls, and a script sets the flag once, usually before training."""
+        if self.flag_done or self.mode != "ca":
+            return
+        if self.dynamo_config.compiled_autograd and self.compiled_autograd.depth <= 1:
+            self.flag_done = True
+            where = source.user_caller()
+            self.writer.emit(
+                FindingEvent,
+                code=FLAG_WITHOUT_COMPILED_BACKWARD,
+                message=(
+                    "the script sets torch._dynamo.config.compiled_autograd = True, but its backward runs "
+                    "outside any torch.compile'd function, so without cagtool it gets no compiled autograd "
+                    "(torch 2.13 reads the flag only while a compiled function runs). Call backward inside "
+                    "a compiled step function, or wrap the loop in torch._dynamo.compiled_autograd._enable(...)."
+                ),
+                step=self.current_step(),
+                source=where,
+            )
+
+    def entry_changed(self, hooks: Any, reinstall: bool) -> None:
+        """torch.autograd._engine_run_backward is not cagtool's any more (seen at an optimizer step
+        and at the end). Torch's own put back over it (by code that saved it before cagtool ran) is
+        replaced by cagtool's again: the two run the same body. Anything else is left in place, as
+        the job set it; backward calls that do not reach cagtool's are not recorded, and a finding
+        says so, once, from the step it was first seen. `hooks`: hooks.InstalledHooks, None once
+        uninstalled. The caller turns Dynamo's frame callback off."""
+        import torch.autograd
+        from torch.autograd import graph as autograd_graph
+
+        entry = hooks.entry if hooks is not None else None
+        current = torch.autograd.__dict__.get("_engine_run_backward")
+        wrapped, hops = current, 0
+        while wrapped is not None and wrapped is not entry and hops < 16:
+            wrapped, hops = getattr(wrapped, "__wrapped__", None), hops + 1  # functools.wraps
+        if wrapped is entry or hooks is None:
+            return  # cagtool's, or a wrapper around it: every backward still reaches it
+        name = f"{getattr(current, '__module__', '?')}.{getattr(current, '__qualname__', type(current).__name__)}"
+        restored = current is hooks.original or current is hooks.original_graph
+        if restored and reinstall:
+            torch.autograd._engine_run_backward = entry
+            autograd_graph._engine_run_backward = entry
+        code = BACKWARD_ENTRY_RESTORED if restored else BACKWARD_ENTRY_REPLACED
+        if code in self.entry_findings:
+            return
+        self.entry_findings.add(code)
+        if restored:
+            message = (
+                "something put torch's own torch.autograd._engine_run_backward back in place of cagtool's "
+                "(code that saved it before cagtool started); backward calls made between that and this "
+                f"step were not recorded. cagtool put its own back{'' if reinstall else ' (at the end of the run)'}: "
+                "from here on every backward is recorded again"
+            )
+        else:
+            message = (
+                f"torch.autograd._engine_run_backward was replaced by {name}; backward calls that do not "
+                "go through cagtool's entry point (which it replaced) are not recorded from here on. "
+                "cagtool leaves the job's replacement in place"
+            )
+        self.writer.emit(FindingEvent, code=code, message=message, step=self.current_step(), detail={"entry_point": name})
+
+    def traced_backward(self, backward_calls: int) -> None:
+        """With trace_autograd_ops, Dynamo traces `loss.backward()` into its own graph: no backward
+        reaches the autograd engine's entry point, so there are no steps and no CA graphs to record."""
+        import torch
+
+        if backward_calls == 0 and getattr(torch._dynamo.config, "trace_autograd_ops", False):
+            self.writer.emit(
+                FindingEvent,
+                code=TRACED_BACKWARD,
+                message=(
+                    "the script sets torch._dynamo.config.trace_autograd_ops = True: Dynamo traced its "
+                    "backward calls into the compiled graphs, so no backward ran through the autograd "
+                    "engine (no steps, no compiled-autograd graphs to record)"
+                ),
+            )

@@ -1,0 +1,286 @@
+"""The step tracker's hooks on torch: the backward entry point (a copy of torch's, engine_copy.py)
+and the optimizers' __init__ and global step pre-/post-hooks. They only note what happened
+(notes.py) and return; tracker.py's drain counts the notes.
+
+What one boundary costs the training thread, the hot path of the product (benchmarks/README.md,
+step overhead; `benchmarks/step_tracker_cpu.py --per-step` measures it): a top-level backward
+reads perf_counter twice, appends its BackwardCall and one ENDED note; an optimizer step reads
+perf_counter twice and appends one STEPPED note. The two CPU clocks (process and thread: a system
+call each, ~0.5-2 us) are read where a step can end: at every optimizer step, and at a backward's
+end only while no optimizer is alive (a backward then ends its step). Everything is bound to
+closure variables (a cell read, not an attribute lookup), and the usual path calls no Python
+function of cagtool's. Where a hook must act itself it drains at once, under the lock (`in_hook`):
+`--steps`, an `on_step` callback, CUDA in use (the step boundary's event is recorded on the stream
+then), and every hold_s / 2 to write the lines (one clock comparison a step otherwise)."""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from cagtool.capture.observe import dynamo_skip
+from cagtool.capture.steps.notes import ENDED, STEPPED, BackwardCall
+
+
+class StepLimitReached(BaseException):
+    """Raised out of the target's backward when --steps is reached; the run ends cleanly.
+    A BaseException, like KeyboardInterrupt, so the script's `except Exception` lets it through."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(f"stopped after {step} steps (--steps)")
+        self.step = step
+
+
+class _NoCuda:
+    _initialized = False
+
+
+@dataclass(slots=True)
+class InstalledHooks:
+    """What install_hooks replaced, to put back (uninstall) and to recognise (entry_changed)."""
+
+    entry: Callable[..., Any]  # cagtool's _engine_run_backward
+    original: Callable[..., Any]  # torch.autograd's before it
+    original_graph: Callable[..., Any]  # torch.autograd.graph's before it
+    original_optimizer_init: Callable[..., Any]
+    handles: list[Any]  # the optimizer step hooks' handles
+
+
+def install_hooks(tracker: Any) -> InstalledHooks:
+    """Install the hooks of `tracker` (a StepTracker: its notes list, lock, drain and rarer paths)."""
+    import torch
+    import torch.autograd
+    from torch.autograd import graph as autograd_graph
+    from torch.autograd.variable import Variable
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    # Dynamo's frame callback is off where cagtool runs Python code in the script's backward or
+    # step() (its stdlib calls, and a tensor subclass's Python, are not the script's frames); the
+    # backward itself keeps it (dynamo_skip.py). The hooks' usual path calls only C functions, so
+    # it swaps nothing; the rarer paths (a drain in the hook, the flag check, a thread's name) swap
+    # the callback off as dynamo_skip.without_dynamo does, and put back only one that was set:
+    # set_eval_frame(None) returns the one in place, usually None.
+    from torch._C._dynamo.eval_frame import set_eval_frame
+
+    original = torch.autograd._engine_run_backward
+    engine_log = autograd_graph.log
+    local, current_graph_task_id = tracker._local, torch._C._current_graph_task_id
+    solo = tracker._solo
+    claim = solo.setdefault
+    known = tracker.known
+    perf_counter, get_ident = time.perf_counter, threading.get_ident
+    process_time, thread_time = time.process_time, time.thread_time
+    append = tracker._raw.append
+    sync = tracker._sync
+    heap = tracker.heap  # None but in a measurement re-run: one comparison a hook otherwise
+    # torch.cuda._initialized, read by the hooks that can end a step: with CUDA in use the step
+    # boundary is recorded on the stream by the hook itself (device_readings.py).
+    cuda = getattr(torch, "cuda", None)
+    if cuda is None or not hasattr(cuda, "_initialized"):
+        cuda = _NoCuda
+    # torch.compiler.is_compiling() is this flag outside TorchScript (two Python calls less).
+    compiler = torch.compiler
+    compiling_flag = hasattr(compiler, "_is_compiling_flag")
+
+    def in_hook(note: tuple, write: bool = False) -> bool:
+        """Note `note` and count everything noted so far, now; `write`: and write the lines. True
+        when --steps is reached."""
+        prior = set_eval_frame(None)
+        try:
+            with tracker._lock:
+                append(note)
+                return tracker.drain(live=note, write=write)
+        finally:
+            if prior is not None:
+                set_eval_frame(prior)
+
+    def _engine_run_backward(t_outputs, *args, **kwargs):
+        # torch 2.13's torch/autograd/graph.py:_engine_run_backward with the step notes around
+        # the engine call, in place of it rather than calling it: no extra Python frame between
+        # the script's backward call and the engine, so a warning raised in a backward hook
+        # (stacklevel counted from the hook) names the script's line as under plain python, and
+        # is shown, or not, as often. Dynamo skips this frame (cagtool's directory is in its
+        # skip list) and is offered the frames it calls, as it is torch's function's.
+        # Nested: a backward in this thread's backward, or one run by the autograd engine
+        # while it executes a graph (reentrant checkpointing, on a device thread too).
+        # This call's state, when it is a top-level one: `call`, in the solo slot (`mine`, the
+        # usual case: tracker._solo) or in the thread-local.
+        call = None
+        mine = False
+        me = get_ident()
+        owner = solo.get(0)
+        if owner is None:  # no backward in progress: one may be nested in the engine's work all the same
+            top = not ((compiler._is_compiling_flag if compiling_flag else compiler.is_compiling()) or current_graph_task_id() != -1)
+        elif owner.thread == me:  # within this thread's own top-level backward
+            top = False
+        else:  # another thread's backward is in progress: this one's state is thread-local
+            top = not (getattr(local, "call", None) is not None or (compiler._is_compiling_flag if compiling_flag else compiler.is_compiling())
+                       or current_graph_task_id() != -1)
+        if top:
+            try:
+                outputs = t_outputs if isinstance(t_outputs, (tuple, list)) else (t_outputs,)
+                begun = BackwardCall(me, outputs)
+                append(begun)
+                if tracker._flag_check_due:
+                    tracker._flag_due()
+                mine = owner is None and claim(0, begun) is begun
+                if not mine:
+                    local.call = begun
+                call = begun
+                if heap is not None:
+                    heap.backward_began()
+                start = perf_counter()
+            except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
+                tracker.note_error(exc)
+        limit = False
+        try:
+            attach_logging_hooks = engine_log.getEffectiveLevel() <= logging.DEBUG
+            if attach_logging_hooks:
+                unregister_hooks = autograd_graph._register_logging_hooks_on_whole_graph(t_outputs)
+            torch._C._stash_obj_in_tls("context", contextvars.copy_context())
+            try:
+                result = Variable._execution_engine.run_backward(t_outputs, *args, **kwargs)
+            finally:
+                if attach_logging_hooks:
+                    unregister_hooks()
+                torch._C._remove_obj_from_tls("context")
+        finally:
+            if call is not None:
+                clock = perf_counter()
+                if heap is not None:
+                    heap.backward_ended()
+                if mine:
+                    del solo[0]
+                else:
+                    local.call = None
+                try:
+                    # The loss: one call into torch here; the drain reads it (a CPU value there,
+                    # several at a time with warm caches: losses.py). Only a one-element tensor is
+                    # held until then, so no large output outlives the call by more than that.
+                    loss = outputs[0] if outputs else None
+                    try:
+                        if loss.numel() != 1:
+                            loss = None
+                    except Exception:  # noqa: BLE001 - not a tensor, or a subclass without numel
+                        loss = None
+                    tracker._last_loss = loss
+                    note = [ENDED, clock, start, call, loss, kwargs.get("accumulate_grad", True),
+                            "" if me == tracker._main_thread_id else tracker._thread_name(), None]
+                    if sync or cuda._initialized:
+                        note[7] = (process_time(), thread_time(), me)
+                        limit = in_hook(note)
+                    elif clock >= tracker._hook_due:
+                        note[7] = (process_time(), thread_time(), me)
+                        in_hook(note, True)
+                    else:
+                        # This backward ends its step only while no optimizer is alive: the CPU
+                        # clocks are read then (and always where several optimizers make it a
+                        # question of the drain's count: tracker.several_optimizers). Nothing is
+                        # allocated, and no other thread runs, between this look and the append, so
+                        # no collection can note the last optimizer gone in between.
+                        if not known or tracker.several_optimizers:
+                            note[7] = (process_time(), thread_time(), me)
+                        append(note)
+                except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
+                    tracker.note_error(exc)
+        if limit:
+            tracker.step_limit_reached = True
+            raise StepLimitReached(tracker.closed_steps)
+        return result
+
+    dynamo_skip.hide_cagtool_frames()
+    # Both names: torch.autograd's is the one backward()/grad() call; torch.autograd.graph's is
+    # the one code that patches the entry point saves and restores (torch.compiler's
+    # _patch_engine_backward does, and puts it back into both), so cagtool's survives that.
+    original_graph = autograd_graph._engine_run_backward
+    entry = _engine_run_backward
+    if tracker.scope is not None:
+        entry = tracker.scope.wrap(_engine_run_backward, original)
+    torch.autograd._engine_run_backward = entry
+    autograd_graph._engine_run_backward = entry
+    autograd_names = torch.autograd.__dict__
+    only = None if tracker.scope is None else tracker.scope.owner  # the one thread whose steps count
+    entry_changed = tracker._entry_changed
+
+    # Knowing an optimizer exists before its first step() tells a GAN's two optimizers apart
+    # from one (schema docstring); subclasses reach it through super().__init__.
+    original_init = torch.optim.Optimizer.__init__
+
+    @functools.wraps(original_init)
+    def optimizer_init(optimizer: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(optimizer, *args, **kwargs)
+        if only is not None and get_ident() != only:
+            return
+        try:
+            tracker._note_optimizer(optimizer)
+        except Exception:  # noqa: BLE001 - never fail the script's optimizer over bookkeeping
+            pass
+
+    torch.optim.Optimizer.__init__ = optimizer_init
+    opt_start: dict[int, float] = {}  # id(optimizer) -> its step()'s start, between the two hooks
+    digests = tracker.digests
+
+    def pre_hook(optimizer, args, kwargs):
+        if only is not None and get_ident() != only:
+            return
+        key = id(optimizer)
+        if digests is not None:
+            # Usually one decrement: the rarer path drains to know the step (grad_digest.py).
+            digests.countdown -= 1
+            if digests.countdown <= 0:
+                prior = set_eval_frame(None)
+                try:
+                    tracker._digest_before_step(optimizer)
+                except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's step()
+                    tracker.note_error(exc)
+                finally:
+                    if prior is not None:
+                        set_eval_frame(prior)
+        opt_start[key] = perf_counter()
+        if key not in known:  # made before cagtool was installed: noted now (a Python call, rare)
+            prior = set_eval_frame(None)
+            try:
+                tracker._note_optimizer(optimizer)
+            except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's step()
+                tracker.note_error(exc)
+            finally:
+                if prior is not None:
+                    set_eval_frame(prior)
+
+    def post_hook(optimizer, args, kwargs):
+        if autograd_names.get("_engine_run_backward") is not entry:
+            entry_changed()
+        if only is not None and get_ident() != only:
+            return
+        key = id(optimizer)
+        start = opt_start.pop(key, None)
+        if start is None:
+            return
+        clock = perf_counter()
+        if heap is not None:
+            heap.step_ended()
+        note = (STEPPED, clock, start, key, optimizer.__class__, (process_time(), thread_time(), get_ident()))
+        if sync or cuda._initialized:
+            try:
+                limit = in_hook(note)
+            except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's step()
+                tracker.note_error(exc)
+                limit = False
+            if limit:
+                tracker.step_limit_reached = True
+                raise StepLimitReached(tracker.closed_steps)
+        elif clock >= tracker._hook_due:
+            try:
+                in_hook(note, True)
+            except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's step()
+                tracker.note_error(exc)
+        else:
+            append(note)
+
+    handles = [register_optimizer_step_pre_hook(pre_hook), register_optimizer_step_post_hook(post_hook)]
+    return InstalledHooks(entry, original, original_graph, original_init, handles)

@@ -1,0 +1,129 @@
+"""The step tracker's lines: the `backward`, `optimizer_step` and `step` events its drain counted,
+queued for the writer (record/writer.py: `queued`) as (line, t, payload) entries whose text is made
+when the writer writes them, several hold_s / 2 of steps at once.
+
+A step of one backward closed by its one optimizer's step() (the usual step) is one entry whose text
+is its three lines, made in one call, and two entries without text after it, so the writer numbers
+them as three events: `StepLines` holds that backward's line back until it knows whether the next
+note closes the step."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from cagtool.record.schema import BackwardEvent, OptimizerStepEvent, StepEvent, event_line, event_lines
+from cagtool.record.writer import RecordWriter
+
+Line = Callable[[int, float, Any], str]
+
+
+def line_makers(writer: RecordWriter) -> tuple[Line, Line, Line, Line]:
+    """The `line(seq, t, payload)` functions of the tracker's queued lines, by payload: backward
+    ((step, index, backward_s, captures, call, loss, thread): a BackwardEvent's fields), optimizer
+    step ((step, wall_s, optimizer class name)), step ((open step, step, wall_s, boundary, cpu_s,
+    thread_cpu_s)) and a step's three lines as one (group: `StepLines.close_group`). Payloads are
+    plain tuples, made in the drain once a step: a NamedTuple would cost several times as much.
+    Each line is its event's (record/schema.py, `event_line`): built from the payload, by keyword,
+    and encoded by msgspec, so a field added to one of these events is written once the drain
+    passes its value."""
+
+    def backward_line(seq: int, t: float, payload: tuple) -> str:
+        step, index, backward_s, captures, call, loss, thread = payload
+        return event_line(BackwardEvent(seq=seq, t=t, step=step, index=index, backward_s=backward_s, ca_captures=captures, call=call, loss=loss, thread=thread))
+
+    def optimizer_step_line(seq: int, t: float, payload: tuple) -> str:
+        step, wall_s, optimizer = payload
+        return event_line(OptimizerStepEvent(seq=seq, t=t, step=step, wall_s=wall_s, optimizer=optimizer))
+
+    def step_line(seq: int, t: float, payload: tuple) -> str:
+        opened, step, wall_s, boundary, cpu_s, thread_cpu_s = payload
+        return event_line(StepEvent(seq=seq, t=t, step=step, backward_s=opened.backward_s, loss=opened.loss, ca_captures=opened.captures,
+                                    compiles=opened.compiles, compile_s=opened.compile_s, wall_s=wall_s, backward_calls=opened.backward_calls,
+                                    boundary=boundary, optimizer_s=opened.optimizer_s, cpu_s=cpu_s, thread_cpu_s=thread_cpu_s))
+
+    def group_line(seq: int, t: float, payload: tuple) -> str:
+        """A step's backward, optimizer-step and step lines (seq, seq + 1, seq + 2), encoded together."""
+        backward, t_step, optimizer_s, optimizer, opened, _, wall_s, boundary, cpu_s, thread_cpu_s = payload
+        step, index, backward_s, captures, call, loss, thread = backward
+        return event_lines((
+            BackwardEvent(seq=seq, t=t, step=step, index=index, backward_s=backward_s, ca_captures=captures, call=call, loss=loss, thread=thread),
+            OptimizerStepEvent(seq=seq + 1, t=t_step, step=step, wall_s=optimizer_s, optimizer=optimizer),
+            StepEvent(seq=seq + 2, t=t_step, step=step, backward_s=opened.backward_s, loss=opened.loss, ca_captures=opened.captures,
+                      compiles=opened.compiles, compile_s=opened.compile_s, wall_s=wall_s, backward_calls=opened.backward_calls,
+                      boundary=boundary, optimizer_s=opened.optimizer_s, cpu_s=cpu_s, thread_cpu_s=thread_cpu_s),
+        ))
+
+    return backward_line, optimizer_step_line, step_line, group_line
+
+
+def _no_line(seq: int, t: float, payload: Any) -> str:
+    return ""
+
+
+# A queued entry without text: an event whose line a group entry before it wrote.
+_NO_LINE = (_no_line, 0.0, None)
+
+
+class StepLines:
+    """Queues the drain's lines for the writer, in the order of their events (the caller holds the
+    tracker's lock: one thread appends at a time)."""
+
+    def __init__(self, writer: RecordWriter) -> None:
+        self.writer = writer
+        self.queued = writer.queued  # the writer's list (the same for its life): one append a line
+        self._backward, self._optimizer_step, self._step, self._group = line_makers(writer)
+        # The step's one backward line, held back in case the step's optimizer step closes it next,
+        # so that the three lines go as one entry: (perf_counter clock, payload).
+        self.held_backward: tuple[float, tuple] | None = None
+
+    def reset(self) -> None:
+        self.held_backward = None
+
+    def _queue(self, line: Line, clock: float, payload: Any) -> None:
+        """A line made at perf_counter time `clock`: when it is the first in the queue, the queue is
+        due hold_s / 2 from then. (The writer's flusher runs already: `set_source` started it, and
+        `reopen` again in a forked child.) A held-back backward line goes first."""
+        if self.held_backward is not None:
+            self.release()
+        queued = self.queued
+        writer = self.writer
+        if not queued:
+            writer.queued_due = clock + writer.hold_s / 2
+        queued.append((line, clock - writer.t0, payload))
+
+    def release(self) -> None:
+        """The held-back backward line, on its own after all (the step did not close next)."""
+        (clock, payload), self.held_backward = self.held_backward, None  # type: ignore[misc]
+        self._queue(self._backward, clock, payload)
+
+    def hold_backward(self, clock: float, payload: tuple) -> None:
+        if self.held_backward is not None:
+            self.release()
+        self.held_backward = (clock, payload)
+
+    def backward(self, clock: float, payload: tuple) -> None:
+        self._queue(self._backward, clock, payload)
+
+    def optimizer_step(self, clock: float, step: int, seconds: float, optimizer: str) -> None:
+        self._queue(self._optimizer_step, clock, (step, seconds, optimizer))
+
+    def step(self, clock: float, opened: Any, step: int, boundary: str, span: tuple) -> None:
+        """Step `step`'s line; `span`: (t, wall_s, cpu_s, thread_cpu_s), timing.py."""
+        _, wall_s, cpu_s, thread_cpu_s = span
+        self._queue(self._step, clock, (opened, step, wall_s, boundary, cpu_s, thread_cpu_s))
+
+    def close_group(self, opened: Any, step: int, boundary: str, span: tuple, optimizer_step: tuple[float, str]) -> None:
+        """The held-back backward line, the optimizer step that closed its step ((seconds, class
+        name)) and the step's line: one entry whose text is the three lines, and two without text,
+        queued in one extend so that they are numbered together whatever another thread takes
+        meanwhile."""
+        (backward_clock, backward), self.held_backward = self.held_backward, None  # type: ignore[misc]
+        t, wall_s, cpu_s, thread_cpu_s = span
+        seconds, optimizer = optimizer_step
+        writer = self.writer
+        queued = self.queued
+        if not queued:
+            writer.queued_due = backward_clock + writer.hold_s / 2
+        queued += [(self._group, backward_clock - writer.t0,
+                    (backward, t, seconds, optimizer, opened, step, wall_s, boundary, cpu_s, thread_cpu_s)),
+                   _NO_LINE, _NO_LINE]

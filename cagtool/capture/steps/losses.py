@@ -1,0 +1,25 @@
+"""A backward call's loss: its first output's value when it is one element."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def read_loss(tensor: Any) -> tuple[float | None, Any]:
+    """(value, None) for a CPU scalar, read now (no device to wait for); (None, detached tensor)
+    for a scalar on an accelerator, read at the end of the run (device_readings.py); (None, None)
+    for anything else. Called by the drain for each backward call's one-element first output: in
+    the hook itself with CUDA in use (the hook drains there), else a few steps later, several in a
+    row."""
+    try:
+        if tensor.is_cpu:
+            value = tensor.item()  # exact; RuntimeError when not one element: None below
+            kind = value.__class__
+            if kind is float:
+                return value, None
+            return (float(value) if kind is int or kind is bool else None), None  # complex: None
+        if tensor.numel() != 1 or tensor.is_complex() or tensor.device.type == "meta":
+            return None, None
+        return None, tensor.detach()
+    except Exception:  # noqa: BLE001 - not a tensor, a subclass without these, or not one element
+        return None, None

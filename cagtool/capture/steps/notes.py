@@ -1,0 +1,45 @@
+"""What the step tracker's hooks note, in order, for its drain to count (tracker.py's docstring).
+
+A hook appends one note to the tracker's list and returns. A note is a plain tuple (ENDED: a list)
+whose first item is its kind: a tuple display is the cheapest object Python makes on a training step's path (a
+NamedTuple's constructor costs about seven times as much, timeit beside a busy machine's training
+job). Each kind's layout is named here, once, and the counting (boundaries.py) unpacks a note into
+these names; nothing reads a note by index. A top-level backward's start is noted as its
+`BackwardCall` itself, the one object that call needs anyway.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# (ENDED, clock, start, call, loss, accumulate_grad, thread, cpu): a top-level backward returned or
+# raised. clock, start: perf_counter at its end and start; call: its BackwardCall; loss: its first
+# output when one element (read by the drain), else None; accumulate_grad: False for autograd.grad;
+# thread: its thread's name, "" for the main thread; cpu: CpuReading at its end, or None where the
+# call could not end a step (an optimizer was alive when it ended). A list, not a tuple: its cpu
+# slot is filled after the look at the live optimizers, with nothing allocated in between (hooks.py).
+ENDED = 1
+# (STEPPED, clock, start, key, optimizer_class, cpu): an optimizer's step() returned; key: id(optimizer).
+STEPPED = 2
+# (MADE, key, ref): an optimizer exists (ref: a weak reference to it).
+MADE = 3
+# (GONE, key, ref): it was collected.
+GONE = 4
+
+# CpuReading: (process CPU time, the calling thread's CPU time, its ident), read at a note's clock.
+CpuReading = tuple[float, float, int]
+
+
+class BackwardCall:
+    """One top-level backward call, noted when it begins: its thread (ident), its outputs (read for
+    `current_roots`), the CA captures made in it (note_capture_finished), and where the drain placed
+    its start: the step it began in and its index there."""
+
+    __slots__ = ("thread", "outputs", "captures", "step", "index")
+
+    def __init__(self, thread: int, outputs: Any) -> None:
+        self.thread = thread
+        self.outputs = outputs
+        self.captures = 0
+        self.step = 0
+        self.index = 0

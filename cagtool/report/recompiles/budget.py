@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass, field
 
 from cagtool.record.loader import ModeRecord
-from cagtool.record.schema import CAGraphEvent, DynamoCompileEvent, SourceRef, StepEvent, stamps_step_in_progress
-from cagtool.report.recompiles.table import LimitHit, forward_step
+from cagtool.record.schema import CAGraphEvent, DynamoCompileEvent, SourceRef, StepEvent
+from cagtool.report.recompiles.reads import LimitHit, forward_step
 from cagtool.torch_text import compile_attempt, compile_frame, recompile_limit
 
 DEFAULT_RECOMPILE_LIMIT = 8  # torch 2.13's default, for records made before the limit was kept
@@ -139,7 +139,6 @@ def eager_cost(record: ModeRecord, hit: LimitHit) -> EagerCost | None:
 
 def mode_budget(record: ModeRecord, hits: list[LimitHit], last_step: int | None) -> ModeBudget:
     """The budget of every frame Dynamo compiled in this mode (CA graphs' own frames included)."""
-    in_progress = stamps_step_in_progress(record.manifest.schema_version)
     by_frame: dict[str, list[DynamoCompileEvent]] = {}
     out = ModeBudget(record.mode, last_step=last_step)
     for event in record.events:
@@ -156,7 +155,7 @@ def mode_budget(record: ModeRecord, hits: list[LimitHit], last_step: int | None)
         made = [e for e in events if not (e.fail_reason and recompile_limit(f"{e.fail_type or ''} {e.fail_reason}"))]
         named = next((e for e in events if e.co_name), events[0])
         limits = [e.recompile_limit for e in events if e.recompile_limit is not None]
-        steps = [s for s in (e.step if e.is_ca_graph else forward_step(e.step, record.mode, in_progress) for e in made) if s is not None]
+        steps = [s for s in (e.step if e.is_ca_graph else forward_step(e.step, record.mode) for e in made) if s is not None]
         recompile_steps = [s for e, s in zip(made, steps) if compile_attempt(e.compile_id)]
         hit = hit_of.get(frame)
         limit = limits[-1] if limits else (hit.limit_value if hit is not None and hit.limit_value else DEFAULT_RECOMPILE_LIMIT)
@@ -186,6 +185,6 @@ def mode_budget(record: ModeRecord, hits: list[LimitHit], last_step: int | None)
 
 def budget_of(record: ModeRecord) -> ModeBudget:
     """The budget of a fully loaded mode record (the summary and the HTML report read it this way)."""
-    from cagtool.report.recompiles.table import limit_hits, step_summary
+    from cagtool.report.recompiles.reads import limit_hits, step_summary
 
     return mode_budget(record, limit_hits(record, record.of(DynamoCompileEvent)), step_summary(record).last)

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 from cagtool.record.loader import ModeRecord
 from cagtool.record.schema import CHECKPOINT_REENTRANT, PHASE_CHECKPOINT_RECOMPUTE, DynamoRecompileEvent, FindingEvent, SourceRef
-from cagtool.report.recompiles.table import forward_step, format_source
-from cagtool.record.schema import stamps_step_in_progress
+from cagtool.report.recompiles.reads import forward_step, format_source
 
 FINDING_NUM_THREADS = "num_threads_changed"  # capture/observe/global_state.py's code
 
@@ -77,7 +76,6 @@ def _classify(guard: str) -> tuple[str, str] | None:
 
 def unexpected_causes(record: ModeRecord) -> list[UnexpectedCause]:
     """Every Dynamo recompile whose failing guard is one of the causes above, in record order."""
-    in_progress = stamps_step_in_progress(record.manifest.schema_version)
     thread_changes = [f for f in record.of(FindingEvent) if f.code == FINDING_NUM_THREADS]
     out: list[UnexpectedCause] = []
     for event in record.of(DynamoRecompileEvent):
@@ -92,7 +90,7 @@ def unexpected_causes(record: ModeRecord) -> list[UnexpectedCause]:
                 continue  # a recompute's own recompile: its phase says where, explain.py why
             cause = CAUSE_REENTRANT_CHECKPOINT
             detail = f"checkpointed {phase.function.function}" if phase.function is not None and phase.function.function else ""
-        step = event.step if event.is_ca_graph else forward_step(event.step, record.mode, in_progress)
+        step = event.step if event.is_ca_graph else forward_step(event.step, record.mode)
         changed_at, how = event.source, "called in the new state"
         if cause == CAUSE_NUM_THREADS:
             before = [f for f in thread_changes if f.seq < event.seq]

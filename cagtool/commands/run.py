@@ -63,10 +63,17 @@ def warm_end_of_run_imports(report: bool) -> None:
         import cagtool.report.text.console  # noqa: F401
         import cagtool.report.summary  # noqa: F401
         import cagtool.report.recompiles.verification  # noqa: F401
+        import cagtool.record.cpu_wait_file  # noqa: F401
+        import cagtool.report.checkpointing  # noqa: F401
+        import cagtool.report.recompiles.budget  # noqa: F401
+        import cagtool.report.recompiles.budget_words  # noqa: F401
+        import cagtool.report.recompiles.phases  # noqa: F401
+        import cagtool.report.recompiles.unexpected  # noqa: F401
 
         if report:
             import cagtool.commands.report  # noqa: F401
             import cagtool.report.html.document  # noqa: F401
+            import cagtool.report.html.phase_section  # noqa: F401
             from cagtool.report.html.document import prepare
 
             prepare()

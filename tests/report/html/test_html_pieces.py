@@ -11,6 +11,7 @@ from cagtool.report.figures.downsample import downsample
 from cagtool.report.html.charts import MAX_POINTS_PER_CHART, MAX_POINTS_PER_SERIES, MIN_POINTS_PER_SERIES, points_per_series, thin_steps
 from cagtool.report.figures.compile_phases import PhaseRow
 from cagtool.report.html import sections, templating
+from cagtool.report.html.phase_section import ModePhasesBlock, PhasesSection
 from cagtool.report.html.templating import script_json
 from cagtool.report.text.safe_text import safe_text
 
@@ -73,6 +74,7 @@ def _hostile_sections() -> dict[str, object]:
         "graphs": sections.Graphs(h, h, [sections.GraphGroup(h, h, [graph], h), sections.GraphGroup(h, h, [], h)]),
         "gate": sections.Gate(h, False, table, [h], h),
         "verify": sections.Verification(h, table, [sections.Line(h, h), sections.Line(h, h, "pre")]),
+        "phases": PhasesSection([ModePhasesBlock(h, h, table, [h]), ModePhasesBlock(h, h, None, [])], [h]),
     }
 
 

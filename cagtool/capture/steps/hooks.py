@@ -225,6 +225,18 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     opt_start: dict[int, float] = {}  # id(optimizer) -> its step()'s start, between the two hooks
     digests = tracker.digests
 
+    def off_dynamo(call: Callable[[Any], Any], optimizer: Any) -> None:
+        """A rare path of the optimizer hook: `call(optimizer)` with Dynamo's frame callback off,
+        an error counted, never raised into the script's step()."""
+        prior = set_eval_frame(None)
+        try:
+            call(optimizer)
+        except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's step()
+            tracker.note_error(exc)
+        finally:
+            if prior is not None:
+                set_eval_frame(prior)
+
     def pre_hook(optimizer, args, kwargs):
         if only is not None and get_ident() != only:
             return
@@ -233,24 +245,10 @@ def install_hooks(tracker: Any) -> InstalledHooks:
             # Usually one decrement: the rarer path drains to know the step (grad_digest.py).
             digests.countdown -= 1
             if digests.countdown <= 0:
-                prior = set_eval_frame(None)
-                try:
-                    tracker._digest_before_step(optimizer)
-                except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's step()
-                    tracker.note_error(exc)
-                finally:
-                    if prior is not None:
-                        set_eval_frame(prior)
+                off_dynamo(tracker._digest_before_step, optimizer)
         opt_start[key] = perf_counter()
         if key not in known:  # made before cagtool was installed: noted now (a Python call, rare)
-            prior = set_eval_frame(None)
-            try:
-                tracker._note_optimizer(optimizer)
-            except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's step()
-                tracker.note_error(exc)
-            finally:
-                if prior is not None:
-                    set_eval_frame(prior)
+            off_dynamo(tracker._note_optimizer, optimizer)
 
     def post_hook(optimizer, args, kwargs):
         if autograd_names.get("_engine_run_backward") is not entry:

@@ -70,6 +70,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--block", type=int, default=40, help="steps per block")
     parser.add_argument("--warmup", type=int, default=30, help="steps before timing (compiles, caches)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier)")
+    parser.add_argument("--width", type=int, default=512, help="the MLP's hidden width: 512 gives ~4.5 ms steps on the 2-core VM, 160 about 1 ms")
     parser.add_argument("--no-torch-trace", action="store_true", help="leave TORCH_TRACE off in the on blocks")
     parser.add_argument("--parts", default="steps,observer,logs,trace",
                         help="what the on blocks install (to find where a cost is): steps (tracker, its events), observer, logs (torch.__trace handler), trace (TORCH_TRACE file)")
@@ -135,7 +136,7 @@ def run_processes(args: argparse.Namespace) -> None:
     one Inductor cache for all), print each, and judge the target over processes: each process's
     ratio (the geometric mean of its pairs) is one sample of what a user's process would see."""
     child = [sys.executable, str(Path(__file__).resolve()), "--backend", args.backend, "--pairs", str(args.pairs), "--block", str(args.block),
-             "--warmup", str(args.warmup), "--threads", str(args.threads), "--parts", args.parts, "--target", str(args.target), "--processes", "1"]
+             "--warmup", str(args.warmup), "--threads", str(args.threads), "--width", str(args.width), "--parts", args.parts, "--target", str(args.target), "--processes", "1"]
     child += ["--no-torch-trace"] if args.no_torch_trace else []
     child += [] if args.pin_malloc else ["--no-pin-malloc"]
     results = []
@@ -196,7 +197,7 @@ class Workload:
     instrument: Callable[[bool], None]  # True: install the parts; False: remove everything
 
 
-def workload(backend: str, threads: int, parts: set[str], torch_trace: bool = True) -> Workload:
+def workload(backend: str, threads: int, parts: set[str], torch_trace: bool = True, width: int = 512) -> Workload:
     """Everything `cagtool/capture/run/child.py` installs in ca mode, made once and installed or removed
     by `instrument`, in a fresh temporary record; `parts` of "steps" (the tracker, its events),
     "observer", "logs" (the torch.__trace handler), "trace" (the TORCH_TRACE file). Sets TORCH_TRACE
@@ -254,7 +255,7 @@ def workload(backend: str, threads: int, parts: set[str], torch_trace: bool = Tr
                 trace_logger.removeHandler(h)
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 512), torch.nn.GELU(), torch.nn.Linear(512, 10))
+    model = torch.nn.Sequential(torch.nn.Linear(256, width), torch.nn.GELU(), torch.nn.Linear(width, width), torch.nn.GELU(), torch.nn.Linear(width, 10))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
 
@@ -269,7 +270,7 @@ def workload(backend: str, threads: int, parts: set[str], torch_trace: bool = Tr
 
 def measure(args: argparse.Namespace) -> None:
     parts = set(args.parts.split(","))
-    work = workload(args.backend, args.threads, parts, torch_trace=not args.no_torch_trace)
+    work = workload(args.backend, args.threads, parts, torch_trace=not args.no_torch_trace, width=args.width)
     mode_dir, writer, observer, compiler, step, instrument = work.mode_dir, work.writer, work.observer, work.compiler, work.step, work.instrument
 
     import torch

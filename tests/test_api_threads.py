@@ -12,7 +12,7 @@ import torch
 from torch._dynamo.utils import counters
 
 import cagtool
-from cagtool.record.schema import BackwardEvent, CAGraphEvent, DynamoCompileEvent, StepEvent
+from cagtool.record.schema import BackwardEvent, CAGraphEvent, DynamoCompileEvent, FindingEvent, StepEvent
 
 HANG = 120.0  # seconds: only a broken gate ever waits this long
 
@@ -170,23 +170,40 @@ def test_the_capturing_threads_forwards_are_traced_as_with_compiled_autograd_on_
     assert flags == {"block": True, "after a backward": True, "after the block": False}
 
 
-def test_dynamo_reset_in_the_block_keeps_its_backwards_compiled_and_recorded(tmp_path):
+def test_dynamo_reset_in_the_block_turns_compiled_autograd_off_as_by_hand_and_says_so(tmp_path):
+    """A reset inside `with _enable(...)` by hand leaves compiled autograd off for the backwards
+    after it; the block does the same (torch's counts are the hand-made job's) and its record says
+    where it happened."""
     from torch._dynamo import compiled_autograd as ca
 
-    model = _model(0)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    flags = []
-    with cagtool.capture(backend="eager", output=tmp_path / "run", reset=True) as cap:
+    def job(flags: list[bool]) -> None:
+        model = _model(0)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
         for i in range(4):
             if i == 2:
-                torch._dynamo.reset()  # drops the compiler and the cache: the next backward captures again
+                torch._dynamo.reset()
                 flags.append(ca.compiled_autograd_enabled)
             opt.zero_grad()
             model(torch.randn(4, 8)).pow(2).mean().backward()
             opt.step()
+
+    torch._dynamo.reset()
+    counters.clear()
+    by_hand: list[bool] = []
+    with ca._enable(lambda gm: torch.compile(gm, backend="eager")):
+        job(by_hand)
+    hand_captures = counters["compiled_autograd"]["captures"]
+    flags: list[bool] = []
+    with cagtool.capture(backend="eager", output=tmp_path / "run", reset=True) as cap:
+        counters.clear()
+        job(flags)
+        captures = counters["compiled_autograd"]["captures"]
     record = cagtool.load(cap.path).mode("ca")
-    assert flags == [True]
-    assert [s.ca_captures for s in record.of(StepEvent)] == [1, 0, 1, 0]
+    assert flags == by_hand == [False]
+    assert captures == hand_captures == 1
+    assert [s.ca_captures for s in record.of(StepEvent)] == [1, 0, 0, 0]
+    [finding] = [f for f in record.of(FindingEvent) if f.code == "ca_turned_off_by_reset"]
+    assert finding.step == 2 and finding.source is not None and finding.source.file.endswith("test_api_threads.py")
 
 
 def test_the_scripts_own_enable_in_the_block_keeps_its_compiler_and_is_recorded(tmp_path):

@@ -16,6 +16,7 @@ from cagtool.record.schema import (
     BackwardEvent,
     CacheMissEvent,
     CAGraphEvent,
+    FindingEvent,
     OptimizerStepEvent,
     StepDeviceEvent,
     StepEvent,
@@ -153,11 +154,14 @@ def test_record_survives_the_script_changing_directory(tmp_path):
 
 
 @pytest.mark.slow
-def test_dynamo_reset_mid_run_keeps_counting(record_run):
+def test_dynamo_reset_mid_run_keeps_counting_and_says_compiled_autograd_went_off(record_run):
     ca = _mode(record_run(SHAPES, "reset", "3", modes="ca"), "ca")
     assert [s.step for s in ca.of(StepEvent)] == [0, 1, 2]
-    # After the reset (the script's step 1) the CA cache is empty: that step's backward is captured again, and recorded.
-    assert {g.step for g in ca.of(CAGraphEvent)} >= {0, 1}
+    # The reset (the script's step 1) turns compiled autograd off, as inside `_enable` by hand: the
+    # later backwards are plain, still counted as steps, and the record says where CA went off.
+    assert {g.step for g in ca.of(CAGraphEvent)} == {0}
+    [finding] = [f for f in ca.of(FindingEvent) if f.code == "ca_turned_off_by_reset"]
+    assert finding.step == 1 and finding.source.file.endswith("step_shapes.py")
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")

@@ -1,13 +1,12 @@
 """The shapes of three of torch's own compiled-autograd tests (tests/scripts/torch_ca_log_tests.py:
 test_verbose_logs_graph, test_verbose_logs_aot_id, test_higher_order_gradients) under `cagtool run`'s
-ca mode against the same script run inside compiled autograd by hand (the plain job of ca mode).
+ca mode and inside `cagtool.capture()`, against the same script run inside compiled autograd by
+hand (the plain job of ca mode): torch's results, counts and verbose log are the same.
 
-What differs is known and pinned as such: torch's check_output_and_recompiles calls
-torch._dynamo.reset() and then computes its eager reference; inside a hand-made `_enable` that
-reset leaves compiled autograd off, while cagtool re-arms it (docs/torch-internals.md,
-"`torch._dynamo.reset()` and re-arming"), so the reference run is captured by cagtool's compiler,
-the script's own `_enable` then hits that graph (compiles 0, not 1) and the verbose log holds
-cagtool's capture, not the script's."""
+torch's check_output_and_recompiles calls torch._dynamo.reset() and then computes its eager
+reference: inside a hand-made `_enable` that reset turns compiled autograd off, and so it does
+under cagtool (docs/torch-internals.md, "`torch._dynamo.reset()` inside the ca mode"), which says
+so in the record."""
 
 from __future__ import annotations
 
@@ -45,15 +44,18 @@ def both(tmp_path_factory):
         try:
             run = subprocess.run(cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(directory / "r"), SCRIPT),
                                  capture_output=True, text=True, cwd=ROOT, timeout=900)
+            api = subprocess.run([sys.executable, SCRIPT, "--capture", str(directory / "api")], capture_output=True, text=True, cwd=ROOT, timeout=900)
             hand_out, _ = hand.communicate(timeout=900)
         finally:
             hand.kill()
             hand.wait()
-        return {"rc": run.returncode, "stdout": run.stdout, "stderr": run.stderr[-3000:], "hand_rc": hand.returncode, "hand": hand_out}
+        return {"rc": run.returncode, "stdout": run.stdout, "stderr": run.stderr[-3000:], "hand_rc": hand.returncode, "hand": hand_out,
+                "api_rc": api.returncode, "api": api.stdout, "api_stderr": api.stderr[-3000:], "dir": str(directory)}
 
     _, value = recorded_once(tmp_path_factory, "torch-ca-log-tests", record)
     assert value["rc"] == 0 and value["hand_rc"] == 0, value["stderr"]
-    return _results(value["hand"]), _results(value["stdout"])
+    assert value["api_rc"] == 0, value["api_stderr"]
+    return {"hand": _results(value["hand"]), "run": _results(value["stdout"]), "api": _results(value["api"]), "dir": value["dir"]}
 
 
 def _log(lines: list[str]) -> list[str]:
@@ -61,16 +63,28 @@ def _log(lines: list[str]) -> list[str]:
     return [re.sub(r"<eval_with_key>\.\d+", "", re.sub(r"^\S+ \S+ \d+ ", "", line)) for line in lines]
 
 
-def test_higher_order_gradients_as_by_hand(both):
-    hand, run = both
-    assert run["higher_order_gradients"] == hand["higher_order_gradients"]
+@pytest.mark.parametrize("way", ["run", "api"])
+def test_higher_order_gradients_as_by_hand(both, way):
+    hand = both["hand"]
+    assert both[way]["higher_order_gradients"] == hand["higher_order_gradients"]
     assert hand["higher_order_gradients"]["aot_aot"] == [8.0, None, None, None]  # torch's error, caught by the script
 
 
-@pytest.mark.xfail(strict=True, reason="cagtool re-arms compiled autograd after torch._dynamo.reset(): the eager reference run is captured")
+@pytest.mark.parametrize("way", ["run", "api"])
 @pytest.mark.parametrize("test", ["verbose_logs_graph", "verbose_logs_aot_id"])
-def test_verbose_logs_as_by_hand(both, test):
-    hand, run = both
+def test_verbose_logs_as_by_hand(both, test, way):
+    hand, run = both["hand"], both[way]
     assert hand[test]["captures"] == hand[test]["compiles"] == 1
-    assert run[test]["compiles"] == hand[test]["compiles"]
+    assert run[test]["compiles"] == hand[test]["compiles"] and run[test]["captures"] == hand[test]["captures"]
     assert _log(run[test]["log"]) == _log(hand[test]["log"])
+
+
+def test_the_record_says_where_the_reset_turned_compiled_autograd_off(both):
+    from pathlib import Path
+
+    import cagtool
+    from cagtool.record.schema import FindingEvent
+
+    record = cagtool.load(Path(both["dir"]) / "r").mode("ca")
+    [finding] = [f for f in record.of(FindingEvent) if f.code == "ca_turned_off_by_reset"]
+    assert finding.source is not None and finding.source.file.endswith("torch_ca_log_tests.py")

@@ -86,21 +86,22 @@ def mode_context(mode: str, observer: Any, dynamic: bool, scope: Any = None) -> 
     compiler = observer.cagtool_compiler
     original_reset = ca.reset
 
-    def reset_and_rearm() -> None:
-        # torch._dynamo.reset() drops the compiler and the verbose logger (docs/torch-internals.md,
-        # "`torch._dynamo.reset()` and re-arming"):
-        # put cagtool's back so later backwards are still compiled and observed.
+    def reset_as_by_hand() -> None:
+        # torch._dynamo.reset() turns compiled autograd off inside an `_enable` block, and so it
+        # does in the ca mode: the mode is the script inside `_enable` by hand, reset included
+        # (docs/torch-internals.md, "`torch._dynamo.reset()` inside the ca mode"). The record says
+        # where it happened; cagtool's verbose logger, which reset drops too, is put back so that
+        # the cache misses of a CA the script enables again are still read.
+        was_on = ca.depth >= 1 or (scope is not None and scope.enable is not None)
         original_reset()
-        if ca.depth >= 1:
-            torch._C._dynamo.compiled_autograd.set_autograd_compiler(
-                functools.partial(ca.AutogradCompilerInstance, compiler), dynamic
-            )
-            ca.compiled_autograd_enabled = True
-        elif scope is not None:
-            ca.compiled_autograd_enabled = True
+        if scope is not None:
+            scope.enable = None
+            scope.after_backward = None
         observer.install_logger()
+        if was_on:
+            observer.steps.findings.ca_reset()
 
-    ca.reset = reset_and_rearm
+    ca.reset = reset_as_by_hand
     original_enable = ca._enable
     if dynamic:
         # `--dynamic` is about compiled autograd's sizes whatever route enabled it: the script's

@@ -18,6 +18,9 @@ BACKWARD_ENTRY_RESTORED = "backward_entry_restored"
 # Something else replaced the backward entry point: backward calls that do not reach cagtool's are
 # not recorded (the record says from when).
 BACKWARD_ENTRY_REPLACED = "backward_entry_replaced"
+# torch._dynamo.reset() inside the ca mode's compiled autograd: the backwards after it run
+# without compiled autograd, as they do inside `_enable` by hand.
+CA_RESET = "ca_turned_off_by_reset"
 FLAG_CHECK_EVERY = 64  # backward calls between two looks at the script's CA flag (check_flag)
 
 
@@ -55,6 +58,26 @@ class StepFindings:
                 step=self.current_step(),
                 source=where,
             )
+
+    def ca_reset(self) -> None:
+        """The script called torch._dynamo.reset() while compiled autograd was on: said once, at
+        the first such reset (a test suite resets before every test)."""
+        if CA_RESET in self.entry_findings:
+            return
+        self.entry_findings.add(CA_RESET)
+        self.writer.emit(
+            FindingEvent,
+            code=CA_RESET,
+            message=(
+                "the script called torch._dynamo.reset(), which turns compiled autograd off inside an _enable block: "
+                "as with compiled autograd enabled by hand, the backwards after it run without it unless the script "
+                "enables it again. To keep it on across a reset, re-enter torch._dynamo.compiled_autograd._enable(...) "
+                "after the reset, or set torch._dynamo.config.compiled_autograd = True and call backward inside the "
+                "torch.compile'd function (the flag survives a reset)."
+            ),
+            step=self.current_step(),
+            source=source.user_caller(how="caller"),
+        )
 
     def entry_changed(self, hooks: Any, reinstall: bool) -> None:
         """torch.autograd._engine_run_backward is not cagtool's any more (seen at an optimizer step

@@ -53,13 +53,14 @@ def _counters(counters: dict) -> dict:
     return out
 
 
-@pytest.fixture(scope="module")
-def zero2_torchrun(tmp_path_factory):
-    """ZeRO 2 under torchrun: cagtool run aot,ca beside the plain job (compiled autograd on, as
-    the script sets it up)."""
+@pytest.fixture(scope="module", params=[0, 2], ids=["zero0", "zero2"])
+def zero2_torchrun(request, tmp_path_factory):
+    """ZeRO 0 and ZeRO 2 under torchrun: cagtool run aot,ca beside the plain job (compiled autograd
+    on, as the script sets it up)."""
+    stage = request.param
 
     def record(directory):
-        script = [SCRIPT, "--stage", "2", "--ca-backend", "eager"]
+        script = [SCRIPT, "--stage", str(stage), "--ca-backend", "eager"]
         plain = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", _port(), *script],
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=ENV, cwd=ROOT)
         try:
@@ -72,9 +73,9 @@ def zero2_torchrun(tmp_path_factory):
             plain.wait()
         return {"rc": run.returncode, "stdout": run.stdout, "stderr": run.stderr[-4000:], "plain_rc": plain.returncode, "plain": plain_out}
 
-    path, value = recorded_once(tmp_path_factory, "deepspeed-zero2-torchrun", record)
+    path, value = recorded_once(tmp_path_factory, f"deepspeed-zero{stage}-torchrun", record)
     assert value["rc"] == 0 and value["plain_rc"] == 0, value["stderr"]
-    return path / "r", value
+    return path / "r", {**value, "stage": stage}
 
 
 def test_counts_per_rank_are_the_plain_jobs(zero2_torchrun):
@@ -100,14 +101,17 @@ def test_the_ranks_agree_on_the_models_parameters_and_the_gate_passes(zero2_torc
     for mode in ("aot", "ca"):
         for rank, record in run.mode(mode).ranks().items():
             [final] = record.of(FinalStateEvent)
-            assert final.of == "model" and final.num_params == 6  # the model's six, not the one flat partition
+            # ZeRO 2: the model's six, not the one flat partition the optimizer steps; ZeRO 0: the
+            # optimizer steps the model's own six
+            assert final.of == ("model" if value["stage"] else "optimizer") and final.num_params == 6
             assert final.param_norm == pytest.approx(plain[rank]["param_norm"], rel=1e-9)
     summary = cagtool_in_process("summary", path)
     assert "ranks_norms_diverge" not in summary.stdout and "final norm differs" not in summary.stdout
     assert summary.stdout.count("the ranks agree: same CA graphs and cache misses, same final norms") == 2
     compare = cagtool_in_process("compare", path)
     assert "not synchronised" not in compare.stdout
-    assert "rank1 vs ca rank0: not compared: the optimizer stepped tensors no module holds" in compare.stdout
+    sharded = "rank1 vs ca rank0: not compared: the optimizer stepped tensors no module holds" in compare.stdout
+    assert sharded == bool(value["stage"])
     gate = cagtool_in_process("gate", path, "--max-recompiles", "20")
     assert gate.returncode == 0, gate.stdout + gate.stderr
     assert "ranks" in gate.stdout
@@ -123,11 +127,12 @@ def test_the_compiler_named_is_the_one_deepspeed_compiled_with(zero2_torchrun):
     assert "CA backend aot_eager" not in summary.stdout
 
 
-def test_deepspeeds_own_launcher_ranks_agree_and_pass_the_gate(tmp_path):
+@pytest.mark.parametrize("stage", [0, 1])
+def test_deepspeeds_own_launcher_ranks_agree_and_pass_the_gate(tmp_path, stage):
     out = tmp_path / "r"
     run = subprocess.run(cagtool_cmd("run", "--modes", "ca", "--backend", "aot_eager", "--no-report", "-o", str(out),
                                      "-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--master_port", _port(),
-                                     SCRIPT, "--stage", "1", "--ca-backend", "eager"),
+                                     SCRIPT, "--stage", str(stage), "--ca-backend", "eager"),
                          capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=1200)
     assert run.returncode == 0, run.stderr[-4000:]
     record = load_run(out).mode("ca")

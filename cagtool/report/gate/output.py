@@ -4,13 +4,12 @@ decides which to write where."""
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from rich.console import Console
 from rich.table import Table
@@ -23,6 +22,7 @@ from cagtool.report.text.markdown import md_text
 from cagtool.report.text.safe_text import safe_text
 from cagtool.report.gate.checks import CheckResult, Outcome
 from cagtool.report.gate.run import GateOptions, GateResult
+from cagtool.report.gate.result_file import GATE_RESULT_FILE, gate_from_document, gate_json
 
 _LABEL = {Outcome.PASS: "PASS", Outcome.FAIL: "FAIL", Outcome.IMPROVED: "IMPROVED", Outcome.ERROR: "ERROR", Outcome.INCONCLUSIVE: "INCONCLUSIVE"}
 _STYLE = {Outcome.PASS: "green", Outcome.FAIL: "bold red", Outcome.IMPROVED: "yellow", Outcome.ERROR: "bold red", Outcome.INCONCLUSIVE: "bold yellow"}
@@ -101,71 +101,6 @@ def _short_source(source: str) -> str:
     return Path(source).name if source not in ("flag", "baseline", "run") and "+" not in source else source
 
 
-def result_to_dict(r: CheckResult) -> dict[str, Any]:
-    return {
-        "check": r.check,
-        "mode": r.mode,
-        "outcome": r.outcome.value,
-        "failed": r.failed,
-        "actual": r.actual,
-        "limit": r.limit,
-        "message": r.message,
-        "source": r.source,
-        "notes": list(r.notes),
-        "warnings": list(r.warnings),
-        "data": r.data,
-    }
-
-
-def gate_to_dict(gate: GateResult) -> dict[str, Any]:
-    return {
-        "passed": gate.passed and not gate.inconclusive,
-        "inconclusive": gate.inconclusive,
-        "exit_code": gate.exit_code,
-        "run": str(gate.run_path),
-        "mode": gate.mode,
-        "baseline": None if gate.baseline_path is None else str(gate.baseline_path),
-        "config": None if gate.config_path is None else str(gate.config_path),
-        "summary": {
-            "checks": len(gate.results),
-            "failed": len(gate.failures),
-            **{outcome.value: gate.count(outcome) for outcome in Outcome},
-        },
-        "checks": [result_to_dict(r) for r in gate.results],
-        "warnings": list(gate.warnings),
-        **({"ranks": list(gate.ranks)} if gate.ranks else {}),  # multi-rank runs: the ranks checked
-    }
-
-
-# `cagtool gate` and `cagtool run --gate` keep their result in the run directory, so a report written later shows it.
-GATE_RESULT_FILE = "gate.json"
-
-
-def gate_from_dict(data: dict[str, Any]) -> GateResult:
-    """A GateResult read back from `gate_to_dict`'s document (for rendering: thresholds are not kept)."""
-    from cagtool.report.gate.config import GateSettings
-
-    def optional_path(value: Any) -> Path | None:
-        return None if value is None else Path(value)
-
-    try:
-        results = [
-            CheckResult(
-                check=c["check"], mode=c["mode"], outcome=Outcome(c["outcome"]), failed=bool(c["failed"]),
-                actual=c["actual"], limit=c["limit"], message=c["message"], source=c.get("source", "flag"),
-                notes=list(c.get("notes", [])), data=dict(c.get("data", {})), warnings=list(c.get("warnings", [])),
-            )
-            for c in data["checks"]
-        ]
-        return GateResult(
-            run_path=Path(data["run"]), mode=data["mode"], settings=GateSettings(),
-            config_path=optional_path(data.get("config")), baseline_path=optional_path(data.get("baseline")),
-            results=results, warnings=list(data.get("warnings", [])), ranks=tuple(data.get("ranks", ())),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise UnreadableInput(f"gate result is malformed: {exc}") from None
-
-
 def save_gate_result(gate: GateResult, run_dir: Path) -> Path:
     path = run_dir / GATE_RESULT_FILE
     try:
@@ -192,11 +127,11 @@ def load_gate_result(run_dir: Path) -> GateResult | None:
     path = run_dir / GATE_RESULT_FILE
     if not path.exists():
         return None
-    return gate_from_dict(read_json_object(inside(run_dir, GATE_RESULT_FILE, "gate result"), "gate result"))
+    return gate_from_document(read_json_object(inside(run_dir, GATE_RESULT_FILE, "gate result"), "gate result"))
 
 
 def render_json(gate: GateResult) -> str:
-    return json.dumps(gate_to_dict(gate), indent=2, default=str)
+    return gate_json(gate)
 
 
 def render_junit(gate: GateResult) -> str:

@@ -401,9 +401,9 @@ def test_tail_warning_reaches_every_output():
     assert "> **warning:** max-regression (ca): slower tail" in render_markdown(gate)
     root = ET.fromstring(render_junit(gate))
     assert "warning: max-regression (ca): slower tail" in root.find(".//system-out").text
-    from cagtool.report.gate.output import gate_from_dict, gate_to_dict
+    from cagtool.report.gate.result_file import gate_from_document, gate_json
 
-    assert gate_from_dict(json.loads(json.dumps(gate_to_dict(gate)))).results[0].warnings == result.warnings
+    assert gate_from_document(json.loads(gate_json(gate))).results[0].warnings == result.warnings
 
 
 # ------------------------------------------------------------------ settings

@@ -132,3 +132,33 @@ def test_bad_input_is_one_line(tmp_path):
     assert code == 3 and err.count("\n") == 1 and "Traceback" not in err
     code, out, err = cli_in_process("checkpointing", str(tmp_path), "--modes", "eager", env={"CI": "true"}, cwd=ROOT)
     assert code == 2 and "--modes takes aot and ca" in err
+
+
+def test_the_measurement_reads_in_the_html_report_in_chromium(non_reentrant, tmp_path):
+    """The HTML report's phases section carries the measured lines, as a browser shows them."""
+    import os
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "html"))
+    from browser import Browser, find_chromium
+
+    if find_chromium() is None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("chromium is not installed under CI=true: the browser tests cannot run")
+        pytest.skip("chromium is not installed")
+    path, result = non_reentrant
+    html = tmp_path / "report.html"
+    code, _, err = cli_in_process("report", str(path / "run"), "-o", str(html), env={"CI": "true"}, cwd=ROOT)
+    assert code == 0, err
+    from cagtool.report.checkpointing import checkpointing_lines
+
+    with Browser.start() as browser:
+        page = browser.open(html)
+        heading = page.evaluate("Array.from(document.querySelectorAll('#phases h3')).map(h => h.innerText)")
+        shown = page.evaluate("Array.from(document.querySelectorAll('#phases ul.checkpointing li')).map(l => l.innerText)")
+        visible = page.evaluate("(() => { const u = document.querySelector('#phases ul.checkpointing'); const r = u.getBoundingClientRect(); "
+                                "return r.width > 0 && r.height > 0 && getComputedStyle(u).visibility === 'visible'; })()")
+        assert page.console_errors == []
+    assert "Activation checkpointing, measured" in heading
+    assert [" ".join(line.split()) for line in shown] == [" ".join(line.split()) for line in checkpointing_lines(result)]
+    assert any(f"saves {result['modes'][0]['held_saving']:.0%} of the memory held for backward under aot" in line for line in shown)
+    assert visible

@@ -24,7 +24,7 @@ from cagtool.torch_text import compile_id_of
 from cagtool.record.loader import load_mode
 from cagtool.record.manifest import ModeManifest
 from cagtool.record.schema import DynamoCompileEvent, DynamoRecompileEvent, GraphBreakEvent
-from cagtool.report.recompiles.table import limit_hits
+from cagtool.report.recompiles.reads import limit_hits
 from cagtool.torch_text import compile_attempt, compile_frame
 
 NEW_NODE = re.compile(r"^Cache miss due to new autograd node: \S+ \(NodeCall \d+\) with key size \d+, previous key sizes=\[[\d, ]*\]$")

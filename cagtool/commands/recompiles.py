@@ -216,7 +216,7 @@ def _script_of(record: "RunRecord") -> tuple[str | None, str | None]:
     target = record.meta.target or {}
     if target.get("kind") != "script":
         return None, None
-    from cagtool.report.recompiles.table import display_path
+    from cagtool.report.recompiles.reads import display_path
 
     return os.path.join(record.meta.cwd or ".", target["name"]), display_path(target["name"], record.meta.cwd or "")
 

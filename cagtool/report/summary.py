@@ -31,7 +31,8 @@ from cagtool.report.figures.metrics import ModeMetrics, cpu_wait, mode_metrics
 from cagtool.report.compiles.detail import detail_command
 from cagtool.report.figures.compile_phases import phase_lines
 from cagtool.report.known_failures import explain as explain_failure
-from cagtool.report.recompiles.table import forward_step, guard_text
+from cagtool.report.recompiles.reads import forward_step
+from cagtool.report.recompiles.table import guard_text
 from cagtool.report.ranks.analysis import RankFocus, analysis_json, analyze_ranks, run_dir_of, run_for_rank
 from cagtool.report.ranks.render import render_ranks
 

@@ -35,16 +35,8 @@ from cagtool.report.figures.metrics import (
     step_field,
 )
 from cagtool.report.recompiles.render import detail_cell
-from cagtool.report.recompiles.table import (
-    SOURCE_CA,
-    SOURCE_DYNAMO_CA_GRAPH,
-    RecompileTable,
-    display_path,
-    format_source,
-    forward_step,
-    guard_text,
-    node_label,
-)
+from cagtool.report.recompiles.reads import display_path, format_source, forward_step
+from cagtool.report.recompiles.table import SOURCE_CA, SOURCE_DYNAMO_CA_GRAPH, RecompileTable, guard_text, node_label
 
 # Marker kinds, in legend order, with their shapes and colours (fixed, so every report reads alike).
 MARKER_CA_FIRST = "CA first capture"

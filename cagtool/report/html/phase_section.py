@@ -10,7 +10,8 @@ from typing import ClassVar
 from cagtool.report.checkpointing import checkpointing_lines
 from cagtool.report.html.sections import Table, table
 from cagtool.report.recompiles.budget_words import budget_lines, phase_counts_text
-from cagtool.report.recompiles.table import RecompileTable, format_source
+from cagtool.report.recompiles.reads import format_source
+from cagtool.report.recompiles.table import RecompileTable
 from cagtool.report.recompiles.unexpected import unexpected_lines
 
 

@@ -35,7 +35,7 @@ from cagtool.report.graphs.render import changed_fields, header_lines, hunks, no
 from cagtool.report.graphs.runs import GraphComparison
 from cagtool.report.recompiles.explain import Cause, Explanation, alert_words, cause_words, step_list
 from cagtool.report.recompiles.render import TABLE_HEADER, counts_line, record_notes, table_cells
-from cagtool.report.recompiles.table import format_source
+from cagtool.report.recompiles.reads import format_source
 from cagtool.report.recompiles.verification import fix_in_job
 
 if TYPE_CHECKING:

@@ -11,13 +11,8 @@ from cagtool.report.recompiles.render import (
     print_wrapped,
     record_notes,
 )
-from cagtool.report.recompiles.table import (
-    RecompileTable,
-    StepSummary,
-    load_filtered,
-    recompile_table,
-    step_summary,
-)
+from cagtool.report.recompiles.reads import StepSummary, step_summary
+from cagtool.report.recompiles.table import RecompileTable, load_filtered, recompile_table
 
 __all__ = [
     "Explanation",

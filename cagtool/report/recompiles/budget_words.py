@@ -9,7 +9,8 @@ from cagtool.record.loader import ModeRecord
 from cagtool.record.schema import PHASE_BACKWARD, PHASE_CHECKPOINT_RECOMPUTE, SourceRef
 from cagtool.report.recompiles.budget import FrameBudget, ModeBudget
 from cagtool.report.recompiles.phases import PHASE_WORDS, ModePhases, PhasedCompile
-from cagtool.report.recompiles.table import RecompileTable, display_path, format_source
+from cagtool.report.recompiles.reads import display_path, format_source
+from cagtool.report.recompiles.table import RecompileTable
 from cagtool.report.recompiles.unexpected import unexpected_causes, unexpected_lines
 
 

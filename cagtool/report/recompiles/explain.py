@@ -22,15 +22,13 @@ from cagtool.record.schema import (
     CAGraphEvent,
     SourceRef,
 )
+from cagtool.report.recompiles.reads import LimitHit, display_path, format_source
 from cagtool.report.recompiles.table import (
     SOURCE_CA,
     SOURCE_DYNAMO_CA_GRAPH,
     SOURCE_DYNAMO_FRAME,
-    LimitHit,
     RecompileRow,
     RecompileTable,
-    display_path,
-    format_source,
     guard_shape,
     guard_text,
     node_label,

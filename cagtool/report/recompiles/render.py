@@ -21,14 +21,13 @@ from cagtool.report.recompiles.explain import (
     plural,
     step_list,
 )
+from cagtool.report.recompiles.reads import display_path, format_source
 from cagtool.report.recompiles.table import (
     SOURCE_CA,
     SOURCE_DYNAMO_CA_GRAPH,
     SOURCE_DYNAMO_FRAME,
     RecompileRow,
     RecompileTable,
-    display_path,
-    format_source,
     guard_text,
     node_label,
 )

@@ -30,16 +30,7 @@ from cagtool.record.schema import (
     StepEvent,
 )
 from cagtool.report.changed_sizes import misses_with_earlier_values
-from cagtool.report.recompiles.reads import (  # noqa: F401 - the table's readers, also named from here
-    LimitHit,
-    StepSummary,
-    display_path,
-    format_source,
-    forward_step,
-    limit_hits,
-    short_file,
-    step_summary,
-)
+from cagtool.report.recompiles.reads import LimitHit, StepSummary, forward_step, limit_hits, step_summary
 from cagtool.torch_text import (
     compile_attempt,
     looks_like_user_file,

@@ -38,12 +38,12 @@ from cagtool.report.recompiles.render import (
     JSON_SCHEMA_VERSION,
     RecompilesJsonRenderer,
 )
+from cagtool.report.recompiles.reads import display_path
 from cagtool.report.recompiles.table import (
     SOURCE_CA,
     SOURCE_DYNAMO_CA_GRAPH,
     SOURCE_DYNAMO_FRAME,
     compile_attempt,
-    display_path,
     recompile_table,
 )
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -110,6 +111,9 @@ logging_s = sum((m.structured_logging_overhead_us or 0) for m in get_compilation
 print(json.dumps({"cpu": cpu, "logging_s": logging_s, "taps_cpu": taps_cpu[0] if variant in ("taps", "artifacts", "cagtool") else 0.0, "counters": {k: sum(v.values()) for k, v in counters.items() if k in ("graph_break", "frames", "stats", "compiled_autograd")}}))
 '''
 
+# Two-sided 95 % t quantiles by degrees of freedom (1..29; beyond, 29's).
+T95 = dict(enumerate((12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+                      2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045), start=1))
 VARIANTS = ("plain", "handler", "trace", "taps", "artifacts", "cagtool")
 
 
@@ -155,6 +159,16 @@ def main() -> None:
               f"inside cagtool's taps: median {statistics.median(taps_cpu[variant]):.4f}s ({min(taps_cpu[variant]):.4f} .. {max(taps_cpu[variant]):.4f})")
     for variant in variants:
         print(f"  torch's counters, {variant}: {' | '.join(sorted(counters[variant]))}")
+    if "plain" in variants and len(plain) >= 2:
+        # Each repetition ran every variant in turn: its ratio to plain is one paired sample; the
+        # geometric mean with a 95 % t-interval over repetitions is what a target is judged on.
+        for variant in variants:
+            if variant == "plain":
+                continue
+            logs = [math.log(c / p) for c, p in zip(cpu[variant], plain)]
+            mean, sd = statistics.fmean(logs), statistics.stdev(logs)
+            half = T95[min(len(logs) - 1, max(T95))] * sd / math.sqrt(len(logs))
+            print(f"  {variant} / plain, paired: geometric mean {math.exp(mean):.4f}  95% t-interval [{math.exp(mean - half):.4f}, {math.exp(mean + half):.4f}]")
 
 
 if __name__ == "__main__":

@@ -476,6 +476,7 @@ def perfetto_trace(run: RunRecord) -> dict[str, Any]:
                      "(args: steps, mean_ms, min_ms, max_ms), and their backward and optimizer spans are left out"),
             "processes": aggregated,
         }
+    other.update(_long_job_data(run))
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
@@ -490,6 +491,26 @@ def perfetto_trace(run: RunRecord) -> dict[str, Any]:
             **({"processes_left_out": left_out} if left_out else {}),
         },
     }
+
+
+def _long_job_data(run: RunRecord) -> dict[str, Any]:
+    """What the trace's metadata (Perfetto's "Info and stats", otherData) carries beside the
+    timeline: each mode's recompile budget with its forecast in words, and `cagtool checkpointing`'s
+    measured saving when it was made."""
+    from cagtool.report.checkpointing import checkpointing_lines, load_checkpointing
+    from cagtool.report.recompiles.budget import budget_of
+    from cagtool.report.recompiles.budget_words import budget_json, budget_lines
+
+    cwd = run.meta.cwd or ""
+    budgets = {}
+    for name, record in run.modes.items():
+        budget = budget_of(record)
+        budgets[name] = {**(budget_json(budget, cwd) or {}), "words": budget_lines(budget, cwd)}
+    out: dict[str, Any] = {"recompile_budget": budgets} if budgets else {}
+    measured = load_checkpointing(run.path)
+    if measured is not None:
+        out["checkpointing"] = {"words": checkpointing_lines(measured), "measured": measured}
+    return out
 
 
 def write_trace(run: RunRecord, path: Path) -> Path:

@@ -134,6 +134,18 @@ def test_bad_input_is_one_line(tmp_path):
     assert code == 2 and "--modes takes aot and ca" in err
 
 
+def test_the_measurement_is_in_the_perfetto_trace(non_reentrant, tmp_path):
+    path, result = non_reentrant
+    out = tmp_path / "trace.json"
+    code, _, err = cli_in_process("export", str(path / "run"), "--perfetto", str(out), env={"CI": "true"}, cwd=ROOT)
+    assert code == 0, err
+    kept = json.loads(out.read_text())["otherData"]["checkpointing"]
+    from cagtool.report.checkpointing import checkpointing_lines
+
+    assert kept["words"] == checkpointing_lines(result)
+    assert [m["held_saving"] for m in kept["measured"]["modes"]] == [m["held_saving"] for m in result["modes"]]
+
+
 def test_the_measurement_reads_in_the_html_report_in_chromium(non_reentrant, tmp_path):
     """The HTML report's phases section carries the measured lines, as a browser shows them."""
     import os

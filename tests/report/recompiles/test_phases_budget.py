@@ -114,6 +114,21 @@ def test_perfetto_marks_the_recompute_with_its_phase(record_run, tmp_path):
     assert compiles and all(a["phase"] == "forward" for a in compiles)
 
 
+def test_perfetto_carries_the_budget_and_its_forecast(record_run, tmp_path):
+    """The trace's metadata (otherData, Perfetto's "Info and stats") holds each mode's budget: the
+    same figures and words as `recompiles --explain`."""
+    run = recorded(record_run, "recompile_budget.py", modes="aot")
+    out = tmp_path / "trace.json"
+    proc = cagtool("export", str(run), "--perfetto", str(out))
+    assert proc.returncode == 0, proc.stderr
+    budget = json.loads(out.read_text())["otherData"]["recompile_budget"]["aot"]
+    (frame,) = [f for f in budget["frames"] if f["function"] == "scaled_loss"]
+    assert frame["forecast_limit_step"] == 8 and frame["recompile_limit"] == 8 and budget["steady"] is False
+    assert any("at this rate it reaches the limit at about step 8" in line for line in budget["words"])
+    explained = json.loads(cagtool("recompiles", str(run), "--explain", "--format", "json").stdout)["modes"]["aot"]["budget"]
+    assert [f["text"] for f in budget["frames"]] == [f["text"] for f in explained["frames"]]
+
+
 def script_line(script: str, text: str) -> int:
     lines = (ROOT / "sample_scripts" / script).read_text().splitlines()
     return next(i for i, line in enumerate(lines, 1) if line.strip().startswith(text))

@@ -351,3 +351,18 @@ def test_seed_off_leaves_followed_processes_unseeded(mp_spawn_ddp):
     assert sorted(ranks) == [0, 1]
     for record in ranks.values():
         assert record.manifest.options["seed"] == {"seed": None, "seeded": [], "script_reseeded": None}
+
+
+def test_another_copys_bootstrap_on_pythonpath_follows_the_child(tmp_path):
+    """A launcher whose sys.path finds a second copy of cagtool (an editable install in its
+    environment) checks with that copy's bootstrap path; the parent put its own copy's on
+    PYTHONPATH, which follows the child all the same (DeepSpeed's launcher run from elsewhere)."""
+    other = tmp_path / "other" / "cagtool" / "capture" / "processes" / "bootstrap"
+    other.mkdir(parents=True)
+    (other / "sitecustomize.py").write_text("")
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(other)]), "CAGTOOL_FOLLOW": "{}"}
+    assert check_launch(sys.executable, [sys.executable, "x.py"], env, "/opt/this/cagtool/capture/processes/bootstrap", "CAGTOOL_FOLLOW") is None
+    # a directory of that name without cagtool's sitecustomize is no bootstrap
+    (other / "sitecustomize.py").unlink()
+    found = check_launch(sys.executable, [sys.executable, "x.py"], env, "/opt/this/cagtool/capture/processes/bootstrap", "CAGTOOL_FOLLOW")
+    assert found is not None and "PYTHONPATH" in found.reason

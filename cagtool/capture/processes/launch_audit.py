@@ -127,13 +127,25 @@ def check_launch(program: str, argv: Sequence[str], env: Mapping[str, str] | Non
         if flag in flags:
             return UnfollowedLaunch(shown, program, what, f"start it without -{flag} (cagtool follows children through sitecustomize on PYTHONPATH)")
     entries = [os.path.abspath(p) for p in environment.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if os.path.abspath(bootstrap_dir) not in entries or follow_env not in environment:
+    if not any(_is_bootstrap(entry, bootstrap_dir) for entry in entries) or follow_env not in environment:
         reason = "its environment lacks cagtool's bootstrap entry on PYTHONPATH" + (" (env= was given without it)" if env is not None else "")
         return UnfollowedLaunch(
             shown, program, reason,
             "build the child's environment from the parent's (env={**os.environ, ...}), keeping PYTHONPATH and CAGTOOL_FOLLOW",
         )
     return None
+
+
+_BOOTSTRAP_TAIL = os.path.join("cagtool", "capture", "processes", "bootstrap")
+
+
+def _is_bootstrap(entry: str, bootstrap_dir: str) -> bool:
+    """This PYTHONPATH entry is cagtool's bootstrap: this copy's, or another copy's (the parent put its
+    own copy's there; a process whose sys.path finds a second copy of cagtool, e.g. an editable
+    install in the launcher's environment, checks with that copy's path). Either follows the child."""
+    if entry == os.path.abspath(bootstrap_dir):
+        return True
+    return entry.endswith(os.sep + _BOOTSTRAP_TAIL) and os.path.isfile(os.path.join(entry, "sitecustomize.py"))
 
 
 def _launch_of(event: str, args: tuple[Any, ...]) -> tuple[str, Sequence[str], Mapping[str, str] | None] | None:

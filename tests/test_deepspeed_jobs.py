@@ -1,6 +1,6 @@
 """DeepSpeed jobs that turn compiled autograd on themselves (`engine.compile(compiled_autograd_enabled=True)`,
-sample_scripts/deepspeed_zero.py), 2 ranks on CPU over gloo, under torchrun and under DeepSpeed's own
-launcher: torch's counters per rank are the plain job's, the ranks agree (the model's parameters,
+sample_scripts/deepspeed_zero.py), ZeRO stages 0, 1 and 2: 2 ranks on CPU over gloo under torchrun and
+under DeepSpeed's own launcher, and one process: torch's counters per rank are the plain job's, the ranks agree (the model's parameters,
 by name: a ZeRO 1/2 optimizer steps each rank's own flat partition), the gate passes, and the CA
 compiler named is the one DeepSpeed compiled with (the accelerator's compile backend), not
 cagtool's --backend. Run where deepspeed is installed beside the pinned torch; the first run
@@ -53,9 +53,9 @@ def _counters(counters: dict) -> dict:
     return out
 
 
-@pytest.fixture(scope="module", params=[0, 2], ids=["zero0", "zero2"])
+@pytest.fixture(scope="module", params=[0, 1, 2], ids=["zero0", "zero1", "zero2"])
 def zero2_torchrun(request, tmp_path_factory):
-    """ZeRO 0 and ZeRO 2 under torchrun: cagtool run aot,ca beside the plain job (compiled autograd
+    """ZeRO 0, 1 and 2 under torchrun: cagtool run aot,ca beside the plain job (compiled autograd
     on, as the script sets it up)."""
     stage = request.param
 
@@ -127,7 +127,7 @@ def test_the_compiler_named_is_the_one_deepspeed_compiled_with(zero2_torchrun):
     assert "CA backend aot_eager" not in summary.stdout
 
 
-@pytest.mark.parametrize("stage", [0, 1])
+@pytest.mark.parametrize("stage", [0, 1, 2])
 def test_deepspeeds_own_launcher_ranks_agree_and_pass_the_gate(tmp_path, stage):
     out = tmp_path / "r"
     run = subprocess.run(cagtool_cmd("run", "--modes", "ca", "--backend", "aot_eager", "--no-report", "-o", str(out),
@@ -145,4 +145,28 @@ def test_deepspeeds_own_launcher_ranks_agree_and_pass_the_gate(tmp_path, stage):
         assert {g.compiler for g in rec.of(CAGraphEvent)} == {"script:eager"}
     summary = cagtool_in_process("summary", out)
     assert "the ranks agree: same CA graphs and cache misses, same final norms" in summary.stdout
+    assert cagtool_in_process("gate", out, "--max-recompiles", "20").returncode == 0
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2])
+def test_one_process_counts_and_norm_are_the_plain_jobs(tmp_path, stage):
+    """`python deepspeed_zero.py` as one process (DeepSpeed sets up a world of one): under cagtool's
+    ca mode torch's counters and the final norm are the plain job's, the compiler is DeepSpeed's."""
+    script = [SCRIPT, "--stage", str(stage), "--ca-backend", "eager"]
+    env = {**ENV, "MASTER_PORT": _port()}
+    plain = subprocess.run([sys.executable, *script], capture_output=True, text=True, env=env, cwd=ROOT, timeout=1200)
+    assert plain.returncode == 0, plain.stderr[-4000:]
+    out = tmp_path / "r"
+    env = {**ENV, "MASTER_PORT": _port()}
+    run = subprocess.run(cagtool_cmd("run", "--modes", "ca", "--backend", "aot_eager", "--no-report", "-o", str(out), *script),
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=1200)
+    assert run.returncode == 0, run.stderr[-4000:]
+    [expected] = _printed(plain.stdout)
+    [printed] = _printed(run.stdout)
+    assert printed["counters"] == expected["counters"] and printed["param_norm"] == pytest.approx(expected["param_norm"], rel=1e-9)
+    record = load_run(out).mode("ca")
+    assert _counters(record.manifest.torch_counters) == _counters(expected["counters"])
+    assert {g.compiler for g in record.of(CAGraphEvent)} == {"script:eager"}
+    [final] = record.of(FinalStateEvent)
+    assert final.param_norm == pytest.approx(expected["param_norm"], rel=1e-9)
     assert cagtool_in_process("gate", out, "--max-recompiles", "20").returncode == 0

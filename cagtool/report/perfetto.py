@@ -495,18 +495,25 @@ def perfetto_trace(run: RunRecord) -> dict[str, Any]:
 
 def _long_job_data(run: RunRecord) -> dict[str, Any]:
     """What the trace's metadata (Perfetto's "Info and stats", otherData) carries beside the
-    timeline: each mode's recompile budget with its forecast in words, and `cagtool checkpointing`'s
-    measured saving when it was made."""
+    timeline: each mode's recompile budget with its forecast in words, the recompiles from causes a
+    user does not expect (a thread count, train/eval, grad mode) with the line that changed them,
+    and `cagtool checkpointing`'s measured saving when it was made."""
     from cagtool.report.checkpointing import checkpointing_lines, load_checkpointing
     from cagtool.report.recompiles.budget import budget_of
     from cagtool.report.recompiles.budget_words import budget_json, budget_lines
+    from cagtool.report.recompiles.unexpected import unexpected_causes, unexpected_json, unexpected_lines
 
     cwd = run.meta.cwd or ""
-    budgets = {}
+    budgets, unexpected = {}, {}
     for name, record in run.modes.items():
         budget = budget_of(record)
         budgets[name] = {**(budget_json(budget, cwd) or {}), "words": budget_lines(budget, cwd)}
+        causes = unexpected_causes(record)
+        if causes:
+            unexpected[name] = {"causes": unexpected_json(causes, cwd), "words": [line.strip() for line in unexpected_lines(causes, cwd)]}
     out: dict[str, Any] = {"recompile_budget": budgets} if budgets else {}
+    if unexpected:
+        out["unexpected_causes"] = unexpected
     measured = load_checkpointing(run.path)
     if measured is not None:
         out["checkpointing"] = {"words": checkpointing_lines(measured), "measured": measured}

@@ -152,3 +152,39 @@ def test_thread_count_train_eval_and_grad_mode_are_named_with_their_lines(record
     text = " ".join(cagtool("recompiles", str(run), "--explain").stdout.split())
     assert "0/1 at step 1: the intra-op thread count changed (torch.set_num_threads) (from" in text
     assert "changed at sample_scripts/unexpected_causes.py" in text and "torch.set_num_threads(1)" in text
+
+
+def test_the_budget_and_the_unexpected_causes_read_in_the_html_report_and_perfetto(record_run, tmp_path):
+    """The forecast and the three causes named with their lines, as Chromium shows the report's
+    phases section, and in the Perfetto trace's metadata."""
+    import os
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests" / "report" / "html"))
+    from browser import Browser, find_chromium
+
+    budget_run = recorded(record_run, "recompile_budget.py", modes="aot")
+    causes_run = recorded(record_run, "unexpected_causes.py", modes="aot")
+    trace = tmp_path / "trace.json"
+    assert cagtool("export", str(causes_run), "--perfetto", str(trace)).returncode == 0
+    kept = json.loads(trace.read_text())["otherData"]["unexpected_causes"]["aot"]
+    assert [c["cause"] for c in kept["causes"]] == ["num_threads", "train_eval", "grad_mode"]
+    assert any("torch.set_num_threads(1)" in line for line in kept["words"])
+    if find_chromium() is None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("chromium is not installed under CI=true: the browser tests cannot run")
+        pytest.skip("chromium is not installed")
+    pages = {}
+    for name, run in (("budget", budget_run), ("causes", causes_run)):
+        html = tmp_path / f"{name}.html"
+        proc = cagtool("report", str(run), "-o", str(html))
+        assert proc.returncode == 0, proc.stderr
+        with Browser.start() as browser:
+            page = browser.open(html)
+            pages[name] = " ".join(page.evaluate("document.querySelector('#phases').innerText").split())
+            assert page.console_errors == []
+    assert "at this rate it reaches the limit at about step 8" in pages["budget"]
+    assert "did not reach a steady state" in pages["budget"]
+    assert "recompiles from causes you may not expect:" in pages["causes"]
+    line = script_line("unexpected_causes.py", "torch.set_num_threads(1)")
+    assert f"sample_scripts/unexpected_causes.py:{line}" in pages["causes"] and "torch.set_num_threads(1)" in pages["causes"]

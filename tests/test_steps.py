@@ -162,6 +162,7 @@ def test_dynamo_reset_mid_run_keeps_counting_and_says_compiled_autograd_went_off
     assert {g.step for g in ca.of(CAGraphEvent)} == {0}
     [finding] = [f for f in ca.of(FindingEvent) if f.code == "ca_turned_off_by_reset"]
     assert finding.step == 1 and finding.source.file.endswith("step_shapes.py")
+    assert finding.message.startswith("at step 1 the script called torch._dynamo.reset()")
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")

@@ -65,17 +65,18 @@ class StepFindings:
         if CA_RESET in self.entry_findings:
             return
         self.entry_findings.add(CA_RESET)
+        step = self.current_step()
         self.writer.emit(
             FindingEvent,
             code=CA_RESET,
             message=(
-                "the script called torch._dynamo.reset(), which turns compiled autograd off inside an _enable block: "
+                f"at step {step} the script called torch._dynamo.reset(), which turns compiled autograd off inside an _enable block: "
                 "as with compiled autograd enabled by hand, the backwards after it run without it unless the script "
                 "enables it again. To keep it on across a reset, re-enter torch._dynamo.compiled_autograd._enable(...) "
                 "after the reset, or set torch._dynamo.config.compiled_autograd = True and call backward inside the "
                 "torch.compile'd function (the flag survives a reset)."
             ),
-            step=self.current_step(),
+            step=step,
             source=source.user_caller(how="caller"),
         )
 

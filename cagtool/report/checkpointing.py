@@ -79,24 +79,24 @@ class ModeSaving:
             return None
         return a, b
 
-    @property
-    def held_saving(self) -> float | None:
-        """The fraction of the heap held at the backward's entry that checkpointing saved; 0.0 when
-        within the steps' spread (no measurable saving)."""
+    def _heap_change(self, figure: str, spread: str) -> float | None:
+        """The fraction of the plain call's heap `figure` that checkpointing saved; 0.0 within the
+        larger of the two sides' `spread` (no measurable saving); None without both readings."""
         heaps = self._heaps()
         if heaps is None:
             return None
         a, b = heaps
-        return _change(a.held_bytes, b.held_bytes, max(a.held_spread_bytes or 0, b.held_spread_bytes or 0))
+        return _change(getattr(a, figure), getattr(b, figure), max(getattr(a, spread) or 0, getattr(b, spread) or 0))
+
+    @property
+    def held_saving(self) -> float | None:
+        """The saving of the heap held at the backward's entry."""
+        return self._heap_change("held_bytes", "held_spread_bytes")
 
     @property
     def peak_saving(self) -> float | None:
         """The same of the heap's sampled maximum inside the backward."""
-        heaps = self._heaps()
-        if heaps is None:
-            return None
-        a, b = heaps
-        return _change(a.peak_bytes, b.peak_bytes, max(a.peak_spread_bytes or 0, b.peak_spread_bytes or 0))
+        return self._heap_change("peak_bytes", "peak_spread_bytes")
 
 
 @dataclass

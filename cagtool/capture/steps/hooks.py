@@ -124,7 +124,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
         if top:
             try:
                 outputs = t_outputs if isinstance(t_outputs, (tuple, list)) else (t_outputs,)
-                begun = BackwardCall(me, outputs)
+                begun = BackwardCall((me, outputs, 0, 0, 0))
                 append(begun)
                 if tracker._flag_check_due:
                     tracker._flag_due()
@@ -160,15 +160,15 @@ def install_hooks(tracker: Any) -> InstalledHooks:
                     local.call = None
                 try:
                     # The loss: one call into torch here; the drain reads it (a CPU value there,
-                    # several at a time with warm caches: losses.py). Only a one-element tensor is
-                    # held until then, so no large output outlives the call by more than that.
+                    # several at a time with warm caches: losses.py) and keeps it as the last loss.
+                    # Only a one-element tensor is held until then, so no large output outlives the
+                    # call by more than that.
                     loss = outputs[0] if outputs else None
                     try:
                         if loss.numel() != 1:
                             loss = None
                     except Exception:  # noqa: BLE001 - not a tensor, or a subclass without numel
                         loss = None
-                    tracker._last_loss = loss
                     note = [ENDED, clock, start, call, loss, kwargs.get("accumulate_grad", True),
                             "" if me == tracker._main_thread_id else tracker._thread_name(), None]
                     if sync or cuda._initialized:

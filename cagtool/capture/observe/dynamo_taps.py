@@ -27,11 +27,21 @@ of the compile's CPU (benchmarks/README.md, "compile artifacts"), they are recor
 
 Each tap only reads what torch computed anyway; a failure in it is counted by the handler
 (`errors`), never raised into the compile.
+
+A tapped module the process has not imported yet is tapped when torch imports it (`TapOnImport`, a
+finder first on `sys.meta_path` that wraps that one module's `exec_module`), not imported for
+cagtool: Inductor's graph module alone costs ~0.8 s of CPU to import, which a job on the eager or
+aot_eager backend, or an eager-mode process, never pays under plain python (benchmarks/README.md,
+startup).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import sys
+import threading
+from types import ModuleType
 from typing import Any, Callable
 
 from cagtool.capture.observe import compile_phase, source
@@ -92,11 +102,65 @@ def compile_id_metadata() -> dict[str, Any]:
 
 
 def _resolve(module_name: str, path: str) -> tuple[Any, str, Any]:
-    owner: Any = importlib.import_module(module_name)
+    return _resolve_in(importlib.import_module(module_name), path)
+
+
+def _resolve_in(owner: Any, path: str) -> tuple[Any, str, Any]:
     *parents, name = path.split(".")
     for parent in parents:
         owner = getattr(owner, parent)
     return owner, name, owner.__dict__[name]
+
+
+class TapOnImport(importlib.abc.MetaPathFinder):
+    """Calls `pending[name](module)` right after the module `name` is executed by whoever imports
+    it, once. Finds nothing itself: it asks the finders after it for the module's spec and wraps
+    that spec's loader's `exec_module` (a loader is made per module by the path finder)."""
+
+    def __init__(self, pending: dict[str, Callable[[ModuleType], None]]) -> None:
+        self.pending = pending
+        self._lock = threading.Lock()
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in self.pending:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        exec_module = getattr(loader, "exec_module", None)
+        if exec_module is None:
+            return spec
+
+        def exec_and_tap(module: ModuleType) -> None:
+            exec_module(module)
+            with self._lock:
+                tap = self.pending.pop(fullname, None)
+            if tap is not None:
+                try:
+                    tap(module)
+                except Exception:  # noqa: BLE001 - never fail torch's import over a tap
+                    pass
+
+        try:
+            loader.exec_module = exec_and_tap  # type: ignore[union-attr]
+        except AttributeError:  # a loader that takes no attribute: tapped by the next import of it, or not at all
+            pass
+        return spec
+
+    def remove(self) -> None:
+        with self._lock:
+            self.pending.clear()
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
 
 
 class DynamoTaps:
@@ -104,6 +168,7 @@ class DynamoTaps:
         self.handler = handler
         self.record_artifacts = record_artifacts
         self._installed: list[tuple[Any, str, Any]] = []
+        self._on_import: TapOnImport | None = None  # the modules not imported yet, tapped when they are
 
     # -- what each tap hands the handler ---------------------------------------------------
     def _record(self, make: Callable[[], tuple[dict[str, Any], str | None] | None]) -> None:
@@ -282,18 +347,39 @@ class DynamoTaps:
         from cagtool.capture.observe import global_state
 
         self._uninstall_global_state = global_state.install(self.handler)  # the thread count Dynamo guards on
+        installed = self._installed
+
+        def tap(module: Any, paths: list[str]) -> None:
+            for path in paths:
+                try:
+                    owner, name, original = _resolve_in(module, path)
+                except (AttributeError, KeyError):
+                    continue  # a torch without it: that record is not read (doctor says so)
+                if isinstance(original, staticmethod):
+                    setattr(owner, name, staticmethod(makers[path](original.__func__)))
+                else:
+                    setattr(owner, name, makers[path](original))
+                installed.append((owner, name, original))
+
+        by_module: dict[str, list[str]] = {}
         for module_name, path in TAPPED + (ARTIFACT_TAPPED if self.record_artifacts else ()):
-            try:
-                owner, name, original = _resolve(module_name, path)
-            except (ImportError, AttributeError, KeyError):
-                continue  # a torch without it: that record is not read (doctor says so)
-            if isinstance(original, staticmethod):
-                setattr(owner, name, staticmethod(makers[path](original.__func__)))
-            else:
-                setattr(owner, name, makers[path](original))
-            self._installed.append((owner, name, original))
+            by_module.setdefault(module_name, []).append(path)
+        pending: dict[str, Callable[[ModuleType], None]] = {}
+        for module_name, paths in by_module.items():
+            module = sys.modules.get(module_name)
+            if module is not None:
+                tap(module, paths)
+            else:  # tapped when torch imports it (module docstring)
+                pending[module_name] = lambda module, paths=paths: tap(module, paths)
+        if pending:
+            self._on_import = TapOnImport(pending)
+            sys.meta_path.insert(0, self._on_import)
 
     def uninstall(self) -> None:
+        on_import = self._on_import
+        if on_import is not None:
+            on_import.remove()
+            self._on_import = None
         if getattr(self, "_uninstall_global_state", None) is not None:
             self._uninstall_global_state()
             self._uninstall_global_state = None

@@ -115,17 +115,23 @@ def test_every_tapped_function_exists_and_taps_come_off():
 
 _TAP_ON_IMPORT = """
 import sys, json
-import torch, torch._dynamo
+import torch  # not torch._dynamo: a followed process's taps may go on before the job imports it
 from cagtool.capture.observe import dynamo_taps
 from cagtool.capture.observe.torch_logs import StructuredLogHandler
 taps = dynamo_taps.install(StructuredLogHandler.__new__(StructuredLogHandler))
-out = {"imported_by_install": "torch._inductor.graph" in sys.modules}
+out = {"imported_by_install": [m in sys.modules for m in ("torch._dynamo.convert_frame", "torch._inductor.graph")]}
+import torch._dynamo
+from torch._dynamo import convert_frame, guards
+# convert_frame binds guards' function by name when it is imported, after guards was tapped: tapped once
+once = convert_frame.get_and_maybe_log_recompilation_reasons
+out["tapped_once"] = [hasattr(once, "__wrapped__"), not hasattr(once.__wrapped__, "__wrapped__")]
 from torch._inductor.graph import GraphLowering
 from torch._functorch._aot_autograd import graph_compile
 out["tapped_on_import"] = [hasattr(GraphLowering._compile_to_module_lines, "__wrapped__"), hasattr(graph_compile._log_fw_bw_graphs, "__wrapped__")]
 out["installed"] = len(taps._installed)
 taps.uninstall()
-out["after_uninstall"] = [hasattr(GraphLowering._compile_to_module_lines, "__wrapped__"), hasattr(graph_compile._log_fw_bw_graphs, "__wrapped__")]
+out["after_uninstall"] = [hasattr(GraphLowering._compile_to_module_lines, "__wrapped__"), hasattr(graph_compile._log_fw_bw_graphs, "__wrapped__"),
+                        hasattr(convert_frame.get_and_maybe_log_recompilation_reasons, "__wrapped__"), hasattr(guards.get_and_maybe_log_recompilation_reasons, "__wrapped__")]
 out["finder_left"] = any(type(f).__name__ == "TapOnImport" for f in sys.meta_path)
 print(json.dumps(out))
 """
@@ -134,13 +140,15 @@ print(json.dumps(out))
 @pytest.mark.slow
 def test_a_module_not_imported_yet_is_tapped_when_torch_imports_it():
     """Installing the taps imports nothing of torch's (Inductor's graph module alone is ~0.8 s of
-    CPU a process): a module imported later is tapped as it is imported, and untapped at the end."""
+    CPU a process): a module imported later is tapped as it is imported, once even where it binds
+    a name another tapped module holds (each recompile was recorded twice in a DDP rank when it
+    was not), and untapped at the end."""
     proc = subprocess.run([sys.executable, "-c", _TAP_ON_IMPORT], capture_output=True, text=True, timeout=300, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out == {"imported_by_install": False, "tapped_on_import": [True, True],
-                   "installed": len(dynamo_taps.TAPPED + dynamo_taps.ARTIFACT_TAPPED), "after_uninstall": [False, False], "finder_left": False}
+    assert out == {"imported_by_install": [False, False], "tapped_once": [True, True], "tapped_on_import": [True, True],
+                   "installed": len(dynamo_taps.TAPPED + dynamo_taps.ARTIFACT_TAPPED), "after_uninstall": [False] * 4, "finder_left": False}
 
 
 def test_no_handler_on_torchs_structured_logger_while_tapped(tmp_path):

@@ -112,6 +112,9 @@ def _resolve_in(owner: Any, path: str) -> tuple[Any, str, Any]:
     return owner, name, owner.__dict__[name]
 
 
+_TAP_MARK = "_cagtool_tap"  # set on every function a tap put in torch's place
+
+
 class TapOnImport(importlib.abc.MetaPathFinder):
     """Calls `pending[name](module)` right after the module `name` is executed by whoever imports
     it, once. Finds nothing itself: it asks the finders after it for the module's spec and wraps
@@ -355,10 +358,16 @@ class DynamoTaps:
                     owner, name, original = _resolve_in(module, path)
                 except (AttributeError, KeyError):
                     continue  # a torch without it: that record is not read (doctor says so)
-                if isinstance(original, staticmethod):
-                    setattr(owner, name, staticmethod(makers[path](original.__func__)))
-                else:
-                    setattr(owner, name, makers[path](original))
+                function = original.__func__ if isinstance(original, staticmethod) else original
+                if getattr(function, _TAP_MARK, False):
+                    # Already this tap: a module imported after the one it imports the name from
+                    # (convert_frame binds guards' get_and_maybe_log_recompilation_reasons at its
+                    # import) got it tapped. Not tapped twice; put back at the end all the same.
+                    installed.append((owner, name, staticmethod(function.__wrapped__) if function is not original else function.__wrapped__))
+                    continue
+                tapped = makers[path](function)
+                setattr(tapped, _TAP_MARK, True)
+                setattr(owner, name, staticmethod(tapped) if function is not original else tapped)
                 installed.append((owner, name, original))
 
         by_module: dict[str, list[str]] = {}

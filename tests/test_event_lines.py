@@ -310,6 +310,30 @@ def test_short_write_then_error_stops_after_the_lines_written_whole(tmp_path, mo
     assert (tmp_path / "ca" / "events.jsonl").read_text().count("\n") == 1
 
 
+def test_a_line_cut_before_its_newline_is_counted_as_written(tmp_path, monkeypatch):
+    """The disk fills exactly at a line's newline: its text is on disk and reads back as an event,
+    so the record stops after it, not at it (the stop and the events agree)."""
+    writer = _writer(tmp_path)
+    for index in range(3):
+        writer.emit_held(BackwardEvent, step=0, index=index, backward_s=0.5)
+    real_write, calls = os.write, []
+
+    def filling_disk(fd, data):
+        calls.append(len(data))
+        if len(calls) == 1:
+            first = bytes(data).index(b"\n") + 1
+            second = bytes(data).index(b"\n", first)  # the second line's newline, left out
+            return real_write(fd, bytes(data)[:second])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer_module.os, "write", filling_disk)
+    writer.flush_held()
+    monkeypatch.undo()
+    assert writer.stopped is not None and writer.stopped["at_seq"] == 2
+    writer.close()
+    assert [e["seq"] for e in _lines(tmp_path)] == [0, 1]  # the second line lacks only its newline
+
+
 def _tracker_lines(tmp_path):
     from cagtool.capture.steps.tracker import _line_makers, _OpenStep
 

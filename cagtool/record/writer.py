@@ -364,8 +364,11 @@ class RecordWriter:
                 while done < len(data):  # a short write (a disk filling up): the rest, or the error
                     done += os.write(self._events, data[done:])
             except OSError as exc:
-                # The lines that reached the file whole are in the record; it stops at the next.
-                self._stop(exc, EVENTS_FILE, first_seq + data.count(b"\n", 0, done))
+                # The lines that reached the file whole are in the record; it stops at the next. A
+                # line whose text reached it but not its newline reads back whole (the loader takes
+                # a last line that ends with its closing brace): it counts as written.
+                whole = data.count(b"\n", 0, done) + (data[done:done + 1] == b"\n")
+                self._stop(exc, EVENTS_FILE, first_seq + whole)
 
     def _write_held(self) -> None:
         """Caller holds the lock."""

@@ -287,8 +287,9 @@ def test_a_process_ending_mid_step_loses_at_most_its_last_hold_s(tmp_path, how):
     assert [(b.step, b.index) for b in ca.of(BackwardEvent)] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
 
 
-def test_short_write_then_error_stops_after_the_lines_written_whole(tmp_path, monkeypatch):
-    """A disk filling up: the first write takes a line and a half, the next fails."""
+def _three_lines_on_a_filling_disk(tmp_path, monkeypatch, cut) -> RecordWriter:
+    """A writer holding three lines, flushed onto a disk that takes `cut(data)` bytes of the first
+    write and fails every later one (ENOSPC)."""
     writer = _writer(tmp_path)
     for index in range(3):
         writer.emit_held(BackwardEvent, step=0, index=index, backward_s=0.5)
@@ -297,14 +298,18 @@ def test_short_write_then_error_stops_after_the_lines_written_whole(tmp_path, mo
     def filling_disk(fd, data):
         calls.append(len(data))
         if len(calls) == 1:
-            first = bytes(data).index(b"\n") + 1
-            return real_write(fd, bytes(data)[: first + 10])
+            return real_write(fd, bytes(data)[: cut(bytes(data))])
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(writer_module.os, "write", filling_disk)
-    writer.emit_held(StepEvent, step=0, backward_s=0.5)
     writer.flush_held()
     monkeypatch.undo()
+    return writer
+
+
+def test_short_write_then_error_stops_after_the_lines_written_whole(tmp_path, monkeypatch):
+    """A disk filling up: the first write takes a line and a half, the next fails."""
+    writer = _three_lines_on_a_filling_disk(tmp_path, monkeypatch, lambda data: data.index(b"\n") + 1 + 10)
     assert writer.stopped is not None and writer.stopped["at_seq"] == 1  # event 0 is whole on disk
     writer.close()
     assert (tmp_path / "ca" / "events.jsonl").read_text().count("\n") == 1
@@ -313,22 +318,7 @@ def test_short_write_then_error_stops_after_the_lines_written_whole(tmp_path, mo
 def test_a_line_cut_before_its_newline_is_counted_as_written(tmp_path, monkeypatch):
     """The disk fills exactly at a line's newline: its text is on disk and reads back as an event,
     so the record stops after it, not at it (the stop and the events agree)."""
-    writer = _writer(tmp_path)
-    for index in range(3):
-        writer.emit_held(BackwardEvent, step=0, index=index, backward_s=0.5)
-    real_write, calls = os.write, []
-
-    def filling_disk(fd, data):
-        calls.append(len(data))
-        if len(calls) == 1:
-            first = bytes(data).index(b"\n") + 1
-            second = bytes(data).index(b"\n", first)  # the second line's newline, left out
-            return real_write(fd, bytes(data)[:second])
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(writer_module.os, "write", filling_disk)
-    writer.flush_held()
-    monkeypatch.undo()
+    writer = _three_lines_on_a_filling_disk(tmp_path, monkeypatch, lambda data: data.index(b"\n", data.index(b"\n") + 1))
     assert writer.stopped is not None and writer.stopped["at_seq"] == 2
     writer.close()
     assert [e["seq"] for e in _lines(tmp_path)] == [0, 1]  # the second line lacks only its newline

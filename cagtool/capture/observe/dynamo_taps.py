@@ -32,7 +32,7 @@ A tapped module the process has not imported yet is tapped when torch imports it
 finder first on `sys.meta_path` that wraps that one module's `exec_module`), not imported for
 cagtool: Inductor's graph module alone costs ~0.8 s of CPU to import, which a job on the eager or
 aot_eager backend, or an eager-mode process, never pays under plain python (benchmarks/README.md,
-startup).
+"A whole run's CPU").
 """
 
 from __future__ import annotations

@@ -124,7 +124,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
         if top:
             try:
                 outputs = t_outputs if isinstance(t_outputs, (tuple, list)) else (t_outputs,)
-                begun = BackwardCall((me, outputs, 0, 0, 0))
+                begun = BackwardCall(me, outputs)
                 append(begun)
                 if tracker._flag_check_due:
                     tracker._flag_due()

@@ -10,7 +10,6 @@ these names; nothing reads a note by index. A top-level backward's start is note
 
 from __future__ import annotations
 
-from operator import itemgetter
 from typing import Any
 
 # (ENDED, clock, start, call, loss, accumulate_grad, thread, cpu): a top-level backward returned or
@@ -31,25 +30,16 @@ GONE = 4
 CpuReading = tuple[float, float, int]
 
 
-def _setter(index: int) -> Any:
-    def set_item(call: list, value: Any) -> None:
-        call[index] = value
-    return set_item
-
-
-class BackwardCall(list):
+class BackwardCall:
     """One top-level backward call, noted when it begins: its thread (ident), its outputs (read for
     `current_roots`), the CA captures made in it (note_capture_finished), and where the drain placed
-    its start: the step it began in and its index there.
+    its start: the step it began in and its index there."""
 
-    A list of those five, made in the hook as `BackwardCall((thread, outputs, 0, 0, 0))`: a list
-    subclass without an `__init__` of its own is built by C code alone, where a class with one runs
-    a Python frame in the training step (its cold code costs microseconds there:
-    benchmarks/README.md, the backward entry's pieces). Read and set by name everywhere else."""
+    __slots__ = ("thread", "outputs", "captures", "step", "index")
 
-    __slots__ = ()
-    thread = property(itemgetter(0))
-    outputs = property(itemgetter(1))
-    captures = property(itemgetter(2), _setter(2))
-    step = property(itemgetter(3), _setter(3))
-    index = property(itemgetter(4), _setter(4))
+    def __init__(self, thread: int, outputs: Any) -> None:
+        self.thread = thread
+        self.outputs = outputs
+        self.captures = 0
+        self.step = 0
+        self.index = 0

@@ -160,15 +160,15 @@ def install_hooks(tracker: Any) -> InstalledHooks:
                     local.call = None
                 try:
                     # The loss: one call into torch here; the drain reads it (a CPU value there,
-                    # several at a time with warm caches: losses.py) and keeps it as the last loss.
-                    # Only a one-element tensor is held until then, so no large output outlives the
-                    # call by more than that.
+                    # several at a time with warm caches: losses.py). Only a one-element tensor is
+                    # held until then, so no large output outlives the call by more than that.
                     loss = outputs[0] if outputs else None
                     try:
                         if loss.numel() != 1:
                             loss = None
                     except Exception:  # noqa: BLE001 - not a tensor, or a subclass without numel
                         loss = None
+                    tracker._last_loss = loss
                     note = [ENDED, clock, start, call, loss, kwargs.get("accumulate_grad", True),
                             "" if me == tracker._main_thread_id else tracker._thread_name(), None]
                     if sync or cuda._initialized:

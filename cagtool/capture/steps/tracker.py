@@ -94,7 +94,7 @@ class StepTracker:
         self._solo: dict[int, BackwardCall] = {}
         self._raw: list[Any] = []  # the hooks' notes, not counted yet (the same list for the tracker's life)
         self._hook_due = 0.0  # perf_counter time from which a hook that can end a step drains and writes (drain)
-        self._last_loss: Any = None  # the last top-level backward's first output, when one element (final state; set by the drain)
+        self._last_loss: Any = None  # the last top-level backward's first output, when one element (final state)
         self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()  # every optimizer seen (final state)
         self.known: dict[int, weakref.ref[Any]] = {}  # id -> weak reference of every live optimizer, now
         # Two optimizers were alive at once (or the API block expects pre-existing ones): whether a
@@ -138,7 +138,6 @@ class StepTracker:
         call = self._own_call()
         outputs = call.outputs if call is not None else None
         if outputs is None:
-            self.drain()  # the last backward's loss, which the drain keeps
             outputs = () if self._last_loss is None else (self._last_loss,)
         return [getattr(output, "grad_fn", None) for output in outputs]
 
@@ -331,10 +330,6 @@ class StepTracker:
                 n = len(raw)
                 taken = raw[:n]
                 del raw[:n]  # a note racing this one stays for the next drain
-                for note in reversed(taken):  # the last top-level backward's loss (ENDED: the one list note)
-                    if note.__class__ is list:
-                        self._last_loss = note[4]
-                        break
                 if counter.undecided is not None:
                     taken = counter.decide(taken)
                 for note in taken:

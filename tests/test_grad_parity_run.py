@@ -166,3 +166,27 @@ def test_sparse_gradients_are_compared_and_same_named_parameters_kept_apart(reco
     assert data["grad_parity"]["summary"].startswith("gradients: the 3 modes agree on all 3 parameters"), data["grad_parity"]["summary"]
     ca = pair(data, "ca")
     assert ca["params"] == 3 and ca["first_bad_step"] is None
+
+
+CLOSURE_STEP = str(ROOT / "tests" / "scripts" / "closure_step.py")
+
+
+def test_a_step_given_a_closure_is_digested_after_the_closure_made_its_gradients(record_run):
+    """`opt.step(closure)` (Lightning's automatic optimization): the step's zero_grad, forward and
+    backward run inside step(), so at its pre-hook the gradients are the previous step's (None at
+    step 0). Each digest is of its own step's gradients: step 0's are real numbers, the compile
+    inside the closure makes step 0 a recompile step, and the ca mode's digest of the last step
+    (taken because eager took one there) equals eager's, read from the gradients still held at the
+    end (it read the step before's, and the modes seemed to differ at the last step)."""
+    run = record_run(CLOSURE_STEP, "--steps", "4", modes="eager,ca")
+    assert run.returncode == 0, run.stderr
+    digests = {mode: {e["step"]: e for e in map(json.loads, (run.path / mode / "events.jsonl").read_text().splitlines()) if e["kind"] == "grad_digest"}
+               for mode in ("eager", "ca")}
+    for mode in ("eager", "ca"):
+        assert all(norm is not None and norm > 0 for norm in digests[mode][0]["norm"]), digests[mode][0]
+    assert "recompile" in digests["ca"][0]["reasons"]
+    assert digests["eager"][3]["reasons"] == ["last"] and "earlier_mode" in digests["ca"][3]["reasons"]
+    assert digests["ca"][3]["norm"] == pytest.approx(digests["eager"][3]["norm"], rel=1e-5)
+    parity = parity_json(run)["grad_parity"]
+    assert parity["agree"], parity
+    assert parity["summary"] == "gradients: the 2 modes agree on all 4 parameters at 2 digested steps"

@@ -223,6 +223,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
 
     torch.optim.Optimizer.__init__ = optimizer_init
     opt_start: dict[int, float] = {}  # id(optimizer) -> its step()'s start, between the two hooks
+    after_closure: dict[int, bool] = {}  # id(optimizer) -> its step() was given a closure (digests only)
     digests = tracker.digests
 
     def off_dynamo(call: Callable[[Any], Any], optimizer: Any) -> None:
@@ -242,10 +243,16 @@ def install_hooks(tracker: Any) -> InstalledHooks:
             return
         key = id(optimizer)
         if digests is not None:
-            # Usually one decrement: the rarer path drains to know the step (grad_digest.py).
-            digests.countdown -= 1
-            if digests.countdown <= 0:
-                off_dynamo(tracker._digest_before_step, optimizer)
+            if kwargs.get("closure") is not None or (len(args) > 1 and args[1] is not None):
+                # step(closure): the step's forward and backward run inside step(), in the
+                # closure (Lightning's automatic optimization, LBFGS), so the gradients are not
+                # made yet: the post-hook digests them (grad_digest.py, "When").
+                after_closure[key] = True
+            else:
+                # Usually one decrement: the rarer path drains to know the step (grad_digest.py).
+                digests.countdown -= 1
+                if digests.countdown <= 0:
+                    off_dynamo(tracker._digest_before_step, optimizer)
         opt_start[key] = perf_counter()
         if key not in known:  # made before cagtool was installed: noted now (a Python call, rare)
             off_dynamo(tracker._note_optimizer, optimizer)
@@ -259,6 +266,10 @@ def install_hooks(tracker: Any) -> InstalledHooks:
         start = opt_start.pop(key, None)
         if start is None:
             return
+        if after_closure and after_closure.pop(key, False):
+            digests.countdown -= 1
+            if digests.countdown <= 0:
+                off_dynamo(tracker._digest_before_step, optimizer)
         clock = perf_counter()
         if heap is not None:
             heap.step_ended()

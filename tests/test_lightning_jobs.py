@@ -1,0 +1,59 @@
+"""A Lightning job under `cagtool run` (tests/scripts/lightning_job.py: automatic optimization, so
+each step's forward and backward run inside `optimizer.step(closure)`; gradient accumulation 2):
+the steps are Lightning's optimizer steps, each with its two backward calls; the three modes'
+gradients are digested from each step's own gradients and agree; and torch's counters equal plain
+python's (aot: the script as written; ca: inside compiled autograd by hand). Run where lightning is
+installed beside the pinned torch, as the DeepSpeed and HF Trainer jobs are."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+from test_library_graph_break_counts import WRAPPER, key_counts
+
+from cagtool.record.loader import load_run
+from conftest import ROOT
+
+SCRIPT = str(ROOT / "tests" / "scripts" / "lightning_job.py")
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("lightning") is None, reason="lightning is not installed (pip install lightning beside the pinned torch)"),
+]
+
+
+def test_a_lightning_jobs_steps_gradients_and_counters_are_torchs(tmp_path):
+    plain = {
+        under_ca: subprocess.Popen([sys.executable, "-c", WRAPPER, under_ca, SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        for under_ca in ("0", "1")
+    }
+    try:
+        run = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "eager,aot,ca", "--backend", "eager", "--no-report", "-o", str(tmp_path / "r"), SCRIPT],
+                             capture_output=True, text=True, cwd=ROOT, timeout=600, env={**__import__("os").environ, "CI": "true"})
+        assert run.returncode == 0, run.stderr[-3000:]
+        counts = {}
+        for under_ca, proc in plain.items():
+            stdout, stderr = proc.communicate(timeout=600)
+            assert proc.returncode == 0, stderr[-2000:]
+            lines = stdout.strip().splitlines()
+            assert lines[-2] == "global_step 6", lines[-3:]
+            counts[under_ca] = key_counts(json.loads(lines[-1]))
+    finally:
+        for proc in plain.values():
+            proc.kill()
+            proc.wait()
+    assert run.stdout.count("global_step 6") == 3
+    record = load_run(tmp_path / "r")
+    for mode in ("eager", "aot", "ca"):
+        steps = [e for e in map(json.loads, (tmp_path / "r" / mode / "events.jsonl").read_text().splitlines()) if e["kind"] == "step"]
+        assert [(s["step"], s["backward_calls"], s["boundary"]) for s in steps] == [(i, 2, "optimizer") for i in range(6)], mode
+    aot, ca = (key_counts(record.mode(m).manifest.torch_counters) for m in ("aot", "ca"))
+    assert aot == counts["0"]
+    assert ca == counts["1"] and ca["ca_captures"] >= 1
+    compare = subprocess.run([sys.executable, "-m", "cagtool", "compare", str(tmp_path / "r"), "--format", "json"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    parity = json.loads(compare.stdout)["grad_parity"]
+    assert parity["agree"] and parity["summary"] == "gradients: the 3 modes agree on all 4 parameters at 2 digested steps", parity

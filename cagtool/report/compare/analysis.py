@@ -390,14 +390,36 @@ def numerics_sample(name: str, record: ModeRecord) -> NumericsSample:
     )
 
 
+def _worst_and_agreement(steps: list[int], values: dict[int, float], references: dict[int, float], tol: Tolerance) -> tuple[int, float, bool]:
+    """(the first step with the largest relative_difference, that difference, whether every step
+    agrees within `tol`) in one pass over `steps` (a run's losses: tens of thousands of steps);
+    where both values are finite, Tolerance.agrees and relative_difference computed inline, and
+    by those functions where one is not."""
+    atol, rtol = tol.atol, tol.rtol
+    worst_step, worst, agrees = steps[0], -1.0, True
+    for step in steps:
+        value, reference = values[step], references[step]
+        diff = abs(value - reference)
+        if diff - diff == 0.0:  # finite: so are both values
+            scale = abs(reference)
+            if diff > atol + rtol * scale:
+                agrees = False
+            relative = 0.0 if diff == 0.0 else (diff / scale if scale > 0 else math.inf)
+        else:
+            agrees = agrees and tol.agrees(value, reference)
+            relative = relative_difference(value, reference)
+        if relative > worst:
+            worst_step, worst = step, relative
+    return worst_step, worst, agrees
+
+
 def _loss_diff(sample: NumericsSample, reference: NumericsSample, tol: Tolerance) -> NumericsDiff | None:
     common = sorted(set(sample.losses) & set(reference.losses))
     if not common:
         if sample.losses and reference.losses:
             return NumericsDiff(LOSS, sample.record, reference.record, 0, None, agrees=True, note="no step in common")
         return None
-    worst_step = max(common, key=lambda step: relative_difference(sample.losses[step], reference.losses[step]))
-    agrees = all(tol.agrees(sample.losses[s], reference.losses[s]) for s in common)
+    worst_step, worst, agrees = _worst_and_agreement(common, sample.losses, reference.losses, tol)
     note = ""
     if len(sample.losses) != len(reference.losses):
         note = f"{sample.record} has {len(sample.losses)} losses, {reference.record} {len(reference.losses)}: compared the {len(common)} steps both ran"
@@ -406,7 +428,7 @@ def _loss_diff(sample: NumericsSample, reference: NumericsSample, tol: Tolerance
         record=sample.record,
         reference=reference.record,
         compared=len(common),
-        max_rel_diff=relative_difference(sample.losses[worst_step], reference.losses[worst_step]),
+        max_rel_diff=worst,
         worst_step=worst_step,
         value=sample.losses[worst_step],
         reference_value=reference.losses[worst_step],
@@ -458,9 +480,11 @@ def nonfinite_notes(samples: list[NumericsSample]) -> list[str]:
     "loss is NaN from step 2 in eager, aot and ca". A NaN the modes share agrees; it is still said."""
     found: dict[str, list[str]] = {}
     for sample in samples:
-        bad = next(((step, value) for step, value in sorted(sample.losses.items()) if not math.isfinite(value)), None)
-        if bad is not None:
-            found.setdefault(f"loss is {_nonfinite_word(bad[1])} from step {bad[0]}", []).append(sample.record)
+        losses = sample.losses
+        bad = [step for step, value in losses.items() if value - value != 0.0]  # NaN or infinite
+        if bad:
+            first = min(bad)
+            found.setdefault(f"loss is {_nonfinite_word(losses[first])} from step {first}", []).append(sample.record)
         for quantity in (PARAM_NORM, GRAD_NORM):
             value = getattr(sample, quantity)
             if value is not None and not math.isfinite(value):

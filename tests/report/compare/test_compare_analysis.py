@@ -507,3 +507,26 @@ def test_the_headline_answers_first_in_words():
     assert ab.tone == "good" and "B ca: step time faster" in ab.text
     data = json.loads(format_comparison(compare_modes(three_modes(ca_ms=5, repeat=5)), "json"))
     assert data["headline"] == {"text": faster.text, "tone": "good"}
+
+
+def test_the_one_pass_loss_comparison_equals_the_definitions():
+    """A run's losses are compared in one pass (`_worst_and_agreement`): its worst step, its
+    difference and the agreement equal the definitions' (the first step with the largest
+    relative_difference; Tolerance.agrees at every step), NaN, infinities, zeros, overflowing
+    differences and ties included."""
+    import math
+    import random
+
+    from cagtool.report.compare.analysis import _worst_and_agreement
+
+    rng = random.Random(7)
+    specials = [math.nan, math.inf, -math.inf, 0.0, -0.0, 1e308, -1e308, 1.0, 2.0]
+    tol = Tolerance()
+    for _ in range(400):
+        n = rng.randint(1, 12)
+        steps = list(range(n))
+        ref = {s: rng.choice(specials) if rng.random() < 0.3 else rng.uniform(-3, 3) for s in steps}
+        val = {s: (rng.choice(specials) if rng.random() < 0.3 else ref[s] * (1 + rng.choice([0.0, 1e-5, 2e-3, -0.5]))) for s in steps}
+        worst_step = max(steps, key=lambda s: relative_difference(val[s], ref[s]))
+        expected = (worst_step, relative_difference(val[worst_step], ref[worst_step]), all(tol.agrees(val[s], ref[s]) for s in steps))
+        assert _worst_and_agreement(steps, val, ref, tol) == expected, (val, ref)

@@ -243,7 +243,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
             return
         key = id(optimizer)
         if digests is not None:
-            if kwargs.get("closure") is not None or (len(args) > 1 and args[1] is not None):
+            if kwargs.get("closure") is not None or (len(args) > 1 and callable(args[1])):
                 # step(closure): the step's forward and backward run inside step(), in the
                 # closure (Lightning's automatic optimization, LBFGS), so the gradients are not
                 # made yet: the post-hook digests them (grad_digest.py, "When").

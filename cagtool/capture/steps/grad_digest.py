@@ -11,9 +11,10 @@ When: in the optimizer's step pre-hook (the gradients are complete, accumulation
 yet consumed); where step() is given a closure (Lightning's automatic optimization, LBFGS) the
 forward and backward run inside step(), in the closure, so its post-hook digests them instead
 (after the update: the optimizers of torch.optim read the gradients without changing them). At
-step 0, at every step in which a CA graph was captured or Dynamo compiled, every `every` steps (`cagtool run --parity-every K`), at the steps an earlier mode of the run digested
-(so later modes digest what earlier ones did), and at the end of the run for the last step when its
-gradients are still held. Steps without an optimizer (backward-only) are digested only at the end.
+step 0, at every step in which a CA graph was captured or Dynamo compiled, every `every` steps
+(`cagtool run --parity-every K`), at the steps an earlier mode of the run digested (so later modes
+digest what earlier ones did), and at the end of the run for the last step when its gradients are
+still held. Steps without an optimizer (backward-only) are digested only at the end.
 
 Cost: the hook's usual path is one decrement and one comparison (`countdown`); a due step launches
 two foreach norms and one matrix-vector product per parameter, and stacks the results into one

@@ -15,35 +15,11 @@ from pathlib import Path
 import pytest
 
 from cagtool.record.loader import load_run
+from plain_counters import WRAPPER, key_counts
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "scripts"
 NO_TRANSFORMERS = importlib.util.find_spec("transformers") is None
-
-WRAPPER = """
-import json, runpy, sys
-under_ca, sys.argv = sys.argv[1] == "1", sys.argv[2:]
-import torch
-from torch._dynamo import compiled_autograd
-if under_ca:
-    with compiled_autograd._enable(lambda gm: torch.compile(gm, backend="eager"), dynamic=False):
-        runpy.run_path(sys.argv[0], run_name="__main__")
-else:
-    runpy.run_path(sys.argv[0], run_name="__main__")
-from torch._dynamo.utils import counters
-print(json.dumps({k: {str(a): b for a, b in v.items()} for k, v in counters.items()}))
-"""
-
-
-def key_counts(counters: dict) -> dict:
-    return {
-        "graph_breaks": sorted((reason[:300], n) for reason, n in counters.get("graph_break", {}).items()),
-        "unique_graphs": counters.get("stats", {}).get("unique_graphs", 0),
-        "calls_captured": counters.get("stats", {}).get("calls_captured", 0),
-        "frames": counters.get("frames", {}),
-        "recompiles": counters.get("recompiles", {}),
-        "ca_captures": counters.get("compiled_autograd", {}).get("captures", 0),
-    }
 
 
 @pytest.mark.slow

@@ -13,10 +13,10 @@ import subprocess
 import sys
 
 import pytest
-from test_library_graph_break_counts import WRAPPER, key_counts
 
 from cagtool.record.loader import load_run
 from conftest import ROOT
+from plain_counters import WRAPPER, key_counts
 
 SCRIPT = str(ROOT / "tests" / "scripts" / "lightning_job.py")
 

@@ -5,13 +5,15 @@ all (docs/torch-internals.md, "CA cache misses"). With one set, torch's C++ does
 autograd node of every backward, also when nothing misses: it builds the node's name (with the
 NodeCall index) and copies the node's set of cached keys (`VerboseLogger::log_node_check`). This
 measures that cost with torch alone (no cagtool code runs): the same MLP under
-`compiled_autograd._enable` (eager backend, OMP_NUM_THREADS=1), the logger set or not before each
-backward, the order shuffled in every round of two backwards; the figure is the median of the
+`compiled_autograd._enable` (the eager backend unless `--backend`, OMP_NUM_THREADS=1), the logger
+set or not before each backward, the order shuffled in every round of two backwards; the figure is
+the median of the
 per-round differences of the backward's wall time (perf_counter around `loss.backward()`; one
 thread, nothing waits), with a distribution-free 95 % interval, and per autograd node.
 
     python benchmarks/ca_verbose_logger_cost.py                 # depths 2, 10, 40 hidden layers
     python benchmarks/ca_verbose_logger_cost.py --depths 40 --rounds 3000 --json F
+    python benchmarks/ca_verbose_logger_cost.py --backend inductor    # the CA graph compiled by Inductor
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def median_interval(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(ordered), ordered[low], ordered[high]
 
 
-def measure(depth: int, width: int, rounds: int) -> dict:
+def measure(depth: int, width: int, rounds: int, backend: str) -> dict:
     import torch
     from torch._dynamo import compiled_autograd as ca
 
@@ -65,7 +67,7 @@ def measure(depth: int, width: int, rounds: int) -> dict:
         opt.zero_grad(set_to_none=False)
         return torch.nn.functional.cross_entropy(model(x), y)
 
-    with ca._enable(lambda gm: torch.compile(gm, backend="eager"), dynamic=False):
+    with ca._enable(lambda gm: torch.compile(gm, backend=backend), dynamic=False):
         for _ in range(20):
             forward().backward()
             opt.step()
@@ -85,7 +87,7 @@ def measure(depth: int, width: int, rounds: int) -> dict:
             off_times.append(took[False])
         setter(None)
     mid, low, high = median_interval(diffs)
-    return {"depth": depth, "width": width, "nodes": nodes, "rounds": rounds, "backward_off_s": statistics.median(off_times),
+    return {"backend": backend, "depth": depth, "width": width, "nodes": nodes, "rounds": rounds, "backward_off_s": statistics.median(off_times),
             "cost_s": mid, "ci95_s": [low, high], "per_node_s": mid / nodes, "messages": len(messages)}
 
 
@@ -94,15 +96,20 @@ def main() -> None:
     parser.add_argument("--depths", default="2,10,40", help="hidden layers of the MLP, comma-separated")
     parser.add_argument("--width", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=1500)
+    parser.add_argument("--backend", default="eager", choices=("eager", "aot_eager", "inductor"), help="what compiles the CA graph")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
     os.environ["OMP_NUM_THREADS"] = "1"
+    if args.backend == "inductor":
+        import tempfile
+
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="cagtool-vlog-inductor-"))
     import torch
 
     torch.set_num_threads(1)
     results = []
     for depth in (int(d) for d in args.depths.split(",")):
-        r = measure(depth, args.width, args.rounds)
+        r = measure(depth, args.width, args.rounds, args.backend)
         results.append(r)
         print(f"depth {depth:3d}: {r['nodes']:4d} autograd nodes, backward {r['backward_off_s'] * 1e6:8.1f} us; verbose logger "
               f"+{r['cost_s'] * 1e6:.1f} us [{r['ci95_s'][0] * 1e6:.1f}, {r['ci95_s'][1] * 1e6:.1f}] "

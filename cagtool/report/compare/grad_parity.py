@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import FIRST_STEP, GRAPHS_DIR, MODES, OPTIMIZER_TENSOR_PREFIX, TRACE_DIR, GradDigestEvent
+from cagtool.report.figures.pooled import base_mode
 
 BASE_RTOL = {"float64": 1e-7, "float32": 1e-4, "bfloat16": 2e-2, "float16": 4e-3}
 EPS = {"float64": 2.2e-16, "float32": 1.19e-7, "bfloat16": 7.8e-3, "float16": 9.8e-4}
@@ -192,12 +193,14 @@ class GradParity:
         if not self.pairs:
             return "gradients: no digests recorded"
         if self.agree and compared:
-            modes = {p.record.split(" ")[0] for p in compared} | {(self.reference or "").split(" ")[0]}
+            records = {p.record.split(" ")[0] for p in compared} | {(self.reference or "").split(" ")[0]}
+            modes = {base_mode(record) for record in records}  # `ca.2`: the ca mode's second process (--repeat)
             ranks = {p.record.partition(" ")[2] for p in compared} - {""}
             params = max(p.params for p in compared)
             steps = max(len(p.steps) for p in compared)
             where = f" on each of {len(ranks)} ranks" if ranks else ""
-            return (f"gradients: the {len(modes)} modes agree on all {_n(params, 'parameter')} at {_n(steps, 'digested step')}{where}"
+            processes = f" ({len(records)} processes)" if len(records) > len(modes) else ""
+            return (f"gradients: the {len(modes)} modes agree on all {_n(params, 'parameter')} at {_n(steps, 'digested step')}{where}{processes}"
                     + self._nonfinite_said())
         bad = self.disagreements
         if bad:

@@ -103,3 +103,16 @@ def test_steps_digested_on_one_side_are_listed_not_compared():
     pair = compare_digests("ca", "eager", {0: base, 7: base}, {0: base, 9: base}, GradTolerance())
     assert pair.steps == (0,) and pair.only_record == (7,) and pair.only_reference == (9,)
     assert pair.agrees
+
+
+def test_repetitions_of_a_mode_are_counted_as_processes_not_as_modes():
+    """`--repeat 3` of aot and ca: six records (`aot`, `aot.2`, ..., `ca.3`) of two modes; the
+    summary counted each record as a mode ("the 6 modes agree")."""
+    from cagtool.report.compare.grad_parity import GradParity
+
+    base = step_digests(grads(2, SHAPES))
+    records = ["ca", "ca.2", "aot.2", "ca.3", "aot.3"]
+    pairs = tuple(compare_digests(record, "aot", {0: base}, {0: base}, GradTolerance()) for record in records)
+    assert GradParity("aot", pairs).summary() == "gradients: the 2 modes agree on all 4 parameters at 1 digested step (6 processes)"
+    one_each = GradParity("aot", pairs[:1]).summary()
+    assert one_each == "gradients: the 2 modes agree on all 4 parameters at 1 digested step"

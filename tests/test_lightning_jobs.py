@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -33,7 +34,7 @@ def test_a_lightning_jobs_steps_gradients_and_counters_are_torchs(tmp_path):
     }
     try:
         run = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "eager,aot,ca", "--backend", "eager", "--no-report", "-o", str(tmp_path / "r"), SCRIPT],
-                             capture_output=True, text=True, cwd=ROOT, timeout=600, env={**__import__("os").environ, "CI": "true"})
+                             capture_output=True, text=True, cwd=ROOT, timeout=600, env={**os.environ, "CI": "true"})
         assert run.returncode == 0, run.stderr[-3000:]
         counts = {}
         for under_ca, proc in plain.items():

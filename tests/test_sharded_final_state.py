@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from cagtool.capture.steps.grad_digest import GradDigests, ParamNames
-from cagtool.capture.steps.sharded import OF_MODEL, OF_OPTIMIZER, OF_SHARDS, final_params
+from cagtool.capture.steps.sharded import OF_MODEL, OF_OPTIMIZER, OF_SHARDS, final_params, readable
 from cagtool.record.schema import OPTIMIZER_TENSOR_PREFIX
 
 
@@ -70,3 +70,46 @@ def test_a_digested_tensor_no_module_holds_is_named_as_the_optimizers():
         digests.names.uninstall()
     [event] = digests.events()
     assert event["names"] == [f"{OPTIMIZER_TENSOR_PREFIX}0>", "0.weight", "0.bias", "2.weight", "2.bias"]
+
+
+def test_a_tensor_whose_storage_was_freed_is_not_read():
+    # FSDP2 frees an unsharded parameter's storage after use, its sizes kept: a read of it is a
+    # read through a null pointer (the whole process dies), so readable() must say so first.
+    freed = torch.nn.Parameter(torch.randn(4, 4))
+    freed.untyped_storage().resize_(0)
+    assert not readable(freed)
+    assert readable(torch.nn.Parameter(torch.randn(4, 4)))
+    assert readable(torch.randn(4, 4)[1:, 2:])  # a view inside its storage
+    assert readable(torch.zeros(0))
+    assert readable(torch.randn(3, 3).to_sparse())  # no one storage: read through its own ops
+
+
+def test_a_freed_gradient_is_digested_as_none_and_the_rest_as_usual():
+    digests = GradDigests()
+    digests.names.install()
+    try:
+        model = _model()
+        model(torch.randn(3, 4)).sum().backward()
+        model[0].weight.grad.untyped_storage().resize_(0)
+        digests.digest(0, ["first"], list(model.parameters()))
+    finally:
+        digests.names.uninstall()
+    [event] = digests.events()
+    assert event["names"] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert event["norm"][0] is None and all(n is not None for n in event["norm"][1:])
+
+
+def test_a_parameter_a_library_put_into_a_module_itself_is_named():
+    # FSDP2's fully_shard writes each parameter's DTensor into `module._parameters` directly,
+    # past torch's registration hooks: the names come from searching the known modules' tables.
+    names = ParamNames()
+    names.install()
+    try:
+        model = _model()
+        replaced = torch.nn.Parameter(model[2].weight.detach().clone())
+        model[2]._parameters["weight"] = replaced
+        assert names.name_of(replaced) == "2.weight"
+        assert names.name_of(model[0].bias) == "0.bias"
+        assert names.name_of(torch.nn.Parameter(torch.zeros(1))) is None  # held by no module
+    finally:
+        names.uninstall()

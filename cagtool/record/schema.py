@@ -445,6 +445,10 @@ class GradDigestEvent(Event, tag="grad_digest"):
     norm: list[float | None]  # L2 norm of the gradient
     max_abs: list[float | None]
     checksum: list[float | None]  # sum_i g_i * (1 + (i mod 1021) / 1021)
+    # True where this rank holds only a shard of the parameter (FSDP2's DTensor, tensor parallel):
+    # the digest is of its shard, comparable with the same rank of another mode, never across
+    # ranks; None in records written before it.
+    shard: list[bool] | None = None
 
 
 EVENT_TYPES: dict[str, type[Event]] = {

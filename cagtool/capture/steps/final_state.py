@@ -13,18 +13,25 @@ from cagtool.record.writer import RecordWriter
 
 
 def emit_final_state(writer: RecordWriter, optimizers: Any, roots: Callable[[], list[Any]], digests: Any = None) -> None:
-    """Parameter and gradient norms at the end, for comparing modes' numerics; `roots`: the grad_fn
-    of the last loss, asked for when no optimizer was seen."""
-    params = params_of(optimizers) or leaf_params(roots())
+    """Parameter and gradient norms at the end, for comparing modes' numerics. Read from the live
+    optimizers' parameters; where none is alive (a script whose main() has returned), from those
+    the gradient digests hold (the optimizers' own, as they stepped); else from the leaves of the
+    last loss's graph (`roots`: its grad_fn), which under FSDP2 are its unsharded working copies,
+    storage freed: the tensors whose storage does not hold them are not read (sharded.readable)."""
+    params = params_of(optimizers) or (digests.params_seen() if digests is not None else []) or leaf_params(roots())
+    # A DTensor's own part: its reduction would be a collective (sharded.py).
+    local = sharded.local_part
+    if params:
+        params, of = sharded.final_params(params, digests.names if digests is not None else None)
+        params = [p for p in params if sharded.readable(local(p))]
     if not params:
         writer.emit(FinalStateEvent, param_norm=None, grad_norm=None, num_params=0)
         return
-    params, of = sharded.final_params(params, digests.names if digests is not None else None)
     import torch
 
     with torch.no_grad():
-        p2 = sum(_sum_of_squares(p) for p in params)
-        grads = [p.grad for p in params if p.grad is not None]
+        p2 = sum(_sum_of_squares(local(p)) for p in params)
+        grads = [g for g in (local(p.grad) for p in params if p.grad is not None) if sharded.readable(g)]
         g2 = sum(_sum_of_squares(g) for g in grads) if grads else None
     writer.emit(
         FinalStateEvent,

@@ -32,6 +32,7 @@ import threading
 import weakref
 from typing import Any, Iterable
 
+from cagtool.capture.steps.sharded import is_shard, local_part, readable
 from cagtool.record.schema import OPTIMIZER_TENSOR_PREFIX
 
 # Prime: see the module docstring.
@@ -58,6 +59,7 @@ class ParamNames:
         self._module_parents: dict[int, tuple[Any, list[tuple[Any, str]]]] = {}
         self._handles: list[Any] = []
         self._lock = threading.Lock()
+        self._placed: dict[int, tuple[Any, list[tuple[Any, str]]]] | None = None  # _placed_directly's index
 
     def install(self) -> None:
         from torch.nn.modules.module import register_module_module_registration_hook, register_module_parameter_registration_hook
@@ -106,13 +108,45 @@ class ParamNames:
             return [[]]
         return [prefix + [attr] for parent, attr in parents for prefix in self._prefixes(parent, depth + 1)]
 
+    def _placed_directly(self, param: Any) -> tuple[Any, list[tuple[Any, str]]] | None:
+        """`param`'s owners where a library put it into a known module's `_parameters` itself,
+        which no registration hook sees (FSDP2's fully_shard puts each parameter's DTensor there).
+        The known modules' tables are searched once and kept, again only for a parameter the last
+        search did not find. The caller holds the lock."""
+        index = self._placed
+        if index is None or id(param) not in index:
+            index = self._placed = {}
+            modules: dict[int, Any] = {}
+            for table in (self._module_parents, self._param_owners):
+                for _ref, owners in table.values():
+                    for owner_ref, _attr in owners:
+                        owner = owner_ref()
+                        if owner is not None:
+                            modules[id(owner)] = owner
+            for ref, _owners in self._module_parents.values():
+                child = ref()
+                if child is not None:
+                    modules[id(child)] = child
+            for module in modules.values():
+                try:
+                    table = module.__dict__.get("_parameters") or {}
+                    for attr, value in table.items():
+                        if value is not None:
+                            index.setdefault(id(value), (weakref.ref(value), []))[1].append((weakref.ref(module), attr))
+                except Exception:  # noqa: BLE001 - an odd module class: not searched
+                    continue
+        entry = index.get(id(param))
+        return entry if entry is not None and entry[0]() is param else None
+
     def name_of(self, param: Any) -> str | None:
         """The shortest module path of `param` (after dropping wrapper segments), None when no
         live module holds it."""
         with self._lock:
             entry = self._param_owners.get(id(param))
             if entry is None or entry[0]() is not param:
-                return None
+                entry = self._placed_directly(param)
+                if entry is None:
+                    return None
             candidates = []
             for ref, attr in entry[1]:
                 module = ref()
@@ -223,8 +257,10 @@ class GradDigests:
             entry = self._digests[step] = _Digest(step, reasons)
         else:
             entry.reasons = list(dict.fromkeys(entry.reasons + reasons))
-        by_group: dict[tuple[Any, Any], list[Any]] = {}
-        sparse: list[Any] = []
+        # (device, dtype) -> the parameters and their gradients (a DTensor's: this rank's part,
+        # sharded.py: reading the DTensor would be a collective in the job's step)
+        by_group: dict[tuple[Any, Any], tuple[list[Any], list[Any]]] = {}
+        sparse: list[tuple[Any, Any]] = []
         for p in params:
             if id(p) in entry.ids:
                 continue
@@ -233,19 +269,25 @@ class GradDigests:
             if id(p) not in self._names:
                 self._names[id(p)] = self.names.name_of(p)
             g = p.grad
+            if g is not None:
+                g = local_part(g)
+                if not readable(g):  # storage freed (sharded.py): not read
+                    g = None
             if g is None or g.is_complex() or not g.is_floating_point() or g.numel() == 0:
                 entry.groups.append(([p], None))
                 continue
             if g.layout != torch.strided:  # nn.Embedding(sparse=True): digested from its values
-                sparse.append(p)
+                sparse.append((p, g))
                 continue
-            by_group.setdefault((g.device, g.dtype), []).append(p)
+            group, grads = by_group.setdefault((g.device, g.dtype), ([], []))
+            group.append(p)
+            grads.append(g)
         with torch.no_grad():
-            for p in sparse:
-                entry.groups.append(([p], self._sparse_digest(p.grad)))
-            for (device, dtype), group in by_group.items():
+            for p, g in sparse:
+                entry.groups.append(([p], self._sparse_digest(g)))
+            for (device, dtype), (group, grads) in by_group.items():
                 compute = torch.float64 if dtype == torch.float64 else torch.float32
-                grads = [p.grad.detach() for p in group]
+                grads = [g.detach() for g in grads]
                 if dtype != compute:
                     grads = [g.to(compute) for g in grads]
                 norms = torch._foreach_norm(grads, 2)
@@ -316,17 +358,18 @@ class GradDigests:
                 rows = stacked.detach().cpu().tolist()
                 for i, p in enumerate(group):
                     values[id(p)] = (rows[0][i], rows[1][i], rows[2][i])
-            names, dtypes, numels, norms, maxes, sums = [], [], [], [], [], []
+            names, dtypes, numels, norms, maxes, sums, shards = [], [], [], [], [], [], []
             for index, p in enumerate(entry.params):
+                shards.append(is_shard(p))
                 names.append(self._names.get(id(p)) or f"{OPTIMIZER_TENSOR_PREFIX}{index}>")
                 dtypes.append(str(p.dtype).replace("torch.", ""))
-                numels.append(int(p.numel()))
+                numels.append(int(local_part(p).numel()))  # a DTensor's: this rank's part, as digested
                 got = values.get(id(p))
                 norms.append(None if got is None else got[0])
                 maxes.append(None if got is None else got[1])
                 sums.append(None if got is None else got[2])
             out.append({"step": step, "reasons": list(entry.reasons), "names": names, "dtypes": dtypes, "numels": numels,
-                        "norm": norms, "max_abs": maxes, "checksum": sums})
+                        "norm": norms, "max_abs": maxes, "checksum": sums, "shard": shards if any(shards) else None})
         return out
 
     def params_seen(self) -> list[Any]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from cagtool.capture.steps.sharded import is_dtensor
+
 
 def read_loss(tensor: Any) -> tuple[float | None, Any]:
     """(value, None) for a CPU scalar, read now (no device to wait for); (None, detached tensor)
@@ -12,6 +14,13 @@ def read_loss(tensor: Any) -> tuple[float | None, Any]:
     the hook itself with CUDA in use (the hook drains there), else a few steps later, several in a
     row."""
     try:
+        if is_dtensor(tensor):
+            # A DTensor loss (tensor parallel's loss_parallel): read only where every rank holds
+            # all of it (Replicate), from this rank's copy; reading a partial or sharded one is a
+            # collective, run by the drain at a moment of its own on each rank (sharded.py).
+            if not all(placement.is_replicate() for placement in tensor.placements):
+                return None, None
+            tensor = tensor.to_local()
         if tensor.is_cpu:
             value = tensor.item()  # exact; RuntimeError when not one element: None below
             kind = value.__class__

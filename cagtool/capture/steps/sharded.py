@@ -3,14 +3,21 @@ model's parameters.
 
 A sharded optimizer steps tensors of its own: DeepSpeed's ZeRO 1/2 wraps the client optimizer and
 hands it one flat fp32 partition per parameter group, each rank its own slice, that no module holds;
-FSDP's flat parameters (`FlatParameter`) and ZeRO-3's partitioned parameters (`ds_tensor`) are
-module parameters of which each rank holds a shard. Their norms differ across ranks by design, so
-they say nothing about whether the ranks agree: what is meant to agree is the model's parameters,
-by name. The final state says which it read (`FinalStateEvent.of`).
+FSDP's flat parameters (`FlatParameter`), FSDP2's (`fully_shard`: DTensors placed Shard(0)) and
+ZeRO-3's partitioned parameters (`ds_tensor`) are module parameters of which each rank holds a
+shard. Their norms differ across ranks by design, so they say nothing about whether the ranks
+agree: what is meant to agree is the model's parameters, by name. The final state says which it
+read (`FinalStateEvent.of`).
+
+A DTensor's values are read from the part this rank holds (`local_part`), never from the DTensor
+itself: reducing a DTensor (a norm, `.item()`, `.tolist()`) runs collectives, which would add
+communication to the job, hang where ranks read at different moments, and crash once the job has
+destroyed its process group (an FSDP2 job's end, where the record closes).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from cagtool.record.schema import FINAL_OF_SHARDS as OF_SHARDS  # each rank's shard: not comparable across ranks
@@ -19,9 +26,51 @@ OF_OPTIMIZER = "optimizer"  # the optimizers' parameters (the model's own, as a 
 OF_MODEL = "model"  # the modules' parameters: the optimizer held tensors no module holds (a flat partition)
 
 
+def _dtensor_class() -> Any:
+    """torch's DTensor class where the job has imported it (no DTensor exists otherwise), else None."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return getattr(module, "DTensor", None) if module is not None else None
+
+
+def local_part(tensor: Any) -> Any:
+    """The part of `tensor` this rank holds: a DTensor's local tensor (no collective), else `tensor`."""
+    dtensor = _dtensor_class()
+    if dtensor is not None and isinstance(tensor, dtensor):
+        return tensor.to_local()
+    return tensor
+
+
+def readable(tensor: Any) -> bool:
+    """Whether a plain tensor's storage holds its elements. FSDP2 frees an unsharded parameter's
+    storage after use (resized to 0 bytes, the tensor's sizes kept): reading it is a read through
+    a null pointer, a segfault, not an error. A tensor subclass that dispatches its own ops is
+    read through them (True)."""
+    import torch
+
+    if getattr(type(tensor), "__torch_dispatch__", None) is not torch._C._disabled_torch_dispatch_impl:
+        return True
+    if tensor.layout != torch.strided or tensor.numel() == 0:  # sparse: no one storage to look at
+        return True
+    try:
+        last = tensor.storage_offset() + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+        return tensor.untyped_storage().nbytes() >= (last + 1) * tensor.element_size()
+    except (NotImplementedError, RuntimeError):  # a tensor kind without a storage of its own (mkldnn)
+        return True
+
+
+def is_dtensor(tensor: Any) -> bool:
+    dtensor = _dtensor_class()
+    return dtensor is not None and isinstance(tensor, dtensor)
+
+
 def is_shard(param: Any) -> bool:
-    """A parameter of which this rank holds a shard: FSDP's FlatParameter, ZeRO-3's partitioned one."""
-    return type(param).__name__ == "FlatParameter" or hasattr(param, "ds_tensor")
+    """A parameter of which this rank holds a shard: FSDP's FlatParameter, a DTensor placed other
+    than Replicate on some mesh dimension (FSDP2, tensor parallel), ZeRO-3's partitioned one."""
+    if type(param).__name__ == "FlatParameter" or hasattr(param, "ds_tensor"):
+        return True
+    if is_dtensor(param):
+        return any(not placement.is_replicate() for placement in param.placements)
+    return False
 
 
 def final_params(optimizer_params: list[Any], names: Any) -> tuple[list[Any], str]:

@@ -91,6 +91,7 @@ class Digest:
     checksum: float | None
     dtype: str
     numel: int
+    shard: bool = False  # this rank's shard of the parameter (GradDigestEvent.shard): not compared across ranks
 
 
 @dataclass(frozen=True)
@@ -232,8 +233,9 @@ def digests_of(record: ModeRecord) -> dict[int, dict[str, Digest]]:
         n = len(event.names)
         if not (len(event.dtypes) == len(event.numels) == len(event.norm) == len(event.max_abs) == len(event.checksum) == n):
             continue  # damaged: parallel lists of different lengths
+        shard = event.shard if event.shard is not None and len(event.shard) == n else [False] * n
         out[event.step] = {
-            name: Digest(event.norm[i], event.max_abs[i], event.checksum[i], event.dtypes[i], event.numels[i])
+            name: Digest(event.norm[i], event.max_abs[i], event.checksum[i], event.dtypes[i], event.numels[i], shard[i])
             for i, name in enumerate(_unique(event.names))
         }
     return out
@@ -462,9 +464,17 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
         # graphs and trace log are read then, not on every compare.
         why = "" if pair.agrees else _why_not_comparable(rec, ref_rec)
         pairs.append(PairParity(label, ref_label, pair.steps, pair.params, not_comparable=why) if why else pair)
+        if not why and base_mode(name) == "ca" and len(notes) < 50:
+            unsharded = _shards_without_gradient(pair, ref_digests)
+            if unsharded:
+                notes.append(f"{label}: no gradient under compiled autograd for {', '.join(unsharded[:3])}"
+                             f"{' and more' if len(unsharded) > 3 else ''}, each rank's shard (a DTensor, as FSDP2 makes): "
+                             "FSDP2 has no compiled-autograd path in torch (removed upstream, pytorch/pytorch#174906), "
+                             "so this mode does not train the job as eager does")
     # Across ranks: each mode's rank N against its rank 0 (DDP keeps them equal), on the modules'
-    # parameters only: a tensor no module holds is the optimizer's own, under a sharded optimizer
-    # (ZeRO 1/2) each rank's own slice of a flat partition, never meant to agree.
+    # whole parameters only: a tensor no module holds is the optimizer's own, under a sharded
+    # optimizer (ZeRO 1/2) each rank's own slice of a flat partition, and a parameter of which
+    # each rank holds a shard (FSDP2) is digested from its shard: neither is meant to agree.
     for name, record in run.modes.items():
         ranked = _labelled(name, record)
         if len(ranked) < 2:
@@ -475,19 +485,38 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
             if mine and first:
                 pairs.append(compare_digests(label, first_label, mine, first, tol, across_ranks=True))
             elif digested[label][1] and digested[first_label][1] and len(notes) < 50:
-                notes.append(f"{label} vs {first_label}: not compared: the optimizer stepped tensors no module holds "
-                             "(a sharded optimizer's flat partition, e.g. DeepSpeed ZeRO 1/2: each rank holds its own slice)")
+                if _any_shard(digested[label][1]) or _any_shard(digested[first_label][1]):
+                    notes.append(f"{label} vs {first_label}: not compared: each rank holds a shard of the parameters "
+                                 "(FSDP2, tensor parallel) and digests its own")
+                else:
+                    notes.append(f"{label} vs {first_label}: not compared: the optimizer stepped tensors no module holds "
+                                 "(a sharded optimizer's flat partition, e.g. DeepSpeed ZeRO 1/2: each rank holds its own slice)")
     return GradParity(reference, tuple(pairs), tuple(notes), tol, _nonfinite_lines(digested))
 
 
 def _module_params(digests: dict[int, dict[str, Digest]]) -> dict[int, dict[str, Digest]]:
-    """The digests of module parameters only (by name), the steps that have any."""
+    """The digests of whole module parameters only (by name, not a rank's shard), the steps that
+    have any."""
     out = {}
     for step, by_name in digests.items():
-        kept = {name: d for name, d in by_name.items() if not name.startswith(OPTIMIZER_TENSOR_PREFIX)}
+        kept = {name: d for name, d in by_name.items() if not name.startswith(OPTIMIZER_TENSOR_PREFIX) and not d.shard}
         if kept:
             out[step] = kept
     return out
+
+
+def _shards_without_gradient(pair: PairParity, reference: dict[int, dict[str, Digest]]) -> list[str]:
+    """The parameters a pair finds without a gradient where the reference's digest is a shard."""
+    found = []
+    for mismatch in pair.first_bad:
+        ref = reference.get(mismatch.step, {}).get(mismatch.name)
+        if mismatch.kind == MISSING and mismatch.norm is None and ref is not None and ref.shard:
+            found.append(mismatch.name)
+    return found
+
+
+def _any_shard(digests: dict[int, dict[str, Digest]]) -> bool:
+    return any(d.shard for by_name in digests.values() for d in by_name.values())
 
 
 def _pick_reference(labels: list[str], digested: dict) -> str:

@@ -129,3 +129,20 @@ def test_recorded_peak_memory_is_the_jobs_and_cagtools_own_is_said(tmp_path):
     assert own["pinned_host_bytes"] == 0 and own["losses_held_on_device"] == 0  # CPU: losses read at once
     assert 0 <= own["end_of_run_peak_rss_added_bytes"] < 32 * 2**20
     assert "cagtool's own memory: its end-of-run work (final norms, reading losses) raised the peaks by RSS +" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_compiled_step_that_steps_the_optimizer_compiles_as_under_python(tmp_path):
+    """torch.compile traces the optimizer's global step hooks and a GradScaler's step() where a
+    compiled function calls them: cagtool's must look to Dynamo as plain python's absence of hooks
+    does (a skipped frame was a graph break more, and an error under fullgraph=True), so the
+    graphs and graph breaks are the plain job's."""
+    script = "tests/scripts/compiled_train_step.py"
+    plain = subprocess.run([sys.executable, script], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    under = subprocess.run(cagtool_cmd("run", "--modes", "aot", "--backend", "eager", "--no-report", "-o", str(tmp_path / "r"), script),
+                           capture_output=True, text=True, cwd=ROOT, env={**__import__("os").environ, "CI": "true"}, timeout=300)
+    assert plain.returncode == 0 and under.returncode == 0, under.stderr[-3000:]
+    mine, theirs = (json.loads(p.stdout.strip().splitlines()[-1]) for p in (under, plain))
+    assert mine["graph_break"] == theirs["graph_break"] and theirs["graph_break"]
+    assert mine["stats"]["unique_graphs"] == theirs["stats"]["unique_graphs"]
+    assert mine["stats"]["calls_captured"] == theirs["stats"]["calls_captured"]

@@ -99,6 +99,21 @@ def test_discriminator_stepped_more_often_gives_one_step_per_generator_step(reco
     assert len(eager.of(OptimizerStepEvent)) == 12
 
 
+@pytest.mark.slow
+def test_a_step_the_grad_scaler_skips_is_a_step_of_its_own(record_run):
+    """GradScaler.step skips the optimizer's step() when the gradients are not finite: the loop's
+    iteration is still a step (as the script and training frameworks count it), not folded into
+    the next one as a second backward call."""
+    run = record_run(SHAPES, "scaler", "3", modes="eager")
+    eager = _mode(run)
+    assert run.stdout.count("iteration") == 3 and "iteration 1 scale 32768.0" in run.stdout  # the scaler backed off once
+    steps = eager.of(StepEvent)
+    assert [(s.step, s.backward_calls, s.boundary, s.skipped) for s in steps] == [
+        (0, 1, "optimizer", False), (1, 1, "optimizer", True), (2, 1, "optimizer", False)]
+    assert [o.step for o in eager.of(OptimizerStepEvent)] == [0, 2]  # the optimizer stepped twice
+    assert "3 steps (optimizer steps, one backward call each)" in run.stderr
+
+
 def test_no_optimizer_falls_back_to_backward_calls_and_says_so(record_run):
     run = record_run("graph_breaks.py", "3")
     ca = _mode(run, "ca")

@@ -189,6 +189,10 @@ class StepEvent(Event, tag="step"):
     backward_calls: int = 1
     boundary: str = ""  # STEP_BOUNDARY_OPTIMIZER | STEP_BOUNDARY_BACKWARD ("" in schema 1)
     optimizer_s: float = 0.0  # wall time in optimizer step() calls during the step
+    # The step ended at a grad scaler's step() that skipped the optimizer's (torch.amp.GradScaler:
+    # inf or NaN gradients, as in an fp16 job's first steps): counted as a step, as training
+    # frameworks count it, with no optimizer_step event.
+    skipped: bool = False
     # The process's CPU time (all its threads) since the previous step ended (None for the first
     # step, and in records written before it was kept).
     cpu_s: float | None = None

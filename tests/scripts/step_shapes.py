@@ -9,6 +9,8 @@ nested            reentrant checkpointing (a backward inside the engine's work) 
 chdir             os.chdir to a scratch directory, then train (relative record paths must survive)
 reset             torch._dynamo.reset() after the first iteration
 cuda              a CUDA training loop (skipped by the tests without a GPU)
+scaler            torch.amp.GradScaler: iteration 1's gradients made infinite, so the scaler skips
+                  that optimizer step (as an fp16 job's first steps often are)
 """
 
 import os
@@ -60,6 +62,19 @@ elif variant == "grad-and-backward":
         opt.zero_grad()
         loss.backward()
         opt.step()
+
+elif variant == "scaler":
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu")
+    for step in range(iterations):
+        opt.zero_grad()
+        scaler.scale(model(torch.randn(2, 4)).mean()).backward()
+        if step == 1:
+            model[0].weight.grad.fill_(float("inf"))
+        scaler.step(opt)
+        scaler.update()
+        print(f"iteration {step} scale {scaler.get_scale()}")
 
 elif variant == "nested":
     from torch.utils.checkpoint import checkpoint

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from cagtool.capture.steps.device_readings import DeviceReadings
 from cagtool.capture.steps.lines import StepLines
 from cagtool.capture.steps.losses import read_loss
-from cagtool.capture.steps.notes import ENDED, GONE, MADE, STEPPED, BackwardCall, CpuReading
+from cagtool.capture.steps.notes import ENDED, GONE, MADE, SKIPPED, STEPPED, BackwardCall, CpuReading
 from cagtool.capture.steps.timing import BoundaryTimes
 from cagtool.record.schema import FIRST_STEP, STEP_BOUNDARY_BACKWARD, STEP_BOUNDARY_OPTIMIZER
 from cagtool.record.writer import RecordWriter
@@ -42,6 +42,7 @@ class OpenStep:
     optimizer_s = 0.0
     loss: float | None = None
     loss_tensor: Any = None  # the last loss when it lives on an accelerator
+    skipped = False  # a grad scaler skipped an optimizer's step() in it
 
     def __init__(self) -> None:
         self.stepped: dict[int, int] = {}  # id(optimizer) -> step() calls in this step
@@ -153,6 +154,25 @@ class StepCounter:
             return self.close(STEP_BOUNDARY_OPTIMIZER, clock, cpu, live)
         return False
 
+    def optimizer_skipped(self, note: tuple, live: bool) -> bool:
+        """A grad scaler's step() skipped the optimizer's: the step ends as if it had stepped (no
+        optimizer_step line: it did not). True when that ended the step and --steps is reached."""
+        _, clock, _start, key, _optimizer_class, cpu = note
+        waiting = self.required
+        if key not in waiting:
+            ref = self.known.get(key)
+            if ref is not None:
+                waiting[key] = ref
+        opened = self.open
+        opened.skipped = True
+        stepped = opened.stepped
+        stepped[key] = stepped.get(key, 0) + 1
+        if waiting.keys() <= stepped.keys() or stepped[key] >= IDLE_OPTIMIZER_STEPS:
+            for other in [k for k in waiting if k not in stepped]:
+                del waiting[other]
+            return self.close(STEP_BOUNDARY_OPTIMIZER, clock, cpu, live)
+        return False
+
     def close(self, boundary: str, clock: float, cpu: CpuReading | None, live: bool, group: tuple[float, str] | None = None) -> bool:
         """End the step in progress at perf_counter time `clock`, with the CPU reading `cpu`. True
         when --steps is reached. `group`: (seconds, class name) of the optimizer step that closed a
@@ -200,7 +220,7 @@ class StepCounter:
             key = None
             if kind == MADE:
                 _, key, _ref = note
-            elif kind == STEPPED:
+            elif kind == STEPPED or kind == SKIPPED:
                 _, _clock, _start, key, _class, _cpu = note
             ref = self.candidates.get(key) if key is not None else None
             if ref is not None and ref() is not None:  # not another object at a collected one's id

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from cagtool.capture.observe import dynamo_skip
-from cagtool.capture.steps.notes import ENDED, STEPPED, BackwardCall
+from cagtool.capture.steps.notes import ENDED, SKIPPED, STEPPED, BackwardCall
 
 
 class StepLimitReached(BaseException):
@@ -49,6 +49,8 @@ class InstalledHooks:
     original_graph: Callable[..., Any]  # torch.autograd.graph's before it
     original_optimizer_init: Callable[..., Any]
     handles: list[Any]  # the optimizer step hooks' handles
+    scaler_class: Any = None  # torch.amp.GradScaler, whose step() is wrapped (None: not there)
+    original_scaler_step: Any = None
 
 
 def install_hooks(tracker: Any) -> InstalledHooks:
@@ -257,6 +259,8 @@ def install_hooks(tracker: Any) -> InstalledHooks:
         if key not in known:  # made before cagtool was installed: noted now (a Python call, rare)
             off_dynamo(tracker._note_optimizer, optimizer)
 
+    stepped = [0]  # optimizer steps the post-hook saw: a grad scaler's step() that adds none skipped it
+
     def post_hook(optimizer, args, kwargs):
         if autograd_names.get("_engine_run_backward") is not entry:
             entry_changed()
@@ -266,6 +270,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
         start = opt_start.pop(key, None)
         if start is None:
             return
+        stepped[0] += 1
         if after_closure and after_closure.pop(key, False):
             digests.countdown -= 1
             if digests.countdown <= 0:
@@ -291,5 +296,71 @@ def install_hooks(tracker: Any) -> InstalledHooks:
         else:
             append(note)
 
-    handles = [register_optimizer_step_pre_hook(pre_hook), register_optimizer_step_post_hook(post_hook)]
-    return InstalledHooks(entry, original, original_graph, original_init, handles)
+    # Registered as torch's own: a compiled optimizer step (torch.compile around `opt.step()`,
+    # fullgraph included) traces the global hooks; plain python has none, so Dynamo must find two
+    # that do nothing there (_as_torchs), not cagtool's skipped frames (a graph break, an error
+    # under fullgraph=True). Such a step's hooks run only while it is traced, not when it runs.
+    optimizer_file = register_optimizer_step_pre_hook.__code__.co_filename  # torch/optim/optimizer.py
+    handles = [register_optimizer_step_pre_hook(_as_torchs(optimizer_file, pre_hook, "pre_hook")),
+               register_optimizer_step_post_hook(_as_torchs(optimizer_file, post_hook, "post_hook"))]
+
+    # torch.amp.GradScaler.step(optimizer) calls the optimizer's step() only when the gradients are
+    # finite (an fp16 job's first steps often are not): a skipped step ends the step all the same,
+    # as the script's loop and the training frameworks count it. torch.cuda.amp's scaler is a
+    # subclass that keeps this step().
+    grad_scaler = getattr(getattr(torch, "amp", None), "grad_scaler", None)
+    scaler_class = getattr(grad_scaler, "GradScaler", None)
+    original_scaler_step = getattr(scaler_class, "step", None)
+    optimizer_class = torch.optim.Optimizer
+
+    def watched_scaler_step(scaler, optimizer, *args, **kwargs):
+        before = stepped[0]
+        result = original_scaler_step(scaler, optimizer, *args, **kwargs)
+        if stepped[0] == before and isinstance(optimizer, optimizer_class) and (only is None or get_ident() == only):
+            try:
+                clock = perf_counter()
+                note = (SKIPPED, clock, clock, id(optimizer), optimizer.__class__, (process_time(), thread_time(), get_ident()))
+                if sync or cuda._initialized:
+                    limit = in_hook(note)
+                elif clock >= tracker._hook_due:
+                    in_hook(note, True)
+                    limit = False
+                else:
+                    append(note)
+                    limit = False
+            except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's step()
+                tracker.note_error(exc)
+                limit = False
+            if limit:
+                tracker.step_limit_reached = True
+                raise StepLimitReached(tracker.closed_steps)
+        return result
+
+    if original_scaler_step is not None:
+        scaler_class.step = functools.update_wrapper(
+            _as_torchs(original_scaler_step.__code__.co_filename, watched_scaler_step, "step", original_scaler_step), original_scaler_step)
+    else:
+        scaler_class = None
+    return InstalledHooks(entry, original, original_graph, original_init, handles, scaler_class, original_scaler_step)
+
+
+# A hook or wrapper as Dynamo must see it: a function of torch's own file `filename` (torch's trace
+# rules for that file: inlined where a compiled function calls it, never offered as a frame of its
+# own), which, while Dynamo traces (torch.compiler.is_compiling() is a constant there), calls
+# `original` (GradScaler.step: traced as under plain python) or does nothing (an optimizer hook:
+# plain python has none); run eagerly it calls cagtool's `watched` (in cagtool's skipped
+# directory, dynamo_skip.py).
+_TRANSPARENT = """
+def {name}(*args, **kwargs):
+    if is_compiling():
+        return None if original is None else original(*args, **kwargs)
+    return watched(*args, **kwargs)
+"""
+
+
+def _as_torchs(filename: str, watched: Callable[..., Any], name: str, original: Callable[..., Any] | None = None) -> Callable[..., Any]:
+    import torch
+
+    namespace: dict[str, Any] = {"is_compiling": torch.compiler.is_compiling, "original": original, "watched": watched}
+    exec(compile(_TRANSPARENT.format(name=name), filename, "exec"), namespace)  # noqa: S102 - a fixed text, see above
+    return namespace[name]

@@ -39,7 +39,7 @@ def line_makers(writer: RecordWriter) -> tuple[Line, Line, Line, Line]:
         opened, step, wall_s, boundary, cpu_s, thread_cpu_s = payload
         return event_line(StepEvent(seq=seq, t=t, step=step, backward_s=opened.backward_s, loss=opened.loss, ca_captures=opened.captures,
                                     compiles=opened.compiles, compile_s=opened.compile_s, wall_s=wall_s, backward_calls=opened.backward_calls,
-                                    boundary=boundary, optimizer_s=opened.optimizer_s, cpu_s=cpu_s, thread_cpu_s=thread_cpu_s))
+                                    boundary=boundary, optimizer_s=opened.optimizer_s, cpu_s=cpu_s, thread_cpu_s=thread_cpu_s, skipped=opened.skipped))
 
     def group_line(seq: int, t: float, payload: tuple) -> str:
         """A step's backward, optimizer-step and step lines (seq, seq + 1, seq + 2), encoded together."""
@@ -50,7 +50,7 @@ def line_makers(writer: RecordWriter) -> tuple[Line, Line, Line, Line]:
             OptimizerStepEvent(seq=seq + 1, t=t_step, step=step, wall_s=optimizer_s, optimizer=optimizer),
             StepEvent(seq=seq + 2, t=t_step, step=step, backward_s=opened.backward_s, loss=opened.loss, ca_captures=opened.captures,
                       compiles=opened.compiles, compile_s=opened.compile_s, wall_s=wall_s, backward_calls=opened.backward_calls,
-                      boundary=boundary, optimizer_s=opened.optimizer_s, cpu_s=cpu_s, thread_cpu_s=thread_cpu_s),
+                      boundary=boundary, optimizer_s=opened.optimizer_s, cpu_s=cpu_s, thread_cpu_s=thread_cpu_s, skipped=opened.skipped),
         ))
 
     return backward_line, optimizer_step_line, step_line, group_line

@@ -21,6 +21,9 @@ from typing import Any
 ENDED = 1
 # (STEPPED, clock, start, key, optimizer_class, cpu): an optimizer's step() returned; key: id(optimizer).
 STEPPED = 2
+# (SKIPPED, clock, start, key, optimizer_class, cpu): a grad scaler's step() returned without stepping
+# the optimizer (torch.amp.GradScaler found inf or NaN gradients): the step ends there all the same.
+SKIPPED = 5
 # (MADE, key, ref): an optimizer exists (ref: a weak reference to it).
 MADE = 3
 # (GONE, key, ref): it was collected.

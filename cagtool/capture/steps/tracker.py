@@ -53,7 +53,7 @@ from cagtool.capture.steps import heap_in_use
 from cagtool.capture.steps.grad_digest import REASON_LAST, GradDigests
 from cagtool.capture.steps.hooks import InstalledHooks, StepLimitReached, install_hooks
 from cagtool.capture.steps.lines import line_makers
-from cagtool.capture.steps.notes import ENDED, GONE, MADE, STEPPED, BackwardCall
+from cagtool.capture.steps.notes import ENDED, GONE, MADE, SKIPPED, STEPPED, BackwardCall
 from cagtool.record.schema import FIRST_STEP
 from cagtool.record.writer import MAX_HELD_LINES, RecordWriter
 
@@ -237,6 +237,8 @@ class StepTracker:
             torch.autograd._engine_run_backward = hooks.original
             autograd_graph._engine_run_backward = hooks.original_graph
             torch.optim.Optimizer.__init__ = hooks.original_optimizer_init
+            if hooks.scaler_class is not None:
+                hooks.scaler_class.step = hooks.original_scaler_step
             for handle in hooks.handles:
                 handle.remove()
         self._hooks = None
@@ -344,6 +346,8 @@ class StepTracker:
                                 self._flag_check_due = True
                         elif kind == STEPPED:
                             limit = counter.optimizer_stepped(note, note is live) or limit
+                        elif kind == SKIPPED:
+                            limit = counter.optimizer_skipped(note, note is live) or limit
                         elif kind == MADE:
                             counter.made(note)
                         else:

@@ -11,7 +11,11 @@ end only while no optimizer is alive (a backward then ends its step). Everything
 closure variables (a cell read, not an attribute lookup), and the usual path calls no Python
 function of cagtool's. Where a hook must act itself it drains at once, under the lock (`in_hook`):
 `--steps`, an `on_step` callback, CUDA in use (the step boundary's event is recorded on the stream
-then), and every hold_s / 2 to write the lines (one clock comparison a step otherwise)."""
+then), and every hold_s / 2 to write the lines (one clock comparison a step otherwise).
+
+torch is given the optimizer hooks (and GradScaler.step) through a function of torch's own file
+that returns at once while Dynamo traces (`_as_torchs`): one Python frame more a hook, so that a
+compiled function that steps the optimizer compiles as with no hook at all."""
 
 from __future__ import annotations
 
@@ -346,7 +350,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
 
 # A hook or wrapper as Dynamo must see it: a function of torch's own file `filename` (torch's trace
 # rules for that file: inlined where a compiled function calls it, never offered as a frame of its
-# own), which, while Dynamo traces (torch.compiler.is_compiling() is a constant there), calls
+# own), which, while Dynamo traces (torch.compiler.is_dynamo_compiling() is True there), calls
 # `original` (GradScaler.step: traced as under plain python) or does nothing (an optimizer hook:
 # plain python has none); run eagerly it calls cagtool's `watched` (in cagtool's skipped
 # directory, dynamo_skip.py).
@@ -361,6 +365,8 @@ def {name}(*args, **kwargs):
 def _as_torchs(filename: str, watched: Callable[..., Any], name: str, original: Callable[..., Any] | None = None) -> Callable[..., Any]:
     import torch
 
-    namespace: dict[str, Any] = {"is_compiling": torch.compiler.is_compiling, "original": original, "watched": watched}
+    # is_dynamo_compiling: False when run, a constant True while Dynamo traces (one call, no check of
+    # TorchScript as is_compiling makes: this is on every optimizer step of the job).
+    namespace: dict[str, Any] = {"is_compiling": torch.compiler.is_dynamo_compiling, "original": original, "watched": watched}
     exec(compile(_TRANSPARENT.format(name=name), filename, "exec"), namespace)  # noqa: S102 - a fixed text, see above
     return namespace[name]

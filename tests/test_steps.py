@@ -4,8 +4,10 @@ survive (item 6): threads calling backward, os.chdir, torch._dynamo.reset(), CUD
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,6 +114,32 @@ def test_a_step_the_grad_scaler_skips_is_a_step_of_its_own(record_run):
         (0, 1, "optimizer", False), (1, 1, "optimizer", True), (2, 1, "optimizer", False)]
     assert [o.step for o in eager.of(OptimizerStepEvent)] == [0, 2]  # the optimizer stepped twice
     assert "3 steps (optimizer steps, one backward call each)" in run.stderr
+
+
+@pytest.mark.slow
+def test_an_optimizer_stepping_inside_compiled_code_gives_one_step_a_backward(record_run):
+    """The compiled-optimizer recipe (torch.compile around `opt.step()`): the step runs inside a
+    compiled graph, where no hook runs (cagtool's hooks are no-ops to Dynamo, as plain python has
+    none). Each backward then ends a step, said so, the optimizer's compile is not in a step time,
+    and torch's graphs, graph breaks and recompiles are the plain job's."""
+    script = str(Path(__file__).parent / "scripts" / "compiled_optimizer.py")
+    plain = subprocess.run([sys.executable, script], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    run = record_run(script, modes="aot")
+    aot = _mode(run, "aot")
+    assert plain.returncode == 0 and run.stdout.count("step 3 loss") == 1
+    steps = aot.of(StepEvent)
+    assert [(s.step, s.backward_calls, s.boundary) for s in steps] == [(i, 1, "compiled_optimizer") for i in range(4)]
+    assert not aot.of(OptimizerStepEvent)  # no hook saw a step() return
+    # Step 0 ends at its backward's end; its optimizer compiled after that, in step 1's span: no
+    # step time for either. The steps after are step times.
+    assert steps[0].compiles >= 1 and steps[0].wall_s is None and steps[1].wall_s is None
+    assert all(s.wall_s is not None and s.compiles == 0 for s in steps[2:])
+    assert "4 steps (one per backward call: the optimizer steps inside compiled code" in run.stderr
+    mine, theirs = aot.manifest.torch_counters, json.loads(plain.stdout.strip().splitlines()[-1])
+    for kind in ("graph_break", "recompiles"):
+        assert {k[:300]: v for k, v in theirs.get(kind, {}).items()} == mine.get(kind, {}), kind
+    assert mine["stats"]["unique_graphs"] == theirs["stats"]["unique_graphs"] and mine["stats"]["calls_captured"] == theirs["stats"]["calls_captured"]
+    assert plain.stdout.splitlines()[:4] == [line for line in run.stdout.splitlines() if line.startswith("step ")]
 
 
 def test_no_optimizer_falls_back_to_backward_calls_and_says_so(record_run):

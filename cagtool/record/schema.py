@@ -66,6 +66,9 @@ FIRST_STEP_BEFORE_SCHEMA_3 = 1
 
 STEP_BOUNDARY_OPTIMIZER = "optimizer"  # the step ended at an optimizer's step()
 STEP_BOUNDARY_BACKWARD = "backward"  # no optimizer: the step is one backward call
+# The optimizer steps inside a compiled graph (torch.compile around `opt.step()`), where no hook
+# runs: the step is one backward call, ended at its end.
+STEP_BOUNDARY_COMPILED_OPTIMIZER = "compiled_optimizer"
 
 RUN_META_FILE = "run.json"
 MANIFEST_FILE = "manifest.json"
@@ -187,7 +190,7 @@ class StepEvent(Event, tag="step"):
     # schema 2:
     wall_s: float | None = None  # since the previous step ended (None for the first step)
     backward_calls: int = 1
-    boundary: str = ""  # STEP_BOUNDARY_OPTIMIZER | STEP_BOUNDARY_BACKWARD ("" in schema 1)
+    boundary: str = ""  # STEP_BOUNDARY_OPTIMIZER | STEP_BOUNDARY_BACKWARD | STEP_BOUNDARY_COMPILED_OPTIMIZER ("" in schema 1)
     optimizer_s: float = 0.0  # wall time in optimizer step() calls during the step
     # The step ended at a grad scaler's step() that skipped the optimizer's (torch.amp.GradScaler:
     # inf or NaN gradients, as in an fp16 job's first steps): counted as a step, as training

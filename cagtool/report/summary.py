@@ -17,6 +17,7 @@ from cagtool.record.schema import (
     EVENT_TYPES,
     MISS_CHANGED_SHAPES,
     STEP_BOUNDARY_BACKWARD,
+    STEP_BOUNDARY_COMPILED_OPTIMIZER,
     STEP_BOUNDARY_OPTIMIZER,
     CacheMissEvent,
     CAGraphEvent,
@@ -161,6 +162,9 @@ def steps_text(m: ModeMetrics) -> str:
         text += f" recorded (the process ended without closing its record: the per-step lines of its last {m.steps_lost_s:g} s, if any, were lost with it)"
     if m.step_boundary == STEP_BOUNDARY_BACKWARD:
         text += " (no optimizer: one per backward call)"
+    elif m.step_boundary == STEP_BOUNDARY_COMPILED_OPTIMIZER:
+        # (docs/torch-internals.md, "The optimizer hooks ... as Dynamo sees them")
+        text += " (one per backward call: the optimizer steps inside compiled code, where no hook of cagtool's runs)"
     elif m.step_boundary == STEP_BOUNDARY_OPTIMIZER:
         per = m.backward_calls_per_step
         if per == (1,):

@@ -42,7 +42,7 @@ class _NoSteps:
 
     current_step: int | None = None
 
-    def note_dynamo_compile(self, seconds: float) -> None:
+    def note_dynamo_compile(self, seconds: float, filename: str = "") -> None:
         pass
 
 

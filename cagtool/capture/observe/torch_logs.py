@@ -201,7 +201,7 @@ class StructuredLogHandler(logging.Handler):
             phase=phase,
             recompile_limit=recompile_limit,
         )
-        self.steps.note_dynamo_compile(total or 0.0)
+        self.steps.note_dynamo_compile(total or 0.0, str(m.get("co_filename") or ""))
 
     def _graph_break(self, cid: str, payload: str, step: int | None) -> None:
         lines = [l for l in payload.splitlines() if l.strip()]

@@ -14,9 +14,9 @@ from typing import Any, Callable
 from cagtool.capture.steps.device_readings import DeviceReadings
 from cagtool.capture.steps.lines import StepLines
 from cagtool.capture.steps.losses import read_loss
-from cagtool.capture.steps.notes import ENDED, GONE, MADE, SKIPPED, STEPPED, BackwardCall, CpuReading
+from cagtool.capture.steps.notes import COMPILED, ENDED, GONE, MADE, SKIPPED, STEPPED, BackwardCall, CpuReading
 from cagtool.capture.steps.timing import BoundaryTimes
-from cagtool.record.schema import FIRST_STEP, STEP_BOUNDARY_BACKWARD, STEP_BOUNDARY_OPTIMIZER
+from cagtool.record.schema import FIRST_STEP, STEP_BOUNDARY_BACKWARD, STEP_BOUNDARY_COMPILED_OPTIMIZER, STEP_BOUNDARY_OPTIMIZER
 from cagtool.record.writer import RecordWriter
 
 # An optimizer that does not step while another steps this many times in one open step stops
@@ -43,6 +43,9 @@ class OpenStep:
     loss: float | None = None
     loss_tensor: Any = None  # the last loss when it lives on an accelerator
     skipped = False  # a grad scaler skipped an optimizer's step() in it
+    # Of `compiles`: those after its last backward ended, none in progress (an optimizer step's
+    # compile): past the step's end where the step ends at its backward's (compiled_optimizer).
+    late_compiles = 0
 
     def __init__(self) -> None:
         self.stepped: dict[int, int] = {}  # id(optimizer) -> step() calls in this step
@@ -69,6 +72,12 @@ class StepCounter:
         # made, whether a backward ends a step is undecided and its notes wait in `undecided`.
         self.candidates: dict[int, weakref.ref[Any]] = {}
         self.undecided: list[Any] | None = None
+        self.last_backward_clock: float | None = None  # the last top-level backward's end (perf_counter)
+        self.last_backward_cpu: CpuReading | None = None  # and its CPU reading, where it read one
+        # The optimizer steps inside a compiled graph (compiled_optimizer): each backward ends a
+        # step. `compiled_pending`: a torch.optim frame was compiled, no optimizer step noted since.
+        self.compiled_optimizer = False
+        self.compiled_pending = False
 
     def restart(self, device: DeviceReadings) -> None:
         """A forked child's record counts its steps from the first again."""
@@ -78,6 +87,7 @@ class StepCounter:
         self.backward_calls = 0
         self.open = OpenStep()
         self.times.last_t = self.times.last_cpu = None
+        self.last_backward_clock = self.last_backward_cpu = None
 
     @property
     def current_step(self) -> int:
@@ -102,13 +112,17 @@ class StepCounter:
     def backward_ended(self, note: tuple, live: bool) -> bool:
         """A top-level backward returned or raised. True when --steps is reached."""
         _, clock, start, call, loss, accumulate_grad, thread, cpu = note
+        limit = False
+        if self.compiled_pending and self.open.backward_calls and not self.open.stepped:
+            limit = self.compiled_optimizer_found(live)
+        self.last_backward_clock, self.last_backward_cpu = clock, cpu
         value, device_tensor = (None, None) if loss is None else read_loss(loss)
         elapsed = clock - start
         self.backward_calls += 1
         opened = self.open
         current = FIRST_STEP + self.closed_steps
         step, index = call.step, call.index
-        by_backward = not self.required  # no optimizer alive: this call is a step of its own
+        by_backward = not self.required or self.compiled_optimizer  # this call is a step of its own
         if by_backward and step != current:
             # Another thread's backward closed the step this one began in: it closes the next.
             step, index = current, opened.backward_calls
@@ -123,11 +137,22 @@ class StepCounter:
                 self.lines.hold_backward(clock, payload)
                 return False
         self.lines.backward(clock, payload)
-        return self.close(STEP_BOUNDARY_BACKWARD, clock, cpu, live) if by_backward else False
+        if not by_backward:
+            return limit
+        boundary = STEP_BOUNDARY_COMPILED_OPTIMIZER if self.compiled_optimizer else STEP_BOUNDARY_BACKWARD
+        return self.close(boundary, clock, cpu, live) or limit
 
     def optimizer_stepped(self, note: tuple, live: bool) -> bool:
         """An optimizer's step() returned. True when that ended the step and --steps is reached."""
         _, clock, start, key, optimizer_class, cpu = note
+        self.compiled_pending = False  # its hooks run: steps are seen
+        if self.compiled_optimizer:
+            # Steps seen again after a stretch inside a compiled graph (the optimizer's compiled
+            # code changed): each ended at its backward's end till now. One that opens no backward
+            # is the step that backward ended: not counted twice.
+            self.compiled_optimizer = False
+            if not self.open.backward_calls:
+                return False
         seconds = clock - start
         waiting = self.required
         if key not in waiting:  # stepping again after it stopped being waited for
@@ -158,14 +183,46 @@ class StepCounter:
         """A grad scaler's step() skipped the optimizer's: the step ends as if it had stepped (no
         optimizer_step line: it did not). True when that ended the step and --steps is reached."""
         _, clock, _start, key, _optimizer_class, cpu = note
+        self.open.skipped = True
+        return self._stepped_unseen(key, clock, cpu, live)
+
+    def compiled_noted(self) -> None:
+        """Dynamo compiled a frame of torch.optim's (notes.py, COMPILED). Whether the optimizer
+        now steps inside a compiled graph is known at the next backward's end: no optimizer step
+        noted by then (compiled_optimizer_found), or one noted (its hooks run: nothing changes)."""
+        if not self.compiled_optimizer:
+            self.compiled_pending = True
+
+    def compiled_optimizer_found(self, live: bool) -> bool:
+        """A backward began and ended after a torch.optim frame was compiled, no optimizer step
+        noted since the step's own backward ended: the optimizer steps inside a compiled graph,
+        where no hook runs. The open step ends at its last backward's end (no clock was read at its
+        optimizer's: consecutive steps keep the loop's period), and from now on each backward ends
+        a step (a job that accumulates gradients over several backwards a compiled step is
+        counted one step a backward). True when --steps is reached."""
+        self.compiled_pending = False
+        self.compiled_optimizer = True
+        opened = self.open
+        self.required.clear()
+        assert self.last_backward_clock is not None  # the open step has a backward that ended
+        limit = self.close(STEP_BOUNDARY_COMPILED_OPTIMIZER, self.last_backward_clock, self.last_backward_cpu, live)
+        if opened.late_compiles:
+            # Its optimizer compiled after the backward's end, where the step now ends: that
+            # compile's time falls in the next step's span, which is therefore not a step time (its
+            # wall and CPU time unknown, as the first step's). The compiles stay counted in the
+            # step whose iteration made them, as their events say.
+            self.times.last_t = self.times.last_cpu = None
+        return limit
+
+    def _stepped_unseen(self, key: int, clock: float, cpu: CpuReading | None, live: bool) -> bool:
+        """An optimizer's step() whose own time is not known (skipped, or inside a graph) counted
+        as a step of that optimizer. True when that ended the step and --steps is reached."""
         waiting = self.required
         if key not in waiting:
             ref = self.known.get(key)
             if ref is not None:
                 waiting[key] = ref
-        opened = self.open
-        opened.skipped = True
-        stepped = opened.stepped
+        stepped = self.open.stepped
         stepped[key] = stepped.get(key, 0) + 1
         if waiting.keys() <= stepped.keys() or stepped[key] >= IDLE_OPTIMIZER_STEPS:
             for other in [k for k in waiting if k not in stepped]:

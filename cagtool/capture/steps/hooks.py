@@ -186,10 +186,10 @@ def install_hooks(tracker: Any) -> InstalledHooks:
                     else:
                         # This backward ends its step only while no optimizer is alive: the CPU
                         # clocks are read then (and always where several optimizers make it a
-                        # question of the drain's count: tracker.several_optimizers). Nothing is
+                        # question of the drain's count: tracker.backward_reads_cpu). Nothing is
                         # allocated, and no other thread runs, between this look and the append, so
                         # no collection can note the last optimizer gone in between.
-                        if not known or tracker.several_optimizers:
+                        if not known or tracker.backward_reads_cpu:
                             note[7] = (process_time(), thread_time(), me)
                         append(note)
                 except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
@@ -342,7 +342,8 @@ def install_hooks(tracker: Any) -> InstalledHooks:
 
     if original_scaler_step is not None:
         scaler_class.step = functools.update_wrapper(
-            _as_torchs(original_scaler_step.__code__.co_filename, watched_scaler_step, "step", original_scaler_step), original_scaler_step)
+            _as_torchs(original_scaler_step.__code__.co_filename, watched_scaler_step, "step", original_scaler_step,
+                       "self, optimizer, *args, **kwargs"), original_scaler_step)
     else:
         scaler_class = None
     return InstalledHooks(entry, original, original_graph, original_init, handles, scaler_class, original_scaler_step)
@@ -354,19 +355,24 @@ def install_hooks(tracker: Any) -> InstalledHooks:
 # `original` (GradScaler.step: traced as under plain python) or does nothing (an optimizer hook:
 # plain python has none); run eagerly it calls cagtool's `watched` (in cagtool's skipped
 # directory, dynamo_skip.py).
+# `{params}`: the parameters, passed on as they came (an optimizer hook's three: no packing of
+# *args on every step, ~0.2 us a call).
 _TRANSPARENT = """
-def {name}(*args, **kwargs):
+def {name}({params}):
     if is_compiling():
-        return None if original is None else original(*args, **kwargs)
-    return watched(*args, **kwargs)
+        return None if original is None else original({params})
+    return watched({params})
 """
+_HOOK_PARAMS = "optimizer, args, kwargs"
 
 
-def _as_torchs(filename: str, watched: Callable[..., Any], name: str, original: Callable[..., Any] | None = None) -> Callable[..., Any]:
+def _as_torchs(filename: str, watched: Callable[..., Any], name: str, original: Callable[..., Any] | None = None,
+               params: str = _HOOK_PARAMS) -> Callable[..., Any]:
     import torch
 
     # is_dynamo_compiling: False when run, a constant True while Dynamo traces (one call, no check of
     # TorchScript as is_compiling makes: this is on every optimizer step of the job).
     namespace: dict[str, Any] = {"is_compiling": torch.compiler.is_dynamo_compiling, "original": original, "watched": watched}
-    exec(compile(_TRANSPARENT.format(name=name), filename, "exec"), namespace)  # noqa: S102 - a fixed text, see above
+    text = _TRANSPARENT.format(name=name, params=params)
+    exec(compile(text, filename, "exec"), namespace)  # noqa: S102 - a fixed text, see above
     return namespace[name]

@@ -24,6 +24,10 @@ STEPPED = 2
 # (SKIPPED, clock, start, key, optimizer_class, cpu): a grad scaler's step() returned without stepping
 # the optimizer (torch.amp.GradScaler found inf or NaN gradients): the step ends there all the same.
 SKIPPED = 5
+# (COMPILED,): Dynamo compiled a frame of torch.optim's (an optimizer's step() inside a compiled
+# function): if no optimizer step is noted after it, the steps run inside a compiled graph, where no
+# hook runs, and each backward's end ends a step from then on (boundaries.py, compiled_optimizer).
+COMPILED = 6
 # (MADE, key, ref): an optimizer exists (ref: a weak reference to it).
 MADE = 3
 # (GONE, key, ref): it was collected.

@@ -53,7 +53,7 @@ from cagtool.capture.steps import heap_in_use
 from cagtool.capture.steps.grad_digest import REASON_LAST, GradDigests
 from cagtool.capture.steps.hooks import InstalledHooks, StepLimitReached, install_hooks
 from cagtool.capture.steps.lines import line_makers
-from cagtool.capture.steps.notes import ENDED, GONE, MADE, SKIPPED, STEPPED, BackwardCall
+from cagtool.capture.steps.notes import COMPILED, ENDED, GONE, MADE, SKIPPED, STEPPED, BackwardCall
 from cagtool.record.schema import FIRST_STEP
 from cagtool.record.writer import MAX_HELD_LINES, RecordWriter
 
@@ -63,6 +63,9 @@ __all__ = ["BACKWARD_ENTRY_REPLACED", "BACKWARD_ENTRY_RESTORED", "FLAG_WITHOUT_C
 # The events whose lines wait in memory up to the writer's hold_s (writer.py), named in the
 # manifest with that bound: a process killed hard may lack these for its last hold_s seconds.
 HELD_EVENTS = ["backward", "optimizer_step", "step"]
+
+# Where torch.optim's frames are: a compile of one is an optimizer step compiled (notes.py, COMPILED).
+_OPTIM_DIR = "/torch/optim/"
 
 # The names under which tests/test_event_lines.py reads the line makers and the open step.
 _line_makers, _OpenStep = line_makers, OpenStep
@@ -97,10 +100,12 @@ class StepTracker:
         self._last_loss: Any = None  # the last top-level backward's first output, when one element (final state)
         self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()  # every optimizer seen (final state)
         self.known: dict[int, weakref.ref[Any]] = {}  # id -> weak reference of every live optimizer, now
-        # Two optimizers were alive at once (or the API block expects pre-existing ones): whether a
-        # backward ends its step is then a question of the drain's count, so every backward's end
-        # reads the CPU clocks (hooks.py). Never reset.
-        self.several_optimizers = False
+        # Every backward's end reads the CPU clocks (hooks.py), where a backward's end may be a
+        # step's: two optimizers were alive at once (or the API block expects pre-existing ones),
+        # so whether a backward ends its step is a question of the drain's count; or an optimizer
+        # steps inside a compiled graph, whose step ends at its last backward's end
+        # (boundaries.py, compiled_optimizer_found). Never reset.
+        self.backward_reads_cpu = False
         self.device = DeviceReadings(writer)
         self.counter = StepCounter(writer, self.device, self.known, on_step, max_steps)
         self.findings = StepFindings(writer, mode, lambda: self.current_step)
@@ -190,7 +195,11 @@ class StepTracker:
             opened.captures += 1
             opened.compile_s += seconds
 
-    def note_dynamo_compile(self, seconds: float) -> None:
+    def note_dynamo_compile(self, seconds: float, filename: str = "") -> None:
+        """A Dynamo compile ended (`filename`: its frame's file): counted in the step in progress;
+        one of torch.optim's frames is noted in order with the hooks' notes (notes.py, COMPILED)."""
+        if _OPTIM_DIR in filename.replace("\\", "/"):
+            self._raw.append((COMPILED,))
         self.drain()
         if self.digests is not None:
             self.digests.arm()
@@ -198,6 +207,8 @@ class StepTracker:
             opened = self.counter.open
             opened.compiles += 1
             opened.compile_s += seconds
+            if opened.backward_calls and not self._solo and getattr(self._local, "call", None) is None:
+                opened.late_compiles += 1  # after the step's backward: its optimizer's (boundaries.py)
 
     def note_error(self, exc: BaseException) -> None:
         """A bug in the bookkeeping: counted (the manifest keeps it), never raised into the script."""
@@ -267,7 +278,7 @@ class StepTracker:
         raw.append((MADE, key, ref))
         known[key] = ref
         if len(known) > 1:
-            self.several_optimizers = True
+            self.backward_reads_cpu = True
 
     def _entry_changed(self, reinstall: bool = True) -> None:
         """The backward entry point is not cagtool's any more (findings.py), seen at an optimizer
@@ -348,6 +359,9 @@ class StepTracker:
                             limit = counter.optimizer_stepped(note, note is live) or limit
                         elif kind == SKIPPED:
                             limit = counter.optimizer_skipped(note, note is live) or limit
+                        elif kind == COMPILED:
+                            self.backward_reads_cpu = True  # a backward's end may end a step now
+                            counter.compiled_noted()
                         elif kind == MADE:
                             counter.made(note)
                         else:
@@ -372,7 +386,7 @@ class StepTracker:
         with self._lock:
             self.counter.expect(optimizers)
             if optimizers:
-                self.several_optimizers = True  # the drain decides whether a backward ends a step
+                self.backward_reads_cpu = True  # the drain decides whether a backward ends a step
 
     def settle(self) -> None:
         """The end of the watch: notes still undecided are counted (no optimizer stepped)."""

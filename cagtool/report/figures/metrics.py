@@ -17,6 +17,7 @@ from cagtool.record.schema import (
     STATUS_KILLED,
     STATUS_RUNNING,
     STEP_BOUNDARY_BACKWARD,
+    STEP_BOUNDARY_COMPILED_OPTIMIZER,
     STEP_BOUNDARY_OPTIMIZER,
     AotBackwardGraphEvent,
     CACompileEvent,
@@ -90,7 +91,7 @@ class ModeMetrics:
     final_grad_norm: float | None = None
     losses: list[float] = field(default_factory=list)
     backward_calls: int = 0  # top-level backward calls (schema 1 records: one per step)
-    step_boundary: str = ""  # "optimizer", "backward" (no optimizer: one step per backward call), "" unknown
+    step_boundary: str = ""  # "optimizer", "backward" (no optimizer: one step per backward call), "compiled_optimizer" (it steps inside compiled code: one step per backward call), "" unknown
     backward_calls_per_step: tuple[int, ...] = ()  # the distinct counts, e.g. (4,) for 4x gradient accumulation
     backward_calls_after_last_step: int = 0  # calls in a step that never ended (no optimizer step followed)
     peak_device_memory_bytes: int | None = None  # torch.cuda.max_memory_allocated, when the job used CUDA
@@ -747,6 +748,8 @@ def _step_boundary(boundaries: set[str]) -> str:
     """What ended the run's steps: "optimizer" as soon as one step ended at an optimizer."""
     if STEP_BOUNDARY_OPTIMIZER in boundaries:
         return STEP_BOUNDARY_OPTIMIZER
+    if STEP_BOUNDARY_COMPILED_OPTIMIZER in boundaries:
+        return STEP_BOUNDARY_COMPILED_OPTIMIZER
     return STEP_BOUNDARY_BACKWARD if boundaries else ""
 
 

@@ -1,6 +1,7 @@
-"""Steps are optimizer steps: gradient accumulation, two optimizers, no
-optimizer, autograd.grad beside backward, --steps; and the job's own shapes the tracker must
-survive (item 6): threads calling backward, os.chdir, torch._dynamo.reset(), CUDA."""
+"""Steps are optimizer steps: gradient accumulation, two optimizers, no optimizer, a step a grad
+scaler skips, an optimizer stepping inside compiled code, autograd.grad beside backward, --steps;
+and the job's own shapes the tracker must survive: threads calling backward, os.chdir,
+torch._dynamo.reset(), CUDA."""
 
 from __future__ import annotations
 

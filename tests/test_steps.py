@@ -114,7 +114,8 @@ def test_a_step_the_grad_scaler_skips_is_a_step_of_its_own(record_run):
     assert [(s.step, s.backward_calls, s.boundary, s.skipped) for s in steps] == [
         (0, 1, "optimizer", False), (1, 1, "optimizer", True), (2, 1, "optimizer", False)]
     assert [o.step for o in eager.of(OptimizerStepEvent)] == [0, 2]  # the optimizer stepped twice
-    assert "3 steps (optimizer steps, one backward call each)" in run.stderr
+    assert "3 steps (optimizer steps, one backward call each), 1 whose optimizer step the grad scaler skipped (inf/NaN gradients)" in run.stderr
+    assert mode_metrics(eager).skipped_steps == 1
 
 
 @pytest.mark.slow

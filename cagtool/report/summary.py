@@ -173,6 +173,8 @@ def steps_text(m: ModeMetrics) -> str:
             text += f" (optimizer steps), {per[0]} backward calls per step ({m.backward_calls - m.backward_calls_after_last_step} in all)"
         elif per:
             text += f" (optimizer steps), {per[0]} to {per[-1]} backward calls per step ({m.backward_calls - m.backward_calls_after_last_step} in all)"
+        if m.skipped_steps:
+            text += f", {m.skipped_steps} whose optimizer step the grad scaler skipped (inf/NaN gradients)"
         if m.backward_calls_after_last_step:
             text += f", {m.backward_calls_after_last_step} backward call(s) after the last optimizer step"
     elif m.backward_calls and not m.steps:

@@ -94,6 +94,7 @@ class ModeMetrics:
     step_boundary: str = ""  # "optimizer", "backward" (no optimizer: one step per backward call), "compiled_optimizer" (it steps inside compiled code: one step per backward call), "" unknown
     backward_calls_per_step: tuple[int, ...] = ()  # the distinct counts, e.g. (4,) for 4x gradient accumulation
     backward_calls_after_last_step: int = 0  # calls in a step that never ended (no optimizer step followed)
+    skipped_steps: int = 0  # steps whose optimizer step a grad scaler skipped (StepEvent.skipped)
     peak_device_memory_bytes: int | None = None  # torch.cuda.max_memory_allocated, when the job used CUDA
     graph_break_sites: list[GraphBreakSite] = field(default_factory=list)
     graph_breaks_from_torch: bool = True  # False: the process died before torch's counters were saved
@@ -704,6 +705,7 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
         graph_breaks_from_torch=torch_breaks is not None,
         ca_new_node_misses=by_reason.new_node,
         ca_shape_recompiles=by_reason.changed_shapes,
+        skipped_steps=_skipped_steps(record),
         ca_grad_warmup_misses=by_reason.grad_warmup,
         ca_recompiles=by_reason.recompiles,
         steps_lost_s=steps_lost_with_process(manifest),
@@ -742,6 +744,15 @@ def _held_losses(record: ModeRecord, fast: HeldSteps) -> list[float]:
     if np.isnan(losses).any():  # a NaN loss: the list path's, so the figures stay the same objects
         return [loss for _, loss in sorted(step_losses(record).items())]
     return losses.tolist()
+
+
+def _skipped_steps(record: ModeRecord) -> int:
+    """Steps whose optimizer step a grad scaler skipped; from the sidecar's column without
+    expanding it where none was (a column of one run of false)."""
+    held = record.columns.get(StepEvent.kind)
+    if held is not None:
+        return held.column("skipped").count(True) if True in held.distinct("skipped") else 0
+    return sum(1 for step in record.of(StepEvent) if step.skipped)
 
 
 def _step_boundary(boundaries: set[str]) -> str:

@@ -112,3 +112,6 @@ def test_the_ca_mode_is_the_job_inside_compiled_autograd_by_hand(fsdp2_run):
         ca = key_counts(rec.manifest.torch_counters)
         assert ca == key_counts(plain[rank]["counters"]) and ca["ca_captures"] >= 1, rank
         assert printed[rank]["losses"] == plain[rank]["losses"], rank
+    # and said where the recompiles are explained: the fixes would be for a setup torch does not support
+    explain = subprocess.run([sys.executable, "-m", "cagtool", "recompiles", str(path), "--explain"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert explain.returncode == 0 and "note: the ca mode ran compiled autograd over parameters each rank holds a shard of" in " ".join(explain.stdout.split())

@@ -87,6 +87,12 @@ def record_notes(table: RecompileTable) -> list[str]:
             )
     if table.status and table.status != "finished":
         notes.append(f"note: the {table.mode} run's status is {table.status!r}; the record may end early")
+    if table.sharded_under_ca:
+        notes.append(
+            f"note: the {table.mode} mode ran compiled autograd over parameters each rank holds a shard of; under FSDP2 "
+            "(DTensor parameters) that is a setup torch has no compiled-autograd path for (removed upstream, "
+            "pytorch/pytorch#174906): compare this mode's numerics (cagtool compare) before acting on its recompiles"
+        )
     return notes
 
 

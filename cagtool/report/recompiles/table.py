@@ -23,6 +23,7 @@ from cagtool.record.schema import (
     ChangedSize,
     DynamoCompileEvent,
     DynamoRecompileEvent,
+    GradDigestEvent,
     FinalStateEvent,
     FindingEvent,
     GraphBreakEvent,
@@ -110,6 +111,9 @@ class RecompileTable:
     phases: "ModePhases | None" = None
     budget: "ModeBudget | None" = None
     unexpected: list = field(default_factory=list)  # UnexpectedCause (unexpected.py)
+    # The mode ran compiled autograd over parameters each rank holds a shard of (FSDP2's DTensors,
+    # GradDigestEvent.shard): a setup torch has no compiled-autograd path for (record_notes).
+    sharded_under_ca: bool = False
     # Sorted graph ids, built on first use (explanations of 1,000s of graphs).
     _graph_ids: list[int] | None = field(default=None, repr=False, compare=False)
 
@@ -233,8 +237,9 @@ def _dynamo_row(
 NEEDED_KINDS = frozenset(
     # FinalStateEvent: one per process, for the ranks' divergence line of a multi-rank run.
     # GraphBreakEvent: where torch reports a data-dependent branch, the line a structural change is tied to.
+    # GradDigestEvent: a handful per process, whether the parameters are each rank's shard (sharded_under_ca).
     cls.kind for cls in (CacheMissEvent, CAGraphEvent, DynamoCompileEvent, DynamoRecompileEvent, FindingEvent, FinalStateEvent,
-                         GraphBreakEvent)
+                         GradDigestEvent, GraphBreakEvent)
 ) | {
     "aot_backward_graph",  # phases.py: the AOT backward graphs, one phase of the compiles
     StepEvent.kind,  # budget.py: the step times after a recompile-limit hit (from the columns sidecar when it matches)
@@ -381,4 +386,5 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         phases=mode_phases(record),
         budget=mode_budget(record, hits, steps.last),
         unexpected=unexpected_causes(record),
+        sharded_under_ca=manifest.mode == "ca" and any(any(e.shard or ()) for e in record.of(GradDigestEvent)),
     )

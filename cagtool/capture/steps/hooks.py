@@ -283,22 +283,27 @@ def install_hooks(tracker: Any) -> InstalledHooks:
         if heap is not None:
             heap.step_ended()
         note = (STEPPED, clock, start, key, optimizer.__class__, (process_time(), thread_time(), get_ident()))
-        if sync or cuda._initialized:
-            try:
-                limit = in_hook(note)
-            except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's step()
-                tracker.note_error(exc)
-                limit = False
-            if limit:
-                tracker.step_limit_reached = True
-                raise StepLimitReached(tracker.closed_steps)
-        elif clock >= tracker._hook_due:
-            try:
-                in_hook(note, True)
-            except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's step()
-                tracker.note_error(exc)
+        if sync or cuda._initialized or clock >= tracker._hook_due:
+            step_ended_in_hook(note)
         else:
             append(note)
+
+    def step_ended_in_hook(note: tuple) -> None:
+        """The rarer path of a note that ends an optimizer's step (STEPPED, SKIPPED; the clock is
+        its second item): drained at once where the hook must act (in_hook), or to write the
+        lines that are due; StepLimitReached raised into the script's step() at --steps."""
+        try:
+            if sync or cuda._initialized:
+                limit = in_hook(note)
+            else:
+                in_hook(note, True)
+                limit = False
+        except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's step()
+            tracker.note_error(exc)
+            limit = False
+        if limit:
+            tracker.step_limit_reached = True
+            raise StepLimitReached(tracker.closed_steps)
 
     # Registered as torch's own: a compiled optimizer step (torch.compile around `opt.step()`,
     # fullgraph included) traces the global hooks; plain python has none, so Dynamo must find two
@@ -321,23 +326,12 @@ def install_hooks(tracker: Any) -> InstalledHooks:
         before = stepped[0]
         result = original_scaler_step(scaler, optimizer, *args, **kwargs)
         if stepped[0] == before and isinstance(optimizer, optimizer_class) and (only is None or get_ident() == only):
-            try:
-                clock = perf_counter()
-                note = (SKIPPED, clock, clock, id(optimizer), optimizer.__class__, (process_time(), thread_time(), get_ident()))
-                if sync or cuda._initialized:
-                    limit = in_hook(note)
-                elif clock >= tracker._hook_due:
-                    in_hook(note, True)
-                    limit = False
-                else:
-                    append(note)
-                    limit = False
-            except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's step()
-                tracker.note_error(exc)
-                limit = False
-            if limit:
-                tracker.step_limit_reached = True
-                raise StepLimitReached(tracker.closed_steps)
+            clock = perf_counter()
+            note = (SKIPPED, clock, clock, id(optimizer), optimizer.__class__, (process_time(), thread_time(), get_ident()))
+            if sync or cuda._initialized or clock >= tracker._hook_due:
+                step_ended_in_hook(note)
+            else:
+                append(note)
         return result
 
     if original_scaler_step is not None:

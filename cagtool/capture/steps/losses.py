@@ -14,7 +14,7 @@ def read_loss(tensor: Any) -> tuple[float | None, Any]:
     the hook itself with CUDA in use (the hook drains there), else a few steps later, several in a
     row."""
     try:
-        if is_dtensor(tensor):
+        if tensor.__class__.__name__ == "DTensor" and is_dtensor(tensor):  # the name first: a plain loss pays one compare
             # A DTensor loss (tensor parallel's loss_parallel): read only where every rank holds
             # all of it (Replicate), from this rank's copy; reading a partial or sharded one is a
             # collective, run by the drain at a moment of its own on each rank (sharded.py).

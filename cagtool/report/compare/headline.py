@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from cagtool.report.compare.analysis import EFFECT, INCONCLUSIVE, LOAD_DIFFERED, NO_CHANGE, TOO_FEW_STEPS, Comparison, RunComparison, Speedup
 from cagtool.report.figures.intervals import MEASURE_WORDS, ratio_text
+from cagtool.report.figures.pooled import base_mode
 
 if TYPE_CHECKING:
     from cagtool.report.recompiles.explain import Cause, Explanation
@@ -35,9 +36,11 @@ class Headline:
     advice: str = ""
 
 
-def _speed_phrase(s: Speedup) -> tuple[str, str]:
+def _speed_phrase(s: Speedup, trained_otherwise: bool = False) -> tuple[str, str]:
     """The time verdict with its status: what it rests on, and never a figure beyond what the
-    evidence supports (a ratio from one process per mode is a figure, not a verdict)."""
+    evidence supports (a ratio from one process per mode is a figure, not a verdict).
+    `trained_otherwise`: one of the two modes' numerics differ (skipped work, other gradients):
+    it is not faster at the same job, so the figure goes without a verdict."""
     mode, base = _MODE_WORDS.get(s.mode, s.mode), _MODE_WORDS.get(s.baseline, s.baseline)
     if s.ratio is None:
         return f"{mode} vs {base}: not timed ({s.note or 'no steady steps'})", NEUTRAL
@@ -46,6 +49,8 @@ def _speed_phrase(s: Speedup) -> tuple[str, str]:
     on = f" in {measure}" if measure and s.interval is not None and s.interval.measure == "cpu" else ""
     ci = f"90% CI {ratio_text(s.low)}-{ratio_text(s.high)}" if s.low is not None and s.high is not None else ""
     verdict = s.verdict
+    if trained_otherwise:
+        return f"{mode}: {figure}{on}{f' ({ci})' if ci else ''}, not a verdict: its numerics differ", NEUTRAL
     if verdict == TOO_FEW_STEPS:
         return f"{mode}: {figure}{on}, from too few steady steps to judge", NEUTRAL
     if verdict == LOAD_DIFFERED:
@@ -236,11 +241,12 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         phrases.append(cost)
     by_label = {s.label: s for s in comparison.speedups}
     speed = by_label.get("ca/aot") or by_label.get("ca/eager") or by_label.get("aot/eager")
+    numerics = comparison.numerics
     if speed is not None:
-        text, tone = _speed_phrase(speed)
+        differ = {base_mode(d.record) for d in numerics.disagreements} if numerics.reference is not None else set()
+        text, tone = _speed_phrase(speed, trained_otherwise=bool(differ & {speed.mode, speed.baseline}))
         phrases.append(text)
         tones.append(tone)
-    numerics = comparison.numerics
     if numerics.reference is not None and len(comparison.modes) > 1:
         if numerics.disagreements:
             phrases.append("numerics DISAGREE")

@@ -509,6 +509,20 @@ def test_the_headline_answers_first_in_words():
     assert data["headline"] == {"text": faster.text, "tone": "good"}
 
 
+def test_a_mode_that_trained_otherwise_has_a_speed_figure_but_no_verdict():
+    """ca 1.6x faster in time but with other losses (it skipped work, as FSDP2 under compiled
+    autograd does): the headline keeps the figure and withholds the verdict, never "faster"."""
+    from cagtool.report.compare.headline import run_headline
+
+    other = [LOSSES[0], *(loss * 1.5 for loss in LOSSES[1:])]
+    run = three_modes(ca_ms=5, repeat=5)
+    for name in [m for m in run.modes if m.startswith("ca")]:
+        run.modes[name] = mode_record(name, [ca_graph(0), *make_steps([0.05, *steady(5)], other), final()])
+    headline = run_headline(compare_modes(run))
+    assert "numerics DISAGREE" in headline.text and headline.tone == "bad"
+    assert "not a verdict: its numerics differ" in headline.text and "(faster," not in headline.text
+
+
 def test_the_one_pass_loss_comparison_equals_the_definitions():
     """A run's losses are compared in one pass (`_worst_and_agreement`): its worst step, its
     difference and the agreement equal the definitions' (the first step with the largest

@@ -44,7 +44,16 @@ import re
 from dataclasses import dataclass, field
 
 from cagtool.record.loader import ModeRecord, RunRecord
-from cagtool.record.schema import FIRST_STEP, GRAPHS_DIR, MODES, OPTIMIZER_TENSOR_PREFIX, TRACE_DIR, GradDigestEvent
+from cagtool.record.schema import (
+    FIRST_STEP,
+    GRAPHS_DIR,
+    MODES,
+    OPTIMIZER_TENSOR_PREFIX,
+    STEP_BOUNDARY_COMPILED_OPTIMIZER,
+    TRACE_DIR,
+    GradDigestEvent,
+    StepEvent,
+)
 from cagtool.report.figures.pooled import base_mode
 
 BASE_RTOL = {"float64": 1e-7, "float32": 1e-4, "bfloat16": 2e-2, "float16": 4e-3}
@@ -192,7 +201,7 @@ class GradParity:
     def summary(self) -> str:
         compared = [p for p in self.pairs if not p.not_comparable and p.steps and not p.across_ranks]
         if not self.pairs:
-            return "gradients: no digests recorded"
+            return "gradients: not compared: " + "; ".join(self.notes[:4]) if self.reference is not None and self.notes else "gradients: no digests recorded"
         if self.agree and compared:
             records = {p.record.split(" ")[0] for p in compared} | {(self.reference or "").split(" ")[0]}
             modes = {base_mode(record) for record in records}  # `ca.2`: the ca mode's second process (--repeat)
@@ -449,6 +458,14 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
     ref_base = reference.split(" ")[0]
     pairs: list[PairParity] = []
     notes: list[str] = []
+    for label in digested:
+        if not digested[label][1] and len(notes) < 50:
+            # Digests are taken where an optimizer's step() starts: a mode whose steps no hook saw
+            # (the optimizer steps inside compiled code) has none, and is not compared.
+            rec = digested[label][0]
+            why = (" (its optimizer steps inside compiled code, where no hook of cagtool's runs)"
+                   if any(s.boundary == STEP_BOUNDARY_COMPILED_OPTIMIZER for s in rec.of(StepEvent)) else "")
+            notes.append(f"{label}: no gradient digests{why}")
     for label in with_digests:
         rec, digests = digested[label]
         name, _, rank = label.partition(" ")

@@ -292,8 +292,11 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
 def grad_parity_lines(parity: Any) -> list[tuple[str, bool]]:
     """Gradients per parameter (grad_parity.py): the verdict, then each record that differs with
     its first bad step's parameters and what the difference looks like, or why it is not comparable."""
-    if parity is None or not parity.has_digests:
+    if parity is None:
         return []
+    if not parity.has_digests:
+        # One mode digested, the others could not (their optimizer steps inside compiled code): said.
+        return [(parity.summary(), False)] if parity.reference is not None and parity.notes else []
     lines = [(parity.summary(), not parity.agree)]
     for pair in parity.pairs:
         if not pair.agrees:

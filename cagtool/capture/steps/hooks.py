@@ -308,7 +308,8 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     # Registered as torch's own: a compiled optimizer step (torch.compile around `opt.step()`,
     # fullgraph included) traces the global hooks; plain python has none, so Dynamo must find two
     # that do nothing there (_as_torchs), not cagtool's skipped frames (a graph break, an error
-    # under fullgraph=True). Such a step's hooks run only while it is traced, not when it runs.
+    # under fullgraph=True). Such a step's hooks run only while it is traced, not when it runs:
+    # the tracker learns of it from the compile of torch.optim's frame (notes.py, COMPILED).
     optimizer_file = register_optimizer_step_pre_hook.__code__.co_filename  # torch/optim/optimizer.py
     handles = [register_optimizer_step_pre_hook(_as_torchs(optimizer_file, pre_hook, "pre_hook")),
                register_optimizer_step_post_hook(_as_torchs(optimizer_file, post_hook, "post_hook"))]
@@ -344,8 +345,8 @@ def install_hooks(tracker: Any) -> InstalledHooks:
 
 
 # A hook or wrapper as Dynamo must see it: a function of torch's own file `filename` (torch's trace
-# rules for that file: inlined where a compiled function calls it, never offered as a frame of its
-# own), which, while Dynamo traces (torch.compiler.is_dynamo_compiling() is True there), calls
+# rules for that file: inlined where a compiled function calls it, as plain python's code there
+# is), which, while Dynamo traces (torch.compiler.is_dynamo_compiling() is True there), calls
 # `original` (GradScaler.step: traced as under plain python) or does nothing (an optimizer hook:
 # plain python has none); run eagerly it calls cagtool's `watched` (in cagtool's skipped
 # directory, dynamo_skip.py).

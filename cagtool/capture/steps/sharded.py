@@ -34,10 +34,7 @@ def _dtensor_class() -> Any:
 
 def local_part(tensor: Any) -> Any:
     """The part of `tensor` this rank holds: a DTensor's local tensor (no collective), else `tensor`."""
-    dtensor = _dtensor_class()
-    if dtensor is not None and isinstance(tensor, dtensor):
-        return tensor.to_local()
-    return tensor
+    return tensor.to_local() if is_dtensor(tensor) else tensor
 
 
 def readable(tensor: Any) -> bool:

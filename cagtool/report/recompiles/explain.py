@@ -743,10 +743,23 @@ _CAUSE_WORDS = {
 }
 
 
+# The one fix of every cause in a ca mode over FSDP2's sharded parameters (RecompileTable.sharded_under_ca):
+# the misses there come from FSDP2's own backward (its hooks, its parameters switching between a shard
+# and the whole tensor, the gradients it frees), which torch has no compiled-autograd path for; the
+# script's usual fixes (mark a size dynamic, keep hooks) would tune a setup torch does not support.
+SHARDED_FIX = ("None in the script: FSDP2's own hooks and resharding make these misses, in a setup torch has no "
+               "compiled-autograd path for (pytorch/pytorch#174906); run it without compiled autograd "
+               "(`cagtool run --modes eager,aot`).")
+
+
 def cause_words(cause: Cause, cwd: str) -> Words:
     if cause.caused_by is not None:
-        return _consequence(cause, cwd)
-    return _CAUSE_WORDS.get(cause.code, _unknown)(cause, cwd)
+        words = _consequence(cause, cwd)
+    else:
+        words = _CAUSE_WORDS.get(cause.code, _unknown)(cause, cwd)
+    if cause.facts.get("sharded_under_ca"):
+        return Words(words.title, words.why, [SHARDED_FIX], words.evidence)
+    return words
 
 
 def _consequence(cause: Cause, cwd: str) -> Words:
@@ -1025,4 +1038,7 @@ def _limit_alert(table: RecompileTable, causes: list[Cause]) -> Alert | None:
 def explain(table: RecompileTable) -> Explanation:
     causes = group_causes(table)
     alerts = [a for a in (_limit_alert(table, causes), _storm(table, causes)) if a is not None]
+    if table.sharded_under_ca:
+        for cause in causes:
+            cause.facts["sharded_under_ca"] = True
     return Explanation(table=table, alerts=alerts, causes=causes)

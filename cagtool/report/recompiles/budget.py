@@ -18,6 +18,8 @@ from cagtool.record.schema import CAGraphEvent, DynamoCompileEvent, SourceRef, S
 from cagtool.report.recompiles.reads import LimitHit, forward_step
 from cagtool.torch_text import compile_attempt, compile_frame, recompile_limit
 
+# Recompiles of one frame (or CA recaptures) before a rate, a forecast or "still compiling" is read from them.
+TREND_RECOMPILES = 2
 DEFAULT_RECOMPILE_LIMIT = 8  # torch 2.13's default, for records made before the limit was kept
 
 
@@ -44,8 +46,11 @@ class FrameBudget:
 
     @property
     def rate(self) -> float | None:
-        """Recompiles per step, from its first compile to its last recompile (None: none, or all in one step)."""
-        if not self.recompiles or self.first_step is None or self.last_recompile_step is None:
+        """Recompiles per step, from its first compile to its last recompile (None: fewer than
+        TREND_RECOMPILES, or all in one step). One recompile is no rate: a one-off (a last batch
+        smaller, an optimizer's state filled by its first step) reads as one recompile just as the
+        start of a storm does, and only a second tells them apart."""
+        if self.recompiles < TREND_RECOMPILES or self.first_step is None or self.last_recompile_step is None:
             return None
         span = self.last_recompile_step - self.first_step
         return self.recompiles / span if span > 0 else None
@@ -97,8 +102,10 @@ class ModeBudget:
 
     @property
     def ca_still_capturing(self) -> bool:
-        """A CA graph was captured in the last step after others before it: the CA cache keeps growing."""
-        return len(self.ca_graph_steps) > 1 and self.last_step is not None and self.ca_graph_steps[-1] == self.last_step and self.last_step > 0
+        """A CA graph was captured in the last step after at least TREND_RECOMPILES recaptures (one
+        is no trend, FrameBudget.rate): the CA cache keeps growing."""
+        return (len(self.ca_graph_steps) > TREND_RECOMPILES and self.last_step is not None and self.ca_graph_steps[-1] == self.last_step
+                and self.last_step > 0)
 
     @property
     def steady(self) -> bool:

@@ -272,6 +272,9 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # kind of the failures (ties: the first seen).
         "kind": max(kinds, key=kinds.count) if kinds else "",
         "container": next((n for g in known if (n := length_guard_name(g))), None),
+        # An optimizer's step() compiled (torch.optim's frame) guarding on its own state (`self.state`):
+        # the state an optimizer makes in its first step() (momentum buffers, Adam's moments).
+        "optimizer_state": bool(known) and all("self.state" in g for g in known) and all(row.optimizer_frame for row in cause.rows),
         "hook": hook,
         "frame": compile_frame(cause.rows[0].compile_id),
         "function": function,
@@ -589,6 +592,8 @@ def smaller_batch(guard: str) -> tuple[str, int, int] | None:
 def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
     """What a Dynamo cause's failing guard is on, in a few words, from its kind (torch's reason)."""
     kind, guard = facts.get("kind", ""), facts.get("guard", "")
+    if facts.get("optimizer_state"):
+        return "the optimizer's state was filled by its first step()"
     if kind == GUARD_GRAD_MODE:
         return "the grad mode changed (a call under torch.no_grad(), as in an evaluation)"
     if kind == GUARD_GLOBAL_STATE:
@@ -617,6 +622,10 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
 def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
     """What happened, for the kind of guard that failed."""
     kind = facts.get("kind", "")
+    if facts.get("optimizer_state"):
+        return ["The compiled optimizer step() first ran with its state empty: an optimizer makes its state (momentum "
+                "buffers, Adam's moments) in its first step(). Dynamo guards on that state, so step() is compiled once more "
+                "for the filled state, which every later step reuses."]
     if kind == GUARD_GRAD_MODE:
         return ["The compiled code ran with grad mode off (torch.no_grad() or torch.inference_mode(), as an evaluation does) "
                 "after running with it on: Dynamo guards on the grad mode, so it compiled a second graph for it. Each grad mode "
@@ -645,6 +654,9 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
     """The fixes that fit the kind of guard that failed (never one written for another kind)."""
     kind, guard = facts.get("kind", ""), facts.get("guard", "")
     once = bool(facts.get("stabilised")) and facts.get("recompiling_steps", 0) <= 1
+    if facts.get("optimizer_state") and once:
+        return ["Nothing to fix: a compiled optimizer step() is compiled twice, for its empty and its filled state, "
+                "and both are cached."]
     if kind == GUARD_GRAD_MODE:
         return ["Nothing to fix: the training graph and the evaluation graph are both cached after their first call."
                 if once else "Keep the grad mode of each call site fixed: every grad mode gets its own graph.",
@@ -703,6 +715,8 @@ def _guard(cause: Cause, cwd: str) -> Words:
         subject = f"the backward hook `{facts.get('function') or '?'}`{at}, called from compiled-autograd graph !{first.compile_id.lstrip('!').split('/')[0]}"
     elif on_ca:
         subject = f"the code of compiled-autograd graph !{first.compile_id.lstrip('!').split('/')[0]}"
+    elif facts.get("optimizer_state"):
+        subject = f"the optimizer's step() (frame {facts['frame']})"
     else:
         name = f" `{facts['function']}`" if facts["function"] else ""
         subject = f"forward frame {facts['frame']}{name}"

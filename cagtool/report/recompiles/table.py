@@ -76,6 +76,7 @@ class RecompileRow:
     # The user's line that called the recompiled code (`model(x, scale)`), kept beside the more
     # specific `user_source`: a guard on an argument is fixed where the argument is passed.
     caller: SourceRef | None = None
+    optimizer_frame: bool = False  # the recompiled frame is torch.optim's (an optimizer's step() compiled)
 
     @property
     def seq(self) -> int:
@@ -231,7 +232,11 @@ def _dynamo_row(
         produced=compile_id,
         frame_name=frame.function if frame is not None else "",
         caller=caller,
+        optimizer_frame=compiled is not None and not is_ca_graph and _OPTIM_DIR in compiled.co_filename.replace("\\", "/"),
     )
+
+
+_OPTIM_DIR = "/torch/optim/"  # where torch's optimizers are: a frame there is an optimizer's step()
 
 
 NEEDED_KINDS = frozenset(

@@ -119,7 +119,9 @@ def test_report_commands_on_missing_and_garbage_runs(tmp_path):
     (tmp_path / "garbage" / "run.json").write_text("{not json")
     # In-process, through the CLI's own entry point (conftest.cagtool_in_process): a report command
     # reads records and starts nothing, and its error handling is the same in a new interpreter.
-    for target, expected in ((tmp_path / "nothing", "no run at"), (tmp_path / "garbage", "not valid JSON")):
+    (tmp_path / "train.py").write_text("print(1)\n")  # a script given where a run was meant: named, not its folder
+    for target, expected in ((tmp_path / "nothing", "no run at"), (tmp_path / "garbage", "not valid JSON"),
+                             (tmp_path / "train.py", f"{tmp_path / 'train.py'} is a file, not a cagtool run directory")):
         proc = cagtool_in_process("summary", str(target))
         assert proc.returncode == 3
         assert expected in _one_error_line(proc)

@@ -102,7 +102,7 @@ def run_command(
     depyf: bool = typer.Option(False, "--depyf", help="Also write depyf's readable dump of every compiled graph into the run directory."),
     torch_trace: bool = typer.Option(False, "--torch-trace/--no-torch-trace", help="Also write a TORCH_TRACE log (open it with tlparse) in each mode's directory. Off by default: with it torch builds every structured record of every compile (graph code, guards), work the job does not do without it, so compile times include it."),
     seed: str = typer.Option("0", "--seed", metavar="N|off", help="Seed random, torch and numpy with N in every process of every mode before the script runs, so modes compare (a script that seeds itself still does); off: leave them unseeded."),
-    parity_every: Optional[int] = typer.Option(None, "--parity-every", min=1, metavar="K", help="Also digest every parameter's gradient every K steps (always: step 0, steps that compiled or captured a graph, the last step); `cagtool compare` names the first step and parameter where modes disagree."),
+    parity_every: Optional[int] = typer.Option(None, "--parity-every", min=1, metavar="K", help="Also digest every parameter's gradient every K steps (always: step 0, steps that compiled or captured a graph, and the last step while its gradients are held at the end: not after a zero_grad() that follows the last step()); `cagtool compare` names the first step and parameter where modes disagree."),
     parity: bool = typer.Option(False, "--parity", help="Compiled modes draw random numbers as eager does (torch._inductor.config.fallback_random), so gradients of jobs with dropout compare across modes."),
     keep_cache: bool = typer.Option(False, "--keep-cache", help="Keep each mode's Inductor cache under <run>/inductor-cache (default: a temporary directory, removed when the run ends)."),
     fmt: str = typer.Option("text", "--format", hidden=True, help="Summary format on stderr: text. For JSON use --json FILE (stdout is the script's)."),
@@ -115,11 +115,13 @@ def run_command(
     """Run SCRIPT exactly as `python SCRIPT ARGS` would, under compiled autograd, and record it.
 
     Every backward the script makes is compiled by compiled autograd (CA) in the `ca` mode,
-    whether or not the script asks for it; each CA graph, cache miss (recompile) and Dynamo
+    whether or not the script asks for it (but where torch's compiled autograd captures nothing,
+    as in a torch.func transform: the summary says so); each CA graph, cache miss (recompile) and Dynamo
     compile is recorded in a run directory that the other commands read. By default the script
     also runs in `eager` and `aot` mode, each in its own process, for a side-by-side comparison.
 
-    Everything after SCRIPT goes to the script:
+    Everything after SCRIPT goes to the script, but a first `--`, which is dropped
+    (`cagtool run train.py -- --steps 3` passes `--steps 3`; to pass a `--` first, give it twice):
 
         \b
         cagtool run train.py --lr 3e-4

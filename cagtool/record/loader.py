@@ -516,12 +516,15 @@ def resolve_run_path(path: str | Path | None) -> Path:
     candidate = Path(path)
     if not candidate.exists():
         raise UnreadableInput(f"no run at {candidate}")
-    if candidate.is_file():
+    given = candidate
+    if candidate.is_file():  # a file of a run (report.html, run.json, a mode's events.jsonl): its run
         candidate = candidate.parent
     if (candidate / RUN_META_FILE).exists():
         return candidate
     if (candidate / MANIFEST_FILE).exists() and (candidate.parent / RUN_META_FILE).exists():
         return candidate.parent
+    if given.is_file():
+        raise UnreadableInput(f"{given} is a file, not a cagtool run directory (nor a file of one: no {RUN_META_FILE} beside it)")
     raise UnreadableInput(f"{candidate} is not a cagtool run directory (no {RUN_META_FILE})")
 
 

@@ -108,6 +108,12 @@ def miss_text(miss: CacheMissEvent) -> str:
     return miss.message
 
 
+# ModeMetrics.ca_captured_nothing, said under the mode's CA graphs line.
+CA_CAPTURED_NOTHING = ("compiled autograd captured none of its {calls}: each ran without it, as in the aot mode (a backward "
+                       "inside a torch.func transform such as grad or vjp, or under compiled_autograd._disable(), is not "
+                       "captured), so this mode's figures are not compiled autograd's")
+
+
 def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n} {word if n == 1 else (many or word + 's')}"
 
@@ -357,6 +363,8 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     if graphs or record.mode == "ca":
         torch_says = f" (torch counted {plural(m.autograd_captures, 'capture')})" if m.autograd_captures is not None else ""
         console.print(f"  CA graphs: {len(graphs)} ({ca_graph_breakdown(m) if graphs else 'none'}){torch_says}; {ca_recompiles_text(m)}")
+        if m.ca_captured_nothing:
+            console.print(f"  {CA_CAPTURED_NOTHING.format(calls=plural(m.backward_calls, 'backward call'))}", markup=False, overflow="fold")
         for miss in misses[:12]:
             step = f"step {miss.step}" if miss.step is not None else "step ?"
             where = f"  ({_where(miss.source)})" if miss.source else ""

@@ -241,6 +241,14 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         phrases.append(cost)
     by_label = {s.label: s for s in comparison.speedups}
     speed = by_label.get("ca/aot") or by_label.get("ca/eager") or by_label.get("aot/eager")
+    ca = comparison.modes.get("ca")
+    ca_metrics = ca.metrics if ca is not None else None
+    if ca_metrics is not None and ca_metrics.ca_captured_nothing:
+        # No backward of the ca mode went through compiled autograd: its speed is not compiled
+        # autograd's, so no figure of it leads (torch.compile alone against eager may).
+        phrases.append(f"compiled autograd captured none of the ca mode's {ca_metrics.backward_calls} backward calls")
+        tones.append(BAD)
+        speed = by_label.get("aot/eager")
     numerics = comparison.numerics
     if speed is not None:
         differ = {base_mode(d.record) for d in numerics.disagreements} if numerics.reference is not None else set()

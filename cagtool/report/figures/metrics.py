@@ -112,6 +112,14 @@ class ModeMetrics:
     ddp_hook_graphs: int = 0
     ddp_hook_recompiles: int = 0
 
+    @property
+    def ca_captured_nothing(self) -> bool:
+        """The ca mode made backward calls and compiled autograd captured none of them (no graph, torch
+        counted no capture): each ran on the autograd engine as in the aot mode (a backward inside a
+        torch.func transform, or under compiled_autograd._disable()), so the mode's figures are not
+        compiled autograd's."""
+        return (self.mode == "ca" and self.backward_calls > 0 and self.ca_graphs == 0 and not self.autograd_captures)
+
 
 def steps_lost_with_process(manifest: ModeManifest) -> float | None:
     """How many seconds of per-step lines a record may lack because its process died holding

@@ -96,6 +96,15 @@ def record_notes(table: RecompileTable) -> list[str]:
     return notes
 
 
+def no_recompiles_text(table: RecompileTable) -> str:
+    """The line of a mode without a recompile: what was cached, where something was."""
+    if table.mode == "eager":
+        return "No recompiles: the eager mode compiles nothing."
+    if table.mode == "ca" and not table.graphs and table.steps:
+        return "No recompiles, and no graph: compiled autograd captured none of this mode's backward calls."
+    return "No recompiles: every step after the first reused the cached graphs."
+
+
 _KIND_LABEL = {"new_node": "new node", "changed_shapes": "shapes", "guard_failure": "guard", "unknown": "unknown"}
 
 
@@ -240,7 +249,7 @@ class ExplanationRenderer:
             for note in record_notes(table):
                 print_wrapped(self.console, note)
             if not explanation.causes and not explanation.alerts:
-                self.console.print("No recompiles: every step after the first reused the cached graphs.")
+                self.console.print(no_recompiles_text(table))
                 self._phases_and_budget(table)
                 continue
             self.console.print()

@@ -19,6 +19,8 @@ from cagtool.record.schema import (
     BackwardEvent,
     CacheMissEvent,
     CAGraphEvent,
+    DynamoCompileEvent,
+    DynamoRecompileEvent,
     FindingEvent,
     OptimizerStepEvent,
     StepDeviceEvent,
@@ -137,6 +139,11 @@ def test_an_optimizer_stepping_inside_compiled_code_gives_one_step_a_backward(re
     # optimizer's one recompile (its momentum buffers made by its first step) is compile-affected.
     assert steps[0].compiles >= 1 and steps[0].wall_s is None and steps[1].wall_s is None
     assert [s.compiles for s in steps[1:]] == [0, 1, 0] and all(s.wall_s is not None for s in steps[2:])
+    # That recompile is the optimizer step of the script's iteration 1, after step 1's backward
+    # ended (where the step ends here): its records say step 1, as the script's loop counts it.
+    [recompile] = aot.of(DynamoRecompileEvent)
+    [compile_] = [c for c in aot.of(DynamoCompileEvent) if c.compile_id == recompile.compile_id]
+    assert recompile.step == compile_.step == 1 and "/torch/optim/" in compile_.co_filename
     assert "4 steps (one per backward call: the optimizer steps inside compiled code" in run.stderr
     mine, theirs = aot.manifest.torch_counters, json.loads(plain.stdout.strip().splitlines()[-1])
     for kind in ("graph_break", "recompiles"):
@@ -151,7 +158,7 @@ def test_an_optimizer_stepping_inside_compiled_code_gives_one_step_a_backward(re
     code, out, _ = cli_in_process("recompiles", str(run.path), "--explain")
     said = " ".join(out.split())
     assert code == 0 and "Dynamo recompiled the optimizer's step() (frame " in said
-    assert "the optimizer's state was filled by its first step() (1 recompile)" in said
+    assert "the optimizer's state was filled by its first step() (1 recompile), step 1 " in said
     assert "Fix: Nothing to fix: a compiled optimizer step() is compiled twice, for its empty and its filled state" in said
     _, summary, _ = cli_in_process("summary", str(run.path))
     assert "no steady state" not in summary and "reaches the limit" not in summary + said

@@ -42,7 +42,10 @@ class _NoSteps:
 
     current_step: int | None = None
 
-    def note_dynamo_compile(self, seconds: float, filename: str = "") -> None:
+    def step_of_compile(self, frame: str | None) -> int | None:
+        return None
+
+    def note_dynamo_compile(self, seconds: float, filename: str = "", compile_id: str = "") -> None:
         pass
 
 

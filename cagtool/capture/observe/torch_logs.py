@@ -25,7 +25,7 @@ from cagtool.record.schema import (
     DynamoRecompileEvent,
     GraphBreakEvent,
 )
-from cagtool.torch_text import compile_id_of, graph_break_at
+from cagtool.torch_text import compile_frame, compile_id_of, graph_break_at
 
 if TYPE_CHECKING:  # the handler reads a live run's steps, or an import's (which has none)
     from cagtool.capture.steps.tracker import StepTracker
@@ -134,7 +134,16 @@ class StructuredLogHandler(logging.Handler):
             self.last_error = f"{type(exc).__name__}: {exc}"
 
     def _handle(self, metadata: dict[str, Any], payload: str | None) -> None:
-        step = self.steps.current_step
+        # A compile's records are stamped with the step its frame's work belongs to (an optimizer's
+        # step() compiled after the step ended at its backward: StepTracker.step_of_compile).
+        metrics = metadata.get("compilation_metrics")
+        if isinstance(metrics, dict):  # its compile id is inside it
+            frame = compile_frame(str(metrics.get("compile_id") or ""))
+            frame = None if str(metrics.get("compile_id") or "").startswith("!") else frame
+        else:
+            frame = metadata.get("frame_id")
+            frame = None if frame is None or "compiled_autograd_id" in metadata else str(frame)
+        step = self.steps.step_of_compile(frame)
         if "compilation_metrics" in metadata:
             self._compile(metadata["compilation_metrics"], step, metadata.get(PHASE_KEY), metadata.get(RECOMPILE_LIMIT_KEY))
         elif "aot_backward_graph" in metadata:
@@ -201,7 +210,7 @@ class StructuredLogHandler(logging.Handler):
             phase=phase,
             recompile_limit=recompile_limit,
         )
-        self.steps.note_dynamo_compile(total or 0.0, str(m.get("co_filename") or ""))
+        self.steps.note_dynamo_compile(total or 0.0, str(m.get("co_filename") or ""), cid)
 
     def _graph_break(self, cid: str, payload: str, step: int | None) -> None:
         lines = [l for l in payload.splitlines() if l.strip()]

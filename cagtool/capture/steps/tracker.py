@@ -56,6 +56,7 @@ from cagtool.capture.steps.lines import line_makers
 from cagtool.capture.steps.notes import COMPILED, ENDED, GONE, MADE, SKIPPED, STEPPED, BackwardCall
 from cagtool.record.schema import FIRST_STEP
 from cagtool.record.writer import MAX_HELD_LINES, RecordWriter
+from cagtool.torch_text import compile_frame
 
 __all__ = ["BACKWARD_ENTRY_REPLACED", "BACKWARD_ENTRY_RESTORED", "FLAG_WITHOUT_COMPILED_BACKWARD", "HELD_EVENTS",
            "IDLE_OPTIMIZER_STEPS", "TRACED_BACKWARD", "UNDECIDED_NOTES", "StepLimitReached", "StepTracker"]
@@ -98,6 +99,7 @@ class StepTracker:
         self._raw: list[Any] = []  # the hooks' notes, not counted yet (the same list for the tracker's life)
         self._hook_due = 0.0  # perf_counter time from which a hook that can end a step drains and writes (drain)
         self._last_loss: Any = None  # the last top-level backward's first output, when one element (final state)
+        self._optim_frames: set[str] = set()  # Dynamo frame ids of torch.optim's code (step_of_compile)
         self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()  # every optimizer seen (final state)
         self.known: dict[int, weakref.ref[Any]] = {}  # id -> weak reference of every live optimizer, now
         # Every backward's end reads the CPU clocks (hooks.py), where a backward's end may be a
@@ -195,11 +197,27 @@ class StepTracker:
             opened.captures += 1
             opened.compile_s += seconds
 
-    def note_dynamo_compile(self, seconds: float, filename: str = "") -> None:
+    def step_of_compile(self, frame: str | None) -> int:
+        """The step a record of a compile of Dynamo frame `frame` (None: not a frame's) belongs to:
+        the step in progress, but for a compile of torch.optim's frame while the optimizer steps
+        inside compiled code (boundaries.py, compiled_optimizer) before any backward of the step in
+        progress began: that is the optimizer step of the step its backward ended, one before (its
+        compile time still falls in the span of the step in progress, counted there)."""
+        step = self.current_step
+        if frame is not None and frame in self._optim_frames:
+            counter = self.counter
+            if counter.compiled_optimizer and counter.closed_steps and not counter.open.next_index:
+                return step - 1
+        return step
+
+    def note_dynamo_compile(self, seconds: float, filename: str = "", compile_id: str = "") -> None:
         """A Dynamo compile ended (`filename`: its frame's file): counted in the step in progress;
         one of torch.optim's frames is noted in order with the hooks' notes (notes.py, COMPILED)."""
         if _OPTIM_DIR in filename.replace("\\", "/"):
             self._raw.append((COMPILED,))
+            frame = compile_frame(compile_id)
+            if frame is not None and not compile_id.startswith("!"):
+                self._optim_frames.add(frame)
         self.drain()
         if self.digests is not None:
             self.digests.arm()

@@ -97,6 +97,18 @@ def compile_id_of(metadata: dict[str, Any]) -> str:
     return "/".join(parts) if parts else "?"
 
 
+def in_torch_optim(filename: str) -> bool:
+    """Whether a compiled frame's file (a compile's `co_filename`) is torch.optim's code: an
+    optimizer's step() compiled (the compiled-optimizer recipe, or a compiled training step)."""
+    return "/torch/optim/" in filename.replace("\\", "/")
+
+
+def frame_compile(compile_id: str) -> str | None:
+    """F of a forward frame's compile id `F/C`; None for a compile inside a compiled-autograd graph
+    (`!N/F/C`), which no frame of the script's own makes."""
+    return None if compile_id.startswith("!") else compile_frame(compile_id)
+
+
 def compile_attempt(compile_id: str) -> int | None:
     """C of `F/C` or `!N/F/C`: 0 for a first compile, >0 for a recompile of the same frame."""
     match = _COMPILE_ID.match(compile_id or "")

@@ -42,7 +42,7 @@ class _NoSteps:
 
     current_step: int | None = None
 
-    def step_of_compile(self, frame: str | None) -> int | None:
+    def step_of_compile(self, compile_id: str) -> int | None:
         return None
 
     def note_dynamo_compile(self, seconds: float, filename: str = "", compile_id: str = "") -> None:

@@ -25,7 +25,7 @@ from cagtool.record.schema import (
     DynamoRecompileEvent,
     GraphBreakEvent,
 )
-from cagtool.torch_text import compile_frame, compile_id_of, graph_break_at
+from cagtool.torch_text import compile_id_of, graph_break_at
 
 if TYPE_CHECKING:  # the handler reads a live run's steps, or an import's (which has none)
     from cagtool.capture.steps.tracker import StepTracker
@@ -137,13 +137,7 @@ class StructuredLogHandler(logging.Handler):
         # A compile's records are stamped with the step its frame's work belongs to (an optimizer's
         # step() compiled after the step ended at its backward: StepTracker.step_of_compile).
         metrics = metadata.get("compilation_metrics")
-        if isinstance(metrics, dict):  # its compile id is inside it
-            frame = compile_frame(str(metrics.get("compile_id") or ""))
-            frame = None if str(metrics.get("compile_id") or "").startswith("!") else frame
-        else:
-            frame = metadata.get("frame_id")
-            frame = None if frame is None or "compiled_autograd_id" in metadata else str(frame)
-        step = self.steps.step_of_compile(frame)
+        step = self.steps.step_of_compile(str(metrics.get("compile_id") or "") if isinstance(metrics, dict) else compile_id_of(metadata))
         if "compilation_metrics" in metadata:
             self._compile(metadata["compilation_metrics"], step, metadata.get(PHASE_KEY), metadata.get(RECOMPILE_LIMIT_KEY))
         elif "aot_backward_graph" in metadata:

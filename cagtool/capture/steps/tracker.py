@@ -56,7 +56,7 @@ from cagtool.capture.steps.lines import line_makers
 from cagtool.capture.steps.notes import COMPILED, ENDED, GONE, MADE, SKIPPED, STEPPED, BackwardCall
 from cagtool.record.schema import FIRST_STEP
 from cagtool.record.writer import MAX_HELD_LINES, RecordWriter
-from cagtool.torch_text import compile_frame
+from cagtool.torch_text import frame_compile, in_torch_optim
 
 __all__ = ["BACKWARD_ENTRY_REPLACED", "BACKWARD_ENTRY_RESTORED", "FLAG_WITHOUT_COMPILED_BACKWARD", "HELD_EVENTS",
            "IDLE_OPTIMIZER_STEPS", "TRACED_BACKWARD", "UNDECIDED_NOTES", "StepLimitReached", "StepTracker"]
@@ -65,8 +65,6 @@ __all__ = ["BACKWARD_ENTRY_REPLACED", "BACKWARD_ENTRY_RESTORED", "FLAG_WITHOUT_C
 # manifest with that bound: a process killed hard may lack these for its last hold_s seconds.
 HELD_EVENTS = ["backward", "optimizer_step", "step"]
 
-# Where torch.optim's frames are: a compile of one is an optimizer step compiled (notes.py, COMPILED).
-_OPTIM_DIR = "/torch/optim/"
 
 # The names under which tests/test_event_lines.py reads the line makers and the open step.
 _line_makers, _OpenStep = line_makers, OpenStep
@@ -197,14 +195,14 @@ class StepTracker:
             opened.captures += 1
             opened.compile_s += seconds
 
-    def step_of_compile(self, frame: str | None) -> int:
-        """The step a record of a compile of Dynamo frame `frame` (None: not a frame's) belongs to:
+    def step_of_compile(self, compile_id: str) -> int:
+        """The step a record of compile `compile_id` belongs to:
         the step in progress, but for a compile of torch.optim's frame while the optimizer steps
         inside compiled code (boundaries.py, compiled_optimizer) before any backward of the step in
         progress began: that is the optimizer step of the step its backward ended, one before (its
         compile time still falls in the span of the step in progress, counted there)."""
         step = self.current_step
-        if frame is not None and frame in self._optim_frames:
+        if self._optim_frames and frame_compile(compile_id) in self._optim_frames:
             counter = self.counter
             if counter.compiled_optimizer and counter.closed_steps and not counter.open.next_index:
                 return step - 1
@@ -213,10 +211,10 @@ class StepTracker:
     def note_dynamo_compile(self, seconds: float, filename: str = "", compile_id: str = "") -> None:
         """A Dynamo compile ended (`filename`: its frame's file): counted in the step in progress;
         one of torch.optim's frames is noted in order with the hooks' notes (notes.py, COMPILED)."""
-        if _OPTIM_DIR in filename.replace("\\", "/"):
+        if in_torch_optim(filename):
             self._raw.append((COMPILED,))
-            frame = compile_frame(compile_id)
-            if frame is not None and not compile_id.startswith("!"):
+            frame = frame_compile(compile_id)
+            if frame is not None:
                 self._optim_frames.add(frame)
         self.drain()
         if self.digests is not None:

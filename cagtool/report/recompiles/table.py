@@ -34,6 +34,7 @@ from cagtool.report.changed_sizes import misses_with_earlier_values
 from cagtool.report.recompiles.reads import LimitHit, StepSummary, forward_step, limit_hits, step_summary
 from cagtool.torch_text import (
     compile_attempt,
+    in_torch_optim,
     looks_like_user_file,
     size_guard,
     strip_reason_id,
@@ -232,11 +233,9 @@ def _dynamo_row(
         produced=compile_id,
         frame_name=frame.function if frame is not None else "",
         caller=caller,
-        optimizer_frame=compiled is not None and not is_ca_graph and _OPTIM_DIR in compiled.co_filename.replace("\\", "/"),
+        optimizer_frame=compiled is not None and not is_ca_graph and in_torch_optim(compiled.co_filename),
     )
 
-
-_OPTIM_DIR = "/torch/optim/"  # where torch's optimizers are: a frame there is an optimizer's step()
 
 
 NEEDED_KINDS = frozenset(

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from cagtool.capture.run.self_launch import python_module_argv
 from cagtool.errors import CagtoolError, EXIT_GATE_FAILED, UsageError
 from cagtool.record.atomic import check_confined, make_new_dir, open_new, write_atomic
 from cagtool.record.loader import RunRecord, load_run
@@ -128,7 +129,7 @@ class Verification:
 def rerun_argv(run: RunRecord, mode: str, repeat: int, output: Path, fix: Fix | None) -> list[str]:
     """The `cagtool run` that records the job again as `run` was recorded, in `mode`."""
     options = run.meta.options or {}
-    argv = [sys.executable, "-m", "cagtool", "run", "--modes", mode, "--repeat", str(repeat), "--no-report", "-o", str(output)]
+    argv = [*python_module_argv("cagtool"), "run", "--modes", mode, "--repeat", str(repeat), "--no-report", "-o", str(output)]
     if options.get("backend"):
         argv += ["--backend", str(options["backend"])]
     if options.get("dynamic"):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from cagtool.capture.run.child import STARTUP_ERROR_FILE, ModeSpec
+from cagtool.capture.run.self_launch import python_module_argv
 from cagtool.capture.run_dir import claim_run_dir
 from cagtool.capture.versions import machine_info, record_versions
 from cagtool.capture.processes.cpu_wait import CpuWaitSampler
@@ -349,7 +350,7 @@ def _start_mode_process(options: RunOptions, run_dir: Path, name: str, cache_roo
         # exit is cagtool's to act on (it then kills it), not a KeyboardInterrupt in its imports.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "cagtool.capture.run.child", str(spec_path)], env=env, pass_fds=(ack_w, ack_r, go_r), stdin=stdin.fd)
+            proc = subprocess.Popen([*python_module_argv("cagtool.capture.run.child"), str(spec_path)], env=env, pass_fds=(ack_w, ack_r, go_r), stdin=stdin.fd)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     except BaseException:

@@ -192,3 +192,18 @@ def test_merge_onto_a_full_disk_is_one_line_naming_the_output_and_leaves_nothing
         assert sorted(p.name for p in mount.iterdir()) == ["filler"]
     finally:
         subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_merge_shows_a_forged_host_name_and_never_passes_its_escapes_to_the_terminal(two_nodes, tmp_path):
+    """A node run whose recorded host name carries a terminal title sequence and a line break: the
+    merge lines show the name, one line a node, with no escape sequence a terminal would obey."""
+    node0, node1 = two_nodes
+    forged = _node_copy(node1, tmp_path / "forged")
+    meta = json.loads((forged / "run.json").read_text())
+    meta.setdefault("process", {})["hostname"] = "evil\n\x1b]0;TITLE\x07host"
+    (forged / "run.json").write_text(json.dumps(meta))
+    proc = _cagtool("merge", node0, forged, "-o", tmp_path / "merged", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stderr and "\x07" not in proc.stderr
+    [line] = [l for l in proc.stderr.splitlines() if l.startswith("node 1:")]
+    assert "(evil\\nhost)" in line

@@ -37,14 +37,18 @@ def merge_command(
     """
     from cagtool.record.merge import merge_runs
 
+    from cagtool.report.text.safe_text import safe_line
+
     merged = merge_runs(list(runs), output)
+    # Host names, paths and mode names are the records' data: shown, never obeyed by the terminal.
     for node in merged.nodes:
         ranks = ", ".join(map(str, node["ranks"])) or "none"
-        print(f"node {node['node']}: {node['run']} ({node['hostname'] or 'host ?'}), {node['status']}, ranks {ranks}", file=sys.stderr)
+        host = safe_line(node["hostname"]) if node["hostname"] else "host ?"
+        print(f"node {node['node']}: {safe_line(str(node['run']))} ({host}), {safe_line(str(node['status']))}, ranks {ranks}", file=sys.stderr)
     for mode, ranks in merged.ranks.items():
-        print(f"mode {mode}: ranks {', '.join(map(str, ranks)) or 'none'}", file=sys.stderr)
-    print(f"merged run: {merged.path}", file=sys.stderr)
-    print(f"next: cagtool summary {merged.path}", file=sys.stderr)
+        print(f"mode {safe_line(mode)}: ranks {', '.join(map(str, ranks)) or 'none'}", file=sys.stderr)
+    print(f"merged run: {safe_line(str(merged.path))}", file=sys.stderr)
+    print(f"next: cagtool summary {safe_line(str(merged.path))}", file=sys.stderr)
 
 
 def register(app: typer.Typer) -> None:

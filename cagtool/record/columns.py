@@ -42,7 +42,9 @@ from typing import Any, Union
 
 import msgspec
 
+from cagtool.errors import UnreadableInput
 from cagtool.record.atomic import write_atomic
+from cagtool.record.regular_files import open_record_file
 from cagtool.record.schema import EVENT_TYPES, EVENTS_FILE, Event
 
 COLUMNS_FILE = "columns.json"
@@ -175,7 +177,7 @@ class _Stored:
     crc32: int | None
 
     def read(self) -> bytes:
-        with open(self.path, "rb") as handle:
+        with os.fdopen(open_record_file(self.path), "rb") as handle:
             handle.seek(self.offset)
             data = handle.read(self.length)
         if len(data) != self.length or (self.crc32 is not None and zlib.crc32(data) != self.crc32):
@@ -391,7 +393,7 @@ def write_sidecar(mode_dir: Path) -> bool:
     write failure (the caller decides)."""
     target = Path(mode_dir) / COLUMNS_FILE
     try:
-        with open(Path(mode_dir) / EVENTS_FILE, "rb") as handle:
+        with os.fdopen(open_record_file(Path(mode_dir) / EVENTS_FILE), "rb") as handle:
             stat = os.fstat(handle.fileno())
             size = stat.st_size
             if size > MAX_EVENTS_BYTES:
@@ -430,7 +432,7 @@ def read_sidecar(mode_dir: Path, data: bytes | None = None, events_stat: os.stat
     record copied without its times (cp, an artifact download) is checked by its CRC-32 as before."""
     path = Path(mode_dir) / COLUMNS_FILE
     try:
-        with open(path, "rb") as handle:
+        with os.fdopen(open_record_file(path), "rb") as handle:
             written_ns = os.fstat(handle.fileno()).st_mtime_ns
             header = handle.readline()
             doc = json.loads(header)
@@ -449,7 +451,7 @@ def read_sidecar(mode_dir: Path, data: bytes | None = None, events_stat: os.stat
             while chunk := handle.read(1 << 20):
                 crc = zlib.crc32(chunk, crc)
                 body_length += len(chunk)
-    except (OSError, ValueError):
+    except (OSError, ValueError, UnreadableInput):  # a link or FIFO planted as the sidecar: read the lines instead
         return None
     if doc.get("body_crc32") != crc:
         return None  # the sidecar itself was damaged

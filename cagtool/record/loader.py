@@ -13,6 +13,7 @@ import msgspec
 from msgspec import Struct, field
 
 from cagtool.errors import UnreadableInput
+from cagtool.record.regular_files import open_record_file, read_record_bytes
 from cagtool.record.liveness import read_dead_writer_as_killed, read_vanished_as_killed
 from cagtool.record.manifest import ModeManifest, RunMeta, mode_manifest_from_dict, run_meta_from_dict
 from cagtool.record.schema import (
@@ -165,7 +166,7 @@ class ModeRecord(Struct):
         """The artifact's text; UnreadableInput when its file is gone or points outside the record."""
         path = inside(self.path, event.file, "compile artifact")
         try:
-            return path.read_text(errors="replace")
+            return read_record_bytes(path).decode("utf-8", errors="replace")
         except OSError as exc:
             raise UnreadableInput(f"compile artifact {event.file} of {event.compile_id}: {exc.strerror or exc}") from None
 
@@ -221,7 +222,7 @@ class RunRecord(Struct):
 def read_json_object(path: Path, what: str, missing_hint: str = "") -> dict:
     """A JSON object from a file, or one clear UnreadableInput line saying what is wrong."""
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = read_record_bytes(path).decode("utf-8")
     except FileNotFoundError:
         raise UnreadableInput(f"{what} not found: {path}{missing_hint}") from None
     except OSError as exc:
@@ -285,6 +286,8 @@ def load_mode(path: Path, strict: bool = False, kinds: frozenset[str] | set[str]
     procs = Path(path) / PROCS_DIR
     if procs.is_dir():
         for child in sorted(procs.iterdir(), key=_process_sort_key):
+            if child.is_symlink():  # a process record planted as a link to one elsewhere
+                raise UnreadableInput(f"process record {child} is a symbolic link; refusing to read it")
             if (child / MANIFEST_FILE).exists():
                 record.processes[child.name] = _load_one(child, strict, kinds, events, columns)
             elif strict and child.is_dir():
@@ -335,12 +338,14 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
         if columns:
             from cagtool.record.columns import read_sidecar  # only readers that asked for columns pay its import
 
+            if events_path.is_symlink():  # the sidecar is checked against the events' own file, never a link's target
+                raise UnreadableInput(f"{events_path} is a symbolic link; a record's files are read only as regular files, never through a link")
             sidecar = read_sidecar(path, events_stat=events_path.stat())
             if sidecar is None:
-                stream = events_path.read_bytes()
+                stream = read_record_bytes(events_path)
                 sidecar = read_sidecar(path, stream)
         else:
-            stream = events_path.read_bytes()
+            stream = read_record_bytes(events_path)
         lines: Iterable[tuple[int, str | None]]
         if sidecar is not None:
             for kind, held in sidecar.columns.items():
@@ -438,9 +443,9 @@ def _read_spans(path: Path, spans: list[tuple[int, int]]) -> list[bytes]:
     if not spans:
         return []
     if len(spans) > 4096:  # many short reads cost more than one long one
-        data = path.read_bytes()
+        data = read_record_bytes(path)
         return [data[s:e] for s, e in spans]
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_record_file(path)
     try:
         return [os.pread(fd, e - s, s) for s, e in spans]
     finally:
@@ -556,8 +561,8 @@ def list_runs(root: Path | None = None) -> list[Path]:
     def created(run: Path) -> str:
         # Sorting only: a corrupt run.json sorts first here and is reported by whoever loads it.
         try:
-            data = json_loads((run / RUN_META_FILE).read_bytes())
-        except (OSError, ValueError):
+            data = json_loads(read_record_bytes(run / RUN_META_FILE))
+        except (OSError, ValueError, UnreadableInput):
             return ""
         return str(data.get("created_at", "")) if isinstance(data, dict) else ""
 
@@ -617,7 +622,7 @@ def load_graph_file(path: Path) -> GraphFile:
     from cagtool.record.graph_file import GRAPH_FORMAT, decode_graph_file, graph_file_from_value
 
     try:
-        document = decode_graph_file(path.read_bytes())
+        document = decode_graph_file(read_record_bytes(path))
     except (OSError, msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
         document = None
     if document is not None and document.format == GRAPH_FORMAT and document.schema_version <= SCHEMA_VERSION:

@@ -43,6 +43,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from cagtool.errors import UnreadableInput
+from cagtool.record.regular_files import read_record_bytes
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import (
     FIRST_STEP,
@@ -401,8 +403,8 @@ def random_ops_in(record: ModeRecord) -> list[str]:
             if path.suffix not in (".py", ".log", ".txt", "") or not path.is_file():
                 continue
             try:
-                text = path.read_text(encoding="utf-8", errors="replace")
-            except OSError:
+                text = read_record_bytes(path).decode("utf-8", errors="replace")
+            except (OSError, UnreadableInput):
                 continue
             for match in _RANDOM_OP.finditer(text):
                 found.setdefault(match.group(1))

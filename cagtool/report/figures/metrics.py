@@ -9,6 +9,8 @@ import operator
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from cagtool.errors import UnreadableInput
+from cagtool.record.regular_files import read_record_bytes
 from cagtool.record.loader import ModeRecord
 from cagtool.record.manifest import ModeManifest
 from cagtool.record.schema import (
@@ -906,8 +908,8 @@ def _cpu_wait_readings(record: ModeRecord) -> tuple[list[list[float]], float] | 
     if not path.exists() and record.path.parent.name == "procs":  # a rank's record: its mode's readings
         path = record.path.parent.parent / CPU_WAIT_FILE
     try:
-        found = read_cpu_wait(path.read_bytes())
-    except OSError:
+        found = read_cpu_wait(read_record_bytes(path))
+    except (OSError, UnreadableInput):
         return None
     if found is None:
         return None

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Sequence
 
-from cagtool.record.loader import ModeRecord, RunRecord
+from cagtool.record.loader import ModeRecord, RunRecord, inside
+from cagtool.record.regular_files import read_record_bytes
 from cagtool.record.schema import ARTIFACT_TITLES, CAGraphEvent, FindingEvent, compile_dir_name
 from cagtool.report.compiles.detail import CompileDetail, compile_details
 from cagtool.report.figures.compile_phases import PhaseRow
@@ -392,7 +393,7 @@ def _compile_view(record: ModeRecord, detail: CompileDetail, highlight: "CodeHig
     artifacts = []
     for event in detail.artifacts:
         title = ARTIFACT_TITLES.get(event.artifact, event.artifact)
-        path = record.path / event.file
+        path = inside(record.path, event.file, "compile artifact")
         is_code = event.artifact not in ("dynamo_start", "dynamo_cpp_guards_str")
         artifacts.append(Artifact(title, highlight.code(path, title) if is_code else highlight.text(path, title), not is_code))
     return CompileView(compile_anchor(record.path.name, detail.compile_id), f"[{detail.compile_id}]", facts, artifacts)
@@ -556,7 +557,7 @@ def _graph_view(mode: ModeRecord, graph: CAGraphEvent, comparison: GraphComparis
     aot = ""
     if graph.aot_ids:
         aot = f"inlined AOT backward graphs: {len(graph.aot_ids)} (ids {', '.join(str(i) for i in graph.aot_ids)})"
-    code_path = mode.path / graph.code_file if graph.code_file else None
+    code_path = inside(mode.path, graph.code_file, f"code file of graph {graph.compile_id}") if graph.code_file else None
     return GraphView(
         anchor=f"graph-{mode.path.name}-{graph.ca_id}",
         title=f"{mode.mode} graph {graph.compile_id}",
@@ -625,7 +626,7 @@ class CodeHighlighter:
     def text(self, path: Path, summary: str) -> Code:
         """A plain-text file (a stack, a guard tree) as preformatted text, escaped by the template."""
         try:
-            source = path.read_text(encoding="utf-8", errors="replace")
+            source = read_record_bytes(path).decode("utf-8", errors="replace")
         except OSError as exc:
             return Code(summary, note=f"{summary}: cannot read {path}: {exc.strerror}")
         cut = ""
@@ -638,7 +639,7 @@ class CodeHighlighter:
         if path is None:
             return Code(summary, note=f"{summary}: no code file recorded")
         try:
-            source = path.read_text(encoding="utf-8", errors="replace")
+            source = read_record_bytes(path).decode("utf-8", errors="replace")
         except OSError as exc:
             return Code(summary, note=f"{summary}: cannot read {path}: {exc.strerror}")
         from markupsafe import Markup

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from cagtool.errors import UnreadableInput
+from cagtool.record.regular_files import read_record_bytes
 from cagtool.report.figures.intervals import ratio_text
 
 VERIFICATION_FILE = "verification.json"
@@ -18,8 +20,8 @@ def load_verification(run_path: Path | str) -> dict[str, Any] | None:
     """The run's kept verification, or None when it has none or it is unreadable."""
     path = Path(run_path) / VERIFICATION_FILE
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
+        data = json.loads(read_record_bytes(path))
+    except (OSError, ValueError, RecursionError, UnreadableInput):
         return None
     return data if isinstance(data, dict) and data.get("format") == VERIFICATION_FORMAT else None
 

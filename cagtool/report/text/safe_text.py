@@ -65,6 +65,13 @@ def safe_text(text: str) -> str:
     return _unsafe().sub(_shown, text)
 
 
+def safe_line(text: str) -> str:
+    """safe_text for a field shown within one line (a host name, a path, a mode name): a newline or
+    tab in it is shown as an escape too, so a record's data cannot start a line of its own."""
+    text = safe_text(text)
+    return text if text.isprintable() else text.replace("\n", "\\n").replace("\t", "\\t")
+
+
 @cache
 def _surrogate() -> re.Pattern[str]:
     return re.compile(r"[\ud800-\udfff]")

@@ -1,0 +1,97 @@
+"""A run directory handed over by someone else (a CI artifact of an untrusted pull request): every
+file a report command reads from it is read as the regular file it must be. A link planted as a
+record file (events, run.json, a manifest, a process record, a graph's code, a compile artifact) is
+refused, not followed, and so is a path field leading out of the run; a FIFO never hangs a reader;
+each is one line and exit 3, and nothing of the file outside reaches the output. A real `cagtool
+run` record of a real torch job (op_loop.py, ca mode), copied and tampered with per case."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import cli_in_process as cagtool
+
+pytestmark = pytest.mark.slow
+
+SECRET = "the-victims-secret-line"
+
+
+@pytest.fixture
+def run(record_run, tmp_path) -> Path:
+    recorded = record_run("op_loop.py", modes="ca", backend="eager")
+    assert recorded.returncode == 0, recorded.stderr[-2000:]
+    copy = Path(shutil.copytree(recorded.path, tmp_path / "run", symlinks=True))
+    (tmp_path / "victim.txt").write_text(SECRET + "\n")
+    return copy
+
+
+def _refused(args: tuple[str, ...], said: str) -> None:
+    code, out, err = cagtool(*args)
+    assert code == 3 and said in err and err.count("\n") == 1 and "Traceback" not in err, (args, code, err)
+    assert SECRET not in out + err
+
+
+def _link(path: Path, target: Path) -> None:
+    path.unlink()
+    path.symlink_to(target)
+
+
+@pytest.mark.parametrize("name", ["run.json", "ca/manifest.json", "ca/events.jsonl"])
+def test_a_record_file_planted_as_a_link_is_refused(run, tmp_path, name):
+    _link(run / name, tmp_path / "victim.txt")
+    for command in ("summary", "report", "compare"):
+        _refused((command, str(run)), "is a symbolic link; a record's files are read only as regular files, never through a link")
+
+
+def test_a_process_record_planted_as_a_link_is_refused(run, tmp_path):
+    outside = Path(shutil.copytree(run / "ca", tmp_path / "outside-rank"))
+    (run / "ca" / "procs").mkdir(exist_ok=True)
+    (run / "ca" / "procs" / "rank1").symlink_to(outside)
+    for command in ("summary", "gate"):
+        _refused((command, str(run), *(("--max-recompiles", "ca:99", "--no-config") if command == "gate" else ())), "is a symbolic link; refusing to read it")
+
+
+def test_a_graphs_code_read_by_the_report_never_leaves_the_run(run, tmp_path):
+    """The report embeds each CA graph's code: a code file planted as a link, or a code_file
+    field leading out of the run (relative or absolute), is refused, not embedded."""
+    graphs = sorted((run / "ca" / "graphs").glob("*.py"))
+    assert graphs
+    original = graphs[0].read_bytes()
+    _link(graphs[0], tmp_path / "victim.txt")
+    _refused(("report", str(run)), "points outside the record; refusing to read it")
+    graphs[0].unlink()
+    graphs[0].write_bytes(original)
+    events = run / "ca" / "events.jsonl"
+    (run / "ca" / "columns.json").unlink(missing_ok=True)
+    lines = events.read_text().splitlines()
+    for forged in ("../../victim.txt", str(tmp_path / "victim.txt")):
+        changed = []
+        for line in lines:
+            event = json.loads(line)
+            if event.get("kind") == "ca_graph" and event.get("code_file"):
+                event["code_file"] = forged
+            changed.append(json.dumps(event))
+        events.write_text("\n".join(changed) + "\n")
+        _refused(("report", str(run)), "points outside the record; refusing to read it")
+    assert SECRET not in (run / "report.html").read_text()  # the recorded run's own report, untouched
+
+
+@pytest.mark.parametrize("name", ["run.json", "ca/manifest.json", "ca/events.jsonl"])
+def test_a_fifo_planted_as_a_record_file_never_hangs_a_reader(run, name):
+    path = run / name
+    path.unlink()
+    os.mkfifo(path)
+    for command in ("summary", "report"):
+        _refused((command, str(run)), "is not a regular file (a FIFO, device or directory); refusing to read it")
+
+
+def test_a_fifo_planted_as_a_graphs_code_never_hangs_the_report(run):
+    graph = sorted((run / "ca" / "graphs").glob("*.py"))[0]
+    graph.unlink()
+    os.mkfifo(graph)
+    _refused(("report", str(run)), "is not a regular file (a FIFO, device or directory); refusing to read it")

@@ -51,6 +51,6 @@ def test_the_suggestion_is_read_from_a_logged_code_state():
     assert TORCH_213_SUGGESTION.startswith(PGO_SUGGESTION_START)
     assert pgo_dynamic_sources(TORCH_213_SUGGESTION) == "L['x']"  # what the torch-pgo fix sets
     # As `cagtool import` hands it over from a TORCH_TRACE log.
-    handler = StructuredLogHandler(None, SimpleNamespace(current_step=None))  # type: ignore[arg-type]
+    handler = StructuredLogHandler(None, SimpleNamespace(current_step=None, step_of_compile=lambda compile_id: None))  # type: ignore[arg-type]
     handler.handle_structured({"artifact": {"name": "put_local_code_state", "encoding": "string"}}, logged)
     assert handler.errors == 0 and handler.pgo_suggestion == TORCH_213_SUGGESTION.replace("L['x']", "L['args'][0]")

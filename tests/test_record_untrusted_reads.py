@@ -95,3 +95,27 @@ def test_a_fifo_planted_as_a_graphs_code_never_hangs_the_report(run):
     graph.unlink()
     os.mkfifo(graph)
     _refused(("report", str(run)), "is not a regular file (a FIFO, device or directory); refusing to read it")
+
+
+@pytest.mark.parametrize("field, value", [("wall_s", "-Infinity"), ("wall_s", "1e308"), ("wall_s", "NaN"), ("t", "NaN"), ("t", "Infinity")])
+def test_a_step_time_that_is_no_time_is_left_out_of_every_figure(run, tmp_path, field, value):
+    """A step line whose time is NaN, infinite, negative or beyond any process's life (json's
+    spellings, which the record reads): summary, compare, report and the Perfetto export end with
+    exit 0 and no figure of it (no `nan` or absurd step time, no numpy warning), as for a step
+    whose time is unknown."""
+    events = run / "ca" / "events.jsonl"
+    (run / "ca" / "columns.json").unlink(missing_ok=True)
+    lines = events.read_text().splitlines()
+    steps = [i for i, line in enumerate(lines) if json.loads(line).get("kind") == "step" and json.loads(line).get("wall_s") is not None]
+    assert steps
+    event = json.loads(lines[steps[-1]])
+    event[field] = 0.0
+    lines[steps[-1]] = json.dumps(event).replace(f'"{field}": 0.0', f'"{field}": {value}')
+    events.write_text("\n".join(lines) + "\n")
+    for args in (("summary", str(run)), ("compare", str(run)), ("report", str(run), "-o", str(tmp_path / "r.html")),
+                 ("export", str(run), "--perfetto", str(tmp_path / "trace.json"))):
+        code, out, err = cagtool(*args)
+        assert code == 0 and "Warning" not in err and "Traceback" not in err, (args, err[-2000:])
+        said = out + err
+        assert " nan ms" not in said and "e+30" not in said and "inf ms" not in said, (args, said[-2000:])
+    json.loads((tmp_path / "trace.json").read_text())  # valid JSON: no NaN in it

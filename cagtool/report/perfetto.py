@@ -24,6 +24,7 @@ says what was merged or left out, and every compile, capture and recompile is al
 from __future__ import annotations
 
 import json
+import math
 import operator
 from dataclasses import dataclass
 from datetime import datetime
@@ -459,6 +460,7 @@ def perfetto_trace(run: RunRecord) -> dict[str, Any]:
     limit = steps_per_process(sum(1 for p in processes if _has_steps(p.record)))
     aggregated: dict[str, Any] = {}
     left_out: list[str] = []
+    unplaceable: dict[str, int] = {}
     for proc in processes:
         start, origin = starts[proc.pid], origins.get(proc.mode)
         emitted = process_events(proc, (start - origin) if start is not None and origin is not None else 0.0, limit)
@@ -467,7 +469,10 @@ def perfetto_trace(run: RunRecord) -> dict[str, Any]:
         if all(e["ph"] == "M" for e in emitted):
             left_out.append(proc.label)  # a launcher, or a process that ended before doing anything
             continue
-        events.extend(emitted)
+        kept = [e for e in emitted if _finite_times(e)]
+        if len(kept) != len(emitted):  # a damaged or forged record's NaN or infinite time: not drawn, counted
+            unplaceable[proc.label] = len(emitted) - len(kept)
+        events.extend(kept)
     other: dict[str, Any] = {}
     if aggregated:
         other["aggregated"] = {
@@ -477,6 +482,9 @@ def perfetto_trace(run: RunRecord) -> dict[str, Any]:
             "processes": aggregated,
         }
     other.update(_long_job_data(run))
+    if unplaceable:
+        other["events_without_a_finite_time"] = {"note": "events whose time or duration in the record is NaN or infinite: left out",
+                                                 "processes": unplaceable}
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
@@ -518,6 +526,11 @@ def _long_job_data(run: RunRecord) -> dict[str, Any]:
     if measured is not None:
         out["checkpointing"] = {"words": checkpointing_lines(measured), "measured": measured}
     return out
+
+
+def _finite_times(event: dict[str, Any]) -> bool:
+    """Whether the event's time and duration are finite numbers (a trace's JSON has no NaN)."""
+    return all(math.isfinite(event[key]) for key in ("ts", "dur") if isinstance(event.get(key), float))
 
 
 def write_trace(run: RunRecord, path: Path) -> Path:

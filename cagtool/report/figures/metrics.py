@@ -5,6 +5,7 @@ Pure functions of the record; every renderer (summary, compare, gate) reads thes
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -266,6 +267,17 @@ def backward_steps(record: ModeRecord) -> list[int]:
     return [b.step for b in record.of(BackwardEvent)]
 
 
+# Seconds no step of a recorded process can have lasted (about 32 years): a larger time is a damaged
+# or forged record's, as NaN, infinity and a negative time are.
+_NO_STEP_LASTS_S = 1e9
+
+
+def is_time(value: float | None) -> bool:
+    """Whether a step's recorded time is one: not None, and neither NaN, negative nor beyond any
+    process's life (_NO_STEP_LASTS_S), which every figure leaves out as it leaves out an unknown time."""
+    return value is not None and 0 <= value < _NO_STEP_LASTS_S
+
+
 def steady_intervals(steps: list[StepEvent] | StepColumns, device_s: dict[int, float] | None = None) -> tuple[list[float], list[int]]:
     """(times of the steady steps in step order, steps excluded by compilation). Shared by
     `step_stats` and by the mode comparison, which pools the intervals of repetitions.
@@ -286,7 +298,7 @@ def steady_intervals(steps: list[StepEvent] | StepColumns, device_s: dict[int, f
         for i in ordered:
             if compiles[i] or captures[i]:
                 excluded.append(number[i])
-            elif wall[i] is not None:
+            elif is_time(wall[i]):
                 steady.append(i)
         use_device = bool(device_s) and all(number[i] in device_s for i in steady)  # type: ignore[operator]
         return [device_s[number[i]] if use_device and device_s else wall[i] for i in steady], excluded  # type: ignore[misc]
@@ -298,7 +310,8 @@ def steady_intervals(steps: list[StepEvent] | StepColumns, device_s: dict[int, f
         if touched:
             excluded.append(number[current])
             continue
-        intervals.append(start_following - start_current)
+        if is_time(start_following - start_current):
+            intervals.append(start_following - start_current)
     if ordered and (compiles[ordered[-1]] or captures[ordered[-1]]):
         excluded.append(number[ordered[-1]])
     return intervals, excluded
@@ -361,8 +374,9 @@ def _held_steps(record: ModeRecord) -> HeldSteps | None:
         return None
     null = np.zeros(len(wall), dtype=bool)
     null[wall_nulls] = True
-    if np.isnan(wall[~null]).any():
-        return None
+    timed = wall[~null]
+    if np.isnan(timed).any() or not bool(np.all((timed >= 0) & (timed < _NO_STEP_LASTS_S))):
+        return None  # the list path leaves out what is no time (is_time)
     return HeldSteps(
         step=step, touched=(compiles != 0) | (captures != 0), wall_s=wall, wall_null=null, t_min=float(t.min()), count=held.count,
         boundaries=boundaries, backward_calls=held.distinct("backward_calls"),
@@ -376,7 +390,7 @@ def _record_step_intervals(record: ModeRecord) -> tuple[list[float], list[int], 
     steps = step_columns(record)
     device = device_step_seconds(record)
     intervals, excluded = steady_intervals(steps, device)
-    steady = {n for n, wall, compiles, captures in zip(steps.step, steps.wall_s, steps.compiles, steps.ca_captures) if wall is not None and not (compiles or captures)}
+    steady = {n for n, wall, compiles, captures in zip(steps.step, steps.wall_s, steps.compiles, steps.ca_captures) if is_time(wall) and not (compiles or captures)}
     clock = "device" if device and steady and steady <= set(device) else "wall"
     return intervals, excluded, clock
 
@@ -411,7 +425,7 @@ def _steady_cpu_seconds(record: ModeRecord, name: str) -> list[float] | None:
     if not steps or not any(s.boundary for s in steps):
         return None
     ordered = sorted(steps, key=lambda s: s.step)
-    values = [getattr(s, name) for s in ordered if s.wall_s is not None and not (s.compiles or s.ca_captures)]
+    values = [getattr(s, name) for s in ordered if is_time(s.wall_s) and not (s.compiles or s.ca_captures)]
     if not values or any(v is None for v in values):
         return None
     return values
@@ -535,7 +549,6 @@ def record_step_stats(record: ModeRecord, first_step_s: float | None) -> StepSta
     n = len(ordered)
     if not n:
         return stats_of_intervals([], excluded, first_step_s, "wall")
-    import math
 
     # statistics.median, _percentile and statistics.fmean (fsum / n) on the sorted doubles, as
     # Python floats: the same arithmetic on the same values, without a list of them.
@@ -559,7 +572,7 @@ def _percentile_of_array(ordered: Any, q: float) -> float:
 
 
 def stats_of_intervals(intervals: list[float], excluded: list[int], first_step_s: float | None = None, clock: str = "wall", presorted: bool = False) -> StepStats:
-    """Median, p10, p90 and mean of steady iteration times (any order)."""
+    """Median, p10, p90 and mean of steady iteration times (any order; every one a time: is_time)."""
     if not intervals:
         return StepStats(0, list(excluded), None, None, None, None, first_step_s, clock)
     import statistics  # here: `recompiles --explain` imports this module for is_grad_warmup alone (statistics: ~5 ms of start-up)

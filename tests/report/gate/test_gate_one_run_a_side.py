@@ -93,9 +93,13 @@ def test_a_job_3x_slower_never_passes_with_one_run_a_side(runs, baseline, tmp_pa
     else:
         assert check["outcome"] in ("fail", "inconclusive") and code in (1, 5), check["message"]
     # How much slower it reads depends on the runner: the busier it is, the more the baseline's
-    # own steps are slowed too (1.50x seen beside two other test workers on 2 cores). What holds
-    # on any runner: it reads slower, and it never passes.
-    assert ratio > 1.0 and check["outcome"] != "pass"
+    # own steps are slowed too (1.50x seen beside two other test workers on 2 cores; once, its
+    # median step waiting for a CPU 67% of its runnable time, 2.2x: the slowed job read 0.92x).
+    # What holds on any runner: it never passes; it reads slower unless the gate itself says the
+    # baseline's load was beyond half its runnable time (then the ratio is the machine's).
+    assert check["outcome"] != "pass"
+    loaded = any("load: the baseline's median step waited for a CPU" in w for w in check["warnings"])
+    assert ratio > 1.0 or (loaded and check["outcome"] == "inconclusive"), (ratio, check["warnings"])
 
 
 def test_an_unchanged_rerun_is_inconclusive_not_a_pass(runs, baseline, tmp_path):

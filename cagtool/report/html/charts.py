@@ -513,7 +513,7 @@ def timeline_spec(title: str, steps: list[dict[str, Any]], markers: list[dict[st
 
 def _log_ticks(low: float, high: float) -> list[float]:
     """Powers of ten within [low, high] (with 2 and 5 between them when fewer than three fit): a
-    log axis left to itself labels every 1-9 multiple when its domain is not rounded. None where
+    log axis left to itself labels every 1-9 multiple when its domain is not rounded. No ticks where
     the domain is not a finite, positive range (a damaged record's time): the axis labels itself."""
     if not (0 < low <= high < math.inf):
         return []

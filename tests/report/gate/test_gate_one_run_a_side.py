@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,21 +35,56 @@ def runs(tmp_path_factory, inductor_cache) -> dict[str, Path]:
     import os
     import subprocess
 
-    def record(where: Path) -> dict[str, int]:
-        codes = {}
+    def record(where: Path) -> dict[str, Any]:
         # One intra-op thread, as the CI recipe pins it: beside the suite's other worker, a thread
         # that waits at a parallel region for a descheduled sibling spins, and steps of the same
         # job then differ by 10x and more (benchmarks/README.md).
         env = {**os.environ, "CI": "true", "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache), "OMP_NUM_THREADS": "1"}
-        for name, slow in JOBS.items():
-            cmd = cagtool_cmd("run", "--modes", "aot", "--backend", "eager", "--no-report", "-o", str(where / name),
-                              str(ROOT / "sample_scripts" / "mlp_steps.py"), "--steps", "60", "--slow-ms", str(slow))
-            codes[name] = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=str(ROOT)).returncode
-        return codes
 
-    path, codes = recorded_once(tmp_path_factory, "mlp_steps_one_run_a_side", record)
-    assert all(code == 0 for code in codes.values()), codes
+        def job(name: str) -> int:
+            shutil.rmtree(where / name, ignore_errors=True)
+            cmd = cagtool_cmd("run", "--modes", "aot", "--backend", "eager", "--no-report", "-o", str(where / name),
+                              str(ROOT / "sample_scripts" / "mlp_steps.py"), "--steps", "60", "--slow-ms", str(JOBS[name]))
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=str(ROOT)).returncode
+
+        codes = {name: job(name) for name in JOBS}
+        pairs = []
+        # The premise of the unchanged re-run's test: one job twice on one machine. A CI runner whose
+        # other work doubled every step's CPU time for a whole run (seen: 4.4 ms a step in the
+        # baseline, 8.8 ms in the re-run after it) breaks it: the pair is recorded again, up to
+        # STEADY_TRIES times. (The slowed jobs are not compared so: after each wait a step starts
+        # with cold caches, and costs more CPU, 1.3-1.8x measured.)
+        for attempt in range(STEADY_TRIES):
+            if codes["baseline"] or codes["unchanged"]:
+                break
+            pair = (_median_cpu_ms(where / "baseline"), _median_cpu_ms(where / "unchanged"))
+            pairs.append(pair)
+            if max(pair) <= STEADY_RATIO * min(pair) or attempt == STEADY_TRIES - 1:
+                break
+            codes["baseline"], codes["unchanged"] = job("baseline"), job("unchanged")
+        return {"codes": codes, "cpu_ms": pairs}
+
+    path, value = recorded_once(tmp_path_factory, "mlp_steps_one_run_a_side", record)
+    assert all(code == 0 for code in value["codes"].values()), value
+    pair = value["cpu_ms"][-1]
+    assert max(pair) <= STEADY_RATIO * min(pair), (
+        f"the machine's speed moved by more than {STEADY_RATIO}x between the baseline and its re-run in each of {STEADY_TRIES} "
+        f"tries (median CPU ms a step: {value['cpu_ms']}): too busy a runner for a test of one process a side")
     return {name: path / name for name in JOBS}
+
+
+# The baseline and its unchanged re-run's median CPU time a step may differ by this much (the assumed
+# run-to-run noise in CPU time is +/-79 %); beyond it the two are recorded again, up to STEADY_TRIES times.
+STEADY_RATIO = 1.5
+STEADY_TRIES = 3
+
+
+def _median_cpu_ms(run: Path) -> float:
+    from cagtool.record.loader import load_run
+    from cagtool.record.schema import StepEvent
+
+    cpu = sorted(s.cpu_s for s in load_run(run).mode("aot").of(StepEvent) if s.cpu_s is not None and not s.compiles)
+    return 1000 * cpu[len(cpu) // 2]
 
 
 @pytest.fixture(scope="module")

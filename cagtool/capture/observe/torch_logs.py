@@ -137,24 +137,24 @@ class StructuredLogHandler(logging.Handler):
         # A compile's records are stamped with the step its frame's work belongs to (an optimizer's
         # step() compiled after the step ended at its backward: StepTracker.step_of_compile).
         metrics = metadata.get("compilation_metrics")
-        step = self.steps.step_of_compile(str(metrics.get("compile_id") or "") if isinstance(metrics, dict) else compile_id_of(metadata))
+        cid = str(metrics.get("compile_id") or "") if isinstance(metrics, dict) else compile_id_of(metadata)  # the metrics hold theirs
+        step = self.steps.step_of_compile(cid)
         if "compilation_metrics" in metadata:
             self._compile(metadata["compilation_metrics"], step, metadata.get(PHASE_KEY), metadata.get(RECOMPILE_LIMIT_KEY))
         elif "aot_backward_graph" in metadata:
-            self.writer.emit(AotBackwardGraphEvent, compile_id=compile_id_of(metadata), step=step)
+            self.writer.emit(AotBackwardGraphEvent, compile_id=cid, step=step)
             if payload:
-                self._artifact(compile_id_of(metadata), ARTIFACT_AOT_BACKWARD, payload, step)
+                self._artifact(cid, ARTIFACT_AOT_BACKWARD, payload, step)
         elif ARTIFACT_STACK in metadata:
             stack = (metadata[ARTIFACT_STACK] or {}).get("stack")
             if isinstance(stack, list) and stack:
-                self._artifact(compile_id_of(metadata), ARTIFACT_STACK, format_stack(stack), step)
+                self._artifact(cid, ARTIFACT_STACK, format_stack(stack), step)
         elif _ARTIFACT_RECORDS.intersection(metadata):
             if payload:
-                self._artifact(compile_id_of(metadata), next(k for k in COMPILE_ARTIFACTS if k in metadata), payload, step)
+                self._artifact(cid, next(k for k in COMPILE_ARTIFACTS if k in metadata), payload, step)
         elif "artifact" in metadata:
             name = metadata["artifact"].get("name")
             if name == "recompile_reasons" and payload:
-                cid = compile_id_of(metadata)
                 try:
                     reasons = json.loads(payload)
                 except (ValueError, RecursionError):
@@ -169,7 +169,7 @@ class StructuredLogHandler(logging.Handler):
                     phase=metadata.get(PHASE_KEY),
                 )
             elif name == "dynamo_graph_break_reason" and payload:
-                self._graph_break(compile_id_of(metadata), payload, step)
+                self._graph_break(cid, payload, step)
             elif name in PGO_CODE_STATE_ARTIFACTS and payload:
                 self.pgo_suggestion = pgo_suggestion_of(payload) or self.pgo_suggestion
 

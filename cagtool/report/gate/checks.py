@@ -372,40 +372,90 @@ class MinSpeedupCheck:
             outcome, message = Outcome.PASS, f"{self.name} ({pair}): {detail} >= {t.minimum:g}x required"
         notes.append(evidence_note(interval, outcome, math.log(mid / t.minimum)))
         data = {"speedup": mid, "low": low, "high": high, "minimum": t.minimum, "verdict": verdict, **_interval_data(interval)}
-        warnings = []
+        warnings: list[str] = []
         num, den = run[t.numerator].step_time, run[t.denominator].step_time
         # Waiting for a CPU lengthens wall time, not CPU time: a verdict on CPU time needs no load note.
         on_cpu = interval.measure == "cpu"
         load = None if on_cpu else _load_effect(den.cpu_wait if den else None, num.cpu_wait if num else None, t.denominator, t.numerator)
+        corrected: list[Outcome] = []
         if load is not None:
             factor, words = load  # the speedup made this much larger by the waiting alone
             data["load_factor"] = factor
-            corrected = [speedup_verdict(mid / f, low / f, high / f, steady, t.minimum) for f in load_range(factor)]
-            flipped = [c for c in corrected if (c == BELOW) != (verdict == BELOW)]
-            if flipped:
-                warnings.append(f"{self.name} ({pair}): {words}, and without that difference the check would "
-                                f"{'FAIL' if flipped[0] == BELOW else 'pass'}: rerun on a quieter runner, or with --repeat 5")
-            else:
-                notes.append(words)
+            corrected = [_SPEEDUP_OUTCOME.get(speedup_verdict(mid / f, low / f, high / f, steady, t.minimum), Outcome.PASS) for f in load_range(factor)]
         # A FAIL rests on the numerator's steps being slow, a clear PASS on the denominator's.
-        heavy = "" if on_cpu else _heavy_load(f"{self.name} ({pair})", {BELOW: [(t.numerator, num)], ABOVE: [(t.denominator, den)]}.get(
-            verdict, [(t.numerator, num), (t.denominator, den)]))
-        if heavy:
-            warnings.append(heavy)
+        rests_on = {Outcome.FAIL: [(t.numerator, num)], Outcome.PASS: [(t.denominator, den)]}.get(outcome, [(t.numerator, num), (t.denominator, den)])
+        decided = _load_decides(f"{self.name} ({pair})", outcome, load, corrected, [] if on_cpu else rests_on, "rerun on a quieter runner, or with --repeat 5")
+        notes += decided.notes
+        warnings += decided.warnings
+        if decided.outcome is not outcome:
+            outcome, message = decided.outcome, f"{self.name} ({pair}): {detail}: inconclusive, {decided.why}"
+            data["verdict"], data["load_decided"] = INCONCLUSIVE, verdict
         return CheckResult(self.name, pair, outcome, outcome is Outcome.FAIL, f"{mid:.3f}x", limit, message, self.source, notes, data, warnings)
 
 
+# A speedup's verdict as the gate's outcome.
+_SPEEDUP_OUTCOME = {BELOW: Outcome.FAIL, INCONCLUSIVE: Outcome.INCONCLUSIVE, ABOVE: Outcome.PASS}
+
+
+@dataclass(frozen=True)
+class LoadDecision:
+    """What the machine's load leaves of a timing check's outcome (`_load_decides`)."""
+
+    outcome: Outcome
+    why: str  # for an outcome the load made inconclusive: why, in a few words; "" otherwise
+    notes: list[str]
+    warnings: list[str]
+
+
+def _load_decides(check: str, outcome: Outcome, load: tuple[float, str] | None, corrected: list[Outcome],
+                  rests_on: list[tuple[str, StepTimeSnapshot | None]], rerun: str) -> LoadDecision:
+    """The load's say on `outcome`, the verdict on the figures. `corrected`: the verdict on the
+    interval corrected by each end of the load's range (load_range); `rests_on`: the sides the
+    outcome rests on (this run for a FAIL, the baseline for a PASS; both for an inconclusive one).
+    A FAIL or a PASS that the correction would turn, or that rests on a side whose median step
+    waited for a CPU HEAVY_WAIT of its runnable time or more (beyond that the wait no longer bounds
+    what the load did to a step of several threads: docs/ci.md), cannot tell the code's effect from
+    the machine's: INCONCLUSIVE, never a pass and never a fail, with a warning that says why. A
+    load difference that changes nothing is a note."""
+    notes: list[str] = []
+    warnings: list[str] = []
+    reasons: list[str] = []
+    settled = outcome in (Outcome.FAIL, Outcome.PASS, Outcome.IMPROVED)
+    if load is not None:
+        factor, words = load
+        other = next((c for c in corrected if _side(c) != _side(outcome)), None)
+        if other is None:
+            notes.append(words)
+        else:
+            warnings.append(f"{check}: {words}, and without that difference the check would {_WOULD[_side(other)]}: {rerun}")
+            reasons.append("the load alone could explain it")
+    heavy = _heavy_load(check, rests_on)
+    if heavy:
+        warnings.append(heavy)
+        reasons.append("it rests on steps that waited for a CPU half their runnable time or more")
+    if settled and reasons:
+        return LoadDecision(Outcome.INCONCLUSIVE, "the machine's load, not the code, may have decided it: " + " and ".join(reasons), notes, warnings)
+    return LoadDecision(outcome, "", notes, warnings)
+
+
+def _side(outcome: Outcome) -> str:
+    return {Outcome.FAIL: "fail", Outcome.PASS: "pass", Outcome.IMPROVED: "pass"}.get(outcome, "inconclusive")
+
+
+_WOULD = {"fail": "FAIL", "pass": "pass", "inconclusive": "be inconclusive"}
+
+
 def _heavy_load(check: str, sides: list[tuple[str, StepTimeSnapshot | None]]) -> str:
-    """A warning when a side the outcome rests on waited for a CPU HEAVY_WAIT or more of its
+    """A warning when a side an outcome rests on waited for a CPU HEAVY_WAIT or more of its
     runnable time at its median step: beyond that the wait no longer bounds what the load did to a
     step of several threads (compare reads such a speedup as "load differed"; docs/ci.md); ""
-    otherwise. The gate keeps its outcome, as for the load factor."""
+    otherwise."""
     heavy = [(side, st.cpu_wait) for side, st in sides if st is not None and st.cpu_wait is not None and st.cpu_wait >= HEAVY_WAIT]
     if not heavy:
         return ""
     waits = ", ".join(f"{side}'s median step waited for a CPU {wait:.0%} of its runnable time" for side, wait in heavy)
     return (f"{check}: load: {waits}: beyond half, a step of several threads can slow far more than the wait alone says, "
-            "so this outcome may be the machine's, not the code's: rerun on a quieter runner")
+            "so the machine's load, not the code, may have decided the outcome: rerun on a quieter runner")
 
 
 def _load_effect(wait: float | None, other_wait: float | None, side: str, other_side: str) -> tuple[float, str] | None:
@@ -665,24 +715,26 @@ class StepTimeRegressionCheck(_TimeCheck):
             "steps": cur.count, "baseline_steps": base.count, "processes": cur.sample.repetitions, "baseline_processes": base.sample.repetitions,
             **_interval_data(r),
         }
-        warnings = []
+        warnings: list[str] = []
         on_cpu = r.measure == "cpu"  # waiting for a CPU does not lengthen CPU time
         load = None if on_cpu else _load_effect(cur.cpu_wait, base.cpu_wait, "this run", "the baseline")
+        corrected: list[Outcome] = []
         if load is not None:
-            factor, words = load  # the run's steps made this much slower than the baseline's by waiting alone
+            factor, _ = load  # the run's steps made this much slower than the baseline's by waiting alone
             data["load_factor"] = factor
-            corrected = [regression_verdict(r.ratio / f, r.low / f, r.high / f, samples, allowed, improved) for f in load_range(factor)]
-            flipped = [c for c in corrected if (c.outcome is Outcome.FAIL) != (verdict.outcome is Outcome.FAIL)]
-            if flipped:
-                warnings.append(f"{self.name} ({self.mode}): {words}, and without that difference the check would "
-                                f"{'FAIL' if flipped[0].outcome is Outcome.FAIL else 'not fail'}: rerun on a quieter runner")
-            else:
-                notes.append(words)
-        # A FAIL rests on this run's steps being slow; a PASS may rest on the baseline's having been.
-        heavy = "" if on_cpu else _heavy_load(f"{self.name} ({self.mode})", [("this run", cur)] if verdict.outcome is Outcome.FAIL else [("this run", cur), ("the baseline", base)])
-        if heavy:
-            warnings.append(heavy)
-        if self.watch_tail and t.field not in ("p10", "p90") and verdict.outcome is not Outcome.FAIL:
+            corrected = [regression_verdict(r.ratio / f, r.low / f, r.high / f, samples, allowed, improved).outcome for f in load_range(factor)]
+        # A FAIL rests on this run's steps being slow; a PASS on the baseline's not having been.
+        rests_on = {Outcome.FAIL: [("this run", cur)], Outcome.PASS: [("the baseline", base)], Outcome.IMPROVED: [("the baseline", base)]}.get(
+            verdict.outcome, [("this run", cur), ("the baseline", base)])
+        decided = _load_decides(f"{self.name} ({self.mode})", verdict.outcome, load, corrected, [] if on_cpu else rests_on, "rerun on a quieter runner")
+        notes += decided.notes
+        warnings += decided.warnings
+        if decided.outcome is not verdict.outcome:
+            message = f"{self.name} ({self.mode}): {detail}: inconclusive, {decided.why}{_range_text(r)}"
+            data["verdict"], data["load_decided"] = INCONCLUSIVE, verdict.verdict
+            verdict = RegressionVerdict(decided.outcome, INCONCLUSIVE)
+        # The tail says nothing beside a median the load decided: it was under the same load.
+        if self.watch_tail and t.field not in ("p10", "p90") and verdict.outcome is not Outcome.FAIL and "load_decided" not in data:
             tail = self._tail(cur, base)
             if tail is not None:
                 data["tail"] = tail[1]

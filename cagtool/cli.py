@@ -162,11 +162,12 @@ def _survive_closed_stdout() -> None:
 
 
 def _shown(line: str) -> str:
-    """An error line may quote record text: shown as the reports show it (imported only here, so
-    `--help` loads nothing from report/)."""
-    from cagtool.report.text.safe_text import safe_text
+    """An error is one line, and it may quote record text: shown as a report shows a field within a
+    line, so a record's data cannot start a line of its own (a forged `::error` in a CI log).
+    Imported only here, so `--help` loads nothing from report/."""
+    from cagtool.report.text.safe_text import safe_line
 
-    return safe_text(line)
+    return safe_line(line)
 
 
 def main(argv: list[str] | None = None) -> None:

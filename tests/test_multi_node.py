@@ -127,7 +127,7 @@ def test_merge_refuses_links_that_leave_a_node_run_and_copies_nothing_through_th
     (leaky / "ca" / "leak").symlink_to(secret)
     proc = _cagtool("merge", node0, leaky, "-o", tmp_path / "m1", cwd=tmp_path)
     assert proc.returncode == 3, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1 and "leak is a symbolic link" in proc.stderr and "outside the node run" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and f"leak is a symbolic link ({secret})" in proc.stderr
     assert not os.path.lexists(tmp_path / "m1") and _left_behind(tmp_path) == []
 
     rank_link = _node_copy(node1, tmp_path / "rank_link")
@@ -150,7 +150,7 @@ def test_merge_refuses_a_link_loop_and_a_fifo_with_one_line_and_no_staging_left(
     (looped / "ca" / "a").symlink_to("b")
     (looped / "ca" / "b").symlink_to("a")
     proc = _cagtool("merge", node0, looped, "-o", tmp_path / "m", cwd=tmp_path)
-    assert proc.returncode == 3 and "loops or leads nowhere" in proc.stderr and "internal error" not in proc.stderr, proc.stderr
+    assert proc.returncode == 3 and "is a symbolic link (" in proc.stderr and "internal error" not in proc.stderr, proc.stderr
     assert not os.path.lexists(tmp_path / "m") and _left_behind(tmp_path) == []
 
     fifo = _node_copy(node1, tmp_path / "fifo")
@@ -159,21 +159,69 @@ def test_merge_refuses_a_link_loop_and_a_fifo_with_one_line_and_no_staging_left(
     assert proc.returncode == 3 and "pipe is not a regular file" in proc.stderr, proc.stderr
 
 
-def test_merge_keeps_a_link_that_stays_inside_the_node_as_a_link(two_nodes, tmp_path):
+def test_merge_refuses_every_link_even_one_that_stays_inside_the_node(two_nodes, tmp_path):
+    """cagtool writes no links, and a relative link judged where it lies in the input can lead
+    elsewhere from where its copy lies (beside the output): every link is refused, exit 3."""
     node0, node1 = two_nodes
-    inner = _node_copy(node1, tmp_path / "inner")
-    (inner / "ca" / "manifest-alias.json").symlink_to("manifest.json")
-    proc = _cagtool("merge", node0, inner, "-o", tmp_path / "m", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    copied = tmp_path / "m" / "ca" / "procs" / "node1" / "manifest-alias.json"
-    assert copied.is_symlink() and os.readlink(copied) == "manifest.json"
-    # An absolute link, even into the node, would lead back to the input once copied; a link to a
-    # directory would have the merge write through it: both refused.
-    for name, target in (("abs-alias.json", inner / "ca" / "manifest.json"), ("procs-alias", "procs")):
+    for name, target in (("manifest-alias.json", "manifest.json"), ("procs-alias", "procs")):
         other = _node_copy(node1, tmp_path / f"inner-{name}")
-        (other / "ca" / name).symlink_to(target if isinstance(target, str) else other / "ca" / "manifest.json")
+        (other / "ca" / name).symlink_to(target)
         proc = _cagtool("merge", node0, other, "-o", tmp_path / f"m-{name}", cwd=tmp_path)
-        assert proc.returncode == 3 and "is an absolute symbolic link or one to a directory" in proc.stderr, proc.stderr
+        assert proc.returncode == 3 and f"{name} is a symbolic link ({target})" in proc.stderr, proc.stderr
+        assert not (tmp_path / f"m-{name}").exists()
+
+
+def test_merge_checks_the_whole_run_when_given_a_mode_folder_and_never_writes_into_an_input(two_nodes, tmp_path):
+    """A node named by its mode folder (node/ca) is copied whole: a link elsewhere in that run is
+    refused as if the run were named. An output inside an input is refused before anything is
+    written (it would change the input, or copy itself into itself)."""
+    node0, node1 = two_nodes
+    elsewhere = _node_copy(node0, tmp_path / "elsewhere")
+    (elsewhere / "extra").mkdir()
+    (elsewhere / "extra" / "leak").symlink_to("/etc/passwd")
+    proc = _cagtool("merge", elsewhere / "ca", node1, "-o", tmp_path / "m", cwd=tmp_path)
+    assert proc.returncode == 3 and "leak is a symbolic link (/etc/passwd)" in proc.stderr, proc.stderr
+    assert not os.path.lexists(tmp_path / "m")
+
+    for inside in (node0 / "merged", node1 / "ca" / "procs" / "merged"):
+        before = sorted(str(p) for p in inside.parent.rglob("*"))
+        proc = _cagtool("merge", node0, node1, "-o", inside, cwd=tmp_path)
+        assert proc.returncode == 2 and "lies in the node run" in proc.stderr, proc.stderr
+        assert sorted(str(p) for p in inside.parent.rglob("*")) == before
+
+
+def _set_process(node: Path, key: str, value: object) -> None:
+    for manifest in node.rglob("manifest.json"):
+        data = json.loads(manifest.read_text())
+        if (data.get("process") or {}).get("rank") is not None:
+            data["process"][key] = value
+            manifest.write_text(json.dumps(data))
+
+
+def test_merge_refuses_ranks_that_are_not_one_jobs(two_nodes, tmp_path):
+    node0, node1 = two_nodes
+    negative = _node_copy(node1, tmp_path / "negative")
+    _set_process(negative, "rank", -5)
+    proc = _cagtool("merge", node0, negative, "-o", tmp_path / "m", cwd=tmp_path)
+    assert proc.returncode == 2 and "holds rank -5, not a rank of a job of world size 2" in proc.stderr, proc.stderr
+    bigger = _node_copy(node1, tmp_path / "bigger")
+    _set_process(bigger, "world_size", 64)
+    proc = _cagtool("merge", node0, bigger, "-o", tmp_path / "m", cwd=tmp_path)
+    assert proc.returncode == 2 and "world sizes 2, 64: not the nodes of one job" in proc.stderr, proc.stderr
+    # A world size no job has would have every report count to it: refused wherever it is read.
+    forged = _node_copy(node1, tmp_path / "forged")
+    _set_process(forged, "world_size", 10**15)
+    for args in (("summary", forged), ("gate", forged, "--max-recompiles", "ca:5"), ("merge", node0, forged, "-o", tmp_path / "m")):
+        proc = _cagtool(*args, cwd=tmp_path)
+        assert proc.returncode == 3 and "world_size 1000000000000000 is beyond any job's" in proc.stderr, (args, proc.stderr)
+    assert not os.path.lexists(tmp_path / "m")
+    # An error is one line even when it quotes a forged field: no line of the record's own in a CI log.
+    named = _node_copy(node1, tmp_path / "named")
+    meta = json.loads((named / "run.json").read_text())
+    meta["target"]["name"] = "train.py\n::error title=cagtool gate::all checks passed"
+    (named / "run.json").write_text(json.dumps(meta))
+    proc = _cagtool("merge", node0, named, "-o", tmp_path / "m", cwd=tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "train.py\\n::error" in proc.stderr, proc.stderr
 
 
 def test_merge_onto_a_full_disk_is_one_line_naming_the_output_and_leaves_nothing(two_nodes, tmp_path):

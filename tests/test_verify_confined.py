@@ -178,24 +178,29 @@ def test_verify_on_a_read_only_or_full_disk_is_one_line_naming_the_path(recorded
         subprocess.run(["umount", str(mount)], check=False)
 
 
-def test_a_cagtool_module_in_the_jobs_directory_is_never_run_as_cagtool(tmp_path):
-    """A `cagtool.py` in the job's working directory (the user's own helper, or one planted in a
-    project a verification re-runs in): `python -m cagtool...` would import it in cagtool's place
-    (the current directory comes first), a crash of every mode or someone else's code run as the
-    re-run. Through the `cagtool` command, as a user types it there, neither the run's mode process
-    nor the verification's re-runs import it."""
+def test_a_module_in_the_working_directory_is_never_run_as_cagtool(tmp_path):
+    """A `cagtool.py` or a `json.py` in the working directory (the user's own helpers, or files
+    planted in a project a verification re-runs in), the script in a folder below it:
+    `python -m cagtool...` would import them in cagtool's place or in its own imports' (the current
+    directory comes first), where `python jobs/train.py` never would (its sys.path[0] is jobs/).
+    Through the `cagtool` command, as a user types it there, neither the run's mode process nor the
+    verification's re-runs import them."""
     command = Path(sys.executable).parent / "cagtool"  # the console script pip installed
     if not command.is_file():
         pytest.skip("no cagtool console script beside this python (pip install the package)")
     marker = tmp_path / "planted-ran"
     job = tmp_path / "job"
-    job.mkdir()
-    shutil.copy(SHAPE_LOOP, job / SHAPE_LOOP.name)
-    (job / "cagtool.py").write_text(f"open({str(marker)!r}, 'a').write('imported\\n')\nraise SystemExit(7)\n")
+    (job / "jobs").mkdir(parents=True)
+    shutil.copy(SHAPE_LOOP, job / "jobs" / SHAPE_LOOP.name)
+    script = f"jobs/{SHAPE_LOOP.name}"
+    for name in ("cagtool.py", "json.py"):
+        (job / name).write_text(f"open({str(marker)!r}, 'a').write({name!r} + ' imported\\n')\nraise SystemExit(7)\n")
     env = {**os.environ, "CI": "true"}
-    run = subprocess.run([str(command), "run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(tmp_path / "run"), SHAPE_LOOP.name],
+    plain = subprocess.run([sys.executable, script], cwd=str(job), capture_output=True, text=True, env=env, timeout=600)
+    assert plain.returncode == 0 and not marker.exists(), plain.stderr[-2000:]
+    run = subprocess.run([str(command), "run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(tmp_path / "run"), script],
                          cwd=str(job), capture_output=True, text=True, env=env, timeout=600)
-    assert run.returncode == 0 and not marker.exists(), run.stderr[-3000:]
+    assert run.returncode == 0 and not marker.exists(), (run.stderr[-3000:], marker.exists() and marker.read_text())
     verify = subprocess.run([str(command), "recompiles", str(tmp_path / "run"), "--explain", "--verify", "--repeat", "1", "--fix", "ca-dynamic"],
                             cwd=str(job), capture_output=True, text=True, env=env, timeout=600)
     assert verify.returncode in (0, 1), verify.stderr[-3000:]

@@ -17,6 +17,7 @@ from cagtool.record.regular_files import open_record_file, read_record_bytes
 from cagtool.record.liveness import read_dead_writer_as_killed, read_vanished_as_killed
 from cagtool.record.manifest import ModeManifest, RunMeta, mode_manifest_from_dict, run_meta_from_dict
 from cagtool.record.schema import (
+    MAX_WORLD_SIZE,
     EVENT_TYPES,
     CompileArtifactEvent,
     EVENTS_FILE,
@@ -78,7 +79,7 @@ class ModeRecord(Struct):
     def rank(self) -> int | None:
         """The process's distributed rank (RANK env, or the process group once it was up)."""
         rank = (self.manifest.process or {}).get("rank")
-        return rank if isinstance(rank, int) else None
+        return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
 
     @property
     def process_key(self) -> str:
@@ -295,6 +296,17 @@ def load_mode(path: Path, strict: bool = False, kinds: frozenset[str] | set[str]
     return record
 
 
+def _check_rank_fields(manifest: ModeManifest, where: Path) -> None:
+    """Reports count ranks up to a record's world size: one beyond MAX_WORLD_SIZE (a forged or
+    damaged 10**15) would hang them, and is refused (exit 3), as is such a rank."""
+    process = manifest.process or {}
+    for name in ("rank", "world_size"):
+        value = process.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > MAX_WORLD_SIZE:
+            raise UnreadableInput(f"mode manifest {where}: process {name} {value if value < 10**30 else 'over 10**30'} "
+                                  f"is beyond any job's ({MAX_WORLD_SIZE} ranks at most)")
+
+
 def _process_sort_key(path: Path) -> tuple[int, int, int, str]:
     """rank0, rank0.attempt1, rank1, ..., then pid records, each numerically."""
     name, _, attempt = path.name.partition(".attempt")
@@ -312,6 +324,7 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
         manifest = mode_manifest_from_dict(data)
     except TypeError as exc:
         raise UnreadableInput(f"mode manifest {path / MANIFEST_FILE} is malformed: {exc}") from None
+    _check_rank_fields(manifest, path / MANIFEST_FILE)
     read_dead_writer_as_killed(manifest, path)
     # An old schema is converted to the current one below (record/upgrade.py): read what that needs.
     asked = kinds

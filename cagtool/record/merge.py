@@ -14,12 +14,15 @@ status, exit code and any failure count like a process's). `run.json` keeps node
 with the worst status and exit code of all nodes, per mode too, and `options.merged_from` lists
 each node's run, host and status. Nothing of the inputs is changed.
 
-A node's run may come from shared storage or another host, and nothing read from it may come from
-outside it: before anything is read, every symbolic link in each node run is resolved, and one that
-leads out of that run, loops, leads nowhere, is absolute or names a directory is refused
-(UnreadableInput, exit 3), as is a file that is not a regular file (a FIFO would block the copy, a
-device would be read). A relative link to a file inside is copied as a link, never followed. A
-failed merge leaves no staging directory behind.
+A node's run may come from shared storage or another host (a CI artifact someone else made), and
+nothing read from it may come from outside it, nor anything written land outside the output:
+before anything is read, each node's run folder (the whole run, whatever part of it was named) is
+walked, and a symbolic link anywhere in it is refused (UnreadableInput, exit 3: cagtool writes no
+links, and a link judged where it lies in the input can lead elsewhere from where the copy lies),
+as is a file that is not a regular file (a FIFO would block the copy, a device would be read).
+Every file is created anew in the staging directory (O_EXCL | O_NOFOLLOW: nothing is written
+through a name that exists), the output may not lie in an input, and a failed merge leaves no
+staging directory behind.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from pathlib import Path
 
 from cagtool.errors import CannotWrite, UnreadableInput, UsageError
 from cagtool.record.atomic import write_atomic
-from cagtool.record.loader import RunRecord, load_run
+from cagtool.record.loader import RunRecord, load_run, resolve_run_path
+from cagtool.record.regular_files import open_record_file
 from cagtool.record.manifest import to_dict
 from cagtool.record.schema import PROCS_DIR, RUN_META_FILE
 
@@ -63,15 +67,20 @@ def merge_runs(inputs: list[str | Path], output: Path) -> MergedRun:
     recorded twice, or `output` already exists; UnreadableInput (exit 3) for an unreadable run."""
     if len(inputs) < 2:
         raise UsageError("give the runs of at least two nodes to merge")
-    for path in inputs:
-        check_node_links(Path(path))
-    runs = [load_run(path) for path in inputs]
+    folders = [resolve_run_path(path) for path in inputs]  # the run a mode folder or a file belongs to: all of it is copied
+    for folder in folders:
+        check_node_links(folder)
+    runs = [load_run(folder) for folder in folders]
     paths = [run.path.resolve() for run in runs]
     if len(set(paths)) != len(paths):
         raise UsageError("a run is given twice")
     output = Path(output)
     if os.path.lexists(output):
         raise UsageError(f"{output} already exists: merge into a new directory")
+    landing = Path(os.path.realpath(output.parent)) / output.name
+    for path in paths:
+        if landing == path or path in landing.parents:
+            raise UsageError(f"{output} lies in the node run {path}: merge into a directory outside every input")
     first = runs[0]
     for run in runs[1:]:
         # The target's arguments differ between nodes (--node-rank K): the target itself must not.
@@ -79,6 +88,13 @@ def merge_runs(inputs: list[str | Path], output: Path) -> MergedRun:
             raise UsageError(f"{run.path} ran {run.meta.target.get('name')}, {first.path} ran {first.meta.target.get('name')}: not the nodes of one job")
         if list(run.meta.modes) != list(first.meta.modes):
             raise UsageError(f"{run.path} recorded modes {', '.join(run.meta.modes)}, {first.path} {', '.join(first.meta.modes)}: not the nodes of one job")
+    sizes = {size for run in runs for size in _world_sizes(run)}
+    if len(sizes) > 1:
+        raise UsageError(f"the node runs say world sizes {', '.join(str(n) for n in sorted(sizes))}: not the nodes of one job")
+    for run in runs:
+        wrong = [rank for rank in _ranks_of(run) if rank < 0 or (sizes and rank >= max(sizes))]
+        if wrong:
+            raise UsageError(f"{run.path} holds rank {wrong[0]}, not a rank of a job of world size {max(sizes) if sizes else 'unknown'}")
     seen: dict[int, Path] = {}
     for run in runs:
         for rank in sorted(_ranks_of(run)):
@@ -117,6 +133,7 @@ def _build(runs: list[RunRecord], staging: Path) -> tuple[object, list[dict]]:
     """The merged run, written into `staging`: node 0's run with every other node's records added."""
     head = runs[0]
     shutil.copytree(head.path, staging, symlinks=True, copy_function=_copy_file)
+    check_node_links(staging)  # a link made in the input since it was checked is not written through
     for name in _DERIVED_FILES:
         (staging / name).unlink(missing_ok=True)
     nodes = [_node_entry(0, head)]
@@ -132,8 +149,10 @@ def _build(runs: list[RunRecord], staging: Path) -> tuple[object, list[dict]]:
             procs = source / PROCS_DIR
             for child in sorted(procs.iterdir()) if procs.is_dir() and not procs.is_symlink() else ():
                 target = dest / PROCS_DIR / child.name
-                if os.path.lexists(target):  # a pid-keyed child of two hosts can share a number
-                    target = dest / PROCS_DIR / f"node{index}-{child.name}"
+                clash = 1
+                while os.path.lexists(target):  # a pid-keyed child of two hosts can share a number
+                    target = dest / PROCS_DIR / (f"node{index}-{child.name}" + (f"-{clash}" if clash > 1 else ""))
+                    clash += 1
                 _copy(child, target)
             launcher = dest / PROCS_DIR / f"node{index}"
             launcher.mkdir()
@@ -162,30 +181,36 @@ _WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
 
 
 def _copy_file(source: str | Path, dest: str | Path) -> object:
-    # copytree collects a copy's OSError into one shutil.Error for the end; a disk that is full or
-    # read-only stops the merge at its first file instead, said as the write it is.
+    """One regular file copied into a name that does not exist yet (never through a link, never
+    over a file), with its times and mode. copytree collects a copy's OSError into one shutil.Error
+    for the end; a disk that is full or read-only stops the merge at its first file instead, said
+    as the write it is."""
     try:
-        return shutil.copy2(source, dest, follow_symlinks=False)
+        with os.fdopen(open_record_file(Path(source)), "rb") as src:
+            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as out:
+                shutil.copyfileobj(src, out)
+        shutil.copystat(source, dest, follow_symlinks=False)
+        return dest
     except OSError as exc:
         if exc.errno in _WRITE_ERRORS:
             raise CannotWrite(f"cannot write the merged run: {exc.strerror} ({dest})") from None
+        if exc.errno == errno.EEXIST or exc.filename == str(dest):
+            raise CannotWrite(f"cannot write the merged run: {exc.strerror or exc} ({dest})") from None
         raise UnreadableInput(f"cannot read {source}: {exc.strerror or exc}") from None
 
 
 def check_node_links(root: Path) -> None:
-    """Refuse (UnreadableInput, exit 3) a node run that holds a symbolic link leading out of it
-    (or looping, or leading nowhere), or a file that is neither regular, a directory nor a link."""
-    try:
-        base = Path(os.path.realpath(root, strict=True))
-    except OSError as exc:
-        raise UnreadableInput(f"cannot read the node run {root}: {exc.strerror or exc}") from None
-
+    """Refuse (UnreadableInput, exit 3) a node run that holds a symbolic link (cagtool writes none),
+    or a file that is neither regular nor a directory."""
     def refuse(path: str, why: str) -> UnreadableInput:
-        return UnreadableInput(f"{path} {why}: a node run is merged only from what is inside it; refusing (nothing was copied)")
+        return UnreadableInput(f"{path} {why}: a node run is merged only from the files inside it; refusing (nothing was copied)")
 
     def failed(exc: OSError) -> None:
         raise UnreadableInput(f"cannot read {exc.filename or root}: {exc.strerror or exc}")
 
+    if os.path.islink(root):
+        raise refuse(str(root), f"is a symbolic link ({os.readlink(root)})")
     for folder, dirs, files in os.walk(root, onerror=failed, followlinks=False):
         for name in dirs + files:
             path = os.path.join(folder, name)
@@ -194,18 +219,14 @@ def check_node_links(root: Path) -> None:
             except OSError as exc:
                 raise UnreadableInput(f"cannot read {path}: {exc.strerror or exc}") from None
             if stat.S_ISLNK(mode):
-                try:
-                    target = Path(os.path.realpath(path, strict=True))
-                except OSError:
-                    raise refuse(path, f"is a symbolic link ({os.readlink(path)}) that loops or leads nowhere") from None
-                if target != base and base not in target.parents:
-                    raise refuse(path, f"is a symbolic link to {target}, outside the node run {root}")
-                # Copied as a link, an absolute one would lead back into the input, and the merge
-                # writes into the directories it copies: only a relative link to a file is kept.
-                if os.path.isabs(os.readlink(path)) or target.is_dir():
-                    raise refuse(path, "is an absolute symbolic link or one to a directory")
-            elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                raise refuse(path, f"is a symbolic link ({os.readlink(path)})")
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
                 raise refuse(path, "is not a regular file")
+
+
+def _world_sizes(run: RunRecord) -> set[int]:
+    return {size for record in run.modes.values() for rec in (record, *record.processes.values())
+            if isinstance(size := (rec.manifest.process or {}).get("world_size"), int) and not isinstance(size, bool) and size > 0}
 
 
 def _node_entry(index: int, run: RunRecord) -> dict:

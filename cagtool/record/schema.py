@@ -81,6 +81,9 @@ COMPILES_DIR = "compiles"
 TRACE_DIR = "trace"
 DEPYF_DIR = "depyf"
 PROCS_DIR = "procs"
+# The most ranks a job's record may say it has: a record saying more (a forged or damaged
+# world_size or rank) is refused when read, so no report counts through it.
+MAX_WORLD_SIZE = 1 << 20
 # In a followed process's record: <SIGNAME>.txt, its threads' stacks when a stop signal killed it
 # before it could close the record (capture/processes/lifeline.py, StopStacks); empty files and the
 # directory are removed when the record closes.

@@ -1,23 +1,22 @@
 """How cagtool starts a Python process of its own (a mode process, the re-run of a verification):
-`python -c BOOTSTRAP`, which imports cagtool with the current directory off sys.path, then puts it
-back and runs the module as `python -m` would.
+`python -c BOOTSTRAP`, which runs the module as `python -m` would, with sys.path as the `cagtool`
+console script leaves it: the interpreter's bin directory first, never the current directory.
 
-`python -m cagtool...` puts the current directory first on sys.path, so a `cagtool.py` or
-`cagtool/` there (the user's own helper, or a file planted in a project a verification re-runs in)
-would be imported in cagtool's place: a crash, or code that is not cagtool run as cagtool. Once the
-real package is imported, its submodules are found through the package, not sys.path, so only that
-first import needs the directory off the path; the module then runs with sys.path as `-m` leaves it
-(the script's own sys.path[0] is set where the target runs, run/target.py)."""
+`python -m cagtool...` puts the current directory first on sys.path, so a `cagtool.py` there (the
+user's own helper, or a file planted in a project a verification re-runs in) would be imported in
+cagtool's place, and a `json.py` or `msgspec.py` in cagtool's: code that is not cagtool run as
+cagtool, where `python train.py` would never have imported it. The script's own directory (or, for
+`-m`, the current one) is put first on sys.path only when the target runs (run/target.py), as
+python does for it."""
 
 from __future__ import annotations
 
 import sys
 
 _BOOTSTRAP = (
-    "import sys\n"
-    "first = sys.path.pop(0)\n"  # '' (the current directory), as `python -c` puts it
-    "import cagtool, runpy\n"
-    "sys.path.insert(0, first)\n"
+    "import os, sys\n"
+    "sys.path[0] = os.path.dirname(sys.executable)\n"  # in place of '' (the current directory), as `python -c` puts it
+    "import runpy\n"
     "runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
 )
 

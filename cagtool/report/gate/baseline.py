@@ -26,7 +26,7 @@ from cagtool.record.loader import ModeRecord, RunRecord, check_format, read_json
 from cagtool.report.figures.pooled import ModeColumn, mode_columns
 from cagtool.report.figures.intervals import FIELDS, TimingSample, median_of
 from cagtool.report.figures.metrics import mode_metrics
-from cagtool.report.ranks.analysis import lowest_rank, rank_view
+from cagtool.report.ranks.analysis import lowest_rank, missing_ranks, rank_list, rank_view
 
 BASELINE_FORMAT = "cagtool-baseline"
 # Bump when an older reader would misread the file; additive fields do not bump it.
@@ -170,10 +170,9 @@ def process_problems(record: ModeRecord) -> list[str]:
     # itself: the other ranks are its launcher's to account for.
     if sizes and (record.manifest.process or {}).get("role") != "child":
         have = record.ranks()
-        missing = [r for r in range(max(sizes)) if r not in have]
+        missing = missing_ranks(have, max(sizes))
         if missing:
-            listed = ", ".join(str(r) for r in missing)
-            problems.append(f"{record.path.name}: rank {listed} of world size {max(sizes)} left no record")
+            problems.append(f"{record.path.name}: rank {rank_list(missing)} of world size {max(sizes)} left no record")
     return problems
 
 
@@ -407,6 +406,11 @@ def _timing_sample(data: _SampleFile, where: str) -> TimingSample:
     missing = [name for name in FIELDS if name not in data.values_s or name not in data.units_s]
     if missing:
         raise UnreadableInput(f"{where} lacks step_time.sample's {', '.join(missing)}")
+    # One figure per process: the repetitions are the figures the file holds, never more.
+    lengths = {len(v) for v in (*data.units_s.values(), *(data.cpu_units_s or {}).values(), *([data.blocks] if data.blocks else []))}
+    if lengths != {data.repetitions}:
+        raise UnreadableInput(f"{where}: step_time.sample says {data.repetitions} processes but holds "
+                              f"{' or '.join(str(n) for n in sorted(lengths))} figures a statistic")
     blocks = tuple(data.blocks) if data.blocks else tuple(range(1, data.repetitions + 1))
     return TimingSample(data.count, data.repetitions, data.unit, dict(data.values_s), {k: tuple(v) for k, v in data.units_s.items()},
                         {k: tuple(v) for k, v in (data.cpu_units_s or {}).items()}, data.cpu_bound, blocks, data.clock or "wall")

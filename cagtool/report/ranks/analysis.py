@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 import msgspec
 
@@ -149,9 +149,7 @@ class RankAnalysis:
 
     @property
     def missing(self) -> tuple[int, ...]:
-        if self.world_size is None:
-            return ()
-        return tuple(r for r in range(self.world_size) if r not in self.ranks)
+        return missing_ranks(self.ranks, self.world_size)
 
     @property
     def diverge(self) -> bool:
@@ -170,6 +168,31 @@ def step_count(record: ModeRecord) -> int:
     """Steps of a record, also when it was loaded without its step events (`kinds=`)."""
     held = record.columns.get(StepEvent.kind)  # held as columns: counted without building an event per step
     return max(held.count if held is not None else len(record.of(StepEvent)), record.kind_counts.get(StepEvent.kind, 0))
+
+
+def missing_ranks(have: Iterable[int], size: int | None) -> tuple[int, ...]:
+    """The ranks below the world size `size` that left no record (the loader bounds a world size:
+    record.schema.MAX_WORLD_SIZE)."""
+    if size is None:
+        return ()
+    present = set(have)
+    return tuple(r for r in range(size) if r not in present)
+
+
+def _runs(ranks: Sequence[int]) -> list[tuple[int, int]]:
+    """Consecutive ranks as (first, last) runs: (2, 3, 4, 7) -> [(2, 4), (7, 7)]."""
+    runs: list[tuple[int, int]] = []
+    for rank in ranks:
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], rank)
+        else:
+            runs.append((rank, rank))
+    return runs
+
+
+def rank_list(ranks: Sequence[int]) -> str:
+    """Ranks as a short list, three or more consecutive ones as a span: "0, 2-5, 8, 9"."""
+    return ", ".join(str(a) if a == b else f"{a}, {b}" if b == a + 1 else f"{a}-{b}" for a, b in _runs(ranks))
 
 
 def world_size(record: ModeRecord) -> int | None:
@@ -428,10 +451,9 @@ def analyze_ranks(record: ModeRecord, tolerance: Tolerance | None = None) -> Ran
     rows = [rank_row(rank, rec) for rank, rec in by_rank.items()]
     size = world_size(record)
     findings: list[RankFinding] = []
-    if size is not None:
-        for rank in range(size):
-            if rank not in by_rank:
-                findings.append(RankFinding(RANK_MISSING, f"rank {rank} of {size} left no record (it did not start, or cagtool did not follow it)", (rank,)))
+    for first, last in _runs(missing_ranks(by_rank, size)):
+        which = f"rank {first}" if first == last else f"ranks {first}-{last}"
+        findings.append(RankFinding(RANK_MISSING, f"{which} of {size} left no record (it did not start, or cagtool did not follow it)", tuple(range(first, last + 1))))
     planned = planned_steps(rows)
     for row in rows:
         if not row.finished:
@@ -536,9 +558,9 @@ def run_for_rank(run: RunRecord, rank: int | None) -> RunRecord:
 
 def ranks_line(analysis: RankAnalysis, focus: int | None | tuple[int, ...]) -> str:
     """One line for reports that show one rank: which ranks exist and whether they diverge."""
-    have = ", ".join(str(r) for r in analysis.ranks) or "none"
+    have = rank_list(analysis.ranks) or "none"
     size = f" of world size {analysis.world_size}" if analysis.world_size is not None else ""
-    missing = f"; missing: {', '.join(str(r) for r in analysis.missing)}" if analysis.missing else ""
+    missing = f"; missing: {rank_list(analysis.missing)}" if analysis.missing else ""
     if isinstance(focus, tuple):
         shown = f"showing ranks {' and '.join(str(r) for r in focus)}"
     else:

@@ -48,3 +48,19 @@ def test_a_baseline_saved_before_the_additive_fields_reads_with_their_defaults(t
     written = baseline_to_dict(load_baseline(path))["modes"]["ca"]
     assert written["ca_recompiles"] == ca["ca_cache_misses"] and "cpu_wait" not in written["step_time"]
     assert "cpu_wait" in baseline_to_dict(load_baseline(V1))["modes"]["ca"]["step_time"]
+
+
+def test_a_sample_whose_process_count_is_not_its_figures_is_refused(tmp_path):
+    """A forged `repetitions` (300 million) against the file's 3 figures a statistic: the file says
+    what it holds, never more (it made gate and `baseline show` fill the memory, exit 4)."""
+    import pytest
+
+    from cagtool.errors import UnreadableInput
+
+    data = json.loads(V1.read_text())
+    sample = data["modes"]["ca"]["step_time"]["sample"]
+    sample["repetitions"], sample["blocks"] = 300_000_000, None
+    path = tmp_path / "forged.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(UnreadableInput, match="says 300000000 processes but holds 3 figures a statistic"):
+        load_baseline(path)

@@ -128,6 +128,26 @@ def _run_recompiles(options: RecompilesOptions, out: IO[str] | None, err: IO[str
     return 0
 
 
+def _one_run_a_patch(patches: dict) -> None:
+    """Causes whose patches are one edit (a hook two causes trace back to) share one patch, and one
+    re-run; two different edits of one kind get names of their own (name-2), so no two re-runs
+    claim one name (each names its folder under verify/)."""
+    by_name: dict = {}
+    for number, patch in patches.items():
+        first = by_name.get(patch.name)
+        if first is None:
+            by_name[patch.name] = patch
+        elif (first.patched, first.diff) == (patch.patched, patch.diff):
+            first.causes = tuple(sorted({*first.causes, *patch.causes}))
+            patches[number] = first
+        else:
+            k = 2
+            while f"{patch.name}-{k}" in by_name:
+                k += 1
+            patch.name = f"{patch.name}-{k}"
+            by_name[patch.name] = patch
+
+
 def _verify(record: "RunRecord", tables: list, explanations: list, options: RecompilesOptions, err: IO[str]):
     """--verify: the fixes for the verified mode's causes, applied by re-running the job."""
     from cagtool.errors import UsageError
@@ -147,6 +167,7 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     for cause in explanation.causes:
         if cause.number not in configured and (patch := patch_for(cause, *_script_of(record))) is not None:
             patches[cause.number] = patch
+    _one_run_a_patch(patches)
     recorded = record.modes.get(mode)
     if recorded is not None and recorded.processes:
         # Worker processes (multiprocessing spawn, DDP ranks) re-import the script by its path:
@@ -156,7 +177,7 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
                 patch.applicable, patch.patched = False, None
                 patch.why_not = ("the job's worker processes (DDP ranks, multiprocessing spawn) re-import the script by its path, "
                                  "so they would run your file, not a patched copy: apply the diff and record again")
-    fixes += [patch_fix(p) for p in patches.values() if p.applicable]
+    fixes += [patch_fix(p) for p in {id(p): p for p in patches.values()}.values() if p.applicable]
     applicable = {n for f in fixes for n in f.causes}
     if options.fix is not None:
         names = [f.name for f in fixes]

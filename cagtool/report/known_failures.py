@@ -19,6 +19,17 @@ ZERO3_UNDER_CA = (
 )
 
 
+# torch._dynamo.mark_dynamic on a forward input under compiled autograd: the CA graph's saved copy
+# of the tensor (L['inputs'][N]) specializes the marked dimension (torch 2.13: docs/torch-internals.md,
+# "`mark_dynamic` under compiled autograd").
+_CA_INPUT_CONSTRAINT = "L['inputs']["
+MARK_DYNAMIC_UNDER_CA = (
+    "torch._dynamo.mark_dynamic makes any specialization of the marked dimension an error, and the "
+    "compiled-autograd graph's copy of the saved tensor (L['inputs'][N]) specializes it; use "
+    "torch._dynamo.maybe_mark_dynamic(tensor, dim), which only hints, and the job runs"
+)
+
+
 def explain(exception: Any) -> str:
     """The explanation of a manifest's exception (record.schema's ExceptionInfo), "" if none is known."""
     if exception is None:
@@ -26,4 +37,6 @@ def explain(exception: Any) -> str:
     text = f"{getattr(exception, 'message', '') or ''}\n{getattr(exception, 'traceback', '') or ''}"
     if _ZERO3_HOOK in text and ("call_hook" in text or "compiled_autograd" in text):
         return ZERO3_UNDER_CA
+    if "ConstraintViolationError" in text and _CA_INPUT_CONSTRAINT in text:
+        return MARK_DYNAMIC_UNDER_CA
     return ""

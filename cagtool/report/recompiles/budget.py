@@ -185,7 +185,8 @@ def mode_budget(record: ModeRecord, hits: list[LimitHit], last_step: int | None)
     out.frames.sort(key=lambda f: (-f.entries, f.frame))
     for hit in hits:
         cost = eager_cost(record, hit)
-        if cost is not None:
+        # Two frames that hit the limit in one step share its later steps: one figure.
+        if cost is not None and all(c.hit_step != cost.hit_step for c in out.eager_costs):
             out.eager_costs.append(cost)
     return out
 

@@ -570,11 +570,17 @@ def _shapes(cause: Cause, cwd: str) -> Words:
         fix.append("Shapes keep changing in new ways: pad or bucket inputs to a few fixed sizes.")
     fix.append(
         "Start dynamic to skip the static first graph: torch.compile(..., dynamic=True), "
-        "torch._dynamo.mark_dynamic(tensor, dim) on the varying dimension, or `cagtool run --dynamic`."
+        f"{MAYBE_MARK_DYNAMIC} on the varying dimension, or `cagtool run --dynamic`."
     )
     if not facts["repeated"]:
         why.append("A single recompile on the first change is expected and usually cheap.")
     return Words(title, why, fix, evidence_text(cause.evidence))
+
+
+# Not mark_dynamic: it makes any specialization of the dimension an error, and under compiled
+# autograd the backward graph's copy of a saved tensor specializes it (ConstraintViolationError on
+# `L['inputs'][N]` at the first backward, torch 2.13: docs/torch-internals.md).
+MAYBE_MARK_DYNAMIC = "torch._dynamo.maybe_mark_dynamic(tensor, dim)"
 
 
 _REQUIRES_GRAD_OF = re.compile(r"tensor '(?P<name>.+)' requires_grad mismatch\. expected requires_grad=(?P<expected>\d)")
@@ -682,7 +688,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
             ]
         return ["Keep the list out of the compiled code: pass what it holds as a tensor, or read and append to it outside the compiled function."]
     if kind == GUARD_SIZE:
-        fixes = ["A tensor's shape changed: mark the dimension dynamic (torch._dynamo.mark_dynamic) or compile with dynamic=True; "
+        fixes = [f"A tensor's shape changed: mark the dimension dynamic ({MAYBE_MARK_DYNAMIC}) or compile with dynamic=True; "
                  "pad or bucket if it takes many values."]
         if smaller_batch(guard) is not None:
             fixes.append("If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it (those samples are "

@@ -45,11 +45,16 @@ def counts_line(table: RecompileTable) -> str:
     gate = f"; {warmup.compile_id} is the one-time .grad warm-up, not counted by gate --max-recompiles" if warmup else ""
     # An imported log has no step boundaries: no "N recompiles in 0 steps".
     steps = f" in {plural(table.steps, 'step')}" if table.steps else ""
+    # Torch logs a recompile's reasons before it checks the limit: a refused one is in its
+    # recompiles log, and compiled nothing (no graph, not in unique_graphs).
+    hit_ids = {h.compile_id for h in table.limit_hits if h.compile_id}
+    refused = sum(1 for r in table.recompiles if r.compile_id in hit_ids)
+    limit = f"; {refused} of them refused at the recompile limit, compiling nothing" if refused else ""
     return (
         f"mode {table.mode}: {plural(len(table.recompiles), 'recompile')}{steps} "
         f"(CA: {table.count(SOURCE_CA)}, "
         f"Dynamo forward-frame: {table.count(SOURCE_DYNAMO_FRAME)}, "
-        f"Dynamo CA-graph: {table.count(SOURCE_DYNAMO_CA_GRAPH)}){first}{gate}"
+        f"Dynamo CA-graph: {table.count(SOURCE_DYNAMO_CA_GRAPH)}){limit}{first}{gate}"
     )
 
 

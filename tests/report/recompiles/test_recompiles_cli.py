@@ -192,6 +192,10 @@ def test_storm_script_storm_and_recompile_limit_first(record_run):
     compile_ids = {e["compile_id"] for e in raw_events(run, "dynamo_recompile")}
     compile_ids |= {e["compile_id"] for e in raw_events(run, "dynamo_compile") if not e["compile_id"].endswith("/0")}
     assert mode["counts"]["dynamo_frame_recompiles"] + mode["counts"]["dynamo_ca_graph_recompiles"] == len(compile_ids)
+    # 0/4 is in torch's recompiles log (its reasons are logged before the limit is checked) and
+    # compiled nothing: the count line says which of them were refused.
+    code, text, _ = cli_in_process("recompiles", str(run))
+    assert "1 of them refused at the recompile limit, compiling nothing" in text.splitlines()[0]
 
 
 def test_branching_model_names_the_branch_line(record_run):

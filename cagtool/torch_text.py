@@ -266,6 +266,25 @@ def guard_kind(text: str) -> str:
     return GUARD_OTHER
 
 
+# A guard Dynamo wrote on a Python int it made dynamic after the int changed (automatic dynamic):
+# a comparison of an arithmetic expression of names and numbers, `(step % 2) != 0`, `step < 10`.
+_INT_EXPRESSION_GUARD = re.compile(r"^[\w\s()%+\-*/]+(?:==|!=|<=|>=|<|>)[\w\s()%+\-*/]+$")
+_NAME = re.compile(r"\b[A-Za-z_]\w*\b")
+
+
+def guarded_names(text: str) -> tuple[str, ...]:
+    """The Python names one failed guard is on, where it is on Python values: `scale == 1.0` ->
+    (scale,), `self.flag == True` -> (self.flag,), `(step % 2) != 0` -> (step,); () for any other
+    guard (a tensor's size, an object's id, a type)."""
+    found = value_guard(text)
+    if found is not None:
+        return (found[1],)
+    guard = text.strip()
+    if not _INT_EXPRESSION_GUARD.match(guard) or "size" in guard or "stride" in guard:
+        return ()
+    return tuple(dict.fromkeys(n for n in _NAME.findall(guard) if n not in ("and", "or", "not", "True", "False", "None")))
+
+
 def length_guard_name(text: str) -> str | None:
     """The container a length guard is on: `len(grad_norms) == 3` -> `grad_norms`."""
     match = _LENGTH_GUARD.match(text.strip())

@@ -38,6 +38,7 @@ from cagtool.torch_text import (
     GUARD_GRAD_MODE,
     GUARD_ID,
     GUARD_LENGTH,
+    GUARD_OTHER,
     GUARD_REQUIRES_GRAD,
     GUARD_SIZE,
     GUARD_TENSOR_META,
@@ -46,6 +47,7 @@ from cagtool.torch_text import (
     ca_id_of,
     compile_frame,
     guard_kind,
+    guarded_names,
     length_guard_name,
     looks_like_user_file,
     size_guard,
@@ -272,6 +274,7 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # kind of the failures (ties: the first seen).
         "kind": max(kinds, key=kinds.count) if kinds else "",
         "container": next((n for g in known if (n := length_guard_name(g))), None),
+        "names": list(dict.fromkeys(n for g in known if guard_kind(g) in (GUARD_VALUE, GUARD_OTHER) for n in guarded_names(g))),
         # An optimizer's step() compiled (torch.optim's frame) guarding on its own state (`self.state`):
         # the state an optimizer makes in its first step() (momentum buffers, Adam's moments).
         "optimizer_state": bool(known) and all("self.state" in g for g in known) and all(row.optimizer_frame for row in cause.rows),
@@ -622,7 +625,13 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
         return "a tensor's dtype or device changed"
     if kind == GUARD_SIZE:
         return "a tensor's size changed"
+    if facts.get("names"):
+        return f"a guard on the Python value {_names_text(facts['names'])} failed (`{guard}`)"
     return "a Dynamo guard failed"
+
+
+def _names_text(names: list[str]) -> str:
+    return " and ".join(f"`{n}`" for n in names)
 
 
 def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
@@ -707,6 +716,10 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         return ["A Python number the code specialised on changed value. If it only feeds shapes, Dynamo makes it "
                 "dynamic after one change; used as a loop bound or in control flow it recompiles per value: "
                 "pass it as a tensor, keep it constant, or hoist that logic out of the compiled function."]
+    if facts.get("names"):
+        return [f"A Python number the code branches or computes on ({_names_text(facts['names'])}): after it changed once, "
+                "Dynamo made it dynamic and guards on each expression of it the code decides by, so each outcome "
+                "compiles once: pass it as a tensor (and branch with torch.where), or hoist that logic out of the compiled function."]
     return ["Keep the guarded value the same between calls, or move it out of the compiled function."]
 
 
@@ -915,9 +928,14 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
             return shape_keys[ca_id]
         return (CAUSE_DYNAMO_CA_GRAPH, frame, guard_kind(first) if first else "")
     # One frame recompiled for two reasons (a smaller batch, then an evaluation under no_grad) is
-    # two causes: each class of torch's reason has its own fix.
+    # two causes: each class of torch's reason has its own fix; so are guards on two Python values
+    # (a dropout rate and a step number passed in).
     first = guard_text(row.messages[0]) if row.messages else ""
-    return (CAUSE_DYNAMO_FRAME, frame, guard_kind(first) if first else "")
+    kind = guard_kind(first) if first else ""
+    names = guarded_names(first) if kind in (GUARD_VALUE, GUARD_OTHER) else ()
+    if names:  # `step == 0`, then `(step % 2) != 0` once Dynamo made `step` dynamic: one value, one cause
+        return (CAUSE_DYNAMO_FRAME, frame, "python value", names)
+    return (CAUSE_DYNAMO_FRAME, frame, kind)
 
 
 _SOURCE_RANK = {"node_traceback": 0, "guard": 1, "caller": 2, "compiled_frame": 3, "backward_call": 4}

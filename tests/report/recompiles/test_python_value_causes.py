@@ -1,0 +1,44 @@
+"""Guards on two Python values of one frame are two causes, each named by its value: a dropout rate
+`p` (`p == 0.0`) and a step number the code branches on (`step == 0`, then `(step % 2) != 0` once
+Dynamo made `step` dynamic), checked against torch's own failing guard of each recompile."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import cli_in_process
+from cagtool.torch_text import guarded_names
+
+SCRIPT = "../tests/scripts/two_python_values.py"
+
+
+def test_guarded_names_reads_the_python_values_a_guard_is_on():
+    assert guarded_names("p == 0.1") == ("p",)
+    assert guarded_names("self.use_relu == True") == ("self.use_relu",)
+    assert guarded_names("(step % 2) != 0") == ("step",)
+    assert guarded_names("step < 10") == ("step",)
+    assert guarded_names("tensor 'x' size mismatch at index 0. expected 16, actual 8") == ()
+    assert guarded_names("___check_obj_id(L['fn'], 140)") == ()
+
+
+@pytest.mark.slow
+def test_two_python_values_are_two_causes_each_named_by_its_value(record_run):
+    run = record_run(SCRIPT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    code, out, _ = cli_in_process("recompiles", str(run.path), "--explain", "--format", "json")
+    assert code == 0
+    causes = [c for c in json.loads(out)["modes"]["ca"]["explanation"]["causes"] if c["code"] == "dynamo_guard_failure"]
+    # torch's failing guard of each recompile (its recompiles log, as recorded) names the value of its cause
+    events = [json.loads(line) for line in (run.path / "ca" / "events.jsonl").read_text().splitlines()]
+    first_guard = {e["compile_id"]: e["reasons"][0].split(":", 1)[1].split("#")[0].strip() for e in events if e.get("kind") == "dynamo_recompile"}
+    named = {}
+    for cause in causes:
+        names = {guarded_names(first_guard[e["compile_id"]]) for e in cause["evidence_ids"]}
+        assert len(names) == 1, (cause["title"], names)  # one value a cause
+        named[names.pop()] = cause
+    assert set(named) == {("step",), ("p",)}, [c["title"] for c in causes]
+    assert "a Python value changed (`p == 0.0`)" in named[("p",)]["title"]
+    assert "a guard on the Python value `step` failed" in named[("step",)]["title"]
+    assert [e["step"] for e in named[("p",)]["evidence_ids"]] == [3, 6, 9]  # where p changed: 0.0, 0.1, 0.2, 0.3

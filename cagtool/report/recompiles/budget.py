@@ -19,7 +19,7 @@ from cagtool.report.recompiles.reads import LimitHit, forward_step
 from cagtool.torch_text import compile_attempt, compile_frame, recompile_limit
 
 # Recompiles of one frame (or CA recaptures) before a rate, a forecast or "still compiling" is read from them.
-TREND_RECOMPILES = 2
+TREND_RECOMPILES = 3
 DEFAULT_RECOMPILE_LIMIT = 8  # torch 2.13's default, for records made before the limit was kept
 
 
@@ -47,9 +47,10 @@ class FrameBudget:
     @property
     def rate(self) -> float | None:
         """Recompiles per step, from its first compile to its last recompile (None: fewer than
-        TREND_RECOMPILES, or all in one step). One recompile is no rate: a one-off (a last batch
-        smaller, an optimizer's state filled by its first step) reads as one recompile just as the
-        start of a storm does, and only a second tells them apart."""
+        TREND_RECOMPILES, or all in one step). One or two recompiles are no rate: a one-off (a last
+        batch smaller, an optimizer's state filled by its first step) or two planned changes (a
+        backbone unfrozen, then a layer frozen again; an evaluation and the training after it) read
+        as the start of a storm does, and only a third tells them apart."""
         if self.recompiles < TREND_RECOMPILES or self.first_step is None or self.last_recompile_step is None:
             return None
         span = self.last_recompile_step - self.first_step

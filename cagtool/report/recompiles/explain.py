@@ -608,8 +608,10 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
     if kind == GUARD_GLOBAL_STATE:
         return f"global state changed (`{guard.split(':', 1)[-1].strip() or guard}`)"
     if kind == GUARD_REQUIRES_GRAD:
-        match = _REQUIRES_GRAD_OF.search(guard)
-        was = f" ({'unfrozen' if match['expected'] == '0' else 'frozen'})" if match else ""
+        # Each failure's own direction (expected 0: the parameter now requires grad, unfrozen).
+        found = [m for _, g in facts.get("failures") or [("", guard)] if (m := _REQUIRES_GRAD_OF.search(g))]
+        ways = list(dict.fromkeys("unfrozen" if m["expected"] == "0" else "frozen" for m in found))
+        was = f" ({', then '.join(ways)})" if ways else ""
         return f"a parameter's requires_grad changed{was}"
     if kind == GUARD_LENGTH:
         container = f"`{facts['container']}`" if facts.get("container") else "a Python list"

@@ -188,3 +188,15 @@ def test_the_budget_and_the_unexpected_causes_read_in_the_html_report_and_perfet
     assert "recompiles from causes you may not expect:" in pages["causes"]
     line = script_line("unexpected_causes.py", "torch.set_num_threads(1)")
     assert f"sample_scripts/unexpected_causes.py:{line}" in pages["causes"] and "torch.set_num_threads(1)" in pages["causes"]
+
+
+def test_two_planned_recompiles_are_no_rate_and_a_third_is():
+    """A backbone unfrozen at step 6 and a layer frozen again at step 11 of a 16-step job (a user's
+    job): two recompiles are no trend, so no "still compiling" and no forecast beside "it has
+    stabilised"; a third at the same pace is a rate that reaches the limit."""
+    from cagtool.report.recompiles.budget import FrameBudget
+
+    two = FrameBudget("0", "forward", "train.py", 3, entries=3, limit=8, limit_known=True, first_step=0, last_recompile_step=11, last_step=15)
+    assert two.recompiles == 2 and two.rate is None and not two.still_compiling and two.forecast_step is None
+    three = FrameBudget("0", "forward", "train.py", 3, entries=4, limit=8, limit_known=True, first_step=0, last_recompile_step=12, last_step=15)
+    assert three.rate == pytest.approx(0.25) and three.still_compiling and three.forecast_step == 12 + 20

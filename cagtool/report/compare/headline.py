@@ -140,6 +140,8 @@ def cause_phrase(cause: "Cause") -> str:
             what = guard_label(cause.facts)
     elif cause.code == CAUSE_STRUCTURE and cause.facts.get("branch") is not None:
         what = "a data-dependent branch picked other ops for the backward"
+    elif cause.code == CAUSE_STRUCTURE and cause.facts.get("other_backward_calls"):
+        what = "another backward call of the step, captured once as its own graph"
     else:
         what = {
             CAUSE_SHAPES: "tensor sizes changed in the backward",

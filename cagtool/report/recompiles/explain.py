@@ -210,12 +210,31 @@ def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     return {
         "changes": changes,
         "branch": branch,
+        "other_backward_calls": _other_backward_calls(table, cause),
         "grew": grew,
         "node_calls": sorted(n for n in node_calls if n is not None),
         "variants": variants,
         "distinct_structures": cause.count + 1,
         **_stability(table, cause),
     }
+
+
+def _other_backward_calls(table: RecompileTable, cause: Cause) -> list[SourceRef]:
+    """The backward calls of a step that are not its first, when they are this cause: each of the
+    cause's captures is the first from a backward call at a line no earlier capture came from, made
+    in the step the first capture was (`l1.backward(retain_graph=True); l2.backward()`, a GAN's
+    discriminator and generator): each call is its own graph, captured once. [] otherwise."""
+    ca_rows = [r for r in table.rows if r.source == SOURCE_CA]
+    if not ca_rows or any(r.user_source is None for r in cause.rows):
+        return []
+    first_step = ca_rows[0].step
+    calls: list[SourceRef] = []
+    for row in cause.rows:
+        earlier = {_location(r.user_source) for r in ca_rows if r.seq < row.seq}
+        if row.step != first_step or _location(row.user_source) in earlier:
+            return []
+        calls.append(row.user_source)  # type: ignore[arg-type]
+    return calls
 
 
 def _shape_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
@@ -433,6 +452,9 @@ def _structure(cause: Cause, cwd: str) -> Words:
             items.append(f"{at}: new {short_name(change.after)} at {label}")
         else:
             items.append(f"{at}: {label} {short_name(change.before)} -> {short_name(change.after)}")
+    others = facts.get("other_backward_calls") or []
+    if others:
+        return _other_backward_words(cause, others, cwd)
     title = f"The autograd graph's structure changes between iterations ({plural(cause.count, 'recompile')})"
     why = [
         "Compiled autograd caches one graph per graph structure; a backward whose graph has "
@@ -470,6 +492,19 @@ def _structure(cause: Cause, cwd: str) -> Words:
             "If the variation is by design, compiled autograd will keep recompiling: run that part "
             "without it (torch._dynamo.compiled_autograd._disable()).",
         ]
+    return Words(title, why, fix, evidence_text(cause.evidence))
+
+
+def _other_backward_words(cause: Cause, calls: list[SourceRef], cwd: str) -> Words:
+    lines = ", ".join(format_source(c, cwd) for c in calls)
+    title = f"A step calls backward more than once: each call is its own graph ({plural(cause.count, 'capture')})"
+    why = [
+        f"Compiled autograd caches one graph per backward graph it runs. Step {cause.steps[0]} called backward again at {lines}, "
+        "on another graph than its first call's: a cache miss and a new capture, once per call, reused by every later step.",
+        "Nothing varies between steps: it is not a recompile to remove.",
+    ]
+    fix = ["Nothing to fix. To capture one graph a step, sum the losses and call backward once (`(l1 + l2).backward()` "
+           "computes the same gradients as two backward calls into the same .grad)."]
     return Words(title, why, fix, evidence_text(cause.evidence))
 
 

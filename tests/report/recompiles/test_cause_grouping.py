@@ -1,6 +1,6 @@
-"""Guards on two Python values of one frame are two causes, each named by its value: a dropout rate
-`p` (`p == 0.0`) and a step number the code branches on (`step == 0`, then `(step % 2) != 0` once
-Dynamo made `step` dynamic), checked against torch's own failing guard of each recompile."""
+"""How recompiles are grouped into causes, on ordinary scripts: guards on two Python values of one
+frame are two causes, each named by its value (checked against torch's own failing guard of each
+recompile); a second backward call in a step is its own graph, not a structure that changes."""
 
 from __future__ import annotations
 
@@ -42,3 +42,17 @@ def test_two_python_values_are_two_causes_each_named_by_its_value(record_run):
     assert "a Python value changed (`p == 0.0`)" in named[("p",)]["title"]
     assert "a guard on the Python value `step` failed" in named[("step",)]["title"]
     assert [e["step"] for e in named[("p",)]["evidence_ids"]] == [3, 6, 9]  # where p changed: 0.0, 0.1, 0.2, 0.3
+
+
+@pytest.mark.slow
+def test_a_second_backward_call_in_a_step_is_its_own_graph_not_a_structure_that_changes(record_run):
+    run = record_run("../tests/scripts/two_backward_calls.py")
+    assert run.returncode == 0, run.stderr[-2000:]
+    code, out, _ = cli_in_process("recompiles", str(run.path), "--explain", "--format", "json")
+    causes = json.loads(out)["modes"]["ca"]["explanation"]["causes"]
+    second = next(c for c in causes if c["code"] == "graph_structure")
+    assert second["title"] == "A step calls backward more than once: each call is its own graph (1 capture)"
+    assert second["steps"] == [0] and second["source"]["line"] == 16  # l2.backward()
+    assert second["fix"][0].startswith("Nothing to fix.") and "torch.where" not in " ".join(second["fix"])
+    code, summary, _ = cli_in_process("summary", str(run.path))
+    assert "another backward call of the step, captured once as its own graph at step 0" in " ".join(summary.split())

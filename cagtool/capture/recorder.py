@@ -122,10 +122,12 @@ class Recorder:
     # -- the instruments ----------------------------------------------------------------------
     def instrument(self, mode: str, backend: str, *, max_steps: int | None = None, parity_every: int | None = None,
                    digest_steps: list[int] | tuple[int, ...] | None = None, parity: bool = False, scope: Any = None,
-                   torch_trace: bool = False, compiling: Any = None) -> None:
+                   torch_trace: bool = False, compiling: Any = None, depyf: bool = False) -> None:
         """Build and install the instruments that read torch (torch is imported by now). `scope`:
         the Python API's thread (modes/thread_scope.py): only its backwards and Dynamo records.
-        `compiling`: a CompilesInProgress the live status line reads (observe/compiling_now.py)."""
+        `compiling`: a CompilesInProgress the live status line reads (observe/compiling_now.py).
+        `depyf`: depyf's dump is on (`run --depyf`), under which the capture is hidden from Dynamo
+        (CaptureObserver.install)."""
         from cagtool.capture.modes.mode_setup import make_compiler
         from cagtool.capture.observe import dynamo_taps
         from cagtool.capture.observe.ca_observer import CaptureObserver
@@ -141,6 +143,7 @@ class Recorder:
             eager_randomness()
         self.compiling = compiling
         self.observer = CaptureObserver(self.writer, self.steps, make_compiler(backend) if mode == "ca" else None, compiling)
+        self.observer.hide_capture = depyf
         self.handler = (ThreadHandler(self.writer, self.steps, scope.owner) if scope is not None
                         else StructuredLogHandler(self.writer, self.steps))
         self.taps = dynamo_taps.install(self.handler)  # no handler on torch's structured logger (dynamo_taps.py)

@@ -99,7 +99,9 @@ def run_command(
     ),
     warm_cache: bool = typer.Option(False, "--warm-cache", help="Share the Inductor cache between modes instead of a fresh one per mode."),
     trace_nodes: bool = typer.Option(False, "--trace-nodes", help="Record where each autograd node was created (anomaly-mode tracebacks: exact source lines for recompiles, slower)."),
-    depyf: bool = typer.Option(False, "--depyf", help="Also write depyf's readable dump of every compiled graph into the run directory."),
+    depyf: bool = typer.Option(False, "--depyf", help="Also write depyf's readable dump of every compiled graph into the run directory. "
+                                 "Compiled autograd's capture is then hidden from Dynamo (with depyf's hooks it recurses, "
+                                 "as under plain torch), so Dynamo's frame counters are not the plain job's."),
     torch_trace: bool = typer.Option(False, "--torch-trace/--no-torch-trace", help="Also write a TORCH_TRACE log (open it with tlparse) in each mode's directory. Off by default: with it torch builds every structured record of every compile (graph code, guards), work the job does not do without it, so compile times include it."),
     seed: str = typer.Option("0", "--seed", metavar="N|off", help="Seed random, torch and numpy with N in every process of every mode before the script runs, so modes compare (a script that seeds itself still does); off: leave them unseeded."),
     parity_every: Optional[int] = typer.Option(None, "--parity-every", min=1, metavar="K", help="Also digest every parameter's gradient every K steps (always: step 0, steps that compiled or captured a graph, and the last step while its gradients are held at the end: not after a zero_grad() that follows the last step()); `cagtool compare` names the first step and parameter where modes disagree."),

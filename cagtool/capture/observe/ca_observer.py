@@ -20,7 +20,7 @@ import time
 import weakref
 from typing import Any, Callable
 
-from cagtool.capture.observe import graph_dump, source
+from cagtool.capture.observe import dynamo_skip, graph_dump, source
 from cagtool.capture.observe.compiling_now import CA_GRAPH, CAPTURING, CompilesInProgress
 from cagtool.capture.steps.tracker import StepTracker
 from cagtool.record.writer import RecordWriter
@@ -94,6 +94,7 @@ class CaptureObserver:
         # compiled_autograd_verbose log is on as `_enable` is entered): what torch alone would have.
         self.theirs: Any = None
         self._set_verbose_logger: Any = None  # torch's own setter, while cagtool's stands in for it
+        self.hide_capture = False  # `run --depyf`: the capture runs with Dynamo's callback off (install)
 
     # -- installation -------------------------------------------------------------------------
     def install(self) -> None:
@@ -104,7 +105,6 @@ class CaptureObserver:
         for name in ("begin_capture", "log_compile_reasons", "end_capture"):
             self._originals[name] = getattr(cls, name)
         observer = self
-        disable = torch._dynamo.disable
 
         orig_begin = self._originals["begin_capture"]
         orig_reasons = self._originals["log_compile_reasons"]
@@ -113,7 +113,7 @@ class CaptureObserver:
         def begin_capture(inst, inputs, sizes, scalars, origins, *args, **kwargs):
             # A capture begun and never ended raised in torch: known at the next one at the latest.
             observer._guarded("begin_capture", observer._on_begin, inst, sizes, origins, inputs)
-            result = orig_begin(inst, inputs, sizes, scalars, observer._origins_for_torch(origins), *args, **kwargs)
+            result = orig_begin(inst, inputs, sizes, scalars, observer._guarded("begin_capture", observer._origins_for_torch, origins), *args, **kwargs)
             if observer.compiling is not None:  # the id is torch's from begin_capture on
                 observer._guarded("begin_capture", observer._capture_started, inst)
             return result
@@ -125,9 +125,19 @@ class CaptureObserver:
         def end_capture(inst, outputs):
             return observer._on_end(inst, outputs, orig_end)
 
-        cls.begin_capture = disable(begin_capture)
-        cls.log_compile_reasons = disable(log_compile_reasons)
-        cls.end_capture = disable(end_capture)
+        # Not torch._dynamo.disable: it turns Dynamo's callback off for everything under it, torch's
+        # own capture included, whose frames plain python offers to Dynamo and counts
+        # (counters["frames"]: 941 against 63 for a job setting the config flag). cagtool's wrapper
+        # frames are in Dynamo's skip list (dynamo_skip.hide_cagtool_frames); its own work runs in
+        # _guarded, with the callback off. Under `run --depyf` the capture is hidden as a whole:
+        # with depyf's hooks in place a capture offered to Dynamo recurses until Python's limit
+        # (RecursionError, plain torch and depyf too: docs/torch-internals.md), and the dump is
+        # what that run is for.
+        dynamo_skip.hide_cagtool_frames()
+        hide = torch._dynamo.disable if self.hide_capture else (lambda fn: fn)
+        cls.begin_capture = hide(begin_capture)
+        cls.log_compile_reasons = hide(log_compile_reasons)
+        cls.end_capture = hide(end_capture)
         # torch's `_enable` and `reset` set the logger through the module attribute: cagtool's stays
         # in place and forwards to theirs (docs/torch-internals.md, "What the verbose logger changes").
         module = torch._C._dynamo.compiled_autograd
@@ -154,11 +164,19 @@ class CaptureObserver:
     def _guarded(self, hook: str, work: Callable[..., Any], *args: Any) -> Any:
         """cagtool's own part of a hook: a failure is counted and reported, never raised into the
         script's backward."""
+        from torch._C._dynamo.eval_frame import set_eval_frame
+
+        # With Dynamo's frame callback off (dynamo_skip.without_dynamo): the stdlib frames cagtool's
+        # part calls are never offered to Dynamo, and torch's own part, outside, is offered as
+        # under plain python.
+        prior = set_eval_frame(None)
         try:
             return work(*args)
         except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
             self.note_error(hook, exc)
             return None
+        finally:
+            set_eval_frame(prior)
 
     def note_error(self, hook: str, exc: BaseException) -> None:
         try:

@@ -131,7 +131,7 @@ def _record_mode(spec: ModeSpec) -> int:
     compiling = CompilesInProgress() if status_enabled() else None
     recorder.instrument(spec.mode, spec.backend, max_steps=spec.max_steps, parity_every=spec.parity_every,
                         digest_steps=spec.digest_steps, parity=spec.parity, torch_trace=spec.torch_trace,
-                        compiling=compiling)
+                        compiling=compiling, depyf=spec.depyf)
     steps, observer = recorder.steps, recorder.observer
     from cagtool.capture.processes.follow import attach_main
 

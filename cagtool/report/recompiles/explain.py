@@ -662,9 +662,16 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
         return "a tensor's dtype or device changed"
     if kind == GUARD_SIZE:
         return "a tensor's size changed"
+    if _MODULE_HOOKS.search(guard):
+        return f"a module's hooks changed (`{guard}`): a hook registered again"
     if facts.get("names"):
         return f"a guard on the Python value {_names_text(facts['names'])} failed (`{guard}`)"
     return "a Dynamo guard failed"
+
+
+# A guard on a module's hook dict (`list(dict.keys(fn._modules['2']._backward_hooks))[0] == 4`):
+# Dynamo guards the hooks' keys, and each register_*_hook adds a new key (its handle's id).
+_MODULE_HOOKS = re.compile(r"\._(?:backward|backward_pre|forward|forward_pre)_hooks\b")
 
 
 def _names_text(names: list[str]) -> str:
@@ -753,6 +760,10 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         return ["A Python number the code specialised on changed value. If it only feeds shapes, Dynamo makes it "
                 "dynamic after one change; used as a loop bound or in control flow it recompiles per value: "
                 "pass it as a tensor, keep it constant, or hoist that logic out of the compiled function."]
+    if _MODULE_HOOKS.search(facts.get("guard") or ""):
+        return ["Register the module's hook once, before the training loop, and keep its handle: each register_*_hook call "
+                "adds a new key to the module's hook dict, which Dynamo guards, so a hook registered (or removed and "
+                "registered again) every step recompiles the module's frame every step until the recompile limit."]
     if facts.get("names"):
         return [f"A Python number the code branches or computes on ({_names_text(facts['names'])}): after it changed once, "
                 "Dynamo made it dynamic and guards on each expression of it the code decides by, so each outcome "

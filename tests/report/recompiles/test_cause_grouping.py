@@ -56,3 +56,14 @@ def test_a_second_backward_call_in_a_step_is_its_own_graph_not_a_structure_that_
     assert second["fix"][0].startswith("Nothing to fix.") and "torch.where" not in " ".join(second["fix"])
     code, summary, _ = cli_in_process("summary", str(run.path))
     assert "another backward call of the step, captured once as its own graph at step 0" in " ".join(summary.split())
+
+
+@pytest.mark.slow
+def test_a_module_hook_registered_every_step_is_named_with_its_fix(record_run):
+    run = record_run("../tests/scripts/module_hook_every_step.py")
+    assert run.returncode == 0, run.stderr[-2000:]
+    code, out, _ = cli_in_process("recompiles", str(run.path), "--explain", "--format", "json")
+    causes = json.loads(out)["modes"]["ca"]["explanation"]["causes"]
+    hooks = next(c for c in causes if "a module's hooks changed" in c["title"])
+    assert "_backward_hooks" in hooks["title"] and hooks["fix"][0].startswith("Register the module's hook once, before the training loop")
+    assert "Keep the guarded value the same" not in " ".join(hooks["fix"])

@@ -709,6 +709,19 @@ def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
     return []
 
 
+_PLAIN_CALL = re.compile(r"(?<![\w.])(?P<name>[A-Za-z_]\w*)\((?P<args>[^()]*)\)")
+
+
+def _uncompiled_call(code: str) -> str:
+    """The call of the compiled module at the user's line, as the module before torch.compile:
+    `cmodel(xv)` -> `cmodel._orig_mod(xv)`; the generic `model._orig_mod(x)` when the line holds no
+    plain call of a name."""
+    for match in _PLAIN_CALL.finditer(code or ""):
+        if match["name"] not in ("print", "len", "float", "int", "range", "list", "tuple", "dict", "sum", "max", "min"):
+            return f"{match['name']}._orig_mod({match['args']})"
+    return "model._orig_mod(x)"
+
+
 def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
     """The fixes that fit the kind of guard that failed (never one written for another kind)."""
     kind, guard = facts.get("kind", ""), facts.get("guard", "")
@@ -720,7 +733,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         return ["Nothing to fix: the training graph and the evaluation graph are both cached after their first call."
                 if once else "Keep the grad mode of each call site fixed: every grad mode gets its own graph.",
                 "To skip even that compile, evaluate with the module as it was before torch.compile "
-                "(`model._orig_mod(x)` under torch.no_grad())."]
+                f"(`{_uncompiled_call(code)}` under torch.no_grad())."]
     if kind == GUARD_GLOBAL_STATE:
         return ["Keep that global setting the same around the compiled call, or compile one function per setting."]
     if kind == GUARD_REQUIRES_GRAD:

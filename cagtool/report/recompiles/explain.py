@@ -641,7 +641,10 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
     if kind == GUARD_GRAD_MODE:
         return "the grad mode changed (a call under torch.no_grad(), as in an evaluation)"
     if kind == GUARD_GLOBAL_STATE:
-        return f"global state changed (`{guard.split(':', 1)[-1].strip() or guard}`)"
+        state = guard.split(':', 1)[-1].strip() or guard
+        if "autocast" in state:
+            return f"autocast was turned on or off around the compiled call (`{state}`)"
+        return f"global state changed (`{state}`)"
     if kind == GUARD_REQUIRES_GRAD:
         # Each failure's own direction (expected 0: the parameter now requires grad, unfrozen).
         found = [m for _, g in facts.get("failures") or [("", guard)] if (m := _REQUIRES_GRAD_OF.search(g))]
@@ -735,6 +738,9 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                 "To skip even that compile, evaluate with the module as it was before torch.compile "
                 f"(`{_uncompiled_call(code)}` under torch.no_grad())."]
     if kind == GUARD_GLOBAL_STATE:
+        if "autocast" in guard:
+            return ["Run every step under the same autocast setting (on for all of them, or for none): each setting has "
+                    "its own forward graph, and its own backward graph (autocast's casts are nodes in it), each compiled once."]
         return ["Keep that global setting the same around the compiled call, or compile one function per setting."]
     if kind == GUARD_REQUIRES_GRAD:
         return ["Nothing to fix for an unfreeze done once or a few times: each set of trainable parameters is compiled once and cached."

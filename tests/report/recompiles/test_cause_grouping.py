@@ -67,3 +67,14 @@ def test_a_module_hook_registered_every_step_is_named_with_its_fix(record_run):
     hooks = next(c for c in causes if "a module's hooks changed" in c["title"])
     assert "_backward_hooks" in hooks["title"] and hooks["fix"][0].startswith("Register the module's hook once, before the training loop")
     assert "Keep the guarded value the same" not in " ".join(hooks["fix"])
+
+
+def test_an_autocast_switch_and_the_uncompiled_call_are_worded_from_the_scripts_own_text():
+    from cagtool.report.recompiles.explain import _guard_fixes, _uncompiled_call, guard_label
+    from cagtool.torch_text import GUARD_GLOBAL_STATE
+
+    facts = {"kind": GUARD_GLOBAL_STATE, "guard": "GLOBAL_STATE changed: autocast(cpu)_enabled"}
+    assert guard_label(facts) == "autocast was turned on or off around the compiled call (`autocast(cpu)_enabled`)"
+    assert _guard_fixes(facts, False, "")[0].startswith("Run every step under the same autocast setting")
+    assert _uncompiled_call("vl = nn.functional.mse_loss(cmodel(xv), yv)") == "cmodel._orig_mod(xv)"
+    assert _uncompiled_call("print(len(x))") == "model._orig_mod(x)"

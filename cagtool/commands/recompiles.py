@@ -161,7 +161,12 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     mode = options.mode or ("ca" if "ca" in record.modes else next(iter(record.modes)))
     index = next((i for i, t in enumerate(tables) if t.mode == mode), 0)
     explanation = explanations[index]
-    fixes = fixes_for(explanation, dynamic_already=bool((record.meta.options or {}).get("dynamic")), pgo_suggestion=pgo_suggestion(record, mode))
+    from cagtool.report.recompiles.explain import ca_started_dynamic
+
+    # ca-dynamic changes nothing where compiled autograd already started dynamic: `run --dynamic`,
+    # or the script's own `_enable(compiler, dynamic=True)` (its first graph took its sizes as inputs).
+    started_dynamic = bool((record.meta.options or {}).get("dynamic")) or ca_started_dynamic(tables[index])
+    fixes = fixes_for(explanation, dynamic_already=started_dynamic, pgo_suggestion=pgo_suggestion(record, mode))
     configured = {n for f in fixes for n in f.causes}
     patches = {}
     for cause in explanation.causes:

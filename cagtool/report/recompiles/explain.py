@@ -219,6 +219,12 @@ def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     }
 
 
+def ca_started_dynamic(table: RecompileTable) -> bool:
+    """Whether compiled autograd's first graph took its sizes as inputs (CAGraphEvent.num_sizes):
+    it was captured dynamic, by the script's own `_enable` or `run --dynamic`."""
+    return bool(table.graphs) and table.graphs[min(table.graphs)].num_sizes > 0
+
+
 def _other_backward_calls(table: RecompileTable, cause: Cause) -> list[SourceRef]:
     """The backward calls of a step that are not its first, when they are this cause: each of the
     cause's captures is the first from a backward call at a line no earlier capture came from, made
@@ -293,6 +299,9 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # kind of the failures (ties: the first seen).
         "kind": max(kinds, key=kinds.count) if kinds else "",
         "container": next((n for g in known if (n := length_guard_name(g))), None),
+        # Compiled autograd's first graph took its sizes as inputs: it started dynamic (the script's
+        # own `_enable`, or `run --dynamic`), so "start it dynamic" would change nothing.
+        "ca_started_dynamic": ca_started_dynamic(table),
         "names": list(dict.fromkeys(n for g in known if guard_kind(g) in (GUARD_VALUE, GUARD_OTHER) for n in guarded_names(g))),
         # An optimizer's step() compiled (torch.optim's frame) guarding on its own state (`self.state`):
         # the state an optimizer makes in its first step() (momentum buffers, Adam's moments).
@@ -765,7 +774,11 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         if smaller_batch(guard) is not None:
             fixes.append("If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it (those samples are "
                          "not trained on that epoch), and every batch has one size.")
-        if on_ca:
+        if on_ca and facts.get("ca_started_dynamic"):
+            fixes.append("Compiled autograd already started dynamic here (its first graph takes its sizes as inputs): Dynamo's "
+                         "compile of that graph specialized a size, which torch's own PGO suggestion "
+                         "(TORCH_COMPILE_DYNAMIC_SOURCES, printed below where torch made one) makes dynamic from the start.")
+        elif on_ca:
             fixes.append("On a compiled-autograd graph: start compiled autograd dynamic (torch.compile(..., dynamic=True) on the "
                          "function that runs backward, or compiled_autograd._enable(compiler, dynamic=True); `cagtool run --dynamic`).")
         return fixes

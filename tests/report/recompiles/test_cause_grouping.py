@@ -78,3 +78,16 @@ def test_an_autocast_switch_and_the_uncompiled_call_are_worded_from_the_scripts_
     assert _guard_fixes(facts, False, "")[0].startswith("Run every step under the same autocast setting")
     assert _uncompiled_call("vl = nn.functional.mse_loss(cmodel(xv), yv)") == "cmodel._orig_mod(xv)"
     assert _uncompiled_call("print(len(x))") == "model._orig_mod(x)"
+
+
+@pytest.mark.slow
+def test_a_script_whose_compiled_autograd_started_dynamic_is_not_told_to_start_it_dynamic(record_run):
+    run = record_run("../tests/scripts/enable_dynamic_by_hand.py")
+    assert run.returncode == 0, run.stderr[-2000:]
+    code, out, _ = cli_in_process("recompiles", str(run.path), "--explain", "--format", "json")
+    causes = json.loads(out)["modes"]["ca"]["explanation"]["causes"]
+    on_ca = next(c for c in causes if c["code"] == "dynamo_ca_graph_guard_failure")
+    said = " ".join(on_ca["fix"])
+    assert "Compiled autograd already started dynamic here" in said and "start compiled autograd dynamic" not in said
+    code, _, err = cli_in_process("recompiles", str(run.path), "--explain", "--verify", "--fix", "ca-dynamic")
+    assert code == 2 and "no such fix applies" in err and "ca-dynamic" not in err.split("applicable:")[1]

@@ -11,9 +11,6 @@ import pytest
 from conftest import cli_in_process
 from cagtool.torch_text import guarded_names
 
-SCRIPT = "../tests/scripts/two_python_values.py"
-
-
 def test_guarded_names_reads_the_python_values_a_guard_is_on():
     assert guarded_names("p == 0.1") == ("p",)
     assert guarded_names("self.use_relu == True") == ("self.use_relu",)
@@ -23,13 +20,19 @@ def test_guarded_names_reads_the_python_values_a_guard_is_on():
     assert guarded_names("___check_obj_id(L['fn'], 140)") == ()
 
 
-@pytest.mark.slow
-def test_two_python_values_are_two_causes_each_named_by_its_value(record_run):
-    run = record_run(SCRIPT)
+def _explained(record_run, script: str) -> tuple:
+    """tests/scripts/SCRIPT recorded in the ca mode, and its causes as `recompiles --explain` gives them."""
+    run = record_run(f"../tests/scripts/{script}")
     assert run.returncode == 0, run.stderr[-2000:]
     code, out, _ = cli_in_process("recompiles", str(run.path), "--explain", "--format", "json")
     assert code == 0
-    causes = [c for c in json.loads(out)["modes"]["ca"]["explanation"]["causes"] if c["code"] == "dynamo_guard_failure"]
+    return run, json.loads(out)["modes"]["ca"]["explanation"]["causes"]
+
+
+@pytest.mark.slow
+def test_two_python_values_are_two_causes_each_named_by_its_value(record_run):
+    run, causes = _explained(record_run, "two_python_values.py")
+    causes = [c for c in causes if c["code"] == "dynamo_guard_failure"]
     # torch's failing guard of each recompile (its recompiles log, as recorded) names the value of its cause
     events = [json.loads(line) for line in (run.path / "ca" / "events.jsonl").read_text().splitlines()]
     first_guard = {e["compile_id"]: e["reasons"][0].split(":", 1)[1].split("#")[0].strip() for e in events if e.get("kind") == "dynamo_recompile"}
@@ -46,10 +49,7 @@ def test_two_python_values_are_two_causes_each_named_by_its_value(record_run):
 
 @pytest.mark.slow
 def test_a_second_backward_call_in_a_step_is_its_own_graph_not_a_structure_that_changes(record_run):
-    run = record_run("../tests/scripts/two_backward_calls.py")
-    assert run.returncode == 0, run.stderr[-2000:]
-    code, out, _ = cli_in_process("recompiles", str(run.path), "--explain", "--format", "json")
-    causes = json.loads(out)["modes"]["ca"]["explanation"]["causes"]
+    run, causes = _explained(record_run, "two_backward_calls.py")
     second = next(c for c in causes if c["code"] == "graph_structure")
     assert second["title"] == "A step calls backward more than once: each call is its own graph (1 capture)"
     assert second["steps"] == [0] and second["source"]["line"] == 16  # l2.backward()
@@ -60,10 +60,7 @@ def test_a_second_backward_call_in_a_step_is_its_own_graph_not_a_structure_that_
 
 @pytest.mark.slow
 def test_a_module_hook_registered_every_step_is_named_with_its_fix(record_run):
-    run = record_run("../tests/scripts/module_hook_every_step.py")
-    assert run.returncode == 0, run.stderr[-2000:]
-    code, out, _ = cli_in_process("recompiles", str(run.path), "--explain", "--format", "json")
-    causes = json.loads(out)["modes"]["ca"]["explanation"]["causes"]
+    run, causes = _explained(record_run, "module_hook_every_step.py")
     hooks = next(c for c in causes if "a module's hooks changed" in c["title"])
     assert "_backward_hooks" in hooks["title"] and hooks["fix"][0].startswith("Register the module's hook once, before the training loop")
     assert "Keep the guarded value the same" not in " ".join(hooks["fix"])
@@ -82,10 +79,7 @@ def test_an_autocast_switch_and_the_uncompiled_call_are_worded_from_the_scripts_
 
 @pytest.mark.slow
 def test_a_script_whose_compiled_autograd_started_dynamic_is_not_told_to_start_it_dynamic(record_run):
-    run = record_run("../tests/scripts/enable_dynamic_by_hand.py")
-    assert run.returncode == 0, run.stderr[-2000:]
-    code, out, _ = cli_in_process("recompiles", str(run.path), "--explain", "--format", "json")
-    causes = json.loads(out)["modes"]["ca"]["explanation"]["causes"]
+    run, causes = _explained(record_run, "enable_dynamic_by_hand.py")
     on_ca = next(c for c in causes if c["code"] == "dynamo_ca_graph_guard_failure")
     said = " ".join(on_ca["fix"])
     assert "Compiled autograd already started dynamic here" in said and "start compiled autograd dynamic" not in said

@@ -202,15 +202,14 @@ def _copy_file(source: str | Path, dest: str | Path) -> object:
 
 def check_node_links(root: Path) -> None:
     """Refuse (UnreadableInput, exit 3) a node run that holds a symbolic link (cagtool writes none),
-    or a file that is neither regular nor a directory."""
+    or a file that is neither regular nor a directory. `root` itself may be a link the user typed."""
     def refuse(path: str, why: str) -> UnreadableInput:
         return UnreadableInput(f"{path} {why}: a node run is merged only from the files inside it; refusing (nothing was copied)")
 
     def failed(exc: OSError) -> None:
         raise UnreadableInput(f"cannot read {exc.filename or root}: {exc.strerror or exc}")
 
-    if os.path.islink(root):
-        raise refuse(str(root), f"is a symbolic link ({os.readlink(root)})")
+    root = Path(os.path.realpath(root))  # the folder the user named, through their own link if they typed one
     for folder, dirs, files in os.walk(root, onerror=failed, followlinks=False):
         for name in dirs + files:
             path = os.path.join(folder, name)

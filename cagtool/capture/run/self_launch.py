@@ -15,7 +15,9 @@ import sys
 
 _BOOTSTRAP = (
     "import os, sys\n"
-    "sys.path[0] = os.path.dirname(sys.executable)\n"  # in place of '' (the current directory), as `python -c` puts it
+    # In place of '' (the current directory), as `python -c` puts it; before the rest where python
+    # put none (-P, PYTHONSAFEPATH), so run/target.py's `sys.path[0] = ...` replaces this entry.
+    "sys.path[0:1 if sys.path and sys.path[0] in ('', os.getcwd()) else 0] = [os.path.dirname(sys.executable)]\n"
     "import runpy\n"
     "runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
 )

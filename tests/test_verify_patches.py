@@ -180,3 +180,22 @@ def test_a_multi_rank_job_is_measured_as_rank_0_saw_it(tmp_path):
     run = write_multi_rank_run(tmp_path / "ddp", {0: Rank(caps=caps), 1: Rank(caps=caps)})
     side, _record = _side("baseline", run, "ca", 1.0)
     assert side.ca_graphs == [2] and side.ca_recompiles == [1] and side.status == "finished"
+
+
+def test_a_hook_registered_on_every_iteration_is_named_at_its_line_not_sent_to_another_file(tmp_path):
+    """A hook registered unconditionally in the loop (one more per step, never removed): not the
+    `if step == k:` shape cagtool moves, and said so at its line, not "another file or a library"."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""\
+        import torch
+        model = torch.nn.Linear(2, 1)
+        handles = []
+        for step in range(5):
+            for p in model.parameters():
+                handles.append(p.register_post_accumulate_grad_hook(lambda t: None))
+            model(torch.ones(1, 2)).sum().backward()
+        """))
+    patch = patch_for(_hook_cause(), str(script), "train.py")
+    assert patch is not None and not patch.applicable and patch.line == 6
+    assert patch.why_not.startswith("the script registers a hook inside its loop on every iteration (line 6)")
+    assert "another file" not in patch.why_not

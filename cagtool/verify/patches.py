@@ -94,6 +94,20 @@ def _conditional_registrations(tree: ast.AST) -> list[tuple[ast.For | ast.While,
     return found
 
 
+def _loop_registrations(tree: ast.AST) -> list[ast.stmt]:
+    """Statements of a loop's body that register a hook on every iteration (`h = m.register_hook(...)`,
+    `handles.append(p.register_post_accumulate_grad_hook(...))`), a nested loop's included."""
+    def registers(node: ast.AST) -> bool:
+        return any(isinstance(n, ast.Call) and isinstance(n.func, (ast.Attribute, ast.Name))
+                   and (n.func.attr if isinstance(n.func, ast.Attribute) else n.func.id) in _HOOK_CALLS for n in ast.walk(node))
+
+    found = []
+    for loop in ast.walk(tree):
+        if isinstance(loop, (ast.For, ast.While)):
+            found += [stmt for stmt in loop.body if not isinstance(stmt, (ast.If, ast.For, ast.While)) and registers(stmt)]
+    return sorted(set(found), key=lambda stmt: stmt.lineno)
+
+
 def _inside_another_loop(tree: ast.AST, loop: ast.AST) -> bool:
     """Whether a loop is nested in another loop of the same function (or module body)."""
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
@@ -123,8 +137,15 @@ def hook_patch(cause: Cause, script: str, display: str) -> Patch:
     text, tree = parsed
     candidates = _conditional_registrations(tree)
     if not candidates:
+        every = _loop_registrations(tree)
+        if every:
+            where = ", ".join(str(stmt.lineno) for stmt in every)
+            return Patch("hook-before-loop", (cause.number,), title, display, every[0].lineno, "", False,
+                         f"the script registers a hook inside its loop on every iteration (line{'s' if len(every) > 1 else ''} {where}): "
+                         "move the registration before the loop by hand (the edit cagtool applies moves one under `if ...:` "
+                         "in the loop, and a hook registered every step may be meant to see that step's values)")
         return Patch("hook-before-loop", (cause.number,), title, display, None, "", False,
-                     "no hook registration under an `if` inside a loop was found in the script (the hook may be registered in "
+                     "no hook registration inside a loop was found in the script (the hook may be registered in "
                      "another file or by a library)")
     if len(candidates) > 1:
         lines = ", ".join(str(branch.lineno) for _, branch in candidates)

@@ -422,7 +422,7 @@ def _load_decides(check: str, outcome: Outcome, load: tuple[float, str] | None, 
     reasons: list[str] = []
     settled = outcome in (Outcome.FAIL, Outcome.PASS, Outcome.IMPROVED)
     if load is not None:
-        factor, words = load
+        words = load[1]
         other = next((c for c in corrected if _side(c) != _side(outcome)), None)
         if other is None:
             notes.append(words)

@@ -204,6 +204,10 @@ def test_merge_refuses_ranks_that_are_not_one_jobs(two_nodes, tmp_path):
     _set_process(negative, "rank", -5)
     proc = _cagtool("merge", node0, negative, "-o", tmp_path / "m", cwd=tmp_path)
     assert proc.returncode == 2 and "holds rank -5, not a rank of a job of world size 2" in proc.stderr, proc.stderr
+    unranked = _node_copy(node1, tmp_path / "unranked")
+    _set_process(unranked, "rank", "1")  # not an int: no rank at all
+    proc = _cagtool("merge", node0, unranked, "-o", tmp_path / "m", cwd=tmp_path)
+    assert proc.returncode == 2 and "finished without a rank's record" in proc.stderr, proc.stderr
     bigger = _node_copy(node1, tmp_path / "bigger")
     _set_process(bigger, "world_size", 64)
     proc = _cagtool("merge", node0, bigger, "-o", tmp_path / "m", cwd=tmp_path)

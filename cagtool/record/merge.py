@@ -92,6 +92,9 @@ def merge_runs(inputs: list[str | Path], output: Path) -> MergedRun:
     if len(sizes) > 1:
         raise UsageError(f"the node runs say world sizes {', '.join(str(n) for n in sorted(sizes))}: not the nodes of one job")
     for run in runs:
+        # A node that finished holds its ranks' records; one that failed may have started none.
+        if not _ranks_of(run) and run.meta.status == "finished":
+            raise UsageError(f"{run.path} finished without a rank's record (no process with a rank): not a node of a multi-node job")
         wrong = [rank for rank in _ranks_of(run) if rank < 0 or (sizes and rank >= max(sizes))]
         if wrong:
             raise UsageError(f"{run.path} holds rank {wrong[0]}, not a rank of a job of world size {max(sizes) if sizes else 'unknown'}")

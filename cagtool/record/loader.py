@@ -82,6 +82,14 @@ class ModeRecord(Struct):
         return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
 
     @property
+    def world_size(self) -> int | None:
+        """The world size this process's record says (WORLD_SIZE, or the process group once it was
+        up); None without one (0, a negative or not an integer: none). The loader refuses one beyond
+        MAX_WORLD_SIZE."""
+        size = (self.manifest.process or {}).get("world_size")
+        return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
+    @property
     def process_key(self) -> str:
         return str((self.manifest.process or {}).get("key") or "main")
 

@@ -227,8 +227,7 @@ def check_node_links(root: Path) -> None:
 
 
 def _world_sizes(run: RunRecord) -> set[int]:
-    return {size for record in run.modes.values() for rec in (record, *record.processes.values())
-            if isinstance(size := (rec.manifest.process or {}).get("world_size"), int) and not isinstance(size, bool) and size > 0}
+    return {rec.world_size for record in run.modes.values() for rec in (record, *record.processes.values()) if rec.world_size is not None}
 
 
 def _node_entry(index: int, run: RunRecord) -> dict:

@@ -63,10 +63,13 @@ _HOOK_CALLS = frozenset({
 })
 
 
+def _is_hook_call(node: ast.AST | None) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name))
+            and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) in _HOOK_CALLS)
+
+
 def _is_hook_registration(stmt: ast.stmt) -> bool:
-    value = stmt.value if isinstance(stmt, (ast.Expr, ast.Assign, ast.AnnAssign)) else None
-    return (isinstance(value, ast.Call) and isinstance(value.func, (ast.Attribute, ast.Name))
-            and (value.func.attr if isinstance(value.func, ast.Attribute) else value.func.id) in _HOOK_CALLS)
+    return _is_hook_call(stmt.value if isinstance(stmt, (ast.Expr, ast.Assign, ast.AnnAssign)) else None)
 
 
 def _stored_names(loop: ast.For | ast.While) -> set[str]:
@@ -97,14 +100,11 @@ def _conditional_registrations(tree: ast.AST) -> list[tuple[ast.For | ast.While,
 def _loop_registrations(tree: ast.AST) -> list[ast.stmt]:
     """Statements of a loop's body that register a hook on every iteration (`h = m.register_hook(...)`,
     `handles.append(p.register_post_accumulate_grad_hook(...))`), a nested loop's included."""
-    def registers(node: ast.AST) -> bool:
-        return any(isinstance(n, ast.Call) and isinstance(n.func, (ast.Attribute, ast.Name))
-                   and (n.func.attr if isinstance(n.func, ast.Attribute) else n.func.id) in _HOOK_CALLS for n in ast.walk(node))
-
     found = []
     for loop in ast.walk(tree):
         if isinstance(loop, (ast.For, ast.While)):
-            found += [stmt for stmt in loop.body if not isinstance(stmt, (ast.If, ast.For, ast.While)) and registers(stmt)]
+            found += [stmt for stmt in loop.body
+                      if not isinstance(stmt, (ast.If, ast.For, ast.While)) and any(_is_hook_call(n) for n in ast.walk(stmt))]
     return sorted(set(found), key=lambda stmt: stmt.lineno)
 
 

@@ -26,7 +26,7 @@ from cagtool.record.loader import ModeRecord, RunRecord, check_format, read_json
 from cagtool.report.figures.pooled import ModeColumn, mode_columns
 from cagtool.report.figures.intervals import FIELDS, TimingSample, median_of
 from cagtool.report.figures.metrics import mode_metrics
-from cagtool.report.ranks.analysis import lowest_rank, missing_ranks, rank_list, rank_view
+from cagtool.report.ranks.analysis import lowest_rank, missing_ranks, rank_list, rank_view, world_size
 
 BASELINE_FORMAT = "cagtool-baseline"
 # Bump when an older reader would misread the file; additive fields do not bump it.
@@ -165,14 +165,13 @@ def process_problems(record: ModeRecord) -> list[str]:
         why = f": {manifest.exception.type}" if manifest.exception is not None else ""
         status = "killed (record never finished)" if manifest.status == "running" else manifest.status
         problems.append(f"{record.path.name} process {key}: {status}{code}{why}")
-    sizes = [ws for rec in (record, *record.processes.values()) if isinstance(ws := (rec.manifest.process or {}).get("world_size"), int)]
+    size = world_size(record)
     # A followed process's own record (one rank's view, as the gate checks each rank) knows only
     # itself: the other ranks are its launcher's to account for.
-    if sizes and (record.manifest.process or {}).get("role") != "child":
-        have = record.ranks()
-        missing = missing_ranks(have, max(sizes))
+    if size is not None and (record.manifest.process or {}).get("role") != "child":
+        missing = missing_ranks(record.ranks(), size)
         if missing:
-            problems.append(f"{record.path.name}: rank {rank_list(missing)} of world size {max(sizes)} left no record")
+            problems.append(f"{record.path.name}: rank {rank_list(missing)} of world size {size} left no record")
     return problems
 
 

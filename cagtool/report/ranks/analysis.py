@@ -196,11 +196,8 @@ def rank_list(ranks: Sequence[int]) -> str:
 
 
 def world_size(record: ModeRecord) -> int | None:
-    sizes = [
-        size
-        for rec in (record, *record.processes.values())
-        if isinstance(size := (rec.manifest.process or {}).get("world_size"), int) and size > 0
-    ]
+    """The largest world size the mode's process records say (ModeRecord.world_size), None without one."""
+    sizes = [rec.world_size for rec in (record, *record.processes.values()) if rec.world_size is not None]
     return max(sizes) if sizes else None
 
 

@@ -302,7 +302,7 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # Compiled autograd's first graph took its sizes as inputs: it started dynamic (the script's
         # own `_enable`, or `run --dynamic`), so "start it dynamic" would change nothing.
         "ca_started_dynamic": ca_started_dynamic(table),
-        "names": list(dict.fromkeys(n for g in known if guard_kind(g) in (GUARD_VALUE, GUARD_OTHER) for n in guarded_names(g))),
+        "names": list(dict.fromkeys(n for g in known for n in _value_names(g))),
         # An optimizer's step() compiled (torch.optim's frame) guarding on its own state (`self.state`):
         # the state an optimizer makes in its first step() (momentum buffers, Adam's moments).
         "optimizer_state": bool(known) and all("self.state" in g for g in known) and all(row.optimizer_frame for row in cause.rows),
@@ -1011,11 +1011,15 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
     # two causes: each class of torch's reason has its own fix; so are guards on two Python values
     # (a dropout rate and a step number passed in).
     first = guard_text(row.messages[0]) if row.messages else ""
-    kind = guard_kind(first) if first else ""
-    names = guarded_names(first) if kind in (GUARD_VALUE, GUARD_OTHER) else ()
+    names = _value_names(first) if first else ()
     if names:  # `step == 0`, then `(step % 2) != 0` once Dynamo made `step` dynamic: one value, one cause
         return (CAUSE_DYNAMO_FRAME, frame, "python value", names)
-    return (CAUSE_DYNAMO_FRAME, frame, kind)
+    return (CAUSE_DYNAMO_FRAME, frame, guard_kind(first) if first else "")
+
+
+def _value_names(guard: str) -> tuple[str, ...]:
+    """The Python values a failed guard is on, for a guard on values (not a container's length)."""
+    return guarded_names(guard) if guard_kind(guard) in (GUARD_VALUE, GUARD_OTHER) else ()
 
 
 _SOURCE_RANK = {"node_traceback": 0, "guard": 1, "caller": 2, "compiled_frame": 3, "backward_call": 4}

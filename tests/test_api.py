@@ -67,6 +67,25 @@ def test_capture_twice_records_runs_and_restores_torch(tmp_path, capsys):
     assert json.loads(proc.stdout)["ca_graphs"] == 2
 
 
+@pytest.mark.slow
+def test_a_compiled_optimizer_made_before_the_block_with_accumulation_counts_the_scripts_steps(tmp_path):
+    """An optimizer made before the block, its step() compiled (no hook runs there), three backwards
+    a step: the block's steps are the script's four, seen where the parameters changed, each with
+    its three backward calls (not twelve steps of one backward each)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=torch.tensor(0.01), momentum=0.9)
+    opt_step = torch.compile(opt.step, backend="eager")
+    with cagtool.capture(backend="eager", output=tmp_path / "run", reset=True) as cap:
+        for _ in range(4):
+            for _ in range(3):
+                model(torch.randn(2, 4)).pow(2).mean().backward()
+            opt_step()
+            opt.zero_grad()
+    steps = cap.steps_frame().reset_index()
+    assert list(zip(steps["step"], steps["backward_calls"], steps["boundary"])) == [(i, 3, "compiled_optimizer") for i in range(4)]
+
+
 def test_an_exception_in_the_block_is_recorded_raised_and_torch_restored(tmp_path):
     model = torch.nn.Linear(4, 2)
     before = _torch_state()

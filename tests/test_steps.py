@@ -121,30 +121,31 @@ def test_a_step_the_grad_scaler_skips_is_a_step_of_its_own(record_run):
 
 
 @pytest.mark.slow
-def test_an_optimizer_stepping_inside_compiled_code_gives_one_step_a_backward(record_run):
-    """The compiled-optimizer recipe (torch.compile around `opt.step()`): the step runs inside a
-    compiled graph, where no hook runs (cagtool's hooks are no-ops to Dynamo, as plain python has
-    none). Each backward then ends a step, said so, the optimizer's compile is not in a step time,
-    and torch's graphs, graph breaks and recompiles are the plain job's."""
+def test_an_optimizer_stepping_inside_compiled_code_counts_the_scripts_steps(record_run):
+    """The compiled-optimizer recipe (torch.compile around `opt.step()`) with gradient accumulation
+    (two backwards a step): the step runs inside a compiled graph, where no hook runs (cagtool's
+    hooks are no-ops to Dynamo, as plain python has none). The step is seen where the parameters
+    changed: four steps of two backwards each, as the script counts them, said so; the optimizer's
+    compiles are not in a step time; torch's graphs, graph breaks and recompiles are the plain job's."""
     script = str(Path(__file__).parent / "scripts" / "compiled_optimizer.py")
-    plain = subprocess.run([sys.executable, script], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    run = record_run(script, modes="eager,aot")
+    plain = subprocess.run([sys.executable, script, "2"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    run = record_run(script, "2", modes="eager,aot")
     aot = _mode(run, "aot")
     assert plain.returncode == 0 and run.stdout.count("step 3 loss") == 2
     steps = aot.of(StepEvent)
-    assert [(s.step, s.backward_calls, s.boundary) for s in steps] == [(i, 1, "compiled_optimizer") for i in range(4)]
+    assert [(s.step, s.backward_calls, s.boundary) for s in steps] == [(i, 2, "compiled_optimizer") for i in range(4)]
+    assert [(b.step, b.index) for b in aot.of(BackwardEvent)] == [(i, k) for i in range(4) for k in range(2)]
     assert not aot.of(OptimizerStepEvent)  # no hook saw a step() return
-    # Step 0 ends at its backward's end; its optimizer compiled after that, in step 1's span: no
-    # step time for either. The steps after are step times; the one whose span holds the
-    # optimizer's one recompile (its momentum buffers made by its first step) is compile-affected.
-    assert steps[0].compiles >= 1 and steps[0].wall_s is None and steps[1].wall_s is None
-    assert [s.compiles for s in steps[1:]] == [0, 1, 0] and all(s.wall_s is not None for s in steps[2:])
-    # That recompile is the optimizer step of the script's iteration 1, after step 1's backward
-    # ended (where the step ends here): its records say step 1, as the script's loop counts it.
+    # Each step ends at its last backward's end. Steps 0 and 1 compiled their optimizer step (its
+    # momentum buffers made by the first, so once more for the filled state) after that end, in the
+    # next step's span: no step time for steps 0 to 2; step 3's is one.
+    assert steps[0].compiles >= 1 and [s.compiles for s in steps[1:]] == [1, 0, 0] and [s.wall_s is None for s in steps] == [True, True, True, False]
+    # That recompile is the optimizer step of the script's iteration 1: its records say step 1.
     [recompile] = aot.of(DynamoRecompileEvent)
     [compile_] = [c for c in aot.of(DynamoCompileEvent) if c.compile_id == recompile.compile_id]
     assert recompile.step == compile_.step == 1 and "/torch/optim/" in compile_.co_filename
-    assert "4 steps (one per backward call: the optimizer steps inside compiled code" in run.stderr
+    assert ("4 steps (optimizer steps inside compiled code, seen where the parameters changed), 2 backward calls per step "
+            "(8 in all)") in " ".join(run.stderr.split())
     mine, theirs = aot.manifest.torch_counters, json.loads(plain.stdout.strip().splitlines()[-1])
     for kind in ("graph_break", "recompiles"):
         assert {k[:300]: v for k, v in theirs.get(kind, {}).items()} == mine.get(kind, {}), kind

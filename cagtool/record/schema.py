@@ -67,7 +67,8 @@ FIRST_STEP_BEFORE_SCHEMA_3 = 1
 STEP_BOUNDARY_OPTIMIZER = "optimizer"  # the step ended at an optimizer's step()
 STEP_BOUNDARY_BACKWARD = "backward"  # no optimizer: the step is one backward call
 # The optimizer steps inside a compiled graph (torch.compile around `opt.step()`), where no hook
-# runs: the step is one backward call, ended at its end.
+# runs: the step ends at the end of its last backward before the parameters changed (their version
+# counters, read at each backward's start), or, with no optimizer known, at each backward's end.
 STEP_BOUNDARY_COMPILED_OPTIMIZER = "compiled_optimizer"
 
 RUN_META_FILE = "run.json"

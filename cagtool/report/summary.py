@@ -168,17 +168,20 @@ def steps_text(m: ModeMetrics) -> str:
         text += f" recorded (the process ended without closing its record: the per-step lines of its last {m.steps_lost_s:g} s, if any, were lost with it)"
     if m.step_boundary == STEP_BOUNDARY_BACKWARD:
         text += " (no optimizer: one per backward call)"
-    elif m.step_boundary == STEP_BOUNDARY_COMPILED_OPTIMIZER:
-        # (docs/torch-internals.md, "The optimizer hooks ... as Dynamo sees them")
-        text += " (one per backward call: the optimizer steps inside compiled code, where no hook of cagtool's runs)"
-    elif m.step_boundary == STEP_BOUNDARY_OPTIMIZER:
+    elif m.step_boundary in (STEP_BOUNDARY_OPTIMIZER, STEP_BOUNDARY_COMPILED_OPTIMIZER):
+        # Inside compiled code no hook of cagtool's runs: the step is seen ending where the
+        # parameters changed (docs/torch-internals.md, "An optimizer step inside a compiled graph").
+        what = ("optimizer steps inside compiled code, seen where the parameters changed" if m.step_boundary == STEP_BOUNDARY_COMPILED_OPTIMIZER
+                else "optimizer steps")
         per = m.backward_calls_per_step
         if per == (1,):
-            text += " (optimizer steps, one backward call each)"
+            text += f" ({what}, one backward call each)"
         elif len(per) == 1:
-            text += f" (optimizer steps), {per[0]} backward calls per step ({m.backward_calls - m.backward_calls_after_last_step} in all)"
+            text += f" ({what}), {per[0]} backward calls per step ({m.backward_calls - m.backward_calls_after_last_step} in all)"
         elif per:
-            text += f" (optimizer steps), {per[0]} to {per[-1]} backward calls per step ({m.backward_calls - m.backward_calls_after_last_step} in all)"
+            text += f" ({what}), {per[0]} to {per[-1]} backward calls per step ({m.backward_calls - m.backward_calls_after_last_step} in all)"
+        else:
+            text += f" ({what})"
         if m.skipped_steps:
             text += f", {m.skipped_steps} whose optimizer step the grad scaler skipped (inf/NaN gradients)"
         if m.backward_calls_after_last_step:

@@ -1,10 +1,12 @@
 """The compiled-optimizer recipe: the optimizer's step compiled on its own (`torch.compile` around
 `opt.step()`, the learning rate a tensor so a change does not recompile), the model's forward and
 backward plain. SGD with momentum makes its momentum buffers in its first step(), so Dynamo compiles
-step() once more for the filled state, once. Prints the loss per step and torch's counters as its
+step() once more for the filled state, once. `python compiled_optimizer.py N`: N backward calls a
+step (gradient accumulation; 1 by default). Prints the loss per step and torch's counters as its
 last line."""
 
 import json
+import sys
 
 import torch
 
@@ -18,9 +20,11 @@ def opt_step():
     opt.step()
 
 
+accumulate = int(sys.argv[1]) if len(sys.argv) > 1 else 1
 for step in range(4):
-    loss = model(torch.randn(2, 4)).pow(2).mean()
-    loss.backward()
+    for _ in range(accumulate):
+        loss = model(torch.randn(2, 4)).pow(2).mean()
+        loss.backward()
     opt_step()
     opt.zero_grad()
     print(f"step {step} loss {loss.item():.6f}")

@@ -78,6 +78,9 @@ class StepCounter:
         # step. `compiled_pending`: a torch.optim frame was compiled, no optimizer step noted since.
         self.compiled_optimizer = False
         self.compiled_pending = False
+        # The watched parameters' version at the last backward's start (or at the compile of an
+        # optimizer's code, before it first ran): None until then (parameters_changed).
+        self.watch_version: int | None = None
 
     def restart(self, device: DeviceReadings) -> None:
         """A forked child's record counts its steps from the first again."""
@@ -94,11 +97,36 @@ class StepCounter:
         return FIRST_STEP + self.closed_steps
 
     # -- one note each ---------------------------------------------------------------------------
-    def begun(self, call: BackwardCall) -> None:
-        """A top-level backward began: it belongs to the step in progress, at the next index."""
+    def begun(self, call: BackwardCall) -> bool:
+        """A top-level backward began: it belongs to the step in progress, at the next index (after
+        the step an optimizer step inside compiled code ended since the last backward, if one did).
+        True when that reached --steps."""
+        limit = False if call.version is None else self.parameters_changed(call.version, live=False)
         opened = self.open
         call.step, call.index = FIRST_STEP + self.closed_steps, opened.next_index
         opened.next_index += 1
+        return limit
+
+    def parameters_changed(self, version: int, live: bool) -> bool:
+        """The watched parameters' version at a backward's start (or at the run's end): changed
+        since the last one, with an optimizer's code compiled and no optimizer step noted in the
+        step in progress, the optimizer stepped inside a compiled graph after the step's last
+        backward, where its step ends (compiled_optimizer_found, the first time). So gradient
+        accumulation over several backwards is one step, as the script counts it. True when
+        --steps is reached."""
+        before, self.watch_version = self.watch_version, version
+        opened = self.open
+        if before is None or version == before or not opened.backward_calls or opened.stepped:
+            return False
+        if self.compiled_pending:
+            return self.compiled_optimizer_found(live)
+        if not self.compiled_optimizer:
+            return False
+        assert self.last_backward_clock is not None  # the open step has a backward that ended
+        limit = self.close(STEP_BOUNDARY_COMPILED_OPTIMIZER, self.last_backward_clock, self.last_backward_cpu, live)
+        if opened.late_compiles:  # its optimizer recompiled after its last backward: in the next step's span
+            self.times.last_t = self.times.last_cpu = None
+        return limit
 
     def made(self, note: tuple) -> None:
         _, key, ref = note
@@ -113,7 +141,8 @@ class StepCounter:
         """A top-level backward returned or raised. True when --steps is reached."""
         _, clock, start, call, loss, accumulate_grad, thread, cpu = note
         limit = False
-        if self.compiled_pending and self.open.backward_calls and not self.open.stepped:
+        watched = self.watch_version is not None  # an optimizer step in a graph is seen at the next backward's start
+        if self.compiled_pending and self.open.backward_calls and not self.open.stepped and not watched:
             limit = self.compiled_optimizer_found(live)
         self.last_backward_clock, self.last_backward_cpu = clock, cpu
         value, device_tensor = (None, None) if loss is None else read_loss(loss)
@@ -122,7 +151,9 @@ class StepCounter:
         opened = self.open
         current = FIRST_STEP + self.closed_steps
         step, index = call.step, call.index
-        by_backward = not self.required or self.compiled_optimizer  # this call is a step of its own
+        # This call is a step of its own: no optimizer waited for, or one stepping inside compiled
+        # code without parameters to watch.
+        by_backward = (not self.required and not (watched and self.compiled_optimizer)) or (self.compiled_optimizer and not watched)
         if by_backward and step != current:
             # Another thread's backward closed the step this one began in: it closes the next.
             step, index = current, opened.backward_calls
@@ -186,10 +217,15 @@ class StepCounter:
         self.open.skipped = True
         return self._stepped_unseen(key, clock, cpu, live)
 
-    def compiled_noted(self) -> None:
+    def compiled_noted(self, note: tuple) -> None:
         """Dynamo compiled a frame of torch.optim's (notes.py, COMPILED). Whether the optimizer
-        now steps inside a compiled graph is known at the next backward's end: no optimizer step
-        noted by then (compiled_optimizer_found), or one noted (its hooks run: nothing changes)."""
+        now steps inside a compiled graph is known at the next backward's start, where the watched
+        parameters changed with no optimizer step noted (parameters_changed), or without them at
+        the next backward's end: no optimizer step noted by then (compiled_optimizer_found); or one
+        noted (its hooks run: nothing changes)."""
+        _, version = note
+        if self.watch_version is None:
+            self.watch_version = version  # before the compiled code first ran
         if not self.compiled_optimizer:
             self.compiled_pending = True
 
@@ -284,6 +320,10 @@ class StepCounter:
                 # A pre-existing optimizer's first step (its pre-hook notes it as made): the
                 # waiting backwards are its step's.
                 self.required[key] = ref
+            elif kind == COMPILED:
+                # An optimizer's code compiled: a pre-existing one steps inside compiled code, where
+                # its hooks never run (parameters_changed); the waiting backwards are its step's.
+                self.required.update((k, r) for k, r in self.candidates.items() if r() is not None)
             return held + taken[i:]
         return []
 

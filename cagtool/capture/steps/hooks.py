@@ -82,6 +82,9 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     perf_counter, get_ident = time.perf_counter, threading.get_ident
     process_time, thread_time = time.process_time, time.thread_time
     append = tracker._raw.append
+    # [] until an optimizer's code is compiled, then [the watched parameters' version reader]
+    # (tracker.watch_parameters): one truth test a backward otherwise.
+    watching = tracker._watching
     sync = tracker._sync
     heap = tracker.heap  # None but in a measurement re-run: one comparison a hook otherwise
     # torch.cuda._initialized, read by the hooks that can end a step: with CUDA in use the step
@@ -131,6 +134,8 @@ def install_hooks(tracker: Any) -> InstalledHooks:
             try:
                 outputs = t_outputs if isinstance(t_outputs, (tuple, list)) else (t_outputs,)
                 begun = BackwardCall(me, outputs)
+                if watching:
+                    begun.version = watching[0]()
                 append(begun)
                 if tracker._flag_check_due:
                     tracker._flag_due()

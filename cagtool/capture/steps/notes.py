@@ -24,9 +24,11 @@ STEPPED = 2
 # (SKIPPED, clock, start, key, optimizer_class, cpu): a grad scaler's step() returned without stepping
 # the optimizer (torch.amp.GradScaler found inf or NaN gradients): the step ends there all the same.
 SKIPPED = 5
-# (COMPILED,): Dynamo compiled a frame of torch.optim's (an optimizer's step() inside a compiled
-# function): if no optimizer step is noted after it, the steps run inside a compiled graph, where no
-# hook runs, and each backward's end ends a step from then on (boundaries.py, compiled_optimizer).
+# (COMPILED, version): Dynamo compiled a frame of torch.optim's (an optimizer's step() inside a
+# compiled function): if no optimizer step is noted after it, the steps run inside a compiled graph,
+# where no hook runs (boundaries.py, compiled_optimizer). version: the optimizers' watched
+# parameters' version counters at the compile's end, before the compiled code first ran (None with
+# no optimizer known): a change seen at a later backward's start is an optimizer step in between.
 COMPILED = 6
 # (MADE, key, ref): an optimizer exists (ref: a weak reference to it).
 MADE = 3
@@ -40,9 +42,11 @@ CpuReading = tuple[float, float, int]
 class BackwardCall:
     """One top-level backward call, noted when it begins: its thread (ident), its outputs (read for
     `current_roots`), the CA captures made in it (note_capture_finished), and where the drain placed
-    its start: the step it began in and its index there."""
+    its start: the step it began in and its index there. `version`: the optimizers' watched
+    parameters' version counters at its start, read only once an optimizer's code was compiled
+    (boundaries.py, `StepCounter.parameters_changed`), else None."""
 
-    __slots__ = ("thread", "outputs", "captures", "step", "index")
+    __slots__ = ("thread", "outputs", "captures", "step", "index", "version")
 
     def __init__(self, thread: int, outputs: Any) -> None:
         self.thread = thread
@@ -50,3 +54,4 @@ class BackwardCall:
         self.captures = 0
         self.step = 0
         self.index = 0
+        self.version: int | None = None

@@ -106,6 +106,9 @@ class StepTracker:
         # steps inside a compiled graph, whose step ends at its last backward's end
         # (boundaries.py, compiled_optimizer_found). Never reset.
         self.backward_reads_cpu = False
+        # Once an optimizer's code is compiled: [a reader of the watched parameters' version
+        # counters] (watch_parameters), read by the hooks at each top-level backward's start.
+        self._watching: list[Callable[[], int]] = []
         self.device = DeviceReadings(writer)
         self.counter = StepCounter(writer, self.device, self.known, on_step, max_steps)
         self.findings = StepFindings(writer, mode, lambda: self.current_step)
@@ -212,7 +215,7 @@ class StepTracker:
         """A Dynamo compile ended (`filename`: its frame's file): counted in the step in progress;
         one of torch.optim's frames is noted in order with the hooks' notes (notes.py, COMPILED)."""
         if in_torch_optim(filename):
-            self._raw.append((COMPILED,))
+            self._raw.append((COMPILED, self.watch_parameters()))
             frame = frame_compile(compile_id)
             if frame is not None:
                 self._optim_frames.add(frame)
@@ -254,6 +257,9 @@ class StepTracker:
 
         self.settle()
         self.drain()
+        if self._watching:
+            with self._lock:  # the last step's compiled optimizer step, after its last backward
+                self.counter.parameters_changed(self._watching[0](), live=False)
         if self._heap_requested:
             self.writer.manifest.options["heap_in_use"] = self.heap.summary() if self.heap is not None else heap_in_use.unavailable()
         hooks = self._hooks
@@ -295,6 +301,34 @@ class StepTracker:
         known[key] = ref
         if len(known) > 1:
             self.backward_reads_cpu = True
+
+    def watch_parameters(self) -> int | None:
+        """The version counters of the first parameter of each live optimizer, summed, from the
+        first compile of an optimizer's code on (None with no optimizer known). An optimizer step
+        inside a compiled graph runs no hook, but it updates the parameters in place, which bumps
+        their version counter (a C field, read without a sync; a backward only accumulates
+        gradients): a change between two backwards is an optimizer step between them
+        (docs/torch-internals.md, "An optimizer step inside a compiled graph runs no hook")."""
+        if not self._watching:
+            refs = []
+            # Those made before the tracker (the Python API's block) too: their hooks never ran.
+            for ref in [*self.known.values(), *self.counter.candidates.values()]:
+                optimizer = ref()
+                params = [p for group in getattr(optimizer, "param_groups", ()) for p in group.get("params", ())][:1]
+                refs += [weakref.ref(p) for p in params]
+            if not refs:
+                return None
+
+            def versions() -> int:
+                total = 0
+                for ref in refs:
+                    param = ref()
+                    if param is not None:
+                        total += param._version
+                return total
+
+            self._watching.append(versions)
+        return self._watching[0]()
 
     def _entry_changed(self, reinstall: bool = True) -> None:
         """The backward entry point is not cagtool's any more (findings.py), seen at an optimizer
@@ -364,7 +398,7 @@ class StepTracker:
                 for note in taken:
                     try:
                         if note.__class__ is BackwardCall:
-                            counter.begun(note)
+                            limit = counter.begun(note) or limit
                             continue
                         kind = note[0]
                         if kind == ENDED:
@@ -377,7 +411,7 @@ class StepTracker:
                             limit = counter.optimizer_skipped(note, note is live) or limit
                         elif kind == COMPILED:
                             self.backward_reads_cpu = True  # a backward's end may end a step now
-                            counter.compiled_noted()
+                            counter.compiled_noted(note)
                         elif kind == MADE:
                             counter.made(note)
                         else:

@@ -321,6 +321,9 @@ class DynamoCompileEvent(Event, tag="dynamo_compile"):
     has_guarded_code: bool | None = None
     phase: CompilePhase | None = None  # None in records made before it was kept, and imported logs
     recompile_limit: int | None = None  # torch._dynamo.config.recompile_limit when it compiled
+    # torch._dynamo.config.assume_static_by_default when it compiled: False under
+    # torch.compile(..., dynamic=True) (None: not read, an older record or an imported log).
+    assume_static_by_default: bool | None = None
 
 
 class DynamoRecompileEvent(Event, tag="dynamo_recompile"):

@@ -107,6 +107,18 @@ def phase_now(compile_id: str, frame: FrameType | None = None) -> CompilePhase |
         return None
 
 
+def assume_static_now() -> bool | None:
+    """torch._dynamo.config.assume_static_by_default as it is now: inside a compile of a function
+    compiled with dynamic=True, False (torch.compile patches it around the call)."""
+    try:
+        import torch
+
+        value = torch._dynamo.config.assume_static_by_default
+        return value if isinstance(value, bool) else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def recompile_limit_now() -> int | None:
     """torch._dynamo.config.recompile_limit as it is now (a script may change it as it runs)."""
     try:

@@ -45,7 +45,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from cagtool.capture.observe import compile_phase, source
-from cagtool.capture.observe.torch_logs import PHASE_KEY, RECOMPILE_LIMIT_KEY, USER_FRAME_KEY, StructuredLogHandler
+from cagtool.capture.observe.torch_logs import ASSUME_STATIC_KEY, PHASE_KEY, RECOMPILE_LIMIT_KEY, USER_FRAME_KEY, StructuredLogHandler
 
 # The CompilationMetrics fields StructuredLogHandler reads (torch's record has ~100 more).
 _METRIC_FIELDS = (
@@ -198,6 +198,7 @@ class DynamoTaps:
             "compilation_metrics": fields,
             PHASE_KEY: compile_phase.phase_now(str(fields["compile_id"] or "")),
             RECOMPILE_LIMIT_KEY: compile_phase.recompile_limit_now(),
+            ASSUME_STATIC_KEY: compile_phase.assume_static_now(),
         }, None
 
     @staticmethod

@@ -40,6 +40,7 @@ USER_FRAME_KEY = "cagtool_user_frame"
 # CompilePhase, capture/observe/compile_phase.py) and torch._dynamo.config.recompile_limit.
 PHASE_KEY = "cagtool_phase"
 RECOMPILE_LIMIT_KEY = "cagtool_recompile_limit"
+ASSUME_STATIC_KEY = "cagtool_assume_static_by_default"  # torch._dynamo.config's, at compile time
 _US = 1e-6
 
 
@@ -140,7 +141,8 @@ class StructuredLogHandler(logging.Handler):
         cid = str(metrics.get("compile_id") or "") if isinstance(metrics, dict) else compile_id_of(metadata)  # the metrics hold theirs
         step = self.steps.step_of_compile(cid)
         if "compilation_metrics" in metadata:
-            self._compile(metadata["compilation_metrics"], step, metadata.get(PHASE_KEY), metadata.get(RECOMPILE_LIMIT_KEY))
+            self._compile(metadata["compilation_metrics"], step, metadata.get(PHASE_KEY), metadata.get(RECOMPILE_LIMIT_KEY),
+                          metadata.get(ASSUME_STATIC_KEY))
         elif "aot_backward_graph" in metadata:
             self.writer.emit(AotBackwardGraphEvent, compile_id=cid, step=step)
             if payload:
@@ -179,7 +181,8 @@ class StructuredLogHandler(logging.Handler):
         if rel:
             self.writer.emit(CompileArtifactEvent, compile_id=cid, artifact=artifact, file=rel, step=step, lines=text.count("\n") + 1)
 
-    def _compile(self, m: dict[str, Any], step: int | None, phase: Any = None, recompile_limit: int | None = None) -> None:
+    def _compile(self, m: dict[str, Any], step: int | None, phase: Any = None, recompile_limit: int | None = None,
+                 assume_static: bool | None = None) -> None:
         cid = str(m.get("compile_id") or "?")
         total = _seconds(m.get("entire_frame_compile_time_s"))
         self.writer.emit(
@@ -203,6 +206,7 @@ class StructuredLogHandler(logging.Handler):
             has_guarded_code=m.get("has_guarded_code"),
             phase=phase,
             recompile_limit=recompile_limit,
+            assume_static_by_default=assume_static,
         )
         self.steps.note_dynamo_compile(total or 0.0, str(m.get("co_filename") or ""), cid)
 

@@ -308,6 +308,8 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "optimizer_state": bool(known) and all("self.state" in g for g in known) and all(row.optimizer_frame for row in cause.rows),
         "hook": hook,
         "frame": compile_frame(cause.rows[0].compile_id),
+        # The frame was compiled with dynamic shapes (the script's torch.compile(..., dynamic=True)).
+        "compiled_dynamic": not cause.rows[0].compile_id.startswith("!") and compile_frame(cause.rows[0].compile_id) in table.dynamic_frames,
         "function": function,
         **_stability(table, cause),
     }
@@ -705,6 +707,8 @@ def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
         return ["A parameter's requires_grad changed between calls (a module frozen or unfrozen, as fine-tuning does): Dynamo "
                 "guards on each parameter's requires_grad, so the forward is compiled once per set of trainable parameters, "
                 "and the backward gets nodes for the parameters that now train."]
+    if kind == GUARD_SIZE and facts.get("compiled_dynamic") and (size := size_guard(facts.get("guard", ""))) is not None:
+        return [_kept_static(*size)]
     if kind == GUARD_SIZE and (batch := smaller_batch(facts.get("guard", ""))) is not None:
         name, before, after = batch
         return [f"Dim 0 of `{name}` went from {before} to {after}: a smaller batch. A DataLoader whose dataset size is not a "
@@ -719,6 +723,19 @@ def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
                     f"list is longer on every backward: every backward recompiles the hook.{item}"]
         return [f"The compiled code reads the Python list {container}, whose length changes between calls: Dynamo guards on it."]
     return []
+
+
+def _kept_static(name: str, dim: int, expected: int, actual: int) -> str:
+    """Why a frame compiled with dynamic=True still guarded on a size (torch 2.13,
+    docs/torch-internals.md "A size dynamic=True keeps static")."""
+    if expected in (0, 1):
+        why = f"Dynamo always specialises a size of {expected} (its 0/1 specialisation), so the first call's {expected} was compiled as a constant"
+    else:
+        why = (f"either its first value equalled a size Dynamo holds static ({expected}: a parameter's, such as a Linear's "
+               "in_features), which duck sizing makes the same size and so static with it, or the code used the size as a "
+               "constant (a branch on it, a view to it)")
+    return (f"The frame was compiled with dynamic shapes (torch.compile(..., dynamic=True)), yet dim {dim} of `{name}` was static at "
+            f"{expected} when it became {actual}: {why}. Dynamo then recompiled it.")
 
 
 _PLAIN_CALL = re.compile(r"(?<![\w.])(?P<name>[A-Za-z_]\w*)\((?P<args>[^()]*)\)")
@@ -768,6 +785,14 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                 "Or keep the value a tensor: the hook writes into a tensor made once (`buf.copy_(g.norm())`), read after backward.",
             ]
         return ["Keep the list out of the compiled code: pass what it holds as a tensor, or read and append to it outside the compiled function."]
+    if kind == GUARD_SIZE and facts.get("compiled_dynamic"):
+        size = size_guard(guard)
+        where = f" (dim {size[1]} of the tensor passed as `{size[0]}`)" if size else ""
+        fixes = [f"Mark the varying dimension dynamic before each call: {MAYBE_MARK_DYNAMIC}{where}; "
+                 "dynamic=True alone did not keep it dynamic."]
+        if size is not None and size[2] > 1:
+            fixes.append("Or turn duck sizing off before compiling: torch.fx.experimental._config.use_duck_shape = False.")
+        return fixes
     if kind == GUARD_SIZE:
         fixes = [f"A tensor's shape changed: mark the dimension dynamic ({MAYBE_MARK_DYNAMIC}) or compile with dynamic=True; "
                  "pad or bucket if it takes many values."]

@@ -34,6 +34,7 @@ from cagtool.report.changed_sizes import misses_with_earlier_values
 from cagtool.report.recompiles.reads import LimitHit, StepSummary, forward_step, limit_hits, step_summary
 from cagtool.torch_text import (
     compile_attempt,
+    compile_frame,
     in_torch_optim,
     looks_like_user_file,
     size_guard,
@@ -113,6 +114,9 @@ class RecompileTable:
     phases: "ModePhases | None" = None
     budget: "ModeBudget | None" = None
     unexpected: list = field(default_factory=list)  # UnexpectedCause (unexpected.py)
+    # Frames (compile_frame ids; a CA graph's own frames apart) compiled with dynamic shapes (torch.compile(..., dynamic=True):
+    # DynamoCompileEvent.assume_static_by_default False).
+    dynamic_frames: frozenset[str] = frozenset()
     # The mode ran compiled autograd over parameters each rank holds a shard of (FSDP2's DTensors,
     # GradDigestEvent.shard): a setup torch has no compiled-autograd path for (record_notes).
     sharded_under_ca: bool = False
@@ -391,4 +395,6 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         budget=mode_budget(record, hits, steps.last),
         unexpected=unexpected_causes(record),
         sharded_under_ca=manifest.mode == "ca" and any(any(e.shard or ()) for e in record.of(GradDigestEvent)),
+        dynamic_frames=frozenset(frame for e in compile_events if e.assume_static_by_default is False and not e.compile_id.startswith("!")
+                                 and (frame := compile_frame(e.compile_id)) is not None),
     )

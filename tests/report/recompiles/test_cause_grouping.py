@@ -5,10 +5,12 @@ recompile); a second backward call in a step is its own graph, not a structure t
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
-from conftest import cli_in_process
+from conftest import ROOT, cli_in_process
 from cagtool.torch_text import guarded_names
 
 def test_guarded_names_reads_the_python_values_a_guard_is_on():
@@ -85,3 +87,22 @@ def test_a_script_whose_compiled_autograd_started_dynamic_is_not_told_to_start_i
     assert "Compiled autograd already started dynamic here" in said and "start compiled autograd dynamic" not in said
     code, _, err = cli_in_process("recompiles", str(run.path), "--explain", "--verify", "--fix", "ca-dynamic")
     assert code == 2 and "no such fix applies" in err and "ca-dynamic" not in err.split("applicable:")[1]
+
+
+@pytest.mark.slow
+def test_a_size_that_dynamic_true_kept_static_is_not_fixed_by_dynamic_true(record_run):
+    """torch.compile(dynamic=True), first batch 16 rows = the Linear's in_features: torch 2.13
+    recompiles the forward on the next batch size (plain python too), and maybe_mark_dynamic on the
+    batch dimension keeps one graph. The cause says the frame was compiled dynamic and why a size
+    stayed static; its fix is maybe_mark_dynamic, never "compile with dynamic=True"."""
+    script = str(ROOT / "tests" / "scripts" / "dynamic_true_duck_size.py")
+    plain, marked = (json.loads(subprocess.run([sys.executable, script, *extra], capture_output=True, text=True, timeout=300,
+                                               check=True).stdout.splitlines()[-1]) for extra in ((), ("maybe",)))
+    # the torch facts the fix rests on: a second forward graph for the batch size, none once marked
+    assert plain["stats"]["unique_graphs"] == 2 and marked["stats"]["unique_graphs"] == 1
+    _, causes = _explained(record_run, "dynamic_true_duck_size.py")
+    [forward] = [c for c in causes if c["code"] == "dynamo_guard_failure"]
+    said = " ".join(forward["why"] + forward["fix"])
+    assert "compiled with dynamic shapes (torch.compile(..., dynamic=True)), yet dim 0 of `args[0]` was static at 16" in said
+    assert "duck sizing" in said and "maybe_mark_dynamic" in forward["fix"][0]
+    assert "compile with dynamic=True" not in said and "drop_last" not in said

@@ -9,7 +9,8 @@ import math
 import pytest
 import torch
 
-from cagtool.capture.steps.grad_digest import CHECKSUM_PERIOD, REASON_EVERY, REASON_FIRST, REASON_RECOMPILE, GradDigests
+from cagtool.capture.steps.grad_digest import CHECKSUM_PERIOD, GradDigests
+from cagtool.record.schema import REASON_EVERY, REASON_FIRST, REASON_RECOMPILE
 
 
 @pytest.fixture
@@ -123,3 +124,18 @@ def test_a_digest_on_cuda_never_waits_for_the_device(digests):
         torch.cuda.set_sync_debug_mode("default")
     events = digests.events()
     assert [e["step"] for e in events] == [0, 1] and all(v is not None for v in events[0]["norm"])
+
+
+def test_a_parameter_a_compiled_optimizer_step_reads_keeps_its_module_path(digests):
+    """Dynamo's graph of a compiled `opt.step()` registers the parameters it reads under its own
+    names (`self___param_groups_0__params___0`); the digest names them by the model's path."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch._dynamo.reset()
+    step = torch.compile(opt.step, backend="aot_eager")
+    model(torch.randn(2, 4)).sum().backward()
+    step()
+    digests.digest(0, [REASON_FIRST], list(model.parameters()))
+    [event] = digests.events()
+    assert event["names"] == ["0.weight", "0.bias", "2.weight", "2.bias"]

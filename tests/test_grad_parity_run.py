@@ -190,3 +190,16 @@ def test_a_step_given_a_closure_is_digested_after_the_closure_made_its_gradients
     parity = parity_json(run)["grad_parity"]
     assert parity["agree"], parity
     assert parity["summary"] == "gradients: the 2 modes agree on all 4 parameters at 2 digested steps"
+
+
+def test_a_last_step_digested_at_the_end_is_compared_at_the_same_moment_in_every_mode(record_run):
+    """The job zeroes its gradients in place after its last step. Eager digests step 3 at the run's
+    end (the last step, not due before): zeros. The next mode digests its own last step at its end
+    too, not in its optimizer's pre-hook (the real gradients), so the modes agree where they did."""
+    run = record_run("../tests/scripts/final_zero_grad.py", modes="eager,ca")
+    assert run.returncode == 0, run.stderr
+    reasons = {mode: {e["step"]: e["reasons"] for e in map(json.loads, (run.path / mode / "events.jsonl").read_text().splitlines())
+                      if e["kind"] == "grad_digest"} for mode in ("eager", "ca")}
+    assert reasons["eager"][3] == ["last"] and reasons["ca"][3] == ["last"]
+    parity = parity_json(run)["grad_parity"]
+    assert parity["agree"] and parity["pairs"][0]["steps"] == [0, 3], parity

@@ -444,6 +444,15 @@ FINAL_OF_SHARDS = "shards"  # FinalStateEvent.of: norms of each rank's own shard
 OPTIMIZER_TENSOR_PREFIX = "<optimizer tensor "
 
 
+# GradDigestEvent.reasons. A step digested only as the run's last (["last"]) was digested at the
+# run's end; any other was digested in an optimizer's step pre-hook (capture/steps/grad_digest.py).
+REASON_FIRST = "first"
+REASON_RECOMPILE = "recompile"
+REASON_EVERY = "every"
+REASON_EARLIER_MODE = "earlier_mode"
+REASON_LAST = "last"
+
+
 class GradDigestEvent(Event, tag="grad_digest"):
     """Per-parameter gradient digests at one step (capture/steps/grad_digest.py), written at the end of
     the run (read back from the device then). Parallel lists, one item per parameter, named by

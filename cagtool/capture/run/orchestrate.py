@@ -276,8 +276,11 @@ class _ModeProcess:
 def digested_steps(run_dir: Path, exclude: str) -> list[int]:
     """The steps the modes already recorded in `run_dir` digested the gradients of (their records
     are closed when the next mode starts), so the next mode digests them too and every mode has
-    the same steps to compare. A cheap scan: only grad_digest lines are decoded."""
-    from cagtool.record.schema import EVENTS_FILE, GradDigestEvent
+    the same steps to compare. A cheap scan: only grad_digest lines are decoded. A step digested
+    only as the run's last, at its end (reasons ["last"]), is left out: the next mode digests its
+    own last step at the same moment, where an optimizer's pre-hook would read the gradients
+    before what the script did to them after (a final zero_grad, another backward)."""
+    from cagtool.record.schema import EVENTS_FILE, GradDigestEvent, REASON_LAST
 
     marker = f'"kind": "{GradDigestEvent.kind}"'
     steps: set[int] = set()
@@ -290,10 +293,11 @@ def digested_steps(run_dir: Path, exclude: str) -> list[int]:
                 for line in lines:
                     if marker in line:
                         try:
-                            step = json.loads(line).get("step")
+                            event = json.loads(line)
                         except ValueError:
                             continue
-                        if isinstance(step, int) and not isinstance(step, bool):
+                        step = event.get("step") if isinstance(event, dict) else None
+                        if isinstance(step, int) and not isinstance(step, bool) and event.get("reasons") != [REASON_LAST]:
                             steps.add(step)
         except OSError:
             continue

@@ -33,7 +33,7 @@ import weakref
 from typing import Any, Iterable
 
 from cagtool.capture.steps.sharded import is_shard, local_part, readable
-from cagtool.record.schema import OPTIMIZER_TENSOR_PREFIX
+from cagtool.record.schema import OPTIMIZER_TENSOR_PREFIX, REASON_EARLIER_MODE, REASON_EVERY, REASON_FIRST, REASON_LAST, REASON_RECOMPILE
 
 # Prime: see the module docstring.
 CHECKSUM_PERIOD = 1021
@@ -42,11 +42,6 @@ CHECKSUM_PERIOD = 1021
 _DROPPED_SEGMENTS = frozenset({"_orig_mod"})
 NEVER = 1 << 62
 
-REASON_FIRST = "first"
-REASON_RECOMPILE = "recompile"
-REASON_EVERY = "every"
-REASON_EARLIER_MODE = "earlier_mode"
-REASON_LAST = "last"
 
 
 class ParamNames:
@@ -140,7 +135,10 @@ class ParamNames:
 
     def name_of(self, param: Any) -> str | None:
         """The shortest module path of `param` (after dropping wrapper segments), None when no
-        live module holds it."""
+        live module holds it. A path through a torch.fx GraphModule only where no other module
+        holds it: the graph Dynamo compiles registers the parameters it reads under its own names
+        (`self___param_groups_0__params___0` in a compiled optimizer step), which eager mode never
+        makes."""
         with self._lock:
             entry = self._param_owners.get(id(param))
             if entry is None or entry[0]() is not param:
@@ -152,10 +150,11 @@ class ParamNames:
                 module = ref()
                 if module is None or not _still_holds(module, attr, param, "_parameters"):
                     continue
+                graph = _is_graph_module(module)
                 for prefix in self._prefixes(module):
                     parts = [p for p in prefix + [attr] if p not in _DROPPED_SEGMENTS]
-                    candidates.append((len(parts), ".".join(parts)))
-        return min(candidates)[1] if candidates else None
+                    candidates.append((graph, len(parts), ".".join(parts)))
+        return min(candidates)[2] if candidates else None
 
     def module_params(self) -> list[Any]:
         """Every live parameter a live module still holds (the job's models), by module path."""
@@ -170,6 +169,13 @@ class ParamNames:
             if name is not None:
                 found.setdefault(name, param)
         return [found[name] for name in sorted(found)]
+
+
+def _is_graph_module(module: Any) -> bool:
+    import sys
+
+    fx = sys.modules.get("torch.fx")
+    return fx is not None and isinstance(module, fx.GraphModule)
 
 
 def _still_holds(owner: Any, attr: str, value: Any, table: str = "_modules") -> bool:

@@ -50,11 +50,11 @@ from cagtool.capture.steps.findings import (
     StepFindings,
 )
 from cagtool.capture.steps import heap_in_use
-from cagtool.capture.steps.grad_digest import REASON_LAST, GradDigests
+from cagtool.capture.steps.grad_digest import GradDigests
 from cagtool.capture.steps.hooks import InstalledHooks, StepLimitReached, install_hooks
 from cagtool.capture.steps.lines import line_makers
 from cagtool.capture.steps.notes import COMPILED, ENDED, GONE, MADE, SKIPPED, STEPPED, BackwardCall
-from cagtool.record.schema import FIRST_STEP
+from cagtool.record.schema import FIRST_STEP, REASON_LAST
 from cagtool.record.writer import MAX_HELD_LINES, RecordWriter
 from cagtool.torch_text import frame_compile, in_torch_optim
 

@@ -51,6 +51,7 @@ from cagtool.record.schema import (
     GRAPHS_DIR,
     MODES,
     OPTIMIZER_TENSOR_PREFIX,
+    REASON_LAST,
     STEP_BOUNDARY_COMPILED_OPTIMIZER,
     TRACE_DIR,
     GradDigestEvent,
@@ -250,6 +251,12 @@ def digests_of(record: ModeRecord) -> dict[int, dict[str, Digest]]:
             for i, name in enumerate(_unique(event.names))
         }
     return out
+
+
+def digested_at_end(record: ModeRecord) -> set[int]:
+    """The steps digested only as the run's last, at its end (reasons ["last"]); every other digest
+    was taken in an optimizer's step pre-hook, before the step consumed the gradients."""
+    return {event.step for event in record.of(GradDigestEvent) if event.reasons == [REASON_LAST]}
 
 
 def _unique(names: list[str]) -> list[str]:
@@ -478,6 +485,19 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
             notes.append(f"{label}: no digests of {ref_label} to compare with")
             continue
         ref_rec, ref_digests = digested[ref_label]
+        # A step one side digested at the run's end and the other at its optimizer step: two
+        # moments (what the script did to the gradients after the step, a final zero_grad or a
+        # second model's backward, lies between them), not compared.
+        ends, ref_ends = digested_at_end(rec), digested_at_end(ref_rec)
+        apart = sorted(s for s in set(digests) & set(ref_digests) if (s in ends) != (s in ref_ends))
+        if apart:
+            digests = {s: d for s, d in digests.items() if s not in apart}
+            ref_digests = {s: d for s, d in ref_digests.items() if s not in apart}
+            if len(notes) < 50:
+                notes.append(f"{label}: {_steps(tuple(apart))} not compared with {ref_label}: digested at the run's end in one, "
+                             "at its optimizer step in the other")
+            if not digests or not ref_digests:
+                continue
         pair = compare_digests(label, ref_label, digests, ref_digests, tol)
         # Random ops matter only when the gradients differ (equal draws agree, e.g. --parity): the
         # graphs and trace log are read then, not on every compare.

@@ -303,6 +303,9 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # own `_enable`, or `run --dynamic`), so "start it dynamic" would change nothing.
         "ca_started_dynamic": ca_started_dynamic(table),
         "names": list(dict.fromkeys(n for g in known for n in _value_names(g))),
+        # requires_grad guards on the call's inputs, not on parameters (`args[0]`, not
+        # `..._parameters['weight']`): a tensor detached in one call and not in another.
+        "requires_grad_inputs": _requires_grad_inputs(known),
         # An optimizer's step() compiled (torch.optim's frame) guarding on its own state (`self.state`):
         # the state an optimizer makes in its first step() (momentum buffers, Adam's moments).
         "optimizer_state": bool(known) and all("self.state" in g for g in known) and all(row.optimizer_frame for row in cause.rows),
@@ -617,9 +620,14 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     fix = []
     if facts["repeated"] and not facts.get("stabilised"):
         fix.append("Shapes keep changing in new ways: pad or bucket inputs to a few fixed sizes.")
+    # Not maybe_mark_dynamic on the model's inputs: compiled autograd's first graph takes the
+    # sizes its nodes saved as constants whatever the forward did (torch 2.13, checked by hand: a
+    # ragged last batch marked so still captures twice). torch.compile passes its `dynamic` to
+    # compiled autograd where the config flag turns it on (eval_frame.py, `call_compiled_autograd`).
     fix.append(
-        "Start dynamic to skip the static first graph: torch.compile(..., dynamic=True), "
-        f"{MAYBE_MARK_DYNAMIC} on the varying dimension, or `cagtool run --dynamic`."
+        "Start compiled autograd dynamic to skip the static first graph: `cagtool run --dynamic`; in the job, "
+        "compiled_autograd._enable(compiler, dynamic=True), or, where torch._dynamo.config.compiled_autograd turns it on, "
+        "torch.compile(..., dynamic=True) on the compiled function that runs backward."
     )
     if not facts["repeated"]:
         why.append("A single recompile on the first change is expected and usually cheap.")
@@ -661,6 +669,8 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
         found = [m for _, g in facts.get("failures") or [("", guard)] if (m := _REQUIRES_GRAD_OF.search(g))]
         ways = list(dict.fromkeys("unfrozen" if m["expected"] == "0" else "frozen" for m in found))
         was = f" ({', then '.join(ways)})" if ways else ""
+        if facts.get("requires_grad_inputs"):
+            return f"an input's requires_grad changed (`{'`, `'.join(facts['requires_grad_inputs'])}`)"
         return f"a parameter's requires_grad changed{was}"
     if kind == GUARD_LENGTH:
         container = f"`{facts['container']}`" if facts.get("container") else "a Python list"
@@ -692,6 +702,13 @@ def _names_text(names: list[str]) -> str:
     return " and ".join(f"`{n}`" for n in names)
 
 
+def _requires_grad_inputs(guards: list[str]) -> list[str]:
+    """The tensors of failed requires_grad guards when none is a parameter (a module's
+    `_parameters[...]`): the compiled call's inputs. [] otherwise."""
+    names = [m["name"] for g in guards if (m := _REQUIRES_GRAD_OF.search(g))]
+    return list(dict.fromkeys(names)) if names and not any("_parameters[" in n for n in names) else []
+
+
 def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
     """What happened, for the kind of guard that failed."""
     kind = facts.get("kind", "")
@@ -703,6 +720,10 @@ def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
         return ["The compiled code ran with grad mode off (torch.no_grad() or torch.inference_mode(), as an evaluation does) "
                 "after running with it on: Dynamo guards on the grad mode, so it compiled a second graph for it. Each grad mode "
                 "keeps its own cached graph: one compile per grad mode, not one per evaluation."]
+    if kind == GUARD_REQUIRES_GRAD and facts.get("requires_grad_inputs"):
+        return [f"The compiled code was called with `{'`, `'.join(facts['requires_grad_inputs'])}` requiring grad in one call and not "
+                "in another (a detached tensor in one call, as a GAN's discriminator gets `fake.detach()`, and one that requires grad "
+                "in another, the generator's output): Dynamo guards on each input's requires_grad, so it compiles a graph for each."]
     if kind == GUARD_REQUIRES_GRAD:
         return ["A parameter's requires_grad changed between calls (a module frozen or unfrozen, as fine-tuning does): Dynamo "
                 "guards on each parameter's requires_grad, so the forward is compiled once per set of trainable parameters, "
@@ -768,6 +789,10 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
             return ["Run every step under the same autocast setting (on for all of them, or for none): each setting has "
                     "its own forward graph, and its own backward graph (autocast's casts are nodes in it), each compiled once."]
         return ["Keep that global setting the same around the compiled call, or compile one function per setting."]
+    if kind == GUARD_REQUIRES_GRAD and facts.get("requires_grad_inputs"):
+        return ["Nothing to fix when both kinds of call are part of every step: each graph is compiled once and cached."
+                if once or facts.get("stabilised") else
+                "Keep each call site's inputs either detached or not, the same every step: each combination is its own graph."]
     if kind == GUARD_REQUIRES_GRAD:
         return ["Nothing to fix for an unfreeze done once or a few times: each set of trainable parameters is compiled once and cached."
                 if once else "Freezing and unfreezing often recompiles each time: unfreeze in a few fixed stages.",
@@ -926,6 +951,10 @@ def _consequence(cause: Cause, cwd: str) -> Words:
         if root_kind == GUARD_SIZE:
             fix = [f"Fixing {root} (one forward graph for every size) keeps the backward's node; compiled autograd "
                    "may still miss once on the changed sizes unless it starts dynamic (`cagtool run --dynamic`)."]
+        elif root_kind == GUARD_REQUIRES_GRAD and cause.facts.get("root_inputs"):
+            why.append("The backward differs with it: a gradient flows to that input in one call and not in the other, "
+                       "captured once for each.")
+            fix = [f"Goes with {root}: nothing to fix on its own."]
         elif root_kind == GUARD_REQUIRES_GRAD:
             why.append("The parameters that now train have gradients to accumulate: the backward needs these nodes, "
                        "captured once per set of trainable parameters.")
@@ -1095,6 +1124,7 @@ def group_causes(table: RecompileTable) -> list[Cause]:
         if cause.caused_by is not None:
             # What the root's guard was on decides what the follower's fix is.
             cause.facts["root_kind"] = by_number[cause.caused_by].facts.get("kind", "")
+            cause.facts["root_inputs"] = by_number[cause.caused_by].facts.get("requires_grad_inputs", [])
     return ordered
 
 

@@ -309,6 +309,9 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # An optimizer's step() compiled (torch.optim's frame) guarding on its own state (`self.state`):
         # the state an optimizer makes in its first step() (momentum buffers, Adam's moments).
         "optimizer_state": bool(known) and all("self.state" in g for g in known) and all(row.optimizer_frame for row in cause.rows),
+        # ... guarding on a param group's learning rate, a Python float an LR scheduler changes.
+        "optimizer_lr": bool(known) and all(_LR_GUARD.search(g) for g in known) and all(row.optimizer_frame for row in cause.rows),
+        "optimizer_frame": all(row.optimizer_frame for row in cause.rows),
         "hook": hook,
         "frame": compile_frame(cause.rows[0].compile_id),
         # The frame was compiled with dynamic shapes (the script's torch.compile(..., dynamic=True)).
@@ -657,6 +660,8 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
     kind, guard = facts.get("kind", ""), facts.get("guard", "")
     if facts.get("optimizer_state"):
         return "the optimizer's state was filled by its first step()"
+    if facts.get("optimizer_lr"):
+        return "the learning rate changed (an LR scheduler's step)"
     if kind == GUARD_GRAD_MODE:
         return "the grad mode changed (a call under torch.no_grad(), as in an evaluation)"
     if kind == GUARD_GLOBAL_STATE:
@@ -702,6 +707,9 @@ def _names_text(names: list[str]) -> str:
     return " and ".join(f"`{n}`" for n in names)
 
 
+_LR_GUARD = re.compile(r"param_groups\[\d+\]\['lr'\]")
+
+
 def _requires_grad_inputs(guards: list[str]) -> list[str]:
     """The tensors of failed requires_grad guards when none is a parameter (a module's
     `_parameters[...]`): the compiled call's inputs. [] otherwise."""
@@ -712,6 +720,9 @@ def _requires_grad_inputs(guards: list[str]) -> list[str]:
 def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
     """What happened, for the kind of guard that failed."""
     kind = facts.get("kind", "")
+    if facts.get("optimizer_lr"):
+        return ["The compiled optimizer step() reads the learning rate as a Python float, and Dynamo guards on its value; "
+                "an LR scheduler changes it, so step() is compiled again (after one change Dynamo takes the rate as an input)."]
     if facts.get("optimizer_state"):
         return ["The compiled optimizer step() first ran with its state empty: an optimizer makes its state (momentum "
                 "buffers, Adam's moments) in its first step(). Dynamo guards on that state, so step() is compiled once more "
@@ -779,6 +790,10 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
     if facts.get("optimizer_state") and once:
         return ["Nothing to fix: a compiled optimizer step() is compiled twice, for its empty and its filled state, "
                 "and both are cached."]
+    if facts.get("optimizer_lr"):
+        # torch 2.13, checked by hand: Adam(lr=torch.tensor(0.01)) with LambdaLR, compiled step(): no recompile.
+        return ["Give the optimizer a tensor learning rate, e.g. torch.optim.Adam(params, lr=torch.tensor(0.01)): the scheduler "
+                "then writes the new rate into the tensor, and the compiled step() is not recompiled for it."]
     if kind == GUARD_GRAD_MODE:
         return ["Nothing to fix: the training graph and the evaluation graph are both cached after their first call."
                 if once else "Keep the grad mode of each call site fixed: every grad mode gets its own graph.",
@@ -864,7 +879,7 @@ def _guard(cause: Cause, cwd: str) -> Words:
         subject = f"the backward hook `{facts.get('function') or '?'}`{at}, called from compiled-autograd graph !{first.compile_id.lstrip('!').split('/')[0]}"
     elif on_ca:
         subject = f"the code of compiled-autograd graph !{first.compile_id.lstrip('!').split('/')[0]}"
-    elif facts.get("optimizer_state"):
+    elif facts.get("optimizer_frame"):
         subject = f"the optimizer's step() (frame {facts['frame']})"
     else:
         name = f" `{facts['function']}`" if facts["function"] else ""

@@ -106,3 +106,18 @@ def test_a_size_that_dynamic_true_kept_static_is_not_fixed_by_dynamic_true(recor
     assert "compiled with dynamic shapes (torch.compile(..., dynamic=True)), yet dim 0 of `args[0]` was static at 16" in said
     assert "duck sizing" in said and "maybe_mark_dynamic" in forward["fix"][0]
     assert "compile with dynamic=True" not in said and "drop_last" not in said
+
+
+@pytest.mark.slow
+def test_an_lr_scheduler_under_a_compiled_optimizer_step_is_fixed_by_a_tensor_rate(record_run):
+    """torch 2.13: a float learning rate an LR scheduler changes recompiles a compiled step() once,
+    a tensor rate not at all (plain python, torch's own counters). The cause is named as the
+    optimizer's step() and the learning rate, and its fix is the tensor rate."""
+    script = str(ROOT / "tests" / "scripts" / "compiled_optimizer_lr_schedule.py")
+    as_float, as_tensor = (json.loads(subprocess.run([sys.executable, script, *extra], capture_output=True, text=True, timeout=300,
+                                                     check=True).stdout.splitlines()[-1]) for extra in ((), ("tensor",)))
+    assert as_float["stats"]["unique_graphs"] == as_tensor["stats"]["unique_graphs"] + 1  # step() once more for the float
+    _, causes = _explained(record_run, "compiled_optimizer_lr_schedule.py")
+    [lr] = [c for c in causes if c["code"] == "dynamo_guard_failure"]
+    assert lr["title"].startswith("Dynamo recompiled the optimizer's step() (frame ") and "the learning rate changed" in lr["title"]
+    assert "lr=torch.tensor(0.01)" in lr["fix"][0] and "Keep the guarded value" not in " ".join(lr["fix"])

@@ -102,8 +102,9 @@ def miss_text(miss: CacheMissEvent) -> str:
             for (node, call), items in groups.items()
         ]
         inferred = " (inferred from the graph diff)" if miss.inferred else ""
-        # torch's own numbers: N sizes changed (and became dynamic), M are dynamic in all.
-        in_all = f" ({miss.dynamic_sizes} dynamic in all)" if miss.dynamic_sizes is not None else ""
+        # torch's own numbers, in its words: N changed tensor shapes (total of M): M is torch's
+        # count of the dynamic sizes it compared (all_dyn_sizes_len), not the graph's size inputs.
+        in_all = f" (torch: total of {miss.dynamic_sizes})" if miss.dynamic_sizes is not None else ""
         return f"{plural(miss.changed_count, 'changed size')}{in_all}: " + "; ".join(parts) + inferred
     return miss.message
 

@@ -20,7 +20,9 @@ def grad_parity_result(run: RunRecord, scale: float, source: str = "flag") -> Ch
     label = "/".join(sorted({p.record.split(" ")[0] for p in parity.pairs} | ({parity.reference.split(" ")[0]} if parity.reference else set()))) or "all"
     if not parity.pairs:
         why = "; ".join(parity.notes) or "fewer than two modes recorded gradient digests"
-        return unmeasurable(NAME, label, why + " (record the run with at least two modes)", limit, source)
+        if len(run.modes) < 2:
+            why += " (record the run with at least two modes)"
+        return unmeasurable(NAME, label, why, limit, source)
     blocked = parity.not_comparable
     compared = [p for p in parity.pairs if not p.not_comparable and p.steps]
     bad = parity.disagreements

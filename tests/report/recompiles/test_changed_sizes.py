@@ -72,6 +72,6 @@ def test_a_run_whose_sizes_become_dynamic_in_two_rounds(tmp_path):
     assert [(s["previous"], s["value"]) for s in misses[0]["changed_sizes"]] == [(2, 3)] * 5
     assert [(s["index"], s["previous"], s["value"]) for s in misses[1]["changed_sizes"]] == [(4, 4, 6), (6, 4, 6), (7, 4, 6)]
     proc = cagtool_in_process("summary", str(out), env={"CI": "true"})
-    assert "3 changed sizes (8 dynamic in all): sizes[4=4->6, 6=4->6, 7=4->6]" in proc.stdout  # earlier value, then new
+    assert "3 changed sizes (torch: total of 8): sizes[4=4->6, 6=4->6, 7=4->6]" in proc.stdout  # earlier value, then new
     proc = cagtool_in_process("recompiles", str(out), env={"CI": "true"})
     assert "3 changed sizes: sizes[4,6-7] of AccumulateGrad 4->6" in proc.stdout

@@ -98,7 +98,14 @@ def test_merge_refuses_what_is_not_one_job(two_nodes, tmp_path):
     (garbage / "run.json").write_text("{not json")
     unreadable = _cagtool("merge", node0, garbage, "-o", tmp_path / "z", cwd=tmp_path)
     assert unreadable.returncode == 3
-    assert not any((tmp_path / name).exists() for name in ("x", "y", "z"))
+    # The same script with other arguments (the node rank apart, which differs by design) is another job.
+    other = _node_copy(node1, tmp_path / "other")
+    meta = json.loads((other / "run.json").read_text())
+    meta["target_argv"] = [("8" if word == "4" else word) for word in meta["target_argv"]]  # --steps 4 -> 8
+    (other / "run.json").write_text(json.dumps(meta))
+    argv = _cagtool("merge", node0, other, "-o", tmp_path / "w", cwd=tmp_path)
+    assert argv.returncode == 2 and "(the node rank apart): not the nodes of one job" in argv.stderr, argv.stderr
+    assert not any((tmp_path / name).exists() for name in ("x", "y", "z", "w"))
 
 
 def _node_copy(node: Path, where: Path) -> Path:

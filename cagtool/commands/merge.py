@@ -32,7 +32,7 @@ def merge_command(
     The inputs are not changed, and nothing outside them is read: a symbolic link in a node's run
     that leads out of it (or loops, is absolute, or names a directory), a FIFO or a device is
     refused before anything is copied. Exit codes: 0 merged; 2 not the nodes of one job (another
-    target or modes, a rank recorded twice), the output exists or cannot be written (a full or
+    target, other arguments than the node rank, other modes, a rank recorded twice), the output exists or cannot be written (a full or
     read-only disk); 3 an unreadable run, or one holding such a link or file.
     """
     from cagtool.record.merge import merge_runs

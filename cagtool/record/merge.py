@@ -34,6 +34,7 @@ import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cagtool.errors import CannotWrite, UnreadableInput, UsageError
 from cagtool.record.atomic import write_atomic
@@ -61,9 +62,35 @@ def _worse(a: int | None, b: int | None) -> int | None:
     return b if a in (None, 0) else a
 
 
+# torchrun's node rank, the one argument the nodes of one job are launched with differently (it may
+# also come from the environment: NODE_RANK).
+_NODE_RANK = ("--node-rank", "--node_rank")
+
+
+def _job_argv(argv: Any) -> list[str]:
+    """The target's arguments less the node rank (`--node-rank K`, `--node_rank=K`)."""
+    words = [str(word) for word in argv] if isinstance(argv, (list, tuple)) else []
+    kept: list[str] = []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in _NODE_RANK:
+            skip = True
+        elif not word.startswith(tuple(f"{flag}=" for flag in _NODE_RANK)):
+            kept.append(word)
+    return kept
+
+
+def _shown(argv: list[str]) -> str:
+    text = " ".join(argv)
+    return repr(text if len(text) <= 200 else text[:197] + "...")
+
+
 def merge_runs(inputs: list[str | Path], output: Path) -> MergedRun:
     """Merge the runs of one job's nodes into `output` (a new directory). UsageError (exit 2) when
-    the inputs are not the nodes of one job: fewer than two, another target or modes, a rank
+    the inputs are not the nodes of one job: fewer than two, another target, other arguments (the
+    node rank apart) or modes, a rank
     recorded twice, or `output` already exists; UnreadableInput (exit 3) for an unreadable run."""
     if len(inputs) < 2:
         raise UsageError("give the runs of at least two nodes to merge")
@@ -86,6 +113,9 @@ def merge_runs(inputs: list[str | Path], output: Path) -> MergedRun:
         # The target's arguments differ between nodes (--node-rank K): the target itself must not.
         if run.meta.target.get("name") != first.meta.target.get("name"):
             raise UsageError(f"{run.path} ran {run.meta.target.get('name')}, {first.path} ran {first.meta.target.get('name')}: not the nodes of one job")
+        mine, theirs = _job_argv(run.meta.target_argv), _job_argv(first.meta.target_argv)
+        if mine != theirs:
+            raise UsageError(f"{run.path} ran {_shown(mine)}, {first.path} {_shown(theirs)} (the node rank apart): not the nodes of one job")
         if list(run.meta.modes) != list(first.meta.modes):
             raise UsageError(f"{run.path} recorded modes {', '.join(run.meta.modes)}, {first.path} {', '.join(first.meta.modes)}: not the nodes of one job")
     sizes = {size for run in runs for size in _world_sizes(run)}

@@ -331,3 +331,50 @@ def test_dynamo_records_parse_into_cagtool_events(tmp_path):
     assert failed and failed[-1].compile_id == "0/2"
     hits = limit_hits(record, compiles)
     assert [(h.limit_type, h.limit_value) for h in hits] == [("recompile_limit", 2)]
+
+
+def _unique_graphs(run: Callable[[], None]) -> int:
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    run()
+    return counters["stats"]["unique_graphs"]
+
+
+def test_dynamic_true_keeps_a_size_equal_to_a_parameters_static_and_maybe_mark_dynamic_does_not():
+    """torch.compile(dynamic=True): a first batch of 16 rows beside Linear(16, ...) is compiled
+    static (duck sizing), so batch 12 recompiles; maybe_mark_dynamic on the batch keeps one graph
+    (explain's fix for a size a dynamic frame kept static, docs/torch-internals.md)."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+
+    def batches(mark: bool) -> Callable[[], None]:
+        def run() -> None:
+            compiled = torch.compile(model, backend="eager", dynamic=True)
+            for rows in (16, 12, 9):
+                x = torch.randn(rows, 16)
+                if mark:
+                    torch._dynamo.maybe_mark_dynamic(x, 0)
+                compiled(x)
+        return run
+
+    assert _unique_graphs(batches(False)) == 2 and _unique_graphs(batches(True)) == 1
+
+
+def test_a_float_learning_rate_an_lr_scheduler_changes_recompiles_a_compiled_step_and_a_tensor_rate_does_not():
+    """The compiled-optimizer recipe: a float lr that LambdaLR changes recompiles step() once
+    (guard `param_groups[0]['lr'] == 0.01`), a tensor lr never (explain's fix for that guard)."""
+
+    def schedule(lr: Any) -> Callable[[], None]:
+        def run() -> None:
+            model = torch.nn.Linear(4, 1)
+            opt = torch.optim.Adam(model.parameters(), lr=lr)
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.9**s)
+            step = torch.compile(opt.step, backend="eager")
+            for _ in range(3):
+                model(torch.randn(2, 4)).sum().backward()
+                step()
+                sched.step()
+        return run
+
+    assert _unique_graphs(schedule(0.01)) == _unique_graphs(schedule(torch.tensor(0.01))) + 1

@@ -1,15 +1,14 @@
 """A compiled optimizer step (torch.compile around `opt.step()`) with an LR scheduler that changes
-the rate every step: a float rate recompiles step() once; `python compiled_optimizer_lr_schedule.py
-tensor` gives Adam a tensor rate, which compiles once. Prints torch's counters last."""
+the rate every step: a float rate recompiles step() once (a tensor rate would not:
+tests/test_torch_internals.py). Prints torch's counters last."""
 
 import json
-import sys
 
 import torch
 
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
-opt = torch.optim.Adam(model.parameters(), lr=torch.tensor(0.01) if sys.argv[1:] == ["tensor"] else 0.01)
+opt = torch.optim.Adam(model.parameters(), lr=0.01)
 sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.9**s)
 
 

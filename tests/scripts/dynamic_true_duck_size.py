@@ -1,10 +1,8 @@
 """A script compiled with dynamic=True whose forward still recompiles on the batch size (torch 2.13):
 its first batch has 16 rows, the Linear's in_features is 16, and duck sizing makes the batch the
-parameter's static size. `python dynamic_true_duck_size.py maybe`: each input's batch dimension
-marked with maybe_mark_dynamic first, which keeps one graph. Prints torch's counters last."""
+parameter's static size (tests/test_torch_internals.py pins it). Prints torch's counters last."""
 
 import json
-import sys
 
 import torch
 import torch.nn as nn
@@ -15,8 +13,6 @@ cmodel = torch.compile(model, backend="eager", dynamic=True)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 for step, rows in enumerate([16, 16, 12, 16, 9, 16]):
     x, y = torch.randn(rows, 16), torch.randn(rows, 1)
-    if sys.argv[1:] == ["maybe"]:
-        torch._dynamo.maybe_mark_dynamic(x, 0)
     loss = nn.functional.mse_loss(cmodel(x), y)
     opt.zero_grad()
     loss.backward()

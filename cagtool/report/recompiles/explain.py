@@ -312,6 +312,8 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # ... guarding on a param group's learning rate, a Python float an LR scheduler changes.
         "optimizer_lr": bool(known) and all(_LR_GUARD.search(g) for g in known) and all(row.optimizer_frame for row in cause.rows),
         "optimizer_frame": all(row.optimizer_frame for row in cause.rows),
+        # torch's wrapper frame of every compiled module, first called from this line: another module.
+        "other_module": _other_module(table, cause),
         "hook": hook,
         "frame": compile_frame(cause.rows[0].compile_id),
         # The frame was compiled with dynamic shapes (the script's torch.compile(..., dynamic=True)).
@@ -710,6 +712,28 @@ def _names_text(names: list[str]) -> str:
 _LR_GUARD = re.compile(r"param_groups\[\d+\]\['lr'\]")
 
 
+def _other_module(table: RecompileTable, cause: Cause) -> str:
+    """Where each recompile of the cause is of torch's wrapper of every compiled module's call and
+    comes from a line no earlier compile of that frame came from: that line (another module
+    compiled with torch.compile, called for the first time); "" otherwise. A size guard on dim 0
+    is left out: a batch of another size from another line (an evaluation loop) is the same module."""
+    lines = []
+    for row in cause.rows:
+        size = size_guard(guard_text(row.messages[0])) if row.messages else None
+        if size is not None and size[1] == 0:
+            return ""
+        frame = compile_frame(row.compile_id)
+        compiles = table.wrapper_callers.get(frame or "", [])
+        ids = [cid for cid, _ in compiles]
+        if row.compile_id not in ids or row.user_source is None:
+            return ""
+        earlier = {_location(ref) for cid, ref in compiles[:ids.index(row.compile_id)] if ref is not None}
+        if not earlier or _location(row.user_source) in earlier:
+            return ""
+        lines.append(f"{row.user_source.file.rsplit('/', 1)[-1]}:{row.user_source.line}")
+    return ", ".join(dict.fromkeys(lines))
+
+
 def _requires_grad_inputs(guards: list[str]) -> list[str]:
     """The tensors of failed requires_grad guards when none is a parameter (a module's
     `_parameters[...]`): the compiled call's inputs. [] otherwise."""
@@ -739,6 +763,12 @@ def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
         return ["A parameter's requires_grad changed between calls (a module frozen or unfrozen, as fine-tuning does): Dynamo "
                 "guards on each parameter's requires_grad, so the forward is compiled once per set of trainable parameters, "
                 "and the backward gets nodes for the parameters that now train."]
+    if facts.get("other_module") and kind in (GUARD_SIZE, GUARD_TENSOR_META, GUARD_ID, GUARD_TYPE):
+        return [f"The recompiled frame is torch's wrapper of every torch.compile'd module's call (`inner`, "
+                f"torch/_dynamo/external_utils.py): one code object for all of them. This call, from {facts['other_module']}, "
+                "is the first from there: most likely another compiled module (its input a different size or kind), not this "
+                "module's input changing. Each such module is one more compile of the shared frame, and all of them count "
+                "against its one recompile limit (torch._dynamo.config.recompile_limit)."]
     if kind == GUARD_SIZE and facts.get("compiled_dynamic") and (size := size_guard(facts.get("guard", ""))) is not None:
         return [_kept_static(*size)]
     if kind == GUARD_SIZE and (batch := smaller_batch(facts.get("guard", ""))) is not None:
@@ -825,6 +855,10 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                 "Or keep the value a tensor: the hook writes into a tensor made once (`buf.copy_(g.norm())`), read after backward.",
             ]
         return ["Keep the list out of the compiled code: pass what it holds as a tensor, or read and append to it outside the compiled function."]
+    if facts.get("other_module") and kind in (GUARD_SIZE, GUARD_TENSOR_META, GUARD_ID, GUARD_TYPE):
+        return ["Nothing to fix if it is another compiled module: each is compiled once and cached. With more compiled modules "
+                "than the recompile limit, the last ones run eagerly: raise torch._dynamo.config.recompile_limit, or compile "
+                "one function that calls them."]
     if kind == GUARD_SIZE and facts.get("compiled_dynamic"):
         size = size_guard(guard)
         where = f" (dim {size[1]} of the tensor passed as `{size[0]}`)" if size else ""

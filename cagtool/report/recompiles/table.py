@@ -117,6 +117,10 @@ class RecompileTable:
     # Frames (compile_frame ids; a CA graph's own frames apart) compiled with dynamic shapes (torch.compile(..., dynamic=True):
     # DynamoCompileEvent.assume_static_by_default False).
     dynamic_frames: frozenset[str] = frozenset()
+    # Per frame of torch's wrapper of a compiled module's call (`inner` in
+    # torch/_dynamo/external_utils.py, one code object for every torch.compile'd module): compile id
+    # -> the user's line that called it, in compile order.
+    wrapper_callers: dict[str, list[tuple[str, SourceRef | None]]] = field(default_factory=dict)
     # The mode ran compiled autograd over parameters each rank holds a shard of (FSDP2's DTensors,
     # GradDigestEvent.shard): a setup torch has no compiled-autograd path for (record_notes).
     sharded_under_ca: bool = False
@@ -346,6 +350,23 @@ def _earlier_values_from_guards(rows: list[RecompileRow]) -> list[RecompileRow]:
 DATA_DEPENDENT_BRANCH = "Data-dependent branching"
 
 
+# torch 2.13 runs every torch.compile'd module's call through this one function: its frame is
+# shared by all of them (docs/torch-internals.md, "One frame for every compiled module").
+WRAPPER_FILE_END = "_dynamo/external_utils.py"
+WRAPPER_FUNCTION = "inner"
+
+
+def _wrapper_callers(compile_events: list[DynamoCompileEvent]) -> dict[str, list[tuple[str, SourceRef | None]]]:
+    callers: dict[str, list[tuple[str, SourceRef | None]]] = {}
+    for event in compile_events:
+        if event.co_name != WRAPPER_FUNCTION or not event.co_filename.replace("\\", "/").endswith(WRAPPER_FILE_END):
+            continue
+        frame = compile_frame(event.compile_id)
+        if frame is not None and not event.compile_id.startswith("!"):
+            callers.setdefault(frame, []).append((event.compile_id, event.phase.caller if event.phase is not None else None))
+    return callers
+
+
 def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> RecompileTable:
     """The recompiles of one mode record, in the order they happened. `steps` is given when the
     record was read without its step events (recompiles_load); otherwise it is counted here."""
@@ -395,6 +416,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         budget=mode_budget(record, hits, steps.last),
         unexpected=unexpected_causes(record),
         sharded_under_ca=manifest.mode == "ca" and any(any(e.shard or ()) for e in record.of(GradDigestEvent)),
+        wrapper_callers=_wrapper_callers(compile_events),
         dynamic_frames=frozenset(frame for e in compile_events if e.assume_static_by_default is False and not e.compile_id.startswith("!")
                                  and (frame := compile_frame(e.compile_id)) is not None),
     )

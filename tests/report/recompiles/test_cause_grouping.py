@@ -112,3 +112,18 @@ def test_an_lr_scheduler_under_a_compiled_optimizer_step_is_fixed_by_a_tensor_ra
     [lr] = [c for c in causes if c["code"] == "dynamo_guard_failure"]
     assert lr["title"].startswith("Dynamo recompiled the optimizer's step() (frame ") and "the learning rate changed" in lr["title"]
     assert "lr=torch.tensor(0.01)" in lr["fix"][0] and "Keep the guarded value" not in " ".join(lr["fix"])
+
+
+@pytest.mark.slow
+def test_a_second_compiled_module_and_a_detached_input_are_named_as_what_they_are(record_run):
+    """Two compiled modules share torch's wrapper frame: the second's first call is a recompile of
+    it, named so with nothing to fix (never "mark the dimension dynamic"); a discriminator called on
+    a detached and an undetached input recompiles on that input's requires_grad, not a parameter's."""
+    _, causes = _explained(record_run, "two_compiled_modules.py")
+    guards = [c for c in causes if c["code"] == "dynamo_guard_failure"]
+    [other] = [c for c in guards if "size" in c["title"]]
+    said = " ".join(other["why"] + other["fix"])
+    assert "torch's wrapper of every torch.compile'd module's call" in said and "two_compiled_modules.py:16" in said
+    assert other["fix"][0].startswith("Nothing to fix if it is another compiled module") and "mark_dynamic" not in said
+    [detached] = [c for c in guards if "requires_grad" in c["title"]]
+    assert "an input's requires_grad changed (`args[0]`)" in detached["title"] and "unfrozen" not in " ".join(detached["why"])

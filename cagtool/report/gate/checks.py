@@ -384,7 +384,7 @@ class MinSpeedupCheck:
             corrected = [_SPEEDUP_OUTCOME.get(speedup_verdict(mid / f, low / f, high / f, steady, t.minimum), Outcome.PASS) for f in load_range(factor)]
         # A FAIL rests on the numerator's steps being slow, a clear PASS on the denominator's.
         rests_on = {Outcome.FAIL: [(t.numerator, num)], Outcome.PASS: [(t.denominator, den)]}.get(outcome, [(t.numerator, num), (t.denominator, den)])
-        decided = _load_decides(f"{self.name} ({pair})", outcome, load, corrected, [] if on_cpu else rests_on, "rerun on a quieter runner, or with --repeat 5")
+        decided = _load_decides(f"{self.name} ({pair})", outcome, load, corrected, rests_on, "rerun on a quieter runner, or with --repeat 5")
         notes += decided.notes
         warnings += decided.warnings
         if decided.outcome is not outcome:
@@ -454,8 +454,9 @@ def _heavy_load(check: str, sides: list[tuple[str, StepTimeSnapshot | None]]) ->
     if not heavy:
         return ""
     waits = ", ".join(f"{side}'s median step waited for a CPU {wait:.0%} of its runnable time" for side, wait in heavy)
-    return (f"{check}: load: {waits}: beyond half, a step of several threads can slow far more than the wait alone says, "
-            "so the machine's load, not the code, may have decided the outcome: rerun on a quieter runner")
+    return (f"{check}: load: {waits}: beyond half, the load can slow a step far more than the wait alone says, its CPU time "
+            "included (a step that waits that long loses its caches to the neighbours), so the machine's load, not the code, "
+            "may have decided the outcome: rerun on a quieter runner")
 
 
 def _load_effect(wait: float | None, other_wait: float | None, side: str, other_side: str) -> tuple[float, str] | None:
@@ -726,7 +727,10 @@ class StepTimeRegressionCheck(_TimeCheck):
         # A FAIL rests on this run's steps being slow; a PASS on the baseline's not having been.
         rests_on = {Outcome.FAIL: [("this run", cur)], Outcome.PASS: [("the baseline", base)], Outcome.IMPROVED: [("the baseline", base)]}.get(
             verdict.outcome, [("this run", cur), ("the baseline", base)])
-        decided = _load_decides(f"{self.name} ({self.mode})", verdict.outcome, load, corrected, [] if on_cpu else rests_on, "rerun on a quieter runner")
+        # The heavy-wait rule holds on CPU time too: a step that waited half its runnable time or
+        # more lost its caches to the neighbours, and its CPU time grew with it (2.0x measured for an
+        # unchanged job beside six busy loops: docs/ci.md).
+        decided = _load_decides(f"{self.name} ({self.mode})", verdict.outcome, load, corrected, rests_on, "rerun on a quieter runner")
         notes += decided.notes
         warnings += decided.warnings
         if decided.outcome is not verdict.outcome:
@@ -804,5 +808,27 @@ class CompileTimeRegressionCheck(_TimeCheck):
             ratio=ratio if math.isfinite(ratio) else None, allowed_ratio=allowed, verdict=verdict.verdict,
             run_samples_s=list(ours), baseline_samples_s=list(theirs),
         )
+        # Compile time is wall time, and a compile is CPU work: the machine's load slows it as it
+        # slows a step. The wait of each side's steady steps (the same processes') is the load's
+        # measure, by the step-time check's rule (_load_decides): a FAIL or PASS the load could have
+        # decided is INCONCLUSIVE (an unchanged job read +76% beside a busier runner's load).
+        warnings: list[str] = []
+        if interval is not None:
+            cur_st, base_st = current.step_time, previous.step_time
+            load = _load_effect(cur_st.cpu_wait if cur_st else None, base_st.cpu_wait if base_st else None, "this run", "the baseline")
+            corrected: list[Outcome] = []
+            if load is not None:
+                data["load_factor"] = load[0]
+                corrected = [regression_verdict(ratio / f, low / f, high / f, MIN_STEADY_STEPS, allowed, improved).outcome for f in load_range(load[0])]
+            rests_on = {Outcome.FAIL: [("this run", cur_st)], Outcome.PASS: [("the baseline", base_st)],
+                        Outcome.IMPROVED: [("the baseline", base_st)]}.get(verdict.outcome, [("this run", cur_st), ("the baseline", base_st)])
+            decided = _load_decides(f"{self.name} ({self.mode})", verdict.outcome, load, corrected, rests_on, "rerun on a quieter runner")
+            notes += decided.notes
+            warnings += decided.warnings
+            if decided.outcome is not verdict.outcome:
+                message = f"{self.name} ({self.mode}): {detail}: inconclusive, {decided.why}{spread}"
+                data["verdict"], data["load_decided"] = INCONCLUSIVE, verdict.verdict
+                verdict = RegressionVerdict(decided.outcome, INCONCLUSIVE)
         outcome = verdict.outcome
-        return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, _pct(change_pct), limit, message, self.source, notes, data)
+        return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, _pct(change_pct), limit, message, self.source, notes, data,
+                           warnings)

@@ -663,8 +663,9 @@ def test_an_outcome_resting_on_a_side_that_waited_half_its_time_is_inconclusive(
     failed = check.evaluate({"ca": _waiting(snap(median=0.012, spread=0.02, count=200, seed=3), 0.55)}, base)
     assert failed.outcome is Outcome.INCONCLUSIVE and not failed.failed
     assert failed.warnings == ["max-regression (ca): load: this run's median step waited for a CPU 55% of its runnable time: beyond half, "
-                               "a step of several threads can slow far more than the wait alone says, so the machine's load, not the code, "
-                               "may have decided the outcome: rerun on a quieter runner"]
+                               "the load can slow a step far more than the wait alone says, its CPU time included (a step that waits that "
+                               "long loses its caches to the neighbours), so the machine's load, not the code, may have decided the "
+                               "outcome: rerun on a quieter runner"]
     # A PASS rests on the baseline's steps not having been slow.
     passed = check.evaluate({"ca": _waiting(snap(median=0.0101, spread=0.02, count=200, seed=2), 0.0)}, base)
     assert passed.outcome is Outcome.INCONCLUSIVE and any("the baseline's median step waited for a CPU 55%" in w for w in passed.warnings)
@@ -686,3 +687,41 @@ def test_a_baseline_keeps_the_cpu_wait_of_its_steps(tmp_path):
 
     saved = save_baseline(Baseline(modes={"ca": _waiting(snap(median=0.010, spread=0.02, count=50), 0.25)}, target={"name": "t.py"}, versions={}), tmp_path / "b.json")
     assert load_baseline(saved).modes["ca"].step_time.cpu_wait == pytest.approx(0.25)
+
+
+def _cpu_bound(s: ModeSnapshot, cpu_ms: float, seed: int) -> ModeSnapshot:
+    """`s` with five CPU-bound processes of 60 steps around `cpu_ms` of CPU each (wall time equal)."""
+    processes = [[t / 1000.0 for t in series(cpu_ms * (1 + 0.02 * i), 0.05, 60, seed * 10 + i)] for i in range(5)]
+    sample = timing_sample([ProcessSteps(i, p, cpu=p, thread_cpu=p) for i, p in enumerate(processes, 1)])
+    v = sample.values
+    return replace(s, step_time=StepTimeSnapshot(300, v["median"], v["p10"], v["p90"], v["mean"], sample))
+
+
+def test_a_cpu_time_verdict_resting_on_a_side_that_waited_half_its_time_is_inconclusive():
+    """An unchanged job's CPU time per step doubled beside six busy loops (its median step waiting
+    75% of its runnable time): CPU time is no shelter from a heavy load, and such a FAIL is
+    INCONCLUSIVE with the heavy-load warning, as on wall time."""
+    check = StepTimeRegressionCheck(TimeThreshold(25, "%"), "ca")
+    base = {"ca": _waiting(_cpu_bound(snap(), 4.2, 1), 0.09)}
+    loaded = {"ca": _waiting(_cpu_bound(snap(), 8.7, 2), 0.75)}
+    result = check.evaluate(loaded, base)
+    assert result.data["measure"] == "cpu" and result.data["load_decided"] == "above"
+    assert result.outcome is Outcome.INCONCLUSIVE and not result.failed
+    assert any("this run's median step waited for a CPU 75%" in w and "its CPU time included" in w for w in result.warnings)
+    quiet = check.evaluate({"ca": _waiting(loaded["ca"], 0.10)}, base)  # the same figures without the wait: a FAIL
+    assert quiet.outcome is Outcome.FAIL
+
+
+def test_compile_time_the_load_could_explain_is_inconclusive():
+    """Compile time is wall time: an unchanged job's compile read +76% beside a busier load. A
+    FAIL resting on a run whose steps waited beyond half their runnable time, or one the load
+    difference alone could explain, is INCONCLUSIVE; the same figures on a quiet run still FAIL."""
+    check = CompileTimeRegressionCheck(TimeThreshold(10, "%"), "ca")
+    base = {"ca": _waiting(replace(snap(compile_s=2.4), compile_time_samples_s=(2.3, 2.4, 2.5, 2.4, 2.45)), 0.05)}
+    figures = replace(snap(compile_s=4.2), compile_time_samples_s=(4.1, 4.2, 4.3))
+    loaded = check.evaluate({"ca": _waiting(figures, 0.72)}, base)
+    assert loaded.outcome is Outcome.INCONCLUSIVE and loaded.data["load_decided"] == "above"
+    assert loaded.message.startswith("max-compile-regression (ca): total compile time median 4.200 s of 3 runs vs baseline median 2.400 s "
+                                     "of 5 runs: +75.0%: inconclusive, the machine's load, not the code, may have decided it")
+    assert any("waited for a CPU 72%" in w for w in loaded.warnings)
+    assert check.evaluate({"ca": _waiting(figures, 0.05)}, base).outcome is Outcome.FAIL

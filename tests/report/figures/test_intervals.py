@@ -165,3 +165,16 @@ def test_figures_never_go_beyond_what_a_process_can_show():
     assert spread_text(58.9) == "over +/-100%" and spread_text(0.12) == "+/-12%"
     needed = ratio_interval(sample([1.0001]), sample([1.0]), "median").processes_needed(1e-4)
     assert needed is None  # not "needs 5,282,937,232 steady steps a side"
+
+
+def test_one_process_just_under_the_share_keeps_a_cpu_bound_side_on_cpu_time_and_a_sleeping_one_does_not():
+    """A side is CPU-bound by its median process (CPU_BOUND_SHARE) with every process above
+    CPU_BOUND_FLOOR: an unchanged process read 0.898 beside a busy runner (its wait an estimate),
+    which must not send five processes to wall time; a process that sleeps half its step does."""
+    def side(shares: list[float]) -> TimingSample:
+        return timing_sample([ProcessSteps(i, [0.010] * 20, cpu=[0.010 * s] * 20, thread_cpu=[0.010 * s] * 20)
+                              for i, s in enumerate(shares, 1)])
+
+    assert side([0.97, 0.95, 0.898, 0.96, 0.94]).cpu_bound
+    assert not side([0.97, 0.95, 0.5, 0.96, 0.94]).cpu_bound  # half a step off the CPU in one process
+    assert not side([0.89, 0.88, 0.95, 0.87, 0.86]).cpu_bound  # the median process under the share

@@ -725,3 +725,18 @@ def test_compile_time_the_load_could_explain_is_inconclusive():
                                      "of 5 runs: +75.0%: inconclusive, the machine's load, not the code, may have decided it")
     assert any("waited for a CPU 72%" in w for w in loaded.warnings)
     assert check.evaluate({"ca": _waiting(figures, 0.05)}, base).outcome is Outcome.FAIL
+
+
+def test_a_threshold_in_seconds_is_a_share_of_the_figure_the_verdict_is_on():
+    """`--max-regression 0.003s` on CPU time per step: the share of the baseline's CPU time (4.2
+    ms), not of its wall time (8.4 ms, its steps waiting half their runnable time)."""
+    def side(cpu_ms: float, seed: int) -> ModeSnapshot:
+        processes = [[t / 1000.0 for t in series(cpu_ms, 0.02, 60, seed * 10 + i)] for i in range(5)]
+        sample = timing_sample([ProcessSteps(i, [2 * t for t in p], cpu=p, thread_cpu=p, wait_share=[0.5] * len(p))
+                                for i, p in enumerate(processes, 1)])
+        v = sample.values
+        return replace(snap(), step_time=StepTimeSnapshot(300, v["median"], v["p10"], v["p90"], v["mean"], sample))
+
+    result = StepTimeRegressionCheck(TimeThreshold(0.003, "s"), "ca").evaluate({"ca": side(4.6, 2)}, {"ca": side(4.2, 1)})
+    assert result.data["measure"] == "cpu"
+    assert result.data["allowed_ratio"] == pytest.approx(1 + 0.003 / 0.0042, rel=0.02)

@@ -228,7 +228,8 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
     if mode.cpu_wait is not None and baseline.cpu_wait is not None:
         load_factor = baseline.cpu_wait.slowdown / mode.cpu_wait.slowdown
         if abs(math.log(load_factor)) >= LOAD_NEGLIGIBLE:
-            load = load_note(mode_label, mode.cpu_wait, baseline_label, baseline.cpu_wait, load_factor)
+            blocks = min((c.timing.repetitions for c in (mode, baseline) if c.timing is not None), default=1)
+            load = load_note(mode_label, mode.cpu_wait, baseline_label, baseline.cpu_wait, load_factor, repeated=blocks >= 5)
             if on_cpu:
                 load += " (the verdict is on CPU time per step, which the wait itself does not lengthen)"
             note = f"{note}; {load}" if note else load
@@ -254,13 +255,14 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
 
 
 
-def load_note(mode: str, mode_wait: CpuWait, baseline: str, baseline_wait: CpuWait, factor: float) -> str:
-    """What the machine's load did to a ratio, in words."""
+def load_note(mode: str, mode_wait: CpuWait, baseline: str, baseline_wait: CpuWait, factor: float, repeated: bool = False) -> str:
+    """What the machine's load did to a ratio, in words. `repeated`: the sides already ran in 5
+    or more shuffled blocks (--repeat 5 is then not advised again)."""
     favoured = mode if factor > 1 else baseline
     low, high = load_range(max(factor, 1 / factor))
+    advice = "run on a quiet machine" + ("" if repeated else ", or --repeat 5 for blocks of the modes in a shuffled order")
     return (f"{mode} waited for a CPU {_wait_words(mode_wait)}, {baseline} {_wait_words(baseline_wait, short=True)}: "
-            f"the machine's load alone can make {favoured} look {low:.2f}-{high:.2f}x faster "
-            "(run on a quiet machine, or --repeat 5 for blocks of the modes in a shuffled order)")
+            f"the machine's load alone can make {favoured} look {low:.2f}-{high:.2f}x faster ({advice})")
 
 
 def _wait_words(wait: CpuWait, short: bool = False) -> str:

@@ -241,7 +241,11 @@ def accumulate_baseline(previous: Baseline, new: Baseline) -> Baseline:
         if before is not None and before.step_time is not None and snap.step_time is not None:
             pooled = _pooled_sample(before.step_time.sample, snap.step_time.sample)
             if pooled is not None:
-                snap = replace(snap, step_time=replace(snap.step_time, sample=pooled, count=pooled.count))
+                # The pooled processes' wait: the heavier of the two (a PASS rests on the baseline's
+                # steps not having been slowed; the newest run's alone would hide a loaded earlier one).
+                waits = [w for w in (before.step_time.cpu_wait, snap.step_time.cpu_wait) if w is not None]
+                snap = replace(snap, step_time=replace(snap.step_time, sample=pooled, count=pooled.count,
+                                                       cpu_wait=max(waits) if waits else None))
         modes[name] = snap
     return replace(new, modes=modes)
 

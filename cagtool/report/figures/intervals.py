@@ -292,6 +292,11 @@ class RatioInterval:
             n = 2.0 * (z * self.noise / distance) ** 2
             floor = MIN_RANK_UNITS
         needed = max(floor, math.ceil(n))
+        # Never what is at hand already: it did not resolve it. Paired blocks' sign interval is the
+        # blocks' extremes up to 7 blocks (90%): from 8 it leaves the outermost out.
+        have = min(self.units) if self.units else 0
+        if needed <= have:
+            needed = max(have + 1, 8 if (self.paired or self.in_blocks) else have + 1)
         return needed if needed <= MAX_PROCESSES_ADVISED else None
 
 

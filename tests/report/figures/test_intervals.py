@@ -178,3 +178,12 @@ def test_one_process_just_under_the_share_keeps_a_cpu_bound_side_on_cpu_time_and
     assert side([0.97, 0.95, 0.898, 0.96, 0.94]).cpu_bound
     assert not side([0.97, 0.95, 0.5, 0.96, 0.94]).cpu_bound  # half a step off the CPU in one process
     assert not side([0.89, 0.88, 0.95, 0.87, 0.86]).cpu_bound  # the median process under the share
+
+
+def test_what_would_resolve_an_inconclusive_interval_is_never_what_it_already_has():
+    """Five paired blocks whose sign interval (their extremes) contains the bound: more blocks, 8
+    or more (from 8 the 90% sign interval leaves the extremes out), never `--repeat 5` again."""
+    r = ratio_interval(sample([1.0, 1.3, 0.8, 1.5, 0.7], blocks=range(1, 6)), sample([1.0] * 5, blocks=range(1, 6)), "median", paired=True)
+    assert r.units == (5, 5)
+    needed = r.processes_needed(1.0)  # far from the bound: the normal-theory figure alone says 5
+    assert needed is not None and needed >= 8

@@ -93,7 +93,11 @@ def register(app: typer.Typer) -> None:
         threshold, why = suggested_threshold(gated) if gated is not None else (None, "")
         if why:
             console.print(f"{gated.mode}: {why}", markup=False, soft_wrap=True)
-        console.print(f"gate against it with: cagtool gate --baseline {path} --max-regression {threshold or 10}%", markup=False, soft_wrap=True)
+        if threshold is not None:
+            console.print(f"gate against it with: cagtool gate --baseline {path} --max-regression {threshold}%", markup=False, soft_wrap=True)
+        else:  # no threshold the evidence supports: the counts (the baseline's own are the limits), no step-time figure
+            console.print(f"gate against it with: cagtool gate --baseline {path} (its counts are the limits; a step-time threshold "
+                          "needs a baseline whose processes measured the run-to-run noise, see above)", markup=False, soft_wrap=True)
 
     @group.command("show", help=SHOW_HELP)
     def show(

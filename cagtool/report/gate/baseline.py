@@ -24,7 +24,7 @@ from cagtool.record.atomic import write_atomic
 from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord, check_format, read_json_object
 from cagtool.report.figures.pooled import ModeColumn, mode_columns
-from cagtool.report.figures.intervals import FIELDS, TimingSample, median_of
+from cagtool.report.figures.intervals import FIELDS, TimingSample, median_of, ratio_interval
 from cagtool.report.figures.metrics import mode_metrics
 from cagtool.report.ranks.analysis import lowest_rank, missing_ranks, rank_list, rank_view, world_size
 
@@ -287,10 +287,27 @@ def suggested_threshold(snap: ModeSnapshot) -> tuple[int | None, str]:
     logs = [math.log(v) for v in sample.figures(measure, "median")]
     k = len(logs)
     sd = math.sqrt(mean_var(logs)[1])
-    half = t_quantile(0.95, k - 1) * max(sd, 0.005) * math.sqrt(1.0 + 1.0 / k)
-    pct = 5 * math.ceil(100.0 * math.expm1(half) / 5.0) + 5
-    return pct, (f"{k} processes, {'CPU' if measure == 'cpu' else 'wall'} time per step {100 * math.expm1(1.645 * sd * math.sqrt(2)):.0f}% apart "
-                 f"90% of the time (A/A): one unchanged run passes from about --max-regression {pct}%")
+    apart = math.expm1(1.645 * sd * math.sqrt(2))
+    # The gate's own interval for one unchanged run at the baseline's median: its upper end is the
+    # smallest threshold that run passes (the gate bounds the noise it measured from above).
+    unchanged = _one_process_at_median(sample)
+    r = ratio_interval(unchanged, sample, "median") if unchanged is not None else None
+    upper = r.high if r is not None else math.exp(t_quantile(0.95, k - 1) * max(sd, 0.005) * math.sqrt(1.0 + 1.0 / k))
+    what = f"{k} processes, {'CPU' if measure == 'cpu' else 'wall'} time per step"
+    if upper > 2.0 or apart > 1.0:
+        return None, (f"{what} {'over 100' if apart > 1.0 else f'{100 * apart:.0f}'}% apart 90% of the time (A/A): too noisy to gate "
+                      "a regression of less than 2x; re-save it on a quieter runner (one process that waited for a CPU makes a side this noisy)")
+    pct = 5 * math.ceil(100.0 * (upper - 1.0) / 5.0) + 5
+    return pct, (f"{what} {100 * apart:.0f}% apart 90% of the time (A/A): one unchanged run passes from about --max-regression {pct}%")
+
+
+def _one_process_at_median(sample: TimingSample) -> TimingSample | None:
+    """A side of one process whose figures are `sample`'s medians: an unchanged run."""
+    if not sample.values:
+        return None
+    cpu = {name: (median_of(v),) for name, v in sample.cpu_units.items()} if sample.cpu_units else {}
+    return TimingSample(sample.count // max(sample.repetitions, 1), 1, "process", dict(sample.values),
+                        {name: (value,) for name, value in sample.values.items()}, cpu, sample.cpu_bound, (1,), sample.clock)
 
 
 def _round(value: float | None) -> float | None:

@@ -740,3 +740,17 @@ def test_a_threshold_in_seconds_is_a_share_of_the_figure_the_verdict_is_on():
     result = StepTimeRegressionCheck(TimeThreshold(0.003, "s"), "ca").evaluate({"ca": side(4.6, 2)}, {"ca": side(4.2, 1)})
     assert result.data["measure"] == "cpu"
     assert result.data["allowed_ratio"] == pytest.approx(1 + 0.003 / 0.0042, rel=0.02)
+
+
+def test_the_threshold_baseline_save_suggests_is_one_an_unchanged_run_passes_and_a_wild_baseline_gets_none():
+    from cagtool.report.gate.baseline import suggested_threshold
+
+    base = snap(median=0.010, spread=0.02, count=60, processes=5, between=0.05)
+    pct, words = suggested_threshold(base)
+    assert pct is not None and f"passes from about --max-regression {pct}%" in words
+    unchanged = snap(median=base.step_time.sample.values["median"], spread=0.02, count=60, processes=1)
+    assert StepTimeRegressionCheck(TimeThreshold(pct, "%"), "ca").evaluate({"ca": unchanged}, {"ca": base}).outcome is Outcome.PASS
+    wild = replace(base, step_time=replace(base.step_time, sample=timing_sample(
+        [ProcessSteps(i, series(m, 0.02, 60, i)) for i, m in enumerate((0.010, 0.011, 0.052), 1)])))
+    pct, words = suggested_threshold(wild)
+    assert pct is None and "too noisy to gate a regression of less than 2x" in words

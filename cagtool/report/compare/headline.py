@@ -305,7 +305,8 @@ def change_headline(rc: RunComparison) -> Headline:
             tones.append(GOOD if d < 0 else BAD)
         s = change.speedup
         if s is not None and s.ratio is not None:
-            basis = "" if s.measured else ", run-to-run noise assumed"
+            # The before/after table's step times are wall time: a verdict on CPU time says so.
+            basis = (", in CPU time per step" if s.on_cpu else "") + ("" if s.measured else ", run-to-run noise assumed")
             if s.verdict in ("faster", "slower"):
                 bits.append(f"step time {s.verdict} ({ratio_text(s.ratio)} the speed, 90% CI {ratio_text(s.low)}-{ratio_text(s.high)}{basis})")  # type: ignore[arg-type]
                 tones.append(GOOD if s.verdict == "faster" else BAD)

@@ -372,7 +372,8 @@ def change_grid(rc: RunComparison) -> Grid:
         s = change.speedup
         if s is not None:
             verdict = f"{ratio(s.ratio)} ({speedup_range(s)}) {s.verdict}"
-            grid.rows.append(["", "speedup B over A", "", "", verdict])
+            # The rows above are wall time; a speedup judged on CPU time per step says so.
+            grid.rows.append(["", "speedup B over A" + (" (CPU time per step)" if s.on_cpu else ""), "", "", verdict])
         if change.numerics:
             grid.rows.append(["", "numerics B vs A (max rel diff)", "", "", diffs_cell(change.numerics)])
     grid.mark_problems(first_column=2)

@@ -450,6 +450,31 @@ def _load_decides(check: str, outcome: Outcome, load: tuple[float, str] | None, 
     return LoadDecision(outcome, "", notes, warnings)
 
 
+def _regression_load(check: str, verdict: RegressionVerdict, cur: StepTimeSnapshot | None, base: StepTimeSnapshot | None,
+                     interval: tuple[float, float, float], samples: int, bounds: tuple[float, float], data: dict[str, Any],
+                     model: bool) -> tuple[RegressionVerdict, LoadDecision]:
+    """A regression check's verdict (now / baseline) with the machine's load taken into account
+    (_load_decides), from each side's steady-step wait; `model`: correct the interval by the load
+    model too (a wall-time figure). A FAIL rests on this run's steps being slow, a PASS on the
+    baseline's not having been; the half-wait rule holds on any measure (a step that waited half
+    its runnable time or more lost its caches to the neighbours, its CPU time grew: docs/ci.md).
+    `data` gets `load_factor`, and `load_decided` with the figures' verdict where the load turned it."""
+    ratio, low, high = interval
+    allowed, improved = bounds
+    load = _load_effect(cur.cpu_wait if cur else None, base.cpu_wait if base else None, "this run", "the baseline") if model else None
+    corrected: list[Outcome] = []
+    if load is not None:
+        data["load_factor"] = load[0]  # this run made this much slower than the baseline by waiting alone
+        corrected = [regression_verdict(ratio / f, low / f, high / f, samples, allowed, improved).outcome for f in load_range(load[0])]
+    rests_on = {Outcome.FAIL: [("this run", cur)], Outcome.PASS: [("the baseline", base)], Outcome.IMPROVED: [("the baseline", base)]}.get(
+        verdict.outcome, [("this run", cur), ("the baseline", base)])
+    decided = _load_decides(check, verdict.outcome, load, corrected, rests_on, "rerun on a quieter runner")
+    if decided.outcome is not verdict.outcome:
+        data["verdict"], data["load_decided"] = INCONCLUSIVE, verdict.verdict
+        verdict = RegressionVerdict(decided.outcome, INCONCLUSIVE)
+    return verdict, decided
+
+
 def _side(outcome: Outcome) -> str:
     return {Outcome.FAIL: "fail", Outcome.PASS: "pass", Outcome.IMPROVED: "pass"}.get(outcome, "inconclusive")
 
@@ -736,27 +761,13 @@ class StepTimeRegressionCheck(_TimeCheck):
             "steps": cur.count, "baseline_steps": base.count, "processes": cur.sample.repetitions, "baseline_processes": base.sample.repetitions,
             **_interval_data(r),
         }
-        warnings: list[str] = []
-        on_cpu = r.measure == "cpu"  # waiting for a CPU does not lengthen CPU time
-        load = None if on_cpu else _load_effect(cur.cpu_wait, base.cpu_wait, "this run", "the baseline")
-        corrected: list[Outcome] = []
-        if load is not None:
-            factor, _ = load  # the run's steps made this much slower than the baseline's by waiting alone
-            data["load_factor"] = factor
-            corrected = [regression_verdict(r.ratio / f, r.low / f, r.high / f, samples, allowed, improved).outcome for f in load_range(factor)]
-        # A FAIL rests on this run's steps being slow; a PASS on the baseline's not having been.
-        rests_on = {Outcome.FAIL: [("this run", cur)], Outcome.PASS: [("the baseline", base)], Outcome.IMPROVED: [("the baseline", base)]}.get(
-            verdict.outcome, [("this run", cur), ("the baseline", base)])
-        # The heavy-wait rule holds on CPU time too: a step that waited half its runnable time or
-        # more lost its caches to the neighbours, and its CPU time grew with it (2.0x measured for an
-        # unchanged job beside six busy loops: docs/ci.md).
-        decided = _load_decides(f"{self.name} ({self.mode})", verdict.outcome, load, corrected, rests_on, "rerun on a quieter runner")
+        # Waiting for a CPU does not lengthen CPU time: the load model's correction is a wall-time one.
+        verdict, decided = _regression_load(f"{self.name} ({self.mode})", verdict, cur, base, (r.ratio, r.low, r.high), samples,
+                                            (allowed, improved), data, model=r.measure != "cpu")
         notes += decided.notes
-        warnings += decided.warnings
-        if decided.outcome is not verdict.outcome:
+        warnings: list[str] = list(decided.warnings)
+        if "load_decided" in data:
             message = f"{self.name} ({self.mode}): {detail}: inconclusive, {decided.why}{_range_text(r)}"
-            data["verdict"], data["load_decided"] = INCONCLUSIVE, verdict.verdict
-            verdict = RegressionVerdict(decided.outcome, INCONCLUSIVE)
         # The tail says nothing beside a median the load decided: it was under the same load.
         if self.watch_tail and t.field not in ("p10", "p90") and verdict.outcome is not Outcome.FAIL and "load_decided" not in data:
             tail = self._tail(cur, base)
@@ -834,21 +845,12 @@ class CompileTimeRegressionCheck(_TimeCheck):
         # decided is INCONCLUSIVE (an unchanged job read +76% beside a busier runner's load).
         warnings: list[str] = []
         if interval is not None:
-            cur_st, base_st = current.step_time, previous.step_time
-            load = _load_effect(cur_st.cpu_wait if cur_st else None, base_st.cpu_wait if base_st else None, "this run", "the baseline")
-            corrected: list[Outcome] = []
-            if load is not None:
-                data["load_factor"] = load[0]
-                corrected = [regression_verdict(ratio / f, low / f, high / f, MIN_STEADY_STEPS, allowed, improved).outcome for f in load_range(load[0])]
-            rests_on = {Outcome.FAIL: [("this run", cur_st)], Outcome.PASS: [("the baseline", base_st)],
-                        Outcome.IMPROVED: [("the baseline", base_st)]}.get(verdict.outcome, [("this run", cur_st), ("the baseline", base_st)])
-            decided = _load_decides(f"{self.name} ({self.mode})", verdict.outcome, load, corrected, rests_on, "rerun on a quieter runner")
+            verdict, decided = _regression_load(f"{self.name} ({self.mode})", verdict, current.step_time, previous.step_time,
+                                                (ratio, low, high), MIN_STEADY_STEPS, (allowed, improved), data, model=True)
             notes += decided.notes
             warnings += decided.warnings
-            if decided.outcome is not verdict.outcome:
+            if "load_decided" in data:
                 message = f"{self.name} ({self.mode}): {detail}: inconclusive, {decided.why}{spread}"
-                data["verdict"], data["load_decided"] = INCONCLUSIVE, verdict.verdict
-                verdict = RegressionVerdict(decided.outcome, INCONCLUSIVE)
         outcome = verdict.outcome
         return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, _pct(change_pct), limit, message, self.source, notes, data,
                            warnings)

@@ -951,6 +951,29 @@ def _cpu_wait(record: ModeRecord) -> CpuWait | None:
     return CpuWait(wait_s=max(w1 - w0, 0.0), run_s=r1 - r0, window_s=end - start, median_slowdown=median_slowdown([record]))
 
 
+def compile_wait(record: ModeRecord) -> float | None:
+    """The share of its runnable time the mode's process tree waited for a CPU from its first
+    reading to its first steady step: the span of its imports, compiles and first steps, what
+    its compile time was measured in (the steady steps' share is `cpu_wait`). None without two
+    readings in that span."""
+    return record.derived("compile_wait", _compile_wait)
+
+
+def _compile_wait(record: ModeRecord) -> float | None:
+    t0 = record.manifest.clock_t0
+    found = cpu_wait_readings(record)
+    if t0 is None or found is None:
+        return None
+    samples = found[0]
+    window = steady_window(record)
+    end = window[0] + t0 if window is not None else samples[-1][0]
+    if end <= samples[0][0]:
+        return None
+    (r0, w0), (r1, w1) = (samples[0][1], samples[0][2]), _sample_at(samples, end)
+    ran, waited = r1 - r0, max(w1 - w0, 0.0)
+    return waited / (ran + waited) if ran + waited > 0 else None
+
+
 def step_waits(record: ModeRecord) -> tuple[Any, Any] | None:
     """(wall s, share waited) of each steady step, numpy arrays: the share from the CPU-wait readings
     that bracket the step (interpolated, as for the window; a step shorter than the readings' period

@@ -19,6 +19,7 @@ from cagtool.report.figures.metrics import (
     CpuWait,
     ModeMetrics,
     StepStats,
+    compile_wait,
     cpu_wait,
     median_slowdown,
     mode_metrics,
@@ -88,6 +89,9 @@ class ModeColumn:
     # How long its processes waited for a CPU in their steady steps, repetitions summed; None where
     # it was not measured (metrics.CpuWait).
     cpu_wait: CpuWait | None = None
+    # The largest share its processes waited for a CPU before their steady steps, where the compile
+    # time was measured (metrics.compile_wait); None unless every repetition has it.
+    compile_wait: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -171,7 +175,12 @@ def mode_column(name: str, records: list[tuple[str, ModeRecord | None]], exit_co
         peak_device_memory_bytes=max(device_peaks) if device_peaks else None,
         failures=failures,
         cpu_wait=_pooled_cpu_wait([record for record, _ in per_rep]),
+        compile_wait=_largest([compile_wait(record) for record, _ in per_rep]),
     )
+
+
+def _largest(values: list[float | None]) -> float | None:
+    return max(values) if values and all(v is not None for v in values) else None  # type: ignore[type-var]
 
 
 def _process_steps(record: ModeRecord, block: int, times: list[float], clock: str) -> ProcessSteps:

@@ -87,6 +87,9 @@ class ModeSnapshot:
     # Total compile time of each repetition (`run --repeat K`), and in a baseline of each run saved
     # into it (`baseline save --accumulate`): the only spread a compile time has. Empty: one figure.
     compile_time_samples_s: tuple[float, ...] = ()
+    # The largest share of its runnable time a process waited for a CPU before its steady steps,
+    # the span its compile time was measured in (metrics.compile_wait); None where not measured.
+    compile_wait: float | None = None
 
     def __post_init__(self) -> None:
         if self.ca_recompiles is None:
@@ -129,6 +132,7 @@ def snapshot_of(column: ModeColumn) -> ModeSnapshot:
         peak_rss_bytes=column.peak_rss_bytes,
         peak_device_memory_bytes=column.peak_device_memory_bytes,
         problem=problem,
+        compile_wait=column.compile_wait,
     )
 
 
@@ -237,7 +241,8 @@ def accumulate_baseline(previous: Baseline, new: Baseline) -> Baseline:
     for name, snap in new.modes.items():
         before = previous.modes.get(name)
         samples = (*(before.compile_samples if before is not None else ()), *snap.compile_samples)[-MAX_COMPILE_SAMPLES:]
-        snap = replace(snap, compile_time_samples_s=samples if len(samples) > 1 else ())
+        waits = [w for w in (before.compile_wait if before is not None else None, snap.compile_wait) if w is not None]
+        snap = replace(snap, compile_time_samples_s=samples if len(samples) > 1 else (), compile_wait=max(waits) if waits else None)
         if before is not None and before.step_time is not None and snap.step_time is not None:
             pooled = _pooled_sample(before.step_time.sample, snap.step_time.sample)
             if pooled is not None:
@@ -363,6 +368,7 @@ class _ModeFile(Struct, kw_only=True):
     peak_rss_bytes: _Count | None = None
     peak_device_memory_bytes: _Count | None = None
     step_time: _StepTimeFile | None = None
+    compile_cpu_wait: _Seconds | UnsetType = UNSET  # ModeSnapshot.compile_wait, written only where measured
 
 
 class _BaselineFile(Struct, kw_only=True):
@@ -419,6 +425,7 @@ def _mode_file(snap: ModeSnapshot) -> _ModeFile:
             sample=None if st.sample is None else _sample_file(st.sample),
             cpu_wait=UNSET if st.cpu_wait is None else _round(st.cpu_wait),  # type: ignore[arg-type]
         ),
+        compile_cpu_wait=UNSET if snap.compile_wait is None else _round(snap.compile_wait),  # type: ignore[arg-type]
     )
 
 
@@ -462,6 +469,7 @@ def _mode_snapshot(name: str, data: _ModeFile, where: str) -> ModeSnapshot:
         peak_rss_bytes=data.peak_rss_bytes,
         peak_device_memory_bytes=data.peak_device_memory_bytes,
         compile_time_samples_s=tuple(data.compile_time_samples_s or ()),
+        compile_wait=None if data.compile_cpu_wait is UNSET else data.compile_cpu_wait,  # type: ignore[arg-type]
     )
 
 

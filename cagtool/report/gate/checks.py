@@ -450,7 +450,15 @@ def _load_decides(check: str, outcome: Outcome, load: tuple[float, str] | None, 
     return LoadDecision(outcome, "", notes, warnings)
 
 
-def _regression_load(check: str, verdict: RegressionVerdict, cur: StepTimeSnapshot | None, base: StepTimeSnapshot | None,
+@dataclass(frozen=True)
+class _Waited:
+    """A side's share of waiting for a CPU where what a check compares was measured."""
+
+    cpu_wait: float | None
+    span: str = "compile (its process before its steady steps)"
+
+
+def _regression_load(check: str, verdict: RegressionVerdict, cur: StepTimeSnapshot | _Waited | None, base: StepTimeSnapshot | _Waited | None,
                      interval: tuple[float, float, float], samples: int, bounds: tuple[float, float], data: dict[str, Any],
                      model: bool) -> tuple[RegressionVerdict, LoadDecision]:
     """A regression check's verdict (now / baseline) with the machine's load taken into account
@@ -487,10 +495,11 @@ def _heavy_load(check: str, sides: list[tuple[str, StepTimeSnapshot | None]]) ->
     runnable time at its median step: beyond that the wait no longer bounds what the load did to a
     step of several threads (compare reads such a speedup as "load differed"; docs/ci.md); ""
     otherwise."""
-    heavy = [(side, st.cpu_wait) for side, st in sides if st is not None and st.cpu_wait is not None and st.cpu_wait >= HEAVY_WAIT]
+    heavy = [(side, st) for side, st in sides if st is not None and st.cpu_wait is not None and st.cpu_wait >= HEAVY_WAIT]
     if not heavy:
         return ""
-    waits = ", ".join(f"{side}'s median step waited for a CPU {wait:.0%} of its runnable time" for side, wait in heavy)
+    waits = ", ".join(f"{side}'s {getattr(st, 'span', 'median step')} waited for a CPU {st.cpu_wait:.0%} of its runnable time"
+                      for side, st in heavy)
     return (f"{check}: load: {waits}: beyond half, the load can slow a step far more than the wait alone says, its CPU time "
             "included (a step that waits that long loses its caches to the neighbours), so the machine's load, not the code, "
             "may have decided the outcome: rerun on a quieter runner")
@@ -845,7 +854,11 @@ class CompileTimeRegressionCheck(_TimeCheck):
         # decided is INCONCLUSIVE (an unchanged job read +76% beside a busier runner's load).
         warnings: list[str] = []
         if interval is not None:
-            verdict, decided = _regression_load(f"{self.name} ({self.mode})", verdict, current.step_time, previous.step_time,
+            # Each side's load is its wait where the compile was measured (before its steady steps),
+            # else its steady steps' (a record or baseline without it).
+            waits = [_Waited(snap.compile_wait) if snap.compile_wait is not None
+                     else _Waited(snap.step_time.cpu_wait if snap.step_time else None, "median step") for snap in (current, previous)]
+            verdict, decided = _regression_load(f"{self.name} ({self.mode})", verdict, waits[0], waits[1],
                                                 (ratio, low, high), MIN_STEADY_STEPS, (allowed, improved), data, model=True)
             notes += decided.notes
             warnings += decided.warnings

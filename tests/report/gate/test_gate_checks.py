@@ -754,3 +754,16 @@ def test_the_threshold_baseline_save_suggests_is_one_an_unchanged_run_passes_and
         [ProcessSteps(i, series(m, 0.02, 60, i)) for i, m in enumerate((0.010, 0.011, 0.052), 1)])))
     pct, words = suggested_threshold(wild)
     assert pct is None and "too noisy to gate a regression of less than 2x" in words
+
+
+def test_compile_time_is_judged_against_the_wait_where_the_compile_ran():
+    """Each side's wait before its steady steps (where its compile ran) is the compile check's load,
+    not its steady steps': a run whose compile waited 72% of its runnable time is INCONCLUSIVE
+    even where its steady steps did not wait."""
+    check = CompileTimeRegressionCheck(TimeThreshold(10, "%"), "ca")
+    base = {"ca": replace(_waiting(replace(snap(compile_s=2.4), compile_time_samples_s=(2.3, 2.4, 2.5, 2.4, 2.45)), 0.05), compile_wait=0.1)}
+    figures = replace(snap(compile_s=4.2), compile_time_samples_s=(4.1, 4.2, 4.3))
+    loaded = check.evaluate({"ca": replace(_waiting(figures, 0.05), compile_wait=0.72)}, base)
+    assert loaded.outcome is Outcome.INCONCLUSIVE
+    assert any("this run's compile (its process before its steady steps) waited for a CPU 72%" in w for w in loaded.warnings)
+    assert check.evaluate({"ca": replace(_waiting(figures, 0.72), compile_wait=0.05)}, base).outcome is Outcome.FAIL

@@ -152,6 +152,9 @@ def test_a_job_3x_slower_never_passes_with_one_run_a_side(runs, baseline, tmp_pa
 
 
 def test_an_unchanged_rerun_is_inconclusive_not_a_pass(runs, baseline, tmp_path):
+    # The baseline keeps the wait where its compile ran, beside its steady steps' (docs/ci.md).
+    saved = json.loads(baseline.read_text())["modes"]["aot"]
+    assert 0.0 <= saved["compile_cpu_wait"] <= 1.0 and 0.0 <= saved["step_time"]["cpu_wait"] <= 1.0
     code, data, junit = _gate(runs["unchanged"], baseline, tmp_path)
     check = _regression(data)
     assert check["outcome"] == "inconclusive" and code == 5, check["message"]

@@ -326,6 +326,7 @@ def _round(value: float | None) -> float | None:
 # (which json reads) would pass or fail every comparison; each is refused, naming its field.
 _Count = Annotated[int, Meta(ge=0)]
 _Seconds = Annotated[float, Meta(ge=0.0, le=sys.float_info.max)]  # finite: inf is above the bound, NaN below none
+_Share = Annotated[float, Meta(ge=0.0, le=1.0)]  # a share of runnable time
 
 
 class _SampleFile(Struct, kw_only=True):
@@ -347,7 +348,7 @@ class _StepTimeFile(Struct, kw_only=True):
     p90_s: _Seconds | None = None
     mean_s: _Seconds | None = None
     sample: _SampleFile | None = None
-    cpu_wait: _Seconds | UnsetType = UNSET  # written only where measured
+    cpu_wait: _Share | UnsetType = UNSET  # written only where measured
 
 
 class _ModeFile(Struct, kw_only=True):
@@ -368,7 +369,7 @@ class _ModeFile(Struct, kw_only=True):
     peak_rss_bytes: _Count | None = None
     peak_device_memory_bytes: _Count | None = None
     step_time: _StepTimeFile | None = None
-    compile_cpu_wait: _Seconds | UnsetType = UNSET  # ModeSnapshot.compile_wait, written only where measured
+    compile_cpu_wait: _Share | UnsetType = UNSET  # ModeSnapshot.compile_wait, written only where measured
 
 
 class _BaselineFile(Struct, kw_only=True):

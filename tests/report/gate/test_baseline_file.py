@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from cagtool.report.gate.baseline import baseline_to_dict, load_baseline, save_baseline
 
 V1 = Path(__file__).parent / "baseline_v1.json"
@@ -64,3 +66,20 @@ def test_a_sample_whose_process_count_is_not_its_figures_is_refused(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(UnreadableInput, match="says 300000000 processes but holds 3 figures a statistic"):
         load_baseline(path)
+
+
+def test_a_forged_wait_share_beyond_one_is_refused(tmp_path):
+    """A baseline's waits are shares of runnable time: 5.0 (which would make every check
+    against it INCONCLUSIVE as heavily loaded) is refused when read, naming the field."""
+    from cagtool.errors import UnreadableInput
+    from cagtool.report.gate.baseline import load_baseline
+
+    source = Path(__file__).parent / "baseline_v1.json"
+    data = json.loads(source.read_text())
+    mode = next(iter(data["modes"].values()))
+    mode["compile_cpu_wait"] = 5.0
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps(data))
+    with pytest.raises(UnreadableInput) as info:
+        load_baseline(forged)
+    assert "compile_cpu_wait" in str(info.value)

@@ -86,6 +86,30 @@ def test_a_compiled_optimizer_made_before_the_block_with_accumulation_counts_the
     assert list(zip(steps["step"], steps["backward_calls"], steps["boundary"])) == [(i, 3, "compiled_optimizer") for i in range(4)]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("compiled", ["both", "one"])
+def test_a_gan_whose_optimizer_steps_are_compiled_counts_one_step_an_iteration(tmp_path, compiled):
+    """A GAN's two optimizers (made in the block), both steps compiled or one of them: each
+    iteration (D's backward and step, then G's) is one step of two backward calls, as the script
+    and eager mode count it."""
+    torch.manual_seed(0)
+    G, D = torch.nn.Linear(4, 8), torch.nn.Linear(8, 1)
+    with cagtool.capture(backend="eager", output=tmp_path / "run", reset=True) as cap:
+        oG, oD = torch.optim.SGD(G.parameters(), lr=0.01), torch.optim.SGD(D.parameters(), lr=0.01)
+        stepG = torch.compile(oG.step, backend="eager")
+        stepD = torch.compile(oD.step, backend="eager") if compiled == "both" else oD.step
+        for _ in range(4):
+            fake = G(torch.randn(8, 4))
+            oD.zero_grad()
+            (D(torch.randn(8, 8)).mean() - D(fake.detach()).mean()).backward()
+            stepD()
+            oG.zero_grad()
+            (-D(fake).mean()).backward()
+            stepG()
+    steps = cap.steps_frame().reset_index()
+    assert list(zip(steps["step"], steps["backward_calls"])) == [(i, 2) for i in range(4)]
+
+
 def test_an_exception_in_the_block_is_recorded_raised_and_torch_restored(tmp_path):
     model = torch.nn.Linear(4, 2)
     before = _torch_state()

@@ -378,3 +378,19 @@ def test_a_float_learning_rate_an_lr_scheduler_changes_recompiles_a_compiled_ste
         return run
 
     assert _unique_graphs(schedule(0.01)) == _unique_graphs(schedule(torch.tensor(0.01))) + 1
+
+
+def test_a_first_batch_of_one_stays_specialised_under_dynamic_true_until_backed_size_oblivious():
+    """torch.compile(dynamic=True) with a first batch of 1 row: 0/1 specialisation compiles it
+    static, so 8 rows recompile; torch.fx.experimental._config.backed_size_oblivious keeps one
+    graph (explain's fix for a size of 0 or 1 a dynamic frame kept static)."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+
+    def run() -> None:
+        compiled = torch.compile(model, backend="eager", dynamic=True)
+        for rows in (1, 8, 5):
+            compiled(torch.randn(rows, 8))
+
+    assert _unique_graphs(run) == 2
+    with torch.fx.experimental._config.patch(backed_size_oblivious=True):
+        assert _unique_graphs(run) == 1

@@ -78,9 +78,11 @@ class StepCounter:
         # step. `compiled_pending`: a torch.optim frame was compiled, no optimizer step noted since.
         self.compiled_optimizer = False
         self.compiled_pending = False
-        # The watched parameters' version at the last backward's start (or at the compile of an
-        # optimizer's code, before it first ran): None until then (parameters_changed).
-        self.watch_version: int | None = None
+        # The watched parameters' versions at the last backward's start (or at the compile of an
+        # optimizer's code, before it first ran), one per optimizer of `watch_keys` (its id): None
+        # until then (parameters_changed).
+        self.watch_version: tuple[int, ...] | None = None
+        self.watch_keys: tuple[int, ...] = ()
 
     def restart(self, device: DeviceReadings) -> None:
         """A forked child's record counts its steps from the first again."""
@@ -107,24 +109,30 @@ class StepCounter:
         opened.next_index += 1
         return limit
 
-    def parameters_changed(self, version: int, live: bool) -> bool:
-        """The watched parameters' version at a backward's start (or at the run's end): changed
-        since the last one, with an optimizer's code compiled and no optimizer step noted in the
-        step in progress, the optimizer stepped inside a compiled graph after the step's last
-        backward, where its step ends (compiled_optimizer_found, the first time). So gradient
-        accumulation over several backwards is one step, as the script counts it. True when
-        --steps is reached."""
+    def parameters_changed(self, version: tuple[int, ...], live: bool) -> bool:
+        """The watched parameters' versions at a backward's start (or at the run's end), with an
+        optimizer's code compiled: each optimizer whose parameter changed since the last one, with
+        no step() of its own noted in the step in progress, stepped inside a compiled graph after
+        the step's last backward. Each is counted as an optimizer step there (_stepped_unseen: the
+        step ends once every optimizer it waits for has stepped, as with hooks), so gradient
+        accumulation over several backwards is one step, and a GAN's two compiled steps one.
+        True when --steps is reached."""
         before, self.watch_version = self.watch_version, version
         opened = self.open
-        if before is None or version == before or not opened.backward_calls or opened.stepped:
+        if before is None or version == before or len(before) != len(version) or not opened.backward_calls:
             return False
-        if self.compiled_pending:
-            return self.compiled_optimizer_found(live)
-        if not self.compiled_optimizer:
-            return False
+        stepped = [key for key, old, new in zip(self.watch_keys, before, version) if old != new and key not in opened.stepped]
+        if not stepped:
+            return False  # only optimizers whose step() the hooks noted changed them
+        self.compiled_pending = False
         assert self.last_backward_clock is not None  # the open step has a backward that ended
-        limit = self.close(STEP_BOUNDARY_COMPILED_OPTIMIZER, self.last_backward_clock, self.last_backward_cpu, live)
-        if opened.late_compiles:  # its optimizer recompiled after its last backward: in the next step's span
+        limit = False
+        for key in stepped:
+            if self.open is not opened:  # a step closed already: the rest stepped in it too
+                break
+            limit = self._stepped_unseen(key, self.last_backward_clock, self.last_backward_cpu, live, STEP_BOUNDARY_COMPILED_OPTIMIZER) or limit
+        if self.open is not opened and opened.late_compiles:
+            # Its optimizer compiled after its last backward: in the next step's span, not a step time.
             self.times.last_t = self.times.last_cpu = None
         return limit
 
@@ -152,8 +160,8 @@ class StepCounter:
         current = FIRST_STEP + self.closed_steps
         step, index = call.step, call.index
         # This call is a step of its own: no optimizer waited for, or one stepping inside compiled
-        # code without parameters to watch.
-        by_backward = (not self.required and not (watched and self.compiled_optimizer)) or (self.compiled_optimizer and not watched)
+        # code without parameters to watch (compiled_optimizer_found).
+        by_backward = not self.required or self.compiled_optimizer
         if by_backward and step != current:
             # Another thread's backward closed the step this one began in: it closes the next.
             step, index = current, opened.backward_calls
@@ -250,20 +258,20 @@ class StepCounter:
             self.times.last_t = self.times.last_cpu = None
         return limit
 
-    def _stepped_unseen(self, key: int, clock: float, cpu: CpuReading | None, live: bool) -> bool:
+    def _stepped_unseen(self, key: int, clock: float, cpu: CpuReading | None, live: bool, boundary: str = STEP_BOUNDARY_OPTIMIZER) -> bool:
         """An optimizer's step() whose own time is not known (skipped, or inside a graph) counted
         as a step of that optimizer. True when that ended the step and --steps is reached."""
         waiting = self.required
         if key not in waiting:
-            ref = self.known.get(key)
-            if ref is not None:
+            ref = self.known.get(key) or self.candidates.get(key)
+            if ref is not None and ref() is not None:
                 waiting[key] = ref
         stepped = self.open.stepped
         stepped[key] = stepped.get(key, 0) + 1
         if waiting.keys() <= stepped.keys() or stepped[key] >= IDLE_OPTIMIZER_STEPS:
             for other in [k for k in waiting if k not in stepped]:
                 del waiting[other]
-            return self.close(STEP_BOUNDARY_OPTIMIZER, clock, cpu, live)
+            return self.close(boundary, clock, cpu, live)
         return False
 
     def close(self, boundary: str, clock: float, cpu: CpuReading | None, live: bool, group: tuple[float, str] | None = None) -> bool:

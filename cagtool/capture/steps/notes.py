@@ -54,4 +54,4 @@ class BackwardCall:
         self.captures = 0
         self.step = 0
         self.index = 0
-        self.version: int | None = None
+        self.version: tuple[int, ...] | None = None

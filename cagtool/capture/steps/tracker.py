@@ -108,7 +108,7 @@ class StepTracker:
         self.backward_reads_cpu = False
         # Once an optimizer's code is compiled: [a reader of the watched parameters' version
         # counters] (watch_parameters), read by the hooks at each top-level backward's start.
-        self._watching: list[Callable[[], int]] = []
+        self._watching: list[Callable[[], tuple[int, ...]]] = []
         self.device = DeviceReadings(writer)
         self.counter = StepCounter(writer, self.device, self.known, on_step, max_steps)
         self.findings = StepFindings(writer, mode, lambda: self.current_step)
@@ -302,31 +302,31 @@ class StepTracker:
         if len(known) > 1:
             self.backward_reads_cpu = True
 
-    def watch_parameters(self) -> int | None:
-        """The version counters of the first parameter of each live optimizer, summed, from the
-        first compile of an optimizer's code on (None with no optimizer known). An optimizer step
-        inside a compiled graph runs no hook, but it updates the parameters in place, which bumps
-        their version counter (a C field, read without a sync; a backward only accumulates
-        gradients): a change between two backwards is an optimizer step between them
-        (docs/torch-internals.md, "An optimizer step inside a compiled graph runs no hook")."""
+    def watch_parameters(self) -> tuple[int, ...] | None:
+        """The version counter of the last parameter of each live optimizer, from the first compile
+        of an optimizer's code on (None with no optimizer known); `counter.watch_keys` says whose.
+        An optimizer step inside a compiled graph runs no hook, but it updates the parameters in
+        place, which bumps their version counters (a C field, read without a sync; a backward only
+        accumulates gradients): a change between two backwards is that optimizer's step between
+        them (docs/torch-internals.md, "An optimizer step inside a compiled graph runs no hook").
+        The last parameter, not the first: a model's first is often an embedding, which
+        `nn.Embedding(max_norm=...)` renormalises in place in its forward."""
         if not self._watching:
-            refs = []
+            keys, refs = [], []
             # Those made before the tracker (the Python API's block) too: their hooks never ran.
-            for ref in [*self.known.values(), *self.counter.candidates.values()]:
+            for key, ref in [*self.known.items(), *self.counter.candidates.items()]:
                 optimizer = ref()
-                params = [p for group in getattr(optimizer, "param_groups", ()) for p in group.get("params", ())][:1]
-                refs += [weakref.ref(p) for p in params]
+                params = [p for group in getattr(optimizer, "param_groups", ()) for p in group.get("params", ())][-1:]
+                if params and key not in keys:
+                    keys.append(key)
+                    refs.append(weakref.ref(params[0]))
             if not refs:
                 return None
 
-            def versions() -> int:
-                total = 0
-                for ref in refs:
-                    param = ref()
-                    if param is not None:
-                        total += param._version
-                return total
+            def versions() -> tuple[int, ...]:
+                return tuple(-1 if (param := ref()) is None else param._version for ref in refs)
 
+            self.counter.watch_keys = tuple(keys)
             self._watching.append(versions)
         return self._watching[0]()
 

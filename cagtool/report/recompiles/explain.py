@@ -861,6 +861,12 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                 "one function that calls them."]
     if kind == GUARD_SIZE and facts.get("compiled_dynamic"):
         size = size_guard(guard)
+        if size is not None and size[2] in (0, 1):
+            # torch 2.13, checked by hand: maybe_mark_dynamic leaves a first batch of 1 specialised;
+            # backed_size_oblivious compiles it as any size (one graph for 1, 8, 5, 3 rows).
+            return ["A size of 0 or 1 is specialised even when marked dynamic: set "
+                    "torch.fx.experimental._config.backed_size_oblivious = True before the first call, or make the first "
+                    f"call with a size other than {size[2]} (one recompile for the batch of {size[2]} otherwise)."]
         where = f" (dim {size[1]} of the tensor passed as `{size[0]}`)" if size else ""
         fixes = [f"Mark the varying dimension dynamic before each call: {MAYBE_MARK_DYNAMIC}{where}; "
                  "dynamic=True alone did not keep it dynamic."]

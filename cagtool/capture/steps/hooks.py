@@ -4,7 +4,8 @@ and the optimizers' __init__ and global step pre-/post-hooks. They only note wha
 
 What one boundary costs the training thread, the hot path of the product (benchmarks/README.md,
 step overhead; `benchmarks/step_tracker_cpu.py --per-step` measures it): a top-level backward
-reads perf_counter twice, appends its BackwardCall and one ENDED note; an optimizer step reads
+reads perf_counter twice, appends its BackwardCall and one ENDED note (and, once an optimizer's code
+was compiled, reads one version counter an optimizer: tracker.watch_parameters); an optimizer step reads
 perf_counter twice and appends one STEPPED note. The two CPU clocks (process and thread: a system
 call each, ~0.5-2 us) are read where a step can end: at every optimizer step, and at a backward's
 end only while no optimizer is alive (a backward then ends its step). Everything is bound to

@@ -253,6 +253,11 @@ def digests_of(record: ModeRecord) -> dict[int, dict[str, Digest]]:
     return out
 
 
+def _compiled_optimizer(record: ModeRecord) -> bool:
+    """Whether an optimizer of the record stepped inside compiled code (no pre-hook digested it)."""
+    return any(s.boundary == STEP_BOUNDARY_COMPILED_OPTIMIZER for s in record.of(StepEvent))
+
+
 def digested_at_end(record: ModeRecord) -> set[int]:
     """The steps digested only as the run's last, at its end (reasons ["last"]); every other digest
     was taken in an optimizer's step pre-hook, before the step consumed the gradients."""
@@ -366,7 +371,7 @@ def _swapped_with(mismatch: ParamMismatch, got: Digest, reference: dict[str, Dig
 
 
 def compare_digests(record: str, reference: str, got: dict[int, dict[str, Digest]], ref: dict[int, dict[str, Digest]],
-                    tol: GradTolerance, across_ranks: bool = False) -> PairParity:
+                    tol: GradTolerance, across_ranks: bool = False, partial: bool = False) -> PairParity:
     steps = tuple(sorted(set(got) & set(ref)))
     names: set[str] = set()
     first_bad_step: int | None = None
@@ -378,10 +383,10 @@ def compare_digests(record: str, reference: str, got: dict[int, dict[str, Digest
         here, there = got[step], ref[step]
         largest = max((d.norm for d in there.values() if d.norm is not None and math.isfinite(d.norm)), default=0.0)
         found: list[ParamMismatch] = []
-        # A parameter one side's digest of the step does not hold (another optimizer's, whose
-        # step() ran inside compiled code there, where no pre-hook digests it) is not compared; one
-        # it holds without a gradient is (MISSING).
-        for name in [n for n in there if n in here]:
+        # `partial`: a side stepped an optimizer inside compiled code, where no pre-hook digests
+        # its parameters: one such a digest does not hold is not compared. Otherwise a parameter
+        # one side does not hold is (MISSING: FSDP2's under compiled autograd, say).
+        for name in ([n for n in there if n in here] if partial else list(there) + [n for n in here if n not in there]):
             names.add(name)
             excess, mismatch = compare_param(name, step, here.get(name), there.get(name), largest, tol)
             worst = max(worst, excess)
@@ -475,8 +480,7 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
             # Digests are taken where an optimizer's step() starts: a mode whose steps no hook saw
             # (the optimizer steps inside compiled code) has none, and is not compared.
             rec = digested[label][0]
-            why = (" (its optimizer steps inside compiled code, where no hook of cagtool's runs)"
-                   if any(s.boundary == STEP_BOUNDARY_COMPILED_OPTIMIZER for s in rec.of(StepEvent)) else "")
+            why = " (its optimizer steps inside compiled code, where no hook of cagtool's runs)" if _compiled_optimizer(rec) else ""
             notes.append(f"{label}: no gradient digests{why}")
     for label in with_digests:
         rec, digests = digested[label]
@@ -501,7 +505,8 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
                              "at its optimizer step in the other")
             if not digests or not ref_digests:
                 continue
-        pair = compare_digests(label, ref_label, digests, ref_digests, tol)
+        partial = _compiled_optimizer(rec) or _compiled_optimizer(ref_rec)
+        pair = compare_digests(label, ref_label, digests, ref_digests, tol, partial=partial)
         # Random ops matter only when the gradients differ (equal draws agree, e.g. --parity): the
         # graphs and trace log are read then, not on every compare.
         why = "" if pair.agrees else _why_not_comparable(rec, ref_rec)

@@ -82,4 +82,9 @@ def test_a_2000_step_job_runs_through_run_gate_baseline_and_gate(tmp_path):
     errors = [c["check"] for c in json.loads(strict.stdout)["checks"] if c["outcome"] == "error"]
     assert errors == ["max-regression", "max-regression:p90"]
     wide = _report("gate", run, "--baseline", baseline, "--max-regression", "200%", "--max-regression", "p90:200%", cwd=tmp_path)
-    assert wide.returncode == 0, wide.stdout[-3000:]
+    # A PASS rests on the baseline's steps not having been slowed: where the gate says they waited
+    # for a CPU half their runnable time or more (a busy CI runner: 52% seen), INCONCLUSIVE, never a FAIL.
+    if wide.returncode == 5:
+        assert "load: the baseline's median step waited for a CPU" in wide.stdout and "FAIL" not in wide.stdout, wide.stdout[-3000:]
+    else:
+        assert wide.returncode == 0, wide.stdout[-3000:]

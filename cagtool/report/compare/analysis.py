@@ -42,6 +42,7 @@ from cagtool.record.schema import (
 from cagtool.report.figures.intervals import MIN_SIGN_BLOCKS, RatioInterval, method_words, paired_ratios, ratio_interval
 from cagtool.report.figures.metrics import (
     CpuWait,
+    heavy_load_bound,
     load_range,
     step_losses,
 )
@@ -90,9 +91,10 @@ class Speedup:
     # slowdown / the mode's, metrics.CpuWait), when both sides were measured; 1.0: equal load.
     # The CPU-bound model's: a lower bound of the load's effect (load_range).
     load_factor: float | None = None
-    # Whether the mode's and the baseline's median steps waited for a CPU HEAVY_WAIT or more of
-    # their runnable time: then the wait alone no longer bounds what the load did to them.
-    heavy_load: tuple[bool, bool] = (False, False)
+    # For the mode and the baseline whose median step waited for a CPU HEAVY_WAIT or more of its
+    # runnable time, the most the load may have slowed it (heavy_load_bound: beyond half, the wait
+    # alone no longer says what the load did); None for a side that waited less.
+    heavy_load: tuple[float | None, float | None] = (None, None)
 
     @property
     def label(self) -> str:
@@ -107,14 +109,23 @@ class Speedup:
     def load_too_heavy(self) -> bool:
         """Whether a side the verdict rests on waited too long for a CPU to be judged: the baseline
         for "faster" (its steps may have been slowed more than measured), the mode for "slower",
-        either for an inconclusive one (a real difference may be hidden). A heavy load on the side
-        the verdict goes against only made it harder to reach, and it stands. On CPU time as on wall
+        unless the verdict holds had the load slowed that side as much as it may have; either side
+        for an inconclusive one (a real difference may be hidden). A heavy load on the side the
+        verdict goes against only made it harder to reach, and it stands. On CPU time as on wall
         time: a step that waited that long lost its caches to the neighbours, and its CPU time grew
         (2.0x measured for an unchanged job beside six busy loops, docs/ci.md)."""
-        if self.ratio is None or self.low is None or self.high is None or not any(self.heavy_load):
+        if self.ratio is None or self.low is None or self.high is None or self.heavy_load == (None, None):
             return False
-        mode_heavy, baseline_heavy = self.heavy_load
-        return {ABOVE: baseline_heavy, BELOW: mode_heavy, INCONCLUSIVE: mode_heavy or baseline_heavy}.get(self._plain, False)
+        mode_bound, baseline_bound = self.heavy_load
+        plain = self._plain
+        if plain == INCONCLUSIVE:
+            return True
+        # "faster" rests on the baseline's steps, "slower" on the mode's: the speedup had the load
+        # slowed that side by its bound (the baseline's time over the mode's).
+        g = {ABOVE: 1 / baseline_bound if baseline_bound else None, BELOW: mode_bound}.get(plain)
+        if g is None:
+            return False
+        return speedup_verdict(self.ratio * g, self.low * g, self.high * g, min(self.steady_steps), 1.0) != plain
 
     @property
     def load_changes_verdict(self) -> bool:
@@ -223,8 +234,9 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
         note = "from a mode that did not finish cleanly"
     ratio = interval.ratio if interval is not None else b.median_s / m.median_s
     load_factor = None
-    heavy = tuple(column.cpu_wait is not None and column.cpu_wait.step_fraction >= HEAVY_WAIT for column in (mode, baseline))
     on_cpu = interval is not None and interval.measure == "cpu"
+    heavy = tuple(heavy_load_bound(column.cpu_wait.step_fraction, "cpu" if on_cpu else "wall")
+                  if column.cpu_wait is not None and column.cpu_wait.step_fraction >= HEAVY_WAIT else None for column in (mode, baseline))
     if mode.cpu_wait is not None and baseline.cpu_wait is not None:
         load_factor = baseline.cpu_wait.slowdown / mode.cpu_wait.slowdown
         if abs(math.log(load_factor)) >= LOAD_NEGLIGIBLE:
@@ -236,7 +248,8 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
     if any(heavy):
         busy = " and ".join(label for label, is_heavy in zip((mode_label, baseline_label), heavy) if is_heavy)
         words = (f"{busy}'s median step waited for a CPU {HEAVY_WAIT:.0%} or more of its runnable time: beyond that, the load can "
-                 "slow a step far more than the wait alone says, its CPU time included, so only a verdict the load worked against stands")
+                 f"slow a step far more than the wait alone says, its CPU time included (up to {max(b for b in heavy if b):.2g}x here), "
+                 "so only a verdict that holds even so stands")
         note = f"{note}; {words}" if note else words
     return Speedup(
         mode=mode_label,

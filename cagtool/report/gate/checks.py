@@ -13,7 +13,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from cagtool.errors import UsageError
 from cagtool.report.figures.pooled import ABOVE, BELOW, HEAVY_WAIT, INCONCLUSIVE, MIN_STEADY_STEPS, TOO_FEW_STEPS, speedup_verdict
@@ -27,7 +27,7 @@ from cagtool.report.figures.intervals import (
     method_words,
     ratio_interval,
 )
-from cagtool.report.figures.metrics import load_range
+from cagtool.report.figures.metrics import heavy_load_bound, load_range
 
 RECOMPILE_KINDS: dict[str, str] = {
     "total": "recompiles",  # CA recompiles + Dynamo recompiles
@@ -396,7 +396,11 @@ class MinSpeedupCheck:
         # only to a run that has fewer blocks (more of them would not narrow a load's effect).
         blocks = min((s.sample.repetitions for s in (num, den) if s is not None and s.sample is not None), default=1)
         rerun = "rerun on a quieter runner" + (", or with --repeat 5" if blocks < 5 else "")
-        decided = _load_decides(f"{self.name} ({pair})", outcome, load, corrected, rests_on, rerun)
+        def slowed(side: str, f: float) -> Outcome:
+            g = 1 / f if side == t.denominator else f  # the speedup is the denominator's time over the numerator's
+            return _SPEEDUP_OUTCOME.get(speedup_verdict(mid * g, low * g, high * g, steady, t.minimum), Outcome.PASS)
+
+        decided = _load_decides(f"{self.name} ({pair})", outcome, load, corrected, rests_on, rerun, slowed, interval.measure)
         notes += decided.notes
         warnings += decided.warnings
         if decided.outcome is not outcome:
@@ -420,15 +424,18 @@ class LoadDecision:
 
 
 def _load_decides(check: str, outcome: Outcome, load: tuple[float, str] | None, corrected: list[Outcome],
-                  rests_on: list[tuple[str, StepTimeSnapshot | None]], rerun: str) -> LoadDecision:
+                  rests_on: list[tuple[str, StepTimeSnapshot | _Waited | None]], rerun: str,
+                  slowed: Callable[[str, float], Outcome], measure: str) -> LoadDecision:
     """The load's say on `outcome`, the verdict on the figures. `corrected`: the verdict on the
     interval corrected by each end of the load's range (load_range); `rests_on`: the sides the
-    outcome rests on (this run for a FAIL, the baseline for a PASS; both for an inconclusive one).
+    outcome rests on (this run for a FAIL, the baseline for a PASS; both for an inconclusive one);
+    `slowed(side, f)`: the outcome had `side`'s figures been f times what the code alone gave.
     A FAIL or a PASS that the correction would turn, or that rests on a side whose median step
-    waited for a CPU HEAVY_WAIT of its runnable time or more (beyond that the wait no longer bounds
-    what the load did to a step of several threads: docs/ci.md), cannot tell the code's effect from
-    the machine's: INCONCLUSIVE, never a pass and never a fail, with a warning that says why. A
-    load difference that changes nothing is a note."""
+    waited for a CPU HEAVY_WAIT of its runnable time or more and would turn had the load slowed
+    that side as much as it may have (heavy_load_bound on `measure`: beyond half a wait the wait
+    no longer tells what the load did, docs/ci.md), cannot tell the code's effect from the
+    machine's: INCONCLUSIVE, never a pass and never a fail, with a warning that says why. A load
+    that changes nothing is a note."""
     notes: list[str] = []
     warnings: list[str] = []
     reasons: list[str] = []
@@ -441,10 +448,20 @@ def _load_decides(check: str, outcome: Outcome, load: tuple[float, str] | None, 
         else:
             warnings.append(f"{check}: {words}, and without that difference the check would {_WOULD[_side(other)]}: {rerun}")
             reasons.append("the load alone could explain it")
-    heavy = _heavy_load(check, rests_on)
-    if heavy:
-        warnings.append(heavy)
-        reasons.append("it rests on steps that waited for a CPU half their runnable time or more")
+    for side, snap in rests_on:
+        if snap is None or snap.cpu_wait is None or snap.cpu_wait < HEAVY_WAIT:
+            continue
+        bound = heavy_load_bound(snap.cpu_wait, measure)
+        waited = (f"{check}: load: {side}'s {getattr(snap, 'span', 'median step')} waited for a CPU {snap.cpu_wait:.0%} of its "
+                  f"runnable time: beyond half, the load can slow a step far more than the wait alone says, its CPU time included "
+                  f"(a step that waits that long loses its caches to the neighbours), up to {bound:.2g}x on "
+                  f"{'CPU time' if measure == 'cpu' else 'wall time'}")
+        if settled and _side(slowed(side, bound)) == _side(outcome):
+            notes.append(f"{waited}, and the outcome holds even so")  # the load at its most would not turn it
+            continue
+        warnings.append(f"{waited}, so the machine's load, not the code, may have decided the outcome: rerun on a quieter runner")
+        if settled:
+            reasons.append("it rests on steps that waited for a CPU half their runnable time or more")
     if settled and reasons:
         return LoadDecision(Outcome.INCONCLUSIVE, "the machine's load, not the code, may have decided it: " + " and ".join(reasons), notes, warnings)
     return LoadDecision(outcome, "", notes, warnings)
@@ -460,15 +477,17 @@ class _Waited:
 
 def _regression_load(check: str, verdict: RegressionVerdict, cur: StepTimeSnapshot | _Waited | None, base: StepTimeSnapshot | _Waited | None,
                      interval: tuple[float, float, float], samples: int, bounds: tuple[float, float], data: dict[str, Any],
-                     model: bool) -> tuple[RegressionVerdict, LoadDecision]:
+                     measure: str) -> tuple[RegressionVerdict, LoadDecision]:
     """A regression check's verdict (now / baseline) with the machine's load taken into account
-    (_load_decides), from each side's steady-step wait; `model`: correct the interval by the load
-    model too (a wall-time figure). A FAIL rests on this run's steps being slow, a PASS on the
-    baseline's not having been; the half-wait rule holds on any measure (a step that waited half
-    its runnable time or more lost its caches to the neighbours, its CPU time grew: docs/ci.md).
-    `data` gets `load_factor`, and `load_decided` with the figures' verdict where the load turned it."""
+    (_load_decides), from each side's wait; the load model's correction is for wall time (waiting
+    does not lengthen a step's CPU time), the half-wait rule holds on any measure (a step that
+    waited half its runnable time or more lost its caches to the neighbours, its CPU time grew:
+    docs/ci.md). A FAIL rests on this run's steps being slow, a PASS on the baseline's not having
+    been. `data` gets `load_factor`, and `load_decided` with the figures' verdict where the load
+    turned it."""
     ratio, low, high = interval
     allowed, improved = bounds
+    model = measure != "cpu"
     load = _load_effect(cur.cpu_wait if cur else None, base.cpu_wait if base else None, "this run", "the baseline") if model else None
     corrected: list[Outcome] = []
     if load is not None:
@@ -476,7 +495,11 @@ def _regression_load(check: str, verdict: RegressionVerdict, cur: StepTimeSnapsh
         corrected = [regression_verdict(ratio / f, low / f, high / f, samples, allowed, improved).outcome for f in load_range(load[0])]
     rests_on = {Outcome.FAIL: [("this run", cur)], Outcome.PASS: [("the baseline", base)], Outcome.IMPROVED: [("the baseline", base)]}.get(
         verdict.outcome, [("this run", cur), ("the baseline", base)])
-    decided = _load_decides(check, verdict.outcome, load, corrected, rests_on, "rerun on a quieter runner")
+    def slowed(side: str, f: float) -> Outcome:
+        g = 1 / f if side == "this run" else f
+        return regression_verdict(ratio * g, low * g, high * g, samples, allowed, improved).outcome
+
+    decided = _load_decides(check, verdict.outcome, load, corrected, rests_on, "rerun on a quieter runner", slowed, measure)
     if decided.outcome is not verdict.outcome:
         data["verdict"], data["load_decided"] = INCONCLUSIVE, verdict.verdict
         verdict = RegressionVerdict(decided.outcome, INCONCLUSIVE)
@@ -488,21 +511,6 @@ def _side(outcome: Outcome) -> str:
 
 
 _WOULD = {"fail": "FAIL", "pass": "pass", "inconclusive": "be inconclusive"}
-
-
-def _heavy_load(check: str, sides: list[tuple[str, StepTimeSnapshot | None]]) -> str:
-    """A warning when a side an outcome rests on waited for a CPU HEAVY_WAIT or more of its
-    runnable time at its median step: beyond that the wait no longer bounds what the load did to a
-    step of several threads (compare reads such a speedup as "load differed"; docs/ci.md); ""
-    otherwise."""
-    heavy = [(side, st) for side, st in sides if st is not None and st.cpu_wait is not None and st.cpu_wait >= HEAVY_WAIT]
-    if not heavy:
-        return ""
-    waits = ", ".join(f"{side}'s {getattr(st, 'span', 'median step')} waited for a CPU {st.cpu_wait:.0%} of its runnable time"
-                      for side, st in heavy)
-    return (f"{check}: load: {waits}: beyond half, the load can slow a step far more than the wait alone says, its CPU time "
-            "included (a step that waits that long loses its caches to the neighbours), so the machine's load, not the code, "
-            "may have decided the outcome: rerun on a quieter runner")
 
 
 def _load_effect(wait: float | None, other_wait: float | None, side: str, other_side: str) -> tuple[float, str] | None:
@@ -772,7 +780,7 @@ class StepTimeRegressionCheck(_TimeCheck):
         }
         # Waiting for a CPU does not lengthen CPU time: the load model's correction is a wall-time one.
         verdict, decided = _regression_load(f"{self.name} ({self.mode})", verdict, cur, base, (r.ratio, r.low, r.high), samples,
-                                            (allowed, improved), data, model=r.measure != "cpu")
+                                            (allowed, improved), data, r.measure)
         notes += decided.notes
         warnings: list[str] = list(decided.warnings)
         if "load_decided" in data:
@@ -859,7 +867,7 @@ class CompileTimeRegressionCheck(_TimeCheck):
             waits = [_Waited(snap.compile_wait) if snap.compile_wait is not None
                      else _Waited(snap.step_time.cpu_wait if snap.step_time else None, "median step") for snap in (current, previous)]
             verdict, decided = _regression_load(f"{self.name} ({self.mode})", verdict, waits[0], waits[1],
-                                                (ratio, low, high), MIN_STEADY_STEPS, (allowed, improved), data, model=True)
+                                                (ratio, low, high), MIN_STEADY_STEPS, (allowed, improved), data, "wall")
             notes += decided.notes
             warnings += decided.warnings
             if "load_decided" in data:

@@ -17,8 +17,28 @@ def cagtool(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subproc
     return cagtool_in_process(*args, cwd=cwd, env=env)
 
 
-def gate_json(*args: str, cwd: Path, code: int) -> dict:
+# A timing check the machine's load decided keeps the verdict its figures gave (`load_decided`):
+# the outcome that verdict is, by the check's direction (a speedup's "above" is a pass).
+_FIGURES_OUTCOME = {"above": "fail", "below": "pass"}
+
+
+def gate_json(*args: str, cwd: Path, code: int, load_may_decide: bool = False) -> dict:
+    """The gate's JSON, its exit code `code`. `load_may_decide`: a gate of a real recording, whose
+    timing checks a busy runner may make INCONCLUSIVE (exit 5) where the machine's load, not the
+    code, may have decided them (a side that waited for a CPU half its runnable time or more,
+    docs/ci.md): accepted only with the gate's reason in each such check (`load_decided` and a
+    load warning), each then read as the outcome its figures gave, so the caller's assertions
+    still hold the figures to the expected verdict."""
     proc = cagtool("gate", "--format", "json", *args, cwd=cwd)
+    if load_may_decide and proc.returncode == 5 and code in (0, 1):
+        data = json.loads(proc.stdout)
+        decided = [c for c in data["checks"] if c["outcome"] == "inconclusive"]
+        assert decided, proc.stdout
+        for check in decided:
+            assert "load_decided" in check["data"] and any("waited for a CPU" in w for w in check["warnings"]), proc.stdout
+            figures = check["data"]["load_decided"]
+            check["outcome"] = {"above": "pass", "below": "fail"}[figures] if check["check"] == "min-speedup" else _FIGURES_OUTCOME[figures]
+        return data
     assert proc.returncode == code, proc.stdout + proc.stderr
     return json.loads(proc.stdout)
 

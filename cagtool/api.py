@@ -93,7 +93,7 @@ class Capture:
             cwd=os.getcwd(),
             modes=["ca"],
             versions=versions,
-            machine=machine_info(),
+            machine=machine_info(reference=False),  # this is the user's process: no reference loop in it
             options={"backend": self.backend, "dynamic": self.dynamic, "python_api": True, "reset": self.reset},
         )
         write_run_meta(run_dir, self._meta)

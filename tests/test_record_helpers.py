@@ -26,7 +26,13 @@ def test_versions_and_machine_name_the_same_keys_everywhere():
     without = record_versions(None)
     assert list(without) == ["cagtool", "depyf", "python"] and without["cagtool"] == cagtool.__version__
     assert list(record_versions("2.13.0")) == ["cagtool", "torch", "depyf", "python"]
-    assert set(machine_info()) == {"hostname", "platform", "processor", "cpu_count", "python"}
+    machine = machine_info()
+    assert set(machine) == {"hostname", "platform", "processor", "cpu_model", "cpu_count", "python", "reference_loop_s"}
+    assert set(machine_info(reference=False)) == set(machine) - {"reference_loop_s"}
+    # The reference loop: a positive number of CPU seconds within the bounds the gate accepts.
+    assert 1e-5 < machine["reference_loop_s"] < 10.0
+    if os.path.exists("/proc/cpuinfo"):
+        assert machine["cpu_model"]  # x86's "model name" (or arm64's "Model") is read
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="Linux /proc")

@@ -6,6 +6,7 @@ import os
 import platform
 import socket
 import sys
+import time
 
 
 def record_versions(torch_version: str | None) -> dict[str, str]:
@@ -32,12 +33,51 @@ def imported_torch_version() -> str:
     return torch.__version__
 
 
-def machine_info() -> dict[str, object]:
-    """The machine, as `cagtool gate` compares a baseline's with a run's."""
-    return {
+def machine_info(reference: bool = True) -> dict[str, object]:
+    """The machine, as `cagtool gate` compares a baseline's with a run's. `reference`: time the
+    reference loop too (reference_loop_s), not done in a process whose job is watched (the API's)."""
+    info: dict[str, object] = {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
+        "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "python": sys.version.split()[0],
     }
+    if reference:
+        info["reference_loop_s"] = reference_loop_s()
+    return info
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), which platform.processor() does not give on
+    Linux: two runners of one pool can differ in it and in speed; "" where not known."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith(("model name", "Model")):  # x86 / arm64
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+# The reference loop: about 1.5 ms of the interpreter's integer arithmetic on a 2026 x86 core.
+_REFERENCE_ITERATIONS = 30_000
+_REFERENCE_TRIES = 15
+
+
+def reference_loop_s() -> float:
+    """The CPU seconds a fixed pure-Python loop takes on this machine now: the third fastest of
+    15 tries, in this thread's CPU time. Waiting for a CPU is not in it, nor (the loop fits in the
+    first-level cache) a busy neighbour's use of memory; the CPU's model and clock, a neighbour on
+    the sibling hardware thread and a VM's stolen time are. The gate reads the ratio of a run's
+    to its baseline's as the machine's own speed difference (docs/ci.md)."""
+    times = []
+    for _ in range(_REFERENCE_TRIES):
+        start = time.thread_time()
+        total = 0
+        for i in range(_REFERENCE_ITERATIONS):
+            total += i * i % 7
+        times.append(time.thread_time() - start)
+    return round(sorted(times)[2], 7)

@@ -671,10 +671,15 @@ class RunComparison:
             va, vb = a.versions.get(key), b.versions.get(key)
             if va and vb and va != vb:
                 found.append(f"{key} differs: A {va}, B {vb}")
-        machine_a = (a.machine.get("hostname"), a.machine.get("cpu_count"), a.machine.get("processor"))
-        machine_b = (b.machine.get("hostname"), b.machine.get("cpu_count"), b.machine.get("processor"))
+        machine_a = (a.machine.get("hostname"), a.machine.get("cpu_count"), a.machine.get("processor"), a.machine.get("cpu_model"))
+        machine_b = (b.machine.get("hostname"), b.machine.get("cpu_count"), b.machine.get("processor"), b.machine.get("cpu_model"))
         if a.machine and b.machine and machine_a != machine_b:
             found.append("the runs were recorded on different machines: their timings do not compare")
+        loop_a, loop_b = a.machine.get("reference_loop_s"), b.machine.get("reference_loop_s")
+        if isinstance(loop_a, float) and isinstance(loop_b, float) and loop_a > 0 and loop_b > 0 and abs(math.log(loop_b / loop_a)) >= math.log(1.10):
+            how = f"{loop_b / loop_a:.2f}x slower" if loop_b > loop_a else f"{loop_a / loop_b:.2f}x faster"
+            found.append(f"B's machine ran cagtool's reference loop {how} than A's ({loop_b * 1e3:.2f} ms against {loop_a * 1e3:.2f} ms "
+                         "of CPU): the machine alone can make B's timings differ by as much")
         for key in ("backend", "dynamic", "warm_cache"):
             va, vb = a.options.get(key), b.options.get(key)
             if va != vb and (va is not None or vb is not None):

@@ -34,7 +34,8 @@ BASELINE_VERSION = 1
 DEFAULT_BASELINE_FILE = "cagtool-baseline.json"
 
 # Machine keys that differ between two CI runners of the same kind: never a reason to warn.
-_VOLATILE_MACHINE_KEYS = frozenset({"hostname", "host", "node", "user", "pid", "boot_time", "uptime_s", "load_avg"})
+# Not compared as they are: a name, or a figure the gate judges by its own rule (reference_loop_s).
+_VOLATILE_MACHINE_KEYS = frozenset({"hostname", "host", "node", "user", "pid", "boot_time", "uptime_s", "load_avg", "reference_loop_s"})
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,10 @@ class ModeSnapshot:
     # The largest share of its runnable time a process waited for a CPU before its steady steps,
     # the span its compile time was measured in (metrics.compile_wait); None where not measured.
     compile_wait: float | None = None
+    # The machine's reference loop where the run (or the baseline's newest run) was recorded, CPU
+    # seconds (capture/versions.py reference_loop_s; `machine` in run.json and the baseline file,
+    # not a mode's figure): the gate's measure of a speed difference between the two machines.
+    reference_loop_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.ca_recompiles is None:
@@ -136,11 +141,29 @@ def snapshot_of(column: ModeColumn) -> ModeSnapshot:
     )
 
 
+# A reference loop outside these bounds (seconds) is not one cagtool timed: a forged or damaged field.
+_REFERENCE_BOUNDS = (1e-5, 10.0)
+
+
+def reference_loop_of(machine: dict[str, Any], where: str) -> float | None:
+    """The machine's `reference_loop_s`, None where not recorded (records and baselines from before
+    it, the Python API's); UnreadableInput for a value cagtool cannot have written (not a number of
+    seconds in _REFERENCE_BOUNDS): a forged figure would otherwise excuse or fake a slowdown."""
+    value = machine.get("reference_loop_s")
+    if value is None:
+        return None
+    low, high = _REFERENCE_BOUNDS
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise UnreadableInput(f"{where}: machine.reference_loop_s is {value!r}, not a reference loop's CPU seconds ({low:g}-{high:g} s)")
+    return float(value)
+
+
 def run_snapshots(run: RunRecord) -> dict[str, ModeSnapshot]:
     """Base mode (eager, aot, ca) -> snapshot; repetitions (`ca.2`...) are pooled into their mode."""
     snapshots = {}
+    reference = reference_loop_of(run.meta.machine, f"run {run.path}")
     for name, column in mode_columns(run).items():
-        snap = snapshot_of(column)
+        snap = replace(snapshot_of(column), reference_loop_s=reference)
         records = [rec for record_name in column.records if (rec := run.modes.get(record_name)) is not None]
         problems = tuple(p for rec in records for p in process_problems(rec))
         if problems:
@@ -515,6 +538,8 @@ def load_baseline(path: str | Path) -> Baseline:
         document = msgspec.convert({**data, "modes": {}}, _BaselineFile)
     except msgspec.ValidationError as exc:
         raise UnreadableInput(f"baseline {path} is malformed: {exc}") from None
+    reference = reference_loop_of(document.machine, f"baseline {path}")
+    snapshots = {name: replace(snap, reference_loop_s=reference) for name, snap in snapshots.items()}
     return Baseline(
         modes=snapshots,
         versions=document.versions,

@@ -477,7 +477,7 @@ class _Waited:
 
 def _regression_load(check: str, verdict: RegressionVerdict, cur: StepTimeSnapshot | _Waited | None, base: StepTimeSnapshot | _Waited | None,
                      interval: tuple[float, float, float], samples: int, bounds: tuple[float, float], data: dict[str, Any],
-                     measure: str) -> tuple[RegressionVerdict, LoadDecision]:
+                     measure: str, machine: tuple[float, str] | None = None) -> tuple[RegressionVerdict, LoadDecision]:
     """A regression check's verdict (now / baseline) with the machine's load taken into account
     (_load_decides), from each side's wait; the load model's correction is for wall time (waiting
     does not lengthen a step's CPU time), the half-wait rule holds on any measure (a step that
@@ -500,10 +500,49 @@ def _regression_load(check: str, verdict: RegressionVerdict, cur: StepTimeSnapsh
         return regression_verdict(ratio * g, low * g, high * g, samples, allowed, improved).outcome
 
     decided = _load_decides(check, verdict.outcome, load, corrected, rests_on, "rerun on a quieter runner", slowed, measure)
+    if machine is not None:
+        decided = _machine_decides(check, verdict.outcome, decided, machine, slowed)
+        data["machine_factor"] = machine[0]
     if decided.outcome is not verdict.outcome:
         data["verdict"], data["load_decided"] = INCONCLUSIVE, verdict.verdict
         verdict = RegressionVerdict(decided.outcome, INCONCLUSIVE)
     return verdict, decided
+
+
+# Below a 10% difference in the reference loop, two machines are taken to be as fast: the loop's
+# own spread on one machine is about 2% (docs/ci.md).
+MACHINE_NEGLIGIBLE = math.log(1.10)
+
+
+def machine_effect(current: ModeSnapshot, previous: ModeSnapshot) -> tuple[float, str] | None:
+    """(factor, words): how much slower this run's machine ran the reference loop than the
+    baseline's (capture/versions.py reference_loop_s: the CPU's model, clock, stolen time); None
+    where either was not timed or the difference is under 10%."""
+    now, before = current.reference_loop_s, previous.reference_loop_s
+    if now is None or before is None:
+        return None
+    factor = now / before
+    if abs(math.log(factor)) < MACHINE_NEGLIGIBLE:
+        return None
+    how = f"{factor:.2f}x slower" if factor > 1 else f"{1 / factor:.2f}x faster"
+    return factor, (f"machine: this run's machine ran cagtool's reference loop {how} than the baseline's "
+                    f"({now * 1e3:.2f} ms against {before * 1e3:.2f} ms of CPU): another CPU, or one clocked down or shared, "
+                    "which alone can make the job's time differ by as much")
+
+
+def _machine_decides(check: str, outcome: Outcome, decided: LoadDecision, machine: tuple[float, str],
+                     slowed: Callable[[str, float], Outcome]) -> LoadDecision:
+    """`decided` with the two machines' speed difference weighed: a FAIL or PASS that would turn had
+    this run's machine been as fast as the baseline's is INCONCLUSIVE, with a warning; else a note."""
+    factor, words = machine
+    settled = outcome in (Outcome.FAIL, Outcome.PASS, Outcome.IMPROVED)
+    other = slowed("this run", factor)  # this run's figures as its machine made them: `factor` times the code's
+    if not settled or _side(other) == _side(outcome):
+        return replace(decided, notes=[*decided.notes, words])
+    warning = f"{check}: {words}, and on machines as fast the check would {_WOULD[_side(other)]}: gate against a baseline saved on this kind of runner"
+    why = "the machine's speed alone could explain it"
+    reason = decided.why + " and " + why if decided.why else "the machine, not the code, may have decided it: " + why
+    return LoadDecision(Outcome.INCONCLUSIVE, reason, decided.notes, [*decided.warnings, warning])
 
 
 def _side(outcome: Outcome) -> str:
@@ -780,7 +819,7 @@ class StepTimeRegressionCheck(_TimeCheck):
         }
         # Waiting for a CPU does not lengthen CPU time: the load model's correction is a wall-time one.
         verdict, decided = _regression_load(f"{self.name} ({self.mode})", verdict, cur, base, (r.ratio, r.low, r.high), samples,
-                                            (allowed, improved), data, r.measure)
+                                            (allowed, improved), data, r.measure, machine_effect(current, previous))
         notes += decided.notes
         warnings: list[str] = list(decided.warnings)
         if "load_decided" in data:
@@ -867,7 +906,8 @@ class CompileTimeRegressionCheck(_TimeCheck):
             waits = [_Waited(snap.compile_wait) if snap.compile_wait is not None
                      else _Waited(snap.step_time.cpu_wait if snap.step_time else None, "median step") for snap in (current, previous)]
             verdict, decided = _regression_load(f"{self.name} ({self.mode})", verdict, waits[0], waits[1],
-                                                (ratio, low, high), MIN_STEADY_STEPS, (allowed, improved), data, "wall")
+                                                (ratio, low, high), MIN_STEADY_STEPS, (allowed, improved), data, "wall",
+                                                machine_effect(current, previous))
             notes += decided.notes
             warnings += decided.warnings
             if "load_decided" in data:

@@ -406,6 +406,13 @@ def test_compare_runs_notes_what_makes_runs_incomparable():
     assert any("different commands" in n for n in notes)
     assert any("different machines" in n for n in notes)
     assert "note: the runs were recorded on different machines" in rendered(compare_runs(before, after), "table")
+    # One machine that ran the reference loop 1.6x slower than the other (a CPU clocked down).
+    before.meta.machine, after.meta.machine = {"hostname": "r", "reference_loop_s": 0.0015}, {"hostname": "r", "reference_loop_s": 0.0024}
+    assert [n for n in compare_runs(before, after).notes if "reference loop" in n] == [
+        "B's machine ran cagtool's reference loop 1.60x slower than A's (2.40 ms against 1.50 ms of CPU): the machine alone can make "
+        "B's timings differ by as much"]
+    after.meta.machine = {"hostname": "r", "reference_loop_s": 0.00155}
+    assert not any("reference loop" in n for n in compare_runs(before, after).notes)  # 3% apart: the loop's own spread
 
 
 def test_repetitions_that_differ_point_at_an_unseeded_script():

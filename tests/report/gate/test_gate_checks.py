@@ -774,3 +774,53 @@ def test_compile_time_is_judged_against_the_wait_where_the_compile_ran():
     assert loaded.outcome is Outcome.INCONCLUSIVE
     assert any("this run's compile (its process before its steady steps) waited for a CPU 72%" in w for w in loaded.warnings)
     assert check.evaluate({"ca": replace(_waiting(figures, 0.72), compile_wait=0.05)}, base).outcome is Outcome.FAIL
+
+
+def _on(s: ModeSnapshot, reference_ms: float) -> ModeSnapshot:
+    return replace(s, reference_loop_s=reference_ms / 1e3)
+
+
+def test_a_regression_a_slower_machine_alone_could_explain_is_inconclusive():
+    """A baseline saved on a faster runner: this run's machine ran the reference loop 1.6x slower.
+    A +50% step time it alone could explain is INCONCLUSIVE, with a warning naming both machines'
+    loops; a 4x slowdown beyond it still FAILs (a note says the machines differ); under 10% apart
+    the machines are taken as one. On compile time too."""
+    check = StepTimeRegressionCheck(TimeThreshold(25, "%"), "ca")
+    base = {"ca": _on(snap(median=0.010, spread=0.02, count=200), 1.5)}
+    slower = check.evaluate({"ca": _on(snap(median=0.015, spread=0.02, count=200, seed=3), 2.4)}, base)
+    assert slower.outcome is Outcome.INCONCLUSIVE and not slower.failed and slower.data["load_decided"] == "above"
+    assert slower.data["machine_factor"] == pytest.approx(1.6)
+    assert slower.warnings == [
+        "max-regression (ca): machine: this run's machine ran cagtool's reference loop 1.60x slower than the baseline's (2.40 ms "
+        "against 1.50 ms of CPU): another CPU, or one clocked down or shared, which alone can make the job's time differ by as much, "
+        "and on machines as fast the check would pass: gate against a baseline saved on this kind of runner"]
+    assert "inconclusive, the machine, not the code, may have decided it: the machine's speed alone could explain it" in slower.message
+    same = check.evaluate({"ca": _on(snap(median=0.015, spread=0.02, count=200, seed=3), 1.5)}, base)
+    assert same.outcome is Outcome.FAIL  # the same figures on machines alike
+    far = check.evaluate({"ca": _on(snap(median=0.040, spread=0.02, count=200, seed=3), 2.4)}, base)
+    assert far.outcome is Outcome.FAIL and not far.warnings and any(n.startswith("machine: this run's machine ran") for n in far.notes)
+    # A faster machine hides a regression: a PASS it alone could explain is not claimed.
+    hidden = check.evaluate({"ca": _on(snap(median=0.0105, spread=0.02, count=200, seed=3), 0.9)}, base)
+    assert hidden.outcome is Outcome.INCONCLUSIVE and "the check would FAIL" in hidden.warnings[0] and "1.67x faster" in hidden.warnings[0]
+    close = check.evaluate({"ca": _on(snap(median=0.015, spread=0.02, count=200, seed=3), 1.6)}, base)
+    assert close.outcome is Outcome.FAIL and "machine_factor" not in close.data
+    unknown = check.evaluate({"ca": snap(median=0.015, spread=0.02, count=200, seed=3)}, base)
+    assert unknown.outcome is Outcome.FAIL and "machine_factor" not in unknown.data
+    compile_check = CompileTimeRegressionCheck(TimeThreshold(25, "%"), "ca")
+    cbase = {"ca": _on(replace(snap(compile_s=2.4), compile_time_samples_s=(2.3, 2.4, 2.5, 2.4, 2.45)), 1.5)}
+    ccur = replace(snap(compile_s=3.6), compile_time_samples_s=(3.5, 3.6, 3.7, 3.6, 3.65))
+    assert compile_check.evaluate({"ca": _on(ccur, 1.5)}, cbase).outcome is Outcome.FAIL
+    assert compile_check.evaluate({"ca": _on(ccur, 2.4)}, cbase).outcome is Outcome.INCONCLUSIVE
+
+
+@pytest.mark.parametrize("value", ["fast", -1.0, 0.0, 1e300, True, float("nan")])
+def test_a_forged_reference_loop_in_a_baseline_is_refused(tmp_path, value):
+    from cagtool.report.gate.baseline import Baseline, save_baseline
+
+    path = save_baseline(Baseline(modes={"ca": snap()}, target={"name": "t.py"}, versions={}, machine={"reference_loop_s": 0.0015}), tmp_path / "b.json")
+    assert load_baseline(path).modes["ca"].reference_loop_s == pytest.approx(0.0015)
+    data = json.loads(path.read_text())
+    data["machine"]["reference_loop_s"] = value
+    path.write_text(json.dumps(data))
+    with pytest.raises(UnreadableInput, match="machine.reference_loop_s is .*not a reference loop's CPU seconds"):
+        load_baseline(path)

@@ -25,6 +25,7 @@ from cagtool.report.figures.intervals import (
     compile_sample,
     measure_of,
     method_words,
+    outlier_words,
     ratio_interval,
 )
 from cagtool.report.figures.metrics import heavy_load_bound, load_range
@@ -333,7 +334,10 @@ def evidence_note(interval: RatioInterval, outcome: Outcome, distance: float) ->
     """What a timing check's outcome rests on, and for an inconclusive one what would resolve it:
     `distance`, the log-distance between the ratio and the bound the interval failed to clear."""
     words = "evidence: " + method_words(interval)
-    if outcome is Outcome.INCONCLUSIVE:
+    if outcome is Outcome.INCONCLUSIVE and interval.outliers:
+        # More processes would not say which conditions the job runs under: a rerun does.
+        words += "; a process set apart, not the number of processes, keeps it from a verdict: rerun"
+    elif outcome is Outcome.INCONCLUSIVE:
         needed = interval.processes_needed(abs(distance))
         if needed is None and not interval.measured:
             words += "; measure the run-to-run noise first: 5 processes a side (run --repeat 5, baseline save from such a run)"
@@ -674,12 +678,27 @@ def _range_text(interval: RatioInterval) -> str:
     return f" ({_ci_name(interval)} {change_text(interval.low)}..{change_text(interval.high)})"
 
 
-def _interval_data(interval: RatioInterval) -> dict[str, Any]:
-    """The interval's evidence for --format json: what it rests on, and the A/A noise."""
+def _interval_data(interval: RatioInterval, sides: tuple[str, str] = ("run", "baseline")) -> dict[str, Any]:
+    """The interval's evidence for --format json: what it rests on, the A/A noise, and the processes
+    set apart from their side (`sides`: the names of the ratio's top and bottom)."""
     return {
         "measure": interval.measure, "method": interval.method, "units": list(interval.units), "unit": interval.unit,
         "confidence": interval.confidence, "noise_measured": interval.measured, "run_to_run_noise": interval.spread,
+        "outliers": [{"side": sides[0] if o.side == "top" else sides[1], "process": o.process, "times_others": o.factor}
+                     for o in interval.outliers],
     }
+
+
+def _outlier_warnings(check: str, interval: RatioInterval, figure: str) -> list[str]:
+    """A warning per process set apart from its side (report.figures.intervals.OUTLIER_NOISES): it
+    ran under other conditions than the others, and no count of processes tells which conditions
+    the job's figure is; the check is on the agreeing processes, stretched to its reading."""
+    found = []
+    for o, words in zip(interval.outliers, outlier_words(interval, "this run", "the baseline", figure)):
+        rerun = "rerun on a quieter runner" if o.side == "top" else "save the baseline again from a run on a quieter runner"
+        found.append(f"{check}: {words}: it ran under other conditions than they did (a busy machine, another input), so the "
+                     f"interval is theirs stretched to its reading, and only a verdict that holds on both stands: {rerun}")
+    return found
 
 
 def _machine_too_noisy(interval: RatioInterval, allowed: float) -> str:
@@ -756,8 +775,9 @@ class StepTimeRegressionCheck(_TimeCheck):
         if len(now) > 1 or len(before) > 1:
             # The change is the interval's estimate from every process's figure (paired blocks, or
             # all pairs), which the two medians beside it need not show, nor even its direction.
+            whose = "the figures of the processes that agree" if r.outliers else "every process's figure"
             detail = (f"{what} {t.field} {_fmt_s(now_s)} vs baseline {_fmt_s(before_s)} (the medians of {len(now)} and "
-                      f"{len(before)} processes): {change_text(r.ratio)} as estimated from every process's figure")
+                      f"{len(before)} processes): {change_text(r.ratio)} as estimated from {whose}")
         if verdict.outcome is Outcome.ERROR:
             return unmeasurable(
                 self.name, self.mode, f"{detail} from only {samples} steady steps (this run {cur.count}, baseline {base.count}): "
@@ -782,7 +802,7 @@ class StepTimeRegressionCheck(_TimeCheck):
         verdict, decided = _regression_load(f"{self.name} ({self.mode})", verdict, cur, base, (r.ratio, r.low, r.high), samples,
                                             (allowed, improved), data, r.measure)
         notes += decided.notes
-        warnings: list[str] = list(decided.warnings)
+        warnings: list[str] = _outlier_warnings(f"{self.name} ({self.mode})", r, f"{t.field} {what}") + list(decided.warnings)
         if "load_decided" in data:
             message = f"{self.name} ({self.mode}): {detail}: inconclusive, {decided.why}{_range_text(r)}"
         # The tail says nothing beside a median the load decided: it was under the same load.
@@ -834,6 +854,7 @@ class CompileTimeRegressionCheck(_TimeCheck):
         detail = f"total compile time {figure(now, ours)} vs baseline {figure(before, theirs)}: {_pct(change_pct)}"
         data: dict[str, Any] = {"samples": len(ours), "baseline_samples": len(theirs)}
         notes: list[str] = []
+        warnings: list[str] = []
         top, bottom = compile_sample(ours), compile_sample(theirs)
         interval = ratio_interval(top, bottom, "total") if before > 0 and now > 0 and top and bottom else None
         if interval is not None:
@@ -851,6 +872,7 @@ class CompileTimeRegressionCheck(_TimeCheck):
         message = _regression_message(f"{self.name} ({self.mode})", detail, verdict, t, spread)
         if interval is not None:
             notes.append(evidence_note(interval, verdict.outcome, math.log(ratio / allowed)))
+            warnings += _outlier_warnings(f"{self.name} ({self.mode})", interval, "total compile time")
         data.update(
             actual_s=now, baseline_s=before, change_pct=change_pct if math.isfinite(change_pct) else None,
             ratio=ratio if math.isfinite(ratio) else None, allowed_ratio=allowed, verdict=verdict.verdict,
@@ -860,7 +882,6 @@ class CompileTimeRegressionCheck(_TimeCheck):
         # slows a step. The wait of each side's steady steps (the same processes') is the load's
         # measure, by the step-time check's rule (_load_decides): a FAIL or PASS the load could have
         # decided is INCONCLUSIVE (an unchanged job read +76% beside a busier runner's load).
-        warnings: list[str] = []
         if interval is not None:
             # Each side's load is its wait where the compile was measured (before its steady steps),
             # else its steady steps' (a record or baseline without it).

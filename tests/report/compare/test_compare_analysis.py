@@ -544,3 +544,23 @@ def test_the_one_pass_loss_comparison_equals_the_definitions():
         worst_step = max(steps, key=lambda s: relative_difference(val[s], ref[s]))
         expected = (worst_step, relative_difference(val[worst_step], ref[worst_step]), all(tol.agrees(val[s], ref[s]) for s in steps))
         assert _worst_and_agreement(steps, val, ref, tol) == expected, (val, ref)
+
+
+def test_compare_runs_names_a_process_far_from_its_runs_others():
+    """Run A's third ca process ran beside heavy load (its steps 37x the others'), run B has one
+    process: the t interval on A's spread read 7e-06x..1.5e+06x and "3.32x the speed". Now the
+    speed is the agreeing processes' and its interval theirs, stretched to what the odd one reads;
+    the process is named in the evidence, the headline and the JSON."""
+    before = three_modes(ca_ms=8, repeat=3)
+    before.modes["ca.3"] = mode_record("ca.3", [*make_steps([0.05, *steady(8 * 37)], LOSSES), final()])
+    rc = compare_runs(before, three_modes(ca_ms=8))
+    s = next(c for c in rc.changes if c.mode == "ca").speedup
+    assert s.verdict == "inconclusive" and s.ratio == pytest.approx(1.0, rel=0.01)
+    assert 0.3 < s.low < 0.6 and s.high == pytest.approx(37, rel=0.01)  # the agreeing processes' bound; what the odd one reads
+    assert s.blocks_needed is None and "run --repeat" not in s.evidence()
+    assert "process 3 of A ca: its median step time was 37.2x the others'" in s.evidence()
+    assert s.evidence().endswith("rerun on a quieter machine")
+    assert "one process of A took 37.18x the others' time, it ran under other conditions (rerun)" in rendered(rc, "table").replace("\n", " ")
+    speed = json.loads(rendered(rc, "json"))["changes"]["ca"]["speedup"]
+    assert speed["outliers"] == [{"side": "A ca", "process": 3, "times_others": pytest.approx(37.18, rel=1e-3)}]
+    assert 0.01 < speed["low"] < speed["high"] < 100 and speed["interval_units"] == [2, 1]

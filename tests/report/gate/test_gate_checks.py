@@ -774,3 +774,45 @@ def test_compile_time_is_judged_against_the_wait_where_the_compile_ran():
     assert loaded.outcome is Outcome.INCONCLUSIVE
     assert any("this run's compile (its process before its steady steps) waited for a CPU 72%" in w for w in loaded.warnings)
     assert check.evaluate({"ca": replace(_waiting(figures, 0.72), compile_wait=0.05)}, base).outcome is Outcome.FAIL
+
+
+# ------------------------------------------------------------------ a process set apart
+
+def test_one_baseline_process_far_from_the_others_is_named_and_its_bounds_mean_something():
+    """A baseline of three processes, one beside heavy load (its steps 37x the others'): the t
+    interval on the three's spread read `90% CI <-99%..>+9900%` (7e-07..1.3e+05 in JSON) with the
+    advice that no number of processes would resolve it. Now: INCONCLUSIVE on the agreeing
+    processes' interval stretched to the odd one's reading, the process named, JSON finite."""
+    check = StepTimeRegressionCheck(TimeThreshold(10, "%"), "ca")
+    base = timed(None, processes=[series(0.010, 0.02, 50, 1), series(0.0102, 0.02, 50, 2), series(0.37, 0.02, 50, 3)])
+    result = check.evaluate({"ca": timed(None, processes=[series(0.0101, 0.02, 50, 4)])}, {"ca": base})
+    assert result.outcome is Outcome.INCONCLUSIVE and not result.failed
+    assert "<-99%" not in result.message and ">+9900%" not in result.message
+    assert ": +0.0% as estimated from the figures of the processes that agree: inconclusive, the interval (90% CI -97." in result.message
+    assert 0.02 < result.data["low"] < 0.03 and 1.5 < result.data["high"] < 3.0
+    [odd] = result.data["outliers"]
+    assert odd["side"] == "baseline" and odd["process"] == 3 and odd["times_others"] == pytest.approx(36.5, rel=0.02)
+    assert result.data["units"] == [1, 2] and math.isfinite(result.data["run_to_run_noise"])
+    json.dumps(result.data, allow_nan=False)
+    assert result.warnings[0].startswith("max-regression (ca): process 3 of the baseline: its median step time was 36.")
+    assert result.warnings[0].endswith("the others': it ran under other conditions than they did (a busy machine, another input), "
+                                       "so the interval is theirs stretched to its reading, and only a verdict that holds on both "
+                                       "stands: save the baseline again from a run on a quieter runner")
+    assert "too close to the bound" not in result.notes[0] and result.notes[0].endswith("keeps it from a verdict: rerun")
+    # A run far slower than even the odd process still fails; one of four with three that agree
+    # measures the noise on those three.
+    assert check.evaluate({"ca": timed(None, processes=[series(1.5, 0.02, 50, 4)])}, {"ca": base}).outcome is Outcome.FAIL
+    four = timed(None, processes=[series(0.010, 0.02, 50, 1), series(0.0102, 0.02, 50, 2), series(0.0099, 0.02, 50, 5), series(0.37, 0.02, 50, 3)])
+    measured = check.evaluate({"ca": timed(None, processes=[series(0.0101, 0.02, 50, 4)])}, {"ca": four})
+    assert measured.data["method"] == "t" and measured.data["units"] == [1, 3] and measured.data["outliers"][0]["process"] == 4
+
+
+def test_a_compile_time_far_from_the_others_is_named():
+    """Compile times of 2.0, 2.1 and 60 s in the baseline: INCONCLUSIVE on finite bounds, the third
+    named, where the t interval read <-99%..>+9900%."""
+    check = CompileTimeRegressionCheck(TimeThreshold(10, "%"), "ca")
+    result = check.evaluate({"ca": replace(snap(compile_s=2.0), compile_time_samples_s=(2.0,))},
+                            {"ca": replace(snap(compile_s=2.1), compile_time_samples_s=(2.0, 2.1, 60.0))})
+    assert result.outcome is Outcome.INCONCLUSIVE and "<-99%" not in result.message and ">+9900%" not in result.message
+    assert result.data["outliers"][0]["process"] == 3 and 0.01 < result.data["low"] < result.data["high"] < 100
+    assert any(w.startswith("max-compile-regression (ca): process 3 of the baseline: its total compile time was 29.3x the others'") for w in result.warnings)

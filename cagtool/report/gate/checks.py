@@ -456,16 +456,19 @@ def _load_decides(check: str, outcome: Outcome, load: tuple[float, str] | None, 
         if snap is None or snap.cpu_wait is None or snap.cpu_wait < HEAVY_WAIT:
             continue
         bound = heavy_load_bound(snap.cpu_wait, measure)
+        work = getattr(snap, "work", "step")  # what the check times: a step, or a compile
+        included = ", its CPU time included" if work == "step" else ""
         waited = (f"{check}: load: {side}'s {getattr(snap, 'span', 'median step')} waited for a CPU {snap.cpu_wait:.0%} of its "
-                  f"runnable time: beyond half, the load can slow a step far more than the wait alone says, its CPU time included "
-                  f"(a step that waits that long loses its caches to the neighbours), up to {bound:.2g}x on "
+                  f"runnable time: beyond half, the load can slow a {work} far more than the wait alone says{included} "
+                  f"(a {work} that waits that long loses its caches to the neighbours), up to {bound:.2g}x on "
                   f"{'CPU time' if measure == 'cpu' else 'wall time'}")
         if settled and _side(slowed(side, bound)) == _side(outcome):
             notes.append(f"{waited}, and the outcome holds even so")  # the load at its most would not turn it
             continue
         warnings.append(f"{waited}, so the machine's load, not the code, may have decided the outcome: rerun on a quieter runner")
         if settled:
-            reasons.append("it rests on steps that waited for a CPU half their runnable time or more")
+            reasons.append("it rests on steps that waited for a CPU half their runnable time or more" if work == "step" else
+                           f"it rests on a {work} that waited for a CPU half its runnable time or more")
     if settled and reasons:
         return LoadDecision(Outcome.INCONCLUSIVE, "the machine's load, not the code, may have decided it: " + " and ".join(reasons), notes, warnings)
     return LoadDecision(outcome, "", notes, warnings)
@@ -476,23 +479,26 @@ class _Waited:
     """A side's share of waiting for a CPU where what a check compares was measured."""
 
     cpu_wait: float | None
-    span: str = "compile (its process before its steady steps)"
+    span: str = "compile (its process before its steady steps)"  # where the wait was read
+    work: str = "compile"  # what the check times, which the load slows
 
 
 def _regression_load(check: str, verdict: RegressionVerdict, cur: StepTimeSnapshot | _Waited | None, base: StepTimeSnapshot | _Waited | None,
                      interval: tuple[float, float, float], samples: int, bounds: tuple[float, float], data: dict[str, Any],
-                     measure: str) -> tuple[RegressionVerdict, LoadDecision]:
+                     measure: str, timed: str = "steps", where: str = "") -> tuple[RegressionVerdict, LoadDecision]:
     """A regression check's verdict (now / baseline) with the machine's load taken into account
     (_load_decides), from each side's wait; the load model's correction is for wall time (waiting
     does not lengthen a step's CPU time), the half-wait rule holds on any measure (a step that
     waited half its runnable time or more lost its caches to the neighbours, its CPU time grew:
     docs/ci.md). A FAIL rests on this run's steps being slow, a PASS on the baseline's not having
     been. `data` gets `load_factor`, and `load_decided` with the figures' verdict where the load
-    turned it."""
+    turned it. `timed`, `where`: what the figure times and where the waits were read, for the words
+    (_load_effect)."""
     ratio, low, high = interval
     allowed, improved = bounds
     model = measure != "cpu"
-    load = _load_effect(cur.cpu_wait if cur else None, base.cpu_wait if base else None, "this run", "the baseline") if model else None
+    load = (_load_effect(cur.cpu_wait if cur else None, base.cpu_wait if base else None, "this run", "the baseline", timed, where)
+            if model else None)
     corrected: list[Outcome] = []
     if load is not None:
         data["load_factor"] = load[0]  # this run made this much slower than the baseline by waiting alone
@@ -517,11 +523,13 @@ def _side(outcome: Outcome) -> str:
 _WOULD = {"fail": "FAIL", "pass": "pass", "inconclusive": "be inconclusive"}
 
 
-def _load_effect(wait: float | None, other_wait: float | None, side: str, other_side: str) -> tuple[float, str] | None:
+def _load_effect(wait: float | None, other_wait: float | None, side: str, other_side: str, timed: str = "steps",
+                 where: str = "") -> tuple[float, str] | None:
     """(factor, words): how much slower `side`'s steps are than `other_side`'s from waiting for a
     CPU alone (a CPU-bound step that waits a share w of its runnable time takes 1 / (1 - w) as
     long: report.figures.metrics.CpuWait), the model's factor, a lower bound (load_range gives
-    what a torch step measured); None when either was not measured or the difference is under 2%."""
+    what a torch step measured); None when either was not measured or the difference is under 2%. `timed`: what the
+    figure times ("steps", "compile"); `where`: where the waits were read, when not in those."""
     if wait is None or other_wait is None:
         return None
     factor = max(1.0 - other_wait, 1e-3) / max(1.0 - wait, 1e-3)
@@ -529,8 +537,8 @@ def _load_effect(wait: float | None, other_wait: float | None, side: str, other_
         return None
     slower, by = (side, factor) if factor > 1 else (other_side, 1 / factor)
     low, high = load_range(by)
-    return factor, (f"load: {side} waited for a CPU {wait:.0%} of its runnable time, {other_side} {other_wait:.0%}, "
-                    f"which alone can make {slower}'s steps {low:.2f}-{high:.2f}x slower")
+    return factor, (f"load: {side} waited for a CPU {wait:.0%} of its runnable time, {other_side} {other_wait:.0%}{where}, "
+                    f"which alone can make {slower}'s {timed} {low:.2f}-{high:.2f}x slower")
 
 
 def peak_memory(a: ModeSnapshot, b: ModeSnapshot) -> tuple[int, int, str] | None:
@@ -886,9 +894,14 @@ class CompileTimeRegressionCheck(_TimeCheck):
             # Each side's load is its wait where the compile was measured (before its steady steps),
             # else its steady steps' (a record or baseline without it).
             waits = [_Waited(snap.compile_wait) if snap.compile_wait is not None
-                     else _Waited(snap.step_time.cpu_wait if snap.step_time else None, "median step") for snap in (current, previous)]
+                     else _Waited(snap.step_time.cpu_wait if snap.step_time else None,
+                                  "median steady step (its wait stands for its compile's, which was not read)")
+                     for snap in (current, previous)]
+            read = [snap.compile_wait is not None for snap in (current, previous)]
+            where = (" where each compiled" if all(read) else " in their steady steps (no reading where they compiled)" if not any(read)
+                     else f" ({'this run' if read[0] else 'the baseline'} where it compiled, the other in its steady steps)")
             verdict, decided = _regression_load(f"{self.name} ({self.mode})", verdict, waits[0], waits[1],
-                                                (ratio, low, high), MIN_STEADY_STEPS, (allowed, improved), data, "wall")
+                                                (ratio, low, high), MIN_STEADY_STEPS, (allowed, improved), data, "wall", "compile", where)
             notes += decided.notes
             warnings += decided.warnings
             if "load_decided" in data:

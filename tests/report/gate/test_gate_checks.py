@@ -816,3 +816,34 @@ def test_a_compile_time_far_from_the_others_is_named():
     assert result.outcome is Outcome.INCONCLUSIVE and "<-99%" not in result.message and ">+9900%" not in result.message
     assert result.data["outliers"][0]["process"] == 3 and 0.01 < result.data["low"] < result.data["high"] < 100
     assert any(w.startswith("max-compile-regression (ca): process 3 of the baseline: its total compile time was 29.3x the others'") for w in result.warnings)
+
+
+def test_the_compile_checks_load_words_name_the_compile_not_steps():
+    """`--max-compile-regression` judges compile time: its load warnings said "this run's steps
+    3.21-6.48x slower", "the load can slow a step", "it rests on steps that waited". They name the
+    compile, and where each side's wait was read."""
+    check = CompileTimeRegressionCheck(TimeThreshold(10, "%"), "ca")
+    base = replace(_waiting(replace(snap(compile_s=2.4), compile_time_samples_s=(2.3, 2.4, 2.5, 2.4, 2.45)), 0.05), compile_wait=0.1)
+    figures = replace(snap(compile_s=4.2), compile_time_samples_s=(4.1, 4.2, 4.3))
+    loaded = check.evaluate({"ca": replace(_waiting(figures, 0.05), compile_wait=0.72)}, {"ca": base})
+    assert loaded.message.endswith("may have decided it: the load alone could explain it and it rests on a compile that waited for a "
+                                   "CPU half its runnable time or more (90% CI +67.3%..+82.6%)")
+    assert loaded.warnings == [
+        "max-compile-regression (ca): load: this run waited for a CPU 72% of its runnable time, the baseline 10% where each compiled, "
+        "which alone can make this run's compile 3.21-6.48x slower, and without that difference the check would pass: rerun on a quieter runner",
+        "max-compile-regression (ca): load: this run's compile (its process before its steady steps) waited for a CPU 72% of its runnable "
+        "time: beyond half, the load can slow a compile far more than the wait alone says (a compile that waits that long loses its caches "
+        "to the neighbours), up to 46x on wall time, so the machine's load, not the code, may have decided the outcome: rerun on a quieter runner",
+    ]
+    noted = check.evaluate({"ca": replace(_waiting(figures, 0.05), compile_wait=0.30)}, {"ca": base})
+    assert noted.outcome is Outcome.FAIL and ("load: this run waited for a CPU 30% of its runnable time, the baseline 10% where each "
+                                             "compiled, which alone can make this run's compile 1.29-1.49x slower") in noted.notes
+    # Without a reading where they compiled, the steady steps' wait stands in, and the words say so.
+    older = check.evaluate({"ca": _waiting(figures, 0.72)}, {"ca": replace(base, compile_wait=None)})
+    assert any("the baseline 5% in their steady steps (no reading where they compiled), which alone can make this run's compile" in w
+               for w in older.warnings)
+    assert any(w.startswith("max-compile-regression (ca): load: this run's median steady step (its wait stands for its compile's, which "
+                            "was not read) waited for a CPU 72%") and "the load can slow a compile far more" in w for w in older.warnings)
+    for result in (loaded, noted, older):
+        for line in [result.message, *result.notes, *result.warnings]:
+            assert "'s steps" not in line and "slow a step" not in line and "rests on steps" not in line, line

@@ -564,3 +564,36 @@ def test_compare_runs_names_a_process_far_from_its_runs_others():
     speed = json.loads(rendered(rc, "json"))["changes"]["ca"]["speedup"]
     assert speed["outliers"] == [{"side": "A ca", "process": 3, "times_others": pytest.approx(37.18, rel=1e-3)}]
     assert 0.01 < speed["low"] < speed["high"] < 100 and speed["interval_units"] == [2, 1]
+
+
+def _cpu_run(ms: float, on_cpu: float = 0.97) -> RunRecord:
+    """Three ca processes whose steady steps take `ms` of wall time, the loop's thread on the CPU
+    `on_cpu` of it (0.97: CPU-bound; 0.3: most of a step off the CPU, a sleep or a read)."""
+    def process(rep: int) -> list[Event]:
+        events: list[Event] = []
+        t = 1.0
+        for i, wall in enumerate([None, 0.05, *steady(ms * (1 + 0.005 * rep))]):
+            t += wall or 0.0
+            events.append(StepEvent(seq=i, t=t, step=i, backward_s=BACKWARD_S, loss=LOSSES[i] if i < len(LOSSES) else None,
+                                    compiles=1 if i == 1 else 0, wall_s=wall, boundary="optimizer",
+                                    cpu_s=None if wall is None else wall * 0.98, thread_cpu_s=None if wall is None else wall * on_cpu))
+        return [*events, final()]
+
+    return run_record({name: mode_record(name, process(rep)) for rep, name in enumerate(("ca", "ca.2", "ca.3"), 1)})
+
+
+def test_compare_runs_labels_a_verdict_on_cpu_time_and_only_that():
+    """`compare A B` of CPU-bound processes judges CPU time per step, while its table's step-time
+    rows are wall time: the verdict's row, the headline and the JSON say CPU time; steps spent
+    mostly off the CPU are judged on wall time, and nothing says CPU."""
+    rc = compare_runs(_cpu_run(8), _cpu_run(4))
+    s = rc.changes[0].speedup
+    assert s.on_cpu and s.verdict == "faster" and s.ratio == pytest.approx(2.0, rel=0.01)
+    table = rendered(rc, "table")
+    assert "speedup B over A (CPU time per step)" in table
+    assert "B ca: step time faster (2.00x the speed, 90% CI 1.98x-2.02x, in CPU time per step)." in table
+    assert "| speedup B over A (CPU time per step) |" in rendered(rc, "markdown")
+    assert json.loads(rendered(rc, "json"))["changes"]["ca"]["speedup"]["measure"] == "cpu"
+    off = compare_runs(_cpu_run(8, on_cpu=0.3), _cpu_run(4, on_cpu=0.3))
+    assert not off.changes[0].speedup.on_cpu and off.changes[0].speedup.verdict == "faster"
+    assert "CPU time" not in rendered(off, "table") and json.loads(rendered(off, "json"))["changes"]["ca"]["speedup"]["measure"] == "wall"

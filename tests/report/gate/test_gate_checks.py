@@ -847,3 +847,15 @@ def test_the_compile_checks_load_words_name_the_compile_not_steps():
     for result in (loaded, noted, older):
         for line in [result.message, *result.notes, *result.warnings]:
             assert "'s steps" not in line and "slow a step" not in line and "rests on steps" not in line, line
+
+
+def test_baseline_save_names_a_process_far_from_the_others():
+    """`baseline save` from three processes, one of them 37x the others: it says which, rather
+    than only that the baseline is too noisy."""
+    from cagtool.report.gate.baseline import suggested_threshold
+
+    odd = timed(None, processes=[series(0.010, 0.02, 60, 1), series(0.0102, 0.02, 60, 2), series(0.37, 0.02, 60, 3)])
+    pct, words = suggested_threshold(odd)
+    assert pct is None and words.startswith("3 processes, wall time per step: process 3 read 36.")
+    assert words.endswith("the others: it ran under other conditions (a busy machine?), so most step-time gates against this baseline "
+                          "will be inconclusive; re-save it on a quieter runner")

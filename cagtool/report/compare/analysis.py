@@ -158,7 +158,7 @@ class Speedup:
         """For an inconclusive speedup: the blocks (`run --repeat N`) that would resolve it, one way
         or the other, 4 times in 5 at this noise; None when it is resolved, or when no reasonable
         number would (the ratio sits too close to the effect's edge)."""
-        if self.verdict != INCONCLUSIVE or self.interval is None or self.ratio is None or self.interval.outliers:
+        if self.verdict != INCONCLUSIVE or self.interval is None or self.ratio is None or self.interval.stretched:
             return None  # a process set apart from its side is resolved by a rerun, not by more of them
         d = abs(math.log(self.ratio))
         distance = max(d, math.log1p(EFFECT) - d)
@@ -196,8 +196,10 @@ class Speedup:
         if self.interval.outliers:
             # The interval's top is the baseline's side (its time over the mode's).
             odd = "; ".join(outlier_words(self.interval, self.baseline, self.mode, "median step time"))
-            words += (f"; {odd}: it ran under other conditions than they did (a busy machine, another input), and only a "
-                      "verdict that holds on both readings stands")
+            words += f"; {odd}: it ran under other conditions than they did (a busy machine, another input)"
+            if self.interval.stretched:
+                words += ", and only a verdict that holds on both readings stands"
+        if self.interval.stretched:
             if self.verdict == INCONCLUSIVE:
                 words += ": rerun on a quieter machine"
         elif self.verdict == INCONCLUSIVE:

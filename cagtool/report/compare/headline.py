@@ -312,7 +312,7 @@ def change_headline(rc: RunComparison) -> Headline:
                 tones.append(GOOD if s.verdict == "faster" else BAD)
             elif s.verdict == NO_CHANGE:
                 bits.append(f"step time: no change larger than {EFFECT:.0%}")
-            elif s.verdict == INCONCLUSIVE and s.interval is not None and s.interval.outliers:
+            elif s.verdict == INCONCLUSIVE and s.interval is not None and s.interval.stretched:
                 odd = s.interval.outliers[0]
                 side = (s.baseline if odd.side == "top" else s.mode).split(" ")[0]
                 bits.append(f"step time {ratio_text(s.ratio)} the speed, inconclusive{basis}: one process of {side} took "

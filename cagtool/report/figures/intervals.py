@@ -304,6 +304,12 @@ class RatioInterval:
     outliers: tuple[Outlier, ...] = ()
 
     @property
+    def stretched(self) -> bool:
+        """Whether processes set apart decide the interval's width (every method but the rank
+        interval's, which keeps its own): then a rerun resolves it, not more processes."""
+        return bool(self.outliers) and self.method != "rank"
+
+    @property
     def measured(self) -> bool:
         """Whether the run-to-run noise was measured (three or more processes a side, or paired blocks)."""
         return self.method != "assumed"

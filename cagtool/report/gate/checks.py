@@ -334,7 +334,7 @@ def evidence_note(interval: RatioInterval, outcome: Outcome, distance: float) ->
     """What a timing check's outcome rests on, and for an inconclusive one what would resolve it:
     `distance`, the log-distance between the ratio and the bound the interval failed to clear."""
     words = "evidence: " + method_words(interval)
-    if outcome is Outcome.INCONCLUSIVE and interval.outliers:
+    if outcome is Outcome.INCONCLUSIVE and interval.stretched:
         # More processes would not say which conditions the job runs under: a rerun does.
         words += "; a process set apart, not the number of processes, keeps it from a verdict: rerun"
     elif outcome is Outcome.INCONCLUSIVE:
@@ -704,8 +704,9 @@ def _outlier_warnings(check: str, interval: RatioInterval, figure: str) -> list[
     found = []
     for o, words in zip(interval.outliers, outlier_words(interval, "this run", "the baseline", figure)):
         rerun = "rerun on a quieter runner" if o.side == "top" else "save the baseline again from a run on a quieter runner"
-        found.append(f"{check}: {words}: it ran under other conditions than they did (a busy machine, another input), so the "
-                     f"interval is theirs stretched to its reading, and only a verdict that holds on both stands: {rerun}")
+        kept = ("the interval is theirs stretched to its reading, and only a verdict that holds on both stands" if interval.stretched
+                else "the rank interval reaches its reading at most")
+        found.append(f"{check}: {words}: it ran under other conditions than they did (a busy machine, another input), so {kept}: {rerun}")
     return found
 
 

@@ -805,6 +805,14 @@ def test_one_baseline_process_far_from_the_others_is_named_and_its_bounds_mean_s
     four = timed(None, processes=[series(0.010, 0.02, 50, 1), series(0.0102, 0.02, 50, 2), series(0.0099, 0.02, 50, 5), series(0.37, 0.02, 50, 3)])
     measured = check.evaluate({"ca": timed(None, processes=[series(0.0101, 0.02, 50, 4)])}, {"ca": four})
     assert measured.data["method"] == "t" and measured.data["units"] == [1, 3] and measured.data["outliers"][0]["process"] == 4
+    # Three against three: the rank interval, whose ends are real figures, is kept, the process named.
+    quiet = timed(None, processes=[series(0.010, 0.02, 50, 1), series(0.0102, 0.02, 50, 2), series(0.0099, 0.02, 50, 5)])
+    ranked = check.evaluate({"ca": timed(None, processes=[series(0.010, 0.02, 50, 6), series(0.0101, 0.02, 50, 7), series(0.37, 0.02, 50, 8)])},
+                            {"ca": quiet})
+    assert ranked.outcome is Outcome.INCONCLUSIVE and ranked.data["method"] == "rank" and ranked.data["units"] == [3, 3]
+    assert ranked.data["outliers"][0]["side"] == "run" and ranked.data["high"] == pytest.approx(37, rel=0.05)
+    assert ranked.warnings[0].startswith("max-regression (ca): process 3 of this run: its median step time was 37.2x the others'")
+    assert ranked.warnings[0].endswith("so the rank interval reaches its reading at most: rerun on a quieter runner")
 
 
 def test_a_compile_time_far_from_the_others_is_named():

@@ -84,8 +84,9 @@ MAX_PROCESSES_ADVISED = 60
 # A process whose log figure lies farther than this many times the assumed run-to-run noise
 # (ASSUMED_NOISE, the largest this VM showed between processes beside a CPU-bound neighbour) from
 # its side's median ran under other conditions than the rest (a process beside heavy load read
-# 10-50x): 4 of that noise is 5.4x on wall time, 2.7x on CPU, device or compile time, a distance
-# a normal spread of that noise reaches about once in 10,000 processes. Only a minority of a side
+# 10-50x): 4 of that noise is 5.4x on wall time, 2.7x on CPU, device or compile time. A normal
+# spread of that noise (itself the worst seen) puts a process that far from its side's median in
+# about 1 side in 1,000, of 3 to 10 processes (simulated, 2e6 sides). Only a minority of a side
 # of MIN_RANK_UNITS or more is set apart: a side that disagrees with itself is noise, not one process.
 OUTLIER_NOISES = 4.0
 MEASURE_WORDS = {"cpu": "CPU time per step", "wall": "wall time per step", "device": "device time per step", "compile": "compile time"}
@@ -298,8 +299,8 @@ class RatioInterval:
     # The sides are modes of one run whose processes share blocks: more evidence is more blocks
     # (`run --repeat N`), judged by the sign interval from MIN_SIGN_BLOCKS.
     in_blocks: bool = False
-    # Processes set apart from their side (OUTLIER_NOISES): then `units` counts the processes that
-    # agree, and except for the rank interval, [low, high] is theirs stretched to what each
+    # Processes set apart from their side (OUTLIER_NOISES): except for the rank interval, `units`
+    # then counts the processes that agree, and [low, high] is theirs stretched to what each
     # set-apart process reads (ratio_interval).
     outliers: tuple[Outlier, ...] = ()
 
@@ -519,9 +520,8 @@ def _independent(la: Sequence[float], lb: Sequence[float], measure: str, confide
         # assumed noise.
         sd, df = ASSUMED_NOISE.get(measure, ASSUMED_NOISE["wall"]), math.inf
         seen = [math.sqrt(mean_var(logs)[1]) for logs in (la, lb) if len(logs) >= 2]
-        if paired:
-            if len(blocks) >= 2:
-                seen.append(math.sqrt(mean_var(blocks)[1]) / math.sqrt(2.0))
+        if paired and len(blocks) >= 2:
+            seen.append(math.sqrt(mean_var(blocks)[1]) / math.sqrt(2.0))
         larger = max(seen, default=0.0) > sd
         sd = max([sd, *seen])
         half = z * sd * scale

@@ -39,7 +39,7 @@ from cagtool.record.schema import (
     STATUS_FINISHED,
     FinalStateEvent,
 )
-from cagtool.report.figures.intervals import MIN_SIGN_BLOCKS, RatioInterval, method_words, paired_ratios, ratio_interval
+from cagtool.report.figures.intervals import MIN_SIGN_BLOCKS, RatioInterval, method_words, outlier_words, paired_ratios, ratio_interval
 from cagtool.report.figures.metrics import (
     CpuWait,
     heavy_load_bound,
@@ -158,8 +158,8 @@ class Speedup:
         """For an inconclusive speedup: the blocks (`run --repeat N`) that would resolve it, one way
         or the other, 4 times in 5 at this noise; None when it is resolved, or when no reasonable
         number would (the ratio sits too close to the effect's edge)."""
-        if self.verdict != INCONCLUSIVE or self.interval is None or self.ratio is None:
-            return None
+        if self.verdict != INCONCLUSIVE or self.interval is None or self.ratio is None or self.interval.stretched:
+            return None  # a process set apart from its side is resolved by a rerun, not by more of them
         d = abs(math.log(self.ratio))
         distance = max(d, math.log1p(EFFECT) - d)
         needed = self.interval.processes_needed(distance)
@@ -193,7 +193,16 @@ class Speedup:
         if self.interval is None:
             return ""
         words = method_words(self.interval)
-        if self.verdict == INCONCLUSIVE:
+        if self.interval.outliers:
+            # The interval's top is the baseline's side (its time over the mode's).
+            odd = "; ".join(outlier_words(self.interval, self.baseline, self.mode, "median step time"))
+            words += f"; {odd}: it ran under other conditions than they did (a busy machine, another input)"
+            if self.interval.stretched:
+                words += ", and only a verdict that holds on both readings stands"
+        if self.interval.stretched:
+            if self.verdict == INCONCLUSIVE:
+                words += ": rerun on a quieter machine"
+        elif self.verdict == INCONCLUSIVE:
             needed = self.blocks_needed
             if needed is None:
                 words += f"; the ratio is too close to +/-{EFFECT:.0%} to resolve"

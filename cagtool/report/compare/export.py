@@ -49,6 +49,10 @@ def _speedup_json(s: Speedup) -> dict[str, Any]:
         "run_to_run_noise": s.interval.spread if s.interval else None,  # A/A: two processes differ by up to this, 90% of the time
         "noise_measured": s.measured,
         "blocks_needed": s.blocks_needed,  # for an inconclusive verdict: run --repeat N
+        # processes far from their side's others (intervals.OUTLIER_NOISES): the side (mode or baseline),
+        # the process (its repetition), its median step time over the others'
+        "outliers": [{"side": s.baseline if o.side == "top" else s.mode, "process": o.process, "times_others": o.factor}
+                     for o in (s.interval.outliers if s.interval else ())],
         "verdict": s.verdict,
         "steady_steps": {"mode": s.steady_steps[0], "baseline": s.steady_steps[1]},
         "repetition_ratios": list(s.repetition_ratios),

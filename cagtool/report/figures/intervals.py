@@ -22,6 +22,10 @@ or p90 of its steady steps, or its compile time), and the interval is built from
   `ASSUMED_NOISE` for the measure (the noise this VM showed between processes beside a CPU-bound
   neighbour, benchmarks/README.md), and the verdict says the noise was assumed, not measured.
   One run a side can then still be told from a 3x slowdown, never from a 5% one.
+- **A process far from its side's others** (OUTLIER_NOISES assumed noises from the side's
+  median; one beside heavy load reads 10-50x): set apart and named. A standard deviation would
+  be the distance to it (a t interval of 1e-5x..1e5x), so the interval is that of the processes
+  that agree, stretched to the ratio the set-apart one reads: a verdict holds on both or is none.
 
 The figure. For a CPU job whose steps are CPU-bound on both sides (the median process's CPU time
 per step at least `CPU_BOUND_SHARE` of its wall time less its wait for a CPU, every process's at
@@ -39,7 +43,7 @@ processes a side would resolve it (`processes_needed`), or that none would withi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import Sequence
 
@@ -77,6 +81,14 @@ CPU_BOUND_FLOOR = 0.75
 # Beyond this many processes a side, an inconclusive result "cannot be resolved" rather than
 # asking for a number no one will run.
 MAX_PROCESSES_ADVISED = 60
+# A process whose log figure lies farther than this many times the assumed run-to-run noise
+# (ASSUMED_NOISE, the largest this VM showed between processes beside a CPU-bound neighbour) from
+# its side's median ran under other conditions than the rest (a process beside heavy load read
+# 10-50x): 4 of that noise is 5.4x on wall time, 2.7x on CPU, device or compile time. A normal
+# spread of that noise (itself the worst seen) puts a process that far from its side's median in
+# about 1 side in 1,000, of 3 to 10 processes (simulated, 2e6 sides). Only a minority of a side
+# of MIN_RANK_UNITS or more is set apart: a side that disagrees with itself is noise, not one process.
+OUTLIER_NOISES = 4.0
 MEASURE_WORDS = {"cpu": "CPU time per step", "wall": "wall time per step", "device": "device time per step", "compile": "compile time"}
 
 
@@ -241,6 +253,33 @@ def measure_of(top: TimingSample, bottom: TimingSample) -> str:
 
 
 @dataclass(frozen=True)
+class Outlier:
+    """A process set apart from its side (`_set_apart`)."""
+
+    side: str  # "top" | "bottom": the side of the ratio it is on
+    index: int  # its place among the side's figures, from 0
+    process: int  # its block (the repetition it ran in), or its place on the side from 1
+    factor: float  # its figure over the median of the side's other processes' figures
+
+
+def _set_apart(logs: Sequence[float], blocks: Sequence[int], side: str, measure: str) -> tuple[Outlier, ...]:
+    """The processes of a side whose log figure lies more than OUTLIER_NOISES assumed noises from
+    the side's median, when they are fewer than half of a side of MIN_RANK_UNITS or more."""
+    if len(logs) < MIN_RANK_UNITS:
+        return ()
+    centre = median_of(logs)
+    bound = OUTLIER_NOISES * ASSUMED_NOISE.get(measure, ASSUMED_NOISE["wall"])
+    far = [i for i, v in enumerate(logs) if abs(v - centre) > bound]
+    if not far or 2 * len(far) >= len(logs):
+        return ()
+    found = []
+    for i in far:
+        others = median_of([v for j, v in enumerate(logs) if j != i])
+        found.append(Outlier(side, i, blocks[i] if len(blocks) == len(logs) else i + 1, math.exp(logs[i] - others)))
+    return tuple(found)
+
+
+@dataclass(frozen=True)
 class RatioInterval:
     """top / bottom of one figure, with its two-sided CONFIDENCE interval (see the module docstring)."""
 
@@ -260,6 +299,16 @@ class RatioInterval:
     # The sides are modes of one run whose processes share blocks: more evidence is more blocks
     # (`run --repeat N`), judged by the sign interval from MIN_SIGN_BLOCKS.
     in_blocks: bool = False
+    # Processes set apart from their side (OUTLIER_NOISES): except for the rank interval, `units`
+    # then counts the processes that agree, and [low, high] is theirs stretched to what each
+    # set-apart process reads (ratio_interval).
+    outliers: tuple[Outlier, ...] = ()
+
+    @property
+    def stretched(self) -> bool:
+        """Whether processes set apart decide the interval's width (every method but the rank
+        interval's, which keeps its own): then a rerun resolves it, not more processes."""
+        return bool(self.outliers) and self.method != "rank"
 
     @property
     def measured(self) -> bool:
@@ -413,6 +462,35 @@ def ratio_interval(top: TimingSample, bottom: TimingSample, field_name: str, pai
             if high - low < 2.0 * z * NOISE_FLOOR / math.sqrt(len(logs)):
                 low, high = centre - z * NOISE_FLOOR, centre + z * NOISE_FLOOR
             return RatioInterval(math.exp(centre), math.exp(low), math.exp(high), (len(logs), len(logs)), measure, "sign", noise, float(len(logs) - 1), confidence, in_blocks=True)
+    blocks = [math.log(r) for r in paired_ratios(top, bottom, measure, field_name)] if paired else []
+    apart = () if paired else (_set_apart(la, top.blocks, "top", measure) + _set_apart(lb, bottom.blocks, "bottom", measure))
+    whole = _independent(la, lb, measure, confidence, paired, blocks)
+    if not apart:
+        return whole
+    if whole.method == "rank":
+        # Ranks bound the interval by the figures themselves: the odd process widens it to its own
+        # reading at most, a real figure. Kept, and the process named.
+        return replace(whole, outliers=apart)
+    # A standard deviation is no measure of noise when one process is far from the rest: it is
+    # the distance to that process, and the interval it makes reaches 1e-5x..1e5x. The interval of
+    # the processes that agree, stretched to the ratio each set-apart one reads against the other
+    # side: a verdict stands only when it holds on both readings.
+    apart_top = {o.index for o in apart if o.side == "top"}
+    apart_bottom = {o.index for o in apart if o.side == "bottom"}
+    kept_top = [v for i, v in enumerate(la) if i not in apart_top]
+    kept_bottom = [v for i, v in enumerate(lb) if i not in apart_bottom]
+    agreeing = _independent(kept_top, kept_bottom, measure, confidence, paired, blocks)
+    centre_top, centre_bottom = sum(kept_top) / len(kept_top), sum(kept_bottom) / len(kept_bottom)
+    readings = [la[o.index] - centre_bottom for o in apart if o.side == "top"] + [centre_top - lb[o.index] for o in apart if o.side == "bottom"]
+    low = min(agreeing.low, math.exp(min(readings)))
+    high = max(agreeing.high, math.exp(max(readings)))
+    return replace(agreeing, low=low, high=high, outliers=apart)
+
+
+def _independent(la: Sequence[float], lb: Sequence[float], measure: str, confidence: float, paired: bool, blocks: Sequence[float]) -> RatioInterval:
+    """The interval of two sides' log figures that are not paired block by block (see the module
+    docstring); `blocks`: the log ratios of the blocks the sides share, when they are modes of one run."""
+    z = NormalDist().inv_cdf(1.0 - (1.0 - confidence) / 2.0)
     d = sum(la) / len(la) - sum(lb) / len(lb)
     counts = (len(la), len(lb))
     scale = math.sqrt(1.0 / len(la) + 1.0 / len(lb))
@@ -442,10 +520,8 @@ def ratio_interval(top: TimingSample, bottom: TimingSample, field_name: str, pai
         # assumed noise.
         sd, df = ASSUMED_NOISE.get(measure, ASSUMED_NOISE["wall"]), math.inf
         seen = [math.sqrt(mean_var(logs)[1]) for logs in (la, lb) if len(logs) >= 2]
-        if paired:
-            blocks = [math.log(r) for r in paired_ratios(top, bottom, measure, field_name)]
-            if len(blocks) >= 2:
-                seen.append(math.sqrt(mean_var(blocks)[1]) / math.sqrt(2.0))
+        if paired and len(blocks) >= 2:
+            seen.append(math.sqrt(mean_var(blocks)[1]) / math.sqrt(2.0))
         larger = max(seen, default=0.0) > sd
         sd = max([sd, *seen])
         half = z * sd * scale
@@ -456,6 +532,25 @@ def ratio_interval(top: TimingSample, bottom: TimingSample, field_name: str, pai
 
 def method_words(interval: RatioInterval) -> str:
     """How the interval was made, for a note: what it rests on, in a user's words."""
+    words = _method_words(interval)
+    if interval.outliers:
+        n = len(interval.outliers)
+        stretched = "the rank interval of all" if interval.method == "rank" else "the others' interval, stretched to what it reads"
+        words += f"; {n} process{'es' if n > 1 else ''} set apart, far from {'their' if n > 1 else 'its'} side's others: {stretched}"
+    return words
+
+
+def outlier_words(interval: RatioInterval, top: str, bottom: str, figure: str) -> list[str]:
+    """One sentence per process set apart: which, and how far, e.g. "process 3 of the baseline:
+    its median step time was 36.6x the others'". `top`, `bottom`: the sides' names."""
+    found = []
+    for o in interval.outliers:
+        times = ratio_text(o.factor) if not 0.01 <= o.factor <= 100.0 else f"{o.factor:.3g}x"
+        found.append(f"process {o.process} of {top if o.side == 'top' else bottom}: its {figure} was {times} the others'")
+    return found
+
+
+def _method_words(interval: RatioInterval) -> str:
     what = MEASURE_WORDS.get(interval.measure, interval.measure)
     a, b = interval.units
     if interval.method == "sign":

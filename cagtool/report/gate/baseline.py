@@ -322,6 +322,12 @@ def suggested_threshold(snap: ModeSnapshot) -> tuple[int | None, str]:
     r = ratio_interval(unchanged, sample, "median") if unchanged is not None else None
     upper = r.high if r is not None else math.exp(t_quantile(0.95, k - 1) * max(sd, 0.005) * math.sqrt(1.0 + 1.0 / k))
     what = f"{k} processes, {'CPU' if measure == 'cpu' else 'wall'} time per step"
+    odd = [o for o in (r.outliers if r is not None else ()) if o.side == "bottom"]
+    if odd:
+        # Named: the gate sets it apart too (report.figures.intervals.OUTLIER_NOISES), and warns.
+        which = "; ".join(f"process {o.process} read {o.factor:.3g}x the others" for o in odd)
+        return None, (f"{what}: {which}: it ran under other conditions (a busy machine?), so most step-time gates against this "
+                      "baseline will be inconclusive; re-save it on a quieter runner")
     if upper > 2.0 or apart > 1.0:
         return None, (f"{what} {'over 100' if apart > 1.0 else f'{100 * apart:.0f}'}% apart 90% of the time (A/A): too noisy to gate "
                       "a regression of less than 2x; re-save it on a quieter runner (one process that waited for a CPU makes a side this noisy)")

@@ -25,6 +25,7 @@ from cagtool.report.figures.intervals import (
     compile_sample,
     measure_of,
     method_words,
+    outlier_words,
     ratio_interval,
 )
 from cagtool.report.figures.metrics import heavy_load_bound, load_range
@@ -333,7 +334,10 @@ def evidence_note(interval: RatioInterval, outcome: Outcome, distance: float) ->
     """What a timing check's outcome rests on, and for an inconclusive one what would resolve it:
     `distance`, the log-distance between the ratio and the bound the interval failed to clear."""
     words = "evidence: " + method_words(interval)
-    if outcome is Outcome.INCONCLUSIVE:
+    if outcome is Outcome.INCONCLUSIVE and interval.stretched:
+        # More processes would not say which conditions the job runs under: a rerun does.
+        words += "; a process set apart, not the number of processes, keeps it from a verdict: rerun"
+    elif outcome is Outcome.INCONCLUSIVE:
         needed = interval.processes_needed(abs(distance))
         if needed is None and not interval.measured:
             words += "; measure the run-to-run noise first: 5 processes a side (run --repeat 5, baseline save from such a run)"
@@ -452,16 +456,19 @@ def _load_decides(check: str, outcome: Outcome, load: tuple[float, str] | None, 
         if snap is None or snap.cpu_wait is None or snap.cpu_wait < HEAVY_WAIT:
             continue
         bound = heavy_load_bound(snap.cpu_wait, measure)
+        work = getattr(snap, "work", "step")  # what the check times: a step, or a compile
+        included = ", its CPU time included" if work == "step" else ""
         waited = (f"{check}: load: {side}'s {getattr(snap, 'span', 'median step')} waited for a CPU {snap.cpu_wait:.0%} of its "
-                  f"runnable time: beyond half, the load can slow a step far more than the wait alone says, its CPU time included "
-                  f"(a step that waits that long loses its caches to the neighbours), up to {bound:.2g}x on "
+                  f"runnable time: beyond half, the load can slow a {work} far more than the wait alone says{included} "
+                  f"(a {work} that waits that long loses its caches to the neighbours), up to {bound:.2g}x on "
                   f"{'CPU time' if measure == 'cpu' else 'wall time'}")
         if settled and _side(slowed(side, bound)) == _side(outcome):
             notes.append(f"{waited}, and the outcome holds even so")  # the load at its most would not turn it
             continue
         warnings.append(f"{waited}, so the machine's load, not the code, may have decided the outcome: rerun on a quieter runner")
         if settled:
-            reasons.append("it rests on steps that waited for a CPU half their runnable time or more")
+            reasons.append("it rests on steps that waited for a CPU half their runnable time or more" if work == "step" else
+                           f"it rests on a {work} that waited for a CPU half its runnable time or more")
     if settled and reasons:
         return LoadDecision(Outcome.INCONCLUSIVE, "the machine's load, not the code, may have decided it: " + " and ".join(reasons), notes, warnings)
     return LoadDecision(outcome, "", notes, warnings)
@@ -472,23 +479,27 @@ class _Waited:
     """A side's share of waiting for a CPU where what a check compares was measured."""
 
     cpu_wait: float | None
-    span: str = "compile (its process before its steady steps)"
+    span: str = "compile (its process before its steady steps)"  # where the wait was read
+    work: str = "compile"  # what the check times, which the load slows
 
 
 def _regression_load(check: str, verdict: RegressionVerdict, cur: StepTimeSnapshot | _Waited | None, base: StepTimeSnapshot | _Waited | None,
                      interval: tuple[float, float, float], samples: int, bounds: tuple[float, float], data: dict[str, Any],
-                     measure: str, machine: tuple[float, str] | None = None) -> tuple[RegressionVerdict, LoadDecision]:
+                     measure: str, timed: str = "steps", where: str = "",
+                     machine: tuple[float, str] | None = None) -> tuple[RegressionVerdict, LoadDecision]:
     """A regression check's verdict (now / baseline) with the machine's load taken into account
     (_load_decides), from each side's wait; the load model's correction is for wall time (waiting
     does not lengthen a step's CPU time), the half-wait rule holds on any measure (a step that
     waited half its runnable time or more lost its caches to the neighbours, its CPU time grew:
     docs/ci.md). A FAIL rests on this run's steps being slow, a PASS on the baseline's not having
     been. `data` gets `load_factor`, and `load_decided` with the figures' verdict where the load
-    turned it."""
+    turned it. `timed`, `where`: what the figure times and where the waits were read, for the words
+    (_load_effect)."""
     ratio, low, high = interval
     allowed, improved = bounds
     model = measure != "cpu"
-    load = _load_effect(cur.cpu_wait if cur else None, base.cpu_wait if base else None, "this run", "the baseline") if model else None
+    load = (_load_effect(cur.cpu_wait if cur else None, base.cpu_wait if base else None, "this run", "the baseline", timed, where)
+            if model else None)
     corrected: list[Outcome] = []
     if load is not None:
         data["load_factor"] = load[0]  # this run made this much slower than the baseline by waiting alone
@@ -552,11 +563,13 @@ def _side(outcome: Outcome) -> str:
 _WOULD = {"fail": "FAIL", "pass": "pass", "inconclusive": "be inconclusive"}
 
 
-def _load_effect(wait: float | None, other_wait: float | None, side: str, other_side: str) -> tuple[float, str] | None:
+def _load_effect(wait: float | None, other_wait: float | None, side: str, other_side: str, timed: str = "steps",
+                 where: str = "") -> tuple[float, str] | None:
     """(factor, words): how much slower `side`'s steps are than `other_side`'s from waiting for a
     CPU alone (a CPU-bound step that waits a share w of its runnable time takes 1 / (1 - w) as
     long: report.figures.metrics.CpuWait), the model's factor, a lower bound (load_range gives
-    what a torch step measured); None when either was not measured or the difference is under 2%."""
+    what a torch step measured); None when either was not measured or the difference is under 2%. `timed`: what the
+    figure times ("steps", "compile"); `where`: where the waits were read, when not in those."""
     if wait is None or other_wait is None:
         return None
     factor = max(1.0 - other_wait, 1e-3) / max(1.0 - wait, 1e-3)
@@ -564,8 +577,8 @@ def _load_effect(wait: float | None, other_wait: float | None, side: str, other_
         return None
     slower, by = (side, factor) if factor > 1 else (other_side, 1 / factor)
     low, high = load_range(by)
-    return factor, (f"load: {side} waited for a CPU {wait:.0%} of its runnable time, {other_side} {other_wait:.0%}, "
-                    f"which alone can make {slower}'s steps {low:.2f}-{high:.2f}x slower")
+    return factor, (f"load: {side} waited for a CPU {wait:.0%} of its runnable time, {other_side} {other_wait:.0%}{where}, "
+                    f"which alone can make {slower}'s {timed} {low:.2f}-{high:.2f}x slower")
 
 
 def peak_memory(a: ModeSnapshot, b: ModeSnapshot) -> tuple[int, int, str] | None:
@@ -713,12 +726,28 @@ def _range_text(interval: RatioInterval) -> str:
     return f" ({_ci_name(interval)} {change_text(interval.low)}..{change_text(interval.high)})"
 
 
-def _interval_data(interval: RatioInterval) -> dict[str, Any]:
-    """The interval's evidence for --format json: what it rests on, and the A/A noise."""
+def _interval_data(interval: RatioInterval, sides: tuple[str, str] = ("run", "baseline")) -> dict[str, Any]:
+    """The interval's evidence for --format json: what it rests on, the A/A noise, and the processes
+    set apart from their side (`sides`: the names of the ratio's top and bottom)."""
     return {
         "measure": interval.measure, "method": interval.method, "units": list(interval.units), "unit": interval.unit,
         "confidence": interval.confidence, "noise_measured": interval.measured, "run_to_run_noise": interval.spread,
+        "outliers": [{"side": sides[0] if o.side == "top" else sides[1], "process": o.process, "times_others": o.factor}
+                     for o in interval.outliers],
     }
+
+
+def _outlier_warnings(check: str, interval: RatioInterval, figure: str) -> list[str]:
+    """A warning per process set apart from its side (report.figures.intervals.OUTLIER_NOISES): it
+    ran under other conditions than the others, and no count of processes tells which conditions
+    the job's figure is; the check is on the agreeing processes, stretched to its reading."""
+    found = []
+    for o, words in zip(interval.outliers, outlier_words(interval, "this run", "the baseline", figure)):
+        rerun = "rerun on a quieter runner" if o.side == "top" else "save the baseline again from a run on a quieter runner"
+        kept = ("the interval is theirs stretched to its reading, and only a verdict that holds on both stands" if interval.stretched
+                else "the rank interval reaches its reading at most")
+        found.append(f"{check}: {words}: it ran under other conditions than they did (a busy machine, another input), so {kept}: {rerun}")
+    return found
 
 
 def _machine_too_noisy(interval: RatioInterval, allowed: float) -> str:
@@ -795,8 +824,9 @@ class StepTimeRegressionCheck(_TimeCheck):
         if len(now) > 1 or len(before) > 1:
             # The change is the interval's estimate from every process's figure (paired blocks, or
             # all pairs), which the two medians beside it need not show, nor even its direction.
+            whose = "the figures of the processes that agree" if r.outliers else "every process's figure"
             detail = (f"{what} {t.field} {_fmt_s(now_s)} vs baseline {_fmt_s(before_s)} (the medians of {len(now)} and "
-                      f"{len(before)} processes): {change_text(r.ratio)} as estimated from every process's figure")
+                      f"{len(before)} processes): {change_text(r.ratio)} as estimated from {whose}")
         if verdict.outcome is Outcome.ERROR:
             return unmeasurable(
                 self.name, self.mode, f"{detail} from only {samples} steady steps (this run {cur.count}, baseline {base.count}): "
@@ -819,9 +849,9 @@ class StepTimeRegressionCheck(_TimeCheck):
         }
         # Waiting for a CPU does not lengthen CPU time: the load model's correction is a wall-time one.
         verdict, decided = _regression_load(f"{self.name} ({self.mode})", verdict, cur, base, (r.ratio, r.low, r.high), samples,
-                                            (allowed, improved), data, r.measure, machine_effect(current, previous))
+                                            (allowed, improved), data, r.measure, machine=machine_effect(current, previous))
         notes += decided.notes
-        warnings: list[str] = list(decided.warnings)
+        warnings: list[str] = _outlier_warnings(f"{self.name} ({self.mode})", r, f"{t.field} {what}") + list(decided.warnings)
         if "load_decided" in data:
             message = f"{self.name} ({self.mode}): {detail}: inconclusive, {decided.why}{_range_text(r)}"
         # The tail says nothing beside a median the load decided: it was under the same load.
@@ -873,6 +903,7 @@ class CompileTimeRegressionCheck(_TimeCheck):
         detail = f"total compile time {figure(now, ours)} vs baseline {figure(before, theirs)}: {_pct(change_pct)}"
         data: dict[str, Any] = {"samples": len(ours), "baseline_samples": len(theirs)}
         notes: list[str] = []
+        warnings: list[str] = []
         top, bottom = compile_sample(ours), compile_sample(theirs)
         interval = ratio_interval(top, bottom, "total") if before > 0 and now > 0 and top and bottom else None
         if interval is not None:
@@ -890,6 +921,7 @@ class CompileTimeRegressionCheck(_TimeCheck):
         message = _regression_message(f"{self.name} ({self.mode})", detail, verdict, t, spread)
         if interval is not None:
             notes.append(evidence_note(interval, verdict.outcome, math.log(ratio / allowed)))
+            warnings += _outlier_warnings(f"{self.name} ({self.mode})", interval, "total compile time")
         data.update(
             actual_s=now, baseline_s=before, change_pct=change_pct if math.isfinite(change_pct) else None,
             ratio=ratio if math.isfinite(ratio) else None, allowed_ratio=allowed, verdict=verdict.verdict,
@@ -899,15 +931,19 @@ class CompileTimeRegressionCheck(_TimeCheck):
         # slows a step. The wait of each side's steady steps (the same processes') is the load's
         # measure, by the step-time check's rule (_load_decides): a FAIL or PASS the load could have
         # decided is INCONCLUSIVE (an unchanged job read +76% beside a busier runner's load).
-        warnings: list[str] = []
         if interval is not None:
             # Each side's load is its wait where the compile was measured (before its steady steps),
             # else its steady steps' (a record or baseline without it).
             waits = [_Waited(snap.compile_wait) if snap.compile_wait is not None
-                     else _Waited(snap.step_time.cpu_wait if snap.step_time else None, "median step") for snap in (current, previous)]
+                     else _Waited(snap.step_time.cpu_wait if snap.step_time else None,
+                                  "median steady step (its wait stands for its compile's, which was not read)")
+                     for snap in (current, previous)]
+            read = [snap.compile_wait is not None for snap in (current, previous)]
+            where = (" where each compiled" if all(read) else " in their steady steps (no reading where they compiled)" if not any(read)
+                     else f" ({'this run' if read[0] else 'the baseline'} where it compiled, the other in its steady steps)")
             verdict, decided = _regression_load(f"{self.name} ({self.mode})", verdict, waits[0], waits[1],
-                                                (ratio, low, high), MIN_STEADY_STEPS, (allowed, improved), data, "wall",
-                                                machine_effect(current, previous))
+                                                (ratio, low, high), MIN_STEADY_STEPS, (allowed, improved), data, "wall", "compile", where,
+                                                machine=machine_effect(current, previous))
             notes += decided.notes
             warnings += decided.warnings
             if "load_decided" in data:

@@ -551,3 +551,56 @@ def test_the_one_pass_loss_comparison_equals_the_definitions():
         worst_step = max(steps, key=lambda s: relative_difference(val[s], ref[s]))
         expected = (worst_step, relative_difference(val[worst_step], ref[worst_step]), all(tol.agrees(val[s], ref[s]) for s in steps))
         assert _worst_and_agreement(steps, val, ref, tol) == expected, (val, ref)
+
+
+def test_compare_runs_names_a_process_far_from_its_runs_others():
+    """Run A's third ca process ran beside heavy load (its steps 37x the others'), run B has one
+    process: the t interval on A's spread read 7e-06x..1.5e+06x and "3.32x the speed". Now the
+    speed is the agreeing processes' and its interval theirs, stretched to what the odd one reads;
+    the process is named in the evidence, the headline and the JSON."""
+    before = three_modes(ca_ms=8, repeat=3)
+    before.modes["ca.3"] = mode_record("ca.3", [*make_steps([0.05, *steady(8 * 37)], LOSSES), final()])
+    rc = compare_runs(before, three_modes(ca_ms=8))
+    s = next(c for c in rc.changes if c.mode == "ca").speedup
+    assert s.verdict == "inconclusive" and s.ratio == pytest.approx(1.0, rel=0.01)
+    assert 0.3 < s.low < 0.6 and s.high == pytest.approx(37, rel=0.01)  # the agreeing processes' bound; what the odd one reads
+    assert s.blocks_needed is None and "run --repeat" not in s.evidence()
+    assert "process 3 of A ca: its median step time was 37.2x the others'" in s.evidence()
+    assert s.evidence().endswith("rerun on a quieter machine")
+    assert "one process of A took 37.18x the others' time, it ran under other conditions (rerun)" in rendered(rc, "table").replace("\n", " ")
+    speed = json.loads(rendered(rc, "json"))["changes"]["ca"]["speedup"]
+    assert speed["outliers"] == [{"side": "A ca", "process": 3, "times_others": pytest.approx(37.18, rel=1e-3)}]
+    assert 0.01 < speed["low"] < speed["high"] < 100 and speed["interval_units"] == [2, 1]
+
+
+def _cpu_run(ms: float, on_cpu: float = 0.97) -> RunRecord:
+    """Three ca processes whose steady steps take `ms` of wall time, the loop's thread on the CPU
+    `on_cpu` of it (0.97: CPU-bound; 0.3: most of a step off the CPU, a sleep or a read)."""
+    def process(rep: int) -> list[Event]:
+        events: list[Event] = []
+        t = 1.0
+        for i, wall in enumerate([None, 0.05, *steady(ms * (1 + 0.005 * rep))]):
+            t += wall or 0.0
+            events.append(StepEvent(seq=i, t=t, step=i, backward_s=BACKWARD_S, loss=LOSSES[i] if i < len(LOSSES) else None,
+                                    compiles=1 if i == 1 else 0, wall_s=wall, boundary="optimizer",
+                                    cpu_s=None if wall is None else wall * 0.98, thread_cpu_s=None if wall is None else wall * on_cpu))
+        return [*events, final()]
+
+    return run_record({name: mode_record(name, process(rep)) for rep, name in enumerate(("ca", "ca.2", "ca.3"), 1)})
+
+
+def test_compare_runs_labels_a_verdict_on_cpu_time_and_only_that():
+    """`compare A B` of CPU-bound processes judges CPU time per step, while its table's step-time
+    rows are wall time: the verdict's row, the headline and the JSON say CPU time; steps spent
+    mostly off the CPU are judged on wall time, and nothing says CPU."""
+    rc = compare_runs(_cpu_run(8), _cpu_run(4))
+    s = rc.changes[0].speedup
+    assert s.on_cpu and s.verdict == "faster" and s.ratio == pytest.approx(2.0, rel=0.01)
+    table = rendered(rc, "table")
+    assert "speedup B over A (CPU time per step)" in table
+    assert "B ca: step time faster (2.00x the speed, 90% CI 1.98x-2.02x, in CPU time per step)." in table
+    assert "| speedup B over A (CPU time per step) |" in rendered(rc, "markdown")
+    assert json.loads(rendered(rc, "json"))["changes"]["ca"]["speedup"]["measure"] == "cpu"
+    off = compare_runs(_cpu_run(8, on_cpu=0.3), _cpu_run(4, on_cpu=0.3))
+    assert not off.changes[0].speedup.on_cpu and off.changes[0].speedup.verdict == "faster"
+    assert "CPU time" not in rendered(off, "table") and json.loads(rendered(off, "json"))["changes"]["ca"]["speedup"]["measure"] == "wall"

@@ -14,6 +14,7 @@ from cagtool.report.figures.intervals import (
     ASSUMED_NOISE,
     MIN_SIGN_BLOCKS,
     NOISE_FLOOR,
+    OUTLIER_NOISES,
     ProcessSteps,
     TimingSample,
     change_text,
@@ -187,3 +188,42 @@ def test_what_would_resolve_an_inconclusive_interval_is_never_what_it_already_ha
     assert r.units == (5, 5)
     needed = r.processes_needed(1.0)  # far from the bound: the normal-theory figure alone says 5
     assert needed is not None and needed >= 8
+
+
+def test_one_process_far_from_its_sides_others_is_set_apart_and_the_interval_stays_finite():
+    """A baseline of three processes, one of which ran beside heavy load (its steps 37x the
+    others'), against one run: the t interval on the three's spread (df 2) read 7e-07x..1.3e+05x.
+    The odd process is named, and the interval is that of the processes that agree, stretched to
+    the ratio the odd one reads: every figure a process could show."""
+    base = sample([0.010, 0.0102, 0.37])
+    r = ratio_interval(sample([0.0101]), base, "median")
+    assert [(o.side, o.process) for o in r.outliers] == [("bottom", 3)]
+    assert r.outliers[0].factor == pytest.approx(0.37 / math.sqrt(0.010 * 0.0102), rel=1e-9)  # over the others' median
+    assert r.units == (1, 2) and r.method == "assumed"  # the two that agree: their noise is not measured
+    assert r.ratio == pytest.approx(0.0101 / math.sqrt(0.010 * 0.0102), rel=1e-9)
+    assert r.low == pytest.approx(0.0101 / 0.37, rel=1e-9)  # what the odd process reads
+    half = 1.6448536 * ASSUMED_NOISE["wall"] * math.sqrt(1 + 1 / 2)
+    assert r.high == pytest.approx(r.ratio * math.exp(half), rel=1e-6)  # the agreeing processes' bound
+    assert 0.01 < r.low < 1.1 < r.high < 100.0  # a +10% bound: inconclusive, on bounds that mean something
+    assert "1 process set apart" in method_words(r)
+    # A verdict that holds on both readings stands: a run 100x slower than the baseline's typical
+    # processes is slower than even the odd one.
+    assert ratio_interval(sample([1.0]), base, "median").low > 1.1
+    # The same odd process on the run's side, against a quiet baseline of three.
+    r = ratio_interval(sample([0.010, 0.0101, 0.37]), sample([0.010, 0.0102, 0.0099]), "median")
+    assert r.method == "rank" and [(o.side, o.process) for o in r.outliers] == [("top", 3)] and r.high < 40
+
+
+def test_a_process_within_the_noise_a_loaded_machine_shows_is_not_set_apart():
+    """Set apart only beyond OUTLIER_NOISES assumed noises from the side's median (5.4x on wall
+    time, 2.7x on CPU or compile time), and only a minority of a side of three or more."""
+    wall = math.exp(OUTLIER_NOISES * ASSUMED_NOISE["wall"])
+    assert not ratio_interval(sample([0.010]), sample([0.010, 0.010, 0.010 * wall * 0.97]), "median").outliers
+    assert ratio_interval(sample([0.010]), sample([0.010, 0.010, 0.010 * wall * 1.03]), "median").outliers
+    compile_ = math.exp(OUTLIER_NOISES * ASSUMED_NOISE["compile"])
+    assert ratio_interval(compile_sample([2.0]), compile_sample([2.0, 2.0, 2.0 * compile_ * 1.03]), "total").outliers
+    assert not ratio_interval(sample([0.010]), sample([0.010, 0.5]), "median").outliers  # two: which one is odd?
+    assert not ratio_interval(sample([0.010]), sample([0.010, 0.5, 0.010, 0.5]), "median").outliers  # half a side
+    # Modes of one run in blocks are left to the sign interval's order statistics.
+    paired = ratio_interval(sample([1.0, 1.0, 37.0], blocks=[1, 2, 3]), sample([1.0, 1.0, 1.0], blocks=[1, 2, 3]), "median", paired=True)
+    assert not paired.outliers

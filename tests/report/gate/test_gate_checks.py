@@ -824,3 +824,96 @@ def test_a_forged_reference_loop_in_a_baseline_is_refused(tmp_path, value):
     path.write_text(json.dumps(data))
     with pytest.raises(UnreadableInput, match="machine.reference_loop_s is .*not a reference loop's CPU seconds"):
         load_baseline(path)
+
+
+# ------------------------------------------------------------------ a process set apart
+
+def test_one_baseline_process_far_from_the_others_is_named_and_its_bounds_mean_something():
+    """A baseline of three processes, one beside heavy load (its steps 37x the others'): the t
+    interval on the three's spread read `90% CI <-99%..>+9900%` (7e-07..1.3e+05 in JSON) with the
+    advice that no number of processes would resolve it. Now: INCONCLUSIVE on the agreeing
+    processes' interval stretched to the odd one's reading, the process named, JSON finite."""
+    check = StepTimeRegressionCheck(TimeThreshold(10, "%"), "ca")
+    base = timed(None, processes=[series(0.010, 0.02, 50, 1), series(0.0102, 0.02, 50, 2), series(0.37, 0.02, 50, 3)])
+    result = check.evaluate({"ca": timed(None, processes=[series(0.0101, 0.02, 50, 4)])}, {"ca": base})
+    assert result.outcome is Outcome.INCONCLUSIVE and not result.failed
+    assert "<-99%" not in result.message and ">+9900%" not in result.message
+    assert ": +0.0% as estimated from the figures of the processes that agree: inconclusive, the interval (90% CI -97." in result.message
+    assert 0.02 < result.data["low"] < 0.03 and 1.5 < result.data["high"] < 3.0
+    [odd] = result.data["outliers"]
+    assert odd["side"] == "baseline" and odd["process"] == 3 and odd["times_others"] == pytest.approx(36.5, rel=0.02)
+    assert result.data["units"] == [1, 2] and math.isfinite(result.data["run_to_run_noise"])
+    json.dumps(result.data, allow_nan=False)
+    assert result.warnings[0].startswith("max-regression (ca): process 3 of the baseline: its median step time was 36.")
+    assert result.warnings[0].endswith("the others': it ran under other conditions than they did (a busy machine, another input), "
+                                       "so the interval is theirs stretched to its reading, and only a verdict that holds on both "
+                                       "stands: save the baseline again from a run on a quieter runner")
+    assert "too close to the bound" not in result.notes[0] and result.notes[0].endswith("keeps it from a verdict: rerun")
+    # A run far slower than even the odd process still fails; one of four with three that agree
+    # measures the noise on those three.
+    assert check.evaluate({"ca": timed(None, processes=[series(1.5, 0.02, 50, 4)])}, {"ca": base}).outcome is Outcome.FAIL
+    four = timed(None, processes=[series(0.010, 0.02, 50, 1), series(0.0102, 0.02, 50, 2), series(0.0099, 0.02, 50, 5), series(0.37, 0.02, 50, 3)])
+    measured = check.evaluate({"ca": timed(None, processes=[series(0.0101, 0.02, 50, 4)])}, {"ca": four})
+    assert measured.data["method"] == "t" and measured.data["units"] == [1, 3] and measured.data["outliers"][0]["process"] == 4
+    # Three against three: the rank interval, whose ends are real figures, is kept, the process named.
+    quiet = timed(None, processes=[series(0.010, 0.02, 50, 1), series(0.0102, 0.02, 50, 2), series(0.0099, 0.02, 50, 5)])
+    ranked = check.evaluate({"ca": timed(None, processes=[series(0.010, 0.02, 50, 6), series(0.0101, 0.02, 50, 7), series(0.37, 0.02, 50, 8)])},
+                            {"ca": quiet})
+    assert ranked.outcome is Outcome.INCONCLUSIVE and ranked.data["method"] == "rank" and ranked.data["units"] == [3, 3]
+    assert ranked.data["outliers"][0]["side"] == "run" and ranked.data["high"] == pytest.approx(37, rel=0.05)
+    assert ranked.warnings[0].startswith("max-regression (ca): process 3 of this run: its median step time was 37.2x the others'")
+    assert ranked.warnings[0].endswith("so the rank interval reaches its reading at most: rerun on a quieter runner")
+
+
+def test_a_compile_time_far_from_the_others_is_named():
+    """Compile times of 2.0, 2.1 and 60 s in the baseline: INCONCLUSIVE on finite bounds, the third
+    named, where the t interval read <-99%..>+9900%."""
+    check = CompileTimeRegressionCheck(TimeThreshold(10, "%"), "ca")
+    result = check.evaluate({"ca": replace(snap(compile_s=2.0), compile_time_samples_s=(2.0,))},
+                            {"ca": replace(snap(compile_s=2.1), compile_time_samples_s=(2.0, 2.1, 60.0))})
+    assert result.outcome is Outcome.INCONCLUSIVE and "<-99%" not in result.message and ">+9900%" not in result.message
+    assert result.data["outliers"][0]["process"] == 3 and 0.01 < result.data["low"] < result.data["high"] < 100
+    assert any(w.startswith("max-compile-regression (ca): process 3 of the baseline: its total compile time was 29.3x the others'") for w in result.warnings)
+
+
+def test_the_compile_checks_load_words_name_the_compile_not_steps():
+    """`--max-compile-regression` judges compile time: its load warnings said "this run's steps
+    3.21-6.48x slower", "the load can slow a step", "it rests on steps that waited". They name the
+    compile, and where each side's wait was read."""
+    check = CompileTimeRegressionCheck(TimeThreshold(10, "%"), "ca")
+    base = replace(_waiting(replace(snap(compile_s=2.4), compile_time_samples_s=(2.3, 2.4, 2.5, 2.4, 2.45)), 0.05), compile_wait=0.1)
+    figures = replace(snap(compile_s=4.2), compile_time_samples_s=(4.1, 4.2, 4.3))
+    loaded = check.evaluate({"ca": replace(_waiting(figures, 0.05), compile_wait=0.72)}, {"ca": base})
+    assert loaded.message.endswith("may have decided it: the load alone could explain it and it rests on a compile that waited for a "
+                                   "CPU half its runnable time or more (90% CI +67.3%..+82.6%)")
+    assert loaded.warnings == [
+        "max-compile-regression (ca): load: this run waited for a CPU 72% of its runnable time, the baseline 10% where each compiled, "
+        "which alone can make this run's compile 3.21-6.48x slower, and without that difference the check would pass: rerun on a quieter runner",
+        "max-compile-regression (ca): load: this run's compile (its process before its steady steps) waited for a CPU 72% of its runnable "
+        "time: beyond half, the load can slow a compile far more than the wait alone says (a compile that waits that long loses its caches "
+        "to the neighbours), up to 46x on wall time, so the machine's load, not the code, may have decided the outcome: rerun on a quieter runner",
+    ]
+    noted = check.evaluate({"ca": replace(_waiting(figures, 0.05), compile_wait=0.30)}, {"ca": base})
+    assert noted.outcome is Outcome.FAIL and ("load: this run waited for a CPU 30% of its runnable time, the baseline 10% where each "
+                                             "compiled, which alone can make this run's compile 1.29-1.49x slower") in noted.notes
+    # Without a reading where they compiled, the steady steps' wait stands in, and the words say so.
+    older = check.evaluate({"ca": _waiting(figures, 0.72)}, {"ca": replace(base, compile_wait=None)})
+    assert any("the baseline 5% in their steady steps (no reading where they compiled), which alone can make this run's compile" in w
+               for w in older.warnings)
+    assert any(w.startswith("max-compile-regression (ca): load: this run's median steady step (its wait stands for its compile's, which "
+                            "was not read) waited for a CPU 72%") and "the load can slow a compile far more" in w for w in older.warnings)
+    for result in (loaded, noted, older):
+        for line in [result.message, *result.notes, *result.warnings]:
+            assert "'s steps" not in line and "slow a step" not in line and "rests on steps" not in line, line
+
+
+def test_baseline_save_names_a_process_far_from_the_others():
+    """`baseline save` from three processes, one of them 37x the others: it says which, rather
+    than only that the baseline is too noisy."""
+    from cagtool.report.gate.baseline import suggested_threshold
+
+    odd = timed(None, processes=[series(0.010, 0.02, 60, 1), series(0.0102, 0.02, 60, 2), series(0.37, 0.02, 60, 3)])
+    pct, words = suggested_threshold(odd)
+    assert pct is None and words.startswith("3 processes, wall time per step: process 3 read 36.")
+    assert words.endswith("the others: it ran under other conditions (a busy machine?), so most step-time gates against this baseline "
+                          "will be inconclusive; re-save it on a quieter runner")

@@ -277,7 +277,7 @@ def _shape_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
 def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     failures: list[tuple[str, str]] = []  # (compile id, failing guard or "")
     for row in cause.rows:
-        failures.append((row.compile_id, guard_text(row.messages[0]) if row.messages else ""))
+        failures.append((row.compile_id, own_guard(row) or (guard_text(row.messages[0]) if row.messages else "")))
     known = [g for _, g in failures if g]
     function = next((row.frame_name for row in cause.rows if row.frame_name), "")
     guarded = next((row.user_source for row in cause.rows if row.user_source is not None and row.user_source.how == "guard"), None)
@@ -312,6 +312,12 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # ... guarding on a param group's learning rate, a Python float an LR scheduler changes.
         "optimizer_lr": bool(known) and all(_LR_GUARD.search(g) for g in known) and all(row.optimizer_frame for row in cause.rows),
         "optimizer_frame": all(row.optimizer_frame for row in cause.rows),
+        # Another optimizer's first step() through torch.optim's code (one code object per class).
+        "another_optimizer": all(another_optimizer(row) for row in cause.rows),
+        # Where torch's first failing guard is a newer cache entry's, another optimizer's: (id, that guard).
+        "other_entries": [(row.compile_id, guard_text(row.messages[0])) for row in cause.rows
+                          if row.messages and own_guard(row) and own_guard(row) != guard_text(row.messages[0])],
+        "frames": sorted({f for row in cause.rows if (f := compile_frame(row.compile_id)) is not None}, key=lambda f: int(f) if f.isdigit() else 0),
         # torch's wrapper frame of every compiled module, first called from this line: another module.
         "other_module": _other_module(table, cause),
         "hook": hook,
@@ -660,6 +666,8 @@ def smaller_batch(guard: str) -> tuple[str, int, int] | None:
 def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
     """What a Dynamo cause's failing guard is on, in a few words, from its kind (torch's reason)."""
     kind, guard = facts.get("kind", ""), facts.get("guard", "")
+    if facts.get("another_optimizer"):
+        return "another optimizer's first step()"
     if facts.get("optimizer_state"):
         return "the optimizer's state was filled by its first step()"
     if facts.get("optimizer_lr"):
@@ -747,10 +755,20 @@ def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
     if facts.get("optimizer_lr"):
         return ["The compiled optimizer step() reads the learning rate as a Python float, and Dynamo guards on its value; "
                 "an LR scheduler changes it, so step() is compiled again (after one change Dynamo takes the rate as an input)."]
+    if facts.get("another_optimizer"):
+        return ["torch.optim's step() code is one code object for many optimizers (Optimizer's step wrapper in optimizer.py "
+                "for all of them, each class's step() for that class's), so one Dynamo frame each, shared. Dynamo guards on which "
+                "optimizer object ran it (`___check_obj_id(self, ...)`), so the first step() of another optimizer compiles "
+                "each of those frames once more: not an object made anew in the loop, and cached from then on."]
     if facts.get("optimizer_state"):
-        return ["The compiled optimizer step() first ran with its state empty: an optimizer makes its state (momentum "
-                "buffers, Adam's moments) in its first step(). Dynamo guards on that state, so step() is compiled once more "
-                "for the filled state, which every later step reuses."]
+        why = ["The compiled optimizer step() first ran with its state empty: an optimizer makes its state (momentum "
+               "buffers, Adam's moments) in its first step(). Dynamo guards on that state, so step() is compiled once more "
+               "for the filled state, which every later step reuses."]
+        if facts.get("other_entries"):
+            why.append("Several optimizers share this frame: torch's first failing guard is the newest cache entry's, another "
+                       "optimizer's (" + elide([f"{cid} `{g}`" for cid, g in facts["other_entries"]]) + "); the guard shown "
+                       "per recompile is the one of the optimizer's own entry, once for each optimizer.")
+        return why
     if kind == GUARD_GRAD_MODE:
         return ["The compiled code ran with grad mode off (torch.no_grad() or torch.inference_mode(), as an evaluation does) "
                 "after running with it on: Dynamo guards on the grad mode, so it compiled a second graph for it. Each grad mode "
@@ -817,6 +835,10 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
     """The fixes that fit the kind of guard that failed (never one written for another kind)."""
     kind, guard = facts.get("kind", ""), facts.get("guard", "")
     once = bool(facts.get("stabilised")) and facts.get("recompiling_steps", 0) <= 1
+    if facts.get("another_optimizer"):
+        return ["Nothing to fix: each optimizer's step() is compiled once for it (and once more when its state fills) and "
+                "cached. All optimizers count against the recompile limit of these shared frames "
+                "(torch._dynamo.config.recompile_limit): with many optimizers the later ones run eagerly; raise the limit then."]
     if facts.get("optimizer_state") and once:
         return ["Nothing to fix: a compiled optimizer step() is compiled twice, for its empty and its filled state, "
                 "and both are cached."]
@@ -919,6 +941,9 @@ def _guard(cause: Cause, cwd: str) -> Words:
         subject = f"the backward hook `{facts.get('function') or '?'}`{at}, called from compiled-autograd graph !{first.compile_id.lstrip('!').split('/')[0]}"
     elif on_ca:
         subject = f"the code of compiled-autograd graph !{first.compile_id.lstrip('!').split('/')[0]}"
+    elif facts.get("another_optimizer"):
+        frames = facts.get("frames") or [facts["frame"]]
+        subject = f"torch.optim's step code ({'frame' if len(frames) == 1 else 'frames'} {', '.join(frames)})"
     elif facts.get("optimizer_frame"):
         subject = f"the optimizer's step() (frame {facts['frame']})"
     else:
@@ -1116,10 +1141,12 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
         if ca_id in shape_keys and (not first or "size" in first.lower()):
             return shape_keys[ca_id]
         return (CAUSE_DYNAMO_CA_GRAPH, frame, guard_kind(first) if first else "")
+    if another_optimizer(row):  # each frame of torch.optim's step code, once for the new optimizer: one cause
+        return (CAUSE_DYNAMO_FRAME, "another optimizer")
     # One frame recompiled for two reasons (a smaller batch, then an evaluation under no_grad) is
     # two causes: each class of torch's reason has its own fix; so are guards on two Python values
     # (a dropout rate and a step number passed in).
-    first = guard_text(row.messages[0]) if row.messages else ""
+    first = own_guard(row)
     names = _value_names(first) if first else ()
     if names:  # `step == 0`, then `(step % 2) != 0` once Dynamo made `step` dynamic: one value, one cause
         return (CAUSE_DYNAMO_FRAME, frame, "python value", names)
@@ -1129,6 +1156,28 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
 def _value_names(guard: str) -> tuple[str, ...]:
     """The Python values a failed guard is on, for a guard on values (not a container's length)."""
     return guarded_names(guard) if guard_kind(guard) in (GUARD_VALUE, GUARD_OTHER) else ()
+
+
+# Dynamo's guard on which optimizer object ran torch.optim's code (`self` in a class's step(),
+# `args[0]` in Optimizer's step wrapper): one code object serves every optimizer of a class.
+_OPTIMIZER_IDENTITY = re.compile(r"___check_obj_id\((?:self|args\[0\]), \d+\), type=<class 'torch\.optim\.")
+
+
+def own_guard(row: RecompileRow) -> str:
+    """The guard that failed on the recompiled frame's own cache entry. torch lists every entry's
+    first failing guard, newest entry first; in torch.optim's frames an entry made for another
+    optimizer fails on that optimizer's identity, so the first failure that is not one is this
+    optimizer's own (its state filled by its first step()). "" when every entry is another
+    optimizer's: this optimizer's first step(). Elsewhere, torch's first failing guard."""
+    guards = [guard_text(m) for m in row.messages]
+    if not row.optimizer_frame or not guards or not _OPTIMIZER_IDENTITY.search(guards[0]):
+        return guards[0] if guards else ""
+    return next((g for g in guards if not _OPTIMIZER_IDENTITY.search(g)), "")
+
+
+def another_optimizer(row: RecompileRow) -> bool:
+    """torch.optim's code recompiled because another optimizer ran it for the first time."""
+    return row.optimizer_frame and bool(row.messages) and own_guard(row) == ""
 
 
 _SOURCE_RANK = {"node_traceback": 0, "guard": 1, "caller": 2, "compiled_frame": 3, "backward_call": 4}
@@ -1257,7 +1306,7 @@ def _limit_alert(table: RecompileTable, causes: list[Cause]) -> Alert | None:
     behind = [
         c.number
         for c in causes
-        if c.code in (CAUSE_DYNAMO_FRAME, CAUSE_DYNAMO_CA_GRAPH) and c.facts.get("frame") in frames
+        if c.code in (CAUSE_DYNAMO_FRAME, CAUSE_DYNAMO_CA_GRAPH) and frames & {c.facts.get("frame"), *c.facts.get("frames", ())}
     ]
     for cause in causes:
         if cause.number in behind:

@@ -127,3 +127,31 @@ def test_a_second_compiled_module_and_a_detached_input_are_named_as_what_they_ar
     assert other["fix"][0].startswith("Nothing to fix if it is another compiled module") and "mark_dynamic" not in said
     [detached] = [c for c in guards if "requires_grad" in c["title"]]
     assert "an input's requires_grad changed (`args[0]`)" in detached["title"] and "unfrozen" not in " ".join(detached["why"])
+
+
+def _torch_recompiles(run) -> dict[str, list[str]]:
+    """Every recompile torch logged in the record (its `Recompiling function` reasons, verbatim): id -> reasons."""
+    events = [json.loads(line) for line in (run.path / "ca" / "events.jsonl").read_text().splitlines()]
+    return {e["compile_id"]: e["reasons"] for e in events if e.get("kind") == "dynamo_recompile"}
+
+
+@pytest.mark.slow
+def test_a_second_compiled_optimizer_is_named_as_another_optimizer_not_an_object_made_anew(record_run):
+    """torch.optim's step code is shared by every optimizer: the second one's first step() recompiles
+    it on the optimizer's identity, and each optimizer's filled state once more; torch's first failing
+    guard of those is the newer entry's identity guard, the optimizer's own entry failed on its state."""
+    run, causes = _explained(record_run, "two_compiled_optimizers.py")
+    logged = _torch_recompiles(run)
+    assert sorted(logged) == ["2/1", "3/1", "3/2", "3/3", "4/1"]  # torch's own: one wrapper, SGD.step three times, one resume
+    assert sum(c["count"] for c in causes) == len(logged)
+    by_title = {c["title"]: c for c in causes}
+    [other] = [c for t, c in by_title.items() if "another optimizer's first step()" in t]
+    assert [e["compile_id"] for e in other["evidence_ids"]] == ["2/1", "3/1", "4/1"]
+    assert all("___check_obj_id" in logged[e["compile_id"]][0] for e in other["evidence_ids"])
+    said = " ".join(other["why"] + other["fix"])
+    assert other["fix"][0].startswith("Nothing to fix") and "create it once" not in said and "a different object" not in other["title"]
+    [state] = [c for t, c in by_title.items() if "the optimizer's state was filled by its first step()" in t]
+    assert [e["compile_id"] for e in state["evidence_ids"]] == ["3/2", "3/3"]
+    # torch lists the other optimizer's entry first; the state guard is the optimizer's own entry's
+    assert all(any("self.state" in r for r in logged[e["compile_id"]][1:]) for e in state["evidence_ids"])
+    assert "another optimizer's" in " ".join(state["why"])

@@ -320,6 +320,8 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "frames": sorted({f for row in cause.rows if (f := compile_frame(row.compile_id)) is not None}, key=lambda f: int(f) if f.isdigit() else 0),
         # torch's wrapper frame of every compiled module, first called from this line: another module.
         "other_module": _other_module(table, cause),
+        # ... known from the guards of each compile of it: (compile id, module) in compile order.
+        "other_module_by_guards": _other_module_by_guards(table, cause),
         "hook": hook,
         "frame": compile_frame(cause.rows[0].compile_id),
         # The frame was compiled with dynamic shapes (the script's torch.compile(..., dynamic=True)).
@@ -672,6 +674,8 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
         return "the optimizer's state was filled by its first step()"
     if facts.get("optimizer_lr"):
         return "the learning rate changed (an LR scheduler's step)"
+    if facts.get("other_module_by_guards"):
+        return f"another compiled module's first call (a {facts['other_module_by_guards'][-1][1]})"
     if kind == GUARD_GRAD_MODE:
         return "the grad mode changed (a call under torch.no_grad(), as in an evaluation)"
     if kind == GUARD_GLOBAL_STATE:
@@ -742,6 +746,34 @@ def _other_module(table: RecompileTable, cause: Cause) -> str:
     return ", ".join(dict.fromkeys(lines))
 
 
+def module_text(module: tuple[str, ...]) -> str:
+    """("Sequential", "0=Linear", "1=Tanh", "1.0=...") -> `Sequential(Linear, Tanh)`: the class and its direct children."""
+    children = [item.split("=", 1)[1] for item in module[1:] if "." not in item.split("=", 1)[0]]
+    return f"{module[0]}({', '.join(children)})" if children else module[0]
+
+
+def _other_module_by_guards(table: RecompileTable, cause: Cause) -> list[tuple[str, str]]:
+    """The compiles of torch's module wrapper each recompile of the cause follows, when its guards
+    show a module unlike every one compiled there before (another class, or other children): the
+    frame's compiles in order, (compile id, module), ending with the cause's last; [] otherwise.
+    Whatever guard torch names first (an input's size, or its requires_grad in `c2(c1(x))`), a
+    compile for another module is that module's first call, not a change of one module's input."""
+    modules = table.wrapper_modules
+    shown: dict[str, str] = {}
+    for row in cause.rows:
+        frame = compile_frame(row.compile_id)
+        ids = [cid for cid, _ in table.wrapper_callers.get(frame or "", [])]
+        module = modules.get(row.compile_id)
+        if row.compile_id not in ids or not module:
+            return []
+        earlier = ids[:ids.index(row.compile_id)]
+        if not earlier or any(modules.get(cid) in (None, module) for cid in earlier):
+            return []
+        for cid in (*earlier, row.compile_id):
+            shown[cid] = module_text(modules[cid])
+    return list(shown.items())
+
+
 def _requires_grad_inputs(guards: list[str]) -> list[str]:
     """The tensors of failed requires_grad guards when none is a parameter (a module's
     `_parameters[...]`): the compiled call's inputs. [] otherwise."""
@@ -769,6 +801,20 @@ def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
                        "optimizer's (" + elide([f"{cid} `{g}`" for cid, g in facts["other_entries"]]) + "); the guard shown "
                        "per recompile is the one of the optimizer's own entry, once for each optimizer.")
         return why
+    if facts.get("other_module_by_guards"):
+        compiles = ", then ".join(f"{cid} a {module}" for cid, module in facts["other_module_by_guards"])
+        guard = facts.get("guard", "")
+        named = f"torch names only the first guard that failed, `{guard}`"
+        if kind == GUARD_REQUIRES_GRAD and "expected requires_grad=0" in guard:
+            named += (": the new module's input requires grad where the first one's did not, as the output of another "
+                      "compiled module does when one feeds the other (`c2(c1(x))`)")
+        elif kind:
+            named += ": the new module's input differs from the first one's"
+        return [f"The recompiled frame is torch's wrapper of every torch.compile'd module's call (`inner`, "
+                f"torch/_dynamo/external_utils.py): one code object for all of them. Its guards show which module each "
+                f"compile was for: {compiles}. So this is another compiled module called for the first time, not one "
+                f"module's input changing; {named}. Each such module is one more compile of the shared frame, and all of "
+                "them count against its one recompile limit (torch._dynamo.config.recompile_limit)."]
     if kind == GUARD_GRAD_MODE:
         return ["The compiled code ran with grad mode off (torch.no_grad() or torch.inference_mode(), as an evaluation does) "
                 "after running with it on: Dynamo guards on the grad mode, so it compiled a second graph for it. Each grad mode "
@@ -846,6 +892,10 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         # torch 2.13, checked by hand: Adam(lr=torch.tensor(0.01)) with LambdaLR, compiled step(): no recompile.
         return ["Give the optimizer a tensor learning rate, e.g. torch.optim.Adam(params, lr=torch.tensor(0.01)): the scheduler "
                 "then writes the new rate into the tensor, and the compiled step() is not recompiled for it."]
+    if facts.get("other_module_by_guards"):
+        return ["Nothing to fix: each compiled module is compiled once and cached. With more compiled modules than the "
+                "recompile limit, the last ones run eagerly: raise torch._dynamo.config.recompile_limit, or compile the one "
+                "module that calls them (torch.compile the parent) instead of each."]
     if kind == GUARD_GRAD_MODE:
         return ["Nothing to fix: the training graph and the evaluation graph are both cached after their first call."
                 if once else "Keep the grad mode of each call site fixed: every grad mode gets its own graph.",

@@ -121,10 +121,12 @@ def test_a_second_compiled_module_and_a_detached_input_are_named_as_what_they_ar
     a detached and an undetached input recompiles on that input's requires_grad, not a parameter's."""
     _, causes = _explained(record_run, "two_compiled_modules.py")
     guards = [c for c in causes if c["code"] == "dynamo_guard_failure"]
-    [other] = [c for c in guards if "size" in c["title"]]
+    [other] = [c for c in guards if "another compiled module's first call" in c["title"]]
     said = " ".join(other["why"] + other["fix"])
-    assert "torch's wrapper of every torch.compile'd module's call" in said and "two_compiled_modules.py:16" in said
-    assert other["fix"][0].startswith("Nothing to fix if it is another compiled module") and "mark_dynamic" not in said
+    assert "torch's wrapper of every torch.compile'd module's call" in said and other["source"]["line"] == 16
+    # the guards of each compile of the shared frame name its module: G, then D
+    assert "0/0 a Sequential(Linear, Tanh), then 0/1 a Sequential(Linear)" in said
+    assert other["fix"][0].startswith("Nothing to fix") and "mark_dynamic" not in said
     [detached] = [c for c in guards if "requires_grad" in c["title"]]
     assert "an input's requires_grad changed (`args[0]`)" in detached["title"] and "unfrozen" not in " ".join(detached["why"])
 
@@ -155,3 +157,18 @@ def test_a_second_compiled_optimizer_is_named_as_another_optimizer_not_an_object
     # torch lists the other optimizer's entry first; the state guard is the optimizer's own entry's
     assert all(any("self.state" in r for r in logged[e["compile_id"]][1:]) for e in state["evidence_ids"])
     assert "another optimizer's" in " ".join(state["why"])
+
+
+@pytest.mark.slow
+def test_nested_compiled_modules_are_named_as_another_module_not_a_detached_input(record_run):
+    """`c2(c1(x))`: c2's first call recompiles the wrapper frame both modules share, on its input's
+    requires_grad (c1's output); one line calls both, so only each compile's guards (which module it
+    was for) tell that it is another module and not a GAN's discriminator fed a detached tensor."""
+    run, causes = _explained(record_run, "nested_compiled_modules.py")
+    logged = _torch_recompiles(run)
+    assert list(logged) == ["0/1"] and "requires_grad mismatch" in logged["0/1"][0]  # torch's own
+    [cause] = causes
+    assert cause["count"] == 1 and cause["title"].startswith("Dynamo recompiled forward frame 0: another compiled module's first call (a Linear)")
+    said = " ".join(cause["why"] + cause["fix"])
+    assert "0/0 a Sequential(Linear, Tanh), then 0/1 a Linear" in said and "`c2(c1(x))`" in said
+    assert "GAN" not in said and "detached" not in said and cause["fix"][0].startswith("Nothing to fix")

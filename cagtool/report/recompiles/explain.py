@@ -372,6 +372,21 @@ def grad_warmup_row(table: RecompileTable) -> RecompileRow | None:
     return None
 
 
+def is_graph_grad_warmup(table: RecompileTable, row: RecompileRow) -> bool:
+    """The row is one backward graph's .grad warm-up: the rule of report.figures.metrics.is_grad_warmup
+    (a new AccumulateGrad node, in the initial capture's step or the next, hooks unchanged), asked of
+    every miss, not only the run's first: a job with several backward graphs a step (a GAN's D and G)
+    has one warm-up per graph, which torch captures each."""
+    if row.source != SOURCE_CA or row.kind != MISS_NEW_NODE or row.ca_id is None or row.initial:
+        return False
+    initial = [r.step for r in table.initial if r.source == SOURCE_CA]
+    miss = CacheMissEvent(seq=row.seq, t=0.0, ca_id=row.ca_id, compile_id=row.compile_id, step=row.step,
+                          miss_kind=row.kind, message="", node=row.node)
+    from cagtool.report.figures.metrics import is_grad_warmup
+
+    return is_grad_warmup(miss, table.graphs.get(row.ca_id), table.previous_graph(row.ca_id), initial[0] if initial else None)
+
+
 def cause_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     if cause.code == CAUSE_STRUCTURE:
         return _structure_facts(table, cause)
@@ -383,7 +398,12 @@ def cause_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         return _hook_facts(table, cause)
     if cause.code == CAUSE_GRAD_DEFINED:
         warmup = grad_warmup_row(table)
-        return {"key_sizes": _key_sizes(cause), "grad_warmup": warmup is not None and warmup in cause.rows, **_stability(table, cause)}
+        per_graph = all(is_graph_grad_warmup(table, row) for row in cause.rows)
+        return {"key_sizes": _key_sizes(cause), "grad_warmup": warmup is not None and warmup in cause.rows,
+                # every miss of the cause is a backward graph's own warm-up (one per graph)
+                "grad_warmup_per_graph": per_graph,
+                "backward_calls": list(dict.fromkeys(r.user_source for r in cause.rows if r.user_source is not None)) if per_graph else [],
+                **_stability(table, cause)}
     return _stability(table, cause)
 
 
@@ -585,6 +605,28 @@ def _grad_defined(cause: Cause, cwd: str) -> Words:
     if stability:
         why.append(stability)
     fix = []
+    if cause.facts.get("grad_warmup_per_graph") and not (cause.count == 1 and cause.facts.get("grad_warmup")):
+        calls = cause.facts.get("backward_calls") or []
+        graphs = (f"{plural(cause.count, 'backward graph')}" + (f", called at {', '.join(format_source(c, cwd) for c in calls)}"
+                                                                  if calls else ""))
+        title = (f".grad made at the first step, then kept: each backward graph captured once more "
+                 f"({plural(cause.count, 'recompile')})")
+        why = [
+            f"The key of {node_label(row.node, row.node_call)} changed{_key_size_text(row)} with no change in hooks. "
+            "In the first step each backward found its parameters' .grad None and AccumulateGrad made it; from the next "
+            ".grad is kept as a tensor (zero_grad(set_to_none=False) zeroes it in place; or gradients accumulate), and "
+            "AccumulateGrad adding into an existing .grad is another graph to compiled autograd. Each backward graph "
+            f"warms up once: {graphs}.",
+            "torch counts each as a capture (counters['compiled_autograd']['captures']); `gate --max-recompiles` counts "
+            "them too (it leaves out only a first miss that is a warm-up).",
+        ]
+        stability = stability_sentence(cause.facts, "such miss")
+        if stability:
+            why.append(stability)
+        fix = ["Nothing to fix: one extra capture per backward graph, then cached. Where the script zeroes with "
+               "zero_grad(set_to_none=False), the default zero_grad() (set_to_none=True) leaves .grad None at each step's "
+               "backward, as at the first, and skips these captures."]
+        return Words(title, why, fix, evidence_text(cause.evidence))
     if cause.count == 1 and cause.facts.get("grad_warmup"):
         why.append("Once (the first backward sees .grad None, the next accumulates) this costs one extra graph "
                    "and is harmless: `gate --max-recompiles ca:N` does not count it.")
@@ -1178,6 +1220,8 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
             code = _ca_new_node_code(table, row)
             if code == CAUSE_STRUCTURE:
                 return (code, _location(row.user_source) or row.node)
+            if code == CAUSE_GRAD_DEFINED and is_graph_grad_warmup(table, row):
+                return (code, "warm-up")  # one per backward graph: one cause, whichever line called it
             return (code, row.node, _location(row.user_source))
         if row.kind == MISS_CHANGED_SHAPES:
             return (CAUSE_SHAPES, _location(row.user_source))

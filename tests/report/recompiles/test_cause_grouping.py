@@ -172,3 +172,23 @@ def test_nested_compiled_modules_are_named_as_another_module_not_a_detached_inpu
     said = " ".join(cause["why"] + cause["fix"])
     assert "0/0 a Sequential(Linear, Tanh), then 0/1 a Linear" in said and "`c2(c1(x))`" in said
     assert "GAN" not in said and "detached" not in said and cause["fix"][0].startswith("Nothing to fix")
+
+
+@pytest.mark.slow
+def test_a_gans_grads_kept_after_the_first_step_are_named_as_one_warm_up_per_backward_graph(record_run):
+    """zero_grad(set_to_none=False) in a GAN: torch captures each of the two backward graphs once more
+    at step 1 (.grad None, then a kept tensor). The count stays torch's; the cause is the warm-up,
+    not a .grad that switches, and not "clear gradients the same way every step"."""
+    run, causes = _explained(record_run, "gan_grads_kept.py")
+    captures = json.loads(run.stdout.strip().splitlines()[-1])["compiled_autograd"]["captures"]
+    assert captures == 4  # torch's own count, in the recorded job itself
+    code, out, _ = cli_in_process("recompiles", str(run.path), "--format", "json")
+    assert json.loads(out)["modes"]["ca"]["counts"]["ca_recompiles"] == captures - 1
+    [warmup] = [c for c in causes if c["code"] == "grad_defined_changed"]
+    assert warmup["count"] == 2 and warmup["steps"] == [1]
+    assert warmup["title"].startswith(".grad made at the first step, then kept: each backward graph captured once more")
+    said = " ".join(warmup["why"] + warmup["fix"])
+    assert "gan_grads_kept.py:20" in said and "gan_grads_kept.py:24" in said  # lossD.backward(), lossG.backward()
+    assert warmup["fix"][0].startswith("Nothing to fix") and "the same way every step" not in said
+    code, summary, _ = cli_in_process("summary", str(run.path))
+    assert "one warm-up capture per backward graph" in " ".join(summary.split())

@@ -322,6 +322,9 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "other_module": _other_module(table, cause),
         # ... known from the guards of each compile of it: (compile id, module) in compile order.
         "other_module_by_guards": _other_module_by_guards(table, cause),
+        # ... and what the recompile was for is a function, not a module (torch.compile(opt.step) after an LR scheduler).
+        "wrapped_function": all(table.wrapper_modules.get(r.compile_id, ("",))[0] in _FUNCTION_CLASSES for r in cause.rows),
+        "wrapped_optimizer_step": all(r.compile_id in table.wrapper_optimizer_steps for r in cause.rows),
         "hook": hook,
         "frame": compile_frame(cause.rows[0].compile_id),
         # The frame was compiled with dynamic shapes (the script's torch.compile(..., dynamic=True)).
@@ -716,6 +719,10 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
         return "the optimizer's state was filled by its first step()"
     if facts.get("optimizer_lr"):
         return "the learning rate changed (an LR scheduler's step)"
+    if facts.get("other_module_by_guards") and facts.get("wrapped_optimizer_step"):
+        return "the compiled optimizer step() runs through the compiled modules' shared frame"
+    if facts.get("other_module_by_guards") and facts.get("wrapped_function"):
+        return "a compiled function of torch's runs through the compiled modules' shared frame"
     if facts.get("other_module_by_guards"):
         return f"another compiled module's first call (a {facts['other_module_by_guards'][-1][1]})"
     if kind == GUARD_GRAD_MODE:
@@ -812,8 +819,13 @@ def _other_module_by_guards(table: RecompileTable, cause: Cause) -> list[tuple[s
         if not earlier or any(modules.get(cid) in (None, module) for cid in earlier):
             return []
         for cid in (*earlier, row.compile_id):
-            shown[cid] = module_text(modules[cid])
+            shown[cid] = module_text(modules[cid]) + (" (the optimizer's step())" if cid in table.wrapper_optimizer_steps else "")
     return list(shown.items())
+
+
+# What torch.compile wraps in its module wrapper besides a torch.nn module: a function of torch's
+# own (trace_rules), such as the plain function an LR scheduler puts in place of an optimizer's step.
+_FUNCTION_CLASSES = ("function", "method", "builtin_function_or_method", "partial")
 
 
 def _requires_grad_inputs(guards: list[str]) -> list[str]:
@@ -843,6 +855,19 @@ def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
                        "optimizer's (" + elide([f"{cid} `{g}`" for cid, g in facts["other_entries"]]) + "); the guard shown "
                        "per recompile is the one of the optimizer's own entry, once for each optimizer.")
         return why
+    if facts.get("other_module_by_guards") and facts.get("wrapped_function"):
+        compiles = ", then ".join(f"{cid} a {module}" for cid, module in facts["other_module_by_guards"])
+        step = facts.get("wrapped_optimizer_step")
+        what = ("The optimizer's step() is one: an LR scheduler replaces `opt.step` with its own counting wrapper, a plain "
+                "function in torch/optim/lr_scheduler.py, so torch.compile(opt.step) runs through the same frame as the "
+                "compiled model" if step else "The function compiled here is one")
+        return [f"The recompiled frame is torch's wrapper (`inner`, torch/_dynamo/external_utils.py) that torch.compile puts "
+                f"around every compiled torch.nn module's call and around a function of torch's own. {what}. Its guards show "
+                f"what each compile was for: {compiles}. torch's first failing guard, `{facts.get('guard', '')}`, compares what "
+                f"those calls were given ({'the model its input, the step nothing' if step else 'a module its input, the function its own'}): "
+                "it is not about a Python value of the script changing. It is "
+                "compiled once and cached, and counts against the shared frame's recompile limit "
+                "(torch._dynamo.config.recompile_limit)."]
     if facts.get("other_module_by_guards"):
         compiles = ", then ".join(f"{cid} a {module}" for cid, module in facts["other_module_by_guards"])
         guard = facts.get("guard", "")
@@ -934,6 +959,13 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         # torch 2.13, checked by hand: Adam(lr=torch.tensor(0.01)) with LambdaLR, compiled step(): no recompile.
         return ["Give the optimizer a tensor learning rate, e.g. torch.optim.Adam(params, lr=torch.tensor(0.01)): the scheduler "
                 "then writes the new rate into the tensor, and the compiled step() is not recompiled for it."]
+    if facts.get("other_module_by_guards") and facts.get("wrapped_optimizer_step"):
+        return ["Nothing to fix: compiled once and cached. To give the step its own frame and recompile limit, compile a "
+                "function of your own that calls it (`@torch.compile` on `def opt_step(): opt.step()`) instead of "
+                "torch.compile(opt.step)."]
+    if facts.get("other_module_by_guards") and facts.get("wrapped_function"):
+        return ["Nothing to fix: compiled once and cached. To give it its own frame and recompile limit, compile a function "
+                "of your own that calls it."]
     if facts.get("other_module_by_guards"):
         return ["Nothing to fix: each compiled module is compiled once and cached. With more compiled modules than the "
                 "recompile limit, the last ones run eagerly: raise torch._dynamo.config.recompile_limit, or compile the one "

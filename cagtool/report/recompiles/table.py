@@ -127,6 +127,9 @@ class RecompileTable:
     # The module each of those compiles was for (torch_text.wrapped_module, read from its guards):
     # compile id -> ("Sequential", "0=Linear", ...); absent where the record kept no guards.
     wrapper_modules: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # ... those that wrapped an optimizer's step(): the next compile, from the same line, is torch.optim's
+    # (torch.compile(opt.step) after an LR scheduler made opt.step a plain function of torch's).
+    wrapper_optimizer_steps: frozenset[str] = frozenset()
     # The mode ran compiled autograd over parameters each rank holds a shard of (FSDP2's DTensors,
     # GradDigestEvent.shard): a setup torch has no compiled-autograd path for (record_notes).
     sharded_under_ca: bool = False
@@ -374,6 +377,18 @@ def _wrapper_callers(compile_events: list[DynamoCompileEvent]) -> dict[str, list
     return callers
 
 
+def _wrapper_optimizer_steps(compile_events: list[DynamoCompileEvent], callers: dict[str, list[tuple[str, SourceRef | None]]]) -> frozenset[str]:
+    ids = {cid for compiles in callers.values() for cid, _ in compiles}
+    frames = [e for e in compile_events if not e.compile_id.startswith("!")]
+    found = set()
+    for event, following in zip(frames, frames[1:]):
+        caller = event.phase.caller if event.phase is not None else None
+        if event.compile_id in ids and caller is not None and in_torch_optim(following.co_filename) \
+                and following.phase is not None and following.phase.caller == caller:
+            found.add(event.compile_id)
+    return frozenset(found)
+
+
 def _wrapper_modules(record: ModeRecord, callers: dict[str, list[tuple[str, SourceRef | None]]]) -> dict[str, tuple[str, ...]]:
     """Which module each compile of torch's module wrapper was for, from its recorded guards (a
     small file per compile, only for that frame's compiles: at most its recompile limit)."""
@@ -444,6 +459,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         sharded_under_ca=manifest.mode == "ca" and any(any(e.shard or ()) for e in record.of(GradDigestEvent)),
         wrapper_callers=callers,
         wrapper_modules=_wrapper_modules(record, callers),
+        wrapper_optimizer_steps=_wrapper_optimizer_steps(compile_events, callers),
         dynamic_frames=frozenset(frame for e in compile_events if e.assume_static_by_default is False and not e.compile_id.startswith("!")
                                  and (frame := compile_frame(e.compile_id)) is not None),
     )

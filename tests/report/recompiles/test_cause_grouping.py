@@ -192,3 +192,20 @@ def test_a_gans_grads_kept_after_the_first_step_are_named_as_one_warm_up_per_bac
     assert warmup["fix"][0].startswith("Nothing to fix") and "the same way every step" not in said
     code, summary, _ = cli_in_process("summary", str(run.path))
     assert "one warm-up capture per backward graph" in " ".join(summary.split())
+
+
+@pytest.mark.slow
+def test_a_compiled_step_an_lr_scheduler_wrapped_is_named_as_sharing_the_models_frame(record_run):
+    """torch.compile(opt.step) after an LR scheduler: the step is a plain function of torch's, run
+    through the compiled model's wrapper frame, which it recompiles on `len(args) == 1`: not a Python
+    list whose length changes."""
+    run, causes = _explained(record_run, "compiled_model_and_step.py")
+    logged = _torch_recompiles(run)
+    assert sorted(logged) == ["0/1", "3/1"] and logged["0/1"][0].split(":", 1)[1].strip().startswith("len(args) == 1")  # torch's own
+    assert sum(c["count"] for c in causes) == len(logged)
+    [shared] = [c for c in causes if c["evidence_ids"][0]["compile_id"] == "0/1"]
+    assert "the compiled optimizer step() runs through the compiled modules' shared frame" in shared["title"]
+    said = " ".join(shared["why"] + shared["fix"])
+    assert "the length of" not in shared["title"] and "LR scheduler" in said and "0/1 a function (the optimizer's step())" in said
+    assert shared["fix"][0].startswith("Nothing to fix") and "def opt_step(): opt.step()" in shared["fix"][0]
+    assert any("the optimizer's state was filled" in c["title"] for c in causes)

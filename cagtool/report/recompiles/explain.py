@@ -380,14 +380,16 @@ def is_graph_grad_warmup(table: RecompileTable, row: RecompileRow) -> bool:
     (a new AccumulateGrad node, in the initial capture's step or the next, hooks unchanged), asked of
     every miss, not only the run's first: a job with several backward graphs a step (a GAN's D and G)
     has one warm-up per graph, which torch captures each."""
-    if row.source != SOURCE_CA or row.kind != MISS_NEW_NODE or row.ca_id is None or row.initial:
+    if row.source != SOURCE_CA or row.kind != MISS_NEW_NODE or row.ca_id is None or row.initial \
+            or not (row.node or "").endswith("AccumulateGrad"):
         return False
-    initial = [r.step for r in table.initial if r.source == SOURCE_CA]
+    # The initial capture is among the first rows: found without a pass over 1,000s of misses.
+    initial = next((r.step for r in table.rows if r.initial and r.source == SOURCE_CA), None)
     miss = CacheMissEvent(seq=row.seq, t=0.0, ca_id=row.ca_id, compile_id=row.compile_id, step=row.step,
                           miss_kind=row.kind, message="", node=row.node)
     from cagtool.report.figures.metrics import is_grad_warmup
 
-    return is_grad_warmup(miss, table.graphs.get(row.ca_id), table.previous_graph(row.ca_id), initial[0] if initial else None)
+    return is_grad_warmup(miss, table.graphs.get(row.ca_id), table.previous_graph(row.ca_id), initial)
 
 
 def cause_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:

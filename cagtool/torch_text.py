@@ -20,6 +20,7 @@ tracker and the observer).
 | user frame | `File "/x/train.py", line 10, in f` then the code line |
 | size guard | `tensor 'x' size mismatch at index 0. expected 32, actual 48` (a Dynamo guard failure) |
 | value guard | `scale == 1.0`, `flag == True`, `self.use_relu == True`, `G['FLAG'] == True` (a Python value Dynamo specialised on) |
+| a compiled module's guard tree | `GuardManager: source=L['fn'], ..., type=<class 'torch.nn.modules.linear.Linear'>` (artifact `dynamo_cpp_guards_str` of torch's module wrapper `inner`) |
 | recompile limit | `exceeding the recompile_limit cache size limit (currently set to 8)`, `hit config.recompile_limit (8)` |
 """
 
@@ -289,6 +290,27 @@ def length_guard_name(text: str) -> str | None:
     """The container a length guard is on: `len(grad_norms) == 3` -> `grad_norms`."""
     match = _LENGTH_GUARD.match(text.strip())
     return (match["len"] or match["not"]) if match else None
+
+
+# A module in Dynamo's guard tree (`dynamo_cpp_guards_str`) of torch's wrapper of a compiled
+# module's call, where the module is the closure `fn`: `GuardManager: source=L['fn'], ...,
+# type=<class 'torch.nn.modules.container.Sequential'>`, its submodules `L['fn']._modules['0']`.
+_WRAPPED_MODULE = re.compile(
+    r"GuardManager: source=L\['fn'\](?P<path>(?:\._modules\['[^']*'\])*), .*?type=<class '(?:[\w.]*\.)?(?P<cls>\w+)'>"
+)
+
+
+def wrapped_module(guards: str) -> tuple[str, ...]:
+    """The module a compile of torch's shared module wrapper (`inner`) was for, from its guard
+    tree: `("Sequential", "0=Linear", "1=Tanh")`, the class of `fn` then each submodule by its
+    path; () when the tree guards no `fn`."""
+    found: list[str] = []
+    for match in _WRAPPED_MODULE.finditer(guards):
+        path = ".".join(re.findall(r"\['([^']*)'\]", match["path"]))
+        item = f"{path}={match['cls']}" if path else match["cls"]
+        if item not in found:
+            found.append(item)
+    return tuple(found)
 
 
 def graph_break_at(payload: str) -> tuple[str, int] | None:

@@ -119,3 +119,15 @@ def test_a_step_time_that_is_no_time_is_left_out_of_every_figure(run, tmp_path, 
         said = out + err
         assert " nan ms" not in said and "e+30" not in said and "inf ms" not in said, (args, said[-2000:])
     json.loads((tmp_path / "trace.json").read_text())  # valid JSON: no NaN in it
+
+
+def test_a_compile_guards_file_read_by_recompiles_never_leaves_the_run(record_run, tmp_path):
+    """`recompiles --explain` reads the guards of each compile of torch's shared module wrapper (which
+    module it was for): one planted as a link is refused, not read."""
+    recorded = record_run("../tests/scripts/nested_compiled_modules.py", modes="ca", backend="eager")
+    assert recorded.returncode == 0, recorded.stderr[-2000:]
+    run = Path(shutil.copytree(recorded.path, tmp_path / "run", symlinks=True))
+    (tmp_path / "victim.txt").write_text(SECRET + "\n")
+    assert cagtool("recompiles", str(run), "--explain")[0] == 0
+    _link(run / "ca" / "compiles" / "0_1" / "dynamo_cpp_guards_str.txt", tmp_path / "victim.txt")
+    _refused(("recompiles", str(run), "--explain"), "refusing to read it")

@@ -219,3 +219,24 @@ def test_a_length_guard_names_its_container():
     assert tt.length_guard_name("len(grad_norms) == 3") == "grad_norms"
     assert tt.length_guard_name("not grad_norms") == "grad_norms"
     assert tt.length_guard_name("scale == 1.0") is None
+
+
+def test_the_module_a_compile_of_the_shared_module_wrapper_was_for():
+    """From the guard tree (`dynamo_cpp_guards_str`) of torch's `inner`, recorded by `cagtool run` on
+    tests/scripts/nested_compiled_modules.py: the class of `fn` and of each submodule, by path."""
+    guards = "\n".join([
+        "| +- GuardManager: source=L['fn'], accessed_by=FrameLocalsGuardAccessor(key='fn', framelocals_idx=2), "
+        "type=<class 'torch.nn.modules.container.Sequential'>, tag_safe=(False, False)",
+        "| | +- TYPE_MATCH: ___check_type_id(L['fn'], 94112943889184), type=<class 'torch.nn.modules.container.Sequential'> (HINT: type Sequential)",
+        "| | | +- DictGuardManager: source=L['fn']._modules, accessed_by=DictGetItemGuardAccessor('_modules'), type=<class 'dict'>, tag_safe=(False, False)",
+        "| | | | | +- KeyManager: GuardManager: source=list(dict.keys(L['fn']._modules))[0], type=<class 'str'>, tag_safe=(False, False)",
+        "| | | | | +- ValueManager: GuardManager: source=L['fn']._modules['0'], type=<class 'torch.nn.modules.linear.Linear'>, tag_safe=(False, False)",
+        "| | | | | | | +- GuardManager: source=L['fn']._modules['0']._parameters, accessed_by=DictGetItemGuardAccessor('_parameters'), "
+        "type=<class 'dict'>, tag_safe=(False, False)",
+        "| | | | | +- ValueManager: GuardManager: source=L['fn']._modules['1'], type=<class 'torch.nn.modules.activation.Tanh'>, tag_safe=(False, False)",
+    ])
+    assert tt.wrapped_module(guards) == ("Sequential", "0=Linear", "1=Tanh")
+    linear = ("| +- GuardManager: source=L['fn'], accessed_by=FrameLocalsGuardAccessor(key='fn', framelocals_idx=2), "
+              "type=<class 'torch.nn.modules.linear.Linear'>, tag_safe=(False, False)")
+    assert tt.wrapped_module(linear) == ("Linear",)
+    assert tt.wrapped_module("| +- GuardManager: source=L['x'], type=<class 'torch.Tensor'>") == ()

@@ -142,6 +142,8 @@ def cause_phrase(cause: "Cause") -> str:
         what = "a data-dependent branch picked other ops for the backward"
     elif cause.code == CAUSE_STRUCTURE and cause.facts.get("other_backward_calls"):
         what = "another backward call of the step, captured once as its own graph"
+    elif cause.code == CAUSE_GRAD_DEFINED and cause.facts.get("grad_warmup_per_graph"):
+        what = ".grad made at the first step, then kept (one warm-up capture per backward graph)"
     else:
         what = {
             CAUSE_SHAPES: "tensor sizes changed in the backward",

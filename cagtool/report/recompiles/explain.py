@@ -277,7 +277,7 @@ def _shape_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
 def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     failures: list[tuple[str, str]] = []  # (compile id, failing guard or "")
     for row in cause.rows:
-        failures.append((row.compile_id, guard_text(row.messages[0]) if row.messages else ""))
+        failures.append((row.compile_id, own_guard(row) or (guard_text(row.messages[0]) if row.messages else "")))
     known = [g for _, g in failures if g]
     function = next((row.frame_name for row in cause.rows if row.frame_name), "")
     guarded = next((row.user_source for row in cause.rows if row.user_source is not None and row.user_source.how == "guard"), None)
@@ -312,8 +312,19 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # ... guarding on a param group's learning rate, a Python float an LR scheduler changes.
         "optimizer_lr": bool(known) and all(_LR_GUARD.search(g) for g in known) and all(row.optimizer_frame for row in cause.rows),
         "optimizer_frame": all(row.optimizer_frame for row in cause.rows),
+        # Another optimizer's first step() through torch.optim's code (one code object per class).
+        "another_optimizer": all(another_optimizer(row) for row in cause.rows),
+        # Where torch's first failing guard is a newer cache entry's, another optimizer's: (id, that guard).
+        "other_entries": [(row.compile_id, guard_text(row.messages[0])) for row in cause.rows
+                          if row.messages and own_guard(row) and own_guard(row) != guard_text(row.messages[0])],
+        "frames": sorted({f for row in cause.rows if (f := compile_frame(row.compile_id)) is not None}, key=lambda f: int(f) if f.isdigit() else 0),
         # torch's wrapper frame of every compiled module, first called from this line: another module.
         "other_module": _other_module(table, cause),
+        # ... known from the guards of each compile of it: (compile id, module) in compile order.
+        "other_module_by_guards": _other_module_by_guards(table, cause),
+        # ... and what the recompile was for is a function, not a module (torch.compile(opt.step) after an LR scheduler).
+        "wrapped_function": all(table.wrapper_modules.get(r.compile_id, ("",))[0] in _FUNCTION_CLASSES for r in cause.rows),
+        "wrapped_optimizer_step": all(r.compile_id in table.wrapper_optimizer_steps for r in cause.rows),
         "hook": hook,
         "frame": compile_frame(cause.rows[0].compile_id),
         # The frame was compiled with dynamic shapes (the script's torch.compile(..., dynamic=True)).
@@ -364,6 +375,23 @@ def grad_warmup_row(table: RecompileTable) -> RecompileRow | None:
     return None
 
 
+def is_graph_grad_warmup(table: RecompileTable, row: RecompileRow) -> bool:
+    """The row is one backward graph's .grad warm-up: the rule of report.figures.metrics.is_grad_warmup
+    (a new AccumulateGrad node, in the initial capture's step or the next, hooks unchanged), asked of
+    every miss, not only the run's first: a job with several backward graphs a step (a GAN's D and G)
+    has one warm-up per graph, which torch captures each."""
+    if row.source != SOURCE_CA or row.kind != MISS_NEW_NODE or row.ca_id is None or row.initial \
+            or not (row.node or "").endswith("AccumulateGrad"):
+        return False
+    # The initial capture is among the first rows: found without a pass over 1,000s of misses.
+    initial = next((r.step for r in table.rows if r.initial and r.source == SOURCE_CA), None)
+    miss = CacheMissEvent(seq=row.seq, t=0.0, ca_id=row.ca_id, compile_id=row.compile_id, step=row.step,
+                          miss_kind=row.kind, message="", node=row.node)
+    from cagtool.report.figures.metrics import is_grad_warmup
+
+    return is_grad_warmup(miss, table.graphs.get(row.ca_id), table.previous_graph(row.ca_id), initial)
+
+
 def cause_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     if cause.code == CAUSE_STRUCTURE:
         return _structure_facts(table, cause)
@@ -375,7 +403,12 @@ def cause_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         return _hook_facts(table, cause)
     if cause.code == CAUSE_GRAD_DEFINED:
         warmup = grad_warmup_row(table)
-        return {"key_sizes": _key_sizes(cause), "grad_warmup": warmup is not None and warmup in cause.rows, **_stability(table, cause)}
+        per_graph = all(is_graph_grad_warmup(table, row) for row in cause.rows)
+        return {"key_sizes": _key_sizes(cause), "grad_warmup": warmup is not None and warmup in cause.rows,
+                # every miss of the cause is a backward graph's own warm-up (one per graph)
+                "grad_warmup_per_graph": per_graph,
+                "backward_calls": list(dict.fromkeys(r.user_source for r in cause.rows if r.user_source is not None)) if per_graph else [],
+                **_stability(table, cause)}
     return _stability(table, cause)
 
 
@@ -577,6 +610,28 @@ def _grad_defined(cause: Cause, cwd: str) -> Words:
     if stability:
         why.append(stability)
     fix = []
+    if cause.facts.get("grad_warmup_per_graph") and not (cause.count == 1 and cause.facts.get("grad_warmup")):
+        calls = cause.facts.get("backward_calls") or []
+        graphs = (f"{plural(cause.count, 'backward graph')}" + (f", called at {', '.join(format_source(c, cwd) for c in calls)}"
+                                                                  if calls else ""))
+        title = (f".grad made at the first step, then kept: each backward graph captured once more "
+                 f"({plural(cause.count, 'recompile')})")
+        why = [
+            f"The key of {node_label(row.node, row.node_call)} changed{_key_size_text(row)} with no change in hooks. "
+            "In the first step each backward found its parameters' .grad None and AccumulateGrad made it; from the next "
+            ".grad is kept as a tensor (zero_grad(set_to_none=False) zeroes it in place; or gradients accumulate), and "
+            "AccumulateGrad adding into an existing .grad is another graph to compiled autograd. Each backward graph "
+            f"warms up once: {graphs}.",
+            "torch counts each as a capture (counters['compiled_autograd']['captures']); `gate --max-recompiles` counts "
+            "them too (it leaves out only a first miss that is a warm-up).",
+        ]
+        stability = stability_sentence(cause.facts, "such miss")
+        if stability:
+            why.append(stability)
+        fix = ["Nothing to fix: one extra capture per backward graph, then cached. Where the script zeroes with "
+               "zero_grad(set_to_none=False), the default zero_grad() (set_to_none=True) leaves .grad None at each step's "
+               "backward, as at the first, and skips these captures."]
+        return Words(title, why, fix, evidence_text(cause.evidence))
     if cause.count == 1 and cause.facts.get("grad_warmup"):
         why.append("Once (the first backward sees .grad None, the next accumulates) this costs one extra graph "
                    "and is harmless: `gate --max-recompiles ca:N` does not count it.")
@@ -660,10 +715,18 @@ def smaller_batch(guard: str) -> tuple[str, int, int] | None:
 def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
     """What a Dynamo cause's failing guard is on, in a few words, from its kind (torch's reason)."""
     kind, guard = facts.get("kind", ""), facts.get("guard", "")
+    if facts.get("another_optimizer"):
+        return "another optimizer's first step()"
     if facts.get("optimizer_state"):
         return "the optimizer's state was filled by its first step()"
     if facts.get("optimizer_lr"):
         return "the learning rate changed (an LR scheduler's step)"
+    if facts.get("other_module_by_guards") and facts.get("wrapped_optimizer_step"):
+        return "the compiled optimizer step() runs through the compiled modules' shared frame"
+    if facts.get("other_module_by_guards") and facts.get("wrapped_function"):
+        return "a compiled function of torch's runs through the compiled modules' shared frame"
+    if facts.get("other_module_by_guards"):
+        return f"another compiled module's first call (a {facts['other_module_by_guards'][-1][1]})"
     if kind == GUARD_GRAD_MODE:
         return "the grad mode changed (a call under torch.no_grad(), as in an evaluation)"
     if kind == GUARD_GLOBAL_STATE:
@@ -734,6 +797,39 @@ def _other_module(table: RecompileTable, cause: Cause) -> str:
     return ", ".join(dict.fromkeys(lines))
 
 
+def module_text(module: tuple[str, ...]) -> str:
+    """("Sequential", "0=Linear", "1=Tanh", "1.0=...") -> `Sequential(Linear, Tanh)`: the class and its direct children."""
+    children = [item.split("=", 1)[1] for item in module[1:] if "." not in item.split("=", 1)[0]]
+    return f"{module[0]}({', '.join(children)})" if children else module[0]
+
+
+def _other_module_by_guards(table: RecompileTable, cause: Cause) -> list[tuple[str, str]]:
+    """The compiles of torch's module wrapper each recompile of the cause follows, when its guards
+    show a module unlike every one compiled there before (another class, or other children): the
+    frame's compiles in order, (compile id, module), ending with the cause's last; [] otherwise.
+    Whatever guard torch names first (an input's size, or its requires_grad in `c2(c1(x))`), a
+    compile for another module is that module's first call, not a change of one module's input."""
+    modules = table.wrapper_modules
+    shown: dict[str, str] = {}
+    for row in cause.rows:
+        frame = compile_frame(row.compile_id)
+        ids = [cid for cid, _ in table.wrapper_callers.get(frame or "", [])]
+        module = modules.get(row.compile_id)
+        if row.compile_id not in ids or not module:
+            return []
+        earlier = ids[:ids.index(row.compile_id)]
+        if not earlier or any(modules.get(cid) in (None, module) for cid in earlier):
+            return []
+        for cid in (*earlier, row.compile_id):
+            shown[cid] = module_text(modules[cid]) + (" (the optimizer's step())" if cid in table.wrapper_optimizer_steps else "")
+    return list(shown.items())
+
+
+# What torch.compile wraps in its module wrapper besides a torch.nn module: a function of torch's
+# own (trace_rules), such as the plain function an LR scheduler puts in place of an optimizer's step.
+_FUNCTION_CLASSES = ("function", "method", "builtin_function_or_method", "partial")
+
+
 def _requires_grad_inputs(guards: list[str]) -> list[str]:
     """The tensors of failed requires_grad guards when none is a parameter (a module's
     `_parameters[...]`): the compiled call's inputs. [] otherwise."""
@@ -747,10 +843,47 @@ def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
     if facts.get("optimizer_lr"):
         return ["The compiled optimizer step() reads the learning rate as a Python float, and Dynamo guards on its value; "
                 "an LR scheduler changes it, so step() is compiled again (after one change Dynamo takes the rate as an input)."]
+    if facts.get("another_optimizer"):
+        return ["torch.optim's step() code is one code object for many optimizers (Optimizer's step wrapper in optimizer.py "
+                "for all of them, each class's step() for that class's), so one Dynamo frame each, shared. Dynamo guards on which "
+                "optimizer object ran it (`___check_obj_id(self, ...)`), so the first step() of another optimizer compiles "
+                "each of those frames once more: not an object made anew in the loop, and cached from then on."]
     if facts.get("optimizer_state"):
-        return ["The compiled optimizer step() first ran with its state empty: an optimizer makes its state (momentum "
-                "buffers, Adam's moments) in its first step(). Dynamo guards on that state, so step() is compiled once more "
-                "for the filled state, which every later step reuses."]
+        why = ["The compiled optimizer step() first ran with its state empty: an optimizer makes its state (momentum "
+               "buffers, Adam's moments) in its first step(). Dynamo guards on that state, so step() is compiled once more "
+               "for the filled state, which every later step reuses."]
+        if facts.get("other_entries"):
+            why.append("Several optimizers share this frame: torch's first failing guard is the newest cache entry's, another "
+                       "optimizer's (" + elide([f"{cid} `{g}`" for cid, g in facts["other_entries"]]) + "); the guard shown "
+                       "per recompile is the one of the optimizer's own entry, once for each optimizer.")
+        return why
+    if facts.get("other_module_by_guards") and facts.get("wrapped_function"):
+        compiles = ", then ".join(f"{cid} a {module}" for cid, module in facts["other_module_by_guards"])
+        step = facts.get("wrapped_optimizer_step")
+        what = ("The optimizer's step() is one: an LR scheduler replaces `opt.step` with its own counting wrapper, a plain "
+                "function in torch/optim/lr_scheduler.py, so torch.compile(opt.step) runs through the same frame as the "
+                "compiled model" if step else "The function compiled here is one")
+        return [f"The recompiled frame is torch's wrapper (`inner`, torch/_dynamo/external_utils.py) that torch.compile puts "
+                f"around every compiled torch.nn module's call and around a function of torch's own. {what}. Its guards show "
+                f"what each compile was for: {compiles}. torch's first failing guard, `{facts.get('guard', '')}`, compares what "
+                f"those calls were given ({'the model its input, the step nothing' if step else 'a module its input, the function its own'}): "
+                "it is not about a Python value of the script changing. It is "
+                "compiled once and cached, and counts against the shared frame's recompile limit "
+                "(torch._dynamo.config.recompile_limit)."]
+    if facts.get("other_module_by_guards"):
+        compiles = ", then ".join(f"{cid} a {module}" for cid, module in facts["other_module_by_guards"])
+        guard = facts.get("guard", "")
+        named = f"torch names only the first guard that failed, `{guard}`"
+        if kind == GUARD_REQUIRES_GRAD and "expected requires_grad=0" in guard:
+            named += (": the new module's input requires grad where the first one's did not, as the output of another "
+                      "compiled module does when one feeds the other (`c2(c1(x))`)")
+        elif kind:
+            named += ": the new module's input differs from the first one's"
+        return [f"The recompiled frame is torch's wrapper of every torch.compile'd module's call (`inner`, "
+                f"torch/_dynamo/external_utils.py): one code object for all of them. Its guards show which module each "
+                f"compile was for: {compiles}. So this is another compiled module called for the first time, not one "
+                f"module's input changing; {named}. Each such module is one more compile of the shared frame, and all of "
+                "them count against its one recompile limit (torch._dynamo.config.recompile_limit)."]
     if kind == GUARD_GRAD_MODE:
         return ["The compiled code ran with grad mode off (torch.no_grad() or torch.inference_mode(), as an evaluation does) "
                 "after running with it on: Dynamo guards on the grad mode, so it compiled a second graph for it. Each grad mode "
@@ -817,6 +950,10 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
     """The fixes that fit the kind of guard that failed (never one written for another kind)."""
     kind, guard = facts.get("kind", ""), facts.get("guard", "")
     once = bool(facts.get("stabilised")) and facts.get("recompiling_steps", 0) <= 1
+    if facts.get("another_optimizer"):
+        return ["Nothing to fix: each optimizer's step() is compiled once for it (and once more when its state fills) and "
+                "cached. All optimizers count against the recompile limit of these shared frames "
+                "(torch._dynamo.config.recompile_limit): with many optimizers the later ones run eagerly; raise the limit then."]
     if facts.get("optimizer_state") and once:
         return ["Nothing to fix: a compiled optimizer step() is compiled twice, for its empty and its filled state, "
                 "and both are cached."]
@@ -824,6 +961,17 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         # torch 2.13, checked by hand: Adam(lr=torch.tensor(0.01)) with LambdaLR, compiled step(): no recompile.
         return ["Give the optimizer a tensor learning rate, e.g. torch.optim.Adam(params, lr=torch.tensor(0.01)): the scheduler "
                 "then writes the new rate into the tensor, and the compiled step() is not recompiled for it."]
+    if facts.get("other_module_by_guards") and facts.get("wrapped_optimizer_step"):
+        return ["Nothing to fix: compiled once and cached. To give the step its own frame and recompile limit, compile a "
+                "function of your own that calls it (`@torch.compile` on `def opt_step(): opt.step()`) instead of "
+                "torch.compile(opt.step)."]
+    if facts.get("other_module_by_guards") and facts.get("wrapped_function"):
+        return ["Nothing to fix: compiled once and cached. To give it its own frame and recompile limit, compile a function "
+                "of your own that calls it."]
+    if facts.get("other_module_by_guards"):
+        return ["Nothing to fix: each compiled module is compiled once and cached. With more compiled modules than the "
+                "recompile limit, the last ones run eagerly: raise torch._dynamo.config.recompile_limit, or compile the one "
+                "module that calls them (torch.compile the parent) instead of each."]
     if kind == GUARD_GRAD_MODE:
         return ["Nothing to fix: the training graph and the evaluation graph are both cached after their first call."
                 if once else "Keep the grad mode of each call site fixed: every grad mode gets its own graph.",
@@ -919,6 +1067,9 @@ def _guard(cause: Cause, cwd: str) -> Words:
         subject = f"the backward hook `{facts.get('function') or '?'}`{at}, called from compiled-autograd graph !{first.compile_id.lstrip('!').split('/')[0]}"
     elif on_ca:
         subject = f"the code of compiled-autograd graph !{first.compile_id.lstrip('!').split('/')[0]}"
+    elif facts.get("another_optimizer"):
+        frames = facts.get("frames") or [facts["frame"]]
+        subject = f"torch.optim's step code ({'frame' if len(frames) == 1 else 'frames'} {', '.join(frames)})"
     elif facts.get("optimizer_frame"):
         subject = f"the optimizer's step() (frame {facts['frame']})"
     else:
@@ -1103,6 +1254,8 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
             code = _ca_new_node_code(table, row)
             if code == CAUSE_STRUCTURE:
                 return (code, _location(row.user_source) or row.node)
+            if code == CAUSE_GRAD_DEFINED and is_graph_grad_warmup(table, row):
+                return (code, "warm-up")  # one per backward graph: one cause, whichever line called it
             return (code, row.node, _location(row.user_source))
         if row.kind == MISS_CHANGED_SHAPES:
             return (CAUSE_SHAPES, _location(row.user_source))
@@ -1116,10 +1269,12 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
         if ca_id in shape_keys and (not first or "size" in first.lower()):
             return shape_keys[ca_id]
         return (CAUSE_DYNAMO_CA_GRAPH, frame, guard_kind(first) if first else "")
+    if another_optimizer(row):  # each frame of torch.optim's step code, once for the new optimizer: one cause
+        return (CAUSE_DYNAMO_FRAME, "another optimizer")
     # One frame recompiled for two reasons (a smaller batch, then an evaluation under no_grad) is
     # two causes: each class of torch's reason has its own fix; so are guards on two Python values
     # (a dropout rate and a step number passed in).
-    first = guard_text(row.messages[0]) if row.messages else ""
+    first = own_guard(row)
     names = _value_names(first) if first else ()
     if names:  # `step == 0`, then `(step % 2) != 0` once Dynamo made `step` dynamic: one value, one cause
         return (CAUSE_DYNAMO_FRAME, frame, "python value", names)
@@ -1129,6 +1284,28 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
 def _value_names(guard: str) -> tuple[str, ...]:
     """The Python values a failed guard is on, for a guard on values (not a container's length)."""
     return guarded_names(guard) if guard_kind(guard) in (GUARD_VALUE, GUARD_OTHER) else ()
+
+
+# Dynamo's guard on which optimizer object ran torch.optim's code (`self` in a class's step(),
+# `args[0]` in Optimizer's step wrapper): one code object serves every optimizer of a class.
+_OPTIMIZER_IDENTITY = re.compile(r"___check_obj_id\((?:self|args\[0\]), \d+\), type=<class 'torch\.optim\.")
+
+
+def own_guard(row: RecompileRow) -> str:
+    """The guard that failed on the recompiled frame's own cache entry. torch lists every entry's
+    first failing guard, newest entry first; in torch.optim's frames an entry made for another
+    optimizer fails on that optimizer's identity, so the first failure that is not one is this
+    optimizer's own (its state filled by its first step()). "" when every entry is another
+    optimizer's: this optimizer's first step(). Elsewhere, torch's first failing guard."""
+    guards = [guard_text(m) for m in row.messages]
+    if not row.optimizer_frame or not guards or not _OPTIMIZER_IDENTITY.search(guards[0]):
+        return guards[0] if guards else ""
+    return next((g for g in guards if not _OPTIMIZER_IDENTITY.search(g)), "")
+
+
+def another_optimizer(row: RecompileRow) -> bool:
+    """torch.optim's code recompiled because another optimizer ran it for the first time."""
+    return row.optimizer_frame and bool(row.messages) and own_guard(row) == ""
 
 
 _SOURCE_RANK = {"node_traceback": 0, "guard": 1, "caller": 2, "compiled_frame": 3, "backward_call": 4}
@@ -1257,7 +1434,7 @@ def _limit_alert(table: RecompileTable, causes: list[Cause]) -> Alert | None:
     behind = [
         c.number
         for c in causes
-        if c.code in (CAUSE_DYNAMO_FRAME, CAUSE_DYNAMO_CA_GRAPH) and c.facts.get("frame") in frames
+        if c.code in (CAUSE_DYNAMO_FRAME, CAUSE_DYNAMO_CA_GRAPH) and frames & {c.facts.get("frame"), *c.facts.get("frames", ())}
     ]
     for cause in causes:
         if cause.number in behind:

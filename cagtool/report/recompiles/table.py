@@ -19,8 +19,10 @@ from cagtool.record.loader import ModeRecord, RunRecord, load_run
 from cagtool.record.schema import (
     MISS_UNKNOWN,
     CacheMissEvent,
+    ARTIFACT_GUARDS,
     CAGraphEvent,
     ChangedSize,
+    CompileArtifactEvent,
     DynamoCompileEvent,
     DynamoRecompileEvent,
     GradDigestEvent,
@@ -40,6 +42,7 @@ from cagtool.torch_text import (
     size_guard,
     strip_reason_id,
     traceback_frames,
+    wrapped_module,
 )
 
 if TYPE_CHECKING:
@@ -121,6 +124,12 @@ class RecompileTable:
     # torch/_dynamo/external_utils.py, one code object for every torch.compile'd module): compile id
     # -> the user's line that called it, in compile order.
     wrapper_callers: dict[str, list[tuple[str, SourceRef | None]]] = field(default_factory=dict)
+    # The module each of those compiles was for (torch_text.wrapped_module, read from its guards):
+    # compile id -> ("Sequential", "0=Linear", ...); absent where the record kept no guards.
+    wrapper_modules: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # ... those that wrapped an optimizer's step(): the next compile, from the same line, is torch.optim's
+    # (torch.compile(opt.step) after an LR scheduler made opt.step a plain function of torch's).
+    wrapper_optimizer_steps: frozenset[str] = frozenset()
     # The mode ran compiled autograd over parameters each rank holds a shard of (FSDP2's DTensors,
     # GradDigestEvent.shard): a setup torch has no compiled-autograd path for (record_notes).
     sharded_under_ca: bool = False
@@ -250,7 +259,8 @@ NEEDED_KINDS = frozenset(
     # FinalStateEvent: one per process, for the ranks' divergence line of a multi-rank run.
     # GraphBreakEvent: where torch reports a data-dependent branch, the line a structural change is tied to.
     # GradDigestEvent: a handful per process, whether the parameters are each rank's shard (sharded_under_ca).
-    cls.kind for cls in (CacheMissEvent, CAGraphEvent, DynamoCompileEvent, DynamoRecompileEvent, FindingEvent, FinalStateEvent,
+    # CompileArtifactEvent: the guards of each compile of torch's module wrapper, which module it was for.
+    cls.kind for cls in (CacheMissEvent, CAGraphEvent, CompileArtifactEvent, DynamoCompileEvent, DynamoRecompileEvent, FindingEvent, FinalStateEvent,
                          GradDigestEvent, GraphBreakEvent)
 ) | {
     "aot_backward_graph",  # phases.py: the AOT backward graphs, one phase of the compiles
@@ -367,6 +377,36 @@ def _wrapper_callers(compile_events: list[DynamoCompileEvent]) -> dict[str, list
     return callers
 
 
+def _wrapper_optimizer_steps(compile_events: list[DynamoCompileEvent], callers: dict[str, list[tuple[str, SourceRef | None]]]) -> frozenset[str]:
+    ids = {cid for compiles in callers.values() for cid, _ in compiles}
+    frames = [e for e in compile_events if not e.compile_id.startswith("!")]
+    found = set()
+    for event, following in zip(frames, frames[1:]):
+        caller = event.phase.caller if event.phase is not None else None
+        if event.compile_id in ids and caller is not None and in_torch_optim(following.co_filename) \
+                and following.phase is not None and following.phase.caller == caller:
+            found.add(event.compile_id)
+    return frozenset(found)
+
+
+def _wrapper_modules(record: ModeRecord, callers: dict[str, list[tuple[str, SourceRef | None]]]) -> dict[str, tuple[str, ...]]:
+    """Which module each compile of torch's module wrapper was for, from its recorded guards (a
+    small file per compile, only for that frame's compiles: at most its recompile limit)."""
+    ids = {cid for compiles in callers.values() for cid, _ in compiles}
+    if not ids:
+        return {}
+    modules: dict[str, tuple[str, ...]] = {}
+    for event in record.of(CompileArtifactEvent):
+        if event.artifact != ARTIFACT_GUARDS or event.compile_id not in ids:
+            continue
+        # A guard file planted as a link or led out of the run is refused (UnreadableInput), as every
+        # record file a report reads is.
+        module = wrapped_module(record.artifact_text(event))
+        if module:
+            modules[event.compile_id] = module
+    return modules
+
+
 def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> RecompileTable:
     """The recompiles of one mode record, in the order they happened. `steps` is given when the
     record was read without its step events (recompiles_load); otherwise it is counted here."""
@@ -399,6 +439,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
     from cagtool.report.recompiles.unexpected import unexpected_causes
 
     hits = limit_hits(record, compile_events)
+    callers = _wrapper_callers(compile_events)
     return RecompileTable(
         mode=record.mode,
         rows=rows,
@@ -416,7 +457,9 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         budget=mode_budget(record, hits, steps.last),
         unexpected=unexpected_causes(record),
         sharded_under_ca=manifest.mode == "ca" and any(any(e.shard or ()) for e in record.of(GradDigestEvent)),
-        wrapper_callers=_wrapper_callers(compile_events),
+        wrapper_callers=callers,
+        wrapper_modules=_wrapper_modules(record, callers),
+        wrapper_optimizer_steps=_wrapper_optimizer_steps(compile_events, callers),
         dynamic_frames=frozenset(frame for e in compile_events if e.assume_static_by_default is False and not e.compile_id.startswith("!")
                                  and (frame := compile_frame(e.compile_id)) is not None),
     )

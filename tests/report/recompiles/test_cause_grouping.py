@@ -121,9 +121,91 @@ def test_a_second_compiled_module_and_a_detached_input_are_named_as_what_they_ar
     a detached and an undetached input recompiles on that input's requires_grad, not a parameter's."""
     _, causes = _explained(record_run, "two_compiled_modules.py")
     guards = [c for c in causes if c["code"] == "dynamo_guard_failure"]
-    [other] = [c for c in guards if "size" in c["title"]]
+    [other] = [c for c in guards if "another compiled module's first call" in c["title"]]
     said = " ".join(other["why"] + other["fix"])
-    assert "torch's wrapper of every torch.compile'd module's call" in said and "two_compiled_modules.py:16" in said
-    assert other["fix"][0].startswith("Nothing to fix if it is another compiled module") and "mark_dynamic" not in said
+    assert "torch's wrapper of every torch.compile'd module's call" in said and other["source"]["line"] == 16
+    # the guards of each compile of the shared frame name its module: G, then D
+    assert "0/0 a Sequential(Linear, Tanh), then 0/1 a Sequential(Linear)" in said
+    assert other["fix"][0].startswith("Nothing to fix") and "mark_dynamic" not in said
     [detached] = [c for c in guards if "requires_grad" in c["title"]]
     assert "an input's requires_grad changed (`args[0]`)" in detached["title"] and "unfrozen" not in " ".join(detached["why"])
+
+
+def _torch_recompiles(run) -> dict[str, list[str]]:
+    """Every recompile torch logged in the record (its `Recompiling function` reasons, verbatim): id -> reasons."""
+    events = [json.loads(line) for line in (run.path / "ca" / "events.jsonl").read_text().splitlines()]
+    return {e["compile_id"]: e["reasons"] for e in events if e.get("kind") == "dynamo_recompile"}
+
+
+@pytest.mark.slow
+def test_a_second_compiled_optimizer_is_named_as_another_optimizer_not_an_object_made_anew(record_run):
+    """torch.optim's step code is shared by every optimizer: the second one's first step() recompiles
+    it on the optimizer's identity, and each optimizer's filled state once more; torch's first failing
+    guard of those is the newer entry's identity guard, the optimizer's own entry failed on its state."""
+    run, causes = _explained(record_run, "two_compiled_optimizers.py")
+    logged = _torch_recompiles(run)
+    assert sorted(logged) == ["2/1", "3/1", "3/2", "3/3", "4/1"]  # torch's own: one wrapper, SGD.step three times, one resume
+    assert sum(c["count"] for c in causes) == len(logged)
+    by_title = {c["title"]: c for c in causes}
+    [other] = [c for t, c in by_title.items() if "another optimizer's first step()" in t]
+    assert [e["compile_id"] for e in other["evidence_ids"]] == ["2/1", "3/1", "4/1"]
+    assert all("___check_obj_id" in logged[e["compile_id"]][0] for e in other["evidence_ids"])
+    said = " ".join(other["why"] + other["fix"])
+    assert other["fix"][0].startswith("Nothing to fix") and "create it once" not in said and "a different object" not in other["title"]
+    [state] = [c for t, c in by_title.items() if "the optimizer's state was filled by its first step()" in t]
+    assert [e["compile_id"] for e in state["evidence_ids"]] == ["3/2", "3/3"]
+    # torch lists the other optimizer's entry first; the state guard is the optimizer's own entry's
+    assert all(any("self.state" in r for r in logged[e["compile_id"]][1:]) for e in state["evidence_ids"])
+    assert "another optimizer's" in " ".join(state["why"])
+
+
+@pytest.mark.slow
+def test_nested_compiled_modules_are_named_as_another_module_not_a_detached_input(record_run):
+    """`c2(c1(x))`: c2's first call recompiles the wrapper frame both modules share, on its input's
+    requires_grad (c1's output); one line calls both, so only each compile's guards (which module it
+    was for) tell that it is another module and not a GAN's discriminator fed a detached tensor."""
+    run, causes = _explained(record_run, "nested_compiled_modules.py")
+    logged = _torch_recompiles(run)
+    assert list(logged) == ["0/1"] and "requires_grad mismatch" in logged["0/1"][0]  # torch's own
+    [cause] = causes
+    assert cause["count"] == 1 and cause["title"].startswith("Dynamo recompiled forward frame 0: another compiled module's first call (a Linear)")
+    said = " ".join(cause["why"] + cause["fix"])
+    assert "0/0 a Sequential(Linear, Tanh), then 0/1 a Linear" in said and "`c2(c1(x))`" in said
+    assert "GAN" not in said and "detached" not in said and cause["fix"][0].startswith("Nothing to fix")
+
+
+@pytest.mark.slow
+def test_a_gans_grads_kept_after_the_first_step_are_named_as_one_warm_up_per_backward_graph(record_run):
+    """zero_grad(set_to_none=False) in a GAN: torch captures each of the two backward graphs once more
+    at step 1 (.grad None, then a kept tensor). The count stays torch's; the cause is the warm-up,
+    not a .grad that switches, and not "clear gradients the same way every step"."""
+    run, causes = _explained(record_run, "gan_grads_kept.py")
+    captures = json.loads(run.stdout.strip().splitlines()[-1])["compiled_autograd"]["captures"]
+    assert captures == 4  # torch's own count, in the recorded job itself
+    code, out, _ = cli_in_process("recompiles", str(run.path), "--format", "json")
+    assert json.loads(out)["modes"]["ca"]["counts"]["ca_recompiles"] == captures - 1
+    [warmup] = [c for c in causes if c["code"] == "grad_defined_changed"]
+    assert warmup["count"] == 2 and warmup["steps"] == [1]
+    assert warmup["title"].startswith(".grad made at the first step, then kept: each backward graph captured once more")
+    said = " ".join(warmup["why"] + warmup["fix"])
+    assert "gan_grads_kept.py:20" in said and "gan_grads_kept.py:24" in said  # lossD.backward(), lossG.backward()
+    assert warmup["fix"][0].startswith("Nothing to fix") and "the same way every step" not in said
+    code, summary, _ = cli_in_process("summary", str(run.path))
+    assert "one warm-up capture per backward graph" in " ".join(summary.split())
+
+
+@pytest.mark.slow
+def test_a_compiled_step_an_lr_scheduler_wrapped_is_named_as_sharing_the_models_frame(record_run):
+    """torch.compile(opt.step) after an LR scheduler: the step is a plain function of torch's, run
+    through the compiled model's wrapper frame, which it recompiles on `len(args) == 1`: not a Python
+    list whose length changes."""
+    run, causes = _explained(record_run, "compiled_model_and_step.py")
+    logged = _torch_recompiles(run)
+    assert sorted(logged) == ["0/1", "3/1"] and logged["0/1"][0].split(":", 1)[1].strip().startswith("len(args) == 1")  # torch's own
+    assert sum(c["count"] for c in causes) == len(logged)
+    [shared] = [c for c in causes if c["evidence_ids"][0]["compile_id"] == "0/1"]
+    assert "the compiled optimizer step() runs through the compiled modules' shared frame" in shared["title"]
+    said = " ".join(shared["why"] + shared["fix"])
+    assert "the length of" not in shared["title"] and "LR scheduler" in said and "0/1 a function (the optimizer's step())" in said
+    assert shared["fix"][0].startswith("Nothing to fix") and "def opt_step(): opt.step()" in shared["fix"][0]
+    assert any("the optimizer's state was filled" in c["title"] for c in causes)

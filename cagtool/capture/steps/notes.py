@@ -30,6 +30,11 @@ SKIPPED = 5
 # parameters' version counters at the compile's end, before the compiled code first ran (None with
 # no optimizer known): a change seen at a later backward's start is an optimizer step in between.
 COMPILED = 6
+# (RETURNED, version): a function compiled by torch.compile returned (its wrapper's exit hook,
+# hooks.py), once an optimizer's code was compiled; version: the watched parameters' version
+# counters then, read only when they changed since that hook's last read. An optimizer step inside
+# the compiled code is seen here, where the script's call of it returns, as eager's step() returns.
+RETURNED = 7
 # (MADE, key, ref): an optimizer exists (ref: a weak reference to it).
 MADE = 3
 # (GONE, key, ref): it was collected.

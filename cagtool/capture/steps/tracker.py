@@ -53,7 +53,7 @@ from cagtool.capture.steps import heap_in_use
 from cagtool.capture.steps.grad_digest import GradDigests
 from cagtool.capture.steps.hooks import InstalledHooks, StepLimitReached, install_hooks
 from cagtool.capture.steps.lines import line_makers
-from cagtool.capture.steps.notes import COMPILED, ENDED, GONE, MADE, SKIPPED, STEPPED, BackwardCall
+from cagtool.capture.steps.notes import COMPILED, ENDED, GONE, MADE, RETURNED, SKIPPED, STEPPED, BackwardCall
 from cagtool.record.schema import FIRST_STEP, REASON_LAST
 from cagtool.record.writer import MAX_HELD_LINES, RecordWriter
 from cagtool.torch_text import frame_compile, in_torch_optim
@@ -107,7 +107,8 @@ class StepTracker:
         # (boundaries.py, compiled_optimizer_found). Never reset.
         self.backward_reads_cpu = False
         # Once an optimizer's code is compiled: [a reader of the watched parameters' version
-        # counters] (watch_parameters), read by the hooks at each top-level backward's start.
+        # counters] (watch_parameters), read by the hooks at each top-level backward's start and
+        # where a compiled call returns.
         self._watching: list[Callable[[], tuple[int, ...]]] = []
         self.device = DeviceReadings(writer)
         self.counter = StepCounter(writer, self.device, self.known, on_step, max_steps)
@@ -272,6 +273,10 @@ class StepTracker:
             torch.optim.Optimizer.__init__ = hooks.original_optimizer_init
             if hooks.scaler_class is not None:
                 hooks.scaler_class.step = hooks.original_scaler_step
+            if hooks.context_class is not None:
+                hooks.context_class.__init__ = hooks.original_context_init
+            if hooks.returns_watched is not None:
+                hooks.returns_watched[0] = False  # the contexts made meanwhile keep the exit hook
             for handle in hooks.handles:
                 handle.remove()
         self._hooks = None
@@ -307,8 +312,9 @@ class StepTracker:
         of an optimizer's code on (None with no optimizer known); `counter.watch_keys` says whose.
         An optimizer step inside a compiled graph runs no hook, but it updates the parameters in
         place, which bumps their version counters (a C field, read without a sync; a backward only
-        accumulates gradients): a change between two backwards is that optimizer's step between
-        them (docs/torch-internals.md, "An optimizer step inside a compiled graph runs no hook").
+        accumulates gradients): a change seen where a compiled call returns, or between two
+        backwards, is that optimizer's step (docs/torch-internals.md, "An optimizer step inside a
+        compiled graph runs no hook").
         The last parameter, not the first: a model's first is often an embedding, which
         `nn.Embedding(max_norm=...)` renormalises in place in its forward."""
         if not self._watching:
@@ -409,6 +415,9 @@ class StepTracker:
                             limit = counter.optimizer_stepped(note, note is live) or limit
                         elif kind == SKIPPED:
                             limit = counter.optimizer_skipped(note, note is live) or limit
+                        elif kind == RETURNED:
+                            _, version = note
+                            limit = counter.parameters_changed(version, note is live) or limit
                         elif kind == COMPILED:
                             self.backward_reads_cpu = True  # a backward's end may end a step now
                             counter.compiled_noted(note)

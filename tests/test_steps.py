@@ -192,6 +192,20 @@ def test_steps_stops_a_compiled_optimizer_step_where_eager_stops(record_run, scr
     assert [(p["record"], p["agrees"], 2 in p["steps"]) for p in pairs] == [("aot", True, True), ("ca", True, True)], pairs
 
 
+@pytest.mark.slow
+def test_a_parameter_clamped_between_micro_batches_is_not_an_optimizer_step(record_run):
+    """Weight clipping under no_grad after each of a step's two backwards changes the parameters
+    in place as the compiled optimizer step does; what is watched for that step is the optimizer's
+    state (SGD's momentum buffer here), which only a step changes: four steps of two backwards, as
+    in eager, not one a backward, and the losses compared step for step agree."""
+    run = record_run(str(Path(__file__).parent / "scripts" / "compiled_optimizer.py"), "2", "clamp", modes="eager,aot")
+    for name in ("eager", "aot"):
+        assert [s.backward_calls for s in _mode(run, name).of(StepEvent)] == [2] * 4, name
+    assert {s.boundary for s in _mode(run, "aot").of(StepEvent)} == {"compiled_optimizer"}
+    code, out, _ = cli_in_process("compare", str(run.path), "--format", "json")
+    assert code == 0 and json.loads(out)["numerics"]["agree"]
+
+
 def test_no_optimizer_falls_back_to_backward_calls_and_says_so(record_run):
     run = record_run("graph_breaks.py", "3")
     ca = _mode(run, "ca")

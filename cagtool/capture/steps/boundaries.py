@@ -81,7 +81,7 @@ class StepCounter:
         # The watched parameters' versions at the last backward's start (or at the compile of an
         # optimizer's code, before it first ran), one per optimizer of `watch_keys` (its id): None
         # until then (parameters_changed).
-        self.watch_version: tuple[int, ...] | None = None
+        self.watch_version: tuple[Any, ...] | None = None
         self.watch_keys: tuple[int, ...] = ()
 
     def restart(self, device: DeviceReadings) -> None:
@@ -109,7 +109,7 @@ class StepCounter:
         opened.next_index += 1
         return limit
 
-    def parameters_changed(self, version: tuple[int, ...], live: bool) -> bool:
+    def parameters_changed(self, version: tuple[Any, ...], live: bool) -> bool:
         """The watched parameters' versions where a compiled call returned (notes.py, RETURNED), at a
         backward's start, or at the run's end, with an optimizer's code compiled: each optimizer
         whose parameter changed since the last reading, with

@@ -70,6 +70,34 @@ HELD_EVENTS = ["backward", "optimizer_step", "step"]
 _line_makers, _OpenStep = line_makers, OpenStep
 
 
+def _step_reading(optimizer_ref: weakref.ref[Any], param_ref: weakref.ref[Any], tensor: type) -> Any:
+    """What one optimizer's step changes, read where the step tracker watches for a step inside
+    compiled code: its parameter's state's `step` (Adam, AdamW, Adagrad, RMSprop...), else its
+    first tensor (SGD's `momentum_buffer`), as (id, version): a step updates them in place (every
+    backend bumps their version counters, fused Adam's `step` included), and nothing but a step
+    does, so a parameter the script changes in place under no_grad (weight clipping between
+    micro-batches) is not read as a step. With no state yet (before the first step), or none at all
+    (SGD without momentum), the parameter's own version counter: the state a step makes reads as a
+    change from it. -1 once the parameter is gone. Never raises: it runs at every backward's start."""
+    param = param_ref()
+    if param is None:
+        return -1
+    try:
+        optimizer = optimizer_ref()
+        state = None if optimizer is None else optimizer.state.get(param)
+        if state:
+            value = state.get("step")
+            if value is None:
+                value = next((v for v in state.values() if isinstance(v, tensor)), None)
+            if isinstance(value, tensor):
+                return (id(value), value._version)
+            if isinstance(value, (int, float)):
+                return (0, value)
+    except Exception:  # noqa: BLE001 - an optimizer of another shape: its parameter, as before
+        pass
+    return param._version
+
+
 class StepTracker:
     """The steps of one record: installs the hooks (hooks.py), counts their notes into steps when
     it drains (boundaries.py), and tells the observers the step in progress and the graph's roots."""
@@ -109,7 +137,7 @@ class StepTracker:
         # Once an optimizer's code is compiled: [a reader of the watched parameters' version
         # counters] (watch_parameters), read by the hooks at each top-level backward's start and
         # where a compiled call returns.
-        self._watching: list[Callable[[], tuple[int, ...]]] = []
+        self._watching: list[Callable[[], tuple[Any, ...]]] = []
         self.device = DeviceReadings(writer)
         self.counter = StepCounter(writer, self.device, self.known, on_step, max_steps)
         self.findings = StepFindings(writer, mode, lambda: self.current_step)
@@ -307,14 +335,15 @@ class StepTracker:
         if len(known) > 1:
             self.backward_reads_cpu = True
 
-    def watch_parameters(self) -> tuple[int, ...] | None:
-        """The version counter of the last parameter of each live optimizer, from the first compile
-        of an optimizer's code on (None with no optimizer known); `counter.watch_keys` says whose.
-        An optimizer step inside a compiled graph runs no hook, but it updates the parameters in
-        place, which bumps their version counters (a C field, read without a sync; a backward only
-        accumulates gradients): a change seen where a compiled call returns, or between two
-        backwards, is that optimizer's step (docs/torch-internals.md, "An optimizer step inside a
-        compiled graph runs no hook").
+    def watch_parameters(self) -> tuple[Any, ...] | None:
+        """What an optimizer step changes, one reading per live optimizer, from the first compile of
+        an optimizer's code on (None with no optimizer known); `counter.watch_keys` says whose.
+        An optimizer step inside a compiled graph runs no hook, but it updates its state and the
+        parameters in place, which bumps their version counters (a C field, read without a sync; a
+        backward only accumulates gradients): a change seen where a compiled call returns, or
+        between two backwards, is that optimizer's step (docs/torch-internals.md, "An optimizer
+        step inside a compiled graph runs no hook"). Read per optimizer from its last parameter's
+        state (_step_reading), else from that parameter.
         The last parameter, not the first: a model's first is often an embedding, which
         `nn.Embedding(max_norm=...)` renormalises in place in its forward."""
         if not self._watching:
@@ -325,12 +354,15 @@ class StepTracker:
                 params = [p for group in getattr(optimizer, "param_groups", ()) for p in group.get("params", ())][-1:]
                 if params and key not in keys:
                     keys.append(key)
-                    refs.append(weakref.ref(params[0]))
+                    refs.append((ref, weakref.ref(params[0])))
             if not refs:
                 return None
+            import torch
 
-            def versions() -> tuple[int, ...]:
-                return tuple(-1 if (param := ref()) is None else param._version for ref in refs)
+            tensor = torch.Tensor
+
+            def versions() -> tuple[Any, ...]:
+                return tuple(_step_reading(optimizer, param, tensor) for optimizer, param in refs)
 
             self.counter.watch_keys = tuple(keys)
             self._watching.append(versions)

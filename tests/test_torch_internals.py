@@ -341,6 +341,44 @@ def test_a_compiled_calls_exit_hook_runs_once_its_graph_has_stepped_the_paramete
     assert counters["stats"]["unique_graphs"] == graphs  # raising out of the cleanup compiled nothing again
 
 
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("make", [
+    lambda ps: torch.optim.SGD(ps, lr=torch.tensor(0.01), momentum=0.9),
+    lambda ps: torch.optim.Adam(ps, lr=torch.tensor(0.01)),
+    lambda ps: torch.optim.AdamW(ps, lr=0.01, foreach=True),
+    lambda ps: torch.optim.Adam(ps, lr=torch.tensor(0.01), fused=True),
+], ids=["sgd-momentum", "adam", "adamw-foreach", "adam-fused"])
+def test_a_compiled_optimizer_step_bumps_its_state_and_a_clamp_under_no_grad_does_not(backend, make):
+    """What the step tracker reads for a step inside compiled code (capture/steps/tracker.py,
+    _step_reading): the parameter's state tensors keep their identity and a compiled step bumps
+    the version counter of at least one of them (fused Adam's kernel bumps `step`'s, not
+    `exp_avg`'s); a clamp of the parameter under no_grad bumps the parameter's and none of them
+    (from the first step on: before it, with no state, the parameter's is what there is to read)."""
+    from cagtool.capture.steps.tracker import _step_reading
+    import weakref
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))
+    last = list(model.parameters())[-1]
+    opt = make(model.parameters())
+    step = torch.compile(opt.step, backend=backend)
+    refs = (weakref.ref(opt), weakref.ref(last))
+    readings = []
+    for i in range(3):
+        model(torch.randn(2, 4)).sum().backward()
+        before_clamp, version = _step_reading(*refs, torch.Tensor), last._version
+        with torch.no_grad():
+            last.clamp_(-10, 10)
+        assert last._version > version
+        assert (_step_reading(*refs, torch.Tensor) == before_clamp) == (i > 0)
+        step()
+        readings.append(_step_reading(*refs, torch.Tensor))
+        opt.zero_grad()
+    assert all(isinstance(r, tuple) for r in readings) and len(set(readings)) == 3
+    ids = [[item[0] for item in r if isinstance(item, tuple)] for r in readings]
+    assert ids[0] and ids[0] == ids[1] == ids[2]
+
+
 # -- Dynamo: recompile reasons, graph breaks, compile metrics, the recompile limit ---------------
 
 def test_dynamo_records_parse_into_cagtool_events(tmp_path):

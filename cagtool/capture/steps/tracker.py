@@ -72,13 +72,15 @@ _line_makers, _OpenStep = line_makers, OpenStep
 
 def _step_reading(optimizer_ref: weakref.ref[Any], param_ref: weakref.ref[Any], tensor: type) -> Any:
     """What one optimizer's step changes, read where the step tracker watches for a step inside
-    compiled code: its parameter's state's `step` (Adam, AdamW, Adagrad, RMSprop...), else its
-    first tensor (SGD's `momentum_buffer`), as (id, version): a step updates them in place (every
-    backend bumps their version counters, fused Adam's `step` included), and nothing but a step
-    does, so a parameter the script changes in place under no_grad (weight clipping between
-    micro-batches) is not read as a step. With no state yet (before the first step), or none at all
-    (SGD without momentum), the parameter's own version counter: the state a step makes reads as a
-    change from it. -1 once the parameter is gone. Never raises: it runs at every backward's start."""
+    compiled code: its parameter's state, each tensor as (id, version) and each number as itself
+    (Adam's `step`, `exp_avg`, `exp_avg_sq`; SGD's `momentum_buffer`): a step updates them in place
+    (every backend bumps their version counters; fused Adam's kernel bumps only `step`'s) or
+    replaces them, and nothing but a step does, so a parameter the script changes in place under
+    no_grad (weight clipping between micro-batches) is not read as a step. All of them, not one: an
+    optimizer of the script's own may keep one a step leaves alone. With no state yet (before the
+    first step), or none at all (SGD without momentum), the parameter's own version counter: the
+    state a step makes reads as a change from it. -1 once the parameter is gone. Never raises: it
+    runs at every backward's start."""
     param = param_ref()
     if param is None:
         return -1
@@ -86,13 +88,9 @@ def _step_reading(optimizer_ref: weakref.ref[Any], param_ref: weakref.ref[Any], 
         optimizer = optimizer_ref()
         state = None if optimizer is None else optimizer.state.get(param)
         if state:
-            value = state.get("step")
-            if value is None:
-                value = next((v for v in state.values() if isinstance(v, tensor)), None)
-            if isinstance(value, tensor):
-                return (id(value), value._version)
-            if isinstance(value, (int, float)):
-                return (0, value)
+            reading = tuple((id(v), v._version) if isinstance(v, tensor) else v for v in state.values() if isinstance(v, (tensor, int, float)))
+            if reading:
+                return reading
     except Exception:  # noqa: BLE001 - an optimizer of another shape: its parameter, as before
         pass
     return param._version

@@ -66,6 +66,8 @@ CA_ENTRY_POINTS = (
     "torch._dynamo.trace_rules.add",
     "torch.optim.optimizer.register_optimizer_step_pre_hook",
     "torch.optim.optimizer.register_optimizer_step_post_hook",
+    # whose contexts' enter_exit_hooks capture/steps/hooks.py adds to (a compiled call's return)
+    "torch._dynamo.eval_frame.OptimizeContext.__init__",
 )
 
 # What a compiler must get through for Inductor's CPU kernels: a C++17 translation unit.

@@ -29,6 +29,7 @@ def _torch_state() -> tuple:
         tuple(h for h in logging.getLogger("torch.__trace").handlers if type(h).__module__.startswith("cagtool")),
         logging.getLogger("torch.__trace").level,
         torch._dynamo.config.optimize_ddp,
+        torch._dynamo.eval_frame.OptimizeContext.__init__,  # the step tracker's exit hook on compiled calls
     )
 
 

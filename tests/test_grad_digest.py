@@ -139,3 +139,20 @@ def test_a_parameter_a_compiled_optimizer_step_reads_keeps_its_module_path(diges
     digests.digest(0, [REASON_FIRST], list(model.parameters()))
     [event] = digests.events()
     assert event["names"] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+
+
+def test_parameters_sharing_a_path_are_ordered_as_registered_whatever_the_digest_order(digests):
+    """A GAN's two top-level models both hold `0.weight`: the report tells them apart by their order
+    in the record ("0.weight (2)"). Digested in stepping order in one mode (eager: the pre-hooks,
+    the discriminator's optimizer first) and in another order in a mode whose optimizers step
+    inside compiled code (digested at the run's end), the record lists them alike: as registered."""
+    torch.manual_seed(0)
+    generator = torch.nn.Sequential(torch.nn.Linear(2, 4))
+    discriminator = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    discriminator(generator(torch.randn(3, 2))).sum().backward()
+    g, d = list(generator.parameters()), list(discriminator.parameters())
+    digests.digest(0, [REASON_FIRST], d + g)
+    digests.digest(1, [REASON_FIRST], g + d)
+    first, second = digests.events()
+    assert first["names"] == second["names"] == ["0.weight", "0.bias", "0.weight", "0.bias"]
+    assert first["norm"] == second["norm"] == pytest.approx([float(p.grad.norm()) for p in g + d], rel=1e-5)

@@ -165,6 +165,51 @@ def test_an_optimizer_stepping_inside_compiled_code_counts_the_scripts_steps(rec
     assert "no steady state" not in summary and "reaches the limit" not in summary + said
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("script, args, backwards", [
+    ("compiled_optimizer.py", ("2",), 2),  # torch.compile around opt.step(), two micro-batches a step
+    ("compiled_optimizer.py", ("1",), 1),
+    ("compiled_whole_step.py", (), 1),  # forward, backward and step() in one compiled function
+])
+def test_steps_stops_a_compiled_optimizer_step_where_eager_stops(record_run, script, args, backwards):
+    """`--steps 3` where the optimizer steps inside compiled code: the step is seen where the
+    script's compiled call returns, so every mode stops at eager's point (inside iteration 2, after
+    its optimizer step, before the loop prints it), not one forward and backward later. The final
+    norms and the last step's gradients are then those of the same moment, and agree."""
+    run = record_run(str(Path(__file__).parent / "scripts" / script), *args, modes="eager,aot,ca", extra=("--steps", "3"))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.count("step 1 loss") == 3 and "step 2 loss" not in run.stdout
+    for name in ("eager", "aot", "ca"):
+        mode = _mode(run, name)
+        assert mode.manifest.options.get("stopped_by") == "steps", name
+        assert [s.backward_calls for s in mode.of(StepEvent)] == [backwards] * 3, name
+        assert len(mode.of(BackwardEvent)) == 3 * backwards, name  # none after the last step
+    assert {s.boundary for s in _mode(run, "aot").of(StepEvent)} == {"compiled_optimizer"}
+    if args == ("2",):  # counted in the hooks (--steps) as the drain counts them later (no --steps)
+        whole = _mode(record_run(str(Path(__file__).parent / "scripts" / script), *args, modes="eager,aot"), "aot")
+        rows = [(s.step, s.backward_calls, s.boundary, s.compiles, s.wall_s is None) for s in _mode(run, "aot").of(StepEvent)]
+        assert rows == [(s.step, s.backward_calls, s.boundary, s.compiles, s.wall_s is None) for s in whole.of(StepEvent)][:3]
+    code, out, err = cli_in_process("compare", str(run.path), "--format", "json")
+    data = json.loads(out)
+    assert code == 0 and data["numerics"]["agree"], data["numerics"]
+    pairs = data["grad_parity"]["pairs"]
+    assert [(p["record"], p["agrees"], 2 in p["steps"]) for p in pairs] == [("aot", True, True), ("ca", True, True)], pairs
+
+
+@pytest.mark.slow
+def test_a_parameter_clamped_between_micro_batches_is_not_an_optimizer_step(record_run):
+    """Weight clipping under no_grad after each of a step's two backwards changes the parameters
+    in place as the compiled optimizer step does; what is watched for that step is the optimizer's
+    state (SGD's momentum buffer here), which only a step changes: four steps of two backwards, as
+    in eager, not one a backward, and the losses compared step for step agree."""
+    run = record_run(str(Path(__file__).parent / "scripts" / "compiled_optimizer.py"), "2", "clamp", modes="eager,aot")
+    for name in ("eager", "aot"):
+        assert [s.backward_calls for s in _mode(run, name).of(StepEvent)] == [2] * 4, name
+    assert {s.boundary for s in _mode(run, "aot").of(StepEvent)} == {"compiled_optimizer"}
+    code, out, _ = cli_in_process("compare", str(run.path), "--format", "json")
+    assert code == 0 and json.loads(out)["numerics"]["agree"]
+
+
 def test_no_optimizer_falls_back_to_backward_calls_and_says_so(record_run):
     run = record_run("graph_breaks.py", "3")
     ca = _mode(run, "ca")

@@ -284,6 +284,101 @@ def test_every_backward_goes_through_engine_run_backward_and_optimizer_hooks_fir
     assert calls == ["backward", "backward", "backward", "pre", "post"]
 
 
+def test_a_compiled_calls_exit_hook_runs_once_its_graph_has_stepped_the_parameters(monkeypatch):
+    """What the step tracker's watch at a compiled call's return relies on (capture/steps/hooks.py):
+    every context torch.compile makes calls each of its `enter_exit_hooks` as the wrapper is entered
+    and the cleanup that returns after the compiled code returned, outside Dynamo's tracing; a
+    compiled optimizer step bumped the parameters' version counters by then (none of the
+    optimizer's hooks ran); and an exception raised by the cleanup reaches the caller with the
+    wrapper's state put back (the next call runs the cached graph: no new compile)."""
+    from torch._dynamo.eval_frame import OptimizeContext
+    from torch._dynamo.utils import counters
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    class Stop(BaseException):
+        pass
+
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen: list[tuple[int, int, bool]] = []
+    stop = [False]
+
+    def entered() -> Callable[[], None]:
+        before = model.bias._version
+
+        def returned() -> None:
+            seen.append((before, model.bias._version, torch.compiler.is_compiling()))
+            if stop[0]:
+                raise Stop()
+
+        return returned
+
+    original_init = OptimizeContext.__init__
+
+    def init(context: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(context, *args, **kwargs)
+        context.enter_exit_hooks.append(entered)
+
+    monkeypatch.setattr(OptimizeContext, "__init__", init)
+    hooked: list[str] = []
+    post = register_optimizer_step_post_hook(lambda o, a, k: hooked.append("post") if not torch.compiler.is_compiling() else None)
+    try:
+        step = torch.compile(opt.step, backend="eager")
+        for _ in range(2):
+            model(torch.ones(2, 3)).sum().backward()
+            step()
+        graphs = counters["stats"]["unique_graphs"]
+        stop[0] = True
+        model(torch.ones(2, 3)).sum().backward()
+        with pytest.raises(Stop):
+            step()
+        stop[0] = False
+        step()
+    finally:
+        post.remove()
+    assert hooked == []  # the step ran inside the graph: no hook at run time
+    assert [after > before for before, after, _ in seen] == [True] * 4 and not any(compiling for *_, compiling in seen)
+    assert counters["stats"]["unique_graphs"] == graphs  # raising out of the cleanup compiled nothing again
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("make", [
+    lambda ps: torch.optim.SGD(ps, lr=torch.tensor(0.01), momentum=0.9),
+    lambda ps: torch.optim.Adam(ps, lr=torch.tensor(0.01)),
+    lambda ps: torch.optim.AdamW(ps, lr=0.01, foreach=True),
+    lambda ps: torch.optim.Adam(ps, lr=torch.tensor(0.01), fused=True),
+], ids=["sgd-momentum", "adam", "adamw-foreach", "adam-fused"])
+def test_a_compiled_optimizer_step_bumps_its_state_and_a_clamp_under_no_grad_does_not(backend, make):
+    """What the step tracker reads for a step inside compiled code (capture/steps/tracker.py,
+    _step_reading): the parameter's state tensors keep their identity and a compiled step bumps
+    the version counter of at least one of them (fused Adam's kernel bumps `step`'s, not
+    `exp_avg`'s); a clamp of the parameter under no_grad bumps the parameter's and none of them
+    (from the first step on: before it, with no state, the parameter's is what there is to read)."""
+    from cagtool.capture.steps.tracker import _step_reading
+    import weakref
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))
+    last = list(model.parameters())[-1]
+    opt = make(model.parameters())
+    step = torch.compile(opt.step, backend=backend)
+    refs = (weakref.ref(opt), weakref.ref(last))
+    readings = []
+    for i in range(3):
+        model(torch.randn(2, 4)).sum().backward()
+        before_clamp, version = _step_reading(*refs, torch.Tensor), last._version
+        with torch.no_grad():
+            last.clamp_(-10, 10)
+        assert last._version > version
+        assert (_step_reading(*refs, torch.Tensor) == before_clamp) == (i > 0)
+        step()
+        readings.append(_step_reading(*refs, torch.Tensor))
+        opt.zero_grad()
+    assert all(isinstance(r, tuple) for r in readings) and len(set(readings)) == 3
+    ids = [[item[0] for item in r if isinstance(item, tuple)] for r in readings]
+    assert ids[0] and ids[0] == ids[1] == ids[2]
+
+
 # -- Dynamo: recompile reasons, graph breaks, compile metrics, the recompile limit ---------------
 
 def test_dynamo_records_parse_into_cagtool_events(tmp_path):

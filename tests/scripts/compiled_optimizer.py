@@ -2,8 +2,9 @@
 `opt.step()`, the learning rate a tensor so a change does not recompile), the model's forward and
 backward plain. SGD with momentum makes its momentum buffers in its first step(), so Dynamo compiles
 step() once more for the filled state, once. `python compiled_optimizer.py N`: N backward calls a
-step (gradient accumulation; 1 by default). Prints the loss per step and torch's counters as its
-last line."""
+step (gradient accumulation; 1 by default); `python compiled_optimizer.py N clamp`: and every
+parameter clamped in place under no_grad after each backward (weight clipping between micro-batches,
+not an optimizer step). Prints the loss per step and torch's counters as its last line."""
 
 import json
 import sys
@@ -21,10 +22,15 @@ def opt_step():
 
 
 accumulate = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+clamp = sys.argv[2:3] == ["clamp"]
 for step in range(4):
     for _ in range(accumulate):
         loss = model(torch.randn(2, 4)).pow(2).mean()
         loss.backward()
+        if clamp:
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.clamp_(-0.3, 0.3)
     opt_step()
     opt.zero_grad()
     print(f"step {step} loss {loss.item():.6f}")

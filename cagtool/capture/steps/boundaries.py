@@ -14,7 +14,7 @@ from typing import Any, Callable
 from cagtool.capture.steps.device_readings import DeviceReadings
 from cagtool.capture.steps.lines import StepLines
 from cagtool.capture.steps.losses import read_loss
-from cagtool.capture.steps.notes import COMPILED, ENDED, GONE, MADE, SKIPPED, STEPPED, BackwardCall, CpuReading
+from cagtool.capture.steps.notes import COMPILED, ENDED, GONE, MADE, RETURNED, SKIPPED, STEPPED, BackwardCall, CpuReading
 from cagtool.capture.steps.timing import BoundaryTimes
 from cagtool.record.schema import FIRST_STEP, STEP_BOUNDARY_BACKWARD, STEP_BOUNDARY_COMPILED_OPTIMIZER, STEP_BOUNDARY_OPTIMIZER
 from cagtool.record.writer import RecordWriter
@@ -81,7 +81,7 @@ class StepCounter:
         # The watched parameters' versions at the last backward's start (or at the compile of an
         # optimizer's code, before it first ran), one per optimizer of `watch_keys` (its id): None
         # until then (parameters_changed).
-        self.watch_version: tuple[int, ...] | None = None
+        self.watch_version: tuple[Any, ...] | None = None
         self.watch_keys: tuple[int, ...] = ()
 
     def restart(self, device: DeviceReadings) -> None:
@@ -109,9 +109,10 @@ class StepCounter:
         opened.next_index += 1
         return limit
 
-    def parameters_changed(self, version: tuple[int, ...], live: bool) -> bool:
-        """The watched parameters' versions at a backward's start (or at the run's end), with an
-        optimizer's code compiled: each optimizer whose parameter changed since the last one, with
+    def parameters_changed(self, version: tuple[Any, ...], live: bool) -> bool:
+        """The watched parameters' versions where a compiled call returned (notes.py, RETURNED), at a
+        backward's start, or at the run's end, with an optimizer's code compiled: each optimizer
+        whose parameter changed since the last reading, with
         no step() of its own noted in the step in progress, stepped inside a compiled graph after
         the step's last backward. Each is counted as an optimizer step there (_stepped_unseen: the
         step ends once every optimizer it waits for has stepped, as with hooks), so gradient
@@ -227,8 +228,9 @@ class StepCounter:
 
     def compiled_noted(self, note: tuple) -> None:
         """Dynamo compiled a frame of torch.optim's (notes.py, COMPILED). Whether the optimizer
-        now steps inside a compiled graph is known at the next backward's start, where the watched
-        parameters changed with no optimizer step noted (parameters_changed), or without them at
+        now steps inside a compiled graph is known where the compiled call returns or at the next
+        backward's start, where the watched parameters changed with no optimizer step noted
+        (parameters_changed), or without them at
         the next backward's end: no optimizer step noted by then (compiled_optimizer_found); or one
         noted (its hooks run: nothing changes)."""
         _, version = note
@@ -313,7 +315,7 @@ class StepCounter:
         assert held is not None
         for i, note in enumerate(taken):
             kind = None if note.__class__ is BackwardCall else note[0]
-            if kind == GONE or ((kind is None or kind == ENDED) and len(held) < UNDECIDED_NOTES):
+            if kind == GONE or ((kind is None or kind == ENDED or kind == RETURNED) and len(held) < UNDECIDED_NOTES):
                 held.append(note)
                 continue
             # Decided: an optimizer made or stepping, or too many backwards without one.

@@ -156,6 +156,12 @@ class ParamNames:
                     candidates.append((graph, len(parts), ".".join(parts)))
         return min(candidates)[2] if candidates else None
 
+    def registration_order(self) -> dict[int, int]:
+        """id(param) -> its place in the order parameters were registered on modules: the
+        script's order, the same in every mode."""
+        with self._lock:
+            return {key: index for index, key in enumerate(self._param_owners)}
+
     def module_params(self) -> list[Any]:
         """Every live parameter a live module still holds (the job's models), by module path."""
         with self._lock:
@@ -365,7 +371,7 @@ class GradDigests:
                 for i, p in enumerate(group):
                     values[id(p)] = (rows[0][i], rows[1][i], rows[2][i])
             names, dtypes, numels, norms, maxes, sums, shards = [], [], [], [], [], [], []
-            for index, p in enumerate(entry.params):
+            for index, p in enumerate(self._by_registration(entry.params)):
                 shards.append(is_shard(p))
                 names.append(self._names.get(id(p)) or f"{OPTIMIZER_TENSOR_PREFIX}{index}>")
                 dtypes.append(str(p.dtype).replace("torch.", ""))
@@ -376,6 +382,28 @@ class GradDigests:
                 sums.append(None if got is None else got[2])
             out.append({"step": step, "reasons": list(entry.reasons), "names": names, "dtypes": dtypes, "numels": numels,
                         "norm": norms, "max_abs": maxes, "checksum": sums, "shard": shards if any(shards) else None})
+        return out
+
+    def _by_registration(self, params: list[Any]) -> list[Any]:
+        """`params` in digest order, but parameters that share a module path (two top-level models'
+        `0.weight`), which the report tells apart by their order ("0.weight (2)"), in the order
+        they were registered: the digest order is the optimizers' stepping order where a pre-hook
+        digested them, and their order at the run's end where none did (an optimizer stepping
+        inside compiled code), which may differ between modes of one script."""
+        slots: dict[str, list[int]] = {}
+        for index, p in enumerate(params):
+            name = self._names.get(id(p))
+            if name is not None:
+                slots.setdefault(name, []).append(index)
+        shared = [indices for indices in slots.values() if len(indices) > 1]
+        if not shared:
+            return params
+        order = self.names.registration_order()
+        out = list(params)
+        for indices in shared:
+            ranked = sorted((params[i] for i in indices), key=lambda p: order.get(id(p), len(order)))
+            for i, p in zip(indices, ranked):
+                out[i] = p
         return out
 
     def params_seen(self) -> list[Any]:

@@ -12,7 +12,10 @@ end only while no optimizer is alive (a backward then ends its step). Everything
 closure variables (a cell read, not an attribute lookup), and the usual path calls no Python
 function of cagtool's. Where a hook must act itself it drains at once, under the lock (`in_hook`):
 `--steps`, an `on_step` callback, CUDA in use (the step boundary's event is recorded on the stream
-then), and every hold_s / 2 to write the lines (one clock comparison a step otherwise).
+then), and every hold_s / 2 to write the lines (one clock comparison a step otherwise). A compiled
+call (torch.compile's wrapper) costs two Python calls more: its exit hook, where an optimizer step
+inside the compiled graph is seen (once an optimizer's code was compiled: one version read an
+optimizer, a note only when they changed).
 
 torch is given the optimizer hooks (and GradScaler.step) through a function of torch's own file
 that returns at once while Dynamo traces (`_as_torchs`): one Python frame more a hook, so that a
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from cagtool.capture.observe import dynamo_skip
-from cagtool.capture.steps.notes import ENDED, SKIPPED, STEPPED, BackwardCall
+from cagtool.capture.steps.notes import ENDED, RETURNED, SKIPPED, STEPPED, BackwardCall
 
 
 class StepLimitReached(BaseException):
@@ -56,6 +59,10 @@ class InstalledHooks:
     handles: list[Any]  # the optimizer step hooks' handles
     scaler_class: Any = None  # torch.amp.GradScaler, whose step() is wrapped (None: not there)
     original_scaler_step: Any = None
+    context_class: Any = None  # torch._dynamo.eval_frame.OptimizeContext, whose __init__ is wrapped (None: not there)
+    original_context_init: Any = None
+    # [True] while installed: the exit hook stays in the contexts made meanwhile, and does nothing after
+    returns_watched: list[bool] | None = None
 
 
 def install_hooks(tracker: Any) -> InstalledHooks:
@@ -347,7 +354,61 @@ def install_hooks(tracker: Any) -> InstalledHooks:
                        "self, optimizer, *args, **kwargs"), original_scaler_step)
     else:
         scaler_class = None
-    return InstalledHooks(entry, original, original_graph, original_init, handles, scaler_class, original_scaler_step)
+
+    # An optimizer step inside a compiled graph runs no hook, but torch.compile's wrapper
+    # (eval_frame.py, compile_wrapper) calls each of its context's `enter_exit_hooks` on entry and
+    # the cleanup each returns on exit, in its `finally`, once the compiled code has returned and
+    # Dynamo's frame callback is off: there the watched parameters' versions say whether the
+    # optimizer stepped in it (docs/torch-internals.md, "An optimizer step inside a compiled graph
+    # runs no hook"). So such a step ends where the script's call of the compiled function returns,
+    # and --steps stops the job there, the same point as eager's step(), not one forward and
+    # backward later. Appended last, after torch's own hooks (compiled autograd's context among
+    # them), so those are undone before StepLimitReached is raised out of the cleanup. Until an
+    # optimizer's code is compiled it costs two Python calls and a truth test a compiled call.
+    context_class = getattr(getattr(getattr(torch, "_dynamo", None), "eval_frame", None), "OptimizeContext", None)
+    original_context_init = getattr(context_class, "__init__", None)
+    returns_watched = [True]
+    seen: list[Any] = [None]  # the versions this hook read last: a note only when they changed
+
+    def compiled_returned() -> None:
+        if not watching or not returns_watched[0] or (only is not None and get_ident() != only):
+            return
+        limit = False
+        try:
+            owner = solo.get(0)
+            if (owner is not None and owner.thread == get_ident()) or getattr(local, "call", None) is not None:
+                return  # inside a backward (a compiled autograd graph's call): its end counts
+            version = watching[0]()
+            if version == seen[0]:
+                return
+            seen[0] = version
+            note = (RETURNED, version)
+            if sync or cuda._initialized:
+                limit = in_hook(note)
+            else:
+                append(note)
+        except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's compiled call
+            tracker.note_error(exc)
+        if limit:
+            tracker.step_limit_reached = True
+            raise StepLimitReached(tracker.closed_steps)
+
+    def compiled_entered() -> Callable[[], None]:
+        return compiled_returned
+
+    if original_context_init is not None:
+        @functools.wraps(original_context_init)
+        def context_init(context: Any, *args: Any, **kwargs: Any) -> None:
+            original_context_init(context, *args, **kwargs)
+            exit_hooks = getattr(context, "enter_exit_hooks", None)
+            if isinstance(exit_hooks, list):
+                exit_hooks.append(compiled_entered)
+
+        context_class.__init__ = context_init
+    else:
+        context_class = None
+    return InstalledHooks(entry, original, original_graph, original_init, handles, scaler_class, original_scaler_step,
+                          context_class, original_context_init, returns_watched)
 
 
 # A hook or wrapper as Dynamo must see it: a function of torch's own file `filename` (torch's trace

@@ -26,10 +26,16 @@ STEPPED = 2
 SKIPPED = 5
 # (COMPILED, version): Dynamo compiled a frame of torch.optim's (an optimizer's step() inside a
 # compiled function): if no optimizer step is noted after it, the steps run inside a compiled graph,
-# where no hook runs (boundaries.py, compiled_optimizer). version: the optimizers' watched
-# parameters' version counters at the compile's end, before the compiled code first ran (None with
-# no optimizer known): a change seen at a later backward's start is an optimizer step in between.
+# where no hook runs (boundaries.py, compiled_optimizer). version: the optimizers' readings
+# (tracker.watch_parameters: their state's version counters) at the compile's end, before the
+# compiled code first ran (None with no optimizer known): a change seen at a later compiled call's
+# return or backward's start is an optimizer step in between.
 COMPILED = 6
+# (RETURNED, version): a function compiled by torch.compile returned (its wrapper's exit hook,
+# hooks.py), once an optimizer's code was compiled; version: the optimizers' readings then, noted
+# only when they changed since that hook's last read. An optimizer step inside the compiled code is
+# seen here, where the script's call of it returns, as eager's step() returns.
+RETURNED = 7
 # (MADE, key, ref): an optimizer exists (ref: a weak reference to it).
 MADE = 3
 # (GONE, key, ref): it was collected.
@@ -42,8 +48,8 @@ CpuReading = tuple[float, float, int]
 class BackwardCall:
     """One top-level backward call, noted when it begins: its thread (ident), its outputs (read for
     `current_roots`), the CA captures made in it (note_capture_finished), and where the drain placed
-    its start: the step it began in and its index there. `version`: the optimizers' watched
-    parameters' version counters at its start, read only once an optimizer's code was compiled
+    its start: the step it began in and its index there. `version`: the optimizers' readings
+    (tracker.watch_parameters) at its start, read only once an optimizer's code was compiled
     (boundaries.py, `StepCounter.parameters_changed`), else None."""
 
     __slots__ = ("thread", "outputs", "captures", "step", "index", "version")
@@ -54,4 +60,4 @@ class BackwardCall:
         self.captures = 0
         self.step = 0
         self.index = 0
-        self.version: tuple[int, ...] | None = None
+        self.version: tuple[Any, ...] | None = None

@@ -53,7 +53,7 @@ from cagtool.capture.steps import heap_in_use
 from cagtool.capture.steps.grad_digest import GradDigests
 from cagtool.capture.steps.hooks import InstalledHooks, StepLimitReached, install_hooks
 from cagtool.capture.steps.lines import line_makers
-from cagtool.capture.steps.notes import COMPILED, ENDED, GONE, MADE, SKIPPED, STEPPED, BackwardCall
+from cagtool.capture.steps.notes import COMPILED, ENDED, GONE, MADE, RETURNED, SKIPPED, STEPPED, BackwardCall
 from cagtool.record.schema import FIRST_STEP, REASON_LAST
 from cagtool.record.writer import MAX_HELD_LINES, RecordWriter
 from cagtool.torch_text import frame_compile, in_torch_optim
@@ -68,6 +68,32 @@ HELD_EVENTS = ["backward", "optimizer_step", "step"]
 
 # The names under which tests/test_event_lines.py reads the line makers and the open step.
 _line_makers, _OpenStep = line_makers, OpenStep
+
+
+def _step_reading(optimizer_ref: weakref.ref[Any], param_ref: weakref.ref[Any], tensor: type) -> Any:
+    """What one optimizer's step changes, read where the step tracker watches for a step inside
+    compiled code: its parameter's state, each tensor as (id, version) and each number as itself
+    (Adam's `step`, `exp_avg`, `exp_avg_sq`; SGD's `momentum_buffer`): a step updates them in place
+    (every backend bumps their version counters; fused Adam's kernel bumps only `step`'s) or
+    replaces them, and nothing but a step does, so a parameter the script changes in place under
+    no_grad (weight clipping between micro-batches) is not read as a step. All of them, not one: an
+    optimizer of the script's own may keep one a step leaves alone. With no state yet (before the
+    first step), or none at all (SGD without momentum), the parameter's own version counter: the
+    state a step makes reads as a change from it. -1 once the parameter is gone. Never raises: it
+    runs at every backward's start."""
+    param = param_ref()
+    if param is None:
+        return -1
+    try:
+        optimizer = optimizer_ref()
+        state = None if optimizer is None else optimizer.state.get(param)
+        if state:
+            reading = tuple((id(v), v._version) if isinstance(v, tensor) else v for v in state.values() if isinstance(v, (tensor, int, float)))
+            if reading:
+                return reading
+    except Exception:  # noqa: BLE001 - an optimizer of another shape: its parameter, as before
+        pass
+    return param._version
 
 
 class StepTracker:
@@ -107,8 +133,9 @@ class StepTracker:
         # (boundaries.py, compiled_optimizer_found). Never reset.
         self.backward_reads_cpu = False
         # Once an optimizer's code is compiled: [a reader of the watched parameters' version
-        # counters] (watch_parameters), read by the hooks at each top-level backward's start.
-        self._watching: list[Callable[[], tuple[int, ...]]] = []
+        # counters] (watch_parameters), read by the hooks at each top-level backward's start and
+        # where a compiled call returns.
+        self._watching: list[Callable[[], tuple[Any, ...]]] = []
         self.device = DeviceReadings(writer)
         self.counter = StepCounter(writer, self.device, self.known, on_step, max_steps)
         self.findings = StepFindings(writer, mode, lambda: self.current_step)
@@ -272,6 +299,10 @@ class StepTracker:
             torch.optim.Optimizer.__init__ = hooks.original_optimizer_init
             if hooks.scaler_class is not None:
                 hooks.scaler_class.step = hooks.original_scaler_step
+            if hooks.context_class is not None:
+                hooks.context_class.__init__ = hooks.original_context_init
+            if hooks.returns_watched is not None:
+                hooks.returns_watched[0] = False  # the contexts made meanwhile keep the exit hook
             for handle in hooks.handles:
                 handle.remove()
         self._hooks = None
@@ -302,13 +333,15 @@ class StepTracker:
         if len(known) > 1:
             self.backward_reads_cpu = True
 
-    def watch_parameters(self) -> tuple[int, ...] | None:
-        """The version counter of the last parameter of each live optimizer, from the first compile
-        of an optimizer's code on (None with no optimizer known); `counter.watch_keys` says whose.
-        An optimizer step inside a compiled graph runs no hook, but it updates the parameters in
-        place, which bumps their version counters (a C field, read without a sync; a backward only
-        accumulates gradients): a change between two backwards is that optimizer's step between
-        them (docs/torch-internals.md, "An optimizer step inside a compiled graph runs no hook").
+    def watch_parameters(self) -> tuple[Any, ...] | None:
+        """What an optimizer step changes, one reading per live optimizer, from the first compile of
+        an optimizer's code on (None with no optimizer known); `counter.watch_keys` says whose.
+        An optimizer step inside a compiled graph runs no hook, but it updates its state and the
+        parameters in place, which bumps their version counters (a C field, read without a sync; a
+        backward only accumulates gradients): a change seen where a compiled call returns, or
+        between two backwards, is that optimizer's step (docs/torch-internals.md, "An optimizer
+        step inside a compiled graph runs no hook"). Read per optimizer from its last parameter's
+        state (_step_reading), else from that parameter.
         The last parameter, not the first: a model's first is often an embedding, which
         `nn.Embedding(max_norm=...)` renormalises in place in its forward."""
         if not self._watching:
@@ -319,12 +352,15 @@ class StepTracker:
                 params = [p for group in getattr(optimizer, "param_groups", ()) for p in group.get("params", ())][-1:]
                 if params and key not in keys:
                     keys.append(key)
-                    refs.append(weakref.ref(params[0]))
+                    refs.append((ref, weakref.ref(params[0])))
             if not refs:
                 return None
+            import torch
 
-            def versions() -> tuple[int, ...]:
-                return tuple(-1 if (param := ref()) is None else param._version for ref in refs)
+            tensor = torch.Tensor
+
+            def versions() -> tuple[Any, ...]:
+                return tuple(_step_reading(optimizer, param, tensor) for optimizer, param in refs)
 
             self.counter.watch_keys = tuple(keys)
             self._watching.append(versions)
@@ -409,6 +445,9 @@ class StepTracker:
                             limit = counter.optimizer_stepped(note, note is live) or limit
                         elif kind == SKIPPED:
                             limit = counter.optimizer_skipped(note, note is live) or limit
+                        elif kind == RETURNED:
+                            _, version = note
+                            limit = counter.parameters_changed(version, note is live) or limit
                         elif kind == COMPILED:
                             self.backward_reads_cpu = True  # a backward's end may end a step now
                             counter.compiled_noted(note)

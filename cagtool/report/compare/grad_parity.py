@@ -266,7 +266,8 @@ def digested_at_end(record: ModeRecord) -> set[int]:
 
 def _unique(names: list[str]) -> list[str]:
     """Parameters of two top-level modules can share a path ("weight"): the later ones are told
-    apart by their place in the optimizer's order ("weight (2)"), the same in every mode."""
+    apart by their place in the record's order ("weight (2)"), which for those is the order they
+    were registered on modules (capture/steps/grad_digest.py), the same in every mode."""
     seen: dict[str, int] = {}
     out = []
     for name in names:

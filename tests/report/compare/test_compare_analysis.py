@@ -30,7 +30,7 @@ from cagtool.report.compare.analysis import (
     relative_difference,
 )
 from cagtool.report.compare.export import CSV_COLUMNS
-from cagtool.report.compare.render import format_comparison, render_comparison
+from cagtool.report.compare.render import format_comparison, numerics_lines, render_comparison
 from cagtool.report.text.console import make_console
 
 BACKWARD_S = 0.0001
@@ -223,6 +223,18 @@ def test_numerics_agree_within_tolerance():
     quantities = {(d.record, d.quantity) for d in numerics.diffs}
     assert ("ca", "loss") in quantities and ("ca", "param_norm") in quantities and ("aot", "grad_norm") in quantities
     assert comparison.problems == []
+
+
+def test_a_mode_that_ends_without_gradients_has_its_grad_norm_said_not_compared():
+    """A whole compiled training step with zero_grad() inside: --steps stops eager in step() and
+    the compiled modes where the call returns, with no gradient held. Its grad_norm is said not
+    compared, not passed over as if it agreed."""
+    events = [*make_steps([0.05, *steady(6)], LOSSES), final(grad=None)]
+    numerics = compare_modes(three_modes(events=events)).numerics
+    [said] = [d for d in numerics.diffs if d.record == "ca" and d.quantity == "grad_norm"]
+    assert said.compared == 0 and said.max_rel_diff is None and numerics.agree
+    assert said.note.startswith("grad_norm not compared: ca holds no gradient at its end, eager does")
+    assert f"  note: {said.note}" in [line for line, _ in numerics_lines(numerics)]
 
 
 def test_numerics_disagreement_is_a_problem():

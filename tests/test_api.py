@@ -71,7 +71,7 @@ def test_capture_twice_records_runs_and_restores_torch(tmp_path, capsys):
 @pytest.mark.slow
 def test_a_compiled_optimizer_made_before_the_block_with_accumulation_counts_the_scripts_steps(tmp_path):
     """An optimizer made before the block, its step() compiled (no hook runs there), three backwards
-    a step: the block's steps are the script's four, seen where the parameters changed, each with
+    a step: the block's steps are the script's four, seen where the optimizer's state changed, each with
     its three backward calls (not twelve steps of one backward each)."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))

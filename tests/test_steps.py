@@ -144,7 +144,7 @@ def test_an_optimizer_stepping_inside_compiled_code_counts_the_scripts_steps(rec
     [recompile] = aot.of(DynamoRecompileEvent)
     [compile_] = [c for c in aot.of(DynamoCompileEvent) if c.compile_id == recompile.compile_id]
     assert recompile.step == compile_.step == 1 and "/torch/optim/" in compile_.co_filename
-    assert ("4 steps (optimizer steps inside compiled code, seen where the parameters changed), 2 backward calls per step "
+    assert ("4 steps (optimizer steps inside compiled code, seen where the optimizer's state changed), 2 backward calls per step "
             "(8 in all)") in " ".join(run.stderr.split())
     mine, theirs = aot.manifest.torch_counters, json.loads(plain.stdout.strip().splitlines()[-1])
     for kind in ("graph_break", "recompiles"):

@@ -174,7 +174,7 @@ def steps_text(m: ModeMetrics) -> str:
     elif m.step_boundary in (STEP_BOUNDARY_OPTIMIZER, STEP_BOUNDARY_COMPILED_OPTIMIZER):
         # Inside compiled code no hook of cagtool's runs: the step is seen ending where the
         # parameters changed (docs/torch-internals.md, "An optimizer step inside a compiled graph").
-        what = ("optimizer steps inside compiled code, seen where the parameters changed" if m.step_boundary == STEP_BOUNDARY_COMPILED_OPTIMIZER
+        what = ("optimizer steps inside compiled code, seen where the optimizer's state changed" if m.step_boundary == STEP_BOUNDARY_COMPILED_OPTIMIZER
                 else "optimizer steps")
         per = m.backward_calls_per_step
         if per == (1,):

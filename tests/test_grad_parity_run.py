@@ -205,3 +205,16 @@ def test_a_last_step_digested_at_the_end_is_compared_at_the_same_moment_in_every
     assert reasons["eager"][3] == ["last"] and reasons["ca"][3] == ["last"]
     parity = parity_json(run)["grad_parity"]
     assert parity["agree"] and parity["pairs"][0]["steps"] == [0, 3], parity
+
+
+def test_an_optimizer_compiled_beside_one_stepped_eagerly_is_not_named_missing(record_run):
+    """The critic's optimizer steps inside compiled code, the generator's eagerly: in aot the
+    critic's parameters are never digested (no hook sees its step; the generator's closes the
+    steps), which is the recorder's blindness, not a gradient missing: the parameters both sides
+    hold are compared, and agree; the gate passes."""
+    run = record_run("../tests/scripts/gan_one_step_compiled.py", modes="eager,aot")
+    assert run.returncode == 0, run.stderr
+    parity = parity_json(run)["grad_parity"]
+    assert parity["agree"], parity
+    gate = cagtool("gate", str(run.path), "--max-grad-diff", "1", "--no-config")
+    assert gate.returncode == 0, gate.stdout

@@ -54,10 +54,12 @@ from cagtool.record.schema import (
     REASON_LAST,
     STEP_BOUNDARY_COMPILED_OPTIMIZER,
     TRACE_DIR,
+    DynamoCompileEvent,
     GradDigestEvent,
     StepEvent,
 )
 from cagtool.report.figures.pooled import base_mode
+from cagtool.torch_text import in_torch_optim
 
 BASE_RTOL = {"float64": 1e-7, "float32": 1e-4, "bfloat16": 2e-2, "float16": 4e-3}
 EPS = {"float64": 2.2e-16, "float32": 1.19e-7, "bfloat16": 7.8e-3, "float16": 9.8e-4}
@@ -254,8 +256,11 @@ def digests_of(record: ModeRecord) -> dict[int, dict[str, Digest]]:
 
 
 def _compiled_optimizer(record: ModeRecord) -> bool:
-    """Whether an optimizer of the record stepped inside compiled code (no pre-hook digested it)."""
-    return any(s.boundary == STEP_BOUNDARY_COMPILED_OPTIMIZER for s in record.of(StepEvent))
+    """Whether an optimizer of the record stepped inside compiled code (no pre-hook digested it):
+    a step it closed, or a frame of torch.optim's that Dynamo compiled (one optimizer compiled
+    beside another stepped eagerly: the eager one's hooks close the steps)."""
+    return (any(s.boundary == STEP_BOUNDARY_COMPILED_OPTIMIZER for s in record.of(StepEvent))
+            or any(in_torch_optim(c.co_filename) for c in record.of(DynamoCompileEvent)))
 
 
 def digested_at_end(record: ModeRecord) -> set[int]:

@@ -131,16 +131,16 @@ class Speedup:
     def load_changes_verdict(self) -> bool:
         """Whether the verdict on the load-corrected interval (the ratio divided by what the load
         may have made of it, anywhere in load_range(load_factor)) differs from the plain one: then
-        the machine's load, not the code, may be what the ratio shows, and nothing is claimed.
-        Never for a verdict on CPU time, which waiting for a CPU does not lengthen."""
-        if self.ratio is None or self.load_factor is None or self.low is None or self.high is None or self.on_cpu:
+        the machine's load, not the code, may be what the ratio shows, and nothing is claimed. On
+        CPU time too, with its own range (a waiting step loses its caches: load_range)."""
+        if self.ratio is None or self.load_factor is None or self.low is None or self.high is None:
             return False
         if abs(math.log(self.load_factor)) < LOAD_NEGLIGIBLE:
             return False
         steps = min(self.steady_steps)
         plain = self._plain
         # The verdict moves one way as the factor grows: the range's two ends are the whole test.
-        return any(plain != speedup_verdict(self.ratio / f, self.low / f, self.high / f, steps, 1.0) for f in load_range(self.load_factor))
+        return any(plain != speedup_verdict(self.ratio / f, self.low / f, self.high / f, steps, 1.0) for f in load_range(self.load_factor, "cpu" if self.on_cpu else "wall"))
 
     @property
     def on_cpu(self) -> bool:
@@ -250,9 +250,8 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
         load_factor = baseline.cpu_wait.slowdown / mode.cpu_wait.slowdown
         if abs(math.log(load_factor)) >= LOAD_NEGLIGIBLE:
             blocks = min((c.timing.repetitions for c in (mode, baseline) if c.timing is not None), default=1)
-            load = load_note(mode_label, mode.cpu_wait, baseline_label, baseline.cpu_wait, load_factor, repeated=blocks >= 5)
-            if on_cpu:
-                load += " (the verdict is on CPU time per step, which the wait itself does not lengthen)"
+            load = load_note(mode_label, mode.cpu_wait, baseline_label, baseline.cpu_wait, load_factor, repeated=blocks >= 5,
+                             measure="cpu" if on_cpu else "wall")
             note = f"{note}; {load}" if note else load
     if any(heavy):
         busy = " and ".join(label for label, is_heavy in zip((mode_label, baseline_label), heavy) if is_heavy)
@@ -277,14 +276,16 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
 
 
 
-def load_note(mode: str, mode_wait: CpuWait, baseline: str, baseline_wait: CpuWait, factor: float, repeated: bool = False) -> str:
+def load_note(mode: str, mode_wait: CpuWait, baseline: str, baseline_wait: CpuWait, factor: float, repeated: bool = False,
+              measure: str = "wall") -> str:
     """What the machine's load did to a ratio, in words. `repeated`: the sides already ran in 5
     or more shuffled blocks (--repeat 5 is then not advised again)."""
     favoured = mode if factor > 1 else baseline
-    low, high = load_range(max(factor, 1 / factor))
+    low, high = load_range(max(factor, 1 / factor), measure)
     advice = "run on a quiet machine" + ("" if repeated else ", or --repeat 5 for blocks of the modes in a shuffled order")
+    span = f"up to {high:.2f}x faster in CPU time per step" if measure == "cpu" else f"{low:.2f}-{high:.2f}x faster"
     return (f"{mode} waited for a CPU {_wait_words(mode_wait)}, {baseline} {_wait_words(baseline_wait, short=True)}: "
-            f"the machine's load alone can make {favoured} look {low:.2f}-{high:.2f}x faster ({advice})")
+            f"the machine's load alone can make {favoured} look {span} ({advice})")
 
 
 def _wait_words(wait: CpuWait, short: bool = False) -> str:

@@ -57,7 +57,7 @@ def _speedup_json(s: Speedup) -> dict[str, Any]:
         "steady_steps": {"mode": s.steady_steps[0], "baseline": s.steady_steps[1]},
         "repetition_ratios": list(s.repetition_ratios),
         "load_factor": s.load_factor,  # what waiting for a CPU alone makes of the ratio, by the CPU-bound model (None: not measured)
-        "load_range": list(load_range(s.load_factor)) if s.load_factor is not None else None,  # and by the law measured on torch steps
+        "load_range": list(load_range(s.load_factor, "cpu" if s.on_cpu else "wall")) if s.load_factor is not None else None,  # and by the law measured on torch steps
         # a median step that waited half its time or more; and the most the load may have slowed it
         "heavy_load": {"mode": s.heavy_load[0] is not None, "baseline": s.heavy_load[1] is not None},
         "heavy_load_bound": {"mode": s.heavy_load[0], "baseline": s.heavy_load[1]},

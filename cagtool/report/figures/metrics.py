@@ -818,9 +818,20 @@ def heavy_load_bound(wait: float, measure: str) -> float:
     return factor ** HEAVY_LOAD_EXPONENT["cpu" if measure == "cpu" else "wall"]
 
 
-def load_range(factor: float) -> tuple[float, float]:
-    """What waiting for a CPU may make of a ratio whose CPU-bound model says `factor`: the model's
-    factor and the measured law's (LOAD_EXPONENT), lower first."""
+# CPU time per step is not lengthened by the wait itself, but a step that waits loses its caches
+# to the neighbours: an unchanged mlp_steps.py read 1.2-1.3x its quiet CPU time at a 49% wait (the
+# model's factor 1.96 to the power 0.27-0.39) and 2.0x at 75% (4 to the power 0.5). On CPU time a
+# load's effect is read as anywhere from none to the model's factor to this power.
+CPU_LOAD_EXPONENT = 0.5
+
+
+def load_range(factor: float, measure: str = "wall") -> tuple[float, float]:
+    """What waiting for a CPU may make of a ratio whose CPU-bound model says `factor`, lower first:
+    on wall (or device) time, the model's factor and the measured law's (LOAD_EXPONENT); on CPU
+    time, from nothing (1) to the factor to CPU_LOAD_EXPONENT."""
+    if measure == "cpu":
+        other = factor**CPU_LOAD_EXPONENT
+        return (min(1.0, other), max(1.0, other))
     other = factor**LOAD_EXPONENT
     return (min(factor, other), max(factor, other))
 

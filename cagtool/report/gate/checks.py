@@ -386,14 +386,14 @@ class MinSpeedupCheck:
         data = {"speedup": mid, "low": low, "high": high, "minimum": t.minimum, "verdict": verdict, **_interval_data(interval)}
         warnings: list[str] = []
         num, den = run[t.numerator].step_time, run[t.denominator].step_time
-        # Waiting for a CPU lengthens wall time, not CPU time: a verdict on CPU time needs no load note.
-        on_cpu = interval.measure == "cpu"
-        load = None if on_cpu else _load_effect(den.cpu_wait if den else None, num.cpu_wait if num else None, t.denominator, t.numerator)
+        load = _load_effect(den.cpu_wait if den else None, num.cpu_wait if num else None, t.denominator, t.numerator,
+                            measure=interval.measure)
         corrected: list[Outcome] = []
         if load is not None:
             factor, words = load  # the speedup made this much larger by the waiting alone
             data["load_factor"] = factor
-            corrected = [_SPEEDUP_OUTCOME.get(speedup_verdict(mid / f, low / f, high / f, steady, t.minimum), Outcome.PASS) for f in load_range(factor)]
+            corrected = [_SPEEDUP_OUTCOME.get(speedup_verdict(mid / f, low / f, high / f, steady, t.minimum), Outcome.PASS)
+                         for f in load_range(factor, interval.measure)]
         # A FAIL rests on the numerator's steps being slow, a clear PASS on the denominator's.
         rests_on = {Outcome.FAIL: [(t.numerator, num)], Outcome.PASS: [(t.denominator, den)]}.get(outcome, [(t.numerator, num), (t.denominator, den)])
         # --repeat 5 shuffles the modes' blocks, so a load that came and went weighs on both: advised
@@ -488,22 +488,19 @@ def _regression_load(check: str, verdict: RegressionVerdict, cur: StepTimeSnapsh
                      measure: str, timed: str = "steps", where: str = "",
                      machine: tuple[float, str] | None = None) -> tuple[RegressionVerdict, LoadDecision]:
     """A regression check's verdict (now / baseline) with the machine's load taken into account
-    (_load_decides), from each side's wait; the load model's correction is for wall time (waiting
-    does not lengthen a step's CPU time), the half-wait rule holds on any measure (a step that
-    waited half its runnable time or more lost its caches to the neighbours, its CPU time grew:
-    docs/ci.md). A FAIL rests on this run's steps being slow, a PASS on the baseline's not having
+    (_load_decides), from each side's wait, on `measure` (load_range: waiting does not lengthen a
+    step's CPU time, but a step that waits loses its caches to the neighbours, so its CPU time
+    grows too, less: docs/ci.md). A FAIL rests on this run's steps being slow, a PASS on the baseline's not having
     been. `data` gets `load_factor`, and `load_decided` with the figures' verdict where the load
     turned it. `timed`, `where`: what the figure times and where the waits were read, for the words
     (_load_effect)."""
     ratio, low, high = interval
     allowed, improved = bounds
-    model = measure != "cpu"
-    load = (_load_effect(cur.cpu_wait if cur else None, base.cpu_wait if base else None, "this run", "the baseline", timed, where)
-            if model else None)
+    load = _load_effect(cur.cpu_wait if cur else None, base.cpu_wait if base else None, "this run", "the baseline", timed, where, measure)
     corrected: list[Outcome] = []
     if load is not None:
         data["load_factor"] = load[0]  # this run made this much slower than the baseline by waiting alone
-        corrected = [regression_verdict(ratio / f, low / f, high / f, samples, allowed, improved).outcome for f in load_range(load[0])]
+        corrected = [regression_verdict(ratio / f, low / f, high / f, samples, allowed, improved).outcome for f in load_range(load[0], measure)]
     rests_on = {Outcome.FAIL: [("this run", cur)], Outcome.PASS: [("the baseline", base)], Outcome.IMPROVED: [("the baseline", base)]}.get(
         verdict.outcome, [("this run", cur), ("the baseline", base)])
     def slowed(side: str, f: float) -> Outcome:
@@ -564,7 +561,7 @@ _WOULD = {"fail": "FAIL", "pass": "pass", "inconclusive": "be inconclusive"}
 
 
 def _load_effect(wait: float | None, other_wait: float | None, side: str, other_side: str, timed: str = "steps",
-                 where: str = "") -> tuple[float, str] | None:
+                 where: str = "", measure: str = "wall") -> tuple[float, str] | None:
     """(factor, words): how much slower `side`'s steps are than `other_side`'s from waiting for a
     CPU alone (a CPU-bound step that waits a share w of its runnable time takes 1 / (1 - w) as
     long: report.figures.metrics.CpuWait), the model's factor, a lower bound (load_range gives
@@ -576,9 +573,10 @@ def _load_effect(wait: float | None, other_wait: float | None, side: str, other_
     if abs(math.log(factor)) < math.log(1.02):
         return None
     slower, by = (side, factor) if factor > 1 else (other_side, 1 / factor)
-    low, high = load_range(by)
+    low, high = load_range(by, measure)
+    span = f"up to {high:.2f}x slower in CPU time" if measure == "cpu" else f"{low:.2f}-{high:.2f}x slower"
     return factor, (f"load: {side} waited for a CPU {wait:.0%} of its runnable time, {other_side} {other_wait:.0%}{where}, "
-                    f"which alone can make {slower}'s {timed} {low:.2f}-{high:.2f}x slower")
+                    f"which alone can make {slower}'s {timed} {span}")
 
 
 def peak_memory(a: ModeSnapshot, b: ModeSnapshot) -> tuple[int, int, str] | None:
@@ -847,7 +845,6 @@ class StepTimeRegressionCheck(_TimeCheck):
             "steps": cur.count, "baseline_steps": base.count, "processes": cur.sample.repetitions, "baseline_processes": base.sample.repetitions,
             **_interval_data(r),
         }
-        # Waiting for a CPU does not lengthen CPU time: the load model's correction is a wall-time one.
         verdict, decided = _regression_load(f"{self.name} ({self.mode})", verdict, cur, base, (r.ratio, r.low, r.high), samples,
                                             (allowed, improved), data, r.measure, machine=machine_effect(current, previous))
         notes += decided.notes

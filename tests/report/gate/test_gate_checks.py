@@ -44,6 +44,7 @@ from cagtool.report.gate.config import (
 from cagtool.report.gate.output import github_annotations, render_junit, render_markdown
 from cagtool.report.gate.run import GateResult, build_checks
 from cagtool.report.figures.intervals import ProcessSteps, timing_sample
+from cagtool.report.figures.metrics import load_range
 
 
 def series(median: float, spread: float = 0.02, count: int = 100, seed: int = 1) -> list[float]:
@@ -917,3 +918,19 @@ def test_baseline_save_names_a_process_far_from_the_others():
     assert pct is None and words.startswith("3 processes, wall time per step: process 3 read 36.")
     assert words.endswith("the others: it ran under other conditions (a busy machine?), so most step-time gates against this baseline "
                           "will be inconclusive; re-save it on a quieter runner")
+
+
+def test_a_cpu_time_pass_resting_on_a_baseline_that_waited_just_under_half_is_inconclusive():
+    """CPU time is not lengthened by the wait, but a step that waits loses its caches: an unchanged
+    job's 5 baseline processes, their median step waiting 49%, read 4.3-5.4 ms of CPU a step against
+    3.6-4.1 quiet, and a real +33% regression then read +5.5% and PASSed. The load's effect on CPU
+    time is read as anywhere up to the model's factor to the power 0.5 (here 1.92 -> 1.39x): a PASS
+    it alone could explain is INCONCLUSIVE; the same figures without the wait PASS."""
+    assert load_range(1.92, "cpu") == pytest.approx((1.0, 1.92**0.5))
+    check = StepTimeRegressionCheck(TimeThreshold(25, "%"), "ca")
+    base = {"ca": _waiting(_cpu_bound(snap(), 4.8, 1), 0.49)}
+    quiet_run = {"ca": _waiting(_cpu_bound(snap(), 5.06, 2), 0.02)}
+    loaded = check.evaluate(quiet_run, base)
+    assert loaded.data["measure"] == "cpu" and loaded.outcome is Outcome.INCONCLUSIVE and loaded.data["load_decided"] == "below"
+    assert loaded.warnings and "up to 1.39x slower in CPU time" in loaded.warnings[0] and "the check would FAIL" in loaded.warnings[0]
+    assert check.evaluate(quiet_run, {"ca": _waiting(base["ca"], 0.02)}).outcome is Outcome.PASS

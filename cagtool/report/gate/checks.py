@@ -517,15 +517,15 @@ def _regression_load(check: str, verdict: RegressionVerdict, cur: StepTimeSnapsh
     return verdict, decided
 
 
-# Below a 10% difference in the reference loop, two machines are taken to be as fast: the loop's
-# own spread on one machine is about 2% (docs/ci.md).
-MACHINE_NEGLIGIBLE = math.log(1.10)
+# Below a 25% difference in the reference loop, two machines are taken to be as fast: a run's
+# fastest reading moved by up to ~15% between runs on one shared VM (docs/ci.md).
+MACHINE_NEGLIGIBLE = math.log(1.25)
 
 
 def machine_effect(current: ModeSnapshot, previous: ModeSnapshot) -> tuple[float, str] | None:
     """(factor, words): how much slower this run's machine ran the reference loop than the
     baseline's (capture/versions.py reference_loop_s: the CPU's model, clock, stolen time); None
-    where either was not timed or the difference is under 10%."""
+    where either was not timed or the difference is under 25%."""
     now, before = current.reference_loop_s, previous.reference_loop_s
     if now is None or before is None:
         return None
@@ -833,8 +833,12 @@ class StepTimeRegressionCheck(_TimeCheck):
         message = _regression_message(f"{self.name} ({self.mode})", detail, verdict, t, _range_text(r))
         notes = [evidence_note(r, verdict.outcome, math.log(r.ratio / allowed))]
         if wall is not None and verdict.outcome is Outcome.INCONCLUSIVE:
-            notes.append(f"CPU time per step shows no regression beyond +{t.amount}, but wall time, which also sees a step's time off "
-                         f"the CPU, cannot confirm it: wall time {change_text(wall.ratio)}{_range_text(wall)}, {method_words(wall)}")
+            # The CPU interval cleared the bound; the wall time's did not: say that, not that the
+            # CPU interval contains the bound, and what would resolve the wall time.
+            message = (f"{self.name} ({self.mode}): {detail}: inconclusive, CPU time per step shows no regression beyond "
+                       f"+{t.amount}{_range_text(r)}, but wall time, which also sees a step's time off the CPU, cannot confirm it: "
+                       f"wall time {change_text(wall.ratio)}{_range_text(wall)}")
+            notes = [evidence_note(wall, verdict.outcome, math.log(wall.ratio / allowed))]
         if verdict.outcome is Outcome.INCONCLUSIVE:
             noisy = _machine_too_noisy(r, allowed)
             if noisy:

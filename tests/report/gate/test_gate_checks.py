@@ -934,3 +934,24 @@ def test_a_cpu_time_pass_resting_on_a_baseline_that_waited_just_under_half_is_in
     assert loaded.data["measure"] == "cpu" and loaded.outcome is Outcome.INCONCLUSIVE and loaded.data["load_decided"] == "below"
     assert loaded.warnings and "up to 1.39x slower in CPU time" in loaded.warnings[0] and "the check would FAIL" in loaded.warnings[0]
     assert check.evaluate(quiet_run, {"ca": _waiting(base["ca"], 0.02)}).outcome is Outcome.PASS
+
+
+def _wall_over_cpu(s: ModeSnapshot, cpu_ms: float, wall_share: float, seed: int) -> ModeSnapshot:
+    """`s` with five processes of 60 steps around `cpu_ms` of CPU each, wall time `wall_share` times that."""
+    cpus = [[t / 1000.0 for t in series(cpu_ms * (1 + 0.01 * i), 0.02, 60, seed * 10 + i)] for i in range(5)]
+    sample = timing_sample([ProcessSteps(i, [c * wall_share for c in p], cpu=p, thread_cpu=p) for i, p in enumerate(cpus, 1)])
+    v = sample.values
+    return replace(s, step_time=StepTimeSnapshot(300, v["median"], v["p10"], v["p90"], v["mean"], sample))
+
+
+def test_a_cpu_time_pass_the_wall_time_cannot_confirm_says_so():
+    """CPU time per step unchanged, wall time +8% (a wait off the CPU): the CPU interval clears a
+    5% threshold and the wall one does not. The message says that, not that the CPU interval
+    contains +5%."""
+    check = StepTimeRegressionCheck(TimeThreshold(5, "%"), "ca")
+    result = check.evaluate({"ca": _wall_over_cpu(snap(), 4.0, 1.08, 2)}, {"ca": _wall_over_cpu(snap(), 4.0, 1.0, 1)})
+    assert result.data["measure"] == "cpu" and result.outcome is Outcome.INCONCLUSIVE
+    assert ": inconclusive, CPU time per step shows no regression beyond +5% (90% CI " in result.message
+    assert "but wall time, which also sees a step's time off the CPU, cannot confirm it: wall time +8." in result.message
+    assert "contains +5%" not in result.message
+    assert result.notes[0].startswith("evidence: wall time per step")

@@ -90,7 +90,7 @@ class ModeColumn:
     # it was not measured (metrics.CpuWait).
     cpu_wait: CpuWait | None = None
     # The largest share its processes waited for a CPU before their steady steps, where the compile
-    # time was measured (metrics.compile_wait); None unless every repetition has it.
+    # time was measured (metrics.compile_wait), the largest of the repetitions that have it; None with none.
     compile_wait: float | None = None
 
     @property
@@ -180,7 +180,9 @@ def mode_column(name: str, records: list[tuple[str, ModeRecord | None]], exit_co
 
 
 def _largest(values: list[float | None]) -> float | None:
-    return max(values) if values and all(v is not None for v in values) else None  # type: ignore[type-var]
+    """The largest of the readings there are (None: a repetition without one), None with none."""
+    read = [v for v in values if v is not None]
+    return max(read) if read else None
 
 
 def _process_steps(record: ModeRecord, block: int, times: list[float], clock: str) -> ProcessSteps:
@@ -198,12 +200,14 @@ def _process_steps(record: ModeRecord, block: int, times: list[float], clock: st
 
 
 def _pooled_cpu_wait(records: list[ModeRecord]) -> CpuWait | None:
-    """The repetitions' CPU wait summed; None unless every repetition has its reading."""
-    readings = [cpu_wait(record) for record in records]
-    if not readings or any(r is None for r in readings):
+    """The CPU wait of the repetitions that have their reading, summed; None when none has. A
+    repetition without one (its cpu_wait.json lost or refused) does not take the others' away: the
+    load rules would then be off for the whole side, and a loaded baseline's verdict stand."""
+    read = [(record, reading) for record in records if (reading := cpu_wait(record)) is not None]
+    if not read:
         return None
-    return CpuWait(sum(r.wait_s for r in readings), sum(r.run_s for r in readings), sum(r.window_s for r in readings),  # type: ignore[union-attr]
-                   median_slowdown=median_slowdown(records))  # type: ignore[union-attr]
+    return CpuWait(sum(r.wait_s for _, r in read), sum(r.run_s for _, r in read), sum(r.window_s for _, r in read),
+                   median_slowdown=median_slowdown([record for record, _ in read]))
 
 
 def _pooled_stats(per_rep: list[tuple[ModeRecord, ModeMetrics]], intervals: list[float], excluded: list[int], first_step_s: float | None, clock: str) -> StepStats:

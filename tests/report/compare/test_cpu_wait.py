@@ -199,3 +199,24 @@ def test_a_record_without_readings_reads_as_not_measured(record_run, tmp_path):
     comparison = compare_modes(load_run(copy))
     assert all(c.cpu_wait is None for c in comparison.modes.values())
     assert all(s.load_factor is None and "waited" not in s.note for s in comparison.speedups)
+
+
+@pytest.mark.slow
+@needs_schedstat
+def test_a_repetition_without_its_readings_leaves_the_others_wait(record_run, tmp_path):
+    """One process's cpu_wait.json lost: the side's wait is the others' (the load rules stay on),
+    not none (a loaded baseline's PASS then stood with nothing said)."""
+    from cagtool.report.figures.pooled import _largest, _pooled_cpu_wait
+
+    run = record_run("graph_breaks.py", "3", modes="eager,aot,ca")
+    assert run.returncode == 0, run.stderr[-2000:]
+    copy = tmp_path / "run"
+    shutil.copytree(run.path, copy)
+    (copy / "ca" / CPU_WAIT_FILE).unlink()
+    read, lost = load_run(run.path).modes["ca"], load_run(copy).modes["ca"]
+    alone = _pooled_cpu_wait([read])
+    assert alone is not None and cpu_wait(lost) is None
+    pooled = _pooled_cpu_wait([lost, read])
+    assert pooled is not None and pooled.fraction == pytest.approx(alone.fraction)
+    assert _pooled_cpu_wait([lost]) is None
+    assert _largest([None, 0.3, 0.1]) == 0.3 and _largest([None]) is None

@@ -949,8 +949,10 @@ def _cpu_wait_readings(record: ModeRecord) -> tuple[list[list[float]], float] | 
         path = record.path.parent.parent / CPU_WAIT_FILE
     try:
         found = read_cpu_wait(read_record_bytes(path))
-    except (OSError, UnreadableInput):
+    except OSError:  # not there (an older record, a process that ended before a reading)
         return None
+    # A link or FIFO planted in its place is refused as every record file is (UnreadableInput,
+    # exit 3): losing a side's readings would switch the load rules off for it.
     if found is None:
         return None
     samples, sample_s = found

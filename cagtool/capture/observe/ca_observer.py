@@ -16,6 +16,8 @@ failures: counted (`errors`, in the manifest), one `observer_error` finding, the
 
 from __future__ import annotations
 
+import logging
+
 import time
 import weakref
 from typing import Any, Callable
@@ -71,7 +73,13 @@ class _VerboseLogger:
         if isinstance(message, str) and message.startswith("Cache miss"):
             self.last_message = message
         if self.forward is not None:
-            self.forward.debug(message, *args)
+            if isinstance(self.forward, logging.Logger):
+                # The record names the frame C++ called from (the engine's call: torch's
+                # graph.py without cagtool, its copy in capture/steps/hooks.py with it), not this
+                # line of cagtool's logger in between.
+                self.forward.debug(message, *args, stacklevel=2)
+            else:
+                self.forward.debug(message, *args)
 
 
 class CaptureObserver:

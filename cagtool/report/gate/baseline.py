@@ -10,6 +10,7 @@ never skips a comparison silently.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import math
 import sys
@@ -23,6 +24,7 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 from cagtool.record.atomic import write_atomic
 from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord, check_format, read_json_object
+from cagtool.record.manifest import process_identity
 from cagtool.report.figures.pooled import ModeColumn, mode_columns
 from cagtool.report.figures.intervals import FIELDS, TimingSample, median_of, ratio_interval
 from cagtool.report.figures.metrics import mode_metrics
@@ -212,6 +214,9 @@ class Baseline:
     source_run: str = ""
     created_at: str = ""
     path: Path | None = None  # where it was read from
+    # Which processes its figures came from (run_process_ids), every run accumulated into it:
+    # `--accumulate` refuses a run it already holds. Empty in files saved before it was kept.
+    processes: tuple[str, ...] = ()
 
     def mode(self, name: str) -> ModeSnapshot | None:
         return self.modes.get(name)
@@ -238,12 +243,28 @@ def baseline_from_run(run: RunRecord) -> Baseline:
         target_argv=list(run.meta.target_argv),
         source_run=run.meta.run_id or str(run.path),
         created_at=_dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+        processes=run_process_ids(run),
     )
+
+
+def run_process_ids(run: RunRecord) -> tuple[str, ...]:
+    """One short digest per mode record of the run (each repetition's own process, which the
+    loader holds to be distinct): the same run saved again gives the same ones, another run
+    none of them. Digests, not the identities: a pid and start time are no figure to commit."""
+    found = []
+    for record in run.modes.values():
+        identity = process_identity(record.manifest)
+        if identity is not None:
+            found.append(hashlib.sha256(identity.encode()).hexdigest()[:16])
+    return tuple(found)
 
 
 # Compile times a baseline keeps when runs are accumulated into it: the newest, enough to measure a
 # spread, few enough to follow a slow drift of the runner.
 MAX_COMPILE_SAMPLES = 20
+# Process digests a baseline keeps: 20 runs of 3 modes and 5 repetitions each. A run older than
+# that has no figure left in the file's samples, and adding it again would count it once.
+MAX_PROCESS_IDS = 300
 
 
 def accumulate_baseline(previous: Baseline, new: Baseline) -> Baseline:
@@ -260,6 +281,12 @@ def accumulate_baseline(previous: Baseline, new: Baseline) -> Baseline:
     old_torch, new_torch = previous.versions.get("torch"), new.versions.get("torch")
     if old_torch and new_torch and old_torch != new_torch:
         raise UsageError(f"not accumulating into {where}: its compile times are from torch {old_torch}, this run has {new_torch} (save a new baseline)")
+    # The same processes added twice would read as several that agree: the noise the gate's
+    # checks rest on would shrink to nothing and an unchanged run would fail.
+    held = set(previous.processes) & set(new.processes)
+    if held:
+        raise UsageError(f"not accumulating into {where}: it already holds the processes of run {new.source_run} "
+                         f"({len(held)} of {len(new.processes)}); each run is added once")
     modes = {}
     for name, snap in new.modes.items():
         before = previous.modes.get(name)
@@ -275,7 +302,7 @@ def accumulate_baseline(previous: Baseline, new: Baseline) -> Baseline:
                 snap = replace(snap, step_time=replace(snap.step_time, sample=pooled, count=pooled.count,
                                                        cpu_wait=max(waits) if waits else None))
         modes[name] = snap
-    return replace(new, modes=modes)
+    return replace(new, modes=modes, processes=(*previous.processes, *new.processes)[-MAX_PROCESS_IDS:])
 
 
 def _pooled_sample(old: TimingSample | None, new: TimingSample | None) -> TimingSample | None:
@@ -411,6 +438,7 @@ class _BaselineFile(Struct, kw_only=True):
     versions: dict[str, str] = {}
     machine: dict[str, Any] = {}
     modes: dict[str, _ModeFile]
+    processes: list[str] | UnsetType = UNSET  # Baseline.processes, written where known
 
 
 def _sample_file(sample: TimingSample) -> _SampleFile:
@@ -512,6 +540,7 @@ def baseline_to_dict(baseline: Baseline) -> dict[str, Any]:
         versions=baseline.versions,
         machine=baseline.machine,
         modes={name: _mode_file(snap) for name, snap in baseline.modes.items()},
+        processes=list(baseline.processes) if baseline.processes else UNSET,
     )
     return msgspec.to_builtins(document)  # type: ignore[no-any-return]
 
@@ -555,6 +584,7 @@ def load_baseline(path: str | Path) -> Baseline:
         source_run=document.source_run,
         created_at=document.created_at,
         path=path,
+        processes=() if document.processes is UNSET else tuple(document.processes),
     )
 
 

@@ -379,10 +379,19 @@ def _round(value: float | None) -> float | None:
 # The file's layout, as msgspec types: field order is the order written, and msgspec checks each
 # value as the file is read. A baseline's figures are the limits and references a gate compares
 # with: a count below zero would make every run fail (or a limit meaningless), and Infinity or NaN
-# (which json reads) would pass or fail every comparison; each is refused, naming its field.
-_Count = Annotated[int, Meta(ge=0)]
-_Seconds = Annotated[float, Meta(ge=0.0, le=sys.float_info.max)]  # finite: inf is above the bound, NaN below none
-_Share = Annotated[float, Meta(ge=0.0, le=1.0)]  # a share of runnable time
+# (which json reads) would pass or fail every comparison; each is refused, naming its field. So is a
+# figure no run gives, which the interval arithmetic cannot take: a step of 1e-300 s or 1e300 s
+# overflowed it, a share of 1 of waiting divides by zero (1 / (1 - w)), a step of 0 s was dropped
+# from the sample unsaid, a count of 10**400 printed 400 digits. Bounds are far outside any run.
+_Count = Annotated[int, Meta(ge=0, le=10**9)]
+_Bytes = Annotated[int, Meta(ge=0, le=2**63 - 1)]
+_STEP_BOUNDS = (1e-9, 1e6)  # seconds: a nanosecond to eleven days
+# A step's figure: within _STEP_BOUNDS (inf is above the bound, NaN below none).
+_Seconds = Annotated[float, Meta(ge=_STEP_BOUNDS[0], le=_STEP_BOUNDS[1])]
+# A compile time: 0 (a mode that compiled nothing, eager) or within _STEP_BOUNDS (_mode_snapshot).
+_CompileSeconds = Annotated[float, Meta(ge=0.0, le=_STEP_BOUNDS[1])]
+_MAX_SHARE = 0.999999  # written for a share that rounds to 1 (six digits)
+_Share = Annotated[float, Meta(ge=0.0, lt=1.0)]  # a share of runnable time: never all of it
 
 
 class _SampleFile(Struct, kw_only=True):
@@ -420,10 +429,10 @@ class _ModeFile(Struct, kw_only=True):
     graph_breaks: _Count
     forward_graphs: _Count = 0
     backward_graphs: _Count = 0
-    compile_time_s: _Seconds
-    compile_time_samples_s: list[_Seconds] | None = None
-    peak_rss_bytes: _Count | None = None
-    peak_device_memory_bytes: _Count | None = None
+    compile_time_s: _CompileSeconds
+    compile_time_samples_s: list[_CompileSeconds] | None = None
+    peak_rss_bytes: _Bytes | None = None
+    peak_device_memory_bytes: _Bytes | None = None
     step_time: _StepTimeFile | None = None
     compile_cpu_wait: _Share | UnsetType = UNSET  # ModeSnapshot.compile_wait, written only where measured
 
@@ -481,9 +490,9 @@ def _mode_file(snap: ModeSnapshot) -> _ModeFile:
             p90_s=_round(st.p90_s),
             mean_s=_round(st.mean_s),
             sample=None if st.sample is None else _sample_file(st.sample),
-            cpu_wait=UNSET if st.cpu_wait is None else _round(st.cpu_wait),  # type: ignore[arg-type]
+            cpu_wait=UNSET if st.cpu_wait is None else _round_share(st.cpu_wait),
         ),
-        compile_cpu_wait=UNSET if snap.compile_wait is None else _round(snap.compile_wait),  # type: ignore[arg-type]
+        compile_cpu_wait=UNSET if snap.compile_wait is None else _round_share(snap.compile_wait),
     )
 
 
@@ -501,7 +510,15 @@ def _timing_sample(data: _SampleFile, where: str) -> TimingSample:
                         {k: tuple(v) for k, v in (data.cpu_units_s or {}).items()}, data.cpu_bound, blocks, data.clock or "wall")
 
 
+def _round_share(value: float) -> float:
+    return min(_round(value), _MAX_SHARE)  # type: ignore[type-var]
+
+
 def _mode_snapshot(name: str, data: _ModeFile, where: str) -> ModeSnapshot:
+    low = _STEP_BOUNDS[0]
+    for field_name, value in (("compile_time_s", data.compile_time_s), *(("compile_time_samples_s", v) for v in data.compile_time_samples_s or ())):
+        if 0.0 < value < low:
+            raise UnreadableInput(f"baseline {where}: mode {name!r} has a bad value ({field_name} {value!r} is neither 0 nor at least {low:g} s)")
     st = data.step_time
     step_time = None
     if st is not None:

@@ -267,3 +267,20 @@ def test_one_process_is_never_counted_as_several(real_run, work):
     # A baseline saved before the processes were kept: accepted, as before.
     edit(baseline, lambda d: d.pop("processes"))
     assert cagtool("baseline", "save", three, "-o", baseline, "--accumulate", cwd=work).returncode == 0
+
+
+def test_a_baseline_step_figure_no_run_gives_is_refused_not_a_crash(real_run, work):
+    """A step of 1e-300 s or 1e300 s overflowed the gate's interval arithmetic (exit 4, internal
+    error); a share of waiting of exactly 1 made "up to 1e+09x": each is refused, naming its field."""
+    baseline = work / "baseline.json"
+    assert cagtool("baseline", "save", real_run, "-o", baseline, cwd=work).returncode == 0
+    args = ("--baseline", baseline, "--max-regression", "25%", "--max-compile-regression", "50%", "--no-config")
+    for key, value in (("units_s", 1e-300), ("units_s", 1e300), ("cpu_units_s", 0.0)):
+        forged = work / f"forged-{key}-{value}.json"
+        forged.write_text(baseline.read_text())
+        edit(forged, lambda d: d["modes"]["ca"]["step_time"]["sample"][key]["median"].__setitem__(0, value))
+        _one_line_error(cagtool("gate", real_run, *args[:1], forged, *args[2:], cwd=work), 3, f"at `$.step_time.sample.{key}")
+    forged = work / "forged-wait.json"
+    forged.write_text(baseline.read_text())
+    edit(forged, lambda d: d["modes"]["ca"]["step_time"].__setitem__("cpu_wait", 1.0))
+    _one_line_error(cagtool("gate", real_run, "--baseline", forged, *args[2:], cwd=work), 3, "cpu_wait")

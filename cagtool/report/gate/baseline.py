@@ -27,7 +27,7 @@ from cagtool.record.loader import ModeRecord, RunRecord, check_format, read_json
 from cagtool.record.manifest import process_identity
 from cagtool.report.figures.pooled import ModeColumn, mode_columns
 from cagtool.report.figures.intervals import FIELDS, TimingSample, median_of, ratio_interval
-from cagtool.report.figures.metrics import mode_metrics
+from cagtool.report.figures.metrics import mode_metrics, reference_loop_of
 from cagtool.report.ranks.analysis import lowest_rank, missing_ranks, rank_list, rank_view, world_size
 
 BASELINE_FORMAT = "cagtool-baseline"
@@ -141,23 +141,6 @@ def snapshot_of(column: ModeColumn) -> ModeSnapshot:
         problem=problem,
         compile_wait=column.compile_wait,
     )
-
-
-# A reference loop outside these bounds (seconds) is not one cagtool timed: a forged or damaged field.
-_REFERENCE_BOUNDS = (1e-5, 10.0)
-
-
-def reference_loop_of(machine: dict[str, Any], where: str) -> float | None:
-    """The machine's `reference_loop_s`, None where not recorded (records and baselines from before
-    it, the Python API's); UnreadableInput for a value cagtool cannot have written (not a number of
-    seconds in _REFERENCE_BOUNDS): a forged figure would otherwise excuse or fake a slowdown."""
-    value = machine.get("reference_loop_s")
-    if value is None:
-        return None
-    low, high = _REFERENCE_BOUNDS
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise UnreadableInput(f"{where}: machine.reference_loop_s is {value!r}, not a reference loop's CPU seconds ({low:g}-{high:g} s)")
-    return float(value)
 
 
 def run_snapshots(run: RunRecord) -> dict[str, ModeSnapshot]:

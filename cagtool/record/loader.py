@@ -15,7 +15,7 @@ from msgspec import Struct, field
 from cagtool.errors import UnreadableInput
 from cagtool.record.regular_files import open_record_file, read_record_bytes
 from cagtool.record.liveness import read_dead_writer_as_killed, read_vanished_as_killed
-from cagtool.record.manifest import ModeManifest, RunMeta, mode_manifest_from_dict, run_meta_from_dict
+from cagtool.record.manifest import ModeManifest, RunMeta, mode_manifest_from_dict, process_identity, run_meta_from_dict
 from cagtool.record.schema import (
     MAX_WORLD_SIZE,
     EVENT_TYPES,
@@ -562,6 +562,13 @@ def load_run(path: str | Path | None = None, strict: bool = False, kinds: frozen
         meta = run_meta_from_dict(data)
     except TypeError as exc:
         raise UnreadableInput(f"run record {run_path / RUN_META_FILE} is malformed: {exc}") from None
+    # Every report pools the records run.json lists: a name listed twice, or a record that is a
+    # copy of another (the same process), would count one process as several and narrow the
+    # gate's noise to nothing.
+    listed = Counter(meta.modes)
+    twice = [mode for mode, count in listed.items() if count > 1]
+    if twice:
+        raise UnreadableInput(f"run record {run_path / RUN_META_FILE} lists mode {twice[0]!r} {listed[twice[0]]} times; a mode is recorded once")
     modes: dict[str, ModeRecord] = {}
     for mode in meta.modes:
         mode_path = inside(run_path, mode, f"mode {mode!r} of {run_path / RUN_META_FILE}")
@@ -569,8 +576,27 @@ def load_run(path: str | Path | None = None, strict: bool = False, kinds: frozen
             modes[mode] = load_mode(mode_path, strict=strict, kinds=kinds, events=events, columns=columns)
         elif strict:
             raise UnreadableInput(f"mode {mode!r} of {run_path} has no manifest (--strict)")
+    _refuse_copies(run_path, modes)
     read_vanished_as_killed(meta, [m.manifest for m in modes.values()])
     return RunRecord(path=run_path, meta=meta, modes=modes)
+
+
+def _refuse_copies(run_path: Path, modes: dict[str, ModeRecord]) -> None:
+    """UnreadableInput when two mode records are the same process (a mode directory copied to
+    another name, `ca` to `ca.3`): each repetition is a process of its own, started anew. Only the
+    modes' own records are compared: a merged run's followed records come from other hosts."""
+    seen: dict[str, str] = {}
+    for name, record in modes.items():
+        identity = process_identity(record.manifest)
+        if identity is None:
+            continue
+        if identity in seen:
+            pid = record.manifest.process.get("pid")
+            raise UnreadableInput(
+                f"run {run_path}: {name} is a copy of {seen[identity]} (the same process: pid {pid}, started {record.manifest.started_at}); "
+                "a repetition is a process of its own"
+            )
+        seen[identity] = name
 
 
 def list_runs(root: Path | None = None) -> list[Path]:

@@ -149,6 +149,18 @@ class RunMeta(Struct):
     job_seal: dict[str, Any] | None = None
 
 
+def process_identity(manifest: ModeManifest) -> str | None:
+    """What tells this record's process from every other: its host, pid and kernel start time, and
+    when and at what monotonic clock reading the record began (two Python API blocks in one process
+    share the pid, never the clock). None where no pid was recorded (an imported log's record).
+    Two records with one identity are one process counted twice (a directory copied)."""
+    process = manifest.process or {}
+    pid = process.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool):
+        return None
+    return f"{process.get('hostname') or ''}/{pid}/{process.get('start_ticks')}/{manifest.started_at}/{manifest.clock_t0!r}"
+
+
 def to_dict(obj: Any) -> dict[str, Any]:
     """The document as plain data, in field order; what msgspec does not take (a torch version is
     a str subclass) is spelled by str()."""

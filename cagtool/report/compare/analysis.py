@@ -41,9 +41,11 @@ from cagtool.record.schema import (
 )
 from cagtool.report.figures.intervals import MIN_SIGN_BLOCKS, RatioInterval, method_words, outlier_words, paired_ratios, ratio_interval
 from cagtool.report.figures.metrics import (
+    MACHINE_NEGLIGIBLE,
     CpuWait,
     heavy_load_bound,
     load_range,
+    reference_loop_of,
     step_losses,
 )
 
@@ -695,8 +697,9 @@ class RunComparison:
         machine_b = (b.machine.get("hostname"), b.machine.get("cpu_count"), b.machine.get("processor"), b.machine.get("cpu_model"))
         if a.machine and b.machine and machine_a != machine_b:
             found.append("the runs were recorded on different machines: their timings do not compare")
-        loop_a, loop_b = a.machine.get("reference_loop_s"), b.machine.get("reference_loop_s")
-        if isinstance(loop_a, float) and isinstance(loop_b, float) and loop_a > 0 and loop_b > 0 and abs(math.log(loop_b / loop_a)) >= math.log(1.10):
+        # The gate's reading of the loop: a value no loop gives is refused (compare_runs read it first).
+        loop_a, loop_b = reference_loop_of(a.machine, f"run {a.run_path}"), reference_loop_of(b.machine, f"run {b.run_path}")
+        if loop_a is not None and loop_b is not None and abs(math.log(loop_b / loop_a)) >= MACHINE_NEGLIGIBLE:
             how = f"{loop_b / loop_a:.2f}x slower" if loop_b > loop_a else f"{loop_a / loop_b:.2f}x faster"
             found.append(f"B's machine ran cagtool's reference loop {how} than A's ({loop_b * 1e3:.2f} ms against {loop_a * 1e3:.2f} ms "
                          "of CPU): the machine alone can make B's timings differ by as much")
@@ -720,6 +723,8 @@ class RunComparison:
 def compare_runs(run_a: RunRecord, run_b: RunRecord, tolerance: Tolerance | None = None) -> RunComparison:
     """Run A (before) against run B (after), mode by mode."""
     tol = tolerance or Tolerance()
+    for run in (run_a, run_b):  # refused as the gate refuses it (exit 3), before any figure is rendered
+        reference_loop_of(run.meta.machine, f"run {run.path}")
     before, after = compare_modes(run_a, tol), compare_modes(run_b, tol)
     names = list(before.modes) + [m for m in after.modes if m not in before.modes]
     changes = []

@@ -1042,3 +1042,28 @@ def median_slowdown(records: list[ModeRecord]) -> float | None:
     share = np.concatenate([f[1] for f in found])  # type: ignore[index]
     idle = float(np.median(wall * (1.0 - share)))
     return float(np.median(wall)) / idle if idle > 0 else None
+
+
+# Below a 25% difference in the reference loop, two machines are taken to be as fast: a run's
+# fastest reading held within 2% across runs on one shared VM, where single readings moved by up
+# to 1.8x (docs/ci.md); the margin is for runs whose every reading met a busy sibling thread.
+MACHINE_NEGLIGIBLE = math.log(1.25)
+
+
+# A reference loop outside these bounds (seconds) is not one cagtool timed: a forged or damaged
+# field (about 1.3 ms on a 2026 x86 core; 0.1 s would be a machine 75x slower).
+_REFERENCE_BOUNDS = (1e-4, 0.1)
+
+
+def reference_loop_of(machine: dict[str, Any], where: str) -> float | None:
+    """The machine's `reference_loop_s`, None where not recorded (records and baselines from before
+    it, the Python API's); UnreadableInput for a value cagtool cannot have written (not a number of
+    seconds in _REFERENCE_BOUNDS): a forged figure would otherwise excuse or fake a slowdown (the
+    gate) or make a machine read thousands of times slower (compare)."""
+    value = machine.get("reference_loop_s")
+    if value is None:
+        return None
+    low, high = _REFERENCE_BOUNDS
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise UnreadableInput(f"{where}: machine.reference_loop_s is {value!r}, not a reference loop's CPU seconds ({low:g}-{high:g} s)")
+    return float(value)

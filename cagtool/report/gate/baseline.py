@@ -10,6 +10,7 @@ never skips a comparison silently.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import math
 import sys
@@ -23,9 +24,10 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 from cagtool.record.atomic import write_atomic
 from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord, check_format, read_json_object
+from cagtool.record.manifest import process_identity
 from cagtool.report.figures.pooled import ModeColumn, mode_columns
 from cagtool.report.figures.intervals import FIELDS, TimingSample, median_of, ratio_interval
-from cagtool.report.figures.metrics import mode_metrics
+from cagtool.report.figures.metrics import mode_metrics, reference_loop_of
 from cagtool.report.ranks.analysis import lowest_rank, missing_ranks, rank_list, rank_view, world_size
 
 BASELINE_FORMAT = "cagtool-baseline"
@@ -141,24 +143,6 @@ def snapshot_of(column: ModeColumn) -> ModeSnapshot:
     )
 
 
-# A reference loop outside these bounds (seconds) is not one cagtool timed: a forged or damaged
-# field (about 1.3 ms on a 2026 x86 core; 0.1 s would be a machine 75x slower).
-_REFERENCE_BOUNDS = (1e-4, 0.1)
-
-
-def reference_loop_of(machine: dict[str, Any], where: str) -> float | None:
-    """The machine's `reference_loop_s`, None where not recorded (records and baselines from before
-    it, the Python API's); UnreadableInput for a value cagtool cannot have written (not a number of
-    seconds in _REFERENCE_BOUNDS): a forged figure would otherwise excuse or fake a slowdown."""
-    value = machine.get("reference_loop_s")
-    if value is None:
-        return None
-    low, high = _REFERENCE_BOUNDS
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise UnreadableInput(f"{where}: machine.reference_loop_s is {value!r}, not a reference loop's CPU seconds ({low:g}-{high:g} s)")
-    return float(value)
-
-
 def run_snapshots(run: RunRecord) -> dict[str, ModeSnapshot]:
     """Base mode (eager, aot, ca) -> snapshot; repetitions (`ca.2`...) are pooled into their mode."""
     snapshots = {}
@@ -213,6 +197,9 @@ class Baseline:
     source_run: str = ""
     created_at: str = ""
     path: Path | None = None  # where it was read from
+    # Which processes its figures came from (run_process_ids), every run accumulated into it:
+    # `--accumulate` refuses a run it already holds. Empty in files saved before it was kept.
+    processes: tuple[str, ...] = ()
 
     def mode(self, name: str) -> ModeSnapshot | None:
         return self.modes.get(name)
@@ -239,12 +226,28 @@ def baseline_from_run(run: RunRecord) -> Baseline:
         target_argv=list(run.meta.target_argv),
         source_run=run.meta.run_id or str(run.path),
         created_at=_dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+        processes=run_process_ids(run),
     )
+
+
+def run_process_ids(run: RunRecord) -> tuple[str, ...]:
+    """One short digest per mode record of the run (each repetition's own process, which the
+    loader holds to be distinct): the same run saved again gives the same ones, another run
+    none of them. Digests, not the identities: a pid and start time are no figure to commit."""
+    found = []
+    for record in run.modes.values():
+        identity = process_identity(record.manifest)
+        if identity is not None:
+            found.append(hashlib.sha256(identity.encode()).hexdigest()[:16])
+    return tuple(found)
 
 
 # Compile times a baseline keeps when runs are accumulated into it: the newest, enough to measure a
 # spread, few enough to follow a slow drift of the runner.
 MAX_COMPILE_SAMPLES = 20
+# Process digests a baseline keeps: 20 runs of 3 modes and 5 repetitions each. A run older than
+# that has no figure left in the file's samples, and adding it again would count it once.
+MAX_PROCESS_IDS = 300
 
 
 def accumulate_baseline(previous: Baseline, new: Baseline) -> Baseline:
@@ -261,6 +264,12 @@ def accumulate_baseline(previous: Baseline, new: Baseline) -> Baseline:
     old_torch, new_torch = previous.versions.get("torch"), new.versions.get("torch")
     if old_torch and new_torch and old_torch != new_torch:
         raise UsageError(f"not accumulating into {where}: its compile times are from torch {old_torch}, this run has {new_torch} (save a new baseline)")
+    # The same processes added twice would read as several that agree: the noise the gate's
+    # checks rest on would shrink to nothing and an unchanged run would fail.
+    held = set(previous.processes) & set(new.processes)
+    if held:
+        raise UsageError(f"not accumulating into {where}: it already holds the processes of run {new.source_run} "
+                         f"({len(held)} of {len(new.processes)}); each run is added once")
     modes = {}
     for name, snap in new.modes.items():
         before = previous.modes.get(name)
@@ -276,7 +285,7 @@ def accumulate_baseline(previous: Baseline, new: Baseline) -> Baseline:
                 snap = replace(snap, step_time=replace(snap.step_time, sample=pooled, count=pooled.count,
                                                        cpu_wait=max(waits) if waits else None))
         modes[name] = snap
-    return replace(new, modes=modes)
+    return replace(new, modes=modes, processes=(*previous.processes, *new.processes)[-MAX_PROCESS_IDS:])
 
 
 def _pooled_sample(old: TimingSample | None, new: TimingSample | None) -> TimingSample | None:
@@ -353,10 +362,19 @@ def _round(value: float | None) -> float | None:
 # The file's layout, as msgspec types: field order is the order written, and msgspec checks each
 # value as the file is read. A baseline's figures are the limits and references a gate compares
 # with: a count below zero would make every run fail (or a limit meaningless), and Infinity or NaN
-# (which json reads) would pass or fail every comparison; each is refused, naming its field.
-_Count = Annotated[int, Meta(ge=0)]
-_Seconds = Annotated[float, Meta(ge=0.0, le=sys.float_info.max)]  # finite: inf is above the bound, NaN below none
-_Share = Annotated[float, Meta(ge=0.0, le=1.0)]  # a share of runnable time
+# (which json reads) would pass or fail every comparison; each is refused, naming its field. So is a
+# figure no run gives, which the interval arithmetic cannot take: a step of 1e-300 s or 1e300 s
+# overflowed it, a share of 1 of waiting divides by zero (1 / (1 - w)), a step of 0 s was dropped
+# from the sample unsaid, a count of 10**400 printed 400 digits. Bounds are far outside any run.
+_Count = Annotated[int, Meta(ge=0, le=10**9)]
+_Bytes = Annotated[int, Meta(ge=0, le=2**63 - 1)]
+_STEP_BOUNDS = (1e-9, 1e6)  # seconds: a nanosecond to eleven days
+# A step's figure: within _STEP_BOUNDS (inf is above the bound, NaN below none).
+_Seconds = Annotated[float, Meta(ge=_STEP_BOUNDS[0], le=_STEP_BOUNDS[1])]
+# A compile time: 0 (a mode that compiled nothing, eager) or within _STEP_BOUNDS (_mode_snapshot).
+_CompileSeconds = Annotated[float, Meta(ge=0.0, le=_STEP_BOUNDS[1])]
+_MAX_SHARE = 0.999999  # written for a share that rounds to 1 (six digits)
+_Share = Annotated[float, Meta(ge=0.0, lt=1.0)]  # a share of runnable time: never all of it
 
 
 class _SampleFile(Struct, kw_only=True):
@@ -394,10 +412,10 @@ class _ModeFile(Struct, kw_only=True):
     graph_breaks: _Count
     forward_graphs: _Count = 0
     backward_graphs: _Count = 0
-    compile_time_s: _Seconds
-    compile_time_samples_s: list[_Seconds] | None = None
-    peak_rss_bytes: _Count | None = None
-    peak_device_memory_bytes: _Count | None = None
+    compile_time_s: _CompileSeconds
+    compile_time_samples_s: list[_CompileSeconds] | None = None
+    peak_rss_bytes: _Bytes | None = None
+    peak_device_memory_bytes: _Bytes | None = None
     step_time: _StepTimeFile | None = None
     compile_cpu_wait: _Share | UnsetType = UNSET  # ModeSnapshot.compile_wait, written only where measured
 
@@ -412,6 +430,7 @@ class _BaselineFile(Struct, kw_only=True):
     versions: dict[str, str] = {}
     machine: dict[str, Any] = {}
     modes: dict[str, _ModeFile]
+    processes: list[str] | UnsetType = UNSET  # Baseline.processes, written where known
 
 
 def _sample_file(sample: TimingSample) -> _SampleFile:
@@ -454,9 +473,9 @@ def _mode_file(snap: ModeSnapshot) -> _ModeFile:
             p90_s=_round(st.p90_s),
             mean_s=_round(st.mean_s),
             sample=None if st.sample is None else _sample_file(st.sample),
-            cpu_wait=UNSET if st.cpu_wait is None else _round(st.cpu_wait),  # type: ignore[arg-type]
+            cpu_wait=UNSET if st.cpu_wait is None else _round_share(st.cpu_wait),
         ),
-        compile_cpu_wait=UNSET if snap.compile_wait is None else _round(snap.compile_wait),  # type: ignore[arg-type]
+        compile_cpu_wait=UNSET if snap.compile_wait is None else _round_share(snap.compile_wait),
     )
 
 
@@ -474,7 +493,15 @@ def _timing_sample(data: _SampleFile, where: str) -> TimingSample:
                         {k: tuple(v) for k, v in (data.cpu_units_s or {}).items()}, data.cpu_bound, blocks, data.clock or "wall")
 
 
+def _round_share(value: float) -> float:
+    return min(_round(value), _MAX_SHARE)  # type: ignore[type-var]
+
+
 def _mode_snapshot(name: str, data: _ModeFile, where: str) -> ModeSnapshot:
+    low = _STEP_BOUNDS[0]
+    for field_name, value in (("compile_time_s", data.compile_time_s), *(("compile_time_samples_s", v) for v in data.compile_time_samples_s or ())):
+        if 0.0 < value < low:
+            raise UnreadableInput(f"baseline {where}: mode {name!r} has a bad value ({field_name} {value!r} is neither 0 nor at least {low:g} s)")
     st = data.step_time
     step_time = None
     if st is not None:
@@ -513,6 +540,7 @@ def baseline_to_dict(baseline: Baseline) -> dict[str, Any]:
         versions=baseline.versions,
         machine=baseline.machine,
         modes={name: _mode_file(snap) for name, snap in baseline.modes.items()},
+        processes=list(baseline.processes) if baseline.processes else UNSET,
     )
     return msgspec.to_builtins(document)  # type: ignore[no-any-return]
 
@@ -556,6 +584,7 @@ def load_baseline(path: str | Path) -> Baseline:
         source_run=document.source_run,
         created_at=document.created_at,
         path=path,
+        processes=() if document.processes is UNSET else tuple(document.processes),
     )
 
 

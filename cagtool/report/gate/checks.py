@@ -28,7 +28,7 @@ from cagtool.report.figures.intervals import (
     outlier_words,
     ratio_interval,
 )
-from cagtool.report.figures.metrics import heavy_load_bound, load_range
+from cagtool.report.figures.metrics import MACHINE_NEGLIGIBLE, heavy_load_bound, load_range
 
 RECOMPILE_KINDS: dict[str, str] = {
     "total": "recompiles",  # CA recompiles + Dynamo recompiles
@@ -517,10 +517,6 @@ def _regression_load(check: str, verdict: RegressionVerdict, cur: StepTimeSnapsh
     return verdict, decided
 
 
-# Below a 25% difference in the reference loop, two machines are taken to be as fast: a run's
-# fastest reading held within 2% across runs on one shared VM, where single readings moved by up
-# to 1.8x (docs/ci.md); the margin is for runs whose every reading met a busy sibling thread.
-MACHINE_NEGLIGIBLE = math.log(1.25)
 
 
 def machine_effect(current: ModeSnapshot, previous: ModeSnapshot) -> tuple[float, str] | None:

@@ -152,6 +152,25 @@ def test_two_runs_before_after(graph_breaks_run):
     assert data["changes"]["ca"]["numerics"][0]["max_rel_diff"] == 0.0
 
 
+def test_a_forged_reference_loop_is_refused_as_the_gate_refuses_it(graph_breaks_run, tmp_path):
+    """A machine that ran the reference loop 1.6x slower is noted; a loop of 1000 s, which no
+    machine gives, read "797766.25x slower" and is now refused (exit 3), naming the field."""
+    import shutil
+
+    a = str(graph_breaks_run.path)
+    loop = json.loads((graph_breaks_run.path / "run.json").read_text())["machine"]["reference_loop_s"]
+    for name, value in (("slower", loop * 1.6), ("forged", 1000.0)):
+        copy = Path(shutil.copytree(graph_breaks_run.path, tmp_path / name))
+        meta = json.loads((copy / "run.json").read_text())
+        meta["machine"]["reference_loop_s"] = value
+        (copy / "run.json").write_text(json.dumps(meta))
+    assert "reference loop 1.60x slower than A's" in compare(a, str(tmp_path / "slower")).stdout
+    for args in ((a, str(tmp_path / "forged")), (str(tmp_path / "forged"), a)):
+        refused = compare(*args, check=False)
+        assert refused.returncode == 3 and refused.stderr.count("\n") == 1, refused.stdout + refused.stderr
+        assert "machine.reference_loop_s is 1000.0, not a reference loop's CPU seconds" in refused.stderr
+
+
 @pytest.mark.slow
 def test_csv_and_markdown(graph_breaks_run):
     rows = list(csv.DictReader(io.StringIO(compare(str(graph_breaks_run.path), "--format", "csv").stdout)))

@@ -83,3 +83,65 @@ def test_a_forged_wait_share_beyond_one_is_refused(tmp_path):
     with pytest.raises(UnreadableInput) as info:
         load_baseline(forged)
     assert "compile_cpu_wait" in str(info.value)
+
+
+def _set(path: tuple, value):
+    def change(data: dict) -> None:
+        where = data["modes"]["ca"]
+        for key in path[:-1]:
+            where = where[key]
+        where[path[-1]] = value
+    return change
+
+
+_FORGED = [
+    # figures no run gives, which overflowed the interval arithmetic (exit 4) or were dropped unsaid
+    (("step_time", "sample", "units_s", "median", 0), 1e-300, "units_s"),
+    (("step_time", "sample", "cpu_units_s", "median", 2), 1e300, "cpu_units_s"),
+    (("step_time", "sample", "cpu_units_s", "median", 2), 0.0, "cpu_units_s"),
+    (("step_time", "sample", "values_s", "median"), 1e7, "values_s"),
+    (("step_time", "median_s"), 0.0, "median_s"),
+    (("step_time", "cpu_wait"), 1.0, "cpu_wait"),  # 1 / (1 - w): "up to 1e+09x"
+    (("compile_cpu_wait",), 1.0, "compile_cpu_wait"),
+    (("compile_time_s",), 1e300, "compile_time_s"),
+    (("compile_time_s",), 1e-300, "compile_time_s"),
+    (("compile_time_samples_s", 1), 1e-300, "compile_time_samples_s"),
+    (("ca_graphs",), 10**400, "ca_graphs"),
+    (("peak_rss_bytes",), 10**40, "peak_rss_bytes"),
+]
+
+
+@pytest.mark.parametrize("path, value, named", _FORGED, ids=[f"{named}-{index}" for index, (_, _, named) in enumerate(_FORGED)])
+def test_a_figure_no_run_gives_is_refused_naming_its_field(tmp_path, path, value, named):
+    from cagtool.errors import UnreadableInput
+
+    data = json.loads(V1.read_text())
+    _set(path, value)(data)
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps(data))
+    with pytest.raises(UnreadableInput, match=named):
+        load_baseline(forged)
+
+
+def test_figures_at_the_edges_of_a_run_read(tmp_path):
+    """A compile time of 0 (a mode that compiled nothing), a share just short of 1 and steps of a
+    nanosecond or a day are figures a run can give: read."""
+    data = json.loads(V1.read_text())
+    for change in (_set(("compile_time_s",), 0.0), _set(("compile_cpu_wait",), 0.999999), _set(("step_time", "cpu_wait"), 0.999999),
+                   _set(("step_time", "sample", "units_s", "median", 0), 1e-9), _set(("step_time", "sample", "units_s", "median", 1), 86400.0)):
+        change(data)
+    readable = tmp_path / "edges.json"
+    readable.write_text(json.dumps(data))
+    ca = load_baseline(readable).modes["ca"]
+    assert ca.compile_time_s == 0.0 and ca.step_time.cpu_wait == 0.999999
+
+
+def test_a_share_that_rounds_to_one_is_written_short_of_it(tmp_path):
+    from dataclasses import replace
+
+    baseline = load_baseline(V1)
+    ca = baseline.modes["ca"]
+    nearly_all = replace(ca, compile_wait=0.9999999, step_time=replace(ca.step_time, cpu_wait=0.99999996))
+    saved = save_baseline(replace(baseline, modes={**baseline.modes, "ca": nearly_all}), tmp_path / "b.json")
+    again = load_baseline(saved).modes["ca"]
+    assert again.compile_wait == again.step_time.cpu_wait == 0.999999

@@ -117,6 +117,20 @@ def test_a_baseline_from_an_older_cagtool_is_an_error_that_says_resave(real_run,
     assert tail["outcome"] == "error" and "re-save it (cagtool baseline save RUN)" in tail["message"]
 
 
+def as_another_process(mode_dir: Path, offset: int) -> None:
+    """A copied mode record made the record of another process, as each repetition of --repeat
+    is: its pid, start time and clock reading moved on (the loader refuses a plain copy)."""
+    def moved(manifest: dict) -> None:
+        process = manifest["process"]
+        process["pid"] += offset
+        if process.get("start_ticks") is not None:
+            process["start_ticks"] += 100 * offset
+        if manifest.get("clock_t0") is not None:
+            manifest["clock_t0"] += 10.0 * offset
+
+    edit(mode_dir / "manifest.json", moved)
+
+
 def repeated_copy(run: Path, dest: Path, factors: tuple[float, ...], mode: str = "ca") -> Path:
     """The run as if recorded with --repeat: repetition k (`ca.2`, ...) is a copy of the mode whose
     compile times (Dynamo entire-frame and CA capture) are scaled by factors[k - 2]. Without the
@@ -130,6 +144,7 @@ def repeated_copy(run: Path, dest: Path, factors: tuple[float, ...], mode: str =
     for index, factor in enumerate(factors, start=2):
         name = f"{mode}.{index}"
         shutil.copytree(dest / mode, dest / name)
+        as_another_process(dest / name, index)
         edit_compile(dest, factor, mode=name)
         meta["modes"].append(name)
         meta.setdefault("mode_exit_codes", {})[name] = 0
@@ -186,9 +201,11 @@ def edit_compile(run: Path, factor: float, mode: str = "ca") -> None:
 def test_baseline_save_accumulate_gives_compile_time_a_measured_spread(real_run, work):
     baseline = work / "baseline.json"
     runs = []
-    for factor in (1.0, 0.9, 1.1):
+    for offset, factor in enumerate((1.0, 0.9, 1.1)):
         copy = repeated_copy(real_run, work / f"run-{factor}", ())
         edit_compile(copy, factor)
+        for mode in ("aot", "ca"):  # three runs, each of its own processes (the same ones are refused below)
+            as_another_process(copy / mode, 1000 * offset)
         runs.append(copy)
     assert cagtool("baseline", "save", runs[0], "-o", baseline, cwd=work).returncode == 0
     assert load_baseline(baseline).modes["ca"].compile_time_samples_s == ()
@@ -210,3 +227,60 @@ def test_baseline_save_accumulate_gives_compile_time_a_measured_spread(real_run,
     edit(baseline, lambda d: d["target"].update(name="other.py"))
     refused = cagtool("baseline", "save", runs[0], "-o", baseline, "--accumulate", cwd=work)
     assert refused.returncode == 2 and "holds other.py" in refused.stderr
+
+
+def _one_line_error(proc, code: int, said: str) -> None:
+    assert proc.returncode == code and said in proc.stderr and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_one_process_is_never_counted_as_several(real_run, work):
+    """A mode listed twice in run.json, a repetition that is a byte copy of another, and a run
+    accumulated twice into a baseline would each count one process as several that agree: the
+    measured noise shrinks to nothing, and a run passes (or an unchanged one fails) on it."""
+    baseline = work / "baseline.json"
+    three = repeated_copy(real_run, work / "three", (1.0, 1.0))  # ca, ca.2, ca.3: three processes
+    assert cagtool("baseline", "save", three, "-o", baseline, cwd=work).returncode == 0
+    args = ("--baseline", baseline, "--max-regression", "25%", "--no-config")
+    gate_json(three, *args, cwd=work, code=0, load_may_decide=True)
+
+    listed_twice = Path(shutil.copytree(real_run, work / "listed-twice"))
+    edit(listed_twice / "run.json", lambda meta: meta["modes"].extend(["ca", "ca", "ca", "ca"]))
+    _one_line_error(cagtool("gate", listed_twice, *args, cwd=work), 3, "lists mode 'ca' 5 times")
+
+    copied = Path(shutil.copytree(three, work / "copied"))
+    for index in (4, 5):  # plain copies: the same process as ca
+        shutil.copytree(copied / "ca", copied / f"ca.{index}")
+    edit(copied / "run.json", lambda meta: meta["modes"].extend(["ca.4", "ca.5"]))
+    _one_line_error(cagtool("gate", copied, *args, cwd=work), 3, "ca.4 is a copy of ca")
+    _one_line_error(cagtool("summary", copied, cwd=work), 3, "ca.4 is a copy of ca")
+
+    # The baseline's run added again: refused, the file unchanged; another run's processes are added.
+    before = baseline.read_text()
+    _one_line_error(cagtool("baseline", "save", three, "-o", baseline, "--accumulate", cwd=work), 2, "already holds the processes of run")
+    assert baseline.read_text() == before
+    other = repeated_copy(real_run, work / "other", (1.0, 1.0))
+    for mode in ("aot", "ca", "ca.2", "ca.3"):
+        as_another_process(other / mode, 1000)
+    assert cagtool("baseline", "save", other, "-o", baseline, "--accumulate", cwd=work).returncode == 0
+    saved = load_baseline(baseline)
+    assert saved.modes["ca"].step_time.sample.repetitions == 6 and len(saved.processes) == 8
+    # A baseline saved before the processes were kept: accepted, as before.
+    edit(baseline, lambda d: d.pop("processes"))
+    assert cagtool("baseline", "save", three, "-o", baseline, "--accumulate", cwd=work).returncode == 0
+
+
+def test_a_baseline_step_figure_no_run_gives_is_refused_not_a_crash(real_run, work):
+    """A step of 1e-300 s or 1e300 s overflowed the gate's interval arithmetic (exit 4, internal
+    error); a share of waiting of exactly 1 made "up to 1e+09x": each is refused, naming its field."""
+    baseline = work / "baseline.json"
+    assert cagtool("baseline", "save", real_run, "-o", baseline, cwd=work).returncode == 0
+    args = ("--baseline", baseline, "--max-regression", "25%", "--max-compile-regression", "50%", "--no-config")
+    for key, value in (("units_s", 1e-300), ("units_s", 1e300), ("cpu_units_s", 0.0)):
+        forged = work / f"forged-{key}-{value}.json"
+        forged.write_text(baseline.read_text())
+        edit(forged, lambda d: d["modes"]["ca"]["step_time"]["sample"][key]["median"].__setitem__(0, value))
+        _one_line_error(cagtool("gate", real_run, *args[:1], forged, *args[2:], cwd=work), 3, f"at `$.step_time.sample.{key}")
+    forged = work / "forged-wait.json"
+    forged.write_text(baseline.read_text())
+    edit(forged, lambda d: d["modes"]["ca"]["step_time"].__setitem__("cpu_wait", 1.0))
+    _one_line_error(cagtool("gate", real_run, "--baseline", forged, *args[2:], cwd=work), 3, "cpu_wait")

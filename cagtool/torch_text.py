@@ -300,14 +300,29 @@ _WRAPPED_MODULE = re.compile(
 )
 
 
+# A parameter of that module in the same tree, with its size: `TENSOR_MATCH: check_tensor(L['fn'].
+# _modules['0']._parameters['weight'], Parameter, ..., size=[16, 4], stride=[4, 1])`.
+_WRAPPED_PARAMETER = re.compile(
+    r"TENSOR_MATCH: check_tensor\(L\['fn'\](?P<path>(?:\._modules\['[^']*'\])*)\._parameters\['(?P<name>[^']*)'\], .*?size=\[(?P<size>[^\]]*)\]"
+)
+
+
 def wrapped_module(guards: str) -> tuple[str, ...]:
     """The module a compile of torch's shared module wrapper (`inner`) was for, from its guard
-    tree: `("Sequential", "0=Linear", "1=Tanh")`, the class of `fn` then each submodule by its
-    path; () when the tree guards no `fn`."""
+    tree: `("Sequential", "0=Linear", "1=Tanh", "0.weight:[16, 4]")`, the class of `fn`, each
+    submodule by its path, then each parameter guarded with its size (two modules of one
+    architecture and other widths, a GAN's G and D, differ there); () when the tree guards no `fn`."""
     found: list[str] = []
     for match in _WRAPPED_MODULE.finditer(guards):
         path = ".".join(re.findall(r"\['([^']*)'\]", match["path"]))
         item = f"{path}={match['cls']}" if path else match["cls"]
+        if item not in found:
+            found.append(item)
+    if not found:
+        return ()
+    for match in _WRAPPED_PARAMETER.finditer(guards):
+        path = ".".join([*re.findall(r"\['([^']*)'\]", match["path"]), match["name"]])
+        item = f"{path}:[{match['size']}]"
         if item not in found:
             found.append(item)
     return tuple(found)

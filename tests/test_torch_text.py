@@ -240,3 +240,10 @@ def test_the_module_a_compile_of_the_shared_module_wrapper_was_for():
               "type=<class 'torch.nn.modules.linear.Linear'>, tag_safe=(False, False)")
     assert tt.wrapped_module(linear) == ("Linear",)
     assert tt.wrapped_module("| +- GuardManager: source=L['x'], type=<class 'torch.Tensor'>") == ()
+    # Each guarded parameter with its size, after the classes: two modules of one architecture
+    # and other widths (a GAN's G and D) differ there.
+    weight = ("| | | | | | | | | +- TENSOR_MATCH: check_tensor(L['fn']._modules['0']._parameters['weight'], Parameter, "
+              "DispatchKeySet(CPU, BackendSelect, ADInplaceOrView, AutogradCPU), torch.float32, device=None, requires_grad=True, "
+              "size=[8, 4], stride=[4, 1])  # return F.linear(input, self.weight, self.bias)  # nn/modules/linear.py:134 in forward")
+    assert tt.wrapped_module(guards + "\n" + weight) == ("Sequential", "0=Linear", "1=Tanh", "0.weight:[8, 4]")
+    assert tt.wrapped_module(weight) == ()  # no module guarded: no parameter of one

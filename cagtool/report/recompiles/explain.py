@@ -797,10 +797,19 @@ def _other_module(table: RecompileTable, cause: Cause) -> str:
     return ", ".join(dict.fromkeys(lines))
 
 
-def module_text(module: tuple[str, ...]) -> str:
-    """("Sequential", "0=Linear", "1=Tanh", "1.0=...") -> `Sequential(Linear, Tanh)`: the class and its direct children."""
-    children = [item.split("=", 1)[1] for item in module[1:] if "." not in item.split("=", 1)[0]]
-    return f"{module[0]}({', '.join(children)})" if children else module[0]
+def module_text(module: tuple[str, ...], parameter: str | None = None) -> str:
+    """("Sequential", "0=Linear", "1=Tanh", "1.0=...", "0.weight:[16, 4]") -> `Sequential(Linear,
+    Tanh)`: the class and its direct children; with `parameter` ("0.weight"), and that parameter's
+    size (`with 0.weight [16, 4]`), which tells apart two modules of one architecture."""
+    children = [item.split("=", 1)[1] for item in module[1:] if "=" in item and "." not in item.split("=", 1)[0]]
+    text = f"{module[0]}({', '.join(children)})" if children else module[0]
+    size = _parameter_sizes(module).get(parameter or "")
+    return f"{text} with {parameter} {size}" if size is not None else text
+
+
+def _parameter_sizes(module: tuple[str, ...]) -> dict[str, str]:
+    """"0.weight:[16, 4]" items of a wrapped module -> {"0.weight": "[16, 4]"}, in guard order."""
+    return dict(item.split(":", 1) for item in module[1:] if "=" not in item and ":" in item)  # type: ignore[misc]
 
 
 def _other_module_by_guards(table: RecompileTable, cause: Cause) -> list[tuple[str, str]]:
@@ -820,8 +829,13 @@ def _other_module_by_guards(table: RecompileTable, cause: Cause) -> list[tuple[s
         earlier = ids[:ids.index(row.compile_id)]
         if not earlier or any(modules.get(cid) in (None, module) for cid in earlier):
             return []
-        for cid in (*earlier, row.compile_id):
-            shown[cid] = module_text(modules[cid]) + (" (the optimizer's step())" if cid in table.wrapper_optimizer_steps else "")
+        compiles = (*earlier, row.compile_id)
+        # Modules alike but for their parameters' sizes are told apart by the first that differs.
+        alike = len({module_text(modules[cid]) for cid in compiles}) < len({modules[cid] for cid in compiles})
+        sizes = [_parameter_sizes(modules[cid]) for cid in compiles]
+        differing = next((name for name in sizes[-1] if len({s.get(name) for s in sizes}) > 1), None) if alike else None
+        for cid in compiles:
+            shown[cid] = module_text(modules[cid], differing) + (" (the optimizer's step())" if cid in table.wrapper_optimizer_steps else "")
     return list(shown.items())
 
 

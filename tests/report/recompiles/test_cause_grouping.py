@@ -209,3 +209,19 @@ def test_a_compiled_step_an_lr_scheduler_wrapped_is_named_as_sharing_the_models_
     assert "the length of" not in shared["title"] and "LR scheduler" in said and "0/1 a function (the optimizer's step())" in said
     assert shared["fix"][0].startswith("Nothing to fix") and "def opt_step(): opt.step()" in shared["fix"][0]
     assert any("the optimizer's state was filled" in c["title"] for c in causes)
+
+
+@pytest.mark.slow
+def test_two_compiled_modules_alike_but_for_their_widths_are_named_as_another_module(record_run):
+    """A GAN's G and D, both compiled, alike in architecture, not in width: G's first call through
+    the wrapper frame they share fails D's guard on the input's size. Each compile's guarded
+    parameter sizes tell the modules apart: another module's first call, not "mark the dimension
+    dynamic"."""
+    run, causes = _explained(record_run, "gan_two_widths.py")
+    logged = _torch_recompiles(run)
+    assert "size mismatch at index 1. expected 4, actual 8" in logged["0/1"][0]  # torch's own
+    [cause] = [c for c in causes if "0/1" in json.dumps(c["evidence"])]
+    assert "another compiled module's first call (a Sequential(Linear, ReLU, Linear) with 0.weight [16, 8])" in cause["title"]
+    said = " ".join(cause["why"] + cause["fix"])
+    assert "0/0 a Sequential(Linear, ReLU, Linear) with 0.weight [16, 4], then 0/1 a Sequential(Linear, ReLU, Linear) with 0.weight [16, 8]" in said
+    assert "mark the dimension dynamic" not in said and cause["fix"][0].startswith("Nothing to fix")

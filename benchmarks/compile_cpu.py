@@ -19,6 +19,10 @@ read and write, the artifacts included), and torch's own counters (graph breaks,
 variant. Prints the median and range per variant and the median ratio to plain.
 
     python benchmarks/compile_cpu.py --reps 5 [--backend inductor|aot_eager] [--ca] [--only taps,artifacts]
+    python benchmarks/compile_cpu.py --reps 2 --instructions --ca --backend aot_eager --only plain,cagtool
+
+`--instructions` counts the instructions the measured steps execute (valgrind's callgrind, switched on
+and off around them by the job): a ratio the machine's load does not move, about 50 times slower.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ import argparse
 import json
 import math
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -99,6 +105,10 @@ step = torch.compile(lambda x, y: loss_fn(model(x), y), backend=backend)
 ctx = torch._dynamo.compiled_autograd._enable(lambda gm: torch.compile(gm, backend=backend), dynamic=False) if use_ca else None
 if ctx is not None:
     ctx.__enter__()
+toggle = os.environ.get("CALLGRIND_TOGGLE")
+if toggle:
+    import subprocess
+    subprocess.run([toggle, "--instr=on", str(os.getpid())], check=True, capture_output=True)
 start = time.process_time()
 for _ in range(2):
     x = torch.randn(8, 16, 64)
@@ -106,6 +116,8 @@ for _ in range(2):
     opt.step()
     opt.zero_grad()
 cpu = time.process_time() - start
+if toggle:
+    subprocess.run([toggle, "--instr=off", str(os.getpid())], check=True, capture_output=True)
 from torch._dynamo.utils import counters, get_compilation_metrics
 logging_s = sum((m.structured_logging_overhead_us or 0) for m in get_compilation_metrics()) / 1e6
 print(json.dumps({"cpu": cpu, "logging_s": logging_s, "taps_cpu": taps_cpu[0] if variant in ("taps", "artifacts", "cagtool") else 0.0, "counters": {k: sum(v.values()) for k, v in counters.items() if k in ("graph_break", "frames", "stats", "compiled_autograd")}}))
@@ -117,15 +129,30 @@ T95 = dict(enumerate((12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2
 VARIANTS = ("plain", "handler", "trace", "taps", "artifacts", "cagtool")
 
 
-def run_once(variant: str, backend: str, ca: bool, work: Path) -> dict:
+def run_once(variant: str, backend: str, ca: bool, work: Path, instructions: bool = False) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("TORCH_TRACE", "TORCH_LOGS")}
     env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(dir=work)
     env["CAGTOOL_ROOT"] = str(ROOT)
     env["RECORD_DIR"] = tempfile.mkdtemp(dir=work)
     if variant == "trace":
         env["TORCH_TRACE"] = tempfile.mkdtemp(dir=work)
-    out = subprocess.run([sys.executable, "-c", JOB, variant, backend, "1" if ca else "0"], capture_output=True, text=True, env=env, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    command = [sys.executable, "-c", JOB, variant, backend, "1" if ca else "0"]
+    if instructions:
+        # Instructions executed inside the measured steps, counted by callgrind (instrumentation
+        # switched on and off around them by the job itself): what the machine's load and speed
+        # do not move, where one process's compile CPU moves by up to 19 % between repetitions.
+        out_file = Path(tempfile.mkdtemp(dir=work)) / "callgrind.out"
+        env["CALLGRIND_TOGGLE"] = shutil.which("callgrind_control") or "callgrind_control"
+        env["PYTHONHASHSEED"] = "0"
+        env["OMP_NUM_THREADS"] = "1"
+        command = ["setarch", "-R", "valgrind", "--tool=callgrind", "--instr-atstart=no",
+                   f"--callgrind-out-file={out_file}", *command]
+    out = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if instructions:
+        refs = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
+        result["cpu"] = int(refs.group(1).replace(",", "")) / 1e9 if refs else math.nan
+    return result
 
 
 def main() -> None:
@@ -134,6 +161,9 @@ def main() -> None:
     parser.add_argument("--backend", default="inductor")
     parser.add_argument("--ca", action="store_true", help="run the backward under compiled autograd")
     parser.add_argument("--only", default=",".join(VARIANTS), help="the variants to run, comma-separated")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count the instructions of the measured steps under valgrind's callgrind (billions, "
+                             "printed where seconds are) instead of their CPU time: ~50x slower, independent of load")
     args = parser.parse_args()
     variants = tuple(v for v in VARIANTS if v in args.only.split(","))
     cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
@@ -143,7 +173,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.reps):
             for variant in variants:
-                result = run_once(variant, args.backend, args.ca, Path(tmp))
+                result = run_once(variant, args.backend, args.ca, Path(tmp), args.instructions)
                 cpu[variant].append(result["cpu"])
                 logging_s[variant].append(result["logging_s"])
                 taps_cpu[variant].append(result["taps_cpu"])

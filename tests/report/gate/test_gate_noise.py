@@ -288,7 +288,7 @@ def test_a_baseline_step_figure_no_run_gives_is_refused_not_a_crash(real_run, wo
     baseline = work / "baseline.json"
     assert cagtool("baseline", "save", real_run, "-o", baseline, cwd=work).returncode == 0
     args = ("--baseline", baseline, "--max-regression", "25%", "--max-compile-regression", "50%", "--no-config")
-    for key, value in (("units_s", 1e-300), ("units_s", 1e300), ("cpu_units_s", 0.0)):
+    for key, value in (("units_s", 1e-300), ("units_s", 1e300), ("cpu_units_s", 5e-10)):
         forged = work / f"forged-{key}-{value}.json"
         forged.write_text(baseline.read_text())
         edit(forged, lambda d: d["modes"]["ca"]["step_time"]["sample"][key]["median"].__setitem__(0, value))

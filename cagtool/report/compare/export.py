@@ -51,7 +51,7 @@ def _speedup_json(s: Speedup) -> dict[str, Any]:
         "blocks_needed": s.blocks_needed,  # for an inconclusive verdict: run --repeat N
         # processes far from their side's others (intervals.OUTLIER_NOISES): the side (mode or baseline),
         # the process (its repetition), its median step time over the others'
-        "outliers": [{"side": s.baseline if o.side == "top" else s.mode, "process": o.process, "times_others": o.factor}
+        "outliers": [{"side": s.baseline if o.side == "top" else s.mode if o.side == "bottom" else o.side, "process": o.process, "times_others": o.factor}
                      for o in (s.interval.outliers if s.interval else ())],
         "verdict": s.verdict,
         "steady_steps": {"mode": s.steady_steps[0], "baseline": s.steady_steps[1]},

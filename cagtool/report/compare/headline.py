@@ -316,9 +316,13 @@ def change_headline(rc: RunComparison) -> Headline:
                 bits.append(f"step time: no change larger than {EFFECT:.0%}")
             elif s.verdict == INCONCLUSIVE and s.interval is not None and s.interval.stretched:
                 odd = s.interval.outliers[0]
-                side = (s.baseline if odd.side == "top" else s.mode).split(" ")[0]
-                bits.append(f"step time {ratio_text(s.ratio)} the speed, inconclusive{basis}: one process of {side} took "
-                            f"{ratio_text(odd.factor)} the others' time, it ran under other conditions (rerun)")
+                if odd.side == "block":
+                    bits.append(f"step time {ratio_text(s.ratio)} the speed, inconclusive{basis}: the ratio of repetition {odd.process} was "
+                                f"{ratio_text(odd.factor)} the others', its processes ran under other conditions (rerun)")
+                else:
+                    side = (s.baseline if odd.side == "top" else s.mode).split(" ")[0]
+                    bits.append(f"step time {ratio_text(s.ratio)} the speed, inconclusive{basis}: one process of {side} took "
+                                f"{ratio_text(odd.factor)} the others' time, it ran under other conditions (rerun)")
             elif s.verdict == INCONCLUSIVE:
                 needed = s.blocks_needed
                 bits.append(f"step time {ratio_text(s.ratio)} the speed, inconclusive{basis}" + (f" (record each run with --repeat {needed})" if needed else ""))

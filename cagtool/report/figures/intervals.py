@@ -89,6 +89,77 @@ MAX_PROCESSES_ADVISED = 60
 # about 1 side in 1,000, of 3 to 10 processes (simulated, 2e6 sides). Only a minority of a side
 # of MIN_RANK_UNITS or more is set apart: a side that disagrees with itself is noise, not one process.
 OUTLIER_NOISES = 4.0
+# Two processes whose step times agree to the nanosecond, step for step, over a stretch no two
+# processes' clocks would give by chance, are one process's record counted twice (a copy whose
+# pid and clock were edited). The chance that two processes' steps read the same nanosecond is
+# bounded by the coarseness of their clocks: sqrt(p_a * p_b), with p the chance that two of one
+# process's own steps read the same value (1/n when all differ, 1 when a coarse clock reads every
+# step alike). A stretch of equal steps counts as a copy only when its chance, anywhere in the
+# sequence, is below SAME_STEPS_CHANCE; so does a match of half the steps or more (SAME_STEPS_SHARE)
+# whose binomial chance is. A coarse clock that reads most steps alike never reaches it: the real
+# steps of 5 processes a mode of `mlp_steps.py`, read at a 15.6 ms tick, matched in up to 30 of 39
+# steps a pair and none was taken for a copy; at a 1 us tick none matched (docs/ci.md).
+SAME_STEPS_CHANCE = 1e-9
+SAME_STEPS_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class SameSteps:
+    """Two processes' step times that agree beyond chance (`same_steps`)."""
+
+    equal: int  # steps that read the same nanosecond in both, at the same place
+    compared: int  # steps compared (the shorter sequence)
+    longest: int  # the longest stretch of consecutive equal steps
+
+
+def _nanoseconds(times: Sequence[float]):  # type: ignore[no-untyped-def]
+    import numpy as np
+
+    return np.rint(np.asarray(times, dtype=float) * 1e9)
+
+
+def _collision(ns) -> float:  # type: ignore[no-untyped-def]
+    """The chance that two of one process's steps, drawn at random, read the same nanosecond."""
+    import numpy as np
+
+    _, counts = np.unique(ns, return_counts=True)
+    shares = counts / counts.sum()
+    return float((shares * shares).sum())
+
+
+def same_steps(a: Sequence[float], b: Sequence[float]) -> SameSteps | None:
+    """What two processes' steady step times (in step order) share beyond chance, or None."""
+    import numpy as np
+
+    n = min(len(a), len(b))
+    if n < 2:
+        return None
+    x, y = _nanoseconds(a[:n]), _nanoseconds(b[:n])
+    equal = x == y
+    m = int(equal.sum())
+    if m < 2:
+        return None
+    p = math.sqrt(_collision(x) * _collision(y))
+    if p >= 1.0:
+        return None  # a clock that read every step alike: its steps cannot tell processes apart
+    # The longest stretch of consecutive equal steps.
+    edges = np.diff(np.concatenate(([0], equal.astype(np.int8), [0])))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    longest = int((ends - starts).max())
+    log_chance = math.log10(n) + longest * math.log10(p)
+    if log_chance < math.log10(SAME_STEPS_CHANCE):
+        return SameSteps(m, n, longest)
+    if m >= SAME_STEPS_SHARE * n and _binomial_tail_log10(n, m, p) < math.log10(SAME_STEPS_CHANCE):
+        return SameSteps(m, n, longest)
+    return None
+
+
+def _binomial_tail_log10(n: int, m: int, p: float) -> float:
+    """log10 P(Binomial(n, p) >= m), bounded above by n times its largest term."""
+    term = math.lgamma(n + 1) - math.lgamma(m + 1) - math.lgamma(n - m + 1) + m * math.log(p) + (n - m) * math.log1p(-p)
+    return (term + math.log(n - m + 1)) / math.log(10)
+
+
 MEASURE_WORDS = {"cpu": "CPU time per step", "wall": "wall time per step", "device": "device time per step", "compile": "compile time"}
 
 
@@ -155,6 +226,7 @@ class ProcessSteps:
     cpu: Sequence[float] | None = None  # the process's CPU time per step (all its threads)
     wait_share: Sequence[float] | None = None
     thread_cpu: Sequence[float] | None = None  # the training loop's thread's CPU time per step
+    untimed: int = 0  # steady steps left out because a time recorded for them is no time (metrics.is_time)
 
 
 @dataclass(frozen=True)
@@ -172,6 +244,10 @@ class TimingSample:
     cpu_bound: bool = False  # the processes spent their steps on the CPU (CPU_BOUND_SHARE, CPU_BOUND_FLOOR)
     blocks: tuple[int, ...] = ()  # each process's block (repetition), for pairing
     clock: str = "wall"  # "wall" | "device": the clock of `values` and `units`
+    # Processes of the side that gave no figure, or figures without some of their steps: (block,
+    # why). A check on such a side is an error that names them: a process lost unsaid would leave
+    # a side that passes on fewer processes than it ran. Never in a baseline file (not saved).
+    left_out: tuple[tuple[int, str], ...] = ()
 
     def per_process(self, measure: str, field_name: str) -> tuple[float, ...]:
         """Each process's figure on `measure`, in process order (aligned with `blocks`)."""
@@ -215,6 +291,7 @@ def _cpu_bound(processes: Sequence[ProcessSteps]) -> bool:
 def timing_sample(processes: Sequence[ProcessSteps], clock: str = "wall") -> TimingSample | None:
     """The sample of one side from its processes' steady steps. None without a step."""
     kept = [p for p in processes if len(p.times) > 0]
+    left_out = tuple((p.block, _why_left_out(p)) for p in processes if p.untimed or not len(p.times))
     if not kept:
         return None
     units = {name: tuple(statistic(p.times, name) for p in kept) for name in FIELDS}
@@ -230,7 +307,22 @@ def timing_sample(processes: Sequence[ProcessSteps], clock: str = "wall") -> Tim
         cpu_bound=with_cpu and _cpu_bound(kept),
         blocks=tuple(p.block for p in kept),
         clock=clock,
+        left_out=left_out,
     )
+
+
+def _why_left_out(process: ProcessSteps) -> str:
+    if process.untimed:
+        return (f"{process.untimed} of its steady steps have a recorded time that is no time (NaN, negative, or 1e9 s and more: "
+                "a damaged or forged record) and were left out")
+    return "it has no steady step with a time (every step compiled, or none was timed)"
+
+
+def zero_figures(sample: TimingSample, measure: str, field_name: str) -> tuple[int, ...]:
+    """The blocks of the processes whose figure is 0 s (or none) on `measure`: no ratio is formed
+    from them. A clock coarser than the steps reads a step as 0 s; where it reads a tenth of them
+    so, the p10 is 0."""
+    return tuple(b for b, v in zip(sample.blocks, sample.per_process(measure, field_name)) if not v > 0)
 
 
 def compile_sample(samples: Sequence[float | None], blocks: Sequence[int] = ()) -> TimingSample | None:
@@ -256,19 +348,20 @@ def measure_of(top: TimingSample, bottom: TimingSample) -> str:
 class Outlier:
     """A process set apart from its side (`_set_apart`)."""
 
-    side: str  # "top" | "bottom": the side of the ratio it is on
+    side: str  # "top" | "bottom": the side of the ratio it is on; "block": a block of modes of one run, both its processes
     index: int  # its place among the side's figures, from 0
     process: int  # its block (the repetition it ran in), or its place on the side from 1
     factor: float  # its figure over the median of the side's other processes' figures
 
 
-def _set_apart(logs: Sequence[float], blocks: Sequence[int], side: str, measure: str) -> tuple[Outlier, ...]:
+def _set_apart(logs: Sequence[float], blocks: Sequence[int], side: str, measure: str, scale: float = 1.0) -> tuple[Outlier, ...]:
     """The processes of a side whose log figure lies more than OUTLIER_NOISES assumed noises from
-    the side's median, when they are fewer than half of a side of MIN_RANK_UNITS or more."""
+    the side's median, when they are fewer than half of a side of MIN_RANK_UNITS or more. `scale`:
+    the noise of one of `logs` in assumed noises of a process (a ratio of two processes: sqrt 2)."""
     if len(logs) < MIN_RANK_UNITS:
         return ()
     centre = median_of(logs)
-    bound = OUTLIER_NOISES * ASSUMED_NOISE.get(measure, ASSUMED_NOISE["wall"])
+    bound = OUTLIER_NOISES * ASSUMED_NOISE.get(measure, ASSUMED_NOISE["wall"]) * scale
     far = [i for i, v in enumerate(logs) if abs(v - centre) > bound]
     if not far or 2 * len(far) >= len(logs):
         return ()
@@ -432,9 +525,13 @@ def _pooled_noise(sides: Sequence[Sequence[float]]) -> tuple[float, float] | Non
 
 def paired_ratios(top: TimingSample, bottom: TimingSample, measure: str, field_name: str) -> list[float]:
     """top / bottom in each block both sides ran a process in (the modes of one `run --repeat`)."""
+    return [r for _, r in _block_ratios(top, bottom, measure, field_name)]
+
+
+def _block_ratios(top: TimingSample, bottom: TimingSample, measure: str, field_name: str) -> list[tuple[int, float]]:
     a = dict(zip(top.blocks, top.per_process(measure, field_name)))
     b = dict(zip(bottom.blocks, bottom.per_process(measure, field_name)))
-    return [a[k] / b[k] for k in sorted(a.keys() & b.keys()) if a[k] > 0 and b[k] > 0]
+    return [(k, a[k] / b[k]) for k in sorted(a.keys() & b.keys()) if a[k] > 0 and b[k] > 0]
 
 
 def ratio_interval(top: TimingSample, bottom: TimingSample, field_name: str, paired: bool = False, confidence: float = CONFIDENCE,
@@ -462,8 +559,15 @@ def ratio_interval(top: TimingSample, bottom: TimingSample, field_name: str, pai
             if high - low < 2.0 * z * NOISE_FLOOR / math.sqrt(len(logs)):
                 low, high = centre - z * NOISE_FLOOR, centre + z * NOISE_FLOOR
             return RatioInterval(math.exp(centre), math.exp(low), math.exp(high), (len(logs), len(logs)), measure, "sign", noise, float(len(logs) - 1), confidence, in_blocks=True)
-    blocks = [math.log(r) for r in paired_ratios(top, bottom, measure, field_name)] if paired else []
-    apart = () if paired else (_set_apart(la, top.blocks, "top", measure) + _set_apart(lb, bottom.blocks, "bottom", measure))
+    pairs = _block_ratios(top, bottom, measure, field_name) if paired else []
+    blocks = [math.log(r) for _, r in pairs]
+    if paired:
+        # Fewer blocks than the sign interval needs: one block whose ratio lies far from the
+        # others' (both its processes ran under other conditions than the rest's) is set apart as
+        # a process of an independent side is; a ratio of two processes has sqrt(2) their noise.
+        return _odd_blocks_apart(top, bottom, measure, field_name, confidence, pairs,
+                                 _set_apart(blocks, [k for k, _ in pairs], "block", measure, math.sqrt(2.0)))
+    apart = _set_apart(la, top.blocks, "top", measure) + _set_apart(lb, bottom.blocks, "bottom", measure)
     whole = _independent(la, lb, measure, confidence, paired, blocks)
     if not apart:
         return whole
@@ -485,6 +589,22 @@ def ratio_interval(top: TimingSample, bottom: TimingSample, field_name: str, pai
     low = min(agreeing.low, math.exp(min(readings)))
     high = max(agreeing.high, math.exp(max(readings)))
     return replace(agreeing, low=low, high=high, outliers=apart)
+
+
+def _odd_blocks_apart(top: TimingSample, bottom: TimingSample, measure: str, field_name: str, confidence: float,
+                      pairs: list[tuple[int, float]], apart: tuple[Outlier, ...]) -> RatioInterval:
+    """The interval of modes of one run in fewer than MIN_SIGN_BLOCKS blocks: that of the blocks
+    that agree, stretched to the ratio each block set apart reads (a verdict holds on both)."""
+    odd = {o.process for o in apart}
+
+    def logs(side: TimingSample) -> list[float]:
+        return [math.log(v) for b, v in zip(side.blocks, side.per_process(measure, field_name)) if v > 0 and b not in odd]
+
+    agreeing = _independent(logs(top), logs(bottom), measure, confidence, True, [math.log(r) for k, r in pairs if k not in odd])
+    if not apart:
+        return agreeing
+    readings = [math.log(r) for k, r in pairs if k in odd]
+    return replace(agreeing, low=min(agreeing.low, math.exp(min(readings))), high=max(agreeing.high, math.exp(max(readings))), outliers=apart)
 
 
 def _independent(la: Sequence[float], lb: Sequence[float], measure: str, confidence: float, paired: bool, blocks: Sequence[float]) -> RatioInterval:
@@ -533,7 +653,11 @@ def _independent(la: Sequence[float], lb: Sequence[float], measure: str, confide
 def method_words(interval: RatioInterval) -> str:
     """How the interval was made, for a note: what it rests on, in a user's words."""
     words = _method_words(interval)
-    if interval.outliers:
+    if interval.outliers and interval.outliers[0].side == "block":
+        n = len(interval.outliers)
+        words += (f"; {n} block{'s' if n > 1 else ''} set apart, far from the others' ratio: the others' interval, stretched to what "
+                  f"{'they read' if n > 1 else 'it reads'}")
+    elif interval.outliers:
         n = len(interval.outliers)
         stretched = "the rank interval of all" if interval.method == "rank" else "the others' interval, stretched to what it reads"
         words += f"; {n} process{'es' if n > 1 else ''} set apart, far from {'their' if n > 1 else 'its'} side's others: {stretched}"
@@ -546,7 +670,10 @@ def outlier_words(interval: RatioInterval, top: str, bottom: str, figure: str) -
     found = []
     for o in interval.outliers:
         times = ratio_text(o.factor) if not 0.01 <= o.factor <= 100.0 else f"{o.factor:.3g}x"
-        found.append(f"process {o.process} of {top if o.side == 'top' else bottom}: its {figure} was {times} the others'")
+        if o.side == "block":
+            found.append(f"block {o.process} (the processes of repetition {o.process}): its ratio of {figure} was {times} the others'")
+        else:
+            found.append(f"process {o.process} of {top if o.side == 'top' else bottom}: its {figure} was {times} the others'")
     return found
 
 

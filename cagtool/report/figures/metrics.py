@@ -317,6 +317,20 @@ def steady_intervals(steps: list[StepEvent] | StepColumns, device_s: dict[int, f
     return intervals, excluded
 
 
+def untimed_steps(record: ModeRecord) -> int:
+    """Steady steps (no compile or capture) whose recorded wall time is no time (NaN, negative,
+    beyond _NO_STEP_LASTS_S): every figure leaves them out (is_time), so the verdict names the
+    process they left. A recorder writes none (an unknown time is null, and is not counted);
+    they are a damaged or forged record's."""
+    if held_steps(record) is not None:  # it holds only times
+        return 0
+    c = step_columns(record)
+    if not any(c.boundary):
+        return 0
+    return sum(1 for wall, compiles, captures in zip(c.wall_s, c.compiles, c.ca_captures)
+               if wall is not None and not (compiles or captures) and not is_time(wall))
+
+
 def device_step_seconds(record: ModeRecord) -> dict[int, float]:
     """step -> device time (CUDA events at its boundaries), when the job ran on CUDA."""
     return {e.step: e.device_s for e in record.of(StepDeviceEvent) if e.device_s is not None}

@@ -9,24 +9,27 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import (
     STATUS_FINISHED,
     STATUS_RUNNING,
 )
-from cagtool.report.figures.intervals import ProcessSteps, TimingSample, timing_sample
+from cagtool.report.figures.intervals import ProcessSteps, TimingSample, same_steps, timing_sample
 from cagtool.report.figures.metrics import (
     CpuWait,
     ModeMetrics,
     StepStats,
     compile_wait,
     cpu_wait,
+    is_time,
     median_slowdown,
     mode_metrics,
     record_step_intervals,
     stats_of_intervals,
     steady_cpu_seconds,
     step_waits,
+    untimed_steps,
 )
 
 # A median step that waited this share of its runnable time or more is not judged against: the
@@ -152,6 +155,7 @@ def mode_column(name: str, records: list[tuple[str, ModeRecord | None]], exit_co
         intervals.extend(rep_intervals)
         excluded.extend(rep_excluded)
         clocks.add(clock)
+    _refuse_same_steps(name, [n for n, _ in present], processes)
     firsts = [m.step_time.first_step_s for _, m in per_rep if m.step_time and m.step_time.first_step_s is not None]
     first = per_rep[0][1]
     phases = {
@@ -179,6 +183,22 @@ def mode_column(name: str, records: list[tuple[str, ModeRecord | None]], exit_co
     )
 
 
+def _refuse_same_steps(mode: str, names: list[str], processes: list[ProcessSteps]) -> None:
+    """UnreadableInput when two repetitions of a mode have the same step times, to the nanosecond,
+    beyond what their clocks could give by chance (intervals.same_steps): one process's record
+    copied under another name with its pid or clock edited, which would count one process as
+    two that agree and narrow the gate's interval. Genuine processes never share their steps."""
+    for i in range(len(processes)):
+        for j in range(i + 1, len(processes)):
+            found = same_steps(processes[i].times, processes[j].times)
+            if found is not None:
+                raise UnreadableInput(
+                    f"mode {mode}: {names[j]} and {names[i]} have the same step times ({found.equal} of {found.compared} steady steps "
+                    f"equal to the nanosecond, {found.longest} in a row): one process's record under two names, "
+                    "not two processes; a repetition is a process of its own"
+                )
+
+
 def _largest(values: list[float | None]) -> float | None:
     """The largest of the readings there are (None: a repetition without one), None with none."""
     read = [v for v in values if v is not None]
@@ -191,12 +211,12 @@ def _process_steps(record: ModeRecord, block: int, times: list[float], clock: st
     cpu = steady_cpu_seconds(record) if clock == "wall" else None
     thread = steady_cpu_seconds(record, "thread_cpu_s") if cpu is not None else None
     waits = step_waits(record) if cpu is not None else None
-    return ProcessSteps(
-        block, times,
-        cpu if cpu is not None and len(cpu) == len(times) else None,
-        waits[1] if waits is not None and len(waits[1]) == len(times) else None,
-        thread if thread is not None and len(thread) == len(times) else None,
-    )
+    cpu = cpu if cpu is not None and len(cpu) == len(times) else None
+    thread = thread if thread is not None and len(thread) == len(times) else None
+    # A CPU time that is no time is left out of no figure: the step is named instead, as a wall time is.
+    untimed = untimed_steps(record) + sum(1 for i, _ in enumerate(times)
+                                          if any(c is not None and not is_time(c[i]) for c in (cpu, thread)))
+    return ProcessSteps(block, times, cpu, waits[1] if waits is not None and len(waits[1]) == len(times) else None, thread, untimed)
 
 
 def _pooled_cpu_wait(records: list[ModeRecord]) -> CpuWait | None:

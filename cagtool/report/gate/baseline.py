@@ -218,6 +218,13 @@ def baseline_from_run(run: RunRecord) -> Baseline:
             name: replace(snap, process_problems=whole[name].process_problems) if name in whole else snap
             for name, snap in run_snapshots(rank_view(run, rank)).items()
         }
+    for name, snap in modes.items():
+        sample = snap.step_time.sample if snap.step_time is not None else None
+        if sample is not None and sample.left_out:
+            # A baseline file holds each process's figures, not who was left out: a process lost
+            # here would be lost unsaid to every gate against it.
+            block, why = sample.left_out[0]
+            raise UnreadableInput(f"run {run.path}: mode {name}, process {block}: {why}; not saved as a baseline")
     return Baseline(
         modes=modes,
         versions=dict(run.meta.versions),
@@ -370,7 +377,10 @@ _Count = Annotated[int, Meta(ge=0, le=10**9)]
 _Bytes = Annotated[int, Meta(ge=0, le=2**63 - 1)]
 _STEP_BOUNDS = (1e-9, 1e6)  # seconds: a nanosecond to eleven days
 # A step's figure: within _STEP_BOUNDS (inf is above the bound, NaN below none).
-_Seconds = Annotated[float, Meta(ge=_STEP_BOUNDS[0], le=_STEP_BOUNDS[1])]
+# 0 is one too: a clock coarser than the steps reads some as 0 s, and a p10 then reads 0 (a check
+# on it is an error that names the process, never a figure dropped unsaid); what lies between 0
+# and a nanosecond is refused (_nonzero_at_least_a_nanosecond).
+_Seconds = Annotated[float, Meta(ge=0.0, le=_STEP_BOUNDS[1])]
 # A compile time: 0 (a mode that compiled nothing, eager) or within _STEP_BOUNDS (_mode_snapshot).
 _CompileSeconds = Annotated[float, Meta(ge=0.0, le=_STEP_BOUNDS[1])]
 _MAX_SHARE = 0.999999  # written for a share that rounds to 1 (six digits)
@@ -479,7 +489,18 @@ def _mode_file(snap: ModeSnapshot) -> _ModeFile:
     )
 
 
+def _nonzero_at_least_a_nanosecond(where: str, name: str, values: list[float | None]) -> None:
+    low = _STEP_BOUNDS[0]
+    for value in values:
+        if value is not None and 0.0 < value < low:
+            raise UnreadableInput(f"{where} has a bad value ({name} {value!r} is neither 0 nor at least {low:g} s)")
+
+
 def _timing_sample(data: _SampleFile, where: str) -> TimingSample:
+    held = [("values_s", list(data.values_s.values()))]
+    held += [(f"units_s.{n}", v) for n, v in data.units_s.items()] + [(f"cpu_units_s.{n}", v) for n, v in (data.cpu_units_s or {}).items()]
+    for key, values in held:
+        _nonzero_at_least_a_nanosecond(where, f"step_time.sample.{key}", values)  # type: ignore[arg-type]
     missing = [name for name in FIELDS if name not in data.values_s or name not in data.units_s]
     if missing:
         raise UnreadableInput(f"{where} lacks step_time.sample's {', '.join(missing)}")
@@ -505,6 +526,8 @@ def _mode_snapshot(name: str, data: _ModeFile, where: str) -> ModeSnapshot:
     st = data.step_time
     step_time = None
     if st is not None:
+        for key in ("median_s", "p10_s", "p90_s", "mean_s"):
+            _nonzero_at_least_a_nanosecond(f"baseline {where}: mode {name!r}", f"step_time.{key}", [getattr(st, key)])
         sample = None if st.sample is None else _timing_sample(st.sample, f"baseline {where}: mode {name!r}")
         cpu_wait = None if st.cpu_wait is UNSET else st.cpu_wait
         step_time = StepTimeSnapshot(st.count, st.median_s, st.p10_s, st.p90_s, st.mean_s, sample, cpu_wait)  # type: ignore[arg-type]

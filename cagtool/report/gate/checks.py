@@ -27,6 +27,7 @@ from cagtool.report.figures.intervals import (
     method_words,
     outlier_words,
     ratio_interval,
+    zero_figures,
 )
 from cagtool.report.figures.metrics import MACHINE_NEGLIGIBLE, heavy_load_bound, load_range
 
@@ -350,6 +351,21 @@ def evidence_note(interval: RatioInterval, outcome: Outcome, distance: float) ->
     return words
 
 
+def left_out_words(sides: list[tuple[str, TimingSample]], field_name: str) -> str:
+    """The processes a timing check cannot count, named with why ("" when none): one left out of
+    its side's figures (steps that are no time, or no steady step), or whose figure is 0 s on a
+    measure the check reads (no ratio is formed from it). The check is then an ERROR: a process
+    lost unsaid would let a side pass on fewer processes than it ran."""
+    found = []
+    for side, sample in sides:
+        found += [f"process {block} of {side}: {why}" for block, why in sample.left_out]
+        measures = ("wall", "cpu") if sample.cpu_units else ("wall",)
+        zero = sorted({b for m in measures for b in zero_figures(sample, m, field_name)})
+        found += [f"process {b} of {side}: its {field_name} step time is 0 s (a clock coarser than its steps), no ratio can be formed "
+                  f"from it: gate another statistic, or time more work a step" for b in zero]
+    return "; ".join(found)
+
+
 @dataclass(frozen=True)
 class MinSpeedupCheck:
     threshold: SpeedupThreshold
@@ -363,6 +379,10 @@ class MinSpeedupCheck:
         for mode in (t.numerator, t.denominator):
             if mode not in run:
                 return missing_mode(self.name, mode, run, "run", limit, self.source, label=pair)
+        lost = left_out_words([(f"{mode} of this run", snap.step_time.sample) for mode in (t.numerator, t.denominator)
+                               if (snap := run[mode]).step_time is not None and snap.step_time.sample is not None], "median")
+        if lost:
+            return unmeasurable(self.name, pair, lost, limit, self.source)
         interval = speedup_interval(run[t.numerator], run[t.denominator])
         if interval is None:
             return unmeasurable(self.name, pair, "no steady-state steps to time in both modes (run more steps)", limit, self.source)
@@ -383,8 +403,9 @@ class MinSpeedupCheck:
         else:
             outcome, message = Outcome.PASS, f"{self.name} ({pair}): {detail} >= {t.minimum:g}x required"
         notes.append(evidence_note(interval, outcome, math.log(mid / t.minimum)))
-        data = {"speedup": mid, "low": low, "high": high, "minimum": t.minimum, "verdict": verdict, **_interval_data(interval)}
-        warnings: list[str] = []
+        data = {"speedup": mid, "low": low, "high": high, "minimum": t.minimum, "verdict": verdict,
+                **_interval_data(interval, (t.denominator, t.numerator))}
+        warnings: list[str] = _outlier_warnings(f"{self.name} ({pair})", interval, "median step time")
         num, den = run[t.numerator].step_time, run[t.denominator].step_time
         load = _load_effect(den.cpu_wait if den else None, num.cpu_wait if num else None, t.denominator, t.numerator,
                             measure=interval.measure)
@@ -727,7 +748,8 @@ def _interval_data(interval: RatioInterval, sides: tuple[str, str] = ("run", "ba
     return {
         "measure": interval.measure, "method": interval.method, "units": list(interval.units), "unit": interval.unit,
         "confidence": interval.confidence, "noise_measured": interval.measured, "run_to_run_noise": interval.spread,
-        "outliers": [{"side": sides[0] if o.side == "top" else sides[1], "process": o.process, "times_others": o.factor}
+        "outliers": [{"side": sides[0] if o.side == "top" else sides[1] if o.side == "bottom" else o.side, "process": o.process,
+                      "times_others": o.factor}
                      for o in interval.outliers],
     }
 
@@ -738,7 +760,7 @@ def _outlier_warnings(check: str, interval: RatioInterval, figure: str) -> list[
     the job's figure is; the check is on the agreeing processes, stretched to its reading."""
     found = []
     for o, words in zip(interval.outliers, outlier_words(interval, "this run", "the baseline", figure)):
-        rerun = "rerun on a quieter runner" if o.side == "top" else "save the baseline again from a run on a quieter runner"
+        rerun = "save the baseline again from a run on a quieter runner" if o.side == "bottom" else "rerun on a quieter runner"
         kept = ("the interval is theirs stretched to its reading, and only a verdict that holds on both stands" if interval.stretched
                 else "the rank interval reaches its reading at most")
         found.append(f"{check}: {words}: it ran under other conditions than they did (a busy machine, another input), so {kept}: {rerun}")
@@ -803,6 +825,9 @@ class StepTimeRegressionCheck(_TimeCheck):
             )
         if cur.sample is None:
             return unmeasurable(self.name, self.mode, "this run has no step times to build an interval from", limit, self.source)
+        lost = left_out_words([("this run", cur.sample), ("the baseline", base.sample)], t.field)
+        if lost:
+            return unmeasurable(self.name, self.mode, lost, limit, self.source)
         samples = min(cur.count, base.count)
         # A threshold in seconds is a share of the baseline's figure on the measure the verdict is on
         # (CPU time where both sides are CPU-bound, else wall time).

@@ -21,6 +21,7 @@ from cagtool.report.figures.intervals import (
     compile_sample,
     measure_of,
     method_words,
+    outlier_words,
     rank_cut,
     ratio_interval,
     ratio_text,
@@ -224,6 +225,30 @@ def test_a_process_within_the_noise_a_loaded_machine_shows_is_not_set_apart():
     assert ratio_interval(compile_sample([2.0]), compile_sample([2.0, 2.0, 2.0 * compile_ * 1.03]), "total").outliers
     assert not ratio_interval(sample([0.010]), sample([0.010, 0.5]), "median").outliers  # two: which one is odd?
     assert not ratio_interval(sample([0.010]), sample([0.010, 0.5, 0.010, 0.5]), "median").outliers  # half a side
-    # Modes of one run in blocks are left to the sign interval's order statistics.
+    # Modes of one run in five blocks or more are left to the sign interval's order statistics.
+    five = ratio_interval(sample([1.0, 1.0, 37.0, 1.0, 1.0], blocks=range(1, 6)), sample([1.0] * 5, blocks=range(1, 6)), "median", paired=True)
+    assert five.method == "sign" and not five.outliers
+
+
+def test_an_odd_block_of_fewer_than_five_is_set_apart_and_the_others_stretched_to_it():
+    """Modes of one run in three blocks that read 1x, 1x and 37x: the third block's ratio lies
+    beyond OUTLIER_NOISES assumed noises of a ratio (two processes': sqrt 2 of one's) from the
+    others'. It is set apart and named; the interval is the two agreeing blocks', stretched to 37x
+    (it was their spread's, 0.20x..55x); a verdict that holds on both readings stands."""
     paired = ratio_interval(sample([1.0, 1.0, 37.0], blocks=[1, 2, 3]), sample([1.0, 1.0, 1.0], blocks=[1, 2, 3]), "median", paired=True)
-    assert not paired.outliers
+    assert [(o.side, o.process) for o in paired.outliers] == [("block", 3)] and paired.outliers[0].factor == pytest.approx(37.0)
+    half = 1.6448536 * ASSUMED_NOISE["wall"] * math.sqrt(2 / 2)
+    assert paired.units == (2, 2) and paired.low == pytest.approx(math.exp(-half), rel=1e-6) and paired.high == pytest.approx(37.0)
+    assert paired.stretched and "1 block set apart" in method_words(paired)
+    assert outlier_words(paired, "ca", "aot", "median step time") == [
+        "block 3 (the processes of repetition 3): its ratio of median step time was 37x the others'"]
+    # 3x in two blocks and 100x in the third: faster on both readings, a verdict that stands.
+    faster = ratio_interval(sample([3.0, 3.0, 100.0], blocks=[1, 2, 3]), sample([1.0, 1.0, 1.0], blocks=[1, 2, 3]), "median", paired=True)
+    assert faster.outliers and faster.low > 1.2
+    # Within the noise a ratio shows (4 assumed noises of a ratio: 10.8x on wall time), not set apart.
+    within = math.exp(OUTLIER_NOISES * ASSUMED_NOISE["wall"] * math.sqrt(2)) * 0.97
+    assert not ratio_interval(sample([1.0, 1.0, within], blocks=[1, 2, 3]), sample([1.0] * 3, blocks=[1, 2, 3]), "median", paired=True).outliers
+    # One process slowed with its block's other one (both beside the same load): the block's ratio is
+    # the others', and nothing is set apart.
+    both = ratio_interval(sample([1.0, 1.0, 37.0], blocks=[1, 2, 3]), sample([1.0, 1.0, 37.0], blocks=[1, 2, 3]), "median", paired=True)
+    assert not both.outliers

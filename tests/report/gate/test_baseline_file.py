@@ -98,9 +98,9 @@ _FORGED = [
     # figures no run gives, which overflowed the interval arithmetic (exit 4) or were dropped unsaid
     (("step_time", "sample", "units_s", "median", 0), 1e-300, "units_s"),
     (("step_time", "sample", "cpu_units_s", "median", 2), 1e300, "cpu_units_s"),
-    (("step_time", "sample", "cpu_units_s", "median", 2), 0.0, "cpu_units_s"),
+    (("step_time", "sample", "cpu_units_s", "median", 2), 5e-10, "cpu_units_s"),
     (("step_time", "sample", "values_s", "median"), 1e7, "values_s"),
-    (("step_time", "median_s"), 0.0, "median_s"),
+    (("step_time", "median_s"), 5e-10, "median_s"),
     (("step_time", "cpu_wait"), 1.0, "cpu_wait"),  # 1 / (1 - w): "up to 1e+09x"
     (("compile_cpu_wait",), 1.0, "compile_cpu_wait"),
     (("compile_time_s",), 1e300, "compile_time_s"),
@@ -125,10 +125,13 @@ def test_a_figure_no_run_gives_is_refused_naming_its_field(tmp_path, path, value
 
 def test_figures_at_the_edges_of_a_run_read(tmp_path):
     """A compile time of 0 (a mode that compiled nothing), a share just short of 1 and steps of a
-    nanosecond or a day are figures a run can give: read."""
+    nanosecond or a day are figures a run can give: read. So is a step figure of 0 s: a clock
+    coarser than the steps reads some steps as 0 s, and a p10 of them as 0 (a gate check on it is
+    an error naming the process, test_gate_noise.py)."""
     data = json.loads(V1.read_text())
     for change in (_set(("compile_time_s",), 0.0), _set(("compile_cpu_wait",), 0.999999), _set(("step_time", "cpu_wait"), 0.999999),
-                   _set(("step_time", "sample", "units_s", "median", 0), 1e-9), _set(("step_time", "sample", "units_s", "median", 1), 86400.0)):
+                   _set(("step_time", "sample", "units_s", "median", 0), 1e-9), _set(("step_time", "sample", "units_s", "median", 1), 86400.0),
+                   _set(("step_time", "sample", "cpu_units_s", "p10", 2), 0.0), _set(("step_time", "p10_s"), 0.0)):
         change(data)
     readable = tmp_path / "edges.json"
     readable.write_text(json.dumps(data))

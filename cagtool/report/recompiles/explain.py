@@ -1293,6 +1293,12 @@ def _guard(cause: Cause, cwd: str) -> Words:
     return Words(title, why, fix, evidence_text(cause.evidence))
 
 
+# Guards that fail when another kind of call reaches the code (another object, type or Python
+# value): a resume frame shared by several callers compiles once for each. A size, grad mode or
+# list length keeps its own fixes.
+_ANOTHER_CALL_KINDS = (GUARD_TYPE, GUARD_ID, GUARD_VALUE, GUARD_NONE, GUARD_OTHER, GUARD_TENSOR_META)
+
+
 def _resume_why(facts: dict[str, Any], cwd: str) -> str:
     resume = facts["resume"]
     at, headline = _resume_words(facts, cwd)
@@ -1300,9 +1306,11 @@ def _resume_why(facts: dict[str, Any], cwd: str) -> str:
     guarded = f" (where the failing guard was installed)" if named and named != resume.function and not named.startswith("torch_dynamo_resume_in_") else ""
     opening = f"Frame {facts['frame']} is not `{named}`{guarded}: it is" if guarded else f"Frame {facts['frame']} is"
     broke = f": {headline}" if headline else ""
+    another = (" Its first compile was for one kind of call reaching that line; this call is another."
+               if facts.get("kind") in _ANOTHER_CALL_KINDS else "")
     return (f"{opening} the rest of `{resume.function}` ({_library_path(resume.file, cwd)}) from line {resume.line} on, which "
             f"Dynamo compiles as a function of its own (a resume function) because a graph break split `{resume.function}` "
-            f"there{broke}. Its first compile was for one kind of call reaching that line; this call is another.")
+            f"there{broke}.{another}")
 
 
 def _resume_fixes(facts: dict[str, Any], cwd: str) -> list[str]:
@@ -1313,7 +1321,7 @@ def _resume_fixes(facts: dict[str, Any], cwd: str) -> list[str]:
     hint = f" torch's hint: {hints[0].rstrip('. ')}." if hints else ""
     broke = f": {headline}." if headline else "."
     once = bool(facts.get("stabilised")) and facts.get("recompiling_steps", 0) <= 1
-    if once:
+    if once and facts.get("kind") in _ANOTHER_CALL_KINDS:
         fixes = [f"Nothing to fix: a one-time recompile. The resume frame is compiled once for each kind of call that reaches "
                  f"line {resume.line} of `{resume.function}`, and cached; without the graph break `{resume.function}` itself "
                  "would be compiled once per kind of call instead."]

@@ -21,6 +21,9 @@ tracker and the observer).
 | size guard | `tensor 'x' size mismatch at index 0. expected 32, actual 48` (a Dynamo guard failure) |
 | value guard | `scale == 1.0`, `flag == True`, `self.use_relu == True`, `G['FLAG'] == True` (a Python value Dynamo specialised on) |
 | a compiled module's guard tree | `GuardManager: source=L['fn'], ..., type=<class 'torch.nn.modules.linear.Linear'>` (artifact `dynamo_cpp_guards_str` of torch's module wrapper `inner`) |
+| None guard | `self.config.problem_type is None` (NONE_MATCH: a value Dynamo compiled while it was None) |
+| a value in a guard tree | `GuardManager: source=L['self'].param_groups[0]['lr'], ..., type=<class 'int'>` then `EQUALS_MATCH: L['self'].param_groups[0]['lr'] == 0` (a constant), or `TYPE_MATCH` alone (an input) |
+| resume function | `torch_dynamo_resume_in_training_step_at_25`: the rest of `training_step` after its graph break at line 25 |
 | recompile limit | `exceeding the recompile_limit cache size limit (currently set to 8)`, `hit config.recompile_limit (8)` |
 """
 
@@ -134,6 +137,12 @@ def compile_id_in(text: str) -> str | None:
     return match.group(1) if match else None
 
 
+def reason_compile_id(line: str) -> str | None:
+    """The id of the cache entry a guard-failure line is about: `19/0: self.x == 0` -> `19/0`."""
+    match = _REASON_ID_PREFIX.match(line)
+    return match.group(0).strip().lstrip("-").strip().rstrip(":").strip() if match else None
+
+
 def strip_reason_id(line: str) -> str:
     """A guard-failure line without its `0/1: ` (or `- 0/1: `) prefix."""
     return _REASON_ID_PREFIX.sub("", line)
@@ -237,6 +246,7 @@ GUARD_SIZE = "size"  # `tensor 'x' size mismatch at index 0` / `stride mismatch`
 GUARD_TENSOR_META = "tensor_meta"  # a tensor's dtype, device or dispatch keys
 GUARD_LENGTH = "length"  # `len(xs) == 3`, `not xs`: a Python container's length or emptiness
 GUARD_VALUE = "value"  # `scale == 1.0`, `self.flag == True`: a Python number or flag
+GUARD_NONE = "none"  # `self.config.problem_type is None`: a value that was None when compiled
 GUARD_ID = "id"  # ___check_obj_id: a different object
 GUARD_TYPE = "type"  # ___check_type_id: a value of another type
 GUARD_OTHER = "other"
@@ -260,6 +270,8 @@ def guard_kind(text: str) -> str:
         return GUARD_LENGTH
     if value_guard(guard) is not None:
         return GUARD_VALUE
+    if none_guard(guard) is not None:
+        return GUARD_NONE
     if "check_obj_id" in lowered or "id_match" in lowered:
         return GUARD_ID
     if "check_type_id" in lowered or "type_match" in lowered:
@@ -284,6 +296,101 @@ def guarded_names(text: str) -> tuple[str, ...]:
     if not _INT_EXPRESSION_GUARD.match(guard) or "size" in guard or "stride" in guard:
         return ()
     return tuple(dict.fromkeys(n for n in _NAME.findall(guard) if n not in ("and", "or", "not", "True", "False", "None")))
+
+
+# A source as torch's reasons print it: a name, then attributes and subscripts
+# (`self.config.problem_type`, `self.param_groups[0]['lr']`, `G['FLAG']`).
+_SOURCE = r"(?:[A-Za-z_]\w*|[LG]\['[^']+'\])(?:\.[A-Za-z_]\w*|\[[^\]]+\])*"
+_NONE_GUARD = re.compile(rf"^(?P<source>{_SOURCE}) is None$")
+_EQUALS_GUARD = re.compile(rf"^(?P<source>{_SOURCE}) == (?P<value>.+)$")
+
+
+def none_guard(text: str) -> str | None:
+    """The source of a failed guard that it is None (torch's NONE_MATCH): `self.config.problem_type
+    is None` -> `self.config.problem_type`: Dynamo compiled the frame while it was None."""
+    match = _NONE_GUARD.match(text.strip())
+    return match["source"] if match else None
+
+
+def equals_guard(text: str) -> tuple[str, str] | None:
+    """(source, value as torch wrote it) of a failed guard on a constant (EQUALS_MATCH):
+    `self.param_groups[0]['lr'] == 0` -> ("self.param_groups[0]['lr']", "0")."""
+    match = _EQUALS_GUARD.match(text.strip())
+    return (match["source"], match["value"].strip()) if match else None
+
+
+def python_type_of(value: str) -> str:
+    """The type of a constant as torch wrote it (its repr): `0` int, `0.0` float, `'a'` str, `True`
+    bool, `None` NoneType; "" for anything else. A float's repr always holds `.`, `e`, inf or nan,
+    so the int 0 and the float 0.0 differ here as they do in torch's guard."""
+    value = value.strip()
+    if value in ("True", "False"):
+        return "bool"
+    if value == "None":
+        return "NoneType"
+    if re.fullmatch(r"-?\d+", value):
+        return "int"
+    if re.fullmatch(r"-?(?:\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|inf|nan)", value):
+        return "float"
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return "str"
+    return ""
+
+
+@dataclass(frozen=True)
+class GuardedValue:
+    """What one compile guarded on a Python value, from its guard tree (`dynamo_cpp_guards_str`)."""
+
+    type_name: str  # the class torch saw there: "int", "float", "BertConfig"
+    constant: str | None  # the value it matched (`0.0`, `'single_label_classification'`, `None`); None: only the type (an input)
+
+
+def source_prefixes(source: str) -> list[str]:
+    """The objects a source reaches its value through, outermost first: `self.config.problem_type`
+    -> [`self`, `self.config`]."""
+    parts = re.findall(r"\.[A-Za-z_]\w*|\[[^\]]+\]", source)
+    head = source[: len(source) - len("".join(parts))] if parts else source
+    return [head + "".join(parts[:n]) for n in range(len(parts))]
+
+
+def tree_source(source: str) -> str:
+    """A source as a reason prints it (`self.x`) as the guard tree spells it (`L['self'].x`)."""
+    return source if source.startswith(("L[", "G[")) else re.sub(r"^([A-Za-z_]\w*)", r"L['\1']", source)
+
+
+def guarded_value(guards: str, source: str) -> GuardedValue | None:
+    """What a compile's guard tree holds on `source` (as a reason prints it): its type, and the
+    constant it matched (EQUALS_MATCH `== v`, NONE_MATCH `None`) or None when torch guarded only its
+    type (TYPE_MATCH: the value is an input of the graph). None when the tree does not guard it."""
+    spelled = re.escape(tree_source(source))
+    manager = re.search(rf"GuardManager: source={spelled}, .*?type=<class '(?:[\w.]*\.)?(?P<cls>\w+)'>", guards)
+    if manager is None:
+        return None
+    if re.search(rf"NONE_MATCH: {spelled} is None\b", guards):
+        return GuardedValue(manager["cls"], "None")
+    equals = re.search(rf"EQUALS_MATCH: {spelled} == (?P<value>.+?)(?:\s+#|$)", guards, re.MULTILINE)
+    return GuardedValue(manager["cls"], equals["value"].strip() if equals else None)
+
+
+def assigned_at(guards: str, source: str) -> tuple[str, str] | None:
+    """(code, `file:line`) of an assignment to `source` inside the compiled code, where a guard's
+    comment quotes it: torch comments each guard with the line that made it (`# self.config.
+    problem_type = "single_label_classification"  # transformers/models/bert/modeling_bert.py:1119
+    in forward`): the compiled code sets that value itself."""
+    match = re.search(rf"# (?P<code>{re.escape(source)} = [^#\n]+?)\s+# (?P<where>\S+:\d+) in ", guards)
+    return (match["code"].strip(), match["where"]) if match else None
+
+
+_RESUME = re.compile(r"^(?:torch_dynamo_resume_in_)+(?P<function>.+?)(?:_at_\d+)*_at_(?P<line>\d+)$")
+
+
+def resume_function(co_name: str) -> tuple[str, int] | None:
+    """(function, line) of a resume function Dynamo made after a graph break (torch/_dynamo/
+    resume_execution.py): `torch_dynamo_resume_in_training_step_at_25` is the rest of
+    `training_step` from line 25, where the break was; a resume of a resume names the first
+    function and the latest break."""
+    match = _RESUME.match(co_name or "")
+    return (match["function"], int(match["line"])) if match else None
 
 
 def length_guard_name(text: str) -> str | None:

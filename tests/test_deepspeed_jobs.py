@@ -170,3 +170,28 @@ def test_one_process_counts_and_norm_are_the_plain_jobs(tmp_path, stage):
     [final] = record.of(FinalStateEvent)
     assert final.param_norm == pytest.approx(expected["param_norm"], rel=1e-9)
     assert cagtool_in_process("gate", out, "--max-recompiles", "20").returncode == 0
+
+
+def test_a_warmup_rates_type_then_value_recompiles_are_each_named_and_a_tensor_rate_ends_them(tmp_path):
+    """tests/scripts/deepspeed_warmup_compiled_step.py: DeepSpeed's WarmupLR writes the rate as the
+    int 0 (`warmup_min_lr: 0`), then floats, into a compiled AdamW step's param group: torch
+    recompiles step() for the type (0 -> 0.0), then for the value, after which the rate is an
+    input. `recompiles --explain` names each from torch's guards, and the tensor rate it gives as
+    the fix leaves step() without a recompile under plain python."""
+    script = str(ROOT / "tests" / "scripts" / "deepspeed_warmup_compiled_step.py")
+    env = {**ENV, "MASTER_PORT": _port()}
+    run = subprocess.run(cagtool_cmd("run", "--modes", "aot", "--backend", "eager", "--no-report", "-o", str(tmp_path / "r"), script),
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=1200)
+    assert run.returncode == 0, run.stderr[-4000:]
+    explained = cagtool_in_process("recompiles", tmp_path / "r", "--explain", "--format", "json")
+    [lr] = [c for c in json.loads(explained.stdout)["modes"]["aot"]["explanation"]["causes"] if "the learning rate changed" in c["title"]]
+    first, second = (e["compile_id"] for e in lr["evidence_ids"])
+    per = next(line for line in lr["why"] if line.startswith("Per recompile:"))
+    assert f"{first}: the int `0` became the float `0.0`" in per and f"{second}: the rate changed from `0.0`, and {second} takes it as an input" in per
+    assert "lr=torch.tensor(0.01)" in lr["fix"][0] and "its first rate was the int `0`" in lr["fix"][1]
+    events = [json.loads(line) for line in (tmp_path / "r" / "aot" / "events.jsonl").read_text().splitlines()]
+    assert [e["compile_id"] for e in events if e["kind"] == "dynamo_recompile"] == [first, second]  # torch's count
+    fixed = subprocess.run([sys.executable, script, "--tensor-lr"], capture_output=True, text=True, cwd=ROOT, timeout=1200,
+                           env={**ENV, "MASTER_PORT": _port(), "TORCH_LOGS": "recompiles"})
+    assert fixed.returncode == 0, fixed.stderr[-4000:]
+    assert "Recompiling function" not in fixed.stderr

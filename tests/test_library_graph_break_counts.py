@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -57,3 +58,29 @@ def test_counters_equal_plain_python_in_aot_and_ca(script, tmp_path):
     assert counts["0"]["graph_breaks"] and sum(n for _, n in counts["0"]["graph_breaks"]) >= 2  # the shape this pins: nested breaks
     assert aot == counts["0"]
     assert ca == counts["1"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NO_TRANSFORMERS, reason="transformers is not installed (pip install transformers beside the pinned torch)")
+def test_a_classifiers_problem_type_set_on_its_first_forward_is_named_with_the_value_to_set(tmp_path):
+    """tests/scripts/hf_trainer_classifier.py: BERT's forward sets `config.problem_type` from the
+    labels on its first call, so torch recompiles it once. `recompiles --explain` names that
+    attribute of the model's BertConfig, set by the first call, and the line to write before
+    training, which plain python confirms: with it, torch recompiles nothing."""
+    from conftest import cli_in_process
+
+    script = str(SCRIPTS / "hf_trainer_classifier.py")
+    run = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "aot", "--backend", "eager", "--no-report", "-o", str(tmp_path / "r"), script],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    code, out, _ = cli_in_process("recompiles", str(tmp_path / "r"), "--explain", "--format", "json")
+    assert code == 0
+    [cause] = json.loads(out)["modes"]["aot"]["explanation"]["causes"]
+    assert "`self.config.problem_type` was None, then set by the first call (a Python attribute of a BertConfig, not a tensor)" in cause["title"]
+    assert cause["count"] == 1 and cause["guard_kind"] == "none"
+    assert "`model.config.problem_type = 'single_label_classification'`" in cause["fix"][0]
+    assert cause["fix"][1].startswith("Or accept it: a one-time recompile")
+    fixed = subprocess.run([sys.executable, script, "--problem-type", "single_label_classification"], capture_output=True, text=True, cwd=ROOT,
+                           timeout=600, env={**os.environ, "TORCH_LOGS": "recompiles"})
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    assert "Recompiling function" not in fixed.stderr

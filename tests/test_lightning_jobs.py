@@ -58,3 +58,29 @@ def test_a_lightning_jobs_steps_gradients_and_counters_are_torchs(tmp_path):
     compare = subprocess.run([sys.executable, "-m", "cagtool", "compare", str(tmp_path / "r"), "--format", "json"], capture_output=True, text=True, cwd=ROOT, timeout=300)
     parity = json.loads(compare.stdout)["grad_parity"]
     assert parity["agree"] and parity["summary"] == "gradients: the 3 modes agree on all 4 parameters at 2 digested steps", parity
+
+
+def test_a_recompile_of_lightnings_resume_frame_is_named_the_rest_of_its_hook_dispatch(tmp_path):
+    """tests/scripts/lightning_compiled_step.py (a compiled opt.step, so Dynamo traces Lightning's
+    closure): `_call_strategy_hook` logs (a graph break), and the rest of it, a resume function, is
+    compiled for training_step's call and once more for the backward hook's. `recompiles --explain`
+    names it so, one-time, with the break's cause: not the user's `training_step`, where the failing
+    guard was installed, and never "keep argument types fixed". Its recompiles are torch's."""
+    from conftest import cli_in_process
+
+    script = str(ROOT / "tests" / "scripts" / "lightning_compiled_step.py")
+    run = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "aot", "--backend", "eager", "--no-report", "-o", str(tmp_path / "r"), script],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600, env={**os.environ, "CI": "true"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    code, out, _ = cli_in_process("recompiles", str(tmp_path / "r"), "--explain", "--format", "json")
+    assert code == 0
+    causes = json.loads(out)["modes"]["aot"]["explanation"]["causes"]
+    [resumed] = [c for c in causes if "the rest of `_call_strategy_hook` after its graph break at lightning/pytorch/trainer/call.py:" in c["title"]]
+    said = " ".join(resumed["why"])
+    assert "is not `training_step` (where the failing guard was installed): it is the rest of `_call_strategy_hook`" in said
+    assert resumed["fix"][0].startswith("Nothing to fix: a one-time recompile.")
+    assert "ignore_logging_functions" in resumed["fix"][1] and "keep argument types fixed" not in " ".join(resumed["fix"])
+    events = [json.loads(line) for line in (tmp_path / "r" / "aot" / "events.jsonl").read_text().splitlines()]
+    recompiled = {e["compile_id"] for e in events if e["kind"] == "dynamo_recompile"}
+    assert {e["compile_id"] for e in resumed["evidence_ids"]} <= recompiled
+    assert sum(c["count"] for c in causes if c["code"] == "dynamo_guard_failure") == len(recompiled)  # torch's count

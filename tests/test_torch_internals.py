@@ -489,3 +489,47 @@ def test_a_first_batch_of_one_stays_specialised_under_dynamic_true_until_backed_
     assert _unique_graphs(run) == 2
     with torch.fx.experimental._config.patch(backed_size_oblivious=True):
         assert _unique_graphs(run) == 1
+
+
+def test_a_guard_on_a_python_number_checks_its_type_and_an_attribute_set_before_the_first_call_is_not_a_recompile():
+    """Two facts explain's words on a Python value rest on. A rate written `0` (an int), then
+    `0.0` (a float), recompiles the compiled step although the two are equal: torch's guard on a
+    constant (EQUALS_MATCH) checks the type too; written `0.0` from the start, it does not. And an
+    attribute the forward sets on its first call while it is None (`config.problem_type`)
+    recompiles the forward once; set before the first call, never."""
+
+    def rates(first: float) -> Callable[[], None]:
+        def run() -> None:
+            model = torch.nn.Linear(4, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.01)
+            step = torch.compile(opt.step, backend="eager")
+            for rate in (first, 0.0):
+                opt.param_groups[0]["lr"] = rate
+                model(torch.randn(2, 4)).sum().backward()
+                step()
+        return run
+
+    assert _unique_graphs(rates(0)) == _unique_graphs(rates(0.0)) + 1
+
+    class Config:
+        problem_type: str | None = None
+
+    class Classifier(torch.nn.Module):
+        def __init__(self, problem_type: str | None) -> None:
+            super().__init__()
+            self.config, self.body = Config(), torch.nn.Linear(4, 2)
+            self.config.problem_type = problem_type
+
+        def forward(self, x):
+            if self.config.problem_type is None:
+                self.config.problem_type = "single_label_classification"
+            return self.body(x)
+
+    def calls(problem_type: str | None) -> Callable[[], None]:
+        def run() -> None:
+            compiled = torch.compile(Classifier(problem_type), backend="eager")
+            for _ in range(3):
+                compiled(torch.randn(2, 4))
+        return run
+
+    assert _unique_graphs(calls(None)) == 2 and _unique_graphs(calls("single_label_classification")) == 1

@@ -247,3 +247,54 @@ def test_the_module_a_compile_of_the_shared_module_wrapper_was_for():
               "size=[8, 4], stride=[4, 1])  # return F.linear(input, self.weight, self.bias)  # nn/modules/linear.py:134 in forward")
     assert tt.wrapped_module(guards + "\n" + weight) == ("Sequential", "0=Linear", "1=Tanh", "0.weight:[8, 4]")
     assert tt.wrapped_module(weight) == ()  # no module guarded: no parameter of one
+
+
+def test_a_guard_on_none_and_a_guard_on_a_constant_name_their_value():
+    """torch 2.13's reasons, as TORCH_LOGS=recompiles printed them: transformers' BERT classifier
+    (`problem_type` set on the first forward), a compiled AdamW step under DeepSpeed's WarmupLR."""
+    assert tt.guard_kind("self.config.problem_type is None") == tt.GUARD_NONE
+    assert tt.none_guard("self.config.problem_type is None") == "self.config.problem_type"
+    assert tt.none_guard("scale == 1.0") is None
+    assert tt.equals_guard("self.param_groups[0]['lr'] == 0") == ("self.param_groups[0]['lr']", "0")
+    assert tt.equals_guard("hook_name == 'training_step'") == ("hook_name", "'training_step'")
+    assert tt.equals_guard("tensor 'x' size mismatch at index 0. expected 32, actual 4") is None
+    assert [tt.python_type_of(v) for v in ("0", "0.0", "1e-05", "'a'", "True", "None", "x")] == \
+        ["int", "float", "float", "str", "bool", "NoneType", ""]
+    assert tt.source_prefixes("self.config.problem_type") == ["self", "self.config"]
+    assert tt.source_prefixes("self.param_groups[0]['lr']") == ["self", "self.param_groups", "self.param_groups[0]"]
+    assert tt.reason_compile_id("19/0: self.param_groups[0]['lr'] == 0") == "19/0"
+    assert tt.reason_compile_id("self.x == 0") is None
+
+
+def test_what_a_guard_tree_holds_on_a_python_value():
+    """Lines of torch 2.13's guard trees (`dynamo_cpp_guards_str`), recorded by `cagtool run`: the
+    rate an AdamW step was compiled for (an int, a float, then only its type: an input), and a BERT
+    classifier's `problem_type` (None, then a str), with the line of the forward that sets it."""
+    lr = "L['self'].param_groups[0]['lr']"
+    manager = f"| | | | +- GuardManager: source={lr}, accessed_by=DictGetItemGuardAccessor('lr'), type=<class '{{}}'>, tag_safe=(False, False)"
+    comment = "  # for group in self.param_groups:  # optim/adam.py:229 in step"
+    as_int = manager.format("int") + f"\n| | | | | +- EQUALS_MATCH: {lr} == 0                          " + comment
+    as_input = manager.format("float") + f"\n| | | | | +- TYPE_MATCH: ___check_type_id({lr}, 140620624908800), type=<class 'float'>" + comment
+    assert tt.guarded_value(as_int, "self.param_groups[0]['lr']") == tt.GuardedValue("int", "0")
+    assert tt.guarded_value(as_input, "self.param_groups[0]['lr']") == tt.GuardedValue("float", None)
+    assert tt.guarded_value(as_int, "self.param_groups[1]['lr']") is None
+    config = ("| | | +- GuardManager: source=L['self'].config, accessed_by=GetAttrGuardAccessor(config), "
+              "type=<class 'transformers.models.bert.configuration_bert.BertConfig'>, tag_safe=(False, False)\n"
+              "| | | | | +- DICT_CONTAINS: not ___dict_contains('__setattr__', L['self'].config.__dict__)  # self.config.problem_type = "
+              "\"single_label_classification\"  # transformers/models/bert/modeling_bert.py:1119 in forward\n"
+              "| | | | +- GuardManager: source=L['self'].config.problem_type, accessed_by=GetAttrGuardAccessor(problem_type), "
+              "type=<class 'NoneType'>, tag_safe=(False, False)\n"
+              "| | | | | +- NONE_MATCH: L['self'].config.problem_type is None                         # if self.config.problem_type is None:  "
+              "# transformers/models/bert/modeling_bert.py:1115 in forward")
+    assert tt.guarded_value(config, "self.config") == tt.GuardedValue("BertConfig", None)
+    assert tt.guarded_value(config, "self.config.problem_type") == tt.GuardedValue("NoneType", "None")
+    assert tt.assigned_at(config, "self.config.problem_type") == (
+        'self.config.problem_type = "single_label_classification"', "transformers/models/bert/modeling_bert.py:1119")
+    assert tt.assigned_at(config, "self.config.num_labels") is None
+
+
+def test_a_resume_function_names_the_function_and_the_break():
+    """Dynamo's names for the rest of a function after a graph break (torch/_dynamo/resume_execution.py)."""
+    assert tt.resume_function("torch_dynamo_resume_in__call_strategy_hook_at_318") == ("_call_strategy_hook", 318)
+    assert tt.resume_function("torch_dynamo_resume_in_torch_dynamo_resume_in_f_at_5_at_8") == ("f", 8)
+    assert tt.resume_function("training_step") is None

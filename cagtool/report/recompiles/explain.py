@@ -9,6 +9,7 @@ The sentences themselves are written by `cagtool.report.recompiles.explain`.
 from __future__ import annotations
 
 import os
+import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from cagtool.record.schema import (
     CAGraphEvent,
     SourceRef,
 )
-from cagtool.report.recompiles.reads import LimitHit, display_path, format_source
+from cagtool.report.recompiles.reads import LimitHit, display_path, format_source, short_file
 from cagtool.report.recompiles.table import (
     SOURCE_CA,
     SOURCE_DYNAMO_CA_GRAPH,
@@ -38,6 +39,7 @@ from cagtool.torch_text import (
     GUARD_GRAD_MODE,
     GUARD_ID,
     GUARD_LENGTH,
+    GUARD_NONE,
     GUARD_OTHER,
     GUARD_REQUIRES_GRAD,
     GUARD_SIZE,
@@ -46,11 +48,17 @@ from cagtool.torch_text import (
     GUARD_VALUE,
     ca_id_of,
     compile_frame,
+    equals_guard,
+    graph_break_words,
     guard_kind,
     guarded_names,
     length_guard_name,
     looks_like_user_file,
+    none_guard,
+    python_type_of,
+    reason_compile_id,
     size_guard,
+    source_prefixes,
 )
 
 # Cause codes (stable: they are part of the JSON schema).
@@ -291,6 +299,7 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         function = next((hit.function for hit in table.limit_hits
                          if hit.function and compile_frame(hit.compile_id) == compile_frame(cause.rows[0].compile_id)), "")
     kinds = [guard_kind(g) for g in known]
+    resume = cause.rows[0].resume_of if all(r.resume_of == cause.rows[0].resume_of for r in cause.rows) else None
     return {
         "failures": failures,
         "guard": known[0] if known else "",
@@ -330,8 +339,58 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # The frame was compiled with dynamic shapes (the script's torch.compile(..., dynamic=True)).
         "compiled_dynamic": not cause.rows[0].compile_id.startswith("!") and compile_frame(cause.rows[0].compile_id) in table.dynamic_frames,
         "function": function,
+        # The frame is a resume function Dynamo made after a graph break (SourceRef of the function
+        # it continues, at the break's line), and torch's message for that break.
+        "resume": resume,
+        "break_reason": table.break_reasons.get((resume.file, resume.line), "") if resume is not None else "",
+        # Per recompile, what the Python value a `== v` / `is None` guard is on was and became.
+        "value_changes": _value_changes(table, cause),
         **_stability(table, cause),
     }
+
+
+@dataclass(frozen=True)
+class ValueChange:
+    """One recompile on a Python value, from torch's failing guard (what the failed entry was
+    compiled for) and the new compile's guard tree (what it was compiled for)."""
+
+    compile_id: str
+    source: str  # as torch's reason prints it: `self.param_groups[0]['lr']`
+    before: str  # torch's spelling of the value the failed entry matched: `0`, `0.01`, `None`
+    before_type: str
+    after: str | None  # the value the new compile matched; None: not known, or an input (`as_input`)
+    after_type: str
+    as_input: bool  # the new compile guards only the value's type: it is an input of the graph
+    owners: tuple[tuple[str, str], ...]  # (source, class) of the objects it is reached through
+    assigned: tuple[str, str] | None  # (code, place) where the failed entry's compiled code sets it
+
+
+def _value_changes(table: RecompileTable, cause: Cause) -> list[ValueChange]:
+    changes = []
+    for row in cause.rows:
+        guard = own_guard(row)
+        found = equals_guard(guard)
+        source = none_guard(guard) or (found[0] if found else None)
+        if source is None:
+            return []
+        before = "None" if found is None else found[1]
+        entry = next((reason_compile_id(m.strip().splitlines()[0]) for m in row.messages if guard_text(m) == guard), None) or ""
+        new = table.guarded.get((row.compile_id, source))
+        owners = tuple((p, v.type_name) for p in source_prefixes(source)
+                       if (v := table.guarded.get((row.compile_id, p)) or table.guarded.get((entry, p))) is not None)
+        changes.append(ValueChange(
+            compile_id=row.compile_id, source=source, before=before,
+            before_type=(table.guarded[(entry, source)].type_name if (entry, source) in table.guarded else python_type_of(before)),
+            after=new.constant if new is not None else None, after_type=new.type_name if new is not None else "",
+            as_input=new is not None and new.constant is None, owners=owners,
+            assigned=table.assignments.get((entry, source))))
+    # Without the new compile's tree, the next recompile's failing guard on the same value says
+    # what the compile before it was made for.
+    for i, change in enumerate(changes[:-1]):
+        following = changes[i + 1]
+        if change.after is None and not change.as_input and following.source == change.source:
+            changes[i] = dataclasses.replace(change, after=following.before, after_type=following.before_type)
+    return changes
 
 
 def _hook_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
@@ -720,6 +779,8 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
     if facts.get("optimizer_state"):
         return "the optimizer's state was filled by its first step()"
     if facts.get("optimizer_lr"):
+        if any(_type_only(c) for c in facts.get("value_changes") or []):
+            return "the learning rate changed (an LR scheduler's step), first its type"
         return "the learning rate changed (an LR scheduler's step)"
     if facts.get("other_module_by_guards") and facts.get("wrapped_optimizer_step"):
         return "the compiled optimizer step() runs through the compiled modules' shared frame"
@@ -748,6 +809,13 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
         return f"the length of {container} changed{where}"
     if kind == GUARD_VALUE:
         return f"a Python value changed (`{guard}`)"
+    if kind == GUARD_NONE:
+        source = none_guard(guard) or guard
+        set_by = " by the first call" if any(c.assigned for c in facts.get("value_changes") or []) else ""
+        changes = facts.get("value_changes") or []
+        holder = f" of a {changes[0].owners[-1][1]}" if changes and changes[0].owners else ""
+        what = "attribute" if source_prefixes(source) else "value"
+        return f"`{source}` was None, then set{set_by} (a Python {what}{holder}, not a tensor)"
     if kind == GUARD_ID:
         return "a different object reached the compiled code"
     if kind == GUARD_TYPE:
@@ -758,6 +826,8 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
         return "a tensor's size changed"
     if _MODULE_HOOKS.search(guard):
         return f"a module's hooks changed (`{guard}`): a hook registered again"
+    if kind == GUARD_OTHER and facts.get("value_changes"):
+        return f"a Python value changed (`{guard}`)"
     if facts.get("names"):
         return f"a guard on the Python value {_names_text(facts['names'])} failed (`{guard}`)"
     return "a Dynamo guard failed"
@@ -851,12 +921,74 @@ def _requires_grad_inputs(guards: list[str]) -> list[str]:
     return list(dict.fromkeys(names)) if names and not any("_parameters[" in n for n in names) else []
 
 
+_NUMBER_TYPES = ("int", "float", "bool")
+
+
+def _type_only(change: ValueChange) -> bool:
+    """A number that kept its value and changed its type (the int 0, then the float 0.0): torch's
+    guard on a constant checks its type as well as its value (EQUALS_MATCH)."""
+    if change.after is None or change.before_type == change.after_type:
+        return False
+    if change.before_type not in _NUMBER_TYPES or change.after_type not in _NUMBER_TYPES:
+        return False
+    try:
+        return float(change.before) == float(change.after)
+    except ValueError:
+        return False
+
+
+def _owner_words(facts: dict[str, Any]) -> str:
+    """` of `self.config`, a BertConfig, of `self`, a BertForSequenceClassification`: what the value
+    is reached through, by the classes its guard tree shows; "" when the tree was not recorded."""
+    changes = facts.get("value_changes") or []
+    owners = list(changes[0].owners) if changes else []
+    if not owners:
+        return ""
+    parts = [f"`{source}`, a {cls}" for source, cls in reversed(owners)]
+    return " of " + ", of ".join(parts)
+
+
+def _value_change_words(change: ValueChange, what: str) -> str:
+    """What one recompile on a Python value saw: its compile id, then the change."""
+    if _type_only(change):
+        return (f"{change.compile_id}: the {change.before_type} `{change.before}` became the {change.after_type} "
+                f"`{change.after}`, the same value of another type (Dynamo's guard on a Python number checks its type as well)")
+    if change.as_input:
+        return (f"{change.compile_id}: {what} changed from `{change.before}`, and {change.compile_id} takes it as an input "
+                f"(its guards check only that it is a {change.after_type}): later values reuse it")
+    if change.after is not None:
+        return f"{change.compile_id}: `{change.before}` became `{change.after}`"
+    return f"{change.compile_id}: {what} changed from `{change.before}`"
+
+
+def _library_path(path: str, cwd: str) -> str:
+    """A library's file from its package down (`lightning/pytorch/trainer/call.py`), the user's as
+    the run shows it."""
+    for part in ("/site-packages/", "/dist-packages/"):
+        if part in path:
+            return path.split(part, 1)[1]
+    return short_file(path, cwd)
+
+
+def _resume_words(facts: dict[str, Any], cwd: str) -> tuple[str, str]:
+    """(where the graph break is, the break in torch's words) of a resume frame's cause."""
+    resume = facts["resume"]
+    at = f"{_library_path(resume.file, cwd)}:{resume.line}"
+    words = graph_break_words(facts.get("break_reason") or "")
+    return at, words.headline.rstrip(". ")
+
+
 def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
     """What happened, for the kind of guard that failed."""
     kind = facts.get("kind", "")
     if facts.get("optimizer_lr"):
-        return ["The compiled optimizer step() reads the learning rate as a Python float, and Dynamo guards on its value; "
-                "an LR scheduler changes it, so step() is compiled again (after one change Dynamo takes the rate as an input)."]
+        changes = facts.get("value_changes") or []
+        why = ["The compiled optimizer step() reads the learning rate, a Python number in the optimizer's param_groups, "
+               "and Dynamo compiles it for the rate's value (a guard `== value`); an LR scheduler changes it, so step() "
+               "is compiled again."]
+        if changes:
+            why.append("Per recompile: " + elide([_value_change_words(c, "the rate") for c in changes], limit=MAX_LISTED) + ".")
+        return why
     if facts.get("another_optimizer"):
         return ["torch.optim's step() code is one code object for many optimizers (Optimizer's step wrapper in optimizer.py "
                 "for all of them, each class's step() for that class's), so one Dynamo frame each, shared. Dynamo guards on which "
@@ -923,6 +1055,19 @@ def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
         return [f"Dim 0 of `{name}` went from {before} to {after}: a smaller batch. A DataLoader whose dataset size is not a "
                 f"multiple of batch_size makes the last batch of every epoch smaller ({after} rows here); Dynamo compiled the "
                 f"forward for {before} rows and compiles it again for {after}."]
+    if kind == GUARD_OTHER and (changes := facts.get("value_changes")):
+        return [f"Dynamo compiles the frame for the value of `{changes[0].source}` it sees (a guard `== value`), so each new "
+                "value compiles it once more. Per recompile: " + elide([_value_change_words(c, "it") for c in changes]) + "."]
+    if kind == GUARD_NONE and (changes := facts.get("value_changes")):
+        first = changes[0]
+        became = f" it was `{first.after}` (a {first.after_type})" if first.after is not None else " it was set"
+        why = [f"Dynamo compiled the frame while `{first.source}` was None and guarded that it stays None; at the next call"
+               f"{became}. It is a Python {'attribute' if first.owners or source_prefixes(first.source) else 'value'}{_owner_words(facts)}; "
+               "not a tensor, so Dynamo specialises the compiled code on its value."]
+        if first.assigned is not None:
+            why.append(f"The compiled code sets it itself, on its first call (`{first.assigned[0]}` at {first.assigned[1]}): "
+                       "that call runs with None and every later one with the value, so the frame is compiled once more.")
+        return why
     if kind == GUARD_LENGTH:
         container = f"`{facts['container']}`" if facts.get("container") else "a Python list"
         if facts.get("hook"):
@@ -972,9 +1117,22 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         return ["Nothing to fix: a compiled optimizer step() is compiled twice, for its empty and its filled state, "
                 "and both are cached."]
     if facts.get("optimizer_lr"):
-        # torch 2.13, checked by hand: Adam(lr=torch.tensor(0.01)) with LambdaLR, compiled step(): no recompile.
-        return ["Give the optimizer a tensor learning rate, e.g. torch.optim.Adam(params, lr=torch.tensor(0.01)): the scheduler "
-                "then writes the new rate into the tensor, and the compiled step() is not recompiled for it."]
+        changes = facts.get("value_changes") or []
+        # torch 2.13, checked by hand: Adam(lr=torch.tensor(0.01)) with LambdaLR, compiled step(): no recompile; so with
+        # DeepSpeed 0.19.8's WarmupLR (its update_lr fills a tensor rate): no recompile of step() for the rate.
+        fixes = ["Give the optimizer a tensor learning rate, e.g. torch.optim.Adam(params, lr=torch.tensor(0.01)): torch's "
+                 "LR schedulers (and DeepSpeed's) then write each new rate into the tensor (`fill_`), and the compiled step() "
+                 "is not recompiled for it. A schedule that assigns a Python number to `group['lr']` replaces the tensor."]
+        typed = next((c for c in changes if _type_only(c)), None)
+        if typed is not None:
+            fixes.append(f"Or give the schedule float rates: its first rate was the {typed.before_type} `{typed.before}` (a "
+                         f"minimum or starting rate written `{typed.before}`, not `{float(typed.before)!r}`), which cost the "
+                         f"recompile {typed.compile_id}.")
+        taken = next((c for c in changes if c.as_input), None)
+        if taken is not None and facts.get("stabilised"):
+            fixes.append(f"Or leave it: from {taken.compile_id} on, step() takes the rate as an input, and the scheduler's "
+                         f"later rates recompile nothing ({plural(len(changes), 'recompile')} in all, once).")
+        return fixes
     if facts.get("other_module_by_guards") and facts.get("wrapped_optimizer_step"):
         return ["Nothing to fix: compiled once and cached. To give the step its own frame and recompile limit, compile a "
                 "function of your own that calls it (`@torch.compile` on `def opt_step(): opt.step()`) instead of "
@@ -1004,6 +1162,23 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         return ["Nothing to fix for an unfreeze done once or a few times: each set of trainable parameters is compiled once and cached."
                 if once else "Freezing and unfreezing often recompiles each time: unfreeze in a few fixed stages.",
                 "The new backward graph that goes with it is needed: the parameters that now train have gradients to accumulate."]
+    if kind == GUARD_NONE and (changes := facts.get("value_changes")):
+        first = changes[0]
+        if first.after is not None and first.source.startswith("self."):
+            owner = dict(first.owners).get("self")
+            on = f"`model{first.source[len('self'):]} = {first.after}`"
+            target = f"{on} (`model` being the {owner} the compiled code runs as `self`)" if owner else f"{on} on the object the compiled code runs as `self`"
+        elif first.after is not None:
+            target = f"`{first.source} = {first.after}`"
+        else:
+            target = f"`{first.source}` to the value it takes"
+        if once or facts.get("stabilised"):
+            made = f", or give the {first.owners[-1][1]} that value where it is made" if first.owners and first.owners[-1][0] != "self" else ""
+            return [f"Set it before the first compiled call, to the value the first call gives it: {target}{made}; then the "
+                    "first compile already sees it.",
+                    "Or accept it: a one-time recompile, cached from then on."]
+        return [f"Keep `{first.source}` set from before the first compiled call ({target}): each time it goes back to None "
+                "the compiled code is specialised anew."]
     if kind == GUARD_LENGTH:
         if facts.get("hook"):
             target = code.split(".register_hook(")[0].strip().split()[-1] if ".register_hook(" in code else "tensor"
@@ -1059,6 +1234,12 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         return ["A Python number the code specialised on changed value. If it only feeds shapes, Dynamo makes it "
                 "dynamic after one change; used as a loop bound or in control flow it recompiles per value: "
                 "pass it as a tensor, keep it constant, or hoist that logic out of the compiled function."]
+    if kind == GUARD_OTHER and (changes := facts.get("value_changes")):
+        if once or facts.get("stabilised"):
+            return [f"Nothing to fix if `{changes[0].source}` takes a few values: the frame is compiled once for each and cached "
+                    "(each counts against its recompile limit, torch._dynamo.config.recompile_limit)."]
+        return [f"`{changes[0].source}` keeps taking new values: keep it constant in the compiled code, or move the code that "
+                "depends on it out of the compiled function."]
     if _MODULE_HOOKS.search(facts.get("guard") or ""):
         return ["Register the module's hook once, before the training loop, and keep its handle: each register_*_hook call "
                 "adds a new key to the module's hook dict, which Dynamo guards, so a hook registered (or removed and "
@@ -1086,6 +1267,9 @@ def _guard(cause: Cause, cwd: str) -> Words:
         subject = f"torch.optim's step code ({'frame' if len(frames) == 1 else 'frames'} {', '.join(frames)})"
     elif facts.get("optimizer_frame"):
         subject = f"the optimizer's step() (frame {facts['frame']})"
+    elif facts.get("resume") is not None:
+        at, _ = _resume_words(facts, cwd)
+        subject = f"frame {facts['frame']}, the rest of `{facts['resume'].function}` after its graph break at {at}"
     else:
         name = f" `{facts['function']}`" if facts["function"] else ""
         subject = f"forward frame {facts['frame']}{name}"
@@ -1096,14 +1280,58 @@ def _guard(cause: Cause, cwd: str) -> Words:
         why.append(f"A guard Dynamo installed stopped holding: `{facts['guard']}`" + (f", {location}." if location else "."))
     else:
         why.append("Dynamo recompiled it; the failing guard was not recorded" + (f" ({location})." if location else "."))
+    resumed = facts.get("resume") is not None and not on_ca and not facts.get("optimizer_frame") and not facts.get("hook")
+    if resumed:
+        why.append(_resume_why(facts, cwd))
     why += _guard_why(facts, code)
     why.append("Failing guard per recompile: " + elide(failures) + ".")
     stability = stability_sentence(facts, "recompile")
     if stability:
         why.append(stability)
-    fix = _guard_fixes(facts, on_ca, code)
+    fix = _resume_fixes(facts, cwd) if resumed else _guard_fixes(facts, on_ca, code)
     why.append('TORCH_LOGS="recompiles" prints every guard failure as it happens.')
     return Words(title, why, fix, evidence_text(cause.evidence))
+
+
+# Guards that fail when another kind of call reaches the code (another object, type or Python
+# value): a resume frame shared by several callers compiles once for each. A size, grad mode or
+# list length keeps its own fixes.
+_ANOTHER_CALL_KINDS = (GUARD_TYPE, GUARD_ID, GUARD_VALUE, GUARD_NONE, GUARD_OTHER, GUARD_TENSOR_META)
+
+
+def _resume_why(facts: dict[str, Any], cwd: str) -> str:
+    resume = facts["resume"]
+    at, headline = _resume_words(facts, cwd)
+    named = facts.get("function") or ""
+    guarded = f" (where the failing guard was installed)" if named and named != resume.function and not named.startswith("torch_dynamo_resume_in_") else ""
+    opening = f"Frame {facts['frame']} is not `{named}`{guarded}: it is" if guarded else f"Frame {facts['frame']} is"
+    broke = f": {headline}" if headline else ""
+    another = (" Its first compile was for one kind of call reaching that line; this call is another."
+               if facts.get("kind") in _ANOTHER_CALL_KINDS else "")
+    return (f"{opening} the rest of `{resume.function}` ({_library_path(resume.file, cwd)}) from line {resume.line} on, which "
+            f"Dynamo compiles as a function of its own (a resume function) because a graph break split `{resume.function}` "
+            f"there{broke}.{another}")
+
+
+def _resume_fixes(facts: dict[str, Any], cwd: str) -> list[str]:
+    """A resume frame's recompile: one-time, or the guard's own fixes; then the break that made it."""
+    resume = facts["resume"]
+    at, headline = _resume_words(facts, cwd)
+    hints = graph_break_words(facts.get("break_reason") or "").hints
+    hint = f" torch's hint: {hints[0].rstrip('. ')}." if hints else ""
+    broke = f": {headline}." if headline else "."
+    once = bool(facts.get("stabilised")) and facts.get("recompiling_steps", 0) <= 1
+    if once and facts.get("kind") in _ANOTHER_CALL_KINDS:
+        fixes = [f"Nothing to fix: a one-time recompile. The resume frame is compiled once for each kind of call that reaches "
+                 f"line {resume.line} of `{resume.function}`, and cached; without the graph break `{resume.function}` itself "
+                 "would be compiled once per kind of call instead."]
+    else:
+        fixes = [f for f in _guard_fixes({**facts, "resume": None}, False, "")
+                 if not f.startswith("Keep the guarded value the same")] or \
+            [f"Keep what reaches line {resume.line} of `{resume.function}` of one kind on every call, or move the varying part out of the compiled code."]
+    fixes.append(f"The graph break that made the resume frame is at {at}{broke}{hint} Removing it compiles `{resume.function}` "
+                 "as one graph instead of two.")
+    return fixes
 
 
 def _unknown(cause: Cause, cwd: str) -> Words:

@@ -35,10 +35,18 @@ from cagtool.record.schema import (
 from cagtool.report.changed_sizes import misses_with_earlier_values
 from cagtool.report.recompiles.reads import LimitHit, StepSummary, forward_step, limit_hits, step_summary
 from cagtool.torch_text import (
+    GuardedValue,
+    assigned_at,
     compile_attempt,
     compile_frame,
+    equals_guard,
+    guarded_value,
     in_torch_optim,
     looks_like_user_file,
+    none_guard,
+    reason_compile_id,
+    resume_function,
+    source_prefixes,
     size_guard,
     strip_reason_id,
     traceback_frames,
@@ -82,6 +90,9 @@ class RecompileRow:
     # specific `user_source`: a guard on an argument is fixed where the argument is passed.
     caller: SourceRef | None = None
     optimizer_frame: bool = False  # the recompiled frame is torch.optim's (an optimizer's step() compiled)
+    # The recompiled frame is a resume function Dynamo made after a graph break: the function it
+    # continues, its file, and the line of the break (how="graph_break").
+    resume_of: SourceRef | None = None
 
     @property
     def seq(self) -> int:
@@ -133,6 +144,13 @@ class RecompileTable:
     # The mode ran compiled autograd over parameters each rank holds a shard of (FSDP2's DTensors,
     # GradDigestEvent.shard): a setup torch has no compiled-autograd path for (record_notes).
     sharded_under_ca: bool = False
+    # torch's first message of the graph break at each (file, line): what a resume frame follows.
+    break_reasons: dict[tuple[str, int], str] = field(default_factory=dict)
+    # What each compile's guard tree holds on a Python value a failed guard is on (and on the
+    # objects it is reached through): (compile id, source as the reason prints it) -> its type and
+    # constant; and where the compiled code assigns that value, (compile id, source) -> (code, place).
+    guarded: dict[tuple[str, str], GuardedValue] = field(default_factory=dict)
+    assignments: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
     # Sorted graph ids, built on first use (explanations of 1,000s of graphs).
     _graph_ids: list[int] | None = field(default=None, repr=False, compare=False)
 
@@ -238,6 +256,10 @@ def _dynamo_row(
     caller: SourceRef | None = None,
 ) -> RecompileRow:
     frame = _compiled_frame(compiled) if compiled is not None and not is_ca_graph else None
+    resumed = resume_function(compiled.co_name) if compiled is not None and not is_ca_graph else None
+    resume_of = None
+    if compiled is not None and resumed is not None:
+        resume_of = SourceRef(file=compiled.co_filename, line=compiled.co_firstlineno or resumed[1], function=resumed[0], how="graph_break")
     return RecompileRow(
         mode=record.mode,
         source=SOURCE_DYNAMO_CA_GRAPH if is_ca_graph else SOURCE_DYNAMO_FRAME,
@@ -251,6 +273,7 @@ def _dynamo_row(
         frame_name=frame.function if frame is not None else "",
         caller=caller,
         optimizer_frame=compiled is not None and not is_ca_graph and in_torch_optim(compiled.co_filename),
+        resume_of=resume_of,
     )
 
 
@@ -407,6 +430,44 @@ def _wrapper_modules(record: ModeRecord, callers: dict[str, list[tuple[str, Sour
     return modules
 
 
+MAX_GUARD_TREES = 64  # guard trees read for value guards, the first compiles': a storm's later ones add nothing
+
+
+def _guarded_values(record: ModeRecord, rows: list[RecompileRow]) -> tuple[dict, dict]:
+    """What the guard trees of the compiles a value guard failed between hold on that value: for
+    each Dynamo recompile whose failing guard is `X == v` or `X is None`, the failed entry's tree and
+    the new compile's (a small file each, read only for these)."""
+    wanted: dict[str, set[str]] = {}
+    for row in rows:
+        if row.source == SOURCE_CA:
+            continue
+        for message in row.messages:
+            guard = guard_text(message)
+            source = none_guard(guard) or (found[0] if (found := equals_guard(guard)) else None)
+            if source is None:
+                continue
+            for cid in (row.compile_id, reason_compile_id(message.strip().splitlines()[0])):
+                if cid and (cid in wanted or len(wanted) < MAX_GUARD_TREES):
+                    wanted.setdefault(cid, set()).add(source)
+    guarded: dict[tuple[str, str], GuardedValue] = {}
+    assignments: dict[tuple[str, str], tuple[str, str]] = {}
+    if not wanted:
+        return guarded, assignments
+    for event in record.of(CompileArtifactEvent):
+        if event.artifact != ARTIFACT_GUARDS or event.compile_id not in wanted:
+            continue
+        tree = record.artifact_text(event)
+        for source in wanted[event.compile_id]:
+            for reached in (*source_prefixes(source), source):
+                value = guarded_value(tree, reached)
+                if value is not None:
+                    guarded[(event.compile_id, reached)] = value
+            assignment = assigned_at(tree, source)
+            if assignment is not None:
+                assignments[(event.compile_id, source)] = assignment
+    return guarded, assignments
+
+
 def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> RecompileTable:
     """The recompiles of one mode record, in the order they happened. `steps` is given when the
     record was read without its step events (recompiles_load); otherwise it is counted here."""
@@ -414,8 +475,11 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
     misses: list[CacheMissEvent] = []
     compile_events: list[DynamoCompileEvent] = []
     branches: list[SourceRef] = []
+    break_reasons: dict[tuple[str, int], str] = {}
     for event in record.events:  # one pass: records can hold 100,000 events
         if isinstance(event, GraphBreakEvent):
+            if event.file and event.line:
+                break_reasons.setdefault((event.file, event.line), event.reason)
             # A substring test, not the parse of every message: records can hold 1,000s of breaks.
             if event.file and event.line and DATA_DEPENDENT_BRANCH in event.reason:
                 site = SourceRef(file=event.file, line=event.line, code=event.code, how="branch")
@@ -440,6 +504,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
 
     hits = limit_hits(record, compile_events)
     callers = _wrapper_callers(compile_events)
+    guarded, assignments = _guarded_values(record, rows)
     return RecompileTable(
         mode=record.mode,
         rows=rows,
@@ -459,6 +524,9 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         sharded_under_ca=manifest.mode == "ca" and any(any(e.shard or ()) for e in record.of(GradDigestEvent)),
         wrapper_callers=callers,
         wrapper_modules=_wrapper_modules(record, callers),
+        break_reasons=break_reasons,
+        guarded=guarded,
+        assignments=assignments,
         wrapper_optimizer_steps=_wrapper_optimizer_steps(compile_events, callers),
         dynamic_frames=frozenset(frame for e in compile_events if e.assume_static_by_default is False and not e.compile_id.startswith("!")
                                  and (frame := compile_frame(e.compile_id)) is not None),

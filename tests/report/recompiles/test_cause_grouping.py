@@ -225,3 +225,53 @@ def test_two_compiled_modules_alike_but_for_their_widths_are_named_as_another_mo
     said = " ".join(cause["why"] + cause["fix"])
     assert "0/0 a Sequential(Linear, ReLU, Linear) with 0.weight [16, 4], then 0/1 a Sequential(Linear, ReLU, Linear) with 0.weight [16, 8]" in said
     assert "mark the dimension dynamic" not in said and cause["fix"][0].startswith("Nothing to fix")
+
+
+@pytest.mark.slow
+def test_a_recompile_of_a_resume_frame_is_named_the_rest_of_its_function_after_the_graph_break(record_run):
+    """A compiled hook dispatcher logs (a graph break at line 29), then calls the hook: Dynamo
+    compiles the rest of `call_hook` as a resume function, first for the training step's call,
+    then for the backward hook's. The recompile is the resume frame's, after the break, one-time;
+    not `training_step`'s (where the failing guard was installed), not "keep argument types fixed"."""
+    run, causes = _explained(record_run, "hook_call_after_break.py")
+    [resumed] = [c for c in causes if c["code"] == "dynamo_guard_failure"]
+    assert resumed["title"].startswith("Dynamo recompiled frame 1, the rest of `call_hook` after its graph break at ")
+    assert "hook_call_after_break.py:29: a value of another type reached the compiled code" in resumed["title"]
+    said = " ".join(resumed["why"])
+    assert "Frame 1 is the rest of `call_hook`" in said and "a resume function" in said and "logging.Logger" in said
+    assert resumed["fix"][0].startswith("Nothing to fix: a one-time recompile.")
+    assert "torch._dynamo.config.ignore_logging_functions" in resumed["fix"][1]
+    assert "keep argument types fixed" not in " ".join(resumed["fix"])
+    recompiled = _torch_recompiles(run)
+    assert [e["compile_id"] for e in resumed["evidence_ids"]] == list(recompiled) == ["1/1"]  # torch's count
+
+
+@pytest.mark.slow
+def test_a_learning_rate_that_changes_type_then_value_is_read_from_what_torch_guarded(record_run):
+    """A warmup that writes its first rate as the int 0, then floats: torch recompiles the compiled
+    step twice (int 0 -> float 0.0, then a new value, after which the rate is an input). Each
+    recompile is named for what it was, never "taken as an input" beside a second rate recompile."""
+    run, causes = _explained(record_run, "compiled_optimizer_int_lr_warmup.py")
+    [lr] = [c for c in causes if c["code"] == "dynamo_guard_failure"]
+    assert "the learning rate changed" in lr["title"] and "first its type" in lr["title"]
+    per = next(line for line in lr["why"] if line.startswith("Per recompile:"))
+    first, second = (e["compile_id"] for e in lr["evidence_ids"])
+    assert f"{first}: the int `0` became the float `0.0`, the same value of another type" in per
+    assert f"{second}: the rate changed from `0.0`, and {second} takes it as an input" in per
+    assert "lr=torch.tensor(0.01)" in lr["fix"][0]
+    assert "its first rate was the int `0`" in lr["fix"][1] and f"from {second} on, step() takes the rate as an input" in lr["fix"][2]
+    assert list(_torch_recompiles(run)) == [first, second]  # torch's count
+
+
+@pytest.mark.slow
+def test_an_attribute_the_forward_sets_on_its_first_call_is_named_with_the_value_to_set_first(record_run):
+    """A forward that sets `self.config.problem_type` while it is None (transformers' classifiers
+    do): one recompile, named as that attribute set on first use, with the value to set before
+    training, read from the guard tree of the new compile."""
+    run, causes = _explained(record_run, "config_set_on_first_call.py")
+    [none] = [c for c in causes if c["code"] == "dynamo_guard_failure"]
+    assert "`self.config.problem_type` was None, then set (a Python attribute of a Config, not a tensor)" in none["title"]
+    assert "at the next call it was `'single_label_classification'` (a str)" in " ".join(none["why"])
+    assert "`model.config.problem_type = 'single_label_classification'` (`model` being the Classifier" in none["fix"][0]
+    assert none["fix"][1].startswith("Or accept it: a one-time recompile")
+    assert list(_torch_recompiles(run)) == [e["compile_id"] for e in none["evidence_ids"]]  # torch's count

@@ -230,9 +230,10 @@ class StepCounter:
         return self._stepped_unseen(key, clock, cpu, live)
 
     def compiled_noted(self, note: tuple) -> None:
-        """Dynamo compiled a frame of torch.optim's (notes.py, COMPILED). Whether the optimizer
-        now steps inside a compiled graph is known where the compiled call returns or at the next
-        backward's start, where the watched parameters changed with no optimizer step noted
+        """Dynamo compiled an optimizer's step (notes.py, COMPILED). Whether the optimizer now steps
+        inside a compiled graph is known where the call of the function compiled returns (or, for a
+        function compiled before the hooks, at the next backward's start), where the watched
+        readings changed with no optimizer step noted
         (parameters_changed), or without them at
         the next backward's end: no optimizer step noted by then (compiled_optimizer_found); or one
         noted (its hooks run: nothing changes)."""

@@ -341,7 +341,8 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     # fullgraph included) traces the global hooks; plain python has none, so Dynamo must find two
     # that do nothing there (_as_torchs), not cagtool's skipped frames (a graph break, an error
     # under fullgraph=True). Such a step's hooks run only while it is traced, not when it runs:
-    # the tracker learns of it from the compile of torch.optim's frame (notes.py, COMPILED).
+    # the tracker learns of it from the compile that traced the pre-hook, or of a frame of
+    # torch.optim's (notes.py, COMPILED; call_cleanup_hooks below).
     optimizer_file = register_optimizer_step_pre_hook.__code__.co_filename  # torch/optim/optimizer.py
     pre_hook_as_torchs = _as_torchs(optimizer_file, pre_hook, "pre_hook")
     handles = [register_optimizer_step_pre_hook(pre_hook_as_torchs),

@@ -349,8 +349,9 @@ class StepTracker:
         an optimizer's code on (None with no optimizer known); `counter.watch_keys` says whose.
         An optimizer step inside a compiled graph runs no hook, but it updates its state and the
         parameters in place, which bumps their version counters (a C field, read without a sync; a
-        backward only accumulates gradients): a change seen where a compiled call returns, or
-        between two backwards, is that optimizer's step (docs/torch-internals.md, "An optimizer
+        backward only accumulates gradients): a change between the entry and the return of a call
+        of the compiled function that steps it (or, for a function compiled before the hooks,
+        between two backwards) is that optimizer's step (docs/torch-internals.md, "An optimizer
         step inside a compiled graph runs no hook"). Read per optimizer from its last parameter's
         state (_step_reading), else from that parameter.
         The last parameter, not the first: a model's first is often an embedding, which

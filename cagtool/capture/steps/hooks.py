@@ -27,8 +27,10 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
+import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -66,6 +68,7 @@ class InstalledHooks:
     returns_watched: list[bool] | None = None
     graph_class: Any = None  # torch._dynamo.output_graph.OutputGraph, whose call_cleanup_hooks is wrapped (None: not there)
     original_cleanup: Any = None
+    function_compiling: Callable[[], Any] | None = None  # the compiled function whose call compiles now (CompiledFunction)
 
 
 class CompiledFunction:
@@ -388,27 +391,21 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     # max_norm renormalisation in a compiled forward, weight clipping) is not read as a step.
     # Appended last, after torch's own hooks (compiled autograd's context among them), so those are
     # undone before StepLimitReached is raised out of the cleanup. A call of a function that steps
-    # no optimizer costs two Python calls, an append and a pop.
+    # no optimizer costs two Python calls and a truth test each.
     context_class = getattr(getattr(getattr(torch, "_dynamo", None), "eval_frame", None), "OptimizeContext", None)
     original_context_init = getattr(context_class, "__init__", None)
     returns_watched = [True]
-    calls = tracker._compiled_calls  # the compiled calls in progress, innermost last
-
-    def not_watched() -> None:
-        return None
+    functions: weakref.WeakKeyDictionary[Any, CompiledFunction] = weakref.WeakKeyDictionary()  # context -> its function
+    wrapper_file = getattr(getattr(getattr(torch, "_dynamo", None), "eval_frame", None), "__file__", None)
 
     def watch_calls(function: CompiledFunction) -> Callable[[], Callable[[], None]]:
         """The enter hook of one context (one function torch.compile made)."""
 
         def compiled_returned() -> None:
-            if calls and calls[-1] is function:
-                calls.pop()
-            elif function in calls:
-                calls.remove(function)
             if not function.steps:
                 return
             before, function.entry = function.entry, None
-            if before is None or (only is not None and get_ident() != only):
+            if before is None or not returns_watched[0] or (only is not None and get_ident() != only):
                 return
             limit = False
             try:
@@ -430,10 +427,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
                 raise StepLimitReached(tracker.closed_steps)
 
         def compiled_entered() -> Callable[[], None]:
-            if not returns_watched[0]:
-                return not_watched
-            calls.append(function)
-            if function.steps:
+            if function.steps and returns_watched[0]:
                 try:
                     function.entry = watching[0]()
                 except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's compiled call
@@ -442,13 +436,32 @@ def install_hooks(tracker: Any) -> InstalledHooks:
 
         return compiled_entered
 
+    def function_compiling() -> CompiledFunction | None:
+        """The function torch.compile made whose call is compiling a frame now, in this thread (a
+        compile runs inside that call: compile_wrapper has called the enter hooks and set Dynamo's
+        frame callback): the innermost frame of its wrapper, whose `self` is the context. None for a
+        context made before the hooks were installed. Called at a compile's end only."""
+        frame = sys._getframe(1)
+        while frame is not None:
+            code = frame.f_code
+            if code.co_name == "compile_wrapper" and code.co_filename == wrapper_file:
+                context = frame.f_locals.get("self")
+                return None if context is None else functions.get(context)
+            frame = frame.f_back
+        return None
+
     if original_context_init is not None:
         @functools.wraps(original_context_init)
         def context_init(context: Any, *args: Any, **kwargs: Any) -> None:
             original_context_init(context, *args, **kwargs)
             exit_hooks = getattr(context, "enter_exit_hooks", None)
             if isinstance(exit_hooks, list):
-                exit_hooks.append(watch_calls(CompiledFunction()))
+                function = CompiledFunction()
+                try:
+                    functions[context] = function
+                except TypeError:  # a context that takes no weak reference: its calls are not watched
+                    return
+                exit_hooks.append(watch_calls(function))
 
         context_class.__init__ = context_init
     else:
@@ -481,7 +494,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     else:
         graph_class = None
     return InstalledHooks(entry, original, original_graph, original_init, handles, scaler_class, original_scaler_step,
-                          context_class, original_context_init, returns_watched, graph_class, original_cleanup)
+                          context_class, original_context_init, returns_watched, graph_class, original_cleanup, function_compiling)
 
 
 # A hook or wrapper as Dynamo must see it: a function of torch's own file `filename` (torch's trace

@@ -139,7 +139,6 @@ class StepTracker:
         # The same reader, once such a compile was made in no compiled call the hooks see (a function
         # compiled before they were installed): read at each top-level backward's start.
         self._watch_backwards: list[Callable[[], tuple[Any, ...]]] = []
-        self._compiled_calls: list[Any] = []  # the compiled calls in progress, innermost last (hooks.CompiledFunction)
         self._step_traced = False  # the trace in progress traced an optimizer's step() (hooks.py)
         self.device = DeviceReadings(writer)
         self.counter = StepCounter(writer, self.device, self.known, on_step, max_steps)
@@ -388,9 +387,9 @@ class StepTracker:
         self._raw.append((COMPILED, reading))
         if reading is None:
             return
-        calls = self._compiled_calls
-        if calls:
-            function = calls[-1]
+        hooks = self._hooks
+        function = None if hooks is None or hooks.function_compiling is None else hooks.function_compiling()
+        if function is not None:
             if not function.steps:
                 function.steps, function.entry = True, reading
         elif not self._watch_backwards:

@@ -68,6 +68,8 @@ CA_ENTRY_POINTS = (
     "torch.optim.optimizer.register_optimizer_step_post_hook",
     # whose contexts' enter_exit_hooks capture/steps/hooks.py adds to (a compiled call's return)
     "torch._dynamo.eval_frame.OptimizeContext.__init__",
+    # whose traced code capture/steps/hooks.py reads (a compile that traced an optimizer's step())
+    "torch._dynamo.output_graph.OutputGraph.call_cleanup_hooks",
 )
 
 # What a compiler must get through for Inductor's CPU kernels: a C++17 translation unit.

@@ -170,6 +170,7 @@ def test_an_optimizer_stepping_inside_compiled_code_counts_the_scripts_steps(rec
     ("compiled_optimizer.py", ("2",), 2),  # torch.compile around opt.step(), two micro-batches a step
     ("compiled_optimizer.py", ("1",), 1),
     ("compiled_whole_step.py", (), 1),  # forward, backward and step() in one compiled function
+    ("compiled_own_optimizer.py", (), 3),  # an Optimizer subclass's own step() in a compiled function
 ])
 def test_steps_stops_a_compiled_optimizer_step_where_eager_stops(record_run, script, args, backwards):
     """`--steps 3` where the optimizer steps inside compiled code: the step is seen where the
@@ -194,6 +195,45 @@ def test_steps_stops_a_compiled_optimizer_step_where_eager_stops(record_run, scr
     assert code == 0 and data["numerics"]["agree"], data["numerics"]
     pairs = data["grad_parity"]["pairs"]
     assert [(p["record"], p["agrees"], 2 in p["steps"]) for p in pairs] == [("aot", True, True), ("ca", True, True)], pairs
+
+
+@pytest.mark.slow
+def test_a_scripts_own_optimizer_stepped_inside_a_compiled_function_counts_the_scripts_steps(record_run):
+    """A momentum SGD of the script's own (an Optimizer subclass whose step() is no torch.optim code:
+    Dynamo compiles no frame of torch.optim's), stepped inside a compiled function, three backwards
+    a step: the compile that traced its step() marks that function, and the step is seen where its
+    call returns. Four steps of three backwards in every mode, as the script counts them; numerics
+    agree; torch's counters are the plain job's."""
+    script = str(Path(__file__).parent / "scripts" / "compiled_own_optimizer.py")
+    plain = subprocess.run([sys.executable, script], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    run = record_run(script, modes="eager,aot,ca")
+    assert plain.returncode == 0 and run.stdout.count("step 3 loss") == 3
+    for name in ("eager", "aot", "ca"):
+        assert [(s.step, s.backward_calls) for s in _mode(run, name).of(StepEvent)] == [(i, 3) for i in range(4)], name
+    aot = _mode(run, "aot")
+    assert {s.boundary for s in aot.of(StepEvent)} == {"compiled_optimizer"} and not aot.of(OptimizerStepEvent)
+    mine, theirs = aot.manifest.torch_counters, json.loads(plain.stdout.strip().splitlines()[-1])
+    assert mine["frames"] == theirs["frames"] and mine["stats"] == theirs["stats"]
+    assert mine.get("graph_break", {}) == theirs.get("graph_break", {}) and mine.get("recompiles", {}) == theirs.get("recompiles", {})
+    code, out, _ = cli_in_process("compare", str(run.path), "--format", "json")
+    assert code == 0 and json.loads(out)["numerics"]["agree"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, modes", [("max_norm", "eager,aot,ca"), ("clamp", "eager,aot")])
+def test_parameters_changed_in_compiled_code_beside_a_stateless_optimizer_are_not_its_steps(record_run, kind, modes):
+    """Plain SGD keeps no state, so only its parameters show a compiled step; between its steps, two
+    backwards each, compiled code changes them too: an `nn.Embedding(max_norm=...)` (the model's last
+    parameter) renormalised by every compiled forward, or a compiled weight clipping after each
+    backward. Only a call of the function whose compile traced the optimizer's step is watched, from
+    its entry to its return: four steps of two backwards, as in eager, not one a backward, and the
+    losses compared step for step agree."""
+    run = record_run(str(Path(__file__).parent / "scripts" / "compiled_sgd_params_changed.py"), kind, modes=modes)
+    for name in modes.split(","):
+        assert [s.backward_calls for s in _mode(run, name).of(StepEvent)] == [2] * 4, name
+    assert {s.boundary for s in _mode(run, "aot").of(StepEvent)} == {"compiled_optimizer"}
+    code, out, _ = cli_in_process("compare", str(run.path), "--format", "json")
+    assert code == 0 and json.loads(out)["numerics"]["agree"]
 
 
 @pytest.mark.slow

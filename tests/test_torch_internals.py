@@ -341,6 +341,65 @@ def test_a_compiled_calls_exit_hook_runs_once_its_graph_has_stepped_the_paramete
     assert counters["stats"]["unique_graphs"] == graphs  # raising out of the cleanup compiled nothing again
 
 
+def test_a_frame_that_traces_an_optimizers_step_lists_the_global_pre_hook_in_its_traced_code(monkeypatch):
+    """What the step tracker's watch of compiled optimizer steps starts from (capture/steps/hooks.py):
+    any optimizer's step(), an Optimizer subclass of the script's own included, goes through torch's
+    `profile_hook_step` wrapper, which calls the global step pre-hooks; Dynamo inlines a pre-hook of
+    torch.optim's file (cagtool's, `_as_torchs`) into the frame that traces step() and lists its code
+    in that frame's `OutputGraph.traced_code`, still there when it calls `call_cleanup_hooks`; a frame
+    that steps no optimizer lists none; and the hook does not run when the compiled step runs."""
+    from torch._dynamo.output_graph import OutputGraph
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    from cagtool.capture.steps.hooks import _as_torchs
+
+    ran: list[str] = []
+    pre = _as_torchs(register_optimizer_step_pre_hook.__code__.co_filename, lambda o, a, k: ran.append("pre"), "pre_hook")
+    traced: list[tuple[str, bool]] = []
+    original = OutputGraph.call_cleanup_hooks
+
+    def call_cleanup_hooks(graph: Any) -> None:
+        traced.append((graph.traced_code[0].co_name, any(code is pre.__code__ for code in graph.traced_code)))
+        original(graph)
+
+    monkeypatch.setattr(OutputGraph, "call_cleanup_hooks", call_cleanup_hooks)
+
+    class Plain(torch.optim.Optimizer):
+        def __init__(self, params: Any) -> None:
+            super().__init__(params, {"lr": 0.1})
+
+        @torch.no_grad()
+        def step(self) -> None:
+            for group in self.param_groups:
+                for p in group["params"]:
+                    p.add_(p.grad, alpha=-group["lr"])
+
+    model = torch.nn.Linear(3, 1)
+    opt = Plain(model.parameters())
+
+    @torch.compile(backend="eager")
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return model(x).sum()
+
+    @torch.compile(backend="eager")
+    def opt_step() -> None:
+        opt.step()
+
+    handle = register_optimizer_step_pre_hook(pre)
+    try:
+        for _ in range(2):
+            forward(torch.ones(2, 3)).backward()
+            before = model.weight._version
+            opt_step()
+            assert model.weight._version > before
+            opt.zero_grad()
+    finally:
+        handle.remove()
+    assert ("opt_step", True) in traced and ("forward", False) in traced
+    assert {name for name, stepped in traced if stepped} == {"opt_step"}
+    assert ran == []  # the step ran inside the graph
+
+
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 @pytest.mark.parametrize("make", [
     lambda ps: torch.optim.SGD(ps, lr=torch.tensor(0.01), momentum=0.9),

@@ -109,16 +109,19 @@ class StepCounter:
         opened.next_index += 1
         return limit
 
-    def parameters_changed(self, version: tuple[Any, ...], live: bool) -> bool:
-        """The watched parameters' versions where a compiled call returned (notes.py, RETURNED), at a
-        backward's start, or at the run's end, with an optimizer's code compiled: each optimizer
-        whose parameter changed since the last reading, with
-        no step() of its own noted in the step in progress, stepped inside a compiled graph after
-        the step's last backward. Each is counted as an optimizer step there (_stepped_unseen: the
-        step ends once every optimizer it waits for has stepped, as with hooks), so gradient
-        accumulation over several backwards is one step, and a GAN's two compiled steps one.
-        True when --steps is reached."""
-        before, self.watch_version = self.watch_version, version
+    def parameters_changed(self, version: tuple[Any, ...], live: bool, before: tuple[Any, ...] | None = None) -> bool:
+        """The watched readings where a call of a compiled function that steps an optimizer returned
+        (notes.py, RETURNED: `before`, those at its entry), or, for a function compiled before the
+        hooks were installed, at a backward's start or at the run's end (against the last such
+        reading): each optimizer whose reading changed, with no step() of its own noted in the step
+        in progress, stepped inside a compiled graph after the step's last backward. Each is counted
+        as an optimizer step there (_stepped_unseen: the step ends once every optimizer it waits for
+        has stepped, as with hooks), so gradient accumulation over several backwards is one step,
+        and a GAN's two compiled steps one. A step needs gradients: with no backward ended in the
+        step in progress, a change is not a step. True when --steps is reached."""
+        if before is None:
+            before = self.watch_version
+        self.watch_version = version
         opened = self.open
         if before is None or version == before or len(before) != len(version) or not opened.backward_calls:
             return False
@@ -227,9 +230,10 @@ class StepCounter:
         return self._stepped_unseen(key, clock, cpu, live)
 
     def compiled_noted(self, note: tuple) -> None:
-        """Dynamo compiled a frame of torch.optim's (notes.py, COMPILED). Whether the optimizer
-        now steps inside a compiled graph is known where the compiled call returns or at the next
-        backward's start, where the watched parameters changed with no optimizer step noted
+        """Dynamo compiled an optimizer's step (notes.py, COMPILED). Whether the optimizer now steps
+        inside a compiled graph is known where the call of the function compiled returns (or, for a
+        function compiled before the hooks, at the next backward's start), where the watched
+        readings changed with no optimizer step noted
         (parameters_changed), or without them at
         the next backward's end: no optimizer step noted by then (compiled_optimizer_found); or one
         noted (its hooks run: nothing changes)."""

@@ -4,8 +4,9 @@ and the optimizers' __init__ and global step pre-/post-hooks. They only note wha
 
 What one boundary costs the training thread, the hot path of the product (benchmarks/README.md,
 step overhead; `benchmarks/step_tracker_cpu.py --per-step` measures it): a top-level backward
-reads perf_counter twice, appends its BackwardCall and one ENDED note (and, once an optimizer's code
-was compiled, reads one version counter an optimizer: tracker.watch_parameters); an optimizer step reads
+reads perf_counter twice, appends its BackwardCall and one ENDED note (and, only where an optimizer's
+step was compiled in a function made before the hooks, reads one version counter an optimizer:
+tracker.watch_parameters); an optimizer step reads
 perf_counter twice and appends one STEPPED note. The two CPU clocks (process and thread: a system
 call each, ~0.5-2 us) are read where a step can end: at every optimizer step, and at a backward's
 end only while no optimizer is alive (a backward then ends its step). Everything is bound to
@@ -13,9 +14,9 @@ closure variables (a cell read, not an attribute lookup), and the usual path cal
 function of cagtool's. Where a hook must act itself it drains at once, under the lock (`in_hook`):
 `--steps`, an `on_step` callback, CUDA in use (the step boundary's event is recorded on the stream
 then), and every hold_s / 2 to write the lines (one clock comparison a step otherwise). A compiled
-call (torch.compile's wrapper) costs two Python calls more: its exit hook, where an optimizer step
-inside the compiled graph is seen (once an optimizer's code was compiled: one version read an
-optimizer, a note only when they changed).
+call (torch.compile's wrapper) costs two Python calls more, its enter and exit hooks; where its
+compiled code steps an optimizer, an optimizer step inside the compiled graph is seen there (one
+version read an optimizer at each, a note only when they changed).
 
 torch is given the optimizer hooks (and GradScaler.step) through a function of torch's own file
 that returns at once while Dynamo traces (`_as_torchs`): one Python frame more a hook, so that a
@@ -26,8 +27,10 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
+import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -63,6 +66,21 @@ class InstalledHooks:
     original_context_init: Any = None
     # [True] while installed: the exit hook stays in the contexts made meanwhile, and does nothing after
     returns_watched: list[bool] | None = None
+    graph_class: Any = None  # torch._dynamo.output_graph.OutputGraph, whose call_cleanup_hooks is wrapped (None: not there)
+    original_cleanup: Any = None
+    function_compiling: Callable[[], Any] | None = None  # the compiled function whose call compiles now (CompiledFunction)
+
+
+class CompiledFunction:
+    """One function torch.compile made (one OptimizeContext): `steps` once a compile made in its
+    call traced an optimizer's step() (tracker.optimizer_compiled); `entry`: the watched readings at
+    the entry of its call in progress (None: none taken)."""
+
+    __slots__ = ("steps", "entry")
+
+    def __init__(self) -> None:
+        self.steps = False
+        self.entry: Any = None
 
 
 def install_hooks(tracker: Any) -> InstalledHooks:
@@ -91,8 +109,12 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     process_time, thread_time = time.process_time, time.thread_time
     append = tracker._raw.append
     # [] until an optimizer's code is compiled, then [the watched parameters' version reader]
-    # (tracker.watch_parameters): one truth test a backward otherwise.
+    # (tracker.watch_parameters), read where a call of the compiled function that steps it begins and
+    # returns; `watch_backwards`: the same reader, only where such a compile was made in no call of a
+    # context made while the hooks were installed (a function compiled before the Python API's
+    # block), read at each top-level backward's start: one truth test a backward otherwise.
     watching = tracker._watching
+    watch_backwards = tracker._watch_backwards
     sync = tracker._sync
     heap = tracker.heap  # None but in a measurement re-run: one comparison a hook otherwise
     # torch.cuda._initialized, read by the hooks that can end a step: with CUDA in use the step
@@ -142,8 +164,8 @@ def install_hooks(tracker: Any) -> InstalledHooks:
             try:
                 outputs = t_outputs if isinstance(t_outputs, (tuple, list)) else (t_outputs,)
                 begun = BackwardCall(me, outputs)
-                if watching:
-                    begun.version = watching[0]()
+                if watch_backwards:
+                    begun.version = watch_backwards[0]()
                 append(begun)
                 if tracker._flag_check_due:
                     tracker._flag_due()
@@ -322,9 +344,11 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     # fullgraph included) traces the global hooks; plain python has none, so Dynamo must find two
     # that do nothing there (_as_torchs), not cagtool's skipped frames (a graph break, an error
     # under fullgraph=True). Such a step's hooks run only while it is traced, not when it runs:
-    # the tracker learns of it from the compile of torch.optim's frame (notes.py, COMPILED).
+    # the tracker learns of it from the compile that traced the pre-hook, or of a frame of
+    # torch.optim's (notes.py, COMPILED; call_cleanup_hooks below).
     optimizer_file = register_optimizer_step_pre_hook.__code__.co_filename  # torch/optim/optimizer.py
-    handles = [register_optimizer_step_pre_hook(_as_torchs(optimizer_file, pre_hook, "pre_hook")),
+    pre_hook_as_torchs = _as_torchs(optimizer_file, pre_hook, "pre_hook")
+    handles = [register_optimizer_step_pre_hook(pre_hook_as_torchs),
                register_optimizer_step_post_hook(_as_torchs(optimizer_file, post_hook, "post_hook"))]
 
     # torch.amp.GradScaler.step(optimizer) calls the optimizer's step() only when the gradients are
@@ -358,43 +382,73 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     # An optimizer step inside a compiled graph runs no hook, but torch.compile's wrapper
     # (eval_frame.py, compile_wrapper) calls each of its context's `enter_exit_hooks` on entry and
     # the cleanup each returns on exit, in its `finally`, once the compiled code has returned and
-    # Dynamo's frame callback is off: there the watched parameters' versions say whether the
-    # optimizer stepped in it (docs/torch-internals.md, "An optimizer step inside a compiled graph
-    # runs no hook"). So such a step ends where the script's call of the compiled function returns,
-    # and --steps stops the job there, the same point as eager's step(), not one forward and
-    # backward later. Appended last, after torch's own hooks (compiled autograd's context among
-    # them), so those are undone before StepLimitReached is raised out of the cleanup. Until an
-    # optimizer's code is compiled it costs two Python calls and a truth test a compiled call.
+    # Dynamo's frame callback is off: there, in a call of a function whose compiled code steps an
+    # optimizer (CompiledFunction.steps), the watched readings taken at its entry and its return say
+    # whether the optimizer stepped in it (docs/torch-internals.md, "An optimizer step inside a
+    # compiled graph runs no hook"). So such a step ends where the script's call of the compiled
+    # function returns, and --steps stops the job there, the same point as eager's step(), not one
+    # forward and backward later; and a parameter changed in place anywhere else (an embedding's
+    # max_norm renormalisation in a compiled forward, weight clipping) is not read as a step.
+    # Appended last, after torch's own hooks (compiled autograd's context among them), so those are
+    # undone before StepLimitReached is raised out of the cleanup. A call of a function that steps
+    # no optimizer costs two Python calls and a truth test each.
     context_class = getattr(getattr(getattr(torch, "_dynamo", None), "eval_frame", None), "OptimizeContext", None)
     original_context_init = getattr(context_class, "__init__", None)
     returns_watched = [True]
-    seen: list[Any] = [None]  # the versions this hook read last: a note only when they changed
+    functions: weakref.WeakKeyDictionary[Any, CompiledFunction] = weakref.WeakKeyDictionary()  # context -> its function
+    wrapper_file = getattr(getattr(getattr(torch, "_dynamo", None), "eval_frame", None), "__file__", None)
 
-    def compiled_returned() -> None:
-        if not watching or not returns_watched[0] or (only is not None and get_ident() != only):
-            return
-        limit = False
-        try:
-            owner = solo.get(0)
-            if (owner is not None and owner.thread == get_ident()) or getattr(local, "call", None) is not None:
-                return  # inside a backward (a compiled autograd graph's call): its end counts
-            version = watching[0]()
-            if version == seen[0]:
+    def watch_calls(function: CompiledFunction) -> Callable[[], Callable[[], None]]:
+        """The enter hook of one context (one function torch.compile made)."""
+
+        def compiled_returned() -> None:
+            if not function.steps:
                 return
-            seen[0] = version
-            note = (RETURNED, version)
-            if sync or cuda._initialized:
-                limit = in_hook(note)
-            else:
-                append(note)
-        except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's compiled call
-            tracker.note_error(exc)
-        if limit:
-            tracker.step_limit_reached = True
-            raise StepLimitReached(tracker.closed_steps)
+            before, function.entry = function.entry, None
+            if before is None or not returns_watched[0] or (only is not None and get_ident() != only):
+                return
+            limit = False
+            try:
+                owner = solo.get(0)
+                if (owner is not None and owner.thread == get_ident()) or getattr(local, "call", None) is not None:
+                    return  # inside a backward (a compiled autograd graph's call): its end counts
+                version = watching[0]()
+                if version == before:
+                    return
+                note = (RETURNED, before, version)
+                if sync or cuda._initialized:
+                    limit = in_hook(note)
+                else:
+                    append(note)
+            except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's compiled call
+                tracker.note_error(exc)
+            if limit:
+                tracker.step_limit_reached = True
+                raise StepLimitReached(tracker.closed_steps)
 
-    def compiled_entered() -> Callable[[], None]:
-        return compiled_returned
+        def compiled_entered() -> Callable[[], None]:
+            if function.steps and returns_watched[0]:
+                try:
+                    function.entry = watching[0]()
+                except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's compiled call
+                    tracker.note_error(exc)
+            return compiled_returned
+
+        return compiled_entered
+
+    def function_compiling() -> CompiledFunction | None:
+        """The function torch.compile made whose call is compiling a frame now, in this thread (a
+        compile runs inside that call: compile_wrapper has called the enter hooks and set Dynamo's
+        frame callback): the innermost frame of its wrapper, whose `self` is the context. None for a
+        context made before the hooks were installed. Called at a compile's end only."""
+        frame = sys._getframe(1)
+        while frame is not None:
+            code = frame.f_code
+            if code.co_name == "compile_wrapper" and code.co_filename == wrapper_file:
+                context = frame.f_locals.get("self")
+                return None if context is None else functions.get(context)
+            frame = frame.f_back
+        return None
 
     if original_context_init is not None:
         @functools.wraps(original_context_init)
@@ -402,13 +456,45 @@ def install_hooks(tracker: Any) -> InstalledHooks:
             original_context_init(context, *args, **kwargs)
             exit_hooks = getattr(context, "enter_exit_hooks", None)
             if isinstance(exit_hooks, list):
-                exit_hooks.append(compiled_entered)
+                function = CompiledFunction()
+                try:
+                    functions[context] = function
+                except TypeError:  # a context that takes no weak reference: its calls are not watched
+                    return
+                exit_hooks.append(watch_calls(function))
 
         context_class.__init__ = context_init
     else:
         context_class = None
+
+    # Which compiled code steps an optimizer: any optimizer's step() (torch.optim's or the script's
+    # own subclass's) goes through torch's `profile_hook_step` wrapper, which calls the global
+    # pre-hooks first, cagtool's among them; Dynamo inlines it into the frame it traces and lists it
+    # in the code that frame traced (`OutputGraph.traced_code`), which it hands to its cleanup at the
+    # end of each trace. So a frame that traced cagtool's pre-hook traced an optimizer's step: the
+    # compile's end notes it (tracker.note_dynamo_compile).
+    graph_class = getattr(getattr(getattr(torch, "_dynamo", None), "output_graph", None), "OutputGraph", None)
+    original_cleanup = getattr(graph_class, "call_cleanup_hooks", None)
+    step_code = pre_hook_as_torchs.__code__
+
+    if original_cleanup is not None:
+        @functools.wraps(original_cleanup)
+        def call_cleanup_hooks(output_graph: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                if only is None or get_ident() == only:
+                    for code in getattr(output_graph, "traced_code", ()):
+                        if code is step_code:
+                            tracker._step_traced = True
+                            break
+            except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's compile
+                tracker.note_error(exc)
+            return original_cleanup(output_graph, *args, **kwargs)
+
+        graph_class.call_cleanup_hooks = call_cleanup_hooks
+    else:
+        graph_class = None
     return InstalledHooks(entry, original, original_graph, original_init, handles, scaler_class, original_scaler_step,
-                          context_class, original_context_init, returns_watched)
+                          context_class, original_context_init, returns_watched, graph_class, original_cleanup, function_compiling)
 
 
 # A hook or wrapper as Dynamo must see it: a function of torch's own file `filename` (torch's trace

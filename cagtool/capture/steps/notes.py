@@ -24,17 +24,19 @@ STEPPED = 2
 # (SKIPPED, clock, start, key, optimizer_class, cpu): a grad scaler's step() returned without stepping
 # the optimizer (torch.amp.GradScaler found inf or NaN gradients): the step ends there all the same.
 SKIPPED = 5
-# (COMPILED, version): Dynamo compiled a frame of torch.optim's (an optimizer's step() inside a
+# (COMPILED, version): Dynamo compiled an optimizer's step: a frame of torch.optim's, or a frame
+# that traced an optimizer's step() (a step of the script's own Optimizer subclass inlined in a
 # compiled function): if no optimizer step is noted after it, the steps run inside a compiled graph,
 # where no hook runs (boundaries.py, compiled_optimizer). version: the optimizers' readings
 # (tracker.watch_parameters: their state's version counters) at the compile's end, before the
-# compiled code first ran (None with no optimizer known): a change seen at a later compiled call's
-# return or backward's start is an optimizer step in between.
+# compiled code first ran (None with no optimizer known): a change seen at the return of that
+# compiled call (or, for a function compiled before the hooks, at a later backward's start) is an
+# optimizer step in between.
 COMPILED = 6
-# (RETURNED, version): a function compiled by torch.compile returned (its wrapper's exit hook,
-# hooks.py), once an optimizer's code was compiled; version: the optimizers' readings then, noted
-# only when they changed since that hook's last read. An optimizer step inside the compiled code is
-# seen here, where the script's call of it returns, as eager's step() returns.
+# (RETURNED, before, version): a call of a function compiled by torch.compile whose compiled code
+# steps an optimizer returned (its wrapper's exit hook, hooks.py); before, version: the optimizers'
+# readings at its entry and at its return, noted only when they differ. An optimizer step inside the
+# compiled code is seen here, where the script's call of it returns, as eager's step() returns.
 RETURNED = 7
 # (MADE, key, ref): an optimizer exists (ref: a weak reference to it).
 MADE = 3
@@ -49,7 +51,8 @@ class BackwardCall:
     """One top-level backward call, noted when it begins: its thread (ident), its outputs (read for
     `current_roots`), the CA captures made in it (note_capture_finished), and where the drain placed
     its start: the step it began in and its index there. `version`: the optimizers' readings
-    (tracker.watch_parameters) at its start, read only once an optimizer's code was compiled
+    (tracker.watch_parameters) at its start, read only once an optimizer's step was compiled in a
+    function made before the hooks were installed
     (boundaries.py, `StepCounter.parameters_changed`), else None."""
 
     __slots__ = ("thread", "outputs", "captures", "step", "index", "version")

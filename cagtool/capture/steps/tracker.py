@@ -136,6 +136,10 @@ class StepTracker:
         # counters] (watch_parameters), read by the hooks at each top-level backward's start and
         # where a compiled call returns.
         self._watching: list[Callable[[], tuple[Any, ...]]] = []
+        # The same reader, once such a compile was made in no compiled call the hooks see (a function
+        # compiled before they were installed): read at each top-level backward's start.
+        self._watch_backwards: list[Callable[[], tuple[Any, ...]]] = []
+        self._step_traced = False  # the trace in progress traced an optimizer's step() (hooks.py)
         self.device = DeviceReadings(writer)
         self.counter = StepCounter(writer, self.device, self.known, on_step, max_steps)
         self.findings = StepFindings(writer, mode, lambda: self.current_step)
@@ -240,9 +244,13 @@ class StepTracker:
 
     def note_dynamo_compile(self, seconds: float, filename: str = "", compile_id: str = "") -> None:
         """A Dynamo compile ended (`filename`: its frame's file): counted in the step in progress;
-        one of torch.optim's frames is noted in order with the hooks' notes (notes.py, COMPILED)."""
-        if in_torch_optim(filename):
-            self._raw.append((COMPILED, self.watch_parameters()))
+        a compile of an optimizer's step (one of torch.optim's frames, or a frame that traced an
+        optimizer's step(): hooks.py) is noted in order with the hooks' notes (optimizer_compiled)."""
+        traced, self._step_traced = self._step_traced, False
+        optim = in_torch_optim(filename)
+        if optim or traced:
+            self.optimizer_compiled()
+        if optim:
             frame = frame_compile(compile_id)
             if frame is not None:
                 self._optim_frames.add(frame)
@@ -284,9 +292,9 @@ class StepTracker:
 
         self.settle()
         self.drain()
-        if self._watching:
+        if self._watch_backwards:
             with self._lock:  # the last step's compiled optimizer step, after its last backward
-                self.counter.parameters_changed(self._watching[0](), live=False)
+                self.counter.parameters_changed(self._watch_backwards[0](), live=False)
         if self._heap_requested:
             self.writer.manifest.options["heap_in_use"] = self.heap.summary() if self.heap is not None else heap_in_use.unavailable()
         hooks = self._hooks
@@ -303,6 +311,8 @@ class StepTracker:
                 hooks.context_class.__init__ = hooks.original_context_init
             if hooks.returns_watched is not None:
                 hooks.returns_watched[0] = False  # the contexts made meanwhile keep the exit hook
+            if hooks.graph_class is not None:
+                hooks.graph_class.call_cleanup_hooks = hooks.original_cleanup
             for handle in hooks.handles:
                 handle.remove()
         self._hooks = None
@@ -338,8 +348,9 @@ class StepTracker:
         an optimizer's code on (None with no optimizer known); `counter.watch_keys` says whose.
         An optimizer step inside a compiled graph runs no hook, but it updates its state and the
         parameters in place, which bumps their version counters (a C field, read without a sync; a
-        backward only accumulates gradients): a change seen where a compiled call returns, or
-        between two backwards, is that optimizer's step (docs/torch-internals.md, "An optimizer
+        backward only accumulates gradients): a change between the entry and the return of a call
+        of the compiled function that steps it (or, for a function compiled before the hooks,
+        between two backwards) is that optimizer's step (docs/torch-internals.md, "An optimizer
         step inside a compiled graph runs no hook"). Read per optimizer from its last parameter's
         state (_step_reading), else from that parameter.
         The last parameter, not the first: a model's first is often an embedding, which
@@ -365,6 +376,24 @@ class StepTracker:
             self.counter.watch_keys = tuple(keys)
             self._watching.append(versions)
         return self._watching[0]()
+
+    def optimizer_compiled(self) -> None:
+        """Dynamo compiled an optimizer's step (notes.py, COMPILED), in the call of a compiled function
+        in progress: that function's calls are watched from now on (hooks.py, CompiledFunction),
+        this one from the readings taken now, before the compiled code first runs. A compile made in
+        no call the hooks see (a function compiled before they were installed): the readings are
+        taken at each backward's start instead (boundaries.py, parameters_changed)."""
+        reading = self.watch_parameters()
+        self._raw.append((COMPILED, reading))
+        if reading is None:
+            return
+        hooks = self._hooks
+        function = None if hooks is None or hooks.function_compiling is None else hooks.function_compiling()
+        if function is not None:
+            if not function.steps:
+                function.steps, function.entry = True, reading
+        elif not self._watch_backwards:
+            self._watch_backwards.append(self._watching[0])
 
     def _entry_changed(self, reinstall: bool = True) -> None:
         """The backward entry point is not cagtool's any more (findings.py), seen at an optimizer
@@ -446,8 +475,8 @@ class StepTracker:
                         elif kind == SKIPPED:
                             limit = counter.optimizer_skipped(note, note is live) or limit
                         elif kind == RETURNED:
-                            _, version = note
-                            limit = counter.parameters_changed(version, note is live) or limit
+                            _, before, version = note
+                            limit = counter.parameters_changed(version, note is live, before) or limit
                         elif kind == COMPILED:
                             self.backward_reads_cpu = True  # a backward's end may end a step now
                             counter.compiled_noted(note)

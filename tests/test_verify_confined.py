@@ -140,6 +140,28 @@ def test_a_forged_pgo_suggestion_or_guard_name_never_reaches_the_terminal_or_a_r
     assert not any(c in shown.stdout + shown.stderr for c in "\x00\x07\x1b") and "::error" not in shown.stdout
 
 
+def test_a_script_changed_after_the_seal_was_checked_never_runs(tmp_path):
+    """The script is changed after verify checked it against the seal and before the baseline
+    re-run reads it (the progress line is said between the two): the re-run refuses it, nothing of
+    it runs, and the verification is exit 3, one line naming the script."""
+    from cagtool.errors import UnreadableInput
+    from cagtool.verify.fixes import Fix
+    from cagtool.verify.verification import verify
+
+    _record(tmp_path / "job", tmp_path / "run")
+    script = tmp_path / "job" / SHAPE_LOOP.name
+    mark = tmp_path / "changed-ran"
+
+    def change_the_script(line: str) -> None:
+        if line.startswith("baseline:"):
+            script.write_text(f"open({str(mark)!r}, 'w').write('ran')\n")
+
+    with pytest.raises(UnreadableInput, match=f"{SHAPE_LOOP.name} changed after `recompiles --verify` checked it: not run; record"):
+        verify(tmp_path / "run", "ca", [Fix("ca-dynamic", "sizes dynamic", (1,), run_flags=("--dynamic",))], repeat=1,
+               progress=change_the_script)
+    assert not mark.exists()
+
+
 def test_a_relative_run_from_elsewhere_and_two_verifications_at_once(recorded, tmp_path):
     """Two verifications of one run, started together from another directory with a relative RUN:
     each has its own re-runs under RUN/verify/ (none under the recorded cwd), both exit 0, and

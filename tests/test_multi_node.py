@@ -266,3 +266,68 @@ def test_merge_shows_a_forged_host_name_and_never_passes_its_escapes_to_the_term
     assert "\x1b" not in proc.stderr and "\x07" not in proc.stderr
     [line] = [l for l in proc.stderr.splitlines() if l.startswith("node 1:")]
     assert "(evil\\nhost)" in line
+
+
+def test_merge_refuses_a_hard_link_to_a_file_outside_the_node_and_copies_nothing(two_nodes, tmp_path):
+    """A hard link is the file outside under a second name: merge would copy a secret (any file
+    the merging user can read) into the merged run. cagtool writes none: exit 3, nothing copied."""
+    node0, node1 = two_nodes
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP SECRET\n")
+    linked = _node_copy(node1, tmp_path / "linked")
+    os.link(secret, linked / "ca" / "procs" / "rank1" / "notes.txt")
+    proc = _cagtool("merge", node0, linked, "-o", tmp_path / "m", cwd=tmp_path)
+    assert proc.returncode == 3 and "notes.txt is a hard link (2 names)" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not os.path.lexists(tmp_path / "m") and _left_behind(tmp_path) == []
+
+
+def test_merge_never_reads_through_a_link_planted_after_the_check(two_nodes, tmp_path, monkeypatch):
+    """The node run changes while the merge runs: a rank's folder, a plain folder when the run was
+    checked, is a link to a folder outside when it is copied. The copy walks the node by file
+    descriptor and refuses it (exit 3): nothing from outside reaches the output, no staging left."""
+    import shutil
+
+    import cagtool.record.merge as merge
+    from cagtool.errors import UnreadableInput
+
+    node0, node1 = two_nodes
+    outside = tmp_path / "outside"
+    (outside / "ca1_1_0").mkdir(parents=True)
+    (outside / "ca1_1_0" / "private.key").write_text("KEY\n")
+    racing = _node_copy(node1, tmp_path / "racing")
+    swapped = racing / "ca" / "procs" / "rank1" / "compiles"
+    checked = merge.check_node_links
+
+    def check_then_swap(root: Path) -> None:
+        checked(root)
+        if Path(root).name == "racing":
+            shutil.rmtree(swapped)
+            swapped.symlink_to(outside, target_is_directory=True)
+
+    monkeypatch.setattr(merge, "check_node_links", check_then_swap)
+    with pytest.raises(UnreadableInput, match="compiles is a symbolic link"):
+        merge.merge_runs([node0, racing], tmp_path / "m")
+    assert not os.path.lexists(tmp_path / "m") and _left_behind(tmp_path) == []
+
+
+def test_a_merged_run_merges_with_a_third_node(two_nodes, tmp_path):
+    """Nodes merged as they finish: the merged run of nodes 0 and 1 (it holds `procs/node1`) with
+    node 2's run. Each launcher record keeps a name of its own, every rank is there."""
+    node0, node1 = two_nodes
+    nodes = [_node_copy(node, tmp_path / f"n{i}") for i, node in enumerate((node0, node1, node1))]
+    (nodes[2] / "ca" / "procs" / "rank1").rename(nodes[2] / "ca" / "procs" / "rank2")
+    for i, node in enumerate(nodes):
+        for manifest in node.rglob("manifest.json"):
+            data = json.loads(manifest.read_text())
+            process = data.get("process") or {}
+            if process.get("world_size") is not None:
+                process["world_size"] = 3
+            if i == 2 and process.get("rank") == 1:
+                process["rank"] = 2
+            manifest.write_text(json.dumps(data))
+    first = _cagtool("merge", nodes[0], nodes[1], "-o", tmp_path / "m01", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    proc = _cagtool("merge", tmp_path / "m01", nodes[2], "-o", tmp_path / "m012", cwd=tmp_path)
+    assert proc.returncode == 0 and "mode ca: ranks 0, 1, 2" in proc.stderr, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "m012" / "ca" / "procs").iterdir()) == ["node1", "node1-node1", "rank0", "rank1", "rank2"]

@@ -108,6 +108,60 @@ def test_a_forged_or_foreign_record_never_runs(recorded, tmp_path):
     assert not (run / "verify").exists() and not (unsealed / "verify").exists()
 
 
+def test_a_forged_pgo_suggestion_or_guard_name_never_reaches_the_terminal_or_a_re_runs_environment(recorded, tmp_path):
+    """The events and mode manifests are not sealed: a record edited to carry torch's PGO words
+    with a line break, a terminal escape and a NUL, and a Dynamo size guard naming such a tensor,
+    offered `torch-pgo` and `dynamic-sources` fixes whose environment held them (a fake `::error`
+    line and a title change on the terminal; the NUL stopped the verification with an internal
+    error). torch writes neither: no such fix is offered, nothing of them is printed."""
+    run = _run_copy(recorded, tmp_path)
+    manifest = run / "ca" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["options"]["pgo_suggestion"] = ("PGO detected. set environment variable TORCH_COMPILE_DYNAMIC_SOURCES="
+                                         "\"L['x']\x1b]0;PWNED\x07\n::error title=gate::all checks passed\x00\"")
+    manifest.write_text(json.dumps(data))
+    events = run / "ca" / "events.jsonl"
+    lines = []
+    for line in events.read_text().splitlines():
+        event = json.loads(line)
+        if event["kind"] == "dynamo_recompile":  # a forward frame's size guard, on a forged tensor name
+            event.update(compile_id="0/1", is_ca_graph=False,
+                         reasons=["0/0: tensor 'x\x00\x1b]0;PWNED\x07' size mismatch at index 0. expected 32, actual 48"])
+        lines.append(json.dumps(event))
+    events.write_text("\n".join(lines) + "\n")
+    for fix in ("torch-pgo", "dynamic-sources"):
+        proc = subprocess.run(cagtool_cmd("recompiles", str(run), "--explain", "--verify", "--repeat", "1", "--fix", fix),
+                              cwd=str(tmp_path), capture_output=True, text=True, env={**os.environ, "CI": "true"}, timeout=600)
+        assert proc.returncode == 2 and "no such fix applies" in _one_error_line(proc) and "applicable: ca-dynamic)" in proc.stderr, proc.stderr
+        assert not (run / "verify").exists()
+    shown = subprocess.run(cagtool_cmd("recompiles", str(run), "--explain"), cwd=str(tmp_path), capture_output=True, text=True,
+                           env={**os.environ, "CI": "true"}, timeout=600)
+    assert shown.returncode == 0, shown.stderr
+    assert not any(c in shown.stdout + shown.stderr for c in "\x00\x07\x1b") and "::error" not in shown.stdout
+
+
+def test_a_script_changed_after_the_seal_was_checked_never_runs(tmp_path):
+    """The script is changed after verify checked it against the seal and before the baseline
+    re-run reads it (the progress line is said between the two): the re-run refuses it, nothing of
+    it runs, and the verification is exit 3, one line naming the script."""
+    from cagtool.errors import UnreadableInput
+    from cagtool.verify.fixes import Fix
+    from cagtool.verify.verification import verify
+
+    _record(tmp_path / "job", tmp_path / "run")
+    script = tmp_path / "job" / SHAPE_LOOP.name
+    mark = tmp_path / "changed-ran"
+
+    def change_the_script(line: str) -> None:
+        if line.startswith("baseline:"):
+            script.write_text(f"open({str(mark)!r}, 'w').write('ran')\n")
+
+    with pytest.raises(UnreadableInput, match=f"{SHAPE_LOOP.name} changed after `recompiles --verify` checked it: not run; record"):
+        verify(tmp_path / "run", "ca", [Fix("ca-dynamic", "sizes dynamic", (1,), run_flags=("--dynamic",))], repeat=1,
+               progress=change_the_script)
+    assert not mark.exists()
+
+
 def test_a_relative_run_from_elsewhere_and_two_verifications_at_once(recorded, tmp_path):
     """Two verifications of one run, started together from another directory with a relative RUN:
     each has its own re-runs under RUN/verify/ (none under the recorded cwd), both exit 0, and

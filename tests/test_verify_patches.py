@@ -9,7 +9,19 @@ import sys
 import textwrap
 from pathlib import Path
 
-from cagtool.capture.run.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV, Target, patched_source_for, run_target
+import hashlib
+
+import pytest
+
+from cagtool.capture.run.target import (
+    PATCH_TARGET_ENV,
+    PATCHED_SOURCE_ENV,
+    SOURCE_DIGEST_ENV,
+    SourceChanged,
+    Target,
+    patched_source_for,
+    run_target,
+)
 from cagtool.report.recompiles.explain import CAUSE_DYNAMO_FRAME, CAUSE_GRAD_DEFINED, CAUSE_HOOK, Cause
 from cagtool.verify.patches import patch_for
 from cagtool.verify.verification import HARMFUL, NO_EFFECT, VERIFIED, Side, judge
@@ -129,6 +141,48 @@ def test_the_patched_copy_runs_as_the_script(tmp_path, monkeypatch):
     assert out.read_text().splitlines() == [str(script), os.path.realpath(here), str(script), "from the script's directory", "__main__"]
     monkeypatch.delenv(PATCHED_SOURCE_ENV)
     assert patched_source_for(target) is None
+
+
+def test_a_copy_or_script_swapped_after_verify_checked_it_is_never_run(tmp_path, monkeypatch):
+    """--verify writes the patched copy under the run directory, and checked the script against its
+    seal; the re-run reads either later, by path. Swapped meanwhile (another file, or a link to one:
+    a run directory or a project folder others can write), it is refused (SourceChanged) and none
+    of its code runs; the code --verify checked runs."""
+    script = tmp_path / "train.py"
+    script.write_text("print('the script')\n")
+    mark = tmp_path / "planted-ran"
+    planted = tmp_path / "planted.py"
+    planted.write_text(f"open({str(mark)!r}, 'w').write('ran')\n")
+    copy = tmp_path / "verify" / "hook-before-loop-train.py"
+    copy.parent.mkdir()
+    patched = f"open({str(tmp_path / 'copy-ran')!r}, 'w').write('ran')\n"
+    target = Target("script", str(script), [])
+    monkeypatch.setenv(PATCHED_SOURCE_ENV, str(copy))
+    monkeypatch.setenv(PATCH_TARGET_ENV, str(script))
+    monkeypatch.setenv(SOURCE_DIGEST_ENV, f"{hashlib.sha256(patched.encode()).hexdigest()} {script}")
+    saved = (list(sys.argv), list(sys.path), sys.modules.get("__main__"))
+    try:
+        for swap in ("rewritten", "link"):
+            if swap == "rewritten":
+                copy.write_text(planted.read_text())
+            else:
+                copy.unlink()
+                copy.symlink_to(planted)
+            with pytest.raises(SourceChanged, match="hook-before-loop-train.py changed after `recompiles --verify` checked it"):
+                run_target(target)
+        copy.unlink()
+        copy.write_text(patched)
+        run_target(target)
+        assert (tmp_path / "copy-ran").exists()
+        monkeypatch.delenv(PATCHED_SOURCE_ENV)
+        monkeypatch.setenv(SOURCE_DIGEST_ENV, f"{hashlib.sha256(script.read_bytes()).hexdigest()} {script}")
+        script.write_text(planted.read_text())  # the script, after its seal was checked
+        with pytest.raises(SourceChanged, match="train.py changed after"):
+            run_target(target)
+    finally:
+        sys.argv[:], sys.path[:] = saved[0], saved[1]
+        sys.modules["__main__"] = saved[2]
+    assert not mark.exists()
 
 
 ZERO_GRAD = textwrap.dedent("""\

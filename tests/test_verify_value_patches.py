@@ -213,3 +213,22 @@ def test_a_flag_attribute_or_global_has_no_call_site(tmp_path):
     assert patch.why_not.startswith("`self.use_relu` is a module attribute read inside the compiled code, not an argument")
     patch = patch_for(_cause(_row(script, "G['FLAG'] == True", 20, "forward", "if FLAG:", 27)), str(script), "train.py")
     assert not patch.applicable and patch.why_not.startswith("`FLAG` is a global read inside the compiled code")
+
+
+def test_a_forged_guard_never_puts_its_text_into_the_patched_copy(tmp_path):
+    """The guard text and the user frame come from the record, which is not sealed: a forged guard
+    carrying code (in its name, its value, or the frame's code line) makes no patch or one whose
+    text is the script's own, with the fixed torch.tensor(...) around the script's own argument."""
+    evil = "__import__('os').system('touch /tmp/cagtool-pwned')"
+    applied = []
+    for guard, code in ((f"{evil} == 1.0", "return self.linear(x) * scale"),
+                        (f"scale == 1.0; {evil}", "return self.linear(x) * scale"),
+                        ("L['scale'] == 1.0 or " + evil, "return self.linear(x) * scale"),
+                        ("scale == 1.0", evil)):
+        patch = _scalar_patch(tmp_path, SCALAR, code=code, guard=guard)
+        assert evil not in (patch.patched or "") + patch.diff, guard
+        applied.append(patch.applicable)
+        if patch.applicable:
+            changed = [(a, b) for a, b in zip(SCALAR.splitlines(), patch.patched.splitlines()) if a != b]
+            assert changed == [("    loss = model(x, scale).sum()", "    loss = model(x, torch.tensor(scale, dtype=torch.float64)).sum()")]
+    assert applied == [False, False, False, True]  # a forged frame code line alone: the script's own edit

@@ -30,8 +30,8 @@ def merge_command(
         cagtool gate $SHARED/job/all --max-recompiles ca:0
 
     The inputs are not changed, and nothing outside them is read: a symbolic link in a node's run
-    that leads out of it (or loops, is absolute, or names a directory), a FIFO or a device is
-    refused before anything is copied. Exit codes: 0 merged; 2 not the nodes of one job (another
+    (wherever it points), a hard link, a FIFO or a device is refused before anything is copied, and
+    a link planted while it copies is never followed. Exit codes: 0 merged; 2 not the nodes of one job (another
     target, other arguments than the node rank, other modes, a rank recorded twice), the output exists or cannot be written (a full or
     read-only disk); 3 an unreadable run, or one holding such a link or file.
     """

@@ -220,7 +220,10 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
         when = f"; estimated {estimate:.0f} s" if estimate is not None else ""
         print(f"cagtool: verifying {len(fixes)} fix{'es' if len(fixes) != 1 else ''} in mode {mode}: the baseline and each fix "
               f"{options.repeat} times, each its own process{when}", file=err, flush=True)
-    return verify(record.path, mode, fixes, options.repeat, not_applied, progress=lambda line: print(f"cagtool: {line}", file=err, flush=True))
+    from cagtool.report.text.safe_text import safe_line
+
+    # The lines quote the record (its paths, a fix's environment): shown, never obeyed by the terminal.
+    return verify(record.path, mode, fixes, options.repeat, not_applied, progress=lambda line: print(f"cagtool: {safe_line(line)}", file=err, flush=True))
 
 
 def pgo_suggestion(record: "RunRecord", mode: str) -> str | None:
@@ -231,7 +234,9 @@ def pgo_suggestion(record: "RunRecord", mode: str) -> str | None:
     if ranks:  # a multi-rank mode: rank 0's, the record `recompiles` explains
         found = ranks[next(iter(ranks))]
     said = (found.manifest.options or {}).get("pgo_suggestion") if found is not None else None
-    return said if isinstance(said, str) else None
+    # torch words it on one printable line: anything else (a line break, an escape, a NUL) is not
+    # torch's, and is neither shown nor put in a re-run's environment.
+    return said if isinstance(said, str) and said.isprintable() else None
 
 
 def _script_of(record: "RunRecord") -> tuple[str | None, str | None]:

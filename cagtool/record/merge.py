@@ -19,10 +19,13 @@ nothing read from it may come from outside it, nor anything written land outside
 before anything is read, each node's run folder (the whole run, whatever part of it was named) is
 walked, and a symbolic link anywhere in it is refused (UnreadableInput, exit 3: cagtool writes no
 links, and a link judged where it lies in the input can lead elsewhere from where the copy lies),
-as is a file that is not a regular file (a FIFO would block the copy, a device would be read).
-Every file is created anew in the staging directory (O_EXCL | O_NOFOLLOW: nothing is written
-through a name that exists), the output may not lie in an input, and a failed merge leaves no
-staging directory behind.
+as is a file with another name elsewhere (a hard link: it may be any file of the machine) and a
+file that is not a regular file (a FIFO would block the copy, a device would be read). The copy
+walks each node run by file descriptor, never following a link, so one planted while the merge
+runs (a folder swapped for a link to another) is refused too, never read through. Every file is
+created anew in the staging directory (O_EXCL | O_NOFOLLOW: nothing is written through a name
+that exists), the output may not lie in an input, and a failed merge leaves no staging directory
+behind.
 """
 
 from __future__ import annotations
@@ -141,12 +144,10 @@ def merge_runs(inputs: list[str | Path], output: Path) -> MergedRun:
     staging = output.with_name(f".{output.name}.merging-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     try:
+        staging.parent.mkdir(parents=True, exist_ok=True)
         meta, nodes = _build(runs, staging)
     except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        if isinstance(exc, shutil.Error):
-            src, _dst, why = exc.args[0][0] if exc.args and exc.args[0] else ("?", "?", str(exc))
-            raise UnreadableInput(f"cannot copy {src}: {why}") from None
         if isinstance(exc, OSError):
             where = exc.filename or staging
             if str(where).startswith(str(staging)) or exc.errno in _WRITE_ERRORS:
@@ -165,8 +166,7 @@ def merge_runs(inputs: list[str | Path], output: Path) -> MergedRun:
 def _build(runs: list[RunRecord], staging: Path) -> tuple[object, list[dict]]:
     """The merged run, written into `staging`: node 0's run with every other node's records added."""
     head = runs[0]
-    shutil.copytree(head.path, staging, symlinks=True, copy_function=_copy_file)
-    check_node_links(staging)  # a link made in the input since it was checked is not written through
+    _copy_from(head.path, (), staging)
     for name in _DERIVED_FILES:
         (staging / name).unlink(missing_ok=True)
     nodes = [_node_entry(0, head)]
@@ -181,17 +181,14 @@ def _build(runs: list[RunRecord], staging: Path) -> tuple[object, list[dict]]:
             (dest / PROCS_DIR).mkdir(parents=True, exist_ok=True)
             procs = source / PROCS_DIR
             for child in sorted(procs.iterdir()) if procs.is_dir() and not procs.is_symlink() else ():
-                target = dest / PROCS_DIR / child.name
-                clash = 1
-                while os.path.lexists(target):  # a pid-keyed child of two hosts can share a number
-                    target = dest / PROCS_DIR / (f"node{index}-{child.name}" + (f"-{clash}" if clash > 1 else ""))
-                    clash += 1
-                _copy(child, target)
-            launcher = dest / PROCS_DIR / f"node{index}"
+                # a pid-keyed child of two hosts can share a number
+                _copy_from(run.path, (*Path(mode_name).parts, PROCS_DIR, child.name), _free_name(dest / PROCS_DIR, child.name, index))
+            # A node run that is itself a merged run already holds a `procs/node<K>`.
+            launcher = _free_name(dest / PROCS_DIR, f"node{index}", index)
             launcher.mkdir()
             for item in source.iterdir():
                 if item.name != PROCS_DIR:
-                    _copy(item, launcher / item.name)
+                    _copy_from(run.path, (*Path(mode_name).parts, item.name), launcher / item.name)
             meta.mode_exit_codes[mode_name] = _worse(meta.mode_exit_codes.get(mode_name), run.meta.mode_exit_codes.get(mode_name))
         if run.meta.status != "finished" and meta.status == "finished":
             meta.status = run.meta.status
@@ -201,44 +198,118 @@ def _build(runs: list[RunRecord], staging: Path) -> tuple[object, list[dict]]:
     return meta, nodes
 
 
-def _copy(source: Path, dest: Path) -> None:
-    """A file, directory or link of a node run, links copied as links (check_node_links has
-    refused every one that leaves the run)."""
-    if source.is_symlink() or not source.is_dir():
-        _copy_file(source, dest)
-    else:
-        shutil.copytree(source, dest, symlinks=True, copy_function=_copy_file)
+def _free_name(folder: Path, name: str, index: int) -> Path:
+    """`folder/name`, or `node<index>-name[-N]` when that is taken."""
+    target, clash = folder / name, 1
+    while os.path.lexists(target):
+        target = folder / (f"node{index}-{name}" + (f"-{clash}" if clash > 1 else ""))
+        clash += 1
+    return target
 
 
 _WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
-def _copy_file(source: str | Path, dest: str | Path) -> object:
-    """One regular file copied into a name that does not exist yet (never through a link, never
-    over a file), with its times and mode. copytree collects a copy's OSError into one shutil.Error
-    for the end; a disk that is full or read-only stops the merge at its first file instead, said
-    as the write it is."""
+def _refuse(path: str | Path, why: str) -> UnreadableInput:
+    return UnreadableInput(f"{path} {why}: a node run is merged only from the files inside it; refusing (nothing was copied)")
+
+
+def _copy_from(run: Path, parts: tuple[str, ...], dest: Path) -> None:
+    """Copy `run/parts...` (a folder, whole, or a file; the run itself when `parts` is empty) to
+    `dest`, a name that does not exist yet. The node run is walked by descriptor from `run`, never
+    following a link: check_node_links refused every link and hard link before, and one planted
+    since (a folder swapped for a link while the merge runs) is refused here, never read through."""
+    fd = os.open(run, _DIR_FLAGS & ~getattr(os, "O_NOFOLLOW", 0))  # the run the user named, through their own link if they typed one
     try:
-        with os.fdopen(open_record_file(Path(source)), "rb") as src:
-            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            with os.fdopen(fd, "wb") as out:
-                shutil.copyfileobj(src, out)
-        shutil.copystat(source, dest, follow_symlinks=False)
-        return dest
+        if not parts:
+            _copy_dir(fd, run, dest)
+            return
+        for depth, part in enumerate(parts):
+            shown = run.joinpath(*parts[: depth + 1])
+            if depth == len(parts) - 1 and not stat.S_ISDIR(_lstat(part, fd, shown).st_mode):
+                _copy_file(fd, shown, dest)
+                return
+            child = _open_dir(part, fd, shown)
+            os.close(fd)
+            fd = child
+        _copy_dir(fd, run.joinpath(*parts), dest)
+    finally:
+        os.close(fd)
+
+
+def _lstat(name: str, dir_fd: int, shown: Path) -> os.stat_result:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError as exc:
-        if exc.errno in _WRITE_ERRORS:
-            raise CannotWrite(f"cannot write the merged run: {exc.strerror} ({dest})") from None
-        if exc.errno == errno.EEXIST or exc.filename == str(dest):
-            raise CannotWrite(f"cannot write the merged run: {exc.strerror or exc} ({dest})") from None
+        raise UnreadableInput(f"cannot read {shown}: {exc.strerror or exc}") from None
+
+
+def _open_dir(name: str, dir_fd: int, shown: Path) -> int:
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise _refuse(shown, "is a symbolic link" if stat.S_ISLNK(_lstat(name, dir_fd, shown).st_mode) else "is not a directory") from None
+        raise UnreadableInput(f"cannot read {shown}: {exc.strerror or exc}") from None
+
+
+def _copy_dir(fd: int, shown: Path, dest: Path) -> None:
+    """The folder open as `fd` copied to the new folder `dest`, every entry by descriptor, with its mode and times."""
+    try:
+        os.mkdir(dest, 0o700)
+    except OSError as exc:
+        raise CannotWrite(f"cannot write the merged run: {exc.strerror or exc} ({dest})") from None
+    for name in sorted(os.listdir(fd)):
+        here = shown / name
+        if stat.S_ISDIR(_lstat(name, fd, here).st_mode):
+            child = _open_dir(name, fd, here)
+            try:
+                _copy_dir(child, here, dest / name)
+            finally:
+                os.close(child)
+        else:
+            _copy_file(fd, here, dest / name)
+    _copy_stat(os.fstat(fd), dest)
+
+
+def _copy_stat(st: os.stat_result, dest: Path | int) -> None:
+    try:
+        os.chmod(dest, stat.S_IMODE(st.st_mode))
+        os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))  # the columns sidecar knows its events file by size and time
+    except OSError as exc:
+        raise CannotWrite(f"cannot write the merged run: {exc.strerror or exc} ({dest})") from None
+
+
+def _copy_file(dir_fd: int, source: Path, dest: Path) -> None:
+    """One regular file (`source`, in the folder open as `dir_fd`) copied into a name that does
+    not exist yet (never through a link, never over a file), with its mode and times. A file
+    with another name elsewhere (a hard link) is refused: it is not only the node run's. A disk
+    that is full or read-only stops the merge at its first file, said as the write it is."""
+    try:
+        src = open_record_file(source, dir_fd=dir_fd)
+    except OSError as exc:
         raise UnreadableInput(f"cannot read {source}: {exc.strerror or exc}") from None
+    with os.fdopen(src, "rb") as reader:
+        st = os.fstat(src)
+        if st.st_nlink > 1:
+            raise _refuse(source, f"is a hard link ({st.st_nlink} names)")
+        try:
+            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+            with os.fdopen(fd, "wb") as out:
+                shutil.copyfileobj(reader, out)
+                out.flush()
+                _copy_stat(st, fd)
+        except OSError as exc:
+            if exc.errno in _WRITE_ERRORS or exc.filename in (None, str(dest)):
+                raise CannotWrite(f"cannot write the merged run: {exc.strerror or exc} ({dest})") from None
+            raise UnreadableInput(f"cannot read {source}: {exc.strerror or exc}") from None
 
 
 def check_node_links(root: Path) -> None:
-    """Refuse (UnreadableInput, exit 3) a node run that holds a symbolic link (cagtool writes none),
-    or a file that is neither regular nor a directory. `root` itself may be a link the user typed."""
-    def refuse(path: str, why: str) -> UnreadableInput:
-        return UnreadableInput(f"{path} {why}: a node run is merged only from the files inside it; refusing (nothing was copied)")
-
+    """Refuse (UnreadableInput, exit 3) a node run that holds a symbolic link or a hard link
+    (cagtool writes neither: a file with another name may be any file of the machine), or a file
+    that is neither regular nor a directory. `root` itself may be a link the user typed."""
     def failed(exc: OSError) -> None:
         raise UnreadableInput(f"cannot read {exc.filename or root}: {exc.strerror or exc}")
 
@@ -247,13 +318,16 @@ def check_node_links(root: Path) -> None:
         for name in dirs + files:
             path = os.path.join(folder, name)
             try:
-                mode = os.lstat(path).st_mode
+                found = os.lstat(path)
+                mode, links = found.st_mode, found.st_nlink
             except OSError as exc:
                 raise UnreadableInput(f"cannot read {path}: {exc.strerror or exc}") from None
             if stat.S_ISLNK(mode):
-                raise refuse(path, f"is a symbolic link ({os.readlink(path)})")
+                raise _refuse(path, f"is a symbolic link ({os.readlink(path)})")
             if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                raise refuse(path, "is not a regular file")
+                raise _refuse(path, "is not a regular file")
+            if stat.S_ISREG(mode) and links > 1:
+                raise _refuse(path, f"is a hard link ({links} names)")
 
 
 def _world_sizes(run: RunRecord) -> set[int]:

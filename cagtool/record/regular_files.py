@@ -18,16 +18,20 @@ from cagtool.errors import UnreadableInput
 _OPEN_RECORD_FILE = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
 
-def open_record_file(path: Path) -> int:
+def open_record_file(path: Path, dir_fd: int | None = None) -> int:
     """A file descriptor of one of a record's files, opened only as the regular file it must be:
     a symbolic link there (a record's file planted as a link to /etc/passwd, or to another run) is
     refused, not followed, and so is a FIFO or a device (opened without waiting for a writer, so a
     FIFO never hangs the reader). UnreadableInput for those; OSError (FileNotFoundError...) as
-    os.open raises it otherwise. The caller closes it."""
+    os.open raises it otherwise. The caller closes it.
+
+    `dir_fd`: `path`'s folder, already open (a walk by descriptor): its last name is opened there,
+    so a folder on the way swapped for a link meanwhile is never followed; `path` names it in errors."""
+    name = Path(path).name if dir_fd is not None else path
     try:
-        fd = os.open(path, _OPEN_RECORD_FILE)
+        fd = os.open(name, _OPEN_RECORD_FILE, dir_fd=dir_fd)
     except OSError as exc:
-        if os.path.islink(path):
+        if _is_link(name, dir_fd):
             raise UnreadableInput(f"{path} is a symbolic link; a record's files are read only as regular files, never through a link") from None
         raise exc
     try:
@@ -39,6 +43,13 @@ def open_record_file(path: Path) -> int:
         os.close(fd)
         raise UnreadableInput(f"{path} is not a regular file (a FIFO, device or directory); refusing to read it")
     return fd
+
+
+def _is_link(name: str | Path, dir_fd: int | None) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+    except OSError:
+        return False
 
 
 def read_record_bytes(path: Path) -> bytes:

@@ -86,7 +86,9 @@ def _dynamo_sources(cause: Cause) -> list[str]:
     sources = []
     for _compile_id, guard in cause.facts.get("failures", ()):
         match = _SIZE_GUARD.search(guard or "")
-        if match and (source := _source_of(match.group("name"))) not in sources:
+        # A name torch wrote is printable: one with a control character is a record's forgery, and
+        # would reach the re-run's environment (a NUL stopped the verification with a traceback).
+        if match and match.group("name").isprintable() and (source := _source_of(match.group("name"))) not in sources:
             sources.append(source)
     return sources
 

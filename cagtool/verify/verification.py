@@ -29,6 +29,7 @@ recompiles went up; else **no effect**.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import subprocess
@@ -39,14 +40,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cagtool.capture.run.self_launch import python_module_argv
-from cagtool.errors import CagtoolError, EXIT_GATE_FAILED, UsageError
+from cagtool.errors import CagtoolError, EXIT_GATE_FAILED, UnreadableInput, UsageError
 from cagtool.record.atomic import check_confined, make_new_dir, open_new, write_atomic
 from cagtool.record.loader import RunRecord, load_run
 from cagtool.record.seal import check_job
 from cagtool.report.compare.analysis import compare_runs, mode_fields
 from cagtool.report.figures.intervals import ratio_text
 from cagtool.report.recompiles.verification import VERIFICATION_FILE, VERIFICATION_FORMAT
-from cagtool.capture.run.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV
+from cagtool.capture.run.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV, SOURCE_DIGEST_ENV, SourceChanged
 from cagtool.verify.fixes import Fix
 
 VERIFY_DIR = "verify"
@@ -306,6 +307,15 @@ def _why_it_failed(record: RunRecord, mode: str, stderr: Path) -> str:
     return f"see {stderr}"
 
 
+def _source_changed(record: RunRecord, mode: str) -> str | None:
+    """The re-run's refusal to run code other than what --verify checked (target.py), if it refused."""
+    for name, rep in record.modes.items():
+        failed = rep.manifest.exception
+        if (name == mode or name.startswith(f"{mode}.")) and failed is not None and failed.type == SourceChanged.__name__:
+            return failed.message
+    return None
+
+
 def _last_line(path: Path) -> str:
     try:
         lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
@@ -364,12 +374,17 @@ def verify(
         argv = rerun_argv(run, mode, repeat, out, fix)
         env = {**os.environ, **(fix.env if fix is not None else {})}
         said = f"  ({', '.join(f'{k}={v}' for k, v in fix.env.items())})" if fix and fix.env else ""
+        script = Path(os.path.abspath(os.path.join(run.meta.cwd or ".", run.meta.target["name"])))
+        sealed = (run.meta.job_seal or {}).get("files", {}).get(str(script))
+        if run.meta.target.get("kind") == "script" and isinstance(sealed, str):
+            # What check_job found in the script is what runs (target.py, SOURCE_DIGEST_ENV).
+            env[SOURCE_DIGEST_ENV] = f"{sealed} {script}"
         if fix is not None and fix.patch is not None and fix.patch.patched is not None:
-            script = Path(run.meta.cwd or ".", run.meta.target["name"])
             copy = root / f"{name}-{script.name}"
             write_atomic(copy, fix.patch.patched, root=run_dir)
             copies[name] = copy
-            env.update({PATCH_TARGET_ENV: str(script.resolve()), PATCHED_SOURCE_ENV: str(copy)})
+            env.update({PATCH_TARGET_ENV: str(script.resolve()), PATCHED_SOURCE_ENV: str(copy),
+                        SOURCE_DIGEST_ENV: f"{hashlib.sha256(fix.patch.patched.encode('utf-8')).hexdigest()} {script}"})
             said = f"  (runs the patched copy {copy} in place of {fix.patch.file}; your file is not changed)"
         progress(f"{name}: {' '.join(_shown(a) for a in argv[3:])}" + said.replace(str(root), _shown(str(root))))
         began = time.monotonic()
@@ -388,6 +403,8 @@ def verify(
         last = _last_line(base_stderr)
         raise UsageError(f"the baseline re-run did not start (exit {base_code}{': ' + last if last else ''}); see {base_stderr}")
     baseline, base_record = _side("baseline", base_path, mode, base_wall)
+    if (changed := _source_changed(base_record, mode)) is not None:
+        raise UnreadableInput(f"{changed}; record the run again")
     if baseline.status != "finished":
         # Nothing can be measured against a job that fails without any fix: the fixes are not run.
         raise BaselineFailed(f"the baseline re-run itself failed, without any fix ({_why_it_failed(base_record, mode, base_stderr)}; "
@@ -410,6 +427,8 @@ def verify(
         ran_copy = all(r.manifest.options.get("patched_source") for n, r in fixed_record.modes.items() if n == mode or n.startswith(f"{mode}."))
         if fix.patch is not None and not ran_copy:
             verdict, reasons = FAILED, ["the re-run did not run the patched copy: nothing measured of the patch"]
+        if (changed := _source_changed(fixed_record, mode)) is not None:
+            verdict, reasons = FAILED, [changed]
         result.fixes.append(FixResult(
             fix.name, fix.title, fix.who, list(fix.causes), list(fix.run_flags), dict(fix.env), measured, verdict, reasons,
             speedup=speedup.ratio if speedup else None, speedup_low=speedup.low if speedup else None,

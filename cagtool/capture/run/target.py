@@ -141,6 +141,21 @@ def module_file(target: Target) -> str | None:
 # starts inherits the environment, and runs its own script unless it is the one patched.
 PATCH_TARGET_ENV = "CAGTOOL_PATCH_TARGET"  # realpath of the script the copy stands in for
 PATCHED_SOURCE_ENV = "CAGTOOL_PATCHED_SOURCE"  # the patched copy
+# `--verify` checked the code its re-runs run (the script against its seal, or the copy it wrote),
+# but a re-run reads it later, by path: a file swapped meanwhile (the copy under a run directory
+# others can write, the script in a shared folder) must not run in its place. "<sha256> <script's
+# absolute path>": the code run for that script must have that digest.
+SOURCE_DIGEST_ENV = "CAGTOOL_SOURCE_DIGEST"
+
+
+class SourceChanged(Exception):
+    """The code `--verify` checked is not what its re-run found: nothing of it was run."""
+
+
+def checked_digest(target: Target) -> str | None:
+    """The SHA-256 the code run for `target` must have, when `--verify` checked it."""
+    digest, _, script = os.environ.get(SOURCE_DIGEST_ENV, "").partition(" ")
+    return digest if target.kind == "script" and digest and script == os.path.abspath(target.name) else None
 
 
 def patched_source_for(target: Target) -> str | None:
@@ -158,22 +173,30 @@ def run_target(target: Target) -> None:
         sys.argv = [target.name, *target.args]
         sys.path[0] = os.path.dirname(os.path.realpath(target.name))
         # python 3.11 makes __file__ absolute
-        _exec_as_main(os.path.abspath(target.name), code_path=patched_source_for(target))
+        _exec_as_main(os.path.abspath(target.name), code_path=patched_source_for(target), digest=checked_digest(target))
     else:
         sys.argv = [target.name, *target.args]  # runpy replaces argv[0] with the module's file
         sys.path[0] = os.getcwd()
         runpy.run_module(target.name, run_name="__main__", alter_sys=True)
 
 
-def _exec_as_main(path: str, code_path: str | None = None) -> None:
+def _exec_as_main(path: str, code_path: str | None = None, digest: str | None = None) -> None:
     """What `python path` does: a fresh __main__ module (so pickling classes from the script
     works) whose code runs with sys.argv[0] left as the user typed it (runpy.run_path rewrites it).
-    `code_path`: run that file's code instead, as `path` (its tracebacks name the file they ran)."""
+    `code_path`: run that file's code instead, as `path` (its tracebacks name the file they ran).
+    `digest`: the SHA-256 the bytes read must have (SourceChanged otherwise): the bytes checked are
+    the bytes compiled, read once."""
     import builtins
     import types
 
     with open(code_path or path, "rb") as handle:
-        code = compile(handle.read(), code_path or path, "exec", dont_inherit=True)
+        source = handle.read()
+    if digest is not None:
+        import hashlib
+
+        if hashlib.sha256(source).hexdigest() != digest:
+            raise SourceChanged(f"{code_path or path} changed after `recompiles --verify` checked it: not run")
+    code = compile(source, code_path or path, "exec", dont_inherit=True)
     main = types.ModuleType("__main__")
     main.__dict__.update({"__file__": path, "__builtins__": builtins, "__cached__": None, "__spec__": None, "__loader__": None, "__package__": None})
     # Registered before the script registers its own: atexit runs handlers last-in first-out.

@@ -592,3 +592,40 @@ def test_a_guard_on_a_python_number_checks_its_type_and_an_attribute_set_before_
         return run
 
     assert _unique_graphs(calls(None)) == 2 and _unique_graphs(calls("single_label_classification")) == 1
+
+
+def test_work_outside_the_scripts_modes_reaches_none_and_restores_them():
+    """capture/outside_modes.py: cagtool's ops reach neither kind of mode the script entered, and
+    both stacks are as they were after (docs/torch-internals.md, "The script's modes")."""
+    from torch.overrides import BaseTorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from cagtool.capture.outside_modes import outside_user_modes
+
+    seen: list[str] = []
+
+    class Functions(BaseTorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(f"function:{getattr(func, '__name__', func)}")
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    class Dispatch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(f"dispatch:{func.__name__}")
+            return func(*args, **(kwargs or {}))
+
+    def work() -> float:
+        assert torch.arange(2).device == x.device
+        return (x * 2).sum().item()
+
+    x = torch.ones(3)
+    assert outside_user_modes(work) == 6.0  # no mode entered: nothing to take off
+    outer, inner, dispatch = Functions(), Functions(), Dispatch()
+    with outer, inner, dispatch:
+        lengths = outside_user_modes(lambda: (work(), torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack()))
+        assert lengths == (6.0, 0, 0)
+        assert seen == []
+        assert torch._C._len_torch_function_stack() == 2 and torch._C._len_torch_dispatch_stack() == 1
+        assert torch.overrides._get_current_function_mode() is inner
+        (x + 1).sum()
+    assert "dispatch:add.Tensor" in seen and "function:add" in seen

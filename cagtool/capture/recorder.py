@@ -171,11 +171,17 @@ class Recorder:
             parts += ([self.steps.uninstall, self.observer.uninstall, self.taps.uninstall]
                       + ([self.compiling.uninstall] if self.compiling is not None else [])
                       if uninstall else [self.steps.device.finish])
-        for part in parts:
-            try:
-                part()
-            except BaseException:  # noqa: BLE001 - the record must still close
-                pass
+        from cagtool.capture.outside_modes import outside_user_modes
+
+        def run_parts() -> None:
+            for part in parts:
+                try:
+                    part()
+                except BaseException:  # noqa: BLE001 - the record must still close
+                    pass
+
+        # A Python API block ends inside whatever mode the script entered around it.
+        outside_user_modes(run_parts)
 
     def _emit_grad_digests(self) -> None:
         """The gradient digests, read back from the device now (the run's only wait for them), and

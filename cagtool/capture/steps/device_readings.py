@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cagtool.capture.outside_modes import outside_user_modes
 from cagtool.record.writer import RecordWriter
 from cagtool.record.schema import StepDeviceEvent
 
@@ -82,7 +83,7 @@ class DeviceReadings:
             self.dropped_losses += 1
             return
         try:
-            slot = self._copy_to_host(loss)
+            slot = outside_user_modes(self._copy_to_host, loss)  # the drain may run inside the script's modes
         except Exception:  # noqa: BLE001 - kept on the device instead, as it was
             slot = None
         if slot is None:

@@ -32,6 +32,7 @@ import threading
 import weakref
 from typing import Any, Iterable
 
+from cagtool.capture.outside_modes import outside_user_modes
 from cagtool.capture.steps.sharded import is_shard, local_part, readable
 from cagtool.record.schema import OPTIMIZER_TENSOR_PREFIX, REASON_EARLIER_MODE, REASON_EVERY, REASON_FIRST, REASON_LAST, REASON_RECOMPILE
 
@@ -259,7 +260,8 @@ class GradDigests:
         # Stay armed: another optimizer stepping in the same step digests its own parameters; the
         # next step's first look disarms.
         self.countdown = 0
-        self.digest(step, reasons, _params_of(optimizer))
+        # inside the optimizer's step(), where the script's modes may be entered
+        outside_user_modes(self.digest, step, reasons, _params_of(optimizer))
 
     def digest(self, step: int, reasons: list[str], params: list[Any]) -> None:
         import torch

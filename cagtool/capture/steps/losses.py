@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cagtool.capture.outside_modes import outside_user_modes
 from cagtool.capture.steps.sharded import is_dtensor
 
 
@@ -12,7 +13,11 @@ def read_loss(tensor: Any) -> tuple[float | None, Any]:
     for a scalar on an accelerator, read at the end of the run (device_readings.py); (None, None)
     for anything else. Called by the drain for each backward call's one-element first output: in
     the hook itself with CUDA in use (the hook drains there), else a few steps later, several in a
-    row."""
+    row. Read outside the script's modes (outside_modes.py): the drain may run inside them."""
+    return outside_user_modes(_read, tensor)
+
+
+def _read(tensor: Any) -> tuple[float | None, Any]:
     try:
         if tensor.__class__.__name__ == "DTensor" and is_dtensor(tensor):  # the name first: a plain loss pays one compare
             # A DTensor loss (tensor parallel's loss_parallel): read only where every rank holds

@@ -125,3 +125,19 @@ def test_a_loss_term_on_some_steps_names_its_nodes_and_a_new_backward_line_is_it
     assert probe["source"]["code"] == "domain(probe).pow(2).mean().backward()"
     assert probe["fix"] == ["Nothing to fix: each backward call's graph is captured once and reused."]
     assert "a Python branch" not in said + _said(probe)
+
+
+def test_clip_hooks_registered_after_warmup_are_switched_by_a_tensor_and_not_moved(record_run, tmp_path):
+    """Hooks registered on each parameter under `if step == 3:`: one CA recompile. Moved before the
+    loop they would clamp from the first step; the fix switches them with a tensor (checked by
+    hand: a tensor bound, no recompile and the same loss; a Python flag, a Dynamo recompile)."""
+    run = _recorded(record_run, "clip_hooks_after_warmup.py")
+    [hook] = _causes(run)
+    assert hook["code"] == "hook_changed" and hook["steps"] == [3]
+    assert "switch what it does with a tensor it reads" in hook["fix"][0] and "cheaper" not in hook["fix"][0]
+    copy = Path(shutil.copytree(run, tmp_path / "run"))
+    proc = cagtool_in_process("recompiles", str(copy), "--explain", "--verify", "--format", "json", env={"CI": "true"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [skipped] = json.loads(proc.stdout)["verification"]["not_applied"]
+    assert "registers hooks in the loop at line 13, under the `if` at line 12 of its training loop" in skipped["why"]
+    assert "every iteration" not in skipped["why"]

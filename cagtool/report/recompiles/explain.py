@@ -239,7 +239,10 @@ def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     return {
         "changes": changes,
         # Per capture that grew the graph, the nodes it has that the graph before it had not.
-        "added_nodes": [(r.compile_id, added) for r, c in zip(cause.rows, changes) if c.before is None and (added := _added_nodes(table, r))],
+        # (The first few, as many as the words list: a storm has thousands.)
+        "added_nodes": [(r.compile_id, added) for r, c in
+                        [(r, c) for r, c in zip(cause.rows, changes) if c.before is None][:MAX_LISTED]
+                        if (added := _added_nodes(table, r))],
         "branch": branch,
         "other_backward_calls": _other_backward_calls(table, cause),
         "new_backward_call": _new_backward_call(table, cause),
@@ -626,7 +629,7 @@ def _structure(cause: Cause, cwd: str) -> Words:
         f"Seen {facts['distinct_structures']} distinct structures {where(cause, cwd)}".rstrip() + ".",
         "The node that differs: " + elide(items) + ".",
     ]
-    for compile_id, added in facts.get("added_nodes", [])[:MAX_LISTED]:
+    for compile_id, added in facts.get("added_nodes", []):
         names = [n for n, _ in added]
         listed = elide([short_name(n) + (f" x{k}" if k > 1 else "") for n, k in added], limit=8)
         custom = custom_function_nodes(names)

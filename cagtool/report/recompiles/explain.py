@@ -1408,8 +1408,8 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         name = facts["value_changes"][0].source
         return [f"Nothing to fix: one recompile, then `{name}` is an input of the compiled graph and its later values reuse it.",
                 f"To skip that recompile too, pass it as a tensor (`torch.tensor({name})`) where it is only used in tensor "
-                "arithmetic, or compile it dynamic from the start (TORCH_COMPILE_DYNAMIC_SOURCES, torch's suggestion below "
-                "where it made one)."]
+                "arithmetic: a tensor's value is not guarded. (TORCH_COMPILE_DYNAMIC_SOURCES, which torch's PGO suggests for "
+                "it, does not: Dynamo still compiles a float's first value as a constant.)"]
     if kind == GUARD_VALUE and _specialised_each(facts):
         name = facts["value_changes"][0].source
         fixes = [f"Nothing to fix if `{name}` takes a few values (a schedule that ends): each is compiled once and cached, "

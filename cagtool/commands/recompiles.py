@@ -161,7 +161,7 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     mode = options.mode or ("ca" if "ca" in record.modes else next(iter(record.modes)))
     index = next((i for i, t in enumerate(tables) if t.mode == mode), 0)
     explanation = explanations[index]
-    from cagtool.report.recompiles.explain import ca_started_dynamic
+    from cagtool.report.recompiles.explain import ca_started_dynamic, nothing_to_fix
 
     # ca-dynamic changes nothing where compiled autograd already started dynamic: `run --dynamic`,
     # or the script's own `_enable(compiler, dynamic=True)` (its first graph took its sizes as inputs).
@@ -206,6 +206,8 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
             continue
         if c.number in applicable:
             why = f"not verified this time: --fix {options.fix} asked for another fix"
+        elif nothing_to_fix(c, record.meta.cwd or ""):
+            why = "nothing to fix: the explanation finds these recompiles one-time, each graph cached from then on"
         elif patch is not None:
             why = f"needs a change to the code; not applied: {patch.why_not}"
         else:

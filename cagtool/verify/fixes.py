@@ -69,6 +69,10 @@ class Fix:
         return f"{self.title} ({how})"
 
 
+# The inputs of a compiled-autograd graph as torch's PGO names them (its `forward(self, inputs,
+# sizes, scalars, hooks, ...)`): not a forward frame's.
+_CA_GRAPH_SOURCE = re.compile(r"L\['(?:inputs|sizes|scalars|hooks|packed_data)'\]\[\d+\]")
+
 _HEAD = re.compile(r"(?P<head>[A-Za-z_]\w*)(?P<rest>.*)")
 
 
@@ -126,11 +130,19 @@ def fixes_for(explanation: Explanation, dynamic_already: bool = False, pgo_sugge
             if found:
                 frames.append(cause.number)
                 sources += [s for s in found if s not in sources]
+    torch_sources = pgo_dynamic_sources(pgo_suggestion) if pgo_suggestion else None
+    if sources and torch_sources:
+        # The first failing guard names one input; another the code ties to it (`h * mask`, with
+        # `tokens` of the same length) keeps it specialised unless it is dynamic too, and torch's
+        # own list names it (torch 2.13, checked by hand: `mask` alone, still 1 recompile; `tokens`
+        # and `mask`, none). Its forward frames' sources join when it names every one found here.
+        listed = [s.strip() for s in torch_sources.split(",") if s.strip()]
+        if all(s in listed for s in sources):
+            sources += [s for s in listed if s not in sources and not _CA_GRAPH_SOURCE.match(s)]
     fixes = []
     if shapes and not dynamic_already:
         fixes.append(Fix("ca-dynamic", "compiled autograd's sizes start dynamic", tuple(shapes), run_flags=("--dynamic",),
                          torch_says=pgo_suggestion))
-    torch_sources = pgo_dynamic_sources(pgo_suggestion) if pgo_suggestion else None
     if torch_sources and (shapes or frames):
         # Torch's own advice, applied as it words it: its list also names the compiled-autograd
         # graph's size inputs (L['sizes'][i]), whose Dynamo recompile ca-dynamic alone leaves.

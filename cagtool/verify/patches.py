@@ -108,6 +108,19 @@ def _loop_registrations(tree: ast.AST) -> list[ast.stmt]:
     return sorted(set(found), key=lambda stmt: stmt.lineno)
 
 
+def _registration_loop_under_if(tree: ast.AST, stmt: ast.stmt) -> tuple[ast.For | ast.While, ast.If] | None:
+    """(the loop whose body holds the registration, the `if` it sits in) when that `if` is in
+    another loop's body: `if step == 3: for p in params: p.register_hook(...)` in a training loop,
+    hooks registered once, on several tensors, not on every iteration."""
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    inner = parents.get(stmt)
+    branch = parents.get(inner) if isinstance(inner, (ast.For, ast.While)) else None
+    outer = parents.get(branch) if isinstance(branch, ast.If) else None
+    if isinstance(outer, (ast.For, ast.While)) and branch in outer.body:
+        return inner, branch  # type: ignore[return-value]
+    return None
+
+
 def _inside_another_loop(tree: ast.AST, loop: ast.AST) -> bool:
     """Whether a loop is nested in another loop of the same function (or module body)."""
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
@@ -138,6 +151,14 @@ def hook_patch(cause: Cause, script: str, display: str) -> Patch:
     candidates = _conditional_registrations(tree)
     if not candidates:
         every = _loop_registrations(tree)
+        guarded = _registration_loop_under_if(tree, every[0]) if every else None
+        if guarded is not None:
+            inner, branch = guarded
+            return Patch("hook-before-loop", (cause.number,), title, display, every[0].lineno, "", False,
+                         f"the script registers hooks in the loop at line {inner.lineno}, under the `if` at line {branch.lineno} "
+                         "of its training loop: registered before the training loop by hand they would run from its first "
+                         "step (a hook that changes gradients would change what the job computes); switch what the hook "
+                         "does with a tensor instead, as the explanation says")
         if every:
             where = ", ".join(str(stmt.lineno) for stmt in every)
             return Patch("hook-before-loop", (cause.number,), title, display, every[0].lineno, "", False,

@@ -174,6 +174,27 @@ def _node_change(table: RecompileTable, row: RecompileRow) -> NodeChange:
     return NodeChange(row.compile_id, row.step, row.node_call, row.node or "?", before, where)
 
 
+def _added_nodes(table: RecompileTable, row: RecompileRow) -> list[tuple[str, int]]:
+    """(name, how many) of the autograd nodes the graph a miss produced has beyond the graph
+    captured before it, most first: what the backward gained (a loss term, a custom Function)."""
+    produced = table.graphs.get(row.ca_id) if row.ca_id is not None else None
+    previous = table.previous_graph(row.ca_id)
+    if produced is None or previous is None:
+        return []
+    return sorted((_autograd_names(produced) - _autograd_names(previous)).items(), key=lambda item: (-item[1], item[0]))
+
+
+# torch names a built-in op's node `<Op>Backward<N>`; a custom torch.autograd.Function's node is
+# `<Class>Backward` (its class name and no number); CompiledFunction* are torch.compile's own.
+_CUSTOM_FUNCTION_NODE = re.compile(r"(?P<cls>[A-Za-z_]\w*?)Backward$")
+
+
+def custom_function_nodes(names: list[str]) -> list[str]:
+    """The custom torch.autograd.Function classes among node names (`GradReverseBackward` -> `GradReverse`)."""
+    return [m["cls"] for n in names if (m := _CUSTOM_FUNCTION_NODE.match(n))
+            and not n.startswith(("CompiledFunction", "BackwardHookFunction"))]
+
+
 def _stability(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     steps = cause.steps
     last = table.last_step
@@ -217,8 +238,14 @@ def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         cause.source = branch  # torch's own report of the branch beats the line a node traceback names
     return {
         "changes": changes,
+        # Per capture that grew the graph, the nodes it has that the graph before it had not.
+        # (The first few, as many as the words list: a storm has thousands.)
+        "added_nodes": [(r.compile_id, added) for r, c in
+                        [(r, c) for r, c in zip(cause.rows, changes) if c.before is None][:MAX_LISTED]
+                        if (added := _added_nodes(table, r))],
         "branch": branch,
         "other_backward_calls": _other_backward_calls(table, cause),
+        "new_backward_call": _new_backward_call(table, cause),
         "grew": grew,
         "node_calls": sorted(n for n in node_calls if n is not None),
         "variants": variants,
@@ -231,6 +258,21 @@ def ca_started_dynamic(table: RecompileTable) -> bool:
     """Whether compiled autograd's first graph took its sizes as inputs (CAGraphEvent.num_sizes):
     it was captured dynamic, by the script's own `_enable` or `run --dynamic`."""
     return bool(table.graphs) and table.graphs[min(table.graphs)].num_sizes > 0
+
+
+def _new_backward_call(table: RecompileTable, cause: Cause) -> SourceRef | None:
+    """The line of a backward call that no capture before the cause's first came from, when the
+    cause is that line's captures: its first graph is compared with another call's (a second loss
+    with its own backward later in the script), not with an earlier graph of the same call."""
+    first = cause.rows[0]
+    earlier = [r for r in table.rows if r.source == SOURCE_CA and r.seq < first.seq]
+    # Only where every line known is the backward call's (a node's traceback names where it was made).
+    if not earlier or any(r.user_source is None or r.user_source.how != "backward_call" for r in (*cause.rows, *earlier)):
+        return None
+    lines = {_location(r.user_source) for r in cause.rows}
+    if len(lines) != 1 or any(_location(r.user_source) in lines for r in earlier):
+        return None
+    return first.user_source
 
 
 def _other_backward_calls(table: RecompileTable, cause: Cause) -> list[SourceRef]:
@@ -363,6 +405,10 @@ class ValueChange:
     as_input: bool  # the new compile guards only the value's type: it is an input of the graph
     owners: tuple[tuple[str, str], ...]  # (source, class) of the objects it is reached through
     assigned: tuple[str, str] | None  # (code, place) where the failed entry's compiled code sets it
+    entry: str = ""  # the compile id of the cache entry whose guard failed (torch's `0/1: p == 0.05`)
+    # The new compile's tree checks only the value's type, yet the next recompile failed on that
+    # compile's own guard on the value: it was specialised again (a symbolic guard), not an input.
+    specialised_again: bool = False
 
 
 def _value_changes(table: RecompileTable, cause: Cause) -> list[ValueChange]:
@@ -383,13 +429,21 @@ def _value_changes(table: RecompileTable, cause: Cause) -> list[ValueChange]:
             before_type=(table.guarded[(entry, source)].type_name if (entry, source) in table.guarded else python_type_of(before)),
             after=new.constant if new is not None else None, after_type=new.type_name if new is not None else "",
             as_input=new is not None and new.constant is None, owners=owners,
-            assigned=table.assignments.get((entry, source))))
+            assigned=table.assignments.get((entry, source)), entry=entry))
     # Without the new compile's tree, the next recompile's failing guard on the same value says
-    # what the compile before it was made for.
+    # what the compile before it was made for. Where that guard is the compile's own (torch names
+    # it: `0/1: p == 0.05`), it overrides a tree that checks only the type: the value became a
+    # symbol there and an op that needs a constant (F.dropout's p) specialised it again, a guard
+    # of the symbolic kind that the tree does not list as a constant.
     for i, change in enumerate(changes[:-1]):
         following = changes[i + 1]
-        if change.after is None and not change.as_input and following.source == change.source:
+        if following.source != change.source:
+            continue
+        if change.after is None and not change.as_input:
             changes[i] = dataclasses.replace(change, after=following.before, after_type=following.before_type)
+        elif change.as_input and following.entry == change.compile_id:
+            changes[i] = dataclasses.replace(change, as_input=False, after=following.before, after_type=following.before_type,
+                                             specialised_again=True)
     return changes
 
 
@@ -566,6 +620,8 @@ def _structure(cause: Cause, cwd: str) -> Words:
     others = facts.get("other_backward_calls") or []
     if others:
         return _other_backward_words(cause, others, cwd)
+    if facts.get("new_backward_call") is not None and cause.count == 1:
+        return _new_backward_words(cause, facts["new_backward_call"], cwd)
     title = f"The autograd graph's structure changes between iterations ({plural(cause.count, 'recompile')})"
     why = [
         "Compiled autograd caches one graph per graph structure; a backward whose graph has "
@@ -573,6 +629,14 @@ def _structure(cause: Cause, cwd: str) -> Words:
         f"Seen {facts['distinct_structures']} distinct structures {where(cause, cwd)}".rstrip() + ".",
         "The node that differs: " + elide(items) + ".",
     ]
+    for compile_id, added in facts.get("added_nodes", []):
+        names = [n for n, _ in added]
+        listed = elide([short_name(n) + (f" x{k}" if k > 1 else "") for n, k in added], limit=8)
+        custom = custom_function_nodes(names)
+        mine = (f"; {_names_text(custom)}: a torch.autograd.Function subclass whose backward is in it"
+                if len(custom) == 1 else f"; {_names_text(custom)}: torch.autograd.Function subclasses whose backward is in it"
+                ) if custom else ""
+        why.append(f"Nodes {compile_id} has beyond the graph before it: {listed} (what the loss gained on those steps{mine}).")
     if grew == len(changes) and len(changes) > 1:
         why.append("Every miss is a node the earlier graphs did not have: the graph grows (a loop whose trip count changes per step, or ops chosen per step).")
     elif any(len(v) > 1 for v in facts["variants"].values()):
@@ -603,6 +667,20 @@ def _structure(cause: Cause, cwd: str) -> Words:
             "If the variation is by design, compiled autograd will keep recompiling: run that part "
             "without it (torch._dynamo.compiled_autograd._disable()).",
         ]
+    return Words(title, why, fix, evidence_text(cause.evidence))
+
+
+def _new_backward_words(cause: Cause, call: SourceRef, cwd: str) -> Words:
+    change = cause.facts["changes"][0]
+    at = f"step {change.step}" if change.step is not None else change.compile_id
+    title = f"A backward called from a new line: its first graph ({plural(cause.count, 'capture')})"
+    why = [f"At {at} backward was called at {format_source(call, cwd)}, a line no earlier backward came from: its graph is "
+           "another graph than the ones captured before (their nodes differ), so compiled autograd captures it once. "
+           "It is not the same backward changing between steps."]
+    stability = stability_sentence(cause.facts, "new structure")
+    if stability:
+        why.append(stability)
+    fix = ["Nothing to fix: each backward call's graph is captured once and reused."]
     return Words(title, why, fix, evidence_text(cause.evidence))
 
 
@@ -641,9 +719,15 @@ def _hook(cause: Cause, cwd: str) -> Words:
     if stability:
         why.append(stability)
     why.append("Removing a hook returns to an already cached graph (no recompile); adding a new one costs a capture each time.")
+    # torch 2.13, checked by hand (a clamp hook on each parameter from step 3): registered before
+    # the loop behind a Python flag, the CA recompile becomes a Dynamo recompile of the CA graph
+    # (compiled autograd traces the hook; Dynamo guards the flag); behind a tensor bound that is
+    # inf until step 3 (`bound.fill_(0.1)` then), no recompile and the same loss.
     fix = [
-        "Register hooks once, before the first backward, and keep them; a hook that checks a flag "
-        "is cheaper than adding and removing it.",
+        "Register hooks once, before the first backward, and keep them. A hook meant to act only from some step on: "
+        "switch what it does with a tensor it reads (a clamp bound that is inf until then, set with `bound.fill_(...)`), "
+        "not with a Python flag: compiled autograd traces the hook, and Dynamo guards a flag it reads, so flipping the "
+        "flag recompiles the backward too.",
     ]
     return Words(title, why, fix, evidence_text(cause.evidence))
 
@@ -762,6 +846,14 @@ MAYBE_MARK_DYNAMIC = "torch._dynamo.maybe_mark_dynamic(tensor, dim)"
 _REQUIRES_GRAD_OF = re.compile(r"tensor '(?P<name>.+)' requires_grad mismatch\. expected requires_grad=(?P<expected>\d)")
 
 
+def requires_grad_ways(facts: dict[str, Any]) -> list[str]:
+    """"frozen" / "unfrozen" for each requires_grad guard that failed, in order, once each: torch's
+    `expected requires_grad=1` is what the compiled entry had, so the parameter no longer requires
+    grad (frozen); `=0`, it now does (unfrozen)."""
+    found = [m for _, g in facts.get("failures") or [("", facts.get("guard", ""))] if (m := _REQUIRES_GRAD_OF.search(g))]
+    return list(dict.fromkeys("unfrozen" if m["expected"] == "0" else "frozen" for m in found))
+
+
 def smaller_batch(guard: str) -> tuple[str, int, int] | None:
     """(tensor, before, after) when a size guard failed on dim 0 getting smaller: a batch smaller
     than the ones before it (a DataLoader's last batch, when the data does not divide evenly)."""
@@ -796,9 +888,7 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
             return f"autocast was turned on or off around the compiled call (`{state}`)"
         return f"global state changed (`{state}`)"
     if kind == GUARD_REQUIRES_GRAD:
-        # Each failure's own direction (expected 0: the parameter now requires grad, unfrozen).
-        found = [m for _, g in facts.get("failures") or [("", guard)] if (m := _REQUIRES_GRAD_OF.search(g))]
-        ways = list(dict.fromkeys("unfrozen" if m["expected"] == "0" else "frozen" for m in found))
+        ways = requires_grad_ways(facts)
         was = f" ({', then '.join(ways)})" if ways else ""
         if facts.get("requires_grad_inputs"):
             return f"an input's requires_grad changed (`{'`, `'.join(facts['requires_grad_inputs'])}`)"
@@ -948,6 +1038,23 @@ def _owner_words(facts: dict[str, Any]) -> str:
     return " of " + ", of ".join(parts)
 
 
+def _made_input(facts: dict[str, Any]) -> bool:
+    """The value's last recompile compiled it as an input of the graph (its guards check only its type)."""
+    changes = facts.get("value_changes") or []
+    return (bool(changes) and changes[-1].as_input and len({c.source for c in changes}) == 1
+            and not _specialised_each(facts))
+
+
+def _specialised_each(facts: dict[str, Any]) -> bool:
+    """A compile that took the value as a symbol was guarded on it again (torch's next failing
+    guard is that compile's own `== value`), and every recompile on it but the last is specialised:
+    the code needs the value as a constant, so each new value compiles once more (the last
+    compile's tree, with no later failure to show it, is read as the earlier ones were)."""
+    changes = facts.get("value_changes") or []
+    return (len(changes) > 1 and len({c.source for c in changes}) == 1 and any(c.specialised_again for c in changes)
+            and not any(c.as_input for c in changes[:-1]))
+
+
 def _value_change_words(change: ValueChange, what: str) -> str:
     """What one recompile on a Python value saw: its compile id, then the change."""
     if _type_only(change):
@@ -1039,9 +1146,16 @@ def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
                 "in another (a detached tensor in one call, as a GAN's discriminator gets `fake.detach()`, and one that requires grad "
                 "in another, the generator's output): Dynamo guards on each input's requires_grad, so it compiles a graph for each."]
     if kind == GUARD_REQUIRES_GRAD:
-        return ["A parameter's requires_grad changed between calls (a module frozen or unfrozen, as fine-tuning does): Dynamo "
-                "guards on each parameter's requires_grad, so the forward is compiled once per set of trainable parameters, "
-                "and the backward gets nodes for the parameters that now train."]
+        backward = {
+            ("frozen",): "and the backward loses the nodes that accumulated the frozen parameters' gradients",
+            ("unfrozen",): "and the backward gets nodes for the parameters that now train",
+        }.get(tuple(requires_grad_ways(facts)), "and the backward's nodes change with the parameters that train")
+        why = ["A parameter's requires_grad changed between calls (a module frozen or unfrozen, as fine-tuning does): Dynamo "
+               f"guards on each parameter's requires_grad, so the forward is compiled once per set of trainable parameters, {backward}."]
+        if "force_parameter_static_shapes" in facts.get("guard", ""):
+            why.append("torch's hint in the guard (torch._dynamo.config.force_parameter_static_shapes = False) is about "
+                       "parameters' sizes: it does not apply to a requires_grad change.")
+        return why
     if facts.get("other_module") and kind in (GUARD_SIZE, GUARD_TENSOR_META, GUARD_ID, GUARD_TYPE):
         return [f"The recompiled frame is torch's wrapper of every torch.compile'd module's call (`inner`, "
                 f"torch/_dynamo/external_utils.py): one code object for all of them. This call, from {facts['other_module']}, "
@@ -1054,10 +1168,26 @@ def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
         name, before, after = batch
         return [f"Dim 0 of `{name}` went from {before} to {after}: a smaller batch. A DataLoader whose dataset size is not a "
                 f"multiple of batch_size makes the last batch of every epoch smaller ({after} rows here); Dynamo compiled the "
-                f"forward for {before} rows and compiles it again for {after}."]
+                f"forward for {before} rows and compiles it again for {after}.", *_automatic_dynamic(facts)]
+    if kind == GUARD_SIZE and (size := size_guard(facts.get("guard", ""))) is not None and size[1] > 0:
+        name, dim, before, after = size
+        return [f"Dim {dim} of `{name}` went from {before} to {after}: a length that varies per batch (a sequence padded to "
+                "each batch's longest, as a collate function for text does), not the batch size.", *_automatic_dynamic(facts)]
     if kind == GUARD_OTHER and (changes := facts.get("value_changes")):
         return [f"Dynamo compiles the frame for the value of `{changes[0].source}` it sees (a guard `== value`), so each new "
                 "value compiles it once more. Per recompile: " + elide([_value_change_words(c, "it") for c in changes]) + "."]
+    if kind == GUARD_VALUE and (changes := facts.get("value_changes")):
+        per = "Per recompile: " + elide([_value_change_words(c, "it") for c in changes]) + "."
+        if _made_input(facts):
+            return [f"Dynamo compiled the frame for the first value of `{changes[0].source}` it saw (a guard `== value`); when "
+                    "the value changed it compiled the frame again with the number as an input of the graph (automatic "
+                    f"dynamic), which every later value reuses. {per}"]
+        if _specialised_each(facts):
+            per = "Per recompile: " + elide([_value_change_words(dataclasses.replace(c, as_input=False), "it") for c in changes]) + "."
+            return [f"Dynamo compiles the frame for each value of `{changes[0].source}` it sees: even after the value changed, "
+                    "each new compile guards it again (`== value`), because the code uses it where torch needs a constant "
+                    f"(an op's argument such as F.dropout's p, a loop bound, a branch or a shape). {per}"]
+        return [per]
     if kind == GUARD_NONE and (changes := facts.get("value_changes")):
         first = changes[0]
         became = f" it was `{first.after}` (a {first.after_type})" if first.after is not None else " it was set"
@@ -1079,6 +1209,15 @@ def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
     return []
 
 
+def _automatic_dynamic(facts: dict[str, Any]) -> list[str]:
+    """A size recompile that stopped: Dynamo's recompile after a size guard failed compiles that
+    dimension dynamic (automatic_dynamic_shapes, on by default), so later sizes reuse it."""
+    if not facts.get("stabilised") or facts.get("recompiling_steps", 0) > 1:
+        return []
+    return ["Dynamo compiles the changed dimension dynamic when it recompiles for it (automatic dynamic shapes, on by "
+            "default): later sizes reuse that graph, one recompile in all, not one per size."]
+
+
 def _kept_static(name: str, dim: int, expected: int, actual: int) -> str:
     """Why a frame compiled with dynamic=True still guarded on a size (torch 2.13,
     docs/torch-internals.md "A size dynamic=True keeps static")."""
@@ -1090,6 +1229,21 @@ def _kept_static(name: str, dim: int, expected: int, actual: int) -> str:
                "constant (a branch on it, a view to it)")
     return (f"The frame was compiled with dynamic shapes (torch.compile(..., dynamic=True)), yet dim {dim} of `{name}` was static at "
             f"{expected} when it became {actual}: {why}. Dynamo then recompiled it.")
+
+
+def _tensor_variable(name: str, code: str) -> str:
+    """The tensor of a size guard as the caller names it: a plain local keeps its own name; `args[N]`
+    (a compiled module's positional input) is the Nth argument of the call at the user's line
+    (`loss_fn(model(x), y)` -> `x`); else `x`."""
+    if re.fullmatch(r"[A-Za-z_]\w*", name):
+        return name
+    index = re.fullmatch(r"args\[(\d+)\]", name)
+    call = _PLAIN_CALL.search(code or "")
+    if index and call:
+        args = [a.strip() for a in call["args"].split(",")]
+        if int(index[1]) < len(args) and re.fullmatch(r"[A-Za-z_][\w.]*", args[int(index[1])]):
+            return args[int(index[1])]
+    return "x"
 
 
 _PLAIN_CALL = re.compile(r"(?<![\w.])(?P<name>[A-Za-z_]\w*)\((?P<args>[^()]*)\)")
@@ -1151,17 +1305,27 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                 f"(`{_uncompiled_call(code)}` under torch.no_grad())."]
     if kind == GUARD_GLOBAL_STATE:
         if "autocast" in guard:
-            return ["Run every step under the same autocast setting (on for all of them, or for none): each setting has "
-                    "its own forward graph, and its own backward graph (autocast's casts are nodes in it), each compiled once."]
+            same = ("each setting has its own forward graph, and its own backward graph (autocast's casts are nodes in it), "
+                    "each compiled once")
+            if once:
+                return [f"Nothing to fix for autocast switched on (or off) once: {same} and cached.",
+                        "To skip that recompile, run every step under the same autocast setting; that changes what the steps "
+                        "before the switch compute (their precision)."]
+            return [f"Run every step under the same autocast setting (on for all of them, or for none): {same}."]
         return ["Keep that global setting the same around the compiled call, or compile one function per setting."]
     if kind == GUARD_REQUIRES_GRAD and facts.get("requires_grad_inputs"):
         return ["Nothing to fix when both kinds of call are part of every step: each graph is compiled once and cached."
                 if once or facts.get("stabilised") else
                 "Keep each call site's inputs either detached or not, the same every step: each combination is its own graph."]
     if kind == GUARD_REQUIRES_GRAD:
-        return ["Nothing to fix for an unfreeze done once or a few times: each set of trainable parameters is compiled once and cached."
+        ways = requires_grad_ways(facts)
+        change = {("frozen",): "a freeze", ("unfrozen",): "an unfreeze"}.get(tuple(ways), "a freeze or unfreeze")
+        needed = {("frozen",): "the frozen parameters have no gradients to accumulate any more",
+                  ("unfrozen",): "the parameters that now train have gradients to accumulate"}.get(
+                      tuple(ways), "the parameters that train decide which gradients it accumulates")
+        return [f"Nothing to fix for {change} done once or a few times: each set of trainable parameters is compiled once and cached."
                 if once else "Freezing and unfreezing often recompiles each time: unfreeze in a few fixed stages.",
-                "The new backward graph that goes with it is needed: the parameters that now train have gradients to accumulate."]
+                f"The new backward graph that goes with it is needed: {needed}."]
     if kind == GUARD_NONE and (changes := facts.get("value_changes")):
         first = changes[0]
         if first.after is not None and first.source.startswith("self."):
@@ -1211,8 +1375,18 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
             fixes.append("Or turn duck sizing off before compiling: torch.fx.experimental._config.use_duck_shape = False.")
         return fixes
     if kind == GUARD_SIZE:
-        fixes = [f"A tensor's shape changed: mark the dimension dynamic ({MAYBE_MARK_DYNAMIC}) or compile with dynamic=True; "
-                 "pad or bucket if it takes many values."]
+        size = size_guard(guard)
+        if size is not None and not on_ca:
+            # torch 2.13, checked by hand: maybe_mark_dynamic on `mask` alone still recompiles on `mask`
+            # when `h * mask` ties its length to a static `tokens`; marked on both, no recompile.
+            lead = "To skip even that recompile, mark" if once else "Mark"
+            fixes = [f"{lead} the dimension dynamic before the call: "
+                     f"torch._dynamo.maybe_mark_dynamic({_tensor_variable(size[0], code)}, {size[1]}), and the same on every other "
+                     "input whose size the code ties to it (a batch's tokens and its mask): marked on one alone, a static "
+                     "one it meets specialises it again. Or compile with dynamic=True; pad or bucket if it takes many values."]
+        else:
+            fixes = [f"A tensor's shape changed: mark the dimension dynamic ({MAYBE_MARK_DYNAMIC}) or compile with dynamic=True; "
+                     "pad or bucket if it takes many values."]
         if smaller_batch(guard) is not None:
             fixes.append("If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it (those samples are "
                          "not trained on that epoch), and every batch has one size.")
@@ -1230,6 +1404,24 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         return ["A different object (module, function, closure) reaches the compiled code each time: create it once, outside the loop."]
     if kind == GUARD_TYPE:
         return ["A value of a different type reaches the compiled code: keep argument types fixed."]
+    if kind == GUARD_VALUE and _made_input(facts) and facts.get("stabilised"):
+        name = facts["value_changes"][0].source
+        return [f"Nothing to fix: one recompile, then `{name}` is an input of the compiled graph and its later values reuse it.",
+                f"To skip that recompile too, pass it as a tensor (`torch.tensor({name})`) where it is only used in tensor "
+                "arithmetic: a tensor's value is not guarded. (TORCH_COMPILE_DYNAMIC_SOURCES, which torch's PGO suggests for "
+                "it, does not: Dynamo still compiles a float's first value as a constant.)"]
+    if kind == GUARD_VALUE and _specialised_each(facts):
+        name = facts["value_changes"][0].source
+        fixes = [f"Nothing to fix if `{name}` takes a few values (a schedule that ends): each is compiled once and cached, "
+                 "and each counts against the frame's recompile limit (torch._dynamo.config.recompile_limit), past which "
+                 "the frame runs uncompiled." if facts.get("stabilised") else
+                 f"`{name}` keeps taking new values and each is compiled anew until the recompile limit "
+                 "(torch._dynamo.config.recompile_limit) sends the frame to eager."]
+        fixes.append(f"To stop recompiling per value, move the call that needs `{name}` as a constant out of the compiled "
+                     "code: call it through torch.compiler.disable (`_op = torch.compiler.disable(op)` once, then `_op(...)` "
+                     "where the code called `op(...)`; a graph break there, and it runs eagerly, computing what it did). "
+                     f"Dynamo then recompiles once, at the first change, and takes `{name}` as an input that later values reuse.")
+        return fixes
     if kind == GUARD_VALUE:
         return ["A Python number the code specialised on changed value. If it only feeds shapes, Dynamo makes it "
                 "dynamic after one change; used as a loop bound or in control flow it recompiles per value: "
@@ -1373,6 +1565,13 @@ def cause_words(cause: Cause, cwd: str) -> Words:
     return words
 
 
+def nothing_to_fix(cause: Cause, cwd: str) -> bool:
+    """The explanation's verdict on a cause is that nothing needs fixing (a one-time recompile,
+    cached from then on): its first fix says so without a condition, or it has none."""
+    fix = cause_words(cause, cwd).fix
+    return not fix or fix[0].startswith(("Nothing to fix:", "Nothing to fix for "))
+
+
 def _consequence(cause: Cause, cwd: str) -> Words:
     """A CA recompile that follows from a forward recompile: what the backward saw, and that the
     fix is the root cause's (no advice written for a cause the script does not have)."""
@@ -1404,8 +1603,13 @@ def _consequence(cause: Cause, cwd: str) -> Words:
                        "captured once for each.")
             fix = [f"Goes with {root}: nothing to fix on its own."]
         elif root_kind == GUARD_REQUIRES_GRAD:
-            why.append("The parameters that now train have gradients to accumulate: the backward needs these nodes, "
-                       "captured once per set of trainable parameters.")
+            why.append({
+                ("frozen",): "The frozen parameters have no gradients to accumulate: the backward lost their nodes, "
+                             "captured once per set of trainable parameters.",
+                ("unfrozen",): "The parameters that now train have gradients to accumulate: the backward needs these nodes, "
+                               "captured once per set of trainable parameters.",
+            }.get(tuple(cause.facts.get("root_ways") or ()), "The parameters that train decide the backward's nodes: "
+                  "captured once per set of trainable parameters."))
             fix = [f"Goes with {root}: nothing to fix on its own."]
         else:
             fix = [f"Fixing {root} removes this one too: the backward changed only because its forward was recompiled."]
@@ -1599,6 +1803,8 @@ def group_causes(table: RecompileTable) -> list[Cause]:
             # What the root's guard was on decides what the follower's fix is.
             cause.facts["root_kind"] = by_number[cause.caused_by].facts.get("kind", "")
             cause.facts["root_inputs"] = by_number[cause.caused_by].facts.get("requires_grad_inputs", [])
+            if cause.facts["root_kind"] == GUARD_REQUIRES_GRAD:
+                cause.facts["root_ways"] = requires_grad_ways(by_number[cause.caused_by].facts)
     return ordered
 
 

@@ -102,7 +102,8 @@ def test_a_smaller_last_batch_is_named_and_drop_last_offered_beside_dynamic_shap
     assert root.facts["kind"] == GUARD_SIZE
     title, why, fixes = _all_words(explanation, cwd)[0]
     assert "Dim 0 of `args[0]` went from 32 to 4: a smaller batch" in why and "DataLoader" in why
-    assert "torch._dynamo.maybe_mark_dynamic(tensor, dim)" in fixes and "torch._dynamo.mark_dynamic(" not in fixes and "DataLoader(..., drop_last=True)" in fixes
+    # The tensor as the call at the user's line passes it (`model(x)`: torch's `args[0]`).
+    assert "torch._dynamo.maybe_mark_dynamic(x, 0)" in fixes and "torch._dynamo.mark_dynamic(" not in fixes and "DataLoader(..., drop_last=True)" in fixes
     assert cause_phrase(root).startswith("a smaller batch (a DataLoader's last?): the size of `args[0]` (dim 0) changed 32->4")
 
 

@@ -117,8 +117,10 @@ mode ca: 1 recompile in 5 steps (CA: 1, Dynamo forward-frame: 0, Dynamo CA-graph
   It has stabilised: no hook change after step 2; the last 2 steps reused cached graphs.
   Removing a hook returns to an already cached graph (no recompile); adding a new one costs a
     capture each time.
-  Fix: Register hooks once, before the first backward, and keep them; a hook that checks a flag is
-    cheaper than adding and removing it.
+  Fix: Register hooks once, before the first backward, and keep them. A hook meant to act only from
+    some step on: switch what it does with a tensor it reads (a clamp bound that is inf until then,
+    set with `bound.fill_(...)`), not with a Python flag: compiled autograd traces the hook, and
+    Dynamo guards a flag it reads, so flipping the flag recompiles the backward too.
   Evidence: !1 (step 2, seq N)
 
 Every recompile, one per row: cagtool recompiles RUN"""

@@ -1,0 +1,143 @@
+"""`recompiles --explain` on the recompiles ordinary training scripts meet (tests/scripts, each
+recorded once in the ca mode): a backbone frozen mid-run, Python floats scheduled per step, a
+collate function padding to each batch's longest, autocast turned on after warm-up, a loss term
+with a custom autograd.Function on some steps. Each cause is checked against torch's own guard
+text as recorded, and a fix the words give is verified by re-running the job with it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import cagtool_in_process, cli_in_process
+
+from cagtool.record.loader import load_run
+from cagtool.report.recompiles.explain import explain
+from cagtool.report.recompiles.table import recompile_table
+from cagtool.verify.fixes import fixes_for
+
+pytestmark = pytest.mark.slow
+
+
+def _recorded(record_run, script: str) -> Path:
+    run = record_run(f"../tests/scripts/{script}")
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.path
+
+
+def _causes(run: Path) -> list[dict]:
+    code, out, err = cli_in_process("recompiles", str(run), "--explain", "--format", "json")
+    assert code == 0, err
+    return json.loads(out)["modes"]["ca"]["explanation"]["causes"]
+
+
+def _torch_reasons(run: Path) -> dict[str, list[str]]:
+    """Each Dynamo recompile's failing guards as torch logged them (`0/1: p == 0.05`), by compile id."""
+    events = [json.loads(line) for line in (run / "ca" / "events.jsonl").read_text().splitlines()]
+    return {e["compile_id"]: e["reasons"] for e in events if e.get("kind") == "dynamo_recompile"}
+
+
+def _said(cause: dict) -> str:
+    return " ".join([cause["title"], *cause["why"], *cause["fix"]])
+
+
+def test_a_backbone_frozen_mid_run_is_a_freeze_not_an_unfreeze(record_run):
+    run = _recorded(record_run, "freeze_after_warmup.py")
+    root, follower = _causes(run)
+    [reason] = _torch_reasons(run)["0/1"]
+    assert "requires_grad mismatch. expected requires_grad=1" in reason  # torch: it required grad, now it does not
+    assert "a parameter's requires_grad changed (frozen)" in root["title"]
+    assert "loses the nodes that accumulated the frozen parameters' gradients" in " ".join(root["why"])
+    assert "force_parameter_static_shapes = False) is about parameters' sizes" in " ".join(root["why"])
+    assert root["fix"][0].startswith("Nothing to fix for a freeze done once")
+    assert "the frozen parameters have no gradients to accumulate any more" in root["fix"][1]
+    assert follower["caused_by"] == 1 and "The frozen parameters have no gradients to accumulate" in " ".join(follower["why"])
+    assert "unfreeze" not in _said(root) and "now train" not in _said(root) + _said(follower)
+    assert root["source"]["code"] == "loss = nn.functional.cross_entropy(model(x), y)"
+
+
+def test_a_float_taken_as_an_input_and_one_specialised_per_value_get_their_own_words(record_run):
+    run = _recorded(record_run, "float_schedules.py")
+    reasons = _torch_reasons(run)
+    causes = {c["source"]["function"]: c for c in _causes(run) if c["code"] == "dynamo_guard_failure"}
+    temperature, rate = causes["distill"], causes["forward"]
+    # The temperature: one recompile, and no later recompile guards its value again.
+    assert [e["compile_id"] for e in temperature["evidence_ids"]] == ["1/1"]
+    assert not any("temperature ==" in r for cid, rs in reasons.items() if cid != "1/1" for r in rs)
+    assert "compiled the frame again with the number as an input of the graph" in " ".join(temperature["why"])
+    assert temperature["fix"][0] == "Nothing to fix: one recompile, then `temperature` is an input of the compiled graph and its later values reuse it."
+    # The rate: torch's reasons for each recompile name the compile before it guarding the rate again.
+    ids = [e["compile_id"] for e in rate["evidence_ids"]]
+    assert ids == ["0/1", "0/2", "0/3"]
+    assert any(r.startswith("0/1: p == 0.05") for r in reasons["0/2"]) and any(r.startswith("0/2: p == 0.1") for r in reasons["0/3"])
+    said = _said(rate)
+    assert "each new compile guards it again" in said and "takes it as an input" not in said
+    assert "`0.0` became `0.05`, 0/2: `0.05` became `0.1`" in said
+    assert rate["fix"][0].startswith("Nothing to fix if `p` takes a few values") and "torch.compiler.disable" in rate["fix"][1]
+    assert rate["source"]["line"] == 19 and "F.dropout" in rate["source"]["code"]
+
+
+def test_a_padded_length_names_every_input_it_ties_and_dynamic_sources_remove_it(record_run, tmp_path):
+    run = _recorded(record_run, "padded_sequences.py")
+    root = _causes(run)[0]
+    assert "Dim 1 of `mask` went from 7 to 12: a length that varies per batch" in " ".join(root["why"])
+    assert "automatic dynamic shapes" in " ".join(root["why"])
+    assert "torch._dynamo.maybe_mark_dynamic(mask, 1), and the same on every other input" in root["fix"][0]
+    mode = load_run(run).modes["ca"]
+    fixes = {f.name: f for f in fixes_for(explain(recompile_table(mode)), pgo_suggestion=mode.manifest.options["pgo_suggestion"])}
+    # The failing guard names `mask` alone; torch's PGO list names `tokens` too, which `mask` is tied to.
+    assert fixes["dynamic-sources"].env == {"TORCH_COMPILE_DYNAMIC_SOURCES": "L['mask'],L['tokens']"}
+    copy = Path(shutil.copytree(run, tmp_path / "run"))
+    proc = cagtool_in_process("recompiles", str(copy), "--explain", "--verify", "--repeat", "1", "--fix", "dynamic-sources",
+                              "--format", "json", env={"CI": "true"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    verification = json.loads(proc.stdout)["verification"]
+    [fix] = verification["fixes"]
+    assert verification["baseline"]["dynamo_recompiles"] == [1] and fix["measured"]["dynamo_recompiles"] == [0]
+    assert fix["verdict"] == "verified" and fix["numerics_agree"] is True, fix["reasons"]
+
+
+def test_autocast_switched_on_once_needs_no_fix_and_verify_says_so(record_run, tmp_path):
+    run = _recorded(record_run, "autocast_after_warmup.py")
+    root = _causes(run)[0]
+    assert [r.strip() for r in _torch_reasons(run)["0/1"]] == ["0/0: GLOBAL_STATE changed: autocast(cpu)_enabled"]
+    assert root["fix"][0].startswith("Nothing to fix for autocast switched on (or off) once")
+    assert "changes what the steps before the switch compute" in root["fix"][1]
+    copy = Path(shutil.copytree(run, tmp_path / "run"))
+    proc = cagtool_in_process("recompiles", str(copy), "--explain", "--verify", "--format", "json", env={"CI": "true"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [first, *_] = json.loads(proc.stdout)["verification"]["not_applied"]
+    assert first["cause"] == 1 and first["why"].startswith("nothing to fix: the explanation finds these recompiles one-time")
+
+
+def test_a_loss_term_on_some_steps_names_its_nodes_and_a_new_backward_line_is_its_own_graph(record_run):
+    run = _recorded(record_run, "loss_terms_per_step.py")
+    causes = _causes(run)
+    structure = next(c for c in causes if c["title"].startswith("The autograd graph's structure changes"))
+    said = " ".join(structure["why"])
+    assert "GradReverseBackward" in said and "BinaryCrossEntropyWithLogitsBackward0" in said
+    assert "`GradReverse`: a torch.autograd.Function subclass whose backward is in it" in said
+    assert structure["steps"] == [1]  # odd steps after the first reuse the graph
+    probe = next(c for c in causes if c["title"].startswith("A backward called from a new line"))
+    assert probe["source"]["code"] == "domain(probe).pow(2).mean().backward()"
+    assert probe["fix"] == ["Nothing to fix: each backward call's graph is captured once and reused."]
+    assert "a Python branch" not in said + _said(probe)
+
+
+def test_clip_hooks_registered_after_warmup_are_switched_by_a_tensor_and_not_moved(record_run, tmp_path):
+    """Hooks registered on each parameter under `if step == 3:`: one CA recompile. Moved before the
+    loop they would clamp from the first step; the fix switches them with a tensor (checked by
+    hand: a tensor bound, no recompile and the same loss; a Python flag, a Dynamo recompile)."""
+    run = _recorded(record_run, "clip_hooks_after_warmup.py")
+    [hook] = _causes(run)
+    assert hook["code"] == "hook_changed" and hook["steps"] == [3]
+    assert "switch what it does with a tensor it reads" in hook["fix"][0] and "cheaper" not in hook["fix"][0]
+    copy = Path(shutil.copytree(run, tmp_path / "run"))
+    proc = cagtool_in_process("recompiles", str(copy), "--explain", "--verify", "--format", "json", env={"CI": "true"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [skipped] = json.loads(proc.stdout)["verification"]["not_applied"]
+    assert "registers hooks in the loop at line 13, under the `if` at line 12 of its training loop" in skipped["why"]
+    assert "every iteration" not in skipped["why"]

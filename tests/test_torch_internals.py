@@ -341,6 +341,44 @@ def test_a_compiled_calls_exit_hook_runs_once_its_graph_has_stepped_the_paramete
     assert counters["stats"]["unique_graphs"] == graphs  # raising out of the cleanup compiled nothing again
 
 
+
+def test_a_compiled_optimizer_step_guards_on_the_global_pre_hooks_and_reads_them_inside_the_call():
+    """What hiding cagtool's optimizer hooks during a compiled call relies on
+    (capture/steps/hooks.py, _hidden_while_compiled): Dynamo reads torch's global hook dicts only
+    inside torch.compile's wrapper, at the time of the call, and guards the pre-hooks' count on the
+    step's frame (`len(G['_global_optimizer_pre_hooks']) == 0`): a global pre-hook registered after
+    the first compiled step recompiles it, and one there only between compiled calls does not."""
+    from torch._dynamo.utils import _compilation_metrics
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = torch.compile(opt.step, backend="eager")
+    _compilation_metrics.clear()
+
+    def recompiles() -> list[str]:
+        return [str(m.recompile_reason) for m in _compilation_metrics if m.recompile_reason]
+
+    def train(between: Callable[[], None] = lambda: None) -> None:
+        model(torch.ones(2, 3)).sum().backward()
+        between()
+        step()
+
+    train()
+    train()
+    handle = register_optimizer_step_pre_hook(lambda o, a, k: None)
+    handle.remove()
+    train(lambda: register_optimizer_step_pre_hook(lambda o, a, k: None).remove())
+    assert recompiles() == []
+    handle = register_optimizer_step_pre_hook(lambda o, a, k: None)
+    try:
+        train()
+    finally:
+        handle.remove()
+    assert len(recompiles()) == 1 and "len(G['_global_optimizer_pre_hooks'])" in recompiles()[0]
+
+
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 @pytest.mark.parametrize("make", [
     lambda ps: torch.optim.SGD(ps, lr=torch.tensor(0.01), momentum=0.9),

@@ -13,13 +13,17 @@ closure variables (a cell read, not an attribute lookup), and the usual path cal
 function of cagtool's. Where a hook must act itself it drains at once, under the lock (`in_hook`):
 `--steps`, an `on_step` callback, CUDA in use (the step boundary's event is recorded on the stream
 then), and every hold_s / 2 to write the lines (one clock comparison a step otherwise). A compiled
-call (torch.compile's wrapper) costs two Python calls more: its exit hook, where an optimizer step
+call (torch.compile's wrapper) costs four Python calls more: its exit hook, where an optimizer step
 inside the compiled graph is seen (once an optimizer's code was compiled: one version read an
-optimizer, a note only when they changed).
+optimizer, a note only when they changed), and the optimizer hooks taken out of torch's dicts and
+put back (a lock, two dict stores).
 
-torch is given the optimizer hooks (and GradScaler.step) through a function of torch's own file
-that returns at once while Dynamo traces (`_as_torchs`): one Python frame more a hook, so that a
-compiled function that steps the optimizer compiles as with no hook at all."""
+Dynamo finds no optimizer hook of cagtool's: they are out of torch's global hook dicts during every
+compiled call, where it traces and checks guards (`_hidden_while_compiled`), so a compiled function
+that steps the optimizer compiles as with no hook at all. Where they are there all the same (a
+compiled call whose context predates cagtool's install), and for GradScaler.step, torch is given
+them through a function of torch's own file that returns at once while Dynamo traces
+(`_as_torchs`): one Python frame more a hook."""
 
 from __future__ import annotations
 
@@ -318,11 +322,13 @@ def install_hooks(tracker: Any) -> InstalledHooks:
             tracker.step_limit_reached = True
             raise StepLimitReached(tracker.closed_steps)
 
-    # Registered as torch's own: a compiled optimizer step (torch.compile around `opt.step()`,
-    # fullgraph included) traces the global hooks; plain python has none, so Dynamo must find two
-    # that do nothing there (_as_torchs), not cagtool's skipped frames (a graph break, an error
-    # under fullgraph=True). Such a step's hooks run only while it is traced, not when it runs:
-    # the tracker learns of it from the compile of torch.optim's frame (notes.py, COMPILED).
+    # A compiled optimizer step (torch.compile around `opt.step()`, fullgraph included) traces the
+    # global hooks and guards on their count; plain python has none, so they are out of torch's
+    # dicts during compiled calls (_hidden_while_compiled, below). Registered as torch's own for a
+    # compiled call that finds them all the same: Dynamo must find two that do nothing there
+    # (_as_torchs), not cagtool's skipped frames (a graph break, an error under fullgraph=True).
+    # No hook of cagtool's runs for a step inside compiled code: the tracker learns of it from the
+    # compile of torch.optim's frame (notes.py, COMPILED) and the compiled call's return.
     optimizer_file = register_optimizer_step_pre_hook.__code__.co_filename  # torch/optim/optimizer.py
     handles = [register_optimizer_step_pre_hook(_as_torchs(optimizer_file, pre_hook, "pre_hook")),
                register_optimizer_step_post_hook(_as_torchs(optimizer_file, post_hook, "post_hook"))]
@@ -338,8 +344,14 @@ def install_hooks(tracker: Any) -> InstalledHooks:
 
     def watched_scaler_step(scaler, optimizer, *args, **kwargs):
         before = stepped[0]
+        # A step inside compiled code (the optimizer's step() compiled, or this call inside a
+        # compiled training step, where the hooks are out of torch's dicts) runs no post-hook but
+        # updates the parameters in place, which a skipped one leaves alone: one with a gradient.
+        param = _last_with_grad(optimizer)
+        version = None if param is None else param._version
         result = original_scaler_step(scaler, optimizer, *args, **kwargs)
-        if stepped[0] == before and isinstance(optimizer, optimizer_class) and (only is None or get_ident() == only):
+        if (stepped[0] == before and isinstance(optimizer, optimizer_class) and (only is None or get_ident() == only)
+                and (param is None or param._version == version)):
             clock = perf_counter()
             note = (SKIPPED, clock, clock, id(optimizer), optimizer.__class__, (process_time(), thread_time(), get_ident()))
             if sync or cuda._initialized or clock >= tracker._hook_due:
@@ -354,6 +366,15 @@ def install_hooks(tracker: Any) -> InstalledHooks:
                        "self, optimizer, *args, **kwargs"), original_scaler_step)
     else:
         scaler_class = None
+    # Put first in every OptimizeContext's enter_exit_hooks (context_init, below): entered before
+    # Dynamo's callback is set, its cleanup run before the exit hook's, which may raise
+    # StepLimitReached.
+    from torch.optim import optimizer as optimizer_module
+
+    returns_watched = [True]  # False once uninstalled: the contexts made meanwhile keep both hooks
+    hooks_hidden = _hidden_while_compiled(
+        [(optimizer_module._global_optimizer_pre_hooks, handles[0].id), (optimizer_module._global_optimizer_post_hooks, handles[1].id)],
+        returns_watched)
 
     # An optimizer step inside a compiled graph runs no hook, but torch.compile's wrapper
     # (eval_frame.py, compile_wrapper) calls each of its context's `enter_exit_hooks` on entry and
@@ -367,7 +388,6 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     # optimizer's code is compiled it costs two Python calls and a truth test a compiled call.
     context_class = getattr(getattr(getattr(torch, "_dynamo", None), "eval_frame", None), "OptimizeContext", None)
     original_context_init = getattr(context_class, "__init__", None)
-    returns_watched = [True]
     seen: list[Any] = [None]  # the versions this hook read last: a note only when they changed
 
     def compiled_returned() -> None:
@@ -402,6 +422,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
             original_context_init(context, *args, **kwargs)
             exit_hooks = getattr(context, "enter_exit_hooks", None)
             if isinstance(exit_hooks, list):
+                exit_hooks.insert(0, hooks_hidden)
                 exit_hooks.append(compiled_entered)
 
         context_class.__init__ = context_init
@@ -438,3 +459,57 @@ def _as_torchs(filename: str, watched: Callable[..., Any], name: str, original: 
     text = _TRANSPARENT.format(name=name, params=params)
     exec(compile(text, filename, "exec"), namespace)  # noqa: S102 - a fixed text, see above
     return namespace[name]
+
+
+def _last_with_grad(optimizer: Any) -> Any:
+    """The last parameter of `optimizer` that has a gradient (None: none has, or not an optimizer's
+    shape): the one a grad scaler's step() reads to tell a step inside compiled code from a skip."""
+    try:
+        for group in reversed(optimizer.param_groups):
+            for param in reversed(group["params"]):
+                if param.grad is not None:
+                    return param
+    except Exception:  # noqa: BLE001 - an optimizer of another shape: the hooks' count alone decides
+        pass
+    return None
+
+
+def _hidden_while_compiled(registered: list[tuple[Any, int]], installed: list[bool]) -> Callable[[], Callable[[], None]]:
+    """An enter hook of torch.compile's wrapper (OptimizeContext.enter_exit_hooks) that takes
+    cagtool's optimizer hooks out of torch's global hook dicts (`registered`: the dict and the
+    handle's id of each) for the call, so that Dynamo, which traces and checks its guards only
+    inside such a call, finds the dicts as under plain python: it guards
+    `len(_global_optimizer_pre_hooks) == 0` on an optimizer's step() frame, and any hook it traces
+    changes which frames it compiles (docs/torch-internals.md, "The optimizer hooks and
+    GradScaler.step as Dynamo sees them"). The cleanup it returns puts them back, in registration
+    order, when the last compiled call in progress (any thread's) ends; `installed` [False]: the
+    tracker was uninstalled meanwhile, and its handles removed what was there."""
+    hooks = [(table, key, table[key]) for table, key in registered]
+    calls = [0]  # compiled calls in progress, all threads
+    taken: list[tuple[Any, int, Any]] = []
+    lock = threading.Lock()
+
+    def shown() -> None:
+        with lock:
+            calls[0] -= 1
+            if calls[0] or not taken:
+                return
+            if installed[0]:
+                for table, key, hook in taken:
+                    table[key] = hook
+                    if len(table) > 1:  # the handles' ids grow: their order is the registration order
+                        for later in sorted(k for k in table if k > key):
+                            table.move_to_end(later)
+            taken.clear()
+
+    def hidden() -> Callable[[], None]:
+        with lock:
+            calls[0] += 1
+            if calls[0] == 1 and installed[0]:
+                for table, key, hook in hooks:
+                    if table.get(key) is hook:
+                        del table[key]
+                        taken.append((table, key, hook))
+        return shown
+
+    return hidden

@@ -30,6 +30,7 @@ def _torch_state() -> tuple:
         logging.getLogger("torch.__trace").level,
         torch._dynamo.config.optimize_ddp,
         torch._dynamo.eval_frame.OptimizeContext.__init__,  # the step tracker's exit hook on compiled calls
+        torch._dynamo.eval_frame.DisableContext.__call__,  # its hooks shown inside disabled functions
     )
 
 

@@ -1,7 +1,7 @@
 """Optimizer steps as torch.compile meets them, for the tests that compare torch's counters with
 plain python's: `python compiled_optimizer_shapes.py [VARIANT ...]` (all of them by default), each
 three iterations of one optimizer step (a GAN's two optimizers: one step), then a line with its
-torch counters and the reasons of its recompiles (object ids blanked), then torch._dynamo.reset()
+torch counters and the reasons of its recompiles (object ids and addresses blanked), then torch._dynamo.reset()
 and a collection (the variant's optimizers gone).
 
 one         torch.compile(opt.step), Adam
@@ -14,6 +14,8 @@ scaler      a whole compiled training step through torch.amp.GradScaler (scale, 
             iteration 1's gradients made infinite: the scaler skips that optimizer step
 limit       two compiled optimizer steps under recompile_limit=1: the second runs eagerly inside
             its compiled call
+disabled    a whole compiled training step whose optimizer step is in a torch.compiler.disable'd
+            function: it runs eagerly inside the compiled call
 """
 
 import gc
@@ -24,7 +26,7 @@ import sys
 import torch
 from torch._dynamo.utils import _compilation_metrics, counters
 
-VARIANTS = ["one", "two", "fullgraph", "whole", "eager", "scaler", "limit"]
+VARIANTS = ["one", "two", "fullgraph", "whole", "eager", "scaler", "limit", "disabled"]
 
 
 def mlp() -> torch.nn.Module:
@@ -86,6 +88,21 @@ def run(variant: str) -> None:
 
         for i in range(3):
             train_step(torch.randn(2, 4), i == 1)
+    elif variant == "disabled":
+        opt = torch.optim.AdamW(model.parameters())
+
+        @torch.compiler.disable
+        def step() -> None:
+            opt.step()
+            opt.zero_grad()
+
+        @torch.compile(backend="eager")
+        def train_step(x: torch.Tensor) -> None:
+            model(x).sum().backward()
+            step()
+
+        for _ in range(3):
+            train_step(torch.randn(2, 4))
     elif variant == "eager":
         compiled = torch.compile(model, backend="eager")
         o1, o2 = torch.optim.Adam(model[0].parameters()), torch.optim.SGD(model[2].parameters(), lr=0.1)
@@ -96,8 +113,10 @@ def run(variant: str) -> None:
             o1.zero_grad()
             o2.zero_grad()
     seen = {k: {str(a): b for a, b in v.items()} for k, v in counters.items()}
-    seen["recompile_reasons"] = [re.sub(r"\d{6,}", "ID", str(m.recompile_reason)) for m in _compilation_metrics if m.recompile_reason]
-    print(variant, json.dumps(seen, sort_keys=True), "weights", round(sum(p.sum().item() for p in model.parameters()), 4))
+    seen["recompile_reasons"] = [str(m.recompile_reason) for m in _compilation_metrics if m.recompile_reason]
+    # object ids and addresses differ between two runs of the script
+    seen_text = re.sub(r"\d{6,}", "ID", re.sub(r"0x[0-9a-f]+", "0x", json.dumps(seen, sort_keys=True)))
+    print(variant, seen_text, "weights", round(sum(p.sum().item() for p in model.parameters()), 4))
     counters.clear()
     _compilation_metrics.clear()
     torch._dynamo.reset()

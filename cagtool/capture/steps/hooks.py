@@ -32,6 +32,7 @@ import functools
 import logging
 import threading
 import time
+import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -67,6 +68,8 @@ class InstalledHooks:
     original_context_init: Any = None
     # [True] while installed: the exit hook stays in the contexts made meanwhile, and does nothing after
     returns_watched: list[bool] | None = None
+    disable_class: Any = None  # torch._dynamo.eval_frame.DisableContext, whose __call__ is wrapped (None: not there)
+    original_disable_call: Any = None
 
 
 def install_hooks(tracker: Any) -> InstalledHooks:
@@ -372,9 +375,24 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     from torch.optim import optimizer as optimizer_module
 
     returns_watched = [True]  # False once uninstalled: the contexts made meanwhile keep both hooks
-    hooks_hidden = _hidden_while_compiled(
+    hooks_hidden, shown_in = _hidden_while_compiled(
         [(optimizer_module._global_optimizer_pre_hooks, handles[0].id), (optimizer_module._global_optimizer_post_hooks, handles[1].id)],
         returns_watched)
+    # A function torch._dynamo.disable (torch.compiler.disable) made runs with Dynamo's callback off:
+    # an optimizer step() in it, called from compiled code, runs eagerly, and the hooks are back.
+    disable_class = getattr(getattr(getattr(torch, "_dynamo", None), "eval_frame", None), "DisableContext", None)
+    original_disable_call = getattr(disable_class, "__call__", None)
+    if original_disable_call is not None:
+        @functools.wraps(original_disable_call)
+        def disable_call(context: Any, fn: Any) -> Any:
+            made = original_disable_call(context, fn)
+            if isinstance(made, types.FunctionType) and getattr(made, "_torchdynamo_disable", False):
+                return shown_in(made)
+            return made
+
+        disable_class.__call__ = disable_call
+    else:
+        disable_class = None
 
     # An optimizer step inside a compiled graph runs no hook, but torch.compile's wrapper
     # (eval_frame.py, compile_wrapper) calls each of its context's `enter_exit_hooks` on entry and
@@ -429,7 +447,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     else:
         context_class = None
     return InstalledHooks(entry, original, original_graph, original_init, handles, scaler_class, original_scaler_step,
-                          context_class, original_context_init, returns_watched)
+                          context_class, original_context_init, returns_watched, disable_class, original_disable_call)
 
 
 # A hook or wrapper as Dynamo must see it: a function of torch's own file `filename` (torch's trace
@@ -474,26 +492,43 @@ def _last_with_grad(optimizer: Any) -> Any:
     return None
 
 
-def _hidden_while_compiled(registered: list[tuple[Any, int]], installed: list[bool]) -> Callable[[], Callable[[], None]]:
-    """An enter hook of torch.compile's wrapper (OptimizeContext.enter_exit_hooks) that takes
-    cagtool's optimizer hooks out of torch's global hook dicts (`registered`: the dict and the
-    handle's id of each) for the call, so that Dynamo, which traces and checks its guards only
-    inside such a call, finds the dicts as under plain python: it guards
-    `len(_global_optimizer_pre_hooks) == 0` on an optimizer's step() frame, and any hook it traces
-    changes which frames it compiles (docs/torch-internals.md, "The optimizer hooks and
-    GradScaler.step as Dynamo sees them"). The cleanup it returns puts them back, in registration
-    order, when the last compiled call in progress (any thread's) ends; `installed` [False]: the
-    tracker was uninstalled meanwhile, and its handles removed what was there."""
+class _Region:
+    """A compiled call or a disabled function's call in progress (`_hidden_while_compiled`): equal
+    only to itself, so that leaving one removes it and not another of its kind."""
+
+    __slots__ = ("compiled",)
+
+    def __init__(self, compiled: bool) -> None:
+        self.compiled = compiled
+
+
+def _hidden_while_compiled(registered: list[tuple[Any, int]],
+                           installed: list[bool]) -> tuple[Callable[[], Callable[[], None]], Callable[[Any], Any]]:
+    """(hidden, shown_in): `hidden` is an enter hook of torch.compile's wrapper
+    (OptimizeContext.enter_exit_hooks) that takes cagtool's optimizer hooks out of torch's global
+    hook dicts (`registered`: the dict and the handle's id of each) for the call, so that Dynamo,
+    which traces and checks its guards only inside such a call, finds the dicts as under plain
+    python: it guards `len(_global_optimizer_pre_hooks) == 0` on an optimizer's step() frame, and
+    any hook it traces changes which frames it compiles (docs/torch-internals.md, "The optimizer
+    hooks and GradScaler.step as Dynamo sees them"). `shown_in(fn)` wraps a function
+    torch._dynamo.disable made: called inside a compiled call, the hooks are back in the dicts while
+    it runs (Dynamo traces nothing there), so an eager step() in it is seen by them. The
+    innermost region in progress (any thread's) decides; the hooks go back in registration order.
+    `installed` [False]: the tracker was uninstalled, and its handles removed what was there."""
     hooks = [(table, key, table[key]) for table, key in registered]
-    calls = [0]  # compiled calls in progress, all threads
+    regions: list[_Region] = []  # the compiled and the disabled calls in progress, innermost last
     taken: list[tuple[Any, int, Any]] = []
     lock = threading.Lock()
 
-    def shown() -> None:
-        with lock:
-            calls[0] -= 1
-            if calls[0] or not taken:
-                return
+    def settle() -> None:
+        """Under the lock: the hooks out of the dicts where the innermost region is a compiled call."""
+        if regions and regions[-1].compiled and installed[0]:
+            if not taken:
+                for table, key, hook in hooks:
+                    if table.get(key) is hook:
+                        del table[key]
+                        taken.append((table, key, hook))
+        elif taken:
             if installed[0]:
                 for table, key, hook in taken:
                     table[key] = hook
@@ -503,13 +538,43 @@ def _hidden_while_compiled(registered: list[tuple[Any, int]], installed: list[bo
             taken.clear()
 
     def hidden() -> Callable[[], None]:
+        region = _Region(True)
         with lock:
-            calls[0] += 1
-            if calls[0] == 1 and installed[0]:
-                for table, key, hook in hooks:
-                    if table.get(key) is hook:
-                        del table[key]
-                        taken.append((table, key, hook))
+            regions.append(region)
+            settle()
+
+        def shown() -> None:
+            with lock:
+                regions.remove(region)
+                settle()
+
         return shown
 
-    return hidden
+    def shown_in(disabled: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if not regions:
+                return disabled(*args, **kwargs)
+            region = _Region(False)
+            with lock:
+                regions.append(region)
+                settle()
+            try:
+                return disabled(*args, **kwargs)
+            finally:
+                with lock:
+                    regions.remove(region)
+                    settle()
+
+        # Its `_torchdynamo_disable` and the rest copied: Dynamo skips calling it as it skipped torch's.
+        # Copied here, not by functools.update_wrapper: torch.compiler.disable makes its function at
+        # the first call, inside the compiled code, where Dynamo would be offered that stdlib frame
+        # (one in counters["frames"] more).
+        for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+            value = getattr(disabled, name, None)
+            if value is not None:
+                setattr(call, name, value)
+        call.__dict__.update(disabled.__dict__)
+        call.__wrapped__ = disabled  # type: ignore[attr-defined]
+        return call
+
+    return hidden, shown_in

@@ -303,6 +303,8 @@ class StepTracker:
                 hooks.context_class.__init__ = hooks.original_context_init
             if hooks.returns_watched is not None:
                 hooks.returns_watched[0] = False  # the contexts made meanwhile keep the exit hook
+            if hooks.disable_class is not None:
+                hooks.disable_class.__call__ = hooks.original_disable_call
             for handle in hooks.handles:
                 handle.remove()
         self._hooks = None

@@ -31,6 +31,7 @@ def _torch_state() -> tuple:
         torch._dynamo.config.optimize_ddp,
         torch._dynamo.eval_frame.OptimizeContext.__init__,  # the step tracker's exit hook on compiled calls
         torch._dynamo.output_graph.OutputGraph.call_cleanup_hooks,  # where it sees a compiled optimizer step
+        torch._dynamo.eval_frame.DisableContext.__call__,  # its hooks shown inside disabled functions
     )
 
 

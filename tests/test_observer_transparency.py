@@ -351,3 +351,121 @@ def test_the_frames_dynamo_is_offered_inside_a_capture_are_those_of_plain_python
     assert (under["captures"], under["graphs"]) == (before["captures"], before["graphs"])
     assert before["frames"] > 100  # the capture's frames are offered at all
     assert abs(under["frames"] - before["frames"]) <= 0.05 * before["frames"], (under, before)
+
+
+# -- the step tracker's optimizer hooks, as Dynamo sees them -------------------------------------
+
+def _hook_tables() -> tuple[Any, Any]:
+    from torch.optim import optimizer as optimizer_module
+
+    return optimizer_module._global_optimizer_pre_hooks, optimizer_module._global_optimizer_post_hooks
+
+
+def test_the_optimizer_hooks_are_out_of_torchs_dicts_during_a_compiled_call_and_back_in_order(tmp_path, fresh_ca):
+    """Inside a torch.compile'd call (where Dynamo traces and checks its guards) torch's global
+    optimizer hook dicts hold the script's hooks alone, also inside a nested compiled call; inside a
+    function torch._dynamo.disable made after cagtool's install, called there, cagtool's are back
+    (Dynamo traces nothing there); after the call they are where they were, between the script's
+    registered before and after them, and an eager step() is seen by them."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    pre, post = _hook_tables()
+
+    def mine(o: Any, a: Any, k: Any) -> None:
+        return None
+
+    def mine_too(o: Any, a: Any, k: Any) -> None:
+        return None
+
+    inside: list[list[list[Any]]] = []
+    inner: list[Any] = []
+
+    @torch._dynamo.disable
+    def look(x: torch.Tensor) -> torch.Tensor:
+        inside.append([list(pre.values()), list(post.values())])
+        x = inner[0](x)  # a compiled call of its own, inside this one
+        inside.append([list(pre.values()), list(post.values())])
+        return x
+
+    before = register_optimizer_step_pre_hook(mine)
+    try:
+        with Observed(tmp_path) as observed:
+            after = register_optimizer_step_post_hook(mine_too)
+            try:
+                shown = [list(pre.values()), list(post.values())]
+                assert len(shown[0]) == len(shown[1]) == 2 and shown[0][0] is mine and shown[1][1] is mine_too
+                inner.append(torch.compile(lambda x: x * 2, backend="eager"))
+
+                @torch._dynamo.disable
+                def look_again(x: torch.Tensor) -> torch.Tensor:
+                    inside.append([list(pre.values()), list(post.values())])
+                    x = inner[0](x)  # a compiled call inside it: shown again after it
+                    inside.append([list(pre.values()), list(post.values())])
+                    return x
+
+                outer = torch.compile(lambda x: look_again(look(x + 1)) - 1, backend="eager")
+                model = torch.nn.Linear(3, 1)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                for _ in range(2):
+                    model(outer(torch.ones(2, 3))).sum().backward()
+                    opt.step()
+                assert inside == [[[mine], [mine_too]], [[mine], [mine_too]], shown, shown] * 2
+                assert [list(pre.values()), list(post.values())] == shown
+            finally:
+                after.remove()
+    finally:
+        before.remove()
+    assert [s["boundary"] for s in observed.events("step")] == ["optimizer", "optimizer"]
+    assert [list(pre.values()), list(post.values())] == [[], []]
+
+
+def test_a_tracker_uninstalled_inside_a_compiled_call_leaves_no_hook_behind(tmp_path, fresh_ca):
+    """Uninstalled while its hooks are out of the dicts (the Python API's block ended inside a
+    compiled call): the compiled call's end does not put them back."""
+    pre, post = _hook_tables()
+    observed = Observed(tmp_path)
+    observed.steps.install()
+    uninstalled: list[int] = []
+
+    @torch._dynamo.disable
+    def end_block(x: torch.Tensor) -> torch.Tensor:
+        observed.steps.uninstall()
+        uninstalled.append(len(pre) + len(post))
+        return x
+
+    try:
+        torch.compile(lambda x: end_block(x + 1), backend="eager")(torch.ones(2))
+    finally:
+        observed.writer.close()
+    assert uninstalled == [0]
+    assert (len(pre), len(post)) == (0, 0)
+
+
+# One compiled optimizer a process, and fullgraph=True's failed compile before any: the steps the
+# tracker counts are the script's there (its watch of a later compiled optimizer is another matter).
+_SHAPE_GROUPS = [("fullgraph", "eager", "disabled"), ("one",), ("two",), ("whole",), ("scaler",), ("limit",)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variants", _SHAPE_GROUPS, ids=["-".join(g) for g in _SHAPE_GROUPS])
+def test_optimizer_steps_compile_as_under_plain_python_and_count_the_scripts_steps(variants, tmp_path):
+    """`cagtool run --modes aot` of optimizer steps as torch.compile meets them
+    (tests/scripts/compiled_optimizer_shapes.py: a compiled step, a GAN's two, fullgraph=True, a
+    whole compiled training step, a GradScaler's skipping one inside it, eager steps beside a
+    compiled model, a step past the recompile limit, one in a torch.compiler.disable'd function
+    called from compiled code): each variant's torch counters (frames, graph
+    breaks, unique graphs, calls captured) and recompile reasons are plain python's, and the steps
+    are the script's, three a variant, the scaler's skipped one skipped."""
+    from plain_counters import plain_and_recorded
+
+    from cagtool.record.schema import StepEvent
+
+    plain, run, record = plain_and_recorded("tests/scripts/compiled_optimizer_shapes.py", variants, tmp_path / "r")
+    lines = {line.split(" ", 1)[0]: line for line in plain.splitlines() if line.split(" ", 1)[0] in variants}
+    assert list(lines) == list(variants)
+    assert run.stdout == plain
+    if "two" in variants:  # the second optimizer's two frames, each guarded on `self`: no third
+        assert len(json.loads(lines["two"].split(" ", 1)[1].split(" weights ")[0])["recompile_reasons"]) == 2
+    steps = record.mode("aot").of(StepEvent)
+    assert [s.step for s in steps] == list(range(3 * len(variants)))
+    assert [s.skipped for s in steps] == ([False, True, False] if variants == ("scaler",) else [False] * len(steps))

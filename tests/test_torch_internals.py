@@ -341,13 +341,14 @@ def test_a_compiled_calls_exit_hook_runs_once_its_graph_has_stepped_the_paramete
     assert counters["stats"]["unique_graphs"] == graphs  # raising out of the cleanup compiled nothing again
 
 
-def test_a_frame_that_traces_an_optimizers_step_lists_the_global_pre_hook_in_its_traced_code(monkeypatch):
+def test_a_frame_that_traces_an_optimizers_step_lists_torchs_step_wrapper_in_its_traced_code(monkeypatch):
     """What the step tracker's watch of compiled optimizer steps starts from (capture/steps/hooks.py):
     any optimizer's step(), an Optimizer subclass of the script's own included, goes through torch's
-    `profile_hook_step` wrapper, which calls the global step pre-hooks; Dynamo inlines a pre-hook of
-    torch.optim's file (cagtool's, `_as_torchs`) into the frame that traces step() and lists its code
-    in that frame's `OutputGraph.traced_code`, still there when it calls `call_cleanup_hooks`; a frame
-    that steps no optimizer lists none; and the hook does not run when the compiled step runs."""
+    `profile_hook_step` wrapper (one code object for every class), and Dynamo lists it in the traced
+    frame's `OutputGraph.traced_code`, still there when it calls `call_cleanup_hooks`, with no global
+    hook registered (cagtool's are out of torch's dicts during compiled calls); a pre-hook of
+    torch.optim's file (cagtool's `_as_torchs`), where one is registered, is listed beside it and
+    does not run when the compiled step runs; a frame that steps no optimizer lists neither."""
     from torch._dynamo.output_graph import OutputGraph
     from torch.optim.optimizer import register_optimizer_step_pre_hook
 
@@ -355,11 +356,13 @@ def test_a_frame_that_traces_an_optimizers_step_lists_the_global_pre_hook_in_its
 
     ran: list[str] = []
     pre = _as_torchs(register_optimizer_step_pre_hook.__code__.co_filename, lambda o, a, k: ran.append("pre"), "pre_hook")
-    traced: list[tuple[str, bool]] = []
+    wrapper_code = torch.optim.Optimizer.profile_hook_step(lambda *a, **k: None).__code__
+    traced: list[tuple[str, bool, bool]] = []
     original = OutputGraph.call_cleanup_hooks
 
     def call_cleanup_hooks(graph: Any) -> None:
-        traced.append((graph.traced_code[0].co_name, any(code is pre.__code__ for code in graph.traced_code)))
+        traced.append((graph.traced_code[0].co_name, any(code is wrapper_code for code in graph.traced_code),
+                       any(code is pre.__code__ for code in graph.traced_code)))
         original(graph)
 
     monkeypatch.setattr(OutputGraph, "call_cleanup_hooks", call_cleanup_hooks)
@@ -385,19 +388,63 @@ def test_a_frame_that_traces_an_optimizers_step_lists_the_global_pre_hook_in_its
     def opt_step() -> None:
         opt.step()
 
-    handle = register_optimizer_step_pre_hook(pre)
-    try:
-        for _ in range(2):
+    def train(steps: int) -> None:
+        for _ in range(steps):
             forward(torch.ones(2, 3)).backward()
             before = model.weight._version
             opt_step()
             assert model.weight._version > before
             opt.zero_grad()
+
+    train(2)
+    assert ("opt_step", True, False) in traced and ("forward", False, False) in traced
+    assert {name for name, stepped, _ in traced if stepped} == {"opt_step"}
+    torch._dynamo.reset()
+    traced.clear()
+    handle = register_optimizer_step_pre_hook(pre)
+    try:
+        train(2)
     finally:
         handle.remove()
-    assert ("opt_step", True) in traced and ("forward", False) in traced
-    assert {name for name, stepped in traced if stepped} == {"opt_step"}
+    assert ("opt_step", True, True) in traced and ("forward", False, False) in traced
     assert ran == []  # the step ran inside the graph
+
+
+def test_a_compiled_optimizer_step_guards_on_the_global_pre_hooks_and_reads_them_inside_the_call():
+    """What hiding cagtool's optimizer hooks during a compiled call relies on
+    (capture/steps/hooks.py, _hidden_while_compiled): Dynamo reads torch's global hook dicts only
+    inside torch.compile's wrapper, at the time of the call, and guards the pre-hooks' count on the
+    step's frame (`len(G['_global_optimizer_pre_hooks']) == 0`): a global pre-hook registered after
+    the first compiled step recompiles it, and one there only between compiled calls does not."""
+    from torch._dynamo.utils import _compilation_metrics
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = torch.compile(opt.step, backend="eager")
+    _compilation_metrics.clear()
+
+    def recompiles() -> list[str]:
+        return [str(m.recompile_reason) for m in _compilation_metrics if m.recompile_reason]
+
+    def train(between: Callable[[], None] = lambda: None) -> None:
+        model(torch.ones(2, 3)).sum().backward()
+        between()
+        step()
+
+    train()
+    train()
+    handle = register_optimizer_step_pre_hook(lambda o, a, k: None)
+    handle.remove()
+    train(lambda: register_optimizer_step_pre_hook(lambda o, a, k: None).remove())
+    assert recompiles() == []
+    handle = register_optimizer_step_pre_hook(lambda o, a, k: None)
+    try:
+        train()
+    finally:
+        handle.remove()
+    assert len(recompiles()) == 1 and "len(G['_global_optimizer_pre_hooks'])" in recompiles()[0]
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])

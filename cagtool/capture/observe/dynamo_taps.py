@@ -201,6 +201,16 @@ class DynamoTaps:
             ASSUME_STATIC_KEY: compile_phase.assume_static_now(),
         }, None
 
+    def _recompile_offered(self, reasons: Any, *args: Any, **kwargs: Any) -> tuple[dict[str, Any], str] | None:
+        """A frame offered to Dynamo again (its guards failed; `args`: the cache entries, the
+        frame): the step tracker hears of it (an optimizer's step past the recompile limit runs
+        eagerly where no hook of cagtool's is seen), then its record."""
+        offered = getattr(getattr(self.handler, "steps", None), "frame_offered_again", None)
+        frame = args[1] if len(args) > 1 else kwargs.get("frame")
+        if offered is not None and frame is not None:
+            offered(frame.f_code)
+        return self._recompile(reasons, *args, **kwargs)
+
     @staticmethod
     def _recompile(reasons: Any, *args: Any, skip_logging: bool = False, **kwargs: Any) -> tuple[dict[str, Any], str] | None:
         import json
@@ -338,7 +348,7 @@ class DynamoTaps:
 
         makers: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
             "add_compilation_metrics_to_chromium": lambda o: after(o, lambda _r, metrics, *a, **k: taps._metrics(metrics)),
-            "get_and_maybe_log_recompilation_reasons": lambda o: after(o, taps._recompile),
+            "get_and_maybe_log_recompilation_reasons": lambda o: after(o, taps._recompile_offered),
             "InstructionTranslatorBase.log_graph_break": graph_break,
             "_log_fw_bw_graphs": lambda o: after(o, lambda result, *a, **k: taps._aot_graphs(*(result if isinstance(result, tuple) and len(result) == 2 else (None, None)))),
             "GenericAOTAutogradResult._log_cached_graphs": cached_graphs,

@@ -14,13 +14,17 @@ closure variables (a cell read, not an attribute lookup), and the usual path cal
 function of cagtool's. Where a hook must act itself it drains at once, under the lock (`in_hook`):
 `--steps`, an `on_step` callback, CUDA in use (the step boundary's event is recorded on the stream
 then), and every hold_s / 2 to write the lines (one clock comparison a step otherwise). A compiled
-call (torch.compile's wrapper) costs two Python calls more, its enter and exit hooks; where its
-compiled code steps an optimizer, an optimizer step inside the compiled graph is seen there (one
-version read an optimizer at each, a note only when they changed).
+call (torch.compile's wrapper) costs four Python calls more: its enter and exit hooks, where an
+optimizer step inside the compiled graph is seen when its compiled code steps an optimizer (one
+version read an optimizer at each, a note only when they changed), and the optimizer hooks taken
+out of torch's dicts and put back (a lock, two dict stores).
 
-torch is given the optimizer hooks (and GradScaler.step) through a function of torch's own file
-that returns at once while Dynamo traces (`_as_torchs`): one Python frame more a hook, so that a
-compiled function that steps the optimizer compiles as with no hook at all."""
+Dynamo finds no optimizer hook of cagtool's: they are out of torch's global hook dicts during every
+compiled call, where it traces and checks guards (`_hidden_while_compiled`), so a compiled function
+that steps the optimizer compiles as with no hook at all. Where they are there all the same (a
+compiled call whose context predates cagtool's install), and for GradScaler.step, torch is given
+them through a function of torch's own file that returns at once while Dynamo traces
+(`_as_torchs`): one Python frame more a hook."""
 
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ import logging
 import sys
 import threading
 import time
+import types
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -69,6 +74,9 @@ class InstalledHooks:
     graph_class: Any = None  # torch._dynamo.output_graph.OutputGraph, whose call_cleanup_hooks is wrapped (None: not there)
     original_cleanup: Any = None
     function_compiling: Callable[[], Any] | None = None  # the compiled function whose call compiles now (CompiledFunction)
+    step_codes: frozenset[Any] = frozenset()  # the code objects whose trace is an optimizer's step() (call_cleanup_hooks)
+    disable_class: Any = None  # torch._dynamo.eval_frame.DisableContext, whose __call__ is wrapped (None: not there)
+    original_disable_call: Any = None
 
 
 class CompiledFunction:
@@ -340,12 +348,14 @@ def install_hooks(tracker: Any) -> InstalledHooks:
             tracker.step_limit_reached = True
             raise StepLimitReached(tracker.closed_steps)
 
-    # Registered as torch's own: a compiled optimizer step (torch.compile around `opt.step()`,
-    # fullgraph included) traces the global hooks; plain python has none, so Dynamo must find two
-    # that do nothing there (_as_torchs), not cagtool's skipped frames (a graph break, an error
-    # under fullgraph=True). Such a step's hooks run only while it is traced, not when it runs:
-    # the tracker learns of it from the compile that traced the pre-hook, or of a frame of
-    # torch.optim's (notes.py, COMPILED; call_cleanup_hooks below).
+    # A compiled optimizer step (torch.compile around `opt.step()`, fullgraph included) traces the
+    # global hooks and guards on their count; plain python has none, so they are out of torch's
+    # dicts during compiled calls (_hidden_while_compiled, below). Registered as torch's own for a
+    # compiled call that finds them all the same: Dynamo must find two that do nothing there
+    # (_as_torchs), not cagtool's skipped frames (a graph break, an error under fullgraph=True).
+    # No hook of cagtool's runs for a step inside compiled code: the tracker learns of it from the
+    # compile that traced an optimizer's step() (call_cleanup_hooks below), or of a frame of
+    # torch.optim's (notes.py, COMPILED), and sees it where the compiled call returns.
     optimizer_file = register_optimizer_step_pre_hook.__code__.co_filename  # torch/optim/optimizer.py
     pre_hook_as_torchs = _as_torchs(optimizer_file, pre_hook, "pre_hook")
     handles = [register_optimizer_step_pre_hook(pre_hook_as_torchs),
@@ -362,8 +372,14 @@ def install_hooks(tracker: Any) -> InstalledHooks:
 
     def watched_scaler_step(scaler, optimizer, *args, **kwargs):
         before = stepped[0]
+        # A step inside compiled code (the optimizer's step() compiled, or this call inside a
+        # compiled training step, where the hooks are out of torch's dicts) runs no post-hook but
+        # updates the parameters in place, which a skipped one leaves alone: one with a gradient.
+        param = _last_with_grad(optimizer)
+        version = None if param is None else param._version
         result = original_scaler_step(scaler, optimizer, *args, **kwargs)
-        if stepped[0] == before and isinstance(optimizer, optimizer_class) and (only is None or get_ident() == only):
+        if (stepped[0] == before and isinstance(optimizer, optimizer_class) and (only is None or get_ident() == only)
+                and (param is None or param._version == version)):
             clock = perf_counter()
             note = (SKIPPED, clock, clock, id(optimizer), optimizer.__class__, (process_time(), thread_time(), get_ident()))
             if sync or cuda._initialized or clock >= tracker._hook_due:
@@ -378,6 +394,30 @@ def install_hooks(tracker: Any) -> InstalledHooks:
                        "self, optimizer, *args, **kwargs"), original_scaler_step)
     else:
         scaler_class = None
+    # Put first in every OptimizeContext's enter_exit_hooks (context_init, below): entered before
+    # Dynamo's callback is set, its cleanup run before the exit hook's, which may raise
+    # StepLimitReached.
+    from torch.optim import optimizer as optimizer_module
+
+    returns_watched = [True]  # False once uninstalled: the contexts made meanwhile keep both hooks
+    hooks_hidden, shown_in = _hidden_while_compiled(
+        [(optimizer_module._global_optimizer_pre_hooks, handles[0].id), (optimizer_module._global_optimizer_post_hooks, handles[1].id)],
+        returns_watched)
+    # A function torch._dynamo.disable (torch.compiler.disable) made runs with Dynamo's callback off:
+    # an optimizer step() in it, called from compiled code, runs eagerly, and the hooks are back.
+    disable_class = getattr(getattr(getattr(torch, "_dynamo", None), "eval_frame", None), "DisableContext", None)
+    original_disable_call = getattr(disable_class, "__call__", None)
+    if original_disable_call is not None:
+        @functools.wraps(original_disable_call)
+        def disable_call(context: Any, fn: Any) -> Any:
+            made = original_disable_call(context, fn)
+            if isinstance(made, types.FunctionType) and getattr(made, "_torchdynamo_disable", False):
+                return shown_in(made)
+            return made
+
+        disable_class.__call__ = disable_call
+    else:
+        disable_class = None
 
     # An optimizer step inside a compiled graph runs no hook, but torch.compile's wrapper
     # (eval_frame.py, compile_wrapper) calls each of its context's `enter_exit_hooks` on entry and
@@ -394,7 +434,6 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     # no optimizer costs two Python calls and a truth test each.
     context_class = getattr(getattr(getattr(torch, "_dynamo", None), "eval_frame", None), "OptimizeContext", None)
     original_context_init = getattr(context_class, "__init__", None)
-    returns_watched = [True]
     functions: weakref.WeakKeyDictionary[Any, CompiledFunction] = weakref.WeakKeyDictionary()  # context -> its function
     wrapper_file = getattr(getattr(getattr(torch, "_dynamo", None), "eval_frame", None), "__file__", None)
 
@@ -460,7 +499,9 @@ def install_hooks(tracker: Any) -> InstalledHooks:
                 try:
                     functions[context] = function
                 except TypeError:  # a context that takes no weak reference: its calls are not watched
+                    exit_hooks.insert(0, hooks_hidden)
                     return
+                exit_hooks.insert(0, hooks_hidden)
                 exit_hooks.append(watch_calls(function))
 
         context_class.__init__ = context_init
@@ -468,14 +509,21 @@ def install_hooks(tracker: Any) -> InstalledHooks:
         context_class = None
 
     # Which compiled code steps an optimizer: any optimizer's step() (torch.optim's or the script's
-    # own subclass's) goes through torch's `profile_hook_step` wrapper, which calls the global
-    # pre-hooks first, cagtool's among them; Dynamo inlines it into the frame it traces and lists it
-    # in the code that frame traced (`OutputGraph.traced_code`), which it hands to its cleanup at the
-    # end of each trace. So a frame that traced cagtool's pre-hook traced an optimizer's step: the
-    # compile's end notes it (tracker.note_dynamo_compile).
+    # own subclass's) goes through torch's `profile_hook_step` wrapper (Optimizer._patch_step_function
+    # puts it on the class at the first __init__); Dynamo lists the code it traced, the frame's own
+    # and each function it inlined, in `OutputGraph.traced_code`, which it hands to its cleanup at
+    # the end of each trace. So a frame that traced that wrapper's code (or cagtool's pre-hook, in a
+    # compiled call that finds the hooks in torch's dicts) traced an optimizer's step: the compile's
+    # end notes it (tracker.note_dynamo_compile).
     graph_class = getattr(getattr(getattr(torch, "_dynamo", None), "output_graph", None), "OutputGraph", None)
     original_cleanup = getattr(graph_class, "call_cleanup_hooks", None)
-    step_code = pre_hook_as_torchs.__code__
+    step_codes = {pre_hook_as_torchs.__code__}
+    profile_hook_step = getattr(torch.optim.Optimizer, "profile_hook_step", None)
+    if profile_hook_step is not None:
+        try:
+            step_codes.add(profile_hook_step(lambda *args, **kwargs: None).__code__)
+        except Exception:  # noqa: BLE001 - another torch's wrapper shape: cagtool's pre-hook and torch.optim's frames still tell
+            pass
 
     if original_cleanup is not None:
         @functools.wraps(original_cleanup)
@@ -483,7 +531,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
             try:
                 if only is None or get_ident() == only:
                     for code in getattr(output_graph, "traced_code", ()):
-                        if code is step_code:
+                        if code in step_codes:
                             tracker._step_traced = True
                             break
             except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's compile
@@ -494,7 +542,8 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     else:
         graph_class = None
     return InstalledHooks(entry, original, original_graph, original_init, handles, scaler_class, original_scaler_step,
-                          context_class, original_context_init, returns_watched, graph_class, original_cleanup, function_compiling)
+                          context_class, original_context_init, returns_watched, graph_class, original_cleanup, function_compiling,
+                          frozenset(step_codes), disable_class, original_disable_call)
 
 
 # A hook or wrapper as Dynamo must see it: a function of torch's own file `filename` (torch's trace
@@ -524,3 +573,104 @@ def _as_torchs(filename: str, watched: Callable[..., Any], name: str, original: 
     text = _TRANSPARENT.format(name=name, params=params)
     exec(compile(text, filename, "exec"), namespace)  # noqa: S102 - a fixed text, see above
     return namespace[name]
+
+
+def _last_with_grad(optimizer: Any) -> Any:
+    """The last parameter of `optimizer` that has a gradient (None: none has, or not an optimizer's
+    shape): the one a grad scaler's step() reads to tell a step inside compiled code from a skip."""
+    try:
+        for group in reversed(optimizer.param_groups):
+            for param in reversed(group["params"]):
+                if param.grad is not None:
+                    return param
+    except Exception:  # noqa: BLE001 - an optimizer of another shape: the hooks' count alone decides
+        pass
+    return None
+
+
+class _Region:
+    """A compiled call or a disabled function's call in progress (`_hidden_while_compiled`): equal
+    only to itself, so that leaving one removes it and not another of its kind."""
+
+    __slots__ = ("compiled",)
+
+    def __init__(self, compiled: bool) -> None:
+        self.compiled = compiled
+
+
+def _hidden_while_compiled(registered: list[tuple[Any, int]],
+                           installed: list[bool]) -> tuple[Callable[[], Callable[[], None]], Callable[[Any], Any]]:
+    """(hidden, shown_in): `hidden` is an enter hook of torch.compile's wrapper
+    (OptimizeContext.enter_exit_hooks) that takes cagtool's optimizer hooks out of torch's global
+    hook dicts (`registered`: the dict and the handle's id of each) for the call, so that Dynamo,
+    which traces and checks its guards only inside such a call, finds the dicts as under plain
+    python: it guards `len(_global_optimizer_pre_hooks) == 0` on an optimizer's step() frame, and
+    any hook it traces changes which frames it compiles (docs/torch-internals.md, "The optimizer
+    hooks and GradScaler.step as Dynamo sees them"). `shown_in(fn)` wraps a function
+    torch._dynamo.disable made: called inside a compiled call, the hooks are back in the dicts while
+    it runs (Dynamo traces nothing there), so an eager step() in it is seen by them. The
+    innermost region in progress (any thread's) decides; the hooks go back in registration order.
+    `installed` [False]: the tracker was uninstalled, and its handles removed what was there."""
+    hooks = [(table, key, table[key]) for table, key in registered]
+    regions: list[_Region] = []  # the compiled and the disabled calls in progress, innermost last
+    taken: list[tuple[Any, int, Any]] = []
+    lock = threading.Lock()
+
+    def settle() -> None:
+        """Under the lock: the hooks out of the dicts where the innermost region is a compiled call."""
+        if regions and regions[-1].compiled and installed[0]:
+            if not taken:
+                for table, key, hook in hooks:
+                    if table.get(key) is hook:
+                        del table[key]
+                        taken.append((table, key, hook))
+        elif taken:
+            if installed[0]:
+                for table, key, hook in taken:
+                    table[key] = hook
+                    if len(table) > 1:  # the handles' ids grow: their order is the registration order
+                        for later in sorted(k for k in table if k > key):
+                            table.move_to_end(later)
+            taken.clear()
+
+    def hidden() -> Callable[[], None]:
+        region = _Region(True)
+        with lock:
+            regions.append(region)
+            settle()
+
+        def shown() -> None:
+            with lock:
+                regions.remove(region)
+                settle()
+
+        return shown
+
+    def shown_in(disabled: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if not regions:
+                return disabled(*args, **kwargs)
+            region = _Region(False)
+            with lock:
+                regions.append(region)
+                settle()
+            try:
+                return disabled(*args, **kwargs)
+            finally:
+                with lock:
+                    regions.remove(region)
+                    settle()
+
+        # Its `_torchdynamo_disable` and the rest copied: Dynamo skips calling it as it skipped torch's.
+        # Copied here, not by functools.update_wrapper: torch.compiler.disable makes its function at
+        # the first call, inside the compiled code, where Dynamo would be offered that stdlib frame
+        # (one in counters["frames"] more).
+        for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+            value = getattr(disabled, name, None)
+            if value is not None:
+                setattr(call, name, value)
+        call.__dict__.update(disabled.__dict__)
+        call.__wrapped__ = disabled  # type: ignore[attr-defined]
+        return call
+
+    return hidden, shown_in

@@ -313,6 +313,8 @@ class StepTracker:
                 hooks.returns_watched[0] = False  # the contexts made meanwhile keep the exit hook
             if hooks.graph_class is not None:
                 hooks.graph_class.call_cleanup_hooks = hooks.original_cleanup
+            if hooks.disable_class is not None:
+                hooks.disable_class.__call__ = hooks.original_disable_call
             for handle in hooks.handles:
                 handle.remove()
         self._hooks = None
@@ -394,6 +396,20 @@ class StepTracker:
                 function.steps, function.entry = True, reading
         elif not self._watch_backwards:
             self._watch_backwards.append(self._watching[0])
+
+    def frame_offered_again(self, code: Any) -> None:
+        """Dynamo is offered a frame whose cache failed its guards (observe/dynamo_taps.py, its
+        recompile reasons), before it decides to compile it again or, past the recompile limit, to
+        run it eagerly. Where that is an optimizer's step() (torch's step wrapper) in a call of a
+        compiled function not watched yet, the call steps an optimizer either way, and an eager
+        step there runs no hook of cagtool's (they are out of torch's dicts during compiled calls):
+        that function is watched from now on, this call from the readings taken now."""
+        hooks = self._hooks
+        if hooks is None or hooks.function_compiling is None or code not in hooks.step_codes:
+            return
+        function = hooks.function_compiling()
+        if function is not None and not function.steps:
+            self.optimizer_compiled()
 
     def _entry_changed(self, reinstall: bool = True) -> None:
         """The backward entry point is not cagtool's any more (findings.py), seen at an optimizer

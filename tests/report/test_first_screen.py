@@ -202,7 +202,7 @@ def test_the_advice_is_the_verified_fix_that_left_the_fewest_recompiles(ragged):
 
 
 def test_compare_json_and_markdown_of_one_run_carry_the_same_headline_and_advice(ragged):
-    summary = cli_in_process("summary", str(ragged), env={"COLUMNS": "300"})[1].splitlines()
+    summary = cli_in_process("summary", str(ragged), env={"COLUMNS": "2000"})[1].splitlines()
     code, out, err = cli_in_process("compare", str(ragged), "--format", "json")
     assert code == 0, err
     import json

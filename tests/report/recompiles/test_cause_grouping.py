@@ -144,11 +144,13 @@ def test_a_second_compiled_optimizer_is_named_as_another_optimizer_not_an_object
     guard of those is the newer entry's identity guard, the optimizer's own entry failed on its state."""
     run, causes = _explained(record_run, "two_compiled_optimizers.py")
     logged = _torch_recompiles(run)
-    assert sorted(logged) == ["2/1", "3/1", "3/2", "3/3", "4/1"]  # torch's own: one wrapper, SGD.step three times, one resume
+    # torch's own, as under plain python (TORCH_LOGS=recompiles): one wrapper, SGD.step three times
+    # (a fifth, the resume frame after _use_grad's graph break, was cagtool's optimizer hook's doing)
+    assert sorted(logged) == ["2/1", "3/1", "3/2", "3/3"]
     assert sum(c["count"] for c in causes) == len(logged)
     by_title = {c["title"]: c for c in causes}
     [other] = [c for t, c in by_title.items() if "another optimizer's first step()" in t]
-    assert [e["compile_id"] for e in other["evidence_ids"]] == ["2/1", "3/1", "4/1"]
+    assert [e["compile_id"] for e in other["evidence_ids"]] == ["2/1", "3/1"]
     assert all("___check_obj_id" in logged[e["compile_id"]][0] for e in other["evidence_ids"])
     said = " ".join(other["why"] + other["fix"])
     assert other["fix"][0].startswith("Nothing to fix") and "create it once" not in said and "a different object" not in other["title"]

@@ -26,7 +26,7 @@ Multi-rank runs (DDP): every threshold holds for every rank on its own (per rank
 
 The result is kept in the run (gate.json, the latest gate's), so `cagtool report RUN` shows it.
 
-Exit codes: 0 passed; 1 a check failed, or could not count a process (named: steps whose time is no time, a figure of 0 s from a clock coarser than the steps); 2 usage error; 3 unreadable run or baseline (also two repetitions with the same step times, to the nanosecond: one process's record under two names); 5 inconclusive: no check failed, and a timing check could not be decided on this evidence.
+Exit codes: 0 passed; 1 a check failed, or could not count a process (named: steps whose wall, CPU or device time is no time, a figure of 0 s from a clock coarser than the steps); 2 usage error; 3 unreadable run or baseline (also two repetitions with the same step times, also with some steps edited, shifted or reordered: one process's record under two names); 5 inconclusive: no check failed, and a timing check could not be decided on this evidence.
 
 Examples:
 

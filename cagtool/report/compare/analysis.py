@@ -39,7 +39,15 @@ from cagtool.record.schema import (
     STATUS_FINISHED,
     FinalStateEvent,
 )
-from cagtool.report.figures.intervals import MIN_SIGN_BLOCKS, RatioInterval, method_words, outlier_words, paired_ratios, ratio_interval
+from cagtool.report.figures.intervals import (
+    MIN_SIGN_BLOCKS,
+    RatioInterval,
+    left_out_words,
+    method_words,
+    outlier_words,
+    paired_ratios,
+    ratio_interval,
+)
 from cagtool.report.figures.metrics import (
     MACHINE_NEGLIGIBLE,
     CpuWait,
@@ -229,6 +237,12 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
             why = "it failed before a steady step" if not column.ok else "no steady-state steps (all were compiling, or fewer than 2 steps)"
             return Speedup(mode_label, baseline_label, None, None, None, note=f"{label}: {why}")
     assert mode is not None and baseline is not None
+    # A process whose steps are no time, or whose median is 0 s, is named, never dropped unsaid
+    # from its side (the gate's timing checks say the same in an ERROR).
+    lost = left_out_words([(label, column.timing) for column, label in ((mode, mode_label), (baseline, baseline_label))
+                           if column.timing is not None], "median", advice="time more work a step")
+    if lost:
+        return Speedup(mode_label, baseline_label, None, None, None, note=f"not compared: {lost}")
     m, b = mode.step_time, baseline.step_time
     if not (m.median_s and m.p10_s and m.p90_s and b.median_s and b.p10_s is not None and b.p90_s is not None):
         # Zero-length intervals can only come from a clock that did not move: nothing to divide by.

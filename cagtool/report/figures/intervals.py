@@ -89,75 +89,6 @@ MAX_PROCESSES_ADVISED = 60
 # about 1 side in 1,000, of 3 to 10 processes (simulated, 2e6 sides). Only a minority of a side
 # of MIN_RANK_UNITS or more is set apart: a side that disagrees with itself is noise, not one process.
 OUTLIER_NOISES = 4.0
-# Two processes whose step times agree to the nanosecond, step for step, over a stretch no two
-# processes' clocks would give by chance, are one process's record counted twice (a copy whose
-# pid and clock were edited). The chance that two processes' steps read the same nanosecond is
-# bounded by the coarseness of their clocks: sqrt(p_a * p_b), with p the chance that two of one
-# process's own steps read the same value (1/n when all differ, 1 when a coarse clock reads every
-# step alike). A stretch of equal steps counts as a copy only when its chance, anywhere in the
-# sequence, is below SAME_STEPS_CHANCE; so does a match of half the steps or more (SAME_STEPS_SHARE)
-# whose binomial chance is. A coarse clock that reads most steps alike never reaches it: the real
-# steps of 5 processes a mode of `mlp_steps.py`, read at a 15.6 ms tick, matched in up to 30 of 39
-# steps a pair and none was taken for a copy; at a 1 us tick none matched (docs/ci.md).
-SAME_STEPS_CHANCE = 1e-9
-SAME_STEPS_SHARE = 0.5
-
-
-@dataclass(frozen=True)
-class SameSteps:
-    """Two processes' step times that agree beyond chance (`same_steps`)."""
-
-    equal: int  # steps that read the same nanosecond in both, at the same place
-    compared: int  # steps compared (the shorter sequence)
-    longest: int  # the longest stretch of consecutive equal steps
-
-
-def _nanoseconds(times: Sequence[float]):  # type: ignore[no-untyped-def]
-    import numpy as np
-
-    return np.rint(np.asarray(times, dtype=float) * 1e9)
-
-
-def _collision(ns) -> float:  # type: ignore[no-untyped-def]
-    """The chance that two of one process's steps, drawn at random, read the same nanosecond."""
-    import numpy as np
-
-    _, counts = np.unique(ns, return_counts=True)
-    shares = counts / counts.sum()
-    return float((shares * shares).sum())
-
-
-def same_steps(a: Sequence[float], b: Sequence[float]) -> SameSteps | None:
-    """What two processes' steady step times (in step order) share beyond chance, or None."""
-    import numpy as np
-
-    n = min(len(a), len(b))
-    if n < 2:
-        return None
-    x, y = _nanoseconds(a[:n]), _nanoseconds(b[:n])
-    equal = x == y
-    m = int(equal.sum())
-    if m < 2:
-        return None
-    p = math.sqrt(_collision(x) * _collision(y))
-    if p >= 1.0:
-        return None  # a clock that read every step alike: its steps cannot tell processes apart
-    # The longest stretch of consecutive equal steps.
-    edges = np.diff(np.concatenate(([0], equal.astype(np.int8), [0])))
-    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-    longest = int((ends - starts).max())
-    log_chance = math.log10(n) + longest * math.log10(p)
-    if log_chance < math.log10(SAME_STEPS_CHANCE):
-        return SameSteps(m, n, longest)
-    if m >= SAME_STEPS_SHARE * n and _binomial_tail_log10(n, m, p) < math.log10(SAME_STEPS_CHANCE):
-        return SameSteps(m, n, longest)
-    return None
-
-
-def _binomial_tail_log10(n: int, m: int, p: float) -> float:
-    """log10 P(Binomial(n, p) >= m), bounded above by n times its largest term."""
-    term = math.lgamma(n + 1) - math.lgamma(m + 1) - math.lgamma(n - m + 1) + m * math.log(p) + (n - m) * math.log1p(-p)
-    return (term + math.log(n - m + 1)) / math.log(10)
 
 
 MEASURE_WORDS = {"cpu": "CPU time per step", "wall": "wall time per step", "device": "device time per step", "compile": "compile time"}
@@ -313,7 +244,7 @@ def timing_sample(processes: Sequence[ProcessSteps], clock: str = "wall") -> Tim
 
 def _why_left_out(process: ProcessSteps) -> str:
     if process.untimed:
-        return (f"{process.untimed} of its steady steps have a recorded time that is no time (NaN, negative, or 1e9 s and more: "
+        return (f"{process.untimed} of its steady steps have a recorded time (wall, CPU or device) that is no time (NaN, negative, or 1e9 s and more: "
                 "a damaged or forged record) and were left out")
     return "it has no steady step with a time (every step compiled, or none was timed)"
 
@@ -323,6 +254,23 @@ def zero_figures(sample: TimingSample, measure: str, field_name: str) -> tuple[i
     from them. A clock coarser than the steps reads a step as 0 s; where it reads a tenth of them
     so, the p10 is 0."""
     return tuple(b for b, v in zip(sample.blocks, sample.per_process(measure, field_name)) if not v > 0)
+
+
+def left_out_words(sides: list[tuple[str, TimingSample]], field_name: str,
+                   advice: str = "gate another statistic, or time more work a step") -> str:
+    """The processes a timing check cannot count, named with why ("" when none): one left out of
+    its side's figures (steps that are no time, or no steady step), or whose figure is 0 s on a
+    measure the check reads (no ratio is formed from it). The check is then an ERROR: a process
+    lost unsaid would let a side pass on fewer processes than it ran (gate); compare forms no
+    ratio from such a side and says why."""
+    found = []
+    for side, sample in sides:
+        found += [f"process {block} of {side}: {why}" for block, why in sample.left_out]
+        measures = ("wall", "cpu") if sample.cpu_units else ("wall",)
+        zero = sorted({b for m in measures for b in zero_figures(sample, m, field_name)})
+        found += [f"process {b} of {side}: its {field_name} step time is 0 s (a clock coarser than its steps), no ratio can be formed "
+                  f"from it: {advice}" for b in zero]
+    return "; ".join(found)
 
 
 def compile_sample(samples: Sequence[float | None], blocks: Sequence[int] = ()) -> TimingSample | None:

@@ -301,7 +301,10 @@ def steady_intervals(steps: list[StepEvent] | StepColumns, device_s: dict[int, f
             elif is_time(wall[i]):
                 steady.append(i)
         use_device = bool(device_s) and all(number[i] in device_s for i in steady)  # type: ignore[operator]
-        return [device_s[number[i]] if use_device and device_s else wall[i] for i in steady], excluded  # type: ignore[misc]
+        if use_device and device_s:
+            # A device time that is no time is left out as a wall time is (untimed_steps names it).
+            return [d for i in steady if is_time(d := device_s[number[i]])], excluded
+        return [wall[i] for i in steady], excluded  # type: ignore[misc]
     t, backward = c.t, c.backward_s
     for current, following in zip(ordered, ordered[1:]):
         start_current = t[current] - backward[current]
@@ -318,17 +321,23 @@ def steady_intervals(steps: list[StepEvent] | StepColumns, device_s: dict[int, f
 
 
 def untimed_steps(record: ModeRecord) -> int:
-    """Steady steps (no compile or capture) whose recorded wall time is no time (NaN, negative,
-    beyond _NO_STEP_LASTS_S): every figure leaves them out (is_time), so the verdict names the
-    process they left. A recorder writes none (an unknown time is null, and is not counted);
-    they are a damaged or forged record's."""
-    if held_steps(record) is not None:  # it holds only times
+    """Steady steps (no compile or capture) whose recorded wall time, or device time where the
+    steps are timed on the device, is no time (NaN, negative, beyond _NO_STEP_LASTS_S): every
+    figure leaves them out (is_time), so the verdict names the process they left. A recorder
+    writes none (an unknown time is null, and is not counted); they are a damaged or forged record's."""
+    if held_steps(record) is not None:  # it holds only times, and no device time
         return 0
     c = step_columns(record)
     if not any(c.boundary):
         return 0
-    return sum(1 for wall, compiles, captures in zip(c.wall_s, c.compiles, c.ca_captures)
-               if wall is not None and not (compiles or captures) and not is_time(wall))
+    steady = [(n, wall) for n, wall, compiles, captures in zip(c.step, c.wall_s, c.compiles, c.ca_captures)
+              if wall is not None and not (compiles or captures)]
+    untimed = sum(1 for _, wall in steady if not is_time(wall))
+    device = device_step_seconds(record)
+    timed = [n for n, wall in steady if is_time(wall)]
+    if device and timed and all(n in device for n in timed):  # the steps' clock is the device's (steady_intervals)
+        untimed += sum(1 for n in timed if not is_time(device[n]))
+    return untimed
 
 
 def device_step_seconds(record: ModeRecord) -> dict[int, float]:

@@ -15,7 +15,8 @@ from cagtool.record.schema import (
     STATUS_FINISHED,
     STATUS_RUNNING,
 )
-from cagtool.report.figures.intervals import ProcessSteps, TimingSample, same_steps, timing_sample
+from cagtool.report.figures.intervals import ProcessSteps, TimingSample, timing_sample
+from cagtool.report.figures.same_steps import same_steps, step_profile
 from cagtool.report.figures.metrics import (
     CpuWait,
     ModeMetrics,
@@ -185,16 +186,19 @@ def mode_column(name: str, records: list[tuple[str, ModeRecord | None]], exit_co
 
 def _refuse_same_steps(mode: str, names: list[str], processes: list[ProcessSteps]) -> None:
     """UnreadableInput when two repetitions of a mode have the same step times, to the nanosecond,
-    beyond what their clocks could give by chance (intervals.same_steps): one process's record
-    copied under another name with its pid or clock edited, which would count one process as
-    two that agree and narrow the gate's interval. Genuine processes never share their steps."""
+    beyond what their clocks could give by chance (same_steps.same_steps), also with some steps
+    edited, shifted or reordered: one process's record copied under another name with its pid or
+    clock edited, which would count one process as two that agree and narrow the gate's interval.
+    Genuine processes never share their steps."""
+    if len(processes) < 2:
+        return
+    profiles = [step_profile(p.times) for p in processes]
     for i in range(len(processes)):
         for j in range(i + 1, len(processes)):
-            found = same_steps(processes[i].times, processes[j].times)
+            found = same_steps(profiles[i], profiles[j])
             if found is not None:
                 raise UnreadableInput(
-                    f"mode {mode}: {names[j]} and {names[i]} have the same step times ({found.equal} of {found.compared} steady steps "
-                    f"equal to the nanosecond, {found.longest} in a row): one process's record under two names, "
+                    f"mode {mode}: {names[j]} and {names[i]} have the same step times ({found.words()}): one process's record under two names, "
                     "not two processes; a repetition is a process of its own"
                 )
 

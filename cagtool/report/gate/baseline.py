@@ -277,6 +277,15 @@ def accumulate_baseline(previous: Baseline, new: Baseline) -> Baseline:
     if held:
         raise UsageError(f"not accumulating into {where}: it already holds the processes of run {new.source_run} "
                          f"({len(held)} of {len(new.processes)}); each run is added once")
+    for name, snap in new.modes.items():
+        before = previous.modes.get(name)
+        copied = _copied_process(before.step_time.sample if before is not None and before.step_time is not None else None,
+                                 snap.step_time.sample if snap.step_time is not None else None)
+        if copied is not None:
+            process, figures = copied
+            raise UsageError(f"not accumulating into {where}: process {process} of mode {name} of run {new.source_run} has the step "
+                             f"figures of a process it already holds ({figures}): a copy of a run it holds, one process counted "
+                             "twice; each run is added once")
     modes = {}
     for name, snap in new.modes.items():
         before = previous.modes.get(name)
@@ -293,6 +302,38 @@ def accumulate_baseline(previous: Baseline, new: Baseline) -> Baseline:
                                                        cpu_wait=max(waits) if waits else None))
         modes[name] = snap
     return replace(new, modes=modes, processes=(*previous.processes, *new.processes)[-MAX_PROCESS_IDS:])
+
+
+# Fewer distinct figures above 0 than this in a process (median, mean, p10, p90, in wall and CPU
+# time) and its figures may equal another process's by chance: a clock coarser than the steps
+# reads them as a few ticks.
+_COPY_FIGURES = 3
+
+
+def _process_figures(sample: TimingSample, index: int) -> tuple[float | None, ...]:
+    """One process's figures as a baseline file holds them (six significant digits)."""
+    wall = tuple(_round(sample.units[name][index]) for name in FIELDS if name in sample.units)
+    cpu = tuple(_round(sample.cpu_units[name][index]) for name in FIELDS if name in sample.cpu_units)
+    return wall + cpu
+
+
+def _copied_process(held: TimingSample | None, new: TimingSample | None) -> tuple[int, str] | None:
+    """(the new process's block, its figures) when a process of `new` has every step figure of a
+    process `held` already holds: two processes do not give the same median, mean, p10 and p90 to
+    six digits, in wall and CPU time, unless one is the other's record (a run copied with its pids
+    edited, so that its process digests are new). None otherwise, and where the figures are too
+    few or too coarse to tell processes apart."""
+    if held is None or new is None or held.unit != "process" or new.unit != "process" or held.clock != new.clock:
+        return None
+    if set(held.units) != set(new.units) or bool(held.cpu_units) != bool(new.cpu_units):
+        return None
+    kept = {_process_figures(held, k) for k in range(held.repetitions)}
+    for k in range(new.repetitions):
+        figures = _process_figures(new, k)
+        if figures in kept and len({v for v in figures if v}) >= _COPY_FIGURES:
+            shown = ", ".join(f"{name} {value:.6g} s" for name, value in zip(FIELDS, figures))
+            return new.blocks[k] if k < len(new.blocks) else k + 1, shown
+    return None
 
 
 def _pooled_sample(old: TimingSample | None, new: TimingSample | None) -> TimingSample | None:

@@ -26,8 +26,8 @@ from cagtool.report.figures.intervals import (
     measure_of,
     method_words,
     outlier_words,
+    left_out_words,
     ratio_interval,
-    zero_figures,
 )
 from cagtool.report.figures.metrics import MACHINE_NEGLIGIBLE, heavy_load_bound, load_range
 
@@ -349,21 +349,6 @@ def evidence_note(interval: RatioInterval, outcome: Outcome, distance: float) ->
         else:
             words += f"; about {needed} processes a side would resolve it (run --repeat {needed}, baseline save from such a run)"
     return words
-
-
-def left_out_words(sides: list[tuple[str, TimingSample]], field_name: str) -> str:
-    """The processes a timing check cannot count, named with why ("" when none): one left out of
-    its side's figures (steps that are no time, or no steady step), or whose figure is 0 s on a
-    measure the check reads (no ratio is formed from it). The check is then an ERROR: a process
-    lost unsaid would let a side pass on fewer processes than it ran."""
-    found = []
-    for side, sample in sides:
-        found += [f"process {block} of {side}: {why}" for block, why in sample.left_out]
-        measures = ("wall", "cpu") if sample.cpu_units else ("wall",)
-        zero = sorted({b for m in measures for b in zero_figures(sample, m, field_name)})
-        found += [f"process {b} of {side}: its {field_name} step time is 0 s (a clock coarser than its steps), no ratio can be formed "
-                  f"from it: gate another statistic, or time more work a step" for b in zero]
-    return "; ".join(found)
 
 
 @dataclass(frozen=True)

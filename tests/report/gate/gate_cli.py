@@ -74,3 +74,8 @@ def machine_free_copy(run: Path, dest: Path, modes: tuple[str, ...] = ("ca",)) -
         (dest / mode / "columns.json").unlink(missing_ok=True)  # it holds the times replaced here
         (dest / mode / "cpu_wait.json").unlink(missing_ok=True)  # the machine's load while the real steps ran
     return dest
+
+
+def one_line_error(proc: subprocess.CompletedProcess, code: int, said: str) -> None:
+    """The command refused its input: exit `code`, one line on stderr that says `said`, no traceback."""
+    assert proc.returncode == code and said in proc.stderr and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr

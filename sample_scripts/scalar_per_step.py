@@ -1,6 +1,6 @@
-"""A Python float that changes every step, passed to a compiled module: Dynamo specialises on its
-value (`dynamic=False`), so every new value is a guard failure and a recompile, until
-`recompile_limit`. Passed as a tensor (`torch.tensor(scale)`) the forward is compiled once.
+"""A Python float that changes every step and scales a 0-dim float32 loss in a compiled module: Dynamo
+specialises on its value (`dynamic=False`), so every new value is a guard failure and a recompile,
+until `recompile_limit`. Passed as a tensor (`torch.tensor(scale)`) the forward is compiled once.
 Arguments: [STEPS (4)] [BACKEND (inductor)]."""
 
 import sys
@@ -14,7 +14,7 @@ class Scaled(torch.nn.Module):
         self.linear = torch.nn.Linear(8, 8)
 
     def forward(self, x, scale):
-        return self.linear(x) * scale
+        return self.linear(x).square().mean() * scale
 
 
 def main() -> None:

@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -133,3 +136,62 @@ def test_a_compile_guards_file_read_by_recompiles_never_leaves_the_run(record_ru
     assert cagtool("recompiles", str(run), "--explain")[0] == 0
     _link(run / "ca" / "compiles" / "0_1" / "dynamo_cpp_guards_str.txt", tmp_path / "victim.txt")
     _refused(("recompiles", str(run), "--explain"), "refusing to read it")
+
+
+_PEAK_CHILD = textwrap.dedent("""\
+    import resource, sys
+    from cagtool.cli import main
+    import cagtool.record.columns, cagtool.record.loader  # what the command reads with, imported before the limit
+
+    def address_space():
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+
+    resource.setrlimit(resource.RLIMIT_AS, (address_space() + int(sys.argv[2]), resource.RLIM_INFINITY))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    try:
+        main(["summary", sys.argv[1]])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+    sys.exit(code)
+    """)
+
+
+@pytest.mark.parametrize("sidecar", [False, True])
+def test_an_events_line_longer_than_any_event_is_refused_without_reading_it_whole(run, sidecar):
+    """ca/events.jsonl replaced by one line of 2 GiB (a finding whose message is a sparse hole of
+    NULs, no newline till the end): the reader stops once the line is past
+    MAX_EVENT_LINE_BYTES (64 MiB), exit 3 with one line naming the file and the line, under an
+    address-space limit of 1 GiB more than the process had, its peak RSS grown by less than a
+    quarter of the line's size. Read whole, it did not fit. With a columns sidecar forged to match
+    the file's size and time and to say where that line lies, the sidecar is not used (it was:
+    the line was read there, whole)."""
+    import zlib
+
+    from cagtool.record.columns import COLUMN_KINDS, COLUMNS_FILE, COLUMNS_FORMAT, COLUMNS_VERSION
+    from cagtool.record.schema import MAX_EVENT_LINE_BYTES
+
+    events = run / "ca" / "events.jsonl"
+    size = 2 * 2**30
+    with open(events, "wb") as handle:
+        handle.write(b'{"kind": "finding", "seq": 1, "t": 0.0, "code": "x", "message": "')
+        handle.seek(size - 3)
+        handle.write(b'"}\n')
+    assert os.stat(events).st_blocks * 512 < 2**20  # sparse: nothing of it is on disk, nor read from it
+    (run / "ca" / COLUMNS_FILE).unlink(missing_ok=True)
+    if sidecar:
+        os.utime(events, ns=(10**18, 10**18))  # before the sidecar's own time, as the writer leaves them
+        header = {"format": COLUMNS_FORMAT, "version": COLUMNS_VERSION, "events_bytes": size, "events_crc32": 0,
+                  "body_crc32": zlib.crc32(b""), "kinds": {kind: {"count": 0, "columns": {}} for kind in COLUMN_KINDS},
+                  "other": [[1, 0, size - 1]], "events_mtime_ns": 10**18}
+        (run / "ca" / COLUMNS_FILE).write_text(json.dumps(header) + "\n")
+    proc = subprocess.run([sys.executable, "-c", _PEAK_CHILD, str(run), str(2**30)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    errors = proc.stderr.splitlines()
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr and len(errors) == 1, proc.stderr[-2000:]
+    assert errors[0] == (f"cagtool: error: {events}: line 1 is longer than {MAX_EVENT_LINE_BYTES:,} bytes, more than any event "
+                         "cagtool writes (a damaged or forged record); refusing to read it")
+    grown = int(proc.stdout.splitlines()[-1])
+    assert grown < size // 4, grown

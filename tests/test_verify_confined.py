@@ -162,6 +162,39 @@ def test_a_script_changed_after_the_seal_was_checked_never_runs(tmp_path):
     assert not mark.exists()
 
 
+def test_a_modules_file_changed_after_the_seal_was_checked_never_runs(tmp_path):
+    """`cagtool run -m shape_loop`: the module's file, as the run found it, is sealed and checked
+    like a script. Unchanged, the verification re-runs it (baseline and fix); changed after the
+    check and before the baseline re-run reads it, the re-run refuses it: exit 3, one line naming
+    the file, none of it run."""
+    from cagtool.errors import UnreadableInput
+    from cagtool.verify.fixes import Fix
+    from cagtool.verify.verification import VERIFIED, verify
+
+    job = tmp_path / "job"
+    job.mkdir()
+    module = job / SHAPE_LOOP.name
+    shutil.copy(SHAPE_LOOP, module)
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(tmp_path / "run"), "-m", "shape_loop"),
+                          cwd=str(job), capture_output=True, text=True, env={**os.environ, "CI": "true"}, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    fix = Fix("ca-dynamic", "sizes dynamic", (1,), run_flags=("--dynamic",))
+    result = verify(tmp_path / "run", "ca", [fix], repeat=1)
+    assert result.baseline is not None and result.baseline.status == "finished" and result.fixes[0].verdict == VERIFIED, result.fixes[0].reasons
+    mark = tmp_path / "changed-ran"
+
+    def change_the_module(line: str) -> None:
+        if line.startswith("baseline:"):
+            module.write_text(f"open({str(mark)!r}, 'w').write('ran')\n")
+
+    with pytest.raises(UnreadableInput) as refused:
+        verify(tmp_path / "run", "ca", [fix], repeat=1, progress=change_the_module)
+    said = str(refused.value)
+    assert refused.value.exit_code == 3 and "\n" not in said
+    assert said == f"{module} changed after `recompiles --verify` checked it: not run; record the run again"
+    assert not mark.exists()
+
+
 def test_a_relative_run_from_elsewhere_and_two_verifications_at_once(recorded, tmp_path):
     """Two verifications of one run, started together from another directory with a relative RUN:
     each has its own re-runs under RUN/verify/ (none under the recorded cwd), both exit 0, and

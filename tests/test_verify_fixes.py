@@ -14,6 +14,7 @@ import pytest
 from conftest import ROOT, cagtool_in_process
 
 from cagtool.record.loader import load_run
+from cagtool.report.compare.analysis import numerics_sample
 from cagtool.report.figures.metrics import mode_metrics
 
 pytestmark = pytest.mark.slow
@@ -129,8 +130,10 @@ def test_a_hook_added_mid_run_is_patched_on_a_copy_and_verified(record_run, tmp_
 def test_a_python_float_changing_per_step_is_passed_as_a_tensor_on_a_copy(record_run, tmp_path):
     """`model(x, scale)` with a new Python float each step under dynamic=False: Dynamo's guard
     `scale == 1.0` fails every step (3 forward recompiles in 4 steps) and each recompiled forward
-    brings a new backward graph (3 CA recompiles). The patch passes torch.tensor(scale, dtype=torch.float64)
-    at the call site Dynamo recorded; --verify runs it on a copy: every recompile gone, numerics unchanged.
+    brings a new backward graph (3 CA recompiles). The patch passes torch.tensor(scale, dtype=torch.get_default_dtype())
+    at the call site Dynamo recorded; --verify runs it on a copy: every recompile gone, and the losses
+    and final norms bit for bit the job's (the float scales a 0-dim float32 loss: a float64 tensor
+    made the loss float64, its values different in the 8th digit).
     The script compiles with aot_eager (its second argument): the graphs and guards Inductor's would
     be, a compiled backward per forward, without compiling C++ in each run and re-run."""
     run = _copy(record_run, tmp_path, "scalar_per_step.py", "4", "aot_eager")
@@ -142,12 +145,16 @@ def test_a_python_float_changing_per_step_is_passed_as_a_tensor_on_a_copy(record
     [fix] = v["fixes"]
     assert fix["fix"] == "scalar-to-tensor" and fix["who"] == "your code" and fix["causes"] == [1, 2] and v["not_applied"] == []
     assert fix["patch"]["line"] == 28 and fix["patch"]["applicable"] is True
-    assert "-        loss = model(x, scale).sum()\n+        loss = model(x, torch.tensor(scale, dtype=torch.float64)).sum()\n" in fix["patch"]["diff"]
+    assert "-        loss = model(x, scale).sum()\n+        loss = model(x, torch.tensor(scale, dtype=torch.get_default_dtype())).sum()\n" in fix["patch"]["diff"]
     assert (v["baseline"]["dynamo_recompiles"], fix["measured"]["dynamo_recompiles"]) == ([3], [0])
     assert (v["baseline"]["ca_recompiles"], fix["measured"]["ca_recompiles"]) == ([3], [0])
     assert (v["baseline"]["ca_graphs"], fix["measured"]["ca_graphs"]) == ([4], [1])
     assert fix["verdict"] == "verified" and fix["numerics_agree"] is True, fix["reasons"]
     fixed = load_run(fix["measured"]["run"]).modes["ca"]
+    plain = numerics_sample("ca", load_run(v["baseline"]["run"]).modes["ca"])
+    patched = numerics_sample("ca", fixed)
+    assert len(plain.losses) == 4 and patched.losses == plain.losses, (plain.losses, patched.losses)
+    assert patched.param_norm == plain.param_norm is not None
     assert fixed.manifest.options["patched_source"] == str(Path(fix["patched_copy"]).resolve())
     assert fixed.manifest.torch_counters["compiled_autograd"]["captures"] == 1
     assert script.read_text() == original

@@ -19,8 +19,10 @@ from cagtool.capture.run.target import (
     SOURCE_DIGEST_ENV,
     SourceChanged,
     Target,
+    checked_digest,
     patched_source_for,
     run_target,
+    source_digest,
 )
 from cagtool.report.recompiles.explain import CAUSE_DYNAMO_FRAME, CAUSE_GRAD_DEFINED, CAUSE_HOOK, Cause
 from cagtool.verify.patches import patch_for
@@ -182,6 +184,50 @@ def test_a_copy_or_script_swapped_after_verify_checked_it_is_never_run(tmp_path,
     finally:
         sys.argv[:], sys.path[:] = saved[0], saved[1]
         sys.modules["__main__"] = saved[2]
+    assert not mark.exists()
+
+
+def test_a_modules_file_swapped_after_verify_checked_it_is_never_run(tmp_path, monkeypatch):
+    """`-m jobs.train`: the re-run is told the file --verify checked (the sealed one) and its
+    SHA-256. It runs that file's code as runpy does (__name__, __file__, __spec__, sys.argv[0]);
+    the file rewritten, or the module found elsewhere (a `jobs/train/` package planted beside it),
+    is refused (SourceChanged) and none of it runs."""
+    import importlib
+
+    mark = tmp_path / "planted-ran"
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "__init__.py").write_text("")
+    module = tmp_path / "jobs" / "train.py"
+    checked = ("import sys\n"
+               f"open({str(tmp_path / 'checked-ran')!r}, 'w').write(' '.join([__name__, __file__, __spec__.name, sys.argv[0]]))\n")
+    module.write_text(checked)
+    target = Target("module", "jobs.train", [])
+    monkeypatch.chdir(tmp_path)
+    saved = (list(sys.argv), list(sys.path), sys.modules.get("__main__"))
+    digest = hashlib.sha256(checked.encode()).hexdigest()
+    try:
+        monkeypatch.setenv(SOURCE_DIGEST_ENV, source_digest("module", "jobs.train", digest, str(module)))
+        run_target(target)
+        assert (tmp_path / "checked-ran").read_text() == f"__main__ {module} jobs.train {module}"
+        assert sys.modules.get("__main__") is saved[2]
+        module.write_text(f"open({str(mark)!r}, 'w').write('ran')\n")
+        with pytest.raises(SourceChanged, match=r"jobs/train.py changed after `recompiles --verify` checked it: not run"):
+            run_target(target)
+        module.write_text(checked)
+        (tmp_path / "jobs" / "train").mkdir()
+        (tmp_path / "jobs" / "train" / "__init__.py").write_text("")
+        (tmp_path / "jobs" / "train" / "__main__.py").write_text(f"open({str(mark)!r}, 'w').write('ran')\n")
+        importlib.invalidate_caches()
+        with pytest.raises(SourceChanged, match=r"-m jobs.train now finds .*jobs/train/__main__.py, not .*jobs/train.py that"):
+            run_target(target)
+        # Another module's digest, or a script's, is not this module's: it runs unchecked, as under python.
+        monkeypatch.setenv(SOURCE_DIGEST_ENV, source_digest("script", str(module), "0" * 64, str(module)))
+        assert checked_digest(target) is None
+    finally:
+        sys.argv[:], sys.path[:] = saved[0], saved[1]
+        sys.modules["__main__"] = saved[2]
+        for name in ("jobs", "jobs.train", "jobs.train.__main__"):
+            sys.modules.pop(name, None)
     assert not mark.exists()
 
 

@@ -1,12 +1,16 @@
 """Patches for a forward frame recompiled on a Python value (cagtool/verify/value_patches.py): the
 guard texts are torch 2.13's own (TORCH_LOGS=recompiles on sample_scripts/scalar_per_step.py and a
 module with a flag argument, a flag attribute and a global flag); the scripts are small files.
-Pure: no torch job runs here."""
+No torch job runs here; what a patched copy computes is checked against the script on real torch,
+eagerly (tests/test_verify_fixes.py re-runs a compiled job)."""
 
 from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+
+import pytest
+import torch
 
 from cagtool.record.schema import SourceRef
 from cagtool.report.recompiles.explain import CAUSE_DYNAMO_FRAME, Cause
@@ -53,10 +57,10 @@ def _cause(*rows: RecompileRow, consequences: tuple[int, ...] = ()) -> Cause:
 
 
 def _scalar_patch(tmp_path: Path, text: str, code: str = "return self.linear(x) * scale", use: int = USE_LINE, call: int = CALL_LINE,
-                  guard: str = "scale == 1.0"):
+                  guard: str = "scale == 1.0", function: str = "forward"):
     script = tmp_path / "train.py"
     script.write_text(text)
-    rows = [_row(script, guard.replace("1.0", v), use, "forward", code, call, attempt=i + 1) for i, v in enumerate(("1.0", "1.5"))]
+    rows = [_row(script, guard.replace("1.0", v), use, function, code, call, attempt=i + 1) for i, v in enumerate(("1.0", "1.5"))]
     return patch_for(_cause(*rows, consequences=(2,)), str(script), "train.py")
 
 
@@ -65,7 +69,7 @@ def test_a_python_float_used_in_tensor_arithmetic_is_passed_as_a_tensor(tmp_path
     assert patch.name == "scalar-to-tensor" and patch.applicable and patch.why_not is None, patch.why_not
     assert patch.line == CALL_LINE and patch.who == "your code"
     assert patch.causes == (1, 2)  # the backward captured again because of it goes with it
-    assert patch.title == "pass `scale` as a tensor where it is passed in: torch.tensor(scale, dtype=torch.float64)"
+    assert patch.title == "pass `scale` as a tensor where it is passed in: torch.tensor(scale, dtype=torch.get_default_dtype())"
     assert patch.diff.splitlines() == [
         "--- a/train.py",
         "+++ b/train.py",
@@ -74,7 +78,7 @@ def test_a_python_float_used_in_tensor_arithmetic_is_passed_as_a_tensor(tmp_path
         " for step in range(4):",
         "     scale = 1.0 + 0.5 * step",
         "-    loss = model(x, scale).sum()",
-        "+    loss = model(x, torch.tensor(scale, dtype=torch.float64)).sum()",
+        "+    loss = model(x, torch.tensor(scale, dtype=torch.get_default_dtype())).sum()",
         "     loss.backward()",
     ]
     compile(patch.patched, "train.py", "exec")
@@ -84,7 +88,7 @@ def test_a_python_float_used_in_tensor_arithmetic_is_passed_as_a_tensor(tmp_path
 def test_a_keyword_argument_is_wrapped_in_place(tmp_path):
     patch = _scalar_patch(tmp_path, SCALAR.replace("model(x, scale)", "model(x, scale=scale * 2)"))
     assert patch.applicable, patch.why_not
-    assert "+    loss = model(x, scale=torch.tensor(scale * 2, dtype=torch.float64)).sum()" in patch.diff.splitlines()
+    assert "+    loss = model(x, scale=torch.tensor(scale * 2, dtype=torch.get_default_dtype())).sum()" in patch.diff.splitlines()
 
 
 def test_a_loop_bound_or_a_test_is_not_made_a_tensor(tmp_path):
@@ -123,7 +127,66 @@ def test_a_call_site_that_cannot_be_read_says_why(tmp_path):
     # The diff is shown, but the copy would not run: torch is not a name the script has.
     patch = _scalar_patch(tmp_path, SCALAR.replace("import torch\n", "import torch as T\n").replace("torch.nn", "T.nn").replace("torch.compile", "T.compile"))
     assert not patch.applicable and patch.why_not.startswith("the script does not `import torch`")
-    assert "+    loss = model(x, torch.tensor(scale, dtype=torch.float64)).sum()" in patch.diff.splitlines()
+    assert "+    loss = model(x, torch.tensor(scale, dtype=torch.get_default_dtype())).sum()" in patch.diff.splitlines()
+
+
+ARITHMETIC = textwrap.dedent("""\
+    import torch
+
+
+    def scaled(y, scale):
+        return {use}
+
+
+    torch.set_default_dtype({default})
+    torch.manual_seed(0)
+    y = {operand}
+    out = []
+    for step in range(3):
+        scale = 1.0 / 3 + 0.1 * step
+        out.append(scaled(y, scale))
+    """)
+
+
+@pytest.mark.parametrize("use, operand, default", [
+    ("y * scale", "torch.randn(16)", "torch.float32"),
+    ("y.square().mean() * scale", "torch.randn(16)", "torch.float32"),  # a 0-dim float32 loss, scaled
+    ("scale * y.square().mean() - y.sum()", "torch.randn(16)", "torch.float32"),
+    ("(y - scale) / (y.abs() + 1)", "torch.randn(16)", "torch.float32"),
+    ("y * scale", "torch.arange(16)", "torch.float32"),  # an integer tensor: the result takes the default dtype
+    ("y.sum() * scale", "torch.arange(16)", "torch.float64"),  # the default the script set, read at the call
+    ("y.square().mean() * scale", "torch.randn(16)", "torch.float64"),
+])
+def test_the_patched_copy_computes_the_bits_the_python_float_did(tmp_path, use, operand, default):
+    """The copy passes the float as a tensor of the default dtype when the call runs: where its
+    value meets a float32 loss, an integer tensor or a tensor of the default dtype, every result has
+    the dtype and the bits the script's own has (a float64 tensor made a scaled float32 loss
+    float64, and an integer tensor's product float64)."""
+    text = ARITHMETIC.format(use=use, operand=operand, default=default)
+    patch = _scalar_patch(tmp_path, text, code=f"return {use}", use=5, call=14, function="scaled")
+    assert patch.applicable, patch.why_not
+    before = torch.get_default_dtype()
+    try:
+        plain: dict = {}
+        exec(compile(text, "train.py", "exec"), plain)
+        patched: dict = {}
+        exec(compile(patch.patched, "train.py", "exec"), patched)
+    finally:
+        torch.set_default_dtype(before)
+    assert [(o.dtype, o.shape) for o in patched["out"]] == [(o.dtype, o.shape) for o in plain["out"]]
+    assert all(torch.equal(a, b) for a, b in zip(plain["out"], patched["out"])), (plain["out"], patched["out"])
+
+
+def test_the_float_as_a_dividend_is_not_patched(tmp_path):
+    """`scale / y`: torch computes a Python number over a tensor as `y.reciprocal() * scale`, a
+    tensor over a tensor as a division; the last bits differ (they do, checked here)."""
+    text = ARITHMETIC.format(use="scale / (y.abs() + 1)", operand="torch.randn(16)", default="torch.float32")
+    patch = _scalar_patch(tmp_path, text, code="return scale / (y.abs() + 1)", use=5, call=14, function="scaled")
+    assert not patch.applicable and patch.why_not == (
+        "`scale` is divided by `y.abs() + 1` at line 5: torch computes a Python number over a tensor as the tensor's "
+        "reciprocal times the number, a tensor over a tensor as a division, whose last bits differ")
+    y = torch.randn(4096).abs() + 1
+    assert not torch.equal(1.1 / y, torch.tensor(1.1) / y)
 
 
 def test_a_value_from_elsewhere_is_not_patched(tmp_path):
@@ -230,5 +293,5 @@ def test_a_forged_guard_never_puts_its_text_into_the_patched_copy(tmp_path):
         applied.append(patch.applicable)
         if patch.applicable:
             changed = [(a, b) for a, b in zip(SCALAR.splitlines(), patch.patched.splitlines()) if a != b]
-            assert changed == [("    loss = model(x, scale).sum()", "    loss = model(x, torch.tensor(scale, dtype=torch.float64)).sum()")]
+            assert changed == [("    loss = model(x, scale).sum()", "    loss = model(x, torch.tensor(scale, dtype=torch.get_default_dtype())).sum()")]
     assert applied == [False, False, False, True]  # a forged frame code line alone: the script's own edit

@@ -45,7 +45,7 @@ import msgspec
 from cagtool.errors import UnreadableInput
 from cagtool.record.atomic import write_atomic
 from cagtool.record.regular_files import open_record_file
-from cagtool.record.schema import EVENT_TYPES, EVENTS_FILE, Event
+from cagtool.record.schema import EVENT_TYPES, EVENTS_FILE, MAX_EVENT_LINE_BYTES, Event
 
 COLUMNS_FILE = "columns.json"
 COLUMNS_FORMAT = "cagtool-event-columns"
@@ -434,7 +434,9 @@ def read_sidecar(mode_dir: Path, data: bytes | None = None, events_stat: os.stat
     try:
         with os.fdopen(open_record_file(path), "rb") as handle:
             written_ns = os.fstat(handle.fileno()).st_mtime_ns
-            header = handle.readline()
+            header = handle.readline(MAX_EVENT_LINE_BYTES + 1)
+            if not header.endswith(b"\n"):
+                return None  # no header the writer writes (it holds a few bytes per line of the stream)
             doc = json.loads(header)
             if not isinstance(doc, dict) or doc.get("format") != COLUMNS_FORMAT or doc.get("version") not in READABLE_VERSIONS:
                 return None
@@ -471,8 +473,8 @@ def read_sidecar(mode_dir: Path, data: bytes | None = None, events_stat: os.stat
                 encoded[name] = (str(encoding), _Stored(path, body_start + offset, length, int(checksum[0]) if checksum else None))
             columns[kind] = EventColumns(kind, count, encoded)
         other = [(int(n), int(s), int(e)) for n, s, e in doc["other"]]
-        if any(not 0 <= s <= e <= size for _, s, e in other):
-            return None
+        if any(not 0 <= s <= e <= size or e - s > MAX_EVENT_LINE_BYTES for _, s, e in other):
+            return None  # the lines are read instead (the loader refuses one that long)
     except (KeyError, TypeError, ValueError):
         return None
     return Sidecar(columns, other)

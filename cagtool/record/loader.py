@@ -17,6 +17,7 @@ from cagtool.record.regular_files import open_record_file, read_record_bytes
 from cagtool.record.liveness import read_dead_writer_as_killed, read_vanished_as_killed
 from cagtool.record.manifest import ModeManifest, RunMeta, mode_manifest_from_dict, process_identity, run_meta_from_dict
 from cagtool.record.schema import (
+    MAX_EVENT_LINE_BYTES,
     MAX_WORLD_SIZE,
     EVENT_TYPES,
     CompileArtifactEvent,
@@ -363,10 +364,10 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
                 raise UnreadableInput(f"{events_path} is a symbolic link; a record's files are read only as regular files, never through a link")
             sidecar = read_sidecar(path, events_stat=events_path.stat())
             if sidecar is None:
-                stream = read_record_bytes(events_path)
+                stream = read_record_bytes(events_path, MAX_EVENT_LINE_BYTES)
                 sidecar = read_sidecar(path, stream)
         else:
-            stream = read_record_bytes(events_path)
+            stream = read_record_bytes(events_path, MAX_EVENT_LINE_BYTES)
         lines: Iterable[tuple[int, str | None]]
         if sidecar is not None:
             for kind, held in sidecar.columns.items():
@@ -464,7 +465,7 @@ def _read_spans(path: Path, spans: list[tuple[int, int]]) -> list[bytes]:
     if not spans:
         return []
     if len(spans) > 4096:  # many short reads cost more than one long one
-        data = read_record_bytes(path)
+        data = read_record_bytes(path, MAX_EVENT_LINE_BYTES)
         return [data[s:e] for s, e in spans]
     fd = open_record_file(path)
     try:

@@ -52,8 +52,37 @@ def _is_link(name: str | Path, dir_fd: int | None) -> bool:
         return False
 
 
-def read_record_bytes(path: Path) -> bytes:
-    """The bytes of one of a record's files (open_record_file: never through a link, never a FIFO)."""
+def read_record_bytes(path: Path, max_line: int | None = None) -> bytes:
+    """The bytes of one of a record's files (open_record_file: never through a link, never a FIFO).
+
+    `max_line`: the file is a stream of lines none longer than that (bytes, its newline left out).
+    A file no longer than that is read whole, in one read; a longer one a chunk at a time, refused
+    (UnreadableInput) as soon as a line is seen to be longer, with at most `max_line` bytes of that
+    line read."""
     fd = open_record_file(path)
-    with os.fdopen(fd, "rb") as handle:
-        return handle.read()
+    with os.fdopen(fd, "rb", buffering=0) as handle:
+        if max_line is None:
+            return handle.read()
+        size = os.fstat(handle.fileno()).st_size
+        if size <= max_line:
+            data = handle.read(size + 1)  # one read, as read() makes it: a regular file gives all it has
+            if len(data) <= size:
+                return data  # no line is longer than the whole file
+            handle.seek(0)  # it grew while read: read it again, a chunk at a time
+        # A line inside one chunk is no longer than the chunk, so only the line that runs on from
+        # one chunk into the next is measured: one find and one rfind per chunk, in C.
+        chunk_size = max(1, min(max_line, _CHUNK_BYTES))
+        chunks: list[bytes] = []
+        run_on = 0  # bytes since the last newline read
+        while chunk := handle.read(chunk_size):
+            first = chunk.find(b"\n")
+            if (run_on + len(chunk) if first < 0 else run_on + first) > max_line:
+                line = 1 + sum(c.count(b"\n") for c in chunks)
+                raise UnreadableInput(f"{path}: line {line} is longer than {max_line:,} bytes, more than any event cagtool writes "
+                                      "(a damaged or forged record); refusing to read it")
+            run_on = run_on + len(chunk) if first < 0 else len(chunk) - 1 - chunk.rfind(b"\n")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+_CHUNK_BYTES = 8 * 2**20

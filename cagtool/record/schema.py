@@ -77,6 +77,14 @@ EVENTS_FILE = "events.jsonl"
 # Beside a mode's manifest, written by cagtool's own process: how long the mode's process tree ran
 # and waited for a CPU, sampled on the machine's monotonic clock (capture/processes/cpu_wait.py).
 CPU_WAIT_FILE = "cpu_wait.json"
+# The longest line the loader reads from events.jsonl (bytes, its newline left out); a longer one
+# refuses the record (exit 3) once that many bytes are read, so a damaged or forged stream of one
+# endless line is never held whole. The largest events cagtool writes grow with the model: a
+# grad_digest holds about 130 bytes per parameter tensor, a ca_graph about 170 per autograd node
+# with its hook (measured from the writer's encoding); graph code and compile artifacts are files
+# of their own (graphs/, compiles/), never in a line. 64 MiB holds about 400,000 of either, 8 times
+# the parameter tensors of the largest open mixture-of-experts models (about 50,000).
+MAX_EVENT_LINE_BYTES = 64 * 2**20
 GRAPHS_DIR = "graphs"
 COMPILES_DIR = "compiles"
 TRACE_DIR = "trace"

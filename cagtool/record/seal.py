@@ -86,6 +86,18 @@ def job_files(target: dict[str, str], argv: list[str], cwd: str, module_origin: 
     return {os.path.abspath(name): _sha256(name) for name in dict.fromkeys(names)}
 
 
+def sealed_module_file(files: dict[str, Any], module: str) -> tuple[str, str] | None:
+    """(path, SHA-256) of the file a `-m module` job ran, among the sealed `files`: the first one
+    (job_files puts it first) whose path ends as the module's file does (`pkg/mod.py`, or
+    `pkg/__main__.py` for a package)."""
+    relative = module.replace(".", os.sep)
+    endings = (os.sep + relative + ".py", os.sep + relative + os.sep + "__main__.py")
+    for path, digest in files.items():
+        if isinstance(digest, str) and path.endswith(endings):
+            return path, digest
+    return None
+
+
 def _payload(target: dict[str, str], argv: list[str], cwd: str, options: dict[str, Any], files: dict[str, str | None]) -> bytes:
     body = {
         "version": SEAL_VERSION, "target": {"kind": target.get("kind"), "name": target.get("name")}, "argv": list(argv), "cwd": cwd,

@@ -2,22 +2,30 @@
 or flag it specialised on changed (torch's guard text `scale == 1.0`, `flag == True`,
 `self.use_relu == True`, `G['FLAG'] == True`: torch_text.value_guard).
 
-`scalar-to-tensor`: a Python number passed to the compiled function and only used there in
-tensor arithmetic (`self.linear(x) * scale`) is passed as a tensor instead, at the call site Dynamo
-recorded (`model(x, torch.tensor(scale, dtype=torch.float64))`: a Python float is a double in a
-torch op, an int an int64, and the tensor keeps that dtype). A tensor's value is not guarded on, so one graph serves
-every value. It is made, on a copy, only when the edit is local and keeps what the code computes:
-the guarded value is a parameter of the compiled function (in the script), never reassigned
-there, and every use of it is an operand of `+ - * /` beside an operand that is neither a constant
-nor visibly a Python number (`x.size(0)`, `x.shape[1]`, `len(...)`, `math.*`), whose result goes to
-a return, an assignment, a `torch.*` function's argument, or has a method called on it (a 0-dim
-double there computes what the Python float did, in the other operand's dtype: a 0-dim operand
-never sets the result's dtype over a dimensioned floating tensor's; beside an integer tensor it
-would, float64 where the Python float gave the default dtype, which the numerics check shows);
-the call site's line
-has exactly one call that passes that parameter, without `*args`/`**kwargs`; and the script
-imports `torch` under that name. Anything else (a loop bound, an `if`, `range(n)`, a shape) is
-not patched and the reason names the line. The re-run's numerics check confirms the rest.
+`scalar-to-tensor`: a Python number passed to the compiled function and only used there in tensor
+arithmetic (`self.linear(x) * scale`) is passed as a tensor instead, at the call site Dynamo
+recorded (`model(x, torch.tensor(scale, dtype=torch.get_default_dtype()))` for a float,
+`torch.tensor(n)`, an int64, for an int). A tensor's value is not guarded on, so one graph serves
+every value. The dtype is the one type promotion gives a Python float beside a tensor with no
+floating dtype (an integer tensor: torch's default dtype), read when the call runs, so a script that
+sets another default gets it: beside a 0-dim float32 tensor (`loss * scale`), an integer tensor or a
+dimensioned floating tensor of at most the default's precision, the tensor gives the result the
+dtype and the bits the Python float gave (a float64 tensor would make `loss * scale` float64, its
+losses different in the 8th digit). Left to the re-run's numerics check: a float64 tensor under a
+float32 default (the number is rounded to float32 first); a 0-dim tensor of another floating dtype
+than the default (the result takes the wider: a float16 `loss * scale` becomes float32, a float32
+one float64 under a float64 default); `scale * h` with `h` in half precision (a 0-dim tensor on the
+left is rounded to half before the product, a Python float is kept in float). It is made, on a copy,
+only when the edit is local and keeps what the code computes: the guarded value is a parameter of
+the compiled function (in the script), never reassigned there, and every use of it is an operand of
+`+ - * /` beside an operand that is neither a constant nor visibly a Python number (`x.size(0)`,
+`x.shape[1]`, `len(...)`, `math.*`), and not the dividend of `/` (torch computes `scale / y` for a
+Python number as `y.reciprocal() * scale`, for a tensor as a division: the last bits differ), whose
+result goes to a return, an assignment, a `torch.*` function's argument, or has a method called on
+it; the call site's line has exactly one call that passes that parameter, without
+`*args`/`**kwargs`; and the script imports `torch` under that name. Anything else (a loop bound, an
+`if`, `range(n)`, a shape) is not patched and the reason names the line. The re-run's numerics check
+confirms the rest.
 
 `branch-to-where`: an `if` on a Python flag guarded on. When the flag is an argument and each
 branch assigns one name (`if flag: y = A` / `else: y = B`, or no `else`: y is kept), the suggested
@@ -125,6 +133,9 @@ def _non_tensor_use(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> 
         if not (isinstance(parent, ast.BinOp) and isinstance(parent.op, _ARITHMETIC)):
             return f"`{name}` is used at {where} in `{_snippet(parent)}`, not in tensor arithmetic: a tensor there changes what the code does"
         other = parent.right if parent.left is use else parent.left
+        if isinstance(parent.op, ast.Div) and parent.left is use:
+            return (f"`{name}` is divided by `{_snippet(other)}` at {where}: torch computes a Python number over a tensor as "
+                    "the tensor's reciprocal times the number, a tensor over a tensor as a division, whose last bits differ")
         if _constant_only(other):
             return (f"`{name}` is combined only with a constant at {where} (`{_snippet(parent)}`): the result would be a tensor "
                     "where the code computes a Python number")
@@ -204,10 +215,10 @@ def value_patch(cause: Cause, script: str | None, display: str | None) -> Patch 
     scope, name, value = guards[0]
     branch = value in ("True", "False")
     patch_name = BRANCH if branch else SCALAR
-    # The tensor torch makes of a Python number in an op (a "wrapped number"): a float is a double,
-    # an int an int64, so the values and the result's dtype stay the number's.
+    # The dtype type promotion gives the Python number where no tensor beside it sets one (the
+    # module docstring): a float the default dtype, read when the call runs; an int an int64.
     as_float = not branch and any(c in value for c in ".eEn")
-    wrap = "torch.tensor({}, dtype=torch.float64)" if as_float else "torch.tensor({})"
+    wrap = "torch.tensor({}, dtype=torch.get_default_dtype())" if as_float else "torch.tensor({})"
     title = (f"choose with torch.where instead of branching on `{name}`" if branch
              else f"pass `{name}` as a tensor where it is passed in: {wrap.format(name)}")
 

@@ -43,11 +43,11 @@ from cagtool.capture.run.self_launch import python_module_argv
 from cagtool.errors import CagtoolError, EXIT_GATE_FAILED, UnreadableInput, UsageError
 from cagtool.record.atomic import check_confined, make_new_dir, open_new, write_atomic
 from cagtool.record.loader import RunRecord, load_run
-from cagtool.record.seal import check_job
+from cagtool.record.seal import check_job, sealed_module_file
 from cagtool.report.compare.analysis import compare_runs, mode_fields
 from cagtool.report.figures.intervals import ratio_text
 from cagtool.report.recompiles.verification import VERIFICATION_FILE, VERIFICATION_FORMAT
-from cagtool.capture.run.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV, SOURCE_DIGEST_ENV, SourceChanged
+from cagtool.capture.run.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV, SOURCE_DIGEST_ENV, SourceChanged, source_digest
 from cagtool.verify.fixes import Fix
 
 VERIFY_DIR = "verify"
@@ -373,18 +373,22 @@ def verify(
         out = make_new_dir(run_dir, root / name)
         argv = rerun_argv(run, mode, repeat, out, fix)
         env = {**os.environ, **(fix.env if fix is not None else {})}
+        env.pop(SOURCE_DIGEST_ENV, None)  # only what this verification checked
         said = f"  ({', '.join(f'{k}={v}' for k, v in fix.env.items())})" if fix and fix.env else ""
         script = Path(os.path.abspath(os.path.join(run.meta.cwd or ".", run.meta.target["name"])))
-        sealed = (run.meta.job_seal or {}).get("files", {}).get(str(script))
+        files = (run.meta.job_seal or {}).get("files", {})
+        sealed = files.get(str(script))
+        # What check_job found in the script, or in the module's file, is what runs (target.py, SOURCE_DIGEST_ENV).
         if run.meta.target.get("kind") == "script" and isinstance(sealed, str):
-            # What check_job found in the script is what runs (target.py, SOURCE_DIGEST_ENV).
-            env[SOURCE_DIGEST_ENV] = f"{sealed} {script}"
+            env[SOURCE_DIGEST_ENV] = source_digest("script", str(script), sealed, str(script))
+        elif run.meta.target.get("kind") == "module" and (found := sealed_module_file(files, run.meta.target["name"])) is not None:
+            env[SOURCE_DIGEST_ENV] = source_digest("module", run.meta.target["name"], found[1], found[0])
         if fix is not None and fix.patch is not None and fix.patch.patched is not None:
             copy = root / f"{name}-{script.name}"
             write_atomic(copy, fix.patch.patched, root=run_dir)
             copies[name] = copy
             env.update({PATCH_TARGET_ENV: str(script.resolve()), PATCHED_SOURCE_ENV: str(copy),
-                        SOURCE_DIGEST_ENV: f"{hashlib.sha256(fix.patch.patched.encode('utf-8')).hexdigest()} {script}"})
+                        SOURCE_DIGEST_ENV: source_digest("script", str(script), hashlib.sha256(fix.patch.patched.encode("utf-8")).hexdigest(), str(script))})
             said = f"  (runs the patched copy {copy} in place of {fix.patch.file}; your file is not changed)"
         progress(f"{name}: {' '.join(_shown(a) for a in argv[3:])}" + said.replace(str(root), _shown(str(root))))
         began = time.monotonic()

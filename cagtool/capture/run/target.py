@@ -141,21 +141,35 @@ def module_file(target: Target) -> str | None:
 # starts inherits the environment, and runs its own script unless it is the one patched.
 PATCH_TARGET_ENV = "CAGTOOL_PATCH_TARGET"  # realpath of the script the copy stands in for
 PATCHED_SOURCE_ENV = "CAGTOOL_PATCHED_SOURCE"  # the patched copy
-# `--verify` checked the code its re-runs run (the script against its seal, or the copy it wrote),
-# but a re-run reads it later, by path: a file swapped meanwhile (the copy under a run directory
-# others can write, the script in a shared folder) must not run in its place. "<sha256> <script's
-# absolute path>": the code run for that script must have that digest.
+# `--verify` checked the code its re-runs run (the script or a `-m` module's file against its seal,
+# or the copy it wrote), but a re-run reads it later, by path: a file swapped meanwhile (the copy
+# under a run directory others can write, the script in a shared folder) must not run in its place.
+# "<sha256> <script's absolute path>": the code run for that script must have that digest;
+# "<sha256> -m <module> <file's absolute path>": `-m module` must find that file, with that digest.
 SOURCE_DIGEST_ENV = "CAGTOOL_SOURCE_DIGEST"
+_MODULE_MARK = "-m "
 
 
 class SourceChanged(Exception):
     """The code `--verify` checked is not what its re-run found: nothing of it was run."""
 
 
-def checked_digest(target: Target) -> str | None:
-    """The SHA-256 the code run for `target` must have, when `--verify` checked it."""
-    digest, _, script = os.environ.get(SOURCE_DIGEST_ENV, "").partition(" ")
-    return digest if target.kind == "script" and digest and script == os.path.abspath(target.name) else None
+def source_digest(target_kind: str, target_name: str, digest: str, path: str) -> str:
+    """SOURCE_DIGEST_ENV's value: the code run for the target (a script, or a module found at
+    `path`) must have the SHA-256 `digest`."""
+    return f"{digest} {_MODULE_MARK}{target_name} {path}" if target_kind == "module" else f"{digest} {path}"
+
+
+def checked_digest(target: Target) -> tuple[str, str] | None:
+    """(SHA-256, absolute path) of the code run for `target`, when `--verify` checked it: the
+    script itself, or the file a module was found at."""
+    digest, _, named = os.environ.get(SOURCE_DIGEST_ENV, "").partition(" ")
+    if not digest:
+        return None
+    if target.kind == "module":
+        module, _, path = named[len(_MODULE_MARK):].partition(" ") if named.startswith(_MODULE_MARK) else ("", "", "")
+        return (digest, path) if module == target.name and path else None
+    return (digest, named) if named == os.path.abspath(target.name) else None
 
 
 def patched_source_for(target: Target) -> str | None:
@@ -173,11 +187,48 @@ def run_target(target: Target) -> None:
         sys.argv = [target.name, *target.args]
         sys.path[0] = os.path.dirname(os.path.realpath(target.name))
         # python 3.11 makes __file__ absolute
-        _exec_as_main(os.path.abspath(target.name), code_path=patched_source_for(target), digest=checked_digest(target))
+        checked = checked_digest(target)
+        _exec_as_main(os.path.abspath(target.name), code_path=patched_source_for(target), digest=checked[0] if checked else None)
     else:
         sys.argv = [target.name, *target.args]  # runpy replaces argv[0] with the module's file
         sys.path[0] = os.getcwd()
-        runpy.run_module(target.name, run_name="__main__", alter_sys=True)
+        checked = checked_digest(target)
+        if checked is None:
+            runpy.run_module(target.name, run_name="__main__", alter_sys=True)
+        else:
+            _run_checked_module(target.name, *checked)
+
+
+def _run_checked_module(name: str, digest: str, path: str) -> None:
+    """What runpy.run_module(name, run_name="__main__", alter_sys=True) does, on the module's file
+    only when it is `path` and its bytes have the SHA-256 `digest` (SourceChanged otherwise): the
+    bytes checked are the bytes compiled, read once, never a cached .pyc of other bytes. Its
+    parent packages are imported as runpy imports them (find_spec imports them)."""
+    import hashlib
+    import types
+
+    spec = importlib.util.find_spec(name)
+    if spec is not None and spec.submodule_search_locations is not None:
+        spec = importlib.util.find_spec(name + ".__main__")  # a package runs its __main__
+    origin = spec.origin if spec is not None else None
+    if origin is None or os.path.abspath(origin) != path:
+        raise SourceChanged(f"-m {name} now finds {origin or 'no file'}, not {path} that `recompiles --verify` checked: not run")
+    with open(origin, "rb") as handle:
+        source = handle.read()
+    if hashlib.sha256(source).hexdigest() != digest:
+        raise SourceChanged(f"{origin} changed after `recompiles --verify` checked it: not run")
+    code = compile(source, origin, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update({"__file__": origin, "__cached__": spec.cached, "__loader__": spec.loader, "__package__": spec.parent,
+                          "__spec__": spec})
+    previous, argv0 = sys.modules.get("__main__"), sys.argv[0]
+    sys.modules["__main__"], sys.argv[0] = main, origin
+    try:
+        exec(code, main.__dict__)
+    finally:
+        sys.argv[0] = argv0
+        if previous is not None:
+            sys.modules["__main__"] = previous
 
 
 def _exec_as_main(path: str, code_path: str | None = None, digest: str | None = None) -> None:

@@ -441,9 +441,9 @@ def test_a_tracker_uninstalled_inside_a_compiled_call_leaves_no_hook_behind(tmp_
     assert (len(pre), len(post)) == (0, 0)
 
 
-# One compiled optimizer a process, and fullgraph=True's failed compile before any: the steps the
-# tracker counts are the script's there (its watch of a later compiled optimizer is another matter).
-_SHAPE_GROUPS = [("fullgraph", "eager", "disabled"), ("one",), ("two",), ("whole",), ("scaler",), ("limit",)]
+# One compiled optimizer a process, fullgraph=True's failed compile before any, and a compiled
+# optimizer made after an earlier one's compile and collection, with eager steps between.
+_SHAPE_GROUPS = [("fullgraph", "eager", "disabled"), ("one",), ("two",), ("whole",), ("scaler",), ("limit",), ("one", "eager", "whole")]
 
 
 @pytest.mark.slow

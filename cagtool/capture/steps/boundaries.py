@@ -78,11 +78,10 @@ class StepCounter:
         # step. `compiled_pending`: a torch.optim frame was compiled, no optimizer step noted since.
         self.compiled_optimizer = False
         self.compiled_pending = False
-        # The watched parameters' versions at the last backward's start (or at the compile of an
-        # optimizer's code, before it first ran), one per optimizer of `watch_keys` (its id): None
-        # until then (parameters_changed).
+        # The watched readings at the last backward's start (or at the compile of an optimizer's
+        # code, before it first ran): (the optimizers' ids, one reading each), None until then
+        # (parameters_changed; tracker.watch_parameters).
         self.watch_version: tuple[Any, ...] | None = None
-        self.watch_keys: tuple[int, ...] = ()
 
     def restart(self, device: DeviceReadings) -> None:
         """A forked child's record counts its steps from the first again."""
@@ -123,9 +122,9 @@ class StepCounter:
             before = self.watch_version
         self.watch_version = version
         opened = self.open
-        if before is None or version == before or len(before) != len(version) or not opened.backward_calls:
-            return False
-        stepped = [key for key, old, new in zip(self.watch_keys, before, version) if old != new and key not in opened.stepped]
+        if before is None or version == before or before[0] != version[0] or not opened.backward_calls:
+            return False  # no change, or readings of other optimizers (one made since): no step read
+        stepped = [key for key, old, new in zip(version[0], before[1:], version[1:]) if old != new and key not in opened.stepped]
         if not stepped:
             return False  # only optimizers whose step() the hooks noted changed them
         self.compiled_pending = False
@@ -238,8 +237,8 @@ class StepCounter:
         the next backward's end: no optimizer step noted by then (compiled_optimizer_found); or one
         noted (its hooks run: nothing changes)."""
         _, version = note
-        if self.watch_version is None:
-            self.watch_version = version  # before the compiled code first ran
+        if self.watch_version is None or (version is not None and self.watch_version[0] != version[0]):
+            self.watch_version = version  # before the compiled code first ran (read anew: of other optimizers)
         if not self.compiled_optimizer:
             self.compiled_pending = True
 

@@ -141,6 +141,9 @@ class StepTracker:
         self._watch_backwards: list[Callable[[], tuple[Any, ...]]] = []
         self._watch_ids: tuple[int, ...] = ()  # the ids of the optimizers the reader reads (watch_parameters)
         self._step_traced = False  # the trace in progress traced an optimizer's step() (hooks.py)
+        # The CA observer's answer to an error raised from the engine: a context to run that backward
+        # again in, or None (ca_observer.py, CaptureObserver.logger_aside); None without an observer.
+        self.ca_rerun: Callable[[BaseException], Any] | None = None
         self.device = DeviceReadings(writer)
         self.counter = StepCounter(writer, self.device, self.known, on_step, max_steps)
         self.findings = StepFindings(writer, mode, lambda: self.current_step)

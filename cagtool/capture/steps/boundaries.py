@@ -82,6 +82,9 @@ class StepCounter:
         # code, before it first ran): (the optimizers' ids, one reading each), None until then
         # (parameters_changed; tracker.watch_parameters).
         self.watch_version: tuple[Any, ...] | None = None
+        # (the step, the optimizer's class name) of the first step counted from an optimizer's
+        # parameter rather than its state (it keeps none): findings.py, COMPILED_STEP_FROM_PARAMETERS.
+        self.read_from_parameters: tuple[int, str] | None = None
 
     def restart(self, device: DeviceReadings) -> None:
         """A forked child's record counts its steps from the first again."""
@@ -92,6 +95,7 @@ class StepCounter:
         self.open = OpenStep()
         self.times.last_t = self.times.last_cpu = None
         self.last_backward_clock = self.last_backward_cpu = None
+        self.read_from_parameters = None
 
     @property
     def current_step(self) -> int:
@@ -129,6 +133,8 @@ class StepCounter:
             return False  # only optimizers whose step() the hooks noted changed them
         self.compiled_pending = False
         assert self.last_backward_clock is not None  # the open step has a backward that ended
+        if self.read_from_parameters is None:
+            self._note_parameter_readings(stepped, before, version)
         limit = False
         for key in stepped:
             if self.open is not opened:  # a step closed already: the rest stepped in it too
@@ -138,6 +144,16 @@ class StepCounter:
             # Its optimizer compiled after its last backward: in the next step's span, not a step time.
             self.times.last_t = self.times.last_cpu = None
         return limit
+
+    def _note_parameter_readings(self, stepped: list[int], before: tuple[Any, ...], version: tuple[Any, ...]) -> None:
+        """The first step read from a parameter's version counter on both sides (an optimizer with
+        no state before or after it: tracker._step_reading), noted for a finding."""
+        for key, old, new in zip(version[0], before[1:], version[1:]):
+            if key in stepped and isinstance(old, int) and isinstance(new, int) and new >= 0:
+                ref = self.known.get(key) or self.candidates.get(key)
+                optimizer = None if ref is None else ref()
+                self.read_from_parameters = (FIRST_STEP + self.closed_steps, type(optimizer).__name__ if optimizer is not None else "an optimizer")
+                return
 
     def made(self, note: tuple) -> None:
         _, key, ref = note

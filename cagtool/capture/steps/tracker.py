@@ -299,6 +299,11 @@ class StepTracker:
         if self._watch_backwards:
             with self._lock:  # the last step's compiled optimizer step, after its last backward
                 self.counter.parameters_changed(self._watch_backwards[0](), live=False)
+        if self.counter.read_from_parameters is not None:
+            try:
+                self.findings.compiled_step_from_parameters(*self.counter.read_from_parameters)
+            except Exception as exc:  # noqa: BLE001 - the end of the watch goes on
+                self.note_error(exc)
         if self._heap_requested:
             self.writer.manifest.options["heap_in_use"] = self.heap.summary() if self.heap is not None else heap_in_use.unavailable()
         hooks = self._hooks

@@ -543,9 +543,10 @@ def test_a_tracker_uninstalled_inside_a_compiled_call_leaves_no_hook_behind(tmp_
     assert (len(pre), len(post)) == (0, 0)
 
 
-# One compiled optimizer a process, fullgraph=True's failed compile before any, and a compiled
-# optimizer made after an earlier one's compile and collection, with eager steps between.
-_SHAPE_GROUPS = [("fullgraph", "eager", "disabled"), ("one",), ("two",), ("whole",), ("scaler",), ("limit",), ("one", "eager", "whole")]
+# One compiled optimizer a process, fullgraph=True's failed compile before any and after one, and a
+# compiled optimizer made after an earlier one's compile and collection, with eager steps between.
+_SHAPE_GROUPS = [("fullgraph", "eager", "disabled"), ("one",), ("two",), ("whole",), ("scaler",), ("limit",),
+                 ("one", "fullgraph", "eager", "whole")]
 
 
 @pytest.mark.slow

@@ -92,8 +92,8 @@ class StepFindings:
             FindingEvent,
             code=COMPILED_STEP_FROM_PARAMETERS,
             message=(
-                f"{optimizer} steps inside compiled code from step {step} on; it keeps no state (e.g. SGD without "
-                "momentum), so cagtool saw each of those steps as a change of its last parameter between the entry "
+                f"{optimizer} steps inside compiled code from step {step} on; it keeps no state cagtool can read (e.g. "
+                "SGD without momentum), so cagtool saw each of those steps as a change of its last parameter between the entry "
                 "and the return of the compiled call. If that compiled function also changes the parameter in place "
                 "on calls that do not step the optimizer (clamping, renormalising), those calls count as steps too: "
                 "compare the step count with the script's own"

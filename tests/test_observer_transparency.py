@@ -276,6 +276,79 @@ def test_higher_order_gradients_through_a_failed_capture_fail_as_under_plain_tor
     assert misses[0]["miss_kind"] == "new_node" and {m["message"] for m in misses[1:]} == {"no cache-miss reason reported by torch"}
     assert [e["code"] for e in observed.events("finding")] == [CAPTURE_FAILED]
     assert observed.observer.manifest_notes() == {"failed_ca_captures": 3}
+    # the second and third tries walked the failed graph again: torch's assert there, run again without the logger
+    assert observed.observer.walks_without_logger == 2 and not observed.observer.reasons_stopped
+
+
+def _failed_then_missing_job() -> tuple[list[str], list[torch.Tensor]]:
+    """tests/scripts/ca_failed_capture_then_misses.py's job, in this process: two higher-order tries
+    whose capture raises, then a model's backwards under compiled autograd, a new graph whose batch
+    grows once. The outcomes, and the model's weights at the end."""
+    f = torch.compile(lambda x: (x.sin() * x).sum(), backend="aot_eager")
+    x = torch.randn(3, requires_grad=True)
+    outcomes = []
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with ca._enable(eager_compiler, dynamic=False):
+        for _ in range(2):
+            try:
+                torch.autograd.grad(f(x), x, create_graph=True)
+                outcomes.append("ok")
+            except RuntimeError as exc:
+                outcomes.append(str(exc).splitlines()[0])
+        for batch in (2, 2, 3):
+            model(torch.randn(batch, 4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    return outcomes, [p.detach().clone() for p in model.parameters()]
+
+
+def test_misses_after_a_failed_capture_keep_torchs_reasons(tmp_path, fresh_ca):
+    """A capture that raised does not cost the rest of the process its miss reasons: the failed
+    graph's next walk (where torch asserts with a verbose logger set) runs without cagtool's logger,
+    and the later misses (a new graph, then newly dynamic sizes) are recorded in torch's words. The
+    outcomes, weights and torch's counters are plain torch's."""
+    from torch._dynamo.utils import counters
+
+    plain, plain_weights = _failed_then_missing_job()
+    plain_counts = dict(counters["compiled_autograd"])
+    torch._dynamo.reset()
+    counters.clear()
+    with Observed(tmp_path) as observed:
+        outcomes, weights = _failed_then_missing_job()
+    assert plain == outcomes == ["torch.compile does not currently support higher order gradients."] * 2
+    assert all(torch.equal(a, b) for a, b in zip(plain_weights, weights))
+    assert dict(counters["compiled_autograd"]) == plain_counts == {"captures": 4}
+    misses = observed.events("ca_cache_miss")
+    assert [m["miss_kind"] for m in misses] == ["new_node", "unknown", "new_node", "changed_shapes"]
+    assert misses[1]["message"] == "no cache-miss reason reported by torch"  # torch has none: the failed graph again
+    assert misses[2]["node"] == "torch::autograd::GraphRoot" and misses[3]["total_changed"] == 6
+    assert observed.observer.walks_without_logger == 1
+    assert observed.observer.manifest_notes() == {"failed_ca_captures": 2}
+    assert [e["code"] for e in observed.events("finding")] == [CAPTURE_FAILED]
+    assert "later misses keep their reasons" in observed.events("finding")[0]["message"]
+
+
+def test_a_failed_capture_outside_cagtools_entry_point_takes_the_logger_away(tmp_path, fresh_ca):
+    """Where the backward entry point is not cagtool's when a capture raises (the job put torch's
+    back), no re-run could catch torch's assert: the logger goes for good, as before, and the job
+    never meets the assert."""
+    from torch.autograd import graph as autograd_graph
+
+    plain, _ = _failed_then_missing_job()
+    torch._dynamo.reset()
+    with Observed(tmp_path) as observed:
+        entry = torch.autograd._engine_run_backward
+        torch.autograd._engine_run_backward = autograd_graph._engine_run_backward = observed.steps._original_run_backward
+        try:
+            outcomes, _ = _failed_then_missing_job()
+        finally:
+            torch.autograd._engine_run_backward = autograd_graph._engine_run_backward = entry
+    assert outcomes == plain
+    assert observed.observer.reasons_stopped and observed.observer.walks_without_logger == 0
+    assert [m["miss_kind"] for m in observed.events("ca_cache_miss")] == ["new_node"] + ["unknown"] * 3
+    assert "no cache-miss reasons" in observed.events("finding")[0]["message"]
 
 
 @pytest.mark.slow
@@ -305,6 +378,35 @@ def test_a_run_with_failed_captures_counts_them_and_reads_undamaged(tmp_path):
     from cagtool.record.schema import CacheMissEvent
 
     assert len(ca_mode.of(CacheMissEvent)) == 3
+    assert [f.code for f in ca_mode.of(FindingEvent)] == [CAPTURE_FAILED]
+
+
+@pytest.mark.slow
+def test_a_run_after_a_failed_capture_records_later_misses_with_torchs_reasons(tmp_path):
+    """`cagtool run --modes ca` of a job whose first backwards fail in the CA capture (caught), then
+    train: stdout (its own count of steps included) and torch's CA counters are plain python's
+    under compiled autograd, and the later misses have torch's reasons."""
+    import subprocess
+    import sys
+
+    from plain_counters import WRAPPER
+
+    from cagtool.record.loader import load_run
+    from cagtool.record.schema import CacheMissEvent, StepEvent
+
+    root = Path(__file__).resolve().parent.parent
+    script = "tests/scripts/ca_failed_capture_then_misses.py"
+    plain = subprocess.run([sys.executable, "-c", WRAPPER, "1", script], capture_output=True, text=True, cwd=root, timeout=600)
+    run = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(tmp_path / "r"), script],
+                         capture_output=True, text=True, cwd=root, timeout=600)
+    assert plain.returncode == run.returncode == 0, run.stderr[-3000:]
+    *plain_lines, counters_line = plain.stdout.splitlines()
+    assert run.stdout.splitlines() == plain_lines
+    assert plain_lines[-1] == "steps 4"
+    ca_mode = load_run(tmp_path / "r").mode("ca")
+    assert ca_mode.manifest.torch_counters["compiled_autograd"] == json.loads(counters_line)["compiled_autograd"] == {"captures": 4}
+    assert [m.miss_kind for m in ca_mode.of(CacheMissEvent)] == ["new_node", "unknown", "new_node", "changed_shapes"]
+    assert [s.boundary for s in ca_mode.of(StepEvent)].count("optimizer") == 4
     assert [f.code for f in ca_mode.of(FindingEvent)] == [CAPTURE_FAILED]
 
 
@@ -441,9 +543,10 @@ def test_a_tracker_uninstalled_inside_a_compiled_call_leaves_no_hook_behind(tmp_
     assert (len(pre), len(post)) == (0, 0)
 
 
-# One compiled optimizer a process, and fullgraph=True's failed compile before any: the steps the
-# tracker counts are the script's there (its watch of a later compiled optimizer is another matter).
-_SHAPE_GROUPS = [("fullgraph", "eager", "disabled"), ("one",), ("two",), ("whole",), ("scaler",), ("limit",)]
+# One compiled optimizer a process, fullgraph=True's failed compile before any and after one, and a
+# compiled optimizer made after an earlier one's compile and collection, with eager steps between.
+_SHAPE_GROUPS = [("fullgraph", "eager", "disabled"), ("one",), ("two",), ("whole",), ("scaler",), ("limit",),
+                 ("one", "fullgraph", "eager", "whole")]
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cagtool.capture.steps.findings import COMPILED_STEP_FROM_PARAMETERS
 from cagtool.record.loader import load_run
 from cagtool.record.schema import (
     SCHEMA_VERSION,
@@ -234,6 +235,25 @@ def test_parameters_changed_in_compiled_code_beside_a_stateless_optimizer_are_no
     assert {s.boundary for s in _mode(run, "aot").of(StepEvent)} == {"compiled_optimizer"}
     code, out, _ = cli_in_process("compare", str(run.path), "--format", "json")
     assert code == 0 and json.loads(out)["numerics"]["agree"]
+    # its steps were read from a parameter: the record says so (test_a_stateless_optimizer_...)
+    [said] = [f for f in _mode(run, "aot").of(FindingEvent) if f.code == COMPILED_STEP_FROM_PARAMETERS]
+    assert said.step == 0 and said.detail == {"optimizer": "SGD"}
+    assert not [f for f in _mode(run, "eager").of(FindingEvent) if f.code == COMPILED_STEP_FROM_PARAMETERS]
+
+
+@pytest.mark.slow
+def test_a_stateless_optimizer_stepped_where_its_parameters_are_clamped_is_named_as_a_limit(record_run):
+    """The limit of reading a stateless optimizer's compiled step from its parameter: one compiled
+    function clamps the parameters after every backward and steps plain SGD after a step's last one.
+    Its calls that only clamp change the parameter as a step does, so aot counts more steps than the
+    script's four (eager, whose step() runs the hooks, counts four), and the record names the
+    optimizer whose steps were read that way, from its first compiled step."""
+    run = record_run(str(Path(__file__).parent / "scripts" / "compiled_sgd_params_changed.py"), "clamp_in_step", modes="eager,aot")
+    assert "steps 4" in run.stdout.splitlines()
+    assert [s.backward_calls for s in _mode(run, "eager").of(StepEvent)] == [2] * 4
+    assert len(_mode(run, "aot").of(StepEvent)) > 4  # docs/torch-internals.md, "An optimizer without state"
+    [said] = [f for f in _mode(run, "aot").of(FindingEvent) if f.code == COMPILED_STEP_FROM_PARAMETERS]
+    assert said.step == 0 and said.detail == {"optimizer": "SGD"} and "clamping" in said.message
 
 
 @pytest.mark.slow
@@ -248,6 +268,7 @@ def test_a_parameter_clamped_between_micro_batches_is_not_an_optimizer_step(reco
     assert {s.boundary for s in _mode(run, "aot").of(StepEvent)} == {"compiled_optimizer"}
     code, out, _ = cli_in_process("compare", str(run.path), "--format", "json")
     assert code == 0 and json.loads(out)["numerics"]["agree"]
+    assert not [f for f in _mode(run, "aot").of(FindingEvent) if f.code == COMPILED_STEP_FROM_PARAMETERS]  # read from its state
 
 
 def test_no_optimizer_falls_back_to_backward_calls_and_says_so(record_run):

@@ -9,8 +9,11 @@ The observer never changes the capture it watches (docs/torch-internals.md, "Wha
 logger changes"): torch is handed no node origins (with a verbose logger C++ passes them, and
 torch would write them into the graph's node meta, which a script's own CA compiler sees) unless
 torch or the script installed a verbose logger of its own (then cagtool's forwards every message to
-it and torch gets the origins, as without cagtool), and after a capture that raised cagtool's
-verbose logger is taken away for good (with it, C++ asserts when that capture's graph comes back). Every piece of cagtool's own work in these hooks contains its
+it and torch gets the origins, as without cagtool). After a capture that raised, C++ asserts when
+that capture's graph comes back with a verbose logger set, where torch alone captures it again: the
+backward entry point (steps/hooks.py) runs such a backward again with the logger set aside for it
+(`logger_aside`), and the logger stays for every other backward, so later misses keep their
+reasons. Every piece of cagtool's own work in these hooks contains its
 failures: counted (`errors`, in the manifest), one `observer_error` finding, the capture goes on.
 """
 
@@ -37,7 +40,10 @@ from cagtool.torch_text import parse_miss, split_ca_reason
 
 # Finding codes (schema.FindingEvent.code).
 OBSERVER_ERROR = "observer_error"  # cagtool's own code failed inside a capture hook; the capture went on
-CAPTURE_FAILED = "ca_capture_failed"  # torch's capture raised; with it, miss reasons stop (module docstring)
+CAPTURE_FAILED = "ca_capture_failed"  # torch's capture raised (module docstring)
+# The text of the assert C++ raises where a failed capture's graph is walked again with a verbose
+# logger set (docs/torch-internals.md, "What the verbose logger changes").
+CA_LOGGER_ASSERT = "!vlogger.has_value() || compile_reason.has_value()"
 
 def compiler_backend(compiled_fn: Any, compiler_fn: Any) -> str:
     """The name of what compiled a CA graph: the backend of the `torch.compile` the compiler_fn
@@ -96,7 +102,10 @@ class CaptureObserver:
         self.errors = 0  # failures of cagtool's own code inside the hooks (manifest: observer_errors)
         self.last_error = ""
         self.failed_captures = 0  # captures torch began and never ended (it raised)
-        self.reasons_stopped = False  # the verbose logger was taken away after a failed capture
+        # The verbose logger was taken away for good after a failed capture: its backward did not go
+        # through cagtool's entry point, which runs a backward that meets the assert again (logger_aside).
+        self.reasons_stopped = False
+        self.walks_without_logger = 0  # backwards run again with the logger set aside (logger_aside)
         self._open_capture: Any = None  # the capture begun and not yet ended
         # The verbose logger torch or the script set last (torch's `verbose_log` when the
         # compiled_autograd_verbose log is on as `_enable` is entered): what torch alone would have.
@@ -157,10 +166,11 @@ class CaptureObserver:
 
         module.set_verbose_logger = set_verbose_logger
         self.install_logger()
+        self.steps.ca_rerun = self.logger_aside
 
     def install_logger(self) -> Any:
-        """cagtool's logger, forwarding to theirs; theirs alone after a capture raised (with a
-        verbose logger C++ asserts when that graph comes back, as torch alone does with theirs)."""
+        """cagtool's logger, forwarding to theirs; theirs alone after a capture raised in a backward
+        that bypassed cagtool's entry point (check_failed_capture)."""
         import torch
 
         setter = self._set_verbose_logger or torch._C._dynamo.compiled_autograd.set_verbose_logger
@@ -222,6 +232,8 @@ class CaptureObserver:
         from torch._dynamo import compiled_autograd as ca
 
         self._guarded("uninstall", self.check_failed_capture)
+        if self.steps.ca_rerun == self.logger_aside:
+            self.steps.ca_rerun = None
         for name, original in self._originals.items():
             setattr(ca.AutogradCompilerInstance, name, original)
         if self._set_verbose_logger is not None:
@@ -231,6 +243,20 @@ class CaptureObserver:
             self._set_verbose_logger(self.theirs)
             self._set_verbose_logger = None
 
+    def logger_aside(self, exc: BaseException) -> "_LoggerAside | None":
+        """Asked by the backward entry point (steps/hooks.py) when the engine raised `exc`: where it is
+        C++'s assert on a failed capture's graph walked again with cagtool's logger set (torch alone,
+        with no verbose logger, captures that graph again there; the assert comes from the cache walk,
+        before any node runs or is freed), a context in which the entry runs the backward again with
+        no logger; else None, and the error goes on to the script as it is. Torch's or the script's own
+        logger set: torch alone asserts as well, so None."""
+        return self._guarded("backward rerun", self._aside_for, exc)
+
+    def _aside_for(self, exc: BaseException) -> "_LoggerAside | None":
+        if self.theirs is not None or self.reasons_stopped or CA_LOGGER_ASSERT not in str(exc):
+            return None
+        return _LoggerAside(self)
+
     def manifest_notes(self) -> dict[str, Any]:
         """What the manifest's options say about the observer itself (absent when nothing happened)."""
         notes: dict[str, Any] = {}
@@ -239,6 +265,23 @@ class CaptureObserver:
         if self.failed_captures:
             notes["failed_ca_captures"] = self.failed_captures
         return notes
+
+    def _entry_is_cagtools(self) -> bool:
+        """Every backward reaches cagtool's entry point now (or a wrapper of it): a backward that
+        meets the assert is run again there (logger_aside)."""
+        import torch.autograd
+        from torch.autograd import graph as autograd_graph
+
+        entry = getattr(self.steps, "_entry", None)
+        if entry is None:
+            return False
+        for current in (torch.autograd.__dict__.get("_engine_run_backward"), autograd_graph.__dict__.get("_engine_run_backward")):
+            hops = 0
+            while current is not None and current is not entry and hops < 16:
+                current, hops = getattr(current, "__wrapped__", None), hops + 1  # functools.wraps
+            if current is not entry:
+                return False
+        return True
 
     # -- events -------------------------------------------------------------------------------
     def _record_id(self, torch_id: int) -> int:
@@ -387,10 +430,12 @@ class CaptureObserver:
 
     def check_failed_capture(self) -> None:
         """A capture torch began and never ended raised (its error reached the script, as without
-        cagtool). Torch counted it (`captures`): so does the record, with the miss that caused it.
-        From then on no verbose logger: with one, C++ asserts (`!vlogger.has_value() ||
-        compile_reason.has_value()`) when that capture's graph is walked again, where torch alone
-        would capture it again. Called when torch closes the capture object, and at the next capture."""
+        cagtool). Torch counted it (`captures`): so does the record, with the miss that caused it,
+        and the first one a finding. With a verbose logger, C++ asserts (CA_LOGGER_ASSERT) when that
+        capture's graph is walked again, where torch alone captures it again: cagtool's entry point
+        runs that backward again without the logger (logger_aside); where the entry point is not
+        cagtool's, the logger goes for good. Called when torch closes the capture object, and at
+        the next capture."""
         inst = self._open_capture
         if inst is None:
             return
@@ -403,27 +448,36 @@ class CaptureObserver:
             self.logger.last_message = None
         except Exception as exc:  # noqa: BLE001 - the record of a failure must not fail the script
             self.note_error("failed capture", exc)
-        if not self.reasons_stopped:
+        first = self.failed_captures == 1
+        if not self.reasons_stopped and not self._entry_is_cagtools():
             self.reasons_stopped = True
             try:
                 self.install_logger()
             except Exception as exc:  # noqa: BLE001
                 self.note_error("failed capture", exc)
-            try:
-                self.writer.emit(
-                    FindingEvent,
-                    code=CAPTURE_FAILED,
-                    message=(
-                        f"a compiled-autograd capture raised (CA graph !{getattr(inst, 'id', '?')}); torch counts it "
-                        "as a capture, and the record lists it with its cache miss. From here on torch reports "
-                        "no cache-miss reasons to cagtool (with its verbose logger in place torch asserts when "
-                        "the failed graph comes back): later misses read 'no cache-miss reason reported by torch'"
-                    ),
-                    step=getattr(inst, "_cag_step", None),
-                    detail={"compile_id": f"!{getattr(inst, 'id', '?')}"},
-                )
-            except Exception as exc:  # noqa: BLE001
-                self.note_error("failed capture", exc)
+        elif not first:
+            return
+        try:
+            if self.reasons_stopped:
+                after = ("From here on torch reports no cache-miss reasons to cagtool: the backward entry point is not "
+                         "cagtool's, which would run that graph's next backward without its verbose logger (with it in "
+                         "place torch asserts when the failed graph comes back); later misses read 'no cache-miss reason "
+                         "reported by torch'")
+            else:
+                after = ("When that graph comes back torch misses with no reason, as without cagtool; later misses keep "
+                         "their reasons")
+            self.writer.emit(
+                FindingEvent,
+                code=CAPTURE_FAILED,
+                message=(
+                    f"a compiled-autograd capture raised (CA graph !{getattr(inst, 'id', '?')}); torch counts it "
+                    f"as a capture, and the record lists it with its cache miss. {after}"
+                ),
+                step=getattr(inst, "_cag_step", None),
+                detail={"compile_id": f"!{getattr(inst, 'id', '?')}"},
+            )
+        except Exception as exc:  # noqa: BLE001
+            self.note_error("failed capture", exc)
 
     def _emit_graph(self, inst: Any, gm: Any, shapes: dict, record_id: int, torch_id: int, capture_s: float, compiler: Any,
                     compiled_fn: Any = None) -> None:
@@ -473,3 +527,21 @@ class CaptureObserver:
 
         # recursive=False: keep Dynamo off this frame only, so the compiled graph inside still compiles.
         return torch._dynamo.disable(first_call_timer, recursive=False)
+
+
+class _LoggerAside:
+    """The backward entry point's re-run of a backward that met CA_LOGGER_ASSERT: no verbose logger
+    while it runs (torch walks the failed capture's graph and captures it again, as torch alone
+    does), cagtool's back after it, whatever it raised."""
+
+    def __init__(self, observer: CaptureObserver) -> None:
+        self.observer = observer
+
+    def __enter__(self) -> None:
+        observer = self.observer
+        observer.walks_without_logger += 1
+        observer._guarded("backward rerun", lambda: observer._set_verbose_logger(None) if observer._set_verbose_logger is not None else None)
+
+    def __exit__(self, *exc: Any) -> bool:
+        self.observer._guarded("backward rerun", self.observer.install_logger)
+        return False

@@ -78,11 +78,13 @@ class StepCounter:
         # step. `compiled_pending`: a torch.optim frame was compiled, no optimizer step noted since.
         self.compiled_optimizer = False
         self.compiled_pending = False
-        # The watched parameters' versions at the last backward's start (or at the compile of an
-        # optimizer's code, before it first ran), one per optimizer of `watch_keys` (its id): None
-        # until then (parameters_changed).
+        # The watched readings at the last backward's start (or at the compile of an optimizer's
+        # code, before it first ran): (the optimizers' ids, one reading each), None until then
+        # (parameters_changed; tracker.watch_parameters).
         self.watch_version: tuple[Any, ...] | None = None
-        self.watch_keys: tuple[int, ...] = ()
+        # (the step, the optimizer's class name) of the first step counted from an optimizer's
+        # parameter rather than its state (it keeps none): findings.py, COMPILED_STEP_FROM_PARAMETERS.
+        self.read_from_parameters: tuple[int, str] | None = None
 
     def restart(self, device: DeviceReadings) -> None:
         """A forked child's record counts its steps from the first again."""
@@ -93,6 +95,7 @@ class StepCounter:
         self.open = OpenStep()
         self.times.last_t = self.times.last_cpu = None
         self.last_backward_clock = self.last_backward_cpu = None
+        self.read_from_parameters = None
 
     @property
     def current_step(self) -> int:
@@ -123,13 +126,15 @@ class StepCounter:
             before = self.watch_version
         self.watch_version = version
         opened = self.open
-        if before is None or version == before or len(before) != len(version) or not opened.backward_calls:
-            return False
-        stepped = [key for key, old, new in zip(self.watch_keys, before, version) if old != new and key not in opened.stepped]
+        if before is None or version == before or before[0] != version[0] or not opened.backward_calls:
+            return False  # no change, or readings of other optimizers (one made since): no step read
+        stepped = [key for key, old, new in zip(version[0], before[1:], version[1:]) if old != new and key not in opened.stepped]
         if not stepped:
             return False  # only optimizers whose step() the hooks noted changed them
         self.compiled_pending = False
         assert self.last_backward_clock is not None  # the open step has a backward that ended
+        if self.read_from_parameters is None:
+            self._note_parameter_readings(stepped, before, version)
         limit = False
         for key in stepped:
             if self.open is not opened:  # a step closed already: the rest stepped in it too
@@ -139,6 +144,16 @@ class StepCounter:
             # Its optimizer compiled after its last backward: in the next step's span, not a step time.
             self.times.last_t = self.times.last_cpu = None
         return limit
+
+    def _note_parameter_readings(self, stepped: list[int], before: tuple[Any, ...], version: tuple[Any, ...]) -> None:
+        """The first step read from a parameter's version counter on both sides (an optimizer with
+        no state before or after it: tracker._step_reading), noted for a finding."""
+        for key, old, new in zip(version[0], before[1:], version[1:]):
+            if key in stepped and isinstance(old, int) and isinstance(new, int) and new >= 0:
+                ref = self.known.get(key) or self.candidates.get(key)
+                optimizer = None if ref is None else ref()
+                self.read_from_parameters = (FIRST_STEP + self.closed_steps, type(optimizer).__name__ if optimizer is not None else "an optimizer")
+                return
 
     def made(self, note: tuple) -> None:
         _, key, ref = note
@@ -238,8 +253,8 @@ class StepCounter:
         the next backward's end: no optimizer step noted by then (compiled_optimizer_found); or one
         noted (its hooks run: nothing changes)."""
         _, version = note
-        if self.watch_version is None:
-            self.watch_version = version  # before the compiled code first ran
+        if self.watch_version is None or (version is not None and self.watch_version[0] != version[0]):
+            self.watch_version = version  # before the compiled code first ran (read anew: of other optimizers)
         if not self.compiled_optimizer:
             self.compiled_pending = True
 

@@ -21,6 +21,10 @@ BACKWARD_ENTRY_REPLACED = "backward_entry_replaced"
 # torch._dynamo.reset() inside the ca mode's compiled autograd: the backwards after it run
 # without compiled autograd, as they do inside `_enable` by hand.
 CA_RESET = "ca_turned_off_by_reset"
+# An optimizer without state (SGD without momentum) stepped inside compiled code: its steps were read
+# from its last parameter's version counter, which anything changing that parameter in place in the
+# same compiled call also moves (docs/torch-internals.md, "An optimizer without state").
+COMPILED_STEP_FROM_PARAMETERS = "compiled_step_read_from_parameters"
 FLAG_CHECK_EVERY = 64  # backward calls between two looks at the script's CA flag (check_flag)
 
 
@@ -78,6 +82,24 @@ class StepFindings:
             ),
             step=step,
             source=source.user_caller(how="caller"),
+        )
+
+    def compiled_step_from_parameters(self, step: int, optimizer: str) -> None:
+        """Steps of an optimizer without state inside compiled code were counted (boundaries.py,
+        `StepCounter.read_from_parameters`: the first such step and the optimizer's class): said once,
+        at the end of the watch."""
+        self.writer.emit(
+            FindingEvent,
+            code=COMPILED_STEP_FROM_PARAMETERS,
+            message=(
+                f"{optimizer} steps inside compiled code from step {step} on; it keeps no state cagtool can read (e.g. "
+                "SGD without momentum), so cagtool saw each of those steps as a change of its last parameter between the entry "
+                "and the return of the compiled call. If that compiled function also changes the parameter in place "
+                "on calls that do not step the optimizer (clamping, renormalising), those calls count as steps too: "
+                "compare the step count with the script's own"
+            ),
+            step=step,
+            detail={"optimizer": optimizer},
         )
 
     def entry_changed(self, hooks: Any, reinstall: bool) -> None:

@@ -193,7 +193,19 @@ def install_hooks(tracker: Any) -> InstalledHooks:
                 unregister_hooks = autograd_graph._register_logging_hooks_on_whole_graph(t_outputs)
             torch._C._stash_obj_in_tls("context", contextvars.copy_context())
             try:
-                result = Variable._execution_engine.run_backward(t_outputs, *args, **kwargs)
+                rerun = None
+                try:
+                    result = Variable._execution_engine.run_backward(t_outputs, *args, **kwargs)
+                except RuntimeError as exc:
+                    # Compiled autograd's assert where it walks a failed capture's graph again with
+                    # cagtool's verbose logger set: run again without it, as torch alone runs it
+                    # (ca_observer.py, CaptureObserver.logger_aside). Outside this block: no context.
+                    rerun = None if tracker.ca_rerun is None else tracker.ca_rerun(exc)
+                    if rerun is None:
+                        raise
+                if rerun is not None:
+                    with rerun:
+                        result = Variable._execution_engine.run_backward(t_outputs, *args, **kwargs)
             finally:
                 if attach_logging_hooks:
                     unregister_hooks()

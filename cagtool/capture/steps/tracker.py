@@ -139,7 +139,11 @@ class StepTracker:
         # The same reader, once such a compile was made in no compiled call the hooks see (a function
         # compiled before they were installed): read at each top-level backward's start.
         self._watch_backwards: list[Callable[[], tuple[Any, ...]]] = []
+        self._watch_ids: tuple[int, ...] = ()  # the ids of the optimizers the reader reads (watch_parameters)
         self._step_traced = False  # the trace in progress traced an optimizer's step() (hooks.py)
+        # The CA observer's answer to an error raised from the engine: a context to run that backward
+        # again in, or None (ca_observer.py, CaptureObserver.logger_aside); None without an observer.
+        self.ca_rerun: Callable[[BaseException], Any] | None = None
         self.device = DeviceReadings(writer)
         self.counter = StepCounter(writer, self.device, self.known, on_step, max_steps)
         self.findings = StepFindings(writer, mode, lambda: self.current_step)
@@ -295,6 +299,11 @@ class StepTracker:
         if self._watch_backwards:
             with self._lock:  # the last step's compiled optimizer step, after its last backward
                 self.counter.parameters_changed(self._watch_backwards[0](), live=False)
+        if self.counter.read_from_parameters is not None:
+            try:
+                self.findings.compiled_step_from_parameters(*self.counter.read_from_parameters)
+            except Exception as exc:  # noqa: BLE001 - the end of the watch goes on
+                self.note_error(exc)
         if self._heap_requested:
             self.writer.manifest.options["heap_in_use"] = self.heap.summary() if self.heap is not None else heap_in_use.unavailable()
         hooks = self._hooks
@@ -347,7 +356,8 @@ class StepTracker:
 
     def watch_parameters(self) -> tuple[Any, ...] | None:
         """What an optimizer step changes, one reading per live optimizer, from the first compile of
-        an optimizer's code on (None with no optimizer known); `counter.watch_keys` says whose.
+        an optimizer's code on (None with no optimizer known), after the ids of the optimizers read:
+        (ids, reading, ...), so two readings of different optimizers never compare as a step.
         An optimizer step inside a compiled graph runs no hook, but it updates its state and the
         parameters in place, which bumps their version counters (a C field, read without a sync; a
         backward only accumulates gradients): a change between the entry and the return of a call
@@ -356,27 +366,34 @@ class StepTracker:
         step inside a compiled graph runs no hook"). Read per optimizer from its last parameter's
         state (_step_reading), else from that parameter.
         The last parameter, not the first: a model's first is often an embedding, which
-        `nn.Embedding(max_norm=...)` renormalises in place in its forward."""
-        if not self._watching:
-            keys, refs = [], []
-            # Those made before the tracker (the Python API's block) too: their hooks never ran.
-            for key, ref in [*self.known.items(), *self.counter.candidates.items()]:
-                optimizer = ref()
-                params = [p for group in getattr(optimizer, "param_groups", ()) for p in group.get("params", ())][-1:]
-                if params and key not in keys:
-                    keys.append(key)
-                    refs.append((ref, weakref.ref(params[0])))
-            if not refs:
-                return None
+        `nn.Embedding(max_norm=...)` renormalises in place in its forward.
+        The optimizers read are those alive at the latest compile of an optimizer's code: one made
+        after an earlier one's compile (a later phase of the job, its own compiled step) is read
+        from its own compile on."""
+        keys, refs = [], []
+        # Those made before the tracker (the Python API's block) too: their hooks never ran.
+        for key, ref in [*self.known.items(), *self.counter.candidates.items()]:
+            optimizer = ref()
+            params = [p for group in getattr(optimizer, "param_groups", ()) for p in group.get("params", ())][-1:]
+            if params and key not in keys:
+                keys.append(key)
+                refs.append((ref, weakref.ref(params[0])))
+        if not refs:
+            return self._watching[0]() if self._watching else None
+        ids = tuple(keys)
+        if self._watch_ids != ids:
             import torch
 
             tensor = torch.Tensor
 
             def versions() -> tuple[Any, ...]:
-                return tuple(_step_reading(optimizer, param, tensor) for optimizer, param in refs)
+                return (ids, *[_step_reading(optimizer, param, tensor) for optimizer, param in refs])
 
-            self.counter.watch_keys = tuple(keys)
-            self._watching.append(versions)
+            # The hooks read the reader from these lists at each call: the new one from now on.
+            self._watch_ids = ids
+            self._watching[:] = [versions]
+            if self._watch_backwards:
+                self._watch_backwards[:] = [versions]
         return self._watching[0]()
 
     def optimizer_compiled(self) -> None:
@@ -392,7 +409,9 @@ class StepTracker:
         hooks = self._hooks
         function = None if hooks is None or hooks.function_compiling is None else hooks.function_compiling()
         if function is not None:
-            if not function.steps:
+            entry = function.entry
+            if not function.steps or (entry is not None and entry[0] != reading[0]):
+                # watched from now on, or read anew: its entry's readings are of other optimizers
                 function.steps, function.entry = True, reading
         elif not self._watch_backwards:
             self._watch_backwards.append(self._watching[0])

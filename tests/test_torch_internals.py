@@ -676,3 +676,59 @@ def test_work_outside_the_scripts_modes_reaches_none_and_restores_them():
         assert torch.overrides._get_current_function_mode() is inner
         (x + 1).sum()
     assert "dispatch:add.Tensor" in seen and "function:add" in seen
+
+
+def _clip(grad: torch.Tensor) -> torch.Tensor:
+    return grad.clamp(-1.0, 1.0)
+
+
+def _on_module(module: Any, grad_in: Any, grad_out: Any) -> None:
+    return None
+
+
+def test_a_ca_graph_reads_each_hook_from_hooks_i_and_its_first_call_is_handed_the_hook_objects():
+    """What capture/observe/hook_sites.py relies on: each `call_hook` node's hook is
+    `getitem(hooks, i)`, and runtime_wrapper calls the compiled graph with
+    (inputs, sizes, scalars, hooks, packed_inputs), hooks[i] being the registered object itself; a
+    module's full backward hook is torch's own hook holding a BackwardHook (user_hooks), and under
+    a compiled forward Dynamo's partial(trace_wrapped, bw_state=...) naming the user's hooks."""
+    from cagtool.capture.observe.hook_sites import hook_sites
+
+    calls: list[tuple[Any, ...]] = []
+    slots: list[list[tuple[str, int]]] = []
+
+    def compiler(gm: Any) -> Any:
+        slots.append(graph_dump.summarize_graph(gm).hook_slots)
+        compiled = torch.compile(gm, backend="eager")
+
+        def first_call(*args: Any) -> Any:
+            calls.append(args)
+            return compiled(*args)
+
+        return first_call
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    model[0].weight.register_hook(_clip)
+    decay = lambda p: None  # noqa: E731
+    model[2].weight.register_post_accumulate_grad_hook(decay)
+    model[2].register_full_backward_hook(_on_module)
+    compiled_model = torch.compile(model, backend="eager")
+    try:
+        with ca._enable(compiler, dynamic=False):
+            model(torch.randn(2, 4)).sum().backward()  # eager forward: torch's BackwardHook
+            with torch._dynamo.config.patch(compiled_autograd=True):
+                compiled_model(torch.randn(2, 4)).sum().backward()  # compiled forward: Dynamo's BackwardState
+    finally:
+        torch._dynamo.reset()
+    assert len(calls) == len(slots) == 2
+    for args, graph_slots in zip(calls, slots):
+        hooks = args[3]
+        assert isinstance(hooks, (tuple, list)) and graph_slots
+        assert hooks[dict((t, i) for t, i in graph_slots)["tensor_pre_hook"]] is _clip
+        assert hooks[dict((t, i) for t, i in graph_slots)["post_acc_grad_hook"]] is decay
+        named = {(s.hook_type, s.function, s.line, s.module) for s in hook_sites(hooks, graph_slots)}
+        assert ("tensor_pre_hook", "_clip", _clip.__code__.co_firstlineno, "") in named
+        assert ("post_acc_grad_hook", decay.__qualname__, decay.__code__.co_firstlineno, "") in named
+        assert ("post_hook", "_on_module", _on_module.__code__.co_firstlineno, "Linear") in named, named
+        assert not any("hooks.py" in s.file or "trace_wrapped" in s.function for s in hook_sites(hooks, graph_slots))

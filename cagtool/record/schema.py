@@ -184,6 +184,21 @@ class HookRef(Struct, frozen=True):
     hook_type: str  # tensor_pre_hook, pre_hook, post_hook, post_acc_grad_hook, unpack_hook...
 
 
+class HookSite(Struct, frozen=True, omit_defaults=True):
+    """The function behind `count` hooks of one type that a CA graph calls, all defined at one place:
+    its `__qualname__` and its code's file and first line (a lambda's line is its registration's,
+    usually). A module's full backward (pre-)hook runs through torch's own hook on the module's
+    autograd node: it is named by the user's functions it runs, `module` their module's class."""
+
+    hook_type: str  # HookRef.hook_type
+    function: str  # `clip_grad`, `<lambda>`, `Trainer.log_norm`; the object's type name when it is no Python function
+    file: str = ""
+    line: int = 0
+    code: str = ""  # that line's text (for a lambda, the registration, as a rule); kept for the user's files only
+    module: str = ""
+    count: int = 1
+
+
 class Event(Struct, frozen=True, tag_field="kind"):
     kind: ClassVar[str] = ""  # the class's tag, set below from `tag=`: the line's "kind"
     seq: int
@@ -305,6 +320,9 @@ class CACompileEvent(Event, tag="ca_compile"):
     step: int | None = None
     ok: bool = True
     error: str = ""
+    # The hooks the graph calls, named: read from the hooks torch hands this first call (the hooks
+    # of the capture's own backward), never called (capture/observe/hook_sites.py).
+    hooks: list[HookSite] = []
 
 
 class DynamoCompileEvent(Event, tag="dynamo_compile"):

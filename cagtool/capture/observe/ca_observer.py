@@ -25,7 +25,7 @@ import time
 import weakref
 from typing import Any, Callable
 
-from cagtool.capture.observe import dynamo_skip, graph_dump, source
+from cagtool.capture.observe import dynamo_skip, graph_dump, hook_sites, source
 from cagtool.capture.observe.compiling_now import CA_GRAPH, CAPTURING, CompilesInProgress
 from cagtool.capture.steps.tracker import StepTracker
 from cagtool.record.writer import RecordWriter
@@ -426,7 +426,7 @@ class CaptureObserver:
         if gm is not None:
             self._guarded("graph summary", self._emit_graph, inst, gm, shapes, record_id, torch_id, capture_s, user_compiler, compiled_fn)
         self.steps.note_capture_finished(capture_s)
-        return self._time_first_call(compiled_fn, record_id)
+        return self._time_first_call(compiled_fn, record_id, getattr(inst, "_cag_hook_slots", ()))
 
     def check_failed_capture(self) -> None:
         """A capture torch began and never ended raised (its error reached the script, as without
@@ -482,6 +482,7 @@ class CaptureObserver:
     def _emit_graph(self, inst: Any, gm: Any, shapes: dict, record_id: int, torch_id: int, capture_s: float, compiler: Any,
                     compiled_fn: Any = None) -> None:
         summary = graph_dump.summarize_graph(gm, shapes, getattr(inst, "_cag_placeholder_origins", None), getattr(inst, "_cag_input_params", None))
+        inst._cag_hook_slots = summary.hook_slots
         code = gm.print_readable(print_output=False, include_stride=True, include_device=True)
         code_rel, nodes_rel = self.writer.write_graph(record_id, f"!{torch_id}", code, summary.nodes)
         is_ours = self.cagtool_compiler is not None and compiler is self.cagtool_compiler
@@ -503,26 +504,29 @@ class CaptureObserver:
             compiler=("cagtool" if is_ours else "script") + (f":{backend}" if backend else ""),
         )
 
-    def _time_first_call(self, compiled_fn: Callable[..., Any], record_id: int) -> Callable[..., Any]:
+    def _time_first_call(self, compiled_fn: Callable[..., Any], record_id: int, hook_slots: Any = ()) -> Callable[..., Any]:
         import torch
 
         state = {"first": True}
         writer, steps, observer = self.writer, self.steps, self
 
-        def emit(seconds: float, error: str) -> None:
-            writer.emit(CACompileEvent, ca_id=record_id, first_call_s=seconds, step=steps.current_step, ok=not error, error=error)
+        def emit(seconds: float, error: str, hooks: Any) -> None:
+            writer.emit(CACompileEvent, ca_id=record_id, first_call_s=seconds, step=steps.current_step, ok=not error, error=error,
+                        hooks=hooks or [])
 
         def first_call_timer(*args: Any, **kwargs: Any) -> Any:
             if not state["first"]:
                 return compiled_fn(*args, **kwargs)
             state["first"] = False
+            # runtime_wrapper calls compiled_fn(inputs, sizes, scalars, hooks, packed_inputs)
+            hooks = observer._guarded("first call", hook_sites.hook_sites, args[3], hook_slots) if hook_slots and len(args) > 3 else None
             start = time.perf_counter()
             try:
                 result = compiled_fn(*args, **kwargs)
             except BaseException as exc:
-                observer._guarded("first call", emit, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"[:500])
+                observer._guarded("first call", emit, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"[:500], hooks)
                 raise
-            observer._guarded("first call", emit, time.perf_counter() - start, "")
+            observer._guarded("first call", emit, time.perf_counter() - start, "", hooks)
             return result
 
         # recursive=False: keep Dynamo off this frame only, so the compiled graph inside still compiles.

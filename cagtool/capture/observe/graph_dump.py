@@ -23,11 +23,13 @@ class GraphSummary:
     aot_ids: list[int]
     hooks: list[HookRef]
     num_sizes: int
+    # (hook_type, i) of each hook node, reading `hooks[i]` of the graph's call (live captures only)
+    hook_slots: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def from_tallies(
         cls, nodes: list[GraphNode], histogram: Counter[str], autograd: dict[int, str], aot_ids: set[int], hooks: list[HookRef], num_sizes: int,
-        params: dict[int, str] | None = None,
+        params: dict[int, str] | None = None, hook_slots: list[tuple[str, int]] | None = None,
     ) -> "GraphSummary":
         """The one ordering of a graph's tallies, whether they came from a live GraphModule or a log.
         `params`: NodeCall -> the parameter its AccumulateGrad accumulates into (live captures only)."""
@@ -39,6 +41,7 @@ class GraphSummary:
             aot_ids=sorted(aot_ids),
             hooks=hooks,
             num_sizes=num_sizes,
+            hook_slots=tuple(hook_slots or ()),
         )
 
 
@@ -192,6 +195,7 @@ def summarize_graph(
     params: dict[int, str] = {}
     aot_ids: set[int] = set()
     hooks: list[HookRef] = []
+    hook_slots: list[tuple[str, int]] = []
     num_sizes = 0
     graph_nodes = list(gm.graph.nodes)
     # The stamps torch makes as each autograd node runs name the NodeCalls, read before the nodes
@@ -219,6 +223,9 @@ def summarize_graph(
         hook_type = node.kwargs.get("hook_type") if node.op == "call_function" else None
         if hook_type is not None:
             hooks.append(HookRef(name=node.name, hook_type=str(hook_type)))
+            slot = _placeholder_item(node.args[0], "hooks") if node.args and hasattr(node.args[0], "op") else None
+            if slot is not None:
+                hook_slots.append((str(hook_type), slot))
         if node.op == "call_function" and target.endswith("unwrap_maybe_dynamic_int"):
             num_sizes += 1
         if node.op in ("call_function", "call_method", "call_module"):
@@ -238,4 +245,4 @@ def summarize_graph(
                 stride=stride,
             )
         )
-    return GraphSummary.from_tallies(nodes, histogram, autograd, aot_ids, hooks, num_sizes, params)
+    return GraphSummary.from_tallies(nodes, histogram, autograd, aot_ids, hooks, num_sizes, params, hook_slots)

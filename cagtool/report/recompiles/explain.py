@@ -21,6 +21,7 @@ from cagtool.record.schema import (
     MISS_NEW_NODE,
     CacheMissEvent,
     CAGraphEvent,
+    HookSite,
     SourceRef,
 )
 from cagtool.report.recompiles.reads import LimitHit, display_path, format_source, short_file
@@ -377,6 +378,8 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "wrapped_function": all(table.wrapper_modules.get(r.compile_id, ("",))[0] in _FUNCTION_CLASSES for r in cause.rows),
         "wrapped_optimizer_step": all(r.compile_id in table.wrapper_optimizer_steps for r in cause.rows),
         "hook": hook,
+        # A guard on a module's backward-hook dict: the modules' backward hooks the CA graphs call, named.
+        "module_hooks": _module_hook_labels(table, known[0]) if known and _MODULE_HOOKS.search(known[0]) else [],
         "frame": compile_frame(cause.rows[0].compile_id),
         # The frame was compiled with dynamic shapes (the script's torch.compile(..., dynamic=True)).
         "compiled_dynamic": not cause.rows[0].compile_id.startswith("!") and compile_frame(cause.rows[0].compile_id) in table.dynamic_frames,
@@ -462,7 +465,78 @@ def _hook_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
                 "previous_graph": f"!{previous.ca_id}" if previous is not None else None,
             }
         )
-    return {"hook_diffs": diffs, "key_sizes": _key_sizes(cause), **_stability(table, cause)}
+    return {"hook_diffs": diffs, "named_hooks": _named_hooks(table, cause), "key_sizes": _key_sizes(cause), **_stability(table, cause)}
+
+
+@dataclass
+class NamedHook:
+    """A hook function a cause's recompiles added to the backward or took out of it, named by the
+    capture (CACompileEvent.hooks): the steps whose new graph had it first (`added`) or had lost it
+    (`removed`), and how many hooks it was in each graph that added it."""
+
+    function: str
+    file: str
+    line: int
+    code: str
+    module: str  # the module's class, for a module's full backward (pre-)hook
+    hook_types: list[str]
+    added: list[int | None] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    removed: list[int | None] = field(default_factory=list)
+
+
+def _module_hook_labels(table: RecompileTable, guard: str) -> list[str]:
+    """`the lambda at train.py:12, a full backward hook of a `Linear``: each function the CA graphs
+    call as a module's full backward (pre-)hook, for a guard on a module's backward-hook dict (its
+    forward hooks never reach a CA graph). At most 3; [] for any other guard."""
+    if "_backward" not in guard:
+        return []
+    seen: dict[tuple[str, str, int, str], str] = {}
+    for sites in table.hook_sites.values():
+        for site in sites:
+            key = (site.function, site.file, site.line, site.module)
+            if site.module and key not in seen:
+                hook = NamedHook(function=site.function, file=site.file, line=site.line, code=site.code, module=site.module,
+                                 hook_types=[site.hook_type])
+                seen[key] = f"{hook_label(hook, table.cwd)}, a full backward hook of a `{site.module}`"
+    return list(seen.values())[:3]
+
+
+def _site_counts(sites: list[HookSite] | None) -> Counter[tuple[str, str, int, str]]:
+    counts: Counter[tuple[str, str, int, str]] = Counter()
+    for site in sites or ():
+        counts[(site.function, site.file, site.line, site.module)] += site.count
+    return counts
+
+
+def _named_hooks(table: RecompileTable, cause: Cause) -> list[NamedHook]:
+    """The hook functions each recompile of the cause added or removed against the graph captured
+    before it; [] where the record names no hooks (records made before hooks were named, imports)."""
+    if not table.hook_sites:
+        return []
+    named: dict[tuple[str, str, int, str], NamedHook] = {}
+
+    def entry(key: tuple[str, str, int, str], sites: list[HookSite]) -> NamedHook:
+        if key not in named:
+            types = sorted({s.hook_type for s in sites if (s.function, s.file, s.line, s.module) == key})
+            code = next((s.code for s in sites if (s.function, s.file, s.line, s.module) == key and s.code), "")
+            named[key] = NamedHook(function=key[0], file=key[1], line=key[2], code=code, module=key[3], hook_types=types)
+        return named[key]
+
+    for row in cause.rows:
+        if row.ca_id is None:
+            continue
+        previous = table.previous_graph(row.ca_id)
+        now_sites = table.hook_sites.get(row.ca_id) or []
+        before_sites = table.hook_sites.get(previous.ca_id) or [] if previous is not None else []
+        now, before = _site_counts(now_sites), _site_counts(before_sites)
+        for key in sorted(now - before):
+            hook = entry(key, now_sites)
+            hook.added.append(row.step)
+            hook.counts.append(now[key])
+        for key in sorted(before - now):
+            entry(key, before_sites).removed.append(row.step)
+    return list(named.values())
 
 
 def _key_sizes(cause: Cause) -> list[tuple[tuple[int, ...], int | None]]:
@@ -718,18 +792,101 @@ def _hook(cause: Cause, cwd: str) -> Words:
     stability = stability_sentence(facts, "hook change")
     if stability:
         why.append(stability)
+    named: list[NamedHook] = facts.get("named_hooks") or []
+    why.extend(_named_hook_sentence(hook, cwd) for hook in named[:MAX_LISTED])
+    if len(named) > MAX_LISTED:
+        why.append(f"And {plural(len(named) - MAX_LISTED, 'other hook function')}.")
     why.append("Removing a hook returns to an already cached graph (no recompile); adding a new one costs a capture each time.")
-    # torch 2.13, checked by hand (a clamp hook on each parameter from step 3): registered before
-    # the loop behind a Python flag, the CA recompile becomes a Dynamo recompile of the CA graph
-    # (compiled autograd traces the hook; Dynamo guards the flag); behind a tensor bound that is
-    # inf until step 3 (`bound.fill_(0.1)` then), no recompile and the same loss.
-    fix = [
-        "Register hooks once, before the first backward, and keep them. A hook meant to act only from some step on: "
-        "switch what it does with a tensor it reads (a clamp bound that is inf until then, set with `bound.fill_(...)`), "
-        "not with a Python flag: compiled autograd traces the hook, and Dynamo guards a flag it reads, so flipping the "
-        "flag recompiles the backward too.",
-    ]
+    fix = _named_hook_fixes(named[:MAX_LISTED], cwd) or [
+        "Register hooks once, before the first backward, and keep them. " + _SWITCH_WITH_A_TENSOR]
     return Words(title, why, fix, evidence_text(cause.evidence))
+
+
+# torch 2.13, checked by hand (a clamp hook on each parameter from step 3): registered before
+# the loop behind a Python flag, the CA recompile becomes a Dynamo recompile of the CA graph
+# (compiled autograd traces the hook; Dynamo guards the flag); behind a tensor bound that is
+# inf until step 3 (`bound.fill_(0.1)` then), no recompile and the same loss.
+_SWITCH_WITH_A_TENSOR = (
+    "A hook meant to act only from some step on: switch what it does with a tensor it reads (a clamp bound that is "
+    "inf until then, set with `bound.fill_(...)`), not with a Python flag: compiled autograd traces the hook, and "
+    "Dynamo guards a flag it reads, so flipping the flag recompiles the backward too.")
+
+_HOOK_KINDS = {
+    "tensor_pre_hook": "a tensor hook (`register_hook`)",
+    "post_acc_grad_hook": "a post-accumulate-grad hook (`register_post_accumulate_grad_hook`)",
+    "pre_hook": "a pre-hook of an autograd node (`grad_fn.register_prehook`)",
+    "post_hook": "a hook of an autograd node (`grad_fn.register_hook`)",
+    "unpack_hook": "a saved-tensor unpack hook",
+}
+
+
+def hook_label(hook: NamedHook, cwd: str) -> str:
+    """`the hook `clip_grad` (train.py:42)`; a lambda by its line: `the lambda at train.py:13`."""
+    where = f"{short_file(hook.file, cwd)}:{hook.line}" if hook.file else ""
+    if hook.function.endswith("<lambda>"):
+        outer = hook.function[: -len("<lambda>")].replace(".<locals>", "").rstrip(".")
+        return f"the lambda at {where or '?'}" + (f" (in `{outer}`)" if outer else "")
+    return f"the hook `{hook.function}`" + (f" ({where})" if where else "")
+
+
+def _hook_kind(hook: NamedHook) -> str:
+    if hook.module:
+        return f"a full backward hook of a `{hook.module}` module (`register_full_backward_hook` or its pre-hook)"
+    return " and ".join(_HOOK_KINDS.get(t, t) for t in hook.hook_types) or "a hook"
+
+
+def _piles_up(hook: NamedHook) -> bool:
+    """Added again and again, one more each time: registered in the loop and never removed."""
+    return len(hook.counts) > 1 and all(b > a for a, b in zip(hook.counts, hook.counts[1:]))
+
+
+def _steps_text(steps: list[int | None]) -> str:
+    known = sorted({s for s in steps if s is not None})
+    return ("step " if len(known) == 1 else "steps ") + step_list(known) if known else "a step of unknown number"
+
+
+def _named_hook_sentence(hook: NamedHook, cwd: str) -> str:
+    label = hook_label(hook, cwd)
+    label = label[0].upper() + label[1:]
+    # A lambda's line is its registration, as a rule; a function's is its `def`, which says nothing more.
+    code = f" (`{hook.code}`)" if hook.code and hook.function.endswith("<lambda>") else ""
+    parts = []
+    if hook.added:
+        # A module's hook runs through two of torch's hooks on the module's node: its count says nothing.
+        many = f": {hook.counts[-1]} hooks of it in the new graph" if hook.counts and hook.counts[-1] > 1 and not hook.module else ""
+        parts.append(f"is registered on {_steps_text(hook.added)}{many}")
+    if hook.removed:
+        parts.append(f"is removed on {_steps_text(hook.removed)}")
+    sentence = f"{label}{code}, {_hook_kind(hook)}, " + " and ".join(parts) + "."
+    if _piles_up(hook):
+        sentence += (" Each registration adds one more (none is removed), and compiled autograd's key counts the hooks "
+                     "on each node: a new graph every time.")
+    return sentence
+
+
+def _named_hook_fixes(hooks: list[NamedHook], cwd: str) -> list[str]:
+    """One fix per hook that piles up or was only removed; one for the hooks registered once, together."""
+    fixes: list[str] = []
+    once = [h for h in hooks if h.added and not _piles_up(h)]
+    if once:
+        labels = [hook_label(h, cwd) + (f" (`module.register_full_backward_hook(...)` on the `{h.module}`)" if h.module else "")
+                  for h in once]
+        them = "it" if len(once) == 1 else "them"
+        fixes.append(f"Register {_and_list(labels)} once, before the first backward, and keep {them}. " + _SWITCH_WITH_A_TENSOR)
+    for hook in hooks:
+        label = hook_label(hook, cwd)
+        if hook.added and _piles_up(hook):
+            fixes.append(f"Register {label} once, before the training loop, and keep it: registered on every step it piles up "
+                         "(every copy runs at each backward) and each new count is a new graph. If it must be registered in the "
+                         "loop, keep its handle and call `handle.remove()` after the backward: its graph is then captured once and reused.")
+        elif not hook.added:
+            fixes.append(f"Removing {label} on {_steps_text(hook.removed)} returns the backward to a graph without it, captured "
+                         "once and then reused; to save even that capture, keep it registered and switch it off with a tensor it reads.")
+    return fixes
+
+
+def _and_list(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _key_size_text(row: Any) -> str:
@@ -1433,7 +1590,9 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         return [f"`{changes[0].source}` keeps taking new values: keep it constant in the compiled code, or move the code that "
                 "depends on it out of the compiled function."]
     if _MODULE_HOOKS.search(facts.get("guard") or ""):
-        return ["Register the module's hook once, before the training loop, and keep its handle: each register_*_hook call "
+        named = facts.get("module_hooks") or []
+        hook = f"the module's hook ({' and '.join(named)})" if named else "the module's hook"
+        return [f"Register {hook} once, before the training loop, and keep its handle: each register_*_hook call "
                 "adds a new key to the module's hook dict, which Dynamo guards, so a hook registered (or removed and "
                 "registered again) every step recompiles the module's frame every step until the recompile limit."]
     if facts.get("names"):

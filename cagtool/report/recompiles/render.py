@@ -348,6 +348,8 @@ def explanation_json(explanation: Explanation) -> dict[str, Any]:
                 "last_recompile_step": cause.facts.get("last_recompile_step"),
                 "caused_by": cause.caused_by,
                 "consequences": list(cause.consequences),
+                # The hook functions a hook cause's recompiles added or removed, named (file as `source`'s).
+                "hooks": [{**dataclasses.asdict(h), "file": display_path(h.file, cwd)} for h in cause.facts.get("named_hooks") or []],
             }
         )
     return {"alerts": alerts, "causes": causes}

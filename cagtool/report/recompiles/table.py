@@ -20,6 +20,7 @@ from cagtool.record.schema import (
     MISS_UNKNOWN,
     CacheMissEvent,
     ARTIFACT_GUARDS,
+    CACompileEvent,
     CAGraphEvent,
     ChangedSize,
     CompileArtifactEvent,
@@ -29,6 +30,7 @@ from cagtool.record.schema import (
     FinalStateEvent,
     FindingEvent,
     GraphBreakEvent,
+    HookSite,
     SourceRef,
     StepEvent,
 )
@@ -116,6 +118,8 @@ class RecompileTable:
     last_step: int | None
     limit_hits: list[LimitHit] = field(default_factory=list)
     graphs: dict[int, CAGraphEvent] = field(default_factory=dict)  # ca_id -> graph
+    # ca_id -> the hooks the graph calls, named (CACompileEvent.hooks); graphs without hooks are absent
+    hook_sites: dict[int, list[HookSite]] = field(default_factory=dict)
     cwd: str = ""
     skipped_lines: int = 0
     unknown_kinds: dict[str, int] = field(default_factory=dict)
@@ -283,7 +287,8 @@ NEEDED_KINDS = frozenset(
     # GraphBreakEvent: where torch reports a data-dependent branch, the line a structural change is tied to.
     # GradDigestEvent: a handful per process, whether the parameters are each rank's shard (sharded_under_ca).
     # CompileArtifactEvent: the guards of each compile of torch's module wrapper, which module it was for.
-    cls.kind for cls in (CacheMissEvent, CAGraphEvent, CompileArtifactEvent, DynamoCompileEvent, DynamoRecompileEvent, FindingEvent, FinalStateEvent,
+    # CACompileEvent: one per CA graph, naming the hooks it calls.
+    cls.kind for cls in (CacheMissEvent, CACompileEvent, CAGraphEvent, CompileArtifactEvent, DynamoCompileEvent, DynamoRecompileEvent, FindingEvent, FinalStateEvent,
                          GradDigestEvent, GraphBreakEvent)
 ) | {
     "aot_backward_graph",  # phases.py: the AOT backward graphs, one phase of the compiles
@@ -472,6 +477,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
     """The recompiles of one mode record, in the order they happened. `steps` is given when the
     record was read without its step events (recompiles_load); otherwise it is counted here."""
     graphs: dict[int, CAGraphEvent] = {}
+    hook_sites: dict[int, list[HookSite]] = {}
     misses: list[CacheMissEvent] = []
     compile_events: list[DynamoCompileEvent] = []
     branches: list[SourceRef] = []
@@ -487,6 +493,9 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
                     branches.append(site)
         elif isinstance(event, CAGraphEvent):
             graphs[event.ca_id] = event
+        elif isinstance(event, CACompileEvent):
+            if event.hooks:
+                hook_sites[event.ca_id] = event.hooks
         elif isinstance(event, CacheMissEvent):
             misses.append(event)
         elif isinstance(event, DynamoCompileEvent):
@@ -512,6 +521,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         last_step=steps.last,
         limit_hits=hits,
         graphs=graphs,
+        hook_sites=hook_sites,
         cwd=manifest.cwd,
         skipped_lines=record.skipped_lines,
         unknown_kinds=dict(record.unknown_kinds),

@@ -62,7 +62,9 @@ def test_a_second_backward_call_in_a_step_is_its_own_graph_not_a_structure_that_
 def test_a_module_hook_registered_every_step_is_named_with_its_fix(record_run):
     run, causes = _explained(record_run, "module_hook_every_step.py")
     hooks = next(c for c in causes if "a module's hooks changed" in c["title"])
-    assert "_backward_hooks" in hooks["title"] and hooks["fix"][0].startswith("Register the module's hook once, before the training loop")
+    assert "_backward_hooks" in hooks["title"] and hooks["fix"][0].startswith(
+        "Register the module's hook (the lambda at tests/scripts/module_hook_every_step.py:12, a full backward hook of a "
+        "`Linear`) once, before the training loop")
     assert "Keep the guarded value the same" not in " ".join(hooks["fix"])
 
 

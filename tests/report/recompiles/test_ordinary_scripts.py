@@ -135,9 +135,46 @@ def test_clip_hooks_registered_after_warmup_are_switched_by_a_tensor_and_not_mov
     [hook] = _causes(run)
     assert hook["code"] == "hook_changed" and hook["steps"] == [3]
     assert "switch what it does with a tensor it reads" in hook["fix"][0] and "cheaper" not in hook["fix"][0]
+    # The lambda named by its line, the registration under the `if`: one site for the 4 parameters' hooks.
+    [named] = hook["hooks"]
+    assert (named["function"], named["file"], named["line"]) == ("<lambda>", "tests/scripts/clip_hooks_after_warmup.py", 14)
+    assert named["code"] == "p.register_hook(lambda g: g.clamp(-0.1, 0.1))" and named["added"] == [3] and named["counts"] == [4]
+    assert ("The lambda at tests/scripts/clip_hooks_after_warmup.py:14 (`p.register_hook(lambda g: g.clamp(-0.1, 0.1))`), "
+            "a tensor hook (`register_hook`), is registered on step 3: 4 hooks of it in the new graph.") in hook["why"]
+    assert hook["fix"][0].startswith("Register the lambda at tests/scripts/clip_hooks_after_warmup.py:14 once, before the first backward")
     copy = Path(shutil.copytree(run, tmp_path / "run"))
     proc = cagtool_in_process("recompiles", str(copy), "--explain", "--verify", "--format", "json", env={"CI": "true"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     [skipped] = json.loads(proc.stdout)["verification"]["not_applied"]
     assert "registers hooks in the loop at line 13, under the `if` at line 12 of its training loop" in skipped["why"]
     assert "every iteration" not in skipped["why"]
+
+
+def test_hooks_that_join_late_are_named_each_with_the_steps_it_joined_and_a_fix_for_how(record_run):
+    """A named tensor hook (step 2), a post-accumulate-grad hook (step 3), a module's full backward
+    hook (step 4) and a hook registered on every step from step 5 and never removed: each named by
+    its function and line, with the steps its graphs were captured; the one that piles up gets the
+    fix that says so."""
+    run = _recorded(record_run, "hooks_joining_late.py")
+    causes = {c["steps"][0]: c for c in _causes(run)}
+    accumulate, module = causes[2], causes[4]
+    assert accumulate["code"] == module["code"] == "hook_changed" and accumulate["steps"] == [2, 3, 5, 6, 7]
+    named = {h["function"]: h for h in accumulate["hooks"]}
+    assert set(named) == {"clip_grad", "decay_grad", "scale_grad"}
+    assert (named["clip_grad"]["line"], named["clip_grad"]["added"], named["clip_grad"]["hook_types"]) == (10, [2], ["tensor_pre_hook"])
+    assert (named["decay_grad"]["added"], named["decay_grad"]["hook_types"]) == ([3], ["post_acc_grad_hook"])
+    assert (named["scale_grad"]["added"], named["scale_grad"]["counts"]) == ([5, 6, 7], [1, 2, 3])
+    why = " ".join(accumulate["why"])
+    assert "The hook `clip_grad` (tests/scripts/hooks_joining_late.py:10), a tensor hook (`register_hook`), is registered on step 2." in why
+    assert "a post-accumulate-grad hook (`register_post_accumulate_grad_hook`), is registered on step 3." in why
+    assert "is registered on steps 5-7: 3 hooks of it in the new graph. Each registration adds one more" in why
+    once, piling = accumulate["fix"]
+    assert once.startswith("Register the hook `clip_grad` (tests/scripts/hooks_joining_late.py:10) and the hook `decay_grad` "
+                           "(tests/scripts/hooks_joining_late.py:18) once, before the first backward, and keep them.")
+    assert piling.startswith("Register the hook `scale_grad` (tests/scripts/hooks_joining_late.py:14) once, before the training loop")
+    assert "`handle.remove()` after the backward" in piling
+    [hook] = module["hooks"]
+    assert (hook["function"], hook["line"], hook["module"], hook["added"]) == ("<lambda>", 31, "Linear", [4])
+    assert "a full backward hook of a `Linear` module" in " ".join(module["why"])
+    assert module["fix"][0].startswith("Register the lambda at tests/scripts/hooks_joining_late.py:31 "
+                                       "(`module.register_full_backward_hook(...)` on the `Linear`) once")

@@ -115,12 +115,16 @@ mode ca: 1 recompile in 5 steps (CA: 1, Dynamo forward-frame: 0, Dynamo CA-graph
     graph compiled autograd caches, so a new set of hooks is a new graph.
   Hooks per graph: !1 at step 2: added tensor_pre_hook (vs !0).
   It has stabilised: no hook change after step 2; the last 2 steps reused cached graphs.
+  The lambda at sample_scripts/hook_added_midrun.py:16 (in `main`)
+    (`model.weight.register_hook(lambda grad: grad.clamp(-1.0, 1.0))`), a tensor hook
+    (`register_hook`), is registered on step 2.
   Removing a hook returns to an already cached graph (no recompile); adding a new one costs a
     capture each time.
-  Fix: Register hooks once, before the first backward, and keep them. A hook meant to act only from
-    some step on: switch what it does with a tensor it reads (a clamp bound that is inf until then,
-    set with `bound.fill_(...)`), not with a Python flag: compiled autograd traces the hook, and
-    Dynamo guards a flag it reads, so flipping the flag recompiles the backward too.
+  Fix: Register the lambda at sample_scripts/hook_added_midrun.py:16 (in `main`) once, before the
+    first backward, and keep it. A hook meant to act only from some step on: switch what it does
+    with a tensor it reads (a clamp bound that is inf until then, set with `bound.fill_(...)`), not
+    with a Python flag: compiled autograd traces the hook, and Dynamo guards a flag it reads, so
+    flipping the flag recompiles the backward too.
   Evidence: !1 (step 2, seq N)
 
 Every recompile, one per row: cagtool recompiles RUN"""

@@ -408,6 +408,18 @@ def test_a_run_after_a_failed_capture_records_later_misses_with_torchs_reasons(t
     assert [m.miss_kind for m in ca_mode.of(CacheMissEvent)] == ["new_node", "unknown", "new_node", "changed_shapes"]
     assert [s.boundary for s in ca_mode.of(StepEvent)].count("optimizer") == 4
     assert [f.code for f in ca_mode.of(FindingEvent)] == [CAPTURE_FAILED]
+    # What the user reads: the captures add up to torch's 4, and the recapture after the failed one
+    # is tied to it, not sent to record again for a reason torch never gives.
+    summary = subprocess.run([sys.executable, "-m", "cagtool", "summary", str(tmp_path / "r")], capture_output=True, text=True, cwd=root, timeout=120)
+    assert ("CA graphs: 2 (4 captures: 1 initial, 1 for a new autograd node, 1 recompile for changed sizes, 1 for a reason "
+            "torch did not log; 2 raised before a graph) (torch counted 4 captures)") in " ".join(summary.stdout.split())
+    explain = subprocess.run([sys.executable, "-m", "cagtool", "recompiles", str(tmp_path / "r"), "--explain", "--format", "json"],
+                             capture_output=True, text=True, cwd=root, timeout=120)
+    unknown = [c for c in json.loads(explain.stdout)["modes"]["ca"]["explanation"]["causes"] if c["code"] == "unknown"]
+    assert [c["title"] for c in unknown] == ["Recompiles with no reason recorded (1 recompile), after a capture that raised"]
+    assert "The capture of !0 raised" in unknown[0]["why"][0] and "(!1)" in unknown[0]["why"][0]
+    assert unknown[0]["fix"][0].startswith("Nothing to fix here: it goes with the failed capture.")
+    assert not any("Record again" in f for f in unknown[0]["fix"])
 
 
 def test_a_counter_torch_never_incremented_reads_zero_not_unknown(tmp_path):

@@ -64,6 +64,9 @@ FIRST_STEP = 0  # the number of a run's first step: the one place that decides i
 STEPS_FROM_ZERO_VERSION = 3
 FIRST_STEP_BEFORE_SCHEMA_3 = 1
 
+# FindingEvent.code of a compiled-autograd capture that raised; its detail["compile_id"] is "!N".
+FINDING_CA_CAPTURE_FAILED = "ca_capture_failed"
+
 STEP_BOUNDARY_OPTIMIZER = "optimizer"  # the step ended at an optimizer's step()
 STEP_BOUNDARY_BACKWARD = "backward"  # no optimizer: the step is one backward call
 # The optimizer steps inside a compiled graph (torch.compile around `opt.step()`), where no hook

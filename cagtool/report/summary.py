@@ -127,9 +127,13 @@ def ca_graph_breakdown(m: ModeMetrics) -> str:
         parts.append(f"{m.ca_new_node_misses} for a new autograd node")
     if m.ca_shape_recompiles:
         parts.append(f"{plural(m.ca_shape_recompiles, 'recompile')} for changed sizes")
-    other = max(m.ca_graphs - 1, 0) - m.ca_new_node_misses - m.ca_shape_recompiles
+    # A capture that raised made no graph: the parts then count captures (ca_cache_misses), not graphs.
+    captures = max(m.ca_graphs, m.ca_cache_misses)
+    other = max(captures - 1, 0) - m.ca_new_node_misses - m.ca_shape_recompiles
     if other > 0:
         parts.append(f"{other} for a reason torch did not log")
+    if captures > m.ca_graphs:
+        return f"{plural(captures, 'capture')}: " + ", ".join(parts) + f"; {captures - m.ca_graphs} raised before a graph"
     return ", ".join(parts)
 
 

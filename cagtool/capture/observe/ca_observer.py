@@ -30,6 +30,7 @@ from cagtool.capture.observe.compiling_now import CA_GRAPH, CAPTURING, CompilesI
 from cagtool.capture.steps.tracker import StepTracker
 from cagtool.record.writer import RecordWriter
 from cagtool.record.schema import (
+    FINDING_CA_CAPTURE_FAILED,
     CACompileEvent,
     CacheMissEvent,
     CAGraphEvent,
@@ -40,7 +41,7 @@ from cagtool.torch_text import parse_miss, split_ca_reason
 
 # Finding codes (schema.FindingEvent.code).
 OBSERVER_ERROR = "observer_error"  # cagtool's own code failed inside a capture hook; the capture went on
-CAPTURE_FAILED = "ca_capture_failed"  # torch's capture raised (module docstring)
+CAPTURE_FAILED = FINDING_CA_CAPTURE_FAILED  # torch's capture raised (module docstring)
 # The text of the assert C++ raises where a failed capture's graph is walked again with a verbose
 # logger set (docs/torch-internals.md, "What the verbose logger changes").
 CA_LOGGER_ASSERT = "!vlogger.has_value() || compile_reason.has_value()"

@@ -596,6 +596,11 @@ def cause_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
                 "grad_warmup_per_graph": per_graph,
                 "backward_calls": list(dict.fromkeys(r.user_source for r in cause.rows if r.user_source is not None)) if per_graph else [],
                 **_stability(table, cause)}
+    if cause.code == CAUSE_UNKNOWN and table.failed_captures:
+        # torch captures a graph whose capture raised again when it comes back, and reports no reason for it
+        after = [r.compile_id for r in cause.rows if r.ca_id is not None and r.ca_id - 1 in table.failed_captures]
+        return {"after_failed_capture": after, "failed_captures": [f"!{n}" for n in sorted(table.failed_captures)],
+                **_stability(table, cause)}
     return _stability(table, cause)
 
 
@@ -1686,6 +1691,20 @@ def _resume_fixes(facts: dict[str, Any], cwd: str) -> list[str]:
 
 
 def _unknown(cause: Cause, cwd: str) -> Words:
+    after = cause.facts.get("after_failed_capture") or []
+    if after:
+        failed = ", ".join(cause.facts.get("failed_captures") or [])
+        why = [f"The capture of {failed} raised (the record's finding `ca_capture_failed`: `cagtool summary`). When that graph "
+               f"came back, compiled autograd captured it again ({', '.join(after)}) and reported no cache-miss reason for it: "
+               "torch does the same without cagtool."]
+        fix = ["Nothing to fix here: it goes with the failed capture. Fix that capture (its error reached the script) and "
+               "this recapture goes with it."]
+        if len(after) < cause.count:
+            why.append(f"The other {plural(cause.count - len(after), 'capture')} had no reason recorded (the compiled-autograd "
+                       "verbose logger was not active, or the record was cut short).")
+            fix.append("For those: record again with `cagtool run` so cache-miss reasons are captured.")
+        return Words(f"Recompiles with no reason recorded ({plural(cause.count, 'recompile')}), after a capture that raised",
+                     why, fix, evidence_text(cause.evidence))
     return Words(
         f"Recompiles with no reason recorded ({plural(cause.count, 'recompile')})",
         ["Torch gave no reason for these captures (the compiled-autograd verbose logger was not active, "

@@ -17,6 +17,7 @@ import msgspec
 
 from cagtool.record.loader import ModeRecord, RunRecord, load_run
 from cagtool.record.schema import (
+    FINDING_CA_CAPTURE_FAILED,
     MISS_UNKNOWN,
     CacheMissEvent,
     ARTIFACT_GUARDS,
@@ -148,6 +149,9 @@ class RecompileTable:
     # The mode ran compiled autograd over parameters each rank holds a shard of (FSDP2's DTensors,
     # GradDigestEvent.shard): a setup torch has no compiled-autograd path for (record_notes).
     sharded_under_ca: bool = False
+    # CA graphs whose capture raised (FindingEvent `ca_capture_failed`): torch captures such a graph
+    # again when it comes back, with no cache-miss reason, cagtool or not.
+    failed_captures: frozenset[int] = frozenset()
     # torch's first message of the graph break at each (file, line): what a resume frame follows.
     break_reasons: dict[tuple[str, int], str] = field(default_factory=dict)
     # What each compile's guard tree holds on a Python value a failed guard is on (and on the
@@ -288,6 +292,7 @@ NEEDED_KINDS = frozenset(
     # GradDigestEvent: a handful per process, whether the parameters are each rank's shard (sharded_under_ca).
     # CompileArtifactEvent: the guards of each compile of torch's module wrapper, which module it was for.
     # CACompileEvent: one per CA graph, naming the hooks it calls.
+    # FindingEvent: `ca_capture_failed`, the captures that raised (a recapture after one has no reason).
     cls.kind for cls in (CacheMissEvent, CACompileEvent, CAGraphEvent, CompileArtifactEvent, DynamoCompileEvent, DynamoRecompileEvent, FindingEvent, FinalStateEvent,
                          GradDigestEvent, GraphBreakEvent)
 ) | {
@@ -482,6 +487,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
     compile_events: list[DynamoCompileEvent] = []
     branches: list[SourceRef] = []
     break_reasons: dict[tuple[str, int], str] = {}
+    failed: set[int] = set()
     for event in record.events:  # one pass: records can hold 100,000 events
         if isinstance(event, GraphBreakEvent):
             if event.file and event.line:
@@ -500,6 +506,10 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
             misses.append(event)
         elif isinstance(event, DynamoCompileEvent):
             compile_events.append(event)
+        elif isinstance(event, FindingEvent) and event.code == FINDING_CA_CAPTURE_FAILED:
+            failed_id = str(event.detail.get("compile_id") or "")
+            if failed_id[1:].isdigit():
+                failed.add(int(failed_id[1:]))
     if any(m.changed_sizes for m in misses):  # earlier values of changed sizes, from the graphs
         misses = misses_with_earlier_values(record)
     rows = _ca_rows(record, misses, graphs) + dynamo_rows(record, compile_events)
@@ -531,6 +541,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         phases=mode_phases(record),
         budget=mode_budget(record, hits, steps.last),
         unexpected=unexpected_causes(record),
+        failed_captures=frozenset(failed),
         sharded_under_ca=manifest.mode == "ca" and any(any(e.shard or ()) for e in record.of(GradDigestEvent)),
         wrapper_callers=callers,
         wrapper_modules=_wrapper_modules(record, callers),

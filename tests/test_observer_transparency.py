@@ -412,7 +412,7 @@ def test_a_run_after_a_failed_capture_records_later_misses_with_torchs_reasons(t
     # is tied to it, not sent to record again for a reason torch never gives.
     summary = subprocess.run([sys.executable, "-m", "cagtool", "summary", str(tmp_path / "r")], capture_output=True, text=True, cwd=root, timeout=120)
     assert ("CA graphs: 2 (4 captures: 1 initial, 1 for a new autograd node, 1 recompile for changed sizes, 1 for a reason "
-            "torch did not log; 2 raised before a graph) (torch counted 4 captures)") in " ".join(summary.stdout.split())
+            "torch did not log; 2 raised before a graph) (torch counted 4 captures); CA recompiles: 3") in " ".join(summary.stdout.split())
     explain = subprocess.run([sys.executable, "-m", "cagtool", "recompiles", str(tmp_path / "r"), "--explain", "--format", "json"],
                              capture_output=True, text=True, cwd=root, timeout=120)
     unknown = [c for c in json.loads(explain.stdout)["modes"]["ca"]["explanation"]["causes"] if c["code"] == "unknown"]

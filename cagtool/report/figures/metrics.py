@@ -192,11 +192,13 @@ def is_grad_warmup(miss: CacheMissEvent, produced: CAGraphEvent | None, previous
 
 
 def ca_misses(graphs: list[CAGraphEvent], misses: list[CacheMissEvent]) -> CAMisses:
-    total = max(len(graphs) - 1, 0) if graphs else 0
+    # Every capture torch began after the first: a graph, or a miss whose capture raised before its graph.
+    captured = {g.ca_id for g in graphs} | {m.ca_id for m in misses}
+    total = max(len(captured) - 1, 0) if graphs else 0
     if not total:
         return CAMisses(0, 0, 0, 0)
     by_id = {g.ca_id: g for g in graphs}
-    first_id = min(by_id)
+    first_id = min(captured)
     # The miss that produced !0 (GraphRoot, first capture) is the initial compile, not a miss.
     later = sorted((m for m in misses if m.ca_id != first_id), key=lambda m: m.ca_id)
     shapes = sum(1 for m in later if m.miss_kind == MISS_CHANGED_SHAPES)
@@ -206,7 +208,7 @@ def ca_misses(graphs: list[CAGraphEvent], misses: list[CacheMissEvent]) -> CAMis
         first = later[0]
         earlier = [i for i in by_id if i < first.ca_id]
         previous = by_id[max(earlier)] if earlier else None
-        warmup = int(is_grad_warmup(first, by_id.get(first.ca_id), previous, by_id[first_id].step))
+        warmup = int(is_grad_warmup(first, by_id.get(first.ca_id), previous, by_id[first_id].step if first_id in by_id else None))
     return CAMisses(total, new_node, shapes, warmup)
 
 

@@ -24,7 +24,10 @@ def _measure(directory: Path, modes: str, *script_args: str) -> dict:
     env = {"CI": "true", "PATH": "/usr/bin:/bin"}
     import os
 
-    env = {**os.environ, "CI": "true"}
+    # One intra-op thread: beside the suite's other workers, a second one spins at every parallel
+    # region of these large elementwise ops, waiting for a descheduled sibling (the aot,ca
+    # measurement's jobs took ~14 % more CPU time with two; the memory they hold is the same).
+    env = {**os.environ, "CI": "true", "OMP_NUM_THREADS": "1"}
     run = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", modes, "--backend", "eager", "--no-report", "-o", str(out),
                           SCRIPT, *script_args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-2000:]

@@ -24,7 +24,10 @@ def _measure(directory: Path, modes: str, *script_args: str) -> dict:
     env = {"CI": "true", "PATH": "/usr/bin:/bin"}
     import os
 
-    env = {**os.environ, "CI": "true"}
+    # One intra-op thread: beside the suite's other workers, a second one spins at every parallel
+    # region of these large elementwise ops, waiting for a descheduled sibling (the aot,ca
+    # measurement's jobs took ~14 % more CPU time with two; the memory they hold is the same).
+    env = {**os.environ, "CI": "true", "OMP_NUM_THREADS": "1"}
     run = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", modes, "--backend", "eager", "--no-report", "-o", str(out),
                           SCRIPT, *script_args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -35,7 +38,7 @@ def _measure(directory: Path, modes: str, *script_args: str) -> dict:
 
 @pytest.fixture(scope="module")
 def non_reentrant(tmp_path_factory) -> tuple[Path, dict]:
-    path, value = recorded_once(tmp_path_factory, "checkpoint-memory", lambda d: _measure(d, "aot,ca", "--rows", "1024", "--steps", "5"))
+    path, value = recorded_once(tmp_path_factory, "checkpoint-memory", lambda d: _measure(d, "aot,ca", "--rows", "1024", "--steps", "3"))
     assert value["code"] == 0, value["stderr"][-2000:]
     return path, json.loads(value["json"])
 
@@ -66,7 +69,7 @@ def test_the_heap_held_for_backward_shows_what_checkpointing_saves(non_reentrant
     (entry,) = [m for m in result["modes"] if m["mode"] == mode]
     ckpt, plain = entry["checkpointed"]["heap"], entry["plain"]["heap"]
     assert ckpt["source"] == plain["source"] == "glibc mallinfo2 (uordblks + hblkhd)"
-    assert ckpt["steps"] == plain["steps"] == 4  # 5 steps, the first compiles
+    assert ckpt["steps"] == plain["steps"] == 2  # 3 steps, the first compiles
     assert plain["held_bytes"] - ckpt["held_bytes"] >= 64 * MIB
     assert entry["held_saving"] == pytest.approx((plain["held_bytes"] - ckpt["held_bytes"]) / plain["held_bytes"])
     assert entry["held_saving"] > 0.4

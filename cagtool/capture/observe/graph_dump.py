@@ -1,5 +1,6 @@
 """Turns a compiled-autograd GraphModule into the record's structured form (GraphNode list,
-op histogram, autograd nodes covered, inlined AOT graphs, hooks)."""
+op histogram, autograd nodes covered, inlined AOT graphs, hooks), and a graph module into the
+readable code the record keeps of it (`readable_code`)."""
 
 from __future__ import annotations
 
@@ -384,6 +385,8 @@ def readable_code(gm: Any, values: dict[str, str] | None = None, name: str | Non
             continue
         text = _node_line(node, targets)
         if text is None:
+            if value:  # an input of its own name: its value where its line would be
+                body.append(f"        # {node.name}: {value}")
             continue
         if source:
             body.append(f"        # {source}")

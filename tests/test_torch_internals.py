@@ -732,3 +732,42 @@ def test_a_ca_graph_reads_each_hook_from_hooks_i_and_its_first_call_is_handed_th
         assert ("post_acc_grad_hook", decay.__qualname__, decay.__code__.co_firstlineno, "") in named
         assert ("post_hook", "_on_module", _on_module.__code__.co_firstlineno, "Linear") in named, named
         assert not any("hooks.py" in s.file or "trace_wrapped" in s.function for s in hook_sites(hooks, graph_slots))
+
+
+def test_the_hooks_are_shown_in_nested_disabled_calls_and_hidden_again_after():
+    """`_hidden_while_compiled` on torch's own hook dict: a compiled call hides cagtool's hook, a
+    disabled function called inside shows it, one called inside that (this thread's, no region of
+    its own) shows it too, and the hook is hidden again when they return; a disabled call on
+    another thread while the compiled call is innermost shows it there and hides it after."""
+    import threading
+
+    from torch.optim.optimizer import _global_optimizer_pre_hooks, register_optimizer_step_pre_hook
+
+    from cagtool.capture.steps.hooks import _hidden_while_compiled
+
+    handle = register_optimizer_step_pre_hook(lambda o, a, k: None)
+    try:
+        hidden, shown_in = _hidden_while_compiled([(_global_optimizer_pre_hooks, handle.id)], [True])
+        seen: list[tuple[str, bool]] = []
+        inner = shown_in(torch._dynamo.disable(lambda: seen.append(("inner", handle.id in _global_optimizer_pre_hooks))))
+
+        def outer_fn() -> None:
+            seen.append(("outer", handle.id in _global_optimizer_pre_hooks))
+            inner()
+            seen.append(("outer after inner", handle.id in _global_optimizer_pre_hooks))
+
+        outer = shown_in(torch._dynamo.disable(outer_fn))
+        shown = hidden()  # a compiled call begins
+        seen.append(("compiled", handle.id in _global_optimizer_pre_hooks))
+        outer()
+        seen.append(("compiled after", handle.id in _global_optimizer_pre_hooks))
+        thread = threading.Thread(target=inner)
+        thread.start()
+        thread.join()
+        seen.append(("after the thread's", handle.id in _global_optimizer_pre_hooks))
+        shown()  # it returns
+        seen.append(("returned", handle.id in _global_optimizer_pre_hooks))
+        assert seen == [("compiled", False), ("outer", True), ("inner", True), ("outer after inner", True),
+                        ("compiled after", False), ("inner", True), ("after the thread's", False), ("returned", True)]
+    finally:
+        handle.remove()

@@ -6,7 +6,7 @@ A *run directory* holds one `run.json` (format `cagtool-run`) and one sub-direct
     <run>/run.json                 RunMeta: argv, target, modes, machine, versions, exit code
     <run>/<mode>/manifest.json     ModeManifest: versions, backend, start/end, status, exception
     <run>/<mode>/events.jsonl      one event per line, appended and flushed as it happens
-    <run>/<mode>/graphs/ca_<N>.py  readable code of compiled-autograd graph N (GraphModule.print_readable)
+    <run>/<mode>/graphs/ca_<N>.py  readable code of compiled-autograd graph N (the code torch generated, with its source lines)
     <run>/<mode>/graphs/ca_<N>.json  its nodes, structured (record/graph_file.py), for diff-graphs
     <run>/<mode>/compiles/<id>/<artifact>.txt  what tlparse shows per compile id (`0_1` for [0/1],
                                    `ca0_1_0` for [!0/1/0]): the Dynamo graph, AOT forward/backward

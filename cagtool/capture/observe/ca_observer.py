@@ -484,7 +484,7 @@ class CaptureObserver:
                     compiled_fn: Any = None) -> None:
         summary = graph_dump.summarize_graph(gm, shapes, getattr(inst, "_cag_placeholder_origins", None), getattr(inst, "_cag_input_params", None))
         inst._cag_hook_slots = summary.hook_slots
-        code = gm.print_readable(print_output=False, include_stride=True, include_device=True)
+        code = graph_dump.readable_code(gm, {})  # the values are in the nodes file (their fakes are gone from the graph)
         code_rel, nodes_rel = self.writer.write_graph(record_id, f"!{torch_id}", code, summary.nodes)
         is_ours = self.cagtool_compiler is not None and compiler is self.cagtool_compiler
         backend = compiler_backend(compiled_fn, compiler)

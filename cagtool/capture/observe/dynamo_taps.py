@@ -44,7 +44,7 @@ import threading
 from types import ModuleType
 from typing import Any, Callable
 
-from cagtool.capture.observe import compile_phase, source
+from cagtool.capture.observe import compile_phase, graph_dump, source
 from cagtool.capture.observe.torch_logs import ASSUME_STATIC_KEY, PHASE_KEY, RECOMPILE_LIMIT_KEY, USER_FRAME_KEY, StructuredLogHandler
 
 # The CompilationMetrics fields StructuredLogHandler reads (torch's record has ~100 more).
@@ -287,8 +287,9 @@ class DynamoTaps:
 
     @staticmethod
     def _dynamo_graph(gm: Any) -> tuple[dict[str, Any], str]:
-        # torch's own record prints it this way (output_graph.py, `dynamo_output_graph`)
-        return {"dynamo_output_graph": {}, **compile_id_metadata()}, gm.print_readable(print_output=False, include_stride=True, include_device=True)
+        # torch's own record prints it with print_readable (output_graph.py, `dynamo_output_graph`),
+        # generating the code again: the code torch made to run it, with each node's tensor, instead
+        return {"dynamo_output_graph": {}, **compile_id_metadata()}, graph_dump.readable_code(gm)
 
     @staticmethod
     def _output_code(code: Any) -> tuple[dict[str, Any], str] | None:

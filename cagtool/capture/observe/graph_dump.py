@@ -1,5 +1,6 @@
 """Turns a compiled-autograd GraphModule into the record's structured form (GraphNode list,
-op histogram, autograd nodes covered, inlined AOT graphs, hooks)."""
+op histogram, autograd nodes covered, inlined AOT graphs, hooks), and a graph module into the
+readable code the record keeps of it (`readable_code`)."""
 
 from __future__ import annotations
 
@@ -75,22 +76,23 @@ def _origin(meta: dict[str, Any]) -> AutogradNodeRef | None:
     return AutogradNodeRef(node_call=found[0], name=found[1]) if found else None
 
 
-def _render_arg(arg: Any) -> str:
+def _render_arg(arg: Any, mark: str = "%") -> str:
+    """An argument as text, another node written by its name after `mark`."""
     import torch.fx
 
     if isinstance(arg, torch.fx.Node):
-        return f"%{arg.name}"
+        return f"{mark}{arg.name}"
     if isinstance(arg, (list, tuple)):
-        inner = ", ".join(_render_arg(a) for a in arg)
+        inner = ", ".join(_render_arg(a, mark) for a in arg)
         return f"[{inner}]" if isinstance(arg, list) else f"({inner}{',' if len(arg) == 1 else ''})"
     if isinstance(arg, dict):
-        return "{" + ", ".join(f"{k}: {_render_arg(v)}" for k, v in arg.items()) + "}"
+        return "{" + ", ".join(f"{k}: {_render_arg(v, mark)}" for k, v in arg.items()) + "}"
     return repr(arg)
 
 
-def _render_args(node: Any) -> str:
-    parts = [_render_arg(a) for a in node.args]
-    parts += [f"{k}={_render_arg(v)}" for k, v in node.kwargs.items()]
+def _render_args(node: Any, mark: str = "%") -> str:
+    parts = [_render_arg(a, mark) for a in node.args]
+    parts += [f"{k}={_render_arg(v, mark)}" for k, v in node.kwargs.items()]
     return ", ".join(parts)
 
 
@@ -120,10 +122,19 @@ def tensor_meta(value: Any) -> tuple[list[int | str] | None, str | None, list[in
     if shape is None or not hasattr(value, "dtype"):
         return None, None, None
     try:
-        stride = [_dim(s) for s in value.stride()]
+        stride = _dims(value.stride())
     except Exception:  # noqa: BLE001 - sparse and other layouts have no strides
         stride = None
-    return [_dim(s) for s in shape], str(value.dtype).replace("torch.", ""), stride
+    return _dims(shape), str(value.dtype).replace("torch.", ""), stride
+
+
+_INTS = frozenset((int,))
+
+
+def _dims(sizes: Any) -> list[int | str]:
+    """`_dim` of each size; a list of plain ints as it is (the common case, checked in one call)."""
+    dims = list(sizes)
+    return dims if _INTS.issuperset(map(type, dims)) else [_dim(s) for s in dims]
 
 
 def snapshot_meta(graph: Any) -> dict[str, tuple[Any, Any, Any]]:
@@ -246,3 +257,167 @@ def summarize_graph(
             )
         )
     return GraphSummary.from_tallies(nodes, histogram, autograd, aot_ids, hooks, num_sizes, params, hook_slots)
+
+
+# -- the graph's readable code ----------------------------------------------------------------
+# torch's `print_readable(include_stride=True, include_device=True)` generates the graph's whole
+# Python source again (FX's code generation in verbose mode, each node's stack trace parsed):
+# what cagtool's printouts of a graph cost inside the compile (benchmarks/README.md, "Compile time
+# under cagtool"). Where torch has generated the code to run the graph (`gm.code`), it is reused;
+# where it has not (Dynamo's graph is compiled lazily, at its first call, and AOT's tracer often
+# never calls it), the nodes are written one line each here, without FX's code generation. Each
+# node's value and source line are added by one pass over the nodes. Measured on the 4-block
+# transformer of benchmarks/compile_cpu.py under compiled autograd (aot_eager): the job's first two
+# steps 20.81 -> 20.57 G instructions, cagtool's taps 2.38 -> 1.01 s of callgrind's CPU
+# (benchmarks/results/compile_cpu/20261130-a8a8e78-aot_eager-ca-instructions.txt).
+
+
+def value_text(value: Any, seen: dict[Any, str] | None = None) -> str | None:
+    """A traced value as the graph's text shows it: `float32[8, 16, 64][1024, 64, 1] cpu` for a
+    tensor (symbolic sizes by their expression), `Sym(s0)` for a symbolic size, None otherwise.
+    `seen`: the texts made so far, by dtype, shape, stride and device (a graph's tensors repeat
+    a few of them)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        try:
+            stride = value.stride()
+        except Exception:  # noqa: BLE001 - sparse and other layouts have no strides
+            stride = None
+        key = (value.dtype, value.shape, stride, value.device)
+        try:
+            return seen[key] if seen is not None else _value_text(*key)
+        except KeyError:
+            text = seen[key] = _value_text(*key)  # type: ignore[index]
+            return text
+        except TypeError:  # a symbolic size has no hash
+            return _value_text(*key)
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return f"Sym({value})"
+    return None
+
+
+def _value_text(dtype: Any, shape: Any, stride: Any, device: Any) -> str:
+    text = f"{str(dtype)[6:]}{_dims(shape)}{_dims(stride) if stride is not None else ''} {device}"
+    return text.replace("'", "") if "'" in text else text
+
+
+def _source_line(trace: str) -> str:
+    """`file:line in function: code` of a stack trace's innermost frame (torch's node stack traces
+    are formatted tracebacks: `  File "f", line N, in fn`, the code line, maybe a line of carets)."""
+    start = trace.rfind('File "')
+    if start < 0:
+        return ""
+    frame, _, rest = trace[start + 6:].partition("\n")
+    file, _, after = frame.partition('", line ')
+    line, _, function = after.partition(", in ")
+    code = rest.split("\n", 1)[0].strip()
+    return f"{file}:{line} in {function}" + (f": {code}" if code else "")
+
+
+def _generated_code(gm: Any) -> str | None:
+    """The code torch generated to run the module, None where it has not: a lazily compiled module
+    (Dynamo's) before its first call. Not compiled here: that would number its code
+    `<eval_with_key>.N` before torch does, and give a graph the backend never runs code it never
+    gets under plain python."""
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    if isinstance(gm, _LazyGraphModule) and gm._needs_recompile():
+        return None
+    code = getattr(gm, "_code", None)
+    return code if isinstance(code, str) else None
+
+
+def _node_line(node: Any, targets: dict[Any, str]) -> str | None:
+    """One node as a line of Python, its arguments as `_render_arg` writes them, without the `%`.
+    `targets`: the target names made so far."""
+    op = node.op
+    if op == "placeholder":
+        return f"{node.name} = {node.target}" if node.name != node.target else None
+    if op == "output":
+        return f"return {_render_arg(node.args[0] if node.args else None, '')}"
+    if op == "get_attr":
+        return f"{node.name} = self.{node.target}"
+    args = _render_args(node, "")
+    if op == "call_method":
+        first, _, rest = args.partition(", ")
+        return f"{node.name} = {first}.{node.target}({rest})"
+    if op == "call_module":
+        return f"{node.name} = self.{node.target}({args})"
+    target = node.target
+    try:
+        name = targets[target]
+    except KeyError:
+        name = targets[target] = target_name(target)
+    except TypeError:  # unhashable
+        name = target_name(target)
+    return f"{node.name} = {name}({args})"
+
+
+def readable_code(gm: Any, values: dict[str, str] | None = None, name: str | None = None) -> str:
+    """The graph module as Python, headed by a class named like the module as torch's
+    `print_readable` heads it, its child graph modules nested below: the code torch generated to
+    run it, else a line per node (`_node_line`); each node's value (`value_text`) after its line,
+    and above a node whose source line differs from the last one written, that line. `values`: node
+    name -> its value's text, where the graph's node meta no longer holds the values (a
+    compiled-autograd graph's)."""
+    import torch.fx
+
+    code = _generated_code(gm)
+    notes: dict[str, tuple[str, str | None]] = {}
+    body: list[str] = []
+    seen: dict[Any, str] = {}
+    targets: dict[Any, str] = {}
+    last_trace: Any = None
+    shown = ""  # the source line written last
+    inputs: list[str] = []
+    for node in gm.graph.nodes:
+        meta = node.meta
+        source = ""
+        if node.op in ("placeholder", "output"):  # an input's trace is its first use's (print_readable leaves them out too)
+            if node.op == "placeholder":
+                inputs.append(str(node.target))
+        else:
+            trace = meta.get("stack_trace")
+            if trace is not last_trace and trace != last_trace:  # the nodes of one line share their trace
+                last_trace = trace
+                line = _source_line(trace) if isinstance(trace, str) and trace else ""
+                if line and line != shown:
+                    source = shown = line
+        if values is not None:
+            value = values.get(node.name)
+        else:
+            example = meta.get("example_value", meta.get("val"))
+            value = value_text(example, seen) if example is not None else None
+        if code is not None:
+            if source or value:
+                notes[node.name] = (source, value)
+            continue
+        text = _node_line(node, targets)
+        if text is None:
+            if value:  # an input of its own name: its value where its line would be
+                body.append(f"        # {node.name}: {value}")
+            continue
+        if source:
+            body.append(f"        # {source}")
+        body.append(f"        {text}  # {value}" if value else f"        {text}")
+    lines: list[str] = [f"class {name or gm._get_name()}(torch.nn.Module):"]
+    if code is None:
+        lines.append(f"    def forward(self{', ' if inputs else ''}{', '.join(inputs)}):")
+        lines += body
+    else:
+        for line in code.lstrip("\n").rstrip().split("\n"):
+            head = line.lstrip()
+            note = notes.get(head.split(" = ", 1)[0]) if " = " in head else None
+            if note is None:
+                lines.append(f"    {line}" if line else "")
+                continue
+            source, value = note
+            if source:
+                lines.append(f"    {line[:len(line) - len(head)]}# {source}")
+            lines.append(f"    {line}  # {value}" if value else f"    {line}")
+    for child_name, child in gm.named_children():
+        if isinstance(child, torch.fx.GraphModule):
+            lines.append("")
+            lines.extend(f"    {line}" if line else "" for line in readable_code(child, None, child_name).split("\n"))
+    return "\n".join(lines) + "\n"

@@ -164,6 +164,7 @@ def summarise(args: argparse.Namespace, dumps: list[Path]) -> None:
     next marker's iterator itself now and then, which dumps too), its annotations, and the diff."""
     parts: dict[str, tuple[int, dict[str, int]]] = {}
     texts: dict[str, list[str]] = {}
+    found_in: list[tuple[Path, str, int, str]] = []
     for dump in dumps:
         inclusive = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(dump)], capture_output=True, text=True).stdout
         found = []
@@ -174,12 +175,19 @@ def summarise(args: argparse.Namespace, dumps: list[Path]) -> None:
         # A marker's function run inside another part (torch calls takewhile in a step) toggles
         # collection off and on again around itself: the part is the marker with the most.
         for name, count in sorted(found, key=lambda f: f[1])[-1:]:
-            exclusive = subprocess.run(["callgrind_annotate", "--threshold=100", str(dump)], capture_output=True, text=True).stdout
-            texts.setdefault(name, []).append(f"== {dump.name}\n{inclusive}\n== exclusive\n{exclusive}")
-            total, functions = parts.get(name, (0, {}))
-            for function, n in _function_counts(exclusive).items():
-                functions[function] = functions.get(function, 0) + n
-            parts[name] = (total + count, functions)
+            found_in.append((dump, name, count, inclusive))
+    # The markers' functions run in the warm-up too (imports, compiles): those dumps are left out,
+    # a block's are its steps' (under 1 % of a part's largest dump: not a block of steps).
+    largest = {name: max(c for _, n, c, _ in found_in if n == name) for _, name, _, _ in found_in}
+    for dump, name, count, inclusive in found_in:
+        if count < largest[name] / 100:
+            continue
+        exclusive = subprocess.run(["callgrind_annotate", "--threshold=100", str(dump)], capture_output=True, text=True).stdout
+        texts.setdefault(name, []).append(f"== {dump.name}\n{inclusive}\n== exclusive\n{exclusive}")
+        total, functions = parts.get(name, (0, {}))
+        for function, n in _function_counts(exclusive).items():
+            functions[function] = functions.get(function, 0) + n
+        parts[name] = (total + count, functions)
     for name, chunks in texts.items():
         (args.breakdown / f"{name}-annotate.txt").write_text("\n".join(chunks))
     per_step = {name: parts[name][0] / args.steps for name in parts}
@@ -191,7 +199,10 @@ def summarise(args: argparse.Namespace, dumps: list[Path]) -> None:
         for function, count in parts.get(name, (0, {}))[1].items():
             on[function] = on.get(function, 0) + count
     diff = [((on.get(function, 0) - off.get(function, 0)) / args.steps, function) for function in {**off, **on}]
-    rows = [f"{d:>12,.0f}  {function}" for d, function in sorted(diff, reverse=True) if abs(d) >= 50]
+    # A dump charges the stack it is taken in (main, the interpreter's entry...) each part's whole
+    # count, as if exclusive: those rows are left out.
+    whole = {function for name, (count, functions) in parts.items() for function, n in functions.items() if n >= count * 0.9}
+    rows = [f"{d:>12,.0f}  {function}" for d, function in sorted(diff, reverse=True) if abs(d) >= 50 and function not in whole]
     (args.breakdown / "self-diff.txt").write_text(f"exclusive instructions a step, hooks + drain + write minus off ({args.steps} steps)\n" + "\n".join(rows) + "\n")
     print("\n".join(rows[:40]))
 

@@ -4,7 +4,8 @@ and the optimizers' __init__ and global step pre-/post-hooks. They only note wha
 
 What one boundary costs the training thread, the hot path of the product (benchmarks/README.md,
 step overhead; `benchmarks/step_tracker_cpu.py --per-step` measures it): a top-level backward
-reads perf_counter twice, appends its BackwardCall and one ENDED note (and, only where an optimizer's
+reads perf_counter twice, a plain CPU loss's value (`item()`: the note then holds no tensor, and so
+no autograd graph, until the drain), appends its BackwardCall and one ENDED note (and, only where an optimizer's
 step was compiled in a function made before the hooks, reads one version counter an optimizer:
 tracker.watch_parameters); an optimizer step reads
 perf_counter twice and appends one STEPPED note. The two CPU clocks (process and thread: a system

@@ -363,6 +363,14 @@ def test_the_trackers_lines_are_the_events_lines(tmp_path, loss, thread):
     writer.close()
 
 
+def test_the_trackers_events_are_built_in_their_fields_order():
+    """lines.py builds its events with their fields by position: in the order of the classes' fields."""
+    from cagtool.capture.steps.lines import EVENT_FIELDS
+
+    for cls, fields in EVENT_FIELDS.items():
+        assert cls.__struct_fields__ == fields
+
+
 @pytest.mark.parametrize("thread", ['}, {"kind": "step", "seq": 1}', "a\n}, {\"kind\": ", "Thréad-ü ✓ \\"])
 @pytest.mark.parametrize("loss", [1.5, None, math.nan, math.inf])
 def test_event_lines_are_the_event_line_of_each(thread, loss):

@@ -172,7 +172,8 @@ class StepCounter:
         if self.compiled_pending and self.open.backward_calls and not self.open.stepped and not watched:
             limit = self.compiled_optimizer_found(live)
         self.last_backward_clock, self.last_backward_cpu = clock, cpu
-        value, device_tensor = (None, None) if loss is None else read_loss(loss)
+        # A plain CPU loss's value was read in the hook (hooks.py): only other tensors are read here.
+        value, device_tensor = (loss, None) if loss is None or loss.__class__ is float else read_loss(loss)
         elapsed = clock - start
         self.backward_calls += 1
         opened = self.open

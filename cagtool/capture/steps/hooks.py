@@ -4,7 +4,8 @@ and the optimizers' __init__ and global step pre-/post-hooks. They only note wha
 
 What one boundary costs the training thread, the hot path of the product (benchmarks/README.md,
 step overhead; `benchmarks/step_tracker_cpu.py --per-step` measures it): a top-level backward
-reads perf_counter twice, appends its BackwardCall and one ENDED note (and, only where an optimizer's
+reads perf_counter twice, a plain CPU loss's value (`item()`: the note then holds no tensor, and so
+no autograd graph, until the drain), appends its BackwardCall and one ENDED note (and, only where an optimizer's
 step was compiled in a function made before the hooks, reads one version counter an optimizer:
 tracker.watch_parameters); an optimizer step reads
 perf_counter twice and appends one STEPPED note. The two CPU clocks (process and thread: a system
@@ -133,6 +134,8 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     # torch.compiler.is_compiling() is this flag outside TorchScript (two Python calls less).
     compiler = torch.compiler
     compiling_flag = hasattr(compiler, "_is_compiling_flag")
+    tensor_class = torch.Tensor
+    function_modes, dispatch_modes = torch._C._len_torch_function_stack, torch._C._len_torch_dispatch_stack
 
     def in_hook(note: tuple, write: bool = False) -> bool:
         """Note `note` and count everything noted so far, now; `write`: and write the lines. True
@@ -220,9 +223,14 @@ def install_hooks(tracker: Any) -> InstalledHooks:
                 else:
                     local.call = None
                 try:
-                    # The loss: one call into torch here; the drain reads it (a CPU value there,
-                    # several at a time with warm caches: losses.py). Only a one-element tensor is
-                    # held until then, so no large output outlives the call by more than that.
+                    # The loss: a plain CPU tensor's value is read here, outside any mode of the
+                    # script's (no mode entered: two C calls), so that neither the note nor the
+                    # call holds a tensor, and with it the step's autograd graph, until the drain:
+                    # a graph kept alive that long keeps its memory from the next steps, whose
+                    # allocations then cost malloc more (~20k instructions a step at 1 ms steps,
+                    # benchmarks/README.md). Any other one-element tensor (a subclass, a device's,
+                    # inside a mode) is read by the drain (losses.py).
+                    call.outputs = None
                     loss = outputs[0] if outputs else None
                     try:
                         if loss.numel() != 1:
@@ -230,6 +238,13 @@ def install_hooks(tracker: Any) -> InstalledHooks:
                     except Exception:  # noqa: BLE001 - not a tensor, or a subclass without numel
                         loss = None
                     tracker._last_loss = loss
+                    if loss.__class__ is tensor_class and loss.is_cpu and not function_modes() and not dispatch_modes():
+                        try:
+                            loss = loss.item()
+                            if loss.__class__ is not float:
+                                loss = float(loss) if loss.__class__ is int or loss.__class__ is bool else None
+                        except Exception:  # noqa: BLE001 - not readable here: no value, as the drain's read gives
+                            loss = None
                     note = [ENDED, clock, start, call, loss, kwargs.get("accumulate_grad", True),
                             "" if me == tracker._main_thread_id else tracker._thread_name(), None]
                     if sync or cuda._initialized:

@@ -23,37 +23,46 @@ def line_makers(writer: RecordWriter) -> tuple[Line, Line, Line, Line]:
     step ((step, wall_s, optimizer class name)), step ((open step, step, wall_s, boundary, cpu_s,
     thread_cpu_s)) and a step's three lines as one (group: `StepLines.close_group`). Payloads are
     plain tuples, made in the drain once a step: a NamedTuple would cost several times as much.
-    Each line is its event's (record/schema.py, `event_line`): built from the payload, by keyword,
-    and encoded by msgspec, so a field added to one of these events is written once the drain
-    passes its value."""
+    Each line is its event's (record/schema.py, `event_line`): built from the payload and encoded by
+    msgspec, so a field added to one of these events is written once the drain passes its value.
+    The events are built with their fields by position, in the order of their classes'
+    `__struct_fields__` (`EVENT_FIELDS`, checked by tests/test_event_lines.py): a StepEvent by
+    keyword cost ~4x as much (msgspec matches each keyword against the fields)."""
 
     def backward_line(seq: int, t: float, payload: tuple) -> str:
         step, index, backward_s, captures, call, loss, thread = payload
-        return event_line(BackwardEvent(seq=seq, t=t, step=step, index=index, backward_s=backward_s, ca_captures=captures, call=call, loss=loss, thread=thread))
+        return event_line(BackwardEvent(seq, t, step, index, backward_s, captures, call, loss, thread))
 
     def optimizer_step_line(seq: int, t: float, payload: tuple) -> str:
         step, wall_s, optimizer = payload
-        return event_line(OptimizerStepEvent(seq=seq, t=t, step=step, wall_s=wall_s, optimizer=optimizer))
+        return event_line(OptimizerStepEvent(seq, t, step, wall_s, optimizer))
 
     def step_line(seq: int, t: float, payload: tuple) -> str:
         opened, step, wall_s, boundary, cpu_s, thread_cpu_s = payload
-        return event_line(StepEvent(seq=seq, t=t, step=step, backward_s=opened.backward_s, loss=opened.loss, ca_captures=opened.captures,
-                                    compiles=opened.compiles, compile_s=opened.compile_s, wall_s=wall_s, backward_calls=opened.backward_calls,
-                                    boundary=boundary, optimizer_s=opened.optimizer_s, cpu_s=cpu_s, thread_cpu_s=thread_cpu_s, skipped=opened.skipped))
+        return event_line(StepEvent(seq, t, step, opened.backward_s, opened.loss, opened.captures, opened.compiles, opened.compile_s, wall_s,
+                                    opened.backward_calls, boundary, opened.optimizer_s, opened.skipped, cpu_s, thread_cpu_s))
 
     def group_line(seq: int, t: float, payload: tuple) -> str:
         """A step's backward, optimizer-step and step lines (seq, seq + 1, seq + 2), encoded together."""
         backward, t_step, optimizer_s, optimizer, opened, _, wall_s, boundary, cpu_s, thread_cpu_s = payload
         step, index, backward_s, captures, call, loss, thread = backward
         return event_lines((
-            BackwardEvent(seq=seq, t=t, step=step, index=index, backward_s=backward_s, ca_captures=captures, call=call, loss=loss, thread=thread),
-            OptimizerStepEvent(seq=seq + 1, t=t_step, step=step, wall_s=optimizer_s, optimizer=optimizer),
-            StepEvent(seq=seq + 2, t=t_step, step=step, backward_s=opened.backward_s, loss=opened.loss, ca_captures=opened.captures,
-                      compiles=opened.compiles, compile_s=opened.compile_s, wall_s=wall_s, backward_calls=opened.backward_calls,
-                      boundary=boundary, optimizer_s=opened.optimizer_s, cpu_s=cpu_s, thread_cpu_s=thread_cpu_s, skipped=opened.skipped),
+            BackwardEvent(seq, t, step, index, backward_s, captures, call, loss, thread),
+            OptimizerStepEvent(seq + 1, t_step, step, optimizer_s, optimizer),
+            StepEvent(seq + 2, t_step, step, opened.backward_s, opened.loss, opened.captures, opened.compiles, opened.compile_s, wall_s,
+                      opened.backward_calls, boundary, opened.optimizer_s, opened.skipped, cpu_s, thread_cpu_s),
         ))
 
     return backward_line, optimizer_step_line, step_line, group_line
+
+
+# The fields of the tracker's events in the order line_makers passes them (their `__struct_fields__`).
+EVENT_FIELDS = {
+    BackwardEvent: ("seq", "t", "step", "index", "backward_s", "ca_captures", "call", "loss", "thread"),
+    OptimizerStepEvent: ("seq", "t", "step", "wall_s", "optimizer"),
+    StepEvent: ("seq", "t", "step", "backward_s", "loss", "ca_captures", "compiles", "compile_s", "wall_s", "backward_calls", "boundary",
+                "optimizer_s", "skipped", "cpu_s", "thread_cpu_s"),
+}
 
 
 def _no_line(seq: int, t: float, payload: Any) -> str:

@@ -11,9 +11,10 @@ from cagtool.capture.steps.sharded import is_dtensor
 def read_loss(tensor: Any) -> tuple[float | None, Any]:
     """(value, None) for a CPU scalar, read now (no device to wait for); (None, detached tensor)
     for a scalar on an accelerator, read at the end of the run (device_readings.py); (None, None)
-    for anything else. Called by the drain for each backward call's one-element first output: in
-    the hook itself with CUDA in use (the hook drains there), else a few steps later, several in a
-    row. Read outside the script's modes (outside_modes.py): the drain may run inside them."""
+    for anything else. Called by the drain for a backward call's one-element first output that the
+    hook did not read itself (hooks.py reads a plain CPU tensor's outside any mode): in the hook
+    itself with CUDA in use (the hook drains there), else a few steps later, several in a row.
+    Read outside the script's modes (outside_modes.py): the drain may run inside them."""
     return outside_user_modes(_read, tensor)
 
 

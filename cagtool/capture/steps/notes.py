@@ -14,7 +14,8 @@ from typing import Any
 
 # (ENDED, clock, start, call, loss, accumulate_grad, thread, cpu): a top-level backward returned or
 # raised. clock, start: perf_counter at its end and start; call: its BackwardCall; loss: its first
-# output when one element (read by the drain), else None; accumulate_grad: False for autograd.grad;
+# output's value when a plain CPU tensor of one element (read in the hook), the tensor itself when
+# another one-element tensor (read by the drain), else None; accumulate_grad: False for autograd.grad;
 # thread: its thread's name, "" for the main thread; cpu: CpuReading at its end, or None where the
 # call could not end a step (an optimizer was alive when it ended). A list, not a tuple: its cpu
 # slot is filled after the look at the live optimizers, with nothing allocated in between (hooks.py).
@@ -49,7 +50,7 @@ CpuReading = tuple[float, float, int]
 
 class BackwardCall:
     """One top-level backward call, noted when it begins: its thread (ident), its outputs (read for
-    `current_roots`), the CA captures made in it (note_capture_finished), and where the drain placed
+    `current_roots`; None once it ended, so the note holds no graph), the CA captures made in it (note_capture_finished), and where the drain placed
     its start: the step it began in and its index there. `version`: the optimizers' readings
     (tracker.watch_parameters) at its start, read only once an optimizer's step was compiled in a
     function made before the hooks were installed

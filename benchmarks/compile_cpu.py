@@ -23,6 +23,11 @@ variant. Prints the median and range per variant and the median ratio to plain.
 
 `--instructions` counts the instructions the measured steps execute (valgrind's callgrind, switched on
 and off around them by the job): a ratio the machine's load does not move, about 50 times slower.
+cagtool's writer is made with its hold_s (and so its flusher thread's wake-up period, hold_s / 4)
+scaled by `--slowdown` (50: the measured steps' CPU under callgrind over theirs at full speed), so
+its thread wakes as often per instruction of the job as in a real run, not ~50 times more often;
+each variant also runs once at full speed first, and the slowdown it measured is printed beside
+the count. `--keep DIR` keeps callgrind's output files (`callgrind_annotate --inclusive=yes`).
 """
 
 from __future__ import annotations
@@ -59,10 +64,10 @@ elif variant in ("taps", "artifacts", "cagtool"):
     from cagtool.capture.observe.ca_observer import CaptureObserver
     from cagtool.capture.observe.torch_logs import StructuredLogHandler
     from cagtool.capture.steps.tracker import StepTracker
-    from cagtool.record.writer import RecordWriter
+    from cagtool.record.writer import HOLD_S, RecordWriter
     from cagtool.record.manifest import ModeManifest
     manifest = ModeManifest(mode="ca" if use_ca else "aot", argv=[], target={}, cwd=".", versions={}, backend=backend, dynamic=False, started_at="")
-    writer = RecordWriter(Path(os.environ["RECORD_DIR"]), manifest)
+    writer = RecordWriter(Path(os.environ["RECORD_DIR"]), manifest, hold_s=HOLD_S * float(os.environ.get("HOLD_SCALE", "1")))
     steps = StepTracker(writer, manifest.mode)
     taps_cpu = [0.0]
 
@@ -129,7 +134,8 @@ T95 = dict(enumerate((12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2
 VARIANTS = ("plain", "handler", "trace", "taps", "artifacts", "cagtool")
 
 
-def run_once(variant: str, backend: str, ca: bool, work: Path, instructions: bool = False) -> dict:
+def run_once(variant: str, backend: str, ca: bool, work: Path, instructions: bool = False, slowdown: float = 1.0,
+             keep: Path | None = None, rep: int = 0) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("TORCH_TRACE", "TORCH_LOGS")}
     env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(dir=work)
     env["CAGTOOL_ROOT"] = str(ROOT)
@@ -141,7 +147,8 @@ def run_once(variant: str, backend: str, ca: bool, work: Path, instructions: boo
         # Instructions executed inside the measured steps, counted by callgrind (instrumentation
         # switched on and off around them by the job itself): what the machine's load and speed
         # do not move, where one process's compile CPU moves by up to 19 % between repetitions.
-        out_file = Path(tempfile.mkdtemp(dir=work)) / "callgrind.out"
+        out_file = (keep / f"callgrind.out.{variant}.{rep + 1}") if keep else Path(tempfile.mkdtemp(dir=work)) / "callgrind.out"
+        env["HOLD_SCALE"] = str(slowdown)
         env["CALLGRIND_TOGGLE"] = shutil.which("callgrind_control") or "callgrind_control"
         env["PYTHONHASHSEED"] = "0"
         env["OMP_NUM_THREADS"] = "1"
@@ -151,6 +158,7 @@ def run_once(variant: str, backend: str, ca: bool, work: Path, instructions: boo
     result = json.loads(out.stdout.strip().splitlines()[-1])
     if instructions:
         refs = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
+        result["callgrind_cpu_s"] = result["cpu"]
         result["cpu"] = int(refs.group(1).replace(",", "")) / 1e9 if refs else math.nan
     return result
 
@@ -164,16 +172,28 @@ def main() -> None:
     parser.add_argument("--instructions", action="store_true",
                         help="count the instructions of the measured steps under valgrind's callgrind (billions, "
                              "printed where seconds are) instead of their CPU time: ~50x slower, independent of load")
+    parser.add_argument("--slowdown", type=float, default=50.0,
+                        help="with --instructions: how many times slower the job runs under callgrind; cagtool's writer "
+                             "holds and wakes that many times less often, as often per instruction as at full speed")
+    parser.add_argument("--keep", type=Path, help="with --instructions: keep callgrind's output files in this folder")
     args = parser.parse_args()
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
     variants = tuple(v for v in VARIANTS if v in args.only.split(","))
     cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
     logging_s: dict[str, list[float]] = {v: [] for v in VARIANTS}
     taps_cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
     counters: dict[str, set[str]] = {v: set() for v in VARIANTS}
+    slowdown: dict[str, list[float]] = {v: [] for v in VARIANTS}
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.reps):
             for variant in variants:
-                result = run_once(variant, args.backend, args.ca, Path(tmp), args.instructions)
+                result = run_once(variant, args.backend, args.ca, Path(tmp), args.instructions, args.slowdown, args.keep, rep)
+                if args.instructions:
+                    native = run_once(variant, args.backend, args.ca, Path(tmp))
+                    slowdown[variant].append(result["callgrind_cpu_s"] / native["cpu"])
+                    if native["counters"] != result["counters"]:
+                        raise SystemExit(f"{variant}: torch's counters differ under callgrind: {native['counters']} vs {result['counters']}")
                 cpu[variant].append(result["cpu"])
                 logging_s[variant].append(result["logging_s"])
                 taps_cpu[variant].append(result["taps_cpu"])
@@ -187,6 +207,9 @@ def main() -> None:
               f"ratio to plain: median {statistics.median(ratios):.3f} ({min(ratios):.3f} .. {max(ratios):.3f}); "
               f"torch's own structured_logging_overhead: median {statistics.median(logging_s[variant]):.3f}s; "
               f"inside cagtool's taps: median {statistics.median(taps_cpu[variant]):.4f}s ({min(taps_cpu[variant]):.4f} .. {max(taps_cpu[variant]):.4f})")
+    if args.instructions:
+        print(f"  the writer's hold_s scaled by {args.slowdown:g}; measured slowdown under callgrind (the steps' CPU time over a run at full speed): "
+              + ", ".join(f"{v} {statistics.median(slowdown[v]):.1f} ({min(slowdown[v]):.1f} .. {max(slowdown[v]):.1f})" for v in variants))
     for variant in variants:
         print(f"  torch's counters, {variant}: {' | '.join(sorted(counters[variant]))}")
     if "plain" in variants and len(plain) >= 2:

@@ -23,11 +23,14 @@ variant. Prints the median and range per variant and the median ratio to plain.
 
 `--instructions` counts the instructions the measured steps execute (valgrind's callgrind, switched on
 and off around them by the job): a ratio the machine's load does not move, about 50 times slower.
-cagtool's writer is made with its hold_s (and so its flusher thread's wake-up period, hold_s / 4)
-scaled by `--slowdown` (50: the measured steps' CPU under callgrind over theirs at full speed), so
-its thread wakes as often per instruction of the job as in a real run, not ~50 times more often;
-each variant also runs once at full speed first, and the slowdown it measured is printed beside
-the count. `--keep DIR` keeps callgrind's output files (`callgrind_annotate --inclusive=yes`).
+cagtool's writer is made with its hold_s (and so its flusher thread's wake-up period, hold_s / 4,
+and the training thread's write of the held lines, every hold_s / 2) scaled by `--slowdown`, so
+that they come about as often per instruction of the job as in a real run: they go by wall time,
+and under callgrind the steps take some 30 times their CPU at full speed in CPU time, more in wall
+time on a loaded machine (50: the default). Unscaled, the writer's thread alone counted 0.05-0.08 G
+of a 20 G job; scaled by 30 or by 50 it counts a few millions either way. Each variant also runs
+once at full speed after its count, and both slowdowns are printed. `--keep DIR` keeps callgrind's
+output files (compare two with `callgrind_annotate --inclusive=yes`).
 """
 
 from __future__ import annotations
@@ -114,18 +117,18 @@ toggle = os.environ.get("CALLGRIND_TOGGLE")
 if toggle:
     import subprocess
     subprocess.run([toggle, "--instr=on", str(os.getpid())], check=True, capture_output=True)
-start = time.process_time()
+start, wall = time.process_time(), time.perf_counter()
 for _ in range(2):
     x = torch.randn(8, 16, 64)
     step(x, x).backward()
     opt.step()
     opt.zero_grad()
-cpu = time.process_time() - start
+cpu, wall = time.process_time() - start, time.perf_counter() - wall
 if toggle:
     subprocess.run([toggle, "--instr=off", str(os.getpid())], check=True, capture_output=True)
 from torch._dynamo.utils import counters, get_compilation_metrics
 logging_s = sum((m.structured_logging_overhead_us or 0) for m in get_compilation_metrics()) / 1e6
-print(json.dumps({"cpu": cpu, "logging_s": logging_s, "taps_cpu": taps_cpu[0] if variant in ("taps", "artifacts", "cagtool") else 0.0, "counters": {k: sum(v.values()) for k, v in counters.items() if k in ("graph_break", "frames", "stats", "compiled_autograd")}}))
+print(json.dumps({"cpu": cpu, "wall": wall, "logging_s": logging_s, "taps_cpu": taps_cpu[0] if variant in ("taps", "artifacts", "cagtool") else 0.0, "counters": {k: sum(v.values()) for k, v in counters.items() if k in ("graph_break", "frames", "stats", "compiled_autograd")}}))
 '''
 
 # Two-sided 95 % t quantiles by degrees of freedom (1..29; beyond, 29's).
@@ -184,14 +187,14 @@ def main() -> None:
     logging_s: dict[str, list[float]] = {v: [] for v in VARIANTS}
     taps_cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
     counters: dict[str, set[str]] = {v: set() for v in VARIANTS}
-    slowdown: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    slowdown: dict[str, list[tuple[float, float]]] = {v: [] for v in VARIANTS}
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.reps):
             for variant in variants:
                 result = run_once(variant, args.backend, args.ca, Path(tmp), args.instructions, args.slowdown, args.keep, rep)
                 if args.instructions:
                     native = run_once(variant, args.backend, args.ca, Path(tmp))
-                    slowdown[variant].append(result["callgrind_cpu_s"] / native["cpu"])
+                    slowdown[variant].append((result["callgrind_cpu_s"] / native["cpu"], result["wall"] / native["cpu"]))
                     if native["counters"] != result["counters"]:
                         raise SystemExit(f"{variant}: torch's counters differ under callgrind: {native['counters']} vs {result['counters']}")
                 cpu[variant].append(result["cpu"])
@@ -208,8 +211,8 @@ def main() -> None:
               f"torch's own structured_logging_overhead: median {statistics.median(logging_s[variant]):.3f}s; "
               f"inside cagtool's taps: median {statistics.median(taps_cpu[variant]):.4f}s ({min(taps_cpu[variant]):.4f} .. {max(taps_cpu[variant]):.4f})")
     if args.instructions:
-        print(f"  the writer's hold_s scaled by {args.slowdown:g}; measured slowdown under callgrind (the steps' CPU time over a run at full speed): "
-              + ", ".join(f"{v} {statistics.median(slowdown[v]):.1f} ({min(slowdown[v]):.1f} .. {max(slowdown[v]):.1f})" for v in variants))
+        print(f"  the writer's hold_s scaled by {args.slowdown:g}; the steps under callgrind over their CPU time at full speed, CPU time / wall time: "
+              + ", ".join(f"{v} {'; '.join(f'{c:.1f} / {w:.1f}' for c, w in slowdown[v])}" for v in variants))
     for variant in variants:
         print(f"  torch's counters, {variant}: {' | '.join(sorted(counters[variant]))}")
     if "plain" in variants and len(plain) >= 2:

@@ -23,6 +23,14 @@ variant. Prints the median and range per variant and the median ratio to plain.
 
 `--instructions` counts the instructions the measured steps execute (valgrind's callgrind, switched on
 and off around them by the job): a ratio the machine's load does not move, about 50 times slower.
+cagtool's writer is made with its hold_s (and so its flusher thread's wake-up period, hold_s / 4,
+and the training thread's write of the held lines, every hold_s / 2) scaled by `--slowdown`, so
+that they come about as often per instruction of the job as in a real run: they go by wall time,
+and under callgrind the steps take some 30 times their CPU at full speed in CPU time, more in wall
+time on a loaded machine (50: the default). Unscaled, the writer's thread alone counted 0.05-0.08 G
+of a 20 G job; scaled by 30 or by 50 it counts a few millions either way. Each variant also runs
+once at full speed after its count, and both slowdowns are printed. `--keep DIR` keeps callgrind's
+output files (compare two with `callgrind_annotate --inclusive=yes`).
 """
 
 from __future__ import annotations
@@ -59,10 +67,10 @@ elif variant in ("taps", "artifacts", "cagtool"):
     from cagtool.capture.observe.ca_observer import CaptureObserver
     from cagtool.capture.observe.torch_logs import StructuredLogHandler
     from cagtool.capture.steps.tracker import StepTracker
-    from cagtool.record.writer import RecordWriter
+    from cagtool.record.writer import HOLD_S, RecordWriter
     from cagtool.record.manifest import ModeManifest
     manifest = ModeManifest(mode="ca" if use_ca else "aot", argv=[], target={}, cwd=".", versions={}, backend=backend, dynamic=False, started_at="")
-    writer = RecordWriter(Path(os.environ["RECORD_DIR"]), manifest)
+    writer = RecordWriter(Path(os.environ["RECORD_DIR"]), manifest, hold_s=HOLD_S * float(os.environ.get("HOLD_SCALE", "1")))
     steps = StepTracker(writer, manifest.mode)
     taps_cpu = [0.0]
 
@@ -109,18 +117,18 @@ toggle = os.environ.get("CALLGRIND_TOGGLE")
 if toggle:
     import subprocess
     subprocess.run([toggle, "--instr=on", str(os.getpid())], check=True, capture_output=True)
-start = time.process_time()
+start, wall = time.process_time(), time.perf_counter()
 for _ in range(2):
     x = torch.randn(8, 16, 64)
     step(x, x).backward()
     opt.step()
     opt.zero_grad()
-cpu = time.process_time() - start
+cpu, wall = time.process_time() - start, time.perf_counter() - wall
 if toggle:
     subprocess.run([toggle, "--instr=off", str(os.getpid())], check=True, capture_output=True)
 from torch._dynamo.utils import counters, get_compilation_metrics
 logging_s = sum((m.structured_logging_overhead_us or 0) for m in get_compilation_metrics()) / 1e6
-print(json.dumps({"cpu": cpu, "logging_s": logging_s, "taps_cpu": taps_cpu[0] if variant in ("taps", "artifacts", "cagtool") else 0.0, "counters": {k: sum(v.values()) for k, v in counters.items() if k in ("graph_break", "frames", "stats", "compiled_autograd")}}))
+print(json.dumps({"cpu": cpu, "wall": wall, "logging_s": logging_s, "taps_cpu": taps_cpu[0] if variant in ("taps", "artifacts", "cagtool") else 0.0, "counters": {k: sum(v.values()) for k, v in counters.items() if k in ("graph_break", "frames", "stats", "compiled_autograd")}}))
 '''
 
 # Two-sided 95 % t quantiles by degrees of freedom (1..29; beyond, 29's).
@@ -129,7 +137,8 @@ T95 = dict(enumerate((12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2
 VARIANTS = ("plain", "handler", "trace", "taps", "artifacts", "cagtool")
 
 
-def run_once(variant: str, backend: str, ca: bool, work: Path, instructions: bool = False) -> dict:
+def run_once(variant: str, backend: str, ca: bool, work: Path, instructions: bool = False, slowdown: float = 1.0,
+             keep: Path | None = None, rep: int = 0) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("TORCH_TRACE", "TORCH_LOGS")}
     env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(dir=work)
     env["CAGTOOL_ROOT"] = str(ROOT)
@@ -141,7 +150,8 @@ def run_once(variant: str, backend: str, ca: bool, work: Path, instructions: boo
         # Instructions executed inside the measured steps, counted by callgrind (instrumentation
         # switched on and off around them by the job itself): what the machine's load and speed
         # do not move, where one process's compile CPU moves by up to 19 % between repetitions.
-        out_file = Path(tempfile.mkdtemp(dir=work)) / "callgrind.out"
+        out_file = (keep / f"callgrind.out.{variant}.{rep + 1}") if keep else Path(tempfile.mkdtemp(dir=work)) / "callgrind.out"
+        env["HOLD_SCALE"] = str(slowdown)
         env["CALLGRIND_TOGGLE"] = shutil.which("callgrind_control") or "callgrind_control"
         env["PYTHONHASHSEED"] = "0"
         env["OMP_NUM_THREADS"] = "1"
@@ -151,6 +161,7 @@ def run_once(variant: str, backend: str, ca: bool, work: Path, instructions: boo
     result = json.loads(out.stdout.strip().splitlines()[-1])
     if instructions:
         refs = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
+        result["callgrind_cpu_s"] = result["cpu"]
         result["cpu"] = int(refs.group(1).replace(",", "")) / 1e9 if refs else math.nan
     return result
 
@@ -164,16 +175,28 @@ def main() -> None:
     parser.add_argument("--instructions", action="store_true",
                         help="count the instructions of the measured steps under valgrind's callgrind (billions, "
                              "printed where seconds are) instead of their CPU time: ~50x slower, independent of load")
+    parser.add_argument("--slowdown", type=float, default=50.0,
+                        help="with --instructions: how many times slower the job runs under callgrind; cagtool's writer "
+                             "holds and wakes that many times less often, as often per instruction as at full speed")
+    parser.add_argument("--keep", type=Path, help="with --instructions: keep callgrind's output files in this folder")
     args = parser.parse_args()
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
     variants = tuple(v for v in VARIANTS if v in args.only.split(","))
     cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
     logging_s: dict[str, list[float]] = {v: [] for v in VARIANTS}
     taps_cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
     counters: dict[str, set[str]] = {v: set() for v in VARIANTS}
+    slowdown: dict[str, list[tuple[float, float]]] = {v: [] for v in VARIANTS}
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.reps):
             for variant in variants:
-                result = run_once(variant, args.backend, args.ca, Path(tmp), args.instructions)
+                result = run_once(variant, args.backend, args.ca, Path(tmp), args.instructions, args.slowdown, args.keep, rep)
+                if args.instructions:
+                    native = run_once(variant, args.backend, args.ca, Path(tmp))
+                    slowdown[variant].append((result["callgrind_cpu_s"] / native["cpu"], result["wall"] / native["cpu"]))
+                    if native["counters"] != result["counters"]:
+                        raise SystemExit(f"{variant}: torch's counters differ under callgrind: {native['counters']} vs {result['counters']}")
                 cpu[variant].append(result["cpu"])
                 logging_s[variant].append(result["logging_s"])
                 taps_cpu[variant].append(result["taps_cpu"])
@@ -187,6 +210,9 @@ def main() -> None:
               f"ratio to plain: median {statistics.median(ratios):.3f} ({min(ratios):.3f} .. {max(ratios):.3f}); "
               f"torch's own structured_logging_overhead: median {statistics.median(logging_s[variant]):.3f}s; "
               f"inside cagtool's taps: median {statistics.median(taps_cpu[variant]):.4f}s ({min(taps_cpu[variant]):.4f} .. {max(taps_cpu[variant]):.4f})")
+    if args.instructions:
+        print(f"  the writer's hold_s scaled by {args.slowdown:g}; the steps under callgrind over their CPU time at full speed, CPU time / wall time: "
+              + ", ".join(f"{v} {'; '.join(f'{c:.1f} / {w:.1f}' for c, w in slowdown[v])}" for v in variants))
     for variant in variants:
         print(f"  torch's counters, {variant}: {' | '.join(sorted(counters[variant]))}")
     if "plain" in variants and len(plain) >= 2:

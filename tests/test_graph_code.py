@@ -57,6 +57,23 @@ def test_symbolic_sizes_read_as_their_expressions():
     assert re.search(r"\n        # s(\d+): Sym\(s\1\)\n", ours), ours  # a size the graph takes as an input
 
 
+def test_symbolic_sizes_read_as_torch_prints_them_every_time():
+    seen: list[tuple[Any, Any]] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        for node in gm.graph.nodes:
+            value = node.meta.get("example_value")
+            if isinstance(value, torch.Tensor):
+                expected = [s if isinstance(s, int) else (s.node.maybe_as_int() if s.node.maybe_as_int() is not None else str(s)) for s in value.shape]
+                seen.extend((graph_dump.tensor_meta(value)[0], expected) for _ in range(2))  # printed, then read again
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(lambda x: x.reshape(-1) * 2 + x.sum(), backend=backend, dynamic=True)(torch.randn(3, 4))
+    assert seen and all(ours == theirs for ours, theirs in seen), seen
+    assert any(isinstance(d, str) and "*" in d for ours, _ in seen for d in ours), seen  # s0*s1, not only single symbols
+
+
 def test_a_compiled_autograd_graph_is_the_code_torch_generated_with_its_nodes_origins():
     seen: dict[str, Any] = {}
 

@@ -4,6 +4,7 @@ readable code the record keeps of it (`readable_code`)."""
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -78,9 +79,7 @@ def _origin(meta: dict[str, Any]) -> AutogradNodeRef | None:
 
 def _render_arg(arg: Any, mark: str = "%") -> str:
     """An argument as text, another node written by its name after `mark`."""
-    import torch.fx
-
-    if isinstance(arg, torch.fx.Node):
+    if isinstance(arg, _FxNode.get()):
         return f"{mark}{arg.name}"
     if isinstance(arg, (list, tuple)):
         inner = ", ".join(_render_arg(a, mark) for a in arg)
@@ -90,9 +89,27 @@ def _render_arg(arg: Any, mark: str = "%") -> str:
     return repr(arg)
 
 
+class _FxNode:
+    """torch.fx.Node, imported at the first graph: a graph's arguments are mostly its nodes,
+    written without a call each (`_render_args`)."""
+
+    type: Any = None
+
+    @classmethod
+    def get(cls) -> Any:
+        if cls.type is None:
+            import torch.fx
+
+            cls.type = torch.fx.Node
+        return cls.type
+
+
 def _render_args(node: Any, mark: str = "%") -> str:
-    parts = [_render_arg(a, mark) for a in node.args]
-    parts += [f"{k}={_render_arg(v, mark)}" for k, v in node.kwargs.items()]
+    node_type = _FxNode.get()
+    parts = [f"{mark}{a.name}" if type(a) is node_type else _render_arg(a, mark) for a in node.args]
+    kwargs = node.kwargs
+    if kwargs:
+        parts += [f"{k}={_render_arg(v, mark)}" for k, v in kwargs.items()]
     return ", ".join(parts)
 
 
@@ -109,11 +126,26 @@ def _dim(value: Any) -> int | str:
             constant = node.maybe_as_int()
         except Exception:  # noqa: BLE001 - an older SymNode without it
             constant = None
-        return constant if isinstance(constant, int) else str(value)
+        return constant if isinstance(constant, int) else _symbolic_text(value)
     try:
         return int(value)
     except Exception:  # noqa: BLE001 - whatever it is, its text is what the record keeps
         return str(value)
+
+
+def _symbolic_text(value: Any) -> str:
+    """str of a SymInt (its expression as sympy prints it), printed once per expression: the CA
+    graph's sizes are a handful of symbols each repeated on hundreds of nodes, and sympy's printer
+    costs more than the rest of a node's line."""
+    try:
+        return _expr_text(value.node.expr)
+    except Exception:  # noqa: BLE001 - an unhashable or odd expression: printed as torch prints it
+        return str(value)
+
+
+@functools.lru_cache(maxsize=512)
+def _expr_text(expr: Any) -> str:
+    return f"{expr}"
 
 
 def tensor_meta(value: Any) -> tuple[list[int | str] | None, str | None, list[int | str] | None]:
@@ -151,12 +183,15 @@ def snapshot_meta(graph: Any) -> dict[str, tuple[Any, Any, Any]]:
 
 def _placeholder_item(node: Any, placeholder: str) -> int | None:
     """i of a node `getitem(<placeholder>, i)` (how the CA graph reads `inputs[i]`, `scalars[i]`)."""
-    if node.op != "call_function" or len(node.args) != 2 or not isinstance(node.args[1], int):
+    if node.op != "call_function":
         return None
-    source = node.args[0]
+    args = node.args
+    if len(args) != 2 or not isinstance(args[1], int):
+        return None
+    source = args[0]
     if getattr(source, "op", "") != "placeholder" or getattr(source, "name", "") != placeholder:
         return None
-    return node.args[1]
+    return args[1]
 
 
 def _input_origin(node: Any, placeholder_origins: dict[str, list[Any]], stamped: dict[int, str]) -> AutogradNodeRef | None:

@@ -413,6 +413,8 @@ def test_a_run_after_a_failed_capture_records_later_misses_with_torchs_reasons(t
     summary = subprocess.run([sys.executable, "-m", "cagtool", "summary", str(tmp_path / "r")], capture_output=True, text=True, cwd=root, timeout=120)
     assert ("CA graphs: 2 (4 captures: 1 initial, 1 for a new autograd node, 1 recompile for changed sizes, 1 for a reason "
             "torch did not log; 2 raised before a graph) (torch counted 4 captures); CA recompiles: 3") in " ".join(summary.stdout.split())
+    # the advice on top is the one cause with something to do (changed sizes), not a "nothing to fix"
+    assert "what to do: Start compiled autograd dynamic" in " ".join(summary.stdout.split())
     explain = subprocess.run([sys.executable, "-m", "cagtool", "recompiles", str(tmp_path / "r"), "--explain", "--format", "json"],
                              capture_output=True, text=True, cwd=root, timeout=120)
     unknown = [c for c in json.loads(explain.stdout)["modes"]["ca"]["explanation"]["causes"] if c["code"] == "unknown"]

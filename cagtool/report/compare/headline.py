@@ -171,11 +171,9 @@ def _alert_titles(explanation: "Explanation") -> list[str]:
 def _cause_advice(causes: list["Cause"], cwd: str) -> str:
     from cagtool.report.recompiles.explain import cause_words
 
-    for cause in causes:
-        fix = cause_words(cause, cwd).fix
-        if fix:
-            return fix[0]
-    return ""
+    fixes = [fix[0] for cause in causes if (fix := cause_words(cause, cwd).fix)]
+    # The first cause with something to do; a cause that says there is nothing to fix only where none has.
+    return next((f for f in fixes if not f.startswith("Nothing to fix")), fixes[0] if fixes else "")
 
 
 def _ca_column(comparison: Comparison) -> Any:

@@ -147,16 +147,94 @@ _PEAK_CHILD = textwrap.dedent("""\
         with open("/proc/self/status") as status:
             return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
 
-    resource.setrlimit(resource.RLIMIT_AS, (address_space() + int(sys.argv[2]), resource.RLIM_INFINITY))
+    resource.setrlimit(resource.RLIMIT_AS, (address_space() + int(sys.argv[1]), resource.RLIM_INFINITY))
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     try:
-        main(["summary", sys.argv[1]])
+        main(sys.argv[2:])
         code = 0
     except SystemExit as exc:
         code = exc.code
     print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
     sys.exit(code)
     """)
+
+
+def _under_address_limit(*args: str) -> subprocess.CompletedProcess:
+    """`cagtool ARGS` in a process allowed 1 GiB of address space more than it had before the
+    command: a 2 GiB file read whole does not fit. Its last line of stdout is how much its peak RSS grew."""
+    return subprocess.run([sys.executable, "-c", _PEAK_CHILD, str(2**30), *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+def _sparse_json(path: Path, size: int) -> None:
+    """`path` replaced by a JSON object of `size` bytes whose string value is a hole of NULs: nothing of it on disk."""
+    path.unlink(missing_ok=True)
+    with open(path, "wb") as handle:
+        handle.write(b'{"format": "x", "note": "')
+        handle.seek(size - 3)
+        handle.write(b'"}\n')
+    assert os.stat(path).st_blocks * 512 < 2**20
+
+
+@pytest.mark.parametrize("name, command", [("run.json", "summary"), ("ca/manifest.json", "summary"), ("ca/graphs/ca_0.json", "diff-graphs"),
+                                           ("baseline.json", "baseline show"), ("baseline.json", "gate")])
+def test_a_json_file_larger_than_any_cagtool_writes_is_refused_without_reading_it(run, tmp_path, name, command):
+    """run.json, a manifest, a graph's nodes file or a baseline replaced by a 2 GiB JSON document
+    (a forged or damaged record): refused from its size (MAX_JSON_FILE_BYTES, 64 MiB), exit 3 with one
+    line naming the file, under an address-space limit of 1 GiB more than the process had; its peak
+    RSS grows by less than 64 MiB. Read whole, it raised MemoryError (exit 4, an internal error)."""
+    from cagtool.record.schema import MAX_JSON_FILE_BYTES
+
+    size = 2 * 2**30
+    path = tmp_path / name if name == "baseline.json" else run / name
+    if name == "baseline.json":
+        assert cagtool("baseline", "save", str(run), "-o", str(path))[0] == 0
+    _sparse_json(path, size)
+    args = {"summary": ("summary", str(run)), "diff-graphs": ("diff-graphs", str(run), "0", "1"),
+            "baseline show": ("baseline", "show", str(path)),
+            "gate": ("gate", str(run), "--baseline", str(path), "--max-recompiles", "ca:99", "--no-config")}[command]
+    proc = _under_address_limit(*args)
+    errors = proc.stderr.splitlines()
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr and len(errors) == 1, proc.stderr[-2000:]
+    assert errors[0] == (f"cagtool: error: {path} is {size:,} bytes, more than any JSON file cagtool writes "
+                         f"({MAX_JSON_FILE_BYTES:,} at most: a damaged or forged file); refusing to read it"), errors
+    assert int(proc.stdout.splitlines()[-1]) < MAX_JSON_FILE_BYTES
+
+
+def test_a_graph_file_or_baseline_planted_as_a_link_is_refused(run, tmp_path):
+    """A graph's nodes file linked to a copy outside the run, or to another graph inside it, and a
+    baseline that is a link: each refused (exit 3, one line), never followed."""
+    graph = run / "ca" / "graphs" / "ca_0.json"
+    shutil.copy(graph, tmp_path / "outside.json")
+    _link(graph, tmp_path / "outside.json")
+    _refused(("diff-graphs", str(run), "0", "1"), "points outside the record; refusing to read it")
+    graph.unlink()
+    graph.symlink_to("ca_1.json")  # stays inside the run: the link itself is refused
+    _refused(("diff-graphs", str(run), "0", "1"), "is a symbolic link; a record's files are read only as regular files, never through a link")
+    baseline = tmp_path / "baseline.json"
+    assert cagtool("baseline", "save", str(run), "-o", str(tmp_path / "saved.json"))[0] == 0
+    baseline.symlink_to(tmp_path / "saved.json")
+    for args in (("baseline", "show", str(baseline)), ("gate", str(run), "--baseline", str(baseline), "--max-recompiles", "ca:99", "--no-config")):
+        _refused(args, "is a symbolic link; a record's files are read only as regular files, never through a link")
+
+
+def test_a_columns_sidecar_planted_as_a_link_is_not_followed(run, tmp_path):
+    """The sidecar is only a faster reading of events.jsonl: one planted as a link (here to an exact,
+    valid copy of the run's own) is never read through; the loader reads the lines instead, and
+    `summary` says the same."""
+    from cagtool.record.columns import COLUMNS_FILE, read_sidecar
+
+    mode = run / "ca"
+    events = mode / "events.jsonl"
+    sidecar = mode / COLUMNS_FILE
+    assert read_sidecar(mode, events.read_bytes()) is not None  # the real one, in place, is used
+    expected = cagtool("summary", str(run))
+    assert expected[0] == 0
+    shutil.copy2(sidecar, tmp_path / "columns.json")
+    _link(sidecar, tmp_path / "columns.json")
+    assert read_sidecar(mode, events.read_bytes()) is None
+    assert read_sidecar(mode, events_stat=events.stat()) is None
+    assert cagtool("summary", str(run)) == expected
 
 
 @pytest.mark.parametrize("sidecar", [False, True])
@@ -187,8 +265,7 @@ def test_an_events_line_longer_than_any_event_is_refused_without_reading_it_whol
                   "body_crc32": zlib.crc32(b""), "kinds": {kind: {"count": 0, "columns": {}} for kind in COLUMN_KINDS},
                   "other": [[1, 0, size - 1]], "events_mtime_ns": 10**18}
         (run / "ca" / COLUMNS_FILE).write_text(json.dumps(header) + "\n")
-    proc = subprocess.run([sys.executable, "-c", _PEAK_CHILD, str(run), str(2**30)], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    proc = _under_address_limit("summary", str(run))
     errors = proc.stderr.splitlines()
     assert proc.returncode == 3 and "Traceback" not in proc.stderr and len(errors) == 1, proc.stderr[-2000:]
     assert errors[0] == (f"cagtool: error: {events}: line 1 is longer than {MAX_EVENT_LINE_BYTES:,} bytes, more than any event "

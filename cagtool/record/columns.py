@@ -45,7 +45,7 @@ import msgspec
 from cagtool.errors import UnreadableInput
 from cagtool.record.atomic import write_atomic
 from cagtool.record.regular_files import open_record_file
-from cagtool.record.schema import EVENT_TYPES, EVENTS_FILE, MAX_EVENT_LINE_BYTES, Event
+from cagtool.record.schema import EVENT_TYPES, EVENTS_FILE, MAX_EVENT_LINE_BYTES, MAX_JSON_FILE_BYTES, Event
 
 COLUMNS_FILE = "columns.json"
 COLUMNS_FORMAT = "cagtool-event-columns"
@@ -433,7 +433,10 @@ def read_sidecar(mode_dir: Path, data: bytes | None = None, events_stat: os.stat
     path = Path(mode_dir) / COLUMNS_FILE
     try:
         with os.fdopen(open_record_file(path), "rb") as handle:
-            written_ns = os.fstat(handle.fileno()).st_mtime_ns
+            sidecar_stat = os.fstat(handle.fileno())
+            if sidecar_stat.st_size > MAX_JSON_FILE_BYTES:
+                return None  # none the writer writes: it holds less than the events it was derived from (MAX_EVENTS_BYTES)
+            written_ns = sidecar_stat.st_mtime_ns
             header = handle.readline(MAX_EVENT_LINE_BYTES + 1)
             if not header.endswith(b"\n"):
                 return None  # no header the writer writes (it holds a few bytes per line of the stream)

@@ -18,6 +18,7 @@ from cagtool.record.liveness import read_dead_writer_as_killed, read_vanished_as
 from cagtool.record.manifest import ModeManifest, RunMeta, mode_manifest_from_dict, process_identity, run_meta_from_dict
 from cagtool.record.schema import (
     MAX_EVENT_LINE_BYTES,
+    MAX_JSON_FILE_BYTES,
     MAX_WORLD_SIZE,
     EVENT_TYPES,
     CompileArtifactEvent,
@@ -230,9 +231,10 @@ class RunRecord(Struct):
 
 
 def read_json_object(path: Path, what: str, missing_hint: str = "") -> dict:
-    """A JSON object from a file, or one clear UnreadableInput line saying what is wrong."""
+    """A JSON object from a file, or one clear UnreadableInput line saying what is wrong (a file over
+    MAX_JSON_FILE_BYTES is refused unread)."""
     try:
-        text = read_record_bytes(path).decode("utf-8")
+        text = read_record_bytes(path, max_bytes=MAX_JSON_FILE_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise UnreadableInput(f"{what} not found: {path}{missing_hint}") from None
     except OSError as exc:
@@ -609,7 +611,7 @@ def list_runs(root: Path | None = None) -> list[Path]:
     def created(run: Path) -> str:
         # Sorting only: a corrupt run.json sorts first here and is reported by whoever loads it.
         try:
-            data = json_loads(read_record_bytes(run / RUN_META_FILE))
+            data = json_loads(read_record_bytes(run / RUN_META_FILE, max_bytes=MAX_JSON_FILE_BYTES))
         except (OSError, ValueError, UnreadableInput):
             return ""
         return str(data.get("created_at", "")) if isinstance(data, dict) else ""
@@ -670,7 +672,7 @@ def load_graph_file(path: Path) -> GraphFile:
     from cagtool.record.graph_file import GRAPH_FORMAT, decode_graph_file, graph_file_from_value
 
     try:
-        document = decode_graph_file(read_record_bytes(path))
+        document = decode_graph_file(read_record_bytes(path, max_bytes=MAX_JSON_FILE_BYTES))
     except (OSError, msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
         document = None
     if document is not None and document.format == GRAPH_FORMAT and document.schema_version <= SCHEMA_VERSION:

@@ -52,15 +52,28 @@ def _is_link(name: str | Path, dir_fd: int | None) -> bool:
         return False
 
 
-def read_record_bytes(path: Path, max_line: int | None = None) -> bytes:
+def read_record_bytes(path: Path, max_line: int | None = None, max_bytes: int | None = None) -> bytes:
     """The bytes of one of a record's files (open_record_file: never through a link, never a FIFO).
 
     `max_line`: the file is a stream of lines none longer than that (bytes, its newline left out).
     A file no longer than that is read whole, in one read; a longer one a chunk at a time, refused
     (UnreadableInput) as soon as a line is seen to be longer, with at most `max_line` bytes of that
-    line read."""
+    line read.
+
+    `max_bytes`: the file is one document no larger than that (a record's JSON files:
+    schema.MAX_JSON_FILE_BYTES); a larger one is refused (UnreadableInput) from its size, before
+    any of it is read, and one that grows past it while read is refused after `max_bytes` + 1."""
     fd = open_record_file(path)
     with os.fdopen(fd, "rb", buffering=0) as handle:
+        if max_bytes is not None:
+            size = os.fstat(handle.fileno()).st_size
+            data = b"" if size > max_bytes else handle.read(size + 1)  # one read, as for max_line below
+            if len(data) > size:  # it grew while read: the rest, up to one byte past the bound
+                data += handle.read(max_bytes + 1 - len(data))
+            if size > max_bytes or len(data) > max_bytes:
+                raise UnreadableInput(f"{path} is {max(size, len(data)):,} bytes, more than any JSON file cagtool writes "
+                                      f"({max_bytes:,} at most: a damaged or forged file); refusing to read it")
+            return data
         if max_line is None:
             return handle.read()
         size = os.fstat(handle.fileno()).st_size

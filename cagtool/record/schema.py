@@ -88,6 +88,15 @@ CPU_WAIT_FILE = "cpu_wait.json"
 # of their own (graphs/, compiles/), never in a line. 64 MiB holds about 400,000 of either, 8 times
 # the parameter tensors of the largest open mixture-of-experts models (about 50,000).
 MAX_EVENT_LINE_BYTES = 64 * 2**20
+# The largest JSON file of a record or a baseline the readers read (run.json, a manifest, a graph's
+# nodes file, cpu_wait.json, gate.json, verification.json, a baseline), each read whole: a larger one
+# refuses it (exit 3) before a byte of it is read. The writers keep under it: one event line, or one
+# document, is never more than this (writer.py writes a `finding` in place of an event over it, and
+# leaves out a graph's nodes file over it).
+MAX_JSON_FILE_BYTES = MAX_EVENT_LINE_BYTES
+# FindingEvent.code of the line written in place of an event over MAX_EVENT_LINE_BYTES (or of a
+# graph's nodes file over MAX_JSON_FILE_BYTES): detail {"kind", "bytes", "limit"}, what was left out.
+FINDING_OVERSIZED_EVENT = "oversized_event_dropped"
 GRAPHS_DIR = "graphs"
 COMPILES_DIR = "compiles"
 TRACE_DIR = "trace"

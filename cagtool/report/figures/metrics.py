@@ -967,13 +967,13 @@ def cpu_wait_readings(record: ModeRecord) -> tuple[list[list[float]], float] | N
 
 def _cpu_wait_readings(record: ModeRecord) -> tuple[list[list[float]], float] | None:
     from cagtool.record.cpu_wait_file import read_cpu_wait
-    from cagtool.record.schema import CPU_WAIT_FILE
+    from cagtool.record.schema import CPU_WAIT_FILE, MAX_JSON_FILE_BYTES
 
     path = record.path / CPU_WAIT_FILE
     if not path.exists() and record.path.parent.name == "procs":  # a rank's record: its mode's readings
         path = record.path.parent.parent / CPU_WAIT_FILE
     try:
-        found = read_cpu_wait(read_record_bytes(path))
+        found = read_cpu_wait(read_record_bytes(path, max_bytes=MAX_JSON_FILE_BYTES))
     except OSError:  # not there (an older record, a process that ended before a reading)
         return None
     # A link or FIFO planted in its place is refused as every record file is (UnreadableInput,

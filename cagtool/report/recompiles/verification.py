@@ -10,6 +10,7 @@ from typing import Any
 
 from cagtool.errors import UnreadableInput
 from cagtool.record.regular_files import read_record_bytes
+from cagtool.record.schema import MAX_JSON_FILE_BYTES
 from cagtool.report.figures.intervals import ratio_text
 
 VERIFICATION_FILE = "verification.json"
@@ -20,7 +21,7 @@ def load_verification(run_path: Path | str) -> dict[str, Any] | None:
     """The run's kept verification, or None when it has none or it is unreadable."""
     path = Path(run_path) / VERIFICATION_FILE
     try:
-        data = json.loads(read_record_bytes(path))
+        data = json.loads(read_record_bytes(path, max_bytes=MAX_JSON_FILE_BYTES))
     except (OSError, ValueError, RecursionError, UnreadableInput):
         return None
     return data if isinstance(data, dict) and data.get("format") == VERIFICATION_FORMAT else None

@@ -19,7 +19,7 @@ from cagtool.record.manifest import ExceptionInfo, ModeManifest
 
 # What every close writes into the manifest's options, whatever happened (a count of 0 included):
 # the fields by which a record says how far cagtool's own parts can be trusted.
-CLOSING_OPTIONS = ("cagtool_memory", "fallback_random", "losses_not_kept", "step_tracking_errors", "structured_log_errors")
+CLOSING_OPTIONS = ("cagtool_memory", "fallback_random", "losses_not_kept", "oversized_dropped", "step_tracking_errors", "structured_log_errors")
 
 
 def now_iso() -> str:
@@ -236,6 +236,7 @@ class Recorder:
         options["fallback_random"] = bool(getattr(inductor_config, "fallback_random", False))
         options["step_tracking_errors"] = _error_count(self.steps)
         options["structured_log_errors"] = _error_count(self.handler)
+        options["oversized_dropped"] = {"count": self.writer.oversized, "last": self.writer.last_oversized}
         options["losses_not_kept"] = device.dropped_losses if device is not None else 0
         if self.scope is not None and self.scope.errors:
             options["thread_scope_errors"] = {"count": self.scope.errors, "last": self.scope.last_error}

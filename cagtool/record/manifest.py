@@ -47,6 +47,7 @@ class ModeOptions(TypedDict, total=False):
     grad_digest_error: str
     step_tracking_errors: ErrorCount
     structured_log_errors: ErrorCount
+    oversized_dropped: ErrorCount  # writer.py: events (and graph nodes files) over what the loader reads, a finding in their place
     observer_errors: ErrorCount
     failed_ca_captures: int  # captures torch began and never ended
     thread_scope_errors: ErrorCount  # api.py: the Python API block's thread gate

@@ -20,6 +20,12 @@ in the script close the record, held lines included; a process killed hard (SIGK
 loses at most the per-step lines of its last HOLD_S, and the manifest says so
 (`options["held_events"]`, set by the step tracker, the one caller of `emit_held`).
 
+An event whose line is longer than the loader reads (schema.MAX_EVENT_LINE_BYTES: a huge graph,
+guards text, a string of the job's) is never written as it is: a `finding` of the same seq and time
+takes its place, saying which kind of event was left out and its size, and the manifest counts them
+(`options["oversized_dropped"]`), so the record stays whole and readable. A graph's nodes file over
+MAX_JSON_FILE_BYTES is left out the same way.
+
 A write error (disk full, quota, permission) never reaches the user's code: the writer stops
 recording with one line on stderr, keeps what it wrote, and the manifest says where it stopped
 (`recording_stopped`). A small reserve file, deleted at that moment, leaves room for that
@@ -30,6 +36,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -48,9 +55,17 @@ from cagtool.record.schema import (
     RUN_META_FILE,
     STATUS_KILLED,
     STATUS_RUNNING,
+    FINDING_OVERSIZED_EVENT,
+    MAX_EVENT_LINE_BYTES,
+    MAX_JSON_FILE_BYTES,
     Event,
+    FindingEvent,
     event_line,
 )
+
+
+# The start of a line as the writer writes it (schema.event_line): its kind and time.
+_LINE_HEAD = re.compile(rb'\{"kind": "([A-Za-z0-9_]{1,64})", "seq": -?[0-9]+, "t": (-?[0-9][-+.0-9eE]*|NaN|-?Infinity)')
 
 
 # Per event class, `encode(seq, t, **fields) -> line`: the event built and encoded (schema.event_line).
@@ -127,9 +142,12 @@ def close_run_of_dead_parent(run_dir: Path, mode_name: str, exit_code: int, ende
     """The mode process outlived cagtool (SIGKILLed): nobody else will close run.json, so it says
     here that the run was killed, with this mode's code. Best effort: the loader reads a dead
     "running" run as killed anyway."""
+    from cagtool.errors import UnreadableInput
+    from cagtool.record.regular_files import read_record_bytes
+
     path = run_dir / RUN_META_FILE
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_record_bytes(path, max_bytes=MAX_JSON_FILE_BYTES))
         if not isinstance(data, dict) or data.get("status") != STATUS_RUNNING:
             return
         data["status"] = STATUS_KILLED
@@ -139,7 +157,7 @@ def close_run_of_dead_parent(run_dir: Path, mode_name: str, exit_code: int, ende
         if isinstance(codes, dict):
             codes[mode_name] = exit_code
         write_json_atomic(path, data)
-    except (OSError, ValueError):
+    except (OSError, ValueError, UnreadableInput):
         pass
 
 
@@ -160,6 +178,8 @@ class RecordWriter:
         self._lock = threading.Lock()
         self._seq = 0
         self.stopped: dict[str, Any] | None = None  # set when a write failed: recording ended there
+        self.oversized = 0  # events (and graph nodes files) left out for their size (module docstring)
+        self.last_oversized: str | None = None
         self._events: int | None = None  # events.jsonl's descriptor, opened for appending
         # Numbered held lines, not written yet: (line, t, payload), whose text is line(seq, t, payload).
         self._held: list[tuple[Callable[[int, float, Any], str], float, Any]] = []
@@ -358,6 +378,8 @@ class RecordWriter:
         event is `first_seq`) that did not reach the file whole."""
         if self.stopped is None and self._events is not None:
             data = text.encode()
+            if len(data) > MAX_EVENT_LINE_BYTES + 1:  # one compare a write: only then can a line be too long
+                data = self._oversized_replaced(data, first_seq)
             done = 0
             try:
                 done = os.write(self._events, data)
@@ -369,6 +391,37 @@ class RecordWriter:
                 # a last line that ends with its closing brace): it counts as written.
                 whole = data.count(b"\n", 0, done) + (data[done:done + 1] == b"\n")
                 self._stop(exc, EVENTS_FILE, first_seq + whole)
+
+    def _oversized_replaced(self, data: bytes, first_seq: int) -> bytes:
+        """`data` (whole lines, the first event `first_seq`, the others following it) with each line
+        longer than the loader reads replaced by a finding of the same seq and time (caller holds the lock)."""
+        lines = data.split(b"\n")
+        for index, line in enumerate(lines):
+            if len(line) > MAX_EVENT_LINE_BYTES:
+                head = _LINE_HEAD.match(line)
+                kind = head[1].decode() if head else "unknown"
+                try:
+                    t = float(head[2]) if head else self.now()
+                except ValueError:
+                    t = self.now()
+                what = f"a {kind} event of {len(line):,} bytes"
+                self._note_oversized(f"{what} (seq {first_seq + index})")
+                finding = FindingEvent(
+                    seq=first_seq + index, t=t, code=FINDING_OVERSIZED_EVENT,
+                    message=f"{what} was not recorded: one event line is at most {MAX_EVENT_LINE_BYTES:,} bytes "
+                            "(what cagtool reads back); what reports show of it is missing",
+                    detail={"kind": kind, "bytes": len(line), "limit": MAX_EVENT_LINE_BYTES},
+                )
+                lines[index] = event_line(finding).encode().rstrip(b"\n")
+        return b"\n".join(lines)
+
+    def _note_oversized(self, what: str) -> None:
+        """Count one thing left out for its size, in the manifest at once (a process killed later
+        keeps the count). Caller holds the lock."""
+        self.oversized += 1
+        self.last_oversized = what
+        self.manifest.options["oversized_dropped"] = {"count": self.oversized, "last": what}
+        self._write_manifest_quietly()
 
     def _write_held(self) -> None:
         """Caller holds the lock."""
@@ -384,13 +437,22 @@ class RecordWriter:
             self._write_held()
 
     def write_graph(self, ca_id: int, compile_id: str, code: str, nodes: list[GraphNode]) -> tuple[str, str]:
-        """The graph's two files; ("", "") when recording has stopped (or stops here)."""
+        """The graph's two files; ("", "") when recording has stopped (or stops here). A nodes file
+        over MAX_JSON_FILE_BYTES (what the loader reads) is not written: its name is "", and a
+        finding says so."""
         code_rel = f"{GRAPHS_DIR}/ca_{ca_id}.py"
         nodes_rel = f"{GRAPHS_DIR}/ca_{ca_id}.json"
+        if self.stopped is not None:
+            return "", ""
+        nodes_text = graph_file_text(ca_id, compile_id, nodes)
+        left_out = len(nodes_text) if len(nodes_text) > MAX_JSON_FILE_BYTES else 0  # json's ASCII escapes: one byte a character
+        files = ((code_rel, code),) if left_out else ((code_rel, code), (nodes_rel, nodes_text))
         with self._lock:
             if self.stopped is not None:
                 return "", ""
-            for rel, text in ((code_rel, code), (nodes_rel, graph_file_text(ca_id, compile_id, nodes))):
+            if left_out:
+                self._note_oversized(f"graph {compile_id}'s nodes file of {left_out:,} bytes")
+            for rel, text in files:
                 try:
                     (self.mode_dir / rel).write_text(text)
                 except OSError as exc:
@@ -400,6 +462,12 @@ class RecordWriter:
                         pass
                     self._stop(exc, rel)
                     return "", ""
+        if left_out:
+            self.emit(FindingEvent, code=FINDING_OVERSIZED_EVENT,
+                      message=f"graph {compile_id}'s nodes file ({nodes_rel}) of {left_out:,} bytes was not recorded: a JSON file of a "
+                              f"record is at most {MAX_JSON_FILE_BYTES:,} bytes (what cagtool reads back); its code is in {code_rel}",
+                      detail={"kind": "graph_nodes_file", "bytes": left_out, "limit": MAX_JSON_FILE_BYTES})
+            return code_rel, ""
         return code_rel, nodes_rel
 
     def write_artifact(self, compile_id: str, artifact: str, text: str) -> str:
@@ -469,6 +537,9 @@ class RecordWriter:
         self._discard_events_file()
         self.stopped = None
         self.manifest.recording_stopped = None
+        self.oversized = 0
+        self.last_oversized = None
+        self.manifest.options.pop("oversized_dropped", None)
         self.mode_dir = Path(mode_dir).resolve()
         self._closed = False
         self._open()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from cagtool.record.cpu_wait_file import CPU_WAIT_FORMAT, cpu_wait_text, read_cpu_wait
 
 SAMPLES = [(1234.56789, 0.1234567, 0.0), (1235.0678912, 0.6234567891, 0.25)]
@@ -22,3 +24,20 @@ def test_read_back_and_damaged_files_are_no_reading():
     assert read_cpu_wait(json.dumps({"format": CPU_WAIT_FORMAT, "samples": [[1, 2, 3, 4]]}).encode()) == ([[1.0, 2.0, 3.0]], 0.5)
     for bad in (b"{not json", b"[]", json.dumps({"samples": [[1, 2]]}).encode(), json.dumps({"samples": [["a", 1, 2]]}).encode(), b'{"samples": [[NaN, 1, 2]]}'):
         assert read_cpu_wait(bad) is None, bad
+
+
+
+@pytest.mark.slow
+def test_a_run_longer_than_the_file_holds_keeps_every_other_sample(tmp_path):
+    """1.2 million samples (a week at 0.5 s) make more than the reader reads (MAX_JSON_FILE_BYTES):
+    written as every 2nd sample and the last, at sample_s 1.0, the file a real one the reader takes."""
+    from cagtool.record.regular_files import read_record_bytes
+    from cagtool.record.schema import MAX_JSON_FILE_BYTES
+
+    samples = [(100000.1234 + i * 0.5, 1000.123456 + i * 0.4, 10.123456 + i * 0.01) for i in range(1_200_001)]
+    path = tmp_path / "cpu_wait.json"
+    path.write_text(cpu_wait_text(0.5, samples))
+    assert MAX_JSON_FILE_BYTES // 2 < path.stat().st_size <= MAX_JSON_FILE_BYTES
+    read, sample_s = read_cpu_wait(read_record_bytes(path, max_bytes=MAX_JSON_FILE_BYTES))  # type: ignore[misc]
+    assert sample_s == 1.0 and len(read) == 600_001
+    assert read[0][0] == 100000.1234 and read[1][0] == 100001.1234 and read[-1][0] == round(samples[-1][0], 4)

@@ -24,11 +24,29 @@ class CpuWaitFile(Struct, kw_only=True):
 
 
 def cpu_wait_text(sample_s: float, samples: list[tuple[float, float, float]]) -> str:
-    """The file's text, in json's layout (indent 2), as written so far."""
+    """The file's text, in json's layout (indent 2), as written so far. Never over what the reader
+    reads (schema.MAX_JSON_FILE_BYTES, some 800,000 samples: 4.6 days at 0.5 s): a longer run keeps
+    every 2nd sample (then every 4th...) and the last, its sample_s multiplied to match. The
+    samples are cumulative, so a coarser series still holds every second of run and wait."""
     import json
 
+    from cagtool.record.schema import MAX_JSON_FILE_BYTES
+
     rows = [[round(t, 4), round(r, 6), round(w, 6)] for t, r, w in samples]
-    return json.dumps(msgspec.to_builtins(CpuWaitFile(sample_s=sample_s, samples=rows)), indent=2) + "\n"
+    every = 1
+    if len(rows) > 4096:  # the thinning judged from the last rows (the longest numbers), so the long text is made once
+        # In the document a row is 2 spaces further in than in a list of its own, on each of its 5 lines.
+        row_bytes = len(json.dumps(rows[-1024:], indent=2)) / 1024 + 10
+        while row_bytes * len(rows) / every > MAX_JSON_FILE_BYTES:
+            every *= 2
+    while True:
+        kept = rows[::every]
+        if kept[-1:] != rows[-1:]:
+            kept.append(rows[-1])
+        text = json.dumps(msgspec.to_builtins(CpuWaitFile(sample_s=sample_s * every, samples=kept)), indent=2) + "\n"
+        if len(text) <= MAX_JSON_FILE_BYTES or len(kept) <= 2:
+            return text
+        every *= 2
 
 
 def read_cpu_wait(data: bytes) -> tuple[list[list[float]], float] | None:

@@ -92,8 +92,9 @@ def _console_script(name: str) -> Target | None:
 
 @contextlib.contextmanager
 def _cwd_first() -> Iterator[None]:
-    """sys.path as `python -m` has it while the module is found: the current directory first."""
-    added = os.getcwd() not in sys.path
+    """sys.path as `python -m` has it while the module is found: the current directory first
+    (none under -P, PYTHONSAFEPATH)."""
+    added = os.getcwd() not in sys.path and not getattr(sys.flags, "safe_path", False)
     if added:
         sys.path.insert(0, os.getcwd())
     try:

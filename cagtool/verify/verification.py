@@ -150,6 +150,20 @@ def rerun_argv(run: RunRecord, mode: str, repeat: int, output: Path, fix: Fix | 
     return argv
 
 
+def checked_source_env(run: RunRecord) -> dict[str, str]:
+    """What a re-run of `run`'s job is told of the code it must run (SOURCE_DIGEST_ENV): the
+    script, or the module's file, with the SHA-256 check_job found it unchanged at. The re-run runs
+    it the one way `cagtool run` runs a target (capture/run/target.py), checking that digest first."""
+    script = os.path.abspath(os.path.join(run.meta.cwd or ".", run.meta.target.get("name", "")))
+    files = (run.meta.job_seal or {}).get("files", {})
+    sealed = files.get(script)
+    if run.meta.target.get("kind") == "script" and isinstance(sealed, str):
+        return {SOURCE_DIGEST_ENV: source_digest("script", script, sealed, script)}
+    if run.meta.target.get("kind") == "module" and (found := sealed_module_file(files, run.meta.target["name"])) is not None:
+        return {SOURCE_DIGEST_ENV: source_digest("module", run.meta.target["name"], found[1], found[0])}
+    return {}
+
+
 def _side(name: str, path: Path, mode: str, wall_s: float) -> tuple[Side, RunRecord]:
     """One set of repetitions as measured; a multi-rank job (DDP) as rank 0 saw it, the record
     `cagtool recompiles` explains by default (its launching process trains nothing)."""
@@ -376,13 +390,7 @@ def verify(
         env.pop(SOURCE_DIGEST_ENV, None)  # only what this verification checked
         said = f"  ({', '.join(f'{k}={v}' for k, v in fix.env.items())})" if fix and fix.env else ""
         script = Path(os.path.abspath(os.path.join(run.meta.cwd or ".", run.meta.target["name"])))
-        files = (run.meta.job_seal or {}).get("files", {})
-        sealed = files.get(str(script))
-        # What check_job found in the script, or in the module's file, is what runs (target.py, SOURCE_DIGEST_ENV).
-        if run.meta.target.get("kind") == "script" and isinstance(sealed, str):
-            env[SOURCE_DIGEST_ENV] = source_digest("script", str(script), sealed, str(script))
-        elif run.meta.target.get("kind") == "module" and (found := sealed_module_file(files, run.meta.target["name"])) is not None:
-            env[SOURCE_DIGEST_ENV] = source_digest("module", run.meta.target["name"], found[1], found[0])
+        env.update(checked_source_env(run))
         if fix is not None and fix.patch is not None and fix.patch.patched is not None:
             copy = root / f"{name}-{script.name}"
             write_atomic(copy, fix.patch.patched, root=run_dir)

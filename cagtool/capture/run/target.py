@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import atexit
-import importlib.util
+import contextlib
 import os
 import re
 import runpy
@@ -12,7 +12,11 @@ import shutil
 import sys
 import traceback
 from dataclasses import asdict, dataclass, field
+from importlib.machinery import ModuleSpec, SourceFileLoader
+from types import CodeType
+from typing import Any, Iterator
 
+from cagtool.capture.run.main_module import ModuleNotRunnable, main_spec, module_source, package_specs
 from cagtool.errors import UsageError
 from cagtool.record.target_name import target_label
 
@@ -86,53 +90,85 @@ def _console_script(name: str) -> Target | None:
     return Target("script", path)
 
 
-def _check_module(module: str) -> None:
-    added = os.getcwd() not in sys.path
+@contextlib.contextmanager
+def _cwd_first() -> Iterator[None]:
+    """sys.path as `python -m` has it while the module is found: the current directory first
+    (none under -P, PYTHONSAFEPATH)."""
+    added = os.getcwd() not in sys.path and not getattr(sys.flags, "safe_path", False)
     if added:
-        sys.path.insert(0, os.getcwd())  # python -m puts the cwd first
+        sys.path.insert(0, os.getcwd())
     try:
-        spec = importlib.util.find_spec(module)
-        if spec is not None and spec.submodule_search_locations is not None:
-            spec = importlib.util.find_spec(module + ".__main__")  # a package runs its __main__
-            if spec is None:
-                raise UsageError(f"{module} is a package without __main__; give its module, e.g. -m {module}.train")
-    except SyntaxError as exc:  # a parent package's __init__ does not parse
-        raise UsageError(f"{exc.filename} is not valid Python: {exc.msg} (line {exc.lineno})") from None
-    except (ImportError, ValueError) as exc:
-        raise UsageError(f"module not found: {module} ({exc})") from None
+        yield
     finally:
         if added:
             sys.path.remove(os.getcwd())
-    if spec is None:
-        raise UsageError(f"module not found: {module}")
-    # Like a script: a module that is not valid Python fails here, with one line and no record.
-    if spec.origin and spec.origin.endswith(".py") and os.path.isfile(spec.origin):
+
+
+def _found_module(module: str) -> ModuleSpec:
+    """The spec `python -m module` would run, found in cagtool's own process without importing
+    any of the job's packages (main_module.py); where that finds nothing (a package whose
+    `__init__` extends its `__path__`), found by importing its packages, as python does."""
+    with _cwd_first():
         try:
-            with open(spec.origin, "rb") as handle:
-                ast.parse(handle.read(), filename=spec.origin)
+            return main_spec(module, import_parents=False)
+        except ModuleNotRunnable:
+            return main_spec(module, import_parents=True)
+
+
+def _check_module(module: str) -> None:
+    try:
+        spec = _found_module(module)
+    except SyntaxError as exc:  # a parent package's __init__ does not parse (found by importing it)
+        raise UsageError(f"{exc.filename} is not valid Python: {exc.msg} (line {exc.lineno})") from None
+    except ModuleNotRunnable as exc:
+        said = str(exc)
+        if said.startswith("No module named ") and said.endswith("is a package and cannot be directly executed"):
+            raise UsageError(f"{module} is a package without __main__; give its module, e.g. -m {module}.train") from None
+        if said.startswith(("No module named ", "Error while finding", "Relative module names")):
+            raise UsageError(f"module not found: {module} ({said})") from None
+        raise UsageError(f"-m {module}: {said}") from None
+    except (ImportError, ValueError) as exc:
+        raise UsageError(f"module not found: {module} ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - a package's __init__ raised while it was imported to find the module
+        raise UsageError(f"-m {module}: its package raised {type(exc).__name__} while it was imported: {exc}") from None
+    try:
+        source = module_source(spec)
+    except ModuleNotRunnable as exc:
+        raise UsageError(f"-m {module}: {exc}") from None
+    except (ImportError, OSError) as exc:
+        raise UsageError(f"cannot read {spec.origin}: {exc}") from None
+    # Like a script: a module (or one of its packages' __init__) that is not valid Python fails
+    # here, with one line and no record.
+    with _cwd_first():
+        packages = package_specs(spec.name)
+    for found, text in [*((p, _package_source(p)) for p in packages), (spec, source)]:
+        if text is None:
+            continue
+        try:
+            ast.parse(text, filename=found.origin or found.name)
         except SyntaxError as exc:
-            raise UsageError(f"{spec.origin} is not valid Python: {exc.msg} (line {exc.lineno})") from None
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"cannot read {spec.origin}: {exc}") from None
+            raise UsageError(f"{found.origin or found.name} is not valid Python: {exc.msg} (line {exc.lineno})") from None
+        except ValueError as exc:
+            raise UsageError(f"cannot read {found.origin or found.name}: {exc}") from None
+
+
+def _package_source(spec: ModuleSpec) -> bytes | str | None:
+    """A package's `__init__` source, or None (a namespace package has none)."""
+    try:
+        return module_source(spec) if spec.loader is not None and spec.origin else None
+    except (ModuleNotRunnable, OSError):
+        return None
 
 
 def module_file(target: Target) -> str | None:
     """The file `python -m` runs for a module target (found as check_target found it), else None."""
     if target.kind != "module":
         return None
-    added = os.getcwd() not in sys.path
-    if added:
-        sys.path.insert(0, os.getcwd())
     try:
-        spec = importlib.util.find_spec(target.name)
-        if spec is not None and spec.submodule_search_locations is not None:
-            spec = importlib.util.find_spec(target.name + ".__main__")
-    except (ImportError, ValueError, SyntaxError):
+        spec = _found_module(target.name)
+    except Exception:  # noqa: BLE001 - check_target said why; a file not found here is not sealed
         return None
-    finally:
-        if added:
-            sys.path.remove(os.getcwd())
-    return spec.origin if spec is not None and spec.origin and os.path.isfile(spec.origin) else None
+    return spec.origin if spec.origin and os.path.isfile(spec.origin) else None
 
 
 # `recompiles --verify` runs a patched copy of the script in its place: the copy's code, with
@@ -181,93 +217,105 @@ def patched_source_for(target: Target) -> str | None:
 
 
 def run_target(target: Target) -> None:
-    """Run it as `python SCRIPT ARGS` / `python -m MODULE ARGS` would: __name__ == "__main__",
-    sys.argv, sys.path[0], cwd untouched. Exceptions propagate to the caller."""
+    """Run it as `python SCRIPT ARGS` / `python -m MODULE ARGS` would: one path for both, and for
+    a plain run and a `--verify` re-run alike (that one also checks the code's digest, from
+    SOURCE_DIGEST_ENV). What python does, and what of it this relies on: docs/reliability.md,
+    "How the target runs". Exceptions propagate to the caller."""
+    checked = checked_digest(target)
+    digest = checked[0] if checked else None
     if target.kind == "script":
         sys.argv = [target.name, *target.args]
-        sys.path[0] = os.path.dirname(os.path.realpath(target.name))
-        # python 3.11 makes __file__ absolute
-        checked = checked_digest(target)
-        _exec_as_main(os.path.abspath(target.name), code_path=patched_source_for(target), digest=checked[0] if checked else None)
-    else:
-        sys.argv = [target.name, *target.args]  # runpy replaces argv[0] with the module's file
-        sys.path[0] = os.getcwd()
-        checked = checked_digest(target)
-        if checked is None:
-            runpy.run_module(target.name, run_name="__main__", alter_sys=True)
-        else:
-            _run_checked_module(target.name, *checked)
-
-
-def _run_checked_module(name: str, digest: str, path: str) -> None:
-    """What runpy.run_module(name, run_name="__main__", alter_sys=True) does, on the module's file
-    only when it is `path` and its bytes have the SHA-256 `digest` (SourceChanged otherwise): the
-    bytes checked are the bytes compiled, read once, never a cached .pyc of other bytes. Its
-    parent packages are imported as runpy imports them (find_spec imports them)."""
-    import hashlib
-    import types
-
-    spec = importlib.util.find_spec(name)
-    if spec is not None and spec.submodule_search_locations is not None:
-        spec = importlib.util.find_spec(name + ".__main__")  # a package runs its __main__
-    origin = spec.origin if spec is not None else None
-    if origin is None or os.path.abspath(origin) != path:
-        raise SourceChanged(f"-m {name} now finds {origin or 'no file'}, not {path} that `recompiles --verify` checked: not run")
-    with open(origin, "rb") as handle:
-        source = handle.read()
-    if hashlib.sha256(source).hexdigest() != digest:
-        raise SourceChanged(f"{origin} changed after `recompiles --verify` checked it: not run")
-    code = compile(source, origin, "exec", dont_inherit=True)
-    main = types.ModuleType("__main__")
-    main.__dict__.update({"__file__": origin, "__cached__": spec.cached, "__loader__": spec.loader, "__package__": spec.parent,
-                          "__spec__": spec})
-    previous, argv0 = sys.modules.get("__main__"), sys.argv[0]
-    sys.modules["__main__"], sys.argv[0] = main, origin
+        _set_path0(os.path.dirname(os.path.realpath(target.name)))
+        # python makes __file__ (and the code's file name) absolute without normalising it: ./a.py -> /cwd/./a.py
+        path = target.name if os.path.isabs(target.name) else os.path.join(os.getcwd(), target.name)
+        code_path = patched_source_for(target) or path
+        with open(code_path, "rb") as handle:
+            source: bytes | str = handle.read()
+        code = _compiled(source, code_path, digest)
+        _exec_as_main(code, {"__loader__": SourceFileLoader("__main__", path), "__file__": path, "__cached__": None})
+        return
+    sys.argv = ["-m", *target.args]  # what python -m leaves in sys.argv[0] while it finds the module
+    _set_path0(os.getcwd())
     try:
-        exec(code, main.__dict__)
-    finally:
-        sys.argv[0] = argv0
-        if previous is not None:
-            sys.modules["__main__"] = previous
+        spec = main_spec(target.name, import_parents=True)
+        if checked is not None and (spec.origin is None or os.path.abspath(spec.origin) != checked[1]):
+            raise SourceChanged(f"-m {target.name} now finds {spec.origin or 'no file'}, not {checked[1]} that `recompiles --verify` checked: not run")
+        source = module_source(spec)
+    except ModuleNotRunnable as exc:
+        if checked is not None:
+            raise SourceChanged(f"-m {target.name} now finds no file ({exc}), not {checked[1]} that `recompiles --verify` checked: not run") from None
+        raise SystemExit(f"{sys.executable}: {exc}") from None  # python -m's own exit: the message, code 1
+    code = _compiled(source, spec.origin or target.name, digest)
+    sys.argv[0] = spec.origin
+    _exec_as_main(code, {"__package__": spec.parent, "__loader__": spec.loader, "__spec__": spec,
+                         "__file__": spec.origin, "__cached__": spec.cached})
 
 
-def _exec_as_main(path: str, code_path: str | None = None, digest: str | None = None) -> None:
-    """What `python path` does: a fresh __main__ module (so pickling classes from the script
-    works) whose code runs with sys.argv[0] left as the user typed it (runpy.run_path rewrites it).
-    `code_path`: run that file's code instead, as `path` (its tracebacks name the file they ran).
-    `digest`: the SHA-256 the bytes read must have (SourceChanged otherwise): the bytes checked are
-    the bytes compiled, read once."""
-    import builtins
-    import types
+def _set_path0(entry: str) -> None:
+    """Put the target's entry first on sys.path, where cagtool's own process put its interpreter's
+    folder (self_launch.py) and python puts the script's folder or the current one; under -P
+    (PYTHONSAFEPATH) python puts none, so cagtool's entry is taken out and none put."""
+    if getattr(sys.flags, "safe_path", False):
+        del sys.path[0]
+    else:
+        sys.path[0] = entry
 
-    with open(code_path or path, "rb") as handle:
-        source = handle.read()
+
+def _compiled(source: bytes | str, filename: str, digest: str | None) -> CodeType:
+    """The code of `source`, compiled as the import system compiles a module's source. `digest`:
+    the SHA-256 the bytes read must have (SourceChanged otherwise): the bytes checked are the bytes
+    compiled, read once, never a cached .pyc of other bytes."""
     if digest is not None:
         import hashlib
 
-        if hashlib.sha256(source).hexdigest() != digest:
-            raise SourceChanged(f"{code_path or path} changed after `recompiles --verify` checked it: not run")
-    code = compile(source, code_path or path, "exec", dont_inherit=True)
+        if not isinstance(source, bytes) or hashlib.sha256(source).hexdigest() != digest:
+            raise SourceChanged(f"{filename} changed after `recompiles --verify` checked it: not run")
+    return compile(source, filename, "exec", dont_inherit=True)
+
+
+def _exec_as_main(code: CodeType, names: dict[str, Any]) -> None:
+    """Run `code` as python runs its main module: in a fresh `__main__` module (so pickling
+    classes from it works), sys.modules["__main__"] while it runs, whose namespace starts as the
+    interpreter's `__main__` does (`__builtins__` the module, `__annotations__` before 3.14), with
+    `names` (`__file__`, `__loader__`, ...) as python or runpy sets them."""
+    import builtins
+    import types
+
     main = types.ModuleType("__main__")
-    main.__dict__.update({"__file__": path, "__builtins__": builtins, "__cached__": None, "__spec__": None, "__loader__": None, "__package__": None})
+    namespace = main.__dict__
+    if sys.version_info < (3, 14):
+        namespace["__annotations__"] = {}
+    namespace.update({"__builtins__": builtins, "__file__": None, "__cached__": None})
+    namespace.update(names)
     # Registered before the script registers its own: atexit runs handlers last-in first-out.
-    atexit.register(_clear_namespace, main.__dict__)
+    atexit.register(_clear_namespace, namespace)
     previous = sys.modules.get("__main__")
     sys.modules["__main__"] = main
     try:
-        exec(code, main.__dict__)
+        exec(code, namespace)
     finally:
         if previous is not None:
             sys.modules["__main__"] = previous
+        # Run first at exit, before the target's own handlers (last-in first-out).
+        atexit.register(_as_python_leaves_it, main, sys.argv, sys.argv[0] if sys.argv else None)
+
+
+def _as_python_leaves_it(main: Any, argv: list[str], argv0: str | None) -> None:
+    """At exit, sys.argv and sys.modules["__main__"] as the target left them, as python has them
+    for its atexit handlers: runpy, which ran this process's own module, puts its own argv[0] ("-c")
+    back into sys.argv and its own module in sys.modules as that module ends."""
+    sys.argv = argv
+    if argv and argv0 is not None:
+        argv[0] = argv0
+    sys.modules["__main__"] = main
 
 
 def _clear_namespace(namespace: dict) -> None:
     """At exit, after the script's own atexit handlers, what the interpreter does to
     sys.modules["__main__"] as it finalizes: the script's globals set to None (names with one
     leading underscore first, as _PyModule_ClearDict does). Under `python` that is what runs the
-    finalizer of an object only the script's globals hold, e.g. flushes a file it never closed. The
-    script's module is not sys.modules["__main__"] by then (the child's own is back), so without this
-    only the cyclic collector (its functions' __globals__ make the namespace a cycle) would free
+    finalizer of an object only the script's globals hold, e.g. flushes a file it never closed.
+    Without this, only the cyclic collector (its functions' __globals__ make the namespace a cycle) would free
     it, and at exit that collection can be skipped: the file's buffered text was lost
     (tests/test_run_transparency.py test_exit_duties_run_as_under_python, seen under load)."""
     try:

@@ -134,6 +134,13 @@ def module_source(spec: ModuleSpec) -> bytes | str:
         return text
     if origin and origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
         raise ModuleNotRunnable(f"No code object available for {spec.name} ({origin} is a compiled extension, not Python source)")
-    if origin and origin.endswith(tuple(importlib.machinery.BYTECODE_SUFFIXES)):
-        raise ModuleNotRunnable(f"{spec.name} has no source: {origin} is compiled bytecode alone, and cagtool runs a module from its source")
+    if is_bytecode_alone(spec):
+        raise ModuleNotRunnable(f"{spec.name} has no source: {origin} is compiled bytecode alone")
     raise ModuleNotRunnable(f"{spec.name} has no Python source to run ({origin or 'no file'})")
+
+
+def is_bytecode_alone(spec: ModuleSpec) -> bool:
+    """A module that is a `.pyc` without its source: python -m runs its code (the loader's
+    `get_code`), which a plain `cagtool run` does too; `recompiles --verify` cannot seal it."""
+    origin = spec.origin
+    return bool(origin and origin.endswith(tuple(importlib.machinery.BYTECODE_SUFFIXES)) and hasattr(spec.loader, "get_code"))

@@ -16,7 +16,7 @@ from importlib.machinery import ModuleSpec, SourceFileLoader
 from types import CodeType
 from typing import Any, Iterator
 
-from cagtool.capture.run.main_module import ModuleNotRunnable, main_spec, module_source, package_specs
+from cagtool.capture.run.main_module import ModuleNotRunnable, is_bytecode_alone, main_spec, module_source, package_specs
 from cagtool.errors import UsageError
 from cagtool.record.target_name import target_label
 
@@ -131,6 +131,8 @@ def _check_module(module: str) -> None:
         raise UsageError(f"module not found: {module} ({exc})") from None
     except Exception as exc:  # noqa: BLE001 - a package's __init__ raised while it was imported to find the module
         raise UsageError(f"-m {module}: its package raised {type(exc).__name__} while it was imported: {exc}") from None
+    if is_bytecode_alone(spec):
+        return  # python -m runs it; its code is checked as it loads
     try:
         source = module_source(spec)
     except ModuleNotRunnable as exc:
@@ -240,12 +242,12 @@ def run_target(target: Target) -> None:
         spec = main_spec(target.name, import_parents=True)
         if checked is not None and (spec.origin is None or os.path.abspath(spec.origin) != checked[1]):
             raise SourceChanged(f"-m {target.name} now finds {spec.origin or 'no file'}, not {checked[1]} that `recompiles --verify` checked: not run")
-        source = module_source(spec)
+        source = None if checked is None and is_bytecode_alone(spec) else module_source(spec)
     except ModuleNotRunnable as exc:
         if checked is not None:
             raise SourceChanged(f"-m {target.name} now finds no file ({exc}), not {checked[1]} that `recompiles --verify` checked: not run") from None
         raise SystemExit(f"{sys.executable}: {exc}") from None  # python -m's own exit: the message, code 1
-    code = _compiled(source, spec.origin or target.name, digest)
+    code = spec.loader.get_code(spec.name) if source is None else _compiled(source, spec.origin or target.name, digest)
     sys.argv[0] = spec.origin
     _exec_as_main(code, {"__package__": spec.parent, "__loader__": spec.loader, "__spec__": spec,
                          "__file__": spec.origin, "__cached__": spec.cached})

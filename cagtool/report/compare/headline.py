@@ -104,7 +104,8 @@ def _bytes(n: int | None) -> str:
 
 def root_causes(explanation: "Explanation") -> list["Cause"]:
     """The causes a user acts on: not a consequence of another cause (`caused_by`: a backward
-    captured again because its forward was recompiled is fixed with that forward), and not
+    captured again because its forward was recompiled is fixed with that forward, as is a
+    compiled-autograd graph's code recompiled by the same global change), and not
     AccumulateGrad's one-time .grad warm-up (harmless; `gate --max-recompiles` does not count it)."""
     from cagtool.report.recompiles.explain import CAUSE_GRAD_DEFINED
 

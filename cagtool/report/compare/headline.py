@@ -104,7 +104,8 @@ def _bytes(n: int | None) -> str:
 
 def root_causes(explanation: "Explanation") -> list["Cause"]:
     """The causes a user acts on: not a consequence of another cause (`caused_by`: a backward
-    captured again because its forward was recompiled is fixed with that forward), and not
+    captured again because its forward was recompiled is fixed with that forward, as is a
+    compiled-autograd graph's code recompiled by the same global change), and not
     AccumulateGrad's one-time .grad warm-up (harmless; `gate --max-recompiles` does not count it)."""
     from cagtool.report.recompiles.explain import CAUSE_GRAD_DEFINED
 
@@ -122,6 +123,7 @@ def cause_phrase(cause: "Cause") -> str:
         CAUSE_HOOK,
         CAUSE_SHAPES,
         CAUSE_STRUCTURE,
+        CAUSE_UNKNOWN,
         guard_label,
         step_list,
     )
@@ -142,6 +144,22 @@ def cause_phrase(cause: "Cause") -> str:
         what = "a data-dependent branch picked other ops for the backward"
     elif cause.code == CAUSE_STRUCTURE and cause.facts.get("other_backward_calls"):
         what = "another backward call of the step, captured once as its own graph"
+    elif cause.code == CAUSE_STRUCTURE and cause.facts.get("new_backward_call") is not None and cause.count == 1:
+        what = "a backward called from a new line, its graph's first capture"
+    elif cause.code == CAUSE_UNKNOWN and cause.facts.get("after_failed_capture"):
+        what = "a recapture after a compiled-autograd capture that raised"
+    elif cause.code == CAUSE_HOOK and cause.facts.get("named_hooks"):
+        # The hooks by name (a lambda by its line, which is where it is registered, as a rule): the
+        # backward's line, the cause's source, says nothing of them.
+        hooks = cause.facts["named_hooks"]
+        labels = [f"the lambda at {os.path.basename(h.file)}:{h.line}" if h.function.endswith("<lambda>") and h.file
+                  else f"`{h.function.rsplit('.', 1)[-1]}`" for h in hooks[:3]]
+        more = f", {len(hooks) - 3} more" if len(hooks) > 3 else ""
+        added = [h for h in hooks if h.added]
+        verb = "registered" if added else "removed"
+        steps = cause.steps
+        at = "" if not steps else f" on step {steps[0]}" if len(steps) == 1 else f" on steps {step_list(steps)}"
+        return f"{'backward hooks' if len(hooks) > 1 else 'a backward hook'} {verb}{at} ({', '.join(labels)}{more})"
     elif cause.code == CAUSE_GRAD_DEFINED and cause.facts.get("grad_warmup_per_graph"):
         what = ".grad made at the first step, then kept (one warm-up capture per backward graph)"
     else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cagtool.errors import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK, UsageError
 from cagtool.record.integrity import refuse_damaged
@@ -38,6 +39,9 @@ from cagtool.report.gate.checks import (
 from cagtool.report.gate.config import GateSettings, resolve_settings
 from cagtool.report.gate.ranks import per_rank_results, processes_followed, run_level_results
 from cagtool.report.ranks.analysis import analyze_ranks, not_followed
+
+if TYPE_CHECKING:
+    from cagtool.report.recompiles.explain import Cause, Explanation
 
 
 @dataclass(frozen=True)
@@ -195,6 +199,23 @@ def _evaluate(
 _RECOMPILE_METRICS = ("recompiles", "ca_recompiles", "dynamo_recompiles", "ca_cache_misses")
 
 
+def _causes_of(explanation: "Explanation", metric: str | None) -> list["Cause"]:
+    from cagtool.report.compare.headline import root_causes
+    from cagtool.report.recompiles.table import SOURCE_CA
+
+    by_number = {c.number: c for c in explanation.causes}
+
+    def counted(cause: "Cause") -> bool:
+        rows = [row for c in (cause, *(by_number[n] for n in cause.consequences if n in by_number)) for row in c.rows]
+        if metric in ("ca_recompiles", "ca_cache_misses"):
+            return any(row.source == SOURCE_CA for row in rows)
+        if metric == "dynamo_recompiles":
+            return any(row.source != SOURCE_CA for row in rows)
+        return True
+
+    return [c for c in root_causes(explanation) if counted(c)]
+
+
 def _with_causes(results: list[CheckResult], run: RunRecord, mode: str, rank: int | None) -> list[CheckResult]:
     """A failed recompile count names its cause, step and line (report.recompiles.explain, as
     `recompiles --explain` words it): `CA recompiles 2 > 0 allowed (+2): the size of `args[0]`
@@ -204,18 +225,19 @@ def _with_causes(results: list[CheckResult], run: RunRecord, mode: str, rank: in
     record = run.modes.get(mode) if rank is None else None
     if not failed or record is None:
         return results
-    from cagtool.report.compare.headline import cause_phrase, root_causes
+    from cagtool.report.compare.headline import cause_phrase
     from cagtool.report.recompiles.explain import explain
     from cagtool.report.recompiles.table import recompile_table
 
-    roots = root_causes(explain(recompile_table(record)))
-    if not roots:
-        return results
-    more = f"; and {len(roots) - 1} more cause{'s' if len(roots) > 2 else ''} (cagtool recompiles --explain)" if len(roots) > 1 else ""
-    source = roots[0].source
+    explanation = explain(recompile_table(record))
     out = []
     for r in results:
-        if r in failed:
+        # The causes behind the figure the check counts: a CA count's causes are those with a CA
+        # capture (their own or a consequence's), a Dynamo count's those with a Dynamo recompile.
+        roots = _causes_of(explanation, r.data.get("metric"))
+        if r in failed and roots:
+            more = f"; and {len(roots) - 1} more cause{'s' if len(roots) > 2 else ''} (cagtool recompiles --explain)" if len(roots) > 1 else ""
+            source = roots[0].source
             data = dict(r.data, cause=cause_phrase(roots[0]))
             if source is not None:
                 data["source"] = {"file": source.file, "line": source.line}

@@ -390,6 +390,8 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "break_reason": table.break_reasons.get((resume.file, resume.line), "") if resume is not None else "",
         # Per recompile, what the Python value a `== v` / `is None` guard is on was and became.
         "value_changes": _value_changes(table, cause),
+        # The user's line that called the recompiled code, where a value passed to it is changed.
+        "caller": next((row.caller for row in cause.rows if row.caller is not None), None),
         **_stability(table, cause),
     }
 
@@ -752,7 +754,8 @@ def _structure(cause: Cause, cwd: str) -> Words:
 def _new_backward_words(cause: Cause, call: SourceRef, cwd: str) -> Words:
     change = cause.facts["changes"][0]
     at = f"step {change.step}" if change.step is not None else change.compile_id
-    title = f"A backward called from a new line: its first graph ({plural(cause.count, 'capture')})"
+    # Counted as a recompile, as torch's cache miss is (`summary`, `gate --max-recompiles`): said so.
+    title = f"A backward called from a new line: its first graph ({plural(cause.count, 'recompile')}, a first capture)"
     why = [f"At {at} backward was called at {format_source(call, cwd)}, a line no earlier backward came from: its graph is "
            "another graph than the ones captured before (their nodes differ), so compiled autograd captures it once. "
            "It is not the same backward changing between steps."]
@@ -765,7 +768,7 @@ def _new_backward_words(cause: Cause, call: SourceRef, cwd: str) -> Words:
 
 def _other_backward_words(cause: Cause, calls: list[SourceRef], cwd: str) -> Words:
     lines = ", ".join(format_source(c, cwd) for c in calls)
-    title = f"A step calls backward more than once: each call is its own graph ({plural(cause.count, 'capture')})"
+    title = f"A step calls backward more than once: each call is its own graph ({plural(cause.count, 'recompile')}, one first capture per call)"
     why = [
         f"Compiled autograd caches one graph per backward graph it runs. Step {cause.steps[0]} called backward again at {lines}, "
         "on another graph than its first call's: a cache miss and a new capture, once per call, reused by every later step.",
@@ -826,12 +829,32 @@ _HOOK_KINDS = {
 
 
 def hook_label(hook: NamedHook, cwd: str) -> str:
-    """`the hook `clip_grad` (train.py:42)`; a lambda by its line: `the lambda at train.py:13`."""
+    """`the hook `clip_grad` (defined at train.py:42)`; a lambda by its line: `the lambda at train.py:13`.
+    A function's line is its `def`: where it is registered is not known (docs/torch-internals.md,
+    "Where a hook is registered")."""
     where = f"{short_file(hook.file, cwd)}:{hook.line}" if hook.file else ""
     if hook.function.endswith("<lambda>"):
         outer = hook.function[: -len("<lambda>")].replace(".<locals>", "").rstrip(".")
         return f"the lambda at {where or '?'}" + (f" (in `{outer}`)" if outer else "")
-    return f"the hook `{hook.function}`" + (f" ({where})" if where else "")
+    return f"the hook `{hook.function}`" + (f" (defined at {where})" if where else "")
+
+
+# The call that registers each kind of hook, as the user writes it.
+_REGISTER_CALLS = {
+    "tensor_pre_hook": "register_hook",
+    "post_acc_grad_hook": "register_post_accumulate_grad_hook",
+    "pre_hook": "register_prehook",
+    "post_hook": "register_hook",
+}
+
+
+def registration_call(hook: NamedHook) -> str:
+    """"the `register_hook` call given `clip_grad`": the call that registers a named function, to look
+    for in the step's code; "" for a lambda (its own line is the call) or a hook of no known kind."""
+    if hook.function.endswith("<lambda>") or not hook.file:
+        return ""
+    method = "register_full_backward_hook" if hook.module else next((_REGISTER_CALLS[t] for t in hook.hook_types if t in _REGISTER_CALLS), "")
+    return f"the `{method}` call given `{hook.function.rsplit('.', 1)[-1]}`" if method else ""
 
 
 def _hook_kind(hook: NamedHook) -> str:
@@ -866,6 +889,10 @@ def _named_hook_sentence(hook: NamedHook, cwd: str) -> str:
     if _piles_up(hook):
         sentence += (" Each registration adds one more (none is removed), and compiled autograd's key counts the hooks "
                      "on each node: a new graph every time.")
+    call = registration_call(hook)
+    if call and hook.added:
+        sentence += (f" That line is its `def`, not where it is registered: look in the training loop for {call} that "
+                     f"runs on {_steps_text(hook.added)} (cagtool reads the hooks a graph calls, not the line that registered them).")
     return sentence
 
 
@@ -874,14 +901,18 @@ def _named_hook_fixes(hooks: list[NamedHook], cwd: str) -> list[str]:
     fixes: list[str] = []
     once = [h for h in hooks if h.added and not _piles_up(h)]
     if once:
-        labels = [hook_label(h, cwd) + (f" (`module.register_full_backward_hook(...)` on the `{h.module}`)" if h.module else "")
+        labels = [hook_label(h, cwd) + (f" (`module.register_full_backward_hook(...)` on the `{h.module}`)" if h.module and not registration_call(h) else "")
                   for h in once]
         them = "it" if len(once) == 1 else "them"
-        fixes.append(f"Register {_and_list(labels)} once, before the first backward, and keep {them}. " + _SWITCH_WITH_A_TENSOR)
+        calls = [c for h in once if (c := registration_call(h))]
+        move = f" (move {_and_list(calls)} above the training loop)" if calls else ""
+        fixes.append(f"Register {_and_list(labels)} once, before the first backward, and keep {them}{move}. " + _SWITCH_WITH_A_TENSOR)
     for hook in hooks:
         label = hook_label(hook, cwd)
         if hook.added and _piles_up(hook):
-            fixes.append(f"Register {label} once, before the training loop, and keep it: registered on every step it piles up "
+            call = registration_call(hook)
+            move = f" (move {call} out of the loop)" if call else ""
+            fixes.append(f"Register {label} once, before the training loop{move}, and keep it: registered on every step it piles up "
                          "(every copy runs at each backward) and each new count is a new graph. If it must be registered in the "
                          "loop, keep its handle and call `handle.remove()` after the backward: its graph is then captured once and reused.")
         elif not hook.added:
@@ -1474,7 +1505,12 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                         "To skip that recompile, run every step under the same autocast setting; that changes what the steps "
                         "before the switch compute (their precision)."]
             return [f"Run every step under the same autocast setting (on for all of them, or for none): {same}."]
-        return ["Keep that global setting the same around the compiled call, or compile one function per setting."]
+        if "num_threads" in guard:
+            return ["Call torch.set_num_threads(n) once, before the first compiled call, and never again (or stop the library "
+                    "that resets it each step): each new thread count recompiles every compiled frame and graph."]
+        # A second torch.compile of the same function shares its code's cache: it recompiles all the same.
+        return ["Set that global state once, before the first compiled call, and keep it the same around every compiled call: "
+                "each new setting compiles the code again."]
     if kind == GUARD_REQUIRES_GRAD and facts.get("requires_grad_inputs"):
         return ["Nothing to fix when both kinds of call are part of every step: each graph is compiled once and cached."
                 if once or facts.get("stabilised") else
@@ -1572,6 +1608,9 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                 f"To skip that recompile too, pass it as a tensor (`torch.tensor({name})`) where it is only used in tensor "
                 "arithmetic: a tensor's value is not guarded. (TORCH_COMPILE_DYNAMIC_SOURCES, which torch's PGO suggests for "
                 "it, does not: Dynamo still compiles a float's first value as a constant.)"]
+    if kind == GUARD_VALUE and _specialised_each(facts) and _loop_bound(facts["value_changes"][0].source, code):
+        name = facts["value_changes"][0].source
+        return [_LOOP_BOUND_FIX.format(name=name)]
     if kind == GUARD_VALUE and _specialised_each(facts):
         name = facts["value_changes"][0].source
         fixes = [f"Nothing to fix if `{name}` takes a few values (a schedule that ends): each is compiled once and cached, "
@@ -1584,6 +1623,17 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                      "where the code called `op(...)`; a graph break there, and it runs eagerly, computing what it did). "
                      f"Dynamo then recompiles once, at the first change, and takes `{name}` as an input that later values reuse.")
         return fixes
+    if kind == GUARD_VALUE and (changes := facts.get("value_changes")) and _loop_bound(changes[0].source, code):
+        return [_LOOP_BOUND_FIX.format(name=changes[0].source)]
+    if kind == GUARD_VALUE and (changes := facts.get("value_changes")) and _in_arithmetic(changes[0].source, code):
+        # torch 2.13 (sample_scripts/scalar_per_step.py, `cagtool recompiles --verify`'s scalar-to-tensor): the
+        # float passed as torch.tensor(scale) compiles the forward once for every value.
+        name = changes[0].source
+        call = facts.get("caller")
+        at = f" where the compiled code is called ({os.path.basename(call.file)}:{call.line} `{call.code}`)" if call is not None and call.code else ""
+        return [f"Pass `{name}` as a tensor{at}: `torch.tensor({name})` in place of `{name}`. The guarded line computes with it, "
+                "and a tensor's value is not guarded: one compile serves every value. Kept a Python number, each new value "
+                "is compiled anew (until the recompile limit sends the frame to eager)."]
     if kind == GUARD_VALUE:
         return ["A Python number the code specialised on changed value. If it only feeds shapes, Dynamo makes it "
                 "dynamic after one change; used as a loop bound or in control flow it recompiles per value: "
@@ -1605,6 +1655,22 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                 "Dynamo made it dynamic and guards on each expression of it the code decides by, so each outcome "
                 "compiles once: pass it as a tensor (and branch with torch.where), or hoist that logic out of the compiled function."]
     return ["Keep the guarded value the same between calls, or move it out of the compiled function."]
+
+
+_LOOP_BOUND_FIX = ("`{name}` is a loop's bound in the compiled code: Dynamo unrolls the loop, so each value of `{name}` is "
+                   "another graph, compiled anew. Run the loop a fixed number of times (pad to a maximum; mask what is not "
+                   "needed), or move the loop out of the compiled function (compile its body).")
+
+
+def _loop_bound(name: str, code: str) -> bool:
+    """The guarded line runs a loop `name` times (`for _ in range(depth)`)."""
+    return bool(name) and re.search(rf"\brange\([^)]*(?<![\w.]){re.escape(name)}\b", code) is not None
+
+
+def _in_arithmetic(name: str, code: str) -> bool:
+    """The guarded line multiplies, divides, adds or subtracts with `name` (`... * scale`)."""
+    n = re.escape(name)
+    return bool(name) and re.search(rf"[*/+-]\s*(?<![\w.]){n}\b(?!\s*[\[(.])|(?<![\w.]){n}\s*[*/+-]", code) is not None
 
 
 def _guard(cause: Cause, cwd: str) -> Words:
@@ -1754,6 +1820,12 @@ def _consequence(cause: Cause, cwd: str) -> Words:
     """A CA recompile that follows from a forward recompile: what the backward saw, and that the
     fix is the root cause's (no advice written for a cause the script does not have)."""
     root = f"#{cause.caused_by}"
+    if cause.code == CAUSE_DYNAMO_CA_GRAPH:
+        words = _guard(cause, cwd)
+        lead = (f"Follows from {root}: the change that recompiled the forward failed the same guard of the code of a "
+                "compiled-autograd graph, in the same step: one change, two recompiles.")
+        return Words(f"Caused by {root}, the same change: {words.title}", [lead, *words.why],
+                     [f"Fixing {root} removes this one too: the same change made both."], words.evidence)
     if cause.code == CAUSE_SHAPES:
         lead = (f"Follows from {root}: the sizes that made Dynamo recompile the forward reached the backward "
                 "in the same step.")
@@ -2025,6 +2097,20 @@ def _roots(table: RecompileTable, causes: list[Cause]) -> dict[int, Cause]:
         found = {id(follows[r.seq]) if r.seq in follows else None for r in ca_rows}
         if len(found) == 1 and None not in found:
             roots[id(cause)] = follows[ca_rows[0].seq]
+    # One global change (torch.set_num_threads) fails the same guard of a forward frame and of a
+    # compiled-autograd graph's code in the same step: one change, fixed once, counted once.
+    changed: dict[tuple[str, int], Cause] = {}
+    for cause in causes:
+        if cause.code == CAUSE_DYNAMO_FRAME:
+            for row in cause.rows:
+                if row.step is not None and guard_kind(own_guard(row)) == GUARD_GLOBAL_STATE:
+                    changed.setdefault((own_guard(row), row.step), cause)
+    for cause in causes:
+        if cause.code != CAUSE_DYNAMO_CA_GRAPH or id(cause) in roots:
+            continue
+        same = {id(changed[(own_guard(r), r.step)]) if (own_guard(r), r.step) in changed else None for r in cause.rows}
+        if len(same) == 1 and None not in same:
+            roots[id(cause)] = changed[(own_guard(cause.rows[0]), cause.rows[0].step)]
     return roots
 
 

@@ -34,10 +34,14 @@ WORDS = {
 FIXES = {
     CAUSE_NUM_THREADS: "set the thread count once, before the first compiled call (or stop the library resetting it: "
                        "each new count is a new compile of every compiled frame, out of its recompile_limit)",
-    CAUSE_TRAIN_EVAL: "compile the evaluation separately (its own torch.compile of the model in eval mode) or accept "
-                      "one cached graph per mode: it costs one recompile, then both are cached",
-    CAUSE_GRAD_MODE: "evaluate under torch.inference_mode or no_grad consistently, or with a separately compiled "
-                     "function; the first evaluation costs one recompile, then both graphs are cached",
+    # torch 2.13, checked by hand: a second torch.compile of the same model shares its code's cache, and its
+    # eval call recompiles frame 0 all the same; the module torch.compile wrapped (`_orig_mod`) compiles nothing.
+    CAUSE_TRAIN_EVAL: "evaluate with the uncompiled module (`compiled._orig_mod(x)`, or the model you passed to "
+                      "torch.compile): no compile for the evaluation. Or accept one cached graph per mode: it costs one "
+                      "recompile, then both are cached (a second torch.compile of the same model recompiles all the same: "
+                      "it shares the first one's cache)",
+    CAUSE_GRAD_MODE: "evaluate with the uncompiled module (`compiled._orig_mod(x)` under torch.no_grad): no compile for "
+                     "the evaluation. Or accept it: the first evaluation costs one recompile, then both graphs are cached",
     CAUSE_REENTRANT_CHECKPOINT: "checkpoint(..., use_reentrant=False): its forward runs with grad enabled, as its "
                                 "recompute does, so the compiled function is not compiled twice "
                                 "(`cagtool checkpointing` verifies it on your job)",

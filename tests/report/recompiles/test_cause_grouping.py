@@ -51,7 +51,7 @@ def test_two_python_values_are_two_causes_each_named_by_its_value(record_run):
 def test_a_second_backward_call_in_a_step_is_its_own_graph_not_a_structure_that_changes(record_run):
     run, causes = _explained(record_run, "two_backward_calls.py")
     second = next(c for c in causes if c["code"] == "graph_structure")
-    assert second["title"] == "A step calls backward more than once: each call is its own graph (1 capture)"
+    assert second["title"] == "A step calls backward more than once: each call is its own graph (1 recompile, one first capture per call)"
     assert second["steps"] == [0] and second["source"]["line"] == 16  # l2.backward()
     assert second["fix"][0].startswith("Nothing to fix.") and "torch.where" not in " ".join(second["fix"])
     code, summary, _ = cli_in_process("summary", str(run.path))

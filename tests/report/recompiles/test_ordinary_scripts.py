@@ -165,13 +165,18 @@ def test_hooks_that_join_late_are_named_each_with_the_steps_it_joined_and_a_fix_
     assert (named["decay_grad"]["added"], named["decay_grad"]["hook_types"]) == ([3], ["post_acc_grad_hook"])
     assert (named["scale_grad"]["added"], named["scale_grad"]["counts"]) == ([5, 6, 7], [1, 2, 3])
     why = " ".join(accumulate["why"])
-    assert "The hook `clip_grad` (tests/scripts/hooks_joining_late.py:10), a tensor hook (`register_hook`), is registered on step 2." in why
+    assert ("The hook `clip_grad` (defined at tests/scripts/hooks_joining_late.py:10), a tensor hook (`register_hook`), is "
+            "registered on step 2. That line is its `def`, not where it is registered: look in the training loop for the "
+            "`register_hook` call given `clip_grad` that runs on step 2") in why
     assert "a post-accumulate-grad hook (`register_post_accumulate_grad_hook`), is registered on step 3." in why
     assert "is registered on steps 5-7: 3 hooks of it in the new graph. Each registration adds one more" in why
     once, piling = accumulate["fix"]
-    assert once.startswith("Register the hook `clip_grad` (tests/scripts/hooks_joining_late.py:10) and the hook `decay_grad` "
-                           "(tests/scripts/hooks_joining_late.py:18) once, before the first backward, and keep them.")
-    assert piling.startswith("Register the hook `scale_grad` (tests/scripts/hooks_joining_late.py:14) once, before the training loop")
+    assert once.startswith("Register the hook `clip_grad` (defined at tests/scripts/hooks_joining_late.py:10) and the hook "
+                           "`decay_grad` (defined at tests/scripts/hooks_joining_late.py:18) once, before the first backward, "
+                           "and keep them (move the `register_hook` call given `clip_grad` and the "
+                           "`register_post_accumulate_grad_hook` call given `decay_grad` above the training loop).")
+    assert piling.startswith("Register the hook `scale_grad` (defined at tests/scripts/hooks_joining_late.py:14) once, before the "
+                             "training loop (move the `register_hook` call given `scale_grad` out of the loop)")
     assert "`handle.remove()` after the backward" in piling
     [hook] = module["hooks"]
     assert (hook["function"], hook["line"], hook["module"], hook["added"]) == ("<lambda>", 31, "Linear", [4])

@@ -64,12 +64,8 @@ EVENT_FIELDS = {
 }
 
 
-def _no_line(seq: int, t: float, payload: Any) -> str:
-    return ""
-
-
-# A queued entry without text: an event whose line a group entry before it wrote.
-_NO_LINE = (_no_line, 0.0, None)
+# A queued entry without text (the writer makes none): an event whose line a group entry before it wrote.
+_NO_LINE = (None, 0.0, None)
 
 
 class StepLines:

@@ -36,7 +36,8 @@ together, each run one sample (the step-overhead row of benchmarks/README.md).
 One piece cannot be toggled: the first-call timer cagtool wraps around each compiled CA graph lives
 in torch's CA cache once the graph is captured (captured here with the instrumentation on, as in a
 real run), so both variants carry it. Its cost is measured separately (a call through it vs a direct
-call) and added to the upper end as "bound incl. first-call timer".
+call) and added to the upper end as "bound incl. first-call timer"; after its first call it calls the
+compiled function with no Python frame between (ca_observer.py), so that is little.
 
     python benchmarks/step_overhead.py                       # Inductor (the default backend), 24 processes x 40 pairs x 40 steps (~11 min)
     python benchmarks/step_overhead.py --backend eager --pairs 60 --block 25

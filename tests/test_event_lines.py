@@ -371,15 +371,60 @@ def test_the_trackers_events_are_built_in_their_fields_order():
         assert cls.__struct_fields__ == fields
 
 
-@pytest.mark.parametrize("thread", ['}, {"kind": "step", "seq": 1}', "a\n}, {\"kind\": ", "Thréad-ü ✓ \\"])
+@pytest.mark.parametrize("thread", ['}, {"kind": "step", "seq": 1}', "a\n}, {\"kind\": ", "Thréad-ü ✓ \\", "a, b", "null", "", "\u2028\x7f\x00%s"])
 @pytest.mark.parametrize("loss", [1.5, None, math.nan, math.inf])
-def test_event_lines_are_the_event_line_of_each(thread, loss):
-    """schema.event_lines (a step's three lines in one encode) is event_line of each, whatever a
-    thread's name holds (the separator it splits on included) and with a non-finite loss."""
-    from cagtool.record.schema import event_lines
+def test_scalar_lines_are_the_event_line_of_each(thread, loss):
+    """schema.scalar_lines (a step's three lines from their values) is event_line of each event the
+    values make, whatever a thread's name holds (commas, the separators, escapes) and with a
+    non-finite loss."""
+    from cagtool.record.schema import scalar_lines
 
     events = (BackwardEvent(seq=7, t=1.25, step=4, index=0, backward_s=0.001, ca_captures=1, call="backward", loss=loss, thread=thread),
               OptimizerStepEvent(seq=8, t=1.5, step=4, wall_s=0.002, optimizer=thread),
               StepEvent(seq=9, t=1.5, step=4, backward_s=0.001, loss=loss, wall_s=None, boundary="optimizer", cpu_s=0.003, thread_cpu_s=None))
-    assert event_lines(events) == "".join(event_line(event) for event in events)
-    assert event_lines(events).count("\n") == 3
+    values = tuple(getattr(event, name) for event in events for name in event.__struct_fields__)
+    text = scalar_lines(BackwardEvent, OptimizerStepEvent, StepEvent)(values)
+    assert text == "".join(event_line(event) for event in events)
+    assert text.count("\n") == 3
+
+
+# Floats whose shortest text msgspec and Python spell differently (1e16, 1e-05, 2.5e-07), the
+# extremes, zeros of both signs, and non-finite ones; ints past 32 and 53 bits.
+_FLOATS = [0.0, -0.0, 1.0, 1e16, 1.5e16, 1e15, 1e-05, 1e-4, 2.5e-07, 1e-300, 1e300, -1e300, 5e-324, 1.7976931348623157e308,
+           0.1, 1 / 3, 12345.678, 1e21, -1e-7, math.nan, math.inf, -math.inf]
+_INTS = [0, 1, -1, 2**31, 2**53 + 1, 2**63 - 1, -2**63]
+
+
+def test_scalar_lines_are_event_line_over_many_values():
+    """Every field of the three step events over floats at the edges of both float spellings, large
+    ints, None, bools and strings: the same text as event_line of the event, field by field."""
+    import random
+
+    from cagtool.record.schema import scalar_lines
+
+    rng = random.Random(5)
+    strings = ["", "AdamW", "backward", 'q"uote', "back\\slash", "é ✓ \u2028", "a,b", "null", "1e5", "\n\t", "%d"]
+    lines = {cls: scalar_lines(cls) for cls in (BackwardEvent, OptimizerStepEvent, StepEvent)}
+    checked = 0
+    for cls, make in lines.items():
+        fields = msgspec.structs.fields(cls)
+        for _ in range(400):
+            values = []
+            for field in fields:
+                kinds = {str(field.type)}
+                if "float" in kinds.pop():
+                    pool = _FLOATS + [None, rng.uniform(-1e3, 1e3), rng.lognormvariate(0, 30), math.ldexp(rng.random(), rng.randint(-1074, 1023))]
+                elif field.type is int:
+                    pool = _INTS + [rng.randint(-2**63, 2**63 - 1)]
+                elif field.type is bool:
+                    pool = [True, False]
+                else:
+                    pool = strings
+                values.append(rng.choice(pool) if field.name != "seq" else rng.randint(0, 2**40))
+            event = cls(*values)
+            assert make(tuple(values)) == event_line(event), event
+            checked += 1
+    for value in _FLOATS + [None]:  # each float alone in every float field
+        values = (3, 1.0, 4, value, value, 0, 1, value, value, 2, "optimizer", value, False, value, value)
+        assert lines[StepEvent](values) == event_line(StepEvent(*values))
+    assert checked == 1200

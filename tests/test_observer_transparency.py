@@ -220,6 +220,33 @@ def test_the_script_s_own_ca_compiler_is_named_by_what_compiled_the_graph(backen
     assert [g["compiler"] for g in observed.events("ca_graph")] == [f"script:{backend}"]
 
 
+def test_a_graphs_later_backwards_call_it_from_torchs_frame_and_its_first_call_is_timed_once(tmp_path, fresh_ca):
+    """The compiled graph's first call is timed (its ca_compile event); every later backward calls
+    the graph straight from torch's runtime_wrapper, with no frame of cagtool's between."""
+    import sys
+
+    callers: list[str] = []
+
+    def compiler(gm: Any) -> Any:
+        compiled = torch.compile(gm, backend="eager")
+
+        def graph(*args: Any) -> Any:
+            callers.append(sys._getframe(1).f_code.co_name)
+            return compiled(*args)
+
+        return graph
+
+    with Observed(tmp_path) as observed:
+        model = torch.nn.Linear(4, 1)
+        with ca._enable(compiler, dynamic=False):
+            for _ in range(5):
+                model(torch.randn(2, 4)).sum().backward()
+    # two graphs: the first backward's (no .grad yet) and the later ones'
+    timed = observed.events("ca_compile")
+    assert [e["ok"] for e in timed] == [True, True] and len({e["ca_id"] for e in timed}) == 2
+    assert callers == ["first_call_timer"] * 2 + ["runtime_wrapper"] * 3
+
+
 # -- shapes from torch's own compiled-autograd tests -------------------------------------------
 
 def test_an_unbacked_size_is_recorded_as_its_symbol_not_int():

@@ -48,7 +48,7 @@ begun (None before the first backward). The loader converts both to this shape a
 from __future__ import annotations
 
 from functools import cache
-from typing import Any, ClassVar, Union
+from typing import Any, Callable, ClassVar, Union
 
 import msgspec
 from msgspec import Struct
@@ -609,17 +609,55 @@ def event_line(event: Event) -> str:
 
 
 
-def event_lines(events: tuple[Event, ...]) -> str:
-    """"".join(event_line(e) for e in events), for events whose fields are all scalars, made in one
-    encode and one format rather than one of each per event (a step's three lines,
-    capture/steps/lines.py). The formatted list is "[" + lines joined by ", " + "]"; a line's first
-    key is its "kind", and `}, {"kind": ` occurs only between two of them: inside a string a quote
-    is escaped, so `{"` there would be the string's closing quote, which is never followed by
-    `kind`, and scalar fields hold no object."""
-    data = _ENCODER.encode(events)
-    if b"null" in data and not all(_finite_event(event) for event in events):
+_LETTER_N = ord("n")
+
+
+def scalar_lines(*classes: type[Event]) -> Callable[[tuple[Any, ...]], str]:
+    """`lines(values) -> text`: "".join(event_line(cls(*fields)) ...) for one event of each of
+    `classes` (events whose fields are all scalars: numbers, strings, bools, None), `values` their
+    fields by position, in the order of each class's `__struct_fields__`, one class after the other.
+    The step tracker's per-step lines (capture/steps/lines.py): no event is built, and msgspec encodes
+    the values once, as an array, rather than encoding events and re-formatting the text into json's
+    layout (`msgspec.json.format`): its text of each value (a float's shortest digits, a string's
+    escapes, null, true) goes between the keys, written in that layout once, here. The array's text
+    splits at its commas into one piece a value, unless a string holds a comma: then, and where a
+    float is NaN or infinite (msgspec's null, where `event_line` writes json's NaN), the events are
+    built and written by `event_line`."""
+    sizes = [len(cls.__struct_fields__) for cls in classes]
+    # The text before each value and after the last, with a place for each value between:
+    # [before value 0, None, before value 1, None, ..., after the last].
+    around: list[str | None] = []
+    closing = ""
+    for cls in classes:
+        for index, name in enumerate(cls.__struct_fields__):
+            opening = closing + '{"kind": ' + msgspec.json.encode(cls.__struct_config__.tag).decode() + ", " if index == 0 else ", "
+            around += [opening + msgspec.json.encode(name).decode() + ": ", None]
+        closing = "}\n"
+    around.append(closing)
+    count = sum(sizes)
+    encode = _ENCODER.encode
+
+    def built(values: tuple[Any, ...]) -> str:
+        events, start = [], 0
+        for cls, size in zip(classes, sizes):
+            events.append(cls(*values[start:start + size]))
+            start += size
         return "".join([event_line(event) for event in events])
-    return msgspec.json.format(data, indent=0).decode()[1:-1].replace('}, {"kind": ', '}\n{"kind": ') + "\n"
+
+    def lines(values: tuple[Any, ...]) -> str:
+        data = encode(values)
+        parts = data[1:-1].decode().split(",")
+        # A null is a None of `values`, or a NaN or infinity msgspec wrote as null (no "n" in the
+        # text, usually: only null and a string can hold one). The byte as an int: a bytes needle
+        # costs `in` a TypeError raised and cleared first (~1.6k instructions).
+        if len(parts) != count or (_LETTER_N in data and "null" in parts and parts.count("null") != values.count(None)):
+            return built(values)
+        text = around.copy()
+        text[1::2] = parts
+        return "".join(text)
+
+    return lines
+
 
 _NO_FLOAT = (int, str, bool, type(None))
 _FLOAT_FIELDS: dict[type, tuple[str, ...]] = {}  # per event class: the fields that may hold a float

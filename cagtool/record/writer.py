@@ -181,15 +181,16 @@ class RecordWriter:
         self.oversized = 0  # events (and graph nodes files) left out for their size (module docstring)
         self.last_oversized: str | None = None
         self._events: int | None = None  # events.jsonl's descriptor, opened for appending
-        # Numbered held lines, not written yet: (line, t, payload), whose text is line(seq, t, payload).
-        self._held: list[tuple[Callable[[int, float, Any], str], float, Any]] = []
+        # Numbered held lines, not written yet: (line, t, payload), whose text is line(seq, t, payload);
+        # `line` None: an event whose line an entry before it wrote (the step tracker's three lines of a step).
+        self._held: list[tuple[Callable[[int, float, Any], str] | None, float, Any]] = []
         self._held_from = 0  # the seq of the first of them; the others follow it (nothing is numbered in between)
         # Lines the step tracker holds without the lock, not numbered yet: (line, t, payload) as in _held
         # (the payload whatever its `line` reads: a tuple, made at once, is cheaper than a dict), appended
         # by one thread at a time (the tracker's own lock). Every path that numbers an event takes them
         # first (_take_queued), removing only what it took (`del queued[:n]`: an append racing it is kept).
         # The same list for the writer's life (the tracker keeps a reference): cleared in place.
-        self.queued: list[tuple[Callable[[int, float, Any], str], float, Any]] = []
+        self.queued: list[tuple[Callable[[int, float, Any], str] | None, float, Any]] = []
         # perf_counter time from which the queued lines are due (the first's + hold_s / 2); set by the
         # appender when it appends to an empty queue. A stale value is an earlier one: written sooner, never later.
         self.queued_due = 0.0
@@ -371,7 +372,7 @@ class RecordWriter:
         after the other, their code stays in the CPU's caches."""
         held, self._held = self._held, []
         first = self._held_from
-        return "".join([line(first + i, t, payload) for i, (line, t, payload) in enumerate(held)])
+        return "".join([line(first + i, t, payload) for i, (line, t, payload) in enumerate(held) if line is not None])
 
     def _write(self, text: str, first_seq: int) -> None:
         """Caller holds the lock. A failed write stops recording at the first line of `text` (whose

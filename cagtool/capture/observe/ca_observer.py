@@ -506,19 +506,20 @@ class CaptureObserver:
         )
 
     def _time_first_call(self, compiled_fn: Callable[..., Any], record_id: int, hook_slots: Any = ()) -> Callable[..., Any]:
-        import torch
-
-        state = {"first": True}
+        """What C++ keeps as the graph's compiled function: an object whose first call times the
+        compiled function's first call (its compile) and names the hooks it is handed; from then on
+        its class's `__call__` is the compiled function itself, so every later backward calls the
+        graph with no Python frame of cagtool's between (a wrapper function cost ~3.3k instructions
+        a backward). torch's `runtime_wrapper` calls it with Dynamo's frame callback off
+        (`_disable()`), and its frame is in Dynamo's skip list anyway (dynamo_skip.py)."""
         writer, steps, observer = self.writer, self.steps, self
 
         def emit(seconds: float, error: str, hooks: Any) -> None:
             writer.emit(CACompileEvent, ca_id=record_id, first_call_s=seconds, step=steps.current_step, ok=not error, error=error,
                         hooks=hooks or [])
 
-        def first_call_timer(*args: Any, **kwargs: Any) -> Any:
-            if not state["first"]:
-                return compiled_fn(*args, **kwargs)
-            state["first"] = False
+        def first_call_timer(timer: Any, *args: Any, **kwargs: Any) -> Any:
+            type(timer).__call__ = staticmethod(compiled_fn)
             # runtime_wrapper calls compiled_fn(inputs, sizes, scalars, hooks, packed_inputs)
             hooks = observer._guarded("first call", hook_sites.hook_sites, args[3], hook_slots) if hook_slots and len(args) > 3 else None
             start = time.perf_counter()
@@ -530,8 +531,7 @@ class CaptureObserver:
             observer._guarded("first call", emit, time.perf_counter() - start, "", hooks)
             return result
 
-        # recursive=False: keep Dynamo off this frame only, so the compiled graph inside still compiles.
-        return torch._dynamo.disable(first_call_timer, recursive=False)
+        return type("FirstCallTimer", (), {"__call__": first_call_timer, "__slots__": (), "__module__": __name__})()
 
 
 class _LoggerAside:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from cagtool.record.schema import BackwardEvent, OptimizerStepEvent, StepEvent, event_line, event_lines
+from cagtool.record.schema import BackwardEvent, OptimizerStepEvent, StepEvent, scalar_lines
 from cagtool.record.writer import RecordWriter
 
 Line = Callable[[int, float, Any], str]
@@ -23,40 +23,39 @@ def line_makers(writer: RecordWriter) -> tuple[Line, Line, Line, Line]:
     step ((step, wall_s, optimizer class name)), step ((open step, step, wall_s, boundary, cpu_s,
     thread_cpu_s)) and a step's three lines as one (group: `StepLines.close_group`). Payloads are
     plain tuples, made in the drain once a step: a NamedTuple would cost several times as much.
-    Each line is its event's (record/schema.py, `event_line`): built from the payload and encoded by
-    msgspec, so a field added to one of these events is written once the drain passes its value.
-    The events are built with their fields by position, in the order of their classes'
-    `__struct_fields__` (`EVENT_FIELDS`, checked by tests/test_event_lines.py): a StepEvent by
-    keyword cost ~4x as much (msgspec matches each keyword against the fields)."""
+    Each line is its event's line (record/schema.py, `event_line`), made from the values by
+    `scalar_lines` without building the event, so a field added to one of these events is written
+    once the drain passes its value. The values go by position, in the order of the classes'
+    `__struct_fields__` (`EVENT_FIELDS`, checked by tests/test_event_lines.py)."""
+    backward_text = scalar_lines(BackwardEvent)
+    optimizer_step_text = scalar_lines(OptimizerStepEvent)
+    step_text = scalar_lines(StepEvent)
+    group_text = scalar_lines(BackwardEvent, OptimizerStepEvent, StepEvent)
 
     def backward_line(seq: int, t: float, payload: tuple) -> str:
-        step, index, backward_s, captures, call, loss, thread = payload
-        return event_line(BackwardEvent(seq, t, step, index, backward_s, captures, call, loss, thread))
+        return backward_text((seq, t, *payload))
 
     def optimizer_step_line(seq: int, t: float, payload: tuple) -> str:
-        step, wall_s, optimizer = payload
-        return event_line(OptimizerStepEvent(seq, t, step, wall_s, optimizer))
+        return optimizer_step_text((seq, t, *payload))
 
     def step_line(seq: int, t: float, payload: tuple) -> str:
         opened, step, wall_s, boundary, cpu_s, thread_cpu_s = payload
-        return event_line(StepEvent(seq, t, step, opened.backward_s, opened.loss, opened.captures, opened.compiles, opened.compile_s, wall_s,
-                                    opened.backward_calls, boundary, opened.optimizer_s, opened.skipped, cpu_s, thread_cpu_s))
+        return step_text((seq, t, step, opened.backward_s, opened.loss, opened.captures, opened.compiles, opened.compile_s, wall_s,
+                          opened.backward_calls, boundary, opened.optimizer_s, opened.skipped, cpu_s, thread_cpu_s))
 
     def group_line(seq: int, t: float, payload: tuple) -> str:
-        """A step's backward, optimizer-step and step lines (seq, seq + 1, seq + 2), encoded together."""
+        """A step's backward, optimizer-step and step lines (seq, seq + 1, seq + 2), made together."""
         backward, t_step, optimizer_s, optimizer, opened, _, wall_s, boundary, cpu_s, thread_cpu_s = payload
         step, index, backward_s, captures, call, loss, thread = backward
-        return event_lines((
-            BackwardEvent(seq, t, step, index, backward_s, captures, call, loss, thread),
-            OptimizerStepEvent(seq + 1, t_step, step, optimizer_s, optimizer),
-            StepEvent(seq + 2, t_step, step, opened.backward_s, opened.loss, opened.captures, opened.compiles, opened.compile_s, wall_s,
-                      opened.backward_calls, boundary, opened.optimizer_s, opened.skipped, cpu_s, thread_cpu_s),
-        ))
+        return group_text((seq, t, step, index, backward_s, captures, call, loss, thread,
+                           seq + 1, t_step, step, optimizer_s, optimizer,
+                           seq + 2, t_step, step, opened.backward_s, opened.loss, opened.captures, opened.compiles, opened.compile_s, wall_s,
+                           opened.backward_calls, boundary, opened.optimizer_s, opened.skipped, cpu_s, thread_cpu_s))
 
     return backward_line, optimizer_step_line, step_line, group_line
 
 
-# The fields of the tracker's events in the order line_makers passes them (their `__struct_fields__`).
+# The fields of the tracker's events in the order line_makers passes their values (their `__struct_fields__`).
 EVENT_FIELDS = {
     BackwardEvent: ("seq", "t", "step", "index", "backward_s", "ca_captures", "call", "loss", "thread"),
     OptimizerStepEvent: ("seq", "t", "step", "wall_s", "optimizer"),
@@ -65,12 +64,8 @@ EVENT_FIELDS = {
 }
 
 
-def _no_line(seq: int, t: float, payload: Any) -> str:
-    return ""
-
-
-# A queued entry without text: an event whose line a group entry before it wrote.
-_NO_LINE = (_no_line, 0.0, None)
+# A queued entry without text (the writer makes none): an event whose line a group entry before it wrote.
+_NO_LINE = (None, 0.0, None)
 
 
 class StepLines:

@@ -1,7 +1,8 @@
 """Does cagtool work on another torch? Builds one virtualenv per torch version, installs cagtool
 into it, and runs what pins cagtool's reliance on torch's internals:
 
-- the torch-internals tests (tests/test_torch_internals.py) and doctor's tests (tests/test_doctor.py);
+- the torch-internals tests (tests/test_torch_internals.py), doctor's tests (tests/test_doctor.py) and
+  the graph-code tests (tests/test_graph_code.py: what cagtool reads of an FX graph module);
 - `cagtool doctor` (one line per check: the entry points cagtool wraps, a real CA capture whose
   cache-miss messages must still parse);
 - a capture of every sample script in the `ca` mode (eager backend), whose exit code and CA graph
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 VENVS = ROOT / ".compat"
 DEPS = ["typer>=0.12,<0.29", "rich>=13", "depyf>=0.20", "pandas>=2.0", "msgspec>=0.19", "vl-convert-python>=1.6",
         "pytest>=8", "jsonschema>=4", "altair>=5.4", "scipy>=1.11"]
-TESTS = ["tests/test_torch_internals.py", "tests/test_doctor.py"]
+TESTS = ["tests/test_torch_internals.py", "tests/test_doctor.py", "tests/test_graph_code.py"]
 SAMPLE_ARGS = {"train_ddp.py": ["--steps", "3"], "transformer_lm.py": ["--steps", "6"]}
 # Samples that need a library the version's venv does not install: skipped (said so), not failed.
 SAMPLE_NEEDS = {"deepspeed_zero.py": "deepspeed"}
@@ -103,7 +104,7 @@ def check(version: str, out_dir: Path) -> dict:
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| torch | torch-internals + doctor tests | `cagtool doctor` | sample captures (ca, eager backend) | verdict |", "| --- | --- | --- | --- | --- |"]
+    lines = ["| torch | internals, doctor and graph-code tests | `cagtool doctor` | sample captures (ca, eager backend) | verdict |", "| --- | --- | --- | --- | --- |"]
     for r in results:
         ran = {name: c for name, c in r["captures"].items() if not c.get("skipped")}
         ok = sum(c["exit"] == 0 for c in ran.values())

@@ -417,14 +417,15 @@ def test_a_run_after_a_failed_capture_records_later_misses_with_torchs_reasons(t
     summary = subprocess.run([sys.executable, "-m", "cagtool", "summary", str(tmp_path / "r")], capture_output=True, text=True, cwd=root, timeout=120)
     assert ("CA graphs: 2 (4 captures: 1 initial, 1 for a new autograd node, 1 recompile for changed sizes, 1 for a reason "
             "torch did not log; 2 raised before a graph) (torch counted 4 captures); CA recompiles: 3") in " ".join(summary.stdout.split())
-    # the advice on top is the one cause with something to do (changed sizes), not a "nothing to fix"
-    assert "what to do: Start compiled autograd dynamic" in " ".join(summary.stdout.split())
+    # the advice on top is the first cause with something to do: the failed capture's (its error reached the script)
+    assert "what to do: Fix the failed capture and this recapture goes with it: compiled autograd cannot capture" in " ".join(summary.stdout.split())
     explain = subprocess.run([sys.executable, "-m", "cagtool", "recompiles", str(tmp_path / "r"), "--explain", "--format", "json"],
                              capture_output=True, text=True, cwd=root, timeout=120)
     unknown = [c for c in json.loads(explain.stdout)["modes"]["ca"]["explanation"]["causes"] if c["code"] == "unknown"]
     assert [c["title"] for c in unknown] == ["Recompiles with no reason recorded (1 recompile), after a capture that raised"]
-    assert "The capture of !0 raised" in unknown[0]["why"][0] and "(!1)" in unknown[0]["why"][0]
-    assert unknown[0]["fix"][0].startswith("Nothing to fix here: it goes with the failed capture.")
+    assert "The capture of !0 (the backward called at tests/scripts/ca_failed_capture_then_misses.py:13 " in unknown[0]["why"][0]
+    assert "(!1)" in unknown[0]["why"][0]
+    assert unknown[0]["fix"][0].startswith("Fix the failed capture and this recapture goes with it:")
     assert not any("Record again" in f for f in unknown[0]["fix"])
 
 

@@ -16,7 +16,7 @@ import torch
 from torch._dynamo import compiled_autograd as ca
 
 from cagtool.capture.observe import graph_dump
-from cagtool.capture.observe.ca_observer import CAPTURE_FAILED, OBSERVER_ERROR, CaptureObserver
+from cagtool.capture.observe.ca_observer import CAPTURE_ERROR, CAPTURE_FAILED, OBSERVER_ERROR, CaptureObserver
 from cagtool.capture.steps.tracker import StepTracker
 from cagtool.record.writer import RecordWriter
 from cagtool.record.manifest import ModeManifest
@@ -301,7 +301,11 @@ def test_higher_order_gradients_through_a_failed_capture_fail_as_under_plain_tor
     misses = observed.events("ca_cache_miss")
     assert len(misses) == 3
     assert misses[0]["miss_kind"] == "new_node" and {m["message"] for m in misses[1:]} == {"no cache-miss reason reported by torch"}
-    assert [e["code"] for e in observed.events("finding")] == [CAPTURE_FAILED]
+    # ... and one what the first raised, as it left the backward for the script
+    failed, error = observed.events("finding")
+    assert (failed["code"], error["code"]) == (CAPTURE_FAILED, CAPTURE_ERROR)
+    assert error["detail"] == {"compile_id": "!0", "error_type": "RuntimeError", "error": plain[0]}
+    assert error["source"]["code"] == "torch.autograd.grad(f(x), x, create_graph=True)" and error["source"]["how"] == "backward_call"
     assert observed.observer.manifest_notes() == {"failed_ca_captures": 3}
     # the second and third tries walked the failed graph again: torch's assert there, run again without the logger
     assert observed.observer.walks_without_logger == 2 and not observed.observer.reasons_stopped
@@ -353,7 +357,7 @@ def test_misses_after_a_failed_capture_keep_torchs_reasons(tmp_path, fresh_ca):
     assert misses[2]["node"] == "torch::autograd::GraphRoot" and misses[3]["total_changed"] == 6
     assert observed.observer.walks_without_logger == 1
     assert observed.observer.manifest_notes() == {"failed_ca_captures": 2}
-    assert [e["code"] for e in observed.events("finding")] == [CAPTURE_FAILED]
+    assert [e["code"] for e in observed.events("finding")] == [CAPTURE_FAILED, CAPTURE_ERROR]
     assert "later misses keep their reasons" in observed.events("finding")[0]["message"]
 
 
@@ -405,7 +409,7 @@ def test_a_run_with_failed_captures_counts_them_and_reads_undamaged(tmp_path):
     from cagtool.record.schema import CacheMissEvent
 
     assert len(ca_mode.of(CacheMissEvent)) == 3
-    assert [f.code for f in ca_mode.of(FindingEvent)] == [CAPTURE_FAILED]
+    assert [f.code for f in ca_mode.of(FindingEvent)] == [CAPTURE_FAILED, CAPTURE_ERROR]
 
 
 @pytest.mark.slow
@@ -434,20 +438,21 @@ def test_a_run_after_a_failed_capture_records_later_misses_with_torchs_reasons(t
     assert ca_mode.manifest.torch_counters["compiled_autograd"] == json.loads(counters_line)["compiled_autograd"] == {"captures": 4}
     assert [m.miss_kind for m in ca_mode.of(CacheMissEvent)] == ["new_node", "unknown", "new_node", "changed_shapes"]
     assert [s.boundary for s in ca_mode.of(StepEvent)].count("optimizer") == 4
-    assert [f.code for f in ca_mode.of(FindingEvent)] == [CAPTURE_FAILED]
+    assert [f.code for f in ca_mode.of(FindingEvent)] == [CAPTURE_FAILED, CAPTURE_ERROR]
     # What the user reads: the captures add up to torch's 4, and the recapture after the failed one
     # is tied to it, not sent to record again for a reason torch never gives.
     summary = subprocess.run([sys.executable, "-m", "cagtool", "summary", str(tmp_path / "r")], capture_output=True, text=True, cwd=root, timeout=120)
     assert ("CA graphs: 2 (4 captures: 1 initial, 1 for a new autograd node, 1 recompile for changed sizes, 1 for a reason "
             "torch did not log; 2 raised before a graph) (torch counted 4 captures); CA recompiles: 3") in " ".join(summary.stdout.split())
-    # the advice on top is the one cause with something to do (changed sizes), not a "nothing to fix"
-    assert "what to do: Start compiled autograd dynamic" in " ".join(summary.stdout.split())
+    # the advice on top is the first cause with something to do: the failed capture's (its error reached the script)
+    assert "what to do: Fix the failed capture and this recapture goes with it: compiled autograd cannot capture" in " ".join(summary.stdout.split())
     explain = subprocess.run([sys.executable, "-m", "cagtool", "recompiles", str(tmp_path / "r"), "--explain", "--format", "json"],
                              capture_output=True, text=True, cwd=root, timeout=120)
     unknown = [c for c in json.loads(explain.stdout)["modes"]["ca"]["explanation"]["causes"] if c["code"] == "unknown"]
     assert [c["title"] for c in unknown] == ["Recompiles with no reason recorded (1 recompile), after a capture that raised"]
-    assert "The capture of !0 raised" in unknown[0]["why"][0] and "(!1)" in unknown[0]["why"][0]
-    assert unknown[0]["fix"][0].startswith("Nothing to fix here: it goes with the failed capture.")
+    assert "The capture of !0 (the backward called at tests/scripts/ca_failed_capture_then_misses.py:13 " in unknown[0]["why"][0]
+    assert "(!1)" in unknown[0]["why"][0]
+    assert unknown[0]["fix"][0].startswith("Fix the failed capture and this recapture goes with it:")
     assert not any("Record again" in f for f in unknown[0]["fix"])
 
 

@@ -66,6 +66,9 @@ FIRST_STEP_BEFORE_SCHEMA_3 = 1
 
 # FindingEvent.code of a compiled-autograd capture that raised; its detail["compile_id"] is "!N".
 FINDING_CA_CAPTURE_FAILED = "ca_capture_failed"
+# ... and the error it raised, as it left the backward (detail: compile_id, error_type, error; source:
+# the user's backward line), where it left through cagtool's backward entry point as a RuntimeError.
+FINDING_CA_CAPTURE_ERROR = "ca_capture_error"
 
 STEP_BOUNDARY_OPTIMIZER = "optimizer"  # the step ended at an optimizer's step()
 STEP_BOUNDARY_BACKWARD = "backward"  # no optimizer: the step is one backward call

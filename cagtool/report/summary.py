@@ -157,6 +157,16 @@ def ddp_without_ca_note(record: ModeRecord, m: ModeMetrics) -> str | None:
     )
 
 
+def _refused_at_limit(record: ModeRecord) -> dict[str, str]:
+    """The recompiles Dynamo refused at a recompile limit (torch logs their reasons before it checks
+    the limit): compile id -> "the recompile limit of 8"."""
+    from cagtool.record.schema import DynamoCompileEvent
+    from cagtool.report.recompiles.reads import limit_hits
+
+    return {hit.compile_id: f"the {hit.limit_type.replace('_', ' ')}" + (f" of {hit.limit_value}" if hit.limit_value is not None else "")
+            for hit in limit_hits(record, record.of(DynamoCompileEvent)) if hit.compile_id}
+
+
 def ca_recompiles_text(m: ModeMetrics) -> str:
     """The figure `gate --max-recompiles ca:N` holds, with what it leaves out."""
     text = f"CA recompiles: {m.ca_recompiles}"
@@ -398,14 +408,27 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         console.print(f"    graph break site {site.file and os.path.basename(site.file)}:{site.line}: {gb}{site.reason}", overflow="ellipsis", no_wrap=True, markup=False)
     if len(sites) > 3:
         console.print(f"    ... {len(sites) - 3} more site(s): cagtool summary --format json {run_dir}")
-    for rec in record.of(DynamoRecompileEvent)[:3]:
+    dynamo_recompiles = record.of(DynamoRecompileEvent)
+    refused = _refused_at_limit(record) if dynamo_recompiles else {}
+    for rec in dynamo_recompiles[:3]:
         # Torch starts each reason with the id of the cache entry it failed for (`0/0: `), which
         # reads as a second compile id; the recompile's own id is the one shown, then its step.
         reasons = "; ".join(guard_text(r) for r in rec.reasons if r.strip()) or "(no reason recorded)"
         step = rec.step if rec.is_ca_graph else forward_step(rec.step, record.mode)
         at = f" at step {step}" if step is not None else ""
         where = f"  ({_where(rec.source)})" if rec.source else ""
-        console.print(f"    recompile {rec.compile_id}{at}: {reasons[:150]}{where}", overflow="ellipsis", no_wrap=True, markup=False)
+        limit = f" [refused at {refused[rec.compile_id]}, compiling nothing]" if rec.compile_id in refused else ""
+        console.print(f"    recompile {rec.compile_id}{at}{limit}: {reasons[:150]}{where}", overflow="ellipsis", no_wrap=True, markup=False)
+    if len(dynamo_recompiles) > 3:
+        # The count above holds every recompile torch logged, a refused one too: what is not listed is said.
+        rest = dynamo_recompiles[3:]
+        over = [r for r in rest if r.compile_id in refused]
+        limits = sorted({refused[r.compile_id] for r in over})
+        ids = ", ".join(f"{r.compile_id} at step {r.step if r.is_ca_graph else forward_step(r.step, record.mode)}" for r in over[:3])
+        ids += f", ... ({len(over) - 3} more)" if len(over) > 3 else ""
+        said = ("" if not over else f", refused at {' / '.join(limits)} ({ids}), compiling nothing" if len(over) == len(rest)
+                else f", {len(over)} of them refused at {' / '.join(limits)} ({ids}), compiling nothing")
+        console.print(f"    ... {len(rest)} more{said}: cagtool recompiles {run_dir}", overflow="fold", markup=False, highlight=False)
     from cagtool.report.recompiles.budget import budget_of
     from cagtool.report.recompiles.budget_words import not_steady_text, summary_phase_lines
 

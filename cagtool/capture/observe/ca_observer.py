@@ -20,7 +20,7 @@ failures: counted (`errors`, in the manifest), one `observer_error` finding, the
 from __future__ import annotations
 
 import logging
-
+import os
 import time
 import weakref
 from typing import Any, Callable
@@ -30,6 +30,7 @@ from cagtool.capture.observe.compiling_now import CA_GRAPH, CAPTURING, CompilesI
 from cagtool.capture.steps.tracker import StepTracker
 from cagtool.record.writer import RecordWriter
 from cagtool.record.schema import (
+    FINDING_CA_CAPTURE_ERROR,
     FINDING_CA_CAPTURE_FAILED,
     CACompileEvent,
     CacheMissEvent,
@@ -42,6 +43,8 @@ from cagtool.torch_text import parse_miss, split_ca_reason
 # Finding codes (schema.FindingEvent.code).
 OBSERVER_ERROR = "observer_error"  # cagtool's own code failed inside a capture hook; the capture went on
 CAPTURE_FAILED = FINDING_CA_CAPTURE_FAILED  # torch's capture raised (module docstring)
+CAPTURE_ERROR = FINDING_CA_CAPTURE_ERROR  # ... what it raised, as the backward entry point saw it go to the script
+_CA_TRACER = os.path.join("torch", "_dynamo", "compiled_autograd.py")  # the capture's Python side
 # The text of the assert C++ raises where a failed capture's graph is walked again with a verbose
 # logger set (docs/torch-internals.md, "What the verbose logger changes").
 CA_LOGGER_ASSERT = "!vlogger.has_value() || compile_reason.has_value()"
@@ -108,6 +111,9 @@ class CaptureObserver:
         self.reasons_stopped = False
         self.walks_without_logger = 0  # backwards run again with the logger set aside (logger_aside)
         self._open_capture: Any = None  # the capture begun and not yet ended
+        # The capture that raised, whose error the backward entry point has not handed over yet:
+        # (compile id, step, the user's backward line); its error goes in a `ca_capture_error` finding.
+        self._failure_unsaid: tuple[str, Any, Any] | None = None
         # The verbose logger torch or the script set last (torch's `verbose_log` when the
         # compiled_autograd_verbose log is on as `_enable` is entered): what torch alone would have.
         self.theirs: Any = None
@@ -251,7 +257,33 @@ class CaptureObserver:
         before any node runs or is freed), a context in which the entry runs the backward again with
         no logger; else None, and the error goes on to the script as it is. Torch's or the script's own
         logger set: torch alone asserts as well, so None."""
+        self._guarded("capture error", self._note_capture_error, exc)
         return self._guarded("backward rerun", self._aside_for, exc)
+
+    def _note_capture_error(self, exc: BaseException) -> None:
+        """The error a capture raised, as it leaves the backward for the script (C++ closed the
+        capture before it): its type and message, with the backward's line, in a finding."""
+        if self._failure_unsaid is None or CA_LOGGER_ASSERT in str(exc):
+            return
+        # Raised inside the capture: its traceback passes through compiled autograd's tracer (C++
+        # keeps the traceback it fetched). An error of the graph's run, or of a hook, does not.
+        tb = exc.__traceback__
+        while tb is not None and not tb.tb_frame.f_code.co_filename.endswith(_CA_TRACER):
+            tb = tb.tb_next
+        if tb is None:
+            return
+        compile_id, step, caller = self._failure_unsaid
+        self._failure_unsaid = None
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else ""
+        self.writer.emit(
+            FindingEvent,
+            code=CAPTURE_ERROR,
+            message=f"the compiled-autograd capture of {compile_id} raised {type(exc).__name__}" + (f": {first[:300]}" if first else ""),
+            step=step,
+            source=caller,
+            detail={"compile_id": compile_id, "error_type": type(exc).__name__, "error": text[:2000]},
+        )
 
     def _aside_for(self, exc: BaseException) -> "_LoggerAside | None":
         if self.theirs is not None or self.reasons_stopped or CA_LOGGER_ASSERT not in str(exc):
@@ -307,6 +339,7 @@ class CaptureObserver:
 
     def _on_begin(self, inst: Any, sizes: Any, origins: Any, inputs: Any = ()) -> None:
         self.check_failed_capture()
+        self._failure_unsaid = None  # a failed capture's error not handed over by now went by another way
         self._open_capture = inst
         # C++ closes the capture object whether the capture ended or raised (its error is kept
         # aside first): a close before end_capture returned is a capture that raised.
@@ -443,6 +476,7 @@ class CaptureObserver:
         self._open_capture = None
         self._capture_ended(inst)
         self.failed_captures += 1
+        self._failure_unsaid = (f"!{getattr(inst, 'id', '?')}", getattr(inst, "_cag_step", None), getattr(inst, "_cag_caller", None))
         try:
             if not hasattr(inst, "_cag_record_id"):
                 self._emit_miss(inst, getattr(self.logger, "last_message", None) or "no cache-miss reason reported by torch")

@@ -172,9 +172,20 @@ def cause_phrase(cause: "Cause") -> str:
     steps = cause.steps
     if steps:
         what += f" at step {steps[0]}" if len(steps) == 1 else f" at steps {step_list(steps)}"
-    if cause.source is not None:
-        what += f" ({os.path.basename(cause.source.file)}:{cause.source.line})"
+    changed = cause.facts.get("state_changed_at")
+    if changed is not None:
+        # The line that changed the state (`torch.set_num_threads(1)`) is the cause; the compiled call is only where it showed.
+        code = f"`{changed.code.strip()}` " if changed.code else ""
+        what += f" ({code}at {os.path.basename(changed.file)}:{changed.line})"
+    elif cause.source is not None:
+        # A line that only ran into the change is named as what it is.
+        label = _LINE_LABEL.get(cause.source.how, "")
+        what += f" ({label}{os.path.basename(cause.source.file)}:{cause.source.line})"
     return what
+
+
+# What a cause's line is, where it is not the cause itself (a guard's line, a node's creation, a branch).
+_LINE_LABEL = {"caller": "the compiled call at ", "backward_call": "the backward call at "}
 
 
 def _alert_titles(explanation: "Explanation") -> list[str]:
@@ -206,7 +217,11 @@ def _recompile_phrase(comparison: Comparison, verified: dict[str, Any] | None, e
     if column is None or column.metrics is None:
         return ""
     m = column.metrics
-    n = m.ca_recompiles
+    # Every capture after the first is a recompile, as torch counts them (`captures`) and
+    # `recompiles` lists them: AccumulateGrad's .grad warm-up too, said apart since the gate
+    # (`m.ca_recompiles`) leaves it out.
+    warmup = m.ca_grad_warmup_misses
+    n = m.ca_recompiles + warmup
     if n == 0 and m.dynamo_recompiles == 0:
         return "no recompiles"
     roots = root_causes(explanation) if explanation is not None else None
@@ -219,16 +234,28 @@ def _recompile_phrase(comparison: Comparison, verified: dict[str, Any] | None, e
                 kinds.append("changed sizes")
             if m.ca_new_node_misses - m.ca_grad_warmup_misses > 0:
                 kinds.append("new autograd nodes")
-        parts.append(f"{n} CA recompile{'s' if n != 1 else ''}" + (f" ({', '.join(kinds)})" if kinds else ""))
+        if warmup:
+            from cagtool.report.recompiles.explain import GRAD_WARMUP_WORDS, grad_warmup_row
+
+            row = grad_warmup_row(explanation.table) if explanation is not None else None
+            kinds = [", ".join(kinds)] if kinds else []
+            kinds.append(f"{row.compile_id if row is not None else 'one'} is {GRAD_WARMUP_WORDS}")
+        parts.append(f"{n} CA recompile{'s' if n != 1 else ''}" + (f" ({'; '.join(kinds)})" if kinds else ""))
     if m.dynamo_recompiles:
         parts.append(f"{m.dynamo_recompiles} Dynamo recompile{'s' if m.dynamo_recompiles != 1 else ''}")
     phrase = " and ".join(parts)
+    if explanation is not None:
+        from cagtool.report.recompiles.explain import spread_words
+
+        # Recompiles on most steps that are no storm (one-off causes): when they came, not "storm".
+        spread = spread_words(explanation)
+        phrase += f" {spread}" if spread else ""
     if roots:
         # One change (a batch size) recompiles the forward and, through it, the backward: counted
         # once, as its root cause.
         shown = " and ".join(cause_phrase(c) for c in roots[:2])
         more = f" and {len(roots) - 2} more" if len(roots) > 2 else ""
-        phrase += f", {'all ' if len(roots) == 1 and n + m.dynamo_recompiles > 1 else ''}from {len(roots)} cause{'s' if len(roots) != 1 else ''}: {shown}{more}"
+        phrase += f", {'all ' if len(roots) == 1 and not warmup and n + m.dynamo_recompiles > 1 else ''}from {len(roots)} cause{'s' if len(roots) != 1 else ''}: {shown}{more}"
     if verified:
         good = [f["fix"] for f in verified.get("fixes", ()) if f.get("verdict") == "verified"]
         if good:

@@ -237,7 +237,7 @@ def _with_causes(results: list[CheckResult], run: RunRecord, mode: str, rank: in
         roots = _causes_of(explanation, r.data.get("metric"))
         if r in failed and roots:
             more = f"; and {len(roots) - 1} more cause{'s' if len(roots) > 2 else ''} (cagtool recompiles --explain)" if len(roots) > 1 else ""
-            source = roots[0].source
+            source = roots[0].facts.get("state_changed_at") or roots[0].source  # the line cause_phrase names
             data = dict(r.data, cause=cause_phrase(roots[0]))
             if source is not None:
                 data["source"] = {"file": source.file, "line": source.line}

@@ -342,6 +342,10 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         function = next((hit.function for hit in table.limit_hits
                          if hit.function and compile_frame(hit.compile_id) == compile_frame(cause.rows[0].compile_id)), "")
     kinds = [guard_kind(g) for g in known]
+    ids = {row.compile_id for row in cause.rows}
+    # The line that changed the global state the guard is on, where the record has it (the thread
+    # count's change, capture/observe/global_state.py): that line is the cause, not the compiled call.
+    changed = next((u for u in table.unexpected if u.how == "changed" and u.changed_at is not None and u.compile_id in ids), None)
     resume = cause.rows[0].resume_of if all(r.resume_of == cause.rows[0].resume_of for r in cause.rows) else None
     return {
         "failures": failures,
@@ -392,6 +396,8 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "value_changes": _value_changes(table, cause),
         # The user's line that called the recompiled code, where a value passed to it is changed.
         "caller": next((row.caller for row in cause.rows if row.caller is not None), None),
+        "state_changed_at": changed.changed_at if changed is not None else None,
+        "state_change": changed.detail if changed is not None else "",
         **_stability(table, cause),
     }
 
@@ -545,6 +551,11 @@ def _key_sizes(cause: Cause) -> list[tuple[tuple[int, ...], int | None]]:
     return [(r.previous_key_sizes, r.key_size) for r in cause.rows]
 
 
+# What AccumulateGrad's one-time .grad warm-up is, in the words `recompiles --explain` and
+# `summary`'s headline both use: torch counts its capture, `gate --max-recompiles` does not.
+GRAD_WARMUP_WORDS = "the one-time .grad warm-up, not counted by gate --max-recompiles"
+
+
 def grad_warmup_row(table: RecompileTable) -> RecompileRow | None:
     """The first CA cache miss when it is AccumulateGrad's one-time .grad None -> defined change,
     which `gate --max-recompiles` does not count (the rule of report.figures.metrics.CAMisses)."""
@@ -602,8 +613,45 @@ def cause_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # torch captures a graph whose capture raised again when it comes back, and reports no reason for it
         after = [r.compile_id for r in cause.rows if r.ca_id is not None and r.ca_id - 1 in table.failed_captures]
         return {"after_failed_capture": after, "failed_captures": [f"!{n}" for n in sorted(table.failed_captures)],
-                **_stability(table, cause)}
+                "capture_errors": _capture_errors(table), **_stability(table, cause)}
     return _stability(table, cause)
+
+
+def _capture_errors(table: RecompileTable) -> list[dict[str, Any]]:
+    """Per failed capture: what it raised where the record has it (error_type, error: "" where
+    not), and the user's line whose backward it was (the finding's, else its cache miss's)."""
+    out = []
+    for n in sorted(table.failed_captures):
+        finding = table.capture_errors.get(n)
+        row = next((r for r in table.rows if r.source == SOURCE_CA and r.compile_id == f"!{n}"), None)
+        line = finding.source if finding is not None and finding.source is not None else row.user_source if row is not None else None
+        detail = finding.detail if finding is not None else {}
+        out.append({"compile_id": f"!{n}", "error_type": str(detail.get("error_type") or ""), "error": str(detail.get("error") or ""),
+                    "source": line})
+    return out
+
+
+# What to do about a capture that raised, for the errors whose cause is known (torch 2.13's words).
+_CAPTURE_ERROR_FIXES = (
+    ("higher order gradients",
+     "compiled autograd cannot capture a backward that builds the graph for higher-order gradients (create_graph=True) "
+     "through a torch.compile'd function: run that backward without compiled autograd, "
+     "`with torch._dynamo.compiled_autograd._disable():` around {call}"),
+)
+
+
+def capture_error_words(error: dict[str, Any], cwd: str) -> tuple[str, str]:
+    """(what raised, what to do) for one failed capture (`_capture_errors`); what to do is "" where
+    the kind of error is not known."""
+    line = error.get("source")
+    at = f" (the backward called at {format_source(line, cwd)})" if line is not None else ""
+    first = (error.get("error") or "").strip().splitlines()
+    raised = (f'{error["error_type"]}: "{first[0]}"' if first else error["error_type"]) if error.get("error_type") else ""
+    what = (f"the capture of {error['compile_id']}{at} raised {raised}" if raised else
+            f"the capture of {error['compile_id']}{at} raised an error the record does not have (it reached the script)")
+    call = f"the call at {display_path(line.file, cwd)}:{line.line}" if line is not None else "that backward call"
+    todo = next((fix.format(call=call) for key, fix in _CAPTURE_ERROR_FIXES if key in (error.get("error") or "")), "")
+    return what, todo
 
 
 MAX_LISTED = 6  # evidence items and node changes listed before eliding the middle
@@ -1551,7 +1599,11 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                 f"Or read the value after backward, not in a hook: `{target}.retain_grad()` before backward, then "
                 f"`grad_norms.append({target}.grad.norm().item())` after it." if facts.get("container") == "grad_norms" else
                 f"Or read the value after backward, not in a hook: `{target}.retain_grad()` before backward, then use `{target}.grad` after it.",
-                "Or keep the value a tensor: the hook writes into a tensor made once (`buf.copy_(g.norm())`), read after backward.",
+                # torch 2.13, checked by hand on grad_norm_hook.py: as a lambda, `buf.copy_(...)` returns `buf`, which
+                # replaces the gradient ("hook '<lambda>' has changed the size of value"); a def returning None keeps it.
+                "Or keep the value a tensor: a hook that writes into a tensor made once and returns nothing "
+                "(`def record_norm(g): buf.copy_(g.norm())`; not a lambda, whose `buf.copy_(...)` would return `buf` and replace "
+                "the gradient), read after backward.",
             ]
         return ["Keep the list out of the compiled code: pass what it holds as a tensor, or read and append to it outside the compiled function."]
     if facts.get("other_module") and kind in (GUARD_SIZE, GUARD_TENSOR_META, GUARD_ID, GUARD_TYPE):
@@ -1700,6 +1752,10 @@ def _guard(cause: Cause, cwd: str) -> Words:
     why = []
     if facts["guard"]:
         why.append(f"A guard Dynamo installed stopped holding: `{facts['guard']}`" + (f", {location}." if location else "."))
+        if facts.get("state_changed_at") is not None:
+            change = f" ({facts['state_change']})" if facts.get("state_change") else ""
+            why.append(f"The state was changed{change} at {format_source(facts['state_changed_at'], cwd)}, before that call: "
+                       "that line is the cause.")
     else:
         why.append("Dynamo recompiled it; the failing guard was not recorded" + (f" ({location})." if location else "."))
     resumed = facts.get("resume") is not None and not on_ca and not facts.get("optimizer_frame") and not facts.get("hook")
@@ -1760,11 +1816,16 @@ def _unknown(cause: Cause, cwd: str) -> Words:
     after = cause.facts.get("after_failed_capture") or []
     if after:
         failed = ", ".join(cause.facts.get("failed_captures") or [])
-        why = [f"The capture of {failed} raised (the record's finding `ca_capture_failed`: `cagtool summary`). When that graph "
+        errors = cause.facts.get("capture_errors") or []
+        said = [capture_error_words(e, cwd) for e in errors]
+        raised = "; ".join(what for what, _ in said) or f"the capture of {failed} raised"
+        why = [f"{raised[0].upper()}{raised[1:]} (the record's finding `ca_capture_failed`: `cagtool summary`). When that graph "
                f"came back, compiled autograd captured it again ({', '.join(after)}) and reported no cache-miss reason for it: "
                "torch does the same without cagtool."]
-        fix = ["Nothing to fix here: it goes with the failed capture. Fix that capture (its error reached the script) and "
-               "this recapture goes with it."]
+        todo = next((t for _, t in said if t), "")
+        first = said[0][0] if said else f"the capture of {failed} raised"
+        fix = [f"Fix the failed capture and this recapture goes with it: {todo}." if todo else
+               f"Fix the failed capture and this recapture goes with it: {first}."]
         if len(after) < cause.count:
             why.append(f"The other {plural(cause.count - len(after), 'capture')} had no reason recorded (the compiled-autograd "
                        "verbose logger was not active, or the record was cut short).")
@@ -1927,6 +1988,7 @@ def alert_words(alert: Alert, cwd: str) -> Words:
 
 STORM_FRACTION = 0.5  # a storm: recompiles on more than half of the steps after the first
 STORM_MIN_STEPS = 3  # fewer recompiling steps than this is not a storm, whatever the fraction
+# ... and one cause recompiles on at least STORM_MIN_STEPS of them, through the last step (or a limit was hit).
 
 
 def _ca_new_node_code(table: RecompileTable, row: RecompileRow) -> str:
@@ -2114,15 +2176,31 @@ def _roots(table: RecompileTable, causes: list[Cause]) -> dict[int, Cause]:
     return roots
 
 
-def _storm(table: RecompileTable, causes: list[Cause]) -> Alert | None:
+def _frequent(table: RecompileTable) -> list[int] | None:
+    """The steps after the first that recompiled, where they are STORM_MIN_STEPS or more and more
+    than STORM_FRACTION of those steps; None otherwise."""
     last = table.last_step
     # The first step compiles whatever the script does: a storm is in the steps after it.
     after_first = FIRST_STEP + 1
     if last is None or last < after_first + STORM_MIN_STEPS - 1:
         return None
-    later_steps = range(after_first, last + 1)
     recompiling = sorted({r.step for r in table.recompiles if r.step is not None and r.step >= after_first})
-    if len(recompiling) < STORM_MIN_STEPS or len(recompiling) / len(later_steps) <= STORM_FRACTION:
+    if len(recompiling) < STORM_MIN_STEPS or len(recompiling) / (last + 1 - after_first) <= STORM_FRACTION:
+        return None
+    return recompiling
+
+
+def _storm(table: RecompileTable, causes: list[Cause]) -> Alert | None:
+    recompiling, last = _frequent(table), table.last_step
+    if recompiling is None or last is None:
+        return None
+    after_first = FIRST_STEP + 1
+    later_steps = range(after_first, last + 1)
+    # A storm is recompiles that keep coming: a cause recompiling step after step up to the run's
+    # last step, or past the recompile limit. Several one-off causes on most of a short run's steps
+    # (a thread count, an eval() pass, a no_grad evaluation) are no storm: each is cached after it.
+    if not table.limit_hits and not any(len([s for s in c.steps if s >= after_first]) >= STORM_MIN_STEPS and c.steps[-1] == last
+                                        for c in causes):
         return None
     in_storm = [c for c in causes if any(s in recompiling for s in c.steps)]
     return Alert(
@@ -2137,6 +2215,17 @@ def _storm(table: RecompileTable, causes: list[Cause]) -> Alert | None:
         },
         causes=[c.number for c in in_storm],
     )
+
+
+def spread_words(explanation: Explanation) -> str:
+    """When recompiles fall on most steps (`_frequent`) and are no storm, when they happened: "in
+    the first 5 of 6 steps", or "in 5 steps" when the last one was at the run's last step. "" otherwise."""
+    table = explanation.table
+    recompiling = _frequent(table)
+    if any(a.code == ALERT_STORM for a in explanation.alerts) or recompiling is None or not table.steps:
+        return ""
+    first_k = recompiling[-1] - FIRST_STEP + 1
+    return f"in {plural(table.steps, 'step')}" if first_k >= table.steps else f"in the first {first_k} of {table.steps} steps"
 
 
 def _limit_alert(table: RecompileTable, causes: list[Cause]) -> Alert | None:

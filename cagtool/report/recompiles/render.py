@@ -14,6 +14,7 @@ import msgspec
 
 from cagtool.record.schema import SourceRef
 from cagtool.report.recompiles.explain import (
+    GRAD_WARMUP_WORDS,
     grad_warmup_row,
     Explanation,
     alert_words,
@@ -42,7 +43,7 @@ def counts_line(table: RecompileTable) -> str:
     initial = table.initial
     first = f"; initial compile {initial[0].compile_id} at step {'?' if initial[0].step is None else initial[0].step}" if initial else ""
     warmup = grad_warmup_row(table)
-    gate = f"; {warmup.compile_id} is the one-time .grad warm-up, not counted by gate --max-recompiles" if warmup else ""
+    gate = f"; {warmup.compile_id} is {GRAD_WARMUP_WORDS}" if warmup else ""
     # An imported log has no step boundaries: no "N recompiles in 0 steps".
     steps = f" in {plural(table.steps, 'step')}" if table.steps else ""
     # Torch logs a recompile's reasons before it checks the limit: a refused one is in its

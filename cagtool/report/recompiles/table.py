@@ -17,6 +17,7 @@ import msgspec
 
 from cagtool.record.loader import ModeRecord, RunRecord, load_run
 from cagtool.record.schema import (
+    FINDING_CA_CAPTURE_ERROR,
     FINDING_CA_CAPTURE_FAILED,
     MISS_UNKNOWN,
     CacheMissEvent,
@@ -152,6 +153,8 @@ class RecompileTable:
     # CA graphs whose capture raised (FindingEvent `ca_capture_failed`): torch captures such a graph
     # again when it comes back, with no cache-miss reason, cagtool or not.
     failed_captures: frozenset[int] = frozenset()
+    # ... and the error each raised, where the record has it (FindingEvent `ca_capture_error`): ca id -> finding.
+    capture_errors: dict[int, FindingEvent] = field(default_factory=dict)
     # torch's first message of the graph break at each (file, line): what a resume frame follows.
     break_reasons: dict[tuple[str, int], str] = field(default_factory=dict)
     # What each compile's guard tree holds on a Python value a failed guard is on (and on the
@@ -488,6 +491,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
     branches: list[SourceRef] = []
     break_reasons: dict[tuple[str, int], str] = {}
     failed: set[int] = set()
+    errors: dict[int, FindingEvent] = {}
     for event in record.events:  # one pass: records can hold 100,000 events
         if isinstance(event, GraphBreakEvent):
             if event.file and event.line:
@@ -506,10 +510,12 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
             misses.append(event)
         elif isinstance(event, DynamoCompileEvent):
             compile_events.append(event)
-        elif isinstance(event, FindingEvent) and event.code == FINDING_CA_CAPTURE_FAILED:
+        elif isinstance(event, FindingEvent) and event.code in (FINDING_CA_CAPTURE_FAILED, FINDING_CA_CAPTURE_ERROR):
             failed_id = str(event.detail.get("compile_id") or "")
             if failed_id[1:].isdigit():
                 failed.add(int(failed_id[1:]))
+                if event.code == FINDING_CA_CAPTURE_ERROR:
+                    errors.setdefault(int(failed_id[1:]), event)
     if any(m.changed_sizes for m in misses):  # earlier values of changed sizes, from the graphs
         misses = misses_with_earlier_values(record)
     rows = _ca_rows(record, misses, graphs) + dynamo_rows(record, compile_events)
@@ -542,6 +548,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         budget=mode_budget(record, hits, steps.last),
         unexpected=unexpected_causes(record),
         failed_captures=frozenset(failed),
+        capture_errors=errors,
         sharded_under_ca=manifest.mode == "ca" and any(any(e.shard or ()) for e in record.of(GradDigestEvent)),
         wrapper_callers=callers,
         wrapper_modules=_wrapper_modules(record, callers),

@@ -5,14 +5,25 @@ words that say what each counts, and fixes that remove the recompile they are gi
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import cli_in_process
+from conftest import ROOT, cagtool_cmd, cli_in_process
 
 pytestmark = pytest.mark.slow
+
+
+def run_cagtool(where: Path, script: Path) -> subprocess.CompletedProcess:
+    """`cagtool run --modes ca --backend eager -o where/fixed script`, as a user runs it."""
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(where / "fixed"), str(script)),
+                          capture_output=True, text=True, cwd=str(ROOT), timeout=900, env={**os.environ, "CI": "true"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
 
 
 def _recorded(record_run, script: str, *args: str) -> Path:
@@ -53,14 +64,59 @@ def test_a_failed_capture_is_counted_alike_and_named_in_the_headline_as_the_expl
         assert re.search(r"\(1 recompile\b", cause["title"]), cause["title"]
     assert "A backward called from a new line: its first graph (1 recompile, a first capture)" in causes[1]["title"]
     headline = _headline(run)["text"]
-    assert headline.startswith("3 CA recompiles, from 3 causes: a recapture after a compiled-autograd capture that raised at step 1"), headline
+    # Three one-off causes on steps 1, 2 and 4 of 0-5: no storm, but when they came.
+    assert headline.startswith("3 CA recompiles in the first 5 of 6 steps, from 3 causes: a recapture after a compiled-autograd "
+                               "capture that raised at step 1 (the backward call at ca_failed_capture_then_misses.py:13)"), headline
     assert "a backward called from a new line, its graph's first capture at step 2" in headline
-    assert "autograd graph changed" not in headline and "no reason recorded" not in headline
+    assert "autograd graph changed" not in headline and "no reason recorded" not in headline and "storm" not in headline
+    assert mode["explanation"]["alerts"] == []
     gate = _gate_line(run)
     assert "CA recompiles 3 > 0 allowed (+3): a recapture after a compiled-autograd capture that raised" in gate
     assert "and 2 more causes" in gate
     code, out, _ = cli_in_process("summary", str(run), "--format", "json")
     assert json.loads(out)["modes"]["ca"]["ca_recompiles"] == 3
+
+
+def test_a_failed_capture_says_what_raised_where_and_what_to_do(record_run, tmp_path):
+    """The recapture after the failed capture said "Fix that capture (its error reached the script)".
+    The record keeps what the capture raised and the backward's line; for this kind of error (a
+    backward with create_graph=True through a torch.compile'd function) the fix is to run that
+    backward without compiled autograd, which the re-recorded edit shows: no capture raises and the
+    recapture goes, leaving the one recompile of the batch that grows."""
+    run = _recorded(record_run, "../tests/scripts/ca_failed_capture_then_misses.py")
+    error = "torch.compile does not currently support higher order gradients."
+    code, out, _ = cli_in_process("summary", str(run))
+    assert code == 0
+    assert (f"finding: the compiled-autograd capture of !0 raised RuntimeError: {error} (ca_failed_capture_then_misses.py:13)"
+            in " ".join(out.split()))
+    [recapture] = [c for c in _explained(run)["explanation"]["causes"] if c["code"] == "unknown"]
+    line = "tests/scripts/ca_failed_capture_then_misses.py:13"
+    assert recapture["why"][0].startswith(f"The capture of !0 (the backward called at {line}  torch.autograd.grad(f(x), x, "
+                                          f'create_graph=True)) raised RuntimeError: "{error}"'), recapture["why"][0]
+    [fix] = recapture["fix"]
+    assert fix == ("Fix the failed capture and this recapture goes with it: compiled autograd cannot capture a backward that "
+                   "builds the graph for higher-order gradients (create_graph=True) through a torch.compile'd function: run "
+                   "that backward without compiled autograd, `with torch._dynamo.compiled_autograd._disable():` around the "
+                   f"call at {line}.")
+    assert _headline(run)["advice"] == fix  # the error the script met comes before a one-time shape recompile
+    # A record without the error (an earlier cagtool's, or an error that left the backward another way): the line, and that.
+    older = tmp_path / "older"
+    shutil.copytree(run, older)
+    events = older / "ca" / "events.jsonl"
+    events.write_text("".join(line for line in events.read_text().splitlines(keepends=True) if '"ca_capture_error"' not in line))
+    [recapture] = [c for c in _explained(older)["explanation"]["causes"] if c["code"] == "unknown"]
+    assert recapture["fix"] == [f"Fix the failed capture and this recapture goes with it: the capture of !0 (the backward called at "
+                                f"{line}  torch.autograd.grad(f(x), x, create_graph=True)) raised an error the record does not "
+                                "have (it reached the script)."]
+    script = (ROOT / "tests" / "scripts" / "ca_failed_capture_then_misses.py").read_text()
+    call = "        torch.autograd.grad(f(x), x, create_graph=True)\n"
+    assert script.count(call) == 1
+    edited = tmp_path / "ca_failed_capture_then_misses.py"
+    edited.write_text(script.replace(call, "        with torch._dynamo.compiled_autograd._disable():\n    " + call))
+    fixed = run_cagtool(tmp_path, edited)
+    assert fixed.stdout.splitlines()[:2] == ["ok", "ok"]
+    mode = _explained(tmp_path / "fixed")
+    assert mode["counts"]["ca_recompiles"] == 1 and [c["code"] for c in mode["explanation"]["causes"]] == ["changed_shapes"]
 
 
 def test_one_thread_count_change_is_one_cause_and_its_fix_is_concrete(record_run):
@@ -88,7 +144,16 @@ def test_one_thread_count_change_is_one_cause_and_its_fix_is_concrete(record_run
     assert "Fix (train/eval): evaluate with the uncompiled module (`compiled._orig_mod(x)`" in text
     assert "Fix (grad mode): evaluate with the uncompiled module (`compiled._orig_mod(x)` under torch.no_grad)" in text
     headline = _headline(run)["text"]
-    assert headline.startswith("4 Dynamo recompiles, from 3 causes: global state changed (`num_threads`) at step 1"), headline
+    # The line that changed the thread count is the cause; the others' lines are the compiled calls, said so.
+    assert headline.startswith("4 Dynamo recompiles in 5 steps, from 3 causes: global state changed (`num_threads`) at step 1 "
+                               "(`torch.set_num_threads(1)` at unexpected_causes.py:17) and a Python value changed "
+                               "(`fn._modules['1'].training == True`) at step 3 (the compiled call at unexpected_causes.py:38)"), headline
+    assert "The state was changed (from 2 to 1) at sample_scripts/unexpected_causes.py:17  torch.set_num_threads(1), before that call" in first["why"][1]
+    # Three one-off causes (each cached after its one recompile) on 3 of the 4 steps after the first: no storm.
+    assert "storm" not in headline and mode["explanation"]["alerts"] == []
+    code, out, _ = cli_in_process("gate", str(run), "--max-recompiles", "dynamo:0", "--no-config", "--format", "json")
+    [check] = [c for c in json.loads(out)["checks"] if c["check"] == "max-recompiles:dynamo"]
+    assert code == 1 and check["data"]["source"]["line"] == 17, check
 
 
 def test_the_gate_on_ca_recompiles_names_only_causes_with_ca_recompiles(record_run):
@@ -98,7 +163,7 @@ def test_the_gate_on_ca_recompiles_names_only_causes_with_ca_recompiles(record_r
     needs `depth`" through torch.compiler.disable: `depth` is a loop bound, no call."""
     run = _recorded(record_run, "recompile_storm.py")
     gate = _gate_line(run)
-    assert "CA recompiles 5 > 0 allowed (+5): the backward's autograd graph changed at steps 1-5 (recompile_storm.py:25)" in gate
+    assert "CA recompiles 5 > 0 allowed (+5): the backward's autograd graph changed at steps 1-5 (the backward call at recompile_storm.py:25)" in gate
     assert "more cause" not in gate
     causes = _explained(run)["explanation"]["causes"]
     assert [(c["code"], c["count"]) for c in causes] == [("graph_structure", 5), ("dynamo_guard_failure", 4)]
@@ -107,6 +172,43 @@ def test_the_gate_on_ca_recompiles_names_only_causes_with_ca_recompiles(record_r
                           "another graph, compiled anew. Run the loop a fixed number of times"), fix
     assert "torch.compiler.disable" not in fix
     assert _headline(run)["text"].startswith("5 CA recompiles and 4 Dynamo recompiles, from 2 causes:")
+    assert "recompile storm: recompiles on every step after the first" in _headline(run)["text"]  # still coming, past the limit
+
+
+def test_the_dynamo_listing_adds_up_to_its_count_and_says_which_were_refused_at_the_limit(record_run):
+    """summary counted 4 Dynamo recompiles and listed 3; the 4th, 0/4, was refused at
+    recompile_limit (4): torch logged its reasons, then compiled nothing."""
+    run = _recorded(record_run, "recompile_storm.py")
+    code, out, _ = cli_in_process("summary", str(run), env={"COLUMNS": "300"})
+    assert code == 0
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("  Dynamo: "))
+    assert lines[at].endswith(", 4 recompiles"), lines[at]
+    assert [line.split(":")[0].strip() for line in lines[at + 1:at + 4]] == ["recompile 0/1 at step 1", "recompile 0/2 at step 2",
+                                                                             "recompile 0/3 at step 3"]
+    assert lines[at + 4] == (f"    ... 1 more, refused at the recompile limit of 4 (0/4 at step 4), compiling nothing: "
+                             f"cagtool recompiles {run}")
+    hook = _recorded(record_run, "grad_norm_hook.py")
+    out = " ".join(cli_in_process("summary", str(hook))[1].split())
+    assert "10 graph breaks at 1 site, 8 recompiles" in out and out.count("recompile !0/3/") == 3
+    assert "... 5 more, 1 of them refused at the recompile limit of 8 (!0/3/8 at step 8), compiling nothing" in out
+
+
+def test_a_grad_warmup_is_one_recompile_in_the_headline_as_torch_and_the_explanation_count_it(record_run):
+    """sample_scripts/tensor_hook.py: torch counts 2 compiled-autograd captures (the second is
+    AccumulateGrad's .grad None -> defined warm-up); `--explain` opened with "1 recompile", the
+    headline said "no recompiles". Both say one, in the same words; the gate still leaves it out."""
+    run = _recorded(record_run, "tensor_hook.py")
+    captures = json.loads((run / "ca" / "manifest.json").read_text())["torch_counters"]["compiled_autograd"]["captures"]
+    mode = _explained(run)
+    assert captures == 2 and mode["counts"]["recompiles"] == captures - 1
+    words = "!1 is the one-time .grad warm-up, not counted by gate --max-recompiles"
+    headline = _headline(run)["text"]
+    assert headline.startswith(f"1 CA recompile ({words}); "), headline
+    code, text, _ = cli_in_process("recompiles", str(run), "--explain")
+    assert code == 0 and " ".join(text.split()).startswith(f"mode ca: 1 recompile in 3 steps (CA: 1, ") and words in " ".join(text.split())
+    code, out, _ = cli_in_process("gate", str(run), "--max-recompiles", "ca:0", "--no-config")
+    assert code == 0, out
 
 
 def test_a_float_scale_is_told_to_become_a_tensor_at_the_call(record_run):

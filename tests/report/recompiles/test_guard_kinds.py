@@ -70,7 +70,7 @@ def test_an_unfrozen_backbone_is_a_requires_grad_change_and_its_backward_goes_wi
     assert "Nothing to fix for an unfreeze" in fixes and "size" not in fixes and "mark_dynamic" not in fixes
     assert "every size" not in f_fixes and "Goes with #1" in f_fixes
     # The headline names the class, never torch's text cut mid-word.
-    assert cause_phrase(root) == "a parameter's requires_grad changed (unfrozen) at step 3 (unfreeze_backbone.py:25)"
+    assert cause_phrase(root) == "a parameter's requires_grad changed (unfrozen) at step 3 (the compiled call at unfreeze_backbone.py:25)"
     assert fixes_for(explanation) == [] and patch_for(follower, None, None) is None
     meta = load_run(record_run("unfreeze_backbone.py").path).meta
     why_not = patch_for(root, os.path.join(meta.cwd, meta.target["name"]), meta.target["name"]).why_not
@@ -93,7 +93,7 @@ def test_an_evaluation_under_no_grad_is_a_grad_mode_change_not_a_size(record_run
     assert {f.name: f.causes for f in fixes_for(explanation)}["dynamic-sources"] == (size.number,)
     line = cagtool_in_process("summary", str(record_run("eval_no_grad.py").path)).stdout.splitlines()[0]
     assert "from 2 causes: a smaller batch (a DataLoader's last?): the size of `args[0]` (dim 0) changed 16->8 at step 2" in line
-    assert "and the grad mode changed (a call under torch.no_grad(), as in an evaluation) at step 3 (eval_no_grad.py:31)" in line
+    assert "and the grad mode changed (a call under torch.no_grad(), as in an evaluation) at step 3 (the compiled call at eval_no_grad.py:31)" in line
 
 
 def test_a_smaller_last_batch_is_named_and_drop_last_offered_beside_dynamic_shapes(record_run):
@@ -114,7 +114,7 @@ def test_gate_failure_names_the_cause_step_and_line_in_terminal_junit_and_annota
                               cwd=tmp_path, env={"GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(tmp_path)})
     assert proc.returncode == 1, proc.stderr
     said = ("CA recompiles 1 > 0 allowed (+1): a smaller batch (a DataLoader's last?): the size of `args[0]` (dim 0) "
-            "changed 32->4 at step 3 (ragged_batches.py:27)")
+            "changed 32->4 at step 3 (the compiled call at ragged_batches.py:27)")
     assert said in proc.stdout
     assert said.replace(">", "&gt;") in junit.read_text()
     [annotation] = [line for line in proc.stdout.splitlines() if line.startswith("::error ")]

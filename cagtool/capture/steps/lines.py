@@ -14,7 +14,7 @@ from typing import Any, Callable
 from cagtool.record.schema import BackwardEvent, OptimizerStepEvent, StepEvent, scalar_lines
 from cagtool.record.writer import RecordWriter
 
-Line = Callable[[int, float, Any], str]
+Line = Callable[[int, float, Any], bytes]  # the line's UTF-8, as the writer writes it
 
 
 def line_makers(writer: RecordWriter) -> tuple[Line, Line, Line, Line]:

@@ -192,7 +192,10 @@ class StepCounter:
             if opened.backward_calls == 1 and not by_backward and not opened.stepped:
                 # The step's first backward, no optimizer stepped yet: if the next note closes the
                 # step, its three lines go as one entry (optimizer_stepped). Queued otherwise.
-                self.lines.hold_backward(clock, payload)
+                lines = self.lines
+                if lines.held_backward is not None:
+                    lines.release()
+                lines.held_backward = (clock, payload)
                 return False
         self.lines.backward(clock, payload)
         if not by_backward:

@@ -77,7 +77,8 @@ class StepLines:
         self.queued = writer.queued  # the writer's list (the same for its life): one append a line
         self._backward, self._optimizer_step, self._step, self.group = line_makers(writer)
         # The step's one backward line, held back in case the step's optimizer step closes it next,
-        # so that the three lines go as one entry: (perf_counter clock, payload).
+        # so that the three lines go as one entry: (perf_counter clock, payload). Set and taken by
+        # the drain (boundaries.py, StepCounter.backward_ended and close), released here.
         self.held_backward: tuple[float, tuple] | None = None
 
     def reset(self) -> None:
@@ -99,11 +100,6 @@ class StepLines:
         """The held-back backward line, on its own after all (the step did not close next)."""
         (clock, payload), self.held_backward = self.held_backward, None  # type: ignore[misc]
         self._queue(self._backward, clock, payload)
-
-    def hold_backward(self, clock: float, payload: tuple) -> None:
-        if self.held_backward is not None:
-            self.release()
-        self.held_backward = (clock, payload)
 
     def backward(self, clock: float, payload: tuple) -> None:
         self._queue(self._backward, clock, payload)

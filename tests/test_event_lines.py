@@ -358,8 +358,8 @@ def test_the_trackers_lines_are_the_events_lines(tmp_path, loss, thread):
         assert group_line(7, t, (backward, t + 1, 0.0012345678901234567, thread or "AdamW", opened, 4, wall_s, "optimizer", cpu_s, cpu_s)) == (
             backward_line(7, t, backward) + optimizer_step_line(8, t + 1, (4, 0.0012345678901234567, thread or "AdamW"))
             + step_line(9, t + 1, (opened, 4, wall_s, "optimizer", cpu_s, cpu_s)))
-    for line, event in cases:
-        assert line == event_line(event)
+    for line, event in cases:  # the writer's bytes: the line's UTF-8
+        assert line == event_line(event).encode()
     writer.close()
 
 
@@ -384,8 +384,8 @@ def test_scalar_lines_are_the_event_line_of_each(thread, loss):
               StepEvent(seq=9, t=1.5, step=4, backward_s=0.001, loss=loss, wall_s=None, boundary="optimizer", cpu_s=0.003, thread_cpu_s=None))
     values = tuple(getattr(event, name) for event in events for name in event.__struct_fields__)
     text = scalar_lines(BackwardEvent, OptimizerStepEvent, StepEvent)(values)
-    assert text == "".join(event_line(event) for event in events)
-    assert text.count("\n") == 3
+    assert text == "".join(event_line(event) for event in events).encode()
+    assert text.count(b"\n") == 3
 
 
 # Floats whose shortest text msgspec and Python spell differently (1e16, 1e-05, 2.5e-07), the
@@ -422,9 +422,9 @@ def test_scalar_lines_are_event_line_over_many_values():
                     pool = strings
                 values.append(rng.choice(pool) if field.name != "seq" else rng.randint(0, 2**40))
             event = cls(*values)
-            assert make(tuple(values)) == event_line(event), event
+            assert make(tuple(values)) == event_line(event).encode(), event
             checked += 1
     for value in _FLOATS + [None]:  # each float alone in every float field
         values = (3, 1.0, 4, value, value, 0, 1, value, value, 2, "optimizer", value, False, value, value)
-        assert lines[StepEvent](values) == event_line(StepEvent(*values))
+        assert lines[StepEvent](values) == event_line(StepEvent(*values)).encode()
     assert checked == 1200

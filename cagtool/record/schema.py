@@ -615,49 +615,51 @@ def event_line(event: Event) -> str:
 _LETTER_N = ord("n")
 
 
-def scalar_lines(*classes: type[Event]) -> Callable[[tuple[Any, ...]], str]:
-    """`lines(values) -> text`: "".join(event_line(cls(*fields)) ...) for one event of each of
+def scalar_lines(*classes: type[Event]) -> Callable[[tuple[Any, ...]], bytes]:
+    """`lines(values) -> bytes`: "".join(event_line(cls(*fields)) ...), in UTF-8, for one event of each of
     `classes` (events whose fields are all scalars: numbers, strings, bools, None), `values` their
     fields by position, in the order of each class's `__struct_fields__`, one class after the other.
     The step tracker's per-step lines (capture/steps/lines.py): no event is built, and msgspec encodes
     the values once, as an array, rather than encoding events and re-formatting the text into json's
     layout (`msgspec.json.format`): its text of each value (a float's shortest digits, a string's
     escapes, null, true) goes between the keys, written in that layout once, here. The array's text
-    splits at its commas into one piece a value, unless a string holds a comma: then, and where a
+    splits at its commas into one piece a value, kept as bytes (msgspec's UTF-8, which the writer
+    writes as it is: no str made of each piece, nor of the lines), unless a string holds a comma (a
+    comma's byte is in no other character's UTF-8): then, and where a
     float is NaN or infinite (msgspec's null, where `event_line` writes json's NaN), the events are
     built and written by `event_line`."""
     sizes = [len(cls.__struct_fields__) for cls in classes]
     # The text before each value and after the last, with a place for each value between:
     # [before value 0, None, before value 1, None, ..., after the last].
-    around: list[str | None] = []
+    around: list[bytes | None] = []
     closing = ""
     for cls in classes:
         for index, name in enumerate(cls.__struct_fields__):
             opening = closing + '{"kind": ' + msgspec.json.encode(cls.__struct_config__.tag).decode() + ", " if index == 0 else ", "
-            around += [opening + msgspec.json.encode(name).decode() + ": ", None]
+            around += [(opening + msgspec.json.encode(name).decode() + ": ").encode(), None]
         closing = "}\n"
-    around.append(closing)
+    around.append(closing.encode())
     count = sum(sizes)
     encode = _ENCODER.encode
 
-    def built(values: tuple[Any, ...]) -> str:
+    def built(values: tuple[Any, ...]) -> bytes:
         events, start = [], 0
         for cls, size in zip(classes, sizes):
             events.append(cls(*values[start:start + size]))
             start += size
-        return "".join([event_line(event) for event in events])
+        return "".join([event_line(event) for event in events]).encode()
 
-    def lines(values: tuple[Any, ...]) -> str:
+    def lines(values: tuple[Any, ...]) -> bytes:
         data = encode(values)
-        parts = data[1:-1].decode().split(",")
+        parts = data[1:-1].split(b",")
         # A null is a None of `values`, or a NaN or infinity msgspec wrote as null (no "n" in the
         # text, usually: only null and a string can hold one). The byte as an int: a bytes needle
         # costs `in` a TypeError raised and cleared first (~1.6k instructions).
-        if len(parts) != count or (_LETTER_N in data and "null" in parts and parts.count("null") != values.count(None)):
+        if len(parts) != count or (_LETTER_N in data and b"null" in parts and parts.count(b"null") != values.count(None)):
             return built(values)
         text = around.copy()
         text[1::2] = parts
-        return "".join(text)
+        return b"".join(text)
 
     return lines
 

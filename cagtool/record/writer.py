@@ -83,17 +83,17 @@ def _encoder_of(event_cls: type[Event]) -> Callable[..., str]:
     return encode
 
 
-# Per event class, `line(seq, t, fields) -> str` for a held line whose fields are a dict (emit_held).
-_KWARGS_LINES: dict[type, Callable[[int, float, Any], str]] = {}
+# Per event class, `line(seq, t, fields) -> bytes` (the line's UTF-8) for a held line whose fields are a dict (emit_held).
+_KWARGS_LINES: dict[type, Callable[[int, float, Any], bytes]] = {}
 
 
-def _kwargs_line(event_cls: type[Event]) -> Callable[[int, float, Any], str]:
+def _kwargs_line(event_cls: type[Event]) -> Callable[[int, float, Any], bytes]:
     line = _KWARGS_LINES.get(event_cls)
     if line is None:
         encode = _encoder_of(event_cls)
 
-        def line(seq: int, t: float, fields: Any) -> str:
-            return encode(seq, t, **fields)
+        def line(seq: int, t: float, fields: Any) -> bytes:
+            return encode(seq, t, **fields).encode()
 
         _KWARGS_LINES[event_cls] = line
     return line
@@ -183,14 +183,14 @@ class RecordWriter:
         self._events: int | None = None  # events.jsonl's descriptor, opened for appending
         # Numbered held lines, not written yet: (line, t, payload), whose text is line(seq, t, payload);
         # `line` None: an event whose line an entry before it wrote (the step tracker's three lines of a step).
-        self._held: list[tuple[Callable[[int, float, Any], str] | None, float, Any]] = []
+        self._held: list[tuple[Callable[[int, float, Any], bytes] | None, float, Any]] = []
         self._held_from = 0  # the seq of the first of them; the others follow it (nothing is numbered in between)
         # Lines the step tracker holds without the lock, not numbered yet: (line, t, payload) as in _held
         # (the payload whatever its `line` reads: a tuple, made at once, is cheaper than a dict), appended
         # by one thread at a time (the tracker's own lock). Every path that numbers an event takes them
         # first (_take_queued), removing only what it took (`del queued[:n]`: an append racing it is kept).
         # The same list for the writer's life (the tracker keeps a reference): cleared in place.
-        self.queued: list[tuple[Callable[[int, float, Any], str] | None, float, Any]] = []
+        self.queued: list[tuple[Callable[[int, float, Any], bytes] | None, float, Any]] = []
         # perf_counter time from which the queued lines are due (the first's + hold_s / 2); set by the
         # appender when it appends to an empty queue. A stale value is an earlier one: written sooner, never later.
         self.queued_due = 0.0
@@ -277,7 +277,7 @@ class RecordWriter:
     def now(self) -> float:
         return self.clock() - self.t0
 
-    def kwargs_line(self, event_cls: type[Event]) -> Callable[[int, float, Any], str]:
+    def kwargs_line(self, event_cls: type[Event]) -> Callable[[int, float, Any], bytes]:
         """`line(seq, t, fields) -> line` for a `queued` entry whose payload is the fields' dict."""
         return _KWARGS_LINES.get(event_cls) or _kwargs_line(event_cls)
 
@@ -319,10 +319,10 @@ class RecordWriter:
                 first = self._held_from
                 text = self._held_text()
                 event, line = self._encode(event_cls, fields)
-                self._write(text + line, first)
+                self._write(text + line.encode(), first)
             else:
                 event, line = self._encode(event_cls, fields)
-                self._write(line, event.seq)
+                self._write(line.encode(), event.seq)
         return event
 
     def emit_held(self, event_cls: type[Event], **fields: Any) -> None:
@@ -367,18 +367,17 @@ class RecordWriter:
         self._seq += 1
         return event, event_line(event)
 
-    def _held_text(self) -> str:
+    def _held_text(self) -> bytes:
         """The held events' lines, taken out of memory (caller holds the lock). Made together, one
         after the other, their code stays in the CPU's caches."""
         held, self._held = self._held, []
         first = self._held_from
-        return "".join([line(first + i, t, payload) for i, (line, t, payload) in enumerate(held) if line is not None])
+        return b"".join([line(first + i, t, payload) for i, (line, t, payload) in enumerate(held) if line is not None])
 
-    def _write(self, text: str, first_seq: int) -> None:
-        """Caller holds the lock. A failed write stops recording at the first line of `text` (whose
-        event is `first_seq`) that did not reach the file whole."""
+    def _write(self, data: bytes, first_seq: int) -> None:
+        """Caller holds the lock. A failed write stops recording at the first line of `data` (UTF-8
+        lines, whose first event is `first_seq`) that did not reach the file whole."""
         if self.stopped is None and self._events is not None:
-            data = text.encode()
             if len(data) > MAX_EVENT_LINE_BYTES + 1:  # one compare a write: only then can a line be too long
                 data = self._oversized_replaced(data, first_seq)
             done = 0

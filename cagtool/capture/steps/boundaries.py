@@ -12,7 +12,7 @@ import weakref
 from typing import Any, Callable
 
 from cagtool.capture.steps.device_readings import DeviceReadings
-from cagtool.capture.steps.lines import StepLines
+from cagtool.capture.steps.lines import NO_LINE, StepLines
 from cagtool.capture.steps.losses import read_loss
 from cagtool.capture.steps.notes import COMPILED, ENDED, GONE, MADE, RETURNED, SKIPPED, STEPPED, BackwardCall, CpuReading
 from cagtool.capture.steps.timing import BoundaryTimes
@@ -28,26 +28,25 @@ UNDECIDED_NOTES = 512
 
 
 class OpenStep:
-    """The step in progress: what it has done so far. One is made a step: the immutable fields
-    start as class attributes (an instance gets its own on the first update), so only `stepped`
-    is set here. A closed step's line reads its figures when it is written: nothing changes it
-    once it is closed (every update goes to the step in progress, under the tracker's lock)."""
+    """The step in progress: what it has done so far. A closed step's line reads its figures when it
+    is written: nothing changes it once it is closed (every update goes to the step in progress,
+    under the tracker's lock)."""
 
-    next_index = 0  # the next backward call's index (taken when it starts)
-    backward_calls = 0  # calls that finished
-    backward_s = 0.0
-    captures = 0
-    compiles = 0
-    compile_s = 0.0
-    optimizer_s = 0.0
-    loss: float | None = None
-    loss_tensor: Any = None  # the last loss when it lives on an accelerator
-    skipped = False  # a grad scaler skipped an optimizer's step() in it
-    # Of `compiles`: those after its last backward ended, none in progress (an optimizer step's
-    # compile): past the step's end where the step ends at its backward's (compiled_optimizer).
-    late_compiles = 0
+    __slots__ = ("next_index", "backward_calls", "backward_s", "captures", "compiles", "compile_s", "optimizer_s", "loss",
+                 "loss_tensor", "skipped", "late_compiles", "stepped")
 
     def __init__(self) -> None:
+        self.next_index = 0  # the next backward call's index (taken when it starts)
+        self.backward_calls = 0  # calls that finished
+        self.backward_s = 0.0
+        self.captures = 0
+        self.compiles = 0
+        self.compile_s = 0.0
+        self.optimizer_s = 0.0
+        self.loss: float | None = None
+        self.loss_tensor: Any = None  # the last loss when it lives on an accelerator
+        self.skipped = False  # a grad scaler skipped an optimizer's step() in it
+        self.late_compiles = 0
         self.stepped: dict[int, int] = {}  # id(optimizer) -> step() calls in this step
 
 
@@ -193,7 +192,10 @@ class StepCounter:
             if opened.backward_calls == 1 and not by_backward and not opened.stepped:
                 # The step's first backward, no optimizer stepped yet: if the next note closes the
                 # step, its three lines go as one entry (optimizer_stepped). Queued otherwise.
-                self.lines.hold_backward(clock, payload)
+                lines = self.lines
+                if lines.held_backward is not None:
+                    lines.release()
+                lines.held_backward = (clock, payload)
                 return False
         self.lines.backward(clock, payload)
         if not by_backward:
@@ -299,14 +301,37 @@ class StepCounter:
     def close(self, boundary: str, clock: float, cpu: CpuReading | None, live: bool, group: tuple[float, str] | None = None) -> bool:
         """End the step in progress at perf_counter time `clock`, with the CPU reading `cpu`. True
         when --steps is reached. `group`: (seconds, class name) of the optimizer step that closed a
-        step whose one backward's line is held back: the three lines go as one entry (lines.py)."""
+        step whose one backward's line is held back (`StepLines.held_backward`): the three lines go
+        as one entry (lines.py)."""
         opened = self.open
         step = FIRST_STEP + self.closed_steps
-        span = self.times.span(clock, cpu)
-        if group is None:
-            self.lines.step(clock, opened, step, boundary, span)
+        # The step's span from the previous boundary (timing.py, BoundaryTimes), and its lines
+        # queued (lines.py), written out here: two Python calls less on every step.
+        times = self.times
+        t = clock - times.writer.t0
+        last_t, last = times.last_t, times.last_cpu
+        wall_s = None if last_t is None else t - last_t
+        if last is None or cpu is None:
+            cpu_s = thread_cpu_s = None
         else:
-            self.lines.close_group(opened, step, boundary, span, group)
+            cpu_s = cpu[0] - last[0]
+            thread_cpu_s = cpu[1] - last[1] if cpu[2] == last[2] else None
+        times.last_t, times.last_cpu = t, cpu
+        lines = self.lines
+        if group is None:
+            lines.step(clock, opened, step, boundary, wall_s, cpu_s, thread_cpu_s)
+        else:
+            # The held-back backward line, the optimizer step that closed its step and the step's
+            # line: one entry whose text is the three lines, and two without text, queued in one
+            # extend so that they are numbered together whatever another thread takes meanwhile.
+            (backward_clock, backward), lines.held_backward = lines.held_backward, None  # type: ignore[misc]
+            seconds, optimizer = group
+            writer = lines.writer
+            queued = lines.queued
+            if not queued:
+                writer.queued_due = backward_clock + writer.hold_s / 2
+            queued += [(lines.group, backward_clock - writer.t0,
+                        (backward, t, seconds, optimizer, opened, step, wall_s, boundary, cpu_s, thread_cpu_s)), NO_LINE, NO_LINE]
         if opened.loss_tensor is not None:
             self.device.defer_loss(step, opened.loss_tensor)
         if live:  # in the hook (with CUDA in use, or --steps): the stream is marked at the step's end

@@ -14,14 +14,14 @@ from typing import Any, Callable
 from cagtool.record.schema import BackwardEvent, OptimizerStepEvent, StepEvent, scalar_lines
 from cagtool.record.writer import RecordWriter
 
-Line = Callable[[int, float, Any], str]
+Line = Callable[[int, float, Any], bytes]  # the line's UTF-8, as the writer writes it
 
 
 def line_makers(writer: RecordWriter) -> tuple[Line, Line, Line, Line]:
     """The `line(seq, t, payload)` functions of the tracker's queued lines, by payload: backward
     ((step, index, backward_s, captures, call, loss, thread): a BackwardEvent's fields), optimizer
     step ((step, wall_s, optimizer class name)), step ((open step, step, wall_s, boundary, cpu_s,
-    thread_cpu_s)) and a step's three lines as one (group: `StepLines.close_group`). Payloads are
+    thread_cpu_s)) and a step's three lines as one (group: boundaries.py, `StepCounter.close`). Payloads are
     plain tuples, made in the drain once a step: a NamedTuple would cost several times as much.
     Each line is its event's line (record/schema.py, `event_line`), made from the values by
     `scalar_lines` without building the event, so a field added to one of these events is written
@@ -65,7 +65,7 @@ EVENT_FIELDS = {
 
 
 # A queued entry without text (the writer makes none): an event whose line a group entry before it wrote.
-_NO_LINE = (None, 0.0, None)
+NO_LINE = (None, 0.0, None)
 
 
 class StepLines:
@@ -75,9 +75,10 @@ class StepLines:
     def __init__(self, writer: RecordWriter) -> None:
         self.writer = writer
         self.queued = writer.queued  # the writer's list (the same for its life): one append a line
-        self._backward, self._optimizer_step, self._step, self._group = line_makers(writer)
+        self._backward, self._optimizer_step, self._step, self.group = line_makers(writer)
         # The step's one backward line, held back in case the step's optimizer step closes it next,
-        # so that the three lines go as one entry: (perf_counter clock, payload).
+        # so that the three lines go as one entry: (perf_counter clock, payload). Set and taken by
+        # the drain (boundaries.py, StepCounter.backward_ended and close), released here.
         self.held_backward: tuple[float, tuple] | None = None
 
     def reset(self) -> None:
@@ -100,34 +101,15 @@ class StepLines:
         (clock, payload), self.held_backward = self.held_backward, None  # type: ignore[misc]
         self._queue(self._backward, clock, payload)
 
-    def hold_backward(self, clock: float, payload: tuple) -> None:
-        if self.held_backward is not None:
-            self.release()
-        self.held_backward = (clock, payload)
-
     def backward(self, clock: float, payload: tuple) -> None:
         self._queue(self._backward, clock, payload)
 
     def optimizer_step(self, clock: float, step: int, seconds: float, optimizer: str) -> None:
         self._queue(self._optimizer_step, clock, (step, seconds, optimizer))
 
-    def step(self, clock: float, opened: Any, step: int, boundary: str, span: tuple) -> None:
-        """Step `step`'s line; `span`: (t, wall_s, cpu_s, thread_cpu_s), timing.py."""
-        _, wall_s, cpu_s, thread_cpu_s = span
+    def step(self, clock: float, opened: Any, step: int, boundary: str, wall_s: float | None, cpu_s: float | None,
+             thread_cpu_s: float | None) -> None:
+        """Step `step`'s line, its span measured by the caller (timing.py). A step closed by the
+        optimizer step its one backward's line waits for is one entry, queued by the caller
+        (boundaries.py, `StepCounter.close`)."""
         self._queue(self._step, clock, (opened, step, wall_s, boundary, cpu_s, thread_cpu_s))
-
-    def close_group(self, opened: Any, step: int, boundary: str, span: tuple, optimizer_step: tuple[float, str]) -> None:
-        """The held-back backward line, the optimizer step that closed its step ((seconds, class
-        name)) and the step's line: one entry whose text is the three lines, and two without text,
-        queued in one extend so that they are numbered together whatever another thread takes
-        meanwhile."""
-        (backward_clock, backward), self.held_backward = self.held_backward, None  # type: ignore[misc]
-        t, wall_s, cpu_s, thread_cpu_s = span
-        seconds, optimizer = optimizer_step
-        writer = self.writer
-        queued = self.queued
-        if not queued:
-            writer.queued_due = backward_clock + writer.hold_s / 2
-        queued += [(self._group, backward_clock - writer.t0,
-                    (backward, t, seconds, optimizer, opened, step, wall_s, boundary, cpu_s, thread_cpu_s)),
-                   _NO_LINE, _NO_LINE]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 # (ENDED, clock, start, call, loss, accumulate_grad, thread, cpu): a top-level backward returned or
 # raised. clock, start: perf_counter at its end and start; call: its BackwardCall; loss: its first
 # output's value when a plain CPU tensor of one element (read in the hook), the tensor itself when
@@ -48,20 +50,20 @@ GONE = 4
 CpuReading = tuple[float, float, int]
 
 
-class BackwardCall:
+class BackwardCall(msgspec.Struct):
     """One top-level backward call, noted when it begins: its thread (ident), its outputs (read for
     `current_roots`; None once it ended, so the note holds no graph), the CA captures made in it (note_capture_finished), and where the drain placed
     its start: the step it began in and its index there. `version`: the optimizers' readings
     (tracker.watch_parameters) at its start, read only once an optimizer's step was compiled in a
     function made before the hooks were installed
-    (boundaries.py, `StepCounter.parameters_changed`), else None."""
+    (boundaries.py, `StepCounter.parameters_changed`), else None.
+    A msgspec Struct, never encoded: its constructor is C (`BackwardCall(thread, outputs)`, the
+    rest at their defaults), half the instructions of a Python `__init__` on every backward. Its
+    calls are told apart by identity (`is`), never by `==` (a Struct's compares the fields)."""
 
-    __slots__ = ("thread", "outputs", "captures", "step", "index", "version")
-
-    def __init__(self, thread: int, outputs: Any) -> None:
-        self.thread = thread
-        self.outputs = outputs
-        self.captures = 0
-        self.step = 0
-        self.index = 0
-        self.version: tuple[Any, ...] | None = None
+    thread: int
+    outputs: Any
+    captures: int = 0
+    step: int = 0
+    index: int = 0
+    version: Any = None

@@ -12,7 +12,11 @@ from cagtool.record.writer import RecordWriter
 
 
 class BoundaryTimes:
-    """The previous boundary's clock and CPU reading; `span` measures a step from it to the next."""
+    """The previous boundary's clock and CPU reading, from which the step that ends next is measured
+    (boundaries.py, `StepCounter.close`: the step's t is its boundary's perf_counter time less the
+    writer's t0; wall_s the difference of the two t; cpu_s the process CPU times' difference, None
+    where either reading is missing (not read, hooks.py); thread_cpu_s the thread CPU times' where
+    the same thread read both, else None), and which that boundary then replaces."""
 
     __slots__ = ("writer", "last_t", "last_cpu")
 
@@ -20,17 +24,3 @@ class BoundaryTimes:
         self.writer = writer  # a line's t is seconds since its t0 (set again in a forked child: reopen)
         self.last_t: float | None = None
         self.last_cpu: CpuReading | None = None
-
-    def span(self, clock: float, cpu: CpuReading | None) -> tuple[float, float | None, float | None, float | None]:
-        """(t, wall_s, cpu_s, thread_cpu_s) of the step ending at perf_counter time `clock` with the
-        reading `cpu` (None: not read, hooks.py), and that boundary becomes the previous one."""
-        t = clock - self.writer.t0
-        last_t, last = self.last_t, self.last_cpu
-        wall_s = None if last_t is None else t - last_t
-        if last is None or cpu is None:
-            cpu_s = thread_cpu_s = None
-        else:
-            cpu_s = cpu[0] - last[0]
-            thread_cpu_s = cpu[1] - last[1] if cpu[2] == last[2] else None
-        self.last_t, self.last_cpu = t, cpu
-        return t, wall_s, cpu_s, thread_cpu_s

@@ -604,7 +604,8 @@ def event_line(event: Event) -> str:
     which would read back as "no value" (a diverged loss as a missing one); the rare event holding
     one is written by `json`, as NaN / Infinity, which the loader reads back."""
     data = _ENCODER.encode(event)
-    if b"null" in data and not _finite_event(event):
+    # find, not `in`: bytes' `in` tries the needle as an int first, raising and clearing a TypeError.
+    if data.find(b"null") >= 0 and not _finite_event(event):
         import json
 
         return json.dumps(msgspec.to_builtins(event), ensure_ascii=False, allow_nan=True) + "\n"

@@ -74,7 +74,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--width", type=int, default=512, help="the MLP's hidden width: 512 gives ~4.5 ms steps on the 2-core VM, 160 about 1 ms")
     parser.add_argument("--no-torch-trace", action="store_true", help="leave TORCH_TRACE off in the on blocks")
     parser.add_argument("--parts", default="steps,observer,logs,trace",
-                        help="what the on blocks install (to find where a cost is): steps (tracker, its events), observer, logs (torch.__trace handler), trace (TORCH_TRACE file)")
+                        help="what the on blocks install (to find where a cost is): steps (tracker, its events), observer, logs (torch.__trace handler), trace (TORCH_TRACE file); "
+                             "or a floor, alone: logger (compiled autograd's verbose logger set, nothing else), clocks (one optimizer post-hook reading perf_counter and "
+                             "the two CPU clocks into a list: the least a step line with the same figures costs), hook (that hook without the CPU clocks)")
     parser.add_argument("--processes", type=int, default=24, help="measure in this many processes, one after another; the verdict's interval is over processes (a process's own interval leaves out what differs between them)")
     parser.add_argument("--no-pin-malloc", dest="pin_malloc", action="store_false",
                         help="leave glibc malloc's dynamic mmap/trim thresholds as they are (see the docstring: the on/off ratio then moves from process to process)")
@@ -235,6 +237,15 @@ def workload(backend: str, threads: int, parts: set[str], torch_trace: bool = Tr
     steps = StepTracker(writer, "ca")
     observer = CaptureObserver(writer, steps, compiler)
     handler = StructuredLogHandler(writer, steps)
+    floor: list[Any] = []  # the floor's hook handle and what it noted
+    noted: list[tuple] = []
+    perf_counter, process_time, thread_time = time.perf_counter, time.process_time, time.thread_time
+
+    def clocks_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+        noted.append((perf_counter(), process_time(), thread_time()))
+
+    def bare_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+        noted.append((perf_counter(),))
 
     def instrument(on: bool) -> None:
         if on:
@@ -248,7 +259,16 @@ def workload(backend: str, threads: int, parts: set[str], torch_trace: bool = Tr
                 steps.install()
             if "observer" in parts:
                 observer.install()
+            if "logger" in parts:
+                torch._C._dynamo.compiled_autograd.set_verbose_logger(observer.logger)
+            if "clocks" in parts or "hook" in parts:
+                from torch.optim.optimizer import register_optimizer_step_post_hook
+
+                floor.append(register_optimizer_step_post_hook(clocks_hook if "clocks" in parts else bare_hook))
         else:
+            while floor:
+                floor.pop().remove()
+            noted.clear()
             steps.uninstall()
             observer.uninstall()
             torch._C._dynamo.compiled_autograd.set_verbose_logger(None)

@@ -189,3 +189,29 @@ def test_the_mode_process_says_what_python_m_says_of_a_module_it_cannot_run(tmp_
             ours = subprocess.run([sys.executable, "-c", said, name, str(tmp_path), how], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=60)
             assert ours.returncode == 0, (name, ours.stderr)
             assert ours.stdout == python.stderr, (name, how)
+
+
+def test_under_pythonsafepath_the_probe_sees_what_python_p_gives(tmp_path):
+    """PYTHONSAFEPATH (python -P): python puts neither the script's directory nor the working
+    directory first on sys.path; a module is found through PYTHONPATH only. `cagtool run` puts
+    none either: the probe prints the same (its sys.path[0] is PYTHONPATH's first entry)."""
+    job = tmp_path / "job"
+    _job(job)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "CI": "true", "PYTHONSAFEPATH": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in [str(elsewhere), str(job), os.environ.get("PYTHONPATH", "")] if p)}
+    targets = {name: TARGETS[name] for name in ("module", "script")}
+    plain = {name: subprocess.run([sys.executable, *argv], cwd=job, capture_output=True, text=True, env=env, timeout=300)
+             for name, (argv, _given) in targets.items()}
+    for name, proc in plain.items():
+        assert proc.returncode == 0, (name, proc.stderr)
+    seen = {name: proc.stdout for name, proc in plain.items()}
+    assert json.loads(seen["script"].splitlines()[0])["path0"] == str(elsewhere)  # not the script's directory
+    assert json.loads(seen["module"].splitlines()[1])["path0"] == str(elsewhere)  # not the working directory
+    runs = _finish({name: subprocess.Popen(cagtool_cmd("run", "--modes", "eager", "--no-report", "-o", str(tmp_path / name), *given),
+                                           cwd=job, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                    for name, (_argv, given) in targets.items()})
+    for name, (code, out, err) in runs.items():
+        assert code == 0, (name, err[-3000:])
+        assert out == seen[name], name

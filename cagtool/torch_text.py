@@ -358,6 +358,16 @@ def tree_source(source: str) -> str:
     return source if source.startswith(("L[", "G[")) else re.sub(r"^([A-Za-z_]\w*)", r"L['\1']", source)
 
 
+_GLOBAL_STATE_GRAD_MODE = re.compile(r'GLOBAL_STATE: ___check_global_state\(\) against \{[^\n]*?"grad_mode":(true|false)')
+
+
+def compiled_grad_mode(guards: str) -> bool | None:
+    """The grad mode a compile was made for, from its guard tree's GLOBAL_STATE guard (torch prints
+    the state it checks against as JSON: `"grad_mode":true`); None when the tree does not say."""
+    found = _GLOBAL_STATE_GRAD_MODE.search(guards)
+    return None if found is None else found.group(1) == "true"
+
+
 def guarded_value(guards: str, source: str) -> GuardedValue | None:
     """What a compile's guard tree holds on `source` (as a reason prints it): its type, and the
     constant it matched (EQUALS_MATCH `== v`, NONE_MATCH `None`) or None when torch guarded only its

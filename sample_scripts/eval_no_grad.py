@@ -1,9 +1,11 @@
 """Training on a DataLoader whose last batch is smaller (40 samples in batches of 16: 16, 16, 8),
 with an evaluation after each epoch under torch.no_grad(), as a language model's training loop
 does. Dynamo recompiles the forward twice, for two causes: the smaller batch (a size guard) and
-the evaluation (`GLOBAL_STATE changed: grad_mode`); both graphs are then cached.
+the evaluation (`GLOBAL_STATE changed: grad_mode`); both graphs are then cached. With
+--evaluate-first it also evaluates before training (as nanoGPT's loop does at its first step): the
+first compile is then the evaluation's, and training's first call is the one that recompiles.
 
-    python eval_no_grad.py [--epochs 2]
+    python eval_no_grad.py [--epochs 2] [--evaluate-first]
 """
 
 import argparse
@@ -15,12 +17,16 @@ from torch.utils.data import DataLoader, TensorDataset
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--evaluate-first", action="store_true")
     args = parser.parse_args()
     torch.manual_seed(0)
     loader = DataLoader(TensorDataset(torch.randn(40, 8), torch.randn(40, 1)), batch_size=16)
     model = torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)), backend="eager")
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     held_out = torch.randn(16, 8)
+    if args.evaluate_first:
+        with torch.no_grad():
+            print(f"before training: held-out {model(held_out).pow(2).mean().item():.4f}")
     for epoch in range(args.epochs):
         for x, y in loader:
             loss = torch.nn.functional.mse_loss(model(x), y)

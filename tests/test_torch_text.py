@@ -298,3 +298,12 @@ def test_a_resume_function_names_the_function_and_the_break():
     assert tt.resume_function("torch_dynamo_resume_in__call_strategy_hook_at_318") == ("_call_strategy_hook", 318)
     assert tt.resume_function("torch_dynamo_resume_in_torch_dynamo_resume_in_f_at_5_at_8") == ("f", 8)
     assert tt.resume_function("training_step") is None
+
+
+def test_the_grad_mode_a_compile_was_made_for_is_read_from_its_guard_trees_global_state():
+    """torch 2.13's GLOBAL_STATE guard line, as a compile's dynamo_cpp_guards_str prints it."""
+    line = ('| +- GLOBAL_STATE: ___check_global_state() against {"allow_bf16_reduce":0,"allow_tf32":true,'
+            '"autocast_state":{"cached_enabled":true,"enabled":[false,false]},"default_dtype":6,"grad_mode":%s,"num_threads":2}')
+    assert tt.compiled_grad_mode("+- TREE_GUARD_MANAGER\n" + line % "true") is True
+    assert tt.compiled_grad_mode(line % "false") is False
+    assert tt.compiled_grad_mode("| +- TENSOR_MATCH: check_tensor(L['x'], requires_grad=False)") is None

@@ -397,6 +397,9 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # The user's line that called the recompiled code, where a value passed to it is changed.
         "caller": next((row.caller for row in cause.rows if row.caller is not None), None),
         "state_changed_at": changed.changed_at if changed is not None else None,
+        # The grad mode the recompiles were made for, where their guard trees say it and agree: True
+        # for grad on (training after an evaluation), False for off (an evaluation after training).
+        "grad_mode_after": modes.pop() if len(modes := {table.grad_modes.get(row.compile_id) for row in cause.rows}) == 1 else None,
         "state_change": changed.detail if changed is not None else "",
         **_stability(table, cause),
     }
@@ -1122,7 +1125,9 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
     if facts.get("other_module_by_guards"):
         return f"another compiled module's first call (a {facts['other_module_by_guards'][-1][1]})"
     if kind == GUARD_GRAD_MODE:
-        return "the grad mode changed (a call under torch.no_grad(), as in an evaluation)"
+        return {True: "the grad mode changed (a call with grad on after one under torch.no_grad(), as training after an evaluation)",
+                False: "the grad mode changed (a call under torch.no_grad(), as in an evaluation)"}.get(
+                    facts.get("grad_mode_after"), "the grad mode changed (calls with grad on and under torch.no_grad(), as training and evaluation)")
     if kind == GUARD_GLOBAL_STATE:
         state = guard.split(':', 1)[-1].strip() or guard
         if "autocast" in state:
@@ -1379,8 +1384,14 @@ def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
                 f"module's input changing; {named}. Each such module is one more compile of the shared frame, and all of "
                 "them count against its one recompile limit (torch._dynamo.config.recompile_limit)."]
     if kind == GUARD_GRAD_MODE:
-        return ["The compiled code ran with grad mode off (torch.no_grad() or torch.inference_mode(), as an evaluation does) "
-                "after running with it on: Dynamo guards on the grad mode, so it compiled a second graph for it. Each grad mode "
+        first = {
+            True: "The compiled code was first called with grad mode off (under torch.no_grad() or torch.inference_mode(): an "
+                  "evaluation before training, as one at the first step does), then with it on (training)",
+            False: "The compiled code ran with grad mode off (torch.no_grad() or torch.inference_mode(), as an evaluation does) "
+                   "after running with it on",
+        }.get(facts.get("grad_mode_after"), "The compiled code ran with grad mode on (training) and off (torch.no_grad() or "
+                                           "torch.inference_mode(), as an evaluation does)")
+        return [f"{first}: Dynamo guards on the grad mode, so it compiled a second graph for it. Each grad mode "
                 "keeps its own cached graph: one compile per grad mode, not one per evaluation."]
     if kind == GUARD_REQUIRES_GRAD and facts.get("requires_grad_inputs"):
         return [f"The compiled code was called with `{'`, `'.join(facts['requires_grad_inputs'])}` requiring grad in one call and not "
@@ -1543,7 +1554,8 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         return ["Nothing to fix: the training graph and the evaluation graph are both cached after their first call."
                 if once else "Keep the grad mode of each call site fixed: every grad mode gets its own graph.",
                 "To skip even that compile, evaluate with the module as it was before torch.compile "
-                f"(`{_uncompiled_call(code)}` under torch.no_grad())."]
+                f"(`{_uncompiled_call(code)}` under torch.no_grad()"
+                + ("; the line above is the training call that recompiled: change the evaluation's call)." if facts.get("grad_mode_after") is True else ").")]
     if kind == GUARD_GLOBAL_STATE:
         if "autocast" in guard:
             same = ("each setting has its own forward graph, and its own backward graph (autocast's casts are nodes in it), "

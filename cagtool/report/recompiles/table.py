@@ -39,11 +39,14 @@ from cagtool.record.schema import (
 from cagtool.report.changed_sizes import misses_with_earlier_values
 from cagtool.report.recompiles.reads import LimitHit, StepSummary, forward_step, limit_hits, step_summary
 from cagtool.torch_text import (
+    GUARD_GRAD_MODE,
     GuardedValue,
     assigned_at,
     compile_attempt,
     compile_frame,
+    compiled_grad_mode,
     equals_guard,
+    guard_kind,
     guarded_value,
     in_torch_optim,
     looks_like_user_file,
@@ -162,6 +165,9 @@ class RecompileTable:
     # constant; and where the compiled code assigns that value, (compile id, source) -> (code, place).
     guarded: dict[tuple[str, str], GuardedValue] = field(default_factory=dict)
     assignments: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    # The grad mode each recompile on the grad mode was made for (its guard tree's GLOBAL_STATE):
+    # compile id -> True (grad on: training after an evaluation) / False (under no_grad or inference_mode).
+    grad_modes: dict[str, bool] = field(default_factory=dict)
     # Sorted graph ids, built on first use (explanations of 1,000s of graphs).
     _graph_ids: list[int] | None = field(default=None, repr=False, compare=False)
 
@@ -481,6 +487,22 @@ def _guarded_values(record: ModeRecord, rows: list[RecompileRow]) -> tuple[dict,
     return guarded, assignments
 
 
+def _grad_modes(record: ModeRecord, rows: list[RecompileRow]) -> dict[str, bool]:
+    """The grad mode each Dynamo recompile whose failing guard is the grad mode was compiled for,
+    from its guard tree (read only for these): torch's reason names the state, not which way it went."""
+    wanted = {row.compile_id for row in rows if row.source != SOURCE_CA
+              and any(guard_kind(guard_text(m)) == GUARD_GRAD_MODE for m in row.messages)}
+    found: dict[str, bool] = {}
+    if not wanted:
+        return found
+    for event in record.of(CompileArtifactEvent):
+        if event.artifact == ARTIFACT_GUARDS and event.compile_id in wanted and event.compile_id not in found:
+            mode = compiled_grad_mode(record.artifact_text(event))
+            if mode is not None:
+                found[event.compile_id] = mode
+    return found
+
+
 def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> RecompileTable:
     """The recompiles of one mode record, in the order they happened. `steps` is given when the
     record was read without its step events (recompiles_load); otherwise it is counted here."""
@@ -555,6 +577,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         break_reasons=break_reasons,
         guarded=guarded,
         assignments=assignments,
+        grad_modes=_grad_modes(record, rows),
         wrapper_optimizer_steps=_wrapper_optimizer_steps(compile_events, callers),
         dynamic_frames=frozenset(frame for e in compile_events if e.assume_static_by_default is False and not e.compile_id.startswith("!")
                                  and (frame := compile_frame(e.compile_id)) is not None),

@@ -93,7 +93,27 @@ def test_an_evaluation_under_no_grad_is_a_grad_mode_change_not_a_size(record_run
     assert {f.name: f.causes for f in fixes_for(explanation)}["dynamic-sources"] == (size.number,)
     line = cagtool_in_process("summary", str(record_run("eval_no_grad.py").path)).stdout.splitlines()[0]
     assert "from 2 causes: a smaller batch (a DataLoader's last?): the size of `args[0]` (dim 0) changed 16->8 at step 2" in line
-    assert "and the grad mode changed (a call under torch.no_grad(), as in an evaluation) at step 3 (the compiled call at eval_no_grad.py:31)" in line
+    assert "and the grad mode changed (a call under torch.no_grad(), as in an evaluation) at step 3 (the compiled call at eval_no_grad.py:37)" in line
+
+
+def test_an_evaluation_before_training_is_said_the_other_way_round(record_run):
+    """The same loop evaluating first (nanoGPT's estimate_loss at its first step): the first compile
+    is the evaluation's, and the training call is the one that recompiles on the grad mode. torch's
+    reason does not say which way the mode went; each compile's guard tree does (`"grad_mode":true`)."""
+    run = record_run("eval_no_grad.py", "--evaluate-first")
+    assert run.returncode == 0, run.stderr[-2000:]
+    table = recompile_table(load_run(run.path).modes["ca"])
+    explanation = explain(table)
+    grad_mode = next(c for c in explanation.causes if c.facts.get("kind") == GUARD_GRAD_MODE)
+    assert grad_mode.facts["grad_mode_after"] is True
+    assert set(table.grad_modes.values()) == {True}
+    title, why, fixes = _all_words(explanation, table.cwd)[explanation.causes.index(grad_mode)]
+    assert "a call with grad on after one under torch.no_grad(), as training after an evaluation" in title
+    assert "first called with grad mode off" in why and "after running with it on" not in why
+    assert "the training call that recompiled: change the evaluation's call" in fixes
+    # The loop evaluating after training: the other way round, from the same kind of evidence.
+    plain = recompile_table(load_run(record_run("eval_no_grad.py").path).modes["ca"])
+    assert set(plain.grad_modes.values()) == {False}
 
 
 def test_a_smaller_last_batch_is_named_and_drop_last_offered_beside_dynamic_shapes(record_run):

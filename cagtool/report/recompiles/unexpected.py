@@ -27,7 +27,7 @@ _TRAINING_GUARD = re.compile(r"(?P<module>\S*)\.training == (?P<value>True|False
 WORDS = {
     CAUSE_NUM_THREADS: "the intra-op thread count changed (torch.set_num_threads)",
     CAUSE_TRAIN_EVAL: "a module switched between train() and eval() around the compiled call",
-    CAUSE_GRAD_MODE: "grad mode changed around the compiled call (an evaluation under torch.no_grad)",
+    CAUSE_GRAD_MODE: "grad mode changed around the compiled call (training, and an evaluation under torch.no_grad, call the same compiled code)",
     CAUSE_REENTRANT_CHECKPOINT: "a reentrant checkpoint re-ran its compiled forward in the backward with grad enabled, "
                                 "after running it under no_grad in the forward",
 }

@@ -36,12 +36,15 @@ class Headline:
     advice: str = ""
 
 
-def _speed_phrase(s: Speedup, trained_otherwise: bool = False) -> tuple[str, str]:
+def _speed_phrase(s: Speedup, trained_otherwise: bool = False, aot_compiled_nothing: bool = False) -> tuple[str, str]:
     """The time verdict with its status: what it rests on, and never a figure beyond what the
     evidence supports (a ratio from one process per mode is a figure, not a verdict).
     `trained_otherwise`: one of the two modes' numerics differ (skipped work, other gradients):
-    it is not faster at the same job, so the figure goes without a verdict."""
+    it is not faster at the same job, so the figure goes without a verdict. `aot_compiled_nothing`:
+    the script calls no torch.compile, so its aot mode ran it eagerly: named so, not torch.compile."""
     mode, base = _MODE_WORDS.get(s.mode, s.mode), _MODE_WORDS.get(s.baseline, s.baseline)
+    if aot_compiled_nothing and s.baseline == "aot":
+        base = "the script without it (it compiles nothing itself: the aot mode ran it eagerly)"
     if s.ratio is None:
         return f"{mode} vs {base}: not timed ({s.note or 'no steady steps'})", NEUTRAL
     figure = f"{ratio_text(s.ratio)} the speed of {base}"
@@ -299,7 +302,9 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
     numerics = comparison.numerics
     if speed is not None:
         differ = {base_mode(d.record) for d in numerics.disagreements} if numerics.reference is not None else set()
-        text, tone = _speed_phrase(speed, trained_otherwise=bool(differ & {speed.mode, speed.baseline}))
+        aot = comparison.modes.get("aot")
+        aot_nothing = aot is not None and aot.metrics is not None and aot.metrics.forward_graphs == 0 and aot.metrics.backward_graphs == 0
+        text, tone = _speed_phrase(speed, trained_otherwise=bool(differ & {speed.mode, speed.baseline}), aot_compiled_nothing=aot_nothing)
         phrases.append(text)
         tones.append(tone)
     if numerics.reference is not None and len(comparison.modes) > 1:

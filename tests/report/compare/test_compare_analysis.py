@@ -504,6 +504,19 @@ def test_table_golden_text():
     assert text + "\n" == GOLDEN_TABLE
 
 
+def test_the_headline_does_not_call_an_aot_mode_that_compiled_nothing_torch_compile():
+    """A script that calls no torch.compile (it relies on the ca mode): its aot mode runs it eagerly,
+    and the headline's base says so, not "torch.compile alone"."""
+    from cagtool.report.compare.headline import run_headline
+
+    run = three_modes(ca_ms=5)
+    run.modes["aot"] = mode_record("aot", [*make_steps([0.05, *steady(8.0)], LOSSES, compiling=()), final()], peak=120 * 2**20)
+    text = run_headline(compare_modes(run)).text
+    assert "the speed of the script without it (it compiles nothing itself: the aot mode ran it eagerly)" in text
+    assert "torch.compile alone" not in text
+    assert "torch.compile alone" in run_headline(compare_modes(three_modes(ca_ms=5))).text
+
+
 def test_the_headline_answers_first_in_words():
     """One sentence a user pastes into a pull request: ca's speed against torch.compile alone with
     its interval and verdict, the recompiles, the numerics; coloured by verdict."""

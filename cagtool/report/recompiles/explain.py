@@ -1555,7 +1555,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                 if once else "Keep the grad mode of each call site fixed: every grad mode gets its own graph.",
                 "To skip even that compile, evaluate with the module as it was before torch.compile "
                 f"(`{_uncompiled_call(code)}` under torch.no_grad()"
-                + ("; the line above is the training call that recompiled: change the evaluation's call)." if facts.get("grad_mode_after") is True else ").")]
+                + (", at the evaluation's call: the recompiling call named here is training's)." if facts.get("grad_mode_after") is True else ").")]
     if kind == GUARD_GLOBAL_STATE:
         if "autocast" in guard:
             same = ("each setting has its own forward graph, and its own backward graph (autocast's casts are nodes in it), "

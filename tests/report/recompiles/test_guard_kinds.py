@@ -110,7 +110,7 @@ def test_an_evaluation_before_training_is_said_the_other_way_round(record_run):
     title, why, fixes = _all_words(explanation, table.cwd)[explanation.causes.index(grad_mode)]
     assert "a call with grad on after one under torch.no_grad(), as training after an evaluation" in title
     assert "first called with grad mode off" in why and "after running with it on" not in why
-    assert "the training call that recompiled: change the evaluation's call" in fixes
+    assert "at the evaluation's call: the recompiling call named here is training's" in fixes
     # The loop evaluating after training: the other way round, from the same kind of evidence.
     plain = recompile_table(load_run(record_run("eval_no_grad.py").path).modes["ca"])
     assert set(plain.grad_modes.values()) == {False}

@@ -44,7 +44,7 @@ from typing import Any, Callable
 
 from cagtool.record.atomic import write_atomic
 from cagtool.record.columns import write_sidecar
-from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
+from cagtool.record.manifest import ModeManifest, RunMeta, document_text, to_dict
 from cagtool.record.graph_file import GraphNode, graph_file_text
 from cagtool.record.schema import (
     EVENTS_FILE,
@@ -122,8 +122,9 @@ def ended_marker_name(status: str, exit_code: int | None) -> str:
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Replace path with data, or leave the old file as it was (never a half-written one)."""
-    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+    """Replace path with run.json's or a manifest's data, or leave the old file as it was (never a
+    half-written one); never over what the loader reads (manifest.document_text cuts it to that)."""
+    write_atomic(path, document_text(data))
 
 
 def warn(message: str) -> None:

@@ -87,6 +87,43 @@ def test_a_record_without_oversized_events_counts_none(tmp_path):
     assert manifest["options"]["oversized_dropped"] == {"count": 0, "last": None}
 
 
+def test_a_graphs_code_and_a_compile_artifact_over_the_text_limit_are_cut_and_read_back(tmp_path):
+    """A graph's code and a compile artifact over MAX_TEXT_FILE_BYTES are written cut at a line to
+    that size, their last line saying how much was left out; a finding names each and the manifest
+    counts them. `cagtool compile` prints the cut artifact (its reader refuses only what is over the
+    limit), and the report shows the start of the cut code."""
+    from cagtool.record.schema import MAX_TEXT_FILE_BYTES, CompileArtifactEvent
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    line = "    buf = torch.ops.aten.mul.Tensor(buf, buf)  # é\n"
+    code = "def graph():\n" + line * (MAX_TEXT_FILE_BYTES // len(line.encode()) + 10)
+    with cagtool.capture(backend="eager", output=tmp_path / "run") as cap:
+        writer = cap._recorder.writer
+        _step(model, opt)
+        code_rel, nodes_rel = writer.write_graph(97, "!97", code, [GraphNode(name="n", op="output", target="output")])
+        rel = writer.write_artifact("0/0", "dynamo_cpp_guards_str", code)
+        writer.emit(CompileArtifactEvent, compile_id="0/0", artifact="dynamo_cpp_guards_str", file=rel)
+    mode = tmp_path / "run" / "ca"
+    whole = len(code.encode())
+    del code
+    for written in (mode / code_rel, mode / rel):
+        data = written.read_bytes()
+        assert len(data) <= MAX_TEXT_FILE_BYTES, (written, len(data))
+        kept, _, last = data.rstrip(b"\n").rpartition(b"\n")
+        assert kept.endswith(line.rstrip("\n").encode()) and data.decode("utf-8")  # cut after a whole line, valid UTF-8
+        assert last.decode() == (f"# cagtool: the rest of this file ({whole - len(kept) - 1:,} of its {whole:,} bytes) was not recorded: "
+                                 f"a record's text file is at most {MAX_TEXT_FILE_BYTES:,} bytes")
+    assert nodes_rel == "graphs/ca_97.json"
+    counted = json.loads((mode / "manifest.json").read_text())["options"]["oversized_dropped"]
+    assert counted["count"] == 2 and counted["last"] == f"compile artifact {rel} of {whole:,} bytes, cut", counted
+    findings = [e for e in load_run(tmp_path / "run", strict=True).mode("ca").of(FindingEvent) if e.code == FINDING_OVERSIZED_EVENT]
+    assert [(f.detail["kind"], f.detail["bytes"]) for f in findings] == [("graph_code_file", whole), ("compile_artifact", whole)]
+    assert findings[0].message.startswith(f"graph !97's code ({code_rel}) of {whole:,} bytes was cut to its first ")
+    code_, out, err = cagtool_cli("compile", str(tmp_path / "run"), "0/0", "--show", "dynamo_cpp_guards_str")
+    assert code_ == 0 and "Traceback" not in err and "was not recorded: a record's text file is at most" in out, err[-2000:]
+
+
 @pytest.mark.slow
 def test_a_huge_argv_leaves_a_run_json_and_manifest_the_loader_reads(tmp_path, monkeypatch):
     """A job whose argv is over MAX_JSON_FILE_BYTES (one word of 65 MiB): run.json

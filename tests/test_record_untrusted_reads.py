@@ -344,3 +344,22 @@ def test_a_compile_artifact_planted_as_a_link_or_fifo_is_refused(run, plant):
     for args in (("compile", str(run), compile_id, "--show", "all"), ("report", str(run))):
         _refused(args, said)
 
+
+def test_a_signal_stacks_file_planted_as_a_link_or_fifo_is_not_read(tmp_path):
+    """The stacks a stopped process left (signal_stacks/SIGTERM.txt), read when a record of a
+    vanished process is closed by its reader: one planted as a link is not followed and a FIFO is
+    not waited on; either reads as no stacks."""
+    from cagtool.record.liveness import signal_stop_exception
+    from cagtool.record.schema import SIGNAL_STACKS_DIR
+
+    (tmp_path / "victim.txt").write_text(SECRET + "\n")
+    stacks = tmp_path / "ca" / SIGNAL_STACKS_DIR
+    stacks.mkdir(parents=True)
+    (stacks / "SIGTERM.txt").symlink_to(tmp_path / "victim.txt")
+    os.mkfifo(stacks / "SIGHUP.txt")
+    for name in ("SIGTERM", "SIGHUP"):
+        stopped = signal_stop_exception(name, tmp_path / "ca")
+        assert stopped["traceback"] == "" and SECRET not in stopped["message"], stopped
+    (stacks / "SIGINT.txt").write_text("Thread 1:\n  File \"train.py\", line 3, in main\n")
+    assert "train.py" in signal_stop_exception("SIGINT", tmp_path / "ca")["traceback"]
+

@@ -363,3 +363,23 @@ def test_a_signal_stacks_file_planted_as_a_link_or_fifo_is_not_read(tmp_path):
     (stacks / "SIGINT.txt").write_text("Thread 1:\n  File \"train.py\", line 3, in main\n")
     assert "train.py" in signal_stop_exception("SIGINT", tmp_path / "ca")["traceback"]
 
+
+def test_baseline_save_refuses_a_baseline_larger_than_gate_reads(run, tmp_path):
+    """A run whose run.json holds an argv of 24 MiB of UTF-8 (6 million 4-byte characters, a
+    forged or imported record: cagtool writes ASCII escapes) makes a baseline of 72 MiB, JSON's
+    escapes being 12 bytes a character: `baseline save` refuses it, exit 3 with one line, and a
+    baseline already at the path is left as it was."""
+    from cagtool.record.schema import MAX_JSON_FILE_BYTES
+
+    baseline = tmp_path / "baseline.json"
+    assert cagtool("baseline", "save", str(run), "-o", str(baseline))[0] == 0
+    before = baseline.read_bytes()
+    meta = json.loads((run / "run.json").read_text())
+    meta["target_argv"] = ["train.py", "\U0001F600" * 6_000_000]
+    (run / "run.json").write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
+    assert (run / "run.json").stat().st_size < MAX_JSON_FILE_BYTES
+    code, out, err = cagtool("baseline", "save", str(run), "-o", str(baseline))
+    assert code == 3 and err.count("\n") == 1 and "Traceback" not in err, err[-2000:]
+    assert err.startswith("cagtool: error: not saving the baseline: it would be ") and f"more than the {MAX_JSON_FILE_BYTES:,} `cagtool gate` reads" in err
+    assert "target_argv is " in err and f"{baseline} is left as it was" in err, err
+    assert baseline.read_bytes() == before

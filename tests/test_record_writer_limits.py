@@ -119,7 +119,7 @@ def test_a_graphs_code_and_a_compile_artifact_over_the_text_limit_are_cut_and_re
     assert counted["count"] == 2 and counted["last"] == f"compile artifact {rel} of {whole:,} bytes, cut", counted
     findings = [e for e in load_run(tmp_path / "run", strict=True).mode("ca").of(FindingEvent) if e.code == FINDING_OVERSIZED_EVENT]
     assert [(f.detail["kind"], f.detail["bytes"]) for f in findings] == [("graph_code_file", whole), ("compile_artifact", whole)]
-    assert findings[0].message.startswith(f"graph !97's code ({code_rel}) of {whole:,} bytes was cut to its first ")
+    assert findings[0].message.startswith(f"graph !97's code ({code_rel}) of {whole:,} bytes was cut at its last whole line under ")
     code_, out, err = cagtool_cli("compile", str(tmp_path / "run"), "0/0", "--show", "dynamo_cpp_guards_str")
     assert code_ == 0 and "Traceback" not in err and "was not recorded: a record's text file is at most" in out, err[-2000:]
 

@@ -478,7 +478,7 @@ class RecordWriter:
 
     def _emit_cut(self, rel: str, what: str, kind: str, size: int) -> None:
         self.emit(FindingEvent, code=FINDING_OVERSIZED_EVENT,
-                  message=f"{what} ({rel}) of {size:,} bytes was cut to its first {MAX_TEXT_FILE_BYTES:,} bytes: a text file of a "
+                  message=f"{what} ({rel}) of {size:,} bytes was cut at its last whole line under {MAX_TEXT_FILE_BYTES:,} bytes: a text file of a "
                           f"record is at most that (what cagtool reads back); its last line says so",
                   detail={"kind": kind, "bytes": size, "limit": MAX_TEXT_FILE_BYTES})
 

@@ -272,3 +272,114 @@ def test_an_events_line_longer_than_any_event_is_refused_without_reading_it_whol
                          "cagtool writes (a damaged or forged record); refusing to read it")
     grown = int(proc.stdout.splitlines()[-1])
     assert grown < size // 4, grown
+
+
+def _sparse_text(path: Path, size: int) -> None:
+    """`path` replaced by a text file of `size` bytes, a line of code then a hole of NULs: nothing of it on disk."""
+    path.unlink(missing_ok=True)
+    with open(path, "wb") as handle:
+        handle.write(b"def forged():\n    pass\n")
+        handle.truncate(size)
+    assert os.stat(path).st_blocks * 512 < 2**20
+
+
+def _first_artifact(run: Path) -> tuple[str, Path]:
+    from cagtool.record.loader import load_run
+    from cagtool.record.schema import CompileArtifactEvent
+
+    event = load_run(run).mode("ca").of(CompileArtifactEvent)[0]
+    return event.compile_id, run / "ca" / event.file
+
+
+def test_a_compile_artifact_larger_than_any_cagtool_writes_is_refused_without_reading_it(run):
+    """A compile artifact replaced by a sparse 2 GiB file: `cagtool compile`, which prints it whole,
+    refuses it from its size (MAX_TEXT_FILE_BYTES, 64 MiB), exit 3 with one line naming it, under an
+    address-space limit of 1 GiB more than the process had; its peak RSS grows by less than 64 MiB."""
+    from cagtool.record.schema import MAX_TEXT_FILE_BYTES
+
+    compile_id, path = _first_artifact(run)
+    size = 2 * 2**30
+    _sparse_text(path, size)
+    proc = _under_address_limit("compile", str(run), compile_id, "--show", "all")
+    errors = proc.stderr.splitlines()
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr and len(errors) == 1, proc.stderr[-2000:]
+    assert errors[0] == (f"cagtool: error: {path} is {size:,} bytes, more than any text file cagtool writes "
+                         f"({MAX_TEXT_FILE_BYTES:,} at most: a damaged or forged file); refusing to read it"), errors
+    assert int(proc.stdout.splitlines()[-1]) < MAX_TEXT_FILE_BYTES
+
+
+def test_the_report_reads_only_the_start_of_a_graphs_code_it_shows(run, tmp_path):
+    """The report shows the first 60,000 characters of a graph's code: a code file replaced by a
+    sparse 2 GiB file is read no further than that (exit 0, under an address-space limit of 1 GiB
+    more than the process had, peak RSS up by less than 64 MiB), and the page says how much it left out."""
+    from cagtool.record.schema import MAX_TEXT_FILE_BYTES
+
+    graph = sorted((run / "ca" / "graphs").glob("*.py"))[0]
+    _sparse_text(graph, 2 * 2**30)
+    out = tmp_path / "report.html"
+    proc = _under_address_limit("report", str(run), "-o", str(out))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert int(proc.stdout.splitlines()[-1]) < MAX_TEXT_FILE_BYTES
+    page = out.read_text()
+    assert f"first 60,000 characters of {2 * 2**30:,} bytes; the whole file: {graph}" in page
+    assert "forged" in page
+
+
+@pytest.mark.parametrize("plant", ["link inside the run", "fifo", "link to /dev/zero"])
+def test_a_compile_artifact_planted_as_a_link_or_fifo_is_refused(run, plant):
+    """A compile artifact planted as a link to another file of the run, as a FIFO, or as a link to
+    /dev/zero: `cagtool compile` and the report refuse it (exit 3, one line), never following the
+    link, never waiting on the FIFO."""
+    compile_id, path = _first_artifact(run)
+    path.unlink()
+    if plant == "fifo":
+        os.mkfifo(path)
+        said = "is not a regular file (a FIFO, device or directory); refusing to read it"
+    elif plant == "link to /dev/zero":
+        path.symlink_to("/dev/zero")
+        said = "points outside the record; refusing to read it"
+    else:
+        path.symlink_to(os.path.relpath(run / "ca" / "manifest.json", path.parent))
+        said = "is a symbolic link; a record's files are read only as regular files, never through a link"
+    for args in (("compile", str(run), compile_id, "--show", "all"), ("report", str(run))):
+        _refused(args, said)
+
+
+def test_a_signal_stacks_file_planted_as_a_link_or_fifo_is_not_read(tmp_path):
+    """The stacks a stopped process left (signal_stacks/SIGTERM.txt), read when a record of a
+    vanished process is closed by its reader: one planted as a link is not followed and a FIFO is
+    not waited on; either reads as no stacks."""
+    from cagtool.record.liveness import signal_stop_exception
+    from cagtool.record.schema import SIGNAL_STACKS_DIR
+
+    (tmp_path / "victim.txt").write_text(SECRET + "\n")
+    stacks = tmp_path / "ca" / SIGNAL_STACKS_DIR
+    stacks.mkdir(parents=True)
+    (stacks / "SIGTERM.txt").symlink_to(tmp_path / "victim.txt")
+    os.mkfifo(stacks / "SIGHUP.txt")
+    for name in ("SIGTERM", "SIGHUP"):
+        stopped = signal_stop_exception(name, tmp_path / "ca")
+        assert stopped["traceback"] == "" and SECRET not in stopped["message"], stopped
+    (stacks / "SIGINT.txt").write_text("Thread 1:\n  File \"train.py\", line 3, in main\n")
+    assert "train.py" in signal_stop_exception("SIGINT", tmp_path / "ca")["traceback"]
+
+
+def test_baseline_save_refuses_a_baseline_larger_than_gate_reads(run, tmp_path):
+    """A run whose run.json holds an argv of 24 MiB of UTF-8 (6 million 4-byte characters, a
+    forged or imported record: cagtool writes ASCII escapes) makes a baseline of 72 MiB, JSON's
+    escapes being 12 bytes a character: `baseline save` refuses it, exit 3 with one line, and a
+    baseline already at the path is left as it was."""
+    from cagtool.record.schema import MAX_JSON_FILE_BYTES
+
+    baseline = tmp_path / "baseline.json"
+    assert cagtool("baseline", "save", str(run), "-o", str(baseline))[0] == 0
+    before = baseline.read_bytes()
+    meta = json.loads((run / "run.json").read_text())
+    meta["target_argv"] = ["train.py", "\U0001F600" * 6_000_000]
+    (run / "run.json").write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
+    assert (run / "run.json").stat().st_size < MAX_JSON_FILE_BYTES
+    code, out, err = cagtool("baseline", "save", str(run), "-o", str(baseline))
+    assert code == 3 and err.count("\n") == 1 and "Traceback" not in err, err[-2000:]
+    assert err.startswith("cagtool: error: not saving the baseline: it would be ") and f"more than the {MAX_JSON_FILE_BYTES:,} `cagtool gate` reads" in err
+    assert "target_argv is " in err and f"{baseline} is left as it was" in err, err
+    assert baseline.read_bytes() == before

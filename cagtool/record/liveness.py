@@ -166,10 +166,15 @@ STOP_SIGNALS_BY_NAME = {"SIGTERM": 15, "SIGHUP": 1}
 
 
 def _read_text(path: Path, limit: int = 20000) -> str:
+    """The start of a record's stacks file; "" when there is none, or it is not a regular file (a
+    link planted there is not followed, a FIFO never waits for a writer): the stacks only add to
+    what the record says, they are never worth refusing it for."""
+    from cagtool.errors import UnreadableInput
+    from cagtool.record.regular_files import read_record_prefix
+
     try:
-        with open(path, "rb") as handle:
-            return handle.read(limit).decode("utf-8", "replace")
-    except OSError:
+        return read_record_prefix(path, limit)[0].decode("utf-8", "replace")
+    except (OSError, UnreadableInput):
         return ""
 
 

@@ -19,6 +19,7 @@ from cagtool.record.manifest import ModeManifest, RunMeta, mode_manifest_from_di
 from cagtool.record.schema import (
     MAX_EVENT_LINE_BYTES,
     MAX_JSON_FILE_BYTES,
+    MAX_TEXT_FILE_BYTES,
     MAX_WORLD_SIZE,
     EVENT_TYPES,
     CompileArtifactEvent,
@@ -174,10 +175,13 @@ class ModeRecord(Struct):
         return found
 
     def artifact_text(self, event: CompileArtifactEvent) -> str:
-        """The artifact's text; UnreadableInput when its file is gone or points outside the record."""
+        """The artifact's text; UnreadableInput when its file is gone, points outside the record or
+        is larger than any the writer writes (MAX_TEXT_FILE_BYTES, refused before it is read: its
+        readers parse it, a guard tree or a stack, or print it whole, where a part read as if it were
+        the whole would mislead)."""
         path = inside(self.path, event.file, "compile artifact")
         try:
-            return read_record_bytes(path).decode("utf-8", errors="replace")
+            return read_record_bytes(path, max_bytes=MAX_TEXT_FILE_BYTES, what="text file").decode("utf-8", errors="replace")
         except OSError as exc:
             raise UnreadableInput(f"compile artifact {event.file} of {event.compile_id}: {exc.strerror or exc}") from None
 

@@ -9,7 +9,7 @@ from typing import Any, TypedDict
 import msgspec
 from msgspec import Struct, field
 
-from cagtool.record.schema import MODE_FORMAT, RUN_FORMAT, SCHEMA_VERSION
+from cagtool.record.schema import MAX_JSON_FILE_BYTES, MODE_FORMAT, RUN_FORMAT, SCHEMA_VERSION
 
 
 class ErrorCount(TypedDict):
@@ -124,6 +124,9 @@ class ModeManifest(Struct):
     # time.perf_counter() (CLOCK_MONOTONIC, shared by the machine's processes) at the record's time
     # 0: event `t` + clock_t0 places an event among readings other processes took (cpu_wait.json).
     clock_t0: float | None = None
+    # Set when the manifest as it stood was over what the readers read (MAX_JSON_FILE_BYTES): what
+    # was cut to write it (`document_text`).
+    truncated: dict[str, Any] | None = None
 
 
 class RunMeta(Struct):
@@ -148,6 +151,7 @@ class RunMeta(Struct):
     process: dict[str, Any] = field(default_factory=dict)
     # record/seal.py: the job's files and an HMAC over what a re-run repeats (`recompiles --verify`).
     job_seal: dict[str, Any] | None = None
+    truncated: dict[str, Any] | None = None  # as ModeManifest.truncated
 
 
 def process_identity(manifest: ModeManifest) -> str | None:
@@ -190,3 +194,159 @@ def mode_manifest_from_dict(data: dict[str, Any]) -> ModeManifest:
 def run_meta_from_dict(data: dict[str, Any]) -> RunMeta:
     """Raises TypeError for a field of the wrong type (the loader names the file)."""
     return _build(RunMeta, data)  # type: ignore[no-any-return]
+
+
+
+# What `document_text` writes in place of what it cut, and how much room under the bound it leaves
+# for its own note (`truncated`: a few hundred entries at most).
+CUT_MARKER = " [... cagtool cut {:,} characters here: the document is bounded]"
+_HEADROOM = 256 * 1024
+_MAX_CUTS_LISTED = 200
+# Fields kept whole: what makes the document a record (format, version, status...) is short, and a
+# seal's digests are worth nothing once cut.
+_KEPT_WHOLE = frozenset({"job_seal", "format", "schema_version", "status", "mode", "started_at", "ended_at", "created_at", "run_id"})
+# Objects whose entries are never dropped (their strings may be cut): ExceptionInfo's fields are all required.
+_FIXED_FIELDS = frozenset({"exception"})
+# (shortest string cut, fewest list items kept, fewest object entries kept): first only what is long,
+# then anything, ExceptionInfo's fields and the document's own fields left.
+_ROUNDS = ((4096, 64, 64), (0, 0, 16), (0, 0, 0))
+
+
+def document_text(data: dict[str, Any], limit: int = MAX_JSON_FILE_BYTES) -> str:
+    """run.json's or a manifest's text (json, indent 2: the layout records were always written in),
+    never over `limit`, what the readers read (schema.MAX_JSON_FILE_BYTES). A document that would be
+    larger (an argv of millions of words, a giant exception message or traceback, options or findings
+    by the hundred thousand) is written with its longest strings cut, CUT_MARKER in place of the
+    rest, then its longest lists and objects cut to their first items, each to the one length that
+    saves enough; its `truncated` says so: {"bytes": its size whole, "limit", "cuts": [{"field",
+    "kept", "cut", "unit"}...], "more_cuts"}. Under the limit (every real record) it costs
+    json.dumps and one length check. `data` is changed in place (to_dict's copy)."""
+    import json
+
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    if len(text) <= limit:  # ASCII escapes: one byte a character
+        return text
+    whole = len(text)
+    cuts: dict[tuple[int, Any], list[Any]] = {}  # (id(container), key) -> [container, kept, whole length, unit]
+    target = max(0, limit - _HEADROOM)
+    for strings_floor, items_floor, entries_floor in _ROUNDS:
+        for _ in range(8):  # a cut inside a part cut away saves less than counted: measured again
+            if len(text) <= target:
+                break
+            before = len(text)
+            _cut_strings(data, len(text) - target, strings_floor, cuts)
+            text = json.dumps(data, indent=2, default=str) + "\n"
+            if len(text) > target:
+                _cut_containers(data, len(text) - target, items_floor, entries_floor, cuts)
+                text = json.dumps(data, indent=2, default=str) + "\n"
+            if len(text) >= before:
+                break
+    listed = [{"field": path, "kept": kept, "cut": cut, "unit": unit} for path, kept, cut, unit in _cut_paths(data, cuts)]
+    data["truncated"] = {"bytes": whole, "limit": limit, "cuts": listed[:_MAX_CUTS_LISTED], "more_cuts": max(0, len(listed) - _MAX_CUTS_LISTED)}
+    return json.dumps(data, indent=2, default=str) + "\n"
+
+
+def _slots(data: dict[str, Any]) -> list[tuple[Any, Any, Any, int]]:
+    """Every (container, key, value, depth) of the document but its fields kept whole (_KEPT_WHOLE);
+    the document's own fields are at depth 1."""
+    found: list[tuple[Any, Any, Any, int]] = []
+    stack: list[tuple[Any, int]] = []
+    for key, value in data.items():
+        if key not in _KEPT_WHOLE:
+            found.append((data, key, value, 1))
+            stack.append((value, 1))
+    while stack:
+        node, depth = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, value in items:
+            found.append((node, key, value, depth + 1))
+            if isinstance(value, (dict, list)):
+                stack.append((value, depth + 1))
+    return found
+
+
+def _note_cut(cuts: dict, container: Any, key: Any, kept: int, length: int, unit: str) -> None:
+    noted = cuts.get((id(container), key))
+    if noted is not None and noted[0] is container:  # cut again: the length it had whole
+        length = noted[2]
+    cuts[(id(container), key)] = [container, kept, length, unit]
+
+
+def _cut_strings(data: dict[str, Any], excess: int, floor: int, cuts: dict) -> None:
+    """The longest strings cut to one length, the longest that saves `excess` characters of JSON
+    (a cut one keeps its first part and the marker), none to fewer than `floor` characters."""
+    import json
+
+    marker = len(CUT_MARKER.format(10**12))
+    strings = [(container, key, value, len(json.dumps(value)) - 2) for container, key, value, _ in _slots(data)
+               if isinstance(value, str) and len(value) > floor + marker]
+    if not strings:
+        return
+    strings.sort(key=lambda s: -s[3])
+    sizes = [s[3] for s in strings]
+    total, cap = 0, floor
+    for count, size in enumerate(sizes, 1):  # the top `count` cut to `candidate` save enough, the others need no cut
+        total += size
+        candidate = (total - excess) // count - marker
+        if candidate >= max(sizes[count] if count < len(sizes) else 0, floor):
+            cap = candidate
+            break
+    for container, key, value, size in strings:
+        if size - cap <= marker:
+            break
+        kept = cap * len(value) // size  # escapes make the JSON longer than the text: cut in proportion
+        container[key] = value[:kept] + CUT_MARKER.format(len(value) - kept)
+        _note_cut(cuts, container, key, kept, len(value), "characters")
+
+
+def _cut_containers(data: dict[str, Any], excess: int, items_floor: int, entries_floor: int, cuts: dict) -> None:
+    """The longest lists and objects cut to their first items, all to one count, the largest that
+    saves `excess` characters (measured item by item), none below its floor."""
+    import json
+
+    groups = []
+    for container, key, value, depth in _slots(data):
+        floor = items_floor if isinstance(value, list) else entries_floor
+        if isinstance(value, (list, dict)) and len(value) > floor and not (container is data and key in _FIXED_FIELDS):
+            items = list(value.items()) if isinstance(value, dict) else value
+            sizes = [len(json.dumps(item, default=str)) for item in items]  # compact: json's C encoder
+            # What an item takes in the document, indented at its depth: in proportion, per container.
+            indented = json.dumps(value, indent=2, default=str)
+            scale = (len(indented) + 2 * depth * indented.count("\n")) / max(1, sum(sizes))
+            groups.append((container, key, value, floor, [int(size * scale) for size in sizes]))
+    if not groups:
+        return
+
+    def saved(count: int) -> int:
+        return sum(sum(sizes[max(count, floor):]) for _, _, _, floor, sizes in groups)
+
+    low, high = 0, max(len(sizes) for *_, sizes in groups)  # the most items kept that saves enough
+    while low < high:
+        middle = (low + high + 1) // 2
+        if saved(middle) >= excess:
+            low = middle
+        else:
+            high = middle - 1
+    for container, key, value, floor, _ in groups:
+        keep = max(low, floor)
+        if len(value) > keep:
+            container[key] = dict(list(value.items())[:keep]) if isinstance(value, dict) else value[:keep]
+            _note_cut(cuts, container, key, keep, len(value), "entries" if isinstance(value, dict) else "items")
+
+
+def _cut_paths(data: dict[str, Any], cuts: dict) -> list[tuple[str, int, int, str]]:
+    """The cuts still in the document (one inside a part cut away went with it), by path
+    (`argv[3]`, `options.skipped_files`): (path, kept, cut, unit)."""
+    found: list[tuple[str, int, int, str]] = []
+    stack: list[tuple[Any, str]] = [(data, "")]
+    while stack:
+        node, path = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, value in items:
+            where = f"{path}[{key}]" if isinstance(node, list) else (f"{path}.{key}" if path else str(key))
+            noted = cuts.get((id(node), key))
+            if noted is not None and noted[0] is node:
+                found.append((where, noted[1], noted[2] - noted[1], noted[3]))
+            if isinstance(value, (dict, list)):
+                stack.append((value, where))
+    return sorted(found)

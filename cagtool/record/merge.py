@@ -31,7 +31,6 @@ behind.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shutil
 import stat
@@ -43,7 +42,7 @@ from cagtool.errors import CannotWrite, UnreadableInput, UsageError
 from cagtool.record.atomic import write_atomic
 from cagtool.record.loader import RunRecord, load_run, resolve_run_path
 from cagtool.record.regular_files import open_record_file
-from cagtool.record.manifest import to_dict
+from cagtool.record.manifest import document_text, to_dict
 from cagtool.record.schema import PROCS_DIR, RUN_META_FILE
 
 # Files of a run that describe the run as a whole and are rebuilt, not carried over.
@@ -194,7 +193,7 @@ def _build(runs: list[RunRecord], staging: Path) -> tuple[object, list[dict]]:
             meta.status = run.meta.status
         meta.exit_code = _worse(meta.exit_code, run.meta.exit_code)
     meta.options = {**meta.options, "merged_from": nodes}
-    write_atomic(staging / RUN_META_FILE, json.dumps(to_dict(meta), indent=2) + "\n", root=staging)
+    write_atomic(staging / RUN_META_FILE, document_text(to_dict(meta)), root=staging)
     return meta, nodes
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Iterator
 
 from cagtool.errors import UnreadableInput
 
@@ -52,7 +53,7 @@ def _is_link(name: str | Path, dir_fd: int | None) -> bool:
         return False
 
 
-def read_record_bytes(path: Path, max_line: int | None = None, max_bytes: int | None = None) -> bytes:
+def read_record_bytes(path: Path, max_line: int | None = None, max_bytes: int | None = None, what: str = "JSON file") -> bytes:
     """The bytes of one of a record's files (open_record_file: never through a link, never a FIFO).
 
     `max_line`: the file is a stream of lines none longer than that (bytes, its newline left out).
@@ -62,7 +63,8 @@ def read_record_bytes(path: Path, max_line: int | None = None, max_bytes: int | 
 
     `max_bytes`: the file is one document no larger than that (a record's JSON files:
     schema.MAX_JSON_FILE_BYTES); a larger one is refused (UnreadableInput) from its size, before
-    any of it is read, and one that grows past it while read is refused after `max_bytes` + 1."""
+    any of it is read, and one that grows past it while read is refused after `max_bytes` + 1.
+    `what` names the kind of file in that refusal ("JSON file", "text file")."""
     fd = open_record_file(path)
     with os.fdopen(fd, "rb", buffering=0) as handle:
         if max_bytes is not None:
@@ -71,7 +73,7 @@ def read_record_bytes(path: Path, max_line: int | None = None, max_bytes: int | 
             if len(data) > size:  # it grew while read: the rest, up to one byte past the bound
                 data += handle.read(max_bytes + 1 - len(data))
             if size > max_bytes or len(data) > max_bytes:
-                raise UnreadableInput(f"{path} is {max(size, len(data)):,} bytes, more than any JSON file cagtool writes "
+                raise UnreadableInput(f"{path} is {max(size, len(data)):,} bytes, more than any {what} cagtool writes "
                                       f"({max_bytes:,} at most: a damaged or forged file); refusing to read it")
             return data
         if max_line is None:
@@ -99,3 +101,35 @@ def read_record_bytes(path: Path, max_line: int | None = None, max_bytes: int | 
 
 
 _CHUNK_BYTES = 8 * 2**20
+
+
+def read_record_prefix(path: Path, max_bytes: int) -> tuple[bytes, int]:
+    """The first `max_bytes` bytes of one of a record's files (open_record_file: never through a
+    link, never a FIFO) and the file's size: for a reader that shows the start of a file and says
+    how much it left out. At most `max_bytes` are read, whatever the size."""
+    fd = open_record_file(path)
+    with os.fdopen(fd, "rb", buffering=0) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        chunks: list[bytes] = []
+        got = 0
+        while got < max_bytes and (chunk := handle.read(max_bytes - got)):  # a regular file gives all it has, in one read
+            chunks.append(chunk)
+            got += len(chunk)
+        data = b"".join(chunks)
+        return data, max(size, len(data))
+
+
+def read_record_chunks(path: Path, chunk_bytes: int = _CHUNK_BYTES, max_bytes: int | None = None) -> Iterator[bytes]:
+    """One of a record's files (open_record_file: never through a link, never a FIFO), a chunk at a
+    time: for a reader that scans a file too large to hold whole (a TORCH_TRACE log). Ends after
+    `max_bytes` when given."""
+    fd = open_record_file(path)
+    with os.fdopen(fd, "rb", buffering=0) as handle:
+        left = max_bytes
+        while left is None or left > 0:
+            chunk = handle.read(chunk_bytes if left is None else min(chunk_bytes, left))
+            if not chunk:
+                return
+            if left is not None:
+                left -= len(chunk)
+            yield chunk

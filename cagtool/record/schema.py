@@ -97,8 +97,15 @@ MAX_EVENT_LINE_BYTES = 64 * 2**20
 # document, is never more than this (writer.py writes a `finding` in place of an event over it, and
 # leaves out a graph's nodes file over it).
 MAX_JSON_FILE_BYTES = MAX_EVENT_LINE_BYTES
+# The largest text file of a record the readers read (a graph's code, graphs/ca_<N>.py; a compile
+# artifact, compiles/<id>/<name>.txt): a reader that needs the whole text (`cagtool compile`, the guard
+# trees `recompiles` reads) refuses a larger one (exit 3) before reading it; one that shows the start
+# of a file (the HTML report) reads no more than it shows. The writer cuts what it writes to this size
+# (writer.py), so its own readers read every file it writes; FX code of 400,000 nodes fits.
+MAX_TEXT_FILE_BYTES = MAX_EVENT_LINE_BYTES
 # FindingEvent.code of the line written in place of an event over MAX_EVENT_LINE_BYTES (or of a
-# graph's nodes file over MAX_JSON_FILE_BYTES): detail {"kind", "bytes", "limit"}, what was left out.
+# graph's nodes file over MAX_JSON_FILE_BYTES, or a text file cut to MAX_TEXT_FILE_BYTES): detail
+# {"kind", "bytes", "limit"}, what was left out.
 FINDING_OVERSIZED_EVENT = "oversized_event_dropped"
 GRAPHS_DIR = "graphs"
 COMPILES_DIR = "compiles"

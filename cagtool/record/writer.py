@@ -44,7 +44,7 @@ from typing import Any, Callable
 
 from cagtool.record.atomic import write_atomic
 from cagtool.record.columns import write_sidecar
-from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
+from cagtool.record.manifest import ModeManifest, RunMeta, document_text, to_dict
 from cagtool.record.graph_file import GraphNode, graph_file_text
 from cagtool.record.schema import (
     EVENTS_FILE,
@@ -58,6 +58,7 @@ from cagtool.record.schema import (
     FINDING_OVERSIZED_EVENT,
     MAX_EVENT_LINE_BYTES,
     MAX_JSON_FILE_BYTES,
+    MAX_TEXT_FILE_BYTES,
     Event,
     FindingEvent,
     event_line,
@@ -122,8 +123,9 @@ def ended_marker_name(status: str, exit_code: int | None) -> str:
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Replace path with data, or leave the old file as it was (never a half-written one)."""
-    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+    """Replace path with run.json's or a manifest's data, or leave the old file as it was (never a
+    half-written one); never over what the loader reads (manifest.document_text cuts it to that)."""
+    write_atomic(path, document_text(data))
 
 
 def warn(message: str) -> None:
@@ -439,22 +441,25 @@ class RecordWriter:
     def write_graph(self, ca_id: int, compile_id: str, code: str, nodes: list[GraphNode]) -> tuple[str, str]:
         """The graph's two files; ("", "") when recording has stopped (or stops here). A nodes file
         over MAX_JSON_FILE_BYTES (what the loader reads) is not written: its name is "", and a
-        finding says so."""
+        finding says so. Code over MAX_TEXT_FILE_BYTES is cut to it (`_text_file`)."""
         code_rel = f"{GRAPHS_DIR}/ca_{ca_id}.py"
         nodes_rel = f"{GRAPHS_DIR}/ca_{ca_id}.json"
         if self.stopped is not None:
             return "", ""
         nodes_text = graph_file_text(ca_id, compile_id, nodes)
         left_out = len(nodes_text) if len(nodes_text) > MAX_JSON_FILE_BYTES else 0  # json's ASCII escapes: one byte a character
-        files = ((code_rel, code),) if left_out else ((code_rel, code), (nodes_rel, nodes_text))
+        code_bytes, code_size = _text_file(code)
+        files = ((code_rel, code_bytes),) if left_out else ((code_rel, code_bytes), (nodes_rel, nodes_text.encode()))
         with self._lock:
             if self.stopped is not None:
                 return "", ""
             if left_out:
                 self._note_oversized(f"graph {compile_id}'s nodes file of {left_out:,} bytes")
-            for rel, text in files:
+            if code_size:
+                self._note_oversized(f"graph {compile_id}'s code file of {code_size:,} bytes, cut")
+            for rel, data in files:
                 try:
-                    (self.mode_dir / rel).write_text(text)
+                    (self.mode_dir / rel).write_bytes(data)
                 except OSError as exc:
                     try:
                         (self.mode_dir / rel).unlink()  # no half-written graph file
@@ -467,20 +472,28 @@ class RecordWriter:
                       message=f"graph {compile_id}'s nodes file ({nodes_rel}) of {left_out:,} bytes was not recorded: a JSON file of a "
                               f"record is at most {MAX_JSON_FILE_BYTES:,} bytes (what cagtool reads back); its code is in {code_rel}",
                       detail={"kind": "graph_nodes_file", "bytes": left_out, "limit": MAX_JSON_FILE_BYTES})
-            return code_rel, ""
-        return code_rel, nodes_rel
+        if code_size:
+            self._emit_cut(code_rel, f"graph {compile_id}'s code", "graph_code_file", code_size)
+        return (code_rel, "") if left_out else (code_rel, nodes_rel)
+
+    def _emit_cut(self, rel: str, what: str, kind: str, size: int) -> None:
+        self.emit(FindingEvent, code=FINDING_OVERSIZED_EVENT,
+                  message=f"{what} ({rel}) of {size:,} bytes was cut at its last whole line under {MAX_TEXT_FILE_BYTES:,} bytes: a text file of a "
+                          f"record is at most that (what cagtool reads back); its last line says so",
+                  detail={"kind": kind, "bytes": size, "limit": MAX_TEXT_FILE_BYTES})
 
     def write_artifact(self, compile_id: str, artifact: str, text: str) -> str:
         """One compile artifact's file, `compiles/<id>/<artifact>.txt`; "" when recording has
         stopped (or stops here). A compile that makes the artifact again (a retry) replaces it."""
         rel = f"{COMPILES_DIR}/{compile_dir_name(compile_id)}/{artifact}.txt"
+        data, size = _text_file(text)
         with self._lock:
             if self.stopped is not None:
                 return ""
             path = self.mode_dir / rel
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
+                path.write_bytes(data)
             except OSError as exc:
                 try:
                     path.unlink()
@@ -488,6 +501,10 @@ class RecordWriter:
                     pass
                 self._stop(exc, rel)
                 return ""
+            if size:
+                self._note_oversized(f"compile artifact {rel} of {size:,} bytes, cut")
+        if size:
+            self._emit_cut(rel, f"compile {compile_id}'s {artifact}", "compile_artifact", size)
         return rel
 
     def write_manifest(self) -> None:
@@ -579,6 +596,26 @@ class RecordWriter:
             write_sidecar(self.mode_dir)
         except Exception:  # noqa: BLE001 - never the job's problem, nor the record's
             pass
+
+
+def _text_file(text: str) -> tuple[bytes, int]:
+    """A graph's code or a compile artifact as the bytes written (UTF-8), and its size when it was
+    cut (0: whole). Over MAX_TEXT_FILE_BYTES, what the readers read (schema.py), it is cut at the
+    last line that fits, and a last line says how much was left out."""
+    data = text.encode("utf-8", "surrogateescape")
+    if len(data) <= MAX_TEXT_FILE_BYTES:
+        return data, 0
+    marker = (f"\n# cagtool: the rest of this file ({{:,}} of its {len(data):,} bytes) was not recorded: "
+              f"a record's text file is at most {MAX_TEXT_FILE_BYTES:,} bytes\n")
+    room = MAX_TEXT_FILE_BYTES - len(marker.format(len(data)).encode())
+    end = data.rfind(b"\n", 0, room) + 1 or room  # a whole last line where there is one
+    while end and (data[end - 1] & 0xC0) == 0x80:  # never inside a character
+        end -= 1
+    if end and data[end - 1] >= 0xC0:
+        end -= 1
+    kept = data[:end]
+    note = marker.format(len(data) - end).encode()
+    return kept + (note[1:] if kept.endswith(b"\n") else note), len(data)
 
 
 class _Flusher:

@@ -330,11 +330,19 @@ def _source_changed(record: RunRecord, mode: str) -> str | None:
     return None
 
 
+_TAIL_BYTES = 64 * 1024  # where the last line of a re-run's stderr is looked for: a job may write gigabytes there
+
+
 def _last_line(path: Path) -> str:
+    from cagtool.record.regular_files import open_record_file
+
     try:
-        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
+        with os.fdopen(open_record_file(path), "rb") as handle:
+            handle.seek(max(0, os.fstat(handle.fileno()).st_size - _TAIL_BYTES))
+            text = handle.read(_TAIL_BYTES).decode("utf-8", errors="replace")
+    except (OSError, UnreadableInput):
         return ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1][:300] if lines else ""
 
 

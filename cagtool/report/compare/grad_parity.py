@@ -42,9 +42,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from cagtool.errors import UnreadableInput
-from cagtool.record.regular_files import read_record_bytes
+from cagtool.record.regular_files import read_record_chunks
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import (
     FIRST_STEP,
@@ -424,11 +425,34 @@ def random_ops_in(record: ModeRecord) -> list[str]:
             if path.suffix not in (".py", ".log", ".txt", "") or not path.is_file():
                 continue
             try:
-                text = read_record_bytes(path).decode("utf-8", errors="replace")
+                for name in _random_ops_in_file(path):
+                    found.setdefault(name)
             except (OSError, UnreadableInput):
                 continue
-            for match in _RANDOM_OP.finditer(text):
-                found.setdefault(match.group(1))
+    return list(found)
+
+
+_RANDOM_OP_BYTES = re.compile(_RANDOM_OP.pattern.encode())
+# A TORCH_TRACE log of a large job is legitimately hundreds of MB: it is scanned a chunk at a time
+# (memory bounded by the chunk), up to this much of each file, so a forged file (a sparse hole of
+# terabytes) costs a bounded read. Graph code is at most MAX_TEXT_FILE_BYTES (writer.py).
+_MAX_SCAN_BYTES = 2**30
+
+
+def _random_ops_in_file(path: Path) -> list[str]:
+    """The random ops a graph's code or a trace log names, read a chunk at a time (never through a
+    link, never a FIFO: read_record_chunks); each chunk is scanned up to its last newline, the rest
+    carried into the next, so no op name is split (a line longer than a chunk is scanned in pieces)."""
+    found: dict[str, None] = {}
+    carry = b""
+    for chunk in read_record_chunks(path, max_bytes=_MAX_SCAN_BYTES):
+        text = carry + chunk
+        end = text.rfind(b"\n") + 1 or max(0, len(text) - 256)
+        for match in _RANDOM_OP_BYTES.finditer(text, 0, end):
+            found.setdefault(match.group(1).decode())
+        carry = text[end:]
+    for match in _RANDOM_OP_BYTES.finditer(carry):
+        found.setdefault(match.group(1).decode())
     return list(found)
 
 

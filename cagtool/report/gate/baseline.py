@@ -25,6 +25,7 @@ from cagtool.record.atomic import write_atomic
 from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord, check_format, read_json_object
 from cagtool.record.manifest import process_identity
+from cagtool.record.schema import MAX_JSON_FILE_BYTES
 from cagtool.report.figures.pooled import ModeColumn, mode_columns
 from cagtool.report.figures.intervals import FIELDS, TimingSample, median_of, ratio_interval
 from cagtool.report.figures.metrics import mode_metrics, reference_loop_of
@@ -615,8 +616,19 @@ def save_baseline(baseline: Baseline, path: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     # json's layout (indent 2, ASCII escapes), the one baseline files committed so far were written in.
     text = json.dumps(baseline_to_dict(baseline), indent=2, sort_keys=False) + "\n"
+    if len(text) > MAX_JSON_FILE_BYTES:  # ASCII: one byte a character
+        # Cut, its figures would no longer be the run's: refused, and the file there is left as it was.
+        raise UnreadableInput(f"not saving the baseline: it would be {len(text):,} bytes, more than the {MAX_JSON_FILE_BYTES:,} "
+                              f"`cagtool gate` reads from a baseline (the run's {_largest_field(baseline_to_dict(baseline))}); "
+                              f"{path} is left as it was")
     write_atomic(path, text)  # never leave a half-written baseline behind
     return path
+
+
+def _largest_field(data: dict[str, Any]) -> str:
+    """Which field of the baseline holds the most: what made it too large, in words."""
+    name, value = max(data.items(), key=lambda item: len(json.dumps(item[1])))
+    return f"{name} is {len(json.dumps(value)):,} bytes of it"
 
 
 def load_baseline(path: str | Path) -> Baseline:

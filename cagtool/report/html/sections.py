@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Sequence
 
 from cagtool.record.loader import ModeRecord, RunRecord, inside
-from cagtool.record.regular_files import read_record_bytes
+from cagtool.record.regular_files import read_record_prefix
 from cagtool.record.schema import ARTIFACT_TITLES, CAGraphEvent, FindingEvent, compile_dir_name
 from cagtool.report.compiles.detail import CompileDetail, compile_details
 from cagtool.report.figures.compile_phases import PhaseRow
@@ -609,6 +609,21 @@ def _diff_lines(entry: NodeDiff) -> list[Line]:
     return out
 
 
+def _shown_part(path: Path) -> tuple[str, str]:
+    """The start of a record's text file that the page shows (MAX_CODE_CHARS) and what says it was
+    cut ("" when whole). Only that start is read (a character is at most 4 bytes of UTF-8): the page
+    shows a part of a long file, so a file of any size, a forged one included, costs no more to read
+    than the part shown; a link or a FIFO is refused (UnreadableInput, exit 3) as every record file is."""
+    data, size = read_record_prefix(path, 4 * MAX_CODE_CHARS)
+    source = data.decode("utf-8", errors="replace")
+    if len(source) <= MAX_CODE_CHARS and len(data) >= size:
+        return source, ""
+    if len(data) < size:  # its last character may have been cut mid-way: what stays is whole
+        source = source[:-1] if source.endswith("\ufffd") else source
+    source = source[:MAX_CODE_CHARS]
+    return source, f"first {len(source):,} characters of {size:,} bytes; the whole file: {path}"
+
+
 class CodeHighlighter:
     """Python code as highlighted HTML, pygments' HTML for it (`highlight.py`: every token
     escaped); its CSS goes in the page once."""
@@ -626,28 +641,20 @@ class CodeHighlighter:
     def text(self, path: Path, summary: str) -> Code:
         """A plain-text file (a stack, a guard tree) as preformatted text, escaped by the template."""
         try:
-            source = read_record_bytes(path).decode("utf-8", errors="replace")
+            source, cut = _shown_part(path)
         except OSError as exc:
             return Code(summary, note=f"{summary}: cannot read {path}: {exc.strerror}")
-        cut = ""
-        if len(source) > MAX_CODE_CHARS:
-            cut = f"first {MAX_CODE_CHARS:,} of {len(source):,} characters; the whole file: {path}"
-            source = source[:MAX_CODE_CHARS]
         return Code(f"{summary} ({source.count(chr(10))} lines, {path.name})", source, cut)
 
     def code(self, path: Path | None, summary: str) -> Code:
         if path is None:
             return Code(summary, note=f"{summary}: no code file recorded")
         try:
-            source = read_record_bytes(path).decode("utf-8", errors="replace")
+            source, cut = _shown_part(path)
         except OSError as exc:
             return Code(summary, note=f"{summary}: cannot read {path}: {exc.strerror}")
         from markupsafe import Markup
 
-        cut = ""
-        if len(source) > MAX_CODE_CHARS:
-            cut = f"first {MAX_CODE_CHARS:,} of {len(source):,} characters; the whole file: {path}"
-            source = source[:MAX_CODE_CHARS]
         label = f"{summary} ({source.count(chr(10))} lines, {path.name})"
         # pygments escapes every token it writes: its HTML is markup cagtool made.
         return Code(label, Markup(self.highlight(source)), cut)

@@ -116,3 +116,27 @@ def test_repetitions_of_a_mode_are_counted_as_processes_not_as_modes():
     assert GradParity("aot", pairs).summary() == "gradients: the 2 modes agree on all 4 parameters at 1 digested step (6 processes)"
     one_each = GradParity("aot", pairs[:1]).summary()
     assert one_each == "gradients: the 2 modes agree on all 4 parameters at 1 digested step"
+
+
+def test_random_ops_are_found_across_chunks_and_never_through_a_link_or_fifo(tmp_path):
+    """Graph code and trace logs are scanned a chunk at a time (8 MiB, memory bounded): an op name
+    that a chunk's end would split is found whole, a shorter name it starts with is not reported
+    from the split, and a file planted as a link or a FIFO is refused, not read."""
+    import os
+
+    from cagtool.errors import UnreadableInput
+    from cagtool.report.compare.grad_parity import _random_ops_in_file
+
+    log = tmp_path / "trace.log"
+    filler = "x = torch.ops.aten.add.Tensor(a, b)\n"
+    line = "y = torch.ops.aten.randn_like.default(x)\n"
+    start = 8 * 2**20 - 4 - line.index("randn_like")  # the first chunk ends in "rand", an op of its own
+    head = filler * ((start - 100) // len(filler))
+    log.write_text(head + "#" * (start - len(head) - 1) + "\n" + line + "z = native_dropout(y)\n")
+    assert log.read_bytes()[8 * 2**20 - 4 : 8 * 2**20 + 6] == b"randn_like"
+    assert sorted(_random_ops_in_file(log)) == ["native_dropout", "randn_like"]
+    (tmp_path / "linked.py").symlink_to(log)
+    os.mkfifo(tmp_path / "fifo.py")
+    for planted in ("linked.py", "fifo.py"):
+        with pytest.raises(UnreadableInput):
+            _random_ops_in_file(tmp_path / planted)

@@ -38,6 +38,7 @@ CA_ENTRY_POINTS = (
     "torch._dynamo.compiled_autograd.AutogradCompilerInstance.begin_capture",
     "torch._dynamo.compiled_autograd.AutogradCompilerInstance.log_compile_reasons",
     "torch._dynamo.compiled_autograd.AutogradCompilerInstance.end_capture",
+    "torch._dynamo.compiled_autograd.AutogradCompilerInstance.create_graph_module",
     "torch._C._dynamo.compiled_autograd.set_verbose_logger",
     "torch._C._dynamo.compiled_autograd.set_autograd_compiler",
     "torch.autograd._engine_run_backward",

@@ -301,11 +301,13 @@ def test_higher_order_gradients_through_a_failed_capture_fail_as_under_plain_tor
     misses = observed.events("ca_cache_miss")
     assert len(misses) == 3
     assert misses[0]["miss_kind"] == "new_node" and {m["message"] for m in misses[1:]} == {"no cache-miss reason reported by torch"}
-    # ... and one what the first raised, as it left the backward for the script
-    failed, error = observed.events("finding")
-    assert (failed["code"], error["code"]) == (CAPTURE_FAILED, CAPTURE_ERROR)
-    assert error["detail"] == {"compile_id": "!0", "error_type": "RuntimeError", "error": plain[0]}
-    assert error["source"]["code"] == "torch.autograd.grad(f(x), x, create_graph=True)" and error["source"]["how"] == "backward_call"
+    # ... and one per failed capture says what it raised, as it left the backward for the script
+    # (the second and third from the backward run again without the logger)
+    failed, *errors = observed.events("finding")
+    assert [failed["code"]] + [e["code"] for e in errors] == [CAPTURE_FAILED] + [CAPTURE_ERROR] * 3
+    assert [e["detail"] for e in errors] == [{"compile_id": f"!{n}", "error_type": "RuntimeError", "error": plain[0]} for n in range(3)]
+    for error in errors:
+        assert error["source"]["code"] == "torch.autograd.grad(f(x), x, create_graph=True)" and error["source"]["how"] == "backward_call"
     assert observed.observer.manifest_notes() == {"failed_ca_captures": 3}
     # the second and third tries walked the failed graph again: torch's assert there, run again without the logger
     assert observed.observer.walks_without_logger == 2 and not observed.observer.reasons_stopped
@@ -357,7 +359,7 @@ def test_misses_after_a_failed_capture_keep_torchs_reasons(tmp_path, fresh_ca):
     assert misses[2]["node"] == "torch::autograd::GraphRoot" and misses[3]["total_changed"] == 6
     assert observed.observer.walks_without_logger == 1
     assert observed.observer.manifest_notes() == {"failed_ca_captures": 2}
-    assert [e["code"] for e in observed.events("finding")] == [CAPTURE_FAILED, CAPTURE_ERROR]
+    assert [e["code"] for e in observed.events("finding")] == [CAPTURE_FAILED, CAPTURE_ERROR, CAPTURE_ERROR]
     assert "later misses keep their reasons" in observed.events("finding")[0]["message"]
 
 
@@ -409,7 +411,8 @@ def test_a_run_with_failed_captures_counts_them_and_reads_undamaged(tmp_path):
     from cagtool.record.schema import CacheMissEvent
 
     assert len(ca_mode.of(CacheMissEvent)) == 3
-    assert [f.code for f in ca_mode.of(FindingEvent)] == [CAPTURE_FAILED, CAPTURE_ERROR]
+    # each failed capture's error, the recaptures' (raised in the backward run again without the logger) included
+    assert [f.code for f in ca_mode.of(FindingEvent)] == [CAPTURE_FAILED, CAPTURE_ERROR, CAPTURE_ERROR, CAPTURE_ERROR]
 
 
 @pytest.mark.slow
@@ -438,19 +441,19 @@ def test_a_run_after_a_failed_capture_records_later_misses_with_torchs_reasons(t
     assert ca_mode.manifest.torch_counters["compiled_autograd"] == json.loads(counters_line)["compiled_autograd"] == {"captures": 4}
     assert [m.miss_kind for m in ca_mode.of(CacheMissEvent)] == ["new_node", "unknown", "new_node", "changed_shapes"]
     assert [s.boundary for s in ca_mode.of(StepEvent)].count("optimizer") == 4
-    assert [f.code for f in ca_mode.of(FindingEvent)] == [CAPTURE_FAILED, CAPTURE_ERROR]
+    assert [f.code for f in ca_mode.of(FindingEvent)] == [CAPTURE_FAILED, CAPTURE_ERROR, CAPTURE_ERROR]
     # What the user reads: the captures add up to torch's 4, and the recapture after the failed one
-    # is tied to it, not sent to record again for a reason torch never gives.
+    # is named for what it is, not sent to record again for a reason torch never gives.
     summary = subprocess.run([sys.executable, "-m", "cagtool", "summary", str(tmp_path / "r")], capture_output=True, text=True, cwd=root, timeout=120)
-    assert ("CA graphs: 2 (4 captures: 1 initial, 1 for a new autograd node, 1 recompile for changed sizes, 1 for a reason "
-            "torch did not log; 2 raised before a graph) (torch counted 4 captures); CA recompiles: 3") in " ".join(summary.stdout.split())
+    assert ("CA graphs: 2 (4 captures: 1 initial, 1 for a new autograd node, 1 recompile for changed sizes, 1 recaptured "
+            "after a failed capture; 2 raised before a graph) (torch counted 4 captures); CA recompiles: 3") in " ".join(summary.stdout.split())
     # the advice on top is the first cause with something to do: the failed capture's (its error reached the script)
     assert "what to do: Fix the failed capture and this recapture goes with it: compiled autograd cannot capture" in " ".join(summary.stdout.split())
     explain = subprocess.run([sys.executable, "-m", "cagtool", "recompiles", str(tmp_path / "r"), "--explain", "--format", "json"],
                              capture_output=True, text=True, cwd=root, timeout=120)
     unknown = [c for c in json.loads(explain.stdout)["modes"]["ca"]["explanation"]["causes"] if c["code"] == "unknown"]
-    assert [c["title"] for c in unknown] == ["Recompiles with no reason recorded (1 recompile), after a capture that raised"]
-    assert "The capture of !0 (the backward called at tests/scripts/ca_failed_capture_then_misses.py:13 " in unknown[0]["why"][0]
+    assert [c["title"] for c in unknown] == ["Recaptured after a failed capture (1 recompile)"]
+    assert "The captures of !0 and !1 (the backward called at tests/scripts/ca_failed_capture_then_misses.py:13 " in unknown[0]["why"][0]
     assert "(!1)" in unknown[0]["why"][0]
     assert unknown[0]["fix"][0].startswith("Fix the failed capture and this recapture goes with it:")
     assert not any("Record again" in f for f in unknown[0]["fix"])
@@ -618,3 +621,97 @@ def test_optimizer_steps_compile_as_under_plain_python_and_count_the_scripts_ste
     steps = record.mode("aot").of(StepEvent)
     assert [s.step for s in steps] == list(range(3 * len(variants)))
     assert [s.skipped for s in steps] == ([False, True, False] if variants == ("scaler",) else [False] * len(steps))
+
+
+_REFUSES = "tests/scripts/ca_compiler_refuses.py"
+
+
+def _plain_and_recorded(tmp_path: Path, how: str, counted: bool = True):
+    """tests/scripts/ca_compiler_refuses.py HOW run by plain python (it turns compiled autograd on
+    itself, with its own compiler; `counted`: with torch's counters printed last, else as
+    `python SCRIPT HOW`) and by `cagtool run --modes ca`: (plain, recorded, its ca record)."""
+    import subprocess
+    import sys
+
+    from plain_counters import WRAPPER
+
+    from cagtool.record.loader import load_run
+
+    root = Path(__file__).resolve().parent.parent
+    python = [sys.executable, "-c", WRAPPER, "0"] if counted else [sys.executable]
+    plain = subprocess.run([*python, _REFUSES, how], capture_output=True, text=True, cwd=root, timeout=600)
+    run = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "ca", "--backend", "eager", "--no-report", "-o",
+                          str(tmp_path / "r"), _REFUSES, how], capture_output=True, text=True, cwd=root, timeout=600)
+    return plain, run, load_run(tmp_path / "r").mode("ca")
+
+
+def _backward_line(how: str) -> int:
+    call = "torch.autograd.grad(x.sin().sum(), x)" if how == "grad" else "x.sin().sum().backward()"
+    lines = (Path(__file__).resolve().parent.parent / _REFUSES).read_text().splitlines()
+    [line] = [n for n, text in enumerate(lines, 1) if text.strip() == call]
+    return line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how, error_type", [("backward", "TypeError"), ("grad", "ValueError"), ("thread", "TypeError")])
+def test_a_capture_that_raises_any_error_is_recorded_with_it_and_the_script_sees_it_unchanged(how, error_type, tmp_path):
+    """The job's own compiler refuses a graph: the capture raises the compiler's error (not a
+    RuntimeError), through `.backward()`, through `torch.autograd.grad`, or in a thread of the job's,
+    and the job catches it and goes on. The job sees the error plain python shows (its type, message
+    and the last frames of its traceback: torch's end_capture, then the compiler, nothing of
+    cagtool's between), torch's counters are plain python's, and the record names each failed
+    capture's error with the user's backward line."""
+    plain, run, ca_mode = _plain_and_recorded(tmp_path, how)
+    assert plain.returncode == run.returncode == 0, run.stderr[-3000:]
+    *plain_lines, counters_line = plain.stdout.splitlines()
+    assert run.stdout.splitlines() == plain_lines
+    message = "picky_compiler refuses a graph with 1 sin"
+    assert plain_lines == [f"{error_type} {message} ['compiled_autograd.py:end_capture', 'ca_compiler_refuses.py:picky_compiler']"] * 2 + ["steps 3"]
+    assert ca_mode.manifest.torch_counters["compiled_autograd"] == json.loads(counters_line)["compiled_autograd"]
+    errors = [f for f in ca_mode.of(FindingEvent) if f.code == CAPTURE_ERROR]
+    assert [(f.detail["compile_id"], f.detail["error_type"], f.detail["error"]) for f in errors] == [
+        ("!0", error_type, message), ("!1", error_type, message)]
+    assert all(f.message == f"the compiled-autograd capture of {f.detail['compile_id']} raised {error_type}: {message}" for f in errors)
+    line = _backward_line(how)
+    assert [(Path(f.source.file).name, f.source.line) for f in errors] == [("ca_compiler_refuses.py", line)] * 2
+
+
+@pytest.mark.slow
+def test_a_capture_error_that_ends_the_job_is_recorded_and_its_traceback_is_plain_pythons(tmp_path):
+    """An `assert` in the job's own compiler, not caught: the job dies of the AssertionError with
+    plain python's exit code and traceback tail (from torch's end_capture on), and the record names it."""
+    plain, run, ca_mode = _plain_and_recorded(tmp_path, "assert", counted=False)
+    assert plain.returncode == run.returncode == 1
+    plain_err, run_err = plain.stderr.splitlines(), run.stderr.splitlines()
+    start = next(i for i, text in enumerate(plain_err) if "compiled_autograd.py" in text and text.endswith("in end_capture"))
+    tail = plain_err[start:]
+    assert tail[-1] == "AssertionError: picky_compiler takes no sin (1 in this graph)"
+    run_start = next(i for i, text in enumerate(run_err) if "compiled_autograd.py" in text and text.endswith("in end_capture"))
+    assert run_err[run_start:run_start + len(tail)] == tail
+    [error] = [f for f in ca_mode.of(FindingEvent) if f.code == CAPTURE_ERROR]
+    assert (error.detail["error_type"], error.detail["error"]) == ("AssertionError", "picky_compiler takes no sin (1 in this graph)")
+    assert (Path(error.source.file).name, error.source.line) == ("ca_compiler_refuses.py", _backward_line("assert"))
+
+
+@pytest.mark.slow
+def test_the_recapture_after_a_capture_of_another_error_type_is_named_for_what_it_is(tmp_path):
+    """The failed graph comes back and torch captures it again, with no cache-miss reason by
+    design: `recompiles --explain`, the headline and the summary name it a recapture after a failed
+    capture, with the error the compiler raised, not a recompile with "no reason recorded"."""
+    from conftest import cli_in_process
+
+    plain, run, _ = _plain_and_recorded(tmp_path, "backward")
+    assert run.returncode == 0, run.stderr[-3000:]
+    code, out, err = cli_in_process("recompiles", str(tmp_path / "r"), "--explain", "--format", "json")
+    assert code == 0, err
+    [recapture] = [c for c in json.loads(out)["modes"]["ca"]["explanation"]["causes"] if c["code"] == "unknown"]
+    assert recapture["title"] == "Recaptured after a failed capture (1 recompile)"
+    line = _backward_line("backward")
+    assert recapture["why"][0].startswith(f"The captures of !0 and !1 (the backward called at {_REFUSES}:{line}  x.sin().sum().backward()) "
+                                          'each raised TypeError: "picky_compiler refuses a graph with 1 sin"'), recapture["why"][0]
+    code, out, err = cli_in_process("summary", str(tmp_path / "r"))
+    text = " ".join(out.split())
+    assert code == 0, err
+    assert "a graph recaptured after a failed capture" in text and "1 recaptured after a failed capture" in text
+    assert "no reason recorded" not in text and "for a reason torch did not log" not in text
+    assert "finding: the compiled-autograd capture of !0 raised TypeError: picky_compiler refuses a graph with 1 sin" in text

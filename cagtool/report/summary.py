@@ -28,7 +28,7 @@ from cagtool.record.schema import (
     SourceRef,
 )
 from cagtool.report.changed_sizes import misses_with_earlier_values
-from cagtool.report.figures.metrics import ModeMetrics, cpu_wait, mode_metrics
+from cagtool.report.figures.metrics import RECAPTURED_AFTER_FAILURE, ModeMetrics, cpu_wait, mode_metrics
 from cagtool.report.compiles.detail import detail_command
 from cagtool.report.figures.compile_phases import phase_lines
 from cagtool.report.known_failures import explain as explain_failure
@@ -130,8 +130,12 @@ def ca_graph_breakdown(m: ModeMetrics) -> str:
     # A capture that raised made no graph: the parts then count captures (ca_cache_misses), not graphs.
     captures = max(m.ca_graphs, m.ca_cache_misses)
     other = max(captures - 1, 0) - m.ca_new_node_misses - m.ca_shape_recompiles
-    if other > 0:
-        parts.append(f"{other} for a reason torch did not log")
+    # torch gives no reason for a graph captured again after its capture raised: it is named for what it is
+    recaptured = min(m.ca_recaptures_after_failure, max(other, 0))
+    if recaptured:
+        parts.append(f"{recaptured} {RECAPTURED_AFTER_FAILURE}")
+    if other - recaptured > 0:
+        parts.append(f"{other - recaptured} for a reason torch did not log")
     if captures > m.ca_graphs:
         return f"{plural(captures, 'capture')}: " + ", ".join(parts) + f"; {captures - m.ca_graphs} raised before a graph"
     return ", ".join(parts)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 import weakref
 from typing import Any, Callable
@@ -112,8 +113,9 @@ class CaptureObserver:
         self.walks_without_logger = 0  # backwards run again with the logger set aside (logger_aside)
         self._open_capture: Any = None  # the capture begun and not yet ended
         # The capture that raised, whose error the backward entry point has not handed over yet:
-        # (compile id, step, the user's backward line); its error goes in a `ca_capture_error` finding.
-        self._failure_unsaid: tuple[str, Any, Any] | None = None
+        # (compile id, step, the user's backward line, the thread it ran in); its error goes in a
+        # `ca_capture_error` finding.
+        self._failure_unsaid: tuple[str, Any, Any, int] | None = None
         # The verbose logger torch or the script set last (torch's `verbose_log` when the
         # compiled_autograd_verbose log is on as `_enable` is entered): what torch alone would have.
         self.theirs: Any = None
@@ -261,18 +263,22 @@ class CaptureObserver:
         return self._guarded("backward rerun", self._aside_for, exc)
 
     def _note_capture_error(self, exc: BaseException) -> None:
-        """The error a capture raised, as it leaves the backward for the script (C++ closed the
-        capture before it): its type and message, with the backward's line, in a finding."""
-        if self._failure_unsaid is None or CA_LOGGER_ASSERT in str(exc):
+        """The error a capture raised, of whatever type, as it leaves the backward for the script
+        (C++ closed the capture before it, in the thread that ran it): its type and message, with
+        the backward's line, in a finding. Never changes the error."""
+        unsaid = self._failure_unsaid
+        if unsaid is None or unsaid[3] != threading.get_ident() or CA_LOGGER_ASSERT in str(exc):
             return
-        # Raised inside the capture: its traceback passes through compiled autograd's tracer (C++
-        # keeps the traceback it fetched). An error of the graph's run, or of a hook, does not.
+        # Not the run of a graph captured earlier (a backward whose graph was in the cache, after a
+        # failed capture whose error went by another way): that error passes through torch's
+        # runtime wrapper (C++ keeps the traceback it fetched); a capture's own does not.
         tb = exc.__traceback__
-        while tb is not None and not tb.tb_frame.f_code.co_filename.endswith(_CA_TRACER):
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            if code.co_name == "runtime_wrapper" and code.co_filename.endswith(_CA_TRACER):
+                return
             tb = tb.tb_next
-        if tb is None:
-            return
-        compile_id, step, caller = self._failure_unsaid
+        compile_id, step, caller, _ = unsaid
         self._failure_unsaid = None
         text = str(exc).strip()
         first = text.splitlines()[0] if text else ""
@@ -431,17 +437,25 @@ class CaptureObserver:
         shapes = self._guarded("end_capture", lambda: graph_dump.snapshot_meta(inst.fx_tracer.graph)) or {}
         captured: dict[str, Any] = {}
         user_compiler = inst.compiler_fn
+        # The graph is taken where torch builds it, just before it hands it to the compiler, and the
+        # compiler is called as torch calls it: an error the compiler raises (the script's own,
+        # of any type) reaches the script with torch's frame above the compiler's, as without cagtool.
+        build_graph = inst.create_graph_module
 
-        def recording_compiler(gm: Any) -> Any:
+        def recording_build(*args: Any, **kwargs: Any) -> Any:
+            gm = build_graph(*args, **kwargs)
             captured["gm"] = gm
             captured["capture_end"] = time.perf_counter()
-            return user_compiler(gm)
+            return gm
 
-        inst.compiler_fn = recording_compiler
+        inst.create_graph_module = recording_build
         try:
             runtime_wrapper, compiled_fn = orig_end(inst, outputs)
         finally:
-            inst.compiler_fn = user_compiler
+            try:
+                del inst.create_graph_module
+            except AttributeError:
+                pass
             self._guarded("end_capture", self._capture_ended, inst)
         if self._open_capture is inst:
             self._open_capture = None
@@ -476,7 +490,8 @@ class CaptureObserver:
         self._open_capture = None
         self._capture_ended(inst)
         self.failed_captures += 1
-        self._failure_unsaid = (f"!{getattr(inst, 'id', '?')}", getattr(inst, "_cag_step", None), getattr(inst, "_cag_caller", None))
+        self._failure_unsaid = (f"!{getattr(inst, 'id', '?')}", getattr(inst, "_cag_step", None), getattr(inst, "_cag_caller", None),
+                                threading.get_ident())
         try:
             if not hasattr(inst, "_cag_record_id"):
                 self._emit_miss(inst, getattr(self.logger, "last_message", None) or "no cache-miss reason reported by torch")
@@ -581,6 +596,9 @@ class _LoggerAside:
         observer.walks_without_logger += 1
         observer._guarded("backward rerun", lambda: observer._set_verbose_logger(None) if observer._set_verbose_logger is not None else None)
 
-    def __exit__(self, *exc: Any) -> bool:
-        self.observer._guarded("backward rerun", self.observer.install_logger)
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        observer = self.observer
+        observer._guarded("backward rerun", observer.install_logger)
+        if exc is not None:  # the graph's capture raised again: what it raised, as the first time
+            observer._guarded("capture error", observer._note_capture_error, exc)
         return False

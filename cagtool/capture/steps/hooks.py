@@ -199,10 +199,12 @@ def install_hooks(tracker: Any) -> InstalledHooks:
                 rerun = None
                 try:
                     result = Variable._execution_engine.run_backward(t_outputs, *args, **kwargs)
-                except RuntimeError as exc:
-                    # Compiled autograd's assert where it walks a failed capture's graph again with
-                    # cagtool's verbose logger set: run again without it, as torch alone runs it
-                    # (ca_observer.py, CaptureObserver.logger_aside). Outside this block: no context.
+                except BaseException as exc:
+                    # Any error: the observer notes what a capture raised, whatever its type, and
+                    # raising it on unchanged. Compiled autograd's assert where it walks a failed
+                    # capture's graph again with cagtool's verbose logger set: run again without it,
+                    # as torch alone runs it (ca_observer.py, CaptureObserver.logger_aside). Outside
+                    # this block: no context.
                     rerun = None if tracker.ca_rerun is None else tracker.ca_rerun(exc)
                     if rerun is None:
                         raise

@@ -150,7 +150,9 @@ def cause_phrase(cause: "Cause") -> str:
     elif cause.code == CAUSE_STRUCTURE and cause.facts.get("new_backward_call") is not None and cause.count == 1:
         what = "a backward called from a new line, its graph's first capture"
     elif cause.code == CAUSE_UNKNOWN and cause.facts.get("after_failed_capture"):
-        what = "a recapture after a compiled-autograd capture that raised"
+        from cagtool.report.figures.metrics import RECAPTURED_AFTER_FAILURE
+
+        what = f"a graph {RECAPTURED_AFTER_FAILURE}"
     elif cause.code == CAUSE_HOOK and cause.facts.get("named_hooks"):
         # The hooks by name (a lambda by its line, which is where it is registered, as a rule): the
         # backward's line, the cause's source, says nothing of them.

@@ -15,8 +15,11 @@ from cagtool.record.regular_files import read_record_bytes
 from cagtool.record.loader import ModeRecord
 from cagtool.record.manifest import ModeManifest
 from cagtool.record.schema import (
+    FINDING_CA_CAPTURE_ERROR,
+    FINDING_CA_CAPTURE_FAILED,
     MISS_CHANGED_SHAPES,
     MISS_NEW_NODE,
+    MISS_UNKNOWN,
     STATUS_KILLED,
     STATUS_RUNNING,
     STEP_BOUNDARY_BACKWARD,
@@ -30,10 +33,32 @@ from cagtool.record.schema import (
     DynamoRecompileEvent,
     BackwardEvent,
     FinalStateEvent,
+    FindingEvent,
     GraphBreakEvent,
     StepDeviceEvent,
     StepEvent,
 )
+
+# What a capture with no cache-miss reason is when the capture before it raised: torch captures a
+# graph whose capture raised again when it comes back, and by design gives no reason for it. The
+# summary, the headline, the gate and `recompiles --explain` name it in these words.
+RECAPTURED_AFTER_FAILURE = "recaptured after a failed capture"
+
+
+def failed_capture_ids(findings: list[FindingEvent]) -> frozenset[int]:
+    """The CA ids of the captures that raised (FindingEvents `ca_capture_failed` and `ca_capture_error`)."""
+    ids = set()
+    for finding in findings:
+        if finding.code in (FINDING_CA_CAPTURE_FAILED, FINDING_CA_CAPTURE_ERROR):
+            failed_id = str(finding.detail.get("compile_id") or "")
+            if failed_id[1:].isdigit():
+                ids.add(int(failed_id[1:]))
+    return frozenset(ids)
+
+
+def follows_failed_capture(ca_id: int | None, failed: frozenset[int]) -> bool:
+    """The capture right after one that raised: the failed graph captured again (with no reason)."""
+    return ca_id is not None and ca_id - 1 in failed
 
 
 @dataclass(frozen=True)
@@ -106,6 +131,8 @@ class ModeMetrics:
     ca_shape_recompiles: int = 0
     ca_grad_warmup_misses: int = 0
     ca_recompiles: int = 0
+    # ... of them, captures with no reason right after a capture that raised (RECAPTURED_AFTER_FAILURE).
+    ca_recaptures_after_failure: int = 0
     # Seconds of per-step lines (steps, backward calls) that may have died with the process: it
     # ended without closing its record (SIGKILL, SIGTERM at its default action, os._exit), and the
     # writer holds those lines up to this long before writing them (record/writer.py). None: none lost.
@@ -210,6 +237,13 @@ def ca_misses(graphs: list[CAGraphEvent], misses: list[CacheMissEvent]) -> CAMis
         previous = by_id[max(earlier)] if earlier else None
         warmup = int(is_grad_warmup(first, by_id.get(first.ca_id), previous, by_id[first_id].step if first_id in by_id else None))
     return CAMisses(total, new_node, shapes, warmup)
+
+
+def _recaptures_after_failure(record: ModeRecord, misses: list[CacheMissEvent]) -> int:
+    if not misses or not record.kind_counts.get(FindingEvent.kind):
+        return 0
+    failed = failed_capture_ids(record.of(FindingEvent))
+    return sum(1 for m in misses if m.miss_kind == MISS_UNKNOWN and follows_failed_capture(m.ca_id, failed))
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -756,6 +790,7 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
         skipped_steps=_skipped_steps(record),
         ca_grad_warmup_misses=by_reason.grad_warmup,
         ca_recompiles=by_reason.recompiles,
+        ca_recaptures_after_failure=_recaptures_after_failure(record, misses),
         steps_lost_s=steps_lost_with_process(manifest),
         ddp_hook_graphs=len(ddp_hook),
         ddp_hook_recompiles=sum(1 for r in recompiles if not r.is_ca_graph and r.compile_id.split("/")[0] in ddp_hook_frames),

@@ -614,7 +614,9 @@ def cause_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
                 **_stability(table, cause)}
     if cause.code == CAUSE_UNKNOWN and table.failed_captures:
         # torch captures a graph whose capture raised again when it comes back, and reports no reason for it
-        after = [r.compile_id for r in cause.rows if r.ca_id is not None and r.ca_id - 1 in table.failed_captures]
+        from cagtool.report.figures.metrics import follows_failed_capture
+
+        after = [r.compile_id for r in cause.rows if follows_failed_capture(r.ca_id, table.failed_captures)]
         return {"after_failed_capture": after, "failed_captures": [f"!{n}" for n in sorted(table.failed_captures)],
                 "capture_errors": _capture_errors(table), **_stability(table, cause)}
     return _stability(table, cause)
@@ -650,8 +652,10 @@ def capture_error_words(error: dict[str, Any], cwd: str) -> tuple[str, str]:
     at = f" (the backward called at {format_source(line, cwd)})" if line is not None else ""
     first = (error.get("error") or "").strip().splitlines()
     raised = (f'{error["error_type"]}: "{first[0]}"' if first else error["error_type"]) if error.get("error_type") else ""
-    what = (f"the capture of {error['compile_id']}{at} raised {raised}" if raised else
-            f"the capture of {error['compile_id']}{at} raised an error the record does not have (it reached the script)")
+    each = " each" if error.get("captures", 1) > 1 else ""
+    which = f"the {'captures' if each else 'capture'} of {error['compile_id']}{at}"
+    what = (f"{which}{each} raised {raised}" if raised else
+            f"{which} raised an error the record does not have (it reached the script)")
     call = f"the call at {display_path(line.file, cwd)}:{line.line}" if line is not None else "that backward call"
     todo = next((fix.format(call=call) for key, fix in _CAPTURE_ERROR_FIXES if key in (error.get("error") or "")), "")
     return what, todo
@@ -1824,12 +1828,29 @@ def _resume_fixes(facts: dict[str, Any], cwd: str) -> list[str]:
     return fixes
 
 
+def _same_errors_together(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The failed captures that raised the same error from the same line, as one (`!0, !1`):
+    a graph that fails each time it comes back is one fact, not one sentence a capture."""
+    merged: dict[tuple, dict[str, Any]] = {}
+    for error in errors:
+        # an error the record does not have is never taken for another's
+        key = (error.get("error_type"), error.get("error"), error.get("source")) if error.get("error_type") else (error["compile_id"],)
+        merged.setdefault(key, {**error, "compile_ids": []})["compile_ids"].append(error["compile_id"])
+    out = []
+    for error in merged.values():
+        ids = error.pop("compile_ids")
+        out.append({**error, "compile_id": ids[0] if len(ids) == 1 else f"{', '.join(ids[:-1])} and {ids[-1]}", "captures": len(ids)})
+    return out
+
+
 def _unknown(cause: Cause, cwd: str) -> Words:
+    from cagtool.report.figures.metrics import RECAPTURED_AFTER_FAILURE
+
     after = cause.facts.get("after_failed_capture") or []
     if after:
         failed = ", ".join(cause.facts.get("failed_captures") or [])
         errors = cause.facts.get("capture_errors") or []
-        said = [capture_error_words(e, cwd) for e in errors]
+        said = [capture_error_words(e, cwd) for e in _same_errors_together(errors)]
         raised = "; ".join(what for what, _ in said) or f"the capture of {failed} raised"
         why = [f"{raised[0].upper()}{raised[1:]} (the record's finding `ca_capture_failed`: `cagtool summary`). When that graph "
                f"came back, compiled autograd captured it again ({', '.join(after)}) and reported no cache-miss reason for it: "
@@ -1842,7 +1863,11 @@ def _unknown(cause: Cause, cwd: str) -> Words:
             why.append(f"The other {plural(cause.count - len(after), 'capture')} had no reason recorded (the compiled-autograd "
                        "verbose logger was not active, or the record was cut short).")
             fix.append("For those: record again with `cagtool run` so cache-miss reasons are captured.")
-        return Words(f"Recompiles with no reason recorded ({plural(cause.count, 'recompile')}), after a capture that raised",
+        # Torch gives no reason for such a capture by design: it is named for what it is, and only
+        # the others, if any, for what the record lacks.
+        counted = (plural(cause.count, "recompile") if len(after) == cause.count else
+                   f"{len(after)} of {plural(cause.count, 'recompile')}; the other {cause.count - len(after)} with no reason recorded")
+        return Words(f"{RECAPTURED_AFTER_FAILURE[0].upper()}{RECAPTURED_AFTER_FAILURE[1:]} ({counted})",
                      why, fix, evidence_text(cause.evidence))
     return Words(
         f"Recompiles with no reason recorded ({plural(cause.count, 'recompile')})",

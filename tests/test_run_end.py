@@ -62,3 +62,29 @@ print(json.dumps({{"seen": seen, "codes": [o.exit_code for o in outcome.outcomes
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result == {"seen": [["eager", True], ["eager.2", True]], "codes": [0, 0]}
+
+
+def test_a_manifest_the_job_replaced_with_a_fifo_or_a_link_does_not_hang_or_mislead_the_run(tmp_path):
+    """The parent closes a mode's manifest the mode process could not (settle_mode_record): it reads
+    it as the loader does, so a FIFO the job planted there does not hang cagtool after the job
+    ended, and a link is not followed (its target is neither read nor written)."""
+    import os
+    import stat
+
+    from cagtool.capture.run.orchestrate import settle_mode_record
+    from cagtool.record.schema import MANIFEST_FILE, STATUS_KILLED
+
+    fifo_dir = tmp_path / "fifo"
+    fifo_dir.mkdir()
+    os.mkfifo(fifo_dir / MANIFEST_FILE)
+    assert settle_mode_record(fifo_dir, -9) == STATUS_KILLED  # read as no manifest: killed by its signal
+    assert settle_mode_record(fifo_dir, 0) == ""
+    assert stat.S_ISFIFO(os.lstat(fifo_dir / MANIFEST_FILE).st_mode)
+
+    target = tmp_path / "elsewhere.json"
+    target.write_text('{"status": "running"}')
+    link_dir = tmp_path / "link"
+    link_dir.mkdir()
+    (link_dir / MANIFEST_FILE).symlink_to(target)
+    assert settle_mode_record(link_dir, 1) == ""
+    assert target.read_text() == '{"status": "running"}'

@@ -441,10 +441,14 @@ def settle_mode_record(mode_dir: Path, code: int) -> str:
     action, "killed" when another signal did (SIGKILL, the OOM killer), else by its exit code (the
     script called os._exit, or the disk was too full for the last write).
     Returns the mode's final status."""
+    from cagtool.errors import UnreadableInput
+    from cagtool.record.regular_files import read_record_bytes
+    from cagtool.record.schema import MAX_JSON_FILE_BYTES
+
     path = mode_dir / MANIFEST_FILE
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    try:  # as the loader reads it: never through a link or a FIFO the job planted, never past the bound
+        data = json.loads(read_record_bytes(path, max_bytes=MAX_JSON_FILE_BYTES))
+    except (OSError, ValueError, UnreadableInput):
         return STATUS_KILLED if code < 0 else ""
     if not isinstance(data, dict):
         return ""

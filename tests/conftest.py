@@ -13,7 +13,7 @@ import sys
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -89,13 +89,118 @@ def pytest_configure(config) -> None:
         _bytecode_for_the_suites_processes()
 
 
+# The order the suite runs in: the slowest tests start first, each xdist worker on its own share of
+# them.
+#
+# pytest-xdist's worksteal hands worker k the k-th contiguous chunk of the collected order (sizes
+# N // W, then the rest's // (W - 1), ...), and an idle worker later takes the back half of the
+# fullest queue: what starts a chunk always runs first on that worker, and what ends one is shared.
+# So the slow tests are dealt to the chunks, the listed ones first, heaviest first, each to the
+# chunk that holds the least time so far (longest processing time first), each chunk starting with
+# its own; quick tests fill the chunks behind them. A 100 s fixture then starts at once, beside the
+# other heavy ones, not queued behind them on one worker or taken up last by a worker that stole it.
+#
+# SLOWEST holds the tests that took longest in recent runs of README's test command (`--durations`
+# prints them at the end of every run): seconds of wall time beside the other workers, which only
+# weigh them against each other. An entry naming a file moves all its tests that nothing more
+# specific names as one group (they share a module-scoped fixture, made once); an entry naming a
+# test moves each of its parametrizations on its own. The other `slow` tests move by file, after
+# the listed ones of their chunk, each weighed UNLISTED_SLOW_S (a guess: most read records made
+# once per session); quick tests keep their files' order and fill the chunks.
+SLOWEST: dict[str, float] = {
+    "tests/report/recompiles/test_checkpointing_measured.py": 120.0,  # an aot,ca run and its 4 re-runs
+    "tests/report/recompiles/test_checkpointing_measured.py::test_reentrant_under_ca_recompiles_in_its_recompute_and_use_reentrant_false_fixes_it": 80.0,
+    "tests/test_grad_parity_run.py::test_inductor_dropout_is_not_comparable_without_parity_and_agrees_with_it": 70.0,
+    "tests/report/gate/test_gate_copies.py": 65.0,  # 7 processes of one mode
+    "tests/report/gate/test_gate_one_run_a_side.py": 50.0,
+    "tests/test_steps.py::test_steps_stops_a_compiled_optimizer_step_where_eager_stops": 40.0,
+    "tests/test_reliability.py::test_an_inductor_run_leaves_nothing_in_the_temporary_directory": 35.0,
+    "tests/test_verify_confined.py::test_a_module_in_the_working_directory_is_never_run_as_cagtool": 35.0,
+    "tests/test_verify_ddp.py::test_a_ddp_jobs_fix_is_measured_on_rank_0_with_exact_counts": 33.0,
+    "tests/report/recompiles/test_ordinary_scripts.py::test_a_padded_length_names_every_input_it_ties_and_dynamic_sources_remove_it": 31.0,
+}
+UNLISTED_SLOW_S = 4.0
+
+
+@dataclass
+class _Group:
+    cost: float
+    listed: bool
+    indices: list[int] = field(default_factory=list)
+
+
+def _entry(nodeid: str, slowest: dict[str, float]) -> str | None:
+    """The most specific entry of `slowest` naming the test `nodeid` (a file, a test, or one of its
+    parametrizations), None where none does."""
+    best = None
+    for entry in slowest:
+        if nodeid == entry or nodeid.startswith(entry + "::") or nodeid.startswith(entry + "["):
+            if best is None or len(entry) > len(best):
+                best = entry
+    return best
+
+
+def chunk_sizes(n: int, workers: int) -> list[int]:
+    """The sizes of the contiguous chunks worksteal sends its `workers` workers first."""
+    sizes = []
+    for k in range(workers):
+        size = n // (workers - k)
+        sizes.append(size)
+        n -= size
+    return sizes
+
+
+def run_order(tests: list[tuple[str, bool]], workers: int = 1, slowest: dict[str, float] = SLOWEST) -> list[int]:
+    """The order to run `tests` ((node id, marked slow) in collection order) in, as indices into
+    it, for `workers` xdist workers under worksteal (1: one process, or a scheduler that does not
+    hand out contiguous chunks)."""
+    groups: dict[str, _Group] = {}
+    quick: list[int] = []
+    for i, (nodeid, slow) in enumerate(tests):
+        entry = _entry(nodeid, slowest)
+        if entry is not None:
+            key = entry if "::" not in entry else nodeid
+            groups.setdefault(key, _Group(slowest[entry], True)).indices.append(i)
+        elif slow:
+            group = groups.setdefault(nodeid.split("::")[0], _Group(0.0, False))
+            group.cost += UNLISTED_SLOW_S
+            group.indices.append(i)
+        else:
+            quick.append(i)
+    workers = max(1, min(workers, len(tests)))
+    chunks: list[list[_Group]] = [[] for _ in range(workers)]
+    loads = [0.0] * workers
+    for group in sorted(groups.values(), key=lambda g: (not g.listed, -g.cost, g.indices[0])):
+        k = loads.index(min(loads))
+        chunks[k].append(group)
+        loads[k] += group.cost
+    order: list[int] = []
+    boundary = 0  # where the next chunk starts; a chunk its slow tests overfill ends later
+    for k, size in enumerate(chunk_sizes(len(tests), workers)):
+        boundary += size
+        for group in chunks[k]:
+            order.extend(group.indices)
+        take = max(0, boundary - len(order)) if k < workers - 1 else len(quick)
+        order.extend(quick[:take])
+        del quick[:take]
+    return order
+
+
 def pytest_collection_modifyitems(config, items) -> None:
-    """The `slow` tests first, in their files' order, then the rest, so that a run ends on quick
-    tests: with README's `-n 2 --dist worksteal`, a worker whose queue runs out takes the back half
-    of the other's, and neither waits out a 20-40 s job at the end (the workers ended 73 s apart
-    under xdist's default order and `--dist load`, 0.1 s apart with both). Every worker sorts the
-    same collection the same way, as xdist requires."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The slowest tests first (run_order): under README's `-n 3 --dist worksteal` each worker
+    starts on its own share of them and the run ends on quick tests the workers share; in one
+    process, the heaviest first. Every worker sorts the same collection the same way, as xdist
+    requires."""
+    workerinput = getattr(config, "workerinput", None)
+    workers = int(workerinput["workercount"]) if workerinput and workerinput.get("cagtool_dist") == "worksteal" else 1
+    order = run_order([(item.nodeid, item.get_closest_marker("slow") is not None) for item in items], workers)
+    items[:] = [items[i] for i in order]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist's workers run with `--dist no`: each is told the scheduler that hands it its tests."""
+    node.workerinput["cagtool_dist"] = node.config.getoption("dist")
 
 
 @dataclass

@@ -108,3 +108,60 @@ def test_the_slow_tests_run_first_in_their_files_order(tmp_path):
     proc = _pytest_with_our_conftest(tmp_path, {"test_a.py": ORDER_A, "test_b.py": ORDER_B}, "--collect-only")
     ids = [line for line in proc.stdout.splitlines() if "::" in line]
     assert ids == ["test_a.py::test_a_slow", "test_b.py::test_b_slow", "test_a.py::test_a_quick"], proc.stdout
+
+
+def _ids(tests, order):
+    return [tests[i][0] for i in order]
+
+
+LISTED = {"t/m.py": 100.0, "t/a.py::test_big": 60.0, "t/b.py::test_p": 30.0}
+COLLECTED = [
+    ("t/a.py::test_quick", False), ("t/a.py::test_big", True), ("t/a.py::test_slow", True),
+    ("t/b.py::test_p[1]", True), ("t/b.py::test_p[2]", True), ("t/b.py::test_q", True),
+    ("t/m.py::test_one", True), ("t/m.py::test_quick_on_its_fixture", False), ("t/m.py::test_two", True),
+    *[(f"t/z.py::test_{k}", False) for k in range(11)],
+]
+
+
+def test_one_process_runs_the_listed_slowest_first_each_files_group_together():
+    """The listed tests heaviest first (a listed file's tests as one group, in its order, quick
+    ones on its fixture too; a listed test's parametrizations each on its own), then the other
+    slow tests by file, then the quick ones in their files' order; nothing lost or repeated."""
+    from conftest import run_order
+
+    order = run_order(COLLECTED, 1, LISTED)
+    assert sorted(order) == list(range(len(COLLECTED)))
+    assert _ids(COLLECTED, order)[:9] == [
+        "t/m.py::test_one", "t/m.py::test_quick_on_its_fixture", "t/m.py::test_two", "t/a.py::test_big",
+        "t/b.py::test_p[1]", "t/b.py::test_p[2]", "t/a.py::test_slow", "t/b.py::test_q", "t/a.py::test_quick",
+    ]
+
+
+def test_under_worksteal_each_workers_chunk_starts_with_its_share_of_the_slowest():
+    """worksteal hands worker k the k-th contiguous chunk of the order: with 3 workers the three
+    heaviest groups start the three chunks at once (not one after another on one worker), the
+    next goes where the least time is, and the chunks' sizes are xdist's."""
+    from conftest import chunk_sizes, run_order
+
+    sizes = chunk_sizes(len(COLLECTED), 3)
+    assert sizes == [6, 7, 7] and sum(chunk_sizes(1383, 3)) == 1383
+    ids = _ids(COLLECTED, run_order(COLLECTED, 3, LISTED))
+    chunks = [ids[:6], ids[6:13], ids[13:]]
+    assert [chunk[0] for chunk in chunks] == ["t/m.py::test_one", "t/a.py::test_big", "t/b.py::test_p[1]"]
+    assert chunks[0][:3] == ["t/m.py::test_one", "t/m.py::test_quick_on_its_fixture", "t/m.py::test_two"]
+    assert chunks[2][:2] == ["t/b.py::test_p[1]", "t/b.py::test_p[2]"]  # 30 + 30 s beside 60 s and 100 s
+    assert sorted(ids) == sorted(t for t, _ in COLLECTED)
+
+
+def test_every_listed_slowest_test_exists():
+    """An entry left behind by a renamed test or file would order nothing, silently."""
+    import ast
+
+    from conftest import SLOWEST
+
+    for entry in SLOWEST:
+        path, _, name = entry.partition("::")
+        assert (ROOT / path).is_file(), entry
+        if name:
+            defined = {node.name for node in ast.walk(ast.parse((ROOT / path).read_text())) if isinstance(node, ast.FunctionDef)}
+            assert name in defined, entry

@@ -38,7 +38,7 @@ def _measure(directory: Path, modes: str, *script_args: str) -> dict:
 
 @pytest.fixture(scope="module")
 def non_reentrant(tmp_path_factory) -> tuple[Path, dict]:
-    path, value = recorded_once(tmp_path_factory, "checkpoint-memory", lambda d: _measure(d, "aot,ca", "--rows", "1024", "--steps", "3"))
+    path, value = recorded_once(tmp_path_factory, "checkpoint-memory", lambda d: _measure(d, "aot,ca", "--rows", "512", "--steps", "3"))
     assert value["code"] == 0, value["stderr"][-2000:]
     return path, json.loads(value["json"])
 
@@ -53,24 +53,27 @@ def test_the_saving_of_each_mode_is_measured_against_a_plain_call(non_reentrant,
     assert entry["saving"] == pytest.approx((plain["peak_rss_bytes"] - checkpointed["peak_rss_bytes"]) / plain["peak_rss_bytes"])
     assert entry["non_reentrant"] is None  # nothing to fix: no reentrant checkpoint recompiled
     # On CPU the figure is each process's peak RSS, which on the 2-core VM has read both ways
-    # for the same job (aot: 18 % saved at 2048 rows, 3 % more at 1024 beside a test suite; ca:
-    # 16 % saved at 2048 rows, 17-19 % more at 1024): its sign is not pinned, only that it is
-    # the two processes' own figures, each a real peak.
+    # for the same job (aot: 18 % saved at 2048 rows, 3 % more at 1024 beside a test suite, 9 %
+    # saved at 512; ca: 16 % saved at 2048 rows, 17-19 % more at 1024, 24 % more at 512): its sign
+    # is not pinned, only that it is the two processes' own figures, each a real peak (a torch
+    # process's peak RSS is ~700 MiB or more at 512 rows).
     assert checkpointed["peak_of"] == plain["peak_of"] == "rss"
     assert checkpointed["peak_rss_bytes"] > 100 * MIB and plain["peak_rss_bytes"] > 100 * MIB
 
 
 @pytest.mark.parametrize("mode", ["aot", "ca"])
 def test_the_heap_held_for_backward_shows_what_checkpointing_saves(non_reentrant, mode):
-    """At 1024 rows one activation is 16 MiB: the plain call keeps every block's intermediates for
-    the backward (128 MiB more, measured), the checkpointed job only the blocks' inputs. The forward
-    is the same eager code in both modes, so both hold the same at the backward's entry."""
+    """At 512 rows one activation is 8 MiB: the plain call keeps every block's intermediates for
+    the backward (64 MiB more, measured in both modes: 96 against 32 MiB; the heap's figures scale
+    with the rows, 128 MiB more at 1024), the checkpointed job only the blocks' inputs. The forward
+    is the same eager code in both modes, so both hold the same at the backward's entry. Half the
+    measured difference is required, as at 1024 rows."""
     _, result = non_reentrant
     (entry,) = [m for m in result["modes"] if m["mode"] == mode]
     ckpt, plain = entry["checkpointed"]["heap"], entry["plain"]["heap"]
     assert ckpt["source"] == plain["source"] == "glibc mallinfo2 (uordblks + hblkhd)"
     assert ckpt["steps"] == plain["steps"] == 2  # 3 steps, the first compiles
-    assert plain["held_bytes"] - ckpt["held_bytes"] >= 64 * MIB
+    assert plain["held_bytes"] - ckpt["held_bytes"] >= 32 * MIB
     assert entry["held_saving"] == pytest.approx((plain["held_bytes"] - ckpt["held_bytes"]) / plain["held_bytes"])
     assert entry["held_saving"] > 0.4
     for side in (ckpt, plain):  # the maximum inside a backward includes its entry's reading
@@ -80,7 +83,7 @@ def test_the_heap_held_for_backward_shows_what_checkpointing_saves(non_reentrant
 def test_the_words_say_what_was_measured_at_the_backward_peak(non_reentrant):
     """aot recomputes one block at a time inside its backward; compiled autograd's graph unpacks
     (recomputes) every checkpointed block before their gradients, so its peak inside the backward
-    loses the saving (measured: 352 MiB checkpointed against 304 MiB plain at 1024 rows). The sampled
+    loses the saving (measured: 176 MiB checkpointed against 152 MiB plain at 512 rows, 352 against 304 at 1024). The sampled
     maximum is a lower bound; what is pinned is that the words follow the figures."""
     from cagtool.report.checkpointing import checkpointing_lines
 

@@ -156,3 +156,51 @@ def test_parameters_sharing_a_path_are_ordered_as_registered_whatever_the_digest
     first, second = digests.events()
     assert first["names"] == second["names"] == ["0.weight", "0.bias", "0.weight", "0.bias"]
     assert first["norm"] == second["norm"] == pytest.approx([float(p.grad.norm()) for p in g + d], rel=1e-5)
+
+
+def test_backward_only_steps_are_digested_where_their_backward_returns_and_keep_their_names(tmp_path):
+    """No optimizer (a hand-written SGD, as pytorch/examples' word_language_model): step 0 and the
+    step of a CA recompile are digested where their backward returns, named by module path; the
+    names stay after the script rebinds its model before the end, where the last step is digested.
+    A step made by autograd.grad fills no .grad and is not digested."""
+    import gc
+
+    import cagtool
+    from cagtool.record.schema import REASON_LAST, GradDigestEvent
+
+    torch.manual_seed(0)
+    with cagtool.capture(backend="eager", output=tmp_path / "run", reset=True) as cap:
+        # built in the block: the names come from torch's registration hooks, installed on entry
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+        for rows in (4, 4, 4, 6, 6):  # step 3's new batch size: a CA recompile
+            model.zero_grad()
+            model(torch.randn(rows, 4)).sum().backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(p.grad, alpha=-0.1)
+        first_grads = [p.grad.clone() for p in model.parameters()]
+        torch.autograd.grad(model(torch.randn(5, 4)).sum(), list(model.parameters()))  # step 5, a new size: due, not digested
+        last_norms = [float(p.grad.norm()) for p in model.parameters()]
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8))  # the trained model is gone before the end
+        gc.collect()
+    events = {e.step: e for e in cagtool.load(cap.path).mode("ca").of(GradDigestEvent)}
+    assert sorted(events) == [0, 3, 5], events.keys()
+    assert events[0].reasons == [REASON_FIRST, REASON_RECOMPILE] and events[3].reasons == [REASON_RECOMPILE]
+    assert events[5].reasons == [REASON_LAST]
+    for event in events.values():
+        assert event.names == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert events[5].norm == pytest.approx(last_norms, rel=1e-6)
+    assert [float(g.norm()) for g in first_grads] == pytest.approx(last_norms, rel=1e-6)
+
+
+def test_a_tensor_no_module_holds_is_named_as_an_optimizers_only_when_one_stepped_it(digests):
+    """A digested tensor with no module path is an optimizer's own where an optimizer stepped it,
+    else a graph's leaf: never "<optimizer tensor N>" in a job without an optimizer."""
+    from cagtool.record.schema import OPTIMIZER_TENSOR_PREFIX, UNNAMED_TENSOR_PREFIX
+
+    stepped, leaf = torch.nn.Parameter(torch.ones(3)), torch.ones(3, requires_grad=True)
+    (stepped * leaf).sum().backward()
+    digests.digest(0, [REASON_FIRST], [stepped])
+    digests.digest(1, [REASON_FIRST], [leaf], optimizer=False)
+    names = [e["names"] for e in digests.events()]
+    assert names == [[f"{OPTIMIZER_TENSOR_PREFIX}0>"], [f"{UNNAMED_TENSOR_PREFIX}0>"]]

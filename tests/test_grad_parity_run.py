@@ -218,3 +218,44 @@ def test_an_optimizer_compiled_beside_one_stepped_eagerly_is_not_named_missing(r
     assert parity["agree"], parity
     gate = cagtool("gate", str(run.path), "--max-grad-diff", "1", "--no-config")
     assert gate.returncode == 0, gate.stdout
+
+
+CHAOTIC = str(ROOT / "tests" / "scripts" / "chaotic_lstm.py")
+
+
+def test_a_chaotic_backward_only_job_drifts_and_a_wrong_hook_in_it_disagrees(record_run):
+    """word_language_model's shape, small (tests/scripts/chaotic_lstm.py: no optimizer, lr 35, the
+    model rebound before the end). `--kind drift`: the ca mode's losses equal eager's to round-off
+    for ~40 steps and part beyond 1e-3 later; its step-0 gradients, digested where the backward
+    returned and named by module path, agree: drift in every place that says it, never DISAGREE.
+    `--kind wrong_hook`: the same job with a hook that scales head.weight's gradient only under
+    compiled autograd: DISAGREE, head.weight named at step 0."""
+    run = record_run(CHAOTIC, "--kind", "drift", modes="eager,ca")
+    assert run.returncode == 0, run.stderr
+    data = parity_json(run)
+    words = data["numerics"]["drift"]["ca"]
+    assert words.startswith("losses agree to ") and words.endswith(
+        "then drift apart: round-off amplified by training, not wrong gradients; the step-0 gradients agree on all 7 parameters"), words
+    assert not data["numerics"]["disagree"] and data["headline"]["text"].count(words) == 1 and "DISAGREE" not in data["headline"]["text"]
+    ca = pair(data, "ca")
+    assert ca["agrees"] and ca["steps"][0] == 0 and ca["params"] == 7
+    digests = [json.loads(line) for line in (run.path / "ca" / "events.jsonl").read_text().splitlines() if '"grad_digest"' in line]
+    assert digests[0]["step"] == 0 and digests[0]["names"] == ["encoder.weight", "rnn.weight_ih_l0", "rnn.weight_hh_l0",
+                                                               "rnn.bias_ih_l0", "rnn.bias_hh_l0", "head.weight", "head.bias"]
+    text = " ".join(cagtool("compare", str(run.path)).stdout.split())  # the console wraps long lines
+    assert f"Numerics: ca drifts from eager beyond rtol 0.001, atol 1e-06: {words}" in text and "DISAGREE" not in text
+    assert "not a verdict: its numerics differ" not in text and " drifts │" in text
+    summary = " ".join(cagtool("summary", str(run.path)).stdout.split())
+    assert f"numerics of ca drift from eager: {words}" in summary and "DISAGREE" not in summary
+    assert f"numerics of ca drift from eager: {words}" in " ".join((run.path / "report.html").read_text().split())
+    gate = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(run.path))
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+
+    wrong = record_run(CHAOTIC, "--kind", "wrong_hook", "--steps", "30", modes="eager,ca")
+    assert wrong.returncode == 0, wrong.stderr
+    data = parity_json(wrong)
+    assert data["numerics"]["disagree"] and not data["numerics"]["drift"] and "numerics DISAGREE" in data["headline"]["text"]
+    ca = pair(data, "ca")
+    assert ca["first_bad_step"] == 0 and [(m["name"], m["kind"]) for m in ca["first_bad"]] == [("head.weight", "scale")]
+    gate = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(wrong.path))
+    assert gate.returncode == 1 and "head.weight" in gate.stdout

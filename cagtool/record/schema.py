@@ -490,10 +490,14 @@ FINAL_OF_SHARDS = "shards"  # FinalStateEvent.of: norms of each rank's own shard
 # How a digested tensor that no module holds is named ("<optimizer tensor 0>"): the optimizer's own
 # tensor, e.g. a sharded optimizer's flat partition, each rank's own slice.
 OPTIMIZER_TENSOR_PREFIX = "<optimizer tensor "
+# And a digested tensor that no module holds and no optimizer stepped ("<unnamed tensor 0>"): a leaf
+# of a backward-only job's graph whose module was gone when it was first digested.
+UNNAMED_TENSOR_PREFIX = "<unnamed tensor "
 
 
 # GradDigestEvent.reasons. A step digested only as the run's last (["last"]) was digested at the
-# run's end; any other was digested in an optimizer's step pre-hook (capture/steps/grad_digest.py).
+# run's end; any other was digested in an optimizer's step pre-hook, or, without an optimizer, where
+# the step's backward returned (capture/steps/grad_digest.py).
 REASON_FIRST = "first"
 REASON_RECOMPILE = "recompile"
 REASON_EVERY = "every"

@@ -14,27 +14,42 @@ forward and backward run inside step(), in the closure, so its post-hook digests
 step 0, at every step in which a CA graph was captured or Dynamo compiled, every `every` steps
 (`cagtool run --parity-every K`), at the steps an earlier mode of the run digested (so later modes
 digest what earlier ones did), and at the end of the run for the last step when its gradients are
-still held. Steps without an optimizer (backward-only) are digested only at the end.
+still held. A step without an optimizer (backward-only: while none is alive each top-level backward
+is a step, accumulation included, tracker.py) is digested at the same steps where its backward
+returns, from the parameters its graph accumulated gradients into (`after_backward`).
 
-Cost: the hook's usual path is one decrement and one comparison (`countdown`); a due step launches
+Cost: the hook's usual path is one decrement and one comparison (`countdown`; the backward's hook
+looks only while no optimizer is alive, so a job with one pays nothing more); a due step launches
 two foreach norms and one matrix-vector product per parameter, and stacks the results into one
 small tensor per (device, dtype): nothing is read back until the end of the run (`events`), so the
 device is never waited for during training.
 
 Names are module paths (`encoder.layers.3.attn.q_proj.weight`), known from torch's global
 module/parameter registration hooks, so a model built, wrapped (DDP's `module.`) or compiled
-(`_orig_mod.`, dropped: eager mode runs without it) is named the same in every mode.
+(`_orig_mod.`, dropped: eager mode runs without it) is named the same in every mode. A parameter's
+name is looked up when it is first digested and kept: a script may rebind or free its model before
+the run's end (word_language_model reloads its best model to test it). A tensor no live module holds
+then is named by its place: `<optimizer tensor N>` when an optimizer stepped it (a sharded
+optimizer's flat partition), `<unnamed tensor N>` otherwise.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from cagtool.capture.outside_modes import outside_user_modes
 from cagtool.capture.steps.sharded import is_shard, local_part, readable
-from cagtool.record.schema import OPTIMIZER_TENSOR_PREFIX, REASON_EARLIER_MODE, REASON_EVERY, REASON_FIRST, REASON_LAST, REASON_RECOMPILE
+from cagtool.record.schema import (
+    OPTIMIZER_TENSOR_PREFIX,
+    REASON_EARLIER_MODE,
+    REASON_EVERY,
+    REASON_FIRST,
+    REASON_LAST,
+    REASON_RECOMPILE,
+    UNNAMED_TENSOR_PREFIX,
+)
 
 # Prime: see the module docstring.
 CHECKSUM_PERIOD = 1021
@@ -207,18 +222,21 @@ class _Digest:
 
 class GradDigests:
     """The digests of one mode process; the step tracker calls `before_step` from the optimizer's
-    pre-hook when `countdown` reaches 0, and `events` once at the end."""
+    pre-hook, or `after_backward` where a backward without an optimizer returns, when `countdown`
+    reaches 0, and `events` once at the end."""
 
     def __init__(self, every: int | None = None, extra_steps: Iterable[int] = ()) -> None:
         self.every = every if every and every > 0 else None
         self.extra = sorted({int(s) for s in extra_steps if int(s) >= 0})
         self.countdown = 0  # pre-hook calls until the next look (0: the next call looks)
+        self.armed = False  # a compile or capture since the last look (after_backward's `recompiled`)
         self.names = ParamNames()
         self._digests: dict[int, _Digest] = {}
         self._weights: dict[tuple[Any, Any], Any] = {}
         # id(param) -> its module path, looked up when the parameter is first digested: the model
         # may be gone by the end of the run (a script's main() returned), its parameters not (held).
         self._names: dict[int, str | None] = {}
+        self._stepped: set[int] = set()  # ids of the tensors digested as an optimizer's (their fallback name)
         self.errors = 0
         self.last_error = ""
 
@@ -226,10 +244,12 @@ class GradDigests:
         """A forked child starts its own record: the parent's digests are the parent's."""
         self._digests.clear()
         self.countdown = 0
+        self.armed = False
 
     def arm(self) -> None:
         """A compile or capture happened: the step in progress is due."""
         self.countdown = 0
+        self.armed = True
 
     def reasons(self, step: int, recompiled: bool) -> list[str]:
         found = []
@@ -253,6 +273,7 @@ class GradDigests:
     def before_step(self, step: int, recompiled: bool, optimizer: Any) -> None:
         """An optimizer is about to step in step `step` (`recompiled`: a CA capture or a Dynamo
         compile happened in it). Digest its parameters' gradients when the step is due."""
+        self.armed = False
         reasons = self.reasons(step, recompiled)
         if not reasons:
             self.countdown = self.next_due(step) - step
@@ -263,7 +284,25 @@ class GradDigests:
         # inside the optimizer's step(), where the script's modes may be entered
         outside_user_modes(self.digest, step, reasons, _params_of(optimizer))
 
-    def digest(self, step: int, reasons: list[str], params: list[Any]) -> None:
+    def after_backward(self, step: int, params: Callable[[], list[Any]]) -> None:
+        """A top-level backward returned, ending step `step` (no optimizer is alive). Digest the
+        gradients of `params()` (the parameters its graph accumulated into) when the step is due:
+        a compile or capture since the last look (`armed`) makes it a recompile step."""
+        recompiled, self.armed = self.armed, False
+        reasons = self.reasons(step, recompiled)
+        self.countdown = self.next_due(step) - step  # one step per backward: the next look is its own
+        if reasons:
+            # where the script's backward returns, inside whatever mode it entered around it
+            outside_user_modes(self._digest_grads_of, step, reasons, params)
+
+    def _digest_grads_of(self, step: int, reasons: list[str], params: Callable[[], list[Any]]) -> None:
+        found = params()
+        if any(getattr(p, "grad", None) is not None for p in found):
+            self.digest(step, reasons, found, optimizer=False)
+
+    def digest(self, step: int, reasons: list[str], params: list[Any], optimizer: bool = True) -> None:
+        """Digest the gradients of `params` as step `step`'s (`optimizer`: they are an optimizer's
+        parameters; a tensor no module holds is then named as the optimizer's own)."""
         import torch
 
         entry = self._digests.get(step)
@@ -282,6 +321,8 @@ class GradDigests:
             entry.params.append(p)
             if id(p) not in self._names:
                 self._names[id(p)] = self.names.name_of(p)
+            if optimizer:
+                self._stepped.add(id(p))
             g = p.grad
             if g is not None:
                 g = local_part(g)
@@ -375,7 +416,8 @@ class GradDigests:
             names, dtypes, numels, norms, maxes, sums, shards = [], [], [], [], [], [], []
             for index, p in enumerate(self._by_registration(entry.params)):
                 shards.append(is_shard(p))
-                names.append(self._names.get(id(p)) or f"{OPTIMIZER_TENSOR_PREFIX}{index}>")
+                prefix = OPTIMIZER_TENSOR_PREFIX if id(p) in self._stepped else UNNAMED_TENSOR_PREFIX
+                names.append(self._names.get(id(p)) or f"{prefix}{index}>")
                 dtypes.append(str(p.dtype).replace("torch.", ""))
                 numels.append(int(local_part(p).numel()))  # a DTensor's: this rank's part, as digested
                 got = values.get(id(p))

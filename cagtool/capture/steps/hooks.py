@@ -7,7 +7,8 @@ step overhead; `benchmarks/step_tracker_cpu.py --per-step` measures it): a top-l
 reads perf_counter twice, a plain CPU loss's value (`item()`: the note then holds no tensor, and so
 no autograd graph, until the drain), appends its BackwardCall and one ENDED note (and, only where an optimizer's
 step was compiled in a function made before the hooks, reads one version counter an optimizer:
-tracker.watch_parameters); an optimizer step reads
+tracker.watch_parameters; while no optimizer is alive, counts the gradient digests down: one
+decrement and one comparison, grad_digest.py); an optimizer step reads
 perf_counter twice and appends one STEPPED note. The two CPU clocks (process and thread: a system
 call each, ~0.5-2 us) are read where a step can end: at every optimizer step, and at a backward's
 end only while no optimizer is alive (a backward then ends its step). Everything is bound to
@@ -136,6 +137,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     compiling_flag = hasattr(compiler, "_is_compiling_flag")
     tensor_class = torch.Tensor
     function_modes, dispatch_modes = torch._C._len_torch_function_stack, torch._C._len_torch_dispatch_stack
+    digests = tracker.digests  # gradient digests (grad_digest.py): counted down by the optimizer's pre-hook, else by a backward's end
 
     def in_hook(note: tuple, write: bool = False) -> bool:
         """Note `note` and count everything noted so far, now; `write`: and write the lines. True
@@ -190,6 +192,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
             except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
                 tracker.note_error(exc)
         limit = False
+        returned = False
         try:
             attach_logging_hooks = engine_log.getEffectiveLevel() <= logging.DEBUG
             if attach_logging_hooks:
@@ -211,6 +214,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
                 if rerun is not None:
                     with rerun:
                         result = Variable._execution_engine.run_backward(t_outputs, *args, **kwargs)
+                returned = True
             finally:
                 if attach_logging_hooks:
                     unregister_hooks()
@@ -240,6 +244,12 @@ def install_hooks(tracker: Any) -> InstalledHooks:
                     except Exception:  # noqa: BLE001 - not a tensor, or a subclass without numel
                         loss = None
                     tracker._last_loss = loss
+                    if not known and returned and digests is not None:
+                        # No optimizer alive: this backward ends its step, digested here when due
+                        # (grad_digest.py, "When"); usually one decrement and one comparison.
+                        digests.countdown -= 1
+                        if digests.countdown <= 0 and kwargs.get("accumulate_grad", True):  # autograd.grad fills no .grad
+                            off_dynamo(tracker._digest_after_backward, outputs)
                     if loss.__class__ is tensor_class and loss.is_cpu and not function_modes() and not dispatch_modes():
                         try:
                             loss = loss.item()
@@ -302,11 +312,10 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     torch.optim.Optimizer.__init__ = optimizer_init
     opt_start: dict[int, float] = {}  # id(optimizer) -> its step()'s start, between the two hooks
     after_closure: dict[int, bool] = {}  # id(optimizer) -> its step() was given a closure (digests only)
-    digests = tracker.digests
 
     def off_dynamo(call: Callable[[Any], Any], optimizer: Any) -> None:
-        """A rare path of the optimizer hook: `call(optimizer)` with Dynamo's frame callback off,
-        an error counted, never raised into the script's step()."""
+        """A rare path of the optimizer hook (or of a backward's end): `call(optimizer)` with
+        Dynamo's frame callback off, an error counted, never raised into the script's step()."""
         prior = set_eval_frame(None)
         try:
             call(optimizer)

@@ -567,6 +567,30 @@ class StepTracker:
             recompiled = bool(opened.captures or opened.compiles)
         digests.before_step(step, recompiled, optimizer)
 
+    def _digest_after_backward(self, outputs: Any) -> None:
+        """The backward entry point's end, while no optimizer is alive, when the digests' countdown
+        ran out: a top-level backward that returned ends the step in progress where no optimizer
+        is waited for (boundaries.py), and that step is digested when due, from the leaves of the
+        graph it ran (the parameters it accumulated gradients into). Called before its own note
+        is counted: the step in progress is the one it ends."""
+        digests = self.digests
+        if digests is None:
+            return
+        with self._lock:
+            self.drain()
+            counter = self.counter
+            if counter.required or counter.candidates or counter.undecided is not None or counter.compiled_optimizer:
+                return  # an optimizer ends the step (its pre-hook digests it), or may: looked at again next time
+            step = FIRST_STEP + counter.closed_steps
+        # Read inside after_backward's step outside the script's modes (a mode sees attribute reads too).
+        digests.after_backward(step, lambda: self._in_registration_order(leaf_params([getattr(o, "grad_fn", None) for o in outputs])))
+
+    def _in_registration_order(self, params: list[Any]) -> list[Any]:
+        """`params` (a graph's leaves, in the order a walk found them) in the order the script
+        registered them on its modules, those no module registered last."""
+        order = self.digests.names.registration_order() if self.digests is not None else {}
+        return sorted(params, key=lambda p: order.get(id(p), len(order)))
+
     def grad_digest_events(self) -> list[dict[str, Any]]:
         """The digests, for GradDigestEvent, with the run's last step digested from the gradients
         still held when it was not already (the grads of the open step when the run ended in
@@ -584,9 +608,10 @@ class StepTracker:
             else:
                 last = None
         if last is not None and last not in digests.steps:
-            params = digests.params_seen() or params_of(self._optimizers) or leaf_params(self.current_roots)
+            stepped = params_of(self._optimizers)
+            params = digests.params_seen() or stepped or leaf_params(self.current_roots)
             if any(getattr(p, "grad", None) is not None for p in params):
-                digests.digest(last, [REASON_LAST], params)
+                digests.digest(last, [REASON_LAST], params, optimizer=params is stepped)
         elif last is not None:
             digests.add_reason(last, REASON_LAST)
         return digests.events()

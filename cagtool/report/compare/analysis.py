@@ -22,7 +22,9 @@ Conventions, chosen to match PyTorch's own benchmarks where they have one:
   listed as well.
 - *numerics*: per-step losses and final parameter/gradient norms of each mode against a reference
   (eager when it has values, else the first mode that does), `|x - ref| <= atol + rtol * |ref|`
-  like `torch.allclose`. Default rtol 1e-3, atol 1e-6 (see `Tolerance`).
+  like `torch.allclose`. Default rtol 1e-3, atol 1e-6 (see `Tolerance`). A difference beyond it
+  that comes after the first steps agreed to round-off, with the gradients checked early and
+  agreeing, is *drift* (compare/drift.py), not a disagreement.
 """
 
 from __future__ import annotations
@@ -374,6 +376,8 @@ class NumericsDiff:
     # The first step's losses already differ: the forward saw other inputs or randomness before any
     # backward (compiled or not) could matter, so this is not a verdict on compiled autograd.
     inputs_differ: bool = False
+    # A difference beyond the tolerance that is drift (compare/drift.py): the words saying so.
+    drift: str = ""
 
 
 @dataclass(frozen=True)
@@ -399,8 +403,21 @@ class Numerics:
 
     @property
     def disagreements(self) -> list[NumericsDiff]:
-        """Real disagreements: same first-step loss, different later on."""
-        return [d for d in self.diffs if not d.agrees and not d.inputs_differ]
+        """Real disagreements: same first-step loss, different later on, and not drift."""
+        return [d for d in self.diffs if not d.agrees and not d.inputs_differ and not d.drift]
+
+    @property
+    def drifted(self) -> list[NumericsDiff]:
+        """Differences beyond the tolerance that are drift (compare/drift.py), not disagreements."""
+        return [d for d in self.diffs if not d.agrees and not d.inputs_differ and d.drift]
+
+    @property
+    def drift_words(self) -> dict[str, str]:
+        """record -> the words of its drift, for each record with a difference that is drift."""
+        found: dict[str, str] = {}
+        for d in self.drifted:
+            found.setdefault(d.record, d.drift)
+        return found
 
     def worst_for(self, mode: str) -> float | None:
         """Largest relative difference of any repetition of `mode` (None: nothing compared)."""
@@ -505,7 +522,10 @@ def _norm_diff(quantity: str, sample: NumericsSample, reference: NumericsSample,
     )
 
 
-def compare_samples(samples: list[NumericsSample], reference: NumericsSample | None, tol: Tolerance) -> Numerics:
+def compare_samples(samples: list[NumericsSample], reference: NumericsSample | None, tol: Tolerance,
+                    gradients: dict[str, Any] | None = None) -> Numerics:
+    """Each sample against `reference`. `gradients`: record -> its gradient check against the
+    same reference (grad_parity.PairParity), which can make a later difference drift."""
     if reference is None:
         return Numerics(None, tol, notes=("no mode recorded a scalar loss or final norms: nothing to compare",))
     diffs: list[NumericsDiff] = []
@@ -523,8 +543,30 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
             notes.append(f"{sample.record}: nothing to compare with {reference.record}")
         if first_losses_differ(sample, reference, tol) and _different_modes_of_one_run(sample.record, reference.record):
             kept = [replace(d, inputs_differ=not d.agrees) for d in kept]
+        elif gradients and any(not d.agrees for d in kept):
+            words, left_tight = _drift(sample, reference, tol, gradients.get(sample.record))
+            # A final norm's difference is drift only where the losses drifted too.
+            kept = [replace(d, drift=words) if not d.agrees and (d.quantity == LOSS or left_tight) else d for d in kept]
         diffs.extend(kept)
     return Numerics(reference.record, tol, tuple(diffs), tuple(notes + nonfinite_notes(samples)))
+
+
+def _drift(sample: NumericsSample, reference: NumericsSample, tol: Tolerance, check: Any) -> tuple[str, bool]:
+    """(the drift words (compare/drift.py) for `sample`'s differences beyond `tol`, or "", whether
+    its losses left DRIFT_RTOL): drift where the first DRIFT_STEPS losses agree within DRIFT_RTOL and
+    `check` (its gradients against the same reference) compared a step among them and agrees at
+    every step before the losses parted."""
+    from cagtool.report.compare.drift import drift_words, loss_drift
+
+    if check is None or check.not_comparable or not check.agrees or not check.steps or check.across_ranks:
+        return "", False
+    if check.reference.split(" ")[0] != reference.record:
+        return "", False
+    drift = loss_drift(sample.losses, reference.losses, tol.rtol, tol.atol)
+    early = [step for step in check.steps if drift.in_window(step)]
+    if not drift.early_agreement or not early:
+        return "", False
+    return drift_words(drift, early[0], check.params), drift.left_tight
 
 
 def nonfinite_notes(samples: list[NumericsSample]) -> list[str]:
@@ -582,9 +624,16 @@ def _pick_reference(samples: list[NumericsSample]) -> NumericsSample | None:
     return useful[0]
 
 
-def run_numerics(run: RunRecord, tol: Tolerance) -> Numerics:
+def run_numerics(run: RunRecord, tol: Tolerance, parity: Any = None) -> Numerics:
+    """The modes' losses and final norms against the reference; `parity` (grad_parity.GradParity):
+    the gradient checks that tell drift from a disagreement (compare/drift.py)."""
     samples = [numerics_sample(name, record) for name, record in run.modes.items()]
-    return compare_samples(samples, _pick_reference(samples), tol)
+    gradients = None
+    if parity is not None:
+        # A multi-rank mode's numerics are its first rank's: its check is that rank's.
+        pairs = [p for p in parity.pairs if not p.across_ranks]
+        gradients = {p.record.split(" ")[0]: p for p in reversed(pairs)}
+    return compare_samples(samples, _pick_reference(samples), tol, gradients)
 
 
 def numerics_problem(diff: NumericsDiff, tol: Tolerance) -> str:
@@ -652,17 +701,18 @@ def compare_modes(run: RunRecord, tolerance: Tolerance | None = None) -> Compari
     columns = mode_columns(run)
     speedups = tuple(speedup(columns[m], columns[b]) for m, b in SPEEDUP_PAIRS if m in columns and b in columns)
     from cagtool.report.compare.grad_parity import grad_parity
+    parity = grad_parity(run)
     return Comparison(
         run_path=run.path,
         target=str(run.meta.target.get("name", "")),
         modes=columns,
         speedups=speedups,
-        numerics=run_numerics(run, tol),
+        numerics=run_numerics(run, tol, parity),
         options=dict(run.meta.options or {}),
         target_argv=tuple(run.meta.target_argv or ()),
         versions=dict(run.meta.versions or {}),
         machine=dict(run.meta.machine or {}),
-        grad_parity=grad_parity(run),
+        grad_parity=parity,
     )
 
 

@@ -77,6 +77,7 @@ def _diff_json(d: NumericsDiff) -> dict[str, Any]:
         "reference_value": finite(d.reference_value),
         "agrees": d.agrees,
         "inputs_differ": d.inputs_differ,
+        "drift": d.drift or None,
         "note": d.note,
     }
 
@@ -87,6 +88,8 @@ def _numerics_json(n: Numerics) -> dict[str, Any]:
         "rtol": n.tolerance.rtol,
         "atol": n.tolerance.atol,
         "agree": n.agree,
+        "disagree": bool(n.disagreements),  # beyond the tolerance, not drift nor inputs that differ
+        "drift": n.drift_words,  # record -> why its differences beyond the tolerance are drift
         "max_rel_diff": finite(n.max_rel_diff),
         "diffs": [_diff_json(d) for d in n.diffs],
         "notes": list(n.notes),
@@ -186,6 +189,8 @@ def grad_parity_json(parity: Any) -> dict[str, Any] | None:
                 ],
                 "only_record": list(p.only_record),
                 "only_reference": list(p.only_reference),
+                "drifted": list(p.drifted),  # steps that differ after the losses drifted apart (from parted_at): not counted
+                "parted_at": p.parted_at,
                 "verdict": p.verdict(),
             }
             for p in parity.pairs

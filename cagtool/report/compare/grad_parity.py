@@ -24,6 +24,11 @@ The tolerance (`GradTolerance`), per parameter and step:
 Not comparable either: a pair whose first-step losses already differ (the forward saw other
 inputs: an unseeded rank, data order), as in the loss numerics' own rule.
 
+Drift (drift.py): where the pair's losses agree within 1e-5 over the first 20 steps and the
+gradients agree at every digested step before the losses part beyond rtol 1e-3, gradients that
+differ at a step from there on are of parameters that round-off amplified by training has already
+moved apart: those steps are listed (`PairParity.drifted`), not counted as a disagreement.
+
 What a mismatch looks like (`ParamMismatch.kind`): `missing` (a gradient in one mode, None in the
 other), `zero` (zero in one, not in the other: a hook or a branch that ran in one mode only),
 `sign` (same norms, negated checksum), `scale` (every digest scaled by the same factor), `swapped`
@@ -41,7 +46,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cagtool.errors import UnreadableInput
@@ -53,12 +58,14 @@ from cagtool.record.schema import (
     MODES,
     OPTIMIZER_TENSOR_PREFIX,
     REASON_LAST,
+    UNNAMED_TENSOR_PREFIX,
     STEP_BOUNDARY_COMPILED_OPTIMIZER,
     TRACE_DIR,
     DynamoCompileEvent,
     GradDigestEvent,
     StepEvent,
 )
+from cagtool.report.compare.drift import LossDrift, loss_drift
 from cagtool.report.figures.pooled import base_mode
 from cagtool.torch_text import in_torch_optim
 
@@ -161,6 +168,10 @@ class PairParity:
     only_reference: tuple[int, ...] = ()
     not_comparable: str = ""  # why the two cannot be compared (random ops); then nothing is compared
     across_ranks: bool = False  # rank N of a mode against rank 0 of the same mode
+    # Steps whose gradients differ after the losses drifted apart (drift.py), from `parted_at`, the
+    # first step whose losses differ beyond the tolerance: listed, not counted in the steps above.
+    drifted: tuple[int, ...] = ()
+    parted_at: int | None = None
 
     @property
     def agrees(self) -> bool:
@@ -173,11 +184,19 @@ class PairParity:
             return f"{self.record} vs {self.reference}: no digested step in common"
         if self.first_bad_step is None:
             return (f"{self.record} agrees with {self.reference} on all {_n(self.params, 'parameter')} at "
-                    f"{_n(len(self.steps), 'digested step')} ({_steps(self.steps)}; worst {self.max_excess:.2g}x the tolerance)")
+                    f"{_n(len(self.steps), 'digested step')} ({_steps(self.steps)}; worst {self.max_excess:.2g}x the tolerance)"
+                    + self.drift_words())
         names = ", ".join(m.name for m in self.first_bad[:3]) + (f" and {len(self.first_bad) - 3} more" if len(self.first_bad) > 3 else "")
         unsynced = " (gradients not synchronised across ranks)" if self.across_ranks else ""
         return (f"{self.record} differs from {self.reference} first at step {self.first_bad_step}, in {len(self.first_bad)} of "
                 f"{self.params} parameters ({names}){unsynced}; {len(self.bad_steps)} of {len(self.steps)} digested steps differ")
+
+
+    def drift_words(self) -> str:
+        if not self.drifted:
+            return ""
+        return (f"; at {_steps(self.drifted)} they differ, after the losses drifted apart (beyond rtol {FIRST_LOSS_RTOL:g} from step "
+                f"{self.parted_at}): parameters that round-off amplified by training had moved apart, not counted")
 
 
 @dataclass(frozen=True)
@@ -216,8 +235,10 @@ class GradParity:
             steps = max(len(p.steps) for p in compared)
             where = f" on each of {len(ranks)} ranks" if ranks else ""
             processes = f" ({len(records)} processes)" if len(records) > len(modes) else ""
+            drifted = [p for p in compared if p.drifted]
+            later = f"; {', '.join(p.record for p in drifted)}: later steps differ after the losses drifted apart" if drifted else ""
             return (f"gradients: the {len(modes)} modes agree on all {_n(params, 'parameter')} at {_n(steps, 'digested step')}{where}{processes}"
-                    + self._nonfinite_said())
+                    + later + self._nonfinite_said())
         bad = self.disagreements
         if bad:
             first = min(bad, key=lambda p: (p.first_bad_step, p.record))
@@ -266,7 +287,8 @@ def _compiled_optimizer(record: ModeRecord) -> bool:
 
 def digested_at_end(record: ModeRecord) -> set[int]:
     """The steps digested only as the run's last, at its end (reasons ["last"]); every other digest
-    was taken in an optimizer's step pre-hook, before the step consumed the gradients."""
+    was taken in an optimizer's step pre-hook, before the step consumed the gradients, or, without
+    an optimizer, where the step's backward returned."""
     return {event.step for event in record.of(GradDigestEvent) if event.reasons == [REASON_LAST]}
 
 
@@ -500,7 +522,7 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
     digested = {label: (rec, digests_of(rec)) for label, rec in named}
     with_digests = [label for label in digested if digested[label][1]]
     if not with_digests:
-        return GradParity(None, (), ("no gradient digests recorded (a record from before digests, or no optimizer step)",), tol)
+        return GradParity(None, (), ("no gradient digests recorded (a record from before digests, or no step with gradients)",), tol)
     reference = _pick_reference(with_digests, digested)
     ref_base = reference.split(" ")[0]
     pairs: list[PairParity] = []
@@ -522,9 +544,9 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
             notes.append(f"{label}: no digests of {ref_label} to compare with")
             continue
         ref_rec, ref_digests = digested[ref_label]
-        # A step one side digested at the run's end and the other at its optimizer step: two
-        # moments (what the script did to the gradients after the step, a final zero_grad or a
-        # second model's backward, lies between them), not compared.
+        # A step one side digested at the run's end and the other during the run (its optimizer
+        # step, its backward's return): two moments (what the script did to the gradients after the
+        # step, a final zero_grad or a second model's backward, lies between them), not compared.
         ends, ref_ends = digested_at_end(rec), digested_at_end(ref_rec)
         apart = sorted(s for s in set(digests) & set(ref_digests) if (s in ends) != (s in ref_ends))
         if apart:
@@ -532,11 +554,13 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
             ref_digests = {s: d for s, d in ref_digests.items() if s not in apart}
             if len(notes) < 50:
                 notes.append(f"{label}: {_steps(tuple(apart))} not compared with {ref_label}: digested at the run's end in one, "
-                             "at its optimizer step in the other")
+                             "during the run in the other (at its optimizer step, or where its backward returned)")
             if not digests or not ref_digests:
                 continue
         partial = _compiled_optimizer(rec) or _compiled_optimizer(ref_rec)
         pair = compare_digests(label, ref_label, digests, ref_digests, tol, partial=partial)
+        if not pair.agrees:
+            pair = _after_drift(pair, _loss_drift(rec, ref_rec), digests, ref_digests, tol, partial)
         # Random ops matter only when the gradients differ (equal draws agree, e.g. --parity): the
         # graphs and trace log are read then, not on every compare.
         why = "" if pair.agrees else _why_not_comparable(rec, ref_rec)
@@ -571,15 +595,43 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
     return GradParity(reference, tuple(pairs), tuple(notes), tol, _nonfinite_lines(digested))
 
 
+def _loss_drift(record: ModeRecord, reference: ModeRecord) -> LossDrift:
+    from cagtool.report.figures.metrics import step_losses
+
+    return loss_drift(step_losses(record), step_losses(reference), FIRST_LOSS_RTOL, FIRST_LOSS_ATOL)
+
+
+def _after_drift(pair: PairParity, drift: LossDrift, got: dict[int, dict[str, Digest]], ref: dict[int, dict[str, Digest]],
+                 tol: GradTolerance, partial: bool) -> PairParity:
+    """`pair` with the steps from the one the losses parted at set apart (drift.py), where their
+    first DRIFT_STEPS steps agree within DRIFT_RTOL, a step among those was compared, and every step
+    compared before the parting agrees; else `pair` as it is."""
+    parted = drift.parted_at
+    if not drift.early_agreement or parted is None or pair.first_bad_step is None or pair.first_bad_step < parted:
+        return pair
+    if not any(drift.in_window(step) for step in pair.steps):
+        return pair
+    before = compare_digests(pair.record, pair.reference, {s: d for s, d in got.items() if s < parted},
+                             {s: d for s, d in ref.items() if s < parted}, tol, partial=partial)
+    drifted = tuple(s for s in pair.bad_steps if s >= parted)
+    return replace(before, steps=tuple(s for s in pair.steps if s not in drifted), only_record=pair.only_record,
+                   only_reference=pair.only_reference, drifted=drifted, parted_at=parted)
+
+
 def _module_params(digests: dict[int, dict[str, Digest]]) -> dict[int, dict[str, Digest]]:
     """The digests of whole module parameters only (by name, not a rank's shard), the steps that
     have any."""
     out = {}
     for step, by_name in digests.items():
-        kept = {name: d for name, d in by_name.items() if not name.startswith(OPTIMIZER_TENSOR_PREFIX) and not d.shard}
+        kept = {name: d for name, d in by_name.items() if not name.startswith(_UNNAMED) and not d.shard}
         if kept:
             out[step] = kept
     return out
+
+
+# Tensors no module held when digested: an optimizer's own (a sharded optimizer's flat partition,
+# each rank's own slice) or a leaf of a backward-only job's graph, which DDP does not all-reduce.
+_UNNAMED = (OPTIMIZER_TENSOR_PREFIX, UNNAMED_TENSOR_PREFIX)
 
 
 def _shards_without_gradient(pair: PairParity, reference: dict[int, dict[str, Digest]]) -> list[str]:

@@ -313,6 +313,13 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         if numerics.disagreements:
             phrases.append("numerics DISAGREE")
             tones.append(BAD)
+        elif numerics.drift_words:
+            # Beyond the tolerance late, after agreeing to round-off with the gradients checked
+            # early (compare/drift.py): said as drift, in the words compare and the report use.
+            drifting = numerics.drift_words
+            record, words = next(iter(drifting.items()))
+            also = [r for r in drifting if r != record]
+            phrases.append(f"numerics of {' and '.join([record, *also])} drift from {numerics.reference}: {words}")
         elif numerics.inputs_differ:
             # The first step's losses differ: other inputs, not a verdict on compiled autograd.
             phrases.append("numerics not comparable: inputs differ (unseeded?)")

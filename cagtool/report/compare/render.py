@@ -125,7 +125,7 @@ def diffs_cell(diffs: list[NumericsDiff] | tuple[NumericsDiff, ...]) -> str:
     worst = worst_diff(list(diffs))
     if any(d.inputs_differ for d in diffs):
         return "inputs differ (unseeded?)"
-    flag = "" if all(d.agrees for d in diffs) else " DISAGREES"
+    flag = "" if all(d.agrees for d in diffs) else " drifts" if all(d.agrees or d.drift for d in diffs) else " DISAGREES"
     return f"{format_rel(worst.max_rel_diff if worst else None)}{flag}"
 
 
@@ -273,6 +273,12 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
             for d in numerics.disagreements:
                 lines.append((f"  {d.quantity} of {d.record}: {format_rel(d.max_rel_diff)} relative{_where(d, quantity=False)} "
                               f"({d.value!r} vs {d.reference_value!r})", True))
+        for record, words in numerics.drift_words.items():
+            lines.append((f"Numerics: {record} drifts from {numerics.reference} beyond {tolerance}: {words}", False))
+            for d in numerics.drifted:
+                if d.record == record:
+                    lines.append((f"  {d.quantity} of {d.record}: {format_rel(d.max_rel_diff)} relative{_where(d, quantity=False)} "
+                                  f"({d.value!r} vs {d.reference_value!r})", False))
         for record in numerics.inputs_differ:
             first = next(d for d in numerics.diffs if d.record == record and d.quantity == "loss")
             lines.append((

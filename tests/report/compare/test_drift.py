@@ -1,0 +1,143 @@
+"""Drift against disagreement (report/compare/drift.py) on hand-built records: losses that agree to
+round-off over the first steps, with the gradients checked early and agreeing, and part later, read
+as drift in every place that says it (headline, compare's text and table, JSON, the gate); without
+that early check, with an early gradient or loss difference, they stay a disagreement."""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+
+import pytest
+
+from cagtool.record.loader import ModeRecord, RunRecord
+from cagtool.record.manifest import ModeManifest, RunMeta
+from cagtool.record.schema import STEP_BOUNDARY_BACKWARD, FinalStateEvent, GradDigestEvent, StepEvent
+from cagtool.report.compare.analysis import compare_modes
+from cagtool.report.compare.drift import DRIFT_RTOL, DRIFT_STEPS, drift_words, loss_drift
+from cagtool.report.compare.export import comparison_to_json
+from cagtool.report.compare.headline import run_headline
+from cagtool.report.compare.render import render_comparison
+from cagtool.report.gate.checks import Outcome
+from cagtool.report.gate.grad_parity_check import grad_parity_result
+from cagtool.report.text.console import make_console
+
+STEPS = 120
+NAMES = ["encoder.weight", "rnn.weight_hh_l0", "head.weight"]
+
+
+def reference_losses() -> list[float]:
+    return [5.0 - 0.01 * i + 0.3 * math.sin(i) for i in range(STEPS)]
+
+
+def drifting(start: int = 40, growth: float = 1.25, first: float = 1e-7) -> list[float]:
+    """The reference's losses moved by `first` relative until `start`, then by a difference that
+    grows `growth`-fold a step: round-off that training amplifies (beyond 1e-3 some 40 steps on)."""
+    out = []
+    for i, value in enumerate(reference_losses()):
+        rel = first * (-1) ** i if i < start else min(first * growth ** (i - start + 1), 0.05)
+        out.append(value * (1 + rel))
+    return out
+
+
+def digest(step: int, scale: float = 1.0, reasons: tuple[str, ...] = ("first",)) -> GradDigestEvent:
+    norms = [0.5, 0.25, 0.125]
+    return GradDigestEvent(seq=10_000 + step, t=99.0, step=step, reasons=list(reasons), names=NAMES, dtypes=["float32"] * 3,
+                           numels=[1600, 4096, 1600], norm=[n * scale for n in norms], max_abs=[n / 10 * scale for n in norms],
+                           checksum=[n * 3 * scale for n in norms])
+
+
+def mode(name: str, losses: list[float], digests: list[GradDigestEvent], param_norm: float = 50.0) -> ModeRecord:
+    steps = [StepEvent(seq=i, t=1.0 + 0.01 * i, step=i, backward_s=0.001, loss=loss, boundary=STEP_BOUNDARY_BACKWARD)
+             for i, loss in enumerate(losses)]
+    final = FinalStateEvent(seq=9_999, t=98.0, param_norm=param_norm, grad_norm=1.0, num_params=3)
+    manifest = ModeManifest(mode=name, argv=["main.py"], target={"kind": "script", "name": "main.py"}, cwd="/", versions={},
+                            backend="inductor", dynamic=False, started_at="2026-01-01T00:00:00+00:00", status="finished", exit_code=0)
+    return ModeRecord(path=Path("/runs/r") / name, manifest=manifest, events=[*steps, final, *digests])
+
+
+def run(ca: ModeRecord, eager_digests: list[GradDigestEvent] | None = None) -> RunRecord:
+    eager = mode("eager", reference_losses(), eager_digests if eager_digests is not None else [digest(0), digest(STEPS - 1, reasons=("last",))])
+    meta = RunMeta(run_id="r", created_at="2026-01-01T00:00:00+00:00", cagtool_argv=[], target={"kind": "script", "name": "main.py"},
+                   target_argv=["main.py"], cwd="/", modes=["eager", "ca"], versions={}, machine={}, mode_exit_codes={"eager": 0, "ca": 0})
+    return RunRecord(path=Path("/runs/r"), meta=meta, modes={"eager": eager, "ca": ca})
+
+
+def text(comparison) -> str:
+    buffer = io.StringIO()
+    render_comparison(comparison, "table", make_console(file=buffer, width=400))
+    return buffer.getvalue()
+
+
+def test_loss_drift_counts_the_tight_first_steps_and_where_the_losses_part():
+    reference = dict(enumerate(reference_losses()))
+    drift = loss_drift(dict(enumerate(drifting())), reference, 1e-3, 1e-6)
+    # 1e-7 * 1.25 ** k passes DRIFT_RTOL at k = 21 (step 60) and the 1e-3 tolerance at k = 42 (step 81)
+    assert (drift.tight_steps, drift.parted_at, drift.compared) == (60, 81, STEPS)
+    assert drift.early_agreement and drift.left_tight and drift.in_window(59) and not drift.in_window(60)
+    assert drift.tight_worst == pytest.approx(1e-7 * 1.25 ** 20, rel=1e-6)
+    # A step missing from one side ends the tight prefix there: no window is assumed across it.
+    gappy = {s: v for s, v in enumerate(drifting()) if s != 5}
+    assert loss_drift(gappy, reference, 1e-3, 1e-6).tight_steps == 5
+    assert drift_words(drift, 0, 11) == ("losses agree to 9e-06 for the first 60 steps, then drift apart: round-off amplified by "
+                                         "training, not wrong gradients; the step-0 gradients agree on all 11 parameters")
+    assert loss_drift(reference, reference, 1e-3, 1e-6).tight_worst == 0
+    assert "agree bit for bit for the first 120 steps" in drift_words(loss_drift(reference, reference, 1e-3, 1e-6), 0, 1)
+
+
+def test_late_drift_after_an_early_gradient_check_that_agrees_is_drift_in_every_word():
+    """word_language_model's shape: losses within 1e-7 at first, beyond the 1e-3 tolerance ~80 steps
+    later; the step-0 gradients agree, the last step's (digested after the parting) do not."""
+    ca = mode("ca", drifting(), [digest(0), digest(STEPS - 1, scale=1.3, reasons=("last",))], param_norm=50.2)
+    comparison = compare_modes(run(ca))
+    numerics = comparison.numerics
+    assert not numerics.disagreements
+    assert {(d.record, d.quantity) for d in numerics.drifted} == {("ca", "loss"), ("ca", "param_norm")}
+    words = numerics.drift_words["ca"]
+    assert words == ("losses agree to 9e-06 for the first 60 steps, then drift apart: round-off amplified by training, "
+                     "not wrong gradients; the step-0 gradients agree on all 3 parameters")
+    [pair] = comparison.grad_parity.pairs
+    assert pair.agrees and pair.steps == (0,) and pair.drifted == (STEPS - 1,) and pair.parted_at == 81
+    assert not [p for p in comparison.problems if "numerics" in p or "gradients" in p]
+    headline = run_headline(comparison).text
+    assert f"numerics of ca drift from eager: {words}" in headline and "DISAGREE" not in headline
+    out = text(comparison)
+    assert f"Numerics: ca drifts from eager beyond rtol 0.001, atol 1e-06: {words}" in out
+    assert "DISAGREE" not in out and "e-02 drifts" in out  # the table's cell
+    assert "at step 119 they differ, after the losses drifted apart (beyond rtol 0.001 from step 81)" in out
+    data = comparison_to_json(comparison)
+    assert data["numerics"]["drift"] == {"ca": words} and not data["numerics"]["disagree"]
+    assert {d["quantity"]: d["drift"] for d in data["numerics"]["diffs"]} == {"loss": words, "param_norm": words, "grad_norm": None}
+    gate = grad_parity_result(run(ca), 1.0)
+    assert gate.outcome == Outcome.PASS and "later steps differ after the losses drifted apart" in gate.message
+
+
+@pytest.mark.parametrize("case", ["no_early_digest", "early_gradients_differ", "early_losses_differ", "digest_before_parting_differs",
+                                  "window_too_short"])
+def test_without_an_early_check_that_agrees_a_late_difference_stays_a_disagreement(case):
+    losses, ca_digests, eager_digests = drifting(), [digest(0), digest(STEPS - 1, scale=1.3, reasons=("last",))], None
+    if case == "no_early_digest":  # a record from before step-0 digests of backward-only jobs
+        ca_digests, eager_digests = ca_digests[1:], [digest(STEPS - 1, reasons=("last",))]
+    elif case == "early_gradients_differ":  # a hook that ran in one mode only: wrong from step 0, losses still tight
+        ca_digests = [digest(0, scale=1.5), *ca_digests[1:]]
+    elif case == "early_losses_differ":  # 3e-5 at step 12: beyond DRIFT_RTOL within the first DRIFT_STEPS steps
+        losses = [v * (1 + 3e-5) if i == 12 else v for i, v in enumerate(losses)]
+    elif case == "digest_before_parting_differs":  # a later capture's graph is wrong while the losses still agree
+        ca_digests = [*ca_digests, digest(70, scale=1.5, reasons=("every",))]
+        eager_digests = [digest(0), digest(70, reasons=("every",)), digest(STEPS - 1, reasons=("last",))]
+    elif case == "window_too_short":  # the losses leave 1e-5 before DRIFT_STEPS steps: too fast for round-off
+        losses = drifting(start=DRIFT_STEPS - 10, growth=2.0)
+    comparison = compare_modes(run(mode("ca", losses, ca_digests, param_norm=50.2), eager_digests))
+    numerics = comparison.numerics
+    assert not numerics.drifted and {d.quantity for d in numerics.disagreements} == {"loss", "param_norm"}
+    assert "numerics DISAGREE" in run_headline(comparison).text
+    assert "Numerics DISAGREE with eager" in text(comparison)
+
+
+def test_a_final_norm_difference_with_losses_that_never_left_round_off_is_a_disagreement():
+    """Drift moves the losses first: a final parameter norm 0.4% off while every loss stays within
+    1e-7 is something else."""
+    ca = mode("ca", drifting(start=STEPS), [digest(0), digest(STEPS - 1, reasons=("last",))], param_norm=50.2)
+    numerics = compare_modes(run(ca)).numerics
+    assert [(d.quantity, bool(d.drift)) for d in numerics.diffs if not d.agrees] == [("param_norm", False)]

@@ -218,6 +218,10 @@ class _Digest:
         # Each: (params of the group, (3, n) tensor of norm, max-abs, checksum), or (param, None)
         # for a parameter without a gradient (or one that cannot be digested).
         self.groups: list[tuple[list[Any], Any]] = []
+        # Taken of an optimizer's parameters (its pre-hook, or the run's end with one alive), not
+        # of the leaves a backward-only step's graph accumulated into: those may be made anew each
+        # step (a fresh `x.requires_grad_()`), so only the last step's are the run's (params_seen).
+        self.by_optimizer = False
 
 
 class GradDigests:
@@ -310,6 +314,7 @@ class GradDigests:
             entry = self._digests[step] = _Digest(step, reasons)
         else:
             entry.reasons = list(dict.fromkeys(entry.reasons + reasons))
+        entry.by_optimizer = entry.by_optimizer or optimizer
         # (device, dtype) -> the parameters and their gradients (a DTensor's: this rank's part,
         # sharded.py: reading the DTensor would be a collective in the job's step)
         by_group: dict[tuple[Any, Any], tuple[list[Any], list[Any]]] = {}
@@ -451,8 +456,11 @@ class GradDigests:
         return out
 
     def params_seen(self) -> list[Any]:
+        """The parameters of the digests taken of an optimizer's (not a backward-only step's leaves)."""
         seen: dict[int, Any] = {}
         for step in sorted(self._digests):
+            if not self._digests[step].by_optimizer:
+                continue
             for p in self._digests[step].params:
                 seen.setdefault(id(p), p)
         return list(seen.values())

@@ -609,7 +609,7 @@ class StepTracker:
                 last = None
         if last is not None and last not in digests.steps:
             stepped = params_of(self._optimizers)
-            params = digests.params_seen() or stepped or leaf_params(self.current_roots)
+            params = digests.params_seen() or stepped or self._in_registration_order(leaf_params(self.current_roots))
             if any(getattr(p, "grad", None) is not None for p in params):
                 digests.digest(last, [REASON_LAST], params, optimizer=params is stepped)
         elif last is not None:

@@ -159,6 +159,16 @@ _PEAK_CHILD = textwrap.dedent("""\
     """)
 
 
+def _refused_from_its_size(proc, path, size: int, kind: str, bound: int) -> None:
+    """One line, exit 3, no traceback, naming the file and its size; read no further than the bound
+    (the process's last stdout line: its peak RSS growth in bytes)."""
+    errors = proc.stderr.splitlines()
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr and len(errors) == 1, proc.stderr[-2000:]
+    assert errors[0] == (f"cagtool: error: {path} is {size:,} bytes, more than any {kind} cagtool writes "
+                         f"({bound:,} at most: a damaged or forged file); refusing to read it"), errors
+    assert int(proc.stdout.splitlines()[-1]) < bound
+
+
 def _under_address_limit(*args: str) -> subprocess.CompletedProcess:
     """`cagtool ARGS` in a process allowed 1 GiB of address space more than it had before the
     command: a 2 GiB file read whole does not fit. Its last line of stdout is how much its peak RSS grew."""
@@ -193,12 +203,7 @@ def test_a_json_file_larger_than_any_cagtool_writes_is_refused_without_reading_i
     args = {"summary": ("summary", str(run)), "diff-graphs": ("diff-graphs", str(run), "0", "1"),
             "baseline show": ("baseline", "show", str(path)),
             "gate": ("gate", str(run), "--baseline", str(path), "--max-recompiles", "ca:99", "--no-config")}[command]
-    proc = _under_address_limit(*args)
-    errors = proc.stderr.splitlines()
-    assert proc.returncode == 3 and "Traceback" not in proc.stderr and len(errors) == 1, proc.stderr[-2000:]
-    assert errors[0] == (f"cagtool: error: {path} is {size:,} bytes, more than any JSON file cagtool writes "
-                         f"({MAX_JSON_FILE_BYTES:,} at most: a damaged or forged file); refusing to read it"), errors
-    assert int(proc.stdout.splitlines()[-1]) < MAX_JSON_FILE_BYTES
+    _refused_from_its_size(_under_address_limit(*args), path, size, "JSON file", MAX_JSON_FILE_BYTES)
 
 
 def test_a_graph_file_or_baseline_planted_as_a_link_is_refused(run, tmp_path):
@@ -300,12 +305,7 @@ def test_a_compile_artifact_larger_than_any_cagtool_writes_is_refused_without_re
     compile_id, path = _first_artifact(run)
     size = 2 * 2**30
     _sparse_text(path, size)
-    proc = _under_address_limit("compile", str(run), compile_id, "--show", "all")
-    errors = proc.stderr.splitlines()
-    assert proc.returncode == 3 and "Traceback" not in proc.stderr and len(errors) == 1, proc.stderr[-2000:]
-    assert errors[0] == (f"cagtool: error: {path} is {size:,} bytes, more than any text file cagtool writes "
-                         f"({MAX_TEXT_FILE_BYTES:,} at most: a damaged or forged file); refusing to read it"), errors
-    assert int(proc.stdout.splitlines()[-1]) < MAX_TEXT_FILE_BYTES
+    _refused_from_its_size(_under_address_limit("compile", str(run), compile_id, "--show", "all"), path, size, "text file", MAX_TEXT_FILE_BYTES)
 
 
 def test_the_report_reads_only_the_start_of_a_graphs_code_it_shows(run, tmp_path):

@@ -70,6 +70,16 @@ def _finish(procs: dict[str, subprocess.Popen]) -> dict[str, tuple[int, str, str
     return {name: (procs[name].returncode, *outputs[name]) for name in procs}
 
 
+def _runs_print_as_python(targets: dict, seen: dict[str, str], job: Path, tmp_path: Path, env: dict) -> None:
+    """`cagtool run --modes eager` of each target, at once: each exits 0 and prints what python printed."""
+    runs = _finish({name: subprocess.Popen(cagtool_cmd("run", "--modes", "eager", "--no-report", "-o", str(tmp_path / name), *given),
+                                           cwd=job, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                    for name, (_argv, given) in targets.items()})
+    for name, (code, out, err) in runs.items():
+        assert code == 0, (name, err[-3000:])
+        assert out == seen[name], name
+
+
 @pytest.mark.slow
 def test_the_probe_sees_the_same_under_python_cagtool_run_and_verifys_re_run(tmp_path):
     from cagtool.record.loader import load_run
@@ -94,12 +104,7 @@ def test_the_probe_sees_the_same_under_python_cagtool_run_and_verifys_re_run(tmp
     script = json.loads(seen["script"].splitlines()[0])
     assert script["__file__"] == str(job) + "/./probe_script.py" and script["argv"][0] == "./probe_script.py"
 
-    runs = _finish({name: subprocess.Popen(cagtool_cmd("run", "--modes", "eager", "--no-report", "-o", str(tmp_path / name), *given),
-                                           cwd=job, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-                    for name, (_argv, given) in TARGETS.items()})
-    for name, (code, out, err) in runs.items():
-        assert code == 0, (name, err[-3000:])
-        assert out == seen[name], name
+    _runs_print_as_python(TARGETS, seen, job, tmp_path, env)
 
     reruns = {}
     for name in TARGETS:
@@ -209,9 +214,4 @@ def test_under_pythonsafepath_the_probe_sees_what_python_p_gives(tmp_path):
     seen = {name: proc.stdout for name, proc in plain.items()}
     assert json.loads(seen["script"].splitlines()[0])["path0"] == str(elsewhere)  # not the script's directory
     assert json.loads(seen["module"].splitlines()[1])["path0"] == str(elsewhere)  # not the working directory
-    runs = _finish({name: subprocess.Popen(cagtool_cmd("run", "--modes", "eager", "--no-report", "-o", str(tmp_path / name), *given),
-                                           cwd=job, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-                    for name, (_argv, given) in targets.items()})
-    for name, (code, out, err) in runs.items():
-        assert code == 0, (name, err[-3000:])
-        assert out == seen[name], name
+    _runs_print_as_python(targets, seen, job, tmp_path, env)

@@ -6,11 +6,11 @@ from cagtool.report.compare.analysis import (
     Comparison,
     ModeColumn,
     RunComparison,
-    Tolerance,
     compare_modes,
     compare_runs,
     mode_columns,
 )
+from cagtool.report.compare.closeness import Tolerance
 from cagtool.report.compare.export import comparison_csv, comparison_to_json
 from cagtool.report.compare.render import FORMATS, format_comparison, render_comparison
 

@@ -36,10 +36,10 @@ that differs at one of them before the losses part is a disagreement again.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from cagtool.record.schema import FIRST_STEP
+from cagtool.report.compare.closeness import Tolerance, relative_difference
 
 DRIFT_RTOL = 1e-5
 DRIFT_STEPS = 20
@@ -75,27 +75,20 @@ def loss_drift(losses: dict[int, float], reference: dict[int, float], rtol: floa
     steps = sorted(set(losses) & set(reference))
     tight, worst, parted = 0, 0.0, None
     in_prefix = True
+    tolerance = Tolerance(rtol, atol)
     for index, step in enumerate(steps):
         value, ref = losses[step], reference[step]
-        diff = abs(value - ref)
-        finite = diff - diff == 0.0
         if in_prefix:
-            relative = (0.0 if diff == 0.0 else diff / abs(ref) if ref else math.inf) if finite else (0.0 if _same(value, ref) else math.inf)
+            relative = relative_difference(value, ref)
             if step == FIRST_STEP + index and relative <= DRIFT_RTOL:
                 tight, worst = tight + 1, max(worst, relative)
             else:
                 in_prefix = False
-        if parted is None and not (diff <= atol + rtol * abs(ref) if finite else _same(value, ref)):
+        if parted is None and not tolerance.agrees(value, ref):
             parted = step
             if not in_prefix:
                 break
     return LossDrift(tight, worst, parted, len(steps))
-
-
-def _same(value: float, reference: float) -> bool:
-    if math.isnan(value) or math.isnan(reference):
-        return math.isnan(value) and math.isnan(reference)
-    return value == reference
 
 
 def drift_words(drift: LossDrift, check_step: int, params: int) -> str:

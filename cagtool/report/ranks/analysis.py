@@ -41,7 +41,7 @@ from cagtool.record.schema import (
     FindingEvent,
     StepEvent,
 )
-from cagtool.report.compare.analysis import Tolerance, relative_difference
+from cagtool.report.compare.closeness import Tolerance, relative_difference
 from cagtool.report.figures.metrics import mode_metrics
 from cagtool.report.known_failures import explain as explain_failure
 

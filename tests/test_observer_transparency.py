@@ -715,3 +715,10 @@ def test_the_recapture_after_a_capture_of_another_error_type_is_named_for_what_i
     assert "a graph recaptured after a failed capture" in text and "1 recaptured after a failed capture" in text
     assert "no reason recorded" not in text and "for a reason torch did not log" not in text
     assert "finding: the compiled-autograd capture of !0 raised TypeError: picky_compiler refuses a graph with 1 sin" in text
+    # the error, raised twice from one line, is one finding that says so; each capture's row names what it was
+    assert ("finding: the compiled-autograd capture of !0 raised TypeError: picky_compiler refuses a graph with 1 sin "
+            f"(ca_compiler_refuses.py:{line}) - 2 times in all, the last at step 1 (!0, !1)") in text
+    assert text.count("finding: the compiled-autograd capture of") == 1
+    assert ("!1 recaptured after a failed capture (!0; torch gives no reason for it); this capture raised "
+            f"(its error: the findings below) (ca_compiler_refuses.py:{line})") in text
+    assert "no cache-miss reason reported by torch" not in text

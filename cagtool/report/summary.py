@@ -16,6 +16,7 @@ from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import (
     EVENT_TYPES,
     MISS_CHANGED_SHAPES,
+    MISS_UNKNOWN,
     STEP_BOUNDARY_BACKWARD,
     STEP_BOUNDARY_COMPILED_OPTIMIZER,
     STEP_BOUNDARY_OPTIMIZER,
@@ -28,7 +29,15 @@ from cagtool.record.schema import (
     SourceRef,
 )
 from cagtool.report.changed_sizes import misses_with_earlier_values
-from cagtool.report.figures.metrics import RECAPTURED_AFTER_FAILURE, ModeMetrics, cpu_wait, mode_metrics
+from cagtool.report.figures.metrics import (
+    RECAPTURED_AFTER_FAILURE,
+    ModeMetrics,
+    cpu_wait,
+    failed_capture_ids,
+    follows_failed_capture,
+    mode_metrics,
+)
+from cagtool.report.findings import shown_findings
 from cagtool.report.compiles.detail import detail_command
 from cagtool.report.figures.compile_phases import phase_lines
 from cagtool.report.known_failures import explain as explain_failure
@@ -107,6 +116,14 @@ def miss_text(miss: CacheMissEvent) -> str:
         in_all = f" (torch: total of {miss.dynamic_sizes})" if miss.dynamic_sizes is not None else ""
         return f"{plural(miss.changed_count, 'changed size')}{in_all}: " + "; ".join(parts) + inferred
     return miss.message
+
+
+def capture_text(miss: CacheMissEvent, failed: frozenset[int]) -> str:
+    """A capture's row: why torch captured it (miss_text), and whether the capture raised; a graph
+    captured again after its capture raised has no reason from torch and is named for what it is."""
+    recaptured = miss.miss_kind == MISS_UNKNOWN and follows_failed_capture(miss.ca_id, failed)
+    text = f"{RECAPTURED_AFTER_FAILURE} (!{miss.ca_id - 1}; torch gives no reason for it)" if recaptured else miss_text(miss)
+    return text + ("; this capture raised (its error: the findings below)" if miss.ca_id in failed else "")
 
 
 # ModeMetrics.ca_captured_nothing, said under the mode's CA graphs line.
@@ -389,10 +406,11 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         console.print(f"  CA graphs: {len(graphs)} ({ca_graph_breakdown(m) if graphs else 'none'}){torch_says}; {ca_recompiles_text(m)}")
         if m.ca_captured_nothing:
             console.print(f"  {CA_CAPTURED_NOTHING.format(calls=plural(m.backward_calls, 'backward call'))}", markup=False, overflow="fold")
+        failed = failed_capture_ids(record.of(FindingEvent)) if record.kind_counts.get(FindingEvent.kind) else frozenset()
         for miss in misses[:12]:
             step = f"step {miss.step}" if miss.step is not None else "step ?"
             where = f"  ({_where(miss.source)})" if miss.source else ""
-            console.print(f"    {step:>8}  {miss.compile_id:>4}  {miss_text(miss)}{where}", overflow="fold")
+            console.print(f"    {step:>8}  {miss.compile_id:>4}  {capture_text(miss, failed)}{where}", overflow="fold")
         if len(misses) > 12:
             console.print(f"    ... {len(misses) - 12} more: cagtool recompiles {run_dir}")
     # The count is torch's own counter; the log's records are only used to name the places.
@@ -479,9 +497,9 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         if skipped or imported.get("bad_lines") or imported.get("truncated_last_line"):
             cut = ", the last line was truncated" if imported.get("truncated_last_line") else ""
             console.print(f"  note: the log had {skipped} unknown envelope(s) and {imported.get('bad_lines', 0)} unreadable line(s){cut}; skipped")
-    for finding in record.of(FindingEvent):
-        where = f" ({_where(finding.source)})" if finding.source else ""
-        console.print(Text.assemble("  ", ("finding:", "yellow"), f" {finding.message}{where}"))
+    for shown in shown_findings(record.of(FindingEvent)):
+        where = f" ({_where(shown.first.source)})" if shown.first.source else ""
+        console.print(Text.assemble("  ", ("finding:", "yellow"), f" {shown.first.message}{where}{shown.repeats}"))
     stopped = record.manifest.recording_stopped
     if isinstance(stopped, dict):
         console.print(f"  note: recording stopped at event {stopped.get('at_seq')} ({stopped.get('error')}): the counts cover only the job up to there", markup=False)

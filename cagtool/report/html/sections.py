@@ -31,6 +31,7 @@ from cagtool.report.compare.render import (
     speedup_grid,
 )
 from cagtool.report.figures.intervals import ratio_text
+from cagtool.report.findings import shown_findings
 from cagtool.report.graphs.diff import CHANGED, EQUAL, NodeDiff
 from cagtool.report.graphs.render import changed_fields, header_lines, hunks, node_text, origin_label, summary_lines
 from cagtool.report.graphs.runs import GraphComparison
@@ -237,9 +238,9 @@ def findings(run: RunRecord, explanations: dict[str, Explanation]) -> Findings:
     items = []
     for name, record in run.modes.items():
         cwd = record.manifest.cwd
-        for finding in record.of(FindingEvent):
-            where = f" ({format_source(finding.source, cwd)})" if finding.source else ""
-            items.append(f"{name}: {finding.message}{where}")
+        for shown in shown_findings(record.of(FindingEvent)):
+            where = f" ({format_source(shown.first.source, cwd)})" if shown.first.source else ""
+            items.append(f"{name}: {shown.first.message}{where}{shown.repeats}")
         if record.skipped_lines or record.unknown_kinds:
             items.append(f"{name}: skipped {record.skipped_lines} unreadable line(s) and {sum(record.unknown_kinds.values())} unknown event(s)")
     alerts = []

@@ -1,0 +1,48 @@
+"""Findings as they are shown: a finding repeated (the same code, words and source line, only its
+compile id differing: a capture that raises at every step) is one line that says how many times
+and where, not one line each."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from cagtool.record.schema import FindingEvent
+
+_COMPILE_ID = re.compile(r"![0-9]+")
+SHOWN_IDS = 6  # the compile ids named on a repeated finding's line
+
+
+@dataclass
+class ShownFinding:
+    first: FindingEvent
+    ids: list[str] = field(default_factory=list)  # the compile ids in the message of each repeat, the first's included
+    count: int = 1
+    last_step: int | None = None
+
+    @property
+    def repeats(self) -> str:
+        """What to say after the first's words ("" when it happened once)."""
+        if self.count == 1:
+            return ""
+        ids = ", ".join(self.ids[:SHOWN_IDS]) + (f", ... ({len(self.ids)} ids)" if len(self.ids) > SHOWN_IDS else "")
+        at = f", the last at step {self.last_step}" if self.last_step is not None else ""
+        return f" - {self.count} times in all{at}" + (f" ({ids})" if len(self.ids) > 1 else "")
+
+
+def shown_findings(findings: Iterable[FindingEvent]) -> list[ShownFinding]:
+    """The findings in the order of their first, repeats folded into it."""
+    shown: dict[tuple, ShownFinding] = {}
+    for finding in findings:
+        source = (finding.source.file, finding.source.line) if finding.source else None
+        key = (finding.code, _COMPILE_ID.sub("!", finding.message), source)
+        ids = _COMPILE_ID.findall(finding.message)[:1]
+        found = shown.get(key)
+        if found is None:
+            shown[key] = ShownFinding(finding, ids, 1, finding.step)
+            continue
+        found.count += 1
+        found.ids += ids
+        found.last_step = finding.step if finding.step is not None else found.last_step
+    return list(shown.values())

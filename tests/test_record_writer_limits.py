@@ -148,11 +148,18 @@ def test_a_huge_argv_leaves_a_run_json_and_manifest_the_loader_reads(tmp_path, m
         assert [c["field"] for c in cut] == fields and {c["unit"] for c in cut} == {"characters"}, cut
         assert argv[1] == "w" * cut[0]["kept"] + CUT_MARKER.format(cut[0]["cut"]) and cut[0]["kept"] + cut[0]["cut"] == len(word)
         assert argv[2:] == ["--steps", "3"] and data["truncated"]["bytes"] > MAX_JSON_FILE_BYTES and data["truncated"]["limit"] == MAX_JSON_FILE_BYTES
-    del word
     run = load_run(tmp_path / "run", strict=True)
     assert run.mode("ca").manifest.truncated["cuts"][0]["field"] == "argv[1]" and run.meta.truncated is not None
     code, out, err = cagtool_cli("summary", str(tmp_path / "run"))
     assert code == 0 and "Traceback" not in err, err[-2000:]
+    # what was cut is said where the record is read, not only in its files
+    text = " ".join(out.split())
+    kept = run.mode("ca").manifest.truncated["cuts"][0]["kept"]
+    shown = len(run.meta.target_argv[1])  # the word as run.json kept it (cut, with the marker)
+    assert "w" * 201 not in out and f"{'w' * 200}[... {shown:,} characters] --steps 3" in text  # the header's argv, bounded
+    assert f"note: run.json was cut to fit the readers' bound ({run.meta.truncated['bytes'] / 2**20:,.0f} MiB whole): target_argv[1]: kept {run.meta.truncated['cuts'][0]['kept']:,} of {len(word):,} characters" in text, text
+    assert f"note: its manifest was cut to fit the readers' bound ({run.mode('ca').manifest.truncated['bytes'] / 2**20:,.0f} MiB whole): argv[1]: kept {kept:,} of {len(word):,} characters; process.argv[1]: kept" in text, text
+    del word
 
 
 def _manifest(**changes) -> dict:

@@ -246,6 +246,22 @@ def document_text(data: dict[str, Any], limit: int = MAX_JSON_FILE_BYTES) -> str
     return json.dumps(data, indent=2, default=str) + "\n"
 
 
+def cut_words(truncated: dict[str, Any] | None, what: str, shown: int = 3) -> str | None:
+    """What `document_text` cut from `what` (run.json, a mode's manifest), in words for a reader's
+    note: None when nothing was cut. Read from the document's own `truncated`, whatever its shape."""
+    if not isinstance(truncated, dict):
+        return None
+    cuts = [c for c in truncated.get("cuts") or [] if isinstance(c, dict)]
+    more = truncated.get("more_cuts") if isinstance(truncated.get("more_cuts"), int) else 0
+    listed = "; ".join(f"{c.get('field')}: kept {c.get('kept'):,} of {c.get('kept', 0) + c.get('cut', 0):,} {c.get('unit')}"
+                       if isinstance(c.get("kept"), int) and isinstance(c.get("cut"), int) else str(c.get("field")) for c in cuts[:shown])
+    rest = len(cuts) - shown + more
+    size = truncated.get("bytes")
+    whole = f" ({size / 2**20:,.0f} MiB whole)" if isinstance(size, int) else ""
+    return (f"{what} was cut to fit the readers' bound{whole}" + (f": {listed}" if listed else "")
+            + (f"; {rest:,} more cuts" if rest > 0 else ""))
+
+
 def _slots(data: dict[str, Any]) -> list[tuple[Any, Any, Any, int]]:
     """Every (container, key, value, depth) of the document but its fields kept whole (_KEPT_WHOLE);
     the document's own fields are at depth 1."""

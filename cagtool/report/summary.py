@@ -13,6 +13,7 @@ from rich.text import Text
 
 from cagtool.record.integrity import mode_damage
 from cagtool.record.loader import ModeRecord, RunRecord
+from cagtool.record.manifest import cut_words
 from cagtool.record.schema import (
     EVENT_TYPES,
     MISS_CHANGED_SHAPES,
@@ -45,6 +46,7 @@ from cagtool.report.recompiles.reads import forward_step
 from cagtool.report.recompiles.table import guard_text
 from cagtool.report.ranks.analysis import RankFocus, analysis_json, analyze_ranks, run_dir_of, run_for_rank
 from cagtool.report.ranks.render import render_ranks
+from cagtool.report.text.safe_text import shown_command
 
 # The event kinds the summary and the end-of-run comparison read (the loader counts the others
 # without building them): every kind but the optimizer steps.
@@ -391,6 +393,9 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         # --backend compiles compiled-autograd graphs only: eager and aot modes never use it.
         backend = f" ({ca_compiler_text(record)})" if record.mode == "ca" else ""
         console.print(Text.assemble((f"mode {label or record.path.name}", "bold"), f": {state} in {duration}, {steps_text(m)}{stopped}{backend}"))
+    cut = cut_words(manifest.truncated, "its manifest")
+    if cut:
+        console.print(Text.assemble("  ", ("note:", "yellow"), f" {cut}"), overflow="fold")
     if manifest.exception:
         first_line = manifest.exception.message.splitlines()[0] if manifest.exception.message else ""
         console.print(Text.assemble("  ", ("exception:", "red"), f" {manifest.exception.type}: {first_line}"))
@@ -518,7 +523,10 @@ def render_summary(console: Console, run: RunRecord, modes: list[str] | None = N
     if meta.options.get("imported"):
         console.print(Text.assemble(("cagtool import", "bold"), f" {target}  (torch {meta.versions.get('torch', '?')})"))
     else:
-        console.print(Text.assemble(("cagtool run", "bold"), f" {target} {' '.join(meta.target_argv[1:])}".rstrip() + f"  (torch {meta.versions.get('torch', '?')})"))
+        console.print(Text.assemble(("cagtool run", "bold"), f" {target} {shown_command(meta.target_argv[1:])}".rstrip() + f"  (torch {meta.versions.get('torch', '?')})"))
+    cut = cut_words(meta.truncated, "run.json")
+    if cut:
+        console.print(Text.assemble(("note:", "yellow"), f" {cut}"), markup=False, overflow="fold")
     for name in modes or list(run.modes):
         render_mode(console, run.modes[name], label=f"{name}, rank {rank}" if rank is not None else None)
     missing = [m for m in meta.modes if m not in run.modes]

@@ -60,6 +60,7 @@ from cagtool.report.figures.metrics import (
 )
 
 from cagtool.report.compare.closeness import Tolerance, relative_difference
+from cagtool.report.text.safe_text import shown_command
 from cagtool.report.figures.pooled import (  # re-exported: compare's renderers read them from here
     ABOVE,
     BELOW,
@@ -715,7 +716,7 @@ class RunComparison:
         a, b = self.before, self.after
         found = []
         if a.target_argv != b.target_argv:
-            found.append(f"the runs ran different commands: A `{' '.join(a.target_argv)}`, B `{' '.join(b.target_argv)}`")
+            found.append(f"the runs ran different commands: A `{shown_command(a.target_argv)}`, B `{shown_command(b.target_argv)}`")
         for key in ("torch", "python"):
             va, vb = a.versions.get(key), b.versions.get(key)
             if va and vb and va != vb:

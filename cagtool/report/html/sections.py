@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Sequence
 
 from cagtool.record.loader import ModeRecord, RunRecord, inside
+from cagtool.record.manifest import cut_words
 from cagtool.record.regular_files import read_record_prefix
 from cagtool.record.schema import ARTIFACT_TITLES, CAGraphEvent, FindingEvent, compile_dir_name
 from cagtool.report.compiles.detail import CompileDetail, compile_details
@@ -39,6 +40,7 @@ from cagtool.report.recompiles.explain import Cause, Explanation, alert_words, c
 from cagtool.report.recompiles.render import TABLE_HEADER, counts_line, record_notes, table_cells
 from cagtool.report.recompiles.reads import format_source
 from cagtool.report.recompiles.verification import fix_in_job
+from cagtool.report.text.safe_text import shown_command
 
 if TYPE_CHECKING:
     from cagtool.report.gate.run import GateResult
@@ -126,7 +128,7 @@ class Header:
 def header(run: RunRecord, anchor: str = "run", title: str = "", headline: Headline | None = None) -> Header:
     meta = run.meta
     target = meta.target.get("name", "?")
-    argv = " ".join(meta.target_argv[1:])
+    argv = shown_command(meta.target_argv[1:])
     options = meta.options or {}
     backend = options.get("backend") or next((m.manifest.backend for m in run.modes.values()), "?")
     statuses = ", ".join(f"{name}: {_mode_status(record)}" for name, record in run.modes.items())
@@ -165,7 +167,7 @@ def _script_and_arguments(target: dict[str, str], argv: list[str]) -> str:
     rest = list(argv[1:])
     if name in rest:  # launched: what follows the script is the script's
         rest = rest[rest.index(name) + 1 :]
-    return f"{name} {' '.join(rest)}".strip()
+    return f"{name} {shown_command(rest)}".strip()
 
 
 # Verdict ---------------------------------------------------------------------------------------
@@ -235,9 +237,11 @@ def verdict(comparison: Comparison, run: RunRecord, explanations: dict[str, Expl
 
 
 def findings(run: RunRecord, explanations: dict[str, Explanation]) -> Findings:
-    items = []
+    items = [cut] if (cut := cut_words(run.meta.truncated, "run.json")) else []
     for name, record in run.modes.items():
         cwd = record.manifest.cwd
+        if cut := cut_words(record.manifest.truncated, "its manifest"):
+            items.append(f"{name}: {cut}")
         for shown in shown_findings(record.of(FindingEvent)):
             where = f" ({format_source(shown.first.source, cwd)})" if shown.first.source else ""
             items.append(f"{name}: {shown.first.message}{where}{shown.repeats}")

@@ -86,3 +86,25 @@ def encodable_text(text: str) -> str:
 
 def is_safe(text: str) -> bool:
     return _plain(text) or _unsafe().search(text) is None
+
+
+# A command line shown in a report's line or header: a job's argv may be of any length (a word of
+# megabytes), and a line is read, not scrolled.
+SHOWN_WORD = 200
+SHOWN_COMMAND = 2000
+
+
+def shown_command(words: list[str] | tuple[str, ...], word_limit: int = SHOWN_WORD, limit: int = SHOWN_COMMAND) -> str:
+    """`words` joined by spaces, each word over `word_limit` characters cut with how long it was,
+    and the whole cut after `limit` characters with how many words were left out."""
+    shown: list[str] = []
+    length = 0
+    for i, word in enumerate(words):
+        if len(word) > word_limit:
+            word = f"{word[:word_limit]}[... {len(word):,} characters]"
+        if shown and length + len(word) > limit:
+            shown.append(f"[... {len(words) - i:,} more words]")
+            break
+        shown.append(word)
+        length += len(word) + 1
+    return " ".join(shown)

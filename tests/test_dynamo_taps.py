@@ -132,7 +132,7 @@ out["installed"] = len(taps._installed)
 taps.uninstall()
 out["after_uninstall"] = [hasattr(GraphLowering._compile_to_module_lines, "__wrapped__"), hasattr(graph_compile._log_fw_bw_graphs, "__wrapped__"),
                         hasattr(convert_frame.get_and_maybe_log_recompilation_reasons, "__wrapped__"), hasattr(guards.get_and_maybe_log_recompilation_reasons, "__wrapped__")]
-out["finder_left"] = any(type(f).__name__ == "TapOnImport" for f in sys.meta_path)
+out["finder_left"] = any(type(f).__name__ == "OnImport" for f in sys.meta_path)
 print(json.dumps(out))
 """
 

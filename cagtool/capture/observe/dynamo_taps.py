@@ -28,9 +28,8 @@ of the compile's CPU (benchmarks/README.md, "compile artifacts"), they are recor
 Each tap only reads what torch computed anyway; a failure in it is counted by the handler
 (`errors`), never raised into the compile.
 
-A tapped module the process has not imported yet is tapped when torch imports it (`TapOnImport`, a
-finder first on `sys.meta_path` that wraps that one module's `exec_module`), not imported for
-cagtool: Inductor's graph module alone costs ~0.8 s of CPU to import, which a job on the eager or
+A tapped module the process has not imported yet is tapped when torch imports it
+(capture/on_import.py), not imported for cagtool: Inductor's graph module alone costs ~0.8 s of CPU to import, which a job on the eager or
 aot_eager backend, or an eager-mode process, never pays under plain python (benchmarks/README.md,
 "A whole run's CPU").
 """
@@ -38,13 +37,12 @@ aot_eager backend, or an eager-mode process, never pays under plain python (benc
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import sys
-import threading
 from types import ModuleType
 from typing import Any, Callable
 
 from cagtool.capture.observe import compile_phase, graph_dump, source
+from cagtool.capture.on_import import OnImport
 from cagtool.capture.observe.torch_logs import ASSUME_STATIC_KEY, PHASE_KEY, RECOMPILE_LIMIT_KEY, USER_FRAME_KEY, StructuredLogHandler
 
 # The CompilationMetrics fields StructuredLogHandler reads (torch's record has ~100 more).
@@ -115,63 +113,12 @@ def _resolve_in(owner: Any, path: str) -> tuple[Any, str, Any]:
 _TAP_MARK = "_cagtool_tap"  # set on every function a tap put in torch's place
 
 
-class TapOnImport(importlib.abc.MetaPathFinder):
-    """Calls `pending[name](module)` right after the module `name` is executed by whoever imports
-    it, once. Finds nothing itself: it asks the finders after it for the module's spec and wraps
-    that spec's loader's `exec_module` (a loader is made per module by the path finder)."""
-
-    def __init__(self, pending: dict[str, Callable[[ModuleType], None]]) -> None:
-        self.pending = pending
-        self._lock = threading.Lock()
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname not in self.pending:
-            return None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            if finder is self or find is None:
-                continue
-            spec = find(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        exec_module = getattr(loader, "exec_module", None)
-        if exec_module is None:
-            return spec
-
-        def exec_and_tap(module: ModuleType) -> None:
-            exec_module(module)
-            with self._lock:
-                tap = self.pending.pop(fullname, None)
-            if tap is not None:
-                try:
-                    tap(module)
-                except Exception:  # noqa: BLE001 - never fail torch's import over a tap
-                    pass
-
-        try:
-            loader.exec_module = exec_and_tap  # type: ignore[union-attr]
-        except AttributeError:  # a loader that takes no attribute: tapped by the next import of it, or not at all
-            pass
-        return spec
-
-    def remove(self) -> None:
-        with self._lock:
-            self.pending.clear()
-        try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            pass
-
-
 class DynamoTaps:
     def __init__(self, handler: StructuredLogHandler, record_artifacts: bool = True) -> None:
         self.handler = handler
         self.record_artifacts = record_artifacts
         self._installed: list[tuple[Any, str, Any]] = []
-        self._on_import: TapOnImport | None = None  # the modules not imported yet, tapped when they are
+        self._on_import: OnImport | None = None  # the modules not imported yet, tapped when they are
 
     # -- what each tap hands the handler ---------------------------------------------------
     def _record(self, make: Callable[[], tuple[dict[str, Any], str | None] | None]) -> None:
@@ -393,8 +340,7 @@ class DynamoTaps:
             else:  # tapped when torch imports it (module docstring)
                 pending[module_name] = lambda module, paths=paths: tap(module, paths)
         if pending:
-            self._on_import = TapOnImport(pending)
-            sys.meta_path.insert(0, self._on_import)
+            self._on_import = OnImport.install(pending)
 
     def uninstall(self) -> None:
         on_import = self._on_import

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import importlib.abc
 import json
 import os
 import shutil
@@ -39,6 +38,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cagtool.capture.on_import import OnImport
 from cagtool.capture.processes import launch_audit
 from cagtool.capture.observe.ddp_watch import DDPWatch
 from cagtool.capture.processes.identity import ROLE_CHILD, ROLE_MAIN, attempt_from_env, child_key, process_info, rank_from_env
@@ -442,37 +442,6 @@ def _wrap_multiprocessing_bootstrap() -> None:
 
 
 # -- a followed child -------------------------------------------------------------------------
-class _OnImport(importlib.abc.MetaPathFinder):
-    """Runs a callback right after `import NAME` finishes executing NAME/__init__.py."""
-
-    def __init__(self, name: str, callback: Any) -> None:
-        self.name = name
-        self.callback = callback
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find else None
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        original_exec = loader.exec_module
-        callback = self.callback
-
-        def exec_module(module: Any) -> None:
-            original_exec(module)
-            loader.exec_module = original_exec
-            callback()
-
-        loader.exec_module = exec_module
-        return spec
-
-
 def _make_child_record(with_torch: bool) -> ProcessRecord | None:
     """The record of this followed process, made the first time there is something to record."""
     global _current
@@ -623,7 +592,7 @@ def start_in_child() -> None:
     if "torch" in sys.modules:
         _on_torch_imported()
     else:
-        sys.meta_path.insert(0, _OnImport("torch", _on_torch_imported))
+        OnImport.install({"torch": lambda _module: _on_torch_imported()})
 
 
 # -- seeding ----------------------------------------------------------------------------------
@@ -647,7 +616,7 @@ def _start_seeding(config: FollowConfig) -> None:
     if "numpy" in sys.modules:
         _seed_now("numpy")
     else:
-        sys.meta_path.insert(0, _OnImport("numpy", lambda: _seed_now("numpy")))
+        OnImport.install({"numpy": lambda _module: _seed_now("numpy")})
 
 
 def _seed_now(generator: str) -> None:

@@ -1065,10 +1065,23 @@ def _shapes(cause: Cause, cwd: str) -> Words:
             + elide(again)
             + "): it compiles a CA graph for the sizes of its first call."
         )
+    # Every changed size got smaller, once: a shorter batch, as a last batch is (wlm's last bptt chunk,
+    # a DataLoader's last batch without drop_last).
+    shorter = (facts.get("ca_misses", cause.count) == 1 and not facts["repeated"] and bool(facts["sizes"])
+               and all(len(e["values"]) == 2 and e["values"][1] < e["values"][0] for e in facts["sizes"].values()))
     stability = stability_sentence(facts, "shape recompile")
+    if shorter:
+        why.append("Every size that changed got smaller, once: a batch (or sequence chunk) shorter than the ones before it, as the "
+                   "last one is when the data's length is not a multiple of the batch size or chunk length"
+                   + (f"; it came at the run's last step, {facts['last_step']}." if facts.get("stabilised") is False
+                      and facts.get("recompiling_steps", 3) < 3 else "."))
+        stability = "" if facts.get("stabilised") is False else stability
     if stability:
         why.append(stability)
     fix = []
+    if shorter:
+        fix.append("If it is the last batch: drop it (DataLoader(..., drop_last=True); slicing the data by hand, skip a chunk "
+                   "shorter than the others) or pad it to the full size, and the backward keeps one graph.")
     if facts["repeated"] and not facts.get("stabilised"):
         fix.append("Shapes keep changing in new ways: pad or bucket inputs to a few fixed sizes.")
     # Not maybe_mark_dynamic on the model's inputs: compiled autograd's first graph takes the

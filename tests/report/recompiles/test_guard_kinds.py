@@ -13,7 +13,7 @@ from conftest import cagtool_in_process
 
 from cagtool.record.loader import load_run
 from cagtool.report.compare.headline import cause_phrase
-from cagtool.report.recompiles.explain import CAUSE_DYNAMO_CA_GRAPH, CAUSE_DYNAMO_FRAME, Explanation, cause_words, explain
+from cagtool.report.recompiles.explain import CAUSE_DYNAMO_CA_GRAPH, CAUSE_DYNAMO_FRAME, CAUSE_SHAPES, Explanation, cause_words, explain
 from cagtool.report.recompiles.table import recompile_table
 from cagtool.torch_text import GUARD_GRAD_MODE, GUARD_LENGTH, GUARD_REQUIRES_GRAD, GUARD_SIZE
 from cagtool.verify.fixes import fixes_for
@@ -125,6 +125,11 @@ def test_a_smaller_last_batch_is_named_and_drop_last_offered_beside_dynamic_shap
     # The tensor as the call at the user's line passes it (`model(x)`: torch's `args[0]`).
     assert "torch._dynamo.maybe_mark_dynamic(x, 0)" in fixes and "torch._dynamo.mark_dynamic(" not in fixes and "DataLoader(..., drop_last=True)" in fixes
     assert cause_phrase(root).startswith("a smaller batch (a DataLoader's last?): the size of `args[0]` (dim 0) changed 32->4")
+    # The backward's recompile for the same sizes: every size got smaller once, named so, dropping it offered first.
+    [(_, ca_why, ca_fixes)] = [words for cause, words in zip(explanation.causes, _all_words(explanation, cwd)) if cause.code == CAUSE_SHAPES]
+    assert ("Every size that changed got smaller, once: a batch (or sequence chunk) shorter than the ones before it, as the last one is "
+            "when the data's length is not a multiple of the batch size or chunk length.") in ca_why
+    assert ca_fixes.startswith("If it is the last batch: drop it (DataLoader(..., drop_last=True)") and "dynamic=True" in ca_fixes
 
 
 def test_gate_failure_names_the_cause_step_and_line_in_terminal_junit_and_annotation(record_run, tmp_path):

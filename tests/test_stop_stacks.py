@@ -147,6 +147,51 @@ def test_stacks_skip_cagtool_frames_anywhere_in_its_package(tmp_path):
     assert signal_stop_exception("SIGHUP", tmp_path) == {"type": "SIGHUP", "message": "stopped by SIGHUP before it closed this record", "traceback": ""}
 
 
+def _stopped_in_a_backend(tmp_path: Path, when: str) -> str:
+    """The message of a process SIGTERMed while a torch.compile backend of its own waits, `when`
+    "compiling" (inside the backend: Dynamo's compile of the frame) or "running" (inside the
+    compiled function the backend returned, on its second call)."""
+    from cagtool.record.liveness import signal_stop_exception
+
+    code = textwrap.dedent(f"""
+        import time, torch
+        from cagtool.capture.processes.lifeline import StopStacks
+        StopStacks().arm({str(tmp_path)!r})
+        def wait():
+            print("READY", flush=True)
+            time.sleep(60)
+        def backend(gm, example_inputs):
+            if {when!r} == "compiling":
+                wait()
+            calls = []
+            def run(*args):
+                calls.append(1)
+                if len(calls) == 2:
+                    wait()
+                return gm(*args)
+            return run
+        f = torch.compile(lambda x: x.sin() + 1, backend=backend)
+        f(torch.randn(3)); f(torch.randn(3))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
+    try:
+        assert proc.stdout.readline().strip() == "READY"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        proc.kill()
+    return signal_stop_exception("SIGTERM", tmp_path)["message"]
+
+
+@pytest.mark.slow
+def test_a_job_stopped_inside_a_compile_is_told_so_and_one_running_compiled_code_is_not(tmp_path):
+    """A job stopped after minutes in one compile (Dynamo tracing a compiled-autograd graph of
+    thousands of nodes) is told torch was compiling, from the stacks it left; a compiled function
+    running is no compile, though torch's frames wrap it too. Real torch.compile, real signals."""
+    assert ", while torch was compiling (Dynamo);" in _stopped_in_a_backend(tmp_path / "compiling", "compiling")
+    assert "compiling" not in _stopped_in_a_backend(tmp_path / "running", "running")
+
+
 @pytest.mark.slow
 def test_ddp_ranks_stopped_by_sigterm_read_as_interrupted(tmp_path):
     """A CI runner's SIGTERM to the job's process group while both mp.spawn ranks train: the job

@@ -156,8 +156,34 @@ def signal_stop_exception(name: str, record_dir: Path) -> dict[str, str]:
     if not text:
         return {"type": name, "message": f"stopped by {name} before it closed this record", "traceback": ""}
     where = _script_frame(text)
-    return {"type": name, "message": f"stopped by {name} before it closed this record{f', in {where}' if where else ''}; every thread's stack then: {stacks}",
+    doing = torch_activity(text)
+    return {"type": name, "message": f"stopped by {name} before it closed this record{f', in {where}' if where else ''}"
+                                     f"{f', while {doing}' if doing else ''}; every thread's stack then: {stacks}",
             "traceback": text}
+
+
+# A compile on the signalled thread's stack: Dynamo's entry (convert_frame.py `_compile`, every
+# compile of a frame, a compiled-autograd graph's first call included), then the innermost compiler
+# inside it. A job stopped after minutes in one compile is told so.
+_COMPILERS_INSIDE_DYNAMO = (("/torch/_inductor/compile_fx.py", "Inductor"), ("/torch/_functorch/aot_autograd.py", "AOTAutograd"))
+
+
+def torch_activity(stacks: str) -> str:
+    """"torch was compiling (Dynamo / AOTAutograd / Inductor)" when the signalled thread (faulthandler's
+    "Current thread" block) was inside Dynamo's compile of a frame; "" otherwise: a compiled
+    function running (its wrappers are torch's too) is no compile."""
+    import re
+
+    blocks = re.split(r"^(?=(?:Current thread|Thread) 0x)", stacks, flags=re.M)
+    current = next((block for block in blocks if block.startswith("Current thread")), "")
+    frames = [(file.replace("\\", "/"), function) for file, function in re.findall(r'^\s+File "(.*)", line \d+ in (.*)$', current, flags=re.M)]
+    if not any(file.endswith("/torch/_dynamo/convert_frame.py") and function == "_compile" for file, function in frames):
+        return ""
+    for file, _ in frames:  # innermost first
+        for part, name in _COMPILERS_INSIDE_DYNAMO:
+            if file.endswith(part):
+                return f"torch was compiling ({name}, inside Dynamo's compile)"
+    return "torch was compiling (Dynamo)"
 
 
 # The stop signals whose stacks a process leaves (lifeline.StopStacks.SIGNALS), by number

@@ -86,6 +86,20 @@ def _where(src: SourceRef | None) -> str:
     return f"{os.path.basename(src.file)}:{src.line}"
 
 
+def _duration(manifest: Any) -> str:
+    """How long the mode ran: its own figure, else (a record its process did not close) the span
+    between its start and end times; "?" without them."""
+    if manifest.duration_s:
+        return f"{manifest.duration_s:.1f} s"
+    from datetime import datetime
+
+    try:
+        span = (datetime.fromisoformat(manifest.ended_at) - datetime.fromisoformat(manifest.started_at)).total_seconds()
+    except (TypeError, ValueError):
+        return "?"
+    return f"{span:.0f} s (from its start and end times)" if span >= 0 else "?"
+
+
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.2f} ms"
 
@@ -380,7 +394,7 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     if analysis is not None:
         label = f"{record.path.name} (main process{'' if record.rank is None else f', rank {record.rank}'})"
     state = manifest.status if manifest.exit_code in (0, None) else f"{manifest.status}, exit {manifest.exit_code}"
-    duration = f"{manifest.duration_s:.1f} s" if manifest.duration_s else "?"
+    duration = _duration(manifest)
     stopped = {"steps": " (stopped by --steps)", "max_time": " (stopped by --max-time)"}.get(str(manifest.options.get("stopped_by")), "")
     imported = manifest.imported
     if imported is not None:

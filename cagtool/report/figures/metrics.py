@@ -734,7 +734,11 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
     # the deltas of followed processes drop zeros). So absent means 0 once the process saved its
     # counters, and unknown only when it never did (killed, still running).
     # An imported log holds no counters at all (trace_import: `not_in_log`): unknown, never 0.
-    saved = bool(counters) or (manifest.status not in (STATUS_RUNNING, STATUS_KILLED) and manifest.imported is None)
+    # A record another process closed (`closed_by`: cagtool's parent or a reader, the job stopped by a
+    # signal) never got the counters: unknown too, whatever its status.
+    closed_by = manifest.options.get("closed_by") if isinstance(manifest.options, dict) else None
+    saved = bool(counters) or (manifest.status not in (STATUS_RUNNING, STATUS_KILLED) and manifest.imported is None
+                               and closed_by in (None, "marker"))
     unique = counters.get("stats", {}).get("unique_graphs", 0 if saved else None)
     captures = counters.get("compiled_autograd", {}).get("captures", 0 if saved else None)
     by_reason = ca_misses(ca_graphs, misses)

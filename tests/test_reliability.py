@@ -245,7 +245,13 @@ def _signal_to_parent_closes_the_record(tmp_path: Path, proc: subprocess.Popen, 
         # cagtool closes the record, which says where the script was and what may be missing.
         assert ca.manifest.exception.type == signal.Signals(signum).name
         assert ca.manifest.exception.message.startswith(f"stopped by {signal.Signals(signum).name}")
-        assert mode_metrics(ca).steps_lost_s == 0.5
+        metrics = mode_metrics(ca)
+        assert metrics.steps_lost_s == 0.5
+        # torch's counters died with the process: unknown, never read as 0; how long it ran, from its times
+        assert metrics.autograd_captures is None
+        code, out, _ = cagtool("summary", str(tmp_path / "r"))
+        said = " ".join(out.split())
+        assert code == 0 and "torch counted" not in said and re.search(r"in \d+ s \(from its start and end times\)", said), said
 
 
 @pytest.mark.slow

@@ -108,6 +108,8 @@ def no_recompiles_text(table: RecompileTable) -> str:
         return "No recompiles: the eager mode compiles nothing."
     if table.mode == "ca" and not table.graphs and table.steps:
         return "No recompiles, and no graph: compiled autograd captured none of this mode's backward calls."
+    if not table.rows and not table.graphs and table.steps:
+        return "No recompiles: this mode compiled nothing (no torch.compile'd code ran)."
     if table.steps <= 1:
         ended = f"; the mode {table.status}" if table.status and table.status != "finished" else ""
         return f"No recompiles, in {plural(table.steps, 'step')}{ended}: nothing ran after a first step to reuse what it compiled."

@@ -366,3 +366,19 @@ def test_no_recompiles_says_so(tmp_path):
     run_recompiles(RecompilesOptions(run=str(b.write(tmp_path / "run")), explain=True, width=100), out)
     assert "0 recompiles in 3 steps" in out.getvalue()
     assert "No recompiles" in out.getvalue()
+
+
+def test_a_mode_that_compiled_nothing_says_so_not_that_it_reused_graphs(tmp_path):
+    """pytorch/examples' regression/main.py calls no torch.compile: its aot mode compiled nothing,
+    and said every step "reused the cached graphs"."""
+    from cagtool.report.recompiles.render import no_recompiles_text
+    from cagtool.report.recompiles.table import RecompileTable
+
+    nothing = RecompileTable(mode="aot", rows=[], steps=830, last_step=829)
+    assert no_recompiles_text(nothing) == "No recompiles: this mode compiled nothing (no torch.compile'd code ran)."
+    b = RecordBuilder()
+    b.miss(0, 1, "torch::autograd::GraphRoot", 0)
+    b.graph(0, 1)
+    for step in (1, 2, 3):
+        b.step(step)
+    assert no_recompiles_text(table_of(b, tmp_path)) == "No recompiles: every step after the first reused the cached graphs."

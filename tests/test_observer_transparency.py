@@ -416,14 +416,17 @@ def test_a_run_with_failed_captures_counts_them_and_reads_undamaged(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_after_a_failed_capture_records_later_misses_with_torchs_reasons(tmp_path):
+def test_a_run_after_a_failed_capture_records_later_misses_with_torchs_reasons(record_run):
     """`cagtool run --modes ca` of a job whose first backwards fail in the CA capture (caught), then
     train: stdout (its own count of steps included) and torch's CA counters are plain python's
-    under compiled autograd, and the later misses have torch's reasons."""
+    under compiled autograd, and the later misses have torch's reasons. The session's recording of
+    the job, which tests/report/recompiles/test_counted_words.py reads too."""
     import subprocess
     import sys
 
     from plain_counters import WRAPPER
+
+    from conftest import cli_in_process
 
     from cagtool.record.loader import load_run
     from cagtool.record.schema import CacheMissEvent, StepEvent
@@ -431,27 +434,27 @@ def test_a_run_after_a_failed_capture_records_later_misses_with_torchs_reasons(t
     root = Path(__file__).resolve().parent.parent
     script = "tests/scripts/ca_failed_capture_then_misses.py"
     plain = subprocess.run([sys.executable, "-c", WRAPPER, "1", script], capture_output=True, text=True, cwd=root, timeout=600)
-    run = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(tmp_path / "r"), script],
-                         capture_output=True, text=True, cwd=root, timeout=600)
+    run = record_run("../tests/scripts/ca_failed_capture_then_misses.py")
     assert plain.returncode == run.returncode == 0, run.stderr[-3000:]
     *plain_lines, counters_line = plain.stdout.splitlines()
     assert run.stdout.splitlines() == plain_lines
     assert plain_lines[-1] == "steps 4"
-    ca_mode = load_run(tmp_path / "r").mode("ca")
+    ca_mode = load_run(run.path).mode("ca")
     assert ca_mode.manifest.torch_counters["compiled_autograd"] == json.loads(counters_line)["compiled_autograd"] == {"captures": 4}
     assert [m.miss_kind for m in ca_mode.of(CacheMissEvent)] == ["new_node", "unknown", "new_node", "changed_shapes"]
     assert [s.boundary for s in ca_mode.of(StepEvent)].count("optimizer") == 4
     assert [f.code for f in ca_mode.of(FindingEvent)] == [CAPTURE_FAILED, CAPTURE_ERROR, CAPTURE_ERROR]
     # What the user reads: the captures add up to torch's 4, and the recapture after the failed one
     # is named for what it is, not sent to record again for a reason torch never gives.
-    summary = subprocess.run([sys.executable, "-m", "cagtool", "summary", str(tmp_path / "r")], capture_output=True, text=True, cwd=root, timeout=120)
+    code, summary, err = cli_in_process("summary", str(run.path))
+    assert code == 0, err
     assert ("CA graphs: 2 (4 captures: 1 initial, 1 for a new autograd node, 1 recompile for changed sizes, 1 recaptured "
-            "after a failed capture; 2 raised before a graph) (torch counted 4 captures); CA recompiles: 3") in " ".join(summary.stdout.split())
+            "after a failed capture; 2 raised before a graph) (torch counted 4 captures); CA recompiles: 3") in " ".join(summary.split())
     # the advice on top is the first cause with something to do: the failed capture's (its error reached the script)
-    assert "what to do: Fix the failed capture and this recapture goes with it: compiled autograd cannot capture" in " ".join(summary.stdout.split())
-    explain = subprocess.run([sys.executable, "-m", "cagtool", "recompiles", str(tmp_path / "r"), "--explain", "--format", "json"],
-                             capture_output=True, text=True, cwd=root, timeout=120)
-    unknown = [c for c in json.loads(explain.stdout)["modes"]["ca"]["explanation"]["causes"] if c["code"] == "unknown"]
+    assert "what to do: Fix the failed capture and this recapture goes with it: compiled autograd cannot capture" in " ".join(summary.split())
+    code, explain, err = cli_in_process("recompiles", str(run.path), "--explain", "--format", "json")
+    assert code == 0, err
+    unknown = [c for c in json.loads(explain)["modes"]["ca"]["explanation"]["causes"] if c["code"] == "unknown"]
     assert [c["title"] for c in unknown] == ["Recaptured after a failed capture (1 recompile)"]
     assert "The captures of !0 and !1 (the backward called at tests/scripts/ca_failed_capture_then_misses.py:13 " in unknown[0]["why"][0]
     assert "(!1)" in unknown[0]["why"][0]
@@ -626,23 +629,33 @@ def test_optimizer_steps_compile_as_under_plain_python_and_count_the_scripts_ste
 _REFUSES = "tests/scripts/ca_compiler_refuses.py"
 
 
-def _plain_and_recorded(tmp_path: Path, how: str, counted: bool = True):
+def _plain_and_recorded(tmp_path_factory, how: str, counted: bool = True):
     """tests/scripts/ca_compiler_refuses.py HOW run by plain python (it turns compiled autograd on
     itself, with its own compiler; `counted`: with torch's counters printed last, else as
-    `python SCRIPT HOW`) and by `cagtool run --modes ca`: (plain, recorded, its ca record)."""
+    `python SCRIPT HOW`) and by `cagtool run --modes ca`: (plain, recorded, its ca record). Both
+    are run once per session (recorded_once): the tests that read the same HOW share them, each
+    with its own copy of the record."""
     import subprocess
     import sys
 
     from plain_counters import WRAPPER
 
+    from conftest import recorded_once
+
     from cagtool.record.loader import load_run
 
     root = Path(__file__).resolve().parent.parent
     python = [sys.executable, "-c", WRAPPER, "0"] if counted else [sys.executable]
-    plain = subprocess.run([*python, _REFUSES, how], capture_output=True, text=True, cwd=root, timeout=600)
-    run = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "ca", "--backend", "eager", "--no-report", "-o",
-                          str(tmp_path / "r"), _REFUSES, how], capture_output=True, text=True, cwd=root, timeout=600)
-    return plain, run, load_run(tmp_path / "r").mode("ca")
+
+    def record(directory: Path) -> dict:
+        plain = subprocess.run([*python, _REFUSES, how], capture_output=True, text=True, cwd=root, timeout=600)
+        run = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "ca", "--backend", "eager", "--no-report", "-o",
+                              str(directory / "r"), _REFUSES, how], capture_output=True, text=True, cwd=root, timeout=600)
+        return {name: [proc.returncode, proc.stdout, proc.stderr] for name, proc in (("plain", plain), ("run", run))}
+
+    copy, value = recorded_once(tmp_path_factory, f"ca-compiler-refuses-{how}-{int(counted)}", record)
+    plain, run = (subprocess.CompletedProcess(name, *value[name]) for name in ("plain", "run"))
+    return plain, run, load_run(copy / "r").mode("ca")
 
 
 def _backward_line(how: str) -> int:
@@ -654,14 +667,14 @@ def _backward_line(how: str) -> int:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how, error_type", [("backward", "TypeError"), ("grad", "ValueError"), ("thread", "TypeError")])
-def test_a_capture_that_raises_any_error_is_recorded_with_it_and_the_script_sees_it_unchanged(how, error_type, tmp_path):
+def test_a_capture_that_raises_any_error_is_recorded_with_it_and_the_script_sees_it_unchanged(how, error_type, tmp_path_factory):
     """The job's own compiler refuses a graph: the capture raises the compiler's error (not a
     RuntimeError), through `.backward()`, through `torch.autograd.grad`, or in a thread of the job's,
     and the job catches it and goes on. The job sees the error plain python shows (its type, message
     and the last frames of its traceback: torch's end_capture, then the compiler, nothing of
     cagtool's between), torch's counters are plain python's, and the record names each failed
     capture's error with the user's backward line."""
-    plain, run, ca_mode = _plain_and_recorded(tmp_path, how)
+    plain, run, ca_mode = _plain_and_recorded(tmp_path_factory, how)
     assert plain.returncode == run.returncode == 0, run.stderr[-3000:]
     *plain_lines, counters_line = plain.stdout.splitlines()
     assert run.stdout.splitlines() == plain_lines
@@ -677,10 +690,10 @@ def test_a_capture_that_raises_any_error_is_recorded_with_it_and_the_script_sees
 
 
 @pytest.mark.slow
-def test_a_capture_error_that_ends_the_job_is_recorded_and_its_traceback_is_plain_pythons(tmp_path):
+def test_a_capture_error_that_ends_the_job_is_recorded_and_its_traceback_is_plain_pythons(tmp_path_factory):
     """An `assert` in the job's own compiler, not caught: the job dies of the AssertionError with
     plain python's exit code and traceback tail (from torch's end_capture on), and the record names it."""
-    plain, run, ca_mode = _plain_and_recorded(tmp_path, "assert", counted=False)
+    plain, run, ca_mode = _plain_and_recorded(tmp_path_factory, "assert", counted=False)
     assert plain.returncode == run.returncode == 1
     plain_err, run_err = plain.stderr.splitlines(), run.stderr.splitlines()
     start = next(i for i, text in enumerate(plain_err) if "compiled_autograd.py" in text and text.endswith("in end_capture"))
@@ -694,22 +707,23 @@ def test_a_capture_error_that_ends_the_job_is_recorded_and_its_traceback_is_plai
 
 
 @pytest.mark.slow
-def test_the_recapture_after_a_capture_of_another_error_type_is_named_for_what_it_is(tmp_path):
+def test_the_recapture_after_a_capture_of_another_error_type_is_named_for_what_it_is(tmp_path_factory):
     """The failed graph comes back and torch captures it again, with no cache-miss reason by
     design: `recompiles --explain`, the headline and the summary name it a recapture after a failed
     capture, with the error the compiler raised, not a recompile with "no reason recorded"."""
     from conftest import cli_in_process
 
-    plain, run, _ = _plain_and_recorded(tmp_path, "backward")
+    plain, run, ca_mode = _plain_and_recorded(tmp_path_factory, "backward")
     assert run.returncode == 0, run.stderr[-3000:]
-    code, out, err = cli_in_process("recompiles", str(tmp_path / "r"), "--explain", "--format", "json")
+    record = ca_mode.path.parent
+    code, out, err = cli_in_process("recompiles", str(record), "--explain", "--format", "json")
     assert code == 0, err
     [recapture] = [c for c in json.loads(out)["modes"]["ca"]["explanation"]["causes"] if c["code"] == "unknown"]
     assert recapture["title"] == "Recaptured after a failed capture (1 recompile)"
     line = _backward_line("backward")
     assert recapture["why"][0].startswith(f"The captures of !0 and !1 (the backward called at {_REFUSES}:{line}  x.sin().sum().backward()) "
                                           'each raised TypeError: "picky_compiler refuses a graph with 1 sin"'), recapture["why"][0]
-    code, out, err = cli_in_process("summary", str(tmp_path / "r"))
+    code, out, err = cli_in_process("summary", str(record))
     text = " ".join(out.split())
     assert code == 0, err
     assert "a graph recaptured after a failed capture" in text and "1 recaptured after a failed capture" in text

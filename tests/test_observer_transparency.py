@@ -736,3 +736,10 @@ def test_the_recapture_after_a_capture_of_another_error_type_is_named_for_what_i
     assert ("!1 recaptured after a failed capture (!0; torch gives no reason for it); this capture raised "
             f"(its error: the findings below) (ca_compiler_refuses.py:{line})") in text
     assert "no cache-miss reason reported by torch" not in text
+    # the graph a capture made: its size and capture time, on its row
+    from cagtool.record.schema import CAGraphEvent
+
+    [graph] = ca_mode.of(CAGraphEvent)
+    assert graph.node_count > len(graph.autograd_nodes) > 0
+    assert (f"{graph.compile_id} new node SumBackward0 (NodeCall 1), key size 27, previous key sizes [27] [{graph.node_count:,} graph nodes "
+            f"from {len(graph.autograd_nodes):,} autograd nodes, captured in {graph.capture_s:.2f} s]") in text

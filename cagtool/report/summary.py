@@ -142,6 +142,14 @@ def capture_text(miss: CacheMissEvent, failed: frozenset[int]) -> str:
     return text + ("; this capture raised (its error: the findings below)" if miss.ca_id in failed else "")
 
 
+def graph_size_text(graph: CAGraphEvent | None) -> str:
+    """The size of the graph a capture made, and its capture time ("" without a graph): a backward
+    of tens of thousands of nodes (an RNN cell unrolled in Python) takes minutes to capture and compile."""
+    if graph is None:
+        return ""
+    return f" [{graph.node_count:,} graph nodes from {len(graph.autograd_nodes):,} autograd nodes, captured in {graph.capture_s:.2f} s]"
+
+
 # ModeMetrics.ca_captured_nothing, said under the mode's CA graphs line.
 CA_CAPTURED_NOTHING = ("compiled autograd captured none of its {calls}: each ran without it, as in the aot mode (a backward "
                        "inside a torch.func transform such as grad or vjp, or under compiled_autograd._disable(), is not "
@@ -426,10 +434,12 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         if m.ca_captured_nothing:
             console.print(f"  {CA_CAPTURED_NOTHING.format(calls=plural(m.backward_calls, 'backward call'))}", markup=False, overflow="fold")
         failed = failed_capture_ids(record.of(FindingEvent)) if record.kind_counts.get(FindingEvent.kind) else frozenset()
+        by_id = {g.ca_id: g for g in graphs}
         for miss in misses[:12]:
             step = f"step {miss.step}" if miss.step is not None else "step ?"
             where = f"  ({_where(miss.source)})" if miss.source else ""
-            console.print(f"    {step:>8}  {miss.compile_id:>4}  {capture_text(miss, failed)}{where}", overflow="fold")
+            console.print(f"    {step:>8}  {miss.compile_id:>4}  {capture_text(miss, failed)}{graph_size_text(by_id.get(miss.ca_id))}{where}",
+                          overflow="fold")
         if len(misses) > 12:
             console.print(f"    ... {len(misses) - 12} more: cagtool recompiles {run_dir}")
     # The count is torch's own counter; the log's records are only used to name the places.

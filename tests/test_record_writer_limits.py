@@ -56,8 +56,9 @@ def test_an_event_over_the_line_limit_is_written_as_a_finding_and_counted(tmp_pa
     assert len(run.mode("ca").of(StepEvent)) == 3
     code, out, err = cagtool_cli("summary", str(tmp_path / "run"))
     assert code == 0 and "Traceback" not in err, err
-    # the two alike are one finding that says how many times
-    assert out.count("was not recorded: one event line is at most") == 1 and "what reports show of it is missing - 2 times in all" in out, out
+    # both said: two lines, or one with its count where the two read alike (the same size to the byte)
+    lines = out.count("was not recorded: one event line is at most")
+    assert lines == 2 or (lines == 1 and "what reports show of it is missing - 2 times in all" in out), out
 
 
 def test_a_graph_nodes_file_over_the_json_limit_is_not_written(tmp_path):

@@ -46,9 +46,13 @@ def recompile_tables(
     record = load_run(run, strict=True) if strict else load_filtered(run)[0]
     if mode is None and not record.modes:
         record.mode()  # raises UnreadableInput: the run has no mode records (killed before any began)
-    modes = [record.mode(mode)] if mode is not None else list(record.modes.values())
+    if mode is not None:
+        chosen = record.mode(mode)
+        modes = [(next((key for key, r in record.modes.items() if r is chosen), chosen.mode), chosen)]
+    else:
+        modes = list(record.modes.items())
     tables, notes = [], []
-    for main in modes:
+    for key, main in modes:
         if rank is None and not main.processes and main.rank is None:
             focused, note = main, None  # one process: nothing to focus on or say (no ranks analysis imported)
         else:
@@ -57,7 +61,10 @@ def recompile_tables(
             focused, focus = focus_record(record, main, rank)
             note = focus_note(main, focus)
         steps = step_summary(focused) if strict else StepSummary.counted(focused.kind_counts[StepEvent.kind])
-        tables.append(recompile_table(focused, steps))
+        table = recompile_table(focused, steps)
+        if key != table.mode:
+            table.label = key
+        tables.append(table)
         if note is not None:
             notes.append(note)
     return record, tables, notes
@@ -116,8 +123,8 @@ def _run_recompiles(options: RecompilesOptions, out: IO[str] | None, err: IO[str
     if explanations is not None:
         ExplanationRenderer(console).render(explanations, run_label)
         for table in tables:
-            if (said := pgo_suggestion(record, table.mode)) is not None:
-                print_wrapped(console, f"Torch's own words (its PGO, mode {table.mode}): {said}")
+            if (said := pgo_suggestion(record, table.name)) is not None:
+                print_wrapped(console, f"Torch's own words (its PGO, mode {table.name}): {said}")
     else:
         RecompilesTableRenderer(console).render(tables, run_label)
     if verification is not None:
@@ -159,7 +166,7 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     # Before the record's script is read for a patch or anything runs: a job this user recorded, unchanged.
     check_job(record.path, record.meta.job_seal, record.meta.target, record.meta.target_argv, record.meta.cwd, dict(record.meta.options or {}))
     mode = options.mode or ("ca" if "ca" in record.modes else next(iter(record.modes)))
-    index = next((i for i, t in enumerate(tables) if t.mode == mode), 0)
+    index = next((i for i, t in enumerate(tables) if t.name == mode), 0)
     explanation = explanations[index]
     from cagtool.report.recompiles.explain import ca_started_dynamic, nothing_to_fix
 

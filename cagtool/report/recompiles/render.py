@@ -52,7 +52,7 @@ def counts_line(table: RecompileTable) -> str:
     refused = sum(1 for r in table.recompiles if r.compile_id in hit_ids)
     limit = f"; {refused} of them refused at the recompile limit, compiling nothing" if refused else ""
     return (
-        f"mode {table.mode}: {plural(len(table.recompiles), 'recompile')}{steps} "
+        f"mode {table.name}: {plural(len(table.recompiles), 'recompile')}{steps} "
         f"(CA: {table.count(SOURCE_CA)}, "
         f"Dynamo forward-frame: {table.count(SOURCE_DYNAMO_FRAME)}, "
         f"Dynamo CA-graph: {table.count(SOURCE_DYNAMO_CA_GRAPH)}){limit}{first}{gate}"
@@ -79,7 +79,7 @@ def print_line(console: "Console", line: str, style: str = "") -> None:
 def record_notes(table: RecompileTable) -> list[str]:
     notes = []
     if table.skipped_lines:
-        notes.append(f"note: skipped {plural(table.skipped_lines, 'unreadable line')} of the {table.mode} record (--strict makes this an error)")
+        notes.append(f"note: skipped {plural(table.skipped_lines, 'unreadable line')} of the {table.name} record (--strict makes this an error)")
     if table.unknown_kinds:
         kinds = ", ".join(f"{k} x{n}" for k, n in sorted(table.unknown_kinds.items()))
         notes.append(f"note: ignored events of unknown kinds: {kinds}")
@@ -92,10 +92,10 @@ def record_notes(table: RecompileTable) -> list[str]:
                 "(the job did not log compiled_autograd_verbose); torch's own reasons need TORCH_LOGS=compiled_autograd_verbose"
             )
     if table.status and table.status != "finished":
-        notes.append(f"note: the {table.mode} run's status is {table.status!r}; the record may end early")
+        notes.append(f"note: the {table.name} run's status is {table.status!r}; the record may end early")
     if table.sharded_under_ca:
         notes.append(
-            f"note: the {table.mode} mode ran compiled autograd over parameters each rank holds a shard of; under FSDP2 "
+            f"note: the {table.name} mode ran compiled autograd over parameters each rank holds a shard of; under FSDP2 "
             "(DTensor parameters) that is a setup torch has no compiled-autograd path for (removed upstream, "
             "pytorch/pytorch#174906): compare this mode's numerics (cagtool compare) before acting on its recompiles"
         )
@@ -366,10 +366,11 @@ class RecompilesJsonRenderer:
 
     def render(self, run: str, tables: list[RecompileTable], explanations: list[Explanation] | None = None, ranks: list[dict[str, Any]] | None = None) -> str:
         """`ranks`: for a multi-rank run, per mode which rank is shown and the ranks' analysis."""
-        by_mode = {e.table.mode: e for e in explanations or []}
+        by_mode = {e.table.name: e for e in explanations or []}
         modes: dict[str, Any] = {}
         for table in tables:
             entry: dict[str, Any] = {
+                "mode": table.mode,  # the key is the record's name: a repetition's ("eager.2") is its own
                 "status": table.status,
                 "steps": table.steps,
                 "last_step": table.last_step,
@@ -397,9 +398,9 @@ class RecompilesJsonRenderer:
             entry["phases"] = phases_json(table.phases, table.cwd)
             entry["budget"] = budget_json(table.budget, table.cwd)
             entry["unexpected_causes"] = unexpected_json(table.unexpected, table.cwd)
-            if table.mode in by_mode:
-                entry["explanation"] = explanation_json(by_mode[table.mode])
-            modes[table.mode] = entry
+            if table.name in by_mode:
+                entry["explanation"] = explanation_json(by_mode[table.name])
+            modes[table.name] = entry
         document: dict[str, Any] = {"schema": JSON_SCHEMA, "schema_version": JSON_SCHEMA_VERSION, "run": run, "modes": modes}
         if ranks:
             document["ranks"] = ranks

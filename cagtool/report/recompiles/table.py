@@ -168,8 +168,15 @@ class RecompileTable:
     # The grad mode each recompile on the grad mode was made for (its guard tree's GLOBAL_STATE):
     # compile id -> True (grad on: training after an evaluation) / False (under no_grad or inference_mode).
     grad_modes: dict[str, bool] = field(default_factory=dict)
+    # The record's name in its run where it differs from its mode (a repetition of --repeat K: "eager.2").
+    label: str = ""
     # Sorted graph ids, built on first use (explanations of 1,000s of graphs).
     _graph_ids: list[int] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def name(self) -> str:
+        """What the table is called where it is shown: its record's name in the run (`eager.2`), else its mode."""
+        return self.label or self.mode
 
     def previous_graph(self, ca_id: int | None) -> CAGraphEvent | None:
         """The graph captured just before `!ca_id`."""

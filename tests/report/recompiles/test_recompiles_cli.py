@@ -400,3 +400,21 @@ def test_a_stale_sidecar_is_ignored_and_the_lines_are_read(record_run, tmp_path)
     assert after["steps"] == before["steps"] + 1
     assert after["skipped_lines"] == before["skipped_lines"] + 1
     assert after["counts"] == before["counts"]
+
+
+def test_each_repetition_of_a_repeated_run_is_its_own_table_under_its_own_name(record_run):
+    """`run --repeat 7` (the gate-copy tests' recording): every repetition is explained and kept in
+    the JSON under its record's name (`eager.2` ...), never folded into one `eager` key whose last
+    repetition wins, and `--mode eager.3` names that repetition, not its mode."""
+    run = record_run("mlp_steps.py", "--steps", "40", modes="eager", backend="eager", extra=("--repeat", "7"))
+    assert run.returncode == 0, run.stderr[-2000:]
+    proc = cagtool("recompiles", str(run.path), "--explain", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    modes = json.loads(proc.stdout)["modes"]
+    names = ["eager", *(f"eager.{k}" for k in range(2, 8))]
+    assert list(modes) == names
+    assert all(entry["mode"] == "eager" and entry["steps"] == 40 and "explanation" in entry for entry in modes.values())
+    text = cagtool("recompiles", str(run.path), "--explain").stdout
+    assert [line.split(":")[0] for line in text.splitlines() if line.startswith("mode ")] == [f"mode {n}" for n in names]
+    one = cagtool("recompiles", str(run.path), "--mode", "eager.3")
+    assert one.returncode == 0 and one.stdout.startswith("mode eager.3: 0 recompiles in 40 steps"), one.stdout[:300]

@@ -533,3 +533,22 @@ def ddp_unsynced_ragged(record_run) -> RecordedRun:
     recorded once per session for the DDP gradient-parity test and the DDP `recompiles --verify`
     test, which each ran a 2-rank job of their own before."""
     return record_run(str(ROOT / "tests" / "scripts" / "ddp_unsynced_ragged.py"), modes="eager,ca")
+
+
+def ddp_ranks_diverge_gated(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """`cagtool run --modes ca --backend eager --gate --rank 0 --max-recompiles ca:0 --no-config
+    tests/scripts/ddp_rank_diverges.py --steps 4`: a 2-rank gloo DDP job (mp.spawn) whose rank 1
+    runs one extra op at step 2, gated on rank 0 as it is recorded (the gate fails on the ranks
+    parting: exit 1, the job's own exit 0). One job for the ranks report's tests and the gate's
+    `--rank` tests, each module-scoped fixture with its own copy (recorded_once): a test there
+    replaces the run's gate.json. Returns (the run, its `cagtool run` process)."""
+
+    def record(base: Path) -> list:
+        env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY")}
+        cmd = cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", str(base / "run"), "--gate", "--rank", "0",
+                          "--max-recompiles", "ca:0", "--no-config", str(ROOT / "tests" / "scripts" / "ddp_rank_diverges.py"), "--steps", "4")
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**env, "CI": "true", "COLUMNS": "100"}, timeout=600)
+        return [proc.args, proc.returncode, proc.stdout, proc.stderr]
+
+    base, proc = recorded_once(tmp_path_factory, "ddp-ranks-diverge-gated-rank0", record)
+    return base / "run", subprocess.CompletedProcess(*proc)

@@ -379,11 +379,17 @@ def inductor_cache(tmp_path_factory) -> Path:
     return path
 
 
-# Requests served by a larger recording of the same script, arguments, backend and options: each
-# mode of `cagtool run` is its own fresh process, so the ca mode of a three-mode run is the same
-# recording as a ca-only run (the tests that ask for ca alone read only the ca mode).
-_SERVED_BY: dict[tuple, str] = {
-    ("graph_breaks.py", ("3",), "ca", "eager", ()): "eager,aot,ca",
+# Requests served by a larger recording of the same script, arguments and backend: (modes, extra)
+# of the recording that serves them. Each mode of `cagtool run` is its own fresh process, so the ca
+# mode of a three-mode run is the same recording as a ca-only run (the tests that ask for ca alone
+# read only the ca mode). `--trace-nodes --depyf` add node tracebacks and depyf's dump to the
+# record and `--gate` adds gate.json and the exit code: the op_loop tests that ask for either read
+# what theirs adds, and the depyf tests read the gate's exit code as the run's (see their `_gated_ca`).
+_GATED_OP_LOOP = ("--gate", "--max-ca-graphs", "1", "--no-config", "--trace-nodes", "--depyf")
+_SERVED_BY: dict[tuple, tuple[str, tuple[str, ...]]] = {
+    ("graph_breaks.py", ("3",), "ca", "eager", ()): ("eager,aot,ca", ()),
+    ("op_loop.py", (), "ca", "eager", ("--trace-nodes", "--depyf")): ("ca", _GATED_OP_LOOP),
+    ("op_loop.py", (), "ca", "eager", ("--gate", "--max-ca-graphs", "1", "--no-config")): ("ca", _GATED_OP_LOOP),
 }
 
 
@@ -398,8 +404,7 @@ def record_run(tmp_path_factory, inductor_cache):
     shared = _session_dir(tmp_path_factory, "recordings")
 
     def _run(script: str, *args: str, modes: str = "ca", backend: str = "eager", extra: tuple[str, ...] = ()) -> RecordedRun:
-        key = (script, args, modes, backend, extra)
-        modes = _SERVED_BY.get(key, modes)
+        modes, extra = _SERVED_BY.get((script, args, modes, backend, extra), (modes, extra))
         key = (script, args, modes, backend, extra)
         if key not in cache:
             slot = shared / f"{Path(script).stem}-{hashlib.sha1(repr(key).encode()).hexdigest()[:12]}"

@@ -379,11 +379,17 @@ def inductor_cache(tmp_path_factory) -> Path:
     return path
 
 
-# Requests served by a larger recording of the same script, arguments, backend and options: each
-# mode of `cagtool run` is its own fresh process, so the ca mode of a three-mode run is the same
-# recording as a ca-only run (the tests that ask for ca alone read only the ca mode).
-_SERVED_BY: dict[tuple, str] = {
-    ("graph_breaks.py", ("3",), "ca", "eager", ()): "eager,aot,ca",
+# Requests served by a larger recording of the same script, arguments and backend: (modes, extra)
+# of the recording that serves them. Each mode of `cagtool run` is its own fresh process, so the ca
+# mode of a three-mode run is the same recording as a ca-only run (the tests that ask for ca alone
+# read only the ca mode). `--trace-nodes --depyf` add node tracebacks and depyf's dump to the
+# record and `--gate` adds gate.json and the exit code: the op_loop tests that ask for either read
+# what theirs adds, and the depyf tests read the gate's exit code as the run's (see their `_gated_ca`).
+_GATED_OP_LOOP = ("--gate", "--max-ca-graphs", "1", "--no-config", "--trace-nodes", "--depyf")
+_SERVED_BY: dict[tuple, tuple[str, tuple[str, ...]]] = {
+    ("graph_breaks.py", ("3",), "ca", "eager", ()): ("eager,aot,ca", ()),
+    ("op_loop.py", (), "ca", "eager", ("--trace-nodes", "--depyf")): ("ca", _GATED_OP_LOOP),
+    ("op_loop.py", (), "ca", "eager", ("--gate", "--max-ca-graphs", "1", "--no-config")): ("ca", _GATED_OP_LOOP),
 }
 
 
@@ -398,8 +404,7 @@ def record_run(tmp_path_factory, inductor_cache):
     shared = _session_dir(tmp_path_factory, "recordings")
 
     def _run(script: str, *args: str, modes: str = "ca", backend: str = "eager", extra: tuple[str, ...] = ()) -> RecordedRun:
-        key = (script, args, modes, backend, extra)
-        modes = _SERVED_BY.get(key, modes)
+        modes, extra = _SERVED_BY.get((script, args, modes, backend, extra), (modes, extra))
         key = (script, args, modes, backend, extra)
         if key not in cache:
             slot = shared / f"{Path(script).stem}-{hashlib.sha1(repr(key).encode()).hexdigest()[:12]}"
@@ -533,3 +538,22 @@ def ddp_unsynced_ragged(record_run) -> RecordedRun:
     recorded once per session for the DDP gradient-parity test and the DDP `recompiles --verify`
     test, which each ran a 2-rank job of their own before."""
     return record_run(str(ROOT / "tests" / "scripts" / "ddp_unsynced_ragged.py"), modes="eager,ca")
+
+
+def ddp_ranks_diverge_gated(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """`cagtool run --modes ca --backend eager --gate --rank 0 --max-recompiles ca:0 --no-config
+    tests/scripts/ddp_rank_diverges.py --steps 4`: a 2-rank gloo DDP job (mp.spawn) whose rank 1
+    runs one extra op at step 2, gated on rank 0 as it is recorded (the gate fails on the ranks
+    parting: exit 1, the job's own exit 0). One job for the ranks report's tests and the gate's
+    `--rank` tests, each module-scoped fixture with its own copy (recorded_once): a test there
+    replaces the run's gate.json. Returns (the run, its `cagtool run` process)."""
+
+    def record(base: Path) -> list:
+        env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY")}
+        cmd = cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", str(base / "run"), "--gate", "--rank", "0",
+                          "--max-recompiles", "ca:0", "--no-config", str(ROOT / "tests" / "scripts" / "ddp_rank_diverges.py"), "--steps", "4")
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**env, "CI": "true", "COLUMNS": "100"}, timeout=600)
+        return [proc.args, proc.returncode, proc.stdout, proc.stderr]
+
+    base, proc = recorded_once(tmp_path_factory, "ddp-ranks-diverge-gated-rank0", record)
+    return base / "run", subprocess.CompletedProcess(*proc)

@@ -132,10 +132,19 @@ def test_flag_set_but_backward_outside_compiled_region_is_a_finding(record_run):
     assert len(ca.of(StepEvent)) == 3
 
 
+def _gated_ca(run):
+    """The ca mode of the session's gated `--trace-nodes --depyf` recording of op_loop.py (conftest's
+    _SERVED_BY): the job finished, exit 0; the run's exit code, 1, is its gate's (4 CA graphs, 1
+    allowed), which the gate's own tests read."""
+    assert run.returncode == 1 and "max-ca-graphs" in run.stderr, run.stderr
+    assert load_run(run.path).meta.mode_exit_codes == {"ca": 0}, run.stderr
+    return load_run(run.path).modes["ca"]
+
+
 def test_trace_nodes_ties_new_node_to_the_line_that_created_it(record_run):
     # With --depyf on as well: depyf points the compiled lambda's code at its decompiled dump, and
     # the backward call must still be the user's line, not the dump's.
-    ca = _ca(record_run("op_loop.py", extra=("--trace-nodes", "--depyf")))
+    ca = _gated_ca(record_run("op_loop.py", extra=("--trace-nodes", "--depyf")))
     sub = [m for m in ca.of(CacheMissEvent) if m.node == "SubBackward0"][0]
     assert (sub.source.how, sub.source.line, sub.source.code) == ("node_traceback", 11, "loss = op(x, x).sum()")
     assert sub.backward_call is not None
@@ -143,7 +152,7 @@ def test_trace_nodes_ties_new_node_to_the_line_that_created_it(record_run):
 
 
 def test_depyf_dump_lands_in_the_run_dir(record_run):
-    ca = _ca(record_run("op_loop.py", extra=("--trace-nodes", "--depyf")))
+    ca = _gated_ca(record_run("op_loop.py", extra=("--trace-nodes", "--depyf")))
     files = [p.name for p in (ca.path / "depyf").iterdir()]
     assert any("Compiled_autograd_graph" in name for name in files), files
     assert any(name.startswith("__transformed_code_") for name in files), files  # the dumps the source skips

@@ -6,38 +6,26 @@ it is recorded."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, cagtool_cmd, cagtool_in_process, recorded_once
+from conftest import cagtool_in_process, ddp_ranks_diverge_gated
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = ROOT / "tests" / "scripts" / "ddp_rank_diverges.py"
-
 
 def cagtool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """`cagtool run` as a real process; gate and report in-process (GITHUB_* unset in both)."""
-    if args[0] != "run":
-        return cagtool_in_process(*args, cwd=cwd, env={"CI": "true"}, unset=("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY"))
-    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY")}
-    return subprocess.run(cagtool_cmd(*map(str, args)), capture_output=True, text=True, cwd=cwd, env={**env, "CI": "true"}, timeout=600)
-
-
-def _record_gated_rank0(base: Path) -> list:
-    proc = cagtool("run", "--modes", "ca", "--backend", "eager", "-o", base / "run", "--gate", "--rank", "0", "--max-recompiles", "ca:0",
-                   "--no-config", "--no-report", SCRIPT, "--steps", "4", cwd=ROOT)
-    return [proc.args, proc.returncode, proc.stdout, proc.stderr]
+    """gate and report, in-process (GITHUB_* unset)."""
+    return cagtool_in_process(*args, cwd=cwd, env={"CI": "true"}, unset=("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY"))
 
 
 @pytest.fixture(scope="module")
 def gated_rank0(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    """`cagtool run --gate --rank 0`: only rank 0's record is held to the thresholds (recorded once
-    for all xdist workers, each with its own copy: a test here replaces the run's gate.json)."""
-    base, proc = recorded_once(tmp_path_factory, "ddp-gated-rank0", _record_gated_rank0)
-    return base / "run", subprocess.CompletedProcess(*proc)
+    """`cagtool run --gate --rank 0`: only rank 0's record is held to the thresholds (conftest's
+    `ddp_ranks_diverge_gated`, recorded once for all xdist workers and for the ranks report's
+    tests, each module with its own copy: a test here replaces the run's gate.json)."""
+    return ddp_ranks_diverge_gated(tmp_path_factory)
 
 
 def checked(gate: dict) -> set[tuple[str, str, bool]]:

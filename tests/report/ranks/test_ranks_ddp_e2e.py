@@ -6,38 +6,31 @@ ranks' CA graphs part. One run (~20 s of CPU)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, cagtool_cmd, cagtool_in_process, recorded_once
+from conftest import cagtool_in_process, ddp_ranks_diverge_gated
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = ROOT / "tests" / "scripts" / "ddp_rank_diverges.py"
-ENV = {**os.environ, "CI": "true", "COLUMNS": "100"}
-
 
 def cagtool(*args: str) -> subprocess.CompletedProcess:
-    """`cagtool run` as a real process (the job's parent); the commands that read the record in-process."""
-    if args[0] != "run":
-        return cagtool_in_process(*args, env={"CI": "true", "COLUMNS": "100"})
-    return subprocess.run(cagtool_cmd(*args), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=600)
-
-
-def _record(base: Path) -> list:
-    proc = cagtool("run", "--modes", "ca", "--backend", "eager", "-o", str(base / "run"), str(SCRIPT), "--steps", "4")
-    return [proc.args, proc.returncode, proc.stdout, proc.stderr]
+    """The commands that read the record, in-process."""
+    return cagtool_in_process(*args, env={"CI": "true", "COLUMNS": "100"})
 
 
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    """The run (recorded once for all xdist workers, each with its own copy) and its process."""
-    base, proc = recorded_once(tmp_path_factory, "ddp-ranks-diverge", _record)
-    proc = subprocess.CompletedProcess(*proc)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return base / "run", proc
+    """The run (conftest's `ddp_ranks_diverge_gated`: recorded once for all xdist workers and for
+    the gate's `--rank` tests, each module with its own copy) and its process. It was gated on rank
+    0 as it was recorded: the gate's failure on the ranks parting is its exit code, 1; the job
+    itself finished, exit 0."""
+    run, proc = ddp_ranks_diverge_gated(tmp_path_factory)
+    assert proc.returncode == 1 and "gate FAILED" in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    meta = json.loads((run / "run.json").read_text())
+    assert (meta["status"], meta["exit_code"], meta["mode_exit_codes"]) == ("finished", 0, {"ca": 0}), meta
+    return run, proc
 
 
 def test_summary_finds_where_the_ranks_part(ddp_run):

@@ -254,6 +254,13 @@ GUARD_OTHER = "other"
 _LENGTH_GUARD = re.compile(r"^(?:len\((?P<len>[^()]+)\) == \d+|not (?P<not>[A-Za-z_][\w.\[\]'\"]*))$")
 
 
+def global_state_changes(text: str) -> list[str]:
+    """The parts of the global state a `GLOBAL_STATE changed: grad_mode autocast(cpu)_enabled` guard
+    names as changed, in torch's order (empty for any other guard)."""
+    head, found, rest = text.strip().partition("GLOBAL_STATE changed:")
+    return rest.split() if found and not head.strip() else []
+
+
 def guard_kind(text: str) -> str:
     """The kind of one failed guard (GUARD_*), from torch's reason text for it."""
     guard = text.strip()

@@ -4,11 +4,14 @@ does. Dynamo recompiles the forward twice, for two causes: the smaller batch (a 
 the evaluation (`GLOBAL_STATE changed: grad_mode`); both graphs are then cached. With
 --evaluate-first it also evaluates before training (as nanoGPT's loop does at its first step): the
 first compile is then the evaluation's, and training's first call is the one that recompiles.
+With --autocast it trains under torch.autocast (bfloat16 on the CPU) and evaluates outside it: the
+evaluation's recompile then names both (`GLOBAL_STATE changed: grad_mode autocast(cpu)_enabled`).
 
-    python eval_no_grad.py [--epochs 2] [--evaluate-first]
+    python eval_no_grad.py [--epochs 2] [--evaluate-first] [--autocast]
 """
 
 import argparse
+import contextlib
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -18,7 +21,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--evaluate-first", action="store_true")
+    parser.add_argument("--autocast", action="store_true")
     args = parser.parse_args()
+    training = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.autocast else contextlib.nullcontext
     torch.manual_seed(0)
     loader = DataLoader(TensorDataset(torch.randn(40, 8), torch.randn(40, 1)), batch_size=16)
     model = torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)), backend="eager")
@@ -29,7 +34,8 @@ def main() -> None:
             print(f"before training: held-out {model(held_out).pow(2).mean().item():.4f}")
     for epoch in range(args.epochs):
         for x, y in loader:
-            loss = torch.nn.functional.mse_loss(model(x), y)
+            with training():
+                loss = torch.nn.functional.mse_loss(model(x).float(), y)
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -198,6 +198,13 @@ def test_graph_break_words_of_a_real_break():
     assert tt.graph_break_words("some other text\nsecond").headline == "some other text"
 
 
+def test_global_state_changes_are_the_parts_torchs_one_guard_names():
+    assert tt.global_state_changes("GLOBAL_STATE changed: grad_mode autocast(cpu)_enabled ") == ["grad_mode", "autocast(cpu)_enabled"]
+    assert tt.global_state_changes("GLOBAL_STATE changed: num_threads") == ["num_threads"]
+    assert tt.global_state_changes("tensor 'x' size mismatch at index 0. expected 3, actual 4") == []
+    assert tt.guard_kind("GLOBAL_STATE changed: grad_mode autocast(cpu)_enabled") == tt.GUARD_GRAD_MODE
+
+
 @pytest.mark.parametrize("reason, kind", [
     # torch 2.13's own reasons, as TORCH_LOGS=recompiles printed them on sample_scripts/
     ("GLOBAL_STATE changed: grad_mode ", tt.GUARD_GRAD_MODE),  # eval_no_grad.py

@@ -38,6 +38,7 @@ from cagtool.report.recompiles.table import (
 from cagtool.torch_text import (
     GUARD_GLOBAL_STATE,
     GUARD_GRAD_MODE,
+    global_state_changes,
     GUARD_ID,
     GUARD_LENGTH,
     GUARD_NONE,
@@ -1142,9 +1143,11 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
     if facts.get("other_module_by_guards"):
         return f"another compiled module's first call (a {facts['other_module_by_guards'][-1][1]})"
     if kind == GUARD_GRAD_MODE:
-        return {True: "the grad mode changed (a call with grad on after one under torch.no_grad(), as training after an evaluation)",
-                False: "the grad mode changed (a call under torch.no_grad(), as in an evaluation)"}.get(
-                    facts.get("grad_mode_after"), "the grad mode changed (calls with grad on and under torch.no_grad(), as training and evaluation)")
+        label = {True: "the grad mode changed (a call with grad on after one under torch.no_grad(), as training after an evaluation)",
+                 False: "the grad mode changed (a call under torch.no_grad(), as in an evaluation)"}.get(
+                     facts.get("grad_mode_after"), "the grad mode changed (calls with grad on and under torch.no_grad(), as training and evaluation)")
+        also = _with_grad_mode(guard)
+        return f"{label}, and {', '.join(f'`{part}`' for part in also)} with it" if also else label
     if kind == GUARD_GLOBAL_STATE:
         state = guard.split(':', 1)[-1].strip() or guard
         if "autocast" in state:
@@ -1408,8 +1411,17 @@ def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
                    "after running with it on",
         }.get(facts.get("grad_mode_after"), "The compiled code ran with grad mode on (training) and off (torch.no_grad() or "
                                            "torch.inference_mode(), as an evaluation does)")
-        return [f"{first}: Dynamo guards on the grad mode, so it compiled a second graph for it. Each grad mode "
-                "keeps its own cached graph: one compile per grad mode, not one per evaluation."]
+        why = [f"{first}: Dynamo guards on the grad mode, so it compiled a second graph for it. Each grad mode "
+               "keeps its own cached graph: one compile per grad mode, not one per evaluation."]
+        also = _with_grad_mode(facts.get("guard", ""))
+        if any(part.startswith("autocast") for part in also):
+            why.append(f"The same guard names {', '.join(f'`{part}`' for part in also)} as changed too: autocast was on around "
+                       "one of the two calls and off around the other (an evaluation outside the torch.autocast the training "
+                       "runs under, or the reverse), so the second graph is also made for that autocast setting.")
+        elif also:
+            why.append(f"The same guard names {', '.join(f'`{part}`' for part in also)} as changed too: the second graph is "
+                       "also made for that setting.")
+        return why
     if kind == GUARD_REQUIRES_GRAD and facts.get("requires_grad_inputs"):
         return [f"The compiled code was called with `{'`, `'.join(facts['requires_grad_inputs'])}` requiring grad in one call and not "
                 "in another (a detached tensor in one call, as a GAN's discriminator gets `fake.detach()`, and one that requires grad "
@@ -1526,6 +1538,12 @@ def _uncompiled_call(code: str) -> str:
         if match["name"] not in ("print", "len", "float", "int", "range", "list", "tuple", "dict", "sum", "max", "min"):
             return f"{match['name']}._orig_mod({match['args']})"
     return "model._orig_mod(x)"
+
+
+def _with_grad_mode(guard: str) -> list[str]:
+    """What else a grad-mode guard names as changed (`GLOBAL_STATE changed: grad_mode
+    autocast(cpu)_enabled`: an evaluation under no_grad and outside the training's autocast)."""
+    return [part for part in global_state_changes(guard.split("  #")[0]) if part != "grad_mode"]
 
 
 def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:

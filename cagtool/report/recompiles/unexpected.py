@@ -71,7 +71,8 @@ def _classify(guard: str) -> tuple[str, str] | None:
         if "num_threads" in changed:
             return CAUSE_NUM_THREADS, ""
         if "grad_mode" in changed:
-            return CAUSE_GRAD_MODE, ""
+            also = [f"`{part}`" for part in changed if part != "grad_mode"]
+            return CAUSE_GRAD_MODE, f"{', '.join(also)} changed with it" if also else ""
     match = _TRAINING_GUARD.search(guard)
     if match:
         return CAUSE_TRAIN_EVAL, f"guard {match.group(0)} failed"

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from conftest import cagtool_in_process
+from conftest import ROOT, cagtool_in_process
 
 from cagtool.record.loader import load_run
 from cagtool.report.compare.headline import cause_phrase
@@ -22,8 +22,8 @@ from cagtool.verify.patches import patch_for
 pytestmark = pytest.mark.slow  # each script is one `cagtool run` the first time a test asks
 
 
-def _explained(record_run, script: str) -> tuple[Explanation, str]:
-    run = record_run(script)
+def _explained(record_run, script: str, *args: str) -> tuple[Explanation, str]:
+    run = record_run(script, *args)
     assert run.returncode == 0, run.stderr[-2000:]
     table = recompile_table(load_run(run.path).modes["ca"])
     return explain(table), table.cwd
@@ -93,7 +93,34 @@ def test_an_evaluation_under_no_grad_is_a_grad_mode_change_not_a_size(record_run
     assert {f.name: f.causes for f in fixes_for(explanation)}["dynamic-sources"] == (size.number,)
     line = cagtool_in_process("summary", str(record_run("eval_no_grad.py").path)).stdout.splitlines()[0]
     assert "from 2 causes: a smaller batch (a DataLoader's last?): the size of `args[0]` (dim 0) changed 16->8 at step 2" in line
-    assert "and the grad mode changed (a call under torch.no_grad(), as in an evaluation) at step 3 (the compiled call at eval_no_grad.py:37)" in line
+    assert f"and the grad mode changed (a call under torch.no_grad(), as in an evaluation) at step 3 (the compiled call at eval_no_grad.py:{_evaluation_line()})" in line
+
+
+def _evaluation_line() -> int:
+    """The line of eval_no_grad.py's evaluation after each epoch."""
+    lines = (ROOT / "sample_scripts" / "eval_no_grad.py").read_text().splitlines()
+    return next(i for i, text in enumerate(lines, 1) if "epoch {epoch}: held-out" in text)
+
+
+def test_an_evaluation_outside_the_trainings_autocast_names_both_changes(record_run):
+    """The same loop training under torch.autocast and evaluating outside it: torch's one guard names
+    both (`GLOBAL_STATE changed: grad_mode autocast(cpu)_enabled`), and so do the cause's title,
+    its why, the unexpected-cause line and the summary's first line; the fix is the grad mode's."""
+    explanation, cwd = _explained(record_run, "eval_no_grad.py", "--autocast")
+    grad_mode = next(c for c in explanation.causes if c.facts.get("kind") == GUARD_GRAD_MODE)
+    assert grad_mode.facts["guard"] == "GLOBAL_STATE changed: grad_mode autocast(cpu)_enabled"
+    title, why, fixes = _all_words(explanation, cwd)[explanation.causes.index(grad_mode)]
+    assert title.endswith("the grad mode changed (a call under torch.no_grad(), as in an evaluation), and `autocast(cpu)_enabled` with it (1 recompile)")
+    assert "one compile per grad mode" in why and "autocast was on around one of the two calls and off around the other" in why
+    assert fixes.startswith("Nothing to fix") and "model._orig_mod(held_out)" in fixes
+    run = record_run("eval_no_grad.py", "--autocast")
+    text = cagtool_in_process("recompiles", str(run.path), "--explain").stdout
+    assert "(training, and an evaluation under torch.no_grad, call the same compiled code) (`autocast(cpu)_enabled` changed with it)" in " ".join(text.split())
+    line = cagtool_in_process("summary", str(run.path)).stdout.splitlines()[0]
+    assert f"and `autocast(cpu)_enabled` with it at step 3 (the compiled call at eval_no_grad.py:{_evaluation_line()})" in line
+    # Without autocast the same cause names the grad mode alone.
+    plain, plain_cwd = _explained(record_run, "eval_no_grad.py")
+    assert "autocast" not in " ".join(" ".join(w) for w in _all_words(plain, plain_cwd))
 
 
 def test_an_evaluation_before_training_is_said_the_other_way_round(record_run):

@@ -1811,11 +1811,37 @@ def _guard(cause: Cause, cwd: str) -> Words:
     why += _guard_why(facts, code)
     why.append("Failing guard per recompile: " + elide(failures) + ".")
     stability = stability_sentence(facts, "recompile")
+    ended = _ended_with_it(cause)
+    if ended:
+        stability = ended
+        facts = {**facts, "stabilised": True, "recompiling_steps": 1}  # one recompile, then cached: its fixes are the one-time ones
     if stability:
         why.append(stability)
     fix = _resume_fixes(facts, cwd) if resumed else _guard_fixes(facts, on_ca, code)
     why.append('TORCH_LOGS="recompiles" prints every guard failure as it happens.')
     return Words(title, why, fix, evidence_text(cause.evidence))
+
+
+def _ended_with_it(cause: Cause) -> str:
+    """For a single recompile at the run's end that is one of a loop's ordinary ends, what it is, in
+    place of "too few steps to tell whether it stabilises": a smaller last batch at the last step
+    (the last batch of an epoch), or the grad mode changed after the last step (an evaluation after
+    training). Each is compiled once and cached; running more steps would not tell more."""
+    facts = cause.facts
+    if cause.count != 1 or facts.get("stabilised") is not False or facts.get("stopped_by_limit") or facts.get("recompiling_steps", 3) >= 3:
+        return ""
+    last, step = facts.get("last_step"), facts.get("last_recompile_step")
+    if last is None or step is None:
+        return ""
+    kind, guard = facts.get("kind", ""), facts.get("guard", "")
+    if kind == GUARD_SIZE and step == last and (batch := smaller_batch(guard)) is not None:
+        return (f"It came at the run's last step ({last}): a batch smaller than the ones before it ({batch[1]} -> {batch[2]} rows) "
+                "at the end is a last batch, as an epoch's is; its graph is compiled once and cached, and the later epochs' "
+                "last batches reuse it.")
+    if kind == GUARD_GRAD_MODE and step > last and facts.get("grad_mode_after") is False:
+        return (f"It came after the run's last step ({last}): an evaluation after training, compiled once; both grad modes' "
+                "graphs are cached from then on.")
+    return ""
 
 
 # Guards that fail when another kind of call reaches the code (another object, type or Python

@@ -195,3 +195,21 @@ def test_the_recompile_limit_on_a_traced_hook_names_the_hook(record_run):
     why = " ".join(alert_words(limit, cwd).why)
     assert ("Dynamo gave up recompiling the backward hook `<lambda>` (sample_scripts/grad_norm_hook.py:21), called from "
             "compiled-autograd graph !0 (compile !0/3/8)") in why
+
+
+def test_a_last_batch_at_the_last_step_and_an_evaluation_after_it_are_ends_not_unknowns(record_run):
+    """One epoch: the DataLoader's smaller last batch is the run's last step, and the evaluation
+    after it runs after the last step. Each is one compile, then cached: named as what it is, with
+    the one-time fixes, never "too few steps to tell whether it stabilises (run more steps)"."""
+    explanation, cwd = _explained(record_run, "eval_no_grad.py", "--epochs", "1")
+    words = dict(zip((c.facts.get("kind") for c in explanation.causes), _all_words(explanation, cwd)))
+    _, why, fixes = words[GUARD_SIZE]
+    assert "It came at the run's last step (2): a batch smaller than the ones before it (16 -> 8 rows) at the end is a last batch" in why
+    assert "run more steps" not in why and fixes.startswith("To skip even that recompile, mark the dimension dynamic")
+    assert "drop_last=True" in fixes
+    _, why, fixes = words[GUARD_GRAD_MODE]
+    assert "It came after the run's last step (2): an evaluation after training, compiled once" in why and "run more steps" not in why
+    assert fixes.startswith("Nothing to fix: the training graph and the evaluation graph are both cached")
+    # Two epochs: the same two recompiles come before the run's end, and read as stabilised.
+    two, two_cwd = _explained(record_run, "eval_no_grad.py")
+    assert all("It has stabilised" in why for _, why, _ in _all_words(two, two_cwd)[::2])

@@ -254,8 +254,16 @@ class ExplanationRenderer:
             self.console.print()
 
     def render(self, explanations: list[Explanation], run_label: str) -> None:
+        shown: dict[tuple, str] = {}  # what a record's explanation says -> the first record that said it
         for explanation in explanations:
             table = explanation.table
+            said = _what_it_says(explanation)
+            first = shown.setdefault(said, table.name)
+            if first != table.name:
+                # A repetition of `run --repeat K` whose explanation is word for word an earlier one's
+                # (its evidence's seqs aside): its counts, and where the words are.
+                print_wrapped(self.console, f"{counts_line(table)}; explained as mode {first} above, word for word")
+                continue
             print_wrapped(self.console, counts_line(table))
             for note in record_notes(table):
                 print_wrapped(self.console, note)
@@ -276,6 +284,21 @@ class ExplanationRenderer:
                 self._block(f"#{cause.number} {words.title}{at}", words.why, words.fix, words.evidence, indent)
             self._phases_and_budget(table)
         print_line(self.console, f"Every recompile, one per row: cagtool recompiles {run_label}")
+
+
+def _what_it_says(explanation: Explanation) -> tuple:
+    """Everything the --explain text says of one record but its name and its evidence's seqs: equal
+    for two repetitions of one mode that recompiled alike."""
+    from cagtool.report.recompiles.budget_words import phase_and_budget_lines
+
+    table = explanation.table
+    counts = counts_line(table).split(": ", 1)[-1]
+    notes = tuple(record_notes(table))
+    words = tuple((w.title, tuple(w.why), tuple(w.fix), tuple(steps))
+                  for w, steps in [(alert_words(a, table.cwd), ()) for a in explanation.alerts]
+                  + [(cause_words(c, table.cwd), tuple(c.steps)) for c in explanation.causes])
+    quiet = no_recompiles_text(table) if not explanation.causes and not explanation.alerts else ""
+    return (table.mode, counts, notes, words, quiet, tuple(phase_and_budget_lines(table)))
 
 
 JSON_SCHEMA = "cagtool-recompiles"

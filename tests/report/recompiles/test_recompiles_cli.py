@@ -415,6 +415,13 @@ def test_each_repetition_of_a_repeated_run_is_its_own_table_under_its_own_name(r
     assert list(modes) == names
     assert all(entry["mode"] == "eager" and entry["steps"] == 40 and "explanation" in entry for entry in modes.values())
     text = cagtool("recompiles", str(run.path), "--explain").stdout
-    assert [line.split(":")[0] for line in text.splitlines() if line.startswith("mode ")] == [f"mode {n}" for n in names]
+    heads = [line for line in text.splitlines() if line.startswith("mode ")]
+    assert [line.split(":")[0] for line in heads] == [f"mode {n}" for n in names]
+    # Repetitions that say word for word what the first said are one line each, pointing to it.
+    assert not heads[0].endswith("above, word for word") and text.count("No recompiles: the eager mode compiles nothing.") == 1
+    flat = " ".join(text.split())
+    for name in names[1:]:
+        assert (f"mode {name}: 0 recompiles in 40 steps (CA: 0, Dynamo forward-frame: 0, Dynamo CA-graph: 0); "
+                "explained as mode eager above, word for word") in flat, flat
     one = cagtool("recompiles", str(run.path), "--mode", "eager.3")
     assert one.returncode == 0 and one.stdout.startswith("mode eager.3: 0 recompiles in 40 steps"), one.stdout[:300]

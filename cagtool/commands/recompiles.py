@@ -168,6 +168,8 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     mode = options.mode or ("ca" if "ca" in record.modes else next(iter(record.modes)))
     index = next((i for i, t in enumerate(tables) if t.name == mode), 0)
     explanation = explanations[index]
+    # A repetition of `run --repeat K` (`ca.3`): its explanation, re-run as its mode (`run --modes ca`).
+    mode = tables[index].mode if tables[index].name == mode else mode
     from cagtool.report.recompiles.explain import ca_started_dynamic, nothing_to_fix
 
     # ca-dynamic changes nothing where compiled autograd already started dynamic: `run --dynamic`,

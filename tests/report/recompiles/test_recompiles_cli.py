@@ -402,7 +402,7 @@ def test_a_stale_sidecar_is_ignored_and_the_lines_are_read(record_run, tmp_path)
     assert after["counts"] == before["counts"]
 
 
-def test_each_repetition_of_a_repeated_run_is_its_own_table_under_its_own_name(record_run):
+def test_each_repetition_of_a_repeated_run_is_its_own_table_under_its_own_name(record_run, tmp_path):
     """`run --repeat 7` (the gate-copy tests' recording): every repetition is explained and kept in
     the JSON under its record's name (`eager.2` ...), never folded into one `eager` key whose last
     repetition wins, and `--mode eager.3` names that repetition, not its mode."""
@@ -425,3 +425,8 @@ def test_each_repetition_of_a_repeated_run_is_its_own_table_under_its_own_name(r
                 "explained as mode eager above, word for word") in flat, flat
     one = cagtool("recompiles", str(run.path), "--mode", "eager.3")
     assert one.returncode == 0 and one.stdout.startswith("mode eager.3: 0 recompiles in 40 steps"), one.stdout[:300]
+    # --verify of a repetition explains that repetition and would re-run its mode (`run --modes eager`), not "eager.3".
+    copy = shutil.copytree(run.path, tmp_path / "run")
+    verified = cagtool("recompiles", str(copy), "--explain", "--verify", "--repeat", "1", "--mode", "eager.3")
+    assert verified.returncode == 0, verified.stderr
+    assert "nothing to verify in mode eager: no fix cagtool can apply answers these causes" in verified.stderr, verified.stderr

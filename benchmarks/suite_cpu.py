@@ -3,8 +3,8 @@ waited for (`getrusage` SELF and CHILDREN around the test), one JSON line per te
 $CPU_PER_TEST_OUT; then `--report` sums them per file and lists the costliest tests. The suite is
 CPU-bound on 2 cores, so its wall time is its CPU over ~1.95: this is where that CPU goes.
 
-    CPU_PER_TEST_OUT=/tmp/cpu.jsonl PYTHONPATH=benchmarks python -m pytest -q -n 3 --dist worksteal -p suite_cpu
-    python benchmarks/suite_cpu.py --report /tmp/cpu.jsonl > benchmarks/results/suite_cpu/<date>-<commit>.txt
+    CPU_PER_TEST_OUT=cpu.jsonl PYTHONPATH=benchmarks python -m pytest -q -n 3 --dist worksteal -p suite_cpu
+    python benchmarks/suite_cpu.py --report cpu.jsonl > benchmarks/results/suite_cpu/<date>-<commit>.txt
 
 A subprocess's CPU counts where the test waits for it (a `cagtool run` and its mode processes
 do; a process left to a session fixture counts in the first test that asked for it).

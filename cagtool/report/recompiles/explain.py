@@ -38,7 +38,6 @@ from cagtool.report.recompiles.table import (
 from cagtool.torch_text import (
     GUARD_GLOBAL_STATE,
     GUARD_GRAD_MODE,
-    global_state_changes,
     GUARD_ID,
     GUARD_LENGTH,
     GUARD_NONE,
@@ -51,6 +50,7 @@ from cagtool.torch_text import (
     ca_id_of,
     compile_frame,
     equals_guard,
+    global_state_changes,
     graph_break_words,
     guard_kind,
     guarded_names,

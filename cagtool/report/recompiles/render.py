@@ -17,6 +17,7 @@ from cagtool.report.recompiles.explain import (
     GRAD_WARMUP_WORDS,
     grad_warmup_row,
     Explanation,
+    Words,
     alert_words,
     cause_words,
     plural,
@@ -257,8 +258,9 @@ class ExplanationRenderer:
         shown: dict[tuple, str] = {}  # what a record's explanation says -> the first record that said it
         for explanation in explanations:
             table = explanation.table
-            said = _what_it_says(explanation)
-            first = shown.setdefault(said, table.name)
+            alerts = [alert_words(alert, table.cwd) for alert in explanation.alerts]
+            causes = [cause_words(cause, table.cwd) for cause in explanation.causes]
+            first = shown.setdefault(_what_it_says(explanation, alerts, causes), table.name)
             if first != table.name:
                 # A repetition of `run --repeat K` whose explanation is word for word an earlier one's
                 # (its evidence's seqs aside): its counts, and where the words are.
@@ -272,11 +274,9 @@ class ExplanationRenderer:
                 self._phases_and_budget(table)
                 continue
             self.console.print()
-            for alert in explanation.alerts:
-                words = alert_words(alert, table.cwd)
+            for words in alerts:
                 self._block(f"!! {words.title}", words.why, words.fix, words.evidence)
-            for cause in explanation.causes:
-                words = cause_words(cause, table.cwd)
+            for cause, words in zip(explanation.causes, causes):
                 steps = cause.steps
                 at = f", {'step' if len(steps) == 1 else 'steps'} {step_list(steps)}" if steps else ""
                 # A consequence is drawn under its root cause (they are listed in that order).
@@ -286,17 +286,16 @@ class ExplanationRenderer:
         print_line(self.console, f"Every recompile, one per row: cagtool recompiles {run_label}")
 
 
-def _what_it_says(explanation: Explanation) -> tuple:
-    """Everything the --explain text says of one record but its name and its evidence's seqs: equal
-    for two repetitions of one mode that recompiled alike."""
+def _what_it_says(explanation: Explanation, alerts: list[Words], causes: list[Words]) -> tuple:
+    """Everything the --explain text says of one record (its alerts' and causes' words given) but its
+    name and its evidence's seqs: equal for two repetitions of one mode that recompiled alike."""
     from cagtool.report.recompiles.budget_words import phase_and_budget_lines
 
     table = explanation.table
     counts = counts_line(table).split(": ", 1)[-1]
     notes = tuple(record_notes(table))
-    words = tuple((w.title, tuple(w.why), tuple(w.fix), tuple(steps))
-                  for w, steps in [(alert_words(a, table.cwd), ()) for a in explanation.alerts]
-                  + [(cause_words(c, table.cwd), tuple(c.steps)) for c in explanation.causes])
+    steps = [()] * len(alerts) + [tuple(c.steps) for c in explanation.causes]
+    words = tuple((w.title, tuple(w.why), tuple(w.fix), s) for w, s in zip([*alerts, *causes], steps))
     quiet = no_recompiles_text(table) if not explanation.causes and not explanation.alerts else ""
     return (table.mode, counts, notes, words, quiet, tuple(phase_and_budget_lines(table)))
 

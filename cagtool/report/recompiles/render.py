@@ -244,10 +244,7 @@ class ExplanationRenderer:
             self._line(f"Evidence: {evidence}", indent + 2)
         self.console.print()
 
-    def _phases_and_budget(self, table: RecompileTable) -> None:
-        from cagtool.report.recompiles.budget_words import phase_and_budget_lines
-
-        lines = phase_and_budget_lines(table)
+    def _phases_and_budget(self, lines: tuple[str, ...]) -> None:
         for line in lines:
             stripped = line.lstrip(" ")
             self._line(stripped, len(line) - len(stripped))
@@ -260,18 +257,21 @@ class ExplanationRenderer:
             table = explanation.table
             alerts = [alert_words(alert, table.cwd) for alert in explanation.alerts]
             causes = [cause_words(cause, table.cwd) for cause in explanation.causes]
-            first = shown.setdefault(_what_it_says(explanation, alerts, causes), table.name)
+            said = _what_it_says(explanation, alerts, causes)
+            _, _, notes, _, quiet, phases = said
+            counts = counts_line(table)
+            first = shown.setdefault(said, table.name)
             if first != table.name:
                 # A repetition of `run --repeat K` whose explanation is word for word an earlier one's
                 # (its evidence's seqs aside): its counts, and where the words are.
-                print_wrapped(self.console, f"{counts_line(table)}; explained as mode {first} above, word for word")
+                print_wrapped(self.console, f"{counts}; explained as mode {first} above, word for word")
                 continue
-            print_wrapped(self.console, counts_line(table))
-            for note in record_notes(table):
+            print_wrapped(self.console, counts)
+            for note in notes:
                 print_wrapped(self.console, note)
-            if not explanation.causes and not explanation.alerts:
-                self.console.print(no_recompiles_text(table))
-                self._phases_and_budget(table)
+            if quiet:
+                self.console.print(quiet)
+                self._phases_and_budget(phases)
                 continue
             self.console.print()
             for words in alerts:
@@ -282,13 +282,14 @@ class ExplanationRenderer:
                 # A consequence is drawn under its root cause (they are listed in that order).
                 indent = 4 if cause.caused_by is not None else 0
                 self._block(f"#{cause.number} {words.title}{at}", words.why, words.fix, words.evidence, indent)
-            self._phases_and_budget(table)
+            self._phases_and_budget(phases)
         print_line(self.console, f"Every recompile, one per row: cagtool recompiles {run_label}")
 
 
 def _what_it_says(explanation: Explanation, alerts: list[Words], causes: list[Words]) -> tuple:
     """Everything the --explain text says of one record (its alerts' and causes' words given) but its
-    name and its evidence's seqs: equal for two repetitions of one mode that recompiled alike."""
+    name and its evidence's seqs, equal for two repetitions of one mode that recompiled alike:
+    (mode, counts after the name, notes, words, the no-recompiles line or "", phase and budget lines)."""
     from cagtool.report.recompiles.budget_words import phase_and_budget_lines
 
     table = explanation.table

@@ -223,6 +223,26 @@ def test_an_optimizer_compiled_beside_one_stepped_eagerly_is_not_named_missing(r
 CHAOTIC = str(ROOT / "tests" / "scripts" / "chaotic_lstm.py")
 
 
+def test_a_hook_that_is_wrong_only_under_compiled_autograd_from_step_30_is_not_drift(record_run):
+    """The modes agree bit for bit for 31 steps and the step-0 gradients agree; then a hook
+    registered at step 30 doubles head.weight's gradient under compiled autograd only. The losses
+    jump from equal to 1e-2 apart in one step: DISAGREE, named at that step (it read "drift apart:
+    round-off amplified by training, not wrong gradients"), and the gate fails."""
+    run = record_run(MISMATCH, "--kind", "late_scale_hook", "--steps", "40", modes="eager,ca")
+    assert run.returncode == 0, run.stderr
+    data = parity_json(run)
+    assert data["numerics"]["disagree"] and not data["numerics"]["drift"] and "numerics DISAGREE" in data["headline"]["text"]
+    [loss] = [d for d in data["numerics"]["diffs"] if d["quantity"] == "loss"]
+    assert loss["note"].startswith("losses agree bit for bit for the first 31 steps, then differ by ") and \
+        "at step 31" in loss["note"] and "a change at step 31, not round-off amplified by training" in loss["note"]
+    ca = pair(data, "ca")
+    assert not ca["agrees"] and not ca["drifted"]
+    text = " ".join(cagtool("compare", str(run.path)).stdout.split())
+    assert "drift" not in text and "a change at step 31" in text
+    gate = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(run.path))
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+
+
 def test_a_chaotic_backward_only_job_drifts_and_a_wrong_hook_in_it_disagrees(record_run):
     """word_language_model's shape, small (tests/scripts/chaotic_lstm.py: no optimizer, lr 35, the
     model rebound before the end). `--kind drift`: the ca mode's losses equal eager's to round-off

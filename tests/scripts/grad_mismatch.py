@@ -11,6 +11,8 @@
   feeds them the other way round, so the loss is the same and the two gradients are swapped: the
   global gradient norm is the same in every mode.
 - sign_hook: the hook negates head.bias's gradient under compile: same norms, flipped sign.
+- late_scale_hook: scale_hook's doubling, registered at step 30 (run it with `--steps 40`): the
+  modes agree bit for bit until then, and the ca mode's losses jump apart at step 31.
 - agree: none of these (the modes agree).
 """
 
@@ -71,6 +73,8 @@ def main() -> None:
     x, y = torch.randn(16, 8), torch.randn(16, 8)
     target = torch.randn(16, 1)
     for step in range(args.steps):
+        if args.kind == "late_scale_hook" and step == 30:
+            model.head.weight.register_hook(lambda grad: grad * 2 if torch.compiler.is_compiling() else grad)
         opt.zero_grad()
         loss = F.mse_loss(compiled(x, y), target)
         loss.backward()

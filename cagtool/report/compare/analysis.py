@@ -507,30 +507,35 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
             notes.append(f"{sample.record}: nothing to compare with {reference.record}")
         if first_losses_differ(sample, reference, tol) and _different_modes_of_one_run(sample.record, reference.record):
             kept = [replace(d, inputs_differ=not d.agrees) for d in kept]
-        elif gradients and any(not d.agrees for d in kept):
-            words, left_tight = _drift(sample, reference, tol, gradients.get(sample.record))
+        elif any(not d.agrees for d in kept):
+            words, left_tight, jumped = _drift(sample, reference, tol, (gradients or {}).get(sample.record))
             # A final norm's difference is drift only where the losses drifted too.
             kept = [replace(d, drift=words) if not d.agrees and (d.quantity == LOSS or left_tight) else d for d in kept]
+            if jumped:
+                kept = [replace(d, note=jumped) if d.quantity == LOSS and not d.agrees else d for d in kept]
         diffs.extend(kept)
     return Numerics(reference.record, tol, tuple(diffs), tuple(notes + nonfinite_notes(samples)))
 
 
-def _drift(sample: NumericsSample, reference: NumericsSample, tol: Tolerance, check: Any) -> tuple[str, bool]:
+def _drift(sample: NumericsSample, reference: NumericsSample, tol: Tolerance, check: Any) -> tuple[str, bool, str]:
     """(the drift words (compare/drift.py) for `sample`'s differences beyond `tol`, or "", whether
-    its losses left DRIFT_RTOL): drift where the first DRIFT_STEPS losses agree within DRIFT_RTOL and
-    `check` (its gradients against the same reference) compared a step among them and agrees at
-    every step before the losses parted."""
-    from cagtool.report.compare.drift import drift_words, loss_drift
+    its losses left DRIFT_RTOL, the words of a jump or ""): drift where the first DRIFT_STEPS losses
+    agree within DRIFT_RTOL, leave it growing rather than at a jump, and `check` (its gradients
+    against the same reference) compared a step among them and agrees at every step before the
+    losses parted. A jump after the first DRIFT_STEPS is said whatever the check."""
+    from cagtool.report.compare.drift import drift_words, jump_words, loss_drift
 
-    if check is None or check.not_comparable or not check.agrees or not check.steps or check.across_ranks:
-        return "", False
-    if check.reference.split(" ")[0] != reference.record:
-        return "", False
     drift = loss_drift(sample.losses, reference.losses, tol.rtol, tol.atol)
+    if drift.early_agreement and drift.jumped:
+        return "", False, jump_words(drift)
+    if check is None or check.not_comparable or not check.agrees or not check.steps or check.across_ranks:
+        return "", False, ""
+    if check.reference.split(" ")[0] != reference.record:
+        return "", False, ""
     early = [step for step in check.steps if drift.in_window(step)]
-    if not drift.early_agreement or not early:
-        return "", False
-    return drift_words(drift, early[0], check.params), drift.left_tight
+    if not drift.may_be_drift or not early:
+        return "", False, ""
+    return drift_words(drift, early[0], check.params), drift.left_tight, ""
 
 
 def nonfinite_notes(samples: list[NumericsSample]) -> list[str]:

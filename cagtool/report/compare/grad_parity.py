@@ -24,8 +24,8 @@ The tolerance (`GradTolerance`), per parameter and step:
 Not comparable either: a pair whose first-step losses already differ (the forward saw other
 inputs: an unseeded rank, data order), as in the loss numerics' own rule.
 
-Drift (drift.py): where the pair's losses agree within 1e-5 over the first 20 steps and the
-gradients agree at every digested step before the losses part beyond rtol 1e-3, gradients that
+Drift (drift.py): where the pair's losses agree within 1e-5 over the first 20 steps, leave it
+growing rather than at a jump, and the gradients agree at every digested step before the losses part beyond rtol 1e-3, gradients that
 differ at a step from there on are of parameters that round-off amplified by training has already
 moved apart: those steps are listed (`PairParity.drifted`), not counted as a disagreement.
 
@@ -607,7 +607,7 @@ def _after_drift(pair: PairParity, drift: LossDrift, got: dict[int, dict[str, Di
     first DRIFT_STEPS steps agree within DRIFT_RTOL, a step among those was compared, and every step
     compared before the parting agrees; else `pair` as it is."""
     parted = drift.parted_at
-    if not drift.early_agreement or parted is None or pair.first_bad_step is None or pair.first_bad_step < parted:
+    if not drift.may_be_drift or parted is None or pair.first_bad_step is None or pair.first_bad_step < parted:
         return pair
     if not any(drift.in_window(step) for step in pair.steps):
         return pair

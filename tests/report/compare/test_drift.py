@@ -15,7 +15,7 @@ from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.manifest import ModeManifest, RunMeta
 from cagtool.record.schema import STEP_BOUNDARY_BACKWARD, FinalStateEvent, GradDigestEvent, StepEvent
 from cagtool.report.compare.analysis import compare_modes
-from cagtool.report.compare.drift import DRIFT_RTOL, DRIFT_STEPS, drift_words, loss_drift
+from cagtool.report.compare.drift import DRIFT_RTOL, DRIFT_STEPS, JUMP, ROUND_OFF, drift_words, loss_drift
 from cagtool.report.compare.export import comparison_to_json
 from cagtool.report.compare.headline import run_headline
 from cagtool.report.compare.render import render_comparison
@@ -141,3 +141,45 @@ def test_a_final_norm_difference_with_losses_that_never_left_round_off_is_a_disa
     ca = mode("ca", drifting(start=STEPS), [digest(0), digest(STEPS - 1, reasons=("last",))], param_norm=50.2)
     numerics = compare_modes(run(ca)).numerics
     assert [(d.quantity, bool(d.drift)) for d in numerics.diffs if not d.agrees] == [("param_norm", False)]
+
+
+def jumping(at: int = 50, size: float = 6.5e-3) -> list[float]:
+    """The reference's losses, bit for bit until `at`, then `size` relative apart and growing: an
+    error that starts mid-run (a hook registered at step at - 1 that is wrong only under compiled
+    autograd), not round-off."""
+    return [value if i < at else value * (1 + min(size * 1.1 ** (i - at), 0.05)) for i, value in enumerate(reference_losses())]
+
+
+def test_loss_drift_measures_the_step_that_leaves_round_off_against_the_steps_before_it():
+    reference = dict(enumerate(reference_losses()))
+    growing = loss_drift(dict(enumerate(drifting())), reference, 1e-3, 1e-6)
+    assert growing.jump == pytest.approx(1.25 ** 21 / 1.25 ** 20) and not growing.jumped and growing.may_be_drift
+    jump = loss_drift(dict(enumerate(jumping())), reference, 1e-3, 1e-6)
+    assert (jump.tight_steps, jump.jumped_at, jump.parted_at) == (50, 50, 50)
+    assert jump.jump == pytest.approx(6.5e-3 / ROUND_OFF, rel=1e-3) and jump.jumped and not jump.may_be_drift
+    # a step missing right after the prefix: nothing measured across it
+    gappy = {s: v for s, v in enumerate(jumping()) if s != 50}
+    assert loss_drift(gappy, reference, 1e-3, 1e-6).jump is None
+    # within JUMP of the largest of the steps before: growth, not a jump
+    near = [v * (1 + 1e-6) if 45 <= i < 50 else v for i, v in enumerate(jumping(size=1e-6 * JUMP * 0.9))]
+    assert not loss_drift(dict(enumerate(near)), reference, 1e-3, 1e-6).jumped
+
+
+def test_losses_that_jump_from_round_off_after_the_first_steps_disagree_whatever_the_early_check_says():
+    """A wrong hook registered at step 49: the losses equal eager's bit for bit for 50 steps and the
+    step-0 gradients agree, then the losses are 6.5e-3 apart at once: DISAGREE, named at the jump,
+    and the last step's gradient difference is counted, not set apart as drift."""
+    ca = mode("ca", jumping(), [digest(0), digest(STEPS - 1, scale=1.3, reasons=("last",))], param_norm=50.2)
+    comparison = compare_modes(run(ca))
+    numerics = comparison.numerics
+    assert not numerics.drifted and {d.quantity for d in numerics.disagreements} == {"loss", "param_norm"}
+    [loss] = [d for d in numerics.diffs if d.quantity == "loss"]
+    assert loss.note.startswith("losses agree bit for bit for the first 50 steps, then differ by 6.5e-03 at step 50, 65,000x the "
+                                "largest difference of the 5 steps before (or float32's round-off): a change at step 50, not round-off")
+    [pair] = comparison.grad_parity.pairs
+    assert not pair.agrees and not pair.drifted and pair.first_bad_step == STEPS - 1
+    assert "numerics DISAGREE" in run_headline(comparison).text and "drift" not in run_headline(comparison).text
+    out = text(comparison)
+    assert "Numerics DISAGREE with eager" in out and f"note: {loss.note}" in out and "drifted apart" not in out
+    assert comparison_to_json(comparison)["numerics"]["drift"] == {}
+    assert grad_parity_result(run(ca), 1.0).outcome == Outcome.FAIL

@@ -383,3 +383,16 @@ def test_baseline_save_refuses_a_baseline_larger_than_gate_reads(run, tmp_path):
     assert err.startswith("cagtool: error: not saving the baseline: it would be ") and f"more than the {MAX_JSON_FILE_BYTES:,} `cagtool gate` reads" in err
     assert "target_argv is " in err and f"{baseline} is left as it was" in err, err
     assert baseline.read_bytes() == before
+
+
+@pytest.mark.parametrize("name", ["ca.2\x1b[31mRED", "ca 2", "ca/../ca", "", "-" * 65])
+def test_a_mode_named_with_a_terminals_control_characters_or_a_path_is_refused(run, name):
+    """A mode's name comes from run.json and is printed by every report: one with an escape
+    sequence (which would recolour or rewrite the reader's terminal), a space, a separator or no
+    letters is refused before any mode is read, one line, exit 3."""
+    meta = json.loads((run / "run.json").read_text())
+    meta["modes"] = ["ca", name]
+    (run / "run.json").write_text(json.dumps(meta))
+    for command in ("summary", "recompiles", "compare"):
+        code, out, err = cagtool(command, str(run))
+        assert code == 3 and "lists a mode named" in err and err.count("\n") == 1 and "\x1b" not in out + err, (command, code, err)

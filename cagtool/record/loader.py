@@ -561,6 +561,9 @@ def resolve_run_path(path: str | Path | None) -> Path:
     raise UnreadableInput(f"{candidate} is not a cagtool run directory (no {RUN_META_FILE})")
 
 
+_MODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+
+
 def load_run(path: str | Path | None = None, strict: bool = False, kinds: frozenset[str] | set[str] | None = None, events: bool = True, columns: bool = False) -> RunRecord:
     run_path = resolve_run_path(path)
     data = read_json_object(run_path / RUN_META_FILE, "run record")
@@ -576,6 +579,13 @@ def load_run(path: str | Path | None = None, strict: bool = False, kinds: frozen
     twice = [mode for mode, count in listed.items() if count > 1]
     if twice:
         raise UnreadableInput(f"run record {run_path / RUN_META_FILE} lists mode {twice[0]!r} {listed[twice[0]]} times; a mode is recorded once")
+    # A mode's name is a directory's and is printed by every report: cagtool writes eager, aot,
+    # ca, imported and their repetitions (ca.3); a name with a terminal's control characters, a
+    # path separator or a space is not one of its records.
+    odd = [mode for mode in meta.modes if not isinstance(mode, str) or not _MODE_NAME.fullmatch(mode)]
+    if odd:
+        raise UnreadableInput(f"run record {run_path / RUN_META_FILE} lists a mode named {odd[0]!r}: a mode's name is letters, digits, "
+                              "'_', '-' and '.' (eager, ca.3), at most 64 characters; refusing to read it")
     modes: dict[str, ModeRecord] = {}
     for mode in meta.modes:
         mode_path = inside(run_path, mode, f"mode {mode!r} of {run_path / RUN_META_FILE}")

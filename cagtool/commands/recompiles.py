@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from cagtool.record.loader import RunRecord
     from cagtool.report.ranks.analysis import RankFocus
     from cagtool.report.recompiles import RecompileTable
+    from cagtool.report.recompiles.explain import Explanation
 
 
 @dataclass(frozen=True)
@@ -122,9 +123,9 @@ def _run_recompiles(options: RecompilesOptions, out: IO[str] | None, err: IO[str
         print_wrapped(console, note.line)
     if explanations is not None:
         ExplanationRenderer(console).render(explanations, run_label)
-        for table in tables:
+        for table, explanation in zip(tables, explanations):
             if (said := pgo_suggestion(record, table.name)) is not None:
-                print_wrapped(console, f"Torch's own words (its PGO, mode {table.name}): {said}")
+                print_wrapped(console, f"Torch's own words (its PGO, mode {table.name}): {said}" + pgo_scope(explanation))
     else:
         RecompilesTableRenderer(console).render(tables, run_label)
     if verification is not None:
@@ -235,6 +236,18 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
 
     # The lines quote the record (its paths, a fix's environment): shown, never obeyed by the terminal.
     return verify(record.path, mode, fixes, options.repeat, not_applied, progress=lambda line: print(f"cagtool: {safe_line(line)}", file=err, flush=True))
+
+
+def pgo_scope(explanation: "Explanation") -> str:
+    """What torch's PGO line can remove, where it cannot: its profile marks every size that changed
+    between two compiles of a frame, also across a recompile for another cause (an evaluation under
+    no_grad with a larger batch), which starting those sizes dynamic would not remove."""
+    from cagtool.report.recompiles.explain import size_recompiles
+
+    if size_recompiles(explanation) or not explanation.total:
+        return ""
+    return (" [cagtool: no recompile of this mode failed on a tensor's size: the sizes changed at a recompile for another "
+            "cause above (torch's profile notes them there too), and this setting would not remove it]")
 
 
 def pgo_suggestion(record: "RunRecord", mode: str) -> str | None:

@@ -2339,6 +2339,13 @@ def _limit_alert(table: RecompileTable, causes: list[Cause]) -> Alert | None:
     return Alert(code=ALERT_LIMIT, facts={"hits": len(table.limit_hits)}, causes=behind, limit_hits=table.limit_hits)
 
 
+def size_recompiles(explanation: Explanation) -> int:
+    """How many of the explained recompiles failed on a tensor's size: compiled autograd's
+    changed-shapes misses and Dynamo's size guards (what torch's PGO suggestion can remove)."""
+    return sum(cause.count for cause in explanation.causes
+               if cause.code == CAUSE_SHAPES or any(guard_kind(guard) == GUARD_SIZE for _, guard in cause.facts.get("failures") or () if guard))
+
+
 def explain(table: RecompileTable) -> Explanation:
     causes = group_causes(table)
     alerts = [a for a in (_limit_alert(table, causes), _storm(table, causes)) if a is not None]

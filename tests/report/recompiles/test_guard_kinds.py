@@ -213,3 +213,19 @@ def test_a_last_batch_at_the_last_step_and_an_evaluation_after_it_are_ends_not_u
     # Two epochs: the same two recompiles come before the run's end, and read as stabilised.
     two, two_cwd = _explained(record_run, "eval_no_grad.py")
     assert all("It has stabilised" in why for _, why, _ in _all_words(two, two_cwd)[::2])
+
+
+def test_torchs_pgo_line_under_a_grad_mode_recompile_says_it_would_not_remove_it(record_run):
+    """Training batches of 16 rows, an evaluation of 64 under no_grad: the one recompile is the grad
+    mode's, and torch's PGO (which saw args[0]'s size change across it) suggests starting it
+    dynamic. Its line is shown with what it cannot do."""
+    run = record_run("eval_no_grad.py", "--rows", "32", "--held-out-rows", "64")
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = " ".join(cagtool_in_process("recompiles", "--explain", str(run.path)).stdout.split())
+    assert "the grad mode changed" in out and "a tensor's size changed" not in out
+    assert ("Torch's own words (its PGO, mode ca): PGO detected a recompilation due to dynamic shapes. To reduce shape recompilations "
+            "by compiling dynamically to start, set environment variable TORCH_COMPILE_DYNAMIC_SOURCES=\"L['args'][0]\" [cagtool: no "
+            "recompile of this mode failed on a tensor's size") in out
+    # where a size guard failed, the line is torch's alone
+    shaped = " ".join(cagtool_in_process("recompiles", "--explain", str(record_run("eval_no_grad.py").path)).stdout.split())
+    assert "Torch's own words (its PGO, mode ca): PGO detected" in shaped and "[cagtool: no recompile" not in shaped

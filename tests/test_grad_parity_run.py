@@ -235,6 +235,8 @@ def test_a_hook_that_is_wrong_only_under_compiled_autograd_from_step_30_is_not_d
     [loss] = [d for d in data["numerics"]["diffs"] if d["quantity"] == "loss"]
     assert loss["note"].startswith("losses agree bit for bit for the first 31 steps, then differ by ") and \
         "at step 31" in loss["note"] and "a change at step 31, not round-off amplified by training" in loss["note"]
+    # the new graph the hook made, captured at step 30, is named
+    assert loss["note"].endswith("; ca compiled at step 30 (!1): the first place to look (`cagtool diff-graphs`, `cagtool compile`)")
     ca = pair(data, "ca")
     assert not ca["agrees"] and not ca["drifted"]
     text = " ".join(cagtool("compare", str(run.path)).stdout.split())

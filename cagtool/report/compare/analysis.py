@@ -39,6 +39,8 @@ from cagtool.record.schema import (
     FIRST_STEP,
     MODES,
     STATUS_FINISHED,
+    CAGraphEvent,
+    DynamoCompileEvent,
     FinalStateEvent,
 )
 from cagtool.report.figures.intervals import (
@@ -398,18 +400,26 @@ class NumericsSample:
     param_norm: float | None
     grad_norm: float | None
     finished: bool  # final norms only mean something when the run ended normally
+    # step -> the compile ids of what was compiled in it (CA graphs "!N", Dynamo's "0/1"): where a
+    # change in the losses may come from
+    compiled_at: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
 
 def numerics_sample(name: str, record: ModeRecord) -> NumericsSample:
     losses = step_losses(record)
     final = record.of(FinalStateEvent)
     finished = record.manifest.status == STATUS_FINISHED and record.manifest.exit_code in (0, None)
+    compiled_at: dict[int, tuple[str, ...]] = {}
+    for event in (*record.of(CAGraphEvent), *record.of(DynamoCompileEvent)):
+        if event.step is not None and not getattr(event, "is_ca_graph", False):
+            compiled_at[event.step] = (*compiled_at.get(event.step, ()), event.compile_id)
     return NumericsSample(
         record=name,
         losses=losses,
         param_norm=final[-1].param_norm if final else None,
         grad_norm=final[-1].grad_norm if final else None,
         finished=finished,
+        compiled_at=compiled_at,
     )
 
 
@@ -527,7 +537,7 @@ def _drift(sample: NumericsSample, reference: NumericsSample, tol: Tolerance, ch
 
     drift = loss_drift(sample.losses, reference.losses, tol.rtol, tol.atol)
     if drift.early_agreement and drift.jumped:
-        return "", False, jump_words(drift)
+        return "", False, jump_words(drift, sample.record, sample.compiled_at)
     if check is None or check.not_comparable or not check.agrees or not check.steps or check.across_ranks:
         return "", False, ""
     if check.reference.split(" ")[0] != reference.record:

@@ -130,15 +130,22 @@ def loss_drift(losses: dict[int, float], reference: dict[int, float], rtol: floa
     return LossDrift(tight, worst, parted, len(steps), jump, jump_difference)
 
 
-def jump_words(drift: LossDrift) -> str:
+def jump_words(drift: LossDrift, record: str = "", compiled_at: dict[int, tuple[str, ...]] | None = None) -> str:
     """Why a later difference is not drift, where the losses jumped: "losses agree bit for bit for
     the first 31 steps, then differ by 6.5e-03 at step 31, 65,364x the largest difference of the 5
-    steps before: a change at step 31, not round-off amplified by training"."""
+    steps before: a change at step 31, not round-off amplified by training", and what `record`
+    compiled at that step or the one before (`compiled_at`: step -> compile ids), whose update
+    the jump's loss is the first to see."""
     to = "bit for bit" if drift.tight_worst == 0 else f"to {drift.tight_worst:.0e}"
     step = drift.jumped_at
-    return (f"losses agree {to} for the first {drift.tight_steps} steps, then differ by {drift.jump_difference:.1e} at step {step}, "
-            f"{drift.jump:,.0f}x the largest difference of the {min(JUMP_WINDOW, drift.tight_steps)} steps before (or float32's "
-            f"round-off): a change at step {step}, not round-off amplified by training (which grows by at most ~16x a step in the runs measured)")
+    words = (f"losses agree {to} for the first {drift.tight_steps} steps, then differ by {drift.jump_difference:.1e} at step {step}, "
+             f"{drift.jump:,.0f}x the largest difference of the {min(JUMP_WINDOW, drift.tight_steps)} steps before (or float32's "
+             f"round-off): a change at step {step}, not round-off amplified by training (which grows by at most ~16x a step in the runs measured)")
+    near = [(s, ids) for s in (step - 1, step) if (ids := (compiled_at or {}).get(s))]
+    if near:
+        said = "; ".join(f"at step {s} ({', '.join(ids)})" for s, ids in near)
+        words += f"; {record} compiled {said}: the first place to look (`cagtool diff-graphs`, `cagtool compile`)"
+    return words
 
 
 def drift_words(drift: LossDrift, check_step: int, params: int) -> str:

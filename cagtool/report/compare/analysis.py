@@ -344,6 +344,8 @@ class NumericsDiff:
     inputs_differ: bool = False
     # A difference beyond the tolerance that is drift (compare/drift.py): the words saying so.
     drift: str = ""
+    # The step the losses jumped apart at, from agreeing to round-off (compare/drift.py): a change there.
+    jumped_at: int | None = None
 
 
 @dataclass(frozen=True)
@@ -518,18 +520,18 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
         if first_losses_differ(sample, reference, tol) and _different_modes_of_one_run(sample.record, reference.record):
             kept = [replace(d, inputs_differ=not d.agrees) for d in kept]
         elif any(not d.agrees for d in kept):
-            words, left_tight, jumped = _drift(sample, reference, tol, (gradients or {}).get(sample.record))
+            words, left_tight, jump = _drift(sample, reference, tol, (gradients or {}).get(sample.record))
             # A final norm's difference is drift only where the losses drifted too.
             kept = [replace(d, drift=words) if not d.agrees and (d.quantity == LOSS or left_tight) else d for d in kept]
-            if jumped:
-                kept = [replace(d, note=jumped) if d.quantity == LOSS and not d.agrees else d for d in kept]
+            if jump is not None:
+                kept = [replace(d, note=jump[1], jumped_at=jump[0]) if d.quantity == LOSS and not d.agrees else d for d in kept]
         diffs.extend(kept)
     return Numerics(reference.record, tol, tuple(diffs), tuple(notes + nonfinite_notes(samples)))
 
 
-def _drift(sample: NumericsSample, reference: NumericsSample, tol: Tolerance, check: Any) -> tuple[str, bool, str]:
+def _drift(sample: NumericsSample, reference: NumericsSample, tol: Tolerance, check: Any) -> tuple[str, bool, tuple[int, str] | None]:
     """(the drift words (compare/drift.py) for `sample`'s differences beyond `tol`, or "", whether
-    its losses left DRIFT_RTOL, the words of a jump or ""): drift where the first DRIFT_STEPS losses
+    its losses left DRIFT_RTOL, (the step of a jump, its words) or None): drift where the first DRIFT_STEPS losses
     agree within DRIFT_RTOL, leave it growing rather than at a jump, and `check` (its gradients
     against the same reference) compared a step among them and agrees at every step before the
     losses parted. A jump after the first DRIFT_STEPS is said whatever the check."""
@@ -537,15 +539,15 @@ def _drift(sample: NumericsSample, reference: NumericsSample, tol: Tolerance, ch
 
     drift = loss_drift(sample.losses, reference.losses, tol.rtol, tol.atol)
     if drift.early_agreement and drift.jumped:
-        return "", False, jump_words(drift, sample.record, sample.compiled_at)
+        return "", False, (drift.jumped_at, jump_words(drift, sample.record, sample.compiled_at))
     if check is None or check.not_comparable or not check.agrees or not check.steps or check.across_ranks:
-        return "", False, ""
+        return "", False, None
     if check.reference.split(" ")[0] != reference.record:
-        return "", False, ""
+        return "", False, None
     early = [step for step in check.steps if drift.in_window(step)]
     if not drift.may_be_drift or not early:
-        return "", False, ""
-    return drift_words(drift, early[0], check.params), drift.left_tight, ""
+        return "", False, None
+    return drift_words(drift, early[0], check.params), drift.left_tight, None
 
 
 def nonfinite_notes(samples: list[NumericsSample]) -> list[str]:

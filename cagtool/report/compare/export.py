@@ -78,6 +78,7 @@ def _diff_json(d: NumericsDiff) -> dict[str, Any]:
         "agrees": d.agrees,
         "inputs_differ": d.inputs_differ,
         "drift": d.drift or None,
+        "jumped_at": d.jumped_at,
         "note": d.note,
     }
 

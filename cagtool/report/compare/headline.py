@@ -311,7 +311,9 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         tones.append(tone)
     if numerics.reference is not None and len(comparison.modes) > 1:
         if numerics.disagreements:
-            phrases.append("numerics DISAGREE")
+            # Where the losses jumped apart from round-off: the step the change came at.
+            jumps = [d for d in numerics.disagreements if d.jumped_at is not None]
+            phrases.append("numerics DISAGREE" + (f" (the losses of {jumps[0].record} jump apart at step {jumps[0].jumped_at})" if jumps else ""))
             tones.append(BAD)
         elif numerics.drift_words:
             # Beyond the tolerance late, after agreeing to round-off with the gradients checked

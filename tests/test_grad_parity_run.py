@@ -245,6 +245,10 @@ def test_a_hook_that_is_wrong_only_under_compiled_autograd_from_step_30_is_not_d
     assert "drift" not in text and "a change at step 31" in text
     gate = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(run.path))
     assert gate.returncode == 1, gate.stdout + gate.stderr
+    # a speed gate between the two modes says it times two different computations
+    speed = cagtool("gate", "--no-config", "--min-speedup", "ca/eager:0.01", str(run.path))
+    assert ("warning: numerics of ca DISAGREE with eager (its losses jump apart at step 31): min-speedup (ca/eager) times two "
+            "different computations") in " ".join(speed.stdout.split()), speed.stdout
 
 
 def test_a_chaotic_backward_only_job_drifts_and_a_wrong_hook_in_it_disagrees(record_run):

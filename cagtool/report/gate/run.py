@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cagtool.errors import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK, UsageError
 from cagtool.record.integrity import refuse_damaged
@@ -246,6 +246,35 @@ def _with_causes(results: list[CheckResult], run: RunRecord, mode: str, rank: in
     return out
 
 
+def _speed_of_other_numerics(checks: list[Check], run: RunRecord) -> list[str]:
+    """A speedup between two modes of the run whose numerics disagree (compare's rule, drift told
+    apart by the gradients) times two different computations: said, as compare withholds its own
+    verdict on it ("not a verdict: its numerics differ"). `--max-grad-diff` is the check that fails on it."""
+    from cagtool.report.gate.checks import MinSpeedupCheck
+
+    pairs = {(c.threshold.numerator, c.threshold.denominator) for c in checks if isinstance(c, MinSpeedupCheck)}
+    pairs = {pair for pair in pairs if all(mode in run.modes for mode in pair)}
+    if not pairs:
+        return []
+    from cagtool.report.compare.analysis import run_numerics
+    from cagtool.report.compare.closeness import Tolerance
+    from cagtool.report.compare.grad_parity import grad_parity
+
+    numerics = run_numerics(run, Tolerance(), grad_parity(run))
+    wrong: dict[str, Any] = {}
+    for d in numerics.disagreements:  # the loss's difference where it jumped: it names the step
+        if d.record not in wrong or d.jumped_at is not None:
+            wrong[d.record] = d
+    said = []
+    for numerator, denominator in sorted(pairs):
+        for mode in (numerator, denominator):
+            if (d := wrong.get(mode)) is not None and numerics.reference in (numerator, denominator):
+                where = f" (its losses jump apart at step {d.jumped_at})" if d.jumped_at is not None else ""
+                said.append(f"numerics of {mode} DISAGREE with {numerics.reference}{where}: min-speedup ({numerator}/{denominator}) times two "
+                            "different computations (cagtool compare says why; gate --max-grad-diff 1 fails on it)")
+    return said
+
+
 def run_gate(run_path: str | Path | None, options: GateOptions | None = None) -> GateResult:
     """Gate a recorded run. Raises UsageError (exit 2) for bad or missing thresholds and
     UnreadableInput (exit 3) for an unreadable run or baseline; a failed check is in the result."""
@@ -267,6 +296,7 @@ def run_gate(run_path: str | Path | None, options: GateOptions | None = None) ->
     if settings.require_power:
         results = [insist_on_power(r) for r in results]
     warnings = environment_warnings(baseline, run) if baseline is not None else []
+    warnings += _speed_of_other_numerics(checks, run)
     if settings.mode is None and mode not in ("ca", IMPORTED_MODE):  # an imported run has only that mode
         warnings.append(f"the run did not ask for the ca mode: gating mode {mode} (--mode to choose)")
     for name, record in run.modes.items():

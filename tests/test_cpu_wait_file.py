@@ -41,3 +41,13 @@ def test_a_run_longer_than_the_file_holds_keeps_every_other_sample(tmp_path):
     read, sample_s = read_cpu_wait(read_record_bytes(path, max_bytes=MAX_JSON_FILE_BYTES))  # type: ignore[misc]
     assert sample_s == 1.0 and len(read) == 600_001
     assert read[0][0] == 100000.1234 and read[1][0] == 100001.1234 and read[-1][0] == round(samples[-1][0], 4)
+
+
+def test_the_stall_is_read_where_the_file_names_it():
+    four = [(1234.56789, 0.1234567, 0.0, 0.0), (1235.06789, 0.6234567, 0.25, 0.4)]
+    text = cpu_wait_text(0.5, four)
+    assert json.loads(text)["columns"] == ["t", "run_s", "wait_s", "stall_s"]
+    assert read_cpu_wait(text.encode()) == ([[1234.5679, 0.123457, 0.0, 0.0], [1235.0679, 0.623457, 0.25, 0.4]], 0.5)
+    # a sample without it (a file cut or forged): the three columns every file has
+    mixed = json.dumps({"format": CPU_WAIT_FORMAT, "columns": ["t", "run_s", "wait_s", "stall_s"], "samples": [[1, 2, 3, 4], [2, 3, 4]]})
+    assert read_cpu_wait(mixed.encode()) == ([[1.0, 2.0, 3.0], [2.0, 3.0, 4.0]], 0.5)

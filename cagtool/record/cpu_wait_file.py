@@ -1,7 +1,8 @@
 """cpu_wait.json, beside a mode's manifest: how long the mode's process tree ran and waited for a
 CPU, sampled by cagtool's own process (capture/processes/cpu_wait.py) on the machine's monotonic
-clock, read by the figures (report/figures/metrics.py). Each sample is [t, run_s, wait_s]:
-perf_counter seconds, and the tree's cumulative run and wait seconds at that time."""
+clock, read by the figures (report/figures/metrics.py). Each sample is [t, run_s, wait_s, stall_s]:
+perf_counter seconds, and the tree's cumulative run, wait and stall seconds at that time (files
+written before the stall was kept have the first three columns)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ class CpuWaitFile(Struct, kw_only=True):
     format: str = CPU_WAIT_FORMAT
     clock: str = "perf_counter"
     sample_s: float | None = None
+    # A fourth value is the stall only where `columns` names it (the writer always does).
     columns: list[str] = field(default_factory=lambda: ["t", "run_s", "wait_s"])
-    # Each at least [t, run_s, wait_s] (what a later column adds is ignored).
+    # Each at least [t, run_s, wait_s] (what a column after those `columns` names is ignored).
     samples: list[Annotated[list[float], Meta(min_length=3)]]
 
 
-def cpu_wait_text(sample_s: float, samples: list[tuple[float, float, float]]) -> str:
+def cpu_wait_text(sample_s: float, samples: list[tuple[float, ...]]) -> str:
     """The file's text, in json's layout (indent 2), as written so far. Never over what the reader
     reads (schema.MAX_JSON_FILE_BYTES, some 800,000 samples: 4.6 days at 0.5 s): a longer run keeps
     every 2nd sample (then every 4th...) and the last, its sample_s multiplied to match. The
@@ -32,7 +34,7 @@ def cpu_wait_text(sample_s: float, samples: list[tuple[float, float, float]]) ->
 
     from cagtool.record.schema import MAX_JSON_FILE_BYTES
 
-    rows = [[round(t, 4), round(r, 6), round(w, 6)] for t, r, w in samples]
+    rows = [[round(sample[0], 4), *(round(x, 6) for x in sample[1:4])] for sample in samples]
     every = 1
     if len(rows) > 4096:  # the thinning judged from the last rows (the longest numbers), so the long text is made once
         # In the document a row is 2 spaces further in than in a list of its own, on each of its 5 lines.
@@ -43,17 +45,20 @@ def cpu_wait_text(sample_s: float, samples: list[tuple[float, float, float]]) ->
         kept = rows[::every]
         if kept[-1:] != rows[-1:]:
             kept.append(rows[-1])
-        text = json.dumps(msgspec.to_builtins(CpuWaitFile(sample_s=sample_s * every, samples=kept)), indent=2) + "\n"
+        columns = ["t", "run_s", "wait_s", "stall_s"][: len(rows[0])]
+        text = json.dumps(msgspec.to_builtins(CpuWaitFile(sample_s=sample_s * every, columns=columns, samples=kept)), indent=2) + "\n"
         if len(text) <= MAX_JSON_FILE_BYTES or len(kept) <= 2:
             return text
         every *= 2
 
 
 def read_cpu_wait(data: bytes) -> tuple[list[list[float]], float] | None:
-    """(samples as [t, run_s, wait_s], seconds between samples), or None for a file that is not
-    one: the readings are a note on the figures, never a reason to refuse a record."""
+    """(samples as [t, run_s, wait_s] or, where the file has the stall, [t, run_s, wait_s,
+    stall_s], seconds between samples), or None for a file that is not one: the readings are a
+    note on the figures, never a reason to refuse a record."""
     try:
         document = msgspec.json.decode(data, type=CpuWaitFile)
     except msgspec.DecodeError:  # ValidationError included
         return None
-    return [sample[:3] for sample in document.samples], document.sample_s or DEFAULT_SAMPLE_S
+    width = 4 if document.columns[3:4] == ["stall_s"] and all(len(sample) >= 4 for sample in document.samples) else 3
+    return [sample[:width] for sample in document.samples], document.sample_s or DEFAULT_SAMPLE_S

@@ -12,6 +12,16 @@ The samples go to `<mode>/cpu_wait.json`: cumulative run and wait seconds of the
 mode's record clock (`time.perf_counter`, CLOCK_MONOTONIC, which every process on the machine
 shares; the manifest's `clock_t0` places the record's event times on it). A thread that ends
 takes its counters with it, so each sample adds what every thread gained since the last one.
+
+A third cumulative figure, the **stall**: in each interval between samples, the longest any one
+thread of the tree waited, up to the CPU time the tree left to others in it (the CPUs the job may
+run on, times the interval, less what the tree ran). The summed wait is a share of the tree's
+runnable time; a step that needs every thread of an intra-op pool is held up as long as the most
+delayed one waits, while the others spin at its barrier (running, not waiting). A Lightning job's
+2-thread eager steps beside another job read 185 ms against 2 ms alone: one thread ran the whole
+time and the other waited the whole time, a summed share of 50 % (a "2x" bound) where the stall
+is the whole interval. The cap keeps the job's own threads out of it: threads that outnumber the
+CPUs wait for each other on an idle machine too, and then the tree leaves nothing to others.
 """
 
 from __future__ import annotations
@@ -47,6 +57,14 @@ def _task_counters(pid: int) -> dict[tuple[int, int], tuple[int, int]]:
     return found
 
 
+def _cpus_of(pid: int) -> int:
+    """The CPUs the process may run on (its affinity), else the machine's."""
+    try:
+        return max(len(os.sched_getaffinity(pid)), 1)
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def available() -> bool:
     """Whether this kernel keeps per-thread schedstat (CONFIG_SCHED_INFO)."""
     return os.path.exists(f"/proc/{os.getpid()}/schedstat")
@@ -60,11 +78,14 @@ class CpuWaitSampler:
         self.root = root
         self.clock = clock
         self.sample_s = sample_s
-        self.samples: list[tuple[float, float, float]] = []  # (clock s, cumulative run s, cumulative wait s)
+        # (clock s, cumulative run s, cumulative wait s, cumulative stall s)
+        self.samples: list[tuple[float, float, float, float]] = []
         self._last: dict[tuple[int, int], tuple[int, int]] = {}
         self._pids: list[int] = [root]
         self._run_ns = 0
         self._wait_ns = 0
+        self._stall_ns = 0
+        self._cpus = _cpus_of(root)
         self._ticks = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -77,14 +98,22 @@ class CpuWaitSampler:
         now: dict[tuple[int, int], tuple[int, int]] = {}
         for pid in self._pids:
             now.update(_task_counters(pid))
+        ran = longest_wait = 0
         for key, (run, wait) in now.items():
             last_run, last_wait = self._last.get(key, (0, 0))
             # A thread first seen has run since it started: all of it counts (its start was
             # after the previous sample, or in the mode's first moments).
-            self._run_ns += max(run - last_run, 0)
-            self._wait_ns += max(wait - last_wait, 0)
+            ran += max(run - last_run, 0)
+            waited = max(wait - last_wait, 0)
+            self._wait_ns += waited
+            longest_wait = max(longest_wait, waited)
+        self._run_ns += ran
         self._last = now
-        self.samples.append((self.clock(), self._run_ns / 1e9, self._wait_ns / 1e9))
+        clock = self.clock()
+        if self.samples:  # the stall of the interval since the last sample (the module's docstring)
+            left_to_others = self._cpus * (clock - self.samples[-1][0]) * 1e9 - ran
+            self._stall_ns += int(min(longest_wait, max(left_to_others, 0.0)))
+        self.samples.append((clock, self._run_ns / 1e9, self._wait_ns / 1e9, self._stall_ns / 1e9))
 
     def _loop(self) -> None:
         try:

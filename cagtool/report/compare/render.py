@@ -160,7 +160,7 @@ def speedup_range(s: Speedup) -> str:
 
 SPEEDUP_FOOTNOTE = (
     "speedup = baseline median step time / mode median step time (> 1: faster; CPU time per step where both modes' steps "
-    "were CPU-bound), with its 90% confidence interval: each process is one piece of evidence (the blocks of --repeat K, "
+    "were CPU-bound on one thread), with its 90% confidence interval: each process is one piece of evidence (the blocks of --repeat K, "
     "paired, from K = 5; below that only a change beyond the assumed run-to-run noise is called). faster / slower: clear of "
     "1.0; no change: within +/-5%; inconclusive: neither (docs/ci.md)."
 )

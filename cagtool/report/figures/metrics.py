@@ -910,6 +910,9 @@ class CpuWait:
     wait_s: float  # summed over the tree's threads
     run_s: float
     window_s: float  # the steady steps' span of time
+    # The stall over the window (capture/processes/cpu_wait.py): each interval's longest wait of one
+    # thread, up to what the tree left to others; None in readings made before it was kept.
+    stall_s: float | None = None
     # The median steady step's time over the median of the steps' times less each step's own wait
     # (its share w from the readings that bracket it: wall x (1 - w)); None without readings per
     # step. A load that comes and goes weighs on the window's share by time and on the median by
@@ -918,9 +921,13 @@ class CpuWait:
 
     @property
     def fraction(self) -> float:
-        """Of the time the mode's threads were runnable, the share they waited for a CPU."""
+        """Of the time the mode's threads were runnable, the share they waited for a CPU; or, where
+        larger, the share of the window the stall held the steps up (a thread of a pool waiting
+        while the others spin at its barrier)."""
         total = self.wait_s + self.run_s
-        return self.wait_s / total if total > 0 else 0.0
+        summed = self.wait_s / total if total > 0 else 0.0
+        stalled = min(self.stall_s / self.window_s, 1.0) if self.stall_s is not None and self.window_s > 0 else 0.0
+        return max(summed, stalled)
 
     @property
     def slowdown(self) -> float:
@@ -942,19 +949,19 @@ class CpuWait:
         return self.run_s / self.window_s if self.window_s > 0 else 0.0
 
 
-def _sample_at(samples: list[list[float]], t: float) -> tuple[float, float]:
-    """(run s, wait s) at clock time t, between the samples that bracket it."""
+def _sample_at(samples: list[list[float]], t: float) -> tuple[float, ...]:
+    """(run s, wait s[, stall s]) at clock time t, between the samples that bracket it."""
     import bisect
 
     times = [s[0] for s in samples]
     i = bisect.bisect_left(times, t)
     if i <= 0:
-        return samples[0][1], samples[0][2]
+        return tuple(samples[0][1:])
     if i >= len(samples):
-        return samples[-1][1], samples[-1][2]
-    (t0, r0, w0), (t1, r1, w1) = samples[i - 1][:3], samples[i][:3]
-    share = (t - t0) / (t1 - t0) if t1 > t0 else 1.0
-    return r0 + (r1 - r0) * share, w0 + (w1 - w0) * share
+        return tuple(samples[-1][1:])
+    before, after = samples[i - 1], samples[i]
+    share = (t - before[0]) / (after[0] - before[0]) if after[0] > before[0] else 1.0
+    return tuple(a + (b - a) * share for a, b in zip(before[1:], after[1:]))
 
 
 def steady_steps(record: ModeRecord) -> tuple[Any, Any] | None:
@@ -1038,10 +1045,12 @@ def _cpu_wait(record: ModeRecord) -> CpuWait | None:
     # must not read as "not measured", which claims nothing against the other's load.
     if start < samples[0][0] - sample_s or end > samples[-1][0] + sample_s or end <= start:
         return None
-    (r0, w0), (r1, w1) = _sample_at(samples, start), _sample_at(samples, end)
-    if r1 - r0 <= 0:
+    first, last = _sample_at(samples, start), _sample_at(samples, end)
+    if last[0] - first[0] <= 0:
         return None
-    return CpuWait(wait_s=max(w1 - w0, 0.0), run_s=r1 - r0, window_s=end - start, median_slowdown=median_slowdown([record]))
+    stall = max(last[2] - first[2], 0.0) if len(first) > 2 else None
+    return CpuWait(wait_s=max(last[1] - first[1], 0.0), run_s=last[0] - first[0], window_s=end - start, stall_s=stall,
+                   median_slowdown=median_slowdown([record]))
 
 
 def compile_wait(record: ModeRecord) -> float | None:
@@ -1062,9 +1071,12 @@ def _compile_wait(record: ModeRecord) -> float | None:
     end = window[0] + t0 if window is not None else samples[-1][0]
     if end <= samples[0][0]:
         return None
-    (r0, w0), (r1, w1) = (samples[0][1], samples[0][2]), _sample_at(samples, end)
-    ran, waited = r1 - r0, max(w1 - w0, 0.0)
-    return waited / (ran + waited) if ran + waited > 0 else None
+    first, last = tuple(samples[0][1:]), _sample_at(samples, end)
+    ran, waited = last[0] - first[0], max(last[1] - first[1], 0.0)
+    if ran + waited <= 0:
+        return None
+    stalled = max(last[2] - first[2], 0.0) / (end - samples[0][0]) if len(first) > 2 else 0.0
+    return max(waited / (ran + waited), min(stalled, 1.0))
 
 
 def step_waits(record: ModeRecord) -> tuple[Any, Any] | None:
@@ -1090,6 +1102,9 @@ def _step_waits(record: ModeRecord) -> tuple[Any, Any] | None:
     ran, waited = np.maximum(ran, 0.0), np.maximum(waited, 0.0)
     total = ran + waited
     share = np.divide(waited, total, out=np.zeros_like(total), where=total > 0)
+    if readings.shape[1] > 3:  # the stall (cpu_wait.py): the share of the step it held up, where larger
+        stalled = np.maximum(np.interp(at_end, readings[:, 0], readings[:, 3]) - np.interp(at_start, readings[:, 0], readings[:, 3]), 0.0)
+        share = np.maximum(share, np.minimum(np.divide(stalled, wall, out=np.zeros_like(wall), where=wall > 0), 1.0))
     return wall, share
 
 

@@ -230,7 +230,9 @@ def _pooled_cpu_wait(records: list[ModeRecord]) -> CpuWait | None:
     read = [(record, reading) for record in records if (reading := cpu_wait(record)) is not None]
     if not read:
         return None
+    stalls = [r.stall_s for _, r in read]
     return CpuWait(sum(r.wait_s for _, r in read), sum(r.run_s for _, r in read), sum(r.window_s for _, r in read),
+                   stall_s=sum(stalls) if all(s is not None for s in stalls) else None,  # type: ignore[misc]
                    median_slowdown=median_slowdown([record for record, _ in read]))
 
 

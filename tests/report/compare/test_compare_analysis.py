@@ -483,10 +483,10 @@ Speedups (steady-state step time)
 │           │         │              │              │ from a mode that did not finish cleanly      │
 └───────────┴─────────┴──────────────┴──────────────┴──────────────────────────────────────────────┘
 speedup = baseline median step time / mode median step time (> 1: faster; CPU time per step where
-both modes' steps were CPU-bound), with its 90% confidence interval: each process is one piece of
-evidence (the blocks of --repeat K, paired, from K = 5; below that only a change beyond the assumed
-run-to-run noise is called). faster / slower: clear of 1.0; no change: within +/-5%; inconclusive:
-neither (docs/ci.md).
+both modes' steps were CPU-bound on one thread), with its 90% confidence interval: each process is
+one piece of evidence (the blocks of --repeat K, paired, from K = 5; below that only a change beyond
+the assumed run-to-run noise is called). faster / slower: clear of 1.0; no change: within +/-5%;
+inconclusive: neither (docs/ci.md).
 Steps left out of the steady state because compilation touched them: aot: step 0; ca: step 0
 Numerics: losses and final norms agree with eager within rtol 0.001, atol 1e-06; largest relative
 difference 0

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -58,6 +59,65 @@ def test_a_process_sharing_its_cpu_with_three_busy_ones_reads_as_waiting_most_of
         for proc in [watched, *burners]:
             proc.kill()
             proc.wait()
+
+
+@needs_schedstat
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else True, reason="needs two CPUs")
+def test_a_thread_held_back_while_its_sibling_runs_is_a_stall_the_summed_wait_halves():
+    """A process tree of two busy workers, one alone on a CPU and one sharing the other CPU with
+    three busy processes: the held-back one waits three quarters of the time, the other none, so
+    the summed share is ~3/8 (1.6x by the model), while a step that needs both (an intra-op pool's
+    parallel region, its other thread spinning at the barrier, running) is held up three quarters
+    of the time: the stall, what the tree left to others capping it."""
+    first_cpu, second_cpu = sorted(os.sched_getaffinity(0))[:2]
+    on = lambda cpu: (lambda: os.sched_setaffinity(0, {cpu}))  # noqa: E731
+    burners = [subprocess.Popen([sys.executable, "-c", SPIN], preexec_fn=on(second_cpu)) for _ in range(3)]
+    workers = (f"import os, subprocess, sys\n"
+               f"a = subprocess.Popen([sys.executable, '-c', {SPIN!r}], preexec_fn=lambda: os.sched_setaffinity(0, {{{first_cpu}}}))\n"
+               f"b = subprocess.Popen([sys.executable, '-c', {SPIN!r}], preexec_fn=lambda: os.sched_setaffinity(0, {{{second_cpu}}}))\n"
+               "a.wait(); b.wait()\n")
+    watched = subprocess.Popen([sys.executable, "-c", workers])
+    sampler = CpuWaitSampler(watched.pid)
+    try:
+        while True:  # until both workers exist and the free one has run a while (CPU time, not a clock margin)
+            sampler.sample()
+            children = [p for p in sampler._pids if p != watched.pid]
+            if len(children) == 2 and all(_run_ns(p) > 0 for p in children):
+                break
+            os.sched_yield()
+        start = sampler.samples[-1]
+        # Samples a tenth of a second apart, as a run's are half a second: the kernel adds a
+        # thread's wait when it is next scheduled, so intervals of a scheduler slice see it in lumps.
+        while max(_run_ns(p) for p in children) < 1_500_000_000:
+            time.sleep(0.1)
+            sampler.sample()
+        end = sampler.samples[-1]
+        elapsed, ran, waited, stalled = (b - a for a, b in zip(start, end))
+        assert len(start) == 4 and stalled > 0.5 * elapsed, (elapsed, ran, waited, stalled)
+        assert stalled / elapsed > waited / (ran + waited), (elapsed, ran, waited, stalled)
+    finally:
+        for pid in descendants(watched.pid):
+            os.kill(pid, 9)
+        for proc in [watched, *burners]:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_stall_in_the_readings_is_the_load_a_step_of_several_threads_felt(tmp_path):
+    """Readings whose summed wait is 3/8 of the runnable time but whose stall is 3/4 of the window:
+    the mode's share is the stall's (a 4x model slowdown, not 1.6x); without the stall column (an
+    older file) it is the summed share."""
+    from cagtool.record.cpu_wait_file import cpu_wait_text
+    from cagtool.report.figures.metrics import CpuWait
+
+    reading = CpuWait(wait_s=0.75, run_s=1.25, window_s=1.0, stall_s=0.75)
+    assert reading.fraction == pytest.approx(0.75) and reading.slowdown == pytest.approx(4.0)
+    assert CpuWait(wait_s=0.75, run_s=1.25, window_s=1.0).fraction == pytest.approx(0.375)
+    # the figure a step gets from its readings
+    from cagtool.record.cpu_wait_file import read_cpu_wait
+
+    samples = [(100.0 + i * 0.5, i * 0.625, i * 0.375, i * 0.375) for i in range(10)]
+    assert read_cpu_wait(cpu_wait_text(0.5, samples).encode())[0][3] == [101.5, 1.875, 1.125, 1.125]  # type: ignore[index]
 
 
 def test_a_speedup_the_load_alone_could_explain_is_not_claimed():

@@ -15,6 +15,7 @@ from cagtool.report.figures.intervals import (
     MIN_SIGN_BLOCKS,
     NOISE_FLOOR,
     OUTLIER_NOISES,
+    ONE_THREAD_CPU,
     ProcessSteps,
     TimingSample,
     change_text,
@@ -140,9 +141,9 @@ def test_no_zero_width_interval_from_identical_processes():
 
 
 def test_cpu_time_is_the_measure_only_where_both_sides_spent_their_steps_on_the_cpu():
-    on = timing_sample([ProcessSteps(1, [0.010] * 20, cpu=[0.019] * 20, thread_cpu=[0.0097] * 20)])
-    sleeping = timing_sample([ProcessSteps(1, [0.060] * 20, cpu=[0.019] * 20, thread_cpu=[0.0097] * 20)])
-    waited = timing_sample([ProcessSteps(1, [0.020] * 20, cpu=[0.019] * 20, thread_cpu=[0.0097] * 20, wait_share=[0.5] * 20)])
+    on = timing_sample([ProcessSteps(1, [0.010] * 20, cpu=[0.0102] * 20, thread_cpu=[0.0097] * 20)])
+    sleeping = timing_sample([ProcessSteps(1, [0.060] * 20, cpu=[0.0102] * 20, thread_cpu=[0.0097] * 20)])
+    waited = timing_sample([ProcessSteps(1, [0.020] * 20, cpu=[0.0102] * 20, thread_cpu=[0.0097] * 20, wait_share=[0.5] * 20)])
     assert on.cpu_bound and not sleeping.cpu_bound and waited.cpu_bound
     assert measure_of(on, waited) == "cpu"
     assert measure_of(sleeping, on) == "wall"  # the sleep is off the CPU: only wall time sees it
@@ -150,6 +151,13 @@ def test_cpu_time_is_the_measure_only_where_both_sides_spent_their_steps_on_the_
     assert r.measure == "wall" and r.low > 1.05
     no_cpu = timing_sample([ProcessSteps(1, [0.010] * 20)])
     assert measure_of(no_cpu, on) == "wall"
+    # Steps that burn CPU in an intra-op pool (the process's CPU time twice its training thread's):
+    # its threads spin at each barrier while a neighbour delays one, so CPU time is not the
+    # load-proof figure; wall time it is, on both sides.
+    pool = timing_sample([ProcessSteps(1, [0.010] * 20, cpu=[0.019] * 20, thread_cpu=[0.0097] * 20)])
+    assert not pool.cpu_bound and measure_of(pool, on) == measure_of(on, pool) == "wall"
+    at_bound = timing_sample([ProcessSteps(1, [0.010] * 20, cpu=[0.0097 * ONE_THREAD_CPU] * 20, thread_cpu=[0.0097] * 20)])
+    assert at_bound.cpu_bound
 
 
 def test_compile_times_are_one_figure_per_process():

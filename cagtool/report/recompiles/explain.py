@@ -1981,7 +1981,12 @@ def _consequence(cause: Cause, cwd: str) -> Words:
                 "compiled-autograd graph, in the same step: one change, two recompiles.")
         return Words(f"Caused by {root}, the same change: {words.title}", [lead, *words.why],
                      [f"Fixing {root} removes this one too: the same change made both."], words.evidence)
-    if cause.code == CAUSE_SHAPES:
+    if cause.facts.get("root_code") in (CAUSE_SHAPES, CAUSE_DYNAMO_CA_GRAPH, CAUSE_STRUCTURE, CAUSE_HOOK, CAUSE_GRAD_DEFINED, CAUSE_UNKNOWN):
+        lead = (f"Follows from {root}: a backward taken with create_graph=True (a gradient penalty's autograd.grad) "
+                "is itself captured by compiled autograd, and the next backward differentiates its compiled graph, a "
+                f"{COMPILED_FUNCTION_BACKWARD} node; {root} made that graph again just before, in the same step, so this "
+                "backward met a new node.")
+    elif cause.code == CAUSE_SHAPES:
         lead = (f"Follows from {root}: the sizes that made Dynamo recompile the forward reached the backward "
                 "in the same step.")
     else:
@@ -1998,9 +2003,13 @@ def _consequence(cause: Cause, cwd: str) -> Words:
             else:
                 items.append(f"{at}: {label} {short_name(change.before)} -> {short_name(change.after)}")
         title = f"Caused by {root}: compiled autograd captured the backward again, a new autograd node ({plural(cause.count, 'recompile')})"
-        why = [lead, "The node that differs: " + elide(items) + " (the recompiled forward's backward graph)."]
+        inner = cause.facts.get("root_code") in (CAUSE_SHAPES, CAUSE_DYNAMO_CA_GRAPH, CAUSE_STRUCTURE, CAUSE_HOOK, CAUSE_GRAD_DEFINED, CAUSE_UNKNOWN)
+        why = [lead, "The node that differs: " + elide(items) + (" (the backward of the graph captured again)." if inner
+                                                                  else " (the recompiled forward's backward graph).")]
         root_kind = cause.facts.get("root_kind")
-        if root_kind == GUARD_SIZE:
+        if inner:
+            fix = [f"Fixing {root} removes this one too: this backward changed only because the graph it differentiates was made again."]
+        elif root_kind == GUARD_SIZE:
             fix = [f"Fixing {root} (one forward graph for every size) keeps the backward's node; compiled autograd "
                    "may still miss once on the changed sizes unless it starts dynamic (`cagtool run --dynamic`)."]
         elif root_kind == GUARD_REQUIRES_GRAD and cause.facts.get("root_inputs"):
@@ -2167,8 +2176,11 @@ def group_causes(table: RecompileTable) -> list[Cause]:
     """Recompiles grouped by root cause, biggest group first (ties: the earliest first)."""
     groups: dict[tuple, list[RecompileRow]] = {}
     shape_keys: dict[int, tuple] = {}
+    inner = _after_inner_graphs(table)
     for row in table.recompiles:
         key = _group_key(table, row, shape_keys)
+        if row.seq in inner:  # a new node only because an inner graph was made again: a cause of its own (rooted below)
+            key = (*key, "after_inner_graph")
         if key[0] == CAUSE_SHAPES and row.ca_id is not None:
             shape_keys[row.ca_id] = key
         groups.setdefault(key, []).append(row)
@@ -2208,6 +2220,7 @@ def group_causes(table: RecompileTable) -> list[Cause]:
         if cause.caused_by is not None:
             # What the root's guard was on decides what the follower's fix is.
             cause.facts["root_kind"] = by_number[cause.caused_by].facts.get("kind", "")
+            cause.facts["root_code"] = by_number[cause.caused_by].code
             cause.facts["root_inputs"] = by_number[cause.caused_by].facts.get("requires_grad_inputs", [])
             if cause.facts["root_kind"] == GUARD_REQUIRES_GRAD:
                 cause.facts["root_ways"] = requires_grad_ways(by_number[cause.caused_by].facts)
@@ -2218,6 +2231,49 @@ def group_causes(table: RecompileTable) -> list[Cause]:
 # holds a new AOT backward graph (a new autograd node) or new sizes. Hooks and .grad changes have
 # causes of their own.
 _FOLLOWER_CODES = (CAUSE_STRUCTURE, CAUSE_SHAPES, CAUSE_UNKNOWN)
+
+
+COMPILED_FUNCTION_BACKWARD = "CompiledFunctionBackward"
+
+
+def _after_inner_graphs(table: RecompileTable) -> dict[int, int]:
+    """seq of a CA capture at a new CompiledFunctionBackward node -> seq of the capture of another
+    backward, or Dynamo's recompile of a CA graph's code, right before it in the same step (what
+    `_roots_in_inner_graphs` roots it in)."""
+    found: dict[int, int] = {}
+    previous: RecompileRow | None = None
+    for row in table.rows:
+        if (row.source == SOURCE_CA and row.kind == MISS_NEW_NODE and (row.node or "").startswith(COMPILED_FUNCTION_BACKWARD)
+                and previous is not None and previous.step == row.step and not previous.initial
+                and (previous.source == SOURCE_DYNAMO_CA_GRAPH
+                     or (previous.source == SOURCE_CA and _location(previous.user_source) != _location(row.user_source)))):
+            found[row.seq] = previous.seq
+        previous = row
+    return found
+
+
+def _roots_in_inner_graphs(table: RecompileTable, causes: list[Cause], roots: dict[int, Cause]) -> None:
+    """Adds to `roots` the CA captures that follow from another capture of the same step: a
+    backward taken with create_graph=True (a gradient penalty's `autograd.grad`) is captured by
+    compiled autograd, and its compiled graph is differentiated by the next backward, where it is
+    a CompiledFunctionBackward node. When that inner graph is captured again (its sizes changed)
+    or Dynamo recompiles its code, the next backward meets a new CompiledFunctionBackward: a
+    capture of its own, which follows from the inner one (WGAN-GP with a smaller last batch)."""
+    owner: dict[int, Cause] = {}
+    for cause in causes:
+        for row in cause.rows:
+            owner[row.seq] = cause
+    follows = {seq: owner[before] for seq, before in _after_inner_graphs(table).items() if before in owner}
+    for cause in causes:
+        if id(cause) in roots or cause.code not in _FOLLOWER_CODES:
+            continue
+        ca_rows = [r for r in cause.rows if r.source == SOURCE_CA]
+        if not ca_rows or any(r.seq not in follows for r in ca_rows):
+            continue
+        found = {id(follows[r.seq]) for r in ca_rows}
+        root = follows[ca_rows[0].seq]
+        if len(found) == 1 and root is not cause:
+            roots[id(cause)] = root
 
 
 def _roots(table: RecompileTable, causes: list[Cause]) -> dict[int, Cause]:
@@ -2231,7 +2287,9 @@ def _roots(table: RecompileTable, causes: list[Cause]) -> dict[int, Cause]:
             for row in cause.rows:
                 owner[row.seq] = cause
     if not owner:
-        return {}
+        roots: dict[int, Cause] = {}
+        _roots_in_inner_graphs(table, causes, roots)
+        return roots
     # Each CA capture (the initial one included) -> the forward recompile just before it, if any
     # since the previous capture.
     follows: dict[int, Cause] = {}
@@ -2243,7 +2301,7 @@ def _roots(table: RecompileTable, causes: list[Cause]) -> dict[int, Cause]:
             if last_forward is not None and last_forward.step == row.step and last_forward.seq in owner:
                 follows[row.seq] = owner[last_forward.seq]
             last_forward = None
-    roots: dict[int, Cause] = {}
+    roots = {}
     for cause in causes:
         if cause.code not in _FOLLOWER_CODES:
             continue
@@ -2253,6 +2311,7 @@ def _roots(table: RecompileTable, causes: list[Cause]) -> dict[int, Cause]:
         found = {id(follows[r.seq]) if r.seq in follows else None for r in ca_rows}
         if len(found) == 1 and None not in found:
             roots[id(cause)] = follows[ca_rows[0].seq]
+    _roots_in_inner_graphs(table, causes, roots)
     # One global change (torch.set_num_threads) fails the same guard of a forward frame and of a
     # compiled-autograd graph's code in the same step: one change, fixed once, counted once.
     changed: dict[tuple[str, int], Cause] = {}

@@ -279,3 +279,25 @@ def test_an_attribute_the_forward_sets_on_its_first_call_is_named_with_the_value
     assert "`model.config.problem_type = 'single_label_classification'` (`model` being the Classifier" in none["fix"][0]
     assert none["fix"][1].startswith("Or accept it: a one-time recompile")
     assert list(_torch_recompiles(run)) == [e["compile_id"] for e in none["evidence_ids"]]  # torch's count
+
+
+@pytest.mark.slow
+def test_a_gradient_penaltys_graph_captured_again_is_the_root_of_the_losss_new_node(record_run):
+    """WGAN-GP's shape (tests/scripts/gradient_penalty.py, aot_eager): the penalty's autograd.grad
+    with create_graph=True is captured by compiled autograd, and the loss's backward differentiates
+    its compiled graph (a CompiledFunctionBackward node). At the ragged last batch the penalty's
+    graph is captured again, then its code recompiled by Dynamo, and each time the loss's backward
+    meets a new CompiledFunctionBackward: those captures follow from the penalty's shapes, not
+    from "a Python branch or an op picked per step" (what they read, with a torch.where fix)."""
+    run = record_run("../tests/scripts/gradient_penalty.py", backend="aot_eager")
+    assert run.returncode == 0, run.stderr[-2000:]
+    code, out, _ = cli_in_process("recompiles", str(run.path), "--explain", "--format", "json")
+    assert code == 0
+    causes = json.loads(out)["modes"]["ca"]["explanation"]["causes"]
+    [root] = [c for c in causes if c["code"] == "changed_shapes" and c["source"]["line"] == 30]
+    [follower] = [c for c in causes if c["caused_by"] == root["number"]]
+    assert follower["code"] == "graph_structure"
+    text = " ".join(cli_in_process("recompiles", str(run.path), "--explain")[1].split())
+    assert f"#{follower['number']} Caused by #{root['number']}: compiled autograd captured the backward again" in text
+    assert "a backward taken with create_graph=True (a gradient penalty's autograd.grad) is itself captured" in text
+    assert "torch.where" not in text and "a Python branch or an op picked per step" not in text

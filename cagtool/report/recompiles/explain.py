@@ -1530,13 +1530,34 @@ def _tensor_variable(name: str, code: str) -> str:
 _PLAIN_CALL = re.compile(r"(?<![\w.])(?P<name>[A-Za-z_]\w*)\((?P<args>[^()]*)\)")
 
 
+_CALL_START = re.compile(r"(?<![\w.])(?P<name>[A-Za-z_]\w*)\(")
+_NOT_A_MODULE = frozenset({"print", "len", "float", "int", "str", "range", "list", "tuple", "dict", "sum", "max", "min", "abs", "round",
+                           "isinstance", "getattr", "enumerate", "zip", "next", "iter", "sorted", "any", "all", "format"})
+
+
+def _calls(code: str) -> list[tuple[str, str]]:
+    """(name, arguments) of each call of a plain name on the line, outermost first: arguments may
+    hold calls of their own (`cmodel(input_ids=batch(), labels=batch())`); a call not closed on the
+    line is not one."""
+    found = []
+    for match in _CALL_START.finditer(code):
+        depth, start = 1, match.end()
+        for end in range(start, len(code)):
+            depth += {"(": 1, ")": -1}.get(code[end], 0)
+            if depth == 0:
+                found.append((match["name"], code[start:end].strip()))
+                break
+    return found
+
+
 def _uncompiled_call(code: str) -> str:
     """The call of the compiled module at the user's line, as the module before torch.compile:
-    `cmodel(xv)` -> `cmodel._orig_mod(xv)`; the generic `model._orig_mod(x)` when the line holds no
-    plain call of a name."""
-    for match in _PLAIN_CALL.finditer(code or ""):
-        if match["name"] not in ("print", "len", "float", "int", "range", "list", "tuple", "dict", "sum", "max", "min"):
-            return f"{match['name']}._orig_mod({match['args']})"
+    `cmodel(xv)` -> `cmodel._orig_mod(xv)`: the outermost call of a name that is not a builtin and
+    passes arguments (a module takes its inputs; `batch()` that makes them is not it), else the
+    first such call without arguments; the generic `model._orig_mod(x)` when the line holds none."""
+    calls = [(name, args) for name, args in _calls(code or "") if name not in _NOT_A_MODULE]
+    for name, args in sorted(calls, key=lambda call: not call[1]):
+        return f"{name}._orig_mod({args})"
     return "model._orig_mod(x)"
 
 

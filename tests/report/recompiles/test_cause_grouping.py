@@ -77,6 +77,9 @@ def test_an_autocast_switch_and_the_uncompiled_call_are_worded_from_the_scripts_
     assert _guard_fixes(facts, False, "")[0].startswith("Run every step under the same autocast setting")
     assert _uncompiled_call("vl = nn.functional.mse_loss(cmodel(xv), yv)") == "cmodel._orig_mod(xv)"
     assert _uncompiled_call("print(len(x))") == "model._orig_mod(x)"
+    # the module's own call, outermost, not a helper called for its arguments (a tiny GPT-2's evaluation)
+    assert _uncompiled_call("ev = cmodel(input_ids=batch(), labels=batch()).loss") == "cmodel._orig_mod(input_ids=batch(), labels=batch())"
+    assert _uncompiled_call("val = F.cross_entropy(cmodel(torch.randn(64, 32)), y)") == "cmodel._orig_mod(torch.randn(64, 32))"
 
 
 @pytest.mark.slow

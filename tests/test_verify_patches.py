@@ -4,6 +4,8 @@ own sys.argv, sys.path[0] and __file__ (capture/run/target.py). Pure: no torch j
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import os
 import sys
 import textwrap
@@ -267,6 +269,18 @@ def test_a_fix_that_removes_a_capture_the_recompile_count_leaves_out_is_verified
     assert judge(_side(1, 0, 2), _side(0, 1, 1), None, True) == (NO_EFFECT, ["recompiles unchanged (1)", "numerics unchanged"])
     assert judge(_side(1, 2, 3), _side(1, 3, 2), None, True)[0] == HARMFUL  # more recompiles is harmful whatever the graphs
     assert judge(_side(1, 2, 3), _side(0, 2, 2), None, False)[0] == HARMFUL  # numerics changed
+
+
+def test_a_fix_that_compiles_more_than_the_recompiles_it_removes_is_harmful():
+    """WGAN-GP's compiled autograd started dynamic: recompiles 9 -> 4, compile 11.6 s -> 27.3 s
+    (one re-run each). Beyond the assumed noise of one process a side and 20% more: harmful, with
+    the figures; within the noise (12 -> 14 s) the recompiles decide, as before."""
+    base, fixed = replace(_side(8, 1, 9), compile_time_s=11.6, compile_times_s=[11.6]), replace(_side(3, 1, 4), compile_time_s=27.3, compile_times_s=[27.3])
+    verdict, reasons = judge(base, fixed, None, True)
+    assert verdict == HARMFUL and reasons[0] == "recompiles 9 -> 4"
+    assert reasons[1].startswith("compile time 11.6 s -> 27.3 s (2.35x, 90% CI ") and reasons[1].endswith(
+        "1 vs 1 processes): it compiles more than the recompiles it removes did")
+    assert judge(base, replace(fixed, compile_time_s=14.0, compile_times_s=[14.0]), None, True)[0] == VERIFIED
 
 
 def test_a_multi_rank_job_is_measured_as_rank_0_saw_it(tmp_path):

@@ -22,8 +22,9 @@ user's file is never written.
 Verdict: **verified** when the recompiles it targets went down (or, the recompile count the same,
 the CA graphs: the .grad warm-up capture that count leaves out) and nothing got worse beyond the
 noise; **harmful** when the steady step got slower beyond the noise (by more than
-`HARMFUL_SLOWDOWN`), peak memory grew by more than `HARMFUL_MEMORY`, the numerics changed, or the
-recompiles went up; else **no effect**.
+`HARMFUL_SLOWDOWN`), the compile time grew beyond the noise by more than `HARMFUL_COMPILE` (the fix
+compiles more than the recompiles it removes did), peak memory grew by more than `HARMFUL_MEMORY`,
+the numerics changed, or the recompiles went up; else **no effect**.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ VERIFICATION_VERSION = 1
 DEFAULT_REPEAT = 3
 HARMFUL_SLOWDOWN = 0.05
 HARMFUL_MEMORY = 0.20
+HARMFUL_COMPILE = 0.20
 
 VERIFIED = "verified"
 NO_EFFECT = "no effect"
@@ -90,6 +92,7 @@ class Side:
     # Per repetition: the backward hooks the backward calls ran (hook_calls): a patch that moves a
     # hook must keep it running, which the recompile counts alone do not show.
     hook_calls: list[int | None] = field(default_factory=list)
+    compile_times_s: list[float | None] = field(default_factory=list)  # per repetition: the compile time's units
 
 
 @dataclass
@@ -185,6 +188,7 @@ def _side(name: str, path: Path, mode: str, wall_s: float) -> tuple[Side, RunRec
         ca_graphs=[m.ca_graphs for m in metrics], compile_time_s=fields.get("compile_time_s"), first_step_s=fields.get("first_step_s"),
         step_time_median_s=fields.get("step_time_median_s"), steady_steps=int(fields.get("steady_steps") or 0),
         peak_memory_bytes=peak, wall_s=wall_s, hook_calls=[hook_calls(r) for r in reps],
+        compile_times_s=[m.compile_time_s for m in metrics],
     ), record
 
 
@@ -257,6 +261,10 @@ def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None
             reasons.append(f"steady step {ratio_text(speedup.ratio)} ({speedup.verdict}, {ci}{basis})")
         else:
             reasons.append(f"steady step {ratio_text(speedup.ratio)} ({speedup.verdict})")
+    compiles = _compile_growth(baseline, fixed)
+    if compiles:
+        reasons.append(compiles)
+        harmful = True
     if baseline.peak_memory_bytes and fixed.peak_memory_bytes and fixed.peak_memory_bytes > (1.0 + HARMFUL_MEMORY) * baseline.peak_memory_bytes:
         reasons.append(f"peak memory {fixed.peak_memory_bytes / baseline.peak_memory_bytes:.2f}x the baseline's")
         harmful = True
@@ -278,6 +286,22 @@ def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None
     if (before is not None and after is not None and after < before) or (fewer_graphs and after is not None and before is not None and after <= before):
         return VERIFIED, reasons
     return NO_EFFECT, reasons
+
+
+def _compile_growth(baseline: Side, fixed: Side) -> str:
+    """The words for a fix whose compile time grew beyond the noise by more than HARMFUL_COMPILE
+    (the interval of the fix's over the baseline's, each repetition a unit: report.figures.intervals),
+    else "": its recompiles cost less than what it adds (WGAN-GP's compiled autograd started
+    dynamic: 9 -> 4 recompiles, compile 11.6 s -> 27.3 s)."""
+    from cagtool.report.figures.intervals import compile_sample, ratio_interval
+
+    top, bottom = compile_sample(fixed.compile_times_s), compile_sample(baseline.compile_times_s)
+    interval = ratio_interval(top, bottom, "total") if top is not None and bottom is not None else None
+    if interval is None or interval.low <= 1.0 + HARMFUL_COMPILE:
+        return ""
+    return (f"compile time {baseline.compile_time_s or 0:.1f} s -> {fixed.compile_time_s or 0:.1f} s ({ratio_text(interval.ratio)}, 90% CI "
+            f"{ratio_text(interval.low)}-{ratio_text(interval.high)}, {interval.units[0]} vs {interval.units[1]} processes): it compiles "
+            "more than the recompiles it removes did")
 
 
 def estimate_seconds(run: RunRecord, mode: str, repeat: int, fixes: int) -> float | None:

@@ -48,13 +48,25 @@ def one_run(out: Path, slow_ms: float, steps: int, threads: int | None = None) -
     from cagtool.record.loader import load_run
     from cagtool.report.compare.analysis import mode_columns
 
-    column = mode_columns(load_run(out))["aot"]
+    from cagtool.report.figures.metrics import cpu_wait, steady_cpu_seconds
+
+    record = load_run(out)
+    column = mode_columns(record)["aot"]
     timing = column.timing
     assert timing is not None
+    thread = steady_cpu_seconds(record.modes["aot"], "thread_cpu_s")
+    process = steady_cpu_seconds(record.modes["aot"])
+    waited = cpu_wait(record.modes["aot"])
     return {
         "slow_ms": slow_ms,
         "wall_s": timing.units["median"][0],
         "cpu_s": timing.cpu_units["median"][0] if timing.cpu_units else None,
+        # the median step's process CPU over its training thread's: > 1.25, an intra-op pool's
+        "thread_cpu_s": sorted(thread)[len(thread) // 2] if thread else None,
+        "threads_cpu": (sorted(process)[len(process) // 2] / sorted(thread)[len(thread) // 2]) if thread and process else None,
+        "wait_share": waited.fraction if waited is not None else None,
+        "stall_s": waited.stall_s if waited is not None else None,
+        "window_s": waited.window_s if waited is not None else None,
         "cpu_bound": timing.cpu_bound,
         "steps": timing.count,
         "compile_s": column.compile_time_s,

@@ -32,6 +32,14 @@ def _run_ns(pid: int) -> int:
         return int(handle.read().split()[0])
 
 
+def _kill_tree(watched: subprocess.Popen, burners: list[subprocess.Popen]) -> None:
+    for pid in descendants(watched.pid):
+        os.kill(pid, 9)
+    for proc in [watched, *burners]:
+        proc.kill()
+        proc.wait()
+
+
 @needs_schedstat
 def test_a_process_sharing_its_cpu_with_three_busy_ones_reads_as_waiting_most_of_the_time():
     cpu = min(os.sched_getaffinity(0))
@@ -54,11 +62,7 @@ def test_a_process_sharing_its_cpu_with_three_busy_ones_reads_as_waiting_most_of
         # quarters of the time it is runnable (more if the machine is busier).
         assert ran > 0 and waited / (ran + waited) > 0.5, (ran, waited)
     finally:
-        for pid in descendants(watched.pid):
-            os.kill(pid, 9)
-        for proc in [watched, *burners]:
-            proc.kill()
-            proc.wait()
+        _kill_tree(watched, burners)
 
 
 @needs_schedstat
@@ -96,11 +100,7 @@ def test_a_thread_held_back_while_its_sibling_runs_is_a_stall_the_summed_wait_ha
         assert len(start) == 4 and stalled > 0.5 * elapsed, (elapsed, ran, waited, stalled)
         assert stalled / elapsed > waited / (ran + waited), (elapsed, ran, waited, stalled)
     finally:
-        for pid in descendants(watched.pid):
-            os.kill(pid, 9)
-        for proc in [watched, *burners]:
-            proc.kill()
-            proc.wait()
+        _kill_tree(watched, burners)
 
 
 def test_the_stall_in_the_readings_is_the_load_a_step_of_several_threads_felt(tmp_path):

@@ -2260,12 +2260,16 @@ COMPILED_FUNCTION_BACKWARD = "CompiledFunctionBackward"
 def _after_inner_graphs(table: RecompileTable) -> dict[int, int]:
     """seq of a CA capture at a new CompiledFunctionBackward node -> seq of the capture of another
     backward, or Dynamo's recompile of a CA graph's code, right before it in the same step (what
-    `_roots_in_inner_graphs` roots it in)."""
+    `_roots_in_inner_graphs` roots it in); not in a step where Dynamo recompiled a forward, whose
+    new CompiledFunction is the forward-frame rule's (`_roots`)."""
     found: dict[int, int] = {}
     previous: RecompileRow | None = None
+    forward_recompiled: set[int | None] = set()  # steps with a forward recompile: a new CompiledFunction of its own
     for row in table.rows:
+        if row.source == SOURCE_DYNAMO_FRAME and not row.initial:
+            forward_recompiled.add(row.step)
         if (row.source == SOURCE_CA and row.kind == MISS_NEW_NODE and (row.node or "").startswith(COMPILED_FUNCTION_BACKWARD)
-                and previous is not None and previous.step == row.step and not previous.initial
+                and previous is not None and previous.step == row.step and not previous.initial and row.step not in forward_recompiled
                 and (previous.source == SOURCE_DYNAMO_CA_GRAPH
                      or (previous.source == SOURCE_CA and _location(previous.user_source) != _location(row.user_source)))):
             found[row.seq] = previous.seq

@@ -828,6 +828,11 @@ def test_path_escape_from_record_is_refused(tmp_path):
     run = write_run(tmp_path / "a" / "b" / "r", {"ca": _manifest("ca")}, meta_extra={"modes": ["../../../other/ca"]})
     assert (run / "../../../other/ca/manifest.json").resolve() == (other / "ca" / "manifest.json").resolve()
     code, _, err = cagtool("summary", str(run))
+    assert code == 3 and "lists a mode named '../../../other/ca'" in err  # not a mode's name: refused before any path is made of it
+    # a mode's directory planted as a link out of the run
+    linked = write_run(tmp_path / "l", {"eager": _manifest("eager")}, meta_extra={"modes": ["ca"]})
+    (linked / "ca").symlink_to(other / "ca")
+    code, _, err = cagtool("summary", str(linked))
     assert code == 3 and "points outside the record" in err
     graph = {"kind": "ca_graph", "seq": 40, "t": 1.0, "ca_id": 0, "compile_id": "!0", "step": 1, "node_count": 1,
              "op_histogram": {}, "autograd_nodes": [], "aot_ids": [], "hooks": [], "num_sizes": 0, "capture_s": 0.1,

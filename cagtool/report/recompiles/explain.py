@@ -723,6 +723,9 @@ def stability_sentence(facts: dict, what: str) -> str:
     if facts.get("recompiling_steps", 3) < 3:
         # One or two recompiles that happen to fall on the last step of a short run say nothing
         # about the steps it did not run.
+        if facts["last_recompile_step"] > facts["last_step"]:  # in a step the record never closed: the job ended in it
+            return (f"It came after the run's last closed step ({facts['last_step']}), in the step the job ended in: too few "
+                    "steps to tell whether it stabilises (run more steps).")
         return (f"The run ended at step {facts['last_step']}, right after it: too few steps to tell whether "
                 "it stabilises (run more steps).")
     return f"It has not stabilised: still recompiling at the last recorded step ({facts['last_step']})."

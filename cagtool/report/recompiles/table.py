@@ -563,9 +563,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         mode=record.mode,
         rows=rows,
         steps=steps.count,
-        # The last step the run reached: one its record never closed (the job ended inside it, after
-        # a backward that recompiled) is a step the run reached too.
-        last_step=max([s for s in (steps.last, *(r.step for r in rows)) if s is not None], default=None),
+        last_step=steps.last,
         limit_hits=hits,
         graphs=graphs,
         hook_sites=hook_sites,

@@ -509,7 +509,11 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         wait = cpu_wait(record)
         if wait is not None and wait.fraction >= BUSY_WAIT:
             median = f", its median step {wait.step_fraction:.0%}" if round(wait.step_fraction, 2) != round(wait.fraction, 2) else ""
-            console.print(f"  machine load: its threads waited for a CPU {wait.fraction:.0%} of their runnable time in those steps{median} "
+            waited = (f"one of its threads waited for a CPU while the others ran, holding its steps up {wait.stall_fraction:.0%} of "
+                      f"the time (their summed wait {wait.summed_fraction:.0%} of their runnable time)"
+                      if wait.stall_fraction > wait.summed_fraction + 0.02 else
+                      f"its threads waited for a CPU {wait.fraction:.0%} of their runnable time")
+            console.print(f"  machine load: {waited} in those steps{median} "
                           f"(on a CPU-bound step, {wait.slowdown:.2f}x the median step's time on an idle machine)")
     elif m.steps:
         console.print(f"  step time: too few steps unaffected by compilation to measure (steps: {m.steps})")

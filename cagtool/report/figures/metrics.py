@@ -920,14 +920,21 @@ class CpuWait:
     median_slowdown: float | None = None
 
     @property
-    def fraction(self) -> float:
-        """Of the time the mode's threads were runnable, the share they waited for a CPU; or, where
-        larger, the share of the window the stall held the steps up (a thread of a pool waiting
-        while the others spin at its barrier)."""
+    def summed_fraction(self) -> float:
+        """Of the time the mode's threads were runnable, the share they waited for a CPU."""
         total = self.wait_s + self.run_s
-        summed = self.wait_s / total if total > 0 else 0.0
-        stalled = min(self.stall_s / self.window_s, 1.0) if self.stall_s is not None and self.window_s > 0 else 0.0
-        return max(summed, stalled)
+        return self.wait_s / total if total > 0 else 0.0
+
+    @property
+    def stall_fraction(self) -> float:
+        """The share of the window the stall held the steps up (0 where not read)."""
+        return min(self.stall_s / self.window_s, 1.0) if self.stall_s is not None and self.window_s > 0 else 0.0
+
+    @property
+    def fraction(self) -> float:
+        """The summed share, or, where larger, the stall's (a thread of a pool waiting while the
+        others spin at its barrier)."""
+        return max(self.summed_fraction, self.stall_fraction)
 
     @property
     def slowdown(self) -> float:

@@ -206,6 +206,20 @@ def test_a_recording_keeps_each_modes_cpu_wait_and_compare_names_a_load_differen
     assert code == 0, err
     assert out.count("  machine load: its threads waited for a CPU ") == 1  # aot's; eager and ca did not wait
     assert "waited for a CPU 80% of their runnable time in those steps (on a CPU-bound step, 5.00x the median step's time on an idle machine)" in out
+    # Readings with the stall: ca's threads' summed wait 30%, while one of them was held back 70% of
+    # the window (a pool's thread, the others spinning at its barrier): the stall is its load.
+    mode = load_run(copy).modes["ca"]
+    start, end = (t + mode.manifest.clock_t0 for t in steady_window(mode))
+    span = end - start + 2.0
+    samples = [[start - 1.0 + i * span / 20, i * 0.07 * span / 20 * 2, i * 0.03 * span / 20 * 2, i * 0.7 * span / 20] for i in range(21)]
+    (copy / "ca" / CPU_WAIT_FILE).write_text(json.dumps({"format": "cagtool.cpu_wait/1", "sample_s": 1e-6,
+                                                         "columns": ["t", "run_s", "wait_s", "stall_s"], "samples": samples}))
+    stalled = cpu_wait(load_run(copy).modes["ca"])
+    assert stalled.summed_fraction == pytest.approx(0.3) and stalled.fraction == pytest.approx(0.7)
+    code, out, err = cli_in_process("summary", str(copy), env={"COLUMNS": "250"})
+    assert code == 0, err
+    assert ("machine load: one of its threads waited for a CPU while the others ran, holding its steps up 70% of the time (their "
+            "summed wait 30% of their runnable time) in those steps") in out
 
 
 def _bursty_record(path, quiet_steps: int, burst_steps: int, base_manifest):

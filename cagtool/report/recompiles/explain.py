@@ -2005,7 +2005,8 @@ def _consequence(cause: Cause, cwd: str) -> Words:
                 "compiled-autograd graph, in the same step: one change, two recompiles.")
         return Words(f"Caused by {root}, the same change: {words.title}", [lead, *words.why],
                      [f"Fixing {root} removes this one too: the same change made both."], words.evidence)
-    if cause.facts.get("root_code") in (CAUSE_SHAPES, CAUSE_DYNAMO_CA_GRAPH, CAUSE_STRUCTURE, CAUSE_HOOK, CAUSE_GRAD_DEFINED, CAUSE_UNKNOWN):
+    inner = cause.facts.get("root_code") in _CA_ROOT_CODES  # a capture of another backward, not a forward recompile
+    if inner:
         lead = (f"Follows from {root}: a backward taken with create_graph=True (a gradient penalty's autograd.grad) "
                 "is itself captured by compiled autograd, and the next backward differentiates its compiled graph, a "
                 f"{COMPILED_FUNCTION_BACKWARD} node; {root} made that graph again just before, in the same step, so this "
@@ -2027,7 +2028,6 @@ def _consequence(cause: Cause, cwd: str) -> Words:
             else:
                 items.append(f"{at}: {label} {short_name(change.before)} -> {short_name(change.after)}")
         title = f"Caused by {root}: compiled autograd captured the backward again, a new autograd node ({plural(cause.count, 'recompile')})"
-        inner = cause.facts.get("root_code") in (CAUSE_SHAPES, CAUSE_DYNAMO_CA_GRAPH, CAUSE_STRUCTURE, CAUSE_HOOK, CAUSE_GRAD_DEFINED, CAUSE_UNKNOWN)
         why = [lead, "The node that differs: " + elide(items) + (" (the backward of the graph captured again)." if inner
                                                                   else " (the recompiled forward's backward graph).")]
         root_kind = cause.facts.get("root_kind")
@@ -2216,7 +2216,7 @@ def group_causes(table: RecompileTable) -> list[Cause]:
         sources.sort(key=lambda ref: _SOURCE_RANK.get(ref.how, len(_SOURCE_RANK)))
         source = sources[0] if sources else None
         causes.append(Cause(code=key[0], rows=rows, source=source))
-    roots = _roots(table, causes)
+    roots = _roots(table, causes, inner)
     followers: dict[int, list[Cause]] = {}
     for cause in causes:
         root = roots.get(id(cause))
@@ -2258,6 +2258,8 @@ _FOLLOWER_CODES = (CAUSE_STRUCTURE, CAUSE_SHAPES, CAUSE_UNKNOWN)
 
 
 COMPILED_FUNCTION_BACKWARD = "CompiledFunctionBackward"
+# The codes of a root that is a capture of another backward (an inner graph), not a forward recompile.
+_CA_ROOT_CODES = (CAUSE_SHAPES, CAUSE_DYNAMO_CA_GRAPH, CAUSE_STRUCTURE, CAUSE_HOOK, CAUSE_GRAD_DEFINED, CAUSE_UNKNOWN)
 
 
 def _after_inner_graphs(table: RecompileTable) -> dict[int, int]:
@@ -2280,18 +2282,19 @@ def _after_inner_graphs(table: RecompileTable) -> dict[int, int]:
     return found
 
 
-def _roots_in_inner_graphs(table: RecompileTable, causes: list[Cause], roots: dict[int, Cause]) -> None:
+def _roots_in_inner_graphs(inner: dict[int, int], causes: list[Cause], roots: dict[int, Cause]) -> None:
     """Adds to `roots` the CA captures that follow from another capture of the same step: a
     backward taken with create_graph=True (a gradient penalty's `autograd.grad`) is captured by
     compiled autograd, and its compiled graph is differentiated by the next backward, where it is
     a CompiledFunctionBackward node. When that inner graph is captured again (its sizes changed)
     or Dynamo recompiles its code, the next backward meets a new CompiledFunctionBackward: a
-    capture of its own, which follows from the inner one (WGAN-GP with a smaller last batch)."""
+    capture of its own, which follows from the inner one (WGAN-GP with a smaller last batch).
+    `inner`: `_after_inner_graphs` of the table."""
     owner: dict[int, Cause] = {}
     for cause in causes:
         for row in cause.rows:
             owner[row.seq] = cause
-    follows = {seq: owner[before] for seq, before in _after_inner_graphs(table).items() if before in owner}
+    follows = {seq: owner[before] for seq, before in inner.items() if before in owner}
     for cause in causes:
         if id(cause) in roots or cause.code not in _FOLLOWER_CODES:
             continue
@@ -2304,7 +2307,7 @@ def _roots_in_inner_graphs(table: RecompileTable, causes: list[Cause], roots: di
             roots[id(cause)] = root
 
 
-def _roots(table: RecompileTable, causes: list[Cause]) -> dict[int, Cause]:
+def _roots(table: RecompileTable, causes: list[Cause], inner: dict[int, int]) -> dict[int, Cause]:
     """id(cause) -> the Dynamo forward-frame cause it follows from: every CA capture of the cause
     is the first capture after a forward recompile of that cause, in the same step (an imported
     log has no steps: the first capture after it). Dynamo's recompiles of a CA graph that such a
@@ -2316,7 +2319,7 @@ def _roots(table: RecompileTable, causes: list[Cause]) -> dict[int, Cause]:
                 owner[row.seq] = cause
     if not owner:
         roots: dict[int, Cause] = {}
-        _roots_in_inner_graphs(table, causes, roots)
+        _roots_in_inner_graphs(inner, causes, roots)
         return roots
     # Each CA capture (the initial one included) -> the forward recompile just before it, if any
     # since the previous capture.
@@ -2339,7 +2342,7 @@ def _roots(table: RecompileTable, causes: list[Cause]) -> dict[int, Cause]:
         found = {id(follows[r.seq]) if r.seq in follows else None for r in ca_rows}
         if len(found) == 1 and None not in found:
             roots[id(cause)] = follows[ca_rows[0].seq]
-    _roots_in_inner_graphs(table, causes, roots)
+    _roots_in_inner_graphs(inner, causes, roots)
     # One global change (torch.set_num_threads) fails the same guard of a forward frame and of a
     # compiled-autograd graph's code in the same step: one change, fixed once, counted once.
     changed: dict[tuple[str, int], Cause] = {}

@@ -47,6 +47,8 @@ begun (None before the first backward). The loader converts both to this shape a
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from functools import cache
 from typing import Any, Callable, ClassVar, Union
 
@@ -332,6 +334,16 @@ class CAGraphEvent(Event, tag="ca_graph"):
     # who set up the compiler ("cagtool" or "script": the script's own `_enable`/CA flag kept) and,
     # after a colon, what compiled the graph (torch.compile's backend, else the compiler's name)
     compiler: str = ""
+
+    def autograd_names(self) -> Counter[str]:
+        """The autograd nodes the graph covers, by name; from the op histogram when the capture
+        could not map NodeCalls (its keys include each autograd node's name, e.g. `MulBackward0`)."""
+        if self.autograd_nodes:
+            return Counter(ref.name for ref in self.autograd_nodes)
+        return Counter({k: v for k, v in self.op_histogram.items() if _AUTOGRAD_NODE.search(k)})
+
+
+_AUTOGRAD_NODE = re.compile(r"(Backward\d*|AccumulateGrad|GraphRoot)$")
 
 
 class CACompileEvent(Event, tag="ca_compile"):

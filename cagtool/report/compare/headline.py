@@ -127,6 +127,7 @@ def cause_phrase(cause: "Cause") -> str:
         CAUSE_SHAPES,
         CAUSE_STRUCTURE,
         CAUSE_UNKNOWN,
+        GRAPH_REPEATS,
         guard_label,
         step_list,
     )
@@ -149,6 +150,8 @@ def cause_phrase(cause: "Cause") -> str:
         what = "another backward call of the step, captured once as its own graph"
     elif cause.code == CAUSE_STRUCTURE and cause.facts.get("new_backward_call") is not None and cause.count == 1:
         what = "a backward called from a new line, its graph's first capture"
+    elif cause.code == CAUSE_STRUCTURE and cause.facts.get("graph_shape") == GRAPH_REPEATS:
+        what = "the backward's size followed a loop's trip count"
     elif cause.code == CAUSE_UNKNOWN and cause.facts.get("after_failed_capture"):
         from cagtool.report.figures.metrics import RECAPTURED_AFTER_FAILURE
 

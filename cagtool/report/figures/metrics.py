@@ -204,15 +204,20 @@ class CAMisses:
         return self.total - self.grad_warmup
 
 
-def is_grad_warmup(miss: CacheMissEvent, produced: CAGraphEvent | None, previous: CAGraphEvent | None, initial_step: int | None) -> bool:
+def is_grad_warmup(miss: CacheMissEvent, produced: CAGraphEvent | None, previous: CAGraphEvent | None, initial_step: int | None,
+                   nodes_seen: bool = True) -> bool:
     """The one rule (summary, gate, recompiles) for AccumulateGrad's one-time warm-up miss: the
     first miss, a new node on AccumulateGrad, in the backward right after the initial capture,
-    with the same hooks as the graph before (a hook added there is a hook change, not .grad).
-    That backward is in the next step, or in the same step under gradient accumulation (the
-    second micro-batch's backward finds .grad defined)."""
+    with the same hooks as the graph before (a hook added there is a hook change, not .grad), and
+    the autograd nodes of a graph captured before (`nodes_seen`: a graph of other nodes, as where
+    the data picks which module runs, is another structure that meets AccumulateGrad first). That
+    backward is in the next step, or in the same step under gradient accumulation (the second
+    micro-batch's backward finds .grad defined)."""
     if miss.miss_kind != MISS_NEW_NODE or not (miss.node or "").endswith("AccumulateGrad"):
         return False
     if initial_step is not None and miss.step is not None and miss.step not in (initial_step, initial_step + 1):
+        return False
+    if not nodes_seen:
         return False
     hooks = [sorted(h.hook_type for h in g.hooks) if g is not None else None for g in (produced, previous)]
     return hooks[0] == hooks[1]
@@ -235,7 +240,10 @@ def ca_misses(graphs: list[CAGraphEvent], misses: list[CacheMissEvent]) -> CAMis
         first = later[0]
         earlier = [i for i in by_id if i < first.ca_id]
         previous = by_id[max(earlier)] if earlier else None
-        warmup = int(is_grad_warmup(first, by_id.get(first.ca_id), previous, by_id[first_id].step if first_id in by_id else None))
+        produced = by_id.get(first.ca_id)
+        seen = produced is None or previous is None or any(
+            by_id[i].autograd_names() == produced.autograd_names() for i in earlier)
+        warmup = int(is_grad_warmup(first, produced, previous, by_id[first_id].step if first_id in by_id else None, seen))
     return CAMisses(total, new_node, shapes, warmup)
 
 

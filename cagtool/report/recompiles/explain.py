@@ -126,6 +126,14 @@ class Explanation:
         return len(self.table.recompiles)
 
 
+# How the graph a structural miss produced differs from the graph captured before it, by the
+# autograd nodes each covers (name and count):
+GRAPH_REPEATS = "repeats"  # more or fewer copies of nodes both graphs have: a loop's trip count
+GRAPH_EXTRA = "extra"  # nodes added (or dropped) that the other graph has none of: a term on some steps
+GRAPH_SWAPPED = "swapped"  # some nodes left and others came: a branch, an op picked per step
+GRAPH_REARRANGED = "rearranged"  # the same nodes, joined another way: the data picks where each module runs
+
+
 @dataclass(frozen=True)
 class NodeChange:
     """What one structural recompile changed at a NodeCall: `before` is None when the node is new."""
@@ -136,9 +144,9 @@ class NodeChange:
     after: str
     before: str | None
     previous_graph: str | None  # "!N" the `before` was read from
-
-
-_AUTOGRAD_NODE = re.compile(r"(Backward\d*|AccumulateGrad|GraphRoot)$")
+    nodes_before: int | None = None  # autograd nodes of the graph before and of the one produced
+    nodes_after: int | None = None
+    shape: str | None = None  # GRAPH_*; None where either graph is not in the record
 
 
 def hook_counts(graph: CAGraphEvent | None) -> Counter[str]:
@@ -153,14 +161,6 @@ def _hooks_differ(graph: CAGraphEvent, previous: CAGraphEvent | None) -> bool:
     return hook_counts(graph) != hook_counts(previous)
 
 
-def _autograd_names(graph: CAGraphEvent) -> Counter[str]:
-    """The autograd nodes a graph covers, by name; from the op histogram when the capture could not
-    map NodeCalls (its keys include each autograd node's name, e.g. `MulBackward0`)."""
-    if graph.autograd_nodes:
-        return Counter(ref.name for ref in graph.autograd_nodes)
-    return Counter({k: v for k, v in graph.op_histogram.items() if _AUTOGRAD_NODE.search(k)})
-
-
 def _node_change(table: RecompileTable, row: RecompileRow) -> NodeChange:
     """What the new node replaced, read by comparing the autograd nodes of the graph this miss
     produced with the graph captured before it: the node that left when this one came in. (Not by
@@ -168,12 +168,25 @@ def _node_change(table: RecompileTable, row: RecompileRow) -> NodeChange:
     from the NodeCall numbers in the graph's stack traces.) None when nothing left: the graph grew."""
     produced = table.graphs.get(row.ca_id) if row.ca_id is not None else None
     previous = table.previous_graph(row.ca_id)
-    before = None
+    before = counts = shape = None
     if produced is not None and previous is not None:
-        gone = sorted((_autograd_names(previous) - _autograd_names(produced)).keys())
-        before = " + ".join(gone) if gone else None
+        mine, theirs = produced.autograd_names(), previous.autograd_names()
+        gone, came = theirs - mine, mine - theirs
+        before = " + ".join(sorted(gone)) if gone and came else None
+        counts = (sum(theirs.values()), sum(mine.values()))
+        shape = _graph_shape(mine, theirs, gone, came)
     where = f"!{previous.ca_id}" if previous is not None else None
-    return NodeChange(row.compile_id, row.step, row.node_call, row.node or "?", before, where)
+    return NodeChange(row.compile_id, row.step, row.node_call, row.node or "?", before, where,
+                      *(counts or (None, None)), shape)
+
+
+def _graph_shape(mine: Counter[str], theirs: Counter[str], gone: Counter[str], came: Counter[str]) -> str:
+    if gone and came:
+        return GRAPH_SWAPPED
+    if not gone and not came:
+        return GRAPH_REARRANGED
+    smaller, difference = (theirs, came) if came else (mine, gone)
+    return GRAPH_REPEATS if all(smaller[name] for name in difference) else GRAPH_EXTRA
 
 
 def _added_nodes(table: RecompileTable, row: RecompileRow) -> list[tuple[str, int]]:
@@ -183,7 +196,7 @@ def _added_nodes(table: RecompileTable, row: RecompileRow) -> list[tuple[str, in
     previous = table.previous_graph(row.ca_id)
     if produced is None or previous is None:
         return []
-    return sorted((_autograd_names(produced) - _autograd_names(previous)).items(), key=lambda item: (-item[1], item[0]))
+    return sorted((produced.autograd_names() - previous.autograd_names()).items(), key=lambda item: (-item[1], item[0]))
 
 
 # torch names a built-in op's node `<Op>Backward<N>`; a custom torch.autograd.Function's node is
@@ -227,7 +240,7 @@ def _branch_of(table: RecompileTable, cause: Cause) -> SourceRef | None:
 
 def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     changes = [_node_change(table, r) for r in cause.rows]
-    grew = sum(1 for c in changes if c.before is None)
+    grew = sum(1 for c in changes if c.before is None and (c.nodes_after or 0) >= (c.nodes_before or 0))
     node_calls = {c.node_call for c in changes}
     variants: dict[int | None, list[str]] = {}
     for change in changes:
@@ -235,9 +248,12 @@ def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         for name in (change.before, change.after):
             if name is not None and name not in names:
                 names.append(name)
-    branch = _branch_of(table, cause) if any(len(v) > 1 for v in variants.values()) else None
+    shapes = {c.shape for c in changes}
+    branch = (_branch_of(table, cause) if shapes & {GRAPH_SWAPPED, GRAPH_REARRANGED} or
+              (None in shapes and any(len(v) > 1 for v in variants.values())) else None)
     if branch is not None:
         cause.source = branch  # torch's own report of the branch beats the line a node traceback names
+    sizes = [c.nodes_before for c in changes[:1]] + [c.nodes_after for c in changes]
     return {
         "changes": changes,
         # Per capture that grew the graph, the nodes it has that the graph before it had not.
@@ -249,6 +265,9 @@ def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "other_backward_calls": _other_backward_calls(table, cause),
         "new_backward_call": _new_backward_call(table, cause),
         "grew": grew,
+        # What every capture of the cause did to the graph before it: one GRAPH_* or None (mixed, or unread).
+        "graph_shape": shapes.pop() if len(shapes) == 1 else None,
+        "node_counts": sizes if None not in sizes else [],
         "node_calls": sorted(n for n in node_calls if n is not None),
         "variants": variants,
         "distinct_structures": cause.count + 1,
@@ -574,7 +593,9 @@ def grad_warmup_row(table: RecompileTable) -> RecompileRow | None:
     # Here: report.figures.metrics (the step statistics) is ~5 ms of `recompiles` start-up for this one test.
     from cagtool.report.figures.metrics import is_grad_warmup
 
-    if is_grad_warmup(miss, produced, table.previous_graph(first.ca_id), initial[0] if initial else None):
+    previous = table.previous_graph(first.ca_id)
+    seen = produced is None or previous is None or table.nodes_captured_before(first.ca_id)
+    if is_grad_warmup(miss, produced, previous, initial[0] if initial else None, seen):
         return first
     return None
 
@@ -593,7 +614,9 @@ def is_graph_grad_warmup(table: RecompileTable, row: RecompileRow) -> bool:
                           miss_kind=row.kind, message="", node=row.node)
     from cagtool.report.figures.metrics import is_grad_warmup
 
-    return is_grad_warmup(miss, table.graphs.get(row.ca_id), table.previous_graph(row.ca_id), initial)
+    produced, previous = table.graphs.get(row.ca_id), table.previous_graph(row.ca_id)
+    seen = produced is None or previous is None or table.nodes_captured_before(row.ca_id)
+    return is_grad_warmup(miss, produced, previous, initial, seen)
 
 
 def cause_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
@@ -745,18 +768,23 @@ def where(cause: Cause, cwd: str) -> str:
     return f"{how} {format_source(cause.source, cwd)}"
 
 
+def _change_item(change: NodeChange) -> str:
+    label = f"NodeCall {change.node_call}" if change.node_call is not None else "a node"
+    at = f"{change.compile_id} step {change.step}" if change.step is not None else change.compile_id
+    sizes = (f" ({change.nodes_before} -> {change.nodes_after} nodes)"
+             if change.nodes_before is not None and change.nodes_before != change.nodes_after else "")
+    if change.before is not None:
+        return f"{at}: {label} {short_name(change.before)} -> {short_name(change.after)}{sizes}"
+    if change.shape == GRAPH_REPEATS:  # the node is there before too, with another number of inputs
+        return f"{at}: {short_name(change.after)} at {label}{sizes}"
+    return f"{at}: new {short_name(change.after)} at {label}{sizes}"
+
+
 def _structure(cause: Cause, cwd: str) -> Words:
     facts = cause.facts
     changes = facts["changes"]
-    grew = facts["grew"]
-    items = []
-    for change in changes:
-        label = f"NodeCall {change.node_call}" if change.node_call is not None else "a node"
-        at = f"{change.compile_id} step {change.step}" if change.step is not None else change.compile_id
-        if change.before is None:
-            items.append(f"{at}: new {short_name(change.after)} at {label}")
-        else:
-            items.append(f"{at}: {label} {short_name(change.before)} -> {short_name(change.after)}")
+    shape = facts.get("graph_shape")
+    items = [_change_item(change) for change in changes]
     others = facts.get("other_backward_calls") or []
     if others:
         return _other_backward_words(cause, others, cwd)
@@ -777,8 +805,23 @@ def _structure(cause: Cause, cwd: str) -> Words:
                 if len(custom) == 1 else f"; {_names_text(custom)}: torch.autograd.Function subclasses whose backward is in it"
                 ) if custom else ""
         why.append(f"Nodes {compile_id} has beyond the graph before it: {listed} (what the loss gained on those steps{mine}).")
-    if grew == len(changes) and len(changes) > 1:
+    loop = shape == GRAPH_REPEATS
+    sizes = _count_list(facts.get("node_counts") or [])
+    if loop:
+        why.append("Each capture has more or fewer copies of the nodes the graph before it had, and no other node"
+                   + (f" ({sizes} autograd nodes)" if sizes else "")
+                   + ": the backward's size follows a loop whose trip count changes per step (a sequence or episode "
+                   "length, a number of loss terms).")
+    elif shape == GRAPH_EXTRA:
+        why.append("Each capture adds (or drops) nodes the graph before it had none of: ops that run on some steps only "
+                   "(a loss term, a branch with no else).")
+    elif shape == GRAPH_REARRANGED:
+        why.append("Each capture has the same nodes as the graph before it, joined another way: the data picks which "
+                   "module runs where (a router, an order chosen per step)."
+                   + (f" torch reports a data-dependent branch at {format_source(facts['branch'], cwd)}." if facts.get("branch") else ""))
+    elif shape is None and facts["grew"] == len(changes) and len(changes) > 1:
         why.append("Every miss is a node the earlier graphs did not have: the graph grows (a loop whose trip count changes per step, or ops chosen per step).")
+        loop = True
     elif any(len(v) > 1 for v in facts["variants"].values()):
         alternatives = "; ".join(
             f"NodeCall {nc}: {' / '.join(short_name(n) for n in names)}" for nc, names in facts["variants"].items() if len(names) > 1
@@ -792,22 +835,34 @@ def _structure(cause: Cause, cwd: str) -> Words:
     stability = stability_sentence(facts, "new structure")
     if stability:
         why.append(stability)
-    grows = grew == len(changes)
     if facts.get("stabilised"):
         why.append("Nothing urgent: each distinct structure is captured once and then reused.")
         fix = []
-        if not grows:
+        if shape == GRAPH_EXTRA:
+            fix.append("If a branch adds the ops, computing them on every step and weighting them by zero where they are "
+                       "not wanted (torch.where) keeps a single graph.")
+        elif not loop:
             fix.append("If a data-dependent branch picks the ops, computing both sides and selecting with "
                        "torch.where keeps a single graph.")
     else:
         fix = [
             "Make the backward graph the same every step: "
-            + ("run the loop a fixed number of times (pad to a maximum; mask what is not needed)."
-               if grows else "use the same ops every step (select results with torch.where instead of choosing ops in Python)."),
+            + ("run the loop a fixed number of times (pad to a maximum; mask what is not needed)." if loop
+               else "compute those ops on every step and weight them by zero where they are not wanted (torch.where)."
+               if shape == GRAPH_EXTRA
+               else "run every expert or side on every step and select or mask the results (torch.where) instead of "
+                    "picking modules in Python." if shape == GRAPH_REARRANGED
+               else "use the same ops every step (select results with torch.where instead of choosing ops in Python)."),
             "If the variation is by design, compiled autograd will keep recompiling: run that part "
             "without it (torch._dynamo.compiled_autograd._disable()).",
         ]
     return Words(title, why, fix, evidence_text(cause.evidence))
+
+
+def _count_list(counts: list[int]) -> str:
+    """`40, 52, 44 ... 48` for the node counts of the graphs, in capture order (first few and the last)."""
+    shown = [str(n) for n in counts]
+    return ", ".join(shown) if len(shown) <= MAX_LISTED else ", ".join(shown[:MAX_LISTED - 1]) + " ... " + shown[-1]
 
 
 def _new_backward_words(cause: Cause, call: SourceRef, cwd: str) -> Words:
@@ -2124,7 +2179,10 @@ def _ca_new_node_code(table: RecompileTable, row: RecompileRow) -> str:
     hooks_changed = produced is not None and _hooks_differ(produced, table.previous_graph(row.ca_id))
     if hooks_changed or "BackwardHookFunction" in node:
         return CAUSE_HOOK
-    if node.endswith("AccumulateGrad"):
+    # A new AccumulateGrad in a graph of nodes no earlier capture had is another structure (the
+    # data picked other modules) whose first new key torch met at AccumulateGrad.
+    if node.endswith("AccumulateGrad") and (produced is None or table.previous_graph(row.ca_id) is None
+                                            or table.nodes_captured_before(row.ca_id)):
         return CAUSE_GRAD_DEFINED
     return CAUSE_STRUCTURE
 

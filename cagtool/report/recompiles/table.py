@@ -172,6 +172,8 @@ class RecompileTable:
     label: str = ""
     # Sorted graph ids, built on first use (explanations of 1,000s of graphs).
     _graph_ids: list[int] | None = field(default=None, repr=False, compare=False)
+    # Each graph's autograd nodes as a hashable multiset, read on first use.
+    _node_sets: dict[int, frozenset] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -185,6 +187,21 @@ class RecompileTable:
         ids = self._ids()
         index = bisect.bisect_left(ids, ca_id)
         return self.graphs[ids[index - 1]] if index > 0 else None
+
+    def nodes_captured_before(self, ca_id: int | None) -> bool:
+        """Whether a graph captured before `!ca_id` has the same autograd nodes (by name and count):
+        a miss on a graph of known nodes changed a key (.grad defined, a hook), not the structure."""
+        graph = self.graphs.get(ca_id) if ca_id is not None else None
+        if graph is None:
+            return False
+        mine = self._node_set(ca_id)
+        return any(self._node_set(i) == mine for i in self._ids() if i < ca_id)
+
+    def _node_set(self, ca_id: int) -> frozenset:
+        found = self._node_sets.get(ca_id)
+        if found is None:
+            found = self._node_sets[ca_id] = frozenset(self.graphs[ca_id].autograd_names().items())
+        return found
 
     def _ids(self) -> list[int]:
         if self._graph_ids is None or len(self._graph_ids) != len(self.graphs):

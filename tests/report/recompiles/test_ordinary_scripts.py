@@ -1,7 +1,7 @@
 """`recompiles --explain` on the recompiles ordinary training scripts meet (tests/scripts, each
 recorded once in the ca mode): a backbone frozen mid-run, Python floats scheduled per step, a
 collate function padding to each batch's longest, autocast turned on after warm-up, a loss term
-with a custom autograd.Function on some steps. Each cause is checked against torch's own guard
+with a custom autograd.Function on some steps, an episode-length loop, experts routed by the data. Each cause is checked against torch's own guard
 text as recorded, and a fix the words give is verified by re-running the job with it."""
 
 from __future__ import annotations
@@ -183,3 +183,23 @@ def test_hooks_that_join_late_are_named_each_with_the_steps_it_joined_and_a_fix_
     assert "a full backward hook of a `Linear` module" in " ".join(module["why"])
     assert module["fix"][0].startswith("Register the lambda at tests/scripts/hooks_joining_late.py:31 "
                                        "(`module.register_full_backward_hook(...)` on the `Linear`) once")
+
+
+def test_an_episode_length_loop_is_a_trip_count_and_expert_routing_is_ops_picked_per_step(record_run):
+    """REINFORCE's torch.cat of one loss term per time step (episodes of 6, 4, 8 steps) grows and
+    shrinks the graph by copies of the policy's nodes: a loop's trip count, not a branch. A
+    mixture of experts routed by the data swaps ops at the same places, and one AccumulateGrad
+    fewer where one expert serves both slots: ops picked per step, not a loop, and not .grad."""
+    episodes = _causes(_recorded(record_run, "episode_returns.py"))
+    [loop] = episodes
+    said = _said(loop)
+    assert loop["code"] == "graph_structure" and loop["count"] == 2 and loop["steps"] == [1, 2]
+    assert "(91, 63, 119 autograd nodes): the backward's size follows a loop whose trip count changes per step" in said
+    assert "CatBackward0 at NodeCall 2 (91 -> 63 nodes)" in said
+    assert "a Python branch" not in said and "torch.where" not in said
+    experts = _causes(_recorded(record_run, "expert_routing.py"))
+    [routing] = experts  # the AccumulateGrad miss of step 4 is another routing, not .grad switching
+    said = _said(routing)
+    assert routing["code"] == "graph_structure" and routing["count"] == 4
+    assert "a Python branch or an op picked per step" in said
+    assert "a loop whose trip count" not in said and "pad to a maximum" not in said and "the same way every step" not in said

@@ -165,7 +165,10 @@ def test_growing_graph_and_stabilised_branch(tmp_path):
         b.step(step, 1)
     cause = explain(table_of(b, tmp_path / "grow")).causes[0]
     assert cause.facts["grew"] == 2 and [c.before for c in cause.facts["changes"]] == [None, None]
-    assert "the graph grows" in " ".join(cause_words(cause, CWD).why)
+    assert cause.facts["graph_shape"] == "repeats" and cause.facts["node_counts"] == [2, 3, 4]
+    words = cause_words(cause, CWD)
+    assert "a loop whose trip count changes per step" in " ".join(words.why) and "(2, 3, 4 autograd nodes)" in " ".join(words.why)
+    assert "run the loop a fixed number of times" in words.fix[0]
 
     b = RecordBuilder()
     tanh_line = SourceRef(file="/proj/model.py", line=21, code="h = torch.tanh(h)", function="forward", how="node_traceback")
@@ -382,3 +385,35 @@ def test_a_mode_that_compiled_nothing_says_so_not_that_it_reused_graphs(tmp_path
     for step in (1, 2, 3):
         b.step(step)
     assert no_recompiles_text(table_of(b, tmp_path)) == "No recompiles: every step after the first reused the cached graphs."
+
+
+def test_same_nodes_joined_another_way_and_nodes_on_some_steps_are_told_apart(tmp_path):
+    """Two experts swapped between two slots: the same autograd nodes, another graph (a router);
+    a term on some steps only: nodes the graph before had none of (not a loop, not a branch's swap)."""
+    b = RecordBuilder()
+    b.miss(0, 1, ROOT, 0)
+    b.graph(0, 1, [ROOT, "SumBackward0", "ReluBackward0", "TanhBackward0"])
+    b.step(1, 1)
+    b.miss(1, 2, "TanhBackward0", 2)
+    b.graph(1, 2, [ROOT, "SumBackward0", "TanhBackward0", "ReluBackward0"])
+    b.step(2, 1)
+    [cause] = explain(table_of(b, tmp_path / "routed")).causes
+    assert cause.facts["graph_shape"] == "rearranged"
+    words = cause_words(cause, CWD)
+    assert "the data picks which module runs where" in " ".join(words.why)
+    assert "run every expert or side on every step" in words.fix[0]
+
+    b = RecordBuilder()
+    b.miss(0, 1, ROOT, 0)
+    b.graph(0, 1, [ROOT, "SumBackward0", "MulBackward0"])
+    b.step(1, 1)
+    b.miss(1, 2, "GradReverseBackward", 3)
+    b.graph(1, 2, [ROOT, "SumBackward0", "MulBackward0", "AddBackward0", "GradReverseBackward"])
+    b.step(2, 1)
+    [cause] = explain(table_of(b, tmp_path / "term")).causes
+    assert cause.facts["graph_shape"] == "extra"
+    words = cause_words(cause, CWD)
+    said = " ".join(words.why)
+    assert "ops that run on some steps only" in said and "a loop whose trip count" not in said
+    assert "new GradReverseBackward at NodeCall 3 (3 -> 5 nodes)" in said
+    assert "weight them by zero where they are not wanted" in words.fix[0]

@@ -137,11 +137,29 @@ def run_diff_graphs(options: DiffGraphsOptions, notes: list[RankFocus] | None = 
     return [compare(old_run, options.old.ca_id, new_run, options.new.ca_id, options.mode)]
 
 
+# A side-by-side table asked for off a terminal, with no COLUMNS: folded at this width (unbounded,
+# its columns would be as wide as the longest node: thousands of characters a line).
+PIPED_TABLE_WIDTH = 200
+
+
+def _table_fits() -> bool:
+    """Whether stdout has a width for a side-by-side table: a terminal, or COLUMNS set."""
+    import os
+    import sys
+
+    return sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit()
+
+
 def diff_graphs_command(
     graphs: Optional[List[str]] = typer.Argument(
         None, metavar="[RUN] [A B]", show_default=False, help="RUN_A:ID RUN_B:ID (across runs), or a run (default: the latest) then two graph ids."
     ),
-    format: DiffFormat = typer.Option(DiffFormat.side, "--format", "-f", help="side (a table), unified (diff -u like) or json."),
+    format: Optional[DiffFormat] = typer.Option(
+        None, "--format", "-f", show_default=False,
+        help="side (a table; the default on a terminal), unified (diff -u like; the default in a pipe, a file or a CI log, "
+             "where a table is as wide as its longest node) or json. An asked-for table off a terminal is "
+             f"{PIPED_TABLE_WIDTH} columns wide (COLUMNS sets another).",
+    ),
     context: int = typer.Option(3, "--context", "-U", min=0, help="Unchanged nodes shown around each difference."),
     mode: Optional[str] = MODE_OPT,
     strict: bool = STRICT_OPT,
@@ -178,6 +196,8 @@ def diff_graphs_command(
     from cagtool.report.graphs import cyclic_gc_paused
 
     run, old, new = parse_graph_args(list(graphs or []))
+    if format is None:
+        format = DiffFormat.side if _table_fits() else DiffFormat.unified
     options = DiffGraphsOptions(run=run, old=old, new=new, mode=mode, format=format, context=context, strict=strict, rank=rank)
     # Reading, diffing and rendering two large graphs allocate hundreds of thousands of objects
     # and free them by reference counting; the cyclic collector's passes over them cost a fifth
@@ -197,7 +217,7 @@ def _diff_and_render(options: DiffGraphsOptions) -> bool:
 
     notes: list[RankFocus] = []
     comparisons = run_diff_graphs(options, notes)
-    console = make_console()
+    console = make_console(width=None if options.format is not DiffFormat.side or _table_fits() else PIPED_TABLE_WIDTH)
     for note in notes:  # on stderr with --format json, so stdout stays one JSON document
         (make_console(stderr=True) if options.format is DiffFormat.json else console).print(note.line, markup=False, overflow="fold")
     if not comparisons:

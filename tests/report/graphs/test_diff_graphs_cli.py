@@ -189,3 +189,20 @@ def test_help_teaches():
     proc = diff("--help")
     assert proc.returncode == 0
     assert "Examples" in proc.stdout and "RUN_A:ID RUN_B:ID" in proc.stdout
+
+
+def test_off_a_terminal_the_diff_is_unified_and_an_asked_for_table_folds_at_200_columns(op_loop):
+    """In a pipe or a CI log with no COLUMNS a side-by-side table took the width of its longest
+    node (6,225 characters a line in a real job): there the default is the unified diff, and a
+    table asked for with -f side is folded at 200 columns."""
+    piped = cagtool_in_process("diff-graphs", str(op_loop), "1", "2", env={"CI": "true"}, unset=("COLUMNS",))
+    assert piped.returncode == 1, piped.stderr
+    lines = piped.stdout.splitlines()
+    assert any(line.startswith("-") and "SubBackward0" in line for line in lines)
+    assert any(line.startswith("+") and "MulBackward0" in line for line in lines)
+    assert not any(line[:1] in "┏┃│" for line in lines)
+    table = cagtool_in_process("diff-graphs", str(op_loop), "1", "2", "-f", "side", env={"CI": "true"}, unset=("COLUMNS",))
+    rows = [line for line in table.stdout.splitlines() if line[:1] in "┏┃┡│└"]
+    assert table.returncode == 1 and rows and max(len(line) for line in rows) == 200
+    wide = diff(str(op_loop), "1", "2")  # COLUMNS=120 asks for a table that wide
+    assert max(len(line) for line in wide.stdout.splitlines() if line[:1] in "┏┃┡│└") == 120

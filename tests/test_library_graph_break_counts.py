@@ -84,3 +84,30 @@ def test_a_classifiers_problem_type_set_on_its_first_forward_is_named_with_the_v
                            timeout=600, env={**os.environ, "TORCH_LOGS": "recompiles"})
     assert fixed.returncode == 0, fixed.stderr[-3000:]
     assert "Recompiling function" not in fixed.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NO_TRANSFORMERS, reason="transformers is not installed (pip install transformers beside the pinned torch)")
+def test_a_trainers_batches_padded_to_their_longest_are_sizes_that_vary_not_a_last_batch(tmp_path):
+    """hf_trainer_classifier.py --ragged under compiled autograd: the sequence length changes from
+    batch to batch (18, 19, then 17), so compiled autograd captures the backward dynamic once and
+    Dynamo compiles that graph's code again for the next length. Not "a last batch ... drop_last":
+    the sizes vary. torch's PGO line lists 152 sources: the text shows the first few and says
+    where the whole line is."""
+    from conftest import cli_in_process
+
+    script = str(SCRIPTS / "hf_trainer_classifier.py")
+    run = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(tmp_path / "r"),
+                          script, "--ragged"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    code, out, _ = cli_in_process("recompiles", str(tmp_path / "r"), "--explain", "--format", "json")
+    assert code == 0
+    root, sizes = json.loads(out)["modes"]["ca"]["explanation"]["causes"]
+    assert sizes["caused_by"] == root["number"] and sizes["code"] == "changed_shapes"
+    said = " ".join(sizes["why"] + sizes["fix"])
+    assert "The sizes vary from batch to batch (then 19 -> 17), not only in a last batch" in said
+    assert "drop_last" not in said and "got smaller, once" not in said
+    code, text, _ = cli_in_process("recompiles", str(tmp_path / "r"), "--explain")
+    [pgo] = [line for line in text.splitlines() if line.startswith("Torch's own words (its PGO")]
+    assert "\"L['kwargs']['attention_mask'],L['kwargs']['input_ids']," in pgo and ",...\" [cagtool: 146 more of 152 sources not shown" in pgo
+    assert len(pgo) < 700

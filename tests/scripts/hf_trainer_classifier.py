@@ -1,7 +1,9 @@
 """A transformers `Trainer` job on a sequence classifier: a tiny BERT built from a config with
 `num_labels=2` and no `problem_type`, `torch_compile=True` (eager backend: Inductor is not the
 point), 3 optimizer steps. The model's forward sets `config.problem_type` from the labels on its
-first call, so Dynamo compiles the forward once more. `--problem-type` sets it before training."""
+first call, so Dynamo compiles the forward once more. `--problem-type` sets it before training.
+`--ragged`: sentences of 6 to 19 tokens, each batch padded to its longest (a collate function as
+DataCollatorWithPadding's), 8 steps."""
 
 import argparse
 import tempfile
@@ -13,6 +15,7 @@ from transformers.utils import logging
 logging.set_verbosity_error()
 parser = argparse.ArgumentParser()
 parser.add_argument("--problem-type", default=None)
+parser.add_argument("--ragged", action="store_true")
 args = parser.parse_args()
 
 
@@ -22,7 +25,13 @@ class Labelled(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> dict:
         g = torch.Generator().manual_seed(i)
-        return {"input_ids": torch.randint(0, 100, (16,), generator=g), "labels": torch.randint(0, 2, (), generator=g)}
+        length = int(torch.randint(6, 20, (), generator=g)) if args.ragged else 16
+        return {"input_ids": torch.randint(1, 100, (length,), generator=g), "labels": torch.randint(0, 2, (), generator=g)}
+
+
+def padded(items: list[dict]) -> dict:
+    ids = torch.nn.utils.rnn.pad_sequence([x["input_ids"] for x in items], batch_first=True)
+    return {"input_ids": ids, "attention_mask": (ids != 0).long(), "labels": torch.stack([x["labels"] for x in items])}
 
 
 torch.manual_seed(0)
@@ -33,7 +42,7 @@ if args.problem_type:
     model.config.problem_type = args.problem_type
 with tempfile.TemporaryDirectory() as out:
     training = TrainingArguments(
-        output_dir=out, per_device_train_batch_size=4, max_steps=3, torch_compile=True, torch_compile_backend="eager",
+        output_dir=out, per_device_train_batch_size=4, max_steps=8 if args.ragged else 3, torch_compile=True, torch_compile_backend="eager",
         use_cpu=True, report_to=[], save_strategy="no", logging_steps=100, dataloader_num_workers=0, disable_tqdm=True, seed=0,
     )
-    Trainer(model=model, args=training, train_dataset=Labelled()).train()
+    Trainer(model=model, args=training, train_dataset=Labelled(), data_collator=padded if args.ragged else None).train()

@@ -340,7 +340,9 @@ def _shape_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "dynamo_recompiles": [(r.compile_id, r.step, guard_text(r.messages[0]) if r.messages else "") for r in cause.rows if r.source != SOURCE_CA],
         "changed_per_recompile": [r.total_changed if r.total_changed is not None else len(r.changed_sizes) for r in ca_rows],
         "dynamic_graphs": dynamic_graphs,
-        "repeated": any(e["changes"] > 1 for e in per_size.values()) or len(ca_rows) > 1,
+        # Sizes changed more than once: a size twice, a second miss, or Dynamo compiling a graph's
+        # code again for other sizes (a batch after the one that made the graph dynamic).
+        "repeated": any(e["changes"] > 1 for e in per_size.values()) or len(ca_rows) > 1 or len(ca_rows) < len(cause.rows),
         **_stability(table, cause),
     }
 
@@ -1128,6 +1130,11 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     # a DataLoader's last batch without drop_last).
     shorter = (facts.get("ca_misses", cause.count) == 1 and not facts["repeated"] and bool(facts["sizes"])
                and all(len(e["values"]) == 2 and e["values"][1] < e["values"][0] for e in facts["sizes"].values()))
+    again = [f"{before} -> {after}" for _, _, guard in facts["dynamo_recompiles"] if (size := size_guard(guard))
+             for _, _, before, after in [size]]
+    if facts["dynamo_recompiles"] and facts.get("ca_misses") == 1:
+        why.append("The sizes vary from batch to batch" + (f" (then {', '.join(dict.fromkeys(again))})" if again else "")
+                   + ", not only in a last batch: a sequence padded to each batch's longest, or ragged data.")
     stability = stability_sentence(facts, "shape recompile")
     if shorter:
         why.append("Every size that changed got smaller, once: a batch (or sequence chunk) shorter than the ones before it, as the "

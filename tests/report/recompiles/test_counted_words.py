@@ -170,7 +170,7 @@ def test_the_gate_on_ca_recompiles_names_only_causes_with_ca_recompiles(record_r
     needs `depth`" through torch.compiler.disable: `depth` is a loop bound, no call."""
     run = _recorded(record_run, "recompile_storm.py")
     gate = _gate_line(run)
-    assert "CA recompiles 5 > 0 allowed (+5): the backward's autograd graph changed at steps 1-5 (the backward call at recompile_storm.py:25)" in gate
+    assert "CA recompiles 5 > 0 allowed (+5): the backward's size followed a loop's trip count at steps 1-5 (the backward call at recompile_storm.py:25)" in gate
     assert "more cause" not in gate
     causes = _explained(run)["explanation"]["causes"]
     assert [(c["code"], c["count"]) for c in causes] == [("graph_structure", 5), ("dynamo_guard_failure", 4)]

@@ -430,3 +430,14 @@ def test_each_repetition_of_a_repeated_run_is_its_own_table_under_its_own_name(r
     verified = cagtool("recompiles", str(copy), "--explain", "--verify", "--repeat", "1", "--mode", "eager.3")
     assert verified.returncode == 0, verified.stderr
     assert "nothing to verify in mode eager: no fix cagtool can apply answers these causes" in verified.stderr, verified.stderr
+
+
+def test_torchs_pgo_line_is_shown_whole_up_to_eight_sources_and_cut_with_a_count_beyond():
+    from cagtool.commands.recompiles import pgo_shown
+
+    few = 'PGO detected a recompilation due to dynamic shapes. ... TORCH_COMPILE_DYNAMIC_SOURCES="L[\'tokens\'],L[\'mask\']"'
+    assert pgo_shown(few, "ca") == few
+    many = 'set environment variable TORCH_COMPILE_DYNAMIC_SOURCES="' + ",".join(f"L['sizes'][{i}]" for i in range(40)) + '" now'
+    shown = pgo_shown(many, "ca")
+    assert shown.startswith('set environment variable TORCH_COMPILE_DYNAMIC_SOURCES="L[\'sizes\'][0],')
+    assert "L['sizes'][5],...\" now [cagtool: 34 more of 40 sources not shown" in shown and "L['sizes'][6]" not in shown

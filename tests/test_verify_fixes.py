@@ -37,7 +37,8 @@ def _copy(record_run, tmp_path: Path, script: str, *args: str) -> Path:
 def test_dynamic_sizes_remove_the_shape_loops_ca_recompile(record_run, tmp_path):
     """10/100/10 with the script's own CA flag: static first graph, one changed-shapes recompile,
     then Dynamo recompiles that graph's code for the next size. ca-dynamic (cagtool run --dynamic,
-    reaching the flag's own _enable) makes the CA recompile 0 and leaves Dynamo's; torch's own PGO
+    reaching the flag's own _enable) makes the CA recompile 0 and leaves Dynamo's (partly verified);
+    torch's own PGO
     suggestion applied as it words it (torch-pgo: its sources, which name the CA graph's size
     inputs, with --dynamic) removes both."""
     run = _copy(record_run, tmp_path, "shape_loop.py")
@@ -47,7 +48,9 @@ def test_dynamic_sizes_remove_the_shape_loops_ca_recompile(record_run, tmp_path)
     v = data["verification"]
     fix, torch_pgo = v["fixes"]
     assert fix["fix"] == "ca-dynamic" and fix["run_flags"] == ["--dynamic"] and fix["causes"] == [1]
-    assert fix["verdict"] == "verified", fix["reasons"]
+    # Fewer recompiles, but the re-run's own explanation still finds the backward's sizes recompiling (Dynamo's).
+    assert fix["verdict"] == "partly verified", fix["reasons"]
+    assert fix["reasons"][-1] == "cause #1 is still there (1 recompile in the re-run)", fix["reasons"]
     assert v["baseline"]["ca_recompiles"] == [1] and fix["measured"]["ca_recompiles"] == [0]
     assert v["baseline"]["ca_graphs"] == [2] and fix["measured"]["ca_graphs"] == [1]
     assert v["baseline"]["dynamo_recompiles"] == [1] and fix["measured"]["dynamo_recompiles"] == [1]

@@ -235,7 +235,10 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     from cagtool.report.text.safe_text import safe_line
 
     # The lines quote the record (its paths, a fix's environment): shown, never obeyed by the terminal.
-    return verify(record.path, mode, fixes, options.repeat, not_applied, progress=lambda line: print(f"cagtool: {safe_line(line)}", file=err, flush=True))
+    from cagtool.report.recompiles.explain import cause_key
+
+    return verify(record.path, mode, fixes, options.repeat, not_applied, progress=lambda line: print(f"cagtool: {safe_line(line)}", file=err, flush=True),
+                  cause_keys={c.number: cause_key(c) for c in explanation.causes})
 
 
 def pgo_scope(explanation: "Explanation") -> str:
@@ -347,7 +350,7 @@ def recompiles(
     torch-pgo verifies that suggestion applied as torch words it.
     Each fix gets before -> after for CA and Dynamo recompiles,
     compile time, time to first step, steady step time (with its 90% confidence interval), peak
-    memory and numerics, and a verdict: verified, no effect or harmful. The re-runs are kept
+    memory and numerics, and a verdict: verified, partly verified (a cause it answers is still there), no effect or harmful. The re-runs are kept
     under RUN/verify/<time>/, the result in RUN/verification.json (summary and report show it).
 
     --verify EXECUTES THE RECORDED JOB (its script, arguments and working directory, as run.json

@@ -21,7 +21,8 @@ user's file is never written.
 
 Verdict: **verified** when the recompiles it targets went down (or, the recompile count the same,
 the CA graphs: the .grad warm-up capture that count leaves out) and nothing got worse beyond the
-noise; **harmful** when the steady step got slower beyond the noise (by more than
+noise; **partly verified** when so, but the re-run's own explanation still finds a cause the fix
+answers (the same kind of cause at the same line: `cause_key`); **harmful** when the steady step got slower beyond the noise (by more than
 `HARMFUL_SLOWDOWN`), the compile time grew beyond the noise by more than `HARMFUL_COMPILE` (the fix
 compiles more than the recompiles it removes did), peak memory grew by more than `HARMFUL_MEMORY`,
 the numerics changed, or the recompiles went up; else **no effect**.
@@ -68,6 +69,7 @@ HARMFUL_MEMORY = 0.20
 HARMFUL_COMPILE = 0.20
 
 VERIFIED = "verified"
+PARTLY_VERIFIED = "partly verified"  # fewer recompiles, but a cause the fix answers is still there
 NO_EFFECT = "no effect"
 HARMFUL = "harmful"
 FAILED = "failed"  # a re-run did not finish: nothing measured
@@ -288,6 +290,10 @@ def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None
     return NO_EFFECT, reasons
 
 
+def plural_recompiles(n: int) -> str:
+    return f"{n} recompile{'s' if n != 1 else ''}"
+
+
 def _compile_growth(baseline: Side, fixed: Side) -> str:
     """The words for a fix whose compile time grew beyond the noise by more than HARMFUL_COMPILE
     (the interval of the fix's over the baseline's, each repetition a unit: report.figures.intervals),
@@ -375,6 +381,23 @@ def _write_result(run_dir: Path, result: Verification) -> None:
     write_atomic(run_dir / VERIFICATION_FILE, json.dumps(result.to_dict(), indent=2) + "\n", root=run_dir)
 
 
+def causes_left(record: RunRecord, mode: str, keys: dict[int, tuple]) -> dict[int, int]:
+    """Of the causes `keys` names (number -> cause_key in the recorded run), those the re-run's own
+    explanation still finds, with their recompiles (the most of any repetition)."""
+    from cagtool.report.recompiles.explain import cause_key, explain
+    from cagtool.report.recompiles.table import recompile_table
+
+    left: dict[int, int] = {}
+    for name, rep in record.modes.items():
+        if name != mode and not name.startswith(f"{mode}."):
+            continue
+        found = {cause_key(c): c.count for c in explain(recompile_table(rep)).causes}
+        for number, key in keys.items():
+            if key in found:
+                left[number] = max(left.get(number, 0), found[key])
+    return left
+
+
 def verify(
     run_path: str | Path | None,
     mode: str,
@@ -382,13 +405,15 @@ def verify(
     repeat: int = DEFAULT_REPEAT,
     not_applied: list[dict[str, Any]] | None = None,
     progress: Callable[[str], None] = lambda line: None,
+    cause_keys: dict[int, tuple] | None = None,
 ) -> Verification:
     """Run the baseline and each fix `repeat` times, measure, judge, and keep the result in the run.
 
     The job run is the one the record names, and only when this user's `cagtool run` recorded it
     and its files are unchanged (record/seal.py). Every path given to a re-run is absolute (the
     re-runs start in the recorded cwd), and every file written goes under the run directory
-    through the confined writer (record/atomic.py)."""
+    through the confined writer (record/atomic.py). `cause_keys`: cause number -> cause_key in the
+    recorded run's explanation, to find the causes a fix answers that its re-run still has."""
     run = load_run(run_path)
     if mode not in run.modes:
         raise UsageError(f"run {run.path} has no {mode} mode to verify fixes in")
@@ -468,6 +493,11 @@ def verify(
         numerics = [d for d in (change.numerics if change is not None else ()) if not d.inputs_differ]
         agree = all(d.agrees for d in numerics) if numerics else None
         verdict, reasons = judge(baseline, measured, speedup, agree)
+        left = causes_left(fixed_record, mode, {n: k for n, k in (cause_keys or {}).items() if n in fix.causes})
+        if left:
+            reasons.append("; ".join(f"cause #{n} is still there ({plural_recompiles(k)} in the re-run)" for n, k in sorted(left.items())))
+            if verdict == VERIFIED:
+                verdict = PARTLY_VERIFIED
         ran_copy = all(r.manifest.options.get("patched_source") for n, r in fixed_record.modes.items() if n == mode or n.startswith(f"{mode}."))
         if fix.patch is not None and not ran_copy:
             verdict, reasons = FAILED, ["the re-run did not run the patched copy: nothing measured of the patch"]

@@ -2261,6 +2261,18 @@ def another_optimizer(row: RecompileRow) -> bool:
 _SOURCE_RANK = {"node_traceback": 0, "guard": 1, "caller": 2, "compiled_frame": 3, "backward_call": 4}
 
 
+def cause_key(cause: Cause) -> tuple:
+    """What makes two runs' causes the same cause: its code and kind of guard, and the line it is
+    tied to (by file name: a re-run of the job is the same files). The backward's sizes are one
+    cause whether compiled autograd missed on them or only Dynamo recompiled a CA graph's code on
+    a size (what is left of them once compiled autograd starts dynamic)."""
+    source = cause.source
+    kind = cause.facts.get("kind", "")
+    what = (("backward sizes",) if cause.code == CAUSE_SHAPES or (cause.code == CAUSE_DYNAMO_CA_GRAPH and kind in (GUARD_SIZE, ""))
+            else (cause.code, kind))
+    return (*what, os.path.basename(source.file) if source else None, source.line if source else None)
+
+
 def group_causes(table: RecompileTable) -> list[Cause]:
     """Recompiles grouped by root cause, biggest group first (ties: the earliest first)."""
     groups: dict[tuple, list[RecompileRow]] = {}

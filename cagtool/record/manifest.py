@@ -129,6 +129,13 @@ class ModeManifest(Struct):
     truncated: dict[str, Any] | None = None
 
 
+class WrittenFiles(Struct):
+    """Files of the job's working directory an earlier mode wrote (the first few, and how many)."""
+
+    paths: list[str]
+    count: int
+
+
 class RunMeta(Struct):
     run_id: str
     created_at: str
@@ -152,6 +159,9 @@ class RunMeta(Struct):
     # record/seal.py: the job's files and an HMAC over what a re-run repeats (`recompiles --verify`).
     job_seal: dict[str, Any] | None = None
     truncated: dict[str, Any] | None = None  # as ModeManifest.truncated
+    # Mode name -> the files in the job's working directory that were new or changed when it
+    # started, written by the modes before it (capture/run/workdir.py): {"paths": [...], "count": N}.
+    written_before: dict[str, WrittenFiles] = field(default_factory=dict)
 
 
 def process_identity(manifest: ModeManifest) -> str | None:

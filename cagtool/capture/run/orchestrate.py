@@ -26,8 +26,9 @@ from cagtool.capture.processes.lifeline import STOP_SIGNALS, ChildSupervisor, ad
 from cagtool.capture.run.status import restore_terminal
 from cagtool.capture.run.stdin_feed import ModeStdin, StdinFeed
 from cagtool.capture.run.target import Target, module_file
+from cagtool.capture.run.workdir import list_workdir, written_record, written_since
 from cagtool.record.writer import write_json_atomic, write_run_meta
-from cagtool.record.manifest import RunMeta
+from cagtool.record.manifest import RunMeta, WrittenFiles
 from cagtool.record.seal import seal_job
 from cagtool.record.liveness import signal_stop_exception, this_process
 from cagtool.record.schema import MANIFEST_FILE, MODES, STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED, STATUS_KILLED, STATUS_RUNNING
@@ -180,6 +181,7 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
         return _start_mode_process(options, run_dir, name, cache_root, label, stdin_feed)
 
     ready: _ModeProcess | None = None  # the next mode's process, started while the last one exits
+    first_listing = None  # the job's working directory before the first mode ran (workdir.py)
     try:
         with ChildSupervisor() as supervisor:
             try:
@@ -189,6 +191,11 @@ def run(options: RunOptions, on_progress: Callable[[str, int, int], None] | None
                     if on_progress is not None:
                         on_progress(name, index, len(names))
                     current, ready = ready or start_process(index), None
+                    listing = list_workdir(meta.cwd, run_dir)  # before the script runs (its process may be importing torch)
+                    if first_listing is None:
+                        first_listing = listing
+                    elif written := written_since(first_listing, listing):
+                        meta.written_before[name] = WrittenFiles(**written_record(written))  # type: ignore[arg-type]
 
                     def start_next(following: int = index + 1) -> None:
                         nonlocal ready

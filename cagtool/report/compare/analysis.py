@@ -354,10 +354,19 @@ class Numerics:
     tolerance: Tolerance
     diffs: tuple[NumericsDiff, ...] = ()
     notes: tuple[str, ...] = ()  # e.g. "no losses recorded (backward called on a non-scalar)"
+    # record -> (the first paths, how many) of the files in the job's working directory that an
+    # earlier mode wrote before it started (RunMeta.written_before): a job resuming from its own files.
+    written_before: dict[str, tuple[tuple[str, ...], int]] = field(default_factory=dict)
 
     @property
     def agree(self) -> bool:
         return all(d.agrees for d in self.diffs)
+
+    @property
+    def resumed(self) -> dict[str, tuple[tuple[str, ...], int]]:
+        """The records that differ from the reference and started with files an earlier mode wrote."""
+        differ = {d.record for d in self.diffs if not d.agrees}
+        return {r: files for r, files in self.written_before.items() if r in differ}
 
     @property
     def inputs_differ(self) -> list[str]:
@@ -614,7 +623,16 @@ def run_numerics(run: RunRecord, tol: Tolerance, parity: Any = None) -> Numerics
         # A multi-rank mode's numerics are its first rank's: its check is that rank's.
         pairs = [p for p in parity.pairs if not p.across_ranks]
         gradients = {p.record.split(" ")[0]: p for p in reversed(pairs)}
-    return compare_samples(samples, _pick_reference(samples), tol, gradients)
+    numerics = compare_samples(samples, _pick_reference(samples), tol, gradients)
+    written = {name: (tuple(w.paths), w.count) for name, w in (run.meta.written_before or {}).items() if name in run.modes}
+    return replace(numerics, written_before=written) if written else numerics
+
+
+def files_text(files: tuple[tuple[str, ...], int]) -> str:
+    """`snapshot.pt`, or `a.pt, b.pt ... (12 files)`."""
+    paths, count = files
+    shown = ", ".join(paths[:3])
+    return shown if count <= 3 else f"{shown} ... ({count} files)"
 
 
 def numerics_problem(diff: NumericsDiff, tol: Tolerance) -> str:

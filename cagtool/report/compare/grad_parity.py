@@ -172,6 +172,14 @@ class PairParity:
     # first step whose losses differ beyond the tolerance: listed, not counted in the steps above.
     drifted: tuple[int, ...] = ()
     parted_at: int | None = None
+    compared: int = 0  # (parameter, step) pairs compared
+    zero: int = 0  # ... of which the gradient is exactly zero on both sides
+
+    @property
+    def all_zero(self) -> bool:
+        """Every gradient compared is zero on both sides: they agree, and that says nothing of the
+        backward (a loss that does not reach the parameters; digests taken after the job zeroed them)."""
+        return self.compared > 0 and self.zero == self.compared
 
     @property
     def agrees(self) -> bool:
@@ -182,6 +190,10 @@ class PairParity:
             return f"{self.record} vs {self.reference}: not comparable: {self.not_comparable}"
         if not self.steps:
             return f"{self.record} vs {self.reference}: no digested step in common"
+        if self.first_bad_step is None and self.all_zero:
+            return (f"{self.record} vs {self.reference}: every gradient compared is zero on both sides ({_n(self.params, 'parameter')} "
+                    f"at {_n(len(self.steps), 'digested step')}): nothing to compare (the loss does not reach the parameters, or "
+                    "they were digested after the job zeroed them)")
         if self.first_bad_step is None:
             return (f"{self.record} agrees with {self.reference} on all {_n(self.params, 'parameter')} at "
                     f"{_n(len(self.steps), 'digested step')} ({_steps(self.steps)}; worst {self.max_excess:.2g}x the tolerance)"
@@ -225,6 +237,8 @@ class GradParity:
 
     def summary(self) -> str:
         compared = [p for p in self.pairs if not p.not_comparable and p.steps and not p.across_ranks]
+        if compared and self.agree and all(p.all_zero for p in compared):
+            return "gradients: " + compared[0].verdict() + self._nonfinite_said()
         if not self.pairs:
             return "gradients: not compared: " + "; ".join(self.notes[:4]) if self.reference is not None and self.notes else "gradients: no digests recorded"
         if self.agree and compared:
@@ -408,6 +422,7 @@ def compare_digests(record: str, reference: str, got: dict[int, dict[str, Digest
     bad_steps: list[int] = []
     count = 0
     worst = 0.0
+    pairs = zero = 0
     for step in steps:
         here, there = got[step], ref[step]
         largest = max((d.norm for d in there.values() if d.norm is not None and math.isfinite(d.norm)), default=0.0)
@@ -417,7 +432,10 @@ def compare_digests(record: str, reference: str, got: dict[int, dict[str, Digest
         # one side does not hold is (MISSING: FSDP2's under compiled autograd, say).
         for name in ([n for n in there if n in here] if partial else list(there) + [n for n in here if n not in there]):
             names.add(name)
-            excess, mismatch = compare_param(name, step, here.get(name), there.get(name), largest, tol)
+            mine, theirs = here.get(name), there.get(name)
+            pairs += 1
+            zero += mine is not None and theirs is not None and mine.norm == 0.0 and theirs.norm == 0.0
+            excess, mismatch = compare_param(name, step, mine, theirs, largest, tol)
             worst = max(worst, excess)
             if mismatch is not None:
                 if mismatch.kind == DIFFERS and here.get(name) is not None:
@@ -434,6 +452,7 @@ def compare_digests(record: str, reference: str, got: dict[int, dict[str, Digest
         record=record, reference=reference, steps=steps, params=len(names), first_bad_step=first_bad_step,
         first_bad=tuple(first_bad), bad_steps=tuple(bad_steps), mismatches=count, max_excess=worst if math.isfinite(worst) else math.inf,
         only_record=tuple(sorted(set(got) - set(ref))), only_reference=tuple(sorted(set(ref) - set(got))), across_ranks=across_ranks,
+        compared=pairs, zero=zero,
     )
 
 

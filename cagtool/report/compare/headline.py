@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cagtool.report.compare.analysis import EFFECT, INCONCLUSIVE, LOAD_DIFFERED, NO_CHANGE, TOO_FEW_STEPS, Comparison, RunComparison, Speedup
+from cagtool.report.compare.analysis import EFFECT, INCONCLUSIVE, LOAD_DIFFERED, NO_CHANGE, TOO_FEW_STEPS, Comparison, RunComparison, Speedup, files_text
 from cagtool.report.figures.intervals import MEASURE_WORDS, ratio_text
 from cagtool.report.figures.pooled import base_mode
 
@@ -325,6 +325,12 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
             record, words = next(iter(drifting.items()))
             also = [r for r in drifting if r != record]
             phrases.append(f"numerics of {' and '.join([record, *also])} drift from {numerics.reference}: {words}")
+        elif numerics.resumed:
+            # A job resuming from files an earlier mode wrote (workdir.py): the modes ran different jobs.
+            resumed = numerics.resumed
+            first = next(iter(resumed.values()))
+            phrases.append(f"numerics not comparable: {' and '.join(resumed)} started from files an earlier mode wrote "
+                           f"({files_text(first)})")
         elif numerics.inputs_differ:
             # The first step's losses differ: other inputs, not a verdict on compiled autograd.
             phrases.append("numerics not comparable: inputs differ (unseeded?)")

@@ -30,6 +30,7 @@ from cagtool.report.compare.analysis import (
     NumericsDiff,
     RunComparison,
     Speedup,
+    files_text,
     format_rel,
     mode_fields,
 )
@@ -137,6 +138,8 @@ def numerics_cell(numerics: Numerics, column: ModeColumn) -> str:
     mine = [d for d in numerics.diffs if d.record in column.records]
     if not mine:
         return "-"
+    if any(r in numerics.resumed for r in column.records):
+        return "resumed from files"
     return diffs_cell(mine)
 
 
@@ -279,7 +282,16 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
                 if d.record == record:
                     lines.append((f"  {d.quantity} of {d.record}: {format_rel(d.max_rel_diff)} relative{_where(d, quantity=False)} "
                                   f"({d.value!r} vs {d.reference_value!r})", False))
+        resumed = numerics.resumed
+        for record, files in resumed.items():
+            lines.append((
+                f"Numerics: {record} started after an earlier mode wrote {files_text(files)} in the job's working directory: "
+                "a job that resumes from its own files (a checkpoint, a cache) runs differently in each mode, so its "
+                "numerics (and steps) say nothing about compiled autograd. Move those files away before each mode, or "
+                "point the job at a fresh directory (cagtool runs every mode in the directory python would)", False))
         for record in numerics.inputs_differ:
+            if record in resumed:
+                continue
             first = next(d for d in numerics.diffs if d.record == record and d.quantity == "loss")
             lines.append((
                 f"Numerics: inputs differ (unseeded?): {record}'s first-step loss already differs from {numerics.reference}'s "

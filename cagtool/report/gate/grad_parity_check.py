@@ -3,7 +3,8 @@ times the gradient-parity tolerance of the reference's (report/compare/grad_pari
 run's records (not a baseline snapshot): it compares the modes of one run with each other.
 
 Fails on the first bad step's parameters; an ERROR (never a pass) when nothing could be compared:
-no digests, a single mode, or random ops in compiled graphs without `cagtool run --parity`."""
+no digests, a single mode, random ops in compiled graphs without `cagtool run --parity`, or every
+gradient compared zero on both sides."""
 
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ def grad_parity_result(run: RunRecord, scale: float, source: str = "flag") -> Ch
         return unmeasurable(NAME, label, blocked[0].verdict(), limit, source)
     if not compared:
         return unmeasurable(NAME, label, "no digested step in common between the modes", limit, source)
+    if all(p.all_zero for p in compared):
+        return unmeasurable(NAME, label, compared[0].verdict(), limit, source)
     worst = max(p.max_excess for p in compared)
     notes = [p.verdict() for p in blocked]
     message = f"{NAME} ({label}): {parity.summary().removeprefix('gradients: ')}; worst {worst:.2g}x the tolerance"

@@ -183,3 +183,10 @@ def test_losses_that_jump_from_round_off_after_the_first_steps_disagree_whatever
     assert "Numerics DISAGREE with eager" in out and f"note: {loss.note}" in out and "drifted apart" not in out
     assert comparison_to_json(comparison)["numerics"]["drift"] == {}
     assert grad_parity_result(run(ca), 1.0).outcome == Outcome.FAIL
+
+
+def test_the_gate_on_gradients_zero_in_both_modes_is_not_measured_never_a_pass():
+    zeros = [digest(0, scale=0.0), digest(STEPS - 1, scale=0.0, reasons=("last",))]
+    result = grad_parity_result(run(mode("ca", reference_losses(), list(zeros)), eager_digests=list(zeros)), 1.0)
+    assert result.outcome != Outcome.PASS and result.outcome == Outcome.ERROR
+    assert "every gradient compared is zero on both sides (3 parameters at 2 digested steps): nothing to compare" in result.message

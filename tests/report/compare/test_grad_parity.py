@@ -140,3 +140,19 @@ def test_random_ops_are_found_across_chunks_and_never_through_a_link_or_fifo(tmp
     for planted in ("linked.py", "fifo.py"):
         with pytest.raises(UnreadableInput):
             _random_ops_in_file(tmp_path / planted)
+
+
+def test_gradients_zero_on_both_sides_agree_but_say_nothing_and_the_gate_cannot_pass_on_them():
+    """All-zero gradients in both modes (a job resumed past its last step; digests taken after a
+    zero_grad) read "the modes agree" and passed --max-grad-diff: they are said to compare nothing."""
+    from cagtool.report.compare.grad_parity import GradParity
+
+    zeros = step_digests({name: [0.0] * n for name, n in SHAPES.items()})
+    pair = compare_digests("ca", "eager", {0: zeros, 5: zeros}, {0: zeros, 5: zeros}, GradTolerance())
+    assert pair.agrees and pair.all_zero and (pair.compared, pair.zero) == (8, 8)
+    said = GradParity("eager", (pair,)).summary()
+    assert said.startswith("gradients: ca vs eager: every gradient compared is zero on both sides (4 parameters at 2 digested steps)")
+    assert "agree" not in said
+    base = step_digests(grads(5, SHAPES))
+    some = compare_digests("ca", "eager", {0: zeros, 5: base}, {0: zeros, 5: base}, GradTolerance())
+    assert some.agrees and not some.all_zero and "agree on all 4 parameters" in GradParity("eager", (some,)).summary()

@@ -1,0 +1,62 @@
+"""What the job wrote in its working directory between one mode and the next.
+
+Every mode runs the script in the same working directory, as `python` would. A job that keeps
+state there (a checkpoint it resumes from, a cache it fills: pytorch/examples' DDP tutorial
+writes snapshot.pt and resumes from it) starts the second mode from the first one's files, and
+the modes then compute different things (fewer steps, other weights). The directory is listed
+(names, sizes, modification times; never contents) before the first mode and before each later
+one; what is new or changed was written by the modes before, and the comparison says so.
+
+The listing is bounded (MAX_ENTRIES entries, MAX_DEPTH levels) and skips hidden directories
+(.git, .cagtool, virtualenvs), __pycache__ and the run directory itself: a dataset tree is not
+walked whole.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+MAX_ENTRIES = 20_000
+MAX_DEPTH = 3
+MAX_NAMED = 20  # paths kept per mode in run.json; `count` says how many in all
+
+Listing = dict[str, tuple[int, int]]  # relative path -> (size, mtime_ns)
+
+
+def list_workdir(cwd: str, skip: Path) -> Listing:
+    """The files under `cwd` (relative paths), their sizes and modification times; `skip` (the
+    run directory) and hidden or cache directories are left out."""
+    found: Listing = {}
+    skip_real = os.path.realpath(skip)
+    stack: list[tuple[str, int]] = [(cwd, 0)]
+    while stack and len(found) < MAX_ENTRIES:
+        folder, depth = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if len(found) >= MAX_ENTRIES:
+                break
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if depth + 1 < MAX_DEPTH and not entry.name.startswith(".") and entry.name != "__pycache__" \
+                            and os.path.realpath(entry.path) != skip_real:
+                        stack.append((entry.path, depth + 1))
+                elif entry.is_file(follow_symlinks=False):
+                    st = entry.stat(follow_symlinks=False)
+                    found[os.path.relpath(entry.path, cwd)] = (st.st_size, st.st_mtime_ns)
+            except OSError:
+                continue
+    return found
+
+
+def written_since(before: Listing, now: Listing) -> list[str]:
+    """The files new in `now` or changed since `before`, sorted."""
+    return sorted(path for path, stat in now.items() if before.get(path) != stat)
+
+
+def written_record(paths: list[str]) -> dict[str, object]:
+    """What run.json keeps of them: the first MAX_NAMED paths and how many in all."""
+    return {"paths": paths[:MAX_NAMED], "count": len(paths)}

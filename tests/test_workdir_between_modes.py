@@ -1,0 +1,54 @@
+"""Every mode runs the script in the job's working directory, as python would: files one mode
+writes there (a checkpoint the job resumes from) are there for the next. cagtool lists the
+directory before each mode (capture/run/workdir.py) and the comparison names what a mode found."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import cagtool_cmd, cli_in_process
+
+from cagtool.capture.run.workdir import MAX_DEPTH, list_workdir, written_since
+
+SCRIPT = Path(__file__).parent / "scripts" / "resumes_from_snapshot.py"
+
+
+@pytest.mark.slow
+def test_a_job_resuming_from_the_snapshot_an_earlier_mode_wrote_is_named_not_called_unseeded(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "eager,ca", "--backend", "eager", "--no-report", "-o", str(out), str(SCRIPT)),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**os.environ, "CI": "true"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resuming from epoch 3" in proc.stdout  # the ca mode did resume: the job's own doing
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["written_before"] == {"ca": {"paths": ["snapshot.pt"], "count": 1}}
+    code, text, _ = cli_in_process("compare", str(out), env={"CI": "true"}, cwd=tmp_path)
+    flat = " ".join(text.split())
+    assert "numerics not comparable: ca started from files an earlier mode wrote (snapshot.pt)" in flat
+    assert "Numerics: ca started after an earlier mode wrote snapshot.pt in the job's working directory" in flat
+    assert "unseeded" not in flat.split("gradients:")[0]
+
+
+def test_the_listing_skips_the_run_hidden_and_cache_directories_and_stops_at_its_depth(tmp_path):
+    (tmp_path / "data" / "a" / "b" / "c").mkdir(parents=True)
+    (tmp_path / "data" / "a" / "x.bin").write_bytes(b"1")
+    (tmp_path / "data" / "a" / "b" / "c" / "deep.bin").write_bytes(b"1")  # below MAX_DEPTH levels
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "index").write_bytes(b"1")
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "m.pyc").write_bytes(b"1")
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    (tmp_path / "link").symlink_to(tmp_path / "data")
+    before = list_workdir(str(tmp_path), run)
+    assert set(before) == {os.path.join("data", "a", "x.bin")} and MAX_DEPTH == 3
+    (tmp_path / "snapshot.pt").write_bytes(b"state")
+    (tmp_path / "data" / "a" / "x.bin").write_bytes(b"22")
+    (run / "more.json").write_text("{}")
+    assert written_since(before, list_workdir(str(tmp_path), run)) == [os.path.join("data", "a", "x.bin"), "snapshot.pt"]

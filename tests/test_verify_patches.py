@@ -313,3 +313,20 @@ def test_a_hook_registered_on_every_iteration_is_named_at_its_line_not_sent_to_a
     assert patch is not None and not patch.applicable and patch.line == 6
     assert patch.why_not.startswith("the script registers a hook inside its loop on every iteration (line 6)")
     assert "another file" not in patch.why_not
+
+
+def test_a_slower_step_from_one_rerun_a_side_is_not_harmful_unless_three_times_slower():
+    """Two re-runs of one environment read "harmful" (0.53x, 90% CI 0.30-0.95) and "inconclusive"
+    (0.58x) on a busy machine, and plain torch found no slowdown: one process a side measures no
+    noise. Harmful needs 3x slower there; with 3 processes a side the interval decides."""
+    from cagtool.report.compare.analysis import Speedup
+    from cagtool.report.figures.intervals import RatioInterval
+
+    def slower(ratio: float, units: tuple[int, int]) -> Speedup:
+        interval = RatioInterval(ratio, ratio / 1.79, ratio * 1.79, units, "cpu", "assumed", 0.35, float("inf"))
+        return Speedup("ca", "ca", ratio, ratio / 1.79, ratio * 1.79, steady_steps=(30, 30), interval=interval)
+
+    verdict, reasons = judge(_side(1, 1, 2), _side(0, 1, 1), slower(0.53, (1, 1)), True)
+    assert verdict == VERIFIED and "one process a side, not judged; --repeat 3 judges it" in reasons[1], reasons
+    assert judge(_side(1, 1, 2), _side(0, 1, 1), slower(0.2, (1, 1)), True)[0] == HARMFUL
+    assert judge(_side(1, 1, 2), _side(0, 1, 1), slower(0.53, (3, 3)), True)[0] == HARMFUL

@@ -124,6 +124,8 @@ def _run_recompiles(options: RecompilesOptions, out: IO[str] | None, err: IO[str
     if explanations is not None:
         ExplanationRenderer(console).render(explanations, run_label)
         for table, explanation in zip(tables, explanations):
+            from cagtool.report.recompiles.verification import pgo_shown
+
             if (said := pgo_suggestion(record, table.name)) is not None:
                 print_wrapped(console, f"Torch's own words (its PGO, mode {table.name}): {pgo_shown(said, table.name)}" + pgo_scope(explanation))
     else:
@@ -251,25 +253,6 @@ def pgo_scope(explanation: "Explanation") -> str:
         return ""
     return (" [cagtool: no recompile of this mode failed on a tensor's size: the sizes changed at a recompile for another "
             "cause above (torch's profile notes them there too), and this setting would not remove it]")
-
-
-PGO_SOURCES_SHOWN = 6  # of torch's TORCH_COMPILE_DYNAMIC_SOURCES list (a BERT's backward: 150)
-
-
-def pgo_shown(said: str, mode: str) -> str:
-    """torch's PGO line with its list of sources cut to the first few where it is longer, saying
-    how many there are and where the whole line is (a 150-source list is a 3,000-character line)."""
-    import re
-
-    match = re.search(r'TORCH_COMPILE_DYNAMIC_SOURCES="([^"]*)"', said)
-    sources = match.group(1).split(",") if match else []
-    if len(sources) <= PGO_SOURCES_SHOWN + 2:
-        return said
-    assert match is not None
-    shown = ",".join(sources[:PGO_SOURCES_SHOWN])
-    return (said[:match.start(1)] + shown + ",..." + said[match.end(1):]
-            + f" [cagtool: {len(sources) - PGO_SOURCES_SHOWN} more of {len(sources)} sources not shown; the whole line is "
-              f"options.pgo_suggestion in the {mode} record's manifest.json, and `--verify --fix torch-pgo` re-runs the job with it]")
 
 
 def pgo_suggestion(record: "RunRecord", mode: str) -> str | None:

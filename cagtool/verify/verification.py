@@ -21,7 +21,8 @@ user's file is never written.
 
 Verdict: **verified** when the recompiles it targets went down (or, the recompile count the same,
 the CA graphs: the .grad warm-up capture that count leaves out) and nothing got worse beyond the
-noise; **partly verified** when so, but the re-run's own explanation still finds a cause the fix
+noise (a slower steady step measured on one re-run process a side is harmful only past
+`ONE_PROCESS_HARM`: one process measures no noise); **partly verified** when so, but the re-run's own explanation still finds a cause the fix
 answers (the same kind of cause at the same line: `cause_key`); **harmful** when the steady step got slower beyond the noise (by more than
 `HARMFUL_SLOWDOWN`), the compile time grew beyond the noise by more than `HARMFUL_COMPILE` (the fix
 compiles more than the recompiles it removes did), peak memory grew by more than `HARMFUL_MEMORY`,
@@ -67,6 +68,9 @@ DEFAULT_REPEAT = 3
 HARMFUL_SLOWDOWN = 0.05
 HARMFUL_MEMORY = 0.20
 HARMFUL_COMPILE = 0.20
+# With one re-run process a side, a slower steady step is harmful only beyond this ratio (3x slower):
+# nothing measures the run-to-run noise, which on a busy machine reaches +/-162 % (benchmarks/README.md).
+ONE_PROCESS_HARM = 1 / 3
 
 VERIFIED = "verified"
 PARTLY_VERIFIED = "partly verified"  # fewer recompiles, but a cause the fix answers is still there
@@ -256,9 +260,14 @@ def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None
         # is one unit (report.figures.intervals); counts, not times, decide "verified".
         ci = f"90% CI {ratio_text(speedup.low)}-{ratio_text(speedup.high)}"
         basis = f", {speedup.interval.units[0]} vs {speedup.interval.units[1]} processes" if speedup.interval is not None else ""
-        if speedup.verdict == "slower" and speedup.high < 1.0 / (1.0 + HARMFUL_SLOWDOWN):
+        one_each = speedup.interval is not None and min(speedup.interval.units) < 2
+        if speedup.verdict == "slower" and speedup.high < 1.0 / (1.0 + HARMFUL_SLOWDOWN) and not (one_each and speedup.ratio > ONE_PROCESS_HARM):
             reasons.append(f"steady step slower ({ratio_text(speedup.ratio)}, {ci}{basis})")
             harmful = True
+        elif speedup.verdict == "slower" and one_each:
+            # One process a side measures no run-to-run noise: two re-runs of one environment read
+            # "harmful" and "inconclusive" (0.53x and 0.58x, the same job no slower in plain torch).
+            reasons.append(f"steady step {ratio_text(speedup.ratio)} ({ci}{basis}: one process a side, not judged; --repeat 3 judges it)")
         elif speedup.verdict in ("faster", "slower", "no change", "inconclusive"):
             reasons.append(f"steady step {ratio_text(speedup.ratio)} ({speedup.verdict}, {ci}{basis})")
         else:

@@ -99,7 +99,7 @@ def _cost_phrase(comparison: Comparison) -> str:
 def _bytes(n: int | None) -> str:
     if not n:
         return "-"
-    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n} B"

@@ -172,7 +172,9 @@ def _node_change(table: RecompileTable, row: RecompileRow) -> NodeChange:
     if produced is not None and previous is not None:
         mine, theirs = produced.autograd_names(), previous.autograd_names()
         gone, came = theirs - mine, mine - theirs
-        before = " + ".join(sorted(gone)) if gone and came else None
+        names = sorted(gone)
+        # The first few of what left (a loop that ended early loses dozens of node kinds).
+        before = (" + ".join(names[:3]) + (f" + {len(names) - 3} more" if len(names) > 3 else "")) if gone and came else None
         counts = (sum(theirs.values()), sum(mine.values()))
         shape = _graph_shape(mine, theirs, gone, came)
     where = f"!{previous.ca_id}" if previous is not None else None
@@ -334,15 +336,22 @@ def _shape_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         f"!{r.ca_id}": table.graphs[r.ca_id].num_sizes for r in cause.rows if r.ca_id in table.graphs
     }
     ca_rows = [r for r in cause.rows if r.source == SOURCE_CA]
+    dynamo = [(r.compile_id, r.step, guard_text(r.messages[0]) if r.messages else "") for r in cause.rows if r.source != SOURCE_CA]
+    # Dynamo compiling the graph's code again for a size the sizes had before (4 -> 32: the next
+    # epoch's first batch after a short last one) is a return, not a new size.
+    seen = {v for e in per_size.values() for v in e["values"]}
+    new_sizes = [(before, after) for _, _, guard in dynamo if (size := size_guard(guard)) is None or size[3] not in seen
+                 for before, after in [size[2:] if size else (None, None)]]
     return {
         "sizes": dict(sorted(per_size.items())),
         "ca_misses": len(ca_rows),
-        "dynamo_recompiles": [(r.compile_id, r.step, guard_text(r.messages[0]) if r.messages else "") for r in cause.rows if r.source != SOURCE_CA],
+        "dynamo_recompiles": dynamo,
+        "new_sizes_after": [pair for pair in new_sizes if pair[0] is not None],
         "changed_per_recompile": [r.total_changed if r.total_changed is not None else len(r.changed_sizes) for r in ca_rows],
         "dynamic_graphs": dynamic_graphs,
         # Sizes changed more than once: a size twice, a second miss, or Dynamo compiling a graph's
         # code again for other sizes (a batch after the one that made the graph dynamic).
-        "repeated": any(e["changes"] > 1 for e in per_size.values()) or len(ca_rows) > 1 or len(ca_rows) < len(cause.rows),
+        "repeated": any(e["changes"] > 1 for e in per_size.values()) or len(ca_rows) > 1 or bool(new_sizes),
         **_stability(table, cause),
     }
 
@@ -807,9 +816,18 @@ def _structure(cause: Cause, cwd: str) -> Words:
                 if len(custom) == 1 else f"; {_names_text(custom)}: torch.autograd.Function subclasses whose backward is in it"
                 ) if custom else ""
         why.append(f"Nodes {compile_id} has beyond the graph before it: {listed} (what the loss gained on those steps{mine}).")
-    loop = shape == GRAPH_REPEATS
+    repeats = sum(1 for c in changes if c.shape == GRAPH_REPEATS)
+    # Most captures only add or drop copies (a sequence's length, a loop that breaks early), some
+    # also swap ops (a branch inside it): the loop is the larger cause, and padding it the fix.
+    mostly_loop = shape is None and len(changes) > 1 and repeats * 2 >= len(changes)
+    loop = shape == GRAPH_REPEATS or mostly_loop
     sizes = _count_list(facts.get("node_counts") or [])
-    if loop:
+    if mostly_loop:
+        why.append(f"{repeats} of the {len(changes)} captures have more or fewer copies of the nodes the graph before it had"
+                   + (f" ({sizes} autograd nodes)" if sizes else "")
+                   + ": the backward's size follows a loop whose trip count changes per step (a sequence length, a loop that "
+                   "breaks early); the others also change which ops run (a branch inside it).")
+    elif loop:
         why.append("Each capture has more or fewer copies of the nodes the graph before it had, and no other node"
                    + (f" ({sizes} autograd nodes)" if sizes else "")
                    + ": the backward's size follows a loop whose trip count changes per step (a sequence or episode "
@@ -849,7 +867,8 @@ def _structure(cause: Cause, cwd: str) -> Words:
     else:
         fix = [
             "Make the backward graph the same every step: "
-            + ("run the loop a fixed number of times (pad to a maximum; mask what is not needed)." if loop
+            + ("run the loop a fixed number of times (pad to a maximum; mask what is not needed)"
+               + (", and select with torch.where where a branch inside it picks the ops." if mostly_loop else ".") if loop
                else "compute those ops on every step and weight them by zero where they are not wanted (torch.where)."
                if shape == GRAPH_EXTRA
                else "run every expert or side on every step and select or mask the results (torch.where) instead of "
@@ -1130,9 +1149,8 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     # a DataLoader's last batch without drop_last).
     shorter = (facts.get("ca_misses", cause.count) == 1 and not facts["repeated"] and bool(facts["sizes"])
                and all(len(e["values"]) == 2 and e["values"][1] < e["values"][0] for e in facts["sizes"].values()))
-    again = [f"{before} -> {after}" for _, _, guard in facts["dynamo_recompiles"] if (size := size_guard(guard))
-             for _, _, before, after in [size]]
-    if facts["dynamo_recompiles"] and facts.get("ca_misses") == 1:
+    again = [f"{before} -> {after}" for before, after in facts.get("new_sizes_after", [])]
+    if again and facts.get("ca_misses") == 1:
         why.append("The sizes vary from batch to batch" + (f" (then {', '.join(dict.fromkeys(again))})" if again else "")
                    + ", not only in a last batch: a sequence padded to each batch's longest, or ragged data.")
     stability = stability_sentence(facts, "shape recompile")
@@ -2203,7 +2221,9 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
         if row.kind == MISS_NEW_NODE:
             code = _ca_new_node_code(table, row)
             if code == CAUSE_STRUCTURE:
-                return (code, _location(row.user_source) or row.node)
+                # One backward's structure is one cause, whichever forward line made the node that
+                # first differs (--trace-nodes names it: a loop's body spans lines).
+                return (code, _location(row.backward_call) or _location(row.user_source) or row.node)
             if code == CAUSE_GRAD_DEFINED and is_graph_grad_warmup(table, row):
                 return (code, "warm-up")  # one per backward graph: one cause, whichever line called it
             return (code, row.node, _location(row.user_source))

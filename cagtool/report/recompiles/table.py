@@ -100,6 +100,9 @@ class RecompileRow:
     # The recompiled frame is a resume function Dynamo made after a graph break: the function it
     # continues, its file, and the line of the break (how="graph_break").
     resume_of: SourceRef | None = None
+    # A CA capture's backward call (the user's `loss.backward()`), kept beside `user_source`, which
+    # with --trace-nodes is the forward line that made the node that differs.
+    backward_call: SourceRef | None = None
 
     @property
     def seq(self) -> int:
@@ -393,6 +396,7 @@ def _ca_rows(record: ModeRecord, misses: list[CacheMissEvent], graphs: dict[int,
                 total_changed=main.changed_count,
                 messages=tuple(e.message for e in events),
                 user_source=main.source or main.backward_call,
+                backward_call=main.backward_call,
                 produced=produced,
             )
         )

@@ -17,6 +17,25 @@ VERIFICATION_FILE = "verification.json"
 VERIFICATION_FORMAT = "cagtool-verification"
 
 
+PGO_SOURCES_SHOWN = 6  # of torch's TORCH_COMPILE_DYNAMIC_SOURCES list (a BERT's backward: 150)
+
+
+def pgo_shown(said: str, mode: str) -> str:
+    """torch's PGO line with its list of sources cut to the first few where it is longer, saying
+    how many there are and where the whole line is (a 150-source list is a 3,000-character line)."""
+    import re
+
+    match = re.search(r'TORCH_COMPILE_DYNAMIC_SOURCES="([^"]*)"', said)
+    sources = match.group(1).split(",") if match else []
+    if len(sources) <= PGO_SOURCES_SHOWN + 2:
+        return said
+    assert match is not None
+    shown = ",".join(sources[:PGO_SOURCES_SHOWN])
+    return (said[:match.start(1)] + shown + ",..." + said[match.end(1):]
+            + f" [cagtool: {len(sources) - PGO_SOURCES_SHOWN} more of {len(sources)} sources not shown; the whole line is "
+              f"options.pgo_suggestion in the {mode} record's manifest.json, and `--verify --fix torch-pgo` re-runs the job with it]")
+
+
 def load_verification(run_path: Path | str) -> dict[str, Any] | None:
     """The run's kept verification, or None when it has none or it is unreadable."""
     path = Path(run_path) / VERIFICATION_FILE
@@ -51,7 +70,14 @@ def fix_how(fix: dict[str, Any]) -> str:
     patch = fix.get("patch")
     if patch:
         return f"patch of {patch['file']}, line {patch['line']}"
-    return " ".join([*(f"{k}={val}" for k, val in (fix.get("env") or {}).items()), *(f"cagtool run {flag}" for flag in fix.get("run_flags") or ())])
+    return " ".join([*(f"{k}={_short_value(val)}" for k, val in (fix.get("env") or {}).items()), *(f"cagtool run {flag}" for flag in fix.get("run_flags") or ())])
+
+
+def _short_value(value: str) -> str:
+    """An environment value as the fix's title line shows it: a long list by its count (the line
+    "in your job" below gives it whole, to copy)."""
+    items = value.split(",")
+    return value if len(items) <= PGO_SOURCES_SHOWN + 2 else f"<{len(items)} sources, in full below>"
 
 
 def fix_in_job(fix: dict[str, Any]) -> str:
@@ -101,14 +127,16 @@ def verification_lines(data: dict[str, Any]) -> list[str]:
         if not patch and (in_job := fix_in_job(fix)):
             lines.append(f"    in your job, without cagtool: {in_job}")
         if fix.get("torch_says"):
-            lines.append(f"    torch's own suggestion (PGO): {fix['torch_says']}")
+            lines.append(f"    torch's own suggestion (PGO): {pgo_shown(fix['torch_says'], data['mode'])}")
         if patch:
             lines += patch_lines(patch)
             if fix.get("patched_copy"):
                 lines.append(f"    applied to a copy, {fix['patched_copy']}, run in place of the script (your file is unchanged)")
         m = fix.get("measured")
         if m and base:
-            lines.append(f"    CA recompiles {_counts(base['ca_recompiles'], m['ca_recompiles'])}, Dynamo recompiles "
+            # A re-run that failed stopped early: its counts are of the steps it ran, not the fix's effect.
+            partial = "what the failed re-run recorded before it stopped (not a measure of the fix): " if fix["verdict"] == "failed" else ""
+            lines.append(f"    {partial}CA recompiles {_counts(base['ca_recompiles'], m['ca_recompiles'])}, Dynamo recompiles "
                          f"{_counts(base['dynamo_recompiles'], m['dynamo_recompiles'])}, CA graphs {_counts(base['ca_graphs'], m['ca_graphs'])}"
                          + (f", hooks run {_counts(base['hook_calls'], m['hook_calls'])}"
                             if any(base.get("hook_calls") or ()) or any(m.get("hook_calls") or ()) else ""))

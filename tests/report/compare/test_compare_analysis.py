@@ -441,7 +441,7 @@ def test_repetitions_that_differ_point_at_an_unseeded_script():
 
 GOLDEN_TABLE = """\
 mode ca: failed, exit code 1: RuntimeError: boom; no recompiles; ca: 1 CA graph, 0 graph breaks;
-compile aot 1.5 s, ca 1.6 s; first step aot 1.0 s, ca 1.0 s; peak memory aot 120.0 MB, ca 100.0 MB;
+compile aot 1.5 s, ca 1.6 s; first step aot 1.0 s, ca 1.0 s; peak memory aot 120.0 MiB, ca 100.0 MiB;
 compiled autograd: 1.60x the speed of torch.compile alone, inconclusive (90% CI 0.60x-4.25x, one
 process per mode: run-to-run noise assumed, not measured; run --repeat 8 to resolve it); numerics
 agree.
@@ -525,7 +525,7 @@ def test_the_headline_answers_first_in_words():
     faster = run_headline(compare_modes(three_modes(ca_ms=5, repeat=5)))
     assert faster.tone == "good"
     # What replicates leads (counts, compile, first step, memory), then the time verdict.
-    assert faster.text == ("no recompiles; ca: 1 CA graph, 0 graph breaks; compile aot 1.5 s, ca 1.6 s; first step aot 1.0 s, ca 1.0 s; peak memory aot 120.0 MB, ca 100.0 MB; "
+    assert faster.text == ("no recompiles; ca: 1 CA graph, 0 graph breaks; compile aot 1.5 s, ca 1.6 s; first step aot 1.0 s, ca 1.0 s; peak memory aot 120.0 MiB, ca 100.0 MiB; "
                            "compiled autograd: 1.60x the speed of torch.compile alone (faster, 90% CI 1.57x-1.63x); numerics agree.")
     slower = run_headline(compare_modes(three_modes(ca_ms=8.2, repeat=5)))
     assert slower.tone == "bad" and "(slower, 90% CI" in slower.text

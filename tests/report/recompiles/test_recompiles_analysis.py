@@ -417,3 +417,23 @@ def test_same_nodes_joined_another_way_and_nodes_on_some_steps_are_told_apart(tm
     assert "ops that run on some steps only" in said and "a loop whose trip count" not in said
     assert "new GradReverseBackward at NodeCall 3 (3 -> 5 nodes)" in said
     assert "weight them by zero where they are not wanted" in words.fix[0]
+
+
+def test_one_backwards_structure_is_one_cause_whichever_forward_line_made_the_node_that_differs(tmp_path):
+    """--trace-nodes ties each miss to the forward line that made the first differing node: a
+    random-depth loop (pytorch/examples' dynamic_net) meets it at the line before the loop on one
+    step and in the loop's body on another. Both are the one backward's structure: one cause."""
+    before_loop = SourceRef(file="/proj/dynamic_net.py", line=16, code="y = self.a + self.b * x", function="forward", how="node_traceback")
+    in_loop = SourceRef(file="/proj/dynamic_net.py", line=18, code="y = y + self.e * x ** exp", function="forward", how="node_traceback")
+    b = RecordBuilder()
+    b.miss(0, 1, ROOT, 0)
+    b.graph(0, 1, [ROOT, "SumBackward0", "AddBackward0", "AddBackward0", "MulBackward0"])
+    b.step(1, 1)
+    b.miss(1, 2, "AddBackward0", 2, source=before_loop, backward_call=BACKWARD_LINE)
+    b.graph(1, 2, [ROOT, "SumBackward0", "AddBackward0", "MulBackward0"])
+    b.step(2, 1)
+    b.miss(2, 3, "AddBackward0", 3, source=in_loop, backward_call=BACKWARD_LINE)
+    b.graph(2, 3, [ROOT, "SumBackward0", "AddBackward0", "AddBackward0", "AddBackward0", "MulBackward0", "MulBackward0"])
+    b.step(3, 1)
+    [cause] = explain(table_of(b, tmp_path / "r")).causes
+    assert cause.count == 2 and cause.facts["graph_shape"] == "repeats"

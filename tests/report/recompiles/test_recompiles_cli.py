@@ -433,7 +433,7 @@ def test_each_repetition_of_a_repeated_run_is_its_own_table_under_its_own_name(r
 
 
 def test_torchs_pgo_line_is_shown_whole_up_to_eight_sources_and_cut_with_a_count_beyond():
-    from cagtool.commands.recompiles import pgo_shown
+    from cagtool.report.recompiles.verification import pgo_shown
 
     few = 'PGO detected a recompilation due to dynamic shapes. ... TORCH_COMPILE_DYNAMIC_SOURCES="L[\'tokens\'],L[\'mask\']"'
     assert pgo_shown(few, "ca") == few
@@ -441,3 +441,19 @@ def test_torchs_pgo_line_is_shown_whole_up_to_eight_sources_and_cut_with_a_count
     shown = pgo_shown(many, "ca")
     assert shown.startswith('set environment variable TORCH_COMPILE_DYNAMIC_SOURCES="L[\'sizes\'][0],')
     assert "L['sizes'][5],...\" now [cagtool: 34 more of 40 sources not shown" in shown and "L['sizes'][6]" not in shown
+
+
+def test_a_failed_fixs_figures_are_said_to_be_what_it_recorded_before_it_stopped():
+    from cagtool.report.recompiles.verification import verification_lines
+
+    side = {"ca_recompiles": [3], "dynamo_recompiles": [1], "ca_graphs": [4], "hook_calls": [None], "compile_time_s": 2.0,
+            "first_step_s": 3.0, "peak_memory_bytes": 2**28, "run": "/r/verify/x/fix"}
+    stopped = {**side, "ca_recompiles": [0], "dynamo_recompiles": [0], "ca_graphs": [1]}
+    fix = {"fix": "ca-dynamic", "causes": [1], "title": "t", "who": "run configuration", "env": {}, "run_flags": ["--dynamic"],
+           "measured": stopped, "verdict": "failed", "reasons": ["the re-run with the fix did not finish: see its record"]}
+    data = {"mode": "ca", "repeat": 1, "baseline": side, "fixes": [fix], "not_applied": []}
+    [counts] = [line for line in verification_lines(data) if "CA recompiles 3 -> 0" in line]
+    assert counts.strip().startswith("what the failed re-run recorded before it stopped (not a measure of the fix): CA recompiles 3 -> 0")
+    fix["verdict"] = "verified"
+    [counts] = [line for line in verification_lines(data) if "CA recompiles 3 -> 0" in line]
+    assert counts.strip().startswith("CA recompiles 3 -> 0")

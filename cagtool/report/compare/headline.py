@@ -231,7 +231,14 @@ def _recompile_phrase(comparison: Comparison, verified: dict[str, Any] | None, e
     warmup = m.ca_grad_warmup_misses
     n = m.ca_recompiles + warmup
     if n == 0 and m.dynamo_recompiles == 0:
-        return "no recompiles"
+        # A ca mode that failed early says nothing of recompiles; torch.compile's own (aot) may.
+        aot = comparison.modes.get("aot")
+        others = aot.metrics.dynamo_recompiles if aot is not None and aot.metrics is not None else 0
+        said = "no recompiles in ca before it failed" if column.failures else "no recompiles"
+        if others:
+            said += (f" (aot: {others} Dynamo recompile{'s' if others != 1 else ''})" if column.failures
+                     else f" in ca (aot: {others} Dynamo recompile{'s' if others != 1 else ''})")
+        return said
     roots = root_causes(explanation) if explanation is not None else None
     parts = []
     if n:

@@ -540,3 +540,15 @@ def graph_break_words(reason: str) -> GraphBreakWords:
         gb_id = _registry()[gb_type]
     headline = f"{gb_type}: {explanation}" if explanation else gb_type
     return GraphBreakWords(headline, gb_type, gb_id, explanation, hints)
+
+
+# An error raised while Dynamo ran a compiled-autograd graph's node with fake tensors names the
+# node's op: `call_function torch._dynamo.compiled_autograd.ops.PackPaddedSequenceBackward0(...)`
+# (its generated code: `torch__dynamo_compiled_autograd_ops_PackPaddedSequenceBackward0`).
+_CA_NODE_OP = re.compile(r"compiled_autograd[._]ops[._](?P<node>[A-Za-z_]\w*?Backward\d*)\b")
+
+
+def ca_node_in_error(message: str) -> str | None:
+    """The autograd node an error message says compiled autograd's graph failed on, or None."""
+    match = _CA_NODE_OP.search(message)
+    return match.group("node") if match else None

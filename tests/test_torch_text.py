@@ -314,3 +314,18 @@ def test_the_grad_mode_a_compile_was_made_for_is_read_from_its_guard_trees_globa
     assert tt.compiled_grad_mode("+- TREE_GUARD_MANAGER\n" + line % "true") is True
     assert tt.compiled_grad_mode(line % "false") is False
     assert tt.compiled_grad_mode("| +- TENSOR_MATCH: check_tensor(L['x'], requires_grad=False)") is None
+
+
+def test_the_autograd_node_a_compiled_autograd_graph_failed_on_is_read_from_torchs_error():
+    """torch 2.13's TorchRuntimeError when compiled autograd's graph runs pack_padded_sequence's
+    backward with fake tensors (an LSTM over packed sequences): the node is only in its text."""
+    from cagtool.torch_text import ca_node_in_error
+
+    message = ("RuntimeError when making fake tensor call\n  Explanation: Dynamo failed to run FX node with fake tensors: "
+               "call_function torch._dynamo.compiled_autograd.ops.PackPaddedSequenceBackward0(*([FakeTensor(..., size=(65, 16))], "
+               "[True], True, [8, 11, 16]), **{}): got RuntimeError(\"The tensor has a non-zero number of elements\")\n"
+               "from user code:\n   File \"<eval_with_key>.6\", line 1117, in forward\n"
+               "    pack_padded_sequence_backward0 = torch__dynamo_compiled_autograd_ops_PackPaddedSequenceBackward0(getitem_3)")
+    assert ca_node_in_error(message) == "PackPaddedSequenceBackward0"
+    assert ca_node_in_error("torch__dynamo_compiled_autograd_ops_CatBackward0(x)") == "CatBackward0"
+    assert ca_node_in_error("RuntimeError: boom") is None

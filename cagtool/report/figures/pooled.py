@@ -17,6 +17,7 @@ from cagtool.record.schema import (
 )
 from cagtool.report.figures.intervals import ProcessSteps, TimingSample, timing_sample
 from cagtool.report.figures.same_steps import same_steps, step_profile
+from cagtool.torch_text import ca_node_in_error
 from cagtool.report.figures.metrics import (
     CpuWait,
     ModeMetrics,
@@ -130,6 +131,10 @@ def _failure_of(name: str, record: ModeRecord | None, exit_code: int | None) -> 
         exc = manifest.exception
         first_line = (exc.message or "").strip().splitlines()[0] if (exc.message or "").strip() else ""
         reason = f"{exc.type}: {first_line}" if first_line else exc.type
+        node = ca_node_in_error(exc.message or "")
+        if node is not None and node not in first_line:
+            # The message's first line does not say where: the node is deep in torch's text.
+            reason += f" (at the autograd node {node}, in compiled autograd's graph)"
     else:
         reason = f"exited with code {code}"
     return ModeFailure(name, manifest.status, code, reason)

@@ -284,7 +284,8 @@ class MaxCountCheck:
         if self.metric in ("ca_recompiles", "recompiles") and warmup > 0:
             notes.append(
                 f"not counted: {warmup} CA cache miss for AccumulateGrad's one-time .grad None -> defined warm-up "
-                "(the second backward of a loop that keeps .grad; see cagtool recompiles --explain)"
+                "(the first backward that finds .grad defined: the next step's when gradients are kept, or the second "
+                "micro-batch's under gradient accumulation; captured once, then cached; see cagtool recompiles --explain)"
             )
         return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, str(actual), limit_text, message, self.source, notes, data)
 

@@ -213,7 +213,9 @@ def test_a_relative_run_from_elsewhere_and_two_verifications_at_once(recorded, t
         assert proc.returncode == 0, err[-3000:]
     verdicts = [json.loads(out)["verification"]["fixes"][0] for out, _err in outputs]
     for fix in verdicts:
-        assert fix["verdict"] == "verified" and fix["reasons"] and fix["reasons"][0] == "recompiles 2 -> 1", fix
+        # Dynamo still recompiles the backward graph's code on the next size: partly verified.
+        assert fix["verdict"] == "partly verified" and fix["reasons"] and fix["reasons"][0] == "recompiles 2 -> 1", fix
+        assert fix["reasons"][-1] == "cause #1 is still there (1 recompile in the re-run)", fix
     runs = {fix["measured"]["run"] for fix in verdicts}
     assert len(runs) == 2 and all(Path(r).is_absolute() and Path(r).parent.parent == run / "verify" for r in runs)
     assert sorted(p.name for p in job_dir.iterdir()) == before  # no stray run under the recorded cwd

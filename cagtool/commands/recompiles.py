@@ -124,7 +124,7 @@ def _run_recompiles(options: RecompilesOptions, out: IO[str] | None, err: IO[str
     if explanations is not None:
         ExplanationRenderer(console).render(explanations, run_label)
         for table, explanation in zip(tables, explanations):
-            from cagtool.report.recompiles.verification import pgo_shown
+            from cagtool.torch_text import pgo_shown
 
             if (said := pgo_suggestion(record, table.name)) is not None:
                 print_wrapped(console, f"Torch's own words (its PGO, mode {table.name}): {pgo_shown(said, table.name)}" + pgo_scope(explanation))

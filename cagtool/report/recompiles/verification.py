@@ -12,28 +12,10 @@ from cagtool.errors import UnreadableInput
 from cagtool.record.regular_files import read_record_bytes
 from cagtool.record.schema import MAX_JSON_FILE_BYTES
 from cagtool.report.figures.intervals import ratio_text
+from cagtool.torch_text import PGO_SOURCES_SHOWN, pgo_shown
 
 VERIFICATION_FILE = "verification.json"
 VERIFICATION_FORMAT = "cagtool-verification"
-
-
-PGO_SOURCES_SHOWN = 6  # of torch's TORCH_COMPILE_DYNAMIC_SOURCES list (a BERT's backward: 150)
-
-
-def pgo_shown(said: str, mode: str) -> str:
-    """torch's PGO line with its list of sources cut to the first few where it is longer, saying
-    how many there are and where the whole line is (a 150-source list is a 3,000-character line)."""
-    import re
-
-    match = re.search(r'TORCH_COMPILE_DYNAMIC_SOURCES="([^"]*)"', said)
-    sources = match.group(1).split(",") if match else []
-    if len(sources) <= PGO_SOURCES_SHOWN + 2:
-        return said
-    assert match is not None
-    shown = ",".join(sources[:PGO_SOURCES_SHOWN])
-    return (said[:match.start(1)] + shown + ",..." + said[match.end(1):]
-            + f" [cagtool: {len(sources) - PGO_SOURCES_SHOWN} more of {len(sources)} sources not shown; the whole line is "
-              f"options.pgo_suggestion in the {mode} record's manifest.json, and `--verify --fix torch-pgo` re-runs the job with it]")
 
 
 def load_verification(run_path: Path | str) -> dict[str, Any] | None:

@@ -433,7 +433,7 @@ def test_each_repetition_of_a_repeated_run_is_its_own_table_under_its_own_name(r
 
 
 def test_torchs_pgo_line_is_shown_whole_up_to_eight_sources_and_cut_with_a_count_beyond():
-    from cagtool.report.recompiles.verification import pgo_shown
+    from cagtool.torch_text import pgo_shown
 
     few = 'PGO detected a recompilation due to dynamic shapes. ... TORCH_COMPILE_DYNAMIC_SOURCES="L[\'tokens\'],L[\'mask\']"'
     assert pgo_shown(few, "ca") == few

@@ -55,7 +55,8 @@ def _speed_phrase(s: Speedup, trained_otherwise: bool = False, aot_compiled_noth
     if trained_otherwise:
         return f"{mode}: {figure}{on}{f' ({ci})' if ci else ''}, not a verdict: its numerics differ", NEUTRAL
     if verdict == TOO_FEW_STEPS:
-        return f"{mode}: {figure}{on}, from too few steady steps to judge", NEUTRAL
+        a, b = s.steady_steps
+        return f"{mode}: {figure}{on}, from {a} and {b} steady steps, too few to judge (run more steps)", NEUTRAL
     if verdict == LOAD_DIFFERED:
         return f"{mode}: {figure}{on}, not judged: the machine's load differed between the modes ({ci})", NEUTRAL
     basis = ""

@@ -26,6 +26,7 @@ _ID = re.compile(r"^(?:!|ca_)?(\d+)(?:@(?:rank)?(\d+))?$")
 class DiffFormat(str, Enum):
     side = "side"
     unified = "unified"
+    stat = "stat"
     json = "json"
 
 
@@ -157,7 +158,7 @@ def diff_graphs_command(
     format: Optional[DiffFormat] = typer.Option(
         None, "--format", "-f", show_default=False,
         help="side (a table; the default on a terminal), unified (diff -u like; the default in a pipe, a file or a CI log, "
-             "where a table is as wide as its longest node) or json. An asked-for table off a terminal is "
+             "where a table is as wide as its longest node), stat (each comparison's header and summary alone) or json. An asked-for table off a terminal is "
              f"{PIPED_TABLE_WIDTH} columns wide (COLUMNS sets another).",
     ),
     context: int = typer.Option(3, "--context", "-U", min=0, help="Unchanged nodes shown around each difference."),
@@ -184,6 +185,7 @@ def diff_graphs_command(
       cagtool diff-graphs before:0 after:0  # graph 0 of run `before` vs of run `after`
       cagtool diff-graphs RUN 0@0 1@1       # rank 0's graph !0 vs rank 1's !1 (multi-rank run)
       cagtool diff-graphs -f unified -U 1   # diff -u style, 1 line of context
+      cagtool diff-graphs -f stat           # each graph's header and summary: what changed, in a screen
       cagtool diff-graphs -f json | jq '.comparisons[].summary'
 
     Graph ids are compiled-autograd ids as torch prints them: 3, !3 or ca_3
@@ -213,7 +215,7 @@ def diff_graphs_command(
 def _diff_and_render(options: DiffGraphsOptions) -> bool:
     """Diff and print; True when every comparison found the graphs identical."""
     from cagtool.report.text.console import make_console
-    from cagtool.report.graphs import JsonRenderer, SideBySideRenderer, UnifiedRenderer, graph_ids
+    from cagtool.report.graphs import JsonRenderer, SideBySideRenderer, StatRenderer, UnifiedRenderer, graph_ids
 
     notes: list[RankFocus] = []
     comparisons = run_diff_graphs(options, notes)
@@ -233,6 +235,7 @@ def _diff_and_render(options: DiffGraphsOptions) -> bool:
     renderer = {
         DiffFormat.side: SideBySideRenderer(context=options.context),
         DiffFormat.unified: UnifiedRenderer(context=options.context),
+        DiffFormat.stat: StatRenderer(context=options.context),
         DiffFormat.json: JsonRenderer(),
     }[options.format]
     renderer.render(comparisons, console)

@@ -3,7 +3,7 @@
 The names below are what `cagtool diff-graphs` uses."""
 
 from cagtool.report.graphs.diff import GraphDiff, cyclic_gc_paused, diff_graphs
-from cagtool.report.graphs.render import JsonRenderer, SideBySideRenderer, UnifiedRenderer
+from cagtool.report.graphs.render import JsonRenderer, SideBySideRenderer, StatRenderer, UnifiedRenderer
 from cagtool.report.graphs.runs import GraphComparison, compare, compare_replaced, graph_ids
 
 __all__ = [
@@ -11,6 +11,7 @@ __all__ = [
     "GraphDiff",
     "JsonRenderer",
     "SideBySideRenderer",
+    "StatRenderer",
     "UnifiedRenderer",
     "compare",
     "compare_replaced",

@@ -167,6 +167,14 @@ class _HunkRenderer:
         raise NotImplementedError
 
 
+class StatRenderer(_HunkRenderer):
+    """Each comparison's header and summary alone (`git diff --stat`'s use): a run of many graphs,
+    or graphs of thousands of nodes, in a screen."""
+
+    def _differences(self, comparison: GraphComparison, spans: list[Hunk], skipped_after: int, console: Console) -> None:
+        return None
+
+
 class UnifiedRenderer(_HunkRenderer):
     """`diff -u`-like text: `-` old, `+` new; a changed node is a `-`/`+` pair."""
 

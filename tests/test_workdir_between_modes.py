@@ -32,6 +32,15 @@ def test_a_job_resuming_from_the_snapshot_an_earlier_mode_wrote_is_named_not_cal
     assert "numerics not comparable: ca started from files an earlier mode wrote (snapshot.pt)" in flat
     assert "Numerics: ca started after an earlier mode wrote snapshot.pt in the job's working directory" in flat
     assert "unseeded" not in flat.split("gradients:")[0]
+    # A forged record: a name with an escape sequence is shown as text; a wrong type is refused.
+    meta["written_before"] = {"ca": {"paths": ["\x1b[31mred.pt"], "count": 1}}
+    (out / "run.json").write_text(json.dumps(meta))
+    code, text, _ = cli_in_process("compare", str(out), env={"CI": "true"}, cwd=tmp_path)
+    assert code == 0 and "\x1b" not in text and "started from files an earlier mode wrote (" in " ".join(text.split())
+    meta["written_before"] = {"ca": "snapshot.pt"}
+    (out / "run.json").write_text(json.dumps(meta))
+    code, _, err = cli_in_process("compare", str(out), env={"CI": "true"}, cwd=tmp_path)
+    assert code == 3 and "written_before" in err and "Traceback" not in err
 
 
 def test_the_listing_skips_the_run_hidden_and_cache_directories_and_stops_at_its_depth(tmp_path):

@@ -340,13 +340,12 @@ def _shape_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     # Dynamo compiling the graph's code again for a size the sizes had before (4 -> 32: the next
     # epoch's first batch after a short last one) is a return, not a new size.
     seen = {v for e in per_size.values() for v in e["values"]}
-    new_sizes = [(before, after) for _, _, guard in dynamo if (size := size_guard(guard)) is None or size[3] not in seen
-                 for before, after in [size[2:] if size else (None, None)]]
+    new_sizes = [(size[2], size[3]) for _, _, guard in dynamo if (size := size_guard(guard)) is not None and size[3] not in seen]
     return {
         "sizes": dict(sorted(per_size.items())),
         "ca_misses": len(ca_rows),
         "dynamo_recompiles": dynamo,
-        "new_sizes_after": [pair for pair in new_sizes if pair[0] is not None],
+        "new_sizes_after": new_sizes,
         "changed_per_recompile": [r.total_changed if r.total_changed is not None else len(r.changed_sizes) for r in ca_rows],
         "dynamic_graphs": dynamic_graphs,
         # Sizes changed more than once: a size twice, a second miss, or Dynamo compiling a graph's

@@ -217,7 +217,7 @@ def is_grad_warmup(miss: CacheMissEvent, produced: CAGraphEvent | None, previous
         return False
     if initial_step is not None and miss.step is not None and miss.step not in (initial_step, initial_step + 1):
         return False
-    if not nodes_seen:
+    if produced is not None and previous is not None and not nodes_seen:
         return False
     hooks = [sorted(h.hook_type for h in g.hooks) if g is not None else None for g in (produced, previous)]
     return hooks[0] == hooks[1]
@@ -241,8 +241,7 @@ def ca_misses(graphs: list[CAGraphEvent], misses: list[CacheMissEvent]) -> CAMis
         earlier = [i for i in by_id if i < first.ca_id]
         previous = by_id[max(earlier)] if earlier else None
         produced = by_id.get(first.ca_id)
-        seen = produced is None or previous is None or any(
-            by_id[i].autograd_names() == produced.autograd_names() for i in earlier)
+        seen = produced is not None and any(by_id[i].autograd_names() == produced.autograd_names() for i in earlier)
         warmup = int(is_grad_warmup(first, produced, previous, by_id[first_id].step if first_id in by_id else None, seen))
     return CAMisses(total, new_node, shapes, warmup)
 

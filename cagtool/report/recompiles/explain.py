@@ -603,9 +603,8 @@ def grad_warmup_row(table: RecompileTable) -> RecompileRow | None:
     # Here: report.figures.metrics (the step statistics) is ~5 ms of `recompiles` start-up for this one test.
     from cagtool.report.figures.metrics import is_grad_warmup
 
-    previous = table.previous_graph(first.ca_id)
-    seen = produced is None or previous is None or table.nodes_captured_before(first.ca_id)
-    if is_grad_warmup(miss, produced, previous, initial[0] if initial else None, seen):
+    if is_grad_warmup(miss, produced, table.previous_graph(first.ca_id), initial[0] if initial else None,
+                      table.nodes_captured_before(first.ca_id)):
         return first
     return None
 
@@ -624,9 +623,8 @@ def is_graph_grad_warmup(table: RecompileTable, row: RecompileRow) -> bool:
                           miss_kind=row.kind, message="", node=row.node)
     from cagtool.report.figures.metrics import is_grad_warmup
 
-    produced, previous = table.graphs.get(row.ca_id), table.previous_graph(row.ca_id)
-    seen = produced is None or previous is None or table.nodes_captured_before(row.ca_id)
-    return is_grad_warmup(miss, produced, previous, initial, seen)
+    return is_grad_warmup(miss, table.graphs.get(row.ca_id), table.previous_graph(row.ca_id), initial,
+                          table.nodes_captured_before(row.ca_id))
 
 
 def cause_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:

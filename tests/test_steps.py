@@ -106,6 +106,42 @@ def test_discriminator_stepped_more_often_gives_one_step_per_generator_step(reco
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("iterations", [12, 3])
+def test_one_optimizer_per_layer_trained_in_turn_gives_a_step_per_optimizer_step(record_run, iterations):
+    """Every layer's optimizer is made first, then each layer trained in turn (forward-forward): an
+    optimizer that steps 10 times with no other is a step per step() (12 a layer), counted once the
+    10th shows it; a phase shorter than that reads as WGAN's n_critic does, one step that waits for
+    the other optimizer: layer 0's 3 steps and layer 1's first, then layer 1's 2 left, each a step
+    at the run's end."""
+    run = record_run(SHAPES, "layers", str(iterations), modes="eager")
+    eager = _mode(run)
+    steps = eager.of(StepEvent)
+    optimizer_steps = eager.of(OptimizerStepEvent)
+    assert len(optimizer_steps) == 2 * iterations
+    if iterations == 12:
+        assert [s.step for s in steps] == list(range(24))
+        assert [s.backward_calls for s in steps] == [1] * 24
+        assert [o.step for o in optimizer_steps] == list(range(24))
+        assert all(s.wall_s is not None for s in steps[1:])
+    else:
+        assert [s.backward_calls for s in steps] == [4, 1, 1]
+        assert [o.step for o in optimizer_steps] == [0, 0, 0, 0, 1, 2]
+    assert mode_metrics(eager).backward_calls_after_last_step == 0
+
+
+@pytest.mark.slow
+def test_compiles_while_the_steps_wait_count_in_the_step_they_happened_in(record_run):
+    """Layer 0's forward recompiles for a smaller batch at its 6th step, while the steps wait to be
+    told apart (10 steps of one optimizer): the compile is counted in step 5, not in the first
+    step of the wait; layer 1's forward compiles on its first call (step 12)."""
+    aot = _mode(record_run(SHAPES, "layers", "12", "--compile", modes="aot"), "aot")
+    steps = aot.of(StepEvent)
+    assert [s.step for s in steps] == list(range(24))
+    assert [s.step for s in steps if s.compiles] == [0, 5, 12]
+    assert sum(s.compiles for s in steps) == len(aot.of(DynamoCompileEvent))
+
+
+@pytest.mark.slow
 def test_a_step_the_grad_scaler_skips_is_a_step_of_its_own(record_run):
     """GradScaler.step skips the optimizer's step() when the gradients are not finite: the loop's
     iteration is still a step (as the script and training frameworks count it), not folded into

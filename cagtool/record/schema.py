@@ -30,7 +30,8 @@ script's `for step in range(n)` numbers it, so "at step 2" is the step the scrip
   holds has stepped at least once since the previous step ended, so the step count is the
   number of training iterations whatever the order of the `step()` calls (a discriminator
   stepped k times per generator step gives one step per generator step). An optimizer that is
-  created but never steps keeps the step open until it is garbage-collected;
+  created but never steps is no longer waited for once another has stepped IDLE_OPTIMIZER_STEPS
+  (10) times alone, and each of those is then a step (capture/steps/boundaries.py);
 - with no optimizer, every top-level backward call (Tensor.backward, autograd.backward,
   autograd.grad) is a step, and the step events say so (`boundary == "backward"`).
 Every top-level backward call is a `backward` event with its step and its index within the

@@ -2,6 +2,10 @@
 
 gan-dg / gan-gd   two optimizers (generator created first), discriminator stepped first / last
 wgan              the discriminator stepped 3 times per generator step (WGAN's n_critic)
+layers            one optimizer per layer, every one made first, each layer trained ITERATIONS times
+                  in turn (pytorch/examples' forward-forward MNIST); `--compile`: the layer's forward
+                  compiled, a smaller batch at each layer's 6th iteration (a recompile while the
+                  steps wait to be told apart) and a layer of another size (one when its turn comes)
 grad-and-backward autograd.grad (a gradient penalty) and backward in one optimizer step
 threads           no optimizer; two threads call backward at the same time
 nested            reentrant checkpointing (a backward inside the engine's work) and a tensor hook
@@ -50,6 +54,21 @@ if variant.startswith(("gan", "wgan")):
         for train in order:
             train()
         print(f"iteration {step}")
+
+elif variant == "layers":
+    layers = [torch.nn.Linear(4, 6), torch.nn.Linear(6, 3)]
+    optimizers = [torch.optim.Adam(layer.parameters(), lr=0.01) for layer in layers]
+    forward = torch.compile(lambda layer, x: layer(x).pow(2).mean(), backend="eager") if "--compile" in sys.argv else (
+        lambda layer, x: layer(x).pow(2).mean())
+    h = torch.randn(8, 4)
+    for layer, opt in zip(layers, optimizers):
+        for step in range(iterations):
+            loss = forward(layer, h[:7] if step == 5 else h)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        h = layer(h).detach()
+        print(f"layer trained {iterations} times")
 
 elif variant == "grad-and-backward":
     model = mlp()

@@ -4,7 +4,19 @@ were made. What a step is, with one, several or no optimizers: record/schema.py'
 A step ends when every optimizer it waits for has stepped (`STEP_BOUNDARY_OPTIMIZER`), or, with no
 optimizer alive, at each top-level backward's end (`STEP_BOUNDARY_BACKWARD`). Whether an optimizer
 is alive is ordered by the notes a weak reference's callback appends when one is collected, so a
-count made later counts what a count made in the hook would have (tests/test_step_bookkeeping.py)."""
+count made later counts what a count made in the hook would have (tests/test_step_bookkeeping.py).
+
+Several optimizers, one stepping first: whether the others step in the same iteration is known only
+from what follows. A discriminator stepped k times before its generator (WGAN's n_critic) is one
+step; one optimizer per layer, each trained in turn for many iterations (the forward-forward
+algorithm), is a step per optimizer step. So where an optimizer steps first in a step with others
+waited for, the notes wait (`StepCounter.held`) until another optimizer steps, or something else
+happens that the usual count handles (one step, as before), or until that optimizer has stepped
+IDLE_OPTIMIZER_STEPS times alone: the others stop being waited for, and each of its steps is a step.
+While the notes wait, events are stamped with the step the wait began in, compiles and captures are
+noted in order with the hooks' notes, and a hook draining for itself (`--steps`, CUDA) counts the
+steps when the wait ends: `--steps` stops there, a step boundary's CUDA event is recorded for the
+last of them only."""
 
 from __future__ import annotations
 
@@ -14,13 +26,26 @@ from typing import Any, Callable
 from cagtool.capture.steps.device_readings import DeviceReadings
 from cagtool.capture.steps.lines import NO_LINE, StepLines
 from cagtool.capture.steps.losses import read_loss
-from cagtool.capture.steps.notes import COMPILED, ENDED, GONE, MADE, RETURNED, SKIPPED, STEPPED, BackwardCall, CpuReading
+from cagtool.capture.steps.notes import (
+    CAPTURED,
+    COMPILE_DONE,
+    COMPILED,
+    ENDED,
+    GONE,
+    MADE,
+    RETURNED,
+    SKIPPED,
+    STEPPED,
+    BackwardCall,
+    CpuReading,
+)
 from cagtool.capture.steps.timing import BoundaryTimes
 from cagtool.record.schema import FIRST_STEP, STEP_BOUNDARY_BACKWARD, STEP_BOUNDARY_COMPILED_OPTIMIZER, STEP_BOUNDARY_OPTIMIZER
 from cagtool.record.writer import RecordWriter
 
 # An optimizer that does not step while another steps this many times in one open step stops
-# being waited for (e.g. a second optimizer used only in a later phase of training).
+# being waited for (e.g. a second optimizer used only in a later phase of training), and each of
+# those steps is a step of its own (the module docstring).
 IDLE_OPTIMIZER_STEPS = 10
 # Notes held while it is unknown whether a pre-existing optimizer will step (expect_optimizers):
 # two a backward call (its begin and end), so 256 backward calls.
@@ -33,7 +58,7 @@ class OpenStep:
     under the tracker's lock)."""
 
     __slots__ = ("next_index", "backward_calls", "backward_s", "captures", "compiles", "compile_s", "optimizer_s", "loss",
-                 "loss_tensor", "skipped", "late_compiles", "stepped")
+                 "loss_tensor", "skipped", "late_compiles", "stepped", "together")
 
     def __init__(self) -> None:
         self.next_index = 0  # the next backward call's index (taken when it starts)
@@ -48,6 +73,7 @@ class OpenStep:
         self.skipped = False  # a grad scaler skipped an optimizer's step() in it
         self.late_compiles = 0
         self.stepped: dict[int, int] = {}  # id(optimizer) -> step() calls in this step
+        self.together = False  # its optimizers step together: the notes waited and another optimizer stepped (StepCounter.held)
 
 
 class StepCounter:
@@ -71,6 +97,12 @@ class StepCounter:
         # made, whether a backward ends a step is undecided and its notes wait in `undecided`.
         self.candidates: dict[int, weakref.ref[Any]] = {}
         self.undecided: list[Any] | None = None
+        # An optimizer stepped first in a step that waits for others: the notes from its step()
+        # on wait here until it is known whether the others step in this step (resolve).
+        self.held: list[Any] | None = None
+        self.held_key = 0  # that optimizer's id
+        self.held_steps = 0  # its step() calls among the held notes
+        self.held_seen = 0  # the held notes looked at so far
         self.last_backward_clock: float | None = None  # the last top-level backward's end (perf_counter)
         self.last_backward_cpu: CpuReading | None = None  # and its CPU reading, where it read one
         # The optimizer steps inside a compiled graph (compiled_optimizer): each backward ends a
@@ -95,6 +127,7 @@ class StepCounter:
         self.times.last_t = self.times.last_cpu = None
         self.last_backward_clock = self.last_backward_cpu = None
         self.read_from_parameters = None
+        self.held = None
 
     @property
     def current_step(self) -> int:
@@ -229,6 +262,11 @@ class StepCounter:
             opened.optimizer_s += seconds
             stepped[key] = 1
             return self.close(STEP_BOUNDARY_OPTIMIZER, clock, cpu, live, (seconds, optimizer_class.__name__))
+        if not stepped and not opened.together and len(waiting) > 1:
+            # The first optimizer to step in a step that waits for others: this note and those
+            # after it wait until it is known whether they step in this step (resolve).
+            self.held, self.held_key, self.held_steps, self.held_seen = [note], key, 1, 1
+            return False
         lines.optimizer_step(clock, FIRST_STEP + self.closed_steps, seconds, optimizer_class.__name__)
         opened.optimizer_s += seconds
         stepped[key] = stepped.get(key, 0) + 1
@@ -381,6 +419,68 @@ class StepCounter:
                 self.required.update((k, r) for k, r in self.candidates.items() if r() is not None)
             return held + taken[i:]
         return []
+
+    # -- one optimizer stepping first among several (the module docstring) ------------------------
+    def resolve(self, taken: list[Any]) -> list[Any]:
+        """`taken` joins the held notes; the notes to count now: none while it is unknown whether
+        the other optimizers step in the held step, else every held note, in order."""
+        held = self.held
+        assert held is not None
+        held += taken
+        key = self.held_key
+        for i in range(self.held_seen, len(held)):
+            note = held[i]
+            kind = None if note.__class__ is BackwardCall else note[0]
+            if kind is None or kind == ENDED or kind == CAPTURED or kind == COMPILE_DONE:
+                continue
+            if (kind == STEPPED or kind == SKIPPED) and note[3] == key:
+                self.held_steps += 1
+                if self.held_steps >= IDLE_OPTIMIZER_STEPS:
+                    return self.release(alone=True)
+                continue
+            # Another optimizer stepped (or one was made or collected, or an optimizer's code
+            # compiled): counted as before, the held step waiting for every optimizer.
+            return self.release(alone=False)
+        self.held_seen = len(held)
+        if len(held) > UNDECIDED_NOTES:
+            return self.release(alone=False)
+        return []
+
+    def release(self, alone: bool) -> list[Any]:
+        """The held notes, to count now. `alone`: the optimizer that stepped first stepped
+        IDLE_OPTIMIZER_STEPS times with no other (or the watch ended after it stepped more than
+        once): the others stop being waited for, and each of its steps is a step; else the held
+        step waits for every optimizer, as without the wait."""
+        held, self.held = self.held or [], None
+        if alone:
+            for other in [k for k in self.required if k != self.held_key]:
+                del self.required[other]
+        else:
+            self.open.together = True
+        return held
+
+    def capture_finished(self, seconds: float) -> None:
+        """A compiled-autograd capture finished: counted in the step in progress (noted in order
+        while the notes wait)."""
+        if self.held is not None:
+            self.held.append((CAPTURED, seconds))
+            return
+        opened = self.open
+        opened.captures += 1
+        opened.compile_s += seconds
+
+    def compile_finished(self, seconds: float, outside: bool) -> None:
+        """A Dynamo compile finished (`outside`: no top-level backward in progress): counted in the
+        step in progress (noted in order while the notes wait); after the step's backward, it is
+        its optimizer's (late_compiles)."""
+        if self.held is not None:
+            self.held.append((COMPILE_DONE, seconds, outside))
+            return
+        opened = self.open
+        opened.compiles += 1
+        opened.compile_s += seconds
+        if outside and opened.backward_calls:
+            opened.late_compiles += 1
 
     def undecided_notes(self) -> list[Any]:
         """The end of the watch: the notes still undecided, to be counted (no optimizer stepped)."""

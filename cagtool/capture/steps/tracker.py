@@ -53,7 +53,7 @@ from cagtool.capture.steps import heap_in_use
 from cagtool.capture.steps.grad_digest import GradDigests
 from cagtool.capture.steps.hooks import InstalledHooks, StepLimitReached, install_hooks
 from cagtool.capture.steps.lines import line_makers
-from cagtool.capture.steps.notes import COMPILED, ENDED, GONE, MADE, RETURNED, SKIPPED, STEPPED, BackwardCall
+from cagtool.capture.steps.notes import CAPTURED, COMPILE_DONE, COMPILED, ENDED, GONE, MADE, RETURNED, SKIPPED, STEPPED, BackwardCall
 from cagtool.record.schema import FIRST_STEP, REASON_LAST
 from cagtool.record.writer import MAX_HELD_LINES, RecordWriter
 from cagtool.torch_text import frame_compile, in_torch_optim
@@ -229,9 +229,7 @@ class StepTracker:
         if self.digests is not None:
             self.digests.arm()
         with self._lock:
-            opened = self.counter.open
-            opened.captures += 1
-            opened.compile_s += seconds
+            self.counter.capture_finished(seconds)
 
     def step_of_compile(self, compile_id: str) -> int:
         """The step a record of compile `compile_id` belongs to:
@@ -262,11 +260,8 @@ class StepTracker:
         if self.digests is not None:
             self.digests.arm()
         with self._lock:
-            opened = self.counter.open
-            opened.compiles += 1
-            opened.compile_s += seconds
-            if opened.backward_calls and not self._solo and getattr(self._local, "call", None) is None:
-                opened.late_compiles += 1  # after the step's backward: its optimizer's (boundaries.py)
+            # after the step's backward (none in progress): its optimizer's (boundaries.py)
+            self.counter.compile_finished(seconds, outside=not self._solo and getattr(self._local, "call", None) is None)
 
     def note_error(self, exc: BaseException) -> None:
         """A bug in the bookkeeping: counted (the manifest keeps it), never raised into the script."""
@@ -495,32 +490,10 @@ class StepTracker:
                 del raw[:n]  # a note racing this one stays for the next drain
                 if counter.undecided is not None:
                     taken = counter.decide(taken)
-                for note in taken:
-                    try:
-                        if note.__class__ is BackwardCall:
-                            limit = counter.begun(note) or limit
-                            continue
-                        kind = note[0]
-                        if kind == ENDED:
-                            limit = counter.backward_ended(note, note is live) or limit
-                            if not counter.backward_calls % FLAG_CHECK_EVERY and not self.findings.flag_done:
-                                self._flag_check_due = True
-                        elif kind == STEPPED:
-                            limit = counter.optimizer_stepped(note, note is live) or limit
-                        elif kind == SKIPPED:
-                            limit = counter.optimizer_skipped(note, note is live) or limit
-                        elif kind == RETURNED:
-                            _, before, version = note
-                            limit = counter.parameters_changed(version, note is live, before) or limit
-                        elif kind == COMPILED:
-                            self.backward_reads_cpu = True  # a backward's end may end a step now
-                            counter.compiled_noted(note)
-                        elif kind == MADE:
-                            counter.made(note)
-                        else:
-                            counter.gone(note)
-                    except Exception as exc:  # noqa: BLE001 - one bad note never loses the others
-                        self.note_error(exc)
+                while taken:
+                    if counter.held is not None:
+                        taken = counter.resolve(taken)
+                    limit, taken = self._count(taken, live, limit)
                 lines = counter.lines
                 if lines.held_backward is not None:
                     lines.release()
@@ -534,6 +507,45 @@ class StepTracker:
                 self._draining = False
         return limit
 
+    def _count(self, taken: list[Any], live: Any, limit: bool) -> tuple[bool, list[Any]]:
+        """Count `taken` in order (drain). Returns whether --steps was reached, and the notes not
+        counted: those after an optimizer's step() from which the notes wait (boundaries.py,
+        StepCounter.held)."""
+        counter = self.counter
+        for i, note in enumerate(taken):
+            try:
+                if note.__class__ is BackwardCall:
+                    limit = counter.begun(note) or limit
+                    continue
+                kind = note[0]
+                if kind == ENDED:
+                    limit = counter.backward_ended(note, note is live) or limit
+                    if not counter.backward_calls % FLAG_CHECK_EVERY and not self.findings.flag_done:
+                        self._flag_check_due = True
+                elif kind == STEPPED:
+                    limit = counter.optimizer_stepped(note, note is live) or limit
+                    if counter.held is not None:
+                        return limit, taken[i + 1:]
+                elif kind == SKIPPED:
+                    limit = counter.optimizer_skipped(note, note is live) or limit
+                elif kind == RETURNED:
+                    _, before, version = note
+                    limit = counter.parameters_changed(version, note is live, before) or limit
+                elif kind == COMPILED:
+                    self.backward_reads_cpu = True  # a backward's end may end a step now
+                    counter.compiled_noted(note)
+                elif kind == MADE:
+                    counter.made(note)
+                elif kind == CAPTURED:
+                    counter.capture_finished(note[1])
+                elif kind == COMPILE_DONE:
+                    counter.compile_finished(note[1], note[2])
+                else:
+                    counter.gone(note)
+            except Exception as exc:  # noqa: BLE001 - one bad note never loses the others
+                self.note_error(exc)
+        return limit, []
+
     def expect_optimizers(self, optimizers: list[Any]) -> None:
         """Optimizers made before the tracker was installed (boundaries.py, `StepCounter.expect`)."""
         with self._lock:
@@ -542,11 +554,16 @@ class StepTracker:
                 self.backward_reads_cpu = True  # the drain decides whether a backward ends a step
 
     def settle(self) -> None:
-        """The end of the watch: notes still undecided are counted (no optimizer stepped)."""
+        """The end of the watch: notes still undecided are counted (no optimizer stepped), and
+        notes waiting on one optimizer's first step among several (boundaries.py): its steps are
+        steps of their own where it stepped more than once and no other did."""
+        self.drain()
         with self._lock:
-            if self.counter.undecided is None:
-                return
-            self._raw[:0] = self.counter.undecided_notes()
+            counter = self.counter
+            if counter.held is not None:
+                self._raw[:0] = counter.release(alone=counter.held_steps > 1)
+            if counter.undecided is not None:
+                self._raw[:0] = counter.undecided_notes()
         self.drain()
 
     # -- numerics -----------------------------------------------------------------------------

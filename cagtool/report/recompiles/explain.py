@@ -1157,6 +1157,12 @@ def _shapes(cause: Cause, cwd: str) -> Words:
                    + (f"; it came at the run's last step, {facts['last_step']}." if facts.get("stabilised") is False
                       and facts.get("recompiling_steps", 3) < 3 else "."))
         stability = "" if facts.get("stabilised") is False else stability
+        if facts.get("stabilised") and facts.get("quiet_steps_after", 0) > 1:
+            # Not told apart from a last batch (no step records which graph it ran): a phase of other
+            # shapes, e.g. forward-forward's next layer, trained in turn from then on.
+            why.append(f"Or, with {facts['quiet_steps_after']} steps after it and no recompile, the sizes changed for good at step "
+                       f"{facts['last_recompile_step']}: a phase of other shapes (the next layer trained in turn, as layer-wise "
+                       "training does; another sequence length from then on), whose one recompile needs no fix.")
     if stability:
         why.append(stability)
     fix = []

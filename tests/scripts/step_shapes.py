@@ -4,8 +4,8 @@ gan-dg / gan-gd   two optimizers (generator created first), discriminator steppe
 wgan              the discriminator stepped 3 times per generator step (WGAN's n_critic)
 layers            one optimizer per layer, every one made first, each layer trained ITERATIONS times
                   in turn (pytorch/examples' forward-forward MNIST); `--compile`: the layer's forward
-                  compiled, a smaller batch at each layer's 6th iteration (a recompile while the
-                  steps wait to be told apart) and a layer of another size (one when its turn comes)
+                  compiled, with a smaller batch at each layer's 6th iteration (a recompile while
+                  the steps wait to be told apart) and a layer of another size (one when its turn comes)
 grad-and-backward autograd.grad (a gradient penalty) and backward in one optimizer step
 threads           no optimizer; two threads call backward at the same time
 nested            reentrant checkpointing (a backward inside the engine's work) and a tensor hook
@@ -56,14 +56,14 @@ if variant.startswith(("gan", "wgan")):
         print(f"iteration {step}")
 
 elif variant == "layers":
-    layers = [torch.nn.Linear(4, 6), torch.nn.Linear(6, 3)]
+    layers = [torch.nn.Linear(8, 4), torch.nn.Linear(4, 4)]
     optimizers = [torch.optim.Adam(layer.parameters(), lr=0.01) for layer in layers]
     forward = torch.compile(lambda layer, x: layer(x).pow(2).mean(), backend="eager") if "--compile" in sys.argv else (
         lambda layer, x: layer(x).pow(2).mean())
-    h = torch.randn(8, 4)
+    h = torch.randn(8, 8)
     for layer, opt in zip(layers, optimizers):
         for step in range(iterations):
-            loss = forward(layer, h[:7] if step == 5 else h)
+            loss = forward(layer, h[:7] if step == 5 and "--compile" in sys.argv else h)
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -13,10 +13,11 @@ algorithm), is a step per optimizer step. So where an optimizer steps first in a
 waited for, the notes wait (`StepCounter.held`) until another optimizer steps, or something else
 happens that the usual count handles (one step, as before), or until that optimizer has stepped
 IDLE_OPTIMIZER_STEPS times alone: the others stop being waited for, and each of its steps is a step.
-While the notes wait, events are stamped with the step the wait began in, compiles and captures are
-noted in order with the hooks' notes, and a hook draining for itself (`--steps`, CUDA) counts the
-steps when the wait ends: `--steps` stops there, a step boundary's CUDA event is recorded for the
-last of them only."""
+Where a step's number is needed while the notes wait (an event stamped with it: a compile, a capture;
+a gradient digest), they are counted at once as one step that waits for every optimizer, as a
+discriminator's are: no event names a step that its lines do not (tracker.py, `_count_held`). A
+hook draining for itself (`--steps`, CUDA) counts the steps when the wait ends: `--steps` stops
+there, and a step boundary's CUDA event is recorded for the last of them only."""
 
 from __future__ import annotations
 
@@ -26,19 +27,7 @@ from typing import Any, Callable
 from cagtool.capture.steps.device_readings import DeviceReadings
 from cagtool.capture.steps.lines import NO_LINE, StepLines
 from cagtool.capture.steps.losses import read_loss
-from cagtool.capture.steps.notes import (
-    CAPTURED,
-    COMPILE_DONE,
-    COMPILED,
-    ENDED,
-    GONE,
-    MADE,
-    RETURNED,
-    SKIPPED,
-    STEPPED,
-    BackwardCall,
-    CpuReading,
-)
+from cagtool.capture.steps.notes import COMPILED, ENDED, GONE, MADE, RETURNED, SKIPPED, STEPPED, BackwardCall, CpuReading
 from cagtool.capture.steps.timing import BoundaryTimes
 from cagtool.record.schema import FIRST_STEP, STEP_BOUNDARY_BACKWARD, STEP_BOUNDARY_COMPILED_OPTIMIZER, STEP_BOUNDARY_OPTIMIZER
 from cagtool.record.writer import RecordWriter
@@ -431,7 +420,7 @@ class StepCounter:
         for i in range(self.held_seen, len(held)):
             note = held[i]
             kind = None if note.__class__ is BackwardCall else note[0]
-            if kind is None or kind == ENDED or kind == CAPTURED or kind == COMPILE_DONE:
+            if kind is None or kind == ENDED:
                 continue
             if (kind == STEPPED or kind == SKIPPED) and note[3] == key:
                 self.held_steps += 1
@@ -458,29 +447,6 @@ class StepCounter:
         else:
             self.open.together = True
         return held
-
-    def capture_finished(self, seconds: float) -> None:
-        """A compiled-autograd capture finished: counted in the step in progress (noted in order
-        while the notes wait)."""
-        if self.held is not None:
-            self.held.append((CAPTURED, seconds))
-            return
-        opened = self.open
-        opened.captures += 1
-        opened.compile_s += seconds
-
-    def compile_finished(self, seconds: float, outside: bool) -> None:
-        """A Dynamo compile finished (`outside`: no top-level backward in progress): counted in the
-        step in progress (noted in order while the notes wait); after the step's backward, it is
-        its optimizer's (late_compiles)."""
-        if self.held is not None:
-            self.held.append((COMPILE_DONE, seconds, outside))
-            return
-        opened = self.open
-        opened.compiles += 1
-        opened.compile_s += seconds
-        if outside and opened.backward_calls:
-            opened.late_compiles += 1
 
     def undecided_notes(self) -> list[Any]:
         """The end of the watch: the notes still undecided, to be counted (no optimizer stepped)."""

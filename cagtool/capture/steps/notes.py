@@ -46,13 +46,6 @@ MADE = 3
 # (GONE, key, ref): it was collected.
 GONE = 4
 
-# (CAPTURED, seconds): a compiled-autograd capture finished, and (COMPILE_DONE, seconds, outside):
-# a Dynamo compile did (outside: no top-level backward was in progress in any thread), noted only
-# while the counting waits (boundaries.py, StepCounter.held): then the step they belong to is known
-# only when the notes before them are counted. Otherwise they go to the step in progress at once.
-CAPTURED = 8
-COMPILE_DONE = 9
-
 # CpuReading: (process CPU time, the calling thread's CPU time, its ident), read at a note's clock.
 CpuReading = tuple[float, float, int]
 

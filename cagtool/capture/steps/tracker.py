@@ -53,7 +53,7 @@ from cagtool.capture.steps import heap_in_use
 from cagtool.capture.steps.grad_digest import GradDigests
 from cagtool.capture.steps.hooks import InstalledHooks, StepLimitReached, install_hooks
 from cagtool.capture.steps.lines import line_makers
-from cagtool.capture.steps.notes import CAPTURED, COMPILE_DONE, COMPILED, ENDED, GONE, MADE, RETURNED, SKIPPED, STEPPED, BackwardCall
+from cagtool.capture.steps.notes import COMPILED, ENDED, GONE, MADE, RETURNED, SKIPPED, STEPPED, BackwardCall
 from cagtool.record.schema import FIRST_STEP, REASON_LAST
 from cagtool.record.writer import MAX_HELD_LINES, RecordWriter
 from cagtool.torch_text import frame_compile, in_torch_optim
@@ -171,7 +171,20 @@ class StepTracker:
     def current_step(self) -> int:
         """The step in progress: events are stamped with it."""
         self.drain()
+        if self.counter.held is not None:
+            self._count_held()
         return FIRST_STEP + self.counter.closed_steps
+
+    def _count_held(self) -> None:
+        """A step's number is needed now (an event stamped with it, a compile or capture counted in
+        it, a digest taken) while the notes wait on one optimizer's first step among several
+        (boundaries.py): they are counted now, as one step that waits for every optimizer."""
+        with self._lock:
+            counter = self.counter
+            if counter.held is None:
+                return
+            self._raw[:0] = counter.release(alone=False)
+            self.drain()
 
     @property
     def current_roots(self) -> list[Any]:
@@ -229,7 +242,10 @@ class StepTracker:
         if self.digests is not None:
             self.digests.arm()
         with self._lock:
-            self.counter.capture_finished(seconds)
+            self._count_held()
+            opened = self.counter.open
+            opened.captures += 1
+            opened.compile_s += seconds
 
     def step_of_compile(self, compile_id: str) -> int:
         """The step a record of compile `compile_id` belongs to:
@@ -260,8 +276,12 @@ class StepTracker:
         if self.digests is not None:
             self.digests.arm()
         with self._lock:
-            # after the step's backward (none in progress): its optimizer's (boundaries.py)
-            self.counter.compile_finished(seconds, outside=not self._solo and getattr(self._local, "call", None) is None)
+            self._count_held()
+            opened = self.counter.open
+            opened.compiles += 1
+            opened.compile_s += seconds
+            if opened.backward_calls and not self._solo and getattr(self._local, "call", None) is None:
+                opened.late_compiles += 1  # after the step's backward: its optimizer's (boundaries.py)
 
     def note_error(self, exc: BaseException) -> None:
         """A bug in the bookkeeping: counted (the manifest keeps it), never raised into the script."""
@@ -536,10 +556,6 @@ class StepTracker:
                     counter.compiled_noted(note)
                 elif kind == MADE:
                     counter.made(note)
-                elif kind == CAPTURED:
-                    counter.capture_finished(note[1])
-                elif kind == COMPILE_DONE:
-                    counter.compile_finished(note[1], note[2])
                 else:
                     counter.gone(note)
             except Exception as exc:  # noqa: BLE001 - one bad note never loses the others
@@ -579,6 +595,14 @@ class StepTracker:
             return
         with self._lock:
             self.drain()
+            held = self.counter.held
+            if held is not None:
+                if self.counter.held_key == id(optimizer):
+                    # The optimizer that stepped first steps again while the notes wait: its step's
+                    # number is known only when the wait ends (boundaries.py). Not digested: the
+                    # same in every mode of the script, so their digests still pair.
+                    return
+                self._count_held()  # another optimizer steps: one step with the held one's
             step = FIRST_STEP + self.counter.closed_steps
             opened = self.counter.open
             recompiled = bool(opened.captures or opened.compiles)
@@ -615,7 +639,7 @@ class StepTracker:
         digests = self.digests
         if digests is None:
             return []
-        self.drain()
+        self.settle()  # the end: the notes still waiting are counted
         with self._lock:
             closed = self.counter.closed_steps
             if self.counter.open.backward_calls:

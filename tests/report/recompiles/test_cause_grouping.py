@@ -304,3 +304,20 @@ def test_a_gradient_penaltys_graph_captured_again_is_the_root_of_the_losss_new_n
     assert f"#{follower['number']} Caused by #{root['number']}: compiled autograd captured the backward again" in text
     assert "a backward taken with create_graph=True (a gradient penalty's autograd.grad) is itself captured" in text
     assert "torch.where" not in text and "a Python branch or an op picked per step" not in text
+
+
+@pytest.mark.slow
+def test_a_size_change_that_stays_is_told_as_maybe_the_next_layers_phase(record_run):
+    """One optimizer per layer, each layer trained in turn (forward-forward): layer 1's backward
+    has smaller weights from step 12 on, one recompile, never again. That is either a last batch or
+    a phase of other shapes: both are said, and the steps are the script's (24, not lumps)."""
+    run = record_run("../tests/scripts/step_shapes.py", "layers", "12")
+    assert run.returncode == 0, run.stderr[-2000:]
+    code, out, _ = cli_in_process("recompiles", str(run.path), "--explain", "--format", "json")
+    assert code == 0
+    (cause,) = json.loads(out)["modes"]["ca"]["explanation"]["causes"]
+    assert cause["code"] == "changed_shapes"
+    why = " ".join(cause["why"])
+    assert "Every size that changed got smaller, once" in why
+    assert "Or, with 11 steps after it and no recompile, the sizes changed for good at step 12" in why
+    assert "the next layer trained in turn" in why

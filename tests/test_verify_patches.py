@@ -330,3 +330,16 @@ def test_a_slower_step_from_one_rerun_a_side_is_not_harmful_unless_three_times_s
     assert verdict == VERIFIED and "one process a side, not judged; --repeat 3 judges it" in reasons[1], reasons
     assert judge(_side(1, 1, 2), _side(0, 1, 1), slower(0.2, (1, 1)), True)[0] == HARMFUL
     assert judge(_side(1, 1, 2), _side(0, 1, 1), slower(0.53, (3, 3)), True)[0] == HARMFUL
+
+
+def test_a_fix_speedup_without_a_verdict_shows_no_interval_as_a_bound():
+    """A fix's steady-step ratio from too few steady steps (DCGAN's re-runs: 3 and 4, the baseline's
+    first a warm-up of 2.5 s) is not judged: its interval, from the assumed noise, would read as a
+    bound (0.05x-0.36x) the steps cannot give. A judged one keeps its interval, as does a
+    verification.json of an older cagtool (no verdict kept)."""
+    from cagtool.report.recompiles.verification import speedup_bounds
+
+    fix = {"speedup": 0.14, "speedup_low": 0.05, "speedup_high": 0.36}
+    assert speedup_bounds({**fix, "speedup_verdict": "too few steady steps"}) == "too few steady steps: not judged"
+    assert speedup_bounds({**fix, "speedup_verdict": "slower"}) == "90% CI 0.05x-0.36x"
+    assert speedup_bounds(fix) == "90% CI 0.05x-0.36x"

@@ -115,6 +115,9 @@ class FixResult:
     speedup: float | None = None  # baseline step time / the fix's
     speedup_low: float | None = None
     speedup_high: float | None = None
+    # the timing verdict of `speedup` (compare's: "faster", "slower", "no change", "inconclusive",
+    # or why none is given, e.g. too few steady steps: then its interval is not shown as a bound)
+    speedup_verdict: str | None = None
     numerics_agree: bool | None = None
     patch: dict[str, Any] | None = None  # a code change: its diff (patches.Patch.to_dict)
     patched_copy: str | None = None  # the copy of the script the re-run ran
@@ -515,7 +518,7 @@ def verify(
         result.fixes.append(FixResult(
             fix.name, fix.title, fix.who, list(fix.causes), list(fix.run_flags), dict(fix.env), measured, verdict, reasons,
             speedup=speedup.ratio if speedup else None, speedup_low=speedup.low if speedup else None,
-            speedup_high=speedup.high if speedup else None, numerics_agree=agree,
+            speedup_high=speedup.high if speedup else None, speedup_verdict=speedup.verdict if speedup else None, numerics_agree=agree,
             patch=fix.patch.to_dict() if fix.patch is not None else None,
             patched_copy=str(copies[fix.name]) if fix.name in copies else None, torch_says=fix.torch_says,
         ))

@@ -35,7 +35,8 @@ def mlp() -> torch.nn.Module:
 
 
 if variant.startswith(("gan", "wgan")):
-    gen, disc = mlp(), mlp()
+    # the generator's loss goes through the discriminator, as a GAN's does (its backward another graph)
+    gen, disc = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4)), mlp()
     opt_g = torch.optim.SGD(gen.parameters(), lr=0.01)
     opt_d = torch.optim.SGD(disc.parameters(), lr=0.01)
 
@@ -46,7 +47,7 @@ if variant.startswith(("gan", "wgan")):
 
     def train_g() -> None:
         opt_g.zero_grad()
-        gen(torch.randn(2, 4)).mean().backward()
+        disc(gen(torch.randn(2, 4))).mean().backward()
         opt_g.step()
 
     order = {"gan-dg": [train_d, train_g], "gan-gd": [train_g, train_d], "wgan": [train_d, train_d, train_d, train_g]}[variant]

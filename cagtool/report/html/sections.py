@@ -39,7 +39,7 @@ from cagtool.report.graphs.runs import GraphComparison
 from cagtool.report.recompiles.explain import Cause, Explanation, alert_words, cause_words, step_list
 from cagtool.report.recompiles.render import TABLE_HEADER, counts_line, record_notes, table_cells
 from cagtool.report.recompiles.reads import format_source
-from cagtool.report.recompiles.verification import fix_in_job
+from cagtool.report.recompiles.verification import fix_in_job, speedup_bounds
 from cagtool.report.text.safe_text import shown_command
 
 if TYPE_CHECKING:
@@ -717,7 +717,7 @@ def verification(data: dict) -> Verification:
         def counts(key: str) -> str:
             return f"{'/'.join(map(str, base.get(key) or ['?']))} → {'/'.join(map(str, m.get(key) or ['?']))}"
 
-        step = "-" if fix.get("speedup") is None else f"{ratio_text(fix['speedup'])} ({ratio_text(fix['speedup_low'])}-{ratio_text(fix['speedup_high'])})"
+        step = "-" if fix.get("speedup") is None else f"{ratio_text(fix['speedup'])} ({speedup_bounds(fix)})"
         rows.append((fix["fix"], ", ".join(f"#{n}" for n in fix["causes"]), fix["who"], counts("ca_recompiles"), counts("dynamo_recompiles"),
                      step, fix["verdict"].upper(), "; ".join(fix["reasons"])))
         marks[(i, 6)] = "ok" if fix["verdict"] == "verified" else "problem"

@@ -264,7 +264,8 @@ def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
                         [(r, c) for r, c in zip(cause.rows, changes) if c.before is None][:MAX_LISTED]
                         if (added := _added_nodes(table, r))],
         "branch": branch,
-        "other_backward_calls": _other_backward_calls(table, cause),
+        "other_backward_calls": (others := _other_backward_calls(table, cause)),
+        "stepped_between": bool(others) and cause.steps[0] in table.stepped_between_backwards,
         "new_backward_call": _new_backward_call(table, cause),
         "grew": grew,
         # What every capture of the cause did to the graph before it: one GRAPH_* or None (mixed, or unread).
@@ -906,8 +907,16 @@ def _other_backward_words(cause: Cause, calls: list[SourceRef], cwd: str) -> Wor
         "on another graph than its first call's: a cache miss and a new capture, once per call, reused by every later step.",
         "Nothing varies between steps: it is not a recompile to remove.",
     ]
-    fix = ["Nothing to fix. To capture one graph a step, sum the losses and call backward once (`(l1 + l2).backward()` "
-           "computes the same gradients as two backward calls into the same .grad)."]
+    if cause.facts.get("stepped_between"):
+        # Summed, the later loss's gradients would reach the parameters the optimizer stepped in
+        # between (dcgan: errG.backward() after optimizerD.step() also fills netD's .grad).
+        why.append(f"An optimizer stepped between them in step {cause.steps[0]} (a GAN's discriminator, then its generator's "
+                   "backward): the calls cannot be one backward.")
+        fix = ["Nothing to fix: each call's graph is captured once and reused. Do not sum these losses: an optimizer "
+               "steps between the calls, and one backward would change what it steps on."]
+    else:
+        fix = ["Nothing to fix. To capture one graph a step, sum the losses and call backward once (`(l1 + l2).backward()` "
+               "computes the same gradients as two backward calls into the same .grad)."]
     return Words(title, why, fix, evidence_text(cause.evidence))
 
 
@@ -1157,8 +1166,9 @@ def _shapes(cause: Cause, cwd: str) -> Words:
                    + (f"; it came at the run's last step, {facts['last_step']}." if facts.get("stabilised") is False
                       and facts.get("recompiling_steps", 3) < 3 else "."))
         stability = "" if facts.get("stabilised") is False else stability
-        if facts.get("stabilised") and facts.get("quiet_steps_after", 0) > 1:
-            # Not told apart from a last batch (no step records which graph it ran): a phase of other
+        if facts.get("stabilised") and facts.get("quiet_steps_after", 0) > 1 and not facts["dynamo_recompiles"]:
+            # Not told apart from a last batch (no step records which graph it ran; a return to the
+            # sizes before is seen only where Dynamo recompiles the graph for it): a phase of other
             # shapes, e.g. forward-forward's next layer, trained in turn from then on.
             why.append(f"Or, with {facts['quiet_steps_after']} steps after it and no recompile, the sizes changed for good at step "
                        f"{facts['last_recompile_step']}: a phase of other shapes (the next layer trained in turn, as layer-wise "

@@ -17,6 +17,7 @@ import msgspec
 
 from cagtool.record.loader import ModeRecord, RunRecord, load_run
 from cagtool.record.schema import (
+    BackwardEvent,
     FINDING_CA_CAPTURE_ERROR,
     FINDING_CA_CAPTURE_FAILED,
     MISS_UNKNOWN,
@@ -29,6 +30,7 @@ from cagtool.record.schema import (
     DynamoCompileEvent,
     DynamoRecompileEvent,
     GradDigestEvent,
+    OptimizerStepEvent,
     FinalStateEvent,
     FindingEvent,
     GraphBreakEvent,
@@ -171,6 +173,9 @@ class RecompileTable:
     # The grad mode each recompile on the grad mode was made for (its guard tree's GLOBAL_STATE):
     # compile id -> True (grad on: training after an evaluation) / False (under no_grad or inference_mode).
     grad_modes: dict[str, bool] = field(default_factory=dict)
+    # The steps in which an optimizer stepped before a later backward call of the same step (a GAN's
+    # discriminator, then its generator's backward): their backward calls cannot be one.
+    stepped_between_backwards: frozenset[int] = frozenset()
     # The record's name in its run where it differs from its mode (a repetition of --repeat K: "eager.2").
     label: str = ""
     # Sorted graph ids, built on first use (explanations of 1,000s of graphs).
@@ -334,6 +339,8 @@ NEEDED_KINDS = frozenset(
 ) | {
     "aot_backward_graph",  # phases.py: the AOT backward graphs, one phase of the compiles
     StepEvent.kind,  # budget.py: the step times after a recompile-limit hit (from the columns sidecar when it matches)
+    # an optimizer's step() before a later backward of its step (from the columns sidecar when it matches)
+    BackwardEvent.kind, OptimizerStepEvent.kind,
 }
 
 
@@ -531,6 +538,27 @@ def _grad_modes(record: ModeRecord, rows: list[RecompileRow]) -> dict[str, bool]
     return found
 
 
+def _steps_and_seqs(record: ModeRecord, cls: type) -> tuple[list[int], list[int]]:
+    """Each event of `cls` (a column kind) by its step and seq: from the columns sidecar where it
+    holds them (no event built per line), else from the events."""
+    held = record.columns.get(cls.kind)
+    if held is not None:
+        return held.column("step"), held.column("seq")
+    events = record.of(cls)
+    return [e.step for e in events], [e.seq for e in events]
+
+
+def _stepped_between_backwards(record: ModeRecord) -> frozenset[int]:
+    """The steps with a backward call after an optimizer's step() in the same step (record order)."""
+    first_step: dict[int, int] = {}
+    for step, seq in zip(*_steps_and_seqs(record, OptimizerStepEvent)):
+        if step not in first_step or seq < first_step[step]:
+            first_step[step] = seq
+    if not first_step:
+        return frozenset()
+    return frozenset(step for step, seq in zip(*_steps_and_seqs(record, BackwardEvent)) if step in first_step and seq > first_step[step])
+
+
 def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> RecompileTable:
     """The recompiles of one mode record, in the order they happened. `steps` is given when the
     record was read without its step events (recompiles_load); otherwise it is counted here."""
@@ -607,6 +635,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         assignments=assignments,
         grad_modes=_grad_modes(record, rows),
         wrapper_optimizer_steps=_wrapper_optimizer_steps(compile_events, callers),
+        stepped_between_backwards=_stepped_between_backwards(record),
         dynamic_frames=frozenset(frame for e in compile_events if e.assume_static_by_default is False and not e.compile_id.startswith("!")
                                  and (frame := compile_frame(e.compile_id)) is not None),
     )

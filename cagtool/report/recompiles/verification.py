@@ -94,6 +94,20 @@ def best_fix(data: dict[str, Any] | None) -> dict[str, Any] | None:
     return min(good, key=lambda f: (*_recompiles_after(f), 1 if f.get("patch") else 0))
 
 
+# The timing verdicts whose interval is a claim; any other (too few steady steps, ...) says why none is made.
+JUDGED = ("faster", "slower", "no change", "inconclusive")
+
+
+def speedup_bounds(fix: dict[str, Any]) -> str:
+    """A fix's steady-step ratio's interval, or, where its verdict makes no claim (too few steady
+    steps), that verdict: an interval then would read as a bound the steps cannot give. A
+    verification.json of an older cagtool, without the verdict, shows its interval."""
+    verdict = fix.get("speedup_verdict")
+    if verdict is not None and verdict not in JUDGED:
+        return f"{verdict}: not judged"
+    return f"90% CI {ratio_text(fix['speedup_low'])}-{ratio_text(fix['speedup_high'])}"
+
+
 def verification_lines(data: dict[str, Any]) -> list[str]:
     base = data.get("baseline") or {}
     lines = [f"Fixes verified by re-running (mode {data['mode']}, {data['repeat']} runs of the baseline and of each fix):"]
@@ -124,7 +138,7 @@ def verification_lines(data: dict[str, Any]) -> list[str]:
                             if any(base.get("hook_calls") or ()) or any(m.get("hook_calls") or ()) else ""))
             step = "-"
             if fix.get("speedup") is not None:
-                step = f"{ratio_text(fix['speedup'])} of the baseline's speed (90% CI {ratio_text(fix['speedup_low'])}-{ratio_text(fix['speedup_high'])})"
+                step = f"{ratio_text(fix['speedup'])} of the baseline's speed ({speedup_bounds(fix)})"
             lines.append(f"    compile {_seconds(base['compile_time_s'])} -> {_seconds(m['compile_time_s'])}; first step "
                          f"{_seconds(base['first_step_s'])} -> {_seconds(m['first_step_s'])}; steady step {step}; peak memory "
                          f"{_mib(base['peak_memory_bytes'])} -> {_mib(m['peak_memory_bytes'])}")

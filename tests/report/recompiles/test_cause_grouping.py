@@ -54,6 +54,7 @@ def test_a_second_backward_call_in_a_step_is_its_own_graph_not_a_structure_that_
     assert second["title"] == "A step calls backward more than once: each call is its own graph (1 recompile, one first capture per call)"
     assert second["steps"] == [0] and second["source"]["line"] == 16  # l2.backward()
     assert second["fix"][0].startswith("Nothing to fix.") and "torch.where" not in " ".join(second["fix"])
+    assert "sum the losses and call backward once" in second["fix"][0]  # no optimizer steps between the two calls
     code, summary, _ = cli_in_process("summary", str(run.path))
     assert "another backward call of the step, captured once as its own graph at step 0" in " ".join(summary.split())
 
@@ -321,3 +322,19 @@ def test_a_size_change_that_stays_is_told_as_maybe_the_next_layers_phase(record_
     assert "Every size that changed got smaller, once" in why
     assert "Or, with 11 steps after it and no recompile, the sizes changed for good at step 12" in why
     assert "the next layer trained in turn" in why
+
+
+@pytest.mark.slow
+def test_a_gans_second_backward_after_an_optimizer_step_is_not_told_to_sum_the_losses(record_run):
+    """dcgan: optimizerD.step() runs between errD's and errG's backward calls, and errG's backward
+    fills netD's .grad too: summing the losses into one backward would change what the
+    discriminator steps on. The second call's graph is its own, and no sum is advised."""
+    run = record_run("../tests/scripts/step_shapes.py", "gan-dg", "3")
+    assert run.returncode == 0, run.stderr[-2000:]
+    code, out, _ = cli_in_process("recompiles", str(run.path), "--explain", "--format", "json")
+    assert code == 0
+    causes = json.loads(out)["modes"]["ca"]["explanation"]["causes"]
+    second = next(c for c in causes if c["title"].startswith("A step calls backward more than once"))
+    fix = " ".join(second["fix"])
+    assert "sum the losses and call backward once" not in fix and "Do not sum these losses" in fix
+    assert "An optimizer stepped between them in step 0" in " ".join(second["why"])

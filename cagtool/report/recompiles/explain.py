@@ -814,6 +814,7 @@ def _structure(cause: Cause, cwd: str) -> Words:
                 if len(custom) == 1 else f"; {_names_text(custom)}: torch.autograd.Function subclasses whose backward is in it"
                 ) if custom else ""
         why.append(f"Nodes {compile_id} has beyond the graph before it: {listed} (what the loss gained on those steps{mine}).")
+    compiled_phase = False
     repeats = sum(1 for c in changes if c.shape == GRAPH_REPEATS)
     # Most captures only add or drop copies (a sequence's length, a loop that breaks early), some
     # also swap ops (a branch inside it): the loop is the larger cause, and padding it the fix.
@@ -840,6 +841,19 @@ def _structure(cause: Cause, cwd: str) -> Words:
     elif shape is None and facts["grew"] == len(changes) and len(changes) > 1:
         why.append("Every miss is a node the earlier graphs did not have: the graph grows (a loop whose trip count changes per step, or ops chosen per step).")
         loop = True
+    elif (switch := _compiled_switch(changes)) is not None and cause.count == 1:
+        # A forward compiled from some step on (torch.compile of the model or of the whole step, a
+        # new model compiled for a second phase): AOTAutograd's backward is one node where the eager
+        # forward made many. Not a branch: torch.where has nothing to select.
+        at = f"step {switch.step}" if switch.step is not None else switch.compile_id
+        if COMPILED_FUNCTION in switch.after:
+            why.append(f"From {at} the backward holds one CompiledFunctionBackward node where it had eager nodes: the forward runs "
+                       "compiled from then on (torch.compile of the model or of the training step, whose AOTAutograd backward is "
+                       "one node): a change of phase, not a branch.")
+        else:
+            why.append(f"From {at} the backward holds eager nodes where it had one CompiledFunctionBackward node: the forward no "
+                       "longer runs compiled (a model compiled for one phase only): a change of phase, not a branch.")
+        compiled_phase = True
     elif any(len(v) > 1 for v in facts["variants"].values()):
         alternatives = "; ".join(
             f"NodeCall {nc}: {' / '.join(short_name(n) for n in names)}" for nc, names in facts["variants"].items() if len(names) > 1
@@ -859,6 +873,8 @@ def _structure(cause: Cause, cwd: str) -> Words:
         if shape == GRAPH_EXTRA:
             fix.append("If a branch adds the ops, computing them on every step and weighting them by zero where they are "
                        "not wanted (torch.where) keeps a single graph.")
+        elif compiled_phase:
+            fix.append("Nothing to fix: the compiled phase's graph is captured once and reused.")
         elif not loop:
             fix.append("If a data-dependent branch picks the ops, computing both sides and selecting with "
                        "torch.where keeps a single graph.")
@@ -876,6 +892,19 @@ def _structure(cause: Cause, cwd: str) -> Words:
             "without it (torch._dynamo.compiled_autograd._disable()).",
         ]
     return Words(title, why, fix, evidence_text(cause.evidence))
+
+
+# The autograd node of a function compiled by AOTAutograd (torch.compile): its whole backward in one node.
+COMPILED_FUNCTION = "CompiledFunctionBackward"
+
+
+def _compiled_switch(changes: list[NodeChange]) -> NodeChange | None:
+    """The change whose one side has AOTAutograd's compiled backward node and the other none: a
+    forward compiled (or no longer) from that capture on. None otherwise."""
+    for change in changes:
+        if change.before is not None and (COMPILED_FUNCTION in change.after) != (COMPILED_FUNCTION in change.before):
+            return change
+    return None
 
 
 def _count_list(counts: list[int]) -> str:
@@ -1866,11 +1895,23 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         return [f"Register {hook} once, before the training loop, and keep its handle: each register_*_hook call "
                 "adds a new key to the module's hook dict, which Dynamo guards, so a hook registered (or removed and "
                 "registered again) every step recompiles the module's frame every step until the recompile limit."]
+    if (freed := _DEALLOCATED.search(guard)) is not None:
+        # torch's cache entry holds a weak reference to the object it was specialised on: freed, the
+        # entry is dropped (torch/_dynamo/guards.py, "Cache line invalidated"), and the next
+        # call compiles for the new object.
+        return [f"Nothing to fix if `{freed['source']}` was made anew on purpose (a new optimizer or model for a later phase): "
+                "the object the compiled code was made for was freed, its compiled code with it, and the new one compiles "
+                "once. Made anew every step (an optimizer or module created inside the loop), it recompiles every time: "
+                "create it once, before the loop."]
     if facts.get("names"):
         return [f"A Python number the code branches or computes on ({_names_text(facts['names'])}): after it changed once, "
                 "Dynamo made it dynamic and guards on each expression of it the code decides by, so each outcome "
                 "compiles once: pass it as a tensor (and branch with torch.where), or hoist that logic out of the compiled function."]
     return ["Keep the guarded value the same between calls, or move it out of the compiled function."]
+
+
+# torch's reason where an object a compiled frame was specialised on was collected.
+_DEALLOCATED = re.compile(r"Cache line invalidated because (?P<source>.+?) got deallocated")
 
 
 _LOOP_BOUND_FIX = ("`{name}` is a loop's bound in the compiled code: Dynamo unrolls the loop, so each value of `{name}` is "

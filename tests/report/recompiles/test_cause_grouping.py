@@ -338,3 +338,26 @@ def test_a_gans_second_backward_after_an_optimizer_step_is_not_told_to_sum_the_l
     fix = " ".join(second["fix"])
     assert "sum the losses and call backward once" not in fix and "Do not sum these losses" in fix
     assert "An optimizer stepped between them in step 0" in " ".join(second["why"])
+
+
+@pytest.mark.slow
+def test_a_model_compiled_from_a_step_on_is_a_change_of_phase_not_a_branch(record_run):
+    """The forward runs compiled from step 3 on: its backward is one CompiledFunctionBackward node
+    where it had eager nodes. One structure change, told as a phase, with no torch.where advice."""
+    run, causes = _explained(record_run, "compiled_from_a_step.py")
+    (cause,) = [c for c in causes if c["code"] == "graph_structure"]
+    why, fix = " ".join(cause["why"]), " ".join(cause["fix"])
+    assert "From step 3 the backward holds one CompiledFunctionBackward node where it had eager nodes" in why
+    assert "a change of phase, not a branch" in why and "a Python branch" not in why
+    assert "torch.where" not in fix and fix.startswith("Nothing to fix")
+
+
+@pytest.mark.slow
+def test_a_recompile_for_an_object_freed_and_made_anew_is_nothing_to_fix_once(record_run):
+    """A new optimizer for a second phase, its step() compiled: torch drops the code compiled for the
+    freed one ("Cache line invalidated because G['opt'] got deallocated") and compiles once for the
+    new one. Not "keep the guarded value the same": nothing to fix once, create it once if per step."""
+    run, causes = _explained(record_run, "new_optimizer_phase.py")
+    freed = [c for c in causes if "got deallocated" in " ".join(c["why"])]
+    assert freed and all(c["fix"][0].startswith("Nothing to fix if `") and "create it once, before the loop" in c["fix"][0] for c in freed)
+    assert not any("Keep the guarded value the same" in f for c in freed for f in c["fix"])

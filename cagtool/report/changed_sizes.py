@@ -27,6 +27,8 @@ from cagtool.record.schema import MISS_CHANGED_SHAPES, CacheMissEvent, CAGraphEv
 from cagtool.torch_text import REF_OR_INT
 
 _SIZES_READ = re.compile(r"^%sizes, (\d+)$")
+# Earlier graphs of the same structure looked at for a miss's earlier values, latest first.
+EARLIER_TRIED = 4
 _UNWRAP = "unwrap_maybe_dynamic_int"
 
 
@@ -92,13 +94,16 @@ def _with_earlier_values(record: ModeRecord) -> list[CacheMissEvent]:
         return misses
     graphs = sorted(record.of(CAGraphEvent), key=lambda g: g.ca_id)
     by_id = {g.ca_id: g for g in graphs}
-    # The previous capture of the same cache entry: the latest earlier graph of the same structure.
-    previous_of: dict[int, CAGraphEvent | None] = {}
-    latest: dict[tuple[tuple[int, str], ...], CAGraphEvent] = {}
+    # The previous capture of the same cache entry: the latest earlier graph of the same structure
+    # that held the sizes as constants. One that reads them too (another backward of the same
+    # nodes made dynamic by the same batch just before: dcgan's errD_real, then errD_fake) shows no
+    # earlier value, so the one before it is read (up to EARLIER_TRIED).
+    previous_of: dict[int, list[CAGraphEvent]] = {}
+    earlier: dict[tuple[tuple[int, str], ...], list[CAGraphEvent]] = {}
     for graph in graphs:
-        key = _structure(graph)
-        previous_of[graph.ca_id] = latest.get(key)
-        latest[key] = graph
+        same = earlier.setdefault(_structure(graph), [])
+        previous_of[graph.ca_id] = same[-EARLIER_TRIED:][::-1]
+        same.append(graph)
     loaded: dict[int, list[GraphNode] | None] = {}
 
     def nodes(graph: CAGraphEvent) -> list[GraphNode] | None:
@@ -112,10 +117,13 @@ def _with_earlier_values(record: ModeRecord) -> list[CacheMissEvent]:
         if miss.miss_kind != MISS_CHANGED_SHAPES or miss.inferred or not miss.changed_sizes or current is None:
             out.append(miss)
             continue
-        previous = previous_of.get(miss.ca_id)
         new_nodes = nodes(current)
-        old_nodes = nodes(previous) if previous is not None else None
-        values = earlier_values(old_nodes, new_nodes) if new_nodes is not None and old_nodes is not None else {}
+        values: dict[int, int] = {}
+        for previous in previous_of.get(miss.ca_id, ()) if new_nodes is not None else ():
+            old_nodes = nodes(previous)
+            values = earlier_values(old_nodes, new_nodes) if old_nodes is not None else {}
+            if values:
+                break
         if not values:
             out.append(miss)
             continue

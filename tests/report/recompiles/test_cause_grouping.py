@@ -361,3 +361,18 @@ def test_a_recompile_for_an_object_freed_and_made_anew_is_nothing_to_fix_once(re
     freed = [c for c in causes if "got deallocated" in " ".join(c["why"])]
     assert freed and all(c["fix"][0].startswith("Nothing to fix if `") and "create it once, before the loop" in c["fix"][0] for c in freed)
     assert not any("Keep the guarded value the same" in f for c in freed for f in c["fix"])
+
+
+@pytest.mark.slow
+def test_a_second_backward_of_the_same_nodes_finds_its_earlier_sizes_past_the_first_ones_dynamic_graph(record_run):
+    """dcgan's errD_real and errD_fake: at the last batch (8 -> 3) the first call's graph is captured
+    dynamic, then the second's; the second's earlier sizes are in the graph before that dynamic one
+    (it reads sizes, no constants). Both causes are the last batch, with its values and its fix."""
+    run, causes = _explained(record_run, "two_backwards_last_batch.py")
+    shapes = [c for c in causes if c["code"] == "changed_shapes"]
+    assert len(shapes) == 2
+    for cause in shapes:
+        why = " ".join(cause["why"])
+        assert "no recorded graph" not in why and "vary from batch to batch" not in why
+        assert "sizes[0-2] of MeanBackward0 (NodeCall 1): 8, 3" in why and "Every size that changed got smaller, once" in why
+        assert cause["fix"][0].startswith("If it is the last batch: drop it")

@@ -86,7 +86,10 @@ def test_steps_flag_counts_optimizer_steps(record_run):
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["gan-dg", "gan-gd"])
 def test_two_optimizers_give_one_step_per_training_iteration(record_run, variant):
-    eager = _mode(record_run(SHAPES, variant, "3", modes="eager"))
+    run = record_run(SHAPES, variant, "3", modes="eager")
+    eager = _mode(run)
+    # the summary says what a step is here: not one optimizer step
+    assert "3 steps (training iterations: 6 optimizer steps in all), 2 backward calls per step (6 in all)" in run.stderr
     steps = eager.of(StepEvent)
     assert [s.step for s in steps] == [0, 1, 2]
     assert [s.backward_calls for s in steps] == [2, 2, 2]

@@ -234,6 +234,8 @@ def steps_text(m: ModeMetrics) -> str:
         # Inside compiled code no hook of cagtool's runs: the step is seen ending where the
         # parameters changed (docs/torch-internals.md, "An optimizer step inside a compiled graph").
         what = ("optimizer steps inside compiled code, seen where the optimizer's state changed" if m.step_boundary == STEP_BOUNDARY_COMPILED_OPTIMIZER
+                # several optimizers stepping in one step (a GAN): a step is an iteration of them all (record/schema.py)
+                else f"training iterations: {m.optimizer_steps} optimizer steps in all" if m.optimizer_steps > m.steps
                 else "optimizer steps")
         per = m.backward_calls_per_step
         if per == (1,):

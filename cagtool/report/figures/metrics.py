@@ -35,6 +35,7 @@ from cagtool.record.schema import (
     FinalStateEvent,
     FindingEvent,
     GraphBreakEvent,
+    OptimizerStepEvent,
     StepDeviceEvent,
     StepEvent,
 )
@@ -123,6 +124,7 @@ class ModeMetrics:
     backward_calls_per_step: tuple[int, ...] = ()  # the distinct counts, e.g. (4,) for 4x gradient accumulation
     backward_calls_after_last_step: int = 0  # calls in a step that never ended (no optimizer step followed)
     skipped_steps: int = 0  # steps whose optimizer step a grad scaler skipped (StepEvent.skipped)
+    optimizer_steps: int = 0  # optimizer step() calls recorded (OptimizerStepEvent): more than the steps where several optimizers step in one
     peak_device_memory_bytes: int | None = None  # torch.cuda.max_memory_allocated, when the job used CUDA
     graph_break_sites: list[GraphBreakSite] = field(default_factory=list)
     graph_breaks_from_torch: bool = True  # False: the process died before torch's counters were saved
@@ -799,6 +801,7 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
         ca_new_node_misses=by_reason.new_node,
         ca_shape_recompiles=by_reason.changed_shapes,
         skipped_steps=_skipped_steps(record),
+        optimizer_steps=record.kind_counts.get(OptimizerStepEvent.kind, 0),
         ca_grad_warmup_misses=by_reason.grad_warmup,
         ca_recompiles=by_reason.recompiles,
         ca_recaptures_after_failure=_recaptures_after_failure(record, misses),

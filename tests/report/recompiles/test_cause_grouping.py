@@ -5,11 +5,14 @@ recompile); a second backward call in a step is its own graph, not a structure t
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from conftest import cli_in_process
 from cagtool.torch_text import guarded_names
+
+SHAPES = str(Path(__file__).parents[2] / "scripts" / "step_shapes.py")
 
 def test_guarded_names_reads_the_python_values_a_guard_is_on():
     assert guarded_names("p == 0.1") == ("p",)
@@ -312,7 +315,7 @@ def test_a_size_change_that_stays_is_told_as_maybe_the_next_layers_phase(record_
     """One optimizer per layer, each layer trained in turn (forward-forward): layer 1's backward
     has smaller weights from step 12 on, one recompile, never again. That is either a last batch or
     a phase of other shapes: both are said, and the steps are the script's (24, not lumps)."""
-    run = record_run("../tests/scripts/step_shapes.py", "layers", "12")
+    run = record_run(SHAPES, "layers", "12")  # the recording test_steps.py counts the steps of
     assert run.returncode == 0, run.stderr[-2000:]
     code, out, _ = cli_in_process("recompiles", str(run.path), "--explain", "--format", "json")
     assert code == 0
@@ -329,7 +332,7 @@ def test_a_gans_second_backward_after_an_optimizer_step_is_not_told_to_sum_the_l
     """dcgan: optimizerD.step() runs between errD's and errG's backward calls, and errG's backward
     fills netD's .grad too: summing the losses into one backward would change what the
     discriminator steps on. The second call's graph is its own, and no sum is advised."""
-    run = record_run("../tests/scripts/step_shapes.py", "gan-dg", "3")
+    run = record_run(SHAPES, "gan-dg", "3")
     assert run.returncode == 0, run.stderr[-2000:]
     code, out, _ = cli_in_process("recompiles", str(run.path), "--explain", "--format", "json")
     assert code == 0

@@ -86,14 +86,29 @@ def _nodes(record: ModeRecord, graph: CAGraphEvent) -> list[GraphNode] | None:
         return None  # a missing or damaged graph file: the earlier values stay unknown
 
 
+def _named_by_graph(miss: CacheMissEvent, graph: CAGraphEvent | None) -> CacheMissEvent:
+    """The miss with each changed size's node named as the graph it produced names its NodeCall.
+    torch 2.13's size origins give the right NodeCall with, at times, another node's name (a VAE's
+    `sizes[0]`, read by SumBackward0 at NodeCall 3, came as MulBackward0's: docs/torch-internals.md)."""
+    if graph is None or not miss.changed_sizes:
+        return miss
+    names = {ref.node_call: ref.name for ref in graph.autograd_nodes}
+    sizes = [msgspec.structs.replace(size, node=names[size.node_call])
+             if size.node_call in names and names[size.node_call] != size.node else size for size in miss.changed_sizes]
+    return msgspec.structs.replace(miss, changed_sizes=sizes) if sizes != list(miss.changed_sizes) else miss
+
+
 def _with_earlier_values(record: ModeRecord) -> list[CacheMissEvent]:
     misses = record.of(CacheMissEvent)
+    if not any(m.changed_sizes for m in misses):
+        return misses
+    graphs = sorted(record.of(CAGraphEvent), key=lambda g: g.ca_id)
+    by_id = {g.ca_id: g for g in graphs}
+    misses = [_named_by_graph(m, by_id.get(m.ca_id)) for m in misses]
     if not any(m.miss_kind == MISS_CHANGED_SHAPES and not m.inferred and m.changed_sizes for m in misses):
         return misses
     if not (record.path / "graphs").is_dir():  # a record without graph files (recorded so, or pruned)
         return misses
-    graphs = sorted(record.of(CAGraphEvent), key=lambda g: g.ca_id)
-    by_id = {g.ca_id: g for g in graphs}
     # The previous capture of the same cache entry: the latest earlier graph of the same structure
     # that held the sizes as constants. One that reads them too (another backward of the same
     # nodes made dynamic by the same batch just before: dcgan's errD_real, then errD_fake) shows no
@@ -134,5 +149,6 @@ def _with_earlier_values(record: ModeRecord) -> list[CacheMissEvent]:
 
 def misses_with_earlier_values(record: ModeRecord) -> list[CacheMissEvent]:
     """The mode's cache misses, each changed size with its earlier value where the graphs show it
-    (`previous`; None where they do not). Computed once per record."""
+    (`previous`; None where they do not) and its node named as its graph names that NodeCall
+    (_named_by_graph). Computed once per record."""
     return list(record.derived("misses_with_earlier_values", _with_earlier_values))

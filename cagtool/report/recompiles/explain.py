@@ -814,7 +814,7 @@ def _structure(cause: Cause, cwd: str) -> Words:
                 if len(custom) == 1 else f"; {_names_text(custom)}: torch.autograd.Function subclasses whose backward is in it"
                 ) if custom else ""
         why.append(f"Nodes {compile_id} has beyond the graph before it: {listed} (what the loss gained on those steps{mine}).")
-    compiled_phase = False
+    compiled_phase = reshape_sizes = False
     repeats = sum(1 for c in changes if c.shape == GRAPH_REPEATS)
     # Most captures only add or drop copies (a sequence's length, a loop that breaks early), some
     # also swap ops (a branch inside it): the loop is the larger cause, and padding it the fix.
@@ -841,6 +841,15 @@ def _structure(cause: Cause, cwd: str) -> Words:
     elif shape is None and facts["grew"] == len(changes) and len(changes) > 1:
         why.append("Every miss is a node the earlier graphs did not have: the graph grows (a loop whose trip count changes per step, or ops chosen per step).")
         loop = True
+    elif (reshaped := _reshape_switch(changes)) is not None:
+        # reshape() views its input where its strides allow, else copies (clone + _unsafe_view): a
+        # dimension of 1 makes a non-contiguous input viewable (HF BERT's attention on a last batch
+        # of one example: CloneBackward0 + UnsafeViewBackward0 -> ReshapeAliasBackward0).
+        at = f"step {reshaped.step}" if reshaped.step is not None else reshaped.compile_id
+        way = "a view where it had made a copy" if RESHAPE_COPY in (reshaped.before or "") else "a copy where it had made a view"
+        why.append(f"At {at} a reshape() made {way}: whether reshape() can view its input depends on the sizes, and a dimension "
+                   "of 1 (a last batch of one example, a sequence of one token) makes it a view. Not a branch of the script.")
+        reshape_sizes = True
     elif (switch := _compiled_switch(changes)) is not None and cause.count == 1:
         # A forward compiled from some step on (torch.compile of the model or of the whole step, a
         # new model compiled for a second phase): AOTAutograd's backward is one node where the eager
@@ -867,7 +876,9 @@ def _structure(cause: Cause, cwd: str) -> Words:
     stability = stability_sentence(facts, "new structure")
     if stability:
         why.append(stability)
-    if facts.get("stabilised"):
+    if reshape_sizes:
+        fix = [RESHAPE_FIX]
+    elif facts.get("stabilised"):
         why.append("Nothing urgent: each distinct structure is captured once and then reused.")
         fix = []
         if shape == GRAPH_EXTRA:
@@ -892,6 +903,28 @@ def _structure(cause: Cause, cwd: str) -> Words:
             "without it (torch._dynamo.compiled_autograd._disable()).",
         ]
     return Words(title, why, fix, evidence_text(cause.evidence))
+
+
+# reshape()'s backward node when it viewed its input, and the ones when it copied it (torch 2.13).
+RESHAPE_VIEW = ("ReshapeAliasBackward0", "ViewBackward0")
+RESHAPE_COPY = "UnsafeViewBackward0"
+RESHAPE_FIX = ("If a last batch of one example does it, drop it (DataLoader(..., drop_last=True); HF Trainer: "
+               "TrainingArguments(dataloader_drop_last=True)) or size the data so that no batch has one example: every batch "
+               "then reshapes alike, and the backward keeps one graph.")
+
+
+def _reshape_switch(changes: list[NodeChange]) -> NodeChange | None:
+    """The change where a reshape() that copied (UnsafeViewBackward0) became one that views
+    (ReshapeAliasBackward0, ViewBackward0), or the other way, and nothing else: its sizes decided.
+    None otherwise."""
+    for change in changes:
+        if change.before is None:
+            continue
+        before, after = change.before.split(" + "), change.after.split(" + ")
+        for copied, viewed in ((before, after), (after, before)):
+            if RESHAPE_COPY in copied and set(viewed) <= set(RESHAPE_VIEW) and set(copied) <= {RESHAPE_COPY, "CloneBackward0"}:
+                return change
+    return None
 
 
 # The autograd node of a function compiled by AOTAutograd (torch.compile): its whole backward in one node.

@@ -379,3 +379,18 @@ def test_a_second_backward_of_the_same_nodes_finds_its_earlier_sizes_past_the_fi
         assert "no recorded graph" not in why and "vary from batch to batch" not in why
         assert "sizes[0-2] of MeanBackward0 (NodeCall 1): 8, 3" in why and "Every size that changed got smaller, once" in why
         assert cause["fix"][0].startswith("If it is the last batch: drop it")
+        # each size named by the node its graph runs at that NodeCall (torch's origins gave TBackward0, AccumulateGrad)
+        assert "sizes[5] of TanhBackward0 (NodeCall 5): 8, 3, sizes[6] of AddmmBackward0 (NodeCall 6): 8, 3" in why
+
+
+@pytest.mark.slow
+def test_a_reshape_that_views_a_last_batch_of_one_is_the_last_batch_not_a_branch(record_run):
+    """A transposed tensor reshaped (an attention layer's heads): with a last batch of one example
+    reshape() views it where it copied it before, and the backward's nodes change (HF Trainer's BERT
+    on 21 examples in batches of 4). The last batch, with drop_last, not a branch and torch.where."""
+    run, causes = _explained(record_run, "reshape_last_batch_of_one.py")
+    (cause,) = causes
+    why, fix = " ".join(cause["why"]), " ".join(cause["fix"])
+    assert "At step 2 a reshape() made a view where it had made a copy" in why and "a last batch of one example" in why
+    assert "a Python branch" not in why and "torch.where" not in fix
+    assert "drop_last=True" in fix and "dataloader_drop_last=True" in fix

@@ -878,6 +878,13 @@ def _structure(cause: Cause, cwd: str) -> Words:
         why.append(stability)
     if reshape_sizes:
         fix = [RESHAPE_FIX]
+    elif facts.get("stabilised") and loop:
+        # A trip count the data sets (an episode's length: actor_critic's grow as the policy learns)
+        # takes values the run did not reach: quiet last steps say little about them.
+        why.append("Each trip count seen is captured once and then reused; one not seen yet is captured anew, as a trip "
+                   "count set by the data (an episode's or sequence's length) takes new values as training goes on.")
+        fix = ["Where the trip count follows the data, run the loop a fixed number of times (pad to a maximum; mask what is "
+               "not needed): one graph for every length."]
     elif facts.get("stabilised"):
         why.append("Nothing urgent: each distinct structure is captured once and then reused.")
         fix = []

@@ -191,6 +191,29 @@ def test_growing_graph_and_stabilised_branch(tmp_path):
     assert all(not f.startswith("Nothing urgent") for f in words.fix)
 
 
+def test_a_loop_that_stopped_recapturing_is_still_padded_where_the_data_sets_its_trip_count(tmp_path):
+    """actor_critic: episodes of 35, 17, 11, 10 steps, then two of a length seen before: quiet last
+    steps say nothing of the lengths a learning policy reaches later. Not "nothing urgent": each
+    new length is captured anew, and padding the loop is the fix."""
+    b = RecordBuilder()
+    b.miss(0, 1, ROOT, 0)
+    b.graph(0, 1, histogram={"MulBackward0": 4, "SumBackward0": 1})
+    b.step(1, 1)
+    for step, copies in ((2, 3), (3, 2)):
+        b.miss(step - 1, step, "MulBackward0", step + 1)
+        b.graph(step - 1, step, histogram={"MulBackward0": copies, "SumBackward0": 1})
+        b.step(step, 1)
+    for step in (4, 5, 6):
+        b.step(step, 0)
+    cause = explain(table_of(b, tmp_path / "episodes")).causes[0]
+    assert cause.facts["graph_shape"] == "repeats" and cause.facts["stabilised"] is True
+    words = cause_words(cause, CWD)
+    why = " ".join(words.why)
+    assert "a loop whose trip count changes per step" in why and "one not seen yet is captured anew" in why
+    assert not any(w.startswith("Nothing urgent") for w in words.why)
+    assert words.fix and "run the loop a fixed number of times" in words.fix[0]
+
+
 def test_hook_added_and_grad_defined(tmp_path):
     b = RecordBuilder()
     b.miss(0, 1, ROOT, 0)

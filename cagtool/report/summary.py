@@ -108,6 +108,10 @@ def _mib(n: int | None) -> str:
     return "-" if n is None else f"{n / 2**20:.0f} MiB"
 
 
+# The nodes whose changed sizes one miss's line names, in order; the others are counted.
+MISS_NODES_SHOWN = 6
+
+
 def miss_text(miss: CacheMissEvent) -> str:
     if miss.miss_kind == "new_node":
         text = f"new node {miss.node} (NodeCall {miss.node_call})"
@@ -126,6 +130,10 @@ def miss_text(miss: CacheMissEvent) -> str:
             f"sizes[{', '.join(items)}]" + (f" of {node} (NodeCall {call})" if node else "")
             for (node, call), items in groups.items()
         ]
+        if len(parts) > MISS_NODES_SHOWN:
+            # A batch size in every node of a large model: one line, not 10,000 characters (244 sizes
+            # of a VGG-in-the-loss job); `recompiles --explain` lists them with their values.
+            parts = parts[:MISS_NODES_SHOWN] + [f"... and the sizes of {len(parts) - MISS_NODES_SHOWN} more nodes (cagtool recompiles --explain)"]
         inferred = " (inferred from the graph diff)" if miss.inferred else ""
         # torch's own numbers, in its words: N changed tensor shapes (total of M): M is torch's
         # count of the dynamic sizes it compared (all_dyn_sizes_len), not the graph's size inputs.

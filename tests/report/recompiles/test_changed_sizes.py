@@ -76,3 +76,19 @@ def test_a_run_whose_sizes_become_dynamic_in_two_rounds(tmp_path):
     proc = cagtool_in_process("recompiles", str(out), env={"CI": "true"})
     # read by MmBackward0 at NodeCall 4 in the graph's code (torch's origins name it AccumulateGrad's)
     assert "3 changed sizes: sizes[4,6-7] of MmBackward0 4->6" in proc.stdout
+
+
+def test_a_miss_of_many_nodes_names_the_first_and_counts_the_rest():
+    """A batch size in every node of a large model (244 sizes in 169 nodes of a VGG-in-the-loss job):
+    the summary's line names the first nodes and counts the others, where it ran to 10,525 characters."""
+    from cagtool.record.schema import CacheMissEvent, ChangedSize
+    from cagtool.report.summary import MISS_NODES_SHOWN, miss_text
+
+    sizes = [ChangedSize(index=i, value=1, previous=2, node=f"Node{i}Backward0", node_call=i + 1) for i in range(20)]
+    miss = CacheMissEvent(seq=1, t=0.0, ca_id=1, compile_id="!1", step=3, miss_kind="changed_shapes", message="m",
+                          changed_sizes=sizes, total_changed=20, dynamic_sizes=20)
+    text = miss_text(miss)
+    assert text.startswith("20 changed sizes (torch: total of 20): sizes[0=2->1] of Node0Backward0 (NodeCall 1); ")
+    assert f"Node{MISS_NODES_SHOWN - 1}Backward0" in text and f"Node{MISS_NODES_SHOWN}Backward0" not in text
+    assert text.endswith(f"... and the sizes of {20 - MISS_NODES_SHOWN} more nodes (cagtool recompiles --explain)")
+    assert len(text) < 500

@@ -272,14 +272,21 @@ def test_a_fix_that_removes_a_capture_the_recompile_count_leaves_out_is_verified
 
 
 def test_a_fix_that_compiles_more_than_the_recompiles_it_removes_is_harmful():
-    """WGAN-GP's compiled autograd started dynamic: recompiles 9 -> 4, compile 11.6 s -> 27.3 s
-    (one re-run each). Beyond the assumed noise of one process a side and 20% more: harmful, with
-    the figures; within the noise (12 -> 14 s) the recompiles decide, as before."""
+    """WGAN-GP's compiled autograd started dynamic: recompiles 9 -> 4, compile 11.6 s -> 27.3 s.
+    From three re-runs a side, beyond the noise and 20% more: harmful, with the figures. From one a
+    side, nothing measures the noise (the shape loop's ca-dynamic read 2.25x in one suite run and no
+    growth in the run before): not judged below 3x, as a slower step is, and harmful past it;
+    within the noise (12 -> 14 s) the recompiles decide, as before."""
     base, fixed = replace(_side(8, 1, 9), compile_time_s=11.6, compile_times_s=[11.6]), replace(_side(3, 1, 4), compile_time_s=27.3, compile_times_s=[27.3])
     verdict, reasons = judge(base, fixed, None, True)
-    assert verdict == HARMFUL and reasons[0] == "recompiles 9 -> 4"
+    assert verdict == VERIFIED and reasons[0] == "recompiles 9 -> 4"
     assert reasons[1].startswith("compile time 11.6 s -> 27.3 s (2.35x, 90% CI ") and reasons[1].endswith(
-        "1 vs 1 processes): it compiles more than the recompiles it removes did")
+        "1 vs 1 processes: one process a side, not judged; --repeat 3 judges it)")
+    verdict, reasons = judge(base, replace(fixed, compile_time_s=40.6, compile_times_s=[40.6]), None, True)
+    assert verdict == HARMFUL and reasons[1].endswith("1 vs 1 processes): it compiles more than the recompiles it removes did")
+    three = (replace(base, compile_times_s=[11.6, 11.0, 12.1]), replace(fixed, compile_times_s=[27.3, 26.0, 28.5]))
+    verdict, reasons = judge(*three, None, True)
+    assert verdict == HARMFUL and reasons[1].endswith("3 vs 3 processes): it compiles more than the recompiles it removes did")
     assert judge(base, replace(fixed, compile_time_s=14.0, compile_times_s=[14.0]), None, True)[0] == VERIFIED
 
 

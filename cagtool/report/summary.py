@@ -235,7 +235,9 @@ def steps_text(m: ModeMetrics) -> str:
     text = f"{m.steps} step{'s' if m.steps != 1 else ''}"
     if m.steps_lost_s:
         # What the process did in its last moments is not known: say so rather than state a count.
-        text += f" recorded (the process ended without closing its record: the per-step lines of its last {m.steps_lost_s:g} s, if any, were lost with it)"
+        alone = (f"; where one optimizer had stepped alone while others were waited for, those of up to its last {m.steps_lost_optimizer_steps} "
+                 "steps" if m.steps_lost_optimizer_steps else "")
+        text += f" recorded (the process ended without closing its record: the per-step lines of its last {m.steps_lost_s:g} s, if any, were lost with it{alone})"
     if m.step_boundary == STEP_BOUNDARY_BACKWARD:
         text += " (no optimizer: one per backward call)"
     elif m.step_boundary in (STEP_BOUNDARY_OPTIMIZER, STEP_BOUNDARY_COMPILED_OPTIMIZER):
@@ -342,6 +344,7 @@ def mode_summary_json(record: ModeRecord, whole: ModeRecord | None = None, rank:
         "dynamo_recompiles": metrics.dynamo_recompiles,
         "steps": metrics.steps,
         "steps_lost_with_process_s": metrics.steps_lost_s,
+        "optimizer_steps_lost_with_process": metrics.steps_lost_optimizer_steps,
         "step_boundary": metrics.step_boundary,
         "backward_calls": metrics.backward_calls,
         "backward_calls_per_step": list(metrics.backward_calls_per_step),

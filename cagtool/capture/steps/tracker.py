@@ -294,9 +294,11 @@ class StepTracker:
         from torch._dynamo import compiled_autograd
 
         self.findings.dynamo_config, self.findings.compiled_autograd = torch._dynamo.config, compiled_autograd
-        # The per-step lines wait in memory up to hold_s (writer.py): the record says so, from its
-        # first manifest on, for a process killed hard.
-        held = {"kinds": HELD_EVENTS, "up_to_s": self.writer.hold_s}
+        # The per-step lines wait in memory up to hold_s (writer.py), and, where one optimizer steps
+        # first among several, until it is known whether the others step with it: up to
+        # IDLE_OPTIMIZER_STEPS of its steps (boundaries.py). The record says so, from its first
+        # manifest on, for a process killed hard.
+        held = {"kinds": HELD_EVENTS, "up_to_s": self.writer.hold_s, "up_to_optimizer_steps": IDLE_OPTIMIZER_STEPS}
         if self.writer.manifest.options.get("held_events") != held:
             self.writer.manifest.options["held_events"] = held
             self.writer.write_manifest()

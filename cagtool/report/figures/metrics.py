@@ -139,6 +139,9 @@ class ModeMetrics:
     # ended without closing its record (SIGKILL, SIGTERM at its default action, os._exit), and the
     # writer holds those lines up to this long before writing them (record/writer.py). None: none lost.
     steps_lost_s: float | None = None
+    # ... and, where one optimizer had stepped alone while others were waited for, up to this many of
+    # its steps (the step tracker's wait, capture/steps/boundaries.py). None: not held so.
+    steps_lost_optimizer_steps: int | None = None
     # Graphs Dynamo compiled of DDP's all-reduce hook (`is_ddp_hook_compile`), and its recompiles
     # (counted in dynamo_recompiles too: they are recompiles torch did).
     ddp_hook_graphs: int = 0
@@ -163,6 +166,14 @@ def steps_lost_with_process(manifest: ModeManifest) -> float | None:
         return None
     up_to = held.get("up_to_s")
     return float(up_to) if isinstance(up_to, (int, float)) and up_to > 0 else None
+
+
+def _held_optimizer_steps(manifest: ModeManifest) -> int | None:
+    """The optimizer steps the step tracker may hold while one optimizer steps alone among several
+    (options["held_events"]["up_to_optimizer_steps"]); None in records without it."""
+    held = manifest.options.get("held_events") if isinstance(manifest.options, dict) else None
+    steps = held.get("up_to_optimizer_steps") if isinstance(held, dict) else None
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
 
 
 # DDP's Python reducer all-reduces each gradient in this post-accumulate-grad hook
@@ -805,7 +816,8 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
         ca_grad_warmup_misses=by_reason.grad_warmup,
         ca_recompiles=by_reason.recompiles,
         ca_recaptures_after_failure=_recaptures_after_failure(record, misses),
-        steps_lost_s=steps_lost_with_process(manifest),
+        steps_lost_s=(lost := steps_lost_with_process(manifest)),
+        steps_lost_optimizer_steps=_held_optimizer_steps(manifest) if lost else None,
         ddp_hook_graphs=len(ddp_hook),
         ddp_hook_recompiles=sum(1 for r in recompiles if not r.is_ca_graph and r.compile_id.split("/")[0] in ddp_hook_frames),
     )

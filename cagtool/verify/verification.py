@@ -49,7 +49,7 @@ from cagtool.record.loader import RunRecord, load_run
 from cagtool.record.seal import check_job, sealed_module_file
 from cagtool.report.compare.analysis import compare_runs, mode_fields
 from cagtool.report.figures.intervals import ratio_text
-from cagtool.report.recompiles.verification import VERIFICATION_FILE, VERIFICATION_FORMAT
+from cagtool.report.recompiles.verification import JUDGED, VERIFICATION_FILE, VERIFICATION_FORMAT
 from cagtool.capture.run.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV, SOURCE_DIGEST_ENV, SourceChanged, source_digest
 from cagtool.verify.fixes import Fix
 
@@ -115,8 +115,8 @@ class FixResult:
     speedup: float | None = None  # baseline step time / the fix's
     speedup_low: float | None = None
     speedup_high: float | None = None
-    # the timing verdict of `speedup` (compare's: "faster", "slower", "no change", "inconclusive",
-    # or why none is given, e.g. too few steady steps: then its interval is not shown as a bound)
+    # the timing verdict of `speedup` (compare's: one of report.recompiles.verification.JUDGED, or why
+    # none is given, e.g. too few steady steps: then its interval is not shown as a bound)
     speedup_verdict: str | None = None
     numerics_agree: bool | None = None
     patch: dict[str, Any] | None = None  # a code change: its diff (patches.Patch.to_dict)
@@ -271,7 +271,7 @@ def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None
             # One process a side measures no run-to-run noise: two re-runs of one environment read
             # "harmful" and "inconclusive" (0.53x and 0.58x, the same job no slower in plain torch).
             reasons.append(f"steady step {ratio_text(speedup.ratio)} ({ci}{basis}: one process a side, not judged; --repeat 3 judges it)")
-        elif speedup.verdict in ("faster", "slower", "no change", "inconclusive"):
+        elif speedup.verdict in JUDGED:
             reasons.append(f"steady step {ratio_text(speedup.ratio)} ({speedup.verdict}, {ci}{basis})")
         else:
             reasons.append(f"steady step {ratio_text(speedup.ratio)} ({speedup.verdict})")

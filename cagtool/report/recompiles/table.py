@@ -11,7 +11,7 @@ import bisect
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import msgspec
 
@@ -173,9 +173,10 @@ class RecompileTable:
     # The grad mode each recompile on the grad mode was made for (its guard tree's GLOBAL_STATE):
     # compile id -> True (grad on: training after an evaluation) / False (under no_grad or inference_mode).
     grad_modes: dict[str, bool] = field(default_factory=dict)
-    # The steps in which an optimizer stepped before a later backward call of the same step (a GAN's
-    # discriminator, then its generator's backward): their backward calls cannot be one.
-    stepped_between_backwards: frozenset[int] = frozenset()
+    # Reads the steps in which an optimizer stepped before a later backward call of the same step
+    # (stepped_between_backwards), on first use: only a second backward call's cause asks.
+    _read_stepped_between: Callable[[], frozenset[int]] | None = field(default=None, repr=False, compare=False)
+    _stepped_between: frozenset[int] | None = field(default=None, repr=False, compare=False)
     # The record's name in its run where it differs from its mode (a repetition of --repeat K: "eager.2").
     label: str = ""
     # Sorted graph ids, built on first use (explanations of 1,000s of graphs).
@@ -195,6 +196,14 @@ class RecompileTable:
         ids = self._ids()
         index = bisect.bisect_left(ids, ca_id)
         return self.graphs[ids[index - 1]] if index > 0 else None
+
+    @property
+    def stepped_between_backwards(self) -> frozenset[int]:
+        """The steps in which an optimizer stepped before a later backward call of the same step (a
+        GAN's discriminator, then its generator's backward): their backward calls cannot be one."""
+        if self._stepped_between is None:
+            self._stepped_between = self._read_stepped_between() if self._read_stepped_between is not None else frozenset()
+        return self._stepped_between
 
     def nodes_captured_before(self, ca_id: int | None) -> bool:
         """Whether a graph captured before `!ca_id` has the same autograd nodes (by name and count):
@@ -635,7 +644,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         assignments=assignments,
         grad_modes=_grad_modes(record, rows),
         wrapper_optimizer_steps=_wrapper_optimizer_steps(compile_events, callers),
-        stepped_between_backwards=_stepped_between_backwards(record),
+        _read_stepped_between=lambda: _stepped_between_backwards(record),
         dynamic_frames=frozenset(frame for e in compile_events if e.assume_static_by_default is False and not e.compile_id.startswith("!")
                                  and (frame := compile_frame(e.compile_id)) is not None),
     )

@@ -94,7 +94,8 @@ def best_fix(data: dict[str, Any] | None) -> dict[str, Any] | None:
     return min(good, key=lambda f: (*_recompiles_after(f), 1 if f.get("patch") else 0))
 
 
-# The timing verdicts whose interval is a claim; any other (too few steady steps, ...) says why none is made.
+# The timing verdicts (compare's Speedup.verdict) whose interval is a claim; any other (too few
+# steady steps, load differed) says why none is made.
 JUDGED = ("faster", "slower", "no change", "inconclusive")
 
 

@@ -212,6 +212,31 @@ def test_an_optimizer_stepping_inside_compiled_code_counts_the_scripts_steps(rec
 
 
 @pytest.mark.slow
+def test_a_compiled_step_called_again_with_no_backward_between_is_a_step_in_every_mode(record_run):
+    """pytorch/tutorials' compiling_optimizer_lr_scheduler recipe: one backward, then a compiled
+    `opt.step(); sched.step()` called 5 times, twice (a new optimizer the second time). Dynamo breaks
+    the graph at the scheduler's wrapper of step(), so step() runs eagerly inside the compiled call,
+    where cagtool's hooks are out of torch's dicts: each call is still a step, as eager's hooks count
+    it (it read one step, "no optimizer", in aot and ca), ending where the call returns; the second
+    optimizer's recompiles fall in the step of its first call; torch's counters are the plain job's."""
+    script = str(Path(__file__).parent / "scripts" / "compiled_scheduler_steps.py")
+    plain = subprocess.run([sys.executable, script], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    run = record_run(script, modes="eager,aot,ca")
+    assert plain.returncode == 0 and run.returncode == 0, run.stderr
+    rows = {name: [(s.step, s.backward_calls) for s in _mode(run, name).of(StepEvent)] for name in ("eager", "aot", "ca")}
+    assert rows["eager"] == [(0, 1)] + [(i, 0) for i in range(1, 11)], rows
+    assert rows["aot"] == rows["ca"] == rows["eager"], rows
+    aot = _mode(run, "aot")
+    assert [s.boundary for s in aot.of(StepEvent)][1:] == ["compiled_optimizer"] * 10
+    assert len(_mode(run, "eager").of(OptimizerStepEvent)) == 10 and not aot.of(OptimizerStepEvent)
+    assert {r.step for r in aot.of(DynamoRecompileEvent)} == {6}  # the second optimizer's first call
+    mine, theirs = aot.manifest.torch_counters, json.loads(plain.stdout.strip().splitlines()[-1])
+    for kind in ("graph_break", "recompiles", "frames"):
+        assert {k[:300]: v for k, v in theirs.get(kind, {}).items()} == mine.get(kind, {}), kind
+    assert "11 steps (optimizer steps inside compiled code" in " ".join(run.stderr.split())
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("script, args, backwards", [
     ("compiled_optimizer.py", ("2",), 2),  # torch.compile around opt.step(), two micro-batches a step
     ("compiled_optimizer.py", ("1",), 1),

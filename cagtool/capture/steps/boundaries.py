@@ -133,7 +133,8 @@ class StepCounter:
         opened.next_index += 1
         return limit
 
-    def parameters_changed(self, version: tuple[Any, ...], live: bool, before: tuple[Any, ...] | None = None) -> bool:
+    def parameters_changed(self, version: tuple[Any, ...], live: bool, before: tuple[Any, ...] | None = None,
+                           clock: float | None = None, cpu: CpuReading | None = None) -> bool:
         """The watched readings where a call of a compiled function that steps an optimizer returned
         (notes.py, RETURNED: `before`, those at its entry), or, for a function compiled before the
         hooks were installed, at a backward's start or at the run's end (against the last such
@@ -141,26 +142,37 @@ class StepCounter:
         in progress, stepped inside a compiled graph after the step's last backward. Each is counted
         as an optimizer step there (_stepped_unseen: the step ends once every optimizer it waits for
         has stepped, as with hooks), so gradient accumulation over several backwards is one step,
-        and a GAN's two compiled steps one. A step needs gradients: with no backward ended in the
-        step in progress, a change is not a step. True when --steps is reached."""
+        and a GAN's two compiled steps one; it ends at that backward's end. With no backward in the
+        step in progress, only a change of an optimizer's state (a tuple reading: tracker._step_reading)
+        seen where a compiled call returned (`clock`, `cpu`: that return's readings) is a step, ending
+        there: a compiled step() called again with no backward between (an LR scheduler's warm-up, as
+        eager's hooks count each call); a parameter's own version counter is not (weight clipping
+        under no_grad changes it too). True when --steps is reached."""
         if before is None:
             before = self.watch_version
         self.watch_version = version
         opened = self.open
-        if before is None or version == before or before[0] != version[0] or not opened.backward_calls:
+        if before is None or version == before or before[0] != version[0]:
             return False  # no change, or readings of other optimizers (one made since): no step read
-        stepped = [key for key, old, new in zip(version[0], before[1:], version[1:]) if old != new and key not in opened.stepped]
+        if opened.backward_calls:
+            stepped = [key for key, old, new in zip(version[0], before[1:], version[1:]) if old != new and key not in opened.stepped]
+            assert self.last_backward_clock is not None  # the open step has a backward that ended
+            clock, cpu = self.last_backward_clock, self.last_backward_cpu
+        elif clock is not None:
+            stepped = [key for key, old, new in zip(version[0], before[1:], version[1:])
+                       if old != new and new.__class__ is tuple and key not in opened.stepped]
+        else:
+            return False
         if not stepped:
             return False  # only optimizers whose step() the hooks noted changed them
         self.compiled_pending = False
-        assert self.last_backward_clock is not None  # the open step has a backward that ended
         if self.read_from_parameters is None:
             self._note_parameter_readings(stepped, before, version)
         limit = False
         for key in stepped:
             if self.open is not opened:  # a step closed already: the rest stepped in it too
                 break
-            limit = self._stepped_unseen(key, self.last_backward_clock, self.last_backward_cpu, live, STEP_BOUNDARY_COMPILED_OPTIMIZER) or limit
+            limit = self._stepped_unseen(key, clock, cpu, live, STEP_BOUNDARY_COMPILED_OPTIMIZER) or limit
         if self.open is not opened and opened.late_compiles:
             # Its optimizer compiled after its last backward: in the next step's span, not a step time.
             self.times.last_t = self.times.last_cpu = None

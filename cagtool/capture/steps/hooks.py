@@ -86,11 +86,12 @@ class CompiledFunction:
     call traced an optimizer's step() (tracker.optimizer_compiled); `entry`: the watched readings at
     the entry of its call in progress (None: none taken)."""
 
-    __slots__ = ("steps", "entry")
+    __slots__ = ("steps", "entry", "hooked")
 
     def __init__(self) -> None:
         self.steps = False
         self.entry: Any = None
+        self.hooked = 0  # the optimizer steps the hooks had seen at that entry
 
 
 def install_hooks(tracker: Any) -> InstalledHooks:
@@ -492,7 +493,13 @@ def install_hooks(tracker: Any) -> InstalledHooks:
                 version = watching[0]()
                 if version == before:
                     return
-                note = (RETURNED, before, version)
+                # A step() the hooks saw in the call (a disabled function's, where they are back in
+                # torch's dicts) is counted already: no clock then, so that a change with no backward
+                # in the step is not read as a second step (boundaries.py, parameters_changed).
+                if stepped[0] == function.hooked:
+                    note = (RETURNED, before, version, perf_counter(), (process_time(), thread_time(), get_ident()))
+                else:
+                    note = (RETURNED, before, version, None, None)
                 if sync or cuda._initialized:
                     limit = in_hook(note)
                 else:
@@ -507,6 +514,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
             if function.steps and returns_watched[0]:
                 try:
                     function.entry = watching[0]()
+                    function.hooked = stepped[0]
                 except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's compiled call
                     tracker.note_error(exc)
             return compiled_returned

@@ -36,10 +36,12 @@ SKIPPED = 5
 # compiled call (or, for a function compiled before the hooks, at a later backward's start) is an
 # optimizer step in between.
 COMPILED = 6
-# (RETURNED, before, version): a call of a function compiled by torch.compile whose compiled code
-# steps an optimizer returned (its wrapper's exit hook, hooks.py); before, version: the optimizers'
-# readings at its entry and at its return, noted only when they differ. An optimizer step inside the
-# compiled code is seen here, where the script's call of it returns, as eager's step() returns.
+# (RETURNED, before, version, clock, cpu): a call of a function compiled by torch.compile whose
+# compiled code steps an optimizer returned (its wrapper's exit hook, hooks.py); before, version: the
+# optimizers' readings at its entry and at its return, noted only when they differ; clock, cpu: the
+# return's perf_counter and CpuReading (None, None where the hooks saw an optimizer's step() in the
+# call). An optimizer step inside the compiled code is seen here, where the script's call of it
+# returns, as eager's step() returns.
 RETURNED = 7
 # (MADE, key, ref): an optimizer exists (ref: a weak reference to it).
 MADE = 3

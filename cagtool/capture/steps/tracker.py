@@ -551,8 +551,8 @@ class StepTracker:
                 elif kind == SKIPPED:
                     limit = counter.optimizer_skipped(note, note is live) or limit
                 elif kind == RETURNED:
-                    _, before, version = note
-                    limit = counter.parameters_changed(version, note is live, before) or limit
+                    _, before, version, clock, cpu = note
+                    limit = counter.parameters_changed(version, note is live, before, clock, cpu) or limit
                 elif kind == COMPILED:
                     self.backward_reads_cpu = True  # a backward's end may end a step now
                     counter.compiled_noted(note)

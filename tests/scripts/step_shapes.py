@@ -5,7 +5,8 @@ wgan              the discriminator stepped 3 times per generator step (WGAN's n
 layers            one optimizer per layer, every one made first, each layer trained ITERATIONS times
                   in turn (pytorch/examples' forward-forward MNIST); `--compile`: the layer's forward
                   compiled, with a smaller batch at each layer's 6th iteration (a recompile while
-                  the steps wait to be told apart) and a layer of another size (one when its turn comes)
+                  the steps wait to be told apart) and a layer of another size (one when its turn comes);
+                  `--in-function`: the optimizers die when the training function returns
 grad-and-backward autograd.grad (a gradient penalty) and backward in one optimizer step
 threads           no optimizer; two threads call backward at the same time
 nested            reentrant checkpointing (a backward inside the engine's work) and a tensor hook
@@ -57,19 +58,25 @@ if variant.startswith(("gan", "wgan")):
         print(f"iteration {step}")
 
 elif variant == "layers":
-    layers = [torch.nn.Linear(8, 4), torch.nn.Linear(4, 4)]
-    optimizers = [torch.optim.Adam(layer.parameters(), lr=0.01) for layer in layers]
-    forward = torch.compile(lambda layer, x: layer(x).pow(2).mean(), backend="eager") if "--compile" in sys.argv else (
-        lambda layer, x: layer(x).pow(2).mean())
-    h = torch.randn(8, 8)
-    for layer, opt in zip(layers, optimizers):
-        for step in range(iterations):
-            loss = forward(layer, h[:7] if step == 5 and "--compile" in sys.argv else h)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        h = layer(h).detach()
-        print(f"layer trained {iterations} times")
+    def train_layers() -> list[torch.optim.Optimizer]:
+        layers = [torch.nn.Linear(8, 4), torch.nn.Linear(4, 4)]
+        optimizers = [torch.optim.Adam(layer.parameters(), lr=0.01) for layer in layers]
+        forward = torch.compile(lambda layer, x: layer(x).pow(2).mean(), backend="eager") if "--compile" in sys.argv else (
+            lambda layer, x: layer(x).pow(2).mean())
+        h = torch.randn(8, 8)
+        for layer, opt in zip(layers, optimizers):
+            for step in range(iterations):
+                loss = forward(layer, h[:7] if step == 5 and "--compile" in sys.argv else h)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            h = layer(h).detach()
+            print(f"layer trained {iterations} times")
+        return optimizers
+
+    optimizers = train_layers()
+    if "--in-function" in sys.argv:  # the optimizers die with the function, before the record's last count
+        del optimizers
 
 elif variant == "grad-and-backward":
     model = mlp()

@@ -66,13 +66,11 @@ class OpenStep:
 
 
 class StepCounter:
-    """Counts the notes into steps (the caller holds the tracker's lock) and queues their lines.
-    `known`: id -> weak reference of every live optimizer, now (kept by the hooks)."""
+    """Counts the notes into steps (the caller holds the tracker's lock) and queues their lines."""
 
-    def __init__(self, writer: RecordWriter, device: DeviceReadings, known: dict[int, weakref.ref[Any]],
-                 on_step: Callable[[int], None] | None, max_steps: int | None) -> None:
+    def __init__(self, writer: RecordWriter, device: DeviceReadings, on_step: Callable[[int], None] | None,
+                 max_steps: int | None) -> None:
         self.device = device
-        self.known = known
         self.on_step = on_step
         self.max_steps = max_steps
         self.lines = StepLines(writer)
@@ -82,6 +80,10 @@ class StepCounter:
         self.open = OpenStep()
         self.limit_reached = False  # --steps stopped the job (set by the hook that raised)
         self.required: dict[int, weakref.ref[Any]] = {}  # the optimizers a step waits for, as of the notes counted
+        # Every optimizer alive as of the notes counted (MADE, GONE): `known` is now's, and the
+        # notes are counted later than they were made (an optimizer of a function that has
+        # returned is gone by the final count, but not in the steps it stepped in).
+        self.alive: dict[int, weakref.ref[Any]] = {}
         # Optimizers that existed before the tracker (expect): until one of them steps, or one is
         # made, whether a backward ends a step is undecided and its notes wait in `undecided`.
         self.candidates: dict[int, weakref.ref[Any]] = {}
@@ -183,19 +185,21 @@ class StepCounter:
         no state before or after it: tracker._step_reading), noted for a finding."""
         for key, old, new in zip(version[0], before[1:], version[1:]):
             if key in stepped and isinstance(old, int) and isinstance(new, int) and new >= 0:
-                ref = self.known.get(key) or self.candidates.get(key)
+                ref = self.alive.get(key) or self.candidates.get(key)
                 optimizer = None if ref is None else ref()
                 self.read_from_parameters = (FIRST_STEP + self.closed_steps, type(optimizer).__name__ if optimizer is not None else "an optimizer")
                 return
 
     def made(self, note: tuple) -> None:
         _, key, ref = note
-        self.required[key] = ref
+        self.required[key] = self.alive[key] = ref
 
     def gone(self, note: tuple) -> None:
         _, key, ref = note
         if self.required.get(key) is ref:
             del self.required[key]
+        if self.alive.get(key) is ref:
+            del self.alive[key]
 
     def backward_ended(self, note: tuple, live: bool) -> bool:
         """A top-level backward returned or raised. True when --steps is reached."""
@@ -251,7 +255,7 @@ class StepCounter:
         seconds = clock - start
         waiting = self.required
         if key not in waiting:  # stepping again after it stopped being waited for
-            ref = self.known.get(key)
+            ref = self.alive.get(key)
             if ref is not None:
                 waiting[key] = ref
         opened = self.open
@@ -326,8 +330,11 @@ class StepCounter:
         as a step of that optimizer. True when that ended the step and --steps is reached."""
         waiting = self.required
         if key not in waiting:
-            ref = self.known.get(key) or self.candidates.get(key)
-            if ref is not None and ref() is not None:
+            ref = self.alive.get(key)
+            if ref is None:
+                ref = self.candidates.get(key)
+                ref = None if ref is None or ref() is None else ref
+            if ref is not None:
                 waiting[key] = ref
         stepped = self.open.stepped
         stepped[key] = stepped.get(key, 0) + 1

@@ -145,7 +145,7 @@ class StepTracker:
         # again in, or None (ca_observer.py, CaptureObserver.logger_aside); None without an observer.
         self.ca_rerun: Callable[[BaseException], Any] | None = None
         self.device = DeviceReadings(writer)
-        self.counter = StepCounter(writer, self.device, self.known, on_step, max_steps)
+        self.counter = StepCounter(writer, self.device, on_step, max_steps)
         self.findings = StepFindings(writer, mode, lambda: self.current_step)
         self._flag_check_due = mode == "ca"  # the next top-level backward looks at the CA flag (set by the drain)
         self._main_thread_id = threading.main_thread().ident

@@ -61,6 +61,64 @@ def test_a_process_record_planted_as_a_link_is_refused(run, tmp_path):
         _refused((command, str(run), *(("--max-recompiles", "ca:99", "--no-config") if command == "gate" else ())), "is a symbolic link; refusing to read it")
 
 
+def test_a_folder_of_the_record_planted_as_a_link_is_never_read_through(run, tmp_path):
+    """A link's last name is refused by O_NOFOLLOW; a folder on the way is not, so a record's folder
+    planted as a link (`ca/graphs` or `ca/procs` -> a copy elsewhere, edited) is refused by name
+    below the run: the graph readers (report, diff-graphs) exit 3; summary, which reads a graph only
+    for the earlier values of changed sizes, says what it says without the graph files (as for a
+    record without them), never what the copy says; a `procs` folder link is refused (exit 3)."""
+    graphs = run / "ca" / "graphs"
+    outside = Path(shutil.copytree(graphs, tmp_path / "outside-graphs"))
+    shutil.rmtree(graphs)
+    without = cagtool("summary", str(run))
+    assert without[0] == 0
+    for path in outside.glob("*.json"):  # a read through the link would show these
+        data = json.loads(path.read_text())
+        for node in data.get("nodes", []):
+            node["target"] = SECRET
+        path.write_text(json.dumps(data))
+    graphs.symlink_to(outside)
+    assert cagtool("summary", str(run)) == without
+    for args in (("report", str(run)), ("diff-graphs", str(run), "0", "1")):
+        _refused(args, f"{graphs} is a symbolic link; a record's files are read only as regular files, never through a link")
+    graphs.unlink()
+    procs = tmp_path / "outside-procs"
+    shutil.copytree(run / "ca", procs / "rank1", ignore=shutil.ignore_patterns("procs"))
+    (run / "ca" / "procs").symlink_to(procs)
+    for command in ("summary", "report"):
+        _refused((command, str(run)), f"{run / 'ca' / 'procs'} is a symbolic link; a record's files are read only as regular files")
+
+
+def test_a_run_planted_as_a_link_under_the_runs_folder_is_not_a_run(run, tmp_path, monkeypatch):
+    """`./.cagtool/runs/<link>` in an untrusted checkout: not listed by `runs`, never the latest run
+    that `summary` and `report` read with no RUN (report would write its page into the link's
+    target)."""
+    work = tmp_path / "work"
+    (work / ".cagtool" / "runs").mkdir(parents=True)
+    monkeypatch.chdir(work)
+    meta = json.loads((run / "run.json").read_text())
+    meta["created_at"] = "2999-01-01T00:00:00+00:00"  # the newest, were it read
+    (run / "run.json").write_text(json.dumps(meta))
+    (work / ".cagtool" / "runs" / "planted").symlink_to(run)
+    code, out, err = cagtool("runs")
+    assert "planted" not in out + err
+    page = run / "report.html"
+    before = page.stat().st_mtime_ns if page.exists() else None
+    code, out, err = cagtool("report")
+    assert code == 3 and "no runs recorded yet" in err, (code, err)
+    assert (page.stat().st_mtime_ns if page.exists() else None) == before
+
+
+def test_gate_junit_never_writes_through_a_link_planted_at_its_name(run, tmp_path, monkeypatch):
+    victim = tmp_path / "victim.txt"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "junit.xml").symlink_to(victim)
+    code, _, err = cagtool("gate", str(run), "--max-recompiles", "ca:99", "--no-config", "--junit", "junit.xml")
+    assert code == 0, err
+    assert victim.read_text() == SECRET + "\n"
+    assert not (tmp_path / "junit.xml").is_symlink() and "<testsuite" in (tmp_path / "junit.xml").read_text()
+
+
 def test_a_graphs_code_read_by_the_report_never_leaves_the_run(run, tmp_path):
     """The report embeds each CA graph's code: a code file planted as a link, or a code_file
     field leading out of the run (relative or absolute), is refused, not embedded."""
@@ -68,7 +126,7 @@ def test_a_graphs_code_read_by_the_report_never_leaves_the_run(run, tmp_path):
     assert graphs
     original = graphs[0].read_bytes()
     _link(graphs[0], tmp_path / "victim.txt")
-    _refused(("report", str(run)), "points outside the record; refusing to read it")
+    _refused(("report", str(run)), "is a symbolic link; a record's files are read only as regular files, never through a link")
     graphs[0].unlink()
     graphs[0].write_bytes(original)
     events = run / "ca" / "events.jsonl"
@@ -135,7 +193,7 @@ def test_a_compile_guards_file_read_by_recompiles_never_leaves_the_run(record_ru
     (tmp_path / "victim.txt").write_text(SECRET + "\n")
     assert cagtool("recompiles", str(run), "--explain")[0] == 0
     _link(run / "ca" / "compiles" / "0_1" / "dynamo_cpp_guards_str.txt", tmp_path / "victim.txt")
-    _refused(("recompiles", str(run), "--explain"), "refusing to read it")
+    _refused(("recompiles", str(run), "--explain"), "is a symbolic link; a record's files are read only as regular files, never through a link")
 
 
 _PEAK_CHILD = textwrap.dedent("""\
@@ -212,7 +270,7 @@ def test_a_graph_file_or_baseline_planted_as_a_link_is_refused(run, tmp_path):
     graph = run / "ca" / "graphs" / "ca_0.json"
     shutil.copy(graph, tmp_path / "outside.json")
     _link(graph, tmp_path / "outside.json")
-    _refused(("diff-graphs", str(run), "0", "1"), "points outside the record; refusing to read it")
+    _refused(("diff-graphs", str(run), "0", "1"), "is a symbolic link; a record's files are read only as regular files, never through a link")
     graph.unlink()
     graph.symlink_to("ca_1.json")  # stays inside the run: the link itself is refused
     _refused(("diff-graphs", str(run), "0", "1"), "is a symbolic link; a record's files are read only as regular files, never through a link")
@@ -337,7 +395,7 @@ def test_a_compile_artifact_planted_as_a_link_or_fifo_is_refused(run, plant):
         said = "is not a regular file (a FIFO, device or directory); refusing to read it"
     elif plant == "link to /dev/zero":
         path.symlink_to("/dev/zero")
-        said = "points outside the record; refusing to read it"
+        said = "is a symbolic link; a record's files are read only as regular files, never through a link"
     else:
         path.symlink_to(os.path.relpath(run / "ca" / "manifest.json", path.parent))
         said = "is a symbolic link; a record's files are read only as regular files, never through a link"

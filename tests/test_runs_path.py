@@ -36,9 +36,12 @@ def test_bad_json_is_worded_by_json(tmp_path, text):
     assert str(raised.value) == expected
 
 
-def test_inside_refuses_a_symlink_out_of_the_record_and_follows_one_within(tmp_path):
+def test_inside_refuses_a_path_out_of_the_record_and_any_link_below_it(tmp_path):
+    """cagtool writes no link in a record: one below the run, whether it leads out or stays
+    within, was planted, and is refused by name; the run's own path may be the user's link."""
+    (tmp_path / "real" / "ca" / "graphs").mkdir(parents=True)
     root = tmp_path / "run"
-    (root / "ca" / "graphs").mkdir(parents=True)
+    root.symlink_to(tmp_path / "real")  # the run the user named through their own link
     (tmp_path / "elsewhere").mkdir()
     (root / "out").symlink_to(tmp_path / "elsewhere")
     (root / "ca" / "up").symlink_to(tmp_path)
@@ -46,10 +49,13 @@ def test_inside_refuses_a_symlink_out_of_the_record_and_follows_one_within(tmp_p
     assert inside(root, "ca", "mode") == root / "ca"
     assert inside(root, "ca/graphs/ca_0.py", "graph") == root / "ca" / "graphs" / "ca_0.py"
     assert inside(root, "missing/x", "graph") == root / "missing" / "x"
-    assert inside(root, "alias/graphs", "graph") == root / "alias" / "graphs"
-    for name in ("out", "out/x", "ca/up/elsewhere", "../run/ca", "/etc"):
+    for name in ("../run/ca", "/etc"):
         with pytest.raises(UnreadableInput, match="points outside the record"):
             inside(root, name, "mode")
+    for name, link in (("out", "out"), ("out/x", "out"), ("ca/up/elsewhere", "ca/up"), ("alias/graphs", "alias")):
+        with pytest.raises(UnreadableInput, match="is a symbolic link") as raised:
+            inside(root, name, "mode")
+        assert f"{root / link} is a symbolic link" in str(raised.value)
 
 
 def test_runs_loads_neither_json_nor_the_graph_file_module(tmp_path):

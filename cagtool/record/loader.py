@@ -24,6 +24,7 @@ from cagtool.record.schema import (
     EVENT_TYPES,
     CompileArtifactEvent,
     EVENTS_FILE,
+    GRAPHS_DIR,
     MANIFEST_FILE,
     MODE_FORMAT,
     MODES,
@@ -164,7 +165,7 @@ class ModeRecord(Struct):
         return self._derived[key]
 
     def graph_nodes(self, ca_id: int) -> list[GraphNode]:
-        return load_graph_nodes(self.path / "graphs" / f"ca_{ca_id}.json")
+        return load_graph_nodes(inside(self.path, f"{GRAPHS_DIR}/ca_{ca_id}.json", f"graph !{ca_id}"))
 
     def compile_artifacts(self) -> dict[str, dict[str, CompileArtifactEvent]]:
         """Per compile id (torch's), its recorded artifacts by name (schema COMPILE_ARTIFACTS), the
@@ -300,6 +301,8 @@ def load_mode(path: Path, strict: bool = False, kinds: frozenset[str] | set[str]
     `of` see no difference; readers of `events` would miss them, hence opt-in)."""
     record = _load_one(Path(path), strict, kinds, events, columns)
     procs = Path(path) / PROCS_DIR
+    if procs.is_symlink():  # the folder of process records planted as a link to one elsewhere
+        raise UnreadableInput(f"{procs} is a symbolic link; a record's files are read only as regular files, never through a link")
     if procs.is_dir():
         for child in sorted(procs.iterdir(), key=_process_sort_key):
             if child.is_symlink():  # a process record planted as a link to one elsewhere
@@ -630,7 +633,9 @@ def list_runs(root: Path | None = None) -> list[Path]:
             return ""
         return str(data.get("created_at", "")) if isinstance(data, dict) else ""
 
-    found = [p for p in root.iterdir() if (p / RUN_META_FILE).is_file()]
+    # A link there is not a run cagtool made (it makes each run a directory): one planted in an
+    # untrusted checkout's `.cagtool/runs` would be the newest run read, and `report` written into it.
+    found = [p for p in root.iterdir() if not p.is_symlink() and (p / RUN_META_FILE).is_file()]
     return sorted(found, key=lambda p: (created(p), p.name))
 
 
@@ -649,21 +654,15 @@ def inside(root: Path, relative: str, what: str) -> Path:
     candidate = Path(relative)
     if not relative or candidate.is_absolute() or ".." in candidate.parts:
         raise UnreadableInput(f"{what}: {relative!r} points outside the record; refusing to read it")
-    # A relative name without `..` leads out of `root` only through a symbolic link under `root`:
-    # without one, it is inside whatever `root` resolves to, and the two realpaths below (an lstat
-    # per component of the whole path; 9 M instructions for the 30 modes `cagtool runs` lists in
-    # the benchmark) are not needed.
+    # A relative name without `..` leads out of `root` only through a symbolic link under `root`,
+    # and cagtool writes none in a record: one there was planted (`ca/graphs -> /elsewhere`, whose
+    # files the last name's O_NOFOLLOW would not see), and is refused wherever it leads. An lstat
+    # per name below `root` (`root` itself is the user's: a link they typed is theirs).
     path = str(root)
     for part in candidate.parts:
         path = os.path.join(path, part)
         if os.path.islink(path):
-            break
-    else:
-        return root / candidate
-    resolved_root = Path(os.path.realpath(root))
-    target = Path(os.path.realpath(root / candidate))
-    if target != resolved_root and resolved_root not in target.parents:
-        raise UnreadableInput(f"{what}: {relative!r} points outside the record; refusing to read it")
+            raise UnreadableInput(f"{what}: {path} is a symbolic link; a record's files are read only as regular files, never through a link")
     return root / candidate
 
 

@@ -79,8 +79,7 @@ def _nodes(record: ModeRecord, graph: CAGraphEvent) -> list[GraphNode] | None:
     default = f"graphs/ca_{graph.ca_id}.json"
     relative = graph.nodes_file or default
     try:
-        # The writer's own name needs no containment check (resolving paths costs ~1 ms a graph).
-        path = record.path / default if relative == default else inside(record.path, relative, f"graph {graph.compile_id} of {record.path}")
+        path = inside(record.path, relative, f"graph {graph.compile_id} of {record.path}")
         return load_graph_nodes(path) if path.is_file() else None
     except (UnreadableInput, OSError):
         return None  # a missing or damaged graph file: the earlier values stay unknown

@@ -460,7 +460,7 @@ def random_ops_in(record: ModeRecord) -> list[str]:
     """Random ops that the mode's compiled graphs call (CA graph code, TORCH_TRACE log)."""
     found: dict[str, None] = {}
     for folder in (record.path / GRAPHS_DIR, record.path / TRACE_DIR):
-        if not folder.is_dir():
+        if folder.is_symlink() or not folder.is_dir():  # a link planted there is not the record's
             continue
         for path in sorted(folder.iterdir()):
             if path.suffix not in (".py", ".log", ".txt", "") or not path.is_file():

@@ -244,6 +244,19 @@ def render_markdown(gate: GateResult) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+def _write_file(path: Path, text: str) -> None:
+    """A report file the gate writes (--junit): made anew, never written through a link planted at
+    its name (an untrusted checkout's `junit.xml -> ~/.bashrc`): the link is replaced, as `baseline
+    save` replaces one."""
+    from cagtool.record.atomic import write_atomic
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, text)
+    except OSError as exc:
+        raise UnreadableInput(f"cannot write {path}: {exc.strerror}") from None
+
+
 def _write(path: Path, text: str, mode: str = "w") -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -266,7 +279,7 @@ def emit_gate_result(gate: GateResult, options: GateOptions, stdout: IO[str] | N
     else:
         render_text(gate, make_console(file=out))
     if options.junit is not None:
-        _write(Path(options.junit), render_junit(gate))
+        _write_file(Path(options.junit), render_junit(gate))
     if os.environ.get("GITHUB_ACTIONS") == "true":
         stream = err if options.format == "json" else out
         for line in github_annotations(gate):

@@ -24,7 +24,7 @@ from cagtool.errors import UnreadableInput
 from cagtool.record.graph_file import GraphNode
 from cagtool.record.loader import ModeRecord, inside, load_graph_nodes
 from cagtool.record.schema import MISS_CHANGED_SHAPES, CacheMissEvent, CAGraphEvent
-from cagtool.torch_text import REF_OR_INT
+from cagtool.torch_text import INT_CONSTANT, REF_OR_INT
 
 _SIZES_READ = re.compile(r"^%sizes, (\d+)$")
 # Earlier graphs of the same structure looked at for a miss's earlier values, latest first.
@@ -151,3 +151,27 @@ def misses_with_earlier_values(record: ModeRecord) -> list[CacheMissEvent]:
     (`previous`; None where they do not) and its node named as its graph names that NodeCall
     (_named_by_graph). Computed once per record."""
     return list(record.derived("misses_with_earlier_values", _with_earlier_values))
+
+
+def saved_values_changed(record: ModeRecord, before: CAGraphEvent, after: CAGraphEvent) -> list[tuple[str, int, int]] | None:
+    """What differs between two graphs of the same nodes, in the same order, calling the same ops
+    (a miss torch names "new node" where only a number a node saved changed: DivBackward1's divisor,
+    the batch size of a mean over soft targets): (the autograd node, its value before, after) for
+    each integer constant of a node's arguments that changed, in graph order, each once. None where
+    a graph file is missing or the two differ in anything but integer constants."""
+    old_nodes, new_nodes = _nodes(record, before), _nodes(record, after)
+    if old_nodes is None or new_nodes is None or len(old_nodes) != len(new_nodes):
+        return None
+    found: dict[tuple[str, int, int], None] = {}
+    for old, new in zip(old_nodes, new_nodes):
+        if (old.op, old.target, old.origin) != (new.op, new.target, new.origin):
+            return None
+        if old.args == new.args:
+            continue
+        if INT_CONSTANT.sub("0", old.args) != INT_CONSTANT.sub("0", new.args):
+            return None  # more than numbers differ (another reference, another op)
+        name = old.origin.name if old.origin is not None else old.target.rsplit(".", 1)[-1]
+        for a, b in zip(INT_CONSTANT.findall(old.args), INT_CONSTANT.findall(new.args)):
+            if a != b:
+                found.setdefault((name, int(a), int(b)))
+    return list(found)

@@ -216,3 +216,21 @@ def test_compare_json_and_markdown_of_one_run_carry_the_same_headline_and_advice
     assert code == 0, err
     lines = out.splitlines()
     assert "from 1 cause" in lines[0] and lines[2].startswith("What to do: ")
+
+
+@pytest.mark.slow
+def test_numerics_that_only_the_reference_recorded_are_not_said_to_agree(record_run, tmp_path_factory):
+    """The ca mode fails before its first step (a file the eager mode left outside the working
+    directory): only eager recorded a loss, so nothing was compared, and the headline says so,
+    never "numerics agree" (torchvision's classification reference with --cache-dataset)."""
+    marker = tmp_path_factory.mktemp("cache") / "dataset.cache"
+    run = record_run("../tests/scripts/fails_after_first_mode.py", str(marker), modes="eager,ca")
+    assert run.returncode != 0
+    code, out, _ = cli_in_process("summary", str(run.path))
+    first = out.splitlines()[0]
+    assert "numerics not compared (only eager recorded values)" in first and "numerics agree" not in first, first
+    code, out, _ = cli_in_process("compare", str(run.path), "--format", "json")
+    import json
+
+    numerics = json.loads(out)["numerics"]
+    assert numerics["compared"] is False and numerics["reference"] == "eager"

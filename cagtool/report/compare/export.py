@@ -89,6 +89,7 @@ def _numerics_json(n: Numerics) -> dict[str, Any]:
         "rtol": n.tolerance.rtol,
         "atol": n.tolerance.atol,
         "agree": n.agree,
+        "compared": bool(n.diffs),  # false: no mode but the reference recorded values (`agree` then says nothing)
         "disagree": bool(n.disagreements),  # beyond the tolerance, not drift nor inputs that differ
         "drift": n.drift_words,  # record -> why its differences beyond the tolerance are drift
         "max_rel_diff": finite(n.max_rel_diff),

@@ -129,6 +129,8 @@ def cause_phrase(cause: "Cause") -> str:
         CAUSE_STRUCTURE,
         CAUSE_UNKNOWN,
         GRAPH_REPEATS,
+        GRAPH_SAME,
+        batch_shrink,
         guard_label,
         step_list,
     )
@@ -151,6 +153,10 @@ def cause_phrase(cause: "Cause") -> str:
         what = "another backward call of the step, captured once as its own graph"
     elif cause.code == CAUSE_STRUCTURE and cause.facts.get("new_backward_call") is not None and cause.count == 1:
         what = "a backward called from a new line, its graph's first capture"
+    elif cause.code == CAUSE_STRUCTURE and cause.facts.get("graph_shape") == GRAPH_SAME:
+        shrink = batch_shrink(cause.facts.get("saved_values") or [])
+        what = "a number the backward saved changed" + (f" ({shrink[0]}->{shrink[1]}: a smaller batch, a DataLoader's last?)"
+                                                          if shrink is not None else "")
     elif cause.code == CAUSE_STRUCTURE and cause.facts.get("graph_shape") == GRAPH_REPEATS:
         what = "the backward's size followed a loop's trip count"
     elif cause.code == CAUSE_UNKNOWN and cause.facts.get("after_failed_capture"):
@@ -342,6 +348,9 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         elif numerics.inputs_differ:
             # The first step's losses differ: other inputs, not a verdict on compiled autograd.
             phrases.append("numerics not comparable: inputs differ (unseeded?)")
+        elif not numerics.diffs:
+            # Another mode failed before it recorded a value (or recorded none): nothing was compared.
+            phrases.append(f"numerics not compared (only {numerics.reference} recorded values)")
         else:
             phrases.append("numerics agree")
     if not phrases:

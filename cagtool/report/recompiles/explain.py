@@ -132,6 +132,7 @@ GRAPH_REPEATS = "repeats"  # more or fewer copies of nodes both graphs have: a l
 GRAPH_EXTRA = "extra"  # nodes added (or dropped) that the other graph has none of: a term on some steps
 GRAPH_SWAPPED = "swapped"  # some nodes left and others came: a branch, an op picked per step
 GRAPH_REARRANGED = "rearranged"  # the same nodes, joined another way: the data picks where each module runs
+GRAPH_SAME = "same"  # the same nodes at the same NodeCalls: a number a node saved changed (torch still says "new node")
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,9 @@ def _node_change(table: RecompileTable, row: RecompileRow) -> NodeChange:
         before = (" + ".join(names[:3]) + (f" + {len(names) - 3} more" if len(names) > 3 else "")) if gone and came else None
         counts = (sum(theirs.values()), sum(mine.values()))
         shape = _graph_shape(mine, theirs, gone, came)
+        if shape == GRAPH_REARRANGED and produced.autograd_nodes and (
+                [(r.node_call, r.name) for r in produced.autograd_nodes] == [(r.node_call, r.name) for r in previous.autograd_nodes]):
+            shape = GRAPH_SAME
     where = f"!{previous.ca_id}" if previous is not None else None
     return NodeChange(row.compile_id, row.step, row.node_call, row.node or "?", before, where,
                       *(counts or (None, None)), shape)
@@ -256,8 +260,20 @@ def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     if branch is not None:
         cause.source = branch  # torch's own report of the branch beats the line a node traceback names
     sizes = [c.nodes_before for c in changes[:1]] + [c.nodes_after for c in changes]
+    saved: list[tuple[str, int, int]] = []
+    if shapes == {GRAPH_SAME}:  # what the graphs of the same nodes hold differently (graph files; the first few captures)
+        for row in cause.rows[:MAX_LISTED]:
+            produced = table.graphs.get(row.ca_id) if row.ca_id is not None else None
+            previous = table.previous_graph(row.ca_id)
+            values = table.saved_values(previous, produced) if produced is not None and previous is not None else None
+            if not values:
+                saved = []
+                break
+            saved.extend(v for v in values if v not in saved)
     return {
         "changes": changes,
+        # (autograd node, before, after) of each integer the graphs of the same nodes hold differently.
+        "saved_values": saved,
         # Per capture that grew the graph, the nodes it has that the graph before it had not.
         # (The first few, as many as the words list: a storm has thousands.)
         "added_nodes": [(r.compile_id, added) for r, c in
@@ -799,6 +815,8 @@ def _structure(cause: Cause, cwd: str) -> Words:
         return _other_backward_words(cause, others, cwd)
     if facts.get("new_backward_call") is not None and cause.count == 1:
         return _new_backward_words(cause, facts["new_backward_call"], cwd)
+    if shape == GRAPH_SAME:
+        return _saved_value_words(cause, items, cwd)
     title = f"The autograd graph's structure changes between iterations ({plural(cause.count, 'recompile')})"
     why = [
         "Compiled autograd caches one graph per graph structure; a backward whose graph has "
@@ -912,9 +930,66 @@ def _structure(cause: Cause, cwd: str) -> Words:
     return Words(title, why, fix, evidence_text(cause.evidence))
 
 
+def batch_shrink(saved: list[tuple[str, int, int]]) -> tuple[int, int] | None:
+    """(before, after) of the smallest number among `saved` (autograd node, before, after) where every
+    one shrank by the same factor (a batch of 8 then 5: 8 -> 5, and 3072 -> 1920 where a mean divides
+    by 8 x 384 elements): a smaller batch; None otherwise."""
+    pairs = sorted({(before, after) for _, before, after in saved})
+    if not pairs or any(not 0 < after < before for before, after in pairs):
+        return None
+    first = pairs[0]
+    return first if all(after * first[0] == before * first[1] for before, after in pairs) else None
+
+
+def _saved_value_words(cause: Cause, items: list[str], cwd: str) -> Words:
+    """A miss torch names "new node" on a graph of the same nodes at the same NodeCalls: a number a
+    node saved changed (DivBackward1's divisor: the batch size of a mean over soft targets, mixup's or
+    CutMix's), which compiled autograd keys its cache on; the graph files say which."""
+    facts = cause.facts
+    saved = facts.get("saved_values") or []
+    title = f"A number the backward's nodes saved changes between iterations ({plural(cause.count, 'recompile')})"
+    why = [
+        "Compiled autograd keys its cache on the graph's nodes and on the numbers they saved for the backward (a Python "
+        "scalar an op kept, a size held as a constant); a miss on such a number is named a new node in torch's message. "
+        f"Seen {facts['distinct_structures']} graphs of the same nodes {where(cause, cwd)}".rstrip() + ".",
+        "The node torch names: " + elide(items) + ".",
+    ]
+    shrink = batch_shrink(saved)
+    last_batch = False
+    if saved:
+        listed = elide([f"{short_name(name)} {before} -> {after}" for name, before, after in saved], limit=8)
+        why.append(f"Each capture has the same autograd nodes, at the same NodeCalls, as the graph before it; what changed is "
+                   f"the numbers the graph holds: {listed}.")
+        if shrink is not None and cause.count == 1:
+            last_batch = True
+            soft = any(name == "DivBackward1" for name, _, _ in saved)
+            scaled = len({(before, after) for _, before, after in saved}) > 1
+            why.append(f"Every number that changed shrank by the same factor, once ({shrink[0]} -> {shrink[1]}"
+                       + (", and the counts that scale with it" if scaled else "") + "): a batch smaller than the ones before it, as "
+                       "the last one is when the data's length is not a multiple of the batch size"
+                       + (" (a loss over soft targets, mixup's or CutMix's probabilities, divides by the batch size, a number its "
+                          "DivBackward1 keeps)." if soft else "."))
+    else:
+        why.append("Each capture has the same autograd nodes, at the same NodeCalls, as the graph before it: a number a node "
+                   "saved changed, not the structure.")
+    stability = stability_sentence(facts, "recompile of this kind")
+    if stability:
+        why.append(stability)
+    if last_batch:
+        fix = [LAST_BATCH_FIX]
+    else:
+        fix = ["If the number follows the data (a batch or sequence size), keep it the same on every step (drop or pad the "
+               "odd batch), or compute it as a tensor so that it is an input of the graph, not a constant of it."]
+        if facts.get("stabilised"):
+            why.append("Nothing urgent: each value is captured once and then reused.")
+    return Words(title, why, fix, evidence_text(cause.evidence))
+
+
 # reshape()'s backward node when it viewed its input, and the ones when it copied it (torch 2.13).
 RESHAPE_VIEW = ("ReshapeAliasBackward0", "ViewBackward0")
 RESHAPE_COPY = "UnsafeViewBackward0"
+LAST_BATCH_FIX = ("If it is the last batch: drop it (DataLoader(..., drop_last=True); slicing the data by hand, skip a chunk "
+                  "shorter than the others) or pad it to the full size, and the backward keeps one graph.")
 RESHAPE_FIX = ("If a last batch of one example does it, drop it (DataLoader(..., drop_last=True); HF Trainer: "
                "TrainingArguments(dataloader_drop_last=True)) or size the data so that no batch has one example: every batch "
                "then reshapes alike, and the backward keeps one graph.")
@@ -1246,8 +1321,7 @@ def _shapes(cause: Cause, cwd: str) -> Words:
         why.append(stability)
     fix = []
     if shorter:
-        fix.append("If it is the last batch: drop it (DataLoader(..., drop_last=True); slicing the data by hand, skip a chunk "
-                   "shorter than the others) or pad it to the full size, and the backward keeps one graph.")
+        fix.append(LAST_BATCH_FIX)
     if facts["repeated"] and not facts.get("stabilised"):
         fix.append("Shapes keep changing in new ways: pad or bucket inputs to a few fixed sizes.")
     # Not maybe_mark_dynamic on the model's inputs: compiled autograd's first graph takes the
@@ -1258,6 +1332,10 @@ def _shapes(cause: Cause, cwd: str) -> Words:
         "Start compiled autograd dynamic to skip the static first graph: `cagtool run --dynamic`; in the job, "
         "compiled_autograd._enable(compiler, dynamic=True), or, where torch._dynamo.config.compiled_autograd turns it on, "
         "torch.compile(..., dynamic=True) on the compiled function that runs backward."
+        + (" For a last batch this moves the recompile more than it removes it: Dynamo compiles the dynamic graph for the "
+           "sizes of its first call and recompiles it once for the shorter batch (re-runs of jobs with a last batch: CA "
+           "recompiles 1 -> 0, Dynamo's 0 -> 1 in one epoch, 1 -> 1 in several); dropping or padding the batch removes it."
+           if shorter else "")
     )
     if not facts["repeated"]:
         why.append("A single recompile on the first change is expected and usually cheap.")

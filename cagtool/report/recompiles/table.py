@@ -38,7 +38,7 @@ from cagtool.record.schema import (
     SourceRef,
     StepEvent,
 )
-from cagtool.report.changed_sizes import misses_with_earlier_values
+from cagtool.report.changed_sizes import misses_with_earlier_values, saved_values_changed
 from cagtool.report.recompiles.reads import LimitHit, StepSummary, forward_step, limit_hits, step_summary
 from cagtool.torch_text import (
     GUARD_GRAD_MODE,
@@ -177,6 +177,10 @@ class RecompileTable:
     # (stepped_between_backwards), on first use: only a second backward call's cause asks.
     _read_stepped_between: Callable[[], frozenset[int]] | None = field(default=None, repr=False, compare=False)
     _stepped_between: frozenset[int] | None = field(default=None, repr=False, compare=False)
+    # Reads the integer constants that differ between two graphs of the same nodes (changed_sizes.py,
+    # saved_values_changed), on first use: only a miss on a graph of unchanged nodes asks.
+    _read_saved_values: Callable[[CAGraphEvent, CAGraphEvent], list[tuple[str, int, int]] | None] | None = field(
+        default=None, repr=False, compare=False)
     # The record's name in its run where it differs from its mode (a repetition of --repeat K: "eager.2").
     label: str = ""
     # Sorted graph ids, built on first use (explanations of 1,000s of graphs).
@@ -204,6 +208,11 @@ class RecompileTable:
         if self._stepped_between is None:
             self._stepped_between = self._read_stepped_between() if self._read_stepped_between is not None else frozenset()
         return self._stepped_between
+
+    def saved_values(self, before: CAGraphEvent, after: CAGraphEvent) -> list[tuple[str, int, int]] | None:
+        """The integer constants that differ between two graphs of the same nodes (None: unread, or
+        they differ in more than those)."""
+        return self._read_saved_values(before, after) if self._read_saved_values is not None else None
 
     def nodes_captured_before(self, ca_id: int | None) -> bool:
         """Whether a graph captured before `!ca_id` has the same autograd nodes (by name and count):
@@ -645,6 +654,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         grad_modes=_grad_modes(record, rows),
         wrapper_optimizer_steps=_wrapper_optimizer_steps(compile_events, callers),
         _read_stepped_between=lambda: _stepped_between_backwards(record),
+        _read_saved_values=lambda before, after: saved_values_changed(record, before, after),
         dynamic_frames=frozenset(frame for e in compile_events if e.assume_static_by_default is False and not e.compile_id.startswith("!")
                                  and (frame := compile_frame(e.compile_id)) is not None),
     )

@@ -394,3 +394,21 @@ def test_a_reshape_that_views_a_last_batch_of_one_is_the_last_batch_not_a_branch
     assert "At step 2 a reshape() made a view where it had made a copy" in why and "a last batch of one example" in why
     assert "a Python branch" not in why and "torch.where" not in fix
     assert "drop_last=True" in fix and "dataloader_drop_last=True" in fix
+
+
+@pytest.mark.slow
+def test_a_number_a_node_saved_that_shrinks_with_the_last_batch_is_the_last_batch_not_a_router(record_run):
+    """Soft targets (torchvision's classification reference with mixup/CutMix): CrossEntropyLoss's
+    DivBackward1 saves the batch size as a number, and the last batch of 5 (45 examples in batches of
+    8) misses compiled autograd's cache on it: torch names a new DivBackward1, the graphs' nodes the
+    same at the same NodeCalls. It read as "joined another way: a router", with torch.where; the
+    graph files show every number that changed shrank 8 -> 5: the last batch, with drop_last."""
+    run, causes = _explained(record_run, "soft_target_last_batch.py")
+    (cause,) = causes
+    why, fix = " ".join(cause["why"]), " ".join(cause["fix"])
+    assert cause["title"].startswith("A number the backward's nodes saved changes between iterations (1 recompile)")
+    assert "DivBackward1 8 -> 5" in why and "Every number that changed shrank by the same factor, once (8 -> 5" in why
+    assert "joined another way" not in why and "router" not in why and "torch.where" not in fix
+    assert fix.startswith("If it is the last batch: drop it (DataLoader(..., drop_last=True)")
+    code, out, _ = cli_in_process("summary", str(run.path))
+    assert code == 0 and "from 1 cause: a number the backward saved changed (8->5: a smaller batch, a DataLoader's last?) at step 5" in out

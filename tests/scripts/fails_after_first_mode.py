@@ -1,0 +1,20 @@
+"""Trains 3 steps and leaves a file at MARKER (outside the working directory, as a dataset cache in
+~/.torch is); a later run that finds it fails before its first step, as a job whose cache an earlier
+mode wrote in another format does. `python fails_after_first_mode.py MARKER`."""
+
+import os
+import sys
+
+import torch
+
+marker = sys.argv[1]
+if os.path.exists(marker):
+    raise RuntimeError(f"cannot read the cache {marker}")
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    model(torch.randn(8, 4)).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+with open(marker, "w") as handle:
+    handle.write("cache\n")

@@ -234,3 +234,7 @@ def test_numerics_that_only_the_reference_recorded_are_not_said_to_agree(record_
 
     numerics = json.loads(out)["numerics"]
     assert numerics["compared"] is False and numerics["reference"] == "eager"
+    # the job's message, escapes and all, is one plain line in the JSON headline too
+    code, out, _ = cli_in_process("summary", str(run.path), "--format", "json")
+    text = json.loads(out)["headline"]["text"]
+    assert "only if you trust it" in text and "\x1b" not in text, text

@@ -9,7 +9,8 @@ import torch
 
 marker = sys.argv[1]
 if os.path.exists(marker):
-    raise RuntimeError(f"cannot read the cache {marker}")
+    # with terminal escapes, as torch's own messages have them ("\x1b[1mdo those steps only if ...")
+    raise RuntimeError(f"cannot read the cache {marker}: \x1b[1monly if you trust it\x1b[0m")
 model = torch.nn.Linear(4, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for _ in range(3):

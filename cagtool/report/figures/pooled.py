@@ -17,6 +17,7 @@ from cagtool.record.schema import (
 )
 from cagtool.report.figures.intervals import ProcessSteps, TimingSample, timing_sample
 from cagtool.report.figures.same_steps import same_steps, step_profile
+from cagtool.report.text.safe_text import safe_line
 from cagtool.torch_text import ca_node_in_error
 from cagtool.report.figures.metrics import (
     CpuWait,
@@ -137,7 +138,9 @@ def _failure_of(name: str, record: ModeRecord | None, exit_code: int | None) -> 
             reason += f" (at the autograd node {node}, in compiled autograd's graph)"
     else:
         reason = f"exited with code {code}"
-    return ModeFailure(name, manifest.status, code, reason)
+    # The job's own text (torch's messages carry terminal escapes: "\x1b[1mdo those steps only if you
+    # trust the source\x1b[0m"): one plain line wherever it goes, the JSON headline included.
+    return ModeFailure(name, manifest.status, code, safe_line(reason))
 
 
 def _median(values: list[float]) -> float | None:

@@ -80,3 +80,18 @@ def test_runs_loads_neither_json_nor_the_graph_file_module(tmp_path):
     loaded = set(proc.stderr.split())
     assert "cagtool.record.loader" in loaded
     assert not loaded & {"json", "cagtool.record.graph_file", "cagtool.record.columns"}, sorted(loaded & {"json", "cagtool.record.graph_file"})
+
+
+def test_a_run_whose_run_json_is_a_fifo_is_listed_as_unreadable_never_left_out(tmp_path, monkeypatch):
+    """A run.json planted as a FIFO: `runs` lists the run with why it is unreadable (it was left out
+    without a word), and nothing waits on the FIFO."""
+    import os
+
+    from conftest import cli_in_process
+
+    run = tmp_path / ".cagtool" / "runs" / "planted"
+    run.mkdir(parents=True)
+    os.mkfifo(run / "run.json")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli_in_process("runs")
+    assert code == 0 and "planted" in out and "is not a regular file (a FIFO, device or directory)" in out, (out, err)

@@ -635,7 +635,9 @@ def list_runs(root: Path | None = None) -> list[Path]:
 
     # A link there is not a run cagtool made (it makes each run a directory): one planted in an
     # untrusted checkout's `.cagtool/runs` would be the newest run read, and `report` written into it.
-    found = [p for p in root.iterdir() if not p.is_symlink() and (p / RUN_META_FILE).is_file()]
+    # A run.json that is no regular file (a FIFO, a link) is listed, and refused where it is read:
+    # `runs` says why, rather than leaving the run out.
+    found = [p for p in root.iterdir() if not p.is_symlink() and p.is_dir() and os.path.lexists(p / RUN_META_FILE)]
     return sorted(found, key=lambda p: (created(p), p.name))
 
 

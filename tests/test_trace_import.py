@@ -328,3 +328,16 @@ def test_a_fifo_or_a_device_is_one_line_exit_3_never_a_hang(tmp_path):
         assert proc.returncode == 3, (target, proc.stderr)
         assert proc.stderr.count("\n") == 1 and f"{target} is not a regular file or a directory" in proc.stderr
         assert not (tmp_path / f"out-{target.name}").exists()
+
+
+def test_a_link_in_a_log_folder_is_not_followed(single_logs, tmp_path):
+    """A log folder handed over (a CI artifact) holding a link to a log elsewhere: the link is not
+    read, and a folder of nothing but links holds no log (one line, exit 3, saying so)."""
+    real = next(Path(single_logs["plain"][0]).glob("dedicated_log_torch_trace*.log"))
+    folder = tmp_path / "handed-over"
+    folder.mkdir()
+    (folder / "dedicated_log_torch_trace_rank_0_x.log").symlink_to(real)
+    proc = _import(str(folder), "-o", str(tmp_path / "out"))
+    assert proc.returncode == 3 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "holds no TORCH_TRACE log" in proc.stderr and "1 symbolic link in it not followed" in proc.stderr
+    assert not (tmp_path / "out").exists()

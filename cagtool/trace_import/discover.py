@@ -58,10 +58,15 @@ def find_logs(path: Path, not_logs: list[Path] | None = None) -> list[ProcessLog
             entries = sorted(path.iterdir())
         except OSError as exc:
             raise UnreadableInput(f"cannot read {path}: {exc.strerror or exc}") from None
+        # A link in the folder is not read (a log folder handed over, a CI artifact, may hold one to
+        # any file on the machine); the path named on the command line may be the user's own link.
+        links = sum(1 for p in entries if p.is_symlink())
+        entries = [p for p in entries if not p.is_symlink()]
         named = [p for p in entries if p.is_file() and _LOG_NAME.match(p.name)]
         candidates = named or [p for p in entries if p.is_file() and p.suffix == ".log"]
         if not candidates:
-            raise UnreadableInput(f"{path} holds no TORCH_TRACE log (dedicated_log_torch_trace*.log)")
+            raise UnreadableInput(f"{path} holds no TORCH_TRACE log (dedicated_log_torch_trace*.log)"
+                                  + (f"; {links} symbolic link{'s' if links != 1 else ''} in it not followed" if links else ""))
     logs = [p for p in candidates if looks_like_trace_log(p)]
     if not_logs is not None:
         not_logs.extend(p for p in candidates if p not in logs)

@@ -89,6 +89,22 @@ def pytest_configure(config) -> None:
         _bytecode_for_the_suites_processes()
 
 
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """The browser tests' screenshots, staged in the session's directory while jobs were recorded
+    (report/html/test_html_report.py, `screenshots`), copied into $CAGTOOL_SCREENSHOTS once every
+    worker is done: by the suite's first process."""
+    target = os.environ.get("CAGTOOL_SCREENSHOTS")
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if not target or hasattr(session.config, "workerinput") or factory is None:
+        return
+    staged = factory.getbasetemp() / "screenshots"
+    if staged.is_dir():
+        Path(target).mkdir(parents=True, exist_ok=True)
+        for shot in staged.iterdir():
+            if shot.is_file():
+                shutil.copy2(shot, Path(target) / shot.name)
+
+
 # The order the suite runs in: the slowest tests start first, each xdist worker on its own share of
 # them.
 #

@@ -235,7 +235,9 @@ class StepEvent(Event, tag="step"):
 
     step: int
     backward_s: float  # wall time of the step's backward calls, summed
-    loss: float | None = None  # the scalar its last backward was called on (None: not a scalar, or read later, see StepDeviceEvent)
+    # the scalar its last backward was called on (None: not a scalar, or read later, see StepDeviceEvent);
+    # LBFGS's step(closure): the closure's last call, where step() returns its first
+    loss: float | None = None
     ca_captures: int = 0  # CA graphs captured during the step (cache misses)
     compiles: int = 0  # Dynamo compiles that finished during the step (forward or CA)
     compile_s: float = 0.0  # wall seconds spent in those compiles and captures

@@ -6,8 +6,8 @@ Chromium is Debian's `chromium` package (`.ci/run` installs it); without it thes
 (and fail under CI=true: CI must not pass on what it did not measure).
 
 Every page the tests open is photographed at 1400x900 (the whole page) for a person to look at
-(docs/visual-review.md): into $CAGTOOL_SCREENSHOTS when set (`.ci/run` sets it to
-test-artifacts/screenshots, which CI keeps), else into the session's pytest temporary directory.
+(docs/visual-review.md): into the session's pytest temporary directory, copied at the session's end
+into $CAGTOOL_SCREENSHOTS when set (`.ci/run` sets it to test-artifacts/screenshots, which CI keeps).
 What the review checklist asks that a test can measure, every page is held to: the headline is
 on the first screen, every mark lies inside its plot, the step axes are labelled in whole steps.
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from browser import Browser, find_chromium
-from conftest import ROOT, cagtool_in_process
+from conftest import ROOT, _session_dir, cagtool_in_process
 
 from cagtool.record.loader import load_run
 from cagtool.record.schema import CacheMissEvent, GraphBreakEvent
@@ -34,6 +34,7 @@ from cagtool.report.html.document import write_report
 from cagtool.report.figures.metrics import first_step_time
 
 SCREENSHOTS_ENV = "CAGTOOL_SCREENSHOTS"
+SCREENSHOTS_STAGED = "screenshots"  # the session directory's folder they wait in (conftest.py)
 VIEWPORT = (1400, 900)  # the first screen the review checklist is about
 THREE = "eager,aot,ca"
 CHARTS_DONE = "document.body.dataset.charts !== undefined && document.body.dataset.chartsDone === document.body.dataset.charts"
@@ -42,11 +43,12 @@ MAX_BYTES = 3 * 2**20
 
 @pytest.fixture(scope="session")
 def screenshots(tmp_path_factory) -> Path:
-    """Where the pages' screenshots go: $CAGTOOL_SCREENSHOTS, else a session temporary directory."""
-    chosen = os.environ.get(SCREENSHOTS_ENV)
-    path = Path(chosen) if chosen else tmp_path_factory.mktemp("screenshots")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """Where the pages' screenshots go while the tests run: the session's directory, which every
+    worker shares; the session's end copies them into $CAGTOOL_SCREENSHOTS when it is set
+    (conftest.py, pytest_sessionfinish). Not there directly: `.ci/run` puts it under the checkout,
+    the working directory of every job the other tests record, where a screenshot written while a
+    job's mode runs reads as a file that mode left for the next (numerics "resumed from files")."""
+    return _session_dir(tmp_path_factory, SCREENSHOTS_STAGED)
 
 
 @pytest.fixture(scope="module")

@@ -511,10 +511,11 @@ def install_hooks(tracker: Any) -> InstalledHooks:
                 raise StepLimitReached(tracker.closed_steps)
 
         def compiled_entered() -> Callable[[], None]:
+            # Also where the call's first compile will make it watched (tracker.optimizer_compiled).
+            function.hooked = stepped[0]
             if function.steps and returns_watched[0]:
                 try:
                     function.entry = watching[0]()
-                    function.hooked = stepped[0]
                 except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's compiled call
                     tracker.note_error(exc)
             return compiled_returned

@@ -60,8 +60,8 @@ def find_logs(path: Path, not_logs: list[Path] | None = None) -> list[ProcessLog
             raise UnreadableInput(f"cannot read {path}: {exc.strerror or exc}") from None
         # A link in the folder is not read (a log folder handed over, a CI artifact, may hold one to
         # any file on the machine); the path named on the command line may be the user's own link.
-        links = sum(1 for p in entries if p.is_symlink())
-        entries = [p for p in entries if not p.is_symlink()]
+        kept = [p for p in entries if not p.is_symlink()]
+        links, entries = len(entries) - len(kept), kept
         named = [p for p in entries if p.is_file() and _LOG_NAME.match(p.name)]
         candidates = named or [p for p in entries if p.is_file() and p.suffix == ".log"]
         if not candidates:

@@ -79,6 +79,8 @@ from cagtool.report.figures.pooled import (  # re-exported: compare's renderers 
     base_mode,
     mode_columns,
     mode_fields,
+    on_common_steps,
+    steps_words,
     speedup_verdict,
 )
 
@@ -243,6 +245,12 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
             why = "it failed before a steady step" if not column.ok else "no steady-state steps (all were compiling, or fewer than 2 steps)"
             return Speedup(mode_label, baseline_label, None, None, None, note=f"{label}: {why}")
     assert mode is not None and baseline is not None
+    left_out: tuple[int, ...] = ()
+    if paired:  # two modes of one run: the same steps of the script on both sides
+        mode, baseline, left_out = on_common_steps(mode, baseline)
+        if mode.step_time.median_s is None or baseline.step_time.median_s is None:
+            return Speedup(mode_label, baseline_label, None, None, None,
+                           note=f"no step is steady in both {mode_label} and {baseline_label} ({steps_words(left_out)} steady in one only)")
     # A process whose steps are no time, or whose median is 0 s, is named, never dropped unsaid
     # from its side (the gate's timing checks say the same in an ERROR).
     lost = left_out_words([(label, column.timing) for column, label in ((mode, mode_label), (baseline, baseline_label))
@@ -263,6 +271,9 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
         note = f"only {fewest} steady step{'s' if fewest != 1 else ''}; run more steps to judge"
     elif not mode.ok or not baseline.ok:
         note = "from a mode that did not finish cleanly"
+    if left_out:
+        same = f"on the {min(m.count, b.count)} steps steady in both (left out: {steps_words(left_out)})"
+        note = f"{note}; {same}" if note else same
     ratio = interval.ratio if interval is not None else b.median_s / m.median_s
     load_factor = None
     on_cpu = interval is not None and interval.measure == "cpu"

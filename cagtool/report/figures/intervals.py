@@ -168,6 +168,7 @@ class ProcessSteps:
     wait_share: Sequence[float] | None = None
     thread_cpu: Sequence[float] | None = None  # the training loop's thread's CPU time per step
     untimed: int = 0  # steady steps left out because a time recorded for them is no time (metrics.is_time)
+    steps: Sequence[int] | None = None  # the step number of each time (None: not known), what two modes' steps are paired by
 
 
 @dataclass(frozen=True)

@@ -342,6 +342,12 @@ def steady_intervals(steps: list[StepEvent] | StepColumns, device_s: dict[int, f
     `device_s` has one for every steady step; a step that compiled or captured is excluded; the
     first step has no previous boundary and is not timed. Schema 1: iteration time of step i =
     start of step i+1 minus start of step i, excluded when it or the next step compiled."""
+    intervals, excluded, _numbers = _steady(steps, device_s)
+    return intervals, excluded
+
+
+def _steady(steps: list[StepEvent] | StepColumns, device_s: dict[int, float] | None = None) -> tuple[list[float], list[int], list[int]]:
+    """`steady_intervals`, with the step number of each interval (the same order)."""
     c = steps if isinstance(steps, StepColumns) else StepColumns.of_events(steps)
     number, compiles, captures = c.step, c.compiles, c.ca_captures
     # In step order, stable as sorting the events was; written in order, they need no sort.
@@ -359,9 +365,11 @@ def steady_intervals(steps: list[StepEvent] | StepColumns, device_s: dict[int, f
         use_device = bool(device_s) and all(number[i] in device_s for i in steady)  # type: ignore[operator]
         if use_device and device_s:
             # A device time that is no time is left out as a wall time is (untimed_steps names it).
-            return [d for i in steady if is_time(d := device_s[number[i]])], excluded
-        return [wall[i] for i in steady], excluded  # type: ignore[misc]
+            timed = [i for i in steady if is_time(device_s[number[i]])]
+            return [device_s[number[i]] for i in timed], excluded, [number[i] for i in timed]
+        return [wall[i] for i in steady], excluded, [number[i] for i in steady]  # type: ignore[misc]
     t, backward = c.t, c.backward_s
+    numbers: list[int] = []
     for current, following in zip(ordered, ordered[1:]):
         start_current = t[current] - backward[current]
         start_following = t[following] - backward[following]
@@ -371,9 +379,10 @@ def steady_intervals(steps: list[StepEvent] | StepColumns, device_s: dict[int, f
             continue
         if is_time(start_following - start_current):
             intervals.append(start_following - start_current)
+            numbers.append(number[current])
     if ordered and (compiles[ordered[-1]] or captures[ordered[-1]]):
         excluded.append(number[ordered[-1]])
-    return intervals, excluded
+    return intervals, excluded, numbers
 
 
 def untimed_steps(record: ModeRecord) -> int:
@@ -472,6 +481,19 @@ def _record_step_intervals(record: ModeRecord) -> tuple[list[float], list[int], 
     steady = {n for n, wall, compiles, captures in zip(steps.step, steps.wall_s, steps.compiles, steps.ca_captures) if is_time(wall) and not (compiles or captures)}
     clock = "device" if device and steady and steady <= set(device) else "wall"
     return intervals, excluded, clock
+
+
+def steady_step_numbers(record: ModeRecord) -> list[int]:
+    """The step number of each steady step `record_step_intervals` times, in the same order: what
+    a comparison of two modes pairs their steps by (the same step of the script in both)."""
+    return record.derived("steady_step_numbers", _steady_step_numbers)
+
+
+def _steady_step_numbers(record: ModeRecord) -> list[int]:
+    fast = held_steps(record)
+    if fast is not None:
+        return fast.step[~fast.touched & ~fast.wall_null].tolist()
+    return _steady(step_columns(record), device_step_seconds(record))[2]
 
 
 def steady_cpu_seconds(record: ModeRecord, name: str = "cpu_s") -> list[float] | None:

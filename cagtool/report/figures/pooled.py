@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Sequence
 
 from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord
@@ -31,6 +31,7 @@ from cagtool.report.figures.metrics import (
     record_step_intervals,
     stats_of_intervals,
     steady_cpu_seconds,
+    steady_step_numbers,
     step_waits,
     untimed_steps,
 )
@@ -98,6 +99,8 @@ class ModeColumn:
     # The largest share its processes waited for a CPU before their steady steps, where the compile
     # time was measured (metrics.compile_wait), the largest of the repetitions that have it; None with none.
     compile_wait: float | None = None
+    # Each process's steady steps (what `timing` is made from), with their step numbers where known.
+    processes: tuple[ProcessSteps, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -189,6 +192,7 @@ def mode_column(name: str, records: list[tuple[str, ModeRecord | None]], exit_co
         failures=failures,
         cpu_wait=_pooled_cpu_wait([record for record, _ in per_rep]),
         compile_wait=_largest([compile_wait(record) for record, _ in per_rep]),
+        processes=tuple(processes),
     )
 
 
@@ -228,7 +232,75 @@ def _process_steps(record: ModeRecord, block: int, times: list[float], clock: st
     # A CPU time that is no time is left out of no figure: the step is named instead, as a wall time is.
     untimed = untimed_steps(record) + sum(1 for i, _ in enumerate(times)
                                           if any(c is not None and not is_time(c[i]) for c in (cpu, thread)))
-    return ProcessSteps(block, times, cpu, waits[1] if waits is not None and len(waits[1]) == len(times) else None, thread, untimed)
+    numbers = steady_step_numbers(record)
+    return ProcessSteps(block, times, cpu, waits[1] if waits is not None and len(waits[1]) == len(times) else None, thread, untimed,
+                        numbers if len(numbers) == len(times) else None)
+
+
+@dataclass(frozen=True)
+class CommonSteps:
+    """Two sides' processes (two modes of one run), each keeping only the steps steady in every
+    process of both: a compile or capture that touched a step on one side only (ca's .grad warm-up
+    capture at the second step, a recompile at a new shape) leaves it out of the other too, so
+    the ratio is of the same steps of the script, not of each side's own steady set."""
+
+    first: tuple[ProcessSteps, ...]
+    second: tuple[ProcessSteps, ...]
+    left_out: tuple[int, ...]  # step numbers steady on some process of a side but not in all of both, in order
+
+    def sample(self, side: int, clock: str) -> TimingSample | None:
+        return timing_sample(self.first if side == 0 else self.second, clock)
+
+
+def common_steps(first: Sequence[ProcessSteps], second: Sequence[ProcessSteps]) -> CommonSteps | None:
+    """`CommonSteps` of two sides; None where a process's step numbers are not known (a schema-1
+    record, a record whose steady steps and numbers disagree), which then compare as they are."""
+    every = [*first, *second]
+    if not first or not second or any(p.steps is None for p in every):
+        return None
+    sets = [set(p.steps) for p in every]  # type: ignore[arg-type]
+    common = set.intersection(*sets)
+    left_out = tuple(sorted(set.union(*sets) - common))
+    if not left_out:
+        return CommonSteps(tuple(first), tuple(second), ())
+    return CommonSteps(tuple(_keeping(p, common) for p in first), tuple(_keeping(p, common) for p in second), left_out)
+
+
+def _keeping(process: ProcessSteps, common: set[int]) -> ProcessSteps:
+    """The process with only its steps numbered in `common` (times, CPU times and waits alike)."""
+    assert process.steps is not None
+    keep = [i for i, number in enumerate(process.steps) if number in common]
+    if len(keep) == len(process.times):
+        return process
+
+    def kept(values: Sequence[float] | None) -> list[float] | None:
+        return None if values is None else [float(values[i]) for i in keep]
+
+    return replace(process, times=kept(process.times), cpu=kept(process.cpu), wait_share=kept(process.wait_share),  # type: ignore[arg-type]
+                   thread_cpu=kept(process.thread_cpu), steps=[process.steps[i] for i in keep])
+
+
+def on_common_steps(first: ModeColumn, second: ModeColumn) -> tuple[ModeColumn, ModeColumn, tuple[int, ...]]:
+    """Two modes of one run with their step figures on the steps steady in both (`CommonSteps`),
+    and the steps left out; the columns as they are where the steps cannot be paired or none is."""
+    found = common_steps(first.processes, second.processes)
+    if found is None or not found.left_out:
+        return first, second, ()
+    return _column_on(first, found.first), _column_on(second, found.second), found.left_out
+
+
+def steps_words(numbers: Sequence[int], shown: int = 6) -> str:
+    """`step 3`, `steps 1, 2, 7`, `steps 1, 2, 3, 4, 5, 6 and 14 more`."""
+    head = ", ".join(str(n) for n in numbers[:shown])
+    more = f" and {len(numbers) - shown} more" if len(numbers) > shown else ""
+    return f"step{'s' if len(numbers) != 1 else ''} {head}{more}"
+
+
+def _column_on(column: ModeColumn, processes: tuple[ProcessSteps, ...]) -> ModeColumn:
+    clock = column.step_time.clock
+    times = [t for p in processes for t in p.times]
+    stats = stats_of_intervals(times, list(column.step_time.excluded), column.step_time.first_step_s, clock)
+    return replace(column, processes=processes, timing=timing_sample(processes, clock), step_time=stats)
 
 
 def _pooled_cpu_wait(records: list[ModeRecord]) -> CpuWait | None:

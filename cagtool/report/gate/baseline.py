@@ -27,7 +27,7 @@ from cagtool.record.loader import ModeRecord, RunRecord, check_format, read_json
 from cagtool.record.manifest import process_identity
 from cagtool.record.schema import MAX_JSON_FILE_BYTES
 from cagtool.report.figures.pooled import ModeColumn, mode_columns
-from cagtool.report.figures.intervals import FIELDS, TimingSample, median_of, ratio_interval
+from cagtool.report.figures.intervals import FIELDS, ProcessSteps, TimingSample, median_of, ratio_interval
 from cagtool.report.figures.metrics import mode_metrics, reference_loop_of
 from cagtool.report.ranks.analysis import lowest_rank, missing_ranks, rank_list, rank_view, world_size
 
@@ -58,6 +58,9 @@ class StepTimeSnapshot:
     # the median step where the steps' own waits are known (report.figures.metrics.CpuWait
     # .step_fraction); None where it was not measured (older records and baselines).
     cpu_wait: float | None = None
+    # Each process's steady steps with their step numbers (a run's, never a baseline file's): what
+    # two modes of one run are compared on (report.figures.pooled.CommonSteps).
+    processes: tuple[ProcessSteps, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,8 @@ def snapshot_of(column: ModeColumn) -> ModeSnapshot:
     step_time = None
     if stats.count > 0:
         wait = column.cpu_wait.step_fraction if column.cpu_wait is not None else None  # the median step's: what a median is judged against
-        step_time = StepTimeSnapshot(stats.count, stats.median_s, stats.p10_s, stats.p90_s, stats.mean_s, column.timing, wait)
+        step_time = StepTimeSnapshot(stats.count, stats.median_s, stats.p10_s, stats.p90_s, stats.mean_s, column.timing, wait,
+                                     column.processes)
     problem = "; ".join(f.describe() for f in column.failures)
     m = column.metrics
     if m is None:  # no repetition left a record

@@ -16,7 +16,7 @@ from enum import Enum
 from typing import Any, Callable, Protocol
 
 from cagtool.errors import UsageError
-from cagtool.report.figures.pooled import ABOVE, BELOW, HEAVY_WAIT, INCONCLUSIVE, MIN_STEADY_STEPS, TOO_FEW_STEPS, speedup_verdict
+from cagtool.report.figures.pooled import ABOVE, BELOW, HEAVY_WAIT, INCONCLUSIVE, MIN_STEADY_STEPS, TOO_FEW_STEPS, common_steps, speedup_verdict, steps_words
 from cagtool.report.gate.baseline import ModeSnapshot, StepTimeSnapshot
 from cagtool.report.figures.intervals import (
     RatioInterval,
@@ -332,6 +332,21 @@ def speedup_interval(num: ModeSnapshot, den: ModeSnapshot) -> RatioInterval | No
     return ratio_interval(b.sample, a.sample, "median", paired=True)
 
 
+def on_common_snapshots(num: ModeSnapshot, den: ModeSnapshot) -> tuple[ModeSnapshot, ModeSnapshot, tuple[int, ...]]:
+    """Two modes of one run with their step-time samples on the steps steady in both
+    (report.figures.pooled.CommonSteps), and the steps left out; as they are where the steps
+    cannot be paired (a snapshot without its processes' steps) or none is left out."""
+    a, b = num.step_time, den.step_time
+    found = common_steps(a.processes, b.processes) if a is not None and b is not None else None
+    if found is None or not found.left_out or a is None or b is None or a.sample is None or b.sample is None:
+        return num, den, ()
+    first, second = found.sample(0, a.sample.clock), found.sample(1, b.sample.clock)
+    if first is None or second is None:
+        return num, den, ()
+    return (replace(num, step_time=replace(a, sample=first, count=first.count, processes=found.first)),
+            replace(den, step_time=replace(b, sample=second, count=second.count, processes=found.second)), found.left_out)
+
+
 def evidence_note(interval: RatioInterval, outcome: Outcome, distance: float) -> str:
     """What a timing check's outcome rests on, and for an inconclusive one what would resolve it:
     `distance`, the log-distance between the ratio and the bound the interval failed to clear."""
@@ -369,13 +384,16 @@ class MinSpeedupCheck:
                                if (snap := run[mode]).step_time is not None and snap.step_time.sample is not None], "median")
         if lost:
             return unmeasurable(self.name, pair, lost, limit, self.source)
-        interval = speedup_interval(run[t.numerator], run[t.denominator])
+        numerator, denominator, left_out = on_common_snapshots(run[t.numerator], run[t.denominator])
+        interval = speedup_interval(numerator, denominator)
         if interval is None:
             return unmeasurable(self.name, pair, "no steady-state steps to time in both modes (run more steps)", limit, self.source)
         mid, low, high = interval.ratio, interval.low, interval.high
         detail = f"speedup {mid:.3f}x ({_ci_name(interval)} {low:.3f}x-{high:.3f}x)"
         notes: list[str] = []
-        steady = min(s.step_time.count for s in (run[t.numerator], run[t.denominator]) if s.step_time)
+        steady = min(s.step_time.count for s in (numerator, denominator) if s.step_time)
+        if left_out:
+            notes.append(f"on the {steady} steps steady in both modes (left out: {steps_words(left_out)})")
         verdict = speedup_verdict(mid, low, high, steady, t.minimum)
         if verdict == TOO_FEW_STEPS:
             return unmeasurable(
@@ -392,7 +410,7 @@ class MinSpeedupCheck:
         data = {"speedup": mid, "low": low, "high": high, "minimum": t.minimum, "verdict": verdict,
                 **_interval_data(interval, (t.denominator, t.numerator))}
         warnings: list[str] = _outlier_warnings(f"{self.name} ({pair})", interval, "median step time")
-        num, den = run[t.numerator].step_time, run[t.denominator].step_time
+        num, den = numerator.step_time, denominator.step_time
         load = _load_effect(den.cpu_wait if den else None, num.cpu_wait if num else None, t.denominator, t.numerator,
                             measure=interval.measure)
         corrected: list[Outcome] = []

@@ -472,11 +472,15 @@ Speedups (steady-state step time)
 ┡━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩
 │ aot/eager │   1.25x │ 0.47 - 3.32x │ inconclusive │ wall time per step, 1 vs 1 process:          │
 │           │         │              │              │ run-to-run noise not measured, assumed over  │
-│           │         │              │              │ +/-100% A/A; run --repeat 35 to resolve it   │
+│           │         │              │              │ +/-100% A/A; run --repeat 35 to resolve it;  │
+│           │         │              │              │ on the 10 steps steady in both (left out:    │
+│           │         │              │              │ step 0)                                      │
 │ ca/eager  │   2.00x │ 0.75 - 5.31x │ inconclusive │ wall time per step, 1 vs 1 process:          │
 │           │         │              │              │ run-to-run noise not measured, assumed over  │
 │           │         │              │              │ +/-100% A/A; run --repeat 5 to resolve it;   │
-│           │         │              │              │ from a mode that did not finish cleanly      │
+│           │         │              │              │ from a mode that did not finish cleanly; on  │
+│           │         │              │              │ the 10 steps steady in both (left out: step  │
+│           │         │              │              │ 0)                                           │
 │ ca/aot    │   1.60x │ 0.60 - 4.25x │ inconclusive │ wall time per step, 1 vs 1 process:          │
 │           │         │              │              │ run-to-run noise not measured, assumed over  │
 │           │         │              │              │ +/-100% A/A; run --repeat 8 to resolve it;   │
@@ -629,3 +633,45 @@ def test_compare_runs_labels_a_verdict_on_cpu_time_and_only_that():
     off = compare_runs(_cpu_run(8, on_cpu=0.3), _cpu_run(4, on_cpu=0.3))
     assert not off.changes[0].speedup.on_cpu and off.changes[0].speedup.verdict == "faster"
     assert "CPU time" not in rendered(off, "table") and json.loads(rendered(off, "json"))["changes"]["ca"]["speedup"]["measure"] == "wall"
+
+
+def _phased(walls: dict[int, float], compiling: tuple[int, ...], rep: int = 1) -> list[Event]:
+    """Schema-2 steps 0..max(walls): step n's wall time `walls[n]` (step 0 untimed), those in
+    `compiling` compiled something; `rep` moves every time by 0.5 % per repetition."""
+    events: list[Event] = []
+    t = 1.0
+    for n in range(max(walls) + 1):
+        wall = walls.get(n)
+        wall = None if wall is None else wall * (1 + 0.005 * rep)
+        t += wall or 0.05
+        events.append(StepEvent(seq=n, t=t, step=n, backward_s=BACKWARD_S, loss=LOSSES[n % len(LOSSES)], compiles=1 if n in compiling else 0,
+                                wall_s=wall, boundary="optimizer"))
+    return [*events, final()]
+
+
+def test_two_modes_are_compared_on_the_steps_steady_in_both():
+    """A job whose steps double in cost at step 6 (a longer sequence), where ca recompiles at step
+    6 and eager does not: each mode's own steady set would put eager's slow step 6 against nothing
+    on ca's side, ca 2x faster on every step read 3x; compare and gate read the same steps of both."""
+    from cagtool.report.figures.pooled import mode_columns
+    from cagtool.report.gate.baseline import snapshot_of
+    from cagtool.report.gate.checks import MinSpeedupCheck, SpeedupThreshold
+
+    eager = {n: (0.010 if n < 6 else 0.020) for n in range(1, 11)}
+    ca = {n: (0.005 if n < 6 else 0.010) for n in range(1, 11)}
+    run = run_record({"eager": mode_record("eager", _phased(eager, ())), "ca": mode_record("ca", _phased(ca, (0, 6)))})
+    speed = next(s for s in compare_modes(run).speedups if s.label == "ca/eager")
+    assert speed.ratio == pytest.approx(2.0, rel=1e-9) and speed.steady_steps == (9, 9)
+    assert "on the 9 steps steady in both (left out: step 6)" in speed.note
+    # The columns themselves keep each mode's own steady steps: eager's 10, ca's 9.
+    columns = mode_columns(run)
+    assert columns["eager"].step_time.count == 10 and columns["ca"].step_time.count == 9
+    result = MinSpeedupCheck(SpeedupThreshold("ca", "eager", 1.5)).evaluate({m: snapshot_of(c) for m, c in columns.items()}, None)
+    assert result.data["speedup"] == pytest.approx(2.0, rel=1e-9)
+    assert any("on the 9 steps steady in both modes (left out: step 6)" in note for note in result.notes)
+    # Repetitions: a step touched in any process of either mode is left out of every process.
+    reps = {"eager": mode_record("eager", _phased(eager, ())), "ca": mode_record("ca", _phased(ca, (0, 6))),
+            "eager.2": mode_record("eager.2", _phased(eager, (), rep=2)), "ca.2": mode_record("ca.2", _phased(ca, (0, 6, 9), rep=2))}
+    speed = next(s for s in compare_modes(run_record(reps)).speedups if s.label == "ca/eager")
+    assert speed.steady_steps == (16, 16) and "(left out: steps 6, 9)" in speed.note
+    assert speed.ratio == pytest.approx(2.0, rel=1e-9)

@@ -56,6 +56,23 @@ def test_the_headline_counts_a_batch_size_change_once_and_says_what_to_do(ragged
     assert "cause" not in run_headline(comparison).text
 
 
+def test_the_headline_names_its_causes_by_their_explain_numbers_where_they_are_not_the_first(ragged):
+    """--explain numbers every cause (the warm-up and the consequences too); the headline counts
+    the root causes only: where those are not --explain's first ones, it says which they are."""
+    from dataclasses import replace
+
+    run = load_run(ragged)
+    comparison = compare_modes(run)
+    explanation = ca_explanation(comparison, run)
+    assert explanation is not None and [c.number for c in explanation.causes] == [1, 2, 3]
+    assert "--explain's" not in run_headline(comparison, None, explanation).text  # the root is #1
+    # The same causes, the root listed last: as #3 of 3.
+    moved = [*explanation.causes[1:], explanation.causes[0]]
+    renumbered = replace(explanation, causes=tuple(replace(c, number=i) for i, c in enumerate(moved, 1)))
+    assert [c.number for c in root_causes(renumbered)] == [3]
+    assert "from 1 cause (--explain's #3 of 3): a smaller batch" in run_headline(comparison, None, renumbered).text
+
+
 def test_the_summary_opens_on_the_headline_then_what_to_do_and_prints_recompiles_without_cache_entry_ids(ragged):
     code, out, err = cli_in_process("summary", str(ragged), env={"COLUMNS": "400"})
     assert code == 0, err

@@ -277,7 +277,13 @@ def _recompile_phrase(comparison: Comparison, verified: dict[str, Any] | None, e
         # once, as its root cause.
         shown = " and ".join(cause_phrase(c) for c in roots[:2])
         more = f" and {len(roots) - 2} more" if len(roots) > 2 else ""
-        phrase += f", {'all ' if len(roots) == 1 and not warmup and n + m.dynamo_recompiles > 1 else ''}from {len(roots)} cause{'s' if len(roots) != 1 else ''}: {shown}{more}"
+        numbers = [c.number for c in roots]
+        # --explain numbers every cause, the warm-up and the consequences drawn under their root
+        # cause too: where the roots are not its first ones, which of its numbers they are.
+        which = "" if numbers == list(range(1, len(roots) + 1)) else \
+            f" (--explain's #{', #'.join(map(str, numbers[:-1]))}{' and #' if len(numbers) > 1 else ''}{numbers[-1]} of {len(explanation.causes)})"  # type: ignore[union-attr]
+        phrase += (f", {'all ' if len(roots) == 1 and not warmup and n + m.dynamo_recompiles > 1 else ''}from {len(roots)} "
+                   f"cause{'s' if len(roots) != 1 else ''}{which}: {shown}{more}")
     if verified:
         good = [f["fix"] for f in verified.get("fixes", ()) if f.get("verdict") == "verified"]
         if good:

@@ -110,7 +110,7 @@ class Speedup:
     # The CPU-bound model's: a lower bound of the load's effect (load_range).
     load_factor: float | None = None
     # For the mode and the baseline whose median step waited for a CPU HEAVY_WAIT or more of its
-    # runnable time, the most the load may have slowed it (heavy_load_bound: beyond half, the wait
+    # runnable time, the most the load may have slowed it (heavy_load_bound: beyond HEAVY_WAIT, the wait
     # alone no longer says what the load did); None for a side that waited less.
     heavy_load: tuple[float | None, float | None] = (None, None)
 

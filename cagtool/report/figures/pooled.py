@@ -40,8 +40,10 @@ from cagtool.report.figures.metrics import (
 # CPU-bound model (a share w makes a step 1 / (1 - w) as long) is a lower bound, 1.35-1.40x short
 # of the measured slowdown of torch steps of one and two threads that waited 41-51% (within
 # metrics.LOAD_EXPONENT's range), and 1.8-2.2x short at 60-66%, beyond it (benchmarks/load_model.py;
-# docs/ci.md, "The machine's load").
-HEAVY_WAIT = 0.5
+# docs/ci.md, "The machine's load"). The law broke below half a wait too: an unchanged one-thread job
+# of 5 processes whose median step waited 49% read 3.03x the wall time of its own 5 processes at 19%,
+# where the law bounds the pair at 2.09x (the model's 1.59 to the power 2.4).
+HEAVY_WAIT = 0.4
 
 
 STATUS_MISSING = "missing"  # listed in run.json but no manifest was written (the process died early)

@@ -461,7 +461,7 @@ def _load_decides(check: str, outcome: Outcome, load: tuple[float, str] | None, 
     `slowed(side, f)`: the outcome had `side`'s figures been f times what the code alone gave.
     A FAIL or a PASS that the correction would turn, or that rests on a side whose median step
     waited for a CPU HEAVY_WAIT of its runnable time or more and would turn had the load slowed
-    that side as much as it may have (heavy_load_bound on `measure`: beyond half a wait the wait
+    that side as much as it may have (heavy_load_bound on `measure`: beyond HEAVY_WAIT the wait
     no longer tells what the load did, docs/ci.md), cannot tell the code's effect from the
     machine's: INCONCLUSIVE, never a pass and never a fail, with a warning that says why. A load
     that changes nothing is a note."""
@@ -476,7 +476,7 @@ def _load_decides(check: str, outcome: Outcome, load: tuple[float, str] | None, 
             notes.append(words)
         else:
             warnings.append(f"{check}: {words}, and without that difference the check would {_WOULD[_side(other)]}: {rerun}")
-            reasons.append("the load alone could explain it")
+            reasons.append("corrected for the load, the outcome would turn")
     for side, snap in rests_on:
         if snap is None or snap.cpu_wait is None or snap.cpu_wait < HEAVY_WAIT:
             continue
@@ -484,7 +484,7 @@ def _load_decides(check: str, outcome: Outcome, load: tuple[float, str] | None, 
         work = getattr(snap, "work", "step")  # what the check times: a step, or a compile
         included = ", its CPU time included" if work == "step" else ""
         waited = (f"{check}: load: {side}'s {getattr(snap, 'span', 'median step')} waited for a CPU {snap.cpu_wait:.0%} of its "
-                  f"runnable time: beyond half, the load can slow a {work} far more than the wait alone says{included} "
+                  f"runnable time: beyond {HEAVY_WAIT:.0%}, the load can slow a {work} far more than the wait alone says{included} "
                   f"(a {work} that waits that long loses its caches to the neighbours), up to {bound:.2g}x on "
                   f"{'CPU time' if measure == 'cpu' else 'wall time'}")
         if settled and _side(slowed(side, bound)) == _side(outcome):
@@ -492,8 +492,8 @@ def _load_decides(check: str, outcome: Outcome, load: tuple[float, str] | None, 
             continue
         warnings.append(f"{waited}, so the machine's load, not the code, may have decided the outcome: rerun on a quieter runner")
         if settled:
-            reasons.append("it rests on steps that waited for a CPU half their runnable time or more" if work == "step" else
-                           f"it rests on a {work} that waited for a CPU half its runnable time or more")
+            reasons.append(f"it rests on steps that waited for a CPU {HEAVY_WAIT:.0%} of their runnable time or more" if work == "step" else
+                           f"it rests on a {work} that waited for a CPU {HEAVY_WAIT:.0%} of its runnable time or more")
     if settled and reasons:
         return LoadDecision(Outcome.INCONCLUSIVE, "the machine's load, not the code, may have decided it: " + " and ".join(reasons), notes, warnings)
     return LoadDecision(outcome, "", notes, warnings)
@@ -570,7 +570,7 @@ def _machine_decides(check: str, outcome: Outcome, decided: LoadDecision, machin
     if not settled or _side(other) == _side(outcome):
         return replace(decided, notes=[*decided.notes, words])
     warning = f"{check}: {words}, and on machines as fast the check would {_WOULD[_side(other)]}: gate against a baseline saved on this kind of runner"
-    why = "the machine's speed alone could explain it"
+    why = "corrected for the machine's speed, the outcome would turn"
     reason = decided.why + " and " + why if decided.why else "the machine, not the code, may have decided it: " + why
     return LoadDecision(Outcome.INCONCLUSIVE, reason, decided.notes, [*decided.warnings, warning])
 

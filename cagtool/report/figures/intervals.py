@@ -21,7 +21,8 @@ or p90 of its steady steps, or its compile time), and the interval is built from
   more of them (pooled, Student's t on its degrees of freedom), or, where no side has that many,
   `ASSUMED_NOISE` for the measure (the noise this VM showed between processes beside a CPU-bound
   neighbour, benchmarks/README.md), and the verdict says the noise was assumed, not measured.
-  One run a side can then still be told from a 3x slowdown, never from a 5% one.
+  One run a side then fails a slowdown of 2.0x in CPU time or 2.9x in wall time at a 10% threshold
+  (2.2x / 3.3x at 25%), never a 5% one.
 - **A process far from its side's others** (OUTLIER_NOISES assumed noises from the side's
   median; one beside heavy load reads 10-50x): set apart and named. A standard deviation would
   be the distance to it (a t interval of 1e-5x..1e5x), so the interval is that of the processes

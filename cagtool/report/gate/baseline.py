@@ -371,7 +371,7 @@ def suggested_threshold(snap: ModeSnapshot) -> tuple[int | None, str]:
     sample = snap.step_time.sample if snap.step_time is not None else None
     if sample is None or sample.repetitions < MIN_RANK_UNITS:
         held = "one process" if sample is None or sample.repetitions == 1 else f"{sample.repetitions} processes"
-        return None, (f"{held}: the gate will assume the run-to-run noise (it catches a 3x slowdown, not a 10% one, and says "
+        return None, (f"{held}: the gate will assume the run-to-run noise (at a 10% threshold it catches a 2.0x slowdown in CPU time or 2.9x in wall time, not a 10% one, and says "
                       "inconclusive, exit 5, rather than pass); save from `cagtool run --repeat 5` (or add runs with --accumulate) "
                       "to measure it")
     measure = "cpu" if sample.cpu_bound and sample.cpu_units else "wall"

@@ -245,12 +245,11 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
             why = "it failed before a steady step" if not column.ok else "no steady-state steps (all were compiling, or fewer than 2 steps)"
             return Speedup(mode_label, baseline_label, None, None, None, note=f"{label}: {why}")
     assert mode is not None and baseline is not None
-    left_out: tuple[int, ...] = ()
-    if paired:  # two modes of one run: the same steps of the script on both sides
-        mode, baseline, left_out = on_common_steps(mode, baseline)
-        if mode.step_time.median_s is None or baseline.step_time.median_s is None:
-            return Speedup(mode_label, baseline_label, None, None, None,
-                           note=f"no step is steady in both {mode_label} and {baseline_label} ({steps_words(left_out)} steady in one only)")
+    # Two modes of one run, or one mode of two runs: the same steps of the script on both sides.
+    mode, baseline, left_out = on_common_steps(mode, baseline)
+    if mode.step_time.median_s is None or baseline.step_time.median_s is None:
+        return Speedup(mode_label, baseline_label, None, None, None,
+                       note=f"no step is steady in both {mode_label} and {baseline_label} ({steps_words(left_out)} steady in one only)")
     # A process whose steps are no time, or whose median is 0 s, is named, never dropped unsaid
     # from its side (the gate's timing checks say the same in an ERROR).
     lost = left_out_words([(label, column.timing) for column, label in ((mode, mode_label), (baseline, baseline_label))

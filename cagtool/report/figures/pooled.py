@@ -265,10 +265,10 @@ def common_steps(first: Sequence[ProcessSteps], second: Sequence[ProcessSteps]) 
     left_out = tuple(sorted(set.union(*sets) - common))
     if not left_out:
         return CommonSteps(tuple(first), tuple(second), ())
-    return CommonSteps(tuple(_keeping(p, common) for p in first), tuple(_keeping(p, common) for p in second), left_out)
+    return CommonSteps(tuple(keeping(p, common) for p in first), tuple(keeping(p, common) for p in second), left_out)
 
 
-def _keeping(process: ProcessSteps, common: set[int]) -> ProcessSteps:
+def keeping(process: ProcessSteps, common: set[int]) -> ProcessSteps:
     """The process with only its steps numbered in `common` (times, CPU times and waits alike)."""
     assert process.steps is not None
     keep = [i for i, number in enumerate(process.steps) if number in common]

@@ -61,6 +61,9 @@ class StepTimeSnapshot:
     # Each process's steady steps with their step numbers (a run's, never a baseline file's): what
     # two modes of one run are compared on (report.figures.pooled.CommonSteps).
     processes: tuple[ProcessSteps, ...] = ()
+    # The step numbers steady in every process of the side (a run's, and a baseline file's since it
+    # keeps them): what a run is compared with its baseline on. None where not known.
+    steady_steps: frozenset[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,25 @@ class ModeSnapshot:
         return self.compile_time_samples_s or (self.compile_time_s,)
 
 
+def steady_in_every(processes: tuple[ProcessSteps, ...]) -> frozenset[int] | None:
+    """The step numbers steady in every one of `processes`; None where a process's are not known."""
+    if not processes or any(p.steps is None for p in processes):
+        return None
+    return frozenset(set.intersection(*(set(p.steps) for p in processes)))  # type: ignore[arg-type]
+
+
+def step_ranges(steps: frozenset[int]) -> list[list[int]]:
+    """[[first, last], ...] of the runs of consecutive step numbers, ascending: a baseline's steady
+    steps in a few numbers (one range for a job whose only compile was its first step)."""
+    ranges: list[list[int]] = []
+    for n in sorted(steps):
+        if ranges and n == ranges[-1][1] + 1:
+            ranges[-1][1] = n
+        else:
+            ranges.append([n, n])
+    return ranges
+
+
 def snapshot_of(column: ModeColumn) -> ModeSnapshot:
     """A mode of a run as the gate sees it: the comparison's pooled column (counts of the first
     repetition, steady step times pooled over repetitions, median compile time), so `gate` and
@@ -120,7 +142,7 @@ def snapshot_of(column: ModeColumn) -> ModeSnapshot:
     if stats.count > 0:
         wait = column.cpu_wait.step_fraction if column.cpu_wait is not None else None  # the median step's: what a median is judged against
         step_time = StepTimeSnapshot(stats.count, stats.median_s, stats.p10_s, stats.p90_s, stats.mean_s, column.timing, wait,
-                                     column.processes)
+                                     column.processes, steady_in_every(column.processes))
     problem = "; ".join(f.describe() for f in column.failures)
     m = column.metrics
     if m is None:  # no repetition left a record
@@ -254,6 +276,10 @@ def run_process_ids(run: RunRecord) -> tuple[str, ...]:
     return tuple(found)
 
 
+# The most steady steps a baseline's ranges may name (a step number beyond any job's: a forged file's
+# [[0, 10**9]] would otherwise be a set of a billion numbers).
+MAX_STEADY_STEPS = 2_000_000
+
 # Compile times a baseline keeps when runs are accumulated into it: the newest, enough to measure a
 # spread, few enough to follow a slow drift of the runner.
 MAX_COMPILE_SAMPLES = 20
@@ -303,8 +329,11 @@ def accumulate_baseline(previous: Baseline, new: Baseline) -> Baseline:
                 # The pooled processes' wait: the heavier of the two (a PASS rests on the baseline's
                 # steps not having been slowed; the newest run's alone would hide a loaded earlier one).
                 waits = [w for w in (before.step_time.cpu_wait, snap.step_time.cpu_wait) if w is not None]
+                # The steps steady in every run pooled; unknown where a run's are.
+                steady = (before.step_time.steady_steps & snap.step_time.steady_steps
+                          if before.step_time.steady_steps is not None and snap.step_time.steady_steps is not None else None)
                 snap = replace(snap, step_time=replace(snap.step_time, sample=pooled, count=pooled.count,
-                                                       cpu_wait=max(waits) if waits else None))
+                                                       cpu_wait=max(waits) if waits else None, steady_steps=steady))
         modes[name] = snap
     return replace(new, modes=modes, processes=(*previous.processes, *new.processes)[-MAX_PROCESS_IDS:])
 
@@ -453,6 +482,8 @@ class _StepTimeFile(Struct, kw_only=True):
     mean_s: _Seconds | None = None
     sample: _SampleFile | None = None
     cpu_wait: _Share | UnsetType = UNSET  # written only where measured
+    # The step numbers steady in every process, as [first, last] ranges (step_ranges); older files: none.
+    steady_steps: list[tuple[_Count, _Count]] | UnsetType = UNSET
 
 
 class _ModeFile(Struct, kw_only=True):
@@ -530,6 +561,7 @@ def _mode_file(snap: ModeSnapshot) -> _ModeFile:
             mean_s=_round(st.mean_s),
             sample=None if st.sample is None else _sample_file(st.sample),
             cpu_wait=UNSET if st.cpu_wait is None else _round_share(st.cpu_wait),
+            steady_steps=UNSET if st.steady_steps is None else [(a, b) for a, b in step_ranges(st.steady_steps)],
         ),
         compile_cpu_wait=UNSET if snap.compile_wait is None else _round_share(snap.compile_wait),
     )
@@ -576,7 +608,14 @@ def _mode_snapshot(name: str, data: _ModeFile, where: str) -> ModeSnapshot:
             _nonzero_at_least_a_nanosecond(f"baseline {where}: mode {name!r}", f"step_time.{key}", [getattr(st, key)])
         sample = None if st.sample is None else _timing_sample(st.sample, f"baseline {where}: mode {name!r}")
         cpu_wait = None if st.cpu_wait is UNSET else st.cpu_wait
-        step_time = StepTimeSnapshot(st.count, st.median_s, st.p10_s, st.p90_s, st.mean_s, sample, cpu_wait)  # type: ignore[arg-type]
+        steady = None
+        if st.steady_steps is not UNSET:
+            if any(a > b for a, b in st.steady_steps) or sum(b - a + 1 for a, b in st.steady_steps) > MAX_STEADY_STEPS:
+                raise UnreadableInput(f"baseline {where}: mode {name!r} has a bad value (step_time.steady_steps: a range whose first "
+                                      f"step is after its last, or more than {MAX_STEADY_STEPS:,} steps)")
+            steady = frozenset(n for a, b in st.steady_steps for n in range(a, b + 1))
+        step_time = StepTimeSnapshot(st.count, st.median_s, st.p10_s, st.p90_s, st.mean_s, sample, cpu_wait,  # type: ignore[arg-type]
+                                     steady_steps=steady)
     return ModeSnapshot(
         mode=name,
         status=data.status,

@@ -16,7 +16,7 @@ from enum import Enum
 from typing import Any, Callable, Protocol
 
 from cagtool.errors import UsageError
-from cagtool.report.figures.pooled import ABOVE, BELOW, HEAVY_WAIT, INCONCLUSIVE, MIN_STEADY_STEPS, TOO_FEW_STEPS, common_steps, speedup_verdict, steps_words
+from cagtool.report.figures.pooled import ABOVE, BELOW, HEAVY_WAIT, INCONCLUSIVE, MIN_STEADY_STEPS, TOO_FEW_STEPS, common_steps, keeping, speedup_verdict, steps_words
 from cagtool.report.gate.baseline import ModeSnapshot, StepTimeSnapshot
 from cagtool.report.figures.intervals import (
     RatioInterval,
@@ -28,6 +28,7 @@ from cagtool.report.figures.intervals import (
     outlier_words,
     left_out_words,
     ratio_interval,
+    timing_sample,
 )
 from cagtool.report.figures.metrics import MACHINE_NEGLIGIBLE, heavy_load_bound, load_range
 
@@ -330,6 +331,43 @@ def speedup_interval(num: ModeSnapshot, den: ModeSnapshot) -> RatioInterval | No
     if a is None or b is None or a.sample is None or b.sample is None:
         return None
     return ratio_interval(b.sample, a.sample, "median", paired=True)
+
+
+# A run that compiled or captured in more than this share of the steps its baseline timed is not
+# judged on step time: its steady steps are other steps of the script than the baseline's.
+UNLIKE_STEPS = 0.1
+
+
+def on_baseline_steps(current: ModeSnapshot, previous: ModeSnapshot) -> tuple[ModeSnapshot, str, str]:
+    """(this run's snapshot on the steps its baseline timed, a note saying what was left out, and
+    why the two cannot be compared: "" where they can). A run's steps that compiled in the
+    baseline (a fix that removed a recompile makes the baseline's heavy steps steady in the run)
+    are left out of the run's figures; steps the baseline timed that compiled in the run (a new
+    recompile) cannot be taken out of the baseline's figures, which keep no step: a few are
+    named, more than UNLIKE_STEPS of them make the check inconclusive. As they are where the
+    baseline keeps no steady steps (saved before it kept them) or the run's are not known."""
+    cur, base = current.step_time, previous.step_time
+    if (cur is None or base is None or base.steady_steps is None or cur.sample is None or not cur.processes
+            or any(p.steps is None for p in cur.processes)):
+        return current, "", ""
+    timed = base.steady_steps
+    mine = set.intersection(*(set(p.steps) for p in cur.processes))  # type: ignore[arg-type]
+    missing = sorted(timed - mine)
+    extra = sorted(set().union(*(set(p.steps) for p in cur.processes)) - timed)  # type: ignore[arg-type]
+    if len(missing) > UNLIKE_STEPS * len(timed):
+        return current, "", (f"this run compiled or captured in {len(missing)} of the {len(timed)} steps the baseline timed "
+                             f"({steps_words(missing)}): its steady steps are other steps of the script than the baseline's "
+                             "(--max-recompiles counts the recompiles)")
+    note = f"{len(missing)} of the baseline's steady steps compiled in this run ({steps_words(missing)})" if missing else ""
+    if not extra:
+        return current, note, ""
+    kept = tuple(keeping(p, set(timed)) for p in cur.processes)
+    sample = timing_sample(kept, cur.sample.clock)
+    if sample is None or sample.repetitions < cur.sample.repetitions:
+        return current, "", "none of this run's steady steps (in some process) is one the baseline timed"
+    left = f"on the steps the baseline timed: this run's {steps_words(extra)} left out (they compiled in the baseline)"
+    restricted = replace(current, step_time=replace(cur, sample=sample, count=sample.count, processes=kept))
+    return restricted, f"{left}; {note}" if note else left, ""
 
 
 def on_common_snapshots(num: ModeSnapshot, den: ModeSnapshot) -> tuple[ModeSnapshot, ModeSnapshot, tuple[int, ...]]:
@@ -832,6 +870,12 @@ class StepTimeRegressionCheck(_TimeCheck):
         lost = left_out_words([("this run", cur.sample), ("the baseline", base.sample)], t.field)
         if lost:
             return unmeasurable(self.name, self.mode, lost, limit, self.source)
+        current, steps_note, unlike = on_baseline_steps(current, previous)
+        if unlike:
+            return CheckResult(self.name, self.mode, Outcome.INCONCLUSIVE, False, "-", limit,
+                               f"{self.name} ({self.mode}): inconclusive: {unlike}", self.source)
+        cur = current.step_time
+        assert cur is not None and cur.sample is not None
         samples = min(cur.count, base.count)
         # A threshold in seconds is a share of the baseline's figure on the measure the verdict is on
         # (CPU time where both sides are CPU-bound, else wall time).
@@ -857,7 +901,7 @@ class StepTimeRegressionCheck(_TimeCheck):
                 f"too few to judge a regression (run at least {MIN_STEADY_STEPS} steady steps)", limit, self.source,
             )
         message = _regression_message(f"{self.name} ({self.mode})", detail, verdict, t, _range_text(r))
-        notes = [evidence_note(r, verdict.outcome, math.log(r.ratio / allowed))]
+        notes = [evidence_note(r, verdict.outcome, math.log(r.ratio / allowed))] + ([steps_note] if steps_note else [])
         if wall is not None and verdict.outcome is Outcome.INCONCLUSIVE:
             # The CPU interval cleared the bound; the wall time's did not: say that, not that the
             # CPU interval contains the bound, and what would resolve the wall time.

@@ -675,3 +675,53 @@ def test_two_modes_are_compared_on_the_steps_steady_in_both():
     speed = next(s for s in compare_modes(run_record(reps)).speedups if s.label == "ca/eager")
     assert speed.steady_steps == (16, 16) and "(left out: steps 6, 9)" in speed.note
     assert speed.ratio == pytest.approx(2.0, rel=1e-9)
+
+
+def test_a_run_is_gated_against_its_baseline_on_the_steps_the_baseline_timed(tmp_path):
+    """A baseline whose ca recaptured on every odd step (heavy steps: hooks added there) times only
+    the light even steps; the fixed job, no recapture, times them all. On each side's own steady
+    steps the unchanged light steps read +50 % (a FAIL of a fix); on the steps the baseline timed,
+    no regression. The other way round, a run that compiles in most of the steps its baseline
+    timed is not judged on step time (its steady steps are other steps of the script)."""
+    from cagtool.report.gate.baseline import baseline_from_run, load_baseline, run_snapshots, save_baseline
+    from cagtool.report.gate.checks import Outcome, StepTimeRegressionCheck, TimeThreshold
+
+    def walls(rep: int) -> dict[int, float]:
+        return {n: (0.004 if n % 2 == 0 else 0.010) * (1 + 0.003 * ((n * 7 + rep) % 5)) for n in range(1, 21)}
+
+    def run(odd_compiles: bool, path: str) -> RunRecord:
+        compiling = (0, *range(1, 21, 2)) if odd_compiles else (0,)
+        return run_record({name: mode_record(name, _phased(walls(rep), compiling, rep=rep))
+                           for rep, name in enumerate(("ca", "ca.2", "ca.3"), 1)}, path=path)
+
+    stormy, fixed = run(True, str(tmp_path / "stormy")), run(False, str(tmp_path / "fixed"))
+    saved = load_baseline(save_baseline(baseline_from_run(stormy), tmp_path / "b.json"))
+    assert saved.modes["ca"].step_time.steady_steps == frozenset(range(2, 21, 2))
+    check = StepTimeRegressionCheck(TimeThreshold(25, "%"), "ca")
+    result = check.evaluate(run_snapshots(fixed), saved.modes)
+    assert result.outcome is Outcome.PASS, result.message
+    assert result.data["ratio"] == pytest.approx(1.0, abs=0.02)
+    assert any("on the steps the baseline timed: this run's steps 1, 3, 5, 7, 9, 11 and 4 more left out" in n for n in result.notes), result.notes
+    # compare A B reads the same steps.
+    change = compare_runs(stormy, fixed).changes[0].speedup
+    assert change.ratio == pytest.approx(1.0, abs=0.02) and "(left out: steps 1, 3, 5" in change.note
+    # The other way: the fixed job's baseline, the stormy run.
+    held = load_baseline(save_baseline(baseline_from_run(fixed), tmp_path / "f.json"))
+    back = check.evaluate(run_snapshots(stormy), held.modes)
+    assert back.outcome is Outcome.INCONCLUSIVE and not back.failed
+    assert "this run compiled or captured in 10 of the 20 steps the baseline timed" in back.message
+
+
+@pytest.mark.parametrize("ranges", [[[5, 2]], [[0, 10**9]], [[-1, 3]]])
+def test_a_baseline_with_steady_steps_no_run_gives_is_refused(tmp_path, ranges):
+    from cagtool.errors import UnreadableInput
+    from cagtool.report.gate.baseline import baseline_from_run, load_baseline, save_baseline
+
+    record = run_record({"ca": mode_record("ca", _phased({n: 0.004 for n in range(1, 11)}, (0,)))}, path=str(tmp_path / "r"))
+    path = save_baseline(baseline_from_run(record), tmp_path / "b.json")
+    data = json.loads(path.read_text())
+    assert data["modes"]["ca"]["step_time"]["steady_steps"] == [[1, 10]]
+    data["modes"]["ca"]["step_time"]["steady_steps"] = ranges
+    path.write_text(json.dumps(data))
+    with pytest.raises(UnreadableInput, match="steady_steps"):
+        load_baseline(path)

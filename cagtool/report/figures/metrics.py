@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Sequence
 
 from cagtool.errors import UnreadableInput
 from cagtool.record.regular_files import read_record_bytes
@@ -334,6 +334,15 @@ def is_time(value: float | None) -> bool:
     return value is not None and 0 <= value < _NO_STEP_LASTS_S
 
 
+def not_times(values: Sequence[float]) -> Any:
+    """`not is_time` of each of `values` (floats, NaN allowed), a numpy bool array: in one pass over
+    a job's 100,000 steps."""
+    import numpy as np
+
+    array = np.asarray(values, dtype=float)
+    return ~((array >= 0) & (array < _NO_STEP_LASTS_S))
+
+
 def steady_intervals(steps: list[StepEvent] | StepColumns, device_s: dict[int, float] | None = None) -> tuple[list[float], list[int]]:
     """(times of the steady steps in step order, steps excluded by compilation). Shared by
     `step_stats` and by the mode comparison, which pools the intervals of repetitions.
@@ -483,17 +492,20 @@ def _record_step_intervals(record: ModeRecord) -> tuple[list[float], list[int], 
     return intervals, excluded, clock
 
 
-def steady_step_numbers(record: ModeRecord) -> list[int]:
-    """The step number of each steady step `record_step_intervals` times, in the same order: what
-    a comparison of two modes pairs their steps by (the same step of the script in both)."""
+def steady_step_numbers(record: ModeRecord) -> Any:
+    """The step number of each steady step `record_step_intervals` times, in the same order (a
+    numpy int64 array): what a comparison of two modes pairs their steps by (the same step of the
+    script in both)."""
     return record.derived("steady_step_numbers", _steady_step_numbers)
 
 
-def _steady_step_numbers(record: ModeRecord) -> list[int]:
+def _steady_step_numbers(record: ModeRecord) -> Any:
+    import numpy as np
+
     fast = held_steps(record)
     if fast is not None:
-        return fast.step[~fast.touched & ~fast.wall_null].tolist()
-    return _steady(step_columns(record), device_step_seconds(record))[2]
+        return fast.step[~fast.touched & ~fast.wall_null]
+    return np.asarray(_steady(step_columns(record), device_step_seconds(record))[2], dtype=np.int64)
 
 
 def steady_cpu_seconds(record: ModeRecord, name: str = "cpu_s") -> list[float] | None:

@@ -25,7 +25,7 @@ from cagtool.report.figures.metrics import (
     StepStats,
     compile_wait,
     cpu_wait,
-    is_time,
+    not_times,
     median_slowdown,
     mode_metrics,
     record_step_intervals,
@@ -232,8 +232,8 @@ def _process_steps(record: ModeRecord, block: int, times: list[float], clock: st
     cpu = cpu if cpu is not None and len(cpu) == len(times) else None
     thread = thread if thread is not None and len(thread) == len(times) else None
     # A CPU time that is no time is left out of no figure: the step is named instead, as a wall time is.
-    untimed = untimed_steps(record) + sum(1 for i, _ in enumerate(times)
-                                          if any(c is not None and not is_time(c[i]) for c in (cpu, thread)))
+    bad = [not_times(c) for c in (cpu, thread) if c is not None]
+    untimed = untimed_steps(record) + (int((bad[0] | bad[-1]).sum()) if bad else 0)
     numbers = steady_step_numbers(record)
     return ProcessSteps(block, times, cpu, waits[1] if waits is not None and len(waits[1]) == len(times) else None, thread, untimed,
                         numbers if len(numbers) == len(times) else None)
@@ -241,10 +241,11 @@ def _process_steps(record: ModeRecord, block: int, times: list[float], clock: st
 
 @dataclass(frozen=True)
 class CommonSteps:
-    """Two sides' processes (two modes of one run), each keeping only the steps steady in every
-    process of both: a compile or capture that touched a step on one side only (ca's .grad warm-up
-    capture at the second step, a recompile at a new shape) leaves it out of the other too, so
-    the ratio is of the same steps of the script, not of each side's own steady set."""
+    """Two sides' processes (two modes of one run, or one mode of two runs), each keeping only the
+    steps steady in every process of both: a compile or capture that touched a step on one side
+    only (ca's capture of the .grad warm-up at the second step, a recompile at a new shape) leaves
+    it out of the other too, so the ratio is of the same steps of the script, not of each side's
+    own steady set."""
 
     first: tuple[ProcessSteps, ...]
     second: tuple[ProcessSteps, ...]
@@ -254,32 +255,54 @@ class CommonSteps:
         return timing_sample(self.first if side == 0 else self.second, clock)
 
 
+def steady_in_every(processes: Sequence[ProcessSteps]) -> Any:
+    """The step numbers steady in every one of `processes` (a sorted numpy int64 array); None where
+    a process's are not known. A process's steps are numbered once each, in step order."""
+    import numpy as np
+
+    if not processes or any(p.steps is None for p in processes):
+        return None
+    arrays = [np.asarray(p.steps, dtype=np.int64) for p in processes]
+    common = arrays[0]
+    for array in arrays[1:]:
+        if not (len(array) == len(common) and bool(np.array_equal(array, common))):
+            common = np.intersect1d(common, array, assume_unique=True)
+    return common
+
+
 def common_steps(first: Sequence[ProcessSteps], second: Sequence[ProcessSteps]) -> CommonSteps | None:
     """`CommonSteps` of two sides; None where a process's step numbers are not known (a schema-1
-    record, a record whose steady steps and numbers disagree), which then compare as they are."""
+    record, a record whose steady steps and numbers disagree), which then compare as they are.
+    In numpy: a job's 100,000 steps a process are never a Python int each."""
+    import numpy as np
+
     every = [*first, *second]
     if not first or not second or any(p.steps is None for p in every):
         return None
-    sets = [set(p.steps) for p in every]  # type: ignore[arg-type]
-    common = set.intersection(*sets)
-    left_out = tuple(sorted(set.union(*sets) - common))
+    common = steady_in_every(every)
+    others = [np.setdiff1d(np.asarray(p.steps, dtype=np.int64), common, assume_unique=True) for p in every if len(p.steps) != len(common)]  # type: ignore[arg-type]
+    left_out = tuple(np.unique(np.concatenate(others)).tolist()) if others else ()
     if not left_out:
         return CommonSteps(tuple(first), tuple(second), ())
     return CommonSteps(tuple(keeping(p, common) for p in first), tuple(keeping(p, common) for p in second), left_out)
 
 
-def keeping(process: ProcessSteps, common: set[int]) -> ProcessSteps:
-    """The process with only its steps numbered in `common` (times, CPU times and waits alike)."""
+def keeping(process: ProcessSteps, steps: Any) -> ProcessSteps:
+    """The process with only its steps numbered in `steps` (a sorted array of step numbers; times,
+    CPU times and waits alike, as numpy arrays)."""
+    import numpy as np
+
     assert process.steps is not None
-    keep = [i for i, number in enumerate(process.steps) if number in common]
-    if len(keep) == len(process.times):
+    numbers = np.asarray(process.steps, dtype=np.int64)
+    mask = np.isin(numbers, steps, assume_unique=True)
+    if bool(mask.all()):
         return process
 
-    def kept(values: Sequence[float] | None) -> list[float] | None:
-        return None if values is None else [float(values[i]) for i in keep]
+    def kept(values: Sequence[float] | None) -> Any:
+        return None if values is None else np.asarray(values, dtype=float)[mask]
 
-    return replace(process, times=kept(process.times), cpu=kept(process.cpu), wait_share=kept(process.wait_share),  # type: ignore[arg-type]
-                   thread_cpu=kept(process.thread_cpu), steps=[process.steps[i] for i in keep])
+    return replace(process, times=kept(process.times), cpu=kept(process.cpu), wait_share=kept(process.wait_share),
+                   thread_cpu=kept(process.thread_cpu), steps=numbers[mask])
 
 
 def on_common_steps(first: ModeColumn, second: ModeColumn) -> tuple[ModeColumn, ModeColumn, tuple[int, ...]]:
@@ -299,9 +322,11 @@ def steps_words(numbers: Sequence[int], shown: int = 6) -> str:
 
 
 def _column_on(column: ModeColumn, processes: tuple[ProcessSteps, ...]) -> ModeColumn:
+    import numpy as np
+
     clock = column.step_time.clock
-    times = [t for p in processes for t in p.times]
-    stats = stats_of_intervals(times, list(column.step_time.excluded), column.step_time.first_step_s, clock)
+    times = np.sort(np.concatenate([np.asarray(p.times, dtype=float) for p in processes])).tolist()
+    stats = stats_of_intervals(times, list(column.step_time.excluded), column.step_time.first_step_s, clock, presorted=True)
     return replace(column, processes=processes, timing=timing_sample(processes, clock), step_time=stats)
 
 

@@ -26,7 +26,7 @@ from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord, check_format, read_json_object
 from cagtool.record.manifest import process_identity
 from cagtool.record.schema import MAX_JSON_FILE_BYTES
-from cagtool.report.figures.pooled import ModeColumn, mode_columns
+from cagtool.report.figures.pooled import ModeColumn, mode_columns, steady_in_every
 from cagtool.report.figures.intervals import FIELDS, ProcessSteps, TimingSample, median_of, ratio_interval
 from cagtool.report.figures.metrics import mode_metrics, reference_loop_of
 from cagtool.report.ranks.analysis import lowest_rank, missing_ranks, rank_list, rank_view, world_size
@@ -61,9 +61,10 @@ class StepTimeSnapshot:
     # Each process's steady steps with their step numbers (a run's, never a baseline file's): what
     # two modes of one run are compared on (report.figures.pooled.CommonSteps).
     processes: tuple[ProcessSteps, ...] = ()
-    # The step numbers steady in every process of the side (a run's, and a baseline file's since it
-    # keeps them): what a run is compared with its baseline on. None where not known.
-    steady_steps: frozenset[int] | None = None
+    # The step numbers steady in every process of the side, a sorted numpy int64 array, as a baseline
+    # file keeps them (a run's are `steady_of` its processes): what a run is compared with its
+    # baseline on. None where not known.
+    steady_steps: Any = None
 
 
 @dataclass(frozen=True)
@@ -114,23 +115,33 @@ class ModeSnapshot:
         return self.compile_time_samples_s or (self.compile_time_s,)
 
 
-def steady_in_every(processes: tuple[ProcessSteps, ...]) -> frozenset[int] | None:
-    """The step numbers steady in every one of `processes`; None where a process's are not known."""
-    if not processes or any(p.steps is None for p in processes):
-        return None
-    return frozenset(set.intersection(*(set(p.steps) for p in processes)))  # type: ignore[arg-type]
+def steady_of(step_time: StepTimeSnapshot) -> Any:
+    """The step numbers steady in every process of a side: a baseline file's, or computed from a
+    run's processes (only where a gate or a baseline needs them); None where not known."""
+    return step_time.steady_steps if step_time.steady_steps is not None else steady_in_every(step_time.processes)
 
 
-def step_ranges(steps: frozenset[int]) -> list[list[int]]:
-    """[[first, last], ...] of the runs of consecutive step numbers, ascending: a baseline's steady
-    steps in a few numbers (one range for a job whose only compile was its first step)."""
-    ranges: list[list[int]] = []
-    for n in sorted(steps):
-        if ranges and n == ranges[-1][1] + 1:
-            ranges[-1][1] = n
-        else:
-            ranges.append([n, n])
-    return ranges
+def step_ranges(steps: Any) -> list[tuple[int, int]]:
+    """[(first, last), ...] of the runs of consecutive step numbers in a sorted array: a baseline's
+    steady steps in a few numbers (one range for a job whose only compile was its first step)."""
+    import numpy as np
+
+    steps = np.asarray(steps, dtype=np.int64)
+    if not len(steps):
+        return []
+    breaks = np.flatnonzero(np.diff(steps) != 1)
+    firsts = np.concatenate(([0], breaks + 1))
+    lasts = np.concatenate((breaks, [len(steps) - 1]))
+    return list(zip(steps[firsts].tolist(), steps[lasts].tolist()))
+
+
+def steps_of_ranges(ranges: list[tuple[int, int]]) -> Any:
+    """The sorted numpy array of the step numbers `ranges` name (step_ranges' inverse)."""
+    import numpy as np
+
+    if not ranges:
+        return np.zeros(0, dtype=np.int64)
+    return np.unique(np.concatenate([np.arange(a, b + 1, dtype=np.int64) for a, b in ranges]))
 
 
 def snapshot_of(column: ModeColumn) -> ModeSnapshot:
@@ -142,7 +153,7 @@ def snapshot_of(column: ModeColumn) -> ModeSnapshot:
     if stats.count > 0:
         wait = column.cpu_wait.step_fraction if column.cpu_wait is not None else None  # the median step's: what a median is judged against
         step_time = StepTimeSnapshot(stats.count, stats.median_s, stats.p10_s, stats.p90_s, stats.mean_s, column.timing, wait,
-                                     column.processes, steady_in_every(column.processes))
+                                     column.processes)
     problem = "; ".join(f.describe() for f in column.failures)
     m = column.metrics
     if m is None:  # no repetition left a record
@@ -330,8 +341,10 @@ def accumulate_baseline(previous: Baseline, new: Baseline) -> Baseline:
                 # steps not having been slowed; the newest run's alone would hide a loaded earlier one).
                 waits = [w for w in (before.step_time.cpu_wait, snap.step_time.cpu_wait) if w is not None]
                 # The steps steady in every run pooled; unknown where a run's are.
-                steady = (before.step_time.steady_steps & snap.step_time.steady_steps
-                          if before.step_time.steady_steps is not None and snap.step_time.steady_steps is not None else None)
+                import numpy as np
+
+                old_steady, new_steady = steady_of(before.step_time), steady_of(snap.step_time)
+                steady = None if old_steady is None or new_steady is None else np.intersect1d(old_steady, new_steady)
                 snap = replace(snap, step_time=replace(snap.step_time, sample=pooled, count=pooled.count,
                                                        cpu_wait=max(waits) if waits else None, steady_steps=steady))
         modes[name] = snap
@@ -561,7 +574,7 @@ def _mode_file(snap: ModeSnapshot) -> _ModeFile:
             mean_s=_round(st.mean_s),
             sample=None if st.sample is None else _sample_file(st.sample),
             cpu_wait=UNSET if st.cpu_wait is None else _round_share(st.cpu_wait),
-            steady_steps=UNSET if st.steady_steps is None else [(a, b) for a, b in step_ranges(st.steady_steps)],
+            steady_steps=UNSET if (steady := steady_of(st)) is None else step_ranges(steady),
         ),
         compile_cpu_wait=UNSET if snap.compile_wait is None else _round_share(snap.compile_wait),
     )
@@ -613,7 +626,7 @@ def _mode_snapshot(name: str, data: _ModeFile, where: str) -> ModeSnapshot:
             if any(a > b for a, b in st.steady_steps) or sum(b - a + 1 for a, b in st.steady_steps) > MAX_STEADY_STEPS:
                 raise UnreadableInput(f"baseline {where}: mode {name!r} has a bad value (step_time.steady_steps: a range whose first "
                                       f"step is after its last, or more than {MAX_STEADY_STEPS:,} steps)")
-            steady = frozenset(n for a, b in st.steady_steps for n in range(a, b + 1))
+            steady = steps_of_ranges(st.steady_steps)
         step_time = StepTimeSnapshot(st.count, st.median_s, st.p10_s, st.p90_s, st.mean_s, sample, cpu_wait,  # type: ignore[arg-type]
                                      steady_steps=steady)
     return ModeSnapshot(

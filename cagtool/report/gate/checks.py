@@ -16,8 +16,8 @@ from enum import Enum
 from typing import Any, Callable, Protocol
 
 from cagtool.errors import UsageError
-from cagtool.report.figures.pooled import ABOVE, BELOW, HEAVY_WAIT, INCONCLUSIVE, MIN_STEADY_STEPS, TOO_FEW_STEPS, common_steps, keeping, speedup_verdict, steps_words
-from cagtool.report.gate.baseline import ModeSnapshot, StepTimeSnapshot
+from cagtool.report.figures.pooled import ABOVE, BELOW, HEAVY_WAIT, INCONCLUSIVE, MIN_STEADY_STEPS, TOO_FEW_STEPS, common_steps, keeping, speedup_verdict, steady_in_every, steps_words
+from cagtool.report.gate.baseline import ModeSnapshot, StepTimeSnapshot, steady_of
 from cagtool.report.figures.intervals import (
     RatioInterval,
     TimingSample,
@@ -346,14 +346,17 @@ def on_baseline_steps(current: ModeSnapshot, previous: ModeSnapshot) -> tuple[Mo
     recompile) cannot be taken out of the baseline's figures, which keep no step: a few are
     named, more than UNLIKE_STEPS of them make the check inconclusive. As they are where the
     baseline keeps no steady steps (saved before it kept them) or the run's are not known."""
+    import numpy as np
+
     cur, base = current.step_time, previous.step_time
-    if (cur is None or base is None or base.steady_steps is None or cur.sample is None or not cur.processes
-            or any(p.steps is None for p in cur.processes)):
+    if cur is None or base is None or cur.sample is None or not cur.processes:
         return current, "", ""
-    timed = base.steady_steps
-    mine = set.intersection(*(set(p.steps) for p in cur.processes))  # type: ignore[arg-type]
-    missing = sorted(timed - mine)
-    extra = sorted(set().union(*(set(p.steps) for p in cur.processes)) - timed)  # type: ignore[arg-type]
+    timed, mine = steady_of(base), steady_in_every(cur.processes)
+    if timed is None or mine is None:
+        return current, "", ""
+    missing = np.setdiff1d(timed, mine).tolist()
+    union = np.unique(np.concatenate([np.asarray(p.steps, dtype=np.int64) for p in cur.processes]))
+    extra = np.setdiff1d(union, timed).tolist()
     if len(missing) > UNLIKE_STEPS * len(timed):
         return current, "", (f"this run compiled or captured in {len(missing)} of the {len(timed)} steps the baseline timed "
                              f"({steps_words(missing)}): its steady steps are other steps of the script than the baseline's "
@@ -361,7 +364,7 @@ def on_baseline_steps(current: ModeSnapshot, previous: ModeSnapshot) -> tuple[Mo
     note = f"{len(missing)} of the baseline's steady steps compiled in this run ({steps_words(missing)})" if missing else ""
     if not extra:
         return current, note, ""
-    kept = tuple(keeping(p, set(timed)) for p in cur.processes)
+    kept = tuple(keeping(p, timed) for p in cur.processes)
     sample = timing_sample(kept, cur.sample.clock)
     if sample is None or sample.repetitions < cur.sample.repetitions:
         return current, "", "none of this run's steady steps (in some process) is one the baseline timed"

@@ -276,8 +276,8 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
     ratio = interval.ratio if interval is not None else b.median_s / m.median_s
     load_factor = None
     on_cpu = interval is not None and interval.measure == "cpu"
-    heavy = tuple(heavy_load_bound(column.cpu_wait.step_fraction, "cpu" if on_cpu else "wall")
-                  if column.cpu_wait is not None and column.cpu_wait.step_fraction >= HEAVY_WAIT else None for column in (mode, baseline))
+    heavy = tuple(heavy_load_bound(column.cpu_wait.runnable_fraction, "cpu" if on_cpu else "wall", column.cpu_wait.runnable)
+                  if column.cpu_wait is not None and column.cpu_wait.runnable_fraction >= HEAVY_WAIT else None for column in (mode, baseline))
     if mode.cpu_wait is not None and baseline.cpu_wait is not None:
         load_factor = baseline.cpu_wait.slowdown / mode.cpu_wait.slowdown
         if abs(math.log(load_factor)) >= LOAD_NEGLIGIBLE:
@@ -323,8 +323,10 @@ def load_note(mode: str, mode_wait: CpuWait, baseline: str, baseline_wait: CpuWa
 def _wait_words(wait: CpuWait, short: bool = False) -> str:
     """The share a median is judged against (its median step's), and the window's where the load
     came and went enough to make them differ."""
-    words = f"{wait.step_fraction:.0%}" if short else f"{wait.step_fraction:.0%} of its runnable time"
-    if round(wait.step_fraction, 2) != round(wait.fraction, 2):
+    words = f"{wait.runnable_fraction:.0%}" if short else f"{wait.runnable_fraction:.0%} of its runnable time"
+    if wait.runnable < 0.95:  # a step that also sleeps or waits for a device: the load lengthens only the rest
+        words += f" (runnable {wait.runnable:.0%} of its time)"
+    if round(wait.runnable_fraction, 2) != round(wait.fraction, 2):
         words += f" at its median step ({wait.fraction:.0%} over its steps' span)"
     return words
 

@@ -931,11 +931,18 @@ LOAD_EXPONENT = 1.6
 HEAVY_LOAD_EXPONENT = {"cpu": 1.0, "wall": 3.0}
 
 
-def heavy_load_bound(wait: float, measure: str) -> float:
+def heavy_load_bound(wait: float, measure: str, runnable: float = 1.0) -> float:
     """The most waiting for a CPU a share `wait` of its runnable time (HEAVY_WAIT or more) may have
-    slowed a side's figure on `measure` ("cpu"; wall or device time otherwise)."""
+    slowed a side's figure on `measure` ("cpu"; wall or device time otherwise). `runnable`: the
+    share of the step's wall time it was runnable (on a CPU or waiting for one, CpuWait.runnable):
+    a load slows only that part; the rest (a sleep, a wait for data or for a device) takes as long
+    on an idle machine, so on wall time the bound is 1 / ((1 - runnable) + runnable / bound)."""
     factor = 1.0 / max(1.0 - wait, 1e-3)
-    return factor ** HEAVY_LOAD_EXPONENT["cpu" if measure == "cpu" else "wall"]
+    if measure == "cpu":
+        return factor ** HEAVY_LOAD_EXPONENT["cpu"]
+    bound = factor ** HEAVY_LOAD_EXPONENT["wall"]
+    runnable = min(max(runnable, 0.0), 1.0)
+    return 1.0 / ((1.0 - runnable) + runnable / bound)
 
 
 # CPU time per step is not lengthened by the wait itself, but a step that waits loses its caches
@@ -974,6 +981,10 @@ class CpuWait:
     # step. A load that comes and goes weighs on the window's share by time and on the median by
     # steps: 2 s of full load in a 10 s window is a 20% share, yet slows no step of the majority.
     median_slowdown: float | None = None
+    # The median step's share of its wall time its threads were runnable (on a CPU or waiting for
+    # one; summed over threads, at most 1): below 1 for a step that sleeps or waits for data or a
+    # device, which no load lengthens. None without readings per step (taken as 1).
+    median_runnable: float | None = None
 
     @property
     def summed_fraction(self) -> float:
@@ -1002,9 +1013,22 @@ class CpuWait:
 
     @property
     def step_fraction(self) -> float:
-        """The share of waiting that makes `slowdown`: the median step's, where the steps' own waits
-        are known (a load against which a median is judged), else the window's."""
+        """The share of waiting that makes `slowdown`: the median step's share of its wall time,
+        where the steps' own waits are known (a load against which a median is judged), else the
+        window's."""
         return 1.0 - 1.0 / self.slowdown
+
+    @property
+    def runnable(self) -> float:
+        """The median step's runnable share of its wall time (1.0 where not known)."""
+        return self.median_runnable if self.median_runnable is not None else 1.0
+
+    @property
+    def runnable_fraction(self) -> float:
+        """The share of its runnable time the median step waited for a CPU: `step_fraction` for a
+        step that is all on the CPU, more for one that also sleeps or waits for a device (what
+        HEAVY_WAIT and heavy_load_bound read)."""
+        return runnable_wait(self.step_fraction, self.runnable)
 
     @property
     def cores(self) -> float:
@@ -1113,7 +1137,7 @@ def _cpu_wait(record: ModeRecord) -> CpuWait | None:
         return None
     stall = max(last[2] - first[2], 0.0) if len(first) > 2 else None
     return CpuWait(wait_s=max(last[1] - first[1], 0.0), run_s=last[0] - first[0], window_s=end - start, stall_s=stall,
-                   median_slowdown=median_slowdown([record]))
+                   median_slowdown=median_slowdown([record]), median_runnable=median_runnable([record]))
 
 
 def compile_wait(record: ModeRecord) -> float | None:
@@ -1142,10 +1166,14 @@ def _compile_wait(record: ModeRecord) -> float | None:
     return max(waited / (ran + waited), min(stalled, 1.0))
 
 
-def step_waits(record: ModeRecord) -> tuple[Any, Any] | None:
-    """(wall s, share waited) of each steady step, numpy arrays: the share from the CPU-wait readings
-    that bracket the step (interpolated, as for the window; a step shorter than the readings' period
-    gets its period's share). None without readings or two steady steps."""
+def step_waits(record: ModeRecord) -> tuple[Any, Any, Any] | None:
+    """(wall s, share waited, share runnable) of each steady step, numpy arrays, from the CPU-wait
+    readings that bracket the step (interpolated, as for the window; a step shorter than the
+    readings' period gets its period's). Both shares are of the step's wall time: runnable, the
+    threads' time on a CPU or waiting for one (summed, at most the wall time); waited, the share of
+    that runnable time they waited times the runnable share (a step that sleeps half its time and
+    waits half the rest waited a quarter of its wall time), or where larger the stall's share. None
+    without readings or two steady steps."""
     return record.derived("step_waits", _step_waits)
 
 
@@ -1164,11 +1192,12 @@ def _step_waits(record: ModeRecord) -> tuple[Any, Any] | None:
     waited = np.interp(at_end, readings[:, 0], readings[:, 2]) - np.interp(at_start, readings[:, 0], readings[:, 2])
     ran, waited = np.maximum(ran, 0.0), np.maximum(waited, 0.0)
     total = ran + waited
-    share = np.divide(waited, total, out=np.zeros_like(total), where=total > 0)
+    runnable = np.minimum(np.divide(total, wall, out=np.ones_like(total), where=wall > 0), 1.0)
+    share = np.divide(waited, total, out=np.zeros_like(total), where=total > 0) * runnable
     if readings.shape[1] > 3:  # the stall (cpu_wait.py): the share of the step it held up, where larger
         stalled = np.maximum(np.interp(at_end, readings[:, 0], readings[:, 3]) - np.interp(at_start, readings[:, 0], readings[:, 3]), 0.0)
         share = np.maximum(share, np.minimum(np.divide(stalled, wall, out=np.zeros_like(wall), where=wall > 0), 1.0))
-    return wall, share
+    return wall, share, np.maximum(runnable, share)
 
 
 def median_slowdown(records: list[ModeRecord]) -> float | None:
@@ -1184,6 +1213,29 @@ def median_slowdown(records: list[ModeRecord]) -> float | None:
     share = np.concatenate([f[1] for f in found])  # type: ignore[index]
     idle = float(np.median(wall * (1.0 - share)))
     return float(np.median(wall)) / idle if idle > 0 else None
+
+
+def median_runnable(records: list[ModeRecord]) -> float | None:
+    """The median steady step's runnable share of its wall time (step_waits), pooled over `records`
+    as median_slowdown pools them: the median of the steps' runnable seconds over the median of
+    their wall times, at most 1; None unless every record has its steps' waits."""
+    import numpy as np
+
+    found = [step_waits(record) for record in records]
+    if not found or any(f is None for f in found):
+        return None
+    wall = np.concatenate([f[0] for f in found])  # type: ignore[index]
+    runnable = np.concatenate([f[0] * f[2] for f in found])  # type: ignore[index]
+    median = float(np.median(wall))
+    return min(float(np.median(runnable)) / median, 1.0) if median > 0 else None
+
+
+def runnable_wait(wall_share: float, runnable: float | None) -> float:
+    """The share of its runnable time a step waited for a CPU, from the share of its wall time
+    (`wall_share`) and its runnable share (None: 1, a step all on the CPU)."""
+    if runnable is None or runnable >= 1.0 or runnable <= 0.0:
+        return wall_share
+    return min(wall_share / max(runnable, wall_share), 0.999)
 
 
 # Below a 25% difference in the reference loop, two machines are taken to be as fast: a run's

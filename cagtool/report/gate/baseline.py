@@ -28,7 +28,7 @@ from cagtool.record.manifest import process_identity
 from cagtool.record.schema import MAX_JSON_FILE_BYTES
 from cagtool.report.figures.pooled import ModeColumn, mode_columns, steady_in_every
 from cagtool.report.figures.intervals import FIELDS, ProcessSteps, TimingSample, median_of, ratio_interval
-from cagtool.report.figures.metrics import mode_metrics, reference_loop_of
+from cagtool.report.figures.metrics import mode_metrics, reference_loop_of, runnable_wait
 from cagtool.report.ranks.analysis import lowest_rank, missing_ranks, rank_list, rank_view, world_size
 
 BASELINE_FORMAT = "cagtool-baseline"
@@ -54,9 +54,10 @@ class StepTimeSnapshot:
     p90_s: float | None
     mean_s: float | None = None
     sample: TimingSample | None = None
-    # The share of its runnable time the mode's processes waited for a CPU during these steps, at
-    # the median step where the steps' own waits are known (report.figures.metrics.CpuWait
-    # .step_fraction); None where it was not measured (older records and baselines).
+    # The share of its wall time the mode's median step waited for a CPU where the steps' own waits
+    # are known, else the share of their runnable time the processes waited over the steps
+    # (report.figures.metrics.CpuWait.step_fraction); None where it was not measured (older records
+    # and baselines).
     cpu_wait: float | None = None
     # Each process's steady steps with their step numbers (a run's, never a baseline file's): what
     # two modes of one run are compared on (report.figures.pooled.CommonSteps).
@@ -65,6 +66,14 @@ class StepTimeSnapshot:
     # file keeps them (a run's are `steady_of` its processes): what a run is compared with its
     # baseline on. None where not known.
     steady_steps: Any = None
+    # The median step's runnable share of its wall time (CpuWait.runnable): below 1 for steps that
+    # sleep or wait for data or a device, which no load lengthens; None where not measured (1).
+    runnable: float | None = None
+
+    @property
+    def runnable_wait(self) -> float | None:
+        """The share of its runnable time the median step waited for a CPU (what HEAVY_WAIT reads)."""
+        return None if self.cpu_wait is None else runnable_wait(self.cpu_wait, self.runnable)
 
 
 @dataclass(frozen=True)
@@ -152,8 +161,9 @@ def snapshot_of(column: ModeColumn) -> ModeSnapshot:
     step_time = None
     if stats.count > 0:
         wait = column.cpu_wait.step_fraction if column.cpu_wait is not None else None  # the median step's: what a median is judged against
+        runnable = column.cpu_wait.median_runnable if column.cpu_wait is not None else None
         step_time = StepTimeSnapshot(stats.count, stats.median_s, stats.p10_s, stats.p90_s, stats.mean_s, column.timing, wait,
-                                     column.processes)
+                                     column.processes, runnable=runnable)
     problem = "; ".join(f.describe() for f in column.failures)
     m = column.metrics
     if m is None:  # no repetition left a record
@@ -339,14 +349,17 @@ def accumulate_baseline(previous: Baseline, new: Baseline) -> Baseline:
             if pooled is not None:
                 # The pooled processes' wait: the heavier of the two (a PASS rests on the baseline's
                 # steps not having been slowed; the newest run's alone would hide a loaded earlier one).
-                waits = [w for w in (before.step_time.cpu_wait, snap.step_time.cpu_wait) if w is not None]
+                # (its runnable share with it: the pair that says how much the load may have done)
+                waits = [(w, r) for w, r in ((before.step_time.cpu_wait, before.step_time.runnable),
+                                             (snap.step_time.cpu_wait, snap.step_time.runnable)) if w is not None]
+                heaviest = max(waits, key=lambda pair: runnable_wait(*pair)) if waits else (None, None)
                 # The steps steady in every run pooled; unknown where a run's are.
                 import numpy as np
 
                 old_steady, new_steady = steady_of(before.step_time), steady_of(snap.step_time)
                 steady = None if old_steady is None or new_steady is None else np.intersect1d(old_steady, new_steady)
                 snap = replace(snap, step_time=replace(snap.step_time, sample=pooled, count=pooled.count,
-                                                       cpu_wait=max(waits) if waits else None, steady_steps=steady))
+                                                       cpu_wait=heaviest[0], runnable=heaviest[1], steady_steps=steady))
         modes[name] = snap
     return replace(new, modes=modes, processes=(*previous.processes, *new.processes)[-MAX_PROCESS_IDS:])
 
@@ -473,6 +486,7 @@ _Seconds = Annotated[float, Meta(ge=0.0, le=_STEP_BOUNDS[1])]
 _CompileSeconds = Annotated[float, Meta(ge=0.0, le=_STEP_BOUNDS[1])]
 _MAX_SHARE = 0.999999  # written for a share that rounds to 1 (six digits)
 _Share = Annotated[float, Meta(ge=0.0, lt=1.0)]  # a share of runnable time: never all of it
+_Runnable = Annotated[float, Meta(gt=0.0, le=1.0)]  # a step's runnable share of its wall time
 
 
 class _SampleFile(Struct, kw_only=True):
@@ -495,6 +509,7 @@ class _StepTimeFile(Struct, kw_only=True):
     mean_s: _Seconds | None = None
     sample: _SampleFile | None = None
     cpu_wait: _Share | UnsetType = UNSET  # written only where measured
+    runnable: _Runnable | UnsetType = UNSET  # StepTimeSnapshot.runnable, written only where measured and under 1
     # The step numbers steady in every process, as [first, last] ranges (step_ranges); older files: none.
     steady_steps: list[tuple[_Count, _Count]] | UnsetType = UNSET
 
@@ -574,6 +589,7 @@ def _mode_file(snap: ModeSnapshot) -> _ModeFile:
             mean_s=_round(st.mean_s),
             sample=None if st.sample is None else _sample_file(st.sample),
             cpu_wait=UNSET if st.cpu_wait is None else _round_share(st.cpu_wait),
+            runnable=UNSET if st.runnable is None or st.runnable >= 1.0 else max(_round_share(st.runnable), 1e-6),
             steady_steps=UNSET if (steady := steady_of(st)) is None else step_ranges(steady),
         ),
         compile_cpu_wait=UNSET if snap.compile_wait is None else _round_share(snap.compile_wait),
@@ -628,7 +644,7 @@ def _mode_snapshot(name: str, data: _ModeFile, where: str) -> ModeSnapshot:
                                       f"step is after its last, or more than {MAX_STEADY_STEPS:,} steps)")
             steady = steps_of_ranges(st.steady_steps)
         step_time = StepTimeSnapshot(st.count, st.median_s, st.p10_s, st.p90_s, st.mean_s, sample, cpu_wait,  # type: ignore[arg-type]
-                                     steady_steps=steady)
+                                     steady_steps=steady, runnable=None if st.runnable is UNSET else st.runnable)  # type: ignore[arg-type]
     return ModeSnapshot(
         mode=name,
         status=data.status,

@@ -453,7 +453,7 @@ class MinSpeedupCheck:
         warnings: list[str] = _outlier_warnings(f"{self.name} ({pair})", interval, "median step time")
         num, den = numerator.step_time, denominator.step_time
         load = _load_effect(den.cpu_wait if den else None, num.cpu_wait if num else None, t.denominator, t.numerator,
-                            measure=interval.measure)
+                            measure=interval.measure, shown=(_shown(den), _shown(num)))
         corrected: list[Outcome] = []
         if load is not None:
             factor, words = load  # the speedup made this much larger by the waiting alone
@@ -519,13 +519,15 @@ def _load_decides(check: str, outcome: Outcome, load: tuple[float, str] | None, 
             warnings.append(f"{check}: {words}, and without that difference the check would {_WOULD[_side(other)]}: {rerun}")
             reasons.append("corrected for the load, the outcome would turn")
     for side, snap in rests_on:
-        if snap is None or snap.cpu_wait is None or snap.cpu_wait < HEAVY_WAIT:
+        if snap is None or snap.runnable_wait is None or snap.runnable_wait < HEAVY_WAIT:
             continue
-        bound = heavy_load_bound(snap.cpu_wait, measure)
+        runnable = snap.runnable if snap.runnable is not None else 1.0
+        bound = heavy_load_bound(snap.runnable_wait, measure, runnable)
         work = getattr(snap, "work", "step")  # what the check times: a step, or a compile
         included = ", its CPU time included" if work == "step" else ""
-        waited = (f"{check}: load: {side}'s {getattr(snap, 'span', 'median step')} waited for a CPU {snap.cpu_wait:.0%} of its "
-                  f"runnable time: beyond {HEAVY_WAIT:.0%}, the load can slow a {work} far more than the wait alone says{included} "
+        part = f" (runnable {runnable:.0%} of its time: the load lengthens only that part)" if runnable < 0.95 else ""
+        waited = (f"{check}: load: {side}'s {getattr(snap, 'span', 'median step')} waited for a CPU {snap.runnable_wait:.0%} of its "
+                  f"runnable time{part}: beyond {HEAVY_WAIT:.0%}, the load can slow a {work} far more than the wait alone says{included} "
                   f"(a {work} that waits that long loses its caches to the neighbours), up to {bound:.2g}x on "
                   f"{'CPU time' if measure == 'cpu' else 'wall time'}")
         if settled and _side(slowed(side, bound)) == _side(outcome):
@@ -547,6 +549,11 @@ class _Waited:
     cpu_wait: float | None
     span: str = "compile (its process before its steady steps)"  # where the wait was read
     work: str = "compile"  # what the check times, which the load slows
+    runnable: float | None = None  # a compile is CPU work: runnable all its time
+
+    @property
+    def runnable_wait(self) -> float | None:
+        return self.cpu_wait
 
 
 def _regression_load(check: str, verdict: RegressionVerdict, cur: StepTimeSnapshot | _Waited | None, base: StepTimeSnapshot | _Waited | None,
@@ -562,7 +569,8 @@ def _regression_load(check: str, verdict: RegressionVerdict, cur: StepTimeSnapsh
     (_load_effect)."""
     ratio, low, high = interval
     allowed, improved = bounds
-    load = _load_effect(cur.cpu_wait if cur else None, base.cpu_wait if base else None, "this run", "the baseline", timed, where, measure)
+    load = _load_effect(cur.cpu_wait if cur else None, base.cpu_wait if base else None, "this run", "the baseline", timed, where, measure,
+                        shown=(_shown(cur), _shown(base)))
     corrected: list[Outcome] = []
     if load is not None:
         data["load_factor"] = load[0]  # this run made this much slower than the baseline by waiting alone
@@ -623,12 +631,22 @@ def _side(outcome: Outcome) -> str:
 _WOULD = {"fail": "FAIL", "pass": "pass", "inconclusive": "be inconclusive"}
 
 
+def _shown(snap: StepTimeSnapshot | _Waited | None) -> tuple[float, str] | None:
+    """A side's wait for the words: the share of its runnable time, and where it also slept or
+    waited for a device, words for the share of its time it was runnable."""
+    if snap is None or snap.runnable_wait is None:
+        return None
+    return snap.runnable_wait, (f" (runnable {snap.runnable:.0%} of its time)" if snap.runnable is not None and snap.runnable < 0.95 else "")
+
+
 def _load_effect(wait: float | None, other_wait: float | None, side: str, other_side: str, timed: str = "steps",
-                 where: str = "", measure: str = "wall") -> tuple[float, str] | None:
+                 where: str = "", measure: str = "wall", shown: tuple[tuple[float, str] | None, tuple[float, str] | None] | None = None) -> tuple[float, str] | None:
     """(factor, words): how much slower `side`'s steps are than `other_side`'s from waiting for a
     CPU alone (a CPU-bound step that waits a share w of its runnable time takes 1 / (1 - w) as
     long: report.figures.metrics.CpuWait), the model's factor, a lower bound (load_range gives
-    what a torch step measured); None when either was not measured or the difference is under 2%. `timed`: what the
+    what a torch step measured); None when either was not measured or the difference is under 2%. The
+    waits are shares of the wall time (a step that also sleeps waited less of it than of its
+    runnable time); `shown`: each side's share of runnable time in words (_shown). `timed`: what the
     figure times ("steps", "compile"); `where`: where the waits were read, when not in those."""
     if wait is None or other_wait is None:
         return None
@@ -638,7 +656,10 @@ def _load_effect(wait: float | None, other_wait: float | None, side: str, other_
     slower, by = (side, factor) if factor > 1 else (other_side, 1 / factor)
     low, high = load_range(by, measure)
     span = f"up to {high:.2f}x slower in CPU time" if measure == "cpu" else f"{low:.2f}-{high:.2f}x slower"
-    return factor, (f"load: {side} waited for a CPU {wait:.0%} of its runnable time, {other_side} {other_wait:.0%}{where}, "
+    (wait, part), (other_wait, other_part) = (wait, ""), (other_wait, "")
+    if shown is not None and shown[0] is not None and shown[1] is not None:
+        (wait, part), (other_wait, other_part) = shown  # the words give the share of runnable time; the factor is of wall time
+    return factor, (f"load: {side} waited for a CPU {wait:.0%} of its runnable time{part}, {other_side} {other_wait:.0%}{other_part}{where}, "
                     f"which alone can make {slower}'s {timed} {span}")
 
 
@@ -1009,7 +1030,7 @@ class CompileTimeRegressionCheck(_TimeCheck):
             # Each side's load is its wait where the compile was measured (before its steady steps),
             # else its steady steps' (a record or baseline without it).
             waits = [_Waited(snap.compile_wait) if snap.compile_wait is not None
-                     else _Waited(snap.step_time.cpu_wait if snap.step_time else None,
+                     else _Waited(snap.step_time.runnable_wait if snap.step_time else None,
                                   "median steady step (its wait stands for its compile's, which was not read)")
                      for snap in (current, previous)]
             read = [snap.compile_wait is not None for snap in (current, previous)]

@@ -21,7 +21,7 @@ from cagtool.record.loader import load_run
 from cagtool.record.schema import CPU_WAIT_FILE
 from cagtool.report.compare.analysis import ABOVE, LOAD_DIFFERED, Speedup, compare_modes, load_note, speedup_verdict
 from cagtool.report.compare.headline import run_headline
-from cagtool.report.figures.metrics import cpu_wait, heavy_load_bound, steady_window
+from cagtool.report.figures.metrics import CpuWait, cpu_wait, heavy_load_bound, steady_window
 
 needs_schedstat = pytest.mark.skipif(not available() or not hasattr(os, "sched_setaffinity"), reason="no per-thread schedstat here")
 SPIN = "import sys\nwhile True:\n    pass\n"
@@ -183,7 +183,8 @@ def test_a_recording_keeps_each_modes_cpu_wait_and_compare_names_a_load_differen
     for name, wait_share in (("eager", 0.0), ("aot", 0.8), ("ca", 0.0)):
         mode = load_run(copy).modes[name]
         start, end = (t + mode.manifest.clock_t0 for t in steady_window(mode))
-        samples = [[start - 1.0 + i * (end - start + 2.0) / 20, i * 0.1 * (1 - wait_share), i * 0.1 * wait_share] for i in range(21)]
+        period = (end - start + 2.0) / 20  # one thread runnable all the time: on a CPU or waiting for one
+        samples = [[start - 1.0 + i * period, i * period * (1 - wait_share), i * period * wait_share] for i in range(21)]
         (copy / name / CPU_WAIT_FILE).write_text(json.dumps({"format": "cagtool.cpu_wait/1", "sample_s": 1e-6, "samples": samples}))
     comparison = compare_modes(load_run(copy))
     assert cpu_wait(load_run(copy).modes["aot"]).fraction == pytest.approx(0.8)
@@ -263,6 +264,42 @@ def test_a_load_that_came_and_went_is_weighed_by_the_steps_it_slowed(tmp_path):
     assert quiet.verdict == "faster"  # by the span's 1.8x it would have read "load differed"
     words = load_note("ca", minority, "aot", majority, majority.slowdown / minority.slowdown)
     assert words.startswith("ca waited for a CPU 0% of its runnable time at its median step (44% over its steps' span), aot 80% at its median step (76% over")
+
+
+def test_a_step_that_sleeps_most_of_its_time_waited_only_in_its_runnable_part(tmp_path):
+    """Steps of 50 ms whose threads were runnable 10 ms of each (5 on a CPU, 5 waiting for one; the
+    rest a sleep: data, a device): the median step waited half its runnable time, a tenth of its
+    wall time, so the wait alone made it 1.11x as long, not 2x; and a heavy load may have made
+    its runnable part 8x as long, the step at most 1.21x (heavy_load_bound), not 8x."""
+    import msgspec
+
+    from cagtool.record.loader import ModeRecord
+    from cagtool.record.manifest import mode_manifest_from_dict
+    from cagtool.record.schema import StepEvent
+
+    manifest = mode_manifest_from_dict({
+        "mode": "aot", "argv": ["train.py"], "target": {"kind": "script", "name": "train.py"}, "cwd": "/", "versions": {},
+        "backend": "eager", "dynamic": False, "started_at": "2026-01-01T00:00:00+00:00", "status": "finished", "exit_code": 0,
+    })
+    walls = [None] + [0.050] * 40
+    events, t = [], 0.0
+    for i, wall in enumerate(walls):
+        t += wall or 0.0
+        events.append(StepEvent(seq=i, t=t, step=i, backward_s=0.001, wall_s=wall, boundary="optimizer"))
+    path = tmp_path / "aot"
+    path.mkdir()
+    readings = [[-1e-3 + i * 0.25, i * 0.25 * 0.1, i * 0.25 * 0.1] for i in range(10)]
+    (path / CPU_WAIT_FILE).write_text(json.dumps({"format": "cagtool.cpu_wait/1", "sample_s": 1e-6, "samples": readings}))
+    wait = cpu_wait(ModeRecord(path=path, manifest=msgspec.structs.replace(manifest, clock_t0=0.0), events=events))
+    assert wait.fraction == pytest.approx(0.5) and wait.runnable == pytest.approx(0.2)
+    assert wait.slowdown == pytest.approx(1 / 0.9) and wait.step_fraction == pytest.approx(0.1) and wait.runnable_fraction == pytest.approx(0.5)
+    bound = heavy_load_bound(wait.runnable_fraction, "wall", wait.runnable)
+    assert bound == pytest.approx(1 / (0.8 + 0.2 / 8))
+    assert heavy_load_bound(wait.runnable_fraction, "cpu", wait.runnable) == pytest.approx(2.0)  # CPU time is all runnable
+    # compare: such a side 5x slower than a quiet one is slower, beyond what the load may have done.
+    assert Speedup("ca", "aot", 0.2, 0.17, 0.23, steady_steps=(40, 40), load_factor=wait.slowdown, heavy_load=(bound, None)).verdict == "slower"
+    words = load_note("ca", wait, "aot", CpuWait(0.0, 1.0, 1.0), 1 / wait.slowdown)
+    assert words.startswith("ca waited for a CPU 50% of its runnable time (runnable 20% of its time), aot 0%"), words
 
 
 def test_a_record_without_readings_reads_as_not_measured(record_run, tmp_path):

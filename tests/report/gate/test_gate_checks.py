@@ -15,6 +15,7 @@ import pytest
 from conftest import ROOT
 
 from cagtool.errors import UnreadableInput, UsageError
+from cagtool.report.figures.metrics import heavy_load_bound
 from cagtool.report.gate.baseline import ModeSnapshot, StepTimeSnapshot, load_baseline
 from cagtool.report.gate.checks import (
     CompileTimeRegressionCheck,
@@ -702,6 +703,35 @@ def test_an_unchanged_job_that_waited_49_percent_against_19_is_not_a_regression(
     assert any("waited for a CPU 49% of its runnable time: beyond 40%" in w for w in loaded.warnings), loaded.warnings
     judged = check.evaluate({"aot": _waiting(snap("aot", median=0.009414, spread=0.05, count=25, seed=2), 0.35)}, base)
     assert judged.outcome is Outcome.FAIL
+
+
+def test_a_step_that_mostly_sleeps_is_bounded_by_the_part_a_load_can_slow(tmp_path):
+    """A step of 5.5 ms: 0.5 ms on a CPU, 0.4 ms waiting for one (45% of its runnable time), the
+    rest asleep (a wait for data or a device, which no load lengthens): runnable 16% of its time.
+    A 5.3x slowdown of such steps, one process a side on wall time, FAILs: the heavy load may have
+    made the runnable part 6x as long, the whole step at most 1.18x, not the 6x a step all on the
+    CPU could take. The same figures as a step all on the CPU: INCONCLUSIVE, as before."""
+    check = StepTimeRegressionCheck(TimeThreshold(10, "%"), "ca")
+    base = {"ca": _waiting(snap(median=0.0011, spread=0.05, count=60), 0.0)}
+    runnable = 0.9 / 5.5
+    loaded = _waiting(snap(median=0.0058, spread=0.05, count=60, seed=3), 0.4 / 5.5)  # the share of its wall time it waited
+    sleepy = replace(loaded, step_time=replace(loaded.step_time, runnable=runnable))
+    assert sleepy.step_time.runnable_wait == pytest.approx(0.4 / 0.9)
+    assert heavy_load_bound(0.4 / 0.9, "wall", runnable) == pytest.approx(1 / ((1 - runnable) + runnable * (1 - 0.4 / 0.9) ** 3))
+    failed = check.evaluate({"ca": sleepy}, base)
+    assert failed.outcome is Outcome.FAIL, failed.message
+    assert any("waited for a CPU 44% of its runnable time (runnable 16% of its time: the load lengthens only that part)" in n
+               and "up to 1.2x on wall time" in n and n.endswith("the outcome holds even so") for n in failed.notes), failed.notes
+    all_on_cpu = check.evaluate({"ca": _waiting(snap(median=0.0058, spread=0.05, count=60, seed=3), 0.4 / 0.9)}, base)
+    assert all_on_cpu.outcome is Outcome.INCONCLUSIVE
+    # The baseline file keeps the runnable share (a step all on the CPU writes none: 1).
+    from cagtool.report.gate.baseline import Baseline, save_baseline
+
+    saved = load_baseline(save_baseline(Baseline(modes={"ca": sleepy}, target={"name": "t.py"}, versions={}), tmp_path / "b.json"))
+    assert saved.modes["ca"].step_time.runnable == pytest.approx(runnable, abs=1e-6)
+    assert check.evaluate({"ca": base["ca"]}, {"ca": saved.modes["ca"]}).data["load_factor"] == pytest.approx(1 - 0.4 / 5.5, abs=1e-6)
+    whole = load_baseline(save_baseline(Baseline(modes=base, target={"name": "t.py"}, versions={}), tmp_path / "c.json"))
+    assert whole.modes["ca"].step_time.runnable is None and "runnable" not in (tmp_path / "c.json").read_text()
 
 
 def test_a_baseline_keeps_the_cpu_wait_of_its_steps(tmp_path):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable
 
 import msgspec
 
-from cagtool.record.loader import ModeRecord, RunRecord, load_run
+from cagtool.record.loader import ModeRecord, RunRecord, load_mode, load_run
 from cagtool.record.schema import (
     BackwardEvent,
     FINDING_CA_CAPTURE_ERROR,
@@ -567,9 +567,14 @@ def _steps_and_seqs(record: ModeRecord, cls: type) -> tuple[list[int], list[int]
 
 
 def _stepped_between_backwards(record: ModeRecord) -> frozenset[int]:
-    """The steps with a backward call after an optimizer's step() in the same step (record order)."""
+    """The steps with a backward call after an optimizer's step() in the same step (record order).
+    A record read without its optimizer steps (the summary's kinds) reads them now: only a second
+    backward call's cause asks, and its advice turns on them."""
+    optimizer_steps = record
+    if record.kind_counts.get(OptimizerStepEvent.kind) and OptimizerStepEvent.kind not in record.columns and not record.of(OptimizerStepEvent):
+        optimizer_steps = load_mode(record.path, kinds={OptimizerStepEvent.kind}, columns=True)
     first_step: dict[int, int] = {}
-    for step, seq in zip(*_steps_and_seqs(record, OptimizerStepEvent)):
+    for step, seq in zip(*_steps_and_seqs(optimizer_steps, OptimizerStepEvent)):
         if step not in first_step or seq < first_step[step]:
             first_step[step] = seq
     if not first_step:

@@ -341,6 +341,11 @@ def test_a_gans_second_backward_after_an_optimizer_step_is_not_told_to_sum_the_l
     fix = " ".join(second["fix"])
     assert "sum the losses and call backward once" not in fix and "Do not sum these losses" in fix
     assert "An optimizer stepped between them in step 0" in " ".join(second["why"])
+    # The summary reads the record without its optimizer steps: its advice is the same.
+    code, out, _ = cli_in_process("summary", str(run.path), env={"COLUMNS": "250"})
+    assert code == 0
+    advice = next(line for line in out.splitlines() if line.startswith("what to do:"))
+    assert "Do not sum these losses" in advice and "sum the losses and call backward once" not in advice, advice
 
 
 @pytest.mark.slow

@@ -1755,6 +1755,12 @@ def _kept_static(name: str, dim: int, expected: int, actual: int) -> str:
             f"{expected} when it became {actual}: {why}. Dynamo then recompiled it.")
 
 
+def _dynamo_made(name: str) -> bool:
+    """A name Dynamo made, not the user (`___stack0`: a value on the stack at a graph break,
+    passed to the frame that resumes after it): no fix can name it."""
+    return name.startswith("___")
+
+
 def _tensor_variable(name: str, code: str) -> str:
     """The tensor of a size guard as the caller names it: a plain local keeps its own name; `args[N]`
     (a compiled module's positional input) is the Nth argument of the call at the user's line
@@ -1929,7 +1935,8 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
             return ["A size of 0 or 1 is specialised even when marked dynamic: set "
                     "torch.fx.experimental._config.backed_size_oblivious = True before the first call, or make the first "
                     f"call with a size other than {size[2]} (one recompile for the batch of {size[2]} otherwise)."]
-        where = f" (dim {size[1]} of the tensor passed as `{size[0]}`)" if size else ""
+        where = f" (dim {size[1]} of the tensor passed as `{size[0]}`)" if size and not _dynamo_made(size[0]) else (
+            f" (dim {size[1]} of the input `{size[0]}` is computed from: a value Dynamo carried across a graph break)" if size else "")
         fixes = [f"Mark the varying dimension dynamic before each call: {MAYBE_MARK_DYNAMIC}{where}; "
                  "dynamic=True alone did not keep it dynamic."]
         if size is not None and size[2] > 1:
@@ -1941,7 +1948,14 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
             # torch 2.13, checked by hand: maybe_mark_dynamic on `mask` alone still recompiles on `mask`
             # when `h * mask` ties its length to a static `tokens`; marked on both, no recompile.
             lead = "To skip even that recompile, mark" if once else "Mark"
-            fixes = [f"{lead} the dimension dynamic before the call: "
+            if _dynamo_made(size[0]):
+                fixes = [f"`{size[0]}` is no variable of yours: it is a value Dynamo carried across a graph break into the frame "
+                         f"that resumes after it. {lead} dim {size[1]} dynamic on the input it is computed from, before the call "
+                         f"({MAYBE_MARK_DYNAMIC}), and the same on every other input whose size the code ties to it; or compile "
+                         "with dynamic=True; or remove the graph break, so that no frame resumes with it."]
+            else:
+                fixes = []
+            fixes = fixes or [f"{lead} the dimension dynamic before the call: "
                      f"torch._dynamo.maybe_mark_dynamic({_tensor_variable(size[0], code)}, {size[1]}), and the same on every other "
                      "input whose size the code ties to it (a batch's tokens and its mask): marked on one alone, a static "
                      "one it meets specialises it again. Or compile with dynamic=True; pad or bucket if it takes many values."]

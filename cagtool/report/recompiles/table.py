@@ -39,7 +39,7 @@ from cagtool.record.schema import (
     StepEvent,
 )
 from cagtool.report.changed_sizes import misses_with_earlier_values, saved_values_changed
-from cagtool.report.recompiles.reads import LimitHit, StepSummary, forward_step, limit_hits, step_summary
+from cagtool.report.recompiles.reads import LimitHit, StepSummary, forward_step, limit_hits, short_file, step_summary
 from cagtool.torch_text import (
     GUARD_GRAD_MODE,
     GuardedValue,
@@ -536,8 +536,23 @@ def _guarded_values(record: ModeRecord, rows: list[RecompileRow]) -> tuple[dict,
                     guarded[(event.compile_id, reached)] = value
             assignment = assigned_at(tree, source)
             if assignment is not None:
-                assignments[(event.compile_id, source)] = assignment
+                assignments[(event.compile_id, source)] = (assignment[0], _whole_place(assignment[1], record))
     return guarded, assignments
+
+
+def _whole_place(place: str, record: ModeRecord) -> str:
+    """`file:line` as torch's guard comment gives it, whose file torch may have cut to its last
+    characters (`mp/hunt9/wlm/model.py` for /tmp/hunt9/wlm/model.py): the file of a compiled frame
+    that ends with it, where one does, as the run shows it; the text as torch wrote it otherwise."""
+    file, _, line = place.rpartition(":")
+    if not file or file.startswith("/"):
+        return place
+    files = {e.co_filename for e in record.of(DynamoCompileEvent) if e.co_filename}
+    found = sorted(f for f in files if f.endswith("/" + file) or f.endswith(file))
+    if not found:
+        return place
+    whole = next((f for f in found if f.endswith("/" + file)), found[0])
+    return f"{short_file(whole, record.manifest.cwd)}:{line}"
 
 
 def _grad_modes(record: ModeRecord, rows: list[RecompileRow]) -> dict[str, bool]:

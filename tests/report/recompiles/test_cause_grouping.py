@@ -5,6 +5,7 @@ recompile); a second backward call in a step is its own graph, not a structure t
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -417,3 +418,21 @@ def test_a_number_a_node_saved_that_shrinks_with_the_last_batch_is_the_last_batc
     assert fix.startswith("If it is the last batch: drop it (DataLoader(..., drop_last=True)")
     code, out, _ = cli_in_process("summary", str(run.path))
     assert code == 0 and "from 1 cause: a number the backward saved changed (8->5: a smaller batch, a DataLoader's last?) at step 5" in out
+
+
+@pytest.mark.slow
+def test_a_resume_frames_stack_value_is_never_named_as_a_variable_to_mark(record_run):
+    """The frame that resumes after a graph break in a called block gets the block's output as
+    `___stack0`, a name Dynamo made: no fix tells the user to call maybe_mark_dynamic on it. The
+    place of the attribute the forward sets on its first call is the script's own file, which
+    torch's guard comment may cut to its last characters."""
+    run, causes = _explained(record_run, "resume_frame_shapes.py")
+    fixes = [f for c in causes for f in c["fix"]]
+    assert not [f for f in fixes if "maybe_mark_dynamic(___stack0" in f], fixes
+    [stack] = [c for c in causes if "___stack0" in " ".join(c["why"])]
+    assert stack["fix"][0].startswith("`___stack0` is no variable of yours: it is a value Dynamo carried across a graph break")
+    why = " ".join(w for c in causes for w in c["why"])
+    place = re.search(r"on its first call \(`self\.mask = mask` at (?P<file>\S+):32\)", why)
+    assert place is not None, why
+    cwd = json.loads((run.path / "ca" / "manifest.json").read_text())["cwd"]
+    assert (Path(cwd) / place["file"]).resolve() == (Path(__file__).parents[2] / "scripts" / "resume_frame_shapes.py").resolve()

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TypeVar
 import msgspec
 from msgspec import Struct, field
 
-from cagtool.errors import UnreadableInput
+from cagtool.errors import UnreadableInput, UsageError
 from cagtool.record.regular_files import open_record_file, read_record_bytes
 from cagtool.record.liveness import read_dead_writer_as_killed, read_vanished_as_killed
 from cagtool.record.manifest import ModeManifest, RunMeta, mode_manifest_from_dict, process_identity, run_meta_from_dict
@@ -27,6 +27,7 @@ from cagtool.record.schema import (
     GRAPHS_DIR,
     MANIFEST_FILE,
     MODE_FORMAT,
+    IMPORTED_MODE,
     MODES,
     PROCS_DIR,
     RUN_FORMAT,
@@ -219,6 +220,8 @@ class RunRecord(Struct):
         if name is not None:
             if name not in self.modes:
                 have = ", ".join(self.modes) or "none"
+                if name not in (*MODES, IMPORTED_MODE):  # no mode cagtool records: the argument is wrong, not the run
+                    raise UsageError(f"--mode: expected one of {', '.join((*MODES, IMPORTED_MODE))}, got {name!r} (run {self.path} has: {have})")
                 raise UnreadableInput(f"run {self.path} has no mode {name!r} (it has: {have})")
             return self.modes[name]
         # Never another mode in place of the one asked for: a ca mode that died before writing

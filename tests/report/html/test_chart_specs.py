@@ -258,3 +258,19 @@ def test_end_of_run_report_imports_neither_pandas_nor_altair(recordings, tmp_pat
     html = (run_dir / "report.html").read_text()
     assert html.count('data-chart="chart-') == 2  # every mode on one timeline, and the compile phases
     assert 'class="code"' in html and '<span class="k">def</span>' in html
+
+
+def test_a_report_whose_own_module_fails_to_import_does_not_blame_vl_convert(recordings, tmp_path):
+    """One of cagtool's own modules not importable (an install changed under a long run): the end
+    of the run says the report was not written and how to retry, not that vl-convert is missing."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(recordings[0], run_dir)
+    code = (
+        "import sys; from pathlib import Path; sys.modules['cagtool.report.html.document'] = None; "
+        "from cagtool.commands.report import report_after_run; "
+        f"print(report_after_run(Path({str(run_dir)!r})))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=str(ROOT))
+    assert proc.returncode == 0 and proc.stdout.strip() == "None", proc.stderr
+    assert "cagtool: report not written: ModuleNotFoundError: " in proc.stderr and "vl-convert" not in proc.stderr, proc.stderr
+    assert f"(retry with: cagtool report {run_dir})" in proc.stderr

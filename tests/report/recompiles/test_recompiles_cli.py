@@ -298,6 +298,10 @@ def test_mode_option(record_run, tmp_path):
     proc = cagtool("recompiles", str(run), "--mode", "ca", "--format", "json")
     assert proc.returncode == 0 and list(json.loads(proc.stdout)["modes"]) == ["ca"]
     assert_one_line_exit_3(cagtool("recompiles", str(run), "--mode", "aot"), "has no mode 'aot'")
+    # No mode cagtool records at all: the argument is wrong (a usage error), not the run.
+    bogus = cagtool("recompiles", str(run), "--mode", "bogus")
+    assert bogus.returncode == 2 and bogus.stderr.strip() == (
+        f"cagtool: error: --mode: expected one of eager, aot, ca, imported, got 'bogus' (run {run} has: ca)"), bogus.stderr
 
 
 def test_run_with_no_mode_records(record_run, tmp_path):

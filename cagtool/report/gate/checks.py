@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Any, Callable, Protocol
 
 from cagtool.errors import UsageError
+from cagtool.record.schema import FIRST_STEP
 from cagtool.report.figures.pooled import ABOVE, BELOW, HEAVY_WAIT, INCONCLUSIVE, MIN_STEADY_STEPS, TOO_FEW_STEPS, common_steps, keeping, speedup_verdict, steady_in_every, steps_words
 from cagtool.report.gate.baseline import ModeSnapshot, StepTimeSnapshot, steady_of
 from cagtool.report.figures.intervals import (
@@ -357,11 +358,24 @@ def on_baseline_steps(current: ModeSnapshot, previous: ModeSnapshot) -> tuple[Mo
     missing = np.setdiff1d(timed, mine).tolist()
     union = np.unique(np.concatenate([np.asarray(p.steps, dtype=np.int64) for p in cur.processes]))
     extra = np.setdiff1d(union, timed).tolist()
+    # Steps the run never reached (it ran fewer steps: `--steps`, an earlier stop) are not steps it compiled in.
+    end = FIRST_STEP + max(current.steps, int(union.max()) + 1 - FIRST_STEP if len(union) else 0)
+    unreached = [step for step in missing if step >= end]
+    missing = [step for step in missing if step < end]
+    if len(unreached) > UNLIKE_STEPS * len(timed):
+        return current, "", (f"this run ran {end - FIRST_STEP} steps and never reached {len(unreached)} of the {len(timed)} steps the baseline "
+                             f"timed ({steps_words(unreached)}): its steady steps are other steps of the script than the baseline's; "
+                             "run as many steps as the baseline did")
+    if unreached:
+        missing_note = f"{len(unreached)} of the baseline's steady steps past this run's last ({steps_words(unreached)})"
+    else:
+        missing_note = ""
     if len(missing) > UNLIKE_STEPS * len(timed):
         return current, "", (f"this run compiled or captured in {len(missing)} of the {len(timed)} steps the baseline timed "
                              f"({steps_words(missing)}): its steady steps are other steps of the script than the baseline's "
                              "(--max-recompiles counts the recompiles)")
     note = f"{len(missing)} of the baseline's steady steps compiled in this run ({steps_words(missing)})" if missing else ""
+    note = "; ".join(n for n in (note, missing_note) if n)
     if not extra:
         return current, note, ""
     kept = tuple(keeping(p, timed) for p in cur.processes)
@@ -894,6 +908,9 @@ class StepTimeRegressionCheck(_TimeCheck):
         lost = left_out_words([("this run", cur.sample), ("the baseline", base.sample)], t.field)
         if lost:
             return unmeasurable(self.name, self.mode, lost, limit, self.source)
+        if min(cur.count, base.count) < MIN_STEADY_STEPS:
+            return unmeasurable(self.name, self.mode, f"only {min(cur.count, base.count)} steady steps (this run {cur.count}, baseline "
+                                f"{base.count}): too few to judge a regression (run at least {MIN_STEADY_STEPS} steady steps)", limit, self.source)
         current, steps_note, unlike = on_baseline_steps(current, previous)
         if unlike:
             return CheckResult(self.name, self.mode, Outcome.INCONCLUSIVE, False, "-", limit,

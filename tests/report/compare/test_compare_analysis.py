@@ -710,6 +710,17 @@ def test_a_run_is_gated_against_its_baseline_on_the_steps_the_baseline_timed(tmp
     back = check.evaluate(run_snapshots(stormy), held.modes)
     assert back.outcome is Outcome.INCONCLUSIVE and not back.failed
     assert "this run compiled or captured in 10 of the 20 steps the baseline timed" in back.message
+    # A run stopped early (`--steps 8`) never reached most of the steps its baseline timed: it did
+    # not compile in them, and its steady steps are the script's first.
+    short = run_record({name: mode_record(name, _phased({n: w for n, w in walls(rep).items() if n < 8}, (0,), rep=rep))
+                        for rep, name in enumerate(("ca", "ca.2", "ca.3"), 1)}, path=str(tmp_path / "short"))
+    cut = check.evaluate(run_snapshots(short), held.modes)
+    assert cut.outcome is Outcome.INCONCLUSIVE and "compiled or captured" not in cut.message, cut.message
+    assert "this run ran 8 steps and never reached 13 of the 20 steps the baseline timed (steps 8, 9" in cut.message
+    # With fewer than 5 steady steps, the check cannot be made: an error, as --help says.
+    tiny = run_record({"ca": mode_record("ca", _phased({n: 0.004 for n in range(1, 5)}, (0,)))}, path=str(tmp_path / "tiny"))
+    few = check.evaluate(run_snapshots(tiny), held.modes)
+    assert few.outcome is Outcome.ERROR and "only 4 steady steps (this run 4, baseline 60): too few to judge a regression" in few.message
 
 
 @pytest.mark.parametrize("ranges", [[[5, 2]], [[0, 10**9]], [[-1, 3]]])

@@ -21,6 +21,7 @@ from cagtool.report.text.markdown import md_text
 from cagtool.report.compare.headline import Headline, change_headline, run_headline
 from cagtool.report.text.safe_text import safe_text
 from cagtool.report.figures.intervals import ratio_text
+from cagtool.report.figures.pooled import MIN_STEADY_STEPS, TOO_FEW_STEPS
 from cagtool.report.compare.analysis import (
     LOSS,
     AnyComparison,
@@ -87,6 +88,8 @@ def status_cell(column: ModeColumn) -> str:
     first = column.failures[0]
     code = f", exit {first.exit_code}" if first.exit_code not in (None, 0) else ""
     extra = f" ({len(column.failures)} of {len(column.records)} runs)" if len(column.records) > 1 else ""
+    if first.not_run:  # the run was stopped before its turn: not a problem cell
+        return f"not run{extra}"
     return f"{first.status.upper()}{code}{extra}"
 
 
@@ -390,6 +393,8 @@ def change_grid(rc: RunComparison) -> Grid:
         s = change.speedup
         if s is not None:
             verdict = f"{ratio(s.ratio)} ({speedup_range(s)}) {s.verdict}"
+            if s.verdict == TOO_FEW_STEPS:  # a ratio of a few steps reads as a verdict, and may run against the medians above
+                verdict = f"not judged: {min(s.steady_steps)} steps steady in both (at least {MIN_STEADY_STEPS})"
             # The rows above are wall time; a speedup judged on CPU time per step says so.
             grid.rows.append(["", "speedup B over A" + (" (CPU time per step)" if s.on_cpu else ""), "", "", verdict])
         if change.numerics:

@@ -736,3 +736,13 @@ def test_a_baseline_with_steady_steps_no_run_gives_is_refused(tmp_path, ranges):
     path.write_text(json.dumps(data))
     with pytest.raises(UnreadableInput, match="steady_steps"):
         load_baseline(path)
+
+
+def test_two_runs_with_too_few_common_steps_show_no_speedup_figure(tmp_path):
+    """compare A B of runs with 4 steady steps: no ratio is shown as the speedup (a ratio of a few
+    steps, steps the two medians above need not share, read as a verdict against them)."""
+    a = run_record({"ca": mode_record("ca", _phased({n: 0.004 for n in range(1, 5)}, (0,)))}, path=str(tmp_path / "a"))
+    b = run_record({"ca": mode_record("ca", _phased({n: 0.002 for n in range(1, 5)}, (0,)))}, path=str(tmp_path / "b"))
+    table = rendered(compare_runs(a, b), "table")
+    row = next(line for line in table.splitlines() if "speedup B over A" in line)
+    assert "not judged: 4 steps steady in both (at least 5)" in row and "2.00x" not in row, row

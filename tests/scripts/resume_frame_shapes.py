@@ -2,21 +2,13 @@
 nn.TransformerEncoder's fast-path check is), sets an attribute on its first call (a mask, as
 pytorch/examples' word_language_model does), and whose last batch is smaller: the frame that
 resumes after the break gets the block's output as `___stack0`, a name Dynamo made, and its size
-guard fails there. Prints torch's counters last."""
+guard fails there. The block is in another file (graph_breaking_block.py), as a library's module
+is. Prints torch's counters last."""
 
 import json
 
 import torch
-
-
-class Block(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = torch.nn.Linear(8, 8)
-
-    def forward(self, x):
-        torch._dynamo.graph_break()
-        return torch.relu(self.lin(x))
+from graph_breaking_block import Block
 
 
 class Model(torch.nn.Module):

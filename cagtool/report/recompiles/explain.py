@@ -439,6 +439,10 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # it continues, at the break's line), and torch's message for that break.
         "resume": resume,
         "break_reason": table.break_reasons.get((resume.file, resume.line), "") if resume is not None else "",
+        # Where torch's message names no break at the resume line, the one break inside a call the
+        # function made (file, line, message): the line that broke, in the called code.
+        "break_inside": table.nested_breaks.get((resume.file, resume.function or "")) if resume is not None
+        and (resume.file, resume.line) not in table.break_reasons else None,
         # Per recompile, what the Python value a `== v` / `is None` guard is on was and became.
         "value_changes": _value_changes(table, cause),
         # The user's line that called the recompiled code, where a value passed to it is changed.
@@ -1587,10 +1591,14 @@ def _library_path(path: str, cwd: str) -> str:
 
 
 def _resume_words(facts: dict[str, Any], cwd: str) -> tuple[str, str]:
-    """(where the graph break is, the break in torch's words) of a resume frame's cause."""
+    """(where the graph break is, the break in torch's words) of a resume frame's cause: the call at
+    the resume line, and where the break is inside the called code, that line too."""
     resume = facts["resume"]
     at = f"{_library_path(resume.file, cwd)}:{resume.line}"
-    words = graph_break_words(facts.get("break_reason") or "")
+    inside = facts.get("break_inside")
+    if inside is not None:
+        at = f"{at} (inside the call there, at {_library_path(inside[0], cwd)}:{inside[1]})"
+    words = graph_break_words(facts.get("break_reason") or (inside[2] if inside is not None else ""))
     return at, words.headline.rstrip(". ")
 
 

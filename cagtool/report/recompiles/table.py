@@ -165,6 +165,11 @@ class RecompileTable:
     capture_errors: dict[int, FindingEvent] = field(default_factory=dict)
     # torch's first message of the graph break at each (file, line): what a resume frame follows.
     break_reasons: dict[tuple[str, int], str] = field(default_factory=dict)
+    # The graph breaks inside a call a function made, by the function whose compile broke (its
+    # file, its name): (file, line, torch's message) where its compiles broke at one such place
+    # only (`self.encoder(src)` breaking in nn.TransformerEncoder's code): the break a resume frame
+    # of that function follows, where torch's message names the inner line, not the call's.
+    nested_breaks: dict[tuple[str, str], tuple[str, int, str]] = field(default_factory=dict)
     # What each compile's guard tree holds on a Python value a failed guard is on (and on the
     # objects it is reached through): (compile id, source as the reason prints it) -> its type and
     # constant; and where the compiled code assigns that value, (compile id, source) -> (code, place).
@@ -597,6 +602,26 @@ def _stepped_between_backwards(record: ModeRecord) -> frozenset[int]:
     return frozenset(step for step, seq in zip(*_steps_and_seqs(record, BackwardEvent)) if step in first_step and seq > first_step[step])
 
 
+def _nested_breaks(breaks: list[GraphBreakEvent], compile_events: list[DynamoCompileEvent]) -> dict[tuple[str, str], tuple[str, int, str]]:
+    """RecompileTable.nested_breaks: each graph break in another file than the compiled function's,
+    by that function (a resume function counts as the one it continues)."""
+    frames: dict[str, tuple[str, str]] = {}
+    for event in compile_events:
+        if event.co_filename and event.co_name and not event.is_ca_graph:
+            resumed = resume_function(event.co_name)
+            frames[event.compile_id] = (event.co_filename, resumed[0] if resumed else event.co_name)
+    found: dict[tuple[str, str], set[tuple[str, int, str]]] = {}
+    for event in breaks:
+        frame = frames.get(event.compile_id)
+        if frame is not None and event.file != frame[0]:
+            found.setdefault(frame, set()).add((event.file, event.line or 0, event.reason))
+    one: dict[tuple[str, str], tuple[str, int, str]] = {}
+    for frame, sites in found.items():
+        if len({(file, line) for file, line, _ in sites}) == 1:
+            one[frame] = min(sites)
+    return one
+
+
 def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> RecompileTable:
     """The recompiles of one mode record, in the order they happened. `steps` is given when the
     record was read without its step events (recompiles_load); otherwise it is counted here."""
@@ -606,12 +631,14 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
     compile_events: list[DynamoCompileEvent] = []
     branches: list[SourceRef] = []
     break_reasons: dict[tuple[str, int], str] = {}
+    breaks: list[GraphBreakEvent] = []
     failed: set[int] = set()
     errors: dict[int, FindingEvent] = {}
     for event in record.events:  # one pass: records can hold 100,000 events
         if isinstance(event, GraphBreakEvent):
             if event.file and event.line:
                 break_reasons.setdefault((event.file, event.line), event.reason)
+                breaks.append(event)
             # A substring test, not the parse of every message: records can hold 1,000s of breaks.
             if event.file and event.line and DATA_DEPENDENT_BRANCH in event.reason:
                 site = SourceRef(file=event.file, line=event.line, code=event.code, how="branch")
@@ -669,6 +696,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         wrapper_callers=callers,
         wrapper_modules=_wrapper_modules(record, callers),
         break_reasons=break_reasons,
+        nested_breaks=_nested_breaks(breaks, compile_events),
         guarded=guarded,
         assignments=assignments,
         grad_modes=_grad_modes(record, rows),

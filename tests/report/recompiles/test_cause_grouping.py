@@ -423,8 +423,8 @@ def test_a_number_a_node_saved_that_shrinks_with_the_last_batch_is_the_last_batc
 @pytest.mark.slow
 def test_a_resume_frames_stack_value_is_never_named_as_a_variable_to_mark(record_run):
     """The frame that resumes after a graph break in a called block gets the block's output as
-    `___stack0`, a name Dynamo made: no fix tells the user to call maybe_mark_dynamic on it. The
-    place of the attribute the forward sets on its first call is the script's own file, which
+    `___stack0`, a name Dynamo made: no fix tells the user to call maybe_mark_dynamic on it, and
+    the break is named where it is, inside the called block's file. The place of the attribute the forward sets on its first call is the script's own file, which
     torch's guard comment may cut to its last characters."""
     run, causes = _explained(record_run, "resume_frame_shapes.py")
     fixes = [f for c in causes for f in c["fix"]]
@@ -432,7 +432,10 @@ def test_a_resume_frames_stack_value_is_never_named_as_a_variable_to_mark(record
     [stack] = [c for c in causes if "___stack0" in " ".join(c["why"])]
     assert stack["fix"][0].startswith("`___stack0` is no variable of yours: it is a value Dynamo carried across a graph break")
     why = " ".join(w for c in causes for w in c["why"])
-    place = re.search(r"on its first call \(`self\.mask = mask` at (?P<file>\S+):32\)", why)
+    place = re.search(r"on its first call \(`self\.mask = mask` at (?P<file>\S+):24\)", why)
     assert place is not None, why
     cwd = json.loads((run.path / "ca" / "manifest.json").read_text())["cwd"]
     assert (Path(cwd) / place["file"]).resolve() == (Path(__file__).parents[2] / "scripts" / "resume_frame_shapes.py").resolve()
+    # The break that made the resume frame is inside the called block, in its own file: named there.
+    broke = next(f for f in stack["fix"] if f.startswith("The graph break that made the resume frame is at "))
+    assert re.search(r"at \S*resume_frame_shapes\.py:25 \(inside the call there, at \S*graph_breaking_block\.py:13\): ", broke), broke

@@ -1324,7 +1324,12 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     if stability:
         why.append(stability)
     fix = []
-    if shorter:
+    if shorter and facts.get("stabilised") and facts.get("quiet_steps_after", 0) > 1 and not facts["dynamo_recompiles"]:
+        # Both readings stand (the why above): the fix says what to do in each.
+        fix.append(f"{LAST_BATCH_FIX} Or, if the sizes changed for good at step {facts['last_recompile_step']} (a phase of other "
+                   "shapes: the next layer trained in turn, another sequence length from then on): nothing to fix, the one "
+                   "recompile is all it costs.")
+    elif shorter:
         fix.append(LAST_BATCH_FIX)
     if facts["repeated"] and not facts.get("stabilised"):
         fix.append("Shapes keep changing in new ways: pad or bucket inputs to a few fixed sizes.")

@@ -326,6 +326,9 @@ def test_a_size_change_that_stays_is_told_as_maybe_the_next_layers_phase(record_
     assert "Every size that changed got smaller, once" in why
     assert "Or, with 11 steps after it and no recompile, the sizes changed for good at step 12" in why
     assert "the next layer trained in turn" in why
+    # The fix says what to do under each reading, not only that the last batch is to be dropped.
+    assert cause["fix"][0].startswith("If it is the last batch: drop it") and (
+        "Or, if the sizes changed for good at step 12 (a phase of other shapes: the next layer trained in turn" in cause["fix"][0]), cause["fix"]
 
 
 @pytest.mark.slow

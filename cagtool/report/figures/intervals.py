@@ -369,6 +369,9 @@ class RatioInterval:
     # then counts the processes that agree, and [low, high] is theirs stretched to what each
     # set-apart process reads (ratio_interval).
     outliers: tuple[Outlier, ...] = ()
+    # What `noise` is of the few processes' own spread (t intervals: their sd taken at its 75 % upper
+    # bound, _sd_upper_factor); 1 where it is the spread itself.
+    noise_factor: float = 1.0
 
     @property
     def stretched(self) -> bool:
@@ -391,6 +394,13 @@ class RatioInterval:
         relative figure (0.12: +/-12%)."""
         pair = self.noise if self.paired else self.noise * math.sqrt(2.0)
         return math.expm1(NormalDist().inv_cdf(0.95) * pair)
+
+    @property
+    def seen_spread(self) -> float:
+        """`spread` as the processes themselves showed it (before a t interval takes their noise at
+        its upper bound): what `baseline save` reports of the same processes."""
+        pair = self.noise if self.paired else self.noise * math.sqrt(2.0)
+        return math.expm1(NormalDist().inv_cdf(0.95) * pair / self.noise_factor)
 
     def processes_needed(self, distance: float) -> int | None:
         """Processes a side (blocks, when paired) for an interval of this noise to clear a bound
@@ -604,7 +614,8 @@ def _independent(la: Sequence[float], lb: Sequence[float], measure: str, confide
         # A few processes' spread is itself noisy, and their figures are heavier-tailed than a
         # log-normal: 5 processes a side gave 4 false fails in 60 at the bare estimate
         # (benchmarks/README.md). The noise is taken at its 75% upper bound (chi-square).
-        sd *= _sd_upper_factor(df, 0.75)
+        factor = _sd_upper_factor(df, 0.75)
+        sd *= factor
         t = t_quantile(1.0 - (1.0 - confidence) / 2.0, df)
         method = "t"
     else:
@@ -620,7 +631,7 @@ def _independent(la: Sequence[float], lb: Sequence[float], measure: str, confide
         half = z * sd * scale
         return RatioInterval(math.exp(d), math.exp(d - half), math.exp(d + half), counts, measure, "assumed", sd, df, confidence, seen=larger, in_blocks=paired)
     half = t * sd * scale
-    return RatioInterval(math.exp(d), math.exp(d - half), math.exp(d + half), counts, measure, method, sd, df, confidence)
+    return RatioInterval(math.exp(d), math.exp(d - half), math.exp(d + half), counts, measure, method, sd, df, confidence, noise_factor=factor)
 
 
 def method_words(interval: RatioInterval) -> str:
@@ -658,7 +669,8 @@ def _method_words(interval: RatioInterval) -> str:
     if interval.method == "rank":
         return f"{what}, {a} vs {b} processes (rank interval; run-to-run noise {spread_text(interval.spread)} A/A)"
     if interval.method == "t":
-        return f"{what}, {a} vs {b} processes, run-to-run noise measured ({spread_text(interval.spread)} A/A)"
+        return (f"{what}, {a} vs {b} processes, run-to-run noise measured ({spread_text(interval.seen_spread)} A/A, taken at "
+                f"{spread_text(interval.spread)}: the most it may be, measured on so few processes)")
     if interval.seen:
         return (f"{what}, {a} vs {b} processes: too few to measure the run-to-run noise, and they already differ by "
                 f"{spread_text(interval.spread)} (A/A)")

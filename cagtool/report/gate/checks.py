@@ -853,6 +853,11 @@ def _machine_too_noisy(interval: RatioInterval, allowed: float) -> str:
     if interval.spread <= allowed - 1.0:
         return ""
     what = "measured" if interval.measured else "assumed (not measured)"
+    if interval.noise_factor > 1.0:  # a t interval: the few processes' spread, taken at its upper bound
+        return (f"this machine's run-to-run noise, measured +/-{100 * min(interval.seen_spread, 1.0):.0f}% between two processes (A/A) "
+                f"and taken at up to +/-{100 * min(interval.spread, 1.0):.0f}% (the most it may be, measured on so few processes), is "
+                f"wider than the +{100 * (allowed - 1.0):g}% threshold: gate on a quieter runner, with more processes a side, "
+                "or with a wider threshold")
     return (f"this machine's run-to-run noise, {what}, is +/-{100 * min(interval.spread, 1.0):.0f}% between two processes (A/A), "
             f"wider than the +{100 * (allowed - 1.0):g}% threshold: gate on a quieter runner, with more processes a side, "
             "or with a wider threshold")

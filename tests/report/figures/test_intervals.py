@@ -260,3 +260,22 @@ def test_an_odd_block_of_fewer_than_five_is_set_apart_and_the_others_stretched_t
     # the others', and nothing is set apart.
     both = ratio_interval(sample([1.0, 1.0, 37.0], blocks=[1, 2, 3]), sample([1.0, 1.0, 37.0], blocks=[1, 2, 3]), "median", paired=True)
     assert not both.outliers
+
+
+def test_a_t_intervals_words_give_the_noise_the_processes_showed_and_what_it_was_taken_at():
+    """One run against a baseline of five: `baseline save` reports the five processes' spread
+    ("26% apart 90% of the time"), and the gate's interval takes it at its 75 % upper bound (few
+    processes); the gate's words give both, the first as `baseline save` gave it."""
+    from cagtool.report.gate.baseline import ModeSnapshot, StepTimeSnapshot, suggested_threshold
+
+    base = sample([0.0100, 0.0112, 0.0095, 0.0121, 0.0104])
+    r = ratio_interval(sample([0.0105]), base, "median")
+    assert r.method == "t" and r.noise_factor > 1.0
+    logs = [math.log(v) for v in (0.0100, 0.0112, 0.0095, 0.0121, 0.0104)]
+    mean = sum(logs) / 5
+    apart = math.expm1(1.645 * math.sqrt(sum((x - mean) ** 2 for x in logs) / 4) * math.sqrt(2))
+    assert r.seen_spread == pytest.approx(apart, rel=1e-3) and r.spread > r.seen_spread
+    words = method_words(r)
+    assert f"run-to-run noise measured ({spread_text(r.seen_spread)} A/A, taken at {spread_text(r.spread)}: the most it may be" in words
+    snap = ModeSnapshot("ca", "finished", 5, 1, 1, 0, 0, 0, 0, 0, 1.0, StepTimeSnapshot(5, 0.0104, 0.0095, 0.0121, 0.0106, base), 0, 5, "")
+    assert f"{100 * apart:.0f}% apart 90% of the time (A/A)" in suggested_threshold(snap)[1]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from rich.cells import cell_len
@@ -21,7 +22,7 @@ from cagtool.report.text.console import is_unbounded
 from cagtool.report.text.safe_text import is_safe
 
 from cagtool.report.graphs.diff import CHANGED, EQUAL, INSERTED, REMOVED, NodeDiff
-from cagtool.report.graphs.runs import GraphComparison, GraphSide
+from cagtool.report.graphs.runs import BY_CAPTURE_ORDER, GraphComparison, GraphSide, backward_call
 from cagtool.report.graphs.normalize import NormNode
 
 JSON_FORMAT = "cagtool-graph-diff"
@@ -104,7 +105,18 @@ def header_lines(comparison: GraphComparison) -> list[Text]:
     if new.recompile:
         what = f"{new.compile_id} is a first capture" if new.first_capture else f"recompile that produced {new.compile_id}"
         lines.append(Text(f"{what}: {new.recompile}", style="bold"))
+    if comparison.paired_by == BY_CAPTURE_ORDER:
+        lines.append(Text(unpaired_line(comparison)))
     return lines
+
+
+def unpaired_line(comparison: GraphComparison) -> str:
+    """Why a graph is shown against the one captured before it rather than one it replaced."""
+    call = backward_call(comparison.new.miss)
+    new, old = comparison.new.compile_id, comparison.old.compile_id
+    if call is not None:
+        return f"{new} replaced no earlier graph of its backward call ({Path(call.file).name}:{call.line}): shown against {old}, the graph captured before it"
+    return f"the record ties {new} to no earlier graph: shown against {old}, the graph captured before it"
 
 
 def _listed(sign: str, nodes: list[str], most: int = 6) -> list[str]:
@@ -371,6 +383,7 @@ def comparison_json(comparison: GraphComparison) -> dict[str, Any]:
         "old": _side_json(comparison.old, s.old_nodes),
         "new": _side_json(comparison.new, s.new_nodes),
         "identical": comparison.identical,
+        "paired_by": comparison.paired_by,
         "summary": asdict(s),
         "changes": [
             {

@@ -1,15 +1,15 @@
 """Which graphs `diff-graphs` compares, read from run records, and the recompile behind each one.
 
 A graph is named by (run, mode, ca_id). Within a run, with no ids given, every graph is compared
-with the one it replaced: the graph captured just before it, i.e. the graph the previous step ran
-with until the cache miss that produced this one. The miss event says why (a new autograd node,
-changed shapes) and where (step, user line); that becomes the header of the comparison.
+with the one it replaced: the graph its backward call ran with until the cache miss that produced
+it (`replaced_by`). The miss event says why (a new autograd node, changed shapes) and where (step,
+user line); that becomes the header of the comparison.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cagtool.errors import UnreadableInput
@@ -51,11 +51,18 @@ class GraphSide:
         return self.miss is not None and is_first_capture(self.miss)
 
 
+# How the graph a graph replaced was found (ReplacedPair.by).
+BY_BACKWARD_CALL = "backward_call"  # the latest earlier graph of the same backward call
+BY_AUTOGRAD_NODES = "autograd_nodes"  # a shape change: the latest earlier graph of the same autograd nodes
+BY_CAPTURE_ORDER = "capture_order"  # nothing in the record ties it to an earlier graph: the one captured before it
+
+
 @dataclass(frozen=True)
 class GraphComparison:
     old: GraphSide
     new: GraphSide
     diff: GraphDiff
+    paired_by: str | None = None  # BY_*: how `old` was chosen when no ids were given; None: given
 
     @property
     def identical(self) -> bool:
@@ -183,12 +190,82 @@ def compare(old_run: RunRecord, old_id: int, new_run: RunRecord, new_id: int, mo
     return GraphComparison(_side(old_run, old_mode, old_id), _side(new_run, new_mode, new_id), diff)
 
 
-def replaced_pairs(run: RunRecord, mode_name: str | None = None) -> list[tuple[int, int]]:
-    """(old, new) for every graph after the first: each against the graph captured before it."""
-    ids = graph_ids(_mode_with_graphs(run, mode_name))
-    return list(zip(ids, ids[1:]))
+@dataclass(frozen=True)
+class ReplacedPair:
+    old: int
+    new: int
+    by: str  # BY_*
+
+
+def backward_call(miss: CacheMissEvent | None) -> SourceRef | None:
+    """The user line whose backward call captured the graph a miss produced."""
+    if miss is None:
+        return None
+    if miss.backward_call is not None:
+        return miss.backward_call
+    return miss.source if miss.source is not None and miss.source.how == "backward_call" else None
+
+
+def _autograd_nodes(graph: CAGraphEvent | None) -> tuple[tuple[int, str], ...] | None:
+    """The graph's autograd nodes with their NodeCalls; None when the capture could not map them."""
+    if graph is None or not graph.autograd_nodes:
+        return None
+    return tuple((ref.node_call, ref.name) for ref in graph.autograd_nodes)
+
+
+def replaced_by(ids: list[int], graphs: dict[int, CAGraphEvent], misses: dict[int, CacheMissEvent]) -> list[ReplacedPair]:
+    """For every graph after the first, the graph it replaced: the latest earlier graph of its
+    backward call, for a shape change the latest of that call with the same autograd nodes.
+
+    Compiled autograd keeps one graph per cache entry, and an entry is more than the autograd
+    nodes: the keys of their inputs count too, so two calls of one model's backward (dcgan's
+    errD_real and errD_fake: the second accumulates into .grad the first wrote) are two entries of
+    the same nodes. The record keeps no keys; the backward call (the user's line) tells those
+    entries apart, and a GAN's discriminator and generator as well. Where no graph of its call has
+    a shape change's nodes (the call unrecorded: an imported log), the latest earlier graph of
+    those nodes is the entry it replaced. A graph tied to none, the first of its call or one whose
+    miss is lost, is paired with the graph captured just before it, and says so (BY_CAPTURE_ORDER)."""
+    last_of_call: dict[tuple[str, int], int] = {}
+    last_of_call_nodes: dict[tuple[tuple[str, int], tuple[tuple[int, str], ...]], int] = {}
+    last_of_nodes: dict[tuple[tuple[int, str], ...], int] = {}
+    pairs: list[ReplacedPair] = []
+    for position, ca_id in enumerate(ids):
+        miss = misses.get(ca_id)
+        call = backward_call(miss)
+        where = (call.file, call.line) if call is not None else None
+        nodes = _autograd_nodes(graphs.get(ca_id))
+        shapes = miss is not None and miss.miss_kind == MISS_CHANGED_SHAPES
+        if position:
+            found: tuple[int, str] | None = None
+            if shapes and where is not None and nodes is not None and (where, nodes) in last_of_call_nodes:
+                found = last_of_call_nodes[(where, nodes)], BY_BACKWARD_CALL
+            elif shapes and nodes is not None and nodes in last_of_nodes:
+                found = last_of_nodes[nodes], BY_AUTOGRAD_NODES
+            elif where is not None and where in last_of_call:
+                found = last_of_call[where], BY_BACKWARD_CALL
+            old, by = found if found is not None else (ids[position - 1], BY_CAPTURE_ORDER)
+            pairs.append(ReplacedPair(old, ca_id, by))
+        if where is not None:
+            last_of_call[where] = ca_id
+            if nodes is not None:
+                last_of_call_nodes[(where, nodes)] = ca_id
+        if nodes is not None:
+            last_of_nodes[nodes] = ca_id
+    return pairs
+
+
+def replaced_pairs(run: RunRecord, mode_name: str | None = None) -> list[ReplacedPair]:
+    """Every graph after the first with the graph it replaced (`replaced_by`), in capture order."""
+    mode = _mode_with_graphs(run, mode_name)
+    graphs: dict[int, CAGraphEvent] = {}
+    for graph in mode.of(CAGraphEvent):
+        graphs.setdefault(graph.ca_id, graph)
+    misses: dict[int, CacheMissEvent] = {}
+    for miss in mode.of(CacheMissEvent):
+        misses.setdefault(miss.ca_id, miss)
+    return replaced_by(graph_ids(mode), graphs, misses)
 
 
 def compare_replaced(run: RunRecord, mode_name: str | None = None) -> list[GraphComparison]:
-    return [compare(run, old, run, new, mode_name) for old, new in replaced_pairs(run, mode_name)]
+    return [replace(compare(run, pair.old, run, pair.new, mode_name), paired_by=pair.by) for pair in replaced_pairs(run, mode_name)]
 

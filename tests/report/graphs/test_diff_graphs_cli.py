@@ -48,6 +48,16 @@ def hook_added(record_run) -> Path:
     return run.path
 
 
+@pytest.fixture(scope="module")
+def gan_last_batch(record_run) -> Path:
+    """tests/scripts/gan_last_batch.py: a GAN's three backward calls a step (dcgan's errD_real,
+    errD_fake, errG), each a graph at step 0 (!0, !1, !2), each recaptured with dynamic sizes at
+    the last, smaller batch (!3, !4, !5)."""
+    run = record_run("../tests/scripts/gan_last_batch.py")
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.path
+
+
 def test_op_loop_graphs_differ_by_the_one_autograd_node(op_loop):
     code, doc = diff_json(str(op_loop), "1", "2")
     assert code == 1
@@ -66,8 +76,57 @@ def test_no_ids_compares_each_graph_with_the_one_it_replaced(op_loop):
     assert code == 1
     pairs = [(c["old"]["ca_id"], c["new"]["ca_id"]) for c in doc["comparisons"]]
     assert pairs == [(0, 1), (1, 2), (2, 3)]
+    assert [c["paired_by"] for c in doc["comparisons"]] == ["backward_call"] * 3  # one backward call, its graph swapped each step
     added = [c["summary"]["autograd_nodes_added"] for c in doc["comparisons"]]
     assert added == [["SubBackward0 (NodeCall 2)"], ["MulBackward0 (NodeCall 2)"], ["DivBackward0 (NodeCall 2)"]]
+
+
+def test_each_of_a_gans_graphs_is_compared_with_the_one_its_backward_call_replaced(gan_last_batch):
+    """At the last batch each call's graph is recaptured with dynamic sizes: !3 replaces !0, !4
+    replaces !1 (the same autograd nodes as !0 and !3: only its call tells it apart), !5 replaces
+    !2. Against those the diff is the sizes that became symbolic and nothing else; against the
+    graph captured just before (!2 -> !3, the generator's against the discriminator's) it was a
+    hundred unrelated nodes."""
+    code, doc = diff_json(str(gan_last_batch))
+    assert code == 1
+    comparisons = doc["comparisons"]
+    assert [(c["old"]["ca_id"], c["new"]["ca_id"]) for c in comparisons] == [(0, 1), (1, 2), (0, 3), (1, 4), (2, 5)]
+    assert [c["paired_by"] for c in comparisons] == ["capture_order", "capture_order", "backward_call", "backward_call", "backward_call"]
+    for c in comparisons[2:]:
+        s = c["summary"]
+        assert c["new"]["miss_kind"] == "changed_shapes"
+        assert s["removed"] == 0 and not s["autograd_nodes_added"] and not s["autograd_nodes_removed"], c["new"]["compile_id"]
+        assert s["became_symbolic"] and all(b["old"] == "8" and b["new"].startswith("sizes[") for b in s["became_symbolic"])
+    proc = diff(str(gan_last_batch), "-f", "stat")
+    lines = proc.stdout.splitlines()
+    assert "!1 replaced no earlier graph of its backward call (gan_last_batch.py:21): shown against !0, the graph captured before it" in lines
+    assert "!2 replaced no earlier graph of its backward call (gan_last_batch.py:24): shown against !1, the graph captured before it" in lines
+    assert sum("the graph captured before it" in line for line in lines) == 2
+    headers = [line.split()[1] for line in lines if line.startswith(("--- !", "+++ !"))]
+    assert headers == ["!0", "!1", "!1", "!2", "!0", "!3", "!1", "!4", "!2", "!5"]
+    code, doc = diff_json(str(gan_last_batch), "2", "3")  # two ids given: those two, paired by nobody
+    assert doc["comparisons"][0]["paired_by"] is None
+
+
+def test_without_backward_calls_a_shape_change_is_tied_by_its_autograd_nodes_and_the_rest_by_capture_order(gan_last_batch, tmp_path):
+    """A record whose misses name no backward call (an imported log's): a shape change is paired
+    with the latest earlier graph of the same autograd nodes (the generator's !5 with !2); a graph
+    that nothing ties to an earlier one is shown against the graph captured before it, and says so."""
+    run = tmp_path / "no_calls"
+    shutil.copytree(gan_last_batch, run)
+    events = run / "ca" / "events.jsonl"
+    forged = []
+    for line in events.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("kind") == "ca_cache_miss":
+            event["source"] = event["backward_call"] = None
+        forged.append(json.dumps(event))
+    events.write_text("".join(line + "\n" for line in forged))
+    code, doc = diff_json(str(run))
+    by = {c["new"]["ca_id"]: (c["old"]["ca_id"], c["paired_by"]) for c in doc["comparisons"]}
+    assert by[1] == (0, "capture_order") and by[2] == (1, "capture_order") and by[5] == (2, "autograd_nodes")
+    lines = diff(str(run), "-f", "stat").stdout.splitlines()
+    assert "the record ties !1 to no earlier graph: shown against !0, the graph captured before it" in lines
 
 
 def test_shape_loop_sizes_become_symbolic(shape_loop):

@@ -30,6 +30,7 @@ from cagtool.record.schema import (
     SourceRef,
 )
 from cagtool.report.changed_sizes import misses_with_earlier_values
+from cagtool.report.figures.pooled import not_run, run_ended_words
 from cagtool.report.figures.metrics import (
     RECAPTURED_AFTER_FAILURE,
     ModeMetrics,
@@ -399,6 +400,8 @@ def summary_json(run: RunRecord, rank: int | None = None) -> dict[str, Any]:
         "argv": run.meta.target_argv,
         "versions": run.meta.versions,
         "exit_code": run.meta.exit_code,
+        "status": run.meta.status,  # the run's: "interrupted" when it was stopped, whatever its modes' records say
+        "not_run": not_run(run),  # the modes a stopped run never started
         "mode": main,
         "mode_recorded": main in modes,
         **{k: body.get(k) for k in ("ca_graphs", "cache_misses", "unique_graphs", "graph_breaks", "dynamo_recompiles", "steps")},
@@ -568,11 +571,21 @@ def render_summary(console: Console, run: RunRecord, modes: list[str] | None = N
     cut = cut_words(meta.truncated, "run.json")
     if cut:
         console.print(Text.assemble(("note:", "yellow"), f" {cut}"), markup=False, overflow="fold")
+    ended, never = run_ended_words(run), not_run(run)
+    if ended is not None:
+        # Its modes' own records may all say "finished" (a script that caught Ctrl-C and exited 0):
+        # only run.json holds that the run was stopped, and which modes it never started.
+        code = f" (exit code {meta.exit_code})" if meta.exit_code is not None else ""
+        left = f" before mode{'s' if len(never) > 1 else ''} {', '.join(never)} ran" if never else ""
+        console.print(Text.assemble(("note:", "yellow"), f" {ended}{code}{left}"))
     for name in modes or list(run.modes):
         render_mode(console, run.modes[name], label=f"{name}, rank {rank}" if rank is not None else None)
     missing = [m for m in meta.modes if m not in run.modes]
     for name in missing:
-        console.print(Text.assemble((f"mode {name}", "bold"), ": no record (the process did not start or was killed)"))
+        if name in never:
+            console.print(Text.assemble((f"mode {name}", "bold"), f": not run: {ended}"))
+        else:
+            console.print(Text.assemble((f"mode {name}", "bold"), ": no record (the process did not start or was killed)"))
 
 
 def next_steps(run_path: str) -> list[str]:

@@ -242,6 +242,10 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
         if column is None:
             return Speedup(mode_label, baseline_label, None, None, None, note=f"{label} was not run")
         if column.step_time.median_s is None:
+            never = [f for f in column.failures if f.not_run]
+            if column.metrics is None and never and len(never) == len(column.failures):
+                # Stopped before its turn: not run, never "failed".
+                return Speedup(mode_label, baseline_label, None, None, None, note=f"{label}: not run: {never[0].reason}")
             why = "it failed before a steady step" if not column.ok else "no steady-state steps (all were compiling, or fewer than 2 steps)"
             return Speedup(mode_label, baseline_label, None, None, None, note=f"{label}: {why}")
     assert mode is not None and baseline is not None

@@ -109,7 +109,7 @@ def _mode_json(column: ModeColumn, numerics: Numerics) -> dict[str, Any]:
         "fraction": round(wait.fraction, 4), "wait_s": round(wait.wait_s, 3), "run_s": round(wait.run_s, 3), "window_s": round(wait.window_s, 3),
     }
     data["failures"] = [
-        {"record": f.record, "status": f.status, "exit_code": f.exit_code, "reason": f.reason} for f in column.failures
+        {"record": f.record, "status": f.status, "exit_code": f.exit_code, "reason": f.reason, "not_run": f.not_run} for f in column.failures
     ]
     return data
 

@@ -301,7 +301,9 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
     failed = [f.describe() for f in comparison.failures]
     if failed:
         phrases.append(f"mode {failed[0]}" + (f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""))
-        tones.append(BAD)
+        # A mode the stopped run never started is no bad news about the job: said, not coloured.
+        if not all(f.not_run for f in comparison.failures):
+            tones.append(BAD)
     # What replicates first (counts, compile time, first step, memory), then the time verdict.
     recompiles = _recompile_phrase(comparison, verified, explanation)
     if recompiles:

@@ -13,6 +13,8 @@ from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import (
     STATUS_FINISHED,
+    STATUS_INTERRUPTED,
+    STATUS_KILLED,
     STATUS_RUNNING,
 )
 from cagtool.report.figures.intervals import ProcessSteps, TimingSample, timing_sample
@@ -49,6 +51,27 @@ HEAVY_WAIT = 0.4
 
 STATUS_MISSING = "missing"  # listed in run.json but no manifest was written (the process died early)
 
+# How a run that ended before all its modes ran ended (run.json's status), as the reason a mode
+# it never started gives.
+_ENDED_EARLY_WORDS = {STATUS_INTERRUPTED: "the run was interrupted", STATUS_KILLED: "cagtool's process was killed"}
+
+
+def run_ended_words(run: RunRecord) -> str | None:
+    """How the run ended early, in words ("the run was interrupted": Ctrl-C, SIGTERM or SIGHUP; or
+    its cagtool process was killed), as run.json says; None when it ended normally or still runs."""
+    return _ENDED_EARLY_WORDS.get(run.meta.status)
+
+
+def not_run(run: RunRecord) -> list[str]:
+    """The modes (repetitions: `ca.2`) run.json lists that a stopped run never started. The
+    parent notes a mode's exit code as soon as its process ends, and a process started ahead whose
+    turn never came is removed unrecorded: no record and no exit code is a mode that never ran,
+    not one that died (a mode of a run that ended normally with neither stays `missing`)."""
+    if run_ended_words(run) is None:
+        return []
+    codes = run.meta.mode_exit_codes or {}
+    return [name for name in run.meta.modes if name not in run.modes and name not in codes]
+
 
 def base_mode(record_name: str) -> str:
     """`ca.2` -> `ca`: repetitions are stored as `<mode>.<n>` directories."""
@@ -69,8 +92,13 @@ class ModeFailure:
     status: str  # failed | timeout | interrupted | running (killed) | missing
     exit_code: int | None
     reason: str  # one line: "RuntimeError: boom", "stopped after 5 s (--max-time)"...
+    # Never started: the run was stopped before its turn (`reason` says how). Its status stays
+    # `missing` (no record to read a figure from), but it is said as not run, never as a death.
+    not_run: bool = False
 
     def describe(self) -> str:
+        if self.not_run:
+            return f"{self.record}: not run: {self.reason}"
         code = f", exit code {self.exit_code}" if self.exit_code not in (None, 0) else ""
         return f"{self.record}: {self.status}{code}: {self.reason}"
 
@@ -123,7 +151,9 @@ class ModeColumn:
         return self.metrics.exit_code if self.metrics is not None else None
 
 
-def _failure_of(name: str, record: ModeRecord | None, exit_code: int | None) -> ModeFailure | None:
+def _failure_of(name: str, record: ModeRecord | None, exit_code: int | None, not_run_reason: str | None = None) -> ModeFailure | None:
+    if record is None and not_run_reason is not None:
+        return ModeFailure(name, STATUS_MISSING, None, not_run_reason, not_run=True)
     if record is None:
         reason = "no record was written (the process died before starting the target)"
         return ModeFailure(name, STATUS_MISSING, exit_code, reason)
@@ -153,10 +183,13 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def mode_column(name: str, records: list[tuple[str, ModeRecord | None]], exit_codes: dict[str, int | None]) -> ModeColumn:
-    """Pool one mode's repetitions, given as (directory name, record or None) in run order."""
+def mode_column(name: str, records: list[tuple[str, ModeRecord | None]], exit_codes: dict[str, int | None],
+                not_run_reasons: dict[str, str] | None = None) -> ModeColumn:
+    """Pool one mode's repetitions, given as (directory name, record or None) in run order.
+    `not_run_reasons`: directory name -> why the run never started it (`not_run`)."""
     present = [(n, r) for n, r in records if r is not None]
-    failures = tuple(f for n, r in records if (f := _failure_of(n, r, exit_codes.get(n))) is not None)
+    reasons = not_run_reasons or {}
+    failures = tuple(f for n, r in records if (f := _failure_of(n, r, exit_codes.get(n), reasons.get(n))) is not None)
     if not present:
         return ModeColumn(name, tuple(n for n, _ in records), None, stats_of_intervals([], []), failures=failures)
     per_rep = [(r, mode_metrics(r)) for _, r in present]
@@ -368,7 +401,9 @@ def mode_columns(run: RunRecord) -> dict[str, ModeColumn]:
     for reps in grouped.values():
         reps.sort(key=lambda item: repetition_index(item[0]))
     exit_codes = dict(run.meta.mode_exit_codes or {})
-    return {name: mode_column(name, reps, exit_codes) for name, reps in grouped.items()}
+    ended = run_ended_words(run)
+    reasons = {record_name: ended for record_name in not_run(run)} if ended is not None else {}
+    return {name: mode_column(name, reps, exit_codes, reasons) for name, reps in grouped.items()}
 
 
 # The per-mode fields every format shows (JSON keys; the table and CSV read the same values).

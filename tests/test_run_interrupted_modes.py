@@ -1,0 +1,138 @@
+"""Ctrl-C during a run of several modes: the modes the run never started read as not run, in
+summary, its headline and compare, and the run says it was interrupted even where the mode that
+ran caught the interrupt and finished (only run.json holds the stop). A real run: torch, eager
+backend, a script that says READY after a few steps and is then sent SIGINT, to cagtool's pid only.
+
+Reading side on hand-built records: a killed cagtool's unstarted modes, and a mode with no record
+in a run that ended normally, which stays `missing`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import cagtool_cmd, cagtool_in_process
+
+from cagtool.record.loader import load_run
+from cagtool.record.manifest import RunMeta, to_dict
+from cagtool.report.compare.analysis import compare_modes
+from cagtool.report.compare.headline import run_headline
+
+ENV = {**os.environ, "CI": "true"}
+
+# Trains until interrupted; READY on stdout after 3 steps, so the test signals a job in its loop.
+# CATCH: the script catches KeyboardInterrupt and exits 0 (its mode's record says "finished").
+_SCRIPT = """\
+import torch
+
+CATCH = {catch}
+model = torch.nn.Linear(4, 4)
+step = 0
+try:
+    while True:
+        model(torch.randn(2, 4)).sum().backward()
+        step += 1
+        if step == 3:
+            print("READY", flush=True)
+except KeyboardInterrupt:
+    if not CATCH:
+        raise
+    print("CAUGHT", flush=True)
+"""
+
+_NOT_RUN = "not run: the run was interrupted"
+
+
+def _dead_words(text: str, mode: str) -> list[str]:
+    """The phrases about `mode` that call it failed or dead ("mode ca: failed", "ca: it failed
+    before a steady step", "(the process died ...)")."""
+    bad = re.compile(r"fail|died|dead|killed|crash", re.IGNORECASE)
+    phrases = re.split(r"[;\n]|\(\+", text)
+    return [p for p in phrases if re.search(rf"\b{re.escape(mode)}\b", p) and bad.search(p)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("catch", [True, False], ids=["script-catches-ctrl-c", "script-interrupted"])
+def test_modes_never_started_read_as_not_run(tmp_path, catch):
+    script = tmp_path / "train.py"
+    script.write_text(_SCRIPT.format(catch=catch))
+    run_dir = tmp_path / "r"
+    proc = subprocess.Popen(
+        cagtool_cmd("run", "--modes", "eager,ca", "--backend", "eager", "-o", str(run_dir), str(script)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=ENV, start_new_session=True,
+        # A runner that starts the suite without job control leaves SIGINT ignored in its children.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        assert proc.stdout.readline().strip() == "READY"
+        os.kill(proc.pid, signal.SIGINT)  # cagtool's pid only: it passes the signal on, once
+        out, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    run = load_run(run_dir)
+    assert (run.meta.status, list(run.modes), run.meta.mode_exit_codes) == ("interrupted", ["eager"], {"eager": 0 if catch else 130})
+    assert run.modes["eager"].manifest.status == ("finished" if catch else "interrupted")
+    assert not (run_dir / "ca").exists()
+
+    summary = cagtool_in_process("summary", run_dir)
+    assert summary.returncode == 0, summary.stderr
+    text = summary.stdout
+    headline = text.splitlines()[0]
+    assert headline.startswith(f"mode ca: {_NOT_RUN}" if catch else "mode eager: interrupted, exit code 130"), headline
+    assert f"compiled autograd vs eager: not timed (ca: {_NOT_RUN})" in headline
+    assert "note: the run was interrupted (exit code 130) before mode ca ran" in text
+    assert f"mode ca: {_NOT_RUN}" in text.splitlines()
+    assert _dead_words(text, "ca") == [], text
+
+    body = json.loads(cagtool_in_process("summary", "--format", "json", run_dir).stdout)
+    assert (body["status"], body["not_run"], body["exit_code"]) == ("interrupted", ["ca"], 130)
+    assert body["headline"]["tone"] == ("neutral" if catch else "bad")
+
+    compare = cagtool_in_process("compare", run_dir)
+    assert compare.returncode == 0, compare.stderr
+    status_row = next(line for line in compare.stdout.splitlines() if line.strip("│ ").startswith("status"))
+    assert "not run" in status_row and "MISSING" not in status_row, status_row
+    assert f"mode ca: {_NOT_RUN}" in compare.stdout and f"ca: {_NOT_RUN}" in compare.stdout
+    assert _dead_words(compare.stdout, "ca") == [], compare.stdout
+    data = json.loads(cagtool_in_process("compare", "--format", "json", run_dir).stdout)
+    assert data["modes"]["ca"]["failures"] == [
+        {"record": "ca", "status": "missing", "exit_code": None, "reason": "the run was interrupted", "not_run": True}
+    ]
+
+
+# ------------------------------------------------------------------ reading: hand-built records
+
+
+def _run_json(path: Path, status: str, exit_codes: dict[str, int | None], exit_code: int | None = None) -> None:
+    meta = RunMeta(run_id=path.name, created_at="2026-01-01T00:00:00Z", cagtool_argv=["cagtool", "run"],
+                   target={"kind": "script", "name": "train.py"}, target_argv=["train.py"], cwd="/",
+                   modes=["eager", "ca"], versions={"torch": "2.13.0"}, machine={}, status=status,
+                   exit_code=exit_code, mode_exit_codes=exit_codes)
+    path.mkdir()
+    (path / "run.json").write_text(json.dumps(to_dict(meta)))
+
+
+def test_killed_run_says_its_unstarted_mode_was_not_run(tmp_path):
+    # A cagtool killed (SIGKILL, the OOM killer) before any mode ran: the reader marks run.json
+    # `killed` (no process left alive); its modes never started.
+    _run_json(tmp_path / "k", "killed", {})
+    failure = compare_modes(load_run(tmp_path / "k")).modes["ca"].failures[0]
+    assert failure.not_run and failure.describe() == "ca: not run: cagtool's process was killed"
+
+
+def test_missing_record_of_a_run_that_ended_normally_stays_missing(tmp_path):
+    # The mode's process ran (its exit code is in run.json) but left no record: that one did die.
+    _run_json(tmp_path / "m", "finished", {"eager": 1, "ca": 1}, exit_code=1)
+    comparison = compare_modes(load_run(tmp_path / "m"))
+    failure = comparison.modes["ca"].failures[0]
+    assert not failure.not_run and failure.status == "missing"
+    assert "died before starting the target" in failure.describe()
+    assert run_headline(comparison).tone == "bad"

@@ -224,10 +224,16 @@ def _refused_at_limit(record: ModeRecord) -> dict[str, str]:
 def ca_recompiles_text(m: ModeMetrics) -> str:
     """The figure `gate --max-recompiles ca:N` holds, with what it leaves out."""
     text = f"CA recompiles: {m.ca_recompiles}"
-    if m.ca_grad_warmup_misses:
+    if m.ca_grad_warmup_misses or m.ca_other_call_captures:
         # `recompiles` lists every miss: the same total is said here, with what the gate leaves out.
-        text += (f" counted ({m.ca_recompiles + m.ca_grad_warmup_misses} in all, as `cagtool recompiles` lists them: not counted, "
-                 "the second graph, AccumulateGrad's one-time .grad None -> defined warm-up)")
+        left = []
+        if m.ca_grad_warmup_misses:
+            left.append("the second graph, AccumulateGrad's one-time .grad None -> defined warm-up")
+        if m.ca_other_call_captures:
+            left.append(f"the first graph of {m.ca_other_call_captures} other backward call{'s' if m.ca_other_call_captures != 1 else ''} "
+                        "of a step, each captured once")
+        text += (f" counted ({m.ca_recompiles + m.ca_grad_warmup_misses + m.ca_other_call_captures} in all, as `cagtool recompiles` "
+                 f"lists them: not counted, {'; '.join(left)})")
     return text
 
 

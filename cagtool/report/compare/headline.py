@@ -236,7 +236,8 @@ def _recompile_phrase(comparison: Comparison, verified: dict[str, Any] | None, e
     # `recompiles` lists them: AccumulateGrad's .grad warm-up too, said apart since the gate
     # (`m.ca_recompiles`) leaves it out.
     warmup = m.ca_grad_warmup_misses
-    n = m.ca_recompiles + warmup
+    others = m.ca_other_call_captures  # another backward call's first graph: not counted by the gate either
+    n = m.ca_recompiles + warmup + others
     if n == 0 and m.dynamo_recompiles == 0:
         # A ca mode that failed early says nothing of recompiles; torch.compile's own (aot) may.
         aot = comparison.modes.get("aot")
@@ -261,7 +262,11 @@ def _recompile_phrase(comparison: Comparison, verified: dict[str, Any] | None, e
 
             row = grad_warmup_row(explanation.table) if explanation is not None else None
             kinds = [", ".join(kinds)] if kinds else []
-            kinds.append(f"{row.compile_id if row is not None else 'one'} is {GRAD_WARMUP_WORDS}")
+            which = row.compile_id if row is not None else "one"
+            kinds.append(f"{which} is the one-time .grad warm-up and {others} {'is' if others == 1 else 'are'} another backward call's "
+                         "first graph, neither counted by gate --max-recompiles" if others else f"{which} is {GRAD_WARMUP_WORDS}")
+        elif others:
+            kinds.append(f"{others} {'is' if others == 1 else 'are'} another backward call's first graph, not counted by gate --max-recompiles")
         parts.append(f"{n} CA recompile{'s' if n != 1 else ''}" + (f" ({'; '.join(kinds)})" if kinds else ""))
     if m.dynamo_recompiles:
         parts.append(f"{m.dynamo_recompiles} Dynamo recompile{'s' if m.dynamo_recompiles != 1 else ''}")

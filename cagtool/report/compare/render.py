@@ -105,7 +105,8 @@ def recompiles_cell(column: ModeColumn) -> str:
     m = column.metrics
     if m is None:
         return "-"
-    warmup = f", +{m.ca_grad_warmup_misses} CA warm-up not counted" if m.ca_grad_warmup_misses else ""
+    one_time = m.ca_grad_warmup_misses + m.ca_other_call_captures  # captured once each, not counted (CAMisses)
+    warmup = f", +{one_time} CA one-time capture{'s' if one_time != 1 else ''} not counted" if one_time else ""
     detail = f"{m.dynamo_recompiles} Dynamo, {m.ca_recompiles} CA{warmup}" if m.recompiles or warmup else ""
     return count(m.recompiles, detail)
 

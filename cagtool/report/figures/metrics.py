@@ -132,6 +132,7 @@ class ModeMetrics:
     ca_new_node_misses: int = 0
     ca_shape_recompiles: int = 0
     ca_grad_warmup_misses: int = 0
+    ca_other_call_captures: int = 0  # CAMisses.other_calls: not counted in ca_recompiles either
     ca_recompiles: int = 0
     # ... of them, captures with no reason right after a capture that raised (RECAPTURED_AFTER_FAILURE).
     ca_recaptures_after_failure: int = 0
@@ -204,17 +205,23 @@ class CAMisses:
     graph, and that is the last one. It is reported, not counted as a recompile; any later
     AccumulateGrad miss (.grad switching back and forth) counts.
 
-    `recompiles`: every miss but the warm-up, i.e. what keeps costing compiles in steady state. This
-    is what `gate --max-recompiles ca:N` holds to N (docs/ci.md)."""
+    `other_calls`: the first capture of each other backward call of a step (a GAN's generator after
+    its discriminator, `l1.backward(retain_graph=True); l2.backward()`): captured in the step of the
+    first capture, from a backward call at a line no capture before it came from, each call its own
+    graph, captured once (is_other_backward_call).
+
+    `recompiles`: every miss but the warm-up and those first captures, i.e. what keeps costing
+    compiles in steady state. This is what `gate --max-recompiles ca:N` holds to N (docs/ci.md)."""
 
     total: int
     new_node: int
     changed_shapes: int
     grad_warmup: int
+    other_calls: int = 0
 
     @property
     def recompiles(self) -> int:
-        return self.total - self.grad_warmup
+        return self.total - self.grad_warmup - self.other_calls
 
 
 def is_grad_warmup(miss: CacheMissEvent, produced: CAGraphEvent | None, previous: CAGraphEvent | None, initial_step: int | None,
@@ -234,6 +241,33 @@ def is_grad_warmup(miss: CacheMissEvent, produced: CAGraphEvent | None, previous
         return False
     hooks = [sorted(h.hook_type for h in g.hooks) if g is not None else None for g in (produced, previous)]
     return hooks[0] == hooks[1]
+
+
+def backward_line(miss: CacheMissEvent) -> tuple[str, int] | None:
+    """The user's line whose backward call captured the graph a miss made (file, line)."""
+    where = miss.backward_call if miss.backward_call is not None else (miss.source if miss.source is not None and miss.source.how == "backward_call" else None)
+    return (where.file, where.line) if where is not None and where.line is not None else None
+
+
+def other_backward_calls(misses: list[CacheMissEvent], first_step: int | None, skip: frozenset[int] = frozenset()) -> frozenset[int]:
+    """The ca ids of the captures that are a step's other backward calls' first graphs (CAMisses
+    .other_calls), from `misses` in capture order: in the first capture's step, from a line no
+    earlier capture came from; `skip`: the warm-up's id (its own rule). None where a capture's
+    line is unknown before it: then no later one is told apart."""
+    if not misses or first_step is None:
+        return frozenset()
+    first_line = backward_line(misses[0])
+    if first_line is None:
+        return frozenset()
+    seen, found = {first_line}, set()
+    for miss in misses[1:]:
+        line = backward_line(miss)
+        if line is None:
+            break
+        if miss.ca_id not in skip and miss.step == first_step and line not in seen:
+            found.add(miss.ca_id)
+        seen.add(line)
+    return frozenset(found)
 
 
 def ca_misses(graphs: list[CAGraphEvent], misses: list[CacheMissEvent]) -> CAMisses:
@@ -256,7 +290,15 @@ def ca_misses(graphs: list[CAGraphEvent], misses: list[CacheMissEvent]) -> CAMis
         produced = by_id.get(first.ca_id)
         seen = produced is not None and any(by_id[i].autograd_names() == produced.autograd_names() for i in earlier)
         warmup = int(is_grad_warmup(first, produced, previous, by_id[first_id].step if first_id in by_id else None, seen))
-    return CAMisses(total, new_node, shapes, warmup)
+    # The first capture's own miss (its line) begins the order in which the lines appear.
+    by_capture: dict[int, CacheMissEvent] = {}
+    for miss in sorted(misses, key=lambda m: m.ca_id):
+        by_capture.setdefault(miss.ca_id, miss)  # one miss a capture
+    in_order = list(by_capture.values())
+    first_step = by_id[first_id].step if first_id in by_id else (in_order[0].step if in_order else None)
+    skip = frozenset({later[0].ca_id}) if warmup else frozenset()
+    others = len(other_backward_calls(in_order, first_step, skip)) if in_order and in_order[0].ca_id == first_id else 0
+    return CAMisses(total, new_node, shapes, warmup, others)
 
 
 def _recaptures_after_failure(record: ModeRecord, misses: list[CacheMissEvent]) -> int:
@@ -848,6 +890,7 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
         skipped_steps=_skipped_steps(record),
         optimizer_steps=record.kind_counts.get(OptimizerStepEvent.kind, 0),
         ca_grad_warmup_misses=by_reason.grad_warmup,
+        ca_other_call_captures=by_reason.other_calls,
         ca_recompiles=by_reason.recompiles,
         ca_recaptures_after_failure=_recaptures_after_failure(record, misses),
         steps_lost_s=(lost := steps_lost_with_process(manifest)),

@@ -282,12 +282,13 @@ class MaxCountCheck:
             outcome, message = Outcome.PASS, f"{head} = {limit} allowed"
         data = {"metric": self.metric, "actual": actual, "limit": limit, "delta": delta}
         notes = []
-        warmup = max(run[self.mode].ca_cache_misses - 1, 0) - run[self.mode].ca_recompiles  # misses count the initial capture
-        if self.metric in ("ca_recompiles", "recompiles") and warmup > 0:
+        one_time = max(run[self.mode].ca_cache_misses - 1, 0) - run[self.mode].ca_recompiles  # misses count the initial capture
+        if self.metric in ("ca_recompiles", "recompiles") and one_time > 0:
             notes.append(
-                f"not counted: {warmup} CA cache miss for AccumulateGrad's one-time .grad None -> defined warm-up "
-                "(the first backward that finds .grad defined: the next step's when gradients are kept, or the second "
-                "micro-batch's under gradient accumulation; captured once, then cached; see cagtool recompiles --explain)"
+                f"not counted: {one_time} CA cache miss{'es' if one_time != 1 else ''} captured once each: AccumulateGrad's one-time .grad "
+                "None -> defined warm-up (the first backward that finds .grad defined: the next step's when gradients are kept, or "
+                "the second micro-batch's under gradient accumulation), or the first graph of a step's other backward call (a GAN's "
+                "generator after its discriminator); cached from then on; see cagtool recompiles --explain"
             )
         return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, str(actual), limit_text, message, self.source, notes, data)
 

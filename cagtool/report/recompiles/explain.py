@@ -1053,7 +1053,8 @@ def _other_backward_words(cause: Cause, calls: list[SourceRef], cwd: str) -> Wor
     why = [
         f"Compiled autograd caches one graph per backward graph it runs. Step {cause.steps[0]} called backward again at {lines}, "
         "on another graph than its first call's: a cache miss and a new capture, once per call, reused by every later step.",
-        "Nothing varies between steps: it is not a recompile to remove.",
+        "Nothing varies between steps: it is not a recompile to remove, and `gate --max-recompiles` does not count it "
+        "(nor do the summary's CA recompiles).",
     ]
     if cause.facts.get("stepped_between"):
         # Summed, the later loss's gradients would reach the parameters the optimizer stepped in

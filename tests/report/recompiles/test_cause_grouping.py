@@ -350,6 +350,9 @@ def test_a_gans_second_backward_after_an_optimizer_step_is_not_told_to_sum_the_l
     assert code == 0
     advice = next(line for line in out.splitlines() if line.startswith("what to do:"))
     assert "Do not sum these losses" in advice and "sum the losses and call backward once" not in advice, advice
+    # Captured once each: the gate does not count the generator's first graph as a recompile.
+    code, out, _ = cli_in_process("gate", str(run.path), "--max-recompiles", "ca:0", env={"COLUMNS": "250"})
+    assert code == 0 and "not counted: " in out and "the first graph of a step's other backward call" in out, out
 
 
 @pytest.mark.slow

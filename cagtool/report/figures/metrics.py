@@ -208,7 +208,8 @@ class CAMisses:
     `other_calls`: the first capture of each other backward call of a step (a GAN's generator after
     its discriminator, `l1.backward(retain_graph=True); l2.backward()`): captured in the step of the
     first capture, from a backward call at a line no capture before it came from, each call its own
-    graph, captured once (is_other_backward_call).
+    graph, captured once (other_backward_calls; recompiles --explain's cause for them is the same
+    reading of its rows, explain._other_backward_calls).
 
     `recompiles`: every miss but the warm-up and those first captures, i.e. what keeps costing
     compiles in steady state. This is what `gate --max-recompiles ca:N` holds to N (docs/ci.md)."""
@@ -252,8 +253,8 @@ def backward_line(miss: CacheMissEvent) -> tuple[str, int] | None:
 def other_backward_calls(misses: list[CacheMissEvent], first_step: int | None, skip: frozenset[int] = frozenset()) -> frozenset[int]:
     """The ca ids of the captures that are a step's other backward calls' first graphs (CAMisses
     .other_calls), from `misses` in capture order: in the first capture's step, from a line no
-    earlier capture came from; `skip`: the warm-up's id (its own rule). None where a capture's
-    line is unknown before it: then no later one is told apart."""
+    earlier capture came from; `skip`: the warm-up's id (its own rule). From a capture whose line
+    is unknown on, none is told apart."""
     if not misses or first_step is None:
         return frozenset()
     first_line = backward_line(misses[0])

@@ -39,6 +39,7 @@ from cagtool.record.schema import (
     StepDeviceEvent,
     StepEvent,
 )
+from cagtool.report.replaced import backward_call
 
 # What a capture with no cache-miss reason is when the capture before it raised: torch captures a
 # graph whose capture raised again when it comes back, and by design gives no reason for it. The
@@ -246,7 +247,7 @@ def is_grad_warmup(miss: CacheMissEvent, produced: CAGraphEvent | None, previous
 
 def backward_line(miss: CacheMissEvent) -> tuple[str, int] | None:
     """The user's line whose backward call captured the graph a miss made (file, line)."""
-    where = miss.backward_call if miss.backward_call is not None else (miss.source if miss.source is not None and miss.source.how == "backward_call" else None)
+    where = backward_call(miss)
     return (where.file, where.line) if where is not None and where.line is not None else None
 
 
@@ -277,29 +278,48 @@ def ca_misses(graphs: list[CAGraphEvent], misses: list[CacheMissEvent]) -> CAMis
     total = max(len(captured) - 1, 0) if graphs else 0
     if not total:
         return CAMisses(0, 0, 0, 0)
-    by_id = {g.ca_id: g for g in graphs}
     first_id = min(captured)
     # The miss that produced !0 (GraphRoot, first capture) is the initial compile, not a miss.
-    later = sorted((m for m in misses if m.ca_id != first_id), key=lambda m: m.ca_id)
+    later = [m for m in misses if m.ca_id != first_id]
     shapes = sum(1 for m in later if m.miss_kind == MISS_CHANGED_SHAPES)
     new_node = sum(1 for m in later if m.miss_kind == MISS_NEW_NODE)
-    warmup = 0
+    warmup, others = _not_recompiles(graphs, misses)
+    return CAMisses(total, new_node, shapes, int(warmup is not None), len(others))
+
+
+def other_call_captures(graphs: list[CAGraphEvent], misses: list[CacheMissEvent]) -> frozenset[int]:
+    """The ca ids of a mode's captures that are a step's other backward calls' first graphs
+    (CAMisses.other_calls): what `recompiles --explain` reads as those calls, not a recompile."""
+    return _not_recompiles(graphs, misses)[1]
+
+
+def _not_recompiles(graphs: list[CAGraphEvent], misses: list[CacheMissEvent]) -> tuple[int | None, frozenset[int]]:
+    """The misses after the first capture that are not recompiles: the .grad warm-up's ca id (or
+    None) and the other backward calls' first captures."""
+    captured = {g.ca_id for g in graphs} | {m.ca_id for m in misses}
+    if not graphs or len(captured) < 2:
+        return None, frozenset()
+    by_id = {g.ca_id: g for g in graphs}
+    first_id = min(captured)
+    later = sorted((m for m in misses if m.ca_id != first_id), key=lambda m: m.ca_id)
+    warmup: int | None = None
     if later:
         first = later[0]
         earlier = [i for i in by_id if i < first.ca_id]
         previous = by_id[max(earlier)] if earlier else None
         produced = by_id.get(first.ca_id)
         seen = produced is not None and any(by_id[i].autograd_names() == produced.autograd_names() for i in earlier)
-        warmup = int(is_grad_warmup(first, produced, previous, by_id[first_id].step if first_id in by_id else None, seen))
+        if is_grad_warmup(first, produced, previous, by_id[first_id].step if first_id in by_id else None, seen):
+            warmup = first.ca_id
     # The first capture's own miss (its line) begins the order in which the lines appear.
     by_capture: dict[int, CacheMissEvent] = {}
     for miss in sorted(misses, key=lambda m: m.ca_id):
         by_capture.setdefault(miss.ca_id, miss)  # one miss a capture
     in_order = list(by_capture.values())
     first_step = by_id[first_id].step if first_id in by_id else (in_order[0].step if in_order else None)
-    skip = frozenset({later[0].ca_id}) if warmup else frozenset()
-    others = len(other_backward_calls(in_order, first_step, skip)) if in_order and in_order[0].ca_id == first_id else 0
-    return CAMisses(total, new_node, shapes, warmup, others)
+    skip = frozenset({warmup}) if warmup is not None else frozenset()
+    others = other_backward_calls(in_order, first_step, skip) if in_order and in_order[0].ca_id == first_id else frozenset()
+    return warmup, others
 
 
 def _recaptures_after_failure(record: ModeRecord, misses: list[CacheMissEvent]) -> int:

@@ -22,7 +22,8 @@ from cagtool.report.text.console import is_unbounded
 from cagtool.report.text.safe_text import is_safe
 
 from cagtool.report.graphs.diff import CHANGED, EQUAL, INSERTED, REMOVED, NodeDiff
-from cagtool.report.graphs.runs import BY_CAPTURE_ORDER, GraphComparison, GraphSide, backward_call
+from cagtool.report.graphs.runs import GraphComparison, GraphSide
+from cagtool.report.replaced import BY_CAPTURE_ORDER, backward_call
 from cagtool.report.graphs.normalize import NormNode
 
 JSON_FORMAT = "cagtool-graph-diff"

@@ -317,20 +317,13 @@ def _new_backward_call(table: RecompileTable, cause: Cause) -> SourceRef | None:
 
 def _other_backward_calls(table: RecompileTable, cause: Cause) -> list[SourceRef]:
     """The backward calls of a step that are not its first, when they are this cause: each of the
-    cause's captures is the first from a backward call at a line no earlier capture came from, made
-    in the step the first capture was (`l1.backward(retain_graph=True); l2.backward()`, a GAN's
-    discriminator and generator): each call is its own graph, captured once. [] otherwise."""
-    ca_rows = [r for r in table.rows if r.source == SOURCE_CA]
-    if not ca_rows or any(r.user_source is None for r in cause.rows):
+    cause's captures is the first graph of a backward call (`l1.backward(retain_graph=True);
+    l2.backward()`, a GAN's discriminator and generator), each call its own graph, captured once
+    (table.other_calls, the rule the summary and the gate count by). [] otherwise."""
+    if not cause.rows or any(r.ca_id not in table.other_calls for r in cause.rows):
         return []
-    first_step = ca_rows[0].step
-    calls: list[SourceRef] = []
-    for row in cause.rows:
-        earlier = {_location(r.user_source) for r in ca_rows if r.seq < row.seq}
-        if row.step != first_step or _location(row.user_source) in earlier:
-            return []
-        calls.append(row.user_source)  # type: ignore[arg-type]
-    return calls
+    calls = [r.backward_call or r.user_source for r in cause.rows]
+    return [c for c in calls if c is not None] if all(c is not None for c in calls) else []
 
 
 def _shape_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
@@ -2400,6 +2393,8 @@ STORM_MIN_STEPS = 3  # fewer recompiling steps than this is not a storm, whateve
 
 def _ca_new_node_code(table: RecompileTable, row: RecompileRow) -> str:
     node = row.node or ""
+    if row.ca_id in table.other_calls:  # another backward call's first graph: its own structure, not a change of hooks
+        return CAUSE_STRUCTURE
     produced = table.graphs.get(row.ca_id) if row.ca_id is not None else None
     hooks_changed = produced is not None and _hooks_differ(produced, table.previous_graph(row.ca_id))
     if hooks_changed or "BackwardHookFunction" in node:

@@ -39,6 +39,8 @@ from cagtool.record.schema import (
     StepEvent,
 )
 from cagtool.report.changed_sizes import misses_with_earlier_values, saved_values_changed
+from cagtool.report.figures.metrics import other_call_captures
+from cagtool.report.replaced import replaced_by
 from cagtool.report.recompiles.reads import LimitHit, StepSummary, forward_step, limit_hits, short_file, step_summary
 from cagtool.torch_text import (
     GUARD_GRAD_MODE,
@@ -128,6 +130,11 @@ class RecompileTable:
     last_step: int | None
     limit_hits: list[LimitHit] = field(default_factory=list)
     graphs: dict[int, CAGraphEvent] = field(default_factory=dict)  # ca_id -> graph
+    # ca_id -> the graph it replaced (report/replaced.py: by backward call, then autograd nodes)
+    replaced: dict[int, int] = field(default_factory=dict)
+    # The captures that are a step's other backward calls' first graphs, each captured once
+    # (metrics.other_call_captures: what the summary and the gate leave out of CA recompiles).
+    other_calls: frozenset[int] = frozenset()
     # ca_id -> the hooks the graph calls, named (CACompileEvent.hooks); graphs without hooks are absent
     hook_sites: dict[int, list[HookSite]] = field(default_factory=dict)
     cwd: str = ""
@@ -199,9 +206,12 @@ class RecompileTable:
         return self.label or self.mode
 
     def previous_graph(self, ca_id: int | None) -> CAGraphEvent | None:
-        """The graph captured just before `!ca_id`."""
+        """The graph `!ca_id` replaced (`replaced`: the latest earlier graph of its backward call,
+        the pairing `diff-graphs` shows); where nothing ties it, the graph captured just before it."""
         if ca_id is None:
             return None
+        if ca_id in self.replaced:
+            return self.graphs.get(self.replaced[ca_id])
         ids = self._ids()
         index = bisect.bisect_left(ids, ca_id)
         return self.graphs[ids[index - 1]] if index > 0 else None
@@ -622,6 +632,15 @@ def _nested_breaks(breaks: list[GraphBreakEvent], compile_events: list[DynamoCom
     return one
 
 
+def _replaced(graphs: dict[int, CAGraphEvent], misses: list[CacheMissEvent]) -> dict[int, int]:
+    if len(graphs) < 2:
+        return {}
+    first: dict[int, CacheMissEvent] = {}
+    for miss in misses:
+        first.setdefault(miss.ca_id, miss)
+    return {pair.new: pair.old for pair in replaced_by(sorted(graphs), graphs, first)}
+
+
 def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> RecompileTable:
     """The recompiles of one mode record, in the order they happened. `steps` is given when the
     record was read without its step events (recompiles_load); otherwise it is counted here."""
@@ -680,6 +699,8 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         last_step=steps.last,
         limit_hits=hits,
         graphs=graphs,
+        replaced=_replaced(graphs, misses),
+        other_calls=other_call_captures(list(graphs.values()), misses),
         hook_sites=hook_sites,
         cwd=manifest.cwd,
         skipped_lines=record.skipped_lines,

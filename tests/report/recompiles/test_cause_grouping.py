@@ -445,3 +445,29 @@ def test_a_resume_frames_stack_value_is_never_named_as_a_variable_to_mark(record
     # The break that made the resume frame is inside the called block, in its own file: named there.
     broke = next(f for f in stack["fix"] if f.startswith("The graph break that made the resume frame is at "))
     assert re.search(r"at \S*resume_frame_shapes\.py:25 \(inside the call there, at \S*graph_breaking_block\.py:13\): ", broke), broke
+
+
+@pytest.mark.slow
+def test_a_second_backward_calls_hook_is_its_own_graph_not_a_hook_added(record_run):
+    # The second call's first graph has a tensor hook the first call's graph has not: read against
+    # the graph captured just before it (the other call's), it looked like a hook added.
+    run, causes = _explained(record_run, "two_calls_hook_added.py")
+    assert "backward_hook" not in [c["code"] for c in causes], [c["title"] for c in causes]
+    second = next(c for c in causes if c["code"] == "graph_structure")
+    assert second["title"].startswith("A step calls backward more than once")
+    assert second["source"]["line"] == 21  # z.sum().backward()
+    code, summary, _ = cli_in_process("summary", str(run.path))
+    assert code == 0 and "backward hook" not in summary.split("\n")[0]
+
+
+@pytest.mark.slow
+def test_a_recompile_is_read_against_the_graph_its_own_backward_call_replaced(record_run):
+    # gan_last_batch.py: three backward calls a step (!0, !1, !2), each recaptured for the last batch (!3, !4, !5).
+    run = record_run("../tests/scripts/gan_last_batch.py")
+    assert run.returncode == 0, run.stderr[-2000:]
+    from cagtool.record.loader import load_mode
+    from cagtool.report.recompiles.table import recompile_table
+
+    table = recompile_table(load_mode(run.path / "ca"))
+    assert sorted(table.graphs) == [0, 1, 2, 3, 4, 5]
+    assert {i: table.previous_graph(i).ca_id for i in (1, 2, 3, 4, 5)} == {1: 0, 2: 1, 3: 0, 4: 1, 5: 2}

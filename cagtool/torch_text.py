@@ -312,6 +312,18 @@ _NONE_GUARD = re.compile(rf"^(?P<source>{_SOURCE}) is None$")
 _EQUALS_GUARD = re.compile(rf"^(?P<source>{_SOURCE}) == (?P<value>.+)$")
 
 
+# Dynamo's guard on the code of a hook a compiled-autograd graph calls (the graph's `hooks` input):
+# `___check_obj_id(hooks[0].__code__, 1396...)`.
+_HOOK_CODE_GUARD = re.compile(r"___check_obj_id\(hooks\[(\d+)\]\.__code__,")
+
+
+def hook_code_guard(text: str) -> int | None:
+    """The index of the hook whose code a failed guard of a compiled-autograd graph's compile is
+    on (another hook function ran in the graph); None for any other guard."""
+    found = _HOOK_CODE_GUARD.search(text)
+    return int(found.group(1)) if found else None
+
+
 def none_guard(text: str) -> str | None:
     """The source of a failed guard that it is None (torch's NONE_MATCH): `self.config.problem_type
     is None` -> `self.config.problem_type`: Dynamo compiled the frame while it was None."""

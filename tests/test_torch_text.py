@@ -329,3 +329,11 @@ def test_the_autograd_node_a_compiled_autograd_graph_failed_on_is_read_from_torc
     assert ca_node_in_error(message) == "PackPaddedSequenceBackward0"
     assert ca_node_in_error("torch__dynamo_compiled_autograd_ops_CatBackward0(x)") == "CatBackward0"
     assert ca_node_in_error("RuntimeError: boom") is None
+
+
+def test_a_guard_on_a_hooks_code_names_the_hook():
+    # torch 2.13's guard when another hook function ran in a compiled-autograd graph (tests/scripts/two_calls_hook_added.py)
+    assert tt.hook_code_guard("___check_obj_id(hooks[0].__code__, 139676458485424), type=<class 'code'>") == 0
+    assert tt.hook_code_guard("___check_obj_id(hooks[12].__code__, 1)") == 12
+    assert tt.hook_code_guard("___check_obj_id(self.fn.__code__, 1)") is None
+    assert tt.hook_code_guard("___check_obj_id(hooks[0], 1)") is None

@@ -36,6 +36,7 @@ from cagtool.report.recompiles.table import (
     node_label,
 )
 from cagtool.torch_text import (
+    hook_code_guard,
     GUARD_GLOBAL_STATE,
     GUARD_GRAD_MODE,
     GUARD_ID,
@@ -1418,6 +1419,8 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
         holder = f" of a {changes[0].owners[-1][1]}" if changes and changes[0].owners else ""
         what = "attribute" if source_prefixes(source) else "value"
         return f"`{source}` was None, then set{set_by} (a Python {what}{holder}, not a tensor)"
+    if kind == GUARD_ID and (index := hook_code_guard(guard)) is not None:
+        return f"another hook function ran in the compiled-autograd graph (`hooks[{index}]`, a function of other code)"
     if kind == GUARD_ID:
         return "a different object reached the compiled code"
     if kind == GUARD_TYPE:
@@ -1982,6 +1985,15 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         return fixes
     if kind == GUARD_TENSOR_META:
         return ["Pass tensors of one dtype and device to the compiled code on every call."]
+    if kind == GUARD_ID and hook_code_guard(guard) is not None:
+        # Checked on torch 2.13: a lambda made again from the same line each step keeps its code and never recompiles.
+        how = ("register one function (one def) wherever this backward's hooks are registered, and vary what it does "
+               "with a tensor it reads")
+        if facts.get("stabilised"):
+            return ["Nothing to fix: Dynamo compiled the graph once more for the other hook function's code and keeps both "
+                    "(a function made again from the same line, a lambda in the loop, has the same code and does not "
+                    f"recompile). To save that compile, {how}."]
+        return [f"Each hook function of other code compiles the graph again: {how}."]
     if kind == GUARD_ID:
         return ["A different object (module, function, closure) reaches the compiled code each time: create it once, outside the loop."]
     if kind == GUARD_TYPE:

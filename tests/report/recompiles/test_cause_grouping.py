@@ -458,6 +458,13 @@ def test_a_second_backward_calls_hook_is_its_own_graph_not_a_hook_added(record_r
     assert second["source"]["line"] == 21  # z.sum().backward()
     code, summary, _ = cli_in_process("summary", str(run.path))
     assert code == 0 and "backward hook" not in summary.split("\n")[0]
+    # At step 2 the first call, now with a hook of its own, runs the second call's cache entry (the
+    # same structure and hook count): Dynamo compiles that graph once more, for the other hook's
+    # code, and the lambda made again each step at line 20 never recompiles it.
+    (hook_code,) = [c for c in causes if c["code"] == "dynamo_ca_graph_guard_failure"]
+    assert "another hook function ran in the compiled-autograd graph" in hook_code["title"]
+    assert [e["step"] for e in hook_code["evidence_ids"]] == [2]
+    assert hook_code["fix"][0].startswith("Nothing to fix") and "outside the loop" not in " ".join(hook_code["fix"])
 
 
 @pytest.mark.slow

@@ -197,7 +197,7 @@ _LIMIT = re.compile(r"exceeding the (?P<type>\w*recompile_limit) cache size limi
 _LIMIT_LOG = re.compile(r"hit config\.(?P<type>\w*recompile_limit) \((?P<value>\d+)\)")
 
 
-_SIZE_GUARD = re.compile(r"tensor '(?P<name>[^']+)' size mismatch at index (?P<index>\d+)\. expected (?P<expected>\d+), actual (?P<actual>\d+)")
+_SIZE_GUARD = re.compile(r"tensor '(?P<name>.+?)' size mismatch at index (?P<index>\d+)\. expected (?P<expected>\d+), actual (?P<actual>\d+)")
 
 
 def size_guard(text: str) -> tuple[str, int, int, int] | None:

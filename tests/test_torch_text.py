@@ -337,3 +337,9 @@ def test_a_guard_on_a_hooks_code_names_the_hook():
     assert tt.hook_code_guard("___check_obj_id(hooks[12].__code__, 1)") == 12
     assert tt.hook_code_guard("___check_obj_id(self.fn.__code__, 1)") is None
     assert tt.hook_code_guard("___check_obj_id(hooks[0], 1)") is None
+
+
+def test_a_size_guard_on_a_keyword_argument_is_read():
+    # torch 2.13's guard on a tensor passed as `model(**batch)` (every HF model's forward): quotes inside the name
+    assert tt.size_guard("tensor 'kwargs['input_ids']' size mismatch at index 0. expected 4, actual 1") == ("kwargs['input_ids']", 0, 4, 1)
+    assert tt.size_guard("tensor 'x' size mismatch at index 1. expected 8, actual 12") == ("x", 1, 8, 12)

@@ -986,7 +986,8 @@ def _saved_value_words(cause: Cause, items: list[str], cwd: str) -> Words:
 # reshape()'s backward node when it viewed its input, and the ones when it copied it (torch 2.13).
 RESHAPE_VIEW = ("ReshapeAliasBackward0", "ViewBackward0")
 RESHAPE_COPY = "UnsafeViewBackward0"
-LAST_BATCH_FIX = ("If it is the last batch: drop it (DataLoader(..., drop_last=True); slicing the data by hand, skip a chunk "
+LAST_BATCH_FIX = ("If it is the last batch: drop it (DataLoader(..., drop_last=True); HF Trainer: "
+                  "TrainingArguments(dataloader_drop_last=True); slicing the data by hand, skip a chunk "
                   "shorter than the others) or pad it to the full size, and the backward keeps one graph.")
 RESHAPE_FIX = ("If a last batch of one example does it, drop it (DataLoader(..., drop_last=True); HF Trainer: "
                "TrainingArguments(dataloader_drop_last=True)) or size the data so that no batch has one example: every batch "
@@ -1771,19 +1772,40 @@ def _dynamo_made(name: str) -> bool:
     return name.startswith("___")
 
 
-def _tensor_variable(name: str, code: str) -> str:
+def _tensor_variable(name: str, code: str) -> str | None:
     """The tensor of a size guard as the caller names it: a plain local keeps its own name; `args[N]`
     (a compiled module's positional input) is the Nth argument of the call at the user's line
-    (`loss_fn(model(x), y)` -> `x`); else `x`."""
+    (`loss_fn(model(x), y)` -> `x`); `kwargs['K']` (a keyword input, every HF model's) is the
+    argument `K=...` of that call, or `batch["K"]` where the call passes `**batch`. None where the
+    line does not show it (the call is inside a library: `trainer.train()`)."""
     if re.fullmatch(r"[A-Za-z_]\w*", name):
         return name
-    index = re.fullmatch(r"args\[(\d+)\]", name)
     call = _PLAIN_CALL.search(code or "")
+    index = re.fullmatch(r"args\[(\d+)\]", name)
     if index and call:
         args = [a.strip() for a in call["args"].split(",")]
         if int(index[1]) < len(args) and re.fullmatch(r"[A-Za-z_][\w.]*", args[int(index[1])]):
             return args[int(index[1])]
-    return "x"
+    keyword = _KWARGS_INPUT.fullmatch(name)
+    if keyword and call:
+        for arg in (a.strip() for a in call["args"].split(",")):
+            given = re.fullmatch(rf"{keyword[1]}\s*=\s*([A-Za-z_][\w.]*)", arg)
+            if given:
+                return given[1]
+            spread = re.fullmatch(r"\*\*([A-Za-z_][\w.]*)", arg)
+            if spread:
+                return f'{spread[1]}["{keyword[1]}"]'
+    return None
+
+
+def _tensor_words(name: str) -> str:
+    """How a size guard's tensor is named to the user where its variable is not known."""
+    keyword = _KWARGS_INPUT.fullmatch(name)
+    return f"the tensor passed as `{keyword[1]}=`" if keyword else f"the tensor passed as `{name}`"
+
+
+# A compiled function's keyword input as Dynamo names it in a guard: `kwargs['input_ids']` (`L['kwargs']['input_ids']` in PGO's words).
+_KWARGS_INPUT = re.compile(r"(?:L\[')?kwargs(?:'\])?\['([A-Za-z_]\w*)'\]")
 
 
 _PLAIN_CALL = re.compile(r"(?<![\w.])(?P<name>[A-Za-z_]\w*)\((?P<args>[^()]*)\)")
@@ -1965,16 +1987,20 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                          "with dynamic=True; or remove the graph break, so that no frame resumes with it."]
             else:
                 fixes = []
+            variable = _tensor_variable(size[0], code)
+            mark = (f"torch._dynamo.maybe_mark_dynamic({variable}, {size[1]})" if variable is not None
+                    else f"torch._dynamo.maybe_mark_dynamic(tensor, {size[1]}) on {_tensor_words(size[0])}")
             fixes = fixes or [f"{lead} the dimension dynamic before the call: "
-                     f"torch._dynamo.maybe_mark_dynamic({_tensor_variable(size[0], code)}, {size[1]}), and the same on every other "
+                     f"{mark}, and the same on every other "
                      "input whose size the code ties to it (a batch's tokens and its mask): marked on one alone, a static "
                      "one it meets specialises it again. Or compile with dynamic=True; pad or bucket if it takes many values."]
         else:
             fixes = [f"A tensor's shape changed: mark the dimension dynamic ({MAYBE_MARK_DYNAMIC}) or compile with dynamic=True; "
                      "pad or bucket if it takes many values."]
         if smaller_batch(guard) is not None:
-            fixes.append("If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it (those samples are "
-                         "not trained on that epoch), and every batch has one size.")
+            fixes.append("If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it (HF Trainer: "
+                         "TrainingArguments(dataloader_drop_last=True); those samples are not trained on that epoch), and "
+                         "every batch has one size.")
         if on_ca and facts.get("ca_started_dynamic"):
             fixes.append("Compiled autograd already started dynamic here (its first graph takes its sizes as inputs): Dynamo's "
                          "compile of that graph specialized a size, which torch's own PGO suggestion "

@@ -87,6 +87,20 @@ def test_an_autocast_switch_and_the_uncompiled_call_are_worded_from_the_scripts_
     assert _uncompiled_call("val = F.cross_entropy(cmodel(torch.randn(64, 32)), y)") == "cmodel._orig_mod(torch.randn(64, 32))"
 
 
+def test_a_keyword_inputs_size_guard_is_fixed_on_the_tensor_the_call_passes():
+    from cagtool.report.recompiles.explain import _guard_fixes
+    from cagtool.torch_text import GUARD_SIZE
+
+    # torch 2.13's guard on `model(input_ids=x)` / `model(**batch)` (an HF model's forward takes keywords)
+    facts = {"kind": GUARD_SIZE, "guard": "tensor 'kwargs['input_ids']' size mismatch at index 0. expected 4, actual 1"}
+    assert "maybe_mark_dynamic(x, 0)" in _guard_fixes(facts, False, "out = f(input_ids=x, labels=y)")[0]
+    assert 'maybe_mark_dynamic(batch["input_ids"], 0)' in _guard_fixes(facts, False, "loss = model(**batch).loss")[0]
+    # the call is inside the library (HF Trainer): no variable is made up
+    inside = _guard_fixes(facts, False, "res = trainer.train()")
+    assert "maybe_mark_dynamic(tensor, 0) on the tensor passed as `input_ids=`" in inside[0]
+    assert "TrainingArguments(dataloader_drop_last=True)" in inside[1]
+
+
 @pytest.mark.slow
 def test_a_script_whose_compiled_autograd_started_dynamic_is_not_told_to_start_it_dynamic(record_run):
     run, causes = _explained(record_run, "enable_dynamic_by_hand.py")

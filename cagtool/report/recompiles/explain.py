@@ -2546,6 +2546,7 @@ def group_causes(table: RecompileTable) -> list[Cause]:
         sources.sort(key=lambda ref: _SOURCE_RANK.get(ref.how, len(_SOURCE_RANK)))
         source = sources[0] if sources else None
         causes.append(Cause(code=key[0], rows=rows, source=source))
+    causes = _split_by_forward_cause(table, causes)
     roots = _roots(table, causes, inner)
     followers: dict[int, list[Cause]] = {}
     for cause in causes:
@@ -2637,22 +2638,14 @@ def _roots_in_inner_graphs(inner: dict[int, int], causes: list[Cause], roots: di
             roots[id(cause)] = root
 
 
-def _roots(table: RecompileTable, causes: list[Cause], inner: dict[int, int]) -> dict[int, Cause]:
-    """id(cause) -> the Dynamo forward-frame cause it follows from: every CA capture of the cause
-    is the first capture after a forward recompile of that cause, in the same step (an imported
-    log has no steps: the first capture after it). Dynamo's recompiles of a CA graph that such a
-    capture made go with it."""
-    owner: dict[int, Cause] = {}  # seq of a Dynamo forward-frame row -> its cause
-    for cause in causes:
-        if cause.code == CAUSE_DYNAMO_FRAME:
-            for row in cause.rows:
-                owner[row.seq] = cause
-    if not owner:
-        roots: dict[int, Cause] = {}
-        _roots_in_inner_graphs(inner, causes, roots)
-        return roots
-    # Each CA capture (the initial one included) -> the forward recompile just before it, if any
-    # since the previous capture.
+def _forward_owners(causes: list[Cause]) -> dict[int, Cause]:
+    """seq of a Dynamo forward-frame row -> its cause."""
+    return {row.seq: cause for cause in causes if cause.code == CAUSE_DYNAMO_FRAME for row in cause.rows}
+
+
+def _forward_follows(table: RecompileTable, owner: dict[int, Cause]) -> dict[int, Cause]:
+    """Each CA capture (the initial one included) -> the cause of the forward recompile just before
+    it in the same step, if any since the previous capture (`owner`: _forward_owners)."""
     follows: dict[int, Cause] = {}
     last_forward: RecompileRow | None = None
     for row in table.rows:
@@ -2662,6 +2655,56 @@ def _roots(table: RecompileTable, causes: list[Cause], inner: dict[int, int]) ->
             if last_forward is not None and last_forward.step == row.step and last_forward.seq in owner:
                 follows[row.seq] = owner[last_forward.seq]
             last_forward = None
+    return follows
+
+
+def _split_by_forward_cause(table: RecompileTable, causes: list[Cause]) -> list[Cause]:
+    """A backward cause whose every CA capture follows a forward recompile of its step, from two or
+    more forward causes (an HF model's forward compiled again for a config attribute at step 1 and
+    for a last batch at step 6: each time the backward meets a new CompiledFunctionBackward at the
+    same place), is one cause per forward cause, each following its own (_roots). Dynamo's
+    recompiles of a CA graph go with the capture that made the graph."""
+    owner = _forward_owners(causes)
+    if not owner:
+        return causes
+    follows = _forward_follows(table, owner)
+    split: list[Cause] = []
+    for cause in causes:
+        ca_rows = [r for r in cause.rows if r.source == SOURCE_CA]
+        if (cause.code not in _FOLLOWER_CODES or not ca_rows or any(r.seq not in follows for r in ca_rows)
+                or any(r.source not in (SOURCE_CA, SOURCE_DYNAMO_CA_GRAPH) for r in cause.rows)
+                or len({id(follows[r.seq]) for r in ca_rows}) == 1):
+            split.append(cause)
+            continue
+        parts: dict[int, list[RecompileRow]] = {}
+        part_of_graph: dict[int, int] = {}
+        last = id(follows[ca_rows[0].seq])
+        for row in cause.rows:
+            if row.source == SOURCE_CA:
+                last = id(follows[row.seq])
+                if row.ca_id is not None:
+                    part_of_graph[row.ca_id] = last
+                parts.setdefault(last, []).append(row)
+            else:
+                parts.setdefault(part_of_graph.get(ca_id_of(row.compile_id), last), []).append(row)
+        for rows in parts.values():
+            sources = sorted((r.user_source for r in rows if r.user_source is not None),
+                             key=lambda ref: _SOURCE_RANK.get(ref.how, len(_SOURCE_RANK)))
+            split.append(Cause(code=cause.code, rows=rows, source=sources[0] if sources else None))
+    return split
+
+
+def _roots(table: RecompileTable, causes: list[Cause], inner: dict[int, int]) -> dict[int, Cause]:
+    """id(cause) -> the Dynamo forward-frame cause it follows from: every CA capture of the cause
+    is the first capture after a forward recompile of that cause, in the same step (an imported
+    log has no steps: the first capture after it). Dynamo's recompiles of a CA graph that such a
+    capture made go with it."""
+    owner = _forward_owners(causes)
+    if not owner:
+        roots: dict[int, Cause] = {}
+        _roots_in_inner_graphs(inner, causes, roots)
+        return roots
+    follows = _forward_follows(table, owner)
     roots = {}
     for cause in causes:
         if cause.code not in _FOLLOWER_CODES:

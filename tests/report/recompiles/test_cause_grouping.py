@@ -24,9 +24,9 @@ def test_guarded_names_reads_the_python_values_a_guard_is_on():
     assert guarded_names("___check_obj_id(L['fn'], 140)") == ()
 
 
-def _explained(record_run, script: str) -> tuple:
+def _explained(record_run, script: str, backend: str = "eager") -> tuple:
     """tests/scripts/SCRIPT recorded in the ca mode, and its causes as `recompiles --explain` gives them."""
-    run = record_run(f"../tests/scripts/{script}")
+    run = record_run(f"../tests/scripts/{script}", backend=backend)
     assert run.returncode == 0, run.stderr[-2000:]
     code, out, _ = cli_in_process("recompiles", str(run.path), "--explain", "--format", "json")
     assert code == 0
@@ -492,3 +492,16 @@ def test_a_recompile_is_read_against_the_graph_its_own_backward_call_replaced(re
     table = recompile_table(load_mode(run.path / "ca"))
     assert sorted(table.graphs) == [0, 1, 2, 3, 4, 5]
     assert {i: table.previous_graph(i).ca_id for i in (1, 2, 3, 4, 5)} == {1: 0, 2: 1, 3: 0, 4: 1, 5: 2}
+
+
+@pytest.mark.slow
+def test_a_backward_recaptured_after_each_of_two_forward_causes_follows_each(record_run):
+    # Each forward recompile (an attribute set by the first call at step 1, a shorter batch at step 3)
+    # gives the backward a new CompiledFunctionBackward at the same place: two consequences, not a branch.
+    run, causes = _explained(record_run, "two_forward_causes.py", backend="aot_eager")
+    by_number = {c["number"]: c for c in causes}
+    backward = [c for c in causes if c["code"] == "graph_structure"]
+    assert [c["steps"] for c in backward] == [[1], [3]], [c["title"] for c in causes]
+    assert all(c["caused_by"] is not None for c in backward)
+    assert [by_number[c["caused_by"]]["steps"] for c in backward] == [[1], [3]]
+    assert "torch.where" not in " ".join(f for c in causes for f in c["fix"])

@@ -160,12 +160,8 @@ def test_a_fifo_planted_as_a_graphs_code_never_hangs_the_report(run):
     _refused(("report", str(run)), "is not a regular file (a FIFO, device or directory); refusing to read it")
 
 
-@pytest.mark.parametrize("field, value", [("wall_s", "-Infinity"), ("wall_s", "1e308"), ("wall_s", "NaN"), ("t", "NaN"), ("t", "Infinity")])
-def test_a_step_time_that_is_no_time_is_left_out_of_every_figure(run, tmp_path, field, value):
-    """A step line whose time is NaN, infinite, negative or beyond any process's life (json's
-    spellings, which the record reads): summary, compare, report and the Perfetto export end with
-    exit 0 and no figure of it (no `nan` or absurd step time, no numpy warning), as for a step
-    whose time is unknown."""
+def _forge_last_step(run: Path, field: str, value: str) -> None:
+    """The last timed step line's `field` set to `value` (json's spelling), read from the lines."""
     events = run / "ca" / "events.jsonl"
     (run / "ca" / "columns.json").unlink(missing_ok=True)
     lines = events.read_text().splitlines()
@@ -175,6 +171,14 @@ def test_a_step_time_that_is_no_time_is_left_out_of_every_figure(run, tmp_path, 
     event[field] = 0.0
     lines[steps[-1]] = json.dumps(event).replace(f'"{field}": 0.0', f'"{field}": {value}')
     events.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("field, value", [("t", "NaN"), ("t", "Infinity")])
+def test_an_event_time_that_is_no_time_is_left_out_of_every_figure(run, tmp_path, field, value):
+    """A step line whose `t` (when it was written) is NaN or infinite (json's spellings, which the
+    record reads): summary, compare, report and the Perfetto export end with exit 0 and no figure
+    of it (no `nan` or absurd time, no numpy warning), as for a step whose time is unknown."""
+    _forge_last_step(run, field, value)
     for args in (("summary", str(run)), ("compare", str(run)), ("report", str(run), "-o", str(tmp_path / "r.html")),
                  ("export", str(run), "--perfetto", str(tmp_path / "trace.json"))):
         code, out, err = cagtool(*args)
@@ -182,6 +186,18 @@ def test_a_step_time_that_is_no_time_is_left_out_of_every_figure(run, tmp_path, 
         said = out + err
         assert " nan ms" not in said and "e+30" not in said and "inf ms" not in said, (args, said[-2000:])
     json.loads((tmp_path / "trace.json").read_text())  # valid JSON: no NaN in it
+
+
+@pytest.mark.parametrize("value", ["-Infinity", "1e308", "NaN"])
+def test_a_step_time_that_is_no_time_refuses_the_record(run, tmp_path, value):
+    """A step line whose time is NaN, infinite or beyond any step's (record/bounds.py): every
+    report refuses the record (exit 3, one line naming events.jsonl, the field and the value), as a
+    baseline holding it is refused (tests/test_record_bounds.py has every figure and both paths)."""
+    _forge_last_step(run, "wall_s", value)
+    for args in (("summary", str(run)), ("compare", str(run)), ("report", str(run), "-o", str(tmp_path / "r.html")),
+                 ("export", str(run), "--perfetto", str(tmp_path / "trace.json"))):
+        _refused(args, f"{run / 'ca' / 'events.jsonl'}: line ")
+        assert not (tmp_path / "trace.json").exists()
 
 
 def test_a_compile_guards_file_read_by_recompiles_never_leaves_the_run(record_run, tmp_path):

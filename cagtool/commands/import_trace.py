@@ -29,14 +29,16 @@ def import_command(
     the record says so instead of inventing them.
 
     Lenient like tlparse: unknown envelopes are counted and skipped, a truncated last line (a job
-    killed mid-write) is tolerated; both are reported. --strict makes them errors.
+    killed mid-write) is tolerated, a figure no job logs (a NaN, negative or 1e308 s compile time)
+    is left unknown; each is reported. --strict makes them errors.
 
         cagtool import /tmp/trace_dir
         cagtool import dedicated_log_torch_trace_rank_0_x.log -o runs/job42
         cagtool import /tmp/trace_dir --strict
 
     Exit codes: 0 ok; 2 the output directory is not usable; 3 no trace log at PATH, a corrupt log,
-    or (--strict) an unknown envelope or truncated line.
+    a log whose name says a rank beyond any job's, or (--strict) an unknown envelope, a truncated
+    line or a figure out of range.
     """
     from cagtool.trace_import.importer import ImportOptions, import_trace
 
@@ -58,6 +60,8 @@ def import_command(
             print(f"cagtool: {proc.key}: skipped {read.bad_lines} unreadable line(s) (first at line {read.first_bad_line})", file=out)
         if read.truncated_last_line:
             print(f"cagtool: {proc.key}: the last line is truncated (the job was cut off mid-write); read up to it", file=out)
+        if tr.bad_figures:
+            print(f"cagtool: {proc.key}: left {tr.bad_figures} out-of-range figure(s) unknown (first: {tr.first_bad_figure})", file=out)
         if read.payload_mismatches:
             print(f"cagtool: {proc.key}: {read.payload_mismatches} payload(s) did not match their md5 (incomplete)", file=out)
     for path in result.not_logs:

@@ -44,6 +44,7 @@ import msgspec
 
 from cagtool.errors import UnreadableInput
 from cagtool.record.atomic import write_atomic
+from cagtool.record.bounds import REFUSED, bounded_fields, figure_problem, first_out_of_bounds, first_out_of_bounds_array
 from cagtool.record.regular_files import open_record_file
 from cagtool.record.schema import EVENT_TYPES, EVENTS_FILE, MAX_EVENT_LINE_BYTES, MAX_JSON_FILE_BYTES, Event
 
@@ -75,7 +76,10 @@ class EventColumns:
     # Added to every `step` value read: the loader's conversion of an older record's step numbers
     # (the one it applies to the events it builds) reaches the columns through this.
     step_shift: int = 0
+    # The events.jsonl the columns stand for: what a refusal of one of their figures names.
+    source: Path | None = None
     _decoded: dict[str, list[Any]] = field(default_factory=dict, repr=False)
+    _checked: set[str] = field(default_factory=set, repr=False)  # figures found within their bounds
 
     def column(self, name: str) -> list[Any]:
         """The named field's values (a list the caller must not change)."""
@@ -87,6 +91,9 @@ class EventColumns:
                     raise ValueError(f"column {self.kind}.{name} holds {len(found)} values, not {self.count}")
                 if name in _float_fields(self.kind):  # as the loader decodes a line: a float field's 1 is 1.0
                     found = [float(v) if v.__class__ is int else v for v in found]
+                bound = bounded_fields(EVENT_TYPES[self.kind]).get(name)
+                if bound is not None and name not in self._checked:
+                    self._refuse(name, first_out_of_bounds(found, bound), found)
             elif not self.count:
                 found = []  # a kind with no line (a record with steps but no backward events): no field is held
             else:
@@ -139,9 +146,26 @@ class EventColumns:
             return self.numbers(name)
         if len(array) != self.count:
             raise ValueError(f"column {self.kind}.{name} holds {len(array)} values, not {self.count}")
+        bound = bounded_fields(EVENT_TYPES[self.kind]).get(name)
+        if bound is not None and name not in self._checked:
+            self._refuse(name, first_out_of_bounds_array(array, bound, nulls), array)
         if name == "step" and self.step_shift:
             array = array + self.step_shift
         return array, nulls
+
+    def _refuse(self, name: str, index: int | None, values: Any) -> None:
+        """UnreadableInput for the figure at `index` of column `name` (outside its range: the
+        sidecar is checked against its events.jsonl, and both can be forged together), as the
+        loader refuses such an event's line; None: the column is checked."""
+        if index is None:
+            self._checked.add(name)
+            return
+        bound = bounded_fields(EVENT_TYPES[self.kind])[name]
+        seq = self.column("seq")[index]
+        value = values[index]
+        value = value.item() if hasattr(value, "item") else value  # a numpy scalar, as its Python number
+        problem = figure_problem(value, bound) or f"is {value!r}, outside its range ({bound.rule()})"
+        raise UnreadableInput(f"{self.source or 'the columns sidecar'}: seq {seq}: the {self.kind} event's {name} {problem}; {REFUSED}")
 
     def distinct(self, name: str) -> set[Any]:
         """The named field's distinct values (for a column of runs, without expanding them)."""
@@ -474,7 +498,7 @@ def read_sidecar(mode_dir: Path, data: bytes | None = None, events_stat: os.stat
                 if not (isinstance(offset, int) and isinstance(length, int) and 0 <= offset and offset + length <= body_length):
                     return None
                 encoded[name] = (str(encoding), _Stored(path, body_start + offset, length, int(checksum[0]) if checksum else None))
-            columns[kind] = EventColumns(kind, count, encoded)
+            columns[kind] = EventColumns(kind, count, encoded, source=Path(mode_dir) / EVENTS_FILE)
         other = [(int(n), int(s), int(e)) for n, s, e in doc["other"]]
         if any(not 0 <= s <= e <= size or e - s > MAX_EVENT_LINE_BYTES for _, s, e in other):
             return None  # the lines are read instead (the loader refuses one that long)

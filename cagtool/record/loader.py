@@ -6,6 +6,7 @@ import os
 import re
 from collections import Counter
 from functools import lru_cache
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TypeVar
 
@@ -13,6 +14,7 @@ import msgspec
 from msgspec import Struct, field
 
 from cagtool.errors import UnreadableInput, UsageError
+from cagtool.record.bounds import REFUSED, below_least_nonzero, bounded_fields, figure_problem, first_out_of_bounds
 from cagtool.record.regular_files import open_record_file, read_record_bytes
 from cagtool.record.liveness import read_dead_writer_as_killed, read_vanished_as_killed
 from cagtool.record.manifest import ModeManifest, RunMeta, mode_manifest_from_dict, process_identity, run_meta_from_dict
@@ -131,14 +133,7 @@ class ModeRecord(Struct):
     def _collect(self, cls: type) -> list[Any]:
         state = (id(self.events), len(self.events))
         if self._by_type is None or self._by_type[0] != state:
-            grouped: dict[type, list[Event]] = {}
-            for event in self.events:
-                group = grouped.get(type(event))
-                if group is None:
-                    grouped[type(event)] = [event]
-                else:
-                    group.append(event)
-            self._by_type = (state, grouped)
+            self._by_type = (state, _by_type(self.events))
         grouped = self._by_type[1]
         held = [EVENT_TYPES[kind] for kind in self.columns if issubclass(EVENT_TYPES[kind], cls)]
         matching = [t for t in grouped if issubclass(t, cls)]
@@ -251,11 +246,21 @@ def read_json_object(path: Path, what: str, missing_hint: str = "") -> dict:
         raise UnreadableInput(f"{what} {path} is not UTF-8 text (bad byte at offset {exc.start}): corrupt") from None
     try:
         data = json_loads(text)
-    except ValueError as exc:  # json.JSONDecodeError
-        raise UnreadableInput(f"{what} {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None  # type: ignore[attr-defined]
+    except ValueError as exc:
+        raise UnreadableInput(f"{what} {path} is not valid JSON ({json_error_words(exc)})") from None
     if not isinstance(data, dict):
         raise UnreadableInput(f"{what} {path} is not a JSON object")
     return data
+
+
+def json_error_words(exc: ValueError) -> str:
+    """What json said is wrong with a document, for a one-line error: a json.JSONDecodeError's
+    message and line, or the ValueError json raises for a number it will not read (an integer of
+    more than 4300 digits: Python's int_max_str_digits), without its advice to the programmer."""
+    message, line = getattr(exc, "msg", None), getattr(exc, "lineno", None)
+    if isinstance(message, str) and isinstance(line, int):
+        return f"{message} at line {line}"
+    return str(exc).split("; use ")[0] or type(exc).__name__
 
 
 def json_loads(text: str | bytes) -> Any:
@@ -416,6 +421,8 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
             entries.append((number, line))
         for number, event in _decode_events(entries, shaped):
             if not isinstance(event, Event):
+                if event.refused:
+                    raise UnreadableInput(f"{events_path}: line {number}{event.problem}; {REFUSED}")
                 if strict:
                     raise UnreadableInput(f"{events_path}: line {number}{event.problem} (--strict)")
                 if event.unknown_kind is not None:
@@ -433,11 +440,40 @@ def _load_one(path: Path, strict: bool, kinds: frozenset[str] | set[str] | None,
     elif strict:
         raise UnreadableInput(f"{events_path} is missing (--strict)")
     # Older schemas are read as the current one: converted here, in the events and the columns alike.
+    grouped: dict[type, list[Event]] | None = None
     if read_events:
         events = upgrade_events(events, counts, manifest.schema_version, asked)
+        grouped = _by_type(events)
+        _refuse_below_a_tick(grouped, events_path)
     for held in column_events.values():
         held.step_shift = step_number_shift(manifest.schema_version)
-    return ModeRecord(path=path, manifest=manifest, events=events, skipped_lines=skipped, unknown_kinds=unknown, kind_counts=counts, columns=column_events)
+    record = ModeRecord(path=path, manifest=manifest, events=events, skipped_lines=skipped, unknown_kinds=unknown, kind_counts=counts, columns=column_events)
+    if grouped is not None:  # what `of` would build on its first call: built once, here
+        record._by_type = ((id(events), len(events)), grouped)
+    return record
+
+
+def _by_type(events: list[Event]) -> dict[type, list[Event]]:
+    grouped: dict[type, list[Event]] = {}
+    for event in events:
+        group = grouped.get(type(event))
+        if group is None:
+            grouped[type(event)] = [event]
+        else:
+            group.append(event)
+    return grouped
+
+
+def _refuse_below_a_tick(grouped: dict[type, list[Event]], events_path: Path) -> None:
+    """UnreadableInput for an event whose measured time is above 0 but below a nanosecond (the one
+    bound a msgspec Meta cannot say; the decoder checked the others as it built the events): a pass
+    in C per timed field, not a Python test per line."""
+    for cls, group in grouped.items():
+        for name, bound in bounded_fields(cls).items():
+            if below_least_nonzero(map(attrgetter(name), group), bound):
+                index = first_out_of_bounds([getattr(event, name) for event in group], bound)
+                problem = figure_problem(getattr(group[index or 0], name), bound)
+                raise UnreadableInput(f"{events_path}: seq {group[index or 0].seq}: the {cls.kind} event's {name} {problem}; {REFUSED}")
 
 
 def _stream_lines(data: bytes, kinds: frozenset[str] | set[str] | None, unwanted: tuple[str, ...], counts: Counter[str], entries: list[tuple[int, str]]) -> list[str | None]:
@@ -504,10 +540,13 @@ def _utf8_or_none(raw: bytes) -> str | None:
 class _BadLine(Struct, frozen=True):
     """A line that gave no event: `problem` ends the loader's --strict message after the line
     number; `unknown_kind` is the kind of a well-formed line of a kind this cagtool does not know
-    (counted, not skipped)."""
+    (counted, not skipped). `refused`: an event whose figure is outside its range (NaN, negative,
+    beyond any run: record/bounds.py), which refuses the record, --strict or not: skipped, a forged
+    step time would leave the figures of the others unsaid."""
 
     problem: str
     unknown_kind: str | None = None
+    refused: bool = False
 
 
 def _decode_events(entries: list[tuple[int, str]], shaped: bool | None = None) -> Iterator[tuple[int, Event | _BadLine]]:
@@ -542,7 +581,12 @@ def _decode_event(text: str) -> Event | _BadLine:
     try:
         event = event_from_value(value)
     except msgspec.ValidationError as exc:
-        return _BadLine(f": {EVENT_TYPES[kind].__name__}: {exc}")
+        cls = EVENT_TYPES[kind]
+        for name, bound in bounded_fields(cls).items():
+            problem = figure_problem(value.get(name), bound)
+            if problem is not None:
+                return _BadLine(f": the {kind} event's {name} {problem}", refused=True)
+        return _BadLine(f": {cls.__name__}: {exc}")
     if event is None:
         return _BadLine(f": unknown event kind {kind!r}", unknown_kind=str(kind))
     return event
@@ -623,25 +667,60 @@ def _refuse_copies(run_path: Path, modes: dict[str, ModeRecord]) -> None:
 
 
 def list_runs(root: Path | None = None) -> list[Path]:
-    """Run directories under root, oldest first (by the creation time each run.json records)."""
+    """Run directories under root, oldest first: by when each run says it began (run.json's
+    `created_at`), but never later than when its run.json was last written on this machine (the
+    file's change time, ctime, which no program can set back: a write, a copy or a checkout sets it
+    to the moment it happened). A run.json is a text anyone can write: one planted in a checked-out
+    `.cagtool/runs` is at most as new as its checkout, older than the run CI makes after it, and is
+    never the latest run that `gate`, `baseline save`, `summary` or `report` read with no RUN. A
+    run.json that says it began after it was written (beyond CLOCK_SKEW_S), or says no time
+    (unreadable, corrupt), sorts first. Ties (runs begun in the same second) go by ctime, then name."""
     root = root or runs_dir()
     if not root.is_dir():
         return []
-
-    def created(run: Path) -> str:
-        # Sorting only: a corrupt run.json sorts first here and is reported by whoever loads it.
-        try:
-            data = json_loads(read_record_bytes(run / RUN_META_FILE, max_bytes=MAX_JSON_FILE_BYTES))
-        except (OSError, ValueError, UnreadableInput):
-            return ""
-        return str(data.get("created_at", "")) if isinstance(data, dict) else ""
-
     # A link there is not a run cagtool made (it makes each run a directory): one planted in an
     # untrusted checkout's `.cagtool/runs` would be the newest run read, and `report` written into it.
     # A run.json that is no regular file (a FIFO, a link) is listed, and refused where it is read:
     # `runs` says why, rather than leaving the run out.
     found = [p for p in root.iterdir() if not p.is_symlink() and p.is_dir() and os.path.lexists(p / RUN_META_FILE)]
-    return sorted(found, key=lambda p: (created(p), p.name))
+    return sorted(found, key=_run_time)
+
+
+# How far ahead of this machine's clock the clock of the machine that wrote a run may be (a run
+# downloaded from another host): a run.json saying it began later than that after it was written
+# is not believed.
+CLOCK_SKEW_S = 300.0
+
+
+def _run_time(run: Path) -> tuple[float, int, str]:
+    """(when the run began as far as this machine can tell, its run.json's ctime in ns, its name):
+    `list_runs`' order."""
+    try:
+        written_ns = os.lstat(run / RUN_META_FILE).st_ctime_ns
+    except OSError:
+        return (0.0, 0, run.name)
+    written = written_ns / 1e9
+    created = _created_at(run)
+    if created is None or created > written + CLOCK_SKEW_S:
+        return (0.0, written_ns, run.name)  # no time to trust (a forged "2099"): first
+    # created_at is to the second: the run began before its next second, never after its file was written.
+    return (min(created + 1.0, written), written_ns, run.name)
+
+
+def _created_at(run: Path) -> float | None:
+    """run.json's `created_at` as seconds since the epoch (UTC where it names no zone); None for a
+    run.json that is unreadable, corrupt or has none (its ctime alone then places it)."""
+    from datetime import datetime, timezone
+
+    try:
+        data = json_loads(read_record_bytes(run / RUN_META_FILE, max_bytes=MAX_JSON_FILE_BYTES))
+        text = data.get("created_at") if isinstance(data, dict) else None
+        if not isinstance(text, str):
+            return None
+        stamp = datetime.fromisoformat(text)
+        return (stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=timezone.utc)).timestamp()
+    except (OSError, ValueError, OverflowError, UnreadableInput):
+        return None
 
 
 def latest_run(root: Path | None = None) -> Path:

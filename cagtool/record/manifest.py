@@ -4,11 +4,13 @@
 # annotation (about a hundred of them in these classes), at import and again on a report command's
 # first read of a manifest (5.8 M instructions), where annotations evaluated at definition cost
 # almost nothing.
+import re
 from typing import Any, TypedDict
 
 import msgspec
 from msgspec import Struct, field
 
+from cagtool.record.bounds import Bytes, Duration, number_text
 from cagtool.record.schema import MAX_JSON_FILE_BYTES, MODE_FORMAT, RUN_FORMAT, SCHEMA_VERSION
 
 
@@ -25,7 +27,7 @@ class ModeOptions(TypedDict, total=False):
     other key as it is (a record written by a newer cagtool)."""
 
     # set when the record is opened (capture/run/child.py, capture/processes/follow.py, api.py)
-    waited_to_start_s: float  # the mode waited this long for the previous one's process to go
+    waited_to_start_s: Duration  # the mode waited this long for the previous one's process to go
     max_steps: int | None  # --steps
     max_time: float | None  # --max-time
     trace_nodes: bool
@@ -104,11 +106,12 @@ class ModeManifest(Struct):
     schema_version: int = SCHEMA_VERSION
     status: str = "running"
     ended_at: str | None = None
-    duration_s: float | None = None
+    # The figures are typed with their range (record/bounds.py): one outside it refuses the record.
+    duration_s: Duration | None = None
     exit_code: int | None = None
     exception: ExceptionInfo | None = None
-    peak_rss_bytes: int | None = None
-    peak_device_memory_bytes: int | None = None  # torch.cuda.max_memory_allocated (all devices), when the job used CUDA
+    peak_rss_bytes: Bytes | None = None
+    peak_device_memory_bytes: Bytes | None = None  # torch.cuda.max_memory_allocated (all devices), when the job used CUDA
     torch_counters: dict[str, dict[str, int]] = field(default_factory=dict)
     options: ModeOptions = field(default_factory=ModeOptions)  # type: ignore[assignment]
     # Which process of the job this record is (PROTOCOL layout): key "main" | "rank<N>" | "pid<PID>",
@@ -190,10 +193,33 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
     try:
         built = msgspec.convert(data, cls)
     except msgspec.ValidationError as exc:
-        raise TypeError(str(exc)) from None
+        raise TypeError(_with_value(str(exc), data)) from None
     if isinstance(options, dict) and len(options) != len(built.options):
         built.options = {**options, **built.options}
     return built
+
+
+_AT = re.compile(r" - at `\$((?:\.[A-Za-z_][A-Za-z_0-9]*|\[\d+\])*)`$")
+_STEP = re.compile(r"\.([A-Za-z_][A-Za-z_0-9]*)|\[(\d+)\]")
+
+
+def _with_value(message: str, data: Any) -> str:
+    """msgspec's message (which names the field, `- at `$.peak_rss_bytes``) with the value the
+    document holds there: a figure out of its range is told by what it is."""
+    at = _AT.search(message)
+    if at is None:
+        return message
+    value = data
+    for key, index in _STEP.findall(at.group(1)):
+        if key and isinstance(value, dict) and key in value:
+            value = value[key]
+        elif index and isinstance(value, list) and int(index) < len(value):
+            value = value[int(index)]
+        else:
+            return message
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return message  # a wrong type: msgspec's message says which it got
+    return f"{message} (it holds {number_text(value)})"
 
 
 def mode_manifest_from_dict(data: dict[str, Any]) -> ModeManifest:

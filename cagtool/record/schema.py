@@ -56,6 +56,8 @@ from typing import Any, Callable, ClassVar, Union
 import msgspec
 from msgspec import Struct
 
+from cagtool.record.bounds import Seconds
+
 RUN_FORMAT = "cagtool-run"
 MODE_FORMAT = "cagtool-mode-record"
 # Bump when a reader of the old version would misread the new one. Additive fields don't bump it.
@@ -145,6 +147,9 @@ MISS_UNKNOWN = "unknown"
 # into its class by `kind` (a tagged union), checking every field's type on the way; a line's
 # unknown fields are ignored (additive changes). A new field is one line in its class, with a
 # default so older records still read. The records nested in events are frozen Structs too.
+# A measured time is typed `Seconds` (record/bounds.py): msgspec checks its range as it decodes a
+# line, the loader the rest of the rule and the columns sidecar's figures; a record holding one
+# outside it is refused. A loss, a norm or a digest is the job's figure, NaN when it diverged: unbounded.
 
 
 class SourceRef(Struct, frozen=True):
@@ -234,29 +239,29 @@ class StepEvent(Event, tag="step"):
     """One step (see the module docstring): written when it ends, so `t` is its end."""
 
     step: int
-    backward_s: float  # wall time of the step's backward calls, summed
+    backward_s: Seconds  # wall time of the step's backward calls, summed
     # the scalar its last backward was called on (None: not a scalar, or read later, see StepDeviceEvent);
     # LBFGS's step(closure): the closure's last call, where step() returns its first
     loss: float | None = None
     ca_captures: int = 0  # CA graphs captured during the step (cache misses)
     compiles: int = 0  # Dynamo compiles that finished during the step (forward or CA)
-    compile_s: float = 0.0  # wall seconds spent in those compiles and captures
+    compile_s: Seconds = 0.0  # wall seconds spent in those compiles and captures
     # schema 2:
-    wall_s: float | None = None  # since the previous step ended (None for the first step)
+    wall_s: Seconds | None = None  # since the previous step ended (None for the first step)
     backward_calls: int = 1
     boundary: str = ""  # STEP_BOUNDARY_OPTIMIZER | STEP_BOUNDARY_BACKWARD | STEP_BOUNDARY_COMPILED_OPTIMIZER ("" in schema 1)
-    optimizer_s: float = 0.0  # wall time in optimizer step() calls during the step
+    optimizer_s: Seconds = 0.0  # wall time in optimizer step() calls during the step
     # The step ended at a grad scaler's step() that skipped the optimizer's (torch.amp.GradScaler:
     # inf or NaN gradients, as in an fp16 job's first steps): counted as a step, as training
     # frameworks count it, with no optimizer_step event.
     skipped: bool = False
     # The process's CPU time (all its threads) since the previous step ended (None for the first
     # step, and in records written before it was kept).
-    cpu_s: float | None = None
+    cpu_s: Seconds | None = None
     # The CPU time of the thread that ended the step (the training loop's), over the same span:
     # below its wall time less its wait for a CPU, the step spent time off the CPU (sleep, I/O,
     # a device). None where the step's two ends were in different threads.
-    thread_cpu_s: float | None = None
+    thread_cpu_s: Seconds | None = None
 
 
 class BackwardEvent(Event, tag="backward"):
@@ -265,7 +270,7 @@ class BackwardEvent(Event, tag="backward"):
     # written when the call returns: `t` is its end
     step: int  # the step it belongs to
     index: int  # 0, 1, ... within the step (gradient accumulation: one per micro-batch)
-    backward_s: float  # wall time of the call
+    backward_s: Seconds  # wall time of the call
     ca_captures: int = 0  # CA graphs captured during it
     call: str = "backward"  # "backward" (accumulates into .grad) or "grad" (autograd.grad)
     loss: float | None = None  # the scalar it was called on, when read without a device sync (CPU)
@@ -278,13 +283,13 @@ class StepDeviceEvent(Event, tag="step_device"):
     the later one has completed), and `loss`, read at the end of the run. Either may be None."""
 
     step: int
-    device_s: float | None = None
+    device_s: Seconds | None = None
     loss: float | None = None
 
 
 class OptimizerStepEvent(Event, tag="optimizer_step"):
     step: int  # the step it belongs to (schema 1: the backward it follows)
-    wall_s: float
+    wall_s: Seconds
     optimizer: str = ""
 
 
@@ -331,7 +336,7 @@ class CAGraphEvent(Event, tag="ca_graph"):
     aot_ids: list[int]  # AOT backward graphs inlined (nodes named aot<id>_*)
     hooks: list[HookRef]
     num_sizes: int  # dynamic sizes the graph takes
-    capture_s: float
+    capture_s: Seconds
     code_file: str  # relative to the mode dir
     nodes_file: str
     # who set up the compiler ("cagtool" or "script": the script's own `_enable`/CA flag kept) and,
@@ -353,7 +358,7 @@ class CACompileEvent(Event, tag="ca_compile"):
     """The first call of compiled-autograd graph `ca_id`: compile (lazy) plus one execution."""
 
     ca_id: int
-    first_call_s: float
+    first_call_s: Seconds
     step: int | None = None
     ok: bool = True
     error: str = ""
@@ -371,12 +376,12 @@ class DynamoCompileEvent(Event, tag="dynamo_compile"):
     co_name: str = ""
     co_filename: str = ""
     co_firstlineno: int | None = None
-    entire_frame_compile_time_s: float | None = None
-    backend_compile_time_s: float | None = None
-    inductor_compile_time_s: float | None = None
-    dynamo_cumulative_compile_time_s: float | None = None
-    aot_autograd_cumulative_compile_time_s: float | None = None
-    inductor_cumulative_compile_time_s: float | None = None
+    entire_frame_compile_time_s: Seconds | None = None
+    backend_compile_time_s: Seconds | None = None
+    inductor_compile_time_s: Seconds | None = None
+    dynamo_cumulative_compile_time_s: Seconds | None = None
+    aot_autograd_cumulative_compile_time_s: Seconds | None = None
+    inductor_cumulative_compile_time_s: Seconds | None = None
     graph_op_count: int | None = None
     guard_count: int | None = None
     fail_type: str | None = None

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cagtool.errors import UnreadableInput
+from cagtool.record.schema import MAX_WORLD_SIZE
 from cagtool.trace_import.log_reader import looks_like_trace_log
 
 _RANK = re.compile(r"rank_(\d+)")
@@ -79,7 +80,13 @@ def find_logs(path: Path, not_logs: list[Path] | None = None) -> list[ProcessLog
         match = _RANK.search(log.name)
         attempt = 0
         if match:
-            rank = int(match.group(1))
+            digits = match.group(1)
+            rank = int(digits) if len(digits) <= 30 else MAX_WORLD_SIZE + 1
+            if rank > MAX_WORLD_SIZE:
+                # The readers refuse a record saying such a rank: refused here, before a record is written.
+                said = digits if len(digits) <= 30 else "over 10**30"
+                raise UnreadableInput(f"{log}: its name says rank {said}, beyond any job's ({MAX_WORLD_SIZE} ranks at most); "
+                                      "rename the log or leave it out")
             named = _ATTEMPT.search(log.name)
             start: object = ("named", int(named.group(1))) if named else ("pid", _pid_of(log))
             seen = starts.setdefault(rank, [])

@@ -88,10 +88,11 @@ def _import_process(proc: ProcessLogs, mode_dir: Path, options: ImportOptions, v
         started_at="",
     )
     writer = RecordWriter(mode_dir, manifest, clock_start=0.0)
-    translator = RankTranslator(writer, year, cache)
+    translator = RankTranslator(writer, year, cache, strict=options.strict)
     read = ReadStats()
     try:
         for log in proc.files:
+            translator.log = str(log)
             reader = TraceLogReader(log, wanted=WANTED_KINDS, strict=options.strict, peek=PEEK)
             for envelope in reader.envelopes():
                 translator.feed(envelope)
@@ -107,7 +108,8 @@ def _import_process(proc: ProcessLogs, mode_dir: Path, options: ImportOptions, v
     manifest.started_at = _iso(stats.first_ts)
     manifest.ended_at = _iso(stats.last_ts)
     if stats.first_ts is not None and stats.last_ts is not None:
-        manifest.duration_s = stats.last_ts - stats.first_ts
+        # glog's times carry no year: a log read across a new year, or out of order, ends "before" it began.
+        manifest.duration_s = max(stats.last_ts - stats.first_ts, 0.0)
     manifest.status = STATUS_FINISHED
     manifest.options = {"imported": True}
     manifest.imported = {
@@ -117,6 +119,7 @@ def _import_process(proc: ProcessLogs, mode_dir: Path, options: ImportOptions, v
         "ca_reasons": "logged" if stats.reasons_logged and not stats.reasons_inferred else ("inferred" if stats.reasons_inferred and not stats.reasons_logged else ("mixed" if stats.ca_graphs else "none")),
         "ca_reasons_logged": stats.reasons_logged,
         "ca_reasons_inferred": stats.reasons_inferred,
+        "bad_figures": stats.bad_figures,
         "not_in_log": NOT_IN_LOG,
     }
     manifest.process = {

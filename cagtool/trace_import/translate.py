@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
+
+import msgspec
 
 from cagtool.capture.observe.graph_dump import GraphSummary
 from cagtool.capture.observe.torch_logs import PGO_CODE_STATE_ARTIFACTS, USER_FRAME_KEY, StructuredLogHandler
+from cagtool.errors import UnreadableInput
+from cagtool.record.bounds import bounded_fields, figure_problem
 from cagtool.record.writer import RecordWriter
 from cagtool.record.schema import CacheMissEvent, CAGraphEvent, ChangedSize, Event, SourceRef
 from cagtool.torch_text import compile_id_of, looks_like_user_file, parse_miss, split_ca_reason
@@ -50,15 +55,36 @@ class _NoSteps:
 
 
 class _LogTimeWriter:
-    """The record writer, with each event stamped with the log's time instead of the clock's."""
+    """The record writer, with each event stamped with the log's time instead of the clock's, and
+    each figure checked against the range the loader reads (record/bounds.py): a log is a text
+    anyone can write, and a compile time of 1e308 s or NaN written into the record would be read
+    back as one (or refuse the record). Such a figure is left unknown and counted, as a bad line of
+    the log is skipped and counted (with strict, RankTranslator makes it an error: an exception
+    raised here would be one more error the structured-log handler counts)."""
 
-    def __init__(self, writer: RecordWriter) -> None:
+    def __init__(self, writer: RecordWriter, stats: "TranslationStats") -> None:
         self.writer = writer
+        self.stats = stats
         self.t = 0.0
+        self.where = ""  # the envelope being translated ("<log>: line N"), for the note and the error
 
     def emit(self, event_cls: type[Event], **fields: Any) -> Event:
         fields["t"] = self.t
+        for name, bound in bounded_fields(event_cls).items():
+            problem = figure_problem(fields.get(name), bound)
+            if problem is None:
+                continue
+            self.stats.bad_figures += 1
+            self.stats.first_bad_figure = self.stats.first_bad_figure or f"{self.where}: {event_cls.kind} {name} {problem}"
+            fields[name] = None if _defaults(event_cls).get(name, 0.0) is None else 0.0
         return self.writer.emit(event_cls, **fields)
+
+
+@cache
+def _defaults(cls: type[Event]) -> dict[str, Any]:
+    """The event class's fields' defaults: a bad figure of a field whose default is None is left
+    None (unknown); of any other, 0.0 (what import writes where the log has no figure)."""
+    return {f.name: f.default for f in msgspec.structs.fields(cls) if f.default is not msgspec.NODEFAULT}
 
 
 @dataclass
@@ -82,6 +108,9 @@ class TranslationStats:
     last_ts: float | None = None
     handler_errors: int = 0
     handler_last_error: str = ""
+    # Figures out of the range the loader reads (a NaN or 1e308 s compile time), left unknown; the first, in words.
+    bad_figures: int = 0
+    first_bad_figure: str = ""
     pgo_suggestion: str | None = None  # torch's PGO suggestion from a logged code state
     unused_reasons: list[str] = field(default_factory=list)
 
@@ -112,12 +141,14 @@ class GraphCache:
 class RankTranslator:
     """Feed every envelope of one process's log (in order), then call `finish()`."""
 
-    def __init__(self, writer: RecordWriter, year: int, graph_cache: "GraphCache | None" = None) -> None:
+    def __init__(self, writer: RecordWriter, year: int, graph_cache: "GraphCache | None" = None, strict: bool = False) -> None:
         self.writer = writer
-        self.timed = _LogTimeWriter(writer)
+        self.stats = TranslationStats()
+        self.strict = strict
+        self.timed = _LogTimeWriter(writer, self.stats)
         self.handler = StructuredLogHandler(self.timed, _NoSteps())  # type: ignore[arg-type]
         self.year = year
-        self.stats = TranslationStats()
+        self.log = ""  # the log file being fed, named in what a bad figure says
         self._reasons: dict[int, str] = {}  # torch CA id -> its newest logged reason
         self._span_start: dict[int, float] = {}  # torch CA id -> `compiled_autograd` span begin (us)
         self._pending: _PendingGraph | None = None
@@ -131,6 +162,15 @@ class RankTranslator:
         self._held_recompile: tuple[Envelope, float] | None = None
 
     def feed(self, envelope: Envelope) -> None:
+        self.timed.where = f"{self.log}: line {envelope.line}" if self.log else f"line {envelope.line}"
+        self._feed(envelope)
+        self._refuse_if_strict()
+
+    def _refuse_if_strict(self) -> None:
+        if self.strict and self.stats.bad_figures:
+            raise UnreadableInput(f"{self.stats.first_bad_figure} (--strict)")
+
+    def _feed(self, envelope: Envelope) -> None:
         kind = envelope.kind
         if kind == "chromium_event":
             self._chromium(envelope)
@@ -162,6 +202,7 @@ class RankTranslator:
     def finish(self) -> None:
         self._release_recompile(None)
         self._flush_graph()
+        self._refuse_if_strict()
         self.stats.handler_errors = self.handler.errors
         self.stats.handler_last_error = self.handler.last_error
         self.stats.pgo_suggestion = self.handler.pgo_suggestion

@@ -54,6 +54,7 @@ def register(app: typer.Typer) -> None:
         from cagtool.record.integrity import refuse_damaged
         from cagtool.record.loader import load_run
         from cagtool.report.text.console import make_console
+        from cagtool.report.text.safe_text import safe_line
         from cagtool.report.gate import baseline_from_run, save_baseline
 
         record = load_run(run, strict=strict, columns=True)
@@ -75,29 +76,30 @@ def register(app: typer.Typer) -> None:
             with locked(output):
                 if Path(output).exists():
                     baseline = accumulate_baseline(load_baseline(output), baseline)
-                path = save_baseline(baseline, output)
+                path = save_baseline(baseline, output, source=f"run {record.path}")
         else:
-            path = save_baseline(baseline, output)
+            path = save_baseline(baseline, output, source=f"run {record.path}")
+        # Each line is `safe_line`: a mode name or path from the record cannot start a line of its own.
         console = make_console()
         modes = ", ".join(
             f"{name}: {snap.ca_graphs} CA graphs, {snap.recompiles} recompiles, {snap.graph_breaks} graph breaks"
             for name, snap in baseline.modes.items()
         )
-        console.print(f"baseline saved: {path} ({modes})", markup=False, soft_wrap=True)
+        console.print(safe_line(f"baseline saved: {path} ({modes})"), markup=False, soft_wrap=True)
         if accumulate:
             held = ", ".join(f"{name}: {len(snap.compile_samples)}" for name, snap in baseline.modes.items())
-            console.print(f"compile times held: {held} (3 or more give --max-compile-regression a measured spread)", markup=False, soft_wrap=True)
+            console.print(safe_line(f"compile times held: {held} (3 or more give --max-compile-regression a measured spread)"), markup=False, soft_wrap=True)
         from cagtool.report.gate.baseline import suggested_threshold
 
         gated = baseline.modes.get("ca") or next(iter(baseline.modes.values()), None)
         threshold, why = suggested_threshold(gated) if gated is not None else (None, "")
         if why:
-            console.print(f"{gated.mode}: {why}", markup=False, soft_wrap=True)
+            console.print(safe_line(f"{gated.mode}: {why}"), markup=False, soft_wrap=True)
         if threshold is not None:
-            console.print(f"gate against it with: cagtool gate --baseline {path} --max-regression {threshold}%", markup=False, soft_wrap=True)
+            console.print(safe_line(f"gate against it with: cagtool gate --baseline {path} --max-regression {threshold}%"), markup=False, soft_wrap=True)
         else:  # no threshold the evidence supports: the counts (the baseline's own are the limits), no step-time figure
-            console.print(f"gate against it with: cagtool gate --baseline {path} (its counts are the limits; a step-time threshold "
-                          "needs a baseline whose processes measured the run-to-run noise, see above)", markup=False, soft_wrap=True)
+            console.print(safe_line(f"gate against it with: cagtool gate --baseline {path} (its counts are the limits; a step-time threshold "
+                                    "needs a baseline whose processes measured the run-to-run noise, see above)"), markup=False, soft_wrap=True)
 
     @group.command("show", help=SHOW_HELP)
     def show(
@@ -105,6 +107,7 @@ def register(app: typer.Typer) -> None:
         format: TextOrJson = typer.Option(TextOrJson.text, "--format", help="Output format."),
     ) -> None:
         from cagtool.report.text.console import make_console
+        from cagtool.report.text.safe_text import safe_line
         from cagtool.report.gate import baseline_to_dict, load_baseline
 
         baseline = load_baseline(file)
@@ -112,9 +115,10 @@ def register(app: typer.Typer) -> None:
         if format is TextOrJson.json:
             typer.echo(json.dumps(data, indent=2))
             return
+        # Each line is `safe_line`: the file's own text (a target name, a mode name) cannot start a line of its own.
         console = make_console()
-        console.print(f"baseline {file}: from run {baseline.source_run}, saved {baseline.created_at}", markup=False, soft_wrap=True)
-        console.print(f"torch {baseline.versions.get('torch', '?')}, target {baseline.target.get('name', '?')}", markup=False, soft_wrap=True)
+        console.print(safe_line(f"baseline {file}: from run {baseline.source_run}, saved {baseline.created_at}"), markup=False, soft_wrap=True)
+        console.print(safe_line(f"torch {baseline.versions.get('torch', '?')}, target {baseline.target.get('name', '?')}"), markup=False, soft_wrap=True)
         for name, snap in baseline.modes.items():
             step = snap.step_time
             timing = "no steady-state steps" if step is None or step.median_s is None else (
@@ -124,9 +128,9 @@ def register(app: typer.Typer) -> None:
             samples = snap.compile_time_samples_s
             held = f" ({len(samples)} compile times, {min(samples):.3f}-{max(samples):.3f} s)" if samples else ""
             console.print(
-                f"  {name}: {snap.status}, {snap.steps} steps, {snap.ca_graphs} CA graphs, "
-                f"recompiles {snap.recompiles} (ca {snap.ca_recompiles}, dynamo {snap.dynamo_recompiles}), "
-                f"{snap.graph_breaks} graph breaks, compile {snap.compile_time_s:.3f} s{held}, {timing}",
+                safe_line(f"  {name}: {snap.status}, {snap.steps} steps, {snap.ca_graphs} CA graphs, "
+                          f"recompiles {snap.recompiles} (ca {snap.ca_recompiles}, dynamo {snap.dynamo_recompiles}), "
+                          f"{snap.graph_breaks} graph breaks, compile {snap.compile_time_s:.3f} s{held}, {timing}"),
                 markup=False,
                 soft_wrap=True,
             )

@@ -164,7 +164,7 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     from cagtool.record.seal import check_job
     from cagtool.verify.fixes import fixes_for, patch_fix, who_fixes
     from cagtool.verify.patches import patch_for
-    from cagtool.verify.verification import estimate_seconds, verify
+    from cagtool.verify.verification import estimate_seconds, rerun_key, verify
 
     # Before the record's script is read for a patch or anything runs: a job this user recorded, unchanged.
     check_job(record.path, record.meta.job_seal, record.meta.target, record.meta.target_argv, record.meta.cwd, dict(record.meta.options or {}))
@@ -230,9 +230,11 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
         # Nothing re-runs without a fix: no baseline is announced that never runs.
         print(f"cagtool: nothing to verify in mode {mode}: no fix cagtool can apply answers these causes", file=err, flush=True)
     else:
-        estimate = estimate_seconds(record, mode, options.repeat, len(fixes))
+        reruns = len({rerun_key(record, mode, options.repeat, f) for f in fixes})
+        estimate = estimate_seconds(record, mode, options.repeat, reruns)
         when = f"; estimated {estimate:.0f} s" if estimate is not None else ""
-        print(f"cagtool: verifying {len(fixes)} fix{'es' if len(fixes) != 1 else ''} in mode {mode}: the baseline and each fix "
+        same = f" ({len(fixes) - reruns} the same re-run as another)" if reruns < len(fixes) else ""
+        print(f"cagtool: verifying {len(fixes)} fix{'es' if len(fixes) != 1 else ''}{same} in mode {mode}: the baseline and each fix "
               f"{options.repeat} times, each its own process{when}", file=err, flush=True)
     from cagtool.report.text.safe_text import safe_line
 

@@ -21,9 +21,9 @@ def runs_command(
 
     paths = list_runs(root)
     if not paths:
-        from cagtool.report.text.safe_text import safe_text
+        from cagtool.report.text.safe_text import safe_line
 
-        print(safe_text(f"no runs under {root or '.cagtool/runs'}; record one with: cagtool run train.py"))
+        print(safe_line(f"no runs under {root or '.cagtool/runs'}; record one with: cagtool run train.py"))
         return
     rows = []
     for path in paths:
@@ -40,12 +40,13 @@ def runs_command(
 def _print_listing(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
     """One line per run, in columns as wide as their widest cell, nothing folded or cut (the run
     path is the one thing to copy from this list). Plain lines, not rich's console and table: they
-    were 29 % of this command's CPU time (benchmarks/README.md, `runs`)."""
+    were 29 % of this command's CPU time (benchmarks/README.md, `runs`). Each cell is `safe_line`:
+    a run directory's name or a record's field cannot start a line of its own."""
     from rich.cells import cell_len
 
-    from cagtool.report.text.safe_text import safe_text
+    from cagtool.report.text.safe_text import safe_line
 
-    lines = [tuple(safe_text(cell) for cell in row) for row in (headers, *rows)]
+    lines = [tuple(safe_line(cell) for cell in row) for row in (headers, *rows)]
     widths = [max(cell_len(line[column]) for line in lines) for column in range(len(headers))]
     out = []
     for line in lines:

@@ -119,9 +119,27 @@ def _mib(n: int | None) -> str:
 
 
 def _verdict(fraction: float) -> str:
+    """A phrase after a colon: "no measurable saving", "saves 12%", "costs 16%"."""
     if fraction == 0.0:
         return "no measurable saving"
     return f"{'saves' if fraction > 0 else 'costs'} {abs(fraction):.0%}"
+
+
+def _verb(fraction: float) -> str:
+    """The same as a sentence's verb, checkpointing its subject: "makes no measurable saving"."""
+    return "makes no measurable saving" if fraction == 0.0 else _verdict(fraction)
+
+
+def _per_mode(said: list[tuple[str, str]]) -> str:
+    """`saves 12% under aot and makes no measurable saving under ca`; modes that say the same share
+    it: `makes no measurable saving under aot and ca`."""
+    groups: list[tuple[str, list[str]]] = []
+    for mode, words in said:
+        if groups and groups[-1][0] == words:
+            groups[-1][1].append(mode)
+        else:
+            groups.append((words, [mode]))
+    return " and ".join(f"{words} under {' and '.join(modes)}" for words, modes in groups)
 
 
 def headline(result: CheckpointingResult) -> str | None:
@@ -131,7 +149,7 @@ def headline(result: CheckpointingResult) -> str | None:
         return None
     parts = [(("none" if f == 0.0 else f"{abs(f):.0%}" + ("" if f > 0 else " less (it costs)")), mode) for mode, f in held]
     said = f"{parts[0][0]} of the memory held for backward under {parts[0][1]}" + "".join(f" and {x} under {mode}" for x, mode in parts[1:])
-    peaks = " and ".join(f"{_verdict(m.peak_saving)} under {m.mode}" for m in result.modes if m.peak_saving is not None)
+    peaks = _per_mode([(m.mode, _verb(m.peak_saving)) for m in result.modes if m.peak_saving is not None])
     return (f"checkpointing saves {said} (heap in use at backward entry)"
             + (f"; at the backward's peak it {peaks}" if peaks else ""))
 
@@ -155,7 +173,8 @@ def heap_lines(m: ModeSaving) -> list[str]:
     steps = min(a.steps, b.steps)
     held = m.held_saving
     assert held is not None
-    lines = [f"{m.mode}: checkpointing {_verdict(held)} of the memory held for backward (heap in use at backward entry, "
+    held_words = "makes no measurable saving in" if held == 0.0 else f"{_verdict(held)} of"
+    lines = [f"{m.mode}: checkpointing {held_words} the memory held for backward (heap in use at backward entry, "
              f"median of {steps} steady steps: {_mib(a.held_bytes)} checkpointed, {_mib(b.held_bytes)} plain"
              + (f"; within the steps' spread of {_mib(max(a.held_spread_bytes or 0, b.held_spread_bytes or 0))}" if held == 0.0 else "") + ")"]
     peak = m.peak_saving

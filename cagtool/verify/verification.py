@@ -122,6 +122,9 @@ class FixResult:
     patch: dict[str, Any] | None = None  # a code change: its diff (patches.Patch.to_dict)
     patched_copy: str | None = None  # the copy of the script the re-run ran
     torch_says: str | None = None  # torch's own suggestion (its PGO), verbatim, beside cagtool's fix
+    # The fix whose re-run this one's would have been (the same command, environment and code): run
+    # once, its measure judged for both (torch's PGO list often names exactly what dynamic-sources does).
+    same_as: str | None = None
 
 
 @dataclass
@@ -160,6 +163,13 @@ def rerun_argv(run: RunRecord, mode: str, repeat: int, output: Path, fix: Fix | 
     else:
         argv += [target["name"], *run.meta.target_argv[1:]]
     return argv
+
+
+def rerun_key(run: RunRecord, mode: str, repeat: int, fix: Fix) -> tuple[Any, ...]:
+    """What a fix's re-run runs: its command (a flag the run was recorded with counts once), its
+    environment and its patched code. Two fixes with the same key would measure the same job twice."""
+    argv = rerun_argv(run, mode, repeat, Path("OUT"), fix)
+    return tuple(argv), tuple(sorted(fix.env.items())), fix.patch.patched if fix.patch is not None else None
 
 
 def checked_source_env(run: RunRecord) -> dict[str, str]:
@@ -438,7 +448,7 @@ def verify(
     check_job(run_dir, run.meta.job_seal, run.meta.target, run.meta.target_argv, run.meta.cwd, dict(run.meta.options or {}))
     check_confined(run_dir, run_dir / VERIFICATION_FILE)
     started = time.monotonic()
-    estimate = estimate_seconds(run, mode, repeat, len(fixes))
+    estimate = estimate_seconds(run, mode, repeat, len({rerun_key(run, mode, repeat, f) for f in fixes}))
     result = Verification(str(run.path), mode, repeat, None, [], list(not_applied or []), estimate)
     if not fixes:  # nothing to apply: a baseline alone would prove nothing
         result.wall_s = result.estimated_s = 0.0
@@ -496,15 +506,27 @@ def verify(
         raise BaselineFailed(f"the baseline re-run itself failed, without any fix ({_why_it_failed(base_record, mode, base_stderr)}; "
                              f"the re-runs read no stdin): nothing to measure the fixes against; see {base_stderr}")
     result.baseline = baseline
+    reruns: dict[tuple[Any, ...], tuple[str, Path, float]] = {}  # rerun_key -> the fix that ran it, its record, its wall time
     for fix in fixes:
-        path, wall, _code = record(fix.name, fix)
+        key = rerun_key(run, mode, repeat, fix)
+        same_as = reruns[key][0] if key in reruns else None
+        if same_as is None:
+            path, wall, _code = record(fix.name, fix)
+            reruns[key] = (fix.name, path, wall)
+        else:
+            _, path, wall = reruns[key]
+            progress(f"{fix.name}: the same re-run as {same_as} (the same command, environment and code): not run again")
+        ran = same_as or fix.name
+        # The words every renderer shows, before the verdict's own reasons.
+        same = [f"the same re-run as {same_as}: run once for both"] if same_as else []
         if not (path / "run.json").exists():
             result.fixes.append(FixResult(fix.name, fix.title, fix.who, list(fix.causes), list(fix.run_flags), dict(fix.env), None, FAILED,
-                                          ["the re-run did not start: see its stderr file"],
+                                          [*same, "the re-run did not start: see its stderr file"],
                                           patch=fix.patch.to_dict() if fix.patch is not None else None,
-                                          patched_copy=str(copies[fix.name]) if fix.name in copies else None, torch_says=fix.torch_says))
+                                          patched_copy=str(copies[ran]) if ran in copies else None, torch_says=fix.torch_says,
+                                          same_as=same_as))
             continue
-        measured, fixed_record = _side(fix.name, path, mode, wall)
+        measured, fixed_record = _side(ran, path, mode, wall)
         change = next((c for c in compare_runs(base_record, fixed_record).changes if c.mode == mode), None)
         speedup = change.speedup if change is not None else None
         numerics = [d for d in (change.numerics if change is not None else ()) if not d.inputs_differ]
@@ -521,11 +543,11 @@ def verify(
         if (changed := _source_changed(fixed_record, mode)) is not None:
             verdict, reasons = FAILED, [changed]
         result.fixes.append(FixResult(
-            fix.name, fix.title, fix.who, list(fix.causes), list(fix.run_flags), dict(fix.env), measured, verdict, reasons,
+            fix.name, fix.title, fix.who, list(fix.causes), list(fix.run_flags), dict(fix.env), measured, verdict, [*same, *reasons],
             speedup=speedup.ratio if speedup else None, speedup_low=speedup.low if speedup else None,
             speedup_high=speedup.high if speedup else None, speedup_verdict=speedup.verdict if speedup else None, numerics_agree=agree,
             patch=fix.patch.to_dict() if fix.patch is not None else None,
-            patched_copy=str(copies[fix.name]) if fix.name in copies else None, torch_says=fix.torch_says,
+            patched_copy=str(copies[ran]) if ran in copies else None, torch_says=fix.torch_says, same_as=same_as,
         ))
         progress(f"{fix.name}: {verdict} ({'; '.join(reasons)})")
     result.wall_s = time.monotonic() - started

@@ -21,7 +21,7 @@ def _side(variant: str, held: int, spread: int, peak: int, source: str | None = 
 def test_within_the_steps_spread_is_no_measurable_saving_not_a_sign():
     result = CheckpointingResult("/r", [ModeSaving("aot", _side("as written", 100, 3, 150), _side("plain", 102, 3, 151))])
     lines = checkpointing_lines(result)
-    assert lines[1] == ("aot: checkpointing no measurable saving of the memory held for backward (heap in use at backward entry, "
+    assert lines[1] == ("aot: checkpointing makes no measurable saving in the memory held for backward (heap in use at backward entry, "
                         "median of 4 steady steps: 100 MiB checkpointed, 102 MiB plain; within the steps' spread of 3 MiB)")
     assert lines[0].startswith("checkpointing saves none of the memory held for backward under aot")
     assert result.modes[0].held_saving == 0.0

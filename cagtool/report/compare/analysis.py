@@ -102,8 +102,11 @@ class Speedup:
     low: float | None  # the 90% confidence interval of the ratio (report.figures.intervals)
     high: float | None
     repetition_ratios: tuple[float, ...] = ()  # the ratio in each block of `run --repeat`
-    steady_steps: tuple[int, int] = (0, 0)  # (mode, baseline)
+    steady_steps: tuple[int, int] = (0, 0)  # (mode, baseline), the steps the ratio is over
     note: str = ""  # why there is no ratio, or why it is not claimed
+    # Steps steady on one side only, left out of the ratio (on_common_steps): each side's own
+    # medians are over more steps than the ratio is.
+    left_out: tuple[int, ...] = ()
     interval: RatioInterval | None = None
     # The factor by which waiting for a CPU alone would scale the ratio (baseline's CPU-wait
     # slowdown / the mode's, metrics.CpuWait), when both sides were measured; 1.0: equal load.
@@ -304,6 +307,7 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
         repetition_ratios=reps if len(reps) > 1 else (),
         steady_steps=(m.count, b.count),
         note=note,
+        left_out=tuple(left_out),
         interval=interval,
         load_factor=load_factor,
         heavy_load=heavy,  # type: ignore[arg-type]
@@ -786,6 +790,14 @@ class RunComparison:
             va, vb = a.options.get(key), b.options.get(key)
             if va != vb and (va is not None or vb is not None):
                 found.append(f"option {key} differs: A {va}, B {vb}")
+        for change in self.changes:
+            s = change.speedup
+            if s is not None and s.ratio is not None and s.left_out and change.before is not None and change.after is not None:
+                # Each run's median is over its own steady steps, the ratio over the steps both
+                # timed: read together without this, a lower median beside 1.00x looks contradictory.
+                found.append(f"{change.mode}: the speedup is over the {min(s.steady_steps)} steps steady in both runs "
+                             f"(left out: {steps_words(s.left_out)}); the step time rows are over each run's own steady steps "
+                             f"(A: {change.before.step_time.count}, B: {change.after.step_time.count})")
         return found
 
     @property

@@ -21,9 +21,10 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+from cagtool.record.bounds import STEP_BOUNDS, Bytes, Seconds
 from cagtool.record.atomic import write_atomic
 from cagtool.errors import UnreadableInput
-from cagtool.record.loader import ModeRecord, RunRecord, check_format, read_json_object
+from cagtool.record.loader import ModeRecord, RunRecord, check_format, json_loads, read_json_object
 from cagtool.record.manifest import process_identity
 from cagtool.record.schema import MAX_JSON_FILE_BYTES
 from cagtool.report.figures.pooled import ModeColumn, mode_columns, steady_in_every
@@ -99,7 +100,8 @@ class ModeSnapshot:
     peak_device_memory_bytes: int | None = None  # CUDA max allocated, when the job used CUDA
     problem: str = ""  # why the mode did not finish cleanly (not saved: a baseline comes from a clean run)
     # Followed processes (ranks) of the mode that failed, were interrupted or left no record: the
-    # main process finishing says nothing about rank 1 (not saved either).
+    # main process finishing says nothing about rank 1 (not saved either). Also a mode process whose
+    # record says it finished cleanly while the launcher saw it exit otherwise (exit_code_disagreements).
     process_problems: tuple[str, ...] = ()
     # CA cache misses but the one-time .grad warm-up (report.figures.metrics.CAMisses): `--max-recompiles ca:N`.
     # Baselines written before it existed read it as ca_cache_misses.
@@ -199,6 +201,7 @@ def run_snapshots(run: RunRecord) -> dict[str, ModeSnapshot]:
         snap = replace(snapshot_of(column), reference_loop_s=reference)
         records = [rec for record_name in column.records if (rec := run.modes.get(record_name)) is not None]
         problems = tuple(p for rec in records for p in process_problems(rec))
+        problems += tuple(exit_code_disagreements(run, column.records))
         if problems:
             snap = replace(snap, process_problems=problems)
         snapshots[name] = _with_spread(snap, records)
@@ -211,6 +214,26 @@ def _with_spread(snap: ModeSnapshot, records: list[ModeRecord]) -> ModeSnapshot:
         return snap
     samples = tuple(mode_metrics(rec).compile_time_s for rec in records)
     return replace(snap, compile_time_samples_s=samples if len(samples) > 1 else ())
+
+
+def exit_code_disagreements(run: RunRecord, names: tuple[str, ...] | list[str]) -> list[str]:
+    """Mode processes (`names`: "ca", "ca.2") whose record says they finished with exit code 0
+    while the launcher noted another exit code for them (run.json's mode_exit_codes): a process
+    that crashed after closing its record, or a record edited to pass. Either way the mode did not
+    end cleanly, and its counts are not a clean run's. A followed rank's record (a rank's view of
+    the run) is not the process the launcher waited for: not compared."""
+    codes = run.meta.mode_exit_codes or {}
+    said = []
+    for name in names:
+        record = run.modes.get(name)
+        launcher = codes.get(name)
+        if record is None or launcher is None or (record.manifest.process or {}).get("role") == "child":
+            continue
+        manifest = record.manifest
+        if manifest.status == "finished" and manifest.exit_code in (0, None) and launcher != 0:
+            said.append(f"{name}: the launcher recorded exit code {launcher}, but the mode's record says "
+                        f"{manifest.status} with exit code {0 if manifest.exit_code is None else manifest.exit_code}")
+    return said
 
 
 def process_problems(record: ModeRecord) -> list[str]:
@@ -475,15 +498,10 @@ def _round(value: float | None) -> float | None:
 # overflowed it, a share of 1 of waiting divides by zero (1 / (1 - w)), a step of 0 s was dropped
 # from the sample unsaid, a count of 10**400 printed 400 digits. Bounds are far outside any run.
 _Count = Annotated[int, Meta(ge=0, le=10**9)]
-_Bytes = Annotated[int, Meta(ge=0, le=2**63 - 1)]
-_STEP_BOUNDS = (1e-9, 1e6)  # seconds: a nanosecond to eleven days
-# A step's figure: within _STEP_BOUNDS (inf is above the bound, NaN below none).
-# 0 is one too: a clock coarser than the steps reads some as 0 s, and a p10 then reads 0 (a check
-# on it is an error that names the process, never a figure dropped unsaid); what lies between 0
-# and a nanosecond is refused (_nonzero_at_least_a_nanosecond).
-_Seconds = Annotated[float, Meta(ge=0.0, le=_STEP_BOUNDS[1])]
-# A compile time: 0 (a mode that compiled nothing, eager) or within _STEP_BOUNDS (_mode_snapshot).
-_CompileSeconds = Annotated[float, Meta(ge=0.0, le=_STEP_BOUNDS[1])]
+# Steps and compile times: bounds.Seconds, 0 or within STEP_BOUNDS, the rule a record's own figures
+# are read by (inf is above the bound, NaN below none). 0 is one too: a clock coarser than the steps
+# reads some as 0 s, and a p10 then reads 0 (a check on it is an error that names the process, never
+# a figure dropped unsaid); what lies between 0 and a nanosecond is refused (_nonzero_at_least_a_nanosecond).
 _MAX_SHARE = 0.999999  # written for a share that rounds to 1 (six digits)
 _Share = Annotated[float, Meta(ge=0.0, lt=1.0)]  # a share of runnable time: never all of it
 _Runnable = Annotated[float, Meta(gt=0.0, le=1.0)]  # a step's runnable share of its wall time
@@ -493,9 +511,9 @@ class _SampleFile(Struct, kw_only=True):
     unit: str
     count: _Count
     repetitions: _Count
-    values_s: dict[str, _Seconds]
-    units_s: dict[str, list[_Seconds]]
-    cpu_units_s: dict[str, list[_Seconds]] | None = None
+    values_s: dict[str, Seconds]
+    units_s: dict[str, list[Seconds]]
+    cpu_units_s: dict[str, list[Seconds]] | None = None
     cpu_bound: bool = False
     blocks: list[_Count] | None = None  # older files: each process its own block
     clock: str | None = "wall"
@@ -503,10 +521,10 @@ class _SampleFile(Struct, kw_only=True):
 
 class _StepTimeFile(Struct, kw_only=True):
     count: _Count
-    median_s: _Seconds | None = None
-    p10_s: _Seconds | None = None
-    p90_s: _Seconds | None = None
-    mean_s: _Seconds | None = None
+    median_s: Seconds | None = None
+    p10_s: Seconds | None = None
+    p90_s: Seconds | None = None
+    mean_s: Seconds | None = None
     sample: _SampleFile | None = None
     cpu_wait: _Share | UnsetType = UNSET  # written only where measured
     runnable: _Runnable | UnsetType = UNSET  # StepTimeSnapshot.runnable, written only where measured and under 1
@@ -527,10 +545,10 @@ class _ModeFile(Struct, kw_only=True):
     graph_breaks: _Count
     forward_graphs: _Count = 0
     backward_graphs: _Count = 0
-    compile_time_s: _CompileSeconds
-    compile_time_samples_s: list[_CompileSeconds] | None = None
-    peak_rss_bytes: _Bytes | None = None
-    peak_device_memory_bytes: _Bytes | None = None
+    compile_time_s: Seconds
+    compile_time_samples_s: list[Seconds] | None = None
+    peak_rss_bytes: Bytes | None = None
+    peak_device_memory_bytes: Bytes | None = None
     step_time: _StepTimeFile | None = None
     compile_cpu_wait: _Share | UnsetType = UNSET  # ModeSnapshot.compile_wait, written only where measured
 
@@ -597,7 +615,7 @@ def _mode_file(snap: ModeSnapshot) -> _ModeFile:
 
 
 def _nonzero_at_least_a_nanosecond(where: str, name: str, values: list[float | None]) -> None:
-    low = _STEP_BOUNDS[0]
+    low = STEP_BOUNDS[0]
     for value in values:
         if value is not None and 0.0 < value < low:
             raise UnreadableInput(f"{where} has a bad value ({name} {value!r} is neither 0 nor at least {low:g} s)")
@@ -626,21 +644,21 @@ def _round_share(value: float) -> float:
 
 
 def _mode_snapshot(name: str, data: _ModeFile, where: str) -> ModeSnapshot:
-    low = _STEP_BOUNDS[0]
+    low = STEP_BOUNDS[0]
     for field_name, value in (("compile_time_s", data.compile_time_s), *(("compile_time_samples_s", v) for v in data.compile_time_samples_s or ())):
         if 0.0 < value < low:
-            raise UnreadableInput(f"baseline {where}: mode {name!r} has a bad value ({field_name} {value!r} is neither 0 nor at least {low:g} s)")
+            raise UnreadableInput(f"{where}: mode {name!r} has a bad value ({field_name} {value!r} is neither 0 nor at least {low:g} s)")
     st = data.step_time
     step_time = None
     if st is not None:
         for key in ("median_s", "p10_s", "p90_s", "mean_s"):
-            _nonzero_at_least_a_nanosecond(f"baseline {where}: mode {name!r}", f"step_time.{key}", [getattr(st, key)])
-        sample = None if st.sample is None else _timing_sample(st.sample, f"baseline {where}: mode {name!r}")
+            _nonzero_at_least_a_nanosecond(f"{where}: mode {name!r}", f"step_time.{key}", [getattr(st, key)])
+        sample = None if st.sample is None else _timing_sample(st.sample, f"{where}: mode {name!r}")
         cpu_wait = None if st.cpu_wait is UNSET else st.cpu_wait
         steady = None
         if st.steady_steps is not UNSET:
             if any(a > b for a, b in st.steady_steps) or sum(b - a + 1 for a, b in st.steady_steps) > MAX_STEADY_STEPS:
-                raise UnreadableInput(f"baseline {where}: mode {name!r} has a bad value (step_time.steady_steps: a range whose first "
+                raise UnreadableInput(f"{where}: mode {name!r} has a bad value (step_time.steady_steps: a range whose first "
                                       f"step is after its last, or more than {MAX_STEADY_STEPS:,} steps)")
             steady = steps_of_ranges(st.steady_steps)
         step_time = StepTimeSnapshot(st.count, st.median_s, st.p10_s, st.p90_s, st.mean_s, sample, cpu_wait,  # type: ignore[arg-type]
@@ -682,17 +700,26 @@ def baseline_to_dict(baseline: Baseline) -> dict[str, Any]:
     return msgspec.to_builtins(document)  # type: ignore[no-any-return]
 
 
-def save_baseline(baseline: Baseline, path: Path) -> Path:
+def save_baseline(baseline: Baseline, path: Path, source: str | None = None) -> Path:
+    """Write `baseline` to `path`, once it reads back as `gate --baseline` will read it: a figure
+    the reader refuses (a step of 1e-300 s, a compile time of 1e308 s) is an UnreadableInput naming
+    `source` (what the figures came from: "run PATH"; default the baseline's source run), the field
+    and the value, and nothing is written."""
     path = Path(path)
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
     # json's layout (indent 2, ASCII escapes), the one baseline files committed so far were written in.
-    text = json.dumps(baseline_to_dict(baseline), indent=2, sort_keys=False) + "\n"
+    document = baseline_to_dict(baseline)
+    text = json.dumps(document, indent=2, sort_keys=False) + "\n"
     if len(text) > MAX_JSON_FILE_BYTES:  # ASCII: one byte a character
         # Cut, its figures would no longer be the run's: refused, and the file there is left as it was.
         raise UnreadableInput(f"not saving the baseline: it would be {len(text):,} bytes, more than the {MAX_JSON_FILE_BYTES:,} "
-                              f"`cagtool gate` reads from a baseline (the run's {_largest_field(baseline_to_dict(baseline))}); "
+                              f"`cagtool gate` reads from a baseline (the run's {_largest_field(document)}); "
                               f"{path} is left as it was")
+    try:
+        baseline_from_document(json_loads(text), source or f"run {baseline.source_run}")
+    except UnreadableInput as exc:
+        raise UnreadableInput(f"not saving the baseline: {exc}; {path} is left as it was") from None
+    if path.parent and not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, text)  # never leave a half-written baseline behind
     return path
 
@@ -707,21 +734,31 @@ def load_baseline(path: str | Path) -> Baseline:
     """Read a baseline file; anything missing or malformed is an UnreadableInput (exit 3)."""
     path = Path(path)
     data = read_json_object(path, "baseline", missing_hint=f" (create it with: cagtool baseline save RUN -o {path})")
-    check_format(data, BASELINE_FORMAT, path, what="cagtool baseline", version_key="version", readable=BASELINE_VERSION)
+    return baseline_from_document(data, f"baseline {path}", path)
+
+
+def baseline_from_document(data: dict[str, Any], where: str, path: Path | None = None) -> Baseline:
+    """A baseline file's JSON document as a Baseline, held to every rule a baseline is read by:
+    what `load_baseline` reads and what `save_baseline` is about to write. Anything malformed is an
+    UnreadableInput whose message starts with `where` ("baseline PATH", "run PATH") and names the
+    field and its value."""
+    check_format(data, BASELINE_FORMAT, path if path is not None else where, what="cagtool baseline",  # type: ignore[arg-type]
+                 version_key="version", readable=BASELINE_VERSION)
     modes = data.get("modes")
     if not isinstance(modes, dict) or not modes:
-        raise UnreadableInput(f"baseline {path} has no modes")
+        raise UnreadableInput(f"{where} has no modes")
     snapshots = {}
     for name, value in modes.items():  # one by one, so that an error names the mode (msgspec's path does not)
         try:
-            snapshots[str(name)] = _mode_snapshot(str(name), msgspec.convert(value, _ModeFile), str(path))
+            snapshots[str(name)] = _mode_snapshot(str(name), msgspec.convert(value, _ModeFile), where)
         except msgspec.ValidationError as exc:
-            raise UnreadableInput(f"baseline {path}: mode {name!r} has a bad value ({exc})") from None
+            raise UnreadableInput(f"{where}: mode {name!r} has a bad value ({exc}){_refused_value(value, exc, _ModeFile)}") from None
+    rest = {**data, "modes": {}}
     try:
-        document = msgspec.convert({**data, "modes": {}}, _BaselineFile)
+        document = msgspec.convert(rest, _BaselineFile)
     except msgspec.ValidationError as exc:
-        raise UnreadableInput(f"baseline {path} is malformed: {exc}") from None
-    reference = reference_loop_of(document.machine, f"baseline {path}")
+        raise UnreadableInput(f"{where} is malformed: {exc}{_refused_value(rest, exc, _BaselineFile)}") from None
+    reference = reference_loop_of(document.machine, where)
     snapshots = {name: replace(snap, reference_loop_s=reference) for name, snap in snapshots.items()}
     return Baseline(
         modes=snapshots,
@@ -734,6 +771,65 @@ def load_baseline(path: str | Path) -> Baseline:
         path=path,
         processes=() if document.processes is UNSET else tuple(document.processes),
     )
+
+
+_PATH_STEP = r"\.([^.\[]+)|\[(\d+|\.\.\.)\]"
+_SHOWN_VALUE = 80  # characters of a refused value quoted in the error
+
+
+def _refused_value(document: Any, exc: msgspec.ValidationError, kind: type) -> str:
+    """": FIELD is VALUE" for the value msgspec refused in `document` (converted to `kind`): its
+    path (`$.step_time.sample.units_s[...][1]`) with the dict keys msgspec writes as `[...]` found
+    by converting the document with that dict cut to one entry, the first that is refused alone.
+    "" where the error names no value (a field missing)."""
+    import copy
+    import re
+
+    message = str(exc)
+    _, at, tail = message.rpartition(" - at `$")
+    if not at:
+        return ""
+    steps = re.findall(_PATH_STEP, tail.rstrip("`"))
+    shown: list[str] = []
+    trail: list[Any] = []
+    node = document
+    for attr, index in steps:
+        if attr:
+            if not isinstance(node, dict) or attr not in node:
+                return ""
+            key: Any = attr
+            shown.append(f".{attr}" if shown else attr)
+        elif index != "...":
+            if not isinstance(node, list) or int(index) >= len(node):
+                return ""
+            key = int(index)
+            shown.append(f"[{index}]")
+        else:
+            if not isinstance(node, dict):
+                return ""
+            key = None
+            for candidate in node:
+                alone = copy.deepcopy(document)
+                holder = alone
+                for step in trail:
+                    holder = holder[step]
+                holder.clear()
+                holder[candidate] = node[candidate]
+                try:
+                    msgspec.convert(alone, kind)
+                except msgspec.ValidationError as again:
+                    if str(again) == message:
+                        key = candidate
+                        break
+            if key is None:
+                return ""
+            shown.append(f".{key}" if isinstance(key, str) and key.isidentifier() else f"[{key!r}]")
+        trail.append(key)
+        node = node[key]
+    value = repr(node)
+    if len(value) > _SHOWN_VALUE:
+        value = f"{value[:_SHOWN_VALUE]}[... {len(value):,} characters]"
+    return f": {''.join(shown)} is {value}"
 
 
 def environment_warnings(baseline: Baseline, run: RunRecord) -> list[str]:

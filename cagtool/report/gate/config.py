@@ -63,8 +63,13 @@ class GateSettings:
     # Gradients per parameter: modes must agree within this multiple of the dtype- and size-dependent
     # tolerance (report/compare/grad_parity.py); 1 is that tolerance as it is.
     max_grad_diff: float | None = None
-    # Where each given setting came from ("flag" or the config path), for the report.
+    # Where each given setting came from ("flag" or the config path), for the report; a keyed
+    # setting's keys also each under "setting:key" (a flag's ca:2 beside the config's dynamo:0).
     sources: dict[str, str] = field(default_factory=dict)
+
+    def source_of(self, name: str, key: str | None = None) -> str:
+        """What set the limit in force: the flag, or the config it was read from."""
+        return self.sources.get(f"{name}:{key}") or self.sources.get(name, "flag")
 
     def has_thresholds(self) -> bool:
         return any(
@@ -154,6 +159,7 @@ def settings_from_values(values: dict[str, Any], source: str, base_dir: Path | N
                 raise UsageError(f"{flag(key)}: expected true or false, got {value!r}")
             settings[key.replace("-", "_")] = value
     sources = {name: source for name in settings}
+    sources.update({f"{name}:{key}": source for name, value in settings.items() if isinstance(value, dict) for key in value})
     return GateSettings(**settings, sources=sources)
 
 
@@ -183,8 +189,10 @@ def merge(config: GateSettings, flags: GateSettings) -> GateSettings:
         low, high = getattr(config, f.name), getattr(flags, f.name)
         if isinstance(low, dict):
             merged[f.name] = {**low, **high}
+            sources.update({f"{f.name}:{key}": "flag" for key in high})
             if high:
-                sources[f.name] = "flag" if not low else f"{config.sources.get(f.name)}+flag"
+                # The setting as a whole; each check names its own key's source (source_of).
+                sources[f.name] = "flag" if not set(low) - set(high) else f"{config.sources.get(f.name)} and flag"
         else:
             merged[f.name] = high if high is not None else low
             if high is not None:

@@ -19,7 +19,7 @@ from cagtool.record.atomic import write_atomic
 from cagtool.errors import CagtoolError, UnreadableInput
 from cagtool.report.text.console import make_console
 from cagtool.report.text.markdown import md_text
-from cagtool.report.text.safe_text import safe_text
+from cagtool.report.text.safe_text import safe_line, safe_text
 from cagtool.report.gate.checks import CheckResult, Outcome
 from cagtool.report.gate.run import GateOptions, GateResult
 from cagtool.report.gate.result_file import GATE_RESULT_FILE, gate_from_document, gate_json
@@ -75,25 +75,30 @@ def refresh_hint(gate: GateResult) -> str | None:
 
 
 def render_text(gate: GateResult, console: Console) -> None:
-    console.print(f"cagtool gate: {_sources(gate)}", markup=False, soft_wrap=True)
+    """The gate's report, one line per item. Every line and table cell is `safe_line`: the run's
+    path, a mode's name, a baseline's target or torch version are text a pull request can plant,
+    and a newline in one would start a line of its own in the CI log (`::stop-commands::` silences
+    the annotations below it; a forged `gate passed` reads as the verdict)."""
+    x = safe_line
+    console.print(x(f"cagtool gate: {_sources(gate)}"), markup=False, soft_wrap=True)
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     for column in ("Check", "Mode", "Actual", "Limit", "Result", "Source"):
         table.add_column(column, no_wrap=True)
     for r in gate.results:
-        table.add_row(r.check, r.mode, r.actual, r.limit, Text(result_label(r), style=_STYLE[r.outcome]), _short_source(r.source))
+        table.add_row(x(r.check), x(r.mode), x(r.actual), x(r.limit), Text(result_label(r), style=_STYLE[r.outcome]), x(_short_source(r.source)))
     console.print(table)
     for r in gate.results:
         if r.outcome is not Outcome.PASS or r.notes or r.warnings:
-            console.print(f"{result_label(r)}: {r.message}", style=_STYLE[r.outcome], markup=False, soft_wrap=True)
+            console.print(x(f"{result_label(r)}: {r.message}"), style=_STYLE[r.outcome], markup=False, soft_wrap=True)
             for note in r.notes:
-                console.print(f"  note: {note}", markup=False, soft_wrap=True)
+                console.print(x(f"  note: {note}"), markup=False, soft_wrap=True)
             for warning in r.warnings:
-                console.print(f"  warning: {warning}", style="yellow", markup=False, soft_wrap=True)
+                console.print(x(f"  warning: {warning}"), style="yellow", markup=False, soft_wrap=True)
     for warning in gate.warnings:
-        console.print(f"warning: {warning}", style="yellow", markup=False, soft_wrap=True)
+        console.print(x(f"warning: {warning}"), style="yellow", markup=False, soft_wrap=True)
     hint = refresh_hint(gate)
     if hint:
-        console.print(hint, markup=False, soft_wrap=True)
+        console.print(x(hint), markup=False, soft_wrap=True)
     console.print(verdict_line(gate), style="bold red" if not gate.passed else "bold yellow" if gate.inconclusive else "bold green", markup=False)
 
 
@@ -116,7 +121,7 @@ def keep_gate_result(gate: GateResult, stderr: IO[str] | None = None) -> Path | 
     try:
         return save_gate_result(gate, gate.run_path)
     except (CagtoolError, OSError) as exc:
-        print(f"cagtool: gate result not saved in the run: {exc}", file=stderr if stderr is not None else sys.stderr)
+        print(safe_line(f"cagtool: gate result not saved in the run: {exc}"), file=stderr if stderr is not None else sys.stderr)
         return None
 
 
@@ -283,7 +288,7 @@ def emit_gate_result(gate: GateResult, options: GateOptions, stdout: IO[str] | N
     if os.environ.get("GITHUB_ACTIONS") == "true":
         stream = err if options.format == "json" else out
         for line in github_annotations(gate):
-            stream.write(safe_text(line) + "\n")
+            stream.write(safe_line(line) + "\n")
         stream.flush()
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:

@@ -105,7 +105,6 @@ _CA_METRICS = frozenset({"ca_graphs", "ca_recompiles", "ca_cache_misses"})
 def build_checks(settings: GateSettings, mode: str, baseline: Baseline | None) -> list[Check]:
     """The checks the settings ask for, in a stable order. Without explicit count limits, a
     baseline's own counts are the limits (exact, direction-aware)."""
-    src = settings.sources
     if not settings.has_thresholds():
         raise UsageError(
             "no gate thresholds: give flags such as --max-recompiles 0 or --baseline FILE, "
@@ -128,7 +127,7 @@ def build_checks(settings: GateSettings, mode: str, baseline: Baseline | None) -
     modes_checked = list(dict.fromkeys(modes))
     checks: list[Check] = [ModeStatusCheck(m) for m in modes_checked]
 
-    def count(name: str, metric: str, given: CountLimit | None, source_key: str) -> None:
+    def count(name: str, metric: str, given: CountLimit | None, source: str) -> None:
         if given is not None:
             # A compiled-autograd limit is about the ca mode whichever mode is gated: aot and
             # eager capture no CA graph by design, so their 0 would pass (or read "improved") on a
@@ -137,33 +136,33 @@ def build_checks(settings: GateSettings, mode: str, baseline: Baseline | None) -
             if counted not in modes_checked:
                 modes_checked.append(counted)
                 checks.insert(len(modes_checked) - 1, ModeStatusCheck(counted))
-            checks.append(MaxCountCheck(name, metric, counted, given.limit, src.get(source_key, "flag")))
+            checks.append(MaxCountCheck(name, metric, counted, given.limit, source))
         elif baseline is not None:  # the baseline's own count of the same mode: like against like
             checks.append(MaxCountCheck(name, metric, mode, None, "baseline"))
 
-    count("max-ca-graphs", "ca_graphs", settings.max_ca_graphs, "max_ca_graphs")
+    count("max-ca-graphs", "ca_graphs", settings.max_ca_graphs, settings.source_of("max_ca_graphs"))
     if settings.max_recompiles:
         for kind in RECOMPILE_KINDS:
             if kind in settings.max_recompiles:
                 name = "max-recompiles" if kind == "total" else f"max-recompiles:{kind}"
-                count(name, RECOMPILE_KINDS[kind], settings.max_recompiles[kind], "max_recompiles")
+                count(name, RECOMPILE_KINDS[kind], settings.max_recompiles[kind], settings.source_of("max_recompiles", kind))
     elif baseline is not None:
         for kind in ("ca", "dynamo"):
             checks.append(MaxCountCheck(f"max-recompiles:{kind}", RECOMPILE_KINDS[kind], mode, None, "baseline"))
-    count("max-graph-breaks", "graph_breaks", settings.max_graph_breaks, "max_graph_breaks")
-    for threshold in settings.min_speedup.values():
-        checks.append(MinSpeedupCheck(threshold, source=src.get("min_speedup", "flag")))
-    for ratio in ratios:
-        checks.append(MaxMemoryRatioCheck(ratio, source=src.get("max_memory_ratio", "flag")))
+    count("max-graph-breaks", "graph_breaks", settings.max_graph_breaks, settings.source_of("max_graph_breaks"))
+    for pair, threshold in settings.min_speedup.items():
+        checks.append(MinSpeedupCheck(threshold, source=settings.source_of("min_speedup", pair)))
+    for key, ratio in zip(settings.max_memory_ratio, ratios):
+        checks.append(MaxMemoryRatioCheck(ratio, source=settings.source_of("max_memory_ratio", key)))
     # One check per step-time field; a median or mean check watches the tail (warns on a p90
     # regression beyond the noise) unless the p90 has a threshold of its own.
     for field_name, threshold in settings.max_regression.items():
         name = "max-regression" if field_name == "median" else f"max-regression:{field_name}"
         watch = "p90" not in settings.max_regression
-        checks.append(StepTimeRegressionCheck(threshold, mode, name=name, source=src.get("max_regression", "flag"), watch_tail=watch))
+        checks.append(StepTimeRegressionCheck(threshold, mode, name=name, source=settings.source_of("max_regression", field_name), watch_tail=watch))
     if settings.max_compile_regression is not None:
         checks.append(
-            CompileTimeRegressionCheck(settings.max_compile_regression, mode, source=src.get("max_compile_regression", "flag"))
+            CompileTimeRegressionCheck(settings.max_compile_regression, mode, source=settings.source_of("max_compile_regression"))
         )
     return checks
 
@@ -292,7 +291,7 @@ def run_gate(run_path: str | Path | None, options: GateOptions | None = None) ->
     if settings.max_grad_diff is not None:
         from cagtool.report.gate.grad_parity_check import grad_parity_result
 
-        results.append(grad_parity_result(run, settings.max_grad_diff, settings.sources.get("max_grad_diff", "flag")))
+        results.append(grad_parity_result(run, settings.max_grad_diff, settings.source_of("max_grad_diff")))
     if settings.require_power:
         results = [insist_on_power(r) for r in results]
     warnings = environment_warnings(baseline, run) if baseline is not None else []

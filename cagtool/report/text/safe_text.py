@@ -67,9 +67,13 @@ def safe_text(text: str) -> str:
 
 def safe_line(text: str) -> str:
     """safe_text for a field shown within one line (a host name, a path, a mode name): a newline or
-    tab in it is shown as an escape too, so a record's data cannot start a line of its own."""
+    tab in it is shown as an escape too, and so are the Unicode line and paragraph separators (a
+    log viewer or `str.splitlines` breaks a line there), so a record's data cannot start a line of
+    its own: in a CI log, a line of its own may be a workflow command (`::stop-commands::`)."""
     text = safe_text(text)
-    return text if text.isprintable() else text.replace("\n", "\\n").replace("\t", "\\t")
+    if text.isprintable():
+        return text
+    return text.replace("\n", "\\n").replace("\t", "\\t").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
 @cache

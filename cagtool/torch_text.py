@@ -312,6 +312,23 @@ _NONE_GUARD = re.compile(rf"^(?P<source>{_SOURCE}) is None$")
 _EQUALS_GUARD = re.compile(rf"^(?P<source>{_SOURCE}) == (?P<value>.+)$")
 
 
+def call_guard(guards: list[str]) -> str:
+    """The failure that is the call's own among a recompile's failing guards (torch lists each cache
+    entry's first failing guard, newest entry first; `guards` without their `0/1:` prefixes): an
+    entry made for another grad mode or global state fails on it first, whatever else differs
+    (Dynamo checks the global state before any input), so where another entry fails on something
+    else, that entry was made for this call's state and its failure is the call's (a reentrant
+    checkpoint's forward under no_grad, its recompute's entry made with grad on, then a longer
+    sequence: the size, not the grad mode; torch 2.13's recompiles log). Else the first."""
+    if not guards:
+        return ""
+    if guard_kind(guards[0]) in (GUARD_GRAD_MODE, GUARD_GLOBAL_STATE):
+        other = next((g for g in guards[1:] if guard_kind(g) not in (GUARD_GRAD_MODE, GUARD_GLOBAL_STATE)), None)
+        if other is not None:
+            return other
+    return guards[0]
+
+
 # Dynamo's guard on the code of a hook a compiled-autograd graph calls (the graph's `hooks` input):
 # `___check_obj_id(hooks[0].__code__, 1396...)`.
 _HOOK_CODE_GUARD = re.compile(r"___check_obj_id\(hooks\[(\d+)\]\.__code__,")

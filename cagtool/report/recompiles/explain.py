@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cagtool.record.schema import (
+    CHECKPOINT_REENTRANT,
+    PHASE_CHECKPOINT_RECOMPUTE,
     FIRST_STEP,
     MISS_CHANGED_SHAPES,
     MISS_NEW_NODE,
@@ -36,6 +38,7 @@ from cagtool.report.recompiles.table import (
     node_label,
 )
 from cagtool.torch_text import (
+    call_guard,
     hook_code_guard,
     GUARD_GLOBAL_STATE,
     GUARD_GRAD_MODE,
@@ -366,6 +369,18 @@ def _shape_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     }
 
 
+def _reentrant_recompute(table: RecompileTable, cause: Cause) -> str | None:
+    """The checkpointed function (`Block.forward`) where every row of the cause is a compile in a
+    reentrant checkpoint's recompute (recompiles/phases.py); None otherwise."""
+    if table.phases is None:
+        return None
+    phased = [table.phases.of(row.compile_id) for row in cause.rows]
+    if not phased or any(p is None or p.phase != PHASE_CHECKPOINT_RECOMPUTE or p.checkpoint != CHECKPOINT_REENTRANT for p in phased):
+        return None
+    first = phased[0].function  # type: ignore[union-attr]
+    return (first.function if first is not None else None) or "the checkpointed function"
+
+
 def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     failures: list[tuple[str, str]] = []  # (compile id, failing guard or "")
     for row in cause.rows:
@@ -423,6 +438,9 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "wrapped_function": all(table.wrapper_modules.get(r.compile_id, ("",))[0] in _FUNCTION_CLASSES for r in cause.rows),
         "wrapped_optimizer_step": all(r.compile_id in table.wrapper_optimizer_steps for r in cause.rows),
         "hook": hook,
+        # Every recompile is a reentrant activation checkpoint's recompute in the backward (its
+        # forward ran under no_grad, the recompute with grad on): the function it checkpoints.
+        "reentrant_recompute": _reentrant_recompute(table, cause),
         # A guard on a module's backward-hook dict: the modules' backward hooks the CA graphs call, named.
         "module_hooks": _module_hook_labels(table, known[0]) if known and _MODULE_HOOKS.search(known[0]) else [],
         "frame": compile_frame(cause.rows[0].compile_id),
@@ -1390,6 +1408,9 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
         return "a compiled function of torch's runs through the compiled modules' shared frame"
     if facts.get("other_module_by_guards"):
         return f"another compiled module's first call (a {facts['other_module_by_guards'][-1][1]})"
+    if kind == GUARD_GRAD_MODE and facts.get("reentrant_recompute"):
+        return (f"the grad mode changed: a reentrant checkpoint's recompute of `{facts['reentrant_recompute']}` in the "
+                "backward, with grad on, after its forward under no_grad")
     if kind == GUARD_GRAD_MODE:
         label = {True: "the grad mode changed (a call with grad on after one under torch.no_grad(), as training after an evaluation)",
                  False: "the grad mode changed (a call under torch.no_grad(), as in an evaluation)"}.get(
@@ -1657,6 +1678,10 @@ def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
                 f"compile was for: {compiles}. So this is another compiled module called for the first time, not one "
                 f"module's input changing; {named}. Each such module is one more compile of the shared frame, and all of "
                 "them count against its one recompile limit (torch._dynamo.config.recompile_limit)."]
+    if kind == GUARD_GRAD_MODE and facts.get("reentrant_recompute"):
+        return [f"checkpoint(..., use_reentrant=True) runs `{facts['reentrant_recompute']}` under torch.no_grad() in the "
+                "forward and again with grad enabled in the backward, to recompute what it did not keep: Dynamo guards on "
+                "the grad mode, so the compiled function is compiled once for each (no evaluation is involved)."]
     if kind == GUARD_GRAD_MODE:
         first = {
             True: "The compiled code was first called with grad mode off (under torch.no_grad() or torch.inference_mode(): an "
@@ -1887,6 +1912,10 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         return ["Nothing to fix: each compiled module is compiled once and cached. With more compiled modules than the "
                 "recompile limit, the last ones run eagerly: raise torch._dynamo.config.recompile_limit, or compile the one "
                 "module that calls them (torch.compile the parent) instead of each."]
+    if kind == GUARD_GRAD_MODE and facts.get("reentrant_recompute"):
+        return ["checkpoint(..., use_reentrant=False): its forward runs with grad enabled, as its recompute does, so the "
+                "compiled function is compiled once (`cagtool checkpointing` verifies it on your job; torch recommends "
+                "use_reentrant=False)."]
     if kind == GUARD_GRAD_MODE:
         return ["Nothing to fix: the training graph and the evaluation graph are both cached after their first call."
                 if once else "Keep the grad mode of each call site fixed: every grad mode gets its own graph.",
@@ -2499,8 +2528,12 @@ def own_guard(row: RecompileRow) -> str:
     first failing guard, newest entry first; in torch.optim's frames an entry made for another
     optimizer fails on that optimizer's identity, so the first failure that is not one is this
     optimizer's own (its state filled by its first step()). "" when every entry is another
-    optimizer's: this optimizer's first step(). Elsewhere, torch's first failing guard."""
+    optimizer's: this optimizer's first step(). An entry made for another grad mode fails on it
+    first: the call's own failure is another entry's (torch_text.call_guard). Elsewhere, torch's
+    first failing guard."""
     guards = [guard_text(m) for m in row.messages]
+    if guards and guard_kind(guards[0]) in (GUARD_GRAD_MODE, GUARD_GLOBAL_STATE):
+        return call_guard(guards)
     if not row.optimizer_frame or not guards or not _OPTIMIZER_IDENTITY.search(guards[0]):
         return guards[0] if guards else ""
     return next((g for g in guards if not _OPTIMIZER_IDENTITY.search(g)), "")

@@ -17,6 +17,7 @@ import msgspec
 
 from cagtool.record.loader import ModeRecord, RunRecord, load_mode, load_run
 from cagtool.record.schema import (
+    PHASE_CHECKPOINT_RECOMPUTE,
     BackwardEvent,
     FINDING_CA_CAPTURE_ERROR,
     FINDING_CA_CAPTURE_FAILED,
@@ -641,6 +642,22 @@ def _replaced(graphs: dict[int, CAGraphEvent], misses: list[CacheMissEvent]) -> 
     return {pair.new: pair.old for pair in replaced_by(sorted(graphs), graphs, first)}
 
 
+def _recomputes_as_forward_frames(rows: list[RecompileRow], phases: "ModePhases") -> list[RecompileRow]:
+    """A compile under a compiled-autograd graph's id (`!0/0/1`) that is an activation checkpoint's
+    recompute in the backward is the checkpointed forward's own frame compiled again, not the CA
+    graph's code: its row is a forward frame's, under the function's name (its guard is the
+    forward's: the grad mode a reentrant checkpoint's forward ran without, a new size)."""
+    out = []
+    for row in rows:
+        phased = phases.of(row.compile_id) if row.source == SOURCE_DYNAMO_CA_GRAPH else None
+        if phased is not None and phased.phase == PHASE_CHECKPOINT_RECOMPUTE:
+            name = (phased.function.function or "").rsplit(".", 1)[-1] if phased.function is not None else ""
+            row = dataclasses.replace(row, source=SOURCE_DYNAMO_FRAME, frame_name=row.frame_name or name,
+                                      user_source=row.user_source or phased.caller)
+        out.append(row)
+    return out
+
+
 def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> RecompileTable:
     """The recompiles of one mode record, in the order they happened. `steps` is given when the
     record was read without its step events (recompiles_load); otherwise it is counted here."""
@@ -689,6 +706,8 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
     from cagtool.report.recompiles.phases import mode_phases
     from cagtool.report.recompiles.unexpected import unexpected_causes
 
+    phases = mode_phases(record)
+    rows = _recomputes_as_forward_frames(rows, phases)
     hits = limit_hits(record, compile_events)
     callers = _wrapper_callers(compile_events)
     guarded, assignments = _guarded_values(record, rows)
@@ -708,7 +727,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         status=manifest.status,
         imported=manifest.imported,
         branch_sites=branches,
-        phases=mode_phases(record),
+        phases=phases,
         budget=mode_budget(record, hits, steps.last),
         unexpected=unexpected_causes(record),
         failed_captures=frozenset(failed),

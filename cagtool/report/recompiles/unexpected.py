@@ -1,7 +1,8 @@
 """Recompiles from causes a user does not expect, named one by one: the intra-op thread count
 changed (`torch.set_num_threads`, often by a library, each change one recompile of the budget), a
 module switched between train() and eval() around a compiled call, and grad mode turned off for
-an evaluation pass. Read from torch's failing guard (the newest cache entry's, the first reason)
+an evaluation pass. Read from the call's own failing guard (torch_text.call_guard: the newest cache
+entry's, unless it was made for another grad mode and an older one fails on something else)
 and tied to the line that changed the state where the record has it: the thread count's change is
 recorded by cagtool's tap (capture/observe/global_state.py); for train/eval and grad mode torch's
 frames hold only the compiled call made in the new state, which is the line given."""
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from cagtool.record.loader import ModeRecord
 from cagtool.record.schema import CHECKPOINT_REENTRANT, PHASE_CHECKPOINT_RECOMPUTE, DynamoRecompileEvent, FindingEvent, SourceRef
 from cagtool.report.recompiles.reads import forward_step, format_source
+from cagtool.torch_text import call_guard
 
 FINDING_NUM_THREADS = "num_threads_changed"  # capture/observe/global_state.py's code
 
@@ -84,8 +86,8 @@ def unexpected_causes(record: ModeRecord) -> list[UnexpectedCause]:
     thread_changes = [f for f in record.of(FindingEvent) if f.code == FINDING_NUM_THREADS]
     out: list[UnexpectedCause] = []
     for event in record.of(DynamoRecompileEvent):
-        guard = event.reasons[0].split(":", 1)[-1].strip() if event.reasons else ""
-        found = _classify(guard.split("  #")[0])
+        guard = call_guard([r.split(":", 1)[-1].strip().split("  #")[0] for r in event.reasons])
+        found = _classify(guard)
         if found is None:
             continue
         cause, detail = found

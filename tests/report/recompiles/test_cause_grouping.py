@@ -505,3 +505,23 @@ def test_a_backward_recaptured_after_each_of_two_forward_causes_follows_each(rec
     assert all(c["caused_by"] is not None for c in backward)
     assert [by_number[c["caused_by"]]["steps"] for c in backward] == [[1], [3]]
     assert "torch.where" not in " ".join(f for c in causes for f in c["fix"])
+
+
+@pytest.mark.slow
+def test_a_reentrant_checkpoints_longer_sequence_is_a_size_change_and_its_recompute_is_named(record_run):
+    run, causes = _explained(record_run, "reentrant_checkpoint_length.py")
+    events = [json.loads(line) for line in (run.path / "ca" / "events.jsonl").read_text().splitlines()]
+    reasons = {e["compile_id"]: e["reasons"] for e in events if e.get("kind") == "dynamo_recompile"}
+    # torch lists the recompute's entry (made with grad on) first, failing on the grad mode; the
+    # forward's own entry fails on the size
+    at_4 = next(r for i, r in reasons.items() if not i.startswith("!") and len(r) > 1)
+    assert "grad_mode" in at_4[0] and "size mismatch" in at_4[1], at_4
+    size = next(c for c in causes if "a tensor's size changed" in c["title"])
+    assert size["steps"] == [4] and len(size["evidence_ids"]) == 2  # the forward's and its recompute's
+    grad = next(c for c in causes if "grad mode" in c["title"])
+    assert "reentrant checkpoint's recompute of `Block.forward`" in grad["title"] and grad["steps"] == [0]
+    assert grad["fix"][0].startswith("checkpoint(..., use_reentrant=False)")
+    assert "_orig_mod" not in " ".join(f for c in causes for f in c["fix"])
+    code, out, _ = cli_in_process("recompiles", str(run.path), "--explain")
+    unexpected = out.split("recompiles from causes you may not expect:")[1].split("\n\n")[0]
+    assert "grad mode changed around the compiled call" not in unexpected  # 0/2 is the size, not an evaluation

@@ -22,6 +22,7 @@ from cagtool.report.text.console import is_unbounded
 from cagtool.report.text.safe_text import is_safe
 
 from cagtool.report.graphs.diff import CHANGED, EQUAL, INSERTED, REMOVED, NodeDiff
+from cagtool.record.schema import MISS_NEW_NODE
 from cagtool.report.graphs.runs import GraphComparison, GraphSide
 from cagtool.report.replaced import BY_CAPTURE_ORDER, backward_call
 from cagtool.report.graphs.normalize import NormNode
@@ -131,7 +132,16 @@ def _listed(sign: str, nodes: list[str], most: int = 6) -> list[str]:
 def summary_lines(comparison: GraphComparison) -> list[Text]:
     s = comparison.diff.summary
     if comparison.identical:
-        return [Text(f"identical: {s.new_nodes} nodes, same structure", style="bold")]
+        lines = [Text(f"identical: {s.new_nodes} nodes, same structure", style="bold")]
+        miss = comparison.new.miss
+        if miss is not None and not comparison.new.first_capture and miss.miss_kind == MISS_NEW_NODE and miss.node:
+            # The cache key holds more than the graph's code shows: the node's identity and its inputs' keys.
+            node = miss.node.rsplit("::", 1)[-1]
+            why = (" (the backward of a forward Dynamo recompiled is another CompiledFunctionBackward, of the same ops here)"
+                   if "CompiledFunctionBackward" in node else "")
+            lines.append(Text(f"the cache miss that captured {comparison.new.compile_id} was on the key of {node}, which the "
+                              f"graph's code does not show{why}: cagtool recompiles --explain says why"))
+        return lines
     lines = [
         Text(
             f"{s.inserted} inserted, {s.removed} removed, {s.changed} changed, {s.equal} unchanged "

@@ -278,3 +278,15 @@ def test_stat_prints_each_comparisons_header_and_summary_without_its_nodes(op_lo
     assert not any(line[:1] in "-+ " and "= " in line for line in lines if not line.startswith(("---", "+++")))
     full = diff(str(op_loop), "-f", "unified")
     assert len(lines) < len(full.stdout.splitlines())
+
+
+def test_identical_graphs_of_a_cache_miss_say_the_miss_was_on_what_the_code_does_not_show(record_run):
+    # two_forward_causes.py: the forward recompiled at step 1 (an attribute its first call set), so the
+    # backward meets another CompiledFunctionBackward of the same ops: !1's code is !0's.
+    run = record_run("../tests/scripts/two_forward_causes.py", backend="aot_eager")
+    assert run.returncode == 0, run.stderr[-2000:]
+    proc = cagtool_in_process("diff-graphs", str(run.path), "0", "1")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("identical: "))
+    assert lines[at + 1].startswith("the cache miss that captured !1 was on the key of CompiledFunctionBackward"), lines

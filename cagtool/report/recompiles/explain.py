@@ -369,6 +369,28 @@ def _shape_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     }
 
 
+# What a CA graph's compiled code takes as tensors and sizes (torch 2.13's compiled autograd): a
+# guard on anything else is on an object a hook the graph calls reaches (`hooks[1].__self__.pending`,
+# a bound method's object; `self.ipg_buckets`, a closure's).
+_CA_GRAPH_INPUTS = re.compile(r"\b(?:inputs|sizes|scalars|packed_inputs|args|L\['(?:inputs|sizes|scalars|packed_inputs|args)'\])\b")
+_HOOK_OBJECT = re.compile(r"\bself\.|__self__|\bhooks\[")
+
+
+def _library_hooks(table: RecompileTable, cause: Cause, guard: str) -> tuple[str, list[str]] | None:
+    """(package, ["function (file:line)", ...]) where the cause recompiles a CA graph's code on a
+    value no input of the graph holds, and every hook its graphs call is a library's file; else None."""
+    if cause.code != CAUSE_DYNAMO_CA_GRAPH or not guard or _CA_GRAPH_INPUTS.search(guard) or not _HOOK_OBJECT.search(guard):
+        return None
+    sites = [site for row in cause.rows for site in table.hook_sites.get(ca_id_of(row.compile_id), [])]
+    if not sites or any(looks_like_user_file(site.file) for site in sites):
+        return None
+    packages = {site.file.split("site-packages/", 1)[1].split("/", 1)[0] for site in sites if "site-packages/" in site.file}
+    if len(packages) != 1:
+        return None
+    named = list(dict.fromkeys(f"{site.function} ({site.file.split('site-packages/', 1)[-1]}:{site.line})" for site in sites))
+    return packages.pop(), named
+
+
 def _reentrant_recompute(table: RecompileTable, cause: Cause) -> str | None:
     """The checkpointed function (`Block.forward`) where every row of the cause is a compile in a
     reentrant checkpoint's recompute (recompiles/phases.py); None otherwise."""
@@ -441,6 +463,9 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # Every recompile is a reentrant activation checkpoint's recompute in the backward (its
         # forward ran under no_grad, the recompute with grad on): the function it checkpoints.
         "reentrant_recompute": _reentrant_recompute(table, cause),
+        # A CA graph's code guarding a value its hooks reach (`self.ipg_buckets...`: no input of the
+        # graph) where every hook of the graph is a library's (DeepSpeed's ZeRO hooks): (package, hooks).
+        "library_hooks": _library_hooks(table, cause, known[0] if known else ""),
         # A guard on a module's backward-hook dict: the modules' backward hooks the CA graphs call, named.
         "module_hooks": _module_hook_labels(table, known[0]) if known and _MODULE_HOOKS.search(known[0]) else [],
         "frame": compile_frame(cause.rows[0].compile_id),
@@ -1877,6 +1902,14 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
     """The fixes that fit the kind of guard that failed (never one written for another kind)."""
     kind, guard = facts.get("kind", ""), facts.get("guard", "")
     once = bool(facts.get("stabilised")) and facts.get("recompiling_steps", 0) <= 1
+    if facts.get("library_hooks"):
+        package = facts["library_hooks"][0]
+        if facts.get("stabilised"):
+            return [f"Nothing to change in your code: the value is {package}'s, read by its hooks, and the graph's code was "
+                    f"compiled again as it changed (its state filling in the first steps), then cached."]
+        return [f"Not your code: {package}'s hooks read a value that keeps changing, and compiled autograd traces them into "
+                f"the backward. Report it to {package} with this guard; meanwhile torch._dynamo.config.recompile_limit "
+                "bounds the recompiles (past it the graph runs uncompiled)."]
     if facts.get("another_optimizer"):
         return ["Nothing to fix: each optimizer's step() is compiled once for it (and once more when its state fills) and "
                 "cached. All optimizers count against the recompile limit of these shared frames "
@@ -2173,6 +2206,10 @@ def _guard(cause: Cause, cwd: str) -> Words:
     if resumed:
         why.append(_resume_why(facts, cwd))
     why += _guard_why(facts, code)
+    if facts.get("library_hooks"):
+        package, hooks = facts["library_hooks"]
+        why.append(f"The guarded value is no input of the graph: it is reached by the hooks compiled autograd traced into it, "
+                   f"all {package}'s: {elide(hooks, limit=3)}.")
     why.append("Failing guard per recompile: " + elide(failures) + ".")
     stability = stability_sentence(facts, "recompile")
     ended = _ended_with_it(cause)

@@ -525,3 +525,15 @@ def test_a_reentrant_checkpoints_longer_sequence_is_a_size_change_and_its_recomp
     code, out, _ = cli_in_process("recompiles", str(run.path), "--explain")
     unexpected = out.split("recompiles from causes you may not expect:")[1].split("\n\n")[0]
     assert "grad mode changed around the compiled call" not in unexpected  # 0/2 is the size, not an evaluation
+
+
+@pytest.mark.slow
+def test_a_recompile_on_a_librarys_hook_state_is_named_as_the_librarys(record_run):
+    # library_hook_state.py: a hook of a package under site-packages (as DeepSpeed's ZeRO hooks, whose
+    # `not self.ipg_buckets[...].buffer` fills at the first step) reads its own list; it is no list of the user's.
+    run, causes = _explained(record_run, "library_hook_state.py")
+    (cause,) = [c for c in causes if c["code"] == "dynamo_ca_graph_guard_failure"]
+    assert "`hooks[1].__self__.pending`" in cause["title"] and cause["steps"] == [1]
+    assert "all bucketlib's: Buckets.hook (bucketlib/__init__.py:6)" in " ".join(cause["why"])
+    assert cause["fix"][0].startswith("Nothing to change in your code: the value is bucketlib's")
+    assert "Keep the list out of the compiled code" not in " ".join(cause["fix"])

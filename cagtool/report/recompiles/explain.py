@@ -2608,15 +2608,7 @@ def group_causes(table: RecompileTable) -> list[Cause]:
         if key[0] == CAUSE_SHAPES and row.ca_id is not None:
             shape_keys[row.ca_id] = key
         groups.setdefault(key, []).append(row)
-    causes = []
-    for key, rows in groups.items():
-        sources = [r.user_source for r in rows if r.user_source is not None]
-        # The most specific line wins: where the node was made or the guard installed, then the
-        # compiled function, then the line that called backward.
-        sources.sort(key=lambda ref: _SOURCE_RANK.get(ref.how, len(_SOURCE_RANK)))
-        source = sources[0] if sources else None
-        causes.append(Cause(code=key[0], rows=rows, source=source))
-    causes = _split_by_forward_cause(table, causes)
+    causes = _split_by_forward_cause(table, [_new_cause(key[0], rows) for key, rows in groups.items()])
     roots = _roots(table, causes, inner)
     followers: dict[int, list[Cause]] = {}
     for cause in causes:
@@ -2757,11 +2749,15 @@ def _split_by_forward_cause(table: RecompileTable, causes: list[Cause]) -> list[
                 parts.setdefault(last, []).append(row)
             else:
                 parts.setdefault(part_of_graph.get(ca_id_of(row.compile_id), last), []).append(row)
-        for rows in parts.values():
-            sources = sorted((r.user_source for r in rows if r.user_source is not None),
-                             key=lambda ref: _SOURCE_RANK.get(ref.how, len(_SOURCE_RANK)))
-            split.append(Cause(code=cause.code, rows=rows, source=sources[0] if sources else None))
+        split.extend(_new_cause(cause.code, rows) for rows in parts.values())
     return split
+
+
+def _new_cause(code: str, rows: list[RecompileRow]) -> Cause:
+    """A cause of `rows`, tied to the most specific line of theirs: where the node was made or the
+    guard installed, then the compiled function, then the line that called backward."""
+    sources = sorted((r.user_source for r in rows if r.user_source is not None), key=lambda ref: _SOURCE_RANK.get(ref.how, len(_SOURCE_RANK)))
+    return Cause(code=code, rows=rows, source=sources[0] if sources else None)
 
 
 def _roots(table: RecompileTable, causes: list[Cause], inner: dict[int, int]) -> dict[int, Cause]:

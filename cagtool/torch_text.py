@@ -281,7 +281,7 @@ def guard_kind(text: str) -> str:
         return GUARD_NONE
     if "check_obj_id" in lowered or "id_match" in lowered:
         return GUARD_ID
-    if "check_type_id" in lowered or "type_match" in lowered:
+    if "check_type_id" in lowered or "type_match" in lowered or _TENSOR_TYPE_GUARD.match(guard):
         return GUARD_TYPE
     return GUARD_OTHER
 
@@ -339,6 +339,29 @@ def hook_code_guard(text: str) -> int | None:
     on (another hook function ran in the graph); None for any other guard."""
     found = _HOOK_CODE_GUARD.search(text)
     return int(found.group(1)) if found else None
+
+
+# The type check of Dynamo's guard on a tensor input (TENSOR_MATCH, guards.cpp TensorCheck): torch 2.13
+# writes `expected type of 't' to be a tensor type, ' but found <class 'torch.nn.parameter.Parameter'>`
+# (the stray quote is torch's), or `..., but found a different type`.
+_TENSOR_TYPE_GUARD = re.compile(r"^expected type of '(?P<name>.+)' to be a tensor type, '? ?but found (?P<found>.+)$")
+_CLASS_TEXT = re.compile(r"<class '(?P<name>[\w.]+)'>")
+_TENSOR_CLASS_NAMES = {"torch.nn.parameter.Parameter": "nn.Parameter", "torch.nn.parameter.Buffer": "nn.Buffer"}
+
+
+def tensor_type_guard(text: str) -> tuple[str, str | None] | None:
+    """(the tensor input's name, the type it has now: `nn.Parameter`, None where torch does not say)
+    of a failed guard on a tensor input's type: it was compiled for another type (a plain Tensor,
+    then the Parameter itself). None for any other guard."""
+    match = _TENSOR_TYPE_GUARD.match(text.strip())
+    if match is None:
+        return None
+    found = match["found"].strip()
+    if found == "a different type":
+        return match["name"], None
+    named = _CLASS_TEXT.fullmatch(found)
+    name = named["name"] if named else found
+    return match["name"], _TENSOR_CLASS_NAMES.get(name, name)
 
 
 def none_guard(text: str) -> str | None:
@@ -437,6 +460,17 @@ def resume_function(co_name: str) -> tuple[str, int] | None:
     function and the latest break."""
     match = _RESUME.match(co_name or "")
     return (match["function"], int(match["line"])) if match else None
+
+
+def module_hooks_list(container: str | None) -> bool:
+    """Whether a length guard's container is torch's list of a module's full backward hooks, as a
+    compiled-autograd graph's code reaches it: `hooks[0].__closure__[0].cell_contents.user_hooks`
+    (the BackwardHook of torch/utils/hooks.py, the module run eagerly) or `...keywords['bw_state'].hook2`
+    (the BackwardState through which a compiled forward hands them to its backward)."""
+    return bool(container) and _MODULE_HOOKS_LIST.search(container) is not None  # type: ignore[arg-type]
+
+
+_MODULE_HOOKS_LIST = re.compile(r"\.user_hooks$|\['bw_state'\]\.hook\d+$")
 
 
 def length_guard_name(text: str) -> str | None:

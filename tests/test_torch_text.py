@@ -343,3 +343,24 @@ def test_a_size_guard_on_a_keyword_argument_is_read():
     # torch 2.13's guard on a tensor passed as `model(**batch)` (every HF model's forward): quotes inside the name
     assert tt.size_guard("tensor 'kwargs['input_ids']' size mismatch at index 0. expected 4, actual 1") == ("kwargs['input_ids']", 0, 4, 1)
     assert tt.size_guard("tensor 'x' size mismatch at index 1. expected 8, actual 12") == ("x", 1, 8, 12)
+
+
+def test_a_guard_on_a_tensor_inputs_type_is_read_with_the_type_it_has_now():
+    from cagtool.torch_text import GUARD_TYPE, guard_kind, tensor_type_guard
+
+    # torch 2.13's text, stray quote and all (guards.cpp TensorCheck)
+    text = "expected type of 't' to be a tensor type, ' but found <class 'torch.nn.parameter.Parameter'>"
+    assert guard_kind(text) == GUARD_TYPE
+    assert tensor_type_guard(text) == ("t", "nn.Parameter")
+    assert tensor_type_guard("expected type of 'args[0]' to be a tensor type, but found a different type") == ("args[0]", None)
+    assert tensor_type_guard("tensor 'x' size mismatch at index 0. expected 4, actual 1") is None
+
+
+def test_torchs_lists_of_a_modules_full_backward_hooks_are_told_from_a_users_list():
+    from cagtool.torch_text import module_hooks_list
+
+    # the module run eagerly (BackwardHook.user_hooks) / its hooks handed by a compiled forward (BackwardState)
+    assert module_hooks_list("hooks[0].__closure__[0].cell_contents.user_hooks")
+    assert module_hooks_list("hooks[0].__closure__[0].cell_contents.user_pre_hooks[0].keywords['bw_state'].hook2")
+    assert not module_hooks_list("grad_norms") and not module_hooks_list(None)
+

@@ -75,11 +75,26 @@ def budget_lines(budget: ModeBudget, cwd: str) -> list[str]:
             lines.append(f"after the limit hit at step {cost.hit_step}: {_plural(cost.steps_after, 'step')} ran with the frame eager, "
                          f"median step {cost.median_after_s * 1e3:.3g} ms (no steady step before the hit to compare)")
     if not budget.steady:
-        still = budget.still_compiling
-        who = ", ".join(f"frame {f.frame}" for f in still) or "compiled autograd"
-        lines.append(f"The job did not reach a steady state: {who} still compiling at its last step "
-                     f"({budget.last_step}); its steady step time is not a steady figure.")
+        lines.append(f"The job did not reach a steady state: {_still_words(budget, 'its')}; its steady step time is not a "
+                     "steady figure.")
     return lines
+
+
+def _still_words(budget: ModeBudget, whose: str) -> str:
+    """What keeps a job from a steady state, as the record shows it: a frame that compiled in the
+    job's last step is still compiling there; one whose last recompile came earlier, within one
+    interval of its pace, showed no sign of stopping, which is all the record can say of it."""
+    last = budget.last_step
+    still = []
+    for f in budget.still_compiling:
+        if f.last_recompile_step == last or f.rate is None:
+            still.append(f"frame {f.frame} still compiling at {whose} last step ({last})")
+        else:
+            still.append(f"frame {f.frame} recompiling about every {1 / f.rate:.2g} steps, the last at step {f.last_recompile_step}, "
+                         f"{_plural(last - f.last_recompile_step, 'step')} before the job's last ({last}): no sign it stopped")
+    if budget.ca_still_capturing:
+        still.append(f"compiled autograd still capturing at {whose} last step ({last})")
+    return " and ".join(still)
 
 
 # The phases a reader does not expect a recompile in: the ones each is listed for.
@@ -157,8 +172,7 @@ def not_steady_text(budget: ModeBudget) -> str | None:
     """The summary's words in place of a steady step time when the job kept compiling to its end."""
     if budget.steady:
         return None
-    still = [f"frame {f.frame}" for f in budget.still_compiling] + (["compiled autograd"] if budget.ca_still_capturing else [])
-    return f"no steady state: {' and '.join(still)} still compiling at the last step ({budget.last_step})"
+    return f"no steady state: {_still_words(budget, 'the')}"
 
 
 def summary_phase_lines(record: ModeRecord) -> list[str]:

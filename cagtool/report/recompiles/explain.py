@@ -65,6 +65,8 @@ from cagtool.torch_text import (
     reason_compile_id,
     size_guard,
     source_prefixes,
+    tensor_type_guard,
+    module_hooks_list,
 )
 
 # Cause codes (stable: they are part of the JSON schema).
@@ -174,6 +176,7 @@ def _node_change(table: RecompileTable, row: RecompileRow) -> NodeChange:
     produced = table.graphs.get(row.ca_id) if row.ca_id is not None else None
     previous = table.previous_graph(row.ca_id)
     before = counts = shape = None
+    after = row.node or "?"
     if produced is not None and previous is not None:
         mine, theirs = produced.autograd_names(), previous.autograd_names()
         gone, came = theirs - mine, mine - theirs
@@ -182,11 +185,17 @@ def _node_change(table: RecompileTable, row: RecompileRow) -> NodeChange:
         before = (" + ".join(names[:3]) + (f" + {len(names) - 3} more" if len(names) > 3 else "")) if gone and came else None
         counts = (sum(theirs.values()), sum(mine.values()))
         shape = _graph_shape(mine, theirs, gone, came)
+        # torch's miss message names a compiled forward's node without the number its graph's code
+        # gives it (CompiledFunctionBackward for CompiledFunctionBackward4): the graph's name, as
+        # diff-graphs shows it, where one node that came in is that one.
+        numbered = [name for name in came if name.startswith(after) and name[len(after):].isdigit()]
+        if len(numbered) == 1:
+            after = numbered[0]
         if shape == GRAPH_REARRANGED and produced.autograd_nodes and (
                 [(r.node_call, r.name) for r in produced.autograd_nodes] == [(r.node_call, r.name) for r in previous.autograd_nodes]):
             shape = GRAPH_SAME
     where = f"!{previous.ca_id}" if previous is not None else None
-    return NodeChange(row.compile_id, row.step, row.node_call, row.node or "?", before, where,
+    return NodeChange(row.compile_id, row.step, row.node_call, after, before, where,
                       *(counts or (None, None)), shape)
 
 
@@ -403,6 +412,14 @@ def _reentrant_recompute(table: RecompileTable, cause: Cause) -> str | None:
     return (first.function if first is not None else None) or "the checkpointed function"
 
 
+def _reentrant_recomputes(table: RecompileTable, cause: Cause) -> int:
+    """How many rows of the cause are compiles in a reentrant checkpoint's recompute."""
+    if table.phases is None:
+        return 0
+    return sum(1 for row in cause.rows if (p := table.phases.of(row.compile_id)) is not None
+               and p.phase == PHASE_CHECKPOINT_RECOMPUTE and p.checkpoint == CHECKPOINT_REENTRANT)
+
+
 def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     failures: list[tuple[str, str]] = []  # (compile id, failing guard or "")
     for row in cause.rows:
@@ -463,6 +480,9 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # Every recompile is a reentrant activation checkpoint's recompute in the backward (its
         # forward ran under no_grad, the recompute with grad on): the function it checkpoints.
         "reentrant_recompute": _reentrant_recompute(table, cause),
+        # ... and how many of its recompiles are such a recompute's, where not all are (a size that changed
+        # recompiles the forward and its recompute: the recompute's detached inputs keep no mark).
+        "reentrant_recomputes": _reentrant_recomputes(table, cause),
         # A CA graph's code guarding a value its hooks reach (`self.ipg_buckets...`: no input of the
         # graph) where every hook of the graph is a library's (DeepSpeed's ZeRO hooks): (package, hooks).
         "library_hooks": _library_hooks(table, cause, known[0] if known else ""),
@@ -564,7 +584,11 @@ def _hook_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
                 "previous_graph": f"!{previous.ca_id}" if previous is not None else None,
             }
         )
-    return {"hook_diffs": diffs, "named_hooks": _named_hooks(table, cause), "key_sizes": _key_sizes(cause), **_stability(table, cause)}
+    # A hook first met where Dynamo's recompile limit sent a frame to eager: a module's hooks run inside the
+    # compiled forward's graph until then, so no graph before shows them (registered then or earlier).
+    eager_from = {hit.step: hit.compile_id for hit in table.limit_hits if hit.step is not None}
+    return {"hook_diffs": diffs, "named_hooks": _named_hooks(table, cause), "key_sizes": _key_sizes(cause),
+            "eager_from": eager_from, **_stability(table, cause)}
 
 
 @dataclass
@@ -1129,7 +1153,7 @@ def _hook(cause: Cause, cwd: str) -> Words:
     if stability:
         why.append(stability)
     named: list[NamedHook] = facts.get("named_hooks") or []
-    why.extend(_named_hook_sentence(hook, cwd) for hook in named[:MAX_LISTED])
+    why.extend(_named_hook_sentence(hook, cwd, facts.get("eager_from") or {}) for hook in named[:MAX_LISTED])
     if len(named) > MAX_LISTED:
         why.append(f"And {plural(len(named) - MAX_LISTED, 'other hook function')}.")
     why.append("Removing a hook returns to an already cached graph (no recompile); adding a new one costs a capture each time.")
@@ -1201,7 +1225,7 @@ def _steps_text(steps: list[int | None]) -> str:
     return ("step " if len(known) == 1 else "steps ") + step_list(known) if known else "a step of unknown number"
 
 
-def _named_hook_sentence(hook: NamedHook, cwd: str) -> str:
+def _named_hook_sentence(hook: NamedHook, cwd: str, eager_from: dict[int, str] | None = None) -> str:
     label = hook_label(hook, cwd)
     label = label[0].upper() + label[1:]
     # A lambda's line is its registration, as a rule; a function's is its `def`, which says nothing more.
@@ -1210,7 +1234,14 @@ def _named_hook_sentence(hook: NamedHook, cwd: str) -> str:
     if hook.added:
         # A module's hook runs through two of torch's hooks on the module's node: its count says nothing.
         many = f": {hook.counts[-1]} hooks of it in the new graph" if hook.counts and hook.counts[-1] > 1 and not hook.module else ""
-        parts.append(f"is registered on {_steps_text(hook.added)}{many}")
+        limit = [(step, eager_from[step]) for step in hook.added if step in (eager_from or {})]
+        if limit and len(hook.added) == 1:
+            step, compile_id = limit[0]
+            parts.append(f"first appears in the graph captured at step {step}, the step Dynamo's recompile limit sent a frame to "
+                         f"eager ({compile_id}): a module's hooks ran inside the compiled forward until then, so the graphs before "
+                         "do not show it, and it may be registered earlier")
+        else:
+            parts.append(f"is registered on {_steps_text(hook.added)}{many}")
     if hook.removed:
         parts.append(f"is removed on {_steps_text(hook.removed)}")
     sentence = f"{label}{code}, {_hook_kind(hook)}, " + " and ".join(parts) + "."
@@ -1453,6 +1484,8 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
         if facts.get("requires_grad_inputs"):
             return f"an input's requires_grad changed (`{'`, `'.join(facts['requires_grad_inputs'])}`)"
         return f"a parameter's requires_grad changed{was}"
+    if kind == GUARD_LENGTH and module_hooks_list(facts.get("container")):
+        return f"the number of a module's full backward hooks changed (`{facts['container']}`, torch's list of them)"
     if kind == GUARD_LENGTH:
         container = f"`{facts['container']}`" if facts.get("container") else "a Python list"
         where = f" in the backward hook `{facts['function']}`" if hook_named and facts.get("hook") and facts.get("function") else ""
@@ -1470,6 +1503,9 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
         return f"another hook function ran in the compiled-autograd graph (`hooks[{index}]`, a function of other code)"
     if kind == GUARD_ID:
         return "a different object reached the compiled code"
+    if kind == GUARD_TYPE and (tensor_type := tensor_type_guard(guard)) is not None:
+        now = f", an {tensor_type[1]} now" if tensor_type[1] else ""
+        return f"the tensor passed as `{tensor_type[0]}` is of another type than when compiled{now}"
     if kind == GUARD_TYPE:
         return "a value of another type reached the compiled code"
     if kind == GUARD_TENSOR_META:
@@ -1756,8 +1792,11 @@ def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
                 f"forward for {before} rows and compiles it again for {after}.", *_automatic_dynamic(facts)]
     if kind == GUARD_SIZE and (size := size_guard(facts.get("guard", ""))) is not None and size[1] > 0:
         name, dim, before, after = size
-        return [f"Dim {dim} of `{name}` went from {before} to {after}: a length that varies per batch (a sequence padded to "
-                "each batch's longest, as a collate function for text does), not the batch size.", *_automatic_dynamic(facts)]
+        # The record keeps no later sizes: a length that varies per batch and one changed for good
+        # (a longer context from some step on) leave the same recompile once Dynamo made it dynamic.
+        return [f"Dim {dim} of `{name}` went from {before} to {after}: a length, not the batch size; one that varies per batch "
+                "(a sequence padded to each batch's longest, as a collate function for text does) or that changed for good "
+                "at a phase (a longer context from that step on).", *_automatic_dynamic(facts)]
     if kind == GUARD_OTHER and (changes := facts.get("value_changes")):
         return [f"Dynamo compiles the frame for the value of `{changes[0].source}` it sees (a guard `== value`), so each new "
                 "value compiles it once more. Per recompile: " + elide([_value_change_words(c, "it") for c in changes]) + "."]
@@ -1783,6 +1822,10 @@ def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
             why.append(f"The compiled code sets it itself, on its first call (`{first.assigned[0]}` at {first.assigned[1]}): "
                        "that call runs with None and every later one with the value, so the frame is compiled once more.")
         return why
+    if kind == GUARD_LENGTH and module_hooks_list(facts.get("container")):
+        return ["The compiled-autograd graph calls a module's full backward hooks (`register_full_backward_hook`) from a list "
+                f"torch keeps of them (`{facts['container']}`): Dynamo guards that list's length, and each registration makes it "
+                "one longer, so a hook registered every step recompiles the graph's code every step (until the recompile limit)."]
     if kind == GUARD_LENGTH:
         container = f"`{facts['container']}`" if facts.get("container") else "a Python list"
         if facts.get("hook"):
@@ -1823,22 +1866,36 @@ def _dynamo_made(name: str) -> bool:
 
 
 def _tensor_variable(name: str, code: str) -> str | None:
-    """The tensor of a size guard as the caller names it: a plain local keeps its own name; `args[N]`
-    (a compiled module's positional input) is the Nth argument of the call at the user's line
-    (`loss_fn(model(x), y)` -> `x`); `kwargs['K']` (a keyword input, every HF model's) is the
-    argument `K=...` of that call, or `batch["K"]` where the call passes `**batch`. None where the
-    line does not show it (the call is inside a library: `trainer.train()`)."""
-    if re.fullmatch(r"[A-Za-z_]\w*", name):
-        return name
+    """The tensor of a size guard as the caller names it. A guard names the compiled frame's own
+    parameter (`x` of `forward(self, x)`), which the caller's line may name otherwise
+    (`model(batch)`, `checkpoint(block, h)`): a plain name is the caller's only where the call
+    passes it (`model(x)`, `model(x=inp)` -> inp), or where the call passes one positional argument
+    and nothing else (`checkpoint(fn, ...)`'s function left out). `args[N]` (a compiled module's
+    positional input) is the Nth argument of the call at the user's line (`loss_fn(model(x), y)`
+    -> `x`); `kwargs['K']` (a keyword input, every HF model's) is the argument `K=...` of that call,
+    or `batch["K"]` where the call passes `**batch`. None where the line does not show it (the call
+    is inside a library: `trainer.train()`, or passes several tensors)."""
     call = _PLAIN_CALL.search(code or "")
+    args = [a.strip() for a in call["args"].split(",") if a.strip()] if call else []
+    positional = [a for a in args if not re.match(r"\*|[A-Za-z_]\w*\s*=(?!=)", a)]
+    if call and call["name"] == "checkpoint" and positional:
+        positional = positional[1:]  # torch.utils.checkpoint's function, then its inputs
+    if re.fullmatch(r"[A-Za-z_]\w*", name):
+        for arg in args:
+            given = re.fullmatch(rf"(?:{name}\s*=\s*)?([A-Za-z_][\w.]*)", arg)
+            if given and (given[1] == name or arg != given[1]):
+                return given[1]
+        spread = any(a.startswith("*") for a in args)
+        if len(positional) == 1 and not spread and re.fullmatch(r"[A-Za-z_][\w.]*", positional[0]):
+            return positional[0]
+        return None
     index = re.fullmatch(r"args\[(\d+)\]", name)
     if index and call:
-        args = [a.strip() for a in call["args"].split(",")]
         if int(index[1]) < len(args) and re.fullmatch(r"[A-Za-z_][\w.]*", args[int(index[1])]):
             return args[int(index[1])]
     keyword = _KWARGS_INPUT.fullmatch(name)
     if keyword and call:
-        for arg in (a.strip() for a in call["args"].split(",")):
+        for arg in args:
             given = re.fullmatch(rf"{keyword[1]}\s*=\s*([A-Za-z_][\w.]*)", arg)
             if given:
                 return given[1]
@@ -2016,6 +2073,9 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                 "(`def record_norm(g): buf.copy_(g.norm())`; not a lambda, whose `buf.copy_(...)` would return `buf` and replace "
                 "the gradient), read after backward.",
             ]
+        if module_hooks_list(facts.get("container")):
+            return ["Register the module's full backward hook once, before the training loop, and keep its handle: each "
+                    "`register_full_backward_hook` call adds one more hook to the list (every copy runs at each backward)."]
         return ["Keep the list out of the compiled code: pass what it holds as a tensor, or read and append to it outside the compiled function."]
     if facts.get("other_module") and kind in (GUARD_SIZE, GUARD_TENSOR_META, GUARD_ID, GUARD_TYPE):
         return ["Nothing to fix if it is another compiled module: each is compiled once and cached. With more compiled modules "
@@ -2056,6 +2116,13 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                      f"{mark}, and the same on every other "
                      "input whose size the code ties to it (a batch's tokens and its mask): marked on one alone, a static "
                      "one it meets specialises it again. Or compile with dynamic=True; pad or bucket if it takes many values."]
+            recomputes = facts.get("reentrant_recomputes") or 0
+            if recomputes:
+                # torch 2.13, checked by hand: marked, the forward keeps one graph and the reentrant
+                # recompute still recompiles; with use_reentrant=False as well, no recompile.
+                fixes.append(f"{plural(recomputes, 'recompile')} of these {'is' if recomputes == 1 else 'are'} the reentrant "
+                             "checkpoint's recompute in the backward, which runs on detached copies of the inputs: they keep "
+                             "no mark. checkpoint(..., use_reentrant=False) recomputes from the marked inputs themselves.")
         else:
             fixes = [f"A tensor's shape changed: mark the dimension dynamic ({MAYBE_MARK_DYNAMIC}) or compile with dynamic=True; "
                      "pad or bucket if it takes many values."]
@@ -2084,6 +2151,15 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         return [f"Each hook function of other code compiles the graph again: {how}."]
     if kind == GUARD_ID:
         return ["A different object (module, function, closure) reaches the compiled code each time: create it once, outside the loop."]
+    if kind == GUARD_TYPE and (tensor_type := tensor_type_guard(guard)) is not None:
+        # torch 2.13, checked by hand: a function compiled for `w.detach()` recompiles when given the
+        # Parameter `w`, once, and both graphs are kept.
+        parameter = tensor_type[1] == "nn.Parameter"
+        how = ("pass the same kind every call: the Parameter itself, or `p.detach()` (a plain Tensor of the same "
+               "values, through which no gradient flows)" if parameter else "pass tensors of one type every call")
+        return [f"Dynamo guards the exact type of each tensor input, and a Tensor subclass ({tensor_type[1] or 'its new type'}) "
+                f"is a type of its own: each type compiles once and is cached, so a change made once costs one recompile. "
+                f"To avoid it, {how}."]
     if kind == GUARD_TYPE:
         return ["A value of a different type reaches the compiled code: keep argument types fixed."]
     if kind == GUARD_VALUE and _made_input(facts) and facts.get("stabilised"):
@@ -2169,6 +2245,22 @@ def _in_arithmetic(name: str, code: str) -> bool:
     return bool(name) and re.search(rf"[*/+-]\s*(?<![\w.]){n}\b(?!\s*[\[(.])|(?<![\w.]){n}\s*[*/+-]", code) is not None
 
 
+def _other_lines(cause: Cause, cwd: str) -> str:
+    """`; 0/3 at train.py:52  ev = cmodel(x)`: the recompiles of the cause whose line differs from
+    the one it is tied to (a training call, then an evaluation's with the same change)."""
+    if cause.source is None:
+        return ""
+    seen = {(cause.source.file, cause.source.line)}
+    found = []
+    for row in cause.rows:
+        ref = row.user_source
+        if ref is None or ref.how != cause.source.how or (ref.file, ref.line) in seen:
+            continue
+        seen.add((ref.file, ref.line))
+        found.append(f"{row.compile_id} at {format_source(ref, cwd)}")
+    return "; " + ", ".join(found) if found else ""
+
+
 def _guard(cause: Cause, cwd: str) -> Words:
     facts = cause.facts
     on_ca = cause.code == CAUSE_DYNAMO_CA_GRAPH
@@ -2195,7 +2287,8 @@ def _guard(cause: Cause, cwd: str) -> Words:
     failures = [f"{cid} `{guard}`" if guard else f"{cid} (guard not recorded)" for cid, guard in facts["failures"]]
     why = []
     if facts["guard"]:
-        why.append(f"A guard Dynamo installed stopped holding: `{facts['guard']}`" + (f", {location}." if location else "."))
+        why.append(f"A guard Dynamo installed stopped holding: `{facts['guard']}`" + (f", {location}{_other_lines(cause, cwd)}."
+                                                                                      if location else "."))
         if facts.get("state_changed_at") is not None:
             change = f" ({facts['state_change']})" if facts.get("state_change") else ""
             why.append(f"The state was changed{change} at {format_source(facts['state_changed_at'], cwd)}, before that call: "

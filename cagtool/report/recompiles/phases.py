@@ -50,6 +50,13 @@ class PhasedCompile:
     function: SourceRef | None = None  # the checkpointed function
     caller: SourceRef | None = None  # the user's line on the stack
     inferred: bool = False  # the record had no phase: read off the compile id
+    capture: bool = False  # a compiled-autograd capture (`!N`), not a Dynamo compile
+
+    @property
+    def counted(self) -> bool:
+        """Counted once among the compiles by phase: Dynamo's first compile of a CA graph's code
+        (`!N/F/0`) is the graph its capture made, counted as that capture; a recompile of it is its own."""
+        return not (self.phase == PHASE_CA_GRAPH and not self.capture and not self.recompile)
 
     @property
     def recompile(self) -> bool:
@@ -74,7 +81,7 @@ class ModePhases:
     compiles: list[PhasedCompile] = field(default_factory=list)
 
     def counts(self, recompiles_only: bool = False) -> dict[str, int]:
-        found = Counter(c.phase for c in self.compiles if c.recompile or not recompiles_only)
+        found = Counter(c.phase for c in self.compiles if c.recompile or (not recompiles_only and c.counted))
         return {p: found[p] for p in PHASE_ORDER if found[p]} | {p: n for p, n in found.items() if p not in PHASE_ORDER}
 
     @property
@@ -104,7 +111,8 @@ def mode_phases(record: ModeRecord) -> ModePhases:
             out.compiles.append(_phased(event))
         elif isinstance(event, CAGraphEvent):
             # every capture after the first is a CA recompile (a cache miss): attempt = its id
-            out.compiles.append(PhasedCompile(event.compile_id or f"!{event.ca_id}", event.step, event.seq, PHASE_CA_GRAPH, event.ca_id))
+            out.compiles.append(PhasedCompile(event.compile_id or f"!{event.ca_id}", event.step, event.seq, PHASE_CA_GRAPH, event.ca_id,
+                                              capture=True))
         elif isinstance(event, AotBackwardGraphEvent):
             # built by its forward frame's compile (counted there): a graph, not another recompile
             out.compiles.append(PhasedCompile(event.compile_id, event.step, event.seq, PHASE_AOT_BACKWARD, None))

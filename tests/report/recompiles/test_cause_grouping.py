@@ -101,6 +101,23 @@ def test_a_keyword_inputs_size_guard_is_fixed_on_the_tensor_the_call_passes():
     assert "TrainingArguments(dataloader_drop_last=True)" in inside[1]
 
 
+def test_a_size_guard_on_the_compiled_frames_parameter_is_fixed_on_what_the_caller_passes():
+    from cagtool.report.recompiles.explain import _guard_fixes
+    from cagtool.torch_text import GUARD_SIZE
+
+    # the guard names forward(self, x)'s parameter; the caller's line names the tensor otherwise
+    facts = {"kind": GUARD_SIZE, "guard": "tensor 'x' size mismatch at index 1. expected 8, actual 12"}
+    def mark(code: str) -> str:
+        return _guard_fixes(facts, False, code)[0]
+    assert "maybe_mark_dynamic(h, 1)" in mark("h = checkpoint(b, h, use_reentrant=True)")  # checkpoint's function left out
+    assert "maybe_mark_dynamic(batch, 1)" in mark("out = model(batch, mask=m)")
+    assert "maybe_mark_dynamic(inp, 1)" in mark("loss = loss_fn(model(x=inp), y)")
+    assert "maybe_mark_dynamic(x, 1)" in mark("out = model(x)")
+    # two positional inputs, or a value made on the line: no variable is made up
+    assert "maybe_mark_dynamic(tensor, 1) on the tensor passed as `x`" in mark("y = step(a, b)")
+    assert "maybe_mark_dynamic(tensor, 1)" in mark("out = model(x.to(device))")
+
+
 @pytest.mark.slow
 def test_a_script_whose_compiled_autograd_started_dynamic_is_not_told_to_start_it_dynamic(record_run):
     run, causes = _explained(record_run, "enable_dynamic_by_hand.py")
@@ -505,6 +522,10 @@ def test_a_backward_recaptured_after_each_of_two_forward_causes_follows_each(rec
     assert all(c["caused_by"] is not None for c in backward)
     assert [by_number[c["caused_by"]]["steps"] for c in backward] == [[1], [3]]
     assert "torch.where" not in " ".join(f for c in causes for f in c["fix"])
+    # the node named as its graph's code (and diff-graphs) names it, not as torch's miss message does
+    for cause in backward:
+        differs = next(w for w in cause["why"] if w.startswith("The node that differs"))
+        assert re.search(r"CompiledFunctionBackward\d+ -> CompiledFunctionBackward\d+ ", differs), differs
 
 
 @pytest.mark.slow
@@ -518,6 +539,9 @@ def test_a_reentrant_checkpoints_longer_sequence_is_a_size_change_and_its_recomp
     assert "grad_mode" in at_4[0] and "size mismatch" in at_4[1], at_4
     size = next(c for c in causes if "a tensor's size changed" in c["title"])
     assert size["steps"] == [4] and len(size["evidence_ids"]) == 2  # the forward's and its recompute's
+    # a mark keeps the forward's graph; the recompute's detached inputs keep none (checked by hand, torch 2.13)
+    assert "maybe_mark_dynamic(x, 1)" in size["fix"][0]
+    assert size["fix"][1].startswith("1 recompile of these is the reentrant checkpoint's recompute") and "use_reentrant=False" in size["fix"][1]
     grad = next(c for c in causes if "grad mode" in c["title"])
     assert "reentrant checkpoint's recompute of `Block.forward`" in grad["title"] and grad["steps"] == [0]
     assert grad["fix"][0].startswith("checkpoint(..., use_reentrant=False)")
@@ -537,3 +561,45 @@ def test_a_recompile_on_a_librarys_hook_state_is_named_as_the_librarys(record_ru
     assert "all bucketlib's: Buckets.hook (bucketlib/__init__.py:6)" in " ".join(cause["why"])
     assert cause["fix"][0].startswith("Nothing to change in your code: the value is bucketlib's")
     assert "Keep the list out of the compiled code" not in " ".join(cause["fix"])
+
+
+@pytest.mark.slow
+def test_a_tensor_input_that_becomes_a_parameter_is_named_as_its_type(record_run):
+    run, causes = _explained(record_run, "parameter_type_change.py")
+    events = [json.loads(line) for line in (run.path / "ca" / "events.jsonl").read_text().splitlines()]
+    (reasons,) = [e["reasons"] for e in events if e.get("kind") == "dynamo_recompile" and not e["compile_id"].startswith("!")]
+    assert "expected type of 't' to be a tensor type" in reasons[0], reasons  # torch's words, as recorded
+    (cause,) = [c for c in causes if c["code"] == "dynamo_guard_failure"]
+    assert "the tensor passed as `t` is of another type than when compiled, an nn.Parameter now" in cause["title"]
+    assert cause["steps"] == [3] and "`p.detach()`" in cause["fix"][0]
+    assert "Keep the guarded value" not in " ".join(cause["fix"])
+
+
+def test_a_cause_whose_recompiles_came_from_two_lines_names_both():
+    # a longer sequence recompiles the training call (line 41) and, at the next evaluation, its call (line 52)
+    from cagtool.record.schema import SourceRef
+    from cagtool.report.recompiles.explain import Cause, _other_lines
+    from cagtool.report.recompiles.table import RecompileRow
+
+    def row(compile_id: str, line: int, code: str) -> RecompileRow:
+        return RecompileRow("ca", "dynamo_frame", compile_id, 30, "guard_failure", (1,),
+                            user_source=SourceRef(file="/w/train.py", line=line, code=code, function="<module>", how="caller"))
+    rows = [row("0/2", 41, "logits = cmodel(idx)"), row("0/3", 52, "ev = cmodel(x)"), row("0/4", 41, "logits = cmodel(idx)")]
+    cause = Cause(code="dynamo_guard_failure", rows=rows, source=rows[0].user_source)
+    assert _other_lines(cause, "/w") == "; 0/3 at train.py:52  ev = cmodel(x)"
+    assert _other_lines(Cause(code="dynamo_guard_failure", rows=rows[:1], source=rows[0].user_source), "/w") == ""
+
+
+@pytest.mark.slow
+def test_a_module_hook_registered_every_step_is_named_in_the_ca_graphs_guard_and_where_it_first_shows(record_run):
+    run, causes = _explained(record_run, "module_hook_piles_up.py")
+    (user_hooks,) = [c for c in causes if c["code"] == "dynamo_ca_graph_guard_failure"]
+    assert "the number of a module's full backward hooks changed" in user_hooks["title"] and ".user_hooks" in user_hooks["title"]
+    assert user_hooks["fix"][0].startswith("Register the module's full backward hook once, before the training loop")
+    assert "Keep the list out of the compiled code" not in " ".join(user_hooks["fix"])
+    (added,) = [c for c in causes if c["code"] == "hook_changed"]
+    why = " ".join(added["why"])
+    # the hook shows first where the recompile limit sent the module's frame to eager, not where it was registered
+    assert "first appears in the graph captured at step 8, the step Dynamo's recompile limit sent a frame to eager" in why
+    assert "is registered on step 8" not in why
+

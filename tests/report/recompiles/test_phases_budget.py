@@ -200,3 +200,22 @@ def test_two_planned_recompiles_are_no_rate_and_a_third_is():
     assert two.recompiles == 2 and two.rate is None and not two.still_compiling and two.forecast_step is None
     three = FrameBudget("0", "forward", "train.py", 3, entries=4, limit=8, limit_known=True, first_step=0, last_recompile_step=12, last_step=15)
     assert three.rate == pytest.approx(0.25) and three.still_compiling and three.forecast_step == 12 + 20
+
+
+def test_a_frame_that_last_recompiled_before_the_last_step_is_not_said_to_compile_there():
+    """An evaluation every 15 steps and a longer sequence from step 30 (a user's 60-step job):
+    compiles at steps 0, 15, 30, 45, none after. The pace leaves no sign it stopped, but nothing
+    compiled at step 59, and the words say what the record shows."""
+    from cagtool.report.recompiles.budget import FrameBudget, ModeBudget
+    from cagtool.report.recompiles.budget_words import budget_lines, not_steady_text
+
+    periodic = FrameBudget("0", "forward", "train.py", 3, entries=4, limit=8, limit_known=True, first_step=0, last_recompile_step=45, last_step=59)
+    budget = ModeBudget("aot", frames=[periodic], last_step=59)
+    assert periodic.still_compiling and not budget.steady
+    words = not_steady_text(budget)
+    assert "still compiling at" not in words
+    assert words == ("no steady state: frame 0 recompiling about every 15 steps, the last at step 45, 14 steps before the job's "
+                     "last (59): no sign it stopped")
+    assert "still compiling at" not in " ".join(budget_lines(budget, "/"))
+    storm = FrameBudget("0", "forward", "train.py", 3, entries=5, limit=8, limit_known=True, first_step=0, last_recompile_step=4, last_step=4)
+    assert not_steady_text(ModeBudget("aot", frames=[storm], last_step=4)) == "no steady state: frame 0 still compiling at the last step (4)"

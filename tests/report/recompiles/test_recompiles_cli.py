@@ -154,6 +154,9 @@ def test_op_loop_counts_match_the_record(record_run):
     mode = explain_json(run)
     misses = raw_events(run, "ca_cache_miss")
     assert mode["counts"]["ca_cache_misses"] == len(misses) == 4 and mode["counts"]["ca_recompiles"] == 3
+    # compiles by phase: a CA graph once, its capture (Dynamo's compile of its code is that graph)
+    assert mode["phases"]["counts"]["ca_graph"] == len(raw_events(run, "ca_graph")) == 4
+    assert len([e for e in raw_events(run, "dynamo_compile") if e["is_ca_graph"]]) == 4
     assert mode["initial"][0]["node"] == "torch::autograd::GraphRoot"
     assert [(r["node"], r["node_call"], r["step"]) for r in mode["recompiles"]] == [
         ("SubBackward0", 2, 1), ("MulBackward0", 2, 2), ("DivBackward0", 2, 3)  # the loop's iterations 1-3 over sub, mul, div

@@ -136,3 +136,17 @@ def test_missing_record_of_a_run_that_ended_normally_stays_missing(tmp_path):
     assert not failure.not_run and failure.status == "missing"
     assert "died before starting the target" in failure.describe()
     assert run_headline(comparison).tone == "bad"
+
+
+def test_the_gates_snapshot_of_a_mode_without_a_record_keeps_why_and_its_exit_code(tmp_path):
+    # A stopped run's unstarted mode, and a mode whose process exited 3 without a record: the gate
+    # says why each left nothing, and its fields are the mode's (no figure in another's place).
+    from cagtool.report.gate.baseline import run_snapshots
+
+    _run_json(tmp_path / "k", "killed", {})
+    never = run_snapshots(load_run(tmp_path / "k"))["ca"]
+    assert (never.status, never.problem, never.exit_code) == ("missing", "ca: not run: cagtool's process was killed", None)
+    assert (never.step_time, never.repetitions, never.peak_rss_bytes, never.peak_device_memory_bytes) == (None, 1, None, None)
+    _run_json(tmp_path / "m", "finished", {"eager": 0, "ca": 3}, exit_code=3)
+    died = run_snapshots(load_run(tmp_path / "m"))["ca"]
+    assert (died.exit_code, died.repetitions, died.step_time) == (3, 1, None) and died.problem.startswith("ca: ")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -95,3 +96,35 @@ def test_a_run_whose_run_json_is_a_fifo_is_listed_as_unreadable_never_left_out(t
     monkeypatch.chdir(tmp_path)
     code, out, err = cli_in_process("runs")
     assert code == 0 and "planted" in out and "is not a regular file (a FIFO, device or directory)" in out, (out, err)
+
+
+@pytest.mark.parametrize(("status", "exit_codes", "exit_code", "listed"), [
+    # cagtool killed before its second mode: the loader reads run.json as it is; ca never started.
+    ("killed", {"eager": 0}, 137, "eager:finished, ca:not run"),
+    # Still running (its cagtool process is this one, alive): ca has not started yet.
+    ("running", {"eager": 0}, None, "eager:finished, ca:pending"),
+    # A run that ended normally whose ca process ran (its exit code is noted) and left no record.
+    ("finished", {"eager": 0, "ca": 1}, 1, "eager:finished, ca:missing"),
+])
+def test_runs_lists_every_mode_run_json_asked_for(tmp_path, status, exit_codes, exit_code, listed):
+    """A mode run.json lists but that left no record is listed, never left out: `not run` where a
+    stopped run never started it (as summary and compare say it), `pending` where the run is still
+    going, `missing` where its process ran."""
+    from conftest import cli_in_process
+
+    from cagtool.record.liveness import this_process
+    from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
+
+    run = tmp_path / "runs" / "r"
+    (run / "eager").mkdir(parents=True)
+    meta = RunMeta(run_id="r", created_at="2026-01-01T00:00:00Z", cagtool_argv=[], target={"kind": "script", "name": "train.py"},
+                   target_argv=[], cwd=str(run), modes=["eager", "ca"], versions={}, machine={}, status=status,
+                   exit_code=exit_code, mode_exit_codes=exit_codes, process=this_process())
+    manifest = ModeManifest(mode="eager", argv=[], target={}, cwd=str(run), versions={}, backend="eager", dynamic=False,
+                            started_at="2026-01-01T00:00:00Z", status="finished", exit_code=0)
+    (run / "run.json").write_text(json.dumps(to_dict(meta)))
+    (run / "eager" / "manifest.json").write_text(json.dumps(to_dict(manifest)))
+    code, out, err = cli_in_process("runs", str(tmp_path / "runs"))
+    assert code == 0, err
+    (line,) = out.splitlines()[1:]
+    assert re.search(rf"  {listed}  +{exit_code}$", line), out

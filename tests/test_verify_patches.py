@@ -281,9 +281,9 @@ def test_a_fix_that_compiles_more_than_the_recompiles_it_removes_is_harmful():
     verdict, reasons = judge(base, fixed, None, True)
     assert verdict == VERIFIED and reasons[0] == "recompiles 9 -> 4"
     assert reasons[1].startswith("compile time 11.6 s -> 27.3 s (2.35x, 90% CI ") and reasons[1].endswith(
-        "1 vs 1 processes: one process a side, not judged; --repeat 3 judges it)")
+        "1 vs 1 process: one process a side, not judged; --repeat 3 judges it)")
     verdict, reasons = judge(base, replace(fixed, compile_time_s=40.6, compile_times_s=[40.6]), None, True)
-    assert verdict == HARMFUL and reasons[1].endswith("1 vs 1 processes): it compiles more than the recompiles it removes did")
+    assert verdict == HARMFUL and reasons[1].endswith("1 vs 1 process): it compiles more than the recompiles it removes did")
     three = (replace(base, compile_times_s=[11.6, 11.0, 12.1]), replace(fixed, compile_times_s=[27.3, 26.0, 28.5]))
     verdict, reasons = judge(*three, None, True)
     assert verdict == HARMFUL and reasons[1].endswith("3 vs 3 processes): it compiles more than the recompiles it removes did")

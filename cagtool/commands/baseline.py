@@ -109,6 +109,7 @@ def register(app: typer.Typer) -> None:
         from cagtool.report.text.console import make_console
         from cagtool.report.text.safe_text import safe_line
         from cagtool.report.gate import baseline_to_dict, load_baseline
+        from cagtool.report.gate.checks import baseline_figure_words
 
         baseline = load_baseline(file)
         data = baseline_to_dict(baseline)
@@ -121,9 +122,10 @@ def register(app: typer.Typer) -> None:
         console.print(safe_line(f"torch {baseline.versions.get('torch', '?')}, target {baseline.target.get('name', '?')}"), markup=False, soft_wrap=True)
         for name, snap in baseline.modes.items():
             step = snap.step_time
+            # The steps of every process pooled: not what the gate compares with (baseline_figure_words).
             timing = "no steady-state steps" if step is None or step.median_s is None else (
-                f"step median {step.median_s * 1e3:.3f} ms (p10 {step.p10_s * 1e3:.3f}, p90 {step.p90_s * 1e3:.3f}, n={step.count})"
-                if step.p10_s is not None and step.p90_s is not None else f"step median {step.median_s * 1e3:.3f} ms"
+                f"all {step.count} steady steps pooled: median {step.median_s * 1e3:.3f} ms (p10 {step.p10_s * 1e3:.3f}, p90 {step.p90_s * 1e3:.3f})"
+                if step.p10_s is not None and step.p90_s is not None else f"all {step.count} steady steps pooled: median {step.median_s * 1e3:.3f} ms"
             )
             samples = snap.compile_time_samples_s
             held = f" ({len(samples)} compile times, {min(samples):.3f}-{max(samples):.3f} s)" if samples else ""
@@ -134,5 +136,7 @@ def register(app: typer.Typer) -> None:
                 markup=False,
                 soft_wrap=True,
             )
+            if step is not None and step.median_s is not None:
+                console.print(safe_line(f"    {baseline_figure_words(step)}"), markup=False, soft_wrap=True)
 
     app.add_typer(group, name="baseline")

@@ -173,8 +173,10 @@ def diff_graphs_command(
     aligned by op and by the autograd node they came from. You see inserted
     (+), removed (-) and changed (~) nodes, then a summary: node counts, op
     counts, autograd nodes and hooks added or removed, sizes that became
-    symbolic. The header names the recompile (cache miss) that produced the
-    newer graph, and the line of your code where it happened.
+    symbolic (in the code, and those the record's cache miss made dynamic
+    that the code does not read). The header names the recompile (cache
+    miss) that produced the newer graph, and the line of your code where it
+    happened.
 
     Examples:
 
@@ -192,8 +194,10 @@ def diff_graphs_command(
     (the run's graphs/ca_3.py holds its code). In a multi-rank run (DDP) the
     graphs are rank 0's unless --rank N, after a line naming the ranks and
     whether they diverge. Exit code, like diff: 0 the
-    graphs are identical, 1 they differ, 3 unreadable input (no such run or
-    graph, a run without graphs, a missing graph file).
+    graphs are identical, 1 they differ (in their code, or in the sizes
+    they take dynamic: the same code captured again when sizes became
+    dynamic is another graph), 3 unreadable input (no such run or graph, a
+    run without graphs, a missing graph file).
     """
     from cagtool.report.graphs import cyclic_gc_paused
 

@@ -173,7 +173,7 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     explanation = explanations[index]
     # A repetition of `run --repeat K` (`ca.3`): its explanation, re-run as its mode (`run --modes ca`).
     mode = tables[index].mode if tables[index].name == mode else mode
-    from cagtool.report.recompiles.explain import ca_started_dynamic, nothing_to_fix
+    from cagtool.report.recompiles.explain import ca_started_dynamic, nothing_to_fix, plural
 
     # ca-dynamic changes nothing where compiled autograd already started dynamic: `run --dynamic`,
     # or the script's own `_enable(compiler, dynamic=True)` (its first graph took its sizes as inputs).
@@ -234,8 +234,8 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
         estimate = estimate_seconds(record, mode, options.repeat, reruns)
         when = f"; estimated {estimate:.0f} s" if estimate is not None else ""
         same = f" ({len(fixes) - reruns} the same re-run as another)" if reruns < len(fixes) else ""
-        print(f"cagtool: verifying {len(fixes)} fix{'es' if len(fixes) != 1 else ''}{same} in mode {mode}: the baseline and each fix "
-              f"{options.repeat} times, each its own process{when}", file=err, flush=True)
+        print(f"cagtool: verifying {plural(len(fixes), 'fix', 'fixes')}{same} in mode {mode}: the baseline and each fix "
+              f"{plural(options.repeat, 'time')}, each its own process{when}", file=err, flush=True)
     from cagtool.report.text.safe_text import safe_line
 
     # The lines quote the record (its paths, a fix's environment): shown, never obeyed by the terminal.

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
+
+if TYPE_CHECKING:
+    from cagtool.record.loader import RunRecord
 
 
 def runs_command(
@@ -32,9 +35,31 @@ def runs_command(
         except CagtoolError as exc:
             rows.append((str(path), "?", "?", "?", f"unreadable: {exc}"))
             continue
-        modes = ", ".join(f"{name}:{rec.manifest.status}" for name, rec in run.modes.items())
-        rows.append((str(path), run.meta.created_at, run.meta.target.get("name", "?"), modes, str(run.meta.exit_code)))
+        rows.append((str(path), run.meta.created_at, run.meta.target.get("name", "?"), _modes_cell(run), str(run.meta.exit_code)))
     _print_listing(("run", "created", "target", "modes", "exit"), rows)
+
+
+def _modes_cell(run: RunRecord) -> str:
+    """Every mode run.json asked for, in its order, with how it ended: its record's status; `not
+    run` for one a stopped run never started (RunRecord.not_run, as summary, compare and report
+    say it), `pending` for one a run still running has not started yet; `missing` for one whose
+    process ran (or whose run ended normally) and left no record."""
+    from cagtool.record.schema import STATUS_RUNNING
+
+    never = set(run.not_run())
+    codes = run.meta.mode_exit_codes or {}
+    names = list(run.meta.modes) + [name for name in run.modes if name not in run.meta.modes]
+    cells = []
+    for name in names:
+        record = run.modes.get(name)
+        if record is not None:
+            cells.append(f"{name}:{record.manifest.status}")
+        elif name in never:
+            cells.append(f"{name}:not run")
+        else:
+            pending = run.meta.status == STATUS_RUNNING and name not in codes
+            cells.append(f"{name}:{'pending' if pending else 'missing'}")
+    return ", ".join(cells)
 
 
 def _print_listing(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:

@@ -35,6 +35,8 @@ from cagtool.record.schema import (
     RUN_FORMAT,
     RUN_META_FILE,
     SCHEMA_VERSION,
+    STATUS_INTERRUPTED,
+    STATUS_KILLED,
     Event,
     decode_event,
     decode_events,
@@ -183,10 +185,28 @@ class ModeRecord(Struct):
             raise UnreadableInput(f"compile artifact {event.file} of {event.compile_id}: {exc.strerror or exc}") from None
 
 
+_ENDED_EARLY_WORDS = {STATUS_INTERRUPTED: "the run was interrupted", STATUS_KILLED: "cagtool's process was killed"}
+
+
 class RunRecord(Struct):
     path: Path
     meta: RunMeta
     modes: dict[str, ModeRecord]
+
+    def ended_early_words(self) -> str | None:
+        """How the run ended early, in words ("the run was interrupted": Ctrl-C, SIGTERM or SIGHUP; or
+        its cagtool process was killed), as run.json says; None when it ended normally or still runs."""
+        return _ENDED_EARLY_WORDS.get(self.meta.status)
+
+    def not_run(self) -> list[str]:
+        """The modes (repetitions: `ca.2`) run.json lists that a stopped run never started. The
+        parent notes a mode's exit code as soon as its process ends, and a process started ahead whose
+        turn never came is removed unrecorded: no record and no exit code is a mode that never ran,
+        not one that died (a mode of a run that ended normally with neither stays `missing`)."""
+        if self.ended_early_words() is None:
+            return []
+        codes = self.meta.mode_exit_codes or {}
+        return [name for name in self.meta.modes if name not in self.modes and name not in codes]
 
     def mode(self, name: str | None = None, rank: int | None = None) -> ModeRecord:
         """The named mode, or the most informative one the run asked for (ca, then aot, then

@@ -30,7 +30,6 @@ from cagtool.record.schema import (
     SourceRef,
 )
 from cagtool.report.changed_sizes import misses_with_earlier_values
-from cagtool.report.figures.pooled import not_run, run_ended_words
 from cagtool.report.figures.metrics import (
     RECAPTURED_AFTER_FAILURE,
     ModeMetrics,
@@ -407,7 +406,7 @@ def summary_json(run: RunRecord, rank: int | None = None) -> dict[str, Any]:
         "versions": run.meta.versions,
         "exit_code": run.meta.exit_code,
         "status": run.meta.status,  # the run's: "interrupted" when it was stopped, whatever its modes' records say
-        "not_run": not_run(run),  # the modes a stopped run never started
+        "not_run": run.not_run(),  # the modes a stopped run never started
         "mode": main,
         "mode_recorded": main in modes,
         **{k: body.get(k) for k in ("ca_graphs", "cache_misses", "unique_graphs", "graph_breaks", "dynamo_recompiles", "steps")},
@@ -577,7 +576,7 @@ def render_summary(console: Console, run: RunRecord, modes: list[str] | None = N
     cut = cut_words(meta.truncated, "run.json")
     if cut:
         console.print(Text.assemble(("note:", "yellow"), f" {cut}"), markup=False, overflow="fold")
-    ended, never = run_ended_words(run), not_run(run)
+    ended, never = run.ended_early_words(), run.not_run()
     if ended is not None:
         # Its modes' own records may all say "finished" (a script that caught Ctrl-C and exited 0):
         # only run.json holds that the run was stopped, and which modes it never started.

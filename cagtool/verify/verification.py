@@ -49,6 +49,7 @@ from cagtool.record.loader import RunRecord, load_run
 from cagtool.record.seal import check_job, sealed_module_file
 from cagtool.report.compare.analysis import compare_runs, mode_fields
 from cagtool.report.figures.intervals import ratio_text
+from cagtool.report.recompiles.explain import plural
 from cagtool.report.recompiles.verification import JUDGED, VERIFICATION_FILE, VERIFICATION_FORMAT
 from cagtool.capture.run.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV, SOURCE_DIGEST_ENV, SourceChanged, source_digest
 from cagtool.verify.fixes import Fix
@@ -272,7 +273,7 @@ def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None
         # The time column rests on the same evidence as every timing verdict: each re-run process
         # is one unit (report.figures.intervals); counts, not times, decide "verified".
         ci = f"90% CI {ratio_text(speedup.low)}-{ratio_text(speedup.high)}"
-        basis = f", {speedup.interval.units[0]} vs {speedup.interval.units[1]} processes" if speedup.interval is not None else ""
+        basis = f", {processes_text(speedup.interval.units)}" if speedup.interval is not None else ""
         one_each = speedup.interval is not None and min(speedup.interval.units) < 2
         if speedup.verdict == "slower" and speedup.high < 1.0 / (1.0 + HARMFUL_SLOWDOWN) and not (one_each and speedup.ratio > ONE_PROCESS_HARM):
             reasons.append(f"steady step slower ({ratio_text(speedup.ratio)}, {ci}{basis})")
@@ -312,8 +313,10 @@ def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None
     return NO_EFFECT, reasons
 
 
-def plural_recompiles(n: int) -> str:
-    return f"{n} recompile{'s' if n != 1 else ''}"
+def processes_text(units: tuple[int, int]) -> str:
+    """'1 vs 1 process', '3 vs 3 processes': the re-run processes of a fix and of the baseline an
+    interval rests on, as the gate and compare say them (report.figures.intervals)."""
+    return f"{units[0]} vs {plural(units[1], 'process', 'processes')}"
 
 
 def _compile_growth(baseline: Side, fixed: Side) -> tuple[str, bool]:
@@ -331,7 +334,7 @@ def _compile_growth(baseline: Side, fixed: Side) -> tuple[str, bool]:
     if interval is None or interval.low <= 1.0 + HARMFUL_COMPILE:
         return "", False
     words = (f"compile time {baseline.compile_time_s or 0:.1f} s -> {fixed.compile_time_s or 0:.1f} s ({ratio_text(interval.ratio)}, 90% CI "
-             f"{ratio_text(interval.low)}-{ratio_text(interval.high)}, {interval.units[0]} vs {interval.units[1]} processes")
+             f"{ratio_text(interval.low)}-{ratio_text(interval.high)}, {processes_text(interval.units)}")
     if min(interval.units) < 2 and interval.ratio < 1.0 / ONE_PROCESS_HARM:
         return words + ": one process a side, not judged; --repeat 3 judges it)", False
     return words + "): it compiles more than the recompiles it removes did", True
@@ -534,7 +537,7 @@ def verify(
         verdict, reasons = judge(baseline, measured, speedup, agree)
         left = causes_left(fixed_record, mode, {n: k for n, k in (cause_keys or {}).items() if n in fix.causes})
         if left:
-            reasons.append("; ".join(f"cause #{n} is still there ({plural_recompiles(k)} in the re-run)" for n, k in sorted(left.items())))
+            reasons.append("; ".join(f"cause #{n} is still there ({plural(k, 'recompile')} in the re-run)" for n, k in sorted(left.items())))
             if verdict == VERIFIED:
                 verdict = PARTLY_VERIFIED
         ran_copy = all(r.manifest.options.get("patched_source") for n, r in fixed_record.modes.items() if n == mode or n.startswith(f"{mode}."))

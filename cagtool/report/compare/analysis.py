@@ -39,6 +39,10 @@ from cagtool.record.schema import (
     FIRST_STEP,
     MODES,
     STATUS_FINISHED,
+    STATUS_INTERRUPTED,
+    STATUS_KILLED,
+    STATUS_RUNNING,
+    STATUS_TIMEOUT,
     CAGraphEvent,
     DynamoCompileEvent,
     FinalStateEvent,
@@ -86,6 +90,26 @@ from cagtool.report.figures.pooled import (  # re-exported: compare's renderers 
 
 # Below a 2% difference in what waiting for a CPU does to the two sides, the load is not mentioned.
 LOAD_NEGLIGIBLE = math.log(1.02)
+
+# How a mode's process ended, as its record says (`ModeFailure.status`, read from the manifest in
+# one place: pooled._failure_of), for a figure it never reached: "ca: it was interrupted before a
+# steady step". A status not listed here (failed; no record though its process ran) is a failure.
+_ENDED_WORDS = {
+    STATUS_INTERRUPTED: "was interrupted",  # Ctrl-C, SIGTERM, SIGHUP, or cagtool's own process died
+    STATUS_KILLED: "was killed",  # another signal (SIGKILL, the OOM killer, a crash's SIGSEGV)
+    STATUS_RUNNING: "was killed",  # a record never closed: the process vanished
+    STATUS_TIMEOUT: "timed out",
+}
+
+
+def ended_words(column: ModeColumn) -> str:
+    """How `column`'s mode ended where it did not finish cleanly, from its first repetition that
+    ran and did not: "was interrupted", "was killed", "timed out" or "failed", to follow "it"
+    ("no recompiles in ca before it was interrupted"). "" when every repetition that did not
+    finish was never started (said as "not run: <why>", `ModeFailure.describe`) or none failed."""
+    ended = [f for f in column.failures if not f.not_run]
+    return _ENDED_WORDS.get(ended[0].status, "failed") if ended else ""
+
 
 # The pairs reported for one run, as (mode, baseline): "aot/eager" is aot's speedup over eager.
 SPEEDUP_PAIRS: tuple[tuple[str, str], ...] = (("aot", "eager"), ("ca", "eager"), ("ca", "aot"))
@@ -249,7 +273,8 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
             if column.metrics is None and never and len(never) == len(column.failures):
                 # Stopped before its turn: not run, never "failed".
                 return Speedup(mode_label, baseline_label, None, None, None, note=f"{label}: not run: {never[0].reason}")
-            why = "it failed before a steady step" if not column.ok else "no steady-state steps (all were compiling, or fewer than 2 steps)"
+            ended = ended_words(column)
+            why = f"it {ended} before a steady step" if ended else "no steady-state steps (all were compiling, or fewer than 2 steps)"
             return Speedup(mode_label, baseline_label, None, None, None, note=f"{label}: {why}")
     assert mode is not None and baseline is not None
     # Two modes of one run, or one mode of two runs: the same steps of the script on both sides.

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cagtool.report.compare.analysis import EFFECT, INCONCLUSIVE, LOAD_DIFFERED, NO_CHANGE, TOO_FEW_STEPS, Comparison, RunComparison, Speedup, files_text
+from cagtool.report.compare.analysis import EFFECT, INCONCLUSIVE, LOAD_DIFFERED, NO_CHANGE, TOO_FEW_STEPS, Comparison, RunComparison, Speedup, ended_words, files_text
 from cagtool.report.figures.intervals import MEASURE_WORDS, ratio_text
 from cagtool.report.figures.pooled import base_mode
 
@@ -139,7 +139,7 @@ def cause_phrase(cause: "Cause") -> str:
     if cause.code in (CAUSE_DYNAMO_FRAME, CAUSE_DYNAMO_CA_GRAPH):
         guard = cause.facts.get("guard") or ""
         size = size_guard(guard)
-        if size is not None:
+        if size is not None and not (cause.facts.get("other_module") or cause.facts.get("other_module_by_guards")):
             name, dim, before, after = size
             what = f"the size of `{name}` (dim {dim}) changed {before}->{after}"
             if dim == 0 and after < before:
@@ -194,7 +194,9 @@ def cause_phrase(cause: "Cause") -> str:
         what += f" ({code}at {os.path.basename(changed.file)}:{changed.line})"
     elif cause.source is not None:
         # A line that only ran into the change is named as what it is.
-        label = _LINE_LABEL.get(cause.source.how, "")
+        # A compiled-autograd cause's line is the backward call that ran into it, however it was found.
+        backward = cause.code in (CAUSE_SHAPES, CAUSE_STRUCTURE, CAUSE_HOOK, CAUSE_GRAD_DEFINED, CAUSE_DYNAMO_CA_GRAPH)
+        label = _LINE_LABEL["backward_call" if backward else cause.source.how] if cause.source.how in _LINE_LABEL else ""
         what += f" ({label}{os.path.basename(cause.source.file)}:{cause.source.line})"
     return what
 
@@ -242,9 +244,10 @@ def _recompile_phrase(comparison: Comparison, verified: dict[str, Any] | None, e
         # A ca mode that failed early says nothing of recompiles; torch.compile's own (aot) may.
         aot = comparison.modes.get("aot")
         others = aot.metrics.dynamo_recompiles if aot is not None and aot.metrics is not None else 0
-        said = "no recompiles in ca before it failed" if column.failures else "no recompiles"
+        ended = ended_words(column)  # as the record says: interrupted, killed, failed
+        said = f"no recompiles in ca before it {ended}" if ended else "no recompiles"
         if others:
-            said += (f" (aot: {others} Dynamo recompile{'s' if others != 1 else ''})" if column.failures
+            said += (f" (aot: {others} Dynamo recompile{'s' if others != 1 else ''})" if ended
                      else f" in ca (aot: {others} Dynamo recompile{'s' if others != 1 else ''})")
         return said
     roots = root_causes(explanation) if explanation is not None else None

@@ -13,8 +13,6 @@ from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import (
     STATUS_FINISHED,
-    STATUS_INTERRUPTED,
-    STATUS_KILLED,
     STATUS_RUNNING,
 )
 from cagtool.report.figures.intervals import ProcessSteps, TimingSample, timing_sample
@@ -53,26 +51,6 @@ STATUS_MISSING = "missing"  # listed in run.json but no manifest was written (th
 
 # How a run that ended before all its modes ran ended (run.json's status), as the reason a mode
 # it never started gives.
-_ENDED_EARLY_WORDS = {STATUS_INTERRUPTED: "the run was interrupted", STATUS_KILLED: "cagtool's process was killed"}
-
-
-def run_ended_words(run: RunRecord) -> str | None:
-    """How the run ended early, in words ("the run was interrupted": Ctrl-C, SIGTERM or SIGHUP; or
-    its cagtool process was killed), as run.json says; None when it ended normally or still runs."""
-    return _ENDED_EARLY_WORDS.get(run.meta.status)
-
-
-def not_run(run: RunRecord) -> list[str]:
-    """The modes (repetitions: `ca.2`) run.json lists that a stopped run never started. The
-    parent notes a mode's exit code as soon as its process ends, and a process started ahead whose
-    turn never came is removed unrecorded: no record and no exit code is a mode that never ran,
-    not one that died (a mode of a run that ended normally with neither stays `missing`)."""
-    if run_ended_words(run) is None:
-        return []
-    codes = run.meta.mode_exit_codes or {}
-    return [name for name in run.meta.modes if name not in run.modes and name not in codes]
-
-
 def base_mode(record_name: str) -> str:
     """`ca.2` -> `ca`: repetitions are stored as `<mode>.<n>` directories."""
     head, dot, tail = record_name.rpartition(".")
@@ -401,8 +379,8 @@ def mode_columns(run: RunRecord) -> dict[str, ModeColumn]:
     for reps in grouped.values():
         reps.sort(key=lambda item: repetition_index(item[0]))
     exit_codes = dict(run.meta.mode_exit_codes or {})
-    ended = run_ended_words(run)
-    reasons = {record_name: ended for record_name in not_run(run)} if ended is not None else {}
+    ended = run.ended_early_words()
+    reasons = {record_name: ended for record_name in run.not_run()} if ended is not None else {}
     return {name: mode_column(name, reps, exit_codes, reasons) for name, reps in grouped.items()}
 
 

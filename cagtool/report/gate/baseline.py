@@ -169,7 +169,9 @@ def snapshot_of(column: ModeColumn) -> ModeSnapshot:
     problem = "; ".join(f.describe() for f in column.failures)
     m = column.metrics
     if m is None:  # no repetition left a record
-        return ModeSnapshot(column.name, column.status, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, None, column.exit_code, len(column.records), problem)
+        return ModeSnapshot(column.name, column.status, steps=0, ca_graphs=0, ca_cache_misses=0, dynamo_recompiles=0, recompiles=0,
+                            graph_breaks=0, forward_graphs=0, backward_graphs=0, compile_time_s=0.0, exit_code=column.exit_code,
+                            repetitions=len(column.records), problem=problem)
     return ModeSnapshot(
         mode=column.name,
         status=column.status,

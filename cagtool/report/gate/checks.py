@@ -20,6 +20,7 @@ from cagtool.record.schema import FIRST_STEP
 from cagtool.report.figures.pooled import ABOVE, BELOW, HEAVY_WAIT, INCONCLUSIVE, MIN_STEADY_STEPS, TOO_FEW_STEPS, common_steps, keeping, speedup_verdict, steady_in_every, steps_words
 from cagtool.report.gate.baseline import ModeSnapshot, StepTimeSnapshot, steady_of
 from cagtool.report.figures.intervals import (
+    MEASURE_WORDS,
     RatioInterval,
     TimingSample,
     change_text,
@@ -28,6 +29,7 @@ from cagtool.report.figures.intervals import (
     method_words,
     outlier_words,
     left_out_words,
+    median_of,
     ratio_interval,
     timing_sample,
 )
@@ -254,8 +256,19 @@ class MaxCountCheck:
     mode: str
     limit: int | None = None  # None: take the baseline's count
     source: str = "flag"
+    # The gated mode, where this check counts another (a CA limit reads the ca mode: gate/run.py):
+    # every result then says so in a note, and `gated_mode` in its data puts it in the report's header.
+    gated_mode: str = ""
 
     def evaluate(self, run: dict[str, ModeSnapshot], baseline: dict[str, ModeSnapshot] | None) -> CheckResult:
+        result = self._evaluate(run, baseline)
+        if not self.gated_mode or self.gated_mode == self.mode:
+            return result
+        why = (f"counted on mode {self.mode}, not on the gated mode {self.gated_mode}: only the ca mode captures CA graphs "
+               f"({self.gated_mode}'s count is 0 by design, and would pass on a run that never measured CA)")
+        return replace(result, notes=[why, *result.notes], data={**result.data, "gated_mode": self.gated_mode})
+
+    def _evaluate(self, run: dict[str, ModeSnapshot], baseline: dict[str, ModeSnapshot] | None) -> CheckResult:
         label = _COUNT_LABELS.get(self.metric, self.metric)
         limit = self.limit
         limit_text = "-" if limit is None else f"<= {limit}"
@@ -403,9 +416,10 @@ def on_common_snapshots(num: ModeSnapshot, den: ModeSnapshot) -> tuple[ModeSnaps
             replace(den, step_time=replace(b, sample=second, count=second.count, processes=found.second)), found.left_out)
 
 
-def evidence_note(interval: RatioInterval, outcome: Outcome, distance: float) -> str:
+def evidence_note(interval: RatioInterval, outcome: Outcome, distance: float, baseline: bool = False) -> str:
     """What a timing check's outcome rests on, and for an inconclusive one what would resolve it:
-    `distance`, the log-distance between the ratio and the bound the interval failed to clear."""
+    `distance`, the log-distance between the ratio and the bound the interval failed to clear.
+    `baseline`: the interval is this run's over a baseline's (the advice fits what each holds)."""
     words = "evidence: " + method_words(interval)
     if outcome is Outcome.INCONCLUSIVE and interval.stretched:
         # More processes would not say which conditions the job runs under: a rerun does.
@@ -419,8 +433,22 @@ def evidence_note(interval: RatioInterval, outcome: Outcome, distance: float) ->
         elif interval.paired:
             words += f"; run --repeat {needed} to resolve it"
         else:
-            words += f"; about {needed} processes a side would resolve it (run --repeat {needed}, baseline save from such a run)"
+            words += f"; {_processes_advice(interval, needed, baseline)}"
     return words
+
+
+def _processes_advice(interval: RatioInterval, needed: int, baseline: bool) -> str:
+    """What `needed` processes a side asks of each side, given what each already holds: against a
+    `baseline`, the top side is this run and the bottom the baseline, and a side that holds `needed`
+    or more needs none (more on the other side alone gives an interval at least as narrow)."""
+    run, base = interval.units
+    if baseline and base >= needed > run:
+        return (f"about {needed} processes of this run would resolve it (run --repeat {needed}; the baseline's {base} processes "
+                "are enough)")
+    if baseline and run >= needed > base:
+        return (f"a baseline of about {needed} processes would resolve it (this run's {run} are enough): baseline save from a "
+                f"run --repeat {needed}, or add runs with baseline save --accumulate")
+    return f"about {needed} processes a side would resolve it (run --repeat {needed}, baseline save from such a run)"
 
 
 @dataclass(frozen=True)
@@ -886,6 +914,58 @@ class _TimeCheck:
         raise NotImplementedError
 
 
+def side_figure(sample: TimingSample, measure: str, field_name: str) -> tuple[float, int] | None:
+    """The figure a step-time check prints for one side, and what a threshold in seconds is a share
+    of: the median of its processes' `field_name` on `measure` (each process's figure of its own
+    steady steps: never the steps of every process pooled), and how many processes; None without one."""
+    figures = sample.figures(measure, field_name)
+    return (median_of(figures), len(figures)) if figures else None
+
+
+@dataclass(frozen=True)
+class BaselineFigure:
+    """What `--max-regression` compares a run against, read from the baseline alone (`baseline show`)."""
+
+    measure: str  # "cpu" | "wall" | "device", as the gate chooses it (measure_of)
+    seconds: float
+    processes: int
+    # Where `measure` is CPU time: the same figure in the baseline's clock's time, which the gate
+    # compares on instead against a run whose steps are not CPU-bound (or None).
+    otherwise: tuple[str, float] | None = None
+
+
+def baseline_figure(sample: TimingSample, field_name: str = "median") -> BaselineFigure | None:
+    """The baseline's step-time figure a `max-regression` check compares with, by the gate's own
+    rules: the measure `measure_of` chooses against a run whose steps are like the baseline's (CPU
+    time where the baseline's are CPU-bound on one thread, else its clock's), the `side_figure` on
+    it; with the clock's figure beside a CPU one, for a run whose steps are not CPU-bound."""
+    measure = measure_of(sample, sample)
+    found = side_figure(sample, measure, field_name)
+    if found is None:
+        return None
+    other = side_figure(sample, sample.clock, field_name) if measure == "cpu" else None
+    return BaselineFigure(measure, found[0], found[1], (sample.clock, other[0]) if other is not None else None)
+
+
+def baseline_figure_words(step: StepTimeSnapshot | None) -> str:
+    """`baseline show`'s line for a mode: the figure `gate --max-regression` compares a run's median
+    step time against (`baseline_figure`), formatted as the check formats it, so the two read alike."""
+    head = "gate --max-regression compares against:"
+    if step is None:
+        return f"{head} nothing: no steady-state steps"
+    if step.sample is None or step.sample.unit != "process":
+        return f"{head} nothing: saved by an older cagtool, its step times are not one figure per process (re-save it: cagtool baseline save RUN)"
+    figure = baseline_figure(step.sample)
+    if figure is None:
+        return f"{head} nothing: no process has a median step time above 0 s"
+    processes = "1 process's median" if figure.processes == 1 else f"the median of {figure.processes} processes' medians"
+    said = f"{head} {MEASURE_WORDS[figure.measure]} median {_fmt_s(figure.seconds)} ({processes}"
+    if figure.otherwise is not None:
+        clock, seconds = figure.otherwise
+        said += f"; {MEASURE_WORDS[clock]} {_fmt_s(seconds)} against a run whose steps are not CPU-bound"
+    return said + ")"
+
+
 @dataclass(frozen=True)
 class StepTimeRegressionCheck(_TimeCheck):
     """Step time against the baseline's, by the one rule (`regression_verdict`): the ratio now /
@@ -926,38 +1006,42 @@ class StepTimeRegressionCheck(_TimeCheck):
         samples = min(cur.count, base.count)
         # A threshold in seconds is a share of the baseline's figure on the measure the verdict is on
         # (CPU time where both sides are CPU-bound, else wall time).
-        on = base.sample.figures(measure_of(cur.sample, base.sample), t.field)
-        allowed, improved = _bounds(t, sorted(on)[len(on) // 2] if on else base.sample.values[t.field])
+        on = side_figure(base.sample, measure_of(cur.sample, base.sample), t.field)
+        allowed, improved = _bounds(t, on[0] if on is not None else base.sample.values[t.field])
         judged = step_time_verdict(cur.sample, base.sample, t.field, samples, allowed, improved)
         if judged is None:
             return unmeasurable(self.name, self.mode, f"no {t.field} step time to compare", limit, self.source)
         verdict, r, wall = judged
-        now, before = cur.sample.figures(r.measure, t.field), base.sample.figures(r.measure, t.field)
-        now_s, before_s = sorted(now)[len(now) // 2], sorted(before)[len(before) // 2]
+        ours, theirs = side_figure(cur.sample, r.measure, t.field), side_figure(base.sample, r.measure, t.field)
+        assert ours is not None and theirs is not None  # the interval was made of them
+        (now_s, now), (before_s, before) = ours, theirs
         what = "CPU time per step" if r.measure == "cpu" else "step time"
         detail = f"{what} {t.field} {_fmt_s(now_s)} vs baseline {_fmt_s(before_s)}: {change_text(r.ratio)}"
-        if len(now) > 1 or len(before) > 1:
+        if now > 1 or before > 1:
             # The change is the interval's estimate from every process's figure (paired blocks, or
             # all pairs), which the two medians beside it need not show, nor even its direction.
             whose = "the figures of the processes that agree" if r.outliers else "every process's figure"
-            detail = (f"{what} {t.field} {_fmt_s(now_s)} vs baseline {_fmt_s(before_s)} (the medians of {len(now)} and "
-                      f"{len(before)} processes): {change_text(r.ratio)} as estimated from {whose}")
+            detail = (f"{what} {t.field} {_fmt_s(now_s)} vs baseline {_fmt_s(before_s)} (the medians of {now} and "
+                      f"{before} processes): {change_text(r.ratio)} as estimated from {whose}")
         if verdict.outcome is Outcome.ERROR:
             return unmeasurable(
                 self.name, self.mode, f"{detail} from only {samples} steady steps (this run {cur.count}, baseline {base.count}): "
                 f"too few to judge a regression (run at least {MIN_STEADY_STEPS} steady steps)", limit, self.source,
             )
         message = _regression_message(f"{self.name} ({self.mode})", detail, verdict, t, _range_text(r))
-        notes = [evidence_note(r, verdict.outcome, math.log(r.ratio / allowed))] + ([steps_note] if steps_note else [])
+        notes = [evidence_note(r, verdict.outcome, math.log(r.ratio / allowed), baseline=True)] + ([steps_note] if steps_note else [])
         if wall is not None and verdict.outcome is Outcome.INCONCLUSIVE:
             # The CPU interval cleared the bound; the wall time's did not: say that, not that the
             # CPU interval contains the bound, and what would resolve the wall time.
             message = (f"{self.name} ({self.mode}): {detail}: inconclusive, CPU time per step shows no regression beyond "
                        f"+{t.amount}{_range_text(r)}, but wall time, which also sees a step's time off the CPU, cannot confirm it: "
                        f"wall time {change_text(wall.ratio)}{_range_text(wall)}")
-            notes = [evidence_note(wall, verdict.outcome, math.log(wall.ratio / allowed))]
+            # Both intervals' evidence, each naming its measure: the CPU time's, which the Actual
+            # figure is, and the wall time's, which keeps it from a verdict (what would resolve it).
+            notes = [evidence_note(r, Outcome.PASS, 0.0), evidence_note(wall, verdict.outcome, math.log(wall.ratio / allowed), baseline=True)]
+            notes += [steps_note] if steps_note else []
         if verdict.outcome is Outcome.INCONCLUSIVE:
-            noisy = _machine_too_noisy(r, allowed)
+            noisy = _machine_too_noisy(wall if wall is not None else r, allowed)
             if noisy:
                 notes.append(noisy)
         data = {
@@ -1038,7 +1122,7 @@ class CompileTimeRegressionCheck(_TimeCheck):
         verdict = regression_verdict(ratio, low, high, MIN_STEADY_STEPS, allowed, improved)
         message = _regression_message(f"{self.name} ({self.mode})", detail, verdict, t, spread)
         if interval is not None:
-            notes.append(evidence_note(interval, verdict.outcome, math.log(ratio / allowed)))
+            notes.append(evidence_note(interval, verdict.outcome, math.log(ratio / allowed), baseline=True))
             warnings += _outlier_warnings(f"{self.name} ({self.mode})", interval, "total compile time")
         data.update(
             actual_s=now, baseline_s=before, change_pct=change_pct if math.isfinite(change_pct) else None,

@@ -50,8 +50,20 @@ def verdict_line(gate: GateResult) -> str:
     return f"gate FAILED: {failed} of {total} checks failed{more}{extra}"
 
 
+def _elsewhere(gate: GateResult) -> str:
+    """The checks that count another mode than the gated one (a CA limit reads the ca mode), said
+    beside the gated mode, so the header never names a mode some rows are not on: " (max-ca-graphs on
+    mode ca: only ca captures CA graphs)"."""
+    on: dict[str, list[str]] = {}
+    for r in gate.results:
+        if r.data.get("gated_mode") and r.check not in on.setdefault(r.mode.split("@rank")[0], []):
+            on[r.mode.split("@rank")[0]].append(r.check)
+    said = [f"{', '.join(checks)} on mode {mode}" for mode, checks in on.items() if checks and mode != gate.mode]
+    return f" ({'; '.join(said)}: only ca captures CA graphs)" if said else ""
+
+
 def _sources(gate: GateResult) -> str:
-    parts = [f"run {gate.run_path}", f"mode {gate.mode}"]
+    parts = [f"run {gate.run_path}", f"mode {gate.mode}{_elsewhere(gate)}"]
     if gate.ranks:
         parts.append(f"ranks {', '.join(str(r) for r in gate.ranks)}")
     if gate.baseline_path is not None:

@@ -132,11 +132,12 @@ def build_checks(settings: GateSettings, mode: str, baseline: Baseline | None) -
             # A compiled-autograd limit is about the ca mode whichever mode is gated: aot and
             # eager capture no CA graph by design, so their 0 would pass (or read "improved") on a
             # run that never measured CA. An imported trace has one mode, holding what the job did.
+            # Said, never silent: the check's note, and the report's header (`gated_mode`).
             counted = "ca" if metric in _CA_METRICS and mode != IMPORTED_MODE else mode
             if counted not in modes_checked:
                 modes_checked.append(counted)
                 checks.insert(len(modes_checked) - 1, ModeStatusCheck(counted))
-            checks.append(MaxCountCheck(name, metric, counted, given.limit, source))
+            checks.append(MaxCountCheck(name, metric, counted, given.limit, source, gated_mode=mode))
         elif baseline is not None:  # the baseline's own count of the same mode: like against like
             checks.append(MaxCountCheck(name, metric, mode, None, "baseline"))
 

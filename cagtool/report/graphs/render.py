@@ -22,8 +22,8 @@ from cagtool.report.text.console import is_unbounded
 from cagtool.report.text.safe_text import is_safe
 
 from cagtool.report.graphs.diff import CHANGED, EQUAL, INSERTED, REMOVED, NodeDiff
-from cagtool.record.schema import MISS_NEW_NODE
-from cagtool.report.graphs.runs import GraphComparison, GraphSide
+from cagtool.record.schema import MISS_NEW_NODE, CacheMissEvent
+from cagtool.report.graphs.runs import GraphComparison, GraphSide, SizesDiffer, changed_sizes_text, describe_recompile
 from cagtool.report.replaced import BY_CAPTURE_ORDER, backward_call
 from cagtool.report.graphs.normalize import NormNode
 
@@ -142,6 +142,12 @@ def summary_lines(comparison: GraphComparison) -> list[Text]:
             lines.append(Text(f"the cache miss that captured {comparison.new.compile_id} was on the key of {node}, which the "
                               f"graph's code does not show{why}: cagtool recompiles --explain says why"))
         return lines
+    if comparison.diff.identical and comparison.sizes is not None:
+        # The code is the same; the record says compiled autograd holds other sizes dynamic for one:
+        # sizes of its cache key no node reads (torch drops them before the compiled graph runs).
+        lines = [Text(f"same code, not the same graph: {s.new_nodes} nodes, same structure, but the sizes compiled autograd "
+                      "holds dynamic for them differ (the record shows it, the code does not)", style="bold")]
+        return lines + [Text(line) for line in sizes_lines(comparison, comparison.sizes)]
     lines = [
         Text(
             f"{s.inserted} inserted, {s.removed} removed, {s.changed} changed, {s.equal} unchanged "
@@ -162,6 +168,66 @@ def summary_lines(comparison: GraphComparison) -> list[Text]:
         more = f", … {len(s.became_symbolic) - 8} more" if len(s.became_symbolic) > 8 else ""
         lines.append(Text(f"became symbolic ({len(s.became_symbolic)}): " + ", ".join(parts) + more))
     return lines
+
+
+def _taken(side: GraphSide, miss: CacheMissEvent) -> str:
+    """'; 4 sizes are dynamic for !2 (torch's count), its code reads 2', where the miss has torch's
+    total. Compiled autograd's cache key holds them all; the graph's code reads those a node uses
+    (torch drops the others, remove_unused_sizes, and renumbers the rest), often fewer."""
+    if miss.dynamic_sizes is None:
+        return ""
+    reads = f", its code reads {side.num_sizes}" if side.num_sizes is not None else ""
+    many = miss.dynamic_sizes != 1
+    return f"; {miss.dynamic_sizes} size{'s' if many else ''} {'are' if many else 'is'} dynamic for {side.compile_id} (torch's count){reads}"
+
+
+def _at(miss: CacheMissEvent) -> str:
+    return f" (step {miss.step})" if miss.step is not None else ""
+
+
+def sizes_lines(comparison: GraphComparison, sizes: SizesDiffer) -> list[str]:
+    """What the record says differs in the sizes two graphs take dynamic. Graphs of one record:
+    the sizes that became dynamic between the earlier capture and the later, as the later one's
+    cache miss lists them. Else each graph's own capture, side by side."""
+    sides = [(comparison.old, sizes.old), (comparison.new, sizes.new)]
+    if sizes.same_record:
+        (earlier, _), (later, miss) = sorted(sides, key=lambda pair: pair[0].ca_id)
+        if miss is not None:
+            listed = changed_sizes_text(miss) or f"{miss.changed_count} size{'s' if miss.changed_count != 1 else ''} (not listed)"
+            return [f"sizes that became dynamic (symbolic) between {earlier.compile_id} and {later.compile_id}: {listed}, at the "
+                    f"cache miss that captured {later.compile_id}{_at(miss)}{_taken(later, miss)}"]
+    lines = []
+    for side, miss in sides:
+        name = side.compile_id if sizes.same_record else f"{side.compile_id} of {side.run}"
+        if miss is not None:
+            count = miss.changed_count
+            listed = changed_sizes_text(miss)
+            lines.append(f"{name} was captured when {count} size{'s' if count != 1 else ''} became dynamic (symbolic)"
+                         f"{': ' + listed if listed else ''}{_at(miss)}{_taken(side, miss)}")
+        elif side.miss is not None:
+            lines.append(f"{name} was captured for: {describe_recompile(side.miss)}")
+        else:
+            lines.append(f"{name}: the record holds no cache miss for it")
+    return lines
+
+
+def _sizes_json(comparison: GraphComparison) -> dict[str, Any] | None:
+    sizes = comparison.sizes
+    if sizes is None:
+        return None
+
+    def side(graph: GraphSide, miss: CacheMissEvent | None) -> dict[str, Any]:
+        return {
+            "compile_id": graph.compile_id,
+            "captured_for": graph.miss.miss_kind if graph.miss is not None else None,
+            "became_dynamic": [{"index": size.index, "value": size.value, "previous": size.previous, "node": size.node, "node_call": size.node_call}
+                               for size in miss.changed_sizes] if miss is not None else [],
+            "changed_count": miss.changed_count if miss is not None else None,
+            "dynamic_sizes": miss.dynamic_sizes if miss is not None else None,  # torch's "total of M"
+            "code_reads": graph.num_sizes,
+        }
+
+    return {"old": side(comparison.old, sizes.old), "new": side(comparison.new, sizes.new), "lines": sizes_lines(comparison, sizes)}
 
 
 def changed_fields(entry: NodeDiff) -> str:
@@ -394,6 +460,9 @@ def comparison_json(comparison: GraphComparison) -> dict[str, Any]:
         "old": _side_json(comparison.old, s.old_nodes),
         "new": _side_json(comparison.new, s.new_nodes),
         "identical": comparison.identical,
+        # The same nodes, though the record may say the graphs take different sizes dynamic (`sizes`).
+        "same_code": comparison.diff.identical,
+        "sizes": _sizes_json(comparison),
         "paired_by": comparison.paired_by,
         "summary": asdict(s),
         "changes": [

@@ -42,6 +42,7 @@ class GraphSide:
     code_file: Path  # the readable .py next to the nodes file
     recompile: str | None  # why this graph was captured (its cache miss), in one line; None if unrecorded
     miss: CacheMissEvent | None
+    num_sizes: int | None = None  # the dynamic sizes its code reads (the ca_graph event); None if unrecorded
 
     @property
     def compile_id(self) -> str:
@@ -53,15 +54,54 @@ class GraphSide:
 
 
 @dataclass(frozen=True)
+class SizesDiffer:
+    """The record's word that compiled autograd holds other sizes dynamic (symbolic) for two
+    graphs, which their code need not show. A changed-shapes cache miss makes sizes of the cache
+    key dynamic that were constants in it (torch's "total of M" counts every dynamic one); a size
+    no node reads leaves no trace in the graph's code (torch 2.13 drops it before the graph runs:
+    remove_unused_sizes, which renumbers the sizes the code reads). Two graphs of the same code,
+    one captured so, are not the same graph: the one is reused for sizes the other was not (a
+    padded batch's length in a CompiledFunctionBackward's key: !1 for one length, !2 for any)."""
+
+    old: CacheMissEvent | None  # the side's own changed-shapes miss; None: captured for another reason
+    new: CacheMissEvent | None
+    same_record: bool  # both graphs of one mode record: their ids are their capture order
+
+
+@dataclass(frozen=True)
 class GraphComparison:
     old: GraphSide
     new: GraphSide
     diff: GraphDiff
     paired_by: str | None = None  # BY_*: how `old` was chosen when no ids were given; None: given
+    sizes: SizesDiffer | None = None  # None: the record says nothing differs in the sizes held dynamic for them
 
     @property
     def identical(self) -> bool:
-        return self.diff.identical
+        """The same code and, as far as the record tells, the same sizes held dynamic: what
+        `diff-graphs` exits 0 for."""
+        return self.diff.identical and self.sizes is None
+
+
+def shape_miss(side: GraphSide) -> CacheMissEvent | None:
+    """The changed-shapes cache miss that captured the side's graph, as torch gave it (one
+    cagtool inferred from a graph diff says no more than the code does)."""
+    miss = side.miss
+    return miss if miss is not None and miss.miss_kind == MISS_CHANGED_SHAPES and not miss.inferred else None
+
+
+def sizes_differ(old: GraphSide, new: GraphSide, same_record: bool) -> SizesDiffer | None:
+    """Whether the record says compiled autograd holds other sizes dynamic for the two graphs: one
+    captured by a changed-shapes miss and the other not, or by misses that made other sizes dynamic
+    (torch's counts and indices; the values are the batch's, not the graph's)."""
+    a, b = shape_miss(old), shape_miss(new)
+
+    def facts(miss: CacheMissEvent | None) -> tuple | None:
+        return None if miss is None else (miss.changed_count, miss.dynamic_sizes, tuple(s.index for s in miss.changed_sizes))
+
+    if facts(a) == facts(b):
+        return None
+    return SizesDiffer(a, b, same_record)
 
 
 def graph_ids(mode: ModeRecord) -> list[int]:
@@ -93,6 +133,20 @@ def is_first_capture(miss: CacheMissEvent) -> bool:
     return miss.miss_kind == MISS_NEW_NODE and miss.node_call == 0
 
 
+def changed_sizes_text(miss: CacheMissEvent) -> str:
+    """'sizes[0] 10→100, sizes[1]=100 of SumBackward0 at NodeCall 1': a changed-shapes miss's sizes
+    (the first 6) and their node where they have one; "" when the miss lists none."""
+    sizes = [_size_text(size.index, size.previous, size.value) for size in miss.changed_sizes[:6]]
+    if not sizes:
+        return ""
+    text = ", ".join(sizes) + (", …" if len(miss.changed_sizes) > 6 else "")
+    owners = {(s.node, s.node_call) for s in miss.changed_sizes if s.node}
+    if len(owners) == 1:
+        node, call = owners.pop()
+        text += f" of {node}" + (f" at NodeCall {call}" if call is not None else "")
+    return text
+
+
 def describe_recompile(miss: CacheMissEvent) -> str:
     """'new autograd node MulBackward0 at NodeCall 2, step 3, train.py:14' and the like."""
     if is_first_capture(miss):
@@ -104,13 +158,9 @@ def describe_recompile(miss: CacheMissEvent) -> str:
     elif miss.miss_kind == MISS_CHANGED_SHAPES:
         count = miss.changed_count
         what = f"{count} changed tensor shape{'s' if count != 1 else ''}"
-        sizes = [_size_text(size.index, size.previous, size.value) for size in miss.changed_sizes[:6]]
+        sizes = changed_sizes_text(miss)
         if sizes:
-            what += ": " + ", ".join(sizes) + (", …" if len(miss.changed_sizes) > 6 else "")
-        owners = {(s.node, s.node_call) for s in miss.changed_sizes if s.node}
-        if len(owners) == 1:
-            node, call = owners.pop()
-            what += f" of {node}" + (f" at NodeCall {call}" if call is not None else "")
+            what += ": " + sizes
     else:
         what = miss.message.strip() or "cache miss"
     parts = [what]
@@ -141,6 +191,7 @@ def _side(run: RunRecord, mode: ModeRecord, ca_id: int) -> GraphSide:
         code_file=code,
         recompile=describe_recompile(miss) if miss is not None else None,
         miss=miss,
+        num_sizes=event.num_sizes if event is not None else None,
     )
 
 
@@ -182,7 +233,8 @@ def compare(old_run: RunRecord, old_id: int, new_run: RunRecord, new_id: int, mo
     _check_id(new_run, new_mode, new_id)
     with cyclic_gc_paused():  # reading a graph file allocates as many objects as diffing it
         diff = diff_graphs(_load_nodes(old_mode, old_id), _load_nodes(new_mode, new_id))
-    return GraphComparison(_side(old_run, old_mode, old_id), _side(new_run, new_mode, new_id), diff)
+    old, new = _side(old_run, old_mode, old_id), _side(new_run, new_mode, new_id)
+    return GraphComparison(old, new, diff, sizes=sizes_differ(old, new, same_record=old_mode is new_mode))
 
 
 def replaced_pairs(run: RunRecord, mode_name: str | None = None) -> list[ReplacedPair]:

@@ -132,7 +132,10 @@ def header(run: RunRecord, anchor: str = "run", title: str = "", headline: Headl
     options = meta.options or {}
     backend = options.get("backend") or next((m.manifest.backend for m in run.modes.values()), "?")
     statuses = ", ".join(f"{name}: {_mode_status(record)}" for name, record in run.modes.items())
-    missing = [m for m in meta.modes if m not in run.modes]
+    never = run.not_run()
+    if never:
+        statuses += f"; not run ({run.ended_early_words()}): " + ", ".join(never)
+    missing = [m for m in meta.modes if m not in run.modes and m not in never]
     if missing:
         statuses += "; no record: " + ", ".join(missing)
     machine = meta.machine or {}

@@ -371,6 +371,10 @@ def _shape_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "new_sizes_after": new_sizes,
         "changed_per_recompile": [r.total_changed if r.total_changed is not None else len(r.changed_sizes) for r in ca_rows],
         "dynamic_graphs": dynamic_graphs,
+        # ... and how many torch holds dynamic in its cache key, where more than the code reads
+        # (torch 2.13 drops the sizes no node reads before the graph runs: remove_unused_sizes).
+        "dynamic_in_key": {f"!{r.ca_id}": r.dynamic_sizes for r in cause.rows if r.ca_id in table.graphs and r.dynamic_sizes
+                           and r.dynamic_sizes > table.graphs[r.ca_id].num_sizes},
         # Sizes changed more than once: a size twice, a second miss, or Dynamo compiling a graph's
         # code again for other sizes (a batch after the one that made the graph dynamic).
         "repeated": any(e["changes"] > 1 for e in per_size.values()) or len(ca_rows) > 1 or bool(new_sizes),
@@ -1344,7 +1348,8 @@ def _shapes(cause: Cause, cwd: str) -> Words:
         owner = f" of {node_label(entry['node'], entry['node_call'])}" if entry["node"] else ""
         values = ", ".join(str(v) for v in entry["values"]) or "not recorded"
         if entry.get("previous_missing"):
-            values += " (its earlier value is in no recorded graph)"
+            values += (" (its earlier value is not in the record: no recorded graph's code shows it, as for a "
+                       "size in the cache key that no node reads)")
         together.setdefault((owner, values), []).append(index)
     described = [
         f"sizes[{step_list(indices).replace(', ', ',')}]{owner}: {values}" for (owner, values), indices in together.items()
@@ -1359,7 +1364,9 @@ def _shapes(cause: Cause, cwd: str) -> Words:
         "made the changed sizes dynamic (symbolic).",
         "Sizes and the values seen: " + elide(described) + ".",
     ]
-    dynamic = [f"{g} takes {plural(n, 'dynamic size')}" for g, n in facts["dynamic_graphs"].items()]
+    in_key = facts.get("dynamic_in_key") or {}
+    dynamic = [f"{g} takes {plural(n, 'dynamic size')}" + (f" (torch holds {in_key[g]} dynamic in its cache key: no node reads the others)" if g in in_key else "")
+               for g, n in facts["dynamic_graphs"].items()]
     if dynamic:
         why.append("Graphs made: " + elide(dynamic) + ".")
     if facts["dynamo_recompiles"]:
@@ -2871,6 +2878,8 @@ def _roots(table: RecompileTable, causes: list[Cause], inner: dict[int, int]) ->
         ca_rows = [r for r in cause.rows if r.source == SOURCE_CA]
         if not ca_rows or any(r.source not in (SOURCE_CA, SOURCE_DYNAMO_CA_GRAPH) for r in cause.rows):
             continue
+        if all(r.ca_id in table.other_calls for r in ca_rows):
+            continue  # another backward call's first graph (a GAN's generator loss): new whatever the forward did
         found = {id(follows[r.seq]) if r.seq in follows else None for r in ca_rows}
         if len(found) == 1 and None not in found:
             roots[id(cause)] = follows[ca_rows[0].seq]

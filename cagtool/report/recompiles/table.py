@@ -94,6 +94,7 @@ class RecompileRow:
     previous_key_sizes: tuple[int, ...] = ()
     changed_sizes: tuple[ChangedSize, ...] = ()
     total_changed: int | None = None
+    dynamic_sizes: int | None = None  # a CA miss's sizes torch holds dynamic in the graph it captured ("total of M")
     messages: tuple[str, ...] = ()  # torch's reasons, verbatim (CA message or Dynamo guard failures)
     user_source: SourceRef | None = None
     produced: str | None = None  # the graph this recompile produced: "!N" or the Dynamo compile id
@@ -435,6 +436,7 @@ def _ca_rows(record: ModeRecord, misses: list[CacheMissEvent], graphs: dict[int,
                 previous_key_sizes=tuple(main.previous_key_sizes),
                 changed_sizes=tuple(c for e in events for c in e.changed_sizes),
                 total_changed=main.changed_count,
+                dynamic_sizes=main.dynamic_sizes,
                 messages=tuple(e.message for e in events),
                 user_source=main.source or main.backward_call,
                 backward_call=main.backward_call,

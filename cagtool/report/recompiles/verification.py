@@ -111,7 +111,8 @@ def speedup_bounds(fix: dict[str, Any]) -> str:
 
 def verification_lines(data: dict[str, Any]) -> list[str]:
     base = data.get("baseline") or {}
-    lines = [f"Fixes verified by re-running (mode {data['mode']}, {data['repeat']} runs of the baseline and of each fix):"]
+    runs = f"{data['repeat']} run" if data["repeat"] == 1 else f"{data['repeat']} runs"
+    lines = [f"Fixes verified by re-running (mode {data['mode']}, {runs} of the baseline and of each fix):"]
     if not data["fixes"] and not data.get("not_applied"):
         lines.append("  nothing to verify: the mode has no recompile cause")
     elif not data["fixes"]:

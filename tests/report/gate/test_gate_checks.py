@@ -44,7 +44,7 @@ from cagtool.report.gate.config import (
 )
 from cagtool.report.gate.output import github_annotations, render_junit, render_markdown
 from cagtool.report.gate.run import GateResult, build_checks
-from cagtool.report.figures.intervals import ProcessSteps, timing_sample
+from cagtool.report.figures.intervals import ProcessSteps, change_text, timing_sample
 from cagtool.report.figures.metrics import load_range
 
 
@@ -596,6 +596,101 @@ def test_a_ca_threshold_reads_the_ca_mode_and_fails_without_it():
     assert by_name["max-recompiles:dynamo"].outcome is Outcome.PASS
 
 
+def test_a_ca_limit_on_another_gated_mode_says_which_mode_it_counts():
+    """`gate --mode eager --max-ca-graphs 0` counts the ca mode's graphs (eager captures none, so
+    its 0 would pass on a run that never measured CA). That is said, never silent: the header
+    names the check and its mode beside the gated one, each such check's note says why, and its
+    data carries the gated mode for --format json. A check of the gated mode itself says nothing."""
+    import io
+
+    from cagtool.report.gate.output import render_json, render_text
+    from cagtool.report.text.console import make_console
+
+    settings = settings_from_values({"max_ca_graphs": "0", "max_recompiles": ["ca:0", "1"]}, "flag")
+    checks = build_checks(settings, "eager", None)
+    for run in ({"eager": snap("eager", ca_graphs=0), "ca": snap(ca_graphs=2)}, {"eager": snap("eager", ca_graphs=0)}):
+        results = evaluate_all(checks, run, None)
+        by_name = {r.check: r for r in results}
+        for name in ("max-ca-graphs", "max-recompiles:ca"):
+            r = by_name[name]
+            assert r.mode == "ca" and r.data["gated_mode"] == "eager", r
+            assert r.notes[0].startswith("counted on mode ca, not on the gated mode eager: only the ca mode captures CA graphs")
+        assert by_name["max-recompiles"].mode == "eager" and "gated_mode" not in by_name["max-recompiles"].data
+        assert not any(n.startswith("counted on mode") for n in by_name["max-recompiles"].notes)
+        gate = GateResult(Path("/runs/r1"), "eager", settings, None, None, results, [])
+        buffer = io.StringIO()
+        render_text(gate, make_console(file=buffer, width=200))
+        assert buffer.getvalue().splitlines()[0] == (
+            "cagtool gate: run /runs/r1, mode eager (max-ca-graphs, max-recompiles:ca on mode ca: only ca captures CA graphs)")
+        data = json.loads(render_json(gate))
+        assert data["mode"] == "eager" and [c["data"].get("gated_mode") for c in data["checks"] if c["mode"] == "ca" and c["check"] != "mode-finished"] == ["eager"] * 2
+    # Gating ca itself: nothing to say.
+    plain = evaluate_all(build_checks(settings, "ca", None), {"ca": snap(ca_graphs=2)}, None)
+    assert not any("gated_mode" in r.data or any(n.startswith("counted on mode") for n in r.notes) for r in plain)
+    buffer = io.StringIO()
+    render_text(_gate(plain), make_console(file=buffer, width=200))
+    assert buffer.getvalue().splitlines()[0] == "cagtool gate: run /runs/r1, mode ca"
+
+
+def test_baseline_show_reads_the_figure_the_regression_check_compares_with():
+    """`baseline show` prints the baseline figure a max-regression check compares against through
+    the check's own functions (`baseline_figure`, `side_figure`): the median of the processes'
+    figures on the measure the gate chooses, not all steps pooled. It is the figure the check
+    prints as `vs baseline`, on wall time, on CPU time, and with an even number of processes (the
+    median of the two middle ones)."""
+    from cagtool.report.gate.checks import _fmt_s, baseline_figure, baseline_figure_words
+
+    check = StepTimeRegressionCheck(TimeThreshold(10, "%"), "ca")
+    wall = snap(median=0.010, spread=0.3, count=60, between=0.2, processes=4)
+    cpu = _wall_over_cpu(snap(), 4.0, 1.05, 1)  # CPU-bound, its wall time 5% more
+    for base, measure, words in ((wall, "wall", "step time median"), (cpu, "cpu", "CPU time per step median")):
+        figure = baseline_figure(base.step_time.sample)
+        result = check.evaluate({"ca": base}, {"ca": base})
+        assert figure.measure == measure and result.data["measure"] == measure
+        assert f"{words} {_fmt_s(result.data['actual_s'])} vs baseline {_fmt_s(figure.seconds)} (the medians of " in result.message
+        assert result.data["baseline_s"] == figure.seconds and figure.processes == base.step_time.sample.repetitions
+        figures = sorted(base.step_time.sample.figures(measure, "median"))
+        assert figure.seconds == statistics.median(figures)
+    # Four processes: the median is the mean of the middle two, as `the medians of` says (the gate
+    # took the upper one).
+    middle = sorted(wall.step_time.sample.units["median"])[1:3]
+    assert baseline_figure(wall.step_time.sample).seconds == sum(middle) / 2 != middle[1]
+    # CPU time: the wall-time figure is given beside it, for a run whose steps are not CPU-bound.
+    cpu_figure = baseline_figure(cpu.step_time.sample)
+    assert cpu_figure.otherwise == ("wall", statistics.median(cpu.step_time.sample.figures("wall", "median")))
+    assert cpu_figure.otherwise[1] == pytest.approx(1.05 * cpu_figure.seconds)
+    assert baseline_figure(wall.step_time.sample).otherwise is None
+    # The line `baseline show` prints, in the check's own format.
+    assert baseline_figure_words(cpu.step_time) == (
+        f"gate --max-regression compares against: CPU time per step median {_fmt_s(cpu_figure.seconds)} (the median of 5 processes' "
+        f"medians; wall time per step {_fmt_s(cpu_figure.otherwise[1])} against a run whose steps are not CPU-bound)")
+    assert baseline_figure_words(replace(cpu.step_time, sample=None)).endswith("saved by an older cagtool, its step times are not one "
+                                                                               "figure per process (re-save it: cagtool baseline save RUN)")
+
+
+def test_the_advice_asks_only_for_the_processes_a_side_lacks():
+    """An inconclusive check of one run against a baseline of 5 processes asked for `about 3
+    processes a side ... baseline save from such a run`: the baseline has them already. The
+    advice names the side that lacks them."""
+    check = StepTimeRegressionCheck(TimeThreshold(10, "%"), "ca")
+    five = snap(median=0.010, spread=0.02, count=60, between=0.03)
+    one = snap(median=0.012, spread=0.02, count=60, processes=1, seed=3)
+    result = check.evaluate({"ca": one}, {"ca": five})
+    assert result.outcome is Outcome.INCONCLUSIVE, result.message
+    assert result.notes[0].startswith("evidence: wall time per step, 1 vs 5 processes")
+    assert result.notes[0].endswith("; about 3 processes of this run would resolve it (run --repeat 3; the baseline's 5 processes are enough)")
+    assert "baseline save" not in result.notes[0]
+    # The other way round: this run has the processes, the baseline lacks them.
+    other = check.evaluate({"ca": snap(median=0.013, spread=0.02, count=60, seed=3, between=0.05)},
+                           {"ca": snap(median=0.010, spread=0.02, count=60, processes=1)})
+    assert other.outcome is Outcome.INCONCLUSIVE, other.message
+    assert "a baseline of about 3 processes would resolve it (this run's 5 are enough)" in other.notes[0]
+    # Neither side has them: both are asked for, as before.
+    both = check.evaluate({"ca": snap(median=0.0115, spread=0.02, count=60, processes=1, seed=3)},
+                          {"ca": snap(median=0.010, spread=0.02, count=60, between=0.05)})
+    assert both.notes[0].endswith("about 16 processes a side would resolve it (run --repeat 16, baseline save from such a run)")
+
+
 @pytest.mark.parametrize("field", ["median", "mean", "p10", "p90"])
 def test_with_five_processes_a_side_twice_the_threshold_fails_and_no_change_passes(field):
     """Five processes a side, 2% apart, 1,000 steps each: a +20% regression fails a 10% threshold
@@ -998,4 +1093,9 @@ def test_a_cpu_time_pass_the_wall_time_cannot_confirm_says_so():
     assert ": inconclusive, CPU time per step shows no regression beyond +5% (90% CI " in result.message
     assert "but wall time, which also sees a step's time off the CPU, cannot confirm it: wall time +8." in result.message
     assert "contains +5%" not in result.message
-    assert result.notes[0].startswith("evidence: wall time per step")
+    # Each interval's evidence under its own measure: the CPU time's first (the Actual figure is its
+    # change), then the wall time's, which keeps it from a verdict. One note that named the wall
+    # time alone read as if the Actual figure were wall time.
+    assert result.actual == change_text(result.data["ratio"]) and result.data["measure"] == "cpu"
+    assert result.notes[0].startswith("evidence: CPU time per step, 5 vs 5 processes")
+    assert result.notes[1].startswith("evidence: wall time per step, 5 vs 5 processes")

@@ -85,6 +85,24 @@ def test_text_report(op_loop, work):
     assert lines[-1] == "gate FAILED: 1 of 3 checks failed, 1 improved"
 
 
+def test_a_ca_limit_with_another_gated_mode_says_it_counts_the_ca_mode(graph_breaks, work):
+    """`gate --mode aot --max-ca-graphs N` counts the ca mode's CA graphs (aot captures none: its 0
+    would pass on a run that never measured CA). The header said `mode aot` above a row on ca: it
+    names the check's mode now, the check's note says why, and --format json has it in the check."""
+    actual = mode_metrics(load_run(graph_breaks).mode("ca")).ca_graphs
+    assert actual >= 1
+    proc = cagtool("gate", graph_breaks, "--mode", "aot", "--max-ca-graphs", str(actual - 1), "--no-config", cwd=work)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"cagtool gate: run {graph_breaks}, mode aot (max-ca-graphs on mode ca: only ca captures CA graphs)"
+    assert any(line.split()[:2] == ["max-ca-graphs", "ca"] and "FAIL" in line for line in lines)
+    assert "  note: counted on mode ca, not on the gated mode aot: only the ca mode captures CA graphs (aot's count is 0 by design" in proc.stdout
+    data = gate_json(graph_breaks, "--mode", "aot", "--max-ca-graphs", str(actual), "--no-config", cwd=work, code=0)
+    check = next(c for c in data["checks"] if c["check"] == "max-ca-graphs")
+    assert data["mode"] == "aot" and check["mode"] == "ca" and check["outcome"] == "pass" and check["data"]["gated_mode"] == "aot"
+    assert check["notes"][0].startswith("counted on mode ca, not on the gated mode aot")
+
+
 # ------------------------------------------------------------------ baselines
 
 @pytest.fixture
@@ -122,6 +140,30 @@ def test_baseline_round_trip(graph_breaks, baseline_file, work):
     }
     assert [c["source"] for c in data["checks"]][1:5] == ["baseline"] * 4
     assert data["warnings"] == []
+
+
+def test_baseline_show_prints_the_figure_the_gate_compares_with(graph_breaks, baseline_file, work):
+    """`baseline show` printed each mode's median of all steps pooled, a figure no check compares
+    with; the gate compares the median of each process's figure, in CPU time where the steps were
+    CPU-bound. show prints that figure, labelled, beside the pooled one (which it names so), and it
+    is the `vs baseline` figure of the gate against the same file, mode by mode."""
+    from cagtool.report.figures.intervals import MEASURE_WORDS
+    from cagtool.report.gate.checks import _fmt_s
+
+    show = cagtool("baseline", "show", baseline_file, cwd=work)
+    assert show.returncode == 0, show.stderr
+    lines = show.stdout.splitlines()
+    for mode in ("aot", "ca"):
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"  {mode}: finished"))
+        assert " steady steps pooled: median " in lines[at]
+        proc = cagtool("gate", "--format", "json", graph_breaks, "--mode", mode, "--baseline", baseline_file, "--max-regression", "1000%",
+                       "--no-config", cwd=work)
+        assert proc.returncode in (0, 5), proc.stdout + proc.stderr  # 5: a load that may have decided it (gate_json)
+        check = next(c for c in json.loads(proc.stdout)["checks"] if c["check"] == "max-regression")
+        measure, figure = check["data"]["measure"], _fmt_s(check["data"]["baseline_s"])
+        assert lines[at + 1].startswith(
+            f"    gate --max-regression compares against: {MEASURE_WORDS[measure]} median {figure} (1 process's median"), (lines[at + 1], check)
+        assert f"vs baseline {figure}" in check["message"]
 
 
 def _set_step_time(seconds: float):

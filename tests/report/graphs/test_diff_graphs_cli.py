@@ -290,3 +290,27 @@ def test_identical_graphs_of_a_cache_miss_say_the_miss_was_on_what_the_code_does
     lines = proc.stdout.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("identical: "))
     assert lines[at + 1].startswith("the cache miss that captured !1 was on the key of CompiledFunctionBackward"), lines
+
+
+def test_the_same_code_captured_again_when_sizes_became_dynamic_is_not_identical(record_run):
+    # padded_sequences.py: the forward, recompiled with a dynamic length at step 1, has a new backward
+    # (!1); at step 2 the length changed again and two sizes of that backward's cache key became
+    # dynamic (!2: "2 changed tensor shapes (total of 4): sizes[2], sizes[3]"). No node reads them:
+    # !2's code is !1's, and !2 is still another graph (it takes lengths !1 was not captured for).
+    run = record_run("../tests/scripts/padded_sequences.py")
+    assert run.returncode == 0, run.stderr[-2000:]
+    proc = diff(str(run.path), "1", "2", "-f", "unified")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert not any(line.startswith("identical") for line in lines), lines
+    at = next(i for i, line in enumerate(lines) if line.startswith("same code, not the same graph: "))
+    sizes = lines[at + 1]
+    assert sizes.startswith("sizes that became dynamic (symbolic) between !1 and !2: sizes[2]=9, sizes[3]=9 of CompiledFunctionBackward"), lines
+    assert sizes.endswith("at the cache miss that captured !2 (step 2); 4 sizes are dynamic for !2 (torch's count), its code reads 2"), sizes
+    code, doc = diff_json(str(run.path), "1", "2")
+    (c,) = doc["comparisons"]
+    assert code == 1 and doc["identical"] is False and c["identical"] is False and c["same_code"] is True
+    assert c["sizes"]["old"]["captured_for"] == "new_node" and c["sizes"]["new"]["captured_for"] == "changed_shapes"
+    assert [s["index"] for s in c["sizes"]["new"]["became_dynamic"]] == [2, 3] and c["sizes"]["new"]["dynamic_sizes"] == 4
+    assert diff(str(run.path), "2", "1", "-f", "stat").returncode == 1  # either way round
+    assert diff(f"{run.path}:2", f"{run.path}:2", "-f", "stat").returncode == 0  # a graph is its own

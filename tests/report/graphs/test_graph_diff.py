@@ -21,7 +21,7 @@ from cagtool.report.text.console import UNBOUNDED_WIDTH, make_console
 from cagtool.report.graphs.diff import CHANGED, EQUAL, INSERTED, REMOVED, diff_graphs
 from cagtool.report.graphs import render
 from cagtool.report.graphs.render import JsonRenderer, SideBySideRenderer, UnifiedRenderer, hunks
-from cagtool.report.graphs.runs import GraphComparison, GraphSide, describe_recompile
+from cagtool.report.graphs.runs import GraphComparison, GraphSide, describe_recompile, sizes_differ
 from cagtool.report.graphs.normalize import normalize_graph, short_target
 
 OPS = "torch._dynamo.compiled_autograd.ops."
@@ -380,6 +380,49 @@ def test_identical_graphs_render_one_line_and_the_miss_they_do_not_show():
     assert text.splitlines()[-2:] == ["identical: 15 nodes, same structure",
                                       "the cache miss that captured !1 was on the key of SubBackward0, which the graph's code "
                                       "does not show: cagtool recompiles --explain says why"]
+
+
+def _sized(old_miss: CacheMissEvent, new_miss: CacheMissEvent, same_record: bool = True) -> GraphComparison:
+    """Two graphs of the same code, captured by the misses given (their ids and steps), each reading 2 sizes."""
+    run = Path("runs/r")
+    old = GraphSide(run, "ca", old_miss.ca_id, old_miss.step, run / "ca/graphs/ca_1.py", None, old_miss, num_sizes=2)
+    other = run if same_record else Path("runs/other")
+    new = GraphSide(other, "ca", new_miss.ca_id, new_miss.step, other / "ca/graphs/ca_2.py", None, new_miss, num_sizes=2)
+    return GraphComparison(old, new, diff_graphs(graph(), graph(counter=5)), sizes=sizes_differ(old, new, same_record))
+
+
+def test_the_same_code_taking_other_sizes_dynamic_is_not_identical():
+    # torch: "Cache miss due to 2 changed tensor shapes (total of 4): sizes[2], sizes[3]", sizes no node
+    # of the graph reads (a padded batch's length in a CompiledFunctionBackward's key): same code.
+    node = _miss(ca_id=1, compile_id="!1", step=1, node="CompiledFunctionBackward", node_call=1)
+    shapes = _miss(ca_id=2, compile_id="!2", step=2, miss_kind="changed_shapes", total_changed=2, dynamic_sizes=4,
+                   changed_sizes=[ChangedSize(2, 12, None, "CompiledFunctionBackward2", 1), ChangedSize(3, 12, None, "CompiledFunctionBackward2", 1)])
+    comparison = _sized(node, shapes)
+    assert comparison.diff.identical and not comparison.identical
+    text = _render(UnifiedRenderer(), comparison)
+    assert "identical" not in text
+    assert text.splitlines()[-2:] == [
+        "same code, not the same graph: 15 nodes, same structure, but the sizes compiled autograd holds dynamic for them differ "
+        "(the record shows it, the code does not)",
+        "sizes that became dynamic (symbolic) between !1 and !2: sizes[2]=12, sizes[3]=12 of CompiledFunctionBackward2 at NodeCall 1, "
+        "at the cache miss that captured !2 (step 2); 4 sizes are dynamic for !2 (torch's count), its code reads 2",
+    ]
+    (document,) = json.loads(_render(JsonRenderer(), comparison))["comparisons"]
+    assert document["identical"] is False and document["same_code"] is True
+    assert document["sizes"]["new"]["dynamic_sizes"] == 4 and [s["index"] for s in document["sizes"]["new"]["became_dynamic"]] == [2, 3]
+    # The other way round, the same sizes between the same two captures.
+    assert _render(UnifiedRenderer(), _sized(shapes, node)).splitlines()[-1].startswith("sizes that became dynamic (symbolic) between !1 and !2: ")
+    # Graphs of two runs: each one's capture, as its record gives it.
+    assert _render(UnifiedRenderer(), _sized(node, shapes, same_record=False)).splitlines()[-2:] == [
+        "!1 of runs/r was captured for: new autograd node CompiledFunctionBackward at NodeCall 1, step 1",
+        "!2 of runs/other was captured when 2 sizes became dynamic (symbolic): sizes[2]=12, sizes[3]=12 of CompiledFunctionBackward2 "
+        "at NodeCall 1 (step 2); 4 sizes are dynamic for !2 (torch's count), its code reads 2",
+    ]
+    # Both captured by the same sizes becoming dynamic (one job recorded twice), or neither: nothing differs.
+    assert _sized(shapes, shapes, same_record=False).identical
+    assert _sized(node, node).identical
+    # A miss cagtool inferred from the graphs (an imported log) says no more than the code does.
+    assert _sized(node, msgspec.structs.replace(shapes, inferred=True)).identical
 
 
 def test_json_document():

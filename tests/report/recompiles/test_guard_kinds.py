@@ -229,3 +229,22 @@ def test_torchs_pgo_line_under_a_grad_mode_recompile_says_it_would_not_remove_it
     # where a size guard failed, the line is torch's alone
     shaped = " ".join(cagtool_in_process("recompiles", "--explain", str(record_run("eval_no_grad.py").path)).stdout.split())
     assert "Torch's own words (its PGO, mode ca): PGO detected" in shaped and "[cagtool: no recompile" not in shaped
+
+
+def test_the_headlines_phrase_names_another_module_and_a_backward_causes_line_as_what_they_are():
+    # A GAN's discriminator first called (a size guard of torch's shared module frame), and a
+    # backward's sizes whose line was found as the call that ran into them (`loss.backward()`).
+    from cagtool.record.schema import SourceRef
+    from cagtool.report.recompiles.explain import Cause
+    from cagtool.report.recompiles.table import RecompileRow
+
+    line = SourceRef(file="/w/train.py", line=14, code="loss.backward()", function="<module>", how="caller")
+    row = RecompileRow("ca", "dynamo_frame", "0/1", 0, "guard_failure", (1,), user_source=line)
+    other = Cause(code=CAUSE_DYNAMO_FRAME, rows=[row], source=line, facts={
+        "kind": GUARD_SIZE, "guard": "tensor 'args[0]' size mismatch at index 1. expected 8, actual 16",
+        "other_module_by_guards": [("0/0", "Sequential(Linear, ReLU, Linear)"), ("0/1", "Sequential(Linear, LeakyReLU, Linear)")]})
+    phrase = cause_phrase(other)
+    assert phrase.startswith("another compiled module's first call (a Sequential(Linear, LeakyReLU, Linear))"), phrase
+    assert "changed 8->16" not in phrase
+    shapes = Cause(code=CAUSE_SHAPES, rows=[row], source=line)
+    assert cause_phrase(shapes).endswith("(the backward call at train.py:14)"), cause_phrase(shapes)

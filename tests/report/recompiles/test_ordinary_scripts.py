@@ -87,6 +87,11 @@ def test_a_padded_length_names_every_input_it_ties_and_dynamic_sources_remove_it
     assert "or that changed for good at a phase" in " ".join(root["why"])  # the record cannot tell the two apart
     assert "automatic dynamic shapes" in " ".join(root["why"])
     assert "torch._dynamo.maybe_mark_dynamic(mask, 1), and the same on every other input" in root["fix"][0]
+    # the backward's shapes: two of the four sizes torch holds dynamic are read by no node (its cache key only)
+    (shapes,) = [c for c in _causes(run) if c["code"] == "changed_shapes"]
+    said = " ".join(shapes["why"])
+    assert "takes 2 dynamic sizes (torch holds 4 dynamic in its cache key: no node reads the others)" in said, said
+    assert "its earlier value is not in the record: no recorded graph's code shows it" in said
     mode = load_run(run).modes["ca"]
     fixes = {f.name: f for f in fixes_for(explain(recompile_table(mode)), pgo_suggestion=mode.manifest.options["pgo_suggestion"])}
     # The failing guard names `mask` alone; torch's PGO list names `tokens` too, which `mask` is tied to.

@@ -1,0 +1,60 @@
+"""`recompiles --explain --verify`'s counts in words: one run is "1 time", one process "1 process"
+(the gate's and compare's "1 vs 1 process"), never "1 times" or "1 vs 1 processes"."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cagtool.errors import UsageError
+from cagtool.verify import verification
+from cagtool.verify.verification import Side, judge, processes_text
+
+from conftest import cagtool_in_process
+
+
+def _side(ca: int, dynamo: int, graphs: int) -> Side:
+    return Side("x", "run", "finished", [ca], [dynamo], [graphs], None, None, None, 0, None, 1.0)
+
+
+def _speedup(ratio: float, low: float, high: float, units: tuple[int, int]):
+    from cagtool.report.compare.analysis import Speedup
+    from cagtool.report.figures.intervals import RatioInterval
+
+    interval = RatioInterval(ratio, low, high, units, "cpu", "assumed", 0.35, float("inf"))
+    return Speedup("ca", "ca", ratio, low, high, steady_steps=(30, 30), interval=interval)
+
+
+def test_the_processes_a_speedup_rests_on_are_counted_in_words():
+    assert [processes_text(units) for units in ((1, 1), (3, 3), (1, 3), (3, 1))] == [
+        "1 vs 1 process", "3 vs 3 processes", "1 vs 3 processes", "3 vs 1 process"]
+    # The verdict's words of a fix measured on one re-run process a side (`--repeat 1`).
+    _, reasons = judge(_side(4, 1, 5), _side(2, 1, 3), _speedup(0.99, 0.37, 2.64, (1, 1)), True)
+    assert "steady step 0.99x (inconclusive, 90% CI 0.37x-2.64x, 1 vs 1 process)" in reasons, reasons
+    _, reasons = judge(_side(4, 1, 5), _side(2, 1, 3), _speedup(0.99, 0.9, 1.1, (3, 3)), True)
+    assert any(r.endswith("3 vs 3 processes)") for r in reasons), reasons
+
+
+@pytest.mark.slow
+def test_the_announced_reruns_are_counted_in_words(record_run, tmp_path, monkeypatch):
+    """The line before the re-runs start, on shape_loop.py's recording (two fixes apply); the
+    re-runs themselves are not started: this is about the words."""
+    recorded = record_run("shape_loop.py")
+    assert recorded.returncode == 0, recorded.stderr[-2000:]
+    run = Path(shutil.copytree(recorded.path, tmp_path / "run"))
+
+    def announced_only(*args, **kwargs):
+        raise UsageError("stopped after the announcement")
+
+    monkeypatch.setattr(verification, "verify", announced_only)
+    said = {}
+    for repeat, fix in (("1", None), ("2", None), ("1", "ca-dynamic")):
+        proc = cagtool_in_process("recompiles", str(run), "--explain", "--verify", "--repeat", repeat, *(("--fix", fix) if fix else ()),
+                                  env={"CI": "true"})
+        assert proc.returncode == 2 and "stopped after the announcement" in proc.stderr, proc.stderr[-2000:]
+        said[(repeat, fix)] = next(line for line in proc.stderr.splitlines() if line.startswith("cagtool: verifying "))
+    assert said[("1", None)].startswith("cagtool: verifying 2 fixes in mode ca: the baseline and each fix 1 time, each its own process")
+    assert said[("2", None)].startswith("cagtool: verifying 2 fixes in mode ca: the baseline and each fix 2 times, each its own process")
+    assert said[("1", "ca-dynamic")].startswith("cagtool: verifying 1 fix in mode ca: the baseline and each fix 1 time, each its own process")

@@ -128,7 +128,8 @@ def _with_earlier_values(record: ModeRecord) -> list[CacheMissEvent]:
     out = []
     for miss in misses:
         current = by_id.get(miss.ca_id)
-        if miss.miss_kind != MISS_CHANGED_SHAPES or miss.inferred or not miss.changed_sizes or current is None:
+        if (miss.miss_kind != MISS_CHANGED_SHAPES or miss.inferred or not miss.changed_sizes or current is None
+                or not numbered_as_the_miss(miss, current)):
             out.append(miss)
             continue
         new_nodes = nodes(current)
@@ -144,6 +145,14 @@ def _with_earlier_values(record: ModeRecord) -> list[CacheMissEvent]:
         sizes = [msgspec.structs.replace(size, previous=values.get(size.index, size.previous)) for size in miss.changed_sizes]
         out.append(msgspec.structs.replace(miss, changed_sizes=sizes))
     return out
+
+
+def numbered_as_the_miss(miss: CacheMissEvent, graph: CAGraphEvent) -> bool:
+    """Whether the graph's code numbers its sizes as the miss does (`sizes[i]` the same size in
+    both). torch 2.13 drops the sizes no node reads before the graph runs and numbers the rest anew
+    (compiled_autograd.py, `remove_unused_sizes`): a graph that reads fewer sizes than the miss's
+    "total of M" numbers them otherwise, and which ones it reads the record does not say."""
+    return miss.dynamic_sizes is None or miss.dynamic_sizes <= graph.num_sizes
 
 
 def misses_with_earlier_values(record: ModeRecord) -> list[CacheMissEvent]:

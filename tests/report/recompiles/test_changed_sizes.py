@@ -9,6 +9,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from conftest import ROOT, cagtool_cmd, cagtool_in_process
@@ -92,3 +93,21 @@ def test_a_miss_of_many_nodes_names_the_first_and_counts_the_rest():
     assert f"Node{MISS_NODES_SHOWN - 1}Backward0" in text and f"Node{MISS_NODES_SHOWN}Backward0" not in text
     assert text.endswith(f"... and the sizes of {20 - MISS_NODES_SHOWN} more nodes (cagtool recompiles --explain)")
     assert len(text) < 500
+
+
+def test_a_graph_that_reads_fewer_sizes_than_torch_holds_dynamic_is_not_read_by_index():
+    # "2 changed tensor shapes (total of 4)" and a graph whose code reads 2 sizes (the padded
+    # sequences of tests/scripts/padded_sequences.py): torch numbered the 2 it reads anew, so its
+    # sizes[0] need not be the miss's sizes[0]; a graph that reads all 4 numbers them as the miss.
+    from cagtool.record.schema import CAGraphEvent
+    from cagtool.report.changed_sizes import numbered_as_the_miss
+
+    miss = CacheMissEvent(seq=1, t=0.0, ca_id=2, compile_id="!2", step=2, miss_kind="changed_shapes", message="",
+                          changed_sizes=[ChangedSize(index=2), ChangedSize(index=3)], total_changed=2, dynamic_sizes=4)
+
+    def graph(num_sizes: int) -> CAGraphEvent:
+        return CAGraphEvent(seq=2, t=0.0, ca_id=2, compile_id="!2", step=2, node_count=10, op_histogram={}, autograd_nodes=[],
+                            aot_ids=[], hooks=[], num_sizes=num_sizes, capture_s=0.01, code_file="graphs/ca_2.py",
+                            nodes_file="graphs/ca_2.json")
+    assert not numbered_as_the_miss(miss, graph(2)) and numbered_as_the_miss(miss, graph(4))
+    assert numbered_as_the_miss(msgspec.structs.replace(miss, dynamic_sizes=None), graph(2))  # an older record: as before

@@ -82,7 +82,7 @@ mode ca: 3 recompiles in 4 steps (CA: 3, Dynamo forward-frame: 0, Dynamo CA-grap
 recompile budget:
   compiled-autograd graphs: 4 (torch sets no limit on them), 1 per step; still capturing new graphs
     in its last step
-  The job did not reach a steady state: compiled autograd still compiling at its last step (3); its
+  The job did not reach a steady state: compiled autograd still capturing at its last step (3); its
     steady step time is not a steady figure.
 
 Every recompile, one per row: cagtool recompiles RUN"""

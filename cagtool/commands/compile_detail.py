@@ -45,8 +45,11 @@ def compile_command(
     unknown = [s for s in wanted if s not in COMPILE_ARTIFACTS]
     if unknown:
         raise UsageError(f"--show: unknown artifact {unknown[0]!r} (known: {', '.join(COMPILE_ARTIFACTS)}, all)")
+    from cagtool.report.ranks.analysis import lowest_rank
+
     run = load_run(run_path, strict=strict)
-    record = run.mode(mode, rank=rank)
+    # A multi-process job's compiles are its ranks' records (the launcher's compiles nothing): rank 0's by default.
+    record = run.mode(mode, rank=rank if rank is not None else lowest_rank(run))
     detail = find_detail(record, compile_id)
     if fmt == TextOrJson.json:
         print(json.dumps(detail_json(record, detail, wanted), indent=2))

@@ -404,6 +404,18 @@ def _library_hooks(table: RecompileTable, cause: Cause, guard: str) -> tuple[str
     return packages.pop(), named
 
 
+def _hook_runner(table: RecompileTable, cause: Cause) -> tuple[list[str], str] | None:
+    """(the hook types its graphs call, the one package whose files hold every hook or "") where
+    every recompile of the cause is of torch's `call_hook` in a CA graph; else None."""
+    if not cause.rows or not all(row.hook_runner for row in cause.rows):
+        return None
+    graphs = [table.graphs.get(ca_id_of(row.compile_id)) for row in cause.rows]
+    types = list(dict.fromkeys(hook.hook_type for graph in graphs if graph is not None for hook in graph.hooks))
+    sites = [site for row in cause.rows for site in table.hook_sites.get(ca_id_of(row.compile_id), [])]
+    packages = {site.file.split("site-packages/", 1)[1].split("/", 1)[0] if "site-packages/" in site.file else "" for site in sites}
+    return types, packages.pop() if len(packages) == 1 else ""
+
+
 def _reentrant_recompute(table: RecompileTable, cause: Cause) -> str | None:
     """The checkpointed function (`Block.forward`) where every row of the cause is a compile in a
     reentrant checkpoint's recompute (recompiles/phases.py); None otherwise."""
@@ -490,6 +502,11 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # A CA graph's code guarding a value its hooks reach (`self.ipg_buckets...`: no input of the
         # graph) where every hook of the graph is a library's (DeepSpeed's ZeRO hooks): (package, hooks).
         "library_hooks": _library_hooks(table, cause, known[0] if known else ""),
+        # The recompiled code is torch's call_hook, through which the CA graph runs its hooks: (hook
+        # types the graph calls, the package whose files hold every hook, or "" where not one).
+        "hook_runner": _hook_runner(table, cause),
+        # The function holding the call that recompiled (`validation_step`: an evaluation's batches).
+        "called_in": next((r.user_source.function for r in cause.rows if r.user_source is not None), ""),
         # A guard on a module's backward-hook dict: the modules' backward hooks the CA graphs call, named.
         "module_hooks": _module_hook_labels(table, known[0]) if known and _MODULE_HOOKS.search(known[0]) else [],
         "frame": compile_frame(cause.rows[0].compile_id),
@@ -1510,8 +1527,11 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
         return f"another hook function ran in the compiled-autograd graph (`hooks[{index}]`, a function of other code)"
     if kind == GUARD_ID:
         return "a different object reached the compiled code"
+    if kind == GUARD_TYPE and (tensor_type := tensor_type_guard(guard)) is not None and facts.get("hook_runner"):
+        now = f" ({tensor_type[1]} now)" if tensor_type[1] else ""
+        return f"torch's call_hook, which runs the graph's hooks, was given another type of tensor{now}"
     if kind == GUARD_TYPE and (tensor_type := tensor_type_guard(guard)) is not None:
-        now = f", an {tensor_type[1]} now" if tensor_type[1] else ""
+        now = f" ({tensor_type[1]} now)" if tensor_type[1] else ""
         return f"the tensor passed as `{tensor_type[0]}` is of another type than when compiled{now}"
     if kind == GUARD_TYPE:
         return "a value of another type reached the compiled code"
@@ -1962,6 +1982,23 @@ def _with_grad_mode(guard: str) -> list[str]:
     return [part for part in global_state_changes(guard.split("  #")[0]) if part != "grad_mode"]
 
 
+# A function whose batches are an evaluation's (Lightning's validation_step, an `evaluate` loop).
+_EVALUATION_FUNCTION = re.compile(r"^(?:validation|test|predict|val)_step$|^(?:evaluate|evaluation|validate|eval)\w*$")
+
+
+def _grad_mode_skip(code: str) -> str:
+    """The fix that skips an evaluation's compile: the call as the module before torch.compile, or,
+    where the line calls the module itself (`self(x)` in its own method: its forward was replaced by
+    a compiled function, which has no `_orig_mod`), the forward kept before compiling it."""
+    call = _uncompiled_call(code)
+    if call.startswith("self._orig_mod("):
+        return ("To skip even that compile, evaluate uncompiled: this call is the module calling itself (`self(...)`), whose "
+                "forward was replaced by a compiled function, which has no `_orig_mod`: keep the forward before compiling it "
+                "(`forward = m.forward; m.forward = torch.compile(forward)`) and call `forward(...)` under torch.no_grad() (in "
+                "the evaluation")
+    return f"To skip even that compile, evaluate with the module as it was before torch.compile (`{call}` under torch.no_grad()"
+
+
 def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
     """The fixes that fit the kind of guard that failed (never one written for another kind)."""
     kind, guard = facts.get("kind", ""), facts.get("guard", "")
@@ -2016,8 +2053,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
     if kind == GUARD_GRAD_MODE:
         return ["Nothing to fix: the training graph and the evaluation graph are both cached after their first call."
                 if once else "Keep the grad mode of each call site fixed: every grad mode gets its own graph.",
-                "To skip even that compile, evaluate with the module as it was before torch.compile "
-                f"(`{_uncompiled_call(code)}` under torch.no_grad()"
+                _grad_mode_skip(code)
                 + (", at the evaluation's call: the recompiling call named here is training's)." if facts.get("grad_mode_after") is True else ").")]
     if kind == GUARD_GLOBAL_STATE:
         if "autocast" in guard:
@@ -2133,7 +2169,10 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         else:
             fixes = [f"A tensor's shape changed: mark the dimension dynamic ({MAYBE_MARK_DYNAMIC}) or compile with dynamic=True; "
                      "pad or bucket if it takes many values."]
-        if smaller_batch(guard) is not None:
+        if smaller_batch(guard) is not None and _EVALUATION_FUNCTION.search(facts.get("called_in") or ""):
+            fixes.append(f"If it is the evaluation's last batch (the call is in `{facts['called_in']}`), keep it: drop_last "
+                         "there would leave its samples out of the metric, and the smaller batch compiles once and is cached.")
+        elif smaller_batch(guard) is not None:
             fixes.append("If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it (HF Trainer: "
                          "TrainingArguments(dataloader_drop_last=True); those samples are not trained on that epoch), and "
                          "every batch has one size.")
@@ -2158,6 +2197,13 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         return [f"Each hook function of other code compiles the graph again: {how}."]
     if kind == GUARD_ID:
         return ["A different object (module, function, closure) reaches the compiled code each time: create it once, outside the loop."]
+    if kind == GUARD_TYPE and (tensor_type := tensor_type_guard(guard)) is not None and facts.get("hook_runner"):
+        types, package = facts["hook_runner"]
+        kinds = ", ".join(_HOOK_KINDS.get(t, t) for t in types) or "its hooks"
+        whose = f"; every hook it calls is {package}'s" if package else ""
+        return [f"Nothing to fix: the compiled-autograd graph runs its hooks ({kinds}{whose}) through torch's call_hook, "
+                "which Dynamo compiles once per kind of argument it is given (a tensor hook a gradient, a post-accumulate-grad "
+                "hook the Parameter itself) and caches: one recompile, not one per step."]
     if kind == GUARD_TYPE and (tensor_type := tensor_type_guard(guard)) is not None:
         # torch 2.13, checked by hand: a function compiled for `w.detach()` recompiles when given the
         # Parameter `w`, once, and both graphs are kept.

@@ -103,6 +103,9 @@ class RecompileRow:
     # specific `user_source`: a guard on an argument is fixed where the argument is passed.
     caller: SourceRef | None = None
     optimizer_frame: bool = False  # the recompiled frame is torch.optim's (an optimizer's step() compiled)
+    # The recompiled frame is torch's `call_hook` (external_utils.py), through which a compiled-autograd
+    # graph runs its hooks: its inputs are the hooks' arguments, not the user's.
+    hook_runner: bool = False
     # The recompiled frame is a resume function Dynamo made after a graph break: the function it
     # continues, its file, and the line of the break (how="graph_break").
     resume_of: SourceRef | None = None
@@ -358,6 +361,8 @@ def _dynamo_row(
         caller=caller,
         optimizer_frame=compiled is not None and not is_ca_graph and in_torch_optim(compiled.co_filename),
         resume_of=resume_of,
+        hook_runner=compiled is not None and is_ca_graph and compiled.co_name == HOOK_RUNNER_FUNCTION
+        and compiled.co_filename.replace("\\", "/").endswith(WRAPPER_FILE_END),
     )
 
 
@@ -477,6 +482,7 @@ DATA_DEPENDENT_BRANCH = "Data-dependent branching"
 # shared by all of them (docs/torch-internals.md, "One frame for every compiled module").
 WRAPPER_FILE_END = "_dynamo/external_utils.py"
 WRAPPER_FUNCTION = "inner"
+HOOK_RUNNER_FUNCTION = "call_hook"  # torch._dynamo.external_utils.call_hook: a CA graph's hook, called
 
 
 def _wrapper_callers(compile_events: list[DynamoCompileEvent]) -> dict[str, list[tuple[str, SourceRef | None]]]:

@@ -73,3 +73,13 @@ def test_gate_and_diff_graphs_on_the_diverging_ranks(ddp_run):
     assert diff.returncode == 1  # the two ranks' graphs differ
     [comparison] = json.loads(diff.stdout)["comparisons"]
     assert "TanhBackward0" in json.dumps(comparison["summary"])
+
+
+def test_the_compile_command_the_summary_prints_reads_rank_0_without_rank(ddp_run):
+    # The launcher's record compiles nothing: `cagtool compile RUN ID`, as the summary prints it, is rank 0's.
+    run, _ = ddp_run
+    manifest = json.loads((run / "ca" / "procs" / "rank0" / "manifest.json").read_text())
+    assert manifest["torch_counters"]["compiled_autograd"]["captures"] >= 1
+    shown = cagtool("compile", str(run), "!0/0/0")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("compile [!0/0/0]") and shown.stdout == cagtool("compile", str(run), "!0/0/0", "--rank", "0").stdout

@@ -101,6 +101,24 @@ def test_a_keyword_inputs_size_guard_is_fixed_on_the_tensor_the_call_passes():
     assert "TrainingArguments(dataloader_drop_last=True)" in inside[1]
 
 
+def test_an_evaluation_in_the_modules_own_method_is_fixed_without_orig_mod_or_drop_last():
+    # Lightning: `m.forward = torch.compile(m.forward)`, and validation_step calls `self(x)` under
+    # no_grad with a last batch of 4 (checked by hand: `self._orig_mod` raises AttributeError there)
+    from cagtool.report.recompiles.explain import _guard_fixes
+    from cagtool.torch_text import GUARD_GRAD_MODE, GUARD_SIZE
+
+    code = 'self.log("val_loss", nn.functional.cross_entropy(self(x), y))'
+    grad = _guard_fixes({"kind": GUARD_GRAD_MODE, "guard": "GLOBAL_STATE changed: grad_mode", "stabilised": True}, False, code)
+    assert "_orig_mod(" not in grad[1] and "forward = m.forward; m.forward = torch.compile(forward)" in grad[1]
+    size = {"kind": GUARD_SIZE, "guard": "tensor 'x' size mismatch at index 0. expected 8, actual 4", "called_in": "validation_step"}
+    fixes = _guard_fixes(size, False, code)
+    assert "drop_last=True" not in " ".join(fixes) and "keep it: drop_last there would leave its samples out of the metric" in fixes[1]
+    # in the training loop, the last batch's drop_last stays; a compiled module's call keeps its _orig_mod
+    assert "DataLoader(..., drop_last=True) drops it" in _guard_fixes({**size, "called_in": "<module>"}, False, "out = cmodel(x)")[1]
+    assert "`cmodel._orig_mod(xv)`" in _guard_fixes({"kind": GUARD_GRAD_MODE, "guard": "GLOBAL_STATE changed: grad_mode"}, False,
+                                                   "ev = cmodel(xv)")[1]
+
+
 def test_a_size_guard_on_the_compiled_frames_parameter_is_fixed_on_what_the_caller_passes():
     from cagtool.report.recompiles.explain import _guard_fixes
     from cagtool.torch_text import GUARD_SIZE
@@ -570,7 +588,7 @@ def test_a_tensor_input_that_becomes_a_parameter_is_named_as_its_type(record_run
     (reasons,) = [e["reasons"] for e in events if e.get("kind") == "dynamo_recompile" and not e["compile_id"].startswith("!")]
     assert "expected type of 't' to be a tensor type" in reasons[0], reasons  # torch's words, as recorded
     (cause,) = [c for c in causes if c["code"] == "dynamo_guard_failure"]
-    assert "the tensor passed as `t` is of another type than when compiled, an nn.Parameter now" in cause["title"]
+    assert "the tensor passed as `t` is of another type than when compiled (nn.Parameter now)" in cause["title"]
     assert cause["steps"] == [3] and "`p.detach()`" in cause["fix"][0]
     assert "Keep the guarded value" not in " ".join(cause["fix"])
 
@@ -602,4 +620,18 @@ def test_a_module_hook_registered_every_step_is_named_in_the_ca_graphs_guard_and
     # the hook shows first where the recompile limit sent the module's frame to eager, not where it was registered
     assert "first appears in the graph captured at step 8, the step Dynamo's recompile limit sent a frame to eager" in why
     assert "is registered on step 8" not in why
+
+
+@pytest.mark.slow
+def test_torchs_call_hook_given_another_kind_of_argument_is_nothing_to_fix(record_run):
+    # Hooks Dynamo cannot trace whole run through torch's call_hook, compiled per kind of argument:
+    # the post-accumulate-grad hook's Parameter, then the tensor hook's gradient (DeepSpeed ZeRO's
+    # hooks, in a 2-rank job, read "pass the same kind every call" to its user before).
+    run, causes = _explained(record_run, "hook_runner_types.py")
+    (cause,) = [c for c in causes if c["code"] == "dynamo_ca_graph_guard_failure"]
+    assert "expected type of 'args[0]' to be a tensor type" in " ".join(cause["why"])
+    assert cause["title"].endswith("torch's call_hook, which runs the graph's hooks, was given another type of tensor "
+                                   "(torch.Tensor now) (1 recompile)"), cause["title"]
+    assert cause["fix"][0].startswith("Nothing to fix: the compiled-autograd graph runs its hooks")
+    assert "`p.detach()`" not in " ".join(cause["fix"])
 

@@ -162,7 +162,7 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     """--verify: the fixes for the verified mode's causes, applied by re-running the job."""
     from cagtool.errors import UsageError
     from cagtool.record.seal import check_job
-    from cagtool.verify.fixes import fixes_for, patch_fix, who_fixes
+    from cagtool.verify.fixes import fixes_for, patch_fix, unanswered_causes
     from cagtool.verify.patches import patch_for
     from cagtool.verify.verification import estimate_seconds, rerun_key, verify
 
@@ -173,7 +173,7 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     explanation = explanations[index]
     # A repetition of `run --repeat K` (`ca.3`): its explanation, re-run as its mode (`run --modes ca`).
     mode = tables[index].mode if tables[index].name == mode else mode
-    from cagtool.report.recompiles.explain import ca_started_dynamic, nothing_to_fix, plural
+    from cagtool.report.recompiles.explain import ca_started_dynamic, plural
 
     # ca-dynamic changes nothing where compiled autograd already started dynamic: `run --dynamic`,
     # or the script's own `_enable(compiler, dynamic=True)` (its first graph took its sizes as inputs).
@@ -204,31 +204,12 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
             raise UsageError(f"--fix {options.fix}: no such fix applies to this run's causes (applicable: {', '.join(names) or 'none'})")
         fixes = [f for f in fixes if f.name in wanted]
     answered = {n for f in fixes for n in f.causes}
-    not_applied = []
-    for c in explanation.causes:
-        if c.number in answered:
-            continue
-        patch = patches.get(c.number)
-        if c.caused_by is not None and c.number not in applicable:
-            # No fix of its own: it goes away with its root cause (a forward recompiled less, a
-            # backward captured less), never "a design choice" or a code change of its own.
-            root = next((r for r in explanation.causes if r.number == c.caused_by), c)
-            not_applied.append({"cause": c.number, "code": c.code, "who": who_fixes(root), "caused_by": c.caused_by,
-                                "why": f"follows from #{c.caused_by}: answered by the fix of #{c.caused_by}", "patch": None})
-            continue
-        if c.number in applicable:
-            why = f"not verified this time: --fix {options.fix} asked for another fix"
-        elif nothing_to_fix(c, record.meta.cwd or ""):
-            why = "nothing to fix: the explanation finds these recompiles one-time, each graph cached from then on"
-        elif patch is not None:
-            why = f"needs a change to the code; not applied: {patch.why_not}"
-        else:
-            why = "needs a change to the code; not applied automatically"
-        not_applied.append({"cause": c.number, "code": c.code, "who": who_fixes(c), "why": why,
-                            "patch": patch.to_dict() if patch is not None else None})
+    not_applied = unanswered_causes(explanation, answered, applicable, patches, record.meta.cwd or "", options.fix)
     if not fixes:
         # Nothing re-runs without a fix: no baseline is announced that never runs.
-        print(f"cagtool: nothing to verify in mode {mode}: no fix cagtool can apply answers these causes", file=err, flush=True)
+        needs_change = not not_applied or not all(item["nothing_to_change"] for item in not_applied)
+        said = "no fix cagtool can apply answers these causes" if needs_change else "the explanation finds nothing to change in your code for these causes"
+        print(f"cagtool: nothing to verify in mode {mode}: {said}", file=err, flush=True)
     else:
         reruns = len({rerun_key(record, mode, options.repeat, f) for f in fixes})
         estimate = estimate_seconds(record, mode, options.repeat, reruns)

@@ -21,7 +21,9 @@ docs/torch-internals.md ("Fixes --verify applies"):
 A cause with no such fix (a hook added mid-run, the graph's structure changing per step, .grad
 None vs defined, a Python number or flag Dynamo specialised on) needs a change to the code:
 patches.py shows it as a diff, and where the edit is local (a hook registered mid-run, a number
-only used in tensor arithmetic) `--verify` runs a patched copy of the script as one more fix.
+only used in tensor arithmetic) `--verify` runs a patched copy of the script as one more fix. A
+cause the explanation finds nothing to change in the user's code for (a one-time recompile, a
+library's hook state) is said to need none (`unanswered_causes`), by the explanation's own decision.
 """
 
 from __future__ import annotations
@@ -34,21 +36,26 @@ from cagtool.torch_text import GUARD_SIZE
 from cagtool.report.recompiles.explain import (
     CAUSE_DYNAMO_CA_GRAPH,
     CAUSE_DYNAMO_FRAME,
-    CAUSE_GRAD_DEFINED,
-    CAUSE_HOOK,
     CAUSE_SHAPES,
-    CAUSE_STRUCTURE,
     Cause,
     Explanation,
+    cause_words,
+    nothing_to_fix,
 )
 
 from cagtool.verify.patch import YOUR_CODE, Patch
 
 # Who has to make a change, for each cause the explanation names.
 RUN_CONFIG = "run configuration (no code change)"
+NO_CHANGE = "no change needed"  # the explanation finds the recompiles one-time, cached from then on
 
-# A size guard as torch words it: "tensor 'x' size mismatch at index 0. expected 32, actual 48".
-_SIZE_GUARD = re.compile(r"tensor '(?P<name>[^']+)' (?:size|stride) mismatch")
+# A size guard as torch words it: "tensor 'x' size mismatch at index 0. expected 32, actual 48". The
+# name is a source and may hold quotes of its own (`kwargs['input_ids']`, every HF model's keyword
+# input), so it ends at the first "' size"/"' stride", as torch_text.size_guard reads it; it must
+# read as a source (a name, then attributes, [N] and ['key'] items): a comma in it would split
+# TORCH_COMPILE_DYNAMIC_SOURCES's list.
+_SIZE_GUARD = re.compile(r"tensor '(?P<name>.+?)' (?:size|stride) mismatch")
+_SOURCE_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[\d+\]|\['[^',\\]+'\])*")
 
 
 @dataclass(frozen=True)
@@ -92,7 +99,8 @@ def _dynamo_sources(cause: Cause) -> list[str]:
         match = _SIZE_GUARD.search(guard or "")
         # A name torch wrote is printable: one with a control character is a record's forgery, and
         # would reach the re-run's environment (a NUL stopped the verification with a traceback).
-        if match and match.group("name").isprintable() and (source := _source_of(match.group("name"))) not in sources:
+        name = match.group("name") if match else ""
+        if name.isprintable() and _SOURCE_NAME.fullmatch(name) and (source := _source_of(name)) not in sources:
             sources.append(source)
     return sources
 
@@ -106,13 +114,84 @@ def _about_sizes(cause: Cause) -> bool:
     return cause.code == CAUSE_DYNAMO_CA_GRAPH and not cause.facts.get("hook") and cause.facts.get("kind") in (GUARD_SIZE, "")
 
 
-def who_fixes(cause: Cause) -> str:
-    """Who has to make the change a cause needs."""
+def library_of(cause: Cause) -> str | None:
+    """The package whose hooks read the value the cause's guard is on (the explanation's
+    `library_hooks`: every hook the graph calls is that package's): the change, if any, is its."""
+    found = cause.facts.get("library_hooks")
+    return found[0] if found else None
+
+
+def who_fixes(cause: Cause, cwd: str = "") -> str:
+    """Who has to make the change a cause needs: a run setting where one answers it, the library
+    whose hooks read the guarded value, nobody where the explanation finds nothing to fix, else the
+    user's code."""
     if _about_sizes(cause) or (cause.code in (CAUSE_DYNAMO_FRAME, CAUSE_DYNAMO_CA_GRAPH) and _dynamo_sources(cause)):
         return RUN_CONFIG
-    if cause.code in (CAUSE_HOOK, CAUSE_STRUCTURE, CAUSE_GRAD_DEFINED):
-        return YOUR_CODE
+    if (package := library_of(cause)) is not None:
+        return f"{package}'s code, not yours"
+    if nothing_to_fix(cause, cwd):
+        return NO_CHANGE
     return YOUR_CODE
+
+
+def _nothing_of_yours(cause: Cause, cwd: str) -> str | None:
+    """Why a cause needs no change in the user's code, as the explanation decided it; None where it
+    needs one. A one-time recompile (explain.nothing_to_fix); a library's value (`library_hooks`), in
+    the explanation's own first fix: "Nothing to change in your code: the value is deepspeed's ...",
+    or, where it keeps changing, "Not your code: ... Report it to deepspeed"."""
+    if library_of(cause) is not None and (fix := cause_words(cause, cwd).fix):
+        return fix[0][:1].lower() + fix[0][1:].rstrip(".")
+    if nothing_to_fix(cause, cwd):
+        return "nothing to fix: the explanation finds these recompiles one-time, each graph cached from then on"
+    return None
+
+
+def on_a_size(cause: Cause) -> bool:
+    """A forward frame recompiled on a failing guard on a tensor's size or stride (not its rank: a
+    dynamic dimension does not make another rank hold): what dynamic shapes answer, never an edit."""
+    return cause.code == CAUSE_DYNAMO_FRAME and any(_SIZE_GUARD.search(guard or "") for _, guard in cause.facts.get("failures", ()))
+
+
+def unanswered_causes(explanation: Explanation, verified: set[int], applicable: set[int], patches: dict[int, Patch], cwd: str,
+                      asked: str | None = None) -> list[dict]:
+    """The causes no fix being verified answers (`verified`: the causes of those fixes), each with
+    why no fix was applied and who has the change to make. `applicable`: the causes of every fix
+    that applies (`asked`, the --fix given, chose among them); `patches`: the code changes shown for
+    causes no run setting answers. Where the explanation finds nothing to change in the user's code
+    (one-time, or a library's value), that is what the line says, never "your code", and the item
+    says so (`nothing_to_change`)."""
+    items = []
+    by_number = {c.number: c for c in explanation.causes}
+    for c in explanation.causes:
+        if c.number in verified:
+            continue
+        patch = patches.get(c.number)
+        if c.caused_by is not None and c.number not in applicable:
+            # No fix of its own: it goes away with its root cause (a forward recompiled less, a
+            # backward captured less), never "a design choice" or a code change of its own.
+            root = by_number.get(c.caused_by, c)
+            why = f"follows from #{c.caused_by}: answered by the fix of #{c.caused_by}"
+            unchanged = root.number not in applicable and _nothing_of_yours(root, cwd) is not None
+            if unchanged:
+                why = f"follows from #{c.caused_by}, which needs no change in your code"
+            items.append({"cause": c.number, "code": c.code, "who": who_fixes(root, cwd), "caused_by": c.caused_by, "why": why, "patch": None,
+                          "nothing_to_change": unchanged})
+            continue
+        nothing = _nothing_of_yours(c, cwd) if c.number not in applicable else None
+        if c.number in applicable:
+            why = f"not verified this time: --fix {asked} asked for another fix"
+        elif nothing is not None:
+            why = nothing
+        elif patch is not None:
+            why = f"needs a change to the code; not applied: {patch.why_not}"
+        elif on_a_size(c):
+            why = ("not applied: its failing guard is on a tensor's size, which dynamic shapes answer, not a local edit, and no "
+                   "fix here names its input: mark the dimension dynamic as the explanation says")
+        else:
+            why = "needs a change to the code; not applied automatically"
+        items.append({"cause": c.number, "code": c.code, "who": who_fixes(c, cwd), "why": why,
+                      "patch": patch.to_dict() if patch is not None else None, "nothing_to_change": nothing is not None})
+    return items
 
 
 def fixes_for(explanation: Explanation, dynamic_already: bool = False, pgo_suggestion: str | None = None) -> list[Fix]:

@@ -48,6 +48,7 @@ from cagtool.report.recompiles.explain import (
     Cause,
     guard_label,
 )
+from cagtool.verify.fixes import on_a_size
 from cagtool.verify.patch import Patch, imports_torch, replace_expr, unified_diff
 from cagtool.verify.value_patches import value_patch
 from cagtool.torch_text import GUARD_ID, GUARD_SIZE, GUARD_TYPE
@@ -297,6 +298,8 @@ def patch_for(cause: Cause, script: str | None, display: str | None) -> Patch | 
         patch = value_patch(cause, script, display)
         if patch is not None:
             return patch
+        if on_a_size(cause):
+            return None  # a tensor's size: dynamic shapes answer it (fixes.py), no edit of the script
     why = _NOT_MECHANICAL.get(cause.code)
     if cause.code == CAUSE_DYNAMO_FRAME and cause.facts.get("kind") not in (None, "", GUARD_SIZE, GUARD_ID, GUARD_TYPE):
         # Said from the guard's class (torch's reason), never as "a size, an id or a type".

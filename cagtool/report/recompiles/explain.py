@@ -2513,9 +2513,14 @@ def cause_words(cause: Cause, cwd: str) -> Words:
 
 def nothing_to_fix(cause: Cause, cwd: str) -> bool:
     """The explanation's verdict on a cause is that nothing needs fixing (a one-time recompile,
-    cached from then on): its first fix says so without a condition, or it has none."""
+    cached from then on; a library's value, nothing to change in the user's code): its first fix
+    says so without a condition, or it has none."""
     fix = cause_words(cause, cwd).fix
-    return not fix or fix[0].startswith(("Nothing to fix:", "Nothing to fix for "))
+    return not fix or fix[0].startswith(NOTHING_TO_FIX)
+
+
+# How a fix that asks for nothing begins (the advice of a summary skips it where another asks for something).
+NOTHING_TO_FIX = ("Nothing to fix:", "Nothing to fix for ", "Nothing to change in your code:")
 
 
 def _consequence(cause: Cause, cwd: str) -> Words:

@@ -115,6 +115,8 @@ def verification_lines(data: dict[str, Any]) -> list[str]:
     lines = [f"Fixes verified by re-running (mode {data['mode']}, {runs} of the baseline and of each fix):"]
     if not data["fixes"] and not data.get("not_applied"):
         lines.append("  nothing to verify: the mode has no recompile cause")
+    elif not data["fixes"] and all(item.get("nothing_to_change") for item in data["not_applied"]):
+        lines.append("  nothing to verify: the explanation finds nothing to change in your code for these causes")
     elif not data["fixes"]:
         lines.append("  no fix cagtool can apply (a run setting, or a local edit of the script) answers these causes")
     for fix in data["fixes"]:

@@ -36,7 +36,9 @@ from cagtool.report.figures.metrics import (
     cpu_wait,
     failed_capture_ids,
     follows_failed_capture,
+    graph_break_reasons,
     mode_metrics,
+    place_words,
 )
 from cagtool.report.findings import shown_findings
 from cagtool.report.compiles.detail import detail_command
@@ -162,6 +164,10 @@ def graph_size_text(graph: CAGraphEvent | None) -> str:
 CA_CAPTURED_NOTHING = ("compiled autograd captured none of its {calls}: each ran without it, as in the aot mode (a backward "
                        "inside a torch.func transform such as grad or vjp, or under compiled_autograd._disable(), is not "
                        "captured), so this mode's figures are not compiled autograd's")
+
+
+# Graph-break reasons a mode's summary lists, one line each (a job rarely breaks for more).
+GRAPH_BREAK_REASONS_SHOWN = 8
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
@@ -468,18 +474,30 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     # eager runs with Dynamo disabled: nothing to count, so no caveat about how it was counted.
     exact = m.graph_breaks_from_torch or record.mode == "eager"
     counted_by = "" if exact else " (one per compile and site: torch's counters were not saved)"
-    at = f" at {len(sites)} site{'s' if len(sites) != 1 else ''}" if sites else ""
+    # Sites are (place, reason) pairs: one line can break for two reasons (`print(t.item())`).
+    places = {(s.file, s.line) for s in sites}
+    reasons = graph_break_reasons(sites)
+    at = f" at {len(places)} site{'s' if len(places) != 1 else ''}" if sites else ""
+    if len(reasons) > 1:
+        at += f" for {len(reasons)} reasons"
     hook = f", {plural(m.ddp_hook_graphs, 'graph')} of DDP's all-reduce hook (compiled in the backward)" if m.ddp_hook_graphs else ""
     hook_recompiles = f" ({m.ddp_hook_recompiles} of DDP's hook)" if m.ddp_hook_recompiles else ""
     console.print(
         f"  Dynamo: {plural(m.forward_graphs, 'forward graph')}{hook}, {plural(m.backward_graphs, 'backward graph')}, "
         f"{plural(m.graph_breaks, 'graph break')}{at}{counted_by}, {plural(m.dynamo_recompiles, 'recompile')}{hook_recompiles}"
     )
-    for site in sites[:3]:
-        gb = f"[{site.gb_id}] " if site.gb_id else ""
-        console.print(f"    graph break site {site.file and os.path.basename(site.file)}:{site.line}: {gb}{site.reason}", overflow="ellipsis", no_wrap=True, markup=False)
-    if len(sites) > 3:
-        console.print(f"    ... {len(sites) - 3} more site(s): cagtool summary --format json {run_dir}")
+    # Every reason, with its count (torch's, per reason: metrics.graph_break_sites) and its lines;
+    # the count before the reason, which the terminal's width may cut.
+    # Where the reasons' counts do not make torch's total (a log that lost records), each is what it
+    # is: the compiles the log shows it in.
+    adds_up = sum(r.breaks for r in reasons) == m.graph_breaks
+    for reason in reasons[:GRAPH_BREAK_REASONS_SHOWN]:
+        gb = f"[{reason.gb_id}] " if reason.gb_id else ""
+        where = f"site{'s' if len(reason.places) > 1 else ''} {place_words(reason.places)}"
+        count = plural(reason.breaks, "break") if adds_up else f"logged in {plural(reason.breaks, 'compile')}"
+        console.print(f"    graph break {where} ({count}): {gb}{reason.reason}", overflow="ellipsis", no_wrap=True, markup=False)
+    if len(reasons) > GRAPH_BREAK_REASONS_SHOWN:
+        console.print(f"    ... {len(reasons) - GRAPH_BREAK_REASONS_SHOWN} more reasons: cagtool summary --format json {run_dir}")
     dynamo_recompiles = record.of(DynamoRecompileEvent)
     refused = _refused_at_limit(record) if dynamo_recompiles else {}
     for rec in dynamo_recompiles[:3]:

@@ -771,8 +771,16 @@ class ModeChange:
     numerics: tuple[NumericsDiff, ...] = ()  # B's first repetition against A's
 
     @property
+    def processes(self) -> tuple[int, int]:
+        """The processes (repetitions) each run holds of the mode: (A, B)."""
+        return (len(self.before.records) if self.before else 0, len(self.after.records) if self.after else 0)
+
+    @property
     def deltas(self) -> dict[str, float | int | None]:
-        """after - before for each numeric field of `mode_fields` (None when either is missing)."""
+        """after - before for each numeric field of `mode_fields` (None when either is missing).
+        The steady steps are pooled over a run's processes: where the two runs hold different
+        numbers of them, their difference is the processes', so it is None, and
+        `steady_steps_per_process` is the difference of each run's steady steps a process."""
         if self.before is None or self.after is None:
             return {}
         a, b = mode_fields(self.before), mode_fields(self.after)
@@ -780,6 +788,10 @@ class ModeChange:
         for key in NUMERIC_FIELDS:
             va, vb = a.get(key), b.get(key)
             out[key] = vb - va if isinstance(va, (int, float)) and isinstance(vb, (int, float)) else None
+        ka, kb = self.processes
+        if ka != kb and ka and kb and out.get("steady_steps") is not None:
+            out["steady_steps"] = None
+            out["steady_steps_per_process"] = b["steady_steps"] / kb - a["steady_steps"] / ka
         return out
 
 
@@ -816,6 +828,11 @@ class RunComparison:
             if va != vb and (va is not None or vb is not None):
                 found.append(f"option {key} differs: A {va}, B {vb}")
         for change in self.changes:
+            ka, kb = change.processes
+            if ka != kb and ka and kb:
+                # Pooled over each run's processes, the steady steps of 3 against 1 read as steps lost.
+                found.append(f"{change.mode}: A ran it in {ka} process{'es' if ka != 1 else ''}, B in {kb}: the steady steps row "
+                             "pools each run's processes, and its change is per process")
             s = change.speedup
             if s is not None and s.ratio is not None and s.left_out and change.before is not None and change.after is not None:
                 # Each run's median is over its own steady steps, the ratio over the steps both

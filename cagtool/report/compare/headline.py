@@ -215,11 +215,11 @@ def _alert_titles(explanation: "Explanation") -> list[str]:
 
 
 def _cause_advice(causes: list["Cause"], cwd: str) -> str:
-    from cagtool.report.recompiles.explain import cause_words
+    from cagtool.report.recompiles.explain import NOTHING_TO_FIX, cause_words
 
     fixes = [fix[0] for cause in causes if (fix := cause_words(cause, cwd).fix)]
     # The first cause with something to do; a cause that says there is nothing to fix only where none has.
-    return next((f for f in fixes if not f.startswith("Nothing to fix")), fixes[0] if fixes else "")
+    return next((f for f in fixes if not f.startswith(NOTHING_TO_FIX)), fixes[0] if fixes else "")
 
 
 def _ca_column(comparison: Comparison) -> Any:

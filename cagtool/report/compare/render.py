@@ -371,6 +371,14 @@ _CHANGE_ROWS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
 )
 
 
+def _processes(k: int) -> str:
+    return f"{k} process{'es' if k != 1 else ''}"
+
+
+def _steps_per_process(value: float) -> str:
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
+
+
 def change_grid(rc: RunComparison) -> Grid:
     grid = Grid(
         f"Before/after: A = {rc.before.run_path}  B = {rc.after.run_path}",
@@ -389,6 +397,15 @@ def change_grid(rc: RunComparison) -> Grid:
         deltas = change.deltas
         for label, key, fmt in _CHANGE_ROWS:
             if label in _OPTIONAL_ROWS and fa.get(key) is None and fb.get(key) is None:
+                continue
+            if key == "steady_steps" and "steady_steps_per_process" in deltas:
+                # Each run's processes pooled, and the runs hold different numbers of them: each
+                # cell says how many, and the change is a process's (RunComparison.notes).
+                ka, kb = change.processes
+                per = deltas["steady_steps_per_process"]
+                assert per is not None
+                grid.rows.append(["", label, count(fa.get(key), _processes(ka)), count(fb.get(key), _processes(kb)),
+                                  f"{signed(per, _steps_per_process)} per process"])
                 continue
             grid.rows.append(["", label, fmt(fa.get(key)), fmt(fb.get(key)), signed(deltas.get(key), fmt)])
         s = change.speedup

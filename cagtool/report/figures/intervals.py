@@ -634,6 +634,29 @@ def _independent(la: Sequence[float], lb: Sequence[float], measure: str, confide
     return RatioInterval(math.exp(d), math.exp(d - half), math.exp(d + half), counts, measure, method, sd, df, confidence, noise_factor=factor)
 
 
+def ratio_basis(interval: RatioInterval, top: TimingSample, bottom: TimingSample, field_name: str) -> tuple[float, float] | None:
+    """The two figures `interval.ratio` is the ratio of, for a line that prints them beside it:
+    each side's `agreeing_geometric_mean`, for the t and assumed intervals of independent sides.
+    None where the ratio is a median of ratios and of no two figures: the rank interval's (every
+    pair of processes) and the sign interval's (the blocks), and blocks set apart."""
+    if interval.method in ("rank", "sign") or interval.in_blocks or any(o.side == "block" for o in interval.outliers):
+        return None
+    a = agreeing_geometric_mean(top, interval.measure, field_name)
+    b = agreeing_geometric_mean(bottom, interval.measure, field_name)
+    return (a, b) if a is not None and b is not None else None
+
+
+def agreeing_geometric_mean(side: TimingSample, measure: str, field_name: str) -> float | None:
+    """The geometric mean of a side's processes' figures, less those set apart from it
+    (`_set_apart`, which looks at the side alone): what a t or assumed interval's ratio divides
+    (`_independent` on the logs of the processes that agree). None without a figure."""
+    figures = side.figures(measure, field_name)
+    logs = [math.log(v) for v in figures]
+    apart = {o.index for o in _set_apart(logs, side.blocks, "side", measure)}
+    kept = [v for i, v in enumerate(logs) if i not in apart]
+    return math.exp(sum(kept) / len(kept)) if kept else None
+
+
 def method_words(interval: RatioInterval) -> str:
     """How the interval was made, for a note: what it rests on, in a user's words."""
     words = _method_words(interval)

@@ -83,9 +83,12 @@ class StepStats:
 
 @dataclass(frozen=True)
 class GraphBreakSite:
-    """One place in the user's code where Dynamo broke the graph. `logged` is how many times torch
-    logged it, which is not a count of graph breaks: torch logs one break once per trace attempt
-    (a break inside a loop is logged again when Dynamo restarts), so counts come from its counter."""
+    """One reason Dynamo broke the graph at one place in the user's code: one line can break for
+    two reasons (`print(t.item())`: the `.item()`, then `print` of the float in the resume frame),
+    each its own site here. `logged` is how many times torch logged it, which is not a count of
+    graph breaks: torch logs one break once per trace attempt (a break inside a loop is logged
+    again when Dynamo restarts); `breaks` is the count, torch's own (its counter, by reason) where
+    that reason broke at this place alone, else once per compile."""
 
     file: str
     line: int | None
@@ -93,6 +96,8 @@ class GraphBreakSite:
     logged: int
     gb_id: str = ""  # torch's stable graph-break id (GBxxxx), from the installed torch's registry
     hints: tuple[str, ...] = ()  # torch's hints, verbatim
+    breaks: int = 0  # graph breaks of this reason at this place (see above)
+    gb_type: str = ""  # torch's gb_type (the first line of its message), what its counter is keyed by
 
 
 @dataclass(frozen=True)
@@ -785,21 +790,80 @@ def step_stats(steps: list[StepEvent], run_start_to_first_end: float | None = No
     return stats_of_intervals(intervals, excluded, run_start_to_first_end)
 
 
-def graph_break_sites(events: list[GraphBreakEvent]) -> list[GraphBreakSite]:
-    """The distinct places of the graph-break log records, in first-seen order (a record without a
-    place is keyed by its reason)."""
+def graph_break_sites(events: list[GraphBreakEvent], counted: dict[str, int] | None = None) -> list[GraphBreakSite]:
+    """The distinct (place, reason) pairs of the graph-break log records, in first-seen order (a
+    record without a place is keyed by its reason alone), each with its count of breaks: once per
+    compile, as torch counts a break the log may repeat (graph_breaks_per_compile), or torch's own
+    count of the reason (`counted`: its counters["graph_break"], keyed by message) where the reason
+    broke at that place alone."""
     from cagtool.torch_text import graph_break_words
 
     sites: dict[tuple[str, int | None, str], GraphBreakSite] = {}
+    compiles: dict[tuple[str, int | None, str], set[str]] = {}
     for event in events:
-        key = (event.file, event.line, "" if event.file else (event.reason.splitlines()[0] if event.reason else ""))
+        words = graph_break_words(event.reason or "")
+        # A reason is told apart by torch's explanation: the same break is logged again under
+        # another first line ("Failed to handle graph break gracefully. Skipping the function ...",
+        # when Dynamo falls back to eager for the frame), with the same gb_type and explanation.
+        key = (event.file, event.line, words.explanation or words.headline)
         seen = sites.get(key)
         if seen is None:
-            words = graph_break_words(event.reason or "")
-            sites[key] = GraphBreakSite(event.file, event.line, words.headline, 1, words.gb_id, words.hints)
+            sites[key] = GraphBreakSite(event.file, event.line, words.headline, 1, words.gb_id, words.hints,
+                                        gb_type=words.gb_type or words.headline)
+        elif words.gb_id and not seen.gb_id:  # torch's own words, where the first record had another preface
+            sites[key] = replace(seen, reason=words.headline, gb_id=words.gb_id, hints=words.hints, gb_type=words.gb_type,
+                                 logged=seen.logged + 1)
         else:
             sites[key] = replace(seen, logged=seen.logged + 1)
-    return list(sites.values())
+        compiles.setdefault(key, set()).add(event.compile_id or f"seq {event.seq}")
+    found = [replace(site, breaks=len(compiles[key])) for key, site in sites.items()]
+    if counted:
+        # torch's counter is keyed by the break's message, whose first line is its gb_type.
+        by_type: dict[str, int] = {}
+        for message, n in counted.items():
+            gb_type = message.splitlines()[0].strip() if message else ""
+            by_type[gb_type] = by_type.get(gb_type, 0) + int(n)
+        for i, site in enumerate(found):
+            alone = sum(1 for other in found if other.gb_type == site.gb_type) == 1
+            if alone and by_type.get(site.gb_type):
+                found[i] = replace(site, breaks=by_type[site.gb_type])
+    return found
+
+
+@dataclass(frozen=True)
+class GraphBreakReason:
+    """One reason Dynamo broke the graph, with every place it broke for it (graph_break_reasons)."""
+
+    reason: str  # torch's gb_type and explanation, as GraphBreakSite.reason
+    gb_id: str
+    gb_type: str
+    breaks: int  # its sites' breaks together
+    places: tuple[tuple[str, int | None], ...]  # (file, line) of each of its sites, first seen first
+
+    @property
+    def label(self) -> str:
+        """"[GB0059] Failed to trace builtin operator": the id and gb_type, for a short line."""
+        return f"[{self.gb_id}] {self.gb_type}" if self.gb_id else self.gb_type
+
+
+def graph_break_reasons(sites: list[GraphBreakSite]) -> list[GraphBreakReason]:
+    """The distinct reasons of a mode's graph-break sites, in first-seen order, each with its count
+    and its places: what `summary` lists and a failed `gate --max-graph-breaks` names."""
+    grouped: dict[str, list[GraphBreakSite]] = {}
+    for site in sites:
+        grouped.setdefault(site.reason, []).append(site)
+    return [GraphBreakReason(reason, group[0].gb_id, group[0].gb_type or reason, sum(s.breaks for s in group),
+                             tuple((s.file, s.line) for s in group))
+            for reason, group in grouped.items()]
+
+
+def place_words(places: tuple[tuple[str, int | None], ...], shown: int = 3) -> str:
+    """"train.py:10, model.py:42 and 3 more": a reason's places by file name and line."""
+    import os
+
+    words = [f"{os.path.basename(file) if file else '?'}:{line if line is not None else '?'}" for file, line in places[:shown]]
+    more = f" and {len(places) - shown} more" if len(places) > shown else ""
+    return ", ".join(words) + more
 
 
 def graph_breaks_per_compile(events: list[GraphBreakEvent]) -> int:
@@ -862,7 +926,7 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
     # Every capture torch began: a graph, or a miss whose capture failed before its graph.
     ca_misses_total = len({g.ca_id for g in ca_graphs} | {m.ca_id for m in misses})
     breaks = record.of(GraphBreakEvent)
-    sites = graph_break_sites(breaks)
+    sites = graph_break_sites(breaks, counters.get("graph_break") if isinstance(counters.get("graph_break"), dict) else None)
     if steps is not None:
         backwards = backward_steps(record)
         step_numbers = set(steps.step)  # once: inside the count below it was rebuilt per backward (quadratic)

@@ -21,8 +21,10 @@ from cagtool.report.figures.pooled import ABOVE, BELOW, HEAVY_WAIT, INCONCLUSIVE
 from cagtool.report.gate.baseline import ModeSnapshot, StepTimeSnapshot, steady_of
 from cagtool.report.figures.intervals import (
     MEASURE_WORDS,
+    MIN_RANK_UNITS,
     RatioInterval,
     TimingSample,
+    agreeing_geometric_mean,
     change_text,
     compile_sample,
     measure_of,
@@ -30,6 +32,7 @@ from cagtool.report.figures.intervals import (
     outlier_words,
     left_out_words,
     median_of,
+    ratio_basis,
     ratio_interval,
     timing_sample,
 )
@@ -843,6 +846,47 @@ def _bounds(threshold: TimeThreshold, before: float) -> tuple[float, float]:
     return 1.0 + delta, 1.0 - delta
 
 
+def figures_and_ratio(figure: str, now_s: float, before_s: float, counts: tuple[int, int], interval: RatioInterval,
+                      basis: tuple[float, float] | None, of: str) -> str:
+    """A timing check's figures against the baseline's, with their change, and the ratio the
+    verdict is on where it reads otherwise. The printed figures are each side's median of its
+    processes' figures (what `baseline show` prints); the verdict's ratio is the interval's
+    estimate from every process's figure (the ratio of the geometric means, or the median of the
+    ratios of every pair), which with more than one process a side need not agree with them, in
+    size or even in sign. Each change is printed beside the figures it is of, so no line shows a
+    change its own figures contradict. `figure`: "CPU time per step median"; `of`: one process's
+    figure ("median", "compile time")."""
+    now, before = counts
+    change = change_text(now_s / before_s)
+    if now == before == 1:  # the ratio of the two figures, which are each side's one process's
+        return f"{figure} {_fmt_s(now_s)} vs baseline {_fmt_s(before_s)}: {change_text(interval.ratio)}"
+    said = f"{figure} {_fmt_s(now_s)} vs baseline {_fmt_s(before_s)} (the medians of {now} and {before} processes: {change})"
+    return said + judged_on(change, interval, basis, of)
+
+
+def judged_on(change: str, interval: RatioInterval, basis: tuple[float, float] | None, of: str) -> str:
+    """"; judged on <what the verdict's ratio is of>: <its change>", for a line whose figures read
+    `change`; "" where the ratio reads the same (figures_and_ratio)."""
+    if change_text(interval.ratio) == change:
+        return ""
+    if basis is not None:
+        whose = "the processes that agree" if interval.outliers else f"every process's {of}"
+        how = f"the ratio of the geometric means of {whose}, {_fmt_s(basis[0])} vs {_fmt_s(basis[1])}"
+    else:
+        a, b = interval.units
+        how = f"the median of the {a * b} ratios of a process of this run to one of the baseline's"
+    return f"; judged on {how}: {change_text(interval.ratio)}"
+
+
+def _ratio_fields(basis: tuple[float, float] | None) -> dict[str, Any]:
+    """--format json: what a timing check's `ratio` is of (figures_and_ratio): "geometric_means",
+    with the two (`ratio_actual_s` / `ratio_baseline_s` is `ratio`), or "pairwise_median" (the
+    median of the ratios of every pair of processes, and of no two figures: both null)."""
+    if basis is None:
+        return {"ratio_of": "pairwise_median", "ratio_actual_s": None, "ratio_baseline_s": None}
+    return {"ratio_of": "geometric_means", "ratio_actual_s": basis[0], "ratio_baseline_s": basis[1]}
+
+
 def _ci_name(interval: RatioInterval) -> str:
     return f"{100 * interval.confidence:g}% CI"
 
@@ -932,6 +976,10 @@ class BaselineFigure:
     # Where `measure` is CPU time: the same figure in the baseline's clock's time, which the gate
     # compares on instead against a run whose steps are not CPU-bound (or None).
     otherwise: tuple[str, float] | None = None
+    # The geometric mean of the processes' figures (less any set apart): what the check's ratio is
+    # of against a run of fewer than MIN_RANK_UNITS processes, or any run when the baseline has
+    # fewer (ratio_basis); a run of as many is judged on the median of every pair's ratio.
+    geometric_mean: float | None = None
 
 
 def baseline_figure(sample: TimingSample, field_name: str = "median") -> BaselineFigure | None:
@@ -944,7 +992,8 @@ def baseline_figure(sample: TimingSample, field_name: str = "median") -> Baselin
     if found is None:
         return None
     other = side_figure(sample, sample.clock, field_name) if measure == "cpu" else None
-    return BaselineFigure(measure, found[0], found[1], (sample.clock, other[0]) if other is not None else None)
+    return BaselineFigure(measure, found[0], found[1], (sample.clock, other[0]) if other is not None else None,
+                          agreeing_geometric_mean(sample, measure, field_name))
 
 
 def baseline_figure_words(step: StepTimeSnapshot | None) -> str:
@@ -960,6 +1009,11 @@ def baseline_figure_words(step: StepTimeSnapshot | None) -> str:
         return f"{head} nothing: no process has a median step time above 0 s"
     processes = "1 process's median" if figure.processes == 1 else f"the median of {figure.processes} processes' medians"
     said = f"{head} {MEASURE_WORDS[figure.measure]} median {_fmt_s(figure.seconds)} ({processes}"
+    if figure.geometric_mean is not None and _fmt_s(figure.geometric_mean) != _fmt_s(figure.seconds):
+        # The gate prints this median and its change, and beside it the ratio its verdict is on,
+        # of this geometric mean (figures_and_ratio): said here, so the gate's second figure is in the file's words too.
+        against = f" against a run of fewer than {MIN_RANK_UNITS} processes" if figure.processes >= MIN_RANK_UNITS else ""
+        said += f"; judged on their geometric mean {_fmt_s(figure.geometric_mean)}{against}"
     if figure.otherwise is not None:
         clock, seconds = figure.otherwise
         said += f"; {MEASURE_WORDS[clock]} {_fmt_s(seconds)} against a run whose steps are not CPU-bound"
@@ -1016,13 +1070,8 @@ class StepTimeRegressionCheck(_TimeCheck):
         assert ours is not None and theirs is not None  # the interval was made of them
         (now_s, now), (before_s, before) = ours, theirs
         what = "CPU time per step" if r.measure == "cpu" else "step time"
-        detail = f"{what} {t.field} {_fmt_s(now_s)} vs baseline {_fmt_s(before_s)}: {change_text(r.ratio)}"
-        if now > 1 or before > 1:
-            # The change is the interval's estimate from every process's figure (paired blocks, or
-            # all pairs), which the two medians beside it need not show, nor even its direction.
-            whose = "the figures of the processes that agree" if r.outliers else "every process's figure"
-            detail = (f"{what} {t.field} {_fmt_s(now_s)} vs baseline {_fmt_s(before_s)} (the medians of {now} and "
-                      f"{before} processes): {change_text(r.ratio)} as estimated from {whose}")
+        basis = ratio_basis(r, cur.sample, base.sample, t.field)
+        detail = figures_and_ratio(f"{what} {t.field}", now_s, before_s, (now, before), r, basis, t.field)
         if verdict.outcome is Outcome.ERROR:
             return unmeasurable(
                 self.name, self.mode, f"{detail} from only {samples} steady steps (this run {cur.count}, baseline {base.count}): "
@@ -1045,8 +1094,10 @@ class StepTimeRegressionCheck(_TimeCheck):
             if noisy:
                 notes.append(noisy)
         data = {
-            "field": t.field, "actual_s": now_s, "baseline_s": before_s, "change_pct": 100.0 * (r.ratio - 1.0),
-            "ratio": r.ratio, "low": r.low, "high": r.high, "range": _ci_name(r), "allowed_ratio": allowed, "verdict": verdict.verdict,
+            "field": t.field, "actual_s": now_s, "baseline_s": before_s, "change_pct": 100.0 * (now_s / before_s - 1.0),
+            "ratio": r.ratio, **_ratio_fields(basis), "low": r.low, "high": r.high, "range": _ci_name(r), "allowed_ratio": allowed,
+            "verdict": verdict.verdict,
+            "run_figures_s": list(cur.sample.figures(r.measure, t.field)), "baseline_figures_s": list(base.sample.figures(r.measure, t.field)),
             "steps": cur.count, "baseline_steps": base.count, "processes": cur.sample.repetitions, "baseline_processes": base.sample.repetitions,
             **_interval_data(r),
         }
@@ -1112,7 +1163,13 @@ class CompileTimeRegressionCheck(_TimeCheck):
             ratio, low, high = interval.ratio, interval.low, interval.high
             allowed, improved = _bounds(t, before)
             spread = _range_text(interval)
-            data.update(low=low, high=high, **_interval_data(interval))
+            assert top is not None and bottom is not None  # the interval was made of them
+            basis = ratio_basis(interval, top, bottom, "total")
+            # The change of the two figures printed is theirs; the verdict's ratio, where it reads
+            # otherwise (the processes' geometric means, or every pair's), is printed and named beside it.
+            if len(ours) > 1 or len(theirs) > 1:  # one figure a side: the ratio is theirs
+                detail += judged_on(_pct(change_pct), interval, basis, "compile time")
+            data.update(low=low, high=high, **_ratio_fields(basis), **_interval_data(interval))
         else:  # nothing compiled on one side: no ratio; any compile time fails a %, or one over an absolute threshold
             fails = now > 0 and before <= 0 and (t.unit == "%" or now > t.value)
             ratio, allowed, improved = (math.inf if fails else 1.0), 2.0, 0.5
@@ -1151,5 +1208,6 @@ class CompileTimeRegressionCheck(_TimeCheck):
             if "load_decided" in data:
                 message = f"{self.name} ({self.mode}): {detail}: inconclusive, {decided.why}{spread}"
         outcome = verdict.outcome
-        return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, _pct(change_pct), limit, message, self.source, notes, data,
+        actual = change_text(ratio) if interval is not None else _pct(change_pct)  # the change the verdict is on, as max-regression's
+        return CheckResult(self.name, self.mode, outcome, outcome is Outcome.FAIL, actual, limit, message, self.source, notes, data,
                            warnings)

@@ -246,6 +246,40 @@ def _with_causes(results: list[CheckResult], run: RunRecord, mode: str, rank: in
     return out
 
 
+GRAPH_BREAK_REASONS_NAMED = 2  # in a failed graph-break count's line; the rest are counted, and summary lists them
+
+
+def _with_graph_break_reasons(results: list[CheckResult], run: RunRecord, mode: str, rank: int | None) -> list[CheckResult]:
+    """A failed graph-break count names its reasons and lines, as a failed recompile count names its
+    cause (`graph breaks 3 > 0 allowed (+3): 2 at train.py:10: [GB0059] Failed to trace builtin
+    operator; 1 at train.py:10: [GB0124] Unsupported Tensor.item() call ...`), most breaks first, the
+    first two and how many more; the first one's line goes into `data` for the annotation."""
+    failed = [r for r in results if r.failed and r.outcome is Outcome.FAIL and r.data.get("metric") == "graph_breaks" and r.mode == mode]
+    record = run.modes.get(mode) if rank is None else None
+    if not failed or record is None:
+        return results
+    from cagtool.report.figures.metrics import graph_break_reasons, mode_metrics, place_words
+
+    reasons = sorted(graph_break_reasons(mode_metrics(record).graph_break_sites), key=lambda r: -r.breaks)  # stable: first seen among equals
+    if not reasons:
+        return results
+    said = "; ".join(f"{r.breaks} at {place_words(r.places, 2)}: {r.label}" for r in reasons[:GRAPH_BREAK_REASONS_NAMED])
+    rest = len(reasons) - GRAPH_BREAK_REASONS_NAMED
+    if rest > 0:
+        said += f"; and {rest} more reason{'s' if rest > 1 else ''} (cagtool summary)"
+    first = next(((file, line) for r in reasons for file, line in r.places if file and line is not None), None)
+    out = []
+    for r in results:
+        if r in failed:
+            data = dict(r.data, reasons=[{"gb_id": x.gb_id, "gb_type": x.gb_type, "breaks": x.breaks,
+                                          "places": [{"file": file, "line": line} for file, line in x.places]} for x in reasons])
+            if first is not None:
+                data["source"] = {"file": first[0], "line": first[1]}
+            r = replace(r, message=f"{r.message}: {said}", data=data)
+        out.append(r)
+    return out
+
+
 def _speed_of_other_numerics(checks: list[Check], run: RunRecord) -> list[str]:
     """A speedup between two modes of the run whose numerics disagree (compare's rule, drift told
     apart by the gradients) times two different computations: said, as compare withholds its own
@@ -289,6 +323,7 @@ def run_gate(run_path: str | Path | None, options: GateOptions | None = None) ->
     checks = build_checks(settings, mode, baseline)
     results, ranks = _evaluate(checks, run, mode, baseline, bool(settings.fail_on_improvement), options.rank)
     results = _with_causes(results, run, mode, options.rank)
+    results = _with_graph_break_reasons(results, run, mode, options.rank)
     if settings.max_grad_diff is not None:
         from cagtool.report.gate.grad_parity_check import grad_parity_result
 

@@ -282,10 +282,36 @@ def _histogram(graph: NormGraph) -> Counter[str]:
     return Counter(n.short for n in graph.nodes if n.op not in ("placeholder", "output"))
 
 
-def _unmatched_autograd_nodes(graph: NormGraph, other: NormGraph, partner: dict[int, int]) -> list[str]:
-    """Autograd nodes of `graph` none of whose FX nodes is aligned with a node of the same
-    autograd-node name in `other`: the ones added (or, the other way round, removed). Going by
-    the alignment, not by counting names, names the right NodeCall when a model gains a layer."""
+def _autograd_nodes(graph: NormGraph) -> Counter[str]:
+    """How many autograd nodes of each name the graph has (one per NodeCall)."""
+    return Counter(name for name, _ in dict.fromkeys((g.origin, g.node_call) for g in graph.groups if g.origin is not None))
+
+
+def _added_and_removed(old: NormGraph, new: NormGraph, old_to_new: dict[int, int], new_to_old: dict[int, int]) -> tuple[list[str], list[str]]:
+    """The autograd nodes added and removed, by name counts first: a name the two graphs have as
+    many of is neither, whatever the alignment left unmatched (an insertion before the parameters'
+    AccumulateGrads shifts their NodeCalls, and the alignment may pair five of six and leave one a
+    side). Of a name whose count changed, the alignment's unmatched nodes name which NodeCalls."""
+    counts_old, counts_new = _autograd_nodes(old), _autograd_nodes(new)
+
+    def kept(unmatched: list[tuple[str, int | None]], more: Counter[str]) -> list[str]:
+        left = dict(more)
+        shown = []
+        for name, call in unmatched:
+            if left.get(name, 0) > 0:
+                left[name] -= 1
+                shown.append(name if call is None else f"{name} (NodeCall {call})")
+        return shown
+
+    gained, lost = counts_new - counts_old, counts_old - counts_new  # Counter subtraction keeps the positive counts
+    return (kept(_unmatched_autograd_nodes(new, old, new_to_old), gained),
+            kept(_unmatched_autograd_nodes(old, new, old_to_new), lost))
+
+
+def _unmatched_autograd_nodes(graph: NormGraph, other: NormGraph, partner: dict[int, int]) -> list[tuple[str, int | None]]:
+    """Autograd nodes of `graph` (name, NodeCall) none of whose FX nodes is aligned with a node of
+    the same autograd-node name in `other`: the candidates for the ones added (or, the other way
+    round, removed). Going by the alignment names the right NodeCall when a model gains a layer."""
     matched: set[tuple[str, int | None]] = set()
     order: dict[tuple[str, int | None], None] = {}
     other_nodes = other.nodes
@@ -301,7 +327,7 @@ def _unmatched_autograd_nodes(graph: NormGraph, other: NormGraph, partner: dict[
             if other_index is not None and other_nodes[other_index].origin == group.origin:
                 matched.add(key)
                 break
-    return [name if call is None else f"{name} (NodeCall {call})" for name, call in order if (name, call) not in matched]
+    return [(name, call) for name, call in order if (name, call) not in matched]
 
 
 def symbolic_sizes(old: NormNode, new: NormNode, new_graph: NormGraph) -> list[SymbolicSize]:
@@ -339,6 +365,7 @@ def _summarise(old: NormGraph, new: NormGraph, entries: tuple[NodeDiff, ...], ol
     for e in entries:
         if e.kind == CHANGED and e.old is not None and e.new is not None:
             symbolic.extend(symbolic_sizes(e.old, e.new, new))
+    added, removed = _added_and_removed(old, new, old_to_new, new_to_old)
     return GraphDiffSummary(
         old_nodes=len(old.nodes),
         new_nodes=len(new.nodes),
@@ -347,8 +374,8 @@ def _summarise(old: NormGraph, new: NormGraph, entries: tuple[NodeDiff, ...], ol
         removed=kinds[REMOVED],
         changed=kinds[CHANGED],
         op_histogram_delta={k: v for k, v in sorted(delta.items()) if v != 0},
-        autograd_nodes_added=_unmatched_autograd_nodes(new, old, new_to_old),
-        autograd_nodes_removed=_unmatched_autograd_nodes(old, new, old_to_new),
+        autograd_nodes_added=added,
+        autograd_nodes_removed=removed,
         hooks_added=[e.new.hook_type or e.new.short for e in entries if e.kind == INSERTED and e.new is not None and _is_hook(e.new)],
         hooks_removed=[e.old.hook_type or e.old.short for e in entries if e.kind == REMOVED and e.old is not None and _is_hook(e.old)],
         became_symbolic=symbolic,

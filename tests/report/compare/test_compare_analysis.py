@@ -317,6 +317,27 @@ def test_compare_runs_before_after():
     assert rc.problems == []
 
 
+def test_steady_steps_of_runs_with_different_numbers_of_processes_change_per_process():
+    """A run of 3 processes against one of 1, the same steps in each: the row read `steady steps
+    30 | 10 | -20`, 20 steps lost that no process lost (they are pooled over each run's
+    processes). Each cell names its processes, the change is a process's, and a note says so."""
+    from cagtool.report.compare.render import change_grid
+
+    rc = compare_runs(three_modes(repeat=3), three_modes(repeat=1))
+    ca = next(c for c in rc.changes if c.mode == "ca")
+    assert ca.processes == (3, 1)
+    a, b = ca.before.step_time.count, ca.after.step_time.count
+    assert a == 3 * b and ca.deltas["steady_steps"] is None and ca.deltas["steady_steps_per_process"] == 0
+    rows = [row for row in change_grid(rc).rows if row[1] == "steady steps"]
+    assert rows[-1][2:] == [f"{a} (3 processes)", f"{b} (1 process)", "= per process"]
+    assert "ca: A ran it in 3 processes, B in 1: the steady steps row pools each run's processes, and its change is per process" in rc.notes
+    # As many processes a side: the pooled counts' difference, as before, and no note.
+    same = compare_runs(three_modes(repeat=3), three_modes(repeat=3))
+    assert next(c for c in same.changes if c.mode == "ca").deltas["steady_steps"] == 0
+    assert [row for row in change_grid(same).rows if row[1] == "steady steps"][-1][2:] == [str(a), str(a), "="]
+    assert not any("the steady steps row" in note for note in same.notes)
+
+
 def test_compare_runs_mode_only_in_one_run():
     before = run_record({"eager": mode_record("eager", make_steps([0.05, *steady(10)], compiling=()))})
     rc = compare_runs(before, three_modes())

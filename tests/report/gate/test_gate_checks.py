@@ -239,6 +239,72 @@ def test_min_speedup_without_steady_steps_is_an_error():
 
 # ------------------------------------------------------------------ step and compile time
 
+_FIGURES = r"median (\d+\.\d+) ms vs baseline (\d+\.\d+) ms \(the medians of (\d+) and (\d+) processes: ([+-]\d+\.\d)%\)"
+_JUDGED = r"; judged on the ratio of the geometric means of every process's median, (\d+\.\d+) ms vs (\d+\.\d+) ms: ([+-]\d+\.\d)%"
+
+
+def test_no_printed_change_contradicts_the_figures_beside_it():
+    """One run against a baseline of three processes whose medians are 2.478, 4.624 and 2.080 ms
+    (a CI owner's real baseline): the line printed `median 2.659 ms vs baseline 2.478 ms (the
+    medians of 1 and 3 processes): -7.6%`, the sign opposite to its own figures (+7.3%): the
+    verdict's ratio is of the geometric means (2.659 / 2.877), not of the medians printed. Each
+    change is now printed beside the figures it is of, the verdict's ratio named, and --format
+    json's fields agree with each other; the verdict is the ratio's, as before."""
+    import re
+
+    from cagtool.report.figures.intervals import ratio_interval
+    from cagtool.report.gate.checks import baseline_figure, baseline_figure_words, regression_verdict
+
+    def process(median_ms: float) -> list[float]:
+        return [t * median_ms / 1e3 for t in (0.9, 0.95, 1.0, 1.05, 1.1) * 6]
+
+    base = timed(None, processes=[process(2.478), process(4.624), process(2.080)])
+    for run_ms in (2.659, 3.991):  # -7.6% / +7.3%, and +38.7% / +61.1% (the graph-break run)
+        run = timed(None, processes=[process(run_ms)])
+        result = StepTimeRegressionCheck(TimeThreshold(20, "%"), "ca").evaluate({"ca": run}, {"ca": base})
+        figures, judged = re.search(_FIGURES, result.message), re.search(_JUDGED, result.message)
+        assert figures and judged, result.message
+        now, before = float(figures[1]), float(figures[2])
+        assert (now, before, figures[3], figures[4]) == (run_ms, 2.478, "1", "3")
+        assert float(figures[5]) == pytest.approx(100 * (now / before - 1), abs=0.06)  # the medians' own change
+        gm_now, gm_before = float(judged[1]), float(judged[2])
+        assert gm_before == pytest.approx((2.478 * 4.624 * 2.080) ** (1 / 3), abs=1e-3)
+        assert float(judged[3]) == pytest.approx(100 * (gm_now / gm_before - 1), abs=0.06)  # the ratio's, of its own figures
+        d = result.data
+        assert d["change_pct"] == pytest.approx(100 * (d["actual_s"] / d["baseline_s"] - 1))
+        assert d["ratio_of"] == "geometric_means" and d["ratio"] == pytest.approx(d["ratio_actual_s"] / d["ratio_baseline_s"])
+        assert (d["run_figures_s"], sorted(d["baseline_figures_s"])) == (pytest.approx([run_ms / 1e3]), pytest.approx([2.080e-3, 2.478e-3, 4.624e-3]))
+        assert result.actual == change_text(d["ratio"])
+        # The verdict is the ratio's, unchanged.
+        r = ratio_interval(run.step_time.sample, base.step_time.sample, "median")
+        assert result.outcome is regression_verdict(r.ratio, r.low, r.high, 30, 1.2, 0.8).outcome
+    # `baseline show` says both figures, in the gate's words.
+    figure = baseline_figure(base.step_time.sample)
+    assert baseline_figure_words(base.step_time).endswith(
+        f"median 2.478 ms (the median of 3 processes' medians; judged on their geometric mean {figure.geometric_mean * 1e3:.3f} ms "
+        "against a run of fewer than 3 processes)")
+    assert f"vs {figure.geometric_mean * 1e3:.3f} ms: " in result.message
+    # Three processes a side: the rank interval's ratio is the median of the 9 pairs' ratios, of no
+    # two figures, and says so where it differs from the medians' change.
+    three = timed(None, processes=[process(2.0), process(2.1), process(5.0)])
+    spread = timed(None, processes=[process(1.0), process(2.0), process(3.0)])
+    ranked = StepTimeRegressionCheck(TimeThreshold(20, "%"), "ca").evaluate({"ca": three}, {"ca": spread})
+    assert "(the medians of 3 and 3 processes: +5.0%); judged on the median of the 9 ratios of a process of this run to one of the baseline's: +66." in ranked.message
+    assert ranked.data["ratio_of"] == "pairwise_median" and ranked.data["ratio_actual_s"] is None
+    # One process a side: one figure each, one change.
+    single = StepTimeRegressionCheck(TimeThreshold(20, "%"), "ca").evaluate({"ca": timed(None, processes=[process(3.0)])},
+                                                                            {"ca": timed(None, processes=[process(2.0)])})
+    assert ": step time median 3.000 ms vs baseline 2.000 ms: +50.0%" in single.message and "judged on" not in single.message
+    # Compile times, by the same words: the medians' change beside them, the verdict's ratio named.
+    compiled = CompileTimeRegressionCheck(TimeThreshold(20, "%"), "ca").evaluate(
+        {"ca": replace(snap(compile_s=2.1), compile_time_samples_s=(2.0, 2.1, 6.0))},
+        {"ca": replace(snap(compile_s=2.0), compile_time_samples_s=(1.0, 2.0, 3.0))})
+    assert compiled.message.startswith("max-compile-regression (ca): total compile time median 2.100 s of 3 runs vs baseline median "
+                                       "2.000 s of 3 runs: +5.0%; judged on the median of the 9 ratios of a process of this run to one "
+                                       "of the baseline's: +")
+    assert compiled.actual == change_text(compiled.data["ratio"]) != "+5.0%" and compiled.data["change_pct"] == pytest.approx(5.0)
+
+
 def test_step_time_regression_beyond_threshold_fails():
     """Five processes a side: +5% passes a 10% threshold, +20% fails it, -20% is an improvement."""
     check = StepTimeRegressionCheck(TimeThreshold(10, "%"), "ca")
@@ -663,7 +729,8 @@ def test_baseline_show_reads_the_figure_the_regression_check_compares_with():
     # The line `baseline show` prints, in the check's own format.
     assert baseline_figure_words(cpu.step_time) == (
         f"gate --max-regression compares against: CPU time per step median {_fmt_s(cpu_figure.seconds)} (the median of 5 processes' "
-        f"medians; wall time per step {_fmt_s(cpu_figure.otherwise[1])} against a run whose steps are not CPU-bound)")
+        f"medians; judged on their geometric mean {_fmt_s(cpu_figure.geometric_mean)} against a run of fewer than 3 processes; "
+        f"wall time per step {_fmt_s(cpu_figure.otherwise[1])} against a run whose steps are not CPU-bound)")
     assert baseline_figure_words(replace(cpu.step_time, sample=None)).endswith("saved by an older cagtool, its step times are not one "
                                                                                "figure per process (re-save it: cagtool baseline save RUN)")
 
@@ -978,7 +1045,11 @@ def test_one_baseline_process_far_from_the_others_is_named_and_its_bounds_mean_s
     result = check.evaluate({"ca": timed(None, processes=[series(0.0101, 0.02, 50, 4)])}, {"ca": base})
     assert result.outcome is Outcome.INCONCLUSIVE and not result.failed
     assert "<-99%" not in result.message and ">+9900%" not in result.message
-    assert ": +0.0% as estimated from the figures of the processes that agree: inconclusive, the interval (90% CI -97." in result.message
+    # The two medians and their change, then the ratio the verdict is on: of the agreeing processes' geometric means.
+    assert "(the medians of 1 and 3 processes: -0.5%); judged on the ratio of the geometric means of the processes that agree, " in result.message
+    assert ": +0.0%: inconclusive, the interval (90% CI -97." in result.message
+    assert result.data["ratio_baseline_s"] == pytest.approx(math.sqrt(statistics.median(series(0.010, 0.02, 50, 1)) *
+                                                                      statistics.median(series(0.0102, 0.02, 50, 2))))
     assert 0.02 < result.data["low"] < 0.03 and 1.5 < result.data["high"] < 3.0
     [odd] = result.data["outliers"]
     assert odd["side"] == "baseline" and odd["process"] == 3 and odd["times_others"] == pytest.approx(36.5, rel=0.02)

@@ -159,6 +159,37 @@ def test_a_replaced_autograd_node_is_one_changed_node_without_ripples():
     assert diff.summary.autograd_nodes_removed == ["AddBackward0 (NodeCall 2)"]
 
 
+def test_autograd_nodes_a_graph_has_as_many_of_are_neither_added_nor_removed():
+    """Two real graphs (!0 of each run, torch 2.13, `cagtool run --modes ca` of an MLP of three
+    Linear layers under torch.compile(backend="aot_eager"), 30 SGD steps; the second with
+    `print(h.sum().item())` before its last layer, a graph break that splits the forward into two
+    compiled functions; mlp_ca_0.json and mlp_graph_break_ca_0.json, the records'
+    ca/graphs/ca_0.json). The second has one autograd node more, CompiledFunctionBackward1, and
+    the same 6 AccumulateGrads, renumbered (NodeCalls 5-10 -> 6-11, the last layer's first). The
+    summary read `+CompiledFunctionBackward1 (NodeCall 4), +torch::autograd::AccumulateGrad
+    (NodeCall 10), -torch::autograd::AccumulateGrad (NodeCall 5)`: an AccumulateGrad the alignment
+    left unmatched on each side. Added and removed go by the names' counts first."""
+    from collections import Counter
+
+    from cagtool.record.graph_file import decode_graph_file
+
+    here = Path(__file__).parent
+    old, new = (decode_graph_file((here / name).read_bytes()).nodes for name in ("mlp_ca_0.json", "mlp_graph_break_ca_0.json"))
+
+    def names(nodes):
+        return Counter(name for name, _ in dict.fromkeys((n.origin.name, n.origin.node_call) for n in nodes if n.origin))
+
+    assert names(new) - names(old) == Counter({"CompiledFunctionBackward1": 1}) and not names(old) - names(new)
+    assert names(old)["torch::autograd::AccumulateGrad"] == names(new)["torch::autograd::AccumulateGrad"] == 6
+    summary = diff_graphs(old, new).summary
+    assert summary.autograd_nodes_added == ["CompiledFunctionBackward1 (NodeCall 4)"]
+    assert summary.autograd_nodes_removed == []
+    # Where a name's count does change, the alignment still says which NodeCall: one AccumulateGrad fewer.
+    fewer = [n for n in new if not (n.origin and n.origin.node_call == 11)]
+    fewer_summary = diff_graphs(old, fewer).summary
+    assert [a.split(" (")[0] for a in fewer_summary.autograd_nodes_removed] == ["torch::autograd::AccumulateGrad"]
+
+
 def test_removed_nodes():
     diff = diff_graphs(graph("MulBackward0"), graph(None))
     assert [e.kind for e in diff.entries if e.kind != EQUAL] == [REMOVED, REMOVED, CHANGED]

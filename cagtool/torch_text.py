@@ -553,7 +553,10 @@ def looks_like_user_file(filename: str) -> bool:
 
 # -- graph-break messages ----------------------------------------------------------------------
 _ID_IN_LINK = re.compile(r"/gb/gb(?P<digits>\d+)\.html")
-_GENERIC = "Encountered graph break when attempting to trace"
+# The first lines torch 2.13 puts before a graph break's own words: the trace's, and Dynamo's fallback
+# to eager for the whole frame ("Failed to handle graph break gracefully. Skipping the function and
+# falling back to eager. Graph break encountered:"), the same break logged again.
+_GENERIC = ("Encountered graph break when attempting to trace", "Failed to handle graph break gracefully")
 
 
 @dataclass(frozen=True)

@@ -364,3 +364,13 @@ def test_torchs_lists_of_a_modules_full_backward_hooks_are_told_from_a_users_lis
     assert module_hooks_list("hooks[0].__closure__[0].cell_contents.user_pre_hooks[0].keywords['bw_state'].hook2")
     assert not module_hooks_list("grad_norms") and not module_hooks_list(None)
 
+
+
+def test_a_break_logged_again_when_dynamo_falls_back_to_eager_reads_as_the_break():
+    # torch 2.13 logs the same break under a second first line when it skips the whole frame
+    reason = ("Failed to handle graph break gracefully. Skipping the function and falling back to eager. Graph break encountered:\n"
+              "Call to `torch._dynamo.graph_break()`\n  Explanation: User-inserted graph break. Message: None\n"
+              "  Hint: Remove the `torch._dynamo.graph_break()` call.")
+    words = tt.graph_break_words(reason)
+    assert (words.gb_type, words.gb_id) == ("Call to `torch._dynamo.graph_break()`", "GB0025")
+    assert words.headline == "Call to `torch._dynamo.graph_break()`: User-inserted graph break. Message: None"

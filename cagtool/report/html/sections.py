@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Sequence
 from cagtool.record.loader import ModeRecord, RunRecord, inside
 from cagtool.record.manifest import cut_words
 from cagtool.record.regular_files import read_record_prefix
-from cagtool.record.schema import ARTIFACT_TITLES, CAGraphEvent, FindingEvent, compile_dir_name
+from cagtool.record.schema import ARTIFACT_TITLES, CacheMissEvent, CAGraphEvent, FindingEvent, compile_dir_name
 from cagtool.report.compiles.detail import CompileDetail, compile_details
 from cagtool.report.figures.compile_phases import PhaseRow
 from cagtool.report.compare.analysis import Comparison, RunComparison
@@ -551,13 +551,19 @@ def graphs(mode: ModeRecord, comparisons: Sequence[GraphComparison], highlight: 
     ids whose detail the page shows (each graph links to its Dynamo compiles among them)."""
     events = sorted(mode.of(CAGraphEvent), key=lambda g: g.ca_id)
     by_new = {c.new.ca_id: c for c in comparisons}
-    return [_graph_view(mode, graph, by_new.get(graph.ca_id), highlight, details or set()) for graph in events]
+    # torch's count of the sizes it holds dynamic for each graph ("total of M"), where its code reads fewer
+    held = {m.ca_id: m.dynamic_sizes for m in mode.of(CacheMissEvent) if m.dynamic_sizes}
+    return [_graph_view(mode, graph, by_new.get(graph.ca_id), highlight, details or set(), held.get(graph.ca_id))
+            for graph in events]
 
 
-def _graph_view(mode: ModeRecord, graph: CAGraphEvent, comparison: GraphComparison | None, highlight: "CodeHighlighter", details: set[str] = frozenset()) -> GraphView:  # type: ignore[assignment]
+def _graph_view(mode: ModeRecord, graph: CAGraphEvent, comparison: GraphComparison | None, highlight: "CodeHighlighter",
+                details: set[str] = frozenset(), held: int | None = None) -> GraphView:  # type: ignore[assignment]
     step = f"step {graph.step}" if graph.step is not None else "step ?"
+    # torch drops the sizes no node reads before the graph runs: its cache key can hold more (`held`)
+    sizes = f"{graph.num_sizes} dynamic sizes" + (f" read by its code (torch holds {held} dynamic)" if held and held > graph.num_sizes else "")
     facts = (
-        f"{graph.node_count} FX nodes, {len(graph.autograd_nodes)} autograd nodes, {graph.num_sizes} dynamic sizes, "
+        f"{graph.node_count} FX nodes, {len(graph.autograd_nodes)} autograd nodes, {sizes}, "
         f"captured in {graph.capture_s * 1000:.1f} ms at {step}" + (f", compiler {graph.compiler}" if graph.compiler else "")
     )
     ops = sorted(graph.op_histogram.items(), key=lambda kv: (-kv[1], kv[0]))

@@ -496,3 +496,14 @@ def test_what_to_do_is_the_verified_fix_the_measurements_support(browser, record
     assert "torch.compile(..., dynamic=True)" in advice and "(recompiles 3 -> 0)" in advice
     verify = page.evaluate("document.getElementById('verify').innerText")
     assert "ca-dynamic: in your job, without cagtool: start compiled autograd dynamic" in verify
+
+
+@pytest.mark.slow
+def test_a_graph_card_says_how_many_sizes_torch_holds_dynamic_beside_those_its_code_reads(record_run, tmp_path):
+    # padded_sequences.py: torch's miss says "total of 4", graph !2's code reads 2 (the others no node reads)
+    run = record_run("../tests/scripts/padded_sequences.py")
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = tmp_path / "r.html"
+    proc = cagtool_in_process("report", str(run.path), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "2 dynamic sizes read by its code (torch holds 4 dynamic)" in out.read_text(encoding="utf-8")

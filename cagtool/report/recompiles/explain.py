@@ -389,6 +389,11 @@ _CA_GRAPH_INPUTS = re.compile(r"\b(?:inputs|sizes|scalars|packed_inputs|args|L\[
 _HOOK_OBJECT = re.compile(r"\bself\.|__self__|\bhooks\[")
 
 
+def _package_of(file: str) -> str:
+    """The installed package a file belongs to (`deepspeed` of `.../site-packages/deepspeed/x.py`), "" if none."""
+    return file.split("site-packages/", 1)[1].split("/", 1)[0] if "site-packages/" in file else ""
+
+
 def _library_hooks(table: RecompileTable, cause: Cause, guard: str) -> tuple[str, list[str]] | None:
     """(package, ["function (file:line)", ...]) where the cause recompiles a CA graph's code on a
     value no input of the graph holds, and every hook its graphs call is a library's file; else None."""
@@ -397,7 +402,7 @@ def _library_hooks(table: RecompileTable, cause: Cause, guard: str) -> tuple[str
     sites = [site for row in cause.rows for site in table.hook_sites.get(ca_id_of(row.compile_id), [])]
     if not sites or any(looks_like_user_file(site.file) for site in sites):
         return None
-    packages = {site.file.split("site-packages/", 1)[1].split("/", 1)[0] for site in sites if "site-packages/" in site.file}
+    packages = {package for site in sites if (package := _package_of(site.file))}
     if len(packages) != 1:
         return None
     named = list(dict.fromkeys(f"{site.function} ({site.file.split('site-packages/', 1)[-1]}:{site.line})" for site in sites))
@@ -412,7 +417,7 @@ def _hook_runner(table: RecompileTable, cause: Cause) -> tuple[list[str], str] |
     graphs = [table.graphs.get(ca_id_of(row.compile_id)) for row in cause.rows]
     types = list(dict.fromkeys(hook.hook_type for graph in graphs if graph is not None for hook in graph.hooks))
     sites = [site for row in cause.rows for site in table.hook_sites.get(ca_id_of(row.compile_id), [])]
-    packages = {site.file.split("site-packages/", 1)[1].split("/", 1)[0] if "site-packages/" in site.file else "" for site in sites}
+    packages = {_package_of(site.file) for site in sites}
     return types, packages.pop() if len(packages) == 1 else ""
 
 

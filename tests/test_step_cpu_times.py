@@ -15,6 +15,8 @@ import torch
 
 from cagtool.capture.steps.tracker import IDLE_OPTIMIZER_STEPS, StepTracker
 from cagtool.record.manifest import ModeManifest
+from cagtool.record.loader import load_mode
+from cagtool.record.schema import StepEvent
 from cagtool.record.writer import RecordWriter
 
 SHAPES = Path(__file__).parent / "scripts" / "step_bookkeeping.py"
@@ -63,3 +65,23 @@ def test_every_step_but_the_first_has_its_cpu_times(tmp_path: Path) -> None:
     assert all(r["cpu_s"] >= 0 and r["thread_cpu_s"] >= 0 for r in rest)
     # the last three steps are the idle shape's backward-only ones, ended with an optimizer alive
     assert [r["boundary"] for r in records[-3:]] == ["backward"] * 3
+
+
+def test_a_boundary_counted_after_a_later_one_has_no_negative_time(tmp_path: Path) -> None:
+    """Two threads' backwards: one thread reads its clocks, another reads later ones, and the
+    other's note is counted first. The step counted second has no span (never a negative time,
+    which no reader accepts) and the next step is measured from the later boundary."""
+    manifest = ModeManifest(mode="eager", argv=[], target={}, cwd=str(tmp_path), versions={}, backend="eager", dynamic=False, started_at="")
+    writer = RecordWriter(tmp_path / "eager", manifest)
+    counter = StepTracker(writer, "eager").counter
+    t0 = writer.t0
+    readings = [(t0 + 1.0, (5.0, 1.0, 1)), (t0 + 2.0, (6.0, 2.0, 2)), (t0 + 1.5, (5.5, 1.5, 1)), (t0 + 3.0, (5.9, 3.0, 2))]
+    for clock, cpu in readings:
+        counter.close("backward", clock, cpu, False)
+    writer.close()
+    steps = load_mode(tmp_path / "eager").of(StepEvent)
+    assert [s.step for s in steps] == [0, 1, 2, 3]
+    assert [s.wall_s for s in steps] == [None, pytest.approx(1.0), None, pytest.approx(1.0)]
+    # process CPU time read out of order too (the fourth read before the second's): unknown, not negative
+    assert [s.cpu_s for s in steps] == [None, pytest.approx(1.0), None, None]
+    assert [s.thread_cpu_s for s in steps] == [None, None, None, pytest.approx(1.0)]  # the same thread read both ends

@@ -356,13 +356,21 @@ class StepCounter:
         times = self.times
         t = clock - times.writer.t0
         last_t, last = times.last_t, times.last_cpu
-        wall_s = None if last_t is None else t - last_t
-        if last is None or cpu is None:
-            cpu_s = thread_cpu_s = None
+        if last_t is not None and t < last_t:
+            # Two threads' backwards: the other thread read its clock later but its note was
+            # counted first. This step's span is unknown (no negative time), and the later
+            # boundary stays the one the next step is measured from.
+            wall_s = cpu_s = thread_cpu_s = None
         else:
-            cpu_s = cpu[0] - last[0]
-            thread_cpu_s = cpu[1] - last[1] if cpu[2] == last[2] else None
-        times.last_t, times.last_cpu = t, cpu
+            wall_s = None if last_t is None else t - last_t
+            if last is None or cpu is None:
+                cpu_s = thread_cpu_s = None
+            else:
+                cpu_s = cpu[0] - last[0]
+                thread_cpu_s = cpu[1] - last[1] if cpu[2] == last[2] else None
+                if cpu_s < 0:  # each thread read its clock, then the CPU clock: another's came between
+                    cpu_s = None
+            times.last_t, times.last_cpu = t, cpu
         lines = self.lines
         if group is None:
             lines.step(clock, opened, step, boundary, wall_s, cpu_s, thread_cpu_s)

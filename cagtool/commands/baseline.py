@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
         run: Optional[str] = RUN_ARG,
         output: Path = typer.Option(Path(DEFAULT_BASELINE_FILE), "-o", "--output", metavar="FILE", help="Where to write the baseline."),
         allow_failed: bool = typer.Option(False, "--allow-failed", help="Save even when a mode failed or was interrupted."),
-        accumulate: bool = typer.Option(False, "--accumulate", help="Keep the compile times of the runs already saved in FILE (up to 20) beside this run's, so --max-compile-regression has a measured spread; every other figure is this run's."),
+        accumulate: bool = typer.Option(False, "--accumulate", help="Keep the compile times of the runs already saved in FILE (up to 20) beside this run's, so --max-compile-regression has a measured spread, the compile time their median; every other figure is this run's."),
         strict: bool = STRICT_OPT,
     ) -> None:
         from cagtool.record.integrity import refuse_damaged

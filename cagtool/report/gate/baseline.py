@@ -336,8 +336,8 @@ MAX_PROCESS_IDS = 300
 
 def accumulate_baseline(previous: Baseline, new: Baseline) -> Baseline:
     """`baseline save --accumulate`: the new run's figures, with the compile times of every run
-    saved into the file before it (per mode, newest last, at most MAX_COMPILE_SAMPLES), so that
-    `--max-compile-regression` has a measured spread. Compile times of another target or torch
+    saved into the file before it (per mode, newest last, at most MAX_COMPILE_SAMPLES; the mode's
+    compile time their median), so that `--max-compile-regression` has a measured spread. Compile times of another target or torch
     are not comparable: refused (UsageError)."""
     from cagtool.errors import UsageError
 
@@ -368,7 +368,10 @@ def accumulate_baseline(previous: Baseline, new: Baseline) -> Baseline:
         before = previous.modes.get(name)
         samples = (*(before.compile_samples if before is not None else ()), *snap.compile_samples)[-MAX_COMPILE_SAMPLES:]
         waits = [w for w in (before.compile_wait if before is not None else None, snap.compile_wait) if w is not None]
-        snap = replace(snap, compile_time_samples_s=samples if len(samples) > 1 else (), compile_wait=max(waits) if waits else None)
+        # The compile time is the median of those held, as a run's of its repetitions (figures.pooled):
+        # the figure the gate prints as "median ... of N runs" and measures a seconds threshold from.
+        snap = replace(snap, compile_time_s=median_of(samples), compile_time_samples_s=samples if len(samples) > 1 else (),
+                       compile_wait=max(waits) if waits else None)
         if before is not None and before.step_time is not None and snap.step_time is not None:
             pooled = _pooled_sample(before.step_time.sample, snap.step_time.sample)
             if pooled is not None:

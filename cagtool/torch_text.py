@@ -197,16 +197,26 @@ _LIMIT = re.compile(r"exceeding the (?P<type>\w*recompile_limit) cache size limi
 _LIMIT_LOG = re.compile(r"hit config\.(?P<type>\w*recompile_limit) \((?P<value>\d+)\)")
 
 
-_SIZE_GUARD = re.compile(r"tensor '(?P<name>.+?)' size mismatch at index (?P<index>\d+)\. expected (?P<expected>\d+), actual (?P<actual>\d+)")
+# The tensor's name is a source and may hold quotes of its own (`kwargs['input_ids']`, every HF
+# model's keyword input): it ends at the first "' size" / "' stride".
+_SIZE_GUARD = re.compile(r"tensor '(?P<name>.+?)' (?P<what>size|stride) mismatch at index (?P<index>\d+)\. "
+                         r"expected (?P<expected>\d+), actual (?P<actual>\d+)")
 
 
 def size_guard(text: str) -> tuple[str, int, int, int] | None:
     """(tensor, dim, expected, actual) of a failed size guard:
     `tensor 'x' size mismatch at index 0. expected 32, actual 48`."""
     match = _SIZE_GUARD.search(text)
-    if match is None:
+    if match is None or match["what"] != "size":
         return None
     return match["name"], int(match["index"]), int(match["expected"]), int(match["actual"])
+
+
+def size_or_stride_guard(text: str) -> str | None:
+    """The tensor of a failed guard on one of its sizes or strides (`tensor 'x' stride mismatch at
+    index 0. expected 1, actual 2`): what a dynamic dimension answers. None for any other guard."""
+    match = _SIZE_GUARD.search(text)
+    return None if match is None else match["name"]
 
 
 # A guard on a Python constant's value (CONSTANT_MATCH). The source is torch's own spelling: a

@@ -345,6 +345,15 @@ def test_a_size_guard_on_a_keyword_argument_is_read():
     assert tt.size_guard("tensor 'x' size mismatch at index 1. expected 8, actual 12") == ("x", 1, 8, 12)
 
 
+def test_a_stride_guard_is_a_tensors_dimension_but_no_size():
+    # torch 2.13's text for `f(a)` then `f(a.t())` compiled static
+    text = "tensor 'x' stride mismatch at index 0. expected 4, actual 1"
+    assert tt.size_guard(text) is None
+    assert tt.size_or_stride_guard(text) == "x"
+    assert tt.size_or_stride_guard("tensor 'kwargs['input_ids']' size mismatch at index 0. expected 4, actual 1") == "kwargs['input_ids']"
+    assert tt.size_or_stride_guard("tensor 'x' rank mismatch. expected 2, actual 3") is None
+
+
 def test_a_guard_on_a_tensor_inputs_type_is_read_with_the_type_it_has_now():
     from cagtool.torch_text import GUARD_TYPE, guard_kind, tensor_type_guard
 

@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass, field
 
 from cagtool.capture.observe.torch_logs import pgo_dynamic_sources
-from cagtool.torch_text import GUARD_SIZE
+from cagtool.torch_text import GUARD_SIZE, size_or_stride_guard
 from cagtool.report.recompiles.explain import (
     CAUSE_DYNAMO_CA_GRAPH,
     CAUSE_DYNAMO_FRAME,
@@ -49,12 +49,9 @@ from cagtool.verify.patch import YOUR_CODE, Patch
 RUN_CONFIG = "run configuration (no code change)"
 NO_CHANGE = "no change needed"  # the explanation finds the recompiles one-time, cached from then on
 
-# A size guard as torch words it: "tensor 'x' size mismatch at index 0. expected 32, actual 48". The
-# name is a source and may hold quotes of its own (`kwargs['input_ids']`, every HF model's keyword
-# input), so it ends at the first "' size"/"' stride", as torch_text.size_guard reads it; it must
-# read as a source (a name, then attributes, [N] and ['key'] items): a comma in it would split
+# The tensor of a size or stride guard (torch_text.size_or_stride_guard) must read as a source (a
+# name, then attributes, [N] and ['key'] items): a comma in it would split
 # TORCH_COMPILE_DYNAMIC_SOURCES's list.
-_SIZE_GUARD = re.compile(r"tensor '(?P<name>.+?)' (?:size|stride) mismatch")
 _SOURCE_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[\d+\]|\['[^',\\]+'\])*")
 
 
@@ -96,10 +93,9 @@ def _source_of(name: str) -> str:
 def _dynamo_sources(cause: Cause) -> list[str]:
     sources = []
     for _compile_id, guard in cause.facts.get("failures", ()):
-        match = _SIZE_GUARD.search(guard or "")
         # A name torch wrote is printable: one with a control character is a record's forgery, and
         # would reach the re-run's environment (a NUL stopped the verification with a traceback).
-        name = match.group("name") if match else ""
+        name = size_or_stride_guard(guard or "") or ""
         if name.isprintable() and _SOURCE_NAME.fullmatch(name) and (source := _source_of(name)) not in sources:
             sources.append(source)
     return sources
@@ -149,7 +145,7 @@ def _nothing_of_yours(cause: Cause, cwd: str) -> str | None:
 def on_a_size(cause: Cause) -> bool:
     """A forward frame recompiled on a failing guard on a tensor's size or stride (not its rank: a
     dynamic dimension does not make another rank hold): what dynamic shapes answer, never an edit."""
-    return cause.code == CAUSE_DYNAMO_FRAME and any(_SIZE_GUARD.search(guard or "") for _, guard in cause.facts.get("failures", ()))
+    return cause.code == CAUSE_DYNAMO_FRAME and any(size_or_stride_guard(guard or "") for _, guard in cause.facts.get("failures", ()))
 
 
 def unanswered_causes(explanation: Explanation, verified: set[int], applicable: set[int], patches: dict[int, Patch], cwd: str,

@@ -629,15 +629,37 @@ def test_sighup_ignored_at_start_stays_ignored_as_under_nohup(tmp_path):
 
 @pytest.mark.slow
 def test_os_exit_in_the_script_is_closed_by_its_exit_code(tmp_path):
-    """os._exit(3) skips the mode process's own closing: cagtool closes the manifest by the exit
-    code (failed, 3), not as killed or running, and run.json agrees."""
+    """os._exit(3) skips every finally of the mode process: the record is closed on the way out by
+    the exit code (failed, 3), not as killed or running, and run.json agrees."""
     proc = subprocess.run(cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", str(tmp_path / "r"), str(SCRIPTS / "hard_exit.py")),
                           capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
     assert proc.returncode == 3 and proc.stdout == "BYE\n", proc.stderr
     run = load_run(tmp_path / "r")
     ca = run.modes["ca"].manifest
-    assert ca.status == "failed" and ca.exit_code == 3 and ca.options["closed_by"] == "cagtool"
+    assert ca.status == "failed" and ca.exit_code == 3 and "closed_by" not in ca.options
+    assert ca.exception is not None and ca.exception.message == "the script called os._exit(3)"
     assert run.meta.exit_code == 3 and run.meta.mode_exit_codes == {"ca": 3}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("code", [0, 2])
+def test_os_exit_keeps_every_step_of_the_job_and_of_its_fork(tmp_path, code):
+    """A fork child that ends with os._exit(0), the way a fork ends, finished cleanly: its record
+    says so (not killed) and the gate passes it; the main process's os._exit at the end keeps every
+    step (none lost with the lines held in memory), closed by its code."""
+    out = tmp_path / "r"
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "eager", "-o", str(out), str(SCRIPTS / "fork_then_os_exit.py"), str(code)),
+                          capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
+    assert proc.returncode == code, proc.stderr
+    assert proc.stdout.splitlines() == ["child done", "parent done, child exit 0"], proc.stdout
+    record = load_run(out).modes["eager"]
+    assert record.manifest.status == ("finished" if code == 0 else "failed") and record.manifest.exit_code == code
+    assert len(record.of(StepEvent)) == 7  # 3 before the fork, 4 after it
+    [child] = record.processes.values()
+    assert child.manifest.status == "finished" and child.manifest.exit_code == 0 and len(child.of(StepEvent)) == 5
+    if code == 0:
+        gate = subprocess.run(cagtool_cmd("gate", str(out), "--max-recompiles", "0", "--no-config"), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
+        assert gate.returncode == 0 and "killed" not in gate.stdout, gate.stdout + gate.stderr
 
 
 TRACE_ON_FULL_DISK = """

@@ -158,8 +158,8 @@ class Recorder:
     def wind_down(self, *extra: Callable[[], Any], numerics: bool = True, uninstall: bool = True) -> None:
         """The end-of-record work on the instruments: final norms, gradient digests and the traced
         backward's note (`numerics`), `extra` (e.g. the DDP checks), then the instruments taken off
-        torch (`uninstall`; a followed process that is exiting only reads its device's last
-        figures). Each
+        torch (`uninstall`; a followed process that is exiting only counts its notes still
+        undecided, as uninstall does, and reads its device's last figures). Each
         part may meet what the job left behind (a stop a hook raises again, a failing device
         read): none may keep the record from closing."""
         parts: list[Callable[[], Any]] = []
@@ -170,7 +170,7 @@ class Recorder:
         if self.steps is not None:
             parts += ([self.steps.uninstall, self.observer.uninstall, self.taps.uninstall]
                       + ([self.compiling.uninstall] if self.compiling is not None else [])
-                      if uninstall else [self.steps.device.finish])
+                      if uninstall else [self.steps.settle, self.steps.device.finish])
         from cagtool.capture.outside_modes import outside_user_modes
 
         def run_parts() -> None:

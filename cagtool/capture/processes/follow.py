@@ -36,7 +36,7 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from cagtool.capture.on_import import OnImport
 from cagtool.capture.processes import launch_audit
@@ -117,6 +117,9 @@ class ProcessRecord:
         # Set when a KeyboardInterrupt (SIGINT) went through the script, whatever caught it after:
         # torch.multiprocessing.spawn's worker wrapper swallows it and the rank exits 0.
         self.interrupted: ExceptionInfo | None = None
+        # The main process's record is closed by child.py, which sets this for a script that leaves
+        # through os._exit (no finally runs): called with the code, before the process goes.
+        self.close_main: Callable[[int], None] | None = None
         self.ddp = self._new_ddp_watch()
         # A followed process stopped by SIGTERM/SIGHUP leaves its threads' stacks in its record
         # (lifeline.py): armed when the record is made, and again in a forked child.
@@ -278,6 +281,7 @@ def _install_process_hooks(config: FollowConfig) -> None:
     launch_audit.install(_on_unfollowed, str(BOOTSTRAP_DIR), FOLLOW_ENV)
     os.register_at_fork(after_in_child=_after_fork_in_child)
     _wrap_multiprocessing_bootstrap()
+    _wrap_os_exit()
 
 
 def _install_torch_hooks(record: ProcessRecord) -> None:
@@ -545,19 +549,26 @@ def _wrap_exit_paths() -> None:
 
 
 def _wrap_os_exit() -> None:
-    """os._exit skips atexit: the record would stay "running" and read as SIGKILLed (a worker that
-    gives up with os._exit(1) is a failure its launcher sees as exit code 1). The record is closed
-    with that code first. multiprocessing's fork children leave this way after `_bootstrap` has
-    closed theirs already."""
+    """os._exit skips atexit and every finally: the record would stay "running" and read as
+    SIGKILLed, and the steps of its last moments (held lines) would be lost. A forked child that
+    ends with os._exit(0), the way a fork ends, is a clean end; a worker that gives up with
+    os._exit(1) is a failure its launcher sees as exit code 1. The record is closed with that code
+    first: a followed process's here, the main process's by child.py (`close_main`).
+    multiprocessing's fork children leave this way after `_bootstrap` has closed theirs already."""
     original = os._exit
     if getattr(original, "_cagtool_wrapped", False):
         return
 
     @functools.wraps(original)
     def _exit(code: int) -> None:
-        if _current is not None and _current.role == ROLE_CHILD and not _current.closed:
+        record = _current
+        if record is not None and not record.closed:
             try:
-                _current.close(code if isinstance(code, int) else 1)
+                exit_code = code if isinstance(code, int) else 1
+                if record.role == ROLE_CHILD:
+                    record.close(exit_code)
+                elif record.close_main is not None:
+                    record.close_main(exit_code)
             except BaseException:  # noqa: BLE001 - the process must still exit, now
                 pass
         original(code)

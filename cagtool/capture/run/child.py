@@ -176,6 +176,20 @@ def _record_mode(spec: ModeSpec) -> int:
     if (variant := checkpoint_variant.requested()) is not None:
         checkpoint_variant.apply(variant)
         manifest.options["checkpoint_variant"] = variant  # the record says it is not the job as written
+    def close_on_os_exit(code: int) -> None:
+        """The script called os._exit(code): no finally below runs, so the record is closed here,
+        finished or failed by the code (its stdout is not flushed, as under python)."""
+        followed.stop_stacks.disarm()
+        ignore_further_stops()
+        if spec.max_time:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        peaks = job_peaks()
+        failed = ExceptionInfo("os._exit", f"the script called os._exit({code})") if code else None
+        recorder.wind_down(followed.before_close)
+        recorder.close(STATUS_FINISHED if code == 0 else STATUS_FAILED, code, failed, peaks)
+        _say_record_closed(spec.ack_fd)
+
+    followed.close_main = close_on_os_exit
     try:
         with live, depyf_ctx, mode_context(spec.mode, observer, spec.dynamic):
             run_target(target)

@@ -222,13 +222,22 @@ class StepTracker:
     def restart(self) -> None:
         """A forked child starts its own record: its steps count from the first again."""
         with self._lock:
-            del self._raw[:]  # the parent's: its own record counts them
+            counter = self.counter
+            # The parent's notes: its own record counts them. Which optimizers exist is the child's
+            # too: an optimizer collected before the fork, its note not yet drained, is not one a
+            # step of the child waits for (its steps would never end).
+            for note in self._raw:
+                if isinstance(note, tuple) and note and note[0] == MADE:
+                    counter.made(note)
+                elif isinstance(note, tuple) and note and note[0] == GONE:
+                    counter.gone(note)
+            del self._raw[:]
             self._draining = False
             call = self._solo.get(0)
             if call is not None and call.thread != threading.get_ident():  # a thread the fork did not copy
                 self._solo.clear()
             self.device = DeviceReadings(self.writer)
-            self.counter.restart(self.device)
+            counter.restart(self.device)
             self._main_thread_id = threading.main_thread().ident
             if self.digests is not None:
                 self.digests.restart()

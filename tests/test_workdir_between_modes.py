@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import cagtool_cmd, cli_in_process
+from conftest import ROOT, cagtool_cmd, cli_in_process
 
 from cagtool.capture.run.workdir import MAX_DEPTH, list_workdir, written_since
 
@@ -61,3 +62,18 @@ def test_the_listing_skips_the_run_hidden_and_cache_directories_and_stops_at_its
     (tmp_path / "data" / "a" / "x.bin").write_bytes(b"22")
     (run / "more.json").write_text("{}")
     assert written_since(before, list_workdir(str(tmp_path), run)) == [os.path.join("data", "a", "x.bin"), "snapshot.pt"]
+
+
+def test_the_files_cagtools_own_output_goes_to_are_not_the_jobs(tmp_path):
+    """`cagtool run train.py > run.out 2> run.err` in the job's directory: every mode writes there
+    through cagtool, so they are not files a mode found from an earlier one (the comparison would
+    call the job one that resumes from its own files)."""
+    (tmp_path / "data.bin").write_bytes(b"1")
+    listing = (f"import json, pathlib, sys; from cagtool.capture.run.workdir import list_workdir; "
+               f"sys.stderr.write('x'); sys.stderr.flush(); "
+               f"print(json.dumps(sorted(list_workdir({str(tmp_path)!r}, pathlib.Path({str(tmp_path / 'runs')!r})))), file=sys.__stdout__, flush=True)")
+    with open(tmp_path / "run.out", "w") as out, open(tmp_path / "run.err", "w") as err:
+        subprocess.run([sys.executable, "-c", listing], stdout=out, stderr=err, cwd=tmp_path, timeout=60, check=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert json.loads((tmp_path / "run.out").read_text()) == ["data.bin"]
+    assert (tmp_path / "run.err").read_text() == "x"

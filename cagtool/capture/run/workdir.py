@@ -9,12 +9,14 @@ one; what is new or changed was written by the modes before, and the comparison 
 
 The listing is bounded (MAX_ENTRIES entries, MAX_DEPTH levels) and skips hidden directories
 (.git, .cagtool, virtualenvs), __pycache__ and the run directory itself: a dataset tree is not
-walked whole.
+walked whole. Files this process's standard streams go to (`cagtool run train.py > log.txt`) are
+left out too: every mode writes there through cagtool, not the job from its own state.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 MAX_ENTRIES = 20_000
@@ -29,6 +31,7 @@ def list_workdir(cwd: str, skip: Path) -> Listing:
     run directory) and hidden or cache directories are left out."""
     found: Listing = {}
     skip_real = os.path.realpath(skip)
+    streams = _stream_files()
     stack: list[tuple[str, int]] = [(cwd, 0)]
     while stack and len(found) < MAX_ENTRIES:
         folder, depth = stack.pop()
@@ -46,9 +49,23 @@ def list_workdir(cwd: str, skip: Path) -> Listing:
                         stack.append((entry.path, depth + 1))
                 elif entry.is_file(follow_symlinks=False):
                     st = entry.stat(follow_symlinks=False)
-                    found[os.path.relpath(entry.path, cwd)] = (st.st_size, st.st_mtime_ns)
+                    if (st.st_dev, st.st_ino) not in streams:
+                        found[os.path.relpath(entry.path, cwd)] = (st.st_size, st.st_mtime_ns)
             except OSError:
                 continue
+    return found
+
+
+def _stream_files() -> set[tuple[int, int]]:
+    """(device, inode) of the regular files this process's stdin, stdout and stderr are."""
+    found = set()
+    for fd in (0, 1, 2):
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            found.add((st.st_dev, st.st_ino))
     return found
 
 

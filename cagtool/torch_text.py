@@ -190,6 +190,12 @@ def graph_class_id(code: str) -> int | None:
     return int(match.group("id")) if match else None
 
 
+# torch's error for a backward that starts while another compiled-autograd backward runs in the
+# process (python_compiled_autograd.cpp: one at a time; docs/torch-internals.md, "One thread's
+# compiled autograd"): another thread's, or a backward nested inside a compiled one.
+NESTED_CA_ERROR = "Trying to run compiled autograd within another compiled autograd call"
+
+
 # -- Dynamo's messages --------------------------------------------------------------------------
 _BREAK_AT = re.compile(r"Graph break in user code at (?P<file>.+):(?P<line>\d+)")
 _USER_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>[^\n]*)')

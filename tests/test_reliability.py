@@ -33,7 +33,7 @@ from conftest import cli_in_process as cagtool
 
 from cagtool.record.loader import load_run
 from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
-from cagtool.record.schema import StepEvent
+from cagtool.record.schema import FindingEvent, StepEvent
 from cagtool.report.figures.metrics import mode_metrics
 
 # ------------------------------------------------------------------ reading: hand-built records
@@ -660,6 +660,28 @@ def test_os_exit_keeps_every_step_of_the_job_and_of_its_fork(tmp_path, code):
     if code == 0:
         gate = subprocess.run(cagtool_cmd("gate", str(out), "--max-recompiles", "0", "--no-config"), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
         assert gate.returncode == 0 and "killed" not in gate.stdout, gate.stdout + gate.stderr
+
+
+@pytest.mark.slow
+def test_a_thread_that_died_is_in_the_record_and_fails_the_gate(tmp_path):
+    """A worker thread's uncaught exception: python prints it and the process exits 0, as under
+    python; the record names the thread, what it raised and the script's line, and the gate does
+    not pass a mode whose figures lack that thread's work."""
+    out = tmp_path / "r"
+    script = SCRIPTS / "thread_dies.py"
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "eager", "-o", str(out), str(script)),
+                          capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
+    assert proc.returncode == 0 and proc.stdout == "steps 3\n", proc.stderr
+    assert 'Exception in thread loader' in proc.stderr and "ValueError: bad shard 3" in proc.stderr  # python's own report
+    record = load_run(out).modes["eager"]
+    assert record.manifest.status == "finished" and len(record.of(StepEvent)) == 3
+    [died] = [f for f in record.of(FindingEvent) if f.code == "thread_died"]
+    assert died.detail == {"thread": "loader", "error_type": "ValueError", "error": "bad shard 3"}
+    assert died.source is not None and died.source.file == str(script) and died.source.line == 10
+    summary = subprocess.run(cagtool_cmd("summary", str(out)), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
+    assert "thread loader ended with ValueError: bad shard 3" in " ".join(summary.stdout.split()), summary.stdout
+    gate = subprocess.run(cagtool_cmd("gate", str(out), "--max-recompiles", "0", "--no-config"), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
+    assert gate.returncode == 1 and "thread loader ended with ValueError" in gate.stdout, gate.stdout + gate.stderr
 
 
 TRACE_ON_FULL_DISK = """

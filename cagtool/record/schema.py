@@ -75,6 +75,10 @@ FINDING_CA_CAPTURE_FAILED = "ca_capture_failed"
 # the user's backward line), where it left through cagtool's backward entry point as a RuntimeError.
 FINDING_CA_CAPTURE_ERROR = "ca_capture_error"
 
+# A thread of the job ended with an uncaught exception (threading.excepthook): the process goes on
+# and exits as python's would, without that thread's work (detail: thread, error_type, error).
+FINDING_THREAD_DIED = "thread_died"
+
 STEP_BOUNDARY_OPTIMIZER = "optimizer"  # the step ended at an optimizer's step()
 STEP_BOUNDARY_BACKWARD = "backward"  # no optimizer: the step is one backward call
 # The optimizer steps inside a compiled graph (torch.compile around `opt.step()`), where no hook

@@ -28,11 +28,11 @@ from cagtool.record.loader import ModeRecord, load_run
 from cagtool.record.schema import CHECKPOINT_REENTRANT, PHASE_CHECKPOINT_RECOMPUTE, BackwardEvent, StepEvent
 from cagtool.record.seal import check_job
 from cagtool.report.checkpointing import CHECKPOINTING_FILE, CheckpointingResult, HeapHeld, ModeSaving, Side, checkpointing_lines
+from cagtool.torch_text import NESTED_CA_ERROR
 from cagtool.verify.verification import rerun_argv
 
 CHECKPOINTING_DIR = "checkpointing"
 MEASURED_MODES = ("aot", "ca")
-NESTED_CA_ERROR = "Trying to run compiled autograd within another compiled autograd call"
 
 
 def _recompute_recompiles(record: ModeRecord) -> int:

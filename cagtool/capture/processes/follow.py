@@ -44,7 +44,8 @@ from cagtool.capture.observe.ddp_watch import DDPWatch
 from cagtool.capture.processes.identity import ROLE_CHILD, ROLE_MAIN, attempt_from_env, child_key, process_info, rank_from_env
 from cagtool.capture.processes.lifeline import StopStacks
 from cagtool.record.manifest import ExceptionInfo, ModeManifest
-from cagtool.record.schema import GRAPHS_DIR, PROCS_DIR, STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED, STATUS_RUNNING, TRACE_DIR, FindingEvent
+from cagtool.record.schema import (FINDING_THREAD_DIED, GRAPHS_DIR, PROCS_DIR, STATUS_FAILED, STATUS_FINISHED, STATUS_INTERRUPTED, STATUS_RUNNING,
+                                   TRACE_DIR, FindingEvent)
 
 if TYPE_CHECKING:  # imported when a record is made: every followed process imports this module at start-up
     from cagtool.capture.recorder import Recorder
@@ -282,6 +283,7 @@ def _install_process_hooks(config: FollowConfig) -> None:
     os.register_at_fork(after_in_child=_after_fork_in_child)
     _wrap_multiprocessing_bootstrap()
     _wrap_os_exit()
+    _wrap_thread_excepthook()
 
 
 def _install_torch_hooks(record: ProcessRecord) -> None:
@@ -335,18 +337,24 @@ def _note_interrupt(exc: BaseException, swallowed_by: str = "") -> None:
 
 def _script_frame(tb: Any) -> str:
     """`file:line (function)` of the innermost frame of the script's own code in a traceback."""
+    frame = _script_frame_summary(tb)
+    return f"{frame.filename}:{frame.lineno} ({frame.name})" if frame is not None else ""
+
+
+def _script_frame_summary(tb: Any) -> Any:
+    """The innermost frame of the script's own code in a traceback (traceback.FrameSummary), or None."""
     import traceback
 
     try:
         frames = traceback.extract_tb(tb)
     except Exception:  # noqa: BLE001
-        return ""
+        return None
     from cagtool.capture.observe.source import is_user_file
 
     for frame in reversed(frames):
         if is_user_file(frame.filename):  # not Python's library, a package, or any of cagtool
-            return f"{frame.filename}:{frame.lineno} ({frame.name})"
-    return ""
+            return frame
+    return None
 
 
 def _wrap_spawn_worker() -> None:
@@ -575,6 +583,54 @@ def _wrap_os_exit() -> None:
 
     _exit._cagtool_wrapped = True  # type: ignore[attr-defined]
     os._exit = _exit
+
+
+def _wrap_thread_excepthook() -> None:
+    """A thread that ends with an uncaught exception leaves the process running, and it exits 0
+    as under python: the record says which thread, what it raised and where (a finding), so that
+    no one reads the process's figures as the whole job's. Python's own hook still prints it."""
+    import threading
+
+    original = threading.excepthook
+    if getattr(original, "_cagtool_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def excepthook(args: Any) -> None:
+        try:
+            _note_thread_died(args)
+        except Exception:  # noqa: BLE001 - the job's own report of the exception must still print
+            pass
+        original(args)
+
+    excepthook._cagtool_wrapped = True  # type: ignore[attr-defined]
+    threading.excepthook = excepthook
+
+
+def _note_thread_died(args: Any) -> None:
+    record = _current
+    if record is None or record.closed or args.exc_type is None or issubclass(args.exc_type, SystemExit):
+        return  # a thread's SystemExit is python's quiet way to end it
+    from cagtool.capture.observe import source as sources
+
+    name = args.thread.name if args.thread is not None else "?"
+    error = str(args.exc_value).strip().split("\n", 1)[0][:300] if args.exc_value is not None else ""
+    frame = _script_frame_summary(args.exc_traceback)
+    source = sources.ref(frame.filename, frame.lineno or 0, frame.name, "caller") if frame is not None else None
+    from cagtool.torch_text import NESTED_CA_ERROR
+
+    why = ""
+    if NESTED_CA_ERROR in error:
+        why = " (compiled autograd runs one backward at a time in a process: threads whose backwards overlap cannot all run under it)"
+    record.writer.emit(
+        FindingEvent,
+        code=FINDING_THREAD_DIED,
+        message=f"thread {name} ended with {args.exc_type.__name__}: {error}{why}; the process went on without it, so its "
+        "figures are not the whole job's",
+        step=record.steps.current_step if record.steps else None,
+        source=source,
+        detail={"thread": name, "error_type": args.exc_type.__name__, "error": error},
+    )
 
 
 def _close_at_exit() -> None:

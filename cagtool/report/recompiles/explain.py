@@ -295,6 +295,7 @@ def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "branch": branch,
         "other_backward_calls": (others := _other_backward_calls(table, cause)),
         "stepped_between": bool(others) and cause.steps[0] in table.stepped_between_backwards,
+        "grad_call": bool(others) and cause.steps[0] in table.grad_call_steps,
         "new_backward_call": _new_backward_call(table, cause),
         "grew": grew,
         # What every capture of the cause did to the graph before it: one GRAPH_* or None (mixed, or unread).
@@ -1151,6 +1152,12 @@ def _other_backward_words(cause: Cause, calls: list[SourceRef], cwd: str) -> Wor
                    "backward): the calls cannot be one backward.")
         fix = ["Nothing to fix: each call's graph is captured once and reused. Do not sum these losses: an optimizer "
                "steps between the calls, and one backward would change what it steps on."]
+    elif cause.facts.get("grad_call"):
+        # torch.autograd.grad returns its gradients (a gradient penalty's, made with create_graph,
+        # are part of the next loss): no sum of losses computes them.
+        fix = ["Nothing to fix: each call's graph is captured once and reused. One of the calls is torch.autograd.grad, whose "
+               "gradients are returned rather than accumulated into .grad (with create_graph=True they feed the later loss): "
+               "the calls cannot be one backward."]
     else:
         fix = ["Nothing to fix. To capture one graph a step, sum the losses and call backward once (`(l1 + l2).backward()` "
                "computes the same gradients as two backward calls into the same .grad)."]

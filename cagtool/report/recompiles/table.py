@@ -194,6 +194,9 @@ class RecompileTable:
     # (stepped_between_backwards), on first use: only a second backward call's cause asks.
     _read_stepped_between: Callable[[], frozenset[int]] | None = field(default=None, repr=False, compare=False)
     _stepped_between: frozenset[int] | None = field(default=None, repr=False, compare=False)
+    # Reads the steps with a torch.autograd.grad call (grad_call_steps), on first use: the same cause asks.
+    _read_grad_calls: Callable[[], frozenset[int]] | None = field(default=None, repr=False, compare=False)
+    _grad_calls: frozenset[int] | None = field(default=None, repr=False, compare=False)
     # Reads the integer constants that differ between two graphs of the same nodes (changed_sizes.py,
     # saved_values_changed), on first use: only a miss on a graph of unchanged nodes asks.
     _read_saved_values: Callable[[CAGraphEvent, CAGraphEvent], list[tuple[str, int, int]] | None] | None = field(
@@ -228,6 +231,15 @@ class RecompileTable:
         if self._stepped_between is None:
             self._stepped_between = self._read_stepped_between() if self._read_stepped_between is not None else frozenset()
         return self._stepped_between
+
+    @property
+    def grad_call_steps(self) -> frozenset[int]:
+        """The steps with a torch.autograd.grad call among their backward calls: its gradients are
+        returned, not accumulated into .grad (a gradient penalty's feed the step's next loss), so
+        the calls of such a step cannot be summed into one backward."""
+        if self._grad_calls is None:
+            self._grad_calls = self._read_grad_calls() if self._read_grad_calls is not None else frozenset()
+        return self._grad_calls
 
     def saved_values(self, before: CAGraphEvent, after: CAGraphEvent) -> list[tuple[str, int, int]] | None:
         """The integer constants that differ between two graphs of the same nodes (None: unread, or
@@ -621,6 +633,15 @@ def _stepped_between_backwards(record: ModeRecord) -> frozenset[int]:
     return frozenset(step for step, seq in zip(*_steps_and_seqs(record, BackwardEvent)) if step in first_step and seq > first_step[step])
 
 
+def _grad_call_steps(record: ModeRecord) -> frozenset[int]:
+    """The steps with a backward call that is torch.autograd.grad (BackwardEvent.call), read now
+    where the record was read without its backward calls."""
+    calls = record
+    if record.kind_counts.get(BackwardEvent.kind) and BackwardEvent.kind not in record.columns and not record.of(BackwardEvent):
+        calls = load_mode(record.path, kinds={BackwardEvent.kind}, columns=True)
+    return frozenset(e.step for e in calls.of(BackwardEvent) if e.call == "grad")
+
+
 def _nested_breaks(breaks: list[GraphBreakEvent], compile_events: list[DynamoCompileEvent]) -> dict[tuple[str, str], tuple[str, int, str]]:
     """RecompileTable.nested_breaks: each graph break in another file than the compiled function's,
     by that function (a resume function counts as the one it continues)."""
@@ -750,6 +771,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         grad_modes=_grad_modes(record, rows),
         wrapper_optimizer_steps=_wrapper_optimizer_steps(compile_events, callers),
         _read_stepped_between=lambda: _stepped_between_backwards(record),
+        _read_grad_calls=lambda: _grad_call_steps(record),
         _read_saved_values=lambda before, after: saved_values_changed(record, before, after),
         dynamic_frames=frozenset(frame for e in compile_events if e.assume_static_by_default is False and not e.compile_id.startswith("!")
                                  and (frame := compile_frame(e.compile_id)) is not None),

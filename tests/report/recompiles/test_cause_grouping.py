@@ -339,6 +339,19 @@ def test_an_attribute_the_forward_sets_on_its_first_call_is_named_with_the_value
 
 
 @pytest.mark.slow
+def test_an_autograd_grad_whose_gradients_feed_the_loss_is_never_told_to_be_summed_with_it(record_run):
+    """An input-gradient penalty: autograd.grad(create_graph=True), then the loss's backward. Two
+    calls, each its own graph captured once; summing the losses (the advice for two backward calls
+    into the same .grad) cannot compute the first call's gradients, which the loss is made of."""
+    _, causes = _explained(record_run, "input_gradient_then_backward.py")
+    [second] = [c for c in causes if c["code"] == "graph_structure"]
+    assert second["steps"] == [0] and second["source"]["line"] == 17  # loss.backward()
+    fix = " ".join(second["fix"])
+    assert fix.startswith("Nothing to fix") and "One of the calls is torch.autograd.grad" in fix
+    assert "sum the losses" not in fix
+
+
+@pytest.mark.slow
 def test_a_gradient_penaltys_graph_captured_again_is_the_root_of_the_losss_new_node(record_run):
     """WGAN-GP's shape (tests/scripts/gradient_penalty.py, aot_eager): the penalty's autograd.grad
     with create_graph=True is captured by compiled autograd, and the loss's backward differentiates

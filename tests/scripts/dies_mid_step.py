@@ -1,8 +1,8 @@
 """Gradient accumulation (2 backward calls per optimizer step) that ends in the middle of its third
 step, after that step's two backward calls and before its optimizer step: `python dies_mid_step.py
-HOW` with HOW `os_exit` (gone at once, as a SIGKILL or the OOM killer leaves it), `pause_os_exit`
-(the same after a second without a step: longer than cagtool holds a line in memory) or `sigterm`
-(a CI runner's stop: the process closes its record)."""
+HOW` with HOW `sigkill` (gone at once, as the OOM killer leaves it), `pause_sigkill` (the same
+after a second without a step: longer than cagtool holds a line in memory) or `sigterm` (a CI
+runner's stop at its default action)."""
 
 import os
 import signal
@@ -21,10 +21,8 @@ for step in range(3):
         model(torch.randn(2, 4)).sum().backward()
     if step == 2:
         print("DYING", flush=True)
-        if how == "pause_os_exit":
+        if how == "pause_sigkill":
             time.sleep(1.0)
-        if how.endswith("os_exit"):
-            os._exit(3)
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGKILL if how.endswith("sigkill") else signal.SIGTERM)
         signal.pause()
     opt.step()

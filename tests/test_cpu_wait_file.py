@@ -51,3 +51,10 @@ def test_the_stall_is_read_where_the_file_names_it():
     # a sample without it (a file cut or forged): the three columns every file has
     mixed = json.dumps({"format": CPU_WAIT_FORMAT, "columns": ["t", "run_s", "wait_s", "stall_s"], "samples": [[1, 2, 3, 4], [2, 3, 4]]})
     assert read_cpu_wait(mixed.encode()) == ([[1.0, 2.0, 3.0], [2.0, 3.0, 4.0]], 0.5)
+
+
+def test_a_file_nested_deeper_than_the_decoder_goes_is_no_reading():
+    """100,000 nested arrays, deeper than msgspec decodes (RecursionError): no reading, as any
+    other damaged file, never an error that reaches a report command."""
+    nested = b'{"format": "cagtool.cpu_wait/1", "samples": [], "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    assert read_cpu_wait(nested) is None

@@ -150,3 +150,14 @@ def test_sigkill_of_cagtool_while_a_del_runs_still_ends_the_job_and_closes_its_r
     assert manifest["status"] == "interrupted", manifest
     assert manifest["exception"]["message"] == "cagtool's own process died", manifest
     assert json.loads((run / "run.json").read_text())["status"] == "killed"
+
+
+def test_a_run_json_nested_too_deeply_is_left_as_it_is_by_the_mode_that_outlived_cagtool(tmp_path):
+    """close_run_of_dead_parent is best effort: a run.json nested deeper than json goes
+    (RecursionError) is left as it was, and nothing reaches the mode process that called it."""
+    from cagtool.record.writer import close_run_of_dead_parent
+
+    nested = '{"status": "running", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    (tmp_path / "run.json").write_text(nested)
+    close_run_of_dead_parent(tmp_path, "ca", -9, "2024-01-01T00:00:00+00:00")
+    assert (tmp_path / "run.json").read_text() == nested

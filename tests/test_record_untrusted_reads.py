@@ -144,6 +144,49 @@ def test_a_graphs_code_read_by_the_report_never_leaves_the_run(run, tmp_path):
     assert SECRET not in (run / "report.html").read_text()  # the recorded run's own report, untouched
 
 
+def _forge_events(run: Path, kind: str, field: str, value: str, only: dict | None = None) -> None:
+    """Every `kind` event of the ca mode (those also matching `only`) given `field` = `value`, the
+    columns sidecar removed so the lines are what is read."""
+    events = run / "ca" / "events.jsonl"
+    (run / "ca" / "columns.json").unlink(missing_ok=True)
+    changed = []
+    for line in events.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("kind") == kind and all(event.get(k) == v for k, v in (only or {}).items()):
+            event[field] = value
+        changed.append(json.dumps(event))
+    events.write_text("\n".join(changed) + "\n")
+
+
+def test_a_path_field_with_a_nul_byte_is_refused(run):
+    """A NUL byte in a path a record names (a graph's code_file, a compile artifact's file), which
+    os.open refuses with a ValueError: the report and `cagtool compile` refuse it, exit 3 with one
+    line naming the field and the name, never an internal error (exit 4)."""
+    from cagtool.record.loader import load_run
+    from cagtool.record.schema import CompileArtifactEvent
+
+    fresh = Path(shutil.copytree(run, run.parent / "fresh", symlinks=True))
+    artifact = load_run(run).mode("ca").of(CompileArtifactEvent)[0]
+    forged = artifact.file + "\0.txt"
+    _forge_events(run, "compile_artifact", "file", forged, {"compile_id": artifact.compile_id, "artifact": artifact.artifact})
+    said = f"{forged!r} holds a NUL byte, which no file name can (a damaged or forged record); refusing to read it"
+    _refused(("compile", str(run), artifact.compile_id, "--show", "all"), f"compile artifact {artifact.artifact} of {artifact.compile_id}: {said}")
+    _refused(("report", str(run), "-o", str(run / "forged.html")), said)
+    _forge_events(fresh, "ca_graph", "code_file", "graphs/ca_\x000.py")
+    _refused(("report", str(fresh), "-o", str(fresh / "forged.html")), "'graphs/ca_\\x000.py' holds a NUL byte, which no file name can")
+
+
+def test_a_name_with_a_nul_byte_is_refused_where_every_record_file_is_opened(tmp_path):
+    """The one opener of a record's files refuses a name with a NUL byte in one line (UnreadableInput),
+    whichever reader the name came through, as it refuses a link or a FIFO."""
+    from cagtool.errors import UnreadableInput
+    from cagtool.record.regular_files import read_record_bytes
+
+    (tmp_path / "a").write_text("{}")
+    with pytest.raises(UnreadableInput, match="holds a NUL byte, which no file name can"):
+        read_record_bytes(tmp_path / "a\0b", max_bytes=10)
+
+
 @pytest.mark.parametrize("name", ["run.json", "ca/manifest.json", "ca/events.jsonl", "ca/cpu_wait.json"])
 def test_a_fifo_planted_as_a_record_file_never_hangs_a_reader(run, name):
     path = run / name
@@ -158,6 +201,29 @@ def test_a_fifo_planted_as_a_graphs_code_never_hangs_the_report(run):
     graph.unlink()
     os.mkfifo(graph)
     _refused(("report", str(run)), "is not a regular file (a FIFO, device or directory); refusing to read it")
+
+def _nested(depth: int = 100_000) -> str:
+    """A JSON value nested deeper than json's and msgspec's decoders go (RecursionError in both)."""
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("name", ["ca/cpu_wait.json", "checkpointing.json"])
+def test_an_optional_json_file_nested_too_deeply_is_no_reading(run, tmp_path, name):
+    """cpu_wait.json (the CPU-wait readings) and checkpointing.json (`cagtool checkpointing`'s kept
+    measurement) are optional: one that is not JSON is no reading, never a refused record. One
+    nested deeper than the decoders go is read as such a file (it was exit 4, a RecursionError):
+    every command that reads it gives what it gives for a file that is not JSON at all."""
+    path = run / name
+    path.write_text('{"format": "x", "x": ' + _nested() + "}")
+    r = str(run)
+    commands = [("summary", r), ("summary", r, "--format", "json"), ("gate", r, "--max-recompiles", "ca:99", "--no-config"),
+                ("compare", r), ("export", r, "--perfetto", str(tmp_path / "trace.json")), ("report", r, "-o", str(tmp_path / "report.html")),
+                ("baseline", "save", r, "-o", str(tmp_path / "baseline.json"))]
+    nested = [cagtool(*command) for command in commands]
+    for command, (code, out, err) in zip(commands, nested):
+        assert code == 0 and "Traceback" not in err and "internal error" not in err, (command, code, err[-2000:])
+    path.write_text("{not json")
+    assert cagtool("summary", str(run), "--format", "json")[1] == nested[1][1]
 
 
 def _forge_last_step(run: Path, field: str, value: str) -> None:
@@ -314,6 +380,43 @@ def test_a_columns_sidecar_planted_as_a_link_is_not_followed(run, tmp_path):
     assert read_sidecar(mode, events.read_bytes()) is None
     assert read_sidecar(mode, events_stat=events.stat()) is None
     assert cagtool("summary", str(run)) == expected
+
+def _forged_sidecar(mode: Path, header_extra: str = "", column: bytes | None = None) -> None:
+    """The mode's columns sidecar, forged with every checksum kept true: `header_extra` added to its
+    header's JSON object, or the step column `ca_captures` pointed at `column`, appended to its body."""
+    import zlib
+
+    from cagtool.record.columns import COLUMNS_FILE
+
+    path = mode / COLUMNS_FILE
+    header, body = path.read_bytes().split(b"\n", 1)
+    doc = json.loads(header)
+    if column is not None:
+        doc["kinds"]["step"]["columns"]["ca_captures"] = ["values", len(body), len(column), zlib.crc32(column)]
+        body += column
+        doc["body_crc32"] = zlib.crc32(body)
+    text = json.dumps(doc, separators=(",", ":"))
+    path.write_bytes((text[:-1] + header_extra + "}").encode() + b"\n" + body)
+
+
+def test_a_columns_sidecar_nested_too_deeply_is_read_as_no_sidecar_or_refused(run):
+    """The sidecar's header nested deeper than json goes is a sidecar not to trust: the lines are
+    read instead, the summary the same. A column in its body that decodes to nothing the writer
+    writes (nested too deeply, or not JSON) under true checksums is a forged record: exit 3, one
+    line naming the sidecar and the column (both were exit 4, a RecursionError or a JSONDecodeError)."""
+    from cagtool.record.columns import COLUMNS_FILE
+
+    mode = run / "ca"
+    original = (mode / COLUMNS_FILE).read_bytes()
+    expected = cagtool("summary", str(run))
+    assert expected[0] == 0
+    _forged_sidecar(mode, header_extra=',"x":' + _nested())
+    assert cagtool("summary", str(run)) == expected
+    for column, words in ((_nested().encode(), "nested too deeply"), (b"garbage", "Expecting value")):
+        (mode / COLUMNS_FILE).write_bytes(original)
+        _forged_sidecar(mode, column=column)
+        for command in ("summary", "compare", "report"):
+            _refused((command, str(run)), f"{mode / COLUMNS_FILE}: the step column 'ca_captures' does not decode as one ({words}")
 
 
 @pytest.mark.parametrize("sidecar", [False, True])

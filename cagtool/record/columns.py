@@ -86,9 +86,13 @@ class EventColumns:
         found = self._decoded.get(name)
         if found is None:
             if name in self.encoded:
-                found = _decode_column(self.encoded[name][0], self._text(name))
-                if len(found) != self.count:
-                    raise ValueError(f"column {self.kind}.{name} holds {len(found)} values, not {self.count}")
+                text = self._text(name)
+                try:
+                    found = _decode_column(self.encoded[name][0], text)
+                    if len(found) != self.count:
+                        raise ValueError(f"{len(found)} values, not {self.count}")
+                except _UNDECODABLE as exc:
+                    raise self._undecodable(name, exc) from None
                 if name in _float_fields(self.kind):  # as the loader decodes a line: a float field's 1 is 1.0
                     found = [float(v) if v.__class__ is int else v for v in found]
                 bound = bounded_fields(EVENT_TYPES[self.kind]).get(name)
@@ -124,28 +128,31 @@ class EventColumns:
         # Not kept: the array is the caller's, and a report over many records reads a column again
         # rather than holding every record's at once.
         text = stored.read() if isinstance(stored, _Stored) else stored
-        if encoding == "f8":
-            cut = text.index(b"\n")
-            array = np.frombuffer(text, dtype="<f8", offset=cut + 1)  # no copy of the doubles
-            nulls = json.loads(text[:cut])["null"]
-        elif encoding == "deltas":
-            first, differences = json.loads(text)
-            steps = np.repeat(np.array([d for d, _ in differences], dtype=np.int64), [n for _, n in differences])
-            array = np.concatenate([np.array([first], dtype=np.int64), first + np.cumsum(steps)])
-            nulls = []
-        elif encoding == "runs":
-            runs = json.loads(text)
-            if not all(type(v) in (int, float) or v is None for v, _ in runs):
-                return None
-            counts = [n for _, n in runs]
-            nulls = [i for (v, n), start in zip(runs, np.cumsum([0, *counts[:-1]]).tolist()) if v is None for i in range(start, start + n)]
-            dtype = float if nulls or any(type(v) is float for v, _ in runs) else np.int64
-            array = np.repeat(np.array([np.nan if v is None else v for v, _ in runs], dtype=dtype), counts)
-        else:
+        if encoding not in ("f8", "deltas", "runs"):
             self.column(name)
             return self.numbers(name)
-        if len(array) != self.count:
-            raise ValueError(f"column {self.kind}.{name} holds {len(array)} values, not {self.count}")
+        try:
+            if encoding == "f8":
+                cut = text.index(b"\n")
+                array = np.frombuffer(text, dtype="<f8", offset=cut + 1)  # no copy of the doubles
+                nulls = json.loads(text[:cut])["null"]
+            elif encoding == "deltas":
+                first, differences = json.loads(text)
+                steps = np.repeat(np.array([d for d, _ in differences], dtype=np.int64), [n for _, n in differences])
+                array = np.concatenate([np.array([first], dtype=np.int64), first + np.cumsum(steps)])
+                nulls = []
+            else:
+                runs = json.loads(text)
+                if not all(type(v) in (int, float) or v is None for v, _ in runs):
+                    return None
+                counts = [n for _, n in runs]
+                nulls = [i for (v, n), start in zip(runs, np.cumsum([0, *counts[:-1]]).tolist()) if v is None for i in range(start, start + n)]
+                dtype = float if nulls or any(type(v) is float for v, _ in runs) else np.int64
+                array = np.repeat(np.array([np.nan if v is None else v for v, _ in runs], dtype=dtype), counts)
+            if len(array) != self.count:
+                raise ValueError(f"{len(array)} values, not {self.count}")
+        except _UNDECODABLE as exc:
+            raise self._undecodable(name, exc) from None
         bound = bounded_fields(EVENT_TYPES[self.kind]).get(name)
         if bound is not None and name not in self._checked:
             self._refuse(name, first_out_of_bounds_array(array, bound, nulls), array)
@@ -167,11 +174,23 @@ class EventColumns:
         problem = figure_problem(value, bound) or f"is {value!r}, outside its range ({bound.rule()})"
         raise UnreadableInput(f"{self.source or 'the columns sidecar'}: seq {seq}: the {self.kind} event's {name} {problem}; {REFUSED}")
 
+    def _undecodable(self, name: str, exc: Exception) -> UnreadableInput:
+        """The refusal of a column whose bytes matched their checksums but are no column the writer
+        writes (not JSON, nested deeper than json goes, of another shape or length): a sidecar
+        forged with its checksums, refused in one line as a forged event's line is."""
+        where = self.source.parent / COLUMNS_FILE if self.source is not None else "the columns sidecar"
+        words = "nested too deeply" if isinstance(exc, RecursionError) else (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        return UnreadableInput(f"{where}: the {self.kind} column {name!r} does not decode as one ({words}); {REFUSED}")
+
     def distinct(self, name: str) -> set[Any]:
         """The named field's distinct values (for a column of runs, without expanding them)."""
         found = self.encoded.get(name)
         if found is not None and found[0] == "runs" and name not in self._decoded and not (name == "step" and self.step_shift):
-            return {value for value, _ in json.loads(self._text(name))}
+            text = self._text(name)
+            try:
+                return {value for value, _ in json.loads(text)}
+            except _UNDECODABLE as exc:
+                raise self._undecodable(name, exc) from None
         return set(self.column(name))
 
     def _text(self, name: str) -> bytes:
@@ -188,6 +207,12 @@ class EventColumns:
         names = list(self.encoded)
         values = [self.column(name) for name in names]
         return [cls(**dict(zip(names, row))) for row in zip(*values)] if names else []
+
+
+# What decoding a column's bytes raises for bytes the writer never wrote (UnicodeDecodeError and
+# json's errors are ValueErrors; a list's value unpacked as a pair, TypeError; a header without
+# "null", KeyError; nesting deeper than json goes, RecursionError).
+_UNDECODABLE = (ValueError, TypeError, KeyError, IndexError, RecursionError)
 
 
 @dataclass(frozen=True)
@@ -480,7 +505,9 @@ def read_sidecar(mode_dir: Path, data: bytes | None = None, events_stat: os.stat
             while chunk := handle.read(1 << 20):
                 crc = zlib.crc32(chunk, crc)
                 body_length += len(chunk)
-    except (OSError, ValueError, UnreadableInput):  # a link or FIFO planted as the sidecar: read the lines instead
+    # A link or FIFO planted as the sidecar, or a header json will not read (nested deeper than it
+    # goes included): read the lines instead.
+    except (OSError, ValueError, RecursionError, UnreadableInput):
         return None
     if doc.get("body_crc32") != crc:
         return None  # the sidecar itself was damaged

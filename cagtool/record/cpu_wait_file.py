@@ -58,7 +58,7 @@ def read_cpu_wait(data: bytes) -> tuple[list[list[float]], float] | None:
     note on the figures, never a reason to refuse a record."""
     try:
         document = msgspec.json.decode(data, type=CpuWaitFile)
-    except msgspec.DecodeError:  # ValidationError included
+    except (msgspec.DecodeError, RecursionError):  # ValidationError included; RecursionError: nested deeper than msgspec goes
         return None
     width = 4 if document.columns[3:4] == ["stall_s"] and all(len(sample) >= 4 for sample in document.samples) else 3
     return [sample[:width] for sample in document.samples], document.sample_s or DEFAULT_SAMPLE_S

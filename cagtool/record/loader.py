@@ -178,7 +178,7 @@ class ModeRecord(Struct):
         is larger than any the writer writes (MAX_TEXT_FILE_BYTES, refused before it is read: its
         readers parse it, a guard tree or a stack, or print it whole, where a part read as if it were
         the whole would mislead)."""
-        path = inside(self.path, event.file, "compile artifact")
+        path = inside(self.path, event.file, f"compile artifact {event.artifact} of {event.compile_id}")
         try:
             return read_record_bytes(path, max_bytes=MAX_TEXT_FILE_BYTES, what="text file").decode("utf-8", errors="replace")
         except OSError as exc:
@@ -758,6 +758,8 @@ def inside(root: Path, relative: str, what: str) -> Path:
     candidate = Path(relative)
     if not relative or candidate.is_absolute() or ".." in candidate.parts:
         raise UnreadableInput(f"{what}: {relative!r} points outside the record; refusing to read it")
+    if "\0" in relative:  # which os.open and os.stat refuse with a ValueError, and os.path.islink below reads as no link
+        raise UnreadableInput(f"{what}: {relative!r} holds a NUL byte, which no file name can (a damaged or forged record); refusing to read it")
     # A relative name without `..` leads out of `root` only through a symbolic link under `root`,
     # and cagtool writes none in a record: one there was planted (`ca/graphs -> /elsewhere`, whose
     # files the last name's O_NOFOLLOW would not see), and is refused wherever it leads. An lstat

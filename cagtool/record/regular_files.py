@@ -4,8 +4,8 @@ A run directory can come from another host, another user or an untrusted pull re
 artifact: any file in it may be a symbolic link planted there (`ca/events.jsonl -> /etc/passwd`, a
 graph file linking to another run) or a FIFO, whose open waits for a writer forever. Every read of
 a record's file goes through here: no link is followed (O_NOFOLLOW), no FIFO or device is read
-(opened without blocking, then refused on its fstat), each refused with one line (UnreadableInput,
-exit 3). Names inside a record are checked apart (loader.py, `inside`)."""
+(opened without blocking, then refused on its fstat), no name with a NUL byte is opened, each
+refused with one line (UnreadableInput, exit 3). Names inside a record are checked apart (loader.py, `inside`)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ def open_record_file(path: Path, dir_fd: int | None = None) -> int:
     name = Path(path).name if dir_fd is not None else path
     try:
         fd = os.open(name, _OPEN_RECORD_FILE, dir_fd=dir_fd)
+    except ValueError:  # a NUL byte in a name read from the record (a forged code_file): no file has one
+        raise UnreadableInput(f"{str(path)!r} holds a NUL byte, which no file name can (a damaged or forged record); refusing to read it") from None
     except OSError as exc:
         if _is_link(name, dir_fd):
             raise UnreadableInput(f"{path} is a symbolic link; a record's files are read only as regular files, never through a link") from None

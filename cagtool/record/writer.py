@@ -159,7 +159,7 @@ def close_run_of_dead_parent(run_dir: Path, mode_name: str, exit_code: int, ende
         if isinstance(codes, dict):
             codes[mode_name] = exit_code
         write_json_atomic(path, data)
-    except (OSError, ValueError, UnreadableInput):
+    except (OSError, ValueError, RecursionError, UnreadableInput):  # RecursionError: nested deeper than json goes
         pass
 
 

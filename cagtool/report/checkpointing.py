@@ -243,17 +243,17 @@ def result_from_dict(data: dict[str, Any]) -> CheckpointingResult:
 
 def load_checkpointing(run_dir: Path) -> dict[str, Any] | None:
     """The kept result, or None (no measurement yet, or unreadable: it is optional)."""
-    import json
-
     from cagtool.errors import UnreadableInput
+    from cagtool.record.loader import json_loads
     from cagtool.record.regular_files import read_record_bytes
     from cagtool.record.schema import MAX_JSON_FILE_BYTES
 
     path = Path(run_dir) / CHECKPOINTING_FILE
     if path.is_symlink() or not path.is_file():
         return None
-    with contextlib.suppress(OSError, ValueError, UnreadableInput):  # a link, a FIFO or a file over the bound: none
-        data = json.loads(read_record_bytes(path, max_bytes=MAX_JSON_FILE_BYTES))
+    # A link, a FIFO, a file over the bound or not JSON (nested too deeply included: json_loads): none
+    with contextlib.suppress(OSError, ValueError, UnreadableInput):
+        data = json_loads(read_record_bytes(path, max_bytes=MAX_JSON_FILE_BYTES))
         if isinstance(data, dict) and data.get("format") == CHECKPOINTING_FORMAT:
             return data
     return None

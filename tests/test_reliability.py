@@ -1013,6 +1013,102 @@ def test_record_contradicting_torch_counters_is_refused(tmp_path):
     assert code == 3 and "has 0 CA graph events, but torch counted 2 captures" in err
 
 
+# A field a pull request can forge with a line break: on a line of its own in a CI log it would be
+# a workflow command (a fake annotation saying the gate passed). The right-to-left override
+# reorders what follows it on the line.
+FORGED_LINE = "\n::error title=gate::all checks passed\u202e"
+
+
+def _forged_fields_run(tmp_path: Path) -> Path:
+    """A record whose run.json (target name, arguments, torch version), failed mode's exception,
+    compiled frame's name, cache miss's node and verification.json strings each end in FORGED_LINE."""
+    forged = lambda text: f"{text}{FORGED_LINE}"  # noqa: E731
+    exception = {"type": forged("RuntimeError"), "message": forged("boom"), "traceback": ""}
+    manifest = _manifest("ca", status="failed", exception=exception)
+    compiled = {"kind": "dynamo_compile", "seq": 20, "t": 0.5, "compile_id": "0/0", "is_ca_graph": False, "step": 0,
+                "co_name": forged("inner"), "co_filename": "/job/train.py", "co_firstlineno": 3, "entire_frame_compile_time_s": 0.1}
+    artifact = {"kind": "compile_artifact", "seq": 21, "t": 0.5, "compile_id": "0/0", "artifact": "dynamo_start",
+                "file": "compiles/0_0/dynamo_start.txt", "step": 0, "lines": 1}
+    miss = {"kind": "ca_cache_miss", "seq": 22, "t": 0.6, "ca_id": 0, "compile_id": "!0", "step": 0, "miss_kind": "new_node",
+            "message": "", "node": forged("torch::autograd::GraphRoot"), "node_call": 0, "key_size": 39, "previous_key_sizes": []}
+    graph = {"kind": "ca_graph", "seq": 23, "t": 0.7, "ca_id": 0, "compile_id": "!0", "step": 0, "node_count": 3, "op_histogram": {},
+             "autograd_nodes": [], "aot_ids": [], "hooks": [], "num_sizes": 0, "capture_s": 0.1, "code_file": "graphs/ca_0.py",
+             "nodes_file": "graphs/ca_0.json", "compiler": "cagtool:eager"}
+    run = write_run(tmp_path / "r", {"eager": _manifest("eager"), "ca": manifest}, events={"ca": [*_steps(3), compiled, artifact, miss, graph]},
+                    meta_extra={"target": {"kind": "script", "name": forged("train.py")},
+                                "target_argv": [forged("train.py"), forged("--lr")], "versions": {"torch": forged("2.13.0")}})
+    (run / "ca" / "compiles" / "0_0").mkdir(parents=True)
+    (run / "ca" / "compiles" / "0_0" / "dynamo_start.txt").write_text("Step 1: torchdynamo start tracing inner\n")
+    def measured(name: str, recompiles: int) -> dict:
+        return {"name": forged(name), "run": forged(f"/runs/{name}"), "status": forged("finished"), "ca_recompiles": [recompiles],
+                "dynamo_recompiles": [1], "ca_graphs": [recompiles + 1], "compile_time_s": 3.9, "first_step_s": 14.3,
+                "step_time_median_s": 0.007, "steady_steps": 1, "peak_memory_bytes": 2**28, "wall_s": 20.3, "hook_calls": [0],
+                "compile_times_s": [3.9]}
+
+    fix = {"fix": forged("ca-dynamic"), "title": forged("sizes start dynamic"), "who": forged("run configuration"), "causes": [1],
+           "run_flags": [forged("--dynamic")], "env": {}, "measured": measured("ca-dynamic", 0), "verdict": forged("verified"),
+           "reasons": [forged("recompiles 2 -> 1")], "speedup": None, "speedup_low": None, "speedup_high": None,
+           "speedup_verdict": forged("n/a"), "numerics_agree": True, "patch": None, "patched_copy": None,
+           "torch_says": forged("PGO detected a recompilation"), "same_as": None}
+    verification = {"format": "cagtool-verification", "version": 1, "run": forged("r"), "mode": forged("ca"), "repeat": 1,
+                    "baseline": measured("baseline", 1), "fixes": [fix], "not_applied": [], "estimated_s": 1.0, "wall_s": 2.0}
+    (run / "verification.json").write_text(json.dumps(verification))
+    return run
+
+
+def _no_line_of_its_own(where: str, text: str) -> None:
+    """No line a log viewer shows (split at every line break Python knows, blanks stripped) starts
+    with a workflow command, and no bidirectional control reaches it."""
+    for line in text.splitlines():
+        assert not line.strip().startswith("::"), (where, line)
+    assert "\u202e" not in text, where
+
+
+def test_a_forged_field_never_prints_a_line_of_its_own(tmp_path):
+    """Every forgeable field a report command prints within a line (run.json's target, arguments and
+    torch version, an exception's type and message, a compiled frame's name, a cache miss's node,
+    verification.json's words) stays within it: the line break and the override shown escaped."""
+    run = _forged_fields_run(tmp_path)
+    clean = write_run(tmp_path / "clean", {"eager": _manifest("eager"), "ca": _manifest("ca")})
+    shown = "\\n::error title=gate::all checks passed\\u202e"
+    expected = {
+        ("summary",): ["cagtool run train.py" + shown, "exception: RuntimeError" + shown, "torch::autograd::GraphRoot" + shown,
+                       "Fixes verified by re-running (mode ca" + shown, "(recompiles 2 -> 1" + shown],
+        ("compare",): ["Modes side by side: train.py" + shown, "RuntimeError" + shown],
+        ("compare", str(clean)): ["the runs ran different commands: A `train.py" + shown, "torch differs: A 2.13.0" + shown],
+        ("compile", "0/0"): ["compiled: inner" + shown + " at /job/train.py:3"],
+        ("recompiles",): ["GraphRoot" + shown + " (NodeCall 0)"],
+        ("recompiles", "--explain"): [],
+    }
+    for command, said in expected.items():
+        code, out, err = cagtool(command[0], str(run), *command[1:], "--strict")
+        assert code == 0, (command, err)
+        _no_line_of_its_own(" ".join(command), out + err)
+        for text in said:
+            assert text in out, (command, text, out)
+
+
+def test_a_run_directory_name_is_shown_escaped_in_every_hint(tmp_path):
+    """The latest run (no RUN given) is whatever directory a job or a pull request planted under
+    .cagtool/runs: its name, with a line break, a window-title escape and a right-to-left override,
+    is shown escaped where a command names the run (`report: PATH`, the `next:` and `cagtool
+    compile` hints), never obeyed."""
+    name = "x\n::error::DIRNAME\x1b]0;PWNED\x07\u202eY"
+    run = _forged_fields_run(tmp_path)
+    work = tmp_path / "work"
+    (work / ".cagtool" / "runs").mkdir(parents=True)
+    run.rename(work / ".cagtool" / "runs" / name)
+    # What follows an unended title escape is part of it (rich drops the BEL from a Text): cut.
+    shown = "x\\n::error::DIRNAME"
+    for command in (("report",), ("summary",), ("recompiles", "--explain"), ("diff-graphs",)):
+        code, out, err = cagtool(*command, cwd=work)
+        assert code in (0, 1), (command, err)
+        for where, text in (("stdout", out), ("stderr", err)):
+            _no_line_of_its_own(f"{' '.join(command)} {where}", text)
+            assert "\x1b" not in text and "\x07" not in text and "PWNED" not in text, (command, where, text)
+        assert shown in out + err, (command, out + err)
+
+
 # ------------------------------------------------------------------ headlines
 
 def _ca_events(nodes: list[tuple[str, str]], steps: int = 8) -> list[dict]:

@@ -52,15 +52,23 @@ def report_after_run(run_path: Path, gate: "GateResult | None" = None, run: "Run
         written = write_run_report(run if run is not None else load_run(run_path, columns=True), gate=gate)
     except ImportError as exc:
         if not (exc.name or "").startswith("vl_convert"):  # cagtool's own modules (an install changed under the run): no hint
-            print(f"cagtool: report not written: {type(exc).__name__}: {exc} (retry with: cagtool report {run_path})", file=sys.stderr)
+            _say(f"cagtool: report not written: {type(exc).__name__}: {exc} (retry with: cagtool report {run_path})")
             return None
-        print(f"cagtool: report skipped: {exc.name} is not installed ({REPORT_DEPS_HINT})", file=sys.stderr)
+        _say(f"cagtool: report skipped: {exc.name} is not installed ({REPORT_DEPS_HINT})")
         return None
     except Exception as exc:  # noqa: BLE001 - see the docstring
-        print(f"cagtool: report not written: {type(exc).__name__}: {exc} (retry with: cagtool report {run_path})", file=sys.stderr)
+        _say(f"cagtool: report not written: {type(exc).__name__}: {exc} (retry with: cagtool report {run_path})")
         return None
-    print(f"report: {written.path}", file=sys.stderr)
+    _say(f"report: {written.path}")
     return written.path
+
+
+def _say(line: str) -> None:
+    """One line on stderr: the run directory's name in it is any name a job or a pull request gave
+    it (a line break, a terminal escape), shown as `runs` shows it."""
+    from cagtool.report.text.safe_text import safe_line
+
+    print(safe_line(line), file=sys.stderr)
 
 
 def report(options: ReportOptions) -> "Written":
@@ -72,7 +80,7 @@ def report(options: ReportOptions) -> "Written":
     if output is None and run_b is not None:
         output = run_b.path / f"report-vs-{run.path.name}.html"
     written = write_run_report(run, output, run_b=run_b)
-    print(f"report: {written.path}  ({written.bytes / 2**20:.1f} MiB, {written.seconds:.1f} s)", file=sys.stderr)
+    _say(f"report: {written.path}  ({written.bytes / 2**20:.1f} MiB, {written.seconds:.1f} s)")
     if options.open_browser:
         webbrowser.open(written.path.resolve().as_uri())
     return written

@@ -77,7 +77,8 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
             console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
     console.print(f"record: {run.path}")
     if after_run:
-        console.print("next: " + "\n      ".join(next_steps(str(run.path))))
+        for i, step in enumerate(next_steps(str(run.path))):  # the console prints a string as one line
+            console.print(("next: " if i == 0 else "      ") + step)
 
 
 def summary_command(

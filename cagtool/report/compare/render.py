@@ -19,7 +19,7 @@ from rich.text import Text
 
 from cagtool.report.text.markdown import md_text
 from cagtool.report.compare.headline import Headline, change_headline, run_headline
-from cagtool.report.text.safe_text import safe_text
+from cagtool.report.text.safe_text import safe_line, safe_text
 from cagtool.report.figures.intervals import ratio_text
 from cagtool.report.figures.pooled import MIN_STEADY_STEPS, TOO_FEW_STEPS
 from cagtool.report.compare.analysis import (
@@ -442,7 +442,9 @@ class TableRenderer:
         for r, row in enumerate(grid.rows):
             if r in grid.sections and r:
                 table.add_section()
-            cells = [Text(v, style="bold red") if (r, k) in grid.problem_cells else Text(v) for k, v in enumerate(row)]
+            # One line each before the table measures them: a record's line break, escaped only when
+            # printed, would fold the cell (and might start the fold with a forged `::error`).
+            cells = [Text(safe_line(v), style="bold red" if (r, k) in grid.problem_cells else "") for k, v in enumerate(row)]
             table.add_row(*cells)
         return table
 

@@ -10,6 +10,7 @@ from typing import Any
 from cagtool.errors import UsageError
 from cagtool.record.loader import ModeRecord
 from cagtool.record.schema import ARTIFACT_TITLES, COMPILE_ARTIFACTS, CompileArtifactEvent, DynamoCompileEvent, DynamoRecompileEvent
+from cagtool.report.text.safe_text import safe_line
 
 # torch prints a compile id as [0/1], [!0/1/0] or [!0]; the brackets are optional here.
 _COMPILE_ID = re.compile(r"^\[?(?P<id>!?\d+(?:/\d+/\d+|/\d+)?)\]?$")
@@ -97,11 +98,14 @@ class DetailRenderer:
         self.show = show
 
     def render(self, record: ModeRecord, detail: CompileDetail) -> str:
+        # The page's own lines are one line each whatever the record's fields hold (a function name
+        # with a line break would print a line of its own: a fake `::error` in a CI log); an
+        # artifact is a file's text, shown as its lines.
         lines = [f"compile [{detail.compile_id}]" + (f" at step {detail.step}" if detail.step is not None else "")]
         if detail.function:
-            lines.append(f"  compiled: {detail.function}" + (f" in {detail.compile_s:.2f} s" if detail.compile_s is not None else ""))
+            lines.append(safe_line(f"  compiled: {detail.function}" + (f" in {detail.compile_s:.2f} s" if detail.compile_s is not None else "")))
         for reason in detail.reasons:
-            lines.append(f"  recompiled because: {reason}")
+            lines.append(safe_line(f"  recompiled because: {reason}"))
         listed = [a for a in detail.artifacts if a.artifact not in self.show]
         if listed:
             lines.append("  also recorded: " + ", ".join(f"{ARTIFACT_TITLES.get(a.artifact, a.artifact)} ({a.lines} lines, --show {a.artifact})" for a in listed))
@@ -109,5 +113,5 @@ class DetailRenderer:
             if artifact.artifact not in self.show:
                 continue
             title = ARTIFACT_TITLES.get(artifact.artifact, artifact.artifact)
-            lines += ["", f"--- {title} ({artifact.file}) ---", record.artifact_text(artifact).rstrip("\n")]
+            lines += ["", safe_line(f"--- {title} ({artifact.file}) ---"), record.artifact_text(artifact).rstrip("\n")]
         return "\n".join(lines) + "\n"

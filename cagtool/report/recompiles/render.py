@@ -33,6 +33,7 @@ from cagtool.report.recompiles.table import (
     guard_text,
     node_label,
 )
+from cagtool.report.text.safe_text import safe_line
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -209,7 +210,9 @@ class RecompilesTableRenderer:
             grid.add_column("user source", overflow="fold", ratio=2)
             grid.add_column("graph", no_wrap=True)
             for cells in table_cells(table):
-                grid.add_row(*(Text(cell) for cell in cells))  # Text: guard texts may contain [brackets]
+                # Text: guard texts may contain [brackets]; one line each before the table measures
+                # them (a node's line break, escaped only when printed, would fold the cell).
+                grid.add_row(*(Text(safe_line(cell)) for cell in cells))
             self.console.print(grid)
             lines = sorted(
                 {line for r in table.rows if r.user_source is not None and r.user_source.code

@@ -1,8 +1,12 @@
 """Consoles for rendering: colour only on a terminal, no wrapping off one (CI logs stay greppable),
 and rich markup off: every string printed may carry record data (an exception text with `[b, c]`
 or `[/x]`), so styles are given as `style=` or `Text`, never as markup in the string. For the same
-reason every text these consoles write passes `safe_text` (escape sequences, control characters,
-lone surrogates), whichever renderer made it."""
+reason every text these consoles write passes `safe_line` (escape sequences, control characters,
+lone surrogates, line breaks), whichever renderer made it: a string or Text printed is one line,
+so record data in it cannot start a line of its own (in a CI log, a line of its own may be a
+workflow command, `::error::`); a renderer that means several lines prints each. A table measures
+a Text cell before it is printed: a renderer escapes a Text cell's record data itself, or passes a
+string (which rich turns into Text here, so it is measured as printed)."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import IO, TYPE_CHECKING, Any
 
-from cagtool.report.text.safe_text import is_safe, safe_text
+from cagtool.report.text.safe_text import safe_line
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -48,20 +52,24 @@ def _safe_console_class() -> type[Console]:
     from rich.text import Text
 
     class SafeConsole(Console):
-        """A rich Console whose text is `safe_text`: strings as rich turns them into Text (so a
+        """A rich Console whose text is `safe_line`: strings as rich turns them into Text (so a
         table measures what it will print), and Text objects made by a renderer, rebuilt with
-        their styles where they hold something unsafe. Rich's own styles are rendered after this,
-        so colour on a terminal is kept."""
+        their styles where they hold something unsafe or a line break. Rich's own styles are
+        rendered after this, so colour on a terminal is kept."""
 
         def render_str(self, text: str, **options: Any) -> Text:
-            return super().render_str(safe_text(text), **options)
+            return super().render_str(safe_line(text), **options)
 
         def render(self, renderable: Any, options: Any = None) -> Any:
-            if isinstance(renderable, Text) and not is_safe(renderable.plain):
+            if isinstance(renderable, Text) and not _one_safe_line(renderable.plain):
                 renderable = _safe_rich_text(self, renderable)
             return super().render(renderable, options)
 
     return SafeConsole
+
+
+def _one_safe_line(text: str) -> bool:
+    return (text.isascii() and text.isprintable()) or safe_line(text) == text
 
 
 def _safe_rich_text(console: Console, text: Any) -> Any:
@@ -69,7 +77,7 @@ def _safe_rich_text(console: Console, text: Any) -> Any:
     out per piece: a sequence split across two styles is shown, not obeyed)."""
     from rich.text import Text
 
-    pieces = [(safe_text(segment.text), segment.style) for segment in text.render(console) if segment.text]
+    pieces = [(safe_line(segment.text), segment.style) for segment in text.render(console) if segment.text]
     return Text.assemble(*pieces, justify=text.justify, overflow=text.overflow, no_wrap=text.no_wrap, end=text.end, tab_size=text.tab_size)
 
 
@@ -77,7 +85,7 @@ def make_console(file: IO[str] | None = None, width: int | None = None, stderr: 
     """A rich console for reports. On a terminal: its width (or COLUMNS) and colour. Off a
     terminal (pipes, files, CI logs): colourless and, unless COLUMNS is set, unbounded, so no line
     is wrapped mid-phrase or cut with an ellipsis. `width` fixes it (golden tests). Record text is
-    shown as text (`safe_text`)."""
+    shown as text, one line per string or Text printed (`safe_line`)."""
     stream = _stream(file, stderr)
     is_tty = _is_tty(stream)
     if width is None and not is_tty:

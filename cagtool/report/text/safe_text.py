@@ -9,10 +9,11 @@ exception may carry any lone surrogate; neither can be encoded as UTF-8, so a st
 UTF-8 file raises on them.
 
 `safe_text` drops complete escape sequences (what they do is not text), shows every other
-control character as `\\xNN`, and a lone surrogate as the byte it escapes (`\\xe9`) or as
-`\\udNNN`. Tab and newline stay: they are layout. The result is printable on any terminal,
-encodable as UTF-8, and allowed in XML 1.0. It is idempotent, and text without such characters
-comes back unchanged (the same object)."""
+control character as `\\xNN` (a bidirectional control, which reorders what follows it, as
+`\\u202e`), and a lone surrogate as the byte it escapes (`\\xe9`) or as `\\udNNN`. Tab and
+newline stay: they are layout. The result is printable on any terminal, encodable as UTF-8, and
+allowed in XML 1.0. It is idempotent, and text without such characters comes back unchanged (the
+same object)."""
 
 from __future__ import annotations
 
@@ -38,8 +39,11 @@ def _sequence() -> re.Pattern[str]:
 
 @cache
 def _unsafe() -> re.Pattern[str]:
-    # C0 but tab and newline, DEL, C1, lone surrogates, and the two noncharacters XML 1.0 forbids.
-    return re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+    # C0 but tab and newline, DEL, C1, lone surrogates, the two noncharacters XML 1.0 forbids, and
+    # the bidirectional controls (marks, embeddings, overrides, isolates): a terminal or a log viewer
+    # obeys them, and a right-to-left override shows the rest of a line reversed (a record's
+    # `invoice\u202efdp.exe` reads as `invoiceexe.pdf`).
+    return re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]")
 
 
 def _plain(text: str) -> bool:

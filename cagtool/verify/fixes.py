@@ -40,6 +40,7 @@ from cagtool.report.recompiles.explain import (
     Cause,
     Explanation,
     cause_words,
+    goes_with_its_forward,
     nothing_to_fix,
 )
 
@@ -167,6 +168,9 @@ def unanswered_causes(explanation: Explanation, verified: set[int], applicable: 
             # backward captured less), never "a design choice" or a code change of its own.
             root = by_number.get(c.caused_by, c)
             why = f"follows from #{c.caused_by}: answered by the fix of #{c.caused_by}"
+            if goes_with_its_forward(c):
+                why = (f"follows from #{c.caused_by}: the recompiled forward computes differently; a fix of #{c.caused_by} "
+                       "that keeps it computing one way removes this too")
             unchanged = root.number not in applicable and _nothing_of_yours(root, cwd) is not None
             if unchanged:
                 why = f"follows from #{c.caused_by}, which needs no change in your code"

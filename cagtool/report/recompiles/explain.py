@@ -2535,6 +2535,17 @@ def nothing_to_fix(cause: Cause, cwd: str) -> bool:
 NOTHING_TO_FIX = ("Nothing to fix:", "Nothing to fix for ", "Nothing to change in your code:")
 
 
+def goes_with_its_forward(cause: Cause) -> bool:
+    """A backward captured again after its forward was recompiled on a value, a mode or a dtype
+    (not a size, not requires_grad): a new node, so the recompiled forward computes differently,
+    and the backward is captured once for each way it runs. A fix of the root removes it only where
+    the fix keeps the forward computing one way; one that only stops Dynamo recompiling (the value
+    passed as a tensor) leaves the computation's change, and this capture with it."""
+    return (cause.caused_by is not None and cause.code == CAUSE_STRUCTURE
+            and cause.facts.get("root_code") not in _CA_ROOT_CODES
+            and cause.facts.get("root_kind") not in (None, "", GUARD_SIZE, GUARD_REQUIRES_GRAD))
+
+
 def _consequence(cause: Cause, cwd: str) -> Words:
     """A CA recompile that follows from a forward recompile: what the backward saw, and that the
     fix is the root cause's (no advice written for a cause the script does not have)."""
@@ -2589,8 +2600,13 @@ def _consequence(cause: Cause, cwd: str) -> Words:
             }.get(tuple(cause.facts.get("root_ways") or ()), "The parameters that train decide the backward's nodes: "
                   "captured once per set of trainable parameters."))
             fix = [f"Goes with {root}: nothing to fix on its own."]
-        else:
+        elif not goes_with_its_forward(cause):  # the root's kind not known
             fix = [f"Fixing {root} removes this one too: the backward changed only because its forward was recompiled."]
+        else:
+            fix = [f"Goes with {root}: the recompiled forward computes differently (the node above), so its backward is "
+                   f"another graph, captured once for each way the forward runs. A fix of {root} that keeps the forward "
+                   "computing one way (one branch, one dtype, one mode every step) removes this one too; one that only "
+                   "stops Dynamo recompiling (the value passed as a tensor) does not."]
         return Words(title, why, fix, evidence_text(cause.evidence))
     if cause.code == CAUSE_SHAPES:
         words = _shapes(cause, cwd)

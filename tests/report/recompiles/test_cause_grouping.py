@@ -352,6 +352,20 @@ def test_an_autograd_grad_whose_gradients_feed_the_loss_is_never_told_to_be_summ
 
 
 @pytest.mark.slow
+def test_a_backward_whose_recompiled_forward_computes_more_is_not_removed_by_any_fix_of_the_recompile(record_run):
+    """A forward branching on a Python int step: Dynamo recompiles it on the value, and at step 3
+    the forward computes one more add, so its backward is a new graph. The step as a tensor stops
+    the recompiles, not the add (checked by hand: still 2 captures): the CA cause goes with the
+    root's fix only where that fix keeps the forward computing one way, never "removes this too"."""
+    _, causes = _explained(record_run, "warmup_branch_on_step.py")
+    [follower] = [c for c in causes if c["caused_by"] is not None and c["code"] == "graph_structure"]
+    fix = " ".join(follower["fix"])
+    assert fix.startswith(f"Goes with #{follower['caused_by']}: the recompiled forward computes differently"), fix
+    assert "removes this one too; one that only stops Dynamo recompiling (the value passed as a tensor) does not" in fix
+    assert "the backward changed only because its forward was recompiled" not in fix
+
+
+@pytest.mark.slow
 def test_a_gradient_penaltys_graph_captured_again_is_the_root_of_the_losss_new_node(record_run):
     """WGAN-GP's shape (tests/scripts/gradient_penalty.py, aot_eager): the penalty's autograd.grad
     with create_graph=True is captured by compiled autograd, and the loss's backward differentiates

@@ -65,6 +65,26 @@ def test_bad_modes_option(tmp_path):
     assert "--modes" in _one_error_line(proc)
 
 
+@pytest.mark.parametrize("args, said", [
+    (("--max-time", "nan"), "--max-time takes seconds from 0.1 to"),
+    (("--max-time", "inf"), "--max-time takes seconds from 0.1 to"),
+    (("--max-time", "1e10"), "--max-time takes seconds from 0.1 to"),
+    (("--json", "/nonexistent-dir/x.json"), "cannot write --json /nonexistent-dir/x.json: no directory"),
+    (("--json", "/"), "cannot write --json /: it is a directory"),
+    (("--gate",), "--gate with no gate thresholds"),
+])
+def test_arguments_the_end_of_the_run_needs_are_checked_before_the_script_runs(tmp_path, args, said):
+    """An hours-long CI job must not run to its end to fail on its own options (a timer torch's
+    process cannot set, a --json file it cannot write, a gate with nothing to check)."""
+    marker = tmp_path / "ran"
+    script = tmp_path / "job.py"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "eager", *args, "-o", str(tmp_path / "r"), str(script)),
+                          capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=120)
+    assert proc.returncode == 2 and said in _one_error_line(proc)
+    assert not marker.exists() and not (tmp_path / "r").exists()
+
+
 @pytest.mark.slow
 def test_script_raises_mid_training_record_is_complete(tmp_path):
     proc = _run(tmp_path, str(SCRIPTS / "crash_mid_training.py"))

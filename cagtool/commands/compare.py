@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Optional
@@ -41,8 +42,8 @@ def compare(options: CompareOptions) -> None:
     from cagtool.report.ranks.analysis import analysis_json, focused_run
     from cagtool.report.ranks.render import render_ranks
 
-    if options.rtol < 0 or options.atol < 0:
-        raise UsageError("--rtol and --atol must not be negative")
+    if not (0 <= options.rtol < math.inf and 0 <= options.atol < math.inf):  # NaN fails too: it would compare nothing
+        raise UsageError(f"--rtol and --atol take a finite number, not negative (got {options.rtol!r}, {options.atol!r})")
     tolerance = Tolerance(rtol=options.rtol, atol=options.atol)
     # A multi-rank run is compared on one rank's records (its launcher ran no steps); the per-rank
     # tables of every mode follow (in JSON: `ranks`).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import secrets
 import sys
 from pathlib import Path
@@ -45,6 +46,20 @@ def write_summary_json(run_path: Path, dest: Path, run: "RunRecord | None" = Non
         write_atomic(dest, text)
     except OSError as exc:
         raise UsageError(f"cannot write --json {dest}: {exc.strerror or exc}") from None
+
+
+# The longest --max-time (115 days): a bound the mode's interval timer and clocks can hold.
+MAX_TIME_S = 1e7
+
+
+def _check_json_destination(dest: Path) -> None:
+    """--json's file can be written once the job ends: checked before it starts (an hours-long CI
+    job must not end with a usage error about its output file)."""
+    parent = dest.parent if str(dest.parent) else Path(".")
+    if dest.is_dir():
+        raise UsageError(f"cannot write --json {dest}: it is a directory")
+    if not parent.is_dir():
+        raise UsageError(f"cannot write --json {dest}: no directory {parent}")
 
 
 def warm_end_of_run_imports(report: bool) -> None:
@@ -164,6 +179,17 @@ def run_command(
         raise UsageError("--json is empty; give a file name")
     if backend not in ("inductor", "aot_eager", "eager"):
         raise UsageError(f"--backend takes inductor, aot_eager or eager (got {backend!r})")
+    if max_time is not None and not (math.isfinite(max_time) and max_time <= MAX_TIME_S):
+        raise UsageError(f"--max-time takes seconds from 0.1 to {MAX_TIME_S:.0f} (got {max_time!r})")
+    if json_file is not None:
+        _check_json_destination(Path(json_file))
+    if gate and gate_options is None:  # --gate alone: thresholds from [tool.cagtool.gate], read before the job runs
+        from cagtool.commands.gate import gate_options_from_flags
+
+        gate_options = gate_options_from_flags()
+    if gate and gate_options is not None and not gate_options.settings.has_thresholds():
+        raise UsageError("--gate with no gate thresholds: give flags such as --max-recompiles 0 or --baseline FILE, "
+                         "or a [tool.cagtool.gate] table in pyproject.toml (see cagtool gate --help)")
     from cagtool.capture.run.seeding import parse_seed
 
     try:

@@ -200,3 +200,11 @@ def test_bad_input_exits_3(tmp_path: Path):
 def test_bad_format_is_a_usage_error(graph_breaks_run):
     proc = compare(str(graph_breaks_run.path), "--format", "yaml", check=False)
     assert proc.returncode == 2
+
+
+@pytest.mark.parametrize("flag, value", [("--rtol", "nan"), ("--rtol", "-1"), ("--atol", "inf"), ("--atol", "nan")])
+def test_a_tolerance_that_compares_nothing_is_a_usage_error(tmp_path, flag, value):
+    """NaN agrees with nothing (the losses read as "inputs differ" against themselves) and an
+    infinite tolerance with everything: refused before any record is read."""
+    proc = compare(str(tmp_path / "no-run"), flag, value, check=False)
+    assert proc.returncode == 2 and "--rtol and --atol take a finite number, not negative" in proc.stderr, proc.stderr

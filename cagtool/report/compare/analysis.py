@@ -402,6 +402,9 @@ class Numerics:
     # record -> (the first paths, how many) of the files in the job's working directory that an
     # earlier mode wrote before it started (RunMeta.written_before): a job resuming from its own files.
     written_before: dict[str, tuple[tuple[str, ...], int]] = field(default_factory=dict)
+    # record -> (its loss, the reference's) at the first step, for each record whose first-step loss
+    # already differs (inputs_differ): what the words quote (the diffs hold the worst step's).
+    first_losses: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def agree(self) -> bool:
@@ -560,6 +563,7 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
         return Numerics(None, tol, notes=("no mode recorded a scalar loss or final norms: nothing to compare",))
     diffs: list[NumericsDiff] = []
     notes: list[str] = []
+    first_losses: dict[str, tuple[float, float]] = {}
     for sample in samples:
         if sample.record == reference.record:
             continue
@@ -573,6 +577,7 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
             notes.append(f"{sample.record}: nothing to compare with {reference.record}")
         if first_losses_differ(sample, reference, tol) and _different_modes_of_one_run(sample.record, reference.record):
             kept = [replace(d, inputs_differ=not d.agrees) for d in kept]
+            first_losses[sample.record] = (sample.losses[FIRST_STEP], reference.losses[FIRST_STEP])
         elif any(not d.agrees for d in kept):
             words, left_tight, jump = _drift(sample, reference, tol, (gradients or {}).get(sample.record))
             # A final norm's difference is drift only where the losses drifted too.
@@ -580,7 +585,7 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
             if jump is not None:
                 kept = [replace(d, note=jump[1], jumped_at=jump[0]) if d.quantity == LOSS and not d.agrees else d for d in kept]
         diffs.extend(kept)
-    return Numerics(reference.record, tol, tuple(diffs), tuple(notes + nonfinite_notes(samples)))
+    return Numerics(reference.record, tol, tuple(diffs), tuple(notes + nonfinite_notes(samples)), first_losses=first_losses)
 
 
 def _drift(sample: NumericsSample, reference: NumericsSample, tol: Tolerance, check: Any) -> tuple[str, bool, tuple[int, str] | None]:

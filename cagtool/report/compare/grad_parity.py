@@ -522,7 +522,7 @@ def _why_not_comparable(record: ModeRecord, reference: ModeRecord) -> str:
             compiled = record.manifest.mode != "eager" and not _eager_randomness(record)
             hint = "; for dropout in a compiled forward, rerun with cagtool run --parity" if compiled else ""
             return (f"inputs differ: the first step's losses already differ ({a!r} vs {b!r}) before any backward ran "
-                    f"(an unseeded script or rank, data order, or randomness in the forward{hint})")
+                    f"(an unseeded script or rank, data order, randomness in the forward, or a compiled forward that computes differently{hint})")
     return ""
 
 

@@ -296,13 +296,13 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
         for record in numerics.inputs_differ:
             if record in resumed:
                 continue
-            first = next(d for d in numerics.diffs if d.record == record and d.quantity == "loss")
+            value, reference_value = numerics.first_losses[record]
             lines.append((
                 f"Numerics: inputs differ (unseeded?): {record}'s first-step loss already differs from {numerics.reference}'s "
-                f"({first.value!r} vs {first.reference_value!r}, before any backward could matter): the modes computed on "
-                "different inputs or randomness, so their numerics say nothing about compiled autograd. "
-                "cagtool seeds every mode alike; a script that draws from another source (data order, os.urandom, "
-                "compiled dropout) needs to fix it to compare", False))
+                f"({value!r} vs {reference_value!r}, before any backward could matter): the modes computed on "
+                "different inputs or randomness, or the compiled forward computes differently, so their numerics say "
+                "nothing about compiled autograd. cagtool seeds every mode alike; a script that draws from another source "
+                "(data order, os.urandom, compiled dropout) needs to fix it to compare", False))
     for d in numerics.diffs:
         if d.note:
             lines.append((f"  note: {d.note}", False))

@@ -208,3 +208,17 @@ def test_a_tolerance_that_compares_nothing_is_a_usage_error(tmp_path, flag, valu
     infinite tolerance with everything: refused before any record is read."""
     proc = compare(str(tmp_path / "no-run"), flag, value, check=False)
     assert proc.returncode == 2 and "--rtol and --atol take a finite number, not negative" in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+def test_a_first_step_that_already_differs_is_quoted_at_the_first_step(record_run):
+    """A compiled forward that computes differently: the first step's losses already differ, and
+    the words quote those (each mode's step-0 loss, as the script printed it), not the losses of
+    the step where they differ most; the compiled forward is named among the possible reasons."""
+    run = record_run("../tests/scripts/compiled_forward_differs.py", modes="eager,ca")
+    assert run.returncode == 0, run.stderr
+    printed = [line.split() for line in run.stdout.splitlines() if line[:1].isdigit()]
+    eager_0, ca_0 = [float(v) for s, v in printed if s == "0"]  # eager ran first, then ca
+    text = " ".join(compare(str(run.path)).stdout.split())
+    assert f"ca's first-step loss already differs from eager's ({ca_0!r} vs {eager_0!r}" in text, text
+    assert "or the compiled forward computes differently" in text

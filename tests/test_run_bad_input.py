@@ -99,11 +99,13 @@ def test_script_raises_mid_training_record_is_complete(tmp_path):
 
 
 @pytest.mark.slow
-def test_sys_exit_code_passes_through(tmp_path):
-    proc = _run(tmp_path, str(SCRIPTS / "exit_code.py"), "7")
-    assert proc.returncode == 7
+@pytest.mark.parametrize("given, status", [("7", 7), ("300", 44)])
+def test_sys_exit_code_passes_through(tmp_path, given, status):
+    """The process's status as python's would be (sys.exit(300) is 44 to a shell), and the record says the same."""
+    proc = _run(tmp_path, str(SCRIPTS / "exit_code.py"), given)
+    assert proc.returncode == status
     ca = load_run(tmp_path / "r").modes["ca"]
-    assert ca.manifest.exit_code == 7 and len(ca.of(StepEvent)) == 1
+    assert ca.manifest.exit_code == status and len(ca.of(StepEvent)) == 1
 
 
 @pytest.mark.slow

@@ -537,7 +537,7 @@ def _wrap_exit_paths() -> None:
 
     def exit(code: Any = None) -> None:
         if _current is not None:
-            _current.exit_code = code if isinstance(code, int) else (0 if code is None else 1)
+            _current.exit_code = code % 256 if isinstance(code, int) else (0 if code is None else 1)  # the status's byte
         original_exit(code)
 
     def excepthook(exc_type: Any, exc: Any, tb: Any) -> None:

@@ -198,7 +198,7 @@ def _record_mode(spec: ModeSpec) -> int:
         if code is None:
             exit_code = 0
         elif isinstance(code, int):
-            exit_code = code
+            exit_code = code % 256  # what the process's status holds, as a shell sees python's: sys.exit(300) is 44
         else:
             print(code, file=sys.stderr)
             exit_code = 1

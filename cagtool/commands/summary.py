@@ -20,7 +20,7 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
     from cagtool.record.loader import load_run
     from cagtool.report.text.console import make_console
     from cagtool.report.ranks.analysis import focused_run, run_for_rank
-    from cagtool.report.summary import SUMMARY_KINDS, next_steps, render_summary, summary_json
+    from cagtool.report.summary import SUMMARY_KINDS, damaged_headline, next_steps, render_summary, summary_json
 
     # Optimizer-step events are half of a long run's lines and no summary figure reads them: they
     # are counted, not built; steps and backward calls are read as columns from the record's
@@ -42,7 +42,7 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
 
         view = _focused(run, None)[0]
         comparison = compare_modes(view)
-        line = run_headline(comparison, verification, ca_explanation(comparison, view))
+        line = damaged_headline(view) or run_headline(comparison, verification, ca_explanation(comparison, view))
         data = {"headline": {"text": line.text, "tone": line.tone, "advice": line.advice}, **data}
         if verification is not None:
             data["verification"] = verification
@@ -60,7 +60,8 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
     compared, focus = focused_run(run, None)  # a multi-rank run's launchers ran no steps
     comparison = compare_modes(compared)
     # The answer first: what a user pastes into a pull request, then what to do about it.
-    print_headline(console, run_headline(comparison, verification, ca_explanation(comparison, compared)), str(run.path))
+    headline = damaged_headline(compared) or run_headline(comparison, verification, ca_explanation(comparison, compared))
+    print_headline(console, headline, str(run.path))
     render_summary(console, run, rank=rank)
     if len(run.modes) > 1:
         if focus is not None and rank is None:

@@ -583,6 +583,17 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         render_ranks(console, analysis)
 
 
+def damaged_headline(run: RunRecord) -> "Headline | None":
+    """The headline of a run whose record contradicts torch's own counters (record/integrity.py):
+    its counts are not the job's, so none leads as a fact; None for a sound record."""
+    from cagtool.report.compare.headline import Headline
+
+    problems = [p for record in run.modes.values() for p in mode_damage(record)]
+    if not problems:
+        return None
+    return Headline(f"record damaged: {'; '.join(problems)}: recompiles not known.", "bad", "re-record the run")
+
+
 def render_summary(console: Console, run: RunRecord, modes: list[str] | None = None, rank: int | None = None) -> None:
     """With `rank`, `run` is that rank's view (ranks.run_for_rank): each mode is that rank's record."""
     meta = run.meta

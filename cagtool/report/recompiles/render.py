@@ -53,8 +53,10 @@ def counts_line(table: RecompileTable) -> str:
     hit_ids = {h.compile_id for h in table.limit_hits if h.compile_id}
     refused = sum(1 for r in table.recompiles if r.compile_id in hit_ids)
     limit = f"; {refused} of them refused at the recompile limit, compiling nothing" if refused else ""
+    # A damaged record's counts are what it holds, not what ran: said as such, never as the job's.
+    damaged = f"{damaged_words(table)}; it holds " if table.damage else ""
     return (
-        f"mode {table.name}: {plural(len(table.recompiles), 'recompile')}{steps} "
+        f"mode {table.name}: {damaged}{plural(len(table.recompiles), 'recompile')}{steps} "
         f"(CA: {table.count(SOURCE_CA)}, "
         f"Dynamo forward-frame: {table.count(SOURCE_DYNAMO_FRAME)}, "
         f"Dynamo CA-graph: {table.count(SOURCE_DYNAMO_CA_GRAPH)}){limit}{first}{gate}"
@@ -78,8 +80,15 @@ def print_line(console: "Console", line: str, style: str = "") -> None:
     console.print(Text(line, style=style), soft_wrap=True)
 
 
+def damaged_words(table: RecompileTable) -> str:
+    """What a damaged record (record/integrity.py's words) leaves unknown."""
+    return f"record damaged ({'; '.join(table.damage)}): recompiles not known"
+
+
 def record_notes(table: RecompileTable) -> list[str]:
     notes = []
+    for path in table.missing_artifacts:
+        notes.append(f"note: compile artifact {path} is missing; its guard detail is left out")
     if table.skipped_lines:
         notes.append(f"note: skipped {plural(table.skipped_lines, 'unreadable line')} of the {table.name} record (--strict makes this an error)")
     if table.unknown_kinds:
@@ -106,6 +115,8 @@ def record_notes(table: RecompileTable) -> list[str]:
 
 def no_recompiles_text(table: RecompileTable) -> str:
     """The line of a mode without a recompile: what was cached, where something was."""
+    if table.damage:
+        return f"Recompiles not known: the {table.name} record is damaged (above); re-record the run."
     if table.mode == "eager":
         return "No recompiles: the eager mode compiles nothing."
     if table.mode == "ca" and not table.graphs and table.steps:
@@ -402,8 +413,12 @@ class RecompilesJsonRenderer:
                 "last_step": table.last_step,
                 "skipped_lines": table.skipped_lines,
                 "unknown_kinds": table.unknown_kinds,
+                # What contradicts torch's own counters (record/integrity.py); where any does, the
+                # counts are the record's, and `recompiles` is null: not known.
+                "damaged": table.damage,
+                "missing_artifacts": table.missing_artifacts,
                 "counts": {
-                    "recompiles": len(table.recompiles),
+                    "recompiles": None if table.damage else len(table.recompiles),
                     # torch's count: one per capture, the initial compile's included
                     "ca_cache_misses": sum(1 for r in table.rows if r.source == SOURCE_CA),
                     "ca_recompiles": table.count(SOURCE_CA),

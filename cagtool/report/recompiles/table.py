@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import bisect
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,9 @@ from typing import TYPE_CHECKING, Callable
 
 import msgspec
 
-from cagtool.record.loader import ModeRecord, RunRecord, load_mode, load_run
+from cagtool.errors import UnreadableInput
+from cagtool.record.integrity import mode_damage
+from cagtool.record.loader import ModeRecord, RunRecord, inside, load_mode, load_run
 from cagtool.record.schema import (
     PHASE_CHECKPOINT_RECOMPUTE,
     BackwardEvent,
@@ -170,6 +173,12 @@ class RecompileTable:
     # The mode ran compiled autograd over parameters each rank holds a shard of (FSDP2's DTensors,
     # GradDigestEvent.shard): a setup torch has no compiled-autograd path for (record_notes).
     sharded_under_ca: bool = False
+    # What in the record contradicts torch's own counters (record/integrity.py): its counts are then
+    # what the record holds, not what ran, and no renderer states them as the job's (record_notes).
+    damage: list[str] = field(default_factory=list)
+    # Compile artifacts (guard trees) the record lists but whose file is gone: guard detail, left out
+    # with a note, never the end of the report.
+    missing_artifacts: list[str] = field(default_factory=list)
     # CA graphs whose capture raised (FindingEvent `ca_capture_failed`): torch captures such a graph
     # again when it comes back, with no cache-miss reason, cagtool or not.
     failed_captures: frozenset[int] = frozenset()
@@ -520,7 +529,22 @@ def _wrapper_optimizer_steps(compile_events: list[DynamoCompileEvent], callers: 
     return frozenset(found)
 
 
-def _wrapper_modules(record: ModeRecord, callers: dict[str, list[tuple[str, SourceRef | None]]]) -> dict[str, tuple[str, ...]]:
+def _guard_tree(record: ModeRecord, event: CompileArtifactEvent, missing: list[str]) -> str | None:
+    """The artifact's text; None, its path added to `missing`, when its file is gone. A guard tree
+    is detail (a value, a module name, a grad mode): a report goes on without it. A file planted as a
+    link, led out of the run or too large is still refused (UnreadableInput), as every record file is."""
+    try:
+        return record.artifact_text(event)
+    except UnreadableInput:
+        path = inside(record.path, event.file, f"compile artifact {event.artifact} of {event.compile_id}")  # re-raises a refusal
+        if os.path.lexists(path):
+            raise
+        if str(path) not in missing:
+            missing.append(str(path))
+        return None
+
+
+def _wrapper_modules(record: ModeRecord, callers: dict[str, list[tuple[str, SourceRef | None]]], missing: list[str]) -> dict[str, tuple[str, ...]]:
     """Which module each compile of torch's module wrapper was for, from its recorded guards (a
     small file per compile, only for that frame's compiles: at most its recompile limit)."""
     ids = {cid for compiles in callers.values() for cid, _ in compiles}
@@ -532,7 +556,8 @@ def _wrapper_modules(record: ModeRecord, callers: dict[str, list[tuple[str, Sour
             continue
         # A guard file planted as a link or led out of the run is refused (UnreadableInput), as every
         # record file a report reads is.
-        module = wrapped_module(record.artifact_text(event))
+        text = _guard_tree(record, event, missing)
+        module = wrapped_module(text) if text is not None else None
         if module:
             modules[event.compile_id] = module
     return modules
@@ -541,7 +566,7 @@ def _wrapper_modules(record: ModeRecord, callers: dict[str, list[tuple[str, Sour
 MAX_GUARD_TREES = 64  # guard trees read for value guards, the first compiles': a storm's later ones add nothing
 
 
-def _guarded_values(record: ModeRecord, rows: list[RecompileRow]) -> tuple[dict, dict]:
+def _guarded_values(record: ModeRecord, rows: list[RecompileRow], missing: list[str]) -> tuple[dict, dict]:
     """What the guard trees of the compiles a value guard failed between hold on that value: for
     each Dynamo recompile whose failing guard is `X == v` or `X is None`, the failed entry's tree and
     the new compile's (a small file each, read only for these)."""
@@ -564,7 +589,9 @@ def _guarded_values(record: ModeRecord, rows: list[RecompileRow]) -> tuple[dict,
     for event in record.of(CompileArtifactEvent):
         if event.artifact != ARTIFACT_GUARDS or event.compile_id not in wanted:
             continue
-        tree = record.artifact_text(event)
+        tree = _guard_tree(record, event, missing)
+        if tree is None:
+            continue
         for source in wanted[event.compile_id]:
             for reached in (*source_prefixes(source), source):
                 value = guarded_value(tree, reached)
@@ -591,7 +618,7 @@ def _whole_place(place: str, record: ModeRecord) -> str:
     return f"{short_file(whole, record.manifest.cwd)}:{line}"
 
 
-def _grad_modes(record: ModeRecord, rows: list[RecompileRow]) -> dict[str, bool]:
+def _grad_modes(record: ModeRecord, rows: list[RecompileRow], missing: list[str]) -> dict[str, bool]:
     """The grad mode each Dynamo recompile whose failing guard is the grad mode was compiled for,
     from its guard tree (read only for these): torch's reason names the state, not which way it went."""
     wanted = {row.compile_id for row in rows if row.source != SOURCE_CA
@@ -601,7 +628,8 @@ def _grad_modes(record: ModeRecord, rows: list[RecompileRow]) -> dict[str, bool]
         return found
     for event in record.of(CompileArtifactEvent):
         if event.artifact == ARTIFACT_GUARDS and event.compile_id in wanted and event.compile_id not in found:
-            mode = compiled_grad_mode(record.artifact_text(event))
+            tree = _guard_tree(record, event, missing)
+            mode = compiled_grad_mode(tree) if tree is not None else None
             if mode is not None:
                 found[event.compile_id] = mode
     return found
@@ -739,7 +767,10 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
     rows = _recomputes_as_forward_frames(rows, phases)
     hits = limit_hits(record, compile_events)
     callers = _wrapper_callers(compile_events)
-    guarded, assignments = _guarded_values(record, rows)
+    missing: list[str] = []
+    guarded, assignments = _guarded_values(record, rows, missing)
+    modules = _wrapper_modules(record, callers, missing)
+    grad_modes = _grad_modes(record, rows, missing)
     return RecompileTable(
         mode=record.mode,
         rows=rows,
@@ -763,12 +794,14 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         capture_errors=errors,
         sharded_under_ca=manifest.mode == "ca" and any(any(e.shard or ()) for e in record.of(GradDigestEvent)),
         wrapper_callers=callers,
-        wrapper_modules=_wrapper_modules(record, callers),
+        wrapper_modules=modules,
         break_reasons=break_reasons,
         nested_breaks=_nested_breaks(breaks, compile_events),
         guarded=guarded,
         assignments=assignments,
-        grad_modes=_grad_modes(record, rows),
+        grad_modes=grad_modes,
+        damage=mode_damage(record),
+        missing_artifacts=missing,
         wrapper_optimizer_steps=_wrapper_optimizer_steps(compile_events, callers),
         _read_stepped_between=lambda: _stepped_between_backwards(record),
         _read_grad_calls=lambda: _grad_call_steps(record),

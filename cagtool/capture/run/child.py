@@ -176,6 +176,7 @@ def _record_mode(spec: ModeSpec) -> int:
     if (variant := checkpoint_variant.requested()) is not None:
         checkpoint_variant.apply(variant)
         manifest.options["checkpoint_variant"] = variant  # the record says it is not the job as written
+
     def close_on_os_exit(code: int) -> None:
         """The script called os._exit(code): no finally below runs, so the record is closed here,
         finished or failed by the code (its stdout is not flushed, as under python)."""

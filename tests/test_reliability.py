@@ -628,17 +628,19 @@ def test_sighup_ignored_at_start_stays_ignored_as_under_nohup(tmp_path):
 
 
 @pytest.mark.slow
-def test_os_exit_in_the_script_is_closed_by_its_exit_code(tmp_path):
+@pytest.mark.parametrize("code,status", [(3, 3), (300, 44)])
+def test_os_exit_in_the_script_is_closed_by_its_exit_code(tmp_path, code, status):
     """os._exit(3) skips every finally of the mode process: the record is closed on the way out by
-    the exit code (failed, 3), not as killed or running, and run.json agrees."""
-    proc = subprocess.run(cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", str(tmp_path / "r"), str(SCRIPTS / "hard_exit.py")),
+    the exit code (failed, 3), not as killed or running, and run.json agrees. os._exit(300): the
+    process's status holds 44, as a shell sees it under python, and so does the record."""
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "ca", "--backend", "eager", "-o", str(tmp_path / "r"), str(SCRIPTS / "hard_exit.py"), str(code)),
                           capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
-    assert proc.returncode == 3 and proc.stdout == "BYE\n", proc.stderr
+    assert proc.returncode == status and proc.stdout == "BYE\n", proc.stderr
     run = load_run(tmp_path / "r")
     ca = run.modes["ca"].manifest
-    assert ca.status == "failed" and ca.exit_code == 3 and "closed_by" not in ca.options
-    assert ca.exception is not None and ca.exception.message == "the script called os._exit(3)"
-    assert run.meta.exit_code == 3 and run.meta.mode_exit_codes == {"ca": 3}
+    assert ca.status == "failed" and ca.exit_code == status and "closed_by" not in ca.options
+    assert ca.exception is not None and ca.exception.message == f"the script called os._exit({status})"
+    assert run.meta.exit_code == status and run.meta.mode_exit_codes == {"ca": status}
 
 
 @pytest.mark.slow
@@ -666,22 +668,27 @@ def test_os_exit_keeps_every_step_of_the_job_and_of_its_fork(tmp_path, code):
 def test_a_thread_that_died_is_in_the_record_and_fails_the_gate(tmp_path):
     """A worker thread's uncaught exception: python prints it and the process exits 0, as under
     python; the record names the thread, what it raised and the script's line, and the gate does
-    not pass a mode whose figures lack that thread's work."""
+    not pass a mode whose figures lack that thread's work, nor does the headline give its speed."""
     out = tmp_path / "r"
     script = SCRIPTS / "thread_dies.py"
-    proc = subprocess.run(cagtool_cmd("run", "--modes", "eager", "-o", str(out), str(script)),
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "eager,ca", "--backend", "eager", "-o", str(out), str(script), "30"),
                           capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
-    assert proc.returncode == 0 and proc.stdout == "steps 3\n", proc.stderr
+    assert proc.returncode == 0 and proc.stdout == "steps 30\nsteps 30\n", proc.stderr
     assert 'Exception in thread loader' in proc.stderr and "ValueError: bad shard 3" in proc.stderr  # python's own report
     record = load_run(out).modes["eager"]
-    assert record.manifest.status == "finished" and len(record.of(StepEvent)) == 3
+    assert record.manifest.status == "finished" and len(record.of(StepEvent)) == 30
     [died] = [f for f in record.of(FindingEvent) if f.code == "thread_died"]
     assert died.detail == {"thread": "loader", "error_type": "ValueError", "error": "bad shard 3"}
-    assert died.source is not None and died.source.file == str(script) and died.source.line == 10
+    assert died.source is not None and died.source.file == str(script) and died.source.line == 12
     summary = subprocess.run(cagtool_cmd("summary", str(out)), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
     assert "thread loader ended with ValueError: bad shard 3" in " ".join(summary.stdout.split()), summary.stdout
     gate = subprocess.run(cagtool_cmd("gate", str(out), "--max-recompiles", "0", "--no-config"), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
     assert gate.returncode == 1 and "thread loader ended with ValueError" in gate.stdout, gate.stdout + gate.stderr
+    # The speed of part of the job is no speed: the headline names the death, never a ratio.
+    compare = subprocess.run(cagtool_cmd("compare", str(out), "--format", "json"), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
+    headline = json.loads(compare.stdout)["headline"]
+    assert "in eager and ca, thread loader ended with ValueError: bad shard 3" in headline["text"] and headline["tone"] == "bad", headline
+    assert "the speed of" not in headline["text"] and "not compared: in ca, thread loader ended" in headline["text"], headline
 
 
 TRACE_ON_FULL_DISK = """

@@ -7,8 +7,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from cagtool.record.schema import FindingEvent
+from cagtool.record.schema import FINDING_THREAD_DIED, FindingEvent
+from cagtool.report.text.safe_text import safe_line
+
+if TYPE_CHECKING:
+    from cagtool.record.loader import ModeRecord
 
 _COMPILE_ID = re.compile(r"![0-9]+")
 SHOWN_IDS = 6  # the compile ids named on a repeated finding's line
@@ -46,3 +51,22 @@ def shown_findings(findings: Iterable[FindingEvent]) -> list[ShownFinding]:
         found.ids += ids
         found.last_step = finding.step if finding.step is not None else found.last_step
     return list(shown.values())
+
+
+def thread_deaths(record: "ModeRecord") -> list[str]:
+    """One line for each thread of the job that died (an uncaught exception), in the mode's main
+    process and in each process it followed ("process 1: thread loader ended with ValueError: bad
+    shard 3"; "process main" only where it followed others). The process went on without that
+    thread's work (it may exit 0): its figures are not the whole job's."""
+    said = []
+    for key, rec in (("main", record), *record.processes.items()):
+        if not rec.kind_counts.get(FindingEvent.kind):
+            continue
+        for finding in rec.of(FindingEvent):
+            if finding.code != FINDING_THREAD_DIED or not isinstance(finding.detail, dict):
+                continue
+            detail = finding.detail
+            error = f": {detail.get('error')}" if detail.get("error") else ""
+            where = f"process {key}: " if record.processes else ""
+            said.append(safe_line(f"{where}thread {detail.get('thread')} ended with {detail.get('error_type')}{error}"))
+    return said

@@ -572,7 +572,7 @@ def _wrap_os_exit() -> None:
         record = _current
         if record is not None and not record.closed:
             try:
-                exit_code = code if isinstance(code, int) else 1
+                exit_code = code % 256 if isinstance(code, int) else 1  # the status byte: os._exit(300) exits 44
                 if record.role == ROLE_CHILD:
                     record.close(exit_code)
                 elif record.close_main is not None:

@@ -277,6 +277,12 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
             why = f"it {ended} before a steady step" if ended else "no steady-state steps (all were compiling, or fewer than 2 steps)"
             return Speedup(mode_label, baseline_label, None, None, None, note=f"{label}: {why}")
     assert mode is not None and baseline is not None
+    for column, label in ((mode, mode_label), (baseline, baseline_label)):
+        if column.threads_died:
+            # Its processes went on without that thread's work: a speed of part of the job.
+            more = f" (+{len(column.threads_died) - 1} more)" if len(column.threads_died) > 1 else ""
+            return Speedup(mode_label, baseline_label, None, None, None,
+                           note=f"not compared: in {label}, {column.threads_died[0]}{more}; its steps are not the whole job's")
     # Two modes of one run, or one mode of two runs: the same steps of the script on both sides.
     mode, baseline, left_out = on_common_steps(mode, baseline)
     if mode.step_time.median_s is None or baseline.step_time.median_s is None:

@@ -312,6 +312,14 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         # A mode the stopped run never started is no bad news about the job: said, not coloured.
         if not all(f.not_run for f in comparison.failures):
             tones.append(BAD)
+    died: dict[tuple[str, ...], list[str]] = {}  # the same deaths in several modes: said once, for all
+    for name, column in comparison.modes.items():
+        if column.threads_died:
+            died.setdefault(column.threads_died, []).append(name)
+    for deaths, names in died.items():
+        # The process finished (maybe exit 0) without that thread's work.
+        phrases.append(f"in {' and '.join(names)}, {deaths[0]}" + (f" (+{len(deaths) - 1} more)" if len(deaths) > 1 else ""))
+        tones.append(BAD)
     # What replicates first (counts, compile time, first step, memory), then the time verdict.
     recompiles = _recompile_phrase(comparison, verified, explanation)
     if recompiles:

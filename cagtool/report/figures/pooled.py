@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord
+from cagtool.report.findings import thread_deaths
 from cagtool.record.schema import (
     STATUS_FINISHED,
     STATUS_RUNNING,
@@ -102,6 +103,9 @@ class ModeColumn:
     peak_rss_bytes: int | None = None
     peak_device_memory_bytes: int | None = None  # CUDA max allocated, when the job used CUDA
     failures: tuple[ModeFailure, ...] = ()
+    # Threads of the job that died while its processes went on (report.findings.thread_deaths), one
+    # line each: the process may finish cleanly, but its figures are not the whole job's.
+    threads_died: tuple[str, ...] = ()
     # How long its processes waited for a CPU in their steady steps, repetitions summed; None where
     # it was not measured (metrics.CpuWait).
     cpu_wait: CpuWait | None = None
@@ -204,6 +208,8 @@ def mode_column(name: str, records: list[tuple[str, ModeRecord | None]], exit_co
         peak_rss_bytes=max(peaks) if peaks else None,
         peak_device_memory_bytes=max(device_peaks) if device_peaks else None,
         failures=failures,
+        threads_died=tuple(f"{record_name}: {death}" if len(present) > 1 else death
+                           for record_name, record in present for death in thread_deaths(record)),
         cpu_wait=_pooled_cpu_wait([record for record, _ in per_rep]),
         compile_wait=_largest([compile_wait(record) for record, _ in per_rep]),
         processes=tuple(processes),

@@ -26,7 +26,8 @@ from cagtool.record.atomic import write_atomic
 from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord, check_format, json_loads, read_json_object
 from cagtool.record.manifest import process_identity
-from cagtool.record.schema import FINDING_THREAD_DIED, MAX_JSON_FILE_BYTES, FindingEvent
+from cagtool.record.schema import MAX_JSON_FILE_BYTES
+from cagtool.report.findings import thread_deaths
 from cagtool.report.figures.pooled import ModeColumn, mode_columns, steady_in_every
 from cagtool.report.figures.intervals import FIELDS, ProcessSteps, TimingSample, median_of, ratio_interval
 from cagtool.report.figures.metrics import mode_metrics, reference_loop_of, runnable_wait
@@ -241,14 +242,8 @@ def exit_code_disagreements(run: RunRecord, names: tuple[str, ...] | list[str]) 
 def process_problems(record: ModeRecord) -> list[str]:
     """What went wrong in the processes a mode followed: a rank or child that did not finish
     cleanly, and ranks below the recorded world size that left no record at all."""
-    problems = []
-    for key, rec in (("main", record), *record.processes.items()):
-        # A thread of the job that died: the process went on (and may exit 0) without its work.
-        if rec.kind_counts.get(FindingEvent.kind):
-            for finding in rec.of(FindingEvent):
-                if finding.code == FINDING_THREAD_DIED and isinstance(finding.detail, dict):
-                    problems.append(f"{record.path.name} process {key}: thread {finding.detail.get('thread')} ended with "
-                                    f"{finding.detail.get('error_type')}")
+    # A thread of the job that died: the process went on (and may exit 0) without its work.
+    problems = [f"{record.path.name} {'' if record.processes else 'process main: '}{death}" for death in thread_deaths(record)]
     for key, child in record.processes.items():
         manifest = child.manifest
         if manifest.status in ("finished", "timeout") and manifest.exit_code in (0, None):

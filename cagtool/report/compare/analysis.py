@@ -411,6 +411,10 @@ class Numerics:
     # record -> (its loss, the reference's) at the first step, for each record whose first-step loss
     # already differs (inputs_differ): what the words quote (the diffs hold the worst step's).
     first_losses: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # Where the reference (eager) differs from aot and ca from the first step on, but aot's first
+    # loss is ca's: ca against aot (run_numerics), which answers whether compiled autograd changed
+    # anything the compiled forward had not. Empty otherwise.
+    against_aot: tuple[NumericsDiff, ...] = ()
 
     @property
     def agree(self) -> bool:
@@ -679,7 +683,18 @@ def run_numerics(run: RunRecord, tol: Tolerance, parity: Any = None) -> Numerics
         # A multi-rank mode's numerics are its first rank's: its check is that rank's.
         pairs = [p for p in parity.pairs if not p.across_ranks]
         gradients = {p.record.split(" ")[0]: p for p in reversed(pairs)}
-    numerics = compare_samples(samples, _pick_reference(samples), tol, gradients)
+    reference = _pick_reference(samples)
+    numerics = compare_samples(samples, reference, tol, gradients)
+    differ = set(numerics.inputs_differ)
+    aot = next((s for s in samples if base_mode(s.record) == "aot" and s.record in differ), None)
+    cas = [s for s in samples if base_mode(s.record) == "ca" and s.record in differ]
+    if aot is not None and cas and reference is not None and base_mode(reference.record) == "eager":
+        # The compiled forward computes otherwise than eager's (both compiled modes differ from
+        # eager at the first step): ca against aot, whose forward is compiled alike, says whether
+        # compiled autograd changed anything on top of it.
+        against = compare_samples(cas, aot, tol)
+        if against.diffs and not against.inputs_differ:
+            numerics = replace(numerics, against_aot=against.diffs)
     written = {name: (tuple(w.paths), w.count) for name, w in (run.meta.written_before or {}).items() if name in run.modes}
     return replace(numerics, written_before=written) if written else numerics
 

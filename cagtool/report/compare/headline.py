@@ -369,6 +369,17 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
             first = next(iter(resumed.values()))
             phrases.append(f"numerics not comparable: {' and '.join(resumed)} started from files an earlier mode wrote "
                            f"({files_text(first)})")
+        elif numerics.inputs_differ and numerics.against_aot:
+            # Both compiled modes differ from eager from the first step, alike: ca against aot,
+            # whose forward is compiled the same way, is what says whether compiled autograd matters.
+            apart = sorted({d.record for d in numerics.against_aot if not d.agrees})
+            aot = numerics.against_aot[0].reference
+            if apart:
+                phrases.append(f"numerics DISAGREE: {' and '.join(apart)} against {aot} (both differ from {numerics.reference} from the first step)")
+                tones.append(BAD)
+            else:
+                phrases.append(f"numerics: ca agrees with {aot}; both differ from {numerics.reference} from the first step "
+                               "(the compiled forward computes differently, or inputs differ)")
         elif numerics.inputs_differ:
             # The first step's losses differ: other inputs, not a verdict on compiled autograd.
             phrases.append("numerics not comparable: inputs differ (unseeded?)")

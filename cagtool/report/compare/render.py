@@ -303,6 +303,22 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
                 "different inputs or randomness, or the compiled forward computes differently, so their numerics say "
                 "nothing about compiled autograd. cagtool seeds every mode alike; a script that draws from another source "
                 "(data order, os.urandom, compiled dropout) needs to fix it to compare", False))
+        against = numerics.against_aot
+        if against:
+            aot = against[0].reference
+            apart = [d for d in against if not d.agrees]
+            if not apart:
+                top = max(against, key=lambda d: d.max_rel_diff or 0.0)
+                lines.append((f"Numerics: {_and_words([d.record for d in against])} against {aot} (the same compiled forward): "
+                              f"losses and final norms agree within {tolerance}; largest relative difference "
+                              f"{format_rel(top.max_rel_diff)}{_where(top) if top.max_rel_diff else ''}: compiled autograd changed "
+                              f"nothing beyond the forward's difference from {numerics.reference}", False))
+            else:
+                lines.append((f"Numerics DISAGREE between {_and_words([d.record for d in apart])} and {aot} (the same compiled "
+                              f"forward, {tolerance}): compiled autograd computes otherwise:", True))
+                for d in apart:
+                    lines.append((f"  {d.quantity} of {d.record}: {format_rel(d.max_rel_diff)} relative{_where(d, quantity=False)} "
+                                  f"({d.value!r} vs {d.reference_value!r})", True))
     for d in numerics.diffs:
         if d.note:
             lines.append((f"  note: {d.note}", False))
@@ -571,3 +587,8 @@ def render_comparison(comparison: AnyComparison, fmt: str = "table", console: Co
     text = safe_text(format_comparison(comparison, fmt, line))
     console.file.write(text)
     console.file.flush()
+
+
+def _and_words(names: list[str]) -> str:
+    names = list(dict.fromkeys(names))
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]

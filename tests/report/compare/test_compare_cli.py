@@ -214,11 +214,17 @@ def test_a_tolerance_that_compares_nothing_is_a_usage_error(tmp_path, flag, valu
 def test_a_first_step_that_already_differs_is_quoted_at_the_first_step(record_run):
     """A compiled forward that computes differently: the first step's losses already differ, and
     the words quote those (each mode's step-0 loss, as the script printed it), not the losses of
-    the step where they differ most; the compiled forward is named among the possible reasons."""
-    run = record_run("../tests/scripts/compiled_forward_differs.py", modes="eager,ca")
+    the step where they differ most; the compiled forward is named among the possible reasons.
+    aot's forward is compiled alike: ca is compared with it, which says compiled autograd changed
+    nothing on top of the forward (the headline too)."""
+    run = record_run("../tests/scripts/compiled_forward_differs.py", modes="eager,aot,ca")
     assert run.returncode == 0, run.stderr
     printed = [line.split() for line in run.stdout.splitlines() if line[:1].isdigit()]
-    eager_0, ca_0 = [float(v) for s, v in printed if s == "0"]  # eager ran first, then ca
+    eager_0, aot_0, ca_0 = [float(v) for s, v in printed if s == "0"]  # in run order
+    assert aot_0 == ca_0 != eager_0
     text = " ".join(compare(str(run.path)).stdout.split())
     assert f"ca's first-step loss already differs from eager's ({ca_0!r} vs {eager_0!r}" in text, text
     assert "or the compiled forward computes differently" in text
+    assert ("Numerics: ca against aot (the same compiled forward): losses and final norms agree within rtol 0.001, atol 1e-06; "
+            "largest relative difference 0: compiled autograd changed nothing beyond the forward's difference from eager") in text, text
+    assert "numerics: ca agrees with aot; both differ from eager from the first step" in text.split("Modes side by side")[0], text

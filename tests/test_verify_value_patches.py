@@ -130,6 +130,35 @@ def test_a_call_site_that_cannot_be_read_says_why(tmp_path):
     assert "+    loss = model(x, torch.tensor(scale, dtype=torch.get_default_dtype())).sum()" in patch.diff.splitlines()
 
 
+def test_the_compiled_call_is_told_from_a_torch_call_on_its_line(tmp_path):
+    """`model(torch.randn(4, 8), scale)`: torch.randn takes two arguments too, but a torch function
+    is never the compiled one; and of two calls of the script's own, the one by the compiled
+    function's name (`loss_fn(...)` for a compiled `def loss_fn`)."""
+    patch = _scalar_patch(tmp_path, SCALAR.replace("model(x, scale)", "model(torch.randn(4, 8), scale)"))
+    assert patch.applicable, patch.why_not
+    assert "+    loss = model(torch.randn(4, 8), torch.tensor(scale, dtype=torch.get_default_dtype())).sum()" in patch.diff.splitlines()
+    function = textwrap.dedent("""\
+        import torch
+
+
+        def prepare(a, b):
+            return a
+
+
+        @torch.compile
+        def forward(x, scale):
+            return x * scale
+
+
+        for step in range(4):
+            scale = 1.0 + 0.5 * step
+            loss = forward(prepare(1, 2), scale).sum()
+        """)
+    patch = _scalar_patch(tmp_path, function, code="return x * scale", call=15)
+    assert patch.applicable, patch.why_not
+    assert "+    loss = forward(prepare(1, 2), torch.tensor(scale, dtype=torch.get_default_dtype())).sum()" in patch.diff.splitlines()
+
+
 ARITHMETIC = textwrap.dedent("""\
     import torch
 

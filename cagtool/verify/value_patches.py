@@ -23,7 +23,8 @@ the compiled function (in the script), never reassigned there, and every use of 
 Python number as `y.reciprocal() * scale`, for a tensor as a division: the last bits differ), whose
 result goes to a return, an assignment, a `torch.*` function's argument, or has a method called on
 it; the call site's line has exactly one call that passes that parameter, without
-`*args`/`**kwargs`; and the script imports `torch` under that name. Anything else (a loop bound, an
+`*args`/`**kwargs` (a call of a `torch.*` function on that line is never the compiled one; of
+several others, the one by the compiled function's name is); and the script imports `torch` under that name. Anything else (a loop bound, an
 `if`, `range(n)`, a shape) is not patched and the reason names the line. The re-run's numerics check
 confirms the rest.
 
@@ -110,6 +111,11 @@ def _is_torch_function(func: ast.expr) -> bool:
     return isinstance(func, ast.Name) and func.id == "torch"
 
 
+def _callee_name(func: ast.expr) -> str | None:
+    """`loss_fn` for `loss_fn(...)` and `self.loss_fn(...)`; None for any other callee."""
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+
+
 def _non_tensor_use(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> str | None:
     """Why passing `name` as a 0-dim tensor could change what `func` does; None when every use is
     tensor arithmetic (the module docstring's rule)."""
@@ -166,18 +172,25 @@ def _argument_at(tree: ast.Module, line: int, func: ast.FunctionDef | ast.AsyncF
         positional = positional[1:]
     index = positional.index(name) if name in positional else None
     keyword_ok = name not in {a.arg for a in func.args.posonlyargs}
-    found: list[ast.expr] = []
+    calls: list[tuple[ast.Call, ast.expr]] = []
     unresolved = False
     for call in ast.walk(tree):
         if not isinstance(call, ast.Call) or not (call.lineno <= line <= (call.end_lineno or call.lineno)):
             continue
         by_name = [kw.value for kw in call.keywords if kw.arg == name] if keyword_ok else []
         if by_name:
-            found.append(by_name[0])
+            calls.append((call, by_name[0]))
         elif index is not None and not any(isinstance(a, ast.Starred) for a in call.args[: index + 1]) and len(call.args) > index:
-            found.append(call.args[index])
+            calls.append((call, call.args[index]))
         elif any(isinstance(a, ast.Starred) for a in call.args) or any(kw.arg is None for kw in call.keywords):
             unresolved = True
+    if len(calls) > 1:
+        # `loss_fn(torch.randn(4, 8), scale)`: a torch function is never the script's compiled one,
+        # and of the rest, a call by the compiled function's own name is the one.
+        calls = [(c, e) for c, e in calls if not _is_torch_function(c.func)] or calls
+        named = [(c, e) for c, e in calls if _callee_name(c.func) == func.name]
+        calls = named if len(named) == 1 else calls
+    found = [expr for _, expr in calls]
     if unresolved and not found:
         return None, f"the call at line {line} passes `*args` or `**kwargs`: which expression becomes `{name}` is not in the source"
     if len(found) != 1:

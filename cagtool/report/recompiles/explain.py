@@ -2612,6 +2612,23 @@ def _consequence(cause: Cause, cwd: str) -> Words:
         words = _shapes(cause, cwd)
         title = f"Caused by {root}: " + words.title.replace("Tensor shapes changed", "the same sizes changed in the backward", 1)
         return Words(title, [lead, *words.why], words.fix, words.evidence)
+    if cause.code == CAUSE_DYNAMO_FRAME:
+        # Another frame of the same forward, recompiled by the same change of a size (_roots_in_other_frames).
+        words = _CAUSE_WORDS[CAUSE_DYNAMO_FRAME](cause, cwd)
+        lead = (f"Follows from {root}: the same change of size reached this frame in the same step. A graph break splits "
+                "the forward into frames, each compiled for its own sizes, so one changed batch recompiles each of them: "
+                "one change, a recompile per frame.")
+        guards = [line for line in words.why if line.startswith("Failing guard")]
+        sized = [g for row in cause.rows if (g := size_guard(own_guard(row))) is not None]
+        by_batch = f"What removes {root} by the batch (dropping or padding it) removes this one too."
+        if sized and sized[0][0].startswith("___"):
+            # A value Dynamo carried across the graph break (`___stack0`): the frame's own words say what marks it.
+            fix = [*words.fix, by_batch]
+        else:
+            on = f" (`{sized[0][0]}`, dim {sized[0][1]})" if sized else ""
+            fix = [f"{by_batch} A dimension marked dynamic by hand holds in the frame it is marked for: mark it on this "
+                   f"frame's input too{on}."]
+        return Words(f"Caused by {root}, the same change: {words.title}", [lead, *guards], fix, words.evidence)
     words = _unknown(cause, cwd)
     return Words(f"Caused by {root}: {words.title[0].lower()}{words.title[1:]}", [lead, *words.why], words.fix, words.evidence)
 
@@ -2977,7 +2994,46 @@ def _roots(table: RecompileTable, causes: list[Cause], inner: dict[int, int]) ->
         same = {id(changed[(own_guard(r), r.step)]) if (own_guard(r), r.step) in changed else None for r in cause.rows}
         if len(same) == 1 and None not in same:
             roots[id(cause)] = changed[(own_guard(cause.rows[0]), cause.rows[0].step)]
+    _roots_in_other_frames(causes, roots)
     return roots
+
+
+def _batch_change(row: RecompileRow) -> tuple[int, int, int, int] | None:
+    """(step, dim, expected, actual) of a forward frame's recompile on one of its tensors' sizes."""
+    found = size_guard(own_guard(row)) if row.step is not None else None
+    return None if found is None else (row.step, found[1], found[2], found[3])  # type: ignore[return-value]
+
+
+def _roots_in_other_frames(causes: list[Cause], roots: dict[int, Cause]) -> None:
+    """Adds to `roots` the forward frames recompiled on a size by the same change as an earlier
+    frame of the same step: a graph break splits a forward into frames (an HF model's loss under
+    its forward wrapper: 5 frames), each compiled for its sizes, and one smaller last batch (dim 0,
+    4 -> 2 rows) recompiles every one of them. One change, one root: the first frame the step
+    recompiled; each other frame follows it when every one of its recompiles does. A cause that
+    followed such a frame (the backward's sizes, after the last frame) follows the root."""
+    first: dict[tuple[int, int, int, int], tuple[int, Cause]] = {}
+    for cause in causes:
+        if cause.code != CAUSE_DYNAMO_FRAME:
+            continue
+        for row in cause.rows:
+            change = _batch_change(row)
+            if change is not None and (change not in first or row.seq < first[change][0]):
+                first[change] = (row.seq, cause)
+    moved: dict[int, Cause] = {}
+    for cause in causes:
+        if cause.code != CAUSE_DYNAMO_FRAME or id(cause) in roots:
+            continue
+        changes = [_batch_change(row) for row in cause.rows]
+        if not changes or None in changes:
+            continue
+        found = {id(first[c][1]) for c in changes}  # type: ignore[index]
+        root = first[changes[0]][1]  # type: ignore[index]
+        if len(found) == 1 and root is not cause and id(root) not in roots:
+            roots[id(cause)] = root
+            moved[id(cause)] = root
+    for key, root in list(roots.items()):
+        if id(root) in moved:
+            roots[key] = moved[id(root)]
 
 
 def _frequent(table: RecompileTable) -> list[int] | None:

@@ -662,3 +662,22 @@ def test_torchs_call_hook_given_another_kind_of_argument_is_nothing_to_fix(recor
     assert cause["fix"][0].startswith("Nothing to fix: the compiled-autograd graph runs its hooks")
     assert "`p.detach()`" not in " ".join(cause["fix"])
 
+
+
+@pytest.mark.slow
+def test_a_last_batch_through_a_graph_broken_forward_is_one_cause(record_run):
+    """Two graph breaks split the forward into three frames and the last batch (2 rows, not 4)
+    recompiles each: one change, one root cause (the first frame), the other frames and the
+    backward's capture following it; the summary counts one cause, as an HF Trainer's last batch
+    through its model's graph-broken forward is (5 frames there)."""
+    run, causes = _explained(record_run, "last_batch_broken_forward.py")
+    roots = [c for c in causes if c.get("caused_by") is None]
+    assert len(roots) == 1 and roots[0]["code"] == "dynamo_guard_failure", [c["title"] for c in causes]
+    frames = [c for c in causes if c["code"] == "dynamo_guard_failure" and c.get("caused_by") == roots[0]["number"]]
+    assert len(frames) == 2, [c["title"] for c in causes]
+    for frame in frames:
+        assert frame["title"].startswith(f"Caused by #{roots[0]['number']}, the same change: Dynamo recompiled frame "), frame["title"]
+        assert frame["fix"][0].startswith(f"What removes #{roots[0]['number']} by the batch (dropping or padding it) removes this one too.")
+    assert all(c.get("caused_by") == roots[0]["number"] for c in causes if c is not roots[0])
+    code, summary, _ = cli_in_process("summary", str(run.path))
+    assert code == 0 and "1 CA recompile and 3 Dynamo recompiles, all from 1 cause: a smaller batch" in summary.split("\n")[0], summary

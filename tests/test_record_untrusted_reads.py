@@ -419,6 +419,49 @@ def test_a_columns_sidecar_nested_too_deeply_is_read_as_no_sidecar_or_refused(ru
             _refused((command, str(run)), f"{mode / COLUMNS_FILE}: the step column 'ca_captures' does not decode as one ({words}")
 
 
+def _sidecar_column(mode: Path, kind: str, name: str, column: bytes | None, encoding: str = "values") -> None:
+    """The mode's sidecar with its `kind` column `name` replaced by `column` (None: left out), every
+    checksum kept true: a sidecar forged consistently."""
+    import zlib
+
+    from cagtool.record.columns import COLUMNS_FILE
+
+    path = mode / COLUMNS_FILE
+    header, body = path.read_bytes().split(b"\n", 1)
+    doc = json.loads(header)
+    if column is None:
+        del doc["kinds"][kind]["columns"][name]
+    else:
+        doc["kinds"][kind]["columns"][name] = [encoding, len(body), len(column), zlib.crc32(column)]
+        body += column
+    doc["body_crc32"] = zlib.crc32(body)
+    path.write_bytes(json.dumps(doc, separators=(",", ":")).encode() + b"\n" + body)
+
+
+def test_a_columns_sidecar_forged_with_values_of_another_type_is_refused(run):
+    """A sidecar column of strings where the field holds floats or integers (a step's time, loss or
+    number), its checksums true: exit 3, one line naming the sidecar and the column, as a line of
+    that type is refused (it was exit 4: a ValueError or TypeError in the figures' arithmetic). A
+    column a step always holds left out: no sidecar the writer writes, the lines read instead."""
+    from cagtool.record.columns import COLUMNS_FILE
+
+    mode = run / "ca"
+    original = (mode / COLUMNS_FILE).read_bytes()
+    expected = cagtool("summary", str(run))
+    assert expected[0] == 0
+    count = json.loads(original.split(b"\n", 1)[0])["kinds"]["step"]["count"]
+    strings = json.dumps([f"x{i}" for i in range(count)]).encode()
+    for name, column, encoding in (("t", strings, "values"), ("loss", strings, "values"), ("step", strings, "values"),
+                                   ("wall_s", json.dumps([["1.5", count]]).encode(), "runs"), ("step", b"[0.5,[[1,%d]]]" % (count - 1), "deltas")):
+        (mode / COLUMNS_FILE).write_bytes(original)
+        _sidecar_column(mode, "step", name, column, encoding)
+        for command in ("summary", "compare"):
+            _refused((command, str(run)), f"{mode / COLUMNS_FILE}: the step column {name!r} holds a value of another type")
+    (mode / COLUMNS_FILE).write_bytes(original)
+    _sidecar_column(mode, "step", "t", None)
+    assert cagtool("summary", str(run)) == expected
+
+
 @pytest.mark.parametrize("sidecar", [False, True])
 def test_an_events_line_longer_than_any_event_is_refused_without_reading_it_whole(run, sidecar):
     """ca/events.jsonl replaced by one line of 2 GiB (a finding whose message is a sparse hole of

@@ -33,15 +33,18 @@ def register(app: typer.Typer) -> None:
         """
         from cagtool.errors import UsageError
         from cagtool.report.checkpointing import checkpointing_lines
+        from cagtool.report.text.safe_text import safe_line
         from cagtool.verify.checkpointing import MEASURED_MODES, measure_checkpointing
 
         chosen = [m.strip() for m in modes.split(",") if m.strip()]
         if not chosen or any(m not in MEASURED_MODES for m in chosen):
             raise UsageError(f"--modes takes {' and '.join(MEASURED_MODES)} (got {modes!r})")
-        result = measure_checkpointing(run, chosen, progress=lambda line: print(f"cagtool: {line}", file=sys.stderr))
+        # Each line may quote the run's path, a re-run's directory or its error: shown as record text,
+        # one line each (a path with a line break would start a line of its own in a CI log).
+        result = measure_checkpointing(run, chosen, progress=lambda line: print(safe_line(f"cagtool: {line}"), file=sys.stderr))
         if format == TextOrJson.json:
             print(json.dumps(result.to_dict(), indent=2))
             return
         for line in checkpointing_lines(result):
-            print(line)
-        print(f"kept in {result.run}/checkpointing.json", file=sys.stderr)
+            print(safe_line(line))
+        print(safe_line(f"kept in {result.run}/checkpointing.json"), file=sys.stderr)

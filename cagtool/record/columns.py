@@ -93,6 +93,7 @@ class EventColumns:
                         raise ValueError(f"{len(found)} values, not {self.count}")
                 except _UNDECODABLE as exc:
                     raise self._undecodable(name, exc) from None
+                self._check_types(name, found)
                 if name in _float_fields(self.kind):  # as the loader decodes a line: a float field's 1 is 1.0
                     found = [float(v) if v.__class__ is int else v for v in found]
                 bound = bounded_fields(EVENT_TYPES[self.kind]).get(name)
@@ -133,16 +134,20 @@ class EventColumns:
             return self.numbers(name)
         try:
             if encoding == "f8":
+                if name not in _float_fields(self.kind):  # doubles where the field holds no float
+                    self._check_types(name, [0.5])
                 cut = text.index(b"\n")
                 array = np.frombuffer(text, dtype="<f8", offset=cut + 1)  # no copy of the doubles
                 nulls = json.loads(text[:cut])["null"]
             elif encoding == "deltas":
                 first, differences = json.loads(text)
+                self._check_types(name, [first, *(d for d, _ in differences)])
                 steps = np.repeat(np.array([d for d, _ in differences], dtype=np.int64), [n for _, n in differences])
                 array = np.concatenate([np.array([first], dtype=np.int64), first + np.cumsum(steps)])
                 nulls = []
             else:
                 runs = json.loads(text)
+                self._check_types(name, [v for v, _ in runs])
                 if not all(type(v) in (int, float) or v is None for v, _ in runs):
                     return None
                 counts = [n for _, n in runs]
@@ -173,6 +178,23 @@ class EventColumns:
         value = value.item() if hasattr(value, "item") else value  # a numpy scalar, as its Python number
         problem = figure_problem(value, bound) or f"is {value!r}, outside its range ({bound.rule()})"
         raise UnreadableInput(f"{self.source or 'the columns sidecar'}: seq {seq}: the {self.kind} event's {name} {problem}; {REFUSED}")
+
+    def _check_types(self, name: str, values: list[Any]) -> None:
+        """UnreadableInput unless each of `values` is of the field's declared type, as the loader
+        checks a line's (a float field takes an integer). The writer puts only such values in a
+        column (`_layout`); a sidecar forged with its checksums may hold anything: a string where a
+        float belongs would reach the figures' arithmetic (a traceback) or stand for a number."""
+        column_type = _column_type(self.kind, name)
+        if column_type is None:
+            raise UnreadableInput(f"{self._where()}: the {self.kind} column {name!r} is no field of a {self.kind} event; {REFUSED}")
+        try:
+            msgspec.convert(values, type=column_type)
+        except msgspec.ValidationError as exc:
+            words = (str(exc).splitlines() or ["of another type"])[0][:200]
+            raise UnreadableInput(f"{self._where()}: the {self.kind} column {name!r} holds a value of another type ({words}); {REFUSED}") from None
+
+    def _where(self) -> Path | str:
+        return self.source.parent / COLUMNS_FILE if self.source is not None else "the columns sidecar"
 
     def _undecodable(self, name: str, exc: Exception) -> UnreadableInput:
         """The refusal of a column whose bytes matched their checksums but are no column the writer
@@ -234,6 +256,18 @@ class _Stored:
 
             raise UnreadableInput(f"{self.path} changed while it was being read; read the record again (or delete that file)")
         return data
+
+
+@lru_cache(maxsize=None)
+def _column_type(kind: str, name: str) -> Any:
+    """list[the field's declared type], what a column of the field may hold; None for no field."""
+    hint = typing.get_type_hints(EVENT_TYPES[kind]).get(name)
+    return None if hint is None or name == "kind" else list[hint]
+
+
+@lru_cache(maxsize=None)
+def _required_fields(kind: str) -> frozenset[str]:
+    return frozenset(f.name for f in msgspec.structs.fields(EVENT_TYPES[kind]) if f.required)
 
 
 @lru_cache(maxsize=None)
@@ -518,8 +552,10 @@ def read_sidecar(mode_dir: Path, data: bytes | None = None, events_stat: os.stat
         for kind in COLUMN_KINDS:
             entry = doc["kinds"][kind]
             count = entry["count"]
-            if not isinstance(count, int):
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
                 return None
+            if count and not _required_fields(kind) <= set(entry["columns"]):
+                return None  # a field every line holds is missing: no sidecar the writer writes
             encoded: dict[str, tuple[str, bytes | _Stored]] = {}
             for name, (encoding, offset, length, *checksum) in entry["columns"].items():
                 if not (isinstance(offset, int) and isinstance(length, int) and 0 <= offset and offset + length <= body_length):
@@ -529,6 +565,6 @@ def read_sidecar(mode_dir: Path, data: bytes | None = None, events_stat: os.stat
         other = [(int(n), int(s), int(e)) for n, s, e in doc["other"]]
         if any(not 0 <= s <= e <= size or e - s > MAX_EVENT_LINE_BYTES for _, s, e in other):
             return None  # the lines are read instead (the loader refuses one that long)
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, AttributeError):  # a header of another shape (a list where a dict belongs)
         return None
     return Sidecar(columns, other)

@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 from cagtool.report.figures.metrics import load_range
+from cagtool.report.text.safe_text import safe_line
 from cagtool.report.compare.headline import Headline, change_headline, run_headline
 from cagtool.report.compare.analysis import (
     AnyComparison,
@@ -296,5 +297,14 @@ def comparison_csv(comparison: AnyComparison) -> str:
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+        writer.writerow({k: _csv_cell(v) for k, v in row.items()})
     return buffer.getvalue()
+
+
+def _csv_cell(value: Any) -> Any:
+    """A cell on one line: a record's text (a forged target name) with a line break, written as a
+    quoted multi-line field, would start a line of the file, and of a CI log that shows it, with
+    the record's words (`::error::`). Shown as a report shows a field within a line (`\\n`)."""
+    if value is None:
+        return ""
+    return safe_line(value) if isinstance(value, str) else value

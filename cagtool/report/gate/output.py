@@ -300,7 +300,10 @@ def emit_gate_result(gate: GateResult, options: GateOptions, stdout: IO[str] | N
     if os.environ.get("GITHUB_ACTIONS") == "true":
         stream = err if options.format == "json" else out
         for line in github_annotations(gate):
-            stream.write(safe_line(line) + "\n")
+            # The command is ours; what follows it is shown as record text is (safe_line would
+            # show the command's own leading `::` escaped).
+            command, rest = line[:2], line[2:]
+            stream.write(command + safe_line(rest) + "\n")
         stream.flush()
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:

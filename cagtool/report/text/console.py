@@ -6,7 +6,8 @@ lone surrogates, line breaks), whichever renderer made it: a string or Text prin
 so record data in it cannot start a line of its own (in a CI log, a line of its own may be a
 workflow command, `::error::`); a renderer that means several lines prints each. A table measures
 a Text cell before it is printed: a renderer escapes a Text cell's record data itself, or passes a
-string (which rich turns into Text here, so it is measured as printed)."""
+string (which rich turns into Text here, so it is measured as printed). Where a narrow console folds
+a long word, no line it writes begins with `::` either (`_NoCommandAtLineStart`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import IO, TYPE_CHECKING, Any
 
-from cagtool.report.text.safe_text import safe_line
+from cagtool.report.text.safe_text import escape_line_starts, safe_line
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -69,7 +70,8 @@ def _safe_console_class() -> type[Console]:
 
 
 def _one_safe_line(text: str) -> bool:
-    return (text.isascii() and text.isprintable()) or safe_line(text) == text
+    # Printable ASCII needs nothing of safe_line but where a `::` may begin a wrapped line, or a `##[` stands.
+    return (text.isascii() and text.isprintable() and "::" not in text and "##[" not in text) or safe_line(text) == text
 
 
 def _safe_rich_text(console: Console, text: Any) -> Any:
@@ -79,6 +81,45 @@ def _safe_rich_text(console: Console, text: Any) -> Any:
 
     pieces = [(safe_line(segment.text), segment.style) for segment in text.render(console) if segment.text]
     return Text.assemble(*pieces, justify=text.justify, overflow=text.overflow, no_wrap=text.no_wrap, end=text.end, tab_size=text.tab_size)
+
+
+class _NoCommandAtLineStart:
+    """The stream a report console writes to, with a `::` where a line begins (past its leading
+    whitespace) shown as `:\\:`, as safe_text shows it. safe_line escapes a `::` after a space,
+    where rich wraps a line; rich also folds a word longer than the width anywhere in it (a cell,
+    a path to copy), and a forged value `aaaa...a::error::x` can be made to fold right before its
+    `::`: no text escape can know where that will be, the written lines can."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self._at_head = True  # the line written so far is whitespace only (or nothing)
+        self._held = ""  # a `:` that may begin a command, held until what follows it is known
+
+    def write(self, text: str) -> int:
+        if not text:
+            return 0
+        joined = self._held + text
+        self._held = ""
+        joined = escape_line_starts(joined, self._at_head)
+        line = joined[max(joined.rfind("\n"), joined.rfind("\u2028"), joined.rfind("\u2029")) + 1 :]
+        if len(line) < len(joined):
+            self._at_head = True
+        if self._at_head:
+            stripped = line.rstrip(":")
+            if line[len(stripped):] == ":" and stripped.isspace() or line == ":":
+                self._held, joined = ":", joined[:-1]
+            self._at_head = line.isspace() or not line or bool(self._held)
+        self._stream.write(joined)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._held:
+            self._stream.write(self._held)
+            self._held = ""
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding: the stream's
+        return getattr(self._stream, name)
 
 
 def make_console(file: IO[str] | None = None, width: int | None = None, stderr: bool = False) -> Console:
@@ -91,7 +132,7 @@ def make_console(file: IO[str] | None = None, width: int | None = None, stderr: 
     if width is None and not is_tty:
         width = _off_terminal_width()
     return _safe_console_class()(
-        file=stream,
+        file=_NoCommandAtLineStart(stream),
         width=width,
         no_color=not is_tty or "NO_COLOR" in os.environ,
         color_system="auto" if is_tty else None,

@@ -13,7 +13,17 @@ control character as `\\xNN` (a bidirectional control, which reorders what follo
 `\\u202e`), and a lone surrogate as the byte it escapes (`\\xe9`) or as `\\udNNN`. Tab and
 newline stay: they are layout. The result is printable on any terminal, encodable as UTF-8, and
 allowed in XML 1.0. It is idempotent, and text without such characters comes back unchanged (the
-same object)."""
+same object).
+
+Neither lets record text begin a line with `::`, what GitHub's runner reads as a workflow command
+(`::error::`, `::stop-commands::`): it trims a line's leading whitespace, every Unicode space
+included, and then looks for `::`. Such a `::` is shown as `:\\:`, which the runner ignores and a
+reader still reads. `safe_text` does it where a line of the text may begin (the text's start and
+after each line break, past any whitespace); `safe_line` also after any whitespace within the line,
+because a console or `textwrap` breaks a long line there (`aaaa ::error::x` narrowed to 10 columns
+prints `::error::x` on a line of its own). A `::` after a letter (`torch::autograd::GraphRoot`)
+is left as it is. The runner's older form, `##[error]x`, is a command wherever in a line it
+stands: every `##[` is shown as `##\\[`."""
 
 from __future__ import annotations
 
@@ -60,8 +70,33 @@ def _shown(match: re.Match[str]) -> str:
     return f"\\x{code:02x}"
 
 
-def safe_text(text: str) -> str:
-    """`text` with escape sequences dropped and other unsafe characters shown as escapes."""
+# What a workflow command begins with, and how it is shown where a line may begin with it.
+_COMMAND = "::"
+_COMMAND_SHOWN = ":\\:"
+
+
+@cache
+def _command_at_line_start(text_starts_a_line: bool = True) -> re.Pattern[str]:
+    # At the text's start or after a line break (those safe_text keeps: a newline, and the Unicode
+    # line and paragraph separators a log viewer breaks at), past any whitespace (\s is Python's
+    # str.isspace, a superset of what .NET's TrimStart trims).
+    return re.compile(r"(?:^|(?<=[\n\u2028\u2029]))(\s*)::" if text_starts_a_line else r"(?<=[\n\u2028\u2029])(\s*)::")
+
+
+def escape_line_starts(text: str, text_starts_a_line: bool = True) -> str:
+    """`text` with a `::` that begins one of its lines (past whitespace) shown as `:\\:`;
+    `text_starts_a_line`: False where the text continues a line already written."""
+    if _COMMAND not in text:
+        return text
+    return _command_at_line_start(text_starts_a_line).sub(lambda m: m.group(1) + _COMMAND_SHOWN, text)
+
+
+@cache
+def _command_after_space() -> re.Pattern[str]:
+    return re.compile(r"(?:^|(?<=\s))::")
+
+
+def _escaped_chars(text: str) -> str:
     if _plain(text) or not _unsafe().search(text):
         return text
     if "\x1b" in text:
@@ -69,15 +104,32 @@ def safe_text(text: str) -> str:
     return _unsafe().sub(_shown, text)
 
 
+_LEGACY_COMMAND = "##["
+_LEGACY_SHOWN = "##\\["
+
+
+def _no_legacy_command(text: str) -> str:
+    return text.replace(_LEGACY_COMMAND, _LEGACY_SHOWN) if _LEGACY_COMMAND in text else text
+
+
+def safe_text(text: str) -> str:
+    """`text` with escape sequences dropped and other unsafe characters shown as escapes, and no
+    line of it beginning with `::` (nor holding the runner's older `##[`)."""
+    return _no_legacy_command(escape_line_starts(_escaped_chars(text)))
+
+
 def safe_line(text: str) -> str:
     """safe_text for a field shown within one line (a host name, a path, a mode name): a newline or
     tab in it is shown as an escape too, and so are the Unicode line and paragraph separators (a
     log viewer or `str.splitlines` breaks a line there), so a record's data cannot start a line of
-    its own: in a CI log, a line of its own may be a workflow command (`::stop-commands::`)."""
-    text = safe_text(text)
-    if text.isprintable():
+    its own: in a CI log, a line of its own may be a workflow command (`::stop-commands::`). A `::`
+    at its start or after a space is shown as `:\\:` (where the line may be wrapped)."""
+    text = _no_legacy_command(_escaped_chars(text))
+    if not text.isprintable():
+        text = text.replace("\n", "\\n").replace("\t", "\\t").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    if _COMMAND not in text:
         return text
-    return text.replace("\n", "\\n").replace("\t", "\\t").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return _command_after_space().sub(_COMMAND_SHOWN, text)
 
 
 @cache
@@ -93,7 +145,9 @@ def encodable_text(text: str) -> str:
 
 
 def is_safe(text: str) -> bool:
-    return _plain(text) or _unsafe().search(text) is None
+    """True where `safe_text` leaves `text` as it is."""
+    return ((_plain(text) or _unsafe().search(text) is None) and (_COMMAND not in text or _command_at_line_start().search(text) is None)
+            and _LEGACY_COMMAND not in text)
 
 
 # A command line shown in a report's line or header: a job's argv may be of any length (a word of

@@ -69,12 +69,59 @@ app = typer.Typer(
 
 _state = {"debug": False}
 
+DEBUG_HELP = "Show full tracebacks for errors (before or after the command name: `cagtool --debug summary RUN`, `cagtool summary RUN --debug`)."
+
+
+def version_line() -> str:
+    """`cagtool --version`: cagtool's version and torch's, both from the installed packages'
+    metadata: reading torch's costs a few files, importing it a second of CPU."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    from cagtool import __version__
+
+    torch = installed("torch")
+    return f"cagtool {installed('cagtool') or __version__} (torch {torch or 'not installed'})"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(version_line())
+        raise typer.Exit()
+
 
 @app.callback()
 def _root(
-    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks for errors."),
+    debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
+    _version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version, help="Print cagtool's version and torch's, and exit."),
 ) -> None:
     _state["debug"] = debug
+
+
+def _debug_flag(ctx: Any, param: Any, value: bool) -> bool:
+    if value:
+        _state["debug"] = True
+    return value
+
+
+def _add_debug_option(command: Any) -> None:
+    """`--debug` on every command too, so it may follow the command's own arguments (where a user
+    adds it to a command that just failed). A click option of the command that sets the root's
+    flag: no command function takes it. On `run` it counts before SCRIPT only: everything after
+    SCRIPT is the script's (run's parser stops at its first argument)."""
+    for sub in getattr(command, "commands", {}).values():  # a group's (`baseline`): the group's own and each one's
+        _add_debug_option(sub)
+    if any("--debug" in getattr(param, "opts", ()) for param in command.params):
+        return
+    command.params.append(
+        typer.core.TyperOption(param_decls=["--debug"], is_flag=True, default=False, expose_value=False, is_eager=True,
+                               callback=_debug_flag, help="Show full tracebacks for errors (also accepted before the command name).")
+    )
 
 
 @cache
@@ -92,6 +139,7 @@ def _build_command(name: str) -> Any:
     if command is None or (command is not built and list(built.commands) != [name]):
         raise RuntimeError(f"cagtool.commands.{_COMMAND_MODULES[name]} did not register exactly {name!r}")
     _keep_example_blocks(command)
+    _add_debug_option(command)
     return command
 
 
@@ -110,8 +158,8 @@ _WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG}
 
 
 def _debug_requested(args: list[str]) -> bool:
-    """--debug is cagtool's own option only before the command name: `cagtool run train.py
-    --debug` passes --debug to the script."""
+    """--debug before the command name, read from argv before click parses it. After the command name it is the command's own option (`_add_debug_option`),
+    except after `run`'s SCRIPT: `cagtool run train.py --debug` passes --debug to the script."""
     for arg in args:
         if arg == "--debug":
             return True
@@ -173,7 +221,7 @@ def _shown(line: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Console entry point. Exits with the documented code."""
     args = sys.argv[1:] if argv is None else argv
-    debug = _debug_requested(args)
+    _state["debug"] = _debug_requested(args)  # `--debug` after the command name is the command's option: it sets this too
     stdout = sys.stdout
     _survive_closed_stdout()
     try:
@@ -181,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     except SystemExit:
         raise
     except CagtoolError as exc:
-        if debug:
+        if _state["debug"]:
             traceback.print_exc()
         print(_shown(f"cagtool: error: {exc}"), file=sys.stderr)
         sys.exit(exc.exit_code)
@@ -189,13 +237,13 @@ def main(argv: list[str] | None = None) -> None:
         print("cagtool: interrupted", file=sys.stderr)
         sys.exit(130)
     except OSError as exc:  # the machine's answer (a full disk, a permission) no command worded: still one line, with the path
-        if debug:
+        if _state["debug"]:
             traceback.print_exc()
         where = f": {exc.filename}" if exc.filename else ""
         print(_shown(f"cagtool: error: {exc.strerror or exc}{where}"), file=sys.stderr)
         sys.exit(EXIT_USAGE if exc.errno in _WRITE_ERRNOS else EXIT_UNREADABLE)
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
-        if debug:
+        if _state["debug"]:
             traceback.print_exc()
         print(_shown(f"cagtool: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)"), file=sys.stderr)
         sys.exit(EXIT_INTERNAL)

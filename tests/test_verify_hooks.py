@@ -62,6 +62,18 @@ def test_a_fix_that_drops_hook_calls_is_harmful():
     assert verdict == HARMFUL and "hooks run 3 -> 0: the fix dropped hook calls the job makes" in reasons
 
 
+def test_graph_breaks_a_fix_adds_are_said_beside_its_verdict():
+    """A fix that trades recompiles for graph breaks (a hook run eagerly): the breaks are named, the
+    verdict stays the counts' and the step time's."""
+    from cagtool.verify.verification import VERIFIED, Side, judge
+
+    def side(recompiles: int, breaks: int) -> Side:
+        return Side("x", "x", "finished", [recompiles], [0], [1 + recompiles], None, None, None, 0, None, 0.0, graph_breaks=[breaks])
+
+    verdict, reasons = judge(side(3, 0), side(0, 2), None, True)
+    assert verdict == VERIFIED and "graph breaks 0 -> 2: compiled code split where it breaks, the step time says at what cost" in reasons
+
+
 def test_a_traced_hook_that_appends_to_a_list_runs_eagerly_and_stops_recompiling(record_run, tmp_path):
     """`logits.register_hook(lambda g: grad_norms.append(g.norm().item()))`: compiled autograd
     traces the hook, Dynamo guards on len(grad_norms) and recompiles the hook every backward until
@@ -76,6 +88,10 @@ def test_a_traced_hook_that_appends_to_a_list_runs_eagerly_and_stops_recompiling
     assert v["baseline"]["dynamo_recompiles"] == [8] and fix["measured"]["dynamo_recompiles"] == [0]
     assert v["baseline"]["hook_calls"] == fix["measured"]["hook_calls"] == [12]
     assert fix["verdict"] == "verified" and fix["numerics_agree"] is True, fix["reasons"]
+    # torch's graph_break counter moves with the fix (each recompile of the traced hook counted its
+    # breaks: 10 -> 2 on torch 2.13): said beside the verdict, as torch counts it.
+    [before], [after] = v["baseline"]["graph_breaks"], fix["measured"]["graph_breaks"]
+    assert before != after and f"graph breaks {before} -> {after}" in fix["reasons"], fix["reasons"]
     assert (ROOT / "sample_scripts" / "grad_norm_hook.py").read_text().count("torch._dynamo.disable") == 0
     line = cagtool_in_process("summary", str(run)).stdout.splitlines()[1]
     assert line.startswith("what to do: apply fix hook-dynamo-disable") and "(recompiles 8 -> 0)" in line, line

@@ -31,7 +31,7 @@ def compile_command(
 
         \b
         cagtool compile 0/1                          # the latest run
-        cagtool compile .cagtool/runs/train-20260101-120000 !0/1/0 --show dynamo_cpp_guards_str
+        cagtool compile .cagtool/runs/train-20260101-120000 '!0/1/0' --show dynamo_cpp_guards_str
     """
     from cagtool.record.loader import load_run
     from cagtool.record.schema import COMPILE_ARTIFACTS

@@ -12,11 +12,24 @@ from cagtool.commands._common import RUN_ARG, STRICT_OPT
 from cagtool.errors import UnreadableInput, UsageError
 
 
-def export_perfetto(run: Optional[str], output: Path, strict: bool = False) -> Path:
+# `--perfetto -`: the trace on stdout (`cagtool export --perfetto - | gzip`), as `-` means for most
+# tools; a file of that name is `./-`.
+STDOUT = "-"
+
+
+def export_perfetto(run: Optional[str], output: Path, strict: bool = False) -> Path | None:
+    """Write the run's trace to `output` and return its path; `-`: to stdout, returning None."""
     from cagtool.record.loader import load_run
     from cagtool.report.perfetto import write_trace
 
     record = load_run(run, strict=strict, columns=True)
+    if str(output) == STDOUT:
+        import json
+
+        from cagtool.report.perfetto import perfetto_trace
+
+        sys.stdout.write(json.dumps(perfetto_trace(record), allow_nan=False, default=str) + "\n")
+        return None
     try:
         return write_trace(record, output)
     except OSError as exc:
@@ -27,7 +40,7 @@ def register(app: typer.Typer) -> None:
     @app.command("export")
     def export_command(
         run: Optional[str] = RUN_ARG,
-        perfetto: Optional[Path] = typer.Option(None, "--perfetto", metavar="FILE", help="Write a Chrome trace-event JSON (opens in Perfetto and chrome://tracing)."),
+        perfetto: Optional[Path] = typer.Option(None, "--perfetto", metavar="FILE", help="Write a Chrome trace-event JSON (opens in Perfetto and chrome://tracing) to FILE; - writes it to stdout (a file named - is ./-)."),
         strict: bool = STRICT_OPT,
     ) -> None:
         """Export a recorded run for another tool.
@@ -42,8 +55,10 @@ def register(app: typer.Typer) -> None:
         span per stretch (count, mean, min, max), as otherData.aggregated says.
 
             cagtool export RUN --perfetto trace.json
+            cagtool export RUN --perfetto - | gzip > trace.json.gz
         """
         if perfetto is None:
-            raise UsageError("say what to export: --perfetto FILE")
+            raise UsageError("say what to export: --perfetto FILE (or - for stdout)")
         path = export_perfetto(run, perfetto, strict)
-        print(f"trace: {path}", file=sys.stderr)
+        if path is not None:
+            print(f"trace: {path}", file=sys.stderr)

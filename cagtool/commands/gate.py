@@ -131,11 +131,17 @@ def with_gate_options(config_flag: str | tuple[str, ...] = "--gate-config", none
         own = [p for p in signature.parameters.values() if p.name != "gate_options"]
         added = {**_GATE_FLAG_PARAMS, "config": (Optional[Path], typer.Option(None, *((config_flag,) if isinstance(config_flag, str) else config_flag), metavar="PYPROJECT", help="Read [tool.cagtool.gate] from this file instead of the nearest pyproject.toml.", rich_help_panel="Gate"))}
         params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p.kind is inspect.Parameter.VAR_KEYWORD else p for p in own]
+        # A flag that takes one value is collected as a list, so that giving it twice is refused
+        # (click keeps the last): a CI owner who wrote two thresholds must not get one silently.
+        once = {name: _given_once(ann) for name, (ann, _opt) in added.items() if _given_once(ann) is not None}
+        added = {name: ((Optional[List[once[name]]], opt) if name in once else (ann, opt)) for name, (ann, opt) in added.items()}  # type: ignore[valid-type]
         params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann) for name, (ann, opt) in added.items()]
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             raw = {name: kwargs.pop(name) for name in added if name in kwargs}
+            for name in once:
+                raw[name] = _the_one_value(raw.get(name), added[name][1].param_decls)
             # `cagtool run` without a gate flag: None, and the gate code (~0.08 s of imports) is
             # not loaded before the first mode starts; `--gate` alone builds the
             # default options when the run ends.
@@ -151,6 +157,26 @@ def with_gate_options(config_flag: str | tuple[str, ...] = "--gate-config", none
         return wrapper
 
     return decorate
+
+
+def _given_once(annotation: Any) -> Any:
+    """X for an option annotated Optional[X] that takes one value (str, int, a path), else None
+    (repeatable lists, on/off flags)."""
+    import typing
+
+    args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+    return args[0] if len(args) == 1 and args[0] in (str, int, Path) else None
+
+
+def _the_one_value(values: Optional[List[Any]], names: Any) -> Any:
+    if not values:
+        return None
+    if len(values) > 1:
+        from cagtool.errors import UsageError
+
+        shown = ", ".join(str(value) for value in values)
+        raise UsageError(f"{'/'.join(names)} given {len(values)} times ({shown}): give it once")
+    return values[0]
 
 
 def _type_hints(func: Callable[..., Any], skip: str) -> dict[str, Any]:

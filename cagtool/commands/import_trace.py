@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Optional
@@ -40,34 +41,43 @@ def import_command(
     a log whose name says a rank beyond any job's, or (--strict) an unknown envelope, a truncated
     line or a figure out of range.
     """
+    from cagtool.report.text.safe_text import safe_line
     from cagtool.trace_import.importer import ImportOptions, import_trace
 
     options = ImportOptions(path=path, output=output, strict=strict, cagtool_argv=tuple(sys.argv[1:]))
     result = import_trace(options)
-    out = sys.stderr
+
+    def say(line: str) -> None:
+        # A path, a log's name or what a log holds (an envelope's kind, a figure) may carry anything
+        # a file name or a log can: shown as record text, one line each.
+        print(safe_line(line), file=sys.stderr)
+
     for proc in result.processes:
         read, tr = proc.read, proc.translated
         reasons = {
             (True, False): "CA reasons logged",
             (False, True): "CA reasons inferred from graph diffs (the job did not log compiled_autograd_verbose)",
         }.get((bool(tr.reasons_logged), bool(tr.reasons_inferred)), f"CA reasons: {tr.reasons_logged} logged, {tr.reasons_inferred} inferred" if tr.ca_graphs else "no CA graphs")
-        print(f"cagtool: {proc.key}: {read.envelopes} envelopes, {tr.ca_graphs} CA graphs; {reasons}", file=out)
+        say(f"cagtool: {proc.key}: {read.envelopes} envelopes, {tr.ca_graphs} CA graphs; {reasons}")
         skipped = sum(read.unknown.values())
         if skipped:
             kinds = ", ".join(f"{k} x{v}" for k, v in read.unknown.most_common(5))
-            print(f"cagtool: {proc.key}: skipped {skipped} unknown envelope(s): {kinds}", file=out)
+            say(f"cagtool: {proc.key}: skipped {skipped} unknown envelope(s): {kinds}")
         if read.bad_lines:
-            print(f"cagtool: {proc.key}: skipped {read.bad_lines} unreadable line(s) (first at line {read.first_bad_line})", file=out)
+            say(f"cagtool: {proc.key}: skipped {read.bad_lines} unreadable line(s) (first at line {read.first_bad_line})")
         if read.truncated_last_line:
-            print(f"cagtool: {proc.key}: the last line is truncated (the job was cut off mid-write); read up to it", file=out)
+            say(f"cagtool: {proc.key}: the last line is truncated (the job was cut off mid-write); read up to it")
         if tr.bad_figures:
-            print(f"cagtool: {proc.key}: left {tr.bad_figures} out-of-range figure(s) unknown (first: {tr.first_bad_figure})", file=out)
+            say(f"cagtool: {proc.key}: left {tr.bad_figures} out-of-range figure(s) unknown (first: {tr.first_bad_figure})")
         if read.payload_mismatches:
-            print(f"cagtool: {proc.key}: {read.payload_mismatches} payload(s) did not match their md5 (incomplete)", file=out)
+            say(f"cagtool: {proc.key}: {read.payload_mismatches} payload(s) did not match their md5 (incomplete)")
     for path in result.not_logs:
-        print(f"cagtool: skipped {path}: not a TORCH_TRACE log", file=out)
-    print(f"record: {result.path}", file=out)
-    print(f"next: cagtool summary {result.path}\n      cagtool recompiles --explain {result.path}\n      cagtool diff-graphs {result.path}", file=out)
+        say(f"cagtool: skipped {path}: not a TORCH_TRACE log")
+    say(f"record: {result.path}")
+    shown = shlex.quote(str(result.path))  # a shell reads it as one argument, a space in it too
+    say(f"next: cagtool summary {shown}")
+    say(f"      cagtool recompiles --explain {shown}")
+    say(f"      cagtool diff-graphs {shown}")
 
 
 def register(app: typer.Typer) -> None:

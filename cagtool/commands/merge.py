@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import List
@@ -48,7 +49,7 @@ def merge_command(
     for mode, ranks in merged.ranks.items():
         print(f"mode {safe_line(mode)}: ranks {', '.join(map(str, ranks)) or 'none'}", file=sys.stderr)
     print(f"merged run: {safe_line(str(merged.path))}", file=sys.stderr)
-    print(f"next: cagtool summary {safe_line(str(merged.path))}", file=sys.stderr)
+    print(f"next: cagtool summary {safe_line(shlex.quote(str(merged.path)))}", file=sys.stderr)
 
 
 def register(app: typer.Typer) -> None:

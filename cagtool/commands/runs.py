@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -19,9 +20,15 @@ def runs_command(
         \b
         cagtool runs
     """
-    from cagtool.errors import CagtoolError
+    from cagtool.errors import CagtoolError, UnreadableInput
     from cagtool.record.loader import list_runs, load_run
 
+    # A directory named on the command line that is not there is a typo or a wrong path, not a
+    # place with no runs yet: refused, as every other command refuses a missing run (exit 3). The
+    # default ./.cagtool/runs missing only means nothing was recorded here yet.
+    if root is not None and not root.is_dir():
+        what = "no such directory" if not os.path.lexists(root) else "not a directory"
+        raise UnreadableInput(f"{what}: {root} (give the directory holding runs, e.g. .cagtool/runs)")
     paths = list_runs(root)
     if not paths:
         from cagtool.report.text.safe_text import safe_line

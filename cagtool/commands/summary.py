@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -78,7 +79,9 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
             console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
     console.print(f"record: {run.path}")
     if after_run:
-        for i, step in enumerate(next_steps(str(run.path))):  # the console prints a string as one line
+        # Quoted as a shell reads it, so a path with a space or `$` pastes as one argument; the
+        # console then shows the line through safe_line (shlex.quote leaves a control character in).
+        for i, step in enumerate(next_steps(shlex.quote(str(run.path)))):  # the console prints a string as one line
             console.print(("next: " if i == 0 else "      ") + step)
 
 

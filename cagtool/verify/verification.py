@@ -100,6 +100,9 @@ class Side:
     # hook must keep it running, which the recompile counts alone do not show.
     hook_calls: list[int | None] = field(default_factory=list)
     compile_times_s: list[float | None] = field(default_factory=list)  # per repetition: the compile time's units
+    # Per repetition: torch's graph_break counter. A fix may trade recompiles for graph breaks (a hook
+    # run eagerly under torch._dynamo.disable breaks the CA graph where it is called): said, as a cost.
+    graph_breaks: list[int | None] = field(default_factory=list)
 
 
 @dataclass
@@ -208,7 +211,7 @@ def _side(name: str, path: Path, mode: str, wall_s: float) -> tuple[Side, RunRec
         ca_graphs=[m.ca_graphs for m in metrics], compile_time_s=fields.get("compile_time_s"), first_step_s=fields.get("first_step_s"),
         step_time_median_s=fields.get("step_time_median_s"), steady_steps=int(fields.get("steady_steps") or 0),
         peak_memory_bytes=peak, wall_s=wall_s, hook_calls=[hook_calls(r) for r in reps],
-        compile_times_s=[m.compile_time_s for m in metrics],
+        compile_times_s=[m.compile_time_s for m in metrics], graph_breaks=[m.graph_breaks for m in metrics],
     ), record
 
 
@@ -301,6 +304,11 @@ def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None
             harmful = True
         else:
             reasons.append(f"hooks run {hooks_before} -> {hooks_after}: the hook now also runs on the steps before it was registered")
+    breaks_before, breaks_after = _most(baseline.graph_breaks), _most(fixed.graph_breaks)
+    if breaks_before is not None and breaks_after is not None and breaks_before != breaks_after:
+        # Not a verdict of its own: the step time says what the breaks cost.
+        cost = ": compiled code split where it breaks, the step time says at what cost" if breaks_after > breaks_before else ""
+        reasons.append(f"graph breaks {breaks_before} -> {breaks_after}{cost}")
     if numerics_agree is False:
         reasons.append("losses or final norms changed")
         harmful = True

@@ -4,10 +4,11 @@ renderers (`DetailRenderer` for the terminal, `detail_json`)."""
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from cagtool.errors import UsageError
+from cagtool.errors import UnreadableInput, UsageError
 from cagtool.record.loader import ModeRecord
 from cagtool.record.schema import ARTIFACT_TITLES, COMPILE_ARTIFACTS, CompileArtifactEvent, DynamoCompileEvent, DynamoRecompileEvent
 from cagtool.report.text.safe_text import safe_line
@@ -68,13 +69,15 @@ def find_detail(record: ModeRecord, compile_id: str) -> CompileDetail:
         if detail.compile_id == compile_id:
             return detail
     have = ", ".join(d.compile_id for d in details[:20]) or "none (a record made before they were kept, or a job that compiled nothing)"
-    raise UsageError(f"no compile [{compile_id}] with recorded detail in mode {record.mode!r} (compile ids: {have})")
+    # A well-formed id the record lacks: exit 3, as a graph, a mode or a rank the run lacks (README, "Exit codes").
+    raise UnreadableInput(f"no compile [{compile_id}] with recorded detail in mode {record.mode!r} (compile ids: {have})")
 
 
 def detail_command(run_path: str, compile_id: str, mode: str | None = None) -> str:
-    """The command that shows one compile's detail, as the reports print it."""
-    mode_opt = f" --mode {mode}" if mode else ""
-    return f"cagtool compile {run_path} {compile_id}{mode_opt}"
+    """The command that shows one compile's detail, as the reports print it: quoted as a shell reads
+    it (a CA graph's id `!0/1/0` is a history expansion to an interactive bash, "event not found")."""
+    mode_opt = f" --mode {shlex.quote(mode)}" if mode else ""
+    return f"cagtool compile {shlex.quote(run_path)} {shlex.quote(compile_id)}{mode_opt}"
 
 
 def detail_json(record: ModeRecord, detail: CompileDetail, show: tuple[str, ...]) -> dict[str, Any]:

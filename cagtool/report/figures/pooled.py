@@ -5,6 +5,7 @@ not one report's own."""
 
 from __future__ import annotations
 
+import os
 import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
@@ -13,6 +14,8 @@ from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.report.findings import thread_deaths
 from cagtool.record.schema import (
+    EVENTS_FILE,
+    MANIFEST_FILE,
     STATUS_FINISHED,
     STATUS_RUNNING,
 )
@@ -133,11 +136,12 @@ class ModeColumn:
         return self.metrics.exit_code if self.metrics is not None else None
 
 
-def _failure_of(name: str, record: ModeRecord | None, exit_code: int | None, not_run_reason: str | None = None) -> ModeFailure | None:
+def _failure_of(name: str, record: ModeRecord | None, exit_code: int | None, not_run_reason: str | None = None,
+                missing_reason: str | None = None) -> ModeFailure | None:
     if record is None and not_run_reason is not None:
         return ModeFailure(name, STATUS_MISSING, None, not_run_reason, not_run=True)
     if record is None:
-        reason = "no record was written (the process died before starting the target)"
+        reason = missing_reason or "no record was written (the process died before starting the target)"
         return ModeFailure(name, STATUS_MISSING, exit_code, reason)
     manifest = record.manifest
     if manifest.status == STATUS_FINISHED and manifest.exit_code in (0, None):
@@ -166,12 +170,14 @@ def _median(values: list[float]) -> float | None:
 
 
 def mode_column(name: str, records: list[tuple[str, ModeRecord | None]], exit_codes: dict[str, int | None],
-                not_run_reasons: dict[str, str] | None = None) -> ModeColumn:
+                not_run_reasons: dict[str, str] | None = None, missing_reasons: dict[str, str] | None = None) -> ModeColumn:
     """Pool one mode's repetitions, given as (directory name, record or None) in run order.
-    `not_run_reasons`: directory name -> why the run never started it (`not_run`)."""
+    `not_run_reasons`: directory name -> why the run never started it (`not_run`);
+    `missing_reasons`: directory name -> what its directory says of a record with no manifest."""
     present = [(n, r) for n, r in records if r is not None]
     reasons = not_run_reasons or {}
-    failures = tuple(f for n, r in records if (f := _failure_of(n, r, exit_codes.get(n), reasons.get(n))) is not None)
+    missing = missing_reasons or {}
+    failures = tuple(f for n, r in records if (f := _failure_of(n, r, exit_codes.get(n), reasons.get(n), missing.get(n))) is not None)
     if not present:
         return ModeColumn(name, tuple(n for n, _ in records), None, stats_of_intervals([], []), failures=failures)
     per_rep = [(r, mode_metrics(r)) for _, r in present]
@@ -387,7 +393,27 @@ def mode_columns(run: RunRecord) -> dict[str, ModeColumn]:
     exit_codes = dict(run.meta.mode_exit_codes or {})
     ended = run.ended_early_words()
     reasons = {record_name: ended for record_name in run.not_run()} if ended is not None else {}
-    return {name: mode_column(name, reps, exit_codes, reasons) for name, reps in grouped.items()}
+    missing = {record_name: why for reps in grouped.values() for record_name, record in reps
+               if record is None and record_name not in reasons and (why := _manifest_missing(run, record_name)) is not None}
+    return {name: mode_column(name, reps, exit_codes, reasons, missing) for name, reps in grouped.items()}
+
+
+def _manifest_missing(run: RunRecord, record_name: str) -> str | None:
+    """Why a mode has no record when its process did start. The mode process creates events.jsonl
+    and at once writes its manifest (status running), then events: events in events.jsonl with no
+    manifest beside it are a manifest lost or removed since, a damaged record, not a process that
+    died before the target; an empty events.jsonl alone, a manifest never written (killed in that
+    instant, a full disk). cagtool's parent writes spec.json there before the process starts: it
+    proves nothing. None where there is no events.jsonl. The loader has refused a mode directory
+    planted as a link, and lstat follows no link."""
+    try:
+        size = os.lstat(run.path / record_name / EVENTS_FILE).st_size
+    except OSError:
+        return None
+    where = f"{record_name}/{EVENTS_FILE}"
+    if size:
+        return f"its {MANIFEST_FILE} is missing: a damaged record (the process did start: {where} holds its events)"
+    return f"its {MANIFEST_FILE} is missing: the process started its record ({where}, empty) and wrote no manifest (killed at once, or a full disk)"
 
 
 # The per-mode fields every format shows (JSON keys; the table and CSV read the same values).

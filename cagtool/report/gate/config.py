@@ -125,17 +125,17 @@ def settings_from_values(values: dict[str, Any], source: str, base_dir: Path | N
         raw = normalized["max-recompiles"]
         items = [f"{k}:{v}" for k, v in raw.items()] if isinstance(raw, dict) else _as_list(raw)
         limits = [parse_count(item, flag("max-recompiles"), tuple(RECOMPILE_KINDS)) for item in items]
-        settings["max_recompiles"] = {limit.kind: limit for limit in limits}
+        settings["max_recompiles"] = _one_each(items, limits, [limit.kind for limit in limits], flag("max-recompiles"))
     if "min-speedup" in normalized:
         raw = normalized["min-speedup"]
         items = [f"{k}:{v}" for k, v in raw.items()] if isinstance(raw, dict) else _as_list(raw)
         thresholds = [parse_speedup(item, flag("min-speedup")) for item in items]
-        settings["min_speedup"] = {f"{t.numerator}/{t.denominator}": t for t in thresholds}
+        settings["min_speedup"] = _one_each(items, thresholds, [f"{t.numerator}/{t.denominator}" for t in thresholds], flag("min-speedup"))
     if "max-memory-ratio" in normalized:
         raw = normalized["max-memory-ratio"]
         items = [f"{k}:{v}" for k, v in raw.items()] if isinstance(raw, dict) else _as_list(raw)
         ratios = [parse_memory_ratio(item, flag("max-memory-ratio")) for item in items]
-        settings["max_memory_ratio"] = {r.key: r for r in ratios}
+        settings["max_memory_ratio"] = _one_each(items, ratios, [r.key for r in ratios], flag("max-memory-ratio"))
     if "baseline" in normalized:
         path = Path(str(normalized["baseline"])).expanduser()
         if base_dir is not None and not path.is_absolute():
@@ -145,7 +145,7 @@ def settings_from_values(values: dict[str, Any], source: str, base_dir: Path | N
         raw = normalized["max-regression"]
         items = [f"{k}:{v}" for k, v in raw.items()] if isinstance(raw, dict) else _as_list(raw)
         thresholds = [parse_time_threshold(item, flag("max-regression"), STEP_TIME_FIELDS) for item in items]
-        settings["max_regression"] = {t.field: t for t in thresholds}
+        settings["max_regression"] = _one_each(items, thresholds, [t.field for t in thresholds], flag("max-regression"))
     if "max-compile-regression" in normalized:
         settings["max_compile_regression"] = parse_time_threshold(
             normalized["max-compile-regression"], flag("max-compile-regression")
@@ -161,6 +161,17 @@ def settings_from_values(values: dict[str, Any], source: str, base_dir: Path | N
     sources = {name: source for name in settings}
     sources.update({f"{name}:{key}": source for name, value in settings.items() if isinstance(value, dict) for key in value})
     return GateSettings(**settings, sources=sources)
+
+
+def _one_each(items: list[Any], parsed: list[Any], keys: list[str], flag: str) -> dict[str, Any]:
+    """{key: threshold}, refusing two thresholds for one key (`--max-recompiles ca:0 --max-recompiles
+    ca:3`): a CI owner who wrote both would otherwise be held to one of them, silently."""
+    seen: dict[str, Any] = {}
+    for item, key in zip(items, keys):
+        if key in seen:
+            raise UsageError(f"{flag}: {key} given twice ({seen[key]}, {item}): give one threshold for it")
+        seen[key] = item
+    return dict(zip(keys, parsed))
 
 
 def parse_grad_diff(value: Any, flag: str) -> float:

@@ -4,9 +4,11 @@ the causes no fix could be applied for. Used by `recompiles --verify`, `summary`
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+import msgspec
+from msgspec import Struct, field
 
 from cagtool.errors import UnreadableInput
 from cagtool.record.regular_files import read_record_bytes
@@ -18,14 +20,102 @@ VERIFICATION_FILE = "verification.json"
 VERIFICATION_FORMAT = "cagtool-verification"
 
 
+# The file's shape, as cagtool/verify/verification.py writes it (its dataclasses, `Patch.to_dict`
+# and fixes.unanswered_causes' items): what every reader below may index. A file that is not this
+# (a key missing, a count that is a string), forged or damaged, is not read.
+class _PatchDoc(Struct):
+    name: str
+    causes: list[int]
+    title: str
+    file: str
+    line: int | None
+    diff: str
+    applicable: bool
+    why_not: str | None = None
+    who: str = "your code"
+
+
+class _SideDoc(Struct):
+    name: str
+    run: str
+    status: str
+    ca_recompiles: list[int | None]
+    dynamo_recompiles: list[int | None]
+    ca_graphs: list[int | None]
+    compile_time_s: float | None
+    first_step_s: float | None
+    step_time_median_s: float | None
+    steady_steps: int
+    peak_memory_bytes: int | None
+    wall_s: float
+    hook_calls: list[int | None] = field(default_factory=list)
+    compile_times_s: list[float | None] = field(default_factory=list)
+    graph_breaks: list[int | None] = field(default_factory=list)
+
+
+class _FixDoc(Struct):
+    fix: str
+    title: str
+    who: str
+    causes: list[int]
+    run_flags: list[str]
+    env: dict[str, str]
+    measured: _SideDoc | None
+    verdict: str
+    reasons: list[str]
+    speedup: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    speedup_verdict: str | None = None
+    numerics_agree: bool | None = None
+    patch: _PatchDoc | None = None
+    patched_copy: str | None = None
+    torch_says: str | None = None
+    same_as: str | None = None
+
+
+class _NotAppliedDoc(Struct):
+    cause: int
+    code: str
+    who: str
+    why: str
+    patch: _PatchDoc | None = None
+    nothing_to_change: bool = False
+    caused_by: int | None = None
+
+
+class _VerificationDoc(Struct):
+    format: str
+    version: int
+    run: str
+    mode: str
+    repeat: int
+    baseline: _SideDoc | None
+    fixes: list[_FixDoc]
+    not_applied: list[_NotAppliedDoc] = field(default_factory=list)
+    estimated_s: float | None = None
+    wall_s: float | None = None
+
+
 def load_verification(run_path: Path | str) -> dict[str, Any] | None:
-    """The run's kept verification, or None when it has none or it is unreadable."""
+    """The run's kept verification, or None when it has none or it is unreadable: it is optional,
+    as checkpointing.json and cpu_wait.json are, so a damaged or forged one (not JSON, or not the
+    shape verify/ writes) is left unread, never a reason to refuse the run. What comes back has
+    every key the renderers read, each of its type."""
+    from cagtool.record.loader import json_loads
+
     path = Path(run_path) / VERIFICATION_FILE
     try:
-        data = json.loads(read_record_bytes(path, max_bytes=MAX_JSON_FILE_BYTES))
+        data = json_loads(read_record_bytes(path, max_bytes=MAX_JSON_FILE_BYTES))
     except (OSError, ValueError, RecursionError, UnreadableInput):
         return None
-    return data if isinstance(data, dict) and data.get("format") == VERIFICATION_FORMAT else None
+    if not isinstance(data, dict) or data.get("format") != VERIFICATION_FORMAT:
+        return None
+    try:
+        document = msgspec.convert(data, type=_VerificationDoc)  # a float field takes an integer, as json wrote it
+    except msgspec.ValidationError:
+        return None
+    return msgspec.to_builtins(document)
 
 
 def _counts(before: list, after: list) -> str:

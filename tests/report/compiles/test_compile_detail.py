@@ -77,7 +77,7 @@ def test_compile_command_text_json_and_bad_input(ragged):
     bad = cagtool_in_process("compile", str(ragged.path), "not-an-id")
     assert bad.returncode == 2 and "not a compile id" in bad.stderr and "Traceback" not in bad.stderr
     missing = cagtool_in_process("compile", str(ragged.path), "9/9")
-    assert missing.returncode == 2 and "no compile [9/9]" in missing.stderr
+    assert missing.returncode == 3 and "no compile [9/9]" in missing.stderr
     unknown = cagtool_in_process("compile", str(ragged.path), cid, "--show", "bytecode")
     assert unknown.returncode == 2 and "unknown artifact 'bytecode'" in unknown.stderr
     nothing = cagtool_in_process("compile", str(ragged.path / "nowhere"), cid)

@@ -150,6 +150,10 @@ def test_a_missing_manifest_reads_as_a_damaged_record(mlp_run, tmp_path):
     assert "manifest.json is missing: a damaged record" in reason and "died before starting" not in reason, reason
     code, out, _err = cli_in_process("summary", str(run))
     assert code == 0 and "manifest.json is missing" in out and "died before starting" not in out
+    assert "mode ca: no record (its manifest.json is missing: a damaged record" in " ".join(out.split()), out
+    assert "did not start or was killed" not in out
+    code, out, _err = cli_in_process("compare", str(run))
+    assert code == 0 and "it failed before a steady step" not in out and "no record of it to read" in out, out
     (run / "ca" / "events.jsonl").write_text("")  # the process opened its record and wrote no manifest
     assert "wrote no manifest" in mode_columns(load_run(run))["ca"].failures[0].reason
     (run / "ca" / "events.jsonl").unlink()  # nothing of the process there: it did not start

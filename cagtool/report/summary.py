@@ -619,7 +619,10 @@ def render_summary(console: Console, run: RunRecord, modes: list[str] | None = N
         if name in never:
             console.print(Text.assemble((f"mode {name}", "bold"), f": not run: {ended}"))
         else:
-            console.print(Text.assemble((f"mode {name}", "bold"), ": no record (the process did not start or was killed)"))
+            from cagtool.report.figures.pooled import manifest_missing
+
+            why = manifest_missing(run, name) or "the process did not start or was killed"
+            console.print(Text.assemble((f"mode {name}", "bold"), f": no record ({why})"))
 
 
 def next_steps(run_path: str) -> list[str]:

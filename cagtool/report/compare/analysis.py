@@ -78,6 +78,7 @@ from cagtool.report.figures.pooled import (  # re-exported: compare's renderers 
     ModeColumn,
     ModeFailure,
     NO_CHANGE,
+    STATUS_MISSING,
     NUMERIC_FIELDS,
     TOO_FEW_STEPS,
     base_mode,
@@ -275,6 +276,8 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
                 return Speedup(mode_label, baseline_label, None, None, None, note=f"{label}: not run: {never[0].reason}")
             ended = ended_words(column)
             why = f"it {ended} before a steady step" if ended else "no steady-state steps (all were compiling, or fewer than 2 steps)"
+            if column.metrics is None and column.failures and all(f.status == STATUS_MISSING for f in column.failures):
+                why = "no record of it to read (its failure above says why)"  # never "it failed": its process may have run
             return Speedup(mode_label, baseline_label, None, None, None, note=f"{label}: {why}")
     assert mode is not None and baseline is not None
     for column, label in ((mode, mode_label), (baseline, baseline_label)):

@@ -394,11 +394,11 @@ def mode_columns(run: RunRecord) -> dict[str, ModeColumn]:
     ended = run.ended_early_words()
     reasons = {record_name: ended for record_name in run.not_run()} if ended is not None else {}
     missing = {record_name: why for reps in grouped.values() for record_name, record in reps
-               if record is None and record_name not in reasons and (why := _manifest_missing(run, record_name)) is not None}
+               if record is None and record_name not in reasons and (why := manifest_missing(run, record_name)) is not None}
     return {name: mode_column(name, reps, exit_codes, reasons, missing) for name, reps in grouped.items()}
 
 
-def _manifest_missing(run: RunRecord, record_name: str) -> str | None:
+def manifest_missing(run: RunRecord, record_name: str) -> str | None:
     """Why a mode has no record when its process did start. The mode process creates events.jsonl
     and at once writes its manifest (status running), then events: events in events.jsonl with no
     manifest beside it are a manifest lost or removed since, a damaged record, not a process that

@@ -266,3 +266,49 @@ def test_import_prints_a_forged_path_within_its_line(tmp_path):
     assert code == 0, err
     _starts_no_command("import", out + err)
     assert f"record: {safe_line(str(output))}" in err, err
+
+
+def test_what_verify_writes_is_what_its_reader_takes(tmp_path):
+    """The reader's types mirror verify's dataclasses: a field verify writes that the reader does
+    not know, or one the reader needs that verify no longer writes, would leave every real
+    verification.json unread. Every field set, written as verify writes it, read back whole."""
+    import dataclasses
+
+    from cagtool.report.recompiles.verification import VERIFICATION_FILE, load_verification
+    from cagtool.verify.patch import Patch
+    from cagtool.verify.verification import FixResult, Side, Verification
+
+    def filled(cls, **given):
+        values = {}
+        for f in dataclasses.fields(cls):
+            if f.name in given:
+                values[f.name] = given[f.name]
+            elif f.type in ("str", "str | None"):
+                values[f.name] = f.name
+            elif f.type in ("float | None", "float"):
+                values[f.name] = 1.5
+            elif f.type in ("int", "int | None"):
+                values[f.name] = 3
+            elif f.type == "bool | None":
+                values[f.name] = True
+            elif f.type == "list[float | None]":
+                values[f.name] = [1.5, None]
+            elif f.type == "list[int | None]":
+                values[f.name] = [3, None]
+            elif f.type == "list[int]":
+                values[f.name] = [3]
+            elif f.type == "list[str]":
+                values[f.name] = ["x"]
+            elif f.type == "dict[str, str]":
+                values[f.name] = {"K": "v"}
+            else:
+                raise AssertionError(f"{cls.__name__}.{f.name}: {f.type} not filled by this test")
+        return cls(**values)
+
+    side = filled(Side)
+    patch = Patch("p", (1,), "t", "train.py", 3, "diff", True, None).to_dict()
+    fix = filled(FixResult, measured=side, patch=patch)
+    not_applied = [{"cause": 2, "code": "c", "who": "w", "why": "y", "patch": None, "nothing_to_change": False, "caused_by": 1}]
+    written = filled(Verification, baseline=side, fixes=[fix], not_applied=not_applied).to_dict()
+    (tmp_path / VERIFICATION_FILE).write_text(json.dumps(written))
+    assert load_verification(tmp_path) == json.loads(json.dumps(written))

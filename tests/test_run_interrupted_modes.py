@@ -150,3 +150,26 @@ def test_the_gates_snapshot_of_a_mode_without_a_record_keeps_why_and_its_exit_co
     _run_json(tmp_path / "m", "finished", {"eager": 0, "ca": 3}, exit_code=3)
     died = run_snapshots(load_run(tmp_path / "m"))["ca"]
     assert (died.exit_code, died.repetitions, died.step_time) == (3, 1, None) and died.problem.startswith("ca: ")
+
+
+def test_a_keyboardinterrupt_the_script_raises_is_its_failure_not_a_ctrl_c(tmp_path):
+    """`raise KeyboardInterrupt` in the script, no signal anywhere: the process exits 130 as under
+    python, but no one pressed Ctrl-C. The mode failed (its record says the script raised it), and
+    the run goes on to the next mode, as after any failure of the script."""
+    script = tmp_path / "gives_up.py"
+    script.write_text("import torch\n"
+                      "model = torch.nn.Linear(4, 4)\n"
+                      "for step in range(3):\n"
+                      "    model(torch.randn(2, 4)).sum().backward()\n"
+                      "print('giving up', flush=True)\n"
+                      "raise KeyboardInterrupt('out of patience')\n")
+    out = tmp_path / "r"
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "eager,ca", "--backend", "eager", "--no-report", "-o", str(out), str(script)),
+                          capture_output=True, text=True, env=ENV, timeout=300)
+    assert proc.returncode == 130 and proc.stdout.count("giving up") == 2, proc.stdout + proc.stderr  # both modes ran
+    run = load_run(out)
+    assert run.meta.status == "finished" and run.meta.exit_code == 130
+    for mode in ("eager", "ca"):
+        manifest = run.modes[mode].manifest
+        assert manifest.status == "failed" and manifest.exit_code == 130, manifest
+        assert manifest.exception.message == "the script raised KeyboardInterrupt itself (no SIGINT reached the process)"

@@ -568,6 +568,25 @@ class ChildSupervisor:
             self.killed = True
             proc.kill()
 
+    def child_received(self, signum: int, ack_r: int, since: float) -> bool:
+        """Whether the child's Python handlers received `signum` at or after `since` (monotonic),
+        as its ack pipe reported: read to its end first, since the child may have ended before the
+        wait's loop read its last report. A KeyboardInterrupt with no SIGINT behind it is the
+        script's own `raise`, not a Ctrl-C."""
+        while select.select([ack_r], [], [], 0)[0]:
+            try:
+                data = os.read(ack_r, 512)
+            except OSError:
+                break
+            if not data:
+                break
+            now = time.monotonic()
+            for got in data:
+                if got != RECORD_CLOSED:
+                    self._child_got[got] = now
+        got_at = self._child_got.get(signum)
+        return got_at is not None and got_at >= since
+
 
 def _pidfd(pid: int) -> int | None:
     """A file descriptor that becomes readable when process `pid` exits, or None where the

@@ -424,8 +424,11 @@ def _run_mode(process: _ModeProcess, supervisor: ChildSupervisor, on_started: Ca
     _go(process)
     if on_started is not None:
         on_started(name)
+    began = time.monotonic()
+    sigint = False
     try:
         code = supervisor.wait(process.proc, process.ack_r, on_record_closed)
+        sigint = supervisor.stop_requested or supervisor.child_received(signal.SIGINT, process.ack_r, began)
     finally:
         os.close(process.ack_r)
         sampler.stop()
@@ -433,6 +436,8 @@ def _run_mode(process: _ModeProcess, supervisor: ChildSupervisor, on_started: Ca
     sampler.write(mode_dir)
     restore_terminal()
     status = settle_mode_record(mode_dir, code)
+    if status == STATUS_INTERRUPTED and code != 0 and not sigint and _script_raised_interrupt(mode_dir):
+        status = STATUS_FAILED  # the script's own `raise KeyboardInterrupt`: its failure, and the run goes on
     stopped = code < 0 or status in (STATUS_INTERRUPTED, STATUS_KILLED)
     signum = -code if code < 0 else None
     exit_code = exit_code_for(signum) if signum else code
@@ -440,6 +445,32 @@ def _run_mode(process: _ModeProcess, supervisor: ChildSupervisor, on_started: Ca
         return ModeOutcome(name, exit_code, wall, f"killed by {signal.Signals(signum).name}", status=status, stopped=stopped,
                            signalled=signum in STOP_SIGNALS)
     return ModeOutcome(name, exit_code, wall, status=status, stopped=stopped)
+
+
+def _script_raised_interrupt(mode_dir: Path) -> bool:
+    """A mode that ended with KeyboardInterrupt though no SIGINT reached it, nor cagtool (a Ctrl-C
+    reaches both, `kill -INT` one of them): the script raised it itself. Its manifest, which the
+    mode process wrote as interrupted by Ctrl-C, says so and is failed: the run's later modes
+    still run, as for any failure of the script. False where the manifest is not that."""
+    from cagtool.errors import UnreadableInput
+    from cagtool.record.regular_files import read_record_bytes
+    from cagtool.record.schema import MAX_JSON_FILE_BYTES
+
+    path = mode_dir / MANIFEST_FILE
+    try:
+        data = json.loads(read_record_bytes(path, max_bytes=MAX_JSON_FILE_BYTES))
+    except (OSError, ValueError, UnreadableInput):
+        return False
+    exception = data.get("exception") if isinstance(data, dict) else None
+    if data.get("status") != STATUS_INTERRUPTED or not isinstance(exception, dict) or exception.get("type") != "KeyboardInterrupt":
+        return False
+    exception["message"] = "the script raised KeyboardInterrupt itself (no SIGINT reached the process)"
+    data["status"] = STATUS_FAILED
+    try:
+        write_json_atomic(path, data)
+    except OSError:
+        return False
+    return True
 
 
 def settle_mode_record(mode_dir: Path, code: int) -> str:

@@ -167,9 +167,11 @@ def test_a_keyboardinterrupt_the_script_raises_is_its_failure_not_a_ctrl_c(tmp_p
     proc = subprocess.run(cagtool_cmd("run", "--modes", "eager,ca", "--backend", "eager", "--no-report", "-o", str(out), str(script)),
                           capture_output=True, text=True, env=ENV, timeout=300)
     assert proc.returncode == 130 and proc.stdout.count("giving up") == 2, proc.stdout + proc.stderr  # both modes ran
+    # Its traceback, as python prints it, once a mode.
+    assert proc.stderr.count("    raise KeyboardInterrupt('out of patience')\nKeyboardInterrupt: out of patience\n") == 2, proc.stderr
     run = load_run(out)
     assert run.meta.status == "finished" and run.meta.exit_code == 130
     for mode in ("eager", "ca"):
         manifest = run.modes[mode].manifest
         assert manifest.status == "failed" and manifest.exit_code == 130, manifest
-        assert manifest.exception.message == "the script raised KeyboardInterrupt itself (no SIGINT reached the process)"
+        assert manifest.exception.message == "the script raised KeyboardInterrupt itself (no SIGINT reached the process): out of patience"

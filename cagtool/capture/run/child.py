@@ -84,7 +84,7 @@ def _record_mode(spec: ModeSpec) -> int:
     from cagtool.capture.run.status import LiveStatus, status_enabled
     from cagtool.capture.recorder import Recorder, has_compiled_autograd, job_peaks
     from cagtool.capture.steps.tracker import StepLimitReached
-    from cagtool.capture.run.target import Target, print_user_traceback, run_target
+    from cagtool.capture.run.target import Target, print_user_traceback, run_target, user_traceback
     from cagtool.capture.observe.compiling_now import CompilesInProgress
     from cagtool.record.writer import RecordWriter, close_run_of_dead_parent
     from cagtool.record.manifest import ExceptionInfo, ModeManifest
@@ -211,9 +211,11 @@ def _record_mode(spec: ModeSpec) -> int:
         manifest.options["stopped_by"] = "steps"
     except TimeLimitReached:
         manifest.options["stopped_by"] = "max_time"
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        # Not printed (a Ctrl-C stops quietly); kept, for a KeyboardInterrupt the script raised
+        # itself (the parent tells them apart: orchestrate._script_raised_interrupt).
         status, exit_code = STATUS_INTERRUPTED, 130
-        exception = ExceptionInfo("KeyboardInterrupt", "interrupted (Ctrl-C)")
+        exception = ExceptionInfo("KeyboardInterrupt", "interrupted (Ctrl-C)", user_traceback(exc)[-20000:])
     except SignalStop as stop:
         stop_taken()
         status, exit_code = STATUS_INTERRUPTED, exit_code_for(stop.signum)

@@ -436,8 +436,10 @@ def _run_mode(process: _ModeProcess, supervisor: ChildSupervisor, on_started: Ca
     sampler.write(mode_dir)
     restore_terminal()
     status = settle_mode_record(mode_dir, code)
-    if status == STATUS_INTERRUPTED and code != 0 and not sigint and _script_raised_interrupt(mode_dir):
+    if status == STATUS_INTERRUPTED and code != 0 and not sigint and (raised := _script_raised_interrupt(mode_dir)) is not None:
         status = STATUS_FAILED  # the script's own `raise KeyboardInterrupt`: its failure, and the run goes on
+        sys.stderr.write(raised)  # its traceback, as python prints it (the mode process keeps a Ctrl-C's quiet)
+        sys.stderr.flush()
     stopped = code < 0 or status in (STATUS_INTERRUPTED, STATUS_KILLED)
     signum = -code if code < 0 else None
     exit_code = exit_code_for(signum) if signum else code
@@ -447,11 +449,12 @@ def _run_mode(process: _ModeProcess, supervisor: ChildSupervisor, on_started: Ca
     return ModeOutcome(name, exit_code, wall, status=status, stopped=stopped)
 
 
-def _script_raised_interrupt(mode_dir: Path) -> bool:
+def _script_raised_interrupt(mode_dir: Path) -> str | None:
     """A mode that ended with KeyboardInterrupt though no SIGINT reached it, nor cagtool (a Ctrl-C
     reaches both, `kill -INT` one of them): the script raised it itself. Its manifest, which the
     mode process wrote as interrupted by Ctrl-C, says so and is failed: the run's later modes
-    still run, as for any failure of the script. False where the manifest is not that."""
+    still run, as for any failure of the script. Returns its traceback as python prints it; None
+    where the manifest is not that."""
     from cagtool.errors import UnreadableInput
     from cagtool.record.regular_files import read_record_bytes
     from cagtool.record.schema import MAX_JSON_FILE_BYTES
@@ -460,17 +463,19 @@ def _script_raised_interrupt(mode_dir: Path) -> bool:
     try:
         data = json.loads(read_record_bytes(path, max_bytes=MAX_JSON_FILE_BYTES))
     except (OSError, ValueError, UnreadableInput):
-        return False
+        return None
     exception = data.get("exception") if isinstance(data, dict) else None
     if data.get("status") != STATUS_INTERRUPTED or not isinstance(exception, dict) or exception.get("type") != "KeyboardInterrupt":
-        return False
-    exception["message"] = "the script raised KeyboardInterrupt itself (no SIGINT reached the process)"
+        return None
+    said = str(exception.get("traceback") or "").rstrip().rpartition("\n")[2]  # "KeyboardInterrupt: out of patience"
+    said = said.partition(": ")[2] if said.startswith("KeyboardInterrupt: ") else ""
+    exception["message"] = "the script raised KeyboardInterrupt itself (no SIGINT reached the process)" + (f": {said}" if said else "")
     data["status"] = STATUS_FAILED
     try:
         write_json_atomic(path, data)
     except OSError:
-        return False
-    return True
+        return None
+    return str(exception.get("traceback") or "")
 
 
 def settle_mode_record(mode_dir: Path, code: int) -> str:

@@ -331,6 +331,14 @@ def _clear_namespace(namespace: dict) -> None:
 
 def print_user_traceback(exc: BaseException) -> str:
     """Print the target's exception the way python would, without cagtool's and runpy's frames."""
+    text = user_traceback(exc)
+    sys.stderr.write(text)
+    sys.stderr.flush()
+    return text
+
+
+def user_traceback(exc: BaseException) -> str:
+    """The target's exception as python prints it, without cagtool's and runpy's frames."""
     tb = exc.__traceback__
     cagtool_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
     runpy_file = os.path.realpath(runpy.__file__)
@@ -341,7 +349,4 @@ def print_user_traceback(exc: BaseException) -> str:
 
     while tb is not None and ours(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
-    text = "".join(traceback.format_exception(type(exc), exc, tb))
-    sys.stderr.write(text)
-    sys.stderr.flush()
-    return text
+    return "".join(traceback.format_exception(type(exc), exc, tb))

@@ -688,13 +688,13 @@ def run_numerics(run: RunRecord, tol: Tolerance, parity: Any = None) -> Numerics
         gradients = {p.record.split(" ")[0]: p for p in reversed(pairs)}
     reference = _pick_reference(samples)
     numerics = compare_samples(samples, reference, tol, gradients)
-    differ = set(numerics.inputs_differ)
+    differ = {d.record for d in numerics.diffs if not d.agrees}
     aot = next((s for s in samples if base_mode(s.record) == "aot" and s.record in differ), None)
     cas = [s for s in samples if base_mode(s.record) == "ca" and s.record in differ]
     if aot is not None and cas and reference is not None and base_mode(reference.record) == "eager":
-        # The compiled forward computes otherwise than eager's (both compiled modes differ from
-        # eager at the first step): ca against aot, whose forward is compiled alike, says whether
-        # compiled autograd changed anything on top of it.
+        # Both compiled modes differ from eager (from the first step: the compiled forward computes
+        # otherwise; later: the compiled program, or eager's run with Dynamo disabled, does): ca
+        # against aot, compiled alike, says whether compiled autograd changed anything on top of it.
         against = compare_samples(cas, aot, tol)
         if against.diffs and not against.inputs_differ:
             numerics = replace(numerics, against_aot=against.diffs)

@@ -345,13 +345,24 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
     numerics = comparison.numerics
     if speed is not None:
         differ = {base_mode(d.record) for d in numerics.disagreements} if numerics.reference is not None else set()
+        if numerics.against_aot and all(d.agrees for d in numerics.against_aot):
+            differ -= {"ca", "aot"} if {speed.mode, speed.baseline} == {"ca", "aot"} else set()  # the same numbers: the same job
         aot = comparison.modes.get("aot")
         aot_nothing = aot is not None and aot.metrics is not None and aot.metrics.forward_graphs == 0 and aot.metrics.backward_graphs == 0
         text, tone = _speed_phrase(speed, trained_otherwise=bool(differ & {speed.mode, speed.baseline}), aot_compiled_nothing=aot_nothing)
         phrases.append(text)
         tones.append(tone)
     if numerics.reference is not None and len(comparison.modes) > 1:
-        if numerics.disagreements:
+        with_aot = sorted({d.record for d in numerics.against_aot})
+        if numerics.disagreements and with_aot and all(d.agrees for d in numerics.against_aot) \
+                and {base_mode(d.record) for d in numerics.disagreements} <= {"aot", "ca"}:
+            # aot and ca differ from eager alike and agree with each other: what differs is the
+            # compiled program (or eager's run of it), not compiled autograd.
+            steps = sorted({d.jumped_at for d in numerics.disagreements if d.jumped_at is not None})
+            at = f" from step {steps[0]}" if steps else ""
+            phrases.append(f"numerics: {' and '.join(with_aot)} agree{'s' if len(with_aot) == 1 else ''} with aot; both differ from "
+                           f"{numerics.reference}{at}: the compiled program computes otherwise than {numerics.reference}, not compiled autograd")
+        elif numerics.disagreements:
             # Where the losses jumped apart from round-off: the step the change came at.
             jumps = [d for d in numerics.disagreements if d.jumped_at is not None]
             phrases.append("numerics DISAGREE" + (f" (the losses of {jumps[0].record} jump apart at step {jumps[0].jumped_at})" if jumps else ""))

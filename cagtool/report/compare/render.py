@@ -309,13 +309,13 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
             apart = [d for d in against if not d.agrees]
             if not apart:
                 top = max(against, key=lambda d: d.max_rel_diff or 0.0)
-                lines.append((f"Numerics: {_and_words([d.record for d in against])} against {aot} (the same compiled forward): "
+                lines.append((f"Numerics: {_and_words([d.record for d in against])} against {aot} (compiled alike): "
                               f"losses and final norms agree within {tolerance}; largest relative difference "
                               f"{format_rel(top.max_rel_diff)}{_where(top) if top.max_rel_diff else ''}: compiled autograd changed "
-                              f"nothing beyond the forward's difference from {numerics.reference}", False))
+                              f"nothing beyond the compiled program's difference from {numerics.reference}", False))
             else:
-                lines.append((f"Numerics DISAGREE between {_and_words([d.record for d in apart])} and {aot} (the same compiled "
-                              f"forward, {tolerance}): compiled autograd computes otherwise:", True))
+                lines.append((f"Numerics DISAGREE between {_and_words([d.record for d in apart])} and {aot} (compiled alike, "
+                              f"{tolerance}): compiled autograd computes otherwise:", True))
                 for d in apart:
                     lines.append((f"  {d.quantity} of {d.record}: {format_rel(d.max_rel_diff)} relative{_where(d, quantity=False)} "
                                   f"({d.value!r} vs {d.reference_value!r})", True))

@@ -172,7 +172,11 @@ def heap_lines(m: ModeSaving) -> list[str]:
     a, b = heaps
     steps = min(a.steps, b.steps)
     held = m.held_saving
-    assert held is not None
+    if held is None:
+        # The plain call held nothing measurable at the backward's entry (a reentrant checkpoint's
+        # heap read 0 or below the allocator's): no fraction of it to speak of.
+        return [f"{m.mode}: heap held for backward not compared ({_mib(a.held_bytes)} checkpointed, {_mib(b.held_bytes)} plain: "
+                "the plain call held none to compare with); the figure below is peak RSS"]
     held_words = "makes no measurable saving in" if held == 0.0 else f"{_verdict(held)} of"
     lines = [f"{m.mode}: checkpointing {held_words} the memory held for backward (heap in use at backward entry, "
              f"median of {steps} steady steps: {_mib(a.held_bytes)} checkpointed, {_mib(b.held_bytes)} plain"

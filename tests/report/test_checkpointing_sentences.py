@@ -33,3 +33,15 @@ def test_no_measurable_saving_in_either_mode_is_said_in_whole_sentences():
 def test_a_saving_in_one_mode_and_none_in_the_other_at_the_peak_keeps_one_verb_each():
     lines = checkpointing_lines(CheckpointingResult("/r", [_mode("aot", (64, 192), (100, 150)), _mode("ca", (64, 192), (300, 300))]))
     assert lines[0].endswith("; at the backward's peak it saves 33% under aot and makes no measurable saving under ca")
+
+
+def test_a_plain_call_that_held_nothing_is_said_not_compared_never_a_crash():
+    """A re-run whose heap at the backward's entry read 0 (the hunt's reentrant checkpoint with a
+    ragged last batch): no saving can be a fraction of it; `cagtool checkpointing` ended with an
+    internal error (exit 4) after its three re-runs."""
+    from cagtool.report.checkpointing import heap_lines
+
+    lines = heap_lines(_mode("ca", (12.0, 0.0), (20.0, 18.0)))
+    assert lines == ["ca: heap held for backward not compared (12 MiB checkpointed, 0 MiB plain: the plain call held none to compare "
+                     "with); the figure below is peak RSS"]
+    assert checkpointing_lines(CheckpointingResult("r", [_mode("ca", (12.0, 0.0), (20.0, 18.0))]))  # the whole report renders

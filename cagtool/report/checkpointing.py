@@ -115,7 +115,7 @@ class CheckpointingResult:
 
 
 def _mib(n: int | None) -> str:
-    return "?" if n is None else f"{n / 2**20:.0f} MiB"
+    return "?" if n is None else f"{round(n / 2**20)} MiB"  # never "-0 MiB" for a few bytes below nothing
 
 
 def _verdict(fraction: float) -> str:

@@ -387,7 +387,7 @@ def _shape_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
 # guard on anything else is on an object a hook the graph calls reaches (`hooks[1].__self__.pending`,
 # a bound method's object; `self.ipg_buckets`, a closure's).
 _CA_GRAPH_INPUTS = re.compile(r"\b(?:inputs|sizes|scalars|packed_inputs|args|L\['(?:inputs|sizes|scalars|packed_inputs|args)'\])\b")
-_HOOK_OBJECT = re.compile(r"\bself\.|__self__|\bhooks\[")
+_HOOK_OBJECT = re.compile(r"\bself\.|__self__|\bhooks\[|\b__closure__\[")
 
 
 def _package_of(file: str) -> str:
@@ -1549,8 +1549,12 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
         return "a value of another type reached the compiled code"
     if kind == GUARD_TENSOR_META:
         return "a tensor's dtype or device changed"
+    if kind == GUARD_SIZE and _RANK_MISMATCH.search(guard):
+        return "a tensor with another number of dimensions reached the compiled code"
     if kind == GUARD_SIZE:
         return "a tensor's size changed"
+    if _MODULE_HOOKS.search(guard) and _HOOK_READS.search(guard):
+        return f"a value a module's hook reads changed (`{guard}`)"
     if _MODULE_HOOKS.search(guard):
         return f"a module's hooks changed (`{guard}`): a hook registered again"
     if kind == GUARD_OTHER and facts.get("value_changes"):
@@ -1562,7 +1566,11 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
 
 # A guard on a module's hook dict (`list(dict.keys(fn._modules['2']._backward_hooks))[0] == 4`):
 # Dynamo guards the hooks' keys, and each register_*_hook adds a new key (its handle's id).
+_RANK_MISMATCH = re.compile(r"\brank mismatch\b(?:\. expected (?P<expected>\d+), actual (?P<actual>\d+))?")
 _MODULE_HOOKS = re.compile(r"\._(?:backward|backward_pre|forward|forward_pre)_hooks\b")
+# A guard on a value a hook holds in its closure (`...__closure__[0].cell_contents.tput_timer.global_step_count
+# == 0`, DeepSpeed's throughput timer read by its forward pre-hook): the value changed, not the hooks.
+_HOOK_READS = re.compile(r"__closure__\[\d+\]\.cell_contents\b.*(?:==|!=|<=|>=|<|>)\s*-?[\w.]+$")
 
 
 def _names_text(names: list[str]) -> str:
@@ -2017,6 +2025,10 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
     once = bool(facts.get("stabilised")) and facts.get("recompiling_steps", 0) <= 1
     if facts.get("library_hooks"):
         package = facts["library_hooks"][0]
+        if facts.get("stabilised") and kind == GUARD_ID:
+            # DeepSpeed's ZeRO: one hook per parameter, each holding its own parameter in its closure.
+            return [f"Nothing to change in your code: the hooks are {package}'s, made once, each holding another object (a "
+                    "parameter) in its closure; the graph's code was compiled again for each it met, then cached."]
         if facts.get("stabilised"):
             return [f"Nothing to change in your code: the value is {package}'s, read by its hooks, and the graph's code was "
                     f"compiled again as it changed (its state filling in the first steps), then cached."]
@@ -2151,6 +2163,16 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         if size is not None and size[2] > 1:
             fixes.append("Or turn duck sizing off before compiling: torch.fx.experimental._config.use_duck_shape = False.")
         return fixes
+    if kind == GUARD_SIZE and _RANK_MISMATCH.search(guard):
+        # `tensor 'args[0]' rank mismatch. expected 1, actual 2`: a 2-D weight where a 1-D bias was (a
+        # CA graph's call_hook run for each parameter's hook). No dimension marked dynamic answers it.
+        if facts.get("stabilised"):
+            ranks = _RANK_MISMATCH.search(guard)
+            dims = f" ({ranks['expected']}-D, then {ranks['actual']}-D)" if ranks and ranks["expected"] else ""
+            return [f"Nothing to fix: the compiled code met a tensor with another number of dimensions{dims}, which no "
+                    "dynamic dimension answers; Dynamo compiled it once for each and caches both."]
+        return ["Tensors with another number of dimensions keep reaching the compiled code: no dimension marked dynamic "
+                "answers that; pass tensors of one rank, or keep the call out of the compiled code."]
     if kind == GUARD_SIZE:
         size = size_guard(guard)
         if size is not None and not on_ca:
@@ -2269,6 +2291,13 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                     "(each counts against its recompile limit, torch._dynamo.config.recompile_limit)."]
         return [f"`{changes[0].source}` keeps taking new values: keep it constant in the compiled code, or move the code that "
                 "depends on it out of the compiled function."]
+    if _MODULE_HOOKS.search(guard) and _HOOK_READS.search(guard):
+        if facts.get("stabilised"):
+            return ["Nothing to fix: no hook was registered again; a value a module's hook reads (a counter filling in the "
+                    "first steps) changed, the frame was compiled again for it, then cached."]
+        return ["A value a module's hook reads keeps changing, and Dynamo guards on it with the hook traced into the "
+                "compiled forward: keep that state out of the hook, or run the hook eagerly (torch._dynamo.disable on it). "
+                "If the hook is a library's, report it there."]
     if _MODULE_HOOKS.search(facts.get("guard") or ""):
         named = facts.get("module_hooks") or []
         hook = f"the module's hook ({' and '.join(named)})" if named else "the module's hook"

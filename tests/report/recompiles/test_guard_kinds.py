@@ -248,3 +248,33 @@ def test_the_headlines_phrase_names_another_module_and_a_backward_causes_line_as
     assert "changed 8->16" not in phrase
     shapes = Cause(code=CAUSE_SHAPES, rows=[row], source=line)
     assert cause_phrase(shapes).endswith("(the backward call at train.py:14)"), cause_phrase(shapes)
+
+
+def test_a_value_a_hook_reads_is_no_hook_registered_again(record_run):
+    """tests/scripts/library_like_hooks.py: a forward pre-hook branches on a step counter it holds
+    in its closure (DeepSpeed's throughput timer): torch's guard names the module's hook dict
+    (`fn._forward_pre_hooks[...].__closure__[0].cell_contents.global_step_count == 0`), but no hook
+    was registered again: the value it reads changed. Never "register the hook once"."""
+    explanation, cwd = _explained(record_run, "../tests/scripts/library_like_hooks.py")
+    [frame] = [c for c in explanation.causes if c.code == CAUSE_DYNAMO_FRAME]
+    words = cause_words(frame, cwd)
+    assert "a value a module's hook reads changed (`fn._forward_pre_hooks[" in words.title, words.title
+    assert "registered again" not in words.title and not any("Register the module's hook once" in f for f in words.fix), words.fix
+    assert words.fix[0].startswith("A value a module's hook reads keeps changing"), words.fix
+
+
+def test_a_tensor_of_another_rank_is_never_answered_with_a_dynamic_dimension():
+    """torch's `tensor 'args[0]' rank mismatch. expected 1, actual 2` (a CA graph's call_hook given a
+    2-D weight after a 1-D bias: DeepSpeed ZeRO's per-parameter hooks) is no size a dimension
+    marked dynamic answers."""
+    from cagtool.report.recompiles.explain import _guard_fixes, guard_label
+
+    guard = ("tensor 'args[0]' rank mismatch. expected 1, actual 2. Guard failed on a parameter, consider using "
+             "torch._dynamo.config.force_parameter_static_shapes = False to allow dynamism on parameters.")
+    facts = {"kind": GUARD_SIZE, "guard": guard, "stabilised": True}
+    fixes = _guard_fixes(facts, True, "")
+    assert fixes == ["Nothing to fix: the compiled code met a tensor with another number of dimensions (1-D, then 2-D), which no "
+                     "dynamic dimension answers; Dynamo compiled it once for each and caches both."]
+    unstable = " ".join(_guard_fixes({**facts, "stabilised": False}, True, ""))
+    assert "no dimension marked dynamic answers that" in unstable and "maybe_mark_dynamic" not in unstable and "--dynamic" not in unstable
+    assert guard_label(facts) == "a tensor with another number of dimensions reached the compiled code"

@@ -79,6 +79,9 @@ class ModeRecord(Struct):
     _by_type: tuple[tuple[int, int], dict[type, list[Event]]] | None = None
     _derived: dict[tuple[str, int, int], Any] = field(default_factory=dict)
     _built_columns: dict[type, list[Event]] = field(default_factory=dict)
+    # The other ranks' records of the same mode (load_mode links them): a step another rank
+    # compiled in is no steady step of this one either (it waited for that rank at a collective).
+    _peers: tuple[Any, ...] = ()
 
     @property
     def mode(self) -> str:
@@ -339,7 +342,16 @@ def load_mode(path: Path, strict: bool = False, kinds: frozenset[str] | set[str]
                 record.processes[child.name] = _load_one(child, strict, kinds, events, columns)
             elif strict and child.is_dir():
                 raise UnreadableInput(f"process record {child} has no manifest (--strict)")
+    ranked = list(record.ranks().values())
+    if len(ranked) > 1:
+        for rank_record in ranked:
+            rank_record._peers = tuple(other for other in ranked if other is not rank_record)
     return record
+
+
+def peers(record: ModeRecord) -> tuple[ModeRecord, ...]:
+    """The other ranks' records of `record`'s mode, where it is one rank of several."""
+    return record._peers
 
 
 def _check_rank_fields(manifest: ModeManifest, where: Path) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from cagtool.errors import UnreadableInput
 from cagtool.record.regular_files import read_record_bytes
-from cagtool.record.loader import ModeRecord
+from cagtool.record.loader import ModeRecord, peers
 from cagtool.record.manifest import ModeManifest
 from cagtool.record.schema import (
     FINDING_CA_CAPTURE_ERROR,
@@ -359,16 +359,22 @@ class StepColumns:
     wall_s: list[float | None]
     backward_calls: list[int]
     boundary: list[str]
+    # Steps another rank of the mode compiled or captured in (peer_touched): not steady here either.
+    peer_touched: frozenset[int] = frozenset()
 
     @classmethod
-    def of_events(cls, steps: list[StepEvent]) -> StepColumns:
-        return cls(*([getattr(s, name) for s in steps] for name in _STEP_COLUMNS))
+    def of_events(cls, steps: list[StepEvent], peer_touched: frozenset[int] = frozenset()) -> StepColumns:
+        return cls(*([getattr(s, name) for s in steps] for name in _STEP_COLUMNS), peer_touched=peer_touched)
+
+    def touched(self, i: int) -> bool:
+        """Whether step `i` (an index) compiled or captured, here or on another rank."""
+        return bool(self.compiles[i] or self.ca_captures[i]) or (bool(self.peer_touched) and self.step[i] in self.peer_touched)
 
     def __len__(self) -> int:
         return len(self.step)
 
 
-_STEP_COLUMNS = tuple(f.name for f in fields(StepColumns))
+_STEP_COLUMNS = tuple(f.name for f in fields(StepColumns) if f.name != "peer_touched")
 
 
 def step_columns(record: ModeRecord) -> StepColumns:
@@ -379,8 +385,33 @@ def step_columns(record: ModeRecord) -> StepColumns:
 def _step_columns(record: ModeRecord) -> StepColumns:
     held = record.columns.get(StepEvent.kind)
     if held is None:
-        return StepColumns.of_events(record.of(StepEvent))
-    return StepColumns(*(held.column(name) for name in _STEP_COLUMNS))
+        return StepColumns.of_events(record.of(StepEvent), peer_touched(record))
+    return StepColumns(*(held.column(name) for name in _STEP_COLUMNS), peer_touched=peer_touched(record))
+
+
+def peer_touched(record: ModeRecord) -> frozenset[int]:
+    """The steps in which another rank of the record's mode compiled or captured a graph: a rank
+    waits for the others at a collective, so its step there holds their compile (rank 0's step 4
+    read 2.35 s, rank 1 compiling 9 frames, against ~9 ms steady) and is no steady step of its own.
+    Empty for a single process."""
+    if not peers(record):
+        return frozenset()
+    return record.derived("peer_touched", lambda r: frozenset(step for other in peers(r) for step in own_touched_steps(other)))
+
+
+def own_touched_steps(record: ModeRecord) -> list[int]:
+    """The steps this process compiled or captured in (its own, not its peers'; computed once)."""
+    return record.derived("own_touched_steps", _own_touched_steps)
+
+
+def _own_touched_steps(record: ModeRecord) -> list[int]:
+    held = record.columns.get(StepEvent.kind)
+    if held is not None:
+        found = [held.numbers(name) for name in ("step", "compiles", "ca_captures")]
+        if all(f is not None for f in found):
+            (step, _), (compiles, _), (captures, _) = found  # type: ignore[misc]
+            return step[(compiles != 0) | (captures != 0)].tolist()
+    return [s.step for s in record.of(StepEvent) if s.compiles or s.ca_captures]
 
 
 def backward_steps(record: ModeRecord) -> list[int]:
@@ -426,7 +457,7 @@ def steady_intervals(steps: list[StepEvent] | StepColumns, device_s: dict[int, f
 def _steady(steps: list[StepEvent] | StepColumns, device_s: dict[int, float] | None = None) -> tuple[list[float], list[int], list[int]]:
     """`steady_intervals`, with the step number of each interval (the same order)."""
     c = steps if isinstance(steps, StepColumns) else StepColumns.of_events(steps)
-    number, compiles, captures = c.step, c.compiles, c.ca_captures
+    number = c.step
     # In step order, stable as sorting the events was; written in order, they need no sort.
     ordered = range(len(number)) if all(map(operator.le, number, number[1:])) else sorted(range(len(number)), key=number.__getitem__)
     intervals: list[float] = []
@@ -435,7 +466,7 @@ def _steady(steps: list[StepEvent] | StepColumns, device_s: dict[int, float] | N
         wall = c.wall_s
         steady = []
         for i in ordered:
-            if compiles[i] or captures[i]:
+            if c.touched(i):
                 excluded.append(number[i])
             elif is_time(wall[i]):
                 steady.append(i)
@@ -450,14 +481,14 @@ def _steady(steps: list[StepEvent] | StepColumns, device_s: dict[int, float] | N
     for current, following in zip(ordered, ordered[1:]):
         start_current = t[current] - backward[current]
         start_following = t[following] - backward[following]
-        touched = compiles[current] or captures[current] or compiles[following] or captures[following]
+        touched = c.touched(current) or c.touched(following)
         if touched:
             excluded.append(number[current])
             continue
         if is_time(start_following - start_current):
             intervals.append(start_following - start_current)
             numbers.append(number[current])
-    if ordered and (compiles[ordered[-1]] or captures[ordered[-1]]):
+    if ordered and c.touched(ordered[-1]):
         excluded.append(number[ordered[-1]])
     return intervals, excluded, numbers
 
@@ -472,8 +503,7 @@ def untimed_steps(record: ModeRecord) -> int:
     c = step_columns(record)
     if not any(c.boundary):
         return 0
-    steady = [(n, wall) for n, wall, compiles, captures in zip(c.step, c.wall_s, c.compiles, c.ca_captures)
-              if wall is not None and not (compiles or captures)]
+    steady = [(c.step[i], c.wall_s[i]) for i in range(len(c)) if c.wall_s[i] is not None and not c.touched(i)]
     untimed = sum(1 for _, wall in steady if not is_time(wall))
     device = device_step_seconds(record)
     timed = [n for n, wall in steady if is_time(wall)]
@@ -542,8 +572,12 @@ def _held_steps(record: ModeRecord) -> HeldSteps | None:
     timed = wall[~null]
     if np.isnan(timed).any() or not bool(np.all((timed >= 0) & (timed < _NO_STEP_LASTS_S))):
         return None  # the list path leaves out what is no time (is_time)
+    touched = (compiles != 0) | (captures != 0)
+    others = peer_touched(record)
+    if others:
+        touched |= np.isin(step, np.fromiter(others, dtype=np.int64, count=len(others)))
     return HeldSteps(
-        step=step, touched=(compiles != 0) | (captures != 0), wall_s=wall, wall_null=null, t_min=float(t.min()), count=held.count,
+        step=step, touched=touched, wall_s=wall, wall_null=null, t_min=float(t.min()), count=held.count,
         boundaries=boundaries, backward_calls=held.distinct("backward_calls"),
     )
 
@@ -555,7 +589,7 @@ def _record_step_intervals(record: ModeRecord) -> tuple[list[float], list[int], 
     steps = step_columns(record)
     device = device_step_seconds(record)
     intervals, excluded = steady_intervals(steps, device)
-    steady = {n for n, wall, compiles, captures in zip(steps.step, steps.wall_s, steps.compiles, steps.ca_captures) if is_time(wall) and not (compiles or captures)}
+    steady = {steps.step[i] for i in range(len(steps)) if is_time(steps.wall_s[i]) and not steps.touched(i)}
     clock = "device" if device and steady and steady <= set(device) else "wall"
     return intervals, excluded, clock
 
@@ -606,7 +640,8 @@ def _steady_cpu_seconds(record: ModeRecord, name: str) -> list[float] | None:
     if not steps or not any(s.boundary for s in steps):
         return None
     ordered = sorted(steps, key=lambda s: s.step)
-    values = [getattr(s, name) for s in ordered if is_time(s.wall_s) and not (s.compiles or s.ca_captures)]
+    others = peer_touched(record)
+    values = [getattr(s, name) for s in ordered if is_time(s.wall_s) and not (s.compiles or s.ca_captures or s.step in others)]
     if not values or any(v is None for v in values):
         return None
     return values
@@ -1196,8 +1231,8 @@ def _steady_steps(record: ModeRecord) -> tuple[Any, Any] | None:
         steady = ~fast.touched & ~fast.wall_null
         return times[0][steady].astype(float), fast.wall_s[steady].astype(float)
     steps = step_columns(record)
-    pairs = [(t, wall) for t, wall, compiles, captures in zip(steps.t, steps.wall_s, steps.compiles, steps.ca_captures)
-             if wall is not None and t is not None and not (compiles or captures)]
+    pairs = [(steps.t[i], steps.wall_s[i]) for i in range(len(steps))
+             if steps.wall_s[i] is not None and steps.t[i] is not None and not steps.touched(i)]
     if not pairs:
         return np.zeros(0), np.zeros(0)
     end, wall = (np.array(column, dtype=float) for column in zip(*pairs))

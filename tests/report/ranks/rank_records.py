@@ -47,6 +47,7 @@ class Rank:
     cuda_peak: int | None = None  # manifest peak_device_memory_bytes
     boundary: bool = False  # steps end at the optimizer (schema 2's layout: wall_s since the previous step)
     final_of: str = "optimizer"  # FinalStateEvent.of: "shards" where each rank holds its own shard
+    waits: dict[int, float] = field(default_factory=dict)  # step -> seconds the rank waited there for another (boundary steps)
 
 
 def _manifest(key: str, rank: int | None, world_size: int | None, role: str, status: str, exit_code: int | None) -> ModeManifest:
@@ -87,7 +88,7 @@ def _write_process(mode_dir: Path, manifest: ModeManifest, spec: Rank) -> None:
         t += spec.step_s
         if spec.boundary:
             writer.emit(BackwardEvent, t=t, step=step, index=0, backward_s=0.001, ca_captures=captured, loss=1.0 / (step + 1))
-        timing = {"boundary": "optimizer", "wall_s": None if step == 0 else spec.step_s + (0.05 if captured else 0.0)} if spec.boundary else {}
+        timing = {"boundary": "optimizer", "wall_s": None if step == 0 else spec.step_s + (0.05 if captured else 0.0) + spec.waits.get(step, 0.0)} if spec.boundary else {}
         writer.emit(StepEvent, t=t, step=step, backward_s=0.001, loss=1.0 / (step + 1), ca_captures=captured, compiles=captured, **timing)
     for code, message in spec.findings:
         writer.emit(FindingEvent, t=t, code=code, message=message)

@@ -191,3 +191,23 @@ def test_no_rank_at_its_end_claims_no_agreement_of_final_norms(multi_rank_run):
     assert "same final norms" not in agreement(analysis) and "same final norms" not in ranks_line(analysis, 0)
     assert agreement(_analysis(multi_rank_run({0: Rank(), 1: Rank()}, name="both"))) == \
         "the ranks agree: same CA graphs and cache misses, same final norms"
+
+
+def test_a_step_another_rank_compiled_in_is_no_steady_step_of_any_rank(multi_rank_run):
+    """Rank 1 captures a graph at step 4 and rank 0 waits for it at the next collective (2.35 s
+    where its steady steps take 10 ms, the DeepSpeed hunt's ZeRO-2 job): rank 0's step 4 compiled
+    nothing itself, but it is no steady step either, in the list path and the arrays path alike,
+    so no rank's median, interval or CPU figure holds another rank's compile."""
+    from cagtool.record.loader import load_mode
+    from cagtool.report.figures.metrics import peer_touched, record_step_intervals, step_columns, steady_intervals
+
+    path = multi_rank_run({0: Rank(steps=10, boundary=True, waits={4: 2.35}), 1: Rank(steps=10, boundary=True, caps=[Cap(0), Cap(4)])})
+    for columns in (False, True):
+        ranks = load_mode(path / "ca", columns=columns).ranks()
+        zero = ranks[0]
+        assert peer_touched(zero) == frozenset({0, 4}) and peer_touched(ranks[1]) == frozenset({0})
+        intervals, excluded, _clock = record_step_intervals(zero)
+        assert 4 in excluded and max(intervals) < 0.1, (columns, intervals, excluded)
+        assert steady_intervals(step_columns(zero))[1] == excluded
+    single = load_mode(multi_rank_run({0: Rank(steps=10, boundary=True, waits={4: 2.35})}, name="one") / "ca").ranks()[0]
+    assert peer_touched(single) == frozenset() and 4 not in record_step_intervals(single)[1]  # one rank: its own steps only

@@ -27,6 +27,7 @@ from cagtool.report.ranks.analysis import (
     PROCESS_NOT_FOLLOWED,
     RANKS_GRAPHS_DIVERGE,
     RANKS_NORMS_DIVERGE,
+    RANKS_SIZES_DIFFER,
     RANKS_STEPS_DIFFER,
     RankAnalysis,
     agreement,
@@ -83,7 +84,8 @@ def run_level_results(analysis: RankAnalysis) -> list[CheckResult]:
     results.append(processes_followed(mode, [f.message for f in blind]))
     apart = [f for f in analysis.findings if f.code in (RANKS_GRAPHS_DIVERGE, RANKS_STEPS_DIFFER, RANKS_NORMS_DIVERGE)]
     agree_text = "; ".join(f.message for f in apart) if apart else (
-        f"{have} ranks ran the same CA graphs and cache misses and ended with the same norms" if all(r.reach is None for r in analysis.rows) else agreement(analysis))
+        f"{have} ranks ran the same CA graphs and cache misses and ended with the same norms"
+        if all(r.reach is None for r in analysis.rows) and not analysis.of(RANKS_SIZES_DIFFER) else agreement(analysis))
     results.append(_result("ranks-agree", mode, not apart, "diverge" if apart else "agree", "agree", agree_text, {"findings": [f.code for f in apart]}))
     return results
 

@@ -51,6 +51,9 @@ PROCESS_NOT_FOLLOWED = "process_not_followed"  # the capture side's finding code
 RANKS_GRAPHS_DIVERGE = "ranks_graphs_diverge"
 RANKS_NORMS_DIVERGE = "ranks_norms_diverge"
 RANKS_STEPS_DIFFER = "ranks_steps_differ"
+# One rank captured its backward again for other sizes, the same nodes and hooks (an uneven last
+# batch on that rank): the same collectives, so no divergence; said, never failed.
+RANKS_SIZES_DIFFER = "ranks_sizes_differ"
 RANK_MISSING = "rank_missing"
 RANK_FAILED = "rank_failed"
 PROCESS_FAILED = "process_failed"  # a followed process without a rank that did not finish cleanly
@@ -309,6 +312,19 @@ def graphs_divergence(ref_rank: int, ref: list[Capture], rank: int, other: list[
         both_ran = a is not None and b is not None and a.step == b.step
         if not both_ran and not (reached(ref_reach, step) and reached(reach, step)):
             return None  # one rank stopped before this step: nothing further is comparable
+        extra = _sizes_only_capture(ref, other, index)
+        if extra is not None:
+            # The rest compared without it: a later divergence is still one.
+            rest = (graphs_divergence(ref_rank, ref[:index] + ref[index + 1:], rank, other, diff_prefix, ref_reach, reach) if extra == 0
+                    else graphs_divergence(ref_rank, ref, rank, other[:index] + other[index + 1:], diff_prefix, ref_reach, reach))
+            if rest is not None:
+                return rest
+            who, capture, others = (ref_rank, a, rank) if extra == 0 else (rank, b, ref_rank)
+            assert capture is not None
+            message = (f"rank {who} {capture.describe()}; rank {others} did not: the same autograd nodes and hooks as the graph "
+                       f"it ran before, so the same collectives (a batch of other sizes on that rank, as an uneven last batch is)")
+            return RankFinding(RANKS_SIZES_DIFFER, message, (ref_rank, rank), capture.step, {"index": index, "rank": who,
+                                                                                               "capture": _capture_json(capture)})
         sides = []
         for who, capture in ((ref_rank, a), (rank, b)):
             sides.append(f"rank {who} {capture.describe()}" if capture is not None else f"rank {who} captured {_no_capture(index)}")
@@ -331,6 +347,23 @@ def graphs_divergence(ref_rank: int, ref: list[Capture], rank: int, other: list[
         if diff_prefix and running[0] is not None and running[1] is not None:
             data["diff_command"] = f"{diff_prefix} {running[0].ca_id}@{ref_rank} {running[1].ca_id}@{rank}"
         return RankFinding(RANKS_GRAPHS_DIVERGE, message, (ref_rank, rank), step, data)
+    return None
+
+
+def _sizes_only_capture(ref: list[Capture], other: list[Capture], index: int) -> int | None:
+    """0 (the reference rank) or 1 (the other) where that rank's capture at `index` is one the
+    other rank does not make there (it made none, or its next is at a later step), made for changed
+    sizes with the same autograd nodes and hooks as the rank's graph before it; else None."""
+    for side, (own, theirs) in enumerate(((ref, other), (other, ref))):
+        capture = own[index] if index < len(own) else None
+        mate = theirs[index] if index < len(theirs) else None
+        if capture is None or index == 0 or not capture.miss_key or capture.miss_key[0] != MISS_CHANGED_SHAPES:
+            continue
+        if mate is not None and (mate.step is None or capture.step is None or mate.step <= capture.step):
+            continue
+        before = own[index - 1]
+        if capture.graph_key and before.graph_key and capture.graph_key[2:] == before.graph_key[2:]:
+            return side
     return None
 
 
@@ -417,14 +450,20 @@ def agreement(analysis: "RankAnalysis") -> str:
     """What the ranks agree on, for a mode without divergence findings: only what was compared.
     Final norms are compared between ranks that finished; graphs up to the steps both reached."""
     finished = [r for r in analysis.rows if r.finished]
+    sized = [f for f in analysis.findings if f.code == RANKS_SIZES_DIFFER]
+    if sized:  # one rank also captured for other sizes, the same nodes: said where it is
+        also = "; ".join(f"rank {f.data.get('rank')} also for other sizes at step {f.step}" for f in sized)
+        graphs = f"the same CA graphs ({also}) and cache misses"
+    else:
+        graphs = "same CA graphs and cache misses"
     if all(r.reach is None for r in analysis.rows):
-        return "the ranks agree: same CA graphs and cache misses, same final norms"
+        return f"the ranks agree: {graphs}, same final norms"
     stopped = [r for r in analysis.rows if r.reach is not None]
     names = "; ".join(f"rank {r.rank} {'recorded' if r.finished else r.status} {'up to' if r.finished else 'after'} {r.steps} step{'s' if r.steps != 1 else ''}"
                       for r in stopped)
     normed = [r for r in finished if r.param_norm is not None or r.grad_norm is not None]
     norms = f"same final norms of ranks {', '.join(str(r.rank) for r in normed)}" if len(normed) > 1 else "final norms not compared"
-    return f"the ranks agree on the steps they all reached: same CA graphs and cache misses; {norms} ({names})"
+    return f"the ranks agree on the steps they all reached: {graphs}; {norms} ({names})"
 
 
 def not_followed(record: ModeRecord) -> list[RankFinding]:

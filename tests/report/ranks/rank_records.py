@@ -31,6 +31,7 @@ class Cap:
     node: str = "torch::autograd::GraphRoot"
     call: int = 0
     ops: tuple[str, ...] = ("MulBackward0",)
+    miss_kind: str = "new_node"  # "changed_shapes": captured again for other sizes
 
 
 @dataclass
@@ -77,7 +78,7 @@ def _write_process(mode_dir: Path, manifest: ModeManifest, spec: Rank) -> None:
         captured = 0
         if step in caps:
             ca_id, cap = caps[step]
-            writer.emit(CacheMissEvent, t=t, ca_id=ca_id, compile_id=f"!{ca_id}", step=step, miss_kind="new_node",
+            writer.emit(CacheMissEvent, t=t, ca_id=ca_id, compile_id=f"!{ca_id}", step=step, miss_kind=cap.miss_kind,
                         message=f"Cache miss due to new autograd node: {cap.node} (NodeCall {cap.call})", node=cap.node,
                         node_call=cap.call, key_size=40)
             code, nodes = writer.write_graph(ca_id, f"!{ca_id}", "def forward(inputs): ...\n", _nodes(cap.ops))

@@ -211,3 +211,24 @@ def test_a_step_another_rank_compiled_in_is_no_steady_step_of_any_rank(multi_ran
         assert steady_intervals(step_columns(zero))[1] == excluded
     single = load_mode(multi_rank_run({0: Rank(steps=10, boundary=True, waits={4: 2.35})}, name="one") / "ca").ranks()[0]
     assert peer_touched(single) == frozenset() and 4 not in record_step_intervals(single)[1]  # one rank: its own steps only
+
+
+def test_one_rank_captured_again_for_other_sizes_is_no_divergence(multi_rank_run):
+    """Rank 1 alone captures its backward again at step 4 for other sizes (its last batch is
+    smaller: DeepSpeed's ZeRO-2 hunt), the same autograd nodes and hooks: the same collectives, so
+    the ranks do not diverge and the gate's ranks-agree passes; the finding says what happened. A
+    capture at a new node on one rank still diverges, also when it comes after such a one."""
+    from cagtool.report.gate.ranks import run_level_results
+    from cagtool.report.ranks.analysis import RANKS_SIZES_DIFFER
+
+    sized = Cap(4, miss_kind="changed_shapes")
+    path = multi_rank_run({0: Rank(steps=8), 1: Rank(steps=8, caps=[Cap(0), sized])}, name="sized")
+    analysis = _analysis(path)
+    assert not analysis.diverge
+    [finding] = analysis.of(RANKS_SIZES_DIFFER)
+    assert finding.step == 4 and "the same autograd nodes and hooks as the graph it ran before, so the same collectives" in finding.message
+    assert agreement(analysis) == "the ranks agree: the same CA graphs (rank 1 also for other sizes at step 4) and cache misses, same final norms"
+    [agree] = [r for r in run_level_results(analysis) if r.check.startswith("ranks-agree")]
+    assert not agree.failed and "rank 1 also for other sizes at step 4" in agree.message
+    later = multi_rank_run({0: Rank(steps=8), 1: Rank(steps=8, caps=[Cap(0), sized, Cap(6, node="AddBackward0", call=2)])}, name="later")
+    assert [f.code for f in _analysis(later).findings if f.code in (RANKS_GRAPHS_DIVERGE, RANKS_SIZES_DIFFER)] == [RANKS_GRAPHS_DIVERGE]

@@ -21,7 +21,7 @@ from cagtool.report.text.markdown import md_text
 from cagtool.report.compare.headline import Headline, change_headline, run_headline
 from cagtool.report.text.safe_text import safe_line, safe_text
 from cagtool.report.figures.intervals import ratio_text
-from cagtool.report.figures.pooled import MIN_STEADY_STEPS, TOO_FEW_STEPS
+from cagtool.report.figures.pooled import MIN_STEADY_STEPS, TOO_FEW_STEPS, base_mode
 from cagtool.report.compare.analysis import (
     LOSS,
     AnyComparison,
@@ -280,6 +280,13 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
             for d in numerics.disagreements:
                 lines.append((f"  {d.quantity} of {d.record}: {format_rel(d.max_rel_diff)} relative{_where(d, quantity=False)} "
                               f"({d.value!r} vs {d.reference_value!r})", True))
+            compared = {base_mode(d.record) for d in numerics.diffs}
+            if base_mode(numerics.reference) == "eager" and "aot" not in compared and "ca" in {base_mode(d.record) for d in numerics.disagreements}:
+                # No aot mode to tell compiled autograd's difference from the compiled program's.
+                lines.append(("  note: eager runs the script with Dynamo disabled (TORCHDYNAMO_DISABLE=1), and a library that "
+                              "behaves otherwise under it differs there with nothing compiled (HF GPT-2 with gradient "
+                              "checkpointing: its dropout); record the aot mode too (the default modes): ca against aot, "
+                              "compiled alike, tells compiled autograd's difference apart", False))
         for record, words in numerics.drift_words.items():
             lines.append((f"Numerics: {record} drifts from {numerics.reference} beyond {tolerance}: {words}", False))
             for d in numerics.drifted:

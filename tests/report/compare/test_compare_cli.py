@@ -247,3 +247,17 @@ def test_compiled_gradients_that_differ_from_eager_alike_in_aot_and_ca_are_not_b
             "not compiled autograd") in headline, headline
     assert "numerics DISAGREE" not in headline and "not a verdict: its numerics differ" not in headline, headline
     assert "Numerics: ca against aot (compiled alike): losses and final norms agree" in text
+
+
+@pytest.mark.slow
+def test_without_the_aot_mode_a_disagreement_names_eagers_disabled_dynamo(record_run):
+    """`--modes eager,ca` of the same job: nothing to compare ca with but eager, so the disagreement
+    stands, and a note says why eager may be the one that differs and how to tell (the aot mode)."""
+    run = record_run("../tests/scripts/compiled_gradient_differs.py", modes="eager,ca")
+    assert run.returncode == 0, run.stderr
+    text = " ".join(compare(str(run.path)).stdout.split())
+    assert "Numerics DISAGREE with eager" in text
+    assert ("note: eager runs the script with Dynamo disabled (TORCHDYNAMO_DISABLE=1), and a library that behaves otherwise "
+            "under it differs there with nothing compiled") in text, text
+    three = " ".join(compare(str(record_run("../tests/scripts/compiled_gradient_differs.py", modes="eager,aot,ca").path)).stdout.split())
+    assert "TORCHDYNAMO_DISABLE" not in three  # with aot, ca is compared with it instead

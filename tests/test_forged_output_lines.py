@@ -312,3 +312,23 @@ def test_what_verify_writes_is_what_its_reader_takes(tmp_path):
     written = filled(Verification, baseline=side, fixes=[fix], not_applied=not_applied).to_dict()
     (tmp_path / VERIFICATION_FILE).write_text(json.dumps(written))
     assert load_verification(tmp_path) == json.loads(json.dumps(written))
+
+
+@pytest.mark.slow
+def test_runs_progress_line_shows_a_script_name_never_obeys_it(tmp_path):
+    """`cagtool run` names the script on each mode's progress line: a name holding a line break and
+    `::error::` printed a workflow command on a line of its own (the hunt's `a\\n::error::nl.py`)."""
+    import os
+    import subprocess
+
+    from conftest import cagtool_cmd
+
+    script = tmp_path / "a\n::error::nl ##[error]x.py"
+    script.write_text("print('ran')\n")
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "eager,ca", "--backend", "eager", "--no-report", "-o", str(tmp_path / "r"), str(script)),
+                          capture_output=True, text=True, env={**os.environ, "CI": "true"}, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.count("ran") == 2, proc.stderr
+    running = [line for line in proc.stderr.splitlines() if "): running " in line]
+    assert len(running) == 2 and all("\\n:" in line and "##\\[error]x.py" in line for line in running), running
+    _starts_no_command("run's progress", proc.stderr)
+    assert "##[" not in proc.stderr

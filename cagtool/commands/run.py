@@ -220,7 +220,10 @@ def run_command(
 
     def progress(name: str, index: int, total: int) -> None:
         if total > 1:
-            print(f"cagtool: mode {name} ({index}/{total}): running {target.name}", file=sys.stderr, flush=True)
+            from cagtool.report.text.safe_text import safe_line
+
+            # The script's name as given (a line break, a `::`, a `##[` in it): shown, never obeyed by a CI log.
+            print(f"cagtool: mode {name} ({index}/{total}): running {safe_line(target.name)}", file=sys.stderr, flush=True)
 
     import threading
 

@@ -67,6 +67,7 @@ from cagtool.report.figures.metrics import (
 
 from cagtool.report.compare.closeness import Tolerance, relative_difference
 from cagtool.report.text.safe_text import shown_command
+from cagtool.report.findings import thread_deaths
 from cagtool.report.figures.pooled import (  # re-exported: compare's renderers read them from here
     ABOVE,
     BELOW,
@@ -480,7 +481,9 @@ class NumericsSample:
 def numerics_sample(name: str, record: ModeRecord) -> NumericsSample:
     losses = step_losses(record)
     final = record.of(FinalStateEvent)
-    finished = record.manifest.status == STATUS_FINISHED and record.manifest.exit_code in (0, None)
+    # A job thread that died leaves a process that "finished" without that thread's work (its
+    # training may have stopped early): its final norms are no end of the job to compare.
+    finished = record.manifest.status == STATUS_FINISHED and record.manifest.exit_code in (0, None) and not thread_deaths(record)
     compiled_at: dict[int, tuple[str, ...]] = {}
     for event in (*record.of(CAGraphEvent), *record.of(DynamoCompileEvent)):
         if event.step is not None and not getattr(event, "is_ca_graph", False):

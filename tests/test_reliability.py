@@ -689,6 +689,16 @@ def test_a_thread_that_died_is_in_the_record_and_fails_the_gate(tmp_path):
     headline = json.loads(compare.stdout)["headline"]
     assert "in eager and ca, thread loader ended with ValueError: bad shard 3" in headline["text"] and headline["tone"] == "bad", headline
     assert "the speed of" not in headline["text"] and "not compared: in ca, thread loader ended" in headline["text"], headline
+    # Nor does a timing check time it (0.58x PASS before), and the rows say what happened.
+    gate = subprocess.run(cagtool_cmd("gate", str(out), "--min-speedup", "ca/eager:0.01", "--no-config"), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
+    rows = {(c["check"], c["mode"]): c for c in json.loads((out / "gate.json").read_text())["checks"]}
+    speed = rows["min-speedup", "ca/eager"]
+    assert gate.returncode == 1 and speed["outcome"] == "error", gate.stdout
+    assert "cannot check: mode ca's steps are not the whole job's: ca process main: thread loader ended" in speed["message"], speed
+    assert rows["mode-finished", "ca"]["actual"] == "finished, 1 problem", rows
+    table = subprocess.run(cagtool_cmd("compare", str(out)), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
+    [status] = [line for line in table.stdout.splitlines() if " status " in line]
+    assert status.count("THREAD DIED") == 2 and " ok " not in status, table.stdout
 
 
 TRACE_ON_FULL_DISK = """

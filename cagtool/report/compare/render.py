@@ -83,6 +83,8 @@ def steps_list(steps: list[int], limit: int = 6) -> str:
 
 
 def status_cell(column: ModeColumn) -> str:
+    if column.ok and column.threads_died:  # the process finished without a thread's work
+        return "THREAD DIED"
     if column.ok:
         return "ok" if len(column.records) == 1 else f"ok ({len(column.records)} runs)"
     first = column.failures[0]

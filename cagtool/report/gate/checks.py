@@ -322,6 +322,8 @@ class ModeStatusCheck:
             return missing_mode(self.name, self.mode, run, "run", "finished", self.source)
         snap = run[self.mode]
         ok = finished_cleanly(snap) and not snap.process_problems
+        problems = len(snap.process_problems)
+        actual = f"{snap.status}, {problems} problem{'s' if problems > 1 else ''}" if problems else snap.status
         exit_text = "" if snap.exit_code in (None, 0) else f", exit code {snap.exit_code}"
         reps = f", {snap.repetitions} repetitions" if snap.repetitions > 1 else ""
         message = f"{self.name} ({self.mode}): status {snap.status}{exit_text}, {snap.steps} steps{reps}"
@@ -331,7 +333,7 @@ class ModeStatusCheck:
             message += "; " + "; ".join(snap.process_problems)
         outcome = Outcome.PASS if ok else Outcome.FAIL
         return CheckResult(
-            self.name, self.mode, outcome, not ok, snap.status, "finished", message, self.source,
+            self.name, self.mode, outcome, not ok, actual, "finished", message, self.source,
             data={"status": snap.status, "exit_code": snap.exit_code, "steps": snap.steps},
         )
 
@@ -339,6 +341,21 @@ class ModeStatusCheck:
 def finished_cleanly(snap: ModeSnapshot) -> bool:
     """Finished with exit code 0, or stopped by --max-time (a bounded run: its steps count)."""
     return (snap.status == "finished" and snap.exit_code in (None, 0)) or snap.status == "timeout"
+
+
+def partial_job(snap: ModeSnapshot) -> str | None:
+    """Why the mode's steps are not the whole job's (a mode that did not finish, a thread of the job
+    that died, a rank or child that failed), None where they are: such steps time part of the job,
+    and a timing check on them would pass or fail on what was not run."""
+    if snap.status == "missing":
+        return None  # no record: each check says so (_unrecorded, or no steps to time)
+    if not finished_cleanly(snap):
+        code = f", exit code {snap.exit_code}" if snap.exit_code not in (None, 0) else ""
+        return f"mode {snap.mode} did not finish ({snap.status}{code}): its steps are not the whole job's"
+    if snap.process_problems:
+        more = f" (+{len(snap.process_problems) - 1} more)" if len(snap.process_problems) > 1 else ""
+        return f"mode {snap.mode}'s steps are not the whole job's: {snap.process_problems[0]}{more}"
+    return None
 
 
 def speedup_interval(num: ModeSnapshot, den: ModeSnapshot) -> RatioInterval | None:
@@ -467,6 +484,9 @@ class MinSpeedupCheck:
         for mode in (t.numerator, t.denominator):
             if mode not in run:
                 return missing_mode(self.name, mode, run, "run", limit, self.source, label=pair)
+        for mode in (t.numerator, t.denominator):
+            if (partial := partial_job(run[mode])) is not None:
+                return unmeasurable(self.name, pair, partial, limit, self.source)
         lost = left_out_words([(f"{mode} of this run", snap.step_time.sample) for mode in (t.numerator, t.denominator)
                                if (snap := run[mode]).step_time is not None and snap.step_time.sample is not None], "median")
         if lost:
@@ -742,6 +762,9 @@ class MaxMemoryRatioCheck:
             if t.denominator not in run:
                 return missing_mode(self.name, t.denominator, run, "run", limit, self.source, label=label)
             below = run[t.denominator]
+        for snap in (run[t.numerator], below):
+            if (partial := partial_job(snap)) is not None:
+                return unmeasurable(self.name, label, partial, limit, self.source)
         peaks = peak_memory(run[t.numerator], below)
         if peaks is None:
             return unmeasurable(self.name, label, "no peak memory recorded on both sides", limit, self.source)
@@ -951,6 +974,9 @@ class _TimeCheck:
             return missing_mode(self.name, self.mode, run, "run", limit, self.source)
         if baseline is None or self.mode not in baseline:
             return missing_mode(self.name, self.mode, baseline or {}, "baseline", limit, self.source)
+        for side, snap in (("this run", run[self.mode]), ("the baseline", baseline[self.mode])):
+            if (partial := partial_job(snap)) is not None:
+                return unmeasurable(self.name, self.mode, f"in {side}, {partial}", limit, self.source)
         return self._against(run[self.mode], baseline[self.mode], limit)
 
     def _against(self, current: ModeSnapshot, previous: ModeSnapshot, limit: str) -> CheckResult:

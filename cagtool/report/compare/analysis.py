@@ -59,8 +59,10 @@ from cagtool.report.figures.intervals import (
 from cagtool.report.figures.metrics import (
     MACHINE_NEGLIGIBLE,
     CpuWait,
+    ModeMetrics,
     heavy_load_bound,
     load_range,
+    mode_metrics,
     reference_loop_of,
     step_losses,
 )
@@ -737,6 +739,43 @@ def format_rel(value: float | None) -> str:
 
 
 @dataclass(frozen=True)
+class RankScope:
+    """A multi-rank run compared on one rank's records (`focus`): what its other ranks did, for
+    the headline. Each mode record's ranks as report.ranks analyses them (the analysis summary,
+    compare's rank tables and the gate's ranks checks read), and each rank's figures."""
+
+    focus: int
+    analyses: dict[str, Any]  # record name ("ca", "ca.2") -> its ranks (report.ranks.analysis.RankAnalysis)
+    metrics: dict[str, dict[int, ModeMetrics]]  # record name -> rank -> that rank's figures
+
+    def record_of(self, column: ModeColumn) -> str | None:
+        """The record of `column` whose ranks the headline reads: its first repetition that has them
+        (the one its own figures come from)."""
+        return next((name for name in column.records if name in self.analyses), None)
+
+
+def rank_scope(run: RunRecord) -> RankScope | None:
+    """The other ranks of a rank's view of a multi-rank run (ranks.focused_run); None for any other run."""
+    # Imported here: report.ranks reads compare.closeness, and this package's __init__ imports this module.
+    from cagtool.report.ranks.analysis import analyze_ranks, whole_run
+
+    origin = whole_run(run)
+    if origin is None:
+        return None
+    whole, focus = origin
+    analyses: dict[str, Any] = {}
+    metrics: dict[str, dict[int, ModeMetrics]] = {}
+    for name in run.modes:
+        record = whole.modes.get(name)
+        analysis = analyze_ranks(record) if record is not None else None
+        if record is None or analysis is None:
+            continue
+        analyses[name] = analysis
+        metrics[name] = {rank: mode_metrics(rec) for rank, rec in record.ranks().items()}
+    return RankScope(focus, analyses, metrics) if analyses else None
+
+
+@dataclass(frozen=True)
 class Comparison:
     run_path: Path
     target: str  # the script or module, as the user gave it
@@ -748,6 +787,8 @@ class Comparison:
     versions: dict[str, str] = field(default_factory=dict)
     machine: dict[str, Any] = field(default_factory=dict)
     grad_parity: Any = None  # grad_parity.GradParity: per-parameter gradients of the modes, compared
+    # A multi-rank run compared on one rank's records: its other ranks (None for any other run).
+    ranks: RankScope | None = None
 
     @property
     def failures(self) -> list[ModeFailure]:
@@ -789,6 +830,7 @@ def compare_modes(run: RunRecord, tolerance: Tolerance | None = None) -> Compari
         versions=dict(run.meta.versions or {}),
         machine=dict(run.meta.machine or {}),
         grad_parity=parity,
+        ranks=rank_scope(run),
     )
 
 

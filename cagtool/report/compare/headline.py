@@ -5,6 +5,12 @@ sizes; fix verified); compile aot 18.0 s, ca 42.6 s; first step aot 33.0 s, ca 4
 aot 1.2 GB, ca 1.3 GB; compiled autograd: 0.85x the speed of torch.compile alone in CPU time per
 step (slower, 90% CI 0.82x-0.88x); numerics agree."
 
+A multi-rank run's figures are one rank's (rank 0's, or `--rank N`'s), but the headline is the
+job's: where the ranks part (report.ranks' divergence findings, what the gate's ranks-agree check
+fails on) leads, a rank that failed or left no record is named, and the other ranks whose CA
+graphs or recompiles differ are named beside the shown rank's: "rank 1: 1 CA recompile (new
+autograd nodes); rank 0: none", never "no recompiles".
+
 Pure functions of a `Comparison` (one run) or a `RunComparison` (A/B), and optionally the run's
 kept verification; every renderer (run's summary, `compare`, the HTML report) puts it first.
 """
@@ -13,13 +19,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Hashable
 
 from cagtool.report.compare.analysis import EFFECT, INCONCLUSIVE, LOAD_DIFFERED, NO_CHANGE, TOO_FEW_STEPS, Comparison, RunComparison, Speedup, ended_words, files_text
 from cagtool.report.figures.intervals import MEASURE_WORDS, ratio_text
 from cagtool.report.figures.pooled import base_mode
 
 if TYPE_CHECKING:
+    from cagtool.report.figures.metrics import ModeMetrics
     from cagtool.report.recompiles.explain import Cause, Explanation
 
 GOOD, BAD, NEUTRAL = "good", "bad", "neutral"
@@ -84,7 +91,9 @@ def _cost_phrase(comparison: Comparison) -> str:
     ca = _ca_column(comparison)
     if ca is not None and ca.metrics is not None:
         m = ca.metrics
-        bits.append(f"{ca.name}: {m.ca_graphs} CA graph{'s' if m.ca_graphs != 1 else ''}, {m.graph_breaks} graph break{'s' if m.graph_breaks != 1 else ''}")
+        graphs, breaks = _other_ranks(comparison, ca, lambda r: r.ca_graphs), _other_ranks(comparison, ca, lambda r: r.graph_breaks)
+        bits.append(f"{ca.name}: {m.ca_graphs} CA graph{'s' if m.ca_graphs != 1 else ''}{_on_other_ranks(comparison, graphs)}, "
+                    f"{m.graph_breaks} graph break{'s' if m.graph_breaks != 1 else ''}{_on_other_ranks(comparison, breaks)}")
     compile_ = [f"{c.name} {c.compile_time_s:.1f} s" for c in columns if c.compile_time_s]
     if compile_:
         bits.append("compile " + ", ".join(compile_))
@@ -95,6 +104,112 @@ def _cost_phrase(comparison: Comparison) -> str:
     if memory:
         bits.append("peak memory " + ", ".join(memory))
     return "; ".join(bits)
+
+
+# How many groups of other ranks the headline names before it counts the rest.
+_RANK_GROUPS = 3
+
+
+def _other_ranks(comparison: Comparison, column: Any, value: Callable[["ModeMetrics"], Hashable]) -> list[tuple[tuple[int, ...], Any]]:
+    """A multi-rank run's other ranks whose `value` differs from the shown rank's, grouped by value,
+    the lowest rank's group first: [((1,), 2)]. Empty for a single-process run."""
+    scope = comparison.ranks
+    name = scope.record_of(column) if scope is not None and column is not None else None
+    if scope is None or name is None or scope.focus not in scope.metrics[name]:
+        return []
+    per_rank = scope.metrics[name]
+    shown = value(per_rank[scope.focus])
+    groups: dict[Any, list[int]] = {}
+    for rank, metrics in per_rank.items():
+        if rank != scope.focus and value(metrics) != shown:
+            groups.setdefault(value(metrics), []).append(rank)
+    return sorted(((tuple(ranks), v) for v, ranks in groups.items()), key=lambda group: group[0])
+
+
+def _ranks_words(ranks: tuple[int, ...]) -> str:
+    from cagtool.report.ranks.analysis import rank_list
+
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_list(ranks)}"
+
+
+def _groups_text(groups: list[tuple[tuple[int, ...], str]], separator: str) -> str:
+    shown = [f"{_ranks_words(ranks)}: {words}" for ranks, words in groups[:_RANK_GROUPS]]
+    rest = sum(len(ranks) for ranks, _ in groups[_RANK_GROUPS:])
+    return separator.join(shown) + (f"{separator}{rest} more rank{'s' if rest != 1 else ''} differ{'s' if rest == 1 else ''}" if rest else "")
+
+
+def _on_other_ranks(comparison: Comparison, groups: list[tuple[tuple[int, ...], Any]]) -> str:
+    """The words after a count the other ranks do not share, theirs beside it: " on rank 0 (rank 1: 2)"."""
+    if not groups or comparison.ranks is None:
+        return ""
+    return f" on rank {comparison.ranks.focus} ({_groups_text([(ranks, str(v)) for ranks, v in groups], '; ')})"
+
+
+def _recompile_counts(m: "ModeMetrics") -> tuple[int, int]:
+    """CA and Dynamo recompiles as the headline counts them: every capture after the first is a CA
+    recompile, as torch counts them (`captures`) and `recompiles` lists them, AccumulateGrad's
+    .grad warm-up and another backward call's first graph too (said apart: the gate's
+    `m.ca_recompiles` leaves them out)."""
+    return m.ca_recompiles + m.ca_grad_warmup_misses + m.ca_other_call_captures, m.dynamo_recompiles
+
+
+def _miss_kinds(m: "ModeMetrics") -> tuple[str, ...]:
+    """What the CA recompiles were, from the counts alone (without the causes of --explain)."""
+    kinds = []
+    if m.ca_shape_recompiles:
+        kinds.append("changed sizes")
+    if m.ca_new_node_misses - m.ca_grad_warmup_misses > 0:
+        kinds.append("new autograd nodes")
+    return tuple(kinds)
+
+
+def _other_ranks_recompiles(comparison: Comparison, column: Any) -> str:
+    """The other ranks whose recompiles differ from the shown rank's, "rank 1: 1 CA recompile (new
+    autograd nodes)"; "" where every rank recompiled alike (or the run has one process)."""
+    groups = _other_ranks(comparison, column, lambda r: (*_recompile_counts(r), _miss_kinds(r)))
+    said = []
+    for ranks, (ca, dynamo, kinds) in groups:
+        bits = []
+        if ca:
+            bits.append(f"{ca} CA recompile{'s' if ca != 1 else ''}" + (f" ({', '.join(kinds)})" if kinds else ""))
+        if dynamo:
+            bits.append(f"{dynamo} Dynamo recompile{'s' if dynamo != 1 else ''}")
+        said.append((ranks, " and ".join(bits) + (" each" if bits and len(ranks) > 1 else "") if bits else "none"))
+    return _groups_text(said, ", ")
+
+
+# The modes whose ranks' problems the headline names first: compiled autograd's, then the others.
+_RANK_MODE_ORDER = ("ca", "aot", "eager")
+
+
+def _rank_phrases(comparison: Comparison) -> list[str]:
+    """What the headline says of a multi-rank run's ranks beyond the one its figures are from:
+    where the ranks part (report.ranks' divergence findings, the gate's ranks-agree check), then a
+    rank that failed or left no record, or a process cagtool could not follow."""
+    scope = comparison.ranks
+    if scope is None:
+        return []
+    from cagtool.report.ranks.analysis import PROCESS_FAILED, PROCESS_NOT_FOLLOWED, RANK_FAILED, RANK_MISSING
+
+    order = {mode: i for i, mode in enumerate(_RANK_MODE_ORDER)}
+    names = sorted(scope.analyses, key=lambda name: order.get(base_mode(name), len(order)))
+    phrases = []
+    diverging = [(name, scope.analyses[name].divergences) for name in names if scope.analyses[name].divergences]
+    if diverging:
+        name, found = diverging[0]
+        more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
+        also = [other for other, _ in diverging[1:]]
+        phrases.append(f"the ranks DIVERGE in {name}: {found[0].message}{more}" + (f"; the ranks of {' and '.join(also)} diverge too" if also else ""))
+    problems: dict[str, list[str]] = {}  # the same problem in several modes: said once, for all
+    for name in names:
+        for finding in scope.analyses[name].findings:
+            # The shown rank's own failure is its mode's, which the headline names already.
+            if finding.code in (RANK_MISSING, PROCESS_NOT_FOLLOWED, PROCESS_FAILED) or (finding.code == RANK_FAILED and scope.focus not in finding.ranks):
+                problems.setdefault(finding.message, []).append(name)
+    if problems:
+        message, where = next(iter(problems.items()))
+        phrases.append(f"in {' and '.join(where)}, {message}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""))
+    return phrases
 
 
 def _bytes(n: int | None) -> str:
@@ -234,32 +349,29 @@ def _recompile_phrase(comparison: Comparison, verified: dict[str, Any] | None, e
     if column is None or column.metrics is None:
         return ""
     m = column.metrics
-    # Every capture after the first is a recompile, as torch counts them (`captures`) and
-    # `recompiles` lists them: AccumulateGrad's .grad warm-up too, said apart since the gate
-    # (`m.ca_recompiles`) leaves it out.
     warmup = m.ca_grad_warmup_misses
     others = m.ca_other_call_captures  # another backward call's first graph: not counted by the gate either
-    n = m.ca_recompiles + warmup + others
+    n = _recompile_counts(m)[0]
+    # A multi-rank run: the other ranks that recompiled otherwise than the one shown, by rank.
+    elsewhere = _other_ranks_recompiles(comparison, column)
+    shown_rank = f"rank {comparison.ranks.focus}: " if elsewhere and comparison.ranks is not None else ""
     if n == 0 and m.dynamo_recompiles == 0:
         # A ca mode that failed early says nothing of recompiles; torch.compile's own (aot) may.
         aot = comparison.modes.get("aot")
         others = aot.metrics.dynamo_recompiles if aot is not None and aot.metrics is not None else 0
         ended = ended_words(column)  # as the record says: interrupted, killed, failed
-        said = f"no recompiles in ca before it {ended}" if ended else "no recompiles"
+        # Never "no recompiles" where another rank recompiled: those ranks lead, then the one shown.
+        none = "none" if elsewhere else "no recompiles"
+        said = f"{none} in ca before it {ended}" if ended else none
         if others:
             said += (f" (aot: {others} Dynamo recompile{'s' if others != 1 else ''})" if ended
                      else f" in ca (aot: {others} Dynamo recompile{'s' if others != 1 else ''})")
-        return said
+        return f"{elsewhere}; {shown_rank}{said}" if elsewhere else said
     roots = root_causes(explanation) if explanation is not None else None
     parts = []
     if n:
-        kinds = []
-        if roots is None:
-            # Without the causes, what the CA recompiles were (with them, the causes say it).
-            if m.ca_shape_recompiles:
-                kinds.append("changed sizes")
-            if m.ca_new_node_misses - m.ca_grad_warmup_misses > 0:
-                kinds.append("new autograd nodes")
+        # Without the causes, what the CA recompiles were (with them, the causes say it).
+        kinds = list(_miss_kinds(m)) if roots is None else []
         if warmup:
             from cagtool.report.recompiles.explain import GRAD_WARMUP_WORDS, grad_warmup_row
 
@@ -298,7 +410,7 @@ def _recompile_phrase(comparison: Comparison, verified: dict[str, Any] | None, e
             phrase += f" (fix verified: {', '.join(good)})"
         elif verified.get("fixes"):
             phrase += " (no fix verified)"
-    return phrase
+    return f"{shown_rank}{phrase}; {elsewhere}" if elsewhere else phrase
 
 
 def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None, explanation: "Explanation | None" = None) -> Headline:
@@ -312,6 +424,11 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         # A mode the stopped run never started is no bad news about the job: said, not coloured.
         if not all(f.not_run for f in comparison.failures):
             tones.append(BAD)
+    # A multi-rank run's figures are one rank's: where its ranks part (what hangs jobs), or one
+    # failed, is said before them.
+    ranks = _rank_phrases(comparison)
+    phrases.extend(ranks)
+    tones.extend([BAD] * len(ranks))
     died: dict[tuple[str, ...], list[str]] = {}  # the same deaths in several modes: said once, for all
     for name, column in comparison.modes.items():
         if column.threads_died:
@@ -397,6 +514,9 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         elif not numerics.diffs:
             # Another mode failed before it recorded a value (or recorded none): nothing was compared.
             phrases.append(f"numerics not compared (only {numerics.reference} recorded values)")
+        elif comparison.ranks is not None and any(a.diverge for a in comparison.ranks.analyses.values()):
+            # The modes agree on the shown rank's records; its ranks do not (said above).
+            phrases.append(f"numerics agree between the modes on rank {comparison.ranks.focus}")
         else:
             phrases.append("numerics agree")
     if not phrases:

@@ -25,10 +25,7 @@ from cagtool.report.gate.baseline import ModeSnapshot, run_snapshots
 from cagtool.report.gate.checks import Check, CheckResult, Outcome, evaluate_all
 from cagtool.report.ranks.analysis import (
     PROCESS_NOT_FOLLOWED,
-    RANKS_GRAPHS_DIVERGE,
-    RANKS_NORMS_DIVERGE,
     RANKS_SIZES_DIFFER,
-    RANKS_STEPS_DIFFER,
     RankAnalysis,
     agreement,
     rank_view,
@@ -82,7 +79,7 @@ def run_level_results(analysis: RankAnalysis) -> list[CheckResult]:
     results.append(present)
     blind = analysis.of(PROCESS_NOT_FOLLOWED)
     results.append(processes_followed(mode, [f.message for f in blind]))
-    apart = [f for f in analysis.findings if f.code in (RANKS_GRAPHS_DIVERGE, RANKS_STEPS_DIFFER, RANKS_NORMS_DIVERGE)]
+    apart = analysis.divergences
     agree_text = "; ".join(f.message for f in apart) if apart else (
         f"{have} ranks ran the same CA graphs and cache misses and ended with the same norms"
         if all(r.reach is None for r in analysis.rows) and not analysis.of(RANKS_SIZES_DIFFER) else agreement(analysis))

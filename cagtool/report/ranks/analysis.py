@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-import msgspec
-
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import (
     MISS_CHANGED_SHAPES,
@@ -59,6 +57,8 @@ RANK_FAILED = "rank_failed"
 PROCESS_FAILED = "process_failed"  # a followed process without a rank that did not finish cleanly
 RANK_RECORDING_STOPPED = "rank_recording_stopped"  # a write error (full disk) ended a rank's record early: its counts stop there
 RANK_RESTARTED = "rank_restarted"  # a launcher started the rank again (torchrun --max-restarts): which attempt did what
+# The findings that mean the ranks part: collectives that do not match, or unsynchronised training.
+DIVERGENCE_CODES = (RANKS_GRAPHS_DIVERGE, RANKS_STEPS_DIFFER, RANKS_NORMS_DIVERGE)
 
 
 @dataclass(frozen=True)
@@ -155,8 +155,14 @@ class RankAnalysis:
         return missing_ranks(self.ranks, self.world_size)
 
     @property
+    def divergences(self) -> list[RankFinding]:
+        """The findings that say the ranks part (graphs, steps, final norms), in order: what
+        `diverge`, the gate's ranks-agree check and every report's verdict on the ranks rest on."""
+        return [f for f in self.findings if f.code in DIVERGENCE_CODES]
+
+    @property
     def diverge(self) -> bool:
-        return any(f.code in (RANKS_GRAPHS_DIVERGE, RANKS_NORMS_DIVERGE, RANKS_STEPS_DIFFER) for f in self.findings)
+        return bool(self.divergences)
 
     def of(self, code: str) -> list[RankFinding]:
         return [f for f in self.findings if f.code == code]
@@ -558,10 +564,32 @@ def focus_record(run: RunRecord, record: ModeRecord, rank: int | None) -> tuple[
     return ranks[rank], rank
 
 
+class RankView(RunRecord):
+    """The run as one rank saw it (`modes`: that rank's records), with the run it was cut from:
+    a report that reads one rank's records (compare, the headline) still reaches the other ranks
+    through `whole` to say what happened there."""
+
+    whole: RunRecord | None = None
+    rank: int | None = None
+
+
+def _view(run: RunRecord, modes: dict[str, ModeRecord], rank: int) -> RankView:
+    whole = run.whole if isinstance(run, RankView) and run.whole is not None else run
+    return RankView(path=run.path, meta=run.meta, modes=modes, whole=whole, rank=rank)
+
+
+def whole_run(run: RunRecord) -> tuple[RunRecord, int] | None:
+    """For a rank's view of a multi-rank run (rank_view, focused_run, run_for_rank): the whole run
+    and the rank shown; None for any other run."""
+    if isinstance(run, RankView) and run.whole is not None and run.rank is not None:
+        return run.whole, run.rank
+    return None
+
+
 def rank_view(run: RunRecord, rank: int) -> RunRecord:
     """Leniently, the run as rank `rank` saw it: each mode's record replaced by that rank's where the
     mode has it (others keep their own record; the gate's ranks-present check reports the gap)."""
-    return msgspec.structs.replace(run, modes={name: record.ranks().get(rank, record) for name, record in run.modes.items()})
+    return _view(run, {name: record.ranks().get(rank, record) for name, record in run.modes.items()}, rank)
 
 
 def lowest_rank(run: RunRecord) -> int | None:
@@ -589,7 +617,7 @@ def run_for_rank(run: RunRecord, rank: int | None) -> RunRecord:
     the run itself. Raises UnreadableInput when a mode lacks the rank."""
     if rank is None:
         return run
-    return msgspec.structs.replace(run, modes={name: focus_record(run, record, rank)[0] for name, record in run.modes.items()})
+    return _view(run, {name: focus_record(run, record, rank)[0] for name, record in run.modes.items()}, rank)
 
 
 def ranks_line(analysis: RankAnalysis, focus: int | None | tuple[int, ...]) -> str:
@@ -602,8 +630,7 @@ def ranks_line(analysis: RankAnalysis, focus: int | None | tuple[int, ...]) -> s
     else:
         shown = f"showing rank {focus}" if focus is not None else "showing the main process"
     if analysis.diverge:
-        first = next(f for f in analysis.findings if f.code in (RANKS_GRAPHS_DIVERGE, RANKS_STEPS_DIFFER, RANKS_NORMS_DIVERGE))
-        verdict = f"the ranks DIVERGE: {first.message}"
+        verdict = f"the ranks DIVERGE: {analysis.divergences[0].message}"
     elif all(r.reach is None for r in analysis.rows):
         verdict = "the ranks agree (same CA graphs and cache misses, same final norms)"
     else:

@@ -158,7 +158,8 @@ DAMAGED = {
 def test_a_forged_verification_missing_keys_is_left_unread(tmp_path, damage):
     """verification.json (written by `recompiles --verify`) is optional, as checkpointing.json and
     cpu_wait.json are: one of another shape (a key missing, a figure that is a string) is left
-    unread, the summary the run's own (it was exit 4, a KeyError or a ValueError)."""
+    unread, the summary the run's own (it was exit 4, a KeyError or a ValueError) and a line saying
+    so (it was silent: a user who verified saw no verification and no reason)."""
     run = _write_run(tmp_path / "r")
     expected = cagtool("summary", str(run))
     assert expected[0] == 0, expected
@@ -166,9 +167,12 @@ def test_a_forged_verification_missing_keys_is_left_unread(tmp_path, damage):
     code, out, err = cagtool("summary", str(run))
     assert code == 0 and "Fixes verified by re-running" in out, err  # the file as verify/ writes it is read
     (run / "verification.json").write_text(json.dumps(_damaged(DAMAGED[damage])))
-    assert cagtool("summary", str(run)) == expected
+    code, out, err = cagtool("summary", str(run))
+    said = [line for line in out.splitlines(keepends=True) if "verification.json left unread" in line]
+    assert len(said) == 1 and "not what `cagtool recompiles --explain --verify` writes" in said[0], out  # said, not silently dropped
+    assert (code, out.replace(said[0], ""), err) == expected
     code, out, err = cagtool("summary", str(run), "--format", "json")
-    assert code == 0 and "verification" not in json.loads(out), err
+    assert code == 0 and "verification" not in json.loads(out) and "left unread" in json.loads(out)["verification_unread"], err
     code, out, err = cagtool("report", str(run), "-o", str(tmp_path / "report.html"))
     assert code == 0 and "Traceback" not in err, err
 

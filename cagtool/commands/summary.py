@@ -28,10 +28,12 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
     # sidecar when it matches events.jsonl (a 20,000-step summary in under 0.5 s).
     run = loaded if loaded is not None else load_run(run_path, strict=strict, kinds=SUMMARY_KINDS, columns=True)
     verification = None
+    unread = None  # a verification.json that is there but not verify's: said, never silently dropped
     if (Path(run.path) / "verification.json").exists():
-        from cagtool.report.recompiles.verification import load_verification
+        from cagtool.report.recompiles.verification import UNREAD_NOTE, load_verification
 
         verification = load_verification(run.path)
+        unread = UNREAD_NOTE if verification is None else None
     from cagtool.report.checkpointing import checkpointing_lines, load_checkpointing
 
     checkpointing = load_checkpointing(Path(run.path))  # `cagtool checkpointing`'s measurement, when made
@@ -47,6 +49,8 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
         data = {"headline": {"text": line.text, "tone": line.tone, "advice": line.advice}, **data}
         if verification is not None:
             data["verification"] = verification
+        elif unread is not None:
+            data["verification_unread"] = unread
         if checkpointing is not None:
             data["checkpointing"] = checkpointing
         print(json.dumps(data, indent=2, default=str))
@@ -73,6 +77,8 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
 
         for line in verification_lines(verification):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
+    elif unread is not None:
+        console.print(unread, markup=False, highlight=False, soft_wrap=True)
     if checkpointing is not None:
         console.print("activation checkpointing, measured (cagtool checkpointing):", markup=False)
         for line in checkpointing_lines(checkpointing):

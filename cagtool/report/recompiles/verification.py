@@ -97,6 +97,11 @@ class _VerificationDoc(Struct):
     wall_s: float | None = None
 
 
+# What a report says of a verification.json that load_verification left unread.
+UNREAD_NOTE = ("verification.json left unread: it is not what `cagtool recompiles --explain --verify` writes "
+               "(damaged or edited); verify again to keep a new one")
+
+
 def load_verification(run_path: Path | str) -> dict[str, Any] | None:
     """The run's kept verification, or None when it has none or it is unreadable: it is optional,
     as checkpointing.json and cpu_wait.json are, so a damaged or forged one (not JSON, or not the

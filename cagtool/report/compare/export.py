@@ -200,6 +200,9 @@ def grad_parity_json(parity: Any) -> dict[str, Any] | None:
         ],
         "notes": list(parity.notes),
         "nonfinite": list(parity.nonfinite),
+        # ca against aot where both differ from eager (the summary says which changed the gradients)
+        "against_aot": [{"record": p.record, "reference": p.reference, "agrees": p.agrees, "first_bad_step": p.first_bad_step,
+                         "verdict": p.verdict()} for p in parity.against_aot],
     }
 
 

@@ -218,6 +218,9 @@ class GradParity:
     notes: tuple[str, ...] = ()
     tolerance: GradTolerance = field(default_factory=GradTolerance)
     nonfinite: tuple[str, ...] = ()  # "NaN from step 4 in eager, aot and ca (weight, bias)"
+    # Each ca record that differs from eager where aot (the same compiler, without compiled
+    # autograd) differs from eager too, against aot: which of the two changed the gradients.
+    against_aot: tuple[PairParity, ...] = ()
 
     @property
     def has_digests(self) -> bool:
@@ -254,10 +257,30 @@ class GradParity:
             return (f"gradients: the {len(modes)} modes agree on all {_n(params, 'parameter')} at {_n(steps, 'digested step')}{where}{processes}"
                     + later + self._nonfinite_said())
         bad = self.disagreements
+        if bad and (beside := self.compiled_otherwise()) is not None:
+            eager = min((p for p in bad if base_mode(p.record.split(" ")[0]) == "aot"), key=lambda p: (p.first_bad_step, p.record))
+            return (f"gradients: {beside.verdict()}; both differ from {eager.reference} (first at step {eager.first_bad_step}, "
+                    f"in {len(eager.first_bad)} of {eager.params} parameters): the compiled program computes otherwise than "
+                    f"{eager.reference}, not compiled autograd" + self._nonfinite_said())
         if bad:
             first = min(bad, key=lambda p: (p.first_bad_step, p.record))
             return "gradients: " + first.verdict() + self._nonfinite_said()
         return "gradients: nothing compared (" + "; ".join(p.verdict() for p in self.pairs) + ")" + self._nonfinite_said()
+
+    def compiled_otherwise(self) -> PairParity | None:
+        """Where every record that differs from the reference (eager) is an aot one, or a ca one
+        that agrees with aot: ca against aot (the first), as the numerics read it
+        (analysis.Numerics.against_aot); None otherwise. What differs then is the compiled program,
+        not compiled autograd (a library that reads TORCHDYNAMO_DISABLE, under which eager runs)."""
+        bad = self.disagreements
+        if not self.against_aot or not all(p.agrees and p.steps for p in self.against_aot):
+            return None
+        answered = {p.record for p in self.against_aot}
+        if not any(base_mode(p.record.split(" ")[0]) == "aot" for p in bad):
+            return None
+        if all(base_mode(p.record.split(" ")[0]) == "aot" or p.record in answered for p in bad):
+            return self.against_aot[0]
+        return None
 
     def _nonfinite_said(self) -> str:
         return "; not finite: " + "; ".join(self.nonfinite) if self.nonfinite else ""
@@ -611,7 +634,27 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
                 else:
                     notes.append(f"{label} vs {first_label}: not compared: the optimizer stepped tensors no module holds "
                                  "(a sharded optimizer's flat partition, e.g. DeepSpeed ZeRO 1/2: each rank holds its own slice)")
-    return GradParity(reference, tuple(pairs), tuple(notes), tol, _nonfinite_lines(digested))
+    return GradParity(reference, tuple(pairs), tuple(notes), tol, _nonfinite_lines(digested), _against_aot(pairs, digested, tol))
+
+
+def _against_aot(pairs: list[PairParity], digested: dict[str, tuple[ModeRecord, dict[int, dict[str, Digest]]]],
+                 tol: GradTolerance) -> tuple[PairParity, ...]:
+    """Each ca record that differs from eager, against the first aot record of its rank, where that
+    one differs from eager too (both compiled by the same compiler; only ca's backward is compiled
+    autograd's): empty where no aot record does."""
+    apart = {p.record for p in pairs if not p.agrees and not p.across_ranks and p.reference.split(" ")[0] == "eager"}
+    out = []
+    for pair in pairs:
+        name, _, rank = pair.record.partition(" ")
+        if pair.record not in apart or base_mode(name) != "ca":
+            continue
+        aot = next((label for label in apart if base_mode(label.split(" ")[0]) == "aot" and label.partition(" ")[2] == rank), None)
+        if aot is None:
+            continue
+        (rec, got), (ref_rec, ref) = digested[pair.record], digested[aot]
+        partial = _compiled_optimizer(rec) or _compiled_optimizer(ref_rec)
+        out.append(compare_digests(pair.record, aot, got, ref, tol, partial=partial))
+    return tuple(out)
 
 
 def _loss_drift(record: ModeRecord, reference: ModeRecord) -> LossDrift:

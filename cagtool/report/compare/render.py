@@ -357,6 +357,8 @@ def grad_parity_lines(parity: Any) -> list[tuple[str, bool]]:
         if pair.only_record or pair.only_reference:
             lines.append((f"    not compared: steps digested only in {pair.record} {list(pair.only_record)[:6]}, "
                           f"only in {pair.reference} {list(pair.only_reference)[:6]}", False))
+    for pair in parity.against_aot:  # where aot differs from eager too: which of them changed the gradients
+        lines.append((f"  {pair.verdict()}", not pair.agrees))
     for note in parity.notes:
         lines.append((f"  note: {note}", False))
     return lines

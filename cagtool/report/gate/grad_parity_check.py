@@ -36,7 +36,9 @@ def grad_parity_result(run: RunRecord, scale: float, source: str = "flag") -> Ch
         detail = "; ".join(m.describe() for m in first.first_bad[:3])
         message = f"{NAME} ({label}): {first.verdict()}: {detail}"
         worst = max(p.max_excess for p in bad)
-        return CheckResult(NAME, label, Outcome.FAIL, True, f"{worst:.3g}x" if worst != float("inf") else "inf", limit, message, source, [], data)
+        # Still a FAIL (the compiled job's gradients are not eager's), with which part differs.
+        notes = [parity.summary().removeprefix("gradients: ")] if parity.compiled_otherwise() is not None else []
+        return CheckResult(NAME, label, Outcome.FAIL, True, f"{worst:.3g}x" if worst != float("inf") else "inf", limit, message, source, notes, data)
     if blocked and not compared:
         return unmeasurable(NAME, label, blocked[0].verdict(), limit, source)
     if not compared:

@@ -445,14 +445,18 @@ def compiled_grad_mode(guards: str) -> bool | None:
 
 def guarded_value(guards: str, source: str) -> GuardedValue | None:
     """What a compile's guard tree holds on `source` (as a reason prints it): its type, and the
-    constant it matched (EQUALS_MATCH `== v`, NONE_MATCH `None`) or None when torch guarded only its
-    type (TYPE_MATCH: the value is an input of the graph). None when the tree does not guard it."""
+    constant it matched (EQUALS_MATCH `== v`, NONE_MATCH `None`, a bool's TRUE_MATCH / FALSE_MATCH)
+    or None when torch guarded only its type (TYPE_MATCH: the value is an input of the graph). None
+    when the tree does not guard it."""
     spelled = re.escape(tree_source(source))
     manager = re.search(rf"GuardManager: source={spelled}, .*?type=<class '(?:[\w.]*\.)?(?P<cls>\w+)'>", guards)
     if manager is None:
         return None
     if re.search(rf"NONE_MATCH: {spelled} is None\b", guards):
         return GuardedValue(manager["cls"], "None")
+    flag = re.search(rf"(?:TRUE|FALSE)_MATCH: {spelled} == (?P<value>True|False)\b", guards)
+    if flag is not None:
+        return GuardedValue(manager["cls"], flag["value"])
     equals = re.search(rf"EQUALS_MATCH: {spelled} == (?P<value>.+?)(?:\s+#|$)", guards, re.MULTILINE)
     return GuardedValue(manager["cls"], equals["value"].strip() if equals else None)
 

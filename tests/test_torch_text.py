@@ -298,6 +298,12 @@ def test_what_a_guard_tree_holds_on_a_python_value():
     assert tt.assigned_at(config, "self.config.problem_type") == (
         'self.config.problem_type = "single_label_classification"', "transformers/models/bert/modeling_bert.py:1119")
     assert tt.assigned_at(config, "self.config.num_labels") is None
+    # A bool is guarded on its value by TRUE_MATCH / FALSE_MATCH (torch 2.13), never taken as an input.
+    for value in ("True", "False"):
+        flag = ("| | +- GuardManager: source=L['self'].use_bias_trick, accessed_by=DictGetItemGuardAccessor('use_bias_trick'), "
+                f"type=<class 'bool'>, tag_safe=(True, False)\n| | | +- {value.upper()}_MATCH: L['self'].use_bias_trick == {value}"
+                "   # if self.use_bias_trick:  # job.py:14 in forward")
+        assert tt.guarded_value(flag, "self.use_bias_trick") == tt.GuardedValue("bool", value)
 
 
 def test_a_resume_function_names_the_function_and_the_break():

@@ -181,7 +181,8 @@ def summary_phase_lines(record: ModeRecord) -> list[str]:
     from cagtool.report.recompiles.phases import mode_phases
 
     cwd = record.manifest.cwd
-    lines = [f"recompile {phased_text(c, cwd)}" for c in noted_recompiles(mode_phases(record))]
+    # The summary lists these recompiles with their guards just above: this line is their phase, not another recompile.
+    lines = [f"phase of {phased_text(c, cwd)}" for c in noted_recompiles(mode_phases(record))]
     lines += [f"recompile {c.text(cwd)}" for c in unexpected_causes(record)]
     budget = budget_of(record)
     if any(f.hit is not None or f.forecast_step is not None for f in budget.frames):

@@ -369,6 +369,11 @@ def _shape_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "sizes": dict(sorted(per_size.items())),
         "ca_misses": len(ca_rows),
         "dynamo_recompiles": dynamo,
+        # ... those in the step of the capture that made their graph: code the new graph runs (a custom
+        # Function's backward through torch's call_backward, a reentrant checkpoint's), compiled before
+        # for the old sizes: the same change reaching it, not the sizes changing again.
+        "dynamo_same_step": [cid for cid, step, _ in dynamo if step is not None and any(
+            r.ca_id == ca_id_of(cid) and r.step == step for r in ca_rows)],
         "new_sizes_after": new_sizes,
         "changed_per_recompile": [r.total_changed if r.total_changed is not None else len(r.changed_sizes) for r in ca_rows],
         "dynamic_graphs": dynamic_graphs,
@@ -502,6 +507,11 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # Every recompile is a reentrant activation checkpoint's recompute in the backward (its
         # forward ran under no_grad, the recompute with grad on): the function it checkpoints.
         "reentrant_recompute": _reentrant_recompute(table, cause),
+        # A CA graph's code recompiled on a size in a later step than the capture that made the graph
+        # for changed sizes: (graph, the capture's step), the sizes changing again in the backward alone.
+        "sizes_graph": next(((f"!{r.ca_id}", r.step) for r in table.rows if r.source == SOURCE_CA and r.kind == MISS_CHANGED_SHAPES
+                             and cause.rows[0].source == SOURCE_DYNAMO_CA_GRAPH and r.ca_id == ca_id_of(cause.rows[0].compile_id)
+                             and r.step is not None and cause.rows[0].step is not None and r.step < cause.rows[0].step), None),
         # ... and how many of its recompiles are such a recompute's, where not all are (a size that changed
         # recompiles the forward and its recompute: the recompute's detached inputs keep no mark).
         "reentrant_recomputes": _reentrant_recomputes(table, cause),
@@ -558,6 +568,9 @@ class ValueChange:
     # The new compile's tree checks only the value's type, yet the next recompile failed on that
     # compile's own guard on the value: it was specialised again (a symbolic guard), not an input.
     specialised_again: bool = False
+
+
+_BOOL_OPPOSITE = {"True": "False", "False": "True"}
 
 
 def _value_changes(table: RecompileTable, cause: Cause) -> list[ValueChange]:
@@ -1399,12 +1412,21 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     if dynamic:
         why.append("Graphs made: " + elide(dynamic) + ".")
     if facts["dynamo_recompiles"]:
-        again = [f"{cid} at step {'?' if step is None else step}" + (f" (`{guard}`)" if guard else "") for cid, step, guard in facts["dynamo_recompiles"]]
-        why.append(
-            "Dynamo then recompiled the code of that graph when the sizes changed again ("
-            + elide(again)
-            + "): it compiles a CA graph for the sizes of its first call."
-        )
+        same = set(facts.get("dynamo_same_step") or ())
+        listed = {True: [], False: []}
+        for cid, step, guard in facts["dynamo_recompiles"]:
+            listed[cid in same].append(f"{cid} at step {'?' if step is None else step}" + (f" (`{guard}`)" if guard else ""))
+        if listed[True]:
+            why.append("In the same step Dynamo recompiled code that the new graph runs and that it had compiled for the earlier "
+                       "sizes (" + elide(listed[True]) + "): the same change reaching it, not another one. Dynamo compiles what a "
+                       "CA graph calls (a custom autograd Function's backward, as a reentrant checkpoint's, through torch's "
+                       "call_backward) for the sizes of its first call.")
+        if listed[False]:
+            why.append(
+                "Dynamo then recompiled the code of that graph when the sizes changed again ("
+                + elide(listed[False])
+                + "): it compiles a CA graph for the sizes of its first call."
+            )
     # Every changed size got smaller, once: a shorter batch, as a last batch is (wlm's last bptt chunk,
     # a DataLoader's last batch without drop_last).
     shorter = (facts.get("ca_misses", cause.count) == 1 and not facts["repeated"] and bool(facts["sizes"])
@@ -1690,6 +1712,14 @@ def _made_input(facts: dict[str, Any]) -> bool:
             and not _specialised_each(facts))
 
 
+def _bool_flag(facts: dict[str, Any]) -> bool:
+    """Every recompile of the cause is on one bool, compiled for a value each time (torch's
+    TRUE_MATCH / FALSE_MATCH): a flag the code branches on, one graph per value."""
+    changes = facts.get("value_changes") or []
+    return (bool(changes) and len({c.source for c in changes}) == 1
+            and all(c.before in _BOOL_OPPOSITE and c.after in _BOOL_OPPOSITE and not c.as_input for c in changes))
+
+
 def _specialised_each(facts: dict[str, Any]) -> bool:
     """A compile that took the value as a symbol was guarded on it again (torch's next failing
     guard is that compile's own `== value`), and every recompile on it but the last is specialised:
@@ -1849,6 +1879,11 @@ def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
                 "value compiles it once more. Per recompile: " + elide([_value_change_words(c, "it") for c in changes]) + "."]
     if kind == GUARD_VALUE and (changes := facts.get("value_changes")):
         per = "Per recompile: " + elide([_value_change_words(c, "it") for c in changes]) + "."
+        if _bool_flag(facts):
+            return [f"`{changes[0].source}` is a bool, which Dynamo never takes as an input of the graph: it compiled the frame "
+                    f"for the value it saw (a guard `== {changes[0].before}`), with only the code that value runs, and compiles "
+                    "it again for the other value. Two values, two compiles at most, both cached: a later flip back reuses "
+                    f"the first. {per}"]
         if _made_input(facts):
             return [f"Dynamo compiled the frame for the first value of `{changes[0].source}` it saw (a guard `== value`); when "
                     "the value changed it compiled the frame again with the number as an input of the graph (automatic "
@@ -2207,7 +2242,9 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
             fixes.append(f"If it is the evaluation's last batch (the call is in `{facts['called_in']}`), keep it: drop_last "
                          "there would leave its samples out of the metric, and the smaller batch compiles once and is cached.")
         elif smaller_batch(guard) is not None:
-            fixes.append("If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it (HF Trainer: "
+            # A mark reaches no reentrant recompute (its inputs are detached copies): there the batch is the fix.
+            fixes.insert(len(fixes) if not facts.get("reentrant_recompute") else 0,
+                         "If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it (HF Trainer: "
                          "TrainingArguments(dataloader_drop_last=True); those samples are not trained on that epoch), and "
                          "every batch has one size.")
         if on_ca and facts.get("ca_started_dynamic"):
@@ -2249,6 +2286,14 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                 f"To avoid it, {how}."]
     if kind == GUARD_TYPE:
         return ["A value of a different type reaches the compiled code: keep argument types fixed."]
+    if kind == GUARD_VALUE and _bool_flag(facts):
+        name = facts["value_changes"][0].source
+        return [f"Nothing to fix for a flag that changes seldom (a mode switched at some step): each of the two values of "
+                f"`{name}` is compiled once and cached (two of the frame's entries against its recompile limit, "
+                "torch._dynamo.config.recompile_limit). Making it dynamic does not apply: a bool is always specialised.",
+                "To have one graph for both values, pass the flag as a tensor and compute with it instead of branching on it "
+                "(`h = h + flag.float()`, torch.where(flag, a, b)), or torch.cond(flag, true_fn, false_fn, operands) for "
+                "branches of different code."]
     if kind == GUARD_VALUE and _made_input(facts) and facts.get("stabilised"):
         name = facts["value_changes"][0].source
         return [f"Nothing to fix: one recompile, then `{name}` is an input of the compiled graph and its later values reuse it.",
@@ -2392,6 +2437,11 @@ def _guard(cause: Cause, cwd: str) -> Words:
     resumed = facts.get("resume") is not None and not on_ca and not facts.get("optimizer_frame") and not facts.get("hook")
     if resumed:
         why.append(_resume_why(facts, cwd))
+    if on_ca and facts.get("kind") == GUARD_SIZE and facts.get("sizes_graph"):
+        graph, captured = facts["sizes_graph"]
+        why.append(f"Compiled autograd captured {graph} at step {captured} for changed sizes, and Dynamo compiled that graph's "
+                   "code for the sizes of its first call. No forward was recompiled in the step of this recompile (the forward "
+                   "reused a graph it had, dynamic by then or compiled for these sizes before): the sizes changed again in the backward alone, a recompile of its own.")
     why += _guard_why(facts, code)
     if facts.get("library_hooks"):
         package, hooks = facts["library_hooks"]
@@ -2834,6 +2884,7 @@ def group_causes(table: RecompileTable) -> list[Cause]:
             shape_keys[row.ca_id] = key
         groups.setdefault(key, []).append(row)
     causes = _split_by_forward_cause(table, [_new_cause(key[0], rows) for key, rows in groups.items()])
+    causes = _split_off_later_graph_recompiles(table, causes)
     roots = _roots(table, causes, inner)
     followers: dict[int, list[Cause]] = {}
     for cause in causes:
@@ -2975,6 +3026,29 @@ def _split_by_forward_cause(table: RecompileTable, causes: list[Cause]) -> list[
             else:
                 parts.setdefault(part_of_graph.get(ca_id_of(row.compile_id), last), []).append(row)
         split.extend(_new_cause(cause.code, rows) for rows in parts.values())
+    return split
+
+
+def _split_off_later_graph_recompiles(table: RecompileTable, causes: list[Cause]) -> list[Cause]:
+    """A backward cause whose every CA capture follows a forward recompile of its step, and which
+    holds Dynamo's recompiles of its graphs' code in steps where no forward was recompiled (a
+    growing sequence length: the forward dynamic by then, the CA graph's code compiled for the
+    sizes of its first call), keeps only what follows the forward: those later recompiles are a
+    cause of their own, not the forward's sizes reaching the backward."""
+    owner = _forward_owners(causes)
+    if not owner:
+        return causes
+    follows = _forward_follows(table, owner)
+    forward_steps = {r.step for r in table.rows if r.source == SOURCE_DYNAMO_FRAME and not r.initial}
+    split: list[Cause] = []
+    for cause in causes:
+        ca_rows = [r for r in cause.rows if r.source == SOURCE_CA]
+        later = [r for r in cause.rows if r.source == SOURCE_DYNAMO_CA_GRAPH and r.step is not None and r.step not in forward_steps]
+        if cause.code not in _FOLLOWER_CODES or not ca_rows or any(r.seq not in follows for r in ca_rows) or not later:
+            split.append(cause)
+            continue
+        split.append(_new_cause(cause.code, [r for r in cause.rows if r not in later]))
+        split.append(_new_cause(CAUSE_DYNAMO_CA_GRAPH, later))
     return split
 
 

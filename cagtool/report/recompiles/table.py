@@ -476,7 +476,30 @@ def _earlier_values_from_guards(rows: list[RecompileRow]) -> list[RecompileRow]:
     """A changed size whose earlier value the graphs do not show (a size the graph passes on
     without reading it, e.g. to an AOT backward) takes it from the forward's size guard when the
     forward was recompiled just before, in the same step, for the same new value: `expected 32,
-    actual 48` says a 48 was 32."""
+    actual 48` says a 48 was 32. Where no forward was recompiled (an uncompiled forward), the
+    size guards of the code the new graph ran, recompiled right after its capture in the same step
+    (a reentrant checkpoint's backward and recompute, compiled for the old batch), say it as well."""
+    rows = _earlier_values_from_forward_guards(rows)
+    out: list[RecompileRow] = []
+    for i, row in enumerate(rows):
+        if row.source == SOURCE_CA and row.ca_id is not None and any(c.previous is None for c in row.changed_sizes):
+            earlier: dict[int, set[int]] = {}
+            for later in rows[i + 1:]:
+                if later.source == SOURCE_CA or later.step != row.step:
+                    break
+                found = size_guard(later.messages[0]) if later.messages and later.compile_id.startswith(f"!{row.ca_id}/") else None
+                if found is not None:
+                    earlier.setdefault(found[3], set()).add(found[2])
+            sizes = tuple(
+                msgspec.structs.replace(c, previous=next(iter(earlier[c.value])))
+                if c.previous is None and len(earlier.get(c.value, ())) == 1 else c for c in row.changed_sizes
+            )
+            row = dataclasses.replace(row, changed_sizes=sizes)
+        out.append(row)
+    return out
+
+
+def _earlier_values_from_forward_guards(rows: list[RecompileRow]) -> list[RecompileRow]:
     out: list[RecompileRow] = []
     guard: tuple[str, int, int, int] | None = None
     guard_step: int | None = None

@@ -38,15 +38,15 @@ def test_dynamic_sizes_remove_the_shape_loops_ca_recompile(record_run, tmp_path)
     """10/100/10 with the script's own CA flag: static first graph, one changed-shapes recompile,
     then Dynamo recompiles that graph's code for the next size. ca-dynamic (cagtool run --dynamic,
     reaching the flag's own _enable) makes the CA recompile 0 and leaves Dynamo's (partly verified);
-    torch's own PGO
-    suggestion applied as it words it (torch-pgo: its sources, which name the CA graph's size
-    inputs, with --dynamic) removes both."""
+    torch's own PGO suggestion applied as it words it (torch-pgo: its sources, which name the CA
+    graph's size inputs, and nothing else) removes Dynamo's and leaves compiled autograd's own
+    (partly verified); the two together (torch-pgo-ca-dynamic) remove both."""
     run = _copy(record_run, tmp_path, "shape_loop.py")
     proc, data = _verify(run)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "cagtool: verifying 2 fixes in mode ca" in proc.stderr and "estimated" in proc.stderr
+    assert "cagtool: verifying 3 fixes in mode ca" in proc.stderr and "estimated" in proc.stderr
     v = data["verification"]
-    fix, torch_pgo = v["fixes"]
+    fix, torch_pgo, both = v["fixes"]
     assert fix["fix"] == "ca-dynamic" and fix["run_flags"] == ["--dynamic"] and fix["causes"] == [1]
     # Fewer recompiles, but the re-run's own explanation still finds the backward's sizes recompiling (Dynamo's).
     assert fix["verdict"] == "partly verified", fix["reasons"]
@@ -55,11 +55,14 @@ def test_dynamic_sizes_remove_the_shape_loops_ca_recompile(record_run, tmp_path)
     assert v["baseline"]["ca_graphs"] == [2] and fix["measured"]["ca_graphs"] == [1]
     assert v["baseline"]["dynamo_recompiles"] == [1] and fix["measured"]["dynamo_recompiles"] == [1]
     said = load_run(run).modes["ca"].manifest.options["pgo_suggestion"]
-    assert torch_pgo["fix"] == "torch-pgo" and torch_pgo["torch_says"] == said and torch_pgo["run_flags"] == ["--dynamic"]
+    assert torch_pgo["fix"] == "torch-pgo" and torch_pgo["torch_says"] == said and torch_pgo["run_flags"] == []
     assert said.endswith(f'TORCH_COMPILE_DYNAMIC_SOURCES="{torch_pgo["env"]["TORCH_COMPILE_DYNAMIC_SOURCES"]}"')
     assert "L['sizes'][0]" in torch_pgo["env"]["TORCH_COMPILE_DYNAMIC_SOURCES"]
-    assert (torch_pgo["measured"]["ca_recompiles"], torch_pgo["measured"]["dynamo_recompiles"]) == ([0], [0])
-    assert torch_pgo["verdict"] == "verified", torch_pgo["reasons"]
+    assert (torch_pgo["measured"]["ca_recompiles"], torch_pgo["measured"]["dynamo_recompiles"]) == ([1], [0])
+    assert torch_pgo["verdict"] == "partly verified", torch_pgo["reasons"]
+    assert both["fix"] == "torch-pgo-ca-dynamic" and both["run_flags"] == ["--dynamic"] and both["env"] == torch_pgo["env"]
+    assert (both["measured"]["ca_recompiles"], both["measured"]["dynamo_recompiles"]) == ([0], [0])
+    assert both["verdict"] == "verified", both["reasons"]
     # Torch's own counter in the re-run's record says the same.
     fixed = load_run(fix["measured"]["run"])
     assert fixed.modes["ca"].manifest.torch_counters["compiled_autograd"]["captures"] == 1

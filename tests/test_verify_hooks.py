@@ -71,7 +71,7 @@ def test_graph_breaks_a_fix_adds_are_said_beside_its_verdict():
         return Side("x", "x", "finished", [recompiles], [0], [1 + recompiles], None, None, None, 0, None, 0.0, graph_breaks=[breaks])
 
     verdict, reasons = judge(side(3, 0), side(0, 2), None, True)
-    assert verdict == VERIFIED and "graph breaks 0 -> 2: compiled code split where it breaks, the step time says at what cost" in reasons
+    assert verdict == VERIFIED and "graph breaks (summed over compiles) 0 -> 2: compiled code split where it breaks, the step time says at what cost" in reasons
 
 
 def test_a_traced_hook_that_appends_to_a_list_runs_eagerly_and_stops_recompiling(record_run, tmp_path):

@@ -273,7 +273,7 @@ def recompiles(
     rank: Optional[int] = typer.Option(None, "--rank", min=0, metavar="N", help="Multi-rank runs: rank N's recompiles (default: rank 0)."),
     verify: bool = typer.Option(False, "--verify", help="Re-run the job with each fix cagtool can apply (no edit of your script) and measure it: verified, no effect or harmful."),
     repeat: int = typer.Option(3, "--repeat", min=1, help="With --verify: runs of the baseline and of each fix, each its own process."),
-    fix: Optional[str] = typer.Option(None, "--fix", metavar="NAME[,NAME]", help="With --verify: only these fixes, comma-separated (ca-dynamic, dynamic-sources, torch-pgo, hook-before-loop, hook-dynamo-disable, zero-grad-to-none, scalar-to-tensor)."),
+    fix: Optional[str] = typer.Option(None, "--fix", metavar="NAME[,NAME]", help="With --verify: only these fixes, comma-separated (ca-dynamic, dynamic-sources, torch-pgo, torch-pgo-ca-dynamic, hook-before-loop, hook-dynamo-disable, zero-grad-to-none, scalar-to-tensor)."),
 ) -> None:
     """Every recompile of a recorded run: why the backward (or a forward frame) was compiled again.
 

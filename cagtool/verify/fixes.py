@@ -9,10 +9,18 @@ docs/torch-internals.md ("Fixes --verify applies"):
   every route that enables compiled autograd: cagtool's own `_enable`, the script's, and the
   config flag's, which otherwise starts static). Answers changed tensor shapes in the backward and
   Dynamo's size-guard recompiles of a CA graph.
-- `torch-pgo`: torch's own profile-guided suggestion, applied as torch words it (its
-  TORCH_COMPILE_DYNAMIC_SOURCES list, recorded at the end of the mode), with `cagtool run
-  --dynamic` when compiled autograd's sizes changed too. Answers the same causes as the two
-  others together; verifying it says whether torch's advice works on this job.
+- `torch-pgo`: torch's own profile-guided suggestion, applied as torch words it: its
+  TORCH_COMPILE_DYNAMIC_SOURCES list, recorded at the end of the mode, and nothing else. Answers
+  the forward frames whose inputs it names and, where it names the compiled-autograd graph's own
+  inputs (`L['sizes'][i]`), Dynamo's recompile of that graph; never compiled autograd's own cache
+  miss, which `ca-dynamic` answers and is measured as itself. With both, torch's advice paid
+  ca-dynamic's cost: an HF Trainer job's compile went 22 s -> 143 s and a reentrant checkpoint's
+  Dynamo recompiles 2 -> 4, where torch's list alone compiled in 24 s and took them 2 -> 0.
+  Verifying it says whether torch's advice works on this job.
+- `torch-pgo-ca-dynamic`: both of the above in one re-run, offered where torch's list names the
+  compiled-autograd graph's inputs and compiled autograd's sizes changed: the shape loop's complete
+  fix (compiled autograd's cache miss and Dynamo's recompile of its graph), measured as itself so
+  that neither half's cost hides in the other.
 - `dynamic-sources`: Dynamo treats the named inputs as dynamic from their first compile
   (`TORCH_COMPILE_DYNAMIC_SOURCES`, the setting torch's own profile-guided recompile messages
   suggest). Answers a forward frame recompiled because an input's size changed (a DataLoader's
@@ -222,13 +230,29 @@ def fixes_for(explanation: Explanation, dynamic_already: bool = False, pgo_sugge
     if shapes and not dynamic_already:
         fixes.append(Fix("ca-dynamic", "compiled autograd's sizes start dynamic", tuple(shapes), run_flags=("--dynamic",),
                          torch_says=pgo_suggestion))
-    if torch_sources and (shapes or frames):
-        # Torch's own advice, applied as it words it: its list also names the compiled-autograd
-        # graph's size inputs (L['sizes'][i]), whose Dynamo recompile ca-dynamic alone leaves.
-        dynamic = ("--dynamic",) if shapes and not dynamic_already else ()
-        fixes.append(Fix("torch-pgo", "torch's own PGO suggestion, as it words it" + (", with compiled autograd's sizes dynamic" if dynamic else ""),
-                         tuple(sorted({*shapes, *frames})), run_flags=dynamic, env={"TORCH_COMPILE_DYNAMIC_SOURCES": torch_sources},
-                         torch_says=pgo_suggestion))
+    if torch_sources:
+        # Torch's own advice, applied as it words it: the environment variable alone. PGO learns
+        # which dimensions went dynamic and names them; it never starts compiled autograd dynamic
+        # (cagtool run --dynamic is ca-dynamic, measured as itself: added here it made torch's
+        # advice harmful on the jobs where ca-dynamic is). Its list also names the CA graph's own
+        # inputs (L['sizes'][i]), whose Dynamo recompile ca-dynamic alone leaves; compiled
+        # autograd's own cache miss stays.
+        listed = {s.strip() for s in torch_sources.split(",") if s.strip()}
+        answered = [c.number for c in explanation.causes if c.code == CAUSE_DYNAMO_FRAME and any(s in listed for s in _dynamo_sources(c))]
+        names_ca_graph = any(_CA_GRAPH_SOURCE.match(s) for s in listed)
+        if names_ca_graph:
+            answered += shapes
+        if answered:
+            fixes.append(Fix("torch-pgo", "torch's own PGO suggestion, as it words it", tuple(sorted(set(answered))),
+                             env={"TORCH_COMPILE_DYNAMIC_SOURCES": torch_sources}, torch_says=pgo_suggestion))
+        if names_ca_graph and shapes and not dynamic_already:
+            # Where torch's list names the CA graph's inputs, the two halves of a backward's shape
+            # loop: compiled autograd's own cache miss (ca-dynamic) and Dynamo's recompile of the CA
+            # graph (torch's list); each alone leaves the other's, together they end both (the
+            # shape loop: 1/1 -> 0/0). Measured as a fix of its own, never folded into torch's.
+            fixes.append(Fix("torch-pgo-ca-dynamic", "torch's own PGO suggestion, with compiled autograd's sizes dynamic",
+                             tuple(sorted(set(answered))), run_flags=("--dynamic",),
+                             env={"TORCH_COMPILE_DYNAMIC_SOURCES": torch_sources}, torch_says=pgo_suggestion))
     if sources:
         fixes.append(Fix("dynamic-sources", f"Dynamo compiles {', '.join(sources)} dynamic from the start", tuple(frames),
                          env={"TORCH_COMPILE_DYNAMIC_SOURCES": ",".join(sources)}, torch_says=pgo_suggestion))

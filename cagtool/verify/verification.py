@@ -55,6 +55,7 @@ from cagtool.capture.run.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV, SOU
 from cagtool.verify.fixes import Fix
 
 VERIFY_DIR = "verify"
+DYNAMIC_SOURCES_ENV = "TORCH_COMPILE_DYNAMIC_SOURCES"
 ROOM_FILE = ".room"
 ROOM_BYTES = 1 << 20
 
@@ -72,6 +73,12 @@ HARMFUL_COMPILE = 0.20
 # With one re-run process a side, a slower steady step is harmful only beyond this ratio (3x slower):
 # nothing measures the run-to-run noise, which on a busy machine reaches +/-162 % (benchmarks/README.md).
 ONE_PROCESS_HARM = 1 / 3
+# A baseline re-run whose steady step (or compile) took more than this many times the record's, or
+# less than its inverse, ran on another machine state: its timings are not compared. Beyond the
+# run-to-run noise of one job's processes on a busy machine (+/-162 %, benchmarks/README.md).
+OFF_RECORD = 3.0
+# The speedup_verdict of a fix whose steady step is not compared (check_against_record).
+NOT_COMPARED = "baseline re-run off the record"
 
 VERIFIED = "verified"
 PARTLY_VERIFIED = "partly verified"  # fewer recompiles, but a cause the fix answers is still there
@@ -102,7 +109,12 @@ class Side:
     compile_times_s: list[float | None] = field(default_factory=list)  # per repetition: the compile time's units
     # Per repetition: torch's graph_break counter. A fix may trade recompiles for graph breaks (a hook
     # run eagerly under torch._dynamo.disable breaks the CA graph where it is called): said, as a cost.
+    # Torch counts a break once per compile that meets it (two breaks in the code, compiled 8 times,
+    # count 16), so a fix that only removes recompiles lowers it: the places tell the two apart.
     graph_breaks: list[int | None] = field(default_factory=list)
+    # Per repetition: the distinct places ("file:line") its breaks are at, as `summary` counts sites;
+    # None where the count has breaks the log names no place for.
+    graph_break_places: list[list[str] | None] = field(default_factory=list)
 
 
 @dataclass
@@ -141,6 +153,9 @@ class Verification:
     not_applied: list[dict[str, Any]] = field(default_factory=list)  # causes no fix could be applied for
     estimated_s: float | None = None
     wall_s: float | None = None
+    # Why the baseline re-run's timings are not compared (check_against_record): it ran on another
+    # machine state than the record's; empty where they agree.
+    off_record: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": VERIFICATION_FORMAT, "version": VERIFICATION_VERSION, **asdict(self)}
@@ -171,9 +186,12 @@ def rerun_argv(run: RunRecord, mode: str, repeat: int, output: Path, fix: Fix | 
 
 def rerun_key(run: RunRecord, mode: str, repeat: int, fix: Fix) -> tuple[Any, ...]:
     """What a fix's re-run runs: its command (a flag the run was recorded with counts once), its
-    environment and its patched code. Two fixes with the same key would measure the same job twice."""
+    environment and its patched code. Two fixes with the same key would measure the same job twice.
+    TORCH_COMPILE_DYNAMIC_SOURCES is a set to torch (`is_dynamic_source` matches each item): torch's
+    PGO list and dynamic-sources' name the same inputs in another order on a reentrant checkpoint."""
     argv = rerun_argv(run, mode, repeat, Path("OUT"), fix)
-    return tuple(argv), tuple(sorted(fix.env.items())), fix.patch.patched if fix.patch is not None else None
+    env = {k: ",".join(sorted({s.strip() for s in v.split(",") if s.strip()})) if k == DYNAMIC_SOURCES_ENV else v for k, v in fix.env.items()}
+    return tuple(argv), tuple(sorted(env.items())), fix.patch.patched if fix.patch is not None else None
 
 
 def checked_source_env(run: RunRecord) -> dict[str, str]:
@@ -190,12 +208,13 @@ def checked_source_env(run: RunRecord) -> dict[str, str]:
     return {}
 
 
-def _side(name: str, path: Path, mode: str, wall_s: float) -> tuple[Side, RunRecord]:
+def _side(name: str, path: Path, mode: str, wall_s: float, loaded: RunRecord | None = None) -> tuple[Side, RunRecord]:
     """One set of repetitions as measured; a multi-rank job (DDP) as rank 0 saw it, the record
-    `cagtool recompiles` explains by default (its launching process trains nothing)."""
+    `cagtool recompiles` explains by default (its launching process trains nothing). `loaded`: the
+    record at `path`, already read."""
     from cagtool.report.ranks.analysis import focused_run
 
-    record, _rank = focused_run(load_run(path), None)
+    record, _rank = focused_run(loaded if loaded is not None else load_run(path), None)
     reps = [r for n, r in record.modes.items() if n == mode or n.startswith(f"{mode}.")]
     from cagtool.report.compare.analysis import compare_modes
     from cagtool.report.figures.metrics import mode_metrics
@@ -212,7 +231,15 @@ def _side(name: str, path: Path, mode: str, wall_s: float) -> tuple[Side, RunRec
         step_time_median_s=fields.get("step_time_median_s"), steady_steps=int(fields.get("steady_steps") or 0),
         peak_memory_bytes=peak, wall_s=wall_s, hook_calls=[hook_calls(r) for r in reps],
         compile_times_s=[m.compile_time_s for m in metrics], graph_breaks=[m.graph_breaks for m in metrics],
+        graph_break_places=[break_places(m) for m in metrics],
     ), record
+
+
+def break_places(metrics: Any) -> list[str] | None:
+    """The distinct places ("file:line") of one mode's graph breaks (`summary`'s sites, by place);
+    None where torch counted breaks the log names no place for."""
+    places = sorted({f"{site.file or '?'}:{site.line if site.line is not None else '?'}" for site in metrics.graph_break_sites})
+    return places if places or not metrics.graph_breaks else None
 
 
 def hook_calls(record: Any) -> int | None:
@@ -246,8 +273,82 @@ def _most(values: list[int | None]) -> int | None:
     return max(known) if known else None
 
 
-def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None) -> tuple[str, list[str]]:
-    """The verdict of one fix against the baseline, with the reasons, in words."""
+@dataclass(frozen=True)
+class RecordCheck:
+    """The baseline re-run against the recorded run it repeats (check_against_record): the words
+    for a timing that is not compared, None where the two agree."""
+
+    step: str | None = None
+    compile: str | None = None
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds * 1000:.3g} ms" if seconds < 1.0 else f"{seconds:.1f} s"
+
+
+def _factor(ratio: float) -> str:
+    return f"{ratio:.0f}x" if ratio >= 10 else f"{ratio:.1f}x"
+
+
+def off_record(what: str, recorded_s: float | None, rerun_s: float | None, why: str) -> str | None:
+    """The words for a baseline re-run whose `what` ("steady step", "compile") took more than
+    OFF_RECORD times the record's, or less than its inverse: the same job, so another machine state
+    (`why`), and no timing measured in it is compared. None where they agree, or either is unknown."""
+    if recorded_s is None or rerun_s is None or recorded_s <= 0 or rerun_s <= 0:
+        return None
+    ratio = rerun_s / recorded_s
+    if 1.0 / OFF_RECORD <= ratio <= OFF_RECORD:
+        return None
+    slower = ratio > 1.0
+    return (f"the baseline re-run's {what} {_factor(ratio if slower else 1.0 / ratio)} {'slower' if slower else 'faster'} than the "
+            f"record's ({_duration(rerun_s)} vs {_duration(recorded_s)}): {why}, so {what} times are not compared")
+
+
+def check_against_record(recorded: Side, baseline: Side) -> RecordCheck:
+    """Whether the baseline re-run timed the job as the record did. It runs the same job, so a steady
+    step many times the record's is the machine's load (a re-run at 288 ms a step against 2.06 ms
+    recorded, on a loaded machine, read every fix ">100x" faster), and a compile time many times
+    the record's its load or its compile caches: a fix's timings against such a baseline say
+    nothing about the fix. Counts stay exact whatever the load."""
+    return RecordCheck(
+        step=off_record("steady step", recorded.step_time_median_s, baseline.step_time_median_s,
+                        "the machine's load differed from the record's"),
+        compile=off_record("compile", recorded.compile_time_s, baseline.compile_time_s,
+                           "the machine's load or its compile caches differed from the record's"),
+    )
+
+
+def graph_break_change(before: int, after: int, places_before: frozenset[str] | None, places_after: frozenset[str] | None) -> str | None:
+    """The graph breaks a fix changed, in words: torch's count, which is per compile (`summary`'s
+    "N graph breaks at K sites"), and whether the places changed. A fix that only removes recompiles
+    lowers the count with every break still in the code. None where nothing changed."""
+    known = places_before is not None and places_after is not None
+    if before == after and (not known or places_before == places_after):
+        return None
+    words = f"graph breaks (summed over compiles) {before} -> {after}"
+    cost = ": compiled code split where it breaks, the step time says at what cost"
+    if not known:
+        return words + (cost if after > before else "")
+    assert places_before is not None and places_after is not None
+    if places_before == places_after:
+        where = "at the same site" if len(places_after) == 1 else f"at the same {len(places_after)} sites"
+        return f"{words}, {where}: the code breaks where it did, compiled {'fewer' if after < before else 'more'} times"
+    new = places_after - places_before
+    return (f"{words}, at {plural(len(places_before), 'site')} -> {len(places_after)}"
+            + (f" ({len(new)} new){cost}" if new else ""))
+
+
+def _places(side: Side) -> frozenset[str] | None:
+    """Every place the side's repetitions broke at; None where a repetition's are not known."""
+    if not side.graph_break_places or any(p is None for p in side.graph_break_places):
+        return None
+    return frozenset(place for places in side.graph_break_places for place in places or ())
+
+
+def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None,
+          record: RecordCheck = RecordCheck()) -> tuple[str, list[str]]:
+    """The verdict of one fix against the baseline, with the reasons, in words. `record`: the
+    baseline re-run's timings that are not compared (check_against_record), said in their place."""
     if fixed.status != "finished":
         return FAILED, ["the re-run with the fix did not finish: see its record"]
     before, after = _total(baseline), _total(fixed)
@@ -272,7 +373,9 @@ def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None
         # A capture the recompile count leaves out (AccumulateGrad's one-time .grad warm-up) is
         # still a capture and a compile the fix removed.
         reasons.append(f"CA graphs {graphs_before} -> {graphs_after}")
-    if speedup is not None and speedup.ratio is not None and speedup.high is not None:
+    if record.step is not None:
+        reasons.append(record.step)
+    elif speedup is not None and speedup.ratio is not None and speedup.high is not None:
         # The time column rests on the same evidence as every timing verdict: each re-run process
         # is one unit (report.figures.intervals); counts, not times, decide "verified".
         ci = f"90% CI {ratio_text(speedup.low)}-{ratio_text(speedup.high)}"
@@ -289,7 +392,7 @@ def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None
             reasons.append(f"steady step {ratio_text(speedup.ratio)} ({speedup.verdict}, {ci}{basis})")
         else:
             reasons.append(f"steady step {ratio_text(speedup.ratio)} ({speedup.verdict})")
-    compiles, grew = _compile_growth(baseline, fixed)
+    compiles, grew = (record.compile, False) if record.compile is not None else _compile_growth(baseline, fixed)
     if compiles:
         reasons.append(compiles)
         harmful = harmful or grew
@@ -305,10 +408,10 @@ def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None
         else:
             reasons.append(f"hooks run {hooks_before} -> {hooks_after}: the hook now also runs on the steps before it was registered")
     breaks_before, breaks_after = _most(baseline.graph_breaks), _most(fixed.graph_breaks)
-    if breaks_before is not None and breaks_after is not None and breaks_before != breaks_after:
+    if breaks_before is not None and breaks_after is not None:
         # Not a verdict of its own: the step time says what the breaks cost.
-        cost = ": compiled code split where it breaks, the step time says at what cost" if breaks_after > breaks_before else ""
-        reasons.append(f"graph breaks {breaks_before} -> {breaks_after}{cost}")
+        if (breaks := graph_break_change(breaks_before, breaks_after, _places(baseline), _places(fixed))) is not None:
+            reasons.append(breaks)
     if numerics_agree is False:
         reasons.append("losses or final norms changed")
         harmful = True
@@ -517,6 +620,11 @@ def verify(
         raise BaselineFailed(f"the baseline re-run itself failed, without any fix ({_why_it_failed(base_record, mode, base_stderr)}; "
                              f"the re-runs read no stdin): nothing to measure the fixes against; see {base_stderr}")
     result.baseline = baseline
+    recorded, _ = _side("record", run_dir, mode, 0.0, loaded=run)
+    check = check_against_record(recorded, baseline)
+    result.off_record = [words for words in (check.step, check.compile) if words]
+    for words in result.off_record:
+        progress(f"baseline: {words}")
     reruns: dict[tuple[Any, ...], tuple[str, Path, float]] = {}  # rerun_key -> the fix that ran it, its record, its wall time
     for fix in fixes:
         key = rerun_key(run, mode, repeat, fix)
@@ -542,7 +650,7 @@ def verify(
         speedup = change.speedup if change is not None else None
         numerics = [d for d in (change.numerics if change is not None else ()) if not d.inputs_differ]
         agree = all(d.agrees for d in numerics) if numerics else None
-        verdict, reasons = judge(baseline, measured, speedup, agree)
+        verdict, reasons = judge(baseline, measured, speedup, agree, check)
         left = causes_left(fixed_record, mode, {n: k for n, k in (cause_keys or {}).items() if n in fix.causes})
         if left:
             reasons.append("; ".join(f"cause #{n} is still there ({plural(k, 'recompile')} in the re-run)" for n, k in sorted(left.items())))
@@ -553,10 +661,12 @@ def verify(
             verdict, reasons = FAILED, ["the re-run did not run the patched copy: nothing measured of the patch"]
         if (changed := _source_changed(fixed_record, mode)) is not None:
             verdict, reasons = FAILED, [changed]
+        compared = speedup if check.step is None else None  # no figure is shown that is not compared
         result.fixes.append(FixResult(
             fix.name, fix.title, fix.who, list(fix.causes), list(fix.run_flags), dict(fix.env), measured, verdict, [*same, *reasons],
-            speedup=speedup.ratio if speedup else None, speedup_low=speedup.low if speedup else None,
-            speedup_high=speedup.high if speedup else None, speedup_verdict=speedup.verdict if speedup else None, numerics_agree=agree,
+            speedup=compared.ratio if compared else None, speedup_low=compared.low if compared else None,
+            speedup_high=compared.high if compared else None,
+            speedup_verdict=compared.verdict if compared else (NOT_COMPARED if speedup is not None else None), numerics_agree=agree,
             patch=fix.patch.to_dict() if fix.patch is not None else None,
             patched_copy=str(copies[ran]) if ran in copies else None, torch_says=fix.torch_says, same_as=same_as,
         ))

@@ -305,6 +305,8 @@ def test_what_verify_writes_is_what_its_reader_takes(tmp_path):
                 values[f.name] = ["x"]
             elif f.type == "dict[str, str]":
                 values[f.name] = {"K": "v"}
+            elif f.type == "list[list[str] | None]":
+                values[f.name] = [["train.py:3"], None]
             else:
                 raise AssertionError(f"{cls.__name__}.{f.name}: {f.type} not filled by this test")
         return cls(**values)

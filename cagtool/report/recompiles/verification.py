@@ -51,6 +51,7 @@ class _SideDoc(Struct):
     hook_calls: list[int | None] = field(default_factory=list)
     compile_times_s: list[float | None] = field(default_factory=list)
     graph_breaks: list[int | None] = field(default_factory=list)
+    graph_break_places: list[list[str] | None] = field(default_factory=list)
 
 
 class _FixDoc(Struct):
@@ -95,6 +96,7 @@ class _VerificationDoc(Struct):
     not_applied: list[_NotAppliedDoc] = field(default_factory=list)
     estimated_s: float | None = None
     wall_s: float | None = None
+    off_record: list[str] = field(default_factory=list)
 
 
 # What a report says of a verification.json that load_verification left unread.

@@ -273,7 +273,7 @@ def recompiles(
     rank: Optional[int] = typer.Option(None, "--rank", min=0, metavar="N", help="Multi-rank runs: rank N's recompiles (default: rank 0)."),
     verify: bool = typer.Option(False, "--verify", help="Re-run the job with each fix cagtool can apply (no edit of your script) and measure it: verified, no effect or harmful."),
     repeat: int = typer.Option(3, "--repeat", min=1, help="With --verify: runs of the baseline and of each fix, each its own process."),
-    fix: Optional[str] = typer.Option(None, "--fix", metavar="NAME[,NAME]", help="With --verify: only these fixes, comma-separated (ca-dynamic, dynamic-sources, torch-pgo, torch-pgo-ca-dynamic, hook-before-loop, hook-dynamo-disable, zero-grad-to-none, scalar-to-tensor)."),
+    fix: Optional[str] = typer.Option(None, "--fix", metavar="NAME[,NAME]", help="With --verify: only these fixes, comma-separated (the names under --verify above)."),
 ) -> None:
     """Every recompile of a recorded run: why the backward (or a forward frame) was compiled again.
 
@@ -313,7 +313,14 @@ def recompiles(
     scalar-to-tensor: a Python number Dynamo guards on passed as a tensor); a code change it
     cannot make is shown with why not. A patch must keep what the job does: the backward hooks
     run are counted in each re-run, and a fix that runs fewer is harmful. A recompile torch's own PGO explains carries torch's suggestion verbatim, and
-    torch-pgo verifies that suggestion applied as torch words it.
+    torch-pgo verifies that suggestion applied as torch words it (torch-pgo-ca-dynamic: with
+    ca-dynamic, where torch's list names the CA graph's inputs). Every fix, by the name --fix takes:
+
+      \b
+      ca-dynamic            dynamic-sources       torch-pgo
+      torch-pgo-ca-dynamic  hook-before-loop      hook-dynamo-disable
+      zero-grad-to-none     scalar-to-tensor
+
     Each fix gets before -> after for CA and Dynamo recompiles,
     compile time, time to first step, steady step time (with its 90% confidence interval), peak
     memory and numerics, and a verdict: verified, partly verified (a cause it answers is still there), no effect or harmful. The re-runs are kept

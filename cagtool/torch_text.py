@@ -148,6 +148,20 @@ def strip_reason_id(line: str) -> str:
     return _REASON_ID_PREFIX.sub("", line)
 
 
+_GUARD_NUMBER = re.compile(r"\b\d+(\.\d+)?\b")
+
+
+def guard_text(message: str) -> str:
+    """The failing guard of one Dynamo reason, without the `0/1:` prefix and the `# source` comment."""
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    return strip_reason_id(first).split("  #")[0].split(" # ")[0].strip()
+
+
+def guard_shape(message: str) -> str:
+    """The guard with its numbers blanked, so `depth == 1` and `depth == 2` are one root cause."""
+    return _GUARD_NUMBER.sub("N", guard_text(message))
+
+
 # -- compiled-autograd graphs -------------------------------------------------------------------
 # The end of an FX node's stack trace (`set_node_origin`): `SumBackward0 (NodeCall 1)`; in the
 # logged graph code the same text follows `code: ` in a comment.

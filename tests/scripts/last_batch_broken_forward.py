@@ -24,7 +24,7 @@ class Net(nn.Module):
 
 
 model = Net()
-compiled = torch.compile(model, dynamic=False)
+compiled = torch.compile(model, dynamic=False, backend="eager")
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 data = torch.utils.data.TensorDataset(torch.randn(10, 8), torch.randn(10, 1))
 for x, y in torch.utils.data.DataLoader(data, batch_size=4):

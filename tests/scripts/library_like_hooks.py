@@ -36,7 +36,7 @@ model = nn.Linear(8, 4)
 model.register_forward_pre_hook(make_pre_hook(timer))
 for p in model.parameters():
     p.register_post_accumulate_grad_hook(make_grad_hook(p, seen))
-compiled = torch.compile(model)
+compiled = torch.compile(model, backend="eager")
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 for step in range(5):
     loss = compiled(torch.randn(4, 8)).sum()

@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass, field
 
 from cagtool.record.loader import ModeRecord
-from cagtool.record.schema import CAGraphEvent, DynamoCompileEvent, SourceRef, StepEvent
+from cagtool.record.schema import CAGraphEvent, DynamoCompileEvent, DynamoRecompileEvent, SourceRef, StepEvent
 from cagtool.report.recompiles.reads import LimitHit, forward_step
-from cagtool.torch_text import compile_attempt, compile_frame, recompile_limit
+from cagtool.torch_text import compile_attempt, compile_frame, guard_shape, recompile_limit
 
 # Recompiles of one frame (or CA recaptures) before a rate, a forecast or "still compiling" is read from them.
 TREND_RECOMPILES = 3
@@ -39,6 +39,15 @@ class FrameBudget:
     last_step: int | None  # the job's last step
     hit: LimitHit | None = None
     called_at: SourceRef | None = None  # the user's line that called it (a compiled module's frame is torch's wrapper)
+    # Each recompile's failing guard, its numbers blanked (`lr == N`): one per recompile whose
+    # reason the record kept; empty where it kept none.
+    guards: tuple[str, ...] = ()
+
+    @property
+    def one_offs(self) -> bool:
+        """Every recompile failed on a guard of its own (a thread count set, then train/eval, then
+        no_grad): changes made once each, whose number says nothing of the next step's."""
+        return len(self.guards) == self.recompiles and len(set(self.guards)) == len(self.guards)
 
     @property
     def recompiles(self) -> int:
@@ -50,8 +59,9 @@ class FrameBudget:
         TREND_RECOMPILES, or all in one step). One or two recompiles are no rate: a one-off (a last
         batch smaller, an optimizer's state filled by its first step) or two planned changes (a
         backbone unfrozen, then a layer frozen again; an evaluation and the training after it) read
-        as the start of a storm does, and only a third tells them apart."""
-        if self.recompiles < TREND_RECOMPILES or self.first_step is None or self.last_recompile_step is None:
+        as the start of a storm does, and only a third tells them apart. Nor are recompiles that each
+        failed on another guard (one_offs): three changes made once each are no rate."""
+        if self.recompiles < TREND_RECOMPILES or self.first_step is None or self.last_recompile_step is None or self.one_offs:
             return None
         span = self.last_recompile_step - self.first_step
         return self.recompiles / span if span > 0 else None
@@ -148,12 +158,17 @@ def eager_cost(record: ModeRecord, hit: LimitHit) -> EagerCost | None:
 def mode_budget(record: ModeRecord, hits: list[LimitHit], last_step: int | None) -> ModeBudget:
     """The budget of every frame Dynamo compiled in this mode (CA graphs' own frames included)."""
     by_frame: dict[str, list[DynamoCompileEvent]] = {}
+    guards: dict[str, list[str]] = {}
     out = ModeBudget(record.mode, last_step=last_step)
     for event in record.events:
         if isinstance(event, DynamoCompileEvent):
             frame = compile_frame(event.compile_id)
             if frame is not None:
                 by_frame.setdefault(frame, []).append(event)
+        elif isinstance(event, DynamoRecompileEvent) and event.reasons:
+            frame = compile_frame(event.compile_id)
+            if frame is not None:
+                guards.setdefault(frame, []).append(guard_shape(event.reasons[0]))
         elif isinstance(event, CAGraphEvent):
             out.ca_graphs += 1
             if event.step is not None:
@@ -181,6 +196,7 @@ def mode_budget(record: ModeRecord, hits: list[LimitHit], last_step: int | None)
                 last_step=last_step,
                 hit=hit,
                 called_at=next((e.phase.caller for e in events if e.phase is not None and e.phase.caller is not None), None),
+                guards=tuple(guards.get(frame, ())),
             )
         )
     out.frames.sort(key=lambda f: (-f.entries, f.frame))

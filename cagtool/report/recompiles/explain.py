@@ -1429,9 +1429,10 @@ def _shapes(cause: Cause, cwd: str) -> Words:
             )
     # Every changed size got smaller, once: a shorter batch, as a last batch is (wlm's last bptt chunk,
     # a DataLoader's last batch without drop_last).
-    shorter = (facts.get("ca_misses", cause.count) == 1 and not facts["repeated"] and bool(facts["sizes"])
-               and all(len(e["values"]) == 2 and e["values"][1] < e["values"][0] for e in facts["sizes"].values()))
     again = [f"{before} -> {after}" for before, after in facts.get("new_sizes_after", [])]
+    # Sizes that changed again later are no last batch, however the first change went.
+    shorter = (facts.get("ca_misses", cause.count) == 1 and not facts["repeated"] and bool(facts["sizes"]) and not again
+               and all(len(e["values"]) == 2 and e["values"][1] < e["values"][0] for e in facts["sizes"].values()))
     if again and facts.get("ca_misses") == 1:
         why.append("The sizes vary from batch to batch" + (f" (then {', '.join(dict.fromkeys(again))})" if again else "")
                    + ", not only in a last batch: a sequence padded to each batch's longest, or ragged data.")
@@ -1474,6 +1475,14 @@ def _shapes(cause: Cause, cwd: str) -> Words:
            "recompiles 1 -> 0, Dynamo's 0 -> 1 in one epoch, 1 -> 1 in several); dropping or padding the batch removes it."
            if shorter else "")
     )
+    if facts["dynamo_recompiles"]:
+        # torch 2.13, by --verify (the shape loop, a length varying per batch): compiled autograd
+        # started dynamic leaves Dynamo's recompile of its graph (1 -> 1); the graph's inputs named in
+        # TORCH_COMPILE_DYNAMIC_SOURCES remove it (1 -> 0), and the two together both (2 -> 0).
+        fix.append("Dynamo's recompile of the graph's code is not compiled autograd's: starting compiled autograd dynamic leaves "
+                   "it. Naming the graph's size inputs in TORCH_COMPILE_DYNAMIC_SOURCES (`L['sizes'][i]`, as torch's own PGO "
+                   "suggestion lists them where torch made one) compiles that code dynamic from the start; `--verify` measures "
+                   "it alone (torch-pgo) and with compiled autograd started dynamic (torch-pgo-ca-dynamic).")
     if not facts["repeated"]:
         why.append("A single recompile on the first change is expected and usually cheap.")
     return Words(title, why, fix, evidence_text(cause.evidence))
@@ -1764,9 +1773,30 @@ def _resume_words(facts: dict[str, Any], cwd: str) -> tuple[str, str]:
     return at, words.headline.rstrip(". ")
 
 
-def _guard_why(facts: dict[str, Any], code: str) -> list[str]:
+# The inputs of a compiled-autograd graph's code as its size guards name them (`tensor 'sizes[0]'
+# size mismatch at index 1`): compiled autograd's own lists, no tensor of the script's.
+_CA_GRAPH_INPUT = re.compile(r"^(?P<list>sizes|inputs)(?P<rest>\[\d+\].*)$")
+
+
+def _ca_graph_input(facts: dict[str, Any], on_ca: bool) -> tuple[str, int, int, int, str] | None:
+    """(name, dim, before, after, torch's source spelling `L['sizes'][0]`) of a size guard on an
+    input of a compiled-autograd graph's code; None for any other guard."""
+    size = size_guard(facts.get("guard", "")) if on_ca and facts.get("kind") == GUARD_SIZE and not facts.get("hook") else None
+    found = _CA_GRAPH_INPUT.match(size[0]) if size is not None else None
+    if size is None or found is None:
+        return None
+    return size[0], size[1], size[2], size[3], f"L['{found['list']}']{found['rest']}"
+
+
+def _guard_why(facts: dict[str, Any], code: str, on_ca: bool = False) -> list[str]:
     """What happened, for the kind of guard that failed."""
     kind = facts.get("kind", "")
+    if (ca_input := _ca_graph_input(facts, on_ca)) is not None and not facts.get("compiled_dynamic"):
+        name, dim, before, after, _ = ca_input
+        return [f"Dim {dim} of `{name}` went from {before} to {after}. `{name}` is an input of the compiled-autograd graph (a "
+                "size of the backward, which compiled autograd passes to its graph), not a tensor of the script: Dynamo "
+                "compiled that graph's code for the sizes of its first call, and compiles it again for these.",
+                *_automatic_dynamic(facts)]
     if facts.get("optimizer_lr"):
         changes = facts.get("value_changes") or []
         why = ["The compiled optimizer step() reads the learning rate, a Python number in the optimizer's param_groups, "
@@ -2208,6 +2238,24 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                     "dynamic dimension answers; Dynamo compiled it once for each and caches both."]
         return ["Tensors with another number of dimensions keep reaching the compiled code: no dimension marked dynamic "
                 "answers that; pass tensors of one rank, or keep the call out of the compiled code."]
+    if kind == GUARD_SIZE and (ca_input := _ca_graph_input(facts, on_ca)) is not None:
+        # torch 2.13, by --verify on the shape loop, a length varying per batch and a last batch:
+        # compiled autograd started dynamic leaves this recompile (Dynamo recompiles 1 -> 1), the
+        # graph input named in TORCH_COMPILE_DYNAMIC_SOURCES removes it (1 -> 0).
+        name, dim, _, _, spelled = ca_input
+        already = ("Compiled autograd already started dynamic here (its first graph takes its sizes as inputs); "
+                   if facts.get("ca_started_dynamic") else "")
+        fixes = [f"{already}`{name}` is compiled autograd's, so nothing in the script marks it, and starting compiled autograd "
+                 "dynamic (`cagtool run --dynamic`) does not reach Dynamo's compile of its graph: name it in "
+                 f"TORCH_COMPILE_DYNAMIC_SOURCES (`{spelled}`, as torch's own PGO suggestion lists it where torch made one), "
+                 "which compiles that graph's code dynamic from the start. `--verify` measures it (torch-pgo; "
+                 "torch-pgo-ca-dynamic with compiled autograd's own sizes dynamic too, where it also recaptured). "
+                 "Or keep the sizes fixed: pad or bucket the data."]
+        if smaller_batch(guard) is not None:
+            fixes.insert(0, "If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it (HF Trainer: "
+                            "TrainingArguments(dataloader_drop_last=True); those samples are not trained on that epoch), and "
+                            "every batch has one size.")
+        return fixes
     if kind == GUARD_SIZE:
         size = size_guard(guard)
         if size is not None and not on_ca:
@@ -2326,6 +2374,14 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         return [f"Pass `{name}` as a tensor{at}: `torch.tensor({name})` in place of `{name}`. The guarded line computes with it, "
                 "and a tensor's value is not guarded: one compile serves every value. Kept a Python number, each new value "
                 "is compiled anew (until the recompile limit sends the frame to eager)."]
+    if kind == GUARD_VALUE and (changes := facts.get("value_changes")) and facts.get("stabilised") and len(changes) == 1:
+        # A phase switch (`self.training_phase = 2` at some step) branched on: passed as a tensor it
+        # breaks the graph on every call (data-dependent branching), torch 2.13, checked by hand.
+        return [f"Nothing to fix: `{changes[0].source}` changed once ({changes[0].before} -> {changes[0].after or '?'}: a "
+                "switch, as a training phase is) and the frame is compiled once for each value and cached; each value counts "
+                "against its recompile limit "
+                "(torch._dynamo.config.recompile_limit). Passed as a tensor, a value the code branches on breaks the graph on "
+                "every call instead."]
     if kind == GUARD_VALUE:
         return ["A Python number the code specialised on changed value. If it only feeds shapes, Dynamo makes it "
                 "dynamic after one change; used as a loop bound or in control flow it recompiles per value: "
@@ -2442,7 +2498,7 @@ def _guard(cause: Cause, cwd: str) -> Words:
         why.append(f"Compiled autograd captured {graph} at step {captured} for changed sizes, and Dynamo compiled that graph's "
                    "code for the sizes of its first call. No forward was recompiled in the step of this recompile (the forward "
                    "reused a graph it had, dynamic by then or compiled for these sizes before): the sizes changed again in the backward alone, a recompile of its own.")
-    why += _guard_why(facts, code)
+    why += _guard_why(facts, code, on_ca)
     if facts.get("library_hooks"):
         package, hooks = facts["library_hooks"]
         why.append(f"The guarded value is no input of the graph: it is reached by the hooks compiled autograd traced into it, "
@@ -2642,8 +2698,16 @@ def _consequence(cause: Cause, cwd: str) -> Words:
                 f"{COMPILED_FUNCTION_BACKWARD} node; {root} made that graph again just before, in the same step, so this "
                 "backward met a new node.")
     elif cause.code == CAUSE_SHAPES:
+        # The forward's recompile brought the captures; a recompile of their graph's code in a later step
+        # with no forward recompile (the forward dynamic by then) is the same sizes changing again.
+        forward = {r.step for r in cause.rows if r.source == SOURCE_CA}
+        later = sorted({r.step for r in cause.rows if r.source == SOURCE_DYNAMO_CA_GRAPH and r.step is not None and r.step not in forward})
+        at = f" (step {', '.join(str(s) for s in sorted(x for x in forward if x is not None))})" if forward - {None} else ""
+        again = (f" At {'step' if len(later) == 1 else 'steps'} {', '.join(map(str, later))} the sizes changed again with no "
+                 "forward recompile (the forward dynamic by then): the backward alone recompiled there, which a fix of "
+                 f"{root} does not reach." if later else "")
         lead = (f"Follows from {root}: the sizes that made Dynamo recompile the forward reached the backward "
-                "in the same step.")
+                f"in the same step{at}.{again}")
     else:
         lead = (f"Follows from {root}: the forward was recompiled just before this backward, and the backward "
                 "of the recompiled forward is a new graph to compiled autograd.")
@@ -2884,7 +2948,6 @@ def group_causes(table: RecompileTable) -> list[Cause]:
             shape_keys[row.ca_id] = key
         groups.setdefault(key, []).append(row)
     causes = _split_by_forward_cause(table, [_new_cause(key[0], rows) for key, rows in groups.items()])
-    causes = _split_off_later_graph_recompiles(table, causes)
     roots = _roots(table, causes, inner)
     followers: dict[int, list[Cause]] = {}
     for cause in causes:
@@ -2985,14 +3048,18 @@ def _forward_follows(table: RecompileTable, owner: dict[int, Cause]) -> dict[int
     """Each CA capture (the initial one included) -> the cause of the forward recompile just before
     it in the same step, if any since the previous capture (`owner`: _forward_owners)."""
     follows: dict[int, Cause] = {}
-    last_forward: RecompileRow | None = None
+    forwards: list[RecompileRow] = []  # since the previous capture
     for row in table.rows:
         if row.source == SOURCE_DYNAMO_FRAME and not row.initial:
-            last_forward = row
+            forwards.append(row)
         elif row.source == SOURCE_CA:
-            if last_forward is not None and last_forward.step == row.step and last_forward.seq in owner:
-                follows[row.seq] = owner[last_forward.seq]
-            last_forward = None
+            here = [f for f in forwards if f.step == row.step and f.seq in owner]
+            # Changed sizes follow the forward recompiled for a size (a checkpoint's recompute may
+            # recompile the forward for its grad mode in the same step, after it), else the last.
+            sized = [f for f in here if size_guard(own_guard(f)) is not None] if row.kind == MISS_CHANGED_SHAPES else []
+            if sized or here:
+                follows[row.seq] = owner[(sized or here)[-1].seq]
+            forwards = []
     return follows
 
 
@@ -3026,29 +3093,6 @@ def _split_by_forward_cause(table: RecompileTable, causes: list[Cause]) -> list[
             else:
                 parts.setdefault(part_of_graph.get(ca_id_of(row.compile_id), last), []).append(row)
         split.extend(_new_cause(cause.code, rows) for rows in parts.values())
-    return split
-
-
-def _split_off_later_graph_recompiles(table: RecompileTable, causes: list[Cause]) -> list[Cause]:
-    """A backward cause whose every CA capture follows a forward recompile of its step, and which
-    holds Dynamo's recompiles of its graphs' code in steps where no forward was recompiled (a
-    growing sequence length: the forward dynamic by then, the CA graph's code compiled for the
-    sizes of its first call), keeps only what follows the forward: those later recompiles are a
-    cause of their own, not the forward's sizes reaching the backward."""
-    owner = _forward_owners(causes)
-    if not owner:
-        return causes
-    follows = _forward_follows(table, owner)
-    forward_steps = {r.step for r in table.rows if r.source == SOURCE_DYNAMO_FRAME and not r.initial}
-    split: list[Cause] = []
-    for cause in causes:
-        ca_rows = [r for r in cause.rows if r.source == SOURCE_CA]
-        later = [r for r in cause.rows if r.source == SOURCE_DYNAMO_CA_GRAPH and r.step is not None and r.step not in forward_steps]
-        if cause.code not in _FOLLOWER_CODES or not ca_rows or any(r.seq not in follows for r in ca_rows) or not later:
-            split.append(cause)
-            continue
-        split.append(_new_cause(cause.code, [r for r in cause.rows if r not in later]))
-        split.append(_new_cause(CAUSE_DYNAMO_CA_GRAPH, later))
     return split
 
 

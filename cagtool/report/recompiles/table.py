@@ -63,7 +63,8 @@ from cagtool.torch_text import (
     resume_function,
     source_prefixes,
     size_guard,
-    strip_reason_id,
+    guard_shape,
+    guard_text,
     traceback_frames,
     wrapped_module,
 )
@@ -294,18 +295,6 @@ def node_label(name: str | None, node_call: int | None) -> str:
     return f"{short} (NodeCall {node_call})" if node_call is not None else short
 
 
-_NUMBER = re.compile(r"\b\d+(\.\d+)?\b")
-
-
-def guard_text(message: str) -> str:
-    """The failing guard of one Dynamo reason, without the `0/1:` prefix and the `# source` comment."""
-    first = message.strip().splitlines()[0] if message.strip() else ""
-    return strip_reason_id(first).split("  #")[0].split(" # ")[0].strip()
-
-
-def guard_shape(message: str) -> str:
-    """The guard with its numbers blanked, so `depth == 1` and `depth == 2` are one root cause."""
-    return _NUMBER.sub("N", guard_text(message))
 
 
 def _user_frame_from_reasons(reasons: list[str]) -> SourceRef | None:

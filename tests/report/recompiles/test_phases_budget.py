@@ -202,6 +202,22 @@ def test_two_planned_recompiles_are_no_rate_and_a_third_is():
     assert three.rate == pytest.approx(0.25) and three.still_compiling and three.forecast_step == 12 + 20
 
 
+def test_three_changes_made_once_each_are_no_rate_and_one_guard_failing_three_times_is():
+    """sample_scripts/unexpected_causes.py: a thread count set, a train/eval switch and a no_grad
+    evaluation, each one recompile of the same frame in 4 steps, read "0.75 recompiles per step; it
+    reaches the limit at about step 11" although --explain calls each cached. Recompiles that each
+    failed on a guard of its own are no rate; a value failing the same guard each time is."""
+    from cagtool.report.recompiles.budget import FrameBudget
+
+    once_each = FrameBudget("0", "forward", "train.py", 3, entries=4, limit=8, limit_known=True, first_step=0, last_recompile_step=4,
+                            last_step=4, guards=("GLOBAL_STATE changed: num_threads", "fn._modules['N'].training == True",
+                                                 "GLOBAL_STATE changed: grad_mode"))
+    assert once_each.one_offs and once_each.rate is None and not once_each.still_compiling and once_each.forecast_step is None
+    storm = FrameBudget("0", "forward", "train.py", 3, entries=4, limit=8, limit_known=True, first_step=0, last_recompile_step=4,
+                        last_step=4, guards=("self.scale == N.N",) * 3)
+    assert not storm.one_offs and storm.rate == pytest.approx(0.75) and storm.forecast_step == 4 + 7
+
+
 def test_a_frame_that_last_recompiled_before_the_last_step_is_not_said_to_compile_there():
     """An evaluation every 15 steps and a longer sequence from step 30 (a user's 60-step job):
     compiles at steps 0, 15, 30, 45, none after. The pace leaves no sign it stopped, but nothing

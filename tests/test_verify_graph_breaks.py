@@ -5,6 +5,8 @@ and says so; one that adds a break where there was none says that."""
 
 from __future__ import annotations
 
+import pytest
+
 from conftest import cagtool_in_process
 
 from cagtool.record.loader import load_run
@@ -31,16 +33,20 @@ def test_fewer_compiles_of_the_same_breaks_are_not_fewer_breaks():
 
 def test_breaks_at_new_places_are_said_with_their_cost():
     assert graph_break_change(0, 2, frozenset(), frozenset(SITES)) == (
-        "graph breaks (summed over compiles) 0 -> 2, at 0 sites -> 2 (2 new): compiled code split where it breaks, the step time "
-        "says at what cost")
+        "graph breaks (summed over compiles) 0 -> 2, new at model.py:40, model.py:52: compiled code split where it breaks, the step "
+        "time says at what cost")
     # The same count at other places is a change too; places the log does not name: the count alone.
     assert graph_break_change(2, 2, frozenset(SITES[:1]), frozenset(SITES[1:])) == (
-        "graph breaks (summed over compiles) 2 -> 2, at 1 site -> 1 (1 new): compiled code split where it breaks, the step time "
-        "says at what cost")
+        "graph breaks (summed over compiles) 2 -> 2, new at model.py:52, gone from model.py:40: compiled code split where it breaks, "
+        "the step time says at what cost")
+    # Fewer places: where they went from, no cost to weigh.
+    assert graph_break_change(16, 2, frozenset(SITES), frozenset(SITES[:1])) == (
+        "graph breaks (summed over compiles) 16 -> 2, gone from model.py:52")
     assert graph_break_change(16, 2, None, frozenset(SITES)) == "graph breaks (summed over compiles) 16 -> 2"
     assert graph_break_change(2, 2, None, None) is None and graph_break_change(2, 2, frozenset(SITES), frozenset(SITES)) is None
 
 
+@pytest.mark.slow  # the session's recording of sample_scripts/graph_breaks.py
 def test_the_places_are_summarys_sites(record_run):
     """The tutorial's two graph breaks (sample_scripts/graph_breaks.py, recorded once per session):
     `summary` says "2 graph breaks at 2 sites", and the places verify compares are those two lines."""

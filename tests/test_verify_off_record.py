@@ -1,6 +1,6 @@
 """`recompiles --verify`'s baseline re-run against the record it repeats: the same job, so a steady
 step (or a compile) many times the record's is another machine state, said beside every verdict,
-and no timing of it is compared. The figures are injected (a hunt's baseline re-run ran 288 ms a
+and no timing of it is compared. The figures are injected (a real verify's baseline re-run ran 288 ms a
 step against 2.06 ms recorded on a loaded machine, and read every fix ">100x" faster); counts stay."""
 
 from __future__ import annotations

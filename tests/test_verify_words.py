@@ -39,7 +39,7 @@ def test_the_processes_a_speedup_rests_on_are_counted_in_words():
 
 @pytest.mark.slow
 def test_the_announced_reruns_are_counted_in_words(record_run, tmp_path, monkeypatch):
-    """The line before the re-runs start, on shape_loop.py's recording (two fixes apply); the
+    """The line before the re-runs start, on shape_loop.py's recording (three fixes apply); the
     re-runs themselves are not started: this is about the words."""
     recorded = record_run("shape_loop.py")
     assert recorded.returncode == 0, recorded.stderr[-2000:]
@@ -55,6 +55,6 @@ def test_the_announced_reruns_are_counted_in_words(record_run, tmp_path, monkeyp
                                   env={"CI": "true"})
         assert proc.returncode == 2 and "stopped after the announcement" in proc.stderr, proc.stderr[-2000:]
         said[(repeat, fix)] = next(line for line in proc.stderr.splitlines() if line.startswith("cagtool: verifying "))
-    assert said[("1", None)].startswith("cagtool: verifying 2 fixes in mode ca: the baseline and each fix 1 time, each its own process")
-    assert said[("2", None)].startswith("cagtool: verifying 2 fixes in mode ca: the baseline and each fix 2 times, each its own process")
+    assert said[("1", None)].startswith("cagtool: verifying 3 fixes in mode ca: the baseline and each fix 1 time, each its own process")
+    assert said[("2", None)].startswith("cagtool: verifying 3 fixes in mode ca: the baseline and each fix 2 times, each its own process")
     assert said[("1", "ca-dynamic")].startswith("cagtool: verifying 1 fix in mode ca: the baseline and each fix 1 time, each its own process")

@@ -480,6 +480,10 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     at = f" at {len(places)} site{'s' if len(places) != 1 else ''}" if sites else ""
     if len(reasons) > 1:
         at += f" for {len(reasons)} reasons"
+    if sites and not m.graph_breaks:
+        # torch counted none, yet its log names a break (a data-dependent branch that made Dynamo
+        # restart the frame's analysis): torch's count stands, and the log's sites are said as such.
+        at = f" (torch's count; its log names {len(places)} site{'s' if len(places) != 1 else ''})"
     hook = f", {plural(m.ddp_hook_graphs, 'graph')} of DDP's all-reduce hook (compiled in the backward)" if m.ddp_hook_graphs else ""
     hook_recompiles = f" ({m.ddp_hook_recompiles} of DDP's hook)" if m.ddp_hook_recompiles else ""
     console.print(

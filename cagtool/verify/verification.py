@@ -337,9 +337,15 @@ def graph_break_change(before: int, after: int, places_before: frozenset[str] | 
     if places_before == places_after:
         where = "at the same site" if len(places_after) == 1 else f"at the same {len(places_after)} sites"
         return f"{words}, {where}: the code breaks where it did, compiled {'fewer' if after < before else 'more'} times"
-    new = places_after - places_before
-    return (f"{words}, at {plural(len(places_before), 'site')} -> {len(places_after)}"
-            + (f" ({len(new)} new){cost}" if new else ""))
+    new, gone = places_after - places_before, places_before - places_after
+    moved = ([f"new at {_few(new)}"] if new else []) + ([f"gone from {_few(gone)}"] if gone else [])
+    return f"{words}, {', '.join(moved)}" + (cost if new else "")
+
+
+def _few(places: frozenset[str], shown: int = 2) -> str:
+    """Up to `shown` places by file name and line (`model.py:52`), then how many more."""
+    names = sorted(f"{os.path.basename(p.rpartition(':')[0]) or '?'}:{p.rpartition(':')[2]}" for p in places)
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def _places(side: Side) -> frozenset[str] | None:

@@ -117,3 +117,20 @@ def test_a_failed_graph_break_count_names_its_reasons_and_lines(graph_breaks, tm
     [check] = [c for c in data["checks"] if c["check"] == "max-graph-breaks"]
     assert [(r["gb_id"], r["breaks"]) for r in check["data"]["reasons"]][1] == ("GB0059", 1)
     assert check["data"]["source"]["line"] == 12  # the annotation's line: the first place of the reason with most breaks
+
+
+@pytest.mark.slow
+def test_a_break_torch_did_not_count_is_no_count_of_sites(graph_breaks, tmp_path):
+    """A data-dependent branch (`if buffer == 1:` on a tensor) that made Dynamo restart the frame:
+    its log names a break while torch's counters["graph_break"] stay empty. The summary read "0 graph
+    breaks at 1 site": torch's 0 stands, and the sites are said as the log's."""
+    run = Path(shutil.copytree(graph_breaks, tmp_path / "uncounted"))
+    manifest_file = run / "ca" / "manifest.json"
+    manifest = json.loads(manifest_file.read_text())
+    manifest["torch_counters"]["graph_break"] = {}
+    manifest_file.write_text(json.dumps(manifest))
+    out = cagtool_in_process("summary", run)
+    assert out.returncode == 0, out.stderr
+    ca = out.stdout[out.stdout.index("mode ca:"):]
+    assert "0 graph breaks (torch's count; its log names 2 sites)," in " ".join(ca.split()), ca
+    assert "at 2 sites" not in ca

@@ -1427,6 +1427,13 @@ def _shapes(cause: Cause, cwd: str) -> Words:
                 + elide(listed[False])
                 + "): it compiles a CA graph for the sizes of its first call."
             )
+    pieces = _graph_pieces(facts["dynamo_recompiles"])
+    if pieces:
+        why.append(f"{pieces} of those recompiles came in one step: the graph's code is split by graph breaks into pieces "
+                   "(`___stack0`, `call_hook`: values Dynamo carries across a break), each compiled for the sizes of its "
+                   "first call, so one change of size recompiles every piece. `cagtool summary` names the breaks; under "
+                   "compiled autograd a non-reentrant activation checkpoint's unpack hook (torch.utils.checkpoint, "
+                   "use_reentrant=False) is one at every tensor it saved.")
     # Every changed size got smaller, once: a shorter batch, as a last batch is (wlm's last bptt chunk,
     # a DataLoader's last batch without drop_last).
     again = [f"{before} -> {after}" for before, after in facts.get("new_sizes_after", [])]
@@ -1483,9 +1490,21 @@ def _shapes(cause: Cause, cwd: str) -> Words:
                    "it. Naming the graph's size inputs in TORCH_COMPILE_DYNAMIC_SOURCES (`L['sizes'][i]`, as torch's own PGO "
                    "suggestion lists them where torch made one) compiles that code dynamic from the start; `--verify` measures "
                    "it alone (torch-pgo) and with compiled autograd started dynamic (torch-pgo-ca-dynamic).")
-    if not facts["repeated"]:
+    if not facts["repeated"] and not pieces:
         why.append("A single recompile on the first change is expected and usually cheap.")
     return Words(title, why, fix, evidence_text(cause.evidence))
+
+
+def _graph_pieces(dynamo: list[tuple[str, int | None, str]]) -> int:
+    """How many of a CA graph's code recompiles in one step were pieces of it split by graph breaks
+    (a guard on `___stack0` or `call_hook`, what Dynamo carries across a break), where a step has
+    more than one: 0 otherwise."""
+    per_step: dict[int | None, list[str]] = {}
+    for _, step, guard in dynamo:
+        size = size_guard(guard)
+        per_step.setdefault(step, []).append(size[0] if size is not None else "")
+    most = max(per_step.values(), key=len, default=[])
+    return len(most) if len(most) > 1 and any(n.startswith(("___stack", "call_hook")) for n in most) else 0
 
 
 # Not mark_dynamic: it makes any specialization of the dimension an error, and under compiled
@@ -2149,9 +2168,10 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
             same = ("each setting has its own forward graph, and its own backward graph (autocast's casts are nodes in it), "
                     "each compiled once")
             if once:
-                return [f"Nothing to fix for autocast switched on (or off) once: {same} and cached.",
+                return [f"Nothing to fix for autocast on in some calls and off in others: {same} and cached (one recompile, "
+                        "however often the setting alternates).",
                         "To skip that recompile, run every step under the same autocast setting; that changes what the steps "
-                        "before the switch compute (their precision)."]
+                        "under the other setting compute (their precision)."]
             return [f"Run every step under the same autocast setting (on for all of them, or for none): {same}."]
         if "num_threads" in guard:
             return ["Call torch.set_num_threads(n) once, before the first compiled call, and never again (or stop the library "
@@ -2336,12 +2356,12 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         return ["A value of a different type reaches the compiled code: keep argument types fixed."]
     if kind == GUARD_VALUE and _bool_flag(facts):
         name = facts["value_changes"][0].source
-        return [f"Nothing to fix for a flag that changes seldom (a mode switched at some step): each of the two values of "
-                f"`{name}` is compiled once and cached (two of the frame's entries against its recompile limit, "
-                "torch._dynamo.config.recompile_limit). Making it dynamic does not apply: a bool is always specialised.",
+        return [f"Nothing to fix: each of the two values of `{name}` is compiled once and cached, however often it flips "
+                "(two of the frame's entries against its recompile limit, torch._dynamo.config.recompile_limit). Making it "
+                "dynamic does not apply: a bool is always specialised.",
                 "To have one graph for both values, pass the flag as a tensor and compute with it instead of branching on it "
                 "(`h = h + flag.float()`, torch.where(flag, a, b)), or torch.cond(flag, true_fn, false_fn, operands) for "
-                "branches of different code."]
+                "branches of different code that return tensors of the same shapes (not a tensor in one and None in the other)."]
     if kind == GUARD_VALUE and _made_input(facts) and facts.get("stabilised"):
         name = facts["value_changes"][0].source
         return [f"Nothing to fix: one recompile, then `{name}` is an input of the compiled graph and its later values reuse it.",

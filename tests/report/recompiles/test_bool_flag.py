@@ -27,6 +27,6 @@ def test_a_bool_flag_is_compiled_once_per_value_not_made_an_input(record_run):
     why, fixes = " ".join(words.why), " ".join(words.fix)
     assert "is a bool" in why and "0/1: `False` became `True`" in why and "a later flip back reuses the first" in why
     assert "as an input of the graph (automatic dynamic)" not in why and "takes it as an input" not in why
-    assert words.fix[0].startswith("Nothing to fix for a flag that changes seldom")
+    assert words.fix[0].startswith("Nothing to fix: each of the two values of `self.use_bias` is compiled once and cached, however often it flips")
     assert "torch.where(flag, a, b)" in fixes and "torch.cond" in fixes
     assert "is an input of the compiled graph" not in fixes and "torch.tensor(self.use_bias)" not in fixes

@@ -28,3 +28,18 @@ def test_the_same_guard_in_a_forward_frame_is_the_scripts_tensor():
     facts = {"kind": GUARD_SIZE, "guard": "tensor 'inputs[1]' size mismatch at index 1. expected 5, actual 8"}
     assert "maybe_mark_dynamic" in " ".join(_guard_fixes(facts, False, "out = model(inputs)"))
     assert "a length, not the batch size" in " ".join(_guard_why(facts, "", False))
+
+
+def test_a_ca_graph_split_by_graph_breaks_recompiles_each_piece_in_one_step():
+    """A non-reentrant checkpoint under compiled autograd: its unpack hook breaks the CA graph's code
+    at every saved tensor (27 breaks in a 2-block job), and one change of batch size recompiled 10
+    pieces at step 3 (`sizes[1]`, `___stack0`, `call_hook`, in a real record of such a job).
+    --explain said "A single recompile on the first change is expected and usually cheap"."""
+    from cagtool.report.recompiles.explain import _graph_pieces
+
+    at_3 = [(f"!1/{n}/1", 3, f"tensor '{name}' size mismatch at index 0. expected 5, actual 8")
+            for n, name in enumerate(["sizes[1]", "___stack0", "call_hook", "___stack0"], start=11)]
+    assert _graph_pieces(at_3) == 4
+    # One recompile a step, or several of the graph's own inputs: no pieces.
+    assert _graph_pieces([("!1/2/1", 2, "tensor 'sizes[0]' size mismatch at index 1. expected 72, actual 64")]) == 0
+    assert _graph_pieces([(f"!1/{n}/1", 3, "tensor 'sizes[0]' size mismatch at index 1. expected 5, actual 8") for n in (2, 3)]) == 0

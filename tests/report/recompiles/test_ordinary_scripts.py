@@ -110,8 +110,10 @@ def test_autocast_switched_on_once_needs_no_fix_and_verify_says_so(record_run, t
     run = _recorded(record_run, "autocast_after_warmup.py")
     root = _causes(run)[0]
     assert [r.strip() for r in _torch_reasons(run)["0/1"]] == ["0/0: GLOBAL_STATE changed: autocast(cpu)_enabled"]
-    assert root["fix"][0].startswith("Nothing to fix for autocast switched on (or off) once")
-    assert "changes what the steps before the switch compute" in root["fix"][1]
+    # Said so that it holds however often the setting alternates (one recompile either way).
+    assert root["fix"][0].startswith("Nothing to fix for autocast on in some calls and off in others")
+    assert "one recompile, however often the setting alternates" in root["fix"][0]
+    assert "changes what the steps under the other setting compute" in root["fix"][1]
     copy = Path(shutil.copytree(run, tmp_path / "run"))
     proc = cagtool_in_process("recompiles", str(copy), "--explain", "--verify", "--format", "json", env={"CI": "true"})
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -507,11 +507,6 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # Every recompile is a reentrant activation checkpoint's recompute in the backward (its
         # forward ran under no_grad, the recompute with grad on): the function it checkpoints.
         "reentrant_recompute": _reentrant_recompute(table, cause),
-        # A CA graph's code recompiled on a size in a later step than the capture that made the graph
-        # for changed sizes: (graph, the capture's step), the sizes changing again in the backward alone.
-        "sizes_graph": next(((f"!{r.ca_id}", r.step) for r in table.rows if r.source == SOURCE_CA and r.kind == MISS_CHANGED_SHAPES
-                             and cause.rows[0].source == SOURCE_DYNAMO_CA_GRAPH and r.ca_id == ca_id_of(cause.rows[0].compile_id)
-                             and r.step is not None and cause.rows[0].step is not None and r.step < cause.rows[0].step), None),
         # ... and how many of its recompiles are such a recompute's, where not all are (a size that changed
         # recompiles the forward and its recompute: the recompute's detached inputs keep no mark).
         "reentrant_recomputes": _reentrant_recomputes(table, cause),
@@ -2513,11 +2508,6 @@ def _guard(cause: Cause, cwd: str) -> Words:
     resumed = facts.get("resume") is not None and not on_ca and not facts.get("optimizer_frame") and not facts.get("hook")
     if resumed:
         why.append(_resume_why(facts, cwd))
-    if on_ca and facts.get("kind") == GUARD_SIZE and facts.get("sizes_graph"):
-        graph, captured = facts["sizes_graph"]
-        why.append(f"Compiled autograd captured {graph} at step {captured} for changed sizes, and Dynamo compiled that graph's "
-                   "code for the sizes of its first call. No forward was recompiled in the step of this recompile (the forward "
-                   "reused a graph it had, dynamic by then or compiled for these sizes before): the sizes changed again in the backward alone, a recompile of its own.")
     why += _guard_why(facts, code, on_ca)
     if facts.get("library_hooks"):
         package, hooks = facts["library_hooks"]

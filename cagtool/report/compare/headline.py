@@ -127,6 +127,7 @@ def _other_ranks(comparison: Comparison, column: Any, value: Callable[["ModeMetr
 
 
 def _ranks_words(ranks: tuple[int, ...]) -> str:
+    # Imported here, as in analysis.rank_scope: report.ranks imports this package (compare.closeness).
     from cagtool.report.ranks.analysis import rank_list
 
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_list(ranks)}"

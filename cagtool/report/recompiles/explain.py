@@ -65,6 +65,7 @@ from cagtool.torch_text import (
     reason_compile_id,
     size_guard,
     source_prefixes,
+    tree_source,
     tensor_type_guard,
     module_hooks_list,
 )
@@ -1789,17 +1790,16 @@ def _resume_words(facts: dict[str, Any], cwd: str) -> tuple[str, str]:
 
 # The inputs of a compiled-autograd graph's code as its size guards name them (`tensor 'sizes[0]'
 # size mismatch at index 1`): compiled autograd's own lists, no tensor of the script's.
-_CA_GRAPH_INPUT = re.compile(r"^(?P<list>sizes|inputs)(?P<rest>\[\d+\].*)$")
+_CA_GRAPH_INPUT = re.compile(r"^(?:sizes|inputs)\[\d+\]")
 
 
 def _ca_graph_input(facts: dict[str, Any], on_ca: bool) -> tuple[str, int, int, int, str] | None:
     """(name, dim, before, after, torch's source spelling `L['sizes'][0]`) of a size guard on an
     input of a compiled-autograd graph's code; None for any other guard."""
     size = size_guard(facts.get("guard", "")) if on_ca and facts.get("kind") == GUARD_SIZE and not facts.get("hook") else None
-    found = _CA_GRAPH_INPUT.match(size[0]) if size is not None else None
-    if size is None or found is None:
+    if size is None or not _CA_GRAPH_INPUT.match(size[0]):
         return None
-    return size[0], size[1], size[2], size[3], f"L['{found['list']}']{found['rest']}"
+    return size[0], size[1], size[2], size[3], tree_source(size[0])
 
 
 def _guard_why(facts: dict[str, Any], code: str, on_ca: bool = False) -> list[str]:

@@ -289,20 +289,51 @@ def _copy_file(dir_fd: int, source: Path, dest: Path) -> None:
         src = open_record_file(source, dir_fd=dir_fd)
     except OSError as exc:
         raise UnreadableInput(f"cannot read {source}: {exc.strerror or exc}") from None
-    with os.fdopen(src, "rb") as reader:
+    with os.fdopen(src, "rb"):  # closes it
         st = os.fstat(src)
         if st.st_nlink > 1:
             raise _refuse(source, f"is a hard link ({st.st_nlink} names)")
         try:
             fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
-            with os.fdopen(fd, "wb") as out:
-                shutil.copyfileobj(reader, out)
-                out.flush()
+            with os.fdopen(fd, "wb"):  # closes it
+                _copy_data(src, fd, st.st_size)
                 _copy_stat(st, fd)
         except OSError as exc:
             if exc.errno in _WRITE_ERRORS or exc.filename in (None, str(dest)):
                 raise CannotWrite(f"cannot write the merged run: {exc.strerror or exc} ({dest})") from None
             raise UnreadableInput(f"cannot read {source}: {exc.strerror or exc}") from None
+
+
+_CHUNK = 1 << 20
+
+
+def _copy_data(src: int, dest: int, size: int) -> None:
+    """The first `size` bytes of `src` (its size when it was opened) written to `dest`, holes kept
+    as holes. Copied to its end as it grows instead, a file its writer keeps extending (sparsely:
+    `truncate -s +1G` costs nothing) never ends the merge but fills the output's disk; and a sparse
+    file of terabytes planted in a node run would be as many bytes of zeros written."""
+    offset, length = 0, size
+    while offset < length:
+        try:
+            start = os.lseek(src, offset, os.SEEK_DATA)
+            end = min(os.lseek(src, start, os.SEEK_HOLE), length)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # nothing but a hole from here (or the file shrank)
+                break
+            if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            start, end = offset, length  # a filesystem that does not say where its holes are: read it all
+        while start < end:
+            block = os.pread(src, min(_CHUNK, end - start), start)
+            if not block:  # the file shrank while it was copied: the copy ends where it did
+                length = end = start
+                break
+            written = 0
+            while written < len(block):
+                written += os.pwrite(dest, block[written:], start + written)
+            start += len(block)
+        offset = end
+    os.ftruncate(dest, length)
 
 
 def check_node_links(root: Path) -> None:

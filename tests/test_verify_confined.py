@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, cagtool_cmd, can_mount_tmpfs, recorded_once
+from conftest import ROOT, cagtool_cmd, cagtool_in_process, can_mount_tmpfs, recorded_once
 
 pytestmark = pytest.mark.slow
 
@@ -160,6 +160,36 @@ def test_a_script_changed_after_the_seal_was_checked_never_runs(tmp_path):
         verify(tmp_path / "run", "ca", [Fix("ca-dynamic", "sizes dynamic", (1,), run_flags=("--dynamic",))], repeat=1,
                progress=change_the_script)
     assert not mark.exists()
+
+
+def test_a_script_swapped_between_the_seal_check_and_the_patch_is_never_patched_or_run(tmp_path, monkeypatch):
+    """A writer of the project folder swaps the script right after `--verify` checked it against
+    the seal (inotify says when it was read) and puts it back before each later check: the patched
+    copy `hook-before-loop` runs is made of the bytes that were checked, or nothing runs (exit 3).
+    Before, the patch read the script again by path and the re-run ran the swapped code."""
+    import cagtool.record.seal as seal
+    import cagtool.verify.verification as verification
+
+    _record(tmp_path / "job", tmp_path / "run", script=ROOT / "sample_scripts" / "hook_added_midrun.py")
+    script = tmp_path / "job" / "hook_added_midrun.py"
+    good, mark = script.read_text(), tmp_path / "swapped-ran"
+    real, calls = seal.check_job, []
+
+    def swapping(*args, **kwargs):
+        script.write_text(good)
+        real(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 1:
+            script.write_text(f"open({str(mark)!r}, 'w').write('ran')\n" + good)
+
+    monkeypatch.setattr(seal, "check_job", swapping)
+    monkeypatch.setattr(verification, "check_job", swapping)
+    proc = cagtool_in_process("recompiles", str(tmp_path / "run"), "--explain", "--verify", "--repeat", "1", "--fix", "hook-before-loop",
+                              env={"CI": "true"})
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert _one_error_line(proc).endswith("hook_added_midrun.py changed since the run was recorded: --verify runs only the script the run "
+                                          "recorded; record it again")
+    assert not mark.exists() and not (tmp_path / "run" / "verify").exists()
 
 
 def test_a_modules_file_changed_after_the_seal_was_checked_never_runs(tmp_path):

@@ -126,7 +126,7 @@ def test_a_guard_name_that_is_no_source_never_reaches_the_environment(tmp_path):
         (cause,) = explanation.causes
         assert cause.code == CAUSE_DYNAMO_FRAME and cause.facts["kind"] == "size"
         assert fixes_for(explanation) == []
-        assert patch_for(cause, None, None) is None  # a tensor's size: no edit of the script
+        assert patch_for(cause, None, None, None) is None  # a tensor's size: no edit of the script
         (item,) = unanswered_causes(explanation, set(), set(), {}, "/proj")
         assert "tensor's size, which dynamic shapes answer" in item["why"] and "no local edit makes it hold" not in item["why"]
         assert not item["nothing_to_change"]
@@ -175,7 +175,7 @@ def test_a_librarys_hook_state_and_the_grad_warm_up_never_ask_for_a_change_in_yo
     library, warmup = by_code[CAUSE_DYNAMO_CA_GRAPH], by_code[CAUSE_GRAD_DEFINED]
     assert library.facts["library_hooks"][0] == "deepspeed"
     assert cause_words(library, "/proj").fix[0].startswith("Nothing to change in your code: the value is deepspeed's")
-    assert fixes_for(explanation) == [] and patch_for(library, None, None) is None
+    assert fixes_for(explanation) == [] and patch_for(library, None, None, None) is None
     items = {i["cause"]: i for i in unanswered_causes(explanation, set(), set(), {}, "/proj")}
     said = items[library.number]
     assert said["why"].startswith("nothing to change in your code: the value is deepspeed's, read by its hooks")

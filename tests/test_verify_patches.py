@@ -51,7 +51,7 @@ def _hook_cause() -> Cause:
 def test_a_hook_registered_mid_run_moves_before_the_loop(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(MIDRUN)
-    patch = patch_for(_hook_cause(), str(script), "train.py")
+    patch = patch_for(_hook_cause(), str(script), "train.py", script.read_bytes())
     assert patch is not None and patch.applicable and patch.why_not is None
     assert patch.name == "hook-before-loop" and patch.line == 6 and patch.who == "your code"
     assert patch.diff.splitlines() == [
@@ -77,7 +77,7 @@ def test_a_hook_registered_mid_run_moves_before_the_loop(tmp_path):
 def test_a_hook_that_needs_the_loops_values_is_not_moved_and_says_why(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(MIDRUN.replace("register_hook(lambda grad: grad.clamp(-1.0, 1.0))", "register_hook(lambda grad: grad * step)"))
-    patch = patch_for(_hook_cause(), str(script), "train.py")
+    patch = patch_for(_hook_cause(), str(script), "train.py", script.read_bytes())
     assert patch is not None and not patch.applicable and patch.patched is None
     assert patch.why_not == "the hook at line 7 uses `step`, assigned inside the loop: it does not exist before the loop"
     assert [l for l in patch.diff.splitlines() if l.startswith("+ ")] == ["+    model.weight.register_hook(lambda grad: grad * step)"]  # still shown
@@ -86,10 +86,10 @@ def test_a_hook_that_needs_the_loops_values_is_not_moved_and_says_why(tmp_path):
 def test_an_if_with_an_else_or_other_work_is_not_moved(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(MIDRUN.replace("        model(torch.ones", "        else:\n            pass\n        model(torch.ones"))
-    patch = patch_for(_hook_cause(), str(script), "train.py")
+    patch = patch_for(_hook_cause(), str(script), "train.py", script.read_bytes())
     assert not patch.applicable and patch.why_not.startswith("the `if` at line 6 has an `else`")
     script.write_text(MIDRUN.replace("            model.weight.register_hook", "            print('clip on')\n            model.weight.register_hook"))
-    patch = patch_for(_hook_cause(), str(script), "train.py")
+    patch = patch_for(_hook_cause(), str(script), "train.py", script.read_bytes())
     assert not patch.applicable and patch.why_not == "the `if` at line 6 does more than register hooks: only a registration can move"
 
 
@@ -97,21 +97,21 @@ def test_a_hook_in_an_inner_loop_is_not_moved(tmp_path):
     """Before the inner loop is still inside the outer one: the hook would be added every epoch."""
     script = tmp_path / "train.py"
     script.write_text(MIDRUN.replace("    for step in range(5):\n", "    for epoch in range(2):\n      for step in range(5):\n"))
-    patch = patch_for(_hook_cause(), str(script), "train.py")
+    patch = patch_for(_hook_cause(), str(script), "train.py", script.read_bytes())
     assert not patch.applicable and patch.why_not.startswith("the loop at line 6 runs inside another loop")
 
 
 def test_no_registration_in_the_script_and_a_module_job_say_why(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("import lib\nlib.train()\n")
-    patch = patch_for(_hook_cause(), str(script), "train.py")
+    patch = patch_for(_hook_cause(), str(script), "train.py", script.read_bytes())
     assert not patch.applicable and "another file or by a library" in patch.why_not and patch.diff == ""
-    patch = patch_for(_hook_cause(), None, None)
+    patch = patch_for(_hook_cause(), None, None, None)
     assert not patch.applicable and "not a script file" in patch.why_not
 
 
 def test_a_cause_without_a_local_edit_has_no_patch_to_run():
-    patch = patch_for(Cause(CAUSE_DYNAMO_FRAME, [], number=2), "x.py", "x.py")
+    patch = patch_for(Cause(CAUSE_DYNAMO_FRAME, [], number=2), "x.py", "x.py", b"")
     assert patch is not None and not patch.applicable and patch.diff == "" and "no failing guard recorded is on a Python value" in patch.why_not
 
 
@@ -244,14 +244,14 @@ ZERO_GRAD = textwrap.dedent("""\
 def test_zero_grad_set_to_none_false_becomes_true(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(ZERO_GRAD)
-    patch = patch_for(Cause(CAUSE_GRAD_DEFINED, [], number=2), str(script), "train.py")
+    patch = patch_for(Cause(CAUSE_GRAD_DEFINED, [], number=2), str(script), "train.py", script.read_bytes())
     assert patch.applicable and patch.name == "zero-grad-to-none" and patch.line == 3 and patch.causes == (2,)
     assert [l for l in patch.diff.splitlines() if l[:1] in "+-" and l[:3] not in ("+++", "---")] == [
         "-    opt.zero_grad(set_to_none=False)  # keep the buffers",
         "+    opt.zero_grad(set_to_none=True)  # keep the buffers",
     ]
     script.write_text(ZERO_GRAD.replace("set_to_none=False", ""))
-    patch = patch_for(Cause(CAUSE_GRAD_DEFINED, [], number=2), str(script), "train.py")
+    patch = patch_for(Cause(CAUSE_GRAD_DEFINED, [], number=2), str(script), "train.py", script.read_bytes())
     assert not patch.applicable and patch.why_not.startswith("no zero_grad(set_to_none=False) in the script")
 
 
@@ -316,7 +316,7 @@ def test_a_hook_registered_on_every_iteration_is_named_at_its_line_not_sent_to_a
                 handles.append(p.register_post_accumulate_grad_hook(lambda t: None))
             model(torch.ones(1, 2)).sum().backward()
         """))
-    patch = patch_for(_hook_cause(), str(script), "train.py")
+    patch = patch_for(_hook_cause(), str(script), "train.py", script.read_bytes())
     assert patch is not None and not patch.applicable and patch.line == 6
     assert patch.why_not.startswith("the script registers a hook inside its loop on every iteration (line 6)")
     assert "another file" not in patch.why_not
@@ -350,3 +350,28 @@ def test_a_fix_speedup_without_a_verdict_shows_no_interval_as_a_bound():
     assert speedup_bounds({**fix, "speedup_verdict": "too few steady steps"}) == "too few steady steps: not judged"
     assert speedup_bounds({**fix, "speedup_verdict": "slower"}) == "90% CI 0.05x-0.36x"
     assert speedup_bounds(fix) == "90% CI 0.05x-0.36x"
+
+
+def test_a_patch_is_made_of_the_bytes_the_seal_holds_never_of_the_path_read_again(tmp_path):
+    """record/seal.py `sealed_bytes`: the script read once, its SHA-256 the sealed one, or refused
+    (exit 3): a file swapped in after check_job read it is never what a patched copy is made of;
+    a FIFO swapped in is refused at once, never waited on."""
+    from cagtool.errors import UnreadableInput
+    from cagtool.record.seal import sealed_bytes
+
+    script = tmp_path / "train.py"
+    script.write_text(MIDRUN)
+    seal = {"files": {str(script): hashlib.sha256(MIDRUN.encode()).hexdigest()}}
+    assert sealed_bytes(seal, str(script)) == MIDRUN.encode()
+    patch = patch_for(_hook_cause(), str(script), "train.py", sealed_bytes(seal, str(script)))
+    assert patch.applicable and "import os" not in patch.patched
+    script.write_text("import os\n" + MIDRUN)
+    with pytest.raises(UnreadableInput, match="train.py changed since the run was recorded") as refused:
+        sealed_bytes(seal, str(script))
+    assert refused.value.exit_code == 3
+    with pytest.raises(UnreadableInput, match="changed since the run was recorded"):
+        sealed_bytes({"files": {}}, str(script))  # a file the seal does not hold
+    script.unlink()
+    os.mkfifo(script)
+    with pytest.raises(UnreadableInput, match="no longer a regular file"):
+        sealed_bytes(seal, str(script))

@@ -61,7 +61,7 @@ def _scalar_patch(tmp_path: Path, text: str, code: str = "return self.linear(x) 
     script = tmp_path / "train.py"
     script.write_text(text)
     rows = [_row(script, guard.replace("1.0", v), use, function, code, call, attempt=i + 1) for i, v in enumerate(("1.0", "1.5"))]
-    return patch_for(_cause(*rows, consequences=(2,)), str(script), "train.py")
+    return patch_for(_cause(*rows, consequences=(2,)), str(script), "train.py", script.read_bytes())
 
 
 def test_a_python_float_used_in_tensor_arithmetic_is_passed_as_a_tensor(tmp_path):
@@ -223,12 +223,12 @@ def test_a_value_from_elsewhere_is_not_patched(tmp_path):
     script.write_text(SCALAR)
     other = tmp_path / "lib.py"
     row = _row(other, "scale == 1.0", 3, "forward", "return x * scale", CALL_LINE)
-    patch = patch_for(_cause(row), str(script), "train.py")
+    patch = patch_for(_cause(row), str(script), "train.py", script.read_bytes())
     assert not patch.applicable and patch.why_not.startswith(f"the guard on `scale` was installed in {other}, not in the script")
-    patch = patch_for(_cause(_row(script, "scale == 1.0", USE_LINE, "forward", "x", CALL_LINE)), None, None)
+    patch = patch_for(_cause(_row(script, "scale == 1.0", USE_LINE, "forward", "x", CALL_LINE)), None, None, None)
     assert not patch.applicable and "not a script file" in patch.why_not
     two = [_row(script, "scale == 1.0", USE_LINE, "forward", "x", CALL_LINE), _row(script, "n == 3", USE_LINE, "forward", "x", CALL_LINE, 2)]
-    patch = patch_for(_cause(*two), str(script), "train.py")
+    patch = patch_for(_cause(*two), str(script), "train.py", script.read_bytes())
     assert not patch.applicable and patch.why_not.startswith("guards on several Python values failed (`scale`, `n`)")
 
 
@@ -266,7 +266,7 @@ FLAGS = textwrap.dedent("""\
 def test_a_branch_on_a_flag_argument_is_shown_as_torch_where_never_applied(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(FLAGS)
-    patch = patch_for(_cause(_row(script, "flag == True", 14, "forward", "if flag:", 27)), str(script), "train.py")
+    patch = patch_for(_cause(_row(script, "flag == True", 14, "forward", "if flag:", 27)), str(script), "train.py", script.read_bytes())
     assert patch.name == "branch-to-where" and not patch.applicable and patch.patched is None
     assert patch.why_not.startswith("torch.where computes both sides on every call and needs both to be tensors that broadcast")
     assert [l for l in patch.diff.splitlines() if l[:1] in "+-" and l[:3] not in ("+++", "---")] == [
@@ -280,19 +280,19 @@ def test_a_branch_on_a_flag_argument_is_shown_as_torch_where_never_applied(tmp_p
     ]
     # Without an `else` the name keeps its value: torch.where(flag, y.relu(), y).
     script.write_text(FLAGS.replace("        else:\n            y = y.sigmoid()\n", ""))
-    patch = patch_for(_cause(_row(script, "flag == True", 14, "forward", "if flag:", 25)), str(script), "train.py")
+    patch = patch_for(_cause(_row(script, "flag == True", 14, "forward", "if flag:", 25)), str(script), "train.py", script.read_bytes())
     assert "+        y = torch.where(flag, y.relu(), y)" in patch.diff.splitlines() and not patch.applicable
 
 
 def test_a_branch_that_is_not_a_choice_of_values_keeps_its_why_not(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(FLAGS.replace("            y = y.relu()\n", "            y = y.relu()\n            print('relu')\n"))
-    patch = patch_for(_cause(_row(script, "flag == True", 14, "forward", "if flag:", 28)), str(script), "train.py")
+    patch = patch_for(_cause(_row(script, "flag == True", 14, "forward", "if flag:", 28)), str(script), "train.py", script.read_bytes())
     assert not patch.applicable and patch.diff == ""
     assert patch.why_not == ("the `if` at line 14 does more than assign one name on one line in each branch: "
                              "torch.where can only replace a choice between two values")
     script.write_text(FLAGS.replace("        if flag:\n", "        if x is None:\n            y = x\n        elif flag:\n"))
-    patch = patch_for(_cause(_row(script, "flag == True", 16, "forward", "elif flag:", 29)), str(script), "train.py")
+    patch = patch_for(_cause(_row(script, "flag == True", 16, "forward", "elif flag:", 29)), str(script), "train.py", script.read_bytes())
     assert not patch.applicable and patch.diff == ""
     assert patch.why_not == "the branch at line 16 is an `elif`: its choice depends on the tests before it, not on `flag` alone"
 
@@ -300,10 +300,10 @@ def test_a_branch_that_is_not_a_choice_of_values_keeps_its_why_not(tmp_path):
 def test_a_flag_attribute_or_global_has_no_call_site(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(FLAGS)
-    patch = patch_for(_cause(_row(script, "self.use_relu == True", 18, "forward", "if self.use_relu:", 27)), str(script), "train.py")
+    patch = patch_for(_cause(_row(script, "self.use_relu == True", 18, "forward", "if self.use_relu:", 27)), str(script), "train.py", script.read_bytes())
     assert not patch.applicable and patch.diff == ""
     assert patch.why_not.startswith("`self.use_relu` is a module attribute read inside the compiled code, not an argument")
-    patch = patch_for(_cause(_row(script, "G['FLAG'] == True", 20, "forward", "if FLAG:", 27)), str(script), "train.py")
+    patch = patch_for(_cause(_row(script, "G['FLAG'] == True", 20, "forward", "if FLAG:", 27)), str(script), "train.py", script.read_bytes())
     assert not patch.applicable and patch.why_not.startswith("`FLAG` is a global read inside the compiled code")
 
 

@@ -161,7 +161,7 @@ def _one_run_a_patch(patches: dict) -> None:
 def _verify(record: "RunRecord", tables: list, explanations: list, options: RecompilesOptions, err: IO[str]):
     """--verify: the fixes for the verified mode's causes, applied by re-running the job."""
     from cagtool.errors import UsageError
-    from cagtool.record.seal import check_job
+    from cagtool.record.seal import check_job, sealed_bytes
     from cagtool.verify.fixes import fixes_for, patch_fix, unanswered_causes
     from cagtool.verify.patches import patch_for
     from cagtool.verify.verification import estimate_seconds, rerun_key, verify
@@ -180,9 +180,14 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     started_dynamic = bool((record.meta.options or {}).get("dynamic")) or ca_started_dynamic(tables[index])
     fixes = fixes_for(explanation, dynamic_already=started_dynamic, pgo_suggestion=pgo_suggestion(record, mode))
     configured = {n for f in fixes for n in f.causes}
+    script, display = _script_of(record)
+    # Read once, checked against the seal: a patched copy is made of what was checked, never of
+    # what the path holds after check_job read it (a file swapped between the two would run).
+    source = sealed_bytes(record.meta.job_seal, script) if script is not None and any(
+        c.number not in configured for c in explanation.causes) else None
     patches = {}
     for cause in explanation.causes:
-        if cause.number not in configured and (patch := patch_for(cause, *_script_of(record))) is not None:
+        if cause.number not in configured and (patch := patch_for(cause, script, display, source)) is not None:
             patches[cause.number] = patch
     _one_run_a_patch(patches)
     recorded = record.modes.get(mode)

@@ -19,6 +19,7 @@ import hashlib
 import hmac
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,27 @@ def _sha256(path: str) -> str | None:
     except OSError:
         return None
     return digest.hexdigest()
+
+
+def sealed_bytes(seal: Any, path: str) -> bytes:
+    """The bytes of a file the seal holds, read once now, refused (UnreadableInput, exit 3) unless
+    their SHA-256 is the sealed one: what `--verify` builds a patched copy from is what was checked,
+    not what the path holds a moment after check_job read it. A path that is no regular file (a
+    FIFO swapped in) is refused without waiting on it."""
+    path = os.path.abspath(path)
+    files = seal.get("files") if isinstance(seal, dict) else None
+    digest = files.get(path) if isinstance(files, dict) else None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise UnreadableInput(f"{path} cannot be read ({exc.strerror or exc}): --verify runs only the script the run recorded; record it again") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise UnreadableInput(f"{path} is no longer a regular file: --verify runs only the script the run recorded; record it again")
+        data = handle.read()
+    if not isinstance(digest, str) or not hmac.compare_digest(hashlib.sha256(data).hexdigest(), digest):
+        raise UnreadableInput(f"{path} changed since the run was recorded: --verify runs only the script the run recorded; record it again")
+    return data
 
 
 def job_files(target: dict[str, str], argv: list[str], cwd: str, module_origin: str | None) -> dict[str, str | None]:

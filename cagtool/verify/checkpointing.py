@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from cagtool.capture.modes.checkpoint_variant import CHECKPOINT_VARIANT_ENV, VARIANT_NON_REENTRANT, VARIANT_PLAIN
+from cagtool.capture.run.target import SOURCE_DIGEST_ENV
 from cagtool.capture.steps.heap_in_use import HEAP_READINGS_ENV
 from cagtool.errors import UsageError
 from cagtool.record.atomic import check_confined, make_new_dir, open_new, write_atomic
@@ -29,7 +30,7 @@ from cagtool.record.schema import CHECKPOINT_REENTRANT, PHASE_CHECKPOINT_RECOMPU
 from cagtool.record.seal import check_job
 from cagtool.report.checkpointing import CHECKPOINTING_FILE, CheckpointingResult, HeapHeld, ModeSaving, Side, checkpointing_lines
 from cagtool.torch_text import NESTED_CA_ERROR
-from cagtool.verify.verification import rerun_argv
+from cagtool.verify.verification import checked_source_env, rerun_argv
 
 CHECKPOINTING_DIR = "checkpointing"
 MEASURED_MODES = ("aot", "ca")
@@ -107,6 +108,9 @@ def measure_checkpointing(run_path: str | Path | None, modes: list[str] | None =
         argv = rerun_argv(run, mode, 1, out, None)
         env = {**os.environ}
         env.pop(CHECKPOINT_VARIANT_ENV, None)
+        # The re-run runs the code check_job found unchanged or nothing (capture/run/target.py checks the digest).
+        env.pop(SOURCE_DIGEST_ENV, None)
+        env.update(checked_source_env(run))
         env[HEAP_READINGS_ENV] = "1"  # both sides: the heap held for each backward (capture/steps/heap_in_use.py)
         if variant is not None:
             env[CHECKPOINT_VARIANT_ENV] = variant

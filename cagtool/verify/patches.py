@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import ast
 import os
-from pathlib import Path
 
 from cagtool.report.recompiles.explain import (
     CAUSE_DYNAMO_CA_GRAPH,
@@ -133,19 +132,20 @@ def _inside_another_loop(tree: ast.AST, loop: ast.AST) -> bool:
     return False
 
 
-def _parsed(script: str) -> tuple[str, ast.Module] | str:
-    """The script's text and syntax tree, or why it cannot be read."""
+def _parsed(source: bytes) -> tuple[str, ast.Module] | str:
+    """The script's text and syntax tree from the bytes `--verify` checked against the record's
+    seal (record/seal.py `sealed_bytes`: never the path read again), or why they cannot be read."""
     try:
-        text = Path(script).read_text()
+        text = source.decode("utf-8")
         return text, ast.parse(text)
-    except (OSError, SyntaxError, ValueError) as exc:
+    except (SyntaxError, ValueError) as exc:
         return f"cannot read the script: {exc}"
 
 
-def hook_patch(cause: Cause, script: str, display: str) -> Patch:
+def hook_patch(cause: Cause, script: str, display: str, source: bytes) -> Patch:
     """Register a mid-run hook before the training loop (see the module docstring)."""
     title = "register the hook once, before the training loop, instead of partway through it"
-    parsed = _parsed(script)
+    parsed = _parsed(source)
     if isinstance(parsed, str):
         return Patch("hook-before-loop", (cause.number,), title, display, None, "", False, parsed)
     text, tree = parsed
@@ -208,10 +208,10 @@ def hook_patch(cause: Cause, script: str, display: str) -> Patch:
                  patched="".join(after) if why_not is None else None)
 
 
-def zero_grad_patch(cause: Cause, script: str, display: str) -> Patch:
+def zero_grad_patch(cause: Cause, script: str, display: str, source: bytes) -> Patch:
     """`zero_grad(set_to_none=False)` -> `set_to_none=True` (see the module docstring)."""
     title = "clear gradients to None every step: zero_grad(set_to_none=True)"
-    parsed = _parsed(script)
+    parsed = _parsed(source)
     if isinstance(parsed, str):
         return Patch("zero-grad-to-none", (cause.number,), title, display, None, "", False, parsed)
     text, tree = parsed
@@ -240,27 +240,27 @@ def zero_grad_patch(cause: Cause, script: str, display: str) -> Patch:
                  patched="".join(after))
 
 
-def hook_disable_patch(cause: Cause, script: str, display: str) -> Patch:
+def hook_disable_patch(cause: Cause, script: str, display: str, source: bytes) -> Patch:
     """Wrap a traced backward hook in torch._dynamo.disable (see the module docstring)."""
     title = "run the hook eagerly: register torch._dynamo.disable(hook), so Dynamo neither compiles nor guards it"
     name = "hook-dynamo-disable"
-    parsed = _parsed(script)
+    parsed = _parsed(source)
     if isinstance(parsed, str):
         return Patch(name, (cause.number,), title, display, None, "", False, parsed)
     text, tree = parsed
-    source = cause.source
-    if source is None or source.how != "guard" or os.path.realpath(source.file) != os.path.realpath(script):
+    where = cause.source
+    if where is None or where.how != "guard" or os.path.realpath(where.file) != os.path.realpath(script):
         return Patch(name, (cause.number,), title, display, None, "", False,
                      "the hook's line is not in the script (it is registered in another file or by a library)")
     calls = [c for c in ast.walk(tree) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
-             and c.func.attr in _HOOK_CALLS and c.lineno <= source.line <= (c.end_lineno or c.lineno)]
+             and c.func.attr in _HOOK_CALLS and c.lineno <= where.line <= (c.end_lineno or c.lineno)]
     if len(calls) != 1 or len(calls[0].args) != 1 or calls[0].keywords:
-        return Patch(name, (cause.number,), title, display, source.line, "", False,
-                     f"line {source.line} does not hold exactly one hook registration with the hook as its one argument")
+        return Patch(name, (cause.number,), title, display, where.line, "", False,
+                     f"line {where.line} does not hold exactly one hook registration with the hook as its one argument")
     hook = calls[0].args[0]
     lines = text.splitlines(keepends=True)
     if hook.lineno != hook.end_lineno:
-        return Patch(name, (cause.number,), title, display, source.line, "", False,
+        return Patch(name, (cause.number,), title, display, where.line, "", False,
                      f"the hook passed at line {hook.lineno} spans lines: not a one-line edit")
     after = replace_expr(lines, hook, f"torch._dynamo.disable({ast.get_source_segment(text, hook)})")
     diff = unified_diff(display, lines, after)
@@ -278,24 +278,25 @@ _NOT_MECHANICAL = {
 }
 
 
-def patch_for(cause: Cause, script: str | None, display: str | None) -> Patch | None:
-    """The patch for a cause that needs a code change; None for a cause a configuration answers."""
+def patch_for(cause: Cause, script: str | None, display: str | None, source: bytes | None) -> Patch | None:
+    """The patch for a cause that needs a code change; None for a cause a configuration answers.
+    `source`: the script's bytes as checked against the record's seal (None for a module job)."""
     if cause.caused_by is not None:
         return None  # fixed with the cause it follows from
     if cause.code == CAUSE_DYNAMO_CA_GRAPH and cause.facts.get("hook"):
-        if script is None or not os.path.isfile(script):
+        if script is None or source is None:
             return Patch("hook-dynamo-disable", (cause.number,), "run the hook eagerly", display or "?", None, "", False,
                          "the job is not a script file cagtool can read (a module, or it moved)")
-        return hook_disable_patch(cause, script, display or script)
+        return hook_disable_patch(cause, script, display or script, source)
     if cause.code == CAUSE_HOOK:
-        if script is None or not os.path.isfile(script):
+        if script is None or source is None:
             return Patch("hook-before-loop", (cause.number,), "register the hook once, before the training loop", display or "?",
                          None, "", False, "the job is not a script file cagtool can read (a module, or it moved)")
-        return hook_patch(cause, script, display or script)
-    if cause.code == CAUSE_GRAD_DEFINED and script is not None and os.path.isfile(script):
-        return zero_grad_patch(cause, script, display or script)
+        return hook_patch(cause, script, display or script, source)
+    if cause.code == CAUSE_GRAD_DEFINED and script is not None and source is not None:
+        return zero_grad_patch(cause, script, display or script, source)
     if cause.code == CAUSE_DYNAMO_FRAME:
-        patch = value_patch(cause, script, display)
+        patch = value_patch(cause, script, display, source)
         if patch is not None:
             return patch
         if on_a_size(cause):

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import ast
 import os
-from pathlib import Path
 
 from cagtool.record.schema import SourceRef
 from cagtool.report.recompiles.explain import Cause
@@ -218,9 +217,10 @@ def _guarded(cause: Cause) -> tuple[list[tuple[str, str, str]], SourceRef | None
     return guards, at, caller
 
 
-def value_patch(cause: Cause, script: str | None, display: str | None) -> Patch | None:
+def value_patch(cause: Cause, script: str | None, display: str | None, source: bytes | None) -> Patch | None:
     """The patch for a forward frame recompiled on a Python value; None when no failing guard of
-    the cause is on a Python value (a tensor's size, an object's id: patches.py says why not)."""
+    the cause is on a Python value (a tensor's size, an object's id: patches.py says why not).
+    `source`: the script's bytes as checked against the record's seal."""
     guards, at, caller = _guarded(cause)
     if not guards:
         return None
@@ -241,15 +241,15 @@ def value_patch(cause: Cause, script: str | None, display: str | None) -> Patch 
     if len(guards) > 1:
         names = ", ".join(f"`{n}`" for _, n, _ in guards)
         return why_not(f"guards on several Python values failed ({names}): one edit per value, which cagtool does not combine")
-    if script is None or not os.path.isfile(script):
+    if script is None or source is None:
         return why_not("the job is not a script file cagtool can read (a module, or it moved)")
     if at is None or not _same_file(at.file, script):
         return why_not(f"the guard on `{name}` was installed in {at.file if at else 'a frame torch did not name'}, "
                        "not in the script: the edit would be in another file")
     try:
-        text = Path(script).read_text()
+        text = source.decode("utf-8")
         tree = ast.parse(text)
-    except (OSError, SyntaxError, ValueError) as exc:
+    except (SyntaxError, ValueError) as exc:
         return why_not(f"cannot read the script: {exc}")
     located = _function_at(tree, at.line, at.function)
     if located is None:

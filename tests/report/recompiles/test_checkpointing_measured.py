@@ -180,3 +180,34 @@ def test_the_measurement_reads_in_the_html_report_in_chromium(non_reentrant, tmp
     assert [" ".join(line.split()) for line in shown] == [" ".join(line.split()) for line in checkpointing_lines(result)]
     assert any(f"saves {result['modes'][0]['held_saving']:.0%} of the memory held for backward under aot" in line for line in shown)
     assert visible
+
+
+def test_a_script_swapped_after_the_seal_check_never_runs_in_a_re_run(tmp_path, monkeypatch):
+    """The script is swapped right after `cagtool checkpointing` checked it against the seal: each
+    re-run is told the digest that was checked (capture/run/target.py) and runs none of the
+    swapped code. Before, the re-runs ran whatever the path held when they started."""
+    import os
+    import shutil
+
+    import cagtool.verify.checkpointing as checkpointing
+
+    job = tmp_path / "job"
+    job.mkdir()
+    script = Path(shutil.copy(SCRIPT, job / "checkpoint_memory.py"))
+    env = {**os.environ, "CI": "true", "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "aot", "--backend", "eager", "--no-report", "-o",
+                          str(tmp_path / "run"), script.name, "--rows", "64", "--steps", "2"],
+                         cwd=job, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    mark = tmp_path / "swapped-ran"
+    real = checkpointing.check_job
+
+    def swapping(*args, **kwargs):
+        real(*args, **kwargs)
+        script.write_text(f"open({str(mark)!r}, 'w').write('ran')\n" + script.read_text())
+
+    monkeypatch.setattr(checkpointing, "check_job", swapping)
+    result = checkpointing.measure_checkpointing(tmp_path / "run", ["aot"])
+    assert not mark.exists()
+    [saving] = result.modes
+    assert saving.checkpointed.status != "finished" and saving.plain.status != "finished"

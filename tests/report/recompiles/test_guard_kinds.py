@@ -6,6 +6,7 @@ mid-run, an evaluation under no_grad, a DataLoader's smaller last batch."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -55,7 +56,7 @@ def test_a_hook_appending_to_a_list_is_a_hook_recompiled_on_the_list_length(reco
     assert fixes_for(explanation) == []
     assert cause_phrase(cause).startswith("the length of `grad_norms` changed in the backward hook `<lambda>` at steps 1-8")
     meta = load_run(record_run("grad_norm_hook.py").path).meta
-    patch = patch_for(cause, os.path.join(meta.cwd, meta.target["name"]), meta.target["name"])
+    patch = patch_for(cause, os.path.join(meta.cwd, meta.target["name"]), meta.target["name"], Path(meta.cwd, meta.target["name"]).read_bytes())
     assert patch is not None and patch.name == "hook-dynamo-disable" and patch.applicable, patch.why_not
 
 
@@ -71,9 +72,9 @@ def test_an_unfrozen_backbone_is_a_requires_grad_change_and_its_backward_goes_wi
     assert "every size" not in f_fixes and "Goes with #1" in f_fixes
     # The headline names the class, never torch's text cut mid-word.
     assert cause_phrase(root) == "a parameter's requires_grad changed (unfrozen) at step 3 (the compiled call at unfreeze_backbone.py:25)"
-    assert fixes_for(explanation) == [] and patch_for(follower, None, None) is None
+    assert fixes_for(explanation) == [] and patch_for(follower, None, None, None) is None
     meta = load_run(record_run("unfreeze_backbone.py").path).meta
-    why_not = patch_for(root, os.path.join(meta.cwd, meta.target["name"]), meta.target["name"]).why_not
+    why_not = patch_for(root, os.path.join(meta.cwd, meta.target["name"]), meta.target["name"], Path(meta.cwd, meta.target["name"]).read_bytes()).why_not
     assert "a parameter's requires_grad changed (unfrozen)" in why_not and "size" not in why_not
 
 

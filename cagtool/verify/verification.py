@@ -534,7 +534,12 @@ def _write_result(run_dir: Path, result: Verification) -> None:
 
 def causes_left(record: RunRecord, mode: str, keys: dict[int, tuple]) -> dict[int, int]:
     """Of the causes `keys` names (number -> cause_key in the recorded run), those the re-run's own
-    explanation still finds, with their recompiles (the most of any repetition)."""
+    explanation still finds, with their recompiles (the most of any repetition). The re-run may
+    split what the record holds as one cause into several of the same key (the pieces of a CA
+    graph's code recompiled for one change of size, each its own cause once no CA recompile
+    gathers them): their recompiles are summed, not the last one's taken."""
+    from collections import Counter
+
     from cagtool.report.recompiles.explain import cause_key, explain
     from cagtool.report.recompiles.table import recompile_table
 
@@ -542,7 +547,9 @@ def causes_left(record: RunRecord, mode: str, keys: dict[int, tuple]) -> dict[in
     for name, rep in record.modes.items():
         if name != mode and not name.startswith(f"{mode}."):
             continue
-        found = {cause_key(c): c.count for c in explain(recompile_table(rep)).causes}
+        found: Counter[tuple] = Counter()
+        for cause in explain(recompile_table(rep)).causes:
+            found[cause_key(cause)] += cause.count
         for number, key in keys.items():
             if key in found:
                 left[number] = max(left.get(number, 0), found[key])

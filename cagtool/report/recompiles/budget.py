@@ -14,9 +14,15 @@ import math
 from dataclasses import dataclass, field
 
 from cagtool.record.loader import ModeRecord
-from cagtool.record.schema import CAGraphEvent, DynamoCompileEvent, DynamoRecompileEvent, SourceRef, StepEvent
+from cagtool.errors import UnreadableInput
+from cagtool.record.schema import ARTIFACT_GUARDS, CAGraphEvent, CompileArtifactEvent, DynamoCompileEvent, DynamoRecompileEvent, SourceRef, StepEvent
 from cagtool.report.recompiles.reads import LimitHit, forward_step
-from cagtool.torch_text import compile_attempt, compile_frame, guard_shape, recompile_limit
+from cagtool.torch_text import compile_attempt, compile_frame, guard_shape, recompile_limit, wrapped_module
+
+# torch 2.13 runs every torch.compile'd module's call through this one function (docs/torch-internals.md,
+# "One frame for every compiled module"): its frame is torch's, the user's is the module it wraps.
+WRAPPER_FILE_END = "_dynamo/external_utils.py"
+WRAPPER_FUNCTION = "inner"
 
 # Recompiles of one frame (or CA recaptures) before a rate, a forecast or "still compiling" is read from them.
 TREND_RECOMPILES = 3
@@ -42,6 +48,15 @@ class FrameBudget:
     # Each recompile's failing guard, its numbers blanked (`lr == N`): one per recompile whose
     # reason the record kept; empty where it kept none.
     guards: tuple[str, ...] = ()
+    # The classes of the modules a frame of torch's module wrapper (`is_module_wrapper`) ran, in the
+    # order first compiled, from its compiles' guard trees; empty where the record kept none.
+    modules: tuple[str, ...] = ()
+
+    @property
+    def is_module_wrapper(self) -> bool:
+        """The frame is torch's wrapper of a compiled module's call (`inner` in
+        torch/_dynamo/external_utils.py), not the user's code."""
+        return self.function == WRAPPER_FUNCTION and self.file.replace("\\", "/").endswith(WRAPPER_FILE_END)
 
     @property
     def one_offs(self) -> bool:
@@ -174,6 +189,7 @@ def mode_budget(record: ModeRecord, hits: list[LimitHit], last_step: int | None)
             if event.step is not None:
                 out.ca_graph_steps.append(event.step)
     hit_of = {compile_frame(h.compile_id): h for h in hits if h.compile_id}
+    wrapped = _wrapped_modules(record, by_frame)
     for frame, events in by_frame.items():
         made = [e for e in events if not (e.fail_reason and recompile_limit(f"{e.fail_type or ''} {e.fail_reason}"))]
         named = next((e for e in events if e.co_name), events[0])
@@ -197,6 +213,7 @@ def mode_budget(record: ModeRecord, hits: list[LimitHit], last_step: int | None)
                 hit=hit,
                 called_at=next((e.phase.caller for e in events if e.phase is not None and e.phase.caller is not None), None),
                 guards=tuple(guards.get(frame, ())),
+                modules=wrapped.get(frame, ()),
             )
         )
     out.frames.sort(key=lambda f: (-f.entries, f.frame))
@@ -206,6 +223,28 @@ def mode_budget(record: ModeRecord, hits: list[LimitHit], last_step: int | None)
         if cost is not None and all(c.hit_step != cost.hit_step for c in out.eager_costs):
             out.eager_costs.append(cost)
     return out
+
+
+def _wrapped_modules(record: ModeRecord, by_frame: dict[str, list[DynamoCompileEvent]]) -> dict[str, tuple[str, ...]]:
+    """frame -> the classes of the modules each frame of torch's module wrapper ran, from the guard
+    trees of its compiles (one small file per compile, only that frame's). A tree the record lost,
+    or one planted as a link or led out of the run (refused by the reader), names none."""
+    ids = {e.compile_id: frame for frame, events in by_frame.items() for e in events
+           if e.co_name == WRAPPER_FUNCTION and e.co_filename.replace("\\", "/").endswith(WRAPPER_FILE_END) and not e.compile_id.startswith("!")}
+    if not ids:
+        return {}
+    found: dict[str, list[str]] = {}
+    for event in record.of(CompileArtifactEvent):
+        if event.artifact != ARTIFACT_GUARDS or event.compile_id not in ids:
+            continue
+        try:
+            module = wrapped_module(record.artifact_text(event))
+        except (UnreadableInput, OSError):
+            continue
+        names = found.setdefault(ids[event.compile_id], [])
+        if module and module[0] not in names:
+            names.append(module[0])
+    return {frame: tuple(names) for frame, names in found.items() if names}
 
 
 def budget_of(record: ModeRecord) -> ModeBudget:

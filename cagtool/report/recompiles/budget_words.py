@@ -41,6 +41,12 @@ def phased_text(c: PhasedCompile, cwd: str) -> str:
 
 
 def _frame_name(f: FrameBudget, cwd: str) -> str:
+    if f.is_module_wrapper:
+        # torch's own frame, shared by every compiled module: the user's are the module and the line that called it.
+        what = (f"the compiled module `{f.modules[0]}`" if len(f.modules) == 1 else
+                f"the compiled modules {', '.join(f'`{m}`' for m in f.modules)}" if f.modules else "a compiled module")
+        called = f" called at {format_source(f.called_at, cwd)}" if f.called_at is not None else ""
+        return f"frame {f.frame}, {what}{called} (torch runs it through its module wrapper `{f.function}`)"
     where = f" ({display_path(f.file, cwd)}:{f.line})" if f.file and f.line else ""
     if f.called_at is not None:
         where += f", called at {format_source(f.called_at, cwd)}"

@@ -448,6 +448,27 @@ def _reentrant_recomputes(table: RecompileTable, cause: Cause) -> int:
                and p.phase == PHASE_CHECKPOINT_RECOMPUTE and p.checkpoint == CHECKPOINT_REENTRANT)
 
 
+def _one_call_site_loop(table: RecompileTable, cause: Cause) -> SourceRef | None:
+    """The one line every compile of the cause's forward frame was called from, where its first
+    recompile came in the step of the frame's first compile and that first compile's input did
+    not require grad (torch's `expected requires_grad=0` against it): a loop at one call site
+    feeding each call the previous call's output, data first, then activations that require grad
+    (blocks applied in turn). None otherwise, or where the record has no phases."""
+    if table.phases is None or cause.code != CAUSE_DYNAMO_FRAME:
+        return None
+    frame = compile_frame(cause.rows[0].compile_id)
+    compiles = [c for c in table.phases.compiles if not c.capture and not c.compile_id.startswith("!") and compile_frame(c.compile_id) == frame]
+    first = next((c for c in compiles if c.attempt == 0), None)
+    if first is None or first.caller is None or first.step is None or cause.rows[0].step != first.step:
+        return None
+    if any(c.caller is None or (c.caller.file, c.caller.line) != (first.caller.file, first.caller.line) for c in compiles):
+        return None
+    against_first = [g for g in (guard_text(m) for m in cause.rows[0].messages if m.startswith(f"{first.compile_id}:")) if g]
+    if not any((m := _REQUIRES_GRAD_OF.search(g)) and m["expected"] == "0" for g in against_first):
+        return None
+    return first.caller
+
+
 def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     failures: list[tuple[str, str]] = []  # (compile id, failing guard or "")
     for row in cause.rows:
@@ -485,6 +506,9 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # requires_grad guards on the call's inputs, not on parameters (`args[0]`, not
         # `..._parameters['weight']`): a tensor detached in one call and not in another.
         "requires_grad_inputs": _requires_grad_inputs(known),
+        # ... every call from one line, the first (in the first recompile's step) without grad: a loop
+        # feeding each call the last one's output (_one_call_site_loop), no GAN's detached input.
+        "requires_grad_loop": _one_call_site_loop(table, cause) if _requires_grad_inputs(known) else None,
         # An optimizer's step() compiled (torch.optim's frame) guarding on its own state (`self.state`):
         # the state an optimizer makes in its first step() (momentum buffers, Adam's moments).
         "optimizer_state": bool(known) and all("self.state" in g for g in known) and all(row.optimizer_frame for row in cause.rows),
@@ -522,6 +546,9 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # A guard on a module's backward-hook dict: the modules' backward hooks the CA graphs call, named.
         "module_hooks": _module_hook_labels(table, known[0]) if known and _MODULE_HOOKS.search(known[0]) else [],
         "frame": compile_frame(cause.rows[0].compile_id),
+        # Of a CA graph's code: how many of its recompiles in one step were pieces of it split by
+        # graph breaks (_graph_pieces), 0 where none.
+        "pieces": _graph_pieces([(r.compile_id, r.step, own_guard(r)) for r in cause.rows]) if cause.code == CAUSE_DYNAMO_CA_GRAPH else 0,
         # The frame was compiled with dynamic shapes (the script's torch.compile(..., dynamic=True)).
         "compiled_dynamic": not cause.rows[0].compile_id.startswith("!") and compile_frame(cause.rows[0].compile_id) in table.dynamic_frames,
         "function": function,
@@ -749,8 +776,10 @@ def cause_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     if cause.code == CAUSE_STRUCTURE:
         return _structure_facts(table, cause)
     if cause.code == CAUSE_SHAPES:
-        return _shape_facts(table, cause)
-    if cause.code in (CAUSE_DYNAMO_FRAME, CAUSE_DYNAMO_CA_GRAPH):
+        return {**_shape_facts(table, cause), "checkpoint_unpack_breaks": _checkpoint_unpack_breaks(table)}
+    if cause.code == CAUSE_DYNAMO_CA_GRAPH:
+        return {**_guard_facts(table, cause), "checkpoint_unpack_breaks": _checkpoint_unpack_breaks(table)}
+    if cause.code == CAUSE_DYNAMO_FRAME:
         return _guard_facts(table, cause)
     if cause.code == CAUSE_HOOK:
         return _hook_facts(table, cause)
@@ -770,6 +799,29 @@ def cause_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         return {"after_failed_capture": after, "failed_captures": [f"!{n}" for n in sorted(table.failed_captures)],
                 "capture_errors": _capture_errors(table), **_stability(table, cause)}
     return _stability(table, cause)
+
+
+_UNPACK_HOOK_BREAK = re.compile(r"_checkpoint_hook\.__init__\.<locals>\.unpack_hook")
+
+
+def _checkpoint_unpack_breaks(table: RecompileTable) -> bool:
+    """torch broke a graph at a non-reentrant checkpoint's unpack hook (torch.utils.checkpoint's
+    `_checkpoint_hook...unpack_hook`, marked as skipped): under compiled autograd, at every tensor
+    the checkpoint saved, which splits the CA graph's code into pieces."""
+    return any(_UNPACK_HOOK_BREAK.search(message) for message in table.break_reasons.values())
+
+
+# Measured on a 2-block job (non-reentrant checkpoint of a compiled block, one change of batch size):
+# the checkpoint inside a function compiled with aot_eager or inductor breaks no graph (27 breaks ->
+# 0; Dynamo traces it as torch.ops.higher_order.tag_activation_checkpoint and the recompute is in
+# the AOT backward); with backend="eager" it still breaks at every saved tensor (the region runs as
+# eager checkpointing does).
+CHECKPOINT_INSIDE_FIX = (
+    "Call the checkpoint inside the compiled function (torch.compile a function or module whose code calls "
+    "torch.utils.checkpoint.checkpoint, not checkpoint(compiled_fn, ...)), with a backend that runs AOTAutograd (the default "
+    "inductor, or aot_eager): Dynamo traces the checkpoint as one region and AOTAutograd puts its recompute in the compiled "
+    "backward, so no unpack hook runs in the compiled-autograd graph, which then has no such break and no pieces. With "
+    "backend=\"eager\" the region still runs the unpack hooks: it breaks as before.")
 
 
 def _capture_errors(table: RecompileTable) -> list[dict[str, Any]]:
@@ -1425,11 +1477,7 @@ def _shapes(cause: Cause, cwd: str) -> Words:
             )
     pieces = _graph_pieces(facts["dynamo_recompiles"])
     if pieces:
-        why.append(f"{pieces} of those recompiles came in one step: the graph's code is split by graph breaks into pieces "
-                   "(`___stack0`, `call_hook`: values Dynamo carries across a break), each compiled for the sizes of its "
-                   "first call, so one change of size recompiles every piece. `cagtool summary` names the breaks; under "
-                   "compiled autograd a non-reentrant activation checkpoint's unpack hook (torch.utils.checkpoint, "
-                   "use_reentrant=False) is one at every tensor it saved.")
+        why.append(pieces_sentence(pieces))
     # Every changed size got smaller, once: a shorter batch, as a last batch is (wlm's last bptt chunk,
     # a DataLoader's last batch without drop_last).
     again = [f"{before} -> {after}" for before, after in facts.get("new_sizes_after", [])]
@@ -1486,9 +1534,20 @@ def _shapes(cause: Cause, cwd: str) -> Words:
                    "it. Naming the graph's size inputs in TORCH_COMPILE_DYNAMIC_SOURCES (`L['sizes'][i]`, as torch's own PGO "
                    "suggestion lists them where torch made one) compiles that code dynamic from the start; `--verify` measures "
                    "it alone (torch-pgo) and with compiled autograd started dynamic (torch-pgo-ca-dynamic).")
+    if pieces and facts.get("checkpoint_unpack_breaks"):
+        fix.append(CHECKPOINT_INSIDE_FIX)
     if not facts["repeated"] and not pieces:
         why.append("A single recompile on the first change is expected and usually cheap.")
     return Words(title, why, fix, evidence_text(cause.evidence))
+
+
+def pieces_sentence(pieces: int) -> str:
+    """Why `pieces` recompiles of a CA graph's code came in one step (_graph_pieces)."""
+    return (f"{pieces} of those recompiles came in one step: the graph's code is split by graph breaks into pieces "
+            "(`___stack0`, `call_hook`: values Dynamo carries across a break), each compiled for the sizes of its "
+            "first call, so one change of size recompiles every piece. `cagtool summary` names the breaks; under "
+            "compiled autograd a non-reentrant activation checkpoint's unpack hook (torch.utils.checkpoint, "
+            "use_reentrant=False) is one at every tensor it saved.")
 
 
 def _graph_pieces(dynamo: list[tuple[str, int | None, str]]) -> int:
@@ -1883,6 +1942,13 @@ def _guard_why(facts: dict[str, Any], code: str, on_ca: bool = False) -> list[st
             why.append(f"The same guard names {', '.join(f'`{part}`' for part in also)} as changed too: the second graph is "
                        "also made for that setting.")
         return why
+    if kind == GUARD_REQUIRES_GRAD and facts.get("requires_grad_inputs") and facts.get("requires_grad_loop") is not None:
+        names = "`, `".join(facts["requires_grad_inputs"])
+        return ["Every call of the compiled code comes from that one line, several times a step, "
+                f"and its first call got `{names}` not requiring grad, later calls in the same step requiring it: a loop that "
+                "feeds each call the previous call's output (blocks applied in turn), whose first input is data (no grad) and "
+                "whose later inputs are activations that require grad. Dynamo guards on each input's requires_grad, so it "
+                "compiles a graph for each."]
     if kind == GUARD_REQUIRES_GRAD and facts.get("requires_grad_inputs"):
         return [f"The compiled code was called with `{'`, `'.join(facts['requires_grad_inputs'])}` requiring grad in one call and not "
                 "in another (a detached tensor in one call, as a GAN's discriminator gets `fake.detach()`, and one that requires grad "
@@ -1969,7 +2035,8 @@ def _automatic_dynamic(facts: dict[str, Any]) -> list[str]:
     if not facts.get("stabilised") or facts.get("recompiling_steps", 0) > 1:
         return []
     return ["Dynamo compiles the changed dimension dynamic when it recompiles for it (automatic dynamic shapes, on by "
-            "default): later sizes reuse that graph, one recompile in all, not one per size."]
+            "default): later sizes reuse that graph, "
+            + ("one recompile a piece in all" if facts.get("pieces") else "one recompile in all") + ", not one per size."]
 
 
 def _kept_static(name: str, dim: int, expected: int, actual: int) -> str:
@@ -2174,6 +2241,9 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         # A second torch.compile of the same function shares its code's cache: it recompiles all the same.
         return ["Set that global state once, before the first compiled call, and keep it the same around every compiled call: "
                 "each new setting compiles the code again."]
+    if kind == GUARD_REQUIRES_GRAD and facts.get("requires_grad_inputs") and facts.get("requires_grad_loop") is not None:
+        return ["Nothing to fix: the loop's first call (data, without grad) and its later calls (activations, with grad) come "
+                "every step, one graph for each, compiled once and cached."]
     if kind == GUARD_REQUIRES_GRAD and facts.get("requires_grad_inputs"):
         return ["Nothing to fix when both kinds of call are part of every step: each graph is compiled once and cached."
                 if once or facts.get("stabilised") else
@@ -2223,7 +2293,20 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         if module_hooks_list(facts.get("container")):
             return ["Register the module's full backward hook once, before the training loop, and keep its handle: each "
                     "`register_full_backward_hook` call adds one more hook to the list (every copy runs at each backward)."]
-        return ["Keep the list out of the compiled code: pass what it holds as a tensor, or read and append to it outside the compiled function."]
+        name = facts.get("container") or ""
+        if ".append(" in code or ".extend(" in code or (name and re.search(rf"\b{re.escape(name)}\s*(\+=|\[[^\]]*\]\s*=)", code)):
+            # The compiled code grows the list itself: every call makes it longer.
+            return ["Keep the list out of the compiled code: append to it outside the compiled function (after it returns), "
+                    "or keep what it collects in a tensor."]
+        # The code only reads a list whose length differs between calls (a list of tensors passed in,
+        # one per crop or view): nothing in the compiled code to move out.
+        held = f"`{name}`" if name else "the list"
+        stack = (f"pass {held} as one tensor (torch.stack, where its items have one shape): its length is then a "
+                 "dimension, which Dynamo makes dynamic at its first change (one recompile, not one per length), or from "
+                 f"the first call with {MAYBE_MARK_DYNAMIC.replace('tensor, dim', 'tensor, 0')}.")
+        if facts.get("stabilised"):
+            return [f"Nothing to fix when {held} takes a few lengths: each length is compiled once and cached.", f"Or {stack}"]
+        return [f"{held[0].upper()}{held[1:]} keeps taking new lengths: {stack}"]
     if facts.get("other_module") and kind in (GUARD_SIZE, GUARD_TENSOR_META, GUARD_ID, GUARD_TYPE):
         return ["Nothing to fix if it is another compiled module: each is compiled once and cached. With more compiled modules "
                 "than the recompile limit, the last ones run eagerly: raise torch._dynamo.config.recompile_limit, or compile "
@@ -2509,6 +2592,8 @@ def _guard(cause: Cause, cwd: str) -> Words:
     if resumed:
         why.append(_resume_why(facts, cwd))
     why += _guard_why(facts, code, on_ca)
+    if on_ca and facts.get("pieces"):
+        why.append(pieces_sentence(facts["pieces"]))
     if facts.get("library_hooks"):
         package, hooks = facts["library_hooks"]
         why.append(f"The guarded value is no input of the graph: it is reached by the hooks compiled autograd traced into it, "
@@ -2522,6 +2607,8 @@ def _guard(cause: Cause, cwd: str) -> Words:
     if stability:
         why.append(stability)
     fix = _resume_fixes(facts, cwd) if resumed else _guard_fixes(facts, on_ca, code)
+    if on_ca and facts.get("pieces") and facts.get("checkpoint_unpack_breaks"):
+        fix = [*fix, CHECKPOINT_INSIDE_FIX]
     why.append('TORCH_LOGS="recompiles" prints every guard failure as it happens.')
     return Words(title, why, fix, evidence_text(cause.evidence))
 
@@ -2886,7 +2973,13 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
         first = guard_text(row.messages[0]) if row.messages else ""
         if ca_id in shape_keys and (not first or "size" in first.lower()):
             return shape_keys[ca_id]
-        return (CAUSE_DYNAMO_CA_GRAPH, frame, guard_kind(first) if first else "")
+        kind = guard_kind(first) if first else ""
+        if kind == GUARD_SIZE and ca_id is not None and not (row.user_source is not None and row.user_source.how == "guard"):
+            # A graph's code split by graph breaks is one frame a piece, each recompiled for one change
+            # of size (a non-reentrant checkpoint's unpack hooks, compiled autograd started dynamic):
+            # one cause of the graph, not one a piece. A backward hook's own frame keeps its own.
+            return (CAUSE_DYNAMO_CA_GRAPH, f"!{ca_id}", kind)
+        return (CAUSE_DYNAMO_CA_GRAPH, frame, kind)
     if another_optimizer(row):  # each frame of torch.optim's step code, once for the new optimizer: one cause
         return (CAUSE_DYNAMO_FRAME, "another optimizer")
     # One frame recompiled for two reasons (a smaller batch, then an evaluation under no_grad) is

@@ -121,7 +121,7 @@ def no_recompiles_text(table: RecompileTable) -> str:
         return "No recompiles: the eager mode compiles nothing."
     if table.mode == "ca" and not table.graphs and table.steps:
         return "No recompiles, and no graph: compiled autograd captured none of this mode's backward calls."
-    if not table.rows and not table.graphs and table.steps:
+    if not table.rows and not table.graphs and not table.dynamo_compiles and table.steps:
         return "No recompiles: this mode compiled nothing (no torch.compile'd code ran)."
     if table.steps <= 1:
         ended = f"; the mode {table.status}" if table.status and table.status != "finished" else ""

@@ -150,6 +150,7 @@ class RecompileTable:
     skipped_lines: int = 0
     unknown_kinds: dict[str, int] = field(default_factory=dict)
     status: str = ""
+    dynamo_compiles: int = 0  # Dynamo's compiles of the mode's frames (DynamoCompileEvent), first ones included
     imported: dict | None = None  # the manifest's `imported` (a record built by `cagtool import`)
     # Where torch reported a data-dependent branch (graph break "Data-dependent branching"), in
     # record order: a branch picks the ops of the backward, so a structural change is tied to it.
@@ -800,6 +801,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         imported=manifest.imported,
         branch_sites=branches,
         phases=phases,
+        dynamo_compiles=len(compile_events),
         budget=mode_budget(record, hits, steps.last),
         unexpected=unexpected_causes(record),
         failed_captures=frozenset(failed),

@@ -410,6 +410,21 @@ def test_a_mode_that_compiled_nothing_says_so_not_that_it_reused_graphs(tmp_path
     assert no_recompiles_text(table_of(b, tmp_path)) == "No recompiles: every step after the first reused the cached graphs."
 
 
+def test_an_aot_mode_that_compiled_its_forward_once_is_not_said_to_have_compiled_nothing(record_run):
+    """The aot mode of a compiled job with no recompile (no CA graph: compiled autograd is
+    off there) read "this mode compiled nothing (no torch.compile'd code ran)" beside the summary's
+    "Dynamo: 1 forward graph"."""
+    from cagtool.record.loader import load_run
+    from cagtool.report.recompiles.render import no_recompiles_text
+    from cagtool.report.recompiles.table import recompile_table
+
+    run = record_run("graph_breaks.py", "3", modes="eager,aot,ca")  # shared with the graph-break tests
+    assert run.returncode == 0, run.stderr[-2000:]
+    table = recompile_table(load_run(run.path).modes["aot"])
+    assert table.dynamo_compiles >= 1 and not table.graphs
+    assert no_recompiles_text(table) == "No recompiles: every step after the first reused the cached graphs."
+
+
 def test_same_nodes_joined_another_way_and_nodes_on_some_steps_are_told_apart(tmp_path):
     """Two experts swapped between two slots: the same autograd nodes, another graph (a router);
     a term on some steps only: nodes the graph before had none of (not a loop, not a branch's swap)."""

@@ -416,10 +416,22 @@ def _library_hooks(table: RecompileTable, cause: Cause, guard: str) -> tuple[str
     return packages.pop(), named
 
 
+def _hook_runner_frames(table: RecompileTable) -> frozenset[str]:
+    """`!N/F` of each frame of a CA graph's code that is torch's `call_hook`, by any of its compiles:
+    a compile refused at the recompile limit compiles nothing and so names no code of its own."""
+    return frozenset(row.compile_id.rsplit("/", 1)[0] for row in table.rows if row.hook_runner and row.compile_id.count("/") == 2)
+
+
+def _runs_hooks(row: RecompileRow, frames: frozenset[str]) -> bool:
+    """The row recompiled torch's `call_hook` (`frames`: _hook_runner_frames of its table)."""
+    return row.hook_runner or row.compile_id.rsplit("/", 1)[0] in frames
+
+
 def _hook_runner(table: RecompileTable, cause: Cause) -> tuple[list[str], str] | None:
     """(the hook types its graphs call, the one package whose files hold every hook or "") where
     every recompile of the cause is of torch's `call_hook` in a CA graph; else None."""
-    if not cause.rows or not all(row.hook_runner for row in cause.rows):
+    frames = _hook_runner_frames(table)
+    if not cause.rows or not all(_runs_hooks(row, frames) for row in cause.rows):
         return None
     graphs = [table.graphs.get(ca_id_of(row.compile_id)) for row in cause.rows]
     types = list(dict.fromkeys(hook.hook_type for graph in graphs if graph is not None for hook in graph.hooks))
@@ -1654,6 +1666,8 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
         return "a value of another type reached the compiled code"
     if kind == GUARD_TENSOR_META:
         return "a tensor's dtype or device changed"
+    if kind == GUARD_SIZE and _RANK_MISMATCH.search(guard) and facts.get("hook_runner"):
+        return "torch's call_hook, which runs the graph's hooks, was given a tensor with another number of dimensions"
     if kind == GUARD_SIZE and _RANK_MISMATCH.search(guard):
         return "a tensor with another number of dimensions reached the compiled code"
     if kind == GUARD_SIZE:
@@ -1671,6 +1685,15 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
 
 # A guard on a module's hook dict (`list(dict.keys(fn._modules['2']._backward_hooks))[0] == 4`):
 # Dynamo guards the hooks' keys, and each register_*_hook adds a new key (its handle's id).
+# torch's own hint after a guard that failed on a parameter (torch 2.13, checked by hand: with it
+# False, Parameters of one rank and other sizes share a graph; a Parameter of another rank recompiles).
+_ON_PARAMETER = re.compile(r"Guard failed on a parameter")
+_PARAMETER_HINT_RANK = ("torch's hint in the guard, torch._dynamo.config.force_parameter_static_shapes = False, lets a "
+                        "parameter's sizes be dynamic, not its number of dimensions: it saves the recompiles for parameters "
+                        "of one rank and other sizes, not these.")
+_PARAMETER_HINT_SIZE = ("The tensor is a parameter (torch: \"Guard failed on a parameter\"), whose sizes Dynamo keeps static: "
+                        "torch's hint, torch._dynamo.config.force_parameter_static_shapes = False before the first compiled "
+                        "call, lets them be dynamic.")
 _RANK_MISMATCH = re.compile(r"\brank mismatch\b(?:\. expected (?P<expected>\d+), actual (?P<actual>\d+))?")
 _MODULE_HOOKS = re.compile(r"\._(?:backward|backward_pre|forward|forward_pre)_hooks\b")
 # A guard on a value a hook holds in its closure (`...__closure__[0].cell_contents.tput_timer.global_step_count
@@ -1970,13 +1993,26 @@ def _guard_why(facts: dict[str, Any], code: str, on_ca: bool = False) -> list[st
                 "is the first from there: most likely another compiled module (its input a different size or kind), not this "
                 "module's input changing. Each such module is one more compile of the shared frame, and all of them count "
                 "against its one recompile limit (torch._dynamo.config.recompile_limit)."]
+    if kind == GUARD_SIZE and _RANK_MISMATCH.search(facts.get("guard", "")) and facts.get("hook_runner"):
+        types, package = facts["hook_runner"]
+        kinds = ", ".join(_HOOK_KINDS.get(t, t) for t in types) or "its hooks"
+        whose = f", every one {package}'s" if package else ""
+        return [f"The compiled-autograd graph runs its hooks ({kinds}{whose}) through torch's call_hook, one code object for "
+                "all of them. Each hook is given a tensor of its own (a post-accumulate-grad hook its Parameter, a tensor hook "
+                "the gradient of its tensor), and a model's parameters have several numbers of dimensions (1-D biases and "
+                "norms, 2-D weights): Dynamo guards each tensor's rank, so it compiles call_hook once more for each rank it meets.",
+                *_parameter_rank_hint(facts)]
+    if kind == GUARD_SIZE and _RANK_MISMATCH.search(facts.get("guard", "")):
+        return _parameter_rank_hint(facts)
     if kind == GUARD_SIZE and facts.get("compiled_dynamic") and (size := size_guard(facts.get("guard", ""))) is not None:
         return [_kept_static(*size)]
     if kind == GUARD_SIZE and (batch := smaller_batch(facts.get("guard", ""))) is not None:
         name, before, after = batch
+        evaluation = ([f"It ran with grad mode off (under torch.no_grad() or torch.inference_mode(), as an evaluation does): "
+                       "the smaller batch is an evaluation's, not training's."] if facts.get("grad_mode_after") is False else [])
         return [f"Dim 0 of `{name}` went from {before} to {after}: a smaller batch. A DataLoader whose dataset size is not a "
                 f"multiple of batch_size makes the last batch of every epoch smaller ({after} rows here); Dynamo compiled the "
-                f"forward for {before} rows and compiles it again for {after}.", *_automatic_dynamic(facts)]
+                f"forward for {before} rows and compiles it again for {after}.", *evaluation, *_automatic_dynamic(facts)]
     if kind == GUARD_SIZE and (size := size_guard(facts.get("guard", ""))) is not None and size[1] > 0:
         name, dim, before, after = size
         # The record keeps no later sizes: a length that varies per batch and one changed for good
@@ -2029,6 +2065,11 @@ def _guard_why(facts: dict[str, Any], code: str, on_ca: bool = False) -> list[st
     return []
 
 
+def _parameter_rank_hint(facts: dict[str, Any]) -> list[str]:
+    """What torch's hint in a rank guard that failed on a parameter does, where the guard has it."""
+    return [_PARAMETER_HINT_RANK] if _ON_PARAMETER.search(facts.get("guard", "")) else []
+
+
 def _automatic_dynamic(facts: dict[str, Any]) -> list[str]:
     """A size recompile that stopped: Dynamo's recompile after a size guard failed compiles that
     dimension dynamic (automatic_dynamic_shapes, on by default), so later sizes reuse it."""
@@ -2068,7 +2109,7 @@ def _tensor_variable(name: str, code: str) -> str | None:
     -> `x`); `kwargs['K']` (a keyword input, every HF model's) is the argument `K=...` of that call,
     or `batch["K"]` where the call passes `**batch`. None where the line does not show it (the call
     is inside a library: `trainer.train()`, or passes several tensors)."""
-    call = _PLAIN_CALL.search(code or "")
+    call = _PLAIN_CALL.search(_call_line(code))
     args = [a.strip() for a in call["args"].split(",") if a.strip()] if call else []
     positional = [a for a in args if not re.match(r"\*|[A-Za-z_]\w*\s*=(?!=)", a)]
     if call and call["name"] == "checkpoint" and positional:
@@ -2108,20 +2149,42 @@ def _tensor_words(name: str) -> str:
 _KWARGS_INPUT = re.compile(r"(?:L\[')?kwargs(?:'\])?\['([A-Za-z_]\w*)'\]")
 
 
-_PLAIN_CALL = re.compile(r"(?<![\w.])(?P<name>[A-Za-z_]\w*)\((?P<args>[^()]*)\)")
+# A call of a plain name or of a module the caller holds (`self.net(x)`), not of another attribute (`x.view(...)`).
+_CALLED = r"(?<![\w.])(?P<name>self\.[A-Za-z_]\w*|[A-Za-z_]\w*)"
+_PLAIN_CALL = re.compile(_CALLED + r"\((?P<args>[^()]*)\)")
 
 
 _CALL_START = re.compile(r"(?<![\w.])(?P<name>[A-Za-z_]\w*)\(")
+# ... or of a name held on `self` (`self.net(x)`: a compiled submodule, but also `self.log(...)`, a method).
+_SELF_CALL_START = re.compile(_CALLED + r"\(")
+_DEF_HEADER = re.compile(r"^\s*(?:async\s+)?def\s+\w+\s*\(")
+
+
+def _call_line(code: str | None) -> str:
+    """The code of a caller's line that can call: a one-line function's body (`def forward(self, x):
+    return self.net(x)` -> `return self.net(x)`), not its header, whose parameters (`self, x`) are
+    no call's arguments."""
+    code = code or ""
+    header = _DEF_HEADER.match(code)
+    if header is None:
+        return code
+    depth = 1
+    for end in range(header.end(), len(code)):
+        depth += {"(": 1, ")": -1}.get(code[end], 0)
+        if depth == 0:
+            body = code.find(":", end)
+            return code[body + 1:] if body >= 0 else ""
+    return ""
 _NOT_A_MODULE = frozenset({"print", "len", "float", "int", "str", "range", "list", "tuple", "dict", "sum", "max", "min", "abs", "round",
                            "isinstance", "getattr", "enumerate", "zip", "next", "iter", "sorted", "any", "all", "format"})
 
 
-def _calls(code: str) -> list[tuple[str, str]]:
+def _calls(code: str, start: re.Pattern[str] = _CALL_START) -> list[tuple[str, str]]:
     """(name, arguments) of each call of a plain name on the line, outermost first: arguments may
     hold calls of their own (`cmodel(input_ids=batch(), labels=batch())`); a call not closed on the
     line is not one."""
     found = []
-    for match in _CALL_START.finditer(code):
+    for match in start.finditer(code):
         depth, start = 1, match.end()
         for end in range(start, len(code)):
             depth += {"(": 1, ")": -1}.get(code[end], 0)
@@ -2136,7 +2199,10 @@ def _uncompiled_call(code: str) -> str:
     `cmodel(xv)` -> `cmodel._orig_mod(xv)`: the outermost call of a name that is not a builtin and
     passes arguments (a module takes its inputs; `batch()` that makes them is not it), else the
     first such call without arguments; the generic `model._orig_mod(x)` when the line holds none."""
-    calls = [(name, args) for name, args in _calls(code or "") if name not in _NOT_A_MODULE]
+    line = _call_line(code)
+    # A plain name first (`self(x)` inside `self.log(...)`), then one held on `self` (`self.net(x)`).
+    calls = ([(name, args) for name, args in _calls(line) if name not in _NOT_A_MODULE]
+             or [(name, args) for name, args in _calls(line, _SELF_CALL_START) if name not in _NOT_A_MODULE])
     for name, args in sorted(calls, key=lambda call: not call[1]):
         return f"{name}._orig_mod({args})"
     return "model._orig_mod(x)"
@@ -2329,9 +2395,18 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
     if kind == GUARD_SIZE and _RANK_MISMATCH.search(guard):
         # `tensor 'args[0]' rank mismatch. expected 1, actual 2`: a 2-D weight where a 1-D bias was (a
         # CA graph's call_hook run for each parameter's hook). No dimension marked dynamic answers it.
+        ranks = _RANK_MISMATCH.search(guard)
+        dims = f" ({ranks['expected']}-D, then {ranks['actual']}-D)" if ranks and ranks["expected"] else ""
+        runner = facts.get("hook_runner")
+        if runner and runner[1]:
+            package = runner[1]
+            then = ("compiled once for each and cached" if facts.get("stabilised") else
+                    "compiled again for each it met; past torch._dynamo.config.recompile_limit the graph runs uncompiled")
+            given = "its parameter" if _ON_PARAMETER.search(guard) else "a tensor of its own"
+            return [f"Not your code: {package}'s hooks, each given {given}{dims}, run through torch's call_hook, "
+                    f"{then}. Nothing in your script passes those tensors: report it to {package} with this guard if the "
+                    "recompiles cost too much."]
         if facts.get("stabilised"):
-            ranks = _RANK_MISMATCH.search(guard)
-            dims = f" ({ranks['expected']}-D, then {ranks['actual']}-D)" if ranks and ranks["expected"] else ""
             return [f"Nothing to fix: the compiled code met a tensor with another number of dimensions{dims}, which no "
                     "dynamic dimension answers; Dynamo compiled it once for each and caches both."]
         return ["Tensors with another number of dimensions keep reaching the compiled code: no dimension marked dynamic "
@@ -2387,12 +2462,17 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         if smaller_batch(guard) is not None and _EVALUATION_FUNCTION.search(facts.get("called_in") or ""):
             fixes.append(f"If it is the evaluation's last batch (the call is in `{facts['called_in']}`), keep it: drop_last "
                          "there would leave its samples out of the metric, and the smaller batch compiles once and is cached.")
+        elif smaller_batch(guard) is not None and facts.get("grad_mode_after") is False:
+            fixes.append("If it is the evaluation's last batch (it ran with grad mode off), keep it: drop_last on the evaluation's "
+                         "DataLoader would leave its samples out of the metric, and the smaller batch compiles once and is cached.")
         elif smaller_batch(guard) is not None:
             # A mark reaches no reentrant recompute (its inputs are detached copies): there the batch is the fix.
             fixes.insert(len(fixes) if not facts.get("reentrant_recompute") else 0,
                          "If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it (HF Trainer: "
                          "TrainingArguments(dataloader_drop_last=True); those samples are not trained on that epoch), and "
                          "every batch has one size.")
+        if _ON_PARAMETER.search(guard):
+            fixes.append(_PARAMETER_HINT_SIZE)
         if on_ca and facts.get("ca_started_dynamic"):
             fixes.append("Compiled autograd already started dynamic here (its first graph takes its sizes as inputs): Dynamo's "
                          "compile of that graph specialized a size, which torch's own PGO suggestion "
@@ -2951,7 +3031,7 @@ def _location(ref: SourceRef | None) -> tuple[str, int] | None:
     return (ref.file, ref.line) if ref is not None else None
 
 
-def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, tuple]) -> tuple:
+def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, tuple], hook_frames: frozenset[str] = frozenset()) -> tuple:
     if row.source == SOURCE_CA:
         if row.kind == MISS_NEW_NODE:
             code = _ca_new_node_code(table, row)
@@ -2974,6 +3054,10 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
         if ca_id in shape_keys and (not first or "size" in first.lower()):
             return shape_keys[ca_id]
         kind = guard_kind(first) if first else ""
+        if kind == GUARD_SIZE and _RANK_MISMATCH.search(first) and _runs_hooks(row, hook_frames):
+            # torch's call_hook given tensors of another rank (a library's per-parameter hooks, each
+            # given its parameter: 1-D biases, 2-D weights): no change of size, a cause of its own.
+            return (CAUSE_DYNAMO_CA_GRAPH, frame, kind, "rank")
         if kind == GUARD_SIZE and ca_id is not None and not (row.user_source is not None and row.user_source.how == "guard"):
             # A graph's code split by graph breaks is one frame a piece, each recompiled for one change
             # of size (a non-reentrant checkpoint's unpack hooks, compiled autograd started dynamic):
@@ -2989,6 +3073,10 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
     names = _value_names(first) if first else ()
     if names:  # `step == 0`, then `(step % 2) != 0` once Dynamo made `step` dynamic: one value, one cause
         return (CAUSE_DYNAMO_FRAME, frame, "python value", names)
+    if (size := size_guard(first)) is not None:
+        # Two dims of one input changed at different steps (a length padded per batch, then a
+        # ragged last batch) are two causes, each with its own fix; one dim's many values are one.
+        return (CAUSE_DYNAMO_FRAME, frame, GUARD_SIZE, size[1])
     return (CAUSE_DYNAMO_FRAME, frame, guard_kind(first) if first else "")
 
 
@@ -3043,8 +3131,9 @@ def group_causes(table: RecompileTable) -> list[Cause]:
     groups: dict[tuple, list[RecompileRow]] = {}
     shape_keys: dict[int, tuple] = {}
     inner = _after_inner_graphs(table)
+    hook_frames = _hook_runner_frames(table)
     for row in table.recompiles:
-        key = _group_key(table, row, shape_keys)
+        key = _group_key(table, row, shape_keys, hook_frames)
         if row.seq in inner:  # a new node only because an inner graph was made again: a cause of its own (rooted below)
             key = (*key, "after_inner_graph")
         if key[0] == CAUSE_SHAPES and row.ca_id is not None:

@@ -32,8 +32,10 @@ from cagtool.record.schema import (
 from cagtool.report.changed_sizes import misses_with_earlier_values
 from cagtool.report.figures.metrics import (
     RECAPTURED_AFTER_FAILURE,
+    DynamoGraphCount,
     ModeMetrics,
     cpu_wait,
+    dynamo_graph_count,
     failed_capture_ids,
     follows_failed_capture,
     graph_break_reasons,
@@ -168,6 +170,29 @@ CA_CAPTURED_NOTHING = ("compiled autograd captured none of its {calls}: each ran
 
 # Graph-break reasons a mode's summary lists, one line each (a job rarely breaks for more).
 GRAPH_BREAK_REASONS_SHOWN = 8
+
+
+def dynamo_graph_words(counted: DynamoGraphCount) -> str:
+    """"64 graphs (torch's unique_graphs) = 2 forward + 2 backward (compiled-autograd graphs) + 60 pieces
+    of that code split off by graph breaks": the parts add up to the total, or what does not is said."""
+    whose = "torch's unique_graphs" if counted.from_torch else "cagtool's record; torch's counters were not saved"
+    code = counted.ca_code
+    parts = [f"{counted.forward} forward"]
+    if counted.ddp_hook:
+        parts.append(f"{counted.ddp_hook} of DDP's all-reduce hook (compiled in the backward)")
+    if code.first or counted.ca_graphs:
+        parts.append(f"{code.first} backward (compiled-autograd graph{'s' if code.first != 1 else ''})")
+    if code.pieces:
+        parts.append(f"{code.pieces} piece{'s' if code.pieces != 1 else ''} of that code split off by graph breaks")
+    if code.recompiled:
+        parts.append(f"{code.recompiled} recompile{'s' if code.recompiled != 1 else ''} of that code")
+    rest = counted.unattributed
+    if rest > 0:
+        parts.append(f"{rest} not attributed (cagtool's record names no graph for {'them' if rest != 1 else 'it'})")
+    said = f"{plural(counted.total, 'graph')} ({whose}) = {' + '.join(parts)}"
+    if rest < 0:
+        said += f" (cagtool's record names {-rest} more than torch counted)"
+    return said
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
@@ -486,8 +511,15 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         at = f" (torch's count; its log names {len(places)} site{'s' if len(places) != 1 else ''})"
     hook = f", {plural(m.ddp_hook_graphs, 'graph')} of DDP's all-reduce hook (compiled in the backward)" if m.ddp_hook_graphs else ""
     hook_recompiles = f" ({m.ddp_hook_recompiles} of DDP's hook)" if m.ddp_hook_recompiles else ""
+    counted = dynamo_graph_count(m)
+    if counted is not None:
+        # The forward and backward counts do not make torch's: its count, and where each graph comes from.
+        aot = f", {plural(m.aot_backward_graphs, 'AOT backward graph')}" if m.aot_backward_graphs and not m.ca_graphs and m.mode != "ca" else ""
+        graphs = f"{dynamo_graph_words(counted)}{aot};"
+    else:
+        graphs = f"{plural(m.forward_graphs, 'forward graph')}{hook}, {plural(m.backward_graphs, 'backward graph')},"
     console.print(
-        f"  Dynamo: {plural(m.forward_graphs, 'forward graph')}{hook}, {plural(m.backward_graphs, 'backward graph')}, "
+        f"  Dynamo: {graphs} "
         f"{plural(m.graph_breaks, 'graph break')}{at}{counted_by}, {plural(m.dynamo_recompiles, 'recompile')}{hook_recompiles}"
     )
     # Every reason, with its count (torch's, per reason: metrics.graph_break_sites) and its lines;

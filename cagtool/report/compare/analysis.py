@@ -421,6 +421,9 @@ class Numerics:
     # loss is ca's: ca against aot (run_numerics), which answers whether compiled autograd changed
     # anything the compiled forward had not. Empty otherwise.
     against_aot: tuple[NumericsDiff, ...] = ()
+    # Records that ran to their end and recorded fewer steps than the reference, which did too (no
+    # --steps or --max-time bound ended either): what a job that resumes and skips the steps done shows.
+    fewer_steps: tuple[str, ...] = ()
 
     @property
     def agree(self) -> bool:
@@ -428,9 +431,20 @@ class Numerics:
 
     @property
     def resumed(self) -> dict[str, tuple[tuple[str, ...], int]]:
-        """The records that differ from the reference and started with files an earlier mode wrote."""
+        """The records that started with files an earlier mode wrote and differ from the reference as
+        only a resume explains: fewer steps (a job that resumes skips those done), or a first step that
+        already differs with nothing else in the record to account for it. A file being there is no
+        evidence that the job read it (a log or counters dump each mode writes anew). Where ca
+        agrees with aot, compiled alike, and both differ from eager from the first step, the record
+        shows the compiled program computing otherwise; and ca, started after aot's files too,
+        computed what aot did."""
         differ = {d.record for d in self.diffs if not d.agrees}
-        return {r: files for r, files in self.written_before.items() if r in differ}
+        from_start = set(self.inputs_differ)
+        compiled_alike: set[str] = set()
+        if self.against_aot and all(d.agrees for d in self.against_aot):
+            compiled_alike = {d.record for d in self.against_aot} | {d.reference for d in self.against_aot}
+        return {r: files for r, files in self.written_before.items()
+                if r in differ and (r in self.fewer_steps or (r in from_start and r not in compiled_alike))}
 
     @property
     def inputs_differ(self) -> list[str]:
@@ -478,6 +492,7 @@ class NumericsSample:
     # step -> the compile ids of what was compiled in it (CA graphs "!N", Dynamo's "0/1"): where a
     # change in the losses may come from
     compiled_at: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    bounded: bool = False  # a --steps or --max-time bound ended it (options["stopped_by"])
 
 
 def numerics_sample(name: str, record: ModeRecord) -> NumericsSample:
@@ -497,6 +512,7 @@ def numerics_sample(name: str, record: ModeRecord) -> NumericsSample:
         grad_norm=final[-1].grad_norm if final else None,
         finished=finished,
         compiled_at=compiled_at,
+        bounded=bool(record.manifest.options.get("stopped_by")) if isinstance(record.manifest.options, dict) else False,
     )
 
 
@@ -691,6 +707,14 @@ def run_numerics(run: RunRecord, tol: Tolerance, parity: Any = None) -> Numerics
         # A multi-rank mode's numerics are its first rank's: its check is that rank's.
         pairs = [p for p in parity.pairs if not p.across_ranks]
         gradients = {p.record.split(" ")[0]: p for p in reversed(pairs)}
+    written = {name: (tuple(w.paths), w.count) for name, w in (run.meta.written_before or {}).items() if name in run.modes}
+    return modes_numerics(samples, tol, gradients, written)
+
+
+def modes_numerics(samples: list[NumericsSample], tol: Tolerance, gradients: dict[str, Any] | None = None,
+                   written: dict[str, tuple[tuple[str, ...], int]] | None = None) -> Numerics:
+    """run_numerics on the modes' samples; `written`: record -> the files earlier modes wrote before it
+    started (RunMeta.written_before)."""
     reference = _pick_reference(samples)
     numerics = compare_samples(samples, reference, tol, gradients)
     differ = {d.record for d in numerics.diffs if not d.agrees}
@@ -703,8 +727,17 @@ def run_numerics(run: RunRecord, tol: Tolerance, parity: Any = None) -> Numerics
         against = compare_samples(cas, aot, tol)
         if against.diffs and not against.inputs_differ:
             numerics = replace(numerics, against_aot=against.diffs)
-    written = {name: (tuple(w.paths), w.count) for name, w in (run.meta.written_before or {}).items() if name in run.modes}
-    return replace(numerics, written_before=written) if written else numerics
+    if not written:
+        return numerics
+    return replace(numerics, written_before=written, fewer_steps=_fewer_steps(samples, reference))
+
+
+def _fewer_steps(samples: list[NumericsSample], reference: NumericsSample | None) -> tuple[str, ...]:
+    """The records that ran to their end with fewer steps (losses) than the reference did."""
+    if reference is None or not reference.finished or reference.bounded or not reference.losses:
+        return ()
+    return tuple(s.record for s in samples
+                 if s.finished and not s.bounded and s.losses and len(s.losses) < len(reference.losses))
 
 
 def files_text(files: tuple[tuple[str, ...], int]) -> str:

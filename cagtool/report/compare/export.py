@@ -247,7 +247,10 @@ def _csv_rows(comparison: Comparison, run_label: str | None = None, baseline: Co
         eager_peak = eager.peak_rss_bytes if eager is not None else None
         unique = None
         if m is not None:
-            unique = m.unique_graphs if m.unique_graphs is not None else m.forward_graphs + m.ca_graphs
+            # The record's count where torch's counters were not saved: graph breaks in a CA graph's
+            # code split it into pieces Dynamo compiles (and recompiles) one by one, each a graph.
+            split = m.ca_code_graphs.pieces + m.ca_code_graphs.recompiled
+            unique = m.unique_graphs if m.unique_graphs is not None else m.forward_graphs + m.ca_graphs + split
         captures = None
         if m is not None:
             captures = m.autograd_captures if m.autograd_captures is not None else m.ca_graphs

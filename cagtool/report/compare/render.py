@@ -21,6 +21,7 @@ from cagtool.report.text.markdown import md_text
 from cagtool.report.compare.headline import Headline, change_headline, run_headline
 from cagtool.report.text.safe_text import safe_line, safe_text
 from cagtool.report.figures.intervals import ratio_text
+from cagtool.report.figures.metrics import dynamo_graph_count
 from cagtool.report.figures.pooled import MIN_STEADY_STEPS, TOO_FEW_STEPS, base_mode
 from cagtool.report.compare.analysis import (
     LOSS,
@@ -101,6 +102,31 @@ def backward_cell(column: ModeColumn) -> str:
         return "-"
     kind = "CA" if m.ca_graphs or column.name == "ca" else "AOT"
     return count(m.backward_graphs, kind if m.backward_graphs else "")
+
+
+def dynamo_graphs_cell(column: ModeColumn) -> str:
+    """torch's count of Dynamo's graphs (unique_graphs), with its parts where the forward and backward
+    rows do not make it: `64 (2 forward, 2 CA, 60 CA pieces by graph breaks)`."""
+    m = column.metrics
+    if m is None:
+        return "-"
+    counted = dynamo_graph_count(m)
+    if counted is None:
+        return count(m.unique_graphs)
+    code = counted.ca_code
+    parts = [f"{counted.forward} forward"]
+    if counted.ddp_hook:
+        parts.append(f"{counted.ddp_hook} DDP hook")
+    if code.first or counted.ca_graphs:
+        parts.append(f"{code.first} CA")
+    if code.pieces:
+        parts.append(f"{code.pieces} CA pieces by graph breaks")
+    if code.recompiled:
+        parts.append(f"{code.recompiled} CA recompiled")
+    rest = counted.unattributed
+    if rest:
+        parts.append(f"{rest} not attributed" if rest > 0 else f"record: {-rest} more")
+    return f"{counted.total}{'' if counted.from_torch else ' in the record'} ({', '.join(parts)})"
 
 
 def recompiles_cell(column: ModeColumn) -> str:
@@ -209,6 +235,7 @@ _MODE_ROWS: tuple[tuple[str, Callable[[ModeColumn], str]], ...] = (
     ("status", status_cell),
     ("forward graphs", lambda c: count(c.metrics.forward_graphs if c.metrics else None)),
     ("backward graphs", backward_cell),
+    ("Dynamo graphs (torch)", dynamo_graphs_cell),
     ("graph breaks", lambda c: count(c.metrics.graph_breaks if c.metrics else None)),
     ("recompiles", recompiles_cell),
     ("compile time", lambda c: seconds(c.compile_time_s)),
@@ -226,6 +253,8 @@ _MODE_ROWS: tuple[tuple[str, Callable[[ModeColumn], str]], ...] = (
 
 
 _OPTIONAL_ROWS = frozenset({"peak CUDA memory"})  # shown only when some mode has a figure
+# Shown only where the forward and backward rows do not make torch's count of some mode's graphs.
+_WHEN_GRAPHS_SPLIT = frozenset({"Dynamo graphs (torch)"})
 
 
 def mode_grid(comparison: Comparison) -> Grid:
@@ -235,6 +264,8 @@ def mode_grid(comparison: Comparison) -> Grid:
         cells = [cell(c) for c in columns]
         if label in _OPTIONAL_ROWS and all(text == "-" for text in cells):
             continue  # e.g. no CUDA memory on a CPU job
+        if label in _WHEN_GRAPHS_SPLIT and not any(c.metrics and dynamo_graph_count(c.metrics) for c in columns):
+            continue
         grid.rows.append([label, *cells])
     reference = comparison.numerics.reference
     label = f"numerics vs {reference} (max rel diff)" if reference else "numerics"

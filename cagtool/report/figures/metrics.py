@@ -40,6 +40,7 @@ from cagtool.record.schema import (
     StepEvent,
 )
 from cagtool.report.replaced import backward_call
+from cagtool.torch_text import ca_id_of, compile_attempt, compile_frame
 
 # What a capture with no cache-miss reason is when the capture before it raised: torch captures a
 # graph whose capture raised again when it comes back, and by design gives no reason for it. The
@@ -101,6 +102,40 @@ class GraphBreakSite:
 
 
 @dataclass(frozen=True)
+class CACodeGraphs:
+    """Dynamo's graphs of the compiled-autograd graphs' code, by where they come from."""
+
+    first: int  # at a CA graph's own frame, its first compile: one per CA graph unless it began with a break
+    pieces: int  # at the frames graph breaks split off that code, first compiles
+    recompiled: int  # recompiles of any of them
+
+    @property
+    def total(self) -> int:
+        return self.first + self.pieces + self.recompiled
+
+
+def ca_code_graphs(compiles: Sequence[DynamoCompileEvent]) -> CACodeGraphs:
+    """Dynamo's graphs of the CA graphs' code, from the compiles that made one: a CA graph's own
+    frame is the lowest frame id under its `!N` (the frames split off by a break come after it)."""
+    made = [d for d in compiles if d.is_ca_graph and d.graph_op_count and not d.fail_type]
+    own: dict[int | None, int] = {}
+    for d in compiles:
+        if d.is_ca_graph and (frame := compile_frame(d.compile_id)) is not None:
+            ca = ca_id_of(d.compile_id)
+            own[ca] = min(own.get(ca, int(frame)), int(frame))
+    first = pieces = recompiled = 0
+    for d in made:
+        frame, attempt = compile_frame(d.compile_id), compile_attempt(d.compile_id)
+        if attempt:
+            recompiled += 1
+        elif frame is not None and int(frame) != own.get(ca_id_of(d.compile_id)):
+            pieces += 1
+        else:
+            first += 1
+    return CACodeGraphs(first, pieces, recompiled)
+
+
+@dataclass(frozen=True)
 class ModeMetrics:
     mode: str
     status: str
@@ -153,6 +188,10 @@ class ModeMetrics:
     # (counted in dynamo_recompiles too: they are recompiles torch did).
     ddp_hook_graphs: int = 0
     ddp_hook_recompiles: int = 0
+    # Dynamo's graphs of the CA graphs' code (compiles with a CA id that made a graph, counted in
+    # torch's unique_graphs): at each CA graph's first frame, at the frames a graph break split off
+    # (a non-reentrant checkpoint's unpack hook breaks at every saved tensor), and recompiles of either.
+    ca_code_graphs: CACodeGraphs = field(default_factory=lambda: CACodeGraphs(0, 0, 0))
 
     @property
     def ca_captured_nothing(self) -> bool:
@@ -161,6 +200,43 @@ class ModeMetrics:
         torch.func transform, or under compiled_autograd._disable()), so the mode's figures are not
         compiled autograd's."""
         return (self.mode == "ca" and self.backward_calls > 0 and self.ca_graphs == 0 and not self.autograd_captures)
+
+
+@dataclass(frozen=True)
+class DynamoGraphCount:
+    """Dynamo's graphs as torch counts them (counters["stats"]["unique_graphs"]), by where they come from."""
+
+    total: int
+    from_torch: bool  # False: torch's counters were not saved, the total is the record's
+    forward: int
+    ddp_hook: int
+    ca_graphs: int  # the compiled-autograd graphs whose code they include
+    ca_code: CACodeGraphs
+
+    @property
+    def unattributed(self) -> int:
+        """Graphs torch counted that the record names none for (negative: the record names more)."""
+        return self.total - self.forward - self.ddp_hook - self.ca_code.total
+
+
+def dynamo_graph_count(m: ModeMetrics) -> DynamoGraphCount | None:
+    """torch's count of Dynamo's graphs and its parts, where the forward and backward counts do not
+    make it (None where they do, or say more): graph breaks in a compiled-autograd graph's code split it into
+    pieces Dynamo compiles one by one (a non-reentrant checkpoint's unpack hook, at every saved
+    tensor), each counted by torch; so is a recompile of that code."""
+    code = m.ca_code_graphs
+    shown = m.forward_graphs + m.ddp_hook_graphs + (m.ca_graphs if m.mode == "ca" or m.ca_graphs else 0)
+    if m.unique_graphs is None:
+        if not code.pieces and not code.recompiled:
+            return None
+        total, from_torch = m.forward_graphs + m.ddp_hook_graphs + code.total, False
+    elif m.unique_graphs <= shown and not code.pieces and not code.recompiled:
+        # Fewer than the record names: counters saved without the stats (a hand-made or partial
+        # record), not graphs the text leaves out.
+        return None
+    else:
+        total, from_torch = m.unique_graphs, True
+    return DynamoGraphCount(total, from_torch, m.forward_graphs, m.ddp_hook_graphs, m.ca_graphs, code)
 
 
 def steps_lost_with_process(manifest: ModeManifest) -> float | None:
@@ -1017,6 +1093,7 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
         steps_lost_optimizer_steps=_held_optimizer_steps(manifest) if lost else None,
         ddp_hook_graphs=len(ddp_hook),
         ddp_hook_recompiles=sum(1 for r in recompiles if not r.is_ca_graph and r.compile_id.split("/")[0] in ddp_hook_frames),
+        ca_code_graphs=ca_code_graphs(dynamo),
     )
 
 

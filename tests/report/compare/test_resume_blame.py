@@ -1,0 +1,51 @@
+"""Files an earlier mode wrote in the job's working directory (RunMeta.written_before) are no
+evidence by themselves that a mode resumed from them: a job that writes its own log or counters
+dump in each mode leaves one for the next. The comparison says "resumed from files" only where the
+record shows what a resume does (fewer steps: tests/test_workdir_between_modes.py), never where it
+shows another cause: ca agreeing with aot, compiled alike, both differing from eager."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import cli_in_process
+
+# What each mode of a job that dumps torch's counters into its working directory leaves for the next.
+WRITTEN = {"aot": {"paths": ["ctr/job.plain.rx.2273.json"], "count": 1},
+           "ca": {"paths": ["ctr/job.plain.rx.2273.json", "ctr/job.plain.rx.2331.json"], "count": 2}}
+
+
+def _with_files_written_before(run_path: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / run_path.name
+    shutil.copytree(run_path, copy, symlinks=True)
+    meta = json.loads((copy / "run.json").read_text())
+    meta["written_before"] = WRITTEN
+    (copy / "run.json").write_text(json.dumps(meta))
+    return copy
+
+
+def _compare_text(run_dir: Path, tmp_path: Path) -> str:
+    code, text, err = cli_in_process("compare", str(run_dir), env={"CI": "true", "COLUMNS": "200"}, cwd=tmp_path)
+    assert code == 0, err
+    return " ".join(text.split())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script, differ_from", [
+    ("compiled_gradient_differs.py", ""),  # the losses part after the first step
+    ("compiled_forward_differs.py", " from the first step"),  # the first step's already differ
+])
+def test_files_an_earlier_mode_wrote_are_not_blamed_where_ca_computes_what_aot_does(record_run, tmp_path, script, differ_from):
+    run = record_run(f"../tests/scripts/{script}", modes="eager,aot,ca")
+    assert run.returncode == 0, run.stderr
+    text = _compare_text(_with_files_written_before(run.path, tmp_path), tmp_path)
+    headline = text.split("Modes side by side")[0]
+    assert f"numerics: ca agrees with aot; both differ from eager{differ_from}" in headline, headline
+    assert "resumed from files" not in text and "started after an earlier mode wrote" not in text, text
+    assert "started from files an earlier mode wrote" not in text, text
+    assert ("Numerics: ca against aot (compiled alike): losses and final norms agree within rtol 0.001, atol 1e-06; "
+            "largest relative difference 0") in text, text

@@ -1,0 +1,74 @@
+"""Dynamo's graphs as torch counts them (counters["stats"]["unique_graphs"]) where graph breaks split
+a compiled-autograd graph's code into pieces: a non-reentrant checkpoint's unpack hook breaks it at
+every saved tensor (tests/scripts/checkpoint_pieces.py, one `cagtool run --dynamic`, 3 steps; the
+record test_explain_ordinary_jobs.py reads too). Each piece is a graph torch counts; "1 forward
+graph, 2 backward graphs" named a few of them."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from conftest import ROOT, cli_in_process
+
+from cagtool.record.loader import load_run
+from cagtool.report.compare.analysis import compare_modes
+from cagtool.report.compare.render import mode_grid
+from cagtool.report.figures.metrics import mode_metrics
+
+PIECES = ROOT / "tests" / "scripts" / "checkpoint_pieces.py"
+
+
+@pytest.fixture(scope="module")
+def pieces(record_run) -> Path:
+    run = record_run(str(PIECES), extra=("--dynamic",))
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.path
+
+
+@pytest.mark.slow
+def test_the_summary_states_torchs_graph_count_and_parts_that_make_it(pieces):
+    m = mode_metrics(load_run(pieces).modes["ca"])
+    torch_count = m.unique_graphs
+    assert torch_count is not None and torch_count > m.forward_graphs + m.ca_graphs  # the pieces
+    code, text, err = cli_in_process("summary", str(pieces), env={"CI": "true", "COLUMNS": "400"})
+    assert code == 0, err
+    line = next(line for line in text.splitlines() if "Dynamo:" in line)
+    said = re.search(r"Dynamo: (\d+) graphs \(torch's unique_graphs\) = (.*?); \d+ graph breaks", line)
+    assert said is not None, line
+    assert int(said[1]) == torch_count, line
+    parts = said[2].split(" + ")
+    assert parts[0] == f"{m.forward_graphs} forward", line
+    assert parts[1].startswith(f"{m.ca_graphs} backward (compiled-autograd graph"), line
+    assert any(p.endswith("pieces of that code split off by graph breaks") for p in parts), line
+    assert sum(int(p.split()[0]) for p in parts) == torch_count, line  # every graph torch counted, attributed
+    assert "forward graph," not in line and "backward graphs," not in line, line
+
+
+@pytest.mark.slow
+def test_the_side_by_side_table_states_torchs_graph_count(pieces):
+    m = mode_metrics(load_run(pieces).modes["ca"])
+    grid = mode_grid(compare_modes(load_run(pieces)))
+    row = next((r for r in grid.rows if r[0] == "Dynamo graphs (torch)"), None)
+    assert row is not None, grid.rows
+    assert row[1].startswith(f"{m.unique_graphs} ({m.forward_graphs} forward, {m.ca_graphs} CA, "), row
+    assert "CA pieces by graph breaks" in row[1], row
+
+
+def test_a_job_without_pieces_reads_as_before(graph_breaks):
+    """graph_breaks.py (breaks in the forward only): torch's count is the forward and backward
+    graphs'; the line and the table read as they did, no row of torch's count."""
+    record = load_run(graph_breaks)
+    for name, mode in record.modes.items():
+        m = mode_metrics(mode)
+        assert m.unique_graphs == m.forward_graphs + m.ca_graphs, (name, m.unique_graphs)
+    code, text, err = cli_in_process("summary", str(graph_breaks), env={"CI": "true", "COLUMNS": "400"})
+    assert code == 0, err
+    lines = [line for line in text.splitlines() if "Dynamo:" in line]
+    assert lines and all(re.match(r"\s+Dynamo: \d+ forward graphs?, \d+ backward graphs?, \d+ graph break", line) for line in lines), lines
+    assert "unique_graphs" not in text
+    assert all(r[0] != "Dynamo graphs (torch)" for r in mode_grid(compare_modes(record)).rows)

@@ -176,22 +176,17 @@ def dynamo_graph_words(counted: DynamoGraphCount) -> str:
     """"64 graphs (torch's unique_graphs) = 2 forward + 2 backward (compiled-autograd graphs) + 60 pieces
     of that code split off by graph breaks": the parts add up to the total, or what does not is said."""
     whose = "torch's unique_graphs" if counted.from_torch else "cagtool's record; torch's counters were not saved"
-    code = counted.ca_code
-    parts = [f"{counted.forward} forward"]
-    if counted.ddp_hook:
-        parts.append(f"{counted.ddp_hook} of DDP's all-reduce hook (compiled in the backward)")
-    if code.first or counted.ca_graphs:
-        parts.append(f"{code.first} backward (compiled-autograd graph{'s' if code.first != 1 else ''})")
-    if code.pieces:
-        parts.append(f"{code.pieces} piece{'s' if code.pieces != 1 else ''} of that code split off by graph breaks")
-    if code.recompiled:
-        parts.append(f"{code.recompiled} recompile{'s' if code.recompiled != 1 else ''} of that code")
-    rest = counted.unattributed
-    if rest > 0:
-        parts.append(f"{rest} not attributed (cagtool's record names no graph for {'them' if rest != 1 else 'it'})")
-    said = f"{plural(counted.total, 'graph')} ({whose}) = {' + '.join(parts)}"
-    if rest < 0:
-        said += f" (cagtool's record names {-rest} more than torch counted)"
+    words = {"forward": lambda n: f"{n} forward",
+             "ddp_hook": lambda n: f"{n} of DDP's all-reduce hook (compiled in the backward)",
+             "ca": lambda n: f"{n} backward (compiled-autograd graph{'s' if n != 1 else ''})",
+             "ca_pieces": lambda n: f"{n} piece{'s' if n != 1 else ''} of that code split off by graph breaks",
+             "ca_recompiled": lambda n: f"{n} recompile{'s' if n != 1 else ''} of that code",
+             "unattributed": lambda n: f"{n} not attributed (cagtool's record names no graph for {'them' if n != 1 else 'it'})"}
+    parts = counted.parts()
+    said = f"{plural(counted.total, 'graph')} ({whose}) = {' + '.join(words[part](n) for part, n in parts if n >= 0)}"
+    more = next((-n for part, n in parts if n < 0), 0)
+    if more:
+        said += f" (cagtool's record names {more} more than torch counted)"
     return said
 
 

@@ -113,19 +113,9 @@ def dynamo_graphs_cell(column: ModeColumn) -> str:
     counted = dynamo_graph_count(m)
     if counted is None:
         return count(m.unique_graphs)
-    code = counted.ca_code
-    parts = [f"{counted.forward} forward"]
-    if counted.ddp_hook:
-        parts.append(f"{counted.ddp_hook} DDP hook")
-    if code.first or counted.ca_graphs:
-        parts.append(f"{code.first} CA")
-    if code.pieces:
-        parts.append(f"{code.pieces} CA pieces by graph breaks")
-    if code.recompiled:
-        parts.append(f"{code.recompiled} CA recompiled")
-    rest = counted.unattributed
-    if rest:
-        parts.append(f"{rest} not attributed" if rest > 0 else f"record: {-rest} more")
+    labels = {"forward": "forward", "ddp_hook": "DDP hook", "ca": "CA", "ca_pieces": "CA pieces by graph breaks",
+              "ca_recompiled": "CA recompiled", "unattributed": "not attributed"}
+    parts = [f"{n} {labels[part]}" if n >= 0 else f"record: {-n} more" for part, n in counted.parts()]
     return f"{counted.total}{'' if counted.from_torch else ' in the record'} ({', '.join(parts)})"
 
 

@@ -218,6 +218,17 @@ class DynamoGraphCount:
         """Graphs torch counted that the record names none for (negative: the record names more)."""
         return self.total - self.forward - self.ddp_hook - self.ca_code.total
 
+    def parts(self) -> list[tuple[str, int]]:
+        """(part, graphs) in the order they are said, the forward always and the others where they
+        are any: "forward", "ddp_hook", "ca" (at each CA graph's own frame), "ca_pieces" (frames a
+        graph break split off that code), "ca_recompiled", "unattributed" (negative: the record names
+        more than torch counted). Summed, they are `total`."""
+        code, rest = self.ca_code, self.unattributed
+        found = [("forward", self.forward), ("ddp_hook", self.ddp_hook)]
+        found += [("ca", code.first)] if code.first or self.ca_graphs else []
+        found += [("ca_pieces", code.pieces), ("ca_recompiled", code.recompiled), ("unattributed", rest)]
+        return [(part, n) for part, n in found if n or part in ("forward", "ca")]
+
 
 def dynamo_graph_count(m: ModeMetrics) -> DynamoGraphCount | None:
     """torch's count of Dynamo's graphs and its parts, where the forward and backward counts do not

@@ -463,6 +463,16 @@ def fake_clock() -> FakeClock:
 
 
 @pytest.fixture(scope="session")
+def checkpoint_pieces_run(record_run) -> Path:
+    """`cagtool run --modes ca --backend eager --dynamic tests/scripts/checkpoint_pieces.py`: a
+    non-reentrant checkpoint's unpack hooks split the compiled-autograd graph's code into pieces,
+    each recompiled for one change of batch size (the explanation's and the graph count's record)."""
+    run = record_run(str(ROOT / "tests" / "scripts" / "checkpoint_pieces.py"), extra=("--dynamic",))
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.path
+
+
+@pytest.fixture(scope="session")
 def graph_breaks(record_run) -> Path:
     """`cagtool run --modes aot,ca --backend eager sample_scripts/graph_breaks.py 60`: 2 graph breaks,
     ~58 steady steps (the gate tests' real record)."""

@@ -1,41 +1,31 @@
 """Dynamo's graphs as torch counts them (counters["stats"]["unique_graphs"]) where graph breaks split
 a compiled-autograd graph's code into pieces: a non-reentrant checkpoint's unpack hook breaks it at
 every saved tensor (tests/scripts/checkpoint_pieces.py, one `cagtool run --dynamic`, 3 steps; the
-record test_explain_ordinary_jobs.py reads too). Each piece is a graph torch counts; "1 forward
+record test_explain_ordinary_jobs.py reads too: conftest's checkpoint_pieces_run). Each piece is a graph torch counts; "1 forward
 graph, 2 backward graphs" named a few of them."""
 
 from __future__ import annotations
 
 import io
 import re
-from pathlib import Path
 
 import pytest
 from rich.console import Console
 
-from conftest import ROOT, cli_in_process
+from conftest import cli_in_process
 
 from cagtool.record.loader import load_run
 from cagtool.report.compare.analysis import compare_modes
 from cagtool.report.compare.render import mode_grid
 from cagtool.report.figures.metrics import mode_metrics
 
-PIECES = ROOT / "tests" / "scripts" / "checkpoint_pieces.py"
-
-
-@pytest.fixture(scope="module")
-def pieces(record_run) -> Path:
-    run = record_run(str(PIECES), extra=("--dynamic",))
-    assert run.returncode == 0, run.stderr[-2000:]
-    return run.path
-
 
 @pytest.mark.slow
-def test_the_summary_states_torchs_graph_count_and_parts_that_make_it(pieces):
-    m = mode_metrics(load_run(pieces).modes["ca"])
+def test_the_summary_states_torchs_graph_count_and_parts_that_make_it(checkpoint_pieces_run):
+    m = mode_metrics(load_run(checkpoint_pieces_run).modes["ca"])
     torch_count = m.unique_graphs
     assert torch_count is not None and torch_count > m.forward_graphs + m.ca_graphs  # the pieces
-    code, text, err = cli_in_process("summary", str(pieces), env={"CI": "true", "COLUMNS": "400"})
+    code, text, err = cli_in_process("summary", str(checkpoint_pieces_run), env={"CI": "true", "COLUMNS": "400"})
     assert code == 0, err
     line = next(line for line in text.splitlines() if "Dynamo:" in line)
     said = re.search(r"Dynamo: (\d+) graphs \(torch's unique_graphs\) = (.*?); \d+ graph breaks", line)
@@ -50,9 +40,9 @@ def test_the_summary_states_torchs_graph_count_and_parts_that_make_it(pieces):
 
 
 @pytest.mark.slow
-def test_the_side_by_side_table_states_torchs_graph_count(pieces):
-    m = mode_metrics(load_run(pieces).modes["ca"])
-    grid = mode_grid(compare_modes(load_run(pieces)))
+def test_the_side_by_side_table_states_torchs_graph_count(checkpoint_pieces_run):
+    m = mode_metrics(load_run(checkpoint_pieces_run).modes["ca"])
+    grid = mode_grid(compare_modes(load_run(checkpoint_pieces_run)))
     row = next((r for r in grid.rows if r[0] == "Dynamo graphs (torch)"), None)
     assert row is not None, grid.rows
     assert row[1].startswith(f"{m.unique_graphs} ({m.forward_graphs} forward, {m.ca_graphs} CA, "), row

@@ -19,13 +19,6 @@ from cagtool.torch_text import GUARD_LENGTH, GUARD_REQUIRES_GRAD
 PIECES = ROOT / "tests" / "scripts" / "checkpoint_pieces.py"
 
 
-@pytest.fixture(scope="module")
-def pieces(record_run) -> Path:
-    run = record_run(str(PIECES), extra=("--dynamic",))
-    assert run.returncode == 0, run.stderr[-2000:]
-    return run.path
-
-
 def _explained(run: Path):
     record = load_run(run)
     table = recompile_table(record.modes["ca"])
@@ -33,11 +26,11 @@ def _explained(run: Path):
 
 
 @pytest.mark.slow
-def test_the_pieces_of_a_ca_graph_recompiled_for_one_size_change_are_one_cause(pieces):
+def test_the_pieces_of_a_ca_graph_recompiled_for_one_size_change_are_one_cause(checkpoint_pieces_run):
     """Compiled autograd started dynamic (`--verify --fix ca-dynamic`'s re-run of such a job): no CA
     recompile gathers Dynamo's recompiles of the graph's pieces, which were one cause each (10
     causes of 1 recompile, each "one recompile in all")."""
-    _, table, explanation = _explained(pieces)
+    _, table, explanation = _explained(checkpoint_pieces_run)
     on_graph = [row for row in table.recompiles if row.source == "dynamo_ca_graph"]
     assert len(on_graph) > 2
     causes = [c for c in explanation.causes if c.code == CAUSE_DYNAMO_CA_GRAPH]
@@ -50,23 +43,23 @@ def test_the_pieces_of_a_ca_graph_recompiled_for_one_size_change_are_one_cause(p
 
 
 @pytest.mark.slow
-def test_verify_counts_every_recompile_left_of_a_cause_the_rerun_splits(pieces):
+def test_verify_counts_every_recompile_left_of_a_cause_the_rerun_splits(checkpoint_pieces_run):
     """--verify matched the recorded cause "backward sizes at the backward's line" to the re-run's
     causes of that key and kept the last one's count: "cause #2 is still there (1 recompile in the
     re-run)" where 10 remained."""
     from cagtool.verify.verification import causes_left
 
-    record, table, _ = _explained(pieces)
+    record, table, _ = _explained(checkpoint_pieces_run)
     line = next(n for n, text in enumerate(PIECES.read_text().splitlines(), start=1) if text.strip() == "loss.backward()")
     on_graph = sum(1 for row in table.recompiles if row.source == "dynamo_ca_graph")
     assert causes_left(record, "ca", {2: ("backward sizes", PIECES.name, line)}) == {2: on_graph}
 
 
 @pytest.mark.slow
-def test_a_loop_over_blocks_is_told_as_a_loop_not_a_gans_detached_input(pieces):
+def test_a_loop_over_blocks_is_told_as_a_loop_not_a_gans_detached_input(checkpoint_pieces_run):
     """The compiled block is called at one line, its first call of a step on the data (no grad),
     the next on the first block's output: the words told of a GAN's `fake.detach()`."""
-    _, table, explanation = _explained(pieces)
+    _, table, explanation = _explained(checkpoint_pieces_run)
     cause = next(c for c in explanation.causes if c.code == CAUSE_DYNAMO_FRAME and c.facts.get("kind") == GUARD_REQUIRES_GRAD)
     words = cause_words(cause, table.cwd)
     why, fix = " ".join(words.why), " ".join(words.fix)

@@ -6,11 +6,9 @@ graph, 2 backward graphs" named a few of them."""
 
 from __future__ import annotations
 
-import io
 import re
 
 import pytest
-from rich.console import Console
 
 from conftest import cli_in_process
 

@@ -457,6 +457,47 @@ def compiled_grad_mode(guards: str) -> bool | None:
     return None if found is None else found.group(1) == "true"
 
 
+# A tensor guard's dispatch keys, as torch 2.13 prints them in the tree (`check_tensor(L['x'], Tensor,
+# DispatchKeySet(CPU, BackendSelect, ADInplaceOrView, AutogradCPU), ...`): the tensor's keys with the
+# thread's local include/exclude sets applied, which torch.inference_mode() sets to exclude every
+# autograd key (torch.no_grad() leaves them).
+_TENSOR_KEYS = re.compile(r"TENSOR_MATCH: check_tensor\([^\n]*?DispatchKeySet\((?P<keys>[^)]*)\)")
+
+
+def compiled_inference_mode(guards: str) -> bool | None:
+    """Whether a compile made with grad mode off was made under torch.inference_mode() (True) or
+    torch.no_grad() (False), from its guard tree: under inference mode no tensor guard's dispatch
+    keys hold an autograd key, under no_grad every ordinary tensor's do. None when the tree does not
+    say (grad mode on, or no tensor guard)."""
+    if compiled_grad_mode(guards) is not False:
+        return None
+    keys = [m["keys"] for m in _TENSOR_KEYS.finditer(guards)]
+    if not keys:
+        return None
+    return not any("Autograd" in k for k in keys)
+
+
+# A guard on a module's train/eval flag, as torch prints it failing (`fn._modules['1'].training ==
+# True`, `self.training == False`, `L['self'].encoder.training == True`): the module's path, and the
+# value the failed entry was compiled for.
+_TRAINING_GUARD = re.compile(r"^(?P<module>\S+?)\.training == (?P<value>True|False)$")
+
+
+def training_guard(text: str) -> tuple[str, bool] | None:
+    """(module source, the `training` value the failed entry was compiled for) of a failed guard on
+    a module's train/eval flag; None for any other guard."""
+    match = _TRAINING_GUARD.match(text.strip().split("  #")[0].strip())
+    return None if match is None else (match["module"], match["value"] == "True")
+
+
+def submodule_name(source: str) -> str:
+    """A module's path under the compiled module, as `named_modules()` names it: `fn._modules['1']`
+    -> `1`, `L['self']._modules['encoder']._modules['drop']` -> `encoder.drop`, `self.layers[0]` ->
+    `layers.0`; "" for the compiled module itself (`fn`, `self`)."""
+    parts = re.findall(r"\._modules\[['\"]([^'\"]+)['\"]\]|\.([A-Za-z_]\w*)|\[(\d+)\]", source)
+    return ".".join(name for found in parts if (name := "".join(found)) != "_modules")
+
+
 def guarded_value(guards: str, source: str) -> GuardedValue | None:
     """What a compile's guard tree holds on `source` (as a reason prints it): its type, and the
     constant it matched (EQUALS_MATCH `== v`, NONE_MATCH `None`, a bool's TRUE_MATCH / FALSE_MATCH)

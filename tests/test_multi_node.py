@@ -120,6 +120,46 @@ def _left_behind(tmp_path: Path) -> list[str]:
     return sorted(p.name for p in tmp_path.iterdir() if ".merging" in p.name)
 
 
+def test_a_merge_killed_mid_copy_leaves_a_staging_folder_the_next_merge_removes(two_nodes, tmp_path):
+    """A merge SIGKILLed while copying leaves its staging folder beside the output (no chance to
+    clean up). The next merge into that output removes it where its process is gone and it is this
+    host's; a live merge's folder, another host's, and a link of that name (never followed) stay."""
+    import signal
+    import subprocess
+    import sys
+
+    from cagtool.record.merge import _staging_prefix
+
+    node0, node1 = two_nodes
+    merged = tmp_path / "job"
+    prefix = _staging_prefix(merged)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(gone.stdout)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine\n")
+    try:
+        stale = tmp_path / f"{prefix}{dead}"
+        (stale / "ca").mkdir(parents=True)
+        (stale / "ca" / "events.jsonl").write_text("{}\n")
+        running = tmp_path / f"{prefix}{live.pid}"
+        running.mkdir()
+        other_host = tmp_path / f".job.merging-{'x' * 70}-{dead}"
+        other_host.mkdir()
+        link = tmp_path / f"{prefix}{2 ** 22 + 1}"  # above any pid_max: no process has it
+        link.symlink_to(outside, target_is_directory=True)
+        proc = _cagtool("merge", node0, node1, "-o", merged, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert not stale.exists()
+        assert running.is_dir() and other_host.is_dir() and link.is_symlink()
+        assert (outside / "keep.txt").read_text() == "mine\n"
+        assert _left_behind(tmp_path) == sorted(p.name for p in (running, other_host, link))
+    finally:
+        live.send_signal(signal.SIGKILL)
+        live.wait()
+
+
 def test_merge_refuses_links_that_leave_a_node_run_and_copies_nothing_through_them(two_nodes, tmp_path):
     """A node run from shared storage with links planted in it: to a secret file, and a rank
     directory that is a link to a directory outside. merge exits 3 naming the link, writes no

@@ -322,6 +322,31 @@ def test_the_grad_mode_a_compile_was_made_for_is_read_from_its_guard_trees_globa
     assert tt.compiled_grad_mode("| +- TENSOR_MATCH: check_tensor(L['x'], requires_grad=False)") is None
 
 
+def test_an_evaluations_compile_says_inference_mode_or_no_grad_by_its_tensor_guards_dispatch_keys():
+    """torch 2.13's tree of a compile made with grad off (tests/scripts/train_eval_modes.py's
+    record): under torch.inference_mode() a tensor guard's keys hold no autograd key (the thread's
+    exclude set drops them), under torch.no_grad() they do; with grad on the tree says nothing."""
+    state = '| +- GLOBAL_STATE: ___check_global_state() against {"autocast_state":{"enabled":[false]},"grad_mode":%s,"num_threads":2}\n'
+    tensor = ("| | | +- TENSOR_MATCH: check_tensor(L['fn']._modules['0']._parameters['bias'], Parameter, DispatchKeySet(%s), "
+              "torch.float32, device=None, requires_grad=True, size=[32], stride=[1])  # return F.linear(input, self.weight, self.bias)\n")
+    no_grad = state % "false" + tensor % "CPU, BackendSelect, ADInplaceOrView, AutogradCPU"
+    inference = state % "false" + tensor % "CPU, BackendSelect, ADInplaceOrView" + tensor % "CPU, BackendSelect"
+    assert tt.compiled_inference_mode(inference) is True
+    assert tt.compiled_inference_mode(no_grad) is False
+    assert tt.compiled_inference_mode(state % "true" + tensor % "CPU, BackendSelect, ADInplaceOrView, AutogradCPU") is None
+    assert tt.compiled_inference_mode(state % "false") is None  # no tensor guard: not known
+
+
+def test_a_modules_train_eval_guard_names_the_submodule_as_named_modules_does():
+    assert tt.training_guard("fn._modules['1'].training == True") == ("fn._modules['1']", True)
+    assert tt.training_guard("self.training == False  # if self.training:  # m.py:3") == ("self", False)
+    assert tt.training_guard("self.use_relu == True") is None and tt.training_guard("p == 0.1") is None
+    assert tt.submodule_name("fn._modules['1']") == "1"
+    assert tt.submodule_name("L['self']._modules['encoder']._modules['drop']") == "encoder.drop"
+    assert tt.submodule_name("self.layers[0]") == "layers.0"
+    assert tt.submodule_name("fn") == tt.submodule_name("self") == ""
+
+
 def test_the_autograd_node_a_compiled_autograd_graph_failed_on_is_read_from_torchs_error():
     """torch 2.13's TorchRuntimeError when compiled autograd's graph runs pack_padded_sequence's
     backward with fake tensors (an LSTM over packed sequences): the node is only in its text."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import socket
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,7 +141,8 @@ def merge_runs(inputs: list[str | Path], output: Path) -> MergedRun:
     order = sorted(range(len(runs)), key=lambda i: min(_ranks_of(runs[i]), default=1 << 30))
     runs = [runs[i] for i in order]
 
-    staging = output.with_name(f".{output.name}.merging-{os.getpid()}")
+    _clear_stale_staging(output)
+    staging = output.with_name(f"{_staging_prefix(output)}{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     try:
         staging.parent.mkdir(parents=True, exist_ok=True)
@@ -160,6 +162,40 @@ def merge_runs(inputs: list[str | Path], output: Path) -> MergedRun:
         raise CannotWrite(f"cannot write the merged run {output}: {exc.strerror or exc}") from None
     merged = load_run(output)
     return MergedRun(output, nodes, {name: sorted(record.ranks()) for name, record in merged.modes.items()})
+
+
+def _staging_prefix(output: Path) -> str:
+    """The name of a merge's staging folder beside `output`, less its process id: the host's name
+    is in it, for a folder on storage that several hosts share."""
+    host = "".join(c if c.isalnum() or c in "._" else "_" for c in socket.gethostname()) or "host"
+    return f".{output.name}.merging-{host}-"
+
+
+def _clear_stale_staging(output: Path) -> None:
+    """Remove the staging folders an earlier merge into `output` on this host left when it was
+    killed (SIGKILL, a lost session: no chance to clean up), where its process is gone. Only
+    folders (a link of that name is left, and never followed), only this host's."""
+    prefix = _staging_prefix(output)
+    try:
+        entries = list(os.scandir(output.parent))
+    except OSError:
+        return
+    for entry in entries:
+        pid = entry.name[len(prefix):] if entry.name.startswith(prefix) else ""
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process
+    return True
 
 
 def _build(runs: list[RunRecord], staging: Path) -> tuple[object, list[dict]]:

@@ -26,6 +26,7 @@ from cagtool.record.schema import (
     HookSite,
     SourceRef,
 )
+from cagtool.report.recompiles.calls import PLAIN_CALL, call_line, uncompiled_call
 from cagtool.report.recompiles.reads import LimitHit, display_path, format_source, short_file
 from cagtool.report.recompiles.table import (
     SOURCE_CA,
@@ -65,6 +66,8 @@ from cagtool.torch_text import (
     reason_compile_id,
     size_guard,
     source_prefixes,
+    submodule_name,
+    training_guard,
     tree_source,
     tensor_type_guard,
     module_hooks_list,
@@ -580,9 +583,27 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # The grad mode the recompiles were made for, where their guard trees say it and agree: True
         # for grad on (training after an evaluation), False for off (an evaluation after training).
         "grad_mode_after": modes.pop() if len(modes := {table.grad_modes.get(row.compile_id) for row in cause.rows}) == 1 else None,
+        # ... and whether the evaluation's compile ran under torch.inference_mode() (True) or
+        # torch.no_grad() (False), where the guard trees say it and agree.
+        "inference_mode": flags.pop() if len(flags := {table.inference_modes.get(row.compile_id) for row in cause.rows}) == 1 else None,
+        # Every failing guard is on a module's train/eval flag (`fn._modules['1'].training == True`):
+        # (the module's name under the compiled module, its class, whether it is training now).
+        "train_eval": _train_eval(known, _value_changes(table, cause)),
         "state_change": changed.detail if changed is not None else "",
         **_stability(table, cause),
     }
+
+
+def _train_eval(guards: list[str], changes: list["ValueChange"]) -> tuple[str, str, bool] | None:
+    """(module name as named_modules() gives it, "" for the compiled module itself; its class where
+    the guard tree names it; whether it trains now) where every failing guard is on a module's
+    `training` flag, agreeing on which way it went; None otherwise."""
+    found = [training_guard(g) for g in guards]
+    if not found or any(f is None for f in found) or len({f[1] for f in found if f is not None}) != 1:
+        return None
+    module, was = found[0]  # type: ignore[misc]
+    owner = next((cls for change in changes for source, cls in change.owners if source == module), "")
+    return submodule_name(module), owner, not was
 
 
 @dataclass(frozen=True)
@@ -1600,6 +1621,24 @@ def smaller_batch(guard: str) -> tuple[str, int, int] | None:
     return size[0], size[2], size[3]
 
 
+def grad_off_words(facts: dict[str, Any]) -> str:
+    """How the script turned grad mode off for the evaluation, where its compile's guard tree says
+    (RecompileTable.inference_modes), else both ways it could have."""
+    return {True: "torch.inference_mode()", False: "torch.no_grad()"}.get(facts.get("inference_mode"), "torch.no_grad() or torch.inference_mode()")
+
+
+def _module_words(train_eval: tuple[str, str, bool]) -> str:
+    name, cls, _ = train_eval
+    kind = f" (a {cls})" if cls else ""
+    return f"submodule `{name}`{kind}" if name else f"the compiled module{kind}"
+
+
+def train_eval_label(train_eval: tuple[str, str, bool]) -> str:
+    if train_eval[2]:
+        return f"{_module_words(train_eval)} was switched back to train(), as training after an evaluation"
+    return f"{_module_words(train_eval)} was switched to eval(), as in an evaluation"
+
+
 def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
     """What a Dynamo cause's failing guard is on, in a few words, from its kind (torch's reason)."""
     kind, guard = facts.get("kind", ""), facts.get("guard", "")
@@ -1621,9 +1660,10 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
         return (f"the grad mode changed: a reentrant checkpoint's recompute of `{facts['reentrant_recompute']}` in the "
                 "backward, with grad on, after its forward under no_grad")
     if kind == GUARD_GRAD_MODE:
-        label = {True: "the grad mode changed (a call with grad on after one under torch.no_grad(), as training after an evaluation)",
-                 False: "the grad mode changed (a call under torch.no_grad(), as in an evaluation)"}.get(
-                     facts.get("grad_mode_after"), "the grad mode changed (calls with grad on and under torch.no_grad(), as training and evaluation)")
+        off = grad_off_words(facts)
+        label = {True: f"the grad mode changed (a call with grad on after one under {off}, as training after an evaluation)",
+                 False: f"the grad mode changed (a call under {off}, as in an evaluation)"}.get(
+                     facts.get("grad_mode_after"), f"the grad mode changed (calls with grad on and under {off}, as training and evaluation)")
         also = _with_grad_mode(guard)
         return f"{label}, and {', '.join(f'`{part}`' for part in also)} with it" if also else label
     if kind == GUARD_GLOBAL_STATE:
@@ -1643,6 +1683,8 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
         container = f"`{facts['container']}`" if facts.get("container") else "a Python list"
         where = f" in the backward hook `{facts['function']}`" if hook_named and facts.get("hook") and facts.get("function") else ""
         return f"the length of {container} changed{where}"
+    if facts.get("train_eval"):
+        return train_eval_label(facts["train_eval"])
     if kind == GUARD_VALUE:
         return f"a Python value changed (`{guard}`)"
     if kind == GUARD_NONE:
@@ -1942,18 +1984,29 @@ def _guard_why(facts: dict[str, Any], code: str, on_ca: bool = False) -> list[st
                 f"compile was for: {compiles}. So this is another compiled module called for the first time, not one "
                 f"module's input changing; {named}. Each such module is one more compile of the shared frame, and all of "
                 "them count against its one recompile limit (torch._dynamo.config.recompile_limit)."]
+    if facts.get("train_eval"):
+        train_eval = facts["train_eval"]
+        module = _module_words(train_eval)
+        went = (f"{module[0].upper()}{module[1:]} was switched back to train() (`.train()`) after the compiled code was "
+                "compiled with it in eval mode (an evaluation before training)" if train_eval[2] else
+                f"{module[0].upper()}{module[1:]} was switched to eval() (`.eval()`, as an evaluation does) after the compiled "
+                "code was compiled with it training")
+        return [f"{went}: modules such as Dropout and BatchNorm compute differently in each mode, so Dynamo guards on the "
+                "`training` flag of each module the forward runs, and compiled a second graph for the other mode. Each "
+                "mode keeps its own cached graph: one compile per mode, not one per evaluation."]
     if kind == GUARD_GRAD_MODE and facts.get("reentrant_recompute"):
         return [f"checkpoint(..., use_reentrant=True) runs `{facts['reentrant_recompute']}` under torch.no_grad() in the "
                 "forward and again with grad enabled in the backward, to recompute what it did not keep: Dynamo guards on "
                 "the grad mode, so the compiled function is compiled once for each (no evaluation is involved)."]
     if kind == GUARD_GRAD_MODE:
+        off = grad_off_words(facts)
         first = {
-            True: "The compiled code was first called with grad mode off (under torch.no_grad() or torch.inference_mode(): an "
+            True: f"The compiled code was first called with grad mode off (under {off}: an "
                   "evaluation before training, as one at the first step does), then with it on (training)",
-            False: "The compiled code ran with grad mode off (torch.no_grad() or torch.inference_mode(), as an evaluation does) "
+            False: f"The compiled code ran with grad mode off ({off}, as an evaluation does) "
                    "after running with it on",
-        }.get(facts.get("grad_mode_after"), "The compiled code ran with grad mode on (training) and off (torch.no_grad() or "
-                                           "torch.inference_mode(), as an evaluation does)")
+        }.get(facts.get("grad_mode_after"), f"The compiled code ran with grad mode on (training) and off ({off}, as an "
+                                           "evaluation does)")
         why = [f"{first}: Dynamo guards on the grad mode, so it compiled a second graph for it. Each grad mode "
                "keeps its own cached graph: one compile per grad mode, not one per evaluation."]
         also = _with_grad_mode(facts.get("guard", ""))
@@ -2109,7 +2162,7 @@ def _tensor_variable(name: str, code: str) -> str | None:
     -> `x`); `kwargs['K']` (a keyword input, every HF model's) is the argument `K=...` of that call,
     or `batch["K"]` where the call passes `**batch`. None where the line does not show it (the call
     is inside a library: `trainer.train()`, or passes several tensors)."""
-    call = _PLAIN_CALL.search(_call_line(code))
+    call = PLAIN_CALL.search(call_line(code))
     args = [a.strip() for a in call["args"].split(",") if a.strip()] if call else []
     positional = [a for a in args if not re.match(r"\*|[A-Za-z_]\w*\s*=(?!=)", a)]
     if call and call["name"] == "checkpoint" and positional:
@@ -2149,65 +2202,6 @@ def _tensor_words(name: str) -> str:
 _KWARGS_INPUT = re.compile(r"(?:L\[')?kwargs(?:'\])?\['([A-Za-z_]\w*)'\]")
 
 
-# A call of a plain name or of a module the caller holds (`self.net(x)`), not of another attribute (`x.view(...)`).
-_CALLED = r"(?<![\w.])(?P<name>self\.[A-Za-z_]\w*|[A-Za-z_]\w*)"
-_PLAIN_CALL = re.compile(_CALLED + r"\((?P<args>[^()]*)\)")
-
-
-_CALL_START = re.compile(r"(?<![\w.])(?P<name>[A-Za-z_]\w*)\(")
-# ... or of a name held on `self` (`self.net(x)`: a compiled submodule, but also `self.log(...)`, a method).
-_SELF_CALL_START = re.compile(_CALLED + r"\(")
-_DEF_HEADER = re.compile(r"^\s*(?:async\s+)?def\s+\w+\s*\(")
-
-
-def _call_line(code: str | None) -> str:
-    """The code of a caller's line that can call: a one-line function's body (`def forward(self, x):
-    return self.net(x)` -> `return self.net(x)`), not its header, whose parameters (`self, x`) are
-    no call's arguments."""
-    code = code or ""
-    header = _DEF_HEADER.match(code)
-    if header is None:
-        return code
-    depth = 1
-    for end in range(header.end(), len(code)):
-        depth += {"(": 1, ")": -1}.get(code[end], 0)
-        if depth == 0:
-            body = code.find(":", end)
-            return code[body + 1:] if body >= 0 else ""
-    return ""
-_NOT_A_MODULE = frozenset({"print", "len", "float", "int", "str", "range", "list", "tuple", "dict", "sum", "max", "min", "abs", "round",
-                           "isinstance", "getattr", "enumerate", "zip", "next", "iter", "sorted", "any", "all", "format"})
-
-
-def _calls(code: str, start: re.Pattern[str] = _CALL_START) -> list[tuple[str, str]]:
-    """(name, arguments) of each call of a plain name on the line, outermost first: arguments may
-    hold calls of their own (`cmodel(input_ids=batch(), labels=batch())`); a call not closed on the
-    line is not one."""
-    found = []
-    for match in start.finditer(code):
-        depth, start = 1, match.end()
-        for end in range(start, len(code)):
-            depth += {"(": 1, ")": -1}.get(code[end], 0)
-            if depth == 0:
-                found.append((match["name"], code[start:end].strip()))
-                break
-    return found
-
-
-def _uncompiled_call(code: str) -> str:
-    """The call of the compiled module at the user's line, as the module before torch.compile:
-    `cmodel(xv)` -> `cmodel._orig_mod(xv)`: the outermost call of a name that is not a builtin and
-    passes arguments (a module takes its inputs; `batch()` that makes them is not it), else the
-    first such call without arguments; the generic `model._orig_mod(x)` when the line holds none."""
-    line = _call_line(code)
-    # A plain name first (`self(x)` inside `self.log(...)`), then one held on `self` (`self.net(x)`).
-    calls = ([(name, args) for name, args in _calls(line) if name not in _NOT_A_MODULE]
-             or [(name, args) for name, args in _calls(line, _SELF_CALL_START) if name not in _NOT_A_MODULE])
-    for name, args in sorted(calls, key=lambda call: not call[1]):
-        return f"{name}._orig_mod({args})"
-    return "model._orig_mod(x)"
-
-
 def _with_grad_mode(guard: str) -> list[str]:
     """What else a grad-mode guard names as changed (`GLOBAL_STATE changed: grad_mode
     autocast(cpu)_enabled`: an evaluation under no_grad and outside the training's autocast)."""
@@ -2218,17 +2212,20 @@ def _with_grad_mode(guard: str) -> list[str]:
 _EVALUATION_FUNCTION = re.compile(r"^(?:validation|test|predict|val)_step$|^(?:evaluate|evaluation|validate|eval)\w*$")
 
 
-def _grad_mode_skip(code: str) -> str:
+def _grad_mode_skip(code: str, off: str) -> str:
     """The fix that skips an evaluation's compile: the call as the module before torch.compile, or,
     where the line calls the module itself (`self(x)` in its own method: its forward was replaced by
-    a compiled function, which has no `_orig_mod`), the forward kept before compiling it."""
-    call = _uncompiled_call(code)
+    a compiled function, which has no `_orig_mod`), the forward kept before compiling it. `off`: how
+    the evaluation turns grad off ("" where the cause is not the grad mode). Its closing parenthesis
+    is the caller's."""
+    call = uncompiled_call(code)
+    under = f" under {off}" if off else ""
     if call.startswith("self._orig_mod("):
         return ("To skip even that compile, evaluate uncompiled: this call is the module calling itself (`self(...)`), whose "
                 "forward was replaced by a compiled function, which has no `_orig_mod`: keep the forward before compiling it "
-                "(`forward = m.forward; m.forward = torch.compile(forward)`) and call `forward(...)` under torch.no_grad() (in "
+                f"(`forward = m.forward; m.forward = torch.compile(forward)`) and call `forward(...)`{under} (in "
                 "the evaluation")
-    return f"To skip even that compile, evaluate with the module as it was before torch.compile (`{call}` under torch.no_grad()"
+    return f"To skip even that compile, evaluate with the module as it was before torch.compile (`{call}`{under}"
 
 
 def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
@@ -2289,8 +2286,14 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
     if kind == GUARD_GRAD_MODE:
         return ["Nothing to fix: the training graph and the evaluation graph are both cached after their first call."
                 if once else "Keep the grad mode of each call site fixed: every grad mode gets its own graph.",
-                _grad_mode_skip(code)
+                _grad_mode_skip(code, grad_off_words(facts))
                 + (", at the evaluation's call: the recompiling call named here is training's)." if facts.get("grad_mode_after") is True else ").")]
+    if facts.get("train_eval"):
+        return ["Nothing to fix: the train-mode graph and the eval-mode graph are both cached after their first call."
+                if once else "Keep each compiled call in one mode: every train/eval mode gets its own graph.",
+                _grad_mode_skip(code, "")
+                + ("; `.eval()` and `.train()` on either switch the same modules, at the evaluation's call: the recompiling call "
+                   "named here is training's)." if facts["train_eval"][2] else "; `.eval()` and `.train()` on either switch the same modules).")]
     if kind == GUARD_GLOBAL_STATE:
         if "autocast" in guard:
             same = ("each setting has its own forward graph, and its own backward graph (autocast's casts are nodes in it), "

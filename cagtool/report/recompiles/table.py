@@ -53,6 +53,7 @@ from cagtool.torch_text import (
     compile_attempt,
     compile_frame,
     compiled_grad_mode,
+    compiled_inference_mode,
     equals_guard,
     guard_kind,
     guarded_value,
@@ -201,6 +202,10 @@ class RecompileTable:
     # The grad mode each recompile on the grad mode was made for (its guard tree's GLOBAL_STATE):
     # compile id -> True (grad on: training after an evaluation) / False (under no_grad or inference_mode).
     grad_modes: dict[str, bool] = field(default_factory=dict)
+    # Of those recompiles, whether the evaluation's compile (grad off: the recompile's own, or the
+    # entry that failed when grad came back on) was made under torch.inference_mode() (True) or
+    # torch.no_grad() (False), from its tree's tensor guards: compile id of the recompile -> flag.
+    inference_modes: dict[str, bool] = field(default_factory=dict)
     # Reads the steps in which an optimizer stepped before a later backward call of the same step
     # (stepped_between_backwards), on first use: only a second backward call's cause asks.
     _read_stepped_between: Callable[[], frozenset[int]] | None = field(default=None, repr=False, compare=False)
@@ -631,21 +636,35 @@ def _whole_place(place: str, record: ModeRecord) -> str:
     return f"{short_file(whole, record.manifest.cwd)}:{line}"
 
 
-def _grad_modes(record: ModeRecord, rows: list[RecompileRow], missing: list[str]) -> dict[str, bool]:
+def _grad_modes(record: ModeRecord, rows: list[RecompileRow], missing: list[str]) -> tuple[dict[str, bool], dict[str, bool]]:
     """The grad mode each Dynamo recompile whose failing guard is the grad mode was compiled for,
-    from its guard tree (read only for these): torch's reason names the state, not which way it went."""
-    wanted = {row.compile_id for row in rows if row.source != SOURCE_CA
-              and any(guard_kind(guard_text(m)) == GUARD_GRAD_MODE for m in row.messages)}
+    from its guard tree (read only for these): torch's reason names the state, not which way it
+    went. And, where grad was off in it or in the entry that failed (the evaluation's compile), whether
+    that compile ran under torch.inference_mode() or torch.no_grad() (`RecompileTable.inference_modes`)."""
+    failed_entry: dict[str, str] = {}
+    for row in rows:
+        if row.source != SOURCE_CA and any(guard_kind(guard_text(m)) == GUARD_GRAD_MODE for m in row.messages):
+            failed_entry[row.compile_id] = next((cid for m in row.messages if guard_kind(guard_text(m)) == GUARD_GRAD_MODE
+                                                 and (cid := reason_compile_id(m.strip().splitlines()[0]))), "")
     found: dict[str, bool] = {}
-    if not wanted:
-        return found
+    inference: dict[str, bool] = {}
+    if not failed_entry:
+        return found, inference
+    wanted = set(failed_entry) | {cid for cid in failed_entry.values() if cid}
+    trees: dict[str, tuple[bool | None, bool | None]] = {}
     for event in record.of(CompileArtifactEvent):
-        if event.artifact == ARTIFACT_GUARDS and event.compile_id in wanted and event.compile_id not in found:
+        if event.artifact == ARTIFACT_GUARDS and event.compile_id in wanted and event.compile_id not in trees:
             tree = _guard_tree(record, event, missing)
-            mode = compiled_grad_mode(tree) if tree is not None else None
-            if mode is not None:
-                found[event.compile_id] = mode
-    return found
+            if tree is not None:
+                trees[event.compile_id] = (compiled_grad_mode(tree), compiled_inference_mode(tree))
+    for cid, entry in failed_entry.items():
+        mode, own = trees.get(cid, (None, None))
+        if mode is not None:
+            found[cid] = mode
+        evaluation = own if mode is False else trees.get(entry, (None, None))[1] if mode is True else None
+        if evaluation is not None:
+            inference[cid] = evaluation
+    return found, inference
 
 
 def _steps_and_seqs(record: ModeRecord, cls: type) -> tuple[list[int], list[int]]:
@@ -783,7 +802,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
     missing: list[str] = []
     guarded, assignments = _guarded_values(record, rows, missing)
     modules = _wrapper_modules(record, callers, missing)
-    grad_modes = _grad_modes(record, rows, missing)
+    grad_modes, inference_modes = _grad_modes(record, rows, missing)
     return RecompileTable(
         mode=record.mode,
         rows=rows,
@@ -814,6 +833,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         guarded=guarded,
         assignments=assignments,
         grad_modes=grad_modes,
+        inference_modes=inference_modes,
         damage=mode_damage(record),
         missing_artifacts=missing,
         wrapper_optimizer_steps=_wrapper_optimizer_steps(compile_events, callers),

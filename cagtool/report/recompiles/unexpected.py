@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from cagtool.record.loader import ModeRecord
 from cagtool.record.schema import CHECKPOINT_REENTRANT, PHASE_CHECKPOINT_RECOMPUTE, DynamoRecompileEvent, FindingEvent, SourceRef
+from cagtool.report.recompiles.calls import uncompiled_call
 from cagtool.report.recompiles.reads import forward_step, format_source
 from cagtool.torch_text import call_guard
 
@@ -29,7 +30,8 @@ _TRAINING_GUARD = re.compile(r"(?P<module>\S*)\.training == (?P<value>True|False
 WORDS = {
     CAUSE_NUM_THREADS: "the intra-op thread count changed (torch.set_num_threads)",
     CAUSE_TRAIN_EVAL: "a module switched between train() and eval() around the compiled call",
-    CAUSE_GRAD_MODE: "grad mode changed around the compiled call (training, and an evaluation under torch.no_grad, call the same compiled code)",
+    CAUSE_GRAD_MODE: "grad mode changed around the compiled call (training, and an evaluation under torch.no_grad or "
+                     "torch.inference_mode, call the same compiled code)",
     CAUSE_REENTRANT_CHECKPOINT: "a reentrant checkpoint re-ran its compiled forward in the backward with grad enabled, "
                                 "after running it under no_grad in the forward",
 }
@@ -38,11 +40,11 @@ FIXES = {
                        "each new count is a new compile of every compiled frame, out of its recompile_limit)",
     # torch 2.13, checked by hand: a second torch.compile of the same model shares its code's cache, and its
     # eval call recompiles frame 0 all the same; the module torch.compile wrapped (`_orig_mod`) compiles nothing.
-    CAUSE_TRAIN_EVAL: "evaluate with the uncompiled module (`compiled._orig_mod(x)`, or the model you passed to "
+    CAUSE_TRAIN_EVAL: "evaluate with the uncompiled module (`{call}`, or the model you passed to "
                       "torch.compile): no compile for the evaluation. Or accept one cached graph per mode: it costs one "
                       "recompile, then both are cached (a second torch.compile of the same model recompiles all the same: "
                       "it shares the first one's cache)",
-    CAUSE_GRAD_MODE: "evaluate with the uncompiled module (`compiled._orig_mod(x)` under torch.no_grad): no compile for "
+    CAUSE_GRAD_MODE: "evaluate with the uncompiled module (`{call}`, with grad off as now): no compile for "
                      "the evaluation. Or accept it: the first evaluation costs one recompile, then both graphs are cached",
     CAUSE_REENTRANT_CHECKPOINT: "checkpoint(..., use_reentrant=False): its forward runs with grad enabled, as its "
                                 "recompute does, so the compiled function is not compiled twice "
@@ -109,6 +111,13 @@ def unexpected_causes(record: ModeRecord) -> list[UnexpectedCause]:
     return out
 
 
+def fix_text(cause: UnexpectedCause) -> str:
+    """The fix of a cause, naming the call made in the new state as the module before torch.compile
+    (`cmodel._orig_mod(xv)`) where the line holds one."""
+    code = cause.changed_at.code if cause.changed_at is not None and cause.how == "called in the new state" else ""
+    return FIXES[cause.cause].replace("{call}", uncompiled_call(code))
+
+
 SHORT = {CAUSE_NUM_THREADS: "thread count", CAUSE_TRAIN_EVAL: "train/eval", CAUSE_GRAD_MODE: "grad mode",
          CAUSE_REENTRANT_CHECKPOINT: "reentrant checkpoint"}
 
@@ -118,15 +127,16 @@ def unexpected_lines(causes: list[UnexpectedCause], cwd: str) -> list[str]:
         return []
     lines = ["recompiles from causes you may not expect:"]
     lines += [f"  {c.text(cwd)}" for c in causes]
+    first = {c.cause: c for c in reversed(causes)}
     for cause in dict.fromkeys(c.cause for c in causes):
-        lines.append(f"  Fix ({SHORT[cause]}): {FIXES[cause]}")
+        lines.append(f"  Fix ({SHORT[cause]}): {fix_text(first[cause])}")
     return lines
 
 
 def unexpected_json(causes: list[UnexpectedCause], cwd: str) -> list[dict[str, object]]:
     return [
         {"cause": c.cause, "compile_id": c.compile_id, "step": c.step, "guard": c.guard, "detail": c.detail or None,
-         "changed_at": format_source(c.changed_at, cwd) or None, "how": c.how, "words": WORDS[c.cause], "fix": FIXES[c.cause],
+         "changed_at": format_source(c.changed_at, cwd) or None, "how": c.how, "words": WORDS[c.cause], "fix": fix_text(c),
          "text": c.text(cwd)}
         for c in causes
     ]

@@ -74,17 +74,18 @@ def test_a_module_hook_registered_every_step_is_named_with_its_fix(record_run):
 
 
 def test_an_autocast_switch_and_the_uncompiled_call_are_worded_from_the_scripts_own_text():
-    from cagtool.report.recompiles.explain import _guard_fixes, _uncompiled_call, guard_label
+    from cagtool.report.recompiles.calls import uncompiled_call
+    from cagtool.report.recompiles.explain import _guard_fixes, guard_label
     from cagtool.torch_text import GUARD_GLOBAL_STATE
 
     facts = {"kind": GUARD_GLOBAL_STATE, "guard": "GLOBAL_STATE changed: autocast(cpu)_enabled"}
     assert guard_label(facts) == "autocast was turned on or off around the compiled call (`autocast(cpu)_enabled`)"
     assert _guard_fixes(facts, False, "")[0].startswith("Run every step under the same autocast setting")
-    assert _uncompiled_call("vl = nn.functional.mse_loss(cmodel(xv), yv)") == "cmodel._orig_mod(xv)"
-    assert _uncompiled_call("print(len(x))") == "model._orig_mod(x)"
+    assert uncompiled_call("vl = nn.functional.mse_loss(cmodel(xv), yv)") == "cmodel._orig_mod(xv)"
+    assert uncompiled_call("print(len(x))") == "model._orig_mod(x)"
     # the module's own call, outermost, not a helper called for its arguments (a tiny GPT-2's evaluation)
-    assert _uncompiled_call("ev = cmodel(input_ids=batch(), labels=batch()).loss") == "cmodel._orig_mod(input_ids=batch(), labels=batch())"
-    assert _uncompiled_call("val = F.cross_entropy(cmodel(torch.randn(64, 32)), y)") == "cmodel._orig_mod(torch.randn(64, 32))"
+    assert uncompiled_call("ev = cmodel(input_ids=batch(), labels=batch()).loss") == "cmodel._orig_mod(input_ids=batch(), labels=batch())"
+    assert uncompiled_call("val = F.cross_entropy(cmodel(torch.randn(64, 32)), y)") == "cmodel._orig_mod(torch.randn(64, 32))"
 
 
 def test_a_keyword_inputs_size_guard_is_fixed_on_the_tensor_the_call_passes():

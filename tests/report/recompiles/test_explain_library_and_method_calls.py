@@ -7,7 +7,8 @@ call_hook parameters of two ranks ("Guard failed on a parameter")."""
 from __future__ import annotations
 
 from cagtool.record.schema import SourceRef
-from cagtool.report.recompiles.explain import _group_key, _guard_fixes, _guard_why, _uncompiled_call, guard_label
+from cagtool.report.recompiles.calls import uncompiled_call
+from cagtool.report.recompiles.explain import _group_key, _guard_fixes, _guard_why, guard_label
 from cagtool.report.recompiles.table import RecompileRow
 from cagtool.torch_text import GUARD_GRAD_MODE, GUARD_SIZE
 
@@ -27,7 +28,7 @@ def test_args_0_of_a_submodule_called_in_a_one_line_forward_is_the_tensor_not_se
     mark = _guard_fixes(facts, False, LIGHTNING_FORWARD)[0]
     assert "maybe_mark_dynamic(x, 0)" in mark and "maybe_mark_dynamic(self" not in mark, mark
     # the module compiled is the one the body calls, not the function the line defines
-    assert _uncompiled_call(LIGHTNING_FORWARD) == "self.net._orig_mod(x)"
+    assert uncompiled_call(LIGHTNING_FORWARD) == "self.net._orig_mod(x)"
     grad = _guard_fixes({"kind": GUARD_GRAD_MODE, "guard": "GLOBAL_STATE changed: grad_mode", "stabilised": True}, False, LIGHTNING_FORWARD)
     assert "`self.net._orig_mod(x)`" in grad[1] and "forward._orig_mod" not in grad[1], grad
 

@@ -116,12 +116,40 @@ def test_an_evaluation_outside_the_trainings_autocast_names_both_changes(record_
     assert fixes.startswith("Nothing to fix") and "model._orig_mod(held_out)" in fixes
     run = record_run("eval_no_grad.py", "--autocast")
     text = cagtool_in_process("recompiles", str(run.path), "--explain").stdout
-    assert "(training, and an evaluation under torch.no_grad, call the same compiled code) (`autocast(cpu)_enabled` changed with it)" in " ".join(text.split())
+    assert ("(training, and an evaluation under torch.no_grad or torch.inference_mode, call the same compiled code) "
+            "(`autocast(cpu)_enabled` changed with it)") in " ".join(text.split())
     line = cagtool_in_process("summary", str(run.path)).stdout.splitlines()[0]
     assert f"and `autocast(cpu)_enabled` with it at step 3 (the compiled call at eval_no_grad.py:{_evaluation_line()})" in line
     # Without autocast the same cause names the grad mode alone.
     plain, plain_cwd = _explained(record_run, "eval_no_grad.py")
     assert "autocast" not in " ".join(" ".join(w) for w in _all_words(plain, plain_cwd))
+
+
+def test_an_eval_switch_with_grad_on_and_an_inference_mode_evaluation_are_named_as_what_they_are(record_run):
+    """tests/scripts/train_eval_modes.py: a validation loss with the model switched to eval() and
+    grad on recompiles on its Dropout's `training` flag, which is named as that module switched to
+    eval() (not "a Python value changed"); an evaluation in a function decorated with
+    @torch.inference_mode() recompiles on the grad mode, named as inference mode (its compile's
+    guard tree shows it), not torch.no_grad(). Each fix names the script's own call without
+    torch.compile, and so do the unexpected-cause lines."""
+    run = record_run("../tests/scripts/train_eval_modes.py")
+    explanation, cwd = _explained(record_run, "../tests/scripts/train_eval_modes.py")
+    (train_eval, title_te, why_te, fix_te), (grad_mode, title_gm, why_gm, fix_gm) = [
+        (c, *words) for c, words in zip(explanation.causes, _all_words(explanation, cwd))]
+    assert train_eval.facts["train_eval"] == ("1", "Dropout", False) and train_eval.facts["guard"] == "fn._modules['1'].training == True"
+    assert title_te.startswith("Dynamo recompiled forward frame 0: submodule `1` (a Dropout) was switched to eval(), as in an evaluation")
+    assert "guards on the `training` flag of each module the forward runs" in why_te and "Python value" not in title_te
+    assert fix_te.startswith("Nothing to fix") and "`cmodel._orig_mod(x)`" in fix_te
+    assert grad_mode.facts["kind"] == GUARD_GRAD_MODE and grad_mode.facts["inference_mode"] is True
+    assert "the grad mode changed (a call under torch.inference_mode(), as in an evaluation)" in title_gm and "no_grad" not in title_gm
+    assert "grad mode off (torch.inference_mode(), as an evaluation does)" in why_gm
+    assert "`cmodel._orig_mod(held_out)` under torch.inference_mode()" in fix_gm
+    text = " ".join(cagtool_in_process("recompiles", str(run.path), "--explain").stdout.split())
+    assert "Fix (train/eval): evaluate with the uncompiled module (`cmodel._orig_mod(x)`, or the model" in text
+    assert "Fix (grad mode): evaluate with the uncompiled module (`cmodel._orig_mod(held_out)`, with grad off as now)" in text
+    # eval_no_grad.py's evaluation under torch.no_grad() is read as no_grad from the same evidence
+    plain = recompile_table(load_run(record_run("eval_no_grad.py").path).modes["ca"])
+    assert set(plain.inference_modes.values()) == {False}
 
 
 def test_an_evaluation_before_training_is_said_the_other_way_round(record_run):

@@ -1,0 +1,66 @@
+"""The call at a user's line, read from its code as the record keeps it (SourceRef.code): which
+name it calls and with what (`cmodel(xv)`), and that call as the module before torch.compile
+(`cmodel._orig_mod(xv)`): the fixes that skip a compile name it (explain.py, unexpected.py)."""
+
+from __future__ import annotations
+
+import re
+
+
+# A call of a plain name or of a module the caller holds (`self.net(x)`), not of another attribute (`x.view(...)`).
+CALLED = r"(?<![\w.])(?P<name>self\.[A-Za-z_]\w*|[A-Za-z_]\w*)"
+PLAIN_CALL = re.compile(CALLED + r"\((?P<args>[^()]*)\)")
+CALL_START = re.compile(r"(?<![\w.])(?P<name>[A-Za-z_]\w*)\(")
+# ... or of a name held on `self` (`self.net(x)`: a compiled submodule, but also `self.log(...)`, a method).
+SELF_CALL_START = re.compile(CALLED + r"\(")
+_DEF_HEADER = re.compile(r"^\s*(?:async\s+)?def\s+\w+\s*\(")
+
+
+def call_line(code: str | None) -> str:
+    """The code of a caller's line that can call: a one-line function's body (`def forward(self, x):
+    return self.net(x)` -> `return self.net(x)`), not its header, whose parameters (`self, x`) are
+    no call's arguments."""
+    code = code or ""
+    header = _DEF_HEADER.match(code)
+    if header is None:
+        return code
+    depth = 1
+    for end in range(header.end(), len(code)):
+        depth += {"(": 1, ")": -1}.get(code[end], 0)
+        if depth == 0:
+            body = code.find(":", end)
+            return code[body + 1:] if body >= 0 else ""
+    return ""
+
+
+NOT_A_MODULE = frozenset({"print", "len", "float", "int", "str", "range", "list", "tuple", "dict", "sum", "max", "min", "abs", "round",
+                           "isinstance", "getattr", "enumerate", "zip", "next", "iter", "sorted", "any", "all", "format"})
+
+
+def calls_on(code: str, start: re.Pattern[str] = CALL_START) -> list[tuple[str, str]]:
+    """(name, arguments) of each call of a plain name on the line, outermost first: arguments may
+    hold calls of their own (`cmodel(input_ids=batch(), labels=batch())`); a call not closed on the
+    line is not one."""
+    found = []
+    for match in start.finditer(code):
+        depth, start = 1, match.end()
+        for end in range(start, len(code)):
+            depth += {"(": 1, ")": -1}.get(code[end], 0)
+            if depth == 0:
+                found.append((match["name"], code[start:end].strip()))
+                break
+    return found
+
+
+def uncompiled_call(code: str) -> str:
+    """The call of the compiled module at the user's line, as the module before torch.compile:
+    `cmodel(xv)` -> `cmodel._orig_mod(xv)`: the outermost call of a name that is not a builtin and
+    passes arguments (a module takes its inputs; `batch()` that makes them is not it), else the
+    first such call without arguments; the generic `model._orig_mod(x)` when the line holds none."""
+    line = call_line(code)
+    # A plain name first (`self(x)` inside `self.log(...)`), then one held on `self` (`self.net(x)`).
+    calls = ([(name, args) for name, args in calls_on(line) if name not in NOT_A_MODULE]
+             or [(name, args) for name, args in calls_on(line, SELF_CALL_START) if name not in NOT_A_MODULE])
+    for name, args in sorted(calls, key=lambda call: not call[1]):
+        return f"{name}._orig_mod({args})"
+    return "model._orig_mod(x)"

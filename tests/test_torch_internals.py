@@ -597,6 +597,26 @@ def test_a_first_batch_of_one_stays_specialised_under_dynamic_true_until_backed_
         assert _unique_graphs(run) == 1
 
 
+def test_a_length_of_one_marked_dynamic_still_recompiles_at_two_until_backed_size_oblivious():
+    """A generation loop from a length of 1 (grad off): maybe_mark_dynamic on the length, as
+    TORCH_COMPILE_DYNAMIC_SOURCES does, leaves the recompile at length 2 (0/1 specialisation);
+    with backed_size_oblivious the marked length compiles once for every length (explain's fix for
+    a size guard whose first size was 0 or 1)."""
+    head = torch.nn.Linear(4, 7)
+
+    def run() -> None:
+        compiled = torch.compile(lambda ids: head(ids.float().unsqueeze(-1).expand(*ids.shape, 4)), backend="eager")
+        with torch.no_grad():
+            ids = torch.zeros(1, 1, dtype=torch.long)
+            for _ in range(4):
+                torch._dynamo.maybe_mark_dynamic(ids, 1)
+                ids = torch.cat([ids, compiled(ids)[:, -1].argmax(-1, keepdim=True)], 1)
+
+    assert _unique_graphs(run) == 2
+    with torch.fx.experimental._config.patch(backed_size_oblivious=True):
+        assert _unique_graphs(run) == 1
+
+
 def test_a_guard_on_a_python_number_checks_its_type_and_an_attribute_set_before_the_first_call_is_not_a_recompile():
     """Two facts explain's words on a Python value rest on. A rate written `0` (an int), then
     `0.0` (a float), recompiles the compiled step although the two are equal: torch's guard on a

@@ -236,8 +236,17 @@ def pgo_scope(explanation: "Explanation") -> str:
     between two compiles of a frame, also across a recompile for another cause (an evaluation under
     no_grad with a larger batch), which starting those sizes dynamic would not remove."""
     from cagtool.report.recompiles.explain import size_recompiles
+    from cagtool.torch_text import size_guard
 
-    if size_recompiles(explanation) or not explanation.total:
+    if size_recompiles(explanation) and explanation.total:
+        sizes = [size_guard(guard) for cause in explanation.causes for _, guard in cause.facts.get("failures") or ()
+                 if size_guard(guard) is not None]
+        # torch 2.13, checked by hand: TORCH_COMPILE_DYNAMIC_SOURCES leaves a first size of 1 specialised.
+        if sizes and all(size[2] in (0, 1) for size in sizes):  # type: ignore[index]
+            return (" [cagtool: every size recompile of this mode was from a first size of 0 or 1, which Dynamo specialises "
+                    "even in a source named dynamic: this setting would not remove them]")
+        return ""
+    if not explanation.total:
         return ""
     return (" [cagtool: no recompile of this mode failed on a tensor's size: the sizes changed at a recompile for another "
             "cause above (torch's profile notes them there too), and this setting would not remove it]")

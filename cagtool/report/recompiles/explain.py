@@ -2212,13 +2212,16 @@ def _with_grad_mode(guard: str) -> list[str]:
 _EVALUATION_FUNCTION = re.compile(r"^(?:validation|test|predict|val)_step$|^(?:evaluate|evaluation|validate|eval)\w*$")
 
 
-def _grad_mode_skip(code: str, off: str) -> str:
+def _grad_mode_skip(code: str, off: str, training_call: bool = False) -> str:
     """The fix that skips an evaluation's compile: the call as the module before torch.compile, or,
     where the line calls the module itself (`self(x)` in its own method: its forward was replaced by
     a compiled function, which has no `_orig_mod`), the forward kept before compiling it. `off`: how
     the evaluation turns grad off ("" where the cause is not the grad mode). Its closing parenthesis
-    is the caller's."""
+    is the caller's. `training_call`: the line is training's call (the recompile was training's, after
+    an evaluation), whose arguments are not the evaluation's: the module alone is named."""
     call = uncompiled_call(code)
+    if training_call:
+        call = call.split("._orig_mod(", 1)[0] + "._orig_mod(...)"
     under = f" under {off}" if off else ""
     if call.startswith("self._orig_mod("):
         return ("To skip even that compile, evaluate uncompiled: this call is the module calling itself (`self(...)`), whose "
@@ -2286,12 +2289,12 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
     if kind == GUARD_GRAD_MODE:
         return ["Nothing to fix: the training graph and the evaluation graph are both cached after their first call."
                 if once else "Keep the grad mode of each call site fixed: every grad mode gets its own graph.",
-                _grad_mode_skip(code, grad_off_words(facts))
+                _grad_mode_skip(code, grad_off_words(facts), training_call=facts.get("grad_mode_after") is True)
                 + (", at the evaluation's call: the recompiling call named here is training's)." if facts.get("grad_mode_after") is True else ").")]
     if facts.get("train_eval"):
         return ["Nothing to fix: the train-mode graph and the eval-mode graph are both cached after their first call."
                 if once else "Keep each compiled call in one mode: every train/eval mode gets its own graph.",
-                _grad_mode_skip(code, "")
+                _grad_mode_skip(code, "", training_call=facts["train_eval"][2])
                 + ("; `.eval()` and `.train()` on either switch the same modules, at the evaluation's call: the recompiling call "
                    "named here is training's)." if facts["train_eval"][2] else "; `.eval()` and `.train()` on either switch the same modules).")]
     if kind == GUARD_GLOBAL_STATE:
@@ -2448,6 +2451,17 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
             variable = _tensor_variable(size[0], code)
             mark = (f"torch._dynamo.maybe_mark_dynamic({variable}, {size[1]})" if variable is not None
                     else f"torch._dynamo.maybe_mark_dynamic(tensor, {size[1]}) on {_tensor_words(size[0])}")
+            if not fixes and size[2] in (0, 1):
+                # torch 2.13, checked by hand (a generation loop from a length of 1): maybe_mark_dynamic,
+                # mark_dynamic or TORCH_COMPILE_DYNAMIC_SOURCES each leave the recompile at length 2;
+                # backed_size_oblivious with maybe_mark_dynamic compiles one graph for every length.
+                fixes = [f"{'Nothing to fix: the' if once else 'The'} first call's size {size[2]} (dim {size[1]}) was compiled as a "
+                         f"constant: Dynamo always specialises a size of 0 or 1, even one marked dynamic, so maybe_mark_dynamic "
+                         "or TORCH_COMPILE_DYNAMIC_SOURCES leave this recompile. At it Dynamo compiles the dimension dynamic "
+                         "(automatic dynamic shapes), and later sizes reuse that graph.",
+                         "To skip even that recompile: torch.fx.experimental._config.backed_size_oblivious = True before the first "
+                         f"call, with {mark} before each call (a size of {size[2]} is then compiled as any size); or make the "
+                         f"first call with a size other than {size[2]}."]
             fixes = fixes or [f"{lead} the dimension dynamic before the call: "
                      f"{mark}, and the same on every other "
                      "input whose size the code ties to it (a batch's tokens and its mask): marked on one alone, a static "

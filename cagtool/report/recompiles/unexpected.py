@@ -44,7 +44,7 @@ FIXES = {
                       "torch.compile): no compile for the evaluation. Or accept one cached graph per mode: it costs one "
                       "recompile, then both are cached (a second torch.compile of the same model recompiles all the same: "
                       "it shares the first one's cache)",
-    CAUSE_GRAD_MODE: "evaluate with the uncompiled module (`{call}`, with grad off as now): no compile for "
+    CAUSE_GRAD_MODE: "evaluate with the uncompiled module (`{call}` at the evaluation's call, grad still off there): no compile for "
                      "the evaluation. Or accept it: the first evaluation costs one recompile, then both graphs are cached",
     CAUSE_REENTRANT_CHECKPOINT: "checkpoint(..., use_reentrant=False): its forward runs with grad enabled, as its "
                                 "recompute does, so the compiled function is not compiled twice "
@@ -115,7 +115,12 @@ def fix_text(cause: UnexpectedCause) -> str:
     """The fix of a cause, naming the call made in the new state as the module before torch.compile
     (`cmodel._orig_mod(xv)`) where the line holds one."""
     code = cause.changed_at.code if cause.changed_at is not None and cause.how == "called in the new state" else ""
-    return FIXES[cause.cause].replace("{call}", uncompiled_call(code))
+    call = uncompiled_call(code)
+    # The call made in the new state is the evaluation's only where the state went to eval (a
+    # `training == True` guard failed); the grad mode's reason says neither way: the module alone.
+    if not (cause.cause == CAUSE_TRAIN_EVAL and cause.detail.endswith("== True failed")):
+        call = call.split("._orig_mod(", 1)[0] + "._orig_mod(...)"
+    return FIXES[cause.cause].replace("{call}", call)
 
 
 SHORT = {CAUSE_NUM_THREADS: "thread count", CAUSE_TRAIN_EVAL: "train/eval", CAUSE_GRAD_MODE: "grad mode",

@@ -477,6 +477,30 @@ def compiled_inference_mode(guards: str) -> bool | None:
     return not any("Autograd" in k for k in keys)
 
 
+# A tensor guard's dispatch keys that failed (`tensor 'args[0]' dispatch key set mismatch. expected
+# DispatchKeySet(CPU, BackendSelect, ADInplaceOrView, AutogradCPU), actual DispatchKeySet(CPU,
+# BackendSelect)`): the keys hold the thread's local exclude set, so torch.inference_mode() drops
+# the autograd keys (see _TENSOR_KEYS above).
+_DISPATCH_KEYS_GUARD = re.compile(r"dispatch key set mismatch\. expected DispatchKeySet\((?P<expected>[^)]*)\), actual DispatchKeySet\((?P<actual>[^)]*)\)")
+
+
+def inference_mode_switch(text: str) -> bool | None:
+    """Of a failed guard on a tensor's dispatch keys: True where the call dropped every autograd key
+    the cached entry had (it ran under torch.inference_mode(), or was given an inference tensor),
+    False where it gained them (out of inference mode after a call in it); None for any other
+    guard, or keys that differ otherwise (another device)."""
+    match = _DISPATCH_KEYS_GUARD.search(text)
+    if match is None:
+        return None
+    def autograd(keys: str) -> bool:
+        return "Autograd" in keys
+    def rest(keys: str) -> set[str]:
+        return {k.strip() for k in keys.split(",") if k.strip() and "Autograd" not in k and k.strip() != "ADInplaceOrView"}
+    if rest(match["expected"]) != rest(match["actual"]) or autograd(match["expected"]) == autograd(match["actual"]):
+        return None
+    return autograd(match["expected"])
+
+
 # A guard on a module's train/eval flag, as torch prints it failing (`fn._modules['1'].training ==
 # True`, `self.training == False`, `L['self'].encoder.training == True`): the module's path, and the
 # value the failed entry was compiled for.

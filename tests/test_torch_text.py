@@ -337,6 +337,20 @@ def test_an_evaluations_compile_says_inference_mode_or_no_grad_by_its_tensor_gua
     assert tt.compiled_inference_mode(state % "false") is None  # no tensor guard: not known
 
 
+def test_a_dispatch_key_guard_that_lost_or_gained_the_autograd_keys_is_an_inference_mode_switch():
+    """torch 2.13's reason when a call under torch.inference_mode() meets an entry compiled under
+    no_grad (tests/scripts/no_grad_then_inference.py's record), the other way round, and another
+    device's keys (no switch)."""
+    into = ("tensor 'args[0]' dispatch key set mismatch. expected DispatchKeySet(CPU, BackendSelect, ADInplaceOrView, "
+            "AutogradCPU), actual DispatchKeySet(CPU, BackendSelect)")
+    out = ("tensor 'args[0]' dispatch key set mismatch. expected DispatchKeySet(CPU, BackendSelect), actual "
+           "DispatchKeySet(CPU, BackendSelect, ADInplaceOrView, AutogradCPU)")
+    device = ("tensor 'x' dispatch key set mismatch. expected DispatchKeySet(CPU, BackendSelect, ADInplaceOrView, AutogradCPU), "
+              "actual DispatchKeySet(CUDA, BackendSelect, ADInplaceOrView, AutogradCUDA)")
+    assert tt.inference_mode_switch(into) is True and tt.inference_mode_switch(out) is False
+    assert tt.inference_mode_switch(device) is None and tt.inference_mode_switch("x == 1") is None
+
+
 def test_a_modules_train_eval_guard_names_the_submodule_as_named_modules_does():
     assert tt.training_guard("fn._modules['1'].training == True") == ("fn._modules['1']", True)
     assert tt.training_guard("self.training == False  # if self.training:  # m.py:3") == ("self", False)

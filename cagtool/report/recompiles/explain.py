@@ -66,6 +66,7 @@ from cagtool.torch_text import (
     reason_compile_id,
     size_guard,
     source_prefixes,
+    inference_mode_switch,
     submodule_name,
     training_guard,
     tree_source,
@@ -589,6 +590,9 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # Every failing guard is on a module's train/eval flag (`fn._modules['1'].training == True`):
         # (the module's name under the compiled module, its class, whether it is training now).
         "train_eval": _train_eval(known, _value_changes(table, cause)),
+        # Every failing guard is a tensor's dispatch keys losing (True) or gaining (False) the autograd
+        # keys: a call under torch.inference_mode() after calls outside it, or the other way.
+        "inference_switch": switches.pop() if known and len(switches := {inference_mode_switch(g) for g in known}) == 1 else None,
         "state_change": changed.detail if changed is not None else "",
         **_stability(table, cause),
     }
@@ -1685,6 +1689,9 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
         return f"the length of {container} changed{where}"
     if facts.get("train_eval"):
         return train_eval_label(facts["train_eval"])
+    if facts.get("inference_switch") is not None:
+        return ("a call under torch.inference_mode() after calls outside it (its tensors carry no autograd keys)" if facts["inference_switch"]
+                else "a call outside torch.inference_mode() after calls under it (its tensors carry autograd keys again)")
     if kind == GUARD_VALUE:
         return f"a Python value changed (`{guard}`)"
     if kind == GUARD_NONE:
@@ -1984,6 +1991,15 @@ def _guard_why(facts: dict[str, Any], code: str, on_ca: bool = False) -> list[st
                 f"compile was for: {compiles}. So this is another compiled module called for the first time, not one "
                 f"module's input changing; {named}. Each such module is one more compile of the shared frame, and all of "
                 "them count against its one recompile limit (torch._dynamo.config.recompile_limit)."]
+    if facts.get("inference_switch") is not None:
+        went = ("The compiled code ran under torch.inference_mode() (as Lightning's validate(), test() and predict() do, and "
+                "an evaluation in a function decorated with it), or was given a tensor made under it, after running outside it "
+                "(training, or an evaluation under torch.no_grad(), as Lightning's validation inside fit() runs)"
+                if facts["inference_switch"] else
+                "The compiled code ran outside torch.inference_mode() after running under it (an evaluation under it first)")
+        return [f"{went}: Dynamo guards each tensor's dispatch keys, which inference mode strips of the autograd keys, so it "
+                "compiled another graph. It is not a dtype or device change. Each keeps its own cached graph: one compile, not "
+                "one per evaluation."]
     if facts.get("train_eval"):
         train_eval = facts["train_eval"]
         module = _module_words(train_eval)
@@ -2291,6 +2307,12 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                 if once else "Keep the grad mode of each call site fixed: every grad mode gets its own graph.",
                 _grad_mode_skip(code, grad_off_words(facts), training_call=facts.get("grad_mode_after") is True)
                 + (", at the evaluation's call: the recompiling call named here is training's)." if facts.get("grad_mode_after") is True else ").")]
+    if facts.get("inference_switch") is not None:
+        return ["Nothing to fix: the graph for inference mode and the other are both cached after their first call."
+                if once else "Keep each compiled call in or out of torch.inference_mode() for good: each gets its own graph.",
+                "To save that compile, evaluate under one context everywhere: torch.no_grad() for every evaluation (Lightning: "
+                "Trainer(inference_mode=False), so that validate() and test() run under no_grad as the validation in fit() does), "
+                "or torch.inference_mode() for every one."]
     if facts.get("train_eval"):
         return ["Nothing to fix: the train-mode graph and the eval-mode graph are both cached after their first call."
                 if once else "Keep each compiled call in one mode: every train/eval mode gets its own graph.",
@@ -2729,6 +2751,9 @@ def _ended_with_it(cause: Cause) -> str:
     if kind == GUARD_GRAD_MODE and step > last and facts.get("grad_mode_after") is False:
         return (f"It came after the run's last step ({last}): an evaluation after training, compiled once; both grad modes' "
                 "graphs are cached from then on.")
+    if facts.get("inference_switch") and step > last:
+        return (f"It came after the run's last step ({last}): an evaluation under inference mode after training, compiled "
+                "once; both graphs are cached from then on.")
     return ""
 
 

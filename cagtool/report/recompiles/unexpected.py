@@ -16,13 +16,14 @@ from cagtool.record.loader import ModeRecord
 from cagtool.record.schema import CHECKPOINT_REENTRANT, PHASE_CHECKPOINT_RECOMPUTE, DynamoRecompileEvent, FindingEvent, SourceRef
 from cagtool.report.recompiles.calls import uncompiled_call
 from cagtool.report.recompiles.reads import forward_step, format_source
-from cagtool.torch_text import call_guard
+from cagtool.torch_text import call_guard, inference_mode_switch
 
 FINDING_NUM_THREADS = "num_threads_changed"  # capture/observe/global_state.py's code
 
 CAUSE_NUM_THREADS = "num_threads"
 CAUSE_TRAIN_EVAL = "train_eval"
 CAUSE_GRAD_MODE = "grad_mode"
+CAUSE_INFERENCE_MODE = "inference_mode"
 CAUSE_REENTRANT_CHECKPOINT = "reentrant_checkpoint"
 
 _TRAINING_GUARD = re.compile(r"(?P<module>\S*)\.training == (?P<value>True|False)")
@@ -32,6 +33,8 @@ WORDS = {
     CAUSE_TRAIN_EVAL: "a module switched between train() and eval() around the compiled call",
     CAUSE_GRAD_MODE: "grad mode changed around the compiled call (training, and an evaluation under torch.no_grad or "
                      "torch.inference_mode, call the same compiled code)",
+    CAUSE_INFERENCE_MODE: "a call under torch.inference_mode() and calls outside it reach the same compiled code "
+                          "(its tensors carry no autograd keys there)",
     CAUSE_REENTRANT_CHECKPOINT: "a reentrant checkpoint re-ran its compiled forward in the backward with grad enabled, "
                                 "after running it under no_grad in the forward",
 }
@@ -46,6 +49,9 @@ FIXES = {
                       "it shares the first one's cache)",
     CAUSE_GRAD_MODE: "evaluate with the uncompiled module (`{call}` at the evaluation's call, grad still off there): no compile for "
                      "the evaluation. Or accept it: the first evaluation costs one recompile, then both graphs are cached",
+    CAUSE_INFERENCE_MODE: "evaluate under one context everywhere (torch.no_grad() for every evaluation, or "
+                          "torch.inference_mode() for every one; Lightning: Trainer(inference_mode=False)). Or accept it: one "
+                          "recompile, then both graphs are cached",
     CAUSE_REENTRANT_CHECKPOINT: "checkpoint(..., use_reentrant=False): its forward runs with grad enabled, as its "
                                 "recompute does, so the compiled function is not compiled twice "
                                 "(`cagtool checkpointing` verifies it on your job)",
@@ -80,6 +86,9 @@ def _classify(guard: str) -> tuple[str, str] | None:
     match = _TRAINING_GUARD.search(guard)
     if match:
         return CAUSE_TRAIN_EVAL, f"guard {match.group(0)} failed"
+    switch = inference_mode_switch(guard)
+    if switch is not None:
+        return CAUSE_INFERENCE_MODE, "into inference mode" if switch else "out of inference mode"
     return None
 
 
@@ -124,6 +133,7 @@ def fix_text(cause: UnexpectedCause) -> str:
 
 
 SHORT = {CAUSE_NUM_THREADS: "thread count", CAUSE_TRAIN_EVAL: "train/eval", CAUSE_GRAD_MODE: "grad mode",
+         CAUSE_INFERENCE_MODE: "inference mode",
          CAUSE_REENTRANT_CHECKPOINT: "reentrant checkpoint"}
 
 

@@ -170,6 +170,26 @@ def test_a_length_growing_from_one_is_not_told_to_be_marked_dynamic(record_run):
     assert "[cagtool: every size recompile of this mode was from a first size of 0 or 1, which Dynamo specialises" in text
 
 
+def test_an_evaluation_under_inference_mode_after_one_under_no_grad_is_no_dtype_or_device_change(record_run):
+    """tests/scripts/no_grad_then_inference.py (Lightning's fit() validating under no_grad, then
+    test() under inference_mode): the last evaluation recompiles on a tensor's dispatch keys, which
+    inference mode strips of the autograd keys. It is named as inference mode, with the fix of one
+    context for every evaluation, not "a tensor's dtype or device changed" and "pass tensors of one
+    dtype and device"."""
+    script = "../tests/scripts/no_grad_then_inference.py"
+    explanation, cwd = _explained(record_run, script)
+    switch = next(c for c in explanation.causes if c.facts.get("inference_switch") is not None)
+    assert switch.facts["inference_switch"] is True and "dispatch key set mismatch" in switch.facts["guard"]
+    words = cause_words(switch, cwd)
+    assert words.title.startswith("Dynamo recompiled forward frame 0: a call under torch.inference_mode() after calls outside it")
+    assert "It is not a dtype or device change" in " ".join(words.why) and "dtype" not in words.title
+    fixes = " ".join(words.fix)
+    assert "evaluate under one context everywhere: torch.no_grad() for every evaluation" in fixes
+    assert "Pass tensors of one dtype and device" not in fixes
+    text = " ".join(cagtool_in_process("recompiles", str(record_run(script).path), "--explain").stdout.split())
+    assert "Fix (inference mode): evaluate under one context everywhere" in text
+
+
 def test_an_evaluation_before_training_is_said_the_other_way_round(record_run):
     """The same loop evaluating first (nanoGPT's estimate_loss at its first step): the first compile
     is the evaluation's, and the training call is the one that recompiles on the grad mode. torch's

@@ -352,11 +352,33 @@ def call_guard(guards: list[str]) -> str:
     sequence: the size, not the grad mode; torch 2.13's recompiles log). Else the first."""
     if not guards:
         return ""
-    if guard_kind(guards[0]) in (GUARD_GRAD_MODE, GUARD_GLOBAL_STATE):
-        other = next((g for g in guards[1:] if guard_kind(g) not in (GUARD_GRAD_MODE, GUARD_GLOBAL_STATE)), None)
+    if tells_entries_apart(guards[0]):
+        other = next((g for g in guards[1:] if not tells_entries_apart(g)), None)
         if other is not None:
             return other
     return guards[0]
+
+
+def tells_entries_apart(guard: str) -> bool:
+    """A failure that says the entry was made for another form of the call, whatever else differs:
+    another grad mode or global state, or an optional argument given as None where the entry had a
+    tensor, or the other way (`none_variant`). Where another entry fails on something else, that
+    entry is of the call's own form (an attention mask given, then a dropout's p changed: the
+    entry made without the mask fails on the mask, the one made with it on p)."""
+    return guard_kind(guard) in (GUARD_GRAD_MODE, GUARD_GLOBAL_STATE) or none_variant(guard) is not None
+
+
+def none_variant(text: str) -> str | None:
+    """The argument of a failed guard that tells a call passing it as None from one passing a
+    tensor: `attention_mask is None` (the entry was made with None, a tensor came) or `expected type
+    of 'attention_mask' to be a tensor type, but found <class 'NoneType'>` (the other way). Only a
+    plain name, the compiled frame's own argument (an attribute that was None is a value set later,
+    GUARD_NONE's words); None for any other guard."""
+    name = none_guard(text)
+    if name is None:
+        typed = tensor_type_guard(text)
+        name = typed[0] if typed is not None and typed[1] == "NoneType" else None
+    return name if name is not None and re.fullmatch(r"[A-Za-z_]\w*", name) else None
 
 
 # Dynamo's guard on the code of a hook a compiled-autograd graph calls (the graph's `hooks` input):

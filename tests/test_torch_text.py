@@ -351,6 +351,19 @@ def test_a_dispatch_key_guard_that_lost_or_gained_the_autograd_keys_is_an_infere
     assert tt.inference_mode_switch(device) is None and tt.inference_mode_switch("x == 1") is None
 
 
+def test_the_calls_own_guard_passes_over_an_entry_made_with_an_optional_argument_none_or_a_tensor():
+    """torch 2.13's reasons of one recompile (tests/scripts/optional_mask.py's record): the entry
+    made without the mask fails on it, the one made with it on the dropout's p; the call's own is p.
+    An attribute that was None is a value set later, not an optional argument."""
+    is_none = "attention_mask is None"
+    typed = "expected type of 'attention_mask' to be a tensor type, ' but found <class 'NoneType'>"
+    p = "self._modules['drop'].p == 0.1"
+    assert tt.none_variant(is_none) == tt.none_variant(typed) == "attention_mask"
+    assert tt.none_variant("self.config.problem_type is None") is None and tt.none_variant(p) is None
+    assert tt.call_guard([is_none, p]) == p and tt.call_guard([typed, p, typed]) == p
+    assert tt.call_guard([is_none]) == is_none  # no entry of the call's form: the argument is the change
+
+
 def test_a_modules_train_eval_guard_names_the_submodule_as_named_modules_does():
     assert tt.training_guard("fn._modules['1'].training == True") == ("fn._modules['1']", True)
     assert tt.training_guard("self.training == False  # if self.training:  # m.py:3") == ("self", False)

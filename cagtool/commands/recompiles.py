@@ -127,7 +127,7 @@ def _run_recompiles(options: RecompilesOptions, out: IO[str] | None, err: IO[str
             from cagtool.torch_text import pgo_shown
 
             if (said := pgo_suggestion(record, table.name)) is not None:
-                print_wrapped(console, f"Torch's own words (its PGO, mode {table.name}): {pgo_shown(said, table.name)}" + pgo_scope(explanation))
+                print_wrapped(console, f"Torch's own words (its PGO, mode {table.name}): {pgo_shown(said, table.name)}" + pgo_scope(explanation, said))
     else:
         RecompilesTableRenderer(console).render(tables, run_label)
     if verification is not None:
@@ -231,12 +231,21 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
                   cause_keys={c.number: cause_key(c) for c in explanation.causes})
 
 
-def pgo_scope(explanation: "Explanation") -> str:
+def pgo_scope(explanation: "Explanation", said: str = "") -> str:
     """What torch's PGO line can remove, where it cannot: its profile marks every size that changed
     between two compiles of a frame, also across a recompile for another cause (an evaluation under
     no_grad with a larger batch), which starting those sizes dynamic would not remove."""
+    import re
+
     from cagtool.report.recompiles.explain import size_recompiles
-    from cagtool.torch_text import size_guard
+    from cagtool.torch_text import size_guard, tree_source
+
+    # A source torch lists that a value recompile above is on (a dropout's `p` changed): its profile
+    # marks a Python number too, and starting it dynamic is another matter than a size.
+    listed = re.search(r'TORCH_COMPILE_DYNAMIC_SOURCES="([^"]*)"', said)
+    values = {tree_source(c.source) for cause in explanation.causes for c in cause.facts.get("value_changes") or ()}
+    if listed and any(source in values for source in listed.group(1).split(",")):
+        return ""
 
     if size_recompiles(explanation) and explanation.total:
         sizes = [size_guard(guard) for cause in explanation.causes for _, guard in cause.facts.get("failures") or ()

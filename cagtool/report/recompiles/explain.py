@@ -67,7 +67,9 @@ from cagtool.torch_text import (
     size_guard,
     source_prefixes,
     inference_mode_switch,
+    none_variant,
     submodule_name,
+    tells_entries_apart,
     training_guard,
     tree_source,
     tensor_type_guard,
@@ -592,6 +594,9 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "train_eval": _train_eval(known, _value_changes(table, cause)),
         # Every failing guard is a tensor's dispatch keys losing (True) or gaining (False) the autograd
         # keys: a call under torch.inference_mode() after calls outside it, or the other way.
+        # Every failing guard tells a call passing the frame's argument as None from one passing a
+        # tensor (torch_text.none_variant): that argument's name.
+        "optional_argument": names.pop() if known and len(names := {none_variant(g) for g in known}) == 1 and None not in names else None,
         "inference_switch": switches.pop() if known and len(switches := {inference_mode_switch(g) for g in known}) == 1 else None,
         "state_change": changed.detail if changed is not None else "",
         **_stability(table, cause),
@@ -1689,6 +1694,8 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
         return f"the length of {container} changed{where}"
     if facts.get("train_eval"):
         return train_eval_label(facts["train_eval"])
+    if facts.get("optional_argument"):
+        return f"`{facts['optional_argument']}` is passed as None in some calls and as a tensor in others (an optional argument)"
     if facts.get("inference_switch") is not None:
         return ("a call under torch.inference_mode() after calls outside it (its tensors carry no autograd keys)" if facts["inference_switch"]
                 else "a call outside torch.inference_mode() after calls under it (its tensors carry autograd keys again)")
@@ -1991,6 +1998,11 @@ def _guard_why(facts: dict[str, Any], code: str, on_ca: bool = False) -> list[st
                 f"compile was for: {compiles}. So this is another compiled module called for the first time, not one "
                 f"module's input changing; {named}. Each such module is one more compile of the shared frame, and all of "
                 "them count against its one recompile limit (torch._dynamo.config.recompile_limit)."]
+    if facts.get("optional_argument"):
+        name = facts["optional_argument"]
+        return [f"The compiled function is given `{name}` as a tensor in some calls and as None in others (an optional "
+                f"argument: its code takes another path without it), and Dynamo compiles a graph for each form: the entry made "
+                "for one fails on the other. Each form is compiled once and cached; it is not a value that keeps changing."]
     if facts.get("inference_switch") is not None:
         went = ("The compiled code ran under torch.inference_mode() (as Lightning's validate(), test() and predict() do, and "
                 "an evaluation in a function decorated with it), or was given a tensor made under it, after running outside it "
@@ -2307,6 +2319,12 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                 if once else "Keep the grad mode of each call site fixed: every grad mode gets its own graph.",
                 _grad_mode_skip(code, grad_off_words(facts), training_call=facts.get("grad_mode_after") is True)
                 + (", at the evaluation's call: the recompiling call named here is training's)." if facts.get("grad_mode_after") is True else ").")]
+    if facts.get("optional_argument"):
+        name = facts["optional_argument"]
+        same = (f"pass `{name}` the same way in every call: always a tensor (for a mask, one of ones where nothing is masked), "
+                "or never")
+        return ([f"Nothing to fix: each form of the call (`{name}` None, `{name}` a tensor) is compiled once and cached.",
+                 f"To compile one graph, {same}."] if once or facts.get("stabilised") else [f"To compile one graph, {same}."])
     if facts.get("inference_switch") is not None:
         return ["Nothing to fix: the graph for inference mode and the other are both cached after their first call."
                 if once else "Keep each compiled call in or out of torch.inference_mode() for good: each gets its own graph.",
@@ -3138,10 +3156,11 @@ def own_guard(row: RecompileRow) -> str:
     optimizer fails on that optimizer's identity, so the first failure that is not one is this
     optimizer's own (its state filled by its first step()). "" when every entry is another
     optimizer's: this optimizer's first step(). An entry made for another grad mode fails on it
-    first: the call's own failure is another entry's (torch_text.call_guard). Elsewhere, torch's
+    first, one made with an optional argument None (or a tensor) on it: the call's own failure is
+    another entry's (torch_text.call_guard). Elsewhere, torch's
     first failing guard."""
     guards = [guard_text(m) for m in row.messages]
-    if guards and guard_kind(guards[0]) in (GUARD_GRAD_MODE, GUARD_GLOBAL_STATE):
+    if guards and tells_entries_apart(guards[0]):
         return call_guard(guards)
     if not row.optimizer_frame or not guards or not _OPTIMIZER_IDENTITY.search(guards[0]):
         return guards[0] if guards else ""

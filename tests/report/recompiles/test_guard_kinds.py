@@ -190,6 +190,26 @@ def test_an_evaluation_under_inference_mode_after_one_under_no_grad_is_no_dtype_
     assert "Fix (inference mode): evaluate under one context everywhere" in text
 
 
+def test_an_optional_argument_given_as_none_or_a_tensor_is_one_cause_and_a_value_changed_beside_it_another(record_run):
+    """tests/scripts/optional_mask.py: an attention mask given as a tensor or None, and a Dropout's p
+    raised once. torch lists every cache entry's failing guard; the entry made for the other form
+    of the call fails on the mask, whatever else changed, so each recompile's own guard is the entry
+    of its form's: one recompile for the optional argument (named so, nothing to fix: not "was None,
+    then set" with "set it before the first call", nor a "Tensor subclass (NoneType)"), two for p."""
+    script = "../tests/scripts/optional_mask.py"
+    explanation, cwd = _explained(record_run, script)
+    dynamo = [c for c in explanation.causes if c.code == CAUSE_DYNAMO_FRAME]
+    optional, value = dynamo
+    assert optional.facts["optional_argument"] == "attention_mask" and [r.compile_id for r in optional.rows] == ["0/1"]
+    assert [r.compile_id for r in value.rows] == ["0/2", "0/3"] and value.facts["guard"] == "self._modules['drop'].p == 0.1"
+    words = cause_words(optional, cwd)
+    assert words.title.endswith("`attention_mask` is passed as None in some calls and as a tensor in others (an optional argument) (1 recompile)")
+    assert words.fix[0].startswith("Nothing to fix: each form of the call") and "Set it before the first compiled call" not in " ".join(words.fix)
+    text = " ".join(cagtool_in_process("recompiles", str(record_run(script).path), "--explain").stdout.split())
+    assert "NoneType" not in text and "Tensor subclass" not in text
+    assert "would not remove it" not in text  # torch's PGO line names p, which the value cause is on
+
+
 def test_an_evaluation_before_training_is_said_the_other_way_round(record_run):
     """The same loop evaluating first (nanoGPT's estimate_loss at its first step): the first compile
     is the evaluation's, and the training call is the one that recompiles on the grad mode. torch's

@@ -364,6 +364,10 @@ def mode_summary_json(record: ModeRecord, whole: ModeRecord | None = None, rank:
             for m in misses
         ],
         "unique_graphs": metrics.unique_graphs,
+        # What makes torch's count where the forward and backward counts do not (a compiled-autograd
+        # graph's code split by graph breaks, or recompiled): {part: graphs}, summing to the total
+        # (figures/metrics.py DynamoGraphCount.parts); None where they do.
+        "unique_graphs_parts": dict(counted.parts()) if (counted := dynamo_graph_count(metrics)) is not None else None,
         "forward_graphs": metrics.forward_graphs,
         # DDP's all-reduce hook compiled by Dynamo in an eager backward (not forward graphs)
         "ddp_hook_graphs": metrics.ddp_hook_graphs,

@@ -6,6 +6,7 @@ graph, 2 backward graphs" named a few of them."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -35,6 +36,13 @@ def test_the_summary_states_torchs_graph_count_and_parts_that_make_it(checkpoint
     assert any(p.endswith("pieces of that code split off by graph breaks") for p in parts), line
     assert sum(int(p.split()[0]) for p in parts) == torch_count, line  # every graph torch counted, attributed
     assert "forward graph," not in line and "backward graphs," not in line, line
+    # the same parts in the JSON a CI reads, summing to torch's count
+    code, out, err = cli_in_process("summary", str(checkpoint_pieces_run), "--format", "json")
+    assert code == 0, err
+    mode = json.loads(out)["modes"]["ca"]
+    parts = mode["unique_graphs_parts"]
+    assert mode["unique_graphs"] == torch_count and sum(parts.values()) == torch_count, parts
+    assert parts["forward"] == m.forward_graphs and parts["ca"] == m.ca_graphs and parts["ca_pieces"] > 0, parts
 
 
 @pytest.mark.slow
@@ -58,5 +66,7 @@ def test_a_job_without_pieces_reads_as_before(graph_breaks):
     assert code == 0, err
     lines = [line for line in text.splitlines() if "Dynamo:" in line]
     assert lines and all(re.match(r"\s+Dynamo: \d+ forward graphs?, \d+ backward graphs?, \d+ graph break", line) for line in lines), lines
+    code, out, err = cli_in_process("summary", str(graph_breaks), "--format", "json")
+    assert code == 0 and all(m["unique_graphs_parts"] is None for m in json.loads(out)["modes"].values()), out[:2000]
     assert "unique_graphs" not in text
     assert all(r[0] != "Dynamo graphs (torch)" for r in mode_grid(compare_modes(record)).rows)

@@ -1644,8 +1644,8 @@ def _module_words(train_eval: tuple[str, str, bool]) -> str:
 
 def train_eval_label(train_eval: tuple[str, str, bool]) -> str:
     if train_eval[2]:
-        return f"{_module_words(train_eval)} was switched back to train(), as training after an evaluation"
-    return f"{_module_words(train_eval)} was switched to eval(), as in an evaluation"
+        return f"{_module_words(train_eval)} was switched back to train()"
+    return f"{_module_words(train_eval)} was switched to eval()"
 
 
 def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
@@ -2017,8 +2017,8 @@ def _guard_why(facts: dict[str, Any], code: str, on_ca: bool = False) -> list[st
         module = _module_words(train_eval)
         went = (f"{module[0].upper()}{module[1:]} was switched back to train() (`.train()`) after the compiled code was "
                 "compiled with it in eval mode (an evaluation before training)" if train_eval[2] else
-                f"{module[0].upper()}{module[1:]} was switched to eval() (`.eval()`, as an evaluation does) after the compiled "
-                "code was compiled with it training")
+                f"{module[0].upper()}{module[1:]} was switched to eval() (`.eval()`, as an evaluation does, or as a fine-tuning "
+                "that freezes a BatchNorm's statistics does) after the compiled code was compiled with it training")
         return [f"{went}: modules such as Dropout and BatchNorm compute differently in each mode, so Dynamo guards on the "
                 "`training` flag of each module the forward runs, and compiled a second graph for the other mode. Each "
                 "mode keeps its own cached graph: one compile per mode, not one per evaluation."]
@@ -2331,6 +2331,13 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                 "To save that compile, evaluate under one context everywhere: torch.no_grad() for every evaluation (Lightning: "
                 "Trainer(inference_mode=False), so that validate() and test() run under no_grad as the validation in fit() does), "
                 "or torch.inference_mode() for every one."]
+    if facts.get("train_eval") and facts.get("backward_through") and not facts["train_eval"][2]:
+        # A backward ran through the eval-mode graph: the module was frozen for training, not evaluated.
+        return ["Nothing to fix: the train-mode graph and the eval-mode graph are both cached after their first call."
+                if once else "Keep each compiled call in one mode: every train/eval mode gets its own graph.",
+                "A backward ran through the graph of the module in eval mode: it was switched for training (a BatchNorm's "
+                "statistics frozen for a fine-tuning), not for an evaluation. To save that compile, switch it before the first "
+                "compiled call (and again after each `.train()` of the model): every step then runs in one mode."]
     if facts.get("train_eval"):
         return ["Nothing to fix: the train-mode graph and the eval-mode graph are both cached after their first call."
                 if once else "Keep each compiled call in one mode: every train/eval mode gets its own graph.",
@@ -3230,6 +3237,9 @@ def group_causes(table: RecompileTable) -> list[Cause]:
             # What the root's guard was on decides what the follower's fix is.
             cause.facts["root_kind"] = by_number[cause.caused_by].facts.get("kind", "")
             cause.facts["root_code"] = by_number[cause.caused_by].code
+            if cause.rows and cause.rows[0].source == SOURCE_CA:
+                # A backward ran through the recompiled forward's graph: the call in the new state trained.
+                by_number[cause.caused_by].facts["backward_through"] = True
             cause.facts["root_inputs"] = by_number[cause.caused_by].facts.get("requires_grad_inputs", [])
             if cause.facts["root_kind"] == GUARD_REQUIRES_GRAD:
                 cause.facts["root_ways"] = requires_grad_ways(by_number[cause.caused_by].facts)

@@ -43,8 +43,9 @@ FIXES = {
                        "each new count is a new compile of every compiled frame, out of its recompile_limit)",
     # torch 2.13, checked by hand: a second torch.compile of the same model shares its code's cache, and its
     # eval call recompiles frame 0 all the same; the module torch.compile wrapped (`_orig_mod`) compiles nothing.
-    CAUSE_TRAIN_EVAL: "evaluate with the uncompiled module (`{call}`, or the model you passed to "
-                      "torch.compile): no compile for the evaluation. Or accept one cached graph per mode: it costs one "
+    CAUSE_TRAIN_EVAL: "for an evaluation, evaluate with the uncompiled module (`{call}`, or the model you passed to "
+                      "torch.compile): no compile for it; for a module frozen in training (a BatchNorm's statistics), switch it "
+                      "before the first compiled call. Or accept one cached graph per mode: it costs one "
                       "recompile, then both are cached (a second torch.compile of the same model recompiles all the same: "
                       "it shares the first one's cache)",
     CAUSE_GRAD_MODE: "evaluate with the uncompiled module (`{call}` at the evaluation's call, grad still off there): no compile for "

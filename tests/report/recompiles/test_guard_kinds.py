@@ -137,7 +137,7 @@ def test_an_eval_switch_with_grad_on_and_an_inference_mode_evaluation_are_named_
     (train_eval, title_te, why_te, fix_te), (grad_mode, title_gm, why_gm, fix_gm) = [
         (c, *words) for c, words in zip(explanation.causes, _all_words(explanation, cwd))]
     assert train_eval.facts["train_eval"] == ("1", "Dropout", False) and train_eval.facts["guard"] == "fn._modules['1'].training == True"
-    assert title_te.startswith("Dynamo recompiled forward frame 0: submodule `1` (a Dropout) was switched to eval(), as in an evaluation")
+    assert title_te.startswith("Dynamo recompiled forward frame 0: submodule `1` (a Dropout) was switched to eval() (1 recompile)")
     assert "guards on the `training` flag of each module the forward runs" in why_te and "Python value" not in title_te
     assert fix_te.startswith("Nothing to fix") and "`cmodel._orig_mod(x)`" in fix_te
     assert grad_mode.facts["kind"] == GUARD_GRAD_MODE and grad_mode.facts["inference_mode"] is True
@@ -145,7 +145,7 @@ def test_an_eval_switch_with_grad_on_and_an_inference_mode_evaluation_are_named_
     assert "grad mode off (torch.inference_mode(), as an evaluation does)" in why_gm
     assert "`cmodel._orig_mod(held_out)` under torch.inference_mode()" in fix_gm
     text = " ".join(cagtool_in_process("recompiles", str(run.path), "--explain").stdout.split())
-    assert "Fix (train/eval): evaluate with the uncompiled module (`cmodel._orig_mod(x)`, or the model" in text
+    assert "Fix (train/eval): for an evaluation, evaluate with the uncompiled module (`cmodel._orig_mod(x)`, or the model" in text
     # the grad mode's reason says not which way it went: the module is named, not the line's arguments
     assert "Fix (grad mode): evaluate with the uncompiled module (`cmodel._orig_mod(...)` at the evaluation's call, grad still off there)" in text
     # eval_no_grad.py's evaluation under torch.no_grad() is read as no_grad from the same evidence
@@ -208,6 +208,21 @@ def test_an_optional_argument_given_as_none_or_a_tensor_is_one_cause_and_a_value
     text = " ".join(cagtool_in_process("recompiles", str(record_run(script).path), "--explain").stdout.split())
     assert "NoneType" not in text and "Tensor subclass" not in text
     assert "would not remove it" not in text  # torch's PGO line names p, which the value cause is on
+
+
+def test_a_batchnorm_frozen_for_training_is_not_told_to_evaluate_uncompiled(record_run):
+    """tests/scripts/bn_freeze.py: `model[1].eval()` freezes a BatchNorm's statistics and training
+    goes on; a backward runs through the eval-mode graph (compiled autograd captures it, the
+    follower of the switch). The fix is to switch it before the first compiled call, not "evaluate
+    with the module as it was before torch.compile"."""
+    explanation, cwd = _explained(record_run, "../tests/scripts/bn_freeze.py")
+    switch = next(c for c in explanation.causes if c.facts.get("train_eval"))
+    assert switch.facts["train_eval"] == ("1", "BatchNorm1d", False) and switch.facts.get("backward_through") is True
+    assert switch.consequences  # compiled autograd's capture of the eval-mode backward follows from it
+    words = cause_words(switch, cwd)
+    fixes = " ".join(words.fix)
+    assert words.title.endswith("submodule `1` (a BatchNorm1d) was switched to eval() (1 recompile)")
+    assert "switch it before the first compiled call" in fixes and "_orig_mod" not in fixes
 
 
 def test_an_evaluation_before_training_is_said_the_other_way_round(record_run):

@@ -55,6 +55,20 @@ def test_the_side_by_side_table_states_torchs_graph_count(checkpoint_pieces_run)
     assert "CA pieces by graph breaks" in row[1], row
 
 
+@pytest.mark.slow
+def test_the_before_after_table_states_torchs_graph_count_where_it_is_split(checkpoint_pieces_run, graph_breaks):
+    """`compare A B`: the row of torch's count, where a side's code was split into pieces (a change
+    in them is a change in what the job compiles), with its change; none where neither side's is."""
+    from cagtool.report.compare.analysis import compare_runs
+    from cagtool.report.compare.render import change_grid
+
+    m = mode_metrics(load_run(checkpoint_pieces_run).modes["ca"])
+    split = change_grid(compare_runs(load_run(checkpoint_pieces_run), load_run(checkpoint_pieces_run)))
+    assert [row[2:] for row in split.rows if row[1] == "Dynamo graphs (torch)"] == [[str(m.unique_graphs), str(m.unique_graphs), "="]]
+    plain = change_grid(compare_runs(load_run(graph_breaks), load_run(graph_breaks)))
+    assert not any(row[1] == "Dynamo graphs (torch)" for row in plain.rows)
+
+
 def test_a_job_without_pieces_reads_as_before(graph_breaks):
     """graph_breaks.py (breaks in the forward only): torch's count is the forward and backward
     graphs'; the line and the table read as they did, no row of torch's count."""

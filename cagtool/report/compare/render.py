@@ -406,6 +406,7 @@ def excluded_line(comparison: Comparison) -> str | None:
 _CHANGE_ROWS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("forward graphs", "forward_graphs", count),
     ("backward graphs", "backward_graphs", count),
+    ("Dynamo graphs (torch)", "unique_graphs", count),
     ("graph breaks", "graph_breaks", count),
     ("recompiles", "recompiles", count),
     ("compile time", "compile_time_s", seconds),
@@ -446,6 +447,8 @@ def change_grid(rc: RunComparison) -> Grid:
         for label, key, fmt in _CHANGE_ROWS:
             if label in _OPTIONAL_ROWS and fa.get(key) is None and fb.get(key) is None:
                 continue
+            if label in _WHEN_GRAPHS_SPLIT and not any(x.metrics and dynamo_graph_count(x.metrics) for x in (a, b)):
+                continue  # the forward and backward rows make torch's count on both sides
             if key == "steady_steps" and "steady_steps_per_process" in deltas:
                 # Each run's processes pooled, and the runs hold different numbers of them: each
                 # cell says how many, and the change is a process's (RunComparison.notes).

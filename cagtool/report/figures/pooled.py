@@ -440,6 +440,7 @@ NUMERIC_FIELDS = (
     "steps",
     "peak_rss_bytes",
     "peak_device_memory_bytes",
+    "unique_graphs",
 )
 
 

@@ -509,6 +509,7 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     # count's change, capture/observe/global_state.py): that line is the cause, not the compiled call.
     changed = next((u for u in table.unexpected if u.how == "changed" and u.changed_at is not None and u.compile_id in ids), None)
     resume = cause.rows[0].resume_of if all(r.resume_of == cause.rows[0].resume_of for r in cause.rows) else None
+    changes = _value_changes(table, cause)
     return {
         "failures": failures,
         "guard": known[0] if known else "",
@@ -579,7 +580,7 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "break_inside": table.nested_breaks.get((resume.file, resume.function or "")) if resume is not None
         and (resume.file, resume.line) not in table.break_reasons else None,
         # Per recompile, what the Python value a `== v` / `is None` guard is on was and became.
-        "value_changes": _value_changes(table, cause),
+        "value_changes": changes,
         # The user's line that called the recompiled code, where a value passed to it is changed.
         "caller": next((row.caller for row in cause.rows if row.caller is not None), None),
         "state_changed_at": changed.changed_at if changed is not None else None,
@@ -591,7 +592,7 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "inference_mode": flags.pop() if len(flags := {table.inference_modes.get(row.compile_id) for row in cause.rows}) == 1 else None,
         # Every failing guard is on a module's train/eval flag (`fn._modules['1'].training == True`):
         # (the module's name under the compiled module, its class, whether it is training now).
-        "train_eval": _train_eval(known, _value_changes(table, cause)),
+        "train_eval": _train_eval(known, changes),
         # Every failing guard is a tensor's dispatch keys losing (True) or gaining (False) the autograd
         # keys: a call under torch.inference_mode() after calls outside it, or the other way.
         # Every failing guard tells a call passing the frame's argument as None from one passing a

@@ -499,6 +499,23 @@ def compiled_inference_mode(guards: str) -> bool | None:
     return not any("Autograd" in k for k in keys)
 
 
+# A tensor's sizes in a compile's guard tree (`TENSOR_MATCH: check_tensor(L['args'][0], Tensor, ...,
+# size=[4, None], stride=[None, 1])`): `None` where the compile took that dimension dynamic (torch
+# 2.13 prints the sizes it guards on, None for a symbolic one).
+_TENSOR_SIZES = re.compile(r"TENSOR_MATCH: check_tensor\((?P<source>[^,\n]+), [^\n]*?size=\[(?P<size>[^\]]*)\]")
+
+
+def compiled_dynamic_dim(guards: str, source: str, dim: int) -> bool | None:
+    """Whether a compile took dim `dim` of the tensor `source` (as a size guard's reason names it:
+    `args[0]`) dynamic, from its guard tree; None when the tree guards no such tensor or dim."""
+    wanted = tree_source(source)
+    for match in _TENSOR_SIZES.finditer(guards):
+        if match["source"].strip() == wanted:
+            sizes = [s.strip() for s in match["size"].split(",")]
+            return sizes[dim] == "None" if dim < len(sizes) else None
+    return None
+
+
 # A tensor guard's dispatch keys that failed (`tensor 'args[0]' dispatch key set mismatch. expected
 # DispatchKeySet(CPU, BackendSelect, ADInplaceOrView, AutogradCPU), actual DispatchKeySet(CPU,
 # BackendSelect)`): the keys hold the thread's local exclude set, so torch.inference_mode() drops

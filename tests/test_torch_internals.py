@@ -617,6 +617,23 @@ def test_a_length_of_one_marked_dynamic_still_recompiles_at_two_until_backed_siz
         assert _unique_graphs(run) == 1
 
 
+def test_a_length_recompiled_dynamic_takes_every_later_length_but_one():
+    """Automatic dynamic shapes: the recompile on a changed length compiles it dynamic, and later
+    lengths reuse that graph; a length of 1 is specialised, so it recompiles once more (explain's
+    words on a size recompile at a run's end whose guard tree shows the length dynamic)."""
+    head = torch.nn.Linear(4, 7)
+    compiled = torch.compile(lambda ids: head(ids.float().unsqueeze(-1).expand(*ids.shape, 4)), backend="eager")
+
+    def lengths(*seen: int) -> Callable[[], None]:
+        def run() -> None:
+            for length in seen:
+                compiled(torch.zeros(4, length, dtype=torch.long))
+        return run
+
+    assert _unique_graphs(lengths(8, 12, 16, 20, 5)) == 2
+    assert _unique_graphs(lengths(8, 12, 16, 1)) == 3
+
+
 def test_a_guard_on_a_python_number_checks_its_type_and_an_attribute_set_before_the_first_call_is_not_a_recompile():
     """Two facts explain's words on a Python value rest on. A rate written `0` (an int), then
     `0.0` (a float), recompiles the compiled step although the two are equal: torch's guard on a

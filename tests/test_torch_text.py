@@ -441,3 +441,14 @@ def test_a_break_logged_again_when_dynamo_falls_back_to_eager_reads_as_the_break
     words = tt.graph_break_words(reason)
     assert (words.gb_type, words.gb_id) == ("Call to `torch._dynamo.graph_break()`", "GB0025")
     assert words.headline == "Call to `torch._dynamo.graph_break()`: User-inserted graph break. Message: None"
+
+
+def test_a_dimension_a_compile_took_dynamic_reads_none_in_its_tensor_guard():
+    """torch 2.13's guard tree after a recompile on a length (tests/scripts/longer_last_batch.py's
+    record): automatic dynamic shapes print the dynamic size as None; the first compile's is a number."""
+    line = ("| | | +- TENSOR_MATCH: check_tensor(L['args'][0], Tensor, DispatchKeySet(CPU, BackendSelect, ADInplaceOrView, "
+            "AutogradCPU), torch.int64, device=None, requires_grad=False, size=[4, %s], stride=[%s, 1])  # return F.embedding(\n")
+    dynamic, static = line % ("None", "None"), line % ("8", "8")
+    assert tt.compiled_dynamic_dim(dynamic, "args[0]", 1) is True and tt.compiled_dynamic_dim(dynamic, "args[0]", 0) is False
+    assert tt.compiled_dynamic_dim(static, "args[0]", 1) is False
+    assert tt.compiled_dynamic_dim(dynamic, "x", 1) is None and tt.compiled_dynamic_dim(dynamic, "args[0]", 2) is None

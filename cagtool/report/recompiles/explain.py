@@ -599,6 +599,11 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # tensor (torch_text.none_variant): that argument's name.
         "optional_argument": names.pop() if known and len(names := {none_variant(g) for g in known}) == 1 and None not in names else None,
         "inference_switch": switches.pop() if known and len(switches := {inference_mode_switch(g) for g in known}) == 1 else None,
+        # Every recompile on a size guard compiled that dimension dynamic (its guard tree), as Dynamo's
+        # automatic dynamic shapes do: later sizes of it reuse the graph.
+        "dynamic_after": bool(cause.rows) and all(
+            (found := size_guard(own_guard(row))) is not None and (found[0], found[1]) in table.dynamic_dims.get(row.compile_id, ())
+            for row in cause.rows),
         "state_change": changed.detail if changed is not None else "",
         **_stability(table, cause),
     }
@@ -2774,6 +2779,11 @@ def _ended_with_it(cause: Cause) -> str:
         return (f"It came at the run's last step ({last}): a batch smaller than the ones before it ({batch[1]} -> {batch[2]} rows) "
                 "at the end is a last batch, as an epoch's is; its graph is compiled once and cached, and the later epochs' "
                 "last batches reuse it.")
+    if kind == GUARD_SIZE and step >= last and facts.get("dynamic_after") and (size := size_guard(guard)) is not None:
+        when = f"at the run's last step ({last})" if step == last else f"after the run's last step ({last})"
+        return (f"It came {when}, and at it Dynamo compiled dim {size[1]} of `{size[0]}` dynamic (automatic dynamic shapes: "
+                "the new graph's guards take that size as any value): any later size of it but 0 or 1 (which Dynamo always "
+                "compiles as a constant) reuses that graph, so more steps would not tell more.")
     if kind == GUARD_GRAD_MODE and step > last and facts.get("grad_mode_after") is False:
         return (f"It came after the run's last step ({last}): an evaluation after training, compiled once; both grad modes' "
                 "graphs are cached from then on.")

@@ -52,6 +52,7 @@ from cagtool.torch_text import (
     assigned_at,
     compile_attempt,
     compile_frame,
+    compiled_dynamic_dim,
     compiled_grad_mode,
     compiled_inference_mode,
     equals_guard,
@@ -206,6 +207,9 @@ class RecompileTable:
     # entry that failed when grad came back on) was made under torch.inference_mode() (True) or
     # torch.no_grad() (False), from its tree's tensor guards: compile id of the recompile -> flag.
     inference_modes: dict[str, bool] = field(default_factory=dict)
+    # The tensor dimensions a Dynamo recompile on a failed size guard compiled dynamic (automatic
+    # dynamic shapes), from its guard tree: compile id -> {(tensor as the reason names it, dim)}.
+    dynamic_dims: dict[str, frozenset[tuple[str, int]]] = field(default_factory=dict)
     # Reads the steps in which an optimizer stepped before a later backward call of the same step
     # (stepped_between_backwards), on first use: only a second backward call's cause asks.
     _read_stepped_between: Callable[[], frozenset[int]] | None = field(default=None, repr=False, compare=False)
@@ -667,6 +671,27 @@ def _grad_modes(record: ModeRecord, rows: list[RecompileRow], missing: list[str]
     return found, inference
 
 
+def _dynamic_dims(record: ModeRecord, rows: list[RecompileRow], missing: list[str]) -> dict[str, frozenset[tuple[str, int]]]:
+    """Of each Dynamo recompile whose failing guards include a size guard, the guarded dimensions
+    its own compile took dynamic (its guard tree: `size=[4, None]`), read only for these and for
+    the first MAX_GUARD_TREES of them: a storm's later ones add nothing."""
+    wanted: dict[str, set[tuple[str, int]]] = {}
+    for row in rows:
+        if row.source == SOURCE_CA or (row.compile_id not in wanted and len(wanted) >= MAX_GUARD_TREES):
+            continue
+        for message in row.messages:
+            found = size_guard(guard_text(message))
+            if found is not None:
+                wanted.setdefault(row.compile_id, set()).add((found[0], found[1]))
+    dynamic: dict[str, frozenset[tuple[str, int]]] = {}
+    for event in record.of(CompileArtifactEvent):
+        if event.artifact == ARTIFACT_GUARDS and event.compile_id in wanted and event.compile_id not in dynamic:
+            tree = _guard_tree(record, event, missing)
+            if tree is not None:
+                dynamic[event.compile_id] = frozenset(dim for dim in wanted[event.compile_id] if compiled_dynamic_dim(tree, *dim))
+    return dynamic
+
+
 def _steps_and_seqs(record: ModeRecord, cls: type) -> tuple[list[int], list[int]]:
     """Each event of `cls` (a column kind) by its step and seq: from the columns sidecar where it
     holds them (no event built per line), else from the events."""
@@ -803,6 +828,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
     guarded, assignments = _guarded_values(record, rows, missing)
     modules = _wrapper_modules(record, callers, missing)
     grad_modes, inference_modes = _grad_modes(record, rows, missing)
+    dynamic_dims = _dynamic_dims(record, rows, missing)
     return RecompileTable(
         mode=record.mode,
         rows=rows,
@@ -834,6 +860,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         assignments=assignments,
         grad_modes=grad_modes,
         inference_modes=inference_modes,
+        dynamic_dims=dynamic_dims,
         damage=mode_damage(record),
         missing_artifacts=missing,
         wrapper_optimizer_steps=_wrapper_optimizer_steps(compile_events, callers),

@@ -163,11 +163,28 @@ def test_a_length_growing_from_one_is_not_told_to_be_marked_dynamic(record_run):
     size = next(c for c in explanation.causes if c.facts.get("kind") == GUARD_SIZE)
     assert size.facts["guard"] == "tensor 'args[0]' size mismatch at index 1. expected 1, actual 2"  # the Sequential's input: `idx`
     fixes = " ".join(cause_words(size, cwd).fix)
-    assert fixes.startswith("The first call's size 1 (dim 1) was compiled as a constant: Dynamo always specialises a size of 0 or 1")
+    # after the run's last step, and its compile took the length dynamic: one recompile in all, nothing to fix
+    assert fixes.startswith("Nothing to fix: the first call's size 1 (dim 1) was compiled as a constant: Dynamo always specialises a size of 0 or 1")
     assert "backed_size_oblivious = True before the first call, with torch._dynamo.maybe_mark_dynamic(idx, 1) before each call" in fixes
     assert "Mark the dimension dynamic before the call" not in fixes
     text = " ".join(cagtool_in_process("recompiles", str(record_run(script).path), "--explain").stdout.split())
     assert "[cagtool: every size recompile of this mode was from a first size of 0 or 1, which Dynamo specialises" in text
+
+
+def test_a_length_that_changed_at_the_last_step_and_was_compiled_dynamic_is_not_too_few_steps_to_tell(record_run):
+    """tests/scripts/longer_last_batch.py: the last batch is longer, and the forward recompiles at the
+    run's last step. Its guard tree shows the length compiled dynamic (automatic dynamic shapes), so
+    later lengths reuse the graph: the explanation says so, not "too few steps to tell whether it
+    stabilises (run more steps)", and its fix is the one-time kind ("to skip even that recompile")."""
+    script = "../tests/scripts/longer_last_batch.py"
+    explanation, cwd = _explained(record_run, script)
+    size = next(c for c in explanation.causes if c.facts.get("kind") == GUARD_SIZE)
+    assert size.facts["guard"] == "tensor 'args[0]' size mismatch at index 1. expected 8, actual 12"
+    assert size.facts["dynamic_after"] is True
+    words = cause_words(size, cwd)
+    why, fixes = " ".join(words.why), " ".join(words.fix)
+    assert "It came at the run's last step (5), and at it Dynamo compiled dim 1 of `args[0]` dynamic (automatic dynamic shapes" in why
+    assert "too few steps" not in why and fixes.startswith("To skip even that recompile, mark the dimension dynamic")
 
 
 def test_an_evaluation_under_inference_mode_after_one_under_no_grad_is_no_dtype_or_device_change(record_run):

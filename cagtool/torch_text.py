@@ -653,6 +653,19 @@ def wrapped_module(guards: str) -> tuple[str, ...]:
     return tuple(found)
 
 
+# A graph break on a call into Python's random module, which Dynamo does not trace (torch 2.13:
+# "Dynamo does not know how to trace the builtin `<unknown module>.Random.random.`", "the function
+# `Random.choice` in file .../random.py should not be traced").
+_RANDOM_SKIPPED = re.compile(r"`(?:<unknown module>\.)?(?P<name>Random\.\w+)\.?`")
+
+
+def random_module_call(reason: str) -> str | None:
+    """`Random.random` where a graph break's reason is Dynamo not tracing a call of Python's random
+    module; None otherwise."""
+    match = _RANDOM_SKIPPED.search(reason) if "Random." in reason else None
+    return match["name"] if match else None
+
+
 def graph_break_at(payload: str) -> tuple[str, int] | None:
     """(file, line) of `Graph break in user code at FILE:LINE`."""
     match = _BREAK_AT.search(payload)

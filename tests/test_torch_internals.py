@@ -9,6 +9,7 @@ import json
 import logging
 import operator
 import re
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -25,7 +26,7 @@ from cagtool.record.loader import load_mode
 from cagtool.record.manifest import ModeManifest
 from cagtool.record.schema import DynamoCompileEvent, DynamoRecompileEvent, GraphBreakEvent
 from cagtool.report.recompiles.reads import limit_hits
-from cagtool.torch_text import compile_attempt, compile_frame
+from cagtool.torch_text import compile_attempt, compile_frame, random_module_call
 
 NEW_NODE = re.compile(r"^Cache miss due to new autograd node: \S+ \(NodeCall \d+\) with key size \d+, previous key sizes=\[[\d, ]*\]$")
 CHANGED = re.compile(r"^Cache miss due to (\d+) changed tensor shapes \(total of \d+\): sizes\[\d+\](, sizes\[\d+\])*$")
@@ -632,6 +633,41 @@ def test_a_length_recompiled_dynamic_takes_every_later_length_but_one():
 
     assert _unique_graphs(lengths(8, 12, 16, 20, 5)) == 2
     assert _unique_graphs(lengths(8, 12, 16, 1)) == 3
+
+
+def test_layers_skipped_on_random_draws_are_a_graph_per_set_and_a_tensor_draw_with_where_is_one():
+    """LayerDrop under compiled autograd: a block skipped where random.random() says so makes a
+    backward graph per set of blocks that ran (Dynamo does not trace random.random(): a graph break
+    torch names `Random.random`); picking the block's input or output with torch.where on a tensor
+    draw keeps one graph (explain's fix for a structure change beside a random draw)."""
+    import random
+
+    blocks = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+
+    def forward(x: torch.Tensor, skip: list[bool], where: bool) -> torch.Tensor:
+        for block, skipped in zip(blocks, skip):
+            if where:
+                x = torch.where(torch.tensor(skipped), x, torch.relu(block(x)))
+            elif not skipped:
+                x = torch.relu(block(x))
+        return x
+
+    draws = [[False, False, False], [True, False, False], [False, True, True], [True, False, False]]
+
+    def steps(where: bool) -> list[Callable[[], None]]:
+        return [lambda skip=skip: forward(torch.ones(2, 4), skip, where).sum().backward() for skip in draws]
+
+    assert len(run_under_ca(*steps(where=False)).graphs) == 3  # three sets of blocks ran
+    assert len(run_under_ca(*steps(where=True)).graphs) == 1
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns it cannot trace the builtin
+        torch.compile(lambda x: x * 2 if random.random() < 0.5 else x, backend="eager")(torch.ones(2))
+    [reason] = counters["graph_break"]
+    assert random_module_call(reason) == "Random.random"
 
 
 def test_a_guard_on_a_python_number_checks_its_type_and_an_attribute_set_before_the_first_call_is_not_a_recompile():

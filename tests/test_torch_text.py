@@ -452,3 +452,15 @@ def test_a_dimension_a_compile_took_dynamic_reads_none_in_its_tensor_guard():
     assert tt.compiled_dynamic_dim(dynamic, "args[0]", 1) is True and tt.compiled_dynamic_dim(dynamic, "args[0]", 0) is False
     assert tt.compiled_dynamic_dim(static, "args[0]", 1) is False
     assert tt.compiled_dynamic_dim(dynamic, "x", 1) is None and tt.compiled_dynamic_dim(dynamic, "args[0]", 2) is None
+
+
+def test_a_graph_break_on_pythons_random_module_names_the_call():
+    """torch 2.13's two ways of saying it does not trace a call of Python's random module: a builtin
+    (random.random()) and a function it skips (random.choice())."""
+    builtin = ("Attempted to call function marked as skipped\n  Explanation: Dynamo does not know how to trace the builtin "
+               "`<unknown module>.Random.random.` This function is either a Python builtin (e.g. _warnings.warn) or ...")
+    skipped = ("Attempted to call function marked as skipped\n  Explanation: Dynamo developers have intentionally marked that "
+               "the function `Random.choice` in file `/usr/lib/python3.11/random.py` should not be traced.")
+    assert tt.random_module_call(builtin) == "Random.random" and tt.random_module_call(skipped) == "Random.choice"
+    assert tt.random_module_call("Data-dependent branching") is None
+    assert tt.random_module_call("the builtin `<unknown module>.SystemRandom.` ...") is None

@@ -265,6 +265,9 @@ def cause_phrase(cause: "Cause") -> str:
             what = guard_label(cause.facts)
     elif cause.code == CAUSE_STRUCTURE and cause.facts.get("branch") is not None:
         what = "a data-dependent branch picked other ops for the backward"
+    elif cause.code == CAUSE_STRUCTURE and cause.facts.get("random_draw") is not None:
+        site, _ = cause.facts["random_draw"]
+        what = f"the layers that ran changed, beside a random draw at {os.path.basename(site.file)}:{site.line} (LayerDrop?)"
     elif cause.code == CAUSE_STRUCTURE and cause.facts.get("other_backward_calls"):
         what = "another backward call of the step, captured once as its own graph"
     elif cause.code == CAUSE_STRUCTURE and cause.facts.get("new_backward_call") is not None and cause.count == 1:

@@ -254,7 +254,12 @@ def _branch_of(table: RecompileTable, cause: Cause) -> SourceRef | None:
     """The data-dependent branch torch reported that picks the ops of a structural change: in the
     cause's file, the nearest at or above its line (the branch comes before the op it picks, and a
     node's traceback can name a line after it); else the only one the run has."""
-    sites = table.branch_sites
+    return _nearest_site(table.branch_sites, cause)
+
+
+def _nearest_site(sites: list[SourceRef], cause: Cause) -> SourceRef | None:
+    """Of the places torch reported, the one tied to a cause: in the cause's file, the nearest at or
+    above its line; else the only one the run has."""
     if not sites:
         return None
     if cause.source is not None:
@@ -300,6 +305,11 @@ def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
                         [(r, c) for r, c in zip(cause.rows, changes) if c.before is None][:MAX_LISTED]
                         if (added := _added_nodes(table, r))],
         "branch": branch,
+        # A graph break on a call of Python's random module (SourceRef, "Random.random"): a random
+        # draw, as LayerDrop's, may pick which layers run.
+        "random_draw": next(((site, name) for site, name in table.random_sites
+                             if site == _nearest_site([s for s, _ in table.random_sites], cause)), None)
+        if shapes - {GRAPH_SAME} else None,
         "other_backward_calls": (others := _other_backward_calls(table, cause)),
         "stepped_between": bool(others) and cause.steps[0] in table.stepped_between_backwards,
         "grad_call": bool(others) and cause.steps[0] in table.grad_call_steps,
@@ -1006,6 +1016,14 @@ def _change_item(change: NodeChange) -> str:
     return f"{at}: new {short_name(change.after)} at {label}{sizes}"
 
 
+# torch 2.13, checked by hand (tests/scripts/layer_drop.py): a block skipped on random.random() makes a
+# backward graph per set of blocks drawn; torch.where on a tensor draw keeps one.
+RANDOM_DROP_FIX = ("Where a random draw skips layers: run every layer and pick its output or its input with a tensor draw "
+                   "instead, `x = torch.where(torch.rand(()) < p, x, layer(x))` (on a residual branch, "
+                   "torchvision.ops.stochastic_depth): one backward graph for every draw, though the skipped layers' compute "
+                   "is no longer saved. Or run those steps without compiled autograd (torch._dynamo.compiled_autograd._disable()).")
+
+
 def _structure(cause: Cause, cwd: str) -> Words:
     facts = cause.facts
     changes = facts["changes"]
@@ -1045,6 +1063,9 @@ def _structure(cause: Cause, cwd: str) -> Words:
                    + (f" ({sizes} autograd nodes)" if sizes else "")
                    + ": the backward's size follows a loop whose trip count changes per step (a sequence length, a loop that "
                    "breaks early); the others also change which ops run (a branch inside it).")
+    elif loop and facts.get("random_draw") is not None:
+        why.append("Each capture has more or fewer copies of the nodes the graph before it had, and no other node"
+                   + (f" ({sizes} autograd nodes)" if sizes else "") + ": more or fewer layers ran.")
     elif loop:
         why.append("Each capture has more or fewer copies of the nodes the graph before it had, and no other node"
                    + (f" ({sizes} autograd nodes)" if sizes else "")
@@ -1092,10 +1113,23 @@ def _structure(cause: Cause, cwd: str) -> Words:
                        "builds different autograd nodes.")
         else:
             why.append(f"The same position holds different ops ({alternatives}): a Python branch or an op picked per step.")
+    drawn = facts.get("random_draw") if not (reshape_sizes or compiled_phase) else None
+    if drawn is not None:
+        site, name = drawn
+        why.append(f"torch reports a call of Python's random module at {format_source(site, cwd)} (a graph break: Dynamo does "
+                   f"not trace `{name}`, so that code runs uncompiled). Where a random draw picks which layers run (LayerDrop, "
+                   "stochastic depth), each set of layers drawn is another backward graph, captured the first time it is "
+                   "drawn and then reused: up to 2^N graphs for N layers that can be skipped.")
     stability = stability_sentence(facts, "new structure")
+    if drawn is not None and facts.get("stabilised"):
+        # A set of layers not drawn yet can come at any step: quiet last steps do not make it stable.
+        stability = (f"No new set of layers was drawn after step {facts['last_recompile_step']} in this run's "
+                     f"{facts['last_step'] + 1} steps; a later draw can still bring one.")
     if stability:
         why.append(stability)
-    if reshape_sizes:
+    if drawn is not None:
+        fix = [RANDOM_DROP_FIX]
+    elif reshape_sizes:
         fix = [RESHAPE_FIX]
     elif facts.get("stabilised") and loop:
         # A trip count the data sets (an episode's length: actor_critic's grow as the policy learns)

@@ -61,6 +61,7 @@ from cagtool.torch_text import (
     in_torch_optim,
     looks_like_user_file,
     none_guard,
+    random_module_call,
     reason_compile_id,
     resume_function,
     source_prefixes,
@@ -157,6 +158,10 @@ class RecompileTable:
     # Where torch reported a data-dependent branch (graph break "Data-dependent branching"), in
     # record order: a branch picks the ops of the backward, so a structural change is tied to it.
     branch_sites: list[SourceRef] = field(default_factory=list)
+    # Where torch reported a graph break on a call of Python's random module (random.random() in a
+    # LayerDrop), in record order, with the call torch names ("Random.random"): a random draw that
+    # picks which layers run changes the backward's structure.
+    random_sites: list[tuple[SourceRef, str]] = field(default_factory=list)
     # Every compile by phase, and the recompile budget per frame (phases.py, budget.py).
     phases: "ModePhases | None" = None
     budget: "ModeBudget | None" = None
@@ -780,6 +785,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
     misses: list[CacheMissEvent] = []
     compile_events: list[DynamoCompileEvent] = []
     branches: list[SourceRef] = []
+    randoms: list[tuple[SourceRef, str]] = []
     break_reasons: dict[tuple[str, int], str] = {}
     breaks: list[GraphBreakEvent] = []
     failed: set[int] = set()
@@ -794,6 +800,10 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
                 site = SourceRef(file=event.file, line=event.line, code=event.code, how="branch")
                 if site not in branches:
                     branches.append(site)
+            elif event.file and event.line and (drawn := random_module_call(event.reason)) is not None:
+                site = SourceRef(file=event.file, line=event.line, code=event.code, how="random")
+                if all(site != known for known, _ in randoms):
+                    randoms.append((site, drawn))
         elif isinstance(event, CAGraphEvent):
             graphs[event.ca_id] = event
         elif isinstance(event, CACompileEvent):
@@ -845,6 +855,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         status=manifest.status,
         imported=manifest.imported,
         branch_sites=branches,
+        random_sites=randoms,
         phases=phases,
         dynamo_compiles=len(compile_events),
         budget=mode_budget(record, hits, steps.last),

@@ -193,6 +193,25 @@ def test_hooks_that_join_late_are_named_each_with_the_steps_it_joined_and_a_fix_
                                        "(`module.register_full_backward_hook(...)` on the `Linear`) once")
 
 
+def test_layers_skipped_on_a_random_draw_are_named_with_the_draw_and_fixed_with_a_tensor_draw(record_run):
+    """tests/scripts/layer_drop.py: LayerDrop's `random.random() < p` skips blocks per step, and each
+    set of blocks that ran is another CA graph. The graph grows and shrinks by copies of a block's
+    nodes, which alone reads as a loop's trip count set by the data; torch's graph break on
+    `Random.random` in the forward says it is a random draw: named so, with its line, not "quiet
+    steps: stabilised", and fixed with torch.where on a tensor draw, not by padding a loop."""
+    run = _recorded(record_run, "layer_drop.py")
+    [drop] = _causes(run)
+    said = _said(drop)
+    assert drop["code"] == "graph_structure" and drop["count"] >= 2
+    assert ("torch reports a call of Python's random module at tests/scripts/layer_drop.py:23  if self.training and random.random() < self.p: "
+            "(a graph break: Dynamo does not trace `Random.random`") in said
+    assert ": more or fewer layers ran." in said and "trip count" not in said and "pad to a maximum" not in said
+    assert "a later draw can still bring one" in said and "It has stabilised" not in said
+    assert "`x = torch.where(torch.rand(()) < p, x, layer(x))`" in drop["fix"][0]
+    head = cli_in_process("summary", str(run))[1].splitlines()[0]
+    assert "the layers that ran changed, beside a random draw at layer_drop.py:23 (LayerDrop?)" in head
+
+
 def test_an_episode_length_loop_is_a_trip_count_and_expert_routing_is_ops_picked_per_step(record_run):
     """REINFORCE's torch.cat of one loss term per time step (episodes of 6, 4, 8 steps) grows and
     shrinks the graph by copies of the policy's nodes: a loop's trip count, not a branch. A

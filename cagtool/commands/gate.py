@@ -22,7 +22,7 @@ Thresholds come from flags and from [tool.cagtool.gate] in the nearest pyproject
 
 Threshold grammar: counts N or KIND:N (--max-recompiles kinds: total, ca, dynamo; repeat the flag for several); speedups X or NUM/DEN:X (default ca/aot, i.e. aot step time / ca step time); memory ratios R, NUM/DEN:R (default ca/aot) or baseline:R; times PCT, PCT%, or SECONDSs, and for --max-regression FIELD:... with FIELD median (default), mean, p10 or p90 (repeat the flag for several fields).
 
-Multi-rank runs (DDP): every threshold holds for every rank on its own (per rank, not summed: --max-recompiles ca:0 means no rank recompiled; results labelled ca@rank1; --rank N checks one), and the gate fails when a rank is missing (fewer rank records than the world size), failed, or was not followed (process_not_followed), or when the ranks diverge (different CA graphs or cache misses, step counts, or final norms).
+Multi-rank runs (DDP): every threshold holds for every rank on its own (per rank, not summed: --max-recompiles ca:0 means no rank recompiled; results labelled ca@rank1, a rank the script started again (a second process group) ca@rank1#2 for its second start; --rank N checks one), and the gate fails when a rank is missing (fewer rank records than the world size), failed, or was not followed (process_not_followed), or when the ranks diverge (different CA graphs or cache misses, step counts, or final norms).
 
 The result is kept in the run (gate.json, the latest gate's), so `cagtool report RUN` shows it.
 

@@ -59,6 +59,15 @@ def runs_dir() -> Path:
     return Path(os.environ.get(RUNS_DIR_ENV, DEFAULT_RUNS_DIR))
 
 
+def _start_order(record: "ModeRecord") -> tuple[str, int, str]:
+    """When a record's process started: its host, its start time in clock ticks since that host's
+    boot (/proc's, exact on one host), and its manifest's start time."""
+    process = record.manifest.process or {}
+    ticks = process.get("start_ticks")
+    return (str(process.get("hostname") or ""), ticks if isinstance(ticks, int) and not isinstance(ticks, bool) else 0,
+            str(record.manifest.started_at or ""))
+
+
 class ModeRecord(Struct):
     path: Path
     manifest: ModeManifest
@@ -110,10 +119,21 @@ class ModeRecord(Struct):
         that a launcher restarted (torchrun --max-restarts) is its last attempt's record; the
         earlier ones are in `attempts`."""
         found: dict[int, ModeRecord] = {}
-        for record in (self, *self.processes.values()):
+        for record in sorted((self, *self.processes.values()), key=_start_order):
             if record.rank is not None and (record.rank not in found or record.attempt > found[record.rank].attempt):
                 found[record.rank] = record
         return dict(sorted(found.items()))
+
+    def started_again(self, rank: int) -> list[ModeRecord]:
+        """The records of rank `rank` with the same attempt as the one `ranks()` keeps (the first
+        started), in start order after it: the rank started again, not by a launcher's restart (a
+        script that sets up a second process group after the first: pretraining, then fine-tuning).
+        Each is a process of its own that `ranks()` does not show."""
+        kept = self.ranks().get(rank)
+        if kept is None:
+            return []
+        return [r for r in sorted((self, *self.processes.values()), key=_start_order)
+                if r.rank == rank and r is not kept and r.attempt == kept.attempt]
 
     @property
     def attempt(self) -> int:

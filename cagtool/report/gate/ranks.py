@@ -13,7 +13,9 @@ analysis summary shows too):
   of steps, and ended with the same parameter and gradient norms (ranks that part hang jobs, or
   train on unsynchronised gradients).
 
-A failed rank fails its own `mode-finished` check.
+A failed rank fails its own `mode-finished` check. A rank started again by the script, not by a
+launcher's restart (a second process group: fine-tuning after pretraining), is checked once per
+start, each later one labelled `ca@rank1#2`: a start the ranks' table does not show is gated all the same.
 """
 
 from __future__ import annotations
@@ -28,20 +30,23 @@ from cagtool.report.ranks.analysis import (
     RANKS_SIZES_DIFFER,
     RankAnalysis,
     agreement,
+    later_start_views,
     rank_view,
 )
 
 
-def label(mode: str, rank: int) -> str:
+def label(mode: str, rank: int, start: int | None = None) -> str:
     # Not "ca[rank1]": brackets are markup to rich and odd in a JUnit classname.
-    return f"{mode}@rank{rank}"
+    return f"{mode}@rank{rank}" + (f"#{start}" if start is not None else "")
 
 
-def for_rank(result: CheckResult, rank: int) -> CheckResult:
-    """A check's result on one rank's record, labelled with the rank."""
-    mode = label(result.mode, rank)
+def for_rank(result: CheckResult, rank: int, start: int | None = None) -> CheckResult:
+    """A check's result on one rank's record, labelled with the rank (and the start, for a later
+    start of the rank)."""
+    mode = label(result.mode, rank, start)
     message = result.message.replace(f"({result.mode})", f"({mode})", 1)
-    return replace(result, mode=mode, message=message, data={**result.data, "rank": rank})
+    data = {**result.data, "rank": rank, **({"start": start} if start is not None else {})}
+    return replace(result, mode=mode, message=message, data=data)
 
 
 def per_rank_results(
@@ -51,11 +56,13 @@ def per_rank_results(
     baseline: dict[str, ModeSnapshot] | None,
     fail_on_improvement: bool,
 ) -> list[CheckResult]:
-    """Every check on every rank's record, rank by rank."""
+    """Every check on every rank's record, rank by rank, each later start of a rank after it."""
     results: list[CheckResult] = []
     for rank in ranks:
         snapshots = run_snapshots(rank_view(run, rank))
         results.extend(for_rank(r, rank) for r in evaluate_all(checks, snapshots, baseline, fail_on_improvement))
+        for start, view in later_start_views(run, rank):
+            results.extend(for_rank(r, rank, start) for r in evaluate_all(checks, run_snapshots(view), baseline, fail_on_improvement))
     return results
 
 

@@ -57,6 +57,7 @@ RANK_FAILED = "rank_failed"
 PROCESS_FAILED = "process_failed"  # a followed process without a rank that did not finish cleanly
 RANK_RECORDING_STOPPED = "rank_recording_stopped"  # a write error (full disk) ended a rank's record early: its counts stop there
 RANK_RESTARTED = "rank_restarted"  # a launcher started the rank again (torchrun --max-restarts): which attempt did what
+RANK_STARTED_AGAIN = "rank_started_again"  # the rank started again, not by a restart (a second process group): each start's outcome
 # The findings that mean the ranks part: collectives that do not match, or unsynchronised training.
 DIVERGENCE_CODES = (RANKS_GRAPHS_DIVERGE, RANKS_STEPS_DIFFER, RANKS_NORMS_DIVERGE)
 
@@ -445,6 +446,26 @@ def restarted(rank: int, attempts: list[ModeRecord]) -> RankFinding:
     return RankFinding(RANK_RESTARTED, message, (rank,), None, data)
 
 
+def _ended(record: ModeRecord) -> str:
+    manifest = record.manifest
+    code = f", exit {manifest.exit_code}" if manifest.exit_code not in (None, 0) else ""
+    steps = step_count(record)
+    return f"{manifest.status}{code} after {steps} step{'s' if steps != 1 else ''}"
+
+
+def started_again(rank: int, starts: list[ModeRecord]) -> RankFinding:
+    """A rank that more than one process of the same launcher attempt ran, one after another (a
+    script that sets up a second process group after the first: pretraining, then fine-tuning),
+    or at once. The table's figures are the first's; the gate checks each (gate/ranks.py)."""
+    told = "; ".join(f"{record.process_key} {_ended(record)}" for record in starts)
+    message = (f"rank {rank} was started {len(starts)} times, not by a launcher's restart (a second process group the "
+               f"script set up, as for fine-tuning after pretraining?): {told}; the figures shown are the first's "
+               f"({starts[0].process_key}), and the gate checks each")
+    data = {"starts": [{"process": r.process_key, "status": r.manifest.status, "exit_code": r.manifest.exit_code,
+                        "steps": step_count(r)} for r in starts]}
+    return RankFinding(RANK_STARTED_AGAIN, message, (rank,), None, data)
+
+
 def planned_steps(rows: list[RankRow] | tuple[RankRow, ...]) -> int | None:
     """How many steps the script runs, where the record knows it: what the ranks that finished
     ran, when they agree. None when no rank finished (the script's own total is not recorded)."""
@@ -516,9 +537,12 @@ def analyze_ranks(record: ModeRecord, tolerance: Tolerance | None = None) -> Ran
                                         f"its figures stop there ({row.steps} steps recorded), and the ranks are compared only up to them",
                                         (row.rank,), None, dict(stopped)))
     for rank in by_rank:
-        attempts = record.attempts(rank)
+        again = record.started_again(rank)
+        attempts = [r for r in record.attempts(rank) if all(r is not other for other in again)]
         if len(attempts) > 1:
             findings.append(restarted(rank, attempts))
+        if again:
+            findings.append(started_again(rank, [by_rank[rank], *again]))
     findings.extend(not_followed(record))
     if len(by_rank) > 1:
         ranks = list(by_rank)
@@ -590,6 +614,16 @@ def rank_view(run: RunRecord, rank: int) -> RunRecord:
     """Leniently, the run as rank `rank` saw it: each mode's record replaced by that rank's where the
     mode has it (others keep their own record; the gate's ranks-present check reports the gap)."""
     return _view(run, {name: record.ranks().get(rank, record) for name, record in run.modes.items()}, rank)
+
+
+def later_start_views(run: RunRecord, rank: int) -> list[tuple[int, RunRecord]]:
+    """(start number, the run as it saw it) for each later start of rank `rank` (ModeRecord.started_again:
+    the same launcher attempt started again, a second process group): the 2nd start's view holds each
+    mode's 2nd start of the rank, where the mode has one."""
+    again = {name: record.started_again(rank) for name, record in run.modes.items()}
+    most = max((len(records) for records in again.values()), default=0)
+    return [(k + 2, _view(run, {name: records[k] for name, records in again.items() if k < len(records)}, rank))
+            for k in range(most)]
 
 
 def lowest_rank(run: RunRecord) -> int | None:

@@ -1065,7 +1065,7 @@ def _structure(cause: Cause, cwd: str) -> Words:
                    "breaks early); the others also change which ops run (a branch inside it).")
     elif loop and facts.get("random_draw") is not None:
         why.append("Each capture has more or fewer copies of the nodes the graph before it had, and no other node"
-                   + (f" ({sizes} autograd nodes)" if sizes else "") + ": more or fewer layers ran.")
+                   + (f" ({sizes} autograd nodes)" if sizes else "") + ": more or fewer layers (or a loop's iterations) ran.")
     elif loop:
         why.append("Each capture has more or fewer copies of the nodes the graph before it had, and no other node"
                    + (f" ({sizes} autograd nodes)" if sizes else "")

@@ -190,7 +190,7 @@ def _rank_phrases(comparison: Comparison) -> list[str]:
     scope = comparison.ranks
     if scope is None:
         return []
-    from cagtool.report.ranks.analysis import PROCESS_FAILED, PROCESS_NOT_FOLLOWED, RANK_FAILED, RANK_MISSING
+    from cagtool.report.ranks.analysis import PROCESS_FAILED, PROCESS_NOT_FOLLOWED, RANK_FAILED, RANK_MISSING, RANK_STARTED_AGAIN
 
     order = {mode: i for i, mode in enumerate(_RANK_MODE_ORDER)}
     names = sorted(scope.analyses, key=lambda name: order.get(base_mode(name), len(order)))
@@ -205,7 +205,11 @@ def _rank_phrases(comparison: Comparison) -> list[str]:
     for name in names:
         for finding in scope.analyses[name].findings:
             # The shown rank's own failure is its mode's, which the headline names already.
-            if finding.code in (RANK_MISSING, PROCESS_NOT_FOLLOWED, PROCESS_FAILED) or (finding.code == RANK_FAILED and scope.focus not in finding.ranks):
+            # A later start of a rank (a second process group) that did not finish: no row of the ranks' table shows it.
+            failed_again = finding.code == RANK_STARTED_AGAIN and any(
+                start["status"] != "finished" or start["exit_code"] not in (0, None) for start in finding.data.get("starts", [])[1:])
+            if finding.code in (RANK_MISSING, PROCESS_NOT_FOLLOWED, PROCESS_FAILED) or failed_again or (
+                    finding.code == RANK_FAILED and scope.focus not in finding.ranks):
                 problems.setdefault(finding.message, []).append(name)
     if problems:
         message, where = next(iter(problems.items()))

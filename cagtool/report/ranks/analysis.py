@@ -431,14 +431,9 @@ def steps_divergence(rows: list[RankRow]) -> RankFinding | None:
 def restarted(rank: int, attempts: list[ModeRecord]) -> RankFinding:
     """A rank its launcher started more than once: how each attempt ended. The table's figures
     are the last attempt's; each attempt is a process of its own, with its own graphs."""
-    told = []
-    for record in attempts:
-        manifest = record.manifest
-        code = f", exit {manifest.exit_code}" if manifest.exit_code not in (None, 0) else ""
-        steps = step_count(record)
-        # An imported log holds no steps, nor how its process ended: only which graphs it logged.
-        ran = f"{manifest.status}{code} after {steps} step{'s' if steps != 1 else ''}" if manifest.imported is None else "logged"
-        told.append(f"attempt {record.attempt} ({record.process_key}) {ran}")
+    # An imported log holds no steps, nor how its process ended: only which graphs it logged.
+    told = [f"attempt {record.attempt} ({record.process_key}) {_ended(record) if record.manifest.imported is None else 'logged'}"
+            for record in attempts]
     last = attempts[-1].attempt
     message = f"rank {rank} was started {len(attempts)} times by its launcher: {'; '.join(told)}; the figures shown are attempt {last}'s"
     data = {"attempts": [{"attempt": r.attempt, "process": r.process_key, "status": r.manifest.status, "exit_code": r.manifest.exit_code,
@@ -447,6 +442,7 @@ def restarted(rank: int, attempts: list[ModeRecord]) -> RankFinding:
 
 
 def _ended(record: ModeRecord) -> str:
+    """How a rank's process ended: `finished after 4 steps`, `failed, exit 1 after 2 steps`."""
     manifest = record.manifest
     code = f", exit {manifest.exit_code}" if manifest.exit_code not in (None, 0) else ""
     steps = step_count(record)

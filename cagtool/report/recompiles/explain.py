@@ -307,9 +307,9 @@ def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "branch": branch,
         # A graph break on a call of Python's random module (SourceRef, "Random.random"): a random
         # draw, as LayerDrop's, may pick which layers run.
-        "random_draw": next(((site, name) for site, name in table.random_sites
-                             if site == _nearest_site([s for s, _ in table.random_sites], cause)), None)
-        if shapes - {GRAPH_SAME} else None,
+        "random_draw": next(((site, name) for site, name in table.random_sites if site == drawn_at), None)
+        if (drawn_at := _nearest_site([site for site, _ in table.random_sites], cause)) is not None and shapes - {GRAPH_SAME}
+        else None,
         "other_backward_calls": (others := _other_backward_calls(table, cause)),
         "stepped_between": bool(others) and cause.steps[0] in table.stepped_between_backwards,
         "grad_call": bool(others) and cause.steps[0] in table.grad_call_steps,

@@ -99,3 +99,26 @@ def test_baseline_of_a_multi_rank_run_is_rank_0s_and_refused_when_a_rank_failed(
     assert baseline.modes["ca"].process_problems == ()
     failed = baseline_from_run(load_run(multi_rank_run({0: Rank(), 1: Rank(status="failed", exit_code=1)}, name="failed")))
     assert any("rank1: failed" in p for p in failed.modes["ca"].process_problems)
+
+
+def test_a_rank_started_again_is_gated_on_each_start_and_a_failed_start_is_said(multi_rank_run):
+    """Rank 1 started a second time with the same launcher attempt (a second process group the script
+    set up), after the first, and that start failed with a recompile: the ranks' table keeps the first
+    starts, which agree; the gate checks the second start on its own (`ca@rank1#2`), and compare's
+    headline names the failed start, which no row of the table shows."""
+    from conftest import cagtool_in_process
+    from rank_records import _manifest, _write_process
+
+    run = multi_rank_run({0: Rank(), 1: Rank()})
+    manifest = _manifest("pid300", 1, 2, "child", "failed", 1)
+    manifest.process.update(pid=300, start_ticks=10**6)  # started after the first starts (theirs: none, read as 0)
+    _write_process(run / "ca" / "procs" / "pid300", manifest, Rank(steps=3, caps=[Cap(0), EXTRA], param_norm=None, grad_norm=None))
+    gate = _gate(run)
+    failed = {(r.check, r.mode) for r in gate.failures}
+    assert {("mode-finished", "ca@rank1#2"), ("max-recompiles:ca", "ca@rank1#2")} <= failed
+    assert not {mode for _, mode in failed} & {"ca@rank0", "ca@rank1"} and ("ranks-agree", "ca") not in failed
+    [again] = [r for r in gate.failures if r.mode == "ca@rank1#2" and r.check == "max-recompiles:ca"]
+    assert again.data["start"] == 2 and again.data["rank"] == 1
+    headline = cagtool_in_process("compare", str(run)).stdout.splitlines()[0]
+    assert ("in ca, rank 1 was started 2 times, not by a launcher's restart (a second process group the script set up, as for "
+            "fine-tuning after pretraining?): rank1 finished after 6 steps; pid300 failed, exit 1 after 3 steps") in headline

@@ -84,3 +84,17 @@ def test_a_job_without_pieces_reads_as_before(graph_breaks):
     assert code == 0 and all(m["unique_graphs_parts"] is None for m in json.loads(out)["modes"].values()), out[:2000]
     assert "unique_graphs" not in text
     assert all(r[0] != "Dynamo graphs (torch)" for r in mode_grid(compare_modes(record)).rows)
+
+
+@pytest.mark.slow
+def test_the_headline_names_the_checkpoint_that_split_the_ca_graph_and_where_it_must_run(checkpoint_pieces_run):
+    """The pieces cost a Dynamo compile each whether or not they recompile (an HF model with
+    gradient_checkpointing_enable() and backend eager: 31 pieces, 200 s of compile, 7.5 s with
+    aot_eager; docs/torch-internals.md): the headline says so, with where the checkpoint must run."""
+    m = mode_metrics(load_run(checkpoint_pieces_run).modes["ca"])
+    code, text, err = cli_in_process("summary", str(checkpoint_pieces_run), env={"CI": "true", "COLUMNS": "400"})
+    assert code == 0, err
+    headline = " ".join(text.split("\nwhat to do:")[0].split())  # the headline, wrapped at 400 columns
+    assert (f"the CA graph's code split into {m.ca_code_graphs.pieces + 1} pieces, each compiled by Dynamo, at the unpack hooks "
+            "of non-reentrant checkpointing (torch.utils.checkpoint, gradient_checkpointing_enable()): run the checkpoint in code "
+            "compiled with a backend that runs AOTAutograd (aot_eager, inductor)") in headline, headline

@@ -337,6 +337,24 @@ def _alert_titles(explanation: "Explanation") -> list[str]:
     return [t if t.startswith("Dynamo") else t[:1].lower() + t[1:] for t in titles]
 
 
+def _checkpoint_split_phrase(comparison: Comparison, explanation: "Explanation | None") -> str:
+    """Where graph breaks at a non-reentrant checkpoint's unpack hooks split the compiled-autograd
+    graph's code into pieces, each a Dynamo compile of its own (a recompile or not): how many, and
+    where the checkpoint must run for none (docs/torch-internals.md: 200 s of compile -> 7.5 s on
+    an HF model with gradient checkpointing, its backend eager -> aot_eager)."""
+    from cagtool.report.recompiles.explain import checkpoint_unpack_breaks
+
+    column = _ca_column(comparison)
+    if column is None or column.metrics is None or explanation is None:
+        return ""
+    pieces = column.metrics.ca_code_graphs.pieces
+    if not pieces or not checkpoint_unpack_breaks(explanation.table):
+        return ""
+    return (f"the CA graph's code split into {pieces + 1} pieces, each compiled by Dynamo, at the unpack hooks of non-reentrant "
+            "checkpointing (torch.utils.checkpoint, gradient_checkpointing_enable()): run the checkpoint in code compiled with "
+            "a backend that runs AOTAutograd (aot_eager, inductor)")
+
+
 def _cause_advice(causes: list["Cause"], cwd: str) -> str:
     from cagtool.report.recompiles.explain import NOTHING_TO_FIX, cause_words
 
@@ -457,6 +475,9 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
     cost = _cost_phrase(comparison)
     if cost:
         phrases.append(cost)
+    split = _checkpoint_split_phrase(comparison, explanation)
+    if split:
+        phrases.append(split)
     by_label = {s.label: s for s in comparison.speedups}
     speed = by_label.get("ca/aot") or by_label.get("ca/eager") or by_label.get("aot/eager")
     ca = comparison.modes.get("ca")
@@ -533,6 +554,11 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         return Headline("nothing to compare: record more than one mode, or more steps", NEUTRAL)
     tone = BAD if BAD in tones else GOOD if GOOD in tones else NEUTRAL
     advice = _cause_advice(root_causes(explanation), explanation.table.cwd) if explanation is not None else ""
+    if split:
+        from cagtool.report.recompiles.explain import CHECKPOINT_INSIDE_FIX, NOTHING_TO_FIX
+
+        if not advice or advice.startswith(NOTHING_TO_FIX):
+            advice = CHECKPOINT_INSIDE_FIX
     from cagtool.report.recompiles.verification import best_fix, fix_in_job
 
     fix = best_fix(verified)

@@ -834,9 +834,9 @@ def cause_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     if cause.code == CAUSE_STRUCTURE:
         return _structure_facts(table, cause)
     if cause.code == CAUSE_SHAPES:
-        return {**_shape_facts(table, cause), "checkpoint_unpack_breaks": _checkpoint_unpack_breaks(table)}
+        return {**_shape_facts(table, cause), "checkpoint_unpack_breaks": checkpoint_unpack_breaks(table)}
     if cause.code == CAUSE_DYNAMO_CA_GRAPH:
-        return {**_guard_facts(table, cause), "checkpoint_unpack_breaks": _checkpoint_unpack_breaks(table)}
+        return {**_guard_facts(table, cause), "checkpoint_unpack_breaks": checkpoint_unpack_breaks(table)}
     if cause.code == CAUSE_DYNAMO_FRAME:
         return _guard_facts(table, cause)
     if cause.code == CAUSE_HOOK:
@@ -862,7 +862,7 @@ def cause_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
 _UNPACK_HOOK_BREAK = re.compile(r"_checkpoint_hook\.__init__\.<locals>\.unpack_hook")
 
 
-def _checkpoint_unpack_breaks(table: RecompileTable) -> bool:
+def checkpoint_unpack_breaks(table: RecompileTable) -> bool:
     """torch broke a graph at a non-reentrant checkpoint's unpack hook (torch.utils.checkpoint's
     `_checkpoint_hook...unpack_hook`, marked as skipped): under compiled autograd, at every tensor
     the checkpoint saved, which splits the CA graph's code into pieces."""

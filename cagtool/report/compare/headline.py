@@ -355,12 +355,13 @@ def _checkpoint_split_phrase(comparison: Comparison, explanation: "Explanation |
             "a backend that runs AOTAutograd (aot_eager, inductor)")
 
 
-def _cause_advice(causes: list["Cause"], cwd: str) -> str:
+def _cause_advice(causes: list["Cause"], cwd: str) -> tuple[str, int]:
+    """The first cause's fix that has something to do (a cause that says there is nothing to fix only
+    where none has), with that cause's number of recompiles; ("", 0) where no cause has a fix."""
     from cagtool.report.recompiles.explain import NOTHING_TO_FIX, cause_words
 
-    fixes = [fix[0] for cause in causes if (fix := cause_words(cause, cwd).fix)]
-    # The first cause with something to do; a cause that says there is nothing to fix only where none has.
-    return next((f for f in fixes if not f.startswith(NOTHING_TO_FIX)), fixes[0] if fixes else "")
+    fixes = [(fix[0], cause.count) for cause in causes if (fix := cause_words(cause, cwd).fix)]
+    return next((f for f in fixes if not f[0].startswith(NOTHING_TO_FIX)), fixes[0] if fixes else ("", 0))
 
 
 def _ca_column(comparison: Comparison) -> Any:
@@ -553,11 +554,13 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
             return Headline("imported log: no compiled-autograd graph or compile in it", NEUTRAL)
         return Headline("nothing to compare: record more than one mode, or more steps", NEUTRAL)
     tone = BAD if BAD in tones else GOOD if GOOD in tones else NEUTRAL
-    advice = _cause_advice(root_causes(explanation), explanation.table.cwd) if explanation is not None else ""
+    advice, recompiles = _cause_advice(root_causes(explanation), explanation.table.cwd) if explanation is not None else ("", 0)
     if split:
         from cagtool.report.recompiles.explain import CHECKPOINT_INSIDE_FIX, NOTHING_TO_FIX
 
-        if not advice or advice.startswith(NOTHING_TO_FIX):
+        # The pieces are compiled on every run; a cause of fewer recompiles than that costs less.
+        pieces = comparison.modes["ca"].metrics.ca_code_graphs.pieces if "ca" in comparison.modes else 0
+        if not advice or advice.startswith(NOTHING_TO_FIX) or recompiles < pieces:
             advice = CHECKPOINT_INSIDE_FIX
     from cagtool.report.recompiles.verification import best_fix, fix_in_job
 

@@ -559,7 +559,7 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         from cagtool.report.recompiles.explain import CHECKPOINT_INSIDE_FIX, NOTHING_TO_FIX
 
         # The pieces are compiled on every run; a cause of fewer recompiles than that costs less.
-        pieces = comparison.modes["ca"].metrics.ca_code_graphs.pieces if "ca" in comparison.modes else 0
+        pieces = _ca_column(comparison).metrics.ca_code_graphs.pieces  # the column the split was read from
         if not advice or advice.startswith(NOTHING_TO_FIX) or recompiles < pieces:
             advice = CHECKPOINT_INSIDE_FIX
     from cagtool.report.recompiles.verification import best_fix, fix_in_job

@@ -393,6 +393,23 @@ def hook_code_guard(text: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
+# Dynamo's guard on the class of a custom autograd.Function whose backward a compiled-autograd graph
+# calls (the graph's code passes it to torch's `call_backward` as `backward_c_function`; torch 2.13):
+# `___check_type_id(backward_c_function, 9485...), type=<class 'torch.autograd.function.GradReverseBackward'>`.
+# It fails when the Function is another class of that name: one made anew at each call.
+_FUNCTION_CLASS_GUARD = re.compile(r"___check_type_id\(backward_c_function, \d+\)")
+
+
+def backward_function_class(text: str) -> str | None:
+    """The backward class a failed guard of a compiled-autograd graph's compile names
+    (`ApplyTemplateBackward`), where the guard is on the class of the custom autograd.Function the
+    graph calls; None for any other guard."""
+    if _FUNCTION_CLASS_GUARD.search(text) is None:
+        return None
+    named = _CLASS_TEXT.search(text)
+    return named["name"].rsplit(".", 1)[-1] if named else None
+
+
 # The type check of Dynamo's guard on a tensor input (TENSOR_MATCH, guards.cpp TensorCheck): torch 2.13
 # writes `expected type of 't' to be a tensor type, ' but found <class 'torch.nn.parameter.Parameter'>`
 # (the stray quote is torch's), or `..., but found a different type`.

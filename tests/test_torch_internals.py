@@ -26,7 +26,7 @@ from cagtool.record.loader import load_mode
 from cagtool.record.manifest import ModeManifest
 from cagtool.record.schema import DynamoCompileEvent, DynamoRecompileEvent, GraphBreakEvent
 from cagtool.report.recompiles.reads import limit_hits
-from cagtool.torch_text import compile_attempt, compile_frame, random_module_call
+from cagtool.torch_text import backward_function_class, compile_attempt, compile_frame, random_module_call
 
 NEW_NODE = re.compile(r"^Cache miss due to new autograd node: \S+ \(NodeCall \d+\) with key size \d+, previous key sizes=\[[\d, ]*\]$")
 CHANGED = re.compile(r"^Cache miss due to (\d+) changed tensor shapes \(total of \d+\): sizes\[\d+\](, sizes\[\d+\])*$")
@@ -844,3 +844,105 @@ def test_the_hooks_are_shown_in_nested_disabled_calls_and_hidden_again_after():
                         ("compiled after", False), ("inner", True), ("after the thread's", False), ("returned", True)]
     finally:
         handle.remove()
+
+
+def test_a_custom_function_compiled_without_aot_is_another_class_at_every_call_and_each_backward_a_capture():
+    """A custom autograd.Function (a gradient reversal layer) in code compiled with backend="eager"
+    runs through torch's autograd_function_apply, which defines its Function class, ApplyTemplate,
+    at every call: compiled autograd keys its cache on the class, so each backward is captured anew,
+    and Dynamo's compile of the graph's code fails its guard on the class
+    (`___check_type_id(backward_c_function, ...)`, which torch_text.backward_function_class reads).
+    With aot_eager, or the `.apply` left out of the compiled code by torch.compiler.disable, the
+    captures stop; a Function class defined in the function called every step is the same story
+    without torch.compile (explain's words and fixes for a new node of the same graph)."""
+    from torch._dynamo.utils import _compilation_metrics
+
+    class GradReverse(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight):
+            ctx.weight = weight
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            return grad_output.neg() * ctx.weight, None
+
+    layer = torch.nn.Linear(4, 4)
+
+    def through(x, weight):
+        return GradReverse.apply(layer(x), weight)
+
+    @torch.compiler.disable
+    def reverse_eagerly(x, weight):
+        return GradReverse.apply(x, weight)
+
+    def through_disabled(x, weight):
+        return reverse_eagerly(layer(x), weight)
+
+    def inner(x, weight):
+        class Reverse(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x.view_as(x)
+
+            @staticmethod
+            def backward(ctx, grad_output):
+                return grad_output.neg() * weight
+
+        return Reverse.apply(layer(x))
+
+    def captures(forward: Callable[..., torch.Tensor]) -> tuple[int, set[str]]:
+        classes: list[type] = []
+
+        def step(i: int) -> Callable[[], None]:
+            def run() -> None:
+                out = forward(torch.ones(2, 4), 0.25 * i).sum()
+                classes.append(type(out.grad_fn.next_functions[0][0]))
+                out.backward()
+            return run
+
+        torch._dynamo.reset()
+        graphs = len(run_under_ca(*(step(i) for i in range(4))).graphs)
+        return graphs, {c.__name__ for c in classes} if len(set(classes)) == len(classes) else set()
+
+    _compilation_metrics.clear()
+    graphs, fresh = captures(torch.compile(through, backend="eager"))
+    assert graphs == 4 and fresh == {"ApplyTemplateBackward"}  # a new class, of one name, at every call
+    reasons = [str(m.recompile_reason) for m in _compilation_metrics if m.recompile_reason]
+    assert any(backward_function_class(r) == "ApplyTemplateBackward" for r in reasons), reasons
+    assert captures(torch.compile(through, backend="aot_eager"))[0] <= 2
+    assert captures(torch.compile(through_disabled, backend="eager"))[0] <= 2
+    assert captures(through)[0] <= 2  # the Function defined once, uncompiled
+    graphs, fresh = captures(inner)
+    assert graphs == 4 and fresh == {"ReverseBackward"}
+
+
+def test_an_int_attribute_of_a_module_is_specialised_per_value_unless_allow_unspec_int_on_nn_module():
+    """A queue pointer kept as an int attribute of a compiled module and advanced by its forward
+    (MoCo's): Dynamo compiles the forward once per value (4 values of a cycling pointer: 4 graphs);
+    with torch._dynamo.config.allow_unspec_int_on_nn_module it takes the int as an input after the
+    first change (2 graphs), explain's fix for an int attribute of the module."""
+
+    class Queue(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("queue", torch.zeros(4, 64))
+            self.ptr = 0
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, k: torch.Tensor) -> torch.Tensor:
+            n = k.shape[0]
+            out = self.lin(k).sum() + self.queue.sum()
+            with torch.no_grad():
+                self.queue[:, self.ptr:self.ptr + n] = k.T
+            self.ptr = (self.ptr + n) % 64
+            return out
+
+    def run() -> None:
+        compiled = torch.compile(Queue(), backend="eager")
+        for _ in range(10):
+            compiled(torch.randn(16, 4)).backward()
+
+    assert _unique_graphs(run) == 4
+    with torch._dynamo.config.patch(allow_unspec_int_on_nn_module=True):
+        assert _unique_graphs(run) == 2

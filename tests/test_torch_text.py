@@ -464,3 +464,13 @@ def test_a_graph_break_on_pythons_random_module_names_the_call():
     assert tt.random_module_call(builtin) == "Random.random" and tt.random_module_call(skipped) == "Random.choice"
     assert tt.random_module_call("Data-dependent branching") is None
     assert tt.random_module_call("the builtin `<unknown module>.SystemRandom.` ...") is None
+
+
+def test_a_guard_on_the_class_a_compiled_autograd_graph_calls_names_the_backward_class():
+    """torch 2.13's failing guard of a compiled-autograd graph's code when the custom
+    autograd.Function it calls is another class of the same name (tests/scripts/grad_reverse.py)."""
+    guard = ("___check_type_id(backward_c_function, 94859876021120), type=<class "
+             "'torch.autograd.function.ApplyTemplateBackward'> (HINT: type ApplyTemplateBackward)")
+    assert tt.backward_function_class(guard) == "ApplyTemplateBackward"
+    assert tt.backward_function_class("___check_type_id(L['x'], 9485), type=<class 'torch.Tensor'>") is None
+    assert tt.backward_function_class("___check_obj_id(hooks[0].__code__, 1396)") is None

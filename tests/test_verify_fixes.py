@@ -189,3 +189,24 @@ def test_dynamic_sources_end_a_recompile_storm_past_the_limit(record_run, tmp_pa
     # Torch's own PGO words are carried beside the fix, verbatim as the run recorded them.
     said = load_run(run).modes["ca"].manifest.options["pgo_suggestion"]
     assert fix["torch_says"] == said and said.startswith("PGO detected a recompilation due to dynamic shapes.")
+
+
+def test_a_custom_function_compiled_with_the_eager_backend_is_verified_with_aot_eager_on_a_copy(record_run, tmp_path):
+    """tests/scripts/grad_reverse.py: a gradient reversal layer in a model compiled with
+    backend="eager" is captured anew at every backward (a Function class torch defines at each
+    call). The patch makes the script's backend "aot_eager" and answers both causes (compiled
+    autograd's misses and Dynamo's recompiles of the graph's code on the class); the re-run of the
+    copy captures twice, recompiles the graph's code no more, and computes the same numbers."""
+    run = _copy(record_run, tmp_path, "../tests/scripts/grad_reverse.py")
+    proc, data = _verify(run)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    v = data["verification"]
+    [fix] = v["fixes"]
+    assert fix["fix"] == "backend-aot-eager" and fix["causes"] == [1, 2] and fix["who"] == "your code"
+    assert '-run = model if INNER else torch.compile(model, backend="eager")\n' in fix["patch"]["diff"]
+    assert '+run = model if INNER else torch.compile(model, backend="aot_eager")\n' in fix["patch"]["diff"]
+    assert v["baseline"]["ca_graphs"] == [8] and fix["measured"]["ca_graphs"] == [2]
+    assert v["baseline"]["ca_recompiles"] == [7] and fix["measured"]["ca_recompiles"] == [1]
+    assert fix["verdict"] == "verified" and fix["numerics_agree"] is True, fix["reasons"]
+    fixed = load_run(fix["measured"]["run"])
+    assert fixed.modes["ca"].manifest.torch_counters["compiled_autograd"]["captures"] == 2

@@ -333,7 +333,8 @@ def recompiles(
     (hook-before-loop: a hook registered mid-run registered before the loop, its condition left
     out; hook-dynamo-disable: a traced hook that Dynamo recompiles wrapped in
     torch._dynamo.disable; zero-grad-to-none: zero_grad(set_to_none=False) made True;
-    scalar-to-tensor: a Python number Dynamo guards on passed as a tensor); a code change it
+    scalar-to-tensor: a Python number Dynamo guards on passed as a tensor; backend-aot-eager: a
+    custom autograd.Function in code compiled with backend="eager", compiled with "aot_eager"); a code change it
     cannot make is shown with why not. A patch must keep what the job does: the backward hooks
     run are counted in each re-run, and a fix that runs fewer is harmful. A recompile torch's own PGO explains carries torch's suggestion verbatim, and
     torch-pgo verifies that suggestion applied as torch words it (torch-pgo-ca-dynamic: with
@@ -342,7 +343,7 @@ def recompiles(
       \b
       ca-dynamic            dynamic-sources       torch-pgo
       torch-pgo-ca-dynamic  hook-before-loop      hook-dynamo-disable
-      zero-grad-to-none     scalar-to-tensor
+      zero-grad-to-none     scalar-to-tensor      backend-aot-eager
 
     Each fix gets before -> after for CA and Dynamo recompiles,
     compile time, time to first step, steady step time (with its 90% confidence interval), peak

@@ -25,6 +25,13 @@ names: the same function runs, eagerly (Dynamo graph-breaks around it and instal
 the job computes what it did. Applied when that line holds one registration with the hook as
 its one argument on one line, and the script does `import torch`.
 
+`backend-aot-eager`: a custom autograd.Function in code the script compiles with
+`torch.compile(..., backend="eager")`, which torch runs through a Function class it defines at
+every call, so compiled autograd captures every backward anew (explain.py `TEMPLATE_NODE`). The
+patch makes each such call's backend "aot_eager": AOTAutograd traces the Function into the compiled
+forward's backward node, the same ops run, and the re-run's numerics check says whether the numbers
+agree. Applied where the script's own torch.compile calls pass `backend="eager"` as a literal.
+
 A forward frame recompiled on a Python value (a number or a flag Dynamo specialised on) gets its
 patch from value_patches.py: a number only used in tensor arithmetic is passed as a tensor at its
 call site (`scalar-to-tensor`, applied), a branch on a flag argument is shown as torch.where
@@ -39,6 +46,7 @@ import ast
 import os
 
 from cagtool.report.recompiles.explain import (
+    TEMPLATE_NODE,
     CAUSE_DYNAMO_CA_GRAPH,
     CAUSE_DYNAMO_FRAME,
     CAUSE_GRAD_DEFINED,
@@ -50,7 +58,7 @@ from cagtool.report.recompiles.explain import (
 from cagtool.verify.fixes import on_a_size
 from cagtool.verify.patch import Patch, imports_torch, replace_expr, unified_diff
 from cagtool.verify.value_patches import value_patch
-from cagtool.torch_text import GUARD_ID, GUARD_SIZE, GUARD_TYPE
+from cagtool.torch_text import GUARD_ID, GUARD_SIZE, GUARD_TYPE, backward_function_class
 
 # torch's registration calls whose hook becomes part of the autograd graph compiled autograd keys on.
 _HOOK_CALLS = frozenset({
@@ -270,6 +278,54 @@ def hook_disable_patch(cause: Cause, script: str, display: str, source: bytes) -
     return Patch(name, (cause.number,), title, display, hook.lineno, diff, True, patched="".join(after))
 
 
+def _eager_compiles(tree: ast.AST) -> list[ast.Constant]:
+    """The `"eager"` of every `torch.compile(..., backend="eager")` call (also `compile` imported from
+    torch, and the decorator's `@torch.compile(backend="eager")`) in the script."""
+    found = []
+    for call in ast.walk(tree):
+        if not isinstance(call, ast.Call):
+            continue
+        func = call.func
+        named = (isinstance(func, ast.Attribute) and func.attr == "compile" and isinstance(func.value, ast.Name)
+                 and func.value.id == "torch") or (isinstance(func, ast.Name) and func.id == "compile")
+        for keyword in call.keywords if named else []:
+            if keyword.arg == "backend" and isinstance(keyword.value, ast.Constant) and keyword.value.value == "eager":
+                found.append(keyword.value)
+    return found
+
+
+def backend_patch(cause: Cause, script: str, display: str, source: bytes) -> Patch:
+    """Compile with aot_eager where the script compiles with the eager backend (see the module docstring)."""
+    title = 'compile with backend="aot_eager": AOTAutograd traces the custom autograd.Function once'
+    name = "backend-aot-eager"
+    parsed = _parsed(source)
+    if isinstance(parsed, str):
+        return Patch(name, (cause.number,), title, display, None, "", False, parsed)
+    text, tree = parsed
+    found = _eager_compiles(tree)
+    if not found:
+        return Patch(name, (cause.number,), title, display, None, "", False,
+                     'no torch.compile call in the script passes backend="eager" (a library or another file compiles the '
+                     "code): change the backend there")
+    lines = text.splitlines(keepends=True)
+    after = list(lines)
+    for constant in sorted(found, key=lambda c: (c.lineno, c.col_offset), reverse=True):
+        if constant.lineno != constant.end_lineno:
+            return Patch(name, (cause.number,), title, display, constant.lineno, "", False,
+                         f"the backend at line {constant.lineno} spans lines: not a one-line edit")
+        after = replace_expr(after, constant, '"aot_eager"')
+    return Patch(name, (cause.number,), title, display, min(c.lineno for c in found), unified_diff(display, lines, after), True,
+                 patched="".join(after))
+
+
+def _template_cause(cause: Cause) -> bool:
+    """A cause whose class is the one torch defines at every call of code compiled without AOTAutograd."""
+    found = cause.facts.get("function_class")
+    if cause.code == CAUSE_STRUCTURE:
+        return found is not None and found.name == TEMPLATE_NODE
+    return cause.code == CAUSE_DYNAMO_CA_GRAPH and backward_function_class(cause.facts.get("guard") or "") == TEMPLATE_NODE
+
+
 _NOT_MECHANICAL = {
     CAUSE_STRUCTURE: "which ops to unify (a branch or a loop per step) is a design choice: no edit is made",
     CAUSE_GRAD_DEFINED: "the job is not a script file cagtool can read (a module, or it moved)",
@@ -283,6 +339,11 @@ def patch_for(cause: Cause, script: str | None, display: str | None, source: byt
     `source`: the script's bytes as checked against the record's seal (None for a module job)."""
     if cause.caused_by is not None:
         return None  # fixed with the cause it follows from
+    if _template_cause(cause):
+        if script is None or source is None:
+            return Patch("backend-aot-eager", (cause.number,), 'compile with backend="aot_eager"', display or "?", None, "", False,
+                         "the job is not a script file cagtool can read (a module, or it moved)")
+        return backend_patch(cause, script, display or script, source)
     if cause.code == CAUSE_DYNAMO_CA_GRAPH and cause.facts.get("hook"):
         if script is None or source is None:
             return Patch("hook-dynamo-disable", (cause.number,), "run the hook eagerly", display or "?", None, "", False,

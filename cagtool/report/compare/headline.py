@@ -276,6 +276,9 @@ def cause_phrase(cause: "Cause") -> str:
         what = "another backward call of the step, captured once as its own graph"
     elif cause.code == CAUSE_STRUCTURE and cause.facts.get("new_backward_call") is not None and cause.count == 1:
         what = "a backward called from a new line, its graph's first capture"
+    elif cause.code == CAUSE_STRUCTURE and cause.facts.get("function_class") is not None:
+        found = cause.facts["function_class"]
+        what = f"a custom autograd.Function was {'' if found.certain else 'likely '}another class at each call (`{found.name}`)"
     elif cause.code == CAUSE_STRUCTURE and cause.facts.get("graph_shape") == GRAPH_SAME:
         shrink = batch_shrink(cause.facts.get("saved_values") or [])
         what = "a number the backward saved changed" + (f" ({shrink[0]}->{shrink[1]}: a smaller batch, a DataLoader's last?)"

@@ -39,6 +39,7 @@ from cagtool.report.recompiles.table import (
     node_label,
 )
 from cagtool.torch_text import (
+    backward_function_class,
     call_guard,
     hook_code_guard,
     GUARD_GLOBAL_STATE,
@@ -299,6 +300,8 @@ def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "changes": changes,
         # (autograd node, before, after) of each integer the graphs of the same nodes hold differently.
         "saved_values": saved,
+        # A custom autograd.Function's node that is another class of the same name at each miss.
+        "function_class": _new_function_class(table, cause, changes) if shapes == {GRAPH_SAME} and not saved else None,
         # Per capture that grew the graph, the nodes it has that the graph before it had not.
         # (The first few, as many as the words list: a storm has thousands.)
         "added_nodes": [(r.compile_id, added) for r, c in
@@ -323,6 +326,49 @@ def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "distinct_structures": cause.count + 1,
         **_stability(table, cause),
     }
+
+
+# The node of the autograd.Function class torch's autograd_function_apply (torch/_functorch/autograd_function.py)
+# builds at every call of a Dynamo graph that traced a custom autograd.Function and runs without AOTAutograd.
+TEMPLATE_NODE = "ApplyTemplateBackward"
+
+
+@dataclass(frozen=True)
+class FunctionClass:
+    """A custom autograd.Function's node that compiled autograd misses on as new while the graph
+    keeps the same nodes: another class of the same name each time (its key is the class)."""
+
+    name: str  # the node's name, `ApplyTemplateBackward`
+    guards: tuple[str, ...]  # Dynamo's recompiles of a CA graph's code on that class's type guard
+
+    @property
+    def certain(self) -> bool:
+        """torch says so (a guard on the class), or the class is autograd_function_apply's; else only
+        the likeliest reading of graphs that hold nothing different."""
+        return bool(self.guards) or self.name == TEMPLATE_NODE
+
+
+def _new_function_class(table: RecompileTable, cause: Cause, changes: list[NodeChange]) -> FunctionClass | None:
+    """The custom autograd.Function node of a "new node" miss on a graph of the same nodes, where
+    the class is new at each call: Dynamo's compile of a CA graph names it in a failed guard on
+    `backward_c_function`'s type (another class of that name), or it is the class
+    autograd_function_apply builds at each call, or the graphs it misses on hold nothing different
+    (their files read alike: then the class is the likeliest difference). None otherwise."""
+    names = {c.after for c in changes}
+    if len(names) != 1:
+        return None
+    [name] = names
+    if not custom_function_nodes([name]):
+        return None
+    guards = tuple(row.compile_id for row in table.rows if row.source == SOURCE_DYNAMO_CA_GRAPH
+                   and any(backward_function_class(message) == name for message in row.messages))
+    if guards or name == TEMPLATE_NODE:
+        return FunctionClass(name, guards)
+    pairs = [(table.previous_graph(row.ca_id), table.graphs.get(row.ca_id)) for row in cause.rows[:MAX_LISTED]
+             if row.ca_id is not None]
+    alike = bool(pairs) and all(before is not None and after is not None and table.saved_values(before, after) == []
+                                for before, after in pairs)
+    return FunctionClass(name, guards) if alike else None
 
 
 def ca_started_dynamic(table: RecompileTable) -> bool:
@@ -1181,6 +1227,8 @@ def _saved_value_words(cause: Cause, items: list[str], cwd: str) -> Words:
     node saved changed (DivBackward1's divisor: the batch size of a mean over soft targets, mixup's or
     CutMix's), which compiled autograd keys its cache on; the graph files say which."""
     facts = cause.facts
+    if facts.get("function_class") is not None:
+        return _function_class_words(cause, facts["function_class"], items, cwd)
     saved = facts.get("saved_values") or []
     title = f"A number the backward's nodes saved changes between iterations ({plural(cause.count, 'recompile')})"
     why = [
@@ -1218,6 +1266,57 @@ def _saved_value_words(cause: Cause, items: list[str], cwd: str) -> Words:
         if facts.get("stabilised"):
             why.append("Nothing urgent: each value is captured once and then reused.")
     return Words(title, why, fix, evidence_text(cause.evidence))
+
+
+# torch 2.13, checked by hand (tests/scripts/grad_reverse.py): a custom autograd.Function in a region
+# compiled with backend="eager" is captured anew at every backward (12 steps: 12 captures); with
+# aot_eager, or the call left out of the compiled code by torch.compiler.disable, twice.
+TEMPLATE_FIX = ("Compile the code that calls the custom autograd.Function with a backend that runs AOTAutograd, "
+                "torch.compile's default (inductor) or backend=\"aot_eager\": AOTAutograd traces the Function into the "
+                "compiled forward's one backward node, which compiled autograd captures once. Or leave the `.apply` call "
+                "out of the compiled code (a small function that calls it, decorated with torch.compiler.disable: one graph "
+                "break in the forward).")
+# torch 2.13, checked by hand: a Function class defined in the function that calls it, a new class at
+# each call, is captured anew at every backward, compiled forward or not.
+CLASS_ONCE_FIX = ("Define the autograd.Function class once, at module level, and call that class's `.apply` at every "
+                  "step, passing what differs per step (a weight, a scale) as an argument of `.apply`: a class defined "
+                  "inside the function called each step is a new class each time, however alike.")
+
+
+def _function_class_words(cause: Cause, found: FunctionClass, items: list[str], cwd: str) -> Words:
+    """A "new node" miss on a custom autograd.Function's node whose class is new at each call
+    (compiled autograd keys its cache on the class): the eager backend's autograd_function_apply,
+    or a class defined in the function called every step."""
+    facts = cause.facts
+    template = found.name == TEMPLATE_NODE
+    title = (f"The backward's custom autograd.Function is {'' if found.certain else 'likely '}another class at every call "
+             f"({plural(cause.count, 'recompile')})")
+    why = [
+        "Compiled autograd keys its cache on the class of each custom autograd.Function in the backward (torch's "
+        "`_autograd_function_id`): another class, even of the same name and code, is a new node to it, and torch names the "
+        f"miss so. Seen {facts['distinct_structures']} graphs of the same nodes {where(cause, cwd)}".rstrip() + ".",
+        "The node torch names: " + elide(items) + ".",
+    ]
+    if template:
+        why.append(f"`{found.name}` is the node of the class torch builds at every call of compiled code that traced a custom "
+                   "autograd.Function and runs without AOTAutograd (torch.compile(..., backend=\"eager\"): its "
+                   "autograd_function_apply defines a Function class, ApplyTemplate, each time it runs), so every forward "
+                   "makes another one and every backward is captured anew.")
+    elif found.guards:
+        why.append(f"`{found.name}` is another class of the same name at each miss: a Function class defined inside a function "
+                   "the training step calls is made anew at every call.")
+    else:
+        why.append(f"`{found.name}` is a custom autograd.Function's node, and the graphs it was captured in hold nothing "
+                   "different (their graph files read alike): the likeliest difference is the Function's class, another "
+                   "at each call, as a class defined inside a function the training step calls is.")
+    if found.guards:
+        why.append(f"Dynamo's compile of the graph's code says the same: its guard on the class it calls, "
+                   f"`___check_type_id(backward_c_function, ...)` for `{found.name}`, failed at "
+                   + elide(list(found.guards)) + ".")
+    stability = stability_sentence(facts, "recompile of this kind")
+    if stability:
+        why.append(stability)
+    return Words(title, why, [TEMPLATE_FIX if template else CLASS_ONCE_FIX], evidence_text(cause.evidence))
 
 
 # reshape()'s backward node when it viewed its input, and the ones when it copied it (torch 2.13).
@@ -1758,6 +1857,8 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
     if kind == GUARD_TYPE and (tensor_type := tensor_type_guard(guard)) is not None:
         now = f" ({tensor_type[1]} now)" if tensor_type[1] else ""
         return f"the tensor passed as `{tensor_type[0]}` is of another type than when compiled{now}"
+    if kind == GUARD_TYPE and (function_class := backward_function_class(guard)) is not None:
+        return f"the custom autograd.Function the graph calls is another class of the same name (`{function_class}`)"
     if kind == GUARD_TYPE:
         return "a value of another type reached the compiled code"
     if kind == GUARD_TENSOR_META:
@@ -1920,6 +2021,16 @@ def _bool_flag(facts: dict[str, Any]) -> bool:
     changes = facts.get("value_changes") or []
     return (bool(changes) and len({c.source for c in changes}) == 1
             and all(c.before in _BOOL_OPPOSITE and c.after in _BOOL_OPPOSITE and not c.as_input for c in changes))
+
+
+def _module_int(facts: dict[str, Any]) -> bool:
+    """Every recompile is on one int attribute of the compiled module (`self.queue_ptr` in its
+    forward), specialised each time and never taken as an input: Dynamo's default for an int on an
+    nn.Module (allow_unspec_int_on_nn_module False), whatever the code does with it."""
+    changes = facts.get("value_changes") or []
+    return (bool(changes) and len({c.source for c in changes}) == 1 and facts.get("function") == "forward"
+            and changes[0].source.startswith("self.") and changes[0].source.count(".") == 1
+            and all(c.before_type == "int" and c.after_type in ("int", None) and not c.as_input for c in changes))
 
 
 def _specialised_each(facts: dict[str, Any]) -> bool:
@@ -2155,6 +2266,12 @@ def _guard_why(facts: dict[str, Any], code: str, on_ca: bool = False) -> list[st
             return [f"Dynamo compiled the frame for the first value of `{changes[0].source}` it saw (a guard `== value`); when "
                     "the value changed it compiled the frame again with the number as an input of the graph (automatic "
                     f"dynamic), which every later value reuses. {per}"]
+        if _module_int(facts):
+            module = f" (a {changes[0].owners[-1][1]})" if changes[0].owners else ""
+            return [f"`{changes[0].source}` is an int attribute of the compiled module{module}, and Dynamo specialises such an "
+                    "attribute on each value it sees (torch._dynamo.config.allow_unspec_int_on_nn_module is False by default): "
+                    "never an input of the graph, as an int argument becomes after its first change (automatic dynamic), so "
+                    f"each new value compiles the frame once more, and each is cached. {per}"]
         if _specialised_each(facts):
             per = "Per recompile: " + elide([_value_change_words(dataclasses.replace(c, as_input=False), "it") for c in changes]) + "."
             return [f"Dynamo compiles the frame for each value of `{changes[0].source}` it sees: even after the value changed, "
@@ -2614,6 +2731,8 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         return [f"Dynamo guards the exact type of each tensor input, and a Tensor subclass ({tensor_type[1] or 'its new type'}) "
                 f"is a type of its own: each type compiles once and is cached, so a change made once costs one recompile. "
                 f"To avoid it, {how}."]
+    if kind == GUARD_TYPE and (function_class := backward_function_class(guard)) is not None:
+        return [TEMPLATE_FIX if function_class == TEMPLATE_NODE else CLASS_ONCE_FIX]
     if kind == GUARD_TYPE:
         return ["A value of a different type reaches the compiled code: keep argument types fixed."]
     if kind == GUARD_VALUE and _bool_flag(facts):
@@ -2630,6 +2749,18 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                 f"To skip that recompile too, pass it as a tensor (`torch.tensor({name})`) where it is only used in tensor "
                 "arithmetic: a tensor's value is not guarded. (TORCH_COMPILE_DYNAMIC_SOURCES, which torch's PGO suggests for "
                 "it, does not: Dynamo still compiles a float's first value as a constant.)"]
+    if kind == GUARD_VALUE and _module_int(facts):
+        name = facts["value_changes"][0].source
+        seen = len({c.before for c in facts["value_changes"]} | {c.after for c in facts["value_changes"] if c.after is not None})
+        return [f"Nothing to fix if `{name}` takes a few values (a pointer that cycles, a phase): each is compiled once and "
+                f"cached ({seen} seen), and each counts against the frame's recompile limit "
+                "(torch._dynamo.config.recompile_limit), past which the frame runs uncompiled." if facts.get("stabilised") else
+                f"`{name}` keeps taking new values, and each is compiled anew until the recompile limit "
+                "(torch._dynamo.config.recompile_limit) sends the frame to eager.",
+                "To compile it once for every value: set torch._dynamo.config.allow_unspec_int_on_nn_module = True before the "
+                f"first compiled call; Dynamo then takes `{name}` as an input after its first change, as it does an int "
+                "argument, and later values reuse that graph (where the code needs it as a constant, a loop bound or a "
+                "branch, it still compiles per value)."]
     if kind == GUARD_VALUE and _specialised_each(facts) and _loop_bound(facts["value_changes"][0].source, code):
         name = facts["value_changes"][0].source
         return [_LOOP_BOUND_FIX.format(name=name)]

@@ -230,3 +230,18 @@ def test_an_episode_length_loop_is_a_trip_count_and_expert_routing_is_ops_picked
     assert routing["code"] == "graph_structure" and routing["count"] == 4
     assert "a Python branch or an op picked per step" in said
     assert "a loop whose trip count" not in said and "pad to a maximum" not in said and "the same way every step" not in said
+
+
+def test_an_int_attribute_of_the_module_is_specialised_per_value_and_not_passed_as_a_tensor(record_run):
+    """tests/scripts/moco_queue.py: MoCo's queue pointer, an int attribute the compiled forward
+    advances and slices with, cycles through 4 values, each a compile. Dynamo specialises an int on
+    an nn.Module (allow_unspec_int_on_nn_module False): said so, with that setting as the fix, not
+    "pass it as a tensor where the compiled code is called" (no call passes it, and a slice needs an
+    int)."""
+    [cause] = _causes(_recorded(record_run, "moco_queue.py"))
+    said = _said(cause)
+    assert cause["count"] == 3 and "`self.queue_ptr` is an int attribute of the compiled module (a MoCo)" in said
+    assert "allow_unspec_int_on_nn_module is False by default" in said
+    assert cause["fix"][0].startswith("Nothing to fix if `self.queue_ptr` takes a few values") and "(4 seen)" in cause["fix"][0]
+    assert "torch._dynamo.config.allow_unspec_int_on_nn_module = True" in cause["fix"][1]
+    assert "torch.tensor(self.queue_ptr)" not in said and "where the compiled code is called" not in said

@@ -946,3 +946,40 @@ def test_an_int_attribute_of_a_module_is_specialised_per_value_unless_allow_unsp
     assert _unique_graphs(run) == 4
     with torch._dynamo.config.patch(allow_unspec_int_on_nn_module=True):
         assert _unique_graphs(run) == 2
+
+
+def test_a_fullgraph_compiler_is_read_from_its_compiled_module_and_a_disabled_hook_is_an_error_in_it():
+    """What the CA observer reads of the compiler a CA graph was compiled with
+    (ca_observer.compiler_fullgraph: the OptimizedModule's `dynamo_ctx.fullgraph`), and why it
+    matters: under compiled autograd with torch.compile(..., fullgraph=True), a hook passed through
+    torch._dynamo.disable raises (explain's fix for a list-appending hook is then a tensor), and a
+    hook writing into a tensor compiles once."""
+    from torch._dynamo.utils import counters
+
+    from cagtool.capture.observe.ca_observer import compiler_fullgraph
+
+    layer = torch.nn.Linear(2, 2)
+    assert compiler_fullgraph(torch.compile(backend="eager", fullgraph=True)(layer)) is True
+    assert compiler_fullgraph(torch.compile(backend="eager")(layer)) is False
+
+    def backwards(hook: Callable[[torch.Tensor], Any]) -> int:
+        torch._dynamo.reset()
+        counters.clear()
+        model = torch.nn.Linear(4, 1)
+        model.weight.register_hook(hook)
+        with ca._enable(torch.compile(backend="eager", fullgraph=True), dynamic=True):
+            for _ in range(3):
+                model.zero_grad(set_to_none=True)
+                model(torch.randn(2, 4)).sum().backward()
+        return counters["stats"]["unique_graphs"]
+
+    norms: list[float] = []
+    with pytest.raises(torch._dynamo.exc.Unsupported, match="torch.compiler.disable"):
+        backwards(torch._dynamo.disable(lambda g: norms.append(g.norm().item())))
+    buf = torch.zeros(())
+
+    def record_norm(g: torch.Tensor) -> None:
+        buf.copy_(g.norm())
+
+    assert backwards(record_norm) == 1 and buf.item() > 0
+    torch._dynamo.reset()

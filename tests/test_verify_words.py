@@ -58,3 +58,18 @@ def test_the_announced_reruns_are_counted_in_words(record_run, tmp_path, monkeyp
     assert said[("1", None)].startswith("cagtool: verifying 3 fixes in mode ca: the baseline and each fix 1 time, each its own process")
     assert said[("2", None)].startswith("cagtool: verifying 3 fixes in mode ca: the baseline and each fix 2 times, each its own process")
     assert said[("1", "ca-dynamic")].startswith("cagtool: verifying 1 fix in mode ca: the baseline and each fix 1 time, each its own process")
+
+
+def test_a_fix_whose_re_run_failed_says_why_in_its_verdict():
+    """A patch that makes the job raise (a disabled hook under a fullgraph=True compiler): the FAILED
+    verdict quotes the re-run's exception, its first line, not only "see its record"."""
+    import dataclasses
+
+    failed = dataclasses.replace(_side(0, 0, 1), status="failed",
+                                 failure="Unsupported: Skip calling `torch.compiler.disable()`d function")
+    verdict, reasons = judge(_side(0, 3, 1), failed, None, None)
+    assert verdict == verification.FAILED
+    assert reasons == ["the re-run with the fix did not finish (Unsupported: Skip calling `torch.compiler.disable()`d function): "
+                       "see its record"]
+    verdict, reasons = judge(_side(0, 3, 1), dataclasses.replace(failed, failure=None), None, None)
+    assert reasons == ["the re-run with the fix did not finish: see its record"]

@@ -346,6 +346,9 @@ class CAGraphEvent(Event, tag="ca_graph"):
     # who set up the compiler ("cagtool" or "script": the script's own `_enable`/CA flag kept) and,
     # after a colon, what compiled the graph (torch.compile's backend, else the compiler's name)
     compiler: str = ""
+    # The graph was compiled by torch.compile(..., fullgraph=True) (TorchRec's compiled autograd):
+    # a graph break in its code, a hook under torch._dynamo.disable among them, is an error there.
+    fullgraph: bool = False
 
     def autograd_names(self) -> Counter[str]:
         """The autograd nodes the graph covers, by name; from the op histogram when the capture

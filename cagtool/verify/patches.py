@@ -257,6 +257,10 @@ def hook_disable_patch(cause: Cause, script: str, display: str, source: bytes) -
         return Patch(name, (cause.number,), title, display, None, "", False, parsed)
     text, tree = parsed
     where = cause.source
+    if cause.facts.get("ca_fullgraph"):
+        return Patch(name, (cause.number,), title, display, where.line if where is not None else None, "", False,
+                     "the compiled-autograd graph is compiled with fullgraph=True, where a hook under torch._dynamo.disable "
+                     "is an error: keep what the hook records in a tensor, as the explanation says")
     if where is None or where.how != "guard" or os.path.realpath(where.file) != os.path.realpath(script):
         return Patch(name, (cause.number,), title, display, None, "", False,
                      "the hook's line is not in the script (it is registered in another file or by a library)")

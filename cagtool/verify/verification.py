@@ -115,6 +115,8 @@ class Side:
     # Per repetition: the distinct places ("file:line") its breaks are at, as `summary` counts sites;
     # None where the count has breaks the log names no place for.
     graph_break_places: list[list[str] | None] = field(default_factory=list)
+    # Why the set did not finish (the first failed repetition's exception), where it did not.
+    failure: str | None = None
 
 
 @dataclass
@@ -231,7 +233,7 @@ def _side(name: str, path: Path, mode: str, wall_s: float, loaded: RunRecord | N
         step_time_median_s=fields.get("step_time_median_s"), steady_steps=int(fields.get("steady_steps") or 0),
         peak_memory_bytes=peak, wall_s=wall_s, hook_calls=[hook_calls(r) for r in reps],
         compile_times_s=[m.compile_time_s for m in metrics], graph_breaks=[m.graph_breaks for m in metrics],
-        graph_break_places=[break_places(m) for m in metrics],
+        graph_break_places=[break_places(m) for m in metrics], failure=failure_of(record, mode) if status != "finished" else None,
     ), record
 
 
@@ -360,7 +362,8 @@ def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None
     """The verdict of one fix against the baseline, with the reasons, in words. `record`: the
     baseline re-run's timings that are not compared (check_against_record), said in their place."""
     if fixed.status != "finished":
-        return FAILED, ["the re-run with the fix did not finish: see its record"]
+        why = f" ({fixed.failure[:300]})" if fixed.failure else ""
+        return FAILED, [f"the re-run with the fix did not finish{why}: see its record"]
     before, after = _total(baseline), _total(fixed)
     reasons: list[str] = []
     harmful = False
@@ -490,6 +493,12 @@ def _shown(arg: str) -> str:
 
 def _why_it_failed(record: RunRecord, mode: str, stderr: Path) -> str:
     """The first failed repetition's exception (or exit code), and the job's last line of stderr."""
+    return failure_of(record, mode) or f"see {stderr}"
+
+
+def failure_of(record: RunRecord, mode: str) -> str | None:
+    """The first failed repetition's exception (or its status and exit code); None where every
+    repetition finished."""
     for name, rep in record.modes.items():
         if not (name == mode or name.startswith(f"{mode}.")):
             continue
@@ -497,9 +506,10 @@ def _why_it_failed(record: RunRecord, mode: str, stderr: Path) -> str:
         if manifest.status == "finished" and manifest.exit_code in (0, None):
             continue
         if manifest.exception is not None:
-            return f"{manifest.exception.type}: {manifest.exception.message}".strip()
+            first = next((line.strip() for line in manifest.exception.message.splitlines() if line.strip()), "")
+            return f"{manifest.exception.type}: {first}".strip()
         return f"{manifest.status}, exit {manifest.exit_code}"
-    return f"see {stderr}"
+    return None
 
 
 def _source_changed(record: RunRecord, mode: str) -> str | None:

@@ -68,6 +68,12 @@ def compiler_backend(compiled_fn: Any, compiler_fn: Any) -> str:
     return name if isinstance(name, str) and name not in ("", "fn", "<lambda>") else ""
 
 
+def compiler_fullgraph(compiled_fn: Any) -> bool:
+    """Whether the `torch.compile` that compiled a CA graph was fullgraph=True (the OptimizedModule's
+    OptimizeContext keeps it as `fullgraph`, docs/torch-internals.md)."""
+    return getattr(getattr(compiled_fn, "dynamo_ctx", None), "fullgraph", False) is True
+
+
 class _VerboseLogger:
     """What C++ calls with each cache-miss message; only its presence matters (reasons then reach
     log_compile_reasons with their graph id). Messages are also kept for graphs whose reasons
@@ -552,6 +558,7 @@ class CaptureObserver:
             code_file=code_rel,
             nodes_file=nodes_rel,
             compiler=("cagtool" if is_ours else "script") + (f":{backend}" if backend else ""),
+            fullgraph=compiler_fullgraph(compiled_fn),
         )
 
     def _time_first_call(self, compiled_fn: Callable[..., Any], record_id: int, hook_slots: Any = ()) -> Callable[..., Any]:

@@ -604,6 +604,8 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "wrapped_function": all(table.wrapper_modules.get(r.compile_id, ("",))[0] in _FUNCTION_CLASSES for r in cause.rows),
         "wrapped_optimizer_step": all(r.compile_id in table.wrapper_optimizer_steps for r in cause.rows),
         "hook": hook,
+        # The CA graphs were compiled by torch.compile(..., fullgraph=True): a disabled hook is an error there.
+        "ca_fullgraph": any(graph.fullgraph for graph in table.graphs.values()),
         # Every recompile is a reentrant activation checkpoint's recompute in the backward (its
         # forward ran under no_grad, the recompute with grad on): the function it checkpoints.
         "reentrant_recompute": _reentrant_recompute(table, cause),
@@ -2554,18 +2556,27 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         if facts.get("hook"):
             target = code.split(".register_hook(")[0].strip().split()[-1] if ".register_hook(" in code else "tensor"
             target = target.split("=")[-1].strip() or "tensor"
-            return [
-                "Keep the hook out of Dynamo: register `torch._dynamo.disable(hook)` instead of the hook "
-                f"(`{target}.register_hook(torch._dynamo.disable(lambda g: ...))`); it runs eagerly, and nothing in it is guarded.",
-                f"Or read the value after backward, not in a hook: `{target}.retain_grad()` before backward, then "
-                f"`grad_norms.append({target}.grad.norm().item())` after it." if facts.get("container") == "grad_norms" else
-                f"Or read the value after backward, not in a hook: `{target}.retain_grad()` before backward, then use `{target}.grad` after it.",
-                # torch 2.13, checked by hand on grad_norm_hook.py: as a lambda, `buf.copy_(...)` returns `buf`, which
-                # replaces the gradient ("hook '<lambda>' has changed the size of value"); a def returning None keeps it.
-                "Or keep the value a tensor: a hook that writes into a tensor made once and returns nothing "
-                "(`def record_norm(g): buf.copy_(g.norm())`; not a lambda, whose `buf.copy_(...)` would return `buf` and replace "
-                "the gradient), read after backward.",
-            ]
+            disable = ("Keep the hook out of Dynamo: register `torch._dynamo.disable(hook)` instead of the hook "
+                       f"(`{target}.register_hook(torch._dynamo.disable(lambda g: ...))`); it runs eagerly, and nothing in it is guarded.")
+            after = (f"Or read the value after backward, not in a hook: `{target}.retain_grad()` before backward, then "
+                     f"`grad_norms.append({target}.grad.norm().item())` after it." if facts.get("container") == "grad_norms" else
+                     f"Or read the value after backward, not in a hook: `{target}.retain_grad()` before backward, then use `{target}.grad` after it.")
+            # torch 2.13, checked by hand on grad_norm_hook.py: as a lambda, `buf.copy_(...)` returns `buf`, which
+            # replaces the gradient ("hook '<lambda>' has changed the size of value"); a def returning None keeps it.
+            # Under a fullgraph=True compiler too (one graph, no recompile).
+            tensor = ("a hook that writes into a tensor made once and returns nothing "
+                      "(`def record_norm(g): buf.copy_(g.norm())`; not a lambda, whose `buf.copy_(...)` would return `buf` and replace "
+                      "the gradient), read after backward.")
+            if facts.get("ca_fullgraph"):
+                # torch 2.13, checked by hand: a disabled hook in a graph compiled with fullgraph=True raises
+                # "Unsupported: Skip calling `torch.compiler.disable()`d function".
+                return [f"Keep the value a tensor: {tensor} The compiled-autograd graph is compiled with "
+                        "torch.compile(..., fullgraph=True), where a hook under torch._dynamo.disable is an error (Dynamo may "
+                        "not skip it in a full graph).",
+                        after,
+                        "Or run the hook eagerly under torch._dynamo.disable after dropping fullgraph=True from the compiler "
+                        "given to compiled autograd."]
+            return [disable, after, "Or keep the value a tensor: " + tensor]
         if module_hooks_list(facts.get("container")):
             return ["Register the module's full backward hook once, before the training loop, and keep its handle: each "
                     "`register_full_backward_hook` call adds one more hook to the list (every copy runs at each backward)."]

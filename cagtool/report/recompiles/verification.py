@@ -52,6 +52,7 @@ class _SideDoc(Struct):
     compile_times_s: list[float | None] = field(default_factory=list)
     graph_breaks: list[int | None] = field(default_factory=list)
     graph_break_places: list[list[str] | None] = field(default_factory=list)
+    failure: str | None = None
 
 
 class _FixDoc(Struct):

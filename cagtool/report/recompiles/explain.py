@@ -2032,7 +2032,7 @@ def _module_int(facts: dict[str, Any]) -> bool:
     changes = facts.get("value_changes") or []
     return (bool(changes) and len({c.source for c in changes}) == 1 and facts.get("function") == "forward"
             and changes[0].source.startswith("self.") and changes[0].source.count(".") == 1
-            and all(c.before_type == "int" and c.after_type in ("int", None) and not c.as_input for c in changes))
+            and all(c.before_type == "int" and c.after_type in ("int", "") and not c.as_input for c in changes))
 
 
 def _specialised_each(facts: dict[str, Any]) -> bool:
@@ -2770,8 +2770,9 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                 "(torch._dynamo.config.recompile_limit) sends the frame to eager.",
                 "To compile it once for every value: set torch._dynamo.config.allow_unspec_int_on_nn_module = True before the "
                 f"first compiled call; Dynamo then takes `{name}` as an input after its first change, as it does an int "
-                "argument, and later values reuse that graph (where the code needs it as a constant, a loop bound or a "
-                "branch, it still compiles per value)."]
+                "argument, and later values reuse that graph (a branch on it compiles once per side it takes). Or keep it "
+                "out of the compiled code: update and read it in the training loop, or in a function under "
+                "torch.compiler.disable."]
     if kind == GUARD_VALUE and _specialised_each(facts) and _loop_bound(facts["value_changes"][0].source, code):
         name = facts["value_changes"][0].source
         return [_LOOP_BOUND_FIX.format(name=name)]

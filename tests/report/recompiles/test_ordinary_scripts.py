@@ -245,3 +245,9 @@ def test_an_int_attribute_of_the_module_is_specialised_per_value_and_not_passed_
     assert cause["fix"][0].startswith("Nothing to fix if `self.queue_ptr` takes a few values") and "(4 seen)" in cause["fix"][0]
     assert "torch._dynamo.config.allow_unspec_int_on_nn_module = True" in cause["fix"][1]
     assert "torch.tensor(self.queue_ptr)" not in said and "where the compiled code is called" not in said
+    # A call counter branched on keeps taking values: the recompile limit, then eager; never "pass it as a tensor".
+    counter = _causes(_recorded(record_run, "call_counter.py"))[0]
+    said = _said(counter)
+    assert counter["count"] == 8 and "`self.calls` is an int attribute of the compiled module (a Net)" in said
+    assert counter["fix"][0].startswith("`self.calls` keeps taking new values")
+    assert "allow_unspec_int_on_nn_module = True" in counter["fix"][1] and "torch.tensor(self.calls)" not in said

@@ -683,6 +683,20 @@ def random_module_call(reason: str) -> str | None:
     return match["name"] if match else None
 
 
+# torch 2.14 and 2.15 trace a call of Python's random module (Dynamo draws the value itself), and
+# break on the branch that compares it instead ("Data-dependent branching"): the draw is read from
+# the line's code (`if self.training and random.random() < self.p:`).
+_RANDOM_IN_CODE = re.compile(r"(?<![\w.])random\.(?P<fn>random|uniform|randint|randrange|choice|choices|sample|gauss|"
+                             r"normalvariate|betavariate|triangular|expovariate|getrandbits)\s*\(")
+
+
+def random_draw_in_code(code: str) -> str | None:
+    """`Random.random` where a line of code calls Python's random module (`random.random()`), named
+    as torch 2.13's graph break names it; None otherwise."""
+    match = _RANDOM_IN_CODE.search(code or "")
+    return f"Random.{match['fn']}" if match else None
+
+
 def graph_break_at(payload: str) -> tuple[str, int] | None:
     """(file, line) of `Graph break in user code at FILE:LINE`."""
     match = _BREAK_AT.search(payload)

@@ -666,6 +666,12 @@ def test_layers_skipped_on_random_draws_are_a_graph_per_set_and_a_tensor_draw_wi
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch warns it cannot trace the builtin
         torch.compile(lambda x: x * 2 if random.random() < 0.5 else x, backend="eager")(torch.ones(2))
+    if torch.__version__ >= "2.14":
+        # torch 2.14 and 2.15 trace the draw: no break on it (the branch on it is logged as
+        # "Data-dependent branching" at its line, which cagtool reads with the line's code,
+        # torch_text.random_draw_in_code; tests/report/recompiles/test_ordinary_scripts.py).
+        assert not counters["graph_break"]
+        return
     [reason] = counters["graph_break"]
     assert random_module_call(reason) == "Random.random"
 

@@ -1164,8 +1164,10 @@ def _structure(cause: Cause, cwd: str) -> Words:
     drawn = facts.get("random_draw") if not (reshape_sizes or compiled_phase) else None
     if drawn is not None:
         site, name = drawn
-        why.append(f"torch reports a call of Python's random module at {format_source(site, cwd)} (a graph break: Dynamo does "
-                   f"not trace `{name}`, so that code runs uncompiled). Where a random draw picks which layers run (LayerDrop, "
+        how = (f"a graph break: Dynamo traces `{name}` but not the branch on the value it draws, \"Data-dependent branching\""
+               if site.how == "random_branch" else f"a graph break: Dynamo does not trace `{name}`, so that code runs uncompiled")
+        why.append(f"torch reports a call of Python's random module at {format_source(site, cwd)} ({how}). "
+                   "Where a random draw picks which layers run (LayerDrop, "
                    "stochastic depth), each set of layers drawn is another backward graph, captured the first time it is "
                    "drawn and then reused: up to 2^N graphs for N layers that can be skipped.")
     stability = stability_sentence(facts, "new structure")

@@ -61,6 +61,7 @@ from cagtool.torch_text import (
     in_torch_optim,
     looks_like_user_file,
     none_guard,
+    random_draw_in_code,
     random_module_call,
     reason_compile_id,
     resume_function,
@@ -796,7 +797,12 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
                 break_reasons.setdefault((event.file, event.line), event.reason)
                 breaks.append(event)
             # A substring test, not the parse of every message: records can hold 1,000s of breaks.
-            if event.file and event.line and DATA_DEPENDENT_BRANCH in event.reason:
+            if event.file and event.line and DATA_DEPENDENT_BRANCH in event.reason and (drawn := random_draw_in_code(event.code)):
+                # torch 2.14+ traces the draw and breaks on the branch on it: a random draw all the same.
+                site = SourceRef(file=event.file, line=event.line, code=event.code, how="random_branch")
+                if all(site != known for known, _ in randoms):
+                    randoms.append((site, drawn))
+            elif event.file and event.line and DATA_DEPENDENT_BRANCH in event.reason:
                 site = SourceRef(file=event.file, line=event.line, code=event.code, how="branch")
                 if site not in branches:
                     branches.append(site)

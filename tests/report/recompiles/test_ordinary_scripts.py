@@ -203,8 +203,10 @@ def test_layers_skipped_on_a_random_draw_are_named_with_the_draw_and_fixed_with_
     [drop] = _causes(run)
     said = _said(drop)
     assert drop["code"] == "graph_structure" and drop["count"] >= 2
-    assert ("torch reports a call of Python's random module at tests/scripts/layer_drop.py:23  if self.training and random.random() < self.p: "
-            "(a graph break: Dynamo does not trace `Random.random`") in said
+    draw = "torch reports a call of Python's random module at tests/scripts/layer_drop.py:23  if self.training and random.random() < self.p: "
+    # torch 2.13 breaks on the call; 2.14 and 2.15 trace it and break on the branch on its value.
+    assert (draw + "(a graph break: Dynamo does not trace `Random.random`" in said
+            or draw + "(a graph break: Dynamo traces `Random.random` but not the branch on the value it draws" in said), said
     assert ": more or fewer layers (or a loop's iterations) ran." in said and "trip count" not in said and "pad to a maximum" not in said
     assert "a later draw can still bring one" in said and "It has stabilised" not in said
     assert "`x = torch.where(torch.rand(()) < p, x, layer(x))`" in drop["fix"][0]

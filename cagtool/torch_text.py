@@ -413,7 +413,8 @@ def backward_function_class(text: str) -> str | None:
 # The type check of Dynamo's guard on a tensor input (TENSOR_MATCH, guards.cpp TensorCheck): torch 2.13
 # writes `expected type of 't' to be a tensor type, ' but found <class 'torch.nn.parameter.Parameter'>`
 # (the stray quote is torch's), or `..., but found a different type`.
-_TENSOR_TYPE_GUARD = re.compile(r"^expected type of '(?P<name>.+)' to be a tensor type, '? ?but found (?P<found>.+)$")
+# torch 2.14 and 2.15 write `expected type of 'attention_mask' to be <class 'torch.Tensor'>, but found <class 'NoneType'>`.
+_TENSOR_TYPE_GUARD = re.compile(r"^expected type of '(?P<name>.+)' to be (?:a tensor type, '? ?|<class '[\w.]+'>, )but found (?P<found>.+)$")
 _CLASS_TEXT = re.compile(r"<class '(?P<name>[\w.]+)'>")
 _TENSOR_CLASS_NAMES = {"torch.nn.parameter.Parameter": "nn.Parameter", "torch.nn.parameter.Buffer": "nn.Buffer"}
 

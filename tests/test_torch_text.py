@@ -420,6 +420,9 @@ def test_a_guard_on_a_tensor_inputs_type_is_read_with_the_type_it_has_now():
     assert guard_kind(text) == GUARD_TYPE
     assert tensor_type_guard(text) == ("t", "nn.Parameter")
     assert tensor_type_guard("expected type of 'args[0]' to be a tensor type, but found a different type") == ("args[0]", None)
+    # torch 2.14 and 2.15's words for the same guard.
+    assert tensor_type_guard("expected type of 'attention_mask' to be <class 'torch.Tensor'>, but found <class 'NoneType'>") == (
+        "attention_mask", "NoneType")
     assert tensor_type_guard("tensor 'x' size mismatch at index 0. expected 4, actual 1") is None
 
 

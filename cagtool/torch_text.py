@@ -691,11 +691,20 @@ _RANDOM_IN_CODE = re.compile(r"(?<![\w.])random\.(?P<fn>random|uniform|randint|r
                              r"normalvariate|betavariate|triangular|expovariate|getrandbits)\s*\(")
 
 
+# A tensor draw compared in Python control flow (`if torch.rand(()) < p:`): a data-dependent branch on
+# a random draw in every torch version.
+_TORCH_DRAW_IN_CODE = re.compile(r"(?<![\w.])torch\.(?P<fn>rand|rand_like|randint|bernoulli|randn)\s*\(")
+
+
 def random_draw_in_code(code: str) -> str | None:
     """`Random.random` where a line of code calls Python's random module (`random.random()`), named
-    as torch 2.13's graph break names it; None otherwise."""
+    as torch 2.13's graph break names it; `torch.rand` where it draws a tensor (`torch.rand(())`);
+    None otherwise."""
     match = _RANDOM_IN_CODE.search(code or "")
-    return f"Random.{match['fn']}" if match else None
+    if match:
+        return f"Random.{match['fn']}"
+    drawn = _TORCH_DRAW_IN_CODE.search(code or "")
+    return f"torch.{drawn['fn']}" if drawn else None
 
 
 def graph_break_at(payload: str) -> tuple[str, int] | None:

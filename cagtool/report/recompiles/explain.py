@@ -1166,7 +1166,11 @@ def _structure(cause: Cause, cwd: str) -> Words:
         site, name = drawn
         how = (f"a graph break: Dynamo traces `{name}` but not the branch on the value it draws, \"Data-dependent branching\""
                if site.how == "random_branch" else f"a graph break: Dynamo does not trace `{name}`, so that code runs uncompiled")
-        why.append(f"torch reports a call of Python's random module at {format_source(site, cwd)} ({how}). "
+        what = "a call of Python's random module"
+        if name.startswith("torch."):
+            what = f"a branch on a tensor drawn with `{name}`"
+            how = "a graph break, \"Data-dependent branching\": Dynamo does not compile a branch on a tensor's value"
+        why.append(f"torch reports {what} at {format_source(site, cwd)} ({how}). "
                    "Where a random draw picks which layers run (LayerDrop, "
                    "stochastic depth), each set of layers drawn is another backward graph, captured the first time it is "
                    "drawn and then reused: up to 2^N graphs for N layers that can be skipped.")

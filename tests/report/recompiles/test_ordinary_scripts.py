@@ -212,6 +212,12 @@ def test_layers_skipped_on_a_random_draw_are_named_with_the_draw_and_fixed_with_
     assert "`x = torch.where(torch.rand(()) < p, x, layer(x))`" in drop["fix"][0]
     head = cli_in_process("summary", str(run))[1].splitlines()[0]
     assert "the layers that ran changed, beside a random draw at layer_drop.py:23 (LayerDrop?)" in head
+    # The draw a tensor compared in Python (`if torch.rand(()) < self.p:`): a data-dependent branch on a random draw.
+    [drop] = _causes(_recorded(record_run, "layer_drop_tensor_draw.py"))
+    said = _said(drop)
+    assert ("torch reports a branch on a tensor drawn with `torch.rand` at tests/scripts/layer_drop_tensor_draw.py:22  "
+            "if self.training and torch.rand(()) < self.p: (a graph break, \"Data-dependent branching\"") in said
+    assert "trip count" not in said and "`x = torch.where(torch.rand(()) < p, x, layer(x))`" in drop["fix"][0]
 
 
 def test_an_episode_length_loop_is_a_trip_count_and_expert_routing_is_ops_picked_per_step(record_run):

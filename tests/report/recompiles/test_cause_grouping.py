@@ -614,7 +614,8 @@ def test_a_tensor_input_that_becomes_a_parameter_is_named_as_its_type(record_run
     run, causes = _explained(record_run, "parameter_type_change.py")
     events = [json.loads(line) for line in (run.path / "ca" / "events.jsonl").read_text().splitlines()]
     (reasons,) = [e["reasons"] for e in events if e.get("kind") == "dynamo_recompile" and not e["compile_id"].startswith("!")]
-    assert "expected type of 't' to be a tensor type" in reasons[0], reasons  # torch's words, as recorded
+    # torch's words, as recorded (2.14 and 2.15: "to be <class 'torch.Tensor'>, but found ...").
+    assert "expected type of 't' to be a tensor type" in reasons[0] or "expected type of 't' to be <class 'torch.Tensor'>" in reasons[0], reasons
     (cause,) = [c for c in causes if c["code"] == "dynamo_guard_failure"]
     assert "the tensor passed as `t` is of another type than when compiled (nn.Parameter now)" in cause["title"]
     assert cause["steps"] == [3] and "`p.detach()`" in cause["fix"][0]
@@ -657,7 +658,7 @@ def test_torchs_call_hook_given_another_kind_of_argument_is_nothing_to_fix(recor
     # hooks, in a 2-rank job, read "pass the same kind every call" to its user before).
     run, causes = _explained(record_run, "hook_runner_types.py")
     (cause,) = [c for c in causes if c["code"] == "dynamo_ca_graph_guard_failure"]
-    assert "expected type of 'args[0]' to be a tensor type" in " ".join(cause["why"])
+    assert any(f"expected type of 'args[0]' to be {words}" in " ".join(cause["why"]) for words in ("a tensor type", "<class 'torch."))
     assert cause["title"].endswith("torch's call_hook, which runs the graph's hooks, was given another type of tensor "
                                    "(torch.Tensor now) (1 recompile)"), cause["title"]
     assert cause["fix"][0].startswith("Nothing to fix: the compiled-autograd graph runs its hooks")

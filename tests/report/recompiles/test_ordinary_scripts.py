@@ -1,7 +1,9 @@
 """`recompiles --explain` on the recompiles ordinary training scripts meet (tests/scripts, each
 recorded once in the ca mode): a backbone frozen mid-run, Python floats scheduled per step, a
 collate function padding to each batch's longest, autocast turned on after warm-up, a loss term
-with a custom autograd.Function on some steps, an episode-length loop, experts routed by the data. Each cause is checked against torch's own guard
+with a custom autograd.Function on some steps, a custom autograd.Function that is another class at
+every call (a DANN's gradient reversal), an int attribute of the module (MoCo's queue pointer),
+LayerDrop, an episode-length loop, experts routed by the data. Each cause is checked against torch's own guard
 text as recorded, and a fix the words give is verified by re-running the job with it."""
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from cagtool.verify.fixes import fixes_for
 pytestmark = pytest.mark.slow
 
 
-def _recorded(record_run, script: str) -> Path:
-    run = record_run(f"../tests/scripts/{script}")
+def _recorded(record_run, script: str, *args: str) -> Path:
+    run = record_run(f"../tests/scripts/{script}", *args)
     assert run.returncode == 0, run.stderr[-2000:]
     return run.path
 
@@ -259,3 +261,36 @@ def test_an_int_attribute_of_the_module_is_specialised_per_value_and_not_passed_
     assert counter["count"] == 8 and "`self.calls` is an int attribute of the compiled module (a Net)" in said
     assert counter["fix"][0].startswith("`self.calls` keeps taking new values")
     assert "allow_unspec_int_on_nn_module = True" in counter["fix"][1] and "torch.tensor(self.calls)" not in said
+
+
+def test_a_function_compiled_with_the_eager_backend_is_a_new_class_each_call_and_aot_is_the_fix(record_run):
+    """torch.compile(model, backend="eager") over a model whose forward calls a custom Function:
+    torch's autograd_function_apply builds ApplyTemplate at every call, so each backward misses on
+    `ApplyTemplateBackward` and Dynamo's compile of the graph's code fails its guard on that class.
+    Both causes say so and give the backend that runs AOTAutograd as the fix; the summary's advice is it."""
+    run = _recorded(record_run, "grad_reverse.py")
+    causes = _causes(run)
+    structure, guard = causes[0], causes[1]
+    assert structure["code"] == "graph_structure" and structure["count"] == 7
+    said = _said(structure)
+    assert structure["title"].startswith("The backward's custom autograd.Function is another class at every call")
+    assert "`ApplyTemplateBackward` is the node of the class torch builds at every call" in said
+    assert "`___check_type_id(backward_c_function, ...)` for `ApplyTemplateBackward`, failed at !1/2/1" in said
+    assert "saved" not in structure["title"] and "keep it the same on every step" not in said
+    assert 'backend="aot_eager"' in structure["fix"][0] and "torch.compiler.disable" in structure["fix"][0]
+    assert guard["code"] == "dynamo_ca_graph_guard_failure" and "another class of the same name (`ApplyTemplateBackward`)" in guard["title"]
+    assert guard["fix"] == structure["fix"] and "keep argument types fixed" not in _said(guard)
+    head = cli_in_process("summary", str(run))[1].splitlines()
+    assert "a custom autograd.Function was another class at each call (`ApplyTemplateBackward`)" in head[0]
+    assert head[1].startswith("what to do: Compile the code that calls the custom autograd.Function with a backend that runs AOTAutograd")
+
+
+def test_a_function_class_defined_in_the_forward_is_likely_a_new_class_and_defined_once_is_the_fix(record_run):
+    """The Function class defined inside the function the forward calls, nothing compiled but the
+    CA graphs: no Dynamo guard names the class (each graph's code is new), and the graphs' files read
+    alike, so the class is the likeliest difference, said as such, with the class defined once."""
+    [cause] = _causes(_recorded(record_run, "grad_reverse.py", "--inner"))
+    said = _said(cause)
+    assert cause["title"].startswith("The backward's custom autograd.Function is likely another class at every call (7 recompiles)")
+    assert "`ReverseBackward` is a custom autograd.Function's node, and the graphs it was captured in hold nothing different" in said
+    assert cause["fix"][0].startswith("Define the autograd.Function class once, at module level")

@@ -189,9 +189,13 @@ def _shell_commands(program: str, argv: Sequence[str]) -> list[list[str]] | None
 def install(report: Callable[[UnfollowedLaunch], None], bootstrap_dir: str, follow_env: str) -> None:
     """Audit every launch in this process for the rest of its life (audit hooks cannot be removed)."""
     seen: set[tuple[str, ...]] = set()
+    # The hook is called for every audit event until the process ends, also while the interpreter
+    # clears the modules' globals at exit (a finalizer calling id() then is an event): what its first
+    # test reads is held here, and the rest runs under its `try`.
+    events = _EVENTS
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
-        if event not in _EVENTS:
+        if event not in events:
             return
         try:
             launch = _launch_of(event, args)

@@ -375,3 +375,58 @@ def test_a_patch_is_made_of_the_bytes_the_seal_holds_never_of_the_path_read_agai
     os.mkfifo(script)
     with pytest.raises(UnreadableInput, match="no longer a regular file"):
         sealed_bytes(seal, str(script))
+
+
+DANN_ARGS = textwrap.dedent("""\
+    import argparse
+    import torch
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--compile-backend", default="eager", help="torch.compile's backend")
+    parser.add_argument("--steps", type=int, default=8)
+    args = parser.parse_args()
+    model = torch.compile(torch.nn.Linear(2, 2), backend=args.compile_backend)
+    """)
+
+
+def _class_cause() -> Cause:
+    from cagtool.report.recompiles.explain import CAUSE_STRUCTURE, TEMPLATE_NODE, FunctionClass
+
+    return Cause(CAUSE_STRUCTURE, [], number=1, facts={"function_class": FunctionClass(TEMPLATE_NODE, ())})
+
+
+@pytest.mark.parametrize("source, argv, changed", [
+    (DANN_ARGS, ["--steps", "3"], ('-parser.add_argument("--compile-backend", default="eager", help="torch.compile\'s backend")',
+                                   '+parser.add_argument("--compile-backend", default="aot_eager", help="torch.compile\'s backend")')),
+    ('import torch\nBACKEND = "eager"\nmodel = torch.compile(torch.nn.Linear(2, 2), backend=BACKEND)\n', [],
+     ('-BACKEND = "eager"', '+BACKEND = "aot_eager"')),
+])
+def test_a_backend_read_from_an_option_default_or_a_name_is_edited_where_eager_is_written(tmp_path, source, argv, changed):
+    """verify/patches.py `backend_patch`: the script compiles with `backend=args.X` (an argparse option
+    whose default is "eager") or `backend=NAME` (assigned "eager" once): the literal edited is where
+    "eager" is written, so the copy the re-run runs compiles with aot_eager."""
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    patch = patch_for(_class_cause(), str(script), "train.py", source.encode(), argv)
+    assert patch is not None and patch.name == "backend-aot-eager" and patch.applicable, patch.why_not
+    assert [line for line in patch.diff.splitlines() if line[:1] in "+-" and line[:3] not in ("---", "+++")] == list(changed)
+    assert patch.patched == source.replace('"eager"', '"aot_eager"')
+
+
+@pytest.mark.parametrize("source, argv, why", [
+    (DANN_ARGS, ["--compile-backend", "eager"], "the job sets --compile-backend on its command line: record it again with --compile-backend aot_eager"),
+    (DANN_ARGS, ["--compile-back=eager"], "the job sets --compile-backend on its command line"),  # argparse takes a prefix
+    (DANN_ARGS.replace('default="eager"', 'default="eager", choices=["eager", "inductor"]'), [],
+     "the option --compile-backend (line 5) does not allow aot_eager among its choices"),
+    ('import os, torch\nmodel = torch.compile(torch.nn.Linear(2, 2), backend=os.environ["B"])\n', [],
+     'no torch.compile call in the script passes backend="eager"'),
+])
+def test_a_backend_the_job_sets_itself_is_not_edited_in_the_script(tmp_path, source, argv, why):
+    """An option the job's command line sets (editing its default would change nothing the re-run
+    runs: its verdict would read "no effect"), one whose choices leave out aot_eager (the copy would
+    exit at argparse), or a value made at run time: shown, not run, with what to do."""
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    patch = patch_for(_class_cause(), str(script), "train.py", source.encode(), argv)
+    assert patch is not None and not patch.applicable and patch.patched is None
+    assert why in patch.why_not

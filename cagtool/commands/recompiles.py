@@ -187,7 +187,7 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
         c.number not in configured for c in explanation.causes) else None
     patches = {}
     for cause in explanation.causes:
-        if cause.number not in configured and (patch := patch_for(cause, script, display, source)) is not None:
+        if cause.number not in configured and (patch := patch_for(cause, script, display, source, list(record.meta.target_argv or ())[1:])) is not None:
             patches[cause.number] = patch
     _one_run_a_patch(patches)
     recorded = record.modes.get(mode)

@@ -30,7 +30,10 @@ its one argument on one line, and the script does `import torch`.
 every call, so compiled autograd captures every backward anew (explain.py `TEMPLATE_NODE`). The
 patch makes each such call's backend "aot_eager": AOTAutograd traces the Function into the compiled
 forward's backward node, the same ops run, and the re-run's numerics check says whether the numbers
-agree. Applied where the script's own torch.compile calls pass `backend="eager"` as a literal.
+agree. Applied where the script's own torch.compile calls pass `backend="eager"`: as a literal, as a
+name the script assigns "eager" once (that literal is edited), or as `args.X` of an argparse option
+whose default is "eager" (the default is edited; not where the job's command line sets the option,
+or its `choices` leave out aot_eager: the patch says to record the job again with the option set).
 
 A forward frame recompiled on a Python value (a number or a flag Dynamo specialised on) gets its
 patch from value_patches.py: a number only used in tensor arithmetic is passed as a tensor at its
@@ -282,9 +285,9 @@ def hook_disable_patch(cause: Cause, script: str, display: str, source: bytes) -
     return Patch(name, (cause.number,), title, display, hook.lineno, diff, True, patched="".join(after))
 
 
-def _eager_compiles(tree: ast.AST) -> list[ast.Constant]:
-    """The `"eager"` of every `torch.compile(..., backend="eager")` call (also `compile` imported from
-    torch, and the decorator's `@torch.compile(backend="eager")`) in the script."""
+def _backend_arguments(tree: ast.AST) -> list[ast.expr]:
+    """The `backend=` of every `torch.compile(...)` call (also `compile` imported from torch, and the
+    decorator's `@torch.compile(backend=...)`) in the script."""
     found = []
     for call in ast.walk(tree):
         if not isinstance(call, ast.Call):
@@ -292,25 +295,89 @@ def _eager_compiles(tree: ast.AST) -> list[ast.Constant]:
         func = call.func
         named = (isinstance(func, ast.Attribute) and func.attr == "compile" and isinstance(func.value, ast.Name)
                  and func.value.id == "torch") or (isinstance(func, ast.Name) and func.id == "compile")
-        for keyword in call.keywords if named else []:
-            if keyword.arg == "backend" and isinstance(keyword.value, ast.Constant) and keyword.value.value == "eager":
-                found.append(keyword.value)
+        found += [keyword.value for keyword in call.keywords if named and keyword.arg == "backend"]
     return found
 
 
-def backend_patch(cause: Cause, script: str, display: str, source: bytes) -> Patch:
-    """Compile with aot_eager where the script compiles with the eager backend (see the module docstring)."""
+def _assigned(tree: ast.AST, name: str) -> ast.expr | None:
+    """What the script's one assignment to `name` assigns (None: none, or more than one)."""
+    values = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            values += [node.value for t in node.targets if isinstance(t, ast.Name) and t.id == name]
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and isinstance(node.target, ast.Name) and node.target.id == name:
+            values.append(node.value if not isinstance(node, ast.AugAssign) else None)
+    return values[0] if len(values) == 1 else None
+
+
+def _option(call: ast.Call, dest: str) -> str | None:
+    """The option string of an `add_argument(...)` call whose destination is `dest` (argparse: the
+    first long option, dashes made underscores, or `dest=`); None for another argument."""
+    strings = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    explicit = next((k.value.value for k in call.keywords if k.arg == "dest" and isinstance(k.value, ast.Constant)), None)
+    longs = [s for s in strings if s.startswith("--")]
+    named = explicit or (longs[0][2:].replace("-", "_") if longs else None)
+    return (longs or strings or [None])[0] if named == dest else None
+
+
+def _passed(argv: list[str], option: str) -> bool:
+    """Whether the job's command line sets `option` (argparse takes a long option's unique prefix too)."""
+    for token in argv:
+        if token == "--":
+            return False
+        head = token.split("=", 1)[0]
+        if token.startswith("--") and len(head) > 2 and option.startswith(head):
+            return True
+    return False
+
+
+def _eager_source(tree: ast.AST, value: ast.expr, argv: list[str], depth: int = 0) -> ast.Constant | str | None:
+    """Where a `backend=` value comes from when it is "eager": the literal to edit (the value itself, a
+    name's one assignment, or the default of the argparse option `args.X` reads); a string saying why
+    it cannot be edited; None where it is not "eager" (or cannot be followed)."""
+    if isinstance(value, ast.Constant):
+        return value if value.value == "eager" else None
+    if isinstance(value, ast.Name) and depth < 2:
+        assigned = _assigned(tree, value.id)
+        return _eager_source(tree, assigned, argv, depth + 1) if assigned is not None else None
+    if not isinstance(value, ast.Attribute):
+        return None
+    for call in ast.walk(tree):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument"):
+            continue
+        option = _option(call, value.attr)
+        default = next((k.value for k in call.keywords if k.arg == "default"), None)
+        if option is None or not (isinstance(default, ast.Constant) and default.value == "eager"):
+            continue
+        choices = next((k.value for k in call.keywords if k.arg == "choices"), None)
+        if isinstance(choices, (ast.List, ast.Tuple, ast.Set)) and not any(
+                isinstance(c, ast.Constant) and c.value == "aot_eager" for c in choices.elts):
+            return f"the option {option} (line {call.lineno}) does not allow aot_eager among its choices: add it, then record the job with {option} aot_eager"
+        if _passed(argv, option):
+            return f"the job sets {option} on its command line: record it again with {option} aot_eager"
+        return default
+    return None
+
+
+def backend_patch(cause: Cause, script: str, display: str, source: bytes, argv: list[str] | None = None) -> Patch:
+    """Compile with aot_eager where the script compiles with the eager backend (see the module
+    docstring); `argv`: the job's own arguments, which may set a backend option the patch would edit."""
     title = 'compile with backend="aot_eager": AOTAutograd traces the custom autograd.Function once'
     name = "backend-aot-eager"
     parsed = _parsed(source)
     if isinstance(parsed, str):
         return Patch(name, (cause.number,), title, display, None, "", False, parsed)
     text, tree = parsed
-    found = _eager_compiles(tree)
+    sources = [_eager_source(tree, value, list(argv or ())) for value in _backend_arguments(tree)]
+    found = list({(c.lineno, c.col_offset): c for c in sources if isinstance(c, ast.Constant)}.values())
+    refused = next((why for why in sources if isinstance(why, str)), None)
+    if refused is not None:
+        return Patch(name, (cause.number,), title, display, None, "", False, refused)
     if not found:
         return Patch(name, (cause.number,), title, display, None, "", False,
-                     'no torch.compile call in the script passes backend="eager" (a library or another file compiles the '
-                     "code): change the backend there")
+                     'no torch.compile call in the script passes backend="eager" (as a literal, a name assigned it once, or an '
+                     "argparse option's default): a library or another file compiles the code, or the value is made at run "
+                     "time: change the backend there")
     lines = text.splitlines(keepends=True)
     after = list(lines)
     for constant in sorted(found, key=lambda c: (c.lineno, c.col_offset), reverse=True):
@@ -338,16 +405,17 @@ _NOT_MECHANICAL = {
 }
 
 
-def patch_for(cause: Cause, script: str | None, display: str | None, source: bytes | None) -> Patch | None:
+def patch_for(cause: Cause, script: str | None, display: str | None, source: bytes | None, argv: list[str] | None = None) -> Patch | None:
     """The patch for a cause that needs a code change; None for a cause a configuration answers.
-    `source`: the script's bytes as checked against the record's seal (None for a module job)."""
+    `source`: the script's bytes as checked against the record's seal (None for a module job);
+    `argv`: the job's arguments after the script."""
     if cause.caused_by is not None:
         return None  # fixed with the cause it follows from
     if _template_cause(cause):
         if script is None or source is None:
             return Patch("backend-aot-eager", (cause.number,), 'compile with backend="aot_eager"', display or "?", None, "", False,
                          "the job is not a script file cagtool can read (a module, or it moved)")
-        return backend_patch(cause, script, display or script, source)
+        return backend_patch(cause, script, display or script, source, argv)
     if cause.code == CAUSE_DYNAMO_CA_GRAPH and cause.facts.get("hook"):
         if script is None or source is None:
             return Patch("hook-dynamo-disable", (cause.number,), "run the hook eagerly", display or "?", None, "", False,

@@ -989,3 +989,32 @@ def test_a_fullgraph_compiler_is_read_from_its_compiled_module_and_a_disabled_ho
 
     assert backwards(record_norm) == 1 and buf.item() > 0
     torch._dynamo.reset()
+
+
+def test_frames_dynamo_compiles_while_compiled_autograd_captures_inside_a_compiled_function():
+    """explain.py `_inside_captures`: a backward run inside a compiled function (the tutorial's
+    `torch.compile(lambda: loss.backward())` with the compiled_autograd flag) leaves Dynamo's frame
+    evaluation on while compiled autograd captures. torch 2.14 then compiles frames of Python's
+    inspect module that the capture calls, and recompiles them at every new capture (the graph's
+    new class); 2.13 compiles none, 2.15 one (`isclass`), never again. Read from torch's own
+    compilation metrics."""
+    import os
+
+    from torch._dynamo.utils import clear_compilation_metrics, get_compilation_metrics
+
+    torch._dynamo.reset()
+    clear_compilation_metrics()
+    x = torch.randn(4, requires_grad=True)
+    with torch._dynamo.config.patch(compiled_autograd=True):
+        for op in (torch.add, torch.sub, torch.mul):
+            loss = op(x, x).sum()
+            torch.compile(lambda: loss.backward(), backend="eager")()
+    compiled = [(m.co_name, os.path.basename(m.co_filename or "")) for m in get_compilation_metrics()]
+    torch._dynamo.reset()
+    inspect_frames = [name for name, file in compiled if file == "inspect.py"]
+    if torch.__version__.startswith("2.14."):
+        assert {"_check_class", "_shadowed_dict"} <= set(inspect_frames)
+        assert inspect_frames.count("_check_class") > 3  # compiled again at each of the three captures
+    else:  # none recompiled (2.15 compiles `isclass` once)
+        assert all(inspect_frames.count(name) == 1 for name in inspect_frames), inspect_frames
+    assert ("<lambda>", "test_torch_internals.py") in compiled

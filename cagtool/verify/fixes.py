@@ -143,8 +143,9 @@ def _nothing_of_yours(cause: Cause, cwd: str) -> str | None:
     """Why a cause needs no change in the user's code, as the explanation decided it; None where it
     needs one. A one-time recompile (explain.nothing_to_fix); a library's value (`library_hooks`), in
     the explanation's own first fix: "Nothing to change in your code: the value is deepspeed's ...",
-    or, where it keeps changing, "Not your code: ... Report it to deepspeed"."""
-    if library_of(cause) is not None and (fix := cause_words(cause, cwd).fix):
+    or, where it keeps changing, "Not your code: ... Report it to deepspeed"; torch's frames compiled
+    inside compiled autograd's captures (`inside_capture`), in the same way."""
+    if (library_of(cause) is not None or cause.facts.get("inside_capture")) and (fix := cause_words(cause, cwd).fix):
         return fix[0][:1].lower() + fix[0][1:].rstrip(".")
     if nothing_to_fix(cause, cwd):
         return "nothing to fix: the explanation finds these recompiles one-time, each graph cached from then on"

@@ -8,6 +8,8 @@ The sentences themselves are written by `cagtool.report.recompiles.explain`.
 
 from __future__ import annotations
 
+import bisect
+import math
 import os
 import dataclasses
 import re
@@ -1798,6 +1800,8 @@ def train_eval_label(train_eval: tuple[str, str, bool]) -> str:
 def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
     """What a Dynamo cause's failing guard is on, in a few words, from its kind (torch's reason)."""
     kind, guard = facts.get("kind", ""), facts.get("guard", "")
+    if facts.get("inside_capture"):
+        return "torch's frames compiled inside compiled autograd's captures (nothing to change in your code)"
     if facts.get("another_optimizer"):
         return "another optimizer's first step()"
     if facts.get("optimizer_state"):
@@ -2889,6 +2893,8 @@ def _other_lines(cause: Cause, cwd: str) -> str:
 
 def _guard(cause: Cause, cwd: str) -> Words:
     facts = cause.facts
+    if facts.get("inside_capture") and cause.code == CAUSE_DYNAMO_FRAME:
+        return _inside_capture(cause, cwd)
     on_ca = cause.code == CAUSE_DYNAMO_CA_GRAPH
     first = cause.rows[0]
     location = where(cause, cwd)
@@ -2943,6 +2949,50 @@ def _guard(cause: Cause, cwd: str) -> Words:
     if on_ca and facts.get("pieces") and facts.get("checkpoint_unpack_breaks"):
         fix = [*fix, CHECKPOINT_INSIDE_FIX]
     why.append('TORCH_LOGS="recompiles" prints every guard failure as it happens.')
+    return Words(title, why, fix, evidence_text(cause.evidence))
+
+
+def _frame_file(file: str) -> str:
+    """A frame's file as a reader knows it: a library's from its package down, the standard library's by name."""
+    if "-packages/" in file.replace("\\", "/"):
+        return _library_path(file, "")
+    return os.path.basename(file) + " (Python's standard library)" if "/lib/python3" in file.replace("\\", "/") else file
+
+
+def _inside_capture(cause: Cause, cwd: str) -> Words:
+    """Frames of torch's (or the standard library's) that Dynamo compiled while compiled autograd
+    captured a backward: one recompile or more at every capture, nothing of the script's."""
+    found = cause.facts["inside_capture"]
+    by_file: dict[str, list[str]] = {}
+    for frame in found["frames"]:
+        by_file.setdefault(frame["file"], []).append(f"`{frame['function']}`")
+    frames = [f"{_and_list(functions)} in {_frame_file(file)}" for file, functions in by_file.items()]
+    captures = found["captures"]
+    roots = found["capture_causes"]
+    location = where(cause, cwd)
+    steps = step_list(cause.steps)
+    count = len(found["frames"])
+    title = (f"Dynamo compiled torch's helper {'frame' if count == 1 else 'frames'} inside compiled autograd's "
+             f"captures, not your code ({plural(cause.count, 'recompile')})")
+    why = [f"Dynamo recompiled {elide(frames, limit=3)} between compiled autograd's cache miss and the graph it captured "
+           f"(captures {elide(captures)}; {'step' if len(cause.steps) == 1 else 'steps'} {steps}): code torch runs while it builds "
+           "each captured graph, not the script's. The backward runs inside a function torch.compile compiled"
+           + (f" ({location})" if location else "") + ", so Dynamo's frame evaluation is on while compiled autograd captures, "
+           "and this torch compiles the frames the capture calls (torch 2.14 recompiles frames of Python's inspect module "
+           "there at every capture; 2.13 and 2.15 do not).",
+           "Each capture makes a new graph class, and these frames' guards are on it (the class, or the attribute looked "
+           "up on it): they recompile at every capture and stop when compiled autograd stops capturing new graphs. At "
+           "torch._dynamo.config.recompile_limit Dynamo runs such a frame uncompiled, with a warning: what the job "
+           "computes does not change."]
+    failures = [f"{cid} `{guard}`" if guard else f"{cid} (guard not recorded)" for cid, guard in cause.facts.get("failures", [])]
+    if failures:
+        why.append("Failing guard per recompile: " + elide(failures) + ".")
+    after = (f"fixing {_causes_ref(roots)}, which made compiled autograd capture again, ends them" if roots
+             else "they come with compiled autograd's first capture and end with it")
+    fix = [f"Nothing to change in your code: these are torch's frames, compiled once or more per capture; {after}.",
+           "To keep Dynamo out of the captures altogether, call backward outside the compiled function, with compiled "
+           "autograd enabled around it (`with torch._dynamo.compiled_autograd._enable(torch.compile(backend=...)):` "
+           "then `loss.backward()`), or run torch 2.15, which does not recompile these frames."]
     return Words(title, why, fix, evidence_text(cause.evidence))
 
 
@@ -3388,14 +3438,34 @@ def cause_key(cause: Cause) -> tuple:
     return (*what, os.path.basename(source.file) if source else None, source.line if source else None)
 
 
+def _inside_captures(table: RecompileTable) -> dict[int, int]:
+    """seq of a Dynamo recompile of a frame that is not the user's, made while compiled autograd
+    captured a backward (after the capture's cache miss, before its graph) -> that graph's ca_id.
+    Code torch runs to build the captured graph, compiled because the backward runs inside a
+    compiled function, where Dynamo's frame evaluation stays on (torch 2.14 recompiles frames of
+    Python's inspect module there at every capture: docs/torch-internals.md)."""
+    ends = sorted((graph.seq, ca_id) for ca_id, graph in table.graphs.items())
+    starts = {row.ca_id: row.seq for row in table.rows if row.source == SOURCE_CA and row.ca_id is not None}
+    found: dict[int, int] = {}
+    for row in table.rows:
+        if row.source != SOURCE_DYNAMO_FRAME or row.initial or not row.frame_file or looks_like_user_file(row.frame_file):
+            continue
+        at = bisect.bisect_right(ends, (row.seq, math.inf))  # the first graph captured after the row
+        if at < len(ends) and ends[at][1] in starts and starts[ends[at][1]] < row.seq:
+            found[row.seq] = ends[at][1]
+    return found
+
+
 def group_causes(table: RecompileTable) -> list[Cause]:
     """Recompiles grouped by root cause, biggest group first (ties: the earliest first)."""
     groups: dict[tuple, list[RecompileRow]] = {}
     shape_keys: dict[int, tuple] = {}
     inner = _after_inner_graphs(table)
     hook_frames = _hook_runner_frames(table)
+    captured_in = _inside_captures(table)
     for row in table.recompiles:
-        key = _group_key(table, row, shape_keys, hook_frames)
+        # torch's own frames compiled inside compiled autograd's captures: one cause, whichever frame and guard
+        key = (CAUSE_DYNAMO_FRAME, "inside capture") if row.seq in captured_in else _group_key(table, row, shape_keys, hook_frames)
         if row.seq in inner:  # a new node only because an inner graph was made again: a cause of its own (rooted below)
             key = (*key, "after_inner_graph")
         if key[0] == CAUSE_SHAPES and row.ca_id is not None:
@@ -3409,7 +3479,9 @@ def group_causes(table: RecompileTable) -> list[Cause]:
         if root is not None:
             followers.setdefault(id(root), []).append(cause)
     top = [c for c in causes if id(c) not in roots]
-    top.sort(key=lambda c: (-(c.count + sum(f.count for f in followers.get(id(c), []))), c.rows[0].seq))
+    # torch's frames compiled inside the captures come after the causes of those captures
+    top.sort(key=lambda c: (all(row.seq in captured_in for row in c.rows), -(c.count + sum(f.count for f in followers.get(id(c), []))),
+                            c.rows[0].seq))
     ordered: list[Cause] = []
     for cause in top:
         ordered.append(cause)
@@ -3421,10 +3493,15 @@ def group_causes(table: RecompileTable) -> list[Cause]:
         if root is not None:
             cause.caused_by = root.number
             root.consequences.append(cause.number)
+    # a capture's cause, or the forward recompile that cause follows from
+    capture_causes = {row.ca_id: roots[id(c)].number if id(c) in roots else c.number
+                      for c in ordered for row in c.rows if row.source == SOURCE_CA and row.ca_id is not None}
     for cause in ordered:
         cause.facts = cause_facts(table, cause)
         if cause.caused_by is not None:
             cause.facts["caused_by"] = cause.caused_by
+        if cause.rows and all(row.seq in captured_in for row in cause.rows):
+            cause.facts["inside_capture"] = _capture_frames(cause, captured_in, capture_causes)
     by_number = {c.number: c for c in ordered}
     for cause in ordered:
         if cause.caused_by is not None:
@@ -3438,6 +3515,17 @@ def group_causes(table: RecompileTable) -> list[Cause]:
             if cause.facts["root_kind"] == GUARD_REQUIRES_GRAD:
                 cause.facts["root_ways"] = requires_grad_ways(by_number[cause.caused_by].facts)
     return ordered
+
+
+def _capture_frames(cause: Cause, captured_in: dict[int, int], capture_causes: dict[int, int]) -> dict[str, Any]:
+    """What the words of a cause of frames compiled inside compiled autograd's captures need: the
+    frames (function and file), the captures they were compiled in, and the causes of those
+    captures (none for the first capture, which any job makes)."""
+    frames = list(dict.fromkeys((row.frame_function, row.frame_file) for row in cause.rows))
+    captures = sorted({captured_in[row.seq] for row in cause.rows})
+    return {"frames": [{"function": function, "file": file} for function, file in frames],
+            "captures": [f"!{n}" for n in captures],
+            "capture_causes": sorted({capture_causes[n] for n in captures if n in capture_causes and capture_causes[n] != cause.number})}
 
 
 # The CA recompiles a forward recompile brings with it: the backward of a forward compiled anew
@@ -3496,9 +3584,11 @@ def _roots_in_inner_graphs(inner: dict[int, int], causes: list[Cause], roots: di
             roots[id(cause)] = root
 
 
-def _forward_owners(causes: list[Cause]) -> dict[int, Cause]:
-    """seq of a Dynamo forward-frame row -> its cause."""
-    return {row.seq: cause for cause in causes if cause.code == CAUSE_DYNAMO_FRAME for row in cause.rows}
+def _forward_owners(table: RecompileTable, causes: list[Cause]) -> dict[int, Cause]:
+    """seq of a Dynamo forward-frame row -> its cause (not torch's frames compiled inside a capture,
+    which are no forward's)."""
+    inside = _inside_captures(table)
+    return {row.seq: cause for cause in causes if cause.code == CAUSE_DYNAMO_FRAME for row in cause.rows if row.seq not in inside}
 
 
 def _forward_follows(table: RecompileTable, owner: dict[int, Cause]) -> dict[int, Cause]:
@@ -3526,7 +3616,7 @@ def _split_by_forward_cause(table: RecompileTable, causes: list[Cause]) -> list[
     for a last batch at step 6: each time the backward meets a new CompiledFunctionBackward at the
     same place), is one cause per forward cause, each following its own (_roots). Dynamo's
     recompiles of a CA graph go with the capture that made the graph."""
-    owner = _forward_owners(causes)
+    owner = _forward_owners(table, causes)
     if not owner:
         return causes
     follows = _forward_follows(table, owner)
@@ -3565,7 +3655,7 @@ def _roots(table: RecompileTable, causes: list[Cause], inner: dict[int, int]) ->
     is the first capture after a forward recompile of that cause, in the same step (an imported
     log has no steps: the first capture after it). Dynamo's recompiles of a CA graph that such a
     capture made go with it."""
-    owner = _forward_owners(causes)
+    owner = _forward_owners(table, causes)
     if not owner:
         roots: dict[int, Cause] = {}
         _roots_in_inner_graphs(inner, causes, roots)

@@ -120,6 +120,10 @@ class RecompileRow:
     # A CA capture's backward call (the user's `loss.backward()`), kept beside `user_source`, which
     # with --trace-nodes is the forward line that made the node that differs.
     backward_call: SourceRef | None = None
+    # The frame Dynamo (re)compiled, whoever's code it is (`frame_name` is set for the user's only):
+    # its file and function; "" for a CA graph's code or where its compile was not recorded.
+    frame_file: str = ""
+    frame_function: str = ""
 
     @property
     def seq(self) -> int:
@@ -389,6 +393,8 @@ def _dynamo_row(
         resume_of=resume_of,
         hook_runner=compiled is not None and is_ca_graph and compiled.co_name == HOOK_RUNNER_FUNCTION
         and compiled.co_filename.replace("\\", "/").endswith(WRAPPER_FILE_END),
+        frame_file=compiled.co_filename if compiled is not None and not is_ca_graph else "",
+        frame_function=compiled.co_name if compiled is not None and not is_ca_graph else "",
     )
 
 

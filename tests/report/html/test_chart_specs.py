@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import ROOT, as_old_schema
 
@@ -205,8 +206,11 @@ def test_timelines_share_their_axes_and_legends_name_what_occurs(records):
     assert len(scales) == 1  # identical axes on every chart
     ca_markers = groups[2][2]
     assert {m["lane"] for m in ca_markers} == {"A", "B"}
-    # The kinds no chart holds are in no legend (this page has no Dynamo recompile).
-    assert charts.MARKER_DYNAMO not in axes.kinds
+    # The kinds no chart holds are in no legend: on torch 2.13 this page has no Dynamo recompile (2.14
+    # recompiles its own frames inside op_loop's captures: tests/test_torch_internals.py).
+    assert set(axes.kinds) == {m["kind"] for g in groups for m in g[2]}
+    if torch.__version__.startswith("2.13."):
+        assert charts.MARKER_DYNAMO not in axes.kinds
 
 
 def test_the_log_axis_is_labelled_at_powers_of_ten():

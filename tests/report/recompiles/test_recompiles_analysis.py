@@ -31,6 +31,7 @@ from cagtool.report.recompiles.explain import (
     explain,
     guard_shape,
     guard_text,
+    nothing_to_fix,
     step_list,
 )
 from cagtool.report.recompiles.render import (
@@ -475,3 +476,66 @@ def test_one_backwards_structure_is_one_cause_whichever_forward_line_made_the_no
     b.step(3, 1)
     [cause] = explain(table_of(b, tmp_path / "r")).causes
     assert cause.count == 2 and cause.facts["graph_shape"] == "repeats"
+
+
+INSPECT = "/usr/lib/python3.11/inspect.py"
+CALLER = SourceRef(file="/proj/train.py", line=12, code='torch.compile(lambda: loss.backward(), backend="eager")()',
+                   function="<lambda>", how="caller")
+
+
+def _inspect_frame_recompile(b: RecordBuilder, compile_id: str, step: int, guard: str, function: str) -> None:
+    """Dynamo recompiling a frame of Python's inspect module, as torch 2.14 does while compiled
+    autograd captures a backward that runs inside a compiled function (its words verbatim)."""
+    b.add(DynamoRecompileEvent, compile_id=compile_id, is_ca_graph=False, step=step, source=CALLER,
+          reasons=[f"{compile_id.split('/')[0]}/0: {guard}  # return entry.__dict__[attr]  # {INSPECT}:1782 in {function}\n"
+                   f"User stack trace:\n  File \"{INSPECT}\", line 1782, in {function}\n    return entry.__dict__[attr]"])
+    b.add(DynamoCompileEvent, compile_id=compile_id, is_ca_graph=False, step=step, co_name=function, co_filename=INSPECT,
+          co_firstlineno=1778)
+
+
+def test_torchs_frames_compiled_inside_compiled_autograds_captures_are_not_the_scripts(tmp_path):
+    """torch 2.14, the tutorial's op loop: the backward runs inside a compiled function, so while
+    compiled autograd captures each new graph Dynamo compiles frames of Python's inspect module that
+    torch's capture calls, and recompiles them on every capture (`attr == '_initialize_hook'`, the
+    new GraphModule class). One cause, after the captures' own, said to be torch's with nothing to
+    change in the script; never "keep `attr` constant" or "create it once, outside the loop"."""
+    b = RecordBuilder()
+    ops = ["AddBackward0", "SubBackward0", "MulBackward0"]
+    for step, op in enumerate(ops, start=1):
+        ca_id = step - 1
+        b.miss(ca_id, step, ROOT if step == 1 else op, 0 if step == 1 else 2)
+        # a miss written at step N reads as step N - 1 (RecordBuilder), a Dynamo recompile as written: the same step
+        _inspect_frame_recompile(b, f"6/{2 * ca_id + 1}", step - 1, "attr == '_initialize_hook'", "_check_class")
+        if step > 1:
+            _inspect_frame_recompile(b, f"4/{ca_id}", step - 1, "___check_obj_id(klass, 94057368428672), type=<class "
+                                     "'torch.fx.graph_module.GraphModule.__new__.<locals>.GraphModuleImpl'>", "_shadowed_dict")
+        b.graph(ca_id, step, [ROOT, "SumBackward0", op, "torch::autograd::AccumulateGrad"])
+        b.step(step, captures=1)
+    # A frame of the script's own recompiled after the captures: not inside one, told as before.
+    b.add(DynamoRecompileEvent, compile_id="0/1", is_ca_graph=False, step=2, source=CALLER,
+          reasons=["0/0: tensor 'x' size mismatch at index 0. expected 4, actual 5"])
+    b.add(DynamoCompileEvent, compile_id="0/1", is_ca_graph=False, step=2, co_name="train_step", co_filename="/proj/train.py",
+          co_firstlineno=6)
+    table = table_of(b, tmp_path)
+    explanation = explain(table)
+    by_code = [(c.code, bool(c.facts.get("inside_capture"))) for c in explanation.causes]
+    assert by_code == [("graph_structure", False), ("dynamo_guard_failure", False), ("dynamo_guard_failure", True)]
+    structure, own, inside = explanation.causes
+    assert [r.compile_id for r in inside.rows] == ["6/1", "6/3", "4/1", "6/5", "4/2"]
+    assert inside.facts["inside_capture"]["captures"] == ["!0", "!1", "!2"]
+    assert inside.facts["inside_capture"]["capture_causes"] == [structure.number]
+    words = cause_words(inside, CWD)
+    assert words.title == "Dynamo compiled torch's helper frames inside compiled autograd's captures, not your code (5 recompiles)"
+    assert "`_check_class` and `_shadowed_dict` in inspect.py (Python's standard library)" in words.why[0]
+    assert words.fix[0] == ("Nothing to change in your code: these are torch's frames, compiled once or more per capture; "
+                            f"fixing #{structure.number}, which made compiled autograd capture again, ends them.")
+    assert nothing_to_fix(inside, CWD)
+    text = json.dumps([words.title, words.why, words.fix])
+    for wrong in ("keep it constant", "create it once", "outside the loop"):
+        assert wrong not in text, wrong
+    assert "tensor 'x' size mismatch" in cause_words(own, CWD).why[0]  # the script's frame, as before
+    # `recompiles --verify`'s line for it: the explanation's own words, never "one-time".
+    from cagtool.verify.fixes import unanswered_causes
+
+    (item,) = [i for i in unanswered_causes(explanation, set(), set(), {}, CWD) if i["cause"] == inside.number]
+    assert item["why"].startswith("nothing to change in your code: these are torch's frames") and item["who"] == "no change needed"

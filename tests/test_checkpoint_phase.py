@@ -63,3 +63,28 @@ def test_a_frame_compiled_inside_a_backward_without_checkpoint_is_backward_and_a
     assert seen[0].phase == "backward" and seen[0].in_backward
     assert phase_now("!0/1/0").phase == "ca_graph"
     assert phase_now("0/0").phase == "forward"
+
+
+def test_a_frame_compiled_inside_a_backward_is_backward_under_cagtools_own_backward_entry(tmp_path):
+    """In a recorded process the step tracker's copy of `_engine_run_backward` (capture/steps/hooks.py)
+    replaces torch's: a backward run through it is a backward all the same (a hook, a frame Dynamo
+    compiles while compiled autograd captures)."""
+    import cagtool
+
+    seen = []
+    x = torch.randn(3, requires_grad=True)
+    with cagtool.capture(backend="eager", output=tmp_path / "run"):
+        assert "cagtool" in torch.autograd._engine_run_backward.__code__.co_filename  # cagtool's entry, not torch's
+        (x * 2).sum().backward()
+        seen.append(phase_now("1/0", _frame_below_backward(x)))
+    assert seen[0].phase == "backward" and seen[0].in_backward
+
+
+def _frame_below_backward(x):
+    """A frame on the stack of a backward run through the installed entry point (a tensor hook's)."""
+    frames = []
+    y = x * 3
+    y.register_hook(lambda g: frames.append(__import__("sys")._getframe()) or g)
+    with torch._dynamo.compiled_autograd._disable():  # the hook runs eagerly, inside the engine call
+        y.sum().backward()
+    return frames[0]

@@ -40,6 +40,9 @@ from cagtool.record.schema import (
 
 _CHECKPOINT_TAIL = os.path.join("torch", "utils", "checkpoint.py")
 _AUTOGRAD_GRAPH_TAIL = os.path.join("torch", "autograd", "graph.py")
+# torch's backward entry point, and the step tracker's copy of it that replaces it in a recorded
+# process (capture/steps/hooks.py): a backward runs below one of them.
+_ENGINE_FILES = (_AUTOGRAD_GRAPH_TAIL, os.path.join("cagtool", "capture", "steps", "hooks.py"))
 ENGINE_FRAME = "_engine_run_backward"
 REENTRANT_FRAME = "backward"  # CheckpointFunction.backward
 NON_REENTRANT_FRAME = "recompute_fn"
@@ -90,7 +93,7 @@ def phase_now(compile_id: str, frame: FrameType | None = None) -> CompilePhase |
             if checkpoint is None:
                 checkpoint = _checkpoint_of(walk)
                 checkpoint_frame = walk if checkpoint is not None else None
-            if walk.f_code.co_name == ENGINE_FRAME and walk.f_code.co_filename.endswith(_AUTOGRAD_GRAPH_TAIL):
+            if walk.f_code.co_name == ENGINE_FRAME and walk.f_code.co_filename.endswith(_ENGINE_FILES):
                 in_backward = True
                 break  # the recompute runs inside the backward: nothing further out matters
             walk = walk.f_back

@@ -8,8 +8,6 @@ The sentences themselves are written by `cagtool.report.recompiles.explain`.
 
 from __future__ import annotations
 
-import bisect
-import math
 import os
 import dataclasses
 import re
@@ -3438,31 +3436,13 @@ def cause_key(cause: Cause) -> tuple:
     return (*what, os.path.basename(source.file) if source else None, source.line if source else None)
 
 
-def _inside_captures(table: RecompileTable) -> dict[int, int]:
-    """seq of a Dynamo recompile of a frame that is not the user's, made while compiled autograd
-    captured a backward (after the capture's cache miss, before its graph) -> that graph's ca_id.
-    Code torch runs to build the captured graph, compiled because the backward runs inside a
-    compiled function, where Dynamo's frame evaluation stays on (torch 2.14 recompiles frames of
-    Python's inspect module there at every capture: docs/torch-internals.md)."""
-    ends = sorted((graph.seq, ca_id) for ca_id, graph in table.graphs.items())
-    starts = {row.ca_id: row.seq for row in table.rows if row.source == SOURCE_CA and row.ca_id is not None}
-    found: dict[int, int] = {}
-    for row in table.rows:
-        if row.source != SOURCE_DYNAMO_FRAME or row.initial or not row.frame_file or looks_like_user_file(row.frame_file):
-            continue
-        at = bisect.bisect_right(ends, (row.seq, math.inf))  # the first graph captured after the row
-        if at < len(ends) and ends[at][1] in starts and starts[ends[at][1]] < row.seq:
-            found[row.seq] = ends[at][1]
-    return found
-
-
 def group_causes(table: RecompileTable) -> list[Cause]:
     """Recompiles grouped by root cause, biggest group first (ties: the earliest first)."""
     groups: dict[tuple, list[RecompileRow]] = {}
     shape_keys: dict[int, tuple] = {}
     inner = _after_inner_graphs(table)
     hook_frames = _hook_runner_frames(table)
-    captured_in = _inside_captures(table)
+    captured_in = table.inside_captures
     for row in table.recompiles:
         # torch's own frames compiled inside compiled autograd's captures: one cause, whichever frame and guard
         key = (CAUSE_DYNAMO_FRAME, "inside capture") if row.seq in captured_in else _group_key(table, row, shape_keys, hook_frames)
@@ -3587,7 +3567,7 @@ def _roots_in_inner_graphs(inner: dict[int, int], causes: list[Cause], roots: di
 def _forward_owners(table: RecompileTable, causes: list[Cause]) -> dict[int, Cause]:
     """seq of a Dynamo forward-frame row -> its cause (not torch's frames compiled inside a capture,
     which are no forward's)."""
-    inside = _inside_captures(table)
+    inside = table.inside_captures
     return {row.seq: cause for cause in causes if cause.code == CAUSE_DYNAMO_FRAME for row in cause.rows if row.seq not in inside}
 
 

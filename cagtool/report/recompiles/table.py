@@ -47,6 +47,7 @@ from cagtool.report.figures.metrics import other_call_captures
 from cagtool.report.replaced import replaced_by
 from cagtool.report.recompiles.reads import LimitHit, StepSummary, forward_step, limit_hits, short_file, step_summary
 from cagtool.torch_text import (
+    ca_id_of,
     GUARD_GRAD_MODE,
     GuardedValue,
     assigned_at,
@@ -174,6 +175,9 @@ class RecompileTable:
     # Frames (compile_frame ids; a CA graph's own frames apart) compiled with dynamic shapes (torch.compile(..., dynamic=True):
     # DynamoCompileEvent.assume_static_by_default False).
     dynamic_frames: frozenset[str] = frozenset()
+    # seq of a Dynamo recompile of a frame that is not the user's, made while compiled autograd
+    # captured a backward -> that capture's ca_id (`frames_inside_captures`)
+    inside_captures: dict[int, int] = field(default_factory=dict)
     # Per frame of torch's wrapper of a compiled module's call (`inner` in
     # torch/_dynamo/external_utils.py, one code object for every torch.compile'd module): compile id
     # -> the user's line that called it, in compile order.
@@ -892,4 +896,31 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         _read_saved_values=lambda before, after: saved_values_changed(record, before, after),
         dynamic_frames=frozenset(frame for e in compile_events if e.assume_static_by_default is False and not e.compile_id.startswith("!")
                                  and (frame := compile_frame(e.compile_id)) is not None),
+        inside_captures=frames_inside_captures(rows, graphs, compile_events),
     )
+
+
+def frames_inside_captures(rows: list[RecompileRow], graphs: dict[int, CAGraphEvent],
+                           compile_events: list[DynamoCompileEvent]) -> dict[int, int]:
+    """seq of a Dynamo recompile of a frame that is not the user's, made while compiled autograd
+    captured a backward -> that capture's ca_id: after the capture's cache miss and before Dynamo's
+    first compile of the graph it captured (its `ca_graph` event where no Dynamo compile of it was
+    recorded). Code torch runs to build the captured graph, compiled because the backward runs inside
+    a compiled function, where Dynamo's frame evaluation stays on (torch 2.14 recompiles frames of
+    Python's inspect module there at every capture: docs/torch-internals.md). A live record has the
+    `ca_graph` event after those frames, an imported TORCH_TRACE log before them: the graph's own
+    Dynamo compile comes after them in both."""
+    compiled: dict[int, int] = {}
+    for event in compile_events:
+        if event.is_ca_graph and event.compile_id.startswith("!") and (ca_id := ca_id_of(event.compile_id)) is not None:
+            compiled.setdefault(ca_id, event.seq)
+    ends = sorted((compiled.get(ca_id, graph.seq), ca_id) for ca_id, graph in graphs.items())
+    starts = {row.ca_id: row.seq for row in rows if row.source == SOURCE_CA and row.ca_id is not None}
+    found: dict[int, int] = {}
+    for row in rows:
+        if row.source != SOURCE_DYNAMO_FRAME or row.initial or not row.frame_file or looks_like_user_file(row.frame_file):
+            continue
+        at = bisect.bisect_right(ends, (row.seq, float("inf")))  # the first capture to end after the row
+        if at < len(ends) and ends[at][1] in starts and starts[ends[at][1]] < row.seq:
+            found[row.seq] = ends[at][1]
+    return found

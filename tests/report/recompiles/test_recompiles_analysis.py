@@ -493,23 +493,31 @@ def _inspect_frame_recompile(b: RecordBuilder, compile_id: str, step: int, guard
           co_firstlineno=1778)
 
 
-def test_torchs_frames_compiled_inside_compiled_autograds_captures_are_not_the_scripts(tmp_path):
+@pytest.mark.parametrize("imported", [False, True], ids=["recorded", "imported"])
+def test_torchs_frames_compiled_inside_compiled_autograds_captures_are_not_the_scripts(tmp_path, imported):
     """torch 2.14, the tutorial's op loop: the backward runs inside a compiled function, so while
     compiled autograd captures each new graph Dynamo compiles frames of Python's inspect module that
     torch's capture calls, and recompiles them on every capture (`attr == '_initialize_hook'`, the
     new GraphModule class). One cause, after the captures' own, said to be torch's with nothing to
-    change in the script; never "keep `attr` constant" or "create it once, outside the loop"."""
+    change in the script; never "keep `attr` constant" or "create it once, outside the loop". A live
+    record has each capture's `ca_graph` event after those frames; a TORCH_TRACE log imported has it
+    before them, and the graph's own Dynamo compile after them in both."""
     b = RecordBuilder()
     ops = ["AddBackward0", "SubBackward0", "MulBackward0"]
     for step, op in enumerate(ops, start=1):
         ca_id = step - 1
         b.miss(ca_id, step, ROOT if step == 1 else op, 0 if step == 1 else 2)
+        if imported:
+            b.graph(ca_id, step, [ROOT, "SumBackward0", op, "torch::autograd::AccumulateGrad"])
         # a miss written at step N reads as step N - 1 (RecordBuilder), a Dynamo recompile as written: the same step
         _inspect_frame_recompile(b, f"6/{2 * ca_id + 1}", step - 1, "attr == '_initialize_hook'", "_check_class")
         if step > 1:
             _inspect_frame_recompile(b, f"4/{ca_id}", step - 1, "___check_obj_id(klass, 94057368428672), type=<class "
                                      "'torch.fx.graph_module.GraphModule.__new__.<locals>.GraphModuleImpl'>", "_shadowed_dict")
-        b.graph(ca_id, step, [ROOT, "SumBackward0", op, "torch::autograd::AccumulateGrad"])
+        if not imported:
+            b.graph(ca_id, step, [ROOT, "SumBackward0", op, "torch::autograd::AccumulateGrad"])
+        b.add(DynamoCompileEvent, compile_id=f"!{ca_id}/{7 + ca_id}/0", is_ca_graph=True, step=step - 1, co_name="forward",
+              co_filename=f"<eval_with_key>.{ca_id}")
         b.step(step, captures=1)
     # A frame of the script's own recompiled after the captures: not inside one, told as before.
     b.add(DynamoRecompileEvent, compile_id="0/1", is_ca_graph=False, step=2, source=CALLER,

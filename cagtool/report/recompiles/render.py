@@ -390,6 +390,9 @@ def explanation_json(explanation: Explanation) -> dict[str, Any]:
                 "consequences": list(cause.consequences),
                 # The hook functions a hook cause's recompiles added or removed, named (file as `source`'s).
                 "hooks": [{**dataclasses.asdict(h), "file": display_path(h.file, cwd)} for h in cause.facts.get("named_hooks") or []],
+                # torch's frames Dynamo compiled inside compiled autograd's captures (explain.py `_inside_capture`):
+                # {"frames": [{"function", "file"}], "captures": ["!N"], "capture_causes": [cause numbers]}; null otherwise.
+                "inside_capture": cause.facts.get("inside_capture"),
             }
         )
     return {"alerts": alerts, "causes": causes}

@@ -296,7 +296,8 @@ def test_a_recompile_of_a_resume_frame_is_named_the_rest_of_its_function_after_t
     then for the backward hook's. The recompile is the resume frame's, after the break, one-time;
     not `training_step`'s (where the failing guard was installed), not "keep argument types fixed"."""
     run, causes = _explained(record_run, "hook_call_after_break.py")
-    [resumed] = [c for c in causes if c["code"] == "dynamo_guard_failure"]
+    # (torch 2.14 also recompiles its own frames inside the captures: a cause of their own)
+    [resumed] = [c for c in causes if c["code"] == "dynamo_guard_failure" and not c["inside_capture"]]
     assert resumed["title"].startswith("Dynamo recompiled frame 1, the rest of `call_hook` after its graph break at ")
     assert "hook_call_after_break.py:29: a value of another type reached the compiled code" in resumed["title"]
     said = " ".join(resumed["why"])
@@ -305,7 +306,9 @@ def test_a_recompile_of_a_resume_frame_is_named_the_rest_of_its_function_after_t
     assert "torch._dynamo.config.ignore_logging_functions" in resumed["fix"][1]
     assert "keep argument types fixed" not in " ".join(resumed["fix"])
     recompiled = _torch_recompiles(run)
-    assert [e["compile_id"] for e in resumed["evidence_ids"]] == list(recompiled) == ["1/1"]  # torch's count
+    inside = [e["compile_id"] for c in causes if c["inside_capture"] for e in c["evidence_ids"]]
+    assert [e["compile_id"] for e in resumed["evidence_ids"]] == [r for r in recompiled if r not in inside] == ["1/1"]  # torch's count
+    assert sorted(recompiled) == sorted(["1/1", *inside])
 
 
 @pytest.mark.slow

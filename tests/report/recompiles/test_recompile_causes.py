@@ -104,7 +104,8 @@ def test_text_and_html_draw_the_consequence_under_its_root(ragged, tmp_path):
 @pytest.mark.slow  # records a run or a TORCH_TRACE job
 def test_an_imported_batch_size_change_is_one_cause_with_no_branch_advice(imported_batch_job):
     entry = explanation(imported_batch_job, "imported")
-    causes = entry["explanation"]["causes"]
+    # (torch 2.14 also recompiles its own frames inside the captures: a cause of their own, last)
+    causes = [c for c in entry["explanation"]["causes"] if not c["inside_capture"]]
     assert [c["code"] for c in causes] == ["dynamo_guard_failure", "graph_structure"]
     root, follower = causes
     assert follower["caused_by"] == root["number"] and root["consequences"] == [follower["number"]]

@@ -176,7 +176,8 @@ def test_shape_loop_changed_shapes_then_dynamic(record_run):
     assert {(c["node"], c["value"]) for c in shape_rows[0]["changed_sizes"]} == {("SumBackward0", 100)}
     causes = mode["explanation"]["causes"]
     assert causes[0]["code"] == "changed_shapes"
-    assert causes[0]["count"] == mode["counts"]["recompiles"]  # Dynamo's recompile of that graph is the same cause
+    # Dynamo's recompile of that graph is the same cause (torch 2.14's own frames inside the captures are another)
+    assert causes[0]["count"] == mode["counts"]["recompiles"] - sum(c["count"] for c in causes if c["inside_capture"])
     # A CA graph's sizes: compiled autograd started dynamic is the fix, not marking the model's
     # inputs (its first graph takes its nodes' sizes as constants whatever the forward did).
     fix = " ".join(causes[0]["fix"])

@@ -416,6 +416,7 @@ def test_a_backend_read_from_an_option_default_or_a_name_is_edited_where_eager_i
 @pytest.mark.parametrize("source, argv, why", [
     (DANN_ARGS, ["--compile-backend", "eager"], "the job sets --compile-backend on its command line: record it again with --compile-backend aot_eager"),
     (DANN_ARGS, ["--compile-back=eager"], "the job sets --compile-backend on its command line"),  # argparse takes a prefix
+    (DANN_ARGS.replace('"--compile-backend", ', '"-b", "--compile-backend", '), ["-beager"], "the job sets --compile-backend"),
     (DANN_ARGS.replace('default="eager"', 'default="eager", choices=["eager", "inductor"]'), [],
      "the option --compile-backend (line 5) does not allow aot_eager among its choices"),
     ('import os, torch\nmodel = torch.compile(torch.nn.Linear(2, 2), backend=os.environ["B"])\n', [],

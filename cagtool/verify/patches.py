@@ -310,24 +310,28 @@ def _assigned(tree: ast.AST, name: str) -> ast.expr | None:
     return values[0] if len(values) == 1 else None
 
 
-def _option(call: ast.Call, dest: str) -> str | None:
-    """The option string of an `add_argument(...)` call whose destination is `dest` (argparse: the
-    first long option, dashes made underscores, or `dest=`); None for another argument."""
+def _options(call: ast.Call, dest: str) -> list[str]:
+    """The option strings of an `add_argument(...)` call whose destination is `dest` (argparse: the
+    first long option, dashes made underscores, or `dest=`), the first long one first; [] for
+    another argument."""
     strings = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
     explicit = next((k.value.value for k in call.keywords if k.arg == "dest" and isinstance(k.value, ast.Constant)), None)
     longs = [s for s in strings if s.startswith("--")]
     named = explicit or (longs[0][2:].replace("-", "_") if longs else None)
-    return (longs or strings or [None])[0] if named == dest else None
+    return [*longs, *(s for s in strings if s not in longs)] if named == dest and strings else []
 
 
-def _passed(argv: list[str], option: str) -> bool:
-    """Whether the job's command line sets `option` (argparse takes a long option's unique prefix too)."""
+def _passed(argv: list[str], options: list[str]) -> bool:
+    """Whether the job's command line sets one of `options` (argparse takes a long option's unique
+    prefix, and a short option's value joined to it, too)."""
     for token in argv:
         if token == "--":
             return False
         head = token.split("=", 1)[0]
-        if token.startswith("--") and len(head) > 2 and option.startswith(head):
-            return True
+        for option in options:
+            long = option.startswith("--")
+            if (long and token.startswith("--") and len(head) > 2 and option.startswith(head)) or (not long and token.startswith(option)):
+                return True
     return False
 
 
@@ -345,15 +349,16 @@ def _eager_source(tree: ast.AST, value: ast.expr, argv: list[str], depth: int = 
     for call in ast.walk(tree):
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument"):
             continue
-        option = _option(call, value.attr)
+        options = _options(call, value.attr)
         default = next((k.value for k in call.keywords if k.arg == "default"), None)
-        if option is None or not (isinstance(default, ast.Constant) and default.value == "eager"):
+        if not options or not (isinstance(default, ast.Constant) and default.value == "eager"):
             continue
+        option = options[0]
         choices = next((k.value for k in call.keywords if k.arg == "choices"), None)
         if isinstance(choices, (ast.List, ast.Tuple, ast.Set)) and not any(
                 isinstance(c, ast.Constant) and c.value == "aot_eager" for c in choices.elts):
             return f"the option {option} (line {call.lineno}) does not allow aot_eager among its choices: add it, then record the job with {option} aot_eager"
-        if _passed(argv, option):
+        if _passed(argv, options):
             return f"the job sets {option} on its command line: record it again with {option} aot_eager"
         return default
     return None

@@ -3737,6 +3737,8 @@ def _storm(table: RecompileTable, causes: list[Cause]) -> Alert | None:
                                         for c in causes):
         return None
     in_storm = [c for c in causes if any(s in recompiling for s in c.steps)]
+    # torch's frames compiled inside the captures end with the captures' causes: not one to fix
+    in_storm = [c for c in in_storm if not c.facts.get("inside_capture")] or in_storm
     return Alert(
         code=ALERT_STORM,
         facts={

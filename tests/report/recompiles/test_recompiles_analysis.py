@@ -503,7 +503,7 @@ def test_torchs_frames_compiled_inside_compiled_autograds_captures_are_not_the_s
     record has each capture's `ca_graph` event after those frames; a TORCH_TRACE log imported has it
     before them, and the graph's own Dynamo compile after them in both."""
     b = RecordBuilder()
-    ops = ["AddBackward0", "SubBackward0", "MulBackward0"]
+    ops = ["AddBackward0", "SubBackward0", "MulBackward0", "DivBackward0"]
     for step, op in enumerate(ops, start=1):
         ca_id = step - 1
         b.miss(ca_id, step, ROOT if step == 1 else op, 0 if step == 1 else 2)
@@ -520,24 +520,27 @@ def test_torchs_frames_compiled_inside_compiled_autograds_captures_are_not_the_s
               co_filename=f"<eval_with_key>.{ca_id}")
         b.step(step, captures=1)
     # A frame of the script's own recompiled after the captures: not inside one, told as before.
-    b.add(DynamoRecompileEvent, compile_id="0/1", is_ca_graph=False, step=2, source=CALLER,
+    b.add(DynamoRecompileEvent, compile_id="0/1", is_ca_graph=False, step=3, source=CALLER,
           reasons=["0/0: tensor 'x' size mismatch at index 0. expected 4, actual 5"])
-    b.add(DynamoCompileEvent, compile_id="0/1", is_ca_graph=False, step=2, co_name="train_step", co_filename="/proj/train.py",
+    b.add(DynamoCompileEvent, compile_id="0/1", is_ca_graph=False, step=3, co_name="train_step", co_filename="/proj/train.py",
           co_firstlineno=6)
     table = table_of(b, tmp_path)
     explanation = explain(table)
     by_code = [(c.code, bool(c.facts.get("inside_capture"))) for c in explanation.causes]
     assert by_code == [("graph_structure", False), ("dynamo_guard_failure", False), ("dynamo_guard_failure", True)]
     structure, own, inside = explanation.causes
-    assert [r.compile_id for r in inside.rows] == ["6/1", "6/3", "4/1", "6/5", "4/2"]
-    assert inside.facts["inside_capture"]["captures"] == ["!0", "!1", "!2"]
+    assert [r.compile_id for r in inside.rows] == ["6/1", "6/3", "4/1", "6/5", "4/2", "6/7", "4/3"]
+    assert inside.facts["inside_capture"]["captures"] == ["!0", "!1", "!2", "!3"]
     assert inside.facts["inside_capture"]["capture_causes"] == [structure.number]
     words = cause_words(inside, CWD)
-    assert words.title == "Dynamo compiled torch's helper frames inside compiled autograd's captures, not your code (5 recompiles)"
+    assert words.title == "Dynamo compiled torch's helper frames inside compiled autograd's captures, not your code (7 recompiles)"
     assert "`_check_class` and `_shadowed_dict` in inspect.py (Python's standard library)" in words.why[0]
     assert words.fix[0] == ("Nothing to change in your code: these are torch's frames, compiled once or more per capture; "
                             f"fixing #{structure.number}, which made compiled autograd capture again, ends them.")
     assert nothing_to_fix(inside, CWD)
+    # A recompile every step: the storm is fixed by the captures' cause (which ends these too) and the script's own.
+    (storm,) = explanation.alerts
+    assert storm.code == ALERT_STORM and storm.causes == sorted([structure.number, own.number])
     text = json.dumps([words.title, words.why, words.fix])
     for wrong in ("keep it constant", "create it once", "outside the loop"):
         assert wrong not in text, wrong

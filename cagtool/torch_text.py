@@ -743,6 +743,16 @@ def looks_like_user_file(filename: str) -> bool:
     return not filename.startswith(_CAGTOOL_PACKAGE) and not any(part in filename for part in _LIBRARY_PARTS)
 
 
+
+def looks_like_torch_or_stdlib_file(filename: str) -> bool:
+    """Whether a path is torch's own code or Python's standard library: what torch's own machinery
+    runs (compiled autograd's capture calls inspect's frames), never another library's model code
+    (a transformers forward recomputed by a checkpoint inside a capture is the job's)."""
+    path = (filename or "").replace("\\", "/")
+    if any(part in path for part in ("/site-packages/", "/dist-packages/")):
+        return any(f"{part}torch/" in path for part in ("/site-packages/", "/dist-packages/"))
+    return "/lib/python3" in path or "/Lib/" in path
+
 # -- graph-break messages ----------------------------------------------------------------------
 _ID_IN_LINK = re.compile(r"/gb/gb(?P<digits>\d+)\.html")
 # The first lines torch 2.13 puts before a graph break's own words: the trace's, and Dynamo's fallback

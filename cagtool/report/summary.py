@@ -26,6 +26,7 @@ from cagtool.record.schema import (
     DDPModelEvent,
     DynamoRecompileEvent,
     FindingEvent,
+    GraphBreakEvent,
     OptimizerStepEvent,
     SourceRef,
 )
@@ -46,11 +47,12 @@ from cagtool.report.findings import shown_findings
 from cagtool.report.compiles.detail import detail_command
 from cagtool.report.figures.compile_phases import phase_lines
 from cagtool.report.known_failures import explain as explain_failure
-from cagtool.report.recompiles.reads import forward_step
+from cagtool.report.recompiles.reads import forward_step, torch_frames_in_captures
 from cagtool.report.recompiles.table import guard_text
 from cagtool.report.ranks.analysis import RankFocus, analysis_json, analyze_ranks, run_dir_of, run_for_rank
 from cagtool.report.ranks.render import render_ranks
 from cagtool.report.text.safe_text import shown_command
+from cagtool.torch_text import compile_frame
 
 # The event kinds the summary and the end-of-run comparison read (the loader counts the others
 # without building them): every kind but the optimizer steps.
@@ -194,6 +196,21 @@ def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
+def torch_break_places(record: ModeRecord) -> set[tuple[str, int | None]]:
+    """The places (file, line) whose every logged graph break was in a frame of torch's compiled
+    inside compiled autograd's captures (reads.py torch_frames_in_captures): none in eager."""
+    if record.mode == "eager":
+        return set()
+    inside = torch_frames_in_captures(record).breaks
+    if not inside:
+        return set()
+    places: dict[tuple[str, int | None], bool] = {}
+    for event in record.of(GraphBreakEvent):
+        key = (event.file, event.line)
+        places[key] = places.get(key, True) and event.seq in inside
+    return {key for key, all_inside in places.items() if all_inside}
+
+
 def ca_graph_breakdown(m: ModeMetrics) -> str:
     """Why each CA graph was captured, in torch's words: the initial compile, a cache miss for a
     new autograd node (the structure changed), a recompile for changed sizes."""
@@ -331,6 +348,7 @@ def mode_summary_json(record: ModeRecord, whole: ModeRecord | None = None, rank:
     metrics = mode_metrics(record)
     misses = misses_with_earlier_values(record)
     graphs = record.of(CAGraphEvent)
+    theirs_at = torch_break_places(record)
     body: dict[str, Any] = {
         "mode": record.mode,
         "status": record.manifest.status,
@@ -376,7 +394,9 @@ def mode_summary_json(record: ModeRecord, whole: ModeRecord | None = None, rank:
         "backward_graphs": metrics.backward_graphs,
         "graph_breaks": metrics.graph_breaks,
         "graph_breaks_counted_by": "torch" if metrics.graph_breaks_from_torch else "distinct_sites",
-        "graph_break_sites": [asdict(site) for site in metrics.graph_break_sites],
+        # inside_capture: every break logged at the site was in a frame of torch's compiled inside
+        # compiled autograd's captures (reads.py torch_frames_in_captures), nothing of the script's.
+        "graph_break_sites": [asdict(site) | {"inside_capture": (site.file, site.line) in theirs_at} for site in metrics.graph_break_sites],
         "dynamo_recompiles": metrics.dynamo_recompiles,
         "steps": metrics.steps,
         "steps_lost_with_process_s": metrics.steps_lost_s,
@@ -526,11 +546,15 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     # Where the reasons' counts do not make torch's total (a log that lost records), each is what it
     # is: the compiles the log shows it in.
     adds_up = sum(r.breaks for r in reasons) == m.graph_breaks
+    in_captures = torch_frames_in_captures(record) if record.mode != "eager" else None
+    theirs_at = torch_break_places(record)
     for reason in reasons[:GRAPH_BREAK_REASONS_SHOWN]:
         gb = f"[{reason.gb_id}] " if reason.gb_id else ""
         where = f"site{'s' if len(reason.places) > 1 else ''} {place_words(reason.places)}"
         count = plural(reason.breaks, "break") if adds_up else f"logged in {plural(reason.breaks, 'compile')}"
-        console.print(f"    graph break {where} ({count}): {gb}{reason.reason}", overflow="ellipsis", no_wrap=True, markup=False)
+        # The count and reason come first: the terminal's width may cut what follows.
+        theirs = " [torch's frames inside compiled autograd's captures: nothing to change in your code]" if set(reason.places) <= theirs_at else ""
+        console.print(f"    graph break {where} ({count}){theirs}: {gb}{reason.reason}", overflow="ellipsis", no_wrap=True, markup=False)
     if len(reasons) > GRAPH_BREAK_REASONS_SHOWN:
         console.print(f"    ... {len(reasons) - GRAPH_BREAK_REASONS_SHOWN} more reasons: cagtool summary --format json {run_dir}")
     dynamo_recompiles = record.of(DynamoRecompileEvent)
@@ -543,6 +567,8 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         at = f" at step {step}" if step is not None else ""
         where = f"  ({_where(rec.source)})" if rec.source else ""
         limit = f" [refused at {refused[rec.compile_id]}, compiling nothing]" if rec.compile_id in refused else ""
+        if in_captures is not None and compile_frame(rec.compile_id) in in_captures.frames:
+            limit += " [torch's frame inside compiled autograd's captures: nothing to change in your code]"
         console.print(f"    recompile {rec.compile_id}{at}{limit}: {reasons[:150]}{where}", overflow="ellipsis", no_wrap=True, markup=False)
     if len(dynamo_recompiles) > 3:
         # The count above holds every recompile torch logged, a refused one too: what is not listed is said.

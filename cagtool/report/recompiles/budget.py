@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from cagtool.record.loader import ModeRecord
 from cagtool.errors import UnreadableInput
 from cagtool.record.schema import ARTIFACT_GUARDS, CAGraphEvent, CompileArtifactEvent, DynamoCompileEvent, DynamoRecompileEvent, SourceRef, StepEvent
-from cagtool.report.recompiles.reads import LimitHit, forward_step
+from cagtool.report.recompiles.reads import LimitHit, forward_step, torch_frames_in_captures
 from cagtool.torch_text import compile_attempt, compile_frame, guard_shape, recompile_limit, wrapped_module
 
 # torch 2.13 runs every torch.compile'd module's call through this one function (docs/torch-internals.md,
@@ -51,6 +51,9 @@ class FrameBudget:
     # The classes of the modules a frame of torch's module wrapper (`is_module_wrapper`) ran, in the
     # order first compiled, from its compiles' guard trees; empty where the record kept none.
     modules: tuple[str, ...] = ()
+    # A frame that is not the user's, every compile of it made inside compiled autograd's captures
+    # (reads.py torch_frames_in_captures): the first capture's ca_id; None otherwise.
+    inside_capture: int | None = None
 
     @property
     def is_module_wrapper(self) -> bool:
@@ -190,6 +193,7 @@ def mode_budget(record: ModeRecord, hits: list[LimitHit], last_step: int | None)
                 out.ca_graph_steps.append(event.step)
     hit_of = {compile_frame(h.compile_id): h for h in hits if h.compile_id}
     wrapped = _wrapped_modules(record, by_frame)
+    in_captures = torch_frames_in_captures(record)
     for frame, events in by_frame.items():
         made = [e for e in events if not (e.fail_reason and recompile_limit(f"{e.fail_type or ''} {e.fail_reason}"))]
         named = next((e for e in events if e.co_name), events[0])
@@ -214,6 +218,7 @@ def mode_budget(record: ModeRecord, hits: list[LimitHit], last_step: int | None)
                 called_at=next((e.phase.caller for e in events if e.phase is not None and e.phase.caller is not None), None),
                 guards=tuple(guards.get(frame, ())),
                 modules=wrapped.get(frame, ()),
+                inside_capture=in_captures.frames.get(frame),
             )
         )
     out.frames.sort(key=lambda f: (-f.entries, f.frame))

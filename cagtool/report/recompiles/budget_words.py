@@ -56,15 +56,17 @@ def _frame_name(f: FrameBudget, cwd: str) -> str:
 def frame_budget_text(f: FrameBudget, cwd: str) -> str:
     limit = f"recompile_limit {f.limit}" + ("" if f.limit_known else " (torch's default; the record did not keep it)")
     text = f"{_frame_name(f, cwd)}: {f.entries} of {limit} compiles used"
+    theirs = "" if f.inside_capture is None else (
+        " [torch's frame inside compiled autograd's captures: nothing to change in your code]")
     if f.hit is not None:
-        return text + f"; hit the limit at step {'?' if f.hit.step is None else f.hit.step} ({f.hit.compile_id}): it runs eager from then on whenever its guards fail"
+        return text + f"; hit the limit at step {'?' if f.hit.step is None else f.hit.step} ({f.hit.compile_id}): it runs eager from then on whenever its guards fail" + theirs
     if f.rate is not None:
         text += f", {f.rate:.2g} recompiles per step"
     if f.forecast_step is not None:
         text += f"; at this rate it reaches the limit at about step {f.forecast_step}"
     elif f.recompiles and not f.still_compiling:
         text += f"; stopped recompiling after step {f.last_recompile_step}"
-    return text
+    return text + theirs
 
 
 def budget_lines(budget: ModeBudget, cwd: str) -> list[str]:

@@ -5,14 +5,25 @@ unexpected.py, phases.py), which the table holds."""
 
 from __future__ import annotations
 
+import bisect
 import os
 from dataclasses import dataclass
 
 import msgspec
 
 from cagtool.record.loader import ModeRecord
-from cagtool.record.schema import FIRST_STEP, IMPORTED_MODE, DynamoCompileEvent, FindingEvent, SourceRef, StepEvent
-from cagtool.torch_text import compile_id_in, recompile_limit
+from cagtool.record.schema import (
+    FIRST_STEP,
+    IMPORTED_MODE,
+    CacheMissEvent,
+    CAGraphEvent,
+    DynamoCompileEvent,
+    FindingEvent,
+    GraphBreakEvent,
+    SourceRef,
+    StepEvent,
+)
+from cagtool.torch_text import ca_id_of, compile_frame, compile_id_in, looks_like_torch_or_stdlib_file, recompile_limit
 
 
 @dataclass(frozen=True)
@@ -147,3 +158,58 @@ def step_summary(record: ModeRecord) -> StepSummary:
     held = record.columns.get(StepEvent.kind)
     numbers = held.column("step") if held is not None else [s.step for s in record.of(StepEvent)]
     return StepSummary(len(numbers), max(numbers) if numbers else None)
+
+
+def inside_captures(seqs: list[int], starts: dict[int, int], graphs: dict[int, CAGraphEvent],
+                    compile_events: list[DynamoCompileEvent]) -> dict[int, int]:
+    """seq of an event of Dynamo's (a compile, a graph break) in a frame that is not the user's ->
+    the ca_id of the capture it happened in: after the capture's cache miss (`starts`: ca_id -> its
+    seq) and before Dynamo's first compile of the graph it captured (its `ca_graph` event where no
+    Dynamo compile of it was recorded). Code torch runs to build the captured graph, compiled because
+    the backward runs inside a compiled function, where Dynamo's frame evaluation stays on (torch
+    2.14 compiles frames of Python's inspect module there, and recompiles them at every capture:
+    docs/torch-internals.md). A live record has the `ca_graph` event after those frames, an imported
+    TORCH_TRACE log before them: the graph's own Dynamo compile comes after them in both."""
+    compiled: dict[int, int] = {}
+    for event in compile_events:
+        if event.is_ca_graph and event.compile_id.startswith("!") and (ca_id := ca_id_of(event.compile_id)) is not None:
+            compiled.setdefault(ca_id, event.seq)
+    ends = sorted((compiled.get(ca_id, graph.seq), ca_id) for ca_id, graph in graphs.items())
+    found: dict[int, int] = {}
+    for seq in seqs:
+        at = bisect.bisect_right(ends, (seq, float("inf")))  # the first capture to end after it
+        if at < len(ends) and ends[at][1] in starts and starts[ends[at][1]] < seq:
+            found[seq] = ends[at][1]
+    return found
+
+
+@dataclass(frozen=True)
+class TorchFramesInCaptures:
+    """Dynamo's work in frames that are not the user's, done while compiled autograd captured a
+    backward (`inside_captures`): what summary and the recompile budget say is torch's own."""
+
+    frames: dict[str, int]  # torch's frame id F (of F/C), every compile of it inside a capture -> the first capture's ca_id
+    breaks: frozenset[int]  # seq of each graph break in such a frame inside a capture
+
+
+def torch_frames_in_captures(record: ModeRecord) -> TorchFramesInCaptures:
+    """The record's compiles and graph breaks of frames that are not the user's, made inside
+    compiled autograd's captures; empty where nothing was captured."""
+    graphs = {e.ca_id: e for e in record.of(CAGraphEvent)}
+    if not graphs:
+        return TorchFramesInCaptures({}, frozenset())
+    starts: dict[int, int] = {}
+    for miss in record.of(CacheMissEvent):
+        starts.setdefault(miss.ca_id, miss.seq)
+    for ca_id, graph in graphs.items():
+        starts.setdefault(ca_id, graph.seq)
+    compile_events = record.of(DynamoCompileEvent)
+    theirs = [e for e in compile_events if not e.is_ca_graph and looks_like_torch_or_stdlib_file(e.co_filename)]
+    breaks = [e for e in record.of(GraphBreakEvent) if looks_like_torch_or_stdlib_file(e.file)]
+    inside = inside_captures([e.seq for e in theirs] + [e.seq for e in breaks], starts, graphs, compile_events)
+    by_frame: dict[str, list[int | None]] = {}
+    for event in theirs:
+        if (frame := compile_frame(event.compile_id)) is not None:
+            by_frame.setdefault(frame, []).append(inside.get(event.seq))
+    frames = {frame: ca_ids[0] for frame, ca_ids in by_frame.items() if ca_ids[0] is not None and all(c is not None for c in ca_ids)}
+    return TorchFramesInCaptures(frames, frozenset(e.seq for e in breaks if e.seq in inside))

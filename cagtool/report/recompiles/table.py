@@ -45,7 +45,7 @@ from cagtool.record.schema import (
 from cagtool.report.changed_sizes import misses_with_earlier_values, saved_values_changed
 from cagtool.report.figures.metrics import other_call_captures
 from cagtool.report.replaced import replaced_by
-from cagtool.report.recompiles.reads import LimitHit, StepSummary, forward_step, limit_hits, short_file, step_summary
+from cagtool.report.recompiles.reads import LimitHit, StepSummary, forward_step, inside_captures, limit_hits, short_file, step_summary
 from cagtool.torch_text import (
     ca_id_of,
     GUARD_GRAD_MODE,
@@ -60,6 +60,7 @@ from cagtool.torch_text import (
     guard_kind,
     guarded_value,
     in_torch_optim,
+    looks_like_torch_or_stdlib_file,
     looks_like_user_file,
     none_guard,
     random_draw_in_code,
@@ -903,24 +904,8 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
 def frames_inside_captures(rows: list[RecompileRow], graphs: dict[int, CAGraphEvent],
                            compile_events: list[DynamoCompileEvent]) -> dict[int, int]:
     """seq of a Dynamo recompile of a frame that is not the user's, made while compiled autograd
-    captured a backward -> that capture's ca_id: after the capture's cache miss and before Dynamo's
-    first compile of the graph it captured (its `ca_graph` event where no Dynamo compile of it was
-    recorded). Code torch runs to build the captured graph, compiled because the backward runs inside
-    a compiled function, where Dynamo's frame evaluation stays on (torch 2.14 recompiles frames of
-    Python's inspect module there at every capture: docs/torch-internals.md). A live record has the
-    `ca_graph` event after those frames, an imported TORCH_TRACE log before them: the graph's own
-    Dynamo compile comes after them in both."""
-    compiled: dict[int, int] = {}
-    for event in compile_events:
-        if event.is_ca_graph and event.compile_id.startswith("!") and (ca_id := ca_id_of(event.compile_id)) is not None:
-            compiled.setdefault(ca_id, event.seq)
-    ends = sorted((compiled.get(ca_id, graph.seq), ca_id) for ca_id, graph in graphs.items())
+    captured a backward -> that capture's ca_id (`inside_captures`)."""
     starts = {row.ca_id: row.seq for row in rows if row.source == SOURCE_CA and row.ca_id is not None}
-    found: dict[int, int] = {}
-    for row in rows:
-        if row.source != SOURCE_DYNAMO_FRAME or row.initial or not row.frame_file or looks_like_user_file(row.frame_file):
-            continue
-        at = bisect.bisect_right(ends, (row.seq, float("inf")))  # the first capture to end after the row
-        if at < len(ends) and ends[at][1] in starts and starts[ends[at][1]] < row.seq:
-            found[row.seq] = ends[at][1]
-    return found
+    seqs = [row.seq for row in rows
+            if row.source == SOURCE_DYNAMO_FRAME and not row.initial and looks_like_torch_or_stdlib_file(row.frame_file)]
+    return inside_captures(seqs, starts, graphs, compile_events)

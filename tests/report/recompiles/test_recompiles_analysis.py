@@ -15,7 +15,7 @@ from recompile_records import BACKWARD_LINE, CWD, ROOT, RecordBuilder, table_of
 
 from cagtool.commands.recompiles import RecompilesOptions, run_recompiles
 from cagtool.record.loader import load_run
-from cagtool.record.schema import ChangedSize, DynamoCompileEvent, DynamoRecompileEvent, FindingEvent, SourceRef
+from cagtool.record.schema import ChangedSize, DynamoCompileEvent, DynamoRecompileEvent, FindingEvent, GraphBreakEvent, SourceRef
 from cagtool.report.recompiles.explain import (
     ALERT_LIMIT,
     ALERT_STORM,
@@ -493,15 +493,10 @@ def _inspect_frame_recompile(b: RecordBuilder, compile_id: str, step: int, guard
           co_firstlineno=1778)
 
 
-@pytest.mark.parametrize("imported", [False, True], ids=["recorded", "imported"])
-def test_torchs_frames_compiled_inside_compiled_autograds_captures_are_not_the_scripts(tmp_path, imported):
-    """torch 2.14, the tutorial's op loop: the backward runs inside a compiled function, so while
-    compiled autograd captures each new graph Dynamo compiles frames of Python's inspect module that
-    torch's capture calls, and recompiles them on every capture (`attr == '_initialize_hook'`, the
-    new GraphModule class). One cause, after the captures' own, said to be torch's with nothing to
-    change in the script; never "keep `attr` constant" or "create it once, outside the loop". A live
-    record has each capture's `ca_graph` event after those frames; a TORCH_TRACE log imported has it
-    before them, and the graph's own Dynamo compile after them in both."""
+def _captures_with_torchs_frames(imported: bool, breaks: bool = False) -> RecordBuilder:
+    """The op loop on torch 2.14 (four captures, inspect's frames recompiled inside each, a frame of
+    the script's recompiled after them); `breaks`: with the graph breaks torch logs in those frames
+    and one in the script's compiled lambda, before the first capture."""
     b = RecordBuilder()
     ops = ["AddBackward0", "SubBackward0", "MulBackward0", "DivBackward0"]
     for step, op in enumerate(ops, start=1):
@@ -510,7 +505,13 @@ def test_torchs_frames_compiled_inside_compiled_autograds_captures_are_not_the_s
         if imported:
             b.graph(ca_id, step, [ROOT, "SumBackward0", op, "torch::autograd::AccumulateGrad"])
         # a miss written at step N reads as step N - 1 (RecordBuilder), a Dynamo recompile as written: the same step
+        if step == 1 and breaks:
+            b.add(GraphBreakEvent, compile_id="0/0", step=0, reason="[GB0123] Unsupported Tensor.backward() call",
+                  file="/proj/train.py", line=12, code=CALLER.code)
         _inspect_frame_recompile(b, f"6/{2 * ca_id + 1}", step - 1, "attr == '_initialize_hook'", "_check_class")
+        if breaks:
+            b.add(GraphBreakEvent, compile_id=f"6/{2 * ca_id + 1}", step=step - 1, file=INSPECT, line=1772,
+                  reason="[GB0088] Observed exception: Dynamo found no exception handler at the top-level compiled function")
         if step > 1:
             _inspect_frame_recompile(b, f"4/{ca_id}", step - 1, "___check_obj_id(klass, 94057368428672), type=<class "
                                      "'torch.fx.graph_module.GraphModule.__new__.<locals>.GraphModuleImpl'>", "_shadowed_dict")
@@ -524,6 +525,19 @@ def test_torchs_frames_compiled_inside_compiled_autograds_captures_are_not_the_s
           reasons=["0/0: tensor 'x' size mismatch at index 0. expected 4, actual 5"])
     b.add(DynamoCompileEvent, compile_id="0/1", is_ca_graph=False, step=3, co_name="train_step", co_filename="/proj/train.py",
           co_firstlineno=6)
+    return b
+
+
+@pytest.mark.parametrize("imported", [False, True], ids=["recorded", "imported"])
+def test_torchs_frames_compiled_inside_compiled_autograds_captures_are_not_the_scripts(tmp_path, imported):
+    """torch 2.14, the tutorial's op loop: the backward runs inside a compiled function, so while
+    compiled autograd captures each new graph Dynamo compiles frames of Python's inspect module that
+    torch's capture calls, and recompiles them on every capture (`attr == '_initialize_hook'`, the
+    new GraphModule class). One cause, after the captures' own, said to be torch's with nothing to
+    change in the script; never "keep `attr` constant" or "create it once, outside the loop". A live
+    record has each capture's `ca_graph` event after those frames; a TORCH_TRACE log imported has it
+    before them, and the graph's own Dynamo compile after them in both."""
+    b = _captures_with_torchs_frames(imported)
     table = table_of(b, tmp_path)
     explanation = explain(table)
     by_code = [(c.code, bool(c.facts.get("inside_capture"))) for c in explanation.causes]
@@ -550,3 +564,37 @@ def test_torchs_frames_compiled_inside_compiled_autograds_captures_are_not_the_s
 
     (item,) = [i for i in unanswered_causes(explanation, set(), set(), {}, CWD) if i["cause"] == inside.number]
     assert item["why"].startswith("nothing to change in your code: these are torch's frames") and item["who"] == "no change needed"
+
+
+@pytest.mark.parametrize("imported", [False, True], ids=["recorded", "imported"])
+def test_the_summary_and_budget_say_which_graph_breaks_and_recompiles_are_torchs_frames_inside_captures(tmp_path, imported):
+    """torch 2.14's inspect frames, compiled inside each capture, break the graph (`[GB0088] Observed
+    exception`) and recompile towards the recompile limit: `summary` listed those breaks and
+    recompiles, and the budget's forecast for `_check_class`, as the script's, pointing at its line.
+    Each is now said to be torch's frame inside compiled autograd's captures, with nothing to change;
+    the script's own break and recompile are said as before."""
+    from rich.console import Console
+
+    from cagtool.report.recompiles.budget import budget_of
+    from cagtool.report.recompiles.reads import torch_frames_in_captures
+    from cagtool.report.summary import mode_summary_json, render_mode
+
+    record = load_run(_captures_with_torchs_frames(imported, breaks=True).write(tmp_path / "run")).mode("ca")
+    found = torch_frames_in_captures(record)
+    assert found.frames == {"6": 0, "4": 1}  # the script's frame 0 is not among them
+    assert len(found.breaks) == 4
+    budget = {f.frame: f.inside_capture for f in budget_of(record).frames}
+    assert budget["6"] == 0 and budget["4"] == 1 and budget["0"] is None
+    out = io.StringIO()
+    render_mode(Console(file=out, width=400, color_system=None), record)
+    lines = out.getvalue().splitlines()
+    torch_says = "[torch's frame inside compiled autograd's captures: nothing to change in your code]"
+    (inspect_break,) = [line for line in lines if "graph break site" in line and "inspect.py:1772" in line]
+    assert "[torch's frames inside compiled autograd's captures: nothing to change in your code]" in inspect_break
+    (own_break,) = [line for line in lines if "graph break site" in line and "train.py:12" in line]
+    assert "torch's frames" not in own_break
+    recompiles = [line.strip() for line in lines if line.strip().startswith("recompile ")]
+    assert recompiles[0].startswith(f"recompile 6/1 at step 0 {torch_says}: attr == '_initialize_hook'"), recompiles
+    assert all(torch_says in line for line in recompiles[:3])
+    sites = {(s["file"], s["line"]): s["inside_capture"] for s in mode_summary_json(record)["graph_break_sites"]}
+    assert sites == {("/proj/train.py", 12): False, (INSPECT, 1772): True}

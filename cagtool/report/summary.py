@@ -47,7 +47,7 @@ from cagtool.report.findings import shown_findings
 from cagtool.report.compiles.detail import detail_command
 from cagtool.report.figures.compile_phases import phase_lines
 from cagtool.report.known_failures import explain as explain_failure
-from cagtool.report.recompiles.reads import forward_step, torch_frames_in_captures
+from cagtool.report.recompiles.reads import forward_step, torch_break_places, torch_frames_in_captures
 from cagtool.report.recompiles.table import guard_text
 from cagtool.report.ranks.analysis import RankFocus, analysis_json, analyze_ranks, run_dir_of, run_for_rank
 from cagtool.report.ranks.render import render_ranks
@@ -194,21 +194,6 @@ def dynamo_graph_words(counted: DynamoGraphCount) -> str:
 
 def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n} {word if n == 1 else (many or word + 's')}"
-
-
-def torch_break_places(record: ModeRecord) -> set[tuple[str, int | None]]:
-    """The places (file, line) whose every logged graph break was in a frame of torch's compiled
-    inside compiled autograd's captures (reads.py torch_frames_in_captures): none in eager."""
-    if record.mode == "eager":
-        return set()
-    inside = torch_frames_in_captures(record).breaks
-    if not inside:
-        return set()
-    places: dict[tuple[str, int | None], bool] = {}
-    for event in record.of(GraphBreakEvent):
-        key = (event.file, event.line)
-        places[key] = places.get(key, True) and event.seq in inside
-    return {key for key, all_inside in places.items() if all_inside}
 
 
 def ca_graph_breakdown(m: ModeMetrics) -> str:

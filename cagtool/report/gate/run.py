@@ -263,11 +263,20 @@ def _with_graph_break_reasons(results: list[CheckResult], run: RunRecord, mode: 
     reasons = sorted(graph_break_reasons(mode_metrics(record).graph_break_sites), key=lambda r: -r.breaks)  # stable: first seen among equals
     if not reasons:
         return results
-    said = "; ".join(f"{r.breaks} at {place_words(r.places, 2)}: {r.label}" for r in reasons[:GRAPH_BREAK_REASONS_NAMED])
+    from cagtool.report.recompiles.reads import torch_break_places
+
+    theirs = torch_break_places(record)  # torch's own frames inside compiled autograd's captures (torch 2.14)
+
+    def torchs(r: Any) -> str:
+        return " (torch's frames inside compiled autograd's captures)" if set(r.places) <= theirs else ""
+
+    said = "; ".join(f"{r.breaks} at {place_words(r.places, 2)}{torchs(r)}: {r.label}" for r in reasons[:GRAPH_BREAK_REASONS_NAMED])
     rest = len(reasons) - GRAPH_BREAK_REASONS_NAMED
     if rest > 0:
         said += f"; and {rest} more reason{'s' if rest > 1 else ''} (cagtool summary)"
-    first = next(((file, line) for r in reasons for file, line in r.places if file and line is not None), None)
+    # The annotation goes on a line of the job's where there is one, not on torch's.
+    places = [(file, line) for r in reasons for file, line in r.places if file and line is not None]
+    first = next((p for p in places if p not in theirs), places[0] if places else None)
     out = []
     for r in results:
         if r in failed:

@@ -213,3 +213,18 @@ def torch_frames_in_captures(record: ModeRecord) -> TorchFramesInCaptures:
             by_frame.setdefault(frame, []).append(inside.get(event.seq))
     frames = {frame: ca_ids[0] for frame, ca_ids in by_frame.items() if ca_ids[0] is not None and all(c is not None for c in ca_ids)}
     return TorchFramesInCaptures(frames, frozenset(e.seq for e in breaks if e.seq in inside))
+
+
+def torch_break_places(record: ModeRecord) -> set[tuple[str, int | None]]:
+    """The places (file, line) whose every logged graph break was in a frame of torch's compiled
+    inside compiled autograd's captures (reads.py torch_frames_in_captures): none in eager."""
+    if record.mode == "eager":
+        return set()
+    inside = torch_frames_in_captures(record).breaks
+    if not inside:
+        return set()
+    places: dict[tuple[str, int | None], bool] = {}
+    for event in record.of(GraphBreakEvent):
+        key = (event.file, event.line)
+        places[key] = places.get(key, True) and event.seq in inside
+    return {key for key, all_inside in places.items() if all_inside}

@@ -598,3 +598,19 @@ def test_the_summary_and_budget_say_which_graph_breaks_and_recompiles_are_torchs
     assert all(torch_says in line for line in recompiles[:3])
     sites = {(s["file"], s["line"]): s["inside_capture"] for s in mode_summary_json(record)["graph_break_sites"]}
     assert sites == {("/proj/train.py", 12): False, (INSPECT, 1772): True}
+    # A failed graph-break gate says the same, and annotates the script's line, not torch's.
+    from conftest import cagtool_in_process
+
+    run_dir = str(tmp_path / "run")
+    manifest_path = tmp_path / "run" / "ca" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())  # torch's count, as torch 2.14 keeps it: one per reason
+    manifest["torch_counters"] = {"graph_break": {"Observed exception": 4, "Unsupported Tensor.backward() call": 1}}
+    manifest_path.write_text(json.dumps(manifest))
+    proc = cagtool_in_process("gate", run_dir, "--max-graph-breaks", "0", "--no-config", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (failed,) = [text for text in proc.stdout.splitlines() if text.startswith("FAIL: max-graph-breaks")]
+    assert "4 at inspect.py:1772 (torch's frames inside compiled autograd's captures): [GB0088]" in failed
+    assert "1 at train.py:12: [GB0123]" in failed
+    data = json.loads(cagtool_in_process("gate", "--format", "json", run_dir, "--max-graph-breaks", "0", "--no-config", cwd=tmp_path).stdout)
+    (check,) = [c for c in data["checks"] if c["check"] == "max-graph-breaks"]
+    assert check["data"]["source"] == {"file": "/proj/train.py", "line": 12}

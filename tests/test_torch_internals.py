@@ -1018,3 +1018,44 @@ def test_frames_dynamo_compiles_while_compiled_autograd_captures_inside_a_compil
     else:  # none recompiled (2.15 compiles `isclass` once)
         assert all(inspect_frames.count(name) == 1 for name in inspect_frames), inspect_frames
     assert ("<lambda>", "test_torch_internals.py") in compiled
+
+
+def test_whether_a_graph_break_is_an_error_is_read_from_the_compile_on_the_stack():
+    """compile_phase.fullgraph_now (DynamoCompileEvent.fullgraph, explain's `fullgraph` fact): inside
+    a compile, Dynamo's `_compile` in torch/_dynamo/convert_frame.py is on the stack with its
+    `one_graph` argument True under torch.compile(..., fullgraph=True), and
+    `_get_error_on_graph_break()` is True inside torch._dynamo.error_on_graph_break(True). Read at
+    the point torch hands over its compilation metrics (where cagtool's tap reads it)."""
+    from torch._dynamo import convert_frame
+
+    from cagtool.capture.observe.compile_phase import fullgraph_now
+
+    seen: list[tuple[str, bool | None]] = []
+    original = convert_frame.log_dynamo_start
+
+    def tapped(code: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(code, *args, **kwargs)
+        seen.append((code.co_name, fullgraph_now()))
+        return result
+
+    def whole(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    def broken(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    def strict(x: torch.Tensor) -> torch.Tensor:
+        return x - 1
+
+    torch._dynamo.reset()
+    convert_frame.log_dynamo_start = tapped
+    try:
+        torch.compile(whole, fullgraph=True, backend="eager")(torch.ones(2))
+        torch.compile(broken, backend="eager")(torch.ones(2))
+        with torch._dynamo.error_on_graph_break(True):
+            torch.compile(strict, backend="eager")(torch.ones(2))
+    finally:
+        convert_frame.log_dynamo_start = original
+        torch._dynamo.reset()
+    assert seen == [("whole", True), ("broken", False), ("strict", True)]
+    assert fullgraph_now() is None  # outside a compile: not known

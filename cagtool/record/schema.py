@@ -399,6 +399,9 @@ class DynamoCompileEvent(Event, tag="dynamo_compile"):
     # torch._dynamo.config.assume_static_by_default when it compiled: False under
     # torch.compile(..., dynamic=True) (None: not read, an older record or an imported log).
     assume_static_by_default: bool | None = None
+    # A graph break in this frame is an error: compiled with torch.compile(..., fullgraph=True) or
+    # under torch._dynamo.error_on_graph_break(True) (None: not read, an older record or an imported log).
+    fullgraph: bool | None = None
 
 
 class DynamoRecompileEvent(Event, tag="dynamo_recompile"):

@@ -1,6 +1,7 @@
 """Two Python floats scheduled per step and passed to compiled code: a distillation temperature
 only used in tensor arithmetic (Dynamo recompiles once, then takes it as an input), and a dropout
-rate F.dropout needs as a constant (each new rate compiles again)."""
+rate F.dropout needs as a constant (each new rate compiles again), in a model compiled with
+fullgraph=True (a graph break there is an error: no fix may add one)."""
 
 import torch
 import torch.nn as nn
@@ -21,7 +22,7 @@ class Net(nn.Module):
 
 student = Net()
 teacher = nn.Linear(8, 5)
-compiled = torch.compile(student, backend="aot_eager")
+compiled = torch.compile(student, backend="aot_eager", fullgraph=True)
 opt = torch.optim.SGD(student.parameters(), lr=0.05)
 
 

@@ -131,3 +131,28 @@ def recompile_limit_now() -> int | None:
         return int(value) if isinstance(value, int) else None
     except Exception:  # noqa: BLE001
         return None
+
+
+def fullgraph_now() -> bool | None:
+    """Whether the frame Dynamo compiles now is compiled so that a graph break is an error:
+    `torch.compile(..., fullgraph=True)` (Dynamo's `_compile` runs with `one_graph` True, read from
+    its frame on the stack) or inside `torch._dynamo.error_on_graph_break(True)`. None where
+    neither can be read (a torch whose `_compile` is not found): not known."""
+    try:
+        import sys
+
+        from torch._dynamo import convert_frame
+
+        one_graph = None
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_name == "_compile" and frame.f_code.co_filename == convert_frame.__file__:
+                one_graph = frame.f_locals.get("one_graph")
+                break
+            frame = frame.f_back
+        if not isinstance(one_graph, bool):
+            return None
+        error_on_graph_break = getattr(convert_frame, "_get_error_on_graph_break", None)
+        return one_graph or (error_on_graph_break() is True if callable(error_on_graph_break) else False)
+    except Exception:  # noqa: BLE001 - the job's compile goes on
+        return None

@@ -43,7 +43,7 @@ from typing import Any, Callable
 
 from cagtool.capture.observe import compile_phase, graph_dump, source
 from cagtool.capture.on_import import OnImport
-from cagtool.capture.observe.torch_logs import ASSUME_STATIC_KEY, PHASE_KEY, RECOMPILE_LIMIT_KEY, USER_FRAME_KEY, StructuredLogHandler
+from cagtool.capture.observe.torch_logs import ASSUME_STATIC_KEY, FULLGRAPH_KEY, PHASE_KEY, RECOMPILE_LIMIT_KEY, USER_FRAME_KEY, StructuredLogHandler
 
 # The CompilationMetrics fields StructuredLogHandler reads (torch's record has ~100 more).
 _METRIC_FIELDS = (
@@ -146,6 +146,7 @@ class DynamoTaps:
             PHASE_KEY: compile_phase.phase_now(str(fields["compile_id"] or "")),
             RECOMPILE_LIMIT_KEY: compile_phase.recompile_limit_now(),
             ASSUME_STATIC_KEY: compile_phase.assume_static_now(),
+            FULLGRAPH_KEY: compile_phase.fullgraph_now(),
         }, None
 
     def _recompile_offered(self, reasons: Any, *args: Any, **kwargs: Any) -> tuple[dict[str, Any], str] | None:

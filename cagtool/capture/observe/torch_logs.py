@@ -41,6 +41,7 @@ USER_FRAME_KEY = "cagtool_user_frame"
 PHASE_KEY = "cagtool_phase"
 RECOMPILE_LIMIT_KEY = "cagtool_recompile_limit"
 ASSUME_STATIC_KEY = "cagtool_assume_static_by_default"  # torch._dynamo.config's, at compile time
+FULLGRAPH_KEY = "cagtool_fullgraph"  # a graph break is an error in this compile (compile_phase.fullgraph_now)
 _US = 1e-6
 
 
@@ -142,7 +143,7 @@ class StructuredLogHandler(logging.Handler):
         step = self.steps.step_of_compile(cid)
         if "compilation_metrics" in metadata:
             self._compile(metadata["compilation_metrics"], step, metadata.get(PHASE_KEY), metadata.get(RECOMPILE_LIMIT_KEY),
-                          metadata.get(ASSUME_STATIC_KEY))
+                          metadata.get(ASSUME_STATIC_KEY), metadata.get(FULLGRAPH_KEY))
         elif "aot_backward_graph" in metadata:
             self.writer.emit(AotBackwardGraphEvent, compile_id=cid, step=step)
             if payload:
@@ -182,7 +183,7 @@ class StructuredLogHandler(logging.Handler):
             self.writer.emit(CompileArtifactEvent, compile_id=cid, artifact=artifact, file=rel, step=step, lines=text.count("\n") + 1)
 
     def _compile(self, m: dict[str, Any], step: int | None, phase: Any = None, recompile_limit: int | None = None,
-                 assume_static: bool | None = None) -> None:
+                 assume_static: bool | None = None, fullgraph: bool | None = None) -> None:
         cid = str(m.get("compile_id") or "?")
         total = _seconds(m.get("entire_frame_compile_time_s"))
         self.writer.emit(
@@ -207,6 +208,7 @@ class StructuredLogHandler(logging.Handler):
             phase=phase,
             recompile_limit=recompile_limit,
             assume_static_by_default=assume_static,
+            fullgraph=fullgraph if isinstance(fullgraph, bool) else None,
         )
         self.steps.note_dynamo_compile(total or 0.0, str(m.get("co_filename") or ""), cid)
 

@@ -628,6 +628,9 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "pieces": _graph_pieces([(r.compile_id, r.step, own_guard(r)) for r in cause.rows]) if cause.code == CAUSE_DYNAMO_CA_GRAPH else 0,
         # The frame was compiled with dynamic shapes (the script's torch.compile(..., dynamic=True)).
         "compiled_dynamic": not cause.rows[0].compile_id.startswith("!") and compile_frame(cause.rows[0].compile_id) in table.dynamic_frames,
+        # The frame was compiled with fullgraph=True: a fix that adds a graph break there (a call
+        # under torch.compiler.disable) is an error, not a slower frame.
+        "fullgraph": not cause.rows[0].compile_id.startswith("!") and compile_frame(cause.rows[0].compile_id) in table.fullgraph_frames,
         "function": function,
         # The frame is a resume function Dynamo made after a graph break (SourceRef of the function
         # it continues, at the break's line), and torch's message for that break.
@@ -2779,8 +2782,9 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                 "To compile it once for every value: set torch._dynamo.config.allow_unspec_int_on_nn_module = True before the "
                 f"first compiled call; Dynamo then takes `{name}` as an input after its first change, as it does an int "
                 "argument, and later values reuse that graph (a branch on it compiles once per side it takes). Or keep it "
-                "out of the compiled code: update and read it in the training loop, or in a function under "
-                "torch.compiler.disable."]
+                "out of the compiled code: update and read it in the training loop" + (
+                    " (not in a function under torch.compiler.disable: the frame is compiled with fullgraph=True, where "
+                    "calling one is an error)." if facts.get("fullgraph") else ", or in a function under torch.compiler.disable.")]
     if kind == GUARD_VALUE and _specialised_each(facts) and _loop_bound(facts["value_changes"][0].source, code):
         name = facts["value_changes"][0].source
         return [_LOOP_BOUND_FIX.format(name=name)]
@@ -2791,10 +2795,20 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                  "the frame runs uncompiled." if facts.get("stabilised") else
                  f"`{name}` keeps taking new values and each is compiled anew until the recompile limit "
                  "(torch._dynamo.config.recompile_limit) sends the frame to eager."]
-        fixes.append(f"To stop recompiling per value, move the call that needs `{name}` as a constant out of the compiled "
-                     "code: call it through torch.compiler.disable (`_op = torch.compiler.disable(op)` once, then `_op(...)` "
-                     "where the code called `op(...)`; a graph break there, and it runs eagerly, computing what it did). "
-                     f"Dynamo then recompiles once, at the first change, and takes `{name}` as an input that later values reuse.")
+        if facts.get("fullgraph"):
+            # torch 2.13, checked by hand: under fullgraph=True a call through torch.compiler.disable raises
+            # "Skip calling `torch.compiler.disable()`d function" at the first compile (a graph break is an error).
+            fixes.append(f"To stop recompiling per value, the call that needs `{name}` as a constant must run outside the "
+                         "compiled code. The frame is compiled with fullgraph=True, where a graph break is an error, so "
+                         "torch.compiler.disable around that call fails the job: compile the code before the call and the "
+                         "code after it as two functions (or modules) and run the call between them, uncompiled; or, if one "
+                         "graph is not needed, drop fullgraph=True and call it through torch.compiler.disable "
+                         "(`_op = torch.compiler.disable(op)` once, then `_op(...)` where the code called `op(...)`).")
+        else:
+            fixes.append(f"To stop recompiling per value, move the call that needs `{name}` as a constant out of the compiled "
+                         "code: call it through torch.compiler.disable (`_op = torch.compiler.disable(op)` once, then `_op(...)` "
+                         "where the code called `op(...)`; a graph break there, and it runs eagerly, computing what it did). "
+                         f"Dynamo then recompiles once, at the first change, and takes `{name}` as an input that later values reuse.")
         return fixes
     if kind == GUARD_VALUE and (changes := facts.get("value_changes")) and _loop_bound(changes[0].source, code):
         return [_LOOP_BOUND_FIX.format(name=changes[0].source)]
@@ -2829,9 +2843,11 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         if facts.get("stabilised"):
             return ["Nothing to fix: no hook was registered again; a value a module's hook reads (a counter filling in the "
                     "first steps) changed, the frame was compiled again for it, then cached."]
+        eagerly = ("" if facts.get("fullgraph") else ", or run the hook eagerly (torch._dynamo.disable on it)")
+        fullgraph = (" (The frame is compiled with fullgraph=True: a hook under torch._dynamo.disable would be a graph "
+                     "break there, an error.)" if facts.get("fullgraph") else "")
         return ["A value a module's hook reads keeps changing, and Dynamo guards on it with the hook traced into the "
-                "compiled forward: keep that state out of the hook, or run the hook eagerly (torch._dynamo.disable on it). "
-                "If the hook is a library's, report it there."]
+                f"compiled forward: keep that state out of the hook{eagerly}. If the hook is a library's, report it there.{fullgraph}"]
     if _MODULE_HOOKS.search(facts.get("guard") or ""):
         named = facts.get("module_hooks") or []
         hook = f"the module's hook ({' and '.join(named)})" if named else "the module's hook"

@@ -176,6 +176,9 @@ class RecompileTable:
     # Frames (compile_frame ids; a CA graph's own frames apart) compiled with dynamic shapes (torch.compile(..., dynamic=True):
     # DynamoCompileEvent.assume_static_by_default False).
     dynamic_frames: frozenset[str] = frozenset()
+    # Frames (compile_frame ids) where a graph break is an error: compiled with fullgraph=True
+    # (DynamoCompileEvent.fullgraph True); a fix that adds a graph break there fails the job.
+    fullgraph_frames: frozenset[str] = frozenset()
     # seq of a Dynamo recompile of a frame that is not the user's, made while compiled autograd
     # captured a backward -> that capture's ca_id (`frames_inside_captures`)
     inside_captures: dict[int, int] = field(default_factory=dict)
@@ -895,6 +898,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         _read_stepped_between=lambda: _stepped_between_backwards(record),
         _read_grad_calls=lambda: _grad_call_steps(record),
         _read_saved_values=lambda before, after: saved_values_changed(record, before, after),
+        fullgraph_frames=frozenset(frame for e in compile_events if e.fullgraph and (frame := compile_frame(e.compile_id)) is not None),
         dynamic_frames=frozenset(frame for e in compile_events if e.assume_static_by_default is False and not e.compile_id.startswith("!")
                                  and (frame := compile_frame(e.compile_id)) is not None),
         inside_captures=frames_inside_captures(rows, graphs, compile_events),

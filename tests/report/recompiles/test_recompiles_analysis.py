@@ -614,3 +614,28 @@ def test_the_summary_and_budget_say_which_graph_breaks_and_recompiles_are_torchs
     data = json.loads(cagtool_in_process("gate", "--format", "json", run_dir, "--max-graph-breaks", "0", "--no-config", cwd=tmp_path).stdout)
     (check,) = [c for c in data["checks"] if c["check"] == "max-graph-breaks"]
     assert check["data"]["source"] == {"file": "/proj/train.py", "line": 12}
+
+
+@pytest.mark.parametrize("fullgraph", [False, True], ids=["graph-breaks-allowed", "fullgraph"])
+def test_a_fix_that_adds_a_graph_break_is_not_given_for_a_frame_compiled_with_fullgraph(fullgraph):
+    """A dropout rate F.dropout needs as a constant, changed every step: the fix moved the call out
+    through torch.compiler.disable, a graph break, which under torch.compile(..., fullgraph=True) is an
+    error (torch 2.13: "Skip calling `torch.compiler.disable()`d function"); the same for a module
+    hook run under torch._dynamo.disable and a module's int read in a disabled function. Where the
+    record says the frame was compiled with fullgraph=True, none of them is the fix."""
+    from cagtool.report.recompiles.explain import ValueChange, _guard_fixes
+    from cagtool.torch_text import GUARD_VALUE
+
+    changes = [ValueChange(f"0/{i}", "p", f"0.{i}", "float", f"0.{i + 1}", "float", False, (), None, specialised_again=True)
+               for i in (1, 2, 3)]
+    facts = {"kind": GUARD_VALUE, "guard": "p == 0.1", "value_changes": changes, "fullgraph": fullgraph, "function": "forward"}
+    fixes = " ".join(_guard_fixes(facts, False, "return F.dropout(x, p=p, training=True)"))
+    assert ("a graph break there, and it runs eagerly" in fixes) is not fullgraph
+    assert ("compiled with fullgraph=True, where a graph break is an error" in fixes) is fullgraph
+    pointer = [ValueChange(f"0/{i}", "self.ptr", str(i), "int", str(i + 1), "int", False, (), None) for i in (1, 2, 3)]
+    facts = {"kind": GUARD_VALUE, "guard": "self.ptr == 1", "value_changes": pointer, "fullgraph": fullgraph, "function": "forward"}
+    fixes = " ".join(_guard_fixes(facts, False, "self.queue[self.ptr] = k"))
+    assert ("or in a function under torch.compiler.disable" in fixes) is not fullgraph
+    hook = {"kind": "other", "guard": "L['self']._forward_hooks[0].__closure__[0].cell_contents.calls == 3", "fullgraph": fullgraph}
+    fixes = " ".join(_guard_fixes(hook, False, ""))
+    assert ("run the hook eagerly (torch._dynamo.disable on it)" in fixes) is not fullgraph

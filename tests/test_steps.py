@@ -455,3 +455,25 @@ def test_schema_1_records_still_read(tmp_path):
     frame = steps_frame(load_run(run).mode("ca"))
     assert list(frame.index) == [0, 1, 2, 3, 4]  # written 1..5: schema 1 numbered steps from 1, read from 0
     assert abs(frame.loc[1, "iteration_s"] - 0.1) < 1e-9 and frame.loc[0, "compile_affected"]
+
+
+@pytest.mark.slow
+def test_optimizers_stepped_by_hooks_inside_a_compiled_autograd_backward_are_each_steps(record_run):
+    """Optimizer in backward: each parameter's optimizer stepped by its post-accumulate-grad hook.
+    Under compiled autograd the hooks run inside the compiled backward graph, where cagtool's
+    optimizer hooks are out of torch's dicts: eager counted 6 steps (24 optimizer steps), ca "0
+    steps (6 backward calls, no optimizer step ended)", so no step time and no verdict for
+    compiled autograd. The optimizers' readings taken where the graph's compiled call returns,
+    inside the backward, now end each step at that backward's end, as eager's hooks end it."""
+    script = str(Path(__file__).parent / "scripts" / "optimizer_in_backward.py")
+    run = record_run(script, modes="eager,ca", backend="aot_eager")
+    eager, ca = _mode(run, "eager").of(StepEvent), _mode(run, "ca").of(StepEvent)
+    assert len(eager) == len(ca) == 6, (len(eager), len(ca))
+    assert len(_mode(run, "eager").of(OptimizerStepEvent)) == 24
+    assert [s.boundary for s in ca] == ["compiled_optimizer"] * 6
+    assert [s.backward_calls for s in ca] == [1] * 6
+    # Steps after the first have a span and the CPU times a verdict reads.
+    assert all(s.wall_s is not None and s.cpu_s is not None for s in ca[1:]), ca
+    # Every parameter stepped in both modes (its version counter moved; the compiled step bumps it twice).
+    versions = [json.loads(line.split(" ", 1)[1]) for line in run.stdout.splitlines() if line.startswith("versions")]
+    assert len(versions) == 2 and all(v > 1 for mode in versions for v in mode), versions

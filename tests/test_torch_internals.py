@@ -1059,3 +1059,67 @@ def test_whether_a_graph_break_is_an_error_is_read_from_the_compile_on_the_stack
         torch._dynamo.reset()
     assert seen == [("whole", True), ("broken", False), ("strict", True)]
     assert fullgraph_now() is None  # outside a compile: not known
+
+
+_OPTIMIZER_IN_BACKWARD = """
+import torch
+from torch._dynamo import compiled_autograd
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+optimizers = {p: torch.optim.SGD([p], lr=0.1) for p in model.parameters()}
+
+
+def by_dict(p):
+    optimizers[p].step()
+    optimizers[p].zero_grad()
+
+
+def by_attr(p):
+    p.optimizer.step()
+    p.optimizer.zero_grad()
+
+
+for p in model.parameters():
+    p.optimizer = optimizers[p]
+    p.register_post_accumulate_grad_hook(by_dict if LOOKUP == "dict" else by_attr)
+start = [p.detach().clone() for p in model.parameters()]
+for _ in range(2):
+    loss = model(torch.randn(3, 4)).pow(2).mean()
+    if CA:
+        with compiled_autograd._enable(torch.compile(backend="aot_eager")):
+            loss.backward()
+    else:
+        loss.backward()
+MOVED = [bool((p != s).any()) for p, s in zip(model.parameters(), start)]
+"""
+
+
+def test_under_compiled_autograd_an_optimizer_looked_up_by_parameter_in_a_hook_steps_one_parameter_only():
+    """pytorch/tutorials' optimizer-in-backward recipe: one optimizer per parameter in a module-level
+    dict keyed by the parameter, `optimizers[p].step()` in a module-level post-accumulate-grad hook.
+    Eager and plain torch.compile step every parameter; under compiled autograd (torch 2.13) the
+    hooks run inside the compiled backward graph and only the last parameter's optimizer steps: the
+    others keep their initial values and their gradients, silently (docs/torch-internals.md). The
+    optimizer found as an attribute of the parameter steps every one; so does the same dict read as
+    a closure's (a hook defined in a function). The code runs as a script's module does: its own
+    globals."""
+
+    def moved(lookup: str, ca: bool) -> list[bool]:
+        import sys
+        import types
+
+        torch._dynamo.reset()
+        module = types.ModuleType("cagtool_pin_optimizer_in_backward")
+        module.__dict__.update(LOOKUP=lookup, CA=ca)
+        sys.modules[module.__name__] = module  # Dynamo reads a frame's globals through its module
+        try:
+            exec(compile(_OPTIMIZER_IN_BACKWARD, "optimizer_in_backward.py", "exec"), module.__dict__)  # noqa: S102 - the fixed text above
+        finally:
+            del sys.modules[module.__name__]
+            torch._dynamo.reset()
+        return module.MOVED
+
+    assert moved("dict", ca=False) == [True, True, True, True]
+    assert moved("attr", ca=True) == [True, True, True, True]
+    assert moved("dict", ca=True) == [False, False, False, True]

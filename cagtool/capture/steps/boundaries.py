@@ -227,7 +227,7 @@ class StepCounter:
             opened.backward_calls += 1
             opened.backward_s += elapsed
             opened.loss, opened.loss_tensor = value, device_tensor
-            if opened.backward_calls == 1 and not by_backward and not opened.stepped:
+            if opened.backward_calls == 1 and not by_backward and not opened.stepped and call.inside is None:
                 # The step's first backward, no optimizer stepped yet: if the next note closes the
                 # step, its three lines go as one entry (optimizer_stepped). Queued otherwise.
                 lines = self.lines
@@ -236,6 +236,12 @@ class StepCounter:
                 lines.held_backward = (clock, payload)
                 return False
         self.lines.backward(clock, payload)
+        if call.inside is not None and not by_backward and step == current:
+            # Optimizers stepped inside this backward, where no hook runs (notes.py, BackwardCall.inside):
+            # each that changed is a step of it, ending the step at this backward's end once every
+            # optimizer waited for has stepped, as their hooks would have.
+            before, version = call.inside
+            limit = self.parameters_changed(version, live, before=before, clock=clock, cpu=cpu) or limit
         if not by_backward:
             return limit
         boundary = STEP_BOUNDARY_COMPILED_OPTIMIZER if self.compiled_optimizer else STEP_BOUNDARY_BACKWARD

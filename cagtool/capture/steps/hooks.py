@@ -272,7 +272,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
                         # question of the drain's count: tracker.backward_reads_cpu). Nothing is
                         # allocated, and no other thread runs, between this look and the append, so
                         # no collection can note the last optimizer gone in between.
-                        if not known or tracker.backward_reads_cpu:
+                        if not known or tracker.backward_reads_cpu or call.inside is not None:
                             note[7] = (process_time(), thread_time(), me)
                         append(note)
                 except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's backward
@@ -488,8 +488,16 @@ def install_hooks(tracker: Any) -> InstalledHooks:
             limit = False
             try:
                 owner = solo.get(0)
-                if (owner is not None and owner.thread == get_ident()) or getattr(local, "call", None) is not None:
-                    return  # inside a backward (a compiled autograd graph's call): its end counts
+                call = owner if owner is not None and owner.thread == get_ident() else getattr(local, "call", None)
+                if call is not None:
+                    # Inside a backward: a compiled autograd graph's call, whose hooks stepped an
+                    # optimizer where no hook of cagtool's runs (optimizer in backward: a
+                    # post-accumulate-grad hook's step()). The backward's end counts it (boundaries.py).
+                    if stepped[0] == function.hooked:
+                        version = watching[0]()
+                        if version != before:
+                            call.inside = (before if call.inside is None else call.inside[0], version)
+                    return
                 version = watching[0]()
                 if version == before:
                     return

@@ -58,7 +58,10 @@ class BackwardCall(msgspec.Struct):
     its start: the step it began in and its index there. `version`: the optimizers' readings
     (tracker.watch_parameters) at its start, read only once an optimizer's step was compiled in a
     function made before the hooks were installed
-    (boundaries.py, `StepCounter.parameters_changed`), else None.
+    (boundaries.py, `StepCounter.parameters_changed`), else None. `inside`: (the readings at the
+    entry of the first compiled call inside it that stepped an optimizer, those at the return of the
+    last): an optimizer stepped inside the backward where no hook runs (a compiled autograd graph
+    calling a post-accumulate-grad hook that steps it: optimizer in backward), None otherwise.
     A msgspec Struct, never encoded: its constructor is C (`BackwardCall(thread, outputs)`, the
     rest at their defaults), half the instructions of a Python `__init__` on every backward. Its
     calls are told apart by identity (`is`), never by `==` (a Struct's compares the fields)."""
@@ -69,3 +72,4 @@ class BackwardCall(msgspec.Struct):
     step: int = 0
     index: int = 0
     version: Any = None
+    inside: Any = None

@@ -512,6 +512,13 @@ class FinalStateEvent(Event, tag="final_state"):
     # whose norms (capture/steps/sharded.py): "optimizer" (its parameters), "model" (the modules'
     # parameters, where the optimizer held a flat partition of its own), "shards" (each rank's shard)
     of: str = "optimizer"
+    # The optimizers' parameters, read by their version counters from each optimizer's creation on:
+    # how many were watched and how many an in-place update changed since (a step, or any in-place
+    # write that is not through `.data`); the names of those that never changed, the first 20
+    # (final_state.py). None: not read (an older record, or no optimizer made while recording).
+    params_watched: int | None = None
+    params_updated: int | None = None
+    never_updated: list[str] = []
 
 
 FINAL_OF_SHARDS = "shards"  # FinalStateEvent.of: norms of each rank's own shard, not comparable across ranks

@@ -4,6 +4,7 @@ parameters they are read from (the optimizers', else the leaves of the last loss
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any, Callable
 
 from cagtool.capture.observe import source
@@ -12,20 +13,64 @@ from cagtool.record.schema import FinalStateEvent
 from cagtool.record.writer import RecordWriter
 
 
-def emit_final_state(writer: RecordWriter, optimizers: Any, roots: Callable[[], list[Any]], digests: Any = None) -> None:
+# The names of parameters never updated kept in the record (the count is whole).
+NEVER_UPDATED_NAMED = 20
+
+
+def note_initial_versions(initial: dict[int, tuple[Any, int]], optimizer: Any) -> None:
+    """Each parameter of an optimizer just made (or first seen) with its version counter now: a
+    parameter whose counter has not moved by the run's end was never updated in place (no step of
+    its optimizer reached it). A C field read per parameter, once per optimizer; never raises."""
+    try:
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if id(p) not in initial:
+                    initial[id(p)] = (weakref.ref(p), p._version)
+    except Exception:  # noqa: BLE001 - an optimizer of another shape, or a tensor without a counter: not read
+        pass
+
+
+def _updates(params: list[Any], initial: dict[int, tuple[Any, int]] | None, digests: Any) -> dict[str, Any]:
+    """FinalStateEvent's params_watched / params_updated / never_updated, over the parameters whose
+    version was read when their optimizer was made (none read: nothing said)."""
+    if not initial:
+        return {}
+    watched, never = 0, []
+    names = getattr(digests, "names", None)
+    for index, p in enumerate(params):
+        entry = initial.get(id(p))
+        if entry is None or entry[0]() is not p:
+            continue
+        try:
+            version = p._version
+        except Exception:  # noqa: BLE001 - not a tensor with a version counter
+            continue
+        watched += 1
+        if version == entry[1]:
+            name = names.name_of(p) if names is not None else None
+            never.append(name or f"<parameter {index}>")
+    if not watched:
+        return {}
+    return {"params_watched": watched, "params_updated": watched - len(never), "never_updated": never[:NEVER_UPDATED_NAMED]}
+
+
+def emit_final_state(writer: RecordWriter, optimizers: Any, roots: Callable[[], list[Any]], digests: Any = None,
+                     initial_versions: dict[int, tuple[Any, int]] | None = None) -> None:
     """Parameter and gradient norms at the end, for comparing modes' numerics. Read from the live
     optimizers' parameters; where none is alive (a script whose main() has returned), from those
     the gradient digests hold (the optimizers' own, as they stepped); else from the leaves of the
     last loss's graph (`roots`: its grad_fn), which under FSDP2 are its unsharded working copies,
     storage freed: the tensors whose storage does not hold them are not read (sharded.readable)."""
-    params = params_of(optimizers) or (digests.params_seen() if digests is not None else []) or leaf_params(roots())
+    owned = params_of(optimizers)
+    params = owned or (digests.params_seen() if digests is not None else []) or leaf_params(roots())
+    updates = _updates(owned, initial_versions, digests)
     # A DTensor's own part: its reduction would be a collective (sharded.py).
     local = sharded.local_part
     if params:
         params, of = sharded.final_params(params, digests.names if digests is not None else None)
         params = [p for p in params if sharded.readable(local(p))]
     if not params:
-        writer.emit(FinalStateEvent, param_norm=None, grad_norm=None, num_params=0)
+        writer.emit(FinalStateEvent, param_norm=None, grad_norm=None, num_params=0, **updates)
         return
     import torch
 
@@ -39,6 +84,7 @@ def emit_final_state(writer: RecordWriter, optimizers: Any, roots: Callable[[], 
         grad_norm=math.sqrt(g2) if g2 is not None else None,
         num_params=len(params),
         of=of,
+        **updates,
     )
 
 

@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 from cagtool.capture.steps.boundaries import IDLE_OPTIMIZER_STEPS, UNDECIDED_NOTES, OpenStep, StepCounter
 from cagtool.capture.steps.device_readings import DeviceReadings
-from cagtool.capture.steps.final_state import emit_final_state, leaf_params, params_of
+from cagtool.capture.steps.final_state import emit_final_state, leaf_params, note_initial_versions, params_of
 from cagtool.capture.steps.findings import (
     BACKWARD_ENTRY_REPLACED,
     BACKWARD_ENTRY_RESTORED,
@@ -125,6 +125,8 @@ class StepTracker:
         self._last_loss: Any = None  # the last top-level backward's first output, when one element (final state)
         self._optim_frames: set[str] = set()  # Dynamo frame ids of torch.optim's code (step_of_compile)
         self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()  # every optimizer seen (final state)
+        # id(parameter) -> (a weak reference to it, its version counter when its optimizer was made): final_state.py
+        self._initial_versions: dict[int, tuple[Any, int]] = {}
         self.known: dict[int, weakref.ref[Any]] = {}  # id -> weak reference of every live optimizer, now
         # Every backward's end reads the CPU clocks (hooks.py), where a backward's end may be a
         # step's: two optimizers were alive at once (or the API block expects pre-existing ones),
@@ -374,6 +376,7 @@ class StepTracker:
 
         ref = weakref.ref(optimizer, collected)
         self._optimizers.add(optimizer)
+        note_initial_versions(self._initial_versions, optimizer)
         # Noted before it is known: a backward's end that sees it alive (hooks.py) is after its note.
         raw.append((MADE, key, ref))
         known[key] = ref
@@ -674,4 +677,4 @@ class StepTracker:
 
     def emit_final_state(self) -> None:
         """Parameter and gradient norms at the end, for comparing modes' numerics."""
-        emit_final_state(self.writer, self._optimizers, lambda: self.current_roots, self.digests)  # outside any backward: the last loss's graph
+        emit_final_state(self.writer, self._optimizers, lambda: self.current_roots, self.digests, self._initial_versions)  # outside any backward: the last loss's graph

@@ -380,6 +380,9 @@ def _wait_words(wait: CpuWait, short: bool = False) -> str:
 LOSS = "loss"
 PARAM_NORM = "param_norm"
 GRAD_NORM = "grad_norm"
+# How many of the optimizers' parameters were updated by the end (FinalStateEvent.params_updated):
+# a mode where some were never updated that the reference updated trained another model.
+PARAMS_UPDATED = "params_updated"
 
 
 @dataclass(frozen=True)
@@ -493,6 +496,10 @@ class NumericsSample:
     # change in the losses may come from
     compiled_at: dict[int, tuple[str, ...]] = field(default_factory=dict)
     bounded: bool = False  # a --steps or --max-time bound ended it (options["stopped_by"])
+    # FinalStateEvent's params_watched, params_updated and never_updated (None, None, (): not read)
+    params_watched: int | None = None
+    params_updated: int | None = None
+    never_updated: tuple[str, ...] = ()
 
 
 def numerics_sample(name: str, record: ModeRecord) -> NumericsSample:
@@ -513,6 +520,37 @@ def numerics_sample(name: str, record: ModeRecord) -> NumericsSample:
         finished=finished,
         compiled_at=compiled_at,
         bounded=bool(record.manifest.options.get("stopped_by")) if isinstance(record.manifest.options, dict) else False,
+        params_watched=final[-1].params_watched if final else None,
+        params_updated=final[-1].params_updated if final else None,
+        never_updated=tuple(final[-1].never_updated) if final else (),
+    )
+
+
+def _updated_diff(sample: NumericsSample, reference: NumericsSample) -> NumericsDiff | None:
+    """Parameters `sample` never updated that `reference` did (their version counters: final_state.py):
+    their optimizers' steps never reached them in that mode (torch 2.13 under compiled autograd, an
+    optimizer looked up by its parameter in a module-level dict inside a post-accumulate-grad hook,
+    steps only the last: docs/torch-internals.md). A difference of the trained model itself, which
+    norms over every parameter can miss at a small learning rate. None where either did not read
+    them, or they watched different parameter sets, or both updated as many."""
+    if not (sample.finished and reference.finished) or sample.params_updated is None or reference.params_updated is None:
+        return None
+    if sample.params_watched != reference.params_watched or sample.params_updated >= reference.params_updated:
+        return None
+    missing = [name for name in sample.never_updated if name not in set(reference.never_updated)]
+    named = f": {', '.join(missing[:5])}{' and more' if len(missing) > 5 else ''}" if missing else ""
+    return NumericsDiff(
+        quantity=PARAMS_UPDATED,
+        record=sample.record,
+        reference=reference.record,
+        compared=sample.params_watched or 0,
+        max_rel_diff=relative_difference(float(sample.params_updated), float(reference.params_updated)),
+        value=float(sample.params_updated),
+        reference_value=float(reference.params_updated),
+        agrees=False,
+        note=(f"{sample.record} updated {sample.params_updated} of the optimizers' {sample.params_watched} parameters, "
+              f"{reference.record} {reference.params_updated}; never updated in {sample.record}{named} (their optimizers' "
+              "step never reached them there: the job trained another model)"),
     )
 
 
@@ -618,6 +656,9 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
             kept = [replace(d, drift=words) if not d.agrees and (d.quantity == LOSS or left_tight) else d for d in kept]
             if jump is not None:
                 kept = [replace(d, note=jump[1], jumped_at=jump[0]) if d.quantity == LOSS and not d.agrees else d for d in kept]
+        updated = _updated_diff(sample, reference)  # never drift, whatever the losses do
+        if updated is not None:
+            kept.append(updated)
         diffs.extend(kept)
     return Numerics(reference.record, tol, tuple(diffs), tuple(notes + nonfinite_notes(samples)), first_losses=first_losses)
 
@@ -749,6 +790,8 @@ def files_text(files: tuple[tuple[str, ...], int]) -> str:
 
 def numerics_problem(diff: NumericsDiff, tol: Tolerance) -> str:
     """The one-line problem a disagreeing diff is reported as."""
+    if diff.quantity == PARAMS_UPDATED:
+        return f"numerics: {diff.note}" if diff.note else f"numerics: {diff.record} updated fewer parameters than {diff.reference}"
     where = f" at step {diff.worst_step}" if diff.worst_step is not None else ""
     hint = ""
     within_one_run = " " not in diff.record and " " not in diff.reference  # before/after names are "A ca", "B ca"

@@ -25,6 +25,7 @@ from cagtool.report.figures.metrics import dynamo_graph_count
 from cagtool.report.figures.pooled import MIN_STEADY_STEPS, TOO_FEW_STEPS, base_mode
 from cagtool.report.compare.analysis import (
     LOSS,
+    PARAMS_UPDATED,
     AnyComparison,
     Comparison,
     ModeColumn,
@@ -301,8 +302,7 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
         if numerics.disagreements:
             lines.append((f"Numerics DISAGREE with {numerics.reference} ({tolerance}):", True))
             for d in numerics.disagreements:
-                lines.append((f"  {d.quantity} of {d.record}: {format_rel(d.max_rel_diff)} relative{_where(d, quantity=False)} "
-                              f"({d.value!r} vs {d.reference_value!r})", True))
+                lines.append((diff_line(d), True))
             compared = {base_mode(d.record) for d in numerics.diffs}
             if base_mode(numerics.reference) == "eager" and "aot" not in compared and "ca" in {base_mode(d.record) for d in numerics.disagreements}:
                 # No aot mode to tell compiled autograd's difference from the compiled program's.
@@ -314,8 +314,7 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
             lines.append((f"Numerics: {record} drifts from {numerics.reference} beyond {tolerance}: {words}", False))
             for d in numerics.drifted:
                 if d.record == record:
-                    lines.append((f"  {d.quantity} of {d.record}: {format_rel(d.max_rel_diff)} relative{_where(d, quantity=False)} "
-                                  f"({d.value!r} vs {d.reference_value!r})", False))
+                    lines.append((diff_line(d), False))
         resumed = numerics.resumed
         for record, files in resumed.items():
             lines.append((
@@ -347,14 +346,21 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
                 lines.append((f"Numerics DISAGREE between {_and_words([d.record for d in apart])} and {aot} (compiled alike, "
                               f"{tolerance}): compiled autograd computes otherwise:", True))
                 for d in apart:
-                    lines.append((f"  {d.quantity} of {d.record}: {format_rel(d.max_rel_diff)} relative{_where(d, quantity=False)} "
-                                  f"({d.value!r} vs {d.reference_value!r})", True))
+                    lines.append((diff_line(d), True))
     for d in numerics.diffs:
         if d.note:
             lines.append((f"  note: {d.note}", False))
     for note in numerics.notes:
         lines.append((f"  note: {note}", False))
     return lines
+
+
+def diff_line(d: Any) -> str:
+    """One difference of a record from the reference, as the numerics lines list it."""
+    if d.quantity == PARAMS_UPDATED:
+        total = f" of {d.compared}" if d.compared else ""
+        return f"  parameters updated in {d.record}: {d.value:g}{total}, against {d.reference_value:g}{total} in {d.reference}"
+    return f"  {d.quantity} of {d.record}: {format_rel(d.max_rel_diff)} relative{_where(d, quantity=False)} ({d.value!r} vs {d.reference_value!r})"
 
 
 def grad_parity_lines(parity: Any) -> list[tuple[str, bool]]:

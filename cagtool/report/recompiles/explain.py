@@ -2251,6 +2251,13 @@ def _guard_why(facts: dict[str, Any], code: str, on_ca: bool = False) -> list[st
         return _parameter_rank_hint(facts)
     if kind == GUARD_SIZE and facts.get("compiled_dynamic") and (size := size_guard(facts.get("guard", ""))) is not None:
         return [_kept_static(*size)]
+    if kind == GUARD_SIZE and facts.get("hook") and not facts.get("hook_runner") and (size := size_guard(facts.get("guard", ""))) is not None:
+        name, dim, before, after = size
+        return [f"Dim {dim} of `{name}` went from {before} to {after} in the backward hook: the hook is given the gradients "
+                "of tensors of different sizes (one hook registered on several parameters or tensors, each call its own "
+                "tensor's), not a smaller batch. Dynamo compiles the hook once for each size (and number of dimensions) it "
+                "meets, inside the compiled-autograd graph, each a compile counted against its recompile limit "
+                "(torch._dynamo.config.recompile_limit), past which the hook runs uncompiled."]
     if kind == GUARD_SIZE and (batch := smaller_batch(facts.get("guard", ""))) is not None:
         name, before, after = batch
         evaluation = ([f"It ran with grad mode off (under torch.no_grad() or torch.inference_mode(), as an evaluation does): "
@@ -2429,6 +2436,37 @@ def _grad_mode_skip(code: str, off: str, training_call: bool = False) -> str:
     return f"To skip even that compile, evaluate with the module as it was before torch.compile (`{call}`{under}"
 
 
+def _hook_out_of_dynamo(facts: dict[str, Any], code: str) -> list[str]:
+    """The fixes for a backward hook Dynamo recompiles (compiled inside a compiled-autograd graph):
+    run it eagerly under torch._dynamo.disable (`--verify`'s hook-dynamo-disable), or read what it
+    computes after backward; under a fullgraph=True compiler, where a disabled hook is an error,
+    keep what it computes a tensor."""
+    target = code.split(".register_hook(")[0].strip().split()[-1] if ".register_hook(" in code else "tensor"
+    target = target.split("=")[-1].strip() or "tensor"
+    register = ".register_post_accumulate_grad_hook(" if ".register_post_accumulate_grad_hook(" in code else ".register_hook("
+    disable = ("Keep the hook out of Dynamo: register `torch._dynamo.disable(hook)` instead of the hook "
+               f"(`{target}{register}torch._dynamo.disable(lambda g: ...))`); it runs eagerly, and nothing in it is guarded.")
+    after = (f"Or read the value after backward, not in a hook: `{target}.retain_grad()` before backward, then "
+             f"`grad_norms.append({target}.grad.norm().item())` after it." if facts.get("container") == "grad_norms" else
+             f"Or read the value after backward, not in a hook: `{target}.retain_grad()` before backward, then use `{target}.grad` after it.")
+    # torch 2.13, checked by hand on grad_norm_hook.py: as a lambda, `buf.copy_(...)` returns `buf`, which
+    # replaces the gradient ("hook '<lambda>' has changed the size of value"); a def returning None keeps it.
+    # Under a fullgraph=True compiler too (one graph, no recompile).
+    tensor = ("a hook that writes into a tensor made once and returns nothing "
+              "(`def record_norm(g): buf.copy_(g.norm())`; not a lambda, whose `buf.copy_(...)` would return `buf` and replace "
+              "the gradient), read after backward.")
+    if facts.get("ca_fullgraph"):
+        # torch 2.13, checked by hand: a disabled hook in a graph compiled with fullgraph=True raises
+        # "Unsupported: Skip calling `torch.compiler.disable()`d function".
+        return [f"Keep the value a tensor: {tensor} The compiled-autograd graph is compiled with "
+                "torch.compile(..., fullgraph=True), where a hook under torch._dynamo.disable is an error (Dynamo may "
+                "not skip it in a full graph).",
+                after,
+                "Or run the hook eagerly under torch._dynamo.disable after dropping fullgraph=True from the compiler "
+                "given to compiled autograd."]
+    return [disable, after, "Or keep the value a tensor: " + tensor]
+
+
 def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
     """The fixes that fit the kind of guard that failed (never one written for another kind)."""
     kind, guard = facts.get("kind", ""), facts.get("guard", "")
@@ -2565,29 +2603,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                 "the compiled code is specialised anew."]
     if kind == GUARD_LENGTH:
         if facts.get("hook"):
-            target = code.split(".register_hook(")[0].strip().split()[-1] if ".register_hook(" in code else "tensor"
-            target = target.split("=")[-1].strip() or "tensor"
-            disable = ("Keep the hook out of Dynamo: register `torch._dynamo.disable(hook)` instead of the hook "
-                       f"(`{target}.register_hook(torch._dynamo.disable(lambda g: ...))`); it runs eagerly, and nothing in it is guarded.")
-            after = (f"Or read the value after backward, not in a hook: `{target}.retain_grad()` before backward, then "
-                     f"`grad_norms.append({target}.grad.norm().item())` after it." if facts.get("container") == "grad_norms" else
-                     f"Or read the value after backward, not in a hook: `{target}.retain_grad()` before backward, then use `{target}.grad` after it.")
-            # torch 2.13, checked by hand on grad_norm_hook.py: as a lambda, `buf.copy_(...)` returns `buf`, which
-            # replaces the gradient ("hook '<lambda>' has changed the size of value"); a def returning None keeps it.
-            # Under a fullgraph=True compiler too (one graph, no recompile).
-            tensor = ("a hook that writes into a tensor made once and returns nothing "
-                      "(`def record_norm(g): buf.copy_(g.norm())`; not a lambda, whose `buf.copy_(...)` would return `buf` and replace "
-                      "the gradient), read after backward.")
-            if facts.get("ca_fullgraph"):
-                # torch 2.13, checked by hand: a disabled hook in a graph compiled with fullgraph=True raises
-                # "Unsupported: Skip calling `torch.compiler.disable()`d function".
-                return [f"Keep the value a tensor: {tensor} The compiled-autograd graph is compiled with "
-                        "torch.compile(..., fullgraph=True), where a hook under torch._dynamo.disable is an error (Dynamo may "
-                        "not skip it in a full graph).",
-                        after,
-                        "Or run the hook eagerly under torch._dynamo.disable after dropping fullgraph=True from the compiler "
-                        "given to compiled autograd."]
-            return [disable, after, "Or keep the value a tensor: " + tensor]
+            return _hook_out_of_dynamo(facts, code)
         if module_hooks_list(facts.get("container")):
             return ["Register the module's full backward hook once, before the training loop, and keep its handle: each "
                     "`register_full_backward_hook` call adds one more hook to the list (every copy runs at each backward)."]
@@ -2624,6 +2640,11 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         if size is not None and size[2] > 1:
             fixes.append("Or turn duck sizing off before compiling: torch.fx.experimental._config.use_duck_shape = False.")
         return fixes
+    if kind == GUARD_SIZE and facts.get("hook") and not facts.get("hook_runner") and not facts.get("stabilised"):
+        # The user's hook, compiled inside a compiled-autograd graph, given gradients of several
+        # tensors (one hook on several parameters): no batch, no dimension to mark (pytorch/examples'
+        # VAE with a grad-norm hook per weight: `--verify`'s hook-dynamo-disable, 10 -> 2 recompiles).
+        return _hook_out_of_dynamo(facts, code)
     if kind == GUARD_SIZE and _RANK_MISMATCH.search(guard):
         # `tensor 'args[0]' rank mismatch. expected 1, actual 2`: a 2-D weight where a 1-D bias was (a
         # CA graph's call_hook run for each parameter's hook). No dimension marked dynamic answers it.
@@ -2765,6 +2786,16 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                 "To have one graph for both values, pass the flag as a tensor and compute with it instead of branching on it "
                 "(`h = h + flag.float()`, torch.where(flag, a, b)), or torch.cond(flag, true_fn, false_fn, operands) for "
                 "branches of different code that return tensors of the same shapes (not a tensor in one and None in the other)."]
+    if (kind in (GUARD_VALUE, GUARD_OTHER) and facts.get("hook") and not facts.get("hook_runner") and facts.get("value_changes")
+            and not (once or facts.get("stabilised"))):
+        # A backward hook compiled inside a compiled-autograd graph, one per parameter (a lambda
+        # with the parameter's name as its default argument, pytorch/examples' VAE with a grad-norm
+        # hook per parameter): each call brings its own value, the same code compiled once per value.
+        name = facts["value_changes"][0].source
+        fixes = _hook_out_of_dynamo(facts, code)
+        fixes[0] += (f" `{name}` takes another value at each call of the hook (one per tensor it is registered on): "
+                     "keeping it constant is not the point, the hook's calls are many.")
+        return fixes
     if kind == GUARD_VALUE and _made_input(facts) and facts.get("stabilised"):
         name = facts["value_changes"][0].source
         return [f"Nothing to fix: one recompile, then `{name}` is an input of the compiled graph and its later values reuse it.",

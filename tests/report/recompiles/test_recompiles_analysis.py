@@ -639,3 +639,33 @@ def test_a_fix_that_adds_a_graph_break_is_not_given_for_a_frame_compiled_with_fu
     hook = {"kind": "other", "guard": "L['self']._forward_hooks[0].__closure__[0].cell_contents.calls == 3", "fullgraph": fullgraph}
     fixes = " ".join(_guard_fixes(hook, False, ""))
     assert ("run the hook eagerly (torch._dynamo.disable on it)" in fixes) is not fullgraph
+
+
+def test_a_backward_hook_shared_by_parameters_is_not_told_of_batches_or_constants():
+    """pytorch/examples' VAE with a grad-norm hook on each parameter (`p.register_hook(lambda g,
+    name=name: ...)`), under compiled autograd: the hook, compiled inside the graph, met the
+    gradients of fc4.weight (784 x 400) and fc3.weight (400 x 20) and was told "Dim 0 of `g` went from
+    784 to 400: a smaller batch" with DataLoader(drop_last=True); its `name == 'fc3.weight'` guard
+    "keep it constant in the compiled code"; its rank guard "pass tensors of one rank". Each hook's
+    call brings its own tensor and its own default: the fix is to keep the hook out of Dynamo
+    (`--verify`'s hook-dynamo-disable: 10 -> 2 recompiles on that script)."""
+    from cagtool.report.recompiles.explain import ValueChange, _guard_fixes, _guard_why
+    from cagtool.torch_text import GUARD_OTHER, GUARD_SIZE
+
+    code = "p.register_hook(lambda g, name=name: grad_norms.__setitem__(name, g.norm().item()) or g)"
+    size = {"kind": GUARD_SIZE, "guard": "tensor 'g' size mismatch at index 0. expected 784, actual 400", "hook": True}
+    why = " ".join(_guard_why(size, code, on_ca=True))
+    assert "Dim 0 of `g` went from 784 to 400 in the backward hook" in why and "smaller batch" not in why.replace("not a smaller batch", "")
+    fixes = _guard_fixes(size, True, code)
+    assert fixes[0].startswith("Keep the hook out of Dynamo: register `torch._dynamo.disable(hook)`") and "drop_last" not in " ".join(fixes)
+    rank = dict(size, guard="tensor 'g' rank mismatch. expected 2, actual 1")
+    assert _guard_fixes(rank, True, code)[0].startswith("Keep the hook out of Dynamo")
+    changes = [ValueChange(f"!1/3/{i}", "name", f"'fc{i}.weight'", "str", f"'fc{i + 1}.weight'", "str", False, (), None) for i in (1, 2, 3)]
+    value = {"kind": GUARD_OTHER, "guard": "name == 'fc1.weight'", "hook": True, "value_changes": changes}
+    fixes = _guard_fixes(value, True, code)
+    assert fixes[0].startswith("Keep the hook out of Dynamo") and "`name` takes another value at each call of the hook" in fixes[0]
+    assert "keep it constant in the compiled code" not in " ".join(fixes)
+    # Under a fullgraph=True compiler a disabled hook is an error: the tensor fix comes first there.
+    assert _guard_fixes(dict(size, ca_fullgraph=True), True, code)[0].startswith("Keep the value a tensor")
+    # A hook whose recompiles stopped (a few parameters, each compiled once): not told to change.
+    assert not _guard_fixes(dict(value, stabilised=True), True, code)[0].startswith("Keep the hook out of Dynamo")

@@ -226,7 +226,10 @@ def main(argv: list[str] | None = None) -> None:
     _survive_closed_stdout()
     try:
         app(args=args, prog_name="cagtool", standalone_mode=True)
-    except SystemExit:
+    except SystemExit as exc:
+        if exc.code == 130 and isinstance(getattr(exc.__context__, "__cause__", None), KeyboardInterrupt):
+            # typer turns Ctrl-C in a command into a silent exit 130: said, as every other end is.
+            print("cagtool: interrupted", file=sys.stderr)
         raise
     except CagtoolError as exc:
         if _state["debug"]:

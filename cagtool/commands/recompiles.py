@@ -371,7 +371,8 @@ def recompiles(
       \b
       cagtool recompiles RUN --format json    # for scripts (schema "cagtool-recompiles", version 1)
 
-    Exit codes: 0 ok; 3 the record is missing, corrupt (with --strict) or from a newer cagtool.
+    Exit codes: 0 ok; 3 the record is missing, corrupt (with --strict) or from a newer cagtool;
+    130 interrupted (Ctrl-C; with --verify, the re-runs made so far are kept and named, no verdict).
     """
     options = RecompilesOptions(
         run=str(run) if run is not None else None,

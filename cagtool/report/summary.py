@@ -26,7 +26,6 @@ from cagtool.record.schema import (
     DDPModelEvent,
     DynamoRecompileEvent,
     FindingEvent,
-    GraphBreakEvent,
     OptimizerStepEvent,
     SourceRef,
 )

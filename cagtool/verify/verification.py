@@ -605,7 +605,18 @@ def verify(
         with contextlib.suppress(OSError):
             os.rmdir(root)
         raise
+    try:
+        return _verify_in(run, run_dir, root, mode, fixes, repeat, result, started, progress, cause_keys)
+    except KeyboardInterrupt:
+        # Ctrl-C (the terminal's process group: the re-run in progress got it too, and
+        # subprocess.run waited for it): what was made so far stays, said; no verdict is written.
+        progress(f"interrupted: no verdict; the re-runs made so far are in {_shown(str(root))}")
+        raise
 
+
+def _verify_in(run: Any, run_dir: Path, root: Path, mode: str, fixes: list[Fix], repeat: int, result: Verification,
+               started: float, progress: Callable[[str], None], cause_keys: dict[int, tuple] | None) -> Verification:
+    """verify()'s re-runs and verdicts, into `root` (the verify directory claimed for them)."""
     copies: dict[str, Path] = {}
 
     def record(name: str, fix: Fix | None) -> tuple[Path, float, int]:

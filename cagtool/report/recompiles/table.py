@@ -47,7 +47,6 @@ from cagtool.report.figures.metrics import other_call_captures
 from cagtool.report.replaced import replaced_by
 from cagtool.report.recompiles.reads import LimitHit, StepSummary, forward_step, inside_captures, limit_hits, short_file, step_summary
 from cagtool.torch_text import (
-    ca_id_of,
     GUARD_GRAD_MODE,
     GuardedValue,
     assigned_at,

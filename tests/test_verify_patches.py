@@ -322,6 +322,31 @@ def test_a_hook_registered_on_every_iteration_is_named_at_its_line_not_sent_to_a
     assert "another file" not in patch.why_not
 
 
+def test_hooks_registered_once_per_parameter_in_a_function_are_not_said_to_be_registered_every_iteration(tmp_path):
+    """pytorch/examples' VAE with a grad-norm hook per weight, registered by a function the training
+    loop calls once (`if epoch == 2: track_grad_norms()`): the loop at the registration walks the
+    model's parameters, not the training steps. `--verify` said "registers a hook inside its loop on
+    every iteration" beside an explanation that said the hooks had stabilised."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""\
+        import torch
+        model = torch.nn.Linear(2, 1)
+        norms = {}
+        def track_grad_norms():
+            for name, p in model.named_parameters():
+                p.register_hook(lambda g, name=name: norms.__setitem__(name, g.norm().item()) or g)
+        for epoch in range(4):
+            if epoch == 2:
+                track_grad_norms()
+            model(torch.ones(1, 2)).sum().backward()
+        """))
+    patch = patch_for(_hook_cause(), str(script), "train.py", script.read_bytes())
+    assert patch is not None and not patch.applicable and patch.line == 6
+    assert patch.why_not.startswith("the script registers the hooks once per parameter or module, in the loop at line 5 "
+                                    "(in `track_grad_norms`) over the model's tensors, not on every iteration of training")
+    assert "on every iteration (line" not in patch.why_not
+
+
 def test_a_slower_step_from_one_rerun_a_side_is_not_harmful_unless_three_times_slower():
     """Two re-runs of one environment read "harmful" (0.53x, 90% CI 0.30-0.95) and "inconclusive"
     (0.58x) on a busy machine, and plain torch found no slowdown: one process a side measures no

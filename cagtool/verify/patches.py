@@ -119,6 +119,25 @@ def _loop_registrations(tree: ast.AST) -> list[ast.stmt]:
     return sorted(set(found), key=lambda stmt: stmt.lineno)
 
 
+_MODEL_TENSOR_ITERATORS = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children", "named_children"})
+
+
+def _loop_over_model(tree: ast.AST, stmt: ast.stmt) -> ast.For | None:
+    """The loop holding a registration when it walks a model's parameters or modules
+    (`for name, p in model.named_parameters():`, under list() or enumerate() too) and is in no other
+    loop of its function: a hook registered once per tensor, not on every iteration of training."""
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    loop = parents.get(stmt)
+    if not isinstance(loop, ast.For) or _inside_another_loop(tree, loop):
+        return None
+    source = loop.iter
+    while isinstance(source, ast.Call) and isinstance(source.func, ast.Name) and source.func.id in ("list", "enumerate") and source.args:
+        source = source.args[0]
+    if isinstance(source, ast.Call) and isinstance(source.func, ast.Attribute) and source.func.attr in _MODEL_TENSOR_ITERATORS:
+        return loop
+    return None
+
+
 def _registration_loop_under_if(tree: ast.AST, stmt: ast.stmt) -> tuple[ast.For | ast.While, ast.If] | None:
     """(the loop whose body holds the registration, the `if` it sits in) when that `if` is in
     another loop's body: `if step == 3: for p in params: p.register_hook(...)` in a training loop,
@@ -171,6 +190,17 @@ def hook_patch(cause: Cause, script: str, display: str, source: bytes) -> Patch:
                          "of its training loop: registered before the training loop by hand they would run from its first "
                          "step (a hook that changes gradients would change what the job computes); switch what the hook "
                          "does with a tensor instead, as the explanation says")
+        over_model = [loop for stmt in every if (loop := _loop_over_model(tree, stmt)) is not None]
+        if every and len(over_model) == len(every):
+            loop = over_model[0]
+            function = next((f.name for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                             and f.lineno <= loop.lineno <= (f.end_lineno or f.lineno)), None)
+            where = f" (in `{function}`)" if function else ""
+            return Patch("hook-before-loop", (cause.number,), title, display, every[0].lineno, "", False,
+                         f"the script registers the hooks once per parameter or module, in the loop at line {loop.lineno}{where} "
+                         "over the model's tensors, not on every iteration of training: run that registration before the "
+                         "training loop by hand if the hooks may run from its first step (a hook that changes gradients "
+                         "would change what the job computes)")
         if every:
             where = ", ".join(str(stmt.lineno) for stmt in every)
             return Patch("hook-before-loop", (cause.number,), title, display, every[0].lineno, "", False,

@@ -54,6 +54,20 @@ def test_the_headline_counts_a_batch_size_change_once_and_says_what_to_do(ragged
     assert "mark_dynamic" in line.advice
     # Without the causes, the counts alone (as before).
     assert "cause" not in run_headline(comparison).text
+    # `--verify` re-ran the job with the dynamic fixes for that cause and they changed nothing
+    # (pytorch/examples' mnist: conv2d's CPU kernel guards the batch >= 16, marked dynamic or not):
+    # the advice says so beside itself, not as if unmeasured.
+    root = roots[0].number
+    no_effect = {"mode": "ca", "fixes": [{"fix": "torch-pgo", "causes": [root], "verdict": "no effect"},
+                                         {"fix": "dynamic-sources", "causes": [root], "verdict": "no effect"}]}
+    measured = run_headline(comparison, no_effect, explanation)
+    assert measured.advice.startswith(line.advice)
+    assert measured.advice.endswith("(--verify re-ran this job with torch-pgo, dynamic-sources for it: no effect, the recompiles "
+                                    "stayed; see cagtool recompiles --verify)")
+    assert "(no fix verified)" in measured.text
+    for other in ({"mode": "aot", "fixes": no_effect["fixes"]},  # another mode's causes are numbered apart
+                  {"mode": "ca", "fixes": [{"fix": "torch-pgo", "causes": [root + 1], "verdict": "no effect"}]}):
+        assert run_headline(comparison, other, explanation).advice == line.advice
 
 
 def test_the_headline_names_its_causes_by_their_explain_numbers_where_they_are_not_the_first(ragged):

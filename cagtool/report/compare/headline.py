@@ -358,13 +358,22 @@ def _checkpoint_split_phrase(comparison: Comparison, explanation: "Explanation |
             "a backend that runs AOTAutograd (aot_eager, inductor)")
 
 
-def _cause_advice(causes: list["Cause"], cwd: str) -> tuple[str, int]:
+def _cause_advice(causes: list["Cause"], cwd: str) -> tuple[str, int, int | None]:
     """The first cause's fix that has something to do (a cause that says there is nothing to fix only
-    where none has), with that cause's number of recompiles; ("", 0) where no cause has a fix."""
+    where none has), with that cause's number of recompiles and its number; ("", 0, None) where no
+    cause has a fix."""
     from cagtool.report.recompiles.explain import NOTHING_TO_FIX, cause_words
 
-    fixes = [(fix[0], cause.count) for cause in causes if (fix := cause_words(cause, cwd).fix)]
-    return next((f for f in fixes if not f[0].startswith(NOTHING_TO_FIX)), fixes[0] if fixes else ("", 0))
+    fixes = [(fix[0], cause.count, cause.number) for cause in causes if (fix := cause_words(cause, cwd).fix)]
+    return next((f for f in fixes if not f[0].startswith(NOTHING_TO_FIX)), fixes[0] if fixes else ("", 0, None))
+
+
+def _measured_no_effect(verified: dict[str, Any] | None, mode: str, cause: int | None) -> list[str]:
+    """The fixes `--verify` re-ran on this job for cause `cause` of `mode` and found to change
+    nothing (verdict "no effect"): advice that repeats them is said to be measured so."""
+    if not verified or cause is None or verified.get("mode") != mode:
+        return []
+    return [f["fix"] for f in verified.get("fixes") or () if f.get("verdict") == "no effect" and cause in (f.get("causes") or ())]
 
 
 def _ca_column(comparison: Comparison) -> Any:
@@ -557,7 +566,12 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
             return Headline("imported log: no compiled-autograd graph or compile in it", NEUTRAL)
         return Headline("nothing to compare: record more than one mode, or more steps", NEUTRAL)
     tone = BAD if BAD in tones else GOOD if GOOD in tones else NEUTRAL
-    advice, recompiles = _cause_advice(root_causes(explanation), explanation.table.cwd) if explanation is not None else ("", 0)
+    advice, recompiles, cause = _cause_advice(root_causes(explanation), explanation.table.cwd) if explanation is not None else ("", 0, None)
+    if advice and explanation is not None and (measured := _measured_no_effect(verified, explanation.table.mode, cause)):
+        # General advice for a cause whose own fixes were re-run on this job and changed nothing:
+        # the measurement is said beside it, never left out (the advice may still be what helps).
+        advice += (f" (--verify re-ran this job with {', '.join(measured)} for it: no effect, "
+                   f"the recompiles stayed; see cagtool recompiles --verify)")
     if split:
         from cagtool.report.recompiles.explain import CHECKPOINT_INSIDE_FIX, NOTHING_TO_FIX
 

@@ -646,7 +646,10 @@ def render_summary(console: Console, run: RunRecord, modes: list[str] | None = N
     if meta.options.get("imported"):
         console.print(Text.assemble(("cagtool import", "bold"), f" {target}  (torch {meta.versions.get('torch', '?')})"))
     else:
-        console.print(Text.assemble(("cagtool run", "bold"), f" {target} {shown_command(meta.target_argv[1:])}".rstrip() + f"  (torch {meta.versions.get('torch', '?')})"))
+        # As the job was started, pasteable: `-m` before a module, each word quoted where a shell needs it.
+        how = "-m " if meta.target.get("kind") == "module" else ""
+        command = shown_command([target, *meta.target_argv[1:]], quoted=True)
+        console.print(Text.assemble(("cagtool run", "bold"), f" {how}{command}  (torch {meta.versions.get('torch', '?')})"))
     cut = cut_words(meta.truncated, "run.json")
     if cut:
         console.print(Text.assemble(("note:", "yellow"), f" {cut}"), markup=False, overflow="fold")

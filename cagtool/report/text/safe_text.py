@@ -156,12 +156,20 @@ SHOWN_WORD = 200
 SHOWN_COMMAND = 2000
 
 
-def shown_command(words: list[str] | tuple[str, ...], word_limit: int = SHOWN_WORD, limit: int = SHOWN_COMMAND) -> str:
+def shown_command(words: list[str] | tuple[str, ...], word_limit: int = SHOWN_WORD, limit: int = SHOWN_COMMAND,
+                  quoted: bool = False) -> str:
     """`words` joined by spaces, each word over `word_limit` characters cut with how long it was,
-    and the whole cut after `limit` characters with how many words were left out."""
+    and the whole cut after `limit` characters with how many words were left out. `quoted`: each
+    word of printable characters as a POSIX shell reads it back (shlex.quote: `'my script.py'`), so
+    that a line shown whole can be pasted; a word with a control character stays as it is, for the
+    console to show it escaped (never a line of its own)."""
+    import shlex
+
     shown: list[str] = []
     length = 0
     for i, word in enumerate(words):
+        if quoted and word.isprintable():
+            word = shlex.quote(word)
         if len(word) > word_limit:
             word = f"{word[:word_limit]}[... {len(word):,} characters]"
         if shown and length + len(word) > limit:

@@ -75,3 +75,19 @@ def test_every_console_path_writes_the_same_safe_text():
         stream = io.StringIO()
         make_console(file=stream).print(printed)
         assert stream.getvalue() == want + "\n", printed
+
+
+def test_a_command_shown_quoted_pastes_back_as_the_words_it_was():
+    """The summary's `cagtool run ...` header: a path or argument with a space read as two words
+    when pasted (`cagtool run dir with space/my script.py`). Quoted, each word reads back as it
+    was; a word with a control character is left for the console to show escaped."""
+    import shlex
+
+    from cagtool.report.text.safe_text import shown_command
+
+    words = ["dir with space/my script.py", "--name", "a b", "--lr", "0.1", "it's"]
+    shown = shown_command(words, quoted=True)
+    assert shown == "'dir with space/my script.py' --name 'a b' --lr 0.1 'it'\"'\"'s'"
+    assert shlex.split(shown) == words
+    assert shown_command(["train.py", "x\n::error::y"], quoted=True) == "train.py x\n::error::y"
+    assert shown_command(words) == " ".join(words)  # unquoted as before where not asked

@@ -546,7 +546,8 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     for rec in dynamo_recompiles[:3]:
         # Torch starts each reason with the id of the cache entry it failed for (`0/0: `), which
         # reads as a second compile id; the recompile's own id is the one shown, then its step.
-        reasons = "; ".join(guard_text(r) for r in rec.reasons if r.strip()) or "(no reason recorded)"
+        # Each reason once: torch lists one per cache entry that failed, often the same words.
+        reasons = "; ".join(dict.fromkeys(guard_text(r) for r in rec.reasons if r.strip())) or "(no reason recorded)"
         step = rec.step if rec.is_ca_graph else forward_step(rec.step, record.mode)
         at = f" at step {step}" if step is not None else ""
         where = f"  ({_where(rec.source)})" if rec.source else ""

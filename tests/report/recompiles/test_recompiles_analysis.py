@@ -669,3 +669,22 @@ def test_a_backward_hook_shared_by_parameters_is_not_told_of_batches_or_constant
     assert _guard_fixes(dict(size, ca_fullgraph=True), True, code)[0].startswith("Keep the value a tensor")
     # A hook whose recompiles stopped (a few parameters, each compiled once): not told to change.
     assert not _guard_fixes(dict(value, stabilised=True), True, code)[0].startswith("Keep the hook out of Dynamo")
+
+
+def test_the_summary_says_a_recompiles_reason_once_where_torch_gave_it_per_cache_entry(tmp_path):
+    """An evaluation under no_grad after two training compiles: torch gives the reason for each
+    cache entry that failed (`0/0: GLOBAL_STATE changed: grad_mode`, `0/1: ...`), and the summary
+    printed "GLOBAL_STATE changed: grad_mode; GLOBAL_STATE changed: grad_mode"."""
+    from rich.console import Console
+
+    from cagtool.report.summary import render_mode
+
+    b = RecordBuilder()
+    b.add(DynamoRecompileEvent, compile_id="0/2", is_ca_graph=False, step=7,
+          reasons=["0/0: GLOBAL_STATE changed: grad_mode", "0/1: GLOBAL_STATE changed: grad_mode", "0/1: tensor 'x' size mismatch at index 0. expected 32, actual 8"])
+    b.step(7)
+    record = load_run(b.write(tmp_path / "run")).mode("ca")
+    out = io.StringIO()
+    render_mode(Console(file=out, width=300, color_system=None), record)
+    (line,) = [text.strip() for text in out.getvalue().splitlines() if text.strip().startswith("recompile 0/2")]
+    assert line.count("GLOBAL_STATE changed: grad_mode") == 1 and "size mismatch" in line, line

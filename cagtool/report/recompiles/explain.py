@@ -2249,6 +2249,15 @@ def _guard_why(facts: dict[str, Any], code: str, on_ca: bool = False) -> list[st
                 *_parameter_rank_hint(facts)]
     if kind == GUARD_SIZE and _RANK_MISMATCH.search(facts.get("guard", "")):
         return _parameter_rank_hint(facts)
+    if kind == GUARD_SIZE and facts.get("hook_runner") and (size := size_guard(facts.get("guard", ""))) is not None:
+        types, package = facts["hook_runner"]
+        kinds = ", ".join(_HOOK_KINDS.get(t, t) for t in types) or "its hooks"
+        whose = f", every one {package}'s" if package else ""
+        name, dim, before, after = size
+        return [f"Dim {dim} of `{name}` went from {before} to {after} in torch's call_hook, which runs the compiled-autograd "
+                f"graph's hooks ({kinds}{whose}), one code object for all of them: each hook is given a tensor of its own "
+                "(a parameter's gradient), and parameters have different sizes, not a smaller batch. Dynamo compiles "
+                "call_hook once more for each size it meets."]
     if kind == GUARD_SIZE and facts.get("compiled_dynamic") and (size := size_guard(facts.get("guard", ""))) is not None:
         return [_kept_static(*size)]
     if kind == GUARD_SIZE and facts.get("hook") and not facts.get("hook_runner") and (size := size_guard(facts.get("guard", ""))) is not None:
@@ -2640,6 +2649,13 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         if size is not None and size[2] > 1:
             fixes.append("Or turn duck sizing off before compiling: torch.fx.experimental._config.use_duck_shape = False.")
         return fixes
+    if kind == GUARD_SIZE and facts.get("hook_runner") and not _RANK_MISMATCH.search(guard) and size_guard(guard) is not None:
+        # torch's call_hook given each parameter's gradient (pytorch/examples' VAE with a hook per weight):
+        # no batch to drop, no dimension of the script's to mark.
+        if facts.get("stabilised"):
+            return ["Nothing to fix: torch's call_hook met each hook's tensor size once; Dynamo compiled it once for each "
+                    "and caches them."]
+        return _hook_out_of_dynamo(facts, code)
     if kind == GUARD_SIZE and facts.get("hook") and not facts.get("hook_runner") and not facts.get("stabilised"):
         # The user's hook, compiled inside a compiled-autograd graph, given gradients of several
         # tensors (one hook on several parameters): no batch, no dimension to mark (pytorch/examples'
@@ -3414,7 +3430,7 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
             # torch's call_hook given tensors of another rank (a library's per-parameter hooks, each
             # given its parameter: 1-D biases, 2-D weights): no change of size, a cause of its own.
             return (CAUSE_DYNAMO_CA_GRAPH, frame, kind, "rank")
-        if kind == GUARD_SIZE and ca_id is not None and not (row.user_source is not None and row.user_source.how == "guard"):
+        if kind == GUARD_SIZE and ca_id is not None and not (row.user_source is not None and row.user_source.how in ("guard", "compiled_frame")):
             # A graph's code split by graph breaks is one frame a piece, each recompiled for one change
             # of size (a non-reentrant checkpoint's unpack hooks, compiled autograd started dynamic):
             # one cause of the graph, not one a piece. A backward hook's own frame keeps its own.

@@ -351,8 +351,13 @@ def dynamo_rows(record: ModeRecord, compile_events: list[DynamoCompileEvent]) ->
         # The user's own line, most specific first: the frame the failing guard names, the line
         # that called the recompiled code (`model(x)`), the compiled function when it is the user's
         # (a compiled module's frame is torch's own wrapper, `external_utils.py` `inner`).
-        source = _user_frame_from_reasons(event.reasons) or event.source
         compiled = compiles.get(event.compile_id)
+        source = _user_frame_from_reasons(event.reasons)
+        if source is None and event.is_ca_graph and compiled is not None and compile_frame(event.compile_id) is not None:
+            # A frame of the user's compiled inside a compiled-autograd graph (a backward hook: `!1/3/1`),
+            # whose guard names no line: the frame itself, not the backward call that ran the graph.
+            source = _compiled_frame(compiled)
+        source = source or event.source
         if source is None and compiled is not None and not event.is_ca_graph:
             source = _compiled_frame(compiled)
         caller = event.source if event.source is not None and event.source.how == "caller" else None

@@ -688,3 +688,48 @@ def test_the_summary_says_a_recompiles_reason_once_where_torch_gave_it_per_cache
     render_mode(Console(file=out, width=300, color_system=None), record)
     (line,) = [text.strip() for text in out.getvalue().splitlines() if text.strip().startswith("recompile 0/2")]
     assert line.count("GLOBAL_STATE changed: grad_mode") == 1 and "size mismatch" in line, line
+
+
+def test_a_backward_hooks_recompiles_are_one_cause_whether_or_not_torch_named_its_line(tmp_path):
+    """pytorch/examples' VAE with a grad-norm hook per parameter: the hook's frame (`!1/3/C`),
+    recompiled inside compiled-autograd graph !1 for each parameter's rank. torch's first two
+    reasons name no line of the script (a bare `tensor 'g' rank mismatch`), the later ones the
+    hook's; the first two were put at the backward call and read as "the code of compiled-autograd
+    graph !1", a cause apart from the hook's own. The frame compiled is the script's: its line."""
+    b = RecordBuilder()
+    b.miss(0, 1, ROOT, 0)
+    b.graph(0, 1, [ROOT, "SumBackward0"])
+    b.step(1, 1)
+    b.miss(1, 2, "AccumulateGrad", 3)
+    b.graph(1, 2, [ROOT, "SumBackward0", "AccumulateGrad"])
+    hook_line = '    p.register_hook(lambda g, name=name: norms.__setitem__(name, g.norm().item()) or g)'
+    for attempt in range(1, 5):
+        expected, actual = (1, 2) if attempt % 2 else (2, 1)
+        named = attempt > 2  # torch names the hook's line from the third on
+        tail = (f"  # /proj/train.py:93 in <lambda>\nUser stack trace:\n  File \"/proj/train.py\", line 93, in <lambda>\n{hook_line}"
+                if named else "")
+        b.add(DynamoRecompileEvent, compile_id=f"!1/3/{attempt}", is_ca_graph=True, step=1, source=BACKWARD_LINE,
+              reasons=[f"!1/3/{attempt - 1}: tensor 'g' rank mismatch. expected {expected}, actual {actual}{tail}"])
+        b.add(DynamoCompileEvent, compile_id=f"!1/3/{attempt}", is_ca_graph=True, step=1, co_name="<lambda>",
+              co_filename="/proj/train.py", co_firstlineno=93)
+    b.step(2, 1)
+    table = table_of(b, tmp_path)
+    rows = [r for r in table.rows if r.compile_id.startswith("!1/3/")]
+    assert [(r.user_source.file, r.user_source.line) for r in rows] == [("/proj/train.py", 93)] * 4
+    causes = [c for c in explain(table).causes if any(r.compile_id.startswith("!1/3/") for r in c.rows)]
+    assert len(causes) == 1 and [r.compile_id for r in causes[0].rows] == ["!1/3/1", "!1/3/2", "!1/3/3", "!1/3/4"]
+
+
+def test_torchs_call_hook_given_each_parameters_gradient_is_not_told_of_a_smaller_batch():
+    """torch's call_hook (the compiled-autograd graph's runner of its hooks) met fc4.weight's then
+    fc3.weight's gradient, 784 then 400 rows: it read "a smaller batch" with drop_last=True."""
+    from cagtool.report.recompiles.explain import _guard_fixes, _guard_why
+    from cagtool.torch_text import GUARD_SIZE
+
+    facts = {"kind": GUARD_SIZE, "guard": "tensor 'args[0]' size mismatch at index 0. expected 784, actual 400",
+             "hook_runner": (("tensor_pre_hook",), "")}
+    why = " ".join(_guard_why(facts, "", on_ca=True))
+    assert "in torch's call_hook" in why and "not a smaller batch" in why and "DataLoader" not in why
+    assert _guard_fixes(dict(facts, stabilised=True), True, "")[0].startswith("Nothing to fix: torch's call_hook met each hook's tensor size once")
+    fixes = " ".join(_guard_fixes(facts, True, ""))
+    assert fixes.startswith("Keep the hook out of Dynamo") and "drop_last" not in fixes

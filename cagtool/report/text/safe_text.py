@@ -162,16 +162,16 @@ def shown_command(words: list[str] | tuple[str, ...], word_limit: int = SHOWN_WO
     and the whole cut after `limit` characters with how many words were left out. `quoted`: each
     word of printable characters as a POSIX shell reads it back (shlex.quote: `'my script.py'`), so
     that a line shown whole can be pasted; a word with a control character stays as it is, for the
-    console to show it escaped (never a line of its own)."""
+    console to show it escaped (never a line of its own), and so does a word cut."""
     import shlex
 
     shown: list[str] = []
     length = 0
     for i, word in enumerate(words):
-        if quoted and word.isprintable():
-            word = shlex.quote(word)
-        if len(word) > word_limit:
+        if len(word) > word_limit:  # cut, and so not pasteable: never quoted
             word = f"{word[:word_limit]}[... {len(word):,} characters]"
+        elif quoted and word.isprintable():
+            word = shlex.quote(word)
         if shown and length + len(word) > limit:
             shown.append(f"[... {len(words) - i:,} more words]")
             break

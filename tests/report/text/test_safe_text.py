@@ -91,3 +91,5 @@ def test_a_command_shown_quoted_pastes_back_as_the_words_it_was():
     assert shlex.split(shown) == words
     assert shown_command(["train.py", "x\n::error::y"], quoted=True) == "train.py x\n::error::y"
     assert shown_command(words) == " ".join(words)  # unquoted as before where not asked
+    long = "w" * 500
+    assert shown_command([long, "a b"], quoted=True) == f"{'w' * 200}[... 500 characters] 'a b'"  # a cut word is not quoted

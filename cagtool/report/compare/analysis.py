@@ -520,10 +520,19 @@ def numerics_sample(name: str, record: ModeRecord) -> NumericsSample:
         finished=finished,
         compiled_at=compiled_at,
         bounded=bool(record.manifest.options.get("stopped_by")) if isinstance(record.manifest.options, dict) else False,
-        params_watched=final[-1].params_watched if final else None,
-        params_updated=final[-1].params_updated if final else None,
-        never_updated=tuple(final[-1].never_updated) if final else (),
+        **_updates_read(final[-1] if final else None),
     )
+
+
+def _updates_read(final: FinalStateEvent | None) -> dict[str, Any]:
+    """FinalStateEvent's parameter-update counts where they are counts (0 <= updated <= watched); a
+    record's file is not trusted: other figures are left unread, as a record without them is."""
+    if final is None or final.params_watched is None or final.params_updated is None:
+        return {}
+    watched, updated = final.params_watched, final.params_updated
+    if not (0 <= updated <= watched) or len(final.never_updated) > watched:
+        return {}
+    return {"params_watched": watched, "params_updated": updated, "never_updated": tuple(final.never_updated)}
 
 
 def _updated_diff(sample: NumericsSample, reference: NumericsSample) -> NumericsDiff | None:

@@ -59,3 +59,18 @@ def test_the_tutorials_optimizer_in_backward_under_compiled_autograd_is_said_to_
     data = json.loads(cagtool_in_process("compare", "--format", "json", str(run.path), cwd=tmp_path).stdout)
     text = json.dumps(data)
     assert "params_updated" in text and "never updated in ca" in text
+
+
+def test_forged_update_counts_are_not_read(tmp_path):
+    """A record's FinalStateEvent is a file anyone can edit: counts that are no counts (more updated
+    than watched, below zero) are left unread, never a disagreement made of them."""
+    from cagtool.report.compare.analysis import _updates_read
+
+    def final(watched, updated, never=()):
+        return FinalStateEvent(seq=0, t=0.0, param_norm=1.0, grad_norm=None, num_params=4, params_watched=watched,
+                               params_updated=updated, never_updated=list(never))
+
+    assert _updates_read(final(4, 1, ("a", "b", "c"))) == {"params_watched": 4, "params_updated": 1, "never_updated": ("a", "b", "c")}
+    for forged in (final(4, 5), final(4, -1), final(-2, -3), final(1, 0, ("a", "b"))):
+        assert _updates_read(forged) == {}
+    assert _updates_read(final(None, None)) == {} and _updates_read(None) == {}

@@ -46,7 +46,7 @@ from cagtool.report.findings import shown_findings
 from cagtool.report.compiles.detail import detail_command
 from cagtool.report.figures.compile_phases import phase_lines
 from cagtool.report.known_failures import explain as explain_failure
-from cagtool.report.recompiles.reads import forward_step, torch_break_places, torch_frames_in_captures
+from cagtool.report.recompiles.reads import INSIDE_CAPTURES_WORDS, forward_step, torch_frames_in_captures
 from cagtool.report.recompiles.table import guard_text
 from cagtool.report.ranks.analysis import RankFocus, analysis_json, analyze_ranks, run_dir_of, run_for_rank
 from cagtool.report.ranks.render import render_ranks
@@ -332,7 +332,7 @@ def mode_summary_json(record: ModeRecord, whole: ModeRecord | None = None, rank:
     metrics = mode_metrics(record)
     misses = misses_with_earlier_values(record)
     graphs = record.of(CAGraphEvent)
-    theirs_at = torch_break_places(record)
+    theirs_at = torch_frames_in_captures(record).break_places
     body: dict[str, Any] = {
         "mode": record.mode,
         "status": record.manifest.status,
@@ -530,14 +530,13 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     # Where the reasons' counts do not make torch's total (a log that lost records), each is what it
     # is: the compiles the log shows it in.
     adds_up = sum(r.breaks for r in reasons) == m.graph_breaks
-    in_captures = torch_frames_in_captures(record) if record.mode != "eager" else None
-    theirs_at = torch_break_places(record)
+    in_captures = torch_frames_in_captures(record)
     for reason in reasons[:GRAPH_BREAK_REASONS_SHOWN]:
         gb = f"[{reason.gb_id}] " if reason.gb_id else ""
         where = f"site{'s' if len(reason.places) > 1 else ''} {place_words(reason.places)}"
         count = plural(reason.breaks, "break") if adds_up else f"logged in {plural(reason.breaks, 'compile')}"
         # The count and reason come first: the terminal's width may cut what follows.
-        theirs = " [torch's frames inside compiled autograd's captures: nothing to change in your code]" if set(reason.places) <= theirs_at else ""
+        theirs = f" [torch's frames {INSIDE_CAPTURES_WORDS}]" if set(reason.places) <= in_captures.break_places else ""
         console.print(f"    graph break {where} ({count}){theirs}: {gb}{reason.reason}", overflow="ellipsis", no_wrap=True, markup=False)
     if len(reasons) > GRAPH_BREAK_REASONS_SHOWN:
         console.print(f"    ... {len(reasons) - GRAPH_BREAK_REASONS_SHOWN} more reasons: cagtool summary --format json {run_dir}")
@@ -552,8 +551,8 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         at = f" at step {step}" if step is not None else ""
         where = f"  ({_where(rec.source)})" if rec.source else ""
         limit = f" [refused at {refused[rec.compile_id]}, compiling nothing]" if rec.compile_id in refused else ""
-        if in_captures is not None and compile_frame(rec.compile_id) in in_captures.frames:
-            limit += " [torch's frame inside compiled autograd's captures: nothing to change in your code]"
+        if compile_frame(rec.compile_id) in in_captures.frames:
+            limit += f" [torch's frame {INSIDE_CAPTURES_WORDS}]"
         console.print(f"    recompile {rec.compile_id}{at}{limit}: {reasons[:150]}{where}", overflow="ellipsis", no_wrap=True, markup=False)
     if len(dynamo_recompiles) > 3:
         # The count above holds every recompile torch logged, a refused one too: what is not listed is said.

@@ -546,7 +546,8 @@ def _updated_diff(sample: NumericsSample, reference: NumericsSample) -> Numerics
         return None
     if sample.params_watched != reference.params_watched or sample.params_updated >= reference.params_updated:
         return None
-    missing = [name for name in sample.never_updated if name not in set(reference.never_updated)]
+    theirs = set(reference.never_updated)
+    missing = [name for name in sample.never_updated if name not in theirs]
     named = f": {', '.join(missing[:5])}{' and more' if len(missing) > 5 else ''}" if missing else ""
     return NumericsDiff(
         quantity=PARAMS_UPDATED,

@@ -263,9 +263,9 @@ def _with_graph_break_reasons(results: list[CheckResult], run: RunRecord, mode: 
     reasons = sorted(graph_break_reasons(mode_metrics(record).graph_break_sites), key=lambda r: -r.breaks)  # stable: first seen among equals
     if not reasons:
         return results
-    from cagtool.report.recompiles.reads import torch_break_places
+    from cagtool.report.recompiles.reads import torch_frames_in_captures
 
-    theirs = torch_break_places(record)  # torch's own frames inside compiled autograd's captures (torch 2.14)
+    theirs = torch_frames_in_captures(record).break_places  # torch's own frames inside compiled autograd's captures (torch 2.14)
 
     def torchs(r: Any) -> str:
         return " (torch's frames inside compiled autograd's captures)" if set(r.places) <= theirs else ""

@@ -9,7 +9,7 @@ from cagtool.record.loader import ModeRecord
 from cagtool.record.schema import PHASE_BACKWARD, PHASE_CHECKPOINT_RECOMPUTE, SourceRef
 from cagtool.report.recompiles.budget import FrameBudget, ModeBudget
 from cagtool.report.recompiles.phases import PHASE_WORDS, ModePhases, PhasedCompile
-from cagtool.report.recompiles.reads import display_path, format_source
+from cagtool.report.recompiles.reads import INSIDE_CAPTURES_WORDS, display_path, format_source
 from cagtool.report.recompiles.table import RecompileTable
 from cagtool.report.recompiles.unexpected import unexpected_causes, unexpected_lines
 
@@ -56,8 +56,7 @@ def _frame_name(f: FrameBudget, cwd: str) -> str:
 def frame_budget_text(f: FrameBudget, cwd: str) -> str:
     limit = f"recompile_limit {f.limit}" + ("" if f.limit_known else " (torch's default; the record did not keep it)")
     text = f"{_frame_name(f, cwd)}: {f.entries} of {limit} compiles used"
-    theirs = "" if f.inside_capture is None else (
-        " [torch's frame inside compiled autograd's captures: nothing to change in your code]")
+    theirs = "" if f.inside_capture is None else f" [torch's frame {INSIDE_CAPTURES_WORDS}]"
     if f.hit is not None:
         return text + f"; hit the limit at step {'?' if f.hit.step is None else f.hit.step} ({f.hit.compile_id}): it runs eager from then on whenever its guards fail" + theirs
     if f.rate is not None:

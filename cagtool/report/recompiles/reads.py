@@ -183,21 +183,35 @@ def inside_captures(seqs: list[int], starts: dict[int, int], graphs: dict[int, C
     return found
 
 
+# What summary and the recompile budget say of such frames, after "torch's frame(s) ".
+INSIDE_CAPTURES_WORDS = "inside compiled autograd's captures: nothing to change in your code"
+
+
 @dataclass(frozen=True)
 class TorchFramesInCaptures:
-    """Dynamo's work in frames that are not the user's, done while compiled autograd captured a
-    backward (`inside_captures`): what summary and the recompile budget say is torch's own."""
+    """Dynamo's work in frames of torch's or the standard library's, done while compiled autograd
+    captured a backward (`inside_captures`): what summary, the gate and the recompile budget say is
+    torch's own."""
 
     frames: dict[str, int]  # torch's frame id F (of F/C), every compile of it inside a capture -> the first capture's ca_id
-    breaks: frozenset[int]  # seq of each graph break in such a frame inside a capture
+    # (file, line) of each graph-break site whose every logged break was in such a frame inside a capture
+    break_places: frozenset[tuple[str, int | None]]
+
+
+_NONE_INSIDE = TorchFramesInCaptures({}, frozenset())
 
 
 def torch_frames_in_captures(record: ModeRecord) -> TorchFramesInCaptures:
-    """The record's compiles and graph breaks of frames that are not the user's, made inside
-    compiled autograd's captures; empty where nothing was captured."""
+    """The record's compiles and graph breaks of torch's frames made inside compiled autograd's
+    captures; empty in eager and where nothing was captured. Read once per record (summary, its
+    JSON, the gate and the budget ask)."""
+    return record.derived("torch_frames_in_captures", _torch_frames_in_captures)
+
+
+def _torch_frames_in_captures(record: ModeRecord) -> TorchFramesInCaptures:
     graphs = {e.ca_id: e for e in record.of(CAGraphEvent)}
-    if not graphs:
-        return TorchFramesInCaptures({}, frozenset())
+    if record.mode == "eager" or not graphs:
+        return _NONE_INSIDE
     starts: dict[int, int] = {}
     for miss in record.of(CacheMissEvent):
         starts.setdefault(miss.ca_id, miss.seq)
@@ -205,26 +219,16 @@ def torch_frames_in_captures(record: ModeRecord) -> TorchFramesInCaptures:
         starts.setdefault(ca_id, graph.seq)
     compile_events = record.of(DynamoCompileEvent)
     theirs = [e for e in compile_events if not e.is_ca_graph and looks_like_torch_or_stdlib_file(e.co_filename)]
-    breaks = [e for e in record.of(GraphBreakEvent) if looks_like_torch_or_stdlib_file(e.file)]
-    inside = inside_captures([e.seq for e in theirs] + [e.seq for e in breaks], starts, graphs, compile_events)
+    breaks = record.of(GraphBreakEvent)
+    inside = inside_captures([e.seq for e in theirs] + [e.seq for e in breaks if looks_like_torch_or_stdlib_file(e.file)],
+                             starts, graphs, compile_events)
     by_frame: dict[str, list[int | None]] = {}
     for event in theirs:
         if (frame := compile_frame(event.compile_id)) is not None:
             by_frame.setdefault(frame, []).append(inside.get(event.seq))
     frames = {frame: ca_ids[0] for frame, ca_ids in by_frame.items() if ca_ids[0] is not None and all(c is not None for c in ca_ids)}
-    return TorchFramesInCaptures(frames, frozenset(e.seq for e in breaks if e.seq in inside))
-
-
-def torch_break_places(record: ModeRecord) -> set[tuple[str, int | None]]:
-    """The places (file, line) whose every logged graph break was in a frame of torch's compiled
-    inside compiled autograd's captures (reads.py torch_frames_in_captures): none in eager."""
-    if record.mode == "eager":
-        return set()
-    inside = torch_frames_in_captures(record).breaks
-    if not inside:
-        return set()
     places: dict[tuple[str, int | None], bool] = {}
-    for event in record.of(GraphBreakEvent):
+    for event in breaks:
         key = (event.file, event.line)
         places[key] = places.get(key, True) and event.seq in inside
-    return {key for key, all_inside in places.items() if all_inside}
+    return TorchFramesInCaptures(frames, frozenset(key for key, all_inside in places.items() if all_inside))

@@ -157,6 +157,27 @@ def guard_text(message: str) -> str:
     return strip_reason_id(first).split("  #")[0].split(" # ")[0].strip()
 
 
+_USER_STACK_HEADER = "\nUser stack trace:\n"
+# A guard's comments in a reason: `k == 1   # return m(x) * k  # mp/ov/scal.py:5 in f` (torch cuts
+# the path to its last characters), up to the next reason of the same entry (`; `) or the end.
+_GUARD_COMMENT = re.compile(r"\s+# .*?(?=; |$)")
+
+
+def reason_line(message: str) -> str:
+    """One Dynamo guard-failure reason as one readable line: its entry's id and failing guard(s)
+    without torch's comments, then the line of the job that installed the guard, from the "User
+    stack trace" torch appends (its last frame in the user's code, else its last frame):
+    `0/0: k == 1 (guarded at /job/train.py:5 in f: return m(x) * k)`."""
+    head, _, stack = message.strip().partition(_USER_STACK_HEADER.strip("\n") + "\n")
+    said = _GUARD_COMMENT.sub("", " ".join(head.split("\n")).strip()).strip()
+    frames = traceback_frames(stack)
+    if not frames:
+        return said
+    users = [f for f in frames if looks_like_user_file(f[0])]
+    file, line, function, code = (users or frames)[-1]
+    return f"{said} (guarded at {file}:{line} in {function}: {code})"
+
+
 def guard_shape(message: str) -> str:
     """The guard with its numbers blanked, so `depth == 1` and `depth == 2` are one root cause."""
     return _GUARD_NUMBER.sub("N", guard_text(message))

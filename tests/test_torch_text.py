@@ -92,6 +92,26 @@ def test_a_guard_failure_line_and_its_user_stack():
     assert [tt.looks_like_user_file(f[0]) for f in frames] == [True, False]
 
 
+def test_a_reason_reads_as_one_line_with_the_jobs_line_that_installed_the_guard():
+    # torch 2.13's reason (guards.py), as recorded from a job whose compiled `f` multiplies by an
+    # int argument: the guard with its comments (a path torch cut to its last characters), then
+    # the user stack it appends.
+    reason = ("0/0: k == 1                                                   # return m(x) * k  # mp/ov/scal.py:5 in f\n"
+              "User stack trace:\n"
+              '  File "/tmp/ov/scal.py", line 5, in f\n'
+              "    return m(x) * k")
+    assert tt.reason_line(reason) == "0/0: k == 1 (guarded at /tmp/ov/scal.py:5 in f: return m(x) * k)"
+    # No stack: the guard alone; two reasons of one entry (verbose recompiles) each without comments.
+    assert tt.reason_line("0/0: tensor 'args[0]' size mismatch at index 0. expected 2, actual 3") == "0/0: tensor 'args[0]' size mismatch at index 0. expected 2, actual 3"
+    assert tt.reason_line("0/1: a == 1  # x = a  # j/f.py:3 in g; b == 2  # y = b  # j/f.py:4 in g") == "0/1: a == 1; b == 2"
+    # The job's frame, not torch's below it.
+    stacked = ("0/0: n == 3\nUser stack trace:\n"
+               '  File "/work/job/train.py", line 8, in step\n    return model(x, n)\n'
+               '  File "/usr/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1776, in _call_impl\n'
+               "    return forward_call(*args, **kwargs)")
+    assert tt.reason_line(stacked) == "0/0: n == 3 (guarded at /work/job/train.py:8 in step: return model(x, n))"
+
+
 def test_a_guard_on_a_python_value():
     # torch 2.13's words (TORCH_LOGS=recompiles) for a float argument, a bool argument, a module
     # attribute and a global read in the compiled code; an older torch's bracketed local.

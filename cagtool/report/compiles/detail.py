@@ -12,6 +12,7 @@ from cagtool.errors import UnreadableInput, UsageError
 from cagtool.record.loader import ModeRecord
 from cagtool.record.schema import ARTIFACT_TITLES, COMPILE_ARTIFACTS, CompileArtifactEvent, DynamoCompileEvent, DynamoRecompileEvent
 from cagtool.report.text.safe_text import safe_line
+from cagtool.torch_text import reason_line
 
 # torch prints a compile id as [0/1], [!0/1/0] or [!0]; the brackets are optional here.
 _COMPILE_ID = re.compile(r"^\[?(?P<id>!?\d+(?:/\d+/\d+|/\d+)?)\]?$")
@@ -108,7 +109,7 @@ class DetailRenderer:
         if detail.function:
             lines.append(safe_line(f"  compiled: {detail.function}" + (f" in {detail.compile_s:.2f} s" if detail.compile_s is not None else "")))
         for reason in detail.reasons:
-            lines.append(safe_line(f"  recompiled because: {reason}"))
+            lines.append(safe_line(f"  recompiled because: {reason_line(reason)}"))
         listed = [a for a in detail.artifacts if a.artifact not in self.show]
         if listed:
             lines.append("  also recorded: " + ", ".join(f"{ARTIFACT_TITLES.get(a.artifact, a.artifact)} ({a.lines} lines, --show {a.artifact})" for a in listed))

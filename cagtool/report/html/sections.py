@@ -41,6 +41,7 @@ from cagtool.report.recompiles.render import TABLE_HEADER, counts_line, record_n
 from cagtool.report.recompiles.reads import format_source
 from cagtool.report.recompiles.verification import fix_in_job, speedup_bounds
 from cagtool.report.text.safe_text import shown_command
+from cagtool.torch_text import reason_line
 
 if TYPE_CHECKING:
     from cagtool.report.gate.run import GateResult
@@ -397,7 +398,7 @@ def _compile_view(record: ModeRecord, detail: CompileDetail, highlight: "CodeHig
         facts.append(f"at step {detail.step}")
     if detail.function:
         facts.append(f"compiled {detail.function}" + (f" in {detail.compile_s:.2f} s" if detail.compile_s is not None else ""))
-    facts += [f"recompiled because: {r}" for r in detail.reasons]
+    facts += [f"recompiled because: {reason_line(r)}" for r in detail.reasons]
     artifacts = []
     for event in detail.artifacts:
         title = ARTIFACT_TITLES.get(event.artifact, event.artifact)

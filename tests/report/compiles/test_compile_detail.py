@@ -84,6 +84,20 @@ def test_compile_command_text_json_and_bad_input(ragged):
     assert nothing.returncode == 3 and "Traceback" not in nothing.stderr
 
 
+def test_a_recompile_on_a_python_value_reads_as_its_guard_and_the_line_that_installed_it(record_run):
+    """torch appends the user stack to a value guard's reason ("User stack trace:" and the frames)
+    and comments the guard with a path it cut: the page says the guard and the job's line, one line."""
+    run = record_run("scalar_per_step.py", "4", "aot_eager")  # the session's recording
+    assert run.returncode == 0, run.stderr[-2000:]
+    ca = load_run(run.path).mode("ca")
+    recompile = next(r for r in ca.of(DynamoRecompileEvent) if "User stack trace" in "".join(r.reasons))
+    proc = cagtool_in_process("compile", str(run.path), recompile.compile_id, "--show", ARTIFACT_STACK)
+    assert proc.returncode == 0, proc.stderr
+    because = [line for line in proc.stdout.splitlines() if "recompiled because" in line]
+    assert because and all("User stack trace" not in line and "\\n" not in line for line in because), because
+    assert any("(guarded at " in line and "scalar_per_step.py:" in line for line in because), because
+
+
 def test_a_planted_symlink_or_a_lost_file_is_refused_in_one_line(ragged, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(ragged.path, run)

@@ -651,9 +651,31 @@ _MODULE_HOOKS_LIST = re.compile(r"\.user_hooks$|\['bw_state'\]\.hook\d+$")
 
 
 def length_guard_name(text: str) -> str | None:
-    """The container a length guard is on: `len(grad_norms) == 3` -> `grad_norms`."""
+    """The container a length guard is on, as the job's code names it: `len(grad_norms) == 3` ->
+    `grad_norms`; `not G['__import___main__'].norms` (a hook's global, read through its module) -> `norms`."""
     match = _LENGTH_GUARD.match(text.strip())
-    return (match["len"] or match["not"]) if match else None
+    return readable_source(match["len"] or match["not"]) if match else None
+
+
+def length_guard_is_emptiness(text: str) -> bool:
+    """Whether a length guard checks only that its container is empty (`not norms`: Dynamo saw it empty)."""
+    match = _LENGTH_GUARD.match(text.strip())
+    return bool(match and match["not"])
+
+
+# A module Dynamo imported into a frame's globals to reach one of its names (`G['__import___main__']`,
+# `G['__import_torch_dot_nn_dot_modules_dot_linear']`), and a frame's local or global by name.
+_IMPORTED_MODULE = re.compile(r"G\['__import_(?P<module>\w+)'\]\.")
+_NAMED = re.compile(r"[GL]\['(?P<name>[A-Za-z_]\w*)'\]")
+
+
+def readable_source(source: str) -> str:
+    """A guard's source as the job's code names it: `G['__import___main__'].norms` -> `norms`,
+    `G['__import_mypkg_dot_stats'].seen` -> `mypkg.stats.seen`, `L['self'].x` -> `self.x`."""
+    def module(match: re.Match[str]) -> str:
+        name = match["module"].replace("_dot_", ".")
+        return "" if name == "__main__" else name + "."
+    return _NAMED.sub(r"\g<name>", _IMPORTED_MODULE.sub(module, source))
 
 
 # A module in Dynamo's guard tree (`dynamo_cpp_guards_str`) of torch's wrapper of a compiled

@@ -502,3 +502,12 @@ def test_a_guard_on_the_class_a_compiled_autograd_graph_calls_names_the_backward
     assert tt.backward_function_class(guard) == "ApplyTemplateBackward"
     assert tt.backward_function_class("___check_type_id(L['x'], 9485), type=<class 'torch.Tensor'>") is None
     assert tt.backward_function_class("___check_obj_id(hooks[0].__code__, 1396)") is None
+
+
+def test_a_guards_source_reads_as_the_jobs_code_names_it():
+    # A hook's global as a compiled-autograd graph's Dynamo reaches it (torch 2.13's guard text).
+    assert tt.length_guard_name("not G['__import___main__'].norms") == "norms"
+    assert tt.length_guard_is_emptiness("not G['__import___main__'].norms")
+    assert tt.length_guard_name("len(grad_norms) == 3") == "grad_norms" and not tt.length_guard_is_emptiness("len(grad_norms) == 3")
+    assert tt.readable_source("G['__import_mypkg_dot_stats'].seen") == "mypkg.stats.seen"
+    assert tt.readable_source("L['self'].xs") == "self.xs" and tt.readable_source("G['FLAG']") == "FLAG"

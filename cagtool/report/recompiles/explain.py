@@ -60,6 +60,7 @@ from cagtool.torch_text import (
     graph_break_words,
     guard_kind,
     guarded_names,
+    length_guard_is_emptiness,
     length_guard_name,
     looks_like_user_file,
     none_guard,
@@ -2325,9 +2326,21 @@ def _guard_why(facts: dict[str, Any], code: str, on_ca: bool = False) -> list[st
         container = f"`{facts['container']}`" if facts.get("container") else "a Python list"
         if facts.get("hook"):
             item = " Its `.item()` is a graph break as well (a device sync, and code Dynamo does not compile)." if ".item()" in code else ""
-            return [f"Compiled autograd traces backward hooks with the backward, so Dynamo compiles the hook "
-                    f"`{facts.get('function') or '?'}`; the hook appends to {container}, Dynamo guards on its length, and the "
-                    f"list is longer on every backward: every backward recompiles the hook.{item}"]
+            traced = ("Compiled autograd traces backward hooks with the backward, so Dynamo compiles the hook "
+                      f"`{facts.get('function') or '?'}`; ")
+            if length_guard_is_emptiness(facts.get("guard", "")):
+                # `not norms`: the container was empty at the hook's first compile, and the hook fills it.
+                guarded = (f"the hook writes into {container}, which was empty when Dynamo first compiled the hook: Dynamo "
+                           "guarded that it stays empty, and the hook's first call filled it.")
+            else:
+                guarded = f"the hook writes into {container}, and Dynamo guards on its length, which the hook changes."
+            if facts.get("stabilised"):
+                # A dict keyed by parameter name, or a list that stops growing: the guards hold once it has its size.
+                after = (f" Since then {container} has kept its size (a dict keyed by name, or a list that stopped growing), "
+                         "so later backwards reuse the recompiled hook.")
+            else:
+                after = f" {container[:1].upper() + container[1:]} grows on every backward: every backward recompiles the hook."
+            return [traced + guarded + after + item]
         return [f"The compiled code reads the Python list {container}, whose length changes between calls: Dynamo guards on it."]
     return []
 

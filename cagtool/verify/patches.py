@@ -57,6 +57,7 @@ from cagtool.report.recompiles.explain import (
     CAUSE_STRUCTURE,
     Cause,
     guard_label,
+    hook_filled_once,
 )
 from cagtool.verify.fixes import on_a_size
 from cagtool.verify.patch import Patch, imports_torch, replace_expr, unified_diff
@@ -299,9 +300,18 @@ def hook_disable_patch(cause: Cause, script: str, display: str, source: bytes) -
                      "the hook's line is not in the script (it is registered in another file or by a library)")
     calls = [c for c in ast.walk(tree) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
              and c.func.attr in _HOOK_CALLS and c.lineno <= where.line <= (c.end_lineno or c.lineno)]
+    if not calls:
+        # The guard's line is in the body of a hook defined apart (`def hook(g): ...`, or one a
+        # factory returns: `p.register_hook(make_hook(name))`): its registrations.
+        calls = _registrations_of_hook_at(tree, where.line)
+        if len(calls) > 1:
+            return Patch(name, (cause.number,), title, display, where.line, "", False,
+                         f"the hook at line {where.line} is registered at {len(calls)} places (lines "
+                         f"{', '.join(str(c.lineno) for c in calls)}): not one edit")
     if len(calls) != 1 or len(calls[0].args) != 1 or calls[0].keywords:
         return Patch(name, (cause.number,), title, display, where.line, "", False,
-                     f"line {where.line} does not hold exactly one hook registration with the hook as its one argument")
+                     f"line {where.line} does not hold exactly one hook registration with the hook as its one argument, "
+                     "nor is it in a hook function registered by name or made by a factory function")
     hook = calls[0].args[0]
     lines = text.splitlines(keepends=True)
     if hook.lineno != hook.end_lineno:
@@ -313,6 +323,29 @@ def hook_disable_patch(cause: Cause, script: str, display: str, source: bytes) -
         return Patch(name, (cause.number,), title, display, hook.lineno, diff, False,
                      "the script does not `import torch` at its top level: the hook's line cannot name torch._dynamo")
     return Patch(name, (cause.number,), title, display, hook.lineno, diff, True, patched="".join(after))
+
+
+def _registrations_of_hook_at(tree: ast.AST, line: int) -> list[ast.Call]:
+    """The hook registrations (`x.register_hook(ARG)`, one argument) of the function whose body
+    holds `line`: ARG its name, or a call of the function that defines and returns it (a hook
+    factory, `make_hook(name)`); [] where `line` is in no function."""
+    functions = [f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and f.lineno <= line <= (f.end_lineno or f.lineno)]
+    if not functions:
+        return []
+    hook = max(functions, key=lambda f: f.lineno)  # the innermost
+    factories = {f.name for f in functions if f is not hook and hook in f.body
+                 and any(isinstance(r, ast.Return) and isinstance(r.value, ast.Name) and r.value.id == hook.name for r in f.body)}
+    found = []
+    for call in ast.walk(tree):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in _HOOK_CALLS
+                and len(call.args) == 1 and not call.keywords):
+            continue
+        arg = call.args[0]
+        if (isinstance(arg, ast.Name) and arg.id == hook.name and not factories) or (
+                isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id in factories):
+            found.append(call)
+    return sorted(found, key=lambda c: c.lineno)
 
 
 def _backend_arguments(tree: ast.AST) -> list[ast.expr]:
@@ -452,6 +485,8 @@ def patch_for(cause: Cause, script: str | None, display: str | None, source: byt
                          "the job is not a script file cagtool can read (a module, or it moved)")
         return backend_patch(cause, script, display or script, source, argv)
     if cause.code == CAUSE_DYNAMO_CA_GRAPH and cause.facts.get("hook"):
+        if hook_filled_once(cause.facts):
+            return None  # one recompile, cached: running the hook eagerly costs a graph break every backward (explain.py)
         if script is None or source is None:
             return Patch("hook-dynamo-disable", (cause.number,), "run the hook eagerly", display or "?", None, "", False,
                          "the job is not a script file cagtool can read (a module, or it moved)")

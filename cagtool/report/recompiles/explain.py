@@ -2458,6 +2458,13 @@ def _grad_mode_skip(code: str, off: str, training_call: bool = False) -> str:
     return f"To skip even that compile, evaluate with the module as it was before torch.compile (`{call}`{under}"
 
 
+def hook_filled_once(facts: dict[str, Any]) -> bool:
+    """A traced hook recompiled on its container's emptiness (`not norms`: empty at the first
+    compile), once, then never again: the container filled and kept its size."""
+    return (facts.get("kind") == GUARD_LENGTH and bool(facts.get("hook")) and bool(facts.get("stabilised"))
+            and facts.get("recompiling_steps", 0) <= 1 and length_guard_is_emptiness(facts.get("guard", "")))
+
+
 def _hook_out_of_dynamo(facts: dict[str, Any], code: str) -> list[str]:
     """The fixes for a backward hook Dynamo recompiles (compiled inside a compiled-autograd graph):
     run it eagerly under torch._dynamo.disable (`--verify`'s hook-dynamo-disable), or read what it
@@ -2624,6 +2631,16 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         return [f"Keep `{first.source}` set from before the first compiled call ({target}): each time it goes back to None "
                 "the compiled code is specialised anew."]
     if kind == GUARD_LENGTH:
+        if facts.get("hook") and hook_filled_once(facts):
+            # torch 2.13, measured by `--verify` on a grad-norm hook per parameter writing into a dict by
+            # name: hook-dynamo-disable made it 1 -> 2 recompiles and 7 graph breaks; the dict made with
+            # its keys before the first backward, 1 -> 0 (tests/scripts/hook_norms_by_name.py).
+            name = facts.get("container") or "the container"
+            return [f"Nothing to fix: one recompile when the hook first filled `{name}`, cached from then on.",
+                    f"To avoid even that one, give `{name}` its keys before the first backward (for a dict by parameter "
+                    f"name: `{name} = {{name: None for name, _ in model.named_parameters()}}`), so the hook's first compile "
+                    "already sees it filled. Keeping the hook out of Dynamo (torch._dynamo.disable) would cost more: "
+                    "Dynamo then splits the compiled-autograd graph around the hook, in every backward."]
         if facts.get("hook"):
             return _hook_out_of_dynamo(facts, code)
         if module_hooks_list(facts.get("container")):

@@ -687,18 +687,3 @@ def test_a_last_batch_through_a_graph_broken_forward_is_one_cause(record_run):
     code, summary, _ = cli_in_process("summary", str(run.path))
     assert code == 0 and "1 CA recompile and 3 Dynamo recompiles, all from 1 cause: a smaller batch" in summary.split("\n")[0], summary
 
-
-@pytest.mark.slow
-def test_a_hook_filling_a_dict_by_name_recompiles_once_and_is_not_said_to_grow_every_backward(record_run):
-    """torch guards `not G['__import___main__'].norms` (the dict empty at the hook's first compile):
-    one recompile when it fills, then none. Said as that, with the dict named as the job names it."""
-    run, causes = _explained(record_run, "hook_norms_by_name.py")
-    [cause] = [c for c in causes if c["code"] == "dynamo_ca_graph_guard_failure"]
-    events = [json.loads(line) for line in (run.path / "ca" / "events.jsonl").read_text().splitlines()]
-    reasons = [e["reasons"][0] for e in events if e.get("kind") == "dynamo_recompile"]
-    assert len(reasons) == 1 and reasons[0].split(":", 1)[1].split("#")[0].strip() == "not G['__import___main__'].norms"
-    assert "the length of `norms` changed (1 recompile)" in cause["title"], cause["title"]
-    why = " ".join(cause["why"])
-    assert "was empty when Dynamo first compiled the hook" in why and "has kept its size" in why, why
-    assert "every backward recompiles" not in why and "appends" not in why
-    assert "torch._dynamo.disable" in " ".join(cause["fix"])

@@ -23,7 +23,10 @@ that appends to a Python list: Dynamo guards on the list's length, which grows e
 The patch passes `torch._dynamo.disable(hook)` in its place at the registration torch's guard
 names: the same function runs, eagerly (Dynamo graph-breaks around it and installs no guard), so
 the job computes what it did. Applied when that line holds one registration with the hook as
-its one argument on one line, and the script does `import torch`.
+its one argument on one line, or is in the body of a hook function registered at one place, by
+its name or as what a factory function returns (`p.register_hook(make_hook(name))`), and the
+script does `import torch`. Not offered for a hook that recompiled once as its container filled
+(explain.py `hook_filled_once`): the graph break would cost every backward.
 
 `backend-aot-eager`: a custom autograd.Function in code the script compiles with
 `torch.compile(..., backend="eager")`, which torch runs through a Function class it defines at

@@ -301,6 +301,10 @@ def _added_and_removed(old: NormGraph, new: NormGraph, old_to_new: dict[int, int
             if left.get(name, 0) > 0:
                 left[name] -= 1
                 shown.append(name if call is None else f"{name} (NodeCall {call})")
+        # The count is the graphs' own: where the alignment paired more of a name than stayed the
+        # same (it matched a removed node's FX nodes to a kept one's), the rest go without a NodeCall.
+        for name, count in left.items():
+            shown += [name] * count
         return shown
 
     gained, lost = counts_new - counts_old, counts_old - counts_new  # Counter subtraction keeps the positive counts

@@ -551,3 +551,25 @@ def test_on_a_terminal_without_colour_rich_draws_the_side_by_side_table(monkeypa
     table = [line for line in lines if line and line[0] in "┏┃┡│└"]
     assert len(table) > 5 and all(len(line) == len(table[0]) and line[-1] in "┓┃┩│┘" for line in table), table
     assert "\x1b[2m" in buffer.getvalue()  # the dim unchanged rows: rich's styles, no colour
+
+
+def test_a_names_count_is_the_graphs_own_whatever_the_alignment_paired():
+    """REINFORCE's graphs (pytorch/examples, the policy compiled with aot_eager): an episode four
+    steps shorter has four CompiledFunctionBackward0 fewer, and the alignment had paired the FX
+    nodes of one removed with those of one kept, so the summary said -3. Here: two in the old graph,
+    one in the new, the alignment pairing each old one's nodes with the new one's."""
+    from cagtool.report.graphs.diff import _added_and_removed
+
+    def compiled(call: int) -> list[GraphNode]:
+        return [fn(f"compiled_function_backward0_{call}", OPS + "CompiledFunctionBackward0", "[%getitem]", (call, "CompiledFunctionBackward0")),
+                fn(f"getitem_{call}", GETITEM, f"%compiled_function_backward0_{call}, 0", (call, "CompiledFunctionBackward0"))]
+
+    old = normalize_graph(inputs_prologue() + compiled(1) + compiled(2) + [out()])
+    new = normalize_graph(inputs_prologue() + compiled(1) + [out()])
+    first = len(inputs_prologue())
+    old_to_new = {i: i for i in range(first)}
+    old_to_new[first] = first  # old call 1's node -> new call 1's
+    old_to_new[first + 3] = first + 1  # old call 2's getitem -> new call 1's getitem
+    new_to_old = {v: k for k, v in old_to_new.items()}
+    added, removed = _added_and_removed(old, new, old_to_new, new_to_old)
+    assert added == [] and removed == ["CompiledFunctionBackward0"]

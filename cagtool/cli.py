@@ -205,8 +205,12 @@ class _ClosedPipeSafe:
 
 
 def _survive_closed_stdout() -> None:
+    """stdout and stderr both: `cagtool run train.py 2>&1 >/dev/null | head -1` keeps running every
+    mode after its reader of the progress lines has gone."""
     if not isinstance(sys.stdout, _ClosedPipeSafe) and sys.stdout is not None:
         sys.stdout = _ClosedPipeSafe(sys.stdout)
+    if not isinstance(sys.stderr, _ClosedPipeSafe) and sys.stderr is not None:
+        sys.stderr = _ClosedPipeSafe(sys.stderr)
 
 
 def _shown(line: str) -> str:
@@ -222,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point. Exits with the documented code."""
     args = sys.argv[1:] if argv is None else argv
     _state["debug"] = _debug_requested(args)  # `--debug` after the command name is the command's option: it sets this too
-    stdout = sys.stdout
+    stdout, stderr = sys.stdout, sys.stderr
     _survive_closed_stdout()
     try:
         app(args=args, prog_name="cagtool", standalone_mode=True)
@@ -254,6 +258,9 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(sys.stdout, _ClosedPipeSafe):
             sys.stdout.flush()  # a reader that left during the last lines is noticed here, quietly
             sys.stdout = stdout
+        if isinstance(sys.stderr, _ClosedPipeSafe):
+            sys.stderr.flush()
+            sys.stderr = stderr
 
 
 # Commands that only read records and write to stdout/stderr. Once one has returned and its output

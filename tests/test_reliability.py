@@ -486,6 +486,24 @@ def test_closed_stdout_pipe_is_not_a_failure(record_run):
 
 
 @pytest.mark.slow
+def test_a_closed_stderr_pipe_runs_every_mode(tmp_path):
+    """`cagtool run train.py 2>&1 >/dev/null | head -1`: the reader of the progress lines leaves
+    after the first. Every mode still runs, and run.json says what each did (it had said
+    "finished" with the second mode never started)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run(cagtool_cmd("run", "--modes", "eager,ca", "--backend", "eager", "-o", str(tmp_path / "r"), str(SCRIPTS / "exit_code.py"), "0"),
+                              stdout=subprocess.DEVNULL, stderr=write_end, cwd=ROOT, env=ENV, timeout=300)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 0
+    run = load_run(tmp_path / "r")
+    assert run.meta.status == "finished" and run.meta.mode_exit_codes == {"eager": 0, "ca": 0}
+    assert run.modes["ca"].manifest.status == "finished"
+
+
+@pytest.mark.slow
 def test_mode_process_killed_alone_is_closed_as_killed(tmp_path):
     """The OOM killer's SIGKILL to the mode process: cagtool closes its manifest as killed, and
     run.json agrees (exit 137); the worker the job left behind is stopped (cagtool adopts it)."""

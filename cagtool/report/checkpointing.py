@@ -53,6 +53,9 @@ def _change(a: int | None, b: int | None, spread: int) -> float | None:
     0.0 where the two are within `spread` + NOISE_FLOOR_BYTES (no measurable difference)."""
     if a is None or b is None or b <= 0:
         return None
+    # A heap read below the step's own start (a figure under zero: what the step freed before its
+    # backward, glibc's caches) holds nothing for backward: it saves all of the plain call's, not more.
+    a = max(a, 0)
     if abs(b - a) <= spread + NOISE_FLOOR_BYTES:
         return 0.0
     return (b - a) / b
@@ -115,7 +118,8 @@ class CheckpointingResult:
 
 
 def _mib(n: int | None) -> str:
-    return "?" if n is None else f"{round(n / 2**20)} MiB"  # never "-0 MiB" for a few bytes below nothing
+    # A heap figure below zero is nothing held (_change): never "-1 MiB", nor "-0 MiB" for a few bytes.
+    return "?" if n is None else f"{round(max(n, 0) / 2**20)} MiB"
 
 
 def _verdict(fraction: float) -> str:
@@ -197,12 +201,13 @@ def mode_line(m: ModeSaving) -> str:
     if m.saving is None:
         why = "; ".join(f"{s.variant}: {s.status}{' (' + s.error + ')' if s.error else ''}" for s in (m.checkpointed, m.plain) if s.status != "finished")
         return f"{m.mode}: not measured ({why or 'no peak memory recorded'})"
-    verb = "saves" if m.saving >= 0 else "costs"
+    # Under half a percent reads "0%" either way: no difference, not "costs 0%" beside "saves 0%".
+    said = "no difference" if abs(m.saving) < 0.005 else f"{'saves' if m.saving > 0 else 'costs'} {abs(m.saving):.0%}"
     if _uses_cuda(m):
-        return (f"{m.mode}: checkpointing {verb} {abs(m.saving):.0%} peak memory (CUDA max allocated {_mib(m.checkpointed.peak_rss_bytes)} "
+        return (f"{m.mode}: checkpointing: {said} in peak memory (CUDA max allocated {_mib(m.checkpointed.peak_rss_bytes)} "
                 f"checkpointed, {_mib(m.plain.peak_rss_bytes)} with checkpointing a plain call; one process each)")
     return (f"{m.mode}: peak RSS {_mib(m.checkpointed.peak_rss_bytes)} checkpointed, {_mib(m.plain.peak_rss_bytes)} plain "
-            f"({verb} {abs(m.saving):.0%}; the whole process, compile memory and freed memory glibc kept included)")
+            f"({said}; the whole process, compile memory and freed memory glibc kept included)")
 
 
 def fix_line(m: ModeSaving) -> str | None:

@@ -39,11 +39,29 @@ def test_a_saving_at_entry_lost_at_the_peak_is_said_so_and_the_json_round_trips(
                              "outside the compiled region gives no memory saving)")
 
 
+def test_a_heap_read_below_the_steps_start_saves_all_of_the_plain_calls_never_more():
+    """A re-run whose heap at backward entry read below its step's start (-1 MiB: what the step
+    freed, glibc's caches), against 3 MiB plain, had read "saves 127% ... -1 MiB checkpointed"."""
+    result = CheckpointingResult("/r", [ModeSaving("aot", _side("as written", -1, 0, 2), _side("plain", 3, 0, 4))])
+    lines = checkpointing_lines(result)
+    assert result.modes[0].held_saving == 1.0
+    assert lines[0].startswith("checkpointing saves 100% of the memory held for backward under aot"), lines[0]
+    assert "0 MiB checkpointed, 3 MiB plain" in lines[1] and "-1 MiB" not in "\n".join(lines), lines
+
+
+def test_a_peak_rss_under_half_a_percent_apart_is_no_difference_either_way():
+    for checkpointed, plain in ((1000, 1001), (1001, 1000)):
+        result = CheckpointingResult("/r", [ModeSaving("aot", _side("as written", 0, 0, 0, None), _side("plain", 0, 0, 0, None))])
+        result.modes[0].checkpointed.peak_rss_bytes, result.modes[0].plain.peak_rss_bytes = checkpointed * MIB, plain * MIB
+        line = checkpointing_lines(result)[-1]
+        assert "(no difference;" in line and "0%" not in line, line
+
+
 def test_without_mallinfo2_the_figure_is_peak_rss_and_says_so():
     result = CheckpointingResult("/r", [ModeSaving("aot", _side("as written", 0, 0, 0, None), _side("plain", 0, 0, 0, None))])
     lines = checkpointing_lines(result)
     assert lines == ["aot: heap held for backward not measured (no mallinfo2); the figure below is peak RSS",
-                     "aot: peak RSS 1000 MiB checkpointed, 1000 MiB plain (saves 0%; the whole process, compile memory and freed memory glibc kept included)"]
+                     "aot: peak RSS 1000 MiB checkpointed, 1000 MiB plain (no difference; the whole process, compile memory and freed memory glibc kept included)"]
 
 
 def test_an_older_result_without_heap_figures_still_renders():

@@ -92,6 +92,19 @@ def test_dropout_drawn_alike_agrees(record_run):
     assert aot["agrees"] and not aot["not_comparable"] and aot["steps"] == [0, 2]
 
 
+def test_dropout_under_aot_eager_is_never_blamed_for_inputs_that_differ(record_run):
+    """minGPT's shape: inputs that differ per process (here os.urandom; there Python's hash
+    randomization) and dropout compiled with aot_eager, whose masks are eager's. Not comparable
+    for the inputs, with PYTHONHASHSEED named; never "random ops draw other numbers" nor --parity,
+    an Inductor setting that cannot change an aot_eager job."""
+    run = record_run(DROPOUT, "--backend", "aot_eager", "--unseeded-input", modes="eager,aot")
+    assert run.returncode == 0, run.stderr
+    aot = pair(parity_json(run), "aot")
+    why = aot["not_comparable"]
+    assert why.startswith("inputs differ: the first step's losses already differ"), why
+    assert "PYTHONHASHSEED=0" in why and "random ops" not in why and "--parity" not in why, why
+
+
 def test_inductor_dropout_is_not_comparable_without_parity_and_agrees_with_it(record_run):
     # The forward's random ops are found in its graph code, which only the TORCH_TRACE log keeps.
     # --warm-cache: both recordings compile into the session's Inductor cache, so the second

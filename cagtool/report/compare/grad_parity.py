@@ -53,6 +53,7 @@ from cagtool.errors import UnreadableInput
 from cagtool.record.regular_files import read_record_chunks
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.schema import (
+    ARTIFACT_INDUCTOR_CODE,
     FIRST_STEP,
     GRAPHS_DIR,
     MODES,
@@ -524,13 +525,23 @@ def _eager_randomness(record: ModeRecord) -> bool:
     return bool((record.manifest.options or {}).get("fallback_random"))
 
 
+def _inductor_compiled(record: ModeRecord) -> bool:
+    """Whether Inductor compiled any of the mode's graphs (cagtool's --backend, or the script's own
+    torch.compile: Inductor's code among the compile artifacts). Only Inductor's kernels draw from
+    their own generator: eager's and aot_eager's random ops run aten's, on eager's seeded generator
+    (tests/test_grad_parity_run.py, dropout drawn alike)."""
+    if record.manifest.backend == "inductor":
+        return True
+    return any(ARTIFACT_INDUCTOR_CODE in found for found in record.compile_artifacts().values())
+
+
 def _why_not_comparable(record: ModeRecord, reference: ModeRecord) -> str:
     """Why a pair whose gradients differ is no verdict on the backward: random ops in compiled
     graphs (the more specific cause, looked for first), or other inputs."""
     from cagtool.report.figures.metrics import step_losses
 
     for side in (record, reference):
-        if side.mode == "eager" or _eager_randomness(side):
+        if side.mode == "eager" or _eager_randomness(side) or not _inductor_compiled(side):
             continue
         ops = random_ops_in(side)
         if ops:
@@ -542,10 +553,12 @@ def _why_not_comparable(record: ModeRecord, reference: ModeRecord) -> str:
     if FIRST_STEP in mine and FIRST_STEP in theirs:
         a, b = mine[FIRST_STEP], theirs[FIRST_STEP]
         if not abs(a - b) <= FIRST_LOSS_ATOL + FIRST_LOSS_RTOL * abs(b):
-            compiled = record.manifest.mode != "eager" and not _eager_randomness(record)
+            compiled = record.manifest.mode != "eager" and not _eager_randomness(record) and _inductor_compiled(record)
             hint = "; for dropout in a compiled forward, rerun with cagtool run --parity" if compiled else ""
             return (f"inputs differ: the first step's losses already differ ({a!r} vs {b!r}) before any backward ran "
-                    f"(an unseeded script or rank, data order, randomness in the forward, or a compiled forward that computes differently{hint})")
+                    f"(an unseeded script or rank, data order, Python's hash randomization (`hash()` of strings or bytes, "
+                    f"a set's order: rerun with PYTHONHASHSEED=0), randomness in the forward, or a compiled forward that "
+                    f"computes differently{hint})")
     return ""
 
 

@@ -560,7 +560,14 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
             # The modes agree on the shown rank's records; its ranks do not (said above).
             phrases.append(f"numerics agree between the modes on rank {comparison.ranks.focus}")
         else:
-            phrases.append("numerics agree")
+            # A mode that failed before it recorded a value is in no pair: the agreement is the others'.
+            compared = {d.record.split(".")[0] for d in numerics.diffs} | {numerics.reference}
+            left = [m for m in comparison.modes if m not in compared]
+            if left:
+                phrases.append(f"numerics agree between {' and '.join(m for m in comparison.modes if m in compared)} "
+                               f"({' and '.join(left)} not compared: no values recorded)")
+            else:
+                phrases.append("numerics agree")
     if not phrases:
         if _ca_column(comparison) is not None and len(comparison.modes) == 1 and "ca" not in comparison.modes:
             return Headline("imported log: no compiled-autograd graph or compile in it", NEUTRAL)

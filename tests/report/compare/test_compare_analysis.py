@@ -280,6 +280,18 @@ def test_failed_mode_is_carried_with_its_reason():
     assert comparison.modes["aot"].ok and comparison.modes["aot"].step_time.median_s is not None
 
 
+def test_a_mode_that_failed_before_any_value_is_not_in_the_numerics_that_agree():
+    """GCN's shape (pytorch/examples, sparse adjacency): ca fails compiling its first graph, before
+    any loss; eager and aot agree. The headline said "numerics agree", as if ca were among them."""
+    from cagtool.report.compare.headline import run_headline
+
+    comparison = compare_modes(three_modes(events=[ca_graph(0)], status="failed", exit_code=1,
+                                           exception=ExceptionInfo("IndexError", "tuple index out of range")))
+    text = run_headline(comparison).text
+    assert text.endswith("numerics agree between eager and aot (ca not compared: no values recorded)."), text
+    assert "numerics agree" in run_headline(compare_modes(three_modes())).text.split(";")[-1]
+
+
 def test_missing_and_killed_modes():
     run = run_record({
         "eager": mode_record("eager", make_steps([0.05, *steady(10)], compiling=())),

@@ -439,6 +439,10 @@ def _shape_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "dynamo_same_step": [cid for cid, step, _ in dynamo if step is not None and any(
             r.ca_id == ca_id_of(cid) and r.step == step for r in ca_rows)],
         "new_sizes_after": new_sizes,
+        # The forward's own smaller batches (dim 0 of an input: 8 -> 4), table-wide: a size of the
+        # backward's that goes the same way again is that batch coming back (_recurring_smaller_batch).
+        "forward_smaller_batches": sorted({(b[1], b[2]) for r in table.rows if r.source == SOURCE_DYNAMO_FRAME and not r.initial
+                                           and (b := smaller_batch(own_guard(r))) is not None}),
         "changed_per_recompile": [r.total_changed if r.total_changed is not None else len(r.changed_sizes) for r in ca_rows],
         "dynamic_graphs": dynamic_graphs,
         # ... and how many torch holds dynamic in its cache key, where more than the code reads
@@ -1334,6 +1338,23 @@ def _function_class_words(cause: Cause, found: FunctionClass, items: list[str], 
 # reshape()'s backward node when it viewed its input, and the ones when it copied it (torch 2.13).
 RESHAPE_VIEW = ("ReshapeAliasBackward0", "ViewBackward0")
 RESHAPE_COPY = "UnsafeViewBackward0"
+def _recurring_smaller_batch(facts: dict[str, Any]) -> tuple[int, int] | None:
+    """(full, small) where a shape cause's sizes changed again after its one capture, every time
+    from one larger value to one smaller, the smaller batch the forward met (pytorch/examples'
+    siamese network over two epochs, 36 samples by 8: the forward recompiled for the first epoch's
+    last batch of 4; the backward captured for 8 at the second epoch's start, and Dynamo compiled
+    that graph again at its last batch of 4); None otherwise (ragged data takes more values)."""
+    again = facts.get("new_sizes_after") or []
+    pairs = {(before, after) for before, after in again}
+    if facts.get("ca_misses") != 1 or len(pairs) != 1:
+        return None
+    (full, small), = pairs
+    # The same smaller batch the forward met (its dim 0, 8 -> 4): not a padded length that took a
+    # third value (an HF Trainer's batches padded to their longest: 18, 19, then 17).
+    forward = {tuple(pair) for pair in facts.get("forward_smaller_batches") or []}
+    return (full, small) if (full, small) in forward else None
+
+
 LAST_BATCH_FIX = ("If it is the last batch: drop it (DataLoader(..., drop_last=True); HF Trainer: "
                   "TrainingArguments(dataloader_drop_last=True); slicing the data by hand, skip a chunk "
                   "shorter than the others) or pad it to the full size, and the backward keeps one graph.")
@@ -1677,7 +1698,13 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     # Sizes that changed again later are no last batch, however the first change went.
     shorter = (facts.get("ca_misses", cause.count) == 1 and not facts["repeated"] and bool(facts["sizes"]) and not again
                and all(len(e["values"]) == 2 and e["values"][1] < e["values"][0] for e in facts["sizes"].values()))
-    if again and facts.get("ca_misses") == 1:
+    recurring = _recurring_smaller_batch(facts)
+    if recurring is not None:
+        full, small = recurring
+        why.append(f"The sizes go back and forth between two values ({full} and {small}, then {full} -> {small} again): a "
+                   "smaller batch that comes back, as each epoch's last batch does when the data's length is not a multiple "
+                   f"of the batch size ({small} rows left), the full batches of the next epoch between them.")
+    elif again and facts.get("ca_misses") == 1:
         why.append("The sizes vary from batch to batch" + (f" (then {', '.join(dict.fromkeys(again))})" if again else "")
                    + ", not only in a last batch: a sequence padded to each batch's longest, or ragged data.")
     stability = stability_sentence(facts, "shape recompile")
@@ -1702,9 +1729,9 @@ def _shapes(cause: Cause, cwd: str) -> Words:
         fix.append(f"{LAST_BATCH_FIX} Or, if the sizes changed for good at step {facts['last_recompile_step']} (a phase of other "
                    "shapes: the next layer trained in turn, another sequence length from then on): nothing to fix, the one "
                    "recompile is all it costs.")
-    elif shorter:
+    elif shorter or _recurring_smaller_batch(facts) is not None:
         fix.append(LAST_BATCH_FIX)
-    if facts["repeated"] and not facts.get("stabilised"):
+    if facts["repeated"] and not facts.get("stabilised") and _recurring_smaller_batch(facts) is None:
         fix.append("Shapes keep changing in new ways: pad or bucket inputs to a few fixed sizes.")
     # Not maybe_mark_dynamic on the model's inputs: compiled autograd's first graph takes the
     # sizes its nodes saved as constants whatever the forward did (torch 2.13, checked by hand: a
@@ -3674,6 +3701,10 @@ def _forward_follows(table: RecompileTable, owner: dict[int, Cause]) -> dict[int
             forwards.append(row)
         elif row.source == SOURCE_CA:
             here = [f for f in forwards if f.step == row.step and f.seq in owner]
+            if row.kind == MISS_CHANGED_SHAPES:
+                # A forward recompiled for its grad mode (an evaluation under no_grad, between two
+                # epochs' training) ran no backward: it changed no size the backward sees.
+                here = [f for f in here if guard_kind(own_guard(f)) != GUARD_GRAD_MODE]
             # Changed sizes follow the forward recompiled for a size (a checkpoint's recompute may
             # recompile the forward for its grad mode in the same step, after it), else the last.
             sized = [f for f in here if size_guard(own_guard(f)) is not None] if row.kind == MISS_CHANGED_SHAPES else []

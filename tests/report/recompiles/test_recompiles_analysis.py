@@ -733,3 +733,19 @@ def test_torchs_call_hook_given_each_parameters_gradient_is_not_told_of_a_smalle
     assert _guard_fixes(dict(facts, stabilised=True), True, "")[0].startswith("Nothing to fix: torch's call_hook met each hook's tensor size once")
     fixes = " ".join(_guard_fixes(facts, True, ""))
     assert fixes.startswith("Keep the hook out of Dynamo") and "drop_last" not in fixes
+
+
+def test_a_backward_size_going_back_to_the_forwards_smaller_batch_is_a_last_batch_that_recurs():
+    """The facts of pytorch/examples' siamese network over two epochs (36 samples by 8, torch 2.13,
+    aot_eager, recorded by `cagtool run --modes ca`): the forward recompiled for the first epoch's
+    last batch (8 -> 4); the backward captured again for 8 at the second epoch's start, and Dynamo
+    compiled that graph again at its last batch (8 -> 4). An HF Trainer's batches padded to their
+    longest (18, 19, then 17: tests/test_library_graph_break_counts.py) are no such batch."""
+    from cagtool.report.recompiles.explain import _recurring_smaller_batch
+
+    siamese = {"ca_misses": 1, "new_sizes_after": [(8, 4)], "forward_smaller_batches": [(8, 4)]}
+    assert _recurring_smaller_batch(siamese) == (8, 4)
+    padded = {"ca_misses": 1, "new_sizes_after": [(19, 17)], "forward_smaller_batches": []}
+    assert _recurring_smaller_batch(padded) is None
+    assert _recurring_smaller_batch({**siamese, "new_sizes_after": [(8, 4), (8, 2)]}) is None
+    assert _recurring_smaller_batch({**siamese, "ca_misses": 2}) is None

@@ -1338,6 +1338,8 @@ def _function_class_words(cause: Cause, found: FunctionClass, items: list[str], 
 # reshape()'s backward node when it viewed its input, and the ones when it copied it (torch 2.13).
 RESHAPE_VIEW = ("ReshapeAliasBackward0", "ViewBackward0")
 RESHAPE_COPY = "UnsafeViewBackward0"
+
+
 def _recurring_smaller_batch(facts: dict[str, Any]) -> tuple[int, int] | None:
     """(full, small) where a shape cause's sizes changed again after its one capture, every time
     from one larger value to one smaller, the smaller batch the forward met (pytorch/examples'
@@ -1729,9 +1731,9 @@ def _shapes(cause: Cause, cwd: str) -> Words:
         fix.append(f"{LAST_BATCH_FIX} Or, if the sizes changed for good at step {facts['last_recompile_step']} (a phase of other "
                    "shapes: the next layer trained in turn, another sequence length from then on): nothing to fix, the one "
                    "recompile is all it costs.")
-    elif shorter or _recurring_smaller_batch(facts) is not None:
+    elif shorter or recurring is not None:
         fix.append(LAST_BATCH_FIX)
-    if facts["repeated"] and not facts.get("stabilised") and _recurring_smaller_batch(facts) is None:
+    if facts["repeated"] and not facts.get("stabilised") and recurring is None:
         fix.append("Shapes keep changing in new ways: pad or bucket inputs to a few fixed sizes.")
     # Not maybe_mark_dynamic on the model's inputs: compiled autograd's first graph takes the
     # sizes its nodes saved as constants whatever the forward did (torch 2.13, checked by hand: a
@@ -2658,7 +2660,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         return [f"Keep `{first.source}` set from before the first compiled call ({target}): each time it goes back to None "
                 "the compiled code is specialised anew."]
     if kind == GUARD_LENGTH:
-        if facts.get("hook") and hook_filled_once(facts):
+        if hook_filled_once(facts):
             # torch 2.13, measured by `--verify` on a grad-norm hook per parameter writing into a dict by
             # name: hook-dynamo-disable made it 1 -> 2 recompiles and 7 graph breaks; the dict made with
             # its keys before the first backward, 1 -> 0 (tests/scripts/hook_norms_by_name.py).

@@ -74,14 +74,17 @@ def test_dynamic_sizes_remove_the_shape_loops_ca_recompile(record_run, tmp_path)
 def test_dynamic_sources_remove_a_ragged_batchs_forward_recompile(record_run, tmp_path):
     """A DataLoader's ragged last batch: Dynamo's size guard on the forward's input fails once.
     dynamic-sources (TORCH_COMPILE_DYNAMIC_SOURCES, the input named as torch names it) removes it.
-    The script also clears gradients with set_to_none=False (a .grad warm-up capture): the patch
-    zero-grad-to-none, run on a copy, removes that capture."""
+    drop-last, the explanation's own fix for a last batch, adds drop_last=True to the loader on a
+    copy: no smaller batch, so neither the forward nor the backward compiles again, and the losses
+    are not compared (the last batch is no longer trained on: steps 8 -> 6). The script also clears
+    gradients with set_to_none=False (a .grad warm-up capture): the patch zero-grad-to-none, run on
+    a copy, removes that capture."""
     run = _copy(record_run, tmp_path, "ragged_batches.py")
     before = mode_metrics(load_run(run).modes["ca"])
-    proc, data = _verify(run, "--fix", "dynamic-sources,zero-grad-to-none")
+    proc, data = _verify(run, "--fix", "dynamic-sources,zero-grad-to-none,drop-last")
     assert proc.returncode == 0, proc.stderr[-3000:]
     v = data["verification"]
-    sources, zero_grad = v["fixes"]
+    sources, zero_grad, dropped = v["fixes"]
     assert sources["fix"] == "dynamic-sources" and sources["env"] == {"TORCH_COMPILE_DYNAMIC_SOURCES": "L['args'][0]"}
     assert v["baseline"]["dynamo_recompiles"] == [before.dynamo_recompiles] == [2]
     assert sources["measured"]["dynamo_recompiles"] == [1] and sources["verdict"] == "verified", sources["reasons"]
@@ -92,9 +95,15 @@ def test_dynamic_sources_remove_a_ragged_batchs_forward_recompile(record_run, tm
     assert v["baseline"]["ca_graphs"] == [3] and zero_grad["measured"]["ca_graphs"] == [2]
     assert v["baseline"]["ca_recompiles"] == zero_grad["measured"]["ca_recompiles"] == [1]
     assert zero_grad["verdict"] == "verified" and zero_grad["numerics_agree"] is True, zero_grad["reasons"]
-    # The cause the other fix answers is named as not verified this time, not as needing code.
-    [skipped] = v["not_applied"]
-    assert skipped["code"] == "changed_shapes" and skipped["why"].startswith("not verified this time")
+    # drop-last answers the forward's recompile and the backward's that follows from it.
+    assert dropped["fix"] == "drop-last" and dropped["causes"] == [1, 2] and dropped["who"] == "your code"
+    assert "+    loader = DataLoader(data, batch_size=32, shuffle=False, drop_last=True)\n" in dropped["patch"]["diff"]
+    assert (dropped["measured"]["ca_recompiles"], dropped["measured"]["dynamo_recompiles"]) == ([0], [0])
+    assert v["baseline"]["steps"] == [8] and dropped["measured"]["steps"] == [6]
+    assert dropped["verdict"] == "verified" and dropped["numerics_agree"] is None, dropped["reasons"]
+    assert any(r.startswith("numerics not compared: drop_last=True leaves each epoch's last batch untrained (steps 8 -> 6)")
+               for r in dropped["reasons"])
+    assert v["not_applied"] == []
 
 
 def test_a_hook_added_mid_run_is_patched_on_a_copy_and_verified(record_run, tmp_path):

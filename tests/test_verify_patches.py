@@ -290,6 +290,31 @@ def test_a_fix_that_compiles_more_than_the_recompiles_it_removes_is_harmful():
     assert judge(base, replace(fixed, compile_time_s=14.0, compile_times_s=[14.0]), None, True)[0] == VERIFIED
 
 
+def test_a_compile_the_machines_load_can_have_lengthened_is_not_judged():
+    """dynamic-sources on a sequence storm read compile 2.8 s -> 9.2 s (3.26x) from one re-run a
+    side in a suite on 2 busy cores, and 1.6 s -> 1.5 s on the idle machine: the fix's re-run
+    compiled while the machine was loaded. A growth the load can account for (the fix's re-run
+    waited HEAVY_WAIT or more of its runnable time, or so much more than the baseline's that the
+    load's range covers it) is said with the waits and not judged; one it cannot is harmful."""
+    base = replace(_side(5, 1, 6), compile_time_s=2.8, compile_times_s=[2.8], compile_waits=[0.02])
+    fixed = replace(_side(1, 1, 2), compile_time_s=9.2, compile_times_s=[9.2])
+    verdict, reasons = judge(base, replace(fixed, compile_waits=[0.03]), None, True)
+    assert verdict == HARMFUL and reasons[1].endswith("it compiles more than the recompiles it removes did")
+    verdict, reasons = judge(base, replace(fixed, compile_waits=[]), None, True)  # not read: the figures alone
+    assert verdict == HARMFUL
+    verdict, reasons = judge(base, replace(fixed, compile_waits=[0.45]), None, True)
+    assert verdict == VERIFIED, reasons
+    assert "the fix's re-run waited for a CPU 45% of its runnable time while compiling: beyond 40%" in reasons[1]
+    assert reasons[1].endswith(", not judged; rerun on a quieter machine)")
+    verdict, reasons = judge(base, replace(fixed, compile_waits=[0.35]), None, True)
+    assert verdict == VERIFIED, reasons
+    assert "waited for a CPU 35% of its runnable time while compiling, the baseline's 2%, which alone can make its compile up to" in reasons[1]
+    # Three processes a side far apart: beyond what the same waits can account for.
+    three = (replace(base, compile_times_s=[2.8, 2.7, 2.9], compile_waits=[0.02, 0.0, 0.01]),
+             replace(fixed, compile_times_s=[28.0, 27.0, 29.0], compile_waits=[0.35, 0.3, 0.2]))
+    assert judge(*three, None, True)[0] == HARMFUL
+
+
 def test_a_multi_rank_job_is_measured_as_rank_0_saw_it(tmp_path):
     """A DDP job's launching process trains nothing: the counts before and after are rank 0's,
     the record `recompiles` explains by default, not the launcher's zeros."""

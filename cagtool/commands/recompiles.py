@@ -163,6 +163,7 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     from cagtool.errors import UsageError
     from cagtool.record.seal import check_job, sealed_bytes
     from cagtool.verify.fixes import fixes_for, patch_fix, unanswered_causes
+    from cagtool.verify.last_batch import drop_last_patch
     from cagtool.verify.patches import patch_for
     from cagtool.verify.verification import estimate_seconds, rerun_key, verify
 
@@ -173,7 +174,7 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     explanation = explanations[index]
     # A repetition of `run --repeat K` (`ca.3`): its explanation, re-run as its mode (`run --modes ca`).
     mode = tables[index].mode if tables[index].name == mode else mode
-    from cagtool.report.recompiles.explain import ca_started_dynamic, plural
+    from cagtool.report.recompiles.explain import advises_drop_last, ca_started_dynamic, plural
 
     # ca-dynamic changes nothing where compiled autograd already started dynamic: `run --dynamic`,
     # or the script's own `_enable(compiler, dynamic=True)` (its first graph took its sizes as inputs).
@@ -181,10 +182,14 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     fixes = fixes_for(explanation, dynamic_already=started_dynamic, pgo_suggestion=pgo_suggestion(record, mode))
     configured = {n for f in fixes for n in f.causes}
     script, display = _script_of(record)
+    # The explanation's "drop the last batch": a code change measured beside the run settings that
+    # answer the same causes, never in their place.
+    roots = {c.number for c in explanation.causes if advises_drop_last(c, record.meta.cwd or "")}
+    last_batch = tuple(c.number for c in explanation.causes if c.number in roots or c.caused_by in roots)  # with what follows from them
     # Read once, checked against the seal: a patched copy is made of what was checked, never of
     # what the path holds after check_job read it (a file swapped between the two would run).
-    source = sealed_bytes(record.meta.job_seal, script) if script is not None and any(
-        c.number not in configured for c in explanation.causes) else None
+    source = sealed_bytes(record.meta.job_seal, script) if script is not None and (last_batch or any(
+        c.number not in configured for c in explanation.causes)) else None
     patches = {}
     for cause in explanation.causes:
         if cause.number not in configured and (patch := patch_for(cause, script, display, source, list(record.meta.target_argv or ())[1:])) is not None:
@@ -200,6 +205,12 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
                 patch.why_not = ("the job's worker processes (DDP ranks, multiprocessing spawn) re-import the script by its path, "
                                  "so they would run your file, not a patched copy: apply the diff and record again")
     fixes += [patch_fix(p) for p in {id(p): p for p in patches.values()}.values() if p.applicable]
+    dropped = drop_last_patch(last_batch, script, display, source) if last_batch else None
+    if dropped is not None and dropped.applicable and recorded is not None and recorded.processes:
+        dropped.applicable, dropped.patched = False, None
+        dropped.why_not = "the job's worker processes re-import the script by its path, so they would run your file, not a patched copy"
+    if dropped is not None and dropped.applicable:
+        fixes.append(patch_fix(dropped))
     applicable = {n for f in fixes for n in f.causes}
     if options.fix is not None:
         names = [f.name for f in fixes]
@@ -210,6 +221,11 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
         fixes = [f for f in fixes if f.name in wanted]
     answered = {n for f in fixes for n in f.causes}
     not_applied = unanswered_causes(explanation, answered, applicable, patches, record.meta.cwd or "", options.fix)
+    if dropped is not None and not dropped.applicable:
+        # Said beside the cause even where a run setting answers it: the explanation's first advice.
+        not_applied += [{"cause": n, "code": next(c.code for c in explanation.causes if c.number == n), "who": "your code",
+                         "why": f"DataLoader(..., drop_last=True), the explanation's fix for the last batch, not applied: {dropped.why_not}",
+                         "patch": None, "nothing_to_change": False} for n in dropped.causes]
     if not fixes:
         # Nothing re-runs without a fix: no baseline is announced that never runs.
         needs_change = not not_applied or not all(item["nothing_to_change"] for item in not_applied)
@@ -334,8 +350,9 @@ def recompiles(
     out; hook-dynamo-disable: a traced hook that Dynamo recompiles wrapped in
     torch._dynamo.disable; zero-grad-to-none: zero_grad(set_to_none=False) made True;
     scalar-to-tensor: a Python number Dynamo guards on passed as a tensor; backend-aot-eager: a
-    custom autograd.Function in code compiled with backend="eager", compiled with "aot_eager"); a code change it
-    cannot make is shown with why not. A patch must keep what the job does: the backward hooks
+    custom autograd.Function in code compiled with backend="eager", compiled with "aot_eager";
+    drop-last: the training DataLoader's smaller last batch dropped, drop_last=True, its losses
+    not compared since it trains on fewer samples); a code change it cannot make is shown with why not. A patch must keep what the job does: the backward hooks
     run are counted in each re-run, and a fix that runs fewer is harmful. A recompile torch's own PGO explains carries torch's suggestion verbatim, and
     torch-pgo verifies that suggestion applied as torch words it (torch-pgo-ca-dynamic: with
     ca-dynamic, where torch's list names the CA graph's inputs). Every fix, by the name --fix takes:
@@ -344,6 +361,7 @@ def recompiles(
       ca-dynamic            dynamic-sources       torch-pgo
       torch-pgo-ca-dynamic  hook-before-loop      hook-dynamo-disable
       zero-grad-to-none     scalar-to-tensor      backend-aot-eager
+      drop-last
 
     Each fix gets before -> after for CA and Dynamo recompiles,
     compile time, time to first step, steady step time (with its 90% confidence interval), peak

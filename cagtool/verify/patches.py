@@ -38,6 +38,9 @@ name the script assigns "eager" once (that literal is edited), or as `args.X` of
 whose default is "eager" (the default is edited; not where the job's command line sets the option,
 or its `choices` leave out aot_eager: the patch says to record the job again with the option set).
 
+The explanation's `drop_last=True` for a DataLoader's smaller last batch is verify/last_batch.py's
+patch (`drop-last`), measured beside the dynamic shapes that answer the same cause.
+
 A forward frame recompiled on a Python value (a number or a flag Dynamo specialised on) gets its
 patch from value_patches.py: a number only used in tensor arithmetic is passed as a tensor at its
 call site (`scalar-to-tensor`, applied), a branch on a flag argument is shown as torch.where

@@ -3274,6 +3274,13 @@ def nothing_to_fix(cause: Cause, cwd: str) -> bool:
     return not fix or fix[0].startswith(NOTHING_TO_FIX)
 
 
+def advises_drop_last(cause: Cause, cwd: str = "") -> bool:
+    """The explanation's fixes for a root cause tell the training DataLoader to drop its smaller
+    last batch (a forward recompiled on it, or a backward captured again for it); never where they
+    keep an evaluation's last batch: the change --verify's drop-last patch makes."""
+    return cause.caused_by is None and any("drop_last=True" in fix for fix in cause_words(cause, cwd).fix)
+
+
 # How a fix that asks for nothing begins (the advice of a summary skips it where another asks for something).
 NOTHING_TO_FIX = ("Nothing to fix:", "Nothing to fix for ", "Nothing to change in your code:")
 

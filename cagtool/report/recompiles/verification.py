@@ -50,6 +50,8 @@ class _SideDoc(Struct):
     wall_s: float
     hook_calls: list[int | None] = field(default_factory=list)
     compile_times_s: list[float | None] = field(default_factory=list)
+    compile_waits: list[float | None] = field(default_factory=list)
+    steps: list[int | None] = field(default_factory=list)
     graph_breaks: list[int | None] = field(default_factory=list)
     graph_break_places: list[list[str] | None] = field(default_factory=list)
     failure: str | None = None

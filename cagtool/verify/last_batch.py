@@ -1,0 +1,125 @@
+"""`drop-last`: the explanation's fix for a recompile on a smaller last batch, as a patch.
+
+A DataLoader whose dataset size is not a multiple of its batch size ends each epoch with a smaller
+batch: Dynamo recompiles the forward for it and compiled autograd captures the backward again
+(explain.py: "If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it"). The
+patch adds `drop_last=True` to the training DataLoader's call (or `dataloader_drop_last=True` to
+an HF Trainer's `TrainingArguments(...)`), and `--verify` runs the copy as one more fix beside the
+run settings that answer the same cause (dynamic shapes), so the user sees both measured.
+
+The training loader is the script's one `DataLoader(...)` call without drop_last, or among several
+the one assigned to a name with "train" in it, else the one with `shuffle=True`: an evaluation's
+loader keeps its last batch (its samples count in the metric). Not applied where no such call is
+found, where the call passes `**kwargs` (drop_last may be in them) or a drop_last that is not a
+literal, or where it already drops the last batch (the smaller batch comes from elsewhere).
+
+Dropping the batch changes what is trained (its samples are left out of each epoch), so the
+re-run's losses differ from the baseline's by design: verification.py does not judge its numerics
+and says so, with the steps each side trained.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from cagtool.report.recompiles.explain import Cause
+from cagtool.verify.patch import Patch, unified_diff
+
+NAME = "drop-last"
+TITLE = "drop each epoch's smaller last batch (drop_last=True)"
+
+_LOADERS = {"DataLoader": "drop_last", "TrainingArguments": "dataloader_drop_last"}
+
+
+def _callee(call: ast.Call) -> str | None:
+    func = call.func
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    return name if name in _LOADERS else None
+
+
+def _assigned_names(tree: ast.AST) -> dict[int, str]:
+    """id(call) -> the name it is assigned to (`train_loader = DataLoader(...)`)."""
+    names: dict[int, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Call):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    names[id(node.value)] = target.id
+                elif isinstance(target, ast.Attribute):
+                    names[id(node.value)] = target.attr
+    return names
+
+
+def _keyword(call: ast.Call, name: str) -> ast.keyword | None:
+    return next((k for k in call.keywords if k.arg == name), None)
+
+
+def _is_true(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is True
+
+
+def _training_loader(tree: ast.AST) -> ast.Call | str:
+    """The training loader's call, or why none is edited."""
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and _callee(node) is not None]
+    loaders = [c for c in calls if _callee(c) == "DataLoader"] or [c for c in calls if _callee(c) == "TrainingArguments"]
+    if not loaders:
+        return ("no DataLoader(...) or TrainingArguments(...) call in the script: the batches are made elsewhere (a library, "
+                "or sliced by hand): drop or pad the last batch there")
+    names = _assigned_names(tree)
+    candidates = loaders
+    if len(candidates) > 1:
+        named = [c for c in candidates if "train" in names.get(id(c), "").lower()]
+        shuffled = [c for c in candidates if (k := _keyword(c, "shuffle")) is not None and _is_true(k.value)]
+        candidates = named if len(named) == 1 else shuffled if len(shuffled) == 1 else candidates
+    if len(candidates) > 1:
+        lines = ", ".join(str(c.lineno) for c in candidates)
+        return (f"the script makes {len(candidates)} loaders (lines {lines}) and none is named for training or alone shuffled: "
+                f"add {_LOADERS[_callee(candidates[0]) or 'DataLoader']}=True to the training one's")
+    call = candidates[0]
+    key = _LOADERS[_callee(call) or "DataLoader"]
+    if any(k.arg is None for k in call.keywords):
+        return f"the loader at line {call.lineno} passes **kwargs, which may set {key}: add {key}=True there"
+    given = _keyword(call, key)
+    if given is not None and _is_true(given.value):
+        return f"the loader at line {call.lineno} already drops its last batch ({key}=True): the smaller batch is made elsewhere"
+    if given is not None and not (isinstance(given.value, ast.Constant) and given.value.value in (False, None)):
+        return f"the loader at line {call.lineno} sets {key} from a value made at run time: set it to True there"
+    return call
+
+
+def drop_last_patch(causes: tuple[int, ...], script: str | None, display: str | None, source: bytes | None) -> Patch:
+    """The patch for the causes whose explanation says to drop the last batch; `source`: the
+    script's bytes as checked against the record's seal (None for a module job)."""
+    file = display or script or "?"
+    if script is None or source is None:
+        return Patch(NAME, causes, TITLE, file, None, "", False, "the job is not a script file cagtool can read (a module, or it moved)")
+    try:
+        text = source.decode("utf-8")
+        tree = ast.parse(text)
+    except (UnicodeDecodeError, SyntaxError, ValueError) as exc:
+        return Patch(NAME, causes, TITLE, file, None, "", False, f"the script cannot be parsed ({type(exc).__name__})")
+    found = _training_loader(tree)
+    if isinstance(found, str):
+        return Patch(NAME, causes, TITLE, file, None, "", False, found)
+    key = _LOADERS[_callee(found) or "DataLoader"]
+    lines = text.splitlines(keepends=True)
+    given = _keyword(found, key)
+    if given is not None:
+        # `drop_last=False`: the value is edited where it stands.
+        value = given.value
+        at, start, end = value.lineno - 1, value.col_offset, value.end_col_offset
+        if value.lineno != value.end_lineno:
+            return Patch(NAME, causes, TITLE, file, found.lineno, "", False, f"the {key} at line {value.lineno} spans lines")
+    else:
+        # After the last argument: a trailing comma, a call over several lines, stay as they are.
+        args = [*found.args, *(k.value for k in found.keywords)]
+        if not args:
+            return Patch(NAME, causes, TITLE, file, found.lineno, "", False, f"the loader at line {found.lineno} has no arguments")
+        last = max(args, key=lambda a: (a.end_lineno or 0, a.end_col_offset or 0))
+        at, start, end = (last.end_lineno or last.lineno) - 1, last.end_col_offset or 0, last.end_col_offset or 0
+    raw = lines[at].encode()
+    edit = b"True" if given is not None else f", {key}=True".encode()
+    after = list(lines)
+    after[at] = (raw[:start] + edit + raw[end:]).decode()
+    return Patch(NAME, causes, TITLE, file, at + 1, unified_diff(file, lines, after), True, patched="".join(after))

@@ -104,6 +104,9 @@ def test_dynamic_sources_remove_a_ragged_batchs_forward_recompile(record_run, tm
     assert any(r.startswith("numerics not compared: drop_last=True leaves each epoch's last batch untrained (steps 8 -> 6)")
                for r in dropped["reasons"])
     assert v["not_applied"] == []
+    # What to do: the fix that left no recompile, with what it changes in the training said beside it.
+    advice = next(line for line in cagtool_in_process("summary", str(run)).stdout.splitlines() if line.startswith("what to do:"))
+    assert advice.startswith("what to do: apply fix drop-last") and "numerics not compared: drop_last=True" in advice, advice
 
 
 def test_a_hook_added_mid_run_is_patched_on_a_copy_and_verified(record_run, tmp_path):

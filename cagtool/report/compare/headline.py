@@ -602,6 +602,10 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         advice = (f"apply fix {fix['fix']}" + (f", {fix['title']}" if fix.get("title") else "")
                   + (f": {in_job}" if in_job else "") + (f" [cagtool: {how}]" if how and not fix.get("patch") else "")
                   + f"; verified by re-running this job{measured}")
+        # A fix whose numerics differ by design (drop-last trains on fewer samples) says so beside it.
+        caveat = next((r for r in fix.get("reasons") or () if r.startswith("numerics not compared:")), None)
+        if caveat:
+            advice += f"; {caveat}"
     return Headline("; ".join(phrases) + ".", tone, advice)
 
 

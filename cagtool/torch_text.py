@@ -818,6 +818,30 @@ class GraphBreakWords:
     explanation: str = ""
     hints: tuple[str, ...] = field(default_factory=tuple)
 
+    @property
+    def advice(self) -> str | None:
+        return hint_advice(self.hints)
+
+
+def hint_advice(hints: tuple[str, ...]) -> str | None:
+    """Torch's first hint that says what to do about a break (`set torch._dynamo.config.allow_rnn =
+    True`), not one of the hints torch gives every break of a class (report it, it may be a bug, it
+    is fundamental); None where it gave none."""
+    return next((h for h in hints if not h.startswith(_GENERIC_HINTS)), None)
+
+
+# The openings of torch 2.13's hints for a class of break (torch/_dynamo/graph_break_hints.py:
+# USER_ERROR, DYNAMO_BUG, DIFFICULT, FUNDAMENTAL, SUPPORTABLE, CAUSED_BY_EARLIER_GRAPH_BREAK):
+# true of every break of the class, they name nothing to change.
+_GENERIC_HINTS = (
+    "Your code may result in an error when running in eager.",
+    "This is likely to be a Dynamo bug.",
+    "This graph break may be difficult to debug.",
+    "This graph break is fundamental",
+    "It may be possible to write Dynamo tracing rules for this code.",
+    "This graph break may have been caused by an earlier graph break.",
+)
+
 
 @functools.lru_cache(maxsize=1)
 def _registry() -> dict[str, str]:

@@ -538,6 +538,9 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         # The count and reason come first: the terminal's width may cut what follows.
         theirs = f" [torch's frames {INSIDE_CAPTURES_WORDS}]" if set(reason.places) <= in_captures.break_places else ""
         console.print(f"    graph break {where} ({count}){theirs}: {gb}{reason.reason}", overflow="ellipsis", no_wrap=True, markup=False)
+        if reason.advice:
+            # Torch's own advice for this break, on a line of its own: the line above may be cut.
+            console.print(f"      torch's hint: {reason.advice}", overflow="fold", markup=False, highlight=False)
     if len(reasons) > GRAPH_BREAK_REASONS_SHOWN:
         console.print(f"    ... {len(reasons) - GRAPH_BREAK_REASONS_SHOWN} more reasons: cagtool summary --format json {run_dir}")
     dynamo_recompiles = record.of(DynamoRecompileEvent)

@@ -36,6 +36,23 @@ def _event(seq: int, compile_id: str, reason: str, file: str = "/job/train.py", 
                            code="print(h.sum().item())")
 
 
+def test_torchs_advice_is_the_hint_that_names_a_change_not_the_one_it_gives_a_whole_class():
+    """Torch 2.13 gives some breaks a hint true of their whole class (graph_break_hints.py: "It may be
+    possible to write Dynamo tracing rules ... report an issue"), before or instead of one that names
+    a change (allow_rnn): the advice shown is the latter, or none."""
+    rnn = (_GENERIC + "Attempted to call function marked as skipped\n  Explanation: Dynamo does not support RNN, GRU, or LSTM.\n"
+           "  Hint: It may be possible to write Dynamo tracing rules for this code. Please report an issue to PyTorch if you "
+           "encounter this graph break often and it is causing performance issues.\n"
+           "  Hint: Set torch._dynamo.config.allow_rnn=True to enable experimental support for RNN, GRU, and LSTM in Dynamo")
+    only_generic = rnn.rsplit("\n", 1)[0].replace("does not support RNN, GRU, or LSTM.", "does not trace `helper`, marked as skipped.")
+    [with_advice, without] = graph_break_reasons(graph_break_sites([_event(1, "0/0", rnn, line=5), _event(2, "1/0", only_generic, line=7)]))
+    assert with_advice.advice == "Set torch._dynamo.config.allow_rnn=True to enable experimental support for RNN, GRU, and LSTM in Dynamo"
+    assert without.advice is None
+    assert [r.advice for r in graph_break_reasons(graph_break_sites([_event(1, "0/0", ITEM)]))] == [
+        "Set `torch._dynamo.config.capture_scalar_outputs = True` or `export TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS=1` to include these "
+        "operations in the captured graph."]
+
+
 def test_two_reasons_at_one_line_are_two_sites_with_torchs_counts():
     events = [_event(1, "0/0", ITEM), _event(9, "1/0", PRINT), _event(31, "1/1", PRINT)]
     sites = graph_break_sites(events, COUNTED)
@@ -92,6 +109,10 @@ def test_summary_lists_every_reason_with_its_count_and_line(graph_breaks, tmp_pa
     said = _ca_break_lines(plain.stdout)
     assert said == ["graph break sites graph_breaks.py:12, graph_breaks.py:14 (2 breaks): [GB0025] Call to `torch._dynamo.graph_break()`: "
                     "User-inserted graph break. Message: None"]
+    # Torch's hint that names a change, on a line of its own under its reason.
+    ca = plain.stdout[plain.stdout.index("mode ca:"):].splitlines()
+    at = next(i for i, text in enumerate(ca) if text.strip().startswith("graph break sites graph_breaks.py:12"))
+    assert ca[at + 1].strip() == "torch's hint: Remove the `torch._dynamo.graph_break()` call."
     run, name, line = _with_a_second_reason(graph_breaks, tmp_path / "two-reasons")
     out = cagtool_in_process("summary", run)
     assert out.returncode == 0, out.stderr

@@ -40,7 +40,7 @@ from cagtool.record.schema import (
     StepEvent,
 )
 from cagtool.report.replaced import backward_call
-from cagtool.torch_text import ca_id_of, compile_attempt, compile_frame
+from cagtool.torch_text import ca_id_of, compile_attempt, compile_frame, hint_advice
 
 # What a capture with no cache-miss reason is when the capture before it raised: torch captures a
 # graph whose capture raised again when it comes back, and by design gives no reason for it. The
@@ -99,6 +99,11 @@ class GraphBreakSite:
     hints: tuple[str, ...] = ()  # torch's hints, verbatim
     breaks: int = 0  # graph breaks of this reason at this place (see above)
     gb_type: str = ""  # torch's gb_type (the first line of its message), what its counter is keyed by
+
+    @property
+    def advice(self) -> str | None:
+        """Torch's hint that says what to do here (torch_text.hint_advice)."""
+        return hint_advice(self.hints)
 
 
 @dataclass(frozen=True)
@@ -961,6 +966,7 @@ class GraphBreakReason:
     gb_type: str
     breaks: int  # its sites' breaks together
     places: tuple[tuple[str, int | None], ...]  # (file, line) of each of its sites, first seen first
+    advice: str | None = None  # torch's hint that says what to do (torch_text.hint_advice), the first of its sites'
 
     @property
     def label(self) -> str:
@@ -975,7 +981,7 @@ def graph_break_reasons(sites: list[GraphBreakSite]) -> list[GraphBreakReason]:
     for site in sites:
         grouped.setdefault(site.reason, []).append(site)
     return [GraphBreakReason(reason, group[0].gb_id, group[0].gb_type or reason, sum(s.breaks for s in group),
-                             tuple((s.file, s.line) for s in group))
+                             tuple((s.file, s.line) for s in group), next((s.advice for s in group if s.advice), None))
             for reason, group in grouped.items()]
 
 

@@ -309,7 +309,7 @@ def marker_rows(series: Sequence[Series]) -> list[dict[str, Any]]:
                     # Breaks happen while tracing a forward frame, before its step's backward.
                     "step": forward_step(event.step),
                     "compile_id": event.compile_id,
-                    "what": f"hint: {words.hints[0]}" if words.hints else "",
+                    "what": f"hint: {words.advice}" if words.advice else "",
                     "reason": f"{gb}{words.headline}",
                     "node": "",
                     "source": f"{where}  {event.code.strip()}".strip() if where else event.code.strip(),

@@ -3170,8 +3170,8 @@ def _resume_fixes(facts: dict[str, Any], cwd: str) -> list[str]:
     """A resume frame's recompile: one-time, or the guard's own fixes; then the break that made it."""
     resume = facts["resume"]
     at, headline = _resume_words(facts, cwd)
-    hints = graph_break_words(facts.get("break_reason") or "").hints
-    hint = f" torch's hint: {hints[0].rstrip('. ')}." if hints else ""
+    advice = graph_break_words(facts.get("break_reason") or "").advice
+    hint = f" torch's hint: {advice.rstrip('. ')}." if advice else ""
     broke = f": {headline}." if headline else "."
     once = bool(facts.get("stabilised")) and facts.get("recompiling_steps", 0) <= 1
     if once and facts.get("kind") in _ANOTHER_CALL_KINDS:

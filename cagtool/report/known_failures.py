@@ -30,6 +30,23 @@ MARK_DYNAMIC_UNDER_CA = (
 )
 
 
+# Dynamo compiling a compiled-autograd graph: the CA runtime wrapper called the compiled graph, and
+# the error Dynamo raised names the graph's generated code (`<eval_with_key>.N`, its `forward`) as
+# the "user code" it was tracing (torch 2.13: an IndexError at `inputs[0]` on a backward that saved
+# a sparse tensor, pytorch/examples' GCN).
+_CA_RUNTIME = "torch/_dynamo/compiled_autograd.py"
+_CA_GRAPH_CODE = 'File "<eval_with_key>'
+
+
+def in_ca_graph_compile(exception: Any) -> bool:
+    """The exception was raised while Dynamo compiled a compiled-autograd graph: in torch's
+    handling of the backward it captured, not at a line of the script."""
+    if exception is None:
+        return False
+    message, traceback = getattr(exception, "message", "") or "", getattr(exception, "traceback", "") or ""
+    return _CA_RUNTIME in traceback and _CA_GRAPH_CODE in message
+
+
 def explain(exception: Any) -> str:
     """The explanation of a manifest's exception (record.schema's ExceptionInfo), "" if none is known."""
     if exception is None:

@@ -45,7 +45,7 @@ from cagtool.report.figures.metrics import (
 from cagtool.report.findings import shown_findings
 from cagtool.report.compiles.detail import detail_command
 from cagtool.report.figures.compile_phases import phase_lines
-from cagtool.report.known_failures import explain as explain_failure
+from cagtool.report.known_failures import explain as explain_failure, in_ca_graph_compile
 from cagtool.report.recompiles.reads import INSIDE_CAPTURES_WORDS, forward_step, torch_frames_in_captures
 from cagtool.report.recompiles.table import guard_text
 from cagtool.report.ranks.analysis import RankFocus, analysis_json, analyze_ranks, run_dir_of, run_for_rank
@@ -477,6 +477,13 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         first_line = manifest.exception.message.splitlines()[0] if manifest.exception.message else ""
         console.print(Text.assemble("  ", ("exception:", "red"), f" {manifest.exception.type}: {first_line}"))
         meaning = explain_failure(manifest.exception)
+        if in_ca_graph_compile(manifest.exception):
+            # The message's "user code" is torch's generated graph, not the script: say whose it is.
+            captured = record.of(CAGraphEvent)
+            which = f"compiled-autograd graph {captured[-1].compile_id}" if captured else "a compiled-autograd graph"
+            console.print(f"  raised: while Dynamo compiled {which} (the backward compiled autograd captured; the \"user code\" "
+                          "torch names, <eval_with_key>, is that graph's generated code): a failure in torch's compile of this "
+                          "backward, not at a line of your script; TORCHDYNAMO_VERBOSE=1 shows torch's own stack", markup=False, overflow="fold")
         if meaning:
             console.print(f"  what it means: {meaning}", markup=False, overflow="fold")
     graphs = record.of(CAGraphEvent)

@@ -1,0 +1,40 @@
+"""Where a failed mode's exception was raised, when the script's lines are not where: Dynamo
+compiling a compiled-autograd graph names that graph's generated code (`<eval_with_key>.N`) as the
+"user code" it traced. `summary` says so, with the CA graph it was compiling."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from conftest import ROOT, cagtool_in_process
+
+from cagtool.report.known_failures import in_ca_graph_compile
+
+# torch 2.13's exception on tests/scripts/sparse_backward.py under compiled autograd, as the record keeps it (cut).
+MESSAGE = ('tuple index out of range\n\nfrom user code:\n   File "<eval_with_key>.0", line 5, in forward\n    getitem = inputs[0]\n'
+           '              ^^^^^^^^^\n\nSet TORCHDYNAMO_VERBOSE=1 for the internal stack trace')
+TRACEBACK = ('Traceback (most recent call last):\n  File "/job/gcn.py", line 20, in <module>\n    loss.backward()\n'
+             '  File "/venv/lib/python3.11/site-packages/torch/_dynamo/compiled_autograd.py", line 1242, in runtime_wrapper\n'
+             '    out = compiled_fn(\n  File "/venv/lib/python3.11/site-packages/torch/_dynamo/eval_frame.py", line 1166, in compile_wrapper\n')
+
+
+def test_an_error_in_a_ca_graphs_generated_code_is_told_apart_from_the_scripts():
+    assert in_ca_graph_compile(SimpleNamespace(type="IndexError", message=MESSAGE, traceback=TRACEBACK))
+    # The script's own error in its backward hook, outside compiled autograd's runtime: not that.
+    assert not in_ca_graph_compile(SimpleNamespace(type="IndexError", message="tuple index out of range",
+                                                   traceback='  File "/job/gcn.py", line 9, in hook\n'))
+    assert not in_ca_graph_compile(SimpleNamespace(type="IndexError", message=MESSAGE, traceback='  File "/job/gcn.py", line 20\n'))
+    assert not in_ca_graph_compile(None)
+
+
+@pytest.mark.slow  # one torch process
+def test_summary_says_a_ca_mode_failed_in_torchs_compile_of_its_graph(record_run):
+    run = record_run(str(ROOT / "tests" / "scripts" / "sparse_backward.py"), modes="ca", backend="aot_eager")
+    assert run.returncode != 0
+    out = cagtool_in_process("summary", run.path).stdout
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith("exception: IndexError"))
+    assert lines[at + 1].strip().startswith("raised: while Dynamo compiled compiled-autograd graph !0 (the backward compiled autograd "
+                                            "captured"), lines[at:at + 2]
+    assert "not at a line of your script" in lines[at + 1]

@@ -222,3 +222,25 @@ def test_a_custom_function_compiled_with_the_eager_backend_is_verified_with_aot_
     assert fix["verdict"] == "verified" and fix["numerics_agree"] is True, fix["reasons"]
     fixed = load_run(fix["measured"]["run"])
     assert fixed.modes["ca"].manifest.torch_counters["compiled_autograd"]["captures"] == 2
+
+
+def test_with_several_repetitions_the_sides_take_turns_and_each_keeps_its_repetitions(record_run, tmp_path):
+    """--repeat 2: round 1 runs the baseline, then the fix; round 2 runs each once more (in a
+    shuffled order), each folded into its side's record as `ca.2`, as `run --repeat 2` names it. A
+    load that comes and goes during the verification then falls on both sides alike."""
+    run = _copy(record_run, tmp_path, "hook_added_midrun.py")
+    proc = cagtool_in_process("recompiles", str(run), "--verify", "--repeat", "2", "--format", "json", env={"CI": "true"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    turns = [line.split(":", 2)[1].strip() for line in proc.stderr.splitlines() if " run --modes ca --repeat 1 " in line]
+    assert turns[:2] == ["baseline (1/2)", "hook-before-loop (1/2)"], proc.stderr
+    assert sorted(turns[2:]) == ["baseline (2/2)", "hook-before-loop (2/2)"], proc.stderr
+    v = json.loads(proc.stdout)["verification"]
+    [fix] = v["fixes"]
+    assert v["baseline"]["ca_recompiles"] == [1, 1] and fix["measured"]["ca_recompiles"] == [0, 0]
+    assert fix["verdict"] == "verified", fix["reasons"]
+    for side in (Path(v["baseline"]["run"]), Path(fix["measured"]["run"])):
+        record = load_run(side)
+        assert sorted(record.modes) == ["ca", "ca.2"] and record.meta.mode_exit_codes == {"ca": 0, "ca.2": 0}
+        pids = {record.modes[m].manifest.process["pid"] for m in record.modes}
+        assert len(pids) == 2  # two processes, one a repetition
+        assert not (side.parent / f"{side.name}.2").exists() and (side.parent / f"{side.name}.2.stderr").is_file()

@@ -2,8 +2,10 @@
 
 For a recorded run, the job is run again as it was recorded (same script, arguments, working
 directory, backend, step limits), in the mode the recompiles were found in, `repeat` times as a
-baseline and `repeat` times with each fix (`cagtool run --repeat`, so each repetition is its own
-process). Each re-run is an ordinary run record under `<run>/verify/<stamp>/<name>/`, so every count is
+baseline and `repeat` times with each fix, each repetition its own `cagtool run` process; with
+several, the sides take turns (round 1 the baseline, then each fix; each later round every side
+once more, in a shuffled order: INTERLEAVED), each run folded into its side's record as the next
+repetition (`ca.2`, as `run --repeat` names it). Each re-run is an ordinary run record under `<run>/verify/<stamp>/<name>/`, so every count is
 torch's own and every figure can be checked with the other commands. The result
 (`<run>/verification.json`) compares each fix's runs with the baseline's, by the comparison
 `cagtool compare A B` makes:
@@ -35,8 +37,8 @@ import contextlib
 import hashlib
 import json
 import os
+import random
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -512,6 +514,59 @@ def _compile_load(baseline: Side, fixed: Side, low: float) -> str | None:
             f"which alone can make its compile up to {high:.2f}x longer")
 
 
+# The sides of a verification with several repetitions take turns, in rounds (verify()): a load
+# that comes and goes over the minutes a verification takes then falls on every side alike, where
+# one side's repetitions after the other's put it on one side (a neighbour's job during a fix's
+# re-runs read that fix 7x slower, 0.14x with a 90% CI of 0.06x-0.42x, on 3 processes a side).
+INTERLEAVED = True
+
+
+def _run_meta(path: Path) -> dict[str, Any] | None:
+    """A re-run's run.json as written, read as a record's file is (never through a link)."""
+    from cagtool.record.regular_files import read_record_bytes
+    from cagtool.record.schema import MAX_JSON_FILE_BYTES
+
+    try:
+        data = json.loads(read_record_bytes(path / "run.json", max_bytes=MAX_JSON_FILE_BYTES))
+    except (OSError, ValueError, CagtoolError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _side_failed(path: Path, mode: str) -> bool:
+    """Whether a side's record so far says its job failed (a failed run is not run again)."""
+    data = _run_meta(path)
+    if data is None:
+        return True
+    codes = data.get("mode_exit_codes") or {}
+    return data.get("status") != "finished" or any(code not in (0, None) for code in codes.values())
+
+
+def _fold(run_dir: Path, side: Path, single: Path, mode: str, k: int) -> None:
+    """One more repetition into a side's record: `single`, a run of the mode alone (`--repeat 1`),
+    becomes `<mode>.<k>` of `side`, as `cagtool run --repeat K` names its repetitions, and `side`'s
+    run.json lists it with its exit code (the worse status and exit code of the two stand for the
+    run). Nothing of `single` is left but its output files beside it; a run that did not start
+    (its stderr file says why) leaves the side with the runs it has."""
+    import shutil
+
+    theirs, ours = _run_meta(single), _run_meta(side)
+    source = single / mode
+    name = f"{mode}.{k}"
+    if theirs is not None and ours is not None and source.is_dir() and not source.is_symlink():
+        os.rename(source, side / name)
+        ours["modes"] = [*ours.get("modes", []), name]
+        ours.setdefault("mode_exit_codes", {})[name] = (theirs.get("mode_exit_codes") or {}).get(mode)
+        if theirs.get("status") != "finished":
+            ours["status"] = theirs.get("status")
+        if ours.get("exit_code") in (0, None):
+            ours["exit_code"] = theirs.get("exit_code")
+        ours["ended_at"] = theirs.get("ended_at", ours.get("ended_at"))
+        ours.setdefault("options", {})["repeat"] = k
+        write_atomic(side / "run.json", json.dumps(ours, indent=2), root=run_dir)
+    shutil.rmtree(single, ignore_errors=True)
+
+
 def estimate_seconds(run: RunRecord, mode: str, repeat: int, fixes: int) -> float | None:
     """The whole verification's wall time, from how long the recorded mode took."""
     record = run.modes.get(mode)
@@ -667,9 +722,11 @@ def _verify_in(run: Any, run_dir: Path, root: Path, mode: str, fixes: list[Fix],
     """verify()'s re-runs and verdicts, into `root` (the verify directory claimed for them)."""
     copies: dict[str, Path] = {}
 
-    def record(name: str, fix: Fix | None) -> tuple[Path, float, int]:
-        out = make_new_dir(run_dir, root / name)
-        argv = rerun_argv(run, mode, repeat, out, fix)
+    def record(name: str, fix: Fix | None, reps: int, k: int = 1) -> tuple[Path, float, int]:
+        """`reps` repetitions of one side into root/name (k = 1), or its k-th alone into root/name.k."""
+        label = name if k == 1 else f"{name}.{k}"
+        out = make_new_dir(run_dir, root / label)
+        argv = rerun_argv(run, mode, reps, out, fix)
         env = {**os.environ, **(fix.env if fix is not None else {})}
         env.pop(SOURCE_DIGEST_ENV, None)  # only what this verification checked
         said = f"  ({', '.join(f'{k}={v}' for k, v in fix.env.items())})" if fix and fix.env else ""
@@ -677,23 +734,30 @@ def _verify_in(run: Any, run_dir: Path, root: Path, mode: str, fixes: list[Fix],
         env.update(checked_source_env(run))
         if fix is not None and fix.patch is not None and fix.patch.patched is not None:
             copy = root / f"{name}-{script.name}"
-            write_atomic(copy, fix.patch.patched, root=run_dir)
-            copies[name] = copy
+            if name not in copies:
+                write_atomic(copy, fix.patch.patched, root=run_dir)
+                copies[name] = copy
             env.update({PATCH_TARGET_ENV: str(script.resolve()), PATCHED_SOURCE_ENV: str(copy),
                         SOURCE_DIGEST_ENV: source_digest("script", str(script), hashlib.sha256(fix.patch.patched.encode("utf-8")).hexdigest(), str(script))})
             said = f"  (runs the patched copy {copy} in place of {fix.patch.file}; your file is not changed)"
-        progress(f"{name}: {' '.join(_shown(a) for a in argv[3:])}" + said.replace(str(root), _shown(str(root))))
+        turn = f" ({k}/{repeat})" if reps < repeat else ""
+        progress(f"{name}{turn}: {' '.join(_shown(a) for a in argv[3:])}" + said.replace(str(root), _shown(str(root))))
         began = time.monotonic()
         # The job's own output is not the verification's: kept in files next to its record.
         # Its stdin is /dev/null: the re-runs are not interactive (a job that reads stdin fails, and says so).
-        with open_new(run_dir, root / f"{name}.stdout") as stdout, open_new(run_dir, root / f"{name}.stderr") as stderr:
+        with open_new(run_dir, root / f"{label}.stdout") as stdout, open_new(run_dir, root / f"{label}.stderr") as stderr:
             try:
                 code = subprocess.run(argv, cwd=run.meta.cwd or None, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL).returncode
             except OSError as exc:
                 raise UsageError(f"cannot start the re-run in {run.meta.cwd}: {exc.strerror or exc}") from None
         return out, time.monotonic() - began, code
 
-    base_path, base_wall, base_code = record("baseline", None)
+    # With several repetitions a side, the sides take turns (INTERLEAVED): round 1 runs each side
+    # once, the baseline first (a job that fails without any fix stops the verification there);
+    # each later round runs every side once more, in a shuffled order, and each run is folded into
+    # its side's record as its next repetition.
+    first = 1 if repeat > 1 and INTERLEAVED else repeat
+    base_path, base_wall, base_code = record("baseline", None, first)
     base_stderr = root / "baseline.stderr"
     if not (base_path / "run.json").exists():
         last = _last_line(base_stderr)
@@ -705,21 +769,44 @@ def _verify_in(run: Any, run_dir: Path, root: Path, mode: str, fixes: list[Fix],
         # Nothing can be measured against a job that fails without any fix: the fixes are not run.
         raise BaselineFailed(f"the baseline re-run itself failed, without any fix ({_why_it_failed(base_record, mode, base_stderr)}; "
                              f"the re-runs read no stdin): nothing to measure the fixes against; see {base_stderr}")
+    reruns: dict[tuple[Any, ...], tuple[str, Path, float]] = {}  # rerun_key -> the fix that ran it, its record, its wall time
+    for fix in fixes:
+        key = rerun_key(run, mode, repeat, fix)
+        if key not in reruns:
+            path, wall, _code = record(fix.name, fix, first)
+            reruns[key] = (fix.name, path, wall)
+    if first < repeat:
+        by_name = {f.name: f for f in fixes}
+        sides: list[tuple[str, Fix | None]] = [("baseline", None)] + [(name, by_name[name]) for name, _, _ in reruns.values()]
+        walls = {"baseline": base_wall, **{name: wall for name, _, wall in reruns.values()}}
+        shuffle = random.Random(int.from_bytes(os.urandom(4), "big")).shuffle
+        for k in range(2, repeat + 1):
+            order = list(sides)
+            shuffle(order)
+            for name, fix in order:
+                if not (root / name / "run.json").exists() or (fix is not None and _side_failed(root / name, mode)):
+                    continue  # a side that did not start, or failed its first run: not run again
+                path, wall, _code = record(name, fix, 1, k)
+                walls[name] += wall
+                _fold(run_dir, root / name, path, mode, k)
+        reruns = {key: (name, path, walls[name]) for key, (name, path, _) in reruns.items()}
+        baseline, base_record = _side("baseline", base_path, mode, walls["baseline"])
+        if (changed := _source_changed(base_record, mode)) is not None:
+            raise UnreadableInput(f"{changed}; record the run again")
+        if baseline.status != "finished":
+            raise BaselineFailed(f"the baseline re-run itself failed in a later repetition, without any fix "
+                                 f"({_why_it_failed(base_record, mode, base_stderr)}): nothing to measure the fixes against; see {root}")
     result.baseline = baseline
     recorded, _ = _side("record", run_dir, mode, 0.0, loaded=run)
     check = check_against_record(recorded, baseline)
     result.off_record = [words for words in (check.step, check.compile) if words]
     for words in result.off_record:
         progress(f"baseline: {words}")
-    reruns: dict[tuple[Any, ...], tuple[str, Path, float]] = {}  # rerun_key -> the fix that ran it, its record, its wall time
     for fix in fixes:
         key = rerun_key(run, mode, repeat, fix)
-        same_as = reruns[key][0] if key in reruns else None
-        if same_as is None:
-            path, wall, _code = record(fix.name, fix)
-            reruns[key] = (fix.name, path, wall)
-        else:
-            _, path, wall = reruns[key]
+        ran_as, path, wall = reruns[key]
+        same_as = ran_as if ran_as != fix.name else None
+        if same_as is not None:
             progress(f"{fix.name}: the same re-run as {same_as} (the same command, environment and code): not run again")
         ran = same_as or fix.name
         # The words every renderer shows, before the verdict's own reasons.

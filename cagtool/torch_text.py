@@ -802,6 +802,12 @@ _ID_IN_LINK = re.compile(r"/gb/gb(?P<digits>\d+)\.html")
 # to eager for the whole frame ("Failed to handle graph break gracefully. Skipping the function and
 # falling back to eager. Graph break encountered:"), the same break logged again.
 _GENERIC = ("Encountered graph break when attempting to trace", "Failed to handle graph break gracefully")
+_FELL_BACK = "Failed to handle graph break gracefully. Skipping the function and falling back to eager"
+
+
+def fell_back_to_eager(reason: str) -> bool:
+    """The break made Dynamo skip the whole frame: the function runs eagerly, none of it compiled."""
+    return (reason or "").startswith(_FELL_BACK)
 
 
 @dataclass(frozen=True)

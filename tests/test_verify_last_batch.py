@@ -53,11 +53,33 @@ def test_an_hf_trainers_arguments_get_dataloader_drop_last():
     assert _changed(_patch(source))[1] == "+args = TrainingArguments(output_dir='out', per_device_train_batch_size=8, dataloader_drop_last=True)"
 
 
+def test_a_dict_of_known_keys_spread_into_the_loader_is_read_as_pytorch_examples_build_it():
+    """pytorch/examples' mnist and siamese scripts pass their loaders' options as `**train_kwargs`,
+    a dict of known keys updated with an accelerator's: none is drop_last, so the edit is made."""
+    siamese = ("train_kwargs = {'batch_size': args.batch_size}\n"
+               "test_kwargs = {'batch_size': args.test_batch_size}\n"
+               "if use_accel:\n"
+               "    accel_kwargs = {'num_workers': 1, 'pin_memory': True, 'shuffle': True}\n"
+               "    train_kwargs.update(accel_kwargs)\n"
+               "    test_kwargs.update(accel_kwargs)\n"
+               "train_loader = torch.utils.data.DataLoader(train_dataset, **train_kwargs)\n"
+               "test_loader = torch.utils.data.DataLoader(test_dataset, **test_kwargs)\n")
+    assert _changed(_patch(siamese))[1] == "+train_loader = torch.utils.data.DataLoader(train_dataset, **train_kwargs, drop_last=True)"
+    mnist_rnn = ("kwargs = {'num_workers': 1, 'pin_memory': True} if args.accel else {}\n"
+                 "train_loader = torch.utils.data.DataLoader(ds, batch_size=64, shuffle=True, **kwargs)\n"
+                 "test_loader = torch.utils.data.DataLoader(ts, batch_size=1000, shuffle=True, **kwargs)\n")
+    assert _changed(_patch(mnist_rnn))[1] == "+train_loader = torch.utils.data.DataLoader(ds, batch_size=64, shuffle=True, **kwargs, drop_last=True)"
+
+
 @pytest.mark.parametrize("source, why", [
     ("for i in range(0, n, 32):\n    step(x[i:i + 32])\n", "no DataLoader(...) or TrainingArguments(...) call in the script"),
     ("a = DataLoader(x, shuffle=True)\nb = DataLoader(y, shuffle=True)\n", "the script makes 2 loaders (lines 1, 2)"),
     ("loader = DataLoader(d, batch_size=4, drop_last=True)\n", "already drops its last batch (drop_last=True): the smaller batch is made elsewhere"),
-    ("loader = DataLoader(d, **opts)\n", "passes **kwargs, which may set drop_last"),
+    ("loader = DataLoader(d, **opts)\n", "passes **kwargs, which may set drop_last"),  # never bound here: a parameter, an import
+    ("opts = {'batch_size': 4}\nopts.update(extra)\nloader = DataLoader(d, **opts)\n", "passes **kwargs, which may set drop_last"),
+    ("opts = {'drop_last': False}\nloader = DataLoader(d, **opts)\n", "passes **kwargs, which may set drop_last"),
+    ("opts = {'batch_size': 4}\nopts[key] = 1\nloader = DataLoader(d, **opts)\n", "passes **kwargs, which may set drop_last"),
+    ("def make(opts):\n    return DataLoader(d, **opts)\nopts = {}\n", "passes **kwargs, which may set drop_last"),
     ("loader = DataLoader(d, drop_last=args.drop)\n", "sets drop_last from a value made at run time"),
     ("loader = DataLoader(\n", "the script cannot be parsed (SyntaxError)"),
 ])

@@ -545,6 +545,11 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         # The count and reason come first: the terminal's width may cut what follows.
         theirs = f" [torch's frames {INSIDE_CAPTURES_WORDS}]" if set(reason.places) <= in_captures.break_places else ""
         console.print(f"    graph break {where} ({count}){theirs}: {gb}{reason.reason}", overflow="ellipsis", no_wrap=True, markup=False)
+        if reason.fell_back:
+            # torch's count may say 0 here: the frame was given up whole, not split.
+            console.print(f"      Dynamo gave up on the function holding {place_words(reason.fell_back)} and ran it eagerly "
+                          "(torch: \"Skipping the function and falling back to eager\"): none of that function is compiled",
+                          overflow="fold", markup=False, highlight=False)
         if reason.advice:
             # Torch's own advice for this break, on a line of its own: the line above may be cut.
             console.print(f"      torch's hint: {reason.advice}", overflow="fold", markup=False, highlight=False)

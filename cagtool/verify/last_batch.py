@@ -10,7 +10,8 @@ run settings that answer the same cause (dynamic shapes), so the user sees both 
 The training loader is the script's one `DataLoader(...)` call without drop_last, or among several
 the one assigned to a name with "train" in it, else the one with `shuffle=True`: an evaluation's
 loader keeps its last batch (its samples count in the metric). Not applied where no such call is
-found, where the call passes `**kwargs` (drop_last may be in them) or a drop_last that is not a
+found, where the call spreads a dict the script may have put drop_last in (`**kwargs`: a dict
+of known keys, as pytorch/examples build `**train_kwargs`, is read), or a drop_last that is not a
 literal, or where it already drops the last batch (the smaller batch comes from elsewhere).
 
 Dropping the batch changes what is trained (its samples are left out of each epoch), so the
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import ast
 
-from cagtool.report.recompiles.explain import Cause
 from cagtool.verify.patch import Patch, unified_diff
 
 NAME = "drop-last"
@@ -78,7 +78,8 @@ def _training_loader(tree: ast.AST) -> ast.Call | str:
                 f"add {_LOADERS[_callee(candidates[0]) or 'DataLoader']}=True to the training one's")
     call = candidates[0]
     key = _LOADERS[_callee(call) or "DataLoader"]
-    if any(k.arg is None for k in call.keywords):
+    spread = [k.value for k in call.keywords if k.arg is None]
+    if any(not (isinstance(v, ast.Name) and _dict_without(tree, v.id, key)) for v in spread):
         return f"the loader at line {call.lineno} passes **kwargs, which may set {key}: add {key}=True there"
     given = _keyword(call, key)
     if given is not None and _is_true(given.value):
@@ -86,6 +87,59 @@ def _training_loader(tree: ast.AST) -> ast.Call | str:
     if given is not None and not (isinstance(given.value, ast.Constant) and given.value.value in (False, None)):
         return f"the loader at line {call.lineno} sets {key} from a value made at run time: set it to True there"
     return call
+
+
+def _literal_without(node: ast.expr, key: str, tree: ast.AST, depth: int) -> bool:
+    """`node` makes a dict whose keys are all known and none is `key`: a dict display of string
+    constants, `dict(a=..., ...)`, either of two such (`{...} if accel else {}`), or a name that
+    is only ever bound to such (_dict_without)."""
+    if isinstance(node, ast.Dict):
+        return all(isinstance(k, ast.Constant) and isinstance(k.value, str) and k.value != key for k in node.keys)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
+        return all(k.arg is not None and k.arg != key for k in node.keywords)
+    if isinstance(node, ast.IfExp):
+        return _literal_without(node.body, key, tree, depth) and _literal_without(node.orelse, key, tree, depth)
+    if isinstance(node, ast.Name) and depth < 3:
+        return _dict_without(tree, node.id, key, depth + 1)
+    return False
+
+
+def _dict_without(tree: ast.AST, name: str, key: str, depth: int = 0) -> bool:
+    """Whether the script's `name`, spread into the loader's call (`**train_kwargs`), can never hold
+    `key`: every binding of it is a dict of known keys (_literal_without), every `name.update(x)`
+    adds one, every `name[k] = v` has a string k, none of them `key`. pytorch/examples build their
+    loaders' arguments so: `train_kwargs = {'batch_size': args.batch_size}`, then
+    `train_kwargs.update({'num_workers': 1, 'pin_memory': True, 'shuffle': True})` on an accelerator.
+    A function parameter, a loop variable or any other binding of the name: not known."""
+    bound = False
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id == name:
+                    if node.value is None or not _literal_without(node.value, key, tree, depth):
+                        return False
+                    bound = True
+                elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and target.value.id == name:
+                    index = target.slice
+                    if not (isinstance(index, ast.Constant) and isinstance(index.value, str) and index.value != key):
+                        return False
+                elif isinstance(target, (ast.Tuple, ast.List, ast.Starred)) and any(
+                        isinstance(n, ast.Name) and n.id == name for n in ast.walk(target)):
+                    return False
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension, ast.withitem)):
+            bound_there = node.target if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) else node.optional_vars
+            if bound_there is not None and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(bound_there)):
+                return False
+        elif isinstance(node, ast.arg) and node.arg == name:
+            return False
+        elif isinstance(node, (ast.NamedExpr,)) and node.target.id == name:
+            return False
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+              and node.func.value.id == name and node.func.attr in ("update", "setdefault", "__setitem__", "__ior__")):
+            if node.func.attr != "update" or len(node.args) != 1 or node.keywords or not _literal_without(node.args[0], key, tree, depth):
+                return False
+    return bound
 
 
 def drop_last_patch(causes: tuple[int, ...], script: str | None, display: str | None, source: bytes | None) -> Patch:

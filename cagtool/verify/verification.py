@@ -444,6 +444,12 @@ def judge(baseline: Side, fixed: Side, speedup: Any, numerics_agree: bool | None
     return NO_EFFECT, reasons
 
 
+def _in_script(place: str, copies: set[str], script: str) -> str:
+    """A graph break's place ("file:line") in a patched copy, named as the script's."""
+    file, _, line = place.rpartition(":")
+    return f"{script}:{line}" if file in copies else place
+
+
 def _counts(values: list[int | None]) -> str:
     """Per-repetition counts in words: '8', or '8/8/7' where the repetitions differ."""
     shown = ["?" if v is None else str(v) for v in values] or ["?"]
@@ -819,6 +825,12 @@ def _verify_in(run: Any, run_dir: Path, root: Path, mode: str, fixes: list[Fix],
                                           same_as=same_as))
             continue
         measured, fixed_record = _side(ran, path, mode, wall)
+        if ran in copies:
+            # The copy runs in the script's place: a graph break at its line is the script's.
+            script = os.path.abspath(os.path.join(run.meta.cwd or ".", run.meta.target.get("name", "")))
+            names = {str(copies[ran]), str(copies[ran].resolve())}
+            measured.graph_break_places = [None if places is None else sorted({_in_script(p, names, script) for p in places})
+                                           for places in measured.graph_break_places]
         change = next((c for c in compare_runs(base_record, fixed_record).changes if c.mode == mode), None)
         speedup = change.speedup if change is not None else None
         numerics = [d for d in (change.numerics if change is not None else ()) if not d.inputs_differ]

@@ -70,6 +70,9 @@ def test_two_reasons_at_one_line_are_two_sites_with_torchs_counts():
                     "encountered:\n" + user, line=11)]
     [site] = graph_break_sites(twice, {user: 1})
     assert (site.gb_id, site.logged, site.breaks) == ("GB0025", 2, 1) and site.reason.startswith("Call to `torch._dynamo.graph_break()`: ")
+    # ... and Dynamo ran that frame eagerly, whole: said of the site and of its reason.
+    assert site.fell_back and graph_break_reasons([site])[0].fell_back == (("/job/train.py", 11),)
+    assert not any(s.fell_back for s in graph_break_sites(events))
     # One reason at two lines: one reason, two places, its breaks together.
     [reason] = graph_break_reasons(graph_break_sites([_event(1, "0/0", PRINT, line=12), _event(2, "1/0", PRINT, line=14)]))
     assert (reason.gb_id, reason.breaks, [line for _, line in reason.places]) == ("GB0059", 2, [12, 14])

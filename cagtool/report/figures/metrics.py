@@ -40,7 +40,7 @@ from cagtool.record.schema import (
     StepEvent,
 )
 from cagtool.report.replaced import backward_call
-from cagtool.torch_text import ca_id_of, compile_attempt, compile_frame, hint_advice
+from cagtool.torch_text import ca_id_of, compile_attempt, compile_frame, fell_back_to_eager, hint_advice
 
 # What a capture with no cache-miss reason is when the capture before it raised: torch captures a
 # graph whose capture raised again when it comes back, and by design gives no reason for it. The
@@ -99,6 +99,9 @@ class GraphBreakSite:
     hints: tuple[str, ...] = ()  # torch's hints, verbatim
     breaks: int = 0  # graph breaks of this reason at this place (see above)
     gb_type: str = ""  # torch's gb_type (the first line of its message), what its counter is keyed by
+    # Dynamo gave up on the whole frame there and ran it eagerly ("Skipping the function and falling
+    # back to eager"): nothing of that function compiled, whatever the break count says.
+    fell_back: bool = False
 
     @property
     def advice(self) -> str | None:
@@ -934,9 +937,12 @@ def graph_break_sites(events: list[GraphBreakEvent], counted: dict[str, int] | N
         # when Dynamo falls back to eager for the frame), with the same gb_type and explanation.
         key = (event.file, event.line, words.explanation or words.headline)
         seen = sites.get(key)
+        fell_back = fell_back_to_eager(event.reason or "")
+        if seen is not None and fell_back and not seen.fell_back:
+            seen = sites[key] = replace(seen, fell_back=True)
         if seen is None:
             sites[key] = GraphBreakSite(event.file, event.line, words.headline, 1, words.gb_id, words.hints,
-                                        gb_type=words.gb_type or words.headline)
+                                        gb_type=words.gb_type or words.headline, fell_back=fell_back)
         elif words.gb_id and not seen.gb_id:  # torch's own words, where the first record had another preface
             sites[key] = replace(seen, reason=words.headline, gb_id=words.gb_id, hints=words.hints, gb_type=words.gb_type,
                                  logged=seen.logged + 1)
@@ -967,6 +973,7 @@ class GraphBreakReason:
     breaks: int  # its sites' breaks together
     places: tuple[tuple[str, int | None], ...]  # (file, line) of each of its sites, first seen first
     advice: str | None = None  # torch's hint that says what to do (torch_text.hint_advice), the first of its sites'
+    fell_back: tuple[tuple[str, int | None], ...] = ()  # its places where Dynamo ran the whole frame eagerly (GraphBreakSite.fell_back)
 
     @property
     def label(self) -> str:
@@ -981,7 +988,8 @@ def graph_break_reasons(sites: list[GraphBreakSite]) -> list[GraphBreakReason]:
     for site in sites:
         grouped.setdefault(site.reason, []).append(site)
     return [GraphBreakReason(reason, group[0].gb_id, group[0].gb_type or reason, sum(s.breaks for s in group),
-                             tuple((s.file, s.line) for s in group), next((s.advice for s in group if s.advice), None))
+                             tuple((s.file, s.line) for s in group), next((s.advice for s in group if s.advice), None),
+                             tuple((s.file, s.line) for s in group if s.fell_back))
             for reason, group in grouped.items()]
 
 

@@ -1650,16 +1650,21 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     facts = cause.facts
     # Sizes with the same owner and the same values are described together: sizes[0-3] of X: 10, 100.
     together: dict[tuple, list[int]] = {}
+    unknown: list[int] = []  # the sizes whose earlier value no recorded graph shows: said once, after the list
     for index, entry in facts["sizes"].items():
         owner = f" of {node_label(entry['node'], entry['node_call'])}" if entry["node"] else ""
         values = ", ".join(str(v) for v in entry["values"]) or "not recorded"
         if entry.get("previous_missing"):
-            values += (" (its earlier value is not in the record: no recorded graph's code shows it, as for a "
-                       "size in the cache key that no node reads)")
+            unknown.append(index)
         together.setdefault((owner, values), []).append(index)
     described = [
         f"sizes[{step_list(indices).replace(', ', ',')}]{owner}: {values}" for (owner, values), indices in together.items()
     ]
+    earlier = ""
+    if unknown:
+        which = "value" if len(unknown) == 1 else "values"
+        earlier = (f" The earlier {which} of sizes[{step_list(sorted(unknown)).replace(', ', ',')}] {'is' if len(unknown) == 1 else 'are'} "
+                   "not in the record: no recorded graph's code shows them, as for a size in the cache key that no node reads.")
     total = sum(facts["changed_per_recompile"])
     title = f"Tensor shapes changed ({plural(cause.count, 'recompile')}, {plural(total, 'changed size')})"
     if facts["dynamo_recompiles"]:
@@ -1668,7 +1673,7 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     why = [
         "Compiled autograd started with static sizes; when a size changed it recompiled once and "
         "made the changed sizes dynamic (symbolic).",
-        "Sizes and the values seen: " + elide(described) + ".",
+        "Sizes and the values seen: " + elide(described) + "." + earlier,
     ]
     in_key = facts.get("dynamic_in_key") or {}
     dynamic = [f"{g} takes {plural(n, 'dynamic size')}" + (f" (torch holds {in_key[g]} dynamic in its cache key: no node reads the others)" if g in in_key else "")

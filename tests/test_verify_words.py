@@ -73,3 +73,21 @@ def test_a_fix_whose_re_run_failed_says_why_in_its_verdict():
                        "see its record"]
     verdict, reasons = judge(_side(0, 3, 1), dataclasses.replace(failed, failure=None), None, None)
     assert reasons == ["the re-run with the fix did not finish: see its record"]
+
+
+def test_what_to_do_is_the_fix_with_the_fewest_recompiles_then_the_fewest_changes():
+    """mnist_rnn (pytorch/examples): torch's PGO list of 32 compiled-autograd inputs with --dynamic
+    and a one-line drop_last=True both left 0 recompiles; the line is the one to apply. Between a
+    run setting and an edit of one change each, the run setting (no code changes)."""
+    from cagtool.report.recompiles.verification import best_fix
+
+    def fix(name: str, left: int, env: dict | None = None, flags: tuple = (), patch: bool = False) -> dict:
+        return {"fix": name, "verdict": "verified", "env": env or {}, "run_flags": list(flags), "patch": {"diff": "-a\n+b\n"} if patch else None,
+                "measured": {"ca_recompiles": [left], "dynamo_recompiles": [0], "ca_graphs": [1]}}
+
+    pgo = fix("torch-pgo-ca-dynamic", 0, {"TORCH_COMPILE_DYNAMIC_SOURCES": ",".join(f"L['inputs'][{i}]" for i in range(32))}, ("--dynamic",))
+    dropped = fix("drop-last", 0, patch=True)
+    assert best_fix({"fixes": [pgo, dropped]})["fix"] == "drop-last"
+    assert best_fix({"fixes": [dropped, fix("ca-dynamic", 1, flags=("--dynamic",))]})["fix"] == "drop-last"  # fewer recompiles first
+    assert best_fix({"fixes": [dropped, fix("dynamic-sources", 0, {"TORCH_COMPILE_DYNAMIC_SOURCES": "L['x']"})]})["fix"] == "dynamic-sources"
+    assert best_fix({"fixes": [{**pgo, "verdict": "harmful"}]}) is None

@@ -185,13 +185,23 @@ def _recompiles_after(fix: dict[str, Any]) -> tuple[int, int]:
     return (max(totals) if totals else 1 << 30, max(graphs) if graphs else 1 << 30)
 
 
+def _changes(fix: dict[str, Any]) -> int:
+    """How many things a user sets or edits to apply a fix: each input an environment variable
+    names (TORCH_COMPILE_DYNAMIC_SOURCES' list), each run flag, an edit."""
+    env = fix.get("env") or {}
+    named = sum(len([item for item in str(value).split(",") if item.strip()]) for value in env.values())
+    return named + len(fix.get("run_flags") or ()) + (1 if fix.get("patch") else 0)
+
+
 def best_fix(data: dict[str, Any] | None) -> dict[str, Any] | None:
     """The verified fix the measurements support most: the fewest recompiles left, then the fewest
-    CA graphs; on a tie, the one that changes no code (a run setting before an edit)."""
+    CA graphs; on a tie, the one with the fewest things to set or edit (torch's PGO list of 32
+    compiled-autograd inputs with --dynamic, or a one-line drop_last=True: the edit), then the one
+    that changes no code (a run setting before an edit)."""
     good = [f for f in (data or {}).get("fixes", ()) if f.get("verdict") == "verified"]
     if not good:
         return None
-    return min(good, key=lambda f: (*_recompiles_after(f), 1 if f.get("patch") else 0))
+    return min(good, key=lambda f: (*_recompiles_after(f), _changes(f), 1 if f.get("patch") else 0))
 
 
 # The timing verdicts (compare's Speedup.verdict) whose interval is a claim; any other (too few

@@ -52,7 +52,7 @@ from cagtool.record.seal import check_job, sealed_module_file
 from cagtool.report.compare.analysis import compare_runs, mode_fields
 from cagtool.report.figures.intervals import ratio_text
 from cagtool.report.recompiles.explain import plural
-from cagtool.report.recompiles.verification import JUDGED, VERIFICATION_FILE, VERIFICATION_FORMAT
+from cagtool.report.recompiles.verification import JUDGED, VERIFICATION_FILE, VERIFICATION_FORMAT, repetition_counts
 from cagtool.capture.run.target import PATCH_TARGET_ENV, PATCHED_SOURCE_ENV, SOURCE_DIGEST_ENV, SourceChanged, source_digest
 from cagtool.verify.fixes import Fix
 from cagtool.verify.last_batch import NAME as DROP_LAST
@@ -450,12 +450,6 @@ def _in_script(place: str, copies: set[str], script: str) -> str:
     return f"{script}:{line}" if file in copies else place
 
 
-def _counts(values: list[int | None]) -> str:
-    """Per-repetition counts in words: '8', or '8/8/7' where the repetitions differ."""
-    shown = ["?" if v is None else str(v) for v in values] or ["?"]
-    return shown[0] if len(set(shown)) == 1 else "/".join(shown)
-
-
 def processes_text(units: tuple[int, int]) -> str:
     """'1 vs 1 process', '3 vs 3 processes': the re-run processes of a fix and of the baseline an
     interval rests on, as the gate and compare say them (report.figures.intervals)."""
@@ -528,15 +522,15 @@ INTERLEAVED = True
 
 
 def _run_meta(path: Path) -> dict[str, Any] | None:
-    """A re-run's run.json as written, read as a record's file is (never through a link)."""
-    from cagtool.record.regular_files import read_record_bytes
-    from cagtool.record.schema import MAX_JSON_FILE_BYTES
+    """A re-run's run.json as written, read as a record's file is (never through a link); None
+    where it is not there or not a run record's."""
+    from cagtool.record.loader import read_json_object
+    from cagtool.record.schema import RUN_META_FILE
 
     try:
-        data = json.loads(read_record_bytes(path / "run.json", max_bytes=MAX_JSON_FILE_BYTES))
-    except (OSError, ValueError, CagtoolError):
+        return read_json_object(path / RUN_META_FILE, "run record")
+    except CagtoolError:
         return None
-    return data if isinstance(data, dict) else None
 
 
 def _side_failed(path: Path, mode: str) -> bool:
@@ -556,6 +550,8 @@ def _fold(run_dir: Path, side: Path, single: Path, mode: str, k: int) -> None:
     (its stderr file says why) leaves the side with the runs it has."""
     import shutil
 
+    from cagtool.record.schema import RUN_META_FILE
+
     theirs, ours = _run_meta(single), _run_meta(side)
     source = single / mode
     name = f"{mode}.{k}"
@@ -569,7 +565,7 @@ def _fold(run_dir: Path, side: Path, single: Path, mode: str, k: int) -> None:
             ours["exit_code"] = theirs.get("exit_code")
         ours["ended_at"] = theirs.get("ended_at", ours.get("ended_at"))
         ours.setdefault("options", {})["repeat"] = k
-        write_atomic(side / "run.json", json.dumps(ours, indent=2), root=run_dir)
+        write_atomic(side / RUN_META_FILE, json.dumps(ours, indent=2), root=run_dir)
     shutil.rmtree(single, ignore_errors=True)
 
 
@@ -840,7 +836,7 @@ def _verify_in(run: Any, run_dir: Path, root: Path, mode: str, fixes: list[Fix],
         verdict, reasons = judge(baseline, measured, speedup, agree, check)
         if fix.patch is not None and fix.patch.name == DROP_LAST:
             reasons.append(f"numerics not compared: drop_last=True leaves each epoch's last batch untrained (steps "
-                           f"{_counts(baseline.steps)} -> {_counts(measured.steps)}), so the losses differ by design")
+                           f"{repetition_counts(baseline.steps)} -> {repetition_counts(measured.steps)}), so the losses differ by design")
         left = causes_left(fixed_record, mode, {n: k for n, k in (cause_keys or {}).items() if n in fix.causes})
         if left:
             reasons.append("; ".join(f"cause #{n} is still there ({plural(k, 'recompile')} in the re-run)" for n, k in sorted(left.items())))

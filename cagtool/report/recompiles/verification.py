@@ -128,10 +128,13 @@ def load_verification(run_path: Path | str) -> dict[str, Any] | None:
     return msgspec.to_builtins(document)
 
 
+def repetition_counts(values: list) -> str:
+    """Per-repetition counts in words: '8', or '8/8/7' where the repetitions differ; '?' for none."""
+    return str(values[0]) if values and len(set(values)) == 1 else "/".join(map(str, values)) or "?"
+
+
 def _counts(before: list, after: list) -> str:
-    b = before[0] if before and len(set(before)) == 1 else "/".join(map(str, before)) or "?"
-    a = after[0] if after and len(set(after)) == 1 else "/".join(map(str, after)) or "?"
-    return f"{b} -> {a}"
+    return f"{repetition_counts(before)} -> {repetition_counts(after)}"
 
 
 def _seconds(value: Any) -> str:

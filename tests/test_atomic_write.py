@@ -84,3 +84,36 @@ def test_a_confined_write_refuses_a_link_on_the_way_or_at_the_name(tmp_path):
         handle.write(b"ok")
     with pytest.raises(UnreadableInput, match="already exists"):
         open_new(run, run / "new" / "out")
+
+
+def test_a_move_inside_the_run_refuses_whatever_was_planted_at_its_destination_or_on_the_way(tmp_path):
+    """move_new: a directory moves to a new name under the run; a link, a directory or a file at the
+    destination, a link on the way to it, or a source that is a link is refused (exit 3), and
+    neither the planted thing nor what a link points at is touched or moved into."""
+    from cagtool.errors import UnreadableInput
+    from cagtool.record.atomic import move_new
+
+    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    (run / "single" / "ca").mkdir(parents=True)
+    (run / "single" / "ca" / "steps.jsonl").write_text("{}\n")
+    (run / "side").mkdir()
+    elsewhere.mkdir()
+    (run / "side" / "ca.2").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(UnreadableInput, match="ca.2 already exists"):
+        move_new(run, run / "single" / "ca", run / "side" / "ca.2")
+    (run / "side" / "ca.2").unlink()
+    (run / "side" / "ca.2").mkdir()
+    (run / "side" / "ca.2" / "planted").write_text("x")
+    with pytest.raises(UnreadableInput, match="ca.2 already exists"):
+        move_new(run, run / "single" / "ca", run / "side" / "ca.2")
+    (run / "linked").symlink_to(run / "side", target_is_directory=True)
+    with pytest.raises(UnreadableInput, match="linked is a symbolic link"):
+        move_new(run, run / "single" / "ca", run / "linked" / "ca.3")
+    (run / "other").mkdir()
+    (run / "other" / "ca").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(UnreadableInput, match="ca is a symbolic link"):
+        move_new(run, run / "other" / "ca", run / "side" / "ca.3")
+    assert list(elsewhere.iterdir()) == [] and (run / "single" / "ca" / "steps.jsonl").is_file()
+    assert (run / "side" / "ca.2" / "planted").read_text() == "x"
+    move_new(run, run / "single" / "ca", run / "side" / "ca.3")
+    assert (run / "side" / "ca.3" / "steps.jsonl").read_text() == "{}\n" and not (run / "single" / "ca").exists()

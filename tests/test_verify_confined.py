@@ -324,3 +324,30 @@ def test_a_module_in_the_working_directory_is_never_run_as_cagtool(tmp_path):
                             cwd=str(job), capture_output=True, text=True, env=env, timeout=600)
     assert verify.returncode in (0, 1), verify.stderr[-3000:]
     assert "ca-dynamic" in verify.stdout and not marker.exists()
+
+
+def test_a_link_planted_where_a_repetition_is_folded_is_refused_and_nothing_leaves_the_run(tmp_path):
+    """`--repeat K` folds each later run of a side into the side's record as `<mode>.<k>`: a link
+    planted at that name while the verification ran (or a folder there) is refused in one line
+    (exit 3), the link's target gets nothing, and the run that could not be folded is kept."""
+    from cagtool.errors import UnreadableInput
+    from cagtool.verify.verification import _fold
+
+    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    side, single = run / "verify" / "stamp" / "baseline", run / "verify" / "stamp" / "baseline.2"
+    (side / "ca").mkdir(parents=True)
+    (single / "ca").mkdir(parents=True)
+    elsewhere.mkdir()
+    meta = {"status": "finished", "exit_code": 0, "modes": ["ca"], "mode_exit_codes": {"ca": 0}}
+    (side / "run.json").write_text(json.dumps(meta))
+    (single / "run.json").write_text(json.dumps(meta))
+    (single / "ca" / "steps.jsonl").write_text("{}\n")
+    (side / "ca.2").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(UnreadableInput, match=r"baseline/ca\.2 already exists: cagtool writes only inside the run directory"):
+        _fold(run, side, single, "ca", 2)
+    assert list(elsewhere.iterdir()) == [] and (single / "ca" / "steps.jsonl").is_file()
+    assert json.loads((side / "run.json").read_text())["modes"] == ["ca"]
+    (side / "ca.2").unlink()
+    _fold(run, side, single, "ca", 2)
+    assert json.loads((side / "run.json").read_text())["modes"] == ["ca", "ca.2"]
+    assert (side / "ca.2" / "steps.jsonl").is_file() and not single.exists()

@@ -145,6 +145,38 @@ def open_new(root: Path | str, path: Path | str) -> BinaryIO:
     return os.fdopen(handle, "wb")
 
 
+def move_new(root: Path | str, source: Path | str, dest: Path | str) -> None:
+    """Move the directory `source` to `dest`, a name that must not exist, both under `root`: a link
+    or a non-directory at `source`, on the way to either, or anything already at `dest` is refused,
+    and the move never follows a link (the parents are held by descriptor), so it stays inside `root`
+    even if the tree changes while it runs."""
+    root, source, dest = Path(root), Path(source), Path(dest)
+    theirs, ours = _parts_under(root, source), _parts_under(root, dest)
+    src_fd = _open_dir(root, theirs[:-1], create=False)
+    try:
+        dst_fd = _open_dir(root, ours[:-1], create=False)
+        try:
+            try:
+                mode = os.lstat(theirs[-1], dir_fd=src_fd).st_mode
+            except OSError as exc:
+                raise cannot_write(source, exc) from None
+            if not stat.S_ISDIR(mode):
+                raise _refused(source, "is a symbolic link" if stat.S_ISLNK(mode) else "is not a directory")
+            with contextlib.suppress(FileNotFoundError):
+                os.lstat(ours[-1], dir_fd=dst_fd)
+                raise _refused(dest, "already exists")
+            try:
+                os.rename(theirs[-1], ours[-1], src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+            except OSError as exc:
+                if exc.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+                    raise _refused(dest, "already exists") from None  # planted between the check and the move
+                raise cannot_write(dest, exc) from None
+        finally:
+            os.close(dst_fd)
+    finally:
+        os.close(src_fd)
+
+
 def write_atomic(path: Path | str, data: str | bytes, root: Path | str | None = None) -> None:
     """Replace `path` with `data` (str: UTF-8), or leave the old file as it was: a reader sees the
     previous content or this one, never half of one. The temporary file beside it is this

@@ -46,7 +46,7 @@ from typing import Any, Callable
 
 from cagtool.capture.run.self_launch import python_module_argv
 from cagtool.errors import CagtoolError, EXIT_GATE_FAILED, UnreadableInput, UsageError
-from cagtool.record.atomic import check_confined, make_new_dir, open_new, write_atomic
+from cagtool.record.atomic import check_confined, make_new_dir, move_new, open_new, write_atomic
 from cagtool.record.loader import RunRecord, load_run
 from cagtool.record.seal import check_job, sealed_module_file
 from cagtool.report.compare.analysis import compare_runs, mode_fields
@@ -547,7 +547,9 @@ def _fold(run_dir: Path, side: Path, single: Path, mode: str, k: int) -> None:
     becomes `<mode>.<k>` of `side`, as `cagtool run --repeat K` names its repetitions, and `side`'s
     run.json lists it with its exit code (the worse status and exit code of the two stand for the
     run). Nothing of `single` is left but its output files beside it; a run that did not start
-    (its stderr file says why) leaves the side with the runs it has."""
+    (its stderr file says why) leaves the side with the runs it has. A link or anything else
+    planted at `<side>/<mode>.<k>` (or on the way) while the verification ran is refused
+    (UnreadableInput): the move never leaves the run."""
     import shutil
 
     from cagtool.record.schema import RUN_META_FILE
@@ -555,8 +557,8 @@ def _fold(run_dir: Path, side: Path, single: Path, mode: str, k: int) -> None:
     theirs, ours = _run_meta(single), _run_meta(side)
     source = single / mode
     name = f"{mode}.{k}"
-    if theirs is not None and ours is not None and source.is_dir() and not source.is_symlink():
-        os.rename(source, side / name)
+    if theirs is not None and ours is not None and os.path.lexists(source):
+        move_new(run_dir, source, side / name)  # refused: the single run is kept where it is
         ours["modes"] = [*ours.get("modes", []), name]
         ours.setdefault("mode_exit_codes", {})[name] = (theirs.get("mode_exit_codes") or {}).get(mode)
         if theirs.get("status") != "finished":

@@ -310,9 +310,8 @@ def cause_phrase(cause: "Cause") -> str:
             CAUSE_HOOK: "a backward hook was added or removed",
             CAUSE_GRAD_DEFINED: ".grad switched between None and a tensor",
         }.get(cause.code, "no reason recorded")
-    steps = cause.steps
-    if steps:
-        what += f" at step {steps[0]}" if len(steps) == 1 else f" at steps {step_list(steps)}"
+    if cause.place:
+        what += f" {cause.place}" if cause.between_steps else f" at {cause.place}"
     changed = cause.facts.get("state_changed_at")
     if changed is not None:
         # The line that changed the state (`torch.set_num_threads(1)`) is the cause; the compiled call is only where it showed.

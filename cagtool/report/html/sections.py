@@ -36,7 +36,7 @@ from cagtool.report.findings import shown_findings
 from cagtool.report.graphs.diff import CHANGED, EQUAL, NodeDiff
 from cagtool.report.graphs.render import changed_fields, header_lines, hunks, node_text, origin_label, summary_lines
 from cagtool.report.graphs.runs import GraphComparison
-from cagtool.report.recompiles.explain import Cause, Explanation, alert_words, cause_words, step_list
+from cagtool.report.recompiles.explain import Cause, Explanation, alert_words, cause_words
 from cagtool.report.recompiles.render import TABLE_HEADER, counts_line, record_notes, table_cells
 from cagtool.report.recompiles.reads import format_source
 from cagtool.report.recompiles.verification import fix_in_job, speedup_bounds
@@ -485,8 +485,7 @@ def recompiles(explanations: dict[str, Explanation], anchor: str = "recompiles",
 
 def _cause_card(cause: Cause, cwd: str, kind: str, consequences: list[CauseCard] | None = None) -> CauseCard:
     words = cause_words(cause, cwd)
-    steps = cause.steps
-    at = f", {'step' if len(steps) == 1 else 'steps'} {step_list(steps)}" if steps else ""
+    at = f", {cause.place_said}" if cause.place else ""
     return CauseCard(f"#{cause.number} {words.title}{at}", list(words.why), list(words.fix), words.evidence, kind, consequences or [])
 
 

@@ -121,6 +121,33 @@ class Cause:
     def evidence(self) -> list[Evidence]:
         return [Evidence(r.compile_id, r.step, r.seq) for r in self.rows]
 
+    @property
+    def between_steps(self) -> bool:
+        """Its recompiles were compiled for an evaluation (grad off, or into inference mode): each
+        came after step k-1 had ended and before step k's backward, stamped k as the record stamps
+        whatever runs before a step's backward; no training step ran it."""
+        facts = self.facts
+        return facts.get("kind") == GUARD_GRAD_MODE and facts.get("grad_mode_after") is False or facts.get("inference_switch") is True
+
+    @property
+    def place(self) -> str:
+        """Where in the run its recompiles came: "step 4", "steps 2-4, 7", "between steps 3 and 4" or
+        "before step 0" (an evaluation's, `between_steps`); "" where no step is known."""
+        steps = self.steps
+        if not steps:
+            return ""
+        if not self.between_steps:
+            return f"{'step' if len(steps) == 1 else 'steps'} {step_list(steps)}"
+        spans = [f"before step {s}" if s == FIRST_STEP else f"{s - 1} and {s}" for s in steps]
+        before = [x for x in spans if x.startswith("before")]
+        between = [x for x in spans if not x.startswith("before")]
+        return ", ".join(([f"between steps {', '.join(between)}"] if between else []) + before)
+
+    @property
+    def place_said(self) -> str:
+        """`place`, with what "between steps" means where it is said (a cause's heading)."""
+        return self.place + (" (grad off: an evaluation, not a training step)" if self.between_steps and self.place else "")
+
 
 @dataclass
 class Alert:

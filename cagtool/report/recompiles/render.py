@@ -291,8 +291,7 @@ class ExplanationRenderer:
             for words in alerts:
                 self._block(f"!! {words.title}", words.why, words.fix, words.evidence)
             for cause, words in zip(explanation.causes, causes):
-                steps = cause.steps
-                at = f", {'step' if len(steps) == 1 else 'steps'} {step_list(steps)}" if steps else ""
+                at = f", {cause.place_said}" if cause.place else ""
                 # A consequence is drawn under its root cause (they are listed in that order).
                 indent = 4 if cause.caused_by is not None else 0
                 self._block(f"#{cause.number} {words.title}{at}", words.why, words.fix, words.evidence, indent)
@@ -378,6 +377,8 @@ def explanation_json(explanation: Explanation) -> dict[str, Any]:
                 "guard_kind": cause.facts.get("kind", ""),
                 "count": cause.count,
                 "steps": cause.steps,
+                # Compiled for an evaluation between training steps: each step k above is "after step k-1".
+                "between_steps": cause.between_steps,
                 "title": words.title,
                 "why": words.why,
                 "fix": words.fix,

@@ -94,7 +94,9 @@ def test_an_evaluation_under_no_grad_is_a_grad_mode_change_not_a_size(record_run
     assert {f.name: f.causes for f in fixes_for(explanation)}["dynamic-sources"] == (size.number,)
     line = cagtool_in_process("summary", str(record_run("eval_no_grad.py").path)).stdout.splitlines()[0]
     assert "from 2 causes (--explain's #1 and #3 of 3): a smaller batch (a DataLoader's last?): the size of `args[0]` (dim 0) changed 16->8 at step 2" in line
-    assert f"and the grad mode changed (a call under torch.no_grad(), as in an evaluation) at step 3 (the compiled call at eval_no_grad.py:{_evaluation_line()})" in line
+    # the evaluation after the epoch's steps 0-2: stamped 3, before step 3's backward
+    assert (f"and the grad mode changed (a call under torch.no_grad(), as in an evaluation) between steps 2 and 3 "
+            f"(the compiled call at eval_no_grad.py:{_evaluation_line()})") in line
 
 
 def _evaluation_line() -> int:
@@ -119,7 +121,7 @@ def test_an_evaluation_outside_the_trainings_autocast_names_both_changes(record_
     assert ("(training, and an evaluation under torch.no_grad or torch.inference_mode, call the same compiled code) "
             "(`autocast(cpu)_enabled` changed with it)") in " ".join(text.split())
     line = cagtool_in_process("summary", str(run.path)).stdout.splitlines()[0]
-    assert f"and `autocast(cpu)_enabled` with it at step 3 (the compiled call at eval_no_grad.py:{_evaluation_line()})" in line
+    assert f"and `autocast(cpu)_enabled` with it between steps 2 and 3 (the compiled call at eval_no_grad.py:{_evaluation_line()})" in line
     # Without autocast the same cause names the grad mode alone.
     plain, plain_cwd = _explained(record_run, "eval_no_grad.py")
     assert "autocast" not in " ".join(" ".join(w) for w in _all_words(plain, plain_cwd))
@@ -144,7 +146,13 @@ def test_an_eval_switch_with_grad_on_and_an_inference_mode_evaluation_are_named_
     assert "the grad mode changed (a call under torch.inference_mode(), as in an evaluation)" in title_gm and "no_grad" not in title_gm
     assert "grad mode off (torch.inference_mode(), as an evaluation does)" in why_gm
     assert "`cmodel._orig_mod(held_out)` under torch.inference_mode()" in fix_gm
+    # The evaluation after the first epoch's 4 steps (0-3) is stamped 4, the step whose backward
+    # had not begun; it is named as between steps, not as a training step. The eval() switch with
+    # grad on reads no differently from a training forward's: its stamp stands.
+    assert grad_mode.steps == [4] and grad_mode.between_steps and not train_eval.between_steps
     text = " ".join(cagtool_in_process("recompiles", str(run.path), "--explain").stdout.split())
+    assert "(1 recompile), between steps 3 and 4 (grad off: an evaluation, not a training step)" in text
+    assert "(a Dropout) was switched to eval() (1 recompile), step 4" in text
     assert "Fix (train/eval): for an evaluation, evaluate with the uncompiled module (`cmodel._orig_mod(x)`, or the model" in text
     # the grad mode's reason says not which way it went: the module is named, not the line's arguments
     assert "Fix (grad mode): evaluate with the uncompiled module (`cmodel._orig_mod(...)` at the evaluation's call, grad still off there)" in text

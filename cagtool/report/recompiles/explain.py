@@ -27,7 +27,7 @@ from cagtool.record.schema import (
     SourceRef,
 )
 from cagtool.report.recompiles.calls import PLAIN_CALL, call_line, uncompiled_call
-from cagtool.report.recompiles.reads import LimitHit, display_path, format_source, short_file
+from cagtool.report.recompiles.reads import LimitHit, display_path, format_source, short_file, step_list, steps_place
 from cagtool.report.recompiles.table import (
     SOURCE_CA,
     SOURCE_DYNAMO_CA_GRAPH,
@@ -131,17 +131,8 @@ class Cause:
 
     @property
     def place(self) -> str:
-        """Where in the run its recompiles came: "step 4", "steps 2-4, 7", "between steps 3 and 4" or
-        "before step 0" (an evaluation's, `between_steps`); "" where no step is known."""
-        steps = self.steps
-        if not steps:
-            return ""
-        if not self.between_steps:
-            return f"{'step' if len(steps) == 1 else 'steps'} {step_list(steps)}"
-        spans = [f"before step {s}" if s == FIRST_STEP else f"{s - 1} and {s}" for s in steps]
-        before = [x for x in spans if x.startswith("before")]
-        between = [x for x in spans if not x.startswith("before")]
-        return ", ".join(([f"between steps {', '.join(between)}"] if between else []) + before)
+        """Where in the run its recompiles came (reads.steps_place): "step 4", "between steps 3 and 4"."""
+        return steps_place(self.steps, self.between_steps)
 
     @property
     def place_said(self) -> str:
@@ -1017,22 +1008,6 @@ class Words:
 
 def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n} {word if n == 1 else (many or word + 's')}"
-
-
-def step_list(steps: list[int]) -> str:
-    """2, 3, 4, 7 -> '2-4, 7' (ranges of consecutive numbers; steps, size indices)."""
-    parts: list[str] = []
-    start = prev = None
-    for step in steps:
-        if prev is not None and step == prev + 1:
-            prev = step
-            continue
-        if start is not None:
-            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-        start = prev = step
-    if start is not None:
-        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-    return ", ".join(parts)
 
 
 def elide(items: list[str], limit: int = MAX_LISTED) -> str:

@@ -80,6 +80,35 @@ def format_source(ref: SourceRef | None, cwd: str, with_code: bool = True) -> st
     return where
 
 
+def step_list(steps: list[int]) -> str:
+    """2, 3, 4, 7 -> '2-4, 7' (ranges of consecutive numbers; steps, size indices)."""
+    parts: list[str] = []
+    start = prev = None
+    for step in steps:
+        if prev is not None and step == prev + 1:
+            prev = step
+            continue
+        if start is not None:
+            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+        start = prev = step
+    if start is not None:
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+    return ", ".join(parts)
+
+
+def steps_place(steps: list[int], between: bool) -> str:
+    """Where recompiles came, by the steps they were stamped with: "step 4", "steps 2-4, 7"; for an
+    evaluation's (`between`: compiled with grad off, after step k-1 ended and before step k's
+    backward, stamped k as whatever runs before a step's backward is), "between steps 3 and 4" or
+    "before step 0". "" for no step."""
+    if not steps:
+        return ""
+    if not between:
+        return f"{'step' if len(steps) == 1 else 'steps'} {step_list(steps)}"
+    spans = [f"{s - 1} and {s}" for s in steps if s != FIRST_STEP]
+    return ", ".join(([f"between steps {', '.join(spans)}"] if spans else []) + (["before step 0"] if FIRST_STEP in steps else []))
+
+
 def forward_step(step: int | None, mode: str = "") -> int | None:
     """The step a forward-frame compile belongs to: the step in progress it was stamped with (the
     loader gives older records that stamping), FIRST_STEP when it carries none. An imported log

@@ -12,11 +12,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord
-from cagtool.record.schema import CHECKPOINT_REENTRANT, PHASE_CHECKPOINT_RECOMPUTE, DynamoRecompileEvent, FindingEvent, SourceRef
+from cagtool.record.schema import (
+    ARTIFACT_GUARDS,
+    CHECKPOINT_REENTRANT,
+    PHASE_CHECKPOINT_RECOMPUTE,
+    CompileArtifactEvent,
+    DynamoRecompileEvent,
+    FindingEvent,
+    SourceRef,
+)
 from cagtool.report.recompiles.calls import uncompiled_call
-from cagtool.report.recompiles.reads import forward_step, format_source
-from cagtool.torch_text import call_guard, inference_mode_switch
+from cagtool.report.recompiles.reads import forward_step, format_source, steps_place
+from cagtool.torch_text import call_guard, compiled_grad_mode, inference_mode_switch
 
 FINDING_NUM_THREADS = "num_threads_changed"  # capture/observe/global_state.py's code
 
@@ -68,12 +77,16 @@ class UnexpectedCause:
     changed_at: SourceRef | None  # the line that changed the state (the tap's) or made the call in it
     how: str  # "changed here" | "called in the new state"
     detail: str = ""  # `from 2 to 1`, `fn._modules['1'].training == True`
+    # Compiled for an evaluation (grad off: its guard tree says so, or into inference mode): it came
+    # between step - 1 and step (reads.steps_place).
+    between_steps: bool = False
 
     def text(self, cwd: str) -> str:
-        step = "?" if self.step is None else self.step
+        at = "at step ?" if self.step is None else steps_place([self.step], self.between_steps)
+        at = at if at.startswith(("between", "before")) else f"at {at}"
         where = f"; {self.how} at {format_source(self.changed_at, cwd)}" if self.changed_at is not None else ""
         detail = f" ({self.detail})" if self.detail else ""
-        return f"{self.compile_id} at step {step}: {WORDS[self.cause]}{detail}{where}"
+        return f"{self.compile_id} {at}: {WORDS[self.cause]}{detail}{where}"
 
 
 def _classify(guard: str) -> tuple[str, str] | None:
@@ -117,8 +130,23 @@ def unexpected_causes(record: ModeRecord) -> list[UnexpectedCause]:
                 change = before[-1]
                 changed_at, how = change.source, "changed"
                 detail = f"from {change.detail.get('before')} to {change.detail.get('after')}"
-        out.append(UnexpectedCause(cause, event.compile_id, step, guard.split("  #")[0].strip(), changed_at, how, detail))
+        between = (cause == CAUSE_GRAD_MODE and _compiled_grad_off(record, event.compile_id)) or (
+            cause == CAUSE_INFERENCE_MODE and detail == "into inference mode")
+        out.append(UnexpectedCause(cause, event.compile_id, step, guard.split("  #")[0].strip(), changed_at, how, detail,
+                                   between_steps=between and step is not None))
     return out
+
+
+def _compiled_grad_off(record: ModeRecord, compile_id: str) -> bool:
+    """Whether the recompile's own compile was made with grad off, as its recorded guard tree says
+    (an evaluation's); False where the tree is not in the record (left out, or gone: detail)."""
+    for event in record.of(CompileArtifactEvent):
+        if event.artifact == ARTIFACT_GUARDS and event.compile_id == compile_id:
+            try:
+                return compiled_grad_mode(record.artifact_text(event)) is False
+            except UnreadableInput:
+                return False
+    return False
 
 
 def fix_text(cause: UnexpectedCause) -> str:
@@ -151,7 +179,7 @@ def unexpected_lines(causes: list[UnexpectedCause], cwd: str) -> list[str]:
 
 def unexpected_json(causes: list[UnexpectedCause], cwd: str) -> list[dict[str, object]]:
     return [
-        {"cause": c.cause, "compile_id": c.compile_id, "step": c.step, "guard": c.guard, "detail": c.detail or None,
+        {"cause": c.cause, "compile_id": c.compile_id, "step": c.step, "between_steps": c.between_steps, "guard": c.guard, "detail": c.detail or None,
          "changed_at": format_source(c.changed_at, cwd) or None, "how": c.how, "words": WORDS[c.cause], "fix": fix_text(c),
          "text": c.text(cwd)}
         for c in causes

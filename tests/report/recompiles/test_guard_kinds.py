@@ -153,6 +153,7 @@ def test_an_eval_switch_with_grad_on_and_an_inference_mode_evaluation_are_named_
     text = " ".join(cagtool_in_process("recompiles", str(run.path), "--explain").stdout.split())
     assert "(1 recompile), between steps 3 and 4 (grad off: an evaluation, not a training step)" in text
     assert "(a Dropout) was switched to eval() (1 recompile), step 4" in text
+    assert "0/2 between steps 3 and 4: grad mode changed around the compiled call" in text and "0/1 at step 4: a module switched" in text
     assert "Fix (train/eval): for an evaluation, evaluate with the uncompiled module (`cmodel._orig_mod(x)`, or the model" in text
     # the grad mode's reason says not which way it went: the module is named, not the line's arguments
     assert "Fix (grad mode): evaluate with the uncompiled module (`cmodel._orig_mod(...)` at the evaluation's call, grad still off there)" in text

@@ -5,6 +5,7 @@ here, by name, before it silently empties a report."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import operator
@@ -1136,3 +1137,57 @@ def test_under_compiled_autograd_an_optimizer_looked_up_by_parameter_in_a_hook_s
     assert moved("dict", ca=False) == [True, True, True, True]
     assert moved("attr", ca=True) == [True, True, True, True]
     assert moved("dict", ca=True) == [False, False, False, True]
+
+
+def test_a_ca_graph_keeps_the_sizes_its_nodes_read_numbered_anew_in_their_order():
+    """docs/torch-internals.md, "A CA graph's sizes, numbered anew": `end_capture` calls
+    `remove_unused_sizes`, which returns the capture's indices of the sizes some node reads; the
+    graph's code reads them as sizes[0..n-1] and the runtime hands it those sizes in the capture's
+    order, so the code's sizes[k] is the capture's sizes[sorted(used)[k]]. The padded text
+    classifier (tests/scripts/padded_sequences.py): its third capture holds 4 sizes dynamic and
+    reads 2, the two a miss for the third length did not change."""
+    cls = ca.AutogradCompilerInstance
+    original_begin, original_unused = cls.begin_capture, cls.remove_unused_sizes
+    held: list[int] = []
+    used: list[set[int]] = []
+    graphs: list[Any] = []
+
+    def begin_capture(inst, inputs, sizes, *args, **kwargs):
+        held.append(len(sizes))
+        return original_begin(inst, inputs, sizes, *args, **kwargs)
+
+    def remove_unused_sizes(inst, *args, **kwargs):
+        kept = original_unused(inst, *args, **kwargs)
+        used.append(set(kept))
+        return kept
+
+    def compiler(gm: Any) -> Any:
+        graphs.append(gm)
+        return gm
+
+    torch.manual_seed(0)
+    emb, proj, out = torch.nn.Embedding(100, 16, padding_idx=0), torch.nn.Linear(16, 16), torch.nn.Linear(16, 2)
+
+    def forward(tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(proj(emb(tokens)))
+        return out((h * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True))
+
+    compiled = torch.compile(forward, backend="aot_eager")
+    cls.begin_capture, cls.remove_unused_sizes = begin_capture, remove_unused_sizes
+    try:
+        with ca._enable(compiler, dynamic=False):
+            for longest in (7, 12, 9):
+                tokens = torch.randint(1, 100, (4, longest))
+                tokens[1:, -1] = 0
+                loss = compiled(tokens, (tokens != 0).float()).sum()
+                loss.backward()
+    finally:
+        cls.begin_capture, cls.remove_unused_sizes = original_begin, original_unused
+        torch._dynamo.reset()
+    assert len(used) == len(graphs) == len(held) == 3, (used, held)
+    for kept, gm in zip(used, graphs):
+        reads = sorted({n.args[1] for n in gm.graph.nodes if n.target is operator.getitem and n.args[0].name == "sizes"})
+        assert reads == list(range(len(kept))), (reads, kept)  # numbered anew, 0..n-1
+    assert held[2] > len(used[2]) > 0, (held, used)  # sizes held dynamic that no node reads
+    source = textwrap.dedent(inspect.getsource(cls.end_capture))
+    assert "for idx, integer in enumerate(sizes):" in source and "if idx in used_sizes_idx:" in source  # kept in the capture's order

@@ -349,6 +349,11 @@ class CAGraphEvent(Event, tag="ca_graph"):
     # The graph was compiled by torch.compile(..., fullgraph=True) (TorchRec's compiled autograd):
     # a graph break in its code, a hook under torch._dynamo.disable among them, is an error there.
     fullgraph: bool = False
+    # The capture's sizes its code reads, by their index in the capture's (and its cache miss's)
+    # numbering, in order: torch drops the sizes no node reads and numbers the rest anew
+    # (remove_unused_sizes), so the code's `sizes[k]` is the miss's `sizes[used_sizes[k]]`. None where
+    # not recorded (an older record, an imported log).
+    used_sizes: list[int] | None = None
 
     def autograd_names(self) -> Counter[str]:
         """The autograd nodes the graph covers, by name; from the op histogram when the capture

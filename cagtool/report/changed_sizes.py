@@ -128,15 +128,17 @@ def _with_earlier_values(record: ModeRecord) -> list[CacheMissEvent]:
     out = []
     for miss in misses:
         current = by_id.get(miss.ca_id)
-        if (miss.miss_kind != MISS_CHANGED_SHAPES or miss.inferred or not miss.changed_sizes or current is None
-                or not numbered_as_the_miss(miss, current)):
+        numbering = None if current is None else miss_numbering(miss, current)
+        if miss.miss_kind != MISS_CHANGED_SHAPES or miss.inferred or not miss.changed_sizes or numbering is None:
             out.append(miss)
             continue
         new_nodes = nodes(current)
         values: dict[int, int] = {}
         for previous in previous_of.get(miss.ca_id, ()) if new_nodes is not None else ():
             old_nodes = nodes(previous)
-            values = earlier_values(old_nodes, new_nodes) if old_nodes is not None else {}
+            read = earlier_values(old_nodes, new_nodes) if old_nodes is not None else {}
+            # The code's sizes[k] is the miss's sizes[numbering[k]].
+            values = {numbering[k]: v for k, v in read.items() if k < len(numbering)} if numbering else read
             if values:
                 break
         if not values:
@@ -147,12 +149,16 @@ def _with_earlier_values(record: ModeRecord) -> list[CacheMissEvent]:
     return out
 
 
-def numbered_as_the_miss(miss: CacheMissEvent, graph: CAGraphEvent) -> bool:
-    """Whether the graph's code numbers its sizes as the miss does (`sizes[i]` the same size in
-    both). torch 2.13 drops the sizes no node reads before the graph runs and numbers the rest anew
-    (compiled_autograd.py, `remove_unused_sizes`): a graph that reads fewer sizes than the miss's
-    "total of M" numbers them otherwise, and which ones it reads the record does not say."""
-    return miss.dynamic_sizes is None or miss.dynamic_sizes <= graph.num_sizes
+def miss_numbering(miss: CacheMissEvent, graph: CAGraphEvent) -> list[int] | None:
+    """How the graph's code numbers the miss's sizes: [] where both number them alike (`sizes[i]`
+    the same size in both), else the miss's index of the code's `sizes[k]` at position k; None
+    where that is not known. torch 2.13 drops the sizes no node reads before the graph runs and
+    numbers the rest anew (compiled_autograd.py, `remove_unused_sizes`): a graph that reads fewer
+    sizes than the miss's "total of M" numbers them otherwise, which the capture records
+    (CAGraphEvent.used_sizes; an older record does not)."""
+    if graph.used_sizes is not None:
+        return [] if graph.used_sizes == list(range(len(graph.used_sizes))) else list(graph.used_sizes)
+    return [] if miss.dynamic_sizes is None or miss.dynamic_sizes <= graph.num_sizes else None
 
 
 def misses_with_earlier_values(record: ModeRecord) -> list[CacheMissEvent]:

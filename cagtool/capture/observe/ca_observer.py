@@ -134,7 +134,9 @@ class CaptureObserver:
         from torch._dynamo import compiled_autograd as ca
 
         cls = ca.AutogradCompilerInstance
-        for name in ("begin_capture", "log_compile_reasons", "end_capture"):
+        for name in ("begin_capture", "log_compile_reasons", "end_capture", "remove_unused_sizes"):
+            if name == "remove_unused_sizes" and not hasattr(cls, name):
+                continue  # a torch without it: the sizes' numbering is not recorded
             self._originals[name] = getattr(cls, name)
         observer = self
 
@@ -157,6 +159,15 @@ class CaptureObserver:
         def end_capture(inst, outputs):
             return observer._on_end(inst, outputs, orig_end)
 
+        orig_unused = self._originals.get("remove_unused_sizes")
+
+        def remove_unused_sizes(inst, *args, **kwargs):
+            # The sizes the graph's code reads, as torch keeps them (docs/torch-internals.md, "A CA
+            # graph's sizes, numbered anew"): its result is returned untouched.
+            used = orig_unused(inst, *args, **kwargs)
+            observer._guarded("remove_unused_sizes", observer._note_used_sizes, inst, used)
+            return used
+
         # Not torch._dynamo.disable: it turns Dynamo's callback off for everything under it, torch's
         # own capture included, whose frames plain python offers to Dynamo and counts
         # (counters["frames"]: 941 against 63 for a job setting the config flag). cagtool's wrapper
@@ -170,6 +181,8 @@ class CaptureObserver:
         cls.begin_capture = hide(begin_capture)
         cls.log_compile_reasons = hide(log_compile_reasons)
         cls.end_capture = hide(end_capture)
+        if orig_unused is not None:
+            cls.remove_unused_sizes = hide(remove_unused_sizes)
         # torch's `_enable` and `reset` set the logger through the module attribute: cagtool's stays
         # in place and forwards to theirs (docs/torch-internals.md, "What the verbose logger changes").
         module = torch._C._dynamo.compiled_autograd
@@ -535,6 +548,10 @@ class CaptureObserver:
         except Exception as exc:  # noqa: BLE001
             self.note_error("failed capture", exc)
 
+    @staticmethod
+    def _note_used_sizes(inst: Any, used: Any) -> None:
+        inst._cag_used_sizes = sorted(int(i) for i in used)
+
     def _emit_graph(self, inst: Any, gm: Any, shapes: dict, record_id: int, torch_id: int, capture_s: float, compiler: Any,
                     compiled_fn: Any = None) -> None:
         summary = graph_dump.summarize_graph(gm, shapes, getattr(inst, "_cag_placeholder_origins", None), getattr(inst, "_cag_input_params", None))
@@ -559,6 +576,7 @@ class CaptureObserver:
             nodes_file=nodes_rel,
             compiler=("cagtool" if is_ours else "script") + (f":{backend}" if backend else ""),
             fullgraph=compiler_fullgraph(compiled_fn),
+            used_sizes=getattr(inst, "_cag_used_sizes", None),
         )
 
     def _time_first_call(self, compiled_fn: Callable[..., Any], record_id: int, hook_slots: Any = ()) -> Callable[..., Any]:

@@ -427,9 +427,13 @@ def _shape_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     for row in cause.rows:
         for size in row.changed_sizes:
             entry = per_size.setdefault(
-                size.index, {"values": [], "node": None, "node_call": None, "changes": 0, "previous_missing": False}
+                size.index, {"values": [], "node": None, "node_call": None, "changes": 0, "previous_missing": False, "unread": True}
             )
             entry["changes"] += 1
+            # Read by no node of the graph the miss made (its capture recorded which sizes the code
+            # reads: CAGraphEvent.used_sizes): in its cache key only, so in no graph's code.
+            used = table.graphs[row.ca_id].used_sizes if row.ca_id in table.graphs else None
+            entry["unread"] = entry["unread"] and used is not None and size.index not in used
             # Missing only when no earlier value of this size is known at all: a later change
             # without `previous` follows a value an earlier change already showed.
             entry["previous_missing"] = entry["previous_missing"] or (size.previous is None and not entry["values"])
@@ -1653,20 +1657,25 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     # Sizes with the same owner and the same values are described together: sizes[0-3] of X: 10, 100.
     together: dict[tuple, list[int]] = {}
     unknown: list[int] = []  # the sizes whose earlier value no recorded graph shows: said once, after the list
+    unread: list[int] = []  # ... of them, those the graph's code reads not at all (its capture says so)
     for index, entry in facts["sizes"].items():
         owner = f" of {node_label(entry['node'], entry['node_call'])}" if entry["node"] else ""
         values = ", ".join(str(v) for v in entry["values"]) or "not recorded"
         if entry.get("previous_missing"):
-            unknown.append(index)
+            (unread if entry.get("unread") else unknown).append(index)
         together.setdefault((owner, values), []).append(index)
     described = [
         f"sizes[{step_list(indices).replace(', ', ',')}]{owner}: {values}" for (owner, values), indices in together.items()
     ]
     earlier = ""
+    if unread:
+        earlier += (f" No node of the graph reads sizes[{step_list(sorted(unread)).replace(', ', ',')}]: torch holds "
+                    f"{'it' if len(unread) == 1 else 'them'} in its cache key only, so no graph's code shows "
+                    f"{'its earlier value' if len(unread) == 1 else 'their earlier values'}.")
     if unknown:
         which = "value" if len(unknown) == 1 else "values"
-        earlier = (f" The earlier {which} of sizes[{step_list(sorted(unknown)).replace(', ', ',')}] {'is' if len(unknown) == 1 else 'are'} "
-                   "not in the record: no recorded graph's code shows them, as for a size in the cache key that no node reads.")
+        earlier += (f" The earlier {which} of sizes[{step_list(sorted(unknown)).replace(', ', ',')}] {'is' if len(unknown) == 1 else 'are'} "
+                    "not in the record: no recorded graph's code shows them, as for a size in the cache key that no node reads.")
     total = sum(facts["changed_per_recompile"])
     title = f"Tensor shapes changed ({plural(cause.count, 'recompile')}, {plural(total, 'changed size')})"
     if facts["dynamo_recompiles"]:

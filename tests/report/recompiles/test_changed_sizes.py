@@ -95,19 +95,22 @@ def test_a_miss_of_many_nodes_names_the_first_and_counts_the_rest():
     assert len(text) < 500
 
 
-def test_a_graph_that_reads_fewer_sizes_than_torch_holds_dynamic_is_not_read_by_index():
+def test_a_graph_that_reads_fewer_sizes_than_torch_holds_dynamic_is_read_by_the_numbering_its_capture_recorded():
     # "2 changed tensor shapes (total of 4)" and a graph whose code reads 2 sizes (the padded
     # sequences of tests/scripts/padded_sequences.py): torch numbered the 2 it reads anew, so its
-    # sizes[0] need not be the miss's sizes[0]; a graph that reads all 4 numbers them as the miss.
+    # sizes[0] need not be the miss's sizes[0]. The capture records which it kept (used_sizes):
+    # the code's sizes[k] is the miss's sizes[used_sizes[k]]. Without it (an older record) a graph
+    # that reads fewer is not read by index; one that reads all 4 numbers them as the miss.
     from cagtool.record.schema import CAGraphEvent
-    from cagtool.report.changed_sizes import numbered_as_the_miss
+    from cagtool.report.changed_sizes import miss_numbering
 
     miss = CacheMissEvent(seq=1, t=0.0, ca_id=2, compile_id="!2", step=2, miss_kind="changed_shapes", message="",
                           changed_sizes=[ChangedSize(index=2), ChangedSize(index=3)], total_changed=2, dynamic_sizes=4)
 
-    def graph(num_sizes: int) -> CAGraphEvent:
+    def graph(num_sizes: int, used: list[int] | None = None) -> CAGraphEvent:
         return CAGraphEvent(seq=2, t=0.0, ca_id=2, compile_id="!2", step=2, node_count=10, op_histogram={}, autograd_nodes=[],
                             aot_ids=[], hooks=[], num_sizes=num_sizes, capture_s=0.01, code_file="graphs/ca_2.py",
-                            nodes_file="graphs/ca_2.json")
-    assert not numbered_as_the_miss(miss, graph(2)) and numbered_as_the_miss(miss, graph(4))
-    assert numbered_as_the_miss(msgspec.structs.replace(miss, dynamic_sizes=None), graph(2))  # an older record: as before
+                            nodes_file="graphs/ca_2.json", used_sizes=used)
+    assert miss_numbering(miss, graph(2)) is None and miss_numbering(miss, graph(4)) == []
+    assert miss_numbering(msgspec.structs.replace(miss, dynamic_sizes=None), graph(2)) == []  # an older record: as before
+    assert miss_numbering(miss, graph(2, [2, 3])) == [2, 3] and miss_numbering(miss, graph(2, [0, 1])) == []

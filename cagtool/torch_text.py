@@ -382,11 +382,30 @@ def call_guard(guards: list[str]) -> str:
 
 def tells_entries_apart(guard: str) -> bool:
     """A failure that says the entry was made for another form of the call, whatever else differs:
-    another grad mode or global state, or an optional argument given as None where the entry had a
-    tensor, or the other way (`none_variant`). Where another entry fails on something else, that
-    entry is of the call's own form (an attention mask given, then a dropout's p changed: the
-    entry made without the mask fails on the mask, the one made with it on p)."""
-    return guard_kind(guard) in (GUARD_GRAD_MODE, GUARD_GLOBAL_STATE) or none_variant(guard) is not None
+    another grad mode or global state, an optional argument given as None where the entry had a
+    tensor, or the other way (`none_variant`), or an argument that requires grad where the entry's
+    did not, or the other way (`requires_grad_variant`: a GAN's discriminator called on real data
+    and on the generator's output). Where another entry fails on something else, that entry is of
+    the call's own form (an attention mask given, then a dropout's p changed: the entry made without
+    the mask fails on the mask, the one made with it on p; dcgan's discriminator on a smaller last
+    batch of real data: the entry made for fake data fails on requires_grad, the one made for real
+    data on the size)."""
+    return (guard_kind(guard) in (GUARD_GRAD_MODE, GUARD_GLOBAL_STATE) or none_variant(guard) is not None
+            or requires_grad_variant(guard) is not None)
+
+
+_REQUIRES_GRAD_GUARD = re.compile(r"^tensor '(.+?)' requires_grad mismatch")
+# A compiled frame's own input: its argument `input`, or a compiled module's `args[0]` / `kwargs['x']`.
+_CALL_INPUT = re.compile(r"[A-Za-z_]\w*|args\[\d+\]|kwargs\['\w+'\]")
+
+
+def requires_grad_variant(text: str) -> str | None:
+    """The argument of a failed `tensor 'input' requires_grad mismatch` guard, where it is the
+    compiled frame's own input (`input`, `args[0]`, `kwargs['x']`): a call whose input requires grad (or does not) where
+    the entry's did not (or did). A parameter's (`self._modules['0']._parameters['weight']`) is a
+    module frozen or unfrozen, not another form of the call: None, as for any other guard."""
+    match = _REQUIRES_GRAD_GUARD.match(text.strip())
+    return match.group(1) if match is not None and _CALL_INPUT.fullmatch(match.group(1)) else None
 
 
 def none_variant(text: str) -> str | None:

@@ -511,3 +511,21 @@ def test_a_guards_source_reads_as_the_jobs_code_names_it():
     assert tt.length_guard_name("len(grad_norms) == 3") == "grad_norms" and not tt.length_guard_is_emptiness("len(grad_norms) == 3")
     assert tt.readable_source("G['__import_mypkg_dot_stats'].seen") == "mypkg.stats.seen"
     assert tt.readable_source("L['self'].xs") == "self.xs" and tt.readable_source("G['FLAG']") == "FLAG"
+
+
+def test_an_entry_made_for_an_input_that_requires_grad_tells_entries_apart_a_parameters_does_not():
+    """torch 2.13's reasons for dcgan's discriminator on its smaller last batch of real data
+    (tests/scripts/gan_compiled_last_batch.py), newest entry first: the entry made for the
+    generator's output fails on requires_grad, the entry made for real data on the size, which is
+    the call's own failure. A compiled module's input reads `args[0]` or `kwargs['x']` as well. A
+    parameter's requires_grad (a module frozen or unfrozen) is the call's own failure."""
+    assert tt.call_guard(["tensor 'input' requires_grad mismatch. expected requires_grad=1",
+                          "tensor 'input' size mismatch at index 0. expected 8, actual 3"]) == (
+        "tensor 'input' size mismatch at index 0. expected 8, actual 3")
+    assert tt.requires_grad_variant("tensor 'args[0]' requires_grad mismatch. expected requires_grad=0") == "args[0]"
+    assert tt.requires_grad_variant("tensor 'kwargs['x']' requires_grad mismatch. expected requires_grad=0") == "kwargs['x']"
+    frozen = "tensor 'self._modules['0']._parameters['weight']' requires_grad mismatch. expected requires_grad=0"
+    assert tt.requires_grad_variant(frozen) is None
+    assert tt.call_guard([frozen, "tensor 'x' size mismatch at index 0. expected 8, actual 3"]) == frozen
+    # one entry, one failure: the requires_grad change is the call's own
+    assert tt.call_guard(["tensor 'input' requires_grad mismatch. expected requires_grad=0"]).endswith("requires_grad=0")

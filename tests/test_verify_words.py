@@ -91,3 +91,24 @@ def test_what_to_do_is_the_fix_with_the_fewest_recompiles_then_the_fewest_change
     assert best_fix({"fixes": [dropped, fix("ca-dynamic", 1, flags=("--dynamic",))]})["fix"] == "drop-last"  # fewer recompiles first
     assert best_fix({"fixes": [dropped, fix("dynamic-sources", 0, {"TORCH_COMPILE_DYNAMIC_SOURCES": "L['x']"})]})["fix"] == "dynamic-sources"
     assert best_fix({"fixes": [{**pgo, "verdict": "harmful"}]}) is None
+
+
+def test_edits_not_made_for_two_causes_keep_each_causes_own_reason():
+    """Two causes of one kind whose edit cannot be made for different reasons (word_language_model:
+    `self.src_mask` None then set, and its size guard) are two items, each with its own reason; two
+    causes of one edit that runs share it (one re-run)."""
+    from cagtool.commands.recompiles import _one_run_a_patch
+    from cagtool.verify.patch import Patch
+
+    def edit(cause: int, why: str | None, patched: str | None = None) -> Patch:
+        return Patch("dynamo_guard_failure-edit", (cause,), "change the code", "main.py", None, "" if patched is None else "diff",
+                     patched is not None, why, patched=patched)
+
+    patches = {4: edit(4, "no local edit: `self.src_mask` was None"), 7: edit(7, "no local edit: a guard on self.src_mask's size"),
+               8: edit(8, "no local edit: `self.src_mask` was None")}
+    _one_run_a_patch(patches)
+    assert patches[4].why_not.endswith("was None") and patches[7].why_not.endswith("size") and patches[8] is patches[4]
+    assert patches[4].causes == (4, 8) and patches[7].causes == (7,) and patches[7].name == "dynamo_guard_failure-edit-2"
+    same = {1: edit(1, None, "x = 1\n"), 2: edit(2, None, "x = 1\n")}
+    _one_run_a_patch(same)
+    assert same[1] is same[2] and same[1].causes == (1, 2)

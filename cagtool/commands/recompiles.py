@@ -141,13 +141,14 @@ def _run_recompiles(options: RecompilesOptions, out: IO[str] | None, err: IO[str
 def _one_run_a_patch(patches: dict) -> None:
     """Causes whose patches are one edit (a hook two causes trace back to) share one patch, and one
     re-run; two different edits of one kind get names of their own (name-2), so no two re-runs
-    claim one name (each names its folder under verify/)."""
+    claim one name (each names its folder under verify/). Edits not made are one only where their
+    reason is one: each cause keeps why its own was not made."""
     by_name: dict = {}
     for number, patch in patches.items():
         first = by_name.get(patch.name)
         if first is None:
             by_name[patch.name] = patch
-        elif (first.patched, first.diff) == (patch.patched, patch.diff):
+        elif (first.patched, first.diff, first.why_not) == (patch.patched, patch.diff, patch.why_not):
             first.causes = tuple(sorted({*first.causes, *patch.causes}))
             patches[number] = first
         else:

@@ -46,7 +46,7 @@ from cagtool.report.findings import shown_findings
 from cagtool.report.compiles.detail import detail_command
 from cagtool.report.figures.compile_phases import phase_lines
 from cagtool.report.known_failures import explain as explain_failure, in_ca_graph_compile
-from cagtool.report.recompiles.reads import INSIDE_CAPTURES_WORDS, forward_step, torch_frames_in_captures
+from cagtool.report.recompiles.reads import INSIDE_CAPTURES_WORDS, forward_step, steps_place, torch_frames_in_captures
 from cagtool.report.recompiles.table import guard_text
 from cagtool.report.ranks.analysis import RankFocus, analysis_json, analyze_ranks, run_dir_of, run_for_rank
 from cagtool.report.ranks.render import render_ranks
@@ -557,13 +557,17 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         console.print(f"    ... {len(reasons) - GRAPH_BREAK_REASONS_SHOWN} more reasons: cagtool summary --format json {run_dir}")
     dynamo_recompiles = record.of(DynamoRecompileEvent)
     refused = _refused_at_limit(record) if dynamo_recompiles else {}
+    # An evaluation's recompile (grad off) came between the steps, as the explanation says it.
+    from cagtool.report.recompiles.unexpected import unexpected_causes
+
+    between = {c.compile_id for c in unexpected_causes(record) if c.between_steps} if dynamo_recompiles else set()
     for rec in dynamo_recompiles[:3]:
         # Torch starts each reason with the id of the cache entry it failed for (`0/0: `), which
         # reads as a second compile id; the recompile's own id is the one shown, then its step.
         # Each reason once: torch lists one per cache entry that failed, often the same words.
         reasons = "; ".join(dict.fromkeys(guard_text(r) for r in rec.reasons if r.strip())) or "(no reason recorded)"
         step = rec.step if rec.is_ca_graph else forward_step(rec.step, record.mode)
-        at = f" at step {step}" if step is not None else ""
+        at = "" if step is None else f" {steps_place([step], True)}" if rec.compile_id in between else f" at step {step}"
         where = f"  ({_where(rec.source)})" if rec.source else ""
         limit = f" [refused at {refused[rec.compile_id]}, compiling nothing]" if rec.compile_id in refused else ""
         if compile_frame(rec.compile_id) in in_captures.frames:

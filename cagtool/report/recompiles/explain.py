@@ -342,6 +342,10 @@ def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "node_counts": sizes if None not in sizes else [],
         "node_calls": sorted(n for n in node_calls if n is not None),
         "variants": variants,
+        # The steps in which Dynamo compiled a forward frame again (the table's): a backward whose new
+        # node is another compiled forward graph's backward follows them (_forward_graphs_words).
+        "forward_recompile_steps": sorted({r.step for r in table.rows if r.source == SOURCE_DYNAMO_FRAME and not r.initial
+                                           and r.step is not None}),
         "distinct_structures": cause.count + 1,
         **_stability(table, cause),
     }
@@ -1021,8 +1025,10 @@ def elide(items: list[str], limit: int = MAX_LISTED) -> str:
     return ", ".join(head) + f", ... ({len(items) - limit + 2} more), " + ", ".join(items[-2:])
 
 
-def evidence_text(evidence: list[Evidence]) -> str:
-    items = [f"{e.compile_id} (step {e.step if e.step is not None else '?'}, seq {e.seq})" for e in evidence]
+def evidence_text(evidence: list[Evidence], between: bool = False) -> str:
+    """`0/2 (step 4, seq 28)` each; `between`: an evaluation's recompiles (Cause.between_steps),
+    `0/2 (between steps 3 and 4, seq 28)`."""
+    items = [f"{e.compile_id} ({'step ?' if e.step is None else steps_place([e.step], between)}, seq {e.seq})" for e in evidence]
     return elide(items)
 
 
@@ -1066,6 +1072,30 @@ def where(cause: Cause, cwd: str) -> str:
     return f"{how} {format_source(cause.source, cwd)}"
 
 
+def _forward_graphs_words(cause: Cause, items: list[str], cwd: str) -> Words:
+    """Every capture swaps one CompiledFunctionBackward for another: the backward of another graph
+    of the compiled forward (word_language_model's Transformer: its forward compiled again for a
+    shorter chunk, for the mask an evaluation left, and run again with a graph compiled earlier).
+    Not a branch of the script: torch.where has nothing to select; fewer forward graphs, fewer
+    captures."""
+    facts = cause.facts
+    steps = facts.get("forward_recompile_steps") or []
+    title = f"The backward of another graph of the compiled forward ({plural(cause.count, 'recompile')})"
+    why = [f"Each miss swaps the {COMPILED_FUNCTION} node of the compiled forward for another {where(cause, cwd)}".rstrip()
+           + ": " + elide(items) + ". AOTAutograd's backward of a compiled forward is one node per forward graph, so a step "
+           "that runs another graph of the forward (one Dynamo compiled again, or one it compiled earlier for other inputs) "
+           "gives compiled autograd another node to capture.",
+           f"Dynamo compiled the forward again at {'step' if len(steps) == 1 else 'steps'} {step_list(steps)} (the forward's causes "
+           f"here); these captures came at {'step' if len(cause.steps) == 1 else 'steps'} {step_list(cause.steps)}. Not a branch "
+           "of your code."]
+    stability = stability_sentence(facts, "such miss")
+    if stability:
+        why.append(stability)
+    fix = ["Goes with the forward's recompiles: each forward graph's backward is captured once, then cached; what keeps the "
+           "forward to fewer graphs (the fixes of its causes) removes these captures too. Nothing to change in the backward itself."]
+    return Words(title, why, fix, evidence_text(cause.evidence))
+
+
 def _change_item(change: NodeChange) -> str:
     label = f"NodeCall {change.node_call}" if change.node_call is not None else "a node"
     at = f"{change.compile_id} step {change.step}" if change.step is not None else change.compile_id
@@ -1098,6 +1128,9 @@ def _structure(cause: Cause, cwd: str) -> Words:
         return _new_backward_words(cause, facts["new_backward_call"], cwd)
     if shape == GRAPH_SAME:
         return _saved_value_words(cause, items, cwd)
+    if (changes and facts.get("forward_recompile_steps")
+            and all(COMPILED_FUNCTION in (c.after or "") and COMPILED_FUNCTION in (c.before or "") for c in changes)):
+        return _forward_graphs_words(cause, items, cwd)
     title = f"The autograd graph's structure changes between iterations ({plural(cause.count, 'recompile')})"
     why = [
         "Compiled autograd caches one graph per graph structure; a backward whose graph has "
@@ -2786,7 +2819,11 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                          "with dynamic=True; or remove the graph break, so that no frame resumes with it."]
             else:
                 fixes = []
-            variable = _tensor_variable(size[0], code)
+            # The tensor as the line that called the compiled code names it: the guard's own line is
+            # inside the compiled function (`len(src)` in word_language_model's forward, called as
+            # `model(data)`), where its name is the parameter's, not the caller's.
+            caller = facts.get("caller")
+            variable = _tensor_variable(size[0], caller.code if caller is not None and caller.code else code)
             mark = (f"torch._dynamo.maybe_mark_dynamic({variable}, {size[1]})" if variable is not None
                     else f"torch._dynamo.maybe_mark_dynamic(tensor, {size[1]}) on {_tensor_words(size[0])}")
             if not fixes and size[2] in (0, 1):
@@ -3279,6 +3316,8 @@ def cause_words(cause: Cause, cwd: str) -> Words:
         words = _CAUSE_WORDS.get(cause.code, _unknown)(cause, cwd)
     if cause.facts.get("sharded_under_ca"):
         return Words(words.title, words.why, [SHARDED_FIX], words.evidence)
+    if cause.between_steps:
+        return Words(words.title, words.why, words.fix, evidence_text(cause.evidence, between=True))
     return words
 
 
@@ -3382,6 +3421,16 @@ def _consequence(cause: Cause, cwd: str) -> Words:
                    "computing one way (one branch, one dtype, one mode every step) removes this one too; one that only "
                    "stops Dynamo recompiling (the value passed as a tensor) does not."]
         return Words(title, why, fix, evidence_text(cause.evidence))
+    if cause.code == CAUSE_GRAD_DEFINED:
+        row = cause.rows[0]
+        title = f"Caused by {root}: the new backward graph's .grad warm-up ({plural(cause.count, 'recompile')})"
+        why = [f"Follows from {root}: the forward recompiled just before made a new backward graph, and it warms up as every "
+               "graph did at the first step: the step's first backward found the parameters' .grad None (after zero_grad) and "
+               f"this one accumulates into it, which is another graph to compiled autograd (the key of "
+               f"{node_label(row.node, row.node_call)} changed{_key_size_text(row)}, hooks unchanged). Captured once, then cached."]
+        stability = stability_sentence(cause.facts, "such miss")
+        return Words(title, why + ([stability] if stability else []),
+                     [f"Goes with {root}: nothing to fix on its own; a fix of {root} removes it too."], evidence_text(cause.evidence))
     if cause.code == CAUSE_SHAPES:
         words = _shapes(cause, cwd)
         title = f"Caused by {root}: " + words.title.replace("Tensor shapes changed", "the same sizes changed in the backward", 1)
@@ -3792,7 +3841,7 @@ def _roots(table: RecompileTable, causes: list[Cause], inner: dict[int, int]) ->
     follows = _forward_follows(table, owner)
     roots = {}
     for cause in causes:
-        if cause.code not in _FOLLOWER_CODES:
+        if cause.code not in _FOLLOWER_CODES and not _warms_up_a_new_graph(table, cause):
             continue
         ca_rows = [r for r in cause.rows if r.source == SOURCE_CA]
         if not ca_rows or any(r.source not in (SOURCE_CA, SOURCE_DYNAMO_CA_GRAPH) for r in cause.rows):
@@ -3819,6 +3868,23 @@ def _roots(table: RecompileTable, causes: list[Cause], inner: dict[int, int]) ->
             roots[id(cause)] = changed[(own_guard(cause.rows[0]), cause.rows[0].step)]
     _roots_in_other_frames(causes, roots)
     return roots
+
+
+def _warms_up_a_new_graph(table: RecompileTable, cause: Cause) -> bool:
+    """A .grad cause whose every capture has the warm-up's shape (a new AccumulateGrad node, the
+    hooks of the graph before): where it follows a forward recompile of its step (_roots), the
+    backward graph that recompile made warming up, as every graph does at the first step (dcgan's
+    discriminator on the last batch: the step's first backward finds .grad None after zero_grad,
+    the next accumulates into it)."""
+    if cause.code != CAUSE_GRAD_DEFINED:
+        return False
+    for row in cause.rows:
+        if row.source != SOURCE_CA or row.kind != MISS_NEW_NODE or not (row.node or "").endswith("AccumulateGrad"):
+            return False
+        graphs = (table.graphs.get(row.ca_id) if row.ca_id is not None else None, table.previous_graph(row.ca_id))
+        if None in graphs or sorted(h.hook_type for h in graphs[0].hooks) != sorted(h.hook_type for h in graphs[1].hooks):  # type: ignore[union-attr]
+            return False
+    return True
 
 
 def _batch_change(row: RecompileRow) -> tuple[int, int, int, int] | None:

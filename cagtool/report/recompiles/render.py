@@ -20,6 +20,7 @@ from cagtool.report.recompiles.explain import (
     Words,
     alert_words,
     cause_words,
+    own_guard,
     plural,
     step_list,
 )
@@ -33,6 +34,7 @@ from cagtool.report.recompiles.table import (
     guard_text,
     node_label,
 )
+from cagtool.report.text.console import is_unbounded
 from cagtool.report.text.safe_text import safe_line
 
 if TYPE_CHECKING:
@@ -129,6 +131,9 @@ def no_recompiles_text(table: RecompileTable) -> str:
     return "No recompiles: every step after the first reused the cached graphs."
 
 
+# The width the table's "what changed" column folds at off a terminal (RecompileTableRenderer).
+OFF_TERMINAL_CELL = 100
+
 _KIND_LABEL = {"new_node": "new node", "changed_shapes": "shapes", "guard_failure": "guard", "unknown": "unknown"}
 
 
@@ -159,7 +164,9 @@ def detail_cell(row: RecompileRow) -> str:
         key = f"; key size {row.key_size} vs [{previous}]" if row.key_size is not None else ""
         return node_label(row.node, row.node_call) + key
     if row.source != SOURCE_CA:
-        guard = guard_text(row.messages[0]) if row.messages else ""
+        # The call's own failure, where torch lists first an entry made for another form of the call
+        # (another grad mode, an input that requires grad: explain.own_guard).
+        guard = own_guard(row) or (guard_text(row.messages[0]) if row.messages else "")
         return f"`{guard}`" if guard else "(guard not recorded)"
     return "(no reason recorded)"
 
@@ -217,8 +224,12 @@ class RecompilesTableRenderer:
             grid.add_column("step", justify="right", no_wrap=True)
             grid.add_column("source", no_wrap=True)
             grid.add_column("kind", no_wrap=True)
-            grid.add_column("what changed", overflow="fold", ratio=3)
-            grid.add_column("user source", overflow="fold", ratio=2)
+            # Off a terminal a line is as long as its text, but a table pads every row to its widest
+            # cell: one miss's 200 changed sizes padded each row of a CI log to 1,000+ characters.
+            # There the two long columns fold at a width of their own, every character kept.
+            unbounded = is_unbounded(self.console)
+            grid.add_column("what changed", overflow="fold", ratio=3, max_width=OFF_TERMINAL_CELL if unbounded else None)
+            grid.add_column("user source", overflow="fold", ratio=2, max_width=OFF_TERMINAL_CELL // 2 if unbounded else None)
             grid.add_column("graph", no_wrap=True)
             for cells in table_cells(table):
                 # Text: guard texts may contain [brackets]; one line each before the table measures

@@ -410,3 +410,29 @@ def test_a_tensor_of_another_rank_is_never_answered_with_a_dynamic_dimension():
     unstable = " ".join(_guard_fixes({**facts, "stabilised": False}, True, ""))
     assert "no dimension marked dynamic answers that" in unstable and "maybe_mark_dynamic" not in unstable and "--dynamic" not in unstable
     assert guard_label(facts) == "a tensor with another number of dimensions reached the compiled code"
+
+
+def test_a_gans_discriminator_on_a_smaller_last_batch_recompiles_for_the_size_not_for_requires_grad(record_run):
+    """tests/scripts/gan_compiled_last_batch.py (pytorch/examples' dcgan, both networks compiled):
+    the discriminator has an entry for real data and one for the generator's output (its input
+    requires grad). On the last batch torch lists first the entry of the other form, failing on
+    requires_grad, then the call's own, failing on the size: the recompile is the size's, in the
+    table and in the explanation, and the backward graphs it brings follow from it, the new graph's
+    .grad warm-up among them (not "clear gradients the same way every step": the job does)."""
+    script = "../tests/scripts/gan_compiled_last_batch.py"
+    run = record_run(script)
+    explanation, cwd = _explained(record_run, script)
+    table = explanation.table
+    by_id = {row.compile_id: row for row in table.rows}
+    assert "requires_grad mismatch" in by_id["0/2"].messages[0] and "size mismatch" in by_id["0/2"].messages[1]  # torch's order
+    (size,) = [c for c in explanation.causes if c.facts.get("kind") == GUARD_SIZE and c.caused_by is None]
+    assert [r.compile_id for r in size.rows] == ["0/2", "0/3"] and size.steps == [2]
+    (requires_grad,) = [c for c in explanation.causes if c.facts.get("kind") == GUARD_REQUIRES_GRAD]
+    assert [r.compile_id for r in requires_grad.rows] == ["0/1"]  # the generator's output, at step 0: the only one
+    warmup = [c for c in explanation.causes if c.caused_by == size.number and cause_words(c, cwd).title.startswith(
+        f"Caused by #{size.number}: the new backward graph's .grad warm-up")]
+    assert [r.compile_id for c in warmup for r in c.rows] == ["!4"]
+    assert "Goes with" in cause_words(warmup[0], cwd).fix[0]
+    text = " ".join(cagtool_in_process("recompiles", str(run.path)).stdout.split())
+    assert "0/3 guard `tensor 'input' size mismatch at index 0. expected 8, actual 3`" in text
+    assert "Clear gradients the same way every step" not in cagtool_in_process("recompiles", str(run.path), "--explain").stdout

@@ -140,3 +140,49 @@ def test_a_size_the_graphs_do_not_show_takes_its_earlier_value_from_the_forwards
     table = table_of(b, tmp_path)
     (row,) = [r for r in table.recompiles if r.kind == "changed_shapes"]
     assert [(c.previous, c.value) for c in row.changed_sizes] == [(32, 48), (None, 64)]
+
+
+def test_a_backward_that_swaps_one_compiled_forwards_backward_for_another_is_no_branch():
+    """pytorch/examples' word_language_model (Transformer, compiled): each CA miss swaps the
+    CompiledFunctionBackward of one forward graph for another's (a shorter last chunk, the mask an
+    evaluation left, then a graph compiled earlier run again), in steps where Dynamo compiled the
+    forward again. The cause says so and goes with the forward's causes; never "a data-dependent
+    branch ... torch.where", which has nothing to select there. Hand-built from that run's facts."""
+    from cagtool.record.schema import SourceRef
+    from cagtool.report.recompiles.explain import CAUSE_STRUCTURE, Cause, NodeChange, cause_words, nothing_to_fix
+    from cagtool.report.recompiles.table import RecompileRow
+
+    call = SourceRef(file="/job/main.py", line=187, code="loss.backward()", function="train", how="backward_call")
+    swaps = [("!1", 1, "CompiledFunctionBackward0", "CompiledFunctionBackward3"), ("!2", 5, "CompiledFunctionBackward3", "CompiledFunctionBackward"),
+             ("!3", 6, "CompiledFunctionBackward5", "CompiledFunctionBackward11"), ("!4", 7, "CompiledFunctionBackward11", "CompiledFunctionBackward3")]
+    rows = [RecompileRow("ca", "ca", cid, step, "new_node", (10 + step,), ca_id=int(cid[1:]), node="CompiledFunctionBackward",
+                         node_call=76, user_source=call) for cid, step, _, _ in swaps]
+    facts = {"changes": [NodeChange(cid, step, 76, after, before, None, 84, 84, "swapped") for cid, step, before, after in swaps],
+             "graph_shape": "swapped", "forward_recompile_steps": [1, 5, 6], "stabilised": True, "quiet_steps_after": 4,
+             "last_recompile_step": 7}
+    cause = Cause(CAUSE_STRUCTURE, rows, number=1, source=call, facts=facts)
+    words = cause_words(cause, "/job")
+    said = " ".join([words.title, *words.why, *words.fix])
+    assert words.title == "The backward of another graph of the compiled forward (4 recompiles)"
+    assert "!4 step 7: NodeCall 76 CompiledFunctionBackward11 -> CompiledFunctionBackward3" in said
+    assert "Dynamo compiled the forward again at steps 1, 5-6" in said and "these captures came at steps 1, 5-7" in said
+    assert words.fix[0].startswith("Goes with the forward's recompiles") and not nothing_to_fix(cause, "/job")
+    assert "torch.where" not in said and "branch picks" not in said
+    # Without a forward recompile in the run the swap is read as before (a branch, a phase).
+    plain = Cause(CAUSE_STRUCTURE, rows, number=1, source=call, facts={**facts, "forward_recompile_steps": [], "distinct_structures": 5,
+                                                                       "variants": {76: ["CompiledFunctionBackward0"]}, "grew": 0})
+    assert not cause_words(plain, "/job").title.startswith("The backward of another graph")
+
+
+def test_a_size_guards_fix_names_the_tensor_as_the_calling_line_passes_it():
+    """word_language_model: the size guard on `src` was installed at a line inside the compiled
+    forward (`len(src)`), and the forward was called as `model(data)`: the fix marks `data`, the
+    caller's tensor, not the forward's parameter `src`, which the caller has no name for."""
+    from cagtool.record.schema import SourceRef
+    from cagtool.report.recompiles.explain import _guard_fixes
+
+    guard = "tensor 'src' size mismatch at index 0. expected 8, actual 3"
+    caller = SourceRef(file="/job/main.py", line=181, code="output = model(data)", function="train", how="caller")
+    inside = "if self.src_mask is None or self.src_mask.size(0) != len(src):"
+    assert "torch._dynamo.maybe_mark_dynamic(data, 0)" in _guard_fixes({"kind": "size", "guard": guard, "caller": caller}, False, inside)[0]
+    assert "torch._dynamo.maybe_mark_dynamic(src, 0)" in _guard_fixes({"kind": "size", "guard": guard, "caller": None}, False, inside)[0]

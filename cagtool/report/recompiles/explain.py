@@ -1850,6 +1850,11 @@ def requires_grad_ways(facts: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys("unfrozen" if m["expected"] == "0" else "frozen" for m in found))
 
 
+def module_attribute(name: str) -> bool:
+    """A size guard's tensor is one the module holds (`self.src_mask`), not an argument of the call."""
+    return name.startswith(("self.", "self[", "L['self']"))
+
+
 def smaller_batch(guard: str) -> tuple[str, int, int] | None:
     """(tensor, before, after) when a size guard failed on dim 0 getting smaller: a batch smaller
     than the ones before it (a DataLoader's last batch, when the data does not divide evenly)."""
@@ -1969,7 +1974,19 @@ def guard_label(facts: dict[str, Any], hook_named: bool = True) -> str:
         return f"a Python value changed (`{guard}`)"
     if facts.get("names"):
         return f"a guard on the Python value {_names_text(facts['names'])} failed (`{guard}`)"
+    if size_relation(guard):
+        return f"a branch on tensor sizes went the other way (`{guard}`)"
     return "a Dynamo guard failed"
+
+
+# Dynamo's guard on a relation of sizes it took dynamic, from a branch of the code on them
+# (word_language_model's `if self.src_mask.size(0) != len(src):`, torch 2.13: `self.src_mask.size()[0]
+# != src.size()[0]`): the side of the branch the sizes took when it compiled.
+_SIZE_RELATION = re.compile(r"\.size\(\)\[\d+\]\s*(?:[!=]=|[<>]=?)\s*\S+")
+
+
+def size_relation(guard: str) -> bool:
+    return bool(_SIZE_RELATION.search(guard))
 
 
 # A guard on a module's hook dict (`list(dict.keys(fn._modules['2']._backward_hooks))[0] == 4`):
@@ -2346,6 +2363,12 @@ def _guard_why(facts: dict[str, Any], code: str, on_ca: bool = False) -> list[st
                 "tensor's), not a smaller batch. Dynamo compiles the hook once for each size (and number of dimensions) it "
                 "meets, inside the compiled-autograd graph, each a compile counted against its recompile limit "
                 "(torch._dynamo.config.recompile_limit), past which the hook runs uncompiled."]
+    if kind == GUARD_SIZE and (size := size_guard(facts.get("guard", ""))) is not None and module_attribute(size[0]):
+        name, dim, before, after = size
+        return [f"Dim {dim} of `{name}` went from {before} to {after}: `{name}` is a tensor the module holds (an attribute its "
+                "code sets, not an argument of the call), so at each call it has the size the code last gave it. A tensor "
+                "cached on the module for one input size (a mask made for a sequence length, then kept) carries it into the "
+                "next call (an evaluation's shorter last batch into training's next call, say).", *_automatic_dynamic(facts)]
     if kind == GUARD_SIZE and (batch := smaller_batch(facts.get("guard", ""))) is not None:
         name, before, after = batch
         evaluation = ([f"It ran with grad mode off (under torch.no_grad() or torch.inference_mode(), as an evaluation does): "
@@ -2360,6 +2383,10 @@ def _guard_why(facts: dict[str, Any], code: str, on_ca: bool = False) -> list[st
         return [f"Dim {dim} of `{name}` went from {before} to {after}: a length, not the batch size; one that varies per batch "
                 "(a sequence padded to each batch's longest, as a collate function for text does) or that changed for good "
                 "at a phase (a longer context from that step on).", *_automatic_dynamic(facts)]
+    if size_relation(facts.get("guard", "")):
+        return ["The code branches on these sizes (an `if` comparing them): Dynamo compiled the side of the branch they took, "
+                "with the sizes dynamic, and guards on the comparison, so a call whose sizes take the other side compiles that "
+                "side once more."]
     if kind == GUARD_OTHER and (changes := facts.get("value_changes")):
         return [f"Dynamo compiles the frame for the value of `{changes[0].source}` it sees (a guard `== value`), so each new "
                 "value compiles it once more. Per recompile: " + elide([_value_change_words(c, "it") for c in changes]) + "."]
@@ -2806,6 +2833,10 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                             "TrainingArguments(dataloader_drop_last=True); those samples are not trained on that epoch), and "
                             "every batch has one size.")
         return fixes
+    if kind == GUARD_SIZE and (size := size_guard(guard)) is not None and not on_ca and module_attribute(size[0]):
+        return [f"Make `{size[0]}` from the call's own input inside the compiled function rather than keeping it on the module "
+                "between calls (a mask built for each call's length, or one kept per length), so that no call meets a tensor "
+                "another call sized; or leave it: once Dynamo made the dimension dynamic here, later sizes reuse that graph."]
     if kind == GUARD_SIZE:
         size = size_guard(guard)
         if size is not None and not on_ca:
@@ -3025,6 +3056,9 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         return [f"A Python number the code branches or computes on ({_names_text(facts['names'])}): after it changed once, "
                 "Dynamo made it dynamic and guards on each expression of it the code decides by, so each outcome "
                 "compiles once: pass it as a tensor (and branch with torch.where), or hoist that logic out of the compiled function."]
+    if size_relation(guard):
+        return ["Nothing to fix: each side of the branch on sizes compiles once, then both are cached. To compile neither "
+                "twice, compute without a Python branch on sizes (the same code for every size)."]
     return ["Keep the guarded value the same between calls, or move it out of the compiled function."]
 
 
@@ -3579,7 +3613,8 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
     if (size := size_guard(first)) is not None:
         # Two dims of one input changed at different steps (a length padded per batch, then a
         # ragged last batch) are two causes, each with its own fix; one dim's many values are one.
-        return (CAUSE_DYNAMO_FRAME, frame, GUARD_SIZE, size[1])
+        # A tensor the module holds (`self.src_mask`) is not an input: a cause of its own.
+        return (CAUSE_DYNAMO_FRAME, frame, GUARD_SIZE, size[1]) + (("attribute",) if module_attribute(size[0]) else ())
     return (CAUSE_DYNAMO_FRAME, frame, guard_kind(first) if first else "")
 
 

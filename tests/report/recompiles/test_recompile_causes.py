@@ -186,3 +186,30 @@ def test_a_size_guards_fix_names_the_tensor_as_the_calling_line_passes_it():
     inside = "if self.src_mask is None or self.src_mask.size(0) != len(src):"
     assert "torch._dynamo.maybe_mark_dynamic(data, 0)" in _guard_fixes({"kind": "size", "guard": guard, "caller": caller}, False, inside)[0]
     assert "torch._dynamo.maybe_mark_dynamic(src, 0)" in _guard_fixes({"kind": "size", "guard": guard, "caller": None}, False, inside)[0]
+
+
+def test_a_tensor_the_module_holds_and_a_branch_on_sizes_are_named_as_what_they_are():
+    """word_language_model's Transformer keeps its mask on the module (`self.src_mask`), remade when
+    `self.src_mask.size(0) != len(src)`: an evaluation's shorter last chunk leaves it 3 rows, and
+    training's next call fails `tensor 'self.src_mask' size mismatch`: a tensor the module holds,
+    not a smaller batch of an input, its own cause beside the input's; the branch on the two sizes
+    going the other way is a guard on their relation, compiled once a side (torch 2.13's texts)."""
+    from cagtool.report.recompiles.explain import _group_key, _guard_fixes, _guard_why, guard_label, module_attribute
+    from cagtool.report.recompiles.table import RecompileRow
+
+    held = "tensor 'self.src_mask' size mismatch at index 0. expected 8, actual 3"
+    given = "tensor 'src' size mismatch at index 0. expected 8, actual 3"
+    assert module_attribute("self.src_mask") and not module_attribute("src") and not module_attribute("args[0]")
+
+    def key(guard: str) -> tuple:
+        row = RecompileRow("ca", "dynamo_frame", "0/5", 6, "guard_failure", (1,), messages=(f"0/2: {guard}",))
+        return _group_key(None, row, {})  # type: ignore[arg-type]
+
+    assert key(held) != key(given)
+    why = " ".join(_guard_why({"kind": "size", "guard": held}, ""))
+    assert "`self.src_mask` is a tensor the module holds" in why and "DataLoader" not in why
+    assert _guard_fixes({"kind": "size", "guard": held}, False, "")[0].startswith("Make `self.src_mask` from the call's own input")
+    relation = "self.src_mask.size()[0] != src.size()[0]"
+    assert guard_label({"kind": "other", "guard": relation}) == f"a branch on tensor sizes went the other way (`{relation}`)"
+    assert "The code branches on these sizes" in " ".join(_guard_why({"kind": "other", "guard": relation}, ""))
+    assert _guard_fixes({"kind": "other", "guard": relation}, False, "")[0].startswith("Nothing to fix: each side of the branch")

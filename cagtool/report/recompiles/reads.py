@@ -106,7 +106,7 @@ def steps_place(steps: list[int], between: bool) -> str:
     if not between:
         return f"{'step' if len(steps) == 1 else 'steps'} {step_list(steps)}"
     spans = [f"{s - 1} and {s}" for s in steps if s != FIRST_STEP]
-    return ", ".join(([f"between steps {', '.join(spans)}"] if spans else []) + (["before step 0"] if FIRST_STEP in steps else []))
+    return ", ".join(([f"between steps {', '.join(spans)}"] if spans else []) + ([f"before step {FIRST_STEP}"] if FIRST_STEP in steps else []))
 
 
 def forward_step(step: int | None, mode: str = "") -> int | None:

@@ -107,7 +107,12 @@ def _classify(guard: str) -> tuple[str, str] | None:
 
 
 def unexpected_causes(record: ModeRecord) -> list[UnexpectedCause]:
-    """Every Dynamo recompile whose failing guard is one of the causes above, in record order."""
+    """Every Dynamo recompile whose failing guard is one of the causes above, in record order.
+    Computed once per record (the summary reads them twice, a recompile table once)."""
+    return list(record.derived("unexpected_causes", _unexpected_causes))
+
+
+def _unexpected_causes(record: ModeRecord) -> list[UnexpectedCause]:
     thread_changes = [f for f in record.of(FindingEvent) if f.code == FINDING_NUM_THREADS]
     out: list[UnexpectedCause] = []
     for event in record.of(DynamoRecompileEvent):

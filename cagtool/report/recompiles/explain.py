@@ -3412,6 +3412,15 @@ def _consequence(cause: Cause, cwd: str) -> Words:
                  f"{root} does not reach." if later else "")
         lead = (f"Follows from {root}: the sizes that made Dynamo recompile the forward reached the backward "
                 f"in the same step{at}.{again}")
+        if "came_back" in cause.facts:
+            back_at, before, after = cause.facts["came_back"]
+            steps = sorted(x for x in forward if x is not None)
+            lead = (f"Follows from {root}: the size that recompiled the forward went {before} -> {after} at step {back_at} and came "
+                    f"back to {before} at {'step' if len(steps) == 1 else 'steps'} {', '.join(map(str, steps))}. Dynamo's recompile "
+                    f"for {after} made that dimension dynamic, so the forward's graph for {after} serves {before} too; compiled "
+                    f"autograd had captured that graph's backward for {after} with static sizes, and misses on {before}"
+                    f"{' at each backward call of the step' if len({_location(r.backward_call) for r in cause.rows if r.source == SOURCE_CA}) > 1 else ''}"
+                    ". One change of the batch: the captures made here are dynamic and serve both sizes from now on.")
     else:
         lead = (f"Follows from {root}: the forward was recompiled just before this backward, and the backward "
                 "of the recompiled forward is a new graph to compiled autograd.")
@@ -3468,7 +3477,12 @@ def _consequence(cause: Cause, cwd: str) -> Words:
     if cause.code == CAUSE_SHAPES:
         words = _shapes(cause, cwd)
         title = f"Caused by {root}: " + words.title.replace("Tensor shapes changed", "the same sizes changed in the backward", 1)
-        return Words(title, [lead, *words.why], words.fix, words.evidence)
+        fix = words.fix
+        if "came_back" in cause.facts:
+            fix = [f"What removes {root} by the batch (every batch one size: dropping or padding the smaller one) removes this "
+                   f"one too; a dimension marked dynamic removes {root} only, and compiled autograd still misses here once.",
+                   *words.fix]
+        return Words(title, [lead, *words.why], fix, words.evidence)
     if cause.code == CAUSE_DYNAMO_FRAME:
         # Another frame of the same forward, recompiled by the same change of a size (_roots_in_other_frames).
         words = _CAUSE_WORDS[CAUSE_DYNAMO_FRAME](cause, cwd)
@@ -3645,6 +3659,16 @@ def own_guard(row: RecompileRow) -> str:
     return next((g for g in guards if not _OPTIMIZER_IDENTITY.search(g)), "")
 
 
+def evaluation_compile(table: RecompileTable, row: RecompileRow) -> bool:
+    """A recompile compiled for an evaluation: its own guard on the grad mode with the compile's
+    guard tree saying grad off, or a switch into inference mode (`Cause.between_steps`, one row).
+    It came after step k-1 ended, stamped k as whatever runs before a step's backward is."""
+    guard = own_guard(row)
+    if not guard or row.initial:
+        return False
+    return (guard_kind(guard) == GUARD_GRAD_MODE and table.grad_modes.get(row.compile_id) is False) or inference_mode_switch(guard) is True
+
+
 def another_optimizer(row: RecompileRow) -> bool:
     """torch.optim's code recompiled because another optimizer ran it for the first time."""
     return row.optimizer_frame and bool(row.messages) and own_guard(row) == ""
@@ -3682,6 +3706,7 @@ def group_causes(table: RecompileTable) -> list[Cause]:
         groups.setdefault(key, []).append(row)
     causes = _split_by_forward_cause(table, [_new_cause(key[0], rows) for key, rows in groups.items()])
     roots = _roots(table, causes, inner)
+    _one_cause_a_change_of_sizes(causes, roots)
     followers: dict[int, list[Cause]] = {}
     for cause in causes:
         root = roots.get(id(cause))
@@ -3721,9 +3746,45 @@ def group_causes(table: RecompileTable) -> list[Cause]:
                 # A backward ran through the recompiled forward's graph: the call in the new state trained.
                 by_number[cause.caused_by].facts["backward_through"] = True
             cause.facts["root_inputs"] = by_number[cause.caused_by].facts.get("requires_grad_inputs", [])
+            if cause.code == CAUSE_SHAPES:
+                cause.facts.update(_size_come_back(cause, by_number[cause.caused_by]))
             if cause.facts["root_kind"] == GUARD_REQUIRES_GRAD:
                 cause.facts["root_ways"] = requires_grad_ways(by_number[cause.caused_by].facts)
     return ordered
+
+
+def _size_come_back(cause: Cause, root: Cause) -> dict[str, Any]:
+    """{"came_back": (the root's recompile step, the size it recompiled away from, the one it
+    recompiled for)} for a changed-sizes cause none of whose captures is in a step where its root
+    recompiled the forward (_roots_in_a_size_come_back), else {}."""
+    changes = [c for row in root.rows if (c := _batch_change(row)) is not None]
+    if not changes or {r.step for r in cause.rows if r.source == SOURCE_CA} & {c[0] for c in changes}:
+        return {}
+    step, _, expected, actual = changes[0]
+    return {"came_back": (step, expected, actual)}
+
+
+def _one_cause_a_change_of_sizes(causes: list[Cause], roots: dict[int, Cause]) -> None:
+    """Merges the changed-sizes causes that follow one forward cause into one, in place: a cause of
+    changed sizes is one per line that called backward, and a step of several backward calls (a
+    GAN's discriminator on real data, on the generator's output, then the generator's loss) meets
+    one change of the batch at each of them: one change, one cause, each call's capture in its
+    evidence."""
+    by_root: dict[int, list[Cause]] = {}
+    for cause in causes:
+        if cause.code == CAUSE_SHAPES and id(cause) in roots:
+            by_root.setdefault(id(roots[id(cause)]), []).append(cause)
+    for group in by_root.values():
+        if len(group) < 2:
+            continue
+        root = roots[id(group[0])]
+        merged = _new_cause(CAUSE_SHAPES, sorted((row for cause in group for row in cause.rows), key=lambda row: row.seq))
+        causes[causes.index(group[0])] = merged
+        for cause in group:
+            del roots[id(cause)]
+            if cause is not group[0]:
+                causes.remove(cause)
+        roots[id(merged)] = root
 
 
 def _capture_frames(cause: Cause, captured_in: dict[int, int], capture_causes: dict[int, int]) -> dict[str, Any]:
@@ -3887,6 +3948,7 @@ def _roots(table: RecompileTable, causes: list[Cause], inner: dict[int, int]) ->
         if len(found) == 1 and None not in found:
             roots[id(cause)] = follows[ca_rows[0].seq]
     _roots_in_inner_graphs(inner, causes, roots)
+    _roots_in_a_size_come_back(table, causes, owner, follows, roots)
     # One global change (torch.set_num_threads) fails the same guard of a forward frame and of a
     # compiled-autograd graph's code in the same step: one change, fixed once, counted once.
     changed: dict[tuple[str, int], Cause] = {}
@@ -3903,6 +3965,41 @@ def _roots(table: RecompileTable, causes: list[Cause], inner: dict[int, int]) ->
             roots[id(cause)] = changed[(own_guard(cause.rows[0]), cause.rows[0].step)]
     _roots_in_other_frames(causes, roots)
     return roots
+
+
+def _roots_in_a_size_come_back(table: RecompileTable, causes: list[Cause], owner: dict[int, Cause], follows: dict[int, Cause],
+                               roots: dict[int, Cause]) -> None:
+    """Adds to `roots` the backward's changed sizes in a step with no forward recompile, where a size
+    came back to the value a forward cause recompiled away from: dcgan's last batch of an epoch (8
+    rows, then 3, then 8 again). Dynamo recompiled the forward for 3 rows with that dimension
+    dynamic, so that graph serves the next epoch's 8 rows too; compiled autograd had captured its
+    backward for 3 rows, with static sizes, and misses on 8. One change of the batch, rooted in
+    the forward's recompile: every CA capture of the cause saw a size go from that recompile's new
+    value back to its old one (`follows`: _forward_follows, rows of a step whose forward recompiled)."""
+    changes: list[tuple[int, int, int, Cause]] = []  # (step, expected, actual, cause) of each forward recompile on a size
+    for row in table.rows:
+        if row.seq in owner and (change := _batch_change(row)) is not None:
+            changes.append((change[0], change[2], change[3], owner[row.seq]))
+    if not changes:
+        return
+    for cause in causes:
+        if cause.code != CAUSE_SHAPES or id(cause) in roots:
+            continue
+        ca_rows = [r for r in cause.rows if r.source == SOURCE_CA]
+        if not ca_rows or any(r.seq in follows or r.step is None for r in ca_rows):
+            continue
+        found: set[int] = set()
+        root: Cause | None = None
+        for row in ca_rows:
+            back = [c for c in changes if c[0] < row.step  # type: ignore[operator]
+                    and any(size.previous == c[2] and size.value == c[1] for size in row.changed_sizes)]
+            if not back:
+                found.add(0)
+                break
+            root = back[-1][3]
+            found.add(id(root))
+        if len(found) == 1 and root is not None and root is not cause:
+            roots[id(cause)] = root
 
 
 def _warms_up_a_new_graph(table: RecompileTable, cause: Cause) -> bool:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from cagtool.record.schema import SourceRef
+from cagtool.record.schema import FIRST_STEP, SourceRef
 from cagtool.report.recompiles.explain import (
     GRAD_WARMUP_WORDS,
     grad_warmup_row,
@@ -20,6 +20,7 @@ from cagtool.report.recompiles.explain import (
     Words,
     alert_words,
     cause_words,
+    evaluation_compile,
     own_guard,
     plural,
     step_list,
@@ -174,6 +175,21 @@ def detail_cell(row: RecompileRow) -> str:
 TABLE_HEADER = ("#", "step", "source", "kind", "what changed", "user source", "graph")
 
 
+# What the step column's "after N" means, said under a table that has one.
+BETWEEN_STEPS_NOTE = ("after N: compiled with grad off after step N ended, before step N+1's backward (an evaluation, "
+                      "not a training step)")
+
+
+def step_cell(table: RecompileTable, row: RecompileRow) -> str:
+    """The step column: the step a recompile was stamped with; an evaluation's (evaluation_compile)
+    "after N" (it came between steps N and N+1, stamped N+1), "before 0" before the first."""
+    if row.step is None:
+        return ""
+    if not evaluation_compile(table, row):
+        return str(row.step)
+    return f"after {row.step - 1}" if row.step != FIRST_STEP else f"before {row.step}"
+
+
 def table_cells(table: RecompileTable) -> list[tuple[str, ...]]:
     """The cells of each row under TABLE_HEADER (the terminal table and the HTML report's):
     the initial compile is numbered `-`, recompiles 1, 2, ..."""
@@ -188,7 +204,7 @@ def table_cells(table: RecompileTable) -> list[tuple[str, ...]]:
         out.append(
             (
                 label,
-                "" if row.step is None else str(row.step),
+                step_cell(table, row),
                 f"{_SOURCE_LABEL.get(row.source, row.source)} {row.compile_id}",
                 kind,
                 detail_cell(row),
@@ -236,6 +252,10 @@ class RecompilesTableRenderer:
                 # them (a node's line break, escaped only when printed, would fold the cell).
                 grid.add_row(*(Text(safe_line(cell)) for cell in cells))
             self.console.print(grid)
+            evaluations = {step_cell(table, row) for row in table.rows if row.step is not None and evaluation_compile(table, row)}
+            if evaluations:
+                first = f"before {FIRST_STEP}"
+                print_wrapped(self.console, BETWEEN_STEPS_NOTE + (f"; {first}: the same, before the first step" if first in evaluations else ""))
             lines = sorted(
                 {line for r in table.rows if r.user_source is not None and r.user_source.code
                  and (line := format_source(r.user_source, table.cwd)).strip()}

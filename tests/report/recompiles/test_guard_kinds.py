@@ -15,6 +15,7 @@ from conftest import ROOT, cagtool_in_process
 from cagtool.record.loader import load_run
 from cagtool.report.compare.headline import cause_phrase
 from cagtool.report.recompiles.explain import CAUSE_DYNAMO_CA_GRAPH, CAUSE_DYNAMO_FRAME, CAUSE_SHAPES, Explanation, cause_words, explain
+from cagtool.report.recompiles.render import table_cells
 from cagtool.report.recompiles.table import recompile_table
 from cagtool.torch_text import GUARD_GRAD_MODE, GUARD_LENGTH, GUARD_REQUIRES_GRAD, GUARD_SIZE
 from cagtool.verify.fixes import fixes_for
@@ -155,6 +156,11 @@ def test_an_eval_switch_with_grad_on_and_an_inference_mode_evaluation_are_named_
     assert "(a Dropout) was switched to eval() (1 recompile), step 4" in text
     assert "0/2 between steps 3 and 4: grad mode changed around the compiled call" in text and "0/1 at step 4: a module switched" in text
     assert "Fix (train/eval): for an evaluation, evaluate with the uncompiled module (`cmodel._orig_mod(x)`, or the model" in text
+    # The table's step column says the same: "after 3" for the evaluation's, its stamp for the eval() switch's.
+    cells = {c[2]: c[1] for c in table_cells(recompile_table(load_run(run.path).modes["ca"]))}
+    assert cells["Dynamo 0/2"] == "after 3" and cells["Dynamo 0/1"] == "4"
+    listed = cagtool_in_process("recompiles", str(run.path)).stdout
+    assert "after N: compiled with grad off after step N ended, before step N+1's backward" in " ".join(listed.split())
     # the grad mode's reason says not which way it went: the module is named, not the line's arguments
     assert "Fix (grad mode): evaluate with the uncompiled module (`cmodel._orig_mod(...)` at the evaluation's call, grad still off there)" in text
     # eval_no_grad.py's evaluation under torch.no_grad() is read as no_grad from the same evidence
@@ -436,3 +442,13 @@ def test_a_gans_discriminator_on_a_smaller_last_batch_recompiles_for_the_size_no
     text = " ".join(cagtool_in_process("recompiles", str(run.path)).stdout.split())
     assert "0/3 guard `tensor 'input' size mismatch at index 0. expected 8, actual 3`" in text
     assert "Clear gradients the same way every step" not in cagtool_in_process("recompiles", str(run.path), "--explain").stdout
+    # The next epoch's batch of 8 runs the forward graph made dynamic for 3, whose backward compiled
+    # autograd captured with static sizes: one miss at each of the step's three backward calls, one
+    # change of the batch, rooted in the size's recompile.
+    (back,) = [c for c in explanation.causes if c.code == CAUSE_SHAPES]
+    assert back.caused_by == size.number and back.steps == [3]
+    assert [r.compile_id for r in back.rows] == ["!6", "!7", "!8"] and len({r.backward_call.line for r in back.rows}) == 3
+    words = cause_words(back, cwd)
+    assert words.title.startswith(f"Caused by #{size.number}: the same sizes changed in the backward (3 recompiles")
+    assert "went 8 -> 3 at step 2 and came back to 8 at step 3" in words.why[0] and "at each backward call of the step" in words.why[0]
+    assert "removes this one too" in words.fix[0] and "--dynamic" in words.fix[1]

@@ -253,6 +253,19 @@ def size_guard(text: str) -> tuple[str, int, int, int] | None:
     return match["name"], int(match["index"]), int(match["expected"]), int(match["actual"])
 
 
+# The guard of a dynamic size (marked by hand, or made dynamic by a recompile): Dynamo specialises a
+# size of 0 or 1 even there, so the size carries `2 <= x.size()[0]` (torch 2.13: "... due to 0/1
+# specialization in the framework; to avoid specialization try
+# torch._dynamo.decorators.mark_unbacked(tensor, dim)"), which a size of 0 or 1 fails.
+_SPECIALISED_SIZE = re.compile(r"^2 <= (?P<name>\S+?)\.size\(\)\[(?P<dim>\d+)\]$")
+
+
+def specialised_size(text: str) -> tuple[str, int] | None:
+    """(tensor, dim) of a failed `2 <= x.size()[0]`: a dynamic dimension met a size of 0 or 1."""
+    match = _SPECIALISED_SIZE.match(text.strip())
+    return None if match is None else (match["name"], int(match["dim"]))
+
+
 def size_or_stride_guard(text: str) -> str | None:
     """The tensor of a failed guard on one of its sizes or strides (`tensor 'x' stride mismatch at
     index 0. expected 1, actual 2`): what a dynamic dimension answers. None for any other guard."""
@@ -320,7 +333,7 @@ def guard_kind(text: str) -> str:
         return GUARD_GRAD_MODE if "grad_mode" in lowered else GUARD_GLOBAL_STATE
     if "requires_grad mismatch" in lowered:
         return GUARD_REQUIRES_GRAD
-    if "size mismatch" in lowered or "stride mismatch" in lowered or "rank mismatch" in lowered:
+    if "size mismatch" in lowered or "stride mismatch" in lowered or "rank mismatch" in lowered or _SPECIALISED_SIZE.match(guard):
         return GUARD_SIZE
     if re.search(r"(?:dtype|device|dispatch key set) mismatch", lowered):
         return GUARD_TENSOR_META

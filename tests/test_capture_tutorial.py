@@ -130,6 +130,12 @@ def test_flag_set_but_backward_outside_compiled_region_is_a_finding(record_run):
     assert [(m.node, m.step) for m in misses] == [("torch::autograd::GraphRoot", 0), ("torch::autograd::AccumulateGrad", 1)]
     assert len(ca.of(CAGraphEvent)) == ca.manifest.torch_counters["compiled_autograd"]["captures"] == 2
     assert len(ca.of(StepEvent)) == 3
+    # `recompiles` (its table and --explain) says first that these captures are the ca mode's, not the job's.
+    for args in ((), ("--explain",)):
+        said = " ".join(cagtool_in_process("recompiles", str(run.path), *args).stdout.split())
+        assert "note: without cagtool this job gets no compiled autograd" in said, said[:600]
+        before = said.split("note: without cagtool")[0]
+        assert before.startswith("mode ca:") and "CA miss" not in before and "Evidence" not in before
 
 
 def _gated_ca(run):

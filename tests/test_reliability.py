@@ -1177,7 +1177,7 @@ def test_recompiles_use_torchs_words_and_gate_counts_what_users_expect(tmp_path)
     assert "CA graphs: 2 (1 initial, 1 for a new autograd node)" in out
     assert "CA recompiles: 0 counted (1 in all, as `cagtool recompiles` lists them: not counted, the second graph, AccumulateGrad's one-time .grad None -> defined warm-up)" in out
     assert "(CA backend eager)" in out and "mode eager: finished in 1.0 s, 8 steps\n" in out  # no backend on eager
-    assert "0 forward graphs, 2 backward graphs, 0 graph breaks, 0 recompiles" in out
+    assert "0 forward graphs, 2 CA graphs, 0 graph breaks, 0 recompiles" in out
     # eager (Dynamo off) saves no counters: nothing to qualify its 0 graph breaks with
     assert "Dynamo: 0 forward graphs, 0 backward graphs, 0 graph breaks, 0 recompiles\n" in out
     assert "(torch counted 2 captures)" in out

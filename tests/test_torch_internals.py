@@ -622,6 +622,51 @@ def test_a_length_of_one_marked_dynamic_still_recompiles_at_two_until_backed_siz
         assert _unique_graphs(run) == 1
 
 
+def test_a_last_batch_of_one_recompiles_a_marked_dimension_on_a_guard_of_two_and_mark_unbacked_does_not():
+    """A DataLoader's last batch of 1 row, the batch marked dynamic (explain's usual fix for a
+    smaller last batch): 0/1 specialisation keeps a size of 1 out of the dynamic graph, so it
+    recompiles, failing `2 <= x.size()[0]` (torch_text.specialised_size reads that guard as a size);
+    dynamic=True the same; mark_unbacked, torch's hint in the guard's comment, compiles one graph
+    for the frame it marks."""
+    from torch._dynamo.utils import counters
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+
+    def run(mark, **options) -> None:
+        compiled = torch.compile(model, backend="eager", **options)
+        for rows in (4, 4, 1):
+            x = torch.randn(rows, 8)
+            if mark is not None:
+                mark(x, 0)
+            compiled(x)
+
+    failures: list[str] = []
+    import logging
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            failures.append(record.getMessage())
+
+    keep = Keep()
+    torch._logging.set_logs(recompiles=True)
+    logging.getLogger("torch._dynamo.guards").addHandler(keep)
+    try:
+        assert _unique_graphs(lambda: run(torch._dynamo.maybe_mark_dynamic)) == 2
+    finally:
+        logging.getLogger("torch._dynamo.guards").removeHandler(keep)
+        torch._logging.set_logs()
+    said = "\n".join(failures)
+    assert "0/1 specialization" in said and "mark_unbacked" in said, said[-2000:]
+    from cagtool.report.recompiles.table import guard_text
+    from cagtool.torch_text import specialised_size
+
+    (line,) = [line.split(": ", 1)[1] for line in said.splitlines() if line.strip().startswith("- 0/0: ")]
+    assert specialised_size(guard_text(line)) == ("args[0]", 0), line
+    assert _unique_graphs(lambda: run(None, dynamic=True)) == 2
+    assert _unique_graphs(lambda: run(torch._dynamo.decorators.mark_unbacked)) == 1
+    assert counters["frames"]["total"] >= 1
+
+
 def test_a_length_recompiled_dynamic_takes_every_later_length_but_one():
     """Automatic dynamic shapes: the recompile on a changed length compiles it dynamic, and later
     lengths reuse that graph; a length of 1 is specialised, so it recompiles once more (explain's

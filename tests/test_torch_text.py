@@ -529,3 +529,21 @@ def test_an_entry_made_for_an_input_that_requires_grad_tells_entries_apart_a_par
     assert tt.call_guard([frozen, "tensor 'x' size mismatch at index 0. expected 8, actual 3"]) == frozen
     # one entry, one failure: the requires_grad change is the call's own
     assert tt.call_guard(["tensor 'input' requires_grad mismatch. expected requires_grad=0"]).endswith("requires_grad=0")
+
+
+def test_a_dynamic_size_that_met_0_or_1_is_a_size_guard():
+    """torch 2.13's guard on a dynamic dimension (marked, or made dynamic by a recompile), as its
+    recompiles log prints it for a DataLoader's last batch of one row (tests/scripts/last_batch_of_one.py
+    --mark; an HF Trainer's collator marking `input_ids`): a size guard on that tensor and dim."""
+    line = ("2 <= kwargs['input_ids'].size()[0]  # output = func(self, *args, **kwargs)  # transformers/utils/generic.py:1036 "
+            "in wrapper (user code shown is first use of this value--the guard itself is not due user code but due to 0/1 "
+            "specialization in the framework; to avoid specialization try torch._dynamo.decorators.mark_unbacked(tensor, dim))")
+    from cagtool.report.recompiles.table import guard_text
+
+    guard = guard_text(line)
+    assert guard == "2 <= kwargs['input_ids'].size()[0]"
+    assert tt.specialised_size(guard) == ("kwargs['input_ids']", 0) and tt.guard_kind(guard) == tt.GUARD_SIZE
+    assert tt.specialised_size("2 <= h.size()[1]") == ("h", 1)
+    # A branch on sizes and an int made dynamic are not it.
+    assert tt.specialised_size("self.src_mask.size()[0] != src.size()[0]") is None and tt.specialised_size("2 <= step") is None
+    assert tt.guard_kind("self.src_mask.size()[0] != src.size()[0]") != tt.GUARD_SIZE

@@ -255,7 +255,7 @@ def pgo_scope(explanation: "Explanation", said: str = "") -> str:
     import re
 
     from cagtool.report.recompiles.explain import size_recompiles
-    from cagtool.torch_text import size_guard, tree_source
+    from cagtool.torch_text import size_guard, specialised_size, tree_source
 
     # A source torch lists that a value recompile above is on (a dropout's `p` changed): its profile
     # marks a Python number too, and starting it dynamic is another matter than a size.
@@ -265,12 +265,17 @@ def pgo_scope(explanation: "Explanation", said: str = "") -> str:
         return ""
 
     if size_recompiles(explanation) and explanation.total:
-        sizes = [size_guard(guard) for cause in explanation.causes for _, guard in cause.facts.get("failures") or ()
-                 if size_guard(guard) is not None]
-        # torch 2.13, checked by hand: TORCH_COMPILE_DYNAMIC_SOURCES leaves a first size of 1 specialised.
-        if sizes and all(size[2] in (0, 1) for size in sizes):  # type: ignore[index]
+        guards = [guard for cause in explanation.causes for _, guard in cause.facts.get("failures") or ()
+                  if guard and (size_guard(guard) is not None or specialised_size(guard) is not None)]
+        sizes = [size_guard(guard) for guard in guards]
+        # torch 2.13, checked by hand: TORCH_COMPILE_DYNAMIC_SOURCES leaves a first size of 1 specialised,
+        # and a last batch of one row (a dynamic size carries `2 <= x.size()[0]`).
+        if sizes and all(size is not None and size[2] in (0, 1) for size in sizes):
             return (" [cagtool: every size recompile of this mode was from a first size of 0 or 1, which Dynamo specialises "
                     "even in a source named dynamic: this setting would not remove them]")
+        if sizes and all(size is None or size[3] in (0, 1) for size in sizes):
+            return (" [cagtool: every size recompile of this mode was for a size of 0 or 1 (a batch of one row), which Dynamo "
+                    "specialises even in a source named dynamic: this setting would not remove them]")
         return ""
     if not explanation.total:
         return ""

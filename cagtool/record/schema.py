@@ -71,6 +71,9 @@ FIRST_STEP_BEFORE_SCHEMA_3 = 1
 
 # FindingEvent.code of a compiled-autograd capture that raised; its detail["compile_id"] is "!N".
 FINDING_CA_CAPTURE_FAILED = "ca_capture_failed"
+# The script sets torch._dynamo.config.compiled_autograd but calls backward outside any compiled
+# function: without cagtool the job gets no compiled autograd (capture/steps/findings.py).
+FINDING_CA_FLAG_WITHOUT_COMPILED_BACKWARD = "ca_flag_without_compiled_backward"
 # ... and the error it raised, as it left the backward (detail: compile_id, error_type, error; source:
 # the user's backward line), where it left through cagtool's backward entry point as a RuntimeError.
 FINDING_CA_CAPTURE_ERROR = "ca_capture_error"
@@ -162,13 +165,18 @@ class SourceRef(Struct, frozen=True):
     `compiled_frame` (the torch.compile'd function whose AOT backward the node is),
     `backward_call` (the line that called backward: the node was created in that step's forward),
     `caller` (the user's line that called the code Dynamo recompiled, e.g. `model(x)`),
-    `guard` (the user frame Dynamo's guard-failure text names)."""
+    `guard` (the user frame Dynamo's guard-failure text names).
+    `via`: where the line reached that code through an installed package other than torch (HF
+    Trainer's `trainer.train()`), that package's innermost line on the way, `transformers/trainer.py:2172`
+    (the call of the compiled model, or the line that called backward); "" where the user's line
+    made the call itself."""
 
     file: str
     line: int
     code: str = ""
     function: str = ""
     how: str = "backward_call"
+    via: str = ""
 
 
 # The phase a Dynamo compile ran in (CompilePhase.phase): what the job was doing when torch

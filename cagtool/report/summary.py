@@ -527,7 +527,11 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         aot = f", {plural(m.aot_backward_graphs, 'AOT backward graph')}" if m.aot_backward_graphs and not m.ca_graphs and m.mode != "ca" else ""
         graphs = f"{dynamo_graph_words(counted)}{aot};"
     else:
-        graphs = f"{plural(m.forward_graphs, 'forward graph')}{hook}, {plural(m.backward_graphs, 'backward graph')},"
+        # Under compiled autograd the backward graphs are its captures; the AOT backward graphs of
+        # the compiled forwards, which it inlines, are counted apart.
+        backward = (f"{plural(m.backward_graphs, 'CA graph')}" + (f", {plural(m.aot_backward_graphs, 'AOT backward graph')}" if m.aot_backward_graphs else "")
+                    if m.mode == "ca" or m.ca_graphs else plural(m.backward_graphs, "backward graph"))
+        graphs = f"{plural(m.forward_graphs, 'forward graph')}{hook}, {backward},"
     console.print(
         f"  Dynamo: {graphs} "
         f"{plural(m.graph_breaks, 'graph break')}{at}{counted_by}, {plural(m.dynamo_recompiles, 'recompile')}{hook_recompiles}"

@@ -15,6 +15,10 @@ from cagtool.record.schema import SourceRef
 _LIBRARY_ROOTS = tuple(
     {os.path.realpath(p) + os.sep for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])}
 )
+# Installed packages (not the standard library): a frame in one, other than torch's, is a library
+# calling torch for the user (`via`).
+_PACKAGE_ROOTS = tuple({os.path.realpath(p) + os.sep for p in (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"])})
+_TORCH_PACKAGES = frozenset({"torch", "functorch", "torchgen", "cagtool"})
 _CAGTOOL_ROOT = os.path.dirname(os.path.realpath(cagtool.__file__)) + os.sep  # the package: every module of it
 # Folders of code a tool wrote while the job ran: depyf points the code objects Dynamo transforms
 # at its decompiled dumps, so a compiled function's frame names a dump, not the user's file.
@@ -37,17 +41,36 @@ def is_user_file(filename: str) -> bool:
     return not real.startswith(_LIBRARY_ROOTS)
 
 
-def ref(filename: str, line: int, function: str, how: str) -> SourceRef:
+def ref(filename: str, line: int, function: str, how: str, via: str = "") -> SourceRef:
     code = linecache.getline(filename, line).strip()
-    return SourceRef(file=filename, line=line, code=code, function=function, how=how)
+    return SourceRef(file=filename, line=line, code=code, function=function, how=how, via=via)
+
+
+def library_file(filename: str) -> str | None:
+    """`transformers/trainer.py` for a file of an installed package other than torch's (and
+    cagtool's), by its path under site-packages; None for anything else."""
+    if not filename or filename.startswith("<"):
+        return None
+    real = os.path.realpath(filename)
+    for root in _PACKAGE_ROOTS:
+        if real.startswith(root):
+            inside = real[len(root):]
+            top = inside.split(os.sep, 1)[0]
+            return None if top in _TORCH_PACKAGES or os.sep not in inside else inside.replace(os.sep, "/")
+    return None
 
 
 def user_caller(frame: FrameType | None = None, how: str = "backward_call") -> SourceRef | None:
-    """The innermost frame on the current stack that belongs to the user's code."""
+    """The innermost frame on the current stack that belongs to the user's code, with the
+    innermost line of another package on the way to it (`via`: a library made the call)."""
     frame = frame or sys._getframe(1)
+    via = ""
     while frame is not None:
-        if is_user_file(frame.f_code.co_filename):
-            return ref(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, how)
+        filename = frame.f_code.co_filename
+        if is_user_file(filename):
+            return ref(filename, frame.f_lineno, frame.f_code.co_name, how, via)
+        if not via and (library := library_file(filename)) is not None:
+            via = f"{library}:{frame.f_lineno}"
         frame = frame.f_back
     return None
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from cagtool.capture.observe import source
-from cagtool.record.schema import FindingEvent
+from cagtool.record.schema import FINDING_CA_FLAG_WITHOUT_COMPILED_BACKWARD, FindingEvent
 from cagtool.record.writer import RecordWriter
 
-FLAG_WITHOUT_COMPILED_BACKWARD = "ca_flag_without_compiled_backward"
+FLAG_WITHOUT_COMPILED_BACKWARD = FINDING_CA_FLAG_WITHOUT_COMPILED_BACKWARD
 TRACED_BACKWARD = "backward_traced_by_dynamo"
 # Something put torch's own backward entry point back over cagtool's (code that saved it before
 # cagtool ran): cagtool put its own back, backward calls in between were not recorded.

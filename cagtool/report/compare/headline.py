@@ -254,7 +254,7 @@ def cause_phrase(cause: "Cause") -> str:
         guard_label,
         step_list,
     )
-    from cagtool.torch_text import size_guard
+    from cagtool.torch_text import size_guard, specialised_size
 
     if cause.code in (CAUSE_DYNAMO_FRAME, CAUSE_DYNAMO_CA_GRAPH):
         guard = cause.facts.get("guard") or ""
@@ -264,6 +264,9 @@ def cause_phrase(cause: "Cause") -> str:
             what = f"the size of `{name}` (dim {dim}) changed {before}->{after}"
             if dim == 0 and after < before:
                 what = f"a smaller batch (a DataLoader's last?): {what}"
+        elif (specialised := specialised_size(guard)) is not None:
+            what = (f"a size of 0 or 1 in a dynamic dimension (`{specialised[0]}`, dim {specialised[1]}"
+                    f"{': a batch of one row?' if specialised[1] == 0 else ''}), which Dynamo specialises")
         else:
             # The kind of guard in words (never torch's text cut mid-word).
             what = guard_label(cause.facts)
@@ -322,7 +325,12 @@ def cause_phrase(cause: "Cause") -> str:
         # A compiled-autograd cause's line is the backward call that ran into it, however it was found.
         backward = cause.code in (CAUSE_SHAPES, CAUSE_STRUCTURE, CAUSE_HOOK, CAUSE_GRAD_DEFINED, CAUSE_DYNAMO_CA_GRAPH)
         label = _LINE_LABEL["backward_call" if backward else cause.source.how] if cause.source.how in _LINE_LABEL else ""
-        what += f" ({label}{os.path.basename(cause.source.file)}:{cause.source.line})"
+        line = f"{os.path.basename(cause.source.file)}:{cause.source.line}"
+        if label and cause.source.via:
+            # A library made the call (HF Trainer): its line, and the user's that led there.
+            what += f" ({label}{cause.source.via}, from {line})"
+        else:
+            what += f" ({label}{line})"
     return what
 
 

@@ -67,6 +67,7 @@ from cagtool.torch_text import (
     python_type_of,
     reason_compile_id,
     size_guard,
+    specialised_size,
     source_prefixes,
     inference_mode_switch,
     none_variant,
@@ -181,6 +182,10 @@ class NodeChange:
     nodes_before: int | None = None  # autograd nodes of the graph before and of the one produced
     nodes_after: int | None = None
     shape: str | None = None  # GRAPH_*; None where either graph is not in the record
+    # Where several compiled forwards' backward nodes were swapped at once (a forward split by a
+    # graph break, both frames recompiled): (NodeCall, before, after) each, paired by the NodeCall
+    # the graphs' code gives them; `before`/`after` are then the first pair's.
+    pairs: tuple[tuple[int, str, str], ...] = ()
 
 
 def hook_counts(graph: CAGraphEvent | None) -> Counter[str]:
@@ -218,12 +223,31 @@ def _node_change(table: RecompileTable, row: RecompileRow) -> NodeChange:
         numbered = [name for name in came if name.startswith(after) and name[len(after):].isdigit()]
         if len(numbered) == 1:
             after = numbered[0]
+        pairs = _swapped_by_node_call(produced, previous, gone, came)
+        if pairs:
+            first = next((pair for pair in pairs if pair[0] == row.node_call), pairs[0])
+            before, after = first[1], first[2]
         if shape == GRAPH_REARRANGED and produced.autograd_nodes and (
                 [(r.node_call, r.name) for r in produced.autograd_nodes] == [(r.node_call, r.name) for r in previous.autograd_nodes]):
             shape = GRAPH_SAME
+    else:
+        pairs = ()
     where = f"!{previous.ca_id}" if previous is not None else None
     return NodeChange(row.compile_id, row.step, row.node_call, after, before, where,
-                      *(counts or (None, None)), shape)
+                      *(counts or (None, None)), shape, pairs)
+
+
+def _swapped_by_node_call(produced: CAGraphEvent, previous: CAGraphEvent, gone: Counter[str], came: Counter[str]) -> tuple[tuple[int, str, str], ...]:
+    """(NodeCall, before, after) of each compiled forward's backward node swapped for another at
+    the same NodeCall, where two or more were (HF's GPT-2 with its loss after a graph break: the
+    model's and the loss's), as diff-graphs pairs them; () otherwise, or where they do not pair."""
+    if len(came) < 2 or not all(name.startswith(COMPILED_FUNCTION_BACKWARD) for name in (*came, *gone)):
+        return ()
+    old = {ref.node_call: ref.name for ref in previous.autograd_nodes if ref.name in gone}
+    new = {ref.node_call: ref.name for ref in produced.autograd_nodes if ref.name in came}
+    if not new or set(new) != set(old):
+        return ()
+    return tuple((call, old[call], new[call]) for call in sorted(new))
 
 
 def _graph_shape(mine: Counter[str], theirs: Counter[str], gone: Counter[str], came: Counter[str]) -> str:
@@ -267,6 +291,8 @@ def _stability(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "quiet_steps_after": last - steps[-1],
         "last_step": last,
         "recompiling_steps": len(set(steps)),
+        # The steps after it in which other causes recompiled: those steps did not all reuse cached graphs.
+        "others_after": sorted({r.step for r in table.recompiles if r.step is not None and r.step > steps[-1]}),
     }
 
 
@@ -1046,6 +1072,11 @@ def stability_sentence(facts: dict, what: str) -> str:
     if stabilised:
         quiet = facts["quiet_steps_after"]
         later = "the last step" if quiet == 1 else f"the last {quiet} steps"
+        others = facts.get("others_after") or []
+        if others:
+            # Other causes compiled in some of those steps: no "reused cached graphs" for them.
+            return (f"It has stabilised: no {what} after step {facts['last_recompile_step']}, in {later} (other causes "
+                    f"recompiled at {'step' if len(others) == 1 else 'steps'} {step_list(others)}).")
         return f"It has stabilised: no {what} after step {facts['last_recompile_step']}; {later} reused cached graphs."
     if facts.get("recompiling_steps", 3) < 3:
         # One or two recompiles that happen to fall on the last step of a short run say nothing
@@ -1069,6 +1100,9 @@ def where(cause: Cause, cwd: str) -> str:
         "caller": "called at",
         "branch": "picked by the data-dependent branch torch reports at",
     }.get(cause.source.how, "at")
+    if cause.source.via and cause.source.how in ("caller", "backward_call"):
+        # A library made the call (HF Trainer's `model(**inputs)`, accelerate's `loss.backward()`).
+        return f"{how} {cause.source.via} (a library's call), reached from {format_source(cause.source, cwd)}"
     return f"{how} {format_source(cause.source, cwd)}"
 
 
@@ -1101,6 +1135,8 @@ def _change_item(change: NodeChange) -> str:
     at = f"{change.compile_id} step {change.step}" if change.step is not None else change.compile_id
     sizes = (f" ({change.nodes_before} -> {change.nodes_after} nodes)"
              if change.nodes_before is not None and change.nodes_before != change.nodes_after else "")
+    if change.pairs:
+        return f"{at}: " + ", ".join(f"NodeCall {call} {short_name(b)} -> {short_name(a)}" for call, b, a in change.pairs) + sizes
     if change.before is not None:
         return f"{at}: {label} {short_name(change.before)} -> {short_name(change.after)}{sizes}"
     if change.shape == GRAPH_REPEATS:  # the node is there before too, with another number of inputs
@@ -1790,8 +1826,11 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     # compiled autograd where the config flag turns it on (eval_frame.py, `call_compiled_autograd`).
     fix.append(
         "Start compiled autograd dynamic to skip the static first graph: `cagtool run --dynamic`; in the job, "
-        "compiled_autograd._enable(compiler, dynamic=True), or, where torch._dynamo.config.compiled_autograd turns it on, "
-        "torch.compile(..., dynamic=True) on the compiled function that runs backward."
+        "compiled_autograd._enable(compiler, dynamic=True)"
+        + (" (no compiled function of the job runs backward: the config flag never turns compiled autograd on here)."
+           if facts.get("ca_by_cagtool_only") else
+           ", or, where torch._dynamo.config.compiled_autograd turns it on, torch.compile(..., dynamic=True) on the compiled "
+           "function that runs backward.")
         + (" For a last batch this moves the recompile more than it removes it: Dynamo compiles the dynamic graph for the "
            "sizes of its first call and recompiles it once for the shorter batch (re-runs of jobs with a last batch: CA "
            "recompiles 1 -> 0, Dynamo's 0 -> 1 in one epoch, 1 -> 1 in several); dropping or padding the batch removes it."
@@ -1853,6 +1892,22 @@ def requires_grad_ways(facts: dict[str, Any]) -> list[str]:
 def module_attribute(name: str) -> bool:
     """A size guard's tensor is one the module holds (`self.src_mask`), not an argument of the call."""
     return name.startswith(("self.", "self[", "L['self']"))
+
+
+# torch 2.13, checked by hand (a DataLoader's last batch of one row, the forward split by a graph
+# break): maybe_mark_dynamic, dynamic=True and TORCH_COMPILE_DYNAMIC_SOURCES each leave a recompile
+# per frame at the batch of one, failing `2 <= x.size()[0]`; mark_unbacked on the inputs removes the
+# first frame's, not the frame after the break (it takes a value computed inside); drop_last, all.
+_ZERO_ONE = ("Dynamo specialises a size of 0 or 1 even in a dynamic dimension (a dynamic size carries the guard "
+             "`2 <= size`), so a dimension marked dynamic, dynamic=True or TORCH_COMPILE_DYNAMIC_SOURCES leave this recompile: "
+             "that size gets a graph of its own, compiled once and cached.")
+_ZERO_ONE_FIXES = ["If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it (HF Trainer: "
+                   "TrainingArguments(dataloader_drop_last=True); those samples are not trained on that epoch), or pad the "
+                   "data to a multiple of batch_size: every batch then has one size, the only fix that removes this recompile "
+                   "in every frame.",
+                   "torch's hint, torch._dynamo.decorators.mark_unbacked(tensor, dim) in place of maybe_mark_dynamic, compiles "
+                   "the size with no 0/1 specialisation in the frame whose inputs it marks; a frame after a graph break takes "
+                   "values computed inside, which no mark reaches, and recompiles all the same."]
 
 
 def smaller_batch(guard: str) -> tuple[str, int, int] | None:
@@ -2374,8 +2429,13 @@ def _guard_why(facts: dict[str, Any], code: str, on_ca: bool = False) -> list[st
         evaluation = ([f"It ran with grad mode off (under torch.no_grad() or torch.inference_mode(), as an evaluation does): "
                        "the smaller batch is an evaluation's, not training's."] if facts.get("grad_mode_after") is False else [])
         return [f"Dim 0 of `{name}` went from {before} to {after}: a smaller batch. A DataLoader whose dataset size is not a "
-                f"multiple of batch_size makes the last batch of every epoch smaller ({after} rows here); Dynamo compiled the "
-                f"forward for {before} rows and compiles it again for {after}.", *evaluation, *_automatic_dynamic(facts)]
+                f"multiple of batch_size makes the last batch of every epoch smaller ({plural(after, 'row')} here); Dynamo compiled "
+                f"the forward for {before} rows and compiles it again for {after}.", *evaluation,
+                *([_ZERO_ONE] if after in (0, 1) else _automatic_dynamic(facts))]
+    if kind == GUARD_SIZE and (specialised := specialised_size(facts.get("guard", ""))) is not None:
+        name, dim = specialised
+        return [f"Dim {dim} of `{name}` was dynamic (marked dynamic, or made dynamic by an earlier recompile), and a call passed "
+                f"a size of 0 or 1 there{' (a batch of one row: a DataLoader' + chr(39) + 's last?)' if dim == 0 else ''}. {_ZERO_ONE}"]
     if kind == GUARD_SIZE and (size := size_guard(facts.get("guard", ""))) is not None and size[1] > 0:
         name, dim, before, after = size
         # The record keeps no later sizes: a length that varies per batch and one changed for good
@@ -2837,6 +2897,9 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         return [f"Make `{size[0]}` from the call's own input inside the compiled function rather than keeping it on the module "
                 "between calls (a mask built for each call's length, or one kept per length), so that no call meets a tensor "
                 "another call sized; or leave it: once Dynamo made the dimension dynamic here, later sizes reuse that graph."]
+    if kind == GUARD_SIZE and not on_ca and ((size := size_guard(guard)) is not None and size[3] in (0, 1) and smaller_batch(guard)
+                                             or specialised_size(guard) is not None):
+        return list(_ZERO_ONE_FIXES)
     if kind == GUARD_SIZE:
         size = size_guard(guard)
         if size is not None and not on_ca:
@@ -2868,6 +2931,16 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                          "To skip even that recompile: torch.fx.experimental._config.backed_size_oblivious = True before the first "
                          f"call, with {mark} before each call (a size of {size[2]} is then compiled as any size); or make the "
                          f"first call with a size other than {size[2]}."]
+            if not fixes and caller is not None and caller.via:
+                # No line of the user's passes the tensor: a library calls the compiled model (HF
+                # Trainer's compute_loss). torch's PGO sources reach it whoever calls; a mark made
+                # where the batch is made reaches it only if the library passes that tensor on.
+                fixes = [f"The compiled call is a library's ({caller.via}, reached from {os.path.basename(caller.file)}:"
+                         f"{caller.line}): no line of yours passes the tensor. {lead} dim {size[1]} of {_tensor_words(size[0])} "
+                         "dynamic from the first call with TORCH_COMPILE_DYNAMIC_SOURCES in the job's environment (torch's PGO line "
+                         "lists the sources), or with torch._dynamo.maybe_mark_dynamic where the batch is made (a DataLoader's "
+                         "collate_fn; HF Trainer's data_collator) where the library passes that tensor on as it is (a copy to "
+                         "another device carries no mark); pad or bucket if it takes many values."]
             fixes = fixes or [f"{lead} the dimension dynamic before the call: "
                      f"{mark}, and the same on every other "
                      "input whose size the code ties to it (a batch's tokens and its mask): marked on one alone, a static "
@@ -3413,14 +3486,18 @@ def _consequence(cause: Cause, cwd: str) -> Words:
         lead = (f"Follows from {root}: the sizes that made Dynamo recompile the forward reached the backward "
                 f"in the same step{at}.{again}")
         if "came_back" in cause.facts:
-            back_at, before, after = cause.facts["came_back"]
+            back_at, before, after, values = cause.facts["came_back"]
             steps = sorted(x for x in forward if x is not None)
-            lead = (f"Follows from {root}: the size that recompiled the forward went {before} -> {after} at step {back_at} and came "
-                    f"back to {before} at {'step' if len(steps) == 1 else 'steps'} {', '.join(map(str, steps))}. Dynamo's recompile "
-                    f"for {after} made that dimension dynamic, so the forward's graph for {after} serves {before} too; compiled "
-                    f"autograd had captured that graph's backward for {after} with static sizes, and misses on {before}"
+            at = f"{'step' if len(steps) == 1 else 'steps'} {', '.join(map(str, steps))}"
+            now = ", ".join(map(str, values)) or "the new size"
+            moved = (f"came back to {before} at {at}" if values == [before] else f"changed again at {at} ({after} -> {now})" if values
+                     else f"changed again at {at}")
+            lead = (f"Follows from {root}: the size that recompiled the forward went {before} -> {after} at step {back_at} and "
+                    f"{moved}. Dynamo's recompile for {after} made that dimension dynamic, so the forward's graph for {after} "
+                    f"serves {now} too; compiled autograd had captured that graph's backward for {after} with static sizes, and "
+                    f"misses on {now}"
                     f"{' at each backward call of the step' if len({_location(r.backward_call) for r in cause.rows if r.source == SOURCE_CA}) > 1 else ''}"
-                    ". One change of the batch: the captures made here are dynamic and serve both sizes from now on.")
+                    ". One changing size: the captures made here are dynamic and serve the sizes that come next.")
     else:
         lead = (f"Follows from {root}: the forward was recompiled just before this backward, and the backward "
                 "of the recompiled forward is a new graph to compiled autograd.")
@@ -3430,7 +3507,9 @@ def _consequence(cause: Cause, cwd: str) -> Words:
         for change in changes:
             at = f"{change.compile_id} step {change.step}" if change.step is not None else change.compile_id
             label = f"NodeCall {change.node_call}" if change.node_call is not None else "a node"
-            if change.before is None:
+            if change.pairs:
+                items.append(f"{at}: " + ", ".join(f"NodeCall {call} {short_name(b)} -> {short_name(a)}" for call, b, a in change.pairs))
+            elif change.before is None:
                 items.append(f"{at}: new {short_name(change.after)} at {label}")
             else:
                 items.append(f"{at}: {label} {short_name(change.before)} -> {short_name(change.after)}")
@@ -3479,8 +3558,10 @@ def _consequence(cause: Cause, cwd: str) -> Words:
         title = f"Caused by {root}: " + words.title.replace("Tensor shapes changed", "the same sizes changed in the backward", 1)
         fix = words.fix
         if "came_back" in cause.facts:
-            fix = [f"What removes {root} by the batch (every batch one size: dropping or padding the smaller one) removes this "
-                   f"one too; a dimension marked dynamic removes {root} only, and compiled autograd still misses here once.",
+            by = ("by the batch (every batch one size: dropping or padding the smaller one)" if cause.facts.get("came_back_dim") == 0
+                  else "by the data (every batch one length: padded to a fixed length)")
+            fix = [f"What removes {root} {by} removes this one too; a dimension marked dynamic removes {root} only, and "
+                   "compiled autograd still misses here once.",
                    *words.fix]
         return Words(title, [lead, *words.why], fix, words.evidence)
     if cause.code == CAUSE_DYNAMO_FRAME:
@@ -3491,8 +3572,11 @@ def _consequence(cause: Cause, cwd: str) -> Words:
                 "one change, a recompile per frame.")
         guards = [line for line in words.why if line.startswith("Failing guard")]
         sized = [g for row in cause.rows if (g := size_guard(own_guard(row))) is not None]
-        by_batch = f"What removes {root} by the batch (dropping or padding it) removes this one too."
-        if sized and sized[0][0].startswith("___"):
+        by_batch = (f"What removes {root} by the batch (dropping or padding it) removes this one too." if not sized or sized[0][1] == 0
+                    else f"What removes {root} by the data (every batch padded to one length) removes this one too.")
+        if (sized and sized[0][3] in (0, 1)) or any(specialised_size(own_guard(row)) is not None for row in cause.rows):
+            fix = [f"{by_batch} No dimension marked dynamic does: the size is 0 or 1, which Dynamo specialises in every frame."]
+        elif sized and sized[0][0].startswith("___"):
             # A value Dynamo carried across the graph break (`___stack0`): the frame's own words say what marks it.
             fix = [*words.fix, by_batch]
         else:
@@ -3602,7 +3686,7 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
         # changed-shapes miss made is recompiled, the sizes changed again: the same root cause.
         ca_id = ca_id_of(row.compile_id) if "/" in row.compile_id else None  # !N/F/C: Dynamo's compile of CA graph N
         first = guard_text(row.messages[0]) if row.messages else ""
-        if ca_id in shape_keys and (not first or "size" in first.lower()):
+        if ca_id in shape_keys and (not first or "size" in first.lower() or "stride mismatch" in first.lower()):
             return shape_keys[ca_id]
         kind = guard_kind(first) if first else ""
         if kind == GUARD_SIZE and _RANK_MISMATCH.search(first) and _runs_hooks(row, hook_frames):
@@ -3629,6 +3713,8 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
         # ragged last batch) are two causes, each with its own fix; one dim's many values are one.
         # A tensor the module holds (`self.src_mask`) is not an input: a cause of its own.
         return (CAUSE_DYNAMO_FRAME, frame, GUARD_SIZE, size[1]) + (("attribute",) if module_attribute(size[0]) else ())
+    if (specialised := specialised_size(first)) is not None:  # a dynamic dim met a size of 0 or 1
+        return (CAUSE_DYNAMO_FRAME, frame, GUARD_SIZE, specialised[1], "0/1")
     return (CAUSE_DYNAMO_FRAME, frame, guard_kind(first) if first else "")
 
 
@@ -3747,21 +3833,23 @@ def group_causes(table: RecompileTable) -> list[Cause]:
                 by_number[cause.caused_by].facts["backward_through"] = True
             cause.facts["root_inputs"] = by_number[cause.caused_by].facts.get("requires_grad_inputs", [])
             if cause.code == CAUSE_SHAPES:
-                cause.facts.update(_size_come_back(cause, by_number[cause.caused_by]))
+                cause.facts.update(_size_changed_again(cause, by_number[cause.caused_by]))
             if cause.facts["root_kind"] == GUARD_REQUIRES_GRAD:
                 cause.facts["root_ways"] = requires_grad_ways(by_number[cause.caused_by].facts)
     return ordered
 
 
-def _size_come_back(cause: Cause, root: Cause) -> dict[str, Any]:
+def _size_changed_again(cause: Cause, root: Cause) -> dict[str, Any]:
     """{"came_back": (the root's recompile step, the size it recompiled away from, the one it
-    recompiled for)} for a changed-sizes cause none of whose captures is in a step where its root
-    recompiled the forward (_roots_in_a_size_come_back), else {}."""
-    changes = [c for row in root.rows if (c := _batch_change(row)) is not None]
+    recompiled for, the values that size took in the cause's captures)} for a changed-sizes cause
+    none of whose captures is in a step where its root recompiled the forward
+    (_roots_in_a_size_changed_again), else {}."""
+    changes = [c for row in root.rows if (c := _batch_change(row)) is not None and c[2] is not None]
     if not changes or {r.step for r in cause.rows if r.source == SOURCE_CA} & {c[0] for c in changes}:
         return {}
-    step, _, expected, actual = changes[0]
-    return {"came_back": (step, expected, actual)}
+    step, dim, expected, actual = changes[0]
+    values = sorted({size.value for row in cause.rows for size in row.changed_sizes if size.previous == actual and size.value != actual})
+    return {"came_back": (step, expected, actual, values), "came_back_dim": dim}
 
 
 def _one_cause_a_change_of_sizes(causes: list[Cause], roots: dict[int, Cause]) -> None:
@@ -3948,7 +4036,7 @@ def _roots(table: RecompileTable, causes: list[Cause], inner: dict[int, int]) ->
         if len(found) == 1 and None not in found:
             roots[id(cause)] = follows[ca_rows[0].seq]
     _roots_in_inner_graphs(inner, causes, roots)
-    _roots_in_a_size_come_back(table, causes, owner, follows, roots)
+    _roots_in_a_size_changed_again(table, causes, owner, follows, roots)
     # One global change (torch.set_num_threads) fails the same guard of a forward frame and of a
     # compiled-autograd graph's code in the same step: one change, fixed once, counted once.
     changed: dict[tuple[str, int], Cause] = {}
@@ -3967,21 +4055,37 @@ def _roots(table: RecompileTable, causes: list[Cause], inner: dict[int, int]) ->
     return roots
 
 
-def _roots_in_a_size_come_back(table: RecompileTable, causes: list[Cause], owner: dict[int, Cause], follows: dict[int, Cause],
+def _roots_in_a_size_changed_again(table: RecompileTable, causes: list[Cause], owner: dict[int, Cause], follows: dict[int, Cause],
                                roots: dict[int, Cause]) -> None:
     """Adds to `roots` the backward's changed sizes in a step with no forward recompile, where a size
-    came back to the value a forward cause recompiled away from: dcgan's last batch of an epoch (8
-    rows, then 3, then 8 again). Dynamo recompiled the forward for 3 rows with that dimension
-    dynamic, so that graph serves the next epoch's 8 rows too; compiled autograd had captured its
-    backward for 3 rows, with static sizes, and misses on 8. One change of the batch, rooted in
-    the forward's recompile: every CA capture of the cause saw a size go from that recompile's new
-    value back to its old one (`follows`: _forward_follows, rows of a step whose forward recompiled)."""
+    changed from the value a forward cause recompiled for: dcgan's last batch of an epoch (8 rows,
+    then 3, then 8 again), a length padded per batch (14, 13, then 12). Dynamo recompiled the
+    forward for 3 rows (13 tokens) with that dimension dynamic, so that graph serves the later
+    sizes too; compiled autograd had captured its backward for 3 (13), with static sizes, and
+    misses on the next. One changing size, rooted in the forward's recompile: every CA capture of
+    the cause saw a size go from that recompile's new value to another, or a size change on the
+    node of a forward graph that recompile made (a CompiledFunctionBackward new in the capture that
+    followed it: BERT's padded length, sizes no node of the graph reads, whose earlier values no
+    graph shows) (`follows`: _forward_follows, rows of a step whose forward recompiled)."""
     changes: list[tuple[int, int, int, Cause]] = []  # (step, expected, actual, cause) of each forward recompile on a size
     for row in table.rows:
-        if row.seq in owner and (change := _batch_change(row)) is not None:
-            changes.append((change[0], change[2], change[3], owner[row.seq]))
+        if row.seq in owner and (change := _batch_change(row)) is not None and change[2] is not None:
+            changes.append((change[0], change[2], change[3], owner[row.seq]))  # type: ignore[arg-type]
     if not changes:
         return
+    sized = {id(c[3]) for c in changes}
+    made: dict[int, set[str]] = {}  # id(forward cause) -> the CompiledFunctionBackward nodes its followers' captures brought
+    for cause in causes:
+        root = roots.get(id(cause))
+        if root is None or id(root) not in sized or cause.code != CAUSE_STRUCTURE:
+            continue
+        for row in cause.rows:
+            graph = table.graphs.get(row.ca_id) if row.source == SOURCE_CA and row.ca_id is not None else None
+            if graph is not None:
+                before = table.previous_graph(row.ca_id)
+                made.setdefault(id(root), set()).update(
+                    n for n in graph.autograd_names() if n.startswith(COMPILED_FUNCTION_BACKWARD)
+                    and (before is None or n not in before.autograd_names()))
     for cause in causes:
         if cause.code != CAUSE_SHAPES or id(cause) in roots:
             continue
@@ -3992,7 +4096,8 @@ def _roots_in_a_size_come_back(table: RecompileTable, causes: list[Cause], owner
         root: Cause | None = None
         for row in ca_rows:
             back = [c for c in changes if c[0] < row.step  # type: ignore[operator]
-                    and any(size.previous == c[2] and size.value == c[1] for size in row.changed_sizes)]
+                    and any((size.previous == c[2] and size.value != c[2]) or size.node in made.get(id(c[3]), ())
+                            for size in row.changed_sizes)]
             if not back:
                 found.add(0)
                 break
@@ -4019,10 +4124,18 @@ def _warms_up_a_new_graph(table: RecompileTable, cause: Cause) -> bool:
     return True
 
 
-def _batch_change(row: RecompileRow) -> tuple[int, int, int, int] | None:
-    """(step, dim, expected, actual) of a forward frame's recompile on one of its tensors' sizes."""
-    found = size_guard(own_guard(row)) if row.step is not None else None
-    return None if found is None else (row.step, found[1], found[2], found[3])  # type: ignore[return-value]
+def _batch_change(row: RecompileRow) -> tuple[int, int, int | None, int | None] | None:
+    """(step, dim, expected, actual) of a forward frame's recompile on one of its tensors' sizes;
+    (step, dim, None, None) for a dynamic dimension that met a size of 0 or 1 (`2 <= x.size()[0]`:
+    the guard says neither value)."""
+    if row.step is None:
+        return None
+    guard = own_guard(row)
+    found = size_guard(guard)
+    if found is None:
+        specialised = specialised_size(guard)
+        return None if specialised is None else (row.step, specialised[1], None, None)
+    return (row.step, found[1], found[2], found[3])
 
 
 def _roots_in_other_frames(causes: list[Cause], roots: dict[int, Cause]) -> None:
@@ -4141,4 +4254,7 @@ def explain(table: RecompileTable) -> Explanation:
     if table.sharded_under_ca:
         for cause in causes:
             cause.facts["sharded_under_ca"] = True
+    if table.ca_by_cagtool_only:
+        for cause in causes:
+            cause.facts["ca_by_cagtool_only"] = True
     return Explanation(table=table, alerts=alerts, causes=causes)

@@ -107,6 +107,14 @@ def record_notes(table: RecompileTable) -> list[str]:
             )
     if table.status and table.status != "finished":
         notes.append(f"note: the {table.name} run's status is {table.status!r}; the record may end early")
+    if table.ca_by_cagtool_only:
+        notes.append(
+            "note: without cagtool this job gets no compiled autograd: it sets torch._dynamo.config.compiled_autograd = True "
+            "but calls backward outside any torch.compile'd function (torch 2.13 reads the flag only while one runs). The CA "
+            f"captures below are what the job would do with compiled autograd on: the {table.name} mode turns it on around "
+            "every backward. To get them in the job, wrap its training loop in torch._dynamo.compiled_autograd._enable(...), "
+            "or call backward inside the compiled step function"
+        )
     if table.sharded_under_ca:
         notes.append(
             f"note: the {table.name} mode ran compiled autograd over parameters each rank holds a shard of; under FSDP2 "

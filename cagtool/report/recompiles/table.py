@@ -24,6 +24,7 @@ from cagtool.record.schema import (
     BackwardEvent,
     FINDING_CA_CAPTURE_ERROR,
     FINDING_CA_CAPTURE_FAILED,
+    FINDING_CA_FLAG_WITHOUT_COMPILED_BACKWARD,
     MISS_UNKNOWN,
     CacheMissEvent,
     ARTIFACT_GUARDS,
@@ -194,6 +195,9 @@ class RecompileTable:
     # The mode ran compiled autograd over parameters each rank holds a shard of (FSDP2's DTensors,
     # GradDigestEvent.shard): a setup torch has no compiled-autograd path for (record_notes).
     sharded_under_ca: bool = False
+    # The script's backward runs outside any compiled function with the CA flag set: without cagtool
+    # the job gets no compiled autograd, and every CA capture here is cagtool's ca mode's own.
+    ca_by_cagtool_only: bool = False
     # What in the record contradicts torch's own counters (record/integrity.py): its counts are then
     # what the record holds, not what ran, and no renderer states them as the job's (record_notes).
     damage: list[str] = field(default_factory=list)
@@ -887,6 +891,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         failed_captures=frozenset(failed),
         capture_errors=errors,
         sharded_under_ca=manifest.mode == "ca" and any(any(e.shard or ()) for e in record.of(GradDigestEvent)),
+        ca_by_cagtool_only=manifest.mode == "ca" and any(e.code == FINDING_CA_FLAG_WITHOUT_COMPILED_BACKWARD for e in record.of(FindingEvent)),
         wrapper_callers=callers,
         wrapper_modules=modules,
         break_reasons=break_reasons,

@@ -93,13 +93,16 @@ def test_a_keyword_inputs_size_guard_is_fixed_on_the_tensor_the_call_passes():
     from cagtool.torch_text import GUARD_SIZE
 
     # torch 2.13's guard on `model(input_ids=x)` / `model(**batch)` (an HF model's forward takes keywords)
-    facts = {"kind": GUARD_SIZE, "guard": "tensor 'kwargs['input_ids']' size mismatch at index 0. expected 4, actual 1"}
+    facts = {"kind": GUARD_SIZE, "guard": "tensor 'kwargs['input_ids']' size mismatch at index 0. expected 4, actual 3"}
     assert "maybe_mark_dynamic(x, 0)" in _guard_fixes(facts, False, "out = f(input_ids=x, labels=y)")[0]
     assert 'maybe_mark_dynamic(batch["input_ids"], 0)' in _guard_fixes(facts, False, "loss = model(**batch).loss")[0]
     # the call is inside the library (HF Trainer): no variable is made up
     inside = _guard_fixes(facts, False, "res = trainer.train()")
     assert "maybe_mark_dynamic(tensor, 0) on the tensor passed as `input_ids=`" in inside[0]
     assert "TrainingArguments(dataloader_drop_last=True)" in inside[1]
+    # A last batch of one row: no dimension marked dynamic takes a size of 1 (0/1 specialisation), the batch is the fix.
+    one = _guard_fixes({**facts, "guard": facts["guard"].replace("actual 3", "actual 1")}, False, "out = f(input_ids=x, labels=y)")
+    assert "TrainingArguments(dataloader_drop_last=True)" in one[0] and "maybe_mark_dynamic(x" not in " ".join(one)
 
 
 def test_an_evaluation_in_the_modules_own_method_is_fixed_without_orig_mod_or_drop_last():

@@ -452,3 +452,39 @@ def test_a_gans_discriminator_on_a_smaller_last_batch_recompiles_for_the_size_no
     assert words.title.startswith(f"Caused by #{size.number}: the same sizes changed in the backward (3 recompiles")
     assert "went 8 -> 3 at step 2 and came back to 8 at step 3" in words.why[0] and "at each backward call of the step" in words.why[0]
     assert "removes this one too" in words.fix[0] and "--dynamic" in words.fix[1]
+
+
+def test_a_last_batch_of_one_row_is_fixed_by_the_batch_and_never_by_a_dynamic_dimension(record_run):
+    """tests/scripts/last_batch_of_one.py: a DataLoader's last batch of one row, the forward split by
+    a graph break. Dynamo specialises a size of 0 or 1 even in a dynamic dimension, so marking the
+    batch dynamic (the usual fix for a smaller last batch) leaves a recompile per frame (`--mark`:
+    `2 <= x.size()[0]`), and so would torch's PGO line: dropping or padding the batch is the fix,
+    first. Marked, the two frames' recompiles are one cause, a size's, not "a Dynamo guard failed"
+    with "Keep the guarded value the same"."""
+    for args in ((), ("--mark",)):
+        run = record_run("../tests/scripts/last_batch_of_one.py", *args)
+        explanation, cwd = _explained(record_run, "../tests/scripts/last_batch_of_one.py", *args)
+        roots = [c for c in explanation.causes if c.caused_by is None]
+        assert len(roots) == 1, [cause_words(c, cwd).title for c in explanation.causes]
+        (root,) = roots
+        assert root.facts["kind"] == GUARD_SIZE and root.count == 1 and root.steps == [2]
+        frames = [c for c in explanation.causes if c.caused_by == root.number and c.code == CAUSE_DYNAMO_FRAME]
+        assert [r.compile_id for c in frames for r in c.rows] == ["1/1"]
+        words = cause_words(root, cwd)
+        why, fixes = " ".join(words.why), " ".join(words.fix)
+        assert "Dynamo specialises a size of 0 or 1 even in a dynamic dimension" in why
+        assert words.fix[0].startswith("If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it")
+        assert "maybe_mark_dynamic(x" not in fixes and "Keep the guarded value" not in fixes and "mark_unbacked" in fixes
+        assert "No dimension marked dynamic does" in " ".join(cause_words(frames[0], cwd).fix)
+        text = " ".join(cagtool_in_process("recompiles", str(run.path), "--explain").stdout.split())
+        assert "TORCH_COMPILE_DYNAMIC_SOURCES" not in text or "for a size of 0 or 1 (a batch of one row)" in text
+        summary = " ".join(cagtool_in_process("summary", str(run.path)).stdout.split())
+        assert "all from 1 cause" in summary and "what to do: If it is a DataLoader's last batch" in summary
+        if args:
+            assert root.facts["guard"] == "2 <= x.size()[0]" and "a size of 0 or 1 in a dynamic dimension (`x`, dim 0" in summary
+        else:
+            assert "smaller (1 row here)" in why and "changed 4->1" in summary
+            # Both frames' backward nodes were swapped: each paired with its own at its NodeCall, as diff-graphs pairs them.
+            (backward,) = [c for c in explanation.causes if c.caused_by == root.number and c.code != CAUSE_DYNAMO_FRAME]
+            assert ("NodeCall 2 CompiledFunctionBackward1 -> CompiledFunctionBackward3, NodeCall 3 CompiledFunctionBackward0 -> "
+                    "CompiledFunctionBackward2") in " ".join(cause_words(backward, cwd).why)

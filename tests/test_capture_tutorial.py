@@ -136,6 +136,8 @@ def test_flag_set_but_backward_outside_compiled_region_is_a_finding(record_run):
         assert "note: without cagtool this job gets no compiled autograd" in said, said[:600]
         before = said.split("note: without cagtool")[0]
         assert before.startswith("mode ca:") and "CA miss" not in before and "Evidence" not in before
+    headline = cagtool_in_process("summary", str(run.path)).stdout.splitlines()[0]
+    assert "CA recompile (compiled autograd on by cagtool's ca mode only: the job as written gets none;" in headline, headline
 
 
 def _gated_ca(run):

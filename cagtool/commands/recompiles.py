@@ -255,6 +255,7 @@ def pgo_scope(explanation: "Explanation", said: str = "") -> str:
     import re
 
     from cagtool.report.recompiles.explain import size_recompiles
+    from cagtool.report.recompiles.table import SOURCE_DYNAMO_CA_GRAPH
     from cagtool.torch_text import size_guard, specialised_size, tree_source
 
     # A source torch lists that a value recompile above is on (a dropout's `p` changed): its profile
@@ -273,7 +274,11 @@ def pgo_scope(explanation: "Explanation", said: str = "") -> str:
         if sizes and all(size is not None and size[2] in (0, 1) for size in sizes):
             return (" [cagtool: every size recompile of this mode was from a first size of 0 or 1, which Dynamo specialises "
                     "even in a source named dynamic: this setting would not remove them]")
-        if sizes and all(size is None or size[3] in (0, 1) for size in sizes):
+        # Said only where those guards are every size recompile of the mode: compiled autograd's misses
+        # on sizes and Dynamo's recompiles of its graphs' code (on `L['sizes'][i]`) are the setting's too.
+        only_these = len(guards) == size_recompiles(explanation) and not any(
+            row.source == SOURCE_DYNAMO_CA_GRAPH for row in explanation.table.recompiles)
+        if sizes and only_these and all(size is None or size[3] in (0, 1) for size in sizes):
             return (" [cagtool: every size recompile of this mode was for a size of 0 or 1 (a batch of one row), which Dynamo "
                     "specialises even in a source named dynamic: this setting would not remove them]")
         return ""

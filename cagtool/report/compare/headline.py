@@ -428,6 +428,9 @@ def _recompile_phrase(comparison: Comparison, verified: dict[str, Any] | None, e
                          "first graph, neither counted by gate --max-recompiles" if others else f"{which} is {GRAD_WARMUP_WORDS}")
         elif others:
             kinds.append(f"{others} {'is' if others == 1 else 'are'} another backward call's first graph, not counted by gate --max-recompiles")
+        if explanation is not None and explanation.table.ca_by_cagtool_only:
+            # The job as written runs no compiled autograd (its flag set, backward outside any compiled function).
+            kinds.insert(0, "compiled autograd on by cagtool's ca mode only: the job as written gets none")
         parts.append(f"{n} CA recompile{'s' if n != 1 else ''}" + (f" ({'; '.join(kinds)})" if kinds else ""))
     if m.dynamo_recompiles:
         parts.append(f"{m.dynamo_recompiles} Dynamo recompile{'s' if m.dynamo_recompiles != 1 else ''}")

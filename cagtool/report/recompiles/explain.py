@@ -1130,13 +1130,18 @@ def _forward_graphs_words(cause: Cause, items: list[str], cwd: str) -> Words:
     return Words(title, why, fix, evidence_text(cause.evidence))
 
 
+def _pairs_text(change: NodeChange) -> str:
+    """`NodeCall 3 CompiledFunctionBackward1 -> CompiledFunctionBackward4, NodeCall 4 ...` (NodeChange.pairs)."""
+    return ", ".join(f"NodeCall {call} {short_name(before)} -> {short_name(after)}" for call, before, after in change.pairs)
+
+
 def _change_item(change: NodeChange) -> str:
     label = f"NodeCall {change.node_call}" if change.node_call is not None else "a node"
     at = f"{change.compile_id} step {change.step}" if change.step is not None else change.compile_id
     sizes = (f" ({change.nodes_before} -> {change.nodes_after} nodes)"
              if change.nodes_before is not None and change.nodes_before != change.nodes_after else "")
     if change.pairs:
-        return f"{at}: " + ", ".join(f"NodeCall {call} {short_name(b)} -> {short_name(a)}" for call, b, a in change.pairs) + sizes
+        return f"{at}: {_pairs_text(change)}{sizes}"
     if change.before is not None:
         return f"{at}: {label} {short_name(change.before)} -> {short_name(change.after)}{sizes}"
     if change.shape == GRAPH_REPEATS:  # the node is there before too, with another number of inputs
@@ -2899,6 +2904,13 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                 "another call sized; or leave it: once Dynamo made the dimension dynamic here, later sizes reuse that graph."]
     if kind == GUARD_SIZE and not on_ca and ((size := size_guard(guard)) is not None and size[3] in (0, 1) and smaller_batch(guard)
                                              or specialised_size(guard) is not None):
+        evaluation = (f"the call is in `{facts['called_in']}`" if _EVALUATION_FUNCTION.search(facts.get("called_in") or "")
+                      else "it ran with grad mode off" if facts.get("grad_mode_after") is False else None)
+        if evaluation is not None:
+            # An evaluation's last batch (Lightning's validation_step, its sanity check too): no drop_last there.
+            return [f"If it is the evaluation's last batch ({evaluation}), keep it: drop_last on the evaluation's DataLoader would "
+                    "leave its samples out of the metric, and a batch of one row compiles once and is cached. No dimension "
+                    "marked dynamic removes it (a size of 0 or 1)."]
         return list(_ZERO_ONE_FIXES)
     if kind == GUARD_SIZE:
         size = size_guard(guard)
@@ -3485,8 +3497,8 @@ def _consequence(cause: Cause, cwd: str) -> Words:
                  f"{root} does not reach." if later else "")
         lead = (f"Follows from {root}: the sizes that made Dynamo recompile the forward reached the backward "
                 f"in the same step{at}.{again}")
-        if "came_back" in cause.facts:
-            back_at, before, after, values = cause.facts["came_back"]
+        if "changed_again" in cause.facts:
+            back_at, before, after, values = cause.facts["changed_again"]
             steps = sorted(x for x in forward if x is not None)
             at = f"{'step' if len(steps) == 1 else 'steps'} {', '.join(map(str, steps))}"
             now = ", ".join(map(str, values)) or "the new size"
@@ -3508,7 +3520,7 @@ def _consequence(cause: Cause, cwd: str) -> Words:
             at = f"{change.compile_id} step {change.step}" if change.step is not None else change.compile_id
             label = f"NodeCall {change.node_call}" if change.node_call is not None else "a node"
             if change.pairs:
-                items.append(f"{at}: " + ", ".join(f"NodeCall {call} {short_name(b)} -> {short_name(a)}" for call, b, a in change.pairs))
+                items.append(f"{at}: {_pairs_text(change)}")
             elif change.before is None:
                 items.append(f"{at}: new {short_name(change.after)} at {label}")
             else:
@@ -3557,8 +3569,8 @@ def _consequence(cause: Cause, cwd: str) -> Words:
         words = _shapes(cause, cwd)
         title = f"Caused by {root}: " + words.title.replace("Tensor shapes changed", "the same sizes changed in the backward", 1)
         fix = words.fix
-        if "came_back" in cause.facts:
-            by = ("by the batch (every batch one size: dropping or padding the smaller one)" if cause.facts.get("came_back_dim") == 0
+        if "changed_again" in cause.facts:
+            by = ("by the batch (every batch one size: dropping or padding the smaller one)" if cause.facts.get("changed_again_dim") == 0
                   else "by the data (every batch one length: padded to a fixed length)")
             fix = [f"What removes {root} {by} removes this one too; a dimension marked dynamic removes {root} only, and "
                    "compiled autograd still misses here once.",
@@ -3840,7 +3852,7 @@ def group_causes(table: RecompileTable) -> list[Cause]:
 
 
 def _size_changed_again(cause: Cause, root: Cause) -> dict[str, Any]:
-    """{"came_back": (the root's recompile step, the size it recompiled away from, the one it
+    """{"changed_again": (the root's recompile step, the size it recompiled away from, the one it
     recompiled for, the values that size took in the cause's captures)} for a changed-sizes cause
     none of whose captures is in a step where its root recompiled the forward
     (_roots_in_a_size_changed_again), else {}."""
@@ -3849,7 +3861,7 @@ def _size_changed_again(cause: Cause, root: Cause) -> dict[str, Any]:
         return {}
     step, dim, expected, actual = changes[0]
     values = sorted({size.value for row in cause.rows for size in row.changed_sizes if size.previous == actual and size.value != actual})
-    return {"came_back": (step, expected, actual, values), "came_back_dim": dim}
+    return {"changed_again": (step, expected, actual, values), "changed_again_dim": dim}
 
 
 def _one_cause_a_change_of_sizes(causes: list[Cause], roots: dict[int, Cause]) -> None:
@@ -4056,7 +4068,7 @@ def _roots(table: RecompileTable, causes: list[Cause], inner: dict[int, int]) ->
 
 
 def _roots_in_a_size_changed_again(table: RecompileTable, causes: list[Cause], owner: dict[int, Cause], follows: dict[int, Cause],
-                               roots: dict[int, Cause]) -> None:
+                                   roots: dict[int, Cause]) -> None:
     """Adds to `roots` the backward's changed sizes in a step with no forward recompile, where a size
     changed from the value a forward cause recompiled for: dcgan's last batch of an epoch (8 rows,
     then 3, then 8 again), a length padded per batch (14, 13, then 12). Dynamo recompiled the

@@ -103,6 +103,10 @@ def test_a_keyword_inputs_size_guard_is_fixed_on_the_tensor_the_call_passes():
     # A last batch of one row: no dimension marked dynamic takes a size of 1 (0/1 specialisation), the batch is the fix.
     one = _guard_fixes({**facts, "guard": facts["guard"].replace("actual 3", "actual 1")}, False, "out = f(input_ids=x, labels=y)")
     assert "TrainingArguments(dataloader_drop_last=True)" in one[0] and "maybe_mark_dynamic(x" not in " ".join(one)
+    # ... unless it is an evaluation's (Lightning's validation_step, its sanity check too): its samples count in the metric.
+    evaluation = _guard_fixes({**facts, "guard": facts["guard"].replace("actual 3", "actual 1"), "called_in": "validation_step"}, False, "")
+    assert evaluation[0].startswith("If it is the evaluation's last batch (the call is in `validation_step`), keep it")
+    assert "drop_last=True" not in " ".join(evaluation)
 
 
 def test_an_evaluation_in_the_modules_own_method_is_fixed_without_orig_mod_or_drop_last():

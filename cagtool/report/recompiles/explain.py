@@ -3476,6 +3476,17 @@ def _consequence(cause: Cause, cwd: str) -> Words:
     root = f"#{cause.caused_by}"
     if cause.code == CAUSE_DYNAMO_CA_GRAPH:
         words = _guard(cause, cwd)
+        if cause.facts.get("root_kind") == GUARD_SIZE and not set(cause.steps) & set(cause.facts.get("root_steps") or ()):
+            # _roots_of_graphs_a_size_made: the graph was captured for the changed size, its code recompiled later.
+            graphs = ", ".join(sorted({f"!{ca_id_of(r.compile_id)}" for r in cause.rows}))
+            lead = (f"Follows from {root}: graph {graphs} was captured for the size {root} recompiled the forward for, and Dynamo "
+                    f"compiled its code for those sizes; at {'step' if len(cause.steps) == 1 else 'steps'} {step_list(cause.steps)} "
+                    "the sizes changed again (the batch back to its usual size, say), and its code is compiled once more: "
+                    "one changing size.")
+            by = "by the batch (dropping or padding it)" if cause.facts.get("root_dim") == 0 else "by the data (every batch padded to one length)"
+            return Words(f"Caused by {root}, the same change: {words.title}", [lead, *words.why],
+                         [f"What removes {root} {by} removes this one too; a dimension marked dynamic on the forward does not "
+                          "reach this graph's code.", *words.fix], words.evidence)
         lead = (f"Follows from {root}: the change that recompiled the forward failed the same guard of the code of a "
                 "compiled-autograd graph, in the same step: one change, two recompiles.")
         return Words(f"Caused by {root}, the same change: {words.title}", [lead, *words.why],
@@ -3840,6 +3851,9 @@ def group_causes(table: RecompileTable) -> list[Cause]:
             # What the root's guard was on decides what the follower's fix is.
             cause.facts["root_kind"] = by_number[cause.caused_by].facts.get("kind", "")
             cause.facts["root_code"] = by_number[cause.caused_by].code
+            cause.facts["root_steps"] = by_number[cause.caused_by].steps
+            root_sizes = [c for row in by_number[cause.caused_by].rows if (c := _batch_change(row)) is not None]
+            cause.facts["root_dim"] = root_sizes[0][1] if root_sizes else None
             if cause.rows and cause.rows[0].source == SOURCE_CA:
                 # A backward ran through the recompiled forward's graph: the call in the new state trained.
                 by_number[cause.caused_by].facts["backward_through"] = True
@@ -4117,6 +4131,33 @@ def _roots_in_a_size_changed_again(table: RecompileTable, causes: list[Cause], o
             found.add(id(root))
         if len(found) == 1 and root is not None and root is not cause:
             roots[id(cause)] = root
+    _roots_of_graphs_a_size_made(table, causes, changes, roots)
+
+
+def _roots_of_graphs_a_size_made(table: RecompileTable, causes: list[Cause], changes: list[tuple[int, int, int, Cause]],
+                                 roots: dict[int, Cause]) -> None:
+    """Adds to `roots` Dynamo's recompiles, on a size, of the code of a compiled-autograd graph that
+    was captured for a forward cause's changed size (a capture of that cause or of one following
+    it), in a later step: Lightning's last batch of 2 rows, the backward captured for it with its
+    sizes as inputs, whose code Dynamo compiled for 2 and compiles again when the next epoch's 4
+    rows come. The batch's change, rooted where it began."""
+    sized = {id(c[3]): c for c in changes}
+    captured_for: dict[int, Cause] = {}  # CA graph id -> the forward cause its capture followed from
+    for cause in causes:
+        root = cause if id(cause) in sized else roots.get(id(cause))
+        if root is None or id(root) not in sized:
+            continue
+        for row in cause.rows:
+            if row.source == SOURCE_CA and row.ca_id is not None:
+                captured_for.setdefault(row.ca_id, root)
+    for cause in causes:
+        if cause.code != CAUSE_DYNAMO_CA_GRAPH or id(cause) in roots or not cause.rows:
+            continue
+        found = {id(captured_for[ca]) if (ca := ca_id_of(row.compile_id)) in captured_for and row.step is not None
+                 and row.step > sized[id(captured_for[ca])][0] and guard_kind(own_guard(row)) == GUARD_SIZE else None
+                 for row in cause.rows}
+        if len(found) == 1 and None not in found:
+            roots[id(cause)] = captured_for[ca_id_of(cause.rows[0].compile_id)]  # type: ignore[index]
 
 
 def _warms_up_a_new_graph(table: RecompileTable, cause: Cause) -> bool:

@@ -488,3 +488,24 @@ def test_a_last_batch_of_one_row_is_fixed_by_the_batch_and_never_by_a_dynamic_di
             (backward,) = [c for c in explanation.causes if c.caused_by == root.number and c.code != CAUSE_DYNAMO_FRAME]
             assert ("NodeCall 2 CompiledFunctionBackward1 -> CompiledFunctionBackward3, NodeCall 3 CompiledFunctionBackward0 -> "
                     "CompiledFunctionBackward2") in " ".join(cause_words(backward, cwd).why)
+
+
+def test_a_graph_captured_for_a_last_batch_whose_code_recompiles_for_the_next_epoch_follows_the_batch(record_run):
+    """tests/scripts/enable_last_batch_back.py (compiled autograd enabled around the loop, as a
+    Lightning user wraps trainer.fit): the last batch of 2 rows recompiles the forward and the
+    backward is captured anew (!1); the next epoch's 4 rows recompile !1's code in Dynamo. One change
+    of the batch, one root cause: the headline says "all from 1 cause", and the graph's recompile
+    is fixed by the batch as well as by its own sources."""
+    script = "../tests/scripts/enable_last_batch_back.py"
+    run = record_run(script)
+    explanation, cwd = _explained(record_run, script)
+    (root,) = [c for c in explanation.causes if c.caused_by is None]
+    assert root.facts["kind"] == GUARD_SIZE and root.steps == [2]
+    (graph,) = [c for c in explanation.causes if c.code == CAUSE_DYNAMO_CA_GRAPH]
+    assert graph.caused_by == root.number and graph.steps == [3] and [r.compile_id for r in graph.rows] == ["!1/2/1"]
+    words = cause_words(graph, cwd)
+    assert words.why[0].startswith(f"Follows from #{root.number}: graph !1 was captured for the size #{root.number} recompiled the forward for")
+    assert words.fix[0].startswith(f"What removes #{root.number} by the batch (dropping or padding it) removes this one too")
+    assert "TORCH_COMPILE_DYNAMIC_SOURCES" in " ".join(words.fix[1:])
+    summary = " ".join(cagtool_in_process("summary", str(run.path)).stdout.split())
+    assert "all from 1 cause" in summary

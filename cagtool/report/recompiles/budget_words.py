@@ -190,7 +190,8 @@ def summary_phase_lines(record: ModeRecord) -> list[str]:
     cwd = record.manifest.cwd
     # The summary lists these recompiles with their guards just above: this line is their phase, not another recompile.
     lines = [f"phase of {phased_text(c, cwd)}" for c in noted_recompiles(mode_phases(record))]
-    lines += [f"recompile {c.text(cwd)}" for c in unexpected_causes(record)]
+    # ... and the cause of those torch's guard says little of (a grad mode changed around the call): "cause of", not a second "recompile".
+    lines += [f"cause of {c.text(cwd)}" for c in unexpected_causes(record)]
     budget = budget_of(record)
     if any(f.hit is not None or f.forecast_step is not None for f in budget.frames):
         lines += [f"budget: {frame_budget_text(f, cwd)}" for f in budget.frames if f.hit is not None or f.forecast_step is not None]

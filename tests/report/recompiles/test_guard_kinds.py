@@ -161,6 +161,10 @@ def test_an_eval_switch_with_grad_on_and_an_inference_mode_evaluation_are_named_
     assert cells["Dynamo 0/2"] == "after 3" and cells["Dynamo 0/1"] == "4"
     listed = cagtool_in_process("recompiles", str(run.path)).stdout
     assert "after N: compiled with grad off after step N ended, before step N+1's backward" in " ".join(listed.split())
+    # The summary lists each recompile once; what the explanation finds behind its guard is its cause's line, not another recompile.
+    summary = [line.strip() for line in cagtool_in_process("summary", str(run.path)).stdout.splitlines()]
+    assert len([line for line in summary if line.startswith("recompile 0/2 ")]) == 1, summary
+    assert any(line.startswith("cause of 0/2 between steps 3 and 4: grad mode changed around the compiled call") for line in summary), summary
     # the grad mode's reason says not which way it went: the module is named, not the line's arguments
     assert "Fix (grad mode): evaluate with the uncompiled module (`cmodel._orig_mod(...)` at the evaluation's call, grad still off there)" in text
     # eval_no_grad.py's evaluation under torch.no_grad() is read as no_grad from the same evidence

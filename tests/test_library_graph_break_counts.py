@@ -111,6 +111,7 @@ def test_a_trainers_batches_padded_to_their_longest_are_sizes_that_vary_not_a_la
     # Trainer makes the compiled call, not the script's `trainer.train()`: its line, and the script's that led there;
     # and the fix says where a mark can go, since no line of the script passes the tensor.
     why = " ".join(root["why"])
+    assert root["source"]["via"].startswith("transformers/trainer.py:") and root["source"]["file"].endswith("hf_trainer_classifier.py")
     assert "called at transformers/trainer.py:" in why and re.search(r"\(a library's call\), reached from \S*hf_trainer_classifier\.py:\d+", why), why
     assert root["fix"][0].startswith("The compiled call is a library's (transformers/trainer.py:") and "TORCH_COMPILE_DYNAMIC_SOURCES" in root["fix"][0]
     code, text, _ = cli_in_process("recompiles", str(tmp_path / "r"), "--explain")

@@ -360,7 +360,9 @@ JSON_SCHEMA_VERSION = 1
 def _source_json(ref: SourceRef | None, cwd: str) -> dict[str, Any] | None:
     if ref is None:
         return None
-    return {"file": display_path(ref.file, cwd), "line": ref.line, "code": ref.code, "function": ref.function, "how": ref.how}
+    # `via`: the library's line on the way (HF Trainer's call of the compiled model), where there is one.
+    return {"file": display_path(ref.file, cwd), "line": ref.line, "code": ref.code, "function": ref.function, "how": ref.how,
+            **({"via": ref.via} if ref.via else {})}
 
 
 def row_json(row: RecompileRow, cwd: str) -> dict[str, Any]:

@@ -291,7 +291,7 @@ def _stability(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "quiet_steps_after": last - steps[-1],
         "last_step": last,
         "recompiling_steps": len(set(steps)),
-        # The steps after it in which other causes recompiled: those steps did not all reuse cached graphs.
+        # The steps after it in which other recompiles came: those steps did not all reuse cached graphs.
         "others_after": sorted({r.step for r in table.recompiles if r.step is not None and r.step > steps[-1]}),
     }
 
@@ -1075,8 +1075,8 @@ def stability_sentence(facts: dict, what: str) -> str:
         others = facts.get("others_after") or []
         if others:
             # Other causes compiled in some of those steps: no "reused cached graphs" for them.
-            return (f"It has stabilised: no {what} after step {facts['last_recompile_step']}, in {later} (other causes "
-                    f"recompiled at {'step' if len(others) == 1 else 'steps'} {step_list(others)}).")
+            return (f"It has stabilised: no {what} after step {facts['last_recompile_step']}, in {later} (other recompiles "
+                    f"came at {'step' if len(others) == 1 else 'steps'} {step_list(others)}).")
         return f"It has stabilised: no {what} after step {facts['last_recompile_step']}; {later} reused cached graphs."
     if facts.get("recompiling_steps", 3) < 3:
         # One or two recompiles that happen to fall on the last step of a short run say nothing

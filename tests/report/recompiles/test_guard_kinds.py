@@ -456,6 +456,8 @@ def test_a_gans_discriminator_on_a_smaller_last_batch_recompiles_for_the_size_no
     assert words.title.startswith(f"Caused by #{size.number}: the same sizes changed in the backward (3 recompiles")
     assert "went 8 -> 3 at step 2 and came back to 8 at step 3" in words.why[0] and "at each backward call of the step" in words.why[0]
     assert "removes this one too" in words.fix[0] and "--dynamic" in words.fix[1]
+    # Step 3 compiled again (those captures): #1's steps after it did not all reuse cached graphs.
+    assert "It has stabilised: no recompile after step 2, in the last 3 steps (other recompiles came at step 3)." in cause_words(size, cwd).why
 
 
 def test_a_last_batch_of_one_row_is_fixed_by_the_batch_and_never_by_a_dynamic_dimension(record_run):

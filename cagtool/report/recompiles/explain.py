@@ -3470,6 +3470,12 @@ def goes_with_its_forward(cause: Cause) -> bool:
             and cause.facts.get("root_kind") not in (None, "", GUARD_SIZE, GUARD_REQUIRES_GRAD))
 
 
+def _by_the_data(dim: int | None) -> str:
+    """How a root cause on a size is removed at its source, by the dimension it changed: the batch
+    (dim 0, or not known) or a length (padded to one)."""
+    return "by the batch (dropping or padding it)" if dim in (0, None) else "by the data (every batch padded to one length)"
+
+
 def _consequence(cause: Cause, cwd: str) -> Words:
     """A CA recompile that follows from a forward recompile: what the backward saw, and that the
     fix is the root cause's (no advice written for a cause the script does not have)."""
@@ -3483,7 +3489,7 @@ def _consequence(cause: Cause, cwd: str) -> Words:
                     f"compiled its code for those sizes; at {'step' if len(cause.steps) == 1 else 'steps'} {step_list(cause.steps)} "
                     "the sizes changed again (the batch back to its usual size, say), and its code is compiled once more: "
                     "one changing size.")
-            by = "by the batch (dropping or padding it)" if cause.facts.get("root_dim") == 0 else "by the data (every batch padded to one length)"
+            by = _by_the_data(cause.facts.get("root_dim"))
             return Words(f"Caused by {root}, the same change: {words.title}", [lead, *words.why],
                          [f"What removes {root} {by} removes this one too; a dimension marked dynamic on the forward does not "
                           "reach this graph's code.", *words.fix], words.evidence)
@@ -3581,8 +3587,7 @@ def _consequence(cause: Cause, cwd: str) -> Words:
         title = f"Caused by {root}: " + words.title.replace("Tensor shapes changed", "the same sizes changed in the backward", 1)
         fix = words.fix
         if "changed_again" in cause.facts:
-            by = ("by the batch (every batch one size: dropping or padding the smaller one)" if cause.facts.get("changed_again_dim") == 0
-                  else "by the data (every batch one length: padded to a fixed length)")
+            by = _by_the_data(cause.facts.get("root_dim"))
             fix = [f"What removes {root} {by} removes this one too; a dimension marked dynamic removes {root} only, and "
                    "compiled autograd still misses here once.",
                    *words.fix]
@@ -3595,8 +3600,7 @@ def _consequence(cause: Cause, cwd: str) -> Words:
                 "one change, a recompile per frame.")
         guards = [line for line in words.why if line.startswith("Failing guard")]
         sized = [g for row in cause.rows if (g := size_guard(own_guard(row))) is not None]
-        by_batch = (f"What removes {root} by the batch (dropping or padding it) removes this one too." if not sized or sized[0][1] == 0
-                    else f"What removes {root} by the data (every batch padded to one length) removes this one too.")
+        by_batch = f"What removes {root} {_by_the_data(sized[0][1] if sized else None)} removes this one too."
         if (sized and sized[0][3] in (0, 1)) or any(specialised_size(own_guard(row)) is not None for row in cause.rows):
             fix = [f"{by_batch} No dimension marked dynamic does: the size is 0 or 1, which Dynamo specialises in every frame."]
         elif sized and sized[0][0].startswith("___"):
@@ -3873,9 +3877,9 @@ def _size_changed_again(cause: Cause, root: Cause) -> dict[str, Any]:
     changes = [c for row in root.rows if (c := _batch_change(row)) is not None and c[2] is not None]
     if not changes or {r.step for r in cause.rows if r.source == SOURCE_CA} & {c[0] for c in changes}:
         return {}
-    step, dim, expected, actual = changes[0]
+    step, _, expected, actual = changes[0]
     values = sorted({size.value for row in cause.rows for size in row.changed_sizes if size.previous == actual and size.value != actual})
-    return {"changed_again": (step, expected, actual, values), "changed_again_dim": dim}
+    return {"changed_again": (step, expected, actual, values)}
 
 
 def _one_cause_a_change_of_sizes(causes: list[Cause], roots: dict[int, Cause]) -> None:

@@ -338,3 +338,22 @@ def test_runs_progress_line_shows_a_script_name_never_obeys_it(tmp_path):
     assert len(running) == 2 and all("\\n:" in line and "##\\[error]x.py" in line for line in running), running
     _starts_no_command("run's progress", proc.stderr)
     assert "##[" not in proc.stderr
+
+
+# ------------------------------------------------------------------ a library's line (SourceRef.via)
+
+def test_a_forged_library_line_is_printed_within_its_line(tmp_path):
+    """A recompile's source names the library line on the way to the user's (`via`, HF Trainer's
+    `transformers/trainer.py:2172`): the explanation, the headline and the JSON print it. A forged
+    one holding a line break and a workflow command never begins a line with it."""
+    source = {"file": "/job/train.py", "line": 51, "code": "trainer.train()", "function": "<module>", "how": "caller",
+              "via": f"lib/trainer.py:2172{FORGED}"}
+    recompile = {"kind": "dynamo_recompile", "seq": 30, "t": 0.6, "compile_id": "0/1", "is_ca_graph": False, "step": 3,
+                 "reasons": ["0/0: tensor 'x' size mismatch at index 0. expected 8, actual 3"], "source": source}
+    run = _write_run(tmp_path / "r", events={"ca": [*_steps(), recompile]})
+    for command in (("recompiles", str(run), "--explain"), ("summary", str(run)), ("recompiles", str(run), "--format", "json")):
+        code, out, err = cagtool(*command)
+        assert code == 0, (command, err)
+        _starts_no_command(" ".join(command), out + err)
+    code, out, _ = cagtool("recompiles", str(run), "--explain")
+    assert "lib/trainer.py:2172" in out and "(a library's call), reached from" in " ".join(out.split()), out

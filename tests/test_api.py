@@ -32,6 +32,7 @@ def _torch_state() -> tuple:
         torch._dynamo.eval_frame.OptimizeContext.__init__,  # the step tracker's exit hook on compiled calls
         torch._dynamo.output_graph.OutputGraph.call_cleanup_hooks,  # where it sees a compiled optimizer step
         torch._dynamo.eval_frame.DisableContext.__call__,  # its hooks shown inside disabled functions
+        torch.nn.Module.train,  # where it sees an evaluation begin (.eval())
     )
 
 

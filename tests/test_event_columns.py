@@ -14,9 +14,8 @@ import pytest
 from cagtool.record.writer import RecordWriter
 from cagtool.commands.summary import print_run_report
 from cagtool.errors import UnreadableInput
-from cagtool.record.columns import COLUMNS_FILE, derive, write_sidecar
+from cagtool.record.columns import COLUMNS_FILE, derive
 from cagtool.record.loader import load_mode, load_run
-from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
 from cagtool.record.schema import (
     SCHEMA_VERSION,
     BackwardEvent,
@@ -25,20 +24,10 @@ from cagtool.record.schema import (
     Event,
     OptimizerStepEvent,
     StepEvent,
-    event_to_dict,
-    json_default,
 )
 from cagtool.report.figures.metrics import mode_metrics
 from cagtool.report.summary import SUMMARY_KINDS, summary_json
-
-
-def _manifest(mode: str = "ca", schema_version: int = SCHEMA_VERSION) -> ModeManifest:
-    return ModeManifest(mode=mode, argv=[], target={"kind": "script", "name": "train.py"}, cwd="/", versions={}, backend="eager", dynamic=False,
-                        started_at="", status="finished", exit_code=0, schema_version=schema_version)
-
-
-def _line(event: Event) -> str:
-    return json.dumps(event_to_dict(event), default=json_default)
+from event_records import both_loads, line, manifest, write_run
 
 
 def training(steps: int = 40) -> list[Event]:
@@ -66,29 +55,11 @@ def training(steps: int = 40) -> list[Event]:
     return events
 
 
-def write_run(root, lines_by_mode: dict[str, list[str]], sidecar: bool = True, schema_version: int = SCHEMA_VERSION):
-    for mode, lines in lines_by_mode.items():
-        (root / mode).mkdir(parents=True)
-        (root / mode / "manifest.json").write_text(json.dumps(to_dict(_manifest(mode, schema_version))))
-        (root / mode / "events.jsonl").write_text("".join(text + "\n" for text in lines))
-        if sidecar:
-            write_sidecar(root / mode)
-    meta = RunMeta(run_id=root.name, created_at="", cagtool_argv=[], target={"kind": "script", "name": "train.py"}, target_argv=[], cwd="/",
-                   modes=list(lines_by_mode), versions={}, machine={}, status="finished", exit_code=0)
-    (root / "run.json").write_text(json.dumps(to_dict(meta)))
-    return root
-
-
 def same_events(a: list[Event], b: list[Event]) -> bool:
     """Equal field for field and type for type (NaN equal to NaN, 0 not equal to 0.0)."""
     def key(event: Event) -> list:
         return [type(event).__name__] + [(type(v).__name__, "nan" if isinstance(v, float) and math.isnan(v) else v) for v in msgspec.structs.astuple(event)]
     return [key(e) for e in a] == [key(e) for e in b]
-
-
-def both_loads(mode_dir, **options):
-    """The record read through the sidecar and read line by line."""
-    return load_mode(mode_dir, columns=True, **options), load_mode(mode_dir, columns=False, **options)
 
 
 def assert_same_record(fast, slow) -> None:
@@ -102,7 +73,7 @@ def assert_same_record(fast, slow) -> None:
 def test_columns_give_exactly_the_events_the_lines_give(tmp_path, schema_version):
     """Older schemas included: whatever the loader converts in an old record's events (step
     numbers) it converts in its columns too."""
-    run = write_run(tmp_path / "r", {"ca": [_line(e) for e in training()]}, schema_version=schema_version)
+    run = write_run(tmp_path / "r", {"ca": [line(e) for e in training()]}, schema_version=schema_version)
     assert (run / "ca" / COLUMNS_FILE).exists()
     fast, slow = both_loads(run / "ca")
     assert set(fast.columns) == {"step", "backward", "optimizer_step"} and not slow.columns
@@ -115,7 +86,7 @@ def test_columns_give_exactly_the_events_the_lines_give(tmp_path, schema_version
 
 
 def test_summary_text_and_json_unchanged_through_the_sidecar(tmp_path, capsys):
-    lines = {mode: [_line(e) for e in training()] for mode in ("eager", "ca")}
+    lines = {mode: [line(e) for e in training()] for mode in ("eager", "ca")}
     run = write_run(tmp_path / "r", lines)
     outputs = []
     for keep in (True, False):
@@ -132,7 +103,7 @@ def test_summary_text_and_json_unchanged_through_the_sidecar(tmp_path, capsys):
 def test_lines_the_columns_cannot_hold_leave_no_sidecar(tmp_path):
     """A corrupt or truncated step line, or a step line of another layout: no sidecar, the loader
     reads every line (and counts the bad one) as before."""
-    good = [_line(e) for e in training(6)]
+    good = [line(e) for e in training(6)]
     cut = good[:5] + [good[5][:40]] + good[6:]  # a torn line in the middle
     other_layout = good + [json.dumps({"kind": "step", "step": 7, "seq": 99, "t": 1.0, "backward_s": 0.1})]
     assert derive(("\n".join(good) + "\n").encode()) is not None
@@ -146,7 +117,7 @@ def test_lines_the_columns_cannot_hold_leave_no_sidecar(tmp_path):
 
 
 def test_corrupt_lines_of_other_kinds_are_still_read_leniently_or_strictly(tmp_path):
-    lines = [_line(e) for e in training(6)]
+    lines = [line(e) for e in training(6)]
     lines.insert(4, '{"kind": "ca_graph", "seq": 1000, "t": 0.5, "ca_id": 9')  # a torn line that is not a step
     lines.insert(8, "\xff garbage")
     lines.insert(9, '{"kind": "from_the_future", "seq": 1001, "t": 0.6}')
@@ -161,7 +132,7 @@ def test_corrupt_lines_of_other_kinds_are_still_read_leniently_or_strictly(tmp_p
 
 
 def test_a_sidecar_that_does_not_match_events_jsonl_is_not_used(tmp_path):
-    lines = [_line(e) for e in training(12)]
+    lines = [line(e) for e in training(12)]
     run = write_run(tmp_path / "r", {"ca": lines})
     events = run / "ca" / "events.jsonl"
     original = events.read_bytes()
@@ -200,7 +171,7 @@ def test_a_sidecar_that_does_not_match_events_jsonl_is_not_used(tmp_path):
 
 
 def test_the_writer_leaves_a_matching_sidecar_when_it_closes(tmp_path):
-    writer = RecordWriter(tmp_path / "ca", _manifest())
+    writer = RecordWriter(tmp_path / "ca", manifest())
     for event in training(10):
         fields = {k: v for k, v in msgspec.structs.asdict(event).items() if k != "seq"}
         writer.emit(type(event), **fields)
@@ -214,7 +185,7 @@ def test_the_writer_leaves_a_matching_sidecar_when_it_closes(tmp_path):
 def test_a_step_the_sidecar_cannot_see_is_read_with_the_others_in_order(tmp_path):
     """A step line whose key only JSON decoding reveals (`"\\u006bind"`) is an other line to the
     sidecar; the loader then reads every line, as without a sidecar."""
-    lines = [_line(e) for e in training(4)]
+    lines = [line(e) for e in training(4)]
     lines.insert(3, '{"\\u006bind": "step", "seq": 2.5, "t": 0.02, "step": 99, "backward_s": 0.1}'.replace("2.5", "1000"))
     run = write_run(tmp_path / "r", {"ca": lines})
     assert (run / "ca" / COLUMNS_FILE).exists()
@@ -244,7 +215,7 @@ def test_real_run_summary_is_the_same_through_the_sidecar(record_run, tmp_path, 
 
 
 def test_a_step_shift_reaches_the_columns_and_the_events_built_from_them(tmp_path):
-    run = write_run(tmp_path / "r", {"ca": [_line(e) for e in training(5)]})
+    run = write_run(tmp_path / "r", {"ca": [line(e) for e in training(5)]})
     record = load_mode(run / "ca", columns=True)
     held = record.columns["step"]
     held.step_shift = -1
@@ -255,11 +226,11 @@ def test_a_step_shift_reaches_the_columns_and_the_events_built_from_them(tmp_pat
 def test_no_sidecar_without_step_lines_or_for_a_stream_over_the_cap(tmp_path, monkeypatch):
     from cagtool.record import columns
 
-    only_graphs = [_line(e) for e in training(4) if not isinstance(e, (StepEvent, BackwardEvent, OptimizerStepEvent))]
+    only_graphs = [line(e) for e in training(4) if not isinstance(e, (StepEvent, BackwardEvent, OptimizerStepEvent))]
     run = write_run(tmp_path / "a", {"ca": only_graphs})
     assert not (run / "ca" / COLUMNS_FILE).exists()  # an imported log's record: nothing to hold
     monkeypatch.setattr(columns, "MAX_EVENTS_BYTES", 1000)
-    run = write_run(tmp_path / "b", {"ca": [_line(e) for e in training(10)]})
+    run = write_run(tmp_path / "b", {"ca": [line(e) for e in training(10)]})
     assert not (run / "ca" / COLUMNS_FILE).exists()
     assert len(load_mode(run / "ca", columns=True).of(StepEvent)) == 10
 
@@ -267,7 +238,7 @@ def test_no_sidecar_without_step_lines_or_for_a_stream_over_the_cap(tmp_path, mo
 def test_a_kind_with_no_lines_has_empty_columns(tmp_path):
     """Steps with no backward or optimizer-step line (hand-made or imported records): the figures
     read empty columns for those kinds, as they read no events without the sidecar."""
-    steps_only = [_line(e) for e in training(5) if not isinstance(e, (BackwardEvent, OptimizerStepEvent))]
+    steps_only = [line(e) for e in training(5) if not isinstance(e, (BackwardEvent, OptimizerStepEvent))]
     run = write_run(tmp_path / "r", {"ca": steps_only})
     fast, slow = both_loads(run / "ca", kinds=SUMMARY_KINDS)
     assert fast.columns["backward"].count == 0 and fast.columns["backward"].column("step") == []
@@ -284,7 +255,7 @@ def test_a_sidecar_is_trusted_from_stat_only_while_the_stream_keeps_its_recorded
 
     from cagtool.record.columns import read_sidecar
 
-    run = write_run(tmp_path / "r", {"ca": [_line(e) for e in training(12)]})
+    run = write_run(tmp_path / "r", {"ca": [line(e) for e in training(12)]})
     events, sidecar = run / "ca" / "events.jsonl", run / "ca" / COLUMNS_FILE
     recorded = json.loads(sidecar.read_bytes().split(b"\n", 1)[0])["events_mtime_ns"]
     assert recorded == events.stat().st_mtime_ns

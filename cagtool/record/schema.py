@@ -274,6 +274,11 @@ class StepEvent(Event, tag="step"):
     # below its wall time less its wait for a CPU, the step spent time off the CPU (sleep, I/O,
     # a device). None where the step's two ends were in different threads.
     thread_cpu_s: Seconds | None = None
+    # An evaluation ran in the step's span: a module was switched from training to eval mode
+    # (`.eval()`, as Lightning's validation loop, HF Trainer's evaluate() and a script's evaluation
+    # between epochs do) after the previous step ended. Its wall and CPU times hold the evaluation's;
+    # the steady figures leave it out (report/figures/metrics.py, `evaluation_steps`).
+    evaluation: bool = False
 
 
 class BackwardEvent(Event, tag="backward"):

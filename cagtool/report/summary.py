@@ -34,6 +34,7 @@ from cagtool.report.figures.metrics import (
     RECAPTURED_AFTER_FAILURE,
     DynamoGraphCount,
     ModeMetrics,
+    StepStats,
     cpu_wait,
     dynamo_graph_count,
     failed_capture_ids,
@@ -189,6 +190,16 @@ def dynamo_graph_words(counted: DynamoGraphCount) -> str:
     if more:
         said += f" (cagtool's record names {more} more than torch counted)"
     return said
+
+
+def left_out_words(st: StepStats) -> str:
+    """`; 2 compile-affected steps and 1 step holding an evaluation left out`: the steps the steady
+    figures leave out, by why ("" where none)."""
+    evaluations = len(st.evaluations)
+    compiled = len(st.excluded) - evaluations
+    parts = ([plural(compiled, "compile-affected step")] if compiled else []) + (
+        [plural(evaluations, "step") + " holding an evaluation"] if evaluations else [])
+    return f"; {' and '.join(parts)} left out" if parts else ""
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
@@ -606,7 +617,7 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         console.print(f"  per compile (stack, graphs, guards): {command}  (ids: {shown})", markup=False, highlight=False, soft_wrap=True)
     st = m.step_time
     if st and st.median_s is not None:
-        excluded = f"; {plural(len(st.excluded), 'compile-affected step')} left out" if st.excluded else ""
+        excluded = left_out_words(st)
         clock = " (device time, CUDA events)" if st.clock == "device" else ""
         unsteady = not_steady_text(budget_of(record))
         if unsteady is not None:  # the steps between compiles of a job still compiling are no steady figure

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from cagtool.capture.observe import dynamo_skip
-from cagtool.capture.steps.notes import ENDED, RETURNED, SKIPPED, STEPPED, BackwardCall
+from cagtool.capture.steps.notes import ENDED, EVALUATED, RETURNED, SKIPPED, STEPPED, BackwardCall
 
 
 class StepLimitReached(BaseException):
@@ -79,6 +79,7 @@ class InstalledHooks:
     step_codes: frozenset[Any] = frozenset()  # the code objects whose trace is an optimizer's step() (call_cleanup_hooks)
     disable_class: Any = None  # torch._dynamo.eval_frame.DisableContext, whose __call__ is wrapped (None: not there)
     original_disable_call: Any = None
+    original_train: Any = None  # torch.nn.Module.train before it was wrapped (None: not wrapped)
 
 
 class CompiledFunction:
@@ -596,9 +597,40 @@ def install_hooks(tracker: Any) -> InstalledHooks:
         graph_class.call_cleanup_hooks = call_cleanup_hooks
     else:
         graph_class = None
+    # An evaluation inside the job's steps (Lightning's validation loop between two training steps,
+    # HF Trainer's evaluate() every eval_steps, a script's own evaluation after each epoch) makes
+    # the step whose span holds it longer than a training step: the step is noted as holding one
+    # (EVALUATED), and the steady figures leave it out (report/figures/metrics.py). What marks it:
+    # a module switched from training to eval mode, which is what an evaluation does first. The
+    # wrapper is a function of torch's own module.py that calls torch's train() straight on when it
+    # switches to training (HF Trainer's training_step calls model.train() every step, and train()
+    # calls itself on every submodule: one Python frame more each) or while Dynamo traces it.
+    module_class = torch.nn.Module
+    original_train = module_class.__dict__.get("train")
+    if isinstance(original_train, types.FunctionType):
+        switching: list[None] = []  # non-empty while a switch to eval mode goes down the submodules
+
+        def watched_train(module, mode):
+            if switching or (only is not None and get_ident() != only) or not getattr(module, "training", False):
+                return original_train(module, mode)
+            switching.append(None)
+            try:
+                append((EVALUATED, perf_counter()))
+            except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's eval()
+                tracker.note_error(exc)
+            try:
+                return original_train(module, mode)
+            finally:
+                switching.pop()
+
+        train = _as_torchs(original_train.__code__.co_filename, watched_train, "train", original_train, "self, mode=True",
+                           text=_TRAINING_SWITCH)
+        module_class.train = functools.update_wrapper(train, original_train)
+    else:
+        original_train = None
     return InstalledHooks(entry, original, original_graph, original_init, handles, scaler_class, original_scaler_step,
                           context_class, original_context_init, returns_watched, graph_class, original_cleanup, function_compiling,
-                          frozenset(step_codes), disable_class, original_disable_call)
+                          frozenset(step_codes), disable_class, original_disable_call, original_train)
 
 
 # A hook or wrapper as Dynamo must see it: a function of torch's own file `filename` (torch's trace
@@ -616,16 +648,24 @@ def {name}({params}):
     return watched({params})
 """
 _HOOK_PARAMS = "optimizer, args, kwargs"
+# Module.train's: torch's own train() at once where it switches to training mode (`mode is True`,
+# the call of every training step) or while Dynamo traces it; `watched` only for a switch to eval.
+_TRAINING_SWITCH = """
+def {name}(self, mode=True):
+    if mode is True or is_compiling():
+        return original(self, mode)
+    return watched(self, mode)
+"""
 
 
 def _as_torchs(filename: str, watched: Callable[..., Any], name: str, original: Callable[..., Any] | None = None,
-               params: str = _HOOK_PARAMS) -> Callable[..., Any]:
+               params: str = _HOOK_PARAMS, text: str = _TRANSPARENT) -> Callable[..., Any]:
     import torch
 
     # is_dynamo_compiling: False when run, a constant True while Dynamo traces (one call, no check of
     # TorchScript as is_compiling makes: this is on every optimizer step of the job).
     namespace: dict[str, Any] = {"is_compiling": torch.compiler.is_dynamo_compiling, "original": original, "watched": watched}
-    text = _TRANSPARENT.format(name=name, params=params)
+    text = text.format(name=name, params=params)
     exec(compile(text, filename, "exec"), namespace)  # noqa: S102 - a fixed text, see above
     return namespace[name]
 

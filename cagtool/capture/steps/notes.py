@@ -43,6 +43,11 @@ COMPILED = 6
 # call). An optimizer step inside the compiled code is seen here, where the script's call of it
 # returns, as eager's step() returns.
 RETURNED = 7
+# (EVALUATED, clock): a module was switched from training to eval mode (`Module.train(False)`, which
+# `.eval()` calls: an evaluation begins, as Lightning's validation loop, HF Trainer's evaluate() and
+# a script's own evaluation between epochs switch the model); noted once for the module and its
+# submodules. The step in progress holds an evaluation: its span is not a training step's alone.
+EVALUATED = 8
 # (MADE, key, ref): an optimizer exists (ref: a weak reference to it).
 MADE = 3
 # (GONE, key, ref): it was collected.

@@ -53,7 +53,7 @@ from cagtool.capture.steps import heap_in_use
 from cagtool.capture.steps.grad_digest import GradDigests
 from cagtool.capture.steps.hooks import InstalledHooks, StepLimitReached, install_hooks
 from cagtool.capture.steps.lines import line_makers
-from cagtool.capture.steps.notes import COMPILED, ENDED, GONE, MADE, RETURNED, SKIPPED, STEPPED, BackwardCall
+from cagtool.capture.steps.notes import COMPILED, ENDED, EVALUATED, GONE, MADE, RETURNED, SKIPPED, STEPPED, BackwardCall
 from cagtool.record.schema import FIRST_STEP, REASON_LAST
 from cagtool.record.writer import MAX_HELD_LINES, RecordWriter
 from cagtool.torch_text import frame_compile, in_torch_optim
@@ -352,6 +352,8 @@ class StepTracker:
                 hooks.graph_class.call_cleanup_hooks = hooks.original_cleanup
             if hooks.disable_class is not None:
                 hooks.disable_class.__call__ = hooks.original_disable_call
+            if hooks.original_train is not None:
+                torch.nn.Module.train = hooks.original_train
             for handle in hooks.handles:
                 handle.remove()
         self._hooks = None
@@ -568,6 +570,8 @@ class StepTracker:
                 elif kind == COMPILED:
                     self.backward_reads_cpu = True  # a backward's end may end a step now
                     counter.compiled_noted(note)
+                elif kind == EVALUATED:
+                    counter.open.evaluation = True
                 elif kind == MADE:
                     counter.made(note)
                 else:

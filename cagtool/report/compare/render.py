@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -402,11 +402,16 @@ def _where(d: NumericsDiff, quantity: bool = True) -> str:
 
 def excluded_line(comparison: Comparison) -> str | None:
     # "step 0", not "0": with steps numbered from 0 a bare number reads as a count.
-    parts = [f"{c.name}: step{'s' if len(c.step_time.excluded) > 1 else ''} {steps_list(c.step_time.excluded)}"
-             for c in comparison.modes.values() if c.step_time.excluded]
-    if not parts:
-        return None
-    return "Steps left out of the steady state because compilation touched them: " + "; ".join(parts)
+    def listed(name: str, steps: Sequence[int]) -> str:
+        return f"{name}: step{'s' if len(steps) > 1 else ''} {steps_list(list(steps))}"
+
+    compiled = [listed(c.name, [n for n in c.step_time.excluded if n not in set(c.step_time.evaluations)])
+                for c in comparison.modes.values() if len(c.step_time.excluded) > len(c.step_time.evaluations)]
+    evaluated = [listed(c.name, c.step_time.evaluations) for c in comparison.modes.values() if c.step_time.evaluations]
+    sentences = (["Steps left out of the steady state because compilation touched them: " + "; ".join(compiled)] if compiled else []) + (
+        ["Steps left out because an evaluation ran in them (a module switched to eval mode "
+         "between two training steps): " + "; ".join(evaluated)] if evaluated else [])
+    return ". ".join(sentences) if sentences else None
 
 
 # Before/after rows: (label, field key in mode_fields, value formatter, also used for the delta).

@@ -73,13 +73,14 @@ class StepStats:
     consecutive backward starts."""
 
     count: int  # steady steps used
-    excluded: list[int]  # steps left out because compilation touched them
+    excluded: list[int]  # steps left out: compilation touched them, or an evaluation ran in them (`evaluations`)
     median_s: float | None
     p10_s: float | None
     p90_s: float | None
     mean_s: float | None
     first_step_s: float | None  # from mode start to the end of the first step
     clock: str = "wall"  # wall | device
+    evaluations: tuple[int, ...] = ()  # those of `excluded` left out for an evaluation alone (evaluation_steps)
 
 
 @dataclass(frozen=True)
@@ -454,22 +455,63 @@ class StepColumns:
     wall_s: list[float | None]
     backward_calls: list[int]
     boundary: list[str]
-    # Steps another rank of the mode compiled or captured in (peer_touched): not steady here either.
+    evaluation: list[bool]
+    # Steps another rank of the mode compiled or captured in (peer_touched), and steps an evaluation
+    # ran in (evaluation_steps): not steady here either.
     peer_touched: frozenset[int] = frozenset()
+    evaluations: frozenset[int] = frozenset()
 
     @classmethod
     def of_events(cls, steps: list[StepEvent], peer_touched: frozenset[int] = frozenset()) -> StepColumns:
-        return cls(*([getattr(s, name) for s in steps] for name in _STEP_COLUMNS), peer_touched=peer_touched)
+        columns = {name: [getattr(s, name) for s in steps] for name in _STEP_COLUMNS}
+        return cls(**columns, peer_touched=peer_touched, evaluations=_left_out_evaluations(*(columns[name] for name in _EVALUATION_COLUMNS)))
 
     def touched(self, i: int) -> bool:
-        """Whether step `i` (an index) compiled or captured, here or on another rank."""
-        return bool(self.compiles[i] or self.ca_captures[i]) or (bool(self.peer_touched) and self.step[i] in self.peer_touched)
+        """Whether step `i` (an index) compiled or captured, here or on another rank, or held an
+        evaluation that the steady figures leave out."""
+        return (bool(self.compiles[i] or self.ca_captures[i]) or (bool(self.peer_touched) and self.step[i] in self.peer_touched)
+                or (bool(self.evaluations) and self.step[i] in self.evaluations))
 
     def __len__(self) -> int:
         return len(self.step)
 
 
-_STEP_COLUMNS = tuple(f.name for f in fields(StepColumns) if f.name != "peer_touched")
+_STEP_COLUMNS = tuple(f.name for f in fields(StepColumns) if f.name not in ("peer_touched", "evaluations"))
+# What decides whether a step's evaluation leaves it out of the steady figures (_left_out_evaluations).
+_EVALUATION_COLUMNS = ("step", "compiles", "ca_captures", "wall_s", "evaluation")
+
+
+def evaluation_steps(record: ModeRecord) -> frozenset[int]:
+    """The steps the steady figures leave out because an evaluation ran in them (StepEvent.evaluation:
+    a module switched to eval mode in the step's span, as Lightning's validation loop and HF
+    Trainer's evaluate() do between two training steps): such a step's time is the evaluation's
+    and the training step's together (a Lightning job's: 34 ms against 4 ms). Empty where they are
+    not fewer than the other steady steps: a job that evaluates in every step (a rollout between
+    updates) has no steady step without one, and its steps are what it does. Computed once."""
+    return record.derived("evaluation_steps", _evaluation_steps)
+
+
+def _evaluation_steps(record: ModeRecord) -> frozenset[int]:
+    held = record.columns.get(StepEvent.kind)
+    if held is not None:
+        if True not in held.distinct("evaluation"):  # the usual record: one run of false, no list made
+            return frozenset()
+        return _left_out_evaluations(*(held.column(name) for name in _EVALUATION_COLUMNS))
+    steps = record.of(StepEvent)
+    if not any(s.evaluation for s in steps):
+        return frozenset()
+    return _left_out_evaluations(*([getattr(s, name) for s in steps] for name in _EVALUATION_COLUMNS))
+
+
+def _left_out_evaluations(step: list[int], compiles: list[int], captures: list[int], wall: list[float | None],
+                          evaluation: list[bool]) -> frozenset[int]:
+    """`evaluation_steps` of these columns: the timed steps that held an evaluation and compiled
+    nothing, where they are fewer than the timed steps that did neither."""
+    if not any(evaluation):
+        return frozenset()
+    held = [n for n, c, k, w, e in zip(step, compiles, captures, wall, evaluation) if e and not (c or k) and w is not None]
+    plain = sum(1 for c, k, w, e in zip(compiles, captures, wall, evaluation) if not (e or c or k) and w is not None)
+    return frozenset(held) if len(held) < plain else frozenset()
 
 
 def step_columns(record: ModeRecord) -> StepColumns:
@@ -481,7 +523,7 @@ def _step_columns(record: ModeRecord) -> StepColumns:
     held = record.columns.get(StepEvent.kind)
     if held is None:
         return StepColumns.of_events(record.of(StepEvent), peer_touched(record))
-    return StepColumns(*(held.column(name) for name in _STEP_COLUMNS), peer_touched=peer_touched(record))
+    return StepColumns(*(held.column(name) for name in _STEP_COLUMNS), peer_touched=peer_touched(record), evaluations=evaluation_steps(record))
 
 
 def peer_touched(record: ModeRecord) -> frozenset[int]:
@@ -495,18 +537,22 @@ def peer_touched(record: ModeRecord) -> frozenset[int]:
 
 
 def own_touched_steps(record: ModeRecord) -> list[int]:
-    """The steps this process compiled or captured in (its own, not its peers'; computed once)."""
+    """The steps this process compiled or captured in, or left out for an evaluation (its own,
+    not its peers': a rank that evaluates alone holds the others up at their next collective;
+    computed once)."""
     return record.derived("own_touched_steps", _own_touched_steps)
 
 
 def _own_touched_steps(record: ModeRecord) -> list[int]:
+    evaluations = evaluation_steps(record)
     held = record.columns.get(StepEvent.kind)
     if held is not None:
         found = [held.numbers(name) for name in ("step", "compiles", "ca_captures")]
         if all(f is not None for f in found):
             (step, _), (compiles, _), (captures, _) = found  # type: ignore[misc]
-            return step[(compiles != 0) | (captures != 0)].tolist()
-    return [s.step for s in record.of(StepEvent) if s.compiles or s.ca_captures]
+            touched = step[(compiles != 0) | (captures != 0)].tolist()
+            return sorted(set(touched) | evaluations) if evaluations else touched
+    return [s.step for s in record.of(StepEvent) if s.compiles or s.ca_captures or s.step in evaluations]
 
 
 def backward_steps(record: ModeRecord) -> list[int]:
@@ -668,7 +714,7 @@ def _held_steps(record: ModeRecord) -> HeldSteps | None:
     if np.isnan(timed).any() or not bool(np.all((timed >= 0) & (timed < _NO_STEP_LASTS_S))):
         return None  # the list path leaves out what is no time (is_time)
     touched = (compiles != 0) | (captures != 0)
-    others = peer_touched(record)
+    others = peer_touched(record) | evaluation_steps(record)
     if others:
         touched |= np.isin(step, np.fromiter(others, dtype=np.int64, count=len(others)))
     return HeldSteps(
@@ -735,7 +781,7 @@ def _steady_cpu_seconds(record: ModeRecord, name: str) -> list[float] | None:
     if not steps or not any(s.boundary for s in steps):
         return None
     ordered = sorted(steps, key=lambda s: s.step)
-    others = peer_touched(record)
+    others = peer_touched(record) | evaluation_steps(record)
     values = [getattr(s, name) for s in ordered if is_time(s.wall_s) and not (s.compiles or s.ca_captures or s.step in others)]
     if not values or any(v is None for v in values):
         return None
@@ -850,16 +896,17 @@ def record_step_stats(record: ModeRecord, first_step_s: float | None) -> StepSta
     arrays (`held_steps`), the same figures computed on them (numpy's sort, then the same
     median, percentiles and exactly rounded mean on the sorted values)."""
     fast = held_steps(record)
+    evaluations = _evaluations_alone(record)
     if fast is None:
         intervals, excluded, clock = record_step_intervals(record)
-        return stats_of_intervals(intervals, excluded, first_step_s, clock)
+        return replace(stats_of_intervals(intervals, excluded, first_step_s, clock), evaluations=evaluations)
     import numpy as np
 
     ordered = np.sort(fast.wall_s[~fast.touched & ~fast.wall_null])
     excluded = fast.step[fast.touched].tolist()
     n = len(ordered)
     if not n:
-        return stats_of_intervals([], excluded, first_step_s, "wall")
+        return replace(stats_of_intervals([], excluded, first_step_s, "wall"), evaluations=evaluations)
 
     # statistics.median, _percentile and statistics.fmean (fsum / n) on the sorted doubles, as
     # Python floats: the same arithmetic on the same values, without a list of them.
@@ -867,8 +914,21 @@ def record_step_stats(record: ModeRecord, first_step_s: float | None) -> StepSta
     median = float(ordered[middle]) if n % 2 else (float(ordered[middle - 1]) + float(ordered[middle])) / 2
     return StepStats(
         count=n, excluded=excluded, median_s=median, p10_s=_percentile_of_array(ordered, 0.10), p90_s=_percentile_of_array(ordered, 0.90),
-        mean_s=math.fsum(ordered) / n, first_step_s=first_step_s, clock="wall",
+        mean_s=math.fsum(ordered) / n, first_step_s=first_step_s, clock="wall", evaluations=evaluations,
     )
+
+
+def _evaluations_alone(record: ModeRecord) -> tuple[int, ...]:
+    """The steps left out for an evaluation alone, this process's or another rank's
+    (evaluation_steps), not for a compile or capture made in them here or on another rank, in order."""
+    own = evaluation_steps(record)
+    others = [evaluation_steps(other) for other in peers(record)] if peers(record) else []
+    evaluations = own.union(*others)
+    if not evaluations:
+        return ()
+    compiled = set(own_touched_steps(record)) - own
+    peer_compiled = peer_touched(record) - frozenset().union(*others)
+    return tuple(sorted(evaluations - compiled - peer_compiled))
 
 
 def _percentile_of_array(ordered: Any, q: float) -> float:

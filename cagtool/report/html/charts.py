@@ -401,7 +401,7 @@ def timeline_spec(title: str, steps: list[dict[str, Any]], markers: list[dict[st
         _tooltip("iteration_ms", "quantitative", ".3f", "step time (ms)"),
         _tooltip("timed_from", "nominal", title="timed from"),
         _tooltip("backward_ms", "quantitative", ".3f", "backward calls (ms)"),
-        _tooltip("compile_affected", "nominal", title="compile-affected"),
+        _tooltip("compile_affected", "nominal", title="left out of the steady figures"),
         _tooltip("compiles", "quantitative"),
         _tooltip("ca_captures", "quantitative", title="CA captures"),
         _tooltip("compile_ms", "quantitative", ".1f", "compile (ms)"),

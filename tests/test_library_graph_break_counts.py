@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from cagtool.record.loader import load_run
+from cagtool.record.schema import StepEvent
 from plain_counters import WRAPPER, key_counts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,6 +60,9 @@ def test_counters_equal_plain_python_in_aot_and_ca(script, tmp_path):
     assert counts["0"]["graph_breaks"] and sum(n for _, n in counts["0"]["graph_breaks"]) >= 2  # the shape this pins: nested breaks
     assert aot == counts["0"]
     assert ca == counts["1"]
+    if script.endswith("hf_trainer_job.py"):  # evaluate() after optimizer steps 4 and 8: the steps after span it
+        for mode in ("aot", "ca"):
+            assert [s.step for s in record.mode(mode).of(StepEvent) if s.evaluation] == [4, 8], mode
 
 
 @pytest.mark.slow

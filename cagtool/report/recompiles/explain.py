@@ -952,7 +952,11 @@ def cause_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     if cause.code == CAUSE_GRAD_DEFINED:
         warmup = grad_warmup_row(table)
         per_graph = all(is_graph_grad_warmup(table, row) for row in cause.rows)
+        initial = next((r.step for r in table.rows if r.initial and r.source == SOURCE_CA), None)
         return {"key_sizes": _key_sizes(cause), "grad_warmup": warmup is not None and warmup in cause.rows,
+                # the warm-up came in the first capture's step: a later backward of that step (gradients
+                # accumulated over several backward calls a step), not the next step's
+                "warmup_in_first_step": warmup is not None and warmup in cause.rows and warmup.step is not None and warmup.step == initial,
                 # every miss of the cause is a backward graph's own warm-up (one per graph)
                 "grad_warmup_per_graph": per_graph,
                 "backward_calls": list(dict.fromkeys(r.user_source for r in cause.rows if r.user_source is not None)) if per_graph else [],
@@ -1717,7 +1721,15 @@ def _grad_defined(cause: Cause, cwd: str) -> Words:
                "zero_grad(set_to_none=False), the default zero_grad() (set_to_none=True) leaves .grad None at each step's "
                "backward, as at the first, and skips these captures."]
         return Words(title, why, fix, evidence_text(cause.evidence))
-    if cause.count == 1 and cause.facts.get("grad_warmup"):
+    if cause.count == 1 and cause.facts.get("grad_warmup") and cause.facts.get("warmup_in_first_step"):
+        # Gradient accumulation (Lightning's accumulate_grad_batches, HF's gradient_accumulation_steps):
+        # with .grad cleared to None every step, both graphs are used every step, not once.
+        why.append(f"It came in step {row.step}, the first capture's, at a later backward call of the step (gradients accumulate "
+                   "over several backward calls a step): the step's first backward found .grad None and made it, the next added "
+                   "into it. Both graphs stay cached, one for a backward that finds .grad None and one for a backward that adds "
+                   "into it: where zero_grad() leaves .grad None at every step (set_to_none=True, the default), every step uses "
+                   "both. Each was captured once: harmless, and `gate --max-recompiles ca:N` does not count it.")
+    elif cause.count == 1 and cause.facts.get("grad_warmup"):
         why.append("Once (the first backward sees .grad None, the next accumulates) this costs one extra graph "
                    "and is harmless: `gate --max-recompiles ca:N` does not count it.")
     else:

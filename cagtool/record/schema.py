@@ -277,8 +277,12 @@ class StepEvent(Event, tag="step"):
     # An evaluation ran in the step's span: a module was switched from training to eval mode
     # (`.eval()`, as Lightning's validation loop, HF Trainer's evaluate() and a script's evaluation
     # between epochs do) after the previous step ended. Its wall and CPU times hold the evaluation's;
-    # the steady figures leave it out (report/figures/metrics.py, `evaluation_steps`).
+    # the steady figures leave it out (report/figures/metrics.py, `interrupted_steps`).
     evaluation: bool = False
+    # A DataLoader started its worker processes in the step's span (an iterator made with
+    # num_workers > 0: each epoch's, unless persistent_workers): its time holds their start-up and
+    # the wait for their first batch; left out of the steady figures as an evaluation's step is.
+    workers_started: bool = False
 
 
 class BackwardEvent(Event, tag="backward"):

@@ -40,6 +40,7 @@ from cagtool.report.figures.metrics import (
     failed_capture_ids,
     follows_failed_capture,
     graph_break_reasons,
+    interruption_words,
     mode_metrics,
     place_words,
 )
@@ -195,10 +196,10 @@ def dynamo_graph_words(counted: DynamoGraphCount) -> str:
 def left_out_words(st: StepStats) -> str:
     """`; 2 compile-affected steps and 1 step holding an evaluation left out`: the steps the steady
     figures leave out, by why ("" where none)."""
-    evaluations = len(st.evaluations)
-    compiled = len(st.excluded) - evaluations
+    interrupted = len(st.interrupted)
+    compiled = len(st.excluded) - interrupted
     parts = ([plural(compiled, "compile-affected step")] if compiled else []) + (
-        [plural(evaluations, "step") + " holding an evaluation"] if evaluations else [])
+        [f"{plural(interrupted, 'step')} holding {interruption_words(st.interruptions)}"] if interrupted else [])
     return f"; {' and '.join(parts)} left out" if parts else ""
 
 

@@ -27,7 +27,7 @@ from typing import Any, Callable
 from cagtool.capture.steps.device_readings import DeviceReadings
 from cagtool.capture.steps.lines import NO_LINE, StepLines
 from cagtool.capture.steps.losses import read_loss
-from cagtool.capture.steps.notes import COMPILED, ENDED, EVALUATED, GONE, MADE, RETURNED, SKIPPED, STEPPED, BackwardCall, CpuReading
+from cagtool.capture.steps.notes import COMPILED, ENDED, EVALUATED, GONE, MADE, RETURNED, SKIPPED, STEPPED, WORKERS_STARTED, BackwardCall, CpuReading
 from cagtool.capture.steps.timing import BoundaryTimes
 from cagtool.record.schema import FIRST_STEP, STEP_BOUNDARY_BACKWARD, STEP_BOUNDARY_COMPILED_OPTIMIZER, STEP_BOUNDARY_OPTIMIZER
 from cagtool.record.writer import RecordWriter
@@ -47,7 +47,7 @@ class OpenStep:
     under the tracker's lock)."""
 
     __slots__ = ("next_index", "backward_calls", "backward_s", "captures", "compiles", "compile_s", "optimizer_s", "loss",
-                 "loss_tensor", "skipped", "late_compiles", "stepped", "together", "evaluation")
+                 "loss_tensor", "skipped", "late_compiles", "stepped", "together", "evaluation", "workers_started")
 
     def __init__(self) -> None:
         self.next_index = 0  # the next backward call's index (taken when it starts)
@@ -64,6 +64,7 @@ class OpenStep:
         self.stepped: dict[int, int] = {}  # id(optimizer) -> step() calls in this step
         self.together = False  # its optimizers step together: the notes waited and another optimizer stepped (StepCounter.held)
         self.evaluation = False  # a module was switched to eval mode in it (notes.py, EVALUATED): an evaluation ran in its span
+        self.workers_started = False  # a DataLoader started its workers in it (notes.py, WORKERS_STARTED)
 
 
 class StepCounter:
@@ -421,7 +422,7 @@ class StepCounter:
         assert held is not None
         for i, note in enumerate(taken):
             kind = None if note.__class__ is BackwardCall else note[0]
-            if kind == GONE or kind == EVALUATED or ((kind is None or kind == ENDED or kind == RETURNED) and len(held) < UNDECIDED_NOTES):
+            if kind == GONE or kind == EVALUATED or kind == WORKERS_STARTED or ((kind is None or kind == ENDED or kind == RETURNED) and len(held) < UNDECIDED_NOTES):
                 held.append(note)
                 continue
             # Decided: an optimizer made or stepping, or too many backwards without one.
@@ -454,7 +455,7 @@ class StepCounter:
         for i in range(self.held_seen, len(held)):
             note = held[i]
             kind = None if note.__class__ is BackwardCall else note[0]
-            if kind is None or kind == ENDED or kind == EVALUATED:
+            if kind is None or kind == ENDED or kind == EVALUATED or kind == WORKERS_STARTED:
                 continue
             if (kind == STEPPED or kind == SKIPPED) and note[3] == key:
                 self.held_steps += 1

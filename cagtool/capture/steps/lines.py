@@ -41,7 +41,8 @@ def line_makers(writer: RecordWriter) -> tuple[Line, Line, Line, Line]:
     def step_line(seq: int, t: float, payload: tuple) -> str:
         opened, step, wall_s, boundary, cpu_s, thread_cpu_s = payload
         return step_text((seq, t, step, opened.backward_s, opened.loss, opened.captures, opened.compiles, opened.compile_s, wall_s,
-                          opened.backward_calls, boundary, opened.optimizer_s, opened.skipped, cpu_s, thread_cpu_s, opened.evaluation))
+                          opened.backward_calls, boundary, opened.optimizer_s, opened.skipped, cpu_s, thread_cpu_s, opened.evaluation,
+                          opened.workers_started))
 
     def group_line(seq: int, t: float, payload: tuple) -> str:
         """A step's backward, optimizer-step and step lines (seq, seq + 1, seq + 2), made together."""
@@ -50,7 +51,8 @@ def line_makers(writer: RecordWriter) -> tuple[Line, Line, Line, Line]:
         return group_text((seq, t, step, index, backward_s, captures, call, loss, thread,
                            seq + 1, t_step, step, optimizer_s, optimizer,
                            seq + 2, t_step, step, opened.backward_s, opened.loss, opened.captures, opened.compiles, opened.compile_s, wall_s,
-                           opened.backward_calls, boundary, opened.optimizer_s, opened.skipped, cpu_s, thread_cpu_s, opened.evaluation))
+                           opened.backward_calls, boundary, opened.optimizer_s, opened.skipped, cpu_s, thread_cpu_s, opened.evaluation,
+                           opened.workers_started))
 
     return backward_line, optimizer_step_line, step_line, group_line
 
@@ -60,7 +62,7 @@ EVENT_FIELDS = {
     BackwardEvent: ("seq", "t", "step", "index", "backward_s", "ca_captures", "call", "loss", "thread"),
     OptimizerStepEvent: ("seq", "t", "step", "wall_s", "optimizer"),
     StepEvent: ("seq", "t", "step", "backward_s", "loss", "ca_captures", "compiles", "compile_s", "wall_s", "backward_calls", "boundary",
-                "optimizer_s", "skipped", "cpu_s", "thread_cpu_s", "evaluation"),
+                "optimizer_s", "skipped", "cpu_s", "thread_cpu_s", "evaluation", "workers_started"),
 }
 
 

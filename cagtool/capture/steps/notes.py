@@ -48,6 +48,10 @@ RETURNED = 7
 # a script's own evaluation between epochs switch the model); noted once for the module and its
 # submodules. The step in progress holds an evaluation: its span is not a training step's alone.
 EVALUATED = 8
+# (WORKERS_STARTED, clock): a DataLoader made an iterator that starts its worker processes
+# (num_workers > 0: a new epoch's, or the first one with persistent_workers): the step in progress
+# holds their start-up, and waits for their first batch.
+WORKERS_STARTED = 9
 # (MADE, key, ref): an optimizer exists (ref: a weak reference to it).
 MADE = 3
 # (GONE, key, ref): it was collected.

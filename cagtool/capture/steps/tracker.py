@@ -53,7 +53,7 @@ from cagtool.capture.steps import heap_in_use
 from cagtool.capture.steps.grad_digest import GradDigests
 from cagtool.capture.steps.hooks import InstalledHooks, StepLimitReached, install_hooks
 from cagtool.capture.steps.lines import line_makers
-from cagtool.capture.steps.notes import COMPILED, ENDED, EVALUATED, GONE, MADE, RETURNED, SKIPPED, STEPPED, BackwardCall
+from cagtool.capture.steps.notes import COMPILED, ENDED, EVALUATED, GONE, MADE, RETURNED, SKIPPED, STEPPED, WORKERS_STARTED, BackwardCall
 from cagtool.record.schema import FIRST_STEP, REASON_LAST
 from cagtool.record.writer import MAX_HELD_LINES, RecordWriter
 from cagtool.torch_text import frame_compile, in_torch_optim
@@ -354,6 +354,8 @@ class StepTracker:
                 hooks.disable_class.__call__ = hooks.original_disable_call
             if hooks.original_train is not None:
                 torch.nn.Module.train = hooks.original_train
+            if hooks.loader_class is not None:
+                hooks.loader_class._get_iterator = hooks.original_get_iterator
             for handle in hooks.handles:
                 handle.remove()
         self._hooks = None
@@ -572,6 +574,8 @@ class StepTracker:
                     counter.compiled_noted(note)
                 elif kind == EVALUATED:
                     counter.open.evaluation = True
+                elif kind == WORKERS_STARTED:
+                    counter.open.workers_started = True
                 elif kind == MADE:
                     counter.made(note)
                 else:

@@ -21,7 +21,7 @@ from cagtool.report.text.markdown import md_text
 from cagtool.report.compare.headline import Headline, change_headline, run_headline
 from cagtool.report.text.safe_text import safe_line, safe_text
 from cagtool.report.figures.intervals import ratio_text
-from cagtool.report.figures.metrics import dynamo_graph_count
+from cagtool.report.figures.metrics import dynamo_graph_count, interruption_words
 from cagtool.report.figures.pooled import MIN_STEADY_STEPS, TOO_FEW_STEPS, base_mode
 from cagtool.report.compare.analysis import (
     LOSS,
@@ -405,12 +405,13 @@ def excluded_line(comparison: Comparison) -> str | None:
     def listed(name: str, steps: Sequence[int]) -> str:
         return f"{name}: step{'s' if len(steps) > 1 else ''} {steps_list(list(steps))}"
 
-    compiled = [listed(c.name, [n for n in c.step_time.excluded if n not in set(c.step_time.evaluations)])
-                for c in comparison.modes.values() if len(c.step_time.excluded) > len(c.step_time.evaluations)]
-    evaluated = [listed(c.name, c.step_time.evaluations) for c in comparison.modes.values() if c.step_time.evaluations]
+    compiled = [listed(c.name, [n for n in c.step_time.excluded if n not in set(c.step_time.interrupted)])
+                for c in comparison.modes.values() if len(c.step_time.excluded) > len(c.step_time.interrupted)]
+    interrupted = [listed(c.name, c.step_time.interrupted) for c in comparison.modes.values() if c.step_time.interrupted]
+    kinds = tuple(dict.fromkeys(k for c in comparison.modes.values() for k in c.step_time.interruptions))
     sentences = (["Steps left out of the steady state because compilation touched them: " + "; ".join(compiled)] if compiled else []) + (
-        ["Steps left out because an evaluation ran in them (a module switched to eval mode "
-         "between two training steps): " + "; ".join(evaluated)] if evaluated else [])
+        [f"Steps left out because other work than training ran in them ({interruption_words(kinds)}): "
+         + "; ".join(interrupted)] if interrupted else [])
     return ". ".join(sentences) if sentences else None
 
 

@@ -73,14 +73,15 @@ class StepStats:
     consecutive backward starts."""
 
     count: int  # steady steps used
-    excluded: list[int]  # steps left out: compilation touched them, or an evaluation ran in them (`evaluations`)
+    excluded: list[int]  # steps left out: compilation touched them, or other work ran in them (`interrupted`)
     median_s: float | None
     p10_s: float | None
     p90_s: float | None
     mean_s: float | None
     first_step_s: float | None  # from mode start to the end of the first step
     clock: str = "wall"  # wall | device
-    evaluations: tuple[int, ...] = ()  # those of `excluded` left out for an evaluation alone (evaluation_steps)
+    interrupted: tuple[int, ...] = ()  # those of `excluded` left out for other work alone (interrupted_steps)
+    interruptions: tuple[str, ...] = ()  # what that work was (INTERRUPTION_*)
 
 
 @dataclass(frozen=True)
@@ -456,62 +457,90 @@ class StepColumns:
     backward_calls: list[int]
     boundary: list[str]
     evaluation: list[bool]
-    # Steps another rank of the mode compiled or captured in (peer_touched), and steps an evaluation
-    # ran in (evaluation_steps): not steady here either.
+    workers_started: list[bool]
+    # Steps another rank of the mode compiled or captured in (peer_touched), and steps that held
+    # other work than training (interrupted_steps): not steady here either.
     peer_touched: frozenset[int] = frozenset()
-    evaluations: frozenset[int] = frozenset()
+    interrupted: frozenset[int] = frozenset()
 
     @classmethod
     def of_events(cls, steps: list[StepEvent], peer_touched: frozenset[int] = frozenset()) -> StepColumns:
         columns = {name: [getattr(s, name) for s in steps] for name in _STEP_COLUMNS}
-        return cls(**columns, peer_touched=peer_touched, evaluations=_left_out_evaluations(*(columns[name] for name in _EVALUATION_COLUMNS)))
+        return cls(**columns, peer_touched=peer_touched, interrupted=_left_out_interruptions(*(columns[name] for name in _INTERRUPTION_COLUMNS)).steps)
 
     def touched(self, i: int) -> bool:
-        """Whether step `i` (an index) compiled or captured, here or on another rank, or held an
-        evaluation that the steady figures leave out."""
+        """Whether step `i` (an index) compiled or captured, here or on another rank, or held other
+        work (an evaluation, a DataLoader's workers starting) that the steady figures leave out."""
         return (bool(self.compiles[i] or self.ca_captures[i]) or (bool(self.peer_touched) and self.step[i] in self.peer_touched)
-                or (bool(self.evaluations) and self.step[i] in self.evaluations))
+                or (bool(self.interrupted) and self.step[i] in self.interrupted))
 
     def __len__(self) -> int:
         return len(self.step)
 
 
-_STEP_COLUMNS = tuple(f.name for f in fields(StepColumns) if f.name not in ("peer_touched", "evaluations"))
-# What decides whether a step's evaluation leaves it out of the steady figures (_left_out_evaluations).
-_EVALUATION_COLUMNS = ("step", "compiles", "ca_captures", "wall_s", "evaluation")
+_STEP_COLUMNS = tuple(f.name for f in fields(StepColumns) if f.name not in ("peer_touched", "interrupted"))
+# What else a step's span can hold that is not a training step's (StepEvent), and its words.
+INTERRUPTION_EVALUATION = "evaluation"
+INTERRUPTION_WORKERS = "workers_started"
+INTERRUPTION_WORDS = {INTERRUPTION_EVALUATION: "an evaluation", INTERRUPTION_WORKERS: "a DataLoader's workers starting"}
 
 
-def evaluation_steps(record: ModeRecord) -> frozenset[int]:
-    """The steps the steady figures leave out because an evaluation ran in them (StepEvent.evaluation:
-    a module switched to eval mode in the step's span, as Lightning's validation loop and HF
-    Trainer's evaluate() do between two training steps): such a step's time is the evaluation's
-    and the training step's together (a Lightning job's: 34 ms against 4 ms). Empty where they are
-    not fewer than the other steady steps: a job that evaluates in every step (a rollout between
-    updates) has no steady step without one, and its steps are what it does. Computed once."""
-    return record.derived("evaluation_steps", _evaluation_steps)
+def interruption_words(kinds: tuple[str, ...]) -> str:
+    """`an evaluation`, `an evaluation or a DataLoader's workers starting`: what held steps that
+    are not steady (StepStats.interruptions)."""
+    return " or ".join(INTERRUPTION_WORDS[kind] for kind in kinds) or "other work"
 
 
-def _evaluation_steps(record: ModeRecord) -> frozenset[int]:
+# What decides whether such a step is left out of the steady figures (_left_out_interruptions).
+_INTERRUPTION_COLUMNS = ("step", "compiles", "ca_captures", "wall_s", *INTERRUPTION_WORDS)
+
+
+@dataclass(frozen=True)
+class Interruptions:
+    """`interrupted_steps`: the steps left out, and what held them (INTERRUPTION_*, in that order)."""
+
+    steps: frozenset[int] = frozenset()
+    kinds: tuple[str, ...] = ()
+
+
+def interrupted_steps(record: ModeRecord) -> Interruptions:
+    """The steps the steady figures leave out because other work than training ran in their span:
+    an evaluation (StepEvent.evaluation: a module switched to eval mode, as Lightning's validation
+    loop and HF Trainer's evaluate() do between two training steps; a Lightning job's step: 34 ms
+    against 4 ms) or a DataLoader's workers starting (StepEvent.workers_started: each epoch's first
+    step, 78-95 ms against ~2.5 ms). Such a step's time is that work's and the training step's
+    together. None is left out where they are not fewer than the other steady steps: a job that
+    evaluates in every step (a rollout between updates) has no steady step without one, and its
+    steps are what it does. Computed once."""
+    return record.derived("interrupted_steps", _interrupted_steps)
+
+
+def _interrupted_steps(record: ModeRecord) -> Interruptions:
     held = record.columns.get(StepEvent.kind)
     if held is not None:
-        if True not in held.distinct("evaluation"):  # the usual record: one run of false, no list made
-            return frozenset()
-        return _left_out_evaluations(*(held.column(name) for name in _EVALUATION_COLUMNS))
+        if all(True not in held.distinct(name) for name in INTERRUPTION_WORDS):  # the usual record: runs of false, no list made
+            return Interruptions()
+        return _left_out_interruptions(*(held.column(name) for name in _INTERRUPTION_COLUMNS))
     steps = record.of(StepEvent)
-    if not any(s.evaluation for s in steps):
-        return frozenset()
-    return _left_out_evaluations(*([getattr(s, name) for s in steps] for name in _EVALUATION_COLUMNS))
+    if not any(s.evaluation or s.workers_started for s in steps):
+        return Interruptions()
+    return _left_out_interruptions(*([getattr(s, name) for s in steps] for name in _INTERRUPTION_COLUMNS))
 
 
-def _left_out_evaluations(step: list[int], compiles: list[int], captures: list[int], wall: list[float | None],
-                          evaluation: list[bool]) -> frozenset[int]:
-    """`evaluation_steps` of these columns: the timed steps that held an evaluation and compiled
-    nothing, where they are fewer than the timed steps that did neither."""
-    if not any(evaluation):
-        return frozenset()
-    held = [n for n, c, k, w, e in zip(step, compiles, captures, wall, evaluation) if e and not (c or k) and w is not None]
-    plain = sum(1 for c, k, w, e in zip(compiles, captures, wall, evaluation) if not (e or c or k) and w is not None)
-    return frozenset(held) if len(held) < plain else frozenset()
+def _left_out_interruptions(step: list[int], compiles: list[int], captures: list[int], wall: list[float | None],
+                            *kinds: list[bool]) -> Interruptions:
+    """`interrupted_steps` of these columns (one bool column per INTERRUPTION_WORDS): the timed steps
+    that held other work and compiled nothing, where they are fewer than the timed steps that did neither."""
+    other = [any(flags) for flags in zip(*kinds)]
+    if not any(other):
+        return Interruptions()
+    held = [n for n, c, k, w, o in zip(step, compiles, captures, wall, other) if o and not (c or k) and w is not None]
+    plain = sum(1 for c, k, w, o in zip(compiles, captures, wall, other) if not (o or c or k) and w is not None)
+    if len(held) >= plain:
+        return Interruptions()
+    left = frozenset(held)
+    present = tuple(name for name, flags in zip(INTERRUPTION_WORDS, kinds) if any(f and n in left for n, f in zip(step, flags)))
+    return Interruptions(left, present)
 
 
 def step_columns(record: ModeRecord) -> StepColumns:
@@ -523,7 +552,7 @@ def _step_columns(record: ModeRecord) -> StepColumns:
     held = record.columns.get(StepEvent.kind)
     if held is None:
         return StepColumns.of_events(record.of(StepEvent), peer_touched(record))
-    return StepColumns(*(held.column(name) for name in _STEP_COLUMNS), peer_touched=peer_touched(record), evaluations=evaluation_steps(record))
+    return StepColumns(*(held.column(name) for name in _STEP_COLUMNS), peer_touched=peer_touched(record), interrupted=interrupted_steps(record).steps)
 
 
 def peer_touched(record: ModeRecord) -> frozenset[int]:
@@ -537,14 +566,14 @@ def peer_touched(record: ModeRecord) -> frozenset[int]:
 
 
 def own_touched_steps(record: ModeRecord) -> list[int]:
-    """The steps this process compiled or captured in, or left out for an evaluation (its own,
-    not its peers': a rank that evaluates alone holds the others up at their next collective;
-    computed once)."""
+    """The steps this process compiled or captured in, or left out for other work (interrupted_steps;
+    its own, not its peers': a rank that evaluates alone holds the others up at their next
+    collective; computed once)."""
     return record.derived("own_touched_steps", _own_touched_steps)
 
 
 def _own_touched_steps(record: ModeRecord) -> list[int]:
-    evaluations = evaluation_steps(record)
+    evaluations = interrupted_steps(record).steps
     held = record.columns.get(StepEvent.kind)
     if held is not None:
         found = [held.numbers(name) for name in ("step", "compiles", "ca_captures")]
@@ -714,7 +743,7 @@ def _held_steps(record: ModeRecord) -> HeldSteps | None:
     if np.isnan(timed).any() or not bool(np.all((timed >= 0) & (timed < _NO_STEP_LASTS_S))):
         return None  # the list path leaves out what is no time (is_time)
     touched = (compiles != 0) | (captures != 0)
-    others = peer_touched(record) | evaluation_steps(record)
+    others = peer_touched(record) | interrupted_steps(record).steps
     if others:
         touched |= np.isin(step, np.fromiter(others, dtype=np.int64, count=len(others)))
     return HeldSteps(
@@ -781,7 +810,7 @@ def _steady_cpu_seconds(record: ModeRecord, name: str) -> list[float] | None:
     if not steps or not any(s.boundary for s in steps):
         return None
     ordered = sorted(steps, key=lambda s: s.step)
-    others = peer_touched(record) | evaluation_steps(record)
+    others = peer_touched(record) | interrupted_steps(record).steps
     values = [getattr(s, name) for s in ordered if is_time(s.wall_s) and not (s.compiles or s.ca_captures or s.step in others)]
     if not values or any(v is None for v in values):
         return None
@@ -896,17 +925,17 @@ def record_step_stats(record: ModeRecord, first_step_s: float | None) -> StepSta
     arrays (`held_steps`), the same figures computed on them (numpy's sort, then the same
     median, percentiles and exactly rounded mean on the sorted values)."""
     fast = held_steps(record)
-    evaluations = _evaluations_alone(record)
+    interrupted = _interrupted_alone(record)
     if fast is None:
         intervals, excluded, clock = record_step_intervals(record)
-        return replace(stats_of_intervals(intervals, excluded, first_step_s, clock), evaluations=evaluations)
+        return replace(stats_of_intervals(intervals, excluded, first_step_s, clock), **interrupted)
     import numpy as np
 
     ordered = np.sort(fast.wall_s[~fast.touched & ~fast.wall_null])
     excluded = fast.step[fast.touched].tolist()
     n = len(ordered)
     if not n:
-        return replace(stats_of_intervals([], excluded, first_step_s, "wall"), evaluations=evaluations)
+        return replace(stats_of_intervals([], excluded, first_step_s, "wall"), **interrupted)
 
     # statistics.median, _percentile and statistics.fmean (fsum / n) on the sorted doubles, as
     # Python floats: the same arithmetic on the same values, without a list of them.
@@ -914,21 +943,23 @@ def record_step_stats(record: ModeRecord, first_step_s: float | None) -> StepSta
     median = float(ordered[middle]) if n % 2 else (float(ordered[middle - 1]) + float(ordered[middle])) / 2
     return StepStats(
         count=n, excluded=excluded, median_s=median, p10_s=_percentile_of_array(ordered, 0.10), p90_s=_percentile_of_array(ordered, 0.90),
-        mean_s=math.fsum(ordered) / n, first_step_s=first_step_s, clock="wall", evaluations=evaluations,
+        mean_s=math.fsum(ordered) / n, first_step_s=first_step_s, clock="wall", **interrupted,
     )
 
 
-def _evaluations_alone(record: ModeRecord) -> tuple[int, ...]:
-    """The steps left out for an evaluation alone, this process's or another rank's
-    (evaluation_steps), not for a compile or capture made in them here or on another rank, in order."""
-    own = evaluation_steps(record)
-    others = [evaluation_steps(other) for other in peers(record)] if peers(record) else []
-    evaluations = own.union(*others)
-    if not evaluations:
-        return ()
-    compiled = set(own_touched_steps(record)) - own
-    peer_compiled = peer_touched(record) - frozenset().union(*others)
-    return tuple(sorted(evaluations - compiled - peer_compiled))
+def _interrupted_alone(record: ModeRecord) -> dict[str, Any]:
+    """StepStats' `interrupted` and `interruptions`: the steps left out for other work alone, this
+    process's or another rank's (interrupted_steps), not for a compile or capture made in them here
+    or on another rank, in order; and what that work was."""
+    own = interrupted_steps(record)
+    others = [interrupted_steps(other) for other in peers(record)] if peers(record) else []
+    steps = own.steps.union(*(o.steps for o in others))
+    if not steps:
+        return {}
+    compiled = set(own_touched_steps(record)) - own.steps
+    peer_compiled = peer_touched(record) - frozenset().union(*(o.steps for o in others))
+    kinds = {kind for found in (own, *others) for kind in found.kinds}
+    return {"interrupted": tuple(sorted(steps - compiled - peer_compiled)), "interruptions": tuple(k for k in INTERRUPTION_WORDS if k in kinds)}
 
 
 def _percentile_of_array(ordered: Any, q: float) -> float:

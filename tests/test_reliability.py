@@ -33,6 +33,7 @@ from conftest import cli_in_process as cagtool
 
 from cagtool.record.loader import load_run
 from cagtool.record.manifest import ModeManifest, RunMeta, to_dict
+from cagtool.record.seal import with_document_seal
 from cagtool.record.schema import FindingEvent, StepEvent
 from cagtool.report.figures.metrics import mode_metrics
 
@@ -1087,7 +1088,7 @@ def _forged_fields_run(tmp_path: Path) -> Path:
            "torch_says": forged("PGO detected a recompilation"), "same_as": None}
     verification = {"format": "cagtool-verification", "version": 1, "run": forged("r"), "mode": forged("ca"), "repeat": 1,
                     "baseline": measured("baseline", 1), "fixes": [fix], "not_applied": [], "estimated_s": 1.0, "wall_s": 2.0}
-    (run / "verification.json").write_text(json.dumps(verification))
+    (run / "verification.json").write_text(json.dumps(with_document_seal(verification)))
     return run
 
 

@@ -52,6 +52,24 @@ def test_torchs_list_is_applied_alone_and_answers_what_it_names():
     assert [f.name for f in fixes_for(_explanation(_frame(1, "x")), pgo_suggestion=_pgo("L['y']"))] == ["dynamic-sources"]
 
 
+def test_a_forged_list_or_tensor_name_never_reaches_a_re_runs_environment():
+    """torch 2.13 reads each item of TORCH_COMPILE_DYNAMIC_SOURCES as a regular expression (`re.match`
+    for every source Dynamo builds): a forged record's `(((.+)+)+)+!`, in its PGO words or in a
+    guard's tensor name, kept a fix's re-run compiling for minutes. Neither is offered; torch's own
+    names are."""
+    redos = "(((.+)+)+)+!"
+    shapes = _explanation(Cause(CAUSE_SHAPES, [], number=1))
+    assert "torch-pgo" not in {f.name for f in fixes_for(shapes, pgo_suggestion=_pgo(f"L['sizes'][0],{redos}"))}
+    assert "torch-pgo" not in {f.name for f in fixes_for(_explanation(_frame(1, "x")), pgo_suggestion=_pgo(f"L['x'],L['{redos}']"))}
+    assert [f.name for f in fixes_for(_explanation(_frame(1, f"L['[]{redos}']")))] == []
+    assert [f.name for f in fixes_for(_explanation(_frame(1, "x.*")))] == []
+    listed = "L['self']._modules['layers.0']._parameters['weight'],L['args'][0],G['cache'].k"
+    fixes = {f.name: f for f in fixes_for(shapes, pgo_suggestion=_pgo(listed + ",L['sizes'][0]"))}
+    assert fixes["torch-pgo"].env == {"TORCH_COMPILE_DYNAMIC_SOURCES": listed + ",L['sizes'][0]"}
+    named = fixes_for(_explanation(_frame(1, "self._modules['0']._parameters['weight']")))
+    assert named[0].env == {"TORCH_COMPILE_DYNAMIC_SOURCES": "L['self']._modules['0']._parameters['weight']"}
+
+
 def test_the_same_inputs_in_another_order_are_one_re_run():
     run = SimpleNamespace(meta=SimpleNamespace(options={"backend": "eager"}, target={"kind": "script", "name": "job.py"},
                                                target_argv=["job.py"]))

@@ -11,6 +11,11 @@ job that is named: the script, the module's file, an argument that is a Python f
 mode 0600). `--verify` recomputes both: a record without a seal, with one this key did not make
 (another user's or host's, or edited), or whose files changed since, is refused with one line
 (exit 3), before anything runs.
+
+What cagtool writes beside a record and shows later as its own measurement (`verification.json`,
+"verified by re-running this job") is sealed under the same key (`with_document_seal`): a run
+handed over with a forged one (a PR's artifact saying VERIFIED with a diff of the forger's choosing)
+is not shown as a verification (`document_sealed`).
 """
 
 from __future__ import annotations
@@ -136,6 +141,30 @@ def seal_job(target: dict[str, str], argv: list[str], cwd: str, options: dict[st
     files = job_files(target, argv, cwd, module_origin)
     mac = hmac.new(key, _payload(target, argv, cwd, options, files), hashlib.sha256).hexdigest()
     return {"version": SEAL_VERSION, "files": files, "hmac": mac}
+
+
+def _document_bytes(document: dict[str, Any]) -> bytes:
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), default=str).encode("utf-8")
+
+
+def with_document_seal(document: dict[str, Any]) -> dict[str, Any]:
+    """`document` with its `seal` (HMAC-SHA256 under this user's key, over its canonical JSON);
+    as it is where there is no key to make one (no home: it will not be shown)."""
+    key = _key(create=True)
+    if key is None:
+        return document
+    return {**document, "seal": {"version": SEAL_VERSION, "hmac": hmac.new(key, _document_bytes(document), hashlib.sha256).hexdigest()}}
+
+
+def document_sealed(document: dict[str, Any]) -> bool:
+    """Whether `document` (as read back from its JSON) carries a seal this user's key made over the
+    rest of it: written by this user's cagtool and unchanged since."""
+    seal = document.get("seal")
+    key = _key(create=False)
+    if not isinstance(seal, dict) or not isinstance(seal.get("hmac"), str) or key is None:
+        return False
+    rest = {name: value for name, value in document.items() if name != "seal"}
+    return hmac.compare_digest(hmac.new(key, _document_bytes(rest), hashlib.sha256).hexdigest(), seal["hmac"])
 
 
 def check_job(run_path: Path, seal: Any, target: dict[str, str], argv: list[str], cwd: str, options: dict[str, Any]) -> None:

@@ -256,6 +256,7 @@ def load_checkpointing(run_dir: Path) -> dict[str, Any] | None:
     from cagtool.record.loader import json_loads
     from cagtool.record.regular_files import read_record_bytes
     from cagtool.record.schema import MAX_JSON_FILE_BYTES
+    from cagtool.record.seal import document_sealed
 
     path = Path(run_dir) / CHECKPOINTING_FILE
     if path.is_symlink() or not path.is_file():
@@ -263,6 +264,7 @@ def load_checkpointing(run_dir: Path) -> dict[str, Any] | None:
     # A link, a FIFO, a file over the bound or not JSON (nested too deeply included: json_loads): none
     with contextlib.suppress(OSError, ValueError, UnreadableInput):
         data = json_loads(read_record_bytes(path, max_bytes=MAX_JSON_FILE_BYTES))
-        if isinstance(data, dict) and data.get("format") == CHECKPOINTING_FORMAT:
-            return data
+        # Sealed where it was written (record/seal.py): one this user's cagtool did not measure is not shown as measured.
+        if isinstance(data, dict) and data.get("format") == CHECKPOINTING_FORMAT and document_sealed(data):
+            return {name: value for name, value in data.items() if name != "seal"}
     return None

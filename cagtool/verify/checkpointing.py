@@ -27,7 +27,7 @@ from cagtool.errors import UsageError
 from cagtool.record.atomic import check_confined, make_new_dir, open_new, write_atomic
 from cagtool.record.loader import ModeRecord, load_run
 from cagtool.record.schema import CHECKPOINT_REENTRANT, PHASE_CHECKPOINT_RECOMPUTE, BackwardEvent, StepEvent
-from cagtool.record.seal import check_job
+from cagtool.record.seal import check_job, with_document_seal
 from cagtool.report.checkpointing import CHECKPOINTING_FILE, CheckpointingResult, HeapHeld, ModeSaving, Side, checkpointing_lines
 from cagtool.torch_text import NESTED_CA_ERROR
 from cagtool.verify.verification import checked_source_env, rerun_argv
@@ -134,7 +134,7 @@ def measure_checkpointing(run_path: str | Path | None, modes: list[str] | None =
     result.wall_s = time.monotonic() - started
     import json
 
-    write_atomic(run_dir / CHECKPOINTING_FILE, json.dumps(result.to_dict(), indent=2), root=run_dir)
+    write_atomic(run_dir / CHECKPOINTING_FILE, json.dumps(with_document_seal(result.to_dict()), indent=2), root=run_dir)
     return result
 
 

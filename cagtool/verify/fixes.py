@@ -60,8 +60,24 @@ NO_CHANGE = "no change needed"  # the explanation finds the recompiles one-time,
 
 # The tensor of a size or stride guard (torch_text.size_or_stride_guard) must read as a source (a
 # name, then attributes, [N] and ['key'] items): a comma in it would split
-# TORCH_COMPILE_DYNAMIC_SOURCES's list.
-_SOURCE_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[\d+\]|\['[^',\\]+'\])*")
+# TORCH_COMPILE_DYNAMIC_SOURCES's list. A key holds word characters, dots and dashes only (a module's
+# name, `0`, `layers.3`): torch 2.13 reads each item of that list as a regular expression
+# (`re.match` in is_dynamic_source, for every source Dynamo builds), and a forged record's
+# `(((.+)+)+)+!` kept the re-run's first compile spinning for minutes.
+_SOURCE_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[\d+\]|\['[\w.-]+'\])*")
+# An item of that list as torch's own PGO writes it (`L['x']`, `L['self']._modules['0']._parameters['weight']`,
+# `L['sizes'][0]`): the same grammar, from a frame's locals or globals.
+_TORCH_SOURCE = re.compile(r"[LG]\['[\w.-]+'\](?:\.[A-Za-z_]\w*|\[\d+\]|\['[\w.-]+'\])*")
+
+
+def _torch_source_list(listed: str | None) -> str | None:
+    """torch's PGO list (TORCH_COMPILE_DYNAMIC_SOURCES's value, from the record's manifest) where
+    every item is a source name as torch writes one, else None: a list that is not (a forged
+    record's regular expression) never reaches a re-run's environment."""
+    if not listed:
+        return None
+    items = [item.strip() for item in listed.split(",")]
+    return listed if all(_TORCH_SOURCE.fullmatch(item) for item in items if item) and any(items) else None
 
 
 @dataclass(frozen=True)
@@ -105,7 +121,7 @@ def _dynamo_sources(cause: Cause) -> list[str]:
         # A name torch wrote is printable: one with a control character is a record's forgery, and
         # would reach the re-run's environment (a NUL stopped the verification with a traceback).
         name = size_or_stride_guard(guard or "") or ""
-        if name.isprintable() and _SOURCE_NAME.fullmatch(name) and (source := _source_of(name)) not in sources:
+        if name.isprintable() and _SOURCE_NAME.fullmatch(name) and _TORCH_SOURCE.fullmatch(source := _source_of(name)) and source not in sources:
             sources.append(source)
     return sources
 
@@ -218,7 +234,7 @@ def fixes_for(explanation: Explanation, dynamic_already: bool = False, pgo_sugge
             if found:
                 frames.append(cause.number)
                 sources += [s for s in found if s not in sources]
-    torch_sources = pgo_dynamic_sources(pgo_suggestion) if pgo_suggestion else None
+    torch_sources = _torch_source_list(pgo_dynamic_sources(pgo_suggestion) if pgo_suggestion else None)
     if sources and torch_sources:
         # The first failing guard names one input; another the code ties to it (`h * mask`, with
         # `tokens` of the same length) keeps it specialised unless it is dynamic too, and torch's

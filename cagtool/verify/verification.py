@@ -48,7 +48,7 @@ from cagtool.capture.run.self_launch import python_module_argv
 from cagtool.errors import CagtoolError, EXIT_GATE_FAILED, UnreadableInput, UsageError
 from cagtool.record.atomic import check_confined, make_new_dir, move_new, open_new, write_atomic
 from cagtool.record.loader import RunRecord, load_run
-from cagtool.record.seal import check_job, sealed_module_file
+from cagtool.record.seal import check_job, sealed_module_file, with_document_seal
 from cagtool.report.compare.analysis import compare_runs, mode_fields
 from cagtool.report.figures.intervals import ratio_text
 from cagtool.report.recompiles.explain import plural
@@ -646,7 +646,8 @@ def _last_line(path: Path) -> str:
 
 def _write_result(run_dir: Path, result: Verification) -> None:
     # Atomic: a report or another verification reading it meanwhile sees the previous result or this one.
-    write_atomic(run_dir / VERIFICATION_FILE, json.dumps(result.to_dict(), indent=2) + "\n", root=run_dir)
+    # Sealed (record/seal.py): a report shows it as this verification's measurement only where this user's cagtool wrote it.
+    write_atomic(run_dir / VERIFICATION_FILE, json.dumps(with_document_seal(result.to_dict()), indent=2) + "\n", root=run_dir)
 
 
 def causes_left(record: RunRecord, mode: str, keys: dict[int, tuple]) -> dict[int, int]:

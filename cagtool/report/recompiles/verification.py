@@ -12,6 +12,7 @@ from msgspec import Struct, field
 
 from cagtool.errors import UnreadableInput
 from cagtool.record.regular_files import read_record_bytes
+from cagtool.record.seal import document_sealed
 from cagtool.record.schema import MAX_JSON_FILE_BYTES
 from cagtool.report.figures.intervals import ratio_text
 from cagtool.torch_text import PGO_SOURCES_SHOWN, pgo_shown
@@ -103,8 +104,8 @@ class _VerificationDoc(Struct):
 
 
 # What a report says of a verification.json that load_verification left unread.
-UNREAD_NOTE = ("verification.json left unread: it is not what `cagtool recompiles --explain --verify` writes "
-               "(damaged or edited); verify again to keep a new one")
+UNREAD_NOTE = ("verification.json left unread: it is not what your `cagtool recompiles --explain --verify` wrote "
+               "(damaged, edited, or made elsewhere: another user's or host's); verify again to keep a new one")
 
 
 def load_verification(run_path: Path | str) -> dict[str, Any] | None:
@@ -119,10 +120,10 @@ def load_verification(run_path: Path | str) -> dict[str, Any] | None:
         data = json_loads(read_record_bytes(path, max_bytes=MAX_JSON_FILE_BYTES))
     except (OSError, ValueError, RecursionError, UnreadableInput):
         return None
-    if not isinstance(data, dict) or data.get("format") != VERIFICATION_FORMAT:
+    if not isinstance(data, dict) or data.get("format") != VERIFICATION_FORMAT or not document_sealed(data):
         return None
     try:
-        document = msgspec.convert(data, type=_VerificationDoc)  # a float field takes an integer, as json wrote it
+        document = msgspec.convert({name: value for name, value in data.items() if name != "seal"}, type=_VerificationDoc)  # a float field takes an integer, as json wrote it
     except msgspec.ValidationError:
         return None
     return msgspec.to_builtins(document)

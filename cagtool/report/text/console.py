@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import IO, TYPE_CHECKING, Any
 
-from cagtool.report.text.safe_text import escape_line_starts, safe_line
+from cagtool.report.text.safe_text import IN_LINE_COMMANDS, escape_line_starts, no_command_in_line, safe_line
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -70,8 +70,8 @@ def _safe_console_class() -> type[Console]:
 
 
 def _one_safe_line(text: str) -> bool:
-    # Printable ASCII needs nothing of safe_line but where a `::` may begin a wrapped line, or a `##[` stands.
-    return (text.isascii() and text.isprintable() and "::" not in text and "##[" not in text) or safe_line(text) == text
+    # Printable ASCII needs nothing of safe_line but where a `::` may begin a wrapped line, or a `##[` or `##vso[` stands.
+    return (text.isascii() and text.isprintable() and "::" not in text and "##" not in text) or safe_line(text) == text
 
 
 def _safe_rich_text(console: Console, text: Any) -> Any:
@@ -83,12 +83,17 @@ def _safe_rich_text(console: Console, text: Any) -> Any:
     return Text.assemble(*pieces, justify=text.justify, overflow=text.overflow, no_wrap=text.no_wrap, end=text.end, tab_size=text.tab_size)
 
 
+_LONGEST_IN_LINE = max(map(len, IN_LINE_COMMANDS))
+
+
 class _NoCommandAtLineStart:
     """The stream a report console writes to, with a `::` where a line begins (past its leading
     whitespace) shown as `:\\:`, as safe_text shows it. safe_line escapes a `::` after a space,
     where rich wraps a line; rich also folds a word longer than the width anywhere in it (a cell,
     a path to copy), and a forged value `aaaa...a::error::x` can be made to fold right before its
-    `::`: no text escape can know where that will be, the written lines can."""
+    `::`: no text escape can know where that will be, the written lines can. The commands a runner
+    reads anywhere in a line (`##[`, Azure's `##vso[`) are escaped here too, whatever wrote them,
+    a write's end that may begin one held until the next write says."""
 
     def __init__(self, stream: IO[str]) -> None:
         self._stream = stream
@@ -98,8 +103,13 @@ class _NoCommandAtLineStart:
     def write(self, text: str) -> int:
         if not text:
             return 0
-        joined = self._held + text
-        self._held = ""
+        joined = no_command_in_line(self._held + text)
+        self._held = tail = ""
+        if "#" in joined[-_LONGEST_IN_LINE:]:
+            for size in range(_LONGEST_IN_LINE - 1, 0, -1):
+                if any(command.startswith(joined[-size:]) for command in IN_LINE_COMMANDS):
+                    tail, joined = joined[-size:], joined[:-size]
+                    break
         joined = escape_line_starts(joined, self._at_head)
         line = joined[max(joined.rfind("\n"), joined.rfind("\u2028"), joined.rfind("\u2029")) + 1 :]
         if len(line) < len(joined):
@@ -109,6 +119,7 @@ class _NoCommandAtLineStart:
             if line[len(stripped):] == ":" and stripped.isspace() or line == ":":
                 self._held, joined = ":", joined[:-1]
             self._at_head = line.isspace() or not line or bool(self._held)
+        self._held += tail
         self._stream.write(joined)
         return len(text)
 

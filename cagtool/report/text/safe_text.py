@@ -23,7 +23,9 @@ after each line break, past any whitespace); `safe_line` also after any whitespa
 because a console or `textwrap` breaks a long line there (`aaaa ::error::x` narrowed to 10 columns
 prints `::error::x` on a line of its own). A `::` after a letter (`torch::autograd::GraphRoot`)
 is left as it is. The runner's older form, `##[error]x`, is a command wherever in a line it
-stands: every `##[` is shown as `##\\[`."""
+stands: every `##[` is shown as `##\\[`; so is Azure Pipelines' `##vso[task.setvariable ...]`
+(its agent looks for `##vso[` anywhere in a line of stdout or stderr: a record could set a
+pipeline variable, prepend to PATH or upload a file), shown as `##vso\\[`."""
 
 from __future__ import annotations
 
@@ -106,16 +108,25 @@ def _escaped_chars(text: str) -> str:
 
 _LEGACY_COMMAND = "##["
 _LEGACY_SHOWN = "##\\["
+# Azure Pipelines' logging commands: `##vso[area.action ...]value`, anywhere in a line.
+_AZURE_COMMAND = "##vso["
+_AZURE_SHOWN = "##vso\\["
+# What a command found anywhere in a line begins with (the console's stream holds a write's end that
+# may begin one: report/text/console.py).
+IN_LINE_COMMANDS = (_LEGACY_COMMAND, _AZURE_COMMAND)
 
 
-def _no_legacy_command(text: str) -> str:
-    return text.replace(_LEGACY_COMMAND, _LEGACY_SHOWN) if _LEGACY_COMMAND in text else text
+def no_command_in_line(text: str) -> str:
+    """`text` with every command a runner reads anywhere in a line (IN_LINE_COMMANDS) escaped."""
+    if "##" not in text:
+        return text
+    return text.replace(_LEGACY_COMMAND, _LEGACY_SHOWN).replace(_AZURE_COMMAND, _AZURE_SHOWN)
 
 
 def safe_text(text: str) -> str:
     """`text` with escape sequences dropped and other unsafe characters shown as escapes, and no
     line of it beginning with `::` (nor holding the runner's older `##[`)."""
-    return _no_legacy_command(escape_line_starts(_escaped_chars(text)))
+    return no_command_in_line(escape_line_starts(_escaped_chars(text)))
 
 
 def safe_line(text: str) -> str:
@@ -124,7 +135,7 @@ def safe_line(text: str) -> str:
     log viewer or `str.splitlines` breaks a line there), so a record's data cannot start a line of
     its own: in a CI log, a line of its own may be a workflow command (`::stop-commands::`). A `::`
     at its start or after a space is shown as `:\\:` (where the line may be wrapped)."""
-    text = _no_legacy_command(_escaped_chars(text))
+    text = no_command_in_line(_escaped_chars(text))
     if not text.isprintable():
         text = text.replace("\n", "\\n").replace("\t", "\\t").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
     if _COMMAND not in text:
@@ -147,7 +158,7 @@ def encodable_text(text: str) -> str:
 def is_safe(text: str) -> bool:
     """True where `safe_text` leaves `text` as it is."""
     return ((_plain(text) or _unsafe().search(text) is None) and (_COMMAND not in text or _command_at_line_start().search(text) is None)
-            and _LEGACY_COMMAND not in text)
+            and _LEGACY_COMMAND not in text and _AZURE_COMMAND not in text)
 
 
 # A command line shown in a report's line or header: a job's argv may be of any length (a word of

@@ -833,13 +833,25 @@ _ID_IN_LINK = re.compile(r"/gb/gb(?P<digits>\d+)\.html")
 # The first lines torch 2.13 puts before a graph break's own words: the trace's, and Dynamo's fallback
 # to eager for the whole frame ("Failed to handle graph break gracefully. Skipping the function and
 # falling back to eager. Graph break encountered:"), the same break logged again.
-_GENERIC = ("Encountered graph break when attempting to trace", "Failed to handle graph break gracefully")
+_GENERIC = ("Encountered graph break when attempting to trace", "Failed to handle graph break gracefully",
+            "Encountered graph break that we cannot resume from")
 _FELL_BACK = "Failed to handle graph break gracefully. Skipping the function and falling back to eager"
+# A break Dynamo cannot resume after (an LSTM, a break inside a `with` block of some kinds): torch
+# 2.13 compiles the frame up to it and runs the rest of the function eagerly, and counts it in
+# counters["unimplemented"], never in counters["graph_break"] (word_language_model: 3 such breaks,
+# its graph_break counter empty).
+_UNRESUMABLE = "Encountered graph break that we cannot resume from. Compiling up to the previous resumable state, then skipping the rest of the function"
 
 
 def fell_back_to_eager(reason: str) -> bool:
     """The break made Dynamo skip the whole frame: the function runs eagerly, none of it compiled."""
     return (reason or "").startswith(_FELL_BACK)
+
+
+def unresumable_break(reason: str) -> bool:
+    """Dynamo could not resume after the break: the frame's graph ends there and the rest of the
+    function runs eagerly; torch's graph-break counter leaves it out."""
+    return (reason or "").startswith(_UNRESUMABLE)
 
 
 @dataclass(frozen=True)

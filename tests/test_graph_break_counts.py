@@ -66,3 +66,32 @@ def test_saved_empty_counters_are_zero_breaks_and_only_unsaved_ones_fall_back_to
         manifest_path.write_text(json.dumps(to_dict(manifest)))
         metrics = mode_metrics(load_run(copy).mode("aot"))
         assert (metrics.graph_breaks_from_torch, metrics.graph_breaks) == (from_torch, breaks), status
+
+
+LSTM = str(Path(__file__).parent / "scripts" / "lstm_unresumable.py")
+
+
+def test_a_break_dynamo_cannot_resume_after_is_counted_apart_and_gated(record_run):
+    """tests/scripts/lstm_unresumable.py (word_language_model's shape): Dynamo compiles the forward
+    up to the LSTM and runs the rest eagerly; torch counts that break in counters["unimplemented"],
+    not counters["graph_break"]. cagtool said "0 graph breaks" and `gate --max-graph-breaks 0`
+    passed a model whose LSTM never compiled. The count stays torch's; the break it could not resume
+    after is said beside it, in the JSON, and counted by the gate, which names it."""
+    from conftest import cagtool_in_process
+
+    run = record_run(LSTM, modes="aot")
+    assert run.returncode == 0, run.stderr
+    aot = load_run(run.path).mode("aot")
+    counters = aot.manifest.torch_counters
+    assert "graph_break" not in counters and sum(counters["unimplemented"].values()) == 1  # torch's own view
+    metrics = mode_metrics(aot)
+    assert (metrics.graph_breaks, metrics.unresumable_breaks) == (0, 1)
+    said = " ".join(run.stderr.split())
+    assert "0 graph breaks and 1 break it could not resume after at 1 site (the rest of the function ran eagerly" in said, said
+    assert "Dynamo could not resume after the break at lstm_unresumable.py:25" in said
+    body = json.loads(cagtool_in_process("summary", "--format", "json", str(run.path)).stdout)["modes"]["aot"]
+    assert (body["graph_breaks"], body["unresumable_graph_breaks"]) == (0, 1)
+    gate = cagtool_in_process("gate", str(run.path), "--max-graph-breaks", "0", "--no-config")
+    assert gate.returncode == 1, gate.stdout
+    assert ("graph breaks 1 > 0 allowed (+1): 1 at lstm_unresumable.py:25: [GB0014] Attempted to wrap RNN, GRU, or LSTM "
+            "(Dynamo could not resume after it") in " ".join(gate.stdout.split()), gate.stdout

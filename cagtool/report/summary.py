@@ -390,6 +390,8 @@ def mode_summary_json(record: ModeRecord, whole: ModeRecord | None = None, rank:
         "backward_graphs": metrics.backward_graphs,
         "graph_breaks": metrics.graph_breaks,
         "graph_breaks_counted_by": "torch" if metrics.graph_breaks_from_torch else "distinct_sites",
+        # breaks Dynamo could not resume after (the rest of the function ran eagerly): not in torch's graph_breaks
+        "unresumable_graph_breaks": metrics.unresumable_breaks,
         # inside_capture: every break logged at the site was in a frame of torch's compiled inside
         # compiled autograd's captures (reads.py torch_frames_in_captures), nothing of the script's.
         "graph_break_sites": [asdict(site) | {"inside_capture": (site.file, site.line) in theirs_at} for site in metrics.graph_break_sites],
@@ -522,12 +524,17 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     exact = m.graph_breaks_from_torch or record.mode == "eager"
     counted_by = "" if exact else " (one per compile and site: torch's counters were not saved)"
     # Sites are (place, reason) pairs: one line can break for two reasons (`print(t.item())`).
-    places = {(s.file, s.line) for s in sites}
+    # Breaks Dynamo could not resume after are not in torch's count: said after it, with their sites.
+    places = {(s.file, s.line) for s in sites if not s.unresumable}
+    stopped = {(s.file, s.line) for s in sites if s.unresumable}
     reasons = graph_break_reasons(sites)
-    at = f" at {len(places)} site{'s' if len(places) != 1 else ''}" if sites else ""
-    if len(reasons) > 1:
-        at += f" for {len(reasons)} reasons"
-    if sites and not m.graph_breaks:
+    at = f" at {len(places)} site{'s' if len(places) != 1 else ''}" if places else ""
+    if len({r.reason for r in reasons if set(r.places) - set(r.unresumable)}) > 1:
+        at += f" for {len({r.reason for r in reasons if set(r.places) - set(r.unresumable)})} reasons"
+    unresumable = (f" and {plural(m.unresumable_breaks, 'break')} it could not resume after at {len(stopped)} "
+                   f"site{'s' if len(stopped) != 1 else ''} (the rest of the function ran eagerly; torch's graph-break count "
+                   "leaves them out)") if m.unresumable_breaks else ""
+    if places and not m.graph_breaks:
         # torch counted none, yet its log names a break (a data-dependent branch that made Dynamo
         # restart the frame's analysis): torch's count stands, and the log's sites are said as such.
         at = f" (torch's count; its log names {len(places)} site{'s' if len(places) != 1 else ''})"
@@ -546,13 +553,13 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
         graphs = f"{plural(m.forward_graphs, 'forward graph')}{hook}, {backward},"
     console.print(
         f"  Dynamo: {graphs} "
-        f"{plural(m.graph_breaks, 'graph break')}{at}{counted_by}, {plural(m.dynamo_recompiles, 'recompile')}{hook_recompiles}"
+        f"{plural(m.graph_breaks, 'graph break')}{at}{counted_by}{unresumable}, {plural(m.dynamo_recompiles, 'recompile')}{hook_recompiles}"
     )
     # Every reason, with its count (torch's, per reason: metrics.graph_break_sites) and its lines;
     # the count before the reason, which the terminal's width may cut.
     # Where the reasons' counts do not make torch's total (a log that lost records), each is what it
     # is: the compiles the log shows it in.
-    adds_up = sum(r.breaks for r in reasons) == m.graph_breaks
+    adds_up = sum(r.breaks for r in reasons) == m.graph_breaks + m.unresumable_breaks
     in_captures = torch_frames_in_captures(record)
     for reason in reasons[:GRAPH_BREAK_REASONS_SHOWN]:
         gb = f"[{reason.gb_id}] " if reason.gb_id else ""
@@ -566,6 +573,10 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
             console.print(f"      Dynamo gave up on the function holding {place_words(reason.fell_back)} and ran it eagerly "
                           "(torch: \"Skipping the function and falling back to eager\"): none of that function is compiled",
                           overflow="fold", markup=False, highlight=False)
+        if reason.unresumable:
+            console.print(f"      Dynamo could not resume after the break at {place_words(reason.unresumable)}: it compiled the function up "
+                          "to it and ran the rest eagerly (torch: \"cannot resume from ... skipping the rest of the function\"); "
+                          "nothing after it is compiled", overflow="fold", markup=False, highlight=False)
         if reason.advice:
             # Torch's own advice for this break, on a line of its own: the line above may be cut.
             console.print(f"      torch's hint: {reason.advice}", overflow="fold", markup=False, highlight=False)

@@ -93,7 +93,8 @@ def _cost_phrase(comparison: Comparison) -> str:
         m = ca.metrics
         graphs, breaks = _other_ranks(comparison, ca, lambda r: r.ca_graphs), _other_ranks(comparison, ca, lambda r: r.graph_breaks)
         bits.append(f"{ca.name}: {m.ca_graphs} CA graph{'s' if m.ca_graphs != 1 else ''}{_on_other_ranks(comparison, graphs)}, "
-                    f"{m.graph_breaks} graph break{'s' if m.graph_breaks != 1 else ''}{_on_other_ranks(comparison, breaks)}")
+                    f"{m.graph_breaks} graph break{'s' if m.graph_breaks != 1 else ''}{_on_other_ranks(comparison, breaks)}"
+                    + (f" + {m.unresumable_breaks} it could not resume after" if m.unresumable_breaks else ""))
     compile_ = [f"{c.name} {c.compile_time_s:.1f} s" for c in columns if c.compile_time_s]
     if compile_:
         bits.append("compile " + ", ".join(compile_))

@@ -227,7 +227,8 @@ _MODE_ROWS: tuple[tuple[str, Callable[[ModeColumn], str]], ...] = (
     ("forward graphs", lambda c: count(c.metrics.forward_graphs if c.metrics else None)),
     ("backward graphs", backward_cell),
     ("Dynamo graphs (torch)", dynamo_graphs_cell),
-    ("graph breaks", lambda c: count(c.metrics.graph_breaks if c.metrics else None)),
+    ("graph breaks", lambda c: count(c.metrics.graph_breaks if c.metrics else None)
+     + (f" (+{c.metrics.unresumable_breaks} unresumable)" if c.metrics and c.metrics.unresumable_breaks else "")),
     ("recompiles", recompiles_cell),
     ("compile time", lambda c: seconds(c.compile_time_s)),
     *(

@@ -40,7 +40,7 @@ from cagtool.record.schema import (
     StepEvent,
 )
 from cagtool.report.replaced import backward_call
-from cagtool.torch_text import ca_id_of, compile_attempt, compile_frame, fell_back_to_eager, hint_advice
+from cagtool.torch_text import ca_id_of, compile_attempt, compile_frame, fell_back_to_eager, hint_advice, unresumable_break
 
 # What a capture with no cache-miss reason is when the capture before it raised: torch captures a
 # graph whose capture raised again when it comes back, and by design gives no reason for it. The
@@ -104,6 +104,9 @@ class GraphBreakSite:
     # Dynamo gave up on the whole frame there and ran it eagerly ("Skipping the function and falling
     # back to eager"): nothing of that function compiled, whatever the break count says.
     fell_back: bool = False
+    # Dynamo could not resume after it (torch_text.unresumable_break): the rest of the function ran
+    # eagerly, and torch's graph-break counter does not count it (ModeMetrics.unresumable_breaks).
+    unresumable: bool = False
 
     @property
     def advice(self) -> str | None:
@@ -159,6 +162,10 @@ class ModeMetrics:
     # first included (docs/torch-internals.md, "What a CA cache miss is").
     ca_cache_misses: int
     graph_breaks: int  # torch's counters["graph_break"] total; one per compile and site when torch's counters were not recorded
+    # Breaks Dynamo could not resume after (the rest of the function ran eagerly), which torch's
+    # graph-break counter leaves out: one per compile and site (torch_text.unresumable_break).
+    # `gate --max-graph-breaks` counts them with graph_breaks (gate_graph_breaks).
+    unresumable_breaks: int
     dynamo_recompiles: int  # forward frames and CA graphs alike
     recompiles: int  # ca_recompiles + dynamo_recompiles: what `gate --max-recompiles N` counts
     unique_graphs: int | None  # torch's own counters["stats"]["unique_graphs"], when recorded
@@ -1033,7 +1040,8 @@ def graph_break_sites(events: list[GraphBreakEvent], counted: dict[str, int] | N
             seen = sites[key] = replace(seen, fell_back=True)
         if seen is None:
             sites[key] = GraphBreakSite(event.file, event.line, words.headline, 1, words.gb_id, words.hints,
-                                        gb_type=words.gb_type or words.headline, fell_back=fell_back)
+                                        gb_type=words.gb_type or words.headline, fell_back=fell_back,
+                                        unresumable=unresumable_break(event.reason or ""))
         elif words.gb_id and not seen.gb_id:  # torch's own words, where the first record had another preface
             sites[key] = replace(seen, reason=words.headline, gb_id=words.gb_id, hints=words.hints, gb_type=words.gb_type,
                                  logged=seen.logged + 1)
@@ -1065,6 +1073,7 @@ class GraphBreakReason:
     places: tuple[tuple[str, int | None], ...]  # (file, line) of each of its sites, first seen first
     advice: str | None = None  # torch's hint that says what to do (torch_text.hint_advice), the first of its sites'
     fell_back: tuple[tuple[str, int | None], ...] = ()  # its places where Dynamo ran the whole frame eagerly (GraphBreakSite.fell_back)
+    unresumable: tuple[tuple[str, int | None], ...] = ()  # its places Dynamo could not resume after (GraphBreakSite.unresumable)
 
     @property
     def label(self) -> str:
@@ -1080,7 +1089,7 @@ def graph_break_reasons(sites: list[GraphBreakSite]) -> list[GraphBreakReason]:
         grouped.setdefault(site.reason, []).append(site)
     return [GraphBreakReason(reason, group[0].gb_id, group[0].gb_type or reason, sum(s.breaks for s in group),
                              tuple((s.file, s.line) for s in group), next((s.advice for s in group if s.advice), None),
-                             tuple((s.file, s.line) for s in group if s.fell_back))
+                             tuple((s.file, s.line) for s in group if s.fell_back), tuple((s.file, s.line) for s in group if s.unresumable))
             for reason, group in grouped.items()]
 
 
@@ -1178,7 +1187,8 @@ def _mode_metrics(record: ModeRecord) -> ModeMetrics:
         aot_backward_graphs=len(aot_backward),
         ca_graphs=len(ca_graphs),
         ca_cache_misses=ca_misses_total,
-        graph_breaks=torch_breaks if torch_breaks is not None else graph_breaks_per_compile(breaks),
+        graph_breaks=torch_breaks if torch_breaks is not None else graph_breaks_per_compile([b for b in breaks if not unresumable_break(b.reason)]),
+        unresumable_breaks=graph_breaks_per_compile([b for b in breaks if unresumable_break(b.reason)]),
         dynamo_recompiles=len(recompiles),
         recompiles=by_reason.recompiles + len(recompiles),
         unique_graphs=unique,

@@ -182,7 +182,9 @@ def snapshot_of(column: ModeColumn) -> ModeSnapshot:
         ca_recompiles=m.ca_recompiles,
         dynamo_recompiles=m.dynamo_recompiles,
         recompiles=m.recompiles,
-        graph_breaks=m.graph_breaks,
+        # Breaks Dynamo could not resume after included (the rest of the function ran eagerly): torch's
+        # counter leaves them out, and a gate of 0 graph breaks passed a model whose LSTM never compiled.
+        graph_breaks=m.graph_breaks + m.unresumable_breaks,
         forward_graphs=m.forward_graphs,
         backward_graphs=m.backward_graphs,
         compile_time_s=column.compile_time_s if column.compile_time_s is not None else m.compile_time_s,

@@ -270,7 +270,10 @@ def _with_graph_break_reasons(results: list[CheckResult], run: RunRecord, mode: 
     def torchs(r: Any) -> str:
         return " (torch's frames inside compiled autograd's captures)" if set(r.places) <= theirs else ""
 
-    said = "; ".join(f"{r.breaks} at {place_words(r.places, 2)}{torchs(r)}: {r.label}" for r in reasons[:GRAPH_BREAK_REASONS_NAMED])
+    def unresumable(r: Any) -> str:
+        return " (Dynamo could not resume after it: the rest of the function ran eagerly; torch's own count leaves it out)" if r.unresumable else ""
+
+    said = "; ".join(f"{r.breaks} at {place_words(r.places, 2)}{torchs(r)}: {r.label}{unresumable(r)}" for r in reasons[:GRAPH_BREAK_REASONS_NAMED])
     rest = len(reasons) - GRAPH_BREAK_REASONS_NAMED
     if rest > 0:
         said += f"; and {rest} more reason{'s' if rest > 1 else ''} (cagtool summary)"

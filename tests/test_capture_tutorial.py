@@ -124,6 +124,7 @@ def test_flag_set_but_backward_outside_compiled_region_is_a_finding(record_run):
     findings = ca.of(FindingEvent)
     assert [f.code for f in findings] == ["ca_flag_without_compiled_backward"]
     assert findings[0].source is not None and findings[0].source.file.endswith("ca_flag_outside.py")
+    assert findings[0].detail == {"inside_compiled_call": False} and "outside any torch.compile'd function" in findings[0].message
     # cagtool still compiled every backward: graph 0, then graph 1 once .grad went from None to
     # defined (AccumulateGrad's key changes), then a cache hit.
     misses = ca.of(CacheMissEvent)
@@ -193,6 +194,21 @@ def test_different_flags_traced_backward_is_explained(record_run):
     ca = _ca(record_run("different_flags.py", "flag"))
     assert ca.of(StepEvent) == [] and ca.of(CAGraphEvent) == []
     assert [f.code for f in ca.of(FindingEvent)] == ["backward_traced_by_dynamo"]
+
+
+def test_flag_set_after_torch_compile_is_named_as_the_cause_not_a_backward_outside(record_run):
+    """tests/scripts/ca_flag_outside.py after: backward runs inside the compiled step, but the flag
+    was set after torch.compile(step), which reads it (test_torch_internals pins it): the finding
+    said "its backward runs outside any torch.compile'd function" and told it to call backward
+    inside one, which it does. It names the order, and `recompiles` tells to set the flag first."""
+    run = record_run("../tests/scripts/ca_flag_outside.py", "after")
+    [finding] = [f for f in _ca(run).of(FindingEvent) if f.code == "ca_flag_without_compiled_backward"]
+    assert finding.detail == {"inside_compiled_call": True}
+    assert "its backward runs inside a function torch.compile made before the flag was set" in finding.message
+    assert "outside any" not in finding.message
+    said = " ".join(cagtool_in_process("recompiles", str(run.path)).stdout.split())
+    assert "calls backward inside a function torch.compile made before the flag was set" in said
+    assert "To get them in the job, set the flag before torch.compile(...)" in said
 
 
 def test_ca_graphs_compile_through_inductor_by_default(record_run):

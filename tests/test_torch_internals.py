@@ -1236,3 +1236,32 @@ def test_a_ca_graph_keeps_the_sizes_its_nodes_read_numbered_anew_in_their_order(
     assert held[2] > len(used[2]) > 0, (held, used)  # sizes held dynamic that no node reads
     source = textwrap.dedent(inspect.getsource(cls.end_capture))
     assert "for idx, integer in enumerate(sizes):" in source and "if idx in used_sizes_idx:" in source  # kept in the capture's order
+
+
+_FLAG_AFTER_COMPILE = """
+import json, torch
+from torch._dynamo.utils import counters
+model = torch.nn.Linear(4, 4)
+def step(x):
+    model(x).sum().backward()
+made_before = torch.compile(step, backend="eager")
+torch._dynamo.config.compiled_autograd = True
+for _ in range(3):
+    made_before(torch.randn(2, 4))
+before = dict(counters.get("compiled_autograd", {}))
+made_after = torch.compile(step, backend="eager")
+for _ in range(3):
+    made_after(torch.randn(2, 4))
+print(json.dumps([before, dict(counters.get("compiled_autograd", {}))]))
+"""
+
+
+def test_the_ca_flag_is_read_when_torch_compile_is_called_not_when_its_function_runs():
+    """torch 2.13 reads torch._dynamo.config.compiled_autograd in OptimizeContext.__init__ (the call
+    of torch.compile): a function compiled before the flag was set runs its backward with no
+    compiled autograd, one compiled after it turns it on around each call. The CA-flag finding
+    (capture/steps/findings.py, check_flag) tells the two apart by this."""
+    proc = subprocess.run([sys.executable, "-c", _FLAG_AFTER_COMPILE], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    before, after = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert before == {} and after.get("captures", 0) >= 1

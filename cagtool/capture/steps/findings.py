@@ -40,27 +40,34 @@ class StepFindings:
         self.dynamo_config: Any = None  # torch._dynamo.config and compiled_autograd, set at install
         self.compiled_autograd: Any = None
 
-    def check_flag(self) -> None:
-        """The script set the CA flag but this backward runs outside any compiled region, so as
-        written it would get no compiled autograd (only cagtool's own enable is active). Asked at
-        the first backward and every FLAG_CHECK_EVERY-th after it: reading a Dynamo config value is
-        several Python calls, and a script sets the flag once, usually before training."""
+    def check_flag(self, inside_compiled_call: bool) -> None:
+        """The script set the CA flag but this backward runs with no compiled autograd of its own, so
+        as written it would get none (only cagtool's own enable is active): torch 2.13 reads the flag
+        when torch.compile(...) is called, and a function it made with the flag set turns compiled
+        autograd on around each of its calls (eval_frame.py, OptimizeContext). So either the backward
+        runs outside any compiled function, or inside one torch.compile made before the flag was set
+        (`inside_compiled_call`: a compiled call is in progress in this thread). Asked at the first
+        backward and every FLAG_CHECK_EVERY-th after it: reading a Dynamo config value is several
+        Python calls, and a script sets the flag once, usually before training."""
         if self.flag_done or self.mode != "ca":
             return
         if self.dynamo_config.compiled_autograd and self.compiled_autograd.depth <= 1:
             self.flag_done = True
             where = source.user_caller()
+            why = ("its backward runs inside a function torch.compile made before the flag was set (torch 2.13 reads the flag "
+                   "when torch.compile(...) is called), so without cagtool it gets no compiled autograd. Set the flag before "
+                   "torch.compile(...)" if inside_compiled_call else
+                   "its backward runs outside any torch.compile'd function, so without cagtool it gets no compiled autograd "
+                   "(torch 2.13 turns it on only around the calls of functions torch.compile made after the flag was set). Call "
+                   "backward inside such a function (the flag set before torch.compile(...))")
             self.writer.emit(
                 FindingEvent,
                 code=FLAG_WITHOUT_COMPILED_BACKWARD,
-                message=(
-                    "the script sets torch._dynamo.config.compiled_autograd = True, but its backward runs "
-                    "outside any torch.compile'd function, so without cagtool it gets no compiled autograd "
-                    "(torch 2.13 reads the flag only while a compiled function runs). Call backward inside "
-                    "a compiled step function, or wrap the loop in torch._dynamo.compiled_autograd._enable(...)."
-                ),
+                message=(f"the script sets torch._dynamo.config.compiled_autograd = True, but {why}, or wrap the loop in "
+                         "torch._dynamo.compiled_autograd._enable(...)."),
                 step=self.current_step(),
                 source=where,
+                detail={"inside_compiled_call": inside_compiled_call},
             )
 
     def ca_reset(self) -> None:

@@ -82,6 +82,7 @@ class InstalledHooks:
     original_train: Any = None  # torch.nn.Module.train before it was wrapped (None: not wrapped)
     loader_class: Any = None  # torch.utils.data.DataLoader, whose _get_iterator is wrapped (None: not there)
     original_get_iterator: Any = None
+    in_compiled_call: Callable[[], bool] | None = None  # a compiled call is in progress in this thread (_hidden_while_compiled)
 
 
 class CompiledFunction:
@@ -442,7 +443,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     from torch.optim import optimizer as optimizer_module
 
     returns_watched = [True]  # False once uninstalled: the contexts made meanwhile keep both hooks
-    hooks_hidden, shown_in = _hidden_while_compiled(
+    hooks_hidden, shown_in, in_compiled_call = _hidden_while_compiled(
         [(optimizer_module._global_optimizer_pre_hooks, handles[0].id), (optimizer_module._global_optimizer_post_hooks, handles[1].id)],
         returns_watched)
     # A function torch._dynamo.disable (torch.compiler.disable) made runs with Dynamo's callback off:
@@ -653,7 +654,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     return InstalledHooks(entry, original, original_graph, original_init, handles, scaler_class, original_scaler_step,
                           context_class, original_context_init, returns_watched, graph_class, original_cleanup, function_compiling,
                           frozenset(step_codes), disable_class, original_disable_call, original_train, loader_class,
-                          original_get_iterator)
+                          original_get_iterator, in_compiled_call=in_compiled_call)
 
 
 # A hook or wrapper as Dynamo must see it: a function of torch's own file `filename` (torch's trace
@@ -718,8 +719,8 @@ class _Region:
 
 
 def _hidden_while_compiled(registered: list[tuple[Any, int]],
-                           installed: list[bool]) -> tuple[Callable[[], Callable[[], None]], Callable[[Any], Any]]:
-    """(hidden, shown_in): `hidden` is an enter hook of torch.compile's wrapper
+                           installed: list[bool]) -> tuple[Callable[[], Callable[[], None]], Callable[[Any], Any], Callable[[], bool]]:
+    """(hidden, shown_in, inside): `hidden` is an enter hook of torch.compile's wrapper
     (OptimizeContext.enter_exit_hooks) that takes cagtool's optimizer hooks out of torch's global
     hook dicts (`registered`: the dict and the handle's id of each) for the call, so that Dynamo,
     which traces and checks its guards only inside such a call, finds the dicts as under plain
@@ -797,4 +798,9 @@ def _hidden_while_compiled(registered: list[tuple[Any, int]],
         call.__wrapped__ = disabled  # type: ignore[attr-defined]
         return call
 
-    return hidden, shown_in
+    def inside() -> bool:
+        """A compiled call is in progress in this thread (the step tracker's CA-flag finding)."""
+        me = get_ident()
+        return any(region.compiled and region.thread == me for region in list(regions))
+
+    return hidden, shown_in, inside

@@ -485,7 +485,8 @@ class StepTracker:
 
         prior = set_eval_frame(None)
         try:
-            self.findings.check_flag()
+            hooks = self._hooks
+            self.findings.check_flag(hooks is not None and hooks.in_compiled_call is not None and hooks.in_compiled_call())
         finally:
             if prior is not None:
                 set_eval_frame(prior)

@@ -1844,7 +1844,7 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     fix.append(
         "Start compiled autograd dynamic to skip the static first graph: `cagtool run --dynamic`; in the job, "
         "compiled_autograd._enable(compiler, dynamic=True)"
-        + (" (no compiled function of the job runs backward: the config flag never turns compiled autograd on here)."
+        + (" (the config flag never turns compiled autograd on in this job: see the note above)."
            if facts.get("ca_by_cagtool_only") else
            ", or, where torch._dynamo.config.compiled_autograd turns it on, torch.compile(..., dynamic=True) on the compiled "
            "function that runs backward.")

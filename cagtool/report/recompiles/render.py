@@ -108,12 +108,16 @@ def record_notes(table: RecompileTable) -> list[str]:
     if table.status and table.status != "finished":
         notes.append(f"note: the {table.name} run's status is {table.status!r}; the record may end early")
     if table.ca_by_cagtool_only:
+        where = ("but calls backward inside a function torch.compile made before the flag was set (torch 2.13 reads the flag when "
+                 "torch.compile(...) is called)" if table.ca_flag_after_compile else
+                 "but calls backward outside any torch.compile'd function (torch 2.13 turns it on only around the calls of functions "
+                 "torch.compile made after the flag was set)")
+        fix = ("set the flag before torch.compile(...)" if table.ca_flag_after_compile else
+               "call backward inside a compiled step function made after the flag is set")
         notes.append(
-            "note: without cagtool this job gets no compiled autograd: it sets torch._dynamo.config.compiled_autograd = True "
-            "but calls backward outside any torch.compile'd function (torch 2.13 reads the flag only while one runs). The CA "
-            f"captures below are what the job would do with compiled autograd on: the {table.name} mode turns it on around "
-            "every backward. To get them in the job, wrap its training loop in torch._dynamo.compiled_autograd._enable(...), "
-            "or call backward inside the compiled step function"
+            f"note: without cagtool this job gets no compiled autograd: it sets torch._dynamo.config.compiled_autograd = True {where}. "
+            f"The CA captures below are what the job would do with compiled autograd on: the {table.name} mode turns it on around "
+            f"every backward. To get them in the job, {fix}, or wrap its training loop in torch._dynamo.compiled_autograd._enable(...)"
         )
     if table.sharded_under_ca:
         notes.append(

@@ -198,6 +198,8 @@ class RecompileTable:
     # The script's backward runs outside any compiled function with the CA flag set: without cagtool
     # the job gets no compiled autograd, and every CA capture here is cagtool's ca mode's own.
     ca_by_cagtool_only: bool = False
+    # ... because the function whose call runs backward was compiled before the flag was set.
+    ca_flag_after_compile: bool = False
     # What in the record contradicts torch's own counters (record/integrity.py): its counts are then
     # what the record holds, not what ran, and no renderer states them as the job's (record_notes).
     damage: list[str] = field(default_factory=list)
@@ -892,6 +894,8 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         capture_errors=errors,
         sharded_under_ca=manifest.mode == "ca" and any(any(e.shard or ()) for e in record.of(GradDigestEvent)),
         ca_by_cagtool_only=manifest.mode == "ca" and any(e.code == FINDING_CA_FLAG_WITHOUT_COMPILED_BACKWARD for e in record.of(FindingEvent)),
+        ca_flag_after_compile=manifest.mode == "ca" and any(e.code == FINDING_CA_FLAG_WITHOUT_COMPILED_BACKWARD and (e.detail or {}).get("inside_compiled_call")
+                                                            for e in record.of(FindingEvent)),
         wrapper_callers=callers,
         wrapper_modules=modules,
         break_reasons=break_reasons,

@@ -2621,6 +2621,15 @@ def _with_grad_mode(guard: str) -> list[str]:
 _EVALUATION_FUNCTION = re.compile(r"^(?:validation|test|predict|val)_step$|^(?:evaluate|evaluation|validate|eval)\w*$")
 
 
+# A module compiled in place (`module.compile()`, DeepSpeed's `engine.compile()`) is no wrapper: it has
+# no `_orig_mod` (DeepSpeed: AttributeError). torch.compiler.set_stance("force_eager") as a context
+# runs any compiled code eagerly inside it (torch 2.13, checked by hand: the evaluation's grad-mode
+# recompile gone, training's graph reused after it).
+COMPILED_IN_PLACE_SKIP = (" A module compiled in place (`module.compile()`, or a library's `engine.compile()`) has no `_orig_mod`: "
+                          "evaluate under `with torch.compiler.set_stance(\"force_eager\"):` there (compiled code runs eagerly inside it, "
+                          "and compiles nothing).")
+
+
 def _grad_mode_skip(code: str, off: str, training_call: bool = False) -> str:
     """The fix that skips an evaluation's compile: the call as the module before torch.compile, or,
     where the line calls the module itself (`self(x)` in its own method: its forward was replaced by
@@ -2737,7 +2746,8 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         return ["Nothing to fix: the training graph and the evaluation graph are both cached after their first call."
                 if once else "Keep the grad mode of each call site fixed: every grad mode gets its own graph.",
                 _grad_mode_skip(code, grad_off_words(facts), training_call=facts.get("grad_mode_after") is True)
-                + (", at the evaluation's call: the recompiling call named here is training's)." if facts.get("grad_mode_after") is True else ").")]
+                + (", at the evaluation's call: the recompiling call named here is training's)." if facts.get("grad_mode_after") is True else ").")
+                + COMPILED_IN_PLACE_SKIP]
     if facts.get("optional_argument"):
         name = facts["optional_argument"]
         same = (f"pass `{name}` the same way in every call: always a tensor (for a mask, one of ones where nothing is masked), "
@@ -2762,7 +2772,8 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                 if once else "Keep each compiled call in one mode: every train/eval mode gets its own graph.",
                 _grad_mode_skip(code, "", training_call=facts["train_eval"][2])
                 + ("; `.eval()` and `.train()` on either switch the same modules, at the evaluation's call: the recompiling call "
-                   "named here is training's)." if facts["train_eval"][2] else "; `.eval()` and `.train()` on either switch the same modules).")]
+                   "named here is training's)." if facts["train_eval"][2] else "; `.eval()` and `.train()` on either switch the same modules).")
+                + COMPILED_IN_PLACE_SKIP]
     if kind == GUARD_GLOBAL_STATE:
         if "autocast" in guard:
             same = ("each setting has its own forward graph, and its own backward graph (autocast's casts are nodes in it), "
@@ -3996,11 +4007,16 @@ def _forward_follows(table: RecompileTable, owner: dict[int, Cause]) -> dict[int
     it in the same step, if any since the previous capture (`owner`: _forward_owners)."""
     follows: dict[int, Cause] = {}
     forwards: list[RecompileRow] = []  # since the previous capture
+    last: RecompileRow | None = None  # the previous capture
     for row in table.rows:
         if row.source == SOURCE_DYNAMO_FRAME and not row.initial:
             forwards.append(row)
         elif row.source == SOURCE_CA:
-            here = [f for f in forwards if f.step == row.step and f.seq in owner]
+            # A forward compiled with grad off (an evaluation's, under no_grad) makes no backward graph:
+            # a capture after it follows the forward before it (DeepSpeed with gradient accumulation:
+            # the last micro-batch's recompile, the epoch's evaluation, then the next micro-batch's
+            # .grad warm-up of the graph the first made).
+            here = [f for f in forwards if f.step == row.step and f.seq in owner and table.grad_modes.get(f.compile_id) is not False]
             if row.kind == MISS_CHANGED_SHAPES:
                 # A forward recompiled for its grad mode (an evaluation under no_grad, between two
                 # epochs' training) ran no backward: it changed no size the backward sees.
@@ -4010,8 +4026,25 @@ def _forward_follows(table: RecompileTable, owner: dict[int, Cause]) -> dict[int
             sized = [f for f in here if size_guard(own_guard(f)) is not None] if row.kind == MISS_CHANGED_SHAPES else []
             if sized or here:
                 follows[row.seq] = owner[(sized or here)[-1].seq]
+            elif last is not None and last.seq in follows and _warms_up(table, row, last):
+                # The .grad warm-up of the graph the previous capture made after a forward recompile,
+                # in that step or the next (a later micro-batch accumulating into .grad): it follows
+                # the same forward.
+                follows[row.seq] = follows[last.seq]
             forwards = []
+            last = row
     return follows
+
+
+def _warms_up(table: RecompileTable, row: RecompileRow, previous: RecompileRow) -> bool:
+    """CA capture `row` is AccumulateGrad's .grad warm-up of the graph capture `previous` made: a new
+    AccumulateGrad node, the graph it replaced being that capture's, in its step or the next."""
+    if row.kind != MISS_NEW_NODE or not (row.node or "").endswith("AccumulateGrad") or row.ca_id is None:
+        return False
+    if row.step is None or previous.step is None or not 0 <= row.step - previous.step <= 1:
+        return False
+    replaced = table.previous_graph(row.ca_id)
+    return replaced is not None and replaced.ca_id == previous.ca_id
 
 
 def _split_by_forward_cause(table: RecompileTable, causes: list[Cause]) -> list[Cause]:

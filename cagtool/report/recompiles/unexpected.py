@@ -58,7 +58,9 @@ FIXES = {
                       "recompile, then both are cached (a second torch.compile of the same model recompiles all the same: "
                       "it shares the first one's cache)",
     CAUSE_GRAD_MODE: "evaluate with the uncompiled module (`{call}` at the evaluation's call, grad still off there): no compile for "
-                     "the evaluation. Or accept it: the first evaluation costs one recompile, then both graphs are cached",
+                     "the evaluation (a module compiled in place, by `module.compile()` or a library's `engine.compile()`, has no "
+                     "`_orig_mod`: evaluate under `with torch.compiler.set_stance(\"force_eager\"):` there). Or accept it: the first "
+                     "evaluation costs one recompile, then both graphs are cached",
     CAUSE_INFERENCE_MODE: "evaluate under one context everywhere (torch.no_grad() for every evaluation, or "
                           "torch.inference_mode() for every one; Lightning: Trainer(inference_mode=False)). Or accept it: one "
                           "recompile, then both graphs are cached",

@@ -245,3 +245,23 @@ def test_hook_recompiles_name_their_hooks_in_the_headline_and_gate(record_run):
     assert headline.startswith("6 CA recompiles, from 2 causes: backward hooks registered on steps 2-3, 5-7 "
                                "(`clip_grad`, `decay_grad`, `scale_grad`) and a backward hook registered on step 4 "
                                "(the lambda at hooks_joining_late.py:31)"), headline
+
+
+def test_a_grad_warm_up_across_an_evaluation_follows_the_batch_that_made_its_graph(record_run):
+    """tests/scripts/accumulate_across_evaluation.py (a DeepSpeed job's shape: gradient accumulation
+    across epochs, an evaluation after each): the 8-row micro-batch recompiles the forward, its
+    backward graph is captured with .grad None, the evaluation recompiles the forward for grad off,
+    and the next micro-batch's backward accumulates into .grad: that capture is the new graph's
+    .grad warm-up and follows the batch's cause. It was a cause of its own here, and on the DeepSpeed
+    job it followed the evaluation's recompile, whose fix does not remove it (a forward compiled
+    with grad off makes no backward graph). The evaluation's skip names set_stance where the
+    module is compiled in place (no `_orig_mod`)."""
+    run = _recorded(record_run, "../tests/scripts/accumulate_across_evaluation.py")
+    causes = _explained(run)["explanation"]["causes"]
+    size = next(c for c in causes if c["code"] == "dynamo_guard_failure" and "size" in c["title"])
+    warmups = [c for c in causes if c["code"] == "grad_defined_changed"]
+    followers = [c for c in warmups if c.get("caused_by") is not None]
+    assert [c["caused_by"] for c in followers] == [size["number"]] and "warm-up" in followers[0]["title"], causes
+    grad_mode = next(c for c in causes if "grad mode" in c["title"])
+    assert all(c.get("caused_by") != grad_mode["number"] for c in causes)
+    assert any('torch.compiler.set_stance("force_eager")' in fix for fix in grad_mode["fix"])

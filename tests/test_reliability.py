@@ -1176,7 +1176,7 @@ def test_recompiles_use_torchs_words_and_gate_counts_what_users_expect(tmp_path)
     ordinary = _ca_run(tmp_path / "ordinary", [ROOT_MISS, ("new_node", "torch::autograd::AccumulateGrad")])
     code, out, _ = cagtool("summary", str(ordinary))
     assert "CA graphs: 2 (1 initial, 1 for a new autograd node)" in out
-    assert "CA recompiles: 0 counted (1 in all, as `cagtool recompiles` lists them: not counted, the second graph, AccumulateGrad's one-time .grad None -> defined warm-up)" in out
+    assert "CA recompiles: 0 counted (1 in all, as `cagtool recompiles` lists them: not counted, the second graph, AccumulateGrad's .grad None -> defined warm-up (captured once))" in out
     assert "(CA backend eager)" in out and "mode eager: finished in 1.0 s, 8 steps\n" in out  # no backend on eager
     assert "0 forward graphs, 2 CA graphs, 0 graph breaks, 0 recompiles" in out
     # eager (Dynamo off) saves no counters: nothing to qualify its 0 graph breaks with
@@ -1185,7 +1185,7 @@ def test_recompiles_use_torchs_words_and_gate_counts_what_users_expect(tmp_path)
     code, out, _ = cagtool("gate", str(ordinary), "--max-recompiles", "ca:0", "--no-config", "--format", "json")
     assert code == 0, out
     check = [c for c in json.loads(out)["checks"] if c["check"] == "max-recompiles:ca"][0]
-    assert check["outcome"] == "pass" and "one-time .grad None -> defined warm-up" in check["notes"][0]
+    assert check["outcome"] == "pass" and "AccumulateGrad's .grad None -> defined warm-up (the first backward" in check["notes"][0]
 
     storm = _ca_run(tmp_path / "storm", [ROOT_MISS, *[("new_node", f"{op}Backward0") for op in ("Sub", "Mul", "Div")]])
     code, out, _ = cagtool("gate", str(storm), "--max-recompiles", "ca:0", "--no-config")
@@ -1279,7 +1279,7 @@ def test_explain_words_are_honest(tmp_path):
     ordinary = _ca_run(tmp_path / "ordinary", [ROOT_MISS, ("new_node", "torch::autograd::AccumulateGrad")])
     code, out, _ = cagtool("recompiles", str(ordinary), "--explain")
     assert ".grad switched between None and a tensor" in out and "No fix needed." in out
-    assert "!1 is the one-time .grad warm-up, not counted by gate --max-recompiles" in out
+    assert "!1 is the .grad warm-up (captured once), not counted by gate --max-recompiles" in out
     assert "Fix: Once" not in out and "user source lines:" not in out
 
 

@@ -63,7 +63,7 @@ def test_gradient_accumulation_4x3_is_3_steps_of_4_backward_calls(record_run):
     initial, miss = ca.of(CacheMissEvent)  # torch logs the initial capture as a miss too
     assert initial.step == miss.step == 0 and miss.node.endswith("AccumulateGrad")
     assert (metrics.ca_recompiles, metrics.ca_grad_warmup_misses) == (0, 1)
-    assert "CA recompiles: 0 counted (1 in all, as `cagtool recompiles` lists them: not counted, the second graph, AccumulateGrad's one-time .grad None -> defined warm-up)" in run.stderr
+    assert "CA recompiles: 0 counted (1 in all, as `cagtool recompiles` lists them: not counted, the second graph, AccumulateGrad's .grad None -> defined warm-up (captured once))" in run.stderr
     # Both graphs stay in use, one for a step's first backward (.grad None after zero_grad()), one for
     # the others: not a warm-up that happens once (the words said "Once ... this costs one extra graph").
     code, explained, _ = cli_in_process("recompiles", str(run.path), "--explain")

@@ -132,7 +132,7 @@ def test_report_commands_read_an_imported_run(single_logs, tmp_path):
     # What a log does not hold is not a zero: no torch capture count, no steps, and the first
     # line is what the log says (its recompiles and their causes), not "nothing to compare".
     first = summary.stdout.splitlines()[0]
-    assert "torch counted" not in summary.stdout and first.startswith("3 CA recompiles (!1 is the one-time .grad warm-up, not counted by gate --max-recompiles) "
+    assert "torch counted" not in summary.stdout and first.startswith("3 CA recompiles (!1 is the .grad warm-up (captured once), not counted by gate --max-recompiles) "
                                                                  "and 3 Dynamo recompiles, from "), first
     assert "imported: 4 CA graphs" in first and "nothing to compare" not in summary.stdout
     data = json.loads(_cli("summary", str(run), "--format", "json").stdout)

@@ -266,7 +266,7 @@ def ca_recompiles_text(m: ModeMetrics) -> str:
         # `recompiles` lists every miss: the same total is said here, with what the gate leaves out.
         left = []
         if m.ca_grad_warmup_misses:
-            left.append("the second graph, AccumulateGrad's one-time .grad None -> defined warm-up")
+            left.append("the second graph, AccumulateGrad's .grad None -> defined warm-up (captured once)")
         if m.ca_other_call_captures:
             left.append(f"the first graph of {m.ca_other_call_captures} other backward call{'s' if m.ca_other_call_captures != 1 else ''} "
                         "of a step, each captured once")

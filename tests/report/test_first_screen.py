@@ -47,7 +47,7 @@ def test_the_headline_counts_a_batch_size_change_once_and_says_what_to_do(ragged
     assert [c.code for c in roots] == ["dynamo_guard_failure"]
     line = run_headline(comparison, None, explanation)
     # Torch's 3 captures are 2 CA recompiles, the .grad warm-up said apart (not from the cause: no "all").
-    assert line.text.startswith("2 CA recompiles (!1 is the one-time .grad warm-up, not counted by gate --max-recompiles) and "
+    assert line.text.startswith("2 CA recompiles (!1 is the .grad warm-up (captured once), not counted by gate --max-recompiles) and "
                                 "2 Dynamo recompiles, from 1 cause: a smaller batch (a DataLoader's last?): the size of `args[0]` "
                                 "(dim 0) changed 32->4 at step 3 (the compiled call at ragged_batches.py:27)"), line.text
     assert "changed sizes" not in line.text  # the consequence is not a kind of its own

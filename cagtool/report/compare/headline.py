@@ -425,7 +425,7 @@ def _recompile_phrase(comparison: Comparison, verified: dict[str, Any] | None, e
             row = grad_warmup_row(explanation.table) if explanation is not None else None
             kinds = [", ".join(kinds)] if kinds else []
             which = row.compile_id if row is not None else "one"
-            kinds.append(f"{which} is the one-time .grad warm-up and {others} {'is' if others == 1 else 'are'} another backward call's "
+            kinds.append(f"{which} is the .grad warm-up (captured once) and {others} {'is' if others == 1 else 'are'} another backward call's "
                          "first graph, neither counted by gate --max-recompiles" if others else f"{which} is {GRAD_WARMUP_WORDS}")
         elif others:
             kinds.append(f"{others} {'is' if others == 1 else 'are'} another backward call's first graph, not counted by gate --max-recompiles")

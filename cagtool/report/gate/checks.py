@@ -301,7 +301,7 @@ class MaxCountCheck:
         one_time = max(run[self.mode].ca_cache_misses - 1, 0) - run[self.mode].ca_recompiles  # misses count the initial capture
         if self.metric in ("ca_recompiles", "recompiles") and one_time > 0:
             notes.append(
-                f"not counted: {one_time} CA cache miss{'es' if one_time != 1 else ''} captured once each: AccumulateGrad's one-time .grad "
+                f"not counted: {one_time} CA cache miss{'es' if one_time != 1 else ''} captured once each: AccumulateGrad's .grad "
                 "None -> defined warm-up (the first backward that finds .grad defined: the next step's when gradients are kept, or "
                 "the second micro-batch's under gradient accumulation), or the first graph of a step's other backward call (a GAN's "
                 "generator after its discriminator); cached from then on; see cagtool recompiles --explain"

@@ -897,7 +897,7 @@ def _key_sizes(cause: Cause) -> list[tuple[tuple[int, ...], int | None]]:
 
 # What AccumulateGrad's one-time .grad warm-up is, in the words `recompiles --explain` and
 # `summary`'s headline both use: torch counts its capture, `gate --max-recompiles` does not.
-GRAD_WARMUP_WORDS = "the one-time .grad warm-up, not counted by gate --max-recompiles"
+GRAD_WARMUP_WORDS = "the .grad warm-up (captured once), not counted by gate --max-recompiles"
 
 
 def grad_warmup_row(table: RecompileTable) -> RecompileRow | None:

@@ -211,7 +211,7 @@ def test_a_grad_warmup_is_one_recompile_in_the_headline_as_torch_and_the_explana
     captures = json.loads((run / "ca" / "manifest.json").read_text())["torch_counters"]["compiled_autograd"]["captures"]
     mode = _explained(run)
     assert captures == 2 and mode["counts"]["recompiles"] == captures - 1
-    words = "!1 is the one-time .grad warm-up, not counted by gate --max-recompiles"
+    words = "!1 is the .grad warm-up (captured once), not counted by gate --max-recompiles"
     headline = _headline(run)["text"]
     assert headline.startswith(f"1 CA recompile ({words}); "), headline
     code, text, _ = cli_in_process("recompiles", str(run), "--explain")

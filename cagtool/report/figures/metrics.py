@@ -164,7 +164,7 @@ class ModeMetrics:
     graph_breaks: int  # torch's counters["graph_break"] total; one per compile and site when torch's counters were not recorded
     # Breaks Dynamo could not resume after (the rest of the function ran eagerly), which torch's
     # graph-break counter leaves out: one per compile and site (torch_text.unresumable_break).
-    # `gate --max-graph-breaks` counts them with graph_breaks (gate_graph_breaks).
+    # `gate --max-graph-breaks` counts them with graph_breaks (report/gate/baseline.py, the snapshot's graph_breaks).
     unresumable_breaks: int
     dynamo_recompiles: int  # forward frames and CA graphs alike
     recompiles: int  # ca_recompiles + dynamo_recompiles: what `gate --max-recompiles N` counts

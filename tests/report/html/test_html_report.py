@@ -466,6 +466,7 @@ def test_what_to_do_is_the_verified_fix_the_measurements_support(browser, record
     """After `--verify` measured ca-dynamic (recompiles 3 -> 2) and torch-pgo (3 -> 0), the page's
     "What to do" recommends torch-pgo, as the user applies it without cagtool. The verification
     is the one `recompiles --verify` keeps (its JSON), written here so no job re-runs."""
+    from cagtool.record.seal import with_document_seal
     from cagtool.report.recompiles.verification import VERIFICATION_FILE, VERIFICATION_FORMAT
 
     recorded = record_run("ragged_batches.py")
@@ -485,7 +486,7 @@ def test_what_to_do_is_the_verified_fix_the_measurements_support(browser, record
             "fixes": [fix("ca-dynamic", {}, ["--dynamic"], side(0, 2, 2)),
                       fix("torch-pgo", {"TORCH_COMPILE_DYNAMIC_SOURCES": "L['args'][0]"}, ["--dynamic"], side(0, 0, 2))],
             "not_applied": [], "estimated_s": 1.0, "wall_s": 1.0}
-    (run / VERIFICATION_FILE).write_text(json.dumps(data))
+    (run / VERIFICATION_FILE).write_text(json.dumps(with_document_seal(data)))  # as verify seals what it writes
     page_path = tmp_path / "report.html"
     proc = cagtool_in_process("report", str(run), "-o", str(page_path))
     assert proc.returncode == 0, proc.stderr

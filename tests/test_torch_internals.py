@@ -875,9 +875,15 @@ def test_the_hooks_are_shown_in_nested_disabled_calls_and_hidden_again_after():
 
     handle = register_optimizer_step_pre_hook(lambda o, a, k: None)
     try:
-        hidden, shown_in = _hidden_while_compiled([(_global_optimizer_pre_hooks, handle.id)], [True])
+        hidden, shown_in, inside = _hidden_while_compiled([(_global_optimizer_pre_hooks, handle.id)], [True])
         seen: list[tuple[str, bool]] = []
-        inner = shown_in(torch._dynamo.disable(lambda: seen.append(("inner", handle.id in _global_optimizer_pre_hooks))))
+        inside_seen: list[tuple[str, bool]] = []
+
+        def inner_fn() -> None:
+            seen.append(("inner", handle.id in _global_optimizer_pre_hooks))
+            inside_seen.append((threading.current_thread().name, inside()))
+
+        inner = shown_in(torch._dynamo.disable(inner_fn))
 
         def outer_fn() -> None:
             seen.append(("outer", handle.id in _global_optimizer_pre_hooks))
@@ -885,11 +891,12 @@ def test_the_hooks_are_shown_in_nested_disabled_calls_and_hidden_again_after():
             seen.append(("outer after inner", handle.id in _global_optimizer_pre_hooks))
 
         outer = shown_in(torch._dynamo.disable(outer_fn))
+        assert not inside()
         shown = hidden()  # a compiled call begins
         seen.append(("compiled", handle.id in _global_optimizer_pre_hooks))
         outer()
         seen.append(("compiled after", handle.id in _global_optimizer_pre_hooks))
-        thread = threading.Thread(target=inner)
+        thread = threading.Thread(target=inner, name="other")
         thread.start()
         thread.join()
         seen.append(("after the thread's", handle.id in _global_optimizer_pre_hooks))
@@ -897,6 +904,10 @@ def test_the_hooks_are_shown_in_nested_disabled_calls_and_hidden_again_after():
         seen.append(("returned", handle.id in _global_optimizer_pre_hooks))
         assert seen == [("compiled", False), ("outer", True), ("inner", True), ("outer after inner", True),
                         ("compiled after", False), ("inner", True), ("after the thread's", False), ("returned", True)]
+        # `inside`: this thread's compiled call is in progress, also under a disabled call in it;
+        # another thread's disabled call is not inside a compiled call of its own; none after it returns.
+        assert inside_seen == [(threading.current_thread().name, True), ("other", False)]
+        assert not inside()
     finally:
         handle.remove()
 

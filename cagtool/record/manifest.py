@@ -46,6 +46,8 @@ class ModeOptions(TypedDict, total=False):
     optimize_ddp: dict[str, Any]  # {"value", "set_by"}: the DDP setting cagtool chose
     cagtool_memory: dict[str, Any]  # what cagtool itself allocated (capture/steps/device_readings.py)
     losses_not_kept: int
+    # DataLoader iterators the loop thread made while the record was open (None: steps not tracked)
+    dataloader_iterators: int | None
     grad_digest_error: str
     step_tracking_errors: ErrorCount
     structured_log_errors: ErrorCount

@@ -640,8 +640,10 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     if isinstance(original_get_iterator, types.FunctionType):
         def watched_get_iterator(loader):
             try:
-                if (only is None or get_ident() == only) and loader.num_workers:
-                    append((WORKERS_STARTED, perf_counter()))
+                if only is None or get_ident() == only:
+                    tracker.loader_iterators += 1
+                    if loader.num_workers:
+                        append((WORKERS_STARTED, perf_counter()))
             except Exception as exc:  # noqa: BLE001 - the recorder never fails the script's loop
                 tracker.note_error(exc)
             return original_get_iterator(loader)

@@ -134,6 +134,10 @@ class StepTracker:
         # steps inside a compiled graph, whose step ends at its last backward's end
         # (boundaries.py, compiled_optimizer_found). Never reset.
         self.backward_reads_cpu = False
+        # DataLoader iterators the job's loop thread made (hooks.py, its `_get_iterator`): one an
+        # epoch, one per evaluation; 0 where the script slices its data by hand (the manifest's
+        # `dataloader_iterators`, which explain reads before it names a DataLoader's last batch).
+        self.loader_iterators = 0
         # Once an optimizer's code is compiled: [a reader of the watched parameters' version
         # counters] (watch_parameters), read by the hooks at each top-level backward's start and
         # where a compiled call returns.

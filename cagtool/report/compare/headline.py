@@ -252,6 +252,7 @@ def cause_phrase(cause: "Cause") -> str:
         GRAPH_REPEATS,
         GRAPH_SAME,
         batch_shrink,
+        by_hand,
         guard_label,
         step_list,
     )
@@ -264,7 +265,9 @@ def cause_phrase(cause: "Cause") -> str:
             name, dim, before, after = size
             what = f"the size of `{name}` (dim {dim}) changed {before}->{after}"
             if dim == 0 and after < before:
-                what = f"a smaller batch (a DataLoader's last?): {what}"
+                # No DataLoader in the job (the record says so): a slice the script made, its last shorter.
+                last = "the last slice of the data?" if by_hand(cause.facts) else "a DataLoader's last?"
+                what = f"a smaller batch ({last}): {what}"
         elif (specialised := specialised_size(guard)) is not None:
             what = (f"a size of 0 or 1 in a dynamic dimension (`{specialised[0]}`, dim {specialised[1]}"
                     f"{': a batch of one row?' if specialised[1] == 0 else ''}), which Dynamo specialises")

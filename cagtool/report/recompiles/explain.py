@@ -373,6 +373,7 @@ def _structure_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "forward_recompile_steps": sorted({r.step for r in table.rows if r.source == SOURCE_DYNAMO_FRAME and not r.initial
                                            and r.step is not None}),
         "distinct_structures": cause.count + 1,
+        "data_loaders": table.data_loaders,
         **_stability(table, cause),
     }
 
@@ -504,6 +505,7 @@ def _shape_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # Sizes changed more than once: a size twice, a second miss, or Dynamo compiling a graph's
         # code again for other sizes (a batch after the one that made the graph dynamic).
         "repeated": any(e["changes"] > 1 for e in per_size.values()) or len(ca_rows) > 1 or bool(new_sizes),
+        "data_loaders": table.data_loaders,
         **_stability(table, cause),
     }
 
@@ -723,6 +725,7 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
             (found := size_guard(own_guard(row))) is not None and (found[0], found[1]) in table.dynamic_dims.get(row.compile_id, ())
             for row in cause.rows),
         "state_change": changed.detail if changed is not None else "",
+        "data_loaders": table.data_loaders,
         **_stability(table, cause),
     }
 
@@ -1276,7 +1279,7 @@ def _structure(cause: Cause, cwd: str) -> Words:
     if drawn is not None:
         fix = [RANDOM_DROP_FIX]
     elif reshape_sizes:
-        fix = [RESHAPE_FIX]
+        fix = [HAND_RESHAPE_FIX if by_hand(facts) else RESHAPE_FIX]
     elif facts.get("stabilised") and loop:
         # A trip count the data sets (an episode's length: actor_critic's grow as the policy learns)
         # takes values the run did not reach: quiet last steps say little about them.
@@ -1359,7 +1362,7 @@ def _saved_value_words(cause: Cause, items: list[str], cwd: str) -> Words:
     if stability:
         why.append(stability)
     if last_batch:
-        fix = [LAST_BATCH_FIX]
+        fix = [HAND_SLICE_FIX if by_hand(facts) else LAST_BATCH_FIX]
     else:
         fix = ["If the number follows the data (a batch or sequence size), keep it the same on every step (drop or pad the "
                "odd batch), or compute it as a tensor so that it is an input of the graph, not a constant of it."]
@@ -1444,6 +1447,24 @@ def _recurring_smaller_batch(facts: dict[str, Any]) -> tuple[int, int] | None:
 LAST_BATCH_FIX = ("If it is the last batch: drop it (DataLoader(..., drop_last=True); HF Trainer: "
                   "TrainingArguments(dataloader_drop_last=True); slicing the data by hand, skip a chunk "
                   "shorter than the others) or pad it to the full size, and the backward keeps one graph.")
+# The record says no DataLoader made an iterator in the job's loop (capture/steps/hooks.py): its
+# batches are slices the script makes itself (pytorch/examples' word_language_model: `get_batch`
+# cuts bptt-long chunks, the last one shorter), where no drop_last applies.
+HAND_SLICE_FIX = ("If it is the last batch: no DataLoader ran in this job, so it is a slice the script makes itself. "
+                  "Skip a slice shorter than the others (it is then not trained on) or pad it to the full size, or trim the "
+                  "data to a multiple of the slice's length before the loop (as word_language_model's batchify trims it to "
+                  "the batch size); every call then has one size.")
+HAND_RESHAPE_FIX = ("If a last batch of one example does it: no DataLoader ran in this job, so it is a slice the script makes "
+                    "itself. Skip a slice of one example, or size the data so that no slice has one: every batch then "
+                    "reshapes alike, and the backward keeps one graph.")
+
+
+def by_hand(facts: dict[str, Any]) -> bool:
+    """The record says the job made no DataLoader iterator (its `dataloader_iterators` is 0): a
+    smaller batch is a slice the script made itself, not a DataLoader's last."""
+    return facts.get("data_loaders") == 0
+
+
 RESHAPE_FIX = ("If a last batch of one example does it, drop it (DataLoader(..., drop_last=True); HF Trainer: "
                "TrainingArguments(dataloader_drop_last=True)) or size the data so that no batch has one example: every batch "
                "then reshapes alike, and the backward keeps one graph.")
@@ -1807,7 +1828,8 @@ def _shapes(cause: Cause, cwd: str) -> Words:
         full, small = recurring
         why.append(f"The sizes go back and forth between two values ({full} and {small}, then {full} -> {small} again): a "
                    "smaller batch that comes back, as each epoch's last batch does when the data's length is not a multiple "
-                   f"of the batch size ({small} rows left), the full batches of the next epoch between them.")
+                   f"of the batch size ({small} rows left), the full batches of the next epoch between them."
+                   + (" No DataLoader ran in this job: that batch is a slice the script makes itself." if by_hand(facts) else ""))
     elif again and facts.get("ca_misses") == 1:
         why.append("The sizes vary from batch to batch" + (f" (then {', '.join(dict.fromkeys(again))})" if again else "")
                    + ", not only in a last batch: a sequence padded to each batch's longest, or ragged data.")
@@ -1828,13 +1850,14 @@ def _shapes(cause: Cause, cwd: str) -> Words:
     if stability:
         why.append(stability)
     fix = []
+    last_batch_fix = HAND_SLICE_FIX if by_hand(facts) else LAST_BATCH_FIX
     if shorter and facts.get("stabilised") and facts.get("quiet_steps_after", 0) > 1 and not facts["dynamo_recompiles"]:
         # Both readings stand (the why above): the fix says what to do in each.
-        fix.append(f"{LAST_BATCH_FIX} Or, if the sizes changed for good at step {facts['last_recompile_step']} (a phase of other "
+        fix.append(f"{last_batch_fix} Or, if the sizes changed for good at step {facts['last_recompile_step']} (a phase of other "
                    "shapes: the next layer trained in turn, another sequence length from then on): nothing to fix, the one "
                    "recompile is all it costs.")
     elif shorter or recurring is not None:
-        fix.append(LAST_BATCH_FIX)
+        fix.append(last_batch_fix)
     if facts["repeated"] and not facts.get("stabilised") and recurring is None:
         fix.append("Shapes keep changing in new ways: pad or bucket inputs to a few fixed sizes.")
     # Not maybe_mark_dynamic on the model's inputs: compiled autograd's first graph takes the
@@ -2445,9 +2468,17 @@ def _guard_why(facts: dict[str, Any], code: str, on_ca: bool = False) -> list[st
         name, before, after = batch
         evaluation = ([f"It ran with grad mode off (under torch.no_grad() or torch.inference_mode(), as an evaluation does): "
                        "the smaller batch is an evaluation's, not training's."] if facts.get("grad_mode_after") is False else [])
-        return [f"Dim 0 of `{name}` went from {before} to {after}: a smaller batch. A DataLoader whose dataset size is not a "
-                f"multiple of batch_size makes the last batch of every epoch smaller ({plural(after, 'row')} here); Dynamo compiled "
-                f"the forward for {before} rows and compiles it again for {after}.", *evaluation,
+        if by_hand(facts):
+            # word_language_model's last bptt chunk: dim 0 is its sequence length, not a batch size.
+            made = (f"Dim 0 of `{name}` went from {before} to {after}: a smaller batch, or a shorter chunk of a sequence. No "
+                    "DataLoader ran in this job: the script slices its data itself, and its last slice is shorter where the "
+                    f"data's length is not a multiple of the slice's ({after} left here, as word_language_model's last bptt chunk "
+                    f"is); Dynamo compiled the forward for {before} and compiles it again for {after}.")
+        else:
+            made = (f"Dim 0 of `{name}` went from {before} to {after}: a smaller batch. A DataLoader whose dataset size is not a "
+                    f"multiple of batch_size makes the last batch of every epoch smaller ({plural(after, 'row')} here); Dynamo "
+                    f"compiled the forward for {before} rows and compiles it again for {after}.")
+        return [made, *evaluation,
                 *([_ZERO_ONE] if after in (0, 1) else _automatic_dynamic(facts))]
     if kind == GUARD_SIZE and (specialised := specialised_size(facts.get("guard", ""))) is not None:
         name, dim = specialised
@@ -2917,9 +2948,10 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                  "torch-pgo-ca-dynamic with compiled autograd's own sizes dynamic too, where it also recaptured). "
                  "Or keep the sizes fixed: pad or bucket the data."]
         if smaller_batch(guard) is not None:
-            fixes.insert(0, "If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it (HF Trainer: "
-                            "TrainingArguments(dataloader_drop_last=True); those samples are not trained on that epoch), and "
-                            "every batch has one size.")
+            fixes.insert(0, HAND_SLICE_FIX if by_hand(facts) else
+                         "If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it (HF Trainer: "
+                         "TrainingArguments(dataloader_drop_last=True); those samples are not trained on that epoch), and "
+                         "every batch has one size.")
         return fixes
     if kind == GUARD_SIZE and (size := size_guard(guard)) is not None and not on_ca and module_attribute(size[0]):
         return [f"Make `{size[0]}` from the call's own input inside the compiled function rather than keeping it on the module "
@@ -2934,6 +2966,9 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
             return [f"If it is the evaluation's last batch ({evaluation}), keep it: drop_last on the evaluation's DataLoader would "
                     "leave its samples out of the metric, and a batch of one row compiles once and is cached. No dimension "
                     "marked dynamic removes it (a size of 0 or 1)."]
+        if by_hand(facts):
+            return [HAND_SLICE_FIX.replace("every call then has one size.", "every call then has one size, the only fix that "
+                                           "removes this recompile in every frame."), _ZERO_ONE_FIXES[1]]
         return list(_ZERO_ONE_FIXES)
     if kind == GUARD_SIZE:
         size = size_guard(guard)
@@ -2999,6 +3034,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         elif smaller_batch(guard) is not None:
             # A mark reaches no reentrant recompute (its inputs are detached copies): there the batch is the fix.
             fixes.insert(len(fixes) if not facts.get("reentrant_recompute") else 0,
+                         HAND_SLICE_FIX if by_hand(facts) else
                          "If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it (HF Trainer: "
                          "TrainingArguments(dataloader_drop_last=True); those samples are not trained on that epoch), and "
                          "every batch has one size.")

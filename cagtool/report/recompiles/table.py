@@ -162,6 +162,9 @@ class RecompileTable:
     status: str = ""
     dynamo_compiles: int = 0  # Dynamo's compiles of the mode's frames (DynamoCompileEvent), first ones included
     imported: dict | None = None  # the manifest's `imported` (a record built by `cagtool import`)
+    # DataLoader iterators the job's loop made (the manifest's `dataloader_iterators`; None in a
+    # record that does not say): 0, and a smaller batch is no DataLoader's last but a slice made by hand.
+    data_loaders: int | None = None
     # Where torch reported a data-dependent branch (graph break "Data-dependent branching"), in
     # record order: a branch picks the ops of the backward, so a structural change is tied to it.
     branch_sites: list[SourceRef] = field(default_factory=list)
@@ -884,6 +887,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         unknown_kinds=dict(record.unknown_kinds),
         status=manifest.status,
         imported=manifest.imported,
+        data_loaders=manifest.options.get("dataloader_iterators"),  # its type checked by the loader
         branch_sites=branches,
         random_sites=randoms,
         phases=phases,

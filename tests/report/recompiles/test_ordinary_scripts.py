@@ -307,3 +307,33 @@ def test_a_function_class_defined_in_the_forward_is_likely_a_new_class_and_defin
     assert cause["title"].startswith("The backward's custom autograd.Function is likely another class at every call (7 recompiles)")
     assert "`ReverseBackward` is a custom autograd.Function's node, and the graphs it was captured in hold nothing different" in said
     assert cause["fix"][0].startswith("Define the autograd.Function class once, at module level")
+
+
+def test_a_last_chunk_sliced_by_hand_is_no_dataloaders_last_batch_and_gets_no_drop_last(record_run):
+    """word_language_model's shape (tests/scripts/hand_sliced_chunks.py): the data cut into chunks
+    by the script, no DataLoader. The record counts the DataLoader iterators the loop made (0 here,
+    2 for ragged_batches.py's two epochs through one), and explain, its headline and --verify's fixes
+    then speak of a slice made by hand, never of a DataLoader's last batch or drop_last."""
+    from cagtool.report.compare.headline import cause_phrase
+
+    run = _recorded(record_run, "hand_sliced_chunks.py")
+    mode = load_run(run).modes["ca"]
+    assert mode.manifest.options["dataloader_iterators"] == 0
+    [reason] = _torch_reasons(run)["0/1"]
+    assert "size mismatch at index 0. expected 7, actual 2" in reason  # torch's guard: the last chunk of 2 rows
+    root = _causes(run)[0]
+    said = _said(root)
+    assert "No DataLoader ran in this job: the script slices its data itself" in " ".join(root["why"]), said
+    assert any(fix.startswith("If it is the last batch: no DataLoader ran in this job, so it is a slice the script makes "
+                              "itself") and "Skip a slice shorter than the others" in fix for fix in root["fix"]), root["fix"]
+    assert "drop_last" not in said and "A DataLoader whose" not in said, said
+    explanation = explain(recompile_table(mode))
+    assert cause_phrase(explanation.causes[0]).startswith("a smaller batch (the last slice of the data?): the size of `src`")
+    assert "drop-last" not in {f.name for f in fixes_for(explanation, pgo_suggestion=mode.manifest.options.get("pgo_suggestion"))}
+
+    # Through a DataLoader, one iterator an epoch, and its words stay a DataLoader's.
+    loaded = record_run("ragged_batches.py")
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    ragged = load_run(loaded.path).modes["ca"]
+    assert ragged.manifest.options["dataloader_iterators"] == 2
+    assert "DataLoader's last?" in cause_phrase(explain(recompile_table(ragged)).causes[0])

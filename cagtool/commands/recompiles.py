@@ -31,6 +31,7 @@ class RecompilesOptions:
     verify: bool = False  # re-run the job with each applicable fix and measure it
     repeat: int = 3  # repetitions of the baseline and of each fix (--verify)
     fix: Optional[str] = None  # verify this fix only
+    rerun_timeout: Optional[float] = None  # --verify: seconds a re-run may take (None: the default, from the record; 0: no limit)
 
 
 def recompile_tables(
@@ -87,6 +88,11 @@ def run_recompiles(options: RecompilesOptions, out: IO[str] | None = None, err: 
 def _run_recompiles(options: RecompilesOptions, out: IO[str] | None, err: IO[str] | None) -> int:
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
+    if not options.verify and (options.fix is not None or options.rerun_timeout is not None):
+        from cagtool.errors import UsageError
+
+        given = "--fix" if options.fix is not None else "--rerun-timeout"
+        raise UsageError(f"{given} applies to --verify's re-runs: add --verify (nothing is re-run without it)")
     from cagtool.report.text.console import make_console
     from cagtool.report.recompiles import (
         ExplanationRenderer,
@@ -245,7 +251,7 @@ def _verify(record: "RunRecord", tables: list, explanations: list, options: Reco
     from cagtool.report.recompiles.explain import cause_key
 
     return verify(record.path, mode, fixes, options.repeat, not_applied, progress=lambda line: print(f"cagtool: {safe_line(line)}", file=err, flush=True),
-                  cause_keys={c.number: cause_key(c) for c in explanation.causes})
+                  cause_keys={c.number: cause_key(c) for c in explanation.causes}, rerun_timeout=options.rerun_timeout)
 
 
 def pgo_scope(explanation: "Explanation", said: str = "") -> str:
@@ -324,6 +330,10 @@ def recompiles(
     verify: bool = typer.Option(False, "--verify", help="Re-run the job with each fix cagtool can apply (no edit of your script) and measure it: verified, no effect or harmful."),
     repeat: int = typer.Option(3, "--repeat", min=1, help="With --verify: runs of the baseline and of each fix, each its own process."),
     fix: Optional[str] = typer.Option(None, "--fix", metavar="NAME[,NAME]", help="With --verify: only these fixes, comma-separated (the names under --verify above)."),
+    rerun_timeout: Optional[float] = typer.Option(
+        None, "--rerun-timeout", min=0, metavar="SECONDS",
+        help="With --verify: stop a re-run that takes longer (SIGTERM, then SIGKILL; a fix that hangs the job is FAILED, "
+             "the baseline stops the verification). Default: 10x the recorded mode's time, at least 600 s; 0: no limit."),
 ) -> None:
     """Every recompile of a recorded run: why the backward (or a forward frame) was compiled again.
 
@@ -413,6 +423,7 @@ def recompiles(
         verify=verify,
         repeat=repeat,
         fix=fix,
+        rerun_timeout=rerun_timeout,
     )
     raise typer.Exit(run_recompiles(options))
 

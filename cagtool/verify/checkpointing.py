@@ -30,7 +30,7 @@ from cagtool.record.schema import CHECKPOINT_REENTRANT, PHASE_CHECKPOINT_RECOMPU
 from cagtool.record.seal import check_job, with_document_seal
 from cagtool.report.checkpointing import CHECKPOINTING_FILE, CheckpointingResult, HeapHeld, ModeSaving, Side, checkpointing_lines
 from cagtool.torch_text import NESTED_CA_ERROR
-from cagtool.verify.verification import checked_source_env, rerun_argv
+from cagtool.verify.verification import RERUN_LIMIT_FACTOR, RERUN_LIMIT_FLOOR_S, checked_source_env, rerun_argv, rerun_limit_s, wait_bounded
 
 CHECKPOINTING_DIR = "checkpointing"
 MEASURED_MODES = ("aot", "ca")
@@ -117,9 +117,14 @@ def measure_checkpointing(run_path: str | Path | None, modes: list[str] | None =
         progress(f"{name}: cagtool {' '.join(argv[3:])}" + (f"  ({CHECKPOINT_VARIANT_ENV}={variant}; your file is not changed)" if variant else ""))
         with open_new(run_dir, root / f"{name}.stdout") as stdout, open_new(run_dir, root / f"{name}.stderr") as stderr:
             try:
-                subprocess.run(argv, cwd=run.meta.cwd or None, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
+                process = subprocess.Popen(argv, cwd=run.meta.cwd or None, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
             except OSError as exc:
                 raise UsageError(f"cannot start the re-run in {run.meta.cwd}: {exc.strerror or exc}") from None
+            with process:  # Ctrl-C: the re-run got it too, and closes its record before this returns
+                limit = rerun_limit_s(run, mode)
+                if wait_bounded(process, limit) is None:  # its record says it was stopped: that side did not finish
+                    progress(f"{name}: stopped after {limit:.0f} s ({RERUN_LIMIT_FACTOR}x the recorded mode's time, at least "
+                             f"{RERUN_LIMIT_FLOOR_S:.0f} s): the job did not finish in that time")
         return out
 
     for mode in chosen:

@@ -571,6 +571,45 @@ def _fold(run_dir: Path, side: Path, single: Path, mode: str, k: int) -> None:
     shutil.rmtree(single, ignore_errors=True)
 
 
+# A re-run's limit by default: RERUN_LIMIT_FACTOR times the recorded mode's time, at least
+# RERUN_LIMIT_FLOOR_S (a fix may make the compile slower: dynamic shapes; a re-run is never killed
+# for that), per repetition. `--rerun-timeout` sets it; 0 lifts it.
+RERUN_LIMIT_FACTOR = 10
+RERUN_LIMIT_FLOOR_S = 600.0
+# After SIGTERM, the time a stopped re-run has to close its record before SIGKILL.
+RERUN_STOP_GRACE_S = 60.0
+
+
+def rerun_limit_s(run: RunRecord, mode: str) -> float:
+    """The default limit of one repetition of a re-run (RERUN_LIMIT_FACTOR above)."""
+    record = run.modes.get(mode)
+    duration = record.manifest.duration_s if record is not None else None
+    return max(RERUN_LIMIT_FLOOR_S, RERUN_LIMIT_FACTOR * duration) if duration is not None else RERUN_LIMIT_FLOOR_S
+
+
+def _recorded_s(run: RunRecord, mode: str) -> str:
+    record = run.modes.get(mode)
+    duration = record.manifest.duration_s if record is not None else None
+    return "an unknown time" if duration is None else f"{duration:.0f} s"
+
+
+def wait_bounded(process: subprocess.Popen, allowed: float | None) -> int | None:
+    """The re-run's exit code, or None where it ran past `allowed` seconds: then it is stopped as a
+    terminal's kill would (SIGTERM: `cagtool run` stops its mode and closes the record), and killed
+    (SIGKILL) if it has not gone RERUN_STOP_GRACE_S later."""
+    try:
+        return process.wait(timeout=allowed)
+    except subprocess.TimeoutExpired:
+        pass
+    process.terminate()
+    try:
+        process.wait(timeout=RERUN_STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    return None
+
+
 def estimate_seconds(run: RunRecord, mode: str, repeat: int, fixes: int) -> float | None:
     """The whole verification's wall time, from how long the recorded mode took."""
     record = run.modes.get(mode)
@@ -682,6 +721,7 @@ def verify(
     not_applied: list[dict[str, Any]] | None = None,
     progress: Callable[[str], None] = lambda line: None,
     cause_keys: dict[int, tuple] | None = None,
+    rerun_timeout: float | None = None,
 ) -> Verification:
     """Run the baseline and each fix `repeat` times, measure, judge, and keep the result in the run.
 
@@ -713,8 +753,9 @@ def verify(
         with contextlib.suppress(OSError):
             os.rmdir(root)
         raise
+    limit = rerun_limit_s(run, mode) if rerun_timeout is None else (rerun_timeout or None)
     try:
-        return _verify_in(run, run_dir, root, mode, fixes, repeat, result, started, progress, cause_keys)
+        return _verify_in(run, run_dir, root, mode, fixes, repeat, result, started, progress, cause_keys, limit)
     except KeyboardInterrupt:
         # Ctrl-C (the terminal's process group: the re-run in progress got it too, and
         # subprocess.run waited for it): what was made so far stays, said; no verdict is written.
@@ -723,9 +764,12 @@ def verify(
 
 
 def _verify_in(run: Any, run_dir: Path, root: Path, mode: str, fixes: list[Fix], repeat: int, result: Verification,
-               started: float, progress: Callable[[str], None], cause_keys: dict[int, tuple] | None) -> Verification:
-    """verify()'s re-runs and verdicts, into `root` (the verify directory claimed for them)."""
+               started: float, progress: Callable[[str], None], cause_keys: dict[int, tuple] | None,
+               limit: float | None = None) -> Verification:
+    """verify()'s re-runs and verdicts, into `root` (the verify directory claimed for them).
+    `limit`: the seconds one repetition of a re-run may take (None: no limit)."""
     copies: dict[str, Path] = {}
+    timed_out: dict[str, float] = {}  # side -> the limit a re-run of it was stopped at
 
     def record(name: str, fix: Fix | None, reps: int, k: int = 1) -> tuple[Path, float, int]:
         """`reps` repetitions of one side into root/name (k = 1), or its k-th alone into root/name.k."""
@@ -752,9 +796,19 @@ def _verify_in(run: Any, run_dir: Path, root: Path, mode: str, fixes: list[Fix],
         # Its stdin is /dev/null: the re-runs are not interactive (a job that reads stdin fails, and says so).
         with open_new(run_dir, root / f"{label}.stdout") as stdout, open_new(run_dir, root / f"{label}.stderr") as stderr:
             try:
-                code = subprocess.run(argv, cwd=run.meta.cwd or None, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL).returncode
+                process = subprocess.Popen(argv, cwd=run.meta.cwd or None, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
             except OSError as exc:
                 raise UsageError(f"cannot start the re-run in {run.meta.cwd}: {exc.strerror or exc}") from None
+            # On Ctrl-C the re-run got it too (the terminal's process group): leaving the block
+            # waits for it to close its record, as `cagtool run` does on SIGINT.
+            with process:
+                allowed = None if limit is None else limit * reps
+                code = wait_bounded(process, allowed)
+                if code is None:
+                    timed_out[name] = allowed
+                    progress(f"{label}: stopped after {allowed:.0f} s (--rerun-timeout; the recorded mode took "
+                             f"{_recorded_s(run, mode)}): the job did not finish in that time")
+                    code = process.returncode
         return out, time.monotonic() - began, code
 
     # With several repetitions a side, the sides take turns (INTERLEAVED): round 1 runs each side
@@ -770,6 +824,9 @@ def _verify_in(run: Any, run_dir: Path, root: Path, mode: str, fixes: list[Fix],
     baseline, base_record = _side("baseline", base_path, mode, base_wall)
     if (changed := _source_changed(base_record, mode)) is not None:
         raise UnreadableInput(f"{changed}; record the run again")
+    if "baseline" in timed_out:
+        raise BaselineFailed(f"the baseline re-run, without any fix, did not finish in {timed_out['baseline']:.0f} s (--rerun-timeout; "
+                             f"the recorded mode took {_recorded_s(run, mode)}): nothing to measure the fixes against; see {base_stderr}")
     if baseline.status != "finished":
         # Nothing can be measured against a job that fails without any fix: the fixes are not run.
         raise BaselineFailed(f"the baseline re-run itself failed, without any fix ({_why_it_failed(base_record, mode, base_stderr)}; "
@@ -798,6 +855,9 @@ def _verify_in(run: Any, run_dir: Path, root: Path, mode: str, fixes: list[Fix],
         baseline, base_record = _side("baseline", base_path, mode, walls["baseline"])
         if (changed := _source_changed(base_record, mode)) is not None:
             raise UnreadableInput(f"{changed}; record the run again")
+        if "baseline" in timed_out:
+            raise BaselineFailed(f"the baseline re-run, without any fix, did not finish in {timed_out['baseline']:.0f} s in a later "
+                                 f"repetition (--rerun-timeout): nothing to measure the fixes against; see {root}")
         if baseline.status != "finished":
             raise BaselineFailed(f"the baseline re-run itself failed in a later repetition, without any fix "
                                  f"({_why_it_failed(base_record, mode, base_stderr)}): nothing to measure the fixes against; see {root}")
@@ -816,6 +876,9 @@ def _verify_in(run: Any, run_dir: Path, root: Path, mode: str, fixes: list[Fix],
         ran = same_as or fix.name
         # The words every renderer shows, before the verdict's own reasons.
         same = [f"the same re-run as {same_as}: run once for both"] if same_as else []
+        if ran in timed_out:
+            same.append(f"stopped after {timed_out[ran]:.0f} s (--rerun-timeout; the recorded mode took {_recorded_s(run, mode)}): "
+                        "the job did not finish with the fix in that time")
         if not (path / "run.json").exists():
             result.fixes.append(FixResult(fix.name, fix.title, fix.who, list(fix.causes), list(fix.run_flags), dict(fix.env), None, FAILED,
                                           [*same, "the re-run did not start: see its stderr file"],

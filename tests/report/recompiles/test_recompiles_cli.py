@@ -265,6 +265,15 @@ def test_missing_run_path(tmp_path):
     assert_one_line_exit_3(cagtool("recompiles", str(tmp_path / "nope")), "no run at")
 
 
+def test_verify_options_without_verify_are_a_usage_error_not_ignored(tmp_path):
+    """`--fix` or `--rerun-timeout` without `--verify` re-run nothing: said in one line, exit 2,
+    before any record is read (here there is none)."""
+    for given in (("--fix", "torch-pgo"), ("--rerun-timeout", "30")):
+        code, out, err = cli_in_process("recompiles", str(tmp_path / "nope"), *given)
+        assert code == 2 and out == "", err
+        assert err.strip() == f"cagtool: error: {given[0]} applies to --verify's re-runs: add --verify (nothing is re-run without it)"
+
+
 def test_truncated_record_is_read_leniently_and_fails_with_strict(record_run, tmp_path):
     run = copy_run(record_run, tmp_path)
     events = run / "ca" / "events.jsonl"

@@ -33,6 +33,7 @@ def _torch_state() -> tuple:
         torch._dynamo.output_graph.OutputGraph.call_cleanup_hooks,  # where it sees a compiled optimizer step
         torch._dynamo.eval_frame.DisableContext.__call__,  # its hooks shown inside disabled functions
         torch.nn.Module.train,  # where it sees an evaluation begin (.eval())
+        torch.utils.data.DataLoader._get_iterator,  # where it counts the loaders' iterators
     )
 
 
@@ -51,6 +52,7 @@ def test_capture_twice_records_runs_and_restores_torch(tmp_path, capsys):
         with cagtool.capture(backend="eager", output=tmp_path / f"run{i}", reset=True) as cap:
             assert ca.compiled_autograd_enabled is True
             _train(model, [4, 4, 6])
+            assert len(list(torch.utils.data.DataLoader(torch.randn(4, 8), batch_size=2))) == 2
         assert _torch_state() == before  # CA off again, patches and handlers removed
         captures = counters["compiled_autograd"]["captures"]
         _train(model, [4])
@@ -62,6 +64,12 @@ def test_capture_twice_records_runs_and_restores_torch(tmp_path, capsys):
         assert [m.miss_kind for m in record.of(CacheMissEvent)] == ["new_node", "changed_shapes"]
         assert len(cap.steps_frame()) == 3
         assert list(cap.events_frame("ca_cache_miss")["compile_id"]) == ["!0", "!1"]
+        # The block's one DataLoader iterator is counted; explain does not read the count of a block,
+        # which may iterate a loader whose iterator was made before it began.
+        assert record.manifest.options["dataloader_iterators"] == 1
+        from cagtool.report.recompiles.table import recompile_table
+
+        assert recompile_table(record).data_loaders is None
     text = cap.summary()
     assert "CA graphs: 2" in text and repr(text) == str(text)  # returned (a notebook shows it), not printed
     assert capsys.readouterr().out == ""

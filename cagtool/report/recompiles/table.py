@@ -887,7 +887,9 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         unknown_kinds=dict(record.unknown_kinds),
         status=manifest.status,
         imported=manifest.imported,
-        data_loaders=manifest.options.get("dataloader_iterators"),  # its type checked by the loader
+        # Its type checked by the loader. Not the Python API's: its block may iterate a DataLoader
+        # whose iterator was made before the block began, which no count of the block's sees.
+        data_loaders=None if manifest.options.get("python_api") else manifest.options.get("dataloader_iterators"),
         branch_sites=branches,
         random_sites=randoms,
         phases=phases,

@@ -105,6 +105,8 @@ def test_a_trainers_batches_padded_to_their_longest_are_sizes_that_vary_not_a_la
     run = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "ca", "--backend", "eager", "--no-report", "-o", str(tmp_path / "r"),
                           script, "--ragged"], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
+    # Trainer's DataLoader (accelerate's DataLoaderShard, a subclass) is counted: explain may name a DataLoader here.
+    assert load_run(tmp_path / "r").mode("ca").manifest.options["dataloader_iterators"] >= 1
     code, out, _ = cli_in_process("recompiles", str(tmp_path / "r"), "--explain", "--format", "json")
     assert code == 0
     root, sizes = json.loads(out)["modes"]["ca"]["explanation"]["causes"]

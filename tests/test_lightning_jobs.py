@@ -55,6 +55,7 @@ def test_a_lightning_jobs_steps_gradients_and_counters_are_torchs(tmp_path):
     aot, ca = (key_counts(record.mode(m).manifest.torch_counters) for m in ("aot", "ca"))
     assert aot == counts["0"]
     assert ca == counts["1"] and ca["ca_captures"] >= 1
+    assert record.mode("ca").manifest.options["dataloader_iterators"] >= 1  # Lightning's loaders are counted
     compare = subprocess.run([sys.executable, "-m", "cagtool", "compare", str(tmp_path / "r"), "--format", "json"], capture_output=True, text=True, cwd=ROOT, timeout=300)
     parity = json.loads(compare.stdout)["grad_parity"]
     assert parity["agree"] and parity["summary"] == "gradients: the 3 modes agree on all 4 parameters at 2 digested steps", parity

@@ -405,6 +405,8 @@ class DynamoCompileEvent(Event, tag="dynamo_compile"):
     co_name: str = ""
     co_filename: str = ""
     co_firstlineno: int | None = None
+    # The compiled code's parameters, in order (None: not read, an older record or an imported log)
+    co_argnames: list[str] | None = None
     entire_frame_compile_time_s: Seconds | None = None
     backend_compile_time_s: Seconds | None = None
     inductor_compile_time_s: Seconds | None = None

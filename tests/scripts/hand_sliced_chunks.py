@@ -32,8 +32,10 @@ class TokenModel(nn.Module):
         self.hidden = nn.Linear(EMSIZE, EMSIZE)
         self.decoder = nn.Linear(EMSIZE, NTOKENS)
 
-    def forward(self, src: torch.Tensor) -> torch.Tensor:
-        return self.decoder(torch.tanh(self.hidden(self.encoder(src))))
+    def forward(self, src: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # As word_language_model's RNNModel: called with the batch and a state, positionally.
+        h = torch.tanh(self.hidden(self.encoder(src)) + state)
+        return self.decoder(h), h.mean(0).detach()
 
 
 def main() -> None:
@@ -46,10 +48,12 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     criterion = nn.CrossEntropyLoss()
     for _epoch in range(args.epochs):
+        state = torch.zeros(BSZ, EMSIZE)
         for i in range(0, train_data.size(0) - 1, BPTT):
             data, targets = get_batch(train_data, i)
             opt.zero_grad()
-            loss = criterion(model(data).view(-1, NTOKENS), targets)
+            output, state = model(data, state)
+            loss = criterion(output.view(-1, NTOKENS), targets)
             loss.backward()
             opt.step()
     print(f"final loss {loss.item():.4f}")

@@ -15,7 +15,7 @@ are built by one piece of code whether they came from a live run or a TORCH_TRAC
 | `get_and_maybe_log_recompilation_reasons` (guards, convert_frame) | artifact `recompile_reasons` |
 | `InstructionTranslatorBase.log_graph_break` | artifact `dynamo_graph_break_reason` |
 | `_log_fw_bw_graphs` (graph_compile), `_log_cached_graphs` (from the AOT cache) | `aot_forward_graph`, `aot_backward_graph` (their code, which torch printed anyway) |
-| `log_dynamo_start` (convert_frame) | `dynamo_start` (the stack the compile came from) |
+| `log_dynamo_start` (convert_frame) | `dynamo_start` (the stack the compile came from, and the code's parameters) |
 | `OutputGraph.call_user_compiler` (before torch's call: the backend may rewrite the graph) | `dynamo_output_graph` |
 | `GraphLowering._compile_to_module_lines`, `FxGraphCache.cache_hit_post_compile` | `inductor_output_code` |
 | `CheckFunctionManager.__init__` | `dynamo_cpp_guards_str` |
@@ -43,7 +43,15 @@ from typing import Any, Callable
 
 from cagtool.capture.observe import compile_phase, graph_dump, source
 from cagtool.capture.on_import import OnImport
-from cagtool.capture.observe.torch_logs import ASSUME_STATIC_KEY, FULLGRAPH_KEY, PHASE_KEY, RECOMPILE_LIMIT_KEY, USER_FRAME_KEY, StructuredLogHandler
+from cagtool.capture.observe.torch_logs import (
+    ARGNAMES_KEY,
+    ASSUME_STATIC_KEY,
+    FULLGRAPH_KEY,
+    PHASE_KEY,
+    RECOMPILE_LIMIT_KEY,
+    USER_FRAME_KEY,
+    StructuredLogHandler,
+)
 
 # The CompilationMetrics fields StructuredLogHandler reads (torch's record has ~100 more).
 _METRIC_FIELDS = (
@@ -231,7 +239,10 @@ class DynamoTaps:
                 continue  # cagtool's runner and runpy, before the user's first frame
             stack.append({"filename": filename, "line": f.f_lineno, "name": f.f_code.co_name})
         stack.append({"filename": code.co_filename, "line": code.co_firstlineno, "name": code.co_name})
-        return {"dynamo_start": {"stack": stack}, **compile_id_metadata()}, None
+        # The compiled function's parameters, in order (`forward(self, input, hidden)`): a size guard
+        # names the parameter, which explain maps to the caller's argument (`model(data, hidden)`).
+        names = list(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount])
+        return {"dynamo_start": {"stack": stack, ARGNAMES_KEY: names}, **compile_id_metadata()}, None
 
     @staticmethod
     def _dynamo_graph(gm: Any) -> tuple[dict[str, Any], str]:

@@ -42,6 +42,7 @@ PHASE_KEY = "cagtool_phase"
 RECOMPILE_LIMIT_KEY = "cagtool_recompile_limit"
 ASSUME_STATIC_KEY = "cagtool_assume_static_by_default"  # torch._dynamo.config's, at compile time
 FULLGRAPH_KEY = "cagtool_fullgraph"  # a graph break is an error in this compile (compile_phase.fullgraph_now)
+ARGNAMES_KEY = "cagtool_argnames"  # in `dynamo_start`: the compiled code's parameters, in order
 _US = 1e-6
 
 
@@ -119,6 +120,7 @@ class StructuredLogHandler(logging.Handler):
         self.errors = 0  # records that could not be turned into events (kept in the manifest)
         self.last_error = ""
         self.pgo_suggestion: str | None = None  # torch's, from a logged code state (a TORCH_TRACE log)
+        self._argnames: dict[str, list[str]] = {}  # compile id -> its code's parameters, until its metrics come
 
     def emit(self, record: logging.LogRecord) -> None:
         metadata = getattr(record, "metadata", None)
@@ -149,6 +151,9 @@ class StructuredLogHandler(logging.Handler):
             if payload:
                 self._artifact(cid, ARTIFACT_AOT_BACKWARD, payload, step)
         elif ARTIFACT_STACK in metadata:
+            names = (metadata[ARTIFACT_STACK] or {}).get(ARGNAMES_KEY)
+            if isinstance(names, list) and all(isinstance(n, str) for n in names):
+                self._argnames[cid] = names
             stack = (metadata[ARTIFACT_STACK] or {}).get("stack")
             if isinstance(stack, list) and stack:
                 self._artifact(cid, ARTIFACT_STACK, format_stack(stack), step)
@@ -194,6 +199,7 @@ class StructuredLogHandler(logging.Handler):
             co_name=str(m.get("co_name") or ""),
             co_filename=str(m.get("co_filename") or ""),
             co_firstlineno=m.get("co_firstlineno"),
+            co_argnames=self._argnames.pop(cid, None),
             entire_frame_compile_time_s=total,
             backend_compile_time_s=_seconds(m.get("backend_compile_time_s")),
             inductor_compile_time_s=_seconds(m.get("inductor_compile_time_s")),

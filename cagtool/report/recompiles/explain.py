@@ -726,6 +726,8 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
             for row in cause.rows),
         "state_change": changed.detail if changed is not None else "",
         "data_loaders": table.data_loaders,
+        # The recompiled function's parameters, in order, to map a guard's parameter to the caller's argument.
+        "argnames": list(next((row.frame_argnames for row in cause.rows if row.frame_argnames), ())),
         **_stability(table, cause),
     }
 
@@ -2592,7 +2594,7 @@ def _dynamo_made(name: str) -> bool:
     return name.startswith("___")
 
 
-def _tensor_variable(name: str, code: str) -> str | None:
+def _tensor_variable(name: str, code: str, params: list[str] | None = None) -> str | None:
     """The tensor of a size guard as the caller names it. A guard names the compiled frame's own
     parameter (`x` of `forward(self, x)`), which the caller's line may name otherwise
     (`model(batch)`, `checkpoint(block, h)`): a plain name is the caller's only where the call
@@ -2600,8 +2602,11 @@ def _tensor_variable(name: str, code: str) -> str | None:
     and nothing else (`checkpoint(fn, ...)`'s function left out). `args[N]` (a compiled module's
     positional input) is the Nth argument of the call at the user's line (`loss_fn(model(x), y)`
     -> `x`); `kwargs['K']` (a keyword input, every HF model's) is the argument `K=...` of that call,
-    or `batch["K"]` where the call passes `**batch`. None where the line does not show it (the call
-    is inside a library: `trainer.train()`, or passes several tensors)."""
+    or `batch["K"]` where the call passes `**batch`. `params`: the compiled function's parameters
+    in order, where the record has them: a parameter passed positionally is the caller's argument
+    at its place (`forward(self, input, hidden)` called as `model(data, hidden)` -> data; a method's
+    `self` is not passed). None where the line does not show it (the call is inside a library:
+    `trainer.train()`, or passes several tensors and the parameters are not known)."""
     call = PLAIN_CALL.search(call_line(code))
     args = [a.strip() for a in call["args"].split(",") if a.strip()] if call else []
     positional = [a for a in args if not re.match(r"\*|[A-Za-z_]\w*\s*=(?!=)", a)]
@@ -2613,6 +2618,11 @@ def _tensor_variable(name: str, code: str) -> str | None:
             if given and (given[1] == name or arg != given[1]):
                 return given[1]
         spread = any(a.startswith("*") for a in args)
+        passed = list(params or ())[1:] if params and params[0] == "self" else list(params or ())
+        if name in passed:  # the parameters are known: the argument at its place, or none
+            at = passed.index(name)
+            plain = not spread and at < len(positional) and re.fullmatch(r"[A-Za-z_][\w.]*", positional[at])
+            return positional[at] if plain else None
         if len(positional) == 1 and not spread and re.fullmatch(r"[A-Za-z_][\w.]*", positional[0]):
             return positional[0]
         return None
@@ -2987,7 +2997,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
             # inside the compiled function (`len(src)` in word_language_model's forward, called as
             # `model(data)`), where its name is the parameter's, not the caller's.
             caller = facts.get("caller")
-            variable = _tensor_variable(size[0], caller.code if caller is not None and caller.code else code)
+            variable = _tensor_variable(size[0], caller.code if caller is not None and caller.code else code, facts.get("argnames"))
             mark = (f"torch._dynamo.maybe_mark_dynamic({variable}, {size[1]})" if variable is not None
                     else f"torch._dynamo.maybe_mark_dynamic(tensor, {size[1]}) on {_tensor_words(size[0])}")
             if not fixes and size[2] in (0, 1):

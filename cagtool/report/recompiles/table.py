@@ -126,6 +126,7 @@ class RecompileRow:
     # its file and function; "" for a CA graph's code or where its compile was not recorded.
     frame_file: str = ""
     frame_function: str = ""
+    frame_argnames: tuple[str, ...] = ()  # its parameters, in order (DynamoCompileEvent.co_argnames; () where not recorded)
 
     @property
     def seq(self) -> int:
@@ -416,6 +417,7 @@ def _dynamo_row(
         and compiled.co_filename.replace("\\", "/").endswith(WRAPPER_FILE_END),
         frame_file=compiled.co_filename if compiled is not None and not is_ca_graph else "",
         frame_function=compiled.co_name if compiled is not None and not is_ca_graph else "",
+        frame_argnames=tuple(compiled.co_argnames or ()) if compiled is not None and not is_ca_graph else (),
     )
 
 

@@ -142,6 +142,18 @@ def test_a_size_guard_on_the_compiled_frames_parameter_is_fixed_on_what_the_call
     # two positional inputs, or a value made on the line: no variable is made up
     assert "maybe_mark_dynamic(tensor, 1) on the tensor passed as `x`" in mark("y = step(a, b)")
     assert "maybe_mark_dynamic(tensor, 1)" in mark("out = model(x.to(device))")
+    # ... unless the record has the compiled function's parameters: then a positional one is the
+    # caller's argument at its place, a method's `self` not passed (word_language_model's `model(data, hidden)`)
+    def mark_with(code: str, argnames: list[str]) -> str:
+        return _guard_fixes({**facts, "argnames": argnames}, False, code)[0]
+    assert "maybe_mark_dynamic(a, 1)" in mark_with("y = step(a, b)", ["x", "y"])
+    assert "maybe_mark_dynamic(b, 1)" in mark_with("y = step(a, b)", ["y", "x"])
+    assert "maybe_mark_dynamic(data, 1)" in mark_with("output, hidden = model(data, hidden)", ["self", "x", "hidden"])
+    assert "maybe_mark_dynamic(data, 1)" in mark_with("out = model(data, h, mask=m)", ["self", "x", "h", "mask"])
+    # a parameter past what the call passes positionally, or an argument made on the line: none made up
+    assert "on the tensor passed as `x`" in mark_with("out = model(a)", ["self", "h", "x"])
+    assert "maybe_mark_dynamic(h, 1)" in mark_with("h = checkpoint(block, h, use_reentrant=True)", ["self", "x"])
+    assert "maybe_mark_dynamic(tensor, 1)" in mark_with("out = model(a.float(), b)", ["self", "x", "y"])
 
 
 @pytest.mark.slow

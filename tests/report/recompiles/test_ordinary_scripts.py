@@ -17,7 +17,7 @@ import pytest
 from conftest import cagtool_in_process, cli_in_process
 
 from cagtool.record.loader import load_run
-from cagtool.record.schema import CAGraphEvent
+from cagtool.record.schema import CAGraphEvent, DynamoCompileEvent
 from cagtool.report.recompiles.explain import explain
 from cagtool.report.recompiles.table import recompile_table
 from cagtool.verify.fixes import fixes_for
@@ -327,6 +327,10 @@ def test_a_last_chunk_sliced_by_hand_is_no_dataloaders_last_batch_and_gets_no_dr
     assert any(fix.startswith("If it is the last batch: no DataLoader ran in this job, so it is a slice the script makes "
                               "itself") and "Skip a slice shorter than the others" in fix for fix in root["fix"]), root["fix"]
     assert "drop_last" not in said and "A DataLoader whose" not in said, said
+    # The guard names forward's parameter `src`; the call passes the batch first, positionally, beside
+    # the state: the compile recorded forward's parameters, so the mark names the caller's `data`.
+    assert [e.co_argnames for e in mode.of(DynamoCompileEvent) if e.compile_id == "0/0"] == [["self", "src", "state"]]
+    assert "torch._dynamo.maybe_mark_dynamic(data, 0)" in " ".join(root["fix"]), root["fix"]
     explanation = explain(recompile_table(mode))
     assert cause_phrase(explanation.causes[0]).startswith("a smaller batch (the last slice of the data?): the size of `src`")
     assert "drop-last" not in {f.name for f in fixes_for(explanation, pgo_suggestion=mode.manifest.options.get("pgo_suggestion"))}

@@ -580,16 +580,20 @@ RERUN_LIMIT_FLOOR_S = 600.0
 RERUN_STOP_GRACE_S = 60.0
 
 
+def _recorded_duration(run: RunRecord, mode: str) -> float | None:
+    """How long the recorded mode took (its manifest's duration), None where it does not say."""
+    record = run.modes.get(mode)
+    return record.manifest.duration_s if record is not None else None
+
+
 def rerun_limit_s(run: RunRecord, mode: str) -> float:
     """The default limit of one repetition of a re-run (RERUN_LIMIT_FACTOR above)."""
-    record = run.modes.get(mode)
-    duration = record.manifest.duration_s if record is not None else None
+    duration = _recorded_duration(run, mode)
     return max(RERUN_LIMIT_FLOOR_S, RERUN_LIMIT_FACTOR * duration) if duration is not None else RERUN_LIMIT_FLOOR_S
 
 
 def _recorded_s(run: RunRecord, mode: str) -> str:
-    record = run.modes.get(mode)
-    duration = record.manifest.duration_s if record is not None else None
+    duration = _recorded_duration(run, mode)
     return "an unknown time" if duration is None else f"{duration:.0f} s"
 
 
@@ -612,8 +616,7 @@ def wait_bounded(process: subprocess.Popen, allowed: float | None) -> int | None
 
 def estimate_seconds(run: RunRecord, mode: str, repeat: int, fixes: int) -> float | None:
     """The whole verification's wall time, from how long the recorded mode took."""
-    record = run.modes.get(mode)
-    duration = record.manifest.duration_s if record is not None else None
+    duration = _recorded_duration(run, mode)
     return None if duration is None else duration * repeat * (1 + fixes)
 
 

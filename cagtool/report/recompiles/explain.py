@@ -1461,6 +1461,12 @@ HAND_RESHAPE_FIX = ("If a last batch of one example does it: no DataLoader ran i
                     "reshapes alike, and the backward keeps one graph.")
 
 
+# The same advice where a DataLoader made the batches (or the record does not say).
+LOADER_LAST_FIX = ("If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it (HF Trainer: "
+                   "TrainingArguments(dataloader_drop_last=True); those samples are not trained on that epoch), and "
+                   "every batch has one size.")
+
+
 def by_hand(facts: dict[str, Any]) -> bool:
     """The record says the job made no DataLoader iterator (its `dataloader_iterators` is 0): a
     smaller batch is a slice the script made itself, not a DataLoader's last."""
@@ -2959,9 +2965,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                  "Or keep the sizes fixed: pad or bucket the data."]
         if smaller_batch(guard) is not None:
             fixes.insert(0, HAND_SLICE_FIX if by_hand(facts) else
-                         "If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it (HF Trainer: "
-                         "TrainingArguments(dataloader_drop_last=True); those samples are not trained on that epoch), and "
-                         "every batch has one size.")
+                         LOADER_LAST_FIX)
         return fixes
     if kind == GUARD_SIZE and (size := size_guard(guard)) is not None and not on_ca and module_attribute(size[0]):
         return [f"Make `{size[0]}` from the call's own input inside the compiled function rather than keeping it on the module "
@@ -3045,9 +3049,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
             # A mark reaches no reentrant recompute (its inputs are detached copies): there the batch is the fix.
             fixes.insert(len(fixes) if not facts.get("reentrant_recompute") else 0,
                          HAND_SLICE_FIX if by_hand(facts) else
-                         "If it is a DataLoader's last batch: DataLoader(..., drop_last=True) drops it (HF Trainer: "
-                         "TrainingArguments(dataloader_drop_last=True); those samples are not trained on that epoch), and "
-                         "every batch has one size.")
+                         LOADER_LAST_FIX)
         if _ON_PARAMETER.search(guard):
             fixes.append(_PARAMETER_HINT_SIZE)
         if on_ca and facts.get("ca_started_dynamic"):

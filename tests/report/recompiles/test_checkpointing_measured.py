@@ -111,7 +111,9 @@ def test_the_measurement_is_kept_and_shown_by_summary(non_reentrant):
     assert "activation checkpointing, measured (cagtool checkpointing):" in text
     saving = result["modes"][0]["saving"]
     checkpointed_mib = f"{result['modes'][0]['checkpointed']['peak_rss_bytes'] / MIB:.0f}"
-    assert f"aot: peak RSS {checkpointed_mib} MiB checkpointed" in text and f"({'saves' if saving >= 0 else 'costs'} {abs(saving):.0%};" in text
+    # under half a percent either way reads "no difference" (CI read -0.3 %: never "costs 0%")
+    said = "no difference" if abs(saving) < 0.005 else f"{'saves' if saving > 0 else 'costs'} {abs(saving):.0%}"
+    assert f"aot: peak RSS {checkpointed_mib} MiB checkpointed" in text and f"({said};" in text
     assert f"aot: checkpointing saves {result['modes'][0]['held_saving']:.0%} of the memory held for backward (heap in use at backward entry" in text
 
 

@@ -78,6 +78,11 @@ FINDING_CA_FLAG_WITHOUT_COMPILED_BACKWARD = "ca_flag_without_compiled_backward"
 # the user's backward line), where it left through cagtool's backward entry point as a RuntimeError.
 FINDING_CA_CAPTURE_ERROR = "ca_capture_error"
 
+# `module.compile()` on a module whose forward is torch's own (nn.Sequential, nn.Linear): Dynamo
+# compiled no frame after it, so the module ran eagerly (capture/observe/module_compile.py; detail:
+# module, forward, variable: the name the script's line calls it by, where it is a plain name).
+FINDING_MODULE_COMPILE_SKIPPED = "module_compile_compiled_nothing"
+
 # A thread of the job ended with an uncaught exception (threading.excepthook): the process goes on
 # and exits as python's would, without that thread's work (detail: thread, error_type, error).
 FINDING_THREAD_DIED = "thread_died"

@@ -4,12 +4,13 @@ and where, not one line each."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from cagtool.record.schema import FINDING_THREAD_DIED, FindingEvent
+from cagtool.record.schema import FINDING_MODULE_COMPILE_SKIPPED, FINDING_THREAD_DIED, FindingEvent
 from cagtool.report.text.safe_text import safe_line
 
 if TYPE_CHECKING:
@@ -70,3 +71,32 @@ def thread_deaths(record: "ModeRecord") -> list[str]:
             where = f"process {key}: " if record.processes else ""
             said.append(safe_line(f"{where}thread {detail.get('thread')} ended with {detail.get('error_type')}{error}"))
     return said
+
+
+@dataclass(frozen=True)
+class SkippedCompile:
+    """A `module.compile()` that compiled nothing (capture/observe/module_compile.py), as the
+    headline says it: where, on what, and the call that compiles it."""
+
+    where: str  # "train.py:4" ("" where the line is not known)
+    name: str  # what the script's line calls .compile() on ("model"; "module" where unknown)
+    module: str  # the module's class, unqualified ("Sequential")
+    fix: str  # "model = torch.compile(model, backend='aot_eager')"
+
+
+def skipped_compiles(record: "ModeRecord") -> tuple[SkippedCompile, ...]:
+    """The module.compile() calls of the mode's main process that compiled nothing, in order."""
+    if not record.kind_counts.get(FindingEvent.kind):
+        return ()
+    found = []
+    for finding in record.of(FindingEvent):
+        if finding.code != FINDING_MODULE_COMPILE_SKIPPED or not isinstance(finding.detail, dict):
+            continue
+        detail = finding.detail
+        name = detail.get("variable") if isinstance(detail.get("variable"), str) else "module"
+        arguments = detail.get("arguments") if isinstance(detail.get("arguments"), str) else ""
+        where = f"{os.path.basename(finding.source.file)}:{finding.source.line}" if finding.source is not None else ""
+        module = str(detail.get("module") or "?").rsplit(".", 1)[-1]
+        fix = f"{name} = torch.compile({name}{', ' + arguments if arguments else ''})"
+        found.append(SkippedCompile(safe_line(where), safe_line(name), safe_line(module), safe_line(fix)))
+    return tuple(found)

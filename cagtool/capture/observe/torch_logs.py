@@ -7,6 +7,7 @@ the records from the logger itself (tests compare the two)."""
 from __future__ import annotations
 
 import json
+import os
 import logging
 import sys
 import re
@@ -42,6 +43,10 @@ PHASE_KEY = "cagtool_phase"
 RECOMPILE_LIMIT_KEY = "cagtool_recompile_limit"
 ASSUME_STATIC_KEY = "cagtool_assume_static_by_default"  # torch._dynamo.config's, at compile time
 FULLGRAPH_KEY = "cagtool_fullgraph"  # a graph break is an error in this compile (compile_phase.fullgraph_now)
+# Where Dynamo's wrapper around a module whose forward it skips lives (`wrap_inline`'s `inner`):
+# torch.compile(module) compiles that frame for nn.Sequential or nn.Linear (docs/torch-internals.md,
+# "Module.compile() on a module of torch's own").
+WRAPPER_FILE = os.path.join("_dynamo", "external_utils.py")
 ARGNAMES_KEY = "cagtool_argnames"  # in `dynamo_start`: the compiled code's parameters, in order
 _US = 1e-6
 
@@ -118,6 +123,8 @@ class StructuredLogHandler(logging.Handler):
         self.writer = writer
         self.steps = steps
         self.errors = 0  # records that could not be turned into events (kept in the manifest)
+        self.frame_compiles = 0  # Dynamo compiles of the job's frames seen so far (compiled autograd's graphs not counted)
+        self.wrapper_compiles = 0  # ... of those, of Dynamo's wrapper around a skipped module's call (WRAPPER_FILE)
         self.last_error = ""
         self.pgo_suggestion: str | None = None  # torch's, from a logged code state (a TORCH_TRACE log)
         self._argnames: dict[str, list[str]] = {}  # compile id -> its code's parameters, until its metrics come
@@ -190,6 +197,10 @@ class StructuredLogHandler(logging.Handler):
     def _compile(self, m: dict[str, Any], step: int | None, phase: Any = None, recompile_limit: int | None = None,
                  assume_static: bool | None = None, fullgraph: bool | None = None) -> None:
         cid = str(m.get("compile_id") or "?")
+        if not cid.startswith("!"):
+            self.frame_compiles += 1
+            if str(m.get("co_filename") or "").endswith(WRAPPER_FILE):
+                self.wrapper_compiles += 1
         total = _seconds(m.get("entire_frame_compile_time_s"))
         self.writer.emit(
             DynamoCompileEvent,

@@ -27,6 +27,7 @@ from cagtool.report.figures.pooled import base_mode
 
 if TYPE_CHECKING:
     from cagtool.report.figures.metrics import ModeMetrics
+    from cagtool.report.findings import SkippedCompile
     from cagtool.report.recompiles.explain import Cause, Explanation
 
 GOOD, BAD, NEUTRAL = "good", "bad", "neutral"
@@ -43,15 +44,18 @@ class Headline:
     advice: str = ""
 
 
-def _speed_phrase(s: Speedup, trained_otherwise: bool = False, aot_compiled_nothing: bool = False) -> tuple[str, str]:
+def _speed_phrase(s: Speedup, trained_otherwise: bool = False, aot_compiled_nothing: bool = False,
+                  skipped: "SkippedCompile | None" = None) -> tuple[str, str]:
     """The time verdict with its status: what it rests on, and never a figure beyond what the
     evidence supports (a ratio from one process per mode is a figure, not a verdict).
     `trained_otherwise`: one of the two modes' numerics differ (skipped work, other gradients):
     it is not faster at the same job, so the figure goes without a verdict. `aot_compiled_nothing`:
-    the script calls no torch.compile, so its aot mode ran it eagerly: named so, not torch.compile."""
+    the script calls no torch.compile, so its aot mode ran it eagerly: named so, not torch.compile;
+    `skipped`: or it called module.compile(), which compiled nothing (report.findings)."""
     mode, base = _MODE_WORDS.get(s.mode, s.mode), _MODE_WORDS.get(s.baseline, s.baseline)
     if aot_compiled_nothing and s.baseline == "aot":
-        base = "the script without it (it compiles nothing itself: the aot mode ran it eagerly)"
+        itself = f"its {skipped.name}.compile() compiled nothing" if skipped is not None else "it compiles nothing itself"
+        base = f"the script without it ({itself}: the aot mode ran it eagerly)"
     if s.ratio is None:
         return f"{mode} vs {base}: not timed ({s.note or 'no steady steps'})", NEUTRAL
     figure = f"{ratio_text(s.ratio)} the speed of {base}"
@@ -490,6 +494,14 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         # The process finished (maybe exit 0) without that thread's work.
         phrases.append(f"in {' and '.join(names)}, {deaths[0]}" + (f" (+{len(deaths) - 1} more)" if len(deaths) > 1 else ""))
         tones.append(BAD)
+    # A module.compile() that compiled nothing: the job asked for torch.compile and ran eagerly.
+    skipped = _skipped_compile(comparison)
+    if skipped is not None:
+        first, where = skipped
+        at = f" ({first.where})" if first.where else ""
+        phrases.append(f"{first.name}.compile(){at} compiled nothing: Dynamo skips {first.module}'s call under "
+                       f"Module.compile(), so {first.name} ran eagerly in {' and '.join(where)}")
+        tones.append(BAD)
     # What replicates first (counts, compile time, first step, memory), then the time verdict.
     recompiles = _recompile_phrase(comparison, verified, explanation)
     if recompiles:
@@ -522,7 +534,8 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
             differ -= {"ca", "aot"} if {speed.mode, speed.baseline} == {"ca", "aot"} else set()  # the same numbers: the same job
         aot = comparison.modes.get("aot")
         aot_nothing = aot is not None and aot.metrics is not None and aot.metrics.forward_graphs == 0 and aot.metrics.backward_graphs == 0
-        text, tone = _speed_phrase(speed, trained_otherwise=bool(differ & {speed.mode, speed.baseline}), aot_compiled_nothing=aot_nothing)
+        text, tone = _speed_phrase(speed, trained_otherwise=bool(differ & {speed.mode, speed.baseline}), aot_compiled_nothing=aot_nothing,
+                                  skipped=skipped[0] if skipped is not None else None)
         phrases.append(text)
         tones.append(tone)
     if numerics.reference is not None and len(comparison.modes) > 1:
@@ -620,7 +633,20 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         caveat = next((r for r in fix.get("reasons") or () if r.startswith("numerics not compared:")), None)
         if caveat:
             advice += f"; {caveat}"
+    if skipped is not None:  # before anything else: the module was never compiled
+        advice = f"compile the module object: {skipped[0].fix}" + (f"; then {advice}" if advice else "")
     return Headline("; ".join(phrases) + ".", tone, advice)
+
+
+def _skipped_compile(comparison: Comparison) -> "tuple[SkippedCompile, list[str]] | None":
+    """The first module.compile() that compiled nothing, and the modes whose records say so."""
+    found: "SkippedCompile | None" = None
+    where: list[str] = []
+    for name, column in comparison.modes.items():
+        if column.skipped_compiles:
+            found = found or column.skipped_compiles[0]
+            where.append(name)
+    return (found, where) if found is not None else None
 
 
 def change_headline(rc: RunComparison) -> Headline:

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from cagtool.errors import UnreadableInput
 from cagtool.record.loader import ModeRecord, RunRecord
-from cagtool.report.findings import thread_deaths
+from cagtool.report.findings import SkippedCompile, skipped_compiles, thread_deaths
 from cagtool.record.schema import (
     EVENTS_FILE,
     MANIFEST_FILE,
@@ -110,6 +110,9 @@ class ModeColumn:
     # Threads of the job that died while its processes went on (report.findings.thread_deaths), one
     # line each: the process may finish cleanly, but its figures are not the whole job's.
     threads_died: tuple[str, ...] = ()
+    # The job's module.compile() calls that compiled nothing (report.findings.skipped_compiles), of
+    # its first repetition with a record: the mode ran those modules eagerly.
+    skipped_compiles: tuple[SkippedCompile, ...] = ()
     # How long its processes waited for a CPU in their steady steps, repetitions summed; None where
     # it was not measured (metrics.CpuWait).
     cpu_wait: CpuWait | None = None
@@ -217,6 +220,7 @@ def mode_column(name: str, records: list[tuple[str, ModeRecord | None]], exit_co
         failures=failures,
         threads_died=tuple(f"{record_name}: {death}" if len(present) > 1 else death
                            for record_name, record in present for death in thread_deaths(record)),
+        skipped_compiles=skipped_compiles(per_rep[0][0]),
         cpu_wait=_pooled_cpu_wait([record for record, _ in per_rep]),
         compile_wait=_largest([compile_wait(record) for record, _ in per_rep]),
         processes=tuple(processes),

@@ -9,7 +9,6 @@ import re
 
 # A call of a plain name or of a module the caller holds (`self.net(x)`), not of another attribute (`x.view(...)`).
 CALLED = r"(?<![\w.])(?P<name>self\.[A-Za-z_]\w*|[A-Za-z_]\w*)"
-PLAIN_CALL = re.compile(CALLED + r"\((?P<args>[^()]*)\)")
 CALL_START = re.compile(r"(?<![\w.])(?P<name>[A-Za-z_]\w*)\(")
 # ... or of a name held on `self` (`self.net(x)`: a compiled submodule, but also `self.log(...)`, a method).
 SELF_CALL_START = re.compile(CALLED + r"\(")
@@ -64,3 +63,36 @@ def uncompiled_call(code: str) -> str:
     for name, args in sorted(calls, key=lambda call: not call[1]):
         return f"{name}._orig_mod({args})"
     return "model._orig_mod(x)"
+
+
+def split_arguments(args: str) -> list[str]:
+    """A call's arguments, split at its own commas (not those inside brackets or quotes:
+    `data[:, :n], f(a, b), "x,y"` is three), each stripped; empty ones left out."""
+    parts, depth, quote, start = [], 0, "", 0
+    for i, char in enumerate(args):
+        if quote:
+            quote = "" if char == quote and args[i - 1] != "\\" else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(args[start:i])
+            start = i + 1
+    parts.append(args[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def innermost_call(code: str) -> tuple[str, list[str]] | None:
+    """(name, arguments) of the call a compiled function's caller made at its line: the innermost
+    call of a plain name or of one held on `self` that is not a builtin, the first of them
+    (`loss_fn(model(x), y)` -> model; `model(data[:len(src)], hidden)` -> model, not len), its
+    arguments split at its own commas. None where the line holds no such call."""
+    calls = [(name, args) for name, args in calls_on(call_line(code), SELF_CALL_START) if name not in NOT_A_MODULE]
+    for name, args in calls:  # in the order they start: the first without a call inside it
+        inner = [m for m in SELF_CALL_START.finditer(args) if m["name"] not in NOT_A_MODULE]
+        if not inner:
+            return name, split_arguments(args)
+    return None

@@ -26,7 +26,7 @@ from cagtool.record.schema import (
     HookSite,
     SourceRef,
 )
-from cagtool.report.recompiles.calls import PLAIN_CALL, call_line, uncompiled_call
+from cagtool.report.recompiles.calls import innermost_call, uncompiled_call
 from cagtool.report.recompiles.reads import LimitHit, display_path, format_source, short_file, step_list, steps_place
 from cagtool.report.recompiles.table import (
     SOURCE_CA,
@@ -2613,10 +2613,10 @@ def _tensor_variable(name: str, code: str, params: list[str] | None = None) -> s
     at its place (`forward(self, input, hidden)` called as `model(data, hidden)` -> data; a method's
     `self` is not passed). None where the line does not show it (the call is inside a library:
     `trainer.train()`, or passes several tensors and the parameters are not known)."""
-    call = PLAIN_CALL.search(call_line(code))
-    args = [a.strip() for a in call["args"].split(",") if a.strip()] if call else []
+    call = innermost_call(code)
+    args = call[1] if call else []
     positional = [a for a in args if not re.match(r"\*|[A-Za-z_]\w*\s*=(?!=)", a)]
-    if call and call["name"] == "checkpoint" and positional:
+    if call and call[0] == "checkpoint" and positional:
         positional = positional[1:]  # torch.utils.checkpoint's function, then its inputs
     if re.fullmatch(r"[A-Za-z_]\w*", name):
         for arg in args:

@@ -45,6 +45,7 @@ from cagtool.record.schema import (
 )
 from cagtool.report.changed_sizes import misses_with_earlier_values, saved_values_changed
 from cagtool.report.figures.metrics import other_call_captures
+from cagtool.report.findings import SkippedCompile, skipped_compiles
 from cagtool.report.replaced import replaced_by
 from cagtool.report.recompiles.reads import LimitHit, StepSummary, forward_step, inside_captures, limit_hits, short_file, step_summary
 from cagtool.torch_text import (
@@ -166,6 +167,8 @@ class RecompileTable:
     # DataLoader iterators the job's loop made (the manifest's `dataloader_iterators`; None in a
     # record that does not say): 0, and a smaller batch is no DataLoader's last but a slice made by hand.
     data_loaders: int | None = None
+    # The job's module.compile() calls that compiled nothing (report.findings.skipped_compiles).
+    skipped_compiles: "tuple[SkippedCompile, ...]" = ()
     # Where torch reported a data-dependent branch (graph break "Data-dependent branching"), in
     # record order: a branch picks the ops of the backward, so a structural change is tied to it.
     branch_sites: list[SourceRef] = field(default_factory=list)
@@ -892,6 +895,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         # Its type checked by the loader. Not the Python API's: its block may iterate a DataLoader
         # whose iterator was made before the block began, which no count of the block's sees.
         data_loaders=None if manifest.options.get("python_api") else manifest.options.get("dataloader_iterators"),
+        skipped_compiles=skipped_compiles(record),
         branch_sites=branches,
         random_sites=randoms,
         phases=phases,

@@ -154,6 +154,11 @@ def test_a_size_guard_on_the_compiled_frames_parameter_is_fixed_on_what_the_call
     assert "on the tensor passed as `x`" in mark_with("out = model(a)", ["self", "h", "x"])
     assert "maybe_mark_dynamic(h, 1)" in mark_with("h = checkpoint(block, h, use_reentrant=True)", ["self", "x"])
     assert "maybe_mark_dynamic(tensor, 1)" in mark_with("out = model(a.float(), b)", ["self", "x", "y"])
+    # the compiled call is the innermost call of a name that is no builtin: not `len(...)` in its
+    # arguments, whose own argument is no input of the compiled function
+    assert "maybe_mark_dynamic(tensor, 1)" in mark_with("output = model(data[:len(src)], hidden)", ["self", "x", "hidden"])
+    assert "maybe_mark_dynamic(data, 1)" in mark_with("out = model(data, len(lengths))", ["self", "x", "n"])
+    assert "maybe_mark_dynamic(data, 1)" in mark_with("loss = criterion(model(data, hidden), targets)", ["self", "x", "hidden"])
 
 
 @pytest.mark.slow

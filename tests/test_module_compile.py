@@ -1,0 +1,114 @@
+"""`module.compile()` that compiles nothing: torch 2.13's Dynamo skips `Module._call_impl` and a
+forward of torch's own (nn.Sequential), so `model.compile()` on such a module runs it eagerly with
+nothing said (pytorch/pytorch#150915). cagtool says so, on the user's line, with the call that does
+compile it, and says nothing where the module did compile (a forward of the script's own, or
+torch.compile(model)). On real torch: in this process through the Python API, and as a user runs
+`cagtool run`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import torch
+import torch.nn as nn
+from conftest import ROOT, cli_in_process
+from torch._dynamo.utils import counters
+
+import cagtool
+from cagtool.capture.observe.torch_logs import WRAPPER_FILE
+from cagtool.record.schema import FINDING_MODULE_COMPILE_SKIPPED, DynamoCompileEvent, FindingEvent
+
+SCRIPT = ROOT / "tests" / "scripts" / "module_compile_builtin.py"
+
+
+class Head(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x).tanh()
+
+
+def _steps(*modules: nn.Module, n: int = 2) -> None:
+    params = [p for m in modules for p in m.parameters()]
+    opt = torch.optim.SGD(params, lr=0.01)
+    for _ in range(n):
+        x = torch.randn(4, 16)
+        for m in modules:
+            x = m(x)
+        x.sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+
+def _findings(path) -> list[FindingEvent]:
+    return [f for f in cagtool.load(path).mode("ca").of(FindingEvent) if f.code == FINDING_MODULE_COMPILE_SKIPPED]
+
+
+def test_a_sequentials_compile_that_compiles_nothing_is_found_on_the_users_line(tmp_path):
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(16, 8), nn.ReLU())
+    with cagtool.capture(backend="eager", output=tmp_path / "run", reset=True) as cap:
+        frames, captures = counters["frames"]["total"], counters["compiled_autograd"]["captures"]
+        model.compile(backend="eager"); line = sys._getframe().f_lineno  # noqa: E702 - the line the finding names
+        _steps(model)
+        # torch's own counts: every frame Dynamo compiled is a compiled-autograd graph, none the model's
+        assert counters["frames"]["total"] - frames == counters["compiled_autograd"]["captures"] - captures == 1
+    (finding,) = _findings(cap.path)
+    assert finding.source is not None and finding.source.file == __file__ and finding.source.line == line
+    assert finding.detail["module"] == "torch.nn.modules.container.Sequential"
+    assert finding.detail["variable"] == "model" and finding.detail["arguments"] == "backend='eager'"
+    assert finding.message.startswith("model.compile() compiled nothing: ")
+    assert "model = torch.compile(model, backend='eager')" in finding.message
+
+
+def test_the_fix_compiles_the_module_through_dynamos_wrapper_and_is_not_found(tmp_path):
+    """torch.compile(model) compiles a frame of Dynamo's wrapper file (what the finding's rule
+    counts); a module of the script's own compiles its forward under module.compile()."""
+    torch._dynamo.reset()
+    head = Head()
+    with cagtool.capture(backend="eager", output=tmp_path / "run", reset=True) as cap:
+        frames, captures = counters["frames"]["total"], counters["compiled_autograd"]["captures"]
+        fixed = torch.compile(nn.Sequential(nn.Linear(16, 8), nn.ReLU()), backend="eager")
+        head.compile(backend="eager")
+        _steps(fixed, head)
+        assert counters["frames"]["total"] - frames == counters["compiled_autograd"]["captures"] - captures + 2
+    assert _findings(cap.path) == []
+    compiled = [e.co_filename for e in cagtool.load(cap.path).mode("ca").of(DynamoCompileEvent) if not e.is_ca_graph]
+    assert sum(f.endswith(WRAPPER_FILE) for f in compiled) == 1  # the Sequential, through wrap_inline
+    assert sum(f == __file__ for f in compiled) == 1  # Head.forward
+
+
+def _run(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "aot", "--backend", "eager", "-o", str(out), str(SCRIPT),
+                           "--steps", "3", *args], cwd=ROOT, capture_output=True, text=True, timeout=600, env={**__import__("os").environ, "CI": "true"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+def test_cagtool_run_says_it_in_the_headline_the_recompiles_and_the_summary(tmp_path):
+    proc = _run(tmp_path)
+    line = next(i for i, text in enumerate(SCRIPT.read_text().splitlines(), 1) if "model.compile(backend" in text)
+    where = f"module_compile_builtin.py:{line}"
+    text = " ".join(proc.stderr.split())  # the job has stdout; cagtool speaks on stderr
+    assert text.startswith(f"model.compile() ({where}) compiled nothing: Dynamo skips Sequential's call under Module.compile(), "
+                           "so model ran eagerly in aot;")
+    assert "what to do: compile the module object: model = torch.compile(model, backend='eager')" in text
+    assert "head.compile()" not in text  # the script's own module compiled
+    code, out, err = cli_in_process("recompiles", str(tmp_path / "run"), "--mode", "aot", env={"COLUMNS": "200"})
+    assert code == 0, err
+    # the loss and the head compiled, so this mode compiled something: no "compiled nothing" line
+    assert "compiled nothing" not in out
+    code, out, err = cli_in_process("summary", str(tmp_path / "run"), env={"COLUMNS": "300"})
+    assert code == 0, err
+    assert f"finding: model.compile() compiled nothing" in " ".join(out.split()) and f"({where})" in out
+
+
+def test_cagtool_run_of_the_fixed_script_says_nothing_of_it(tmp_path):
+    proc = _run(tmp_path, "--fixed")
+    assert "compiled nothing" not in proc.stderr and "compile the module object" not in proc.stderr
+    code, out, err = cli_in_process("summary", str(tmp_path / "run"), env={"COLUMNS": "300"})
+    assert code == 0 and "finding:" not in out, err

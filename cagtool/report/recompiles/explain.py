@@ -26,7 +26,7 @@ from cagtool.record.schema import (
     HookSite,
     SourceRef,
 )
-from cagtool.report.recompiles.calls import innermost_call, uncompiled_call
+from cagtool.report.recompiles.calls import SELF_CALL_START, call_line, calls_on, innermost_call, split_arguments, uncompiled_call
 from cagtool.report.recompiles.reads import LimitHit, display_path, format_source, short_file, step_list, steps_place
 from cagtool.report.recompiles.table import (
     SOURCE_CA,
@@ -2600,7 +2600,7 @@ def _dynamo_made(name: str) -> bool:
     return name.startswith("___")
 
 
-def _tensor_variable(name: str, code: str, params: list[str] | None = None) -> str | None:
+def _tensor_variable(name: str, code: str, params: list[str] | None = None, own_line: bool = False) -> str | None:
     """The tensor of a size guard as the caller names it. A guard names the compiled frame's own
     parameter (`x` of `forward(self, x)`), which the caller's line may name otherwise
     (`model(batch)`, `checkpoint(block, h)`): a plain name is the caller's only where the call
@@ -2611,14 +2611,17 @@ def _tensor_variable(name: str, code: str, params: list[str] | None = None) -> s
     or `batch["K"]` where the call passes `**batch`. `params`: the compiled function's parameters
     in order, where the record has them: a parameter passed positionally is the caller's argument
     at its place (`forward(self, input, hidden)` called as `model(data, hidden)` -> data; a method's
-    `self` is not passed). None where the line does not show it (the call is inside a library:
-    `trainer.train()`, or passes several tensors and the parameters are not known)."""
+    `self` is not passed). `own_line`: `code` is a line inside the compiled function itself, where
+    the parameter has its own name (`len(src)`). None where the line does not show it (the call is
+    inside a library: `trainer.train()`, or passes several tensors and the parameters are not known)."""
     call = innermost_call(code)
     args = call[1] if call else []
     positional = [a for a in args if not re.match(r"\*|[A-Za-z_]\w*\s*=(?!=)", a)]
     if call and call[0] == "checkpoint" and positional:
         positional = positional[1:]  # torch.utils.checkpoint's function, then its inputs
     if re.fullmatch(r"[A-Za-z_]\w*", name):
+        if own_line and any(name in split_arguments(given) for _, given in calls_on(call_line(code), SELF_CALL_START)):
+            return name  # passed by that name on the compiled function's own line (`len(src)`)
         for arg in args:
             given = re.fullmatch(rf"(?:{name}\s*=\s*)?([A-Za-z_][\w.]*)", arg)
             if given and (given[1] == name or arg != given[1]):
@@ -3001,7 +3004,8 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
             # inside the compiled function (`len(src)` in word_language_model's forward, called as
             # `model(data)`), where its name is the parameter's, not the caller's.
             caller = facts.get("caller")
-            variable = _tensor_variable(size[0], caller.code if caller is not None and caller.code else code, facts.get("argnames"))
+            by_caller = caller is not None and bool(caller.code)
+            variable = _tensor_variable(size[0], caller.code if by_caller else code, facts.get("argnames"), own_line=not by_caller)
             mark = (f"torch._dynamo.maybe_mark_dynamic({variable}, {size[1]})" if variable is not None
                     else f"torch._dynamo.maybe_mark_dynamic(tensor, {size[1]}) on {_tensor_words(size[0])}")
             if not fixes and size[2] in (0, 1):

@@ -159,6 +159,12 @@ def test_a_size_guard_on_the_compiled_frames_parameter_is_fixed_on_what_the_call
     assert "maybe_mark_dynamic(tensor, 1)" in mark_with("output = model(data[:len(src)], hidden)", ["self", "x", "hidden"])
     assert "maybe_mark_dynamic(data, 1)" in mark_with("out = model(data, len(lengths))", ["self", "x", "n"])
     assert "maybe_mark_dynamic(data, 1)" in mark_with("loss = criterion(model(data, hidden), targets)", ["self", "x", "hidden"])
+    # the caller's `len(x)` names a variable of the caller's, not the compiled function's parameter
+    from cagtool.record.schema import SourceRef
+
+    caller = SourceRef(file="/job/train.py", line=9, code="out = model(batch[:len(x)], h)", function="train", how="caller")
+    fix = _guard_fixes({**facts, "argnames": ["self", "x", "h"], "caller": caller}, False, "return self.net(x)")[0]
+    assert "maybe_mark_dynamic(tensor, 1)" in fix
 
 
 @pytest.mark.slow

@@ -96,7 +96,7 @@ def test_cagtool_run_says_it_in_the_headline_the_recompiles_and_the_summary(tmp_
     text = " ".join(proc.stderr.split())  # the job has stdout; cagtool speaks on stderr
     assert text.startswith(f"model.compile() ({where}) compiled nothing: Dynamo skips Sequential's call under Module.compile(), "
                            "so model ran eagerly in aot;")
-    assert "what to do: compile the module object: model = torch.compile(model, backend='eager')" in text
+    assert "what to do: compile the module object: model = torch.compile(model, backend='eager') (why: cagtool summary " in text
     assert "head.compile()" not in text  # the script's own module compiled
     code, out, err = cli_in_process("recompiles", str(tmp_path / "run"), "--mode", "aot", env={"COLUMNS": "200"})
     assert code == 0, err

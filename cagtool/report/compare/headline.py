@@ -42,6 +42,8 @@ class Headline:
     # What to do about it, in one sentence (the fix of the first root cause of a recompile); "" when
     # there is nothing to do.
     advice: str = ""
+    # Where the advice's why is shown: "recompiles" (`recompiles --explain`) or "summary" (a finding).
+    details: str = "recompiles"
 
 
 def _speed_phrase(s: Speedup, trained_otherwise: bool = False, aot_compiled_nothing: bool = False,
@@ -634,7 +636,10 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         if caveat:
             advice += f"; {caveat}"
     if skipped is not None:  # before anything else: the module was never compiled
-        advice = f"compile the module object: {skipped[0].fix}" + (f"; then {advice}" if advice else "")
+        fix = f"compile the module object: {skipped[0].fix}"
+        if not advice:
+            return Headline("; ".join(phrases) + ".", tone, fix, details="summary")
+        advice = f"{fix}; then {advice}"
     return Headline("; ".join(phrases) + ".", tone, advice)
 
 

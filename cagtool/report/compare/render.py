@@ -565,7 +565,8 @@ def print_headline(console: Console, line: Headline, run_path: str = "") -> None
     details are, for `recompiles --explain`)."""
     console.print(Text(line.text, style={"good": "bold green", "bad": "bold red"}.get(line.tone, "bold")))
     if line.advice:
-        details = f" (why, and every recompile: cagtool recompiles --explain {run_path})" if run_path else ""
+        details = ("" if not run_path else f" (why: cagtool summary {run_path})" if line.details == "summary"
+                   else f" (why, and every recompile: cagtool recompiles --explain {run_path})")
         console.print(Text.assemble(("what to do: ", "bold"), f"{line.advice}{details}"))
 
 

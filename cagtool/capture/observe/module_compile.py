@@ -6,8 +6,9 @@ torch 2.13's Dynamo skips `_call_impl` (torch/nn/modules/module.py is in its ski
 the module's forward is torch's own too (nn.Sequential, nn.Linear: also skipped), no frame is left
 to compile: every call runs eagerly, with nothing said unless Dynamo's debug log is on
 (pytorch/pytorch#150915; docs/torch-internals.md, "Module.compile() on a module of torch's own").
-`torch.compile(module)` wraps such a forward and compiles it. A forward of the script's own is
-compiled under `module.compile()` as under `torch.compile(module)`.
+`torch.compile(module)` wraps such a forward and compiles it, and so does torch 2.14's
+Module.compile(). A forward of the script's own is compiled under `module.compile()` as under
+`torch.compile(module)`.
 
 The tap calls torch's `Module.compile` first, unchanged, then notes the call: the module's class,
 whether Dynamo's rules skip its forward, the user's line, and how many of Dynamo's wrapper frames
@@ -141,7 +142,7 @@ class ModuleCompiles:
                     f"{target}.compile() compiled nothing: Module.compile() compiles the module's _call_impl, and Dynamo "
                     f"skips it and {short}'s forward, which are torch's own (in its skip rules), so every call of "
                     f"{target} ran eagerly. Compile the module object instead: "
-                    f"{target} = torch.compile({target}{arguments}) (pytorch/pytorch#150915)"
+                    f"{target} = torch.compile({target}{arguments}) (pytorch/pytorch#150915; torch 2.14 compiles it)"
                 ),
                 step=call.step,
                 source=call.source,

@@ -34,7 +34,7 @@ def _torch_state() -> tuple:
         torch._dynamo.eval_frame.DisableContext.__call__,  # its hooks shown inside disabled functions
         torch.nn.Module.train,  # where it sees an evaluation begin (.eval())
         torch.utils.data.DataLoader._get_iterator,  # where it counts the loaders' iterators
-        torch.nn.Module.compile,  # where it sees a module.compile() that compiles nothing
+        torch.nn.Module.compile, torch.compile,  # where it sees a compile call that compiles nothing
     )
 
 

@@ -165,7 +165,7 @@ class Recorder:
         parts: list[Callable[[], Any]] = []
         if self.steps is not None and numerics:
             parts += [self.steps.emit_final_state, self._emit_grad_digests, self.digests.names.uninstall,
-                      self.steps.note_traced_backward, self.taps.note_module_compiles]
+                      self.steps.note_traced_backward, self.taps.note_compile_calls]
         parts += extra
         if self.steps is not None:
             parts += ([self.steps.uninstall, self.observer.uninstall, self.taps.uninstall]

@@ -79,9 +79,13 @@ FINDING_CA_FLAG_WITHOUT_COMPILED_BACKWARD = "ca_flag_without_compiled_backward"
 FINDING_CA_CAPTURE_ERROR = "ca_capture_error"
 
 # `module.compile()` on a module whose forward is torch's own (nn.Sequential, nn.Linear): Dynamo
-# compiled no frame after it, so the module ran eagerly (capture/observe/module_compile.py; detail:
-# module, forward, variable: the name the script's line calls it by, where it is a plain name).
+# compiled no frame for it, so the module ran eagerly (capture/observe/compile_calls.py; detail:
+# module, forward, variable: the name the script's line calls it by, where it is a plain name,
+# arguments: the call's, where plain).
 FINDING_MODULE_COMPILE_SKIPPED = "module_compile_compiled_nothing"
+# `torch.compile(model)` as a statement of its own, whose compiled module was collected: the model
+# ran eagerly (compile_calls.py; detail: module, variable, statement: the line's call).
+FINDING_COMPILED_MODULE_DROPPED = "compiled_module_dropped"
 
 # A thread of the job ended with an uncaught exception (threading.excepthook): the process goes on
 # and exits as python's would, without that thread's work (detail: thread, error_type, error).

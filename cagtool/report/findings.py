@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from cagtool.record.schema import FINDING_MODULE_COMPILE_SKIPPED, FINDING_THREAD_DIED, FindingEvent
+from cagtool.record.schema import FINDING_COMPILED_MODULE_DROPPED, FINDING_MODULE_COMPILE_SKIPPED, FINDING_THREAD_DIED, FindingEvent
 from cagtool.report.text.safe_text import safe_line
 
 if TYPE_CHECKING:
@@ -75,28 +75,36 @@ def thread_deaths(record: "ModeRecord") -> list[str]:
 
 @dataclass(frozen=True)
 class SkippedCompile:
-    """A `module.compile()` that compiled nothing (capture/observe/module_compile.py), as the
-    headline says it: where, on what, and the call that compiles it."""
+    """A compile call of the script that compiled nothing (capture/observe/compile_calls.py), as
+    the headline says it: the call, where, why, and the call that compiles."""
 
+    call: str  # "model.compile()", "torch.compile(model)"
     where: str  # "train.py:4" ("" where the line is not known)
-    name: str  # what the script's line calls .compile() on ("model"; "module" where unknown)
-    module: str  # the module's class, unqualified ("Sequential")
+    name: str  # the model the call meant to compile ("model"; "module" where unknown)
+    why: str  # "Dynamo skips Sequential's call under Module.compile()"
     fix: str  # "model = torch.compile(model, backend='aot_eager')"
 
 
 def skipped_compiles(record: "ModeRecord") -> tuple[SkippedCompile, ...]:
-    """The module.compile() calls of the mode's main process that compiled nothing, in order."""
+    """The compile calls of the mode's main process that compiled nothing, in order."""
     if not record.kind_counts.get(FindingEvent.kind):
         return ()
     found = []
     for finding in record.of(FindingEvent):
-        if finding.code != FINDING_MODULE_COMPILE_SKIPPED or not isinstance(finding.detail, dict):
+        if finding.code not in (FINDING_MODULE_COMPILE_SKIPPED, FINDING_COMPILED_MODULE_DROPPED) or not isinstance(finding.detail, dict):
             continue
         detail = finding.detail
         name = detail.get("variable") if isinstance(detail.get("variable"), str) else "module"
-        arguments = detail.get("arguments") if isinstance(detail.get("arguments"), str) else ""
         where = f"{os.path.basename(finding.source.file)}:{finding.source.line}" if finding.source is not None else ""
-        module = str(detail.get("module") or "?").rsplit(".", 1)[-1]
-        fix = f"{name} = torch.compile({name}{', ' + arguments if arguments else ''})"
-        found.append(SkippedCompile(safe_line(where), safe_line(name), safe_line(module), safe_line(fix)))
+        if finding.code == FINDING_MODULE_COMPILE_SKIPPED:
+            arguments = detail.get("arguments") if isinstance(detail.get("arguments"), str) else ""
+            module = str(detail.get("module") or "?").rsplit(".", 1)[-1]
+            found.append(SkippedCompile(safe_line(f"{name}.compile()"), safe_line(where), safe_line(name),
+                                        safe_line(f"Dynamo skips {module}'s call under Module.compile()"),
+                                        safe_line(f"{name} = torch.compile({name}{', ' + arguments if arguments else ''})")))
+        else:
+            statement = str(detail.get("statement") or f"torch.compile({name})")
+            found.append(SkippedCompile(safe_line(f"torch.compile({name})"), safe_line(where), safe_line(name),
+                                        "the compiled module it returned was dropped (torch.compile is not in place)",
+                                        safe_line(f"{name} = {statement}")))
     return tuple(found)

@@ -127,12 +127,12 @@ class DynamoTaps:
         self.record_artifacts = record_artifacts
         self._installed: list[tuple[Any, str, Any]] = []
         self._on_import: OnImport | None = None  # the modules not imported yet, tapped when they are
-        self.module_compiles: Any = None  # module_compile.ModuleCompiles, once installed
+        self.compile_calls: Any = None  # compile_calls.CompileCalls, once installed
 
-    def note_module_compiles(self) -> None:
-        """The findings of module.compile() calls that compiled nothing (at the end of the watch)."""
-        if self.module_compiles is not None:
-            self.module_compiles.note_compiled_nothing()
+    def note_compile_calls(self) -> None:
+        """The findings of the script's compile calls that compiled nothing (at the end of the watch)."""
+        if self.compile_calls is not None:
+            self.compile_calls.note_compiled_nothing()
 
     # -- what each tap hands the handler ---------------------------------------------------
     def _record(self, make: Callable[[], tuple[dict[str, Any], str | None] | None]) -> None:
@@ -325,11 +325,11 @@ class DynamoTaps:
             "CheckFunctionManager.__init__": lambda o: after(o, lambda _r, manager, *a, **k: taps._guards(manager)),
         }
         from cagtool.capture.observe import global_state
-        from cagtool.capture.observe.module_compile import ModuleCompiles
+        from cagtool.capture.observe.compile_calls import CompileCalls
 
         self._uninstall_global_state = global_state.install(self.handler)  # the thread count Dynamo guards on
-        self.module_compiles = ModuleCompiles(self.handler)  # module.compile() that compiles nothing
-        self.module_compiles.install()
+        self.compile_calls = CompileCalls(self.handler)  # the script's compile calls that compile nothing
+        self.compile_calls.install()
         installed = self._installed
 
         def tap(module: Any, paths: list[str]) -> None:
@@ -371,8 +371,8 @@ class DynamoTaps:
         if getattr(self, "_uninstall_global_state", None) is not None:
             self._uninstall_global_state()
             self._uninstall_global_state = None
-        if self.module_compiles is not None:
-            self.module_compiles.uninstall()
+        if self.compile_calls is not None:
+            self.compile_calls.uninstall()
         while self._installed:
             owner, name, original = self._installed.pop()
             setattr(owner, name, original)

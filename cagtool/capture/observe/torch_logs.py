@@ -45,7 +45,7 @@ ASSUME_STATIC_KEY = "cagtool_assume_static_by_default"  # torch._dynamo.config's
 FULLGRAPH_KEY = "cagtool_fullgraph"  # a graph break is an error in this compile (compile_phase.fullgraph_now)
 # Where Dynamo's wrapper around a module whose forward it skips lives (`wrap_inline`'s `inner`):
 # torch.compile(module) compiles that frame for nn.Sequential or nn.Linear (docs/torch-internals.md,
-# "Module.compile() on a module of torch's own").
+# "A compile call that compiles nothing").
 WRAPPER_FILE = os.path.join("_dynamo", "external_utils.py")
 ARGNAMES_KEY = "cagtool_argnames"  # in `dynamo_start`: the compiled code's parameters, in order
 _US = 1e-6

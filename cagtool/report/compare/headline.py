@@ -56,7 +56,7 @@ def _speed_phrase(s: Speedup, trained_otherwise: bool = False, aot_compiled_noth
     `skipped`: or it called module.compile(), which compiled nothing (report.findings)."""
     mode, base = _MODE_WORDS.get(s.mode, s.mode), _MODE_WORDS.get(s.baseline, s.baseline)
     if aot_compiled_nothing and s.baseline == "aot":
-        itself = f"its {skipped.name}.compile() compiled nothing" if skipped is not None else "it compiles nothing itself"
+        itself = f"its {skipped.call} compiled nothing" if skipped is not None else "it compiles nothing itself"
         base = f"the script without it ({itself}: the aot mode ran it eagerly)"
     if s.ratio is None:
         return f"{mode} vs {base}: not timed ({s.note or 'no steady steps'})", NEUTRAL
@@ -501,8 +501,7 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
     if skipped is not None:
         first, where = skipped
         at = f" ({first.where})" if first.where else ""
-        phrases.append(f"{first.name}.compile(){at} compiled nothing: Dynamo skips {first.module}'s call under "
-                       f"Module.compile(), so {first.name} ran eagerly in {' and '.join(where)}")
+        phrases.append(f"{first.call}{at} compiled nothing: {first.why}, so {first.name} ran eagerly in {' and '.join(where)}")
         tones.append(BAD)
     # What replicates first (counts, compile time, first step, memory), then the time verdict.
     recompiles = _recompile_phrase(comparison, verified, explanation)
@@ -636,7 +635,7 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         if caveat:
             advice += f"; {caveat}"
     if skipped is not None:  # before anything else: the module was never compiled
-        fix = f"compile the module object: {skipped[0].fix}"
+        fix = f"compile it: {skipped[0].fix}"
         if not advice:
             return Headline("; ".join(phrases) + ".", tone, fix, details="summary")
         advice = f"{fix}; then {advice}"

@@ -139,8 +139,8 @@ def no_recompiles_text(table: RecompileTable) -> str:
     if not table.rows and not table.graphs and not table.dynamo_compiles and table.steps and table.skipped_compiles:
         first = table.skipped_compiles[0]
         at = f" ({first.where})" if first.where else ""
-        return (f"No recompiles: this mode compiled nothing. {first.name}.compile(){at} compiled nothing: Dynamo skips "
-                f"{first.module}'s call under Module.compile(), so {first.name} ran eagerly; compile the module object: {first.fix}.")
+        return (f"No recompiles: this mode compiled nothing. {first.call}{at} compiled nothing: {first.why}, so {first.name} "
+                f"ran eagerly; compile it: {first.fix}.")
     if not table.rows and not table.graphs and not table.dynamo_compiles and table.steps:
         return "No recompiles: this mode compiled nothing (no torch.compile'd code ran)."
     if table.steps <= 1:

@@ -1,9 +1,10 @@
-"""`module.compile()` that compiles nothing: torch 2.13's Dynamo skips `Module._call_impl` and a
-forward of torch's own (nn.Sequential), so `model.compile()` on such a module runs it eagerly with
-nothing said (pytorch/pytorch#150915). cagtool says so, on the user's line, with the call that does
-compile it, and says nothing where the module did compile (a forward of the script's own, or
-torch.compile(model)). On real torch: in this process through the Python API, and as a user runs
-`cagtool run`."""
+"""Compile calls that compile nothing. `module.compile()`: torch 2.13's Dynamo skips
+`Module._call_impl` and a forward of torch's own (nn.Sequential), so `model.compile()` on such a
+module runs it eagerly with nothing said (pytorch/pytorch#150915). `torch.compile(model)` as a
+statement of its own: the compiled module it returns is dropped. cagtool says so, on the user's
+line, with the call that does compile it, and says nothing where the module did compile (a
+forward of the script's own, torch.compile(model) kept). On real torch: in this process through
+the Python API, and as a user runs `cagtool run`."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from torch._dynamo.utils import counters
 
 import cagtool
 from cagtool.capture.observe.torch_logs import WRAPPER_FILE
-from cagtool.record.schema import FINDING_MODULE_COMPILE_SKIPPED, DynamoCompileEvent, FindingEvent
+from cagtool.record.schema import FINDING_COMPILED_MODULE_DROPPED, FINDING_MODULE_COMPILE_SKIPPED, DynamoCompileEvent, FindingEvent
 
 SCRIPT = ROOT / "tests" / "scripts" / "module_compile_builtin.py"
 
@@ -43,8 +44,8 @@ def _steps(*modules: nn.Module, n: int = 2) -> None:
         opt.zero_grad()
 
 
-def _findings(path) -> list[FindingEvent]:
-    return [f for f in cagtool.load(path).mode("ca").of(FindingEvent) if f.code == FINDING_MODULE_COMPILE_SKIPPED]
+def _findings(path, code: str = FINDING_MODULE_COMPILE_SKIPPED) -> list[FindingEvent]:
+    return [f for f in cagtool.load(path).mode("ca").of(FindingEvent) if f.code == code]
 
 
 def test_a_sequentials_compile_that_compiles_nothing_is_found_on_the_users_line(tmp_path):
@@ -81,6 +82,24 @@ def test_the_fix_compiles_the_module_through_dynamos_wrapper_and_is_not_found(tm
     assert sum(f == __file__ for f in compiled) == 1  # Head.forward
 
 
+def test_a_torch_compile_whose_result_is_dropped_is_found_and_one_kept_is_not(tmp_path):
+    torch._dynamo.reset()
+    model, kept = nn.Sequential(nn.Linear(16, 8), nn.ReLU()), nn.Sequential(nn.Linear(8, 8))
+    with cagtool.capture(backend="eager", output=tmp_path / "run", reset=True) as cap:
+        frames, captures = counters["frames"]["total"], counters["compiled_autograd"]["captures"]
+        torch.compile(model, backend="eager"); line = sys._getframe().f_lineno  # noqa: E702 - the line the finding names
+        compiled = torch.compile(kept, backend="eager")
+        _steps(model, compiled)
+        # torch's own counts: the kept one compiled (one frame), the dropped one nothing
+        assert counters["frames"]["total"] - frames == counters["compiled_autograd"]["captures"] - captures + 1
+    (finding,) = _findings(cap.path, FINDING_COMPILED_MODULE_DROPPED)
+    assert finding.source is not None and finding.source.file == __file__ and finding.source.line == line
+    assert finding.detail["variable"] == "model" and finding.detail["module"] == "torch.nn.modules.container.Sequential"
+    assert finding.message.startswith('torch.compile(model, backend="eager") compiled nothing: ')
+    assert finding.message.endswith('Keep it: model = torch.compile(model, backend="eager")')
+    assert torch.compile.__module__ == "torch" and torch.nn.Module.compile.__qualname__ == "Module.compile"  # torch's own again
+
+
 def _run(tmp_path, *args: str) -> subprocess.CompletedProcess:
     out = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "aot", "--backend", "eager", "-o", str(out), str(SCRIPT),
@@ -96,7 +115,7 @@ def test_cagtool_run_says_it_in_the_headline_the_recompiles_and_the_summary(tmp_
     text = " ".join(proc.stderr.split())  # the job has stdout; cagtool speaks on stderr
     assert text.startswith(f"model.compile() ({where}) compiled nothing: Dynamo skips Sequential's call under Module.compile(), "
                            "so model ran eagerly in aot;")
-    assert "what to do: compile the module object: model = torch.compile(model, backend='eager') (why: cagtool summary " in text
+    assert "what to do: compile it: model = torch.compile(model, backend='eager') (why: cagtool summary " in text
     assert "head.compile()" not in text  # the script's own module compiled
     code, out, err = cli_in_process("recompiles", str(tmp_path / "run"), "--mode", "aot", env={"COLUMNS": "200"})
     assert code == 0, err
@@ -109,6 +128,6 @@ def test_cagtool_run_says_it_in_the_headline_the_recompiles_and_the_summary(tmp_
 
 def test_cagtool_run_of_the_fixed_script_says_nothing_of_it(tmp_path):
     proc = _run(tmp_path, "--fixed")
-    assert "compiled nothing" not in proc.stderr and "compile the module object" not in proc.stderr
+    assert "compiled nothing" not in proc.stderr and "compile it:" not in proc.stderr
     code, out, err = cli_in_process("summary", str(tmp_path / "run"), env={"COLUMNS": "300"})
     assert code == 0 and "finding:" not in out, err

@@ -1,0 +1,242 @@
+"""The script's compile calls that compiled nothing: it asked for torch.compile and its model ran
+eagerly, with nothing said by torch.
+
+Two of them (docs/torch-internals.md, "A compile call that compiles nothing"):
+
+- `module.compile()` on a module whose forward is torch's own (nn.Sequential, nn.Linear). It sets
+  the module's `_compiled_call_impl` to `torch.compile(self._call_impl)`; torch 2.13's Dynamo skips
+  `_call_impl` (torch/nn/modules/module.py is in its skip rules) and that forward too, so no frame
+  is left to compile (pytorch/pytorch#150915). `torch.compile(module)` wraps such a forward in a
+  frame of Dynamo's own (`wrap_inline`'s `inner`) and compiles it, and so does torch 2.14's
+  Module.compile(). A forward of the script's own is compiled under `module.compile()` as under
+  `torch.compile(module)`.
+- `torch.compile(model)` as a statement of its own: torch.compile is not in place, and the compiled
+  module it returned was dropped (collected by the end of the watch), so every call of `model` is
+  the module's own, eager.
+
+The taps call torch's function first, unchanged, then note the call. `module.compile()`: the
+module's class, whether Dynamo's rules skip its forward, the user's line, and how many of Dynamo's
+wrapper frames (`StructuredLogHandler.wrapper_compiles`) it had compiled by then; said where no
+wrapper frame compiled after it (other frames of the job compiling meanwhile, a torch.compile'd
+loss, do not compile the module). `torch.compile(...)` on the line's own statement: a weak
+reference to the compiled module it returned, said where that module was collected. Each is said
+as a finding at the end of the watch (`note_compiled_nothing`), once per line. A failure in a tap
+is counted by the handler, never raised into the job."""
+
+from __future__ import annotations
+
+import linecache
+import re
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from cagtool.capture.observe import source
+from cagtool.record.schema import FINDING_COMPILED_MODULE_DROPPED, FINDING_MODULE_COMPILE_SKIPPED, FindingEvent, SourceRef
+
+if TYPE_CHECKING:
+    from cagtool.capture.observe.torch_logs import StructuredLogHandler
+
+# `model.compile(` / `self.encoder.compile(` on the script's line: the name the fix compiles.
+_CALLED_ON = re.compile(r"([A-Za-z_][\w.]*)\s*\.\s*compile\s*\(")
+# `torch.compile(model, ...)` as the whole statement: its result goes nowhere.
+_DROPPED = re.compile(r"\s*torch\s*\.\s*compile\s*\(\s*(?P<name>[A-Za-z_][\w.]*)\s*[,)]")
+# Arguments written back into the fix as they were passed; anything else is left to the user.
+_PLAIN = (str, bool, int, float, type(None))
+
+
+@dataclass
+class ModuleCompile:
+    """One `module.compile()` call of the job."""
+
+    module: str  # the module's class, qualified
+    forward: str  # its forward, qualified ("torch.nn.modules.container.Sequential.forward")
+    skipped: bool  # Dynamo's rules skip its forward
+    source: SourceRef | None  # the user's line
+    step: int | None
+    wrappers_before: int  # Dynamo's wrapper frames compiled before the call
+    arguments: str  # the call's arguments, for the fix ("backend='aot_eager'"), "..." where not plain
+
+
+@dataclass
+class DroppedCompile:
+    """One `torch.compile(model, ...)` statement whose result nothing kept."""
+
+    compiled: Any  # a weak reference to the compiled module it returned
+    module: str  # the module's class, qualified
+    name: str  # what the line passes (`model`)
+    statement: str  # the line's call (`torch.compile(model, backend="aot_eager")`)
+    source: SourceRef
+    step: int | None
+
+
+def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    if any(not isinstance(v, _PLAIN) for v in (*args, *kwargs.values())):
+        return "..."
+    return ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+
+
+def _line(where: SourceRef | None) -> str:
+    if where is None or not where.file or not where.line:
+        return ""
+    return linecache.getline(where.file, where.line)
+
+
+def _call_text(line: str) -> str:
+    """The line's first call, from its start to its closing parenthesis (`torch.compile(m, x=f(1))`
+    of `torch.compile(m, x=f(1)); y = 2`), the line as it is where it does not close there."""
+    text = line.strip()
+    depth = 0
+    for end, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == ")" and depth == 0:
+            return text[:end + 1]
+    return text
+
+
+def _called_on(where: SourceRef | None) -> str | None:
+    """The name the user's line calls `.compile()` on (`model`, `self.encoder`), where one is."""
+    found = _CALLED_ON.findall(_line(where))
+    return found[0] if len(found) == 1 else None
+
+
+class CompileCalls:
+    """The taps on torch.nn.Module.compile and torch.compile, and the calls they saw."""
+
+    def __init__(self, handler: "StructuredLogHandler") -> None:
+        self.handler = handler
+        self.module_calls: list[ModuleCompile] = []
+        self.dropped: list[DroppedCompile] = []
+        self._restore: list[Callable[[], None]] = []
+
+    def _failed(self, exc: Exception) -> None:
+        self.handler.errors += 1
+        self.handler.last_error = f"{type(exc).__name__}: {exc}"
+
+    def install(self) -> None:
+        import torch
+
+        self._tap_module_compile(torch)
+        self._tap_torch_compile(torch)
+
+    def _tap_module_compile(self, torch: Any) -> None:
+        module_class = torch.nn.Module
+        original = module_class.__dict__.get("compile")
+        if not callable(original):
+            return  # a torch without Module.compile: nothing to watch
+        calls, handler = self.module_calls, self.handler
+
+        def compile(module: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001 - torch's name
+            wrappers = handler.wrapper_compiles
+            result = original(module, *args, **kwargs)
+            try:
+                from torch._dynamo import trace_rules
+
+                cls = type(module)
+                forward = getattr(cls, "forward", None)
+                calls.append(ModuleCompile(
+                    module=f"{cls.__module__}.{cls.__qualname__}",
+                    forward=f"{getattr(forward, '__module__', '?')}.{getattr(forward, '__qualname__', 'forward')}",
+                    skipped=bool(forward is not None and trace_rules.check(forward)),
+                    source=source.user_caller(how="caller"),
+                    step=handler.steps.current_step,
+                    wrappers_before=wrappers,
+                    arguments=_arguments(args, kwargs),
+                ))
+            except Exception as exc:  # noqa: BLE001 - counted, never raised into the job
+                self._failed(exc)
+            return result
+
+        compile.__wrapped__ = original  # type: ignore[attr-defined]
+        compile.__doc__ = original.__doc__
+        module_class.compile = compile  # type: ignore[method-assign]
+
+        def restore() -> None:
+            if module_class.__dict__.get("compile") is compile:
+                module_class.compile = original  # type: ignore[method-assign]
+
+        self._restore.append(restore)
+
+    def _tap_torch_compile(self, torch: Any) -> None:
+        original = torch.__dict__.get("compile")
+        optimized = getattr(getattr(getattr(torch, "_dynamo", None), "eval_frame", None), "OptimizedModule", None)
+        if not callable(original) or optimized is None:
+            return
+        dropped, handler = self.dropped, self.handler
+
+        def compile(*args: Any, **kwargs: Any) -> Any:  # noqa: A001 - torch's name
+            result = original(*args, **kwargs)
+            if isinstance(result, optimized):
+                try:
+                    where = source.user_caller(how="caller")
+                    statement = _DROPPED.match(_line(where))
+                    if where is not None and statement is not None:
+                        cls = type(getattr(result, "_orig_mod", None))
+                        dropped.append(DroppedCompile(weakref.ref(result), f"{cls.__module__}.{cls.__qualname__}", statement["name"],
+                                                      _call_text(_line(where)), where, handler.steps.current_step))
+                except Exception as exc:  # noqa: BLE001 - counted, never raised into the job
+                    self._failed(exc)
+            return result
+
+        compile.__wrapped__ = original  # type: ignore[attr-defined]
+        for name in ("__doc__", "__name__", "__qualname__", "__module__", "__annotations__"):
+            setattr(compile, name, getattr(original, name, None))
+        torch.compile = compile
+
+        def restore() -> None:
+            if torch.__dict__.get("compile") is compile:
+                torch.compile = original
+
+        self._restore.append(restore)
+
+    def uninstall(self) -> None:
+        while self._restore:
+            self._restore.pop()()
+
+    def note_compiled_nothing(self) -> None:
+        """The findings, once per line: each `module.compile()` on a module whose forward Dynamo's
+        rules skip that no compile of Dynamo's wrapper frame followed, and each `torch.compile(...)`
+        statement whose compiled module was collected (said at the end of the watch)."""
+        said: set[tuple[Any, ...]] = set()
+        for call in self.module_calls:
+            if not call.skipped or self.handler.wrapper_compiles > call.wrappers_before:
+                continue
+            key = (call.source.file, call.source.line) if call.source is not None else None, call.module
+            if key in said:
+                continue
+            said.add(key)
+            name = _called_on(call.source)
+            short = call.module.rsplit(".", 1)[-1]
+            target = name or "module"
+            arguments = f", {call.arguments}" if call.arguments else ""
+            self.handler.writer.emit(
+                FindingEvent,
+                code=FINDING_MODULE_COMPILE_SKIPPED,
+                message=(
+                    f"{target}.compile() compiled nothing: Module.compile() compiles the module's _call_impl, and Dynamo "
+                    f"skips it and {short}'s forward, which are torch's own (in its skip rules), so every call of "
+                    f"{target} ran eagerly. Compile the module object instead: "
+                    f"{target} = torch.compile({target}{arguments}) (pytorch/pytorch#150915; torch 2.14 compiles it)"
+                ),
+                step=call.step,
+                source=call.source,
+                detail={"module": call.module, "forward": call.forward, "variable": name, "arguments": call.arguments},
+            )
+        gc_collected = [d for d in self.dropped if d.compiled() is None]
+        for call in gc_collected:
+            key = (call.source.file, call.source.line)
+            if key in said:
+                continue
+            said.add(key)
+            self.handler.writer.emit(
+                FindingEvent,
+                code=FINDING_COMPILED_MODULE_DROPPED,
+                message=(
+                    f"{call.statement} compiled nothing: torch.compile returns a compiled module and leaves {call.name} as it "
+                    f"is, and the line drops what it returned, so every call of {call.name} ran eagerly. Keep it: "
+                    f"{call.name} = {call.statement}"
+                ),
+                step=call.step,
+                source=call.source,
+                detail={"module": call.module, "variable": call.name, "statement": call.statement},
+            )

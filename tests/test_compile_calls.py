@@ -89,9 +89,10 @@ def test_a_torch_compile_whose_result_is_dropped_is_found_and_one_kept_is_not(tm
         frames, captures = counters["frames"]["total"], counters["compiled_autograd"]["captures"]
         torch.compile(model, backend="eager"); line = sys._getframe().f_lineno  # noqa: E702 - the line the finding names
         compiled = torch.compile(kept, backend="eager")
+        torch.compile(nn.Linear(16, 16), backend="eager")(torch.randn(2, 16))  # called on its line: compiled, then dropped
         _steps(model, compiled)
-        # torch's own counts: the kept one compiled (one frame), the dropped one nothing
-        assert counters["frames"]["total"] - frames == counters["compiled_autograd"]["captures"] - captures + 1
+        # torch's own counts: the kept one and the one called compiled (a frame each), the dropped one nothing
+        assert counters["frames"]["total"] - frames == counters["compiled_autograd"]["captures"] - captures + 2
     (finding,) = _findings(cap.path, FINDING_COMPILED_MODULE_DROPPED)
     assert finding.source is not None and finding.source.file == __file__ and finding.source.line == line
     assert finding.detail["variable"] == "model" and finding.detail["module"] == "torch.nn.modules.container.Sequential"

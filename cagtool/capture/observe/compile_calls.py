@@ -169,11 +169,13 @@ class CompileCalls:
             if isinstance(result, optimized):
                 try:
                     where = source.user_caller(how="caller")
-                    statement = _DROPPED.match(_line(where))
-                    if where is not None and statement is not None:
+                    line = _line(where)
+                    statement, call = _DROPPED.match(line), _call_text(line)
+                    rest = line.strip()[len(call):].strip()  # nothing, a comment or the next statement: the call is the statement
+                    if where is not None and statement is not None and (not rest or rest[0] in "#;"):
                         cls = type(getattr(result, "_orig_mod", None))
                         dropped.append(DroppedCompile(weakref.ref(result), f"{cls.__module__}.{cls.__qualname__}", statement["name"],
-                                                      _call_text(_line(where)), where, handler.steps.current_step))
+                                                      call, where, handler.steps.current_step))
                 except Exception as exc:  # noqa: BLE001 - counted, never raised into the job
                     self._failed(exc)
             return result

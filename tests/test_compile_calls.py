@@ -65,6 +65,28 @@ def test_a_sequentials_compile_that_compiles_nothing_is_found_on_the_users_line(
     assert "model = torch.compile(model, backend='eager')" in finding.message
 
 
+def test_a_library_that_calls_module_compile_on_the_scripts_model_is_named_and_not_compiled_in_its_place(tmp_path):
+    """A library's line makes the call (DeepSpeed's engine.compile() calls module.compile() on the
+    script's model): the fix is a model whose forward is the script's own, not the library's object
+    compiled. The library is a function whose code is a file under site-packages."""
+    import os
+    import sysconfig
+
+    namespace: dict = {}
+    library = os.path.join(sysconfig.get_paths()["purelib"], "fakelib", "engine.py")
+    exec(compile("def compile_for_me(model):\n    model.compile(backend='eager')\n", library, "exec"), namespace)  # noqa: S102
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(16, 8), nn.ReLU())
+    with cagtool.capture(backend="eager", output=tmp_path / "run", reset=True) as cap:
+        namespace["compile_for_me"](model); line = sys._getframe().f_lineno  # noqa: E702 - the line the finding names
+        _steps(model)
+    (finding,) = _findings(cap.path)
+    assert finding.source.file == __file__ and finding.source.line == line and finding.detail["via"] == "fakelib/engine.py:2"
+    assert finding.detail["variable"] is None
+    assert finding.message.startswith("Sequential.compile(), called by fakelib/engine.py:2, compiled nothing: ")
+    assert "Give the library a model whose forward is your own" in finding.message and "torch.compile(" not in finding.message
+
+
 def test_the_fix_compiles_the_module_through_dynamos_wrapper_and_is_not_found(tmp_path):
     """torch.compile(model) compiles a frame of Dynamo's wrapper file (what the finding's rule
     counts); a module of the script's own compiles its forward under module.compile()."""

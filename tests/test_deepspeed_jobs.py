@@ -19,7 +19,7 @@ import pytest
 
 from conftest import ROOT, SAMPLES, cagtool_cmd, cagtool_in_process, recorded_once
 from cagtool.record.loader import load_run
-from cagtool.record.schema import CAGraphEvent, FinalStateEvent
+from cagtool.record.schema import FINDING_MODULE_COMPILE_SKIPPED, CAGraphEvent, FinalStateEvent, FindingEvent
 
 pytestmark = [
     pytest.mark.slow,
@@ -167,6 +167,9 @@ def test_one_process_counts_and_norm_are_the_plain_jobs(tmp_path, stage):
     record = load_run(out).mode("ca")
     assert _counters(record.manifest.torch_counters) == _counters(expected["counters"])
     assert {g.compiler for g in record.of(CAGraphEvent)} == {"script:eager"}
+    # engine.compile() calls module.compile() on the script's nn.Sequential, whose forward compiles
+    # with the engine's hooks on it (docs/torch-internals.md, "A compile call that compiles nothing")
+    assert [f for f in record.of(FindingEvent) if f.code == FINDING_MODULE_COMPILE_SKIPPED] == []
     [final] = record.of(FinalStateEvent)
     assert final.param_norm == pytest.approx(expected["param_norm"], rel=1e-9)
     assert cagtool_in_process("gate", out, "--max-recompiles", "20").returncode == 0

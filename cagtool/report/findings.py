@@ -96,7 +96,13 @@ def skipped_compiles(record: "ModeRecord") -> tuple[SkippedCompile, ...]:
         detail = finding.detail
         name = detail.get("variable") if isinstance(detail.get("variable"), str) else "module"
         where = f"{os.path.basename(finding.source.file)}:{finding.source.line}" if finding.source is not None else ""
-        if finding.code == FINDING_MODULE_COMPILE_SKIPPED:
+        if finding.code == FINDING_MODULE_COMPILE_SKIPPED and isinstance(detail.get("via"), str) and detail["via"]:
+            module = str(detail.get("module") or "?").rsplit(".", 1)[-1]
+            found.append(SkippedCompile(safe_line(f"{module}.compile() by {detail['via']}"), safe_line(where), safe_line(f"the {module}"),
+                                        safe_line(f"Dynamo skips {module}'s call under Module.compile()"),
+                                        safe_line(f"give the library a model whose forward is your own (a Module subclass whose "
+                                                  f"forward calls the {module})")))
+        elif finding.code == FINDING_MODULE_COMPILE_SKIPPED:
             arguments = detail.get("arguments") if isinstance(detail.get("arguments"), str) else ""
             module = str(detail.get("module") or "?").rsplit(".", 1)[-1]
             found.append(SkippedCompile(safe_line(f"{name}.compile()"), safe_line(where), safe_line(name),

@@ -15,10 +15,11 @@ Two of them (docs/torch-internals.md, "A compile call that compiles nothing"):
   the module's own, eager.
 
 The taps call torch's function first, unchanged, then note the call. `module.compile()`: the
-module's class, whether Dynamo's rules skip its forward, the user's line, and how many of Dynamo's
-wrapper frames (`StructuredLogHandler.wrapper_compiles`) it had compiled by then; said where no
-wrapper frame compiled after it (other frames of the job compiling meanwhile, a torch.compile'd
-loss, do not compile the module). `torch.compile(...)` on the line's own statement: a weak
+module's class, whether Dynamo's rules skip its forward, the user's line, and how many times
+Dynamo had compiled that forward's code and its own wrapper frames by then
+(`StructuredLogHandler.code_compiles`); said where neither compiled after it (other frames of the
+job compiling meanwhile, a torch.compile'd loss, do not compile the module; a module a library
+hooks, DeepSpeed's engine, has its forward compiled as a frame of its own). `torch.compile(...)` on the line's own statement: a weak
 reference to the compiled module it returned, said where that module was collected. Each is said
 as a finding at the end of the watch (`note_compiled_nothing`), once per line. A failure in a tap
 is counted by the handler, never raised into the job."""
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from cagtool.capture.observe import source
+from cagtool.capture.observe.torch_logs import WRAPPER_FILE
 from cagtool.record.schema import FINDING_COMPILED_MODULE_DROPPED, FINDING_MODULE_COMPILE_SKIPPED, FindingEvent, SourceRef
 
 if TYPE_CHECKING:
@@ -54,7 +56,8 @@ class ModuleCompile:
     skipped: bool  # Dynamo's rules skip its forward
     source: SourceRef | None  # the user's line
     step: int | None
-    wrappers_before: int  # Dynamo's wrapper frames compiled before the call
+    compiles_before: int  # compiles of its forward's code and of Dynamo's wrapper frames before the call
+    forward_code: tuple[str, int] | None  # its forward's code (file, first line)
     arguments: str  # the call's arguments, for the fix ("backend='aot_eager'"), "..." where not plain
 
 
@@ -94,6 +97,12 @@ def _call_text(line: str) -> str:
     return text
 
 
+def _compiles_of(handler: "StructuredLogHandler", forward: tuple[str, int] | None) -> int:
+    """How many times Dynamo compiled the code `forward` and its own wrapper frames (WRAPPER_FILE):
+    what compiling a module whose forward its rules skip compiles."""
+    return sum(n for key, n in handler.code_compiles.items() if key == forward or key[0].endswith(WRAPPER_FILE))
+
+
 def _called_on(where: SourceRef | None) -> str | None:
     """The name the user's line calls `.compile()` on (`model`, `self.encoder`), where one is."""
     found = _CALLED_ON.findall(_line(where))
@@ -127,20 +136,23 @@ class CompileCalls:
         calls, handler = self.module_calls, self.handler
 
         def compile(module: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001 - torch's name
-            wrappers = handler.wrapper_compiles
+            cls = type(module)
+            forward = getattr(cls, "forward", None)
+            code = getattr(forward, "__code__", None)
+            key = (code.co_filename, code.co_firstlineno) if code is not None else None
+            before = _compiles_of(handler, key)
             result = original(module, *args, **kwargs)
             try:
                 from torch._dynamo import trace_rules
 
-                cls = type(module)
-                forward = getattr(cls, "forward", None)
                 calls.append(ModuleCompile(
                     module=f"{cls.__module__}.{cls.__qualname__}",
                     forward=f"{getattr(forward, '__module__', '?')}.{getattr(forward, '__qualname__', 'forward')}",
                     skipped=bool(forward is not None and trace_rules.check(forward)),
                     source=source.user_caller(how="caller"),
                     step=handler.steps.current_step,
-                    wrappers_before=wrappers,
+                    compiles_before=before,
+                    forward_code=key,
                     arguments=_arguments(args, kwargs),
                 ))
             except Exception as exc:  # noqa: BLE001 - counted, never raised into the job
@@ -197,32 +209,40 @@ class CompileCalls:
 
     def note_compiled_nothing(self) -> None:
         """The findings, once per line: each `module.compile()` on a module whose forward Dynamo's
-        rules skip that no compile of Dynamo's wrapper frame followed, and each `torch.compile(...)`
+        rules skip that no compile of that forward or of Dynamo's wrapper frame followed, and each `torch.compile(...)`
         statement whose compiled module was collected (said at the end of the watch)."""
         said: set[tuple[Any, ...]] = set()
         for call in self.module_calls:
-            if not call.skipped or self.handler.wrapper_compiles > call.wrappers_before:
+            if not call.skipped or _compiles_of(self.handler, call.forward_code) > call.compiles_before:
                 continue
             key = (call.source.file, call.source.line) if call.source is not None else None, call.module
             if key in said:
                 continue
             said.add(key)
-            name = _called_on(call.source)
             short = call.module.rsplit(".", 1)[-1]
-            target = name or "module"
-            arguments = f", {call.arguments}" if call.arguments else ""
+            via = call.source.via if call.source is not None else ""
+            why = (f"Module.compile() compiles the module's _call_impl, and Dynamo skips it and {short}'s forward, which are "
+                   "torch's own (in its skip rules)")
+            if via:
+                # A library called it on the script's model (its line names the library's object, not the model).
+                name = None
+                message = (f"{short}.compile(), called by {via}, compiled nothing: {why}, so every call of the {short} ran "
+                           f"eagerly. Give the library a model whose forward is your own (a Module subclass whose forward "
+                           f"calls the {short}) (pytorch/pytorch#150915; torch 2.14 compiles it)")
+            else:
+                name = _called_on(call.source)
+                target = name or "module"
+                arguments = f", {call.arguments}" if call.arguments else ""
+                message = (f"{target}.compile() compiled nothing: {why}, so every call of {target} ran eagerly. Compile the "
+                           f"module object instead: {target} = torch.compile({target}{arguments}) (pytorch/pytorch#150915; "
+                           "torch 2.14 compiles it)")
             self.handler.writer.emit(
                 FindingEvent,
                 code=FINDING_MODULE_COMPILE_SKIPPED,
-                message=(
-                    f"{target}.compile() compiled nothing: Module.compile() compiles the module's _call_impl, and Dynamo "
-                    f"skips it and {short}'s forward, which are torch's own (in its skip rules), so every call of "
-                    f"{target} ran eagerly. Compile the module object instead: "
-                    f"{target} = torch.compile({target}{arguments}) (pytorch/pytorch#150915; torch 2.14 compiles it)"
-                ),
+                message=message,
                 step=call.step,
                 source=call.source,
-                detail={"module": call.module, "forward": call.forward, "variable": name, "arguments": call.arguments},
+                detail={"module": call.module, "forward": call.forward, "variable": name, "arguments": call.arguments, "via": via},
             )
         gc_collected = [d for d in self.dropped if d.compiled() is None]
         for call in gc_collected:

@@ -7,6 +7,7 @@ the records from the logger itself (tests compare the two)."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 import os
 import logging
 import sys
@@ -123,8 +124,9 @@ class StructuredLogHandler(logging.Handler):
         self.writer = writer
         self.steps = steps
         self.errors = 0  # records that could not be turned into events (kept in the manifest)
-        self.frame_compiles = 0  # Dynamo compiles of the job's frames seen so far (compiled autograd's graphs not counted)
-        self.wrapper_compiles = 0  # ... of those, of Dynamo's wrapper around a skipped module's call (WRAPPER_FILE)
+        # Dynamo's compiles of the job's frames seen so far, per code (its file, its first line);
+        # compiled autograd's graphs not counted (compile_calls.py).
+        self.code_compiles: Counter[tuple[str, int]] = Counter()
         self.last_error = ""
         self.pgo_suggestion: str | None = None  # torch's, from a logged code state (a TORCH_TRACE log)
         self._argnames: dict[str, list[str]] = {}  # compile id -> its code's parameters, until its metrics come
@@ -198,9 +200,8 @@ class StructuredLogHandler(logging.Handler):
                  assume_static: bool | None = None, fullgraph: bool | None = None) -> None:
         cid = str(m.get("compile_id") or "?")
         if not cid.startswith("!"):
-            self.frame_compiles += 1
-            if str(m.get("co_filename") or "").endswith(WRAPPER_FILE):
-                self.wrapper_compiles += 1
+            line = m.get("co_firstlineno")
+            self.code_compiles[(str(m.get("co_filename") or ""), line if isinstance(line, int) else 0)] += 1
         total = _seconds(m.get("entire_frame_compile_time_s"))
         self.writer.emit(
             DynamoCompileEvent,

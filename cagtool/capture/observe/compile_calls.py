@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import linecache
 import re
+import sys
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
@@ -171,14 +172,16 @@ class CompileCalls:
 
     def _tap_torch_compile(self, torch: Any) -> None:
         original = torch.__dict__.get("compile")
-        optimized = getattr(getattr(getattr(torch, "_dynamo", None), "eval_frame", None), "OptimizedModule", None)
-        if not callable(original) or optimized is None:
+        if not callable(original):
             return
         dropped, handler = self.dropped, self.handler
 
         def compile(*args: Any, **kwargs: Any) -> Any:  # noqa: A001 - torch's name
             result = original(*args, **kwargs)
-            if isinstance(result, optimized):
+            # Read where torch.compile has imported it: installing the taps imports nothing of torch's
+            # (torch._dynamo costs a process ~1 s of CPU; an eager-mode process never imports it).
+            optimized = getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizedModule", None)
+            if optimized is not None and isinstance(result, optimized):
                 try:
                     where = source.user_caller(how="caller")
                     line = _line(where)

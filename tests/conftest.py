@@ -481,6 +481,14 @@ def graph_breaks(record_run) -> Path:
     return run.path
 
 
+def private_copy(recording: Path, dest: Path) -> Path:
+    """A copy of a session's shared recording for a test that writes into its run (`cagtool gate`
+    keeps gate.json there): a shared recording is read by other workers as it is written, and a
+    copy taken while a gate replaces its file would meet the gate's temporary file vanishing.
+    Temporary files of an atomic write (`.NAME.PID.RAND.tmp`) are not copied."""
+    return Path(shutil.copytree(recording, dest, symlinks=True, ignore=shutil.ignore_patterns(".*.tmp")))
+
+
 @pytest.fixture
 def work(tmp_path) -> Path:
     """A working directory with no pyproject.toml above it that has a gate table."""

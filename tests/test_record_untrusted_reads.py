@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import cli_in_process as cagtool
+from conftest import private_copy
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +29,7 @@ SECRET = "the-victims-secret-line"
 def run(record_run, tmp_path) -> Path:
     recorded = record_run("op_loop.py", modes="ca", backend="eager")
     assert recorded.returncode == 0, recorded.stderr[-2000:]
-    copy = Path(shutil.copytree(recorded.path, tmp_path / "run", symlinks=True))
+    copy = private_copy(recorded.path, tmp_path / "run")
     (tmp_path / "victim.txt").write_text(SECRET + "\n")
     return copy
 

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, cagtool_cmd, can_mount_tmpfs, recorded_once
+from conftest import ROOT, cagtool_cmd, can_mount_tmpfs, private_copy, recorded_once
 from conftest import cli_in_process as cagtool
 
 from cagtool.record.loader import load_run
@@ -475,14 +475,15 @@ def _with_closed_stdout(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_closed_stdout_pipe_is_not_a_failure(record_run):
+def test_closed_stdout_pipe_is_not_a_failure(record_run, tmp_path):
     run = record_run("op_loop.py")
     assert run.returncode == 0, run.stderr
-    summary = _with_closed_stdout("summary", str(run.path))
+    path = private_copy(run.path, tmp_path / "run")  # the gates write gate.json into it
+    summary = _with_closed_stdout("summary", str(path))
     assert summary.returncode == 0 and summary.stderr == ""
-    passing = _with_closed_stdout("gate", str(run.path), "--max-ca-graphs", "100", "--no-config")
+    passing = _with_closed_stdout("gate", str(path), "--max-ca-graphs", "100", "--no-config")
     assert passing.returncode == 0 and passing.stderr == ""
-    failing = _with_closed_stdout("gate", str(run.path), "--max-ca-graphs", "1", "--no-config")
+    failing = _with_closed_stdout("gate", str(path), "--max-ca-graphs", "1", "--no-config")
     assert failing.returncode == 1 and "Traceback" not in failing.stderr
 
 

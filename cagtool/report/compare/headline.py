@@ -643,14 +643,16 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
 
 
 def _skipped_compile(comparison: Comparison) -> "tuple[SkippedCompile, list[str]] | None":
-    """The first module.compile() that compiled nothing, and the modes whose records say so."""
+    """The first compile call that compiled nothing, and the modes whose records say so: the
+    compiling ones (the eager mode runs eagerly by design), eager only where it is the only one."""
     found: "SkippedCompile | None" = None
     where: list[str] = []
     for name, column in comparison.modes.items():
         if column.skipped_compiles:
             found = found or column.skipped_compiles[0]
             where.append(name)
-    return (found, where) if found is not None else None
+    compiling = [name for name in where if base_mode(name) != "eager"]
+    return (found, compiling or where) if found is not None else None
 
 
 def change_headline(rc: RunComparison) -> Headline:

@@ -20,15 +20,16 @@ from cagtool.record.loader import load_run
 from cagtool.report.gate.baseline import load_baseline
 from cagtool.report.figures.metrics import mode_metrics
 
+from conftest import private_copy
 from gate_cli import cagtool, edit, gate_json, machine_free_copy, outcomes
 
 pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
-def op_loop(record_run):
+def op_loop(record_run, tmp_path_factory):
     run = record_run("op_loop.py")
     assert run.returncode == 0, run.stderr
-    return run.path
+    return private_copy(run.path, tmp_path_factory.mktemp("gated") / "op_loop")  # the gates write gate.json into it
 
 
 # ------------------------------------------------------------------ count thresholds

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import cagtool_in_process, ddp_ranks_diverge_gated
+from conftest import cagtool_in_process, ddp_ranks_diverge_gated, private_copy
 
 pytestmark = pytest.mark.slow
 
@@ -62,5 +62,5 @@ def test_gate_keeps_its_result_in_the_run_for_the_report(gated_rank0, tmp_path):
 def test_rank_on_a_single_process_run_is_not_ignored(record_run, tmp_path):
     run = record_run("op_loop.py")
     assert run.returncode == 0, run.stderr
-    proc = cagtool("gate", run.path, "--rank", "1", "--max-ca-graphs", "9", "--no-config", cwd=tmp_path)
+    proc = cagtool("gate", private_copy(run.path, tmp_path / "run"), "--rank", "1", "--max-ca-graphs", "9", "--no-config", cwd=tmp_path)
     assert proc.returncode == 3 and "has no rank 1 (ranks: none)" in proc.stderr

@@ -84,6 +84,12 @@ class SkippedCompile:
     why: str  # "Dynamo skips Sequential's call under Module.compile()"
     fix: str  # "model = torch.compile(model, backend='aot_eager')"
 
+    @property
+    def words(self) -> str:
+        """"model.compile() (train.py:4) compiled nothing: <why>, so model ran eagerly"."""
+        at = f" ({self.where})" if self.where else ""
+        return f"{self.call}{at} compiled nothing: {self.why}, so {self.name} ran eagerly"
+
 
 def skipped_compiles(record: "ModeRecord") -> tuple[SkippedCompile, ...]:
     """The compile calls of the mode's main process that compiled nothing, in order."""

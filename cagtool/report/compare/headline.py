@@ -500,8 +500,7 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
     skipped = _skipped_compile(comparison)
     if skipped is not None:
         first, where = skipped
-        at = f" ({first.where})" if first.where else ""
-        phrases.append(f"{first.call}{at} compiled nothing: {first.why}, so {first.name} ran eagerly in {' and '.join(where)}")
+        phrases.append(f"{first.words} in {' and '.join(where)}")
         tones.append(BAD)
     # What replicates first (counts, compile time, first step, memory), then the time verdict.
     recompiles = _recompile_phrase(comparison, verified, explanation)

@@ -138,9 +138,7 @@ def no_recompiles_text(table: RecompileTable) -> str:
         return "No recompiles, and no graph: compiled autograd captured none of this mode's backward calls."
     if not table.rows and not table.graphs and not table.dynamo_compiles and table.steps and table.skipped_compiles:
         first = table.skipped_compiles[0]
-        at = f" ({first.where})" if first.where else ""
-        return (f"No recompiles: this mode compiled nothing. {first.call}{at} compiled nothing: {first.why}, so {first.name} "
-                f"ran eagerly; compile it: {first.fix}.")
+        return f"No recompiles: this mode compiled nothing. {first.words}; compile it: {first.fix}."
     if not table.rows and not table.graphs and not table.dynamo_compiles and table.steps:
         return "No recompiles: this mode compiled nothing (no torch.compile'd code ran)."
     if table.steps <= 1:

@@ -152,3 +152,31 @@ def test_cagtool_run_of_the_fixed_script_says_nothing_of_it(tmp_path):
     assert "compiled nothing" not in proc.stderr and "compile it:" not in proc.stderr
     code, out, err = cli_in_process("summary", str(tmp_path / "run"), env={"COLUMNS": "300"})
     assert code == 0 and "finding:" not in out, err
+
+
+def test_every_torch_compile_call_is_kept_with_its_line_dynamic_and_the_code_it_compiles(tmp_path):
+    """The manifest's `compile_calls`: torch.compile(module) names the module's forward,
+    module.compile() (torch.compile of its bound _call_impl inside torch) the module's forward too,
+    torch.compile(function) the function; `dynamic` as passed. A compiled-autograd graph compiled as
+    it is captured (a graph module's generated code) is no call of the job's."""
+    torch._dynamo.reset()
+    head, body = Head(), nn.Sequential(nn.Linear(16, 8))
+
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    with cagtool.capture(backend="eager", output=tmp_path / "run", reset=True) as cap:
+        compiled = torch.compile(head, backend="eager"); first = sys._getframe().f_lineno  # noqa: E702
+        body.compile(backend="eager", dynamic=True); second = sys._getframe().f_lineno  # noqa: E702
+        twice = torch.compile(double, backend="eager", dynamic=False); third = sys._getframe().f_lineno  # noqa: E702
+        _steps(body, compiled)
+        twice(torch.randn(3))
+    calls = cagtool.load(cap.path).mode("ca").manifest.options["compile_calls"]
+    code = lambda f: [f.__code__.co_filename, f.__code__.co_firstlineno]  # noqa: E731
+    assert calls == [
+        {"file": __file__, "line": first, "via": "", "dynamic": None, "code": code(Head.forward)},
+        {"file": __file__, "line": second, "via": "", "dynamic": True, "code": code(nn.Sequential.forward)},
+        {"file": __file__, "line": third, "via": "", "dynamic": False, "code": code(double)},
+    ]
+    # The CA graph was captured and compiled in the block: still three calls.
+    assert counters["compiled_autograd"]["captures"] >= 1

@@ -119,8 +119,20 @@ def test_a_trainers_batches_padded_to_their_longest_are_sizes_that_vary_not_a_la
     why = " ".join(root["why"])
     assert root["source"]["via"].startswith("transformers/trainer.py:") and root["source"]["file"].endswith("hf_trainer_classifier.py")
     assert "called at transformers/trainer.py:" in why and re.search(r"\(a library's call\), reached from \S*hf_trainer_classifier\.py:\d+", why), why
-    assert root["fix"][0].startswith("The compiled call is a library's (transformers/trainer.py:") and "TORCH_COMPILE_DYNAMIC_SOURCES" in root["fix"][0]
+    # Trainer compiled the model through accelerate with dynamic unset: accelerate's own switch first.
+    assert root["compiled_by"]["via"].startswith("accelerate/accelerator.py:") and root["compiled_by"]["dynamic"] is None
+    assert root["fix"][0].startswith("accelerate made the compile call (HF Trainer's, with torch_compile=True) at accelerate/accelerator.py:")
+    assert "ACCELERATE_DYNAMO_USE_DYNAMIC=1" in root["fix"][0]
+    assert root["fix"][1].startswith("Or: the compiled call is a library's (transformers/trainer.py:") and "TORCH_COMPILE_DYNAMIC_SOURCES" in root["fix"][1]
     code, text, _ = cli_in_process("recompiles", str(tmp_path / "r"), "--explain")
     [pgo] = [line for line in text.splitlines() if line.startswith("Torch's own words (its PGO")]
     assert "\"L['kwargs']['attention_mask'],L['kwargs']['input_ids']," in pgo and ",...\" [cagtool: 146 more of 152 sources not shown" in pgo
     assert len(pgo) < 700
+    # Verified on the job: the size's recompile goes, and the frame recompiles instead for the
+    # problem_type the record never named (torch names one failing guard per recompile).
+    code, out, err = cli_in_process("recompiles", str(tmp_path / "r"), "--explain", "--verify", "--fix", "accelerate-dynamic",
+                                    "--repeat", "1", "--format", "json")
+    assert code == 0, err[-3000:]
+    (fix,) = json.loads(out)["verification"]["fixes"]
+    assert fix["fix"] == "accelerate-dynamic" and fix["env"] == {"ACCELERATE_DYNAMO_USE_DYNAMIC": "1"} and fix["causes"] == [root["number"]]
+    assert fix["verdict"] == "partly verified" and "`self.config.problem_type` was None" in fix["reasons"][-1], fix["reasons"]

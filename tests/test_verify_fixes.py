@@ -244,3 +244,24 @@ def test_with_several_repetitions_the_sides_take_turns_and_each_keeps_its_repeti
         pids = {record.modes[m].manifest.process["pid"] for m in record.modes}
         assert len(pids) == 2  # two processes, one a repetition
         assert not (side.parent / f"{side.name}.2").exists() and (side.parent / f"{side.name}.2.stderr").is_file()
+
+
+def test_a_fix_that_uncovers_a_guard_the_record_never_named_is_partly_verified_and_names_it(record_run, tmp_path):
+    """tests/scripts/set_on_first_call.py: at step 1 the batch's length changes and the forward's
+    `self.kind`, None at the first compile, is set; torch names the size guard only (one failing
+    guard per recompile). dynamic-sources removes the size's recompile and the frame recompiles for
+    `self.kind` instead: the count is unchanged, the cause it answers is gone, and the verdict
+    says what took its place, not "no effect". The size's fix names the script's torch.compile line."""
+    run = _copy(record_run, tmp_path, str(ROOT / "tests" / "scripts" / "set_on_first_call.py"))
+    proc = cagtool_in_process("recompiles", str(run), "--explain", "--format", "json", env={"CI": "true"})
+    size = json.loads(proc.stdout)["modes"]["ca"]["explanation"]["causes"][0]
+    assert size["compiled_by"] == {"file": size["source"]["file"], "line": 22, "via": "", "dynamic": None}
+    assert "Or compile with dynamic=True (your torch.compile at set_on_first_call.py:22)" in size["fix"][0]
+    proc, data = _verify(run, "--fix", "dynamic-sources")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (fix,) = data["verification"]["fixes"]
+    assert fix["fix"] == "dynamic-sources" and fix["causes"] == [1]
+    assert data["verification"]["baseline"]["dynamo_recompiles"] == [1] and fix["measured"]["dynamo_recompiles"] == [1]
+    assert fix["verdict"] == "partly verified", fix["reasons"]
+    assert fix["reasons"][-1].startswith("cause #1 gone from the re-run, which recompiles instead for what the record did not show: "
+                                         "Dynamo recompiled forward frame 0 `forward`: `self.kind` was None"), fix["reasons"]

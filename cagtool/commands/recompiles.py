@@ -365,7 +365,8 @@ def recompiles(
     the verified mode, --repeat times as a baseline and --repeat times with each fix cagtool can
     apply without editing the script (ca-dynamic: compiled autograd's sizes start dynamic;
     dynamic-sources: Dynamo compiles the inputs whose size guards failed dynamic from the start,
-    TORCH_COMPILE_DYNAMIC_SOURCES), and with each code change it can make safely, shown as a
+    TORCH_COMPILE_DYNAMIC_SOURCES; accelerate-dynamic: where HF accelerate (HF Trainer's
+    torch_compile=True) made the compile call, ACCELERATE_DYNAMO_USE_DYNAMIC=1), and with each code change it can make safely, shown as a
     diff against your script and run on a patched copy of it, never on the file itself
     (hook-before-loop: a hook registered mid-run registered before the loop, its condition left
     out; hook-dynamo-disable: a traced hook that Dynamo recompiles wrapped in
@@ -382,7 +383,7 @@ def recompiles(
       ca-dynamic            dynamic-sources       torch-pgo
       torch-pgo-ca-dynamic  hook-before-loop      hook-dynamo-disable
       zero-grad-to-none     scalar-to-tensor      backend-aot-eager
-      drop-last
+      drop-last             accelerate-dynamic
 
     Each fix gets before -> after for CA and Dynamo recompiles,
     compile time, time to first step, steady step time (with its 90% confidence interval), peak

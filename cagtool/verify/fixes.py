@@ -21,6 +21,9 @@ docs/torch-internals.md ("Fixes --verify applies"):
   compiled-autograd graph's inputs and compiled autograd's sizes changed: the shape loop's complete
   fix (compiled autograd's cache miss and Dynamo's recompile of its graph), measured as itself so
   that neither half's cost hides in the other.
+- `accelerate-dynamic`: where HF accelerate made the torch.compile call (HF Trainer's
+  torch_compile=True) with `dynamic` unset, ACCELERATE_DYNAMO_USE_DYNAMIC=1, which accelerate reads
+  then: torch.compile(..., dynamic=True). Answers a forward frame recompiled on a size guard there.
 - `dynamic-sources`: Dynamo treats the named inputs as dynamic from their first compile
   (`TORCH_COMPILE_DYNAMIC_SOURCES`, the setting torch's own profile-guided recompile messages
   suggest). Answers a forward frame recompiled because an input's size changed (a DataLoader's
@@ -47,6 +50,7 @@ from cagtool.report.recompiles.explain import (
     CAUSE_SHAPES,
     Cause,
     Explanation,
+    accelerate_compiled,
     cause_words,
     goes_with_its_forward,
     nothing_to_fix,
@@ -270,6 +274,10 @@ def fixes_for(explanation: Explanation, dynamic_already: bool = False, pgo_sugge
             fixes.append(Fix("torch-pgo-ca-dynamic", "torch's own PGO suggestion, with compiled autograd's sizes dynamic",
                              tuple(sorted(set(answered))), run_flags=("--dynamic",),
                              env={"TORCH_COMPILE_DYNAMIC_SOURCES": torch_sources}, torch_says=pgo_suggestion))
+    accelerate = [c.number for c in explanation.causes if on_a_size(c) and accelerate_compiled(c.facts) is not None]
+    if accelerate:
+        fixes.append(Fix("accelerate-dynamic", "accelerate compiles the model with dynamic=True", tuple(accelerate),
+                         env={"ACCELERATE_DYNAMO_USE_DYNAMIC": "1"}, torch_says=pgo_suggestion))
     if sources:
         fixes.append(Fix("dynamic-sources", f"Dynamo compiles {', '.join(sources)} dynamic from the start", tuple(frames),
                          env={"TORCH_COMPILE_DYNAMIC_SOURCES": ",".join(sources)}, torch_says=pgo_suggestion))

@@ -84,7 +84,9 @@ OFF_RECORD = 3.0
 NOT_COMPARED = "baseline re-run off the record"
 
 VERIFIED = "verified"
-PARTLY_VERIFIED = "partly verified"  # fewer recompiles, but a cause the fix answers is still there
+# fewer recompiles, but a cause the fix answers is still there; or its causes gone and the recompiles
+# left to guards the record never named (causes_uncovered)
+PARTLY_VERIFIED = "partly verified"
 NO_EFFECT = "no effect"
 HARMFUL = "harmful"
 FAILED = "failed"  # a re-run did not finish: nothing measured
@@ -716,6 +718,28 @@ def causes_left(record: RunRecord, mode: str, keys: dict[int, tuple]) -> dict[in
     return left
 
 
+def causes_uncovered(record: RunRecord, baseline: RunRecord, mode: str, cwd: str) -> list[tuple[str, int]]:
+    """The causes the re-run's explanation finds and the baseline re-run's does not (by cause_key),
+    each as (its title, its recompiles, the most of any repetition), in the explanation's order.
+    torch reports one failing guard per recompile: a fix that removes a recompile's first can leave
+    the recompile to the next guard, which the record never named."""
+    from cagtool.report.recompiles.explain import cause_key, cause_words, explain
+    from cagtool.report.recompiles.table import recompile_table
+
+    def causes(run: RunRecord) -> list[list[Any]]:
+        return [explain(recompile_table(rep)).causes for name, rep in run.modes.items() if name == mode or name.startswith(f"{mode}.")]
+
+    before = {cause_key(c) for found in causes(baseline) for c in found}
+    new: dict[tuple, tuple[str, int]] = {}
+    for found in causes(record):
+        for cause in found:
+            key = cause_key(cause)
+            if key not in before and cause.caused_by is None:
+                title = cause_words(cause, cwd).title
+                new[key] = (title, max(new.get(key, ("", 0))[1], cause.count))
+    return list(new.values())
+
+
 def verify(
     run_path: str | Path | None,
     mode: str,
@@ -911,6 +935,14 @@ def _verify_in(run: Any, run_dir: Path, root: Path, mode: str, fixes: list[Fix],
             reasons.append("; ".join(f"cause #{n} is still there ({plural(k, 'recompile')} in the re-run)" for n, k in sorted(left.items())))
             if verdict == VERIFIED:
                 verdict = PARTLY_VERIFIED
+        elif fix.causes and verdict == NO_EFFECT and (uncovered := causes_uncovered(fixed_record, base_record, mode, run.meta.cwd or "")):
+            # The causes it answers are gone, and the recompiles stay for guards the record never named.
+            gone = ", ".join(f"#{n}" for n in fix.causes)
+            told = "; ".join(title for title, _ in uncovered[:3])
+            reasons.append(f"cause {gone} gone from the re-run, which recompiles instead for what the record did not show: {told}: "
+                           "torch names one failing guard per recompile, so a fix of the first can uncover the next; "
+                           f"`cagtool recompiles {path} --explain` explains it")
+            verdict = PARTLY_VERIFIED
         ran_copy = all(r.manifest.options.get("patched_source") for n, r in fixed_record.modes.items() if n == mode or n.startswith(f"{mode}."))
         if fix.patch is not None and not ran_copy:
             verdict, reasons = FAILED, ["the re-run did not run the patched copy: nothing measured of the patch"]

@@ -74,6 +74,30 @@ class DroppedCompile:
     step: int | None
 
 
+# The job's torch.compile calls kept for the record (the manifest's `compile_calls`): the first few
+# make a job's models; a loop compiling anew each time is told by its recompiles, not by this list.
+MAX_COMPILE_CALLS = 16
+
+
+def _dynamic_given(kwargs: dict[str, Any]) -> Any:
+    """torch.compile's `dynamic` as the call passed it: None (unset: automatic dynamic shapes),
+    True, False, or "other" where it is no bool."""
+    value = kwargs.get("dynamic")
+    return value if value is None or isinstance(value, bool) else "other"
+
+
+def _compiled_code(target: Any) -> tuple[str, int] | None:
+    """The code Dynamo compiles first for `target`: a module's forward, a function's own code
+    (file, first line); None for anything else. Module.compile() calls torch.compile on the
+    module's bound `_call_impl`: its module's forward."""
+    owner = getattr(target, "__self__", None)
+    if owner is not None and hasattr(owner, "_parameters") and getattr(target, "__name__", "") == "_call_impl":
+        target = owner
+    forward = getattr(type(target), "forward", None) if hasattr(target, "_parameters") else target
+    code = getattr(getattr(forward, "__func__", forward), "__code__", None)
+    return (code.co_filename, code.co_firstlineno) if code is not None else None
+
+
 def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     if any(not isinstance(v, _PLAIN) for v in (*args, *kwargs.values())):
         return "..."
@@ -117,6 +141,11 @@ class CompileCalls:
         self.handler = handler
         self.module_calls: list[ModuleCompile] = []
         self.dropped: list[DroppedCompile] = []
+        # Each torch.compile call given a module or function, up to MAX_COMPILE_CALLS: where it was
+        # made (its line, and a library's on the way: accelerate's, under HF Trainer), `dynamic` as
+        # passed, and the code it compiles first (report/recompiles: a size recompile's fix names
+        # the switch of the library that made the call).
+        self.calls: list[dict[str, Any]] = []
         self._restore: list[Callable[[], None]] = []
 
     def _failed(self, exc: Exception) -> None:
@@ -174,10 +203,21 @@ class CompileCalls:
         original = torch.__dict__.get("compile")
         if not callable(original):
             return
-        dropped, handler = self.dropped, self.handler
+        dropped, handler, calls = self.dropped, self.handler, self.calls
 
         def compile(*args: Any, **kwargs: Any) -> Any:  # noqa: A001 - torch's name
             result = original(*args, **kwargs)
+            if len(calls) < MAX_COMPILE_CALLS:
+                try:
+                    target = args[0] if args else kwargs.get("model")
+                    code = _compiled_code(target) if target is not None else None
+                    # A graph module's generated code (a compiled-autograd graph compiled as it is captured): no model of the job's.
+                    if code is not None and not code[0].startswith("<eval_with_key>"):
+                        where = source.user_caller(how="caller")
+                        calls.append({"file": where.file if where is not None else "", "line": where.line if where is not None else 0,
+                                      "via": where.via if where is not None else "", "dynamic": _dynamic_given(kwargs), "code": list(code)})
+                except Exception as exc:  # noqa: BLE001 - counted, never raised into the job
+                    self._failed(exc)
             # Read where torch.compile has imported it: installing the taps imports nothing of torch's
             # (torch._dynamo costs a process ~1 s of CPU; an eager-mode process never imports it).
             optimized = getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizedModule", None)
@@ -213,7 +253,10 @@ class CompileCalls:
     def note_compiled_nothing(self) -> None:
         """The findings, once per line: each `module.compile()` on a module whose forward Dynamo's
         rules skip that no compile of that forward or of Dynamo's wrapper frame followed, and each `torch.compile(...)`
-        statement whose compiled module was collected (said at the end of the watch)."""
+        statement whose compiled module was collected (said at the end of the watch). The job's
+        torch.compile calls go into the manifest (`compile_calls`)."""
+        if self.calls:
+            self.handler.writer.manifest.options["compile_calls"] = list(self.calls)
         said: set[tuple[Any, ...]] = set()
         for call in self.module_calls:
             if not call.skipped or _compiles_of(self.handler, call.forward_code) > call.compiles_before:

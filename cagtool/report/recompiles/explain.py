@@ -657,6 +657,9 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         "frames": sorted({f for row in cause.rows if (f := compile_frame(row.compile_id)) is not None}, key=lambda f: int(f) if f.isdigit() else 0),
         # torch's wrapper frame of every compiled module, first called from this line: another module.
         "other_module": _other_module(table, cause),
+        # The job's torch.compile call that compiled the recompiled frame (its first code is the
+        # frame's): {"file", "line", "via", "dynamic"}; None where none, or several that differ.
+        "compiled_by": _compiled_by(table, cause),
         # ... known from the guards of each compile of it: (compile id, module) in compile order.
         "other_module_by_guards": _other_module_by_guards(table, cause),
         # ... and what the recompile was for is a function, not a module (torch.compile(opt.step) after an LR scheduler).
@@ -2117,6 +2120,35 @@ def _names_text(names: list[str]) -> str:
 _LR_GUARD = re.compile(r"param_groups\[\d+\]\['lr'\]")
 
 
+def _compiled_by(table: RecompileTable, cause: Cause) -> dict[str, Any] | None:
+    """The torch.compile call (the manifest's `compile_calls`) whose first compiled code is the code
+    of the cause's frame: the model's forward torch.compile(model) compiles. None for a CA graph, a
+    frame no call compiled first (an inner function's, Dynamo's wrapper frame), or calls that differ
+    in where they were made or in `dynamic`."""
+    compile_id = cause.rows[0].compile_id
+    frame = compile_frame(compile_id)
+    code = table.frame_codes.get(frame) if frame is not None and not compile_id.startswith("!") else None
+    if code is None:
+        return None
+    found = [c for c in table.compile_calls if isinstance(c.get("code"), list) and tuple(c["code"]) == code]
+    said = {(c.get("file"), c.get("line"), c.get("via"), c.get("dynamic")) for c in found}
+    if len(said) != 1:
+        return None
+    return {k: found[0].get(k) for k in ("file", "line", "via", "dynamic")}
+
+
+def accelerate_compiled(facts: dict[str, Any]) -> str | None:
+    """Where HF accelerate's torch.compile call (HF Trainer's, with torch_compile=True) compiled the
+    frame with `dynamic` unset: its line (`accelerate/accelerator.py:1681`). accelerate reads
+    ACCELERATE_DYNAMO_USE_DYNAMIC when its dynamo plugin leaves dynamic unset, as Trainer's does
+    (docs/torch-internals.md, "A library's compile call"). None otherwise."""
+    by = facts.get("compiled_by")
+    if not isinstance(by, dict) or by.get("dynamic") is not None:
+        return None
+    via = by.get("via")
+    return via if isinstance(via, str) and via.startswith("accelerate/") else None
+
+
 def _other_module(table: RecompileTable, cause: Cause) -> str:
     """Where each recompile of the cause is of torch's wrapper of every compiled module's call and
     comes from a line no earlier compile of that frame came from: that line (another module
@@ -3019,20 +3051,32 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                          "To skip even that recompile: torch.fx.experimental._config.backed_size_oblivious = True before the first "
                          f"call, with {mark} before each call (a size of {size[2]} is then compiled as any size); or make the "
                          f"first call with a size other than {size[2]}."]
-            if not fixes and caller is not None and caller.via:
+            accelerate = accelerate_compiled(facts) if not fixes else None
+            if accelerate is not None:
+                # torch 2.13 + accelerate, checked on tests/scripts/hf_trainer_classifier.py --ragged:
+                # with the variable set, the forward's size recompile is gone.
+                trainer = " (HF Trainer's, with torch_compile=True)" if caller is not None and caller.via.startswith("transformers/") else ""
+                fixes = [f"accelerate made the compile call{trainer} at {accelerate}, with torch.compile's dynamic unset: "
+                         "ACCELERATE_DYNAMO_USE_DYNAMIC=1 in the job's environment (read when accelerate's dynamo plugin is made; "
+                         "`accelerate launch --dynamo_use_dynamic`) compiles it with dynamic=True, every size dynamic from the first "
+                         "call, and this recompile goes."]
+            if caller is not None and caller.via and (not fixes or accelerate is not None):
                 # No line of the user's passes the tensor: a library calls the compiled model (HF
                 # Trainer's compute_loss). torch's PGO sources reach it whoever calls; a mark made
                 # where the batch is made reaches it only if the library passes that tensor on.
-                fixes = [f"The compiled call is a library's ({caller.via}, reached from {os.path.basename(caller.file)}:"
+                fixes += [f"{'Or: t' if fixes else 'T'}he compiled call is a library's ({caller.via}, reached from {os.path.basename(caller.file)}:"
                          f"{caller.line}): no line of yours passes the tensor. {lead} dim {size[1]} of {_tensor_words(size[0])} "
                          "dynamic from the first call with TORCH_COMPILE_DYNAMIC_SOURCES in the job's environment (torch's PGO line "
                          "lists the sources), or with torch._dynamo.maybe_mark_dynamic where the batch is made (a DataLoader's "
                          "collate_fn; HF Trainer's data_collator) where the library passes that tensor on as it is (a copy to "
                          "another device carries no mark); pad or bucket if it takes many values."]
+            by = facts.get("compiled_by")
+            own_compile = (f" (your torch.compile at {os.path.basename(str(by.get('file')))}:{by.get('line')})"
+                           if isinstance(by, dict) and not by.get("via") and by.get("dynamic") is None and by.get("file") else "")
             fixes = fixes or [f"{lead} the dimension dynamic before the call: "
                      f"{mark}, and the same on every other "
                      "input whose size the code ties to it (a batch's tokens and its mask): marked on one alone, a static "
-                     "one it meets specialises it again. Or compile with dynamic=True; pad or bucket if it takes many values."]
+                     f"one it meets specialises it again. Or compile with dynamic=True{own_compile}; pad or bucket if it takes many values."]
             recomputes = facts.get("reentrant_recomputes") or 0
             if recomputes:
                 # torch 2.13, checked by hand: marked, the forward keeps one graph and the reentrant

@@ -442,6 +442,10 @@ def explanation_json(explanation: Explanation) -> dict[str, Any]:
                 # torch's frames Dynamo compiled inside compiled autograd's captures (explain.py `_inside_capture`):
                 # {"frames": [{"function", "file"}], "captures": ["!N"], "capture_causes": [cause numbers]}; null otherwise.
                 "inside_capture": cause.facts.get("inside_capture"),
+                # The job's torch.compile call that compiled the recompiled frame (explain.py `_compiled_by`):
+                # {"file" (as `source`'s), "line", "via", "dynamic"}; null where none is known.
+                "compiled_by": (None if not isinstance(by := cause.facts.get("compiled_by"), dict)
+                                else {**by, "file": display_path(str(by.get("file") or ""), cwd)}),
             }
         )
     return {"alerts": alerts, "causes": causes}

@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import msgspec
 
@@ -167,6 +167,11 @@ class RecompileTable:
     # DataLoader iterators the job's loop made (the manifest's `dataloader_iterators`; None in a
     # record that does not say): 0, and a smaller batch is no DataLoader's last but a slice made by hand.
     data_loaders: int | None = None
+    # The job's torch.compile calls (the manifest's `compile_calls`: where each was made, `dynamic`
+    # as passed, the code it compiles first), and each frame's code (compile_frame id -> (file,
+    # first line) of its compiles): which call compiled a recompiled frame (explain's `compiled_by`).
+    compile_calls: tuple[dict[str, Any], ...] = ()
+    frame_codes: dict[str, tuple[str, int]] = field(default_factory=dict)
     # The job's module.compile() calls that compiled nothing (report.findings.skipped_compiles).
     skipped_compiles: "tuple[SkippedCompile, ...]" = ()
     # Where torch reported a data-dependent branch (graph break "Data-dependent branching"), in
@@ -896,6 +901,9 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         # whose iterator was made before the block began, which no count of the block's sees.
         data_loaders=None if manifest.options.get("python_api") else manifest.options.get("dataloader_iterators"),
         skipped_compiles=skipped_compiles(record),
+        compile_calls=tuple(c for c in manifest.options.get("compile_calls") or () if isinstance(c, dict)),
+        frame_codes={frame: (e.co_filename, e.co_firstlineno) for e in reversed(compile_events)
+                     if e.co_filename and e.co_firstlineno and not e.is_ca_graph and (frame := compile_frame(e.compile_id)) is not None},
         branch_sites=branches,
         random_sites=randoms,
         phases=phases,

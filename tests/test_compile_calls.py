@@ -19,7 +19,13 @@ from torch._dynamo.utils import counters
 
 import cagtool
 from cagtool.capture.observe.torch_logs import WRAPPER_FILE
-from cagtool.record.schema import FINDING_COMPILED_MODULE_DROPPED, FINDING_MODULE_COMPILE_SKIPPED, DynamoCompileEvent, FindingEvent
+from cagtool.record.schema import (
+    FINDING_COMPILED_MODULE_DROPPED,
+    FINDING_COMPILED_MODULE_UNUSED,
+    FINDING_MODULE_COMPILE_SKIPPED,
+    DynamoCompileEvent,
+    FindingEvent,
+)
 
 SCRIPT = ROOT / "tests" / "scripts" / "module_compile_builtin.py"
 
@@ -117,6 +123,63 @@ def test_a_torch_compile_whose_result_is_dropped_is_found_and_one_kept_is_not(tm
     assert finding.message.startswith('torch.compile(model, backend="eager") compiled nothing: ')
     assert finding.message.endswith('Keep it: model = torch.compile(model, backend="eager")')
     assert torch.compile.__module__ == "torch" and torch.nn.Module.compile.__qualname__ == "Module.compile"  # torch's own again
+
+
+def test_a_compiled_module_the_job_never_calls_is_found_on_its_line(tmp_path):
+    """`compiled = torch.compile(head)`, and the loop calls `head`: torch compiles no forward."""
+    torch._dynamo.reset()
+    body, head = nn.Sequential(nn.Linear(16, 8)), Head()
+    with cagtool.capture(backend="eager", output=tmp_path / "run", reset=True) as cap:
+        frames, captures = counters["frames"]["total"], counters["compiled_autograd"]["captures"]
+        compiled = torch.compile(head, backend="eager"); line = sys._getframe().f_lineno  # noqa: E702 - the line the finding names
+        _steps(body, head)
+        # torch's own counts: every frame Dynamo compiled is a compiled-autograd graph, none the head's
+        assert counters["frames"]["total"] - frames == counters["compiled_autograd"]["captures"] - captures == 1
+    (finding,) = _findings(cap.path, FINDING_COMPILED_MODULE_UNUSED)
+    assert finding.source is not None and finding.source.file == __file__ and finding.source.line == line
+    assert finding.detail == {"module": f"{Head.__module__}.Head", "variable": "head", "kept_as": "compiled",
+                              "statement": 'torch.compile(head, backend="eager")'}
+    assert finding.message.startswith('compiled = torch.compile(head, backend="eager") compiled nothing: the job never called compiled ')
+    assert finding.message.endswith('keep it under the module\'s name: head = torch.compile(head, backend="eager")')
+    assert compiled is not None
+    # As the headline and `recompiles` say it, with the call that compiles.
+    from cagtool.report.findings import skipped_compiles
+
+    (said,) = skipped_compiles(cagtool.load(cap.path).mode("ca"))
+    assert said.words == (f"torch.compile(head) (test_compile_calls.py:{line}) compiled nothing: the job never called the compiled "
+                          "module it returned (compiled), only head, so head ran eagerly")
+    assert said.fix == 'head = torch.compile(head, backend="eager")'
+
+
+def test_a_compiled_module_called_or_whose_forward_another_compiled_frame_may_run_is_not_found(tmp_path):
+    """Called: its forward compiles. Not called, while another compiled function calls the module
+    (Lightning compiles a compiled LightningModule's training_step, which calls its forward): that
+    frame may have inlined the forward, so nothing is said."""
+    torch._dynamo.reset()
+    head = Head()
+    with cagtool.capture(backend="eager", output=tmp_path / "called", reset=True) as called:
+        compiled = torch.compile(head, backend="eager")
+        _steps(nn.Sequential(nn.Linear(16, 8)), compiled)
+    assert not _findings(called.path, FINDING_COMPILED_MODULE_UNUSED)
+    torch._dynamo.reset()
+    head = Head()
+
+    @torch.compile(backend="eager")
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return head(x)
+
+    with cagtool.capture(backend="eager", output=tmp_path / "inlined", reset=True) as inlined:
+        spare = torch.compile(head, backend="eager")
+        body = nn.Sequential(nn.Linear(16, 8))
+        opt = torch.optim.SGD([*body.parameters(), *head.parameters()], lr=0.01)
+        for _ in range(2):
+            forward(body(torch.randn(4, 16))).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        assert spare is not None
+    compiled_code = {e.co_name for e in cagtool.load(inlined.path).mode("ca").of(DynamoCompileEvent) if not e.is_ca_graph}
+    assert compiled_code == {"forward"}  # the function's frame, with Head.forward inlined in it: no frame of Head's own
+    assert not _findings(inlined.path, FINDING_COMPILED_MODULE_UNUSED)
 
 
 def _run(tmp_path, *args: str, modes: str = "aot") -> subprocess.CompletedProcess:

@@ -86,6 +86,11 @@ FINDING_MODULE_COMPILE_SKIPPED = "module_compile_compiled_nothing"
 # `torch.compile(model)` as a statement of its own, whose compiled module was collected: the model
 # ran eagerly (compile_calls.py; detail: module, variable, statement: the line's call).
 FINDING_COMPILED_MODULE_DROPPED = "compiled_module_dropped"
+# `compiled = torch.compile(model)` of a module whose forward is the script's own, and Dynamo never
+# compiled that forward in the watch: the job called `model`, eagerly, never `compiled`
+# (compile_calls.py; detail: module, variable: the module's name on the line, kept_as: the compiled
+# module's, statement: the line's call).
+FINDING_COMPILED_MODULE_UNUSED = "compiled_module_never_called"
 
 # A thread of the job ended with an uncaught exception (threading.excepthook): the process goes on
 # and exits as python's would, without that thread's work (detail: thread, error_type, error).

@@ -10,7 +10,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from cagtool.record.schema import FINDING_COMPILED_MODULE_DROPPED, FINDING_MODULE_COMPILE_SKIPPED, FINDING_THREAD_DIED, FindingEvent
+from cagtool.record.schema import (
+    FINDING_COMPILED_MODULE_DROPPED,
+    FINDING_COMPILED_MODULE_UNUSED,
+    FINDING_MODULE_COMPILE_SKIPPED,
+    FINDING_THREAD_DIED,
+    FindingEvent,
+)
 from cagtool.report.text.safe_text import safe_line
 
 if TYPE_CHECKING:
@@ -91,13 +97,17 @@ class SkippedCompile:
         return f"{self.call}{at} compiled nothing: {self.why}, so {self.name} ran eagerly"
 
 
+# The findings of a compile call that compiled nothing (capture/observe/compile_calls.py).
+_COMPILED_NOTHING = (FINDING_MODULE_COMPILE_SKIPPED, FINDING_COMPILED_MODULE_DROPPED, FINDING_COMPILED_MODULE_UNUSED)
+
+
 def skipped_compiles(record: "ModeRecord") -> tuple[SkippedCompile, ...]:
     """The compile calls of the mode's main process that compiled nothing, in order."""
     if not record.kind_counts.get(FindingEvent.kind):
         return ()
     found = []
     for finding in record.of(FindingEvent):
-        if finding.code not in (FINDING_MODULE_COMPILE_SKIPPED, FINDING_COMPILED_MODULE_DROPPED) or not isinstance(finding.detail, dict):
+        if finding.code not in _COMPILED_NOTHING or not isinstance(finding.detail, dict):
             continue
         detail = finding.detail
         name = detail.get("variable") if isinstance(detail.get("variable"), str) else "module"
@@ -114,6 +124,12 @@ def skipped_compiles(record: "ModeRecord") -> tuple[SkippedCompile, ...]:
             found.append(SkippedCompile(safe_line(f"{name}.compile()"), safe_line(where), safe_line(name),
                                         safe_line(f"Dynamo skips {module}'s call under Module.compile()"),
                                         safe_line(f"{name} = torch.compile({name}{', ' + arguments if arguments else ''})")))
+        elif finding.code == FINDING_COMPILED_MODULE_UNUSED:
+            statement = str(detail.get("statement") or f"torch.compile({name})")
+            kept = str(detail.get("kept_as") or "the compiled module")
+            found.append(SkippedCompile(safe_line(f"torch.compile({name})"), safe_line(where), safe_line(name),
+                                        safe_line(f"the job never called the compiled module it returned ({kept}), only {name}"),
+                                        safe_line(f"{name} = {statement}")))
         else:
             statement = str(detail.get("statement") or f"torch.compile({name})")
             found.append(SkippedCompile(safe_line(f"torch.compile({name})"), safe_line(where), safe_line(name),

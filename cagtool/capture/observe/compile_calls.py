@@ -13,6 +13,9 @@ Two of them (docs/torch-internals.md, "A compile call that compiles nothing"):
 - `torch.compile(model)` as a statement of its own: torch.compile is not in place, and the compiled
   module it returned was dropped (collected by the end of the watch), so every call of `model` is
   the module's own, eager.
+- `compiled = torch.compile(model)`, and the job calls `model`, never `compiled`: of a module whose
+  forward is the script's own, Dynamo never compiled that forward's code in the watch (none had
+  before the call either, so no cache of it could serve a call), with Dynamo on.
 
 The taps call torch's function first, unchanged, then note the call. `module.compile()`: the
 module's class, whether Dynamo's rules skip its forward, the user's line, and how many times
@@ -35,7 +38,14 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from cagtool.capture.observe import source
 from cagtool.capture.observe.torch_logs import WRAPPER_FILE
-from cagtool.record.schema import FINDING_COMPILED_MODULE_DROPPED, FINDING_MODULE_COMPILE_SKIPPED, FindingEvent, SourceRef
+from cagtool.torch_text import in_torch_optim
+from cagtool.record.schema import (
+    FINDING_COMPILED_MODULE_DROPPED,
+    FINDING_COMPILED_MODULE_UNUSED,
+    FINDING_MODULE_COMPILE_SKIPPED,
+    FindingEvent,
+    SourceRef,
+)
 
 if TYPE_CHECKING:
     from cagtool.capture.observe.torch_logs import StructuredLogHandler
@@ -98,6 +108,40 @@ def _compiled_code(target: Any) -> tuple[str, int] | None:
     return (code.co_filename, code.co_firstlineno) if code is not None else None
 
 
+@dataclass
+class UnusedCompile:
+    """One `NAME = torch.compile(MODEL, ...)` of a module whose forward is the script's own (not in
+    Dynamo's skip rules), made while Dynamo had never compiled that forward's code."""
+
+    module: str  # the module's class, qualified
+    name: str  # what the line passes (`model`)
+    kept_as: str  # what the line assigns the compiled module to (`compiled`)
+    statement: str  # the line's call (`torch.compile(model, backend="aot_eager")`)
+    source: SourceRef
+    step: int | None
+    forward_code: tuple[str, int]
+    frames_before: int  # Dynamo's compiles of frames (torch.optim's apart) before the call (_frame_compiles)
+
+
+# `compiled = torch.compile(model, ...)` / `self.net = torch.compile(self.encoder)`: a compiled
+# module kept under a name other than the module's own.
+_KEPT = re.compile(r"\s*(?P<kept>[A-Za-z_][\w.]*)\s*=\s*torch\s*\.\s*compile\s*\(\s*(?P<name>[A-Za-z_][\w.]*)\s*[,)]")
+
+
+def _frame_compiles(handler: "StructuredLogHandler") -> int:
+    """Dynamo's compiles of frames so far, compiled-autograd graphs and torch.optim's frames apart
+    (a compiled optimizer step calls no model): where one more was made, it may have inlined the
+    module's forward (Lightning compiles a compiled LightningModule's training_step, which calls it)."""
+    return sum(n for (file, _), n in handler.code_compiles.items() if not in_torch_optim(file))
+
+
+def _dynamo_disabled() -> bool:
+    """torch._dynamo.config.disable (TORCHDYNAMO_DISABLE; cagtool's eager mode): every compiled
+    call runs eagerly and compiles nothing, called or not."""
+    config = sys.modules.get("torch._dynamo.config")
+    return bool(getattr(config, "disable", False))
+
+
 def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     if any(not isinstance(v, _PLAIN) for v in (*args, *kwargs.values())):
         return "..."
@@ -141,6 +185,7 @@ class CompileCalls:
         self.handler = handler
         self.module_calls: list[ModuleCompile] = []
         self.dropped: list[DroppedCompile] = []
+        self.unused: list[UnusedCompile] = []
         # Each torch.compile call given a module or function, up to MAX_COMPILE_CALLS: where it was
         # made (its line, and a library's on the way: accelerate's, under HF Trainer), `dynamic` as
         # passed, and the code it compiles first (report/recompiles: a size recompile's fix names
@@ -203,7 +248,7 @@ class CompileCalls:
         original = torch.__dict__.get("compile")
         if not callable(original):
             return
-        dropped, handler, calls = self.dropped, self.handler, self.calls
+        dropped, handler, calls, unused = self.dropped, self.handler, self.calls, self.unused
 
         def compile(*args: Any, **kwargs: Any) -> Any:  # noqa: A001 - torch's name
             result = original(*args, **kwargs)
@@ -231,6 +276,19 @@ class CompileCalls:
                         cls = type(getattr(result, "_orig_mod", None))
                         dropped.append(DroppedCompile(weakref.ref(result), f"{cls.__module__}.{cls.__qualname__}", statement["name"],
                                                       call, where, handler.steps.current_step))
+                    kept = _KEPT.match(line)
+                    module = getattr(result, "_orig_mod", None)
+                    forward = getattr(type(module), "forward", None)
+                    code = _compiled_code(module) if module is not None else None
+                    if (where is not None and kept is not None and kept["kept"] != kept["name"] and code is not None
+                            and not _dynamo_disabled() and not handler.code_compiles.get(code)):
+                        from torch._dynamo import trace_rules
+
+                        if not trace_rules.check(forward):
+                            cls = type(module)
+                            unused.append(UnusedCompile(f"{cls.__module__}.{cls.__qualname__}", kept["name"], kept["kept"],
+                                                        _call_text(line[line.index("=") + 1:]), where, handler.steps.current_step, code,
+                                                        _frame_compiles(handler)))
                 except Exception as exc:  # noqa: BLE001 - counted, never raised into the job
                     self._failed(exc)
             return result
@@ -289,6 +347,28 @@ class CompileCalls:
                 step=call.step,
                 source=call.source,
                 detail={"module": call.module, "forward": call.forward, "variable": name, "arguments": call.arguments, "via": via},
+            )
+        for call in self.unused:
+            key = (call.source.file, call.source.line)
+            # Dynamo never compiled the forward's code in the watch: no call of the compiled module ran it
+            # (a first call compiles it; no cache of that code existed to hit). Unknown where Dynamo is off,
+            # and where it compiled any other frame after the call (one may have inlined the forward).
+            if (key in said or self.handler.code_compiles.get(call.forward_code) or _frame_compiles(self.handler) != call.frames_before
+                    or _dynamo_disabled()):
+                continue
+            said.add(key)
+            self.handler.writer.emit(
+                FindingEvent,
+                code=FINDING_COMPILED_MODULE_UNUSED,
+                message=(
+                    f"{call.kept_as} = {call.statement} compiled nothing: the job never called {call.kept_as} (Dynamo never "
+                    f"compiled {call.name}'s forward), so every call of {call.name} ran it eagerly. Call the compiled module "
+                    f"({call.kept_as}(...) in place of {call.name}(...)), or keep it under the module's name: "
+                    f"{call.name} = {call.statement}"
+                ),
+                step=call.step,
+                source=call.source,
+                detail={"module": call.module, "variable": call.name, "kept_as": call.kept_as, "statement": call.statement},
             )
         gc_collected = [d for d in self.dropped if d.compiled() is None]
         for call in gc_collected:

@@ -35,6 +35,9 @@ def _torch_state() -> tuple:
         torch.nn.Module.train,  # where it sees an evaluation begin (.eval())
         torch.utils.data.DataLoader._get_iterator,  # where it counts the loaders' iterators
         torch.nn.Module.compile, torch.compile,  # where it sees a compile call that compiles nothing
+        # where it sees a module hook registered after its compiled forward compiled
+        torch.nn.Module.register_forward_hook, torch.nn.Module.register_forward_pre_hook,
+        torch.nn.Module.register_full_backward_hook, torch.nn.Module.register_full_backward_pre_hook,
     )
 
 

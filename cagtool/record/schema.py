@@ -91,6 +91,11 @@ FINDING_COMPILED_MODULE_DROPPED = "compiled_module_dropped"
 # (compile_calls.py; detail: module, variable: the module's name on the line, kept_as: the compiled
 # module's, statement: the line's call).
 FINDING_COMPILED_MODULE_UNUSED = "compiled_module_never_called"
+# A forward or backward hook registered on a module of a compiled module after its forward compiled,
+# and no compile of that forward after it: Dynamo does not guard on module hooks, so the compiled
+# forward never ran it (module_hooks.py; detail: method, module, path: its name in the compiled
+# module, compiled: the compiled module's class).
+FINDING_MODULE_HOOK_NOT_COMPILED = "module_hook_not_compiled"
 
 # A thread of the job ended with an uncaught exception (threading.excepthook): the process goes on
 # and exits as python's would, without that thread's work (detail: thread, error_type, error).

@@ -186,12 +186,21 @@ class CompileCalls:
         self.module_calls: list[ModuleCompile] = []
         self.dropped: list[DroppedCompile] = []
         self.unused: list[UnusedCompile] = []
+        # The modules torch.compile(module) and module.compile() compiled (weak references, the
+        # first MAX_COMPILE_CALLS), with the code their calls compile and the call's line:
+        # module_hooks.py looks for a hooked module among them.
+        self.compiled_modules: list[tuple[Any, tuple[str, int], SourceRef | None]] = []
         # Each torch.compile call given a module or function, up to MAX_COMPILE_CALLS: where it was
         # made (its line, and a library's on the way: accelerate's, under HF Trainer), `dynamic` as
         # passed, and the code it compiles first (report/recompiles: a size recompile's fix names
         # the switch of the library that made the call).
         self.calls: list[dict[str, Any]] = []
         self._restore: list[Callable[[], None]] = []
+
+    def compiles_of(self, code: tuple[str, int]) -> int:
+        """Dynamo's compiles so far of `code` and of its own wrapper frames (what a compiled
+        module's calls compile)."""
+        return _compiles_of(self.handler, code)
 
     def _failed(self, exc: Exception) -> None:
         self.handler.errors += 1
@@ -220,6 +229,8 @@ class CompileCalls:
             try:
                 from torch._dynamo import trace_rules
 
+                if key is not None and len(self.compiled_modules) < MAX_COMPILE_CALLS:
+                    self.compiled_modules.append((weakref.ref(module), key, source.user_caller(how="caller")))
                 calls.append(ModuleCompile(
                     module=f"{cls.__module__}.{cls.__qualname__}",
                     forward=f"{getattr(forward, '__module__', '?')}.{getattr(forward, '__qualname__', 'forward')}",
@@ -278,6 +289,8 @@ class CompileCalls:
                                                       call, where, handler.steps.current_step))
                     kept = _KEPT.match(line)
                     module = getattr(result, "_orig_mod", None)
+                    if module is not None and len(self.compiled_modules) < MAX_COMPILE_CALLS and (key := _compiled_code(module)) is not None:
+                        self.compiled_modules.append((weakref.ref(module), key, where))
                     forward = getattr(type(module), "forward", None)
                     code = _compiled_code(module) if module is not None else None
                     if (where is not None and kept is not None and kept["kept"] != kept["name"] and code is not None

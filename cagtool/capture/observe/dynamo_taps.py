@@ -128,11 +128,15 @@ class DynamoTaps:
         self._installed: list[tuple[Any, str, Any]] = []
         self._on_import: OnImport | None = None  # the modules not imported yet, tapped when they are
         self.compile_calls: Any = None  # compile_calls.CompileCalls, once installed
+        self.module_hooks: Any = None  # module_hooks.LateModuleHooks, once installed
 
     def note_compile_calls(self) -> None:
-        """The findings of the script's compile calls that compiled nothing (at the end of the watch)."""
+        """The findings of the script's compile calls that compiled nothing, and of module hooks its
+        compiled forwards never ran (at the end of the watch)."""
         if self.compile_calls is not None:
             self.compile_calls.note_compiled_nothing()
+        if self.module_hooks is not None:
+            self.module_hooks.note_not_compiled()
 
     # -- what each tap hands the handler ---------------------------------------------------
     def _record(self, make: Callable[[], tuple[dict[str, Any], str | None] | None]) -> None:
@@ -326,10 +330,13 @@ class DynamoTaps:
         }
         from cagtool.capture.observe import global_state
         from cagtool.capture.observe.compile_calls import CompileCalls
+        from cagtool.capture.observe.module_hooks import LateModuleHooks
 
         self._uninstall_global_state = global_state.install(self.handler)  # the thread count Dynamo guards on
         self.compile_calls = CompileCalls(self.handler)  # the script's compile calls that compile nothing
         self.compile_calls.install()
+        self.module_hooks = LateModuleHooks(self.handler, self.compile_calls)  # hooks a compiled forward never runs
+        self.module_hooks.install()
         installed = self._installed
 
         def tap(module: Any, paths: list[str]) -> None:
@@ -371,6 +378,8 @@ class DynamoTaps:
         if getattr(self, "_uninstall_global_state", None) is not None:
             self._uninstall_global_state()
             self._uninstall_global_state = None
+        if self.module_hooks is not None:
+            self.module_hooks.uninstall()
         if self.compile_calls is not None:
             self.compile_calls.uninstall()
         while self._installed:

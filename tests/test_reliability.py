@@ -506,6 +506,38 @@ def test_a_closed_stderr_pipe_runs_every_mode(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_job_killed_by_its_closed_output_pipe_is_recorded_as_failed(tmp_path):
+    """`cagtool run train.py 2>&1 | head -4`: the reader leaves, the job's next print raises
+    BrokenPipeError and the job ends with it, exit 1, as under python. Its record says so: failed,
+    exit 1, the exception, and the steps before it (the traceback could not be printed to the same
+    pipe; that failure had left the record "finished", exit 0, behind a process that exited 1)."""
+    script = tmp_path / "prints_late.py"
+    script.write_text("import torch\n"
+                      "w = torch.ones(3, requires_grad=True)\n"
+                      "opt = torch.optim.SGD([w], lr=0.1)\n"
+                      "for step in range(3):\n"
+                      "    (w * 2).sum().backward()\n"
+                      "    opt.step()\n"
+                      "    opt.zero_grad()\n"
+                      "print('done')\n")
+    codes = {}
+    for name, cmd in (("python", [sys.executable, str(script)]),
+                      ("cagtool", cagtool_cmd("run", "--modes", "eager", "--no-report", "-o", str(tmp_path / "r"), str(script)))):
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            codes[name] = subprocess.run(cmd, stdout=write_end, stderr=write_end, cwd=tmp_path, env=ENV, timeout=300).returncode
+        finally:
+            os.close(write_end)
+    assert codes == {"python": 1, "cagtool": 1}
+    run = load_run(tmp_path / "r")
+    eager = run.modes["eager"].manifest
+    assert eager.status == "failed" and eager.exit_code == 1 and eager.exception.type == "BrokenPipeError", eager
+    assert run.meta.mode_exit_codes == {"eager": 1}
+    assert len(run.modes["eager"].of(StepEvent)) == 3
+
+
+@pytest.mark.slow
 def test_mode_process_killed_alone_is_closed_as_killed(tmp_path):
     """The OOM killer's SIGKILL to the mode process: cagtool closes its manifest as killed, and
     run.json agrees (exit 137); the worker the job left behind is stopped (cagtool adopts it)."""

@@ -201,7 +201,10 @@ def _record_mode(spec: ModeSpec) -> int:
         elif isinstance(code, int):
             exit_code = code % 256  # what the process's status holds, as a shell sees python's: sys.exit(300) is 44
         else:
-            print(code, file=sys.stderr)
+            try:
+                print(code, file=sys.stderr)
+            except (OSError, ValueError):  # a stderr whose reader has gone: python prints nothing either
+                pass
             exit_code = 1
         status = STATUS_FINISHED if exit_code == 0 else STATUS_FAILED
         if exit_code:

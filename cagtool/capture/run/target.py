@@ -330,10 +330,16 @@ def _clear_namespace(namespace: dict) -> None:
 
 
 def print_user_traceback(exc: BaseException) -> str:
-    """Print the target's exception the way python would, without cagtool's and runpy's frames."""
+    """Print the target's exception the way python would, without cagtool's and runpy's frames.
+    Where stderr cannot take it (a pipe whose reader has gone: `cagtool run train.py 2>&1 | head`),
+    it goes unprinted, as python's own print of an uncaught exception does: the caller records the
+    exception all the same."""
     text = user_traceback(exc)
-    sys.stderr.write(text)
-    sys.stderr.flush()
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (OSError, ValueError):  # BrokenPipeError; a stderr the script closed
+        pass
     return text
 
 

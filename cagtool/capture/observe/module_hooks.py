@@ -53,28 +53,34 @@ def _guards_skipped() -> bool:
     return config is not None and not getattr(config, "disable", False) and bool(getattr(config, "skip_nnmodule_hook_guards", False))
 
 
-def _path_in(root: Any, module: Any) -> str | None:
-    """`module`'s name inside `root` ("" for root itself), None where it is not in it."""
-    if module is root:
-        return ""
+def _names_in(root: Any) -> dict[int, str]:
+    """id -> name of `root`'s modules ("" for root itself), the first MAX_MODULES_WALKED."""
+    names: dict[int, str] = {}
     for i, (name, sub) in enumerate(root.named_modules()):
-        if sub is module:
-            return name
         if i >= MAX_MODULES_WALKED:
             break
-    return None
+        names.setdefault(id(sub), name)
+    return names
 
 
-def compiled_tree_of(compile_calls: "CompileCalls", module: Any) -> tuple[Any, tuple[str, int], SourceRef | None, str, int] | None:
+def compiled_tree_of(compile_calls: "CompileCalls", module: Any, trees: dict[int, dict[int, str]]) -> tuple[Any, tuple[str, int], SourceRef | None, str, int] | None:
     """The compiled module `module` is in (itself, or one of its submodules), whose calls have
     compiled: (that module, its code, where it was compiled, `module`'s name in it, the compiles
-    of its code so far); None where it is in none."""
-    for ref, code, call in compile_calls.compiled_modules:
+    of its code so far); None where it is in none. `trees`: each compiled module's names, walked
+    once, at the first registration after its forward compiled (a job registering hooks on every
+    module of another model walks no tree per hook)."""
+    for i, (ref, code, call) in enumerate(compile_calls.compiled_modules):
         root = ref()
         if root is None:
             continue
         compiles = compile_calls.compiles_of(code)
-        if compiles and (path := _path_in(root, module)) is not None:
+        if not compiles:
+            continue
+        names = trees.get(i)
+        if names is None:
+            names = trees[i] = _names_in(root)
+        path = names.get(id(module))
+        if path is not None:
             return root, code, call, path, compiles
     return None
 
@@ -86,6 +92,7 @@ class LateModuleHooks:
         self.handler = handler
         self.compile_calls = compile_calls
         self.late: list[LateHook] = []
+        self._trees: dict[int, dict[int, str]] = {}  # compiled_tree_of's walks, by the compiled module's place in compiled_modules
         self._restore: list[Callable[[], None]] = []
 
     def install(self) -> None:
@@ -98,14 +105,14 @@ class LateModuleHooks:
                 self._tap(module_class, method, original)
 
     def _tap(self, module_class: type, method: str, original: Callable[..., Any]) -> None:
-        late, handler, compiled = self.late, self.handler, self.compile_calls
+        late, handler, compiled, trees = self.late, self.handler, self.compile_calls, self._trees
 
         def register(module: Any, *args: Any, **kwargs: Any) -> Any:
             handle = original(module, *args, **kwargs)
             # Nothing compiled yet (every hook a job registers while it builds its model): one dict read.
             if handler.code_compiles and len(late) < MAX_LATE_HOOKS:
                 try:
-                    found = compiled_tree_of(compiled, module) if _guards_skipped() else None
+                    found = compiled_tree_of(compiled, module, trees) if _guards_skipped() else None
                     if found is not None:
                         root, code, call, path, compiles = found
                         late.append(LateHook(method, type(module).__name__, path, type(root).__name__, call,

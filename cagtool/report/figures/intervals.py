@@ -51,7 +51,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
-from typing import Sequence
+from typing import Any, Sequence
 
 CONFIDENCE = 0.90
 POWER = 0.80  # what `processes_needed` plans for: an inconclusive result resolved 4 times in 5
@@ -101,6 +101,10 @@ MAX_PROCESSES_ADVISED = 60
 # of MIN_RANK_UNITS or more is set apart: a side that disagrees with itself is noise, not one process.
 OUTLIER_NOISES = 4.0
 
+
+# The processes' own figures' uncertainty (RatioInterval.own) is said beside the assumed noise
+# where it is at least this share of the assumed part of the interval.
+OWN_NOISE_SAID = 0.5
 
 MEASURE_WORDS = {"cpu": "CPU time per step", "wall": "wall time per step", "device": "device time per step", "compile": "compile time"}
 
@@ -191,10 +195,24 @@ class TimingSample:
     # why). A check on such a side is an error that names them: a process lost unsaid would leave
     # a side that passes on fewer processes than it ran. Never in a baseline file (not saved).
     left_out: tuple[tuple[int, str], ...] = ()
+    # How uncertain each process's own figure is from its steps (`own_noise`: the standard deviation
+    # of the log figure, per statistic, aligned with `units` / `cpu_units`): few steps spread widely
+    # (a step that waits for DataLoader workers or not) leave a process's median itself unsettled.
+    # Empty where not known (a baseline file keeps the figures only): taken as 0.
+    unit_noise: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    cpu_unit_noise: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     def per_process(self, measure: str, field_name: str) -> tuple[float, ...]:
         """Each process's figure on `measure`, in process order (aligned with `blocks`)."""
         return (self.cpu_units if measure == "cpu" else self.units).get(field_name, ())
+
+    def own_noise(self, measure: str, field_name: str) -> tuple[float, ...]:
+        """Each process's `own_noise` on `measure` for the processes `figures` keeps (0 where not known)."""
+        noise = (self.cpu_unit_noise if measure == "cpu" else self.unit_noise).get(field_name, ())
+        figures = self.per_process(measure, field_name)
+        if len(noise) != len(figures):
+            noise = (0.0,) * len(figures)
+        return tuple(n for v, n in zip(figures, noise) if v > 0)
 
     def figures(self, measure: str, field_name: str) -> tuple[float, ...]:
         return tuple(v for v in self.per_process(measure, field_name) if v > 0)
@@ -244,6 +262,39 @@ def _cpu_bound(processes: Sequence[ProcessSteps]) -> bool:
     return median_of(shares) >= CPU_BOUND_SHARE and min(shares) >= CPU_BOUND_FLOOR  # type: ignore[type-var]
 
 
+def own_noise(values: Sequence[float], field_name: str, confidence: float = CONFIDENCE) -> float:
+    """How uncertain one process's figure is from its own steps: the standard deviation of the log
+    figure. For a quantile (median, p10, p90), from the distribution-free interval of its order
+    statistics (the normal approximation of the binomial ranks; half its log width over z); for the
+    mean, its standard error. 0 where it cannot be said (fewer than two positive steps). Steps of
+    one process vary less than processes do, so for the many tight steps of a CPU-bound job it is
+    near 0; a handful of steps of which some wait for data and some do not makes it large."""
+    return own_noises(values, confidence)[field_name]
+
+
+def own_noises(values: Sequence[float], confidence: float = CONFIDENCE) -> dict[str, float]:
+    """`own_noise` of every statistic in FIELDS, the steps sorted once."""
+    import numpy as np
+
+    array = np.asarray(values, dtype=float)
+    array = np.sort(array[array > 0])
+    return {name: _own_noise_sorted(array, name, confidence) for name in FIELDS}
+
+
+def _own_noise_sorted(array: Any, field_name: str, confidence: float) -> float:
+    n = len(array)
+    if n < 2:
+        return 0.0
+    if field_name == "mean":
+        mean = float(array.mean())
+        return float(array.std(ddof=1)) / (mean * math.sqrt(n)) if mean > 0 else 0.0
+    q = {"median": 0.5, "p10": 0.1, "p90": 0.9}[field_name]
+    z = NormalDist().inv_cdf(1.0 - (1.0 - confidence) / 2.0)
+    half = z * math.sqrt(n * q * (1.0 - q))
+    low, high = max(0, math.floor(n * q - half) - 1), min(n - 1, math.ceil(n * q + half) - 1)
+    return (math.log(array[high]) - math.log(array[low])) / (2.0 * z)
+
+
 def timing_sample(processes: Sequence[ProcessSteps], clock: str = "wall") -> TimingSample | None:
     """The sample of one side from its processes' steady steps. None without a step."""
     kept = [p for p in processes if len(p.times) > 0]
@@ -253,6 +304,10 @@ def timing_sample(processes: Sequence[ProcessSteps], clock: str = "wall") -> Tim
     units = {name: tuple(statistic(p.times, name) for p in kept) for name in FIELDS}
     with_cpu = all(p.cpu is not None and len(p.cpu) == len(p.times) for p in kept)
     cpu_units = {name: tuple(statistic(p.cpu, name) for p in kept) for name in FIELDS} if with_cpu else {}  # type: ignore[arg-type]
+    wall_noises = [own_noises(p.times) for p in kept]
+    cpu_noises = [own_noises(p.cpu) for p in kept] if with_cpu else []  # type: ignore[arg-type]
+    unit_noise = {name: tuple(n[name] for n in wall_noises) for name in FIELDS}
+    cpu_unit_noise = {name: tuple(n[name] for n in cpu_noises) for name in FIELDS} if with_cpu else {}
     return TimingSample(
         count=sum(len(p.times) for p in kept),
         repetitions=len(kept),
@@ -264,6 +319,8 @@ def timing_sample(processes: Sequence[ProcessSteps], clock: str = "wall") -> Tim
         blocks=tuple(p.block for p in kept),
         clock=clock,
         left_out=left_out,
+        unit_noise=unit_noise,
+        cpu_unit_noise=cpu_unit_noise,
     )
 
 
@@ -372,6 +429,9 @@ class RatioInterval:
     # What `noise` is of the few processes' own spread (t intervals: their sd taken at its 75 % upper
     # bound, _sd_upper_factor); 1 where it is the spread itself.
     noise_factor: float = 1.0
+    # With the assumed noise: the standard deviation of the log ratio that the processes' own
+    # figures add (own_noise: few, widely spread steps), 0 where they add nothing known.
+    own: float = 0.0
 
     @property
     def stretched(self) -> bool:
@@ -550,8 +610,9 @@ def ratio_interval(top: TimingSample, bottom: TimingSample, field_name: str, pai
         # a process of an independent side is; a ratio of two processes has sqrt(2) their noise.
         return _odd_blocks_apart(top, bottom, measure, field_name, confidence, pairs,
                                  _set_apart(blocks, [k for k, _ in pairs], "block", measure, math.sqrt(2.0)))
+    na, nb = top.own_noise(measure, field_name), bottom.own_noise(measure, field_name)
     apart = _set_apart(la, top.blocks, "top", measure) + _set_apart(lb, bottom.blocks, "bottom", measure)
-    whole = _independent(la, lb, measure, confidence, paired, blocks)
+    whole = _independent(la, lb, measure, confidence, paired, blocks, (na, nb))
     if not apart:
         return whole
     if whole.method == "rank":
@@ -566,7 +627,8 @@ def ratio_interval(top: TimingSample, bottom: TimingSample, field_name: str, pai
     apart_bottom = {o.index for o in apart if o.side == "bottom"}
     kept_top = [v for i, v in enumerate(la) if i not in apart_top]
     kept_bottom = [v for i, v in enumerate(lb) if i not in apart_bottom]
-    agreeing = _independent(kept_top, kept_bottom, measure, confidence, paired, blocks)
+    own = ([v for i, v in enumerate(na) if i not in apart_top], [v for i, v in enumerate(nb) if i not in apart_bottom])
+    agreeing = _independent(kept_top, kept_bottom, measure, confidence, paired, blocks, own)
     centre_top, centre_bottom = sum(kept_top) / len(kept_top), sum(kept_bottom) / len(kept_bottom)
     readings = [la[o.index] - centre_bottom for o in apart if o.side == "top"] + [centre_top - lb[o.index] for o in apart if o.side == "bottom"]
     low = min(agreeing.low, math.exp(min(readings)))
@@ -583,16 +645,30 @@ def _odd_blocks_apart(top: TimingSample, bottom: TimingSample, measure: str, fie
     def logs(side: TimingSample) -> list[float]:
         return [math.log(v) for b, v in zip(side.blocks, side.per_process(measure, field_name)) if v > 0 and b not in odd]
 
-    agreeing = _independent(logs(top), logs(bottom), measure, confidence, True, [math.log(r) for k, r in pairs if k not in odd])
+    def own(side: TimingSample) -> list[float]:
+        noise = (side.cpu_unit_noise if measure == "cpu" else side.unit_noise).get(field_name, ())
+        figures = side.per_process(measure, field_name)
+        noise = noise if len(noise) == len(figures) else (0.0,) * len(figures)
+        return [n for b, v, n in zip(side.blocks, figures, noise) if v > 0 and b not in odd]
+
+    agreeing = _independent(logs(top), logs(bottom), measure, confidence, True, [math.log(r) for k, r in pairs if k not in odd],
+                            (own(top), own(bottom)))
     if not apart:
         return agreeing
     readings = [math.log(r) for k, r in pairs if k in odd]
     return replace(agreeing, low=min(agreeing.low, math.exp(min(readings))), high=max(agreeing.high, math.exp(max(readings))), outliers=apart)
 
 
-def _independent(la: Sequence[float], lb: Sequence[float], measure: str, confidence: float, paired: bool, blocks: Sequence[float]) -> RatioInterval:
+def _independent(la: Sequence[float], lb: Sequence[float], measure: str, confidence: float, paired: bool, blocks: Sequence[float],
+                 own: tuple[Sequence[float], Sequence[float]] = ((), ())) -> RatioInterval:
     """The interval of two sides' log figures that are not paired block by block (see the module
-    docstring); `blocks`: the log ratios of the blocks the sides share, when they are modes of one run."""
+    docstring); `blocks`: the log ratios of the blocks the sides share, when they are modes of one run;
+    `own`: each process's own_noise, by side (aligned with `la`, `lb`). Where the run-to-run noise
+    is assumed, each process's figure also carries what its own steps leave uncertain: a process of
+    a few widely spread steps (those that waited for data, those that did not) has a median that a
+    rerun of the same process moves by more than the assumed noise between processes (one process a
+    side read 0.22x "slower" where three a side read 0.93x, inconclusive). Measured noise (the
+    processes' own spread) includes it already."""
     z = NormalDist().inv_cdf(1.0 - (1.0 - confidence) / 2.0)
     d = sum(la) / len(la) - sum(lb) / len(lb)
     counts = (len(la), len(lb))
@@ -628,8 +704,11 @@ def _independent(la: Sequence[float], lb: Sequence[float], measure: str, confide
             seen.append(math.sqrt(mean_var(blocks)[1]) / math.sqrt(2.0))
         larger = max(seen, default=0.0) > sd
         sd = max([sd, *seen])
-        half = z * sd * scale
-        return RatioInterval(math.exp(d), math.exp(d - half), math.exp(d + half), counts, measure, "assumed", sd, df, confidence, seen=larger, in_blocks=paired)
+        # The variance of the difference of the sides' mean log figures from each process's own figure.
+        within = sum(v * v for v in own[0]) / len(la) ** 2 + sum(v * v for v in own[1]) / len(lb) ** 2 if len(own[0]) == len(la) and len(own[1]) == len(lb) else 0.0
+        half = z * math.sqrt((sd * scale) ** 2 + within)
+        return RatioInterval(math.exp(d), math.exp(d - half), math.exp(d + half), counts, measure, "assumed", sd, df, confidence, seen=larger, in_blocks=paired,
+                             own=math.sqrt(within))
     half = t * sd * scale
     return RatioInterval(math.exp(d), math.exp(d - half), math.exp(d + half), counts, measure, method, sd, df, confidence, noise_factor=factor)
 
@@ -697,8 +776,12 @@ def _method_words(interval: RatioInterval) -> str:
     if interval.seen:
         return (f"{what}, {a} vs {b} processes: too few to measure the run-to-run noise, and they already differ by "
                 f"{spread_text(interval.spread)} (A/A)")
+    unsettled = ""
+    if interval.own >= OWN_NOISE_SAID * interval.noise * math.sqrt(1.0 / max(a, 1) + 1.0 / max(b, 1)):
+        unsettled = (f"; and each process's own figure is unsettled (few steps, spread widely: their ratio alone is uncertain by "
+                     f"{spread_text(math.expm1(NormalDist().inv_cdf(0.95) * interval.own))}), which widens the interval")
     return (f"{what}, {a} vs {b} process{'es' if b != 1 else ''}: run-to-run noise not measured, "
-            f"assumed {spread_text(interval.spread)} A/A")
+            f"assumed {spread_text(interval.spread)} A/A{unsettled}")
 
 
 def spread_text(spread: float) -> str:

@@ -446,7 +446,14 @@ def _pooled_sample(old: TimingSample | None, new: TimingSample | None) -> Timing
     # Blocks of different runs are not pairs: numbered apart.
     blocks = tuple(range(1, processes + 1))
     count = round((old.count + new.count) * processes / (old.repetitions + new.repetitions))
-    return TimingSample(count, processes, "process", values, units, cpu_units, old.cpu_bound and new.cpu_bound, blocks, new.clock)
+
+    def noise(a: dict[str, tuple[float, ...]], a_n: int, b: dict[str, tuple[float, ...]], b_n: int) -> dict[str, tuple[float, ...]]:
+        # Each process's own noise where known, 0 where its file kept none: aligned with `units`.
+        return {name: (*(a.get(name) or (0.0,) * a_n), *(b.get(name) or (0.0,) * b_n))[-keep:] for name in units}
+
+    return TimingSample(count, processes, "process", values, units, cpu_units, old.cpu_bound and new.cpu_bound, blocks, new.clock,
+                        unit_noise=noise(old.unit_noise, old.repetitions, new.unit_noise, new.repetitions),
+                        cpu_unit_noise=noise(old.cpu_unit_noise, old.repetitions, new.cpu_unit_noise, new.repetitions) if cpu_units else {})
 
 
 def suggested_threshold(snap: ModeSnapshot) -> tuple[int | None, str]:
@@ -514,6 +521,7 @@ _Count = Annotated[int, Meta(ge=0, le=10**9)]
 _MAX_SHARE = 0.999999  # written for a share that rounds to 1 (six digits)
 _Share = Annotated[float, Meta(ge=0.0, lt=1.0)]  # a share of runnable time: never all of it
 _Runnable = Annotated[float, Meta(gt=0.0, le=1.0)]  # a step's runnable share of its wall time
+_OwnNoise = Annotated[float, Meta(ge=0.0, le=50.0)]  # a standard deviation of a log figure: 50 is e^50 times apart
 
 
 class _SampleFile(Struct, kw_only=True):
@@ -526,6 +534,9 @@ class _SampleFile(Struct, kw_only=True):
     cpu_bound: bool = False
     blocks: list[_Count] | None = None  # older files: each process its own block
     clock: str | None = "wall"
+    # Each process's own_noise per statistic (report/figures/intervals.py); older files: none (taken as 0)
+    unit_noise: dict[str, list[_OwnNoise]] | UnsetType = UNSET
+    cpu_unit_noise: dict[str, list[_OwnNoise]] | UnsetType = UNSET
 
 
 class _StepTimeFile(Struct, kw_only=True):
@@ -586,6 +597,8 @@ def _sample_file(sample: TimingSample) -> _SampleFile:
         cpu_bound=sample.cpu_bound,
         blocks=list(sample.blocks),
         clock=sample.clock,
+        unit_noise={name: [float(f"{v:.4g}") for v in values] for name, values in sample.unit_noise.items()} or UNSET,
+        cpu_unit_noise={name: [float(f"{v:.4g}") for v in values] for name, values in sample.cpu_unit_noise.items()} or UNSET,
     )
 
 
@@ -644,8 +657,13 @@ def _timing_sample(data: _SampleFile, where: str) -> TimingSample:
         raise UnreadableInput(f"{where}: step_time.sample says {data.repetitions} processes but holds "
                               f"{' or '.join(str(n) for n in sorted(lengths))} figures a statistic")
     blocks = tuple(data.blocks) if data.blocks else tuple(range(1, data.repetitions + 1))
+    # A process's own noise goes with its figure: a list of another length is no process's (ignored, as an older file's absence is).
+    def own(noise: dict[str, list[float]] | UnsetType) -> dict[str, tuple[float, ...]]:
+        return {k: tuple(v) for k, v in noise.items() if len(v) == data.repetitions} if isinstance(noise, dict) else {}
+
     return TimingSample(data.count, data.repetitions, data.unit, dict(data.values_s), {k: tuple(v) for k, v in data.units_s.items()},
-                        {k: tuple(v) for k, v in (data.cpu_units_s or {}).items()}, data.cpu_bound, blocks, data.clock or "wall")
+                        {k: tuple(v) for k, v in (data.cpu_units_s or {}).items()}, data.cpu_bound, blocks, data.clock or "wall",
+                        unit_noise=own(data.unit_noise), cpu_unit_noise=own(data.cpu_unit_noise))
 
 
 def _round_share(value: float) -> float:

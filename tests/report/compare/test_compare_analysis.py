@@ -508,7 +508,7 @@ Speedups (steady-state step time)
 │           │         │              │              │ +/-100% A/A; run --repeat 35 to resolve it;  │
 │           │         │              │              │ on the 10 steps steady in both (left out:    │
 │           │         │              │              │ step 0)                                      │
-│ ca/eager  │   2.00x │ 0.75 - 5.31x │ inconclusive │ wall time per step, 1 vs 1 process:          │
+│ ca/eager  │   2.00x │ 0.75 - 5.32x │ inconclusive │ wall time per step, 1 vs 1 process:          │
 │           │         │              │              │ run-to-run noise not measured, assumed over  │
 │           │         │              │              │ +/-100% A/A; run --repeat 5 to resolve it;   │
 │           │         │              │              │ from a mode that did not finish cleanly; on  │

@@ -279,3 +279,39 @@ def test_a_t_intervals_words_give_the_noise_the_processes_showed_and_what_it_was
     assert f"run-to-run noise measured ({spread_text(r.seen_spread)} A/A, taken at {spread_text(r.spread)}: the most it may be" in words
     snap = ModeSnapshot("ca", "finished", 5, 1, 1, 0, 0, 0, 0, 0, 1.0, StepTimeSnapshot(5, 0.0104, 0.0095, 0.0121, 0.0106, base), 0, 5, "")
     assert f"{100 * apart:.0f}% apart 90% of the time (A/A)" in suggested_threshold(snap)[1]
+
+
+# The steady steps (ms) of one `cagtool run` process per mode of a job whose DataLoader has two
+# workers on a 2-core VM (aot, then ca): some steps wait for a batch, some do not. One process a
+# side read ca 0.22x "slower"; three a side of the same job read 0.93x, inconclusive.
+_WAITS_AOT = [9.97, 1.32, 2.55, 13.39, 1.31, 2.16, 1.52]
+_WAITS_CA = [10.44, 1.69, 14.11, 11.77, 3.31, 9.89, 1.84]
+
+
+def test_a_process_of_few_widely_spread_steps_carries_its_own_uncertainty():
+    aot = timing_sample([ProcessSteps(1, [v / 1e3 for v in _WAITS_AOT])])
+    ca = timing_sample([ProcessSteps(1, [v / 1e3 for v in _WAITS_CA])])
+    assert aot is not None and ca is not None
+    r = ratio_interval(aot, ca, "median", measure="wall")
+    assert r.ratio == pytest.approx(2.16 / 9.89) and r.low < 1.0 < r.high, r  # inconclusive, not "slower"
+    assert "each process's own figure is unsettled" in method_words(r)
+    # The same as modes of one run (one block: paired, fewer blocks than the sign interval needs).
+    together = ratio_interval(aot, ca, "median", paired=True, measure="wall")
+    assert together.low < 1.0 < together.high and together.low == pytest.approx(r.low), together
+    # The same figures without what their steps say of them (a baseline file of an older cagtool):
+    # the assumed noise alone calls it.
+    bare = ratio_interval(sample([aot.values["median"]]), sample([ca.values["median"]]), "median")
+    assert bare.high < 1.0
+
+
+def test_many_tight_steps_leave_the_assumed_interval_as_it_was():
+    """A CPU-bound job's process of 100 steps within +/-3%: its own median is settled (the order
+    statistics' interval is a few tenths of a percent), and the interval is the assumed noise's."""
+    steps = [0.004 * (1.0 + 0.03 * math.sin(i * 1.7)) for i in range(100)]
+    one = timing_sample([ProcessSteps(1, steps)])
+    other = timing_sample([ProcessSteps(1, [1.2 * v for v in steps])])
+    assert one is not None and other is not None and max(one.unit_noise["median"]) < 0.01
+    r = ratio_interval(other, one, "median", measure="wall")
+    half = math.log(r.high / r.ratio)
+    assert half == pytest.approx(1.6448536 * ASSUMED_NOISE["wall"] * math.sqrt(2), rel=1e-3)
+    assert "unsettled" not in method_words(r)

@@ -148,3 +148,18 @@ def test_a_share_that_rounds_to_one_is_written_short_of_it(tmp_path):
     saved = save_baseline(replace(baseline, modes={**baseline.modes, "ca": nearly_all}), tmp_path / "b.json")
     again = load_baseline(saved).modes["ca"]
     assert again.compile_wait == again.step_time.cpu_wait == 0.999999
+
+
+def test_each_processs_own_uncertainty_is_saved_and_read_back(tmp_path):
+    """A baseline keeps what each process's steps say of its own figure (intervals.own_noise), so a
+    gate of one run against one saved process weighs both; an older file without it reads as 0."""
+    from dataclasses import replace
+
+    baseline = load_baseline(V1)
+    ca = baseline.modes["ca"]
+    sample = ca.step_time.sample
+    noise = {name: tuple(0.125 * (i + 1) for i in range(sample.repetitions)) for name in sample.units}
+    with_noise = replace(baseline, modes={**baseline.modes, "ca": replace(ca, step_time=replace(ca.step_time, sample=replace(sample, unit_noise=noise)))})
+    path = save_baseline(with_noise, tmp_path / "noise.json")
+    assert load_baseline(path).modes["ca"].step_time.sample.unit_noise == noise
+    assert load_baseline(V1).modes["ca"].step_time.sample.unit_noise == {}

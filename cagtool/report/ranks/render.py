@@ -74,12 +74,18 @@ def render_ranks(console: Console, analysis: RankAnalysis, indent: int = 2) -> N
     """The ranks of one mode: a table (with a totals row), then one line per finding."""
     pad = " " * indent
     size = f" of world size {analysis.world_size}" if analysis.world_size is not None else ""
-    console.print(f"{pad}ranks: {len(analysis.rows)}{size} recorded", markup=False)
+    ranked = bool(analysis.rows or analysis.missing or analysis.world_size is not None)
+    if ranked:
+        console.print(f"{pad}ranks: {len(analysis.rows)}{size} recorded", markup=False)
     if analysis.rows or analysis.missing:
         console.print(Padding(rank_table(analysis), (0, 0, 0, indent + 2), expand=False))
         console.print(f"{pad}  (total: counts and peak memory summed, step time the slowest rank's median)", markup=False)
-    if analysis.other_processes:
+    if analysis.other_processes and ranked:
         console.print(f"{pad}  other processes followed (no rank): {', '.join(analysis.other_processes)}", markup=False)
+    elif analysis.other_processes:
+        # No distributed job: the processes it started are its DataLoader workers or subprocesses, not ranks.
+        console.print(f"{pad}processes the script started, followed (no rank: DataLoader workers, subprocesses): "
+                      f"{', '.join(analysis.other_processes)}", markup=False)
     explained: set[str] = set()
     for finding in analysis.findings:
         console.print(Text.assemble(pad, ("rank finding:", "yellow"), f" {finding.message}"), overflow="fold")

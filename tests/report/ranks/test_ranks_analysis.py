@@ -232,3 +232,21 @@ def test_one_rank_captured_again_for_other_sizes_is_no_divergence(multi_rank_run
     assert not agree.failed and "rank 1 also for other sizes at step 4" in agree.message
     later = multi_rank_run({0: Rank(steps=8), 1: Rank(steps=8, caps=[Cap(0), sized, Cap(6, node="AddBackward0", call=2)])}, name="later")
     assert [f.code for f in _analysis(later).findings if f.code in (RANKS_GRAPHS_DIVERGE, RANKS_SIZES_DIFFER)] == [RANKS_GRAPHS_DIVERGE]
+
+
+def test_a_job_without_ranks_names_the_processes_it_started_as_no_ranks():
+    """A DataLoader with workers, no distributed job: its followed workers are said as what they
+    are, not as "ranks: 0 recorded"; a job with ranks keeps its table's words."""
+    from rich.console import Console
+
+    from cagtool.report.ranks.analysis import RankAnalysis, RankTotals
+    from cagtool.report.ranks.render import render_ranks
+
+    totals = RankTotals(0, 0, 0, 0, 0, None, None)
+    console = Console(width=400, color_system=None)
+    with console.capture() as out:
+        render_ranks(console, RankAnalysis("ca", None, (), totals, (), ("pid9606", "pid9608")))
+    assert out.get() == "  processes the script started, followed (no rank: DataLoader workers, subprocesses): pid9606, pid9608\n"
+    with console.capture() as out:
+        render_ranks(console, RankAnalysis("ca", 2, (), totals, (), ("pid9606",)))
+    assert out.get().startswith("  ranks: 0 of world size 2 recorded\n") and "other processes followed (no rank): pid9606" in out.get()

@@ -469,12 +469,19 @@ class RatioInterval:
         if distance <= 0 or not math.isfinite(distance):
             return None
         z = NormalDist().inv_cdf(1.0 - (1.0 - self.confidence) / 2.0) + NormalDist().inv_cdf(POWER)
+        noise = self.noise
+        if self.own and self.units and min(self.units) > 0:
+            # Each process's own figure's uncertainty (`own`: of the ratio at hand, sum(se^2)/k^2 a
+            # side) shrinks with more processes as their spread does: per process it is
+            # own^2 / (1/k_top + 1/k_bottom), added to the noise between processes.
+            a, b = self.units
+            noise = math.sqrt(noise ** 2 + self.own ** 2 / (1.0 / a + 1.0 / b))
         if self.paired or self.in_blocks:
             # The sign interval's efficiency against the mean on normal data is 2/pi.
-            n = (z * self.noise / distance) ** 2 * math.pi / 2.0
+            n = (z * noise / distance) ** 2 * math.pi / 2.0
             floor = MIN_SIGN_BLOCKS
         else:
-            n = 2.0 * (z * self.noise / distance) ** 2
+            n = 2.0 * (z * noise / distance) ** 2
             floor = MIN_RANK_UNITS
         needed = max(floor, math.ceil(n))
         # Never what is at hand already: it did not resolve it. Paired blocks' sign interval is the

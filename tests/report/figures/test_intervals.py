@@ -315,3 +315,18 @@ def test_many_tight_steps_leave_the_assumed_interval_as_it_was():
     half = math.log(r.high / r.ratio)
     assert half == pytest.approx(1.6448536 * ASSUMED_NOISE["wall"] * math.sqrt(2), rel=1e-3)
     assert "unsettled" not in method_words(r)
+
+
+def test_what_would_resolve_it_counts_each_processs_own_uncertainty_too():
+    """Processes of a few widely spread steps need more of them to resolve a ratio than the noise
+    between processes alone says: each one's own figure is unsettled too."""
+    aot = timing_sample([ProcessSteps(1, [v / 1e3 for v in _WAITS_AOT])])
+    ca = timing_sample([ProcessSteps(1, [v / 1e3 for v in _WAITS_CA])])
+    r = ratio_interval(aot, ca, "median", measure="wall")
+    plain = ratio_interval(sample([aot.values["median"]]), sample([ca.values["median"] * 0.5]), "median")
+    # The same distance to resolve, with and without the processes' own uncertainty.
+    assert r.own > 0.5 and plain.own == 0.0
+    with_own, without = r.processes_needed(0.4), plain.processes_needed(0.4)
+    assert with_own is not None and without is not None and with_own > without
+    expected = 2.0 * ((1.6448536 + 0.8416212) / 0.4) ** 2 * (r.noise ** 2 + r.own ** 2 / 2.0)
+    assert with_own == max(3, math.ceil(expected))

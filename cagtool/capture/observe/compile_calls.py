@@ -142,6 +142,12 @@ def _dynamo_disabled() -> bool:
     return bool(getattr(config, "disable", False))
 
 
+def _job_code(code: tuple[str, int] | None) -> bool:
+    """A code of the job's own: not a graph module's generated code (a compiled-autograd graph,
+    compiled as it is captured, is no model of the job's)."""
+    return code is not None and not code[0].startswith("<eval_with_key>")
+
+
 def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     if any(not isinstance(v, _PLAIN) for v in (*args, *kwargs.values())):
         return "..."
@@ -267,8 +273,7 @@ class CompileCalls:
                 try:
                     target = args[0] if args else kwargs.get("model")
                     code = _compiled_code(target) if target is not None else None
-                    # A graph module's generated code (a compiled-autograd graph compiled as it is captured): no model of the job's.
-                    if code is not None and not code[0].startswith("<eval_with_key>"):
+                    if _job_code(code):
                         where = source.user_caller(how="caller")
                         calls.append({"file": where.file if where is not None else "", "line": where.line if where is not None else 0,
                                       "via": where.via if where is not None else "", "dynamic": _dynamic_given(kwargs), "code": list(code)})
@@ -289,8 +294,8 @@ class CompileCalls:
                                                       call, where, handler.steps.current_step))
                     kept = _KEPT.match(line)
                     module = getattr(result, "_orig_mod", None)
-                    if module is not None and len(self.compiled_modules) < MAX_COMPILE_CALLS and (key := _compiled_code(module)) is not None:
-                        self.compiled_modules.append((weakref.ref(module), key, where))
+                    if module is not None and len(self.compiled_modules) < MAX_COMPILE_CALLS and _job_code(key := _compiled_code(module)):
+                        self.compiled_modules.append((weakref.ref(module), key, where))  # type: ignore[arg-type]
                     forward = getattr(type(module), "forward", None)
                     code = _compiled_code(module) if module is not None else None
                     if (where is not None and kept is not None and kept["kept"] != kept["name"] and code is not None
@@ -320,6 +325,10 @@ class CompileCalls:
     def uninstall(self) -> None:
         while self._restore:
             self._restore.pop()()
+
+    def _say(self, code: str, message: str, step: int | None, where: SourceRef | None, detail: dict[str, Any]) -> None:
+        """One finding of a compile call, on the user's line."""
+        self.handler.writer.emit(FindingEvent, code=code, message=message, step=step, source=where, detail=detail)
 
     def note_compiled_nothing(self) -> None:
         """The findings, once per line: each `module.compile()` on a module whose forward Dynamo's
@@ -370,18 +379,16 @@ class CompileCalls:
                     or _dynamo_disabled()):
                 continue
             said.add(key)
-            self.handler.writer.emit(
-                FindingEvent,
-                code=FINDING_COMPILED_MODULE_UNUSED,
-                message=(
+            self._say(
+                FINDING_COMPILED_MODULE_UNUSED,
+                (
                     f"{call.kept_as} = {call.statement} compiled nothing: the job never called {call.kept_as} (Dynamo never "
                     f"compiled {call.name}'s forward), so every call of {call.name} ran it eagerly. Call the compiled module "
                     f"({call.kept_as}(...) in place of {call.name}(...)), or keep it under the module's name: "
                     f"{call.name} = {call.statement}"
                 ),
-                step=call.step,
-                source=call.source,
-                detail={"module": call.module, "variable": call.name, "kept_as": call.kept_as, "statement": call.statement},
+                call.step, call.source,
+                {"module": call.module, "variable": call.name, "kept_as": call.kept_as, "statement": call.statement},
             )
         gc_collected = [d for d in self.dropped if d.compiled() is None]
         for call in gc_collected:
@@ -389,15 +396,13 @@ class CompileCalls:
             if key in said:
                 continue
             said.add(key)
-            self.handler.writer.emit(
-                FindingEvent,
-                code=FINDING_COMPILED_MODULE_DROPPED,
-                message=(
+            self._say(
+                FINDING_COMPILED_MODULE_DROPPED,
+                (
                     f"{call.statement} compiled nothing: torch.compile returns a compiled module and leaves {call.name} as it "
                     f"is, and the line drops what it returned, so every call of {call.name} ran eagerly. Keep it: "
                     f"{call.name} = {call.statement}"
                 ),
-                step=call.step,
-                source=call.source,
-                detail={"module": call.module, "variable": call.name, "statement": call.statement},
+                call.step, call.source,
+                {"module": call.module, "variable": call.name, "statement": call.statement},
             )

@@ -195,7 +195,7 @@ class TimingSample:
     # why). A check on such a side is an error that names them: a process lost unsaid would leave
     # a side that passes on fewer processes than it ran. Never in a baseline file (not saved).
     left_out: tuple[tuple[int, str], ...] = ()
-    # How uncertain each process's own figure is from its steps (`own_noise`: the standard deviation
+    # How uncertain each process's own figure is from its steps (`own_noises`: the standard deviation
     # of the log figure, per statistic, aligned with `units` / `cpu_units`): few steps spread widely
     # (a step that waits for DataLoader workers or not) leave a process's median itself unsettled.
     # Empty where not known (a baseline file keeps the figures only): taken as 0.
@@ -207,7 +207,7 @@ class TimingSample:
         return (self.cpu_units if measure == "cpu" else self.units).get(field_name, ())
 
     def own_noise(self, measure: str, field_name: str) -> tuple[float, ...]:
-        """Each process's `own_noise` on `measure` for the processes `figures` keeps (0 where not known)."""
+        """Each process's own noise (`own_noises`) on `measure` for the processes `figures` keeps (0 where not known)."""
         noise = (self.cpu_unit_noise if measure == "cpu" else self.unit_noise).get(field_name, ())
         figures = self.per_process(measure, field_name)
         if len(noise) != len(figures):
@@ -262,18 +262,14 @@ def _cpu_bound(processes: Sequence[ProcessSteps]) -> bool:
     return median_of(shares) >= CPU_BOUND_SHARE and min(shares) >= CPU_BOUND_FLOOR  # type: ignore[type-var]
 
 
-def own_noise(values: Sequence[float], field_name: str, confidence: float = CONFIDENCE) -> float:
-    """How uncertain one process's figure is from its own steps: the standard deviation of the log
-    figure. For a quantile (median, p10, p90), from the distribution-free interval of its order
-    statistics (the normal approximation of the binomial ranks; half its log width over z); for the
-    mean, its standard error. 0 where it cannot be said (fewer than two positive steps). Steps of
-    one process vary less than processes do, so for the many tight steps of a CPU-bound job it is
-    near 0; a handful of steps of which some wait for data and some do not makes it large."""
-    return own_noises(values, confidence)[field_name]
-
-
 def own_noises(values: Sequence[float], confidence: float = CONFIDENCE) -> dict[str, float]:
-    """`own_noise` of every statistic in FIELDS, the steps sorted once."""
+    """For each statistic in FIELDS (the steps sorted once): how uncertain one process's figure is
+    from its own steps, the standard deviation of the log figure. For a quantile (median, p10,
+    p90), from the distribution-free interval of its order statistics (the normal approximation of
+    the binomial ranks; half its log width over z); for the mean, its standard error. 0 where it
+    cannot be said (fewer than two positive steps). Steps of one process vary less than processes
+    do, so for the many tight steps of a CPU-bound job it is near 0; a handful of steps of which
+    some wait for data and some do not makes it large."""
     import numpy as np
 
     array = np.asarray(values, dtype=float)
@@ -430,7 +426,7 @@ class RatioInterval:
     # bound, _sd_upper_factor); 1 where it is the spread itself.
     noise_factor: float = 1.0
     # With the assumed noise: the standard deviation of the log ratio that the processes' own
-    # figures add (own_noise: few, widely spread steps), 0 where they add nothing known.
+    # figures add (own_noises: few, widely spread steps), 0 where they add nothing known.
     own: float = 0.0
 
     @property
@@ -670,7 +666,7 @@ def _independent(la: Sequence[float], lb: Sequence[float], measure: str, confide
                  own: tuple[Sequence[float], Sequence[float]] = ((), ())) -> RatioInterval:
     """The interval of two sides' log figures that are not paired block by block (see the module
     docstring); `blocks`: the log ratios of the blocks the sides share, when they are modes of one run;
-    `own`: each process's own_noise, by side (aligned with `la`, `lb`). Where the run-to-run noise
+    `own`: each process's own noise (own_noises), by side (aligned with `la`, `lb`). Where the run-to-run noise
     is assumed, each process's figure also carries what its own steps leave uncertain: a process of
     a few widely spread steps (those that waited for data, those that did not) has a median that a
     rerun of the same process moves by more than the assumed noise between processes (one process a

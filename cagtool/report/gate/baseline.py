@@ -534,7 +534,7 @@ class _SampleFile(Struct, kw_only=True):
     cpu_bound: bool = False
     blocks: list[_Count] | None = None  # older files: each process its own block
     clock: str | None = "wall"
-    # Each process's own_noise per statistic (report/figures/intervals.py); older files: none (taken as 0)
+    # Each process's own noise per statistic (own_noises) (report/figures/intervals.py); older files: none (taken as 0)
     unit_noise: dict[str, list[_OwnNoise]] | UnsetType = UNSET
     cpu_unit_noise: dict[str, list[_OwnNoise]] | UnsetType = UNSET
 

@@ -151,7 +151,7 @@ def test_a_share_that_rounds_to_one_is_written_short_of_it(tmp_path):
 
 
 def test_each_processs_own_uncertainty_is_saved_and_read_back(tmp_path):
-    """A baseline keeps what each process's steps say of its own figure (intervals.own_noise), so a
+    """A baseline keeps what each process's steps say of its own figure (intervals.own_noises), so a
     gate of one run against one saved process weighs both; an older file without it reads as 0."""
     from dataclasses import replace
 

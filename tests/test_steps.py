@@ -5,6 +5,7 @@ torch._dynamo.reset(), CUDA."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -29,6 +30,7 @@ from cagtool.record.schema import (
 )
 from cagtool.report.frames import events_frame, steps_frame
 from cagtool.report.figures.metrics import mode_metrics
+from cagtool.report.summary import steps_text
 
 from conftest import ROOT, cagtool_cmd, cli_in_process
 
@@ -105,6 +107,9 @@ def test_two_optimizers_give_one_step_per_training_iteration(record_run, variant
         by_step.setdefault(opt.step, []).append(opt.optimizer)
     assert by_step == {0: ["SGD", "SGD"], 1: ["SGD", "SGD"], 2: ["SGD", "SGD"]}
     assert mode_metrics(eager).backward_calls_after_last_step == 0
+    # Backward calls no step closed, where another optimizer stepped after them: not "after the last optimizer step".
+    trailing = dataclasses.replace(mode_metrics(eager), backward_calls_after_last_step=2)
+    assert steps_text(trailing).endswith(", 2 backward call(s) after the last step ended (not every optimizer stepped after them)")
 
 
 @pytest.mark.slow

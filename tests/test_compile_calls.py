@@ -28,6 +28,9 @@ from cagtool.record.schema import (
 )
 
 SCRIPT = ROOT / "tests" / "scripts" / "module_compile_builtin.py"
+# torch 2.14 compiles a Sequential under Module.compile() (pytorch/pytorch#150915): there the
+# call compiles a frame of its own and nothing may be said (the compat check runs these tests).
+SEQUENTIAL_COMPILES = torch.__version__ >= "2.14"
 
 
 # The script's own module (its forward in the script's file), without running the script.
@@ -58,7 +61,10 @@ def test_a_sequentials_compile_that_compiles_nothing_is_found_on_the_users_line(
         model.compile(backend="eager"); line = sys._getframe().f_lineno  # noqa: E702 - the line the finding names
         _steps(model)
         # torch's own counts: every frame Dynamo compiled is a compiled-autograd graph, none the model's
-        assert counters["frames"]["total"] - frames == counters["compiled_autograd"]["captures"] - captures == 1
+        assert counters["frames"]["total"] - frames == counters["compiled_autograd"]["captures"] - captures + SEQUENTIAL_COMPILES == 1 + SEQUENTIAL_COMPILES
+    if SEQUENTIAL_COMPILES:
+        assert not _findings(cap.path)
+        return
     (finding,) = _findings(cap.path)
     assert finding.source is not None and finding.source.file == __file__ and finding.source.line == line
     assert finding.detail["module"] == "torch.nn.modules.container.Sequential"
@@ -81,7 +87,12 @@ def test_a_library_that_calls_module_compile_on_the_scripts_model_is_named_and_n
     model = nn.Sequential(nn.Linear(16, 8), nn.ReLU())
     with cagtool.capture(backend="eager", output=tmp_path / "run", reset=True) as cap:
         namespace["compile_for_me"](model); line = sys._getframe().f_lineno  # noqa: E702 - the line the finding names
+        frames = counters["frames"]["total"]
         _steps(model)
+        assert counters["frames"]["total"] - frames == 1 + SEQUENTIAL_COMPILES  # the CA graph, and the model where torch compiles it
+    if SEQUENTIAL_COMPILES:
+        assert not _findings(cap.path)
+        return
     (finding,) = _findings(cap.path)
     assert finding.source.file == __file__ and finding.source.line == line and finding.detail["via"] == "fakelib/engine.py:2"
     assert finding.detail["variable"] is None
@@ -197,6 +208,9 @@ def test_cagtool_run_says_it_in_the_headline_the_recompiles_and_the_summary(tmp_
     line = next(i for i, text in enumerate(SCRIPT.read_text().splitlines(), 1) if "model.compile(backend" in text)
     where = f"module_compile_builtin.py:{line}"
     text = " ".join(proc.stderr.split())  # the job has stdout; cagtool speaks on stderr
+    if SEQUENTIAL_COMPILES:
+        assert "compiled nothing" not in text and "compile it:" not in text
+        return
     assert (f"(2/2): running {SCRIPT} model.compile() ({where}) compiled nothing: Dynamo skips Sequential's call under "
             "Module.compile(), so model ran eagerly in aot;") in text  # the headline, after the modes' progress lines
     assert "what to do: compile it: model = torch.compile(model, backend='eager') (why: cagtool summary " in text

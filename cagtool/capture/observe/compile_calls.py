@@ -224,6 +224,9 @@ class CompileCalls:
         if not callable(original):
             return  # a torch without Module.compile: nothing to watch
         calls, handler = self.module_calls, self.handler
+        # torch 2.14 and later compile a module of torch's own under Module.compile() (the fix of
+        # pytorch/pytorch#150915): nothing to say there, in any mode (one with Dynamo off included).
+        compiles_torchs_own = torch.torch_version.TorchVersion(torch.__version__) >= (2, 14)
 
         def compile(module: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001 - torch's name
             cls = type(module)
@@ -240,7 +243,7 @@ class CompileCalls:
                 calls.append(ModuleCompile(
                     module=f"{cls.__module__}.{cls.__qualname__}",
                     forward=f"{getattr(forward, '__module__', '?')}.{getattr(forward, '__qualname__', 'forward')}",
-                    skipped=bool(forward is not None and trace_rules.check(forward)),
+                    skipped=bool(forward is not None and trace_rules.check(forward)) and not compiles_torchs_own,
                     source=source.user_caller(how="caller"),
                     step=handler.steps.current_step,
                     compiles_before=before,

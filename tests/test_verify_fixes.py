@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, cagtool_in_process
+from conftest import ROOT, TORCH_2_14, cagtool_in_process
 
 from cagtool.record.loader import load_run
 from cagtool.report.compare.analysis import numerics_sample
@@ -41,6 +41,9 @@ def test_dynamic_sizes_remove_the_shape_loops_ca_recompile(record_run, tmp_path)
     torch's own PGO suggestion applied as it words it (torch-pgo: its sources, which name the CA
     graph's size inputs, and nothing else) removes Dynamo's and leaves compiled autograd's own
     (partly verified); the two together (torch-pgo-ca-dynamic) remove both."""
+    if TORCH_2_14:
+        pytest.skip("torch 2.14 recompiles frames of its own in this job (the baseline's Dynamo recompiles read 5, not 1: "
+                    "docs/compat.md); these counts are pinned on 2.13 and hold on 2.15")
     run = _copy(record_run, tmp_path, "shape_loop.py")
     proc, data = _verify(run)
     assert proc.returncode == 0, proc.stderr[-3000:]

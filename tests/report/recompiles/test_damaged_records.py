@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import OP_LOOP_INSPECT_RECOMPILES as INSPECT_RECOMPILES
 from conftest import cli_in_process
 
 pytestmark = pytest.mark.slow
@@ -59,7 +60,7 @@ def test_a_damaged_record_never_leads_with_no_recompiles(record_run, tmp_path):
 def test_a_sound_record_is_not_called_damaged(record_run):
     code, out, _ = _cagtool("recompiles", str(record_run("op_loop.py").path), "--format", "json")
     mode = json.loads(out)["modes"]["ca"]
-    assert code == 0 and mode["damaged"] == [] and mode["counts"]["recompiles"] == 3
+    assert code == 0 and mode["damaged"] == [] and mode["counts"]["recompiles"] == 3 + INSPECT_RECOMPILES  # torch 2.14's own frames apart
 
 
 def test_a_missing_guard_file_is_left_out_with_a_note(record_run, tmp_path):

@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import OP_LOOP_INSPECT_RECOMPILES as INSPECT_RECOMPILES
 from conftest import ROOT, cli_in_process
 
 pytestmark = pytest.mark.slow
@@ -140,6 +141,8 @@ Every recompile, one per row: cagtool recompiles RUN"""
     ids=["op_loop", "branching_model", "hook_added_midrun"],
 )
 def test_golden_explanation(record_run, script, extra, golden):
+    if script == "op_loop.py" and INSPECT_RECOMPILES:
+        pytest.skip("the golden text is torch 2.13's: 2.14 adds its own frames' cause (test_op_loop_counts_match_the_record counts it)")
     run = recorded(record_run, script, *extra)
     proc = cagtool("recompiles", str(run), "--explain")
     assert proc.returncode == 0, proc.stderr
@@ -158,11 +161,14 @@ def test_op_loop_counts_match_the_record(record_run):
     assert mode["phases"]["counts"]["ca_graph"] == len(raw_events(run, "ca_graph")) == 4
     assert len([e for e in raw_events(run, "dynamo_compile") if e["is_ca_graph"]]) == 4
     assert mode["initial"][0]["node"] == "torch::autograd::GraphRoot"
-    assert [(r["node"], r["node_call"], r["step"]) for r in mode["recompiles"]] == [
+    ca_rows = [r for r in mode["recompiles"] if r["node"] is not None]
+    assert len(mode["recompiles"]) - len(ca_rows) == mode["counts"]["dynamo_frame_recompiles"] == INSPECT_RECOMPILES
+    assert [(r["node"], r["node_call"], r["step"]) for r in ca_rows] == [
         ("SubBackward0", 2, 1), ("MulBackward0", 2, 2), ("DivBackward0", 2, 3)  # the loop's iterations 1-3 over sub, mul, div
     ]
-    assert [r["key_size"] for r in mode["recompiles"]] == [m["key_size"] for m in misses[1:]]
-    (cause,) = mode["explanation"]["causes"]
+    assert [r["key_size"] for r in ca_rows] == [m["key_size"] for m in misses[1:]]
+    (cause,) = [c for c in mode["explanation"]["causes"] if not c["inside_capture"]]
+    assert len(mode["explanation"]["causes"]) == 1 + bool(INSPECT_RECOMPILES)
     assert (cause["code"], cause["count"], cause["steps"], cause["stabilised"]) == ("graph_structure", 3, [1, 2, 3], False)
     assert cause["source"]["file"] == "sample_scripts/op_loop.py" and cause["source"]["line"] == 12
 
@@ -231,9 +237,11 @@ def test_table_lists_the_initial_compile_and_every_recompile(record_run):
     proc = cagtool("recompiles", str(run))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("mode ca: 3 recompiles in 4 steps")
+    assert lines[0].startswith(f"mode ca: {3 + INSPECT_RECOMPILES} recompiles in 4 steps (CA: 3, Dynamo forward-frame: {INSPECT_RECOMPILES},")
     rows = [line.split() for line in lines if re.match(r"^ +(-|\d+) +\d+ +CA miss", line)]
-    assert [(r[0], r[1], r[4]) for r in rows] == [("-", "0", "!0"), ("1", "1", "!1"), ("2", "2", "!2"), ("3", "3", "!3")]
+    assert [(r[1], r[4]) for r in rows] == [("0", "!0"), ("1", "!1"), ("2", "!2"), ("3", "!3")]  # step, CA graph
+    # the recompiles' numbers (torch 2.14's own frames take numbers between them)
+    assert [r[0] for r in rows][:1 if INSPECT_RECOMPILES else None] == ["-", "1", "2", "3"][:1 if INSPECT_RECOMPILES else None]
     assert "initial" in rows[0] and all("new" in r for r in rows[1:])
     assert '  sample_scripts/op_loop.py:12  torch.compile(lambda: loss.backward(), backend="eager")()' in lines
     assert lines[-1] == f"Why, and what to do: cagtool recompiles {run} --explain"

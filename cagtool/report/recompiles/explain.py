@@ -4238,10 +4238,11 @@ def _roots_in_a_size_changed_again(table: RecompileTable, causes: list[Cause], o
     node of a forward graph that recompile made (a CompiledFunctionBackward new in the capture that
     followed it: BERT's padded length, sizes no node of the graph reads, whose earlier values no
     graph shows) (`follows`: _forward_follows, rows of a step whose forward recompiled)."""
-    changes: list[tuple[int, int, int, Cause]] = []  # (step, expected, actual, cause) of each forward recompile on a size
+    # (step, expected, actual, cause, seq) of each forward recompile on a size
+    changes: list[tuple[int, int, int, Cause, int]] = []
     for row in table.rows:
         if row.seq in owner and (change := _batch_change(row)) is not None and change[2] is not None:
-            changes.append((change[0], change[2], change[3], owner[row.seq]))  # type: ignore[arg-type]
+            changes.append((change[0], change[2], change[3], owner[row.seq], row.seq))  # type: ignore[arg-type]
     if not changes:
         return
     sized = {id(c[3]) for c in changes}
@@ -4266,7 +4267,8 @@ def _roots_in_a_size_changed_again(table: RecompileTable, causes: list[Cause], o
         found: set[int] = set()
         root: Cause | None = None
         for row in ca_rows:
-            back = [c for c in changes if c[0] < row.step  # type: ignore[operator]
+            # in a later step, or later in the same one (a later micro-batch of gradient accumulation)
+            back = [c for c in changes if (c[0] < row.step or (c[0] == row.step and c[4] < row.seq))  # type: ignore[operator]
                     and any((size.previous == c[2] and size.value != c[2]) or size.node in made.get(id(c[3]), ())
                             for size in row.changed_sizes)]
             if not back:
@@ -4279,7 +4281,7 @@ def _roots_in_a_size_changed_again(table: RecompileTable, causes: list[Cause], o
     _roots_of_graphs_a_size_made(table, causes, changes, roots)
 
 
-def _roots_of_graphs_a_size_made(table: RecompileTable, causes: list[Cause], changes: list[tuple[int, int, int, Cause]],
+def _roots_of_graphs_a_size_made(table: RecompileTable, causes: list[Cause], changes: list[tuple[int, int, int, Cause, int]],
                                  roots: dict[int, Cause]) -> None:
     """Adds to `roots` Dynamo's recompiles, on a size, of the code of a compiled-autograd graph that
     was captured for a forward cause's changed size (a capture of that cause or of one following
@@ -4313,11 +4315,17 @@ def _warms_up_a_new_graph(table: RecompileTable, cause: Cause) -> bool:
     the next accumulates into it)."""
     if cause.code != CAUSE_GRAD_DEFINED:
         return False
+    # The first graph's own warm-up is there whatever a forward did before it (a Trainer's ragged
+    # batches under gradient accumulation: the forward recompiled at the second micro-batch, whose
+    # backward found .grad defined): the run's warm-up, not a new graph's.
+    initial = {r.ca_id for r in table.rows if r.initial and r.source == SOURCE_CA}
     for row in cause.rows:
         if row.source != SOURCE_CA or row.kind != MISS_NEW_NODE or not (row.node or "").endswith("AccumulateGrad"):
             return False
         graphs = (table.graphs.get(row.ca_id) if row.ca_id is not None else None, table.previous_graph(row.ca_id))
         if None in graphs or sorted(h.hook_type for h in graphs[0].hooks) != sorted(h.hook_type for h in graphs[1].hooks):  # type: ignore[union-attr]
+            return False
+        if graphs[1].ca_id in initial:  # type: ignore[union-attr]
             return False
     return True
 

@@ -92,3 +92,23 @@ def test_the_budget_names_the_compiled_module_not_torchs_wrapper(record_run):
     text = frame_budget_text(frame, record.manifest.cwd)
     assert text.startswith("frame 0, the compiled module `Sequential` called at ") and "unexpected_causes.py:32" in text, text
     assert "external_utils.py" not in text
+
+
+@pytest.mark.slow
+def test_ragged_batches_accumulated_root_the_backwards_sizes_and_leave_the_first_warm_up_its_own(record_run):
+    """tests/scripts/ragged_accumulation.py (HF Trainer's ragged batches with gradient accumulation,
+    seen on the Trainer job): the forward recompiles for a length at the step's second micro-batch,
+    whose backward is the run's first .grad warm-up, and the backward's sizes change at the third.
+    The warm-up read as "caused by" the forward's recompile (it comes whatever the forward does),
+    and the backward's sizes as a root of their own, led by "pad or bucket", because they changed
+    in the step of the forward's recompile rather than a later one."""
+    run = record_run(str(ROOT / "tests" / "scripts" / "ragged_accumulation.py"))
+    assert run.returncode == 0, run.stderr[-2000:]
+    _, table, explanation = _explained(run.path)
+    by_code = {c.code: c for c in explanation.causes}
+    assert sorted(by_code) == ["changed_shapes", "dynamo_guard_failure", "grad_defined_changed"], sorted(by_code)
+    forward, sizes, warm_up = by_code["dynamo_guard_failure"], by_code["changed_shapes"], by_code["grad_defined_changed"]
+    assert sizes.caused_by == forward.number and warm_up.caused_by is None
+    assert explanation.causes[0] is forward  # the root first: its fix leads the headline
+    words = " ".join(cause_words(warm_up, table.cwd).why)
+    assert "every step uses both" in words and "Follows from" not in words, words

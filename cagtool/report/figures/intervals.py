@@ -781,7 +781,7 @@ def _method_words(interval: RatioInterval) -> str:
                 f"{spread_text(interval.spread)} (A/A)")
     unsettled = ""
     if interval.own >= OWN_NOISE_SAID * interval.noise * math.sqrt(1.0 / max(a, 1) + 1.0 / max(b, 1)):
-        unsettled = (f"; and each process's own figure is unsettled (few steps, spread widely: their ratio alone is uncertain by "
+        unsettled = (f"; and each process's own figure is unsettled (its steps near that figure spread widely: their ratio alone is uncertain by "
                      f"{spread_text(math.expm1(NormalDist().inv_cdf(0.95) * interval.own))}), which widens the interval")
     return (f"{what}, {a} vs {b} process{'es' if b != 1 else ''}: run-to-run noise not measured, "
             f"assumed {spread_text(interval.spread)} A/A{unsettled}")

@@ -83,8 +83,13 @@ def test_a_2000_step_job_runs_through_run_gate_baseline_and_gate(tmp_path):
     assert errors == ["max-regression", "max-regression:p90"]
     wide = _report("gate", run, "--baseline", baseline, "--max-regression", "200%", "--max-regression", "p90:200%", cwd=tmp_path)
     # A PASS rests on the baseline's steps not having been slowed: where the gate says they waited
-    # for a CPU half their runnable time or more (a busy CI runner: 52% seen), INCONCLUSIVE, never a FAIL.
+    # for a CPU half their runnable time or more (a busy CI runner: 52% seen), INCONCLUSIVE, never a
+    # FAIL. So too where the process's own wall-time p90 is unsettled: on a busy runner the steps
+    # near it spread widely (2,000 steps, the 44 ranks around the p90 2.7x apart: seen in CI), and
+    # the wall-time interval that must confirm the CPU time's then reaches past +200%.
+    said = " ".join(wide.stdout.split())
     if wide.returncode == 5:
-        assert "load: the baseline's median step waited for a CPU" in wide.stdout and "FAIL" not in wide.stdout, wide.stdout[-3000:]
+        assert ("load: the baseline's median step waited for a CPU" in said or "each process's own figure is unsettled" in said) \
+            and "FAIL" not in said, wide.stdout[-3000:]
     else:
         assert wide.returncode == 0, wide.stdout[-3000:]

@@ -305,7 +305,7 @@ def steps_text(m: ModeMetrics) -> str:
             text += f", {m.skipped_steps} whose optimizer step the grad scaler skipped (inf/NaN gradients)"
         if m.backward_calls_after_last_step:
             text += f", {m.backward_calls_after_last_step} backward call(s) after the last step ended" + (
-                "" if m.optimizer_steps == m.steps else " (not every optimizer stepped after them)")
+                " (not every optimizer stepped after them)" if m.optimizer_steps > m.steps else "")
     elif m.backward_calls and not m.steps:
         text += f" ({m.backward_calls} backward calls, no optimizer step {'recorded' if m.steps_lost_s else 'ended'})"
     return text

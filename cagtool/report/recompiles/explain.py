@@ -4318,7 +4318,7 @@ def _warms_up_a_new_graph(table: RecompileTable, cause: Cause) -> bool:
     # The first graph's own warm-up is there whatever a forward did before it (a Trainer's ragged
     # batches under gradient accumulation: the forward recompiled at the second micro-batch, whose
     # backward found .grad defined): the run's warm-up, not a new graph's.
-    initial = {r.ca_id for r in table.rows if r.initial and r.source == SOURCE_CA}
+    initial = {r.ca_id for r in table.initial if r.source == SOURCE_CA}
     for row in cause.rows:
         if row.source != SOURCE_CA or row.kind != MISS_NEW_NODE or not (row.node or "").endswith("AccumulateGrad"):
             return False

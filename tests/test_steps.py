@@ -310,6 +310,27 @@ def test_a_scripts_own_optimizer_stepped_inside_a_compiled_function_counts_the_s
 
 
 @pytest.mark.slow
+def test_an_optimizer_made_at_a_collected_ones_address_is_watched_as_a_new_one(record_run):
+    """A compiled optimizer step, the optimizer collected, and a new one made at its address (the
+    same `id`), stepped inside a whole compiled training step: the compile of its step reads the
+    new optimizer, not the collected one whose id it has (the reader kept by id read the gone
+    parameter, never changing: its three steps were lost, left as backward calls after the last
+    step). Every step is counted, in eager and aot alike."""
+    script = str(Path(__file__).parent / "scripts" / "optimizer_at_a_collected_ones_address.py")
+    run = record_run(script, modes="eager,aot")
+    assert run.returncode == 0, run.stderr[-3000:]
+    *rounds, made = run.stdout.splitlines()
+    assert rounds and rounds[-1].endswith("address taken again"), run.stdout  # four rounds give it every time here
+    steps = int(made.removeprefix("steps "))
+    for name in ("eager", "aot"):
+        mode = _mode(run, name)
+        assert [(s.step, s.backward_calls) for s in mode.of(StepEvent)] == [(i, 1) for i in range(steps)], name
+        assert len(mode.of(BackwardEvent)) == steps, name
+    assert [s.boundary for s in _mode(run, "aot").of(StepEvent)][-3:] == ["compiled_optimizer"] * 3
+    assert "after the last step" not in " ".join(run.stderr.split())
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, modes", [("max_norm", "eager,aot,ca"), ("clamp", "eager,aot")])
 def test_parameters_changed_in_compiled_code_beside_a_stateless_optimizer_are_not_its_steps(record_run, kind, modes):
     """Plain SGD keeps no state, so only its parameters show a compiled step; between its steps, two

@@ -156,8 +156,8 @@ class StepCounter:
             before = self.watch_version
         self.watch_version = version
         opened = self.open
-        if before is None or version == before or before[0] != version[0]:
-            return False  # no change, or readings of other optimizers (one made since): no step read
+        if before is None or before[0] is not version[0] or version == before:
+            return False  # readings of other optimizers (another reader: one made since), or no change: no step read
         if opened.backward_calls:
             stepped = [key for key, old, new in zip(version[0], before[1:], version[1:]) if old != new and key not in opened.stepped]
             assert self.last_backward_clock is not None  # the open step has a backward that ended
@@ -307,7 +307,7 @@ class StepCounter:
         the next backward's end: no optimizer step noted by then (compiled_optimizer_found); or one
         noted (its hooks run: nothing changes)."""
         _, version = note
-        if self.watch_version is None or (version is not None and self.watch_version[0] != version[0]):
+        if self.watch_version is None or (version is not None and self.watch_version[0] is not version[0]):
             self.watch_version = version  # before the compiled code first ran (read anew: of other optimizers)
         if not self.compiled_optimizer:
             self.compiled_pending = True

@@ -145,7 +145,9 @@ class StepTracker:
         # The same reader, once such a compile was made in no compiled call the hooks see (a function
         # compiled before they were installed): read at each top-level backward's start.
         self._watch_backwards: list[Callable[[], tuple[Any, ...]]] = []
-        self._watch_ids: tuple[int, ...] = ()  # the ids of the optimizers the reader reads (watch_parameters)
+        # The weak references of the optimizers the reader reads (watch_parameters): an optimizer made
+        # where a collected one was has its id, never its reference.
+        self._watch_refs: tuple[weakref.ref[Any], ...] = ()
         self._step_traced = False  # the trace in progress traced an optimizer's step() (hooks.py)
         # The CA observer's answer to an error raised from the engine: a context to run that backward
         # again in, or None (ca_observer.py, CaptureObserver.logger_aside); None without an observer.
@@ -406,7 +408,11 @@ class StepTracker:
         `nn.Embedding(max_norm=...)` renormalises in place in its forward.
         The optimizers read are those alive at the latest compile of an optimizer's code: one made
         after an earlier one's compile (a later phase of the job, its own compiled step) is read
-        from its own compile on."""
+        from its own compile on.
+        Each reader's readings share one tuple of ids, the same object: readings whose ids are not
+        that object came from another reader (boundaries.py compares them by identity), so the
+        readings of a collected optimizer and of a new one that took its address are never
+        compared as one optimizer's step."""
         keys, refs = [], []
         # Those made before the tracker (the Python API's block) too: their hooks never ran.
         for key, ref in [*self.known.items(), *self.counter.candidates.items()]:
@@ -417,17 +423,18 @@ class StepTracker:
                 refs.append((ref, weakref.ref(params[0])))
         if not refs:
             return self._watching[0]() if self._watching else None
-        ids = tuple(keys)
-        if self._watch_ids != ids:
+        watched = tuple(ref for ref, _ in refs)
+        if len(watched) != len(self._watch_refs) or any(a is not b for a, b in zip(watched, self._watch_refs)):
             import torch
 
             tensor = torch.Tensor
+            ids = tuple(keys)
 
             def versions() -> tuple[Any, ...]:
                 return (ids, *[_step_reading(optimizer, param, tensor) for optimizer, param in refs])
 
             # The hooks read the reader from these lists at each call: the new one from now on.
-            self._watch_ids = ids
+            self._watch_refs = watched
             self._watching[:] = [versions]
             if self._watch_backwards:
                 self._watch_backwards[:] = [versions]
@@ -447,7 +454,7 @@ class StepTracker:
         function = None if hooks is None or hooks.function_compiling is None else hooks.function_compiling()
         if function is not None:
             entry = function.entry
-            if not function.steps or (entry is not None and entry[0] != reading[0]):
+            if not function.steps or (entry is not None and entry[0] is not reading[0]):
                 # watched from now on, or read anew: its entry's readings are of other optimizers
                 function.steps, function.entry = True, reading
         elif not self._watch_backwards:

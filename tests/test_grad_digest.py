@@ -88,6 +88,21 @@ def test_names_drop_the_compile_wrapper_and_keep_ddp_like_prefixes(digests):
     assert digests.events()[0]["names"] == ["layers.0.q_proj.weight", "layers.1.q_proj.weight"]
 
 
+def test_parameters_of_deep_copied_modules_are_named_by_their_paths(digests):
+    """nn.TransformerEncoder deep-copies the layer it is given (`copy.deepcopy`, whose copies set
+    their attributes without registering them: no registration hook runs for the copies' modules
+    and parameters): every parameter is still named by its module path, not `<unnamed tensor N>`
+    (pytorch/examples' word_language_model, its Transformer: 24 of 29 were unnamed)."""
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16)
+    model = torch.nn.ModuleDict({"encoder": torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False),
+                                 "head": torch.nn.Linear(8, 3)})
+    model["head"](model["encoder"](torch.randn(5, 2, 8))).sum().backward()
+    expected = dict(model.named_parameters())
+    digests.digest(0, [REASON_FIRST], list(expected.values()))
+    assert digests.events()[0]["names"] == list(expected)
+    assert "encoder.layers.1.self_attn.in_proj_weight" in expected
+
+
 def test_schedule_first_step_every_k_and_compiles_with_one_look_per_due_step(digests):
     model = torch.nn.Linear(3, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

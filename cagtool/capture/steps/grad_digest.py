@@ -120,10 +120,13 @@ class ParamNames:
         return [prefix + [attr] for parent, attr in parents for prefix in self._prefixes(parent, depth + 1)]
 
     def _placed_directly(self, param: Any) -> tuple[Any, list[tuple[Any, str]]] | None:
-        """`param`'s owners where a library put it into a known module's `_parameters` itself,
-        which no registration hook sees (FSDP2's fully_shard puts each parameter's DTensor there).
-        The known modules' tables are searched once and kept, again only for a parameter the last
-        search did not find. The caller holds the lock."""
+        """`param`'s owners where no registration hook saw it: a library put it into a known
+        module's `_parameters` itself (FSDP2's fully_shard puts each parameter's DTensor there), or
+        it belongs to a module under a known one that `copy.deepcopy` made (nn.TransformerEncoder's
+        layers are deep copies of the layer it is given: a copy's attributes are set without
+        registering them). The known modules and every module below them (their `_modules`, whose
+        links are noted as parents for the paths) are searched once and kept, again only for a
+        parameter the last search did not find. The caller holds the lock."""
         index = self._placed
         if index is None or id(param) not in index:
             index = self._placed = {}
@@ -138,6 +141,7 @@ class ParamNames:
                 child = ref()
                 if child is not None:
                     modules[id(child)] = child
+            self._note_submodules(modules)
             for module in modules.values():
                 try:
                     table = module.__dict__.get("_parameters") or {}
@@ -148,6 +152,32 @@ class ParamNames:
                     continue
         entry = index.get(id(param))
         return entry if entry is not None and entry[0]() is param else None
+
+    def _note_submodules(self, modules: dict[int, Any]) -> None:
+        """Add to `modules` every module below them (their `_modules` tables, the links the
+        registration hooks did not see noted in `_module_parents`). The caller holds the lock."""
+        parents = self._module_parents
+        stack = list(modules.values())
+        while stack:
+            module = stack.pop()
+            try:
+                children = list((module.__dict__.get("_modules") or {}).items())
+            except Exception:  # noqa: BLE001 - an odd module class: not walked
+                continue
+            for attr, child in children:
+                if child is None:
+                    continue
+                try:
+                    entry = parents.get(id(child))
+                    if entry is None or entry[0]() is not child:
+                        entry = parents[id(child)] = (weakref.ref(child), [])
+                    if not any(ref() is module and name == attr for ref, name in entry[1]):
+                        entry[1].append((weakref.ref(module), attr))
+                except Exception:  # noqa: BLE001 - a child that takes no weak reference: not walked
+                    continue
+                if id(child) not in modules:
+                    modules[id(child)] = child
+                    stack.append(child)
 
     def name_of(self, param: Any) -> str | None:
         """The shortest module path of `param` (after dropping wrapper segments), None when no

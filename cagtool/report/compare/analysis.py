@@ -500,6 +500,9 @@ class NumericsSample:
     params_watched: int | None = None
     params_updated: int | None = None
     never_updated: tuple[str, ...] = ()
+    # A ca mode whose CA graphs cagtool compiled with Inductor (--backend inductor, the default):
+    # its kernels round otherwise than eager's, which `--backend eager` leaves out.
+    ca_inductor: bool = False
 
 
 def numerics_sample(name: str, record: ModeRecord) -> NumericsSample:
@@ -520,6 +523,7 @@ def numerics_sample(name: str, record: ModeRecord) -> NumericsSample:
         finished=finished,
         compiled_at=compiled_at,
         bounded=bool(record.manifest.options.get("stopped_by")) if isinstance(record.manifest.options, dict) else False,
+        ca_inductor=record.manifest.mode == "ca" and record.manifest.backend == "inductor" and bool(record.of(CAGraphEvent)),
         **_updates_read(final[-1] if final else None),
     )
 
@@ -666,6 +670,10 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
             kept = [replace(d, drift=words) if not d.agrees and (d.quantity == LOSS or left_tight) else d for d in kept]
             if jump is not None:
                 kept = [replace(d, note=jump[1], jumped_at=jump[0]) if d.quantity == LOSS and not d.agrees else d for d in kept]
+            elif not words:
+                hint = _inductor_rounding_hint(sample, reference, tol)
+                if hint:
+                    kept = [replace(d, note=hint) if d.quantity == LOSS and not d.agrees else d for d in kept]
         updated = _updated_diff(sample, reference)  # never drift, whatever the losses do
         if updated is not None:
             kept.append(updated)
@@ -692,6 +700,31 @@ def _drift(sample: NumericsSample, reference: NumericsSample, tol: Tolerance, ch
     if not drift.may_be_drift or not early:
         return "", False, None
     return drift_words(drift, early[0], check.params), drift.left_tight, None
+
+
+def _inductor_rounding_hint(sample: NumericsSample, reference: NumericsSample, tol: Tolerance) -> str:
+    """For a ca mode whose CA graphs Inductor compiled, whose losses differ from eager's beyond `tol`
+    but agreed to round-off over its first steps and parted growing, not at a jump
+    (compare/drift.py), where the rule could not call it drift: how to tell Inductor's rounding,
+    amplified by training, from a difference of compiled autograd's. A chaotic job (a language
+    model at a high learning rate) parts within a few steps; its ca mode on `--backend eager`
+    (the CA graphs run by aten's kernels, as eager's) matches eager bit for bit."""
+    from cagtool.report.compare.drift import DRIFT_RTOL, DRIFT_STEPS, loss_drift
+
+    if not sample.ca_inductor or base_mode(reference.record) != "eager":
+        return ""
+    drift = loss_drift(sample.losses, reference.losses, tol.rtol, tol.atol)
+    if drift.tight_steps < 2 or drift.jumped or drift.parted_at is None:
+        return ""
+    to = "bit for bit" if drift.tight_worst == 0 else f"to {drift.tight_worst:.0e}"
+    short = (f"{drift.tight_steps} steps are fewer than the {DRIFT_STEPS} that tell it from an error"
+             if drift.tight_steps < DRIFT_STEPS else "no gradient check among those steps tells it from an error")
+    return (f"{sample.record}'s losses agree with {reference.record}'s {to} for the first {drift.tight_steps} steps, then "
+            f"part growing past {DRIFT_RTOL:g} (no jump), beyond the tolerance from step {drift.parted_at}: what round-off "
+            f"of Inductor's kernels (which compiled {sample.record}'s CA graphs) looks like once training amplifies it, but "
+            f"{short}. To tell, record it without Inductor: cagtool run --modes eager,ca --backend eager, the same script "
+            "and arguments (its CA graphs then run eager's kernels: agreement there puts the difference in Inductor's "
+            "rounding; a difference there is compiled autograd's own, which that run's compare judges as this one's)")
 
 
 def nonfinite_notes(samples: list[NumericsSample]) -> list[str]:

@@ -96,11 +96,33 @@ def test_parameters_of_deep_copied_modules_are_named_by_their_paths(digests):
     layer = torch.nn.TransformerEncoderLayer(8, 2, 16)
     model = torch.nn.ModuleDict({"encoder": torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False),
                                  "head": torch.nn.Linear(8, 3)})
+    del layer  # the one copied: no module holds it
     model["head"](model["encoder"](torch.randn(5, 2, 8))).sum().backward()
     expected = dict(model.named_parameters())
     digests.digest(0, [REASON_FIRST], list(expected.values()))
     assert digests.events()[0]["names"] == list(expected)
     assert "encoder.layers.1.self_attn.in_proj_weight" in expected
+    # the model's parameters, where an optimizer's tensors have no name (the final norms of a
+    # sharded optimizer's job): the copies' too
+    assert {id(p) for p in digests.names.module_params()} == {id(p) for p in expected.values()}
+
+
+def test_a_parameter_at_the_id_of_one_searched_before_is_searched_again(digests):
+    """The search of the modules' own tables is kept, and searched again only for a parameter it
+    does not hold. A parameter made where a collected one was has that one's id: found in the kept
+    index by id, it was taken as unknown (`<unnamed tensor N>`) until the identity is checked.
+    Here the kept index holds, under the new parameter's id, an entry of another tensor, as it
+    would after such a reuse."""
+    import weakref
+
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16)
+    model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+    del layer
+    gone = torch.nn.Parameter(torch.zeros(1))
+    param = model.layers[1].linear2.weight
+    assert digests.names.name_of(model.layers[0].linear1.weight) == "layers.0.linear1.weight"  # the index is kept
+    digests.names._placed[id(param)] = (weakref.ref(gone), [])
+    assert digests.names.name_of(param) == "layers.1.linear2.weight"
 
 
 def test_schedule_first_step_every_k_and_compiles_with_one_look_per_due_step(digests):

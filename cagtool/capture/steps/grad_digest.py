@@ -126,32 +126,39 @@ class ParamNames:
         layers are deep copies of the layer it is given: a copy's attributes are set without
         registering them). The known modules and every module below them (their `_modules`, whose
         links are noted as parents for the paths) are searched once and kept, again only for a
-        parameter the last search did not find. The caller holds the lock."""
+        parameter the last search did not find (by identity: a parameter made where a collected
+        one was has its id). The caller holds the lock."""
         index = self._placed
-        if index is None or id(param) not in index:
-            index = self._placed = {}
-            modules: dict[int, Any] = {}
-            for table in (self._module_parents, self._param_owners):
-                for _ref, owners in table.values():
-                    for owner_ref, _attr in owners:
-                        owner = owner_ref()
-                        if owner is not None:
-                            modules[id(owner)] = owner
-            for ref, _owners in self._module_parents.values():
-                child = ref()
-                if child is not None:
-                    modules[id(child)] = child
-            self._note_submodules(modules)
-            for module in modules.values():
-                try:
-                    table = module.__dict__.get("_parameters") or {}
-                    for attr, value in table.items():
-                        if value is not None:
-                            index.setdefault(id(value), (weakref.ref(value), []))[1].append((weakref.ref(module), attr))
-                except Exception:  # noqa: BLE001 - an odd module class: not searched
-                    continue
-        entry = index.get(id(param))
+        entry = None if index is None else index.get(id(param))
+        if entry is None or entry[0]() is not param:
+            entry = self._search().get(id(param))
         return entry if entry is not None and entry[0]() is param else None
+
+    def _search(self) -> dict[int, tuple[Any, list[tuple[Any, str]]]]:
+        """The known modules' and their submodules' `_parameters`, indexed (_placed_directly). The
+        caller holds the lock."""
+        index = self._placed = {}
+        modules: dict[int, Any] = {}
+        for table in (self._module_parents, self._param_owners):
+            for _ref, owners in table.values():
+                for owner_ref, _attr in owners:
+                    owner = owner_ref()
+                    if owner is not None:
+                        modules[id(owner)] = owner
+        for ref, _owners in self._module_parents.values():
+            child = ref()
+            if child is not None:
+                modules[id(child)] = child
+        self._note_submodules(modules)
+        for module in modules.values():
+            try:
+                table = module.__dict__.get("_parameters") or {}
+                for attr, value in table.items():
+                    if value is not None:
+                        index.setdefault(id(value), (weakref.ref(value), []))[1].append((weakref.ref(module), attr))
+            except Exception:  # noqa: BLE001 - an odd module class: not searched
+                continue
+        return index
 
     def _note_submodules(self, modules: dict[int, Any]) -> None:
         """Add to `modules` every module below them (their `_modules` tables, the links the
@@ -209,9 +216,11 @@ class ParamNames:
             return {key: index for index, key in enumerate(self._param_owners)}
 
     def module_params(self) -> list[Any]:
-        """Every live parameter a live module still holds (the job's models), by module path."""
+        """Every live parameter a live module still holds (the job's models, their deep-copied
+        modules' included), by module path."""
         with self._lock:
-            entries = list(self._param_owners.values())
+            # Those of deep-copied modules too, which no registration hook saw (_placed_directly).
+            entries = [*self._param_owners.values(), *self._search().values()]
         found: dict[str, Any] = {}
         for ref, _owners in entries:
             param = ref()

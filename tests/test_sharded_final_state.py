@@ -113,3 +113,20 @@ def test_a_parameter_a_library_put_into_a_module_itself_is_named():
         assert names.name_of(torch.nn.Parameter(torch.zeros(1))) is None  # held by no module
     finally:
         names.uninstall()
+
+
+def test_an_optimizers_parameter_at_the_id_of_a_collected_one_is_watched_from_its_own_version():
+    """The versions read when an optimizer is made are kept by id: a parameter made where a
+    collected one was has that one's id, and is read anew (its own tensor and version), not left
+    to the gone one's entry, where the end's count skipped it as not watched."""
+    import weakref
+
+    from cagtool.capture.steps.final_state import note_initial_versions
+
+    model = _model()
+    gone = torch.nn.Parameter(torch.zeros(1))
+    first = next(model.parameters())
+    initial = {id(first): (weakref.ref(gone), 7)}  # what a collected parameter at this id left
+    note_initial_versions(initial, torch.optim.SGD(model.parameters(), lr=0.1))
+    assert initial[id(first)][0]() is first and initial[id(first)][1] == first._version
+    assert len(initial) == len(list(model.parameters()))

@@ -24,7 +24,8 @@ def note_initial_versions(initial: dict[int, tuple[Any, int]], optimizer: Any) -
     try:
         for group in optimizer.param_groups:
             for p in group["params"]:
-                if id(p) not in initial:
+                entry = initial.get(id(p))
+                if entry is None or entry[0]() is not p:  # a parameter made where a collected one was has its id
                     initial[id(p)] = (weakref.ref(p), p._version)
     except Exception:  # noqa: BLE001 - an optimizer of another shape, or a tensor without a counter: not read
         pass

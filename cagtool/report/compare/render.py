@@ -357,6 +357,13 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
     return lines
 
 
+def _steps_text(steps: Any, shown: int = 6) -> str:
+    """`82, 83`, or the first `shown` and how many more."""
+    steps = list(steps)
+    more = f" and {len(steps) - shown} more" if len(steps) > shown else ""
+    return ", ".join(str(step) for step in steps[:shown]) + more
+
+
 def diff_line(d: Any) -> str:
     """One difference of a record from the reference, as the numerics lines list it."""
     if d.quantity == PARAMS_UPDATED:
@@ -383,9 +390,9 @@ def grad_parity_lines(parity: Any) -> list[tuple[str, bool]]:
                 lines.append((f"    ... and {len(pair.first_bad) - 8} more parameters", True))
         else:
             lines.append((f"  {pair.verdict()}", False))
-        if pair.only_record or pair.only_reference:
-            lines.append((f"    not compared: steps digested only in {pair.record} {list(pair.only_record)[:6]}, "
-                          f"only in {pair.reference} {list(pair.only_reference)[:6]}", False))
+        sides = [f"only in {name}: {_steps_text(steps)}" for name, steps in ((pair.record, pair.only_record), (pair.reference, pair.only_reference)) if steps]
+        if sides:
+            lines.append((f"    not compared: steps digested {'; '.join(sides)}", False))
     for pair in parity.against_aot:  # where aot differs from eager too: which of them changed the gradients
         lines.append((f"  {pair.verdict()}", not pair.agrees))
     for note in parity.notes:

@@ -103,6 +103,15 @@ def test_steps_digested_on_one_side_are_listed_not_compared():
     pair = compare_digests("ca", "eager", {0: base, 7: base}, {0: base, 9: base}, GradTolerance())
     assert pair.steps == (0,) and pair.only_record == (7,) and pair.only_reference == (9,)
     assert pair.agrees
+    from cagtool.report.compare.grad_parity import GradParity
+    from cagtool.report.compare.render import grad_parity_lines
+
+    said = [line for line, _ in grad_parity_lines(GradParity("eager", (pair,)))]
+    assert said[-1] == "    not compared: steps digested only in ca: 7; only in eager: 9"
+    # a side with none is not listed (it read "only in eager []")
+    one_side = compare_digests("ca", "eager", {0: base, **{s: base for s in range(80, 88)}}, {0: base}, GradTolerance())
+    said = [line for line, _ in grad_parity_lines(GradParity("eager", (one_side,)))]
+    assert said[-1] == "    not compared: steps digested only in ca: 80, 81, 82, 83, 84, 85 and 2 more"
 
 
 def test_repetitions_of_a_mode_are_counted_as_processes_not_as_modes():

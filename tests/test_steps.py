@@ -319,10 +319,12 @@ def test_an_optimizer_made_at_a_collected_ones_address_is_watched_as_a_new_one(r
     script = str(Path(__file__).parent / "scripts" / "optimizer_at_a_collected_ones_address.py")
     run = record_run(script, modes="eager,aot")
     assert run.returncode == 0, run.stderr[-3000:]
-    *rounds, made = run.stdout.splitlines()
-    assert rounds and rounds[-1].endswith("address taken again"), run.stdout  # four rounds give it every time here
-    steps = int(made.removeprefix("steps "))
-    for name in ("eager", "aot"):
+    # each mode's rounds, then the steps it made: the modes' outputs one after the other
+    lines = run.stdout.splitlines()
+    made = [int(line.removeprefix("steps ")) for line in lines if line.startswith("steps ")]
+    ends = [i for i, line in enumerate(lines) if line.startswith("steps ")]
+    assert len(made) == 2 and all(lines[i - 1].endswith("address taken again") for i in ends), run.stdout  # four rounds give it every time here
+    for name, steps in zip(("eager", "aot"), made):
         mode = _mode(run, name)
         assert [(s.step, s.backward_calls) for s in mode.of(StepEvent)] == [(i, 1) for i in range(steps)], name
         assert len(mode.of(BackwardEvent)) == steps, name

@@ -500,8 +500,9 @@ class NumericsSample:
     params_watched: int | None = None
     params_updated: int | None = None
     never_updated: tuple[str, ...] = ()
-    # A ca mode whose CA graphs cagtool compiled with Inductor (--backend inductor, the default):
-    # its kernels round otherwise than eager's, which `--backend eager` leaves out.
+    # A ca mode whose CA graphs cagtool compiled with Inductor (--backend inductor, the default; not
+    # the script's own CA compiler): its kernels round otherwise than eager's, which `--backend
+    # eager` leaves out.
     ca_inductor: bool = False
 
 
@@ -523,7 +524,8 @@ def numerics_sample(name: str, record: ModeRecord) -> NumericsSample:
         finished=finished,
         compiled_at=compiled_at,
         bounded=bool(record.manifest.options.get("stopped_by")) if isinstance(record.manifest.options, dict) else False,
-        ca_inductor=record.manifest.mode == "ca" and record.manifest.backend == "inductor" and bool(record.of(CAGraphEvent)),
+        ca_inductor=record.manifest.mode == "ca" and record.manifest.backend == "inductor"
+        and any(graph.compiler.partition(":")[0] != "script" for graph in record.of(CAGraphEvent)),
         **_updates_read(final[-1] if final else None),
     )
 

@@ -280,6 +280,9 @@ def test_a_job_that_parts_from_eager_too_soon_to_call_drift_is_told_how_to_rule_
     assert note.startswith("ca's losses agree with eager's to ") and " (no jump), beyond the tolerance from step " in note, note
     tight = int(note.split(" for the first ")[1].split(" ")[0])
     assert 2 <= tight < 20 and f"but {tight} steps are fewer than the 20 that tell it from an error" in note, note
+    assert loss["parts_growing_from"] == tight and loss["jumped_at"] is None
+    assert (f"numerics DISAGREE (the losses of ca part growing from step {tight}, not at a jump: `cagtool compare` says how "
+            "to rule out Inductor's rounding)") in data["headline"]["text"]
     assert "To tell, record it without Inductor: cagtool run --modes eager,ca --backend eager, the same script and arguments" in note
     text = " ".join(cagtool("compare", str(run.path)).stdout.split())
     assert f"note: {note}" in text and "Numerics DISAGREE with eager" in text
@@ -292,7 +295,8 @@ def test_a_job_that_parts_from_eager_too_soon_to_call_drift_is_told_how_to_rule_
     assert wrong.returncode == 0, wrong.stderr
     data = parity_json(wrong)
     assert data["numerics"]["disagree"] and pair(data, "ca")["first_bad_step"] == 0
-    assert not [d for d in data["numerics"]["diffs"] if "without Inductor" in d.get("note", "")], data["numerics"]["diffs"]
+    assert not [d for d in data["numerics"]["diffs"] if "without Inductor" in d.get("note", "") or d["parts_growing_from"] is not None]
+    assert "rule out Inductor's rounding" not in data["headline"]["text"]
 
 
 def test_a_chaotic_backward_only_job_drifts_and_a_wrong_hook_in_it_disagrees(record_run):

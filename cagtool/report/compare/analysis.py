@@ -406,6 +406,9 @@ class NumericsDiff:
     drift: str = ""
     # The step the losses jumped apart at, from agreeing to round-off (compare/drift.py): a change there.
     jumped_at: int | None = None
+    # A ca mode on Inductor whose losses left round-off growing, not at a jump, too soon for drift:
+    # the first step beyond it (the note says how to rule Inductor's rounding out).
+    parts_growing_from: int | None = None
 
 
 @dataclass(frozen=True)
@@ -674,8 +677,9 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
                 kept = [replace(d, note=jump[1], jumped_at=jump[0]) if d.quantity == LOSS and not d.agrees else d for d in kept]
             elif not words:
                 hint = _inductor_rounding_hint(sample, reference, tol)
-                if hint:
-                    kept = [replace(d, note=hint) if d.quantity == LOSS and not d.agrees else d for d in kept]
+                if hint is not None:
+                    kept = [replace(d, note=hint[1], parts_growing_from=hint[0]) if d.quantity == LOSS and not d.agrees else d
+                            for d in kept]
         updated = _updated_diff(sample, reference)  # never drift, whatever the losses do
         if updated is not None:
             kept.append(updated)
@@ -704,24 +708,25 @@ def _drift(sample: NumericsSample, reference: NumericsSample, tol: Tolerance, ch
     return drift_words(drift, early[0], check.params), drift.left_tight, None
 
 
-def _inductor_rounding_hint(sample: NumericsSample, reference: NumericsSample, tol: Tolerance) -> str:
+def _inductor_rounding_hint(sample: NumericsSample, reference: NumericsSample, tol: Tolerance) -> tuple[int, str] | None:
     """For a ca mode whose CA graphs Inductor compiled, whose losses differ from eager's beyond `tol`
     but agreed to round-off over its first steps and parted growing, not at a jump
     (compare/drift.py), where the rule could not call it drift: how to tell Inductor's rounding,
     amplified by training, from a difference of compiled autograd's. A chaotic job (a language
     model at a high learning rate) parts within a few steps; its ca mode on `--backend eager`
-    (the CA graphs run by aten's kernels, as eager's) matches eager bit for bit."""
+    (the CA graphs run by aten's kernels, as eager's) matches eager bit for bit. (The first step
+    beyond round-off, the words), or None."""
     from cagtool.report.compare.drift import DRIFT_RTOL, DRIFT_STEPS, loss_drift
 
     if not sample.ca_inductor or base_mode(reference.record) != "eager":
-        return ""
+        return None
     drift = loss_drift(sample.losses, reference.losses, tol.rtol, tol.atol)
     if drift.tight_steps < 2 or drift.jumped or drift.parted_at is None:
-        return ""
+        return None
     to = "bit for bit" if drift.tight_worst == 0 else f"to {drift.tight_worst:.0e}"
     short = (f"{drift.tight_steps} steps are fewer than the {DRIFT_STEPS} that tell it from an error"
              if drift.tight_steps < DRIFT_STEPS else "no gradient check among those steps tells it from an error")
-    return (f"{sample.record}'s losses agree with {reference.record}'s {to} for the first {drift.tight_steps} steps, then "
+    return drift.jumped_at, (f"{sample.record}'s losses agree with {reference.record}'s {to} for the first {drift.tight_steps} steps, then "
             f"part growing past {DRIFT_RTOL:g} (no jump), beyond the tolerance from step {drift.parted_at}: what round-off "
             f"of Inductor's kernels (which compiled {sample.record}'s CA graphs) looks like once training amplifies it, but "
             f"{short}. To tell, record it without Inductor: cagtool run --modes eager,ca --backend eager, the same script "

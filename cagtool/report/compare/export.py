@@ -80,6 +80,7 @@ def _diff_json(d: NumericsDiff) -> dict[str, Any]:
         "inputs_differ": d.inputs_differ,
         "drift": d.drift or None,
         "jumped_at": d.jumped_at,
+        "parts_growing_from": d.parts_growing_from,
         "note": d.note,
     }
 

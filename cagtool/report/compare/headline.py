@@ -551,7 +551,14 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         elif numerics.disagreements:
             # Where the losses jumped apart from round-off: the step the change came at.
             jumps = [d for d in numerics.disagreements if d.jumped_at is not None]
-            phrases.append("numerics DISAGREE" + (f" (the losses of {jumps[0].record} jump apart at step {jumps[0].jumped_at})" if jumps else ""))
+            growing = [d for d in numerics.disagreements if d.parts_growing_from is not None]
+            if jumps:
+                phrases.append(f"numerics DISAGREE (the losses of {jumps[0].record} jump apart at step {jumps[0].jumped_at})")
+            elif growing:
+                phrases.append(f"numerics DISAGREE (the losses of {growing[0].record} part growing from step "
+                               f"{growing[0].parts_growing_from}, not at a jump: `cagtool compare` says how to rule out Inductor's rounding)")
+            else:
+                phrases.append("numerics DISAGREE")
             tones.append(BAD)
         elif numerics.drift_words:
             # Beyond the tolerance late, after agreeing to round-off with the gradients checked

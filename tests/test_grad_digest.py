@@ -125,6 +125,24 @@ def test_a_parameter_at_the_id_of_one_searched_before_is_searched_again(digests)
     assert digests.names.name_of(param) == "layers.1.linear2.weight"
 
 
+def test_a_parameter_registered_at_a_collected_ones_id_takes_its_own_place_in_the_order(digests):
+    """The registration order (which orders parameters that share a path) is the order of the
+    entries kept by id: a parameter registered where a collected one's entry was takes the place
+    of its own registration, not the gone one's."""
+    import weakref
+
+    names = digests.names
+    gone = torch.nn.Parameter(torch.zeros(1))
+    first = torch.nn.Linear(2, 2)
+    late = torch.nn.Parameter(torch.zeros(1))
+    names._param_owners = {id(late): (weakref.ref(gone), []), **names._param_owners}  # what a collected one left, first
+    holder = torch.nn.Module()
+    holder.register_parameter("w", late)
+    order = names.registration_order()
+    assert order[id(late)] > order[id(first.weight)]
+    assert names.name_of(late) == "w"
+
+
 def test_schedule_first_step_every_k_and_compiles_with_one_look_per_due_step(digests):
     model = torch.nn.Linear(3, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

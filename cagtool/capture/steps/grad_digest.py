@@ -92,6 +92,9 @@ class ParamNames:
             with self._lock:
                 entry = table.get(id(value))
                 if entry is None or entry[0]() is not value:
+                    # A collected one's entry at this id gives way, and its place in the order too
+                    # (registration_order): this one is registered now.
+                    table.pop(id(value), None)
                     entry = (weakref.ref(value), [])
                     table[id(value)] = entry
                 entry[1].append((weakref.ref(owner), name))

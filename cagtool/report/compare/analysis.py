@@ -68,6 +68,7 @@ from cagtool.report.figures.metrics import (
 )
 
 from cagtool.report.compare.closeness import Tolerance, relative_difference
+from cagtool.report.compare.drift import LossDrift, loss_drift
 from cagtool.report.text.safe_text import shown_command
 from cagtool.report.findings import thread_deaths
 from cagtool.report.figures.pooled import (  # re-exported: compare's renderers read them from here
@@ -670,13 +671,14 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
             kept = [replace(d, inputs_differ=not d.agrees) for d in kept]
             first_losses[sample.record] = (sample.losses[FIRST_STEP], reference.losses[FIRST_STEP])
         elif any(not d.agrees for d in kept):
-            words, left_tight, jump = _drift(sample, reference, tol, (gradients or {}).get(sample.record))
+            drift = loss_drift(sample.losses, reference.losses, tol.rtol, tol.atol)
+            words, left_tight, jump = _drift(sample, reference, drift, (gradients or {}).get(sample.record))
             # A final norm's difference is drift only where the losses drifted too.
             kept = [replace(d, drift=words) if not d.agrees and (d.quantity == LOSS or left_tight) else d for d in kept]
             if jump is not None:
                 kept = [replace(d, note=jump[1], jumped_at=jump[0]) if d.quantity == LOSS and not d.agrees else d for d in kept]
             elif not words:
-                hint = _inductor_rounding_hint(sample, reference, tol)
+                hint = _inductor_rounding_hint(sample, reference, drift)
                 if hint is not None:
                     kept = [replace(d, note=hint[1], parts_growing_from=hint[0]) if d.quantity == LOSS and not d.agrees else d
                             for d in kept]
@@ -687,15 +689,14 @@ def compare_samples(samples: list[NumericsSample], reference: NumericsSample | N
     return Numerics(reference.record, tol, tuple(diffs), tuple(notes + nonfinite_notes(samples)), first_losses=first_losses)
 
 
-def _drift(sample: NumericsSample, reference: NumericsSample, tol: Tolerance, check: Any) -> tuple[str, bool, tuple[int, str] | None]:
+def _drift(sample: NumericsSample, reference: NumericsSample, drift: LossDrift, check: Any) -> tuple[str, bool, tuple[int, str] | None]:
     """(the drift words (compare/drift.py) for `sample`'s differences beyond `tol`, or "", whether
     its losses left DRIFT_RTOL, (the step of a jump, its words) or None): drift where the first DRIFT_STEPS losses
     agree within DRIFT_RTOL, leave it growing rather than at a jump, and `check` (its gradients
     against the same reference) compared a step among them and agrees at every step before the
     losses parted. A jump after the first DRIFT_STEPS is said whatever the check."""
-    from cagtool.report.compare.drift import drift_words, jump_words, loss_drift
+    from cagtool.report.compare.drift import drift_words, jump_words
 
-    drift = loss_drift(sample.losses, reference.losses, tol.rtol, tol.atol)
     if drift.early_agreement and drift.jumped:
         return "", False, (drift.jumped_at, jump_words(drift, sample.record, sample.compiled_at))
     if check is None or check.not_comparable or not check.agrees or not check.steps or check.across_ranks:
@@ -708,7 +709,7 @@ def _drift(sample: NumericsSample, reference: NumericsSample, tol: Tolerance, ch
     return drift_words(drift, early[0], check.params), drift.left_tight, None
 
 
-def _inductor_rounding_hint(sample: NumericsSample, reference: NumericsSample, tol: Tolerance) -> tuple[int, str] | None:
+def _inductor_rounding_hint(sample: NumericsSample, reference: NumericsSample, drift: LossDrift) -> tuple[int, str] | None:
     """For a ca mode whose CA graphs Inductor compiled, whose losses differ from eager's beyond `tol`
     but agreed to round-off over its first steps and parted growing, not at a jump
     (compare/drift.py), where the rule could not call it drift: how to tell Inductor's rounding,
@@ -716,17 +717,16 @@ def _inductor_rounding_hint(sample: NumericsSample, reference: NumericsSample, t
     model at a high learning rate) parts within a few steps; its ca mode on `--backend eager`
     (the CA graphs run by aten's kernels, as eager's) matches eager bit for bit. (The first step
     beyond round-off, the words), or None."""
-    from cagtool.report.compare.drift import DRIFT_RTOL, DRIFT_STEPS, loss_drift
+    from cagtool.report.compare.drift import DRIFT_RTOL, DRIFT_STEPS
 
     if not sample.ca_inductor or base_mode(reference.record) != "eager":
         return None
-    drift = loss_drift(sample.losses, reference.losses, tol.rtol, tol.atol)
     if drift.tight_steps < 2 or drift.jumped or drift.parted_at is None:
         return None
     to = "bit for bit" if drift.tight_worst == 0 else f"to {drift.tight_worst:.0e}"
     short = (f"{drift.tight_steps} steps are fewer than the {DRIFT_STEPS} that tell it from an error"
              if drift.tight_steps < DRIFT_STEPS else "no gradient check among those steps tells it from an error")
-    return drift.jumped_at, (f"{sample.record}'s losses agree with {reference.record}'s {to} for the first {drift.tight_steps} steps, then "
+    return FIRST_STEP + drift.tight_steps, (f"{sample.record}'s losses agree with {reference.record}'s {to} for the first {drift.tight_steps} steps, then "
             f"part growing past {DRIFT_RTOL:g} (no jump), beyond the tolerance from step {drift.parted_at}: what round-off "
             f"of Inductor's kernels (which compiled {sample.record}'s CA graphs) looks like once training amplifies it, but "
             f"{short}. To tell, record it without Inductor: cagtool run --modes eager,ca --backend eager, the same script "

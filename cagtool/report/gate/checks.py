@@ -445,8 +445,9 @@ def evidence_note(interval: RatioInterval, outcome: Outcome, distance: float, ba
         # More processes would not say which conditions the job runs under: a rerun does.
         words += "; a process set apart, not the number of processes, keeps it from a verdict: rerun"
     elif outcome is Outcome.INCONCLUSIVE:
-        needed = interval.processes_needed(abs(distance))
-        if needed is None and not interval.measured:
+        needed = interval.processes_needed(abs(distance)) if interval.measured else None
+        if not interval.measured:
+            # From an assumed noise any number of processes is a guess: measure the noise first.
             words += "; measure the run-to-run noise first: 5 processes a side (run --repeat 5, baseline save from such a run)"
         elif needed is None:
             words += "; the ratio is too close to the bound for any reasonable number of processes to resolve"

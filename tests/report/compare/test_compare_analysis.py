@@ -476,7 +476,7 @@ GOLDEN_TABLE = """\
 mode ca: failed, exit code 1: RuntimeError: boom; no recompiles in ca before it failed; ca: 1 CA
 graph, 0 graph breaks; compile aot 1.5 s, ca 1.6 s; first step aot 1.0 s, ca 1.0 s; peak memory aot
 120.0 MiB, ca 100.0 MiB; compiled autograd: 1.60x the speed of torch.compile alone, inconclusive
-(90% CI 0.60x-4.25x, one process per mode: run-to-run noise assumed, not measured; run --repeat 8 to
+(90% CI 0.60x-4.25x, one process per mode: run-to-run noise assumed, not measured; run --repeat 5 to
 resolve it); numerics agree.
 Modes side by side: train.py
 ┏━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━┓
@@ -505,7 +505,7 @@ Speedups (steady-state step time)
 ┡━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩
 │ aot/eager │   1.25x │ 0.47 - 3.32x │ inconclusive │ wall time per step, 1 vs 1 process:          │
 │           │         │              │              │ run-to-run noise not measured, assumed over  │
-│           │         │              │              │ +/-100% A/A; run --repeat 35 to resolve it;  │
+│           │         │              │              │ +/-100% A/A; run --repeat 5 to resolve it;   │
 │           │         │              │              │ on the 10 steps steady in both (left out:    │
 │           │         │              │              │ step 0)                                      │
 │ ca/eager  │   2.00x │ 0.75 - 5.32x │ inconclusive │ wall time per step, 1 vs 1 process:          │
@@ -516,7 +516,7 @@ Speedups (steady-state step time)
 │           │         │              │              │ 0)                                           │
 │ ca/aot    │   1.60x │ 0.60 - 4.25x │ inconclusive │ wall time per step, 1 vs 1 process:          │
 │           │         │              │              │ run-to-run noise not measured, assumed over  │
-│           │         │              │              │ +/-100% A/A; run --repeat 8 to resolve it;   │
+│           │         │              │              │ +/-100% A/A; run --repeat 5 to resolve it;   │
 │           │         │              │              │ from a mode that did not finish cleanly      │
 └───────────┴─────────┴──────────────┴──────────────┴──────────────────────────────────────────────┘
 speedup = baseline median step time / mode median step time (> 1: faster; CPU time per step where

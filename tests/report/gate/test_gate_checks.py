@@ -1170,3 +1170,16 @@ def test_a_cpu_time_pass_the_wall_time_cannot_confirm_says_so():
     assert result.actual == change_text(result.data["ratio"]) and result.data["measure"] == "cpu"
     assert result.notes[0].startswith("evidence: CPU time per step, 5 vs 5 processes")
     assert result.notes[1].startswith("evidence: wall time per step, 5 vs 5 processes")
+
+
+@pytest.mark.parametrize("slower", [1.12, 1.2, 1.4])
+def test_one_process_a_side_asks_to_measure_the_noise_whatever_the_ratio(slower):
+    """One process a side: the noise is assumed (+/-100% A/A), so any number of processes worked
+    out from it is a guess; the advice was about 58 for one ratio and the minimum for a closer one
+    (its guess passed the most advised). Every ratio now asks for the same first step."""
+    check = StepTimeRegressionCheck(TimeThreshold(10, "%"), "ca")
+    result = check.evaluate({"ca": snap(median=0.010 * slower, spread=0.02, count=60, processes=1, seed=3)},
+                            {"ca": snap(median=0.010, spread=0.02, count=60, processes=1)})
+    assert result.outcome is Outcome.INCONCLUSIVE, result.message
+    assert result.notes[0].startswith("evidence: wall time per step, 1 vs 1 process")
+    assert result.notes[0].endswith("; measure the run-to-run noise first: 5 processes a side (run --repeat 5, baseline save from such a run)")

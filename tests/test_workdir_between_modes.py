@@ -33,6 +33,11 @@ def test_a_job_resuming_from_the_snapshot_an_earlier_mode_wrote_is_named_not_cal
     assert "numerics not comparable: ca started from files an earlier mode wrote (snapshot.pt)" in flat
     assert "Numerics: ca started after an earlier mode wrote snapshot.pt in the job's working directory" in flat
     assert "unseeded" not in flat.split("gradients:")[0]
+    # The gradients' check names the same cause, not the generic list of other inputs.
+    gradients = flat.split("gradients:")[1]
+    assert "ca vs eager: not comparable: inputs differ" in gradients, gradients
+    assert "it started after an earlier mode wrote snapshot.pt in the job's working directory" in gradients
+    assert "unseeded" not in gradients
     # A forged record: a name with an escape sequence is shown as text; a wrong type is refused.
     meta["written_before"] = {"ca": {"paths": ["\x1b[31mred.pt"], "count": 1}}
     (out / "run.json").write_text(json.dumps(meta))
@@ -42,6 +47,34 @@ def test_a_job_resuming_from_the_snapshot_an_earlier_mode_wrote_is_named_not_cal
     (out / "run.json").write_text(json.dumps(meta))
     code, _, err = cli_in_process("compare", str(out), env={"CI": "true"}, cwd=tmp_path)
     assert code == 3 and "written_before" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_a_ddp_job_resuming_in_its_later_mode_is_no_gradient_check_and_the_gate_cannot_pass_on_it(tmp_path):
+    """pytorch/examples' DDP tutorial shape (2 ranks, rank 0 saves snapshot.pt, every rank resumes
+    from it): the ca mode's ranks resume. Each rank's ca against eager is not comparable (named
+    for the snapshot), and each mode's ranks agree with each other, which said nothing of ca
+    against eager: `gate --max-grad-diff` passed on those alone ("nothing compared ... worst 0x").
+    A mode none of whose pairs with the reference was compared is not measured: ERROR, exit 1."""
+    script = ROOT / "tests" / "scripts" / "ddp_resumes_from_snapshot.py"
+    out = tmp_path / "run"
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "eager,ca", "--backend", "eager", "--no-report", "-o", str(out), str(script)),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**os.environ, "CI": "true"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rank 0 resuming from epoch 3" in proc.stdout and "rank 1 resuming from epoch 3" in proc.stdout
+    code, text, _ = cli_in_process("compare", "--format", "json", str(out), env={"CI": "true"}, cwd=tmp_path)
+    assert code == 0
+    pairs = {(p["record"], p["reference"]): p for p in json.loads(text)["grad_parity"]["pairs"]}
+    for rank in (0, 1):
+        blocked = pairs[(f"ca rank{rank}", f"eager rank{rank}")]["not_comparable"]
+        assert blocked.startswith("inputs differ: the first step's losses already differ"), blocked
+        assert "it started after an earlier mode wrote snapshot.pt in the job's working directory" in blocked
+        assert "unseeded" not in blocked
+    assert pairs[("ca rank1", "ca rank0")]["agrees"] and pairs[("eager rank1", "eager rank0")]["agrees"]
+    code, text, _ = cli_in_process("gate", "--no-config", "--max-grad-diff", "1", str(out), env={"CI": "true"}, cwd=tmp_path)
+    line = next(x for x in text.splitlines() if x.startswith(("PASS: max-grad-diff", "ERROR: max-grad-diff", "FAIL: max-grad-diff")))
+    assert code == 1 and line.startswith("ERROR: max-grad-diff (ca/eager): cannot check: ca rank0 vs eager rank0: not comparable"), text
+    assert "snapshot.pt" in line
 
 
 def test_the_listing_skips_the_run_hidden_and_cache_directories_and_stops_at_its_depth(tmp_path):

@@ -58,7 +58,7 @@ def compare(options: CompareOptions) -> None:
 
             from cagtool.report.compare.grad_parity import grad_parity
 
-            comparison = replace(comparison, grad_parity=grad_parity(runs[0]))
+            comparison = replace(comparison, grad_parity=grad_parity(runs[0]).naming_resumes(comparison.numerics.resumed))
     else:
         comparison = compare_runs(focused[0][0], focused[1][0], tolerance)
     labels = [""] if len(runs) == 1 else ["A ", "B "]

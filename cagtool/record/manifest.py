@@ -143,6 +143,11 @@ class WrittenFiles(Struct):
     paths: list[str]
     count: int
 
+    def shown(self) -> str:
+        """`snapshot.pt`, or `a.pt, b.pt, c.pt ... (12 files)`."""
+        shown = ", ".join(self.paths[:3])
+        return shown if self.count <= 3 else f"{shown} ... ({self.count} files)"
+
 
 class RunMeta(Struct):
     run_id: str

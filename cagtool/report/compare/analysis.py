@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from cagtool.record.loader import ModeRecord, RunRecord
+from cagtool.record.manifest import WrittenFiles
 from cagtool.record.schema import (
     FIRST_STEP,
     MODES,
@@ -419,7 +420,7 @@ class Numerics:
     notes: tuple[str, ...] = ()  # e.g. "no losses recorded (backward called on a non-scalar)"
     # record -> (the first paths, how many) of the files in the job's working directory that an
     # earlier mode wrote before it started (RunMeta.written_before): a job resuming from its own files.
-    written_before: dict[str, tuple[tuple[str, ...], int]] = field(default_factory=dict)
+    written_before: dict[str, WrittenFiles] = field(default_factory=dict)
     # record -> (its loss, the reference's) at the first step, for each record whose first-step loss
     # already differs (inputs_differ): what the words quote (the diffs hold the worst step's).
     first_losses: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -436,7 +437,7 @@ class Numerics:
         return all(d.agrees for d in self.diffs)
 
     @property
-    def resumed(self) -> dict[str, tuple[tuple[str, ...], int]]:
+    def resumed(self) -> dict[str, WrittenFiles]:
         """The records that started with files an earlier mode wrote and differ from the reference as
         only a resume explains: fewer steps (a job that resumes skips those done), or a first step that
         already differs with nothing else in the record to account for it. A file being there is no
@@ -797,12 +798,12 @@ def run_numerics(run: RunRecord, tol: Tolerance, parity: Any = None) -> Numerics
         # A multi-rank mode's numerics are its first rank's: its check is that rank's.
         pairs = [p for p in parity.pairs if not p.across_ranks]
         gradients = {p.record.split(" ")[0]: p for p in reversed(pairs)}
-    written = {name: (tuple(w.paths), w.count) for name, w in (run.meta.written_before or {}).items() if name in run.modes}
+    written = {name: w for name, w in (run.meta.written_before or {}).items() if name in run.modes}
     return modes_numerics(samples, tol, gradients, written)
 
 
 def modes_numerics(samples: list[NumericsSample], tol: Tolerance, gradients: dict[str, Any] | None = None,
-                   written: dict[str, tuple[tuple[str, ...], int]] | None = None) -> Numerics:
+                   written: dict[str, WrittenFiles] | None = None) -> Numerics:
     """run_numerics on the modes' samples; `written`: record -> the files earlier modes wrote before it
     started (RunMeta.written_before)."""
     reference = _pick_reference(samples)
@@ -828,13 +829,6 @@ def _fewer_steps(samples: list[NumericsSample], reference: NumericsSample | None
         return ()
     return tuple(s.record for s in samples
                  if s.finished and not s.bounded and s.losses and len(s.losses) < len(reference.losses))
-
-
-def files_text(files: tuple[tuple[str, ...], int]) -> str:
-    """`snapshot.pt`, or `a.pt, b.pt ... (12 files)`."""
-    paths, count = files
-    shown = ", ".join(paths[:3])
-    return shown if count <= 3 else f"{shown} ... ({count} files)"
 
 
 def numerics_problem(diff: NumericsDiff, tol: Tolerance) -> str:
@@ -944,12 +938,14 @@ def compare_modes(run: RunRecord, tolerance: Tolerance | None = None) -> Compari
     speedups = tuple(speedup(columns[m], columns[b]) for m, b in SPEEDUP_PAIRS if m in columns and b in columns)
     from cagtool.report.compare.grad_parity import grad_parity
     parity = grad_parity(run)
+    numerics = run_numerics(run, tol, parity)
+    parity = parity.naming_resumes(numerics.resumed)
     return Comparison(
         run_path=run.path,
         target=str(run.meta.target.get("name", "")),
         modes=columns,
         speedups=speedups,
-        numerics=run_numerics(run, tol, parity),
+        numerics=numerics,
         options=dict(run.meta.options or {}),
         target_argv=tuple(run.meta.target_argv or ()),
         versions=dict(run.meta.versions or {}),

@@ -52,6 +52,7 @@ from pathlib import Path
 from cagtool.errors import UnreadableInput
 from cagtool.record.regular_files import read_record_chunks
 from cagtool.record.loader import ModeRecord, RunRecord
+from cagtool.record.manifest import WrittenFiles
 from cagtool.record.schema import (
     ARTIFACT_INDUCTOR_CODE,
     FIRST_STEP,
@@ -175,6 +176,20 @@ class PairParity:
     parted_at: int | None = None
     compared: int = 0  # (parameter, step) pairs compared
     zero: int = 0  # ... of which the gradient is exactly zero on both sides
+    # Not comparable because the first step's losses already differ: (record's, reference's).
+    first_losses: tuple[float, float] | None = None
+
+    def resumed_from(self, written: WrittenFiles) -> PairParity:
+        """Not comparable for other inputs, where the comparison of the losses found the record's
+        mode resumed from files an earlier mode wrote (analysis.py, `Numerics.resumed`): that
+        cause, not the list of other ones."""
+        if self.first_losses is None:
+            return self
+        a, b = self.first_losses
+        return replace(self, not_comparable=(
+            f"inputs differ: the first step's losses already differ ({a!r} vs {b!r}) before any backward ran, and it started "
+            f"after an earlier mode wrote {written.shown()} in the job's working directory: a job that resumes from its "
+            "own files (a checkpoint) runs differently in each mode"))
 
     @property
     def all_zero(self) -> bool:
@@ -226,6 +241,14 @@ class GradParity:
     @property
     def has_digests(self) -> bool:
         return bool(self.pairs)
+
+    def naming_resumes(self, resumed: dict[str, WrittenFiles]) -> GradParity:
+        """With the modes the losses' comparison found resumed from files an earlier mode wrote
+        (`Numerics.resumed`, by mode) named as why their pairs are not comparable."""
+        if not resumed:
+            return self
+        pairs = tuple(p.resumed_from(resumed[p.record.split(" ")[0]]) if p.record.split(" ")[0] in resumed else p for p in self.pairs)
+        return replace(self, pairs=pairs)
 
     @property
     def agree(self) -> bool:
@@ -535,9 +558,10 @@ def _inductor_compiled(record: ModeRecord) -> bool:
     return any(ARTIFACT_INDUCTOR_CODE in found for found in record.compile_artifacts().values())
 
 
-def _why_not_comparable(record: ModeRecord, reference: ModeRecord) -> str:
+def _why_not_comparable(record: ModeRecord, reference: ModeRecord) -> tuple[str, tuple[float, float] | None]:
     """Why a pair whose gradients differ is no verdict on the backward: random ops in compiled
-    graphs (the more specific cause, looked for first), or other inputs."""
+    graphs (the more specific cause, looked for first), or other inputs (then the first step's
+    losses, record's and reference's, come with it)."""
     from cagtool.report.figures.metrics import step_losses
 
     for side in (record, reference):
@@ -546,7 +570,7 @@ def _why_not_comparable(record: ModeRecord, reference: ModeRecord) -> str:
         ops = random_ops_in(side)
         if ops:
             return (f"random ops ({', '.join(ops[:4])}) in {side.path.name}'s compiled graphs draw other numbers than eager; "
-                    "rerun with cagtool run --parity (torch._inductor.config.fallback_random) to compare gradients")
+                    "rerun with cagtool run --parity (torch._inductor.config.fallback_random) to compare gradients"), None
     # The numerics rule (compare/analysis.py, first_losses_differ): a first-step loss that already
     # differs comes from other inputs (an unseeded rank, data order) before any backward ran.
     mine, theirs = step_losses(record), step_losses(reference)
@@ -558,8 +582,8 @@ def _why_not_comparable(record: ModeRecord, reference: ModeRecord) -> str:
             return (f"inputs differ: the first step's losses already differ ({a!r} vs {b!r}) before any backward ran "
                     f"(an unseeded script or rank, data order, Python's hash randomization (`hash()` of strings or bytes, "
                     f"a set's order: rerun with PYTHONHASHSEED=0), randomness in the forward, or a compiled forward that "
-                    f"computes differently{hint})")
-    return ""
+                    f"computes differently{hint})"), (a, b)
+    return "", None
 
 
 def _labelled(name: str, record: ModeRecord) -> list[tuple[str, ModeRecord]]:
@@ -618,8 +642,8 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
             pair = _after_drift(pair, _loss_drift(rec, ref_rec), digests, ref_digests, tol, partial)
         # Random ops matter only when the gradients differ (equal draws agree, e.g. --parity): the
         # graphs and trace log are read then, not on every compare.
-        why = "" if pair.agrees else _why_not_comparable(rec, ref_rec)
-        pairs.append(PairParity(label, ref_label, pair.steps, pair.params, not_comparable=why) if why else pair)
+        why, first = ("", None) if pair.agrees else _why_not_comparable(rec, ref_rec)
+        pairs.append(PairParity(label, ref_label, pair.steps, pair.params, not_comparable=why, first_losses=first) if why else pair)
         if not why and base_mode(name) == "ca" and len(notes) < 50:
             unsharded = _shards_without_gradient(pair, ref_digests)
             if unsharded:

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Hashable
 
-from cagtool.report.compare.analysis import EFFECT, INCONCLUSIVE, LOAD_DIFFERED, NO_CHANGE, TOO_FEW_STEPS, Comparison, RunComparison, Speedup, ended_words, files_text
+from cagtool.report.compare.analysis import EFFECT, INCONCLUSIVE, LOAD_DIFFERED, NO_CHANGE, TOO_FEW_STEPS, Comparison, RunComparison, Speedup, ended_words
 from cagtool.report.figures.intervals import MEASURE_WORDS, ratio_text
 from cagtool.report.figures.pooled import base_mode
 
@@ -572,7 +572,7 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
             resumed = numerics.resumed
             first = next(iter(resumed.values()))
             phrases.append(f"numerics not comparable: {' and '.join(resumed)} started from files an earlier mode wrote "
-                           f"({files_text(first)})")
+                           f"({first.shown()})")
         elif numerics.inputs_differ and numerics.against_aot:
             # Both compiled modes differ from eager from the first step, alike: ca against aot,
             # whose forward is compiled the same way, is what says whether compiled autograd matters.

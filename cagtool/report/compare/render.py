@@ -33,7 +33,6 @@ from cagtool.report.compare.analysis import (
     NumericsDiff,
     RunComparison,
     Speedup,
-    files_text,
     format_rel,
     mode_fields,
 )
@@ -319,7 +318,7 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
         resumed = numerics.resumed
         for record, files in resumed.items():
             lines.append((
-                f"Numerics: {record} started after an earlier mode wrote {files_text(files)} in the job's working directory: "
+                f"Numerics: {record} started after an earlier mode wrote {files.shown()} in the job's working directory: "
                 "a job that resumes from its own files (a checkpoint, a cache) runs differently in each mode, so its "
                 "numerics (and steps) say nothing about compiled autograd. Move those files away before each mode, or "
                 "point the job at a fresh directory (cagtool runs every mode in the directory python would)", False))

@@ -17,6 +17,14 @@ NAME = "max-grad-diff"
 
 def grad_parity_result(run: RunRecord, scale: float, source: str = "flag") -> CheckResult:
     parity = grad_parity(run, GradTolerance(scale))
+    if parity.not_comparable and run.meta.written_before:
+        # A mode that resumed from files an earlier mode wrote: compare's rule on the losses (of the
+        # lowest rank's records, as compare reads a multi-rank run) says so.
+        from cagtool.report.compare.analysis import run_numerics
+        from cagtool.report.compare.closeness import Tolerance
+        from cagtool.report.ranks.analysis import focused_run
+
+        parity = parity.naming_resumes(run_numerics(focused_run(run, None)[0], Tolerance(), parity).resumed)
     limit = f"<= {scale:g}x tolerance"
     label = "/".join(sorted({p.record.split(" ")[0] for p in parity.pairs} | ({parity.reference.split(" ")[0]} if parity.reference else set()))) or "all"
     if not parity.pairs:
@@ -39,9 +47,13 @@ def grad_parity_result(run: RunRecord, scale: float, source: str = "flag") -> Ch
         # Still a FAIL (the compiled job's gradients are not eager's), with which part differs.
         notes = [parity.summary().removeprefix("gradients: ")] if parity.compiled_otherwise() is not None else []
         return CheckResult(NAME, label, Outcome.FAIL, True, f"{worst:.3g}x" if worst != float("inf") else "inf", limit, message, source, notes, data)
-    if blocked and not compared:
-        return unmeasurable(NAME, label, blocked[0].verdict(), limit, source)
-    if not compared:
+    # A mode each of whose pairs with the reference is blocked was not measured: its ranks agreeing
+    # with each other (DDP keeps them equal) says nothing of its gradients against the reference's.
+    across_modes = {p.record.split(" ")[0] for p in compared if not p.across_ranks}
+    unmeasured = [p for p in blocked if p.record.split(" ")[0] not in across_modes]
+    if unmeasured:
+        return unmeasurable(NAME, label, unmeasured[0].verdict(), limit, source)
+    if not across_modes:
         return unmeasurable(NAME, label, "no digested step in common between the modes", limit, source)
     if all(p.all_zero for p in compared):
         return unmeasurable(NAME, label, compared[0].verdict(), limit, source)

@@ -38,7 +38,7 @@ from cagtool.report.gate.checks import (
 )
 from cagtool.report.gate.config import GateSettings, resolve_settings
 from cagtool.report.gate.ranks import per_rank_results, processes_followed, run_level_results
-from cagtool.report.ranks.analysis import analyze_ranks, not_followed
+from cagtool.report.ranks.analysis import analyze_ranks, focused_run, not_followed
 
 if TYPE_CHECKING:
     from cagtool.report.recompiles.explain import Cause, Explanation
@@ -306,7 +306,8 @@ def _speed_of_other_numerics(checks: list[Check], run: RunRecord) -> list[str]:
     from cagtool.report.compare.closeness import Tolerance
     from cagtool.report.compare.grad_parity import grad_parity
 
-    numerics = run_numerics(run, Tolerance(), grad_parity(run))
+    # A multi-rank run's numerics are its lowest rank's records' (as compare reads them), not the launcher's.
+    numerics = run_numerics(focused_run(run, None)[0], Tolerance(), grad_parity(run))
     wrong: dict[str, Any] = {}
     for d in numerics.disagreements:  # the loss's difference where it jumped: it names the step
         if d.record not in wrong or d.jumped_at is not None:

@@ -335,3 +335,30 @@ def test_a_chaotic_backward_only_job_drifts_and_a_wrong_hook_in_it_disagrees(rec
     assert ca["first_bad_step"] == 0 and [(m["name"], m["kind"]) for m in ca["first_bad"]] == [("head.weight", "scale")]
     gate = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(wrong.path))
     assert gate.returncode == 1 and "head.weight" in gate.stdout
+
+
+AUTOCAST = str(ROOT / "tests" / "scripts" / "autocast_bf16.py")
+
+
+def test_a_job_under_bf16_autocast_is_held_to_bf16_rounding_and_a_real_difference_still_fails(record_run):
+    """An ordinary job under CPU bfloat16 autocast, its forward compiled with Inductor: the
+    gradients of its float32 parameters differ from eager's by bfloat16's rounding (up to 4x the
+    float32 tolerance on a transformer), and `gate --max-grad-diff` failed the job. The compiled
+    graphs compute in bfloat16, so each pair is held to that precision; a compiled program whose
+    fc2.weight gradient is 1.02x eager's still fails, named at step 0."""
+    run = record_run(AUTOCAST, modes="eager,aot,ca")
+    assert run.returncode == 0, run.stderr
+    data = parity_json(run)
+    for mode in ("aot", "ca"):
+        held = pair(data, mode)
+        assert held["agrees"] and held["compute_dtype"] == "bfloat16", held
+    assert data["grad_parity"]["summary"].endswith("(at bfloat16's precision, which the compiled graphs compute in)")
+    assert cagtool("gate", "--no-config", "--max-grad-diff", "1", str(run.path)).returncode == 0
+    wrong = record_run(AUTOCAST, "--wrong", modes="eager,aot")
+    assert wrong.returncode == 0, wrong.stderr
+    aot = pair(parity_json(wrong), "aot")
+    assert not aot["agrees"] and aot["compute_dtype"] == "bfloat16" and aot["first_bad_step"] == 0
+    assert [(m["name"], m["kind"]) for m in aot["first_bad"]] == [("fc2.weight", "scale")]
+    assert aot["first_bad"][0]["ratio"] == pytest.approx(1.02, rel=2e-3)
+    gate = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(wrong.path))
+    assert gate.returncode == 1 and "fc2.weight" in gate.stdout

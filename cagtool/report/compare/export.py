@@ -185,6 +185,7 @@ def grad_parity_json(parity: Any) -> dict[str, Any] | None:
                 "bad_steps": list(p.bad_steps),
                 "mismatches": p.mismatches,
                 "max_excess": finite(p.max_excess),
+                "compute_dtype": p.compute,  # held to this dtype's precision: the compiled graphs compute in it
                 "first_bad": [
                     {"name": m.name, "step": m.step, "kind": m.kind, "norm": finite(m.norm), "reference_norm": finite(m.reference_norm),
                      "checksum": finite(m.checksum), "reference_checksum": finite(m.reference_checksum), "ratio": finite(m.ratio),

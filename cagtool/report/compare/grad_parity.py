@@ -19,6 +19,13 @@ The tolerance (`GradTolerance`), per parameter and step:
 - norm and max-abs agree when |a - b| <= atol + rtol * max(|a|, |b|); the checksums when
   |a - b| <= 2 * sqrt(numel) * (atol + rtol * max(norm_a, norm_b)), the most a gradient
   difference within the norm's tolerance can move a sum weighted by w_i in [1, 2).
+- Under autocast the parameters are float32 but every matmul and its gradient are computed in
+  bfloat16 (or float16), and a compiled program rounds otherwise than eager (Inductor keeps a
+  fusion's intermediates in float32): on a pair that differs at float32's tolerance whose compiled
+  graphs (Dynamo's, AOTAutograd's, the CA graph's code) compute in such a dtype
+  (`low_precision_compute`), that dtype's eps is the floor of rtol and of atol's factor
+  (`GradTolerance.compute`), and the pair says so. A 2 % difference in one gradient still fails at
+  step 0 (tests/scripts/autocast_bf16.py --wrong).
 `cagtool gate --max-grad-diff X` scales this tolerance by X.
 
 Not comparable either: a pair whose first-step losses already differ (the forward saw other
@@ -54,6 +61,9 @@ from cagtool.record.regular_files import read_record_chunks
 from cagtool.record.loader import ModeRecord, RunRecord
 from cagtool.record.manifest import WrittenFiles
 from cagtool.record.schema import (
+    ARTIFACT_AOT_BACKWARD,
+    ARTIFACT_AOT_FORWARD,
+    ARTIFACT_DYNAMO_GRAPH,
     ARTIFACT_INDUCTOR_CODE,
     FIRST_STEP,
     GRAPHS_DIR,
@@ -99,13 +109,22 @@ class GradTolerance:
     """See the module docstring; `scale` multiplies rtol and atol (gate --max-grad-diff)."""
 
     scale: float = 1.0
+    # The lowest precision the pair's compiled graphs compute in where it is below a gradient's own
+    # dtype (`low_precision_compute`: bfloat16 under autocast): each element then carries that
+    # dtype's rounding, whatever the precision it is accumulated in.
+    compute: str | None = None
+
+    def _compute_eps(self, dtype: str) -> float:
+        own = EPS.get(dtype, EPS["float32"])
+        return max(own, EPS[self.compute]) if self.compute in EPS else own
 
     def rtol(self, dtype: str, numel: int, step: int) -> float:
-        base = max(BASE_RTOL.get(dtype, BASE_RTOL["float32"]), SIZE_FACTOR * EPS.get(dtype, EPS["float32"]) * math.sqrt(max(numel, 1)))
+        base = max(BASE_RTOL.get(dtype, BASE_RTOL["float32"]), SIZE_FACTOR * EPS.get(dtype, EPS["float32"]) * math.sqrt(max(numel, 1)),
+                   self._compute_eps(dtype))
         return min(base * (1 + max(step, 0)), MAX_RTOL) * self.scale
 
     def atol(self, dtype: str, largest_norm: float) -> float:
-        return SIZE_FACTOR * EPS.get(dtype, EPS["float32"]) * largest_norm * self.scale
+        return max(SIZE_FACTOR * EPS.get(dtype, EPS["float32"]), self._compute_eps(dtype)) * largest_norm * self.scale
 
 
 @dataclass(frozen=True)
@@ -178,6 +197,8 @@ class PairParity:
     zero: int = 0  # ... of which the gradient is exactly zero on both sides
     # Not comparable because the first step's losses already differ: (record's, reference's).
     first_losses: tuple[float, float] | None = None
+    # Compared at this dtype's precision (GradTolerance.compute): the compiled graphs compute in it.
+    compute: str | None = None
 
     def resumed_from(self, written: WrittenFiles) -> PairParity:
         """Not comparable for other inputs, where the comparison of the losses found the record's
@@ -212,12 +233,18 @@ class PairParity:
                     "they were digested after the job zeroed them)")
         if self.first_bad_step is None:
             return (f"{self.record} agrees with {self.reference} on all {_n(self.params, 'parameter')} at "
-                    f"{_n(len(self.steps), 'digested step')} ({_steps(self.steps)}; worst {self.max_excess:.2g}x the tolerance)"
-                    + self.drift_words())
+                    f"{_n(len(self.steps), 'digested step')} ({_steps(self.steps)}; worst {self.max_excess:.2g}x the tolerance"
+                    f"{self.precision_words()})" + self.drift_words())
         names = ", ".join(m.name for m in self.first_bad[:3]) + (f" and {len(self.first_bad) - 3} more" if len(self.first_bad) > 3 else "")
         unsynced = " (gradients not synchronised across ranks)" if self.across_ranks else ""
         return (f"{self.record} differs from {self.reference} first at step {self.first_bad_step}, in {len(self.first_bad)} of "
-                f"{self.params} parameters ({names}){unsynced}; {len(self.bad_steps)} of {len(self.steps)} digested steps differ")
+                f"{self.params} parameters ({names}){unsynced}; {len(self.bad_steps)} of {len(self.steps)} digested steps differ"
+                + (f" ({self.precision_words().removeprefix(' ')})" if self.compute else ""))
+
+    def precision_words(self) -> str:
+        if not self.compute:
+            return ""
+        return f" at {self.compute}'s precision: the compiled graphs compute in {self.compute}, as under autocast"
 
 
     def drift_words(self) -> str:
@@ -278,8 +305,10 @@ class GradParity:
             processes = f" ({len(records)} processes)" if len(records) > len(modes) else ""
             drifted = [p for p in compared if p.drifted]
             later = f"; {', '.join(p.record for p in drifted)}: later steps differ after the losses drifted apart" if drifted else ""
+            low = next((p.compute for p in compared if p.compute), None)
+            precision = f" (at {low}'s precision, which the compiled graphs compute in)" if low else ""
             return (f"gradients: the {len(modes)} modes agree on all {_n(params, 'parameter')} at {_n(steps, 'digested step')}{where}{processes}"
-                    + later + self._nonfinite_said())
+                    + precision + later + self._nonfinite_said())
         bad = self.disagreements
         if bad and (beside := self.compiled_otherwise()) is not None:
             eager = min((p for p in bad if base_mode(p.record.split(" ")[0]) == "aot"), key=lambda p: (p.first_bad_step, p.record))
@@ -503,6 +532,37 @@ def compare_digests(record: str, reference: str, got: dict[int, dict[str, Digest
     )
 
 
+_LOW_PRECISION = re.compile(rb"\btorch\.(bfloat16|float16)\b")
+# The graphs that show the dtype each op computes in: Dynamo's (autocast's region), AOTAutograd's
+# forward and backward (each conversion), and the CA graph's code (under graphs/).
+_DTYPE_ARTIFACTS = (ARTIFACT_DYNAMO_GRAPH, ARTIFACT_AOT_FORWARD, ARTIFACT_AOT_BACKWARD)
+
+
+def low_precision_compute(*records: ModeRecord) -> str | None:
+    """The lowest-precision floating dtype (bfloat16, float16) the records' compiled graphs compute
+    in, None where they name neither: a job under torch.autocast converts to it in every compiled
+    graph, and its gradients (of float32 parameters) carry that dtype's rounding."""
+    found: set[str] = set()
+    for record in records:
+        for artifacts in record.compile_artifacts().values():
+            for name in _DTYPE_ARTIFACTS:
+                if name in artifacts:
+                    try:
+                        found.update(m.group(1).decode() for m in _LOW_PRECISION.finditer(record.artifact_text(artifacts[name]).encode()))
+                    except UnreadableInput:
+                        continue
+        folder = record.path / GRAPHS_DIR
+        if folder.is_symlink() or not folder.is_dir():  # a link planted there is not the record's
+            continue
+        for path in sorted(folder.glob("*.py")):
+            try:
+                for chunk in read_record_chunks(path, max_bytes=_MAX_SCAN_BYTES):
+                    found.update(m.group(1).decode() for m in _LOW_PRECISION.finditer(chunk))
+            except (OSError, UnreadableInput):
+                continue
+    return max(found, key=lambda dtype: EPS[dtype]) if found else None
+
+
 def random_ops_in(record: ModeRecord) -> list[str]:
     """Random ops that the mode's compiled graphs call (CA graph code, TORCH_TRACE log)."""
     found: dict[str, None] = {}
@@ -638,6 +698,11 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
                 continue
         partial = _compiled_optimizer(rec) or _compiled_optimizer(ref_rec)
         pair = compare_digests(label, ref_label, digests, ref_digests, tol, partial=partial)
+        if not pair.agrees and (compute := low_precision_compute(rec, ref_rec)) is not None:
+            # Held to the precision the computation ran at, not the parameters' own (read only on a
+            # difference: the graphs are not read on every compare).
+            pair = replace(compare_digests(label, ref_label, digests, ref_digests, replace(tol, compute=compute), partial=partial),
+                           compute=compute)
         if not pair.agrees:
             pair = _after_drift(pair, _loss_drift(rec, ref_rec), digests, ref_digests, tol, partial)
         # Random ops matter only when the gradients differ (equal draws agree, e.g. --parity): the
@@ -690,7 +755,9 @@ def _against_aot(pairs: list[PairParity], digested: dict[str, tuple[ModeRecord, 
             continue
         (rec, got), (ref_rec, ref) = digested[pair.record], digested[aot]
         partial = _compiled_optimizer(rec) or _compiled_optimizer(ref_rec)
-        out.append(compare_digests(pair.record, aot, got, ref, tol, partial=partial))
+        # At the precision the ca pair was held to (its compiled graphs computing in bfloat16, say).
+        held = replace(tol, compute=pair.compute) if pair.compute else tol
+        out.append(replace(compare_digests(pair.record, aot, got, ref, held, partial=partial), compute=pair.compute))
     return tuple(out)
 
 

@@ -362,3 +362,20 @@ def test_a_job_under_bf16_autocast_is_held_to_bf16_rounding_and_a_real_differenc
     assert aot["first_bad"][0]["ratio"] == pytest.approx(1.02, rel=2e-3)
     gate = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(wrong.path))
     assert gate.returncode == 1 and "fc2.weight" in gate.stdout
+
+
+def test_a_ca_over_aot_ratio_whose_backwards_two_compilers_compiled_says_so(record_run):
+    """The aot mode's backward is Inductor's (the script's torch.compile), the ca mode's CA graph
+    ran on cagtool's --backend eager: the ca/aot ratio compares compilers as well as compiled
+    autograd, and compare's headline and note and the gate's min-speedup say so; where neither
+    backward ran on Inductor, nothing is said."""
+    run = record_run(AUTOCAST, modes="eager,aot,ca")
+    assert run.returncode == 0, run.stderr
+    speedups = parity_json(run)["speedups"]
+    assert speedups["ca/aot"]["compilers"] == {"ca": "eager", "aot": "Inductor"} and speedups["ca/eager"]["compilers"] is None
+    assert "(its backward compiled by eager, aot's by Inductor: compilers differ)" in cagtool("compare", str(run.path)).stdout
+    gate = cagtool("gate", "--no-config", "--min-speedup", "ca/aot:0.01", str(run.path))
+    assert "warning: min-speedup (ca/aot): the ca mode's backward was compiled by eager, the aot mode's by Inductor (the script's torch.compile)" in gate.stdout + gate.stderr
+    like = record_run(AUTOCAST, "--backend", "aot_eager", "--steps", "3", modes="aot,ca")
+    assert like.returncode == 0, like.stderr
+    assert parity_json(like)["speedups"]["ca/aot"]["compilers"] is None  # neither backward on Inductor

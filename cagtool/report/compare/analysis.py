@@ -87,6 +87,8 @@ from cagtool.report.figures.pooled import (  # re-exported: compare's renderers 
     NUMERIC_FIELDS,
     TOO_FEW_STEPS,
     base_mode,
+    ca_graphs_compiler,
+    compilers_differ,
     mode_columns,
     mode_fields,
     on_common_steps,
@@ -146,6 +148,10 @@ class Speedup:
     # runnable time, the most the load may have slowed it (heavy_load_bound: beyond HEAVY_WAIT, the wait
     # alone no longer says what the load did); None for a side that waited less.
     heavy_load: tuple[float | None, float | None] = (None, None)
+    # Where the ca mode's backward and the aot mode's were compiled by different compilers (the CA
+    # graphs by cagtool's --backend, aot's by the script's torch.compile): what else the ratio
+    # compares (compilers_differ): (ca's, aot's), "" for a side's compiler that is not Inductor.
+    compilers: tuple[str, str] = ()
 
     @property
     def label(self) -> str:
@@ -243,6 +249,12 @@ class Speedup:
         if self.interval is None:
             return ""
         words = method_words(self.interval)
+        if self.compilers:
+            ca, aot = self.compilers
+            like = "inductor (the default)" if aot == "Inductor" else "the script's backend (eager or aot_eager)"
+            words += (f"; the ca mode's backward was compiled by {ca}, the aot mode's by {aot} (the script's torch.compile): "
+                      f"the ratio compares compilers as well as compiled autograd (to compare like with like, record with "
+                      f"--backend {like}, which compiles the CA graphs unless the script sets up its own)")
         if self.interval.outliers:
             # The interval's top is the baseline's side (its time over the mode's).
             odd = "; ".join(outlier_words(self.interval, self.baseline, self.mode, "median step time"))
@@ -936,6 +948,9 @@ def compare_modes(run: RunRecord, tolerance: Tolerance | None = None) -> Compari
     tol = tolerance or Tolerance()
     columns = mode_columns(run)
     speedups = tuple(speedup(columns[m], columns[b]) for m, b in SPEEDUP_PAIRS if m in columns and b in columns)
+    differ = compilers_differ(columns, ca_graphs_compiler(run))
+    if differ:
+        speedups = tuple(replace(s, compilers=differ) if {s.mode, s.baseline} == {"ca", "aot"} else s for s in speedups)
     from cagtool.report.compare.grad_parity import grad_parity
     parity = grad_parity(run)
     numerics = run_numerics(run, tol, parity)

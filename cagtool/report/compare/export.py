@@ -62,6 +62,8 @@ def _speedup_json(s: Speedup) -> dict[str, Any]:
         # a median step that waited half its time or more; and the most the load may have slowed it
         "heavy_load": {"mode": s.heavy_load[0] is not None, "baseline": s.heavy_load[1] is not None},
         "heavy_load_bound": {"mode": s.heavy_load[0], "baseline": s.heavy_load[1]},
+        # The two backwards' compilers where they differ (ca's by --backend, aot's by the script's torch.compile).
+        "compilers": {"ca": s.compilers[0], "aot": s.compilers[1]} if s.compilers else None,
         "note": s.note,
     }
 

@@ -61,6 +61,8 @@ def _speed_phrase(s: Speedup, trained_otherwise: bool = False, aot_compiled_noth
     if s.ratio is None:
         return f"{mode} vs {base}: not timed ({s.note or 'no steady steps'})", NEUTRAL
     figure = f"{ratio_text(s.ratio)} the speed of {base}"
+    if s.compilers:
+        figure += f" (its backward compiled by {s.compilers[0]}, aot's by {s.compilers[1]}: compilers differ)"
     measure = MEASURE_WORDS.get(s.interval.measure, "") if s.interval is not None else ""
     on = f" in {measure}" if measure and s.interval is not None and s.interval.measure == "cpu" else ""
     ci = f"90% CI {ratio_text(s.low)}-{ratio_text(s.high)}" if s.low is not None and s.high is not None else ""

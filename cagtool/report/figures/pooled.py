@@ -389,6 +389,34 @@ def _pooled_stats(per_rep: list[tuple[ModeRecord, ModeMetrics]], intervals: list
                    interruptions=tuple(k for k in INTERRUPTION_WORDS if k in kinds))
 
 
+def ca_graphs_compiler(run: RunRecord) -> str:
+    """What compiled the ca mode's CA graphs (CAGraphEvent.compiler): cagtool's --backend, or the
+    script's own CA compiler where cagtool kept it (DeepSpeed's); "" where both did, or no CA graph
+    says (an older record reads as --backend)."""
+    from cagtool.record.schema import CAGraphEvent
+
+    record = run.modes.get("ca")
+    if record is None:
+        return ""
+    found = {graph.compiler.partition(":")[2] if graph.compiler.startswith("script") else record.manifest.backend
+             for graph in record.of(CAGraphEvent)} or {record.manifest.backend}
+    return found.pop() if len(found) == 1 else ""
+
+
+def compilers_differ(columns: dict[str, ModeColumn], ca_backend: str) -> tuple[str, str]:
+    """For a ca/aot ratio whose two backwards different compilers compiled, (ca's, aot's): ca's CA
+    graphs by `ca_backend` (cagtool run --backend), aot's by the script's own torch.compile, with
+    Inductor (its compile time has an Inductor phase) or without; () where both used Inductor or
+    neither, or aot compiled no backward (the script compiles nothing: aot ran it eagerly)."""
+    ca, aot = columns.get("ca"), columns.get("aot")
+    if not ca_backend or ca is None or aot is None or aot.metrics is None or not aot.metrics.aot_backward_graphs:
+        return ()
+    aot_inductor = aot.compile_phases_s.get("inductor", 0.0) > 0
+    if aot_inductor == (ca_backend == "inductor"):
+        return ()
+    return ca_backend, "Inductor" if aot_inductor else "the script's backend, not Inductor"
+
+
 def mode_columns(run: RunRecord) -> dict[str, ModeColumn]:
     """Base mode -> pooled column, in the order modes first ran (eager, aot, ca for the default)."""
     grouped: dict[str, list[tuple[str, ModeRecord | None]]] = {}

@@ -322,6 +322,24 @@ def _speed_of_other_numerics(checks: list[Check], run: RunRecord) -> list[str]:
     return said
 
 
+def _speed_of_other_compilers(checks: list[Check], run: RunRecord) -> list[str]:
+    """A ca/aot min-speedup whose two backwards different compilers compiled (the CA graphs by
+    cagtool's --backend, aot's by the script's torch.compile): said, as compare's note does."""
+    from cagtool.report.gate.checks import MinSpeedupCheck
+
+    if not any(isinstance(c, MinSpeedupCheck) and {c.threshold.numerator, c.threshold.denominator} == {"ca", "aot"} for c in checks):
+        return []
+    from cagtool.report.figures.pooled import ca_graphs_compiler, compilers_differ, mode_columns
+
+    focused = focused_run(run, None)[0]
+    differ = compilers_differ(mode_columns(focused), ca_graphs_compiler(focused))
+    if not differ:
+        return []
+    ca, aot = differ
+    return [f"min-speedup (ca/aot): the ca mode's backward was compiled by {ca}, the aot mode's by {aot} (the script's "
+            "torch.compile): the ratio compares compilers as well as compiled autograd"]
+
+
 def run_gate(run_path: str | Path | None, options: GateOptions | None = None) -> GateResult:
     """Gate a recorded run. Raises UsageError (exit 2) for bad or missing thresholds and
     UnreadableInput (exit 3) for an unreadable run or baseline; a failed check is in the result."""
@@ -345,6 +363,7 @@ def run_gate(run_path: str | Path | None, options: GateOptions | None = None) ->
         results = [insist_on_power(r) for r in results]
     warnings = environment_warnings(baseline, run) if baseline is not None else []
     warnings += _speed_of_other_numerics(checks, run)
+    warnings += _speed_of_other_compilers(checks, run)
     if settings.mode is None and mode not in ("ca", IMPORTED_MODE):  # an imported run has only that mode
         warnings.append(f"the run did not ask for the ca mode: gating mode {mode} (--mode to choose)")
     for name, record in run.modes.items():

@@ -229,11 +229,12 @@ class SymbolRenaming:
         self.backward: dict[str, str] = {}
 
     def same(self, a: object, b: object) -> bool:
-        """Whether two sizes (or size expressions) are equal up to the renaming, extending it."""
-        if a == b:
-            return True
+        """Whether two sizes (or size expressions) are equal up to the renaming, extending it. The
+        same text holding a symbol is checked too: `s58` after `s58 -> s38` is another size."""
         if not isinstance(a, str) or not isinstance(b, str):
-            return False
+            return a == b
+        if a == b and not _SYMBOL.search(a):
+            return True
         old, new = _SYMBOL.findall(a), _SYMBOL.findall(b)
         if len(old) != len(new) or _SYMBOL.sub("#", a) != _SYMBOL.sub("#", b):
             return False

@@ -256,6 +256,20 @@ def test_size_symbols_renamed_between_graphs_are_not_shape_changes():
     assert [c.field for c in changed[0].changes] == ["shape"]
 
 
+def test_two_equal_sizes_that_became_two_symbols_are_a_shape_change():
+    """A static capture's two equal dims share a symbol ([s58, s58]); the dynamic one's are two
+    ([s38, s58]). The second pair's identical text `s58` was taken as equal although s58 had just
+    been read as s38: the shape read as unchanged."""
+    old, new = graph(None), graph(None)
+    old[-2] = _with(old[-2], shape=["s58", "s58"], stride=["s58", 1], dtype="float32")
+    new[-2] = _with(new[-2], shape=["s38", "s58"], stride=["s58", 1], dtype="float32")
+    changed = [e for e in diff_graphs(old, new).entries if e.kind != EQUAL]
+    assert len(changed) == 1 and [(c.field, c.old, c.new) for c in changed[0].changes] == [("shape", "[s58, s58]", "[s38, s58]")]
+    # The same symbol on both sides, all through, is the same size.
+    new[-2] = _with(new[-2], shape=["s58", "s58"])
+    assert [e for e in diff_graphs(old, new).entries if e.kind != EQUAL] == []
+
+
 def test_a_hook_added_is_an_inserted_call_hook():
     old = graph(None)
     new = graph(None)

@@ -2769,7 +2769,7 @@ def _hook_out_of_dynamo(facts: dict[str, Any], code: str) -> list[str]:
     return [disable, after, "Or keep the value a tensor: " + tensor]
 
 
-def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
+def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -> list[str]:
     """The fixes that fit the kind of guard that failed (never one written for another kind)."""
     kind, guard = facts.get("kind", ""), facts.get("guard", "")
     once = bool(facts.get("stabilised")) and facts.get("recompiling_steps", 0) <= 1
@@ -3064,14 +3064,14 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
                 # No line of the user's passes the tensor: a library calls the compiled model (HF
                 # Trainer's compute_loss). torch's PGO sources reach it whoever calls; a mark made
                 # where the batch is made reaches it only if the library passes that tensor on.
-                fixes += [f"{'Or: t' if fixes else 'T'}he compiled call is a library's ({caller.via}, reached from {os.path.basename(caller.file)}:"
+                fixes += [f"{'Or: t' if fixes else 'T'}he compiled call is a library's ({caller.via}, reached from {display_path(caller.file, cwd)}:"
                          f"{caller.line}): no line of yours passes the tensor. {lead} dim {size[1]} of {_tensor_words(size[0])} "
                          "dynamic from the first call with TORCH_COMPILE_DYNAMIC_SOURCES in the job's environment (torch's PGO line "
                          "lists the sources), or with torch._dynamo.maybe_mark_dynamic where the batch is made (a DataLoader's "
                          "collate_fn; HF Trainer's data_collator) where the library passes that tensor on as it is (a copy to "
                          "another device carries no mark); pad or bucket if it takes many values."]
             by = facts.get("compiled_by")
-            own_compile = (f" (your torch.compile at {os.path.basename(str(by.get('file')))}:{by.get('line')})"
+            own_compile = (f" (your torch.compile at {display_path(str(by.get('file')), cwd)}:{by.get('line')})"
                            if isinstance(by, dict) and not by.get("via") and by.get("dynamic") is None and by.get("file") else "")
             fixes = fixes or [f"{lead} the dimension dynamic before the call: "
                      f"{mark}, and the same on every other "
@@ -3211,7 +3211,7 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str) -> list[str]:
         # float passed as torch.tensor(scale) compiles the forward once for every value.
         name = changes[0].source
         call = facts.get("caller")
-        at = f" where the compiled code is called ({os.path.basename(call.file)}:{call.line} `{call.code}`)" if call is not None and call.code else ""
+        at = f" where the compiled code is called ({display_path(call.file, cwd)}:{call.line} `{call.code}`)" if call is not None and call.code else ""
         return [f"Pass `{name}` as a tensor{at}: `torch.tensor({name})` in place of `{name}`. The guarded line computes with it, "
                 "and a tensor's value is not guarded: one compile serves every value. Kept a Python number, each new value "
                 "is compiled anew (until the recompile limit sends the frame to eager)."]
@@ -3356,7 +3356,7 @@ def _guard(cause: Cause, cwd: str) -> Words:
         facts = {**facts, "stabilised": True, "recompiling_steps": 1}  # one recompile, then cached: its fixes are the one-time ones
     if stability:
         why.append(stability)
-    fix = _resume_fixes(facts, cwd) if resumed else _guard_fixes(facts, on_ca, code)
+    fix = _resume_fixes(facts, cwd) if resumed else _guard_fixes(facts, on_ca, code, cwd)
     if on_ca and facts.get("pieces") and facts.get("checkpoint_unpack_breaks"):
         fix = [*fix, CHECKPOINT_INSIDE_FIX]
     why.append('TORCH_LOGS="recompiles" prints every guard failure as it happens.')
@@ -3470,7 +3470,7 @@ def _resume_fixes(facts: dict[str, Any], cwd: str) -> list[str]:
                  f"line {resume.line} of `{resume.function}`, and cached; without the graph break `{resume.function}` itself "
                  "would be compiled once per kind of call instead."]
     else:
-        fixes = [f for f in _guard_fixes({**facts, "resume": None}, False, "")
+        fixes = [f for f in _guard_fixes({**facts, "resume": None}, False, "", cwd)
                  if not f.startswith("Keep the guarded value the same")] or \
             [f"Keep what reaches line {resume.line} of `{resume.function}` of one kind on every call, or move the varying part out of the compiled code."]
     fixes.append(f"The graph break that made the resume frame is at {at}{broke}{hint} Removing it compiles `{resume.function}` "

@@ -228,7 +228,7 @@ def test_a_float_scale_is_told_to_become_a_tensor_at_the_call(record_run):
     root = _explained(run)["explanation"]["causes"][0]
     assert root["guard_kind"] == "value" and root["count"] == 3
     [fix] = root["fix"]
-    assert fix.startswith("Pass `scale` as a tensor where the compiled code is called (scalar_per_step.py:28 "
+    assert fix.startswith("Pass `scale` as a tensor where the compiled code is called (sample_scripts/scalar_per_step.py:28 "
                           "`loss = model(x, scale).sum()`): `torch.tensor(scale)` in place of `scale`."), fix
     assert "only feeds shapes" not in fix
 

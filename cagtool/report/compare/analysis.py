@@ -747,15 +747,22 @@ def _inductor_rounding_hint(sample: NumericsSample, reference: NumericsSample, d
 
 
 def nonfinite_notes(samples: list[NumericsSample]) -> list[str]:
-    """Where each record's loss (and final norms) first stopped being a finite number, grouped:
-    "loss is NaN from step 2 in eager, aot and ca". A NaN the modes share agrees; it is still said."""
+    """Where each record's loss (and final norms) was not a finite number, grouped: "loss is NaN
+    from step 2 in eager, aot and ca" (every later step too), "loss is NaN at step 3 in eager, aot
+    and ca" (a grad scaler's overflow: the steps after it finite again). A NaN the modes share
+    agrees; it is still said."""
     found: dict[str, list[str]] = {}
     for sample in samples:
         losses = sample.losses
-        bad = [step for step, value in losses.items() if value - value != 0.0]  # NaN or infinite
+        bad = sorted(step for step, value in losses.items() if value - value != 0.0)  # NaN or infinite
         if bad:
-            first = min(bad)
-            found.setdefault(f"loss is {_nonfinite_word(losses[first])} from step {first}", []).append(sample.record)
+            first = bad[0]
+            if len(bad) == sum(1 for step in losses if step >= first):
+                where = f"from step {first}"
+            else:
+                where = (f"at step {first}" if len(bad) == 1 else
+                         f"at {len(bad)} steps ({', '.join(map(str, bad[:5]))}{' ...' if len(bad) > 5 else ''})")
+            found.setdefault(f"loss is {_nonfinite_word(losses[first])} {where}", []).append(sample.record)
         for quantity in (PARAM_NORM, GRAD_NORM):
             value = getattr(sample, quantity)
             if value is not None and not math.isfinite(value):

@@ -779,3 +779,19 @@ def test_two_runs_with_too_few_common_steps_show_no_speedup_figure(tmp_path):
     table = rendered(compare_runs(a, b), "table")
     row = next(line for line in table.splitlines() if "speedup B over A" in line)
     assert "not judged: 4 steps steady in both (at least 5)" in row and "2.00x" not in row, row
+
+
+def test_a_loss_that_is_nan_at_one_step_only_is_said_at_that_step_not_from_it():
+    """A grad scaler's overflow makes one step's loss NaN and the next finite again: "loss is NaN
+    from step 3" read as if training had gone NaN for good. Said as what the record shows."""
+    from cagtool.report.compare.analysis import NumericsSample, nonfinite_notes
+
+    nan, inf = float("nan"), float("inf")
+
+    def sample(record: str, losses: list[float]) -> NumericsSample:
+        return NumericsSample(record, dict(enumerate(losses)), None, None, True)
+
+    once = [0.5, 0.4, 0.3, nan, 0.2, 0.1]
+    assert nonfinite_notes([sample("eager", once), sample("ca", once)]) == ["loss is NaN at step 3 in eager and ca"]
+    assert nonfinite_notes([sample("ca", [0.5, nan, 0.3, inf, 0.2])]) == ["loss is NaN at 2 steps (1, 3) in ca"]
+    assert nonfinite_notes([sample("aot", [0.5, 0.4, nan, nan, nan])]) == ["loss is NaN from step 2 in aot"]

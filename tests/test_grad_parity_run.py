@@ -379,3 +379,16 @@ def test_a_ca_over_aot_ratio_whose_backwards_two_compilers_compiled_says_so(reco
     like = record_run(AUTOCAST, "--backend", "aot_eager", "--steps", "3", modes="aot,ca")
     assert like.returncode == 0, like.stderr
     assert parity_json(like)["speedups"]["ca/aot"]["compilers"] is None  # neither backward on Inductor
+
+
+def test_a_multi_rank_jobs_ca_mode_that_trains_otherwise_is_warned_of_by_the_speed_gate(record_run):
+    """A 2-rank DDP job whose ca mode doubles a gradient (a hook traced only under compile): the
+    gate's min-speedup warns that it times two different computations, as for one process; it read
+    the launcher's record, which has no losses, and said nothing. --max-grad-diff fails on it."""
+    run = record_run(str(ROOT / "tests" / "scripts" / "ddp_compile_only_hook.py"), modes="eager,ca")
+    assert run.returncode == 0, run.stderr
+    gate = cagtool("gate", "--no-config", "--min-speedup", "ca/eager:0.01", str(run.path))
+    assert ("warning: numerics of ca DISAGREE with eager: min-speedup (ca/eager) times two different computations"
+            in gate.stdout + gate.stderr), gate.stdout + gate.stderr
+    grads = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(run.path))
+    assert grads.returncode == 1 and "FAIL: max-grad-diff" in grads.stdout and "weight" in grads.stdout, grads.stdout

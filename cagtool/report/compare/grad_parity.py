@@ -43,8 +43,9 @@ other), `zero` (zero in one, not in the other: a hook or a branch that ran in on
 
 Random numbers: compiled code (Inductor) draws random numbers differently from eager, so with
 dropout and friends in a compiled graph the gradients differ for that reason alone. When a mode's
-gradients differ and its compiled graphs (the CA graph code under graphs/, and the forward's in
-the TORCH_TRACE log under trace/ when the run was recorded with --torch-trace) call a random op, the pair is *not comparable* rather than disagreeing, unless the
+gradients differ and its compiled graphs (each compile's Dynamo and AOT graphs, kept as compile
+artifacts; the CA graph code under graphs/; the TORCH_TRACE log under trace/ when the run was
+recorded with --torch-trace) call a random op, the pair is *not comparable* rather than disagreeing, unless the
 run made compiled code draw eager-equal numbers (`cagtool run --parity`:
 torch._inductor.config.fallback_random, recorded in the manifest).
 """
@@ -533,73 +534,69 @@ def compare_digests(record: str, reference: str, got: dict[int, dict[str, Digest
 
 
 _LOW_PRECISION = re.compile(rb"\btorch\.(bfloat16|float16)\b")
-# The graphs that show the dtype each op computes in: Dynamo's (autocast's region), AOTAutograd's
-# forward and backward (each conversion), and the CA graph's code (under graphs/).
-_DTYPE_ARTIFACTS = (ARTIFACT_DYNAMO_GRAPH, ARTIFACT_AOT_FORWARD, ARTIFACT_AOT_BACKWARD)
-
-
-def low_precision_compute(*records: ModeRecord) -> str | None:
-    """The lowest-precision floating dtype (bfloat16, float16) the records' compiled graphs compute
-    in, None where they name neither: a job under torch.autocast converts to it in every compiled
-    graph, and its gradients (of float32 parameters) carry that dtype's rounding."""
-    found: set[str] = set()
-    for record in records:
-        for artifacts in record.compile_artifacts().values():
-            for name in _DTYPE_ARTIFACTS:
-                if name in artifacts:
-                    try:
-                        found.update(m.group(1).decode() for m in _LOW_PRECISION.finditer(record.artifact_text(artifacts[name]).encode()))
-                    except UnreadableInput:
-                        continue
-        folder = record.path / GRAPHS_DIR
-        if folder.is_symlink() or not folder.is_dir():  # a link planted there is not the record's
-            continue
-        for path in sorted(folder.glob("*.py")):
-            try:
-                for chunk in read_record_chunks(path, max_bytes=_MAX_SCAN_BYTES):
-                    found.update(m.group(1).decode() for m in _LOW_PRECISION.finditer(chunk))
-            except (OSError, UnreadableInput):
-                continue
-    return max(found, key=lambda dtype: EPS[dtype]) if found else None
-
-
-def random_ops_in(record: ModeRecord) -> list[str]:
-    """Random ops that the mode's compiled graphs call (CA graph code, TORCH_TRACE log)."""
-    found: dict[str, None] = {}
-    for folder in (record.path / GRAPHS_DIR, record.path / TRACE_DIR):
-        if folder.is_symlink() or not folder.is_dir():  # a link planted there is not the record's
-            continue
-        for path in sorted(folder.iterdir()):
-            if path.suffix not in (".py", ".log", ".txt", "") or not path.is_file():
-                continue
-            try:
-                for name in _random_ops_in_file(path):
-                    found.setdefault(name)
-            except (OSError, UnreadableInput):
-                continue
-    return list(found)
-
-
 _RANDOM_OP_BYTES = re.compile(_RANDOM_OP.pattern.encode())
+# The graphs a compile leaves among its artifacts (record/schema.py COMPILE_ARTIFACTS): Dynamo's
+# (autocast's region), AOTAutograd's forward and backward (each conversion, each random op of a
+# compiled forward: Inductor's `inductor_random`, which the CA graph of a backward never shows).
+_GRAPH_ARTIFACTS = (ARTIFACT_DYNAMO_GRAPH, ARTIFACT_AOT_FORWARD, ARTIFACT_AOT_BACKWARD)
 # A TORCH_TRACE log of a large job is legitimately hundreds of MB: it is scanned a chunk at a time
 # (memory bounded by the chunk), up to this much of each file, so a forged file (a sparse hole of
 # terabytes) costs a bounded read. Graph code is at most MAX_TEXT_FILE_BYTES (writer.py).
 _MAX_SCAN_BYTES = 2**30
 
 
-def _random_ops_in_file(path: Path) -> list[str]:
-    """The random ops a graph's code or a trace log names, read a chunk at a time (never through a
+def low_precision_compute(*records: ModeRecord) -> str | None:
+    """The lowest-precision floating dtype (bfloat16, float16) the records' compiled graphs compute
+    in, None where they name neither: a job under torch.autocast converts to it in every compiled
+    graph, and its gradients (of float32 parameters) carry that dtype's rounding."""
+    found = {name for record in records for name in _named_in_graphs(record, _LOW_PRECISION)}
+    return max(found, key=lambda dtype: EPS[dtype]) if found else None
+
+
+def random_ops_in(record: ModeRecord) -> list[str]:
+    """Random ops that the mode's compiled graphs call (its compiles' graphs, the CA graph code,
+    the TORCH_TRACE log)."""
+    return _named_in_graphs(record, _RANDOM_OP_BYTES, with_trace=True)
+
+
+def _named_in_graphs(record: ModeRecord, pattern: re.Pattern[bytes], with_trace: bool = False) -> list[str]:
+    """The names (`pattern`'s first group) the record's compiled graphs hold: each compile's graph
+    artifacts, the CA graphs' code under graphs/, and with `with_trace` the TORCH_TRACE log."""
+    found: dict[str, None] = {}
+    for artifacts in record.compile_artifacts().values():
+        for name in _GRAPH_ARTIFACTS:
+            if name in artifacts:
+                try:
+                    text = record.artifact_text(artifacts[name]).encode()
+                except UnreadableInput:
+                    continue
+                found.update(dict.fromkeys(m.group(1).decode() for m in pattern.finditer(text)))
+    for folder in (record.path / GRAPHS_DIR, *((record.path / TRACE_DIR,) if with_trace else ())):
+        if folder.is_symlink() or not folder.is_dir():  # a link planted there is not the record's
+            continue
+        for path in sorted(folder.iterdir()):
+            if path.suffix not in (".py", ".log", ".txt", "") or not path.is_file():
+                continue
+            try:
+                found.update(dict.fromkeys(_named_in_file(path, pattern)))
+            except (OSError, UnreadableInput):
+                continue
+    return list(found)
+
+
+def _named_in_file(path: Path, pattern: re.Pattern[bytes]) -> list[str]:
+    """The names a graph's code or a trace log holds, read a chunk at a time (never through a
     link, never a FIFO: read_record_chunks); each chunk is scanned up to its last newline, the rest
-    carried into the next, so no op name is split (a line longer than a chunk is scanned in pieces)."""
+    carried into the next, so no name is split (a line longer than a chunk is scanned in pieces)."""
     found: dict[str, None] = {}
     carry = b""
     for chunk in read_record_chunks(path, max_bytes=_MAX_SCAN_BYTES):
         text = carry + chunk
         end = text.rfind(b"\n") + 1 or max(0, len(text) - 256)
-        for match in _RANDOM_OP_BYTES.finditer(text, 0, end):
+        for match in pattern.finditer(text, 0, end):
             found.setdefault(match.group(1).decode())
         carry = text[end:]
-    for match in _RANDOM_OP_BYTES.finditer(carry):
+    for match in pattern.finditer(carry):
         found.setdefault(match.group(1).decode())
     return list(found)
 

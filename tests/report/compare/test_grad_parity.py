@@ -134,7 +134,7 @@ def test_random_ops_are_found_across_chunks_and_never_through_a_link_or_fifo(tmp
     import os
 
     from cagtool.errors import UnreadableInput
-    from cagtool.report.compare.grad_parity import _random_ops_in_file
+    from cagtool.report.compare.grad_parity import _RANDOM_OP_BYTES, _named_in_file
 
     log = tmp_path / "trace.log"
     filler = "x = torch.ops.aten.add.Tensor(a, b)\n"
@@ -143,12 +143,12 @@ def test_random_ops_are_found_across_chunks_and_never_through_a_link_or_fifo(tmp
     head = filler * ((start - 100) // len(filler))
     log.write_text(head + "#" * (start - len(head) - 1) + "\n" + line + "z = native_dropout(y)\n")
     assert log.read_bytes()[8 * 2**20 - 4 : 8 * 2**20 + 6] == b"randn_like"
-    assert sorted(_random_ops_in_file(log)) == ["native_dropout", "randn_like"]
+    assert sorted(_named_in_file(log, _RANDOM_OP_BYTES)) == ["native_dropout", "randn_like"]
     (tmp_path / "linked.py").symlink_to(log)
     os.mkfifo(tmp_path / "fifo.py")
     for planted in ("linked.py", "fifo.py"):
         with pytest.raises(UnreadableInput):
-            _random_ops_in_file(tmp_path / planted)
+            _named_in_file(tmp_path / planted, _RANDOM_OP_BYTES)
 
 
 def test_gradients_zero_on_both_sides_agree_but_say_nothing_and_the_gate_cannot_pass_on_them():

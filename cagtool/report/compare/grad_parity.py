@@ -554,16 +554,19 @@ def low_precision_compute(*records: ModeRecord) -> str | None:
 
 
 def random_ops_in(record: ModeRecord) -> list[str]:
-    """Random ops that the mode's compiled graphs call (its compiles' graphs, the CA graph code,
-    the TORCH_TRACE log)."""
-    return _named_in_graphs(record, _RANDOM_OP_BYTES, with_trace=True)
+    """Random ops that the mode's compiled graphs call (the graphs of its compiles Inductor compiled,
+    whose kernels draw from their own generator; the CA graph code; the TORCH_TRACE log)."""
+    return _named_in_graphs(record, _RANDOM_OP_BYTES, with_trace=True, inductor_only=True)
 
 
-def _named_in_graphs(record: ModeRecord, pattern: re.Pattern[bytes], with_trace: bool = False) -> list[str]:
+def _named_in_graphs(record: ModeRecord, pattern: re.Pattern[bytes], with_trace: bool = False, inductor_only: bool = False) -> list[str]:
     """The names (`pattern`'s first group) the record's compiled graphs hold: each compile's graph
-    artifacts, the CA graphs' code under graphs/, and with `with_trace` the TORCH_TRACE log."""
+    artifacts (with `inductor_only`, of the compiles Inductor compiled: its code among their
+    artifacts), the CA graphs' code under graphs/, and with `with_trace` the TORCH_TRACE log."""
     found: dict[str, None] = {}
     for artifacts in record.compile_artifacts().values():
+        if inductor_only and ARTIFACT_INDUCTOR_CODE not in artifacts:
+            continue
         for name in _GRAPH_ARTIFACTS:
             if name in artifacts:
                 try:

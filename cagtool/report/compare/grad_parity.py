@@ -306,8 +306,10 @@ class GradParity:
             processes = f" ({len(records)} processes)" if len(records) > len(modes) else ""
             drifted = [p for p in compared if p.drifted]
             later = f"; {', '.join(p.record for p in drifted)}: later steps differ after the losses drifted apart" if drifted else ""
-            low = next((p.compute for p in compared if p.compute), None)
-            precision = f" (at {low}'s precision, which the compiled graphs compute in)" if low else ""
+            held = [p for p in compared if p.compute]
+            low = held[0].compute if held else None
+            which = "" if len(held) == len(compared) else f"{', '.join(p.record for p in held)} "
+            precision = f" ({which}at {low}'s precision, which the compiled graphs compute in)" if low else ""
             return (f"gradients: the {len(modes)} modes agree on all {_n(params, 'parameter')} at {_n(steps, 'digested step')}{where}{processes}"
                     + precision + later + self._nonfinite_said())
         bad = self.disagreements

@@ -87,7 +87,6 @@ from cagtool.report.figures.pooled import (  # re-exported: compare's renderers 
     NUMERIC_FIELDS,
     TOO_FEW_STEPS,
     base_mode,
-    ca_graphs_compiler,
     compilers_differ,
     mode_columns,
     mode_fields,
@@ -150,7 +149,7 @@ class Speedup:
     heavy_load: tuple[float | None, float | None] = (None, None)
     # Where the ca mode's backward and the aot mode's were compiled by different compilers (the CA
     # graphs by cagtool's --backend, aot's by the script's torch.compile): what else the ratio
-    # compares (compilers_differ): (ca's, aot's), "" for a side's compiler that is not Inductor.
+    # compares (compilers_differ): (ca's compiler, aot's), () where they are alike.
     compilers: tuple[str, str] = ()
 
     @property
@@ -955,7 +954,7 @@ def compare_modes(run: RunRecord, tolerance: Tolerance | None = None) -> Compari
     tol = tolerance or Tolerance()
     columns = mode_columns(run)
     speedups = tuple(speedup(columns[m], columns[b]) for m, b in SPEEDUP_PAIRS if m in columns and b in columns)
-    differ = compilers_differ(columns, ca_graphs_compiler(run))
+    differ = compilers_differ(run)
     if differ:
         speedups = tuple(replace(s, compilers=differ) if {s.mode, s.baseline} == {"ca", "aot"} else s for s in speedups)
     from cagtool.report.compare.grad_parity import grad_parity

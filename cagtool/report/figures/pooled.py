@@ -403,15 +403,18 @@ def ca_graphs_compiler(run: RunRecord) -> str:
     return found.pop() if len(found) == 1 else ""
 
 
-def compilers_differ(columns: dict[str, ModeColumn], ca_backend: str) -> tuple[str, str]:
+def compilers_differ(run: RunRecord) -> tuple[str, str]:
     """For a ca/aot ratio whose two backwards different compilers compiled, (ca's, aot's): ca's CA
-    graphs by `ca_backend` (cagtool run --backend), aot's by the script's own torch.compile, with
-    Inductor (its compile time has an Inductor phase) or without; () where both used Inductor or
-    neither, or aot compiled no backward (the script compiles nothing: aot ran it eagerly)."""
-    ca, aot = columns.get("ca"), columns.get("aot")
-    if not ca_backend or ca is None or aot is None or aot.metrics is None or not aot.metrics.aot_backward_graphs:
+    graphs by `ca_graphs_compiler`, aot's by the script's own torch.compile, with Inductor (its
+    compiles spent time in Inductor) or without; () where both used Inductor or neither, or aot
+    compiled no backward (the script compiles nothing: aot ran it eagerly). Read from the aot
+    record's compile events (counts are the same in every repetition), not its pooled steps."""
+    from cagtool.record.schema import AotBackwardGraphEvent, DynamoCompileEvent
+
+    ca_backend, aot = ca_graphs_compiler(run), run.modes.get("aot")
+    if not ca_backend or aot is None or "ca" not in run.modes or not aot.of(AotBackwardGraphEvent):
         return ()
-    aot_inductor = aot.compile_phases_s.get("inductor", 0.0) > 0
+    aot_inductor = sum(d.inductor_cumulative_compile_time_s or 0.0 for d in aot.of(DynamoCompileEvent)) > 0
     if aot_inductor == (ca_backend == "inductor"):
         return ()
     return ca_backend, "Inductor" if aot_inductor else "the script's backend, not Inductor"

@@ -329,10 +329,9 @@ def _speed_of_other_compilers(checks: list[Check], run: RunRecord) -> list[str]:
 
     if not any(isinstance(c, MinSpeedupCheck) and {c.threshold.numerator, c.threshold.denominator} == {"ca", "aot"} for c in checks):
         return []
-    from cagtool.report.figures.pooled import ca_graphs_compiler, compilers_differ, mode_columns
+    from cagtool.report.figures.pooled import compilers_differ
 
-    focused = focused_run(run, None)[0]
-    differ = compilers_differ(mode_columns(focused), ca_graphs_compiler(focused))
+    differ = compilers_differ(focused_run(run, None)[0])
     if not differ:
         return []
     ca, aot = differ

@@ -115,8 +115,10 @@ HOOKS_PATCHES = [
         _t0 = pc()
 """),
     ("""        limit = False
+        returned = False
         try:
             attach_logging_hooks""", """        limit = False
+        returned = False
         PROF["pre"] += pc() - _t0
         try:
             attach_logging_hooks"""),

@@ -1291,7 +1291,7 @@ def _structure(cause: Cause, cwd: str) -> Words:
         why.append("Each trip count seen is captured once and then reused; one not seen yet is captured anew, as a trip "
                    "count set by the data (an episode's or sequence's length) takes new values as training goes on.")
         fix = ["Where the trip count follows the data, run the loop a fixed number of times (pad to a maximum; mask what is "
-               "not needed): one graph for every length."]
+               "not needed): one graph for every length.", BATCHED_LOOP_FIX]
     elif facts.get("stabilised"):
         why.append("Nothing urgent: each distinct structure is captured once and then reused.")
         fix = []
@@ -1313,10 +1313,20 @@ def _structure(cause: Cause, cwd: str) -> Words:
                else "run every expert or side on every step and select or mask the results (torch.where) instead of "
                     "picking modules in Python." if shape == GRAPH_REARRANGED
                else "use the same ops every step (select results with torch.where instead of choosing ops in Python)."),
+            *([BATCHED_LOOP_FIX] if loop else []),
             "If the variation is by design, compiled autograd will keep recompiling: run that part "
             "without it (torch._dynamo.compiled_autograd._disable()).",
         ]
     return Words(title, why, fix, evidence_text(cause.evidence))
+
+
+# A loop whose trip count changes the backward's structure, when its iterations do not feed each
+# other: one call on the stacked inputs leaves one structure whose sizes change, which compiled
+# autograd makes dynamic after one recompile (a policy's log-probabilities of an episode's states).
+BATCHED_LOOP_FIX = ("Where the loop's iterations do not feed each other (a policy's log-probabilities of an episode's "
+                    "states), run the module once on them stacked (torch.stack) instead of once per iteration: the graph "
+                    "keeps one structure and only a size changes, which compiled autograd then makes dynamic: one recompile of "
+                    "its own and one of Dynamo's, then none (`cagtool run --dynamic` starts it dynamic).")
 
 
 def batch_shrink(saved: list[tuple[str, int, int]]) -> tuple[int, int] | None:

@@ -237,7 +237,8 @@ def test_layers_skipped_on_a_random_draw_are_named_with_the_draw_and_fixed_with_
 
 def test_an_episode_length_loop_is_a_trip_count_and_expert_routing_is_ops_picked_per_step(record_run):
     """REINFORCE's torch.cat of one loss term per time step (episodes of 6, 4, 8 steps) grows and
-    shrinks the graph by copies of the policy's nodes: a loop's trip count, not a branch. A
+    shrinks the graph by copies of the policy's nodes: a loop's trip count, not a branch; the fix of
+    one forward on the stacked states leaves a size change only. A
     mixture of experts routed by the data swaps ops at the same places, and one AccumulateGrad
     fewer where one expert serves both slots: ops picked per step, not a loop, and not .grad."""
     episodes = _causes(_recorded(record_run, "episode_returns.py"))
@@ -247,6 +248,12 @@ def test_an_episode_length_loop_is_a_trip_count_and_expert_routing_is_ops_picked
     assert "(91, 63, 119 autograd nodes): the backward's size follows a loop whose trip count changes per step" in said
     assert "CatBackward0 at NodeCall 2 (91 -> 63 nodes)" in said
     assert "a Python branch" not in said and "torch.where" not in said
+    assert "run the module once on them stacked (torch.stack)" in loop["fix"][1]
+    # That fix, run: the policy once on the episode's stacked states keeps one graph structure;
+    # only its sizes change, once compiled autograd's and once Dynamo's recompile.
+    [sizes] = _causes(_recorded(record_run, "episode_returns.py", "--batched"))
+    assert sizes["code"] != "graph_structure" and "Tensor shapes changed" in sizes["title"]
+    assert "(2 recompiles: 1 CA cache miss" in sizes["title"] and "1 Dynamo recompile of the graph" in sizes["title"]
     experts = _causes(_recorded(record_run, "expert_routing.py"))
     [routing] = experts  # the AccumulateGrad miss of step 4 is another routing, not .grad switching
     said = _said(routing)

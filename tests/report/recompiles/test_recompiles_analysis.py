@@ -17,6 +17,7 @@ from cagtool.commands.recompiles import RecompilesOptions, run_recompiles
 from cagtool.record.loader import load_run
 from cagtool.record.schema import ChangedSize, DynamoCompileEvent, DynamoRecompileEvent, FindingEvent, GraphBreakEvent, SourceRef
 from cagtool.report.recompiles.explain import (
+    BATCHED_LOOP_FIX,
     ALERT_LIMIT,
     ALERT_STORM,
     CAUSE_DYNAMO_FRAME,
@@ -169,7 +170,7 @@ def test_growing_graph_and_stabilised_branch(tmp_path):
     assert cause.facts["graph_shape"] == "repeats" and cause.facts["node_counts"] == [2, 3, 4]
     words = cause_words(cause, CWD)
     assert "a loop whose trip count changes per step" in " ".join(words.why) and "(2, 3, 4 autograd nodes)" in " ".join(words.why)
-    assert "run the loop a fixed number of times" in words.fix[0]
+    assert "run the loop a fixed number of times" in words.fix[0] and words.fix[1] == BATCHED_LOOP_FIX
 
     b = RecordBuilder()
     tanh_line = SourceRef(file="/proj/model.py", line=21, code="h = torch.tanh(h)", function="forward", how="node_traceback")
@@ -212,7 +213,7 @@ def test_a_loop_that_stopped_recapturing_is_still_padded_where_the_data_sets_its
     why = " ".join(words.why)
     assert "a loop whose trip count changes per step" in why and "one not seen yet is captured anew" in why
     assert not any(w.startswith("Nothing urgent") for w in words.why)
-    assert words.fix and "run the loop a fixed number of times" in words.fix[0]
+    assert words.fix and "run the loop a fixed number of times" in words.fix[0] and BATCHED_LOOP_FIX in words.fix
 
 
 def test_hook_added_and_grad_defined(tmp_path):

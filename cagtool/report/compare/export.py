@@ -198,6 +198,8 @@ def grad_parity_json(parity: Any) -> dict[str, Any] | None:
                 "only_reference": list(p.only_reference),
                 "drifted": list(p.drifted),  # steps that differ after the losses drifted apart (from parted_at): not counted
                 "parted_at": p.parted_at,
+                # the losses parted at this step, before the first differing one, and the drift rule could not set it apart: counted
+                "after_parting": p.after_parting,
                 "verdict": p.verdict(),
             }
             for p in parity.pairs

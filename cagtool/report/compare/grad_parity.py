@@ -34,12 +34,16 @@ inputs: an unseeded rank, data order), as in the loss numerics' own rule.
 Drift (drift.py): where the pair's losses agree within 1e-5 over the first 20 steps, leave it
 growing rather than at a jump, and the gradients agree at every digested step before the losses part beyond rtol 1e-3, gradients that
 differ at a step from there on are of parameters that round-off amplified by training has already
-moved apart: those steps are listed (`PairParity.drifted`), not counted as a disagreement.
+moved apart: those steps are listed (`PairParity.drifted`), not counted as a disagreement. Where
+the rule cannot tell (the losses parted too soon, or at a jump), a first differing step at or after
+the parting still counts, said as of parameters already apart (`PairParity.after_parting`), with no
+swap, scale or sign read into it.
 
 What a mismatch looks like (`ParamMismatch.kind`): `missing` (a gradient in one mode, None in the
 other), `zero` (zero in one, not in the other: a hook or a branch that ran in one mode only),
 `sign` (same norms, negated checksum), `scale` (every digest scaled by the same factor), `swapped`
-(the gradient equals the reference's gradient of another parameter), `nonfinite`, else `differs`.
+(the gradient equals the reference's gradient of one other parameter, which no other parameter's
+equals too), `nonfinite`, else `differs`.
 
 Random numbers: compiled code (Inductor) draws random numbers differently from eager, so with
 dropout and friends in a compiled graph the gradients differ for that reason alone. When a mode's
@@ -200,6 +204,10 @@ class PairParity:
     first_losses: tuple[float, float] | None = None
     # Compared at this dtype's precision (GradTolerance.compute): the compiled graphs compute in it.
     compute: str | None = None
+    # The step the losses parted at (beyond the tolerance), where the first step whose gradients
+    # differ comes at or after it and the drift rule cannot set the difference apart: the gradients
+    # of parameters that had already moved apart, still counted, no kind read into them.
+    after_parting: int | None = None
 
     def resumed_from(self, written: WrittenFiles) -> PairParity:
         """Not comparable for other inputs, where the comparison of the losses found the record's
@@ -240,7 +248,18 @@ class PairParity:
         unsynced = " (gradients not synchronised across ranks)" if self.across_ranks else ""
         return (f"{self.record} differs from {self.reference} first at step {self.first_bad_step}, in {len(self.first_bad)} of "
                 f"{self.params} parameters ({names}){unsynced}; {len(self.bad_steps)} of {len(self.steps)} digested steps differ"
-                + (f" ({self.precision_words().removeprefix(' ')})" if self.compute else ""))
+                + (f" ({self.precision_words().removeprefix(' ')})" if self.compute else "") + self.parting_words())
+
+    def parting_words(self) -> str:
+        """Where the first differing step comes after the losses parted: what that step can say."""
+        if self.after_parting is None:
+            return ""
+        before = [s for s in self.steps if s < self.after_parting]
+        began = (f"every step compared before it agrees ({_steps(tuple(before))}): the difference began after step {before[-1]} "
+                 f"and by step {self.after_parting}" if before else f"the difference began by step {self.after_parting}")
+        return (f"; that step comes after the losses parted (beyond rtol {FIRST_LOSS_RTOL:g} from step {self.after_parting}): "
+                f"gradients of parameters that had already moved apart, which say that the run went elsewhere, not where; "
+                f"{began}, where no step was digested in both (`cagtool run --parity-every K` digests every K steps)")
 
     def precision_words(self) -> str:
         if not self.compute:
@@ -482,14 +501,22 @@ def _kind(got: Digest, ref: Digest, atol: float, rtol: float) -> str:
 
 
 def _swapped_with(mismatch: ParamMismatch, got: Digest, reference: dict[str, Digest], largest: float, tol: GradTolerance) -> str:
-    """The other parameter of the reference whose gradient this one holds, if any."""
-    for other, ref in reference.items():
-        if other == mismatch.name or ref.numel != got.numel or ref.dtype != got.dtype:
-            continue
-        excess, found = compare_param(other, mismatch.step, got, ref, largest, tol)
-        if found is None and got.norm:
-            return other
-    return ""
+    """The other parameter of the reference whose gradient this one holds: the one such parameter,
+    else "" (none, or several, which says the gradients are small or alike, not that one moved)."""
+    found = [other for other, ref in reference.items()
+             if other != mismatch.name and ref.numel == got.numel and ref.dtype == got.dtype and got.norm
+             and compare_param(other, mismatch.step, got, ref, largest, tol)[1] is None]
+    return found[0] if len(found) == 1 else ""
+
+
+def _one_to_one(found: list[ParamMismatch]) -> list[ParamMismatch]:
+    """`found` with a swap claimed by two parameters for one reference gradient said as `differs`:
+    a gradient moved to another parameter is there once."""
+    claimed: dict[str, int] = {}
+    for m in found:
+        if m.kind == SWAPPED:
+            claimed[m.other] = claimed.get(m.other, 0) + 1
+    return [replace(m, kind=DIFFERS, other="") if m.kind == SWAPPED and claimed[m.other] > 1 else m for m in found]
 
 
 def compare_digests(record: str, reference: str, got: dict[int, dict[str, Digest]], ref: dict[int, dict[str, Digest]],
@@ -522,6 +549,7 @@ def compare_digests(record: str, reference: str, got: dict[int, dict[str, Digest
                     if other:
                         mismatch = ParamMismatch(**{**mismatch.__dict__, "kind": SWAPPED, "other": other})
                 found.append(mismatch)
+        found = _one_to_one(found)
         if found:
             count += len(found)
             bad_steps.append(step)
@@ -775,10 +803,14 @@ def _after_drift(pair: PairParity, drift: LossDrift, got: dict[int, dict[str, Di
     first DRIFT_STEPS steps agree within DRIFT_RTOL, a step among those was compared, and every step
     compared before the parting agrees; else `pair` as it is."""
     parted = drift.parted_at
-    if not drift.may_be_drift or parted is None or pair.first_bad_step is None or pair.first_bad_step < parted:
+    if parted is None or pair.first_bad_step is None or pair.first_bad_step < parted:
         return pair
-    if not any(drift.in_window(step) for step in pair.steps):
-        return pair
+    if not drift.may_be_drift or not any(drift.in_window(step) for step in pair.steps):
+        # Not drift by the rule (the losses parted too soon, or at a jump): a difference still, of
+        # parameters already apart, where a gradient that looks swapped or scaled is chance.
+        kept = (MISSING, ZERO, NONFINITE)
+        return replace(pair, first_bad=tuple(m if m.kind in kept else replace(m, kind=DIFFERS, other="") for m in pair.first_bad),
+                       after_parting=parted)
     before = compare_digests(pair.record, pair.reference, {s: d for s, d in got.items() if s < parted},
                              {s: d for s, d in ref.items() if s < parted}, tol, partial=partial)
     drifted = tuple(s for s in pair.bad_steps if s >= parted)

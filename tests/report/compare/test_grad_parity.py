@@ -90,6 +90,20 @@ def test_swapped_gradients_cancel_in_the_global_norm_but_not_per_parameter():
     assert {(m.name, m.kind, m.other) for m in pair.first_bad} == {("fc1.weight", SWAPPED, "fc2.weight"), ("fc2.weight", SWAPPED, "fc1.weight")}
 
 
+def test_a_swap_is_one_to_one_and_unambiguous():
+    """Two parameters that both match one other parameter's reference gradient (small gradients of
+    a chaotic run, a transformer's two norm vectors matching one bias) are no swap: a gradient that
+    moved is in one place. Nor is a gradient that matches two reference gradients alike."""
+    shapes = {**SHAPES, "fc3.bias": 16}
+    base = grads(5, shapes)
+    both = {**base, "fc1.bias": base["fc3.bias"], "fc2.bias": base["fc3.bias"]}
+    pair = compare_digests("ca", "eager", {0: step_digests(both)}, {0: step_digests(base)}, GradTolerance())
+    assert {(m.name, m.kind, m.other) for m in pair.first_bad} == {("fc1.bias", "differs", ""), ("fc2.bias", "differs", "")}
+    alike = {**base, "fc3.bias": base["fc2.bias"]}
+    pair = compare_digests("ca", "eager", {0: step_digests({**alike, "fc1.bias": base["fc2.bias"]})}, {0: step_digests(alike)}, GradTolerance())
+    assert [(m.name, m.kind, m.other) for m in pair.first_bad] == [("fc1.bias", "differs", "")]
+
+
 def test_tolerance_depends_on_dtype_size_and_step():
     tol = GradTolerance()
     assert tol.rtol("bfloat16", 100, 0) > tol.rtol("float32", 100, 0) > tol.rtol("float64", 100, 0)

@@ -50,6 +50,30 @@ def test_a_job_resuming_from_the_snapshot_an_earlier_mode_wrote_is_named_not_cal
 
 
 @pytest.mark.slow
+def test_a_mode_that_resumed_at_the_jobs_end_trained_nothing_and_agrees_in_nothing(tmp_path):
+    """A job that snapshots after its last epoch too (pytorch/examples' minGPT-ddp, save_every 1):
+    the ca mode resumes at the end and trains no step. Its final norms are eager's (loaded), so
+    compare read "losses and final norms agree with eager" and named no resume (that rule looked
+    for losses that differ). It says the mode started from the snapshot and trained no step, and
+    the speedup says why there is none."""
+    out = tmp_path / "run"
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "eager,ca", "--backend", "eager", "--no-report", "-o", str(out), str(SCRIPT),
+                                      "--save-last"), cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**os.environ, "CI": "true"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resuming from epoch 4" in proc.stdout
+    code, text, _ = cli_in_process("compare", str(out), env={"CI": "true"}, cwd=tmp_path)
+    flat = " ".join(text.split())
+    assert code == 0
+    assert "numerics not comparable: ca started from files an earlier mode wrote (snapshot.pt)" in flat
+    assert "Numerics: ca started after an earlier mode wrote snapshot.pt in the job's working directory and trained no step" in flat
+    assert "agree with eager" not in flat.split("gradients:")[0], flat
+    assert "ca: it trained no step" in flat
+    # Every count of a mode that trained nothing is 0: a gate on it measured nothing, and fails.
+    code, text, _ = cli_in_process("gate", "--no-config", "--max-recompiles", "ca:0", str(out), env={"CI": "true"}, cwd=tmp_path)
+    assert code == 1 and "ERROR: mode-finished (ca): status finished, 0 steps: nothing of the job's training ran in it" in text, text
+
+
+@pytest.mark.slow
 def test_a_ddp_job_resuming_in_its_later_mode_is_no_gradient_check_and_the_gate_cannot_pass_on_it(tmp_path):
     """pytorch/examples' DDP tutorial shape (2 ranks, rank 0 saves snapshot.pt, every rank resumes
     from it): the ca mode's ranks resume. Each rank's ca against eager is not comparable (named

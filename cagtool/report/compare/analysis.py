@@ -291,6 +291,8 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
                 return Speedup(mode_label, baseline_label, None, None, None, note=f"{label}: not run: {never[0].reason}")
             ended = ended_words(column)
             why = f"it {ended} before a steady step" if ended else "no steady-state steps (all were compiling, or fewer than 2 steps)"
+            if not ended and column.metrics is not None and column.metrics.steps == 0:
+                why = "it trained no step (a job that resumed at its end, or one that does not train in this mode)"
             if column.metrics is None and column.failures and all(f.status == STATUS_MISSING for f in column.failures):
                 why = "no record of it to read (its failure above says why)"  # never "it failed": its process may have run
             return Speedup(mode_label, baseline_label, None, None, None, note=f"{label}: {why}")
@@ -442,6 +444,10 @@ class Numerics:
     # Records that ran to their end and recorded fewer steps than the reference, which did too (no
     # --steps or --max-time bound ended either): what a job that resumes and skips the steps done shows.
     fewer_steps: tuple[str, ...] = ()
+    # Records that ran to their end without one training step (no loss) where the reference recorded
+    # losses: a job that resumed at its end, or one that did not train in that mode. Their final
+    # norms can equal the reference's (loaded from its checkpoint): no agreement is read into them.
+    stepless: tuple[str, ...] = ()
 
     @property
     def agree(self) -> bool:
@@ -462,7 +468,7 @@ class Numerics:
         if self.against_aot and all(d.agrees for d in self.against_aot):
             compiled_alike = {d.record for d in self.against_aot} | {d.reference for d in self.against_aot}
         return {r: files for r, files in self.written_before.items()
-                if r in differ and (r in self.fewer_steps or (r in from_start and r not in compiled_alike))}
+                if r in self.stepless or (r in differ and (r in self.fewer_steps or (r in from_start and r not in compiled_alike)))}
 
     @property
     def inputs_differ(self) -> list[str]:
@@ -836,17 +842,19 @@ def modes_numerics(samples: list[NumericsSample], tol: Tolerance, gradients: dic
         against = compare_samples(cas, aot, tol)
         if against.diffs and not against.inputs_differ:
             numerics = replace(numerics, against_aot=against.diffs)
+    fewer = _fewer_steps(samples, reference)
+    stepless = tuple(s.record for s in samples if s.record in fewer and not s.losses)
     if not written:
-        return numerics
-    return replace(numerics, written_before=written, fewer_steps=_fewer_steps(samples, reference))
+        return replace(numerics, stepless=stepless)
+    return replace(numerics, written_before=written, fewer_steps=fewer, stepless=stepless)
 
 
 def _fewer_steps(samples: list[NumericsSample], reference: NumericsSample | None) -> tuple[str, ...]:
-    """The records that ran to their end with fewer steps (losses) than the reference did."""
+    """The records that ran to their end with fewer steps (losses) than the reference did, none included."""
     if reference is None or not reference.finished or reference.bounded or not reference.losses:
         return ()
     return tuple(s.record for s in samples
-                 if s.finished and not s.bounded and s.losses and len(s.losses) < len(reference.losses))
+                 if s.record != reference.record and s.finished and not s.bounded and len(s.losses) < len(reference.losses))
 
 
 def numerics_problem(diff: NumericsDiff, tol: Tolerance) -> str:

@@ -589,6 +589,9 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         elif numerics.inputs_differ:
             # The first step's losses differ: other inputs, not a verdict on compiled autograd.
             phrases.append("numerics not comparable: inputs differ (unseeded?)")
+        elif numerics.stepless:
+            # A mode that trained no step where the reference trained: its final norms agree in nothing.
+            phrases.append(f"numerics not comparable: {' and '.join(numerics.stepless)} trained no step")
         elif not numerics.diffs:
             # Another mode failed before it recorded a value (or recorded none): nothing was compared.
             phrases.append(f"numerics not compared (only {numerics.reference} recorded values)")

@@ -293,11 +293,20 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
     if not numerics.diffs:
         lines.append((f"Numerics: only {numerics.reference} recorded values; nothing to compare", False))
     elif numerics.agree:
-        where = _where(worst) if worst and worst.max_rel_diff else ""
-        lines.append(
-            (f"Numerics: losses and final norms agree with {numerics.reference} within {tolerance}; "
-             f"largest relative difference {format_rel(numerics.max_rel_diff)}{where}", False)
-        )
+        # A record that trained no step (it resumed at the job's end, or did not train in that mode)
+        # agrees in nothing: its final norms are the ones it loaded or started with.
+        if {d.record for d in numerics.diffs} - set(numerics.stepless):
+            where = _where(worst) if worst and worst.max_rel_diff else ""
+            lines.append(
+                (f"Numerics: losses and final norms agree with {numerics.reference} within {tolerance}; "
+                 f"largest relative difference {format_rel(numerics.max_rel_diff)}{where}", False)
+            )
+        lines.extend(_resumed_lines(numerics))
+        for record in numerics.stepless:
+            if record not in numerics.resumed:
+                lines.append((f"Numerics: {record} ran to its end without a training step (no loss) where "
+                              f"{numerics.reference} trained: nothing of its training to compare, and its final norms are "
+                              "whatever it loaded or started with", True))
     else:
         if numerics.disagreements:
             lines.append((f"Numerics DISAGREE with {numerics.reference} ({tolerance}):", True))
@@ -316,12 +325,7 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
                 if d.record == record:
                     lines.append((diff_line(d), False))
         resumed = numerics.resumed
-        for record, files in resumed.items():
-            lines.append((
-                f"Numerics: {record} started after an earlier mode wrote {files.shown()} in the job's working directory: "
-                "a job that resumes from its own files (a checkpoint, a cache) runs differently in each mode, so its "
-                "numerics (and steps) say nothing about compiled autograd. Move those files away before each mode, or "
-                "point the job at a fresh directory (cagtool runs every mode in the directory python would)", False))
+        lines.extend(_resumed_lines(numerics))
         for record in numerics.inputs_differ:
             if record in resumed:
                 continue
@@ -354,6 +358,16 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
     for note in numerics.notes:
         lines.append((f"  note: {note}", False))
     return lines
+
+
+def _resumed_lines(numerics: Numerics) -> list[tuple[str, bool]]:
+    """Each record that started from files an earlier mode wrote (Numerics.resumed), in words."""
+    return [(f"Numerics: {record} started after an earlier mode wrote {files.shown()} in the job's working directory"
+             + (" and trained no step" if record in numerics.stepless else "")
+             + ": a job that resumes from its own files (a checkpoint, a cache) runs differently in each mode, so its "
+             "numerics (and steps) say nothing about compiled autograd. Move those files away before each mode, or "
+             "point the job at a fresh directory (cagtool runs every mode in the directory python would)", False)
+            for record, files in numerics.resumed.items()]
 
 
 def _steps_text(steps: Any, shown: int = 6) -> str:

@@ -316,6 +316,7 @@ class ModeStatusCheck:
     mode: str
     name: str = "mode-finished"
     source: str = "run"
+    launcher: bool = False  # a multi-rank mode's launcher: it trains nothing itself (its ranks do, checked apart)
 
     def evaluate(self, run: dict[str, ModeSnapshot], baseline: dict[str, ModeSnapshot] | None) -> CheckResult:
         if self.mode not in run:
@@ -332,6 +333,13 @@ class ModeStatusCheck:
         if snap.process_problems:
             message += "; " + "; ".join(snap.process_problems)
         outcome = Outcome.PASS if ok else Outcome.FAIL
+        if ok and not self.launcher and snap.steps == 0 and snap.ca_graphs == 0 and snap.backward_graphs == 0 and snap.forward_graphs == 0:
+            # Nothing of the job's training ran: every count is 0 and every limit would pass.
+            outcome, ok = Outcome.ERROR, False
+            message = (f"{self.name} ({self.mode}): status {snap.status}, 0 steps: nothing of the job's training ran in it (no step, "
+                       "backward or compiled graph), so every count of it would pass every limit; a job that resumed at its end "
+                       "from a checkpoint an earlier mode wrote in its directory does this (cagtool compare names the files), as "
+                       "does one that trains in a process it starts without a rank")
         return CheckResult(
             self.name, self.mode, outcome, not ok, actual, "finished", message, self.source,
             data={"status": snap.status, "exit_code": snap.exit_code, "steps": snap.steps},

@@ -181,15 +181,17 @@ def _evaluate(
     if analysis is None or not analysis.rows:
         if rank is not None and record is not None:
             run.mode(record.path.name, rank=rank)  # --rank on a run without that rank: UnreadableInput naming the ranks (none)
-        results = evaluate_all(checks, snapshots, base, fail_on_improvement)
         blind = [f.message for f in not_followed(record)] if record is not None else []
+        if blind:  # its training ran in processes not followed (processes-followed fails), not in it
+            checks = [replace(c, launcher=True) if isinstance(c, ModeStatusCheck) else c for c in checks]
+        results = evaluate_all(checks, snapshots, base, fail_on_improvement)
         if blind:
             results.append(processes_followed(mode, blind))
         return results, ()
     if rank is not None:
         run.mode(record.path.name, rank=rank)  # raises UnreadableInput naming the ranks there are
     ranks = (rank,) if rank is not None else analysis.ranks
-    launcher = [c for c in checks if isinstance(c, ModeStatusCheck)]
+    launcher = [replace(c, launcher=True) for c in checks if isinstance(c, ModeStatusCheck)]
     results = evaluate_all(launcher, snapshots, base, fail_on_improvement) if record.rank is None else []
     results += per_rank_results(checks, run, ranks, base, fail_on_improvement)
     results += run_level_results(analysis)

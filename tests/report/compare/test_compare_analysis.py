@@ -795,3 +795,27 @@ def test_a_loss_that_is_nan_at_one_step_only_is_said_at_that_step_not_from_it():
     assert nonfinite_notes([sample("eager", once), sample("ca", once)]) == ["loss is NaN at step 3 in eager and ca"]
     assert nonfinite_notes([sample("ca", [0.5, nan, 0.3, inf, 0.2])]) == ["loss is NaN at 2 steps (1, 3) in ca"]
     assert nonfinite_notes([sample("aot", [0.5, 0.4, nan, nan, nan])]) == ["loss is NaN from step 2 in aot"]
+
+
+def test_a_mode_that_trained_no_step_agrees_in_nothing():
+    """A mode that ran to its end without one loss where eager trained (its final norms whatever it
+    started with): no "losses and final norms agree" is read into it, with or without the files an
+    earlier mode wrote."""
+    from cagtool.record.manifest import WrittenFiles
+    from cagtool.report.compare.analysis import NumericsSample, modes_numerics
+
+    eager = NumericsSample("eager", {0: 0.5, 1: 0.4}, 3.0, 1.0, True)
+    ca = NumericsSample("ca", {}, 3.0, None, True)
+    lines = [text for text, _ in numerics_lines(modes_numerics([eager, ca], Tolerance()))]
+    assert not any("agree" in text for text in lines), lines
+    assert ("Numerics: ca ran to its end without a training step (no loss) where eager trained: nothing of its training to compare, "
+            "and its final norms are whatever it loaded or started with") in lines
+    written = {"ca": WrittenFiles(paths=["ckpt.pt"], count=1)}
+    numerics = modes_numerics([eager, ca], Tolerance(), written=written)
+    assert numerics.resumed == written and numerics.stepless == ("ca",)
+    lines = [text for text, _ in numerics_lines(numerics)]
+    assert lines[0].startswith("Numerics: ca started after an earlier mode wrote ckpt.pt in the job's working directory and trained no step")
+    # a mode bounded by --steps, or one that trained, is no such mode
+    trained = NumericsSample("aot", {0: 0.5, 1: 0.4}, 3.0, 1.0, True)
+    lines = [text for text, _ in numerics_lines(modes_numerics([eager, trained], Tolerance()))]
+    assert lines[0].startswith("Numerics: losses and final norms agree with eager")

@@ -273,8 +273,10 @@ def test_run_without_gate_flags_loads_no_gate_code(tmp_path):
 
     plain, _ = parent_modules()
     assert "cagtool.report.gate" not in plain and "cagtool.report.gate.config" not in plain
-    gated, _ = parent_modules("--max-graph-breaks", "5")  # (a CA limit on this eager-only run would fail: no ca mode)
+    # The gate runs, and fails: the script trains nothing, so no count of it measures anything.
+    gated, stderr = parent_modules("--max-graph-breaks", "5", expect=1)
     assert "cagtool.report.gate.run" in gated
+    assert "ERROR: mode-finished (eager): status finished, 0 steps: nothing of the job's training ran in it" in " ".join(stderr.split())
     # --gate alone: the options are built when the run ends, and the gate runs (here: no
     # thresholds anywhere, the usage error `cagtool gate` gives too).
     _, stderr = parent_modules("--gate", expect=2)

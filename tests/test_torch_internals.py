@@ -1276,3 +1276,28 @@ def test_the_ca_flag_is_read_when_torch_compile_is_called_not_when_its_function_
     assert proc.returncode == 0, proc.stderr[-2000:]
     before, after = json.loads(proc.stdout.strip().splitlines()[-1])
     assert before == {} and after.get("captures", 0) >= 1
+
+
+def test_share_memory_marks_cpu_parameters_shared_and_a_forked_worker_writes_them():
+    """What FinalStateEvent.params_shared reads (docs/torch-internals.md, Hogwild): a CPU parameter
+    is shared after share_memory(), not before, and a forked worker's in-place update is what the
+    parent then reads."""
+    import multiprocessing as mp
+
+    import torch
+
+    model = torch.nn.Linear(3, 2)
+    assert not any(p.is_shared() for p in model.parameters())
+    model.share_memory()
+    assert all(p.is_shared() for p in model.parameters())
+
+    def step(m):
+        with torch.no_grad():
+            m.weight.add_(1.0)
+
+    before = model.weight.detach().clone()
+    worker = mp.get_context("fork").Process(target=step, args=(model,))
+    worker.start()
+    worker.join(60)
+    assert worker.exitcode == 0
+    assert torch.equal(model.weight.detach(), before + 1.0)

@@ -39,7 +39,7 @@ def compare(options: CompareOptions) -> None:
     from cagtool.record.loader import load_run
     from cagtool.report.compare import Tolerance, compare_modes, compare_runs, comparison_to_json, render_comparison
     from cagtool.report.text.console import make_console
-    from cagtool.report.ranks.analysis import analysis_json, focused_run
+    from cagtool.report.ranks.analysis import analysis_json, focused_run, trains_in_workers
     from cagtool.report.ranks.render import render_ranks
 
     if not (0 <= options.rtol < math.inf and 0 <= options.atol < math.inf):  # NaN fails too: it would compare nothing
@@ -90,7 +90,11 @@ def compare(options: CompareOptions) -> None:
     if options.fmt == "table":
         for label, run, focus in rank_parts:
             have = sorted({r for record in run.modes.values() for r in record.ranks()})
-            console.print(f"{label}{run.path}: a multi-rank run (ranks {', '.join(map(str, have))}): comparing rank {focus}'s records (--rank N for another)", markup=False)
+            if trains_in_workers(run):
+                console.print(f"{label}{run.path}: training ran in processes the job started without a rank (numbered "
+                              f"{', '.join(map(str, have))} by start): comparing {focus}'s records (--rank N for another)", markup=False)
+            else:
+                console.print(f"{label}{run.path}: a multi-rank run (ranks {', '.join(map(str, have))}): comparing rank {focus}'s records (--rank N for another)", markup=False)
     render_comparison(comparison, options.fmt, console, headline=headline, line=line)
     if options.fmt == "table":
         for label, run, _ in rank_parts:

@@ -20,7 +20,7 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
     and report.html); else it is read here."""
     from cagtool.record.loader import load_run
     from cagtool.report.text.console import make_console
-    from cagtool.report.ranks.analysis import focused_run, run_for_rank
+    from cagtool.report.ranks.analysis import focused_run, run_for_rank, trains_in_workers
     from cagtool.report.summary import SUMMARY_KINDS, damaged_headline, next_steps, render_summary, summary_json
 
     # Optimizer-step events are half of a long run's lines and no summary figure reads them: they
@@ -70,7 +70,8 @@ def print_run_report(run_path: Path | str | None, fmt: str = "text", after_run: 
     render_summary(console, run, rank=rank)
     if len(run.modes) > 1:
         if focus is not None and rank is None:
-            console.print(f"modes compared on rank {focus}'s records (cagtool compare --rank N for another)", markup=False)
+            whose = f"training process {focus}'s" if trains_in_workers(run) else f"rank {focus}'s"
+            console.print(f"modes compared on {whose} records (cagtool compare --rank N for another)", markup=False)
         render_comparison(comparison, "table", console, headline=False)
     if verification is not None:
         from cagtool.report.recompiles.verification import verification_lines

@@ -37,7 +37,9 @@ from cagtool.record.schema import (
     SCHEMA_VERSION,
     STATUS_INTERRUPTED,
     STATUS_KILLED,
+    BackwardEvent,
     Event,
+    StepEvent,
     decode_event,
     decode_events,
     event_from_value,
@@ -91,6 +93,10 @@ class ModeRecord(Struct):
     # The other ranks' records of the same mode (load_mode links them): a step another rank
     # compiled in is no steady step of this one either (it waited for that rank at a collective).
     _peers: tuple[Any, ...] = ()
+    # A process the job started without a distributed rank that trained where the job's main
+    # process trained nothing (Hogwild: torch.multiprocessing workers on a shared model), numbered
+    # by start from 0 (load_mode): reports read the workers as they read ranks.
+    worker: int | None = None
 
     @property
     def mode(self) -> str:
@@ -98,9 +104,10 @@ class ModeRecord(Struct):
 
     @property
     def rank(self) -> int | None:
-        """The process's distributed rank (RANK env, or the process group once it was up)."""
+        """The process's distributed rank (RANK env, or the process group once it was up); for a
+        training worker without one, its number among the workers (`worker`)."""
         rank = (self.manifest.process or {}).get("rank")
-        return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+        return rank if isinstance(rank, int) and not isinstance(rank, bool) else self.worker
 
     @property
     def world_size(self) -> int | None:
@@ -362,11 +369,29 @@ def load_mode(path: Path, strict: bool = False, kinds: frozenset[str] | set[str]
                 record.processes[child.name] = _load_one(child, strict, kinds, events, columns)
             elif strict and child.is_dir():
                 raise UnreadableInput(f"process record {child} has no manifest (--strict)")
-    ranked = list(record.ranks().values())
+    _number_workers(record)
+    ranked = [r for r in record.ranks().values() if r.worker is None]  # workers meet at no collective
     if len(ranked) > 1:
         for rank_record in ranked:
             rank_record._peers = tuple(other for other in ranked if other is not rank_record)
     return record
+
+
+def _trained(record: ModeRecord) -> bool:
+    """Whether the record holds a training step or a backward call (counted, built or not)."""
+    return any(record.kind_counts.get(kind, 0) for kind in (StepEvent.kind, BackwardEvent.kind))
+
+
+def _number_workers(record: ModeRecord) -> None:
+    """Number the mode's training workers (ModeRecord.worker): where no process of the mode has a
+    rank and its main process trained nothing, the processes it started that trained, in start
+    order. A job whose main process trains keeps its children as processes it started."""
+    everyone = (record, *record.processes.values())
+    if not record.processes or any(r.rank is not None for r in everyone) or _trained(record):
+        return
+    trainers = [r for r in sorted(record.processes.values(), key=_start_order) if _trained(r)]
+    for number, worker in enumerate(trainers):
+        worker.worker = number
 
 
 def peers(record: ModeRecord) -> tuple[ModeRecord, ...]:

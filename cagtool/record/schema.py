@@ -562,6 +562,10 @@ class FinalStateEvent(Event, tag="final_state"):
     params_watched: int | None = None
     params_updated: int | None = None
     never_updated: list[str] = []
+    # Of the parameters normed, how many lie in CPU shared memory (`Tensor.share_memory_()`, which
+    # torch.multiprocessing's Hogwild training does to a model its processes all train): other
+    # processes write them between this one's steps. None: not read (an older record).
+    params_shared: int | None = None
 
 
 FINAL_OF_SHARDS = "shards"  # FinalStateEvent.of: norms of each rank's own shard, not comparable across ranks

@@ -75,6 +75,7 @@ def emit_final_state(writer: RecordWriter, optimizers: Any, roots: Callable[[], 
         return
     import torch
 
+    shared = sum(1 for p in params if _in_shared_memory(local(p)))
     with torch.no_grad():
         p2 = sum(_sum_of_squares(local(p)) for p in params)
         grads = [g for g in (local(p.grad) for p in params if p.grad is not None) if sharded.readable(g)]
@@ -85,8 +86,18 @@ def emit_final_state(writer: RecordWriter, optimizers: Any, roots: Callable[[], 
         grad_norm=math.sqrt(g2) if g2 is not None else None,
         num_params=len(params),
         of=of,
+        params_shared=shared,
         **updates,
     )
+
+
+def _in_shared_memory(tensor: Any) -> bool:
+    """A CPU tensor whose storage is in shared memory (`share_memory_()`); a device tensor says no
+    (torch calls every CUDA tensor shared: IPC, not what another process writes by Hogwild)."""
+    try:
+        return tensor.device.type == "cpu" and bool(tensor.is_shared())
+    except Exception:  # noqa: BLE001 - a tensor subclass without storage: not read as shared
+        return False
 
 
 # Elements squared in float64 at a time for the final norms: the copies cagtool makes for them are

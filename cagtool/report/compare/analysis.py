@@ -64,6 +64,7 @@ from cagtool.report.figures.metrics import (
     heavy_load_bound,
     load_range,
     mode_metrics,
+    params_shared,
     reference_loop_of,
     step_losses,
 )
@@ -448,6 +449,10 @@ class Numerics:
     # losses: a job that resumed at its end, or one that did not train in that mode. Their final
     # norms can equal the reference's (loaded from its checkpoint): no agreement is read into them.
     stepless: tuple[str, ...] = ()
+    # Records (the reference's included) that trained parameters in shared memory other processes
+    # wrote too (Hogwild workers): each one's losses depend on the order the OS ran the processes,
+    # so nothing is compared (no diffs) and nothing is read into agreeing or not.
+    shared: tuple[str, ...] = ()
 
     @property
     def agree(self) -> bool:
@@ -525,6 +530,9 @@ class NumericsSample:
     # the script's own CA compiler): its kernels round otherwise than eager's, which `--backend
     # eager` leaves out.
     ca_inductor: bool = False
+    # Parameters it trained in CPU shared memory (FinalStateEvent.params_shared): other processes
+    # wrote them between its steps, in an order the OS chose.
+    params_shared: int = 0
 
 
 def numerics_sample(name: str, record: ModeRecord) -> NumericsSample:
@@ -547,8 +555,10 @@ def numerics_sample(name: str, record: ModeRecord) -> NumericsSample:
         bounded=bool(record.manifest.options.get("stopped_by")) if isinstance(record.manifest.options, dict) else False,
         ca_inductor=record.manifest.mode == "ca" and record.manifest.backend == "inductor"
         and any(graph.compiler.partition(":")[0] != "script" for graph in record.of(CAGraphEvent)),
+        params_shared=params_shared(record),
         **_updates_read(final[-1] if final else None),
     )
+
 
 
 def _updates_read(final: FinalStateEvent | None) -> dict[str, Any]:
@@ -831,6 +841,9 @@ def modes_numerics(samples: list[NumericsSample], tol: Tolerance, gradients: dic
     """run_numerics on the modes' samples; `written`: record -> the files earlier modes wrote before it
     started (RunMeta.written_before)."""
     reference = _pick_reference(samples)
+    shared = tuple(s.record for s in samples if s.params_shared)
+    if shared and reference is not None:
+        return Numerics(reference.record, tol, shared=shared)
     numerics = compare_samples(samples, reference, tol, gradients)
     differ = {d.record for d in numerics.diffs if not d.agrees}
     aot = next((s for s in samples if base_mode(s.record) == "aot" and s.record in differ), None)

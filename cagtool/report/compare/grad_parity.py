@@ -651,9 +651,13 @@ def _inductor_compiled(record: ModeRecord) -> bool:
 def _why_not_comparable(record: ModeRecord, reference: ModeRecord) -> tuple[str, tuple[float, float] | None]:
     """Why a pair whose gradients differ is no verdict on the backward: random ops in compiled
     graphs (the more specific cause, looked for first), or other inputs (then the first step's
-    losses, record's and reference's, come with it)."""
-    from cagtool.report.figures.metrics import step_losses
+    losses, record's and reference's, come with it). Weights in shared memory that other processes
+    wrote (Hogwild workers) come before either: nothing of such a step is comparable."""
+    from cagtool.report.figures.metrics import params_shared, step_losses
 
+    if params_shared(record) or params_shared(reference):
+        return ("trained parameters in shared memory that other processes wrote too (Hogwild): each gradient was computed on "
+                "weights the OS's order of the processes decided, which differs from run to run"), None
     for side in (record, reference):
         if side.mode == "eager" or _eager_randomness(side) or not _inductor_compiled(side):
             continue
@@ -752,7 +756,7 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
     # each rank holds a shard (FSDP2) is digested from its shard: neither is meant to agree.
     for name, record in run.modes.items():
         ranked = _labelled(name, record)
-        if len(ranked) < 2:
+        if len(ranked) < 2 or ranked[0][1].worker is not None:  # workers without a rank train apart (loader.py)
             continue
         first_label = ranked[0][0]
         for label, _ in ranked[1:]:

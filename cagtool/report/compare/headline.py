@@ -569,6 +569,10 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
             record, words = next(iter(drifting.items()))
             also = [r for r in drifting if r != record]
             phrases.append(f"numerics of {' and '.join([record, *also])} drift from {numerics.reference}: {words}")
+        elif numerics.shared:
+            # Hogwild workers on weights in shared memory: the OS's order decides their losses.
+            phrases.append(f"numerics not comparable: {' and '.join(numerics.shared)} trained weights in shared memory that "
+                           "other processes wrote too")
         elif numerics.resumed:
             # A job resuming from files an earlier mode wrote (workdir.py): the modes ran different jobs.
             resumed = numerics.resumed

@@ -155,6 +155,8 @@ def diffs_cell(diffs: list[NumericsDiff] | tuple[NumericsDiff, ...]) -> str:
 def numerics_cell(numerics: Numerics, column: ModeColumn) -> str:
     if numerics.reference is None:
         return "-"
+    if any(r in numerics.shared for r in column.records):
+        return "not compared (shared weights)"
     if any(r == numerics.reference for r in column.records[:1]):
         return "reference"
     mine = [d for d in numerics.diffs if d.record in column.records]
@@ -290,7 +292,13 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
     lines: list[tuple[str, bool]] = []
     worst = worst_diff(list(numerics.diffs))
     tolerance = f"rtol {tol.rtol:g}, atol {tol.atol:g}"
-    if not numerics.diffs:
+    if numerics.shared:
+        lines.append((f"Numerics: not compared: {_and_words(list(numerics.shared))} trained parameters in shared memory that "
+                      f"other processes of the job wrote too (Hogwild: `model.share_memory()` and torch.multiprocessing), so "
+                      "each process's losses depend on the order the OS ran them, which differs from run to run; two runs "
+                      "of one mode differ as much. To compare the modes' numerics, record the job with one training process "
+                      "(its weights then written by it alone)", False))
+    elif not numerics.diffs:
         lines.append((f"Numerics: only {numerics.reference} recorded values; nothing to compare", False))
     elif numerics.agree:
         # A record that trained no step (it resumed at the job's end, or did not train in that mode)

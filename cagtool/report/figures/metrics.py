@@ -911,6 +911,17 @@ def step_losses(record: ModeRecord) -> dict[int, float]:
     return dict(record.derived("step_losses", _step_losses))
 
 
+def params_shared(record: ModeRecord) -> int:
+    """How many of the parameters the record trained lay in CPU shared memory that other processes
+    wrote too (FinalStateEvent.params_shared, Hogwild), where that is a count within its
+    num_params; else 0 (not read, or an older record)."""
+    final = record.of(FinalStateEvent)
+    shared = final[-1].params_shared if final else None
+    if not isinstance(shared, int) or isinstance(shared, bool) or not 0 < shared <= final[-1].num_params:
+        return 0
+    return shared
+
+
 def _step_losses(record: ModeRecord) -> dict[int, float]:
     fast = held_steps(record)  # no device losses then
     found = record.columns[StepEvent.kind].numbers("loss") if fast is not None else None

@@ -338,8 +338,7 @@ class ModeStatusCheck:
             outcome, ok = Outcome.ERROR, False
             message = (f"{self.name} ({self.mode}): status {snap.status}, 0 steps: nothing of the job's training ran in it (no step, "
                        "backward or compiled graph), so every count of it would pass every limit; a job that resumed at its end "
-                       "from a checkpoint an earlier mode wrote in its directory does this (cagtool compare names the files), as "
-                       "does one that trains in a process it starts without a rank")
+                       "from a checkpoint an earlier mode wrote in its directory does this (cagtool compare names the files)")
         return CheckResult(
             self.name, self.mode, outcome, not ok, actual, "finished", message, self.source,
             data={"status": snap.status, "exit_code": snap.exit_code, "steps": snap.steps},

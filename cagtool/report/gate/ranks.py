@@ -77,7 +77,10 @@ def run_level_results(analysis: RankAnalysis) -> list[CheckResult]:
     results = []
     size = analysis.world_size
     have = len(analysis.rows)
-    if size is None:
+    if analysis.workers:
+        present = _result("ranks-present", mode, True, str(have), "recorded", f"{have} training processes started without a rank, all "
+                          "recorded (how many the job meant to start is not known)", {"ranks": list(analysis.ranks), "workers": True})
+    elif size is None:
         present = _result("ranks-present", mode, True, str(have), "world size", f"{have} rank records; the world size was not recorded", {"ranks": list(analysis.ranks)})
     else:
         missing = analysis.missing
@@ -86,6 +89,8 @@ def run_level_results(analysis: RankAnalysis) -> list[CheckResult]:
     results.append(present)
     blind = analysis.of(PROCESS_NOT_FOLLOWED)
     results.append(processes_followed(mode, [f.message for f in blind]))
+    if analysis.workers:  # each trains on its own: nothing to agree on, so no check says they do
+        return results
     apart = analysis.divergences
     agree_text = "; ".join(f.message for f in apart) if apart else (
         f"{have} ranks ran the same CA graphs and cache misses and ended with the same norms"

@@ -262,7 +262,7 @@ def findings(run: RunRecord, explanations: dict[str, Explanation]) -> Findings:
 def ranks(run: RunRecord, focus: int | None) -> Ranks | None:
     """Multi-rank runs: which rank the figures above are from, then per mode the ranks' table
     (as `summary` and `compare` print it) and their findings (divergence, missing or failed ranks)."""
-    from cagtool.report.ranks.analysis import agreement, analyze_ranks
+    from cagtool.report.ranks.analysis import agreement, analyze_ranks, trains_in_workers
     from cagtool.report.ranks.render import RANK_HEADER, rank_cells
 
     modes = []
@@ -272,12 +272,14 @@ def ranks(run: RunRecord, focus: int | None) -> Ranks | None:
             continue
         size = f" of world size {analysis.world_size}" if analysis.world_size is not None else ""
         agree = ""
-        if len(analysis.rows) > 1 and not analysis.diverge:
+        if len(analysis.rows) > 1 and not analysis.diverge and not analysis.workers:
             words = agreement(analysis)
             agree = words[0].upper() + words[1:] + "."
+        recorded = (f"{len(analysis.rows)} training processes started without a rank (numbered by start, as ranks)"
+                    if analysis.workers else f"{len(analysis.rows)} ranks{size} recorded")
         modes.append(
             RankMode(
-                title=f"mode {name}: {len(analysis.rows)} ranks{size} recorded",
+                title=f"mode {name}: {recorded}",
                 table=table(RANK_HEADER, rank_cells(analysis), "grid ranks"),
                 others=", ".join(analysis.other_processes),
                 findings=[f"rank finding: {f.message}" for f in analysis.findings],
@@ -286,7 +288,12 @@ def ranks(run: RunRecord, focus: int | None) -> Ranks | None:
         )
     if not modes:
         return None
-    lead = f"A multi-rank run: the tables above, the recompiles and the graphs are rank {focus}'s records; the timeline shows every rank."
+    if trains_in_workers(run):
+        lead = (f"The job trained in processes it started without a rank, each on its own (not held to each other's graphs or "
+                f"norms): the tables above, the recompiles and the graphs are training process {focus}'s records; the timeline "
+                "shows every process.")
+    else:
+        lead = f"A multi-rank run: the tables above, the recompiles and the graphs are rank {focus}'s records; the timeline shows every rank."
     return Ranks(lead, modes)
 
 

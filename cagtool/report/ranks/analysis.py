@@ -146,6 +146,10 @@ class RankAnalysis:
     totals: RankTotals
     findings: tuple[RankFinding, ...]
     other_processes: tuple[str, ...] = ()  # followed processes without a rank ("pid4242")
+    # The rows are training processes the job started without a rank (ModeRecord.worker: Hogwild's
+    # torch.multiprocessing workers), numbered by start: they meet at no collective, so their
+    # graphs, steps and norms are not held to each other's.
+    workers: bool = False
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -540,7 +544,8 @@ def analyze_ranks(record: ModeRecord, tolerance: Tolerance | None = None) -> Ran
         if again:
             findings.append(started_again(rank, [by_rank[rank], *again]))
     findings.extend(not_followed(record))
-    if len(by_rank) > 1:
+    workers = any(rec.worker is not None for rec in by_rank.values())
+    if len(by_rank) > 1 and not workers:
         ranks = list(by_rank)
         ref_rank = ranks[0]
         ref = captures(by_rank[ref_rank])
@@ -562,7 +567,7 @@ def analyze_ranks(record: ModeRecord, tolerance: Tolerance | None = None) -> Ran
             code = f", exit code {manifest.exit_code}" if manifest.exit_code not in (None, 0) else ""
             why = _exception_text(record.processes[key])
             findings.append(RankFinding(PROCESS_FAILED, f"process {key} did not finish (status {manifest.status}{code}){why}", (), None, {"process": key}))
-    return RankAnalysis(record.mode, size, tuple(rows), totals_of(rows), tuple(findings), others)
+    return RankAnalysis(record.mode, size, tuple(rows), totals_of(rows), tuple(findings), others, workers)
 
 
 def run_dir_of(record: ModeRecord) -> Path:
@@ -622,6 +627,12 @@ def later_start_views(run: RunRecord, rank: int) -> list[tuple[int, RunRecord]]:
             for k in range(most)]
 
 
+def trains_in_workers(run: RunRecord) -> bool:
+    """Whether the run's ranks are training processes started without one (ModeRecord.worker)."""
+    run = whole_run(run)[0] if whole_run(run) is not None else run
+    return any(rec.worker is not None for record in run.modes.values() for rec in record.ranks().values())
+
+
 def lowest_rank(run: RunRecord) -> int | None:
     """Rank 0 (the lowest recorded in any mode); None for a single-process run."""
     ranks = {rank for record in run.modes.values() for rank in record.ranks()}
@@ -655,6 +666,10 @@ def ranks_line(analysis: RankAnalysis, focus: int | None | tuple[int, ...]) -> s
     have = rank_list(analysis.ranks) or "none"
     size = f" of world size {analysis.world_size}" if analysis.world_size is not None else ""
     missing = f"; missing: {rank_list(analysis.missing)}" if analysis.missing else ""
+    if analysis.workers:
+        shown = f"showing {focus}" if isinstance(focus, int) else f"showing {' and '.join(str(r) for r in focus)}" if focus else "showing the main process"
+        return (f"mode {analysis.mode}: training processes {have}, started without a rank (numbered by start, as ranks); {shown} "
+                "(--rank N for another); not held to each other's graphs or norms (each trains on its own)")
     if isinstance(focus, tuple):
         shown = f"showing ranks {' and '.join(str(r) for r in focus)}"
     else:
@@ -694,6 +709,7 @@ def analysis_json(analysis: RankAnalysis) -> dict[str, Any]:
         "ranks": [row_json(r) for r in analysis.rows],
         "missing_ranks": list(analysis.missing),
         "other_processes": list(analysis.other_processes),
+        "workers": analysis.workers,  # the ranks are training processes started without one, numbered by start
         "totals": {
             "ranks": t.ranks,
             "steps": t.steps,

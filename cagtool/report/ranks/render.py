@@ -75,7 +75,12 @@ def render_ranks(console: Console, analysis: RankAnalysis, indent: int = 2) -> N
     pad = " " * indent
     size = f" of world size {analysis.world_size}" if analysis.world_size is not None else ""
     ranked = bool(analysis.rows or analysis.missing or analysis.world_size is not None)
-    if ranked:
+    if analysis.workers:
+        n = len(analysis.rows)
+        console.print(f"{pad}training processes the script started without a rank: {n} (numbered 0-{n - 1} by start, as ranks "
+                      "below; each trains on its own, meeting the others at no collective, so they are not held to each "
+                      "other's graphs, steps or norms)", markup=False)
+    elif ranked:
         console.print(f"{pad}ranks: {len(analysis.rows)}{size} recorded", markup=False)
     if analysis.rows or analysis.missing:
         console.print(Padding(rank_table(analysis), (0, 0, 0, indent + 2), expand=False))
@@ -95,5 +100,5 @@ def render_ranks(console: Console, analysis: RankAnalysis, indent: int = 2) -> N
             console.print(f"{pad}  what it means: {meaning}", markup=False, overflow="fold")
         if "diff_command" in finding.data:
             console.print(f"{pad}  the two graphs: {finding.data['diff_command']}", markup=False, overflow="fold")
-    if len(analysis.rows) > 1 and not analysis.diverge:
+    if len(analysis.rows) > 1 and not analysis.diverge and not analysis.workers:
         console.print(f"{pad}{agreement(analysis)}", markup=False)

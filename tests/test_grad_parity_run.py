@@ -402,3 +402,22 @@ def test_a_multi_rank_jobs_ca_mode_that_trains_otherwise_is_warned_of_by_the_spe
             in gate.stdout + gate.stderr), gate.stdout + gate.stderr
     grads = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(run.path))
     assert grads.returncode == 1 and "FAIL: max-grad-diff" in grads.stdout and "weight" in grads.stdout, grads.stdout
+
+
+def test_layerwise_training_with_a_recapture_in_ca_alone_agrees_at_the_runs_end(record_run):
+    """pytorch/examples' mnist_forward_forward: one optimizer per layer, the layers trained in turn.
+    ca recaptures at the second layer's first step and digests it; eager does not. The run's last
+    step was digested of the parameters of the steps digested before, so ca's held both layers' and
+    eager's the first's: "ca differs from eager ... weight (2): no gradient in the reference", and
+    the gate failed. It is digested of the live optimizers' parameters, alike in every mode."""
+    run = record_run(str(ROOT / "tests" / "scripts" / "layerwise_training.py"), modes="eager,ca")
+    assert run.returncode == 0, run.stderr
+    digests = {mode: {e["step"]: e for e in map(json.loads, (run.path / mode / "events.jsonl").read_text().splitlines())
+                      if e["kind"] == "grad_digest"} for mode in ("eager", "ca")}
+    assert 12 in digests["ca"] and 12 not in digests["eager"]  # the recapture step, digested in ca alone
+    assert digests["ca"][23]["reasons"] == digests["eager"][23]["reasons"] == ["last"]
+    assert digests["ca"][23]["numels"] == digests["eager"][23]["numels"] == [96, 8, 48, 6]
+    parity = parity_json(run)["grad_parity"]
+    assert parity["agree"] and parity["summary"] == "gradients: the 2 modes agree on all 4 parameters at 2 digested steps", parity
+    gate = cagtool("gate", "--no-config", "--max-grad-diff", "1", str(run.path))
+    assert gate.returncode == 0, gate.stdout + gate.stderr

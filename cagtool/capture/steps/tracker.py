@@ -684,7 +684,9 @@ class StepTracker:
                 last = None
         if last is not None and last not in digests.steps:
             stepped = params_of(self._optimizers)
-            params = digests.params_seen() or stepped or self._in_registration_order(leaf_params(self.current_roots))
+            # The live optimizers' parameters first: the same in every mode. Those of the steps
+            # digested before differ by mode (a recompile step is digested in ca alone).
+            params = stepped or digests.params_seen() or self._in_registration_order(leaf_params(self.current_roots))
             if any(getattr(p, "grad", None) is not None for p in params):
                 digests.digest(last, [REASON_LAST], params, optimizer=params is stepped)
         elif last is not None:

@@ -179,3 +179,18 @@ def test_gradients_zero_on_both_sides_agree_but_say_nothing_and_the_gate_cannot_
     base = step_digests(grads(5, SHAPES))
     some = compare_digests("ca", "eager", {0: zeros, 5: base}, {0: zeros, 5: base}, GradTolerance())
     assert some.agrees and not some.all_zero and "agree on all 4 parameters" in GradParity("eager", (some,)).summary()
+
+
+def test_a_parameter_only_one_sides_end_of_run_digest_holds_is_not_a_missing_gradient():
+    """At a step both sides digested only at the run's end, the parameters are those cagtool chose
+    there: before it chose the live optimizers', the ones of the steps digested earlier, which
+    differ by mode (ca digests its recapture step, layer-wise training's second layer, alone). A
+    parameter only one side holds there is not compared; at any other step it is a missing gradient."""
+    first = step_digests(grads(1, {"0.weight": 6, "0.bias": 2}))
+    both = step_digests(grads(2, {"0.weight": 6, "0.bias": 2, "1.weight": 4, "1.bias": 2}))
+    only_first = {name: d for name, d in both.items() if name.startswith("0.")}
+    got, ref = {0: first, 23: both}, {0: first, 23: only_first}
+    at_end = compare_digests("ca", "eager", got, ref, GradTolerance(), partial_steps=frozenset({23}))
+    assert at_end.agrees and at_end.steps == (0, 23) and at_end.params == 2
+    anywhere = compare_digests("ca", "eager", got, ref, GradTolerance())
+    assert not anywhere.agrees and {m.kind for m in anywhere.first_bad} == {MISSING} and anywhere.first_bad_step == 23

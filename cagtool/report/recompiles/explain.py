@@ -561,6 +561,14 @@ def _hook_runner(table: RecompileTable, cause: Cause) -> tuple[list[str], str] |
     return types, packages.pop() if len(packages) == 1 else ""
 
 
+def _torch_frames(cause: Cause) -> list[str]:
+    """`function in file` of each frame of a CA-graph cause whose every recompile is of torch's own
+    code (RecompileRow.torch_frame); [] otherwise."""
+    if cause.code != CAUSE_DYNAMO_CA_GRAPH or not cause.rows or not all(row.torch_frame for row in cause.rows):
+        return []
+    return list(dict.fromkeys(f"{function} in {_frame_file(file)}" for function, file in (row.torch_frame for row in cause.rows)))
+
+
 def _reentrant_recompute(table: RecompileTable, cause: Cause) -> str | None:
     """The checkpointed function (`Block.forward`) where every row of the cause is a compile in a
     reentrant checkpoint's recompute (recompiles/phases.py); None otherwise."""
@@ -680,6 +688,9 @@ def _guard_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
         # The recompiled code is torch's call_hook, through which the CA graph runs its hooks: (hook
         # types the graph calls, the package whose files hold every hook, or "" where not one).
         "hook_runner": _hook_runner(table, cause),
+        # Every recompile is of torch's own code that the CA graph runs (RecompileRow.torch_frame):
+        # its functions and files, as a reader knows them ("backward in torch/distributed/tensor/_api.py").
+        "torch_frames": _torch_frames(cause),
         # The function holding the call that recompiled (`validation_step`: an evaluation's batches).
         "called_in": next((r.user_source.function for r in cause.rows if r.user_source is not None), ""),
         # A guard on a module's backward-hook dict: the modules' backward hooks the CA graphs call, named.
@@ -2795,6 +2806,16 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
         return [f"Not your code: {package}'s hooks read a value that keeps changing, and compiled autograd traces them into "
                 f"the backward. Report it to {package} with this guard; meanwhile torch._dynamo.config.recompile_limit "
                 "bounds the recompiles (past it the graph runs uncompiled)."]
+    if facts.get("torch_frames") and not facts.get("hook_runner") and backward_function_class(guard) is None:
+        # (A Function class made anew at each call, torch's template under the eager backend, has fixes of its own below.)
+        where = _and_list(facts["torch_frames"])
+        if facts.get("stabilised"):
+            return [f"Nothing to fix in the script: the code is torch's own ({where}), which the compiled-autograd graph runs (a "
+                    "custom autograd Function's backward, called through torch's call_backward, and past a graph break in it, "
+                    "the rest of it); Dynamo compiled it again for each value or type it met there, then cached it."]
+        return [f"Not your code: torch's own code ({where}), which the compiled-autograd graph runs, keeps recompiling for the "
+                "values it meets. Report it to PyTorch with this guard; meanwhile torch._dynamo.config.recompile_limit bounds the "
+                "recompiles (past it the code runs uncompiled), or run the job without compiled autograd."]
     if facts.get("another_optimizer"):
         return ["Nothing to fix: each optimizer's step() is compiled once for it (and once more when its state fills) and "
                 "cached. All optimizers count against the recompile limit of these shared frames "

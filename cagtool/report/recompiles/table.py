@@ -128,6 +128,10 @@ class RecompileRow:
     frame_file: str = ""
     frame_function: str = ""
     frame_argnames: tuple[str, ...] = ()  # its parameters, in order (DynamoCompileEvent.co_argnames; () where not recorded)
+    # A frame Dynamo compiled inside a compiled-autograd graph whose code is torch's own (a custom
+    # autograd Function's backward the graph calls through torch's `call_backward`, DTensor's say, or
+    # the function Dynamo resumes after a graph break in it): (its function, its file); () otherwise.
+    torch_frame: tuple[str, str] = ()
 
     @property
     def seq(self) -> int:
@@ -426,6 +430,8 @@ def _dynamo_row(
         frame_file=compiled.co_filename if compiled is not None and not is_ca_graph else "",
         frame_function=compiled.co_name if compiled is not None and not is_ca_graph else "",
         frame_argnames=tuple(compiled.co_argnames or ()) if compiled is not None and not is_ca_graph else (),
+        torch_frame=(compiled.co_name, compiled.co_filename) if compiled is not None and is_ca_graph
+        and looks_like_torch_or_stdlib_file(compiled.co_filename) else (),
     )
 
 
@@ -770,6 +776,29 @@ def _grad_call_steps(record: ModeRecord) -> frozenset[int]:
     return frozenset(e.step for e in calls.of(BackwardEvent) if e.call == "grad")
 
 
+# The autograd node of FSDP2's own Function (torch.distributed.fsdp `RegisterPostBackwardFunction`,
+# applied in each fully_shard module's forward): in a CA graph, the graph of an FSDP2 backward.
+FSDP2_BACKWARD_NODE = "RegisterPostBackwardFunctionBackward"
+
+
+def _fsdp2_backward(record: ModeRecord) -> bool:
+    """Whether the mode's CA graphs ran FSDP2's backward (its Function's node in them), rather than
+    DTensor parameters of another kind (tensor parallel: parallelize_module), which compiled
+    autograd runs. Read only for a record whose parameters are shards; a graph file that cannot
+    be read (a record cut short) counts as FSDP2's, as every DTensor record did before."""
+    graphs = record.of(CAGraphEvent)
+    if not graphs:
+        return True
+    for graph in graphs:
+        try:
+            nodes = record.graph_nodes(graph.ca_id)
+        except UnreadableInput:
+            return True
+        if any(node.origin is not None and node.origin.name == FSDP2_BACKWARD_NODE for node in nodes):
+            return True
+    return False
+
+
 def _nested_breaks(breaks: list[GraphBreakEvent], compile_events: list[DynamoCompileEvent]) -> dict[tuple[str, str], tuple[str, int, str]]:
     """RecompileTable.nested_breaks: each graph break in another file than the compiled function's,
     by that function (a resume function counts as the one it continues)."""
@@ -912,7 +941,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         unexpected=unexpected_causes(record),
         failed_captures=frozenset(failed),
         capture_errors=errors,
-        sharded_under_ca=manifest.mode == "ca" and any(any(e.shard or ()) for e in record.of(GradDigestEvent)),
+        sharded_under_ca=manifest.mode == "ca" and any(any(e.shard or ()) for e in record.of(GradDigestEvent)) and _fsdp2_backward(record),
         ca_by_cagtool_only=manifest.mode == "ca" and any(e.code == FINDING_CA_FLAG_WITHOUT_COMPILED_BACKWARD for e in record.of(FindingEvent)),
         ca_flag_after_compile=manifest.mode == "ca" and any(e.code == FINDING_CA_FLAG_WITHOUT_COMPILED_BACKWARD and (e.detail or {}).get("inside_compiled_call")
                                                             for e in record.of(FindingEvent)),

@@ -4239,6 +4239,7 @@ def _roots(table: RecompileTable, causes: list[Cause], inner: dict[int, int]) ->
             roots[id(cause)] = follows[ca_rows[0].seq]
     _roots_in_inner_graphs(inner, causes, roots)
     _roots_in_a_size_changed_again(table, causes, owner, follows, roots)
+    _roots_of_warmups(table, causes, roots)
     # One global change (torch.set_num_threads) fails the same guard of a forward frame and of a
     # compiled-autograd graph's code in the same step: one change, fixed once, counted once.
     changed: dict[tuple[str, int], Cause] = {}
@@ -4255,6 +4256,40 @@ def _roots(table: RecompileTable, causes: list[Cause], inner: dict[int, int]) ->
             roots[id(cause)] = changed[(own_guard(cause.rows[0]), cause.rows[0].step)]
     _roots_in_other_frames(causes, roots)
     return roots
+
+
+def _roots_of_warmups(table: RecompileTable, causes: list[Cause], roots: dict[int, Cause]) -> None:
+    """Adds to `roots` a cause whose every CA capture is the .grad warm-up (_warms_up) of the graph
+    the capture just before it made, where that capture's cause follows a root: its root too. A
+    backward captured again for other sizes in a step whose first backward found .grad None (a
+    later epoch's first micro-batch under gradient accumulation, after a smaller last batch) is
+    captured once more by the step's next backward, which adds into .grad: that graph's own
+    warm-up, not gradients cleared otherwise (accelerate's `accumulate`, set_to_none every step)."""
+    cause_of = {row.seq: cause for cause in causes for row in cause.rows}
+    previous: dict[int, RecompileRow] = {}  # seq of a CA capture -> the CA capture before it
+    last: RecompileRow | None = None
+    for row in table.rows:
+        if row.source == SOURCE_CA:
+            if last is not None:
+                previous[row.seq] = last
+            last = row
+    for cause in causes:
+        if id(cause) in roots or cause.code != CAUSE_GRAD_DEFINED:
+            continue
+        found: set[int] = set()
+        root: Cause | None = None
+        for row in cause.rows:
+            before = previous.get(row.seq)
+            made_by = cause_of.get(before.seq) if before is not None else None
+            if before is None or made_by is None or not _warms_up(table, row, before):
+                break
+            root = roots.get(id(made_by))
+            if root is None:
+                break
+            found.add(id(root))
+        else:
+            if root is not None and len(found) == 1 and root is not cause:
+                roots[id(cause)] = root
 
 
 def _roots_in_a_size_changed_again(table: RecompileTable, causes: list[Cause], owner: dict[int, Cause], follows: dict[int, Cause],

@@ -112,3 +112,22 @@ def test_ragged_batches_accumulated_root_the_backwards_sizes_and_leave_the_first
     assert explanation.causes[0] is forward  # the root first: its fix leads the headline
     words = " ".join(cause_words(warm_up, table.cwd).why)
     assert "every step uses both" in words and "Follows from" not in words, words
+
+
+@pytest.mark.slow
+def test_a_new_backward_graphs_warm_up_after_a_last_batch_follows_the_forwards_recompile(record_run):
+    """tests/scripts/accumulate_last_batch.py (accelerate's `accumulate` over a DataLoader with a
+    smaller last batch, seen on an accelerate job): the next epoch's first micro-batch recaptures the
+    backward for the new sizes (.grad None), and its second captures that graph's .grad warm-up. The
+    warm-up read as a root of its own, ".grad switched between None and a tensor ... Fix: Clear
+    gradients the same way every step", though the job clears them alike every step."""
+    run = record_run(str(ROOT / "tests" / "scripts" / "accumulate_last_batch.py"), backend="aot_eager")
+    assert run.returncode == 0, run.stderr[-2000:]
+    _, table, explanation = _explained(run.path)
+    forward = next(c for c in explanation.causes if c.code == CAUSE_DYNAMO_FRAME)
+    warm_ups = [c for c in explanation.causes if c.code == "grad_defined_changed"]
+    later = [c for c in warm_ups if c.steps != [0]]
+    assert len(later) == 1 and later[0].caused_by == forward.number, [(c.number, c.steps, c.caused_by) for c in warm_ups]
+    said = " ".join([*cause_words(later[0], table.cwd).why, *cause_words(later[0], table.cwd).fix])
+    assert "Clear gradients the same way every step" not in said and "warms up" in said, said
+    assert [c for c in explanation.causes if c.caused_by is None] == [forward, *[c for c in warm_ups if c.steps == [0]]]

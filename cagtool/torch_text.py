@@ -398,13 +398,22 @@ def tells_entries_apart(guard: str) -> bool:
     another grad mode or global state, an optional argument given as None where the entry had a
     tensor, or the other way (`none_variant`), or an argument that requires grad where the entry's
     did not, or the other way (`requires_grad_variant`: a GAN's discriminator called on real data
-    and on the generator's output). Where another entry fails on something else, that entry is of
+    and on the generator's output), or a bool of the other value (`bool_value_guard`). Where another entry fails on something else, that entry is of
     the call's own form (an attention mask given, then a dropout's p changed: the entry made without
     the mask fails on the mask, the one made with it on p; dcgan's discriminator on a smaller last
     batch of real data: the entry made for fake data fails on requires_grad, the one made for real
     data on the size)."""
     return (guard_kind(guard) in (GUARD_GRAD_MODE, GUARD_GLOBAL_STATE) or none_variant(guard) is not None
-            or requires_grad_variant(guard) is not None)
+            or requires_grad_variant(guard) is not None or bool_value_guard(guard))
+
+
+def bool_value_guard(guard: str) -> bool:
+    """A failed guard on a bool's value (`flag == False`): an entry made for the flag's other value,
+    one entry per value (DDP's `require_backward_grad_sync`, off under `no_sync()`, read by the
+    hooks a CA graph runs: the entry made for True fails on a size where the one made for False
+    fails on the flag; torch 2.13's recompiles log)."""
+    found = equals_guard(guard.split("\n", 1)[0])
+    return found is not None and found[1].split("  #", 1)[0].strip() in ("True", "False")
 
 
 _REQUIRES_GRAD_GUARD = re.compile(r"^tensor '(.+?)' requires_grad mismatch")

@@ -285,6 +285,22 @@ def recorded_once(tmp_path_factory, name: str, record: Callable[[Path], Any]) ->
     return copy, value
 
 
+def torchrun_recorded(tmp_path_factory, name: str, script: str, *args: str, modes: str = "ca", backend: str = "eager") -> Path:
+    """`cagtool run --modes MODES --backend BACKEND torchrun --standalone --nproc-per-node 2 SCRIPT ARGS`,
+    recorded once per session (recorded_once), one intra-op thread a rank: the run's directory.
+    Fails the test where the job did not exit 0."""
+    def record(directory: Path) -> dict:
+        proc = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", modes, "--backend", backend, "--no-report", "-o",
+                               str(directory / "r"), "torchrun", "--standalone", "--nproc-per-node", "2", script, *args],
+                              capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", "CI": "true"}, cwd=directory,
+                              timeout=600)
+        return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr[-4000:]}
+
+    path, value = recorded_once(tmp_path_factory, name, record)
+    assert value["rc"] == 0, value["stderr"]
+    return path / "r"
+
+
 def as_old_schema(fresh: Path, target: Path, version: int) -> Path:
     """A copy of a fresh run record as cagtool wrote it before schema 3, for the loader's
     conversions: every step number one higher, the old schema version in run.json and each mode's

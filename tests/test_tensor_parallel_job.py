@@ -6,13 +6,9 @@ compiled once per value or type and cached: explained as such, never as FSDP2's 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-from conftest import ROOT, cli_in_process, recorded_once
+from conftest import ROOT, cli_in_process, torchrun_recorded
 
 pytestmark = pytest.mark.slow
 SCRIPT = str(ROOT / "tests" / "scripts" / "tensor_parallel_job.py")
@@ -20,17 +16,7 @@ SCRIPT = str(ROOT / "tests" / "scripts" / "tensor_parallel_job.py")
 
 @pytest.fixture(scope="module")
 def tp_run(tmp_path_factory):
-    def record(directory):
-        proc = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "ca", "--backend", "eager", "--no-report", "-o",
-                               str(directory / "r"), "torchrun", "--standalone", "--nproc-per-node", "2", SCRIPT, "4"],
-                              capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", "CI": "true"}, cwd=directory,
-                              timeout=600)
-        return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr[-4000:]}
-
-    path, value = recorded_once(tmp_path_factory, "tensor-parallel", record)
-    assert value["rc"] == 0, value["stderr"]
-    assert value["stdout"].count(" loss ") == 2
-    return path / "r"
+    return torchrun_recorded(tmp_path_factory, "tensor-parallel", SCRIPT, "4")
 
 
 def test_dtensor_code_the_ca_graph_runs_is_explained_as_torchs_own_not_fsdp2(tp_run):

@@ -547,3 +547,16 @@ def test_a_dynamic_size_that_met_0_or_1_is_a_size_guard():
     # A branch on sizes and an int made dynamic are not it.
     assert tt.specialised_size("self.src_mask.size()[0] != src.size()[0]") is None and tt.specialised_size("2 <= step") is None
     assert tt.guard_kind("self.src_mask.size()[0] != src.size()[0]") != tt.GUARD_SIZE
+
+
+def test_an_entry_made_for_a_bools_other_value_tells_entries_apart():
+    """torch 2.13's recompile of a CA graph's code under DDP's no_sync() accumulation, on a smaller
+    last batch: the entry made for `require_backward_grad_sync` False fails on the flag, the one made
+    for True on the size; the size is the call's own failure. A bool's guard alone stays the cause."""
+    flag = ("hooks[1].func.__closure__[1].cell_contents.require_backward_grad_sync == False  # if not self.require_backward_grad_sync:"
+            "  # nn/parallel/distributed.py:1173 in compiled_accum_grad_hook")
+    size = "tensor 'sizes[0]' size mismatch at index 1. expected 16, actual 5"
+    assert tt.bool_value_guard(flag) and tt.bool_value_guard("self.training_flag == True")
+    assert not tt.bool_value_guard("self.step == 0") and not tt.bool_value_guard(size)
+    assert tt.call_guard([flag, size]) == size
+    assert tt.call_guard([flag]) == flag

@@ -2796,6 +2796,13 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
     once = bool(facts.get("stabilised")) and facts.get("recompiling_steps", 0) <= 1
     if facts.get("library_hooks"):
         package = facts["library_hooks"][0]
+        if _bool_flag(facts):
+            name = facts["value_changes"][0].source.rsplit(".", 1)[-1]
+            whose = (" (DistributedDataParallel's: `no_sync()` sets it False for the micro-batches whose gradients are not "
+                     "all-reduced, and the step's last backward runs with it True)") if name == "require_backward_grad_sync" else ""
+            return [f"Nothing to change in your code: the value is {package}'s, a bool its hooks read (`{name}`){whose}; the "
+                    "graph's code is compiled once for each of its two values and cached, however often it flips (two entries "
+                    "against the frame's recompile limit, torch._dynamo.config.recompile_limit)."]
         if facts.get("stabilised") and kind == GUARD_ID:
             # DeepSpeed's ZeRO: one hook per parameter, each holding its own parameter in its closure.
             return [f"Nothing to change in your code: the hooks are {package}'s, made once, each holding another object (a "
@@ -3862,7 +3869,7 @@ def _group_key(table: RecompileTable, row: RecompileRow, shape_keys: dict[int, t
         # Dynamo compiles a CA graph for the sizes of its first call; when a graph that a
         # changed-shapes miss made is recompiled, the sizes changed again: the same root cause.
         ca_id = ca_id_of(row.compile_id) if "/" in row.compile_id else None  # !N/F/C: Dynamo's compile of CA graph N
-        first = guard_text(row.messages[0]) if row.messages else ""
+        first = own_guard(row) if row.messages else ""  # an entry made for another form of the call fails on the form
         if ca_id in shape_keys and (not first or "size" in first.lower() or "stride mismatch" in first.lower()):
             return shape_keys[ca_id]
         kind = guard_kind(first) if first else ""

@@ -58,7 +58,9 @@ class MergedRun:
 
 
 def _ranks_of(run: RunRecord) -> set[int]:
-    return {rank for record in run.modes.values() for rank in record.ranks()}
+    """The distributed ranks the node's records hold: a training worker without a rank
+    (ModeRecord.worker, numbered on each node from 0) is none."""
+    return {rank for record in run.modes.values() for rank, rec in record.ranks().items() if rec.worker is None}
 
 
 def _worse(a: int | None, b: int | None) -> int | None:

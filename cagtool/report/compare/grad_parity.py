@@ -519,13 +519,26 @@ def _one_to_one(found: list[ParamMismatch]) -> list[ParamMismatch]:
     return [replace(m, kind=DIFFERS, other="") if m.kind == SWAPPED and claimed[m.other] > 1 else m for m in found]
 
 
+def held_by_both(got: dict[int, dict[str, Digest]], ref: dict[int, dict[str, Digest]],
+                 steps: set[int]) -> tuple[dict[int, dict[str, Digest]], dict[int, dict[str, Digest]]]:
+    """The two sides' digests with `steps` (digested by both at the run's end) kept to the
+    parameters both hold there. cagtool chooses the end-of-run digest's parameters; a record made
+    before it chose the live optimizers' chose them by the steps digested earlier, which differ by
+    mode (ca digests its recapture step, layer-wise training's second layer, alone): a parameter
+    only one side holds there is not a missing gradient. At any other step it is."""
+    if not steps:
+        return got, ref
+    kept_got, kept_ref = dict(got), dict(ref)
+    for step in steps:
+        if step in got and step in ref:
+            kept_got[step] = {n: d for n, d in got[step].items() if n in ref[step]}
+            kept_ref[step] = {n: d for n, d in ref[step].items() if n in got[step]}
+    return kept_got, kept_ref
+
+
 def compare_digests(record: str, reference: str, got: dict[int, dict[str, Digest]], ref: dict[int, dict[str, Digest]],
-                    tol: GradTolerance, across_ranks: bool = False, partial: bool = False,
-                    partial_steps: frozenset[int] = frozenset()) -> PairParity:
-    """`partial`: compare only the parameters both sides digested, at every step; `partial_steps`:
-    at those steps only (digested by both at the run's end, of parameters cagtool chose there, which
-    a record made before it chose the live optimizers' chose by the steps digested earlier: other
-    steps in each mode)."""
+                    tol: GradTolerance, across_ranks: bool = False, partial: bool = False) -> PairParity:
+    """`partial`: compare only the parameters both sides digested, at every step."""
     steps = tuple(sorted(set(got) & set(ref)))
     names: set[str] = set()
     first_bad_step: int | None = None
@@ -541,8 +554,7 @@ def compare_digests(record: str, reference: str, got: dict[int, dict[str, Digest
         # `partial`: a side stepped an optimizer inside compiled code, where no pre-hook digests
         # its parameters: one such a digest does not hold is not compared. Otherwise a parameter
         # one side does not hold is (MISSING: FSDP2's under compiled autograd, say).
-        both = partial or step in partial_steps
-        for name in ([n for n in there if n in here] if both else list(there) + [n for n in here if n not in there]):
+        for name in ([n for n in there if n in here] if partial else list(there) + [n for n in here if n not in there]):
             names.add(name)
             mine, theirs = here.get(name), there.get(name)
             pairs += 1
@@ -737,15 +749,15 @@ def grad_parity(run: RunRecord, tol: GradTolerance | None = None) -> GradParity:
             if not digests or not ref_digests:
                 continue
         partial = _compiled_optimizer(rec) or _compiled_optimizer(ref_rec)
-        at_end = frozenset(ends & ref_ends)
-        pair = compare_digests(label, ref_label, digests, ref_digests, tol, partial=partial, partial_steps=at_end)
+        digests, ref_digests = held_by_both(digests, ref_digests, ends & ref_ends)
+        pair = compare_digests(label, ref_label, digests, ref_digests, tol, partial=partial)
         if not pair.agrees and (compute := low_precision_compute(rec, ref_rec)) is not None:
             # Held to the precision the computation ran at, not the parameters' own (read only on a
             # difference: the graphs are not read on every compare).
-            pair = replace(compare_digests(label, ref_label, digests, ref_digests, replace(tol, compute=compute), partial=partial,
-                                           partial_steps=at_end), compute=compute)
+            pair = replace(compare_digests(label, ref_label, digests, ref_digests, replace(tol, compute=compute), partial=partial),
+                       compute=compute)
         if not pair.agrees:
-            pair = _after_drift(pair, _loss_drift(rec, ref_rec), digests, ref_digests, tol, partial, at_end)
+            pair = _after_drift(pair, _loss_drift(rec, ref_rec), digests, ref_digests, tol, partial)
         # Random ops matter only when the gradients differ (equal draws agree, e.g. --parity): the
         # graphs and trace log are read then, not on every compare.
         why, first = ("", None) if pair.agrees else _why_not_comparable(rec, ref_rec)
@@ -809,7 +821,7 @@ def _loss_drift(record: ModeRecord, reference: ModeRecord) -> LossDrift:
 
 
 def _after_drift(pair: PairParity, drift: LossDrift, got: dict[int, dict[str, Digest]], ref: dict[int, dict[str, Digest]],
-                 tol: GradTolerance, partial: bool, partial_steps: frozenset[int] = frozenset()) -> PairParity:
+                 tol: GradTolerance, partial: bool) -> PairParity:
     """`pair` with the steps from the one the losses parted at set apart (drift.py), where their
     first DRIFT_STEPS steps agree within DRIFT_RTOL, a step among those was compared, and every step
     compared before the parting agrees; else `pair` as it is."""
@@ -823,7 +835,7 @@ def _after_drift(pair: PairParity, drift: LossDrift, got: dict[int, dict[str, Di
         return replace(pair, first_bad=tuple(m if m.kind in kept else replace(m, kind=DIFFERS, other="") for m in pair.first_bad),
                        after_parting=parted)
     before = compare_digests(pair.record, pair.reference, {s: d for s, d in got.items() if s < parted},
-                             {s: d for s, d in ref.items() if s < parted}, tol, partial=partial, partial_steps=partial_steps)
+                             {s: d for s, d in ref.items() if s < parted}, tol, partial=partial)
     drifted = tuple(s for s in pair.bad_steps if s >= parted)
     return replace(before, steps=tuple(s for s in pair.steps if s not in drifted), only_record=pair.only_record,
                    only_reference=pair.only_reference, drifted=drifted, parted_at=parted)

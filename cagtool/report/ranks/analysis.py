@@ -629,7 +629,8 @@ def later_start_views(run: RunRecord, rank: int) -> list[tuple[int, RunRecord]]:
 
 def trains_in_workers(run: RunRecord) -> bool:
     """Whether the run's ranks are training processes started without one (ModeRecord.worker)."""
-    run = whole_run(run)[0] if whole_run(run) is not None else run
+    whole = whole_run(run)
+    run = whole[0] if whole is not None else run
     return any(rec.worker is not None for record in run.modes.values() for rec in record.ranks().values())
 
 

@@ -17,6 +17,7 @@ from cagtool.report.compare.grad_parity import (
     Digest,
     GradTolerance,
     compare_digests,
+    held_by_both,
 )
 
 
@@ -190,7 +191,7 @@ def test_a_parameter_only_one_sides_end_of_run_digest_holds_is_not_a_missing_gra
     both = step_digests(grads(2, {"0.weight": 6, "0.bias": 2, "1.weight": 4, "1.bias": 2}))
     only_first = {name: d for name, d in both.items() if name.startswith("0.")}
     got, ref = {0: first, 23: both}, {0: first, 23: only_first}
-    at_end = compare_digests("ca", "eager", got, ref, GradTolerance(), partial_steps=frozenset({23}))
+    at_end = compare_digests("ca", "eager", *held_by_both(got, ref, {23}), GradTolerance())
     assert at_end.agrees and at_end.steps == (0, 23) and at_end.params == 2
     anywhere = compare_digests("ca", "eager", got, ref, GradTolerance())
     assert not anywhere.agrees and {m.kind for m in anywhere.first_bad} == {MISSING} and anywhere.first_bad_step == 23

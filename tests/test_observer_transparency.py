@@ -743,3 +743,37 @@ def test_the_recapture_after_a_capture_of_another_error_type_is_named_for_what_i
     assert graph.node_count > len(graph.autograd_nodes) > 0
     assert (f"{graph.compile_id} new node SumBackward0 (NodeCall 1), key size 27, previous key sizes [27] [{graph.node_count:,} graph nodes "
             f"from {len(graph.autograd_nodes):,} autograd nodes, captured in {graph.capture_s:.2f} s]") in text
+
+
+def test_a_forward_that_makes_a_module_or_registers_a_hook_compiles_as_under_plain_python(tmp_path):
+    """cagtool's module and parameter registration hooks (the gradient digests' parameter names) and
+    its taps on Module.register_*_hook were cagtool's skipped frames to a compiled forward: a
+    forward that slices its nn.ModuleList (every transformers model's `self.layers[:n]`, a new
+    ModuleList made by add_module) broke its graph on `ParamNames._on_module` where plain python
+    has no hook (an HF Trainer job with torch_compile: 10 such breaks, the graph breaks and graphs
+    of the checkpointed layers after them changed), and a hook registered inside the forward
+    offered Dynamo 8 stdlib frames more. Each mode's counters (graph breaks and their reasons,
+    graphs, frames) are now those of the script run by python, compiled autograd on by hand for ca."""
+    import subprocess
+    import sys
+
+    from plain_counters import WRAPPER
+
+    from conftest import ROOT
+
+    script = "tests/scripts/module_list_slice.py"
+    plain = [subprocess.run([sys.executable, "-c", WRAPPER, flag, script], capture_output=True, text=True, cwd=ROOT, timeout=300)
+             for flag in ("0", "1")]
+    assert all(p.returncode == 0 for p in plain), [p.stderr[-2000:] for p in plain]
+    run = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "aot,ca", "--backend", "eager", "--no-report", "-o",
+                          str(tmp_path / "r"), script], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    aot, ca = (json.loads(line) for line in run.stdout.splitlines() if line.startswith("{"))
+    before_aot, before_ca = (json.loads(p.stdout.splitlines()[0]) for p in plain)
+    assert before_aot["graph_breaks"] == 1 and "ParamNames" not in str(aot["reasons"])  # the hook's own break, not cagtool's
+
+    def same(counts: dict) -> dict:
+        # The break's text names RemovableHandle.next_id's value: cagtool's own hooks took handles before it.
+        return {**counts, "reasons": [re.sub(r"int: \d+", "int: N", reason) for reason in counts["reasons"]]}
+
+    assert (same(aot), same(ca)) == (same(before_aot), same(before_ca))

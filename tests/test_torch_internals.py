@@ -352,15 +352,15 @@ def test_a_frame_that_traces_an_optimizers_step_lists_torchs_step_wrapper_in_its
     `profile_hook_step` wrapper (one code object for every class), and Dynamo lists it in the traced
     frame's `OutputGraph.traced_code`, still there when it calls `call_cleanup_hooks`, with no global
     hook registered (cagtool's are out of torch's dicts during compiled calls); a pre-hook of
-    torch.optim's file (cagtool's `_as_torchs`), where one is registered, is listed beside it and
+    torch.optim's file (cagtool's `as_torchs`), where one is registered, is listed beside it and
     does not run when the compiled step runs; a frame that steps no optimizer lists neither."""
     from torch._dynamo.output_graph import OutputGraph
     from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-    from cagtool.capture.steps.hooks import _as_torchs
+    from cagtool.capture.observe.dynamo_skip import as_torchs
 
     ran: list[str] = []
-    pre = _as_torchs(register_optimizer_step_pre_hook.__code__.co_filename, lambda o, a, k: ran.append("pre"), "pre_hook")
+    pre = as_torchs(register_optimizer_step_pre_hook.__code__.co_filename, lambda o, a, k: ran.append("pre"), "pre_hook")
     wrapper_code = torch.optim.Optimizer.profile_hook_step(lambda *a, **k: None).__code__
     traced: list[tuple[str, bool, bool]] = []
     original = OutputGraph.call_cleanup_hooks

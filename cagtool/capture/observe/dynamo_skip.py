@@ -50,3 +50,41 @@ def without_dynamo(fn: Callable[..., Any]) -> Callable[..., Any]:
             set_eval_frame(prior)
 
     return call
+
+
+# A hook or wrapper as Dynamo must see it: a function of torch's own file `filename` (torch's trace
+# rules for that file: inlined where a compiled function calls it, as plain python's code there
+# is), which, while Dynamo traces (torch.compiler.is_dynamo_compiling() is True there), calls
+# `original` (GradScaler.step: traced as under plain python) or does nothing (an optimizer hook:
+# plain python has none); run eagerly it calls cagtool's `watched` (in cagtool's skipped
+# directory, hide_cagtool_frames).
+# `{params}`: the parameters, passed on as they came (an optimizer hook's three: no packing of
+# *args on every step, ~0.2 us a call).
+_TRANSPARENT = """
+def {name}({params}):
+    if is_compiling():
+        return None if original is None else original({params})
+    return watched({params})
+"""
+_HOOK_PARAMS = "optimizer, args, kwargs"
+# Module.train's: torch's own train() at once where it switches to training mode (`mode is True`,
+# the call of every training step) or while Dynamo traces it; `watched` only for a switch to eval.
+TRAINING_SWITCH = """
+def {name}(self, mode=True):
+    if mode is True or is_compiling():
+        return original(self, mode)
+    return watched(self, mode)
+"""
+
+
+def as_torchs(filename: str, watched: Callable[..., Any], name: str, original: Callable[..., Any] | None = None,
+               params: str = _HOOK_PARAMS, text: str = _TRANSPARENT) -> Callable[..., Any]:
+    """A function of torch's file `filename` named `name` taking `params`, made from `text` (above)."""
+    import torch
+
+    # is_dynamo_compiling: False when run, a constant True while Dynamo traces (one call, no check of
+    # TorchScript as is_compiling makes: this is on every optimizer step of the job).
+    namespace: dict[str, Any] = {"is_compiling": torch.compiler.is_dynamo_compiling, "original": original, "watched": watched}
+    text = text.format(name=name, params=params)
+    exec(compile(text, filename, "exec"), namespace)  # noqa: S102 - a fixed text, see above
+    return namespace[name]

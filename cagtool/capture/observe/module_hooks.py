@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from cagtool.capture.observe import source
+from cagtool.capture.observe.dynamo_skip import as_torchs, without_dynamo
 from cagtool.record.schema import FINDING_MODULE_HOOK_NOT_COMPILED, FindingEvent, SourceRef
 
 if TYPE_CHECKING:
@@ -107,28 +108,38 @@ class LateModuleHooks:
     def _tap(self, module_class: type, method: str, original: Callable[..., Any]) -> None:
         late, handler, compiled, trees = self.late, self.handler, self.compile_calls, self._trees
 
+        def look(module: Any) -> None:
+            try:
+                found = compiled_tree_of(compiled, module, trees) if _guards_skipped() else None
+                if found is not None:
+                    root, code, call, path, compiles = found
+                    late.append(LateHook(method, type(module).__name__, path, type(root).__name__, call,
+                                         source.user_caller(how="caller"), handler.steps.current_step, code, compiles))
+            except Exception as exc:  # noqa: BLE001 - counted, never raised into the job
+                handler.errors += 1
+                handler.last_error = f"{type(exc).__name__}: {exc}"
+
+        # With Dynamo's frame callback off: a registration run eagerly inside a compiled call (the
+        # rest of a forward after a graph break) offers Dynamo none of the stdlib frames the look calls.
+        look = without_dynamo(look)
+
         def register(module: Any, *args: Any, **kwargs: Any) -> Any:
             handle = original(module, *args, **kwargs)
             # Nothing compiled yet (every hook a job registers while it builds its model): one dict read.
             if handler.code_compiles and len(late) < MAX_LATE_HOOKS:
-                try:
-                    found = compiled_tree_of(compiled, module, trees) if _guards_skipped() else None
-                    if found is not None:
-                        root, code, call, path, compiles = found
-                        late.append(LateHook(method, type(module).__name__, path, type(root).__name__, call,
-                                             source.user_caller(how="caller"), handler.steps.current_step, code, compiles))
-                except Exception as exc:  # noqa: BLE001 - counted, never raised into the job
-                    handler.errors += 1
-                    handler.last_error = f"{type(exc).__name__}: {exc}"
+                look(module)
             return handle
 
-        register.__wrapped__ = original  # type: ignore[attr-defined]
+        # As torch's own function to Dynamo: a compiled forward that registers a hook traces torch's
+        # registration as under plain python (its graph break included), not cagtool's skipped frame.
+        tapped = as_torchs(original.__code__.co_filename, register, method, original, "self, *args, **kwargs")
+        tapped.__wrapped__ = original  # type: ignore[attr-defined]
         for name in ("__doc__", "__name__", "__qualname__", "__module__"):
-            setattr(register, name, getattr(original, name, None))
-        setattr(module_class, method, register)
+            setattr(tapped, name, getattr(original, name, None))
+        setattr(module_class, method, tapped)
 
         def restore() -> None:
-            if module_class.__dict__.get(method) is register:
+            if module_class.__dict__.get(method) is tapped:
                 setattr(module_class, method, original)
 
         self._restore.append(restore)

@@ -26,7 +26,7 @@ compiled call, where it traces and checks guards (`_hidden_while_compiled`), so 
 that steps the optimizer compiles as with no hook at all. Where they are there all the same (a
 compiled call whose context predates cagtool's install), and for GradScaler.step, torch is given
 them through a function of torch's own file that returns at once while Dynamo traces
-(`_as_torchs`): one Python frame more a hook."""
+(dynamo_skip.as_torchs): one Python frame more a hook."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from cagtool.capture.observe import dynamo_skip
+from cagtool.capture.observe.dynamo_skip import TRAINING_SWITCH, as_torchs
 from cagtool.capture.steps.notes import ENDED, EVALUATED, RETURNED, SKIPPED, STEPPED, WORKERS_STARTED, BackwardCall
 
 
@@ -395,14 +396,14 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     # global hooks and guards on their count; plain python has none, so they are out of torch's
     # dicts during compiled calls (_hidden_while_compiled, below). Registered as torch's own for a
     # compiled call that finds them all the same: Dynamo must find two that do nothing there
-    # (_as_torchs), not cagtool's skipped frames (a graph break, an error under fullgraph=True).
+    # (dynamo_skip.as_torchs), not cagtool's skipped frames (a graph break, an error under fullgraph=True).
     # No hook of cagtool's runs for a step inside compiled code: the tracker learns of it from the
     # compile that traced an optimizer's step() (call_cleanup_hooks below), or of a frame of
     # torch.optim's (notes.py, COMPILED), and sees it where the compiled call returns.
     optimizer_file = register_optimizer_step_pre_hook.__code__.co_filename  # torch/optim/optimizer.py
-    pre_hook_as_torchs = _as_torchs(optimizer_file, pre_hook, "pre_hook")
+    pre_hook_as_torchs = as_torchs(optimizer_file, pre_hook, "pre_hook")
     handles = [register_optimizer_step_pre_hook(pre_hook_as_torchs),
-               register_optimizer_step_post_hook(_as_torchs(optimizer_file, post_hook, "post_hook"))]
+               register_optimizer_step_post_hook(as_torchs(optimizer_file, post_hook, "post_hook"))]
 
     # torch.amp.GradScaler.step(optimizer) calls the optimizer's step() only when the gradients are
     # finite (an fp16 job's first steps often are not): a skipped step ends the step all the same,
@@ -433,7 +434,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
 
     if original_scaler_step is not None:
         scaler_class.step = functools.update_wrapper(
-            _as_torchs(original_scaler_step.__code__.co_filename, watched_scaler_step, "step", original_scaler_step,
+            as_torchs(original_scaler_step.__code__.co_filename, watched_scaler_step, "step", original_scaler_step,
                        "self, optimizer, *args, **kwargs"), original_scaler_step)
     else:
         scaler_class = None
@@ -443,8 +444,15 @@ def install_hooks(tracker: Any) -> InstalledHooks:
     from torch.optim import optimizer as optimizer_module
 
     returns_watched = [True]  # False once uninstalled: the contexts made meanwhile keep both hooks
+    # The gradient digests' module and parameter registration hooks (grad_digest.py, ParamNames) too:
+    # a compiled forward that makes a module (every transformers model slices its ModuleList,
+    # `self.layers[:n]`, a new ModuleList made by add_module) would call them where plain python's
+    # dicts are empty, and break its graph on cagtool's skipped function.
+    names = getattr(digests, "names", None)
+    registrations = [(handle.hooks_dict_ref(), handle.id) for handle in getattr(names, "_handles", ())]
     hooks_hidden, shown_in, in_compiled_call = _hidden_while_compiled(
-        [(optimizer_module._global_optimizer_pre_hooks, handles[0].id), (optimizer_module._global_optimizer_post_hooks, handles[1].id)],
+        [(optimizer_module._global_optimizer_pre_hooks, handles[0].id), (optimizer_module._global_optimizer_post_hooks, handles[1].id),
+         *[(table, key) for table, key in registrations if table is not None and key in table]],
         returns_watched)
     # A function torch._dynamo.disable (torch.compiler.disable) made runs with Dynamo's callback off:
     # an optimizer step() in it, called from compiled code, runs eagerly, and the hooks are back.
@@ -626,8 +634,8 @@ def install_hooks(tracker: Any) -> InstalledHooks:
             finally:
                 switching.pop()
 
-        train = _as_torchs(original_train.__code__.co_filename, watched_train, "train", original_train, "self, mode=True",
-                           text=_TRAINING_SWITCH)
+        train = as_torchs(original_train.__code__.co_filename, watched_train, "train", original_train, "self, mode=True",
+                           text=TRAINING_SWITCH)
         module_class.train = functools.update_wrapper(train, original_train)
     else:
         original_train = None
@@ -649,7 +657,7 @@ def install_hooks(tracker: Any) -> InstalledHooks:
             return original_get_iterator(loader)
 
         loader_class._get_iterator = functools.update_wrapper(
-            _as_torchs(original_get_iterator.__code__.co_filename, watched_get_iterator, "_get_iterator", original_get_iterator, "self"),
+            as_torchs(original_get_iterator.__code__.co_filename, watched_get_iterator, "_get_iterator", original_get_iterator, "self"),
             original_get_iterator)
     else:
         loader_class = original_get_iterator = None
@@ -657,43 +665,6 @@ def install_hooks(tracker: Any) -> InstalledHooks:
                           context_class, original_context_init, returns_watched, graph_class, original_cleanup, function_compiling,
                           frozenset(step_codes), disable_class, original_disable_call, original_train, loader_class,
                           original_get_iterator, in_compiled_call=in_compiled_call)
-
-
-# A hook or wrapper as Dynamo must see it: a function of torch's own file `filename` (torch's trace
-# rules for that file: inlined where a compiled function calls it, as plain python's code there
-# is), which, while Dynamo traces (torch.compiler.is_dynamo_compiling() is True there), calls
-# `original` (GradScaler.step: traced as under plain python) or does nothing (an optimizer hook:
-# plain python has none); run eagerly it calls cagtool's `watched` (in cagtool's skipped
-# directory, dynamo_skip.py).
-# `{params}`: the parameters, passed on as they came (an optimizer hook's three: no packing of
-# *args on every step, ~0.2 us a call).
-_TRANSPARENT = """
-def {name}({params}):
-    if is_compiling():
-        return None if original is None else original({params})
-    return watched({params})
-"""
-_HOOK_PARAMS = "optimizer, args, kwargs"
-# Module.train's: torch's own train() at once where it switches to training mode (`mode is True`,
-# the call of every training step) or while Dynamo traces it; `watched` only for a switch to eval.
-_TRAINING_SWITCH = """
-def {name}(self, mode=True):
-    if mode is True or is_compiling():
-        return original(self, mode)
-    return watched(self, mode)
-"""
-
-
-def _as_torchs(filename: str, watched: Callable[..., Any], name: str, original: Callable[..., Any] | None = None,
-               params: str = _HOOK_PARAMS, text: str = _TRANSPARENT) -> Callable[..., Any]:
-    import torch
-
-    # is_dynamo_compiling: False when run, a constant True while Dynamo traces (one call, no check of
-    # TorchScript as is_compiling makes: this is on every optimizer step of the job).
-    namespace: dict[str, Any] = {"is_compiling": torch.compiler.is_dynamo_compiling, "original": original, "watched": watched}
-    text = text.format(name=name, params=params)
-    exec(compile(text, filename, "exec"), namespace)  # noqa: S102 - a fixed text, see above
-    return namespace[name]
 
 
 def _last_with_grad(optimizer: Any) -> Any:

@@ -453,6 +453,9 @@ class Numerics:
     # wrote too (Hogwild workers): each one's losses depend on the order the OS ran the processes,
     # so nothing is compared (no diffs) and nothing is read into agreeing or not.
     shared: tuple[str, ...] = ()
+    # `cagtool run --seed off`: cagtool seeded nothing, so modes that drew other numbers are the
+    # script's own seeding's doing, not evidence of a resume from an earlier mode's files.
+    unseeded: bool = False
 
     @property
     def agree(self) -> bool:
@@ -473,7 +476,8 @@ class Numerics:
         if self.against_aot and all(d.agrees for d in self.against_aot):
             compiled_alike = {d.record for d in self.against_aot} | {d.reference for d in self.against_aot}
         return {r: files for r, files in self.written_before.items()
-                if r in self.stepless or (r in differ and (r in self.fewer_steps or (r in from_start and r not in compiled_alike)))}
+                if r in self.stepless or (r in differ and (r in self.fewer_steps or (r in from_start and r not in compiled_alike
+                                                                                     and not self.unseeded)))}
 
     @property
     def inputs_differ(self) -> list[str]:
@@ -833,7 +837,9 @@ def run_numerics(run: RunRecord, tol: Tolerance, parity: Any = None) -> Numerics
         pairs = [p for p in parity.pairs if not p.across_ranks]
         gradients = {p.record.split(" ")[0]: p for p in reversed(pairs)}
     written = {name: w for name, w in (run.meta.written_before or {}).items() if name in run.modes}
-    return modes_numerics(samples, tol, gradients, written)
+    options = run.meta.options or {}
+    unseeded = "seed" in options and options.get("seed") is None  # --seed off (an imported run says nothing)
+    return replace(modes_numerics(samples, tol, gradients, written), unseeded=unseeded)
 
 
 def modes_numerics(samples: list[NumericsSample], tol: Tolerance, gradients: dict[str, Any] | None = None,

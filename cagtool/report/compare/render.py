@@ -342,9 +342,13 @@ def numerics_lines(numerics: Numerics) -> list[tuple[str, bool]]:
                 f"Numerics: inputs differ (unseeded?): {record}'s first-step loss already differs from {numerics.reference}'s "
                 f"({value!r} vs {reference_value!r}, before any backward could matter): the modes computed on "
                 "different inputs or randomness, or the compiled forward computes differently, so their numerics say "
-                "nothing about compiled autograd. cagtool seeds every mode alike; a script that draws from another source "
-                "(data order, os.urandom, Inductor's dropout, Python's hash randomization: `hash()` of strings or bytes, a "
-                "set's order; PYTHONHASHSEED=0 fixes that one) needs to fix it to compare", False))
+                "nothing about compiled autograd. "
+                + ("cagtool seeded nothing (--seed off): what the script does not seed itself (Python's random, numpy, "
+                   "torch) draws other numbers in each mode; run without --seed off, or seed them in the script, to compare"
+                   if numerics.unseeded else
+                   "cagtool seeds every mode alike; a script that draws from another source (data order, os.urandom, "
+                   "Inductor's dropout, Python's hash randomization: `hash()` of strings or bytes, a set's order; "
+                   "PYTHONHASHSEED=0 fixes that one) needs to fix it to compare"), False))
         against = numerics.against_aot
         if against:
             aot = against[0].reference

@@ -49,3 +49,20 @@ def test_files_an_earlier_mode_wrote_are_not_blamed_where_ca_computes_what_aot_d
     assert "started from files an earlier mode wrote" not in text, text
     assert ("Numerics: ca against aot (compiled alike): losses and final norms agree within rtol 0.001, atol 1e-06; "
             "largest relative difference 0") in text, text
+
+
+def test_an_unseeded_job_under_seed_off_is_not_blamed_on_files_an_earlier_mode_wrote(record_run, tmp_path):
+    """`cagtool run --seed off` on a script that seeds nothing: the modes draw other weights and
+    inputs, so the first step's losses differ. With a file an earlier mode wrote in the working
+    directory (pytorch/examples' siamese network saves its model at its end and never loads it),
+    that read "started from files an earlier mode wrote", and the inputs-differ line said "cagtool
+    seeds every mode alike", of a run cagtool seeded nothing in. The seed, not the file, is named."""
+    run = record_run("../tests/scripts/unseeded_training.py", modes="eager,aot,ca", extra=("--seed", "off"))
+    assert run.returncode == 0, run.stderr
+    text = _compare_text(_with_files_written_before(run.path, tmp_path), tmp_path)
+    assert "numerics not comparable: inputs differ (unseeded?)" in text, text
+    assert "started from files an earlier mode wrote" not in text and "started after an earlier mode wrote" not in text, text
+    assert "cagtool seeded nothing (--seed off)" in text and "cagtool seeds every mode alike" not in text, text
+    code, gate, _ = cli_in_process("gate", str(_with_files_written_before(run.path, tmp_path / "g")), "--max-grad-diff", "1",
+                                   env={"CI": "true"}, cwd=tmp_path)
+    assert "wrote" not in gate, gate

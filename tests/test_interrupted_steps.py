@@ -80,6 +80,12 @@ def test_evaluations_between_steps_leave_the_job_unchanged_and_mark_its_steps(va
         assert flagged == [] and started == [0, 6, 12]
         assert interrupted_steps(aot).steps == frozenset({6, 12}) and interrupted_steps(aot).kinds == ("workers_started",)
         assert "2 steps holding a DataLoader's workers starting left out" in left_out_words(mode_metrics(aot).step_time)
+        # A job whose only other processes are its DataLoader's workers has no ranks: the one-rank
+        # reports say nothing of ranks ("ranks none; ... the ranks agree", and a --rank N that leads nowhere).
+        from conftest import cli_in_process
+
+        code, text, err = cli_in_process("recompiles", str(tmp_path / "r"), env={"CI": "true"})
+        assert code == 0 and "ranks" not in text and "--rank" not in text, (text, err)
     elif variants == ("loop",):
         assert flagged == [6, 12]
         # Step 6 compiled the forward for grad off (the evaluation's): left out for that; step 12 for its evaluation.

@@ -745,5 +745,9 @@ class RankFocus:
 
 
 def focus_note(record: ModeRecord, rank: int | None) -> RankFocus | None:
+    """The note of a mode with ranks; None where it has none (one process, or one that started
+    only DataLoader workers or subprocesses, which a one-rank report has no rank of to show)."""
     analysis = analyze_ranks(record)
-    return RankFocus(analysis, rank) if analysis is not None else None
+    if analysis is None or not (analysis.rows or analysis.missing or analysis.world_size is not None):
+        return None
+    return RankFocus(analysis, rank)

@@ -51,6 +51,7 @@ from cagtool.record.schema import (
 from cagtool.report.figures.intervals import (
     MIN_SIGN_BLOCKS,
     RatioInterval,
+    bound_text,
     left_out_words,
     method_words,
     outlier_words,
@@ -347,7 +348,7 @@ def speedup(mode: ModeColumn | None, baseline: ModeColumn | None, mode_label: st
     if any(heavy):
         busy = " and ".join(label for label, is_heavy in zip((mode_label, baseline_label), heavy) if is_heavy)
         words = (f"{busy}'s median step waited for a CPU {HEAVY_WAIT:.0%} or more of its runnable time: beyond that, the load can "
-                 f"slow a step far more than the wait alone says, its CPU time included (up to {max(b for b in heavy if b):.2g}x here), "
+                 f"slow a step far more than the wait alone says, its CPU time included (up to {bound_text(max(b for b in heavy if b))} here), "
                  "so only a verdict that holds even so stands")
         note = f"{note}; {words}" if note else words
     return Speedup(

@@ -809,6 +809,14 @@ def ratio_text(value: float) -> str:
     return f"{value:.2f}x"
 
 
+def bound_text(value: float) -> str:
+    """A slowdown bound for a sentence ("up to 46x"): two figures, whole from 10x, and past 100x
+    (a bound extrapolated beyond anything measured) "over 100x", never "3.6e+02x"."""
+    if not math.isfinite(value) or value > 100.0:
+        return "over 100x"
+    return f"{value:.0f}x" if value >= 10.0 else f"{value:.2g}x"
+
+
 def change_text(ratio: float) -> str:
     """A ratio as a signed percentage change, capped the same way (">+9900%")."""
     if not math.isfinite(ratio) or ratio > 100.0:

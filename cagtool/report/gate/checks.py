@@ -25,6 +25,7 @@ from cagtool.report.figures.intervals import (
     RatioInterval,
     TimingSample,
     agreeing_geometric_mean,
+    bound_text,
     change_text,
     compile_sample,
     measure_of,
@@ -602,7 +603,7 @@ def _load_decides(check: str, outcome: Outcome, load: tuple[float, str] | None, 
         part = f" (runnable {runnable:.0%} of its time: the load lengthens only that part)" if runnable < 0.95 else ""
         waited = (f"{check}: load: {side}'s {getattr(snap, 'span', 'median step')} waited for a CPU {snap.runnable_wait:.0%} of its "
                   f"runnable time{part}: beyond {HEAVY_WAIT:.0%}, the load can slow a {work} far more than the wait alone says{included} "
-                  f"(a {work} that waits that long loses its caches to the neighbours), up to {bound:.2g}x on "
+                  f"(a {work} that waits that long loses its caches to the neighbours), up to {bound_text(bound)} on "
                   f"{'CPU time' if measure == 'cpu' else 'wall time'}")
         if settled and _side(slowed(side, bound)) == _side(outcome):
             notes.append(f"{waited}, and the outcome holds even so")  # the load at its most would not turn it

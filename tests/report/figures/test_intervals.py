@@ -330,3 +330,14 @@ def test_what_would_resolve_it_counts_each_processs_own_uncertainty_too():
     assert with_own is not None and without is not None and with_own > without
     expected = 2.0 * ((1.6448536 + 0.8416212) / 0.4) ** 2 * (r.noise ** 2 + r.own ** 2 / 2.0)
     assert with_own == max(3, math.ceil(expected))
+
+
+def test_a_slowdown_bound_reads_as_a_figure_never_in_scientific_notation():
+    """The heavy-load bound (a wait's factor cubed on wall time) read "up to 3.6e+02x here" at an
+    86% wait (pytorch/examples' gat beside another job): past 100x it is extrapolated beyond any
+    measurement, and says so as "over 100x"; below, two figures, whole from 10x."""
+    from cagtool.report.figures.intervals import bound_text
+    from cagtool.report.figures.metrics import heavy_load_bound
+
+    assert bound_text(heavy_load_bound(0.86, "wall")) == "over 100x"
+    assert [bound_text(v) for v in (1.23, 9.96, 11.4, 46.0, 100.0, float("inf"))] == ["1.2x", "10x", "11x", "46x", "100x", "over 100x"]

@@ -109,3 +109,32 @@ def test_the_headline_names_the_checkpoint_that_split_the_ca_graph_and_where_it_
     assert static.returncode == 0, static.stderr[-2000:]
     code, text, err = cli_in_process("summary", str(static.path), env={"CI": "true", "COLUMNS": "400"})
     assert text.split("\nwhat to do: ")[1].startswith("Call the checkpoint inside the compiled function (torch.compile a function"), text
+
+
+@pytest.mark.slow
+def test_a_checkpoint_broken_by_a_side_effect_inside_compiled_code_names_the_break_and_the_config_that_removes_it(record_run):
+    """transformers' gradient checkpointing (a tiny Llama, HF Trainer with torch_compile and
+    aot_eager: 133 pieces, 1,028 s of compile) calls the checkpoint inside the compiled forward, but
+    its checkpointed layer sets a context variable: Dynamo breaks the graph inside the checkpoint
+    ("HOP: Unsafe side effect"), which then runs as eager checkpointing does. The advice was to call
+    the checkpoint inside the compiled function with aot_eager, which the job already did.
+    tests/scripts/checkpoint_side_effect.py is that shape (an attribute of an outer object set in the
+    checkpointed function): the break is named where it is, and the config it names takes the
+    breaks and the pieces away, checked by recording the job with it."""
+    script = str(ROOT / "tests" / "scripts" / "checkpoint_side_effect.py")
+    run = record_run(script, modes="ca", backend="aot_eager")
+    assert run.returncode == 0, run.stderr[-2000:]
+    code, text, err = cli_in_process("summary", str(run.path), env={"CI": "true", "COLUMNS": "400"})
+    assert code == 0, err
+    headline, advice = (" ".join(part.split()) for part in text.split("\nwhat to do: ", 1))
+    assert ("the checkpoint runs in compiled code, but Dynamo broke the graph inside it (tests/scripts/checkpoint_side_effect.py:28), "
+            "so it ran as eager checkpointing does") in headline, headline
+    assert advice.startswith("The checkpoint is called inside compiled code, but Dynamo broke the graph inside it at "
+                             "tests/scripts/checkpoint_side_effect.py:28 (\"HOP: Non-nullified side effect\""), advice
+    assert "`torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = True`" in advice, advice
+    assert "Call the checkpoint inside the compiled function" not in text
+    pieces = mode_metrics(load_run(run.path).modes["ca"]).ca_code_graphs.pieces
+    fixed = record_run(script, "--skip-side-effects", modes="ca", backend="aot_eager")
+    assert fixed.returncode == 0, fixed.stderr[-2000:]
+    after = mode_metrics(load_run(fixed.path).modes["ca"])
+    assert pieces > 0 and after.ca_code_graphs.pieces == 0 and after.graph_breaks == 0, (pieces, after.ca_code_graphs, after.graph_breaks)

@@ -364,7 +364,7 @@ def _checkpoint_split_phrase(comparison: Comparison, explanation: "Explanation |
     graph's code into pieces, each a Dynamo compile of its own (a recompile or not): how many, and
     where the checkpoint must run for none (docs/torch-internals.md: 200 s of compile -> 7.5 s on
     an HF model with gradient checkpointing, its backend eager -> aot_eager)."""
-    from cagtool.report.recompiles.explain import checkpoint_unpack_breaks
+    from cagtool.report.recompiles.explain import checkpoint_region_break, checkpoint_unpack_breaks
 
     column = _ca_column(comparison)
     if column is None or column.metrics is None or explanation is None:
@@ -372,9 +372,13 @@ def _checkpoint_split_phrase(comparison: Comparison, explanation: "Explanation |
     pieces = column.metrics.ca_code_graphs.pieces
     if not pieces or not checkpoint_unpack_breaks(explanation.table):
         return ""
-    return (f"the CA graph's code split into {pieces + 1} pieces, each compiled by Dynamo, at the unpack hooks of non-reentrant "
-            "checkpointing (torch.utils.checkpoint, gradient_checkpointing_enable()): run the checkpoint in code compiled with "
-            "a backend that runs AOTAutograd (aot_eager, inductor)")
+    split = (f"the CA graph's code split into {pieces + 1} pieces, each compiled by Dynamo, at the unpack hooks of non-reentrant "
+             "checkpointing (torch.utils.checkpoint, gradient_checkpointing_enable())")
+    broken = checkpoint_region_break(explanation.table)
+    if broken is not None:
+        return (f"{split}: the checkpoint runs in compiled code, but Dynamo broke the graph inside it "
+                f"({broken['where']}), so it ran as eager checkpointing does")
+    return f"{split}: run the checkpoint in code compiled with a backend that runs AOTAutograd (aot_eager, inductor)"
 
 
 def _cause_advice(causes: list["Cause"], cwd: str) -> tuple[str, int, int | None]:
@@ -623,12 +627,12 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
         advice += (f" (--verify re-ran this job with {', '.join(measured)} for it: no effect, "
                    f"the recompiles stayed; see cagtool recompiles --verify)")
     if split:
-        from cagtool.report.recompiles.explain import CHECKPOINT_INSIDE_FIX, NOTHING_TO_FIX
+        from cagtool.report.recompiles.explain import NOTHING_TO_FIX, checkpoint_fix
 
         # The pieces are compiled on every run; a cause of fewer recompiles than that costs less.
         pieces = _ca_column(comparison).metrics.ca_code_graphs.pieces  # the column the split was read from
         if not advice or advice.startswith(NOTHING_TO_FIX) or recompiles < pieces:
-            advice = CHECKPOINT_INSIDE_FIX
+            advice = checkpoint_fix(explanation.table)
     from cagtool.report.recompiles.verification import best_fix, fix_in_job
 
     fix = best_fix(verified)

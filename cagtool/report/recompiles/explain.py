@@ -960,10 +960,10 @@ def is_graph_grad_warmup(table: RecompileTable, row: RecompileRow) -> bool:
 def cause_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
     if cause.code == CAUSE_STRUCTURE:
         return _structure_facts(table, cause)
-    if cause.code == CAUSE_SHAPES:
-        return {**_shape_facts(table, cause), "checkpoint_unpack_breaks": checkpoint_unpack_breaks(table)}
-    if cause.code == CAUSE_DYNAMO_CA_GRAPH:
-        return {**_guard_facts(table, cause), "checkpoint_unpack_breaks": checkpoint_unpack_breaks(table)}
+    if cause.code in (CAUSE_SHAPES, CAUSE_DYNAMO_CA_GRAPH):
+        facts = _shape_facts(table, cause) if cause.code == CAUSE_SHAPES else _guard_facts(table, cause)
+        unpack = checkpoint_unpack_breaks(table)
+        return {**facts, "checkpoint_unpack_breaks": unpack, "checkpoint_fix": checkpoint_fix(table) if unpack else None}
     if cause.code == CAUSE_DYNAMO_FRAME:
         return _guard_facts(table, cause)
     if cause.code == CAUSE_HOOK:
@@ -998,6 +998,49 @@ def checkpoint_unpack_breaks(table: RecompileTable) -> bool:
     `_checkpoint_hook...unpack_hook`, marked as skipped): under compiled autograd, at every tensor
     the checkpoint saved, which splits the CA graph's code into pieces."""
     return any(_UNPACK_HOOK_BREAK.search(message) for message in table.break_reasons.values())
+
+
+# Dynamo's graph break inside a checkpoint it was tracing as one region (a higher-order op, "HOP"
+# in torch 2.13's words: "HOP: Unsafe side effect" where transformers' GradientCheckpointingLayer
+# sets a context variable in the checkpointed call, "HOP: Non-nullified side effect" where the
+# checkpointed function sets an attribute of an outer object): the checkpoint then runs as eager
+# checkpointing does, its unpack hooks in the backward. Read only where such unpack hooks broke a
+# CA graph, so the higher-order op is the checkpoint's.
+_HOP_BREAK = re.compile(r"^HOP: ", re.MULTILINE)
+# torch 2.13, tests/scripts/checkpoint_side_effect.py by hand: the config below takes the breaks
+# (6 -> 0) and the CA graph's pieces (3 -> 0) away; Dynamo then drops the side effect from the
+# backward's recompute of the forward.
+SIDE_EFFECT_CONFIG = "torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = True"
+
+
+def checkpoint_region_break(table: RecompileTable) -> dict[str, Any] | None:
+    """The first graph break Dynamo made inside a higher-order op (`_HOP_BREAK`), where one is
+    recorded: its place, the reason's line, torch's explanation; None where there is none."""
+    for (file, line), message in table.break_reasons.items():
+        if _HOP_BREAK.search(message):
+            lines = [text.strip() for text in message.splitlines() if text.strip()]
+            reason = next(text for text in lines if text.startswith("HOP: "))
+            explained = next((text.removeprefix("Explanation:").strip() for text in lines if text.startswith("Explanation:")), "")
+            return {"file": file, "line": line, "where": f"{_library_path(file, table.cwd)}:{line}", "reason": reason,
+                    "explanation": explained}
+    return None
+
+
+def checkpoint_fix(table: RecompileTable) -> str:
+    """What makes the checkpoint's unpack hooks leave the compiled-autograd graph: the checkpoint
+    traced as one region, which a graph break inside it (checkpoint_region_break) is what prevents
+    where there is one; else calling it inside compiled code (CHECKPOINT_INSIDE_FIX)."""
+    found = checkpoint_region_break(table)
+    if found is None:
+        return CHECKPOINT_INSIDE_FIX
+    said = f"\"{found['reason']}\"" + (f": {found['explanation']}" if found["explanation"] else "")
+    lead = (f"The checkpoint is called inside compiled code, but Dynamo broke the graph inside it at {found['where']} ({said}), so "
+            "it ran as eager checkpointing does and its unpack hooks reached the compiled-autograd graph. ")
+    if "side effect" in found["reason"]:
+        return (lead + "Move that side effect out of the checkpointed code; or, where it need not run again when the backward "
+                f"recomputes the forward, set `{SIDE_EFFECT_CONFIG}` before the compile: Dynamo then traces the checkpoint as one "
+                "region, AOTAutograd puts its recompute in the compiled backward, and the CA graph has no pieces.")
+    return lead + "Remove what breaks it there, and Dynamo traces the checkpoint as one region: the CA graph has no pieces."
 
 
 # Measured on a 2-block job (non-reentrant checkpoint of a compiled block, one change of batch size):
@@ -1917,7 +1960,7 @@ def _shapes(cause: Cause, cwd: str) -> Words:
                    "suggestion lists them where torch made one) compiles that code dynamic from the start; `--verify` measures "
                    "it alone (torch-pgo) and with compiled autograd started dynamic (torch-pgo-ca-dynamic).")
     if pieces and facts.get("checkpoint_unpack_breaks"):
-        fix.append(CHECKPOINT_INSIDE_FIX)
+        fix.append(facts.get("checkpoint_fix") or CHECKPOINT_INSIDE_FIX)
     if not facts["repeated"] and not pieces:
         why.append("A single recompile on the first change is expected and usually cheap.")
     return Words(title, why, fix, evidence_text(cause.evidence))
@@ -3396,7 +3439,7 @@ def _guard(cause: Cause, cwd: str) -> Words:
         why.append(stability)
     fix = _resume_fixes(facts, cwd) if resumed else _guard_fixes(facts, on_ca, code, cwd)
     if on_ca and facts.get("pieces") and facts.get("checkpoint_unpack_breaks"):
-        fix = [*fix, CHECKPOINT_INSIDE_FIX]
+        fix = [*fix, facts.get("checkpoint_fix") or CHECKPOINT_INSIDE_FIX]
     why.append('TORCH_LOGS="recompiles" prints every guard failure as it happens.')
     return Words(title, why, fix, evidence_text(cause.evidence))
 

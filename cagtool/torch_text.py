@@ -404,7 +404,21 @@ def tells_entries_apart(guard: str) -> bool:
     batch of real data: the entry made for fake data fails on requires_grad, the one made for real
     data on the size)."""
     return (guard_kind(guard) in (GUARD_GRAD_MODE, GUARD_GLOBAL_STATE) or none_variant(guard) is not None
-            or requires_grad_variant(guard) is not None or bool_value_guard(guard))
+            or requires_grad_variant(guard) is not None or bool_value_guard(guard) or type_variant(guard) is not None)
+
+
+_TYPE_ID_GUARD = re.compile(r"^___check_type_id\((.+?), \d+\)")
+
+
+def type_variant(text: str) -> str | None:
+    """The argument of a failed `___check_type_id(args[0], N)` guard where it is the compiled
+    frame's own input: an entry made for a value of another class. A library's decorator wrapper
+    that several modules' forwards go through (transformers' `deprecate_kwarg` `wrapped_func`, a
+    frame of its own after a graph break) is compiled once per module class: the entry made for
+    LlamaModel fails on the type where the one made for LlamaForCausalLM fails on the batch's size
+    (torch 2.13's recompiles log, an HF Trainer job's last batch). None for any other guard."""
+    match = _TYPE_ID_GUARD.match(text.strip())
+    return match.group(1) if match is not None and _CALL_INPUT.fullmatch(match.group(1)) else None
 
 
 def bool_value_guard(guard: str) -> bool:

@@ -560,3 +560,17 @@ def test_an_entry_made_for_a_bools_other_value_tells_entries_apart():
     assert not tt.bool_value_guard("self.step == 0") and not tt.bool_value_guard(size)
     assert tt.call_guard([flag, size]) == size
     assert tt.call_guard([flag]) == flag
+
+
+def test_an_entry_made_for_another_class_of_the_calls_own_input_tells_entries_apart():
+    """torch 2.13's recompile of transformers' `deprecate_kwarg` wrapper (one code object for
+    LlamaForCausalLM's and LlamaModel's forwards, a frame of its own after a graph break) on a
+    smaller last batch: the LlamaModel entry fails on the type of `args[0]`, the LlamaForCausalLM one
+    on the size; the size is the call's own failure. A type guard on something not the call's input
+    (an attribute) is no form of the call."""
+    kind = ("___check_type_id(args[0], 94406415581552), type=<class 'transformers.models.llama.modeling_llama.LlamaModel'>  "
+            "# func_name = f\"{args[0].__class__.__name__}.{func_name}\"  # transformers/utils/deprecation.py:131 in wrapped_func")
+    size = "tensor 'kwargs['input_ids']' size mismatch at index 0. expected 8, actual 4"
+    assert tt.type_variant(kind) == "args[0]" and tt.tells_entries_apart(kind)
+    assert tt.type_variant("___check_type_id(self.cache, 1234), type=<class 'dict'>") is None and tt.type_variant(size) is None
+    assert tt.call_guard([kind, size]) == size

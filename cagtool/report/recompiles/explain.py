@@ -73,6 +73,7 @@ from cagtool.torch_text import (
     none_variant,
     submodule_name,
     tells_entries_apart,
+    type_variant,
     training_guard,
     tree_source,
     tensor_type_guard,
@@ -991,6 +992,9 @@ def cause_facts(table: RecompileTable, cause: Cause) -> dict[str, Any]:
 
 
 _UNPACK_HOOK_BREAK = re.compile(r"_checkpoint_hook\.__init__\.<locals>\.unpack_hook")
+
+
+_GUARD_CLASS = re.compile(r"type=<class '(?:[\w.]*\.)?(\w+)'>")
 
 
 def checkpoint_unpack_breaks(table: RecompileTable) -> bool:
@@ -3220,6 +3224,15 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
                 f"To avoid it, {how}."]
     if kind == GUARD_TYPE and (function_class := backward_function_class(guard)) is not None:
         return [TEMPLATE_FIX if function_class == TEMPLATE_NODE else CLASS_ONCE_FIX]
+    if kind == GUARD_TYPE and (argument := type_variant(guard)) is not None and facts.get("stabilised"):
+        # One code object that calls of several classes go through (a library's decorator wrapper
+        # around several modules' forwards, a frame of its own after a graph break): one entry each.
+        classes = list(dict.fromkeys(found for kind_text in facts.get("guard_kinds") or [guard]
+                                     if (found := _GUARD_CLASS.search(kind_text)) is not None and (found := found.group(1))))
+        named = f" than {' and '.join(f'`{c}`' for c in classes)}, the one it was compiled for" if classes else ""
+        return [f"Nothing to fix: the compiled code is called with `{argument}` of another class{named}, as a library's wrapper "
+                "that several modules' forwards go through is: Dynamo compiles it once for each class and caches each, a "
+                "recompile per class, not per call."]
     if kind == GUARD_TYPE:
         return ["A value of a different type reaches the compiled code: keep argument types fixed."]
     if kind == GUARD_VALUE and _bool_flag(facts):

@@ -131,3 +131,24 @@ def test_a_new_backward_graphs_warm_up_after_a_last_batch_follows_the_forwards_r
     said = " ".join([*cause_words(later[0], table.cwd).why, *cause_words(later[0], table.cwd).fix])
     assert "Clear gradients the same way every step" not in said and "warms up" in said, said
     assert [c for c in explanation.causes if c.caused_by is None] == [forward, *[c for c in warm_ups if c.steps == [0]]]
+
+
+def test_a_wrapper_that_two_modules_forwards_share_is_one_entry_per_class_and_its_last_batch_a_size_change(record_run):
+    """tests/scripts/shared_forward_wrapper.py, the shape of an HF Trainer job on a tiny Llama
+    (transformers' `deprecate_kwarg` wrapper around LlamaForCausalLM's and LlamaModel's forwards, a
+    frame of its own after a graph break): the last batch's recompiles of that frame (torch lists the
+    other class's entry first, failing on the type) were put with the second class's first call,
+    3 recompiles of "a value of another type ... keep argument types fixed". The type guard tells
+    the entries apart: the last batch's two are the size change's, and the class's own one is
+    compiled once per class, nothing to fix."""
+    run = record_run(str(ROOT / "tests" / "scripts" / "shared_forward_wrapper.py"), modes="aot")
+    assert run.returncode == 0, run.stderr[-2000:]
+    record = load_run(run.path)
+    table = recompile_table(record.modes["aot"])
+    explanation = explain(table)
+    by_kind = {c.facts.get("kind"): c for c in explanation.causes if c.caused_by is None}
+    size, kind = by_kind["size"], by_kind["type"]
+    assert (size.count, kind.count) == (2, 1) and kind.steps == [0], [(c.number, c.count, c.steps) for c in explanation.causes]
+    words = cause_words(kind, table.cwd)
+    assert words.fix[0].startswith("Nothing to fix: the compiled code is called with `args[0]` of another class than `Outer`"), words.fix
+    assert "keep argument types fixed" not in " ".join(words.fix)

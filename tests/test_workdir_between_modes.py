@@ -38,7 +38,19 @@ def test_a_job_resuming_from_the_snapshot_an_earlier_mode_wrote_is_named_not_cal
     assert "ca vs eager: not comparable: inputs differ" in gradients, gradients
     assert "it started after an earlier mode wrote snapshot.pt in the job's working directory" in gradients
     assert "unseeded" not in gradients
+    # The ca mode's process opened snapshot.pt (torch.load), and it is the file that decides: a
+    # mode that read none of the files an earlier mode wrote did not resume from them.
+    manifest_path = out / "ca" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["options"]["workdir_reads"] == ["snapshot.pt"]
+    manifest["options"]["workdir_reads"] = []
+    manifest_path.write_text(json.dumps(manifest))
+    code, text, _ = cli_in_process("compare", str(out), env={"CI": "true"}, cwd=tmp_path)
+    flat = " ".join(text.split())
+    assert code == 0 and "earlier mode wrote" not in flat and "numerics not comparable: inputs differ (unseeded?)" in flat, flat
     # A forged record: a name with an escape sequence is shown as text; a wrong type is refused.
+    manifest["options"]["workdir_reads"] = ["\x1b[31mred.pt"]
+    manifest_path.write_text(json.dumps(manifest))
     meta["written_before"] = {"ca": {"paths": ["\x1b[31mred.pt"], "count": 1}}
     (out / "run.json").write_text(json.dumps(meta))
     code, text, _ = cli_in_process("compare", str(out), env={"CI": "true"}, cwd=tmp_path)
@@ -134,3 +146,22 @@ def test_the_files_cagtools_own_output_goes_to_are_not_the_jobs(tmp_path):
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert json.loads((tmp_path / "run.out").read_text()) == ["data.bin"]
     assert (tmp_path / "run.err").read_text() == "x"
+
+
+@pytest.mark.slow
+def test_a_file_an_earlier_mode_wrote_and_no_mode_read_is_not_a_resume(tmp_path):
+    """tests/scripts/saves_at_end.py writes model.pt at its end and never reads it; its modes draw
+    other numbers (seeded from os.urandom). The later mode's differing first loss was put on the
+    file ("ca started from files an earlier mode wrote (model.pt)"); the ca mode's process opened
+    no file of the working directory, so it is the inputs that differ."""
+    out = tmp_path / "run"
+    proc = subprocess.run(cagtool_cmd("run", "--modes", "eager,ca", "--backend", "eager", "--no-report", "-o", str(out),
+                                      str(ROOT / "tests" / "scripts" / "saves_at_end.py")),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**os.environ, "CI": "true"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((out / "run.json").read_text())["written_before"] == {"ca": {"paths": ["model.pt"], "count": 1}}
+    assert json.loads((out / "ca" / "manifest.json").read_text())["options"]["workdir_reads"] == []
+    code, text, _ = cli_in_process("compare", str(out), env={"CI": "true"}, cwd=tmp_path)
+    flat = " ".join(text.split())
+    assert code == 0 and "earlier mode wrote" not in flat, flat
+    assert "numerics not comparable: inputs differ (unseeded?)" in flat, flat

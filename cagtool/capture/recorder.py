@@ -19,7 +19,8 @@ from cagtool.record.manifest import ExceptionInfo, ModeManifest
 
 # What every close writes into the manifest's options, whatever happened (a count of 0 included):
 # the fields by which a record says how far cagtool's own parts can be trusted.
-CLOSING_OPTIONS = ("cagtool_memory", "dataloader_iterators", "fallback_random", "losses_not_kept", "oversized_dropped", "step_tracking_errors", "structured_log_errors")
+CLOSING_OPTIONS = ("cagtool_memory", "dataloader_iterators", "fallback_random", "losses_not_kept", "oversized_dropped", "step_tracking_errors", "structured_log_errors",
+                   "workdir_reads")
 
 
 def now_iso() -> str:
@@ -238,6 +239,9 @@ class Recorder:
         options["structured_log_errors"] = _error_count(self.handler)
         options["oversized_dropped"] = {"count": self.writer.oversized, "last": self.writer.last_oversized}
         options["losses_not_kept"] = device.dropped_losses if device is not None else 0
+        from cagtool.capture.processes.workdir_reads import reads
+
+        options["workdir_reads"] = reads()  # None: not watched (a Python API block)
         options["dataloader_iterators"] = self.steps.loader_iterators if self.steps is not None else None
         if self.scope is not None and self.scope.errors:
             options["thread_scope_errors"] = {"count": self.scope.errors, "last": self.scope.last_error}

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from cagtool.capture.on_import import OnImport
-from cagtool.capture.processes import launch_audit
+from cagtool.capture.processes import launch_audit, workdir_reads
 from cagtool.capture.observe.ddp_watch import DDPWatch
 from cagtool.capture.processes.identity import ROLE_CHILD, ROLE_MAIN, attempt_from_env, child_key, process_info, rank_from_env
 from cagtool.capture.processes.lifeline import StopStacks
@@ -280,6 +280,7 @@ _child_config: FollowConfig | None = None
 def _install_process_hooks(config: FollowConfig) -> None:
     """What every followed process has from its start, the main one included."""
     launch_audit.install(_on_unfollowed, str(BOOTSTRAP_DIR), FOLLOW_ENV)
+    workdir_reads.install()
     os.register_at_fork(after_in_child=_after_fork_in_child)
     _wrap_multiprocessing_bootstrap()
     _wrap_os_exit()

@@ -457,6 +457,9 @@ class Numerics:
     # `cagtool run --seed off`: cagtool seeded nothing, so modes that drew other numbers are the
     # script's own seeding's doing, not evidence of a resume from an earlier mode's files.
     unseeded: bool = False
+    # record -> the files under the working directory its processes opened for reading
+    # (ModeOptions.workdir_reads), where every process of it kept them; absent where not known.
+    reads: dict[str, frozenset[str]] = field(default_factory=dict)
 
     @property
     def agree(self) -> bool:
@@ -477,8 +480,19 @@ class Numerics:
         if self.against_aot and all(d.agrees for d in self.against_aot):
             compiled_alike = {d.record for d in self.against_aot} | {d.reference for d in self.against_aot}
         return {r: files for r, files in self.written_before.items()
-                if r in self.stepless or (r in differ and (r in self.fewer_steps or (r in from_start and r not in compiled_alike
-                                                                                     and not self.unseeded)))}
+                if not self._read_none_of(r, files)
+                and (r in self.stepless or (r in differ and (r in self.fewer_steps or (r in from_start and r not in compiled_alike
+                                                                                       and not self.unseeded))))}
+
+    def _read_none_of(self, record: str, files: WrittenFiles) -> bool:
+        """The record's processes opened none of the files an earlier mode wrote, as far as can be
+        told: every file is named (none past the list's first few), none is of a kind native code
+        reads without Python's `open` (workdir_reads.py), and the reads were kept."""
+        reads = self.reads.get(record)
+        if reads is None or files.count > len(files.paths) or any(p.endswith(NATIVE_READ_SUFFIXES) for p in files.paths):
+            return False
+        return not reads & set(files.paths)
+
 
     @property
     def inputs_differ(self) -> list[str]:
@@ -840,7 +854,26 @@ def run_numerics(run: RunRecord, tol: Tolerance, parity: Any = None) -> Numerics
     written = {name: w for name, w in (run.meta.written_before or {}).items() if name in run.modes}
     options = run.meta.options or {}
     unseeded = "seed" in options and options.get("seed") is None  # --seed off (an imported run says nothing)
-    return replace(modes_numerics(samples, tol, gradients, written), unseeded=unseeded)
+    reads = {name: found for name, record in run.modes.items() if name in written and (found := workdir_reads(record)) is not None}
+    return replace(modes_numerics(samples, tol, gradients, written), unseeded=unseeded, reads=reads)
+
+
+# Files native code reads without Python's `open` (safetensors' Rust reader, HDF5's C library), so
+# no audit event says whether a mode read them (capture/processes/workdir_reads.py).
+NATIVE_READ_SUFFIXES = (".safetensors", ".h5", ".hdf5", ".nc", ".zarr", ".arrow", ".parquet", ".lmdb", ".mdb")
+
+
+def workdir_reads(record: ModeRecord) -> frozenset[str] | None:
+    """The files of the working directory the mode's processes opened for reading, where every one
+    kept them (ModeOptions.workdir_reads); None where any did not (a record made before they were
+    kept, a Python API block)."""
+    found: set[str] = set()
+    for process in (record, *record.processes.values()):
+        read = process.manifest.options.get("workdir_reads")
+        if not isinstance(read, list) or not all(isinstance(path, str) for path in read):
+            return None
+        found.update(read)
+    return frozenset(found)
 
 
 def modes_numerics(samples: list[NumericsSample], tol: Tolerance, gradients: dict[str, Any] | None = None,

@@ -202,8 +202,9 @@ def _run(tmp_path, *args: str, modes: str = "aot") -> subprocess.CompletedProces
 
 
 def test_cagtool_run_says_it_in_the_headline_the_recompiles_and_the_summary(tmp_path):
-    """The eager mode finds it too (the skip does not depend on the mode), and is not named in the
-    headline as a mode that ran eagerly: it does by design."""
+    """The modes that compile find it; the eager mode, where Dynamo is off, says nothing of it (a
+    module with forward hooks, as DeepSpeed's engine registers, is compiled under Module.compile()
+    all the same: only a mode that compiles can tell), and is not named in the headline."""
     proc = _run(tmp_path, modes="eager,aot")
     line = next(i for i, text in enumerate(SCRIPT.read_text().splitlines(), 1) if "model.compile(backend" in text)
     where = f"module_compile_builtin.py:{line}"
@@ -257,3 +258,20 @@ def test_every_torch_compile_call_is_kept_with_its_line_dynamic_and_the_code_it_
     ]
     # The CA graph was captured and compiled in the block: still three calls.
     assert counters["compiled_autograd"]["captures"] >= 1
+
+
+def test_a_hooked_sequentials_compile_compiles_its_forward_and_no_mode_says_it_compiled_nothing(tmp_path):
+    """tests/scripts/module_compile_hooked.py: a Sequential with a forward pre-hook (DeepSpeed's
+    engine registers hooks on the model it then `.compile()`s), compiled with Module.compile():
+    Dynamo compiles its forward (torch's unique_graphs 1). The eager mode, where Dynamo is off, said
+    "compiled nothing ... ran eagerly in eager", first in the headline and its "what to do"."""
+    out = tmp_path / "run"
+    script = ROOT / "tests" / "scripts" / "module_compile_hooked.py"
+    proc = subprocess.run([sys.executable, "-m", "cagtool", "run", "--modes", "eager,aot", "--backend", "eager", "-o", str(out), str(script)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env={**__import__("os").environ, "CI": "true"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    aot = [line for line in proc.stdout.splitlines() if line.startswith("counters frames")][-1]
+    assert "'unique_graphs': 1" in aot, aot  # torch compiled the Sequential's forward
+    assert "compiled nothing" not in proc.stderr and "compile it:" not in proc.stderr, proc.stderr[-3000:]
+    assert not [f for mode in ("eager", "aot") for f in cagtool.load(out).mode(mode).of(FindingEvent)
+                if f.code == FINDING_MODULE_COMPILE_SKIPPED]

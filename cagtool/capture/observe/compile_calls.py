@@ -342,7 +342,10 @@ class CompileCalls:
             self.handler.writer.manifest.options["compile_calls"] = list(self.calls)
         said: set[tuple[Any, ...]] = set()
         for call in self.module_calls:
-            if not call.skipped or _compiles_of(self.handler, call.forward_code) > call.compiles_before:
+            # Where Dynamo is off (the eager mode) nothing tells the rule's skip from a compile it
+            # would have made: a module with forward hooks (DeepSpeed's engine registers them) has
+            # its forward compiled under Module.compile() all the same. The modes that compile say it.
+            if not call.skipped or _compiles_of(self.handler, call.forward_code) > call.compiles_before or _dynamo_disabled():
                 continue
             key = (call.source.file, call.source.line) if call.source is not None else None, call.module
             if key in said:

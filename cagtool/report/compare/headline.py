@@ -99,10 +99,15 @@ def _cost_phrase(comparison: Comparison) -> str:
     ca = _ca_column(comparison)
     if ca is not None and ca.metrics is not None:
         m = ca.metrics
-        graphs, breaks = _other_ranks(comparison, ca, lambda r: r.ca_graphs), _other_ranks(comparison, ca, lambda r: r.graph_breaks)
+        graphs, breaks = _other_ranks(comparison, ca, lambda r: r.ca_graphs), _other_ranks(comparison, ca, breaks_figure)
+        # A process that ended before torch's counters were saved (a rank torchrun killed): its
+        # breaks are the log's, one per compile and site, not torch's count: marked "~".
+        estimated = breaks_figure(m).startswith("~") or any(str(v).startswith("~") for _, v in breaks)
         bits.append(f"{ca.name}: {m.ca_graphs} CA graph{'s' if m.ca_graphs != 1 else ''}{_on_other_ranks(comparison, graphs)}, "
-                    f"{m.graph_breaks} graph break{'s' if m.graph_breaks != 1 else ''}{_on_other_ranks(comparison, breaks)}"
-                    + (f" + {m.unresumable_breaks} it could not resume after" if m.unresumable_breaks else ""))
+                    f"{breaks_figure(m)} graph break{'s' if m.graph_breaks != 1 else ''}{_on_other_ranks(comparison, breaks)}"
+                    + (f" + {m.unresumable_breaks} it could not resume after" if m.unresumable_breaks else "")
+                    + (" (~: from the log, one per compile and site: the process ended before torch's counters were saved)"
+                       if estimated else ""))
     compile_ = [f"{c.name} {c.compile_time_s:.1f} s" for c in columns if c.compile_time_s]
     if compile_:
         bits.append("compile " + ", ".join(compile_))
@@ -133,6 +138,11 @@ def _other_ranks(comparison: Comparison, column: Any, value: Callable[["ModeMetr
         if rank != scope.focus and value(metrics) != shown:
             groups.setdefault(value(metrics), []).append(rank)
     return sorted(((tuple(ranks), v) for v, ranks in groups.items()), key=lambda group: group[0])
+
+
+def breaks_figure(m: "ModeMetrics") -> str:
+    """A process's graph breaks: torch's count, or "~N" where torch's counters were not saved."""
+    return str(m.graph_breaks) if m.graph_breaks_from_torch else f"~{m.graph_breaks}"
 
 
 def _ranks_words(ranks: tuple[int, ...]) -> str:

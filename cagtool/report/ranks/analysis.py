@@ -80,6 +80,13 @@ class RankRow:
     grad_norm: float | None
     peak_device_memory_bytes: int | None = None  # torch.cuda.max_memory_allocated, when the rank used CUDA
     recording_stopped: bool = False  # a write error (full disk) ended its record before the rank ended
+    # False: torch's counters were not saved (the rank was killed first): graph_breaks is the log's,
+    # one per compile and site, not torch's count.
+    graph_breaks_exact: bool = True
+
+    @property
+    def breaks_text(self) -> str:
+        return str(self.graph_breaks) if self.graph_breaks_exact else f"~{self.graph_breaks}"
 
     @property
     def finished(self) -> bool:
@@ -234,6 +241,7 @@ def rank_row(rank: int, record: ModeRecord) -> RankRow:
         grad_norm=final[-1].grad_norm if final and final[-1].of != FINAL_OF_SHARDS else None,
         peak_device_memory_bytes=metrics.peak_device_memory_bytes,
         recording_stopped=record.manifest.recording_stopped is not None,
+        graph_breaks_exact=metrics.graph_breaks_from_torch or record.mode == "eager",
     )
 
 
@@ -694,6 +702,7 @@ def row_json(row: RankRow) -> dict[str, Any]:
         "ca_graphs": row.ca_graphs,
         "cache_misses": row.cache_misses,
         "graph_breaks": row.graph_breaks,
+        "graph_breaks_counted_by": "torch" if row.graph_breaks_exact else "distinct_sites",
         "step_time_median_s": row.step_time_median_s,
         "peak_rss_bytes": row.peak_rss_bytes,
         "peak_device_memory_bytes": row.peak_device_memory_bytes,

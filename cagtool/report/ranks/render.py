@@ -25,13 +25,18 @@ def _status(status: str, exit_code: int | None) -> str:
 RANK_HEADER = ("rank", "status", "steps", "CA graphs", "cache misses", "graph breaks", "step time", "peak RSS")
 
 
+def _total_breaks(analysis: RankAnalysis) -> str:
+    """The ranks' graph breaks summed, "~" where a rank's are the log's (RankRow.graph_breaks_exact)."""
+    return ("" if all(r.graph_breaks_exact for r in analysis.rows) else "~") + str(analysis.totals.graph_breaks)
+
+
 def rank_cells(analysis: RankAnalysis) -> list[tuple[str, ...]]:
     """The rows under RANK_HEADER (the terminal table and the HTML report's): one per rank, one per
     missing rank, and the totals."""
     rows = [
         (
             str(r.rank), _status(r.status, r.exit_code), str(r.steps), str(r.ca_graphs), str(r.cache_misses),
-            str(r.graph_breaks), _ms(r.step_time_median_s), _mib(r.peak_rss_bytes),
+            r.breaks_text, _ms(r.step_time_median_s), _mib(r.peak_rss_bytes),
         )
         for r in analysis.rows
     ]
@@ -40,7 +45,7 @@ def rank_cells(analysis: RankAnalysis) -> list[tuple[str, ...]]:
     rows.append(
         (
             "total", f"{t.ranks} rank{'s' if t.ranks != 1 else ''}", str(t.steps), str(t.ca_graphs), str(t.cache_misses),
-            str(t.graph_breaks), _ms(t.step_time_median_s), _mib(t.peak_rss_bytes),
+            _total_breaks(analysis), _ms(t.step_time_median_s), _mib(t.peak_rss_bytes),
         )
     )
     return rows
@@ -56,7 +61,7 @@ def rank_table(analysis: RankAnalysis) -> Table:
     for r in analysis.rows:
         cells = [
             str(r.rank), _status(r.status, r.exit_code), str(r.steps), str(r.ca_graphs), str(r.cache_misses),
-            str(r.graph_breaks), _ms(r.step_time_median_s), _mib(r.peak_rss_bytes),
+            r.breaks_text, _ms(r.step_time_median_s), _mib(r.peak_rss_bytes),
         ]
         table.add_row(*cells, *([_mib(r.peak_device_memory_bytes)] if cuda else []))
     for rank in analysis.missing:
@@ -64,7 +69,7 @@ def rank_table(analysis: RankAnalysis) -> Table:
     t = analysis.totals
     cells = [
         "total", f"{t.ranks} rank{'s' if t.ranks != 1 else ''}", str(t.steps), str(t.ca_graphs), str(t.cache_misses),
-        str(t.graph_breaks), _ms(t.step_time_median_s), _mib(t.peak_rss_bytes),
+        _total_breaks(analysis), _ms(t.step_time_median_s), _mib(t.peak_rss_bytes),
     ]
     table.add_row(*cells, *([_mib(t.peak_device_memory_bytes)] if cuda else []))
     return table
@@ -85,6 +90,9 @@ def render_ranks(console: Console, analysis: RankAnalysis, indent: int = 2) -> N
     if analysis.rows or analysis.missing:
         console.print(Padding(rank_table(analysis), (0, 0, 0, indent + 2), expand=False))
         console.print(f"{pad}  (total: counts and peak memory summed, step time the slowest rank's median)", markup=False)
+        if any(not r.graph_breaks_exact for r in analysis.rows):
+            console.print(f"{pad}  (~: graph breaks from the log, one per compile and site: the rank ended before torch's counters "
+                          "were saved)", markup=False)
     if analysis.other_processes and ranked:
         console.print(f"{pad}  other processes followed (no rank): {', '.join(analysis.other_processes)}", markup=False)
     elif analysis.other_processes:

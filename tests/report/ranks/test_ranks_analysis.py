@@ -250,3 +250,28 @@ def test_a_job_without_ranks_names_the_processes_it_started_as_no_ranks():
     with console.capture() as out:
         render_ranks(console, RankAnalysis("ca", 2, (), totals, (), ("pid9606",)))
     assert out.get().startswith("  ranks: 0 of world size 2 recorded\n") and "other processes followed (no rank): pid9606" in out.get()
+
+
+def test_a_rank_whose_torch_counters_were_not_saved_shows_its_breaks_as_the_logs(multi_rank_run):
+    """A DeepSpeed ZeRO-2 job whose rank 1 failed in a compile: torchrun killed rank 0 before torch's
+    counters were saved, and its graph breaks (the log's, one per compile and site: 11) stood beside
+    rank 1's torch count (9) as if both were torch's. The log's are marked "~", and the table says why."""
+    import io
+    import json
+
+    from rich.console import Console
+
+    from cagtool.report.ranks.render import render_ranks
+
+    path = multi_rank_run({0: Rank(), 1: Rank(status="interrupted", exit_code=143)})
+    manifest_path = path / "ca" / "procs" / "rank1" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["torch_counters"] = {}
+    manifest["options"]["closed_by"] = "reader"  # the process vanished: the loader closed its record
+    manifest_path.write_text(json.dumps(manifest))
+    analysis = _analysis(path)
+    assert [r.graph_breaks_exact for r in analysis.rows] == [True, False]
+    out = io.StringIO()
+    render_ranks(Console(file=out, width=200), analysis)
+    text = out.getvalue()
+    assert "~0" in text and "~: graph breaks from the log, one per compile and site" in text, text

@@ -3788,9 +3788,14 @@ def _consequence(cause: Cause, cwd: str) -> Words:
     if cause.code == CAUSE_GRAD_DEFINED:
         row = cause.rows[0]
         title = f"Caused by {root}: the new backward graph's .grad warm-up ({plural(cause.count, 'recompile')})"
+        # A key smaller than the one before: this backward met .grad None where the graph before met it
+        # defined (an accumulated step's later backward, the last one captured): the warm-up's other side.
+        none_side = row.key_size is not None and bool(row.previous_key_sizes) and row.key_size < max(row.previous_key_sizes)
+        state = ("this backward found the parameters' .grad None (after zero_grad), where the graph captured before it met "
+                 "them defined (a backward that accumulated into them)" if none_side else
+                 "the step's first backward found the parameters' .grad None (after zero_grad) and this one accumulates into it")
         why = [f"Follows from {root}: the forward recompiled just before made a new backward graph, and it warms up as every "
-               "graph did at the first step: the step's first backward found the parameters' .grad None (after zero_grad) and "
-               f"this one accumulates into it, which is another graph to compiled autograd (the key of "
+               f"graph did at the first step: {state}, which is another graph to compiled autograd (the key of "
                f"{node_label(row.node, row.node_call)} changed{_key_size_text(row)}, hooks unchanged). Captured once, then cached."]
         stability = stability_sentence(cause.facts, "such miss")
         return Words(title, why + ([stability] if stability else []),

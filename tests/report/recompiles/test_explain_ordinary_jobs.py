@@ -152,3 +152,24 @@ def test_a_wrapper_that_two_modules_forwards_share_is_one_entry_per_class_and_it
     words = cause_words(kind, table.cwd)
     assert words.fix[0].startswith("Nothing to fix: the compiled code is called with `args[0]` of another class than `Outer`"), words.fix
     assert "keep argument types fixed" not in " ".join(words.fix)
+
+
+def test_a_new_graphs_warm_up_says_which_side_of_the_grad_this_backward_met():
+    """HF Trainer on a tiny BERT with gradient accumulation 2: the forward recompiled at step 1
+    (config.problem_type set on the first call), and the new backward graph's first capture was
+    step 1's first backward, which met .grad None (AccumulateGrad's key 22, the graph before it 33:
+    the first step's accumulating backward). Its words said "the step's first backward found .grad
+    None and this one accumulates into it", the other side; a key larger than the one before is that."""
+    from cagtool.report.recompiles.explain import CAUSE_GRAD_DEFINED, Cause
+    from cagtool.report.recompiles.table import RecompileRow
+
+    def warm_up(key: int, previous: int) -> str:
+        row = RecompileRow(mode="ca", source="ca", compile_id="!2", step=1, kind="new_node", seqs=(33,), ca_id=2,
+                           node="torch::autograd::AccumulateGrad", node_call=4, key_size=key, previous_key_sizes=(previous,))
+        return " ".join(cause_words(Cause(CAUSE_GRAD_DEFINED, [row], number=7, caused_by=5), "/work").why)
+
+    none_side = warm_up(22, 33)
+    assert "this backward found the parameters' .grad None (after zero_grad), where the graph captured before it met them defined" \
+        in none_side and "this one accumulates into it" not in none_side, none_side
+    assert "the step's first backward found the parameters' .grad None (after zero_grad) and this one accumulates into it" \
+        in warm_up(33, 22)

@@ -404,7 +404,21 @@ def tells_entries_apart(guard: str) -> bool:
     batch of real data: the entry made for fake data fails on requires_grad, the one made for real
     data on the size)."""
     return (guard_kind(guard) in (GUARD_GRAD_MODE, GUARD_GLOBAL_STATE) or none_variant(guard) is not None
-            or requires_grad_variant(guard) is not None or bool_value_guard(guard) or type_variant(guard) is not None)
+            or requires_grad_variant(guard) is not None or bool_value_guard(guard) or type_variant(guard) is not None
+            or length_variant(guard) is not None)
+
+
+def length_variant(text: str) -> str | None:
+    """The argument of a failed length guard on the compiled frame's own input (`len(args) == 1`,
+    `not args`): an entry made for a call with another number of positional arguments (a wrapper
+    around several forwards, some called positionally) or another length of a list passed in.
+    Where another entry fails on something else (the batch's size), that entry has the call's own
+    length, and the other failure is the call's. None for any other guard."""
+    if guard_kind(text) != GUARD_LENGTH:
+        return None
+    match = _LENGTH_GUARD.match(text.split("  #", 1)[0].strip())
+    name = (match["len"] or match["not"]) if match else None
+    return name if name is not None and _CALL_INPUT.fullmatch(name) else None
 
 
 _TYPE_ID_GUARD = re.compile(r"^___check_type_id\((.+?), \d+\)")

@@ -574,3 +574,13 @@ def test_an_entry_made_for_another_class_of_the_calls_own_input_tells_entries_ap
     assert tt.type_variant(kind) == "args[0]" and tt.tells_entries_apart(kind)
     assert tt.type_variant("___check_type_id(self.cache, 1234), type=<class 'dict'>") is None and tt.type_variant(size) is None
     assert tt.call_guard([kind, size]) == size
+
+
+def test_an_entry_made_for_another_number_of_the_calls_own_arguments_tells_entries_apart():
+    """The same wrapper called by keyword (`self.gate(x=h)`: its *args holds `self` alone) has an
+    entry per number of positional arguments; on a smaller last batch one entry fails on
+    `len(args) == 2`, the call's own on the size. A length guard on a module's list is no form of the call."""
+    size = "tensor 'kwargs['x']' size mismatch at index 0. expected 8, actual 4"
+    assert tt.length_variant("len(args) == 2") == "args" and tt.length_variant("not args") == "args"
+    assert tt.length_variant("len(self.norms) == 2") is None and tt.length_variant(size) is None
+    assert tt.call_guard(["len(args) == 2", size]) == size and tt.call_guard(["len(args) == 2"]) == "len(args) == 2"

@@ -1,8 +1,9 @@
-"""Two modules whose forwards go through one decorator's wrapper (as transformers' `deprecate_kwarg`
-wraps both LlamaForCausalLM's and LlamaModel's), the inner one breaking the graph (a print): the
-wrapper is then a compiled frame of its own for each module, one entry per class, Dynamo's type
-guard on `args[0]` telling them apart. 28 rows in batches of 8 for 2 epochs (a last batch of 4),
-under torch.compile (eager backend)."""
+"""Three modules whose forwards go through one decorator's wrapper (as transformers' `deprecate_kwarg`
+wraps both LlamaForCausalLM's and LlamaModel's), the inner two breaking the graph: the wrapper is
+then a compiled frame of its own for each module, one entry per class (Dynamo's type guard on
+`args[0]`) and per number of positional arguments (`len(args)`: the last module is called by
+keyword, so the wrapper's *args holds `self` alone). 28 rows in batches of 8 for 2 epochs (a last
+batch of 4), under torch.compile (eager backend)."""
 
 import functools
 
@@ -31,14 +32,25 @@ class Inner(nn.Module):
         return torch.relu(self.lin(x))
 
 
-class Outer(nn.Module):
+class Gate(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.inner, self.head = Inner(), nn.Linear(8, 1)
+        self.lin = nn.Linear(8, 8)
 
     @logged
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.inner(x))
+        torch._dynamo.graph_break()
+        return torch.sigmoid(self.lin(x)) * x
+
+
+class Outer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner, self.gate, self.head = Inner(), Gate(), nn.Linear(8, 1)
+
+    @logged
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.gate(x=self.inner(x)))  # the gate by keyword
 
 
 torch.manual_seed(0)

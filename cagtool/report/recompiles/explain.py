@@ -3011,6 +3011,11 @@ def _guard_fixes(facts: dict[str, Any], on_ca: bool, code: str, cwd: str = "") -
             # The compiled code grows the list itself: every call makes it longer.
             return ["Keep the list out of the compiled code: append to it outside the compiled function (after it returns), "
                     "or keep what it collects in a tensor."]
+        if name == "args" and "args" not in (facts.get("argnames") or []) and facts.get("stabilised"):
+            # The frame's own *args (no parameter of that name): a wrapper whose callers pass their
+            # positional arguments differently (transformers' `deprecate_kwarg` around several forwards).
+            return ["Nothing to fix: `args` is the compiled function's own *args, and its callers pass it another "
+                    "number of positional arguments: Dynamo compiles it once for each number and caches each."]
         # The code only reads a list whose length differs between calls (a list of tensors passed in,
         # one per crop or view): nothing in the compiled code to move out.
         held = f"`{name}`" if name else "the list"
@@ -3648,6 +3653,18 @@ def cause_words(cause: Cause, cwd: str) -> Words:
         words = _CAUSE_WORDS.get(cause.code, _unknown)(cause, cwd)
     if cause.facts.get("sharded_under_ca"):
         return Words(words.title, words.why, [SHARDED_FIX], words.evidence)
+    if (failed := cause.facts.get("failed_compile")) is not None:
+        # The recompile's compile raised, and the process ended with that error: not cached, and no
+        # "nothing to fix": it stopped the job (a DeepSpeed ZeRO-2 rank, torch's symbolic-shape assert).
+        compile_id, error = failed
+        return Words(words.title, [*words.why, f"Its compile ({compile_id}) raised {error}, and the process ended with that "
+                                   "error: this recompile was not cached, it is what stopped the job."],
+                     [(f"The error is the compiler backend's, in compiling {compile_id}: report it to the backend's authors with the "
+                       "message above." if error.startswith("BackendCompilerFailed") else
+                       f"The error is torch's, in compiling {compile_id}: report it to torch with the message above.") + " To run the "
+                      "job meanwhile, keep this code out of what compiles (without compiled autograd where the code is a "
+                      "compiled-autograd graph's), or make the recompile unneeded with the fix below.", *words.fix],
+                     words.evidence)
     if cause.between_steps:
         return Words(words.title, words.why, words.fix, evidence_text(cause.evidence, between=True))
     return words
@@ -4590,6 +4607,20 @@ def size_recompiles(explanation: Explanation) -> int:
 
 def explain(table: RecompileTable) -> Explanation:
     causes = group_causes(table)
+    if table.failed_compiles and table.ended_with:
+        # A recompile whose compile raised the error the process ended with: that cause stopped the job.
+        # The same type, and the compile's reason within the process's message (torch adds its own lines to it).
+        ended = " ".join(table.ended_with.split())
+
+        def ended_with_it(compile_id: str) -> bool:
+            failure = " ".join(table.failed_compiles.get(compile_id, "").split())
+            kind, _, reason = failure.partition(": ")
+            return bool(failure) and ended.startswith(f"{kind}: ") and reason in ended
+
+        for cause in causes:
+            failed = next((r.compile_id for r in cause.rows if ended_with_it(r.compile_id)), None)
+            if failed is not None:
+                cause.facts["failed_compile"] = (failed, table.failed_compiles[failed])
     alerts = [a for a in (_limit_alert(table, causes), _storm(table, causes)) if a is not None]
     if table.sharded_under_ca:
         for cause in causes:

@@ -66,6 +66,7 @@ from cagtool.torch_text import (
     none_guard,
     random_draw_in_code,
     random_module_call,
+    recompile_limit,
     reason_compile_id,
     resume_function,
     source_prefixes,
@@ -227,6 +228,11 @@ class RecompileTable:
     failed_captures: frozenset[int] = frozenset()
     # ... and the error each raised, where the record has it (FindingEvent `ca_capture_error`): ca id -> finding.
     capture_errors: dict[int, FindingEvent] = field(default_factory=dict)
+    # Dynamo compiles that raised (DynamoCompileEvent.fail_type, past the recompile limit's own
+    # message): compile id -> "Type: reason". Where the process then ended with that error, such a
+    # recompile is not cached: it is what stopped the job (`failed_compile` in a cause's facts).
+    failed_compiles: dict[str, str] = field(default_factory=dict)
+    ended_with: str = ""  # the process's exception, "Type: message" ("" where it ended without one)
     # torch's first message of the graph break at each (file, line): what a resume frame follows.
     break_reasons: dict[tuple[str, int], str] = field(default_factory=dict)
     # The graph breaks inside a call a function made, by the function whose compile broke (its
@@ -941,6 +947,10 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         unexpected=unexpected_causes(record),
         failed_captures=frozenset(failed),
         capture_errors=errors,
+        failed_compiles={e.compile_id: " ".join(f"{e.fail_type}: {e.fail_reason or ''}".split()) for e in compile_events
+                         if e.fail_type and e.compile_id and not (e.fail_reason and recompile_limit(f"{e.fail_type} {e.fail_reason}"))},
+        ended_with=(f"{manifest.exception.type}: {manifest.exception.message.strip()}"
+                    if manifest.exception is not None and manifest.exception.type else ""),
         sharded_under_ca=manifest.mode == "ca" and any(any(e.shard or ()) for e in record.of(GradDigestEvent)) and _fsdp2_backward(record),
         ca_by_cagtool_only=manifest.mode == "ca" and any(e.code == FINDING_CA_FLAG_WITHOUT_COMPILED_BACKWARD for e in record.of(FindingEvent)),
         ca_flag_after_compile=manifest.mode == "ca" and any(e.code == FINDING_CA_FLAG_WITHOUT_COMPILED_BACKWARD and (e.detail or {}).get("inside_compiled_call")

@@ -136,22 +136,29 @@ def test_a_new_backward_graphs_warm_up_after_a_last_batch_follows_the_forwards_r
 def test_a_wrapper_that_two_modules_forwards_share_is_one_entry_per_class_and_its_last_batch_a_size_change(record_run):
     """tests/scripts/shared_forward_wrapper.py, the shape of an HF Trainer job on a tiny Llama
     (transformers' `deprecate_kwarg` wrapper around LlamaForCausalLM's and LlamaModel's forwards, a
-    frame of its own after a graph break): the last batch's recompiles of that frame (torch lists the
-    other class's entry first, failing on the type) were put with the second class's first call,
-    3 recompiles of "a value of another type ... keep argument types fixed". The type guard tells
-    the entries apart: the last batch's two are the size change's, and the class's own one is
-    compiled once per class, nothing to fix."""
+    frame of its own after a graph break): the last batch's recompiles of that frame (torch lists
+    another entry first, failing on the type or on `len(args)`) were put with a module's first call,
+    "a value of another type ... keep argument types fixed" and "pass `args` as one tensor
+    (torch.stack ...)". The type and the length of the call's own input tell the entries apart: the
+    last batch's are the size change's, and a class's or a call form's first call is compiled once
+    for each, nothing to fix."""
     run = record_run(str(ROOT / "tests" / "scripts" / "shared_forward_wrapper.py"), modes="aot")
     assert run.returncode == 0, run.stderr[-2000:]
     record = load_run(run.path)
     table = recompile_table(record.modes["aot"])
     explanation = explain(table)
     by_kind = {c.facts.get("kind"): c for c in explanation.causes if c.caused_by is None}
-    size, kind = by_kind["size"], by_kind["type"]
-    assert (size.count, kind.count) == (2, 1) and kind.steps == [0], [(c.number, c.count, c.steps) for c in explanation.causes]
+    size, kind, length = by_kind["size"], by_kind["type"], by_kind["length"]
+    # The last batch recompiles the wrapper once per entry (Outer, Inner, Gate): the size's three.
+    assert (size.count, kind.count, length.count) == (3, 1, 1) and kind.steps == length.steps == [0], \
+        [(c.number, c.facts.get("kind"), c.count, c.steps) for c in explanation.causes]
     words = cause_words(kind, table.cwd)
     assert words.fix[0].startswith("Nothing to fix: the compiled code is called with `args[0]` of another class than `Outer`"), words.fix
     assert "keep argument types fixed" not in " ".join(words.fix)
+    # The wrapper's own *args holds self alone where the gate is called by keyword: nothing to stack.
+    fix = cause_words(length, table.cwd).fix
+    assert fix == ["Nothing to fix: `args` is the compiled function's own *args, and its callers pass it another number of "
+                   "positional arguments: Dynamo compiles it once for each number and caches each."], fix
 
 
 def test_a_new_graphs_warm_up_says_which_side_of_the_grad_this_backward_met():
@@ -173,3 +180,21 @@ def test_a_new_graphs_warm_up_says_which_side_of_the_grad_this_backward_met():
         in none_side and "this one accumulates into it" not in none_side, none_side
     assert "the step's first backward found the parameters' .grad None (after zero_grad) and this one accumulates into it" \
         in warm_up(33, 22)
+
+
+def test_a_recompile_whose_compile_ended_the_job_is_said_to_have_stopped_it(record_run):
+    """A DeepSpeed ZeRO-2 rank under compiled autograd ended on torch's assert in compiling a
+    recompile of call_hook (`!0/19/2`: "sources must not be empty for symbol s81"); its cause read
+    "Nothing to fix ... compiled once per kind of argument and caches". tests/scripts/recompile_fails.py
+    is that shape with a backend that fails on its second compile: the cause says the compile raised
+    the error the process ended with, and that it was not cached."""
+    run = record_run(str(ROOT / "tests" / "scripts" / "recompile_fails.py"), modes="aot")
+    assert run.returncode != 0  # the job's own failure
+    record = load_run(run.path)
+    table = recompile_table(record.modes["aot"])
+    (cause,) = explain(table).causes
+    assert cause.facts["failed_compile"][0] == "0/1"
+    words = cause_words(cause, table.cwd)
+    assert words.why[-1].startswith("Its compile (0/1) raised BackendCompilerFailed: backend='backend' raised: RuntimeError: the "
+                                    "backend cannot compile this graph, and the process ended with that error"), words.why
+    assert words.fix[0].startswith("The error is the compiler backend's, in compiling 0/1"), words.fix

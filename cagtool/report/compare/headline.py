@@ -665,7 +665,9 @@ def run_headline(comparison: Comparison, verified: dict[str, Any] | None = None,
             advice += f"; {caveat}"
     if skipped is not None:  # before anything else: the module was never compiled
         fix = f"compile it: {skipped[0].fix}"
-        if not advice:
+        from cagtool.report.recompiles.explain import NOTHING_TO_FIX
+
+        if not advice or advice.startswith(NOTHING_TO_FIX):  # "then Nothing to fix: ..." is no next step
             return Headline("; ".join(phrases) + ".", tone, fix, details="summary")
         advice = f"{fix}; then {advice}"
     return Headline("; ".join(phrases) + ".", tone, advice)

@@ -470,7 +470,11 @@ def render_mode(console: Console, record: ModeRecord, metrics: ModeMetrics | Non
     run_dir = run_dir_of(record)
     analysis = analyze_ranks(record) if label is None else None
     if analysis is not None:
-        label = f"{record.path.name} (main process{'' if record.rank is None else f', rank {record.rank}'})"
+        # A launcher (torchrun, mp.spawn's parent) trains nothing itself: its 0 steps and graphs are
+        # not the job's, which its ranks' table below holds.
+        launcher = record.rank is None and not m.steps and bool(analysis.rows)
+        label = (f"{record.path.name} (main process: the launcher, which trains nothing itself; its ranks are below)" if launcher
+                 else f"{record.path.name} (main process{'' if record.rank is None else f', rank {record.rank}'})")
     state = manifest.status if manifest.exit_code in (0, None) else f"{manifest.status}, exit {manifest.exit_code}"
     duration = _duration(manifest)
     stopped = {"steps": " (stopped by --steps)", "max_time": " (stopped by --max-time)"}.get(str(manifest.options.get("stopped_by")), "")

@@ -41,7 +41,8 @@ def test_summary_per_rank_table_totals_and_divergence(cli, multi_rank_run):
     code, out, _ = cli("summary", str(run))
     assert code == 0
     text = _text(out)
-    assert "mode ca (main process): finished" in text
+    # The launcher trains nothing itself: its 0 steps are not read as the job's.
+    assert "mode ca (main process: the launcher, which trains nothing itself; its ranks are below): finished" in text
     assert """\
   ranks: 2 of world size 2 recorded
      rank  status    steps  CA graphs  cache misses  graph breaks  step time  peak RSS

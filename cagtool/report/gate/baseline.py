@@ -463,6 +463,15 @@ def suggested_threshold(snap: ModeSnapshot) -> tuple[int | None, str]:
     from cagtool.report.figures.intervals import MIN_RANK_UNITS, mean_var, t_quantile
 
     sample = snap.step_time.sample if snap.step_time is not None else None
+    from cagtool.report.figures.pooled import HEAVY_WAIT
+
+    wait = snap.step_time.runnable_wait if snap.step_time is not None else None
+    if wait is not None and wait >= HEAVY_WAIT:
+        # A baseline recorded on a loaded runner: the gate withholds a pass that the load could
+        # explain (report/gate/checks.py, heavy load), so no threshold the noise suggests would pass.
+        return None, (f"its median step waited for a CPU {wait:.0%} of its runnable time (a loaded runner): a step-time gate "
+                      "against it reads inconclusive (exit 5) at any usual threshold, as the load, not the code, could explain "
+                      "the difference; re-save it on a quieter runner")
     if sample is None or sample.repetitions < MIN_RANK_UNITS:
         held = "one process" if sample is None or sample.repetitions == 1 else f"{sample.repetitions} processes"
         return None, (f"{held}: the gate will assume the run-to-run noise (at a 10% threshold it catches a 2.0x slowdown in CPU time or 2.9x in wall time, not a 10% one, and says "

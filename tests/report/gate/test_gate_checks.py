@@ -1183,3 +1183,19 @@ def test_one_process_a_side_asks_to_measure_the_noise_whatever_the_ratio(slower)
     assert result.outcome is Outcome.INCONCLUSIVE, result.message
     assert result.notes[0].startswith("evidence: wall time per step, 1 vs 1 process")
     assert result.notes[0].endswith("; measure the run-to-run noise first: 5 processes a side (run --repeat 5, baseline save from such a run)")
+
+
+def test_baseline_save_suggests_no_threshold_for_a_baseline_recorded_on_a_loaded_runner():
+    """A baseline whose median step waited for a CPU 73% of its runnable time (5 processes beside two
+    busy loops) was saved with "one unchanged run passes from about --max-regression 40%", and every
+    gate against it read inconclusive up to 200% (the load could explain the difference). It gets no
+    threshold, and says why."""
+    from cagtool.report.gate.baseline import suggested_threshold
+
+    base = snap(median=0.010, spread=0.02, count=60, processes=5, between=0.05)
+    loaded = replace(base, step_time=replace(base.step_time, cpu_wait=0.73))
+    assert suggested_threshold(base)[0] is not None
+    pct, words = suggested_threshold(loaded)
+    assert pct is None and "waited for a CPU 73% of its runnable time" in words and "re-save it on a quieter runner" in words
+    unchanged = snap(median=base.step_time.sample.values["median"], spread=0.02, count=60, processes=1)
+    assert StepTimeRegressionCheck(TimeThreshold(40, "%"), "ca").evaluate({"ca": unchanged}, {"ca": loaded}).outcome is Outcome.INCONCLUSIVE

@@ -267,3 +267,31 @@ def test_without_the_aot_mode_a_disagreement_names_eagers_disabled_dynamo(record
             "under it differs there with nothing compiled") in text, text
     three = " ".join(compare(str(record_run("../tests/scripts/compiled_gradient_differs.py", modes="eager,aot,ca").path)).stdout.split())
     assert "TORCHDYNAMO_DISABLE" not in three  # with aot, ca is compared with it instead
+
+
+def test_a_compile_time_between_two_runs_is_a_figure_not_a_verdict(record_run, tmp_path):
+    """`compare A B` said "compile 231% slower" (and "30% slower" of two runs of one unchanged job):
+    one compile a process, under whatever load each run met, stated as a change. The headline gives
+    the two figures and says the gate's compile check judges them."""
+    import json
+    import shutil
+
+    from conftest import cli_in_process
+
+    run = record_run("op_loop.py", modes="aot", backend="eager")
+    assert run.returncode == 0, run.stderr[-2000:]
+    later = tmp_path / "B"
+    shutil.copytree(run.path, later, symlinks=True)
+    events = later / "aot" / "events.jsonl"
+    lines = []
+    for text in events.read_text().splitlines():
+        event = json.loads(text)
+        if event.get("kind") == "dynamo_compile" and event.get("entire_frame_compile_time_s"):
+            event["entire_frame_compile_time_s"] *= 3.3
+        lines.append(json.dumps(event))
+    events.write_text("\n".join(lines) + "\n")
+    code, text, err = cli_in_process("compare", str(run.path), str(later), env={"CI": "true", "COLUMNS": "300"})
+    assert code == 0, err
+    headline = " ".join(text.split("Before/after")[0].split())
+    assert "(a figure, not a verdict: gate --max-compile-regression judges it against the load)" in headline, headline
+    assert "% slower" not in headline and "% faster" not in headline, headline

@@ -650,6 +650,11 @@ def _regression_load(check: str, verdict: RegressionVerdict, cur: StepTimeSnapsh
     if load is not None:
         data["load_factor"] = load[0]  # this run made this much slower than the baseline by waiting alone
         corrected = [regression_verdict(ratio / f, low / f, high / f, samples, allowed, improved).outcome for f in load_range(load[0], measure)]
+        # A correction turns the outcome only where it turns this interval's own verdict: the
+        # outcome may rest on more than this interval (CPU time's pass that wall time cannot
+        # confirm), and a correction of 1 (none, an end of CPU time's range) turns nothing.
+        plain = regression_verdict(ratio, low, high, samples, allowed, improved).outcome
+        corrected = [c if _side(c) != _side(plain) else verdict.outcome for c in corrected]
     rests_on = {Outcome.FAIL: [("this run", cur)], Outcome.PASS: [("the baseline", base)], Outcome.IMPROVED: [("the baseline", base)]}.get(
         verdict.outcome, [("this run", cur), ("the baseline", base)])
     def slowed(side: str, f: float) -> Outcome:

@@ -73,7 +73,7 @@ def _speed_phrase(s: Speedup, trained_otherwise: bool = False, aot_compiled_noth
         a, b = s.steady_steps
         return f"{mode}: {figure}{on}, from {a} and {b} steady steps, too few to judge (run more steps)", NEUTRAL
     if verdict == LOAD_DIFFERED:
-        return f"{mode}: {figure}{on}, not judged: the machine's load differed between the modes ({ci})", NEUTRAL
+        return f"{mode}: {figure}{on}, not judged: {load_words(s, 'modes')} ({ci})", NEUTRAL
     basis = ""
     if not s.measured and s.interval is not None:
         one = max(s.interval.units) == 1
@@ -138,6 +138,16 @@ def _other_ranks(comparison: Comparison, column: Any, value: Callable[["ModeMetr
         if rank != scope.focus and value(metrics) != shown:
             groups.setdefault(value(metrics), []).append(rank)
     return sorted(((tuple(ranks), v) for v, ranks in groups.items()), key=lambda group: group[0])
+
+
+def load_words(s: Speedup, sides: str) -> str:
+    """Why a speedup is not judged for the load: it differed between the two sides (a correction for
+    it turns the verdict), or it was too heavy on a side for any correction to hold (both sides alike
+    included: "differed" was not so)."""
+    if s.load_too_heavy and not s.load_changes_verdict:
+        return ("the machine's load was too heavy (a median step waited for a CPU 40% or more of its runnable time, "
+                "beyond which the load can slow a step far more than the wait says)")
+    return f"the machine's load differed between the {sides}"
 
 
 def breaks_figure(m: "ModeMetrics") -> str:
@@ -720,7 +730,7 @@ def change_headline(rc: RunComparison) -> Headline:
                 needed = s.blocks_needed
                 bits.append(f"step time {ratio_text(s.ratio)} the speed, inconclusive{basis}" + (f" (record each run with --repeat {needed})" if needed else ""))
             elif s.verdict == LOAD_DIFFERED:
-                bits.append(f"step time {ratio_text(s.ratio)} the speed, not judged: the machine's load differed between the runs")
+                bits.append(f"step time {ratio_text(s.ratio)} the speed, not judged: {load_words(s, 'runs')}")
         if a.compile_time_s and b.compile_time_s:
             pct = 100.0 * (b.compile_time_s / a.compile_time_s - 1.0)
             if abs(pct) >= 1:

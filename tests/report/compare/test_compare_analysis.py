@@ -819,3 +819,16 @@ def test_a_mode_that_trained_no_step_agrees_in_nothing():
     trained = NumericsSample("aot", {0: 0.5, 1: 0.4}, 3.0, 1.0, True)
     lines = [text for text, _ in numerics_lines(modes_numerics([eager, trained], Tolerance()))]
     assert lines[0].startswith("Numerics: losses and final norms agree with eager")
+
+
+def test_a_speedup_not_judged_for_a_load_too_heavy_on_both_sides_does_not_say_the_load_differed():
+    """Two modes whose median steps both waited ~70% for a CPU: the speedup is withheld because no
+    correction holds at that load, not because the load differed. The words say which."""
+    from types import SimpleNamespace
+
+    from cagtool.report.compare.headline import load_words
+
+    heavy = SimpleNamespace(load_too_heavy=True, load_changes_verdict=False)
+    differed = SimpleNamespace(load_too_heavy=False, load_changes_verdict=True)
+    assert load_words(heavy, "modes").startswith("the machine's load was too heavy") and "differed" not in load_words(heavy, "modes")
+    assert load_words(differed, "runs") == "the machine's load differed between the runs"

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cagtool.errors import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK, UsageError
+from cagtool.errors import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK, UnreadableInput, UsageError
 from cagtool.record.integrity import refuse_damaged
 from cagtool.record.loader import RunRecord, load_run
-from cagtool.record.schema import IMPORTED_MODE
+from cagtool.record.schema import IMPORTED_MODE, STATUS_RUNNING
 from cagtool.report.gate.baseline import (
     Baseline,
     environment_warnings,
@@ -350,6 +350,11 @@ def run_gate(run_path: str | Path | None, options: GateOptions | None = None) ->
         build_checks(settings, "ca", None)  # raises the usage error before any loading
     run = load_run(run_path, strict=options.strict, columns=True)
     refuse_damaged(run, "gating it")
+    if run.meta.status == STATUS_RUNNING:
+        # The loader reads a run whose cagtool process is gone as killed: this one's runs (or ran on
+        # another host). Its modes not yet run, or running, are no failures, and no verdict is whole.
+        raise UnreadableInput(f"run {run.path} is still being recorded (its cagtool process is running, or it was copied while it "
+                              "ran): gate it once `cagtool run` has finished")
     baseline = load_baseline(settings.baseline) if settings.baseline is not None else None
     mode = settings.mode or default_mode(run)
     checks = build_checks(settings, mode, baseline)

@@ -412,3 +412,18 @@ def test_a_flag_beside_other_config_keys_leaves_them_the_configs(op_loop, work):
     config.write_text('[tool.cagtool.gate]\nmax-recompiles = { dynamo = 0, ca = 0 }\n')
     data = gate_json(op_loop, "--max-recompiles", "ca:100", cwd=work, code=0)
     assert _sources(data) == {"max-recompiles:ca": "flag", "max-recompiles:dynamo": str(config.resolve())}
+
+
+def test_a_run_still_being_recorded_is_refused_not_failed_for_its_modes_to_come(op_loop, work):
+    """`cagtool gate` of a run whose `cagtool run --repeat` was still going failed "mode-finished:
+    ca.2: missing: no record was written (the process died before starting the target)" of
+    repetitions not started yet, and judged its timing checks on the finished ones. A run whose
+    cagtool process is alive is refused, exit 3, with one line that says why."""
+    from cagtool.record.liveness import this_process
+
+    copy = work / "in_progress"
+    shutil.copytree(op_loop, copy)
+    edit(copy / "run.json", lambda data: data.update(status="running", process=this_process()))
+    proc = cagtool("gate", str(copy), "--max-ca-graphs", "10", cwd=work)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "is still being recorded" in proc.stderr and "Traceback" not in proc.stderr and "FAIL" not in proc.stdout

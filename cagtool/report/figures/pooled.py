@@ -153,7 +153,10 @@ def _failure_of(name: str, record: ModeRecord | None, exit_code: int | None, not
     code = manifest.exit_code if manifest.exit_code is not None else exit_code
     if manifest.status == STATUS_RUNNING:
         signal_note = f" (exit code {code})" if code not in (None, 0) else ""
-        return ModeFailure(name, STATUS_RUNNING, code, f"the record was never finished: the process was killed{signal_note}")
+        # The loader reads a record whose process is gone from this host as killed (record/liveness.py):
+        # one still "running" is being written now, or its process ran where this host cannot look.
+        return ModeFailure(name, STATUS_RUNNING, code, f"its record is not finished: the process is still running, or it was "
+                                                       f"killed on a host this one cannot look at{signal_note}")
     if manifest.exception is not None:
         exc = manifest.exception
         first_line = (exc.message or "").strip().splitlines()[0] if (exc.message or "").strip() else ""

@@ -427,3 +427,18 @@ def test_a_run_still_being_recorded_is_refused_not_failed_for_its_modes_to_come(
     proc = cagtool("gate", str(copy), "--max-ca-graphs", "10", cwd=work)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "is still being recorded" in proc.stderr and "Traceback" not in proc.stderr and "FAIL" not in proc.stdout
+
+
+def test_a_mode_record_still_being_written_is_not_said_to_have_been_killed(op_loop, work):
+    """A mode whose record is still "running" with its writer alive (the loader reads one whose
+    process is gone from this host as killed) read "the record was never finished: the process was
+    killed": it is said to be not finished, the process still running or killed out of sight."""
+    from cagtool.record.liveness import this_process
+
+    copy = work / "mode_running"
+    shutil.copytree(op_loop, copy)
+    edit(copy / "ca" / "manifest.json", lambda data: data.update(status="running", process={**data.get("process", {}), **this_process()}))
+    proc = cagtool("gate", str(copy), "--max-ca-graphs", "10", cwd=work)
+    said = " ".join(proc.stdout.split())
+    assert proc.returncode == 1 and "its record is not finished: the process is still running" in said, said
+    assert "was killed" not in said.replace("it was killed on a host", "")

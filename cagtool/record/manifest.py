@@ -61,9 +61,14 @@ class ModeOptions(TypedDict, total=False):
     pgo_suggestion: str  # torch's PGO words after a shape recompile, verbatim (child, follow, import)
     patched_source: str  # recompiles --verify: the patched copy this mode ran in the script's place
     # Files under the process's working directory it opened for reading (capture/processes/
-    # workdir_reads.py: relative paths, sorted, the first 64; no Python source); None where not
-    # watched (a Python API block), absent in a record made before it was kept.
+    # workdir_reads.py: relative paths, sorted, the first WORKDIR_READS_KEPT, after which later reads
+    # are not kept; no Python source); None where not watched (a Python API block), absent in a
+    # record made before it was kept.
     workdir_reads: list[str] | None
+
+
+# How many files of its working directory a process's record keeps as read (ModeOptions.workdir_reads).
+WORKDIR_READS_KEPT = 64
 
 
 class RunOptions(TypedDict, total=False):

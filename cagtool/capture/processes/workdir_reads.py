@@ -20,7 +20,8 @@ import os
 import sys
 from typing import Any
 
-MAX_KEPT = 64
+from cagtool.record.manifest import WORKDIR_READS_KEPT as MAX_KEPT
+
 _SOURCE = (".py", ".pyc", ".pyi", ".pth", ".so")
 _WRITE_ONLY = os.O_WRONLY
 

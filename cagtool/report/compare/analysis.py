@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from cagtool.record.loader import ModeRecord, RunRecord
-from cagtool.record.manifest import WrittenFiles
+from cagtool.record.manifest import WORKDIR_READS_KEPT, WrittenFiles
 from cagtool.record.schema import (
     FIRST_STEP,
     MODES,
@@ -870,8 +870,8 @@ def workdir_reads(record: ModeRecord) -> frozenset[str] | None:
     found: set[str] = set()
     for process in (record, *record.processes.values()):
         read = process.manifest.options.get("workdir_reads")
-        if not isinstance(read, list) or not all(isinstance(path, str) for path in read):
-            return None
+        if not isinstance(read, list) or not all(isinstance(path, str) for path in read) or len(read) >= WORKDIR_READS_KEPT:
+            return None  # not kept, or full: a later read (the checkpoint after a dataset's files) may be missing
         found.update(read)
     return frozenset(found)
 

@@ -66,3 +66,24 @@ def test_an_unseeded_job_under_seed_off_is_not_blamed_on_files_an_earlier_mode_w
     code, gate, _ = cli_in_process("gate", str(_with_files_written_before(run.path, tmp_path / "g")), "--max-grad-diff", "1",
                                    env={"CI": "true"}, cwd=tmp_path)
     assert "wrote" not in gate, gate
+
+
+def test_a_full_list_of_files_read_is_no_evidence_that_a_file_was_not_read():
+    """A process keeps the first WORKDIR_READS_KEPT files of its working directory it read: a job
+    that reads a dataset's files there first may read its checkpoint after the list is full, so a
+    full list says nothing of what was not read."""
+    from types import SimpleNamespace
+
+    from cagtool.record.manifest import WORKDIR_READS_KEPT
+    from cagtool.report.compare.analysis import workdir_reads
+
+    def record(*reads: list) -> SimpleNamespace:
+        def process(read: list) -> SimpleNamespace:
+            return SimpleNamespace(manifest=SimpleNamespace(options={"workdir_reads": read}))
+
+        main, *others = [process(r) for r in reads]
+        return SimpleNamespace(manifest=main.manifest, processes={f"rank{i}": p for i, p in enumerate(others, 1)})
+
+    assert workdir_reads(record(["snapshot.pt"], ["data/0.bin"])) == frozenset({"snapshot.pt", "data/0.bin"})
+    assert workdir_reads(record([f"data/{i}.bin" for i in range(WORKDIR_READS_KEPT)])) is None
+    assert workdir_reads(record(["snapshot.pt"], None)) is None  # a process that did not keep them

@@ -1517,6 +1517,19 @@ def _recurring_smaller_batch(facts: dict[str, Any]) -> tuple[int, int] | None:
     return (full, small) if (full, small) in forward else None
 
 
+def _size_came_back(facts: dict[str, Any]) -> tuple[int | None, int, int] | None:
+    """(step, full, small) where, after a cause's sizes got smaller once, Dynamo recompiled the CA
+    graph's code in a later step for a size going back from the smaller value to the larger
+    (`expected 88, actual 128`): the smaller batch came between full ones. None otherwise."""
+    pairs = {(e["values"][0], e["values"][1]) for e in (facts.get("sizes") or {}).values() if len(e.get("values") or ()) == 2}
+    same = set(facts.get("dynamo_same_step") or ())
+    for cid, step, guard in facts.get("dynamo_recompiles") or ():
+        size = size_guard(guard or "")
+        if cid not in same and size is not None and (size[3], size[2]) in pairs:
+            return step, size[3], size[2]
+    return None
+
+
 LAST_BATCH_FIX = ("If it is the last batch: drop it (DataLoader(..., drop_last=True); HF Trainer: "
                   "TrainingArguments(dataloader_drop_last=True); slicing the data by hand, skip a chunk "
                   "shorter than the others) or pad it to the full size, and the backward keeps one graph.")
@@ -1930,6 +1943,14 @@ def _shapes(cause: Cause, cwd: str) -> Words:
         why.append(stability)
     fix = []
     last_batch_fix = HAND_SLICE_FIX if by_hand(facts) else LAST_BATCH_FIX
+    back = _size_came_back(facts) if shorter else None
+    if back is not None and not by_hand(facts):
+        # The record shows the smaller batch between full ones (the next epoch's first step): a last
+        # batch for certain, not "if".
+        step, full, small = back
+        why.append(f"The size came back ({small} -> {full} at step {step}, the graph's code compiled again for it): the smaller "
+                   "batch came between full ones, as each epoch's last batch does.")
+        last_batch_fix = LAST_BATCH_FIX.replace("If it is the last batch: drop it", "It is the last batch: drop it", 1)
     if shorter and facts.get("stabilised") and facts.get("quiet_steps_after", 0) > 1 and not facts["dynamo_recompiles"]:
         # Both readings stand (the why above): the fix says what to do in each.
         fix.append(f"{last_batch_fix} Or, if the sizes changed for good at step {facts['last_recompile_step']} (a phase of other "

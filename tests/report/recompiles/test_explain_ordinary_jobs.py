@@ -198,3 +198,17 @@ def test_a_recompile_whose_compile_ended_the_job_is_said_to_have_stopped_it(reco
     assert words.why[-1].startswith("Its compile (0/1) raised BackendCompilerFailed: backend='backend' raised: RuntimeError: the "
                                     "backend cannot compile this graph, and the process ended with that error"), words.why
     assert words.fix[0].startswith("The error is the compiler backend's, in compiling 0/1"), words.fix
+
+
+def test_a_smaller_batch_the_record_shows_between_full_ones_is_the_last_batch_for_certain(record_run):
+    """pytorch/examples' vae over 2 epochs (600 rows by 128: a last batch of 88): the backward's
+    sizes went 128 -> 88 at step 4 and Dynamo compiled the CA graph's code again for 128 at step 5,
+    yet the fix read "If it is the last batch". The size that came back is said, and the fix is
+    the last batch's (tests/scripts/epochs_last_batch.py: 20 rows by 8, 2 epochs)."""
+    run = record_run(str(ROOT / "tests" / "scripts" / "epochs_last_batch.py"))
+    assert run.returncode == 0, run.stderr[-2000:]
+    _, table, explanation = _explained(run.path)
+    root = next(c for c in explanation.causes if c.caused_by is None and c.code == "changed_shapes")
+    words = cause_words(root, table.cwd)
+    assert any(w.startswith("The size came back (4 -> 8 at step 3") for w in words.why), words.why
+    assert words.fix[0].startswith("It is the last batch: drop it (DataLoader(..., drop_last=True)"), words.fix

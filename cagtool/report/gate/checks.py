@@ -570,9 +570,12 @@ class LoadDecision:
 
 def _load_decides(check: str, outcome: Outcome, load: tuple[float, str] | None, corrected: list[Outcome],
                   rests_on: list[tuple[str, StepTimeSnapshot | _Waited | None]], rerun: str,
-                  slowed: Callable[[str, float], Outcome], measure: str) -> LoadDecision:
+                  slowed: Callable[[str, float], Outcome], measure: str, plain: Outcome | None = None) -> LoadDecision:
     """The load's say on `outcome`, the verdict on the figures. `corrected`: the verdict on the
-    interval corrected by each end of the load's range (load_range); `rests_on`: the sides the
+    interval corrected by each end of the load's range (load_range); `plain`: that interval's own
+    verdict, uncorrected, where `outcome` rests on more than it (a CPU-time pass that wall time
+    cannot confirm): a correction turns the outcome only where it turns `plain` (a correction of 1,
+    an end of CPU time's range, turns nothing); None: `outcome` is it; `rests_on`: the sides the
     outcome rests on (this run for a FAIL, the baseline for a PASS; both for an inconclusive one);
     `slowed(side, f)`: the outcome had `side`'s figures been f times what the code alone gave.
     A FAIL or a PASS that the correction would turn, or that rests on a side whose median step
@@ -587,7 +590,8 @@ def _load_decides(check: str, outcome: Outcome, load: tuple[float, str] | None, 
     settled = outcome in (Outcome.FAIL, Outcome.PASS, Outcome.IMPROVED)
     if load is not None:
         words = load[1]
-        other = next((c for c in corrected if _side(c) != _side(outcome)), None)
+        own = outcome if plain is None else plain
+        other = next((c for c in corrected if _side(c) != _side(own) and _side(c) != _side(outcome)), None)
         if other is None:
             notes.append(words)
         else:
@@ -650,18 +654,14 @@ def _regression_load(check: str, verdict: RegressionVerdict, cur: StepTimeSnapsh
     if load is not None:
         data["load_factor"] = load[0]  # this run made this much slower than the baseline by waiting alone
         corrected = [regression_verdict(ratio / f, low / f, high / f, samples, allowed, improved).outcome for f in load_range(load[0], measure)]
-        # A correction turns the outcome only where it turns this interval's own verdict: the
-        # outcome may rest on more than this interval (CPU time's pass that wall time cannot
-        # confirm), and a correction of 1 (none, an end of CPU time's range) turns nothing.
-        plain = regression_verdict(ratio, low, high, samples, allowed, improved).outcome
-        corrected = [c if _side(c) != _side(plain) else verdict.outcome for c in corrected]
     rests_on = {Outcome.FAIL: [("this run", cur)], Outcome.PASS: [("the baseline", base)], Outcome.IMPROVED: [("the baseline", base)]}.get(
         verdict.outcome, [("this run", cur), ("the baseline", base)])
     def slowed(side: str, f: float) -> Outcome:
         g = 1 / f if side == "this run" else f
         return regression_verdict(ratio * g, low * g, high * g, samples, allowed, improved).outcome
 
-    decided = _load_decides(check, verdict.outcome, load, corrected, rests_on, "rerun on a quieter runner", slowed, measure)
+    plain = regression_verdict(ratio, low, high, samples, allowed, improved).outcome
+    decided = _load_decides(check, verdict.outcome, load, corrected, rests_on, "rerun on a quieter runner", slowed, measure, plain)
     if machine is not None:
         decided = _machine_decides(check, verdict.outcome, decided, machine, slowed)
         data["machine_factor"] = machine[0]

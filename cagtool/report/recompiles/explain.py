@@ -4628,20 +4628,12 @@ def size_recompiles(explanation: Explanation) -> int:
 
 def explain(table: RecompileTable) -> Explanation:
     causes = group_causes(table)
-    if table.failed_compiles and table.ended_with:
+    if table.stopping_compile is not None:
         # A recompile whose compile raised the error the process ended with: that cause stopped the job.
-        # The same type, and the compile's reason within the process's message (torch adds its own lines to it).
-        ended = " ".join(table.ended_with.split())
-
-        def ended_with_it(compile_id: str) -> bool:
-            failure = " ".join(table.failed_compiles.get(compile_id, "").split())
-            kind, _, reason = failure.partition(": ")
-            return bool(failure) and ended.startswith(f"{kind}: ") and reason in ended
-
+        stopping = table.stopping_compile[0]
         for cause in causes:
-            failed = next((r.compile_id for r in cause.rows if ended_with_it(r.compile_id)), None)
-            if failed is not None:
-                cause.facts["failed_compile"] = (failed, table.failed_compiles[failed])
+            if any(r.compile_id == stopping for r in cause.rows):
+                cause.facts["failed_compile"] = table.stopping_compile
     alerts = [a for a in (_limit_alert(table, causes), _storm(table, causes)) if a is not None]
     if table.sharded_under_ca:
         for cause in causes:

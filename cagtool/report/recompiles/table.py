@@ -228,11 +228,10 @@ class RecompileTable:
     failed_captures: frozenset[int] = frozenset()
     # ... and the error each raised, where the record has it (FindingEvent `ca_capture_error`): ca id -> finding.
     capture_errors: dict[int, FindingEvent] = field(default_factory=dict)
-    # Dynamo compiles that raised (DynamoCompileEvent.fail_type, past the recompile limit's own
-    # message): compile id -> "Type: reason". Where the process then ended with that error, such a
-    # recompile is not cached: it is what stopped the job (`failed_compile` in a cause's facts).
-    failed_compiles: dict[str, str] = field(default_factory=dict)
-    ended_with: str = ""  # the process's exception, "Type: message" ("" where it ended without one)
+    # The Dynamo compile that raised the error the process ended with (DynamoCompileEvent.fail_type,
+    # past the recompile limit's own message): (compile id, "Type: reason"), or None. Such a
+    # recompile is not cached: it is what stopped the job (`failed_compile` in its cause's facts).
+    stopping_compile: tuple[str, str] | None = None
     # torch's first message of the graph break at each (file, line): what a resume frame follows.
     break_reasons: dict[tuple[str, int], str] = field(default_factory=dict)
     # The graph breaks inside a call a function made, by the function whose compile broke (its
@@ -850,6 +849,22 @@ def _recomputes_as_forward_frames(rows: list[RecompileRow], phases: "ModePhases"
     return out
 
 
+def _stopping_compile(compile_events: list[DynamoCompileEvent], manifest: Any) -> tuple[str, str] | None:
+    """The last Dynamo compile that raised the error the process ended with: (compile id, "Type:
+    reason"), or None. The same type, and the compile's reason within the process's message (torch
+    adds its own lines to it); a compile stopped by the recompile limit is the limit's, not this."""
+    if manifest.exception is None or not manifest.exception.type:
+        return None
+    ended = " ".join(f"{manifest.exception.type}: {manifest.exception.message}".split())
+    for event in reversed(compile_events):
+        if not event.fail_type or not event.compile_id or (event.fail_reason and recompile_limit(f"{event.fail_type} {event.fail_reason}")):
+            continue
+        failure = " ".join(f"{event.fail_type}: {event.fail_reason or ''}".split())
+        if ended.startswith(f"{event.fail_type}: ") and failure.partition(": ")[2] in ended:
+            return event.compile_id, failure
+    return None
+
+
 def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> RecompileTable:
     """The recompiles of one mode record, in the order they happened. `steps` is given when the
     record was read without its step events (recompiles_load); otherwise it is counted here."""
@@ -947,10 +962,7 @@ def recompile_table(record: ModeRecord, steps: StepSummary | None = None) -> Rec
         unexpected=unexpected_causes(record),
         failed_captures=frozenset(failed),
         capture_errors=errors,
-        failed_compiles={e.compile_id: " ".join(f"{e.fail_type}: {e.fail_reason or ''}".split()) for e in compile_events
-                         if e.fail_type and e.compile_id and not (e.fail_reason and recompile_limit(f"{e.fail_type} {e.fail_reason}"))},
-        ended_with=(f"{manifest.exception.type}: {manifest.exception.message.strip()}"
-                    if manifest.exception is not None and manifest.exception.type else ""),
+        stopping_compile=_stopping_compile(compile_events, manifest),
         sharded_under_ca=manifest.mode == "ca" and any(any(e.shard or ()) for e in record.of(GradDigestEvent)) and _fsdp2_backward(record),
         ca_by_cagtool_only=manifest.mode == "ca" and any(e.code == FINDING_CA_FLAG_WITHOUT_COMPILED_BACKWARD for e in record.of(FindingEvent)),
         ca_flag_after_compile=manifest.mode == "ca" and any(e.code == FINDING_CA_FLAG_WITHOUT_COMPILED_BACKWARD and (e.detail or {}).get("inside_compiled_call")

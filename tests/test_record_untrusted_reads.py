@@ -120,6 +120,32 @@ def test_gate_junit_never_writes_through_a_link_planted_at_its_name(run, tmp_pat
     assert not (tmp_path / "junit.xml").is_symlink() and "<testsuite" in (tmp_path / "junit.xml").read_text()
 
 
+def test_a_folder_swapped_for_a_link_after_its_names_were_checked_is_not_read_through(run, tmp_path):
+    """The race a name check cannot close: `ca/graphs` checked (no link on the way, loader.inside),
+    then swapped for a link to a folder elsewhere before the file is opened (a loop of renames while
+    `cagtool report` reads). O_NOFOLLOW sees only the last name, so the open itself must find the
+    file under the run's real path; the swap done here between the check and the read, in one process."""
+    from cagtool.errors import UnreadableInput
+    from cagtool.record.loader import inside, load_run
+    from cagtool.record.regular_files import read_record_bytes
+    from cagtool.record.schema import CAGraphEvent
+
+    record = load_run(run)
+    graph = next(g for g in record.modes["ca"].of(CAGraphEvent) if g.code_file)
+    path = inside(record.modes["ca"].path, graph.code_file, "code file")  # checked: no link yet
+    assert read_record_bytes(path)
+    graphs = run / "ca" / "graphs"
+    outside = Path(shutil.copytree(graphs, tmp_path / "outside-graphs"))
+    (outside / path.name).write_text(SECRET + "\n")
+    graphs.rename(run / "ca" / "graphs.real")
+    graphs.symlink_to(outside)
+    with pytest.raises(UnreadableInput, match="outside the run: a folder of the record was swapped for a link"):
+        read_record_bytes(path)
+    graphs.unlink()
+    (run / "ca" / "graphs.real").rename(graphs)
+    assert SECRET.encode() not in read_record_bytes(path)
+
+
 def test_a_graphs_code_read_by_the_report_never_leaves_the_run(run, tmp_path):
     """The report embeds each CA graph's code: a code file planted as a link, or a code_file
     field leading out of the run (relative or absolute), is refused, not embedded."""

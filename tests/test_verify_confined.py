@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,46 @@ def test_links_planted_in_the_run_are_refused_before_anything_runs(recorded, tmp
     proc = _verify(run, tmp_path)
     assert proc.returncode == 3 and "verify is a symbolic link" in _one_error_line(proc)
     assert list(elsewhere.iterdir()) == [] and victim.read_text() == "precious\n"
+
+
+def test_the_verify_folder_swapped_for_a_link_while_the_reruns_run_takes_nothing_outside(recorded, tmp_path):
+    """`RUN/verify/<stamp>` renamed and a link to a folder elsewhere put in its place as soon as it
+    appears (while the baseline re-run starts: a re-run is a `cagtool run -o DIR` whose processes
+    write by path): the re-runs record in a private folder and are moved into the run by
+    descriptor, so nothing lands in the folder elsewhere; the link is refused (exit 3, one line),
+    and the private folder (under TMPDIR) is gone."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = _run_copy(recorded, tmp_path, "swapped")
+    swapper = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, sys, time
+        verify, elsewhere = {str(run / "verify")!r}, {str(elsewhere)!r}
+        deadline, seen = time.monotonic() + 300, None
+        while time.monotonic() < deadline:
+            stamps = [n for n in os.listdir(verify) if not n.endswith(".real")] if os.path.isdir(verify) else []
+            if stamps and seen is None:
+                seen = time.monotonic()
+            # Once the baseline's output files are there (the re-run is starting), or 2 s after the
+            # folder was claimed (they are made elsewhere): past the checks made before any re-run.
+            if stamps and (os.path.exists(os.path.join(verify, stamps[0], "baseline.stderr")) or time.monotonic() - seen > 2):
+                stamp = os.path.join(verify, stamps[0])
+                os.rename(stamp, stamp + ".real")
+                os.symlink(elsewhere, stamp)
+                print("swapped", flush=True)
+                sys.exit(0)
+            time.sleep(0.001)
+        sys.exit(1)
+        """)], stdout=subprocess.PIPE, text=True)
+    private = tmp_path / "tmpdir"
+    private.mkdir()
+    try:
+        proc = _verify(run, tmp_path, env={"TMPDIR": str(private)})
+    finally:
+        out, _ = swapper.communicate(timeout=300)
+    assert out.strip() == "swapped"
+    assert list(elsewhere.iterdir()) == [], sorted(p.relative_to(elsewhere) for p in elsewhere.rglob("*"))
+    assert proc.returncode == 3 and "is a symbolic link" in _one_error_line(proc), proc.stderr[-3000:]
+    assert list(private.iterdir()) == []
 
 
 def test_a_forged_or_foreign_record_never_runs(recorded, tmp_path):

@@ -177,6 +177,69 @@ def move_new(root: Path | str, source: Path | str, dest: Path | str) -> None:
         os.close(src_fd)
 
 
+def move_in(root: Path | str, source: Path | str, dest: Path | str) -> None:
+    """Move `source`, a file or folder of this user's own outside any run (a private staging
+    folder, whose tree nobody else can change), to `dest` under `root`, a name that must not exist:
+    renamed where both are on one filesystem, else copied by descriptor and removed. Either way
+    `dest`'s folder is held by descriptor and everything is made anew there (O_EXCL, O_NOFOLLOW),
+    so nothing lands outside `root` even if the run's tree changes meanwhile; files keep their
+    mode and times (the columns sidecar knows its events file by size and time)."""
+    import shutil
+
+    root, source, dest = Path(root), Path(source), Path(dest)
+    parts = _parts_under(root, dest)
+    fd = _open_dir(root, parts[:-1], create=True)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.lstat(parts[-1], dir_fd=fd)
+            raise _refused(dest, "already exists")
+        try:
+            os.rename(source, parts[-1], dst_dir_fd=fd)
+            return
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                if exc.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+                    raise _refused(dest, "already exists") from None  # planted between the check and the move
+                raise cannot_write(dest, exc) from None
+        try:
+            _copy_in(source, fd, parts[-1])
+        except FileExistsError:
+            raise _refused(dest, "already exists") from None
+        except OSError as exc:
+            raise cannot_write(dest, exc) from None
+        shutil.rmtree(source) if source.is_dir() else source.unlink()
+    finally:
+        os.close(fd)
+
+
+def _copy_in(source: Path, dir_fd: int, name: str) -> None:
+    """`source` (a file or folder, trusted) copied as `name` into the folder open as `dir_fd`."""
+    st = os.lstat(source)
+    if stat.S_ISDIR(st.st_mode):
+        os.mkdir(name, 0o700, dir_fd=dir_fd)
+        child = os.open(name, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=dir_fd)
+        try:
+            for entry in sorted(os.listdir(source)):
+                _copy_in(source / entry, child, entry)
+            os.chmod(child, stat.S_IMODE(st.st_mode))
+            os.utime(child, ns=(st.st_atime_ns, st.st_mtime_ns))
+        finally:
+            os.close(child)
+    elif stat.S_ISREG(st.st_mode):
+        out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600, dir_fd=dir_fd)
+        try:
+            with open(source, "rb") as src:
+                while block := src.read(1 << 20):
+                    view = memoryview(block)
+                    while view:
+                        view = view[os.write(out, view):]
+            os.chmod(out, stat.S_IMODE(st.st_mode))
+            os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
+        finally:
+            os.close(out)
+    # anything else (a socket a job left) is not part of a record: not copied
+
+
 def write_atomic(path: Path | str, data: str | bytes, root: Path | str | None = None) -> None:
     """Replace `path` with `data` (str: UTF-8), or leave the old file as it was: a reader sees the
     previous content or this one, never half of one. The temporary file beside it is this

@@ -15,7 +15,7 @@ from msgspec import Struct, field
 
 from cagtool.errors import UnreadableInput, UsageError
 from cagtool.record.bounds import REFUSED, below_least_nonzero, bounded_fields, figure_problem, first_out_of_bounds
-from cagtool.record.regular_files import open_record_file, read_record_bytes
+from cagtool.record.regular_files import confine_reads, open_record_file, read_record_bytes
 from cagtool.record.liveness import read_dead_writer_as_killed, read_vanished_as_killed
 from cagtool.record.manifest import ModeManifest, RunMeta, mode_manifest_from_dict, process_identity, run_meta_from_dict
 from cagtool.record.schema import (
@@ -357,6 +357,7 @@ def load_mode(path: Path, strict: bool = False, kinds: frozenset[str] | set[str]
     only the manifests are read (listing runs). With columns=True, a record whose sidecar matches
     its events.jsonl holds its step, backward and optimizer-step events as `columns` (readers of
     `of` see no difference; readers of `events` would miss them, hence opt-in)."""
+    confine_reads(path)
     record = _load_one(Path(path), strict, kinds, events, columns)
     procs = Path(path) / PROCS_DIR
     if procs.is_symlink():  # the folder of process records planted as a link to one elsewhere
@@ -693,6 +694,7 @@ _MODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 def load_run(path: str | Path | None = None, strict: bool = False, kinds: frozenset[str] | set[str] | None = None, events: bool = True, columns: bool = False) -> RunRecord:
     run_path = resolve_run_path(path)
+    confine_reads(run_path)
     data = read_json_object(run_path / RUN_META_FILE, "run record")
     check_format(data, RUN_FORMAT, run_path / RUN_META_FILE)
     try:

@@ -5,7 +5,14 @@ artifact: any file in it may be a symbolic link planted there (`ca/events.jsonl 
 graph file linking to another run) or a FIFO, whose open waits for a writer forever. Every read of
 a record's file goes through here: no link is followed (O_NOFOLLOW), no FIFO or device is read
 (opened without blocking, then refused on its fstat), no name with a NUL byte is opened, each
-refused with one line (UnreadableInput, exit 3). Names inside a record are checked apart (loader.py, `inside`)."""
+refused with one line (UnreadableInput, exit 3). Names inside a record are checked apart (loader.py, `inside`).
+
+O_NOFOLLOW sees only a path's last name: a folder of the record swapped for a link between the
+names' check and the open (`ca/graphs` renamed, `ca/graphs -> ~/.ssh` put in its place while a
+report reads) would be read through. So a run's directory is registered when it is loaded
+(`confine_reads`), and a file opened under it is kept only where the file it opened is under the
+run's real path (its descriptor's path, /proc/self/fd): what is read is what was checked, whenever
+the tree changed."""
 
 from __future__ import annotations
 
@@ -17,6 +24,34 @@ from typing import Iterator
 from cagtool.errors import UnreadableInput
 
 _OPEN_RECORD_FILE = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+
+# A loaded run's directory as named (absolute) -> its real path: files opened under the one are
+# kept only where they are under the other (confine_reads).
+_ROOTS: dict[str, str] = {}
+
+
+def confine_reads(root: Path | str) -> None:
+    """From now on, a record file opened under `root` (as named: the path the user typed, which may
+    itself be a link of theirs) is refused unless the file opened is under `root`'s real path."""
+    named = os.path.abspath(root)
+    _ROOTS.setdefault(named, os.path.realpath(named))
+
+
+def _escaped(path: Path | str, fd: int) -> str | None:
+    """Where the file open as `fd` really is, when `path` is under a registered root as named but
+    that file is not under the root's real path (a folder swapped for a link meanwhile); else None.
+    Unchecked where the system has no /proc."""
+    if not _ROOTS:
+        return None
+    named = os.path.abspath(path)
+    under = [real for root, real in _ROOTS.items() if named.startswith(root.rstrip(os.sep) + os.sep)]
+    if not under:
+        return None
+    try:
+        opened = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    return next((opened for real in under if not opened.startswith(real.rstrip(os.sep) + os.sep)), None)
 
 
 def open_record_file(path: Path, dir_fd: int | None = None) -> int:
@@ -45,6 +80,10 @@ def open_record_file(path: Path, dir_fd: int | None = None) -> int:
     if not stat.S_ISREG(mode):
         os.close(fd)
         raise UnreadableInput(f"{path} is not a regular file (a FIFO, device or directory); refusing to read it")
+    if dir_fd is None and (elsewhere := _escaped(path, fd)) is not None:  # a walk by descriptor is confined already
+        os.close(fd)
+        raise UnreadableInput(f"{path} opened {elsewhere!r}, outside the run: a folder of the record was swapped for a link while "
+                              "cagtool read it; a record's files are read only as regular files, never through a link")
     return fd
 
 

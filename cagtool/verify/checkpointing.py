@@ -18,7 +18,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from cagtool.capture.modes.checkpoint_variant import CHECKPOINT_VARIANT_ENV, VARIANT_NON_REENTRANT, VARIANT_PLAIN
 from cagtool.capture.run.target import SOURCE_DIGEST_ENV
@@ -30,7 +30,8 @@ from cagtool.record.schema import CHECKPOINT_REENTRANT, PHASE_CHECKPOINT_RECOMPU
 from cagtool.record.seal import check_job, with_document_seal
 from cagtool.report.checkpointing import CHECKPOINTING_FILE, CheckpointingResult, HeapHeld, ModeSaving, Side, checkpointing_lines
 from cagtool.torch_text import NESTED_CA_ERROR
-from cagtool.verify.verification import RERUN_LIMIT_FACTOR, RERUN_LIMIT_FLOOR_S, checked_source_env, rerun_argv, rerun_limit_s, wait_bounded
+from cagtool.verify.verification import (RERUN_LIMIT_FACTOR, RERUN_LIMIT_FLOOR_S, checked_source_env, private_reruns, rerun_argv, rerun_limit_s,
+                                          wait_bounded)
 
 CHECKPOINTING_DIR = "checkpointing"
 MEASURED_MODES = ("aot", "ca")
@@ -102,9 +103,21 @@ def measure_checkpointing(run_path: str | Path | None, modes: list[str] | None =
     started = time.monotonic()
     root = make_new_dir(run_dir, run_dir / CHECKPOINTING_DIR / time.strftime("%Y%m%d-%H%M%S"))
     result = CheckpointingResult(str(run.path))
+    with private_reruns(run_dir, root) as (work, relocated):
+        _measure_in(run, work, chosen, result, lambda line: progress(relocated(line, shown=True)))
+    result = relocated(result)
+    result.wall_s = time.monotonic() - started
+    import json
+
+    write_atomic(run_dir / CHECKPOINTING_FILE, json.dumps(with_document_seal(result.to_dict()), indent=2), root=run_dir)
+    return result
+
+
+def _measure_in(run: Any, work: Path, chosen: list[str], result: CheckpointingResult, progress: Callable[[str], None]) -> None:
+    """measure_checkpointing's re-runs, each recorded in `work` (verification.private_reruns)."""
 
     def rerun(name: str, mode: str, variant: str | None) -> Path:
-        out = make_new_dir(run_dir, root / name)
+        out = make_new_dir(work, work / name)
         argv = rerun_argv(run, mode, 1, out, None)
         env = {**os.environ}
         env.pop(CHECKPOINT_VARIANT_ENV, None)
@@ -115,7 +128,7 @@ def measure_checkpointing(run_path: str | Path | None, modes: list[str] | None =
         if variant is not None:
             env[CHECKPOINT_VARIANT_ENV] = variant
         progress(f"{name}: cagtool {' '.join(argv[3:])}" + (f"  ({CHECKPOINT_VARIANT_ENV}={variant}; your file is not changed)" if variant else ""))
-        with open_new(run_dir, root / f"{name}.stdout") as stdout, open_new(run_dir, root / f"{name}.stderr") as stderr:
+        with open_new(work, work / f"{name}.stdout") as stdout, open_new(work, work / f"{name}.stderr") as stderr:
             try:
                 process = subprocess.Popen(argv, cwd=run.meta.cwd or None, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
             except OSError as exc:
@@ -136,10 +149,5 @@ def measure_checkpointing(run_path: str | Path | None, modes: list[str] | None =
             saving.non_reentrant = _side(VARIANT_NON_REENTRANT, rerun(f"{mode}-non-reentrant", mode, VARIANT_NON_REENTRANT), mode)
         result.modes.append(saving)
         progress(" ".join(checkpointing_lines(result)[-1:]))
-    result.wall_s = time.monotonic() - started
-    import json
-
-    write_atomic(run_dir / CHECKPOINTING_FILE, json.dumps(with_document_seal(result.to_dict()), indent=2), root=run_dir)
-    return result
 
 

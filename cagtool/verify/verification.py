@@ -34,19 +34,22 @@ the numerics changed, or the recompiles went up; else **no effect**.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
 import random
+import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from cagtool.capture.run.self_launch import python_module_argv
 from cagtool.errors import CagtoolError, EXIT_GATE_FAILED, UnreadableInput, UsageError
-from cagtool.record.atomic import check_confined, make_new_dir, move_new, open_new, write_atomic
+from cagtool.record.atomic import check_confined, make_new_dir, move_in, move_new, open_new, write_atomic
 from cagtool.record.loader import RunRecord, load_run
 from cagtool.record.seal import check_job, sealed_module_file, with_document_seal
 from cagtool.report.compare.analysis import compare_runs, mode_fields
@@ -781,19 +784,85 @@ def verify(
             os.rmdir(root)
         raise
     limit = rerun_limit_s(run, mode) if rerun_timeout is None else (rerun_timeout or None)
+    # The re-runs record into a private folder of this user's (mode 0700, under TMPDIR), never into
+    # the run by path: a re-run is a `cagtool run -o DIR` of its own, whose processes write by path,
+    # and `RUN/verify/<stamp>` swapped for a link while they run would take their records outside
+    # the run. Everything is moved into `root` by descriptor (move_in) when the verification ends,
+    # however it ends; what the words and verification.json say names it there.
     try:
-        return _verify_in(run, run_dir, root, mode, fixes, repeat, result, started, progress, cause_keys, limit)
+        with private_reruns(run_dir, root) as (work, relocated):
+            result = _verify_in(run, run_dir, work, root, mode, fixes, repeat, result, started,
+                                lambda line: progress(relocated(line, shown=True)), cause_keys, limit)
     except KeyboardInterrupt:
         # Ctrl-C (the terminal's process group: the re-run in progress got it too, and
         # subprocess.run waited for it): what was made so far stays, said; no verdict is written.
         progress(f"interrupted: no verdict; the re-runs made so far are in {_shown(str(root))}")
         raise
+    result = relocated(result)
+    _write_result(run_dir, result)
+    return result
 
 
-def _verify_in(run: Any, run_dir: Path, root: Path, mode: str, fixes: list[Fix], repeat: int, result: Verification,
+@contextlib.contextmanager
+def private_reruns(run_dir: Path, root: Path) -> Iterator[tuple[Path, Callable[..., Any]]]:
+    """(work, relocated): a private folder of this user's (mode 0700, under TMPDIR) for re-runs
+    whose records end up in `root`, a folder claimed under the run, and the function that names a
+    path of `work` (in a string, or in a result's dataclasses) under `root` (`shown=True`: as
+    `_shown` writes it, for progress lines). Re-runs record there, never into the run by path: a
+    re-run is a `cagtool run -o DIR` of its own, whose processes write by path, and `root` swapped
+    for a link while they run would take their records outside the run. Leaving the block, however
+    it is left, moves everything into `root` by descriptor (move_in); an error raised in it names
+    `root`'s paths."""
+    work = Path(tempfile.mkdtemp(prefix="cagtool-reruns-"))
+    staged, final = str(work), str(root)
+
+    def relocated(value: Any, shown: bool = False) -> Any:
+        return _relocated(value, staged, _shown(final) if shown else final)
+
+    try:
+        yield work, relocated
+    except CagtoolError as exc:
+        raise type(exc)(relocated(str(exc)), exc.exit_code) from None
+    finally:
+        _settle(run_dir, work, root)
+
+
+def _settle(run_dir: Path, work: Path, root: Path) -> None:
+    """Everything the re-runs made in `work` moved into `root` (move_in: by descriptor, confined to
+    the run), and `work` removed. A name refused there (a link planted meanwhile) is left out,
+    said in the one line raised after the others are moved; `work` is removed all the same."""
+    refused: list[str] = []
+    try:
+        for name in sorted(os.listdir(work)):
+            try:
+                move_in(run_dir, work / name, root / name)
+            except CagtoolError as exc:
+                refused.append(str(exc))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if refused:
+        raise UnreadableInput(refused[0] + (f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""))
+
+
+def _relocated(value: Any, old: str, new: str) -> Any:
+    """`value` (the verification's result: dataclasses, lists, dicts, strings) with every path
+    under `old` named under `new`."""
+    if isinstance(value, str):
+        return value.replace(old, new)
+    if isinstance(value, list):
+        return [_relocated(v, old, new) for v in value]
+    if isinstance(value, dict):
+        return {k: _relocated(v, old, new) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: _relocated(getattr(value, f.name), old, new) for f in dataclasses.fields(value) if f.init})
+    return value
+
+
+def _verify_in(run: Any, run_dir: Path, work: Path, root: Path, mode: str, fixes: list[Fix], repeat: int, result: Verification,
                started: float, progress: Callable[[str], None], cause_keys: dict[int, tuple] | None,
                limit: float | None = None) -> Verification:
-    """verify()'s re-runs and verdicts, into `root` (the verify directory claimed for them).
+    """verify()'s re-runs and verdicts, into `work` (the private folder they record in; `root`, the
+    verify directory claimed for them in the run, where verify() moves them, named in the words).
     `limit`: the seconds one repetition of a re-run may take (None: no limit)."""
     copies: dict[str, Path] = {}
     timed_out: dict[str, float] = {}  # side -> the limit a re-run of it was stopped at
@@ -801,7 +870,7 @@ def _verify_in(run: Any, run_dir: Path, root: Path, mode: str, fixes: list[Fix],
     def record(name: str, fix: Fix | None, reps: int, k: int = 1) -> tuple[Path, float, int]:
         """`reps` repetitions of one side into root/name (k = 1), or its k-th alone into root/name.k."""
         label = name if k == 1 else f"{name}.{k}"
-        out = make_new_dir(run_dir, root / label)
+        out = make_new_dir(work, work / label)
         argv = rerun_argv(run, mode, reps, out, fix)
         env = {**os.environ, **(fix.env if fix is not None else {})}
         env.pop(SOURCE_DIGEST_ENV, None)  # only what this verification checked
@@ -809,6 +878,8 @@ def _verify_in(run: Any, run_dir: Path, root: Path, mode: str, fixes: list[Fix],
         script = Path(os.path.abspath(os.path.join(run.meta.cwd or ".", run.meta.target["name"])))
         env.update(checked_source_env(run))
         if fix is not None and fix.patch is not None and fix.patch.patched is not None:
+            # In the run, where the record names it: the re-run checks the digest of the code it
+            # runs (capture/run/target.py), so a copy replaced through a link planted meanwhile never runs.
             copy = root / f"{name}-{script.name}"
             if name not in copies:
                 write_atomic(copy, fix.patch.patched, root=run_dir)
@@ -821,7 +892,7 @@ def _verify_in(run: Any, run_dir: Path, root: Path, mode: str, fixes: list[Fix],
         began = time.monotonic()
         # The job's own output is not the verification's: kept in files next to its record.
         # Its stdin is /dev/null: the re-runs are not interactive (a job that reads stdin fails, and says so).
-        with open_new(run_dir, root / f"{label}.stdout") as stdout, open_new(run_dir, root / f"{label}.stderr") as stderr:
+        with open_new(work, work / f"{label}.stdout") as stdout, open_new(work, work / f"{label}.stderr") as stderr:
             try:
                 process = subprocess.Popen(argv, cwd=run.meta.cwd or None, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
             except OSError as exc:
@@ -844,7 +915,7 @@ def _verify_in(run: Any, run_dir: Path, root: Path, mode: str, fixes: list[Fix],
     # its side's record as its next repetition.
     first = 1 if repeat > 1 and INTERLEAVED else repeat
     base_path, base_wall, base_code = record("baseline", None, first)
-    base_stderr = root / "baseline.stderr"
+    base_stderr = work / "baseline.stderr"
     if not (base_path / "run.json").exists():
         last = _last_line(base_stderr)
         raise UsageError(f"the baseline re-run did not start (exit {base_code}{': ' + last if last else ''}); see {base_stderr}")
@@ -873,11 +944,11 @@ def _verify_in(run: Any, run_dir: Path, root: Path, mode: str, fixes: list[Fix],
             order = list(sides)
             shuffle(order)
             for name, fix in order:
-                if not (root / name / "run.json").exists() or (fix is not None and _side_failed(root / name, mode)):
+                if not (work / name / "run.json").exists() or (fix is not None and _side_failed(work / name, mode)):
                     continue  # a side that did not start, or failed its first run: not run again
                 path, wall, _code = record(name, fix, 1, k)
                 walls[name] += wall
-                _fold(run_dir, root / name, path, mode, k)
+                _fold(work, work / name, path, mode, k)
         reruns = {key: (name, path, walls[name]) for key, (name, path, _) in reruns.items()}
         baseline, base_record = _side("baseline", base_path, mode, walls["baseline"])
         if (changed := _source_changed(base_record, mode)) is not None:
@@ -959,5 +1030,4 @@ def _verify_in(run: Any, run_dir: Path, root: Path, mode: str, fixes: list[Fix],
         ))
         progress(f"{fix.name}: {verdict} ({'; '.join(reasons)})")
     result.wall_s = time.monotonic() - started
-    _write_result(run_dir, result)
     return result
